@@ -1,0 +1,149 @@
+// Package webhook implements the Standard Webhooks signature scheme that
+// Rivora signs every delivery with: the sender computes
+// base64(HMAC-SHA256(key, id + "." + timestamp + "." + body)) and sends it as
+// "v1,<signature>" in the webhook-signature header; the receiver recomputes it
+// and checks the timestamp is recent.
+package webhook
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Header names of the Standard Webhooks scheme.
+const (
+	HeaderID        = "webhook-id"
+	HeaderTimestamp = "webhook-timestamp"
+	HeaderSignature = "webhook-signature"
+)
+
+// SecretPrefix starts every secret: "whsec_" + base64 of the key bytes.
+const SecretPrefix = "whsec_"
+
+// DefaultTolerance is how far a webhook-timestamp may be from now.
+const DefaultTolerance = 5 * time.Minute
+
+// NewSecret returns a fresh random secret with a 32-byte key.
+func NewSecret() (string, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return "", fmt.Errorf("generate secret: %w", err)
+	}
+	return SecretPrefix + base64.StdEncoding.EncodeToString(key), nil
+}
+
+// Key decodes a "whsec_…" secret into its HMAC key.
+func Key(secret string) ([]byte, error) {
+	encoded, ok := strings.CutPrefix(secret, SecretPrefix)
+	if !ok {
+		return nil, fmt.Errorf("secret must start with %q", SecretPrefix)
+	}
+	key, err := base64.StdEncoding.DecodeString(encoded)
+	if err != nil {
+		return nil, fmt.Errorf("secret after %q must be base64: %w", SecretPrefix, err)
+	}
+	if len(key) < 16 {
+		return nil, fmt.Errorf("secret key is %d bytes; use at least 16", len(key))
+	}
+	return key, nil
+}
+
+// Signer signs deliveries for one secret. It is safe for concurrent use.
+type Signer struct {
+	key []byte
+}
+
+// NewSigner returns a signer for a "whsec_…" secret.
+func NewSigner(secret string) (*Signer, error) {
+	key, err := Key(secret)
+	if err != nil {
+		return nil, err
+	}
+	return &Signer{key: key}, nil
+}
+
+// Sign returns the webhook-signature header value for one delivery.
+func (s *Signer) Sign(id string, timestamp int64, body []byte) string {
+	return "v1," + base64.StdEncoding.EncodeToString(s.mac(id, timestamp, body))
+}
+
+func (s *Signer) mac(id string, timestamp int64, body []byte) []byte {
+	h := hmac.New(sha256.New, s.key)
+	h.Write([]byte(id))
+	h.Write([]byte{'.'})
+	h.Write(strconv.AppendInt(nil, timestamp, 10))
+	h.Write([]byte{'.'})
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// Errors returned by Verify; wrap-checked with errors.Is.
+var (
+	ErrMissingHeaders   = errors.New("webhook: missing webhook-id, webhook-timestamp or webhook-signature header")
+	ErrInvalidTimestamp = errors.New("webhook: timestamp outside tolerance")
+	ErrNoMatch          = errors.New("webhook: no matching signature")
+)
+
+// Verifier checks signed requests for one secret.
+type Verifier struct {
+	signer    *Signer
+	tolerance time.Duration
+	now       func() time.Time
+}
+
+// NewVerifier returns a verifier for a "whsec_…" secret with the default
+// timestamp tolerance.
+func NewVerifier(secret string) (*Verifier, error) {
+	s, err := NewSigner(secret)
+	if err != nil {
+		return nil, err
+	}
+	return &Verifier{signer: s, tolerance: DefaultTolerance, now: time.Now}, nil
+}
+
+// WithTolerance returns a copy of v accepting timestamps within d of now.
+func (v *Verifier) WithTolerance(d time.Duration) *Verifier {
+	c := *v
+	c.tolerance = d
+	return &c
+}
+
+// Verify checks the Standard Webhooks headers of a request against its body.
+// The signature header may carry several space-separated "v1,…" entries
+// (secret rotation); one match is enough.
+func (v *Verifier) Verify(h http.Header, body []byte) error {
+	id, ts, sigs := h.Get(HeaderID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
+	if id == "" || ts == "" || sigs == "" {
+		return ErrMissingHeaders
+	}
+	timestamp, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: %q is not unix seconds", ErrInvalidTimestamp, ts)
+	}
+	if d := v.now().Sub(time.Unix(timestamp, 0)); d > v.tolerance || d < -v.tolerance {
+		return fmt.Errorf("%w: off by %s", ErrInvalidTimestamp, d.Round(time.Second))
+	}
+	want := v.signer.mac(id, timestamp, body)
+	for _, entry := range strings.Fields(sigs) {
+		version, sig, ok := strings.Cut(entry, ",")
+		if !ok || version != "v1" {
+			continue
+		}
+		got, err := base64.StdEncoding.DecodeString(sig)
+		if err != nil {
+			continue
+		}
+		if hmac.Equal(got, want) {
+			return nil
+		}
+	}
+	return ErrNoMatch
+}
