@@ -1,0 +1,74 @@
+// Package budget holds a destination's token bucket: no token, no attempt.
+// When the bucket is empty it tells exactly when the next token arrives, so
+// the scheduler sleeps instead of polling.
+package budget
+
+import (
+	"math"
+	"time"
+)
+
+// Bucket is a token bucket. It is not safe for concurrent use; its owner
+// (the scheduler) serialises access.
+type Bucket struct {
+	rate   float64 // tokens per second
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+// New returns a full bucket refilling at rate tokens/s up to burst.
+func New(rate float64, burst int, now time.Time) *Bucket {
+	b := &Bucket{last: now}
+	b.SetLimits(rate, burst, now)
+	b.tokens = b.burst
+	return b
+}
+
+// SetLimits changes rate and burst in place, keeping the tokens already
+// earned (capped at the new burst).
+func (b *Bucket) SetLimits(rate float64, burst int, now time.Time) {
+	b.refill(now)
+	b.rate = math.Max(rate, 0)
+	b.burst = math.Max(float64(burst), 1)
+	b.tokens = math.Min(b.tokens, b.burst)
+}
+
+// Rate is the current refill rate in tokens per second.
+func (b *Bucket) Rate() float64 { return b.rate }
+
+// Tokens is the number of tokens available at now.
+func (b *Bucket) Tokens(now time.Time) float64 {
+	b.refill(now)
+	return b.tokens
+}
+
+func (b *Bucket) refill(now time.Time) {
+	if elapsed := now.Sub(b.last).Seconds(); elapsed > 0 {
+		b.tokens = math.Min(b.burst, b.tokens+elapsed*b.rate)
+		b.last = now
+	}
+}
+
+// Take spends one token if one is available at now.
+func (b *Bucket) Take(now time.Time) bool {
+	b.refill(now)
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// Wait is how long from now until a token is available (0 if one is).
+func (b *Bucket) Wait(now time.Time) time.Duration {
+	b.refill(now)
+	if b.tokens >= 1 {
+		return 0
+	}
+	if b.rate <= 0 {
+		return time.Hour
+	}
+	d := time.Duration(math.Ceil((1 - b.tokens) / b.rate * float64(time.Second)))
+	return max(d, time.Microsecond)
+}

@@ -1,0 +1,139 @@
+// Package delivery makes one signed HTTP POST per attempt and says how it
+// went. It owns the HTTP client (connection reuse across attempts).
+package delivery
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rivora/rivora/agent/destinations"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk/webhook"
+)
+
+// Request is one attempt.
+type Request struct {
+	Endpoint destinations.Endpoint
+	Event    *rivorav1.Event
+	Attempt  int
+	Timeout  time.Duration
+}
+
+// Result is how an attempt went.
+type Result struct {
+	// Status is the HTTP status, 0 when no response arrived.
+	Status int
+	// Err is set for every non-2xx outcome, with a human-readable reason.
+	Err error
+	// RetryAfter is the partner's Retry-After, when it sent one.
+	RetryAfter time.Duration
+	Duration   time.Duration
+}
+
+// OK reports a 2xx answer.
+func (r Result) OK() bool { return r.Err == nil }
+
+// Sender posts events. It is safe for concurrent use.
+type Sender struct {
+	client    *http.Client
+	userAgent string
+	now       func() time.Time
+}
+
+// NewSender returns a sender whose requests carry userAgent.
+func NewSender(userAgent string) *Sender {
+	transport := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 512,
+		IdleConnTimeout:     90 * time.Second,
+		ForceAttemptHTTP2:   true,
+	}
+	return &Sender{
+		client: &http.Client{
+			Transport: transport,
+			// A redirect would re-send a signed payload to an address nobody
+			// registered: treat 3xx as a failed attempt instead.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		userAgent: userAgent,
+		now:       time.Now,
+	}
+}
+
+// Send makes one attempt.
+func (s *Sender) Send(ctx context.Context, req Request) Result {
+	ev := req.Event
+	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
+	defer cancel()
+	start := s.now()
+	ts := start.Unix()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, req.Endpoint.URL, bytes.NewReader(ev.GetPayload()))
+	if err != nil {
+		return Result{Err: fmt.Errorf("build request: %w", err)}
+	}
+	h := hreq.Header
+	h.Set("content-type", ev.GetContentType())
+	h.Set("user-agent", s.userAgent)
+	h.Set(webhook.HeaderID, ev.GetEventId())
+	h.Set(webhook.HeaderTimestamp, strconv.FormatInt(ts, 10))
+	h.Set(webhook.HeaderSignature, req.Endpoint.Signer.Sign(ev.GetEventId(), ts, ev.GetPayload()))
+	h.Set("rivora-customer", ev.GetCustomerId())
+	h.Set("rivora-lane", ev.GetLaneKey())
+	h.Set("rivora-attempt", strconv.Itoa(req.Attempt))
+	h.Set("rivora-event-type", ev.GetType())
+	if ev.GetReplayed() {
+		h.Set("rivora-replay", "true")
+	}
+	resp, err := s.client.Do(hreq)
+	elapsed := s.now().Sub(start)
+	if err != nil {
+		return Result{Err: describeTransportError(err, req.Timeout), Duration: elapsed}
+	}
+	defer resp.Body.Close()
+	res := Result{Status: resp.StatusCode, Duration: elapsed}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return res
+	}
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	res.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), s.now())
+	msg := fmt.Sprintf("HTTP %d", resp.StatusCode)
+	if body := strings.TrimSpace(string(snippet)); body != "" {
+		msg += ": " + strings.ToValidUTF8(body, "?")
+	}
+	res.Err = errors.New(msg)
+	return res
+}
+
+func describeTransportError(err error, timeout time.Duration) error {
+	var netErr net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
+		return fmt.Errorf("timeout after %s", timeout)
+	}
+	return fmt.Errorf("connection error: %w", err)
+}
+
+// parseRetryAfter reads seconds or an HTTP date; 0 when absent or invalid.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && secs > 0 {
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

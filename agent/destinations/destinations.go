@@ -1,0 +1,112 @@
+// Package destinations holds the agent's current view of the registered
+// destinations, as pushed by the control plane, and answers the one question
+// the delivery path asks: which URL, secret and headers to use for a
+// (destination, customer).
+package destinations
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/rivora/rivora/agent/retry"
+	"github.com/rivora/rivora/agent/scheduler"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk/webhook"
+)
+
+// Destination is a destination as the agent uses it.
+type Destination struct {
+	ID      string
+	URL     string
+	Signer  *webhook.Signer
+	Timeout time.Duration
+	Retry   retry.Policy
+	Limits  scheduler.Limits
+}
+
+// Endpoint is where and how one customer's events for a destination go.
+type Endpoint struct {
+	URL    string
+	Signer *webhook.Signer
+}
+
+// Registry is the current set of destinations. Reads are lock-free; the
+// whole set is replaced on every config change.
+type Registry struct {
+	current atomic.Pointer[map[string]*Destination]
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	r := &Registry{}
+	empty := map[string]*Destination{}
+	r.current.Store(&empty)
+	return r
+}
+
+// Replace installs a new set of destinations.
+func (r *Registry) Replace(list []*rivorav1.Destination) ([]*Destination, error) {
+	next := make(map[string]*Destination, len(list))
+	out := make([]*Destination, 0, len(list))
+	for _, pb := range list {
+		d, err := FromProto(pb)
+		if err != nil {
+			return nil, err
+		}
+		next[d.ID] = d
+		out = append(out, d)
+	}
+	r.current.Store(&next)
+	return out, nil
+}
+
+// Get returns a destination by id.
+func (r *Registry) Get(id string) (*Destination, bool) {
+	d, ok := (*r.current.Load())[id]
+	return d, ok
+}
+
+// Endpoint returns the URL and signer for a customer's events to a
+// destination. Per-customer endpoint settings under a shared destination
+// will plug in here; the budget stays per destination.
+func (r *Registry) Endpoint(destinationID, customerID string) (Endpoint, error) {
+	d, ok := r.Get(destinationID)
+	if !ok {
+		return Endpoint{}, fmt.Errorf("destination %q is not registered", destinationID)
+	}
+	return Endpoint{URL: d.URL, Signer: d.Signer}, nil
+}
+
+// FromProto converts a control-plane destination (limits already filled
+// with defaults) into the agent's form.
+func FromProto(pb *rivorav1.Destination) (*Destination, error) {
+	signer, err := webhook.NewSigner(pb.GetSecret())
+	if err != nil {
+		return nil, fmt.Errorf("destination %q: %w", pb.GetId(), err)
+	}
+	lim := pb.GetLimits()
+	policy := retry.DefaultPolicy()
+	if n := lim.GetMaxAttempts(); n > 0 {
+		policy.MaxAttempts = int(n)
+	}
+	if w := lim.GetWindow().AsDuration(); w > 0 {
+		policy.Window = w
+	}
+	timeout := lim.GetTimeout().AsDuration()
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	return &Destination{
+		ID:      pb.GetId(),
+		URL:     pb.GetUrl(),
+		Signer:  signer,
+		Timeout: timeout,
+		Retry:   policy,
+		Limits: scheduler.Limits{
+			RatePerSecond: lim.GetRatePerSecond(),
+			Burst:         int(lim.GetBurst()),
+			MaxInFlight:   int(lim.GetMaxInFlight()),
+		},
+	}, nil
+}

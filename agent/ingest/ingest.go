@@ -1,0 +1,223 @@
+// Package ingest is the agent's ingest gateway (tier 1): it validates an
+// event, stores it in the INGEST stream and answers only after JetStream
+// acknowledged the write. Accepting never depends on any destination.
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/lanes"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// Config configures the gateway.
+type Config struct {
+	Partitions int
+	// MaxPayload bounds one event's payload in bytes (256 KiB).
+	MaxPayload int
+	// MaxBatch bounds the events of one PublishBatch.
+	MaxBatch int
+	// DedupWindow is how long an event id (idempotency key) is remembered.
+	DedupWindow time.Duration
+}
+
+// Defaults.
+const (
+	DefaultMaxPayload  = 256 << 10
+	DefaultMaxBatch    = 10_000
+	DefaultDedupWindow = 2 * time.Minute
+	maxTypeLen         = 128
+	defaultContentType = "application/json"
+)
+
+var accepted = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "rivora_ingest_events_total",
+	Help: "Events answered by the ingest gateway, by result (accepted, duplicate, invalid, failed).",
+}, []string{"result"})
+
+// Gateway implements rivora.v1.IngestService.
+type Gateway struct {
+	js    jetstream.JetStream
+	reg   *destinations.Registry
+	cfg   Config
+	log   *slog.Logger
+	now   func() time.Time
+	newID func() (string, error)
+}
+
+// New creates (or updates) the INGEST stream and returns the gateway.
+func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry, cfg Config, log *slog.Logger) (*Gateway, error) {
+	if cfg.Partitions <= 0 {
+		return nil, fmt.Errorf("ingest: partitions must be positive, got %d", cfg.Partitions)
+	}
+	if cfg.MaxPayload <= 0 {
+		cfg.MaxPayload = DefaultMaxPayload
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.DedupWindow <= 0 {
+		cfg.DedupWindow = DefaultDedupWindow
+	}
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        lanes.IngestStream,
+		Description: "Tier 1: accepted events waiting to move into their partition's lanes.",
+		Subjects:    []string{"ingest.>"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    1,
+		Duplicates:  cfg.DedupWindow,
+		MaxMsgSize:  int32(cfg.MaxPayload + 64<<10),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create %s stream: %w", lanes.IngestStream, err)
+	}
+	return &Gateway{js: js, reg: reg, cfg: cfg, log: log, now: time.Now, newID: newEventID}, nil
+}
+
+func newEventID() (string, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "", err
+	}
+	return id.String(), nil
+}
+
+// Publish accepts one event.
+func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.PublishRequest]) (*connect.Response[rivorav1.PublishResponse], error) {
+	msg, id, err := g.prepare(req.Msg)
+	if err != nil {
+		accepted.WithLabelValues("invalid").Inc()
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	ack, err := g.js.PublishMsg(ctx, msg)
+	if err != nil {
+		accepted.WithLabelValues("failed").Inc()
+		return nil, storeError(ctx, err)
+	}
+	result := "accepted"
+	if ack.Duplicate {
+		result = "duplicate"
+	}
+	accepted.WithLabelValues(result).Inc()
+	return connect.NewResponse(&rivorav1.PublishResponse{EventId: id, Duplicate: ack.Duplicate}), nil
+}
+
+// PublishBatch accepts many events: all are validated before any is stored.
+func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav1.PublishBatchRequest]) (*connect.Response[rivorav1.PublishBatchResponse], error) {
+	events := req.Msg.GetEvents()
+	if len(events) == 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("events is empty"))
+	}
+	if len(events) > g.cfg.MaxBatch {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("batch has %d events; the limit is %d", len(events), g.cfg.MaxBatch))
+	}
+	msgs := make([]*nats.Msg, len(events))
+	ids := make([]string, len(events))
+	for i, ev := range events {
+		msg, id, err := g.prepare(ev)
+		if err != nil {
+			accepted.WithLabelValues("invalid").Add(float64(len(events)))
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("events[%d]: %w (nothing in this batch was stored)", i, err))
+		}
+		msgs[i], ids[i] = msg, id
+	}
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, msg := range msgs {
+		f, err := g.js.PublishMsgAsync(msg)
+		if err != nil {
+			accepted.WithLabelValues("failed").Add(float64(len(msgs)))
+			return nil, storeError(ctx, fmt.Errorf("events[%d]: %w", i, err))
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			accepted.WithLabelValues("failed").Add(float64(len(msgs)))
+			return nil, storeError(ctx, fmt.Errorf("events[%d]: %w", i, err))
+		case <-ctx.Done():
+			return nil, storeError(ctx, ctx.Err())
+		}
+	}
+	accepted.WithLabelValues("accepted").Add(float64(len(msgs)))
+	return connect.NewResponse(&rivorav1.PublishBatchResponse{EventIds: ids}), nil
+}
+
+func storeError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("store event: %w", err))
+	}
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store event: %w; retry with the same idempotency key", err))
+}
+
+// prepare validates one event and builds its INGEST message.
+func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*nats.Msg, string, error) {
+	dest := req.GetDestinationId()
+	if err := lanes.ValidateID("destination_id", dest); err != nil {
+		return nil, "", err
+	}
+	if _, ok := g.reg.Get(dest); !ok {
+		return nil, "", fmt.Errorf("destination %q is not registered; create it with `rivoractl destinations create %s --url URL`", dest, dest)
+	}
+	if err := lanes.ValidateID("customer_id", req.GetCustomerId()); err != nil {
+		return nil, "", err
+	}
+	if err := lanes.ValidateLaneKey(req.GetLaneKey()); err != nil {
+		return nil, "", err
+	}
+	if t := req.GetType(); t == "" || len(t) > maxTypeLen {
+		return nil, "", fmt.Errorf("type must be 1–%d bytes (e.g. \"order.created\"), got %d bytes", maxTypeLen, len(t))
+	}
+	if n := len(req.GetPayload()); n > g.cfg.MaxPayload {
+		return nil, "", fmt.Errorf("payload is %d bytes; the limit is %d", n, g.cfg.MaxPayload)
+	}
+	id := req.GetIdempotencyKey()
+	if id != "" {
+		if err := lanes.ValidateEventID("idempotency_key", id); err != nil {
+			return nil, "", err
+		}
+	} else {
+		var err error
+		if id, err = g.newID(); err != nil {
+			return nil, "", fmt.Errorf("assign event id: %w", err)
+		}
+	}
+	contentType := req.GetContentType()
+	if contentType == "" {
+		contentType = defaultContentType
+	}
+	ev := &rivorav1.Event{
+		EventId:       id,
+		DestinationId: dest,
+		CustomerId:    req.GetCustomerId(),
+		LaneKey:       req.GetLaneKey(),
+		Type:          req.GetType(),
+		Payload:       req.GetPayload(),
+		ContentType:   contentType,
+		AcceptedAt:    timestamppb.New(g.now()),
+	}
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		return nil, "", fmt.Errorf("encode event: %w", err)
+	}
+	msg := nats.NewMsg(lanes.IngestSubject(lanes.Partition(dest, g.cfg.Partitions), dest))
+	msg.Data = data
+	msg.Header.Set(jetstream.MsgIDHeader, id)
+	return msg, id, nil
+}

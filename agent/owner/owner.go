@@ -1,0 +1,828 @@
+// Package owner runs one partition for the agent that holds its ownership
+// grant: it is the single writer of the partition's pending store (tier 2:
+// the LANES_p stream and LEDGER_p ledger). It rebuilds the scheduler's view
+// from the store, moves newly accepted events from INGEST into their lanes,
+// records every attempt outcome, hands dead letters to the archive, and
+// reclaims the space of delivered events.
+package owner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/agent/archive"
+	"github.com/rivora/rivora/agent/clock"
+	"github.com/rivora/rivora/agent/delivery"
+	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/history"
+	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/agent/retry"
+	"github.com/rivora/rivora/agent/scheduler"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+var (
+	attemptsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rivora_delivery_attempts_total",
+		Help: "Delivery attempts by destination and outcome class (2xx, 3xx, 4xx, 5xx, error).",
+	}, []string{"destination", "class"})
+	deadTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rivora_deadletters_total",
+		Help: "Events that became dead letters, by destination and reason.",
+	}, []string{"destination", "reason"})
+	archivedTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "rivora_deadletters_archived_total",
+		Help: "Dead letters written to the archive.",
+	})
+	unarchived = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "rivora_deadletters_unarchived",
+		Help: "Dead letters held in the ledgers, waiting for the archive.",
+	})
+	movedTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "rivora_lanes_moved_events_total",
+		Help: "Events moved from INGEST into lanes.",
+	})
+)
+
+// Deps are what a partition owner works with; all are shared by the agent's
+// partitions.
+type Deps struct {
+	JS        jetstream.JetStream
+	Scheduler *scheduler.Scheduler
+	Registry  *destinations.Registry
+	History   *history.History
+	Archive   archive.Archive
+	Clock     clock.Clock
+	Log       *slog.Logger
+	// DedupWindow is the lane store's duplicate window (a crash between
+	// moving an event and acking INGEST stores it once).
+	DedupWindow time.Duration
+}
+
+// Partition owns partition p's pending store.
+type Partition struct {
+	p      int
+	deps   Deps
+	log    *slog.Logger
+	lanes  jetstream.Stream
+	ledger jetstream.Stream
+	ingest jetstream.Consumer
+
+	// registeredThrough is the highest lane-store sequence the scheduler
+	// knows; anything above it is stored but not yet registered and must
+	// never be reclaimed.
+	registeredThrough atomic.Uint64
+
+	reclaimMu     sync.Mutex
+	reclaimLanes  map[string]uint64 // lane subject → delivered through seq
+	reclaimLedger []string          // ledger subjects to purge
+
+	// deadQueue holds dead letters waiting for the archive; they are durable
+	// in the ledger, so the queue may grow while the archive is down.
+	deadMu    sync.Mutex
+	deadQueue []*rivorav1.DeadLetter
+	deadReady chan struct{}
+}
+
+// Open creates the partition's streams and rebuilds the scheduler's view
+// of it. Call Run next.
+func Open(ctx context.Context, p int, deps Deps) (*Partition, error) {
+	o := &Partition{
+		p:            p,
+		deps:         deps,
+		log:          deps.Log.With("partition", p),
+		reclaimLanes: make(map[string]uint64),
+		deadReady:    make(chan struct{}, 1),
+	}
+	var err error
+	o.lanes, err = deps.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        lanes.LanesStream(p),
+		Description: fmt.Sprintf("Tier 2: pending events of partition %d, one subject per lane.", p),
+		Subjects:    []string{lanes.LanesFilter(p)},
+		Storage:     jetstream.FileStorage,
+		Replicas:    1,
+		Duplicates:  deps.DedupWindow,
+		AllowDirect: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("partition %d: create lane store: %w", p, err)
+	}
+	o.ledger, err = deps.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:              lanes.LedgerStream(p),
+		Description:       fmt.Sprintf("Tier 2: attempt state and unarchived dead letters of partition %d.", p),
+		Subjects:          []string{lanes.LedgerFilter(p)},
+		Storage:           jetstream.FileStorage,
+		Replicas:          1,
+		MaxMsgsPerSubject: 1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("partition %d: create ledger: %w", p, err)
+	}
+	o.ingest, err = deps.JS.CreateOrUpdateConsumer(ctx, lanes.IngestStream, jetstream.ConsumerConfig{
+		Durable:       fmt.Sprintf("mover-%d", p),
+		Description:   fmt.Sprintf("Moves partition %d's accepted events into lanes.", p),
+		FilterSubject: lanes.IngestFilter(p),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: 20_000,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("partition %d: create mover consumer: %w", p, err)
+	}
+	if err := o.rebuild(ctx); err != nil {
+		return nil, fmt.Errorf("partition %d: rebuild: %w", p, err)
+	}
+	return o, nil
+}
+
+// Run moves events and reclaims space until ctx ends. The scheduler and
+// delivery workers run beside it (owned by the agent).
+func (o *Partition) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for _, loop := range []func(context.Context) error{o.move, o.reclaimLoop, o.archiveLoop} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := loop(ctx); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(collect(errs)...)
+}
+
+func collect(ch <-chan error) []error {
+	var out []error
+	for err := range ch {
+		out = append(out, err)
+	}
+	return out
+}
+
+// ---- rebuild -------------------------------------------------------------
+
+// rebuild reads the ledger and then scans the lane store, installing every
+// pending lane in the scheduler.
+func (o *Partition) rebuild(ctx context.Context) error {
+	start := time.Now()
+	heads := make(map[string]*rivorav1.LaneHead) // lane subject → head state
+	deadSeqs := make(map[uint64]bool)
+	var dead []*rivorav1.DeadLetter
+	err := scan(ctx, o.ledger, func(msg jetstream.Msg) error {
+		_, id, isDead, seq, err := lanes.ParseLedgerSubject(msg.Subject())
+		if err != nil {
+			o.log.Warn("ignoring malformed ledger entry", "subject", msg.Subject(), "error", err)
+			return nil
+		}
+		if isDead {
+			dl := &rivorav1.DeadLetter{}
+			if err := proto.Unmarshal(msg.Data(), dl); err != nil {
+				return fmt.Errorf("decode dead letter %d: %w", seq, err)
+			}
+			deadSeqs[seq] = true
+			dead = append(dead, dl)
+			return nil
+		}
+		h := &rivorav1.LaneHead{}
+		if err := proto.Unmarshal(msg.Data(), h); err != nil {
+			return fmt.Errorf("decode lane head %s: %w", msg.Subject(), err)
+		}
+		heads[id.Subject(o.p)] = h
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read ledger: %w", err)
+	}
+	info, err := o.lanes.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("lane store info: %w", err)
+	}
+	type rebuilt struct {
+		id      lanes.ID
+		entries []scheduler.Entry
+	}
+	found := make(map[string]*rebuilt)
+	var order []string
+	events := 0
+	err = scan(ctx, o.lanes, func(msg jetstream.Msg) error {
+		meta, err := msg.Metadata()
+		if err != nil {
+			return err
+		}
+		seq := meta.Sequence.Stream
+		subject := msg.Subject()
+		if deadSeqs[seq] {
+			o.noteReclaim(subject, seq)
+			return nil
+		}
+		ev := &rivorav1.Event{}
+		if err := proto.Unmarshal(msg.Data(), ev); err != nil {
+			return fmt.Errorf("decode event at seq %d: %w", seq, err)
+		}
+		r := found[subject]
+		if r == nil {
+			_, id, err := lanes.ParseSubject(subject)
+			if err != nil {
+				return err
+			}
+			r = &rebuilt{id: id}
+			found[subject] = r
+			order = append(order, subject)
+		}
+		r.entries = append(r.entries, scheduler.Entry{Seq: seq, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Event: ev})
+		events++
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("scan lane store: %w", err)
+	}
+	for _, subject := range order {
+		r := found[subject]
+		var head scheduler.Head
+		h, hasLedger := heads[subject]
+		if hasLedger && h.GetSeq() == r.entries[0].Seq {
+			head = headFromProto(h)
+		}
+		o.deps.Scheduler.Restore(o.p, r.id, r.entries, head, hasLedger)
+		delete(heads, subject)
+	}
+	for subject := range heads {
+		// Head records of lanes that drained before the crash.
+		_, id, err := lanes.ParseSubject(subject)
+		if err == nil {
+			o.noteLedgerPurge(id.HeadSubject(o.p))
+		}
+	}
+	o.registeredThrough.Store(info.State.LastSeq)
+	o.queueDead(dead...)
+	unarchived.Add(float64(len(dead)))
+	if events > 0 || len(dead) > 0 {
+		o.log.Info("partition rebuilt", "lanes", len(order), "events", events, "dead_unarchived", len(dead), "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// scan calls fn for every message of a stream, in order.
+func scan(ctx context.Context, st jetstream.Stream, fn func(jetstream.Msg) error) error {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			return err
+		}
+		if err := fn(msg); err != nil {
+			return err
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return err
+		}
+		if meta.NumPending == 0 || meta.Sequence.Stream >= info.State.LastSeq {
+			return nil
+		}
+	}
+}
+
+func headFromProto(h *rivorav1.LaneHead) scheduler.Head {
+	return scheduler.Head{
+		Attempts:       int(h.GetAttempts()),
+		NotBefore:      h.GetNotBefore().AsTime(),
+		LastStatus:     int(h.GetLastStatus()),
+		LastError:      h.GetLastError(),
+		FirstAttemptAt: h.GetFirstAttemptAt().AsTime(),
+		LastAttemptAt:  h.GetLastAttemptAt().AsTime(),
+	}
+}
+
+// ---- move: INGEST → lanes ------------------------------------------------
+
+const moveBatch = 512
+
+func (o *Partition) move(ctx context.Context) error {
+	msgs := make(chan jetstream.Msg, 2*moveBatch)
+	cc, err := o.ingest.Consume(func(m jetstream.Msg) {
+		select {
+		case msgs <- m:
+		case <-ctx.Done():
+		}
+	}, jetstream.PullMaxMessages(2*moveBatch))
+	if err != nil {
+		return fmt.Errorf("partition %d: consume INGEST: %w", o.p, err)
+	}
+	defer cc.Stop()
+	batch := make([]jetstream.Msg, 0, moveBatch)
+	for {
+		select {
+		case m := <-msgs:
+			batch = append(batch[:0], m)
+		case <-ctx.Done():
+			return nil
+		}
+	drain:
+		for len(batch) < moveBatch {
+			select {
+			case m := <-msgs:
+				batch = append(batch, m)
+			default:
+				break drain
+			}
+		}
+		o.moveBatch(ctx, batch)
+	}
+}
+
+// moveBatch appends a batch to the lane store, registers what was stored in
+// the scheduler in publish order, then acks INGEST. On a store error the
+// rest of the batch is retried; dedup by event id makes retries harmless.
+func (o *Partition) moveBatch(ctx context.Context, batch []jetstream.Msg) {
+	type moving struct {
+		in  jetstream.Msg
+		ev  *rivorav1.Event
+		id  lanes.ID
+		ack jetstream.PubAckFuture
+	}
+	items := make([]*moving, 0, len(batch))
+	for _, m := range batch {
+		ev := &rivorav1.Event{}
+		if err := proto.Unmarshal(m.Data(), ev); err != nil {
+			o.log.Error("dropping undecodable INGEST message", "subject", m.Subject(), "error", err)
+			_ = m.Term()
+			continue
+		}
+		items = append(items, &moving{in: m, ev: ev, id: lanes.ID{Destination: ev.GetDestinationId(), Customer: ev.GetCustomerId(), Key: ev.GetLaneKey()}})
+	}
+	backoff := 100 * time.Millisecond
+	for len(items) > 0 {
+		failed := len(items)
+		for i, it := range items {
+			msg := nats.NewMsg(it.id.Subject(o.p))
+			msg.Data = it.in.Data()
+			msg.Header.Set(jetstream.MsgIDHeader, it.ev.GetEventId())
+			f, err := o.deps.JS.PublishMsgAsync(msg)
+			if err != nil {
+				failed = i
+				break
+			}
+			it.ack = f
+		}
+		appends := make(map[lanes.ID][]scheduler.Entry)
+		var order []lanes.ID
+		done := 0
+		for i := 0; i < failed; i++ {
+			it := items[i]
+			var ack *jetstream.PubAck
+			select {
+			case ack = <-it.ack.Ok():
+			case err := <-it.ack.Err():
+				o.log.Warn("lane store write failed; retrying", "error", err)
+			case <-ctx.Done():
+				return
+			}
+			if ack == nil {
+				break
+			}
+			if ack.Sequence > o.registeredThrough.Load() {
+				if _, seen := appends[it.id]; !seen {
+					order = append(order, it.id)
+				}
+				appends[it.id] = append(appends[it.id], scheduler.Entry{
+					Seq: ack.Sequence, EventID: it.ev.GetEventId(), AcceptedAt: it.ev.GetAcceptedAt().AsTime(), Event: it.ev,
+				})
+				o.registeredThrough.Store(ack.Sequence)
+			}
+			done = i + 1
+		}
+		for _, id := range order {
+			o.deps.Scheduler.Append(o.p, id, appends[id]...)
+		}
+		for _, it := range items[:done] {
+			_ = it.in.Ack()
+		}
+		movedTotal.Add(float64(done))
+		items = items[done:]
+		if len(items) > 0 {
+			select {
+			case <-time.After(backoff):
+				backoff = min(2*backoff, 5*time.Second)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// ---- attempts ------------------------------------------------------------
+
+// Load returns the event of an attempt, from memory or the lane store.
+func (o *Partition) Load(ctx context.Context, a *scheduler.Attempt) (*rivorav1.Event, error) {
+	if a.Entry.Event != nil {
+		return a.Entry.Event, nil
+	}
+	raw, err := o.lanes.GetMsg(ctx, a.Entry.Seq)
+	if err != nil {
+		return nil, fmt.Errorf("load event %s (seq %d): %w", a.Entry.EventID, a.Entry.Seq, err)
+	}
+	ev := &rivorav1.Event{}
+	if err := proto.Unmarshal(raw.Data, ev); err != nil {
+		return nil, fmt.Errorf("decode event %s (seq %d): %w", a.Entry.EventID, a.Entry.Seq, err)
+	}
+	return ev, nil
+}
+
+// Complete records the outcome of an attempt and moves its lane on.
+func (o *Partition) Complete(ctx context.Context, a *scheduler.Attempt, ev *rivorav1.Event, res delivery.Result) {
+	now := o.deps.Clock.Now()
+	attempt := &rivorav1.Attempt{
+		Number:     int32(a.Number),
+		At:         timestamppb.New(a.StartedAt),
+		StatusCode: int32(res.Status),
+		Duration:   durationpb.New(res.Duration),
+	}
+	attemptsTotal.WithLabelValues(ev.GetDestinationId(), statusClass(res)).Inc()
+	if res.OK() {
+		out := o.deps.Scheduler.Succeeded(a)
+		o.afterAdvance(a, out)
+		o.deps.History.Record(outcome(ev, rivorav1.EventOutcome_KIND_DELIVERED, attempt))
+		return
+	}
+	attempt.Error = res.Err.Error()
+	head := a.Head
+	head.Attempts = a.Number
+	head.LastStatus = res.Status
+	head.LastError = attempt.Error
+	head.LastAttemptAt = now
+	if head.FirstAttemptAt.IsZero() {
+		head.FirstAttemptAt = a.StartedAt
+	}
+	policy := retry.DefaultPolicy()
+	if d, ok := o.deps.Registry.Get(ev.GetDestinationId()); ok {
+		policy = d.Retry
+	}
+	wait := max(retry.Jittered(policy.Backoff(head.Attempts)), res.RetryAfter)
+	decision := policy.Next(head.Attempts, ev.GetAcceptedAt().AsTime(), now, wait)
+	o.deps.History.Record(outcome(ev, rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, attempt))
+	switch decision.Verdict {
+	case retry.Retry:
+		head.NotBefore = decision.NotBefore
+		o.retryLater(ctx, a, head)
+	case retry.ExhaustedAttempts:
+		o.kill(ctx, a, ev, head, rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS)
+	case retry.ExhaustedWindow:
+		o.kill(ctx, a, ev, head, rivorav1.DeadReason_DEAD_REASON_WINDOW)
+	}
+}
+
+// Skip moves a lane past an entry whose event can no longer be loaded.
+func (o *Partition) Skip(a *scheduler.Attempt, err error) {
+	o.log.Error("skipping an event that cannot be loaded", "event_id", a.Entry.EventID, "lane", a.Lane.ID.String(), "error", err)
+	o.afterAdvance(a, o.deps.Scheduler.Succeeded(a))
+}
+
+func (o *Partition) retryLater(ctx context.Context, a *scheduler.Attempt, head scheduler.Head) {
+	rec := &rivorav1.LaneHead{
+		Seq:            a.Entry.Seq,
+		EventId:        a.Entry.EventID,
+		Attempts:       int32(head.Attempts),
+		NotBefore:      timestamppb.New(head.NotBefore),
+		LastStatus:     int32(head.LastStatus),
+		LastError:      head.LastError,
+		FirstAttemptAt: timestamppb.New(head.FirstAttemptAt),
+		LastAttemptAt:  timestamppb.New(head.LastAttemptAt),
+	}
+	if err := o.writeLedger(ctx, a.Lane.ID.HeadSubject(o.p), rec); err != nil {
+		// The retry still happens; after a crash this attempt would not be
+		// counted.
+		o.log.Warn("ledger write failed", "lane", a.Lane.ID.String(), "error", err)
+	}
+	o.deps.Scheduler.Retry(a, head)
+}
+
+func (o *Partition) kill(ctx context.Context, a *scheduler.Attempt, ev *rivorav1.Event, head scheduler.Head, reason rivorav1.DeadReason) {
+	dl := o.deadLetter(ev, a.Entry.Seq, head, reason)
+	if err := o.writeLedger(ctx, lanes.DeadSubject(o.p, a.Entry.Seq), dl); err != nil {
+		// The lane may only advance once the dead letter is durable; try
+		// again shortly.
+		o.log.Warn("ledger write of dead letter failed; holding the lane", "event_id", ev.GetEventId(), "error", err)
+		head.NotBefore = o.deps.Clock.Now().Add(5 * time.Second)
+		o.deps.Scheduler.Retry(a, head)
+		return
+	}
+	out := o.deps.Scheduler.Dead(a)
+	o.afterAdvance(a, out)
+	o.deps.History.Record(&rivorav1.EventOutcome{
+		Kind: rivorav1.EventOutcome_KIND_DEAD, EventId: ev.GetEventId(), DestinationId: ev.GetDestinationId(),
+		CustomerId: ev.GetCustomerId(), LaneKey: ev.GetLaneKey(), Type: ev.GetType(), AcceptedAt: ev.GetAcceptedAt(),
+		DeadReason: reason,
+	})
+	deadTotal.WithLabelValues(ev.GetDestinationId(), reasonLabel(reason)).Inc()
+	unarchived.Inc()
+	o.queueDead(dl)
+}
+
+func (o *Partition) queueDead(dls ...*rivorav1.DeadLetter) {
+	if len(dls) == 0 {
+		return
+	}
+	o.deadMu.Lock()
+	o.deadQueue = append(o.deadQueue, dls...)
+	o.deadMu.Unlock()
+	select {
+	case o.deadReady <- struct{}{}:
+	default:
+	}
+}
+
+func (o *Partition) deadLetter(ev *rivorav1.Event, seq uint64, head scheduler.Head, reason rivorav1.DeadReason) *rivorav1.DeadLetter {
+	dl := &rivorav1.DeadLetter{
+		Event:      ev,
+		Attempts:   int32(head.Attempts),
+		LastStatus: int32(head.LastStatus),
+		LastError:  head.LastError,
+		DeadAt:     timestamppb.New(o.deps.Clock.Now()),
+		Reason:     reason,
+		Partition:  uint32(o.p),
+		LaneSeq:    seq,
+	}
+	if !head.FirstAttemptAt.IsZero() {
+		dl.FirstAttemptAt = timestamppb.New(head.FirstAttemptAt)
+		dl.LastAttemptAt = timestamppb.New(head.LastAttemptAt)
+	}
+	return dl
+}
+
+func (o *Partition) writeLedger(ctx context.Context, subject string, m proto.Message) error {
+	data, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = o.deps.JS.Publish(ctx, subject, data)
+	return err
+}
+
+func (o *Partition) afterAdvance(a *scheduler.Attempt, out scheduler.Outcome) {
+	o.noteReclaim(a.Lane.Subject, a.Entry.Seq)
+	if out.PurgeLedger {
+		o.noteLedgerPurge(a.Lane.ID.HeadSubject(o.p))
+	}
+}
+
+// ArchiveDestination dead-letters every pending event of a destination that
+// is not in flight (reason "deleted") and returns how many.
+func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string) (int, error) {
+	taken := o.deps.Scheduler.TakeDestination(destinationID)
+	n := 0
+	var firstErr error
+	for lane, entries := range taken {
+		for _, e := range entries {
+			a := &scheduler.Attempt{Lane: lane, Entry: e}
+			ev, err := o.Load(ctx, a)
+			if err != nil {
+				firstErr = cmpErr(firstErr, err)
+				continue
+			}
+			dl := o.deadLetter(ev, e.Seq, scheduler.Head{}, rivorav1.DeadReason_DEAD_REASON_DELETED)
+			if err := o.writeLedger(ctx, lanes.DeadSubject(o.p, e.Seq), dl); err != nil {
+				firstErr = cmpErr(firstErr, err)
+				continue
+			}
+			o.noteReclaim(lane.Subject, e.Seq)
+			deadTotal.WithLabelValues(destinationID, reasonLabel(dl.Reason)).Inc()
+			unarchived.Inc()
+			o.queueDead(dl)
+			n++
+		}
+		o.noteLedgerPurge(lane.ID.HeadSubject(o.p))
+	}
+	return n, firstErr
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+func outcome(ev *rivorav1.Event, kind rivorav1.EventOutcome_Kind, a *rivorav1.Attempt) *rivorav1.EventOutcome {
+	return &rivorav1.EventOutcome{
+		Kind: kind, EventId: ev.GetEventId(), DestinationId: ev.GetDestinationId(), CustomerId: ev.GetCustomerId(),
+		LaneKey: ev.GetLaneKey(), Type: ev.GetType(), AcceptedAt: ev.GetAcceptedAt(), Attempt: a,
+	}
+}
+
+func statusClass(res delivery.Result) string {
+	switch {
+	case res.Status == 0:
+		return "error"
+	case res.Status < 300:
+		return "2xx"
+	case res.Status < 400:
+		return "3xx"
+	case res.Status < 500:
+		return "4xx"
+	default:
+		return "5xx"
+	}
+}
+
+func reasonLabel(r rivorav1.DeadReason) string {
+	switch r {
+	case rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS:
+		return "max_attempts"
+	case rivorav1.DeadReason_DEAD_REASON_WINDOW:
+		return "window"
+	case rivorav1.DeadReason_DEAD_REASON_DELETED:
+		return "deleted"
+	default:
+		return "manual"
+	}
+}
+
+// ---- reclaim: delete delivered events in batches ---------------------------
+
+const reclaimEvery = 200 * time.Millisecond
+
+func (o *Partition) noteReclaim(subject string, seq uint64) {
+	o.reclaimMu.Lock()
+	if seq > o.reclaimLanes[subject] {
+		o.reclaimLanes[subject] = seq
+	}
+	o.reclaimMu.Unlock()
+}
+
+func (o *Partition) noteLedgerPurge(subject string) {
+	o.reclaimMu.Lock()
+	o.reclaimLedger = append(o.reclaimLedger, subject)
+	o.reclaimMu.Unlock()
+}
+
+// reclaimLoop removes delivered and archived events from the lane store.
+// Deleting per delivery would cost a store operation per event; instead,
+// every tick it purges everything below the partition's low-water mark in
+// one operation, and per lane only what lies above it. A crash loses at
+// most one tick of reclaiming: those events are delivered again
+// (at-least-once), never lost.
+func (o *Partition) reclaimLoop(ctx context.Context) error {
+	t := time.NewTicker(reclaimEvery)
+	defer t.Stop()
+	var purgedBelow uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		o.reclaimMu.Lock()
+		dirty, ledger := o.reclaimLanes, o.reclaimLedger
+		if len(dirty) == 0 && len(ledger) == 0 {
+			o.reclaimMu.Unlock()
+			continue
+		}
+		o.reclaimLanes, o.reclaimLedger = make(map[string]uint64), nil
+		o.reclaimMu.Unlock()
+
+		floor := o.registeredThrough.Load() + 1
+		if low := o.deps.Scheduler.LowWater(o.p); low != 0 && low < floor {
+			floor = low
+		}
+		if floor > purgedBelow+1 {
+			if err := o.lanes.Purge(ctx, jetstream.WithPurgeSequence(floor)); err != nil {
+				o.log.Warn("purge below low water failed", "seq", floor, "error", err)
+			} else {
+				purgedBelow = floor - 1
+			}
+		}
+		for subject, seq := range dirty {
+			if seq <= purgedBelow {
+				continue
+			}
+			if err := o.lanes.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(seq+1)); err != nil {
+				o.log.Warn("purge delivered events failed", "lane", subject, "error", err)
+				o.noteReclaim(subject, seq)
+			}
+		}
+		for _, subject := range ledger {
+			if err := o.ledger.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+				o.log.Warn("purge ledger entry failed", "subject", subject, "error", err)
+			}
+		}
+	}
+}
+
+// ---- archive: dead letters to tier 3 -------------------------------------
+
+const (
+	archiveBatch = 500
+	archiveEvery = time.Second
+)
+
+// archiveLoop batches dead letters into archive objects; a dead letter
+// leaves the ledger only after its object is written. It waits up to
+// archiveEvery for a batch to fill.
+func (o *Partition) archiveLoop(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-o.deadReady:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(archiveEvery):
+		}
+		for {
+			o.deadMu.Lock()
+			n := min(len(o.deadQueue), archiveBatch)
+			batch := o.deadQueue[:n:n]
+			o.deadQueue = o.deadQueue[n:]
+			o.deadMu.Unlock()
+			if n == 0 {
+				break
+			}
+			if !o.archive(ctx, batch) {
+				return nil
+			}
+		}
+	}
+}
+
+// archive writes a batch, retrying until it succeeds; false when ctx ended.
+func (o *Partition) archive(ctx context.Context, batch []*rivorav1.DeadLetter) bool {
+	type group struct {
+		dest  string
+		hour  time.Time
+		items []*rivorav1.DeadLetter
+	}
+	groups := make(map[string]*group)
+	var order []string
+	for _, dl := range batch {
+		hour := dl.GetDeadAt().AsTime().UTC().Truncate(time.Hour)
+		k := dl.GetEvent().GetDestinationId() + "|" + hour.String()
+		g := groups[k]
+		if g == nil {
+			g = &group{dest: dl.GetEvent().GetDestinationId(), hour: hour}
+			groups[k] = g
+			order = append(order, k)
+		}
+		g.items = append(g.items, dl)
+	}
+	for _, k := range order {
+		g := groups[k]
+		key := archive.Key(g.dest, g.hour, o.p, g.items[0].GetLaneSeq(), g.items[len(g.items)-1].GetLaneSeq())
+		backoff := 500 * time.Millisecond
+		for {
+			err := o.deps.Archive.Put(ctx, key, g.items)
+			if err == nil {
+				break
+			}
+			o.log.Warn("archive write failed; dead letters stay in the ledger", "key", key, "events", len(g.items), "retry_in", backoff, "error", err)
+			select {
+			case <-time.After(backoff):
+				backoff = min(2*backoff, 30*time.Second)
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for _, dl := range g.items {
+			if err := o.ledger.Purge(ctx, jetstream.WithPurgeSubject(lanes.DeadSubject(o.p, dl.GetLaneSeq()))); err != nil {
+				o.log.Warn("purge archived dead letter from ledger failed", "seq", dl.GetLaneSeq(), "error", err)
+			}
+		}
+		archivedTotal.Add(float64(len(g.items)))
+		unarchived.Sub(float64(len(g.items)))
+		o.log.Info("dead letters archived", "key", key, "events", len(g.items))
+	}
+	return true
+}

@@ -1,0 +1,88 @@
+// Package retry decides when a failed attempt is tried again and when an
+// event stops being retried.
+package retry
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Policy is the retry policy of one destination.
+type Policy struct {
+	// Base is the first backoff (1 s); each failure doubles it.
+	Base time.Duration
+	// Cap bounds one backoff (1 h).
+	Cap time.Duration
+	// MaxAttempts ends retrying after this many attempts (8).
+	MaxAttempts int
+	// Window ends retrying this long after acceptance (72 h).
+	Window time.Duration
+}
+
+// Defaults of the design card.
+const (
+	DefaultBase        = time.Second
+	DefaultCap         = time.Hour
+	DefaultMaxAttempts = 8
+	DefaultWindow      = 72 * time.Hour
+)
+
+// DefaultPolicy returns the default retry policy.
+func DefaultPolicy() Policy {
+	return Policy{Base: DefaultBase, Cap: DefaultCap, MaxAttempts: DefaultMaxAttempts, Window: DefaultWindow}
+}
+
+// Backoff returns the nominal wait after the given number of failed attempts
+// (1 → Base, 2 → 2·Base, …), capped.
+func (p Policy) Backoff(attempts int) time.Duration {
+	d := p.Base
+	for i := 1; i < attempts; i++ {
+		d *= 2
+		if d >= p.Cap {
+			return p.Cap
+		}
+	}
+	return min(d, p.Cap)
+}
+
+// Jittered spreads a nominal backoff d over [d/2, d] so that lanes that
+// failed together do not retry together ("equal jitter").
+func Jittered(d time.Duration) time.Duration {
+	half := d / 2
+	if half <= 0 {
+		return d
+	}
+	return half + rand.N(half+1)
+}
+
+// Verdict is what happens to an event after a failed attempt.
+type Verdict int
+
+const (
+	// Retry: try again at NotBefore.
+	Retry Verdict = iota
+	// ExhaustedAttempts: max attempts reached.
+	ExhaustedAttempts
+	// ExhaustedWindow: the next attempt would fall outside the window.
+	ExhaustedWindow
+)
+
+// Decision is the outcome of Next.
+type Decision struct {
+	Verdict   Verdict
+	NotBefore time.Time
+}
+
+// Next decides what follows the attempts-th failed attempt of an event
+// accepted at acceptedAt. wait is the backoff to use (usually
+// Jittered(Backoff(attempts))), passed in so tests are exact.
+func (p Policy) Next(attempts int, acceptedAt, now time.Time, wait time.Duration) Decision {
+	if p.MaxAttempts > 0 && attempts >= p.MaxAttempts {
+		return Decision{Verdict: ExhaustedAttempts}
+	}
+	at := now.Add(wait)
+	if p.Window > 0 && at.After(acceptedAt.Add(p.Window)) {
+		return Decision{Verdict: ExhaustedWindow}
+	}
+	return Decision{Verdict: Retry, NotBefore: at}
+}

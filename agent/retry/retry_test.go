@@ -1,0 +1,45 @@
+package retry_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rivora/rivora/agent/retry"
+)
+
+func TestBackoffDoublesAndCaps(t *testing.T) {
+	p := retry.Policy{Base: time.Second, Cap: 10 * time.Second}
+	want := []time.Duration{1, 2, 4, 8, 10, 10}
+	for i, w := range want {
+		if got := p.Backoff(i + 1); got != w*time.Second {
+			t.Fatalf("Backoff(%d) = %s, want %s", i+1, got, w*time.Second)
+		}
+	}
+	if got := retry.DefaultPolicy().Backoff(100); got != time.Hour {
+		t.Fatalf("Backoff(100) = %s, want the 1h cap", got)
+	}
+}
+
+func TestJitteredStaysInRange(t *testing.T) {
+	for range 1000 {
+		d := retry.Jittered(8 * time.Second)
+		if d < 4*time.Second || d > 8*time.Second {
+			t.Fatalf("Jittered(8s) = %s, outside [4s, 8s]", d)
+		}
+	}
+}
+
+func TestNext(t *testing.T) {
+	p := retry.Policy{Base: time.Second, Cap: time.Hour, MaxAttempts: 3, Window: time.Minute}
+	accepted := time.Unix(1000, 0)
+	now := accepted.Add(10 * time.Second)
+	if d := p.Next(1, accepted, now, 2*time.Second); d.Verdict != retry.Retry || !d.NotBefore.Equal(now.Add(2*time.Second)) {
+		t.Fatalf("Next(1) = %+v", d)
+	}
+	if d := p.Next(3, accepted, now, time.Second); d.Verdict != retry.ExhaustedAttempts {
+		t.Fatalf("Next(3) with max 3 = %+v, want ExhaustedAttempts", d)
+	}
+	if d := p.Next(1, accepted, accepted.Add(59*time.Second), 2*time.Second); d.Verdict != retry.ExhaustedWindow {
+		t.Fatalf("retry past the window = %+v, want ExhaustedWindow", d)
+	}
+}

@@ -1,0 +1,660 @@
+// Package scheduler decides which lane head is attempted next. It owns the
+// in-memory view of every pending lane of the partitions this agent owns:
+// destination → customer → lanes. It is a scheduler, not the source of
+// truth: the partition owner rebuilds it from the lane store and ledger at
+// any time.
+//
+// Rules it enforces:
+//   - only a lane's head is ever in flight; a lane waiting for a retry holds
+//     only itself;
+//   - no token in the destination's budget, no attempt: the dispatcher sleeps
+//     until the next token instead of polling;
+//   - a destination never has more than max_in_flight attempts out, so a slow
+//     destination cannot hold every worker;
+//   - within a destination, customers with due lanes share attempts by weight
+//     (deficit round robin), and within a customer due first attempts go
+//     before due retries, oldest first.
+package scheduler
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/rivora/rivora/agent/budget"
+	"github.com/rivora/rivora/agent/clock"
+	"github.com/rivora/rivora/agent/lanes"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// Entry is one pending event in a lane.
+type Entry struct {
+	// Seq is the event's sequence in its partition's lane store.
+	Seq        uint64
+	EventID    string
+	AcceptedAt time.Time
+	// Event is the stored event when it is kept in memory; nil means the
+	// delivery worker loads it from the lane store by Seq.
+	Event *rivorav1.Event
+}
+
+// Head is the attempt state of a lane's head event.
+type Head struct {
+	Attempts       int
+	NotBefore      time.Time
+	LastStatus     int
+	LastError      string
+	FirstAttemptAt time.Time
+	LastAttemptAt  time.Time
+}
+
+// Limits are the scheduler's share of a destination's limits.
+type Limits struct {
+	RatePerSecond float64
+	Burst         int
+	MaxInFlight   int
+}
+
+// Attempt is a lane head handed to a delivery worker.
+type Attempt struct {
+	Lane      *Lane
+	Entry     Entry
+	Head      Head // state before this attempt
+	Number    int  // 1-based attempt number
+	StartedAt time.Time
+}
+
+type laneState int
+
+const (
+	laneIdle laneState = iota
+	laneDue
+	laneWaiting
+	laneInFlight
+)
+
+// Lane is one (destination, customer, lane_key) FIFO.
+type Lane struct {
+	ID        lanes.ID
+	Partition int
+	Subject   string
+
+	entries []Entry
+	head    Head
+	state   laneState
+	heapIdx int
+	// hasLedger is true when the ledger holds a head record for this lane
+	// that must be purged once the lane drains.
+	hasLedger bool
+	dest      *destination
+	cust      *customer
+}
+
+type customer struct {
+	id      string
+	weight  float64
+	deficit float64
+	lanes   int // lanes of this customer with pending entries
+	firsts  laneQueue
+	retries laneQueue
+	active  bool
+}
+
+func (c *customer) due() int { return c.firsts.len() + c.retries.len() }
+
+type destination struct {
+	id         string
+	partition  int
+	configured bool
+	limits     Limits
+	budget     *budget.Bucket
+	inFlight   int
+	lanes      map[string]*Lane
+	customers  map[string]*customer
+	weights    map[string]float64
+	active     []*customer // customers with due lanes, in DRR order
+	cursor     int
+	due        int
+	pending    int
+	inRing     bool
+}
+
+// Scheduler is safe for concurrent use. Run dispatches attempts on the
+// channel returned by Attempts; workers report each outcome back.
+type Scheduler struct {
+	clock clock.Clock
+	kick  chan struct{}
+	out   chan *Attempt
+
+	mu      sync.Mutex
+	dests   map[string]*destination
+	ring    []*destination // destinations with due lanes
+	rr      int
+	waiting laneHeap
+}
+
+// New returns an empty scheduler.
+func New(clk clock.Clock) *Scheduler {
+	return &Scheduler{
+		clock: clk,
+		kick:  make(chan struct{}, 1),
+		out:   make(chan *Attempt),
+		dests: make(map[string]*destination),
+	}
+}
+
+// Attempts is where Run hands out attempts; each must be reported back with
+// exactly one of Succeeded, Retry, Dead or Release.
+func (s *Scheduler) Attempts() <-chan *Attempt { return s.out }
+
+func (s *Scheduler) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run dispatches attempts until ctx ends.
+func (s *Scheduler) Run(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		now := s.clock.Now()
+		s.promote(now)
+		a, wait := s.pick(now)
+		s.mu.Unlock()
+		if a != nil {
+			select {
+			case s.out <- a:
+				continue
+			case <-ctx.Done():
+				s.Release(a)
+				return nil
+			}
+		}
+		var timer clock.Timer
+		var timerC <-chan time.Time
+		if wait > 0 {
+			timer = s.clock.NewTimer(wait)
+			timerC = timer.C()
+		}
+		select {
+		case <-s.kick:
+		case <-timerC:
+		case <-ctx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// promote makes due every waiting lane whose time has come.
+func (s *Scheduler) promote(now time.Time) {
+	for s.waiting.Len() > 0 {
+		l := s.waiting[0]
+		if l.head.NotBefore.After(now) {
+			return
+		}
+		heap.Pop(&s.waiting)
+		s.makeDue(l)
+	}
+}
+
+// pick returns the next attempt, or how long to sleep (0: until kicked).
+func (s *Scheduler) pick(now time.Time) (*Attempt, time.Duration) {
+	var wait time.Duration
+	soonest := func(d time.Duration) {
+		if d > 0 && (wait == 0 || d < wait) {
+			wait = d
+		}
+	}
+	if s.waiting.Len() > 0 {
+		soonest(s.waiting[0].head.NotBefore.Sub(now))
+	}
+	for i := 0; i < len(s.ring); i++ {
+		idx := (s.rr + i) % len(s.ring)
+		d := s.ring[idx]
+		if !d.configured || d.inFlight >= d.limits.MaxInFlight {
+			continue
+		}
+		if !d.budget.Take(now) {
+			soonest(d.budget.Wait(now))
+			continue
+		}
+		l := d.nextLane()
+		s.rr = idx + 1
+		if d.due == 0 {
+			s.leaveRing(d)
+		}
+		l.state = laneInFlight
+		d.inFlight++
+		return &Attempt{Lane: l, Entry: l.entries[0], Head: l.head, Number: l.head.Attempts + 1, StartedAt: now}, 0
+	}
+	return nil, wait
+}
+
+// nextLane picks by deficit round robin over customers with due lanes.
+func (d *destination) nextLane() *Lane {
+	for {
+		if d.cursor >= len(d.active) {
+			d.cursor = 0
+		}
+		c := d.active[d.cursor]
+		if c.deficit < 1 {
+			c.deficit += c.weight
+			if c.deficit < 1 {
+				d.cursor++
+				continue
+			}
+		}
+		var l *Lane
+		if c.firsts.len() > 0 {
+			l = c.firsts.pop()
+		} else {
+			l = c.retries.pop()
+		}
+		c.deficit--
+		d.due--
+		if c.due() == 0 {
+			c.active = false
+			c.deficit = 0
+			d.active = append(d.active[:d.cursor], d.active[d.cursor+1:]...)
+		} else if c.deficit < 1 {
+			d.cursor++
+		}
+		return l
+	}
+}
+
+func (s *Scheduler) makeDue(l *Lane) {
+	l.state = laneDue
+	c, d := l.cust, l.dest
+	if l.head.Attempts == 0 {
+		c.firsts.push(l)
+	} else {
+		c.retries.push(l)
+	}
+	d.due++
+	if !c.active {
+		c.active = true
+		d.active = append(d.active, c)
+	}
+	if !d.inRing {
+		d.inRing = true
+		s.ring = append(s.ring, d)
+	}
+}
+
+func (s *Scheduler) leaveRing(d *destination) {
+	for i, x := range s.ring {
+		if x == d {
+			s.ring = append(s.ring[:i], s.ring[i+1:]...)
+			if s.rr > i {
+				s.rr--
+			}
+			break
+		}
+	}
+	d.inRing = false
+}
+
+// schedule puts an idle lane with entries where it belongs.
+func (s *Scheduler) schedule(l *Lane, now time.Time) {
+	if len(l.entries) == 0 {
+		return
+	}
+	if l.head.NotBefore.After(now) {
+		l.state = laneWaiting
+		heap.Push(&s.waiting, l)
+		return
+	}
+	s.makeDue(l)
+}
+
+func (s *Scheduler) destination(id string, partition int) *destination {
+	d := s.dests[id]
+	if d == nil {
+		d = &destination{
+			id:        id,
+			partition: partition,
+			lanes:     make(map[string]*Lane),
+			customers: make(map[string]*customer),
+			weights:   make(map[string]float64),
+		}
+		s.dests[id] = d
+	}
+	return d
+}
+
+func (s *Scheduler) lane(partition int, id lanes.ID) *Lane {
+	d := s.destination(id.Destination, partition)
+	subject := id.Subject(partition)
+	l := d.lanes[subject]
+	if l == nil {
+		c := d.customers[id.Customer]
+		if c == nil {
+			w, ok := d.weights[id.Customer]
+			if !ok {
+				w = 1
+			}
+			c = &customer{id: id.Customer, weight: w}
+			d.customers[id.Customer] = c
+		}
+		l = &Lane{ID: id, Partition: partition, Subject: subject, heapIdx: -1, dest: d, cust: c}
+		d.lanes[subject] = l
+		c.lanes++
+	}
+	return l
+}
+
+// SetLimits configures a destination; until it is configured its lanes are
+// held. Changes apply in place: nothing pending moves.
+func (s *Scheduler) SetLimits(destinationID string, partition int, lim Limits) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	d := s.destination(destinationID, partition)
+	lim.MaxInFlight = max(lim.MaxInFlight, 1)
+	if d.budget == nil {
+		d.budget = budget.New(lim.RatePerSecond, lim.Burst, now)
+	} else {
+		d.budget.SetLimits(lim.RatePerSecond, lim.Burst, now)
+	}
+	d.limits = lim
+	d.configured = true
+	s.wake()
+}
+
+// SetWeight sets a customer's share of a destination (default 1).
+func (s *Scheduler) SetWeight(destinationID, customerID string, partition int, weight float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	weight = max(weight, 0.01)
+	d := s.destination(destinationID, partition)
+	d.weights[customerID] = weight
+	if c := d.customers[customerID]; c != nil {
+		c.weight = weight
+	}
+	s.wake()
+}
+
+// Append adds newly stored events at the tail of their lane.
+func (s *Scheduler) Append(partition int, id lanes.ID, entries ...Entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lane(partition, id)
+	l.entries = append(l.entries, entries...)
+	l.dest.pending += len(entries)
+	if l.state == laneIdle {
+		s.schedule(l, s.clock.Now())
+	}
+	s.wake()
+}
+
+// Restore installs a lane rebuilt from the store, with its head's ledger
+// state (zero Head when the head was never attempted).
+func (s *Scheduler) Restore(partition int, id lanes.ID, entries []Entry, head Head, hasLedger bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lane(partition, id)
+	l.entries = append(l.entries, entries...)
+	l.dest.pending += len(entries)
+	l.head = head
+	l.hasLedger = l.hasLedger || hasLedger
+	if l.state == laneIdle {
+		s.schedule(l, s.clock.Now())
+	}
+	s.wake()
+}
+
+// Outcome tells the partition owner what a finished attempt left behind.
+type Outcome struct {
+	// Drained: the lane is now empty and forgotten.
+	Drained bool
+	// PurgeLedger: the drained lane had a ledger head record to purge.
+	PurgeLedger bool
+}
+
+// advance pops the head of a lane after success or death.
+func (s *Scheduler) advance(a *Attempt) Outcome {
+	l, d := a.Lane, a.Lane.dest
+	d.inFlight--
+	l.entries = l.entries[1:]
+	d.pending--
+	l.head = Head{}
+	l.state = laneIdle
+	if len(l.entries) > 0 {
+		s.makeDue(l)
+		return Outcome{}
+	}
+	out := Outcome{Drained: true, PurgeLedger: l.hasLedger}
+	s.forget(l)
+	return out
+}
+
+// forget removes an empty lane, and its customer once it has no lanes.
+func (s *Scheduler) forget(l *Lane) {
+	d, c := l.dest, l.cust
+	delete(d.lanes, l.Subject)
+	c.lanes--
+	if c.lanes == 0 && !c.active {
+		delete(d.customers, c.id)
+	}
+}
+
+// Succeeded reports a delivered head: the lane advances.
+func (s *Scheduler) Succeeded(a *Attempt) Outcome {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.wake()
+	return s.advance(a)
+}
+
+// Dead reports a head whose attempts or window ran out, already recorded as
+// a dead letter: the lane advances.
+func (s *Scheduler) Dead(a *Attempt) Outcome {
+	return s.Succeeded(a)
+}
+
+// Retry reports a failed head that waits until head.NotBefore. The caller
+// has recorded head in the ledger.
+func (s *Scheduler) Retry(a *Attempt, head Head) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := a.Lane
+	l.dest.inFlight--
+	l.head = head
+	l.hasLedger = true
+	l.state = laneIdle
+	s.schedule(l, s.clock.Now())
+	s.wake()
+}
+
+// Release returns an attempt that was not made (shutdown): the lane is due
+// again with unchanged state.
+func (s *Scheduler) Release(a *Attempt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := a.Lane
+	l.dest.inFlight--
+	l.state = laneIdle
+	s.schedule(l, s.clock.Now())
+	s.wake()
+}
+
+// LowWater is the lowest lane-store sequence still pending in partition p,
+// or 0 when nothing is pending.
+func (s *Scheduler) LowWater(p int) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var low uint64
+	for _, d := range s.dests {
+		if d.partition != p {
+			continue
+		}
+		for _, l := range d.lanes {
+			if len(l.entries) > 0 && (low == 0 || l.entries[0].Seq < low) {
+				low = l.entries[0].Seq
+			}
+		}
+	}
+	return low
+}
+
+// DropPartition forgets every lane of partition p (ownership lost or
+// handed off). In-flight attempts finish but their outcomes are ignored by
+// the owner.
+func (s *Scheduler) DropPartition(p int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, d := range s.dests {
+		if d.partition != p {
+			continue
+		}
+		if d.inRing {
+			s.leaveRing(d)
+		}
+		for _, l := range d.lanes {
+			if l.state == laneWaiting {
+				heap.Remove(&s.waiting, l.heapIdx)
+			}
+		}
+		delete(s.dests, id)
+	}
+}
+
+// TakeDestination removes every lane of a destination that is not in
+// flight and returns their entries (for archiving when a destination is
+// deleted with force).
+func (s *Scheduler) TakeDestination(destinationID string) map[*Lane][]Entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.dests[destinationID]
+	if d == nil {
+		return nil
+	}
+	taken := make(map[*Lane][]Entry)
+	for _, l := range d.lanes {
+		switch l.state {
+		case laneInFlight:
+			continue
+		case laneWaiting:
+			heap.Remove(&s.waiting, l.heapIdx)
+		case laneDue:
+			l.cust.firsts.remove(l)
+			l.cust.retries.remove(l)
+			d.due--
+		}
+		taken[l] = l.entries
+		d.pending -= len(l.entries)
+		l.entries = nil
+		s.forget(l)
+	}
+	d.active = d.active[:0]
+	for _, c := range d.customers {
+		if c.due() > 0 {
+			d.active = append(d.active, c)
+		} else {
+			c.active = false
+			c.deficit = 0
+		}
+	}
+	if d.due == 0 && d.inRing {
+		s.leaveRing(d)
+	}
+	d.configured = false
+	return taken
+}
+
+// Pending is the number of events pending for a destination.
+func (s *Scheduler) Pending(destinationID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d := s.dests[destinationID]; d != nil {
+		return d.pending
+	}
+	return 0
+}
+
+// Location is where a pending event sits.
+type Location struct {
+	Lane      lanes.ID
+	Partition int
+	Entry     Entry
+	Ahead     int
+	InFlight  bool
+	Head      Head // set when the event is the lane head
+}
+
+// Find looks a pending event up by id. It scans every lane: an operator's
+// query, not a hot path.
+func (s *Scheduler) Find(eventID string) (Location, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range s.dests {
+		for _, l := range d.lanes {
+			for i, e := range l.entries {
+				if e.EventID != eventID {
+					continue
+				}
+				loc := Location{Lane: l.ID, Partition: l.Partition, Entry: e, Ahead: i}
+				if i == 0 {
+					loc.Head = l.head
+					loc.InFlight = l.state == laneInFlight
+				}
+				return loc, true
+			}
+		}
+	}
+	return Location{}, false
+}
+
+// laneQueue is a FIFO of due lanes.
+type laneQueue struct {
+	items []*Lane
+}
+
+func (q *laneQueue) len() int     { return len(q.items) }
+func (q *laneQueue) push(l *Lane) { q.items = append(q.items, l) }
+func (q *laneQueue) pop() *Lane {
+	l := q.items[0]
+	q.items[0] = nil
+	q.items = q.items[1:]
+	return l
+}
+func (q *laneQueue) remove(l *Lane) {
+	for i, x := range q.items {
+		if x == l {
+			q.items = append(q.items[:i], q.items[i+1:]...)
+			return
+		}
+	}
+}
+
+// laneHeap orders waiting lanes by NotBefore.
+type laneHeap []*Lane
+
+func (h laneHeap) Len() int           { return len(h) }
+func (h laneHeap) Less(i, j int) bool { return h[i].head.NotBefore.Before(h[j].head.NotBefore) }
+func (h laneHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx = i
+	h[j].heapIdx = j
+}
+func (h *laneHeap) Push(x any) {
+	l := x.(*Lane)
+	l.heapIdx = len(*h)
+	*h = append(*h, l)
+}
+func (h *laneHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	l.heapIdx = -1
+	return l
+}
