@@ -50,6 +50,13 @@ func (b *Bucket) refill(now time.Time) {
 	}
 }
 
+// Cap lowers the tokens on hand to at most n (after a rate cut, so the
+// cut applies now rather than after the burst is spent).
+func (b *Bucket) Cap(n float64, now time.Time) {
+	b.refill(now)
+	b.tokens = math.Min(b.tokens, math.Max(n, 1))
+}
+
 // Take spends one token if one is available at now.
 func (b *Bucket) Take(now time.Time) bool {
 	b.refill(now)

@@ -1,0 +1,218 @@
+package budget
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// State is a destination's health as its budget sees it.
+type State int
+
+const (
+	// Healthy: refilling at the configured rate.
+	Healthy State = iota
+	// Degraded: the rate was cut after throttling or failures and is being
+	// walked back up.
+	Degraded
+	// Parked: sustained failure; one probe per ProbeEvery until one
+	// succeeds.
+	Parked
+)
+
+func (s State) String() string {
+	switch s {
+	case Healthy:
+		return "healthy"
+	case Degraded:
+		return "degraded"
+	case Parked:
+		return "parked"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// AIMD tunes how a budget adapts.
+type AIMD struct {
+	// Floor is the lowest refill rate a cut may reach (tokens/s).
+	Floor float64
+	// Increase is added back per second of clean traffic, as a fraction of
+	// the configured rate.
+	Increase float64
+	// CutEvery spaces cuts: at most one per CutEvery.
+	CutEvery time.Duration
+	// ParkAfter parks a destination that has had no success for this long
+	// while failing.
+	ParkAfter time.Duration
+	// ProbeEvery spaces probes while parked.
+	ProbeEvery time.Duration
+}
+
+// DefaultAIMD are the design card's numbers.
+func DefaultAIMD() AIMD {
+	return AIMD{Floor: 0.5, Increase: 0.05, CutEvery: time.Second, ParkAfter: 20 * time.Second, ProbeEvery: time.Second}
+}
+
+// Transition records one change of state.
+type Transition struct {
+	At       time.Time
+	From, To State
+	Cause    string
+}
+
+// Budget is a destination's adaptive token bucket: the configured rate is
+// a ceiling; throttling (429, 503, timeouts, connection errors) halves the
+// refill rate at most once per CutEvery, clean traffic adds it back, a
+// Retry-After holds the whole destination, and sustained failure parks it
+// into probe mode. Not safe for concurrent use: the scheduler owns it.
+type Budget struct {
+	tune    AIMD
+	bucket  *Bucket
+	ceiling float64
+	burst   int
+
+	state        State
+	lastCut      time.Time
+	lastRaise    time.Time
+	holdUntil    time.Time
+	failingSince time.Time // first failure since the last success; zero when clean
+	lastProbe    time.Time
+	transitions  []Transition
+}
+
+// NewBudget returns a healthy budget at the configured rate.
+func NewBudget(rate float64, burst int, tune AIMD, now time.Time) *Budget {
+	return &Budget{tune: tune, bucket: New(rate, burst, now), ceiling: rate, burst: burst, lastRaise: now}
+}
+
+// SetLimits changes the configured rate and burst in place. A healthy
+// budget moves to the new rate; a degraded one keeps its cut rate, capped
+// at the new ceiling.
+func (b *Budget) SetLimits(rate float64, burst int, now time.Time) {
+	b.ceiling, b.burst = rate, burst
+	current := rate
+	if b.state != Healthy {
+		current = math.Min(b.bucket.Rate(), rate)
+	}
+	b.bucket.SetLimits(current, burst, now)
+}
+
+// State is the current health state.
+func (b *Budget) State() State { return b.state }
+
+// Rate is the current refill rate (tokens/s).
+func (b *Budget) Rate() float64 { return b.bucket.Rate() }
+
+// Ceiling is the configured rate.
+func (b *Budget) Ceiling() float64 { return b.ceiling }
+
+// Tokens available at now.
+func (b *Budget) Tokens(now time.Time) float64 { return b.bucket.Tokens(now) }
+
+// HoldUntil is the end of a Retry-After hold (zero when none).
+func (b *Budget) HoldUntil() time.Time { return b.holdUntil }
+
+// Transitions are the recorded state changes, oldest first (the last 32).
+func (b *Budget) Transitions() []Transition { return b.transitions }
+
+func (b *Budget) moveTo(s State, now time.Time, cause string) {
+	if s == b.state {
+		return
+	}
+	b.transitions = append(b.transitions, Transition{At: now, From: b.state, To: s, Cause: cause})
+	if len(b.transitions) > 32 {
+		b.transitions = b.transitions[len(b.transitions)-32:]
+	}
+	b.state = s
+}
+
+// Take spends the right to one attempt at now: a token, or while parked a
+// probe slot.
+func (b *Budget) Take(now time.Time) bool {
+	if now.Before(b.holdUntil) {
+		return false
+	}
+	if b.state == Parked {
+		if !b.lastProbe.IsZero() && now.Sub(b.lastProbe) < b.tune.ProbeEvery {
+			return false
+		}
+		b.lastProbe = now
+		return true
+	}
+	return b.bucket.Take(now)
+}
+
+// Wait is how long from now until Take can succeed.
+func (b *Budget) Wait(now time.Time) time.Duration {
+	var d time.Duration
+	if now.Before(b.holdUntil) {
+		d = b.holdUntil.Sub(now)
+	}
+	if b.state == Parked {
+		if !b.lastProbe.IsZero() {
+			d = max(d, b.lastProbe.Add(b.tune.ProbeEvery).Sub(now))
+		}
+		return d
+	}
+	return max(d, b.bucket.Wait(now))
+}
+
+// Succeeded records a 2xx. It reports whether the destination just
+// recovered from parked or degraded (so lanes held back by its failures
+// may go at once).
+func (b *Budget) Succeeded(now time.Time) (recovered bool) {
+	b.failingSince = time.Time{}
+	switch b.state {
+	case Parked:
+		// A probe got through: resume at the floor (or the cut rate) and
+		// climb from there.
+		b.bucket.SetLimits(math.Max(b.tune.Floor, math.Min(b.bucket.Rate(), b.ceiling)), b.burst, now)
+		b.moveTo(Degraded, now, "probe succeeded")
+		b.lastRaise = now
+		return true
+	case Degraded:
+		if now.Sub(b.lastCut) < b.tune.CutEvery {
+			b.lastRaise = now
+			return false
+		}
+		elapsed := math.Min(now.Sub(b.lastRaise).Seconds(), 1)
+		b.lastRaise = now
+		rate := math.Min(b.ceiling, b.bucket.Rate()+b.tune.Increase*b.ceiling*elapsed)
+		b.bucket.SetLimits(rate, b.burst, now)
+		if rate >= b.ceiling {
+			b.moveTo(Healthy, now, "rate back at the configured ceiling")
+			return true
+		}
+	default:
+		b.lastRaise = now
+	}
+	return false
+}
+
+// Throttled records a failure that is the destination's (429, 503, 5xx,
+// 408, timeout, connection error): the rate is halved at most once per
+// CutEvery, retryAfter (if any) holds every attempt until it passes, and
+// failure with no success for ParkAfter parks the destination.
+func (b *Budget) Throttled(now time.Time, retryAfter time.Duration, cause string) {
+	if retryAfter > 0 {
+		if until := now.Add(retryAfter); until.After(b.holdUntil) {
+			b.holdUntil = until
+		}
+	}
+	if b.failingSince.IsZero() {
+		b.failingSince = now
+	}
+	if b.state != Parked && now.Sub(b.failingSince) >= b.tune.ParkAfter {
+		b.moveTo(Parked, now, fmt.Sprintf("no success for %s (last: %s)", now.Sub(b.failingSince).Round(time.Second), cause))
+		b.lastProbe = now
+		return
+	}
+	if b.state == Parked || now.Sub(b.lastCut) < b.tune.CutEvery {
+		return
+	}
+	b.lastCut = now
+	rate := math.Max(b.tune.Floor, b.bucket.Rate()/2)
+	b.bucket.SetLimits(rate, b.burst, now)
+	b.bucket.Cap(rate, now)
+	b.moveTo(Degraded, now, cause)
+}

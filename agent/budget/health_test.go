@@ -1,0 +1,123 @@
+package budget_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rivora/rivora/agent/budget"
+)
+
+func at(ms int) time.Time { return time.Unix(1_000_000, 0).Add(time.Duration(ms) * time.Millisecond) }
+
+func TestHalvingAtMostOncePerSecond(t *testing.T) {
+	b := budget.NewBudget(400, 400, budget.DefaultAIMD(), at(0))
+	b.Throttled(at(0), 0, "HTTP 429")
+	if b.Rate() != 200 || b.State() != budget.Degraded {
+		t.Fatalf("after first 429: rate %v state %s, want 200 degraded", b.Rate(), b.State())
+	}
+	for ms := 1; ms < 1000; ms += 10 {
+		b.Throttled(at(ms), 0, "HTTP 429")
+	}
+	if b.Rate() != 200 {
+		t.Fatalf("429s within the same second cut again: rate %v", b.Rate())
+	}
+	b.Throttled(at(1000), 0, "HTTP 429")
+	if b.Rate() != 100 {
+		t.Fatalf("429 one second later: rate %v, want 100", b.Rate())
+	}
+	for s := 2; s < 15; s++ {
+		b.Throttled(at(s*1000), 0, "HTTP 429")
+	}
+	if b.Rate() != 0.5 {
+		t.Fatalf("rate fell to %v, want the 0.5 floor", b.Rate())
+	}
+}
+
+func TestCutAppliesNowNotAfterTheBurst(t *testing.T) {
+	b := budget.NewBudget(100, 100, budget.DefaultAIMD(), at(0))
+	b.Throttled(at(0), 0, "HTTP 503")
+	taken := 0
+	for b.Take(at(0)) {
+		taken++
+	}
+	if taken > 50 {
+		t.Fatalf("took %d tokens right after a cut to 50/s", taken)
+	}
+}
+
+func TestRetryAfterHoldsTheDestination(t *testing.T) {
+	b := budget.NewBudget(100, 10, budget.DefaultAIMD(), at(0))
+	b.Throttled(at(0), 5*time.Second, "HTTP 429")
+	if b.Take(at(4999)) {
+		t.Fatal("attempt allowed during Retry-After")
+	}
+	if w := b.Wait(at(1000)); w != 4*time.Second {
+		t.Fatalf("Wait during hold = %s, want 4s", w)
+	}
+	if !b.Take(at(5000)) {
+		t.Fatal("attempt refused after Retry-After passed")
+	}
+}
+
+func TestParkedProbesOncePerSecondThenRecovers(t *testing.T) {
+	b := budget.NewBudget(50, 50, budget.DefaultAIMD(), at(0))
+	for s := 0; s <= 20; s++ {
+		b.Throttled(at(s*1000), 0, "HTTP 503")
+	}
+	if b.State() != budget.Parked {
+		t.Fatalf("state after 20s of failures = %s, want parked", b.State())
+	}
+	probes := 0
+	for ms := 20_000; ms < 30_000; ms += 10 {
+		if b.Take(at(ms)) {
+			probes++
+			b.Throttled(at(ms), 0, "HTTP 503")
+		}
+	}
+	if probes < 9 || probes > 10 {
+		t.Fatalf("%d probes in 10s while parked, want one per second", probes)
+	}
+	if !b.Succeeded(at(30_000)) {
+		t.Fatal("a successful probe did not report recovery")
+	}
+	if b.State() != budget.Degraded {
+		t.Fatalf("state after probe success = %s, want degraded (climbing)", b.State())
+	}
+	for s := 31; s < 80; s++ {
+		b.Succeeded(at(s * 1000))
+	}
+	if b.State() != budget.Healthy || b.Rate() != 50 {
+		t.Fatalf("after 50s clean: state %s rate %v, want healthy at 50", b.State(), b.Rate())
+	}
+	tr := b.Transitions()
+	if len(tr) < 3 || tr[len(tr)-1].To != budget.Healthy {
+		t.Fatalf("transitions not recorded: %+v", tr)
+	}
+}
+
+func TestAdditiveIncrease(t *testing.T) {
+	b := budget.NewBudget(400, 400, budget.DefaultAIMD(), at(0))
+	b.Throttled(at(0), 0, "HTTP 429") // 200
+	b.Succeeded(at(500)) // within a second of the cut: no raise yet
+	if got := b.Rate(); got != 200 {
+		t.Fatalf("rate raised within a second of the cut: %v", got)
+	}
+	b.Succeeded(at(1500)) // +5% of the 400 ceiling per clean second
+	if got := b.Rate(); got != 220 {
+		t.Fatalf("rate after 1 clean second = %v, want 220", got)
+	}
+}
+
+func TestSetLimitsWhileDegradedKeepsTheCut(t *testing.T) {
+	b := budget.NewBudget(100, 10, budget.DefaultAIMD(), at(0))
+	b.Throttled(at(0), 0, "timeout")
+	b.SetLimits(400, 10, at(10))
+	if b.Rate() != 50 || b.Ceiling() != 400 {
+		t.Fatalf("rate %v ceiling %v, want 50 and 400", b.Rate(), b.Ceiling())
+	}
+	h := budget.NewBudget(100, 10, budget.DefaultAIMD(), at(0))
+	h.SetLimits(4, 10, at(10))
+	if h.Rate() != 4 {
+		t.Fatalf("healthy budget rate after SetLimits(4) = %v", h.Rate())
+	}
+}
