@@ -1,0 +1,637 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	ucli "github.com/urfave/cli/v2"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/sdk/webhook"
+)
+
+// fakeRivora serves the public API rivoractl uses, over real HTTP, keeping
+// just enough state to answer like the control plane and an agent would.
+// It is the contract rivoractl is tested against: requests are recorded
+// exactly as they arrive.
+type fakeRivora struct {
+	rivorav1connect.UnimplementedAdminServiceHandler
+	rivorav1connect.UnimplementedIngestServiceHandler
+	rivorav1connect.UnimplementedEventServiceHandler
+
+	mu       sync.Mutex
+	dests    map[string]*rivorav1.Destination
+	pending  map[string]int64
+	events   map[string]*rivorav1.GetEventResponse
+	creates  []*rivorav1.CreateDestinationRequest
+	updates  []*rivorav1.UpdateDestinationRequest
+	deletes  []*rivorav1.DeleteDestinationRequest
+	publishs []*rivorav1.PublishRequest
+	codecs   []string
+}
+
+var fixedTime = timestamppb.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+
+func startFake(t *testing.T) (*fakeRivora, string) {
+	t.Helper()
+	f := &fakeRivora{
+		dests:   map[string]*rivorav1.Destination{},
+		pending: map[string]int64{},
+		events:  map[string]*rivorav1.GetEventResponse{},
+	}
+	mux := http.NewServeMux()
+	mux.Handle(rivorav1connect.NewAdminServiceHandler(f))
+	mux.Handle(rivorav1connect.NewIngestServiceHandler(f))
+	mux.Handle(rivorav1connect.NewEventServiceHandler(f))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.codecs = append(f.codecs, r.Header.Get("Content-Type"))
+		f.mu.Unlock()
+		mux.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return f, srv.URL
+}
+
+func (f *fakeRivora) CreateDestination(_ context.Context, req *connect.Request[rivorav1.CreateDestinationRequest]) (*connect.Response[rivorav1.CreateDestinationResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.creates = append(f.creates, proto.Clone(req.Msg).(*rivorav1.CreateDestinationRequest))
+	m := req.Msg
+	if m.GetId() == "" || m.GetUrl() == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("id and url are required"))
+	}
+	if _, ok := f.dests[m.GetId()]; ok {
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("destination %q already exists", m.GetId()))
+	}
+	secret := m.GetSecret()
+	if secret == "" {
+		var err error
+		if secret, err = webhook.NewSecret(); err != nil {
+			return nil, connect.NewError(connect.CodeInternal, err)
+		}
+	}
+	limits := proto.Clone(m.GetLimits()).(*rivorav1.Limits)
+	if limits == nil {
+		limits = &rivorav1.Limits{}
+	}
+	if limits.GetWindow() == nil {
+		limits.Window = durationpb.New(72 * time.Hour)
+	}
+	d := &rivorav1.Destination{Id: m.GetId(), Url: m.GetUrl(), Secret: secret, Limits: limits, CreatedAt: fixedTime, UpdatedAt: fixedTime}
+	f.dests[d.GetId()] = d
+	return connect.NewResponse(&rivorav1.CreateDestinationResponse{Destination: d}), nil
+}
+
+func (f *fakeRivora) GetDestination(_ context.Context, req *connect.Request[rivorav1.GetDestinationRequest]) (*connect.Response[rivorav1.GetDestinationResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d, ok := f.dests[req.Msg.GetId()]
+	if !ok {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("destination %q not found", req.Msg.GetId()))
+	}
+	return connect.NewResponse(&rivorav1.GetDestinationResponse{Destination: d, Pending: f.pending[d.GetId()]}), nil
+}
+
+func (f *fakeRivora) ListDestinations(context.Context, *connect.Request[rivorav1.ListDestinationsRequest]) (*connect.Response[rivorav1.ListDestinationsResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp := &rivorav1.ListDestinationsResponse{}
+	for _, d := range f.dests {
+		resp.Destinations = append(resp.Destinations, d)
+	}
+	sort.Slice(resp.Destinations, func(i, j int) bool { return resp.Destinations[i].GetId() < resp.Destinations[j].GetId() })
+	return connect.NewResponse(resp), nil
+}
+
+func (f *fakeRivora) UpdateDestination(_ context.Context, req *connect.Request[rivorav1.UpdateDestinationRequest]) (*connect.Response[rivorav1.UpdateDestinationResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.updates = append(f.updates, proto.Clone(req.Msg).(*rivorav1.UpdateDestinationRequest))
+	m := req.Msg
+	d, ok := f.dests[m.GetId()]
+	if !ok {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("destination %q not found", m.GetId()))
+	}
+	if m.Url != nil {
+		d.Url = m.GetUrl()
+	}
+	if m.Secret != nil {
+		d.Secret = m.GetSecret()
+	}
+	if m.RatePerSecond != nil {
+		d.Limits.RatePerSecond = m.GetRatePerSecond()
+	}
+	if m.Burst != nil {
+		d.Limits.Burst = m.GetBurst()
+	}
+	if m.MaxAttempts != nil {
+		d.Limits.MaxAttempts = m.GetMaxAttempts()
+	}
+	if m.MaxInFlight != nil {
+		d.Limits.MaxInFlight = m.GetMaxInFlight()
+	}
+	if m.Window != nil {
+		d.Limits.Window = m.GetWindow()
+	}
+	if m.Timeout != nil {
+		d.Limits.Timeout = m.GetTimeout()
+	}
+	return connect.NewResponse(&rivorav1.UpdateDestinationResponse{Destination: d}), nil
+}
+
+func (f *fakeRivora) DeleteDestination(_ context.Context, req *connect.Request[rivorav1.DeleteDestinationRequest]) (*connect.Response[rivorav1.DeleteDestinationResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deletes = append(f.deletes, proto.Clone(req.Msg).(*rivorav1.DeleteDestinationRequest))
+	id := req.Msg.GetId()
+	if _, ok := f.dests[id]; !ok {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("destination %q not found", id))
+	}
+	n := f.pending[id]
+	if n > 0 && !req.Msg.GetForce() {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("destination %q has %d pending events", id, n))
+	}
+	delete(f.dests, id)
+	delete(f.pending, id)
+	return connect.NewResponse(&rivorav1.DeleteDestinationResponse{Archived: n}), nil
+}
+
+func (f *fakeRivora) Publish(_ context.Context, req *connect.Request[rivorav1.PublishRequest]) (*connect.Response[rivorav1.PublishResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.publishs = append(f.publishs, proto.Clone(req.Msg).(*rivorav1.PublishRequest))
+	if _, ok := f.dests[req.Msg.GetDestinationId()]; !ok {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("destination %q not found", req.Msg.GetDestinationId()))
+	}
+	return connect.NewResponse(&rivorav1.PublishResponse{EventId: req.Msg.GetIdempotencyKey()}), nil
+}
+
+func (f *fakeRivora) GetEvent(_ context.Context, req *connect.Request[rivorav1.GetEventRequest]) (*connect.Response[rivorav1.GetEventResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ev, ok := f.events[req.Msg.GetEventId()]
+	if !ok {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("event %q not found", req.Msg.GetEventId()))
+	}
+	return connect.NewResponse(ev), nil
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// run runs rivoractl against server with args, as a shell would.
+func run(t *testing.T, server, stdin string, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	full := []string{"rivoractl"}
+	if server != "" {
+		full = append(full, "--server", server)
+	}
+	full = append(full, args...)
+	code := RunContext(t.Context(), full, strings.NewReader(stdin), &out, &errb)
+	return result{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+func mustSucceed(t *testing.T, r result) result {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	return r
+}
+
+// assertFailure checks the exit code and that stderr is one line
+// "rivoractl: …" containing want.
+func assertFailure(t *testing.T, r result, code int, want string) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("exit %d, want %d (stderr %q, stdout %q)", r.code, code, r.stderr, r.stdout)
+	}
+	if !strings.HasPrefix(r.stderr, "rivoractl: ") || strings.Count(r.stderr, "\n") != 1 || !strings.HasSuffix(r.stderr, "\n") {
+		t.Fatalf("stderr %q: want exactly one line starting with \"rivoractl: \"", r.stderr)
+	}
+	if !strings.Contains(r.stderr, want) {
+		t.Fatalf("stderr %q does not contain %q", r.stderr, want)
+	}
+}
+
+func TestCreateFlagsBeforeOrAfterIDSendTheSameRequest(t *testing.T) {
+	want := &rivorav1.CreateDestinationRequest{
+		Id:  "orders",
+		Url: "https://example.com/hooks",
+		Limits: &rivorav1.Limits{
+			RatePerSecond: 5,
+			Window:        durationpb.New(24 * time.Hour),
+			MaxInFlight:   3,
+		},
+	}
+	for _, args := range [][]string{
+		{"destinations", "create", "--url", "https://example.com/hooks", "orders", "--rate", "5", "--window", "24h", "--max-in-flight", "3"},
+		{"destinations", "create", "orders", "--url", "https://example.com/hooks", "--rate=5", "--window", "24h", "--max-in-flight=3"},
+		{"-o", "table", "destinations", "create", "--rate", "5", "--max-in-flight", "3", "orders", "--window", "24h", "--url", "https://example.com/hooks"},
+		{"dest", "create", "--url=https://example.com/hooks", "--rate", "5", "--window=24h", "--max-in-flight", "3", "--", "orders"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			f, url := startFake(t)
+			mustSucceed(t, run(t, url, "", args...))
+			if len(f.creates) != 1 {
+				t.Fatalf("server saw %d creates, want 1", len(f.creates))
+			}
+			if !proto.Equal(f.creates[0], want) {
+				t.Fatalf("CreateDestination request = %v, want %v", f.creates[0], want)
+			}
+			if f.codecs[0] != "application/proto" {
+				t.Fatalf("Content-Type = %q, want binary protobuf", f.codecs[0])
+			}
+		})
+	}
+}
+
+func TestCreatePrintsSecret(t *testing.T) {
+	f, url := startFake(t)
+	r := mustSucceed(t, run(t, url, "", "destinations", "create", "orders", "--url", "https://example.com/hooks"))
+	secret := f.dests["orders"].GetSecret()
+	if !strings.Contains(r.stdout, secret) {
+		t.Fatalf("create output does not show the generated secret %q:\n%s", secret, r.stdout)
+	}
+	for _, want := range []string{"ID", "orders", "WINDOW", "72h", "RATE", "default"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("create output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestCreateJSONOutputParses(t *testing.T) {
+	f, url := startFake(t)
+	r := mustSucceed(t, run(t, url, "", "destinations", "create", "orders", "--url", "https://example.com/hooks", "--burst", "7", "-o", "json"))
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &raw); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, r.stdout)
+	}
+	for _, key := range []string{"id", "url", "secret", "limits", "createdAt"} {
+		if _, ok := raw[key]; !ok {
+			t.Fatalf("JSON output lacks %q: %s", key, r.stdout)
+		}
+	}
+	var got rivorav1.Destination
+	if err := protojson.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("output is not a Destination: %v", err)
+	}
+	if !proto.Equal(&got, f.dests["orders"]) {
+		t.Fatalf("printed %v, server holds %v", &got, f.dests["orders"])
+	}
+}
+
+func TestCreateValidatesLocally(t *testing.T) {
+	f, url := startFake(t)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"destinations", "create", "orders"}, "--url is required"},
+		{[]string{"destinations", "create", "--url", "https://x.example"}, "takes one destination ID"},
+		{[]string{"destinations", "create", "a", "b", "--url", "https://x.example"}, "takes one destination ID"},
+		{[]string{"destinations", "create", "a", "--url", "x.example/hooks"}, "absolute http or https URL"},
+		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--secret", "hunter2"}, "--secret"},
+		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--rate", "-1"}, "--rate"},
+		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--burst", "-1"}, "--burst"},
+		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--window", "3d"}, "window"},
+		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--bogus"}, "flag provided but not defined"},
+		{[]string{"destinations", "create", "a", "--url"}, "flag needs an argument"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			assertFailure(t, run(t, url, "", tt.args...), exitUsage, tt.want)
+		})
+	}
+	if len(f.creates) != 0 {
+		t.Fatalf("invalid command lines reached the server: %v", f.creates)
+	}
+}
+
+func TestCreateConflict(t *testing.T) {
+	_, url := startFake(t)
+	mustSucceed(t, run(t, url, "", "destinations", "create", "orders", "--url", "https://example.com/hooks"))
+	r := run(t, url, "", "destinations", "create", "orders", "--url", "https://example.com/hooks")
+	assertFailure(t, r, exitError, "rivoractl destinations update orders")
+}
+
+func TestListDestinations(t *testing.T) {
+	_, url := startFake(t)
+	r := mustSucceed(t, run(t, url, "", "destinations", "list", "-o", "json"))
+	if strings.TrimSpace(r.stdout) != "[]" {
+		t.Fatalf("empty list as JSON = %q, want []", r.stdout)
+	}
+	r = mustSucceed(t, run(t, url, "", "destinations", "list"))
+	if !strings.Contains(r.stdout, "rivoractl destinations create") {
+		t.Fatalf("empty table does not say how to create one: %q", r.stdout)
+	}
+
+	mustSucceed(t, run(t, url, "", "destinations", "create", "billing", "--url", "https://billing.example/h"))
+	mustSucceed(t, run(t, url, "", "destinations", "create", "orders", "--url", "https://orders.example/h", "--rate", "2.5"))
+
+	r = mustSucceed(t, run(t, url, "", "destinations", "list", "-o", "json"))
+	var arr []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &arr); err != nil {
+		t.Fatalf("list -o json is not a JSON array: %v\n%s", err, r.stdout)
+	}
+	if len(arr) != 2 || arr[0]["id"] != "billing" || arr[1]["id"] != "orders" {
+		t.Fatalf("list -o json = %s, want billing and orders", r.stdout)
+	}
+	for _, obj := range arr {
+		b, _ := json.Marshal(obj)
+		var d rivorav1.Destination
+		if err := protojson.Unmarshal(b, &d); err != nil {
+			t.Fatalf("array element is not a Destination: %v", err)
+		}
+	}
+
+	r = mustSucceed(t, run(t, url, "", "destinations", "ls"))
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") || !strings.HasPrefix(lines[1], "billing") ||
+		!strings.HasPrefix(lines[2], "orders") || !strings.Contains(lines[2], "2.5/s") {
+		t.Fatalf("list table:\n%s", r.stdout)
+	}
+	if strings.Contains(r.stdout, "whsec_") {
+		t.Fatalf("list table shows secrets:\n%s", r.stdout)
+	}
+	assertFailure(t, run(t, url, "", "destinations", "list", "extra"), exitUsage, "takes no arguments")
+}
+
+func TestGetDestinationShowsPending(t *testing.T) {
+	f, url := startFake(t)
+	mustSucceed(t, run(t, url, "", "destinations", "create", "orders", "--url", "https://example.com/hooks"))
+	f.mu.Lock()
+	f.pending["orders"] = 7
+	f.mu.Unlock()
+
+	r := mustSucceed(t, run(t, url, "", "destinations", "get", "orders"))
+	if !strings.Contains(r.stdout, "PENDING") || !strings.Contains(r.stdout, "7") || !strings.Contains(r.stdout, f.dests["orders"].GetSecret()) {
+		t.Fatalf("get output lacks pending count or secret:\n%s", r.stdout)
+	}
+	r = mustSucceed(t, run(t, url, "", "destinations", "get", "-o", "json", "orders"))
+	var got rivorav1.GetDestinationResponse
+	if err := protojson.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("get -o json: %v\n%s", err, r.stdout)
+	}
+	if got.GetPending() != 7 || got.GetDestination().GetId() != "orders" {
+		t.Fatalf("get -o json = %v", &got)
+	}
+
+	assertFailure(t, run(t, url, "", "destinations", "get", "nope"), exitError, "rivoractl destinations list")
+}
+
+func TestUpdateSendsOnlySetFlags(t *testing.T) {
+	f, url := startFake(t)
+	mustSucceed(t, run(t, url, "", "destinations", "create", "orders", "--url", "https://example.com/hooks", "--rate", "50", "--burst", "9"))
+
+	r := mustSucceed(t, run(t, url, "", "destinations", "update", "orders", "--rate", "0", "--timeout", "5s", "-o", "json"))
+	want := &rivorav1.UpdateDestinationRequest{Id: "orders", RatePerSecond: ptr(0.0), Timeout: durationpb.New(5 * time.Second)}
+	if !proto.Equal(f.updates[0], want) {
+		t.Fatalf("UpdateDestination request = %v, want %v", f.updates[0], want)
+	}
+	var d rivorav1.Destination
+	if err := protojson.Unmarshal([]byte(r.stdout), &d); err != nil {
+		t.Fatalf("update -o json: %v", err)
+	}
+	if d.GetLimits().GetBurst() != 9 || d.GetLimits().GetTimeout().AsDuration() != 5*time.Second {
+		t.Fatalf("updated destination = %v: burst must be kept, timeout changed", &d)
+	}
+
+	mustSucceed(t, run(t, url, "", "destinations", "update", "--url", "https://new.example/h", "orders", "--max-attempts", "4", "--burst", "1"))
+	want = &rivorav1.UpdateDestinationRequest{Id: "orders", Url: ptr("https://new.example/h"), MaxAttempts: ptr(int32(4)), Burst: ptr(int32(1))}
+	if !proto.Equal(f.updates[1], want) {
+		t.Fatalf("UpdateDestination request = %v, want %v", f.updates[1], want)
+	}
+
+	assertFailure(t, run(t, url, "", "destinations", "update", "orders"), exitUsage, "nothing to update")
+	assertFailure(t, run(t, url, "", "destinations", "update", "nope", "--burst", "1"), exitError, "not found")
+	if len(f.updates) != 3 {
+		t.Fatalf("server saw %d updates, want 3", len(f.updates))
+	}
+}
+
+func TestDeleteRefusedWhilePendingUnlessForced(t *testing.T) {
+	f, url := startFake(t)
+	mustSucceed(t, run(t, url, "", "destinations", "create", "orders", "--url", "https://example.com/hooks"))
+	f.mu.Lock()
+	f.pending["orders"] = 3
+	f.mu.Unlock()
+
+	assertFailure(t, run(t, url, "", "destinations", "delete", "orders"), exitError, "pass --force")
+	r := mustSucceed(t, run(t, url, "", "destinations", "delete", "orders", "--force"))
+	if !strings.Contains(r.stdout, "archived 3 pending events") {
+		t.Fatalf("delete --force output = %q", r.stdout)
+	}
+	if !f.deletes[1].GetForce() || f.deletes[0].GetForce() {
+		t.Fatalf("force flags sent = %v, %v; want false then true", f.deletes[0].GetForce(), f.deletes[1].GetForce())
+	}
+
+	mustSucceed(t, run(t, url, "", "destinations", "create", "billing", "--url", "https://example.com/hooks"))
+	r = mustSucceed(t, run(t, url, "", "destinations", "rm", "billing", "-o", "json"))
+	var got rivorav1.DeleteDestinationResponse
+	if err := protojson.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("delete -o json: %v\n%s", err, r.stdout)
+	}
+}
+
+func TestPublish(t *testing.T) {
+	f, url := startFake(t)
+	mustSucceed(t, run(t, url, "", "destinations", "create", "orders", "--url", "https://example.com/hooks"))
+
+	r := mustSucceed(t, run(t, url, "", "publish", "--destination", "orders", "--customer", "acme", "--lane", "user-42",
+		"--type", "order.created", "--data", `{"order": 1}`, "-o", "json"))
+	var out map[string]string
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("publish -o json: %v\n%s", err, r.stdout)
+	}
+	id := out["eventId"]
+	if len(out) != 1 || id == "" {
+		t.Fatalf("publish -o json = %s, want {\"eventId\": …}", r.stdout)
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		t.Fatalf("event id %q (the SDK-assigned key) is not a UUID: %v", id, err)
+	}
+	want := &rivorav1.PublishRequest{DestinationId: "orders", CustomerId: "acme", LaneKey: "user-42", Type: "order.created",
+		Payload: []byte(`{"order": 1}`), IdempotencyKey: id}
+	if !proto.Equal(f.publishs[0], want) {
+		t.Fatalf("Publish request = %v, want %v", f.publishs[0], want)
+	}
+
+	// From a file, with an idempotency key, table output: just the id.
+	path := filepath.Join(t.TempDir(), "event.json")
+	if err := os.WriteFile(path, []byte(`{"order": 2}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = mustSucceed(t, run(t, url, "", "publish", "-d", "orders", "-c", "acme", "-l", "u", "-t", "x", "--data", "@"+path, "--idempotency-key", "order-2"))
+	if r.stdout != "order-2\n" || string(f.publishs[1].GetPayload()) != `{"order": 2}` {
+		t.Fatalf("publish from file: stdout %q, payload %q", r.stdout, f.publishs[1].GetPayload())
+	}
+
+	// From stdin, not JSON.
+	mustSucceed(t, run(t, url, "plain text", "publish", "-d", "orders", "-c", "acme", "-l", "u", "-t", "x", "--data", "@-", "--content-type", "text/plain"))
+	if got := f.publishs[2]; string(got.GetPayload()) != "plain text" || got.GetContentType() != "text/plain" {
+		t.Fatalf("publish from stdin sent %v", got)
+	}
+
+	before := len(f.publishs)
+	assertFailure(t, run(t, url, "", "publish", "-d", "orders", "-c", "acme", "-l", "u", "-t", "x", "--data", "{not json"), exitUsage, "not valid JSON")
+	assertFailure(t, run(t, url, "", "publish", "-d", "orders", "--data", "{}"), exitUsage, "--customer, --lane, --type")
+	assertFailure(t, run(t, url, "", "publish", "-d", "orders", "-c", "a", "-l", "u", "-t", "x", "--data", "@/does/not/exist"), exitUsage, "--data @/does/not/exist")
+	if len(f.publishs) != before {
+		t.Fatalf("invalid publishes reached the server")
+	}
+	assertFailure(t, run(t, url, "", "publish", "-d", "nope", "-c", "a", "-l", "u", "-t", "x", "--data", "{}"), exitError, "destinations list")
+}
+
+func TestEventsGet(t *testing.T) {
+	f, url := startFake(t)
+	ev := &rivorav1.GetEventResponse{
+		EventId: "evt-1", DestinationId: "orders", CustomerId: "acme", LaneKey: "user-42", Type: "order.created",
+		State:      rivorav1.EventState_EVENT_STATE_PENDING,
+		AcceptedAt: fixedTime,
+		Attempts: []*rivorav1.Attempt{
+			{Number: 1, At: fixedTime, StatusCode: 503, Error: "service\nunavailable", Duration: durationpb.New(120 * time.Millisecond)},
+			{Number: 2, At: fixedTime, Error: "dial tcp: connection refused", Duration: durationpb.New(3 * time.Millisecond)},
+		},
+		NextAttemptAt: timestamppb.New(fixedTime.AsTime().Add(4 * time.Second)),
+		AheadInLane:   2,
+	}
+	f.events["evt-1"] = ev
+
+	r := mustSucceed(t, run(t, url, "", "events", "get", "evt-1"))
+	for _, want := range []string{"pending", "orders", "acme", "user-42", "AHEAD IN LANE", "2026-03-01T12:00:04.000Z",
+		"503", "service unavailable", "120ms", "connection refused"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("events get output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = mustSucceed(t, run(t, url, "", "events", "get", "-o", "json", "evt-1"))
+	var got rivorav1.GetEventResponse
+	if err := protojson.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("events get -o json: %v\n%s", err, r.stdout)
+	}
+	if !proto.Equal(&got, ev) {
+		t.Fatalf("events get -o json = %v, want %v", &got, ev)
+	}
+	if !strings.Contains(r.stdout, `"aheadInLane"`) || !strings.Contains(r.stdout, `"EVENT_STATE_PENDING"`) {
+		t.Fatalf("JSON does not use protojson names:\n%s", r.stdout)
+	}
+
+	f.events["evt-2"] = &rivorav1.GetEventResponse{EventId: "evt-2", State: rivorav1.EventState_EVENT_STATE_DEAD,
+		DeadReason: rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS}
+	r = mustSucceed(t, run(t, url, "", "event", "get", "evt-2"))
+	if !strings.Contains(r.stdout, "dead") || !strings.Contains(r.stdout, "max attempts") || strings.Contains(r.stdout, "AHEAD") {
+		t.Fatalf("dead event output:\n%s", r.stdout)
+	}
+
+	assertFailure(t, run(t, url, "", "events", "get", "evt-404"), exitError, "not found")
+	assertFailure(t, run(t, url, "", "events", "get"), exitUsage, "takes one event ID")
+}
+
+func TestServerErrors(t *testing.T) {
+	closed := httptest.NewServer(http.NotFoundHandler())
+	deadURL := closed.URL
+	closed.Close()
+	assertFailure(t, run(t, deadURL, "", "destinations", "list"), exitError,
+		"cannot reach Rivora at "+deadURL+": is `rivora dev` running?")
+	assertFailure(t, run(t, deadURL, "", "publish", "-d", "o", "-c", "a", "-l", "u", "-t", "x", "--data", "{}"), exitError,
+		"cannot reach Rivora at "+deadURL)
+
+	notRivora := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(notRivora.Close)
+	assertFailure(t, run(t, notRivora.URL, "", "destinations", "list"), exitError, "does not serve this Rivora API")
+
+	overloaded := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(overloaded.Close)
+	assertFailure(t, run(t, overloaded.URL, "", "destinations", "get", "x"), exitError, "is unavailable")
+}
+
+func TestUsageErrors(t *testing.T) {
+	_, url := startFake(t)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bogus"}, `unknown command "bogus"`},
+		{[]string{"destinations", "bogus"}, `unknown command "bogus"`},
+		{[]string{"destinations", "list", "-o", "yaml"}, `-o "yaml"`},
+		{[]string{"--server", "localhost:7400", "destinations", "list"}, "not a Rivora URL"},
+		{[]string{"destinations", "list", "--nope"}, "flag provided but not defined"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			args := append([]string{"rivoractl"}, tt.args...)
+			if !slices.Contains(args, "--server") {
+				args = append(args, "--server", url)
+			}
+			code := RunContext(t.Context(), args, strings.NewReader(""), &out, &errb)
+			assertFailure(t, result{stdout: out.String(), stderr: errb.String(), code: code}, exitUsage, tt.want)
+		})
+	}
+}
+
+func TestServerFromEnvironment(t *testing.T) {
+	f, url := startFake(t)
+	t.Setenv("RIVORA_SERVER", url)
+	mustSucceed(t, run(t, "", "", "destinations", "create", "orders", "--url", "https://example.com/hooks"))
+	if len(f.creates) != 1 {
+		t.Fatalf("RIVORA_SERVER was not used")
+	}
+}
+
+// TestHelpEverywhere checks that every command answers --help, wherever the
+// flag is, with an example to copy.
+func TestHelpEverywhere(t *testing.T) {
+	var paths [][]string
+	var walk func(prefix []string, cmds []*ucli.Command)
+	walk = func(prefix []string, cmds []*ucli.Command) {
+		for _, c := range cmds {
+			p := append(slices.Clone(prefix), c.Name)
+			paths = append(paths, p)
+			walk(p, c.Subcommands)
+		}
+	}
+	paths = append(paths, nil)
+	walk(nil, testApp().Commands)
+	if len(paths) < 10 {
+		t.Fatalf("found only %d commands", len(paths))
+	}
+	for _, p := range paths {
+		for _, args := range [][]string{append(slices.Clone(p), "--help"), append(slices.Clone(p), "ARG", "-h")} {
+			t.Run(strings.Join(args, " "), func(t *testing.T) {
+				r := run(t, "", "", args...)
+				if r.code != 0 || r.stderr != "" {
+					t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+				}
+				if !strings.Contains(r.stdout, "USAGE") || !strings.Contains(r.stdout, "rivoractl "+strings.Join(p, " ")) {
+					t.Fatalf("help lacks usage or an example:\n%s", r.stdout)
+				}
+			})
+		}
+	}
+}

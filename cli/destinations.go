@@ -1,0 +1,385 @@
+package cli
+
+import (
+	"fmt"
+	"math"
+	"net/url"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk/webhook"
+)
+
+var notFoundHint = map[connect.Code]string{
+	connect.CodeNotFound: "list destinations with `rivoractl destinations list`",
+}
+
+func (e *env) destinationsCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:    "destinations",
+		Aliases: []string{"destination", "dest"},
+		Usage:   "create, inspect, change and delete destinations (where events are delivered)",
+		Description: `A destination is a third-party URL Rivora POSTs events to, signed with its
+secret (Standard Webhooks), within its limits (rate, burst, attempts, window,
+timeout, in-flight cap). Unset limits use the server's defaults.
+
+   rivoractl destinations create orders --url https://example.com/hooks --rate 50
+   rivoractl destinations list
+   rivoractl destinations get orders
+   rivoractl destinations update orders --rate 10
+   rivoractl destinations delete orders --force`,
+		Action: parentAction,
+		Subcommands: []*ucli.Command{
+			e.destinationsCreate(),
+			e.destinationsList(),
+			e.destinationsGet(),
+			e.destinationsUpdate(),
+			e.destinationsDelete(),
+		},
+	}
+}
+
+// limitFlags are the per-destination limits, shared by create and update;
+// unset says what leaving one out means.
+func limitFlags(unset string) []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "secret", Usage: "signing `SECRET` (whsec_ + base64 key of at least 16 bytes)", DefaultText: unset},
+		&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second (token bucket refill)", DefaultText: unset},
+		&ucli.IntFlag{Name: "burst", Usage: "`N` deliveries allowed at once above the rate", DefaultText: unset},
+		&ucli.IntFlag{Name: "max-attempts", Usage: "stop retrying an event after `N` attempts", DefaultText: unset},
+		&ucli.DurationFlag{Name: "window", Usage: "stop retrying an event this `DURATION` after it was accepted (e.g. 72h)", DefaultText: unset},
+		&ucli.DurationFlag{Name: "timeout", Usage: "bound one delivery attempt to `DURATION` (e.g. 10s)", DefaultText: unset},
+		&ucli.IntFlag{Name: "max-in-flight", Usage: "at most `N` concurrent attempts to this destination", DefaultText: unset},
+	}
+}
+
+func (e *env) destinationsCreate() *ucli.Command {
+	return &ucli.Command{
+		Name:      "create",
+		Usage:     "register a destination and print it, with its signing secret",
+		ArgsUsage: "ID",
+		UsageText: "rivoractl destinations create ID --url URL [--secret whsec_…] [--rate R] [--burst B] [--max-attempts N] [--window 72h] [--timeout 10s] [--max-in-flight N]",
+		Description: `Registers destination ID. Rivora signs every delivery with the destination's
+secret; the receiver verifies the webhook-signature header with it (the Go SDK:
+sdk.VerifyRequest(secret, r)). Omit --secret to have one generated; it is
+printed once here and by ` + "`destinations get`" + `.
+
+Example:
+   rivoractl destinations create orders --url https://example.com/hooks --rate 50 --window 24h`,
+		Flags: append([]ucli.Flag{
+			&ucli.StringFlag{Name: "url", Usage: "`URL` events are POSTed to (http or https); required"},
+		}, limitFlags("server default; secret: generated")...),
+		Action: e.createDestination,
+	}
+}
+
+func (e *env) createDestination(c *ucli.Context) error {
+	if err := exactArgs(c, 1, "one destination ID"); err != nil {
+		return err
+	}
+	id := c.Args().First()
+	if !c.IsSet("url") {
+		return usagef("--url is required: rivoractl destinations create %s --url https://example.com/hooks", id)
+	}
+	if err := checkURL(c.String("url")); err != nil {
+		return err
+	}
+	req := &rivorav1.CreateDestinationRequest{Id: id, Url: c.String("url"), Limits: &rivorav1.Limits{}}
+	if c.IsSet("secret") {
+		if err := checkSecret(c.String("secret")); err != nil {
+			return err
+		}
+		req.Secret = c.String("secret")
+	}
+	l := req.Limits
+	var err error
+	if l.RatePerSecond, err = rateFlag(c); err != nil {
+		return err
+	}
+	if l.Burst, err = countFlag(c, "burst"); err != nil {
+		return err
+	}
+	if l.MaxAttempts, err = countFlag(c, "max-attempts"); err != nil {
+		return err
+	}
+	if l.Window, err = durationFlag(c, "window"); err != nil {
+		return err
+	}
+	if l.Timeout, err = durationFlag(c, "timeout"); err != nil {
+		return err
+	}
+	if l.MaxInFlight, err = countFlag(c, "max-in-flight"); err != nil {
+		return err
+	}
+
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.admin().CreateDestination(ctx, connect.NewRequest(req))
+	if err != nil {
+		return callFailed(fmt.Sprintf("create destination %q", id), err, map[connect.Code]string{
+			connect.CodeAlreadyExists: "change it with `rivoractl destinations update " + id + "`",
+		})
+	}
+	d := resp.Msg.GetDestination()
+	if e.output == "json" {
+		return writeJSON(e.out, d)
+	}
+	if err := writeDestination(e.out, d, nil); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(e.out, "\nReceivers verify each delivery's webhook-signature with SECRET (Go: sdk.VerifyRequest).\n")
+	return err
+}
+
+func (e *env) destinationsList() *ucli.Command {
+	return &ucli.Command{
+		Name:      "list",
+		Aliases:   []string{"ls"},
+		Usage:     "list destinations and their effective limits",
+		UsageText: "rivoractl destinations list [-o json]",
+		Description: `Lists every destination. Secrets are shown by ` + "`destinations get ID`" + ` and in
+JSON output.
+
+Example:
+   rivoractl destinations list -o json | jq -r '.[].id'`,
+		Action: e.listDestinations,
+	}
+}
+
+func (e *env) listDestinations(c *ucli.Context) error {
+	if err := exactArgs(c, 0, "no arguments"); err != nil {
+		return err
+	}
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.admin().ListDestinations(ctx, connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
+	if err != nil {
+		return callFailed("list destinations", err, nil)
+	}
+	ds := resp.Msg.GetDestinations()
+	if e.output == "json" {
+		return writeJSONArray(e.out, ds)
+	}
+	if len(ds) == 0 {
+		_, err := fmt.Fprintln(e.out, "No destinations yet. Create one: rivoractl destinations create ID --url URL")
+		return err
+	}
+	return writeDestinations(e.out, ds)
+}
+
+func (e *env) destinationsGet() *ucli.Command {
+	return &ucli.Command{
+		Name:      "get",
+		Usage:     "show one destination, its secret, limits and pending events",
+		ArgsUsage: "ID",
+		UsageText: "rivoractl destinations get ID [-o json]",
+		Description: `Shows destination ID with its effective limits and how many events are
+pending (accepted, not yet delivered or archived).
+
+Example:
+   rivoractl destinations get orders`,
+		Action: e.getDestination,
+	}
+}
+
+func (e *env) getDestination(c *ucli.Context) error {
+	if err := exactArgs(c, 1, "one destination ID"); err != nil {
+		return err
+	}
+	id := c.Args().First()
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.admin().GetDestination(ctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: id}))
+	if err != nil {
+		return callFailed(fmt.Sprintf("get destination %q", id), err, notFoundHint)
+	}
+	if e.output == "json" {
+		return writeJSON(e.out, resp.Msg)
+	}
+	pending := resp.Msg.GetPending()
+	return writeDestination(e.out, resp.Msg.GetDestination(), &pending)
+}
+
+func (e *env) destinationsUpdate() *ucli.Command {
+	return &ucli.Command{
+		Name:      "update",
+		Usage:     "change a destination's URL, secret or limits",
+		ArgsUsage: "ID",
+		UsageText: "rivoractl destinations update ID [--url URL] [--secret whsec_…] [--rate R] [--burst B] [--max-attempts N] [--window 72h] [--timeout 10s] [--max-in-flight N]",
+		Description: `Changes only what you pass; everything else stays as it is. Pending events
+stay where they are and are delivered under the new settings.
+
+Examples:
+   rivoractl destinations update orders --rate 5 --burst 5
+   rivoractl destinations update orders --url https://new.example.com/hooks`,
+		Flags: append([]ucli.Flag{
+			&ucli.StringFlag{Name: "url", Usage: "new `URL` events are POSTed to", DefaultText: "unchanged"},
+		}, limitFlags("unchanged")...),
+		Action: e.updateDestination,
+	}
+}
+
+func (e *env) updateDestination(c *ucli.Context) error {
+	if err := exactArgs(c, 1, "one destination ID"); err != nil {
+		return err
+	}
+	id := c.Args().First()
+	req := &rivorav1.UpdateDestinationRequest{Id: id}
+	set := false
+	if c.IsSet("url") {
+		if err := checkURL(c.String("url")); err != nil {
+			return err
+		}
+		req.Url, set = ptr(c.String("url")), true
+	}
+	if c.IsSet("secret") {
+		if err := checkSecret(c.String("secret")); err != nil {
+			return err
+		}
+		req.Secret, set = ptr(c.String("secret")), true
+	}
+	if c.IsSet("rate") {
+		r, err := rateFlag(c)
+		if err != nil {
+			return err
+		}
+		req.RatePerSecond, set = ptr(r), true
+	}
+	for _, f := range []struct {
+		name string
+		dst  **int32
+	}{{"burst", &req.Burst}, {"max-attempts", &req.MaxAttempts}, {"max-in-flight", &req.MaxInFlight}} {
+		if !c.IsSet(f.name) {
+			continue
+		}
+		n, err := countFlag(c, f.name)
+		if err != nil {
+			return err
+		}
+		*f.dst, set = ptr(n), true
+	}
+	for _, f := range []struct {
+		name string
+		dst  **durationpb.Duration
+	}{{"window", &req.Window}, {"timeout", &req.Timeout}} {
+		if !c.IsSet(f.name) {
+			continue
+		}
+		d, err := durationFlag(c, f.name)
+		if err != nil {
+			return err
+		}
+		*f.dst, set = d, true
+	}
+	if !set {
+		return usagef("nothing to update: pass at least one of --url, --secret, --rate, --burst, --max-attempts, --window, --timeout, --max-in-flight")
+	}
+
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.admin().UpdateDestination(ctx, connect.NewRequest(req))
+	if err != nil {
+		return callFailed(fmt.Sprintf("update destination %q", id), err, notFoundHint)
+	}
+	if e.output == "json" {
+		return writeJSON(e.out, resp.Msg.GetDestination())
+	}
+	return writeDestination(e.out, resp.Msg.GetDestination(), nil)
+}
+
+func (e *env) destinationsDelete() *ucli.Command {
+	return &ucli.Command{
+		Name:      "delete",
+		Aliases:   []string{"rm"},
+		Usage:     "delete a destination",
+		ArgsUsage: "ID",
+		UsageText: "rivoractl destinations delete ID [--force]",
+		Description: `Deletes destination ID. Refused while events are pending for it, unless
+--force: then they are archived as dead letters (reason "deleted"), from
+where they can be replayed.
+
+Examples:
+   rivoractl destinations delete orders
+   rivoractl destinations delete orders --force`,
+		Flags: []ucli.Flag{
+			&ucli.BoolFlag{Name: "force", Usage: "archive pending events as dead letters and delete anyway"},
+		},
+		Action: e.deleteDestination,
+	}
+}
+
+func (e *env) deleteDestination(c *ucli.Context) error {
+	if err := exactArgs(c, 1, "one destination ID"); err != nil {
+		return err
+	}
+	id := c.Args().First()
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.admin().DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: id, Force: c.Bool("force")}))
+	if err != nil {
+		return callFailed(fmt.Sprintf("delete destination %q", id), err, map[connect.Code]string{
+			connect.CodeNotFound:           notFoundHint[connect.CodeNotFound],
+			connect.CodeFailedPrecondition: "pass --force to archive its pending events as dead letters and delete it",
+		})
+	}
+	if e.output == "json" {
+		return writeJSON(e.out, resp.Msg)
+	}
+	switch n := resp.Msg.GetArchived(); n {
+	case 0:
+		_, err = fmt.Fprintf(e.out, "Deleted destination %s; no pending events were archived.\n", id)
+	case 1:
+		_, err = fmt.Fprintf(e.out, "Deleted destination %s; archived 1 pending event as a dead letter.\n", id)
+	default:
+		_, err = fmt.Fprintf(e.out, "Deleted destination %s; archived %d pending events as dead letters.\n", id, n)
+	}
+	return err
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usagef("--url %q: want an absolute http or https URL, e.g. https://example.com/hooks", raw)
+	}
+	return nil
+}
+
+func checkSecret(s string) error {
+	if _, err := webhook.Key(s); err != nil {
+		return usagef("--secret: %v (or omit --secret on create to have one generated)", err)
+	}
+	return nil
+}
+
+func rateFlag(c *ucli.Context) (float64, error) {
+	r := c.Float64("rate")
+	if r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
+		return 0, usagef("--rate %v: want a positive number of events per second", r)
+	}
+	return r, nil
+}
+
+func countFlag(c *ucli.Context, name string) (int32, error) {
+	n := c.Int(name)
+	if n < 0 || n > math.MaxInt32 {
+		return 0, usagef("--%s %d: want a whole number from 1 to %d", name, n, math.MaxInt32)
+	}
+	return int32(n), nil
+}
+
+// durationFlag returns the flag as a Duration message, nil when unset.
+func durationFlag(c *ucli.Context, name string) (*durationpb.Duration, error) {
+	if !c.IsSet(name) {
+		return nil, nil
+	}
+	d := c.Duration(name)
+	if d < 0 {
+		return nil, usagef("--%s %s: want a positive duration such as 72h, 30m or 10s", name, d)
+	}
+	return durationpb.New(d), nil
+}

@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	"connectrpc.com/connect"
+)
+
+// usageError is a mistake on the command line: exit code 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// apiError is a failed call to the server: what was being done, the error,
+// and per-code advice specific to the command.
+type apiError struct {
+	op    string
+	err   error
+	hints map[connect.Code]string
+}
+
+func (e *apiError) Error() string { return e.op + ": " + e.err.Error() }
+func (e *apiError) Unwrap() error { return e.err }
+
+func callFailed(op string, err error, hints map[connect.Code]string) error {
+	return &apiError{op: op, err: err, hints: hints}
+}
+
+// describe turns an error into the one line rivoractl prints: what went
+// wrong and what to do about it. Connect codes are translated here, in one
+// place, so every command words them the same way.
+func describe(err error, server string) string {
+	var u *usageError
+	if errors.As(err, &u) {
+		return u.msg
+	}
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		return err.Error()
+	}
+	code := connect.CodeOf(ae.err)
+	msg := ae.err.Error()
+	var ce *connect.Error
+	if errors.As(ae.err, &ce) {
+		msg = ce.Message()
+	}
+	var text string
+	switch code {
+	case connect.CodeUnavailable:
+		if isTransport(ae.err) {
+			text = fmt.Sprintf("cannot reach Rivora at %s: is `rivora dev` running? (set --server or RIVORA_SERVER to point elsewhere; %s)", server, msg)
+		} else {
+			text = fmt.Sprintf("Rivora at %s is unavailable: %s; try again shortly", server, msg)
+		}
+	case connect.CodeDeadlineExceeded:
+		text = fmt.Sprintf("Rivora at %s did not answer in time: %s; check that it is healthy and try again", server, msg)
+	case connect.CodeCanceled:
+		text = "interrupted before Rivora answered"
+	case connect.CodeUnimplemented:
+		text = fmt.Sprintf("the server at %s does not serve this Rivora API (%s): check --server points at a Rivora control plane or agent", server, msg)
+	case connect.CodeInvalidArgument:
+		text = "invalid request: " + msg
+	case connect.CodeNotFound, connect.CodeAlreadyExists, connect.CodeFailedPrecondition:
+		text = msg
+	case connect.CodeUnauthenticated, connect.CodePermissionDenied:
+		text = fmt.Sprintf("%s (%s)", msg, code)
+	default:
+		text = fmt.Sprintf("server error (%s): %s", code, msg)
+	}
+	if hint := ae.hints[code]; hint != "" && !strings.Contains(text, "rivoractl ") {
+		text += "; " + hint
+	}
+	return ae.op + ": " + text
+}
+
+// isTransport reports whether err is a failure to talk to the server at
+// all (connection refused, DNS, reset), as opposed to the server answering
+// that it is unavailable.
+func isTransport(err error) bool {
+	var opErr *net.OpError
+	var urlErr *url.Error
+	var dnsErr *net.DNSError
+	return errors.As(err, &opErr) || errors.As(err, &urlErr) || errors.As(err, &dnsErr)
+}

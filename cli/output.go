@@ -1,0 +1,170 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// jsonOptions is the one protojson encoding rivoractl prints: camelCase
+// names, unset fields left out.
+var jsonOptions = protojson.MarshalOptions{EmitUnpopulated: false}
+
+// writeJSON prints one message as an indented JSON document.
+func writeJSON(w io.Writer, m proto.Message) error {
+	b, err := jsonOptions.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode %s as JSON: %w", m.ProtoReflect().Descriptor().Name(), err)
+	}
+	return writeIndented(w, b)
+}
+
+// writeJSONArray prints messages as one indented JSON array.
+func writeJSONArray[M proto.Message](w io.Writer, msgs []M) error {
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	for i, m := range msgs {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		b, err := jsonOptions.Marshal(m)
+		if err != nil {
+			return fmt.Errorf("encode %s as JSON: %w", m.ProtoReflect().Descriptor().Name(), err)
+		}
+		buf.Write(b)
+	}
+	buf.WriteByte(']')
+	return writeIndented(w, buf.Bytes())
+}
+
+// writeIndented re-indents compact JSON; protojson's own spacing is
+// deliberately unstable, this makes the output the same on every run.
+func writeIndented(w io.Writer, compact []byte) error {
+	var out bytes.Buffer
+	if err := json.Indent(&out, compact, "", "  "); err != nil {
+		return fmt.Errorf("indent JSON: %w", err)
+	}
+	out.WriteByte('\n')
+	_, err := w.Write(out.Bytes())
+	return err
+}
+
+// newTable returns a writer aligning tab-separated columns; Flush it.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+}
+
+// fields prints aligned "KEY  value" lines.
+func fields(w io.Writer, kv ...string) error {
+	t := newTable(w)
+	for i := 0; i+1 < len(kv); i += 2 {
+		fmt.Fprintf(t, "%s\t%s\n", kv[i], kv[i+1])
+	}
+	return t.Flush()
+}
+
+func fmtTime(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// fmtDuration prints "72h" rather than "72h0m0s".
+func fmtDuration(d *durationpb.Duration) string {
+	if d == nil {
+		return "-"
+	}
+	return shortDuration(d.AsDuration())
+}
+
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// orDefault prints a limit, or "default" when it is zero (the server's
+// default applies).
+func orDefault[N int32 | int64 | float64](v N) string {
+	if v == 0 {
+		return "default"
+	}
+	switch v := any(v).(type) {
+	case float64:
+		return strconv.FormatFloat(v, 'g', -1, 64)
+	default:
+		return fmt.Sprint(v)
+	}
+}
+
+func durationOrDefault(d *durationpb.Duration) string {
+	if d.AsDuration() == 0 {
+		return "default"
+	}
+	return fmtDuration(d)
+}
+
+// writeDestination prints one destination as aligned fields; pending is
+// printed when known.
+func writeDestination(w io.Writer, d *rivorav1.Destination, pending *int64) error {
+	l := d.GetLimits()
+	kv := []string{
+		"ID", d.GetId(),
+		"URL", d.GetUrl(),
+		"SECRET", d.GetSecret(),
+		"RATE", orDefault(l.GetRatePerSecond()) + perSecond(l.GetRatePerSecond()),
+		"BURST", orDefault(l.GetBurst()),
+		"MAX ATTEMPTS", orDefault(l.GetMaxAttempts()),
+		"WINDOW", durationOrDefault(l.GetWindow()),
+		"TIMEOUT", durationOrDefault(l.GetTimeout()),
+		"MAX IN FLIGHT", orDefault(l.GetMaxInFlight()),
+		"CREATED", fmtTime(d.GetCreatedAt()),
+		"UPDATED", fmtTime(d.GetUpdatedAt()),
+	}
+	if pending != nil {
+		kv = append(kv, "PENDING", strconv.FormatInt(*pending, 10))
+	}
+	return fields(w, kv...)
+}
+
+func perSecond(rate float64) string {
+	if rate == 0 {
+		return ""
+	}
+	return "/s"
+}
+
+// writeDestinations prints destinations as a table, one per row. Secrets
+// are left out: `destinations get ID` shows one.
+func writeDestinations(w io.Writer, ds []*rivorav1.Destination) error {
+	t := newTable(w)
+	fmt.Fprintln(t, "ID\tURL\tRATE\tBURST\tMAX ATTEMPTS\tWINDOW\tTIMEOUT\tMAX IN FLIGHT\tCREATED")
+	for _, d := range ds {
+		l := d.GetLimits()
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			d.GetId(), d.GetUrl(),
+			orDefault(l.GetRatePerSecond())+perSecond(l.GetRatePerSecond()),
+			orDefault(l.GetBurst()), orDefault(l.GetMaxAttempts()),
+			durationOrDefault(l.GetWindow()), durationOrDefault(l.GetTimeout()),
+			orDefault(l.GetMaxInFlight()), fmtTime(d.GetCreatedAt()))
+	}
+	return t.Flush()
+}

@@ -1,0 +1,319 @@
+// Package sdk is the Go client customer apps use to talk to Rivora: publish
+// events to an agent's ingest gateway and, on the receiving side, verify the
+// signed webhooks Rivora delivers. It owns no state beyond its HTTP client
+// and never logs; every failure is returned as an error carrying its Connect
+// code (read it with connect.CodeOf).
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+)
+
+// Retry defaults: five tries spaced 100ms, 200ms, 400ms, 800ms (jittered).
+const (
+	DefaultMaxAttempts    = 5
+	DefaultBaseBackoff    = 100 * time.Millisecond
+	DefaultAttemptTimeout = 30 * time.Second
+	maxBackoff            = 10 * time.Second
+)
+
+// Event is one event to publish.
+type Event struct {
+	// Destination is the registered destination id the event is delivered to.
+	Destination string
+	// Customer is the tenant the event belongs to.
+	Customer string
+	// Lane orders events: events with the same (Destination, Customer, Lane)
+	// are delivered one at a time, in acceptance order. Usually the end
+	// user's id.
+	Lane string
+	// Type is the event type, e.g. "order.created".
+	Type    string
+	Payload []byte
+	// ContentType defaults to application/json on the server.
+	ContentType string
+	// IdempotencyKey becomes the event id. When empty, the client assigns a
+	// UUIDv7 before the first try, so its own retries never store an event
+	// twice. Set it yourself to make your own retries (say, after a crash)
+	// idempotent too.
+	IdempotencyKey string
+}
+
+// Client publishes events to Rivora. It is safe for concurrent use; create
+// one per process and share it.
+type Client struct {
+	ingest rivorav1connect.IngestServiceClient
+	cfg    config
+}
+
+type config struct {
+	httpClient     *http.Client
+	maxAttempts    int
+	baseBackoff    time.Duration
+	attemptTimeout time.Duration
+	grpc           bool
+	protoJSON      bool
+}
+
+// Option configures a Client. Options are created only by this package's
+// With… functions.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithHTTPClient makes the client send requests through hc instead of its
+// default pooled client. With WithGRPC over plain http:// URLs, hc must speak
+// HTTP/2 without TLS (h2c).
+func WithHTTPClient(hc *http.Client) Option {
+	return optionFunc(func(c *config) { c.httpClient = hc })
+}
+
+// WithRetry bounds retries: at most maxAttempts tries in all (values below 1
+// mean 1, no retry), waiting baseBackoff, then twice that, and so on
+// (jittered, capped at 10s) between tries. A baseBackoff of zero retries
+// immediately. Only Unavailable, DeadlineExceeded of one try,
+// ResourceExhausted and Aborted are retried; the context ends all waiting.
+func WithRetry(maxAttempts int, baseBackoff time.Duration) Option {
+	return optionFunc(func(c *config) {
+		c.maxAttempts = max(maxAttempts, 1)
+		c.baseBackoff = max(baseBackoff, 0)
+	})
+}
+
+// WithAttemptTimeout bounds each try (default 30s), so a hung connection is
+// retried rather than waited on until the caller's context ends. Zero means
+// no bound beyond the caller's context.
+func WithAttemptTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.attemptTimeout = max(d, 0) })
+}
+
+// WithGRPC speaks the gRPC protocol instead of Connect. For http:// base URLs
+// the default HTTP client then uses HTTP/2 without TLS (h2c).
+func WithGRPC() Option {
+	return optionFunc(func(c *config) { c.grpc = true })
+}
+
+// WithProtoJSON encodes messages as JSON instead of binary protobuf: slower,
+// but readable on the wire when debugging.
+func WithProtoJSON() Option {
+	return optionFunc(func(c *config) { c.protoJSON = true })
+}
+
+// New returns a client for the Rivora agent at baseURL, e.g.
+// "http://127.0.0.1:7400".
+func New(baseURL string, opts ...Option) *Client {
+	cfg := config{
+		maxAttempts:    DefaultMaxAttempts,
+		baseBackoff:    DefaultBaseBackoff,
+		attemptTimeout: DefaultAttemptTimeout,
+	}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	baseURL = strings.TrimRight(baseURL, "/")
+	if cfg.httpClient == nil {
+		cfg.httpClient = defaultHTTPClient(cfg.grpc && strings.HasPrefix(baseURL, "http://"))
+	}
+	var copts []connect.ClientOption
+	if cfg.grpc {
+		copts = append(copts, connect.WithGRPC())
+	}
+	if cfg.protoJSON {
+		copts = append(copts, connect.WithProtoJSON())
+	}
+	return &Client{
+		ingest: rivorav1connect.NewIngestServiceClient(cfg.httpClient, baseURL, copts...),
+		cfg:    cfg,
+	}
+}
+
+// defaultHTTPClient keeps many idle connections per host: an app publishing
+// from many goroutines talks to one agent, and the standard default of two
+// idle connections per host would reopen connections constantly.
+func defaultHTTPClient(h2c bool) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 512
+	t.IdleConnTimeout = 90 * time.Second
+	if h2c {
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		t.Protocols = &p
+	}
+	return &http.Client{Transport: t}
+}
+
+// Publish accepts one event and returns its id. A nil error means the event
+// is durably stored by Rivora.
+func (c *Client) Publish(ctx context.Context, e Event) (string, error) {
+	req := toRequest(e)
+	if req.IdempotencyKey == "" {
+		key, err := newKey()
+		if err != nil {
+			return "", err
+		}
+		req.IdempotencyKey = key
+	}
+	var id string
+	err := c.retry(ctx, func(ctx context.Context) error {
+		resp, err := c.ingest.Publish(ctx, connect.NewRequest(req))
+		if err != nil {
+			return err
+		}
+		id = resp.Msg.GetEventId()
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("rivora publish: %w", err)
+	}
+	return id, nil
+}
+
+// PublishBatch accepts events all or nothing: when one is invalid, none is
+// stored and the error names its index. eventIDs[i] is the id of events[i].
+// An empty batch sends nothing and returns no ids.
+func (c *Client) PublishBatch(ctx context.Context, events []Event) ([]string, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	batch := &rivorav1.PublishBatchRequest{Events: make([]*rivorav1.PublishRequest, len(events))}
+	for i, e := range events {
+		req := toRequest(e)
+		if req.IdempotencyKey == "" {
+			key, err := newKey()
+			if err != nil {
+				return nil, err
+			}
+			req.IdempotencyKey = key
+		}
+		batch.Events[i] = req
+	}
+	var ids []string
+	err := c.retry(ctx, func(ctx context.Context) error {
+		resp, err := c.ingest.PublishBatch(ctx, connect.NewRequest(batch))
+		if err != nil {
+			return err
+		}
+		ids = resp.Msg.GetEventIds()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rivora publish batch: %w", err)
+	}
+	if len(ids) != len(events) {
+		return nil, connect.NewError(connect.CodeInternal,
+			fmt.Errorf("rivora publish batch: server answered %d ids for %d events", len(ids), len(events)))
+	}
+	return ids, nil
+}
+
+func toRequest(e Event) *rivorav1.PublishRequest {
+	return &rivorav1.PublishRequest{
+		DestinationId:  e.Destination,
+		CustomerId:     e.Customer,
+		LaneKey:        e.Lane,
+		Type:           e.Type,
+		Payload:        e.Payload,
+		ContentType:    e.ContentType,
+		IdempotencyKey: e.IdempotencyKey,
+	}
+}
+
+func newKey() (string, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "", connect.NewError(connect.CodeInternal, fmt.Errorf("rivora: assign idempotency key: %w", err))
+	}
+	return id.String(), nil
+}
+
+// retry runs call until it succeeds, fails for good, runs out of attempts or
+// ctx ends. Every try sends the same request, so the idempotency key set
+// before the first try makes a retry of an already stored event harmless.
+func (c *Client) retry(ctx context.Context, call func(context.Context) error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = c.try(ctx, call)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || !retryable(err) || attempt >= c.cfg.maxAttempts {
+			return err
+		}
+		if wait := c.backoff(attempt); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return connect.NewError(contextCode(ctx.Err()),
+					fmt.Errorf("%w while waiting to retry (after %d attempts; last error: %v)", ctx.Err(), attempt, err))
+			case <-t.C:
+			}
+		}
+	}
+}
+
+func (c *Client) try(ctx context.Context, call func(context.Context) error) error {
+	if c.cfg.attemptTimeout <= 0 {
+		return call(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.attemptTimeout)
+	defer cancel()
+	return call(ctx)
+}
+
+// backoff returns the wait after the given failed attempt: exponential, with
+// "equal jitter" (half fixed, half random) so that many clients failing
+// together do not retry together.
+func (c *Client) backoff(attempt int) time.Duration {
+	d := c.cfg.baseBackoff
+	if d <= 0 {
+		return 0
+	}
+	ceiling := max(maxBackoff, d)
+	for i := 1; i < attempt && d < ceiling; i++ {
+		d *= 2
+	}
+	d = min(d, ceiling)
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+func contextCode(err error) connect.Code {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return connect.CodeDeadlineExceeded
+	}
+	return connect.CodeCanceled
+}
+
+func retryable(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeDeadlineExceeded,
+		connect.CodeResourceExhausted, connect.CodeAborted:
+		return true
+	case connect.CodeUnknown:
+		// A connection reset mid-answer can surface without a code; it is a
+		// transport failure like any other.
+		var netErr net.Error
+		return errors.As(err, &netErr)
+	default:
+		return false
+	}
+}

@@ -1,0 +1,426 @@
+package sdk_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/sdk"
+)
+
+// ingestServer is a real IngestService over HTTP. fail decides, per call
+// (numbered from 1), whether the call fails and how; a call that does not
+// fail answers "answer-<call>" (or one such id per event of a batch).
+type ingestServer struct {
+	rivorav1connect.UnimplementedIngestServiceHandler
+
+	fail func(ctx context.Context, call int) error
+
+	mu           sync.Mutex
+	calls        int
+	keys         [][]string // idempotency keys of each call, in call order
+	requests     []*rivorav1.PublishRequest
+	contentTypes []string
+}
+
+func (s *ingestServer) record(keys []string, reqs ...*rivorav1.PublishRequest) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	s.keys = append(s.keys, keys)
+	s.requests = append(s.requests, reqs...)
+	return s.calls
+}
+
+func (s *ingestServer) Publish(ctx context.Context, req *connect.Request[rivorav1.PublishRequest]) (*connect.Response[rivorav1.PublishResponse], error) {
+	call := s.record([]string{req.Msg.GetIdempotencyKey()}, req.Msg)
+	if s.fail != nil {
+		if err := s.fail(ctx, call); err != nil {
+			return nil, err
+		}
+	}
+	return connect.NewResponse(&rivorav1.PublishResponse{EventId: fmt.Sprintf("answer-%d", call)}), nil
+}
+
+func (s *ingestServer) PublishBatch(ctx context.Context, req *connect.Request[rivorav1.PublishBatchRequest]) (*connect.Response[rivorav1.PublishBatchResponse], error) {
+	var keys []string
+	for _, e := range req.Msg.GetEvents() {
+		keys = append(keys, e.GetIdempotencyKey())
+	}
+	call := s.record(keys, req.Msg.GetEvents()...)
+	if s.fail != nil {
+		if err := s.fail(ctx, call); err != nil {
+			return nil, err
+		}
+	}
+	ids := make([]string, len(keys))
+	for i := range ids {
+		ids[i] = fmt.Sprintf("answer-%d-%d", call, i)
+	}
+	return connect.NewResponse(&rivorav1.PublishBatchResponse{EventIds: ids}), nil
+}
+
+func (s *ingestServer) snapshot() (calls int, keys [][]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls, append([][]string(nil), s.keys...)
+}
+
+func (s *ingestServer) handler() http.Handler {
+	mux := http.NewServeMux()
+	path, h := rivorav1connect.NewIngestServiceHandler(s)
+	mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.contentTypes = append(s.contentTypes, r.Header.Get("Content-Type"))
+		s.mu.Unlock()
+		h.ServeHTTP(w, r)
+	}))
+	return mux
+}
+
+func startIngest(t *testing.T, s *ingestServer) string {
+	t.Helper()
+	ts := httptest.NewServer(s.handler())
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+func failFirst(n int, code connect.Code) func(context.Context, int) error {
+	return func(_ context.Context, call int) error {
+		if call <= n {
+			return connect.NewError(code, fmt.Errorf("injected failure %d", call))
+		}
+		return nil
+	}
+}
+
+var testEvent = sdk.Event{
+	Destination: "orders",
+	Customer:    "acme",
+	Lane:        "user-42",
+	Type:        "order.created",
+	Payload:     []byte(`{"order":1}`),
+}
+
+func fastRetry() sdk.Option { return sdk.WithRetry(5, time.Millisecond) }
+
+func TestPublishRetriesUnavailableWithSameKey(t *testing.T) {
+	srv := &ingestServer{fail: failFirst(1, connect.CodeUnavailable)}
+	c := sdk.New(startIngest(t, srv), fastRetry())
+
+	id, err := c.Publish(t.Context(), testEvent)
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if id != "answer-2" {
+		t.Fatalf("Publish id = %q, want the second answer %q", id, "answer-2")
+	}
+	calls, keys := srv.snapshot()
+	if calls != 2 {
+		t.Fatalf("server saw %d calls, want 2", calls)
+	}
+	if keys[0][0] == "" || keys[0][0] != keys[1][0] {
+		t.Fatalf("idempotency keys = %q then %q, want the same non-empty key twice", keys[0][0], keys[1][0])
+	}
+	k, err := uuid.Parse(keys[0][0])
+	if err != nil || k.Version() != 7 {
+		t.Fatalf("assigned key %q is not a UUIDv7 (err %v)", keys[0][0], err)
+	}
+	got := srv.requests[1]
+	if got.GetDestinationId() != "orders" || got.GetCustomerId() != "acme" || got.GetLaneKey() != "user-42" ||
+		got.GetType() != "order.created" || string(got.GetPayload()) != `{"order":1}` {
+		t.Fatalf("server received %v, want the published event", got)
+	}
+}
+
+func TestPublishKeepsCallerKey(t *testing.T) {
+	srv := &ingestServer{fail: failFirst(2, connect.CodeUnavailable)}
+	c := sdk.New(startIngest(t, srv), fastRetry())
+	e := testEvent
+	e.IdempotencyKey = "order-1-created"
+	if _, err := c.Publish(t.Context(), e); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	_, keys := srv.snapshot()
+	for i, k := range keys {
+		if k[0] != "order-1-created" {
+			t.Fatalf("call %d carried key %q, want the caller's key", i+1, k[0])
+		}
+	}
+	if len(keys) != 3 {
+		t.Fatalf("server saw %d calls, want 3", len(keys))
+	}
+}
+
+func TestPublishDistinctEventsGetDistinctKeys(t *testing.T) {
+	srv := &ingestServer{}
+	c := sdk.New(startIngest(t, srv))
+	for range 3 {
+		if _, err := c.Publish(t.Context(), testEvent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, keys := srv.snapshot()
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if seen[k[0]] {
+			t.Fatalf("key %q assigned to two different Publish calls", k[0])
+		}
+		seen[k[0]] = true
+	}
+}
+
+func TestPublishDoesNotRetryPermanentErrors(t *testing.T) {
+	for _, code := range []connect.Code{connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodeFailedPrecondition} {
+		t.Run(code.String(), func(t *testing.T) {
+			srv := &ingestServer{fail: failFirst(1, code)}
+			c := sdk.New(startIngest(t, srv), fastRetry())
+			_, err := c.Publish(t.Context(), testEvent)
+			if got := connect.CodeOf(err); got != code {
+				t.Fatalf("error code = %v (%v), want %v", got, err, code)
+			}
+			if calls, _ := srv.snapshot(); calls != 1 {
+				t.Fatalf("server saw %d calls, want 1 (no retry)", calls)
+			}
+		})
+	}
+}
+
+func TestPublishGivesUpAfterMaxAttempts(t *testing.T) {
+	srv := &ingestServer{fail: failFirst(100, connect.CodeUnavailable)}
+	c := sdk.New(startIngest(t, srv), sdk.WithRetry(3, time.Millisecond))
+	_, err := c.Publish(t.Context(), testEvent)
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("error = %v, want code Unavailable", err)
+	}
+	if calls, _ := srv.snapshot(); calls != 3 {
+		t.Fatalf("server saw %d calls, want 3", calls)
+	}
+}
+
+func TestPublishStopsWaitingWhenContextEnds(t *testing.T) {
+	srv := &ingestServer{fail: failFirst(100, connect.CodeUnavailable)}
+	c := sdk.New(startIngest(t, srv), sdk.WithRetry(5, time.Hour))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Publish(ctx, testEvent)
+		done <- err
+	}()
+	// Wait until the first try has failed, then cancel during the backoff.
+	for {
+		if calls, _ := srv.snapshot(); calls >= 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	err := <-done
+	if connect.CodeOf(err) != connect.CodeCanceled || !errors.Is(err, context.Canceled) {
+		t.Fatalf("error = %v, want code Canceled wrapping context.Canceled", err)
+	}
+	if calls, _ := srv.snapshot(); calls != 1 {
+		t.Fatalf("server saw %d calls, want 1", calls)
+	}
+}
+
+func TestPublishRetriesHungAttempt(t *testing.T) {
+	srv := &ingestServer{fail: func(ctx context.Context, call int) error {
+		if call == 1 {
+			<-ctx.Done() // hang until the client gives up on this try
+			return connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+		}
+		return nil
+	}}
+	c := sdk.New(startIngest(t, srv), fastRetry(), sdk.WithAttemptTimeout(50*time.Millisecond))
+	id, err := c.Publish(t.Context(), testEvent)
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if id != "answer-2" {
+		t.Fatalf("id = %q, want answer-2", id)
+	}
+	_, keys := srv.snapshot()
+	if keys[0][0] != keys[1][0] {
+		t.Fatalf("keys differ across tries: %q, %q", keys[0][0], keys[1][0])
+	}
+}
+
+func TestPublishRetriesDroppedConnection(t *testing.T) {
+	srv := &ingestServer{}
+	var once sync.Once
+	inner := srv.handler()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dropped := false
+		once.Do(func() {
+			// Drop the connection without an answer, as a crashing
+			// proxy or agent would.
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("hijack: %v", err)
+				return
+			}
+			conn.Close()
+			dropped = true
+		})
+		if !dropped {
+			inner.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(ts.Close)
+
+	c := sdk.New(ts.URL, fastRetry())
+	id, err := c.Publish(t.Context(), testEvent)
+	if err != nil {
+		t.Fatalf("Publish after a dropped connection: %v", err)
+	}
+	if id != "answer-1" {
+		t.Fatalf("id = %q, want answer-1 (the first call that reached the service)", id)
+	}
+}
+
+func TestPublishUnreachableIsUnavailable(t *testing.T) {
+	ts := httptest.NewServer(http.NotFoundHandler())
+	url := ts.URL
+	ts.Close() // nothing listens there any more
+	c := sdk.New(url, sdk.WithRetry(2, time.Millisecond))
+	_, err := c.Publish(t.Context(), testEvent)
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("error = %v, want code Unavailable", err)
+	}
+}
+
+func TestPublishBatchRetriesWithSameKeys(t *testing.T) {
+	srv := &ingestServer{fail: failFirst(1, connect.CodeUnavailable)}
+	c := sdk.New(startIngest(t, srv), fastRetry())
+	events := []sdk.Event{testEvent, testEvent, testEvent}
+	events[1].IdempotencyKey = "mine"
+	ids, err := c.PublishBatch(t.Context(), events)
+	if err != nil {
+		t.Fatalf("PublishBatch: %v", err)
+	}
+	want := []string{"answer-2-0", "answer-2-1", "answer-2-2"}
+	if fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Fatalf("ids = %v, want %v", ids, want)
+	}
+	_, keys := srv.snapshot()
+	if len(keys) != 2 {
+		t.Fatalf("server saw %d calls, want 2", len(keys))
+	}
+	if fmt.Sprint(keys[0]) != fmt.Sprint(keys[1]) {
+		t.Fatalf("keys changed across retries: %v then %v", keys[0], keys[1])
+	}
+	if keys[0][1] != "mine" || keys[0][0] == "" || keys[0][2] == "" || keys[0][0] == keys[0][2] {
+		t.Fatalf("keys = %v, want distinct assigned keys around the caller's \"mine\"", keys[0])
+	}
+	if events[0].IdempotencyKey != "" {
+		t.Fatalf("PublishBatch modified the caller's events")
+	}
+}
+
+func TestPublishBatchEmptySendsNothing(t *testing.T) {
+	srv := &ingestServer{}
+	c := sdk.New(startIngest(t, srv))
+	ids, err := c.PublishBatch(t.Context(), nil)
+	if err != nil || ids != nil {
+		t.Fatalf("PublishBatch(nil) = %v, %v; want nil, nil", ids, err)
+	}
+	if calls, _ := srv.snapshot(); calls != 0 {
+		t.Fatalf("server saw %d calls, want 0", calls)
+	}
+}
+
+func TestPublishBatchInvalidNotRetried(t *testing.T) {
+	srv := &ingestServer{fail: failFirst(1, connect.CodeInvalidArgument)}
+	c := sdk.New(startIngest(t, srv), fastRetry())
+	_, err := c.PublishBatch(t.Context(), []sdk.Event{testEvent})
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("error = %v, want InvalidArgument", err)
+	}
+	if calls, _ := srv.snapshot(); calls != 1 {
+		t.Fatalf("server saw %d calls, want 1", calls)
+	}
+}
+
+func TestPublishCodecs(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []sdk.Option
+		want string
+	}{
+		{"default binary protobuf", nil, "application/proto"},
+		{"proto JSON", []sdk.Option{sdk.WithProtoJSON()}, "application/json"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := &ingestServer{}
+			c := sdk.New(startIngest(t, srv), tt.opts...)
+			if _, err := c.Publish(t.Context(), testEvent); err != nil {
+				t.Fatal(err)
+			}
+			if srv.contentTypes[0] != tt.want {
+				t.Fatalf("Content-Type = %q, want %q", srv.contentTypes[0], tt.want)
+			}
+		})
+	}
+}
+
+func TestPublishGRPCOverH2C(t *testing.T) {
+	srv := &ingestServer{fail: failFirst(1, connect.CodeUnavailable)}
+	ts := httptest.NewUnstartedServer(srv.handler())
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	ts.Config.Protocols = &p
+	ts.Start()
+	t.Cleanup(ts.Close)
+
+	c := sdk.New(ts.URL, sdk.WithGRPC(), fastRetry())
+	id, err := c.Publish(t.Context(), testEvent)
+	if err != nil {
+		t.Fatalf("Publish over gRPC: %v", err)
+	}
+	if id != "answer-2" {
+		t.Fatalf("id = %q, want answer-2", id)
+	}
+	if srv.contentTypes[0] != "application/grpc" && srv.contentTypes[0] != "application/grpc+proto" {
+		t.Fatalf("Content-Type = %q, want gRPC", srv.contentTypes[0])
+	}
+	_, keys := srv.snapshot()
+	if keys[0][0] != keys[1][0] {
+		t.Fatalf("keys differ across gRPC retries")
+	}
+}
+
+func TestPublishConcurrent(t *testing.T) {
+	srv := &ingestServer{}
+	c := sdk.New(startIngest(t, srv))
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			if _, err := c.Publish(t.Context(), testEvent); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent Publish: %v", err)
+	}
+	if calls, _ := srv.snapshot(); calls != n {
+		t.Fatalf("server saw %d calls, want %d", calls, n)
+	}
+}

@@ -1,0 +1,179 @@
+package webhook_test
+
+import (
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rivora/rivora/sdk/webhook"
+)
+
+// The Standard Webhooks reference test vector.
+const (
+	vectorSecret    = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	vectorID        = "msg_p5jXN8AQM9LWM0D4loKWxJek"
+	vectorTimestamp = int64(1614265330)
+	vectorBody      = `{"test": 2432232314}`
+	vectorSignature = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+)
+
+func vectorClock() time.Time { return time.Unix(vectorTimestamp, 0) }
+
+func headers(id string, ts int64, sig string) http.Header {
+	h := http.Header{}
+	h.Set(webhook.HeaderID, id)
+	h.Set(webhook.HeaderTimestamp, strconv.FormatInt(ts, 10))
+	h.Set(webhook.HeaderSignature, sig)
+	return h
+}
+
+func vectorVerifier(t *testing.T) *webhook.Verifier {
+	t.Helper()
+	v, err := webhook.NewVerifier(vectorSecret)
+	if err != nil {
+		t.Fatalf("NewVerifier: %v", err)
+	}
+	return v.WithClock(vectorClock)
+}
+
+func TestSignMatchesStandardWebhooksVector(t *testing.T) {
+	s, err := webhook.NewSigner(vectorSecret)
+	if err != nil {
+		t.Fatalf("NewSigner: %v", err)
+	}
+	if got := s.Sign(vectorID, vectorTimestamp, []byte(vectorBody)); got != vectorSignature {
+		t.Fatalf("Sign = %q, want %q", got, vectorSignature)
+	}
+}
+
+func TestVerifyStandardWebhooksVector(t *testing.T) {
+	v := vectorVerifier(t)
+	if err := v.Verify(headers(vectorID, vectorTimestamp, vectorSignature), []byte(vectorBody)); err != nil {
+		t.Fatalf("Verify(vector) = %v, want nil", err)
+	}
+}
+
+func TestVerifyRejects(t *testing.T) {
+	other, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatalf("NewSecret: %v", err)
+	}
+	otherSigner, err := webhook.NewSigner(other)
+	if err != nil {
+		t.Fatalf("NewSigner: %v", err)
+	}
+	wrongSecretSig := otherSigner.Sign(vectorID, vectorTimestamp, []byte(vectorBody))
+
+	tests := []struct {
+		name string
+		h    http.Header
+		body string
+		want error
+	}{
+		{"tampered body", headers(vectorID, vectorTimestamp, vectorSignature), `{"test": 2432232315}`, webhook.ErrNoMatch},
+		{"tampered id", headers(vectorID+"x", vectorTimestamp, vectorSignature), vectorBody, webhook.ErrNoMatch},
+		{"wrong secret", headers(vectorID, vectorTimestamp, wrongSecretSig), vectorBody, webhook.ErrNoMatch},
+		{"unknown version only", headers(vectorID, vectorTimestamp, strings.Replace(vectorSignature, "v1,", "v2,", 1)), vectorBody, webhook.ErrNoMatch},
+		{"garbage signature", headers(vectorID, vectorTimestamp, "v1,!!!not-base64"), vectorBody, webhook.ErrNoMatch},
+		{"stale timestamp", headers(vectorID, vectorTimestamp-int64(webhook.DefaultTolerance/time.Second)-1, vectorSignature), vectorBody, webhook.ErrInvalidTimestamp},
+		{"future timestamp", headers(vectorID, vectorTimestamp+int64(webhook.DefaultTolerance/time.Second)+1, vectorSignature), vectorBody, webhook.ErrInvalidTimestamp},
+		{"timestamp not a number", func() http.Header {
+			h := headers(vectorID, 0, vectorSignature)
+			h.Set(webhook.HeaderTimestamp, "yesterday")
+			return h
+		}(), vectorBody, webhook.ErrInvalidTimestamp},
+		{"missing id", func() http.Header {
+			h := headers(vectorID, vectorTimestamp, vectorSignature)
+			h.Del(webhook.HeaderID)
+			return h
+		}(), vectorBody, webhook.ErrMissingHeaders},
+		{"missing signature", func() http.Header {
+			h := headers(vectorID, vectorTimestamp, vectorSignature)
+			h.Del(webhook.HeaderSignature)
+			return h
+		}(), vectorBody, webhook.ErrMissingHeaders},
+	}
+	v := vectorVerifier(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := v.Verify(tt.h, []byte(tt.body))
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Verify = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestVerifyRealClockRejectsOldVector(t *testing.T) {
+	v, err := webhook.NewVerifier(vectorSecret)
+	if err != nil {
+		t.Fatalf("NewVerifier: %v", err)
+	}
+	err = v.Verify(headers(vectorID, vectorTimestamp, vectorSignature), []byte(vectorBody))
+	if !errors.Is(err, webhook.ErrInvalidTimestamp) {
+		t.Fatalf("Verify with the real clock = %v, want ErrInvalidTimestamp", err)
+	}
+	// A wide enough tolerance accepts it again.
+	wide := v.WithTolerance(time.Since(vectorClock()) + time.Hour)
+	if err := wide.Verify(headers(vectorID, vectorTimestamp, vectorSignature), []byte(vectorBody)); err != nil {
+		t.Fatalf("Verify with wide tolerance = %v", err)
+	}
+}
+
+func TestVerifyAcceptsAnyMatchDuringRotation(t *testing.T) {
+	old, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldSigner, err := webhook.NewSigner(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigs := oldSigner.Sign(vectorID, vectorTimestamp, []byte(vectorBody)) + " v2,abc " + vectorSignature
+	if err := vectorVerifier(t).Verify(headers(vectorID, vectorTimestamp, sigs), []byte(vectorBody)); err != nil {
+		t.Fatalf("Verify with rotated signatures = %v", err)
+	}
+}
+
+func TestNewSecretRoundTrip(t *testing.T) {
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := webhook.Key(secret)
+	if err != nil {
+		t.Fatalf("Key(NewSecret()) = %v", err)
+	}
+	if len(key) != 32 {
+		t.Fatalf("key is %d bytes, want 32", len(key))
+	}
+	s, err := webhook.NewSigner(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := webhook.NewVerifier(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Unix()
+	body := []byte(`{"ok":true}`)
+	if err := v.Verify(headers("evt_1", now, s.Sign("evt_1", now, body)), body); err != nil {
+		t.Fatalf("Verify(fresh signature) = %v", err)
+	}
+}
+
+func TestKeyRejectsMalformedSecrets(t *testing.T) {
+	short := webhook.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("short"))
+	for _, secret := range []string{"", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_***", short} {
+		if _, err := webhook.Key(secret); err == nil {
+			t.Errorf("Key(%q) = nil error, want an error", secret)
+		}
+		if _, err := webhook.NewVerifier(secret); err == nil {
+			t.Errorf("NewVerifier(%q) = nil error, want an error", secret)
+		}
+	}
+}
