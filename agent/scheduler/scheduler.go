@@ -118,6 +118,9 @@ type destination struct {
 	due        int
 	pending    int
 	inRing     bool
+	// dropped: DropPartition forgot this destination; outcomes of its
+	// attempts still in flight must not put its lanes back in play.
+	dropped bool
 }
 
 // Scheduler is safe for concurrent use. Run dispatches attempts on the
@@ -304,7 +307,7 @@ func (s *Scheduler) leaveRing(d *destination) {
 
 // schedule puts an idle lane with entries where it belongs.
 func (s *Scheduler) schedule(l *Lane, now time.Time) {
-	if len(l.entries) == 0 {
+	if len(l.entries) == 0 || l.dest.dropped {
 		return
 	}
 	if l.head.NotBefore.After(now) {
@@ -423,6 +426,9 @@ type Outcome struct {
 func (s *Scheduler) advance(a *Attempt) Outcome {
 	l, d := a.Lane, a.Lane.dest
 	d.inFlight--
+	if d.dropped {
+		return Outcome{}
+	}
 	l.entries = l.entries[1:]
 	d.pending--
 	l.head = Head{}
@@ -518,6 +524,7 @@ func (s *Scheduler) DropPartition(p int) {
 		if d.inRing {
 			s.leaveRing(d)
 		}
+		d.dropped = true
 		for _, l := range d.lanes {
 			if l.state == laneWaiting {
 				heap.Remove(&s.waiting, l.heapIdx)
