@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/agent/clock"
@@ -126,6 +127,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 			return fail(err)
 		}
 		a.partitions = append(a.partitions, part)
+	}
+	if err := registerMetrics(a.sched); err != nil {
+		return fail(err)
 	}
 	log.Info("partitions opened", "partitions", cfg.Partitions, "took", time.Since(start).Round(time.Millisecond))
 	return a, nil
@@ -230,9 +234,57 @@ func (a *Agent) ApplyDestinations(list []*rivorav1.Destination) error {
 		return err
 	}
 	for _, d := range dests {
-		a.sched.SetLimits(d.ID, lanes.Partition(d.ID, a.cfg.Partitions), d.Limits)
+		p := lanes.Partition(d.ID, a.cfg.Partitions)
+		a.sched.SetLimits(d.ID, p, d.Limits)
+		a.sched.SetClass(d.ID, p, d.Class)
+		a.sched.SetWeights(d.ID, p, d.Weights)
 	}
 	return nil
+}
+
+// Health reports destinations' budgets and backlogs ("" = all).
+func (a *Agent) Health(_ context.Context, destinationID string) ([]*rivorav1.DestinationHealth, error) {
+	var out []*rivorav1.DestinationHealth
+	for _, snap := range a.sched.Snapshot(destinationID) {
+		if !snap.Configured && snap.Pending == 0 {
+			continue
+		}
+		out = append(out, healthToProto(snap))
+	}
+	return out, nil
+}
+
+func healthToProto(s scheduler.DestinationSnapshot) *rivorav1.DestinationHealth {
+	h := &rivorav1.DestinationHealth{
+		DestinationId:  s.ID,
+		State:          s.State.String(),
+		ConfiguredRate: s.ConfiguredRate,
+		CurrentRate:    s.CurrentRate,
+		Tokens:         s.Tokens,
+		InFlight:       int32(s.InFlight),
+		MaxInFlight:    int32(s.MaxInFlight),
+		PendingEvents:  int64(s.Pending),
+		PriorityClass:  destinations.ClassToProto(s.Class),
+	}
+	if !s.Configured {
+		h.State = "unconfigured"
+	}
+	for _, c := range s.Customers {
+		h.Customers = append(h.Customers, &rivorav1.CustomerBacklog{
+			CustomerId: c.ID, Weight: c.Weight, DueLanes: int64(c.DueLanes), WaitingLanes: int64(c.WaitingLanes),
+			InFlight: int64(c.InFlight), PendingEvents: int64(c.Pending),
+		})
+	}
+	for _, st := range s.LastStatuses {
+		h.LastStatuses = append(h.LastStatuses, int32(st))
+	}
+	if t := s.LastTransition; t != nil {
+		h.LastTransition = &rivorav1.HealthTransition{At: timestamppb.New(t.At), From: t.From.String(), To: t.To.String(), Cause: t.Cause}
+	}
+	if !s.HoldUntil.IsZero() && s.HoldUntil.After(time.Now()) {
+		h.HoldUntil = timestamppb.New(s.HoldUntil)
+	}
+	return h
 }
 
 // Pending is the number of events of a destination not yet delivered or

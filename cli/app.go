@@ -111,6 +111,7 @@ API. Start one locally with ` + "`rivora dev`" + `, then:
 			e.destinationsCommand(),
 			e.publishCommand(),
 			e.eventsCommand(),
+			e.priorityCommand(),
 		},
 		Before:      e.before,
 		Action:      rootAction,

@@ -38,6 +38,7 @@ timeout, in-flight cap). Unset limits use the server's defaults.
 			e.destinationsGet(),
 			e.destinationsUpdate(),
 			e.destinationsDelete(),
+			e.destinationsHealth(),
 		},
 	}
 }

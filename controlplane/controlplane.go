@@ -29,6 +29,8 @@ type Fleet interface {
 	Pending(ctx context.Context, destinationID string) (int64, error)
 	// ArchivePending dead-letters them (reason "deleted").
 	ArchivePending(ctx context.Context, destinationID string) (int64, error)
+	// Health reports destinations' budgets and backlogs ("" = all).
+	Health(ctx context.Context, destinationID string) ([]*rivorav1.DestinationHealth, error)
 }
 
 // Default limits of a destination.
@@ -95,7 +97,7 @@ func (cp *ControlPlane) CreateDestination(ctx context.Context, req *connect.Requ
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	now := timestamppb.New(cp.now())
-	d := &rivorav1.Destination{Id: m.GetId(), Url: m.GetUrl(), Secret: secret, Limits: limits, CreatedAt: now, UpdatedAt: now}
+	d := &rivorav1.Destination{Id: m.GetId(), Url: m.GetUrl(), Secret: secret, Limits: limits, CreatedAt: now, UpdatedAt: now, PriorityClass: rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL}
 	version, dests, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
 		if _, exists := all[d.Id]; exists {
 			return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("destination %q already exists; change it with `rivoractl destinations update %s`", d.Id, d.Id))
@@ -216,6 +218,66 @@ func (cp *ControlPlane) DeleteDestination(ctx context.Context, req *connect.Requ
 	}
 	cp.log.Info("destination deleted", "destination", id, "archived", archived, "version", version)
 	return connect.NewResponse(&rivorav1.DeleteDestinationResponse{Archived: archived}), nil
+}
+
+func (cp *ControlPlane) SetPriority(ctx context.Context, req *connect.Request[rivorav1.SetPriorityRequest]) (*connect.Response[rivorav1.SetPriorityResponse], error) {
+	m := req.Msg
+	setsClass := m.GetClass() != rivorav1.PriorityClass_PRIORITY_CLASS_UNSPECIFIED
+	setsWeight := m.Weight != nil
+	if !setsClass && !setsWeight {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("nothing to change: set a class, or a customer and its weight"))
+	}
+	if setsWeight {
+		if err := validateID(m.GetCustomerId()); err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("customer: %w", err))
+		}
+		if w := m.GetWeight(); !(w >= 0.01 && w <= 10_000) {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("weight must be between 0.01 and 10000, got %v", w))
+		}
+	} else if m.GetCustomerId() != "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("a customer needs a weight"))
+	}
+	var updated *rivorav1.Destination
+	version, dests, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
+		d, ok := all[m.GetDestinationId()]
+		if !ok {
+			return notFound(m.GetDestinationId())
+		}
+		if setsClass {
+			d.PriorityClass = m.GetClass()
+		}
+		if setsWeight {
+			if d.CustomerWeights == nil {
+				d.CustomerWeights = make(map[string]float64)
+			}
+			d.CustomerWeights[m.GetCustomerId()] = m.GetWeight()
+		}
+		d.UpdatedAt = timestamppb.New(cp.now())
+		updated = d
+		return nil
+	})
+	if err != nil {
+		return nil, asConnect(err)
+	}
+	if err := cp.push(version, dests); err != nil {
+		return nil, err
+	}
+	cp.log.Info("priority set", "destination", updated.GetId(), "class", m.GetClass().String(), "customer", m.GetCustomerId(), "weight", m.GetWeight(), "version", version)
+	return connect.NewResponse(&rivorav1.SetPriorityResponse{Destination: updated}), nil
+}
+
+func (cp *ControlPlane) GetDestinationHealth(ctx context.Context, req *connect.Request[rivorav1.GetDestinationHealthRequest]) (*connect.Response[rivorav1.GetDestinationHealthResponse], error) {
+	id := req.Msg.GetDestinationId()
+	if id != "" {
+		if _, ok := cp.store.Get(id); !ok {
+			return nil, notFound(id)
+		}
+	}
+	health, err := cp.fleet.Health(ctx, id)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	return connect.NewResponse(&rivorav1.GetDestinationHealthResponse{Destinations: health}), nil
 }
 
 func notFound(id string) error {

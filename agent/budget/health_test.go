@@ -98,7 +98,7 @@ func TestParkedProbesOncePerSecondThenRecovers(t *testing.T) {
 func TestAdditiveIncrease(t *testing.T) {
 	b := budget.NewBudget(400, 400, budget.DefaultAIMD(), at(0))
 	b.Throttled(at(0), 0, "HTTP 429") // 200
-	b.Succeeded(at(500)) // within a second of the cut: no raise yet
+	b.Succeeded(at(500))              // within a second of the cut: no raise yet
 	if got := b.Rate(); got != 200 {
 		t.Fatalf("rate raised within a second of the cut: %v", got)
 	}

@@ -23,6 +23,9 @@ type Destination struct {
 	Timeout time.Duration
 	Retry   retry.Policy
 	Limits  scheduler.Limits
+	Class   scheduler.Class
+	// Weights are customers' shares of the budget (unlisted: 1).
+	Weights map[string]float64
 }
 
 // Endpoint is where and how one customer's events for a destination go.
@@ -108,5 +111,30 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 			Burst:         int(lim.GetBurst()),
 			MaxInFlight:   int(lim.GetMaxInFlight()),
 		},
+		Class:   classFromProto(pb.GetPriorityClass()),
+		Weights: pb.GetCustomerWeights(),
 	}, nil
+}
+
+func classFromProto(c rivorav1.PriorityClass) scheduler.Class {
+	switch c {
+	case rivorav1.PriorityClass_PRIORITY_CLASS_HIGH:
+		return scheduler.High
+	case rivorav1.PriorityClass_PRIORITY_CLASS_LOW:
+		return scheduler.Low
+	default:
+		return scheduler.Normal
+	}
+}
+
+// ClassToProto is the API form of a priority class.
+func ClassToProto(c scheduler.Class) rivorav1.PriorityClass {
+	switch c {
+	case scheduler.High:
+		return rivorav1.PriorityClass_PRIORITY_CLASS_HIGH
+	case scheduler.Low:
+		return rivorav1.PriorityClass_PRIORITY_CLASS_LOW
+	default:
+		return rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL
+	}
 }

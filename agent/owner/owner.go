@@ -316,12 +316,13 @@ func scan(ctx context.Context, st jetstream.Stream, fn func(jetstream.Msg) error
 
 func headFromProto(h *rivorav1.LaneHead) scheduler.Head {
 	return scheduler.Head{
-		Attempts:       int(h.GetAttempts()),
-		NotBefore:      h.GetNotBefore().AsTime(),
-		LastStatus:     int(h.GetLastStatus()),
-		LastError:      h.GetLastError(),
-		FirstAttemptAt: h.GetFirstAttemptAt().AsTime(),
-		LastAttemptAt:  h.GetLastAttemptAt().AsTime(),
+		Attempts:          int(h.GetAttempts()),
+		NotBefore:         h.GetNotBefore().AsTime(),
+		LastStatus:        int(h.GetLastStatus()),
+		LastError:         h.GetLastError(),
+		FirstAttemptAt:    h.GetFirstAttemptAt().AsTime(),
+		LastAttemptAt:     h.GetLastAttemptAt().AsTime(),
+		HeldByDestination: h.GetHeldByDestination(),
 	}
 }
 
@@ -470,6 +471,12 @@ func (o *Partition) Complete(ctx context.Context, a *scheduler.Attempt, ev *rivo
 		Duration:   durationpb.New(res.Duration),
 	}
 	attemptsTotal.WithLabelValues(ev.GetDestinationId(), statusClass(res)).Inc()
+	fault := destinationFault(res)
+	cause := ""
+	if res.Err != nil {
+		cause = res.Err.Error()
+	}
+	o.deps.Scheduler.Observe(a, res.Status, fault, res.RetryAfter, cause)
 	if res.OK() {
 		out := o.deps.Scheduler.Succeeded(a)
 		o.afterAdvance(a, out)
@@ -477,11 +484,20 @@ func (o *Partition) Complete(ctx context.Context, a *scheduler.Attempt, ev *rivo
 		return
 	}
 	attempt.Error = res.Err.Error()
+	if a.EarlyProbe && fault {
+		// A probe of a parked destination, made before this event's own
+		// retry time: the destination is still down; the event keeps its
+		// attempts and its schedule.
+		o.deps.History.Record(outcome(ev, rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, attempt))
+		o.deps.Scheduler.Retry(a, a.Head)
+		return
+	}
 	head := a.Head
 	head.Attempts = a.Number
 	head.LastStatus = res.Status
 	head.LastError = attempt.Error
 	head.LastAttemptAt = now
+	head.HeldByDestination = fault
 	if head.FirstAttemptAt.IsZero() {
 		head.FirstAttemptAt = a.StartedAt
 	}
@@ -511,14 +527,15 @@ func (o *Partition) Skip(a *scheduler.Attempt, err error) {
 
 func (o *Partition) retryLater(ctx context.Context, a *scheduler.Attempt, head scheduler.Head) {
 	rec := &rivorav1.LaneHead{
-		Seq:            a.Entry.Seq,
-		EventId:        a.Entry.EventID,
-		Attempts:       int32(head.Attempts),
-		NotBefore:      timestamppb.New(head.NotBefore),
-		LastStatus:     int32(head.LastStatus),
-		LastError:      head.LastError,
-		FirstAttemptAt: timestamppb.New(head.FirstAttemptAt),
-		LastAttemptAt:  timestamppb.New(head.LastAttemptAt),
+		Seq:               a.Entry.Seq,
+		EventId:           a.Entry.EventID,
+		Attempts:          int32(head.Attempts),
+		NotBefore:         timestamppb.New(head.NotBefore),
+		LastStatus:        int32(head.LastStatus),
+		LastError:         head.LastError,
+		FirstAttemptAt:    timestamppb.New(head.FirstAttemptAt),
+		LastAttemptAt:     timestamppb.New(head.LastAttemptAt),
+		HeldByDestination: head.HeldByDestination,
 	}
 	if err := o.writeLedger(ctx, a.Lane.ID.HeadSubject(o.p), rec); err != nil {
 		// The retry still happens; after a crash this attempt would not be
@@ -639,6 +656,21 @@ func outcome(ev *rivorav1.Event, kind rivorav1.EventOutcome_Kind, a *rivorav1.At
 		Kind: kind, EventId: ev.GetEventId(), DestinationId: ev.GetDestinationId(), CustomerId: ev.GetCustomerId(),
 		LaneKey: ev.GetLaneKey(), Type: ev.GetType(), AcceptedAt: ev.GetAcceptedAt(), Attempt: a,
 	}
+}
+
+// destinationFault tells failures that are the destination's (it is down,
+// slow or throttling: they cost its budget) from failures that are the
+// event's (a 4xx other than 408, 409, 425 and 429: the event will exhaust).
+func destinationFault(res delivery.Result) bool {
+	switch s := res.Status; {
+	case res.OK():
+		return false
+	case s == 0, s >= 500:
+		return true
+	case s == 408, s == 409, s == 425, s == 429:
+		return true
+	}
+	return false
 }
 
 func statusClass(res delivery.Result) string {

@@ -47,6 +47,10 @@ type Head struct {
 	LastError      string
 	FirstAttemptAt time.Time
 	LastAttemptAt  time.Time
+	// HeldByDestination: the last failure was the destination's (throttled,
+	// down), not the event's; when the destination recovers the lane goes
+	// at once instead of waiting out its own backoff.
+	HeldByDestination bool
 }
 
 // Limits are the scheduler's share of a destination's limits.
@@ -56,6 +60,19 @@ type Limits struct {
 	MaxInFlight   int
 }
 
+// Class is a destination's priority class: due attempts of a higher class
+// are handed out first. Budgets still bound every destination, so a high
+// class cannot take more than its own budget.
+type Class int
+
+// Priority classes, highest first.
+const (
+	High Class = iota
+	Normal
+	Low
+	numClasses
+)
+
 // Attempt is a lane head handed to a delivery worker.
 type Attempt struct {
 	Lane      *Lane
@@ -63,6 +80,11 @@ type Attempt struct {
 	Head      Head // state before this attempt
 	Number    int  // 1-based attempt number
 	StartedAt time.Time
+	// EarlyProbe: the destination is parked and this lane was taken before
+	// its own retry time to probe whether the destination is back. If the
+	// probe fails for the destination's reasons, the event is not charged
+	// an attempt: report it with Retry(a, a.Head).
+	EarlyProbe bool
 }
 
 type laneState int
@@ -108,7 +130,9 @@ type destination struct {
 	partition  int
 	configured bool
 	limits     Limits
-	budget     *budget.Bucket
+	budget     *budget.Budget
+	class      Class
+	statuses   statusRing // last attempt statuses
 	inFlight   int
 	lanes      map[string]*Lane
 	customers  map[string]*customer
@@ -133,6 +157,7 @@ type Scheduler struct {
 	mu      sync.Mutex
 	dests   map[string]*destination
 	ring    []*destination // destinations with due lanes
+	parked  map[*destination]bool
 	rr      int
 	waiting laneHeap
 }
@@ -140,10 +165,11 @@ type Scheduler struct {
 // New returns an empty scheduler.
 func New(clk clock.Clock) *Scheduler {
 	return &Scheduler{
-		clock: clk,
-		kick:  make(chan struct{}, 1),
-		out:   make(chan *Attempt),
-		dests: make(map[string]*destination),
+		clock:  clk,
+		kick:   make(chan struct{}, 1),
+		out:    make(chan *Attempt),
+		dests:  make(map[string]*destination),
+		parked: make(map[*destination]bool),
 	}
 }
 
@@ -218,10 +244,53 @@ func (s *Scheduler) pick(now time.Time) (*Attempt, time.Duration) {
 	if s.waiting.Len() > 0 {
 		soonest(s.waiting[0].head.NotBefore.Sub(now))
 	}
+	for class := High; class < numClasses; class++ {
+		if a := s.pickClass(now, class, soonest); a != nil {
+			return a, 0
+		}
+	}
+	if a := s.pickProbe(now, soonest); a != nil {
+		return a, 0
+	}
+	return nil, wait
+}
+
+// pickProbe takes, for a parked destination with nothing due, the held
+// lane that would retry first, so that one probe per second finds out
+// when the destination is back even while every lane is in backoff.
+func (s *Scheduler) pickProbe(now time.Time, soonest func(time.Duration)) *Attempt {
+	for d := range s.parked {
+		if d.inRing || !d.configured || d.dropped || d.inFlight >= d.limits.MaxInFlight || d.budget.State() != budget.Parked {
+			continue
+		}
+		var probe *Lane
+		for _, l := range d.lanes {
+			if l.state == laneWaiting && l.head.HeldByDestination && (probe == nil || l.head.NotBefore.Before(probe.head.NotBefore)) {
+				probe = l
+			}
+		}
+		if probe == nil {
+			continue
+		}
+		if !d.budget.Take(now) {
+			soonest(d.budget.Wait(now))
+			continue
+		}
+		heap.Remove(&s.waiting, probe.heapIdx)
+		probe.state = laneInFlight
+		d.inFlight++
+		return &Attempt{Lane: probe, Entry: probe.entries[0], Head: probe.head, Number: probe.head.Attempts + 1, StartedAt: now, EarlyProbe: true}
+	}
+	return nil
+}
+
+// pickClass hands out the next attempt among due destinations of one
+// class, round robin.
+func (s *Scheduler) pickClass(now time.Time, class Class, soonest func(time.Duration)) *Attempt {
 	for i := 0; i < len(s.ring); i++ {
 		idx := (s.rr + i) % len(s.ring)
 		d := s.ring[idx]
-		if !d.configured || d.inFlight >= d.limits.MaxInFlight {
+		if d.class != class || !d.configured || d.inFlight >= d.limits.MaxInFlight {
 			continue
 		}
 		if !d.budget.Take(now) {
@@ -235,9 +304,9 @@ func (s *Scheduler) pick(now time.Time) (*Attempt, time.Duration) {
 		}
 		l.state = laneInFlight
 		d.inFlight++
-		return &Attempt{Lane: l, Entry: l.entries[0], Head: l.head, Number: l.head.Attempts + 1, StartedAt: now}, 0
+		return &Attempt{Lane: l, Entry: l.entries[0], Head: l.head, Number: l.head.Attempts + 1, StartedAt: now}
 	}
-	return nil, wait
+	return nil
 }
 
 // nextLane picks by deficit round robin over customers with due lanes.
@@ -322,6 +391,7 @@ func (s *Scheduler) destination(id string, partition int) *destination {
 	d := s.dests[id]
 	if d == nil {
 		d = &destination{
+			class:     Normal,
 			id:        id,
 			partition: partition,
 			lanes:     make(map[string]*Lane),
@@ -363,13 +433,82 @@ func (s *Scheduler) SetLimits(destinationID string, partition int, lim Limits) {
 	d := s.destination(destinationID, partition)
 	lim.MaxInFlight = max(lim.MaxInFlight, 1)
 	if d.budget == nil {
-		d.budget = budget.New(lim.RatePerSecond, lim.Burst, now)
+		d.budget = budget.NewBudget(lim.RatePerSecond, lim.Burst, budget.DefaultAIMD(), now)
 	} else {
 		d.budget.SetLimits(lim.RatePerSecond, lim.Burst, now)
 	}
 	d.limits = lim
 	d.configured = true
 	s.wake()
+}
+
+// SetClass sets a destination's priority class.
+func (s *Scheduler) SetClass(destinationID string, partition int, class Class) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.destination(destinationID, partition).class = min(max(class, High), Low)
+	s.wake()
+}
+
+// SetWeights replaces a destination's customer weights (unlisted: 1).
+func (s *Scheduler) SetWeights(destinationID string, partition int, weights map[string]float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.destination(destinationID, partition)
+	d.weights = make(map[string]float64, len(weights))
+	for c, w := range weights {
+		d.weights[c] = max(w, 0.01)
+	}
+	for id, c := range d.customers {
+		if w, ok := d.weights[id]; ok {
+			c.weight = w
+		} else {
+			c.weight = 1
+		}
+	}
+	s.wake()
+}
+
+// Observe feeds one attempt's result into its destination's budget:
+// status is the HTTP status (0: no response); destinationFault marks
+// failures that are the destination's (429, 408, 5xx, timeouts, connection
+// errors) as opposed to the event's (other 4xx). Call it before Succeeded,
+// Retry or Dead. When the destination recovers, lanes held back only by its
+// failures become due at once, paced by the budget.
+func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retryAfter time.Duration, cause string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := a.Lane.dest
+	if d.dropped || d.budget == nil {
+		return
+	}
+	d.statuses.add(status)
+	now := s.clock.Now()
+	switch {
+	case status >= 200 && status < 300:
+		if d.budget.Succeeded(now) {
+			s.releaseHeld(d, now)
+		}
+	case destinationFault:
+		d.budget.Throttled(now, retryAfter, cause)
+	}
+	if d.budget.State() == budget.Parked {
+		s.parked[d] = true
+	} else {
+		delete(s.parked, d)
+	}
+	s.wake()
+}
+
+// releaseHeld makes due every waiting lane of d held by d's failures.
+func (s *Scheduler) releaseHeld(d *destination, now time.Time) {
+	for _, l := range d.lanes {
+		if l.state == laneWaiting && l.head.HeldByDestination {
+			heap.Remove(&s.waiting, l.heapIdx)
+			l.head.NotBefore = now
+			s.makeDue(l)
+		}
+	}
 }
 
 // SetWeight sets a customer's share of a destination (default 1).
@@ -525,6 +664,7 @@ func (s *Scheduler) DropPartition(p int) {
 			s.leaveRing(d)
 		}
 		d.dropped = true
+		delete(s.parked, d)
 		for _, l := range d.lanes {
 			if l.state == laneWaiting {
 				heap.Remove(&s.waiting, l.heapIdx)
@@ -664,4 +804,26 @@ func (h *laneHeap) Pop() any {
 	*h = old[:len(old)-1]
 	l.heapIdx = -1
 	return l
+}
+
+// statusRing keeps a destination's last attempt statuses.
+type statusRing struct {
+	buf  [16]int
+	n    int
+	next int
+}
+
+func (r *statusRing) add(status int) {
+	r.buf[r.next] = status
+	r.next = (r.next + 1) % len(r.buf)
+	r.n = min(r.n+1, len(r.buf))
+}
+
+// list returns the statuses oldest first.
+func (r *statusRing) list() []int {
+	out := make([]int, 0, r.n)
+	for i := range r.n {
+		out = append(out, r.buf[(r.next-r.n+i+len(r.buf))%len(r.buf)])
+	}
+	return out
 }

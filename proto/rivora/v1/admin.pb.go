@@ -23,6 +23,60 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// PriorityClass orders destinations for the delivery workers: due attempts
+// of a higher class go first; budgets still bound each destination.
+type PriorityClass int32
+
+const (
+	PriorityClass_PRIORITY_CLASS_UNSPECIFIED PriorityClass = 0
+	PriorityClass_PRIORITY_CLASS_HIGH        PriorityClass = 1
+	PriorityClass_PRIORITY_CLASS_NORMAL      PriorityClass = 2
+	PriorityClass_PRIORITY_CLASS_LOW         PriorityClass = 3
+)
+
+// Enum value maps for PriorityClass.
+var (
+	PriorityClass_name = map[int32]string{
+		0: "PRIORITY_CLASS_UNSPECIFIED",
+		1: "PRIORITY_CLASS_HIGH",
+		2: "PRIORITY_CLASS_NORMAL",
+		3: "PRIORITY_CLASS_LOW",
+	}
+	PriorityClass_value = map[string]int32{
+		"PRIORITY_CLASS_UNSPECIFIED": 0,
+		"PRIORITY_CLASS_HIGH":        1,
+		"PRIORITY_CLASS_NORMAL":      2,
+		"PRIORITY_CLASS_LOW":         3,
+	}
+)
+
+func (x PriorityClass) Enum() *PriorityClass {
+	p := new(PriorityClass)
+	*p = x
+	return p
+}
+
+func (x PriorityClass) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PriorityClass) Descriptor() protoreflect.EnumDescriptor {
+	return file_rivora_v1_admin_proto_enumTypes[0].Descriptor()
+}
+
+func (PriorityClass) Type() protoreflect.EnumType {
+	return &file_rivora_v1_admin_proto_enumTypes[0]
+}
+
+func (x PriorityClass) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PriorityClass.Descriptor instead.
+func (PriorityClass) EnumDescriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
 // Limits bound how Rivora treats one destination. A zero field means "use
 // the default".
 type Limits struct {
@@ -123,11 +177,16 @@ type Destination struct {
 	// secret signs deliveries (Standard Webhooks, "whsec_" + base64 key).
 	Secret string `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"`
 	// limits are the effective limits (defaults filled in).
-	Limits        *Limits                `protobuf:"bytes,4,opt,name=limits,proto3" json:"limits,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Limits    *Limits                `protobuf:"bytes,4,opt,name=limits,proto3" json:"limits,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// priority_class orders destinations (default normal).
+	PriorityClass PriorityClass `protobuf:"varint,7,opt,name=priority_class,json=priorityClass,proto3,enum=rivora.v1.PriorityClass" json:"priority_class,omitempty"`
+	// customer_weights share the destination's budget among customers with
+	// due events (deficit round robin); a customer not listed has weight 1.
+	CustomerWeights map[string]float64 `protobuf:"bytes,8,rep,name=customer_weights,json=customerWeights,proto3" json:"customer_weights,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Destination) Reset() {
@@ -198,6 +257,20 @@ func (x *Destination) GetCreatedAt() *timestamppb.Timestamp {
 func (x *Destination) GetUpdatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *Destination) GetPriorityClass() PriorityClass {
+	if x != nil {
+		return x.PriorityClass
+	}
+	return PriorityClass_PRIORITY_CLASS_UNSPECIFIED
+}
+
+func (x *Destination) GetCustomerWeights() map[string]float64 {
+	if x != nil {
+		return x.CustomerWeights
 	}
 	return nil
 }
@@ -742,6 +815,508 @@ func (x *DeleteDestinationResponse) GetArchived() int64 {
 	return 0
 }
 
+type SetPriorityRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	// class, when set, changes the destination's priority class.
+	Class PriorityClass `protobuf:"varint,2,opt,name=class,proto3,enum=rivora.v1.PriorityClass" json:"class,omitempty"`
+	// customer_id and weight, when set, change one customer's weight (> 0).
+	CustomerId    string   `protobuf:"bytes,3,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
+	Weight        *float64 `protobuf:"fixed64,4,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPriorityRequest) Reset() {
+	*x = SetPriorityRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPriorityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPriorityRequest) ProtoMessage() {}
+
+func (x *SetPriorityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPriorityRequest.ProtoReflect.Descriptor instead.
+func (*SetPriorityRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetPriorityRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *SetPriorityRequest) GetClass() PriorityClass {
+	if x != nil {
+		return x.Class
+	}
+	return PriorityClass_PRIORITY_CLASS_UNSPECIFIED
+}
+
+func (x *SetPriorityRequest) GetCustomerId() string {
+	if x != nil {
+		return x.CustomerId
+	}
+	return ""
+}
+
+func (x *SetPriorityRequest) GetWeight() float64 {
+	if x != nil && x.Weight != nil {
+		return *x.Weight
+	}
+	return 0
+}
+
+type SetPriorityResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPriorityResponse) Reset() {
+	*x = SetPriorityResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPriorityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPriorityResponse) ProtoMessage() {}
+
+func (x *SetPriorityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPriorityResponse.ProtoReflect.Descriptor instead.
+func (*SetPriorityResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SetPriorityResponse) GetDestination() *Destination {
+	if x != nil {
+		return x.Destination
+	}
+	return nil
+}
+
+type GetDestinationHealthRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// destination_id selects one destination; empty means all.
+	DestinationId string `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDestinationHealthRequest) Reset() {
+	*x = GetDestinationHealthRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDestinationHealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDestinationHealthRequest) ProtoMessage() {}
+
+func (x *GetDestinationHealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDestinationHealthRequest.ProtoReflect.Descriptor instead.
+func (*GetDestinationHealthRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetDestinationHealthRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+type GetDestinationHealthResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Destinations  []*DestinationHealth   `protobuf:"bytes,1,rep,name=destinations,proto3" json:"destinations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDestinationHealthResponse) Reset() {
+	*x = GetDestinationHealthResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDestinationHealthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDestinationHealthResponse) ProtoMessage() {}
+
+func (x *GetDestinationHealthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDestinationHealthResponse.ProtoReflect.Descriptor instead.
+func (*GetDestinationHealthResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GetDestinationHealthResponse) GetDestinations() []*DestinationHealth {
+	if x != nil {
+		return x.Destinations
+	}
+	return nil
+}
+
+// HealthTransition is one change of a destination's health state.
+type HealthTransition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	From          string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	Cause         string                 `protobuf:"bytes,4,opt,name=cause,proto3" json:"cause,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthTransition) Reset() {
+	*x = HealthTransition{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthTransition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthTransition) ProtoMessage() {}
+
+func (x *HealthTransition) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthTransition.ProtoReflect.Descriptor instead.
+func (*HealthTransition) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *HealthTransition) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *HealthTransition) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *HealthTransition) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *HealthTransition) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
+// CustomerBacklog is one customer's pending events on one destination.
+type CustomerBacklog struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	CustomerId string                 `protobuf:"bytes,1,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
+	Weight     float64                `protobuf:"fixed64,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	// due: lanes whose head may go now; waiting: lanes waiting for a retry.
+	DueLanes      int64 `protobuf:"varint,3,opt,name=due_lanes,json=dueLanes,proto3" json:"due_lanes,omitempty"`
+	WaitingLanes  int64 `protobuf:"varint,4,opt,name=waiting_lanes,json=waitingLanes,proto3" json:"waiting_lanes,omitempty"`
+	InFlight      int64 `protobuf:"varint,5,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	PendingEvents int64 `protobuf:"varint,6,opt,name=pending_events,json=pendingEvents,proto3" json:"pending_events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CustomerBacklog) Reset() {
+	*x = CustomerBacklog{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CustomerBacklog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CustomerBacklog) ProtoMessage() {}
+
+func (x *CustomerBacklog) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CustomerBacklog.ProtoReflect.Descriptor instead.
+func (*CustomerBacklog) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CustomerBacklog) GetCustomerId() string {
+	if x != nil {
+		return x.CustomerId
+	}
+	return ""
+}
+
+func (x *CustomerBacklog) GetWeight() float64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *CustomerBacklog) GetDueLanes() int64 {
+	if x != nil {
+		return x.DueLanes
+	}
+	return 0
+}
+
+func (x *CustomerBacklog) GetWaitingLanes() int64 {
+	if x != nil {
+		return x.WaitingLanes
+	}
+	return 0
+}
+
+func (x *CustomerBacklog) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *CustomerBacklog) GetPendingEvents() int64 {
+	if x != nil {
+		return x.PendingEvents
+	}
+	return 0
+}
+
+type DestinationHealth struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	// state is healthy, degraded or parked.
+	State          string             `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	ConfiguredRate float64            `protobuf:"fixed64,3,opt,name=configured_rate,json=configuredRate,proto3" json:"configured_rate,omitempty"`
+	CurrentRate    float64            `protobuf:"fixed64,4,opt,name=current_rate,json=currentRate,proto3" json:"current_rate,omitempty"`
+	Tokens         float64            `protobuf:"fixed64,5,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	InFlight       int32              `protobuf:"varint,6,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	MaxInFlight    int32              `protobuf:"varint,7,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	PendingEvents  int64              `protobuf:"varint,8,opt,name=pending_events,json=pendingEvents,proto3" json:"pending_events,omitempty"`
+	Customers      []*CustomerBacklog `protobuf:"bytes,9,rep,name=customers,proto3" json:"customers,omitempty"`
+	// last_statuses are the most recent attempt statuses, newest last (0: no
+	// response).
+	LastStatuses   []int32           `protobuf:"varint,10,rep,packed,name=last_statuses,json=lastStatuses,proto3" json:"last_statuses,omitempty"`
+	LastTransition *HealthTransition `protobuf:"bytes,11,opt,name=last_transition,json=lastTransition,proto3" json:"last_transition,omitempty"`
+	// hold_until is set while a Retry-After holds every attempt.
+	HoldUntil     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=hold_until,json=holdUntil,proto3" json:"hold_until,omitempty"`
+	PriorityClass PriorityClass          `protobuf:"varint,13,opt,name=priority_class,json=priorityClass,proto3,enum=rivora.v1.PriorityClass" json:"priority_class,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DestinationHealth) Reset() {
+	*x = DestinationHealth{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DestinationHealth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DestinationHealth) ProtoMessage() {}
+
+func (x *DestinationHealth) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DestinationHealth.ProtoReflect.Descriptor instead.
+func (*DestinationHealth) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DestinationHealth) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *DestinationHealth) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *DestinationHealth) GetConfiguredRate() float64 {
+	if x != nil {
+		return x.ConfiguredRate
+	}
+	return 0
+}
+
+func (x *DestinationHealth) GetCurrentRate() float64 {
+	if x != nil {
+		return x.CurrentRate
+	}
+	return 0
+}
+
+func (x *DestinationHealth) GetTokens() float64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *DestinationHealth) GetInFlight() int32 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *DestinationHealth) GetMaxInFlight() int32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
+}
+
+func (x *DestinationHealth) GetPendingEvents() int64 {
+	if x != nil {
+		return x.PendingEvents
+	}
+	return 0
+}
+
+func (x *DestinationHealth) GetCustomers() []*CustomerBacklog {
+	if x != nil {
+		return x.Customers
+	}
+	return nil
+}
+
+func (x *DestinationHealth) GetLastStatuses() []int32 {
+	if x != nil {
+		return x.LastStatuses
+	}
+	return nil
+}
+
+func (x *DestinationHealth) GetLastTransition() *HealthTransition {
+	if x != nil {
+		return x.LastTransition
+	}
+	return nil
+}
+
+func (x *DestinationHealth) GetHoldUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HoldUntil
+	}
+	return nil
+}
+
+func (x *DestinationHealth) GetPriorityClass() PriorityClass {
+	if x != nil {
+		return x.PriorityClass
+	}
+	return PriorityClass_PRIORITY_CLASS_UNSPECIFIED
+}
+
 var File_rivora_v1_admin_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_admin_proto_rawDesc = "" +
@@ -753,7 +1328,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x03 \x01(\x05R\vmaxAttempts\x121\n" +
 	"\x06window\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06window\x123\n" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\"\n" +
-	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xe8\x01\n" +
+	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xc5\x03\n" +
 	"\vDestination\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
@@ -762,7 +1337,12 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\x7f\n" +
+	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12?\n" +
+	"\x0epriority_class\x18\a \x01(\x0e2\x18.rivora.v1.PriorityClassR\rpriorityClass\x12V\n" +
+	"\x10customer_weights\x18\b \x03(\v2+.rivora.v1.Destination.CustomerWeightsEntryR\x0fcustomerWeights\x1aB\n" +
+	"\x14CustomerWeightsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x7f\n" +
 	"\x18CreateDestinationRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
@@ -800,13 +1380,62 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"7\n" +
 	"\x19DeleteDestinationResponse\x12\x1a\n" +
-	"\barchived\x18\x01 \x01(\x03R\barchived2\xec\x03\n" +
+	"\barchived\x18\x01 \x01(\x03R\barchived\"\xb4\x01\n" +
+	"\x12SetPriorityRequest\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12.\n" +
+	"\x05class\x18\x02 \x01(\x0e2\x18.rivora.v1.PriorityClassR\x05class\x12\x1f\n" +
+	"\vcustomer_id\x18\x03 \x01(\tR\n" +
+	"customerId\x12\x1b\n" +
+	"\x06weight\x18\x04 \x01(\x01H\x00R\x06weight\x88\x01\x01B\t\n" +
+	"\a_weight\"O\n" +
+	"\x13SetPriorityResponse\x128\n" +
+	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\"D\n" +
+	"\x1bGetDestinationHealthRequest\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"`\n" +
+	"\x1cGetDestinationHealthResponse\x12@\n" +
+	"\fdestinations\x18\x01 \x03(\v2\x1c.rivora.v1.DestinationHealthR\fdestinations\"x\n" +
+	"\x10HealthTransition\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x14\n" +
+	"\x05cause\x18\x04 \x01(\tR\x05cause\"\xd0\x01\n" +
+	"\x0fCustomerBacklog\x12\x1f\n" +
+	"\vcustomer_id\x18\x01 \x01(\tR\n" +
+	"customerId\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x01R\x06weight\x12\x1b\n" +
+	"\tdue_lanes\x18\x03 \x01(\x03R\bdueLanes\x12#\n" +
+	"\rwaiting_lanes\x18\x04 \x01(\x03R\fwaitingLanes\x12\x1b\n" +
+	"\tin_flight\x18\x05 \x01(\x03R\binFlight\x12%\n" +
+	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xbd\x04\n" +
+	"\x11DestinationHealth\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12'\n" +
+	"\x0fconfigured_rate\x18\x03 \x01(\x01R\x0econfiguredRate\x12!\n" +
+	"\fcurrent_rate\x18\x04 \x01(\x01R\vcurrentRate\x12\x16\n" +
+	"\x06tokens\x18\x05 \x01(\x01R\x06tokens\x12\x1b\n" +
+	"\tin_flight\x18\x06 \x01(\x05R\binFlight\x12\"\n" +
+	"\rmax_in_flight\x18\a \x01(\x05R\vmaxInFlight\x12%\n" +
+	"\x0epending_events\x18\b \x01(\x03R\rpendingEvents\x128\n" +
+	"\tcustomers\x18\t \x03(\v2\x1a.rivora.v1.CustomerBacklogR\tcustomers\x12#\n" +
+	"\rlast_statuses\x18\n" +
+	" \x03(\x05R\flastStatuses\x12D\n" +
+	"\x0flast_transition\x18\v \x01(\v2\x1b.rivora.v1.HealthTransitionR\x0elastTransition\x129\n" +
+	"\n" +
+	"hold_until\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tholdUntil\x12?\n" +
+	"\x0epriority_class\x18\r \x01(\x0e2\x18.rivora.v1.PriorityClassR\rpriorityClass*{\n" +
+	"\rPriorityClass\x12\x1e\n" +
+	"\x1aPRIORITY_CLASS_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13PRIORITY_CLASS_HIGH\x10\x01\x12\x19\n" +
+	"\x15PRIORITY_CLASS_NORMAL\x10\x02\x12\x16\n" +
+	"\x12PRIORITY_CLASS_LOW\x10\x032\xa8\x05\n" +
 	"\fAdminService\x12^\n" +
 	"\x11CreateDestination\x12#.rivora.v1.CreateDestinationRequest\x1a$.rivora.v1.CreateDestinationResponse\x12Z\n" +
 	"\x0eGetDestination\x12 .rivora.v1.GetDestinationRequest\x1a!.rivora.v1.GetDestinationResponse\"\x03\x90\x02\x01\x12`\n" +
 	"\x10ListDestinations\x12\".rivora.v1.ListDestinationsRequest\x1a#.rivora.v1.ListDestinationsResponse\"\x03\x90\x02\x01\x12^\n" +
 	"\x11UpdateDestination\x12#.rivora.v1.UpdateDestinationRequest\x1a$.rivora.v1.UpdateDestinationResponse\x12^\n" +
-	"\x11DeleteDestination\x12#.rivora.v1.DeleteDestinationRequest\x1a$.rivora.v1.DeleteDestinationResponseB3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
+	"\x11DeleteDestination\x12#.rivora.v1.DeleteDestinationRequest\x1a$.rivora.v1.DeleteDestinationResponse\x12L\n" +
+	"\vSetPriority\x12\x1d.rivora.v1.SetPriorityRequest\x1a\x1e.rivora.v1.SetPriorityResponse\x12l\n" +
+	"\x14GetDestinationHealth\x12&.rivora.v1.GetDestinationHealthRequest\x1a'.rivora.v1.GetDestinationHealthResponse\"\x03\x90\x02\x01B3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
 
 var (
 	file_rivora_v1_admin_proto_rawDescOnce sync.Once
@@ -820,51 +1449,75 @@ func file_rivora_v1_admin_proto_rawDescGZIP() []byte {
 	return file_rivora_v1_admin_proto_rawDescData
 }
 
-var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_rivora_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_rivora_v1_admin_proto_goTypes = []any{
-	(*Limits)(nil),                    // 0: rivora.v1.Limits
-	(*Destination)(nil),               // 1: rivora.v1.Destination
-	(*CreateDestinationRequest)(nil),  // 2: rivora.v1.CreateDestinationRequest
-	(*CreateDestinationResponse)(nil), // 3: rivora.v1.CreateDestinationResponse
-	(*GetDestinationRequest)(nil),     // 4: rivora.v1.GetDestinationRequest
-	(*GetDestinationResponse)(nil),    // 5: rivora.v1.GetDestinationResponse
-	(*ListDestinationsRequest)(nil),   // 6: rivora.v1.ListDestinationsRequest
-	(*ListDestinationsResponse)(nil),  // 7: rivora.v1.ListDestinationsResponse
-	(*UpdateDestinationRequest)(nil),  // 8: rivora.v1.UpdateDestinationRequest
-	(*UpdateDestinationResponse)(nil), // 9: rivora.v1.UpdateDestinationResponse
-	(*DeleteDestinationRequest)(nil),  // 10: rivora.v1.DeleteDestinationRequest
-	(*DeleteDestinationResponse)(nil), // 11: rivora.v1.DeleteDestinationResponse
-	(*durationpb.Duration)(nil),       // 12: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 13: google.protobuf.Timestamp
+	(PriorityClass)(0),                   // 0: rivora.v1.PriorityClass
+	(*Limits)(nil),                       // 1: rivora.v1.Limits
+	(*Destination)(nil),                  // 2: rivora.v1.Destination
+	(*CreateDestinationRequest)(nil),     // 3: rivora.v1.CreateDestinationRequest
+	(*CreateDestinationResponse)(nil),    // 4: rivora.v1.CreateDestinationResponse
+	(*GetDestinationRequest)(nil),        // 5: rivora.v1.GetDestinationRequest
+	(*GetDestinationResponse)(nil),       // 6: rivora.v1.GetDestinationResponse
+	(*ListDestinationsRequest)(nil),      // 7: rivora.v1.ListDestinationsRequest
+	(*ListDestinationsResponse)(nil),     // 8: rivora.v1.ListDestinationsResponse
+	(*UpdateDestinationRequest)(nil),     // 9: rivora.v1.UpdateDestinationRequest
+	(*UpdateDestinationResponse)(nil),    // 10: rivora.v1.UpdateDestinationResponse
+	(*DeleteDestinationRequest)(nil),     // 11: rivora.v1.DeleteDestinationRequest
+	(*DeleteDestinationResponse)(nil),    // 12: rivora.v1.DeleteDestinationResponse
+	(*SetPriorityRequest)(nil),           // 13: rivora.v1.SetPriorityRequest
+	(*SetPriorityResponse)(nil),          // 14: rivora.v1.SetPriorityResponse
+	(*GetDestinationHealthRequest)(nil),  // 15: rivora.v1.GetDestinationHealthRequest
+	(*GetDestinationHealthResponse)(nil), // 16: rivora.v1.GetDestinationHealthResponse
+	(*HealthTransition)(nil),             // 17: rivora.v1.HealthTransition
+	(*CustomerBacklog)(nil),              // 18: rivora.v1.CustomerBacklog
+	(*DestinationHealth)(nil),            // 19: rivora.v1.DestinationHealth
+	nil,                                  // 20: rivora.v1.Destination.CustomerWeightsEntry
+	(*durationpb.Duration)(nil),          // 21: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),        // 22: google.protobuf.Timestamp
 }
 var file_rivora_v1_admin_proto_depIdxs = []int32{
-	12, // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
-	12, // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
-	0,  // 2: rivora.v1.Destination.limits:type_name -> rivora.v1.Limits
-	13, // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
-	13, // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
-	0,  // 5: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
-	1,  // 6: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	1,  // 7: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
-	1,  // 8: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
-	12, // 9: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
-	12, // 10: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
-	1,  // 11: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,  // 12: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
-	4,  // 13: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
-	6,  // 14: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
-	8,  // 15: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
-	10, // 16: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
-	3,  // 17: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
-	5,  // 18: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
-	7,  // 19: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
-	9,  // 20: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
-	11, // 21: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
-	17, // [17:22] is the sub-list for method output_type
-	12, // [12:17] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	21, // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
+	21, // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
+	1,  // 2: rivora.v1.Destination.limits:type_name -> rivora.v1.Limits
+	22, // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
+	22, // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
+	0,  // 5: rivora.v1.Destination.priority_class:type_name -> rivora.v1.PriorityClass
+	20, // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
+	1,  // 7: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
+	2,  // 8: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,  // 9: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,  // 10: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
+	21, // 11: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
+	21, // 12: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
+	2,  // 13: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
+	0,  // 14: rivora.v1.SetPriorityRequest.class:type_name -> rivora.v1.PriorityClass
+	2,  // 15: rivora.v1.SetPriorityResponse.destination:type_name -> rivora.v1.Destination
+	19, // 16: rivora.v1.GetDestinationHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
+	22, // 17: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
+	18, // 18: rivora.v1.DestinationHealth.customers:type_name -> rivora.v1.CustomerBacklog
+	17, // 19: rivora.v1.DestinationHealth.last_transition:type_name -> rivora.v1.HealthTransition
+	22, // 20: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
+	0,  // 21: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
+	3,  // 22: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
+	5,  // 23: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
+	7,  // 24: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
+	9,  // 25: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
+	11, // 26: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
+	13, // 27: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
+	15, // 28: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
+	4,  // 29: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
+	6,  // 30: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
+	8,  // 31: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
+	10, // 32: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
+	12, // 33: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
+	14, // 34: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
+	16, // 35: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
+	29, // [29:36] is the sub-list for method output_type
+	22, // [22:29] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_admin_proto_init() }
@@ -873,18 +1526,20 @@ func file_rivora_v1_admin_proto_init() {
 		return
 	}
 	file_rivora_v1_admin_proto_msgTypes[8].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_admin_proto_rawDesc), len(file_rivora_v1_admin_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   12,
+			NumEnums:      1,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_rivora_v1_admin_proto_goTypes,
 		DependencyIndexes: file_rivora_v1_admin_proto_depIdxs,
+		EnumInfos:         file_rivora_v1_admin_proto_enumTypes,
 		MessageInfos:      file_rivora_v1_admin_proto_msgTypes,
 	}.Build()
 	File_rivora_v1_admin_proto = out.File

@@ -19,11 +19,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_CreateDestination_FullMethodName = "/rivora.v1.AdminService/CreateDestination"
-	AdminService_GetDestination_FullMethodName    = "/rivora.v1.AdminService/GetDestination"
-	AdminService_ListDestinations_FullMethodName  = "/rivora.v1.AdminService/ListDestinations"
-	AdminService_UpdateDestination_FullMethodName = "/rivora.v1.AdminService/UpdateDestination"
-	AdminService_DeleteDestination_FullMethodName = "/rivora.v1.AdminService/DeleteDestination"
+	AdminService_CreateDestination_FullMethodName    = "/rivora.v1.AdminService/CreateDestination"
+	AdminService_GetDestination_FullMethodName       = "/rivora.v1.AdminService/GetDestination"
+	AdminService_ListDestinations_FullMethodName     = "/rivora.v1.AdminService/ListDestinations"
+	AdminService_UpdateDestination_FullMethodName    = "/rivora.v1.AdminService/UpdateDestination"
+	AdminService_DeleteDestination_FullMethodName    = "/rivora.v1.AdminService/DeleteDestination"
+	AdminService_SetPriority_FullMethodName          = "/rivora.v1.AdminService/SetPriority"
+	AdminService_GetDestinationHealth_FullMethodName = "/rivora.v1.AdminService/GetDestinationHealth"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -40,6 +42,12 @@ type AdminServiceClient interface {
 	// destination, unless force is set: then they are archived as dead letters
 	// with reason "deleted".
 	DeleteDestination(ctx context.Context, in *DeleteDestinationRequest, opts ...grpc.CallOption) (*DeleteDestinationResponse, error)
+	// SetPriority changes a destination's priority class, or one customer's
+	// weight within the destination, in place: nothing pending moves.
+	SetPriority(ctx context.Context, in *SetPriorityRequest, opts ...grpc.CallOption) (*SetPriorityResponse, error)
+	// GetDestinationHealth reports each destination's budget, health state and
+	// backlog as the agents see it.
+	GetDestinationHealth(ctx context.Context, in *GetDestinationHealthRequest, opts ...grpc.CallOption) (*GetDestinationHealthResponse, error)
 }
 
 type adminServiceClient struct {
@@ -100,6 +108,26 @@ func (c *adminServiceClient) DeleteDestination(ctx context.Context, in *DeleteDe
 	return out, nil
 }
 
+func (c *adminServiceClient) SetPriority(ctx context.Context, in *SetPriorityRequest, opts ...grpc.CallOption) (*SetPriorityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetPriorityResponse)
+	err := c.cc.Invoke(ctx, AdminService_SetPriority_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetDestinationHealth(ctx context.Context, in *GetDestinationHealthRequest, opts ...grpc.CallOption) (*GetDestinationHealthResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetDestinationHealthResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetDestinationHealth_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -114,6 +142,12 @@ type AdminServiceServer interface {
 	// destination, unless force is set: then they are archived as dead letters
 	// with reason "deleted".
 	DeleteDestination(context.Context, *DeleteDestinationRequest) (*DeleteDestinationResponse, error)
+	// SetPriority changes a destination's priority class, or one customer's
+	// weight within the destination, in place: nothing pending moves.
+	SetPriority(context.Context, *SetPriorityRequest) (*SetPriorityResponse, error)
+	// GetDestinationHealth reports each destination's budget, health state and
+	// backlog as the agents see it.
+	GetDestinationHealth(context.Context, *GetDestinationHealthRequest) (*GetDestinationHealthResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -138,6 +172,12 @@ func (UnimplementedAdminServiceServer) UpdateDestination(context.Context, *Updat
 }
 func (UnimplementedAdminServiceServer) DeleteDestination(context.Context, *DeleteDestinationRequest) (*DeleteDestinationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteDestination not implemented")
+}
+func (UnimplementedAdminServiceServer) SetPriority(context.Context, *SetPriorityRequest) (*SetPriorityResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetPriority not implemented")
+}
+func (UnimplementedAdminServiceServer) GetDestinationHealth(context.Context, *GetDestinationHealthRequest) (*GetDestinationHealthResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetDestinationHealth not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -250,6 +290,42 @@ func _AdminService_DeleteDestination_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_SetPriority_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetPriorityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SetPriority(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SetPriority_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SetPriority(ctx, req.(*SetPriorityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetDestinationHealth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetDestinationHealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetDestinationHealth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetDestinationHealth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetDestinationHealth(ctx, req.(*GetDestinationHealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -276,6 +352,14 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteDestination",
 			Handler:    _AdminService_DeleteDestination_Handler,
+		},
+		{
+			MethodName: "SetPriority",
+			Handler:    _AdminService_SetPriority_Handler,
+		},
+		{
+			MethodName: "GetDestinationHealth",
+			Handler:    _AdminService_GetDestinationHealth_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

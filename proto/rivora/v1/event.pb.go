@@ -333,8 +333,11 @@ type LaneHead struct {
 	LastError      string                 `protobuf:"bytes,6,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	FirstAttemptAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=first_attempt_at,json=firstAttemptAt,proto3" json:"first_attempt_at,omitempty"`
 	LastAttemptAt  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_attempt_at,json=lastAttemptAt,proto3" json:"last_attempt_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// held_by_destination: the last failure was the destination's, so the
+	// lane goes at once when the destination recovers.
+	HeldByDestination bool `protobuf:"varint,9,opt,name=held_by_destination,json=heldByDestination,proto3" json:"held_by_destination,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *LaneHead) Reset() {
@@ -421,6 +424,13 @@ func (x *LaneHead) GetLastAttemptAt() *timestamppb.Timestamp {
 		return x.LastAttemptAt
 	}
 	return nil
+}
+
+func (x *LaneHead) GetHeldByDestination() bool {
+	if x != nil {
+		return x.HeldByDestination
+	}
+	return false
 }
 
 // DeadLetter is an event whose attempts or window ran out, with its outcome.
@@ -673,7 +683,7 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"\vstatus_code\x18\x03 \x01(\x05R\n" +
 	"statusCode\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x125\n" +
-	"\bduration\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\xd8\x02\n" +
+	"\bduration\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\x88\x03\n" +
 	"\bLaneHead\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12\x1a\n" +
@@ -685,7 +695,8 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\x06 \x01(\tR\tlastError\x12D\n" +
 	"\x10first_attempt_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0efirstAttemptAt\x12B\n" +
-	"\x0flast_attempt_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rlastAttemptAt\"\xb7\x03\n" +
+	"\x0flast_attempt_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rlastAttemptAt\x12.\n" +
+	"\x13held_by_destination\x18\t \x01(\bR\x11heldByDestination\"\xb7\x03\n" +
 	"\n" +
 	"DeadLetter\x12&\n" +
 	"\x05event\x18\x01 \x01(\v2\x10.rivora.v1.EventR\x05event\x12\x1a\n" +

@@ -48,6 +48,12 @@ const (
 	// AdminServiceDeleteDestinationProcedure is the fully-qualified name of the AdminService's
 	// DeleteDestination RPC.
 	AdminServiceDeleteDestinationProcedure = "/rivora.v1.AdminService/DeleteDestination"
+	// AdminServiceSetPriorityProcedure is the fully-qualified name of the AdminService's SetPriority
+	// RPC.
+	AdminServiceSetPriorityProcedure = "/rivora.v1.AdminService/SetPriority"
+	// AdminServiceGetDestinationHealthProcedure is the fully-qualified name of the AdminService's
+	// GetDestinationHealth RPC.
+	AdminServiceGetDestinationHealthProcedure = "/rivora.v1.AdminService/GetDestinationHealth"
 )
 
 // AdminServiceClient is a client for the rivora.v1.AdminService service.
@@ -60,6 +66,12 @@ type AdminServiceClient interface {
 	// destination, unless force is set: then they are archived as dead letters
 	// with reason "deleted".
 	DeleteDestination(context.Context, *connect.Request[v1.DeleteDestinationRequest]) (*connect.Response[v1.DeleteDestinationResponse], error)
+	// SetPriority changes a destination's priority class, or one customer's
+	// weight within the destination, in place: nothing pending moves.
+	SetPriority(context.Context, *connect.Request[v1.SetPriorityRequest]) (*connect.Response[v1.SetPriorityResponse], error)
+	// GetDestinationHealth reports each destination's budget, health state and
+	// backlog as the agents see it.
+	GetDestinationHealth(context.Context, *connect.Request[v1.GetDestinationHealthRequest]) (*connect.Response[v1.GetDestinationHealthResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the rivora.v1.AdminService service. By default, it
@@ -105,16 +117,31 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("DeleteDestination")),
 			connect.WithClientOptions(opts...),
 		),
+		setPriority: connect.NewClient[v1.SetPriorityRequest, v1.SetPriorityResponse](
+			httpClient,
+			baseURL+AdminServiceSetPriorityProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetPriority")),
+			connect.WithClientOptions(opts...),
+		),
+		getDestinationHealth: connect.NewClient[v1.GetDestinationHealthRequest, v1.GetDestinationHealthResponse](
+			httpClient,
+			baseURL+AdminServiceGetDestinationHealthProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetDestinationHealth")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // adminServiceClient implements AdminServiceClient.
 type adminServiceClient struct {
-	createDestination *connect.Client[v1.CreateDestinationRequest, v1.CreateDestinationResponse]
-	getDestination    *connect.Client[v1.GetDestinationRequest, v1.GetDestinationResponse]
-	listDestinations  *connect.Client[v1.ListDestinationsRequest, v1.ListDestinationsResponse]
-	updateDestination *connect.Client[v1.UpdateDestinationRequest, v1.UpdateDestinationResponse]
-	deleteDestination *connect.Client[v1.DeleteDestinationRequest, v1.DeleteDestinationResponse]
+	createDestination    *connect.Client[v1.CreateDestinationRequest, v1.CreateDestinationResponse]
+	getDestination       *connect.Client[v1.GetDestinationRequest, v1.GetDestinationResponse]
+	listDestinations     *connect.Client[v1.ListDestinationsRequest, v1.ListDestinationsResponse]
+	updateDestination    *connect.Client[v1.UpdateDestinationRequest, v1.UpdateDestinationResponse]
+	deleteDestination    *connect.Client[v1.DeleteDestinationRequest, v1.DeleteDestinationResponse]
+	setPriority          *connect.Client[v1.SetPriorityRequest, v1.SetPriorityResponse]
+	getDestinationHealth *connect.Client[v1.GetDestinationHealthRequest, v1.GetDestinationHealthResponse]
 }
 
 // CreateDestination calls rivora.v1.AdminService.CreateDestination.
@@ -142,6 +169,16 @@ func (c *adminServiceClient) DeleteDestination(ctx context.Context, req *connect
 	return c.deleteDestination.CallUnary(ctx, req)
 }
 
+// SetPriority calls rivora.v1.AdminService.SetPriority.
+func (c *adminServiceClient) SetPriority(ctx context.Context, req *connect.Request[v1.SetPriorityRequest]) (*connect.Response[v1.SetPriorityResponse], error) {
+	return c.setPriority.CallUnary(ctx, req)
+}
+
+// GetDestinationHealth calls rivora.v1.AdminService.GetDestinationHealth.
+func (c *adminServiceClient) GetDestinationHealth(ctx context.Context, req *connect.Request[v1.GetDestinationHealthRequest]) (*connect.Response[v1.GetDestinationHealthResponse], error) {
+	return c.getDestinationHealth.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the rivora.v1.AdminService service.
 type AdminServiceHandler interface {
 	CreateDestination(context.Context, *connect.Request[v1.CreateDestinationRequest]) (*connect.Response[v1.CreateDestinationResponse], error)
@@ -152,6 +189,12 @@ type AdminServiceHandler interface {
 	// destination, unless force is set: then they are archived as dead letters
 	// with reason "deleted".
 	DeleteDestination(context.Context, *connect.Request[v1.DeleteDestinationRequest]) (*connect.Response[v1.DeleteDestinationResponse], error)
+	// SetPriority changes a destination's priority class, or one customer's
+	// weight within the destination, in place: nothing pending moves.
+	SetPriority(context.Context, *connect.Request[v1.SetPriorityRequest]) (*connect.Response[v1.SetPriorityResponse], error)
+	// GetDestinationHealth reports each destination's budget, health state and
+	// backlog as the agents see it.
+	GetDestinationHealth(context.Context, *connect.Request[v1.GetDestinationHealthRequest]) (*connect.Response[v1.GetDestinationHealthResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -193,6 +236,19 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("DeleteDestination")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceSetPriorityHandler := connect.NewUnaryHandler(
+		AdminServiceSetPriorityProcedure,
+		svc.SetPriority,
+		connect.WithSchema(adminServiceMethods.ByName("SetPriority")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetDestinationHealthHandler := connect.NewUnaryHandler(
+		AdminServiceGetDestinationHealthProcedure,
+		svc.GetDestinationHealth,
+		connect.WithSchema(adminServiceMethods.ByName("GetDestinationHealth")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rivora.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateDestinationProcedure:
@@ -205,6 +261,10 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceUpdateDestinationHandler.ServeHTTP(w, r)
 		case AdminServiceDeleteDestinationProcedure:
 			adminServiceDeleteDestinationHandler.ServeHTTP(w, r)
+		case AdminServiceSetPriorityProcedure:
+			adminServiceSetPriorityHandler.ServeHTTP(w, r)
+		case AdminServiceGetDestinationHealthProcedure:
+			adminServiceGetDestinationHealthHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -232,4 +292,12 @@ func (UnimplementedAdminServiceHandler) UpdateDestination(context.Context, *conn
 
 func (UnimplementedAdminServiceHandler) DeleteDestination(context.Context, *connect.Request[v1.DeleteDestinationRequest]) (*connect.Response[v1.DeleteDestinationResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.DeleteDestination is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetPriority(context.Context, *connect.Request[v1.SetPriorityRequest]) (*connect.Response[v1.SetPriorityResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.SetPriority is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetDestinationHealth(context.Context, *connect.Request[v1.GetDestinationHealthRequest]) (*connect.Response[v1.GetDestinationHealthResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.GetDestinationHealth is not implemented"))
 }

@@ -1,0 +1,86 @@
+package scheduler
+
+import (
+	"sort"
+	"time"
+
+	"github.com/rivora/rivora/agent/budget"
+)
+
+// CustomerSnapshot is one customer's backlog on one destination.
+type CustomerSnapshot struct {
+	ID           string
+	Weight       float64
+	DueLanes     int
+	WaitingLanes int
+	InFlight     int
+	Pending      int
+}
+
+// DestinationSnapshot is what the scheduler knows of one destination.
+type DestinationSnapshot struct {
+	ID             string
+	Configured     bool
+	Class          Class
+	State          budget.State
+	ConfiguredRate float64
+	CurrentRate    float64
+	Tokens         float64
+	HoldUntil      time.Time
+	InFlight       int
+	MaxInFlight    int
+	Pending        int
+	Customers      []CustomerSnapshot
+	LastStatuses   []int
+	LastTransition *budget.Transition
+}
+
+// Snapshot reports one destination ("" = every destination), sorted by id.
+// It walks the destination's lanes: an operator's query, not a hot path.
+func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	var out []DestinationSnapshot
+	for id, d := range s.dests {
+		if destinationID != "" && id != destinationID {
+			continue
+		}
+		snap := DestinationSnapshot{
+			ID: id, Configured: d.configured, Class: d.class, InFlight: d.inFlight,
+			MaxInFlight: d.limits.MaxInFlight, Pending: d.pending, LastStatuses: d.statuses.list(),
+		}
+		if b := d.budget; b != nil {
+			snap.State, snap.ConfiguredRate, snap.CurrentRate = b.State(), b.Ceiling(), b.Rate()
+			snap.Tokens, snap.HoldUntil = b.Tokens(now), b.HoldUntil()
+			if tr := b.Transitions(); len(tr) > 0 {
+				last := tr[len(tr)-1]
+				snap.LastTransition = &last
+			}
+		}
+		perCustomer := make(map[string]*CustomerSnapshot)
+		for _, l := range d.lanes {
+			c := perCustomer[l.ID.Customer]
+			if c == nil {
+				c = &CustomerSnapshot{ID: l.ID.Customer, Weight: l.cust.weight}
+				perCustomer[l.ID.Customer] = c
+			}
+			c.Pending += len(l.entries)
+			switch l.state {
+			case laneDue:
+				c.DueLanes++
+			case laneWaiting:
+				c.WaitingLanes++
+			case laneInFlight:
+				c.InFlight++
+			}
+		}
+		for _, c := range perCustomer {
+			snap.Customers = append(snap.Customers, *c)
+		}
+		sort.Slice(snap.Customers, func(i, j int) bool { return snap.Customers[i].ID < snap.Customers[j].ID })
+		out = append(out, snap)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}

@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+func (e *env) destinationsHealth() *ucli.Command {
+	return &ucli.Command{
+		Name:      "health",
+		Usage:     "show budgets, health state and backlog per destination and customer",
+		ArgsUsage: "[ID]",
+		UsageText: "rivoractl destinations health [ID] [-o json]",
+		Description: `For each destination (or only ID): its state (healthy, degraded after
+throttling, parked while failing: one probe per second), configured and
+current rate, tokens, attempts in flight, backlog per customer (lanes due
+now, lanes waiting for a retry, pending events), the last attempt statuses
+and the last state change with its cause.
+
+Examples:
+   rivoractl destinations health
+   rivoractl destinations health orders -o json`,
+		Action: e.showHealth,
+	}
+}
+
+func (e *env) showHealth(c *ucli.Context) error {
+	if c.NArg() > 1 {
+		return usagef("health takes at most one destination ID, got %d arguments", c.NArg())
+	}
+	id := c.Args().First()
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.admin().GetDestinationHealth(ctx, connect.NewRequest(&rivorav1.GetDestinationHealthRequest{DestinationId: id}))
+	if err != nil {
+		return callFailed("destination health", err, notFoundHint)
+	}
+	if e.output == "json" {
+		return writeJSONArray(e.out, resp.Msg.GetDestinations())
+	}
+	if len(resp.Msg.GetDestinations()) == 0 {
+		fmt.Fprintln(e.out, "no destinations")
+		return nil
+	}
+	for i, h := range resp.Msg.GetDestinations() {
+		if i > 0 {
+			fmt.Fprintln(e.out)
+		}
+		tw := newTable(e.out)
+		fmt.Fprintf(tw, "DESTINATION\t%s\n", h.GetDestinationId())
+		fmt.Fprintf(tw, "STATE\t%s\n", h.GetState())
+		fmt.Fprintf(tw, "CLASS\t%s\n", className(h.GetPriorityClass()))
+		fmt.Fprintf(tw, "RATE\t%.4g/s of %.4g/s configured\n", h.GetCurrentRate(), h.GetConfiguredRate())
+		fmt.Fprintf(tw, "TOKENS\t%.1f\n", h.GetTokens())
+		fmt.Fprintf(tw, "IN FLIGHT\t%d of %d\n", h.GetInFlight(), h.GetMaxInFlight())
+		fmt.Fprintf(tw, "PENDING\t%d events\n", h.GetPendingEvents())
+		if h.GetHoldUntil() != nil {
+			fmt.Fprintf(tw, "HELD UNTIL\t%s (Retry-After)\n", fmtTime(h.GetHoldUntil()))
+		}
+		if st := h.GetLastStatuses(); len(st) > 0 {
+			parts := make([]string, len(st))
+			for i, s := range st {
+				parts[i] = fmt.Sprint(s)
+				if s == 0 {
+					parts[i] = "err"
+				}
+			}
+			fmt.Fprintf(tw, "LAST STATUSES\t%s\n", strings.Join(parts, " "))
+		}
+		if t := h.GetLastTransition(); t != nil {
+			fmt.Fprintf(tw, "LAST CHANGE\t%s %s → %s: %s\n", fmtTime(t.GetAt()), t.GetFrom(), t.GetTo(), t.GetCause())
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if len(h.GetCustomers()) > 0 {
+			tw = newTable(e.out)
+			fmt.Fprintln(tw, "  CUSTOMER\tWEIGHT\tDUE LANES\tWAITING LANES\tIN FLIGHT\tPENDING")
+			for _, cu := range h.GetCustomers() {
+				fmt.Fprintf(tw, "  %s\t%g\t%d\t%d\t%d\t%d\n", cu.GetCustomerId(), cu.GetWeight(), cu.GetDueLanes(), cu.GetWaitingLanes(), cu.GetInFlight(), cu.GetPendingEvents())
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
