@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -49,6 +50,7 @@ Example:
 			&cli.DurationFlag{Name: "dedup-window", Value: ingest.DefaultDedupWindow, EnvVars: []string{"RIVORA_DEDUP_WINDOW"}, Usage: "how long a repeated idempotency key is recognised"},
 			&cli.StringFlag{Name: "nats-listen", EnvVars: []string{"RIVORA_NATS_LISTEN"}, Usage: "expose the embedded NATS client port on `HOST:PORT` (default: in-process only)"},
 			&cli.BoolFlag{Name: "fsync", EnvVars: []string{"RIVORA_FSYNC"}, Usage: "fsync every write before acknowledging it (survives power loss; much slower)"},
+			&cli.BoolFlag{Name: "pprof", EnvVars: []string{"RIVORA_PPROF"}, Usage: "serve Go profiles under /debug/pprof/ on --listen"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"RIVORA_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 		},
 		Action: runDev,
@@ -114,6 +116,12 @@ func runDev(c *cli.Context) error {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /metrics", promhttp.Handler())
+	if c.Bool("pprof") {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
