@@ -44,9 +44,13 @@ import (
 
 // Config configures an agent.
 type Config struct {
-	Name       string
-	DataDir    string
-	Partitions int
+	Name    string
+	DataDir string
+	// ControlPlaneURL is where the agent watches its configuration.
+	ControlPlaneURL string
+	// AdvertiseURL is this agent's API base URL, as the control plane
+	// should call it.
+	AdvertiseURL string
 	// Workers is the number of concurrent delivery attempts.
 	Workers     int
 	NATSListen  string
@@ -58,32 +62,39 @@ type Config struct {
 	Version    string
 }
 
-// Defaults.
-const (
-	DefaultPartitions = 16
-	DefaultWorkers    = 64
-)
+// DefaultWorkers is the default number of delivery workers.
+const DefaultWorkers = 64
 
 // Agent is one running sidecar.
 type Agent struct {
-	cfg        Config
-	log        *slog.Logger
-	nats       *natsd.Server
-	registry   *destinations.Registry
-	sched      *scheduler.Scheduler
-	gateway    *ingest.Gateway
-	history    *history.History
-	sender     *delivery.Sender
-	partitions []*owner.Partition
-	ready      atomic.Bool
+	cfg      Config
+	log      *slog.Logger
+	nats     *natsd.Server
+	registry *destinations.Registry
+	sched    *scheduler.Scheduler
+	gateway  *ingest.Gateway
+	history  *history.History
+	sender   *delivery.Sender
+	deps     owner.Deps
+	ready    atomic.Bool
+
+	// partitionCount is the cell's partition count (0 until the first
+	// config); owned holds the partitions this agent runs.
+	partitionCount atomic.Int32
+	mu             sync.Mutex
+	owned          map[int]*ownedPartition
+	applied        atomic.Uint64
 }
 
-// New starts the embedded NATS server, creates the streams and rebuilds
-// every partition this agent owns. Call Run next.
+type ownedPartition struct {
+	part   *owner.Partition
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New starts the embedded NATS server and creates the shared streams.
+// Partitions open when the control plane assigns them (see Run).
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
-	if cfg.Partitions <= 0 {
-		cfg.Partitions = DefaultPartitions
-	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
@@ -94,8 +105,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		cfg.ArchiveDir = filepath.Join(cfg.DataDir, "archive")
 	}
 	base := log
-	log = base.With("component", "agent")
-	a := &Agent{cfg: cfg, log: log, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{})}
+	log = base.With("component", "agent", "agent", cfg.Name)
+	a := &Agent{cfg: cfg, log: log, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}), owned: make(map[int]*ownedPartition)}
 	var err error
 	if a.nats, err = natsd.Start(natsd.Config{DataDir: cfg.DataDir, ClientListen: cfg.NATSListen, SyncAlways: cfg.SyncAlways, Name: cfg.Name}, base.With("component", "nats")); err != nil {
 		return nil, err
@@ -105,7 +116,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	js := a.nats.JetStream()
-	if a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{Partitions: cfg.Partitions, MaxPayload: cfg.MaxPayload, DedupWindow: cfg.DedupWindow}, base.With("component", "ingest")); err != nil {
+	if a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{MaxPayload: cfg.MaxPayload, DedupWindow: cfg.DedupWindow}, base.With("component", "ingest")); err != nil {
 		return fail(err)
 	}
 	if a.history, err = history.New(ctx, js, history.DefaultRetention); err != nil {
@@ -116,41 +127,20 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return fail(err)
 	}
 	a.sender = delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name))
-	deps := owner.Deps{
+	a.deps = owner.Deps{
 		JS: js, Scheduler: a.sched, Registry: a.registry, History: a.history, Archive: arch,
 		Clock: clock.Real{}, Log: base.With("component", "owner"), DedupWindow: cfg.DedupWindow,
-	}
-	start := time.Now()
-	for p := range cfg.Partitions {
-		part, err := owner.Open(ctx, p, deps)
-		if err != nil {
-			return fail(err)
-		}
-		a.partitions = append(a.partitions, part)
 	}
 	if err := registerMetrics(a.sched); err != nil {
 		return fail(err)
 	}
-	log.Info("partitions opened", "partitions", cfg.Partitions, "took", time.Since(start).Round(time.Millisecond))
 	return a, nil
 }
 
-// Run delivers until ctx ends, then drains: no new attempt starts, attempts
-// in flight finish (bounded by their timeouts), the partitions flush, and
-// the embedded server stops.
+// Run follows the control plane and delivers until ctx ends, then drains:
+// no new attempt starts, attempts in flight finish (bounded by their
+// timeouts), the partitions flush, and the embedded server stops.
 func (a *Agent) Run(ctx context.Context) error {
-	partCtx, stopPartitions := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopPartitions()
-	var partWG sync.WaitGroup
-	for _, part := range a.partitions {
-		partWG.Add(1)
-		go func() {
-			defer partWG.Done()
-			if err := part.Run(partCtx); err != nil {
-				a.log.Error("partition stopped", "error", err)
-			}
-		}()
-	}
 	var workWG sync.WaitGroup
 	workWG.Add(1)
 	go func() {
@@ -164,16 +154,68 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.work(ctx)
 		}()
 	}
-	a.ready.Store(true)
-	a.log.Info("agent running", "workers", a.cfg.Workers)
+	followDone := make(chan struct{})
+	go func() {
+		defer close(followDone)
+		a.follow(ctx)
+	}()
+	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.cfg.ControlPlaneURL)
 	<-ctx.Done()
 	a.ready.Store(false)
 	a.log.Info("draining: waiting for attempts in flight")
+	<-followDone
 	workWG.Wait()
-	stopPartitions()
-	partWG.Wait()
+	a.mu.Lock()
+	for p := range a.owned {
+		a.releaseLocked(p)
+	}
+	a.mu.Unlock()
 	a.nats.Shutdown()
 	a.log.Info("agent stopped")
+	return nil
+}
+
+// own opens and starts a partition this agent was assigned.
+func (a *Agent) own(ctx context.Context, p int) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.owned[p]; ok {
+		return nil
+	}
+	part, err := owner.Open(ctx, p, a.deps)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	op := &ownedPartition{part: part, cancel: cancel, done: make(chan struct{})}
+	a.owned[p] = op
+	go func() {
+		defer close(op.done)
+		if err := part.Run(pctx); err != nil {
+			a.log.Error("partition stopped", "partition", p, "error", err)
+		}
+	}()
+	return nil
+}
+
+// releaseLocked stops a partition and forgets its lanes.
+func (a *Agent) releaseLocked(p int) {
+	op, ok := a.owned[p]
+	if !ok {
+		return
+	}
+	a.sched.DropPartition(p)
+	op.cancel()
+	<-op.done
+	delete(a.owned, p)
+}
+
+func (a *Agent) partition(p int) *owner.Partition {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if op, ok := a.owned[p]; ok {
+		return op.part
+	}
 	return nil
 }
 
@@ -192,7 +234,12 @@ func (a *Agent) work(ctx context.Context) {
 }
 
 func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
-	part := a.partitions[att.Lane.Partition]
+	part := a.partition(att.Lane.Partition)
+	if part == nil {
+		// The partition was released while this attempt was handed out.
+		a.sched.Release(att)
+		return
+	}
 	ev, err := part.Load(ctx, att)
 	if err != nil {
 		part.Skip(att, err)
@@ -220,26 +267,57 @@ func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 // Ready reports whether the agent is serving.
 func (a *Agent) Ready() bool { return a.ready.Load() }
 
-// Handle registers the agent's Connect services (ingest, events) on mux.
+// Handle registers the agent's Connect services (ingest, events,
+// partitions) on mux.
 func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	mux.Handle(rivorav1connect.NewIngestServiceHandler(a.gateway, opts...))
 	mux.Handle(rivorav1connect.NewEventServiceHandler(&eventService{a: a}, opts...))
+	mux.Handle(rivorav1connect.NewPartitionServiceHandler(&partitionService{a: a}, opts...))
 }
 
-// ApplyDestinations installs the control plane's current destinations and
-// applies their limits in place.
-func (a *Agent) ApplyDestinations(list []*rivorav1.Destination) error {
-	dests, err := a.registry.Replace(list)
+// applyDestinations installs changed destinations in the registry and the
+// scheduler, in place: nothing pending moves.
+func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []string, snapshot bool) error {
+	var dests []*destinations.Destination
+	var err error
+	if snapshot {
+		dests, err = a.registry.Replace(changed)
+	} else {
+		dests, err = a.registry.Update(changed, removed)
+	}
 	if err != nil {
 		return err
 	}
+	n := int(a.partitionCount.Load())
 	for _, d := range dests {
-		p := lanes.Partition(d.ID, a.cfg.Partitions)
+		p := lanes.Partition(d.ID, n)
 		a.sched.SetLimits(d.ID, p, d.Limits)
 		a.sched.SetClass(d.ID, p, d.Class)
 		a.sched.SetWeights(d.ID, p, d.Weights)
+		a.sched.SetPaused(d.ID, p, d.Paused)
 	}
 	return nil
+}
+
+// Pending is the number of events of a destination not yet delivered or
+// dead-lettered.
+func (a *Agent) Pending(_ context.Context, destinationID string) (int64, error) {
+	return int64(a.sched.Pending(destinationID)), nil
+}
+
+// ArchivePending dead-letters a destination's pending events (reason
+// "deleted") and returns how many.
+func (a *Agent) ArchivePending(ctx context.Context, destinationID string) (int64, error) {
+	n := int(a.partitionCount.Load())
+	if n == 0 {
+		return 0, nil
+	}
+	part := a.partition(lanes.Partition(destinationID, n))
+	if part == nil {
+		return 0, nil
+	}
+	archived, err := part.ArchiveDestination(ctx, destinationID)
+	return int64(archived), err
 }
 
 // Health reports destinations' budgets and backlogs ("" = all).
@@ -285,20 +363,6 @@ func healthToProto(s scheduler.DestinationSnapshot) *rivorav1.DestinationHealth 
 		h.HoldUntil = timestamppb.New(s.HoldUntil)
 	}
 	return h
-}
-
-// Pending is the number of events of a destination not yet delivered or
-// dead-lettered.
-func (a *Agent) Pending(_ context.Context, destinationID string) (int64, error) {
-	return int64(a.sched.Pending(destinationID)), nil
-}
-
-// ArchivePending dead-letters a destination's pending events (reason
-// "deleted") and returns how many.
-func (a *Agent) ArchivePending(ctx context.Context, destinationID string) (int64, error) {
-	part := a.partitions[lanes.Partition(destinationID, a.cfg.Partitions)]
-	n, err := part.ArchiveDestination(ctx, destinationID)
-	return int64(n), err
 }
 
 var errNotFound = errors.New("not found")

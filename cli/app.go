@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"os/user"
 	"strings"
 	"time"
 
@@ -51,7 +52,7 @@ func RunContext(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if stdin == nil {
 		stdin = strings.NewReader("")
 	}
-	e := &env{in: stdin, out: stdout}
+	e := &env{in: stdin, out: stdout, errOut: stderr}
 	app := e.newApp(stdout, stderr)
 	args, err := normalizeArgs(app, args)
 	if err == nil {
@@ -73,6 +74,8 @@ func RunContext(ctx context.Context, args []string, stdin io.Reader, stdout, std
 type env struct {
 	in     io.Reader
 	out    io.Writer
+	errOut io.Writer
+	author string
 	server string
 	output string
 	http   *http.Client
@@ -101,6 +104,11 @@ API. Start one locally with ` + "`rivora dev`" + `, then:
 				Value:   DefaultServer,
 			},
 			&ucli.StringFlag{
+				Name:    "author",
+				Usage:   "`NAME` recorded in the audit log for changes (default: $USER)",
+				EnvVars: []string{"RIVORA_AUTHOR", "USER"},
+			},
+			&ucli.StringFlag{
 				Name:    "output",
 				Aliases: []string{"o"},
 				Usage:   "output `FORMAT`: table (for people) or json (protojson, for scripts)",
@@ -112,6 +120,9 @@ API. Start one locally with ` + "`rivora dev`" + `, then:
 			e.publishCommand(),
 			e.eventsCommand(),
 			e.priorityCommand(),
+			e.limitsCommand(),
+			e.auditCommand(),
+			e.agentsCommand(),
 		},
 		Before:      e.before,
 		Action:      rootAction,
@@ -139,6 +150,12 @@ func (e *env) before(c *ucli.Context) error {
 	}
 	e.server = server
 	e.http = &http.Client{}
+	e.author = c.String("author")
+	if e.author == "" {
+		if u, err := user.Current(); err == nil {
+			e.author = u.Username
+		}
+	}
 	return nil
 }
 

@@ -239,9 +239,11 @@ func assertFailure(t *testing.T, r result, code int, want string) {
 }
 
 func TestCreateFlagsBeforeOrAfterIDSendTheSameRequest(t *testing.T) {
+	t.Setenv("RIVORA_AUTHOR", "tester")
 	want := &rivorav1.CreateDestinationRequest{
-		Id:  "orders",
-		Url: "https://example.com/hooks",
+		Author: "tester",
+		Id:     "orders",
+		Url:    "https://example.com/hooks",
 		Limits: &rivorav1.Limits{
 			RatePerSecond: 5,
 			Window:        durationpb.New(24 * time.Hour),
@@ -404,11 +406,12 @@ func TestGetDestinationShowsPending(t *testing.T) {
 }
 
 func TestUpdateSendsOnlySetFlags(t *testing.T) {
+	t.Setenv("RIVORA_AUTHOR", "tester")
 	f, url := startFake(t)
 	mustSucceed(t, run(t, url, "", "destinations", "create", "orders", "--url", "https://example.com/hooks", "--rate", "50", "--burst", "9"))
 
 	r := mustSucceed(t, run(t, url, "", "destinations", "update", "orders", "--rate", "0", "--timeout", "5s", "-o", "json"))
-	want := &rivorav1.UpdateDestinationRequest{Id: "orders", RatePerSecond: ptr(0.0), Timeout: durationpb.New(5 * time.Second)}
+	want := &rivorav1.UpdateDestinationRequest{Author: "tester", Id: "orders", RatePerSecond: ptr(0.0), Timeout: durationpb.New(5 * time.Second)}
 	if !proto.Equal(f.updates[0], want) {
 		t.Fatalf("UpdateDestination request = %v, want %v", f.updates[0], want)
 	}
@@ -421,7 +424,7 @@ func TestUpdateSendsOnlySetFlags(t *testing.T) {
 	}
 
 	mustSucceed(t, run(t, url, "", "destinations", "update", "--url", "https://new.example/h", "orders", "--max-attempts", "4", "--burst", "1"))
-	want = &rivorav1.UpdateDestinationRequest{Id: "orders", Url: ptr("https://new.example/h"), MaxAttempts: ptr(int32(4)), Burst: ptr(int32(1))}
+	want = &rivorav1.UpdateDestinationRequest{Author: "tester", Id: "orders", Url: ptr("https://new.example/h"), MaxAttempts: ptr(int32(4)), Burst: ptr(int32(1))}
 	if !proto.Equal(f.updates[1], want) {
 		t.Fatalf("UpdateDestination request = %v, want %v", f.updates[1], want)
 	}

@@ -39,6 +39,8 @@ timeout, in-flight cap). Unset limits use the server's defaults.
 			e.destinationsUpdate(),
 			e.destinationsDelete(),
 			e.destinationsHealth(),
+			e.destinationsPause(),
+			e.destinationsResume(),
 		},
 	}
 }
@@ -72,6 +74,7 @@ Example:
    rivoractl destinations create orders --url https://example.com/hooks --rate 50 --window 24h`,
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "url", Usage: "`URL` events are POSTed to (http or https); required"},
+			waitFlag,
 		}, limitFlags("server default; secret: generated")...),
 		Action: e.createDestination,
 	}
@@ -88,7 +91,7 @@ func (e *env) createDestination(c *ucli.Context) error {
 	if err := checkURL(c.String("url")); err != nil {
 		return err
 	}
-	req := &rivorav1.CreateDestinationRequest{Id: id, Url: c.String("url"), Limits: &rivorav1.Limits{}}
+	req := &rivorav1.CreateDestinationRequest{Id: id, Url: c.String("url"), Limits: &rivorav1.Limits{}, Author: e.author}
 	if c.IsSet("secret") {
 		if err := checkSecret(c.String("secret")); err != nil {
 			return err
@@ -126,13 +129,18 @@ func (e *env) createDestination(c *ucli.Context) error {
 	}
 	d := resp.Msg.GetDestination()
 	if e.output == "json" {
-		return writeJSON(e.out, d)
+		if err := writeJSON(e.out, d); err != nil {
+			return err
+		}
+		return e.afterChange(c, resp.Msg.GetVersion())
 	}
 	if err := writeDestination(e.out, d, nil); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(e.out, "\nReceivers verify each delivery's webhook-signature with SECRET (Go: sdk.VerifyRequest).\n")
-	return err
+	if _, err = fmt.Fprintf(e.out, "\nReceivers verify each delivery's webhook-signature with SECRET (Go: sdk.VerifyRequest).\n"); err != nil {
+		return err
+	}
+	return e.afterChange(c, resp.Msg.GetVersion())
 }
 
 func (e *env) destinationsList() *ucli.Command {
@@ -218,6 +226,7 @@ Examples:
    rivoractl destinations update orders --url https://new.example.com/hooks`,
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "url", Usage: "new `URL` events are POSTed to", DefaultText: "unchanged"},
+			waitFlag,
 		}, limitFlags("unchanged")...),
 		Action: e.updateDestination,
 	}
@@ -228,7 +237,7 @@ func (e *env) updateDestination(c *ucli.Context) error {
 		return err
 	}
 	id := c.Args().First()
-	req := &rivorav1.UpdateDestinationRequest{Id: id}
+	req := &rivorav1.UpdateDestinationRequest{Id: id, Author: e.author}
 	set := false
 	if c.IsSet("url") {
 		if err := checkURL(c.String("url")); err != nil {
@@ -286,9 +295,14 @@ func (e *env) updateDestination(c *ucli.Context) error {
 		return callFailed(fmt.Sprintf("update destination %q", id), err, notFoundHint)
 	}
 	if e.output == "json" {
-		return writeJSON(e.out, resp.Msg.GetDestination())
+		err = writeJSON(e.out, resp.Msg.GetDestination())
+	} else {
+		err = writeDestination(e.out, resp.Msg.GetDestination(), nil)
 	}
-	return writeDestination(e.out, resp.Msg.GetDestination(), nil)
+	if err != nil {
+		return err
+	}
+	return e.afterChange(c, resp.Msg.GetVersion())
 }
 
 func (e *env) destinationsDelete() *ucli.Command {
@@ -307,19 +321,20 @@ Examples:
    rivoractl destinations delete orders --force`,
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "force", Usage: "archive pending events as dead letters and delete anyway"},
+			waitFlag,
 		},
 		Action: e.deleteDestination,
 	}
 }
 
-func (e *env) deleteDestination(c *ucli.Context) error {
+func (e *env) deleteDestination(c *ucli.Context) (err error) {
 	if err := exactArgs(c, 1, "one destination ID"); err != nil {
 		return err
 	}
 	id := c.Args().First()
 	ctx, cancel := callContext(c)
 	defer cancel()
-	resp, err := e.admin().DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: id, Force: c.Bool("force")}))
+	resp, err := e.admin().DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: id, Force: c.Bool("force"), Author: e.author}))
 	if err != nil {
 		return callFailed(fmt.Sprintf("delete destination %q", id), err, map[connect.Code]string{
 			connect.CodeNotFound:           notFoundHint[connect.CodeNotFound],
@@ -327,8 +342,16 @@ func (e *env) deleteDestination(c *ucli.Context) error {
 		})
 	}
 	if e.output == "json" {
-		return writeJSON(e.out, resp.Msg)
+		if err := writeJSON(e.out, resp.Msg); err != nil {
+			return err
+		}
+		return e.afterChange(c, resp.Msg.GetVersion())
 	}
+	defer func() {
+		if err == nil {
+			err = e.afterChange(c, resp.Msg.GetVersion())
+		}
+	}()
 	switch n := resp.Msg.GetArchived(); n {
 	case 0:
 		_, err = fmt.Fprintf(e.out, "Deleted destination %s; no pending events were archived.\n", id)
@@ -383,4 +406,81 @@ func durationFlag(c *ucli.Context, name string) (*durationpb.Duration, error) {
 		return nil, usagef("--%s %s: want a positive duration such as 72h, 30m or 10s", name, d)
 	}
 	return durationpb.New(d), nil
+}
+
+func (e *env) destinationsPause() *ucli.Command {
+	return &ucli.Command{
+		Name:      "pause",
+		Usage:     "stop every attempt to a destination; events keep being accepted",
+		ArgsUsage: "ID",
+		UsageText: "rivoractl destinations pause ID [--reason TEXT] [--wait]",
+		Description: `Stops every delivery attempt to destination ID, scheduled retries included,
+in every agent. New events are still accepted and wait in their lanes, and
+the time spent paused does not count against their retry window. Nothing
+pending moves. Resume with ` + "`rivoractl destinations resume ID`" + `.
+
+Example:
+   rivoractl destinations pause orders --reason "partner maintenance" --wait`,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "reason", Usage: "why, for the audit log"},
+			waitFlag,
+		},
+		Action: func(c *ucli.Context) error {
+			if err := exactArgs(c, 1, "one destination ID"); err != nil {
+				return err
+			}
+			id := c.Args().First()
+			ctx, cancel := callContext(c)
+			defer cancel()
+			resp, err := e.admin().PauseDestination(ctx, connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: id, Reason: c.String("reason"), Author: e.author}))
+			if err != nil {
+				return callFailed(fmt.Sprintf("pause destination %q", id), err, notFoundHint)
+			}
+			if e.output == "json" {
+				err = writeJSON(e.out, resp.Msg.GetDestination())
+			} else {
+				_, err = fmt.Fprintf(e.out, "Paused destination %s: no attempts until `rivoractl destinations resume %s`.\n", id, id)
+			}
+			if err != nil {
+				return err
+			}
+			return e.afterChange(c, resp.Msg.GetVersion())
+		},
+	}
+}
+
+func (e *env) destinationsResume() *ucli.Command {
+	return &ucli.Command{
+		Name:      "resume",
+		Usage:     "let a paused destination drain, oldest first per lane, through its budget",
+		ArgsUsage: "ID",
+		UsageText: "rivoractl destinations resume ID [--wait]",
+		Description: `Resumes delivery to destination ID. Its backlog drains in lane order, paced
+by its budget (no thundering herd).
+
+Example:
+   rivoractl destinations resume orders --wait`,
+		Flags: []ucli.Flag{waitFlag},
+		Action: func(c *ucli.Context) error {
+			if err := exactArgs(c, 1, "one destination ID"); err != nil {
+				return err
+			}
+			id := c.Args().First()
+			ctx, cancel := callContext(c)
+			defer cancel()
+			resp, err := e.admin().ResumeDestination(ctx, connect.NewRequest(&rivorav1.ResumeDestinationRequest{DestinationId: id, Author: e.author}))
+			if err != nil {
+				return callFailed(fmt.Sprintf("resume destination %q", id), err, notFoundHint)
+			}
+			if e.output == "json" {
+				err = writeJSON(e.out, resp.Msg.GetDestination())
+			} else {
+				_, err = fmt.Fprintf(e.out, "Resumed destination %s.\n", id)
+			}
+			if err != nil {
+				return err
+			}
+			return e.afterChange(c, resp.Msg.GetVersion())
+		},
+	}
 }

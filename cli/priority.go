@@ -39,6 +39,7 @@ Examples:
 				&ucli.StringFlag{Name: "class", Usage: "priority `CLASS`: high, normal or low"},
 				&ucli.StringFlag{Name: "customer", Usage: "the customer `ID` whose weight to set"},
 				&ucli.Float64Flag{Name: "weight", Usage: "the customer's `WEIGHT` (0.01–10000; default for everyone is 1)"},
+				waitFlag,
 			},
 			Action: e.setPriority,
 		}},
@@ -49,7 +50,7 @@ func (e *env) setPriority(c *ucli.Context) error {
 	if err := exactArgs(c, 1, "one destination ID"); err != nil {
 		return err
 	}
-	req := &rivorav1.SetPriorityRequest{DestinationId: c.Args().First()}
+	req := &rivorav1.SetPriorityRequest{DestinationId: c.Args().First(), Author: e.author}
 	if c.IsSet("class") {
 		switch strings.ToLower(c.String("class")) {
 		case "high":
@@ -79,7 +80,10 @@ func (e *env) setPriority(c *ucli.Context) error {
 		return callFailed(fmt.Sprintf("set priority of %q", req.DestinationId), err, notFoundHint)
 	}
 	if e.output == "json" {
-		return writeJSON(e.out, resp.Msg.GetDestination())
+		if err := writeJSON(e.out, resp.Msg.GetDestination()); err != nil {
+			return err
+		}
+		return e.afterChange(c, resp.Msg.GetVersion())
 	}
 	d := resp.Msg.GetDestination()
 	fmt.Fprintf(e.out, "%s: class %s", d.GetId(), className(d.GetPriorityClass()))
@@ -87,7 +91,7 @@ func (e *env) setPriority(c *ucli.Context) error {
 		fmt.Fprintf(e.out, ", customer %s weight %g", req.CustomerId, req.GetWeight())
 	}
 	fmt.Fprintln(e.out)
-	return nil
+	return e.afterChange(c, resp.Msg.GetVersion())
 }
 
 func className(c rivorav1.PriorityClass) string {

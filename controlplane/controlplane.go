@@ -1,5 +1,8 @@
-// Package controlplane holds Rivora's configuration — destinations and their
-// limits — serves the admin API, and pushes every change to the agents.
+// Package controlplane holds Rivora's configuration — destinations, limits
+// (a reviewed YAML file plus audited runtime overrides), priorities and
+// pauses — serves the admin API, and pushes every change to the agents over
+// AgentService.Watch. Its own state is one JSON file and an audit log under
+// the state directory.
 package controlplane
 
 import (
@@ -8,32 +11,21 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
-	"github.com/rivora/rivora/sdk/webhook"
 )
 
-// Fleet is the set of agents the control plane steers: in `rivora dev` the
-// one agent in the same process.
-type Fleet interface {
-	// ApplyDestinations installs the current destinations everywhere.
-	ApplyDestinations(list []*rivorav1.Destination) error
-	// Pending counts a destination's undelivered, unarchived events.
-	Pending(ctx context.Context, destinationID string) (int64, error)
-	// ArchivePending dead-letters them (reason "deleted").
-	ArchivePending(ctx context.Context, destinationID string) (int64, error)
-	// Health reports destinations' budgets and backlogs ("" = all).
-	Health(ctx context.Context, destinationID string) ([]*rivorav1.DestinationHealth, error)
-}
-
-// Default limits of a destination.
+// DefaultLimits are the built-in limits, below the limits file.
 var DefaultLimits = &rivorav1.Limits{
 	RatePerSecond: 50,
 	Burst:         200,
@@ -43,241 +35,231 @@ var DefaultLimits = &rivorav1.Limits{
 	MaxInFlight:   32,
 }
 
-// ControlPlane serves rivora.v1.AdminService.
-type ControlPlane struct {
-	store *Store
-	fleet Fleet
-	log   *slog.Logger
-	now   func() time.Time
+// DefaultPartitions is the default number of partitions of a cell.
+const DefaultPartitions = 16
+
+// Config configures a control plane.
+type Config struct {
+	// StateDir holds controlplane.json and audit.ndjson.
+	StateDir string
+	// LimitsPath is the reviewed limits file ("" = none); it is watched and
+	// reloaded on change.
+	LimitsPath string
+	Partitions int
+	// ReloadEvery is how often the limits file is checked (500ms).
+	ReloadEvery time.Duration
 }
 
-// New returns a control plane over store, steering fleet. It pushes the
-// current configuration to the fleet before returning.
-func New(store *Store, fleet Fleet, log *slog.Logger) (*ControlPlane, error) {
-	cp := &ControlPlane{store: store, fleet: fleet, log: log, now: time.Now}
-	version, dests := store.Snapshot()
-	if err := fleet.ApplyDestinations(dests); err != nil {
-		return nil, fmt.Errorf("push config version %d: %w", version, err)
+// ControlPlane serves rivora.v1.AdminService and rivora.v1.AgentService.
+type ControlPlane struct {
+	cfg    Config
+	store  *Store
+	audit  *AuditLog
+	limits atomic.Pointer[LimitsFile]
+	agents *agentRegistry
+	log    *slog.Logger
+	now    func() time.Time
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every config change
+}
+
+// New opens the state, loads the limits file (a bad file is an error
+// here) and returns a control plane. Call Run to watch the file and expire
+// overrides.
+func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = DefaultPartitions
 	}
-	log.Info("config pushed", "version", version, "destinations", len(dests))
+	if cfg.ReloadEvery <= 0 {
+		cfg.ReloadEvery = 500 * time.Millisecond
+	}
+	store, err := OpenStore(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	audit, err := OpenAuditLog(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{cfg: cfg, store: store, audit: audit, agents: newAgentRegistry(), log: log, now: time.Now, changed: make(chan struct{})}
+	lf := emptyLimitsFile()
+	if cfg.LimitsPath != "" {
+		if lf, err = LoadLimitsFile(cfg.LimitsPath); err != nil {
+			return nil, err
+		}
+	}
+	cp.limits.Store(lf)
+	version, dests := store.Snapshot()
+	log.Info("control plane ready", "version", version, "destinations", len(dests), "limits_file", cfg.LimitsPath, "partitions", cfg.Partitions)
 	return cp, nil
 }
 
-// Handle registers the admin service on mux.
+// Handle registers the admin and agent services on mux.
 func (cp *ControlPlane) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	mux.Handle(rivorav1connect.NewAdminServiceHandler(cp, opts...))
+	mux.Handle(rivorav1connect.NewAgentServiceHandler(&agentService{cp: cp}, opts...))
 }
 
-func (cp *ControlPlane) push(version uint64, dests []*rivorav1.Destination) error {
-	if err := cp.fleet.ApplyDestinations(dests); err != nil {
-		return connect.NewError(connect.CodeInternal, fmt.Errorf("saved config version %d but could not apply it: %w", version, err))
-	}
-	return nil
-}
-
-func (cp *ControlPlane) CreateDestination(ctx context.Context, req *connect.Request[rivorav1.CreateDestinationRequest]) (*connect.Response[rivorav1.CreateDestinationResponse], error) {
-	m := req.Msg
-	if err := validateID(m.GetId()); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	if err := validateURL(m.GetUrl()); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	secret := m.GetSecret()
-	if secret == "" {
-		var err error
-		if secret, err = webhook.NewSecret(); err != nil {
-			return nil, connect.NewError(connect.CodeInternal, err)
+// Run reloads the limits file when it changes and expires overrides, until
+// ctx ends.
+func (cp *ControlPlane) Run(ctx context.Context) error {
+	t := time.NewTicker(cp.cfg.ReloadEvery)
+	defer t.Stop()
+	lastStamp := fileStamp(cp.cfg.LimitsPath)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
 		}
-	} else if _, err := webhook.Key(secret); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("secret: %w", err))
-	}
-	limits, err := effectiveLimits(m.GetLimits())
-	if err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	now := timestamppb.New(cp.now())
-	d := &rivorav1.Destination{Id: m.GetId(), Url: m.GetUrl(), Secret: secret, Limits: limits, CreatedAt: now, UpdatedAt: now, PriorityClass: rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL}
-	version, dests, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
-		if _, exists := all[d.Id]; exists {
-			return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("destination %q already exists; change it with `rivoractl destinations update %s`", d.Id, d.Id))
-		}
-		all[d.Id] = d
-		return nil
-	})
-	if err != nil {
-		return nil, asConnect(err)
-	}
-	if err := cp.push(version, dests); err != nil {
-		return nil, err
-	}
-	cp.log.Info("destination created", "destination", d.Id, "url", d.Url, "version", version)
-	return connect.NewResponse(&rivorav1.CreateDestinationResponse{Destination: d}), nil
-}
-
-func (cp *ControlPlane) GetDestination(ctx context.Context, req *connect.Request[rivorav1.GetDestinationRequest]) (*connect.Response[rivorav1.GetDestinationResponse], error) {
-	d, ok := cp.store.Get(req.Msg.GetId())
-	if !ok {
-		return nil, notFound(req.Msg.GetId())
-	}
-	pending, err := cp.fleet.Pending(ctx, d.GetId())
-	if err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, err)
-	}
-	return connect.NewResponse(&rivorav1.GetDestinationResponse{Destination: d, Pending: pending}), nil
-}
-
-func (cp *ControlPlane) ListDestinations(ctx context.Context, req *connect.Request[rivorav1.ListDestinationsRequest]) (*connect.Response[rivorav1.ListDestinationsResponse], error) {
-	_, dests := cp.store.Snapshot()
-	return connect.NewResponse(&rivorav1.ListDestinationsResponse{Destinations: dests}), nil
-}
-
-func (cp *ControlPlane) UpdateDestination(ctx context.Context, req *connect.Request[rivorav1.UpdateDestinationRequest]) (*connect.Response[rivorav1.UpdateDestinationResponse], error) {
-	m := req.Msg
-	var updated *rivorav1.Destination
-	version, dests, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
-		d, ok := all[m.GetId()]
-		if !ok {
-			return notFound(m.GetId())
-		}
-		if m.Url != nil {
-			if err := validateURL(m.GetUrl()); err != nil {
-				return connect.NewError(connect.CodeInvalidArgument, err)
+		if cp.cfg.LimitsPath != "" {
+			if stamp := fileStamp(cp.cfg.LimitsPath); stamp != lastStamp {
+				lastStamp = stamp
+				cp.reloadLimits()
 			}
-			d.Url = m.GetUrl()
 		}
-		if m.Secret != nil {
-			if _, err := webhook.Key(m.GetSecret()); err != nil {
-				return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("secret: %w", err))
+		cp.expireOverrides()
+	}
+}
+
+func fileStamp(path string) string {
+	if path == "" {
+		return ""
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "missing"
+	}
+	return fmt.Sprintf("%d/%d", fi.ModTime().UnixNano(), fi.Size())
+}
+
+// reloadLimits swaps in a changed limits file, or keeps the last good one
+// and logs why the new one was refused.
+func (cp *ControlPlane) reloadLimits() {
+	lf, err := LoadLimitsFile(cp.cfg.LimitsPath)
+	if err != nil {
+		cp.log.Error("limits file refused; the last good one stays in force", "error", err)
+		cp.record("limits.reject", "", "", err.Error(), 0)
+		return
+	}
+	old := cp.limits.Swap(lf)
+	version, _, err := cp.store.Update(func(map[string]*rivorav1.Destination) error { return nil })
+	if err != nil {
+		cp.limits.Store(old)
+		cp.log.Error("limits reload: saving the new config version failed", "error", err)
+		return
+	}
+	cp.record("limits.reload", "", "", fmt.Sprintf("%s: %d destination entries", filepath.Base(cp.cfg.LimitsPath), len(lf.Destinations)), version)
+	cp.log.Info("limits file reloaded", "path", cp.cfg.LimitsPath, "version", version)
+	cp.broadcast()
+}
+
+func (cp *ControlPlane) expireOverrides() {
+	now := cp.now()
+	var expired []string
+	version, _, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
+		for id, d := range all {
+			if o := d.GetOverride(); o.GetExpiresAt() != nil && !o.GetExpiresAt().AsTime().After(now) {
+				d.Override = nil
+				expired = append(expired, id)
 			}
-			d.Secret = m.GetSecret()
 		}
-		lim := d.GetLimits()
-		if m.RatePerSecond != nil {
-			lim.RatePerSecond = m.GetRatePerSecond()
+		if len(expired) == 0 {
+			return errNothingToDo
 		}
-		if m.Burst != nil {
-			lim.Burst = m.GetBurst()
-		}
-		if m.MaxAttempts != nil {
-			lim.MaxAttempts = m.GetMaxAttempts()
-		}
-		if m.MaxInFlight != nil {
-			lim.MaxInFlight = m.GetMaxInFlight()
-		}
-		if m.Window != nil {
-			lim.Window = m.GetWindow()
-		}
-		if m.Timeout != nil {
-			lim.Timeout = m.GetTimeout()
-		}
-		if err := validateLimits(lim); err != nil {
-			return connect.NewError(connect.CodeInvalidArgument, err)
-		}
-		d.UpdatedAt = timestamppb.New(cp.now())
-		updated = d
 		return nil
 	})
+	if errors.Is(err, errNothingToDo) {
+		return
+	}
 	if err != nil {
-		return nil, asConnect(err)
+		cp.log.Error("expire overrides", "error", err)
+		return
 	}
-	if err := cp.push(version, dests); err != nil {
-		return nil, err
+	for _, id := range expired {
+		cp.record("limits.expire", id, "system", "override expired", version)
 	}
-	cp.log.Info("destination updated", "destination", updated.GetId(), "version", version)
-	return connect.NewResponse(&rivorav1.UpdateDestinationResponse{Destination: updated}), nil
+	cp.broadcast()
 }
 
-func (cp *ControlPlane) DeleteDestination(ctx context.Context, req *connect.Request[rivorav1.DeleteDestinationRequest]) (*connect.Response[rivorav1.DeleteDestinationResponse], error) {
-	id := req.Msg.GetId()
-	if _, ok := cp.store.Get(id); !ok {
-		return nil, notFound(id)
+var errNothingToDo = errors.New("nothing to do")
+
+// broadcast wakes every Watch stream.
+func (cp *ControlPlane) broadcast() {
+	cp.mu.Lock()
+	close(cp.changed)
+	cp.changed = make(chan struct{})
+	cp.mu.Unlock()
+}
+
+func (cp *ControlPlane) changes() <-chan struct{} {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return cp.changed
+}
+
+func (cp *ControlPlane) record(action, destinationID, author, detail string, version uint64, reason ...string) {
+	e := &rivorav1.AuditEntry{At: timestampNow(cp.now()), Version: version, Author: author, Action: action, DestinationId: destinationID, Detail: detail}
+	if len(reason) > 0 {
+		e.Reason = reason[0]
 	}
-	pending, err := cp.fleet.Pending(ctx, id)
-	if err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, err)
+	if err := cp.audit.Append(e); err != nil {
+		cp.log.Error("audit log append failed", "action", action, "error", err)
 	}
-	var archived int64
-	if pending > 0 {
-		if !req.Msg.GetForce() {
-			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("destination %q has %d pending events; wait for them, or delete with --force to archive them as dead letters", id, pending))
-		}
-		if archived, err = cp.fleet.ArchivePending(ctx, id); err != nil {
-			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("archive pending events of %q (%d archived so far): %w", id, archived, err))
-		}
+}
+
+// render turns a stored destination into its API form: limits are the
+// effective ones.
+func (cp *ControlPlane) render(d *rivorav1.Destination) *rivorav1.Destination {
+	out := proto.Clone(d).(*rivorav1.Destination)
+	out.Limits, _ = cp.effective(d)
+	return out
+}
+
+// effective merges, per field: built-in defaults < limits file defaults <
+// the destination's own settings < the limits file's entry for it < an
+// unexpired override.
+func (cp *ControlPlane) effective(d *rivorav1.Destination) (*rivorav1.Limits, map[string]*rivorav1.LimitSource) {
+	lf := cp.limits.Load()
+	layers := []layer{
+		{DefaultLimits, &rivorav1.LimitSource{Source: "default"}},
+		{lf.Defaults, &rivorav1.LimitSource{Source: "file"}},
+		{d.GetConfigured(), &rivorav1.LimitSource{Source: "destination"}},
+		{lf.Destinations[d.GetId()], &rivorav1.LimitSource{Source: "file"}},
 	}
-	version, dests, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
-		delete(all, id)
-		return nil
+	if o := d.GetOverride(); o != nil && (o.GetExpiresAt() == nil || o.GetExpiresAt().AsTime().After(cp.now())) {
+		layers = append(layers, layer{o.GetLimits(), &rivorav1.LimitSource{Source: "override", Author: o.GetAuthor(), Reason: o.GetReason(), ExpiresAt: o.GetExpiresAt()}})
+	}
+	return mergeLimits(layers)
+}
+
+// fileLimits is what the defaults and the limits file alone give.
+func (cp *ControlPlane) fileLimits(id string) *rivorav1.Limits {
+	lf := cp.limits.Load()
+	l, _ := mergeLimits([]layer{
+		{DefaultLimits, &rivorav1.LimitSource{Source: "default"}},
+		{lf.Defaults, &rivorav1.LimitSource{Source: "file"}},
+		{lf.Destinations[id], &rivorav1.LimitSource{Source: "file"}},
 	})
-	if err != nil {
-		return nil, asConnect(err)
-	}
-	if err := cp.push(version, dests); err != nil {
-		return nil, err
-	}
-	cp.log.Info("destination deleted", "destination", id, "archived", archived, "version", version)
-	return connect.NewResponse(&rivorav1.DeleteDestinationResponse{Archived: archived}), nil
+	return l
 }
 
-func (cp *ControlPlane) SetPriority(ctx context.Context, req *connect.Request[rivorav1.SetPriorityRequest]) (*connect.Response[rivorav1.SetPriorityResponse], error) {
-	m := req.Msg
-	setsClass := m.GetClass() != rivorav1.PriorityClass_PRIORITY_CLASS_UNSPECIFIED
-	setsWeight := m.Weight != nil
-	if !setsClass && !setsWeight {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("nothing to change: set a class, or a customer and its weight"))
+// snapshot is the current config version and every destination in API
+// form.
+func (cp *ControlPlane) snapshot() (uint64, []*rivorav1.Destination) {
+	version, dests := cp.store.Snapshot()
+	for i, d := range dests {
+		dests[i] = cp.render(d)
 	}
-	if setsWeight {
-		if err := validateID(m.GetCustomerId()); err != nil {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("customer: %w", err))
-		}
-		if w := m.GetWeight(); !(w >= 0.01 && w <= 10_000) {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("weight must be between 0.01 and 10000, got %v", w))
-		}
-	} else if m.GetCustomerId() != "" {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("a customer needs a weight"))
-	}
-	var updated *rivorav1.Destination
-	version, dests, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
-		d, ok := all[m.GetDestinationId()]
-		if !ok {
-			return notFound(m.GetDestinationId())
-		}
-		if setsClass {
-			d.PriorityClass = m.GetClass()
-		}
-		if setsWeight {
-			if d.CustomerWeights == nil {
-				d.CustomerWeights = make(map[string]float64)
-			}
-			d.CustomerWeights[m.GetCustomerId()] = m.GetWeight()
-		}
-		d.UpdatedAt = timestamppb.New(cp.now())
-		updated = d
-		return nil
-	})
-	if err != nil {
-		return nil, asConnect(err)
-	}
-	if err := cp.push(version, dests); err != nil {
-		return nil, err
-	}
-	cp.log.Info("priority set", "destination", updated.GetId(), "class", m.GetClass().String(), "customer", m.GetCustomerId(), "weight", m.GetWeight(), "version", version)
-	return connect.NewResponse(&rivorav1.SetPriorityResponse{Destination: updated}), nil
+	return version, dests
 }
 
-func (cp *ControlPlane) GetDestinationHealth(ctx context.Context, req *connect.Request[rivorav1.GetDestinationHealthRequest]) (*connect.Response[rivorav1.GetDestinationHealthResponse], error) {
-	id := req.Msg.GetDestinationId()
-	if id != "" {
-		if _, ok := cp.store.Get(id); !ok {
-			return nil, notFound(id)
-		}
+func author(a string) string {
+	if a == "" {
+		return "unknown"
 	}
-	health, err := cp.fleet.Health(ctx, id)
-	if err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, err)
-	}
-	return connect.NewResponse(&rivorav1.GetDestinationHealthResponse{Destinations: health}), nil
+	return a
 }
 
 func notFound(id string) error {
@@ -290,81 +272,4 @@ func asConnect(err error) error {
 		return ce
 	}
 	return connect.NewError(connect.CodeInternal, err)
-}
-
-// validateID mirrors the agent's rule for ids used as subject tokens.
-func validateID(id string) error {
-	if id == "" {
-		return errors.New("destination id is empty")
-	}
-	if len(id) > 64 {
-		return fmt.Errorf("destination id is %d bytes; the limit is 64", len(id))
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("destination id %q has %q at byte %d; use letters, digits, '_' and '-'", id, c, i)
-		}
-	}
-	return nil
-}
-
-func validateURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return fmt.Errorf("url %q: %w", raw, err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return fmt.Errorf("url %q must be an absolute http:// or https:// URL", raw)
-	}
-	return nil
-}
-
-// effectiveLimits fills unset fields with the defaults.
-func effectiveLimits(in *rivorav1.Limits) (*rivorav1.Limits, error) {
-	out := &rivorav1.Limits{
-		RatePerSecond: DefaultLimits.RatePerSecond,
-		Burst:         DefaultLimits.Burst,
-		MaxAttempts:   DefaultLimits.MaxAttempts,
-		Window:        DefaultLimits.Window,
-		Timeout:       DefaultLimits.Timeout,
-		MaxInFlight:   DefaultLimits.MaxInFlight,
-	}
-	if in.GetRatePerSecond() != 0 {
-		out.RatePerSecond = in.GetRatePerSecond()
-	}
-	if in.GetBurst() != 0 {
-		out.Burst = in.GetBurst()
-	}
-	if in.GetMaxAttempts() != 0 {
-		out.MaxAttempts = in.GetMaxAttempts()
-	}
-	if in.GetWindow() != nil {
-		out.Window = in.GetWindow()
-	}
-	if in.GetTimeout() != nil {
-		out.Timeout = in.GetTimeout()
-	}
-	if in.GetMaxInFlight() != 0 {
-		out.MaxInFlight = in.GetMaxInFlight()
-	}
-	return out, validateLimits(out)
-}
-
-func validateLimits(l *rivorav1.Limits) error {
-	switch {
-	case l.GetRatePerSecond() <= 0:
-		return fmt.Errorf("rate_per_second must be positive, got %v", l.GetRatePerSecond())
-	case l.GetBurst() < 1:
-		return fmt.Errorf("burst must be at least 1, got %d", l.GetBurst())
-	case l.GetMaxAttempts() < 1:
-		return fmt.Errorf("max_attempts must be at least 1, got %d", l.GetMaxAttempts())
-	case l.GetWindow().AsDuration() <= 0:
-		return fmt.Errorf("window must be positive, got %s", l.GetWindow().AsDuration())
-	case l.GetTimeout().AsDuration() <= 0 || l.GetTimeout().AsDuration() > 5*time.Minute:
-		return fmt.Errorf("timeout must be in (0, 5m], got %s", l.GetTimeout().AsDuration())
-	case l.GetMaxInFlight() < 1:
-		return fmt.Errorf("max_in_flight must be at least 1, got %d", l.GetMaxInFlight())
-	}
-	return nil
 }

@@ -26,6 +26,30 @@ type Destination struct {
 	Class   scheduler.Class
 	// Weights are customers' shares of the budget (unlisted: 1).
 	Weights map[string]float64
+	Paused  bool
+	pauses  []pause
+}
+
+type pause struct{ start, end time.Time } // end zero: still paused
+
+// PausedBetween is how long the destination was paused between from and
+// to: time that does not count against an event's window.
+func (d *Destination) PausedBetween(from, to time.Time) time.Duration {
+	var total time.Duration
+	for _, p := range d.pauses {
+		end := p.end
+		if end.IsZero() || end.After(to) {
+			end = to
+		}
+		start := p.start
+		if start.Before(from) {
+			start = from
+		}
+		if end.After(start) {
+			total += end.Sub(start)
+		}
+	}
+	return total
 }
 
 // Endpoint is where and how one customer's events for a destination go.
@@ -50,15 +74,31 @@ func NewRegistry() *Registry {
 
 // Replace installs a new set of destinations.
 func (r *Registry) Replace(list []*rivorav1.Destination) ([]*Destination, error) {
-	next := make(map[string]*Destination, len(list))
-	out := make([]*Destination, 0, len(list))
-	for _, pb := range list {
+	return r.apply(map[string]*Destination{}, list, nil)
+}
+
+// Update changes and adds the listed destinations and removes the removed
+// ones, keeping the rest.
+func (r *Registry) Update(changed []*rivorav1.Destination, removed []string) ([]*Destination, error) {
+	next := make(map[string]*Destination)
+	for id, d := range *r.current.Load() {
+		next[id] = d
+	}
+	return r.apply(next, changed, removed)
+}
+
+func (r *Registry) apply(next map[string]*Destination, changed []*rivorav1.Destination, removed []string) ([]*Destination, error) {
+	out := make([]*Destination, 0, len(changed))
+	for _, pb := range changed {
 		d, err := FromProto(pb)
 		if err != nil {
 			return nil, err
 		}
 		next[d.ID] = d
 		out = append(out, d)
+	}
+	for _, id := range removed {
+		delete(next, id)
 	}
 	r.current.Store(&next)
 	return out, nil
@@ -113,7 +153,21 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 		},
 		Class:   classFromProto(pb.GetPriorityClass()),
 		Weights: pb.GetCustomerWeights(),
+		Paused:  pb.GetPaused(),
+		pauses:  pausesFromProto(pb.GetPauses()),
 	}, nil
+}
+
+func pausesFromProto(list []*rivorav1.PauseInterval) []pause {
+	out := make([]pause, 0, len(list))
+	for _, p := range list {
+		var end time.Time
+		if p.GetEnd() != nil {
+			end = p.GetEnd().AsTime()
+		}
+		out = append(out, pause{start: p.GetStart().AsTime(), end: end})
+	}
+	return out
 }
 
 func classFromProto(c rivorav1.PriorityClass) scheduler.Class {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -26,7 +27,6 @@ import (
 
 // Config configures the gateway.
 type Config struct {
-	Partitions int
 	// MaxPayload bounds one event's payload in bytes (256 KiB).
 	MaxPayload int
 	// MaxBatch bounds the events of one PublishBatch.
@@ -57,13 +57,18 @@ type Gateway struct {
 	log   *slog.Logger
 	now   func() time.Time
 	newID func() (string, error)
+	// partitions is the cell's partition count, known once the control
+	// plane's first config arrived (0 before: ingest answers Unavailable).
+	partitions atomic.Int32
 }
+
+// SetPartitions sets the cell's partition count.
+func (g *Gateway) SetPartitions(n int) { g.partitions.Store(int32(n)) }
+
+var errNoConfig = connect.NewError(connect.CodeUnavailable, errors.New("this agent has no configuration from the control plane yet; retry shortly"))
 
 // New creates (or updates) the INGEST stream and returns the gateway.
 func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry, cfg Config, log *slog.Logger) (*Gateway, error) {
-	if cfg.Partitions <= 0 {
-		return nil, fmt.Errorf("ingest: partitions must be positive, got %d", cfg.Partitions)
-	}
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = DefaultMaxPayload
 	}
@@ -99,6 +104,9 @@ func newEventID() (string, error) {
 
 // Publish accepts one event.
 func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.PublishRequest]) (*connect.Response[rivorav1.PublishResponse], error) {
+	if g.partitions.Load() == 0 {
+		return nil, errNoConfig
+	}
 	msg, id, err := g.prepare(req.Msg)
 	if err != nil {
 		accepted.WithLabelValues("invalid").Inc()
@@ -119,6 +127,9 @@ func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.Pub
 
 // PublishBatch accepts many events: all are validated before any is stored.
 func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav1.PublishBatchRequest]) (*connect.Response[rivorav1.PublishBatchResponse], error) {
+	if g.partitions.Load() == 0 {
+		return nil, errNoConfig
+	}
 	events := req.Msg.GetEvents()
 	if len(events) == 0 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("events is empty"))
@@ -216,7 +227,7 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*nats.Msg, string, erro
 	if err != nil {
 		return nil, "", fmt.Errorf("encode event: %w", err)
 	}
-	msg := nats.NewMsg(lanes.IngestSubject(lanes.Partition(dest, g.cfg.Partitions), dest))
+	msg := nats.NewMsg(lanes.IngestSubject(lanes.Partition(dest, int(g.partitions.Load())), dest))
 	msg.Data = data
 	msg.Header.Set(jetstream.MsgIDHeader, id)
 	return msg, id, nil

@@ -131,8 +131,17 @@ func Open(ctx context.Context, p int, deps Deps) (*Partition, error) {
 	if err != nil {
 		return nil, fmt.Errorf("partition %d: create ledger: %w", p, err)
 	}
+	// Messages a previous owner fetched but never moved are held by the
+	// durable mover until their AckWait ends, and would then arrive behind
+	// events accepted later on the same lanes. This owner is the mover's
+	// only user, so it starts from a fresh consumer: INGEST (a work queue)
+	// keeps every unacked message, and they all come again, in order, now.
+	mover := fmt.Sprintf("mover-%d", p)
+	if err := error(nil); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("partition %d: reset mover consumer: %w", p, err)
+	}
 	o.ingest, err = deps.JS.CreateOrUpdateConsumer(ctx, lanes.IngestStream, jetstream.ConsumerConfig{
-		Durable:       fmt.Sprintf("mover-%d", p),
+		Durable:       mover,
 		Description:   fmt.Sprintf("Moves partition %d's accepted events into lanes.", p),
 		FilterSubject: lanes.IngestFilter(p),
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -400,6 +409,7 @@ func (o *Partition) moveBatch(ctx context.Context, batch []jetstream.Msg) {
 		appends := make(map[lanes.ID][]scheduler.Entry)
 		var order []lanes.ID
 		done := 0
+		through := o.registeredThrough.Load()
 		for i := 0; i < failed; i++ {
 			it := items[i]
 			var ack *jetstream.PubAck
@@ -413,20 +423,24 @@ func (o *Partition) moveBatch(ctx context.Context, batch []jetstream.Msg) {
 			if ack == nil {
 				break
 			}
-			if ack.Sequence > o.registeredThrough.Load() {
+			if ack.Sequence > through {
 				if _, seen := appends[it.id]; !seen {
 					order = append(order, it.id)
 				}
 				appends[it.id] = append(appends[it.id], scheduler.Entry{
 					Seq: ack.Sequence, EventID: it.ev.GetEventId(), AcceptedAt: it.ev.GetAcceptedAt().AsTime(), Event: it.ev,
 				})
-				o.registeredThrough.Store(ack.Sequence)
+				through = ack.Sequence
 			}
 			done = i + 1
 		}
 		for _, id := range order {
 			o.deps.Scheduler.Append(o.p, id, appends[id]...)
 		}
+		// Only once the scheduler holds them may reclaim count these
+		// sequences as registered: before, its low-water mark does not
+		// see them and a purge would drop stored, undelivered events.
+		o.registeredThrough.Store(through)
 		for _, it := range items[:done] {
 			_ = it.in.Ack()
 		}
@@ -502,11 +516,15 @@ func (o *Partition) Complete(ctx context.Context, a *scheduler.Attempt, ev *rivo
 		head.FirstAttemptAt = a.StartedAt
 	}
 	policy := retry.DefaultPolicy()
+	// The window runs from acceptance, not counting time the destination
+	// was paused.
+	windowStart := ev.GetAcceptedAt().AsTime()
 	if d, ok := o.deps.Registry.Get(ev.GetDestinationId()); ok {
 		policy = d.Retry
+		windowStart = windowStart.Add(d.PausedBetween(windowStart, now))
 	}
 	wait := max(retry.Jittered(policy.Backoff(head.Attempts)), res.RetryAfter)
-	decision := policy.Next(head.Attempts, ev.GetAcceptedAt().AsTime(), now, wait)
+	decision := policy.Next(head.Attempts, windowStart, now, wait)
 	o.deps.History.Record(outcome(ev, rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, attempt))
 	switch decision.Verdict {
 	case retry.Retry:
@@ -557,11 +575,7 @@ func (o *Partition) kill(ctx context.Context, a *scheduler.Attempt, ev *rivorav1
 	}
 	out := o.deps.Scheduler.Dead(a)
 	o.afterAdvance(a, out)
-	o.deps.History.Record(&rivorav1.EventOutcome{
-		Kind: rivorav1.EventOutcome_KIND_DEAD, EventId: ev.GetEventId(), DestinationId: ev.GetDestinationId(),
-		CustomerId: ev.GetCustomerId(), LaneKey: ev.GetLaneKey(), Type: ev.GetType(), AcceptedAt: ev.GetAcceptedAt(),
-		DeadReason: reason,
-	})
+	o.deps.History.Record(deadOutcome(ev, reason))
 	deadTotal.WithLabelValues(ev.GetDestinationId(), reasonLabel(reason)).Inc()
 	unarchived.Inc()
 	o.queueDead(dl)
@@ -634,6 +648,7 @@ func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string
 				continue
 			}
 			o.noteReclaim(lane.Subject, e.Seq)
+			o.deps.History.Record(deadOutcome(ev, dl.Reason))
 			deadTotal.WithLabelValues(destinationID, reasonLabel(dl.Reason)).Inc()
 			unarchived.Inc()
 			o.queueDead(dl)
@@ -649,6 +664,12 @@ func cmpErr(first, err error) error {
 		return first
 	}
 	return err
+}
+
+func deadOutcome(ev *rivorav1.Event, reason rivorav1.DeadReason) *rivorav1.EventOutcome {
+	o := outcome(ev, rivorav1.EventOutcome_KIND_DEAD, nil)
+	o.DeadReason = reason
+	return o
 }
 
 func outcome(ev *rivorav1.Event, kind rivorav1.EventOutcome_Kind, a *rivorav1.Attempt) *rivorav1.EventOutcome {

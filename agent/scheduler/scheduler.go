@@ -132,6 +132,7 @@ type destination struct {
 	limits     Limits
 	budget     *budget.Budget
 	class      Class
+	paused     bool
 	statuses   statusRing // last attempt statuses
 	inFlight   int
 	lanes      map[string]*Lane
@@ -260,7 +261,7 @@ func (s *Scheduler) pick(now time.Time) (*Attempt, time.Duration) {
 // when the destination is back even while every lane is in backoff.
 func (s *Scheduler) pickProbe(now time.Time, soonest func(time.Duration)) *Attempt {
 	for d := range s.parked {
-		if d.inRing || !d.configured || d.dropped || d.inFlight >= d.limits.MaxInFlight || d.budget.State() != budget.Parked {
+		if d.inRing || !d.configured || d.paused || d.dropped || d.inFlight >= d.limits.MaxInFlight || d.budget.State() != budget.Parked {
 			continue
 		}
 		var probe *Lane
@@ -290,7 +291,7 @@ func (s *Scheduler) pickClass(now time.Time, class Class, soonest func(time.Dura
 	for i := 0; i < len(s.ring); i++ {
 		idx := (s.rr + i) % len(s.ring)
 		d := s.ring[idx]
-		if d.class != class || !d.configured || d.inFlight >= d.limits.MaxInFlight {
+		if d.class != class || !d.configured || d.paused || d.inFlight >= d.limits.MaxInFlight {
 			continue
 		}
 		if !d.budget.Take(now) {
@@ -447,6 +448,16 @@ func (s *Scheduler) SetClass(destinationID string, partition int, class Class) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.destination(destinationID, partition).class = min(max(class, High), Low)
+	s.wake()
+}
+
+// SetPaused stops (or resumes) every attempt to a destination, retries
+// included. Nothing pending moves; on resume each lane goes on from where
+// it was, paced by the budget.
+func (s *Scheduler) SetPaused(destinationID string, partition int, paused bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.destination(destinationID, partition).paused = paused
 	s.wake()
 }
 

@@ -1,5 +1,6 @@
 // Command rivora runs Rivora's servers: `rivora dev` runs the control plane
-// and one agent in one process on embedded defaults.
+// and one agent in one process on embedded defaults; `rivora controlplane`
+// and `rivora agent` run them apart.
 package main
 
 import (
@@ -19,6 +20,8 @@ func main() {
 		Version: version,
 		Commands: []*cli.Command{
 			devCommand(),
+			controlPlaneCommand(),
+			agentCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {

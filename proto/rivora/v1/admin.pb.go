@@ -185,8 +185,19 @@ type Destination struct {
 	// customer_weights share the destination's budget among customers with
 	// due events (deficit round robin); a customer not listed has weight 1.
 	CustomerWeights map[string]float64 `protobuf:"bytes,8,rep,name=customer_weights,json=customerWeights,proto3" json:"customer_weights,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// paused: no attempt is made while set.
+	Paused bool `protobuf:"varint,9,opt,name=paused,proto3" json:"paused,omitempty"`
+	// pauses are the destination's recent pause intervals; time spent paused
+	// does not count against an event's window.
+	Pauses []*PauseInterval `protobuf:"bytes,10,rep,name=pauses,proto3" json:"pauses,omitempty"`
+	// override is the runtime limits override, if any.
+	Override *LimitsOverride `protobuf:"bytes,11,opt,name=override,proto3" json:"override,omitempty"`
+	// configured are the limits set with create/update (unset: 0); limits
+	// above are the effective ones, after defaults, the limits file and the
+	// override.
+	Configured    *Limits `protobuf:"bytes,12,opt,name=configured,proto3" json:"configured,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Destination) Reset() {
@@ -275,10 +286,187 @@ func (x *Destination) GetCustomerWeights() map[string]float64 {
 	return nil
 }
 
-type CreateDestinationRequest struct {
+func (x *Destination) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *Destination) GetPauses() []*PauseInterval {
+	if x != nil {
+		return x.Pauses
+	}
+	return nil
+}
+
+func (x *Destination) GetOverride() *LimitsOverride {
+	if x != nil {
+		return x.Override
+	}
+	return nil
+}
+
+func (x *Destination) GetConfigured() *Limits {
+	if x != nil {
+		return x.Configured
+	}
+	return nil
+}
+
+// LimitsOverride is an audited runtime change of some limits.
+type LimitsOverride struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Url   string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// limits holds the overridden fields (unset: 0).
+	Limits *Limits                `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	Author string                 `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
+	Reason string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	SetAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=set_at,json=setAt,proto3" json:"set_at,omitempty"`
+	// expires_at, when set, ends the override.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LimitsOverride) Reset() {
+	*x = LimitsOverride{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LimitsOverride) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LimitsOverride) ProtoMessage() {}
+
+func (x *LimitsOverride) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LimitsOverride.ProtoReflect.Descriptor instead.
+func (*LimitsOverride) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *LimitsOverride) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *LimitsOverride) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *LimitsOverride) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *LimitsOverride) GetSetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SetAt
+	}
+	return nil
+}
+
+func (x *LimitsOverride) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+// PauseInterval is one pause; end is unset while it lasts.
+type PauseInterval struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Author        string                 `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseInterval) Reset() {
+	*x = PauseInterval{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseInterval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseInterval) ProtoMessage() {}
+
+func (x *PauseInterval) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseInterval.ProtoReflect.Descriptor instead.
+func (*PauseInterval) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PauseInterval) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *PauseInterval) GetEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *PauseInterval) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PauseInterval) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+type CreateDestinationRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Author string                 `protobuf:"bytes,5,opt,name=author,proto3" json:"author,omitempty"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Url    string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
 	// secret is generated when empty.
 	Secret        string  `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"`
 	Limits        *Limits `protobuf:"bytes,4,opt,name=limits,proto3" json:"limits,omitempty"`
@@ -288,7 +476,7 @@ type CreateDestinationRequest struct {
 
 func (x *CreateDestinationRequest) Reset() {
 	*x = CreateDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	mi := &file_rivora_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -300,7 +488,7 @@ func (x *CreateDestinationRequest) String() string {
 func (*CreateDestinationRequest) ProtoMessage() {}
 
 func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	mi := &file_rivora_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -313,7 +501,14 @@ func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestinationRequest.ProtoReflect.Descriptor instead.
 func (*CreateDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CreateDestinationRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
 }
 
 func (x *CreateDestinationRequest) GetId() string {
@@ -347,13 +542,14 @@ func (x *CreateDestinationRequest) GetLimits() *Limits {
 type CreateDestinationResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateDestinationResponse) Reset() {
 	*x = CreateDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[3]
+	mi := &file_rivora_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +561,7 @@ func (x *CreateDestinationResponse) String() string {
 func (*CreateDestinationResponse) ProtoMessage() {}
 
 func (x *CreateDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[3]
+	mi := &file_rivora_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +574,7 @@ func (x *CreateDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestinationResponse.ProtoReflect.Descriptor instead.
 func (*CreateDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateDestinationResponse) GetDestination() *Destination {
@@ -386,6 +582,13 @@ func (x *CreateDestinationResponse) GetDestination() *Destination {
 		return x.Destination
 	}
 	return nil
+}
+
+func (x *CreateDestinationResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
 }
 
 type GetDestinationRequest struct {
@@ -397,7 +600,7 @@ type GetDestinationRequest struct {
 
 func (x *GetDestinationRequest) Reset() {
 	*x = GetDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[4]
+	mi := &file_rivora_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -409,7 +612,7 @@ func (x *GetDestinationRequest) String() string {
 func (*GetDestinationRequest) ProtoMessage() {}
 
 func (x *GetDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[4]
+	mi := &file_rivora_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -422,7 +625,7 @@ func (x *GetDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationRequest.ProtoReflect.Descriptor instead.
 func (*GetDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetDestinationRequest) GetId() string {
@@ -443,7 +646,7 @@ type GetDestinationResponse struct {
 
 func (x *GetDestinationResponse) Reset() {
 	*x = GetDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[5]
+	mi := &file_rivora_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +658,7 @@ func (x *GetDestinationResponse) String() string {
 func (*GetDestinationResponse) ProtoMessage() {}
 
 func (x *GetDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[5]
+	mi := &file_rivora_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +671,7 @@ func (x *GetDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationResponse.ProtoReflect.Descriptor instead.
 func (*GetDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetDestinationResponse) GetDestination() *Destination {
@@ -493,7 +696,7 @@ type ListDestinationsRequest struct {
 
 func (x *ListDestinationsRequest) Reset() {
 	*x = ListDestinationsRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[6]
+	mi := &file_rivora_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +708,7 @@ func (x *ListDestinationsRequest) String() string {
 func (*ListDestinationsRequest) ProtoMessage() {}
 
 func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[6]
+	mi := &file_rivora_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +721,7 @@ func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsRequest.ProtoReflect.Descriptor instead.
 func (*ListDestinationsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 type ListDestinationsResponse struct {
@@ -530,7 +733,7 @@ type ListDestinationsResponse struct {
 
 func (x *ListDestinationsResponse) Reset() {
 	*x = ListDestinationsResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[7]
+	mi := &file_rivora_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +745,7 @@ func (x *ListDestinationsResponse) String() string {
 func (*ListDestinationsResponse) ProtoMessage() {}
 
 func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[7]
+	mi := &file_rivora_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +758,7 @@ func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsResponse.ProtoReflect.Descriptor instead.
 func (*ListDestinationsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListDestinationsResponse) GetDestinations() []*Destination {
@@ -568,6 +771,7 @@ func (x *ListDestinationsResponse) GetDestinations() []*Destination {
 // UpdateDestinationRequest changes only the fields that are set.
 type UpdateDestinationRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Author        string                 `protobuf:"bytes,10,opt,name=author,proto3" json:"author,omitempty"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Url           *string                `protobuf:"bytes,2,opt,name=url,proto3,oneof" json:"url,omitempty"`
 	Secret        *string                `protobuf:"bytes,3,opt,name=secret,proto3,oneof" json:"secret,omitempty"`
@@ -583,7 +787,7 @@ type UpdateDestinationRequest struct {
 
 func (x *UpdateDestinationRequest) Reset() {
 	*x = UpdateDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[8]
+	mi := &file_rivora_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +799,7 @@ func (x *UpdateDestinationRequest) String() string {
 func (*UpdateDestinationRequest) ProtoMessage() {}
 
 func (x *UpdateDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[8]
+	mi := &file_rivora_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +812,14 @@ func (x *UpdateDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDestinationRequest.ProtoReflect.Descriptor instead.
 func (*UpdateDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *UpdateDestinationRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
 }
 
 func (x *UpdateDestinationRequest) GetId() string {
@@ -677,13 +888,14 @@ func (x *UpdateDestinationRequest) GetMaxInFlight() int32 {
 type UpdateDestinationResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateDestinationResponse) Reset() {
 	*x = UpdateDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[9]
+	mi := &file_rivora_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +907,7 @@ func (x *UpdateDestinationResponse) String() string {
 func (*UpdateDestinationResponse) ProtoMessage() {}
 
 func (x *UpdateDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[9]
+	mi := &file_rivora_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +920,7 @@ func (x *UpdateDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDestinationResponse.ProtoReflect.Descriptor instead.
 func (*UpdateDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateDestinationResponse) GetDestination() *Destination {
@@ -718,8 +930,16 @@ func (x *UpdateDestinationResponse) GetDestination() *Destination {
 	return nil
 }
 
+func (x *UpdateDestinationResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 type DeleteDestinationRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Author        string                 `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -728,7 +948,7 @@ type DeleteDestinationRequest struct {
 
 func (x *DeleteDestinationRequest) Reset() {
 	*x = DeleteDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[10]
+	mi := &file_rivora_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +960,7 @@ func (x *DeleteDestinationRequest) String() string {
 func (*DeleteDestinationRequest) ProtoMessage() {}
 
 func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[10]
+	mi := &file_rivora_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +973,14 @@ func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DeleteDestinationRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
 }
 
 func (x *DeleteDestinationRequest) GetId() string {
@@ -773,14 +1000,15 @@ func (x *DeleteDestinationRequest) GetForce() bool {
 type DeleteDestinationResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// archived is how many pending events were archived (force only).
-	Archived      int64 `protobuf:"varint,1,opt,name=archived,proto3" json:"archived,omitempty"`
+	Archived      int64  `protobuf:"varint,1,opt,name=archived,proto3" json:"archived,omitempty"`
+	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteDestinationResponse) Reset() {
 	*x = DeleteDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[11]
+	mi := &file_rivora_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +1020,7 @@ func (x *DeleteDestinationResponse) String() string {
 func (*DeleteDestinationResponse) ProtoMessage() {}
 
 func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[11]
+	mi := &file_rivora_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +1033,7 @@ func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteDestinationResponse) GetArchived() int64 {
@@ -815,9 +1043,17 @@ func (x *DeleteDestinationResponse) GetArchived() int64 {
 	return 0
 }
 
+func (x *DeleteDestinationResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 type SetPriorityRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	Author        string                 `protobuf:"bytes,5,opt,name=author,proto3" json:"author,omitempty"`
 	// class, when set, changes the destination's priority class.
 	Class PriorityClass `protobuf:"varint,2,opt,name=class,proto3,enum=rivora.v1.PriorityClass" json:"class,omitempty"`
 	// customer_id and weight, when set, change one customer's weight (> 0).
@@ -829,7 +1065,7 @@ type SetPriorityRequest struct {
 
 func (x *SetPriorityRequest) Reset() {
 	*x = SetPriorityRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[12]
+	mi := &file_rivora_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +1077,7 @@ func (x *SetPriorityRequest) String() string {
 func (*SetPriorityRequest) ProtoMessage() {}
 
 func (x *SetPriorityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[12]
+	mi := &file_rivora_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,12 +1090,19 @@ func (x *SetPriorityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPriorityRequest.ProtoReflect.Descriptor instead.
 func (*SetPriorityRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetPriorityRequest) GetDestinationId() string {
 	if x != nil {
 		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *SetPriorityRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
 	}
 	return ""
 }
@@ -888,13 +1131,14 @@ func (x *SetPriorityRequest) GetWeight() float64 {
 type SetPriorityResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetPriorityResponse) Reset() {
 	*x = SetPriorityResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[13]
+	mi := &file_rivora_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1150,7 @@ func (x *SetPriorityResponse) String() string {
 func (*SetPriorityResponse) ProtoMessage() {}
 
 func (x *SetPriorityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[13]
+	mi := &file_rivora_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1163,7 @@ func (x *SetPriorityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPriorityResponse.ProtoReflect.Descriptor instead.
 func (*SetPriorityResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetPriorityResponse) GetDestination() *Destination {
@@ -927,6 +1171,13 @@ func (x *SetPriorityResponse) GetDestination() *Destination {
 		return x.Destination
 	}
 	return nil
+}
+
+func (x *SetPriorityResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
 }
 
 type GetDestinationHealthRequest struct {
@@ -939,7 +1190,7 @@ type GetDestinationHealthRequest struct {
 
 func (x *GetDestinationHealthRequest) Reset() {
 	*x = GetDestinationHealthRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[14]
+	mi := &file_rivora_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1202,7 @@ func (x *GetDestinationHealthRequest) String() string {
 func (*GetDestinationHealthRequest) ProtoMessage() {}
 
 func (x *GetDestinationHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[14]
+	mi := &file_rivora_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1215,7 @@ func (x *GetDestinationHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationHealthRequest.ProtoReflect.Descriptor instead.
 func (*GetDestinationHealthRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetDestinationHealthRequest) GetDestinationId() string {
@@ -983,7 +1234,7 @@ type GetDestinationHealthResponse struct {
 
 func (x *GetDestinationHealthResponse) Reset() {
 	*x = GetDestinationHealthResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[15]
+	mi := &file_rivora_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +1246,7 @@ func (x *GetDestinationHealthResponse) String() string {
 func (*GetDestinationHealthResponse) ProtoMessage() {}
 
 func (x *GetDestinationHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[15]
+	mi := &file_rivora_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +1259,7 @@ func (x *GetDestinationHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationHealthResponse.ProtoReflect.Descriptor instead.
 func (*GetDestinationHealthResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetDestinationHealthResponse) GetDestinations() []*DestinationHealth {
@@ -1031,7 +1282,7 @@ type HealthTransition struct {
 
 func (x *HealthTransition) Reset() {
 	*x = HealthTransition{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[16]
+	mi := &file_rivora_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1294,7 @@ func (x *HealthTransition) String() string {
 func (*HealthTransition) ProtoMessage() {}
 
 func (x *HealthTransition) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[16]
+	mi := &file_rivora_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1307,7 @@ func (x *HealthTransition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthTransition.ProtoReflect.Descriptor instead.
 func (*HealthTransition) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HealthTransition) GetAt() *timestamppb.Timestamp {
@@ -1103,7 +1354,7 @@ type CustomerBacklog struct {
 
 func (x *CustomerBacklog) Reset() {
 	*x = CustomerBacklog{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[17]
+	mi := &file_rivora_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1366,7 @@ func (x *CustomerBacklog) String() string {
 func (*CustomerBacklog) ProtoMessage() {}
 
 func (x *CustomerBacklog) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[17]
+	mi := &file_rivora_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1379,7 @@ func (x *CustomerBacklog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomerBacklog.ProtoReflect.Descriptor instead.
 func (*CustomerBacklog) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CustomerBacklog) GetCustomerId() string {
@@ -1198,7 +1449,7 @@ type DestinationHealth struct {
 
 func (x *DestinationHealth) Reset() {
 	*x = DestinationHealth{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[18]
+	mi := &file_rivora_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1461,7 @@ func (x *DestinationHealth) String() string {
 func (*DestinationHealth) ProtoMessage() {}
 
 func (x *DestinationHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[18]
+	mi := &file_rivora_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1474,7 @@ func (x *DestinationHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestinationHealth.ProtoReflect.Descriptor instead.
 func (*DestinationHealth) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DestinationHealth) GetDestinationId() string {
@@ -1317,6 +1568,1215 @@ func (x *DestinationHealth) GetPriorityClass() PriorityClass {
 	return PriorityClass_PRIORITY_CLASS_UNSPECIFIED
 }
 
+type PauseDestinationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Author        string                 `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseDestinationRequest) Reset() {
+	*x = PauseDestinationRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseDestinationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseDestinationRequest) ProtoMessage() {}
+
+func (x *PauseDestinationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseDestinationRequest.ProtoReflect.Descriptor instead.
+func (*PauseDestinationRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PauseDestinationRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *PauseDestinationRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PauseDestinationRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+type PauseDestinationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseDestinationResponse) Reset() {
+	*x = PauseDestinationResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseDestinationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseDestinationResponse) ProtoMessage() {}
+
+func (x *PauseDestinationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseDestinationResponse.ProtoReflect.Descriptor instead.
+func (*PauseDestinationResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PauseDestinationResponse) GetDestination() *Destination {
+	if x != nil {
+		return x.Destination
+	}
+	return nil
+}
+
+func (x *PauseDestinationResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type ResumeDestinationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	Author        string                 `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeDestinationRequest) Reset() {
+	*x = ResumeDestinationRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeDestinationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeDestinationRequest) ProtoMessage() {}
+
+func (x *ResumeDestinationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeDestinationRequest.ProtoReflect.Descriptor instead.
+func (*ResumeDestinationRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ResumeDestinationRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *ResumeDestinationRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+type ResumeDestinationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeDestinationResponse) Reset() {
+	*x = ResumeDestinationResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeDestinationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeDestinationResponse) ProtoMessage() {}
+
+func (x *ResumeDestinationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeDestinationResponse.ProtoReflect.Descriptor instead.
+func (*ResumeDestinationResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ResumeDestinationResponse) GetDestination() *Destination {
+	if x != nil {
+		return x.Destination
+	}
+	return nil
+}
+
+func (x *ResumeDestinationResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// LimitSource says where one effective limit comes from.
+type LimitSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// source is "default", "file" (limits file defaults or its entry for the
+	// destination), "destination" (set with create/update) or "override".
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// For overrides: who, why and until when.
+	Author        string                 `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LimitSource) Reset() {
+	*x = LimitSource{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LimitSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LimitSource) ProtoMessage() {}
+
+func (x *LimitSource) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LimitSource.ProtoReflect.Descriptor instead.
+func (*LimitSource) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *LimitSource) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *LimitSource) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *LimitSource) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *LimitSource) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+type GetLimitsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLimitsRequest) Reset() {
+	*x = GetLimitsRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLimitsRequest) ProtoMessage() {}
+
+func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLimitsRequest.ProtoReflect.Descriptor instead.
+func (*GetLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetLimitsRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+type GetLimitsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	Effective     *Limits                `protobuf:"bytes,2,opt,name=effective,proto3" json:"effective,omitempty"`
+	// sources maps a field name (rate_per_second, burst, max_attempts, window,
+	// timeout, max_in_flight) to its source.
+	Sources map[string]*LimitSource `protobuf:"bytes,3,rep,name=sources,proto3" json:"sources,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// file is what the limits file alone gives (its defaults and its entry).
+	File          *Limits `protobuf:"bytes,4,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLimitsResponse) Reset() {
+	*x = GetLimitsResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLimitsResponse) ProtoMessage() {}
+
+func (x *GetLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLimitsResponse.ProtoReflect.Descriptor instead.
+func (*GetLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GetLimitsResponse) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *GetLimitsResponse) GetEffective() *Limits {
+	if x != nil {
+		return x.Effective
+	}
+	return nil
+}
+
+func (x *GetLimitsResponse) GetSources() map[string]*LimitSource {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+func (x *GetLimitsResponse) GetFile() *Limits {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+type SetLimitsOverrideRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	RatePerSecond *float64               `protobuf:"fixed64,2,opt,name=rate_per_second,json=ratePerSecond,proto3,oneof" json:"rate_per_second,omitempty"`
+	Burst         *int32                 `protobuf:"varint,3,opt,name=burst,proto3,oneof" json:"burst,omitempty"`
+	MaxAttempts   *int32                 `protobuf:"varint,4,opt,name=max_attempts,json=maxAttempts,proto3,oneof" json:"max_attempts,omitempty"`
+	Window        *durationpb.Duration   `protobuf:"bytes,5,opt,name=window,proto3" json:"window,omitempty"`
+	Timeout       *durationpb.Duration   `protobuf:"bytes,6,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	MaxInFlight   *int32                 `protobuf:"varint,7,opt,name=max_in_flight,json=maxInFlight,proto3,oneof" json:"max_in_flight,omitempty"`
+	// reason is required: the audit log says why.
+	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	Author string `protobuf:"bytes,9,opt,name=author,proto3" json:"author,omitempty"`
+	// ttl, when set, ends the override after this long.
+	Ttl           *durationpb.Duration `protobuf:"bytes,10,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLimitsOverrideRequest) Reset() {
+	*x = SetLimitsOverrideRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLimitsOverrideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLimitsOverrideRequest) ProtoMessage() {}
+
+func (x *SetLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLimitsOverrideRequest.ProtoReflect.Descriptor instead.
+func (*SetLimitsOverrideRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SetLimitsOverrideRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *SetLimitsOverrideRequest) GetRatePerSecond() float64 {
+	if x != nil && x.RatePerSecond != nil {
+		return *x.RatePerSecond
+	}
+	return 0
+}
+
+func (x *SetLimitsOverrideRequest) GetBurst() int32 {
+	if x != nil && x.Burst != nil {
+		return *x.Burst
+	}
+	return 0
+}
+
+func (x *SetLimitsOverrideRequest) GetMaxAttempts() int32 {
+	if x != nil && x.MaxAttempts != nil {
+		return *x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *SetLimitsOverrideRequest) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *SetLimitsOverrideRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *SetLimitsOverrideRequest) GetMaxInFlight() int32 {
+	if x != nil && x.MaxInFlight != nil {
+		return *x.MaxInFlight
+	}
+	return 0
+}
+
+func (x *SetLimitsOverrideRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SetLimitsOverrideRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *SetLimitsOverrideRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type SetLimitsOverrideResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limits        *GetLimitsResponse     `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLimitsOverrideResponse) Reset() {
+	*x = SetLimitsOverrideResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLimitsOverrideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLimitsOverrideResponse) ProtoMessage() {}
+
+func (x *SetLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLimitsOverrideResponse.ProtoReflect.Descriptor instead.
+func (*SetLimitsOverrideResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SetLimitsOverrideResponse) GetLimits() *GetLimitsResponse {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *SetLimitsOverrideResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type ClearLimitsOverrideRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	Author        string                 `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearLimitsOverrideRequest) Reset() {
+	*x = ClearLimitsOverrideRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearLimitsOverrideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearLimitsOverrideRequest) ProtoMessage() {}
+
+func (x *ClearLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearLimitsOverrideRequest.ProtoReflect.Descriptor instead.
+func (*ClearLimitsOverrideRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ClearLimitsOverrideRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *ClearLimitsOverrideRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *ClearLimitsOverrideRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ClearLimitsOverrideResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limits        *GetLimitsResponse     `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearLimitsOverrideResponse) Reset() {
+	*x = ClearLimitsOverrideResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearLimitsOverrideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearLimitsOverrideResponse) ProtoMessage() {}
+
+func (x *ClearLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearLimitsOverrideResponse.ProtoReflect.Descriptor instead.
+func (*ClearLimitsOverrideResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ClearLimitsOverrideResponse) GetLimits() *GetLimitsResponse {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *ClearLimitsOverrideResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type DiffLimitsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiffLimitsRequest) Reset() {
+	*x = DiffLimitsRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffLimitsRequest) ProtoMessage() {}
+
+func (x *DiffLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffLimitsRequest.ProtoReflect.Descriptor instead.
+func (*DiffLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{32}
+}
+
+// LimitsDrift is one field where the effective limit is not the file's.
+type LimitsDrift struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	DestinationId  string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	Field          string                 `protobuf:"bytes,2,opt,name=field,proto3" json:"field,omitempty"`
+	FileValue      string                 `protobuf:"bytes,3,opt,name=file_value,json=fileValue,proto3" json:"file_value,omitempty"`
+	EffectiveValue string                 `protobuf:"bytes,4,opt,name=effective_value,json=effectiveValue,proto3" json:"effective_value,omitempty"`
+	Source         *LimitSource           `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *LimitsDrift) Reset() {
+	*x = LimitsDrift{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LimitsDrift) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LimitsDrift) ProtoMessage() {}
+
+func (x *LimitsDrift) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LimitsDrift.ProtoReflect.Descriptor instead.
+func (*LimitsDrift) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *LimitsDrift) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *LimitsDrift) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *LimitsDrift) GetFileValue() string {
+	if x != nil {
+		return x.FileValue
+	}
+	return ""
+}
+
+func (x *LimitsDrift) GetEffectiveValue() string {
+	if x != nil {
+		return x.EffectiveValue
+	}
+	return ""
+}
+
+func (x *LimitsDrift) GetSource() *LimitSource {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+type DiffLimitsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Drifts        []*LimitsDrift         `protobuf:"bytes,1,rep,name=drifts,proto3" json:"drifts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiffLimitsResponse) Reset() {
+	*x = DiffLimitsResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffLimitsResponse) ProtoMessage() {}
+
+func (x *DiffLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffLimitsResponse.ProtoReflect.Descriptor instead.
+func (*DiffLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *DiffLimitsResponse) GetDrifts() []*LimitsDrift {
+	if x != nil {
+		return x.Drifts
+	}
+	return nil
+}
+
+// AuditEntry is one configuration change.
+type AuditEntry struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	At      *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	Version uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Author  string                 `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
+	// action: destination.create, destination.update, destination.delete,
+	// limits.reload, limits.override, limits.clear, limits.expire,
+	// priority.set, destination.pause, destination.resume.
+	Action        string `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
+	DestinationId string `protobuf:"bytes,5,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// detail says what changed, for people.
+	Detail        string `protobuf:"bytes,7,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEntry) Reset() {
+	*x = AuditEntry{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEntry) ProtoMessage() {}
+
+func (x *AuditEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
+func (*AuditEntry) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *AuditEntry) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *AuditEntry) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+type ListAuditRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// limit bounds the entries returned (newest kept; default 100).
+	Limit         int32  `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	DestinationId string `protobuf:"bytes,2,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRequest) Reset() {
+	*x = ListAuditRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRequest) ProtoMessage() {}
+
+func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ListAuditRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListAuditRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+type ListAuditResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*AuditEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditResponse) Reset() {
+	*x = ListAuditResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditResponse) ProtoMessage() {}
+
+func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListAuditResponse) GetEntries() []*AuditEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type GetConfigStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetConfigStatusRequest) Reset() {
+	*x = GetConfigStatusRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetConfigStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetConfigStatusRequest) ProtoMessage() {}
+
+func (x *GetConfigStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetConfigStatusRequest.ProtoReflect.Descriptor instead.
+func (*GetConfigStatusRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+type GetConfigStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Agents        []*AgentStatus         `protobuf:"bytes,2,rep,name=agents,proto3" json:"agents,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetConfigStatusResponse) Reset() {
+	*x = GetConfigStatusResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetConfigStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetConfigStatusResponse) ProtoMessage() {}
+
+func (x *GetConfigStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetConfigStatusResponse.ProtoReflect.Descriptor instead.
+func (*GetConfigStatusResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *GetConfigStatusResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *GetConfigStatusResponse) GetAgents() []*AgentStatus {
+	if x != nil {
+		return x.Agents
+	}
+	return nil
+}
+
+// AgentStatus is what the control plane knows of one agent.
+type AgentStatus struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Address        string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Connected      bool                   `protobuf:"varint,3,opt,name=connected,proto3" json:"connected,omitempty"`
+	AppliedVersion uint64                 `protobuf:"varint,4,opt,name=applied_version,json=appliedVersion,proto3" json:"applied_version,omitempty"`
+	LastSeen       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	Partitions     []uint32               `protobuf:"varint,6,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AgentStatus) Reset() {
+	*x = AgentStatus{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentStatus) ProtoMessage() {}
+
+func (x *AgentStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentStatus.ProtoReflect.Descriptor instead.
+func (*AgentStatus) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *AgentStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AgentStatus) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *AgentStatus) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+func (x *AgentStatus) GetAppliedVersion() uint64 {
+	if x != nil {
+		return x.AppliedVersion
+	}
+	return 0
+}
+
+func (x *AgentStatus) GetLastSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeen
+	}
+	return nil
+}
+
+func (x *AgentStatus) GetPartitions() []uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
 var File_rivora_v1_admin_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_admin_proto_rawDesc = "" +
@@ -1328,7 +2788,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x03 \x01(\x05R\vmaxAttempts\x121\n" +
 	"\x06window\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06window\x123\n" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\"\n" +
-	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xc5\x03\n" +
+	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xf9\x04\n" +
 	"\vDestination\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
@@ -1339,17 +2799,38 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12?\n" +
 	"\x0epriority_class\x18\a \x01(\x0e2\x18.rivora.v1.PriorityClassR\rpriorityClass\x12V\n" +
-	"\x10customer_weights\x18\b \x03(\v2+.rivora.v1.Destination.CustomerWeightsEntryR\x0fcustomerWeights\x1aB\n" +
+	"\x10customer_weights\x18\b \x03(\v2+.rivora.v1.Destination.CustomerWeightsEntryR\x0fcustomerWeights\x12\x16\n" +
+	"\x06paused\x18\t \x01(\bR\x06paused\x120\n" +
+	"\x06pauses\x18\n" +
+	" \x03(\v2\x18.rivora.v1.PauseIntervalR\x06pauses\x125\n" +
+	"\boverride\x18\v \x01(\v2\x19.rivora.v1.LimitsOverrideR\boverride\x121\n" +
+	"\n" +
+	"configured\x18\f \x01(\v2\x11.rivora.v1.LimitsR\n" +
+	"configured\x1aB\n" +
 	"\x14CustomerWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x7f\n" +
-	"\x18CreateDestinationRequest\x12\x0e\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xd9\x01\n" +
+	"\x0eLimitsOverride\x12)\n" +
+	"\x06limits\x18\x01 \x01(\v2\x11.rivora.v1.LimitsR\x06limits\x12\x16\n" +
+	"\x06author\x18\x02 \x01(\tR\x06author\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x121\n" +
+	"\x06set_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05setAt\x129\n" +
+	"\n" +
+	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x9f\x01\n" +
+	"\rPauseInterval\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
+	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\"\x97\x01\n" +
+	"\x18CreateDestinationRequest\x12\x16\n" +
+	"\x06author\x18\x05 \x01(\tR\x06author\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
 	"\x06secret\x18\x03 \x01(\tR\x06secret\x12)\n" +
-	"\x06limits\x18\x04 \x01(\v2\x11.rivora.v1.LimitsR\x06limits\"U\n" +
+	"\x06limits\x18\x04 \x01(\v2\x11.rivora.v1.LimitsR\x06limits\"o\n" +
 	"\x19CreateDestinationResponse\x128\n" +
-	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\"'\n" +
+	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"'\n" +
 	"\x15GetDestinationRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"l\n" +
 	"\x16GetDestinationResponse\x128\n" +
@@ -1357,8 +2838,10 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\apending\x18\x02 \x01(\x03R\apending\"\x19\n" +
 	"\x17ListDestinationsRequest\"V\n" +
 	"\x18ListDestinationsResponse\x12:\n" +
-	"\fdestinations\x18\x01 \x03(\v2\x16.rivora.v1.DestinationR\fdestinations\"\xb3\x03\n" +
-	"\x18UpdateDestinationRequest\x12\x0e\n" +
+	"\fdestinations\x18\x01 \x03(\v2\x16.rivora.v1.DestinationR\fdestinations\"\xcb\x03\n" +
+	"\x18UpdateDestinationRequest\x12\x16\n" +
+	"\x06author\x18\n" +
+	" \x01(\tR\x06author\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x03url\x18\x02 \x01(\tH\x00R\x03url\x88\x01\x01\x12\x1b\n" +
 	"\x06secret\x18\x03 \x01(\tH\x01R\x06secret\x88\x01\x01\x12+\n" +
@@ -1373,23 +2856,28 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x10_rate_per_secondB\b\n" +
 	"\x06_burstB\x0f\n" +
 	"\r_max_attemptsB\x10\n" +
-	"\x0e_max_in_flight\"U\n" +
+	"\x0e_max_in_flight\"o\n" +
 	"\x19UpdateDestinationResponse\x128\n" +
-	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\"@\n" +
-	"\x18DeleteDestinationRequest\x12\x0e\n" +
+	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"X\n" +
+	"\x18DeleteDestinationRequest\x12\x16\n" +
+	"\x06author\x18\x03 \x01(\tR\x06author\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"7\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"Q\n" +
 	"\x19DeleteDestinationResponse\x12\x1a\n" +
-	"\barchived\x18\x01 \x01(\x03R\barchived\"\xb4\x01\n" +
+	"\barchived\x18\x01 \x01(\x03R\barchived\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xcc\x01\n" +
 	"\x12SetPriorityRequest\x12%\n" +
-	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12.\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
+	"\x06author\x18\x05 \x01(\tR\x06author\x12.\n" +
 	"\x05class\x18\x02 \x01(\x0e2\x18.rivora.v1.PriorityClassR\x05class\x12\x1f\n" +
 	"\vcustomer_id\x18\x03 \x01(\tR\n" +
 	"customerId\x12\x1b\n" +
 	"\x06weight\x18\x04 \x01(\x01H\x00R\x06weight\x88\x01\x01B\t\n" +
-	"\a_weight\"O\n" +
+	"\a_weight\"i\n" +
 	"\x13SetPriorityResponse\x128\n" +
-	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\"D\n" +
+	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"D\n" +
 	"\x1bGetDestinationHealthRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"`\n" +
 	"\x1cGetDestinationHealthResponse\x12@\n" +
@@ -1422,12 +2910,105 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x0flast_transition\x18\v \x01(\v2\x1b.rivora.v1.HealthTransitionR\x0elastTransition\x129\n" +
 	"\n" +
 	"hold_until\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tholdUntil\x12?\n" +
-	"\x0epriority_class\x18\r \x01(\x0e2\x18.rivora.v1.PriorityClassR\rpriorityClass*{\n" +
+	"\x0epriority_class\x18\r \x01(\x0e2\x18.rivora.v1.PriorityClassR\rpriorityClass\"p\n" +
+	"\x17PauseDestinationRequest\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06author\x18\x03 \x01(\tR\x06author\"n\n" +
+	"\x18PauseDestinationResponse\x128\n" +
+	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"Y\n" +
+	"\x18ResumeDestinationRequest\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
+	"\x06author\x18\x02 \x01(\tR\x06author\"o\n" +
+	"\x19ResumeDestinationResponse\x128\n" +
+	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\x90\x01\n" +
+	"\vLimitSource\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
+	"\x06author\x18\x02 \x01(\tR\x06author\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x129\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"9\n" +
+	"\x10GetLimitsRequest\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"\xab\x02\n" +
+	"\x11GetLimitsResponse\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12/\n" +
+	"\teffective\x18\x02 \x01(\v2\x11.rivora.v1.LimitsR\teffective\x12C\n" +
+	"\asources\x18\x03 \x03(\v2).rivora.v1.GetLimitsResponse.SourcesEntryR\asources\x12%\n" +
+	"\x04file\x18\x04 \x01(\v2\x11.rivora.v1.LimitsR\x04file\x1aR\n" +
+	"\fSourcesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.rivora.v1.LimitSourceR\x05value:\x028\x01\"\xe0\x03\n" +
+	"\x18SetLimitsOverrideRequest\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12+\n" +
+	"\x0frate_per_second\x18\x02 \x01(\x01H\x00R\rratePerSecond\x88\x01\x01\x12\x19\n" +
+	"\x05burst\x18\x03 \x01(\x05H\x01R\x05burst\x88\x01\x01\x12&\n" +
+	"\fmax_attempts\x18\x04 \x01(\x05H\x02R\vmaxAttempts\x88\x01\x01\x121\n" +
+	"\x06window\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x06window\x123\n" +
+	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12'\n" +
+	"\rmax_in_flight\x18\a \x01(\x05H\x03R\vmaxInFlight\x88\x01\x01\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x12\x16\n" +
+	"\x06author\x18\t \x01(\tR\x06author\x12+\n" +
+	"\x03ttl\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x03ttlB\x12\n" +
+	"\x10_rate_per_secondB\b\n" +
+	"\x06_burstB\x0f\n" +
+	"\r_max_attemptsB\x10\n" +
+	"\x0e_max_in_flight\"k\n" +
+	"\x19SetLimitsOverrideResponse\x124\n" +
+	"\x06limits\x18\x01 \x01(\v2\x1c.rivora.v1.GetLimitsResponseR\x06limits\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"s\n" +
+	"\x1aClearLimitsOverrideRequest\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
+	"\x06author\x18\x02 \x01(\tR\x06author\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"m\n" +
+	"\x1bClearLimitsOverrideResponse\x124\n" +
+	"\x06limits\x18\x01 \x01(\v2\x1c.rivora.v1.GetLimitsResponseR\x06limits\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\x13\n" +
+	"\x11DiffLimitsRequest\"\xc2\x01\n" +
+	"\vLimitsDrift\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x14\n" +
+	"\x05field\x18\x02 \x01(\tR\x05field\x12\x1d\n" +
+	"\n" +
+	"file_value\x18\x03 \x01(\tR\tfileValue\x12'\n" +
+	"\x0feffective_value\x18\x04 \x01(\tR\x0eeffectiveValue\x12.\n" +
+	"\x06source\x18\x05 \x01(\v2\x16.rivora.v1.LimitSourceR\x06source\"D\n" +
+	"\x12DiffLimitsResponse\x12.\n" +
+	"\x06drifts\x18\x01 \x03(\v2\x16.rivora.v1.LimitsDriftR\x06drifts\"\xd9\x01\n" +
+	"\n" +
+	"AuditEntry\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x16\n" +
+	"\x06author\x18\x03 \x01(\tR\x06author\x12\x16\n" +
+	"\x06action\x18\x04 \x01(\tR\x06action\x12%\n" +
+	"\x0edestination_id\x18\x05 \x01(\tR\rdestinationId\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06detail\x18\a \x01(\tR\x06detail\"O\n" +
+	"\x10ListAuditRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12%\n" +
+	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\"D\n" +
+	"\x11ListAuditResponse\x12/\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.rivora.v1.AuditEntryR\aentries\"\x18\n" +
+	"\x16GetConfigStatusRequest\"c\n" +
+	"\x17GetConfigStatusResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12.\n" +
+	"\x06agents\x18\x02 \x03(\v2\x16.rivora.v1.AgentStatusR\x06agents\"\xdb\x01\n" +
+	"\vAgentStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1c\n" +
+	"\tconnected\x18\x03 \x01(\bR\tconnected\x12'\n" +
+	"\x0fapplied_version\x18\x04 \x01(\x04R\x0eappliedVersion\x127\n" +
+	"\tlast_seen\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x06 \x03(\rR\n" +
+	"partitions*{\n" +
 	"\rPriorityClass\x12\x1e\n" +
 	"\x1aPRIORITY_CLASS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13PRIORITY_CLASS_HIGH\x10\x01\x12\x19\n" +
 	"\x15PRIORITY_CLASS_NORMAL\x10\x02\x12\x16\n" +
-	"\x12PRIORITY_CLASS_LOW\x10\x032\xa8\x05\n" +
+	"\x12PRIORITY_CLASS_LOW\x10\x032\xf4\n" +
+	"\n" +
 	"\fAdminService\x12^\n" +
 	"\x11CreateDestination\x12#.rivora.v1.CreateDestinationRequest\x1a$.rivora.v1.CreateDestinationResponse\x12Z\n" +
 	"\x0eGetDestination\x12 .rivora.v1.GetDestinationRequest\x1a!.rivora.v1.GetDestinationResponse\"\x03\x90\x02\x01\x12`\n" +
@@ -1435,7 +3016,16 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x11UpdateDestination\x12#.rivora.v1.UpdateDestinationRequest\x1a$.rivora.v1.UpdateDestinationResponse\x12^\n" +
 	"\x11DeleteDestination\x12#.rivora.v1.DeleteDestinationRequest\x1a$.rivora.v1.DeleteDestinationResponse\x12L\n" +
 	"\vSetPriority\x12\x1d.rivora.v1.SetPriorityRequest\x1a\x1e.rivora.v1.SetPriorityResponse\x12l\n" +
-	"\x14GetDestinationHealth\x12&.rivora.v1.GetDestinationHealthRequest\x1a'.rivora.v1.GetDestinationHealthResponse\"\x03\x90\x02\x01B3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
+	"\x14GetDestinationHealth\x12&.rivora.v1.GetDestinationHealthRequest\x1a'.rivora.v1.GetDestinationHealthResponse\"\x03\x90\x02\x01\x12[\n" +
+	"\x10PauseDestination\x12\".rivora.v1.PauseDestinationRequest\x1a#.rivora.v1.PauseDestinationResponse\x12^\n" +
+	"\x11ResumeDestination\x12#.rivora.v1.ResumeDestinationRequest\x1a$.rivora.v1.ResumeDestinationResponse\x12K\n" +
+	"\tGetLimits\x12\x1b.rivora.v1.GetLimitsRequest\x1a\x1c.rivora.v1.GetLimitsResponse\"\x03\x90\x02\x01\x12^\n" +
+	"\x11SetLimitsOverride\x12#.rivora.v1.SetLimitsOverrideRequest\x1a$.rivora.v1.SetLimitsOverrideResponse\x12d\n" +
+	"\x13ClearLimitsOverride\x12%.rivora.v1.ClearLimitsOverrideRequest\x1a&.rivora.v1.ClearLimitsOverrideResponse\x12N\n" +
+	"\n" +
+	"DiffLimits\x12\x1c.rivora.v1.DiffLimitsRequest\x1a\x1d.rivora.v1.DiffLimitsResponse\"\x03\x90\x02\x01\x12K\n" +
+	"\tListAudit\x12\x1b.rivora.v1.ListAuditRequest\x1a\x1c.rivora.v1.ListAuditResponse\"\x03\x90\x02\x01\x12]\n" +
+	"\x0fGetConfigStatus\x12!.rivora.v1.GetConfigStatusRequest\x1a\".rivora.v1.GetConfigStatusResponse\"\x03\x90\x02\x01B3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
 
 var (
 	file_rivora_v1_admin_proto_rawDescOnce sync.Once
@@ -1450,74 +3040,139 @@ func file_rivora_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_rivora_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_rivora_v1_admin_proto_goTypes = []any{
 	(PriorityClass)(0),                   // 0: rivora.v1.PriorityClass
 	(*Limits)(nil),                       // 1: rivora.v1.Limits
 	(*Destination)(nil),                  // 2: rivora.v1.Destination
-	(*CreateDestinationRequest)(nil),     // 3: rivora.v1.CreateDestinationRequest
-	(*CreateDestinationResponse)(nil),    // 4: rivora.v1.CreateDestinationResponse
-	(*GetDestinationRequest)(nil),        // 5: rivora.v1.GetDestinationRequest
-	(*GetDestinationResponse)(nil),       // 6: rivora.v1.GetDestinationResponse
-	(*ListDestinationsRequest)(nil),      // 7: rivora.v1.ListDestinationsRequest
-	(*ListDestinationsResponse)(nil),     // 8: rivora.v1.ListDestinationsResponse
-	(*UpdateDestinationRequest)(nil),     // 9: rivora.v1.UpdateDestinationRequest
-	(*UpdateDestinationResponse)(nil),    // 10: rivora.v1.UpdateDestinationResponse
-	(*DeleteDestinationRequest)(nil),     // 11: rivora.v1.DeleteDestinationRequest
-	(*DeleteDestinationResponse)(nil),    // 12: rivora.v1.DeleteDestinationResponse
-	(*SetPriorityRequest)(nil),           // 13: rivora.v1.SetPriorityRequest
-	(*SetPriorityResponse)(nil),          // 14: rivora.v1.SetPriorityResponse
-	(*GetDestinationHealthRequest)(nil),  // 15: rivora.v1.GetDestinationHealthRequest
-	(*GetDestinationHealthResponse)(nil), // 16: rivora.v1.GetDestinationHealthResponse
-	(*HealthTransition)(nil),             // 17: rivora.v1.HealthTransition
-	(*CustomerBacklog)(nil),              // 18: rivora.v1.CustomerBacklog
-	(*DestinationHealth)(nil),            // 19: rivora.v1.DestinationHealth
-	nil,                                  // 20: rivora.v1.Destination.CustomerWeightsEntry
-	(*durationpb.Duration)(nil),          // 21: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),        // 22: google.protobuf.Timestamp
+	(*LimitsOverride)(nil),               // 3: rivora.v1.LimitsOverride
+	(*PauseInterval)(nil),                // 4: rivora.v1.PauseInterval
+	(*CreateDestinationRequest)(nil),     // 5: rivora.v1.CreateDestinationRequest
+	(*CreateDestinationResponse)(nil),    // 6: rivora.v1.CreateDestinationResponse
+	(*GetDestinationRequest)(nil),        // 7: rivora.v1.GetDestinationRequest
+	(*GetDestinationResponse)(nil),       // 8: rivora.v1.GetDestinationResponse
+	(*ListDestinationsRequest)(nil),      // 9: rivora.v1.ListDestinationsRequest
+	(*ListDestinationsResponse)(nil),     // 10: rivora.v1.ListDestinationsResponse
+	(*UpdateDestinationRequest)(nil),     // 11: rivora.v1.UpdateDestinationRequest
+	(*UpdateDestinationResponse)(nil),    // 12: rivora.v1.UpdateDestinationResponse
+	(*DeleteDestinationRequest)(nil),     // 13: rivora.v1.DeleteDestinationRequest
+	(*DeleteDestinationResponse)(nil),    // 14: rivora.v1.DeleteDestinationResponse
+	(*SetPriorityRequest)(nil),           // 15: rivora.v1.SetPriorityRequest
+	(*SetPriorityResponse)(nil),          // 16: rivora.v1.SetPriorityResponse
+	(*GetDestinationHealthRequest)(nil),  // 17: rivora.v1.GetDestinationHealthRequest
+	(*GetDestinationHealthResponse)(nil), // 18: rivora.v1.GetDestinationHealthResponse
+	(*HealthTransition)(nil),             // 19: rivora.v1.HealthTransition
+	(*CustomerBacklog)(nil),              // 20: rivora.v1.CustomerBacklog
+	(*DestinationHealth)(nil),            // 21: rivora.v1.DestinationHealth
+	(*PauseDestinationRequest)(nil),      // 22: rivora.v1.PauseDestinationRequest
+	(*PauseDestinationResponse)(nil),     // 23: rivora.v1.PauseDestinationResponse
+	(*ResumeDestinationRequest)(nil),     // 24: rivora.v1.ResumeDestinationRequest
+	(*ResumeDestinationResponse)(nil),    // 25: rivora.v1.ResumeDestinationResponse
+	(*LimitSource)(nil),                  // 26: rivora.v1.LimitSource
+	(*GetLimitsRequest)(nil),             // 27: rivora.v1.GetLimitsRequest
+	(*GetLimitsResponse)(nil),            // 28: rivora.v1.GetLimitsResponse
+	(*SetLimitsOverrideRequest)(nil),     // 29: rivora.v1.SetLimitsOverrideRequest
+	(*SetLimitsOverrideResponse)(nil),    // 30: rivora.v1.SetLimitsOverrideResponse
+	(*ClearLimitsOverrideRequest)(nil),   // 31: rivora.v1.ClearLimitsOverrideRequest
+	(*ClearLimitsOverrideResponse)(nil),  // 32: rivora.v1.ClearLimitsOverrideResponse
+	(*DiffLimitsRequest)(nil),            // 33: rivora.v1.DiffLimitsRequest
+	(*LimitsDrift)(nil),                  // 34: rivora.v1.LimitsDrift
+	(*DiffLimitsResponse)(nil),           // 35: rivora.v1.DiffLimitsResponse
+	(*AuditEntry)(nil),                   // 36: rivora.v1.AuditEntry
+	(*ListAuditRequest)(nil),             // 37: rivora.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),            // 38: rivora.v1.ListAuditResponse
+	(*GetConfigStatusRequest)(nil),       // 39: rivora.v1.GetConfigStatusRequest
+	(*GetConfigStatusResponse)(nil),      // 40: rivora.v1.GetConfigStatusResponse
+	(*AgentStatus)(nil),                  // 41: rivora.v1.AgentStatus
+	nil,                                  // 42: rivora.v1.Destination.CustomerWeightsEntry
+	nil,                                  // 43: rivora.v1.GetLimitsResponse.SourcesEntry
+	(*durationpb.Duration)(nil),          // 44: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),        // 45: google.protobuf.Timestamp
 }
 var file_rivora_v1_admin_proto_depIdxs = []int32{
-	21, // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
-	21, // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
+	44, // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
+	44, // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
 	1,  // 2: rivora.v1.Destination.limits:type_name -> rivora.v1.Limits
-	22, // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
-	22, // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
+	45, // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
+	45, // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: rivora.v1.Destination.priority_class:type_name -> rivora.v1.PriorityClass
-	20, // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
-	1,  // 7: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
-	2,  // 8: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,  // 9: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,  // 10: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
-	21, // 11: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
-	21, // 12: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
-	2,  // 13: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	0,  // 14: rivora.v1.SetPriorityRequest.class:type_name -> rivora.v1.PriorityClass
-	2,  // 15: rivora.v1.SetPriorityResponse.destination:type_name -> rivora.v1.Destination
-	19, // 16: rivora.v1.GetDestinationHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
-	22, // 17: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
-	18, // 18: rivora.v1.DestinationHealth.customers:type_name -> rivora.v1.CustomerBacklog
-	17, // 19: rivora.v1.DestinationHealth.last_transition:type_name -> rivora.v1.HealthTransition
-	22, // 20: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
-	0,  // 21: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
-	3,  // 22: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
-	5,  // 23: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
-	7,  // 24: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
-	9,  // 25: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
-	11, // 26: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
-	13, // 27: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
-	15, // 28: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
-	4,  // 29: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
-	6,  // 30: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
-	8,  // 31: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
-	10, // 32: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
-	12, // 33: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
-	14, // 34: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
-	16, // 35: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
-	29, // [29:36] is the sub-list for method output_type
-	22, // [22:29] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	42, // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
+	4,  // 7: rivora.v1.Destination.pauses:type_name -> rivora.v1.PauseInterval
+	3,  // 8: rivora.v1.Destination.override:type_name -> rivora.v1.LimitsOverride
+	1,  // 9: rivora.v1.Destination.configured:type_name -> rivora.v1.Limits
+	1,  // 10: rivora.v1.LimitsOverride.limits:type_name -> rivora.v1.Limits
+	45, // 11: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
+	45, // 12: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 13: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
+	45, // 14: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
+	1,  // 15: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
+	2,  // 16: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,  // 17: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,  // 18: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
+	44, // 19: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
+	44, // 20: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
+	2,  // 21: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
+	0,  // 22: rivora.v1.SetPriorityRequest.class:type_name -> rivora.v1.PriorityClass
+	2,  // 23: rivora.v1.SetPriorityResponse.destination:type_name -> rivora.v1.Destination
+	21, // 24: rivora.v1.GetDestinationHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
+	45, // 25: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
+	20, // 26: rivora.v1.DestinationHealth.customers:type_name -> rivora.v1.CustomerBacklog
+	19, // 27: rivora.v1.DestinationHealth.last_transition:type_name -> rivora.v1.HealthTransition
+	45, // 28: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
+	0,  // 29: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
+	2,  // 30: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,  // 31: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
+	45, // 32: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 33: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
+	43, // 34: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
+	1,  // 35: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
+	44, // 36: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
+	44, // 37: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
+	44, // 38: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	28, // 39: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	28, // 40: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	26, // 41: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
+	34, // 42: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
+	45, // 43: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	36, // 44: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
+	41, // 45: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
+	45, // 46: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	26, // 47: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
+	5,  // 48: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
+	7,  // 49: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
+	9,  // 50: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
+	11, // 51: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
+	13, // 52: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
+	15, // 53: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
+	17, // 54: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
+	22, // 55: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
+	24, // 56: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
+	27, // 57: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
+	29, // 58: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
+	31, // 59: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
+	33, // 60: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
+	37, // 61: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
+	39, // 62: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
+	6,  // 63: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
+	8,  // 64: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
+	10, // 65: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
+	12, // 66: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
+	14, // 67: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
+	16, // 68: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
+	18, // 69: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
+	23, // 70: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
+	25, // 71: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
+	28, // 72: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
+	30, // 73: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
+	32, // 74: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
+	35, // 75: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
+	38, // 76: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
+	40, // 77: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
+	63, // [63:78] is the sub-list for method output_type
+	48, // [48:63] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_admin_proto_init() }
@@ -1525,15 +3180,16 @@ func file_rivora_v1_admin_proto_init() {
 	if File_rivora_v1_admin_proto != nil {
 		return
 	}
-	file_rivora_v1_admin_proto_msgTypes[8].OneofWrappers = []any{}
-	file_rivora_v1_admin_proto_msgTypes[12].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[10].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[14].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[28].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_admin_proto_rawDesc), len(file_rivora_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

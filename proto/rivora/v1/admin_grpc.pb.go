@@ -26,6 +26,14 @@ const (
 	AdminService_DeleteDestination_FullMethodName    = "/rivora.v1.AdminService/DeleteDestination"
 	AdminService_SetPriority_FullMethodName          = "/rivora.v1.AdminService/SetPriority"
 	AdminService_GetDestinationHealth_FullMethodName = "/rivora.v1.AdminService/GetDestinationHealth"
+	AdminService_PauseDestination_FullMethodName     = "/rivora.v1.AdminService/PauseDestination"
+	AdminService_ResumeDestination_FullMethodName    = "/rivora.v1.AdminService/ResumeDestination"
+	AdminService_GetLimits_FullMethodName            = "/rivora.v1.AdminService/GetLimits"
+	AdminService_SetLimitsOverride_FullMethodName    = "/rivora.v1.AdminService/SetLimitsOverride"
+	AdminService_ClearLimitsOverride_FullMethodName  = "/rivora.v1.AdminService/ClearLimitsOverride"
+	AdminService_DiffLimits_FullMethodName           = "/rivora.v1.AdminService/DiffLimits"
+	AdminService_ListAudit_FullMethodName            = "/rivora.v1.AdminService/ListAudit"
+	AdminService_GetConfigStatus_FullMethodName      = "/rivora.v1.AdminService/GetConfigStatus"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -48,6 +56,27 @@ type AdminServiceClient interface {
 	// GetDestinationHealth reports each destination's budget, health state and
 	// backlog as the agents see it.
 	GetDestinationHealth(ctx context.Context, in *GetDestinationHealthRequest, opts ...grpc.CallOption) (*GetDestinationHealthResponse, error)
+	// PauseDestination stops every attempt to a destination (scheduled
+	// retries included); events keep being accepted and the retry window does
+	// not run while paused.
+	PauseDestination(ctx context.Context, in *PauseDestinationRequest, opts ...grpc.CallOption) (*PauseDestinationResponse, error)
+	// ResumeDestination lets a paused destination drain, oldest first per
+	// lane, through its budget.
+	ResumeDestination(ctx context.Context, in *ResumeDestinationRequest, opts ...grpc.CallOption) (*ResumeDestinationResponse, error)
+	// GetLimits shows a destination's effective limits and where each field
+	// comes from.
+	GetLimits(ctx context.Context, in *GetLimitsRequest, opts ...grpc.CallOption) (*GetLimitsResponse, error)
+	// SetLimitsOverride sets an audited runtime override of some limits,
+	// optionally expiring.
+	SetLimitsOverride(ctx context.Context, in *SetLimitsOverrideRequest, opts ...grpc.CallOption) (*SetLimitsOverrideResponse, error)
+	// ClearLimitsOverride removes a destination's override.
+	ClearLimitsOverride(ctx context.Context, in *ClearLimitsOverrideRequest, opts ...grpc.CallOption) (*ClearLimitsOverrideResponse, error)
+	// DiffLimits lists where the effective limits differ from the limits file.
+	DiffLimits(ctx context.Context, in *DiffLimitsRequest, opts ...grpc.CallOption) (*DiffLimitsResponse, error)
+	// ListAudit lists configuration changes, newest last.
+	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
+	// GetConfigStatus reports the config version and which agents applied it.
+	GetConfigStatus(ctx context.Context, in *GetConfigStatusRequest, opts ...grpc.CallOption) (*GetConfigStatusResponse, error)
 }
 
 type adminServiceClient struct {
@@ -128,6 +157,86 @@ func (c *adminServiceClient) GetDestinationHealth(ctx context.Context, in *GetDe
 	return out, nil
 }
 
+func (c *adminServiceClient) PauseDestination(ctx context.Context, in *PauseDestinationRequest, opts ...grpc.CallOption) (*PauseDestinationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseDestinationResponse)
+	err := c.cc.Invoke(ctx, AdminService_PauseDestination_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ResumeDestination(ctx context.Context, in *ResumeDestinationRequest, opts ...grpc.CallOption) (*ResumeDestinationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeDestinationResponse)
+	err := c.cc.Invoke(ctx, AdminService_ResumeDestination_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetLimits(ctx context.Context, in *GetLimitsRequest, opts ...grpc.CallOption) (*GetLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetLimitsResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) SetLimitsOverride(ctx context.Context, in *SetLimitsOverrideRequest, opts ...grpc.CallOption) (*SetLimitsOverrideResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetLimitsOverrideResponse)
+	err := c.cc.Invoke(ctx, AdminService_SetLimitsOverride_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ClearLimitsOverride(ctx context.Context, in *ClearLimitsOverrideRequest, opts ...grpc.CallOption) (*ClearLimitsOverrideResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClearLimitsOverrideResponse)
+	err := c.cc.Invoke(ctx, AdminService_ClearLimitsOverride_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) DiffLimits(ctx context.Context, in *DiffLimitsRequest, opts ...grpc.CallOption) (*DiffLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DiffLimitsResponse)
+	err := c.cc.Invoke(ctx, AdminService_DiffLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListAudit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetConfigStatus(ctx context.Context, in *GetConfigStatusRequest, opts ...grpc.CallOption) (*GetConfigStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetConfigStatusResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetConfigStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -148,6 +257,27 @@ type AdminServiceServer interface {
 	// GetDestinationHealth reports each destination's budget, health state and
 	// backlog as the agents see it.
 	GetDestinationHealth(context.Context, *GetDestinationHealthRequest) (*GetDestinationHealthResponse, error)
+	// PauseDestination stops every attempt to a destination (scheduled
+	// retries included); events keep being accepted and the retry window does
+	// not run while paused.
+	PauseDestination(context.Context, *PauseDestinationRequest) (*PauseDestinationResponse, error)
+	// ResumeDestination lets a paused destination drain, oldest first per
+	// lane, through its budget.
+	ResumeDestination(context.Context, *ResumeDestinationRequest) (*ResumeDestinationResponse, error)
+	// GetLimits shows a destination's effective limits and where each field
+	// comes from.
+	GetLimits(context.Context, *GetLimitsRequest) (*GetLimitsResponse, error)
+	// SetLimitsOverride sets an audited runtime override of some limits,
+	// optionally expiring.
+	SetLimitsOverride(context.Context, *SetLimitsOverrideRequest) (*SetLimitsOverrideResponse, error)
+	// ClearLimitsOverride removes a destination's override.
+	ClearLimitsOverride(context.Context, *ClearLimitsOverrideRequest) (*ClearLimitsOverrideResponse, error)
+	// DiffLimits lists where the effective limits differ from the limits file.
+	DiffLimits(context.Context, *DiffLimitsRequest) (*DiffLimitsResponse, error)
+	// ListAudit lists configuration changes, newest last.
+	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
+	// GetConfigStatus reports the config version and which agents applied it.
+	GetConfigStatus(context.Context, *GetConfigStatusRequest) (*GetConfigStatusResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -178,6 +308,30 @@ func (UnimplementedAdminServiceServer) SetPriority(context.Context, *SetPriority
 }
 func (UnimplementedAdminServiceServer) GetDestinationHealth(context.Context, *GetDestinationHealthRequest) (*GetDestinationHealthResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetDestinationHealth not implemented")
+}
+func (UnimplementedAdminServiceServer) PauseDestination(context.Context, *PauseDestinationRequest) (*PauseDestinationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseDestination not implemented")
+}
+func (UnimplementedAdminServiceServer) ResumeDestination(context.Context, *ResumeDestinationRequest) (*ResumeDestinationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeDestination not implemented")
+}
+func (UnimplementedAdminServiceServer) GetLimits(context.Context, *GetLimitsRequest) (*GetLimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLimits not implemented")
+}
+func (UnimplementedAdminServiceServer) SetLimitsOverride(context.Context, *SetLimitsOverrideRequest) (*SetLimitsOverrideResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLimitsOverride not implemented")
+}
+func (UnimplementedAdminServiceServer) ClearLimitsOverride(context.Context, *ClearLimitsOverrideRequest) (*ClearLimitsOverrideResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClearLimitsOverride not implemented")
+}
+func (UnimplementedAdminServiceServer) DiffLimits(context.Context, *DiffLimitsRequest) (*DiffLimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DiffLimits not implemented")
+}
+func (UnimplementedAdminServiceServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
+}
+func (UnimplementedAdminServiceServer) GetConfigStatus(context.Context, *GetConfigStatusRequest) (*GetConfigStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetConfigStatus not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -326,6 +480,150 @@ func _AdminService_GetDestinationHealth_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_PauseDestination_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseDestinationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).PauseDestination(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_PauseDestination_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).PauseDestination(ctx, req.(*PauseDestinationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ResumeDestination_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeDestinationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ResumeDestination(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ResumeDestination_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ResumeDestination(ctx, req.(*ResumeDestinationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetLimits(ctx, req.(*GetLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_SetLimitsOverride_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetLimitsOverrideRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SetLimitsOverride(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SetLimitsOverride_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SetLimitsOverride(ctx, req.(*SetLimitsOverrideRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ClearLimitsOverride_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClearLimitsOverrideRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ClearLimitsOverride(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ClearLimitsOverride_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ClearLimitsOverride(ctx, req.(*ClearLimitsOverrideRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_DiffLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DiffLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).DiffLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_DiffLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).DiffLimits(ctx, req.(*DiffLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListAudit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListAudit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListAudit(ctx, req.(*ListAuditRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetConfigStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetConfigStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetConfigStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetConfigStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetConfigStatus(ctx, req.(*GetConfigStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -360,6 +658,38 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetDestinationHealth",
 			Handler:    _AdminService_GetDestinationHealth_Handler,
+		},
+		{
+			MethodName: "PauseDestination",
+			Handler:    _AdminService_PauseDestination_Handler,
+		},
+		{
+			MethodName: "ResumeDestination",
+			Handler:    _AdminService_ResumeDestination_Handler,
+		},
+		{
+			MethodName: "GetLimits",
+			Handler:    _AdminService_GetLimits_Handler,
+		},
+		{
+			MethodName: "SetLimitsOverride",
+			Handler:    _AdminService_SetLimitsOverride_Handler,
+		},
+		{
+			MethodName: "ClearLimitsOverride",
+			Handler:    _AdminService_ClearLimitsOverride_Handler,
+		},
+		{
+			MethodName: "DiffLimits",
+			Handler:    _AdminService_DiffLimits_Handler,
+		},
+		{
+			MethodName: "ListAudit",
+			Handler:    _AdminService_ListAudit_Handler,
+		},
+		{
+			MethodName: "GetConfigStatus",
+			Handler:    _AdminService_GetConfigStatus_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

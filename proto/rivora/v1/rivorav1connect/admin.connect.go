@@ -54,6 +54,27 @@ const (
 	// AdminServiceGetDestinationHealthProcedure is the fully-qualified name of the AdminService's
 	// GetDestinationHealth RPC.
 	AdminServiceGetDestinationHealthProcedure = "/rivora.v1.AdminService/GetDestinationHealth"
+	// AdminServicePauseDestinationProcedure is the fully-qualified name of the AdminService's
+	// PauseDestination RPC.
+	AdminServicePauseDestinationProcedure = "/rivora.v1.AdminService/PauseDestination"
+	// AdminServiceResumeDestinationProcedure is the fully-qualified name of the AdminService's
+	// ResumeDestination RPC.
+	AdminServiceResumeDestinationProcedure = "/rivora.v1.AdminService/ResumeDestination"
+	// AdminServiceGetLimitsProcedure is the fully-qualified name of the AdminService's GetLimits RPC.
+	AdminServiceGetLimitsProcedure = "/rivora.v1.AdminService/GetLimits"
+	// AdminServiceSetLimitsOverrideProcedure is the fully-qualified name of the AdminService's
+	// SetLimitsOverride RPC.
+	AdminServiceSetLimitsOverrideProcedure = "/rivora.v1.AdminService/SetLimitsOverride"
+	// AdminServiceClearLimitsOverrideProcedure is the fully-qualified name of the AdminService's
+	// ClearLimitsOverride RPC.
+	AdminServiceClearLimitsOverrideProcedure = "/rivora.v1.AdminService/ClearLimitsOverride"
+	// AdminServiceDiffLimitsProcedure is the fully-qualified name of the AdminService's DiffLimits RPC.
+	AdminServiceDiffLimitsProcedure = "/rivora.v1.AdminService/DiffLimits"
+	// AdminServiceListAuditProcedure is the fully-qualified name of the AdminService's ListAudit RPC.
+	AdminServiceListAuditProcedure = "/rivora.v1.AdminService/ListAudit"
+	// AdminServiceGetConfigStatusProcedure is the fully-qualified name of the AdminService's
+	// GetConfigStatus RPC.
+	AdminServiceGetConfigStatusProcedure = "/rivora.v1.AdminService/GetConfigStatus"
 )
 
 // AdminServiceClient is a client for the rivora.v1.AdminService service.
@@ -72,6 +93,27 @@ type AdminServiceClient interface {
 	// GetDestinationHealth reports each destination's budget, health state and
 	// backlog as the agents see it.
 	GetDestinationHealth(context.Context, *connect.Request[v1.GetDestinationHealthRequest]) (*connect.Response[v1.GetDestinationHealthResponse], error)
+	// PauseDestination stops every attempt to a destination (scheduled
+	// retries included); events keep being accepted and the retry window does
+	// not run while paused.
+	PauseDestination(context.Context, *connect.Request[v1.PauseDestinationRequest]) (*connect.Response[v1.PauseDestinationResponse], error)
+	// ResumeDestination lets a paused destination drain, oldest first per
+	// lane, through its budget.
+	ResumeDestination(context.Context, *connect.Request[v1.ResumeDestinationRequest]) (*connect.Response[v1.ResumeDestinationResponse], error)
+	// GetLimits shows a destination's effective limits and where each field
+	// comes from.
+	GetLimits(context.Context, *connect.Request[v1.GetLimitsRequest]) (*connect.Response[v1.GetLimitsResponse], error)
+	// SetLimitsOverride sets an audited runtime override of some limits,
+	// optionally expiring.
+	SetLimitsOverride(context.Context, *connect.Request[v1.SetLimitsOverrideRequest]) (*connect.Response[v1.SetLimitsOverrideResponse], error)
+	// ClearLimitsOverride removes a destination's override.
+	ClearLimitsOverride(context.Context, *connect.Request[v1.ClearLimitsOverrideRequest]) (*connect.Response[v1.ClearLimitsOverrideResponse], error)
+	// DiffLimits lists where the effective limits differ from the limits file.
+	DiffLimits(context.Context, *connect.Request[v1.DiffLimitsRequest]) (*connect.Response[v1.DiffLimitsResponse], error)
+	// ListAudit lists configuration changes, newest last.
+	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
+	// GetConfigStatus reports the config version and which agents applied it.
+	GetConfigStatus(context.Context, *connect.Request[v1.GetConfigStatusRequest]) (*connect.Response[v1.GetConfigStatusResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the rivora.v1.AdminService service. By default, it
@@ -130,6 +172,58 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		pauseDestination: connect.NewClient[v1.PauseDestinationRequest, v1.PauseDestinationResponse](
+			httpClient,
+			baseURL+AdminServicePauseDestinationProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("PauseDestination")),
+			connect.WithClientOptions(opts...),
+		),
+		resumeDestination: connect.NewClient[v1.ResumeDestinationRequest, v1.ResumeDestinationResponse](
+			httpClient,
+			baseURL+AdminServiceResumeDestinationProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ResumeDestination")),
+			connect.WithClientOptions(opts...),
+		),
+		getLimits: connect.NewClient[v1.GetLimitsRequest, v1.GetLimitsResponse](
+			httpClient,
+			baseURL+AdminServiceGetLimitsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetLimits")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		setLimitsOverride: connect.NewClient[v1.SetLimitsOverrideRequest, v1.SetLimitsOverrideResponse](
+			httpClient,
+			baseURL+AdminServiceSetLimitsOverrideProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetLimitsOverride")),
+			connect.WithClientOptions(opts...),
+		),
+		clearLimitsOverride: connect.NewClient[v1.ClearLimitsOverrideRequest, v1.ClearLimitsOverrideResponse](
+			httpClient,
+			baseURL+AdminServiceClearLimitsOverrideProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ClearLimitsOverride")),
+			connect.WithClientOptions(opts...),
+		),
+		diffLimits: connect.NewClient[v1.DiffLimitsRequest, v1.DiffLimitsResponse](
+			httpClient,
+			baseURL+AdminServiceDiffLimitsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("DiffLimits")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		listAudit: connect.NewClient[v1.ListAuditRequest, v1.ListAuditResponse](
+			httpClient,
+			baseURL+AdminServiceListAuditProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListAudit")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		getConfigStatus: connect.NewClient[v1.GetConfigStatusRequest, v1.GetConfigStatusResponse](
+			httpClient,
+			baseURL+AdminServiceGetConfigStatusProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetConfigStatus")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -142,6 +236,14 @@ type adminServiceClient struct {
 	deleteDestination    *connect.Client[v1.DeleteDestinationRequest, v1.DeleteDestinationResponse]
 	setPriority          *connect.Client[v1.SetPriorityRequest, v1.SetPriorityResponse]
 	getDestinationHealth *connect.Client[v1.GetDestinationHealthRequest, v1.GetDestinationHealthResponse]
+	pauseDestination     *connect.Client[v1.PauseDestinationRequest, v1.PauseDestinationResponse]
+	resumeDestination    *connect.Client[v1.ResumeDestinationRequest, v1.ResumeDestinationResponse]
+	getLimits            *connect.Client[v1.GetLimitsRequest, v1.GetLimitsResponse]
+	setLimitsOverride    *connect.Client[v1.SetLimitsOverrideRequest, v1.SetLimitsOverrideResponse]
+	clearLimitsOverride  *connect.Client[v1.ClearLimitsOverrideRequest, v1.ClearLimitsOverrideResponse]
+	diffLimits           *connect.Client[v1.DiffLimitsRequest, v1.DiffLimitsResponse]
+	listAudit            *connect.Client[v1.ListAuditRequest, v1.ListAuditResponse]
+	getConfigStatus      *connect.Client[v1.GetConfigStatusRequest, v1.GetConfigStatusResponse]
 }
 
 // CreateDestination calls rivora.v1.AdminService.CreateDestination.
@@ -179,6 +281,46 @@ func (c *adminServiceClient) GetDestinationHealth(ctx context.Context, req *conn
 	return c.getDestinationHealth.CallUnary(ctx, req)
 }
 
+// PauseDestination calls rivora.v1.AdminService.PauseDestination.
+func (c *adminServiceClient) PauseDestination(ctx context.Context, req *connect.Request[v1.PauseDestinationRequest]) (*connect.Response[v1.PauseDestinationResponse], error) {
+	return c.pauseDestination.CallUnary(ctx, req)
+}
+
+// ResumeDestination calls rivora.v1.AdminService.ResumeDestination.
+func (c *adminServiceClient) ResumeDestination(ctx context.Context, req *connect.Request[v1.ResumeDestinationRequest]) (*connect.Response[v1.ResumeDestinationResponse], error) {
+	return c.resumeDestination.CallUnary(ctx, req)
+}
+
+// GetLimits calls rivora.v1.AdminService.GetLimits.
+func (c *adminServiceClient) GetLimits(ctx context.Context, req *connect.Request[v1.GetLimitsRequest]) (*connect.Response[v1.GetLimitsResponse], error) {
+	return c.getLimits.CallUnary(ctx, req)
+}
+
+// SetLimitsOverride calls rivora.v1.AdminService.SetLimitsOverride.
+func (c *adminServiceClient) SetLimitsOverride(ctx context.Context, req *connect.Request[v1.SetLimitsOverrideRequest]) (*connect.Response[v1.SetLimitsOverrideResponse], error) {
+	return c.setLimitsOverride.CallUnary(ctx, req)
+}
+
+// ClearLimitsOverride calls rivora.v1.AdminService.ClearLimitsOverride.
+func (c *adminServiceClient) ClearLimitsOverride(ctx context.Context, req *connect.Request[v1.ClearLimitsOverrideRequest]) (*connect.Response[v1.ClearLimitsOverrideResponse], error) {
+	return c.clearLimitsOverride.CallUnary(ctx, req)
+}
+
+// DiffLimits calls rivora.v1.AdminService.DiffLimits.
+func (c *adminServiceClient) DiffLimits(ctx context.Context, req *connect.Request[v1.DiffLimitsRequest]) (*connect.Response[v1.DiffLimitsResponse], error) {
+	return c.diffLimits.CallUnary(ctx, req)
+}
+
+// ListAudit calls rivora.v1.AdminService.ListAudit.
+func (c *adminServiceClient) ListAudit(ctx context.Context, req *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
+	return c.listAudit.CallUnary(ctx, req)
+}
+
+// GetConfigStatus calls rivora.v1.AdminService.GetConfigStatus.
+func (c *adminServiceClient) GetConfigStatus(ctx context.Context, req *connect.Request[v1.GetConfigStatusRequest]) (*connect.Response[v1.GetConfigStatusResponse], error) {
+	return c.getConfigStatus.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the rivora.v1.AdminService service.
 type AdminServiceHandler interface {
 	CreateDestination(context.Context, *connect.Request[v1.CreateDestinationRequest]) (*connect.Response[v1.CreateDestinationResponse], error)
@@ -195,6 +337,27 @@ type AdminServiceHandler interface {
 	// GetDestinationHealth reports each destination's budget, health state and
 	// backlog as the agents see it.
 	GetDestinationHealth(context.Context, *connect.Request[v1.GetDestinationHealthRequest]) (*connect.Response[v1.GetDestinationHealthResponse], error)
+	// PauseDestination stops every attempt to a destination (scheduled
+	// retries included); events keep being accepted and the retry window does
+	// not run while paused.
+	PauseDestination(context.Context, *connect.Request[v1.PauseDestinationRequest]) (*connect.Response[v1.PauseDestinationResponse], error)
+	// ResumeDestination lets a paused destination drain, oldest first per
+	// lane, through its budget.
+	ResumeDestination(context.Context, *connect.Request[v1.ResumeDestinationRequest]) (*connect.Response[v1.ResumeDestinationResponse], error)
+	// GetLimits shows a destination's effective limits and where each field
+	// comes from.
+	GetLimits(context.Context, *connect.Request[v1.GetLimitsRequest]) (*connect.Response[v1.GetLimitsResponse], error)
+	// SetLimitsOverride sets an audited runtime override of some limits,
+	// optionally expiring.
+	SetLimitsOverride(context.Context, *connect.Request[v1.SetLimitsOverrideRequest]) (*connect.Response[v1.SetLimitsOverrideResponse], error)
+	// ClearLimitsOverride removes a destination's override.
+	ClearLimitsOverride(context.Context, *connect.Request[v1.ClearLimitsOverrideRequest]) (*connect.Response[v1.ClearLimitsOverrideResponse], error)
+	// DiffLimits lists where the effective limits differ from the limits file.
+	DiffLimits(context.Context, *connect.Request[v1.DiffLimitsRequest]) (*connect.Response[v1.DiffLimitsResponse], error)
+	// ListAudit lists configuration changes, newest last.
+	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
+	// GetConfigStatus reports the config version and which agents applied it.
+	GetConfigStatus(context.Context, *connect.Request[v1.GetConfigStatusRequest]) (*connect.Response[v1.GetConfigStatusResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -249,6 +412,58 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServicePauseDestinationHandler := connect.NewUnaryHandler(
+		AdminServicePauseDestinationProcedure,
+		svc.PauseDestination,
+		connect.WithSchema(adminServiceMethods.ByName("PauseDestination")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceResumeDestinationHandler := connect.NewUnaryHandler(
+		AdminServiceResumeDestinationProcedure,
+		svc.ResumeDestination,
+		connect.WithSchema(adminServiceMethods.ByName("ResumeDestination")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetLimitsHandler := connect.NewUnaryHandler(
+		AdminServiceGetLimitsProcedure,
+		svc.GetLimits,
+		connect.WithSchema(adminServiceMethods.ByName("GetLimits")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceSetLimitsOverrideHandler := connect.NewUnaryHandler(
+		AdminServiceSetLimitsOverrideProcedure,
+		svc.SetLimitsOverride,
+		connect.WithSchema(adminServiceMethods.ByName("SetLimitsOverride")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceClearLimitsOverrideHandler := connect.NewUnaryHandler(
+		AdminServiceClearLimitsOverrideProcedure,
+		svc.ClearLimitsOverride,
+		connect.WithSchema(adminServiceMethods.ByName("ClearLimitsOverride")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceDiffLimitsHandler := connect.NewUnaryHandler(
+		AdminServiceDiffLimitsProcedure,
+		svc.DiffLimits,
+		connect.WithSchema(adminServiceMethods.ByName("DiffLimits")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListAuditHandler := connect.NewUnaryHandler(
+		AdminServiceListAuditProcedure,
+		svc.ListAudit,
+		connect.WithSchema(adminServiceMethods.ByName("ListAudit")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetConfigStatusHandler := connect.NewUnaryHandler(
+		AdminServiceGetConfigStatusProcedure,
+		svc.GetConfigStatus,
+		connect.WithSchema(adminServiceMethods.ByName("GetConfigStatus")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rivora.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateDestinationProcedure:
@@ -265,6 +480,22 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceSetPriorityHandler.ServeHTTP(w, r)
 		case AdminServiceGetDestinationHealthProcedure:
 			adminServiceGetDestinationHealthHandler.ServeHTTP(w, r)
+		case AdminServicePauseDestinationProcedure:
+			adminServicePauseDestinationHandler.ServeHTTP(w, r)
+		case AdminServiceResumeDestinationProcedure:
+			adminServiceResumeDestinationHandler.ServeHTTP(w, r)
+		case AdminServiceGetLimitsProcedure:
+			adminServiceGetLimitsHandler.ServeHTTP(w, r)
+		case AdminServiceSetLimitsOverrideProcedure:
+			adminServiceSetLimitsOverrideHandler.ServeHTTP(w, r)
+		case AdminServiceClearLimitsOverrideProcedure:
+			adminServiceClearLimitsOverrideHandler.ServeHTTP(w, r)
+		case AdminServiceDiffLimitsProcedure:
+			adminServiceDiffLimitsHandler.ServeHTTP(w, r)
+		case AdminServiceListAuditProcedure:
+			adminServiceListAuditHandler.ServeHTTP(w, r)
+		case AdminServiceGetConfigStatusProcedure:
+			adminServiceGetConfigStatusHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -300,4 +531,36 @@ func (UnimplementedAdminServiceHandler) SetPriority(context.Context, *connect.Re
 
 func (UnimplementedAdminServiceHandler) GetDestinationHealth(context.Context, *connect.Request[v1.GetDestinationHealthRequest]) (*connect.Response[v1.GetDestinationHealthResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.GetDestinationHealth is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) PauseDestination(context.Context, *connect.Request[v1.PauseDestinationRequest]) (*connect.Response[v1.PauseDestinationResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.PauseDestination is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ResumeDestination(context.Context, *connect.Request[v1.ResumeDestinationRequest]) (*connect.Response[v1.ResumeDestinationResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.ResumeDestination is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetLimits(context.Context, *connect.Request[v1.GetLimitsRequest]) (*connect.Response[v1.GetLimitsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.GetLimits is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetLimitsOverride(context.Context, *connect.Request[v1.SetLimitsOverrideRequest]) (*connect.Response[v1.SetLimitsOverrideResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.SetLimitsOverride is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ClearLimitsOverride(context.Context, *connect.Request[v1.ClearLimitsOverrideRequest]) (*connect.Response[v1.ClearLimitsOverrideResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.ClearLimitsOverride is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) DiffLimits(context.Context, *connect.Request[v1.DiffLimitsRequest]) (*connect.Response[v1.DiffLimitsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.DiffLimits is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.ListAudit is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetConfigStatus(context.Context, *connect.Request[v1.GetConfigStatusRequest]) (*connect.Response[v1.GetConfigStatusResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.GetConfigStatus is not implemented"))
 }

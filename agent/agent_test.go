@@ -1,0 +1,826 @@
+package agent_test
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/rivora/rivora/agent"
+	"github.com/rivora/rivora/controlplane"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/sdk/webhook"
+)
+
+const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// ---- harness ---------------------------------------------------------------
+
+// logBuffer collects an agent's log lines; they are printed only when the
+// test fails.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// running is one `rivora dev` in process: a control plane (state under
+// dir/controlplane) and an agent following it (agent.New + Run on dir),
+// both served over HTTP on 127.0.0.1 as the dev command serves them.
+type running struct {
+	t      *testing.T
+	dir    string
+	ag     *agent.Agent
+	admin  rivorav1connect.AdminServiceClient
+	ingest rivorav1connect.IngestServiceClient
+	events rivorav1connect.EventServiceClient
+	http   *httptest.Server
+	cancel context.CancelFunc
+	done   chan error
+}
+
+const agentName = "test"
+
+func startAgent(t *testing.T, dir string) *running {
+	t.Helper()
+	logs := &logBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs.mu.Lock()
+			t.Logf("logs (%s):\n%s", dir, logs.buf.String())
+			logs.mu.Unlock()
+		}
+	})
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	cp, err := controlplane.New(controlplane.Config{StateDir: filepath.Join(dir, "controlplane"), Partitions: 4}, log.With("component", "controlplane"))
+	if err != nil {
+		srv.Close()
+		t.Fatalf("controlplane.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ag, err := agent.New(ctx, agent.Config{Name: agentName, DataDir: dir, ControlPlaneURL: srv.URL, AdvertiseURL: srv.URL, Workers: 8, Version: "test"}, log)
+	if err != nil {
+		cancel()
+		srv.Close()
+		t.Fatalf("agent.New: %v", err)
+	}
+	cp.Handle(mux)
+	ag.Handle(mux)
+	r := &running{t: t, dir: dir, ag: ag, http: srv, cancel: cancel, done: make(chan error, 2)}
+	r.admin = rivorav1connect.NewAdminServiceClient(srv.Client(), srv.URL)
+	r.ingest = rivorav1connect.NewIngestServiceClient(srv.Client(), srv.URL)
+	r.events = rivorav1connect.NewEventServiceClient(srv.Client(), srv.URL)
+	go func() { r.done <- cp.Run(ctx) }()
+	go func() { r.done <- ag.Run(ctx) }()
+	t.Cleanup(r.stop)
+	eventually(t, "agent ready (first config applied)", 10*time.Second, ag.Ready)
+	return r
+}
+
+// stop cancels both Runs and waits for them to return; idempotent.
+func (r *running) stop() {
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	r.cancel = nil
+	for range 2 {
+		select {
+		case err := <-r.done:
+			if err != nil {
+				r.t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			r.t.Errorf("Run did not return 30s after its context ended")
+			return
+		}
+	}
+	r.http.Close()
+}
+
+// create registers destinations through the admin API and waits until the
+// agent has applied them.
+func (r *running) create(dests ...*rivorav1.CreateDestinationRequest) {
+	r.t.Helper()
+	var version uint64
+	for _, d := range dests {
+		resp, err := r.admin.CreateDestination(context.Background(), connect.NewRequest(d))
+		if err != nil {
+			r.t.Fatalf("create destination %s: %v", d.GetId(), err)
+		}
+		version = resp.Msg.GetVersion()
+	}
+	r.waitApplied(version)
+}
+
+// waitApplied waits until the agent reports config version (or later).
+func (r *running) waitApplied(version uint64) {
+	r.t.Helper()
+	eventually(r.t, fmt.Sprintf("agent applied config version %d", version), 10*time.Second, func() bool {
+		resp, err := r.admin.GetConfigStatus(context.Background(), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+		if err != nil {
+			return false
+		}
+		for _, a := range resp.Msg.GetAgents() {
+			if a.GetName() == agentName && a.GetConnected() && a.GetAppliedVersion() >= version {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func (r *running) publish(dest, customer, lane string) string {
+	r.t.Helper()
+	resp, err := r.ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{
+		DestinationId: dest, CustomerId: customer, LaneKey: lane, Type: "test.event",
+		Payload: fmt.Appendf(nil, `{"lane":%q,"at":%d}`, lane, time.Now().UnixNano()),
+	}))
+	if err != nil {
+		r.t.Fatalf("publish to %s/%s/%s: %v", dest, customer, lane, err)
+	}
+	return resp.Msg.GetEventId()
+}
+
+func (r *running) getEvent(id string) (*rivorav1.GetEventResponse, error) {
+	resp, err := r.events.GetEvent(context.Background(), connect.NewRequest(&rivorav1.GetEventRequest{EventId: id}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+// waitEvent polls GetEvent until cond holds.
+func (r *running) waitEvent(id, what string, cond func(*rivorav1.GetEventResponse) bool) *rivorav1.GetEventResponse {
+	r.t.Helper()
+	var last *rivorav1.GetEventResponse
+	var lastErr error
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		last, lastErr = r.getEvent(id)
+		if lastErr == nil && cond(last) {
+			return last
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("event %s: timed out waiting for %s; last answer %v, err %v", id, what, last, lastErr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (r *running) health(dest string) *rivorav1.DestinationHealth {
+	r.t.Helper()
+	hs, err := r.ag.Health(context.Background(), dest)
+	if err != nil {
+		r.t.Fatalf("Health: %v", err)
+	}
+	if len(hs) != 1 {
+		r.t.Fatalf("Health(%s) returned %d destinations, want 1", dest, len(hs))
+	}
+	return hs[0]
+}
+
+func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func destination(id, url string, maxAttempts int32) *rivorav1.CreateDestinationRequest {
+	return &rivorav1.CreateDestinationRequest{Id: id, Url: url, Secret: secret, Limits: &rivorav1.Limits{
+		RatePerSecond: 1000, Burst: 1000, MaxAttempts: maxAttempts, MaxInFlight: 16,
+		Window: durationpb.New(time.Hour), Timeout: durationpb.New(2 * time.Second),
+	}}
+}
+
+// ---- partner ---------------------------------------------------------------
+
+type request struct {
+	id, customer, lane string
+	attempt            int
+	status             int
+}
+
+// partner is a webhook receiver on 127.0.0.1. answer picks each
+// response's status; every request must carry a valid signature.
+type partner struct {
+	t   *testing.T
+	srv *httptest.Server
+	ver *webhook.Verifier
+
+	mu     sync.Mutex
+	log    []request
+	answer func(r request, sent int) int // sent: requests for this id so far, this one included
+	sent   map[string]int
+}
+
+func newPartner(t *testing.T, answer func(r request, sent int) int) *partner {
+	v, err := webhook.NewVerifier(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &partner{t: t, ver: v, answer: answer, sent: make(map[string]int)}
+	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *partner) serve(w http.ResponseWriter, hr *http.Request) {
+	body, err := io.ReadAll(hr.Body)
+	if err != nil {
+		return
+	}
+	if err := p.ver.Verify(hr.Header, body); err != nil {
+		p.t.Errorf("partner: bad signature on %s: %v", hr.Header.Get("webhook-id"), err)
+	}
+	n, _ := strconv.Atoi(hr.Header.Get("rivora-attempt"))
+	r := request{id: hr.Header.Get("webhook-id"), customer: hr.Header.Get("rivora-customer"), lane: hr.Header.Get("rivora-lane"), attempt: n, status: 200}
+	p.mu.Lock()
+	p.sent[r.id]++
+	if p.answer != nil {
+		r.status = p.answer(r, p.sent[r.id])
+	}
+	p.log = append(p.log, r)
+	p.mu.Unlock()
+	w.WriteHeader(r.status)
+	if r.status >= 300 {
+		io.WriteString(w, "partner says no")
+	}
+}
+
+func (p *partner) setAnswer(answer func(r request, sent int) int) {
+	p.mu.Lock()
+	p.answer = answer
+	p.mu.Unlock()
+}
+
+func (p *partner) requests() []request {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.log)
+}
+
+// delivered is every id answered 2xx, per lane, in arrival order (with
+// repeats: delivery is at least once).
+func (p *partner) delivered() map[string][]string {
+	out := make(map[string][]string)
+	for _, r := range p.requests() {
+		if r.status < 300 {
+			out[r.lane] = append(out[r.lane], r.id)
+		}
+	}
+	return out
+}
+
+func (p *partner) sentCount(id string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sent[id]
+}
+
+// allDelivered reports whether every id of want was answered 2xx.
+func (p *partner) allDelivered(want map[string][]string) bool {
+	got := p.delivered()
+	for lane, ids := range want {
+		for _, id := range ids {
+			if !slices.Contains(got[lane], id) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// checkOrder asserts lane order over the whole request log: no event of a
+// lane is sent before every earlier event of that lane was answered 2xx,
+// so each lane's first successes come in publish order. Requests for ids
+// in ignore (dead letters) are skipped.
+func (p *partner) checkOrder(t *testing.T, want map[string][]string, ignore ...string) {
+	t.Helper()
+	okSoFar := make(map[string]map[string]bool) // lane → delivered ids
+	for i, r := range p.requests() {
+		ids, ok := want[r.lane]
+		if !ok || slices.Contains(ignore, r.id) {
+			continue
+		}
+		pos := slices.Index(ids, r.id)
+		if pos < 0 {
+			t.Fatalf("request %d: unknown event %s in lane %s", i, r.id, r.lane)
+		}
+		for _, earlier := range ids[:pos] {
+			if !okSoFar[r.lane][earlier] {
+				t.Fatalf("request %d: lane %s sent %s (#%d) before %s was delivered", i, r.lane, r.id, pos, earlier)
+			}
+		}
+		if r.status < 300 {
+			if okSoFar[r.lane] == nil {
+				okSoFar[r.lane] = make(map[string]bool)
+			}
+			okSoFar[r.lane][r.id] = true
+		}
+	}
+}
+
+// ---- archive ---------------------------------------------------------------
+
+// deadLetters reads every archived dead letter of dest under dataDir.
+func deadLetters(t *testing.T, dataDir, dest string) ([]string, []*rivorav1.DeadLetter) {
+	t.Helper()
+	root := filepath.Join(dataDir, "archive", "deadletter", dest)
+	var paths []string
+	var out []*rivorav1.DeadLetter
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".ndjson.gz") {
+			return nil
+		}
+		paths = append(paths, path)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return fmt.Errorf("%s is not gzip: %w", path, err)
+		}
+		sc := bufio.NewScanner(zr)
+		for sc.Scan() {
+			dl := &rivorav1.DeadLetter{}
+			if err := protojson.Unmarshal(sc.Bytes(), dl); err != nil {
+				return fmt.Errorf("%s: line is not a protojson DeadLetter: %w", path, err)
+			}
+			out = append(out, dl)
+		}
+		return sc.Err()
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return paths, out
+}
+
+// ---- tests -----------------------------------------------------------------
+
+// Lanes are FIFO; a lane whose head keeps failing holds only itself: the
+// other lanes of the same destination and customer flow meanwhile.
+func TestLaneOrderAndFailingHeadWaits(t *testing.T) {
+	t.Parallel()
+	want := make(map[string][]string)
+	var mu sync.Mutex
+	othersDone := false
+	p := newPartner(t, func(r request, _ int) int {
+		if r.lane != "blocked" {
+			return 200
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !othersDone {
+			return 500
+		}
+		return 200
+	})
+	ag := startAgent(t, t.TempDir())
+	ag.create(destination("orders", p.srv.URL, 50))
+	for i := range 5 {
+		for _, l := range []struct{ customer, lane string }{{"acme", "blocked"}, {"acme", "u1"}, {"globex", "u2"}} {
+			if l.lane == "blocked" && i >= 3 {
+				continue
+			}
+			want[l.lane] = append(want[l.lane], ag.publish("orders", l.customer, l.lane))
+		}
+	}
+	// The other lanes finish while the blocked head is failing.
+	eventually(t, "unblocked lanes delivered", 15*time.Second, func() bool {
+		return p.allDelivered(map[string][]string{"u1": want["u1"], "u2": want["u2"]})
+	})
+	if got := p.delivered()["blocked"]; len(got) != 0 {
+		t.Fatalf("blocked lane delivered %v while its partner answered 500", got)
+	}
+	head := ag.waitEvent(want["blocked"][0], "failed head pending with a retry time", func(r *rivorav1.GetEventResponse) bool {
+		return r.GetState() == rivorav1.EventState_EVENT_STATE_PENDING && len(r.GetAttempts()) >= 1 && r.GetNextAttemptAt() != nil
+	})
+	if a := head.GetAttempts()[0]; a.GetStatusCode() != 500 || a.GetError() != "HTTP 500: partner says no" || a.GetNumber() != 1 {
+		t.Fatalf("first attempt recorded as %v", a)
+	}
+	second := ag.waitEvent(want["blocked"][1], "second event waiting behind the head", func(r *rivorav1.GetEventResponse) bool {
+		return r.GetState() == rivorav1.EventState_EVENT_STATE_PENDING
+	})
+	if second.GetAheadInLane() != 1 || len(second.GetAttempts()) != 0 || second.GetLaneKey() != "blocked" || second.GetCustomerId() != "acme" || second.GetType() != "test.event" {
+		t.Fatalf("event behind a failing head: %v", second)
+	}
+	mu.Lock()
+	othersDone = true
+	mu.Unlock()
+	eventually(t, "blocked lane delivered after its head recovers", 15*time.Second, func() bool { return p.allDelivered(want) })
+	p.checkOrder(t, want)
+	// The head was retried with increasing attempt numbers.
+	var attempts []int
+	for _, r := range p.requests() {
+		if r.id == want["blocked"][0] {
+			attempts = append(attempts, r.attempt)
+		}
+	}
+	if len(attempts) < 2 || attempts[len(attempts)-1] != len(attempts) {
+		t.Fatalf("head's rivora-attempt headers %v, want 1, 2, …", attempts)
+	}
+	for i, a := range attempts {
+		if a != i+1 {
+			t.Fatalf("head's rivora-attempt headers %v, want 1, 2, …", attempts)
+		}
+	}
+	for _, r := range p.requests() {
+		if r.lane == "u2" && r.customer != "globex" || r.lane == "u1" && r.customer != "acme" {
+			t.Fatalf("rivora-customer %q on lane %s", r.customer, r.lane)
+		}
+	}
+	done := ag.waitEvent(want["u1"][0], "delivered", func(r *rivorav1.GetEventResponse) bool {
+		return r.GetState() == rivorav1.EventState_EVENT_STATE_DELIVERED
+	})
+	if len(done.GetAttempts()) != 1 || done.GetAttempts()[0].GetStatusCode() != 200 || done.GetDestinationId() != "orders" {
+		t.Fatalf("delivered event: %v", done)
+	}
+	if got := ag.health("orders").GetPendingEvents(); got != 0 {
+		t.Fatalf("pending after everything was delivered = %d", got)
+	}
+}
+
+// max_attempts 2: the head dies after its second 500, is archived as a
+// dead letter under DataDir/archive, and the lane continues.
+func TestDeadLetterArchivedAndLaneContinues(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var deadID string
+	p := newPartner(t, func(r request, _ int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.id == deadID {
+			return 500
+		}
+		return 200
+	})
+	dir := t.TempDir()
+	ag := startAgent(t, dir)
+	ag.create(destination("flaky", p.srv.URL, 2))
+	mu.Lock()
+	deadID = ag.publish("flaky", "acme", "u1")
+	mu.Unlock()
+	after := []string{ag.publish("flaky", "acme", "u1"), ag.publish("flaky", "acme", "u1")}
+	eventually(t, "lane continues after the dead letter", 15*time.Second, func() bool {
+		return p.allDelivered(map[string][]string{"u1": after})
+	})
+	p.checkOrder(t, map[string][]string{"u1": after}, deadID)
+	// Nothing behind the dead event went out before its last attempt.
+	reqs := p.requests()
+	lastDead := slices.IndexFunc(reqs, func(r request) bool { return r.id == deadID && r.attempt == 2 })
+	firstAfter := slices.IndexFunc(reqs, func(r request) bool { return r.id == after[0] })
+	if lastDead < 0 || firstAfter < lastDead {
+		t.Fatalf("request log %v: %s went out before the head's last attempt", reqs, after[0])
+	}
+	if n := p.sentCount(deadID); n != 2 {
+		t.Fatalf("dead event sent %d times, want 2", n)
+	}
+	var paths []string
+	var letters []*rivorav1.DeadLetter
+	eventually(t, "dead letter archived", 15*time.Second, func() bool {
+		paths, letters = deadLetters(t, dir, "flaky")
+		return len(letters) > 0
+	})
+	if len(letters) != 1 {
+		t.Fatalf("archive holds %d dead letters, want 1", len(letters))
+	}
+	dl := letters[0]
+	if dl.GetEvent().GetEventId() != deadID || dl.GetAttempts() != 2 || dl.GetLastStatus() != 500 ||
+		dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS || dl.GetLastError() != "HTTP 500: partner says no" ||
+		dl.GetEvent().GetLaneKey() != "u1" || len(dl.GetEvent().GetPayload()) == 0 || dl.GetFirstAttemptAt() == nil || dl.GetDeadAt() == nil {
+		t.Fatalf("dead letter = %v", dl)
+	}
+	rel, err := filepath.Rel(filepath.Join(dir, "archive"), paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := dl.GetDeadAt().AsTime().UTC()
+	if wantPrefix := filepath.Join("deadletter", "flaky", at.Format("2006"), at.Format("01"), at.Format("02"), at.Format("15")); !strings.HasPrefix(rel, wantPrefix+string(filepath.Separator)) {
+		t.Fatalf("object %s not under %s", rel, wantPrefix)
+	}
+	dead := ag.waitEvent(deadID, "dead", func(r *rivorav1.GetEventResponse) bool {
+		return r.GetState() == rivorav1.EventState_EVENT_STATE_DEAD && len(r.GetAttempts()) == 2
+	})
+	if dead.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS {
+		t.Fatalf("GetEvent(dead) = %v", dead)
+	}
+}
+
+// A restart rebuilds pending lanes and attempt state from the store:
+// events accepted while the partner was down are delivered, in order, once
+// the restarted agent finds it up; the head's attempt count carries over.
+func TestRestartResumesFromStore(t *testing.T) {
+	t.Parallel()
+	p := newPartner(t, func(request, int) int { return http.StatusServiceUnavailable })
+	dir := t.TempDir()
+	ag := startAgent(t, dir)
+	ag.create(destination("orders", p.srv.URL, 50))
+	want := make(map[string][]string)
+	for range 4 {
+		want["main"] = append(want["main"], ag.publish("orders", "acme", "main"))
+	}
+	want["side"] = append(want["side"], ag.publish("orders", "globex", "side"))
+	head := want["main"][0]
+	ag.waitEvent(head, "two recorded failures and a scheduled retry", func(r *rivorav1.GetEventResponse) bool {
+		return len(r.GetAttempts()) >= 2 && r.GetState() == rivorav1.EventState_EVENT_STATE_PENDING && r.GetNextAttemptAt() != nil
+	})
+	// Keep publishing to the lane while the agent stops: some of these are
+	// accepted but not yet moved into their lane when it goes down.
+	var mu sync.Mutex
+	var accepted, uncertain []string
+	publisherDone := make(chan struct{})
+	go func() {
+		defer close(publisherDone)
+		for i := range 300 {
+			key := fmt.Sprintf("late-%03d", i)
+			_, err := ag.ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{
+				DestinationId: "orders", CustomerId: "acme", LaneKey: "main", Type: "test.event", Payload: []byte(`{}`), IdempotencyKey: key,
+			}))
+			mu.Lock()
+			if err != nil {
+				// Stored or not: the agent went down while answering.
+				uncertain = append(uncertain, key)
+				mu.Unlock()
+				return
+			}
+			accepted = append(accepted, key)
+			mu.Unlock()
+		}
+	}()
+	eventually(t, "publisher running", 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(accepted) >= 3
+	})
+	ag.stop()
+	<-publisherDone
+	want["main"] = append(want["main"], accepted...)
+	failures := p.sentCount(head)
+	if failures < 2 {
+		t.Fatalf("head sent %d times before the stop", failures)
+	}
+	if got := p.delivered(); len(got) != 0 {
+		t.Fatalf("delivered %v while the partner was down", got)
+	}
+
+	// The partner is back; the destination is in the control plane's state.
+	p.setAnswer(nil)
+	ag2 := startAgent(t, dir)
+	// Accepted after the restart: goes after everything accepted before.
+	want["main"] = append(want["main"], ag2.publish("orders", "acme", "main"))
+	// Well within INGEST's 30 s ack wait: nothing the first run had
+	// fetched but not moved may wait for it.
+	eventually(t, "everything delivered after the restart", 20*time.Second, func() bool { return p.allDelivered(want) })
+	p.checkOrder(t, want, uncertain...)
+	var resumed []int
+	for _, r := range p.requests() {
+		if r.id == head && r.status < 300 {
+			resumed = append(resumed, r.attempt)
+		}
+	}
+	if resumed[0] != failures+1 {
+		t.Fatalf("after the restart the head went out as attempt %d, want %d (its %d failed attempts survive)", resumed[0], failures+1, failures)
+	}
+	got := ag2.waitEvent(head, "delivered with its whole history", func(r *rivorav1.GetEventResponse) bool {
+		return r.GetState() == rivorav1.EventState_EVENT_STATE_DELIVERED
+	})
+	if n := len(got.GetAttempts()); n != failures+1 {
+		t.Fatalf("GetEvent lists %d attempts, want %d", n, failures+1)
+	}
+	for i, a := range got.GetAttempts() {
+		wantStatus := int32(503)
+		if i == failures {
+			wantStatus = 200
+		}
+		if a.GetNumber() != int32(i+1) || a.GetStatusCode() != wantStatus {
+			t.Fatalf("attempt %d = %v, want number %d status %d", i, a, i+1, wantStatus)
+		}
+	}
+	eventually(t, "nothing pending", 10*time.Second, func() bool { return ag2.health("orders").GetPendingEvents() == 0 })
+}
+
+// ArchivePending dead-letters what is pending (reason deleted); Health
+// reports the per-customer backlog before that.
+func TestArchivePendingAndBacklog(t *testing.T) {
+	t.Parallel()
+	p := newPartner(t, nil)
+	dir := t.TempDir()
+	slow := destination("slow", p.srv.URL, 8)
+	slow.Limits.RatePerSecond, slow.Limits.Burst = 0.001, 1 // one token, then none for ~17 minutes
+	ag := startAgent(t, dir)
+	ag.create(slow)
+	w := 3.0
+	resp, err := ag.admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "slow", CustomerId: "globex", Weight: &w}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag.waitApplied(resp.Msg.GetVersion())
+	ids := map[string][]string{}
+	for range 3 {
+		ids["x"] = append(ids["x"], ag.publish("slow", "acme", "x"))
+	}
+	for range 2 {
+		ids["y"] = append(ids["y"], ag.publish("slow", "globex", "y"))
+	}
+	eventually(t, "one delivery, then nothing in flight", 10*time.Second, func() bool {
+		h := ag.health("slow")
+		return len(p.requests()) == 1 && h.GetInFlight() == 0 && h.GetPendingEvents() == 4
+	})
+	first := p.requests()[0]
+	if first.id != ids["x"][0] && first.id != ids["y"][0] {
+		t.Fatalf("first delivery %s is not a lane head", first.id)
+	}
+	h := ag.health("slow")
+	if h.GetState() != "healthy" || h.GetConfiguredRate() != 0.001 || h.GetMaxInFlight() != 16 || h.GetPriorityClass() != rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL || !slices.Equal(h.GetLastStatuses(), []int32{200}) {
+		t.Fatalf("health = %v", h)
+	}
+	backlog := map[string]*rivorav1.CustomerBacklog{}
+	for _, c := range h.GetCustomers() {
+		backlog[c.GetCustomerId()] = c
+	}
+	wantPending := map[string]int64{"acme": 3, "globex": 2}
+	if first.lane == "x" {
+		wantPending["acme"]--
+	} else {
+		wantPending["globex"]--
+	}
+	for cust, want := range wantPending {
+		c := backlog[cust]
+		if c == nil || c.GetPendingEvents() != want || c.GetDueLanes() != 1 || c.GetWaitingLanes() != 0 || c.GetInFlight() != 0 {
+			t.Fatalf("backlog of %s = %v, want %d pending in 1 due lane", cust, c, want)
+		}
+	}
+	if backlog["globex"].GetWeight() != 3 || backlog["acme"].GetWeight() != 1 {
+		t.Fatalf("weights: globex %v acme %v", backlog["globex"].GetWeight(), backlog["acme"].GetWeight())
+	}
+	last := ids["x"][2]
+	pend := ag.waitEvent(last, "pending", func(r *rivorav1.GetEventResponse) bool { return true })
+	wantAhead := int32(2)
+	if first.lane == "x" {
+		wantAhead = 1
+	}
+	if pend.GetState() != rivorav1.EventState_EVENT_STATE_PENDING || pend.GetAheadInLane() != wantAhead || pend.GetNextAttemptAt() != nil {
+		t.Fatalf("GetEvent(pending) = %v, want pending with %d ahead", pend, wantAhead)
+	}
+
+	n, err := ag.ag.ArchivePending(context.Background(), "slow")
+	if err != nil || n != 4 {
+		t.Fatalf("ArchivePending = %d, %v; want 4", n, err)
+	}
+	if pending, _ := ag.ag.Pending(context.Background(), "slow"); pending != 0 {
+		t.Fatalf("pending after ArchivePending = %d", pending)
+	}
+	var letters []*rivorav1.DeadLetter
+	eventually(t, "4 dead letters archived", 15*time.Second, func() bool {
+		_, letters = deadLetters(t, dir, "slow")
+		return len(letters) >= 4
+	})
+	if len(letters) != 4 {
+		t.Fatalf("archive holds %d letters, want 4", len(letters))
+	}
+	archived := map[string][]string{}
+	for _, dl := range letters {
+		if dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_DELETED {
+			t.Fatalf("dead letter reason %v, want DELETED", dl.GetReason())
+		}
+		archived[dl.GetEvent().GetLaneKey()] = append(archived[dl.GetEvent().GetLaneKey()], dl.GetEvent().GetEventId())
+	}
+	for lane, all := range ids {
+		rest := slices.DeleteFunc(slices.Clone(all), func(id string) bool { return id == first.id })
+		got := archived[lane]
+		slices.Sort(got)
+		slices.Sort(rest)
+		if !slices.Equal(got, rest) {
+			t.Fatalf("lane %s archived %v, want %v", lane, got, rest)
+		}
+	}
+	dead := ag.waitEvent(last, "dead after ArchivePending", func(r *rivorav1.GetEventResponse) bool {
+		return r.GetState() == rivorav1.EventState_EVENT_STATE_DEAD
+	})
+	if dead.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_DELETED {
+		t.Fatalf("GetEvent after ArchivePending = %v, want dead (deleted)", dead)
+	}
+	if n := len(p.requests()); n != 1 {
+		t.Fatalf("partner got %d requests, want only the first", n)
+	}
+}
+
+func TestGetEventErrors(t *testing.T) {
+	t.Parallel()
+	ag := startAgent(t, t.TempDir())
+	_, err := ag.getEvent("bad id")
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "event_id") {
+		t.Fatalf("GetEvent(bad id): %v, want InvalidArgument naming event_id", err)
+	}
+	_, err = ag.getEvent("")
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("GetEvent(empty): %v, want InvalidArgument", err)
+	}
+	_, err = ag.getEvent("0190a0c0-0000-7000-8000-000000000000")
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("GetEvent(unknown): %v, want NotFound", err)
+	}
+	_, err = ag.ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "nope", CustomerId: "c", LaneKey: "k", Type: "t"}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), `destination "nope" is not registered`) {
+		t.Fatalf("Publish over HTTP to an unknown destination: %v", err)
+	}
+}
+
+// A destination answering 503 is degraded at once and parked after 20 s
+// without a success (probe mode); when it answers again a probe brings it
+// back and its backlog drains. The park threshold is the budget's real
+// 20 s: this test takes that long, in parallel with the others.
+func TestHealthDegradedThenParked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the 20 s park threshold")
+	}
+	t.Parallel()
+	p := newPartner(t, func(request, int) int { return http.StatusServiceUnavailable })
+	ag := startAgent(t, t.TempDir())
+	ag.create(destination("down", p.srv.URL, 1000))
+	var ids []string
+	ids = append(ids, ag.publish("down", "acme", "l0"))
+	eventually(t, "degraded", 10*time.Second, func() bool { return ag.health("down").GetState() == "degraded" })
+	h := ag.health("down")
+	if tr := h.GetLastTransition(); tr.GetFrom() != "healthy" || tr.GetTo() != "degraded" || !strings.Contains(tr.GetCause(), "HTTP 503") {
+		t.Fatalf("transition = %v", tr)
+	}
+	if h.GetCurrentRate() >= h.GetConfiguredRate() || !slices.Contains(h.GetLastStatuses(), 503) {
+		t.Fatalf("degraded health = %v", h)
+	}
+	// Keep new lanes coming so that attempts (and failures) continue until
+	// the park threshold passes.
+	last := time.Now()
+	deadline := time.Now().Add(40 * time.Second)
+	for ag.health("down").GetState() != "parked" {
+		if time.Now().After(deadline) {
+			t.Fatalf("not parked after 40s of 503s: %v", ag.health("down"))
+		}
+		if time.Since(last) > 300*time.Millisecond {
+			ids = append(ids, ag.publish("down", "acme", fmt.Sprintf("l%d", len(ids))))
+			last = time.Now()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h = ag.health("down")
+	if tr := h.GetLastTransition(); tr.GetTo() != "parked" || !strings.Contains(tr.GetCause(), "no success for") {
+		t.Fatalf("parked transition = %v", tr)
+	}
+	if c := h.GetCustomers(); len(c) != 1 || c[0].GetCustomerId() != "acme" || c[0].GetPendingEvents() != int64(len(ids)) || c[0].GetWaitingLanes()+c[0].GetDueLanes()+c[0].GetInFlight() != int64(len(ids)) {
+		t.Fatalf("parked backlog = %v, want %d events in %d lanes", c, len(ids), len(ids))
+	}
+	p.setAnswer(nil)
+	eventually(t, "backlog drained after the destination recovered", 20*time.Second, func() bool {
+		return ag.health("down").GetPendingEvents() == 0
+	})
+	h = ag.health("down")
+	if h.GetState() == "parked" {
+		t.Fatalf("still parked after deliveries succeeded: %v", h)
+	}
+	for i, id := range ids {
+		got := ag.waitEvent(id, "delivered", func(r *rivorav1.GetEventResponse) bool {
+			return r.GetState() == rivorav1.EventState_EVENT_STATE_DELIVERED
+		})
+		if i == 0 && len(got.GetAttempts()) < 2 {
+			t.Fatalf("first event delivered after %d attempts; it failed first", len(got.GetAttempts()))
+		}
+	}
+}

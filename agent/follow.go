@@ -1,0 +1,131 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+)
+
+// follow keeps a Watch open on the control plane, applies every snapshot
+// and delta in order, and reports the applied version. It reconnects with
+// backoff; a reconnect starts with a fresh snapshot.
+func (a *Agent) follow(ctx context.Context) {
+	// No overall timeout: the stream is long-lived.
+	client := rivorav1connect.NewAgentServiceClient(&http.Client{}, a.cfg.ControlPlaneURL)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := a.watch(ctx, client)
+		if ctx.Err() != nil {
+			return
+		}
+		a.log.Warn("config watch ended; reconnecting", "controlplane", a.cfg.ControlPlaneURL, "retry_in", backoff, "error", err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceClient) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := client.Watch(ctx, connect.NewRequest(&rivorav1.WatchRequest{
+		AgentName: a.cfg.Name, Address: a.cfg.AdvertiseURL, AppliedVersion: a.applied.Load(),
+	}))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	// A silent stream past twice the control plane's keepalive is dead.
+	alive := make(chan struct{}, 1)
+	go func() {
+		t := time.NewTimer(25 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-alive:
+				t.Reset(25 * time.Second)
+			case <-t.C:
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for stream.Receive() {
+		select {
+		case alive <- struct{}{}:
+		default:
+		}
+		msg := stream.Msg()
+		if err := a.apply(ctx, msg); err != nil {
+			return fmt.Errorf("apply config version %d: %w", msg.GetVersion(), err)
+		}
+		if msg.GetVersion() > a.applied.Load() || msg.GetSnapshot() {
+			a.applied.Store(msg.GetVersion())
+			if _, err := client.ReportApplied(ctx, connect.NewRequest(&rivorav1.ReportAppliedRequest{AgentName: a.cfg.Name, Version: msg.GetVersion()})); err != nil {
+				a.log.Warn("report applied version", "version", msg.GetVersion(), "error", err)
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return err
+	}
+	return errors.New("control plane closed the stream")
+}
+
+// apply installs one config message: partition count, destinations, then
+// the partitions this agent owns.
+func (a *Agent) apply(ctx context.Context, msg *rivorav1.WatchResponse) error {
+	n := int(msg.GetPartitionCount())
+	if n <= 0 {
+		return fmt.Errorf("partition_count %d", n)
+	}
+	if have := int(a.partitionCount.Load()); have != 0 && have != n {
+		return fmt.Errorf("the control plane says %d partitions but this agent's data uses %d; partitions are fixed for a cell", n, have)
+	}
+	a.partitionCount.Store(int32(n))
+	a.gateway.SetPartitions(n)
+	if msg.GetSnapshot() || len(msg.GetDestinations()) > 0 || len(msg.GetRemovedDestinationIds()) > 0 {
+		if err := a.applyDestinations(msg.GetDestinations(), msg.GetRemovedDestinationIds(), msg.GetSnapshot()); err != nil {
+			return err
+		}
+	}
+	want := make(map[int]bool, len(msg.GetPartitions()))
+	for _, p := range msg.GetPartitions() {
+		want[int(p)] = true
+	}
+	a.mu.Lock()
+	for p := range a.owned {
+		if !want[p] {
+			a.log.Info("partition released", "partition", p)
+			a.releaseLocked(p)
+		}
+	}
+	a.mu.Unlock()
+	opened := 0
+	for p := range want {
+		if a.partition(p) != nil {
+			continue
+		}
+		if err := a.own(ctx, p); err != nil {
+			return fmt.Errorf("open partition %d: %w", p, err)
+		}
+		opened++
+	}
+	if opened > 0 {
+		a.log.Info("partitions owned", "opened", opened, "owned", len(want), "version", msg.GetVersion())
+	}
+	a.ready.Store(true)
+	return nil
+}

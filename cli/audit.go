@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"fmt"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+func (e *env) auditCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "audit",
+		Usage:     "list configuration changes: limits file reloads, overrides, priorities, pauses, destinations",
+		UsageText: "rivoractl audit [--destination ID] [--limit N] [-o json]",
+		Description: `Every change to the configuration is appended to the control plane's audit
+log with its time, config version, author and reason.
+
+Examples:
+   rivoractl audit
+   rivoractl audit --destination orders --limit 20`,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "destination", Usage: "only changes of destination `ID`"},
+			&ucli.IntFlag{Name: "limit", Value: 100, Usage: "show the newest `N` entries"},
+		},
+		Action: func(c *ucli.Context) error {
+			if err := exactArgs(c, 0, "no arguments"); err != nil {
+				return err
+			}
+			ctx, cancel := callContext(c)
+			defer cancel()
+			resp, err := e.admin().ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{Limit: int32(c.Int("limit")), DestinationId: c.String("destination")}))
+			if err != nil {
+				return callFailed("list audit log", err, nil)
+			}
+			entries := resp.Msg.GetEntries()
+			if e.output == "json" {
+				return writeJSONArray(e.out, entries)
+			}
+			tw := newTable(e.out)
+			fmt.Fprintf(tw, "TIME\tVERSION\tAUTHOR\tACTION\tDESTINATION\tDETAIL\tREASON\n")
+			for _, a := range entries {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", fmtTime(a.GetAt()), a.GetVersion(), dash(a.GetAuthor()), a.GetAction(), dash(a.GetDestinationId()), dash(a.GetDetail()), dash(a.GetReason()))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

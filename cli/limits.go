@@ -1,0 +1,259 @@
+package cli
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+func (e *env) limitsCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "limits",
+		Usage: "see and override a destination's limits during an incident",
+		Description: `Limits come, per field, from the built-in defaults, the reviewed limits file
+(its defaults, then its entry for the destination; reloaded when the file
+changes), the destination's own settings, and — highest — a runtime
+override. Overrides are audited (author, reason, optional expiry), survive
+restarts and show as drift from the file.
+
+   rivoractl limits get orders
+   rivoractl limits set orders --rate 10 --reason "partner asked us to slow down" --ttl 30m --wait
+   rivoractl limits clear orders
+   rivoractl limits diff`,
+		Action: parentAction,
+		Subcommands: []*ucli.Command{
+			{
+				Name:      "get",
+				Usage:     "show effective limits and where each comes from",
+				ArgsUsage: "DESTINATION",
+				UsageText: "rivoractl limits get DESTINATION [-o json]",
+				Action:    e.getLimits,
+			},
+			{
+				Name:      "set",
+				Usage:     "override some limits at runtime (audited)",
+				ArgsUsage: "DESTINATION",
+				UsageText: `rivoractl limits set DESTINATION [--rate R] [--burst B] [--max-attempts N] [--window D]
+    [--timeout D] [--max-in-flight N] --reason TEXT [--ttl 30m] [--wait]`,
+				Description: `Overrides the given limits of DESTINATION in every agent, in place (nothing
+pending moves). Fields not given keep their current override, if any.
+--reason is required; --ttl makes the override expire by itself.
+
+Example:
+   rivoractl limits set orders --rate 10 --reason "WAF throttling us" --ttl 30m --wait`,
+				Flags: []ucli.Flag{
+					&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second"},
+					&ucli.IntFlag{Name: "burst", Usage: "`N` deliveries allowed at once above the rate"},
+					&ucli.IntFlag{Name: "max-attempts", Usage: "stop retrying an event after `N` attempts"},
+					&ucli.DurationFlag{Name: "window", Usage: "stop retrying an event this `DURATION` after acceptance"},
+					&ucli.DurationFlag{Name: "timeout", Usage: "bound one attempt to `DURATION`"},
+					&ucli.IntFlag{Name: "max-in-flight", Usage: "at most `N` concurrent attempts"},
+					&ucli.StringFlag{Name: "reason", Usage: "why (required; goes to the audit log)"},
+					&ucli.DurationFlag{Name: "ttl", Usage: "expire the override after `DURATION`"},
+					waitFlag,
+				},
+				Action: e.setLimits,
+			},
+			{
+				Name:      "clear",
+				Usage:     "remove a destination's override",
+				ArgsUsage: "DESTINATION",
+				UsageText: "rivoractl limits clear DESTINATION [--reason TEXT] [--wait]",
+				Flags: []ucli.Flag{
+					&ucli.StringFlag{Name: "reason", Usage: "why, for the audit log"},
+					waitFlag,
+				},
+				Action: e.clearLimits,
+			},
+			{
+				Name:      "diff",
+				Usage:     "list where effective limits differ from the limits file (drift)",
+				UsageText: "rivoractl limits diff [-o json]",
+				Action:    e.diffLimits,
+			},
+		},
+	}
+}
+
+func (e *env) getLimits(c *ucli.Context) error {
+	if err := exactArgs(c, 1, "one destination ID"); err != nil {
+		return err
+	}
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.admin().GetLimits(ctx, connect.NewRequest(&rivorav1.GetLimitsRequest{DestinationId: c.Args().First()}))
+	if err != nil {
+		return callFailed("get limits", err, notFoundHint)
+	}
+	if e.output == "json" {
+		return writeJSON(e.out, resp.Msg)
+	}
+	return e.writeLimits(resp.Msg)
+}
+
+var limitFieldNames = []string{"rate_per_second", "burst", "max_attempts", "window", "timeout", "max_in_flight"}
+
+func limitText(l *rivorav1.Limits, field string) string {
+	switch field {
+	case "rate_per_second":
+		return strconv.FormatFloat(l.GetRatePerSecond(), 'g', -1, 64) + "/s"
+	case "burst":
+		return fmt.Sprint(l.GetBurst())
+	case "max_attempts":
+		return fmt.Sprint(l.GetMaxAttempts())
+	case "window":
+		return fmtDuration(l.GetWindow())
+	case "timeout":
+		return fmtDuration(l.GetTimeout())
+	case "max_in_flight":
+		return fmt.Sprint(l.GetMaxInFlight())
+	}
+	return ""
+}
+
+func sourceText(s *rivorav1.LimitSource) string {
+	if s == nil {
+		return "-"
+	}
+	text := s.GetSource()
+	if s.GetSource() == "override" {
+		text += " by " + s.GetAuthor()
+		if s.GetReason() != "" {
+			text += ": " + s.GetReason()
+		}
+		if s.GetExpiresAt() != nil {
+			text += " (until " + fmtTime(s.GetExpiresAt()) + ")"
+		}
+	}
+	return text
+}
+
+func (e *env) writeLimits(l *rivorav1.GetLimitsResponse) error {
+	tw := newTable(e.out)
+	fmt.Fprintf(tw, "LIMIT\tEFFECTIVE\tFILE\tSOURCE\n")
+	for _, f := range limitFieldNames {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f, limitText(l.GetEffective(), f), limitText(l.GetFile(), f), sourceText(l.GetSources()[f]))
+	}
+	return tw.Flush()
+}
+
+func (e *env) setLimits(c *ucli.Context) error {
+	if err := exactArgs(c, 1, "one destination ID"); err != nil {
+		return err
+	}
+	req := &rivorav1.SetLimitsOverrideRequest{DestinationId: c.Args().First(), Reason: c.String("reason"), Author: e.author}
+	if strings.TrimSpace(req.Reason) == "" {
+		return usagef("--reason is required: say why the limits change (it goes to the audit log)")
+	}
+	any := false
+	if c.IsSet("rate") {
+		r := c.Float64("rate")
+		if !(r > 0) {
+			return usagef("--rate must be positive, got %v", r)
+		}
+		req.RatePerSecond, any = ptr(r), true
+	}
+	for _, f := range []struct {
+		name string
+		dst  **int32
+	}{{"burst", &req.Burst}, {"max-attempts", &req.MaxAttempts}, {"max-in-flight", &req.MaxInFlight}} {
+		if c.IsSet(f.name) {
+			n, err := countFlag(c, f.name)
+			if err != nil {
+				return err
+			}
+			*f.dst, any = ptr(n), true
+		}
+	}
+	for _, f := range []struct {
+		name string
+		dst  **durationpb.Duration
+	}{{"window", &req.Window}, {"timeout", &req.Timeout}} {
+		if c.IsSet(f.name) {
+			d, err := durationFlag(c, f.name)
+			if err != nil {
+				return err
+			}
+			*f.dst, any = d, true
+		}
+	}
+	if !any {
+		return usagef("nothing to override: pass at least one of --rate, --burst, --max-attempts, --window, --timeout, --max-in-flight")
+	}
+	if c.IsSet("ttl") {
+		if c.Duration("ttl") <= 0 {
+			return usagef("--ttl must be positive")
+		}
+		req.Ttl = durationpb.New(c.Duration("ttl"))
+	}
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.admin().SetLimitsOverride(ctx, connect.NewRequest(req))
+	if err != nil {
+		return callFailed("set limits override", err, notFoundHint)
+	}
+	if e.output == "json" {
+		err = writeJSON(e.out, resp.Msg.GetLimits())
+	} else {
+		err = e.writeLimits(resp.Msg.GetLimits())
+	}
+	if err != nil {
+		return err
+	}
+	return e.afterChange(c, resp.Msg.GetVersion())
+}
+
+func (e *env) clearLimits(c *ucli.Context) error {
+	if err := exactArgs(c, 1, "one destination ID"); err != nil {
+		return err
+	}
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.admin().ClearLimitsOverride(ctx, connect.NewRequest(&rivorav1.ClearLimitsOverrideRequest{DestinationId: c.Args().First(), Author: e.author, Reason: c.String("reason")}))
+	if err != nil {
+		return callFailed("clear limits override", err, notFoundHint)
+	}
+	if e.output == "json" {
+		err = writeJSON(e.out, resp.Msg.GetLimits())
+	} else {
+		err = e.writeLimits(resp.Msg.GetLimits())
+	}
+	if err != nil {
+		return err
+	}
+	return e.afterChange(c, resp.Msg.GetVersion())
+}
+
+func (e *env) diffLimits(c *ucli.Context) error {
+	if err := exactArgs(c, 0, "no arguments"); err != nil {
+		return err
+	}
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.admin().DiffLimits(ctx, connect.NewRequest(&rivorav1.DiffLimitsRequest{}))
+	if err != nil {
+		return callFailed("diff limits", err, nil)
+	}
+	drifts := resp.Msg.GetDrifts()
+	if e.output == "json" {
+		return writeJSONArray(e.out, drifts)
+	}
+	if len(drifts) == 0 {
+		_, err := fmt.Fprintln(e.out, "No drift: every destination runs the limits file's values.")
+		return err
+	}
+	sort.SliceStable(drifts, func(i, j int) bool { return drifts[i].GetDestinationId() < drifts[j].GetDestinationId() })
+	tw := newTable(e.out)
+	fmt.Fprintf(tw, "DESTINATION\tLIMIT\tFILE\tEFFECTIVE\tSOURCE\n")
+	for _, d := range drifts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.GetDestinationId(), d.GetField(), d.GetFileValue(), d.GetEffectiveValue(), sourceText(d.GetSource()))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// waitFlag is on every command that changes configuration.
+var waitFlag = &ucli.BoolFlag{Name: "wait", Usage: "return only once every connected agent has applied the change, and say how long that took"}
+
+// waitTimeout bounds --wait.
+const waitTimeout = 30 * time.Second
+
+// afterChange honours --wait for a change that produced config version.
+// The report goes to stdout, or to stderr when stdout carries JSON.
+func (e *env) afterChange(c *ucli.Context, version uint64) error {
+	if !c.Bool("wait") {
+		return nil
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(c.Context, waitTimeout)
+	defer cancel()
+	for {
+		resp, err := e.admin().GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+		if err != nil {
+			return callFailed("wait for agents", err, nil)
+		}
+		connected, behind := 0, 0
+		for _, a := range resp.Msg.GetAgents() {
+			if !a.GetConnected() {
+				continue
+			}
+			connected++
+			if a.GetAppliedVersion() < version {
+				behind++
+			}
+		}
+		if connected > 0 && behind == 0 {
+			out := e.out
+			if e.output == "json" {
+				out = e.errOut
+			}
+			noun := "agents"
+			if connected == 1 {
+				noun = "agent"
+			}
+			fmt.Fprintf(out, "config version %d applied by %d %s in %s\n", version, connected, noun, time.Since(start).Round(time.Millisecond))
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if connected == 0 {
+				return fmt.Errorf("wait for agents: no agent is connected to the control plane after %s", waitTimeout)
+			}
+			return fmt.Errorf("wait for agents: %d of %d agents had not applied config version %d after %s", behind, connected, version, waitTimeout)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

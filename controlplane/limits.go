@@ -1,0 +1,236 @@
+package controlplane
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// LimitsFile is a parsed limits file: reviewed defaults plus per-destination
+// entries. Unset fields are zero.
+type LimitsFile struct {
+	Path         string
+	Defaults     *rivorav1.Limits
+	Destinations map[string]*rivorav1.Limits
+}
+
+// emptyLimitsFile is what applies when no file is given.
+func emptyLimitsFile() *LimitsFile {
+	return &LimitsFile{Defaults: &rivorav1.Limits{}, Destinations: map[string]*rivorav1.Limits{}}
+}
+
+// LoadLimitsFile reads and validates a limits file. Errors name the file
+// and line: "limits.yaml:7: burst: must be at least 1, got 0".
+func LoadLimitsFile(path string) (*LimitsFile, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read limits file: %w", err)
+	}
+	return ParseLimits(path, data)
+}
+
+// ParseLimits parses limits YAML:
+//
+//	defaults:
+//	  rate_per_second: 50
+//	  burst: 200
+//	  max_attempts: 8
+//	  window: 72h
+//	destinations:
+//	  dst_9f31c:
+//	    rate_per_second: 25
+func ParseLimits(name string, data []byte) (*LimitsFile, error) {
+	f := emptyLimitsFile()
+	f.Path = name
+	if len(bytes.TrimSpace(data)) == 0 {
+		return f, nil
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if len(doc.Content) == 0 {
+		return f, nil
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s:%d: want a mapping with \"defaults\" and \"destinations\"", name, root.Line)
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		key, val := root.Content[i], root.Content[i+1]
+		switch key.Value {
+		case "defaults":
+			lim, err := parseLimitsBlock(name, val)
+			if err != nil {
+				return nil, err
+			}
+			f.Defaults = lim
+		case "destinations":
+			if val.Kind != yaml.MappingNode {
+				return nil, fmt.Errorf("%s:%d: destinations: want a mapping of destination id to limits", name, val.Line)
+			}
+			for j := 0; j+1 < len(val.Content); j += 2 {
+				id, block := val.Content[j], val.Content[j+1]
+				if err := validateID(id.Value); err != nil {
+					return nil, fmt.Errorf("%s:%d: %w", name, id.Line, err)
+				}
+				if _, dup := f.Destinations[id.Value]; dup {
+					return nil, fmt.Errorf("%s:%d: destination %q listed twice", name, id.Line, id.Value)
+				}
+				lim, err := parseLimitsBlock(name, block)
+				if err != nil {
+					return nil, err
+				}
+				f.Destinations[id.Value] = lim
+			}
+		default:
+			return nil, fmt.Errorf("%s:%d: unknown key %q (want defaults or destinations)", name, key.Line, key.Value)
+		}
+	}
+	return f, nil
+}
+
+func parseLimitsBlock(name string, n *yaml.Node) (*rivorav1.Limits, error) {
+	lim := &rivorav1.Limits{}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return lim, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s:%d: want a mapping of limit names to values", name, n.Line)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		fail := func(format string, args ...any) error {
+			return fmt.Errorf("%s:%d: %s: %s", name, val.Line, key.Value, fmt.Sprintf(format, args...))
+		}
+		if val.Kind != yaml.ScalarNode {
+			return nil, fail("want a single value")
+		}
+		switch key.Value {
+		case "rate_per_second":
+			v, err := strconv.ParseFloat(val.Value, 64)
+			if err != nil || !(v > 0) || v > 1e7 {
+				return nil, fail("must be a number of events per second in (0, 1e7], got %q", val.Value)
+			}
+			lim.RatePerSecond = v
+		case "burst", "max_attempts", "max_in_flight":
+			v, err := strconv.Atoi(val.Value)
+			if err != nil || v < 1 || v > 1_000_000 {
+				return nil, fail("must be a whole number from 1 to 1000000, got %q", val.Value)
+			}
+			switch key.Value {
+			case "burst":
+				lim.Burst = int32(v)
+			case "max_attempts":
+				lim.MaxAttempts = int32(v)
+			default:
+				lim.MaxInFlight = int32(v)
+			}
+		case "window", "timeout":
+			d, err := time.ParseDuration(val.Value)
+			if err != nil || d <= 0 {
+				return nil, fail("must be a positive duration such as 72h or 10s, got %q", val.Value)
+			}
+			if key.Value == "timeout" && d > 5*time.Minute {
+				return nil, fail("must be at most 5m, got %s", d)
+			}
+			if key.Value == "window" {
+				lim.Window = durationpb.New(d)
+			} else {
+				lim.Timeout = durationpb.New(d)
+			}
+		default:
+			return nil, fmt.Errorf("%s:%d: unknown limit %q (want rate_per_second, burst, max_attempts, window, timeout or max_in_flight)", name, key.Line, key.Value)
+		}
+	}
+	return lim, nil
+}
+
+// limitFields names each field of Limits, in display order.
+var limitFields = []string{"rate_per_second", "burst", "max_attempts", "window", "timeout", "max_in_flight"}
+
+// fieldSet reports whether a field of l is set.
+func fieldSet(l *rivorav1.Limits, field string) bool {
+	switch field {
+	case "rate_per_second":
+		return l.GetRatePerSecond() != 0
+	case "burst":
+		return l.GetBurst() != 0
+	case "max_attempts":
+		return l.GetMaxAttempts() != 0
+	case "window":
+		return l.GetWindow() != nil
+	case "timeout":
+		return l.GetTimeout() != nil
+	case "max_in_flight":
+		return l.GetMaxInFlight() != 0
+	}
+	return false
+}
+
+// copyField copies one field from src to dst.
+func copyField(dst, src *rivorav1.Limits, field string) {
+	switch field {
+	case "rate_per_second":
+		dst.RatePerSecond = src.GetRatePerSecond()
+	case "burst":
+		dst.Burst = src.GetBurst()
+	case "max_attempts":
+		dst.MaxAttempts = src.GetMaxAttempts()
+	case "window":
+		dst.Window = src.GetWindow()
+	case "timeout":
+		dst.Timeout = src.GetTimeout()
+	case "max_in_flight":
+		dst.MaxInFlight = src.GetMaxInFlight()
+	}
+}
+
+// fieldText renders one field for people.
+func fieldText(l *rivorav1.Limits, field string) string {
+	switch field {
+	case "rate_per_second":
+		return strconv.FormatFloat(l.GetRatePerSecond(), 'g', -1, 64)
+	case "burst":
+		return strconv.Itoa(int(l.GetBurst()))
+	case "max_attempts":
+		return strconv.Itoa(int(l.GetMaxAttempts()))
+	case "window":
+		return l.GetWindow().AsDuration().String()
+	case "timeout":
+		return l.GetTimeout().AsDuration().String()
+	case "max_in_flight":
+		return strconv.Itoa(int(l.GetMaxInFlight()))
+	}
+	return ""
+}
+
+// layer is one source of limits, lowest precedence first.
+type layer struct {
+	limits *rivorav1.Limits
+	source *rivorav1.LimitSource
+}
+
+// mergeLimits resolves each field from the highest layer that sets it.
+func mergeLimits(layers []layer) (*rivorav1.Limits, map[string]*rivorav1.LimitSource) {
+	out := &rivorav1.Limits{}
+	sources := make(map[string]*rivorav1.LimitSource, len(limitFields))
+	for _, field := range limitFields {
+		for i := len(layers) - 1; i >= 0; i-- {
+			if l := layers[i]; l.limits != nil && fieldSet(l.limits, field) {
+				copyField(out, l.limits, field)
+				sources[field] = proto.Clone(l.source).(*rivorav1.LimitSource)
+				break
+			}
+		}
+	}
+	return out, sources
+}
