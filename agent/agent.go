@@ -30,6 +30,7 @@ import (
 
 	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/agent/clock"
+	"github.com/rivora/rivora/agent/deadletters"
 	"github.com/rivora/rivora/agent/delivery"
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/history"
@@ -57,7 +58,9 @@ type Config struct {
 	SyncAlways  bool
 	MaxPayload  int
 	DedupWindow time.Duration
-	// ArchiveDir is the local dead-letter archive (default DataDir/archive).
+	// Archive is where dead letters go (tier 3); nil means a local
+	// directory, ArchiveDir (default DataDir/archive).
+	Archive    archive.Archive
 	ArchiveDir string
 	Version    string
 }
@@ -76,7 +79,9 @@ type Agent struct {
 	history  *history.History
 	sender   *delivery.Sender
 	deps     owner.Deps
-	ready    atomic.Bool
+
+	deadLetters *deadletters.Service
+	ready       atomic.Bool
 
 	// partitionCount is the cell's partition count (0 until the first
 	// config); owned holds the partitions this agent runs.
@@ -122,8 +127,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if a.history, err = history.New(ctx, js, history.DefaultRetention); err != nil {
 		return fail(err)
 	}
-	arch, err := archive.NewDir(cfg.ArchiveDir)
-	if err != nil {
+	arch := cfg.Archive
+	if arch == nil {
+		if arch, err = archive.NewDir(cfg.ArchiveDir); err != nil {
+			return fail(err)
+		}
+	}
+	if a.deadLetters, err = deadletters.New(ctx, js, arch, a.gateway, base.With("component", "deadletters")); err != nil {
 		return fail(err)
 	}
 	a.sender = delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name))
@@ -273,6 +283,7 @@ func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	mux.Handle(rivorav1connect.NewIngestServiceHandler(a.gateway, opts...))
 	mux.Handle(rivorav1connect.NewEventServiceHandler(&eventService{a: a}, opts...))
 	mux.Handle(rivorav1connect.NewPartitionServiceHandler(&partitionService{a: a}, opts...))
+	mux.Handle(rivorav1connect.NewArchiveServiceHandler(a.deadLetters, opts...))
 }
 
 // applyDestinations installs changed destinations in the registry and the
@@ -327,7 +338,14 @@ func (a *Agent) Health(_ context.Context, destinationID string) ([]*rivorav1.Des
 		if !snap.Configured && snap.Pending == 0 {
 			continue
 		}
-		out = append(out, healthToProto(snap))
+		h := healthToProto(snap)
+		n := int(a.partitionCount.Load())
+		if n > 0 {
+			if part := a.partition(lanes.Partition(snap.ID, n)); part != nil {
+				h.UnarchivedDeadLetters = int64(part.Unarchived(snap.ID))
+			}
+		}
+		out = append(out, h)
 	}
 	return out, nil
 }

@@ -123,6 +123,8 @@ API. Start one locally with ` + "`rivora dev`" + `, then:
 			e.limitsCommand(),
 			e.auditCommand(),
 			e.agentsCommand(),
+			e.dlqCommand(),
+			e.replayCommand(),
 		},
 		Before:      e.before,
 		Action:      rootAction,

@@ -59,6 +59,9 @@ func (e *env) showHealth(c *ucli.Context) error {
 		fmt.Fprintf(tw, "TOKENS\t%.1f\n", h.GetTokens())
 		fmt.Fprintf(tw, "IN FLIGHT\t%d of %d\n", h.GetInFlight(), h.GetMaxInFlight())
 		fmt.Fprintf(tw, "PENDING\t%d events\n", h.GetPendingEvents())
+		if n := h.GetUnarchivedDeadLetters(); n > 0 {
+			fmt.Fprintf(tw, "UNARCHIVED\t%d dead letters wait for the archive\n", n)
+		}
 		if h.GetHoldUntil() != nil {
 			fmt.Fprintf(tw, "HELD UNTIL\t%s (Retry-After)\n", fmtTime(h.GetHoldUntil()))
 		}

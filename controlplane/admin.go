@@ -176,6 +176,9 @@ func (cp *ControlPlane) SetPriority(ctx context.Context, req *connect.Request[ri
 	m := req.Msg
 	setsClass := m.GetClass() != rivorav1.PriorityClass_PRIORITY_CLASS_UNSPECIFIED
 	setsWeight := m.Weight != nil
+	if _, known := rivorav1.PriorityClass_name[int32(m.GetClass())]; !known {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("class %d is not a priority class; use high, normal or low", m.GetClass()))
+	}
 	if !setsClass && !setsWeight {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("nothing to change: set a class, or a customer and its weight"))
 	}
@@ -440,7 +443,7 @@ func validateURL(raw string) error {
 // validateSetLimits checks the fields that are set (zero = unset).
 func validateSetLimits(l *rivorav1.Limits) error {
 	switch {
-	case l.GetRatePerSecond() < 0 || l.GetRatePerSecond() > 1e7:
+	case !(l.GetRatePerSecond() >= 0 && l.GetRatePerSecond() <= 1e7): // NaN too: it would lift every limit
 		return fmt.Errorf("rate_per_second must be in (0, 1e7], got %v", l.GetRatePerSecond())
 	case l.GetBurst() < 0:
 		return fmt.Errorf("burst must be at least 1, got %d", l.GetBurst())

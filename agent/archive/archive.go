@@ -7,12 +7,18 @@
 package archive
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -25,13 +31,25 @@ import (
 type Archive interface {
 	// Put stores one object; putting the same key again replaces it.
 	Put(ctx context.Context, key string, records []*rivorav1.DeadLetter) error
+	// List returns the keys of the objects under prefix, sorted.
+	List(ctx context.Context, prefix string) ([]string, error)
+	// Get reads one object.
+	Get(ctx context.Context, key string) ([]*rivorav1.DeadLetter, error)
 }
+
+// Prefix is where all dead letters live; DestinationPrefix narrows to one
+// destination.
+const Prefix = "deadletter/"
+
+// DestinationPrefix is the key prefix of one destination's objects.
+func DestinationPrefix(destination string) string { return Prefix + destination + "/" }
 
 // Key names the object holding dead letters of one destination that died
 // in the hour of deadAt, from partition p's lane-store sequences first..last.
 func Key(destination string, deadAt time.Time, partition int, first, last uint64) string {
 	t := deadAt.UTC()
-	return fmt.Sprintf("deadletter/%s/%04d/%02d/%02d/%02d/%d-%d-%d.ndjson.gz",
+	// Zero-padded so that sorting keys sorts objects in lane order.
+	return fmt.Sprintf("deadletter/%s/%04d/%02d/%02d/%02d/%03d-%020d-%020d.ndjson.gz",
 		destination, t.Year(), t.Month(), t.Day(), t.Hour(), partition, first, last)
 }
 
@@ -51,6 +69,37 @@ func Encode(records []*rivorav1.DeadLetter) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// Decode parses an object written by Encode. Each line must be a
+// DeadLetter with an event id; errors name the line.
+func Decode(data []byte) ([]*rivorav1.DeadLetter, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("not a gzip object: %w", err)
+	}
+	defer zr.Close()
+	sc := bufio.NewScanner(io.LimitReader(zr, 1<<30))
+	sc.Buffer(make([]byte, 64<<10), 8<<20)
+	var out []*rivorav1.DeadLetter
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		dl := &rivorav1.DeadLetter{}
+		if err := protojson.Unmarshal(line, dl); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		if dl.GetEvent().GetEventId() == "" {
+			return nil, fmt.Errorf("line %d: dead letter without an event id", n)
+		}
+		out = append(out, dl)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read object: %w", err)
+	}
+	return out, nil
 }
 
 // Dir is an archive in a local directory (what `rivora dev` uses).
@@ -96,4 +145,53 @@ func (d *Dir) Put(ctx context.Context, key string, records []*rivorav1.DeadLette
 		return fmt.Errorf("archive %s: %w", key, err)
 	}
 	return nil
+}
+
+// List walks the directory under prefix.
+func (d *Dir) List(ctx context.Context, prefix string) ([]string, error) {
+	root := filepath.Join(d.root, filepath.FromSlash(prefix))
+	// prefix may end inside a name ("deadletter/ord"): walk its directory.
+	walkRoot := root
+	if !strings.HasSuffix(prefix, "/") {
+		walkRoot = filepath.Dir(root)
+	}
+	var keys []string
+	err := filepath.WalkDir(walkRoot, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".put-") {
+			return nil
+		}
+		rel, err := filepath.Rel(d.root, path)
+		if err != nil {
+			return err
+		}
+		key := filepath.ToSlash(rel)
+		if strings.HasPrefix(key, prefix) {
+			keys = append(keys, key)
+		}
+		return ctx.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list archive %s: %w", prefix, err)
+	}
+	sort.Strings(keys)
+	return keys, nil
+}
+
+// Get reads one object.
+func (d *Dir) Get(ctx context.Context, key string) ([]*rivorav1.DeadLetter, error) {
+	data, err := os.ReadFile(filepath.Join(d.root, filepath.FromSlash(key)))
+	if err != nil {
+		return nil, fmt.Errorf("archive %s: %w", key, err)
+	}
+	out, err := Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("archive %s: %w", key, err)
+	}
+	return out, nil
 }

@@ -82,7 +82,9 @@ func (h *History) Lookup(ctx context.Context, eventID string) ([]*rivorav1.Event
 	}
 	var out []*rivorav1.EventOutcome
 	for {
-		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(2*time.Second))
+		// FetchNoWait returns what is stored now; a plain Fetch would hold
+		// every lookup until its wait expired, as more records may come.
+		batch, err := cons.FetchNoWait(256)
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", subject, err)
 		}

@@ -232,3 +232,54 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*nats.Msg, string, erro
 	msg.Header.Set(jetstream.MsgIDHeader, id)
 	return msg, id, nil
 }
+
+// Reingest accepts dead letters again through the normal ingest path: each
+// keeps its event id (receivers dedupe on it), is marked replayed and
+// starts a new window now. Its dedup id is the event id and the time it
+// died, so replaying the same dead letter twice stores it once (within
+// the dedup window) while a replay is never mistaken for the original.
+// It returns how many were stored and how many were already there.
+func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (stored, duplicates int, err error) {
+	n := int(g.partitions.Load())
+	if n == 0 {
+		return 0, 0, errNoConfig
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(dls))
+	now := timestamppb.New(g.now())
+	for _, dl := range dls {
+		ev := proto.Clone(dl.GetEvent()).(*rivorav1.Event)
+		if _, ok := g.reg.Get(ev.GetDestinationId()); !ok {
+			return stored, duplicates, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("destination %q is not registered; create it before replaying its dead letters", ev.GetDestinationId()))
+		}
+		ev.Replayed = true
+		ev.AcceptedAt = now
+		data, err := proto.Marshal(ev)
+		if err != nil {
+			return stored, duplicates, fmt.Errorf("encode event %s: %w", ev.GetEventId(), err)
+		}
+		msg := nats.NewMsg(lanes.IngestSubject(lanes.Partition(ev.GetDestinationId(), n), ev.GetDestinationId()))
+		msg.Data = data
+		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("replay:%s:%d", ev.GetEventId(), dl.GetDeadAt().AsTime().UnixNano()))
+		f, err := g.js.PublishMsgAsync(msg)
+		if err != nil {
+			return stored, duplicates, storeError(ctx, err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			if ack.Duplicate {
+				duplicates++
+			} else {
+				stored++
+			}
+		case err := <-f.Err():
+			return stored, duplicates, storeError(ctx, err)
+		case <-ctx.Done():
+			return stored, duplicates, storeError(ctx, ctx.Err())
+		}
+	}
+	accepted.WithLabelValues("replayed").Add(float64(stored))
+	return stored, duplicates, nil
+}

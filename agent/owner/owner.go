@@ -92,9 +92,10 @@ type Partition struct {
 
 	// deadQueue holds dead letters waiting for the archive; they are durable
 	// in the ledger, so the queue may grow while the archive is down.
-	deadMu    sync.Mutex
-	deadQueue []*rivorav1.DeadLetter
-	deadReady chan struct{}
+	deadMu     sync.Mutex
+	deadQueue  []*rivorav1.DeadLetter
+	deadReady  chan struct{}
+	unarchived map[string]int // per destination: in the ledger, not yet archived
 }
 
 // Open creates the partition's streams and rebuilds the scheduler's view
@@ -106,6 +107,7 @@ func Open(ctx context.Context, p int, deps Deps) (*Partition, error) {
 		log:          deps.Log.With("partition", p),
 		reclaimLanes: make(map[string]uint64),
 		deadReady:    make(chan struct{}, 1),
+		unarchived:   make(map[string]int),
 	}
 	var err error
 	o.lanes, err = deps.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -137,7 +139,7 @@ func Open(ctx context.Context, p int, deps Deps) (*Partition, error) {
 	// only user, so it starts from a fresh consumer: INGEST (a work queue)
 	// keeps every unacked message, and they all come again, in order, now.
 	mover := fmt.Sprintf("mover-%d", p)
-	if err := error(nil); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := deps.JS.DeleteConsumer(ctx, lanes.IngestStream, mover); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, fmt.Errorf("partition %d: reset mover consumer: %w", p, err)
 	}
 	o.ingest, err = deps.JS.CreateOrUpdateConsumer(ctx, lanes.IngestStream, jetstream.ConsumerConfig{
@@ -398,7 +400,12 @@ func (o *Partition) moveBatch(ctx context.Context, batch []jetstream.Msg) {
 		for i, it := range items {
 			msg := nats.NewMsg(it.id.Subject(o.p))
 			msg.Data = it.in.Data()
-			msg.Header.Set(jetstream.MsgIDHeader, it.ev.GetEventId())
+			// The same dedup id as in INGEST (a replayed event has its own).
+			id := it.in.Headers().Get(jetstream.MsgIDHeader)
+			if id == "" {
+				id = it.ev.GetEventId()
+			}
+			msg.Header.Set(jetstream.MsgIDHeader, id)
 			f, err := o.deps.JS.PublishMsgAsync(msg)
 			if err != nil {
 				failed = i
@@ -581,12 +588,23 @@ func (o *Partition) kill(ctx context.Context, a *scheduler.Attempt, ev *rivorav1
 	o.queueDead(dl)
 }
 
+// Unarchived is how many dead letters of a destination wait for the
+// archive.
+func (o *Partition) Unarchived(destinationID string) int {
+	o.deadMu.Lock()
+	defer o.deadMu.Unlock()
+	return o.unarchived[destinationID]
+}
+
 func (o *Partition) queueDead(dls ...*rivorav1.DeadLetter) {
 	if len(dls) == 0 {
 		return
 	}
 	o.deadMu.Lock()
 	o.deadQueue = append(o.deadQueue, dls...)
+	for _, dl := range dls {
+		o.unarchived[dl.GetEvent().GetDestinationId()]++
+	}
 	o.deadMu.Unlock()
 	select {
 	case o.deadReady <- struct{}{}:
@@ -679,16 +697,18 @@ func outcome(ev *rivorav1.Event, kind rivorav1.EventOutcome_Kind, a *rivorav1.At
 	}
 }
 
-// destinationFault tells failures that are the destination's (it is down,
-// slow or throttling: they cost its budget) from failures that are the
-// event's (a 4xx other than 408, 409, 425 and 429: the event will exhaust).
+// destinationFault tells failures that are the destination's — it is
+// down, unreachable, slow or throttling: 429, 503, 502, 504, 408, 409, 425,
+// timeouts and connection errors; they cost its budget and health — from
+// failures that are the event's: other 4xx, and 500 and other 5xx, which a
+// partner answers to one payload it cannot handle; those only use up the
+// event's attempts.
 func destinationFault(res delivery.Result) bool {
-	switch s := res.Status; {
-	case res.OK():
+	if res.OK() {
 		return false
-	case s == 0, s >= 500:
-		return true
-	case s == 408, s == 409, s == 425, s == 429:
+	}
+	switch res.Status {
+	case 0, 408, 409, 425, 429, 502, 503, 504:
 		return true
 	}
 	return false
@@ -875,6 +895,11 @@ func (o *Partition) archive(ctx context.Context, batch []*rivorav1.DeadLetter) b
 		}
 		archivedTotal.Add(float64(len(g.items)))
 		unarchived.Sub(float64(len(g.items)))
+		o.deadMu.Lock()
+		if o.unarchived[g.dest] -= len(g.items); o.unarchived[g.dest] <= 0 {
+			delete(o.unarchived, g.dest)
+		}
+		o.deadMu.Unlock()
 		o.log.Info("dead letters archived", "key", key, "events", len(g.items))
 	}
 	return true

@@ -55,7 +55,12 @@ Example:
 			if advertise == "" {
 				advertise = self
 			}
-			ag, err := agent.New(ctx, agentConfig(c, c.String("name"), dataDir, c.String("controlplane"), advertise), log)
+			acfg, err := agentConfig(c, c.String("name"), dataDir, c.String("controlplane"), advertise)
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			ag, err := agent.New(ctx, acfg, log)
 			if err != nil {
 				ln.Close()
 				return err

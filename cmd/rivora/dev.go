@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/rivora/rivora/agent"
+	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/controlplane"
 )
@@ -53,13 +54,31 @@ func agentFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "dedup-window", Value: ingest.DefaultDedupWindow, EnvVars: []string{"RIVORA_DEDUP_WINDOW"}, Usage: "how long a repeated idempotency key is recognised"},
 		&cli.StringFlag{Name: "nats-listen", EnvVars: []string{"RIVORA_NATS_LISTEN"}, Usage: "expose the embedded NATS client port on `HOST:PORT` (default: in-process only)"},
 		&cli.BoolFlag{Name: "fsync", EnvVars: []string{"RIVORA_FSYNC"}, Usage: "fsync every write before acknowledging it (survives power loss; much slower)"},
+		&cli.StringFlag{Name: "s3-endpoint", EnvVars: []string{"RIVORA_S3_ENDPOINT"}, Usage: "archive dead letters to S3/MinIO at `HOST:PORT` instead of DATA_DIR/archive"},
+		&cli.StringFlag{Name: "s3-bucket", Value: "rivora", EnvVars: []string{"RIVORA_S3_BUCKET"}, Usage: "S3 `BUCKET` (created if missing)"},
+		&cli.StringFlag{Name: "s3-access-key", EnvVars: []string{"RIVORA_S3_ACCESS_KEY"}, Usage: "S3 access `KEY`"},
+		&cli.StringFlag{Name: "s3-secret-key", EnvVars: []string{"RIVORA_S3_SECRET_KEY"}, Usage: "S3 secret `KEY`"},
+		&cli.BoolFlag{Name: "s3-insecure", EnvVars: []string{"RIVORA_S3_INSECURE"}, Usage: "speak plain HTTP to S3 (e.g. a local MinIO)"},
+		&cli.StringFlag{Name: "s3-region", EnvVars: []string{"RIVORA_S3_REGION"}, Usage: "S3 `REGION`"},
 		pprofFlag,
 		logLevelFlag,
 	}
 }
 
-func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL string) agent.Config {
+func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL string) (agent.Config, error) {
+	var arch archive.Archive
+	if endpoint := c.String("s3-endpoint"); endpoint != "" {
+		s3, err := archive.NewS3(archive.S3Config{
+			Endpoint: endpoint, Bucket: c.String("s3-bucket"), AccessKey: c.String("s3-access-key"),
+			SecretKey: c.String("s3-secret-key"), Insecure: c.Bool("s3-insecure"), Region: c.String("s3-region"),
+		})
+		if err != nil {
+			return agent.Config{}, cli.Exit(err.Error(), 2)
+		}
+		arch = s3
+	}
 	return agent.Config{
+		Archive:         arch,
 		Name:            name,
 		DataDir:         dataDir,
 		ControlPlaneURL: controlPlaneURL,
@@ -70,7 +89,7 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 		MaxPayload:      c.Int("max-payload"),
 		DedupWindow:     c.Duration("dedup-window"),
 		Version:         version,
-	}
+	}, nil
 }
 
 func noArgs(c *cli.Context) error {
@@ -118,7 +137,12 @@ func runDev(c *cli.Context) error {
 		ln.Close()
 		return err
 	}
-	ag, err := agent.New(ctx, agentConfig(c, "dev", dataDir, url, url), log)
+	acfg, err := agentConfig(c, "dev", dataDir, url, url)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	ag, err := agent.New(ctx, acfg, log)
 	if err != nil {
 		ln.Close()
 		return err

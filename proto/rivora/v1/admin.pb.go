@@ -1443,8 +1443,11 @@ type DestinationHealth struct {
 	// hold_until is set while a Retry-After holds every attempt.
 	HoldUntil     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=hold_until,json=holdUntil,proto3" json:"hold_until,omitempty"`
 	PriorityClass PriorityClass          `protobuf:"varint,13,opt,name=priority_class,json=priorityClass,proto3,enum=rivora.v1.PriorityClass" json:"priority_class,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// unarchived_dead_letters wait in the ledger for the archive (it is down
+	// or slow).
+	UnarchivedDeadLetters int64 `protobuf:"varint,14,opt,name=unarchived_dead_letters,json=unarchivedDeadLetters,proto3" json:"unarchived_dead_letters,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *DestinationHealth) Reset() {
@@ -1566,6 +1569,13 @@ func (x *DestinationHealth) GetPriorityClass() PriorityClass {
 		return x.PriorityClass
 	}
 	return PriorityClass_PRIORITY_CLASS_UNSPECIFIED
+}
+
+func (x *DestinationHealth) GetUnarchivedDeadLetters() int64 {
+	if x != nil {
+		return x.UnarchivedDeadLetters
+	}
+	return 0
 }
 
 type PauseDestinationRequest struct {
@@ -2894,7 +2904,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\tdue_lanes\x18\x03 \x01(\x03R\bdueLanes\x12#\n" +
 	"\rwaiting_lanes\x18\x04 \x01(\x03R\fwaitingLanes\x12\x1b\n" +
 	"\tin_flight\x18\x05 \x01(\x03R\binFlight\x12%\n" +
-	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xbd\x04\n" +
+	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xf5\x04\n" +
 	"\x11DestinationHealth\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12'\n" +
@@ -2910,7 +2920,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x0flast_transition\x18\v \x01(\v2\x1b.rivora.v1.HealthTransitionR\x0elastTransition\x129\n" +
 	"\n" +
 	"hold_until\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tholdUntil\x12?\n" +
-	"\x0epriority_class\x18\r \x01(\x0e2\x18.rivora.v1.PriorityClassR\rpriorityClass\"p\n" +
+	"\x0epriority_class\x18\r \x01(\x0e2\x18.rivora.v1.PriorityClassR\rpriorityClass\x126\n" +
+	"\x17unarchived_dead_letters\x18\x0e \x01(\x03R\x15unarchivedDeadLetters\"p\n" +
 	"\x17PauseDestinationRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +

@@ -1,0 +1,251 @@
+package delivery_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rivora/rivora/agent/delivery"
+	"github.com/rivora/rivora/agent/destinations"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk/webhook"
+)
+
+const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+type received struct {
+	header http.Header
+	body   []byte
+	method string
+}
+
+// partner is a real HTTP endpoint on 127.0.0.1 that records what it got
+// and answers with handler.
+func partner(t *testing.T, handler func(w http.ResponseWriter, r *http.Request)) (*httptest.Server, <-chan received) {
+	t.Helper()
+	got := make(chan received, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Errorf("partner read body: %v", err)
+		}
+		got <- received{header: r.Header.Clone(), body: body, method: r.Method}
+		handler(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, got
+}
+
+func endpoint(t *testing.T, url string) destinations.Endpoint {
+	t.Helper()
+	s, err := webhook.NewSigner(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return destinations.Endpoint{URL: url, Signer: s}
+}
+
+func event() *rivorav1.Event {
+	return &rivorav1.Event{
+		EventId: "evt_01J7", DestinationId: "orders", CustomerId: "acme", LaneKey: "user é/42",
+		Type: "order.created", Payload: []byte("{\"a\":1}\n\x00\xff binary tail"), ContentType: "application/cloudevents+json",
+	}
+}
+
+func TestSendSignedRequest(t *testing.T) {
+	srv, got := partner(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	ev := event()
+	s := delivery.NewSender("rivora/test (agent-1)")
+	res := s.Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL+"/hooks"), Event: ev, Attempt: 3, Timeout: 5 * time.Second})
+	if !res.OK() || res.Status != http.StatusNoContent || res.Err != nil {
+		t.Fatalf("Send = %+v, want 204 and no error", res)
+	}
+	if res.Duration <= 0 {
+		t.Fatalf("duration = %v, want > 0", res.Duration)
+	}
+	r := <-got
+	if r.method != http.MethodPost {
+		t.Fatalf("method = %s, want POST", r.method)
+	}
+	if string(r.body) != string(ev.GetPayload()) {
+		t.Fatalf("body = %q, want exactly %q", r.body, ev.GetPayload())
+	}
+	want := map[string]string{
+		"Content-Type":      "application/cloudevents+json",
+		"User-Agent":        "rivora/test (agent-1)",
+		"Webhook-Id":        "evt_01J7",
+		"Rivora-Customer":   "acme",
+		"Rivora-Lane":       "user é/42",
+		"Rivora-Attempt":    "3",
+		"Rivora-Event-Type": "order.created",
+	}
+	for k, v := range want {
+		if g := r.header.Get(k); g != v {
+			t.Errorf("header %s = %q, want %q", k, g, v)
+		}
+	}
+	if r.header.Get("Rivora-Replay") != "" {
+		t.Errorf("rivora-replay set on an event that was not replayed")
+	}
+	v, err := webhook.NewVerifier(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Verify(r.header, r.body); err != nil {
+		t.Fatalf("signature does not verify: %v (headers %v)", err, r.header)
+	}
+	// The signature covers the body: a receiver seeing other bytes rejects it.
+	if err := v.Verify(r.header, append([]byte{}, r.body[1:]...)); err == nil {
+		t.Fatal("signature verifies a different body")
+	}
+	other, _ := webhook.NewVerifier("whsec_" + strings.Repeat("A", 44))
+	if err := other.Verify(r.header, r.body); err == nil {
+		t.Fatal("signature verifies under another secret")
+	}
+	ts := r.header.Get(webhook.HeaderTimestamp)
+	if ts == "" {
+		t.Fatal("no webhook-timestamp")
+	}
+}
+
+func TestSendReplayedMark(t *testing.T) {
+	srv, got := partner(t, func(w http.ResponseWriter, r *http.Request) {})
+	ev := event()
+	ev.Replayed = true
+	res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: ev, Attempt: 1, Timeout: 5 * time.Second})
+	if !res.OK() || res.Status != 200 {
+		t.Fatalf("Send = %+v", res)
+	}
+	if r := <-got; r.header.Get("Rivora-Replay") != "true" {
+		t.Fatalf("rivora-replay = %q, want true", r.header.Get("Rivora-Replay"))
+	}
+}
+
+func TestSendNon2xx(t *testing.T) {
+	cases := []struct {
+		name    string
+		status  int
+		body    string
+		wantErr string
+	}{
+		{"503 with body", 503, "  overloaded, try later \n", "HTTP 503: overloaded, try later"},
+		{"500 without body", 500, "", "HTTP 500"},
+		{"404", 404, "no such hook", "HTTP 404: no such hook"},
+		{"long body is cut", 500, strings.Repeat("x", 1000), "HTTP 500: " + strings.Repeat("x", 256)},
+		{"invalid UTF-8 is replaced", 502, "bad \xff\xfe gateway", "HTTP 502: bad ? gateway"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, _ := partner(t, func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tc.status)
+				io.WriteString(w, tc.body)
+			})
+			res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+			if res.OK() || res.Status != tc.status || res.Err == nil {
+				t.Fatalf("Send = %+v, want status %d and an error", res, tc.status)
+			}
+			if res.Err.Error() != tc.wantErr {
+				t.Fatalf("Err = %q, want %q", res.Err, tc.wantErr)
+			}
+			if res.RetryAfter != 0 {
+				t.Fatalf("RetryAfter = %v without the header", res.RetryAfter)
+			}
+		})
+	}
+}
+
+func TestSendRetryAfter(t *testing.T) {
+	at := time.Now().Add(90 * time.Second).UTC()
+	cases := []struct {
+		name     string
+		header   string
+		min, max time.Duration
+	}{
+		{"seconds", "120", 120 * time.Second, 120 * time.Second},
+		{"seconds with spaces", " 7 ", 7 * time.Second, 7 * time.Second},
+		{"HTTP date", at.Format(http.TimeFormat), 85 * time.Second, 90 * time.Second},
+		{"date in the past", time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat), 0, 0},
+		{"zero", "0", 0, 0},
+		{"negative", "-5", 0, 0},
+		{"garbage", "soon", 0, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, _ := partner(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Retry-After", tc.header)
+				w.WriteHeader(http.StatusTooManyRequests)
+			})
+			res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+			if res.Status != 429 || res.OK() {
+				t.Fatalf("Send = %+v, want 429", res)
+			}
+			if res.RetryAfter < tc.min || res.RetryAfter > tc.max {
+				t.Fatalf("RetryAfter = %v for %q, want in [%v, %v]", res.RetryAfter, tc.header, tc.min, tc.max)
+			}
+		})
+	}
+}
+
+func TestSendTimeout(t *testing.T) {
+	release := make(chan struct{})
+	srv, _ := partner(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	defer close(release)
+	res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: event(), Attempt: 1, Timeout: 150 * time.Millisecond})
+	if res.OK() || res.Status != 0 {
+		t.Fatalf("Send = %+v, want no status and an error", res)
+	}
+	if res.Err.Error() != "timeout after 150ms" {
+		t.Fatalf("Err = %q, want %q", res.Err, "timeout after 150ms")
+	}
+	if res.Duration < 150*time.Millisecond {
+		t.Fatalf("Duration = %v, shorter than the timeout", res.Duration)
+	}
+}
+
+func TestSendConnectionError(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close() // nothing listens there any more
+	res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, url), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+	if res.OK() || res.Status != 0 || !strings.HasPrefix(res.Err.Error(), "connection error: ") {
+		t.Fatalf("Send to a closed port = %+v, want status 0 and a connection error", res)
+	}
+}
+
+func TestSendBadURL(t *testing.T) {
+	res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, "http://bad host/"), Event: event(), Attempt: 1, Timeout: time.Second})
+	if res.OK() || res.Err == nil {
+		t.Fatalf("Send to a malformed URL = %+v, want an error", res)
+	}
+}
+
+// A redirect would re-send a signed payload to an address nobody
+// registered: it is a failed attempt, and the target never sees a request.
+func TestSendDoesNotFollowRedirects(t *testing.T) {
+	var hits atomic.Int32
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	t.Cleanup(target.Close)
+	for _, status := range []int{http.StatusFound, http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		srv, _ := partner(t, func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, target.URL+"/elsewhere", status)
+		})
+		res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+		if res.OK() || res.Status != status || !strings.HasPrefix(res.Err.Error(), fmt.Sprintf("HTTP %d", status)) {
+			t.Fatalf("redirect %d: Send = %+v, want a failure with status %d", status, res, status)
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("redirect target got %d requests, want 0", n)
+	}
+}

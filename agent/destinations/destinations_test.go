@@ -1,0 +1,179 @@
+package destinations_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/retry"
+	"github.com/rivora/rivora/agent/scheduler"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk/webhook"
+)
+
+const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+func TestFromProto(t *testing.T) {
+	d, err := destinations.FromProto(&rivorav1.Destination{
+		Id: "orders", Url: "https://example.com/hook", Secret: secret,
+		Limits: &rivorav1.Limits{
+			RatePerSecond: 12.5, Burst: 30, MaxAttempts: 2, MaxInFlight: 4,
+			Window: durationpb.New(time.Hour), Timeout: durationpb.New(3 * time.Second),
+		},
+		PriorityClass:   rivorav1.PriorityClass_PRIORITY_CLASS_HIGH,
+		CustomerWeights: map[string]float64{"acme": 3},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.ID != "orders" || d.URL != "https://example.com/hook" || d.Timeout != 3*time.Second {
+		t.Fatalf("FromProto = %+v", d)
+	}
+	if d.Retry.MaxAttempts != 2 || d.Retry.Window != time.Hour || d.Retry.Base != retry.DefaultBase || d.Retry.Cap != retry.DefaultCap {
+		t.Fatalf("retry policy = %+v", d.Retry)
+	}
+	if d.Limits != (scheduler.Limits{RatePerSecond: 12.5, Burst: 30, MaxInFlight: 4}) {
+		t.Fatalf("limits = %+v", d.Limits)
+	}
+	if d.Class != scheduler.High || d.Weights["acme"] != 3 {
+		t.Fatalf("class %v weights %v", d.Class, d.Weights)
+	}
+	// The signer signs with the destination's secret.
+	v, _ := webhook.NewVerifier(secret)
+	h := http.Header{}
+	h.Set(webhook.HeaderID, "e1")
+	h.Set(webhook.HeaderTimestamp, "1700000000")
+	h.Set(webhook.HeaderSignature, d.Signer.Sign("e1", 1700000000, []byte("body")))
+	if err := v.WithClock(func() time.Time { return time.Unix(1700000000, 0) }).Verify(h, []byte("body")); err != nil {
+		t.Fatalf("signer does not use the destination's secret: %v", err)
+	}
+}
+
+func TestFromProtoDefaults(t *testing.T) {
+	d, err := destinations.FromProto(&rivorav1.Destination{Id: "orders", Url: "http://x", Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Retry != retry.DefaultPolicy() || d.Timeout != 10*time.Second || d.Class != scheduler.Normal {
+		t.Fatalf("defaults: retry %+v timeout %v class %v", d.Retry, d.Timeout, d.Class)
+	}
+	for c, want := range map[rivorav1.PriorityClass]scheduler.Class{
+		rivorav1.PriorityClass_PRIORITY_CLASS_HIGH:        scheduler.High,
+		rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL:      scheduler.Normal,
+		rivorav1.PriorityClass_PRIORITY_CLASS_LOW:         scheduler.Low,
+		rivorav1.PriorityClass_PRIORITY_CLASS_UNSPECIFIED: scheduler.Normal,
+	} {
+		d, err := destinations.FromProto(&rivorav1.Destination{Id: "x", Secret: secret, PriorityClass: c})
+		if err != nil || d.Class != want {
+			t.Fatalf("class %v → %v, %v; want %v", c, d.Class, err, want)
+		}
+		if c != rivorav1.PriorityClass_PRIORITY_CLASS_UNSPECIFIED && destinations.ClassToProto(d.Class) != c {
+			t.Fatalf("ClassToProto(%v) = %v, want %v", d.Class, destinations.ClassToProto(d.Class), c)
+		}
+	}
+}
+
+func TestRegistryReplace(t *testing.T) {
+	r := destinations.NewRegistry()
+	if _, ok := r.Get("orders"); ok {
+		t.Fatal("empty registry knows orders")
+	}
+	if _, err := r.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://a", Secret: secret}, {Id: "billing", Url: "http://b", Secret: secret}}); err != nil {
+		t.Fatal(err)
+	}
+	ep, err := r.Endpoint("billing", "acme")
+	if err != nil || ep.URL != "http://b" || ep.Signer == nil {
+		t.Fatalf("Endpoint(billing) = %+v, %v", ep, err)
+	}
+	// A bad secret rejects the whole set and keeps the previous one.
+	_, err = r.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://new", Secret: secret}, {Id: "broken", Secret: "nope"}})
+	if err == nil || !strings.Contains(err.Error(), `destination "broken"`) {
+		t.Fatalf("Replace with a bad secret: err = %v, want one naming the destination", err)
+	}
+	if d, ok := r.Get("orders"); !ok || d.URL != "http://a" {
+		t.Fatalf("after a failed Replace orders = %+v, want the previous set", d)
+	}
+	// A successful replace drops destinations not listed.
+	if _, err := r.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://c", Secret: secret}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Get("billing"); ok {
+		t.Fatal("billing still registered after a Replace without it")
+	}
+	if _, err := r.Endpoint("billing", "acme"); err == nil || !strings.Contains(err.Error(), "not registered") {
+		t.Fatalf("Endpoint(unregistered) err = %v", err)
+	}
+}
+
+func TestRegistryUpdate(t *testing.T) {
+	r := destinations.NewRegistry()
+	if _, err := r.Replace([]*rivorav1.Destination{{Id: "a", Url: "http://a", Secret: secret}, {Id: "b", Url: "http://b", Secret: secret}, {Id: "c", Url: "http://c", Secret: secret}}); err != nil {
+		t.Fatal(err)
+	}
+	changed, err := r.Update([]*rivorav1.Destination{{Id: "a", Url: "http://a2", Secret: secret}, {Id: "d", Url: "http://d", Secret: secret}}, []string{"b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(changed) != 2 || changed[0].ID != "a" || changed[1].ID != "d" {
+		t.Fatalf("Update returned %v, want the changed a and d", changed)
+	}
+	for id, url := range map[string]string{"a": "http://a2", "c": "http://c", "d": "http://d"} {
+		if d, ok := r.Get(id); !ok || d.URL != url {
+			t.Fatalf("after Update %s = %+v, want url %s", id, d, url)
+		}
+	}
+	if _, ok := r.Get("b"); ok {
+		t.Fatal("removed destination b still registered")
+	}
+	// A bad entry rejects the whole delta.
+	if _, err := r.Update([]*rivorav1.Destination{{Id: "c", Url: "http://c2", Secret: secret}, {Id: "x", Secret: "bad"}}, []string{"a"}); err == nil {
+		t.Fatal("Update with a bad secret succeeded")
+	}
+	if d, _ := r.Get("c"); d.URL != "http://c" {
+		t.Fatalf("failed Update changed c to %s", d.URL)
+	}
+	if _, ok := r.Get("a"); !ok {
+		t.Fatal("failed Update removed a")
+	}
+}
+
+func TestPausedBetween(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(m int) *timestamppb.Timestamp { return timestamppb.New(t0.Add(time.Duration(m) * time.Minute)) }
+	d, err := destinations.FromProto(&rivorav1.Destination{Id: "a", Secret: secret, Paused: true, Pauses: []*rivorav1.PauseInterval{
+		{Start: at(10), End: at(20)}, // 10 minutes
+		{Start: at(30), End: at(35)}, // 5 minutes
+		{Start: at(50)},              // still paused
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Paused {
+		t.Fatal("paused flag lost")
+	}
+	for _, tc := range []struct {
+		from, to int
+		want     time.Duration
+	}{
+		{0, 5, 0},
+		{0, 25, 10 * time.Minute},
+		{15, 32, 7 * time.Minute},      // half of the first, two of the second
+		{0, 60, 25 * time.Minute},      // 10 + 5 + 10 of the open pause
+		{55, 60, 5 * time.Minute},      // inside the open pause
+		{40, 45, 0},                    // between pauses
+		{20, 30, 0},                    // touching both ends
+		{12, 18, 6 * time.Minute},      // inside one pause
+		{0, 10000, 9965 * time.Minute}, // 10 + 5 + the open pause up to "to"
+		{100, 90, 0},                   // empty range
+	} {
+		got := d.PausedBetween(t0.Add(time.Duration(tc.from)*time.Minute), t0.Add(time.Duration(tc.to)*time.Minute))
+		if got != tc.want {
+			t.Errorf("PausedBetween(%d, %d) = %v, want %v", tc.from, tc.to, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,564 @@
+package owner_test
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rivora/rivora/agent/archive"
+	"github.com/rivora/rivora/agent/clock"
+	"github.com/rivora/rivora/agent/delivery"
+	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/history"
+	"github.com/rivora/rivora/agent/ingest"
+	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/agent/natsd"
+	"github.com/rivora/rivora/agent/owner"
+	"github.com/rivora/rivora/agent/scheduler"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+const (
+	partitions = 2
+	secret     = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+)
+
+// ---- partner ---------------------------------------------------------------
+
+// partner is a webhook receiver on 127.0.0.1. fail decides, per request,
+// whether to answer failStatus (500 unless set) instead of 200.
+type partner struct {
+	srv        *httptest.Server
+	failStatus int
+
+	mu   sync.Mutex
+	log  []hit // every request, in arrival order
+	fail func(id string, n int) bool
+	seen map[string]int
+}
+
+type hit struct {
+	id, lane string
+	ok       bool
+}
+
+func newPartner(t *testing.T, fail func(id string, n int) bool) *partner {
+	p := &partner{fail: fail, seen: make(map[string]int), failStatus: http.StatusInternalServerError}
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		id := r.Header.Get("webhook-id")
+		p.mu.Lock()
+		p.seen[id]++
+		bad := p.fail != nil && p.fail(id, p.seen[id])
+		status := p.failStatus
+		p.log = append(p.log, hit{id: id, lane: r.Header.Get("rivora-lane"), ok: !bad})
+		p.mu.Unlock()
+		if bad {
+			http.Error(w, "boom", status)
+		}
+	}))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+// delivered lists ids answered 2xx, in order, per lane.
+func (p *partner) delivered() map[string][]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string][]string)
+	for _, h := range p.log {
+		if h.ok {
+			out[h.lane] = append(out[h.lane], h.id)
+		}
+	}
+	return out
+}
+
+func (p *partner) requests(id string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seen[id]
+}
+
+// ---- node: one set of partition owners over one embedded server -------------
+
+type node struct {
+	t      *testing.T
+	srv    *natsd.Server
+	reg    *destinations.Registry
+	sched  *scheduler.Scheduler
+	gw     *ingest.Gateway
+	parts  []*owner.Partition
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// open starts an embedded server on dir and opens (rebuilds) every
+// partition. Nothing runs until run.
+func open(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Destination) *node {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	srv, err := natsd.Start(natsd.Config{DataDir: dir}, log)
+	if err != nil {
+		t.Fatalf("start embedded nats: %v", err)
+	}
+	n := &node{t: t, srv: srv, reg: destinations.NewRegistry(), sched: scheduler.New(clock.Real{})}
+	fail := func(err error) {
+		srv.Shutdown()
+		t.Fatal(err)
+	}
+	js := srv.JetStream()
+	if n.gw, err = ingest.New(ctx, js, n.reg, ingest.Config{}, log); err != nil {
+		fail(err)
+	}
+	n.gw.SetPartitions(partitions)
+	hist, err := history.New(ctx, js, 0)
+	if err != nil {
+		fail(err)
+	}
+	deps := owner.Deps{JS: js, Scheduler: n.sched, Registry: n.reg, History: hist, Archive: arch, Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow}
+	for p := range partitions {
+		part, err := owner.Open(ctx, p, deps)
+		if err != nil {
+			fail(err)
+		}
+		n.parts = append(n.parts, part)
+	}
+	list, err := n.reg.Replace(dests)
+	if err != nil {
+		fail(err)
+	}
+	for _, d := range list {
+		p := lanes.Partition(d.ID, partitions)
+		n.sched.SetLimits(d.ID, p, d.Limits)
+		n.sched.SetClass(d.ID, p, d.Class)
+	}
+	t.Cleanup(n.stop)
+	return n
+}
+
+// run starts the partitions' loops and, with workers, the scheduler and a
+// delivery worker doing what the agent's workers do.
+func (n *node) run(workers bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	for _, part := range n.parts {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := part.Run(ctx); err != nil {
+				n.t.Errorf("partition: %v", err)
+			}
+		}()
+	}
+	if !workers {
+		return
+	}
+	n.wg.Add(2)
+	go func() {
+		defer n.wg.Done()
+		_ = n.sched.Run(ctx)
+	}()
+	go func() {
+		defer n.wg.Done()
+		sender := delivery.NewSender("rivora/owner-test")
+		for {
+			var att *scheduler.Attempt
+			select {
+			case att = <-n.sched.Attempts():
+			case <-ctx.Done():
+				return
+			}
+			part := n.parts[att.Lane.Partition]
+			wctx := context.WithoutCancel(ctx)
+			ev, err := part.Load(wctx, att)
+			if err != nil {
+				part.Skip(att, err)
+				continue
+			}
+			d, _ := n.reg.Get(ev.GetDestinationId())
+			ep, err := n.reg.Endpoint(ev.GetDestinationId(), ev.GetCustomerId())
+			if err != nil {
+				n.t.Errorf("endpoint: %v", err)
+				part.Skip(att, err)
+				continue
+			}
+			res := sender.Send(wctx, delivery.Request{Endpoint: ep, Event: ev, Attempt: att.Number, Timeout: d.Timeout})
+			part.Complete(wctx, att, ev, res)
+		}
+	}()
+}
+
+// stop ends every loop and shuts the server down; idempotent.
+func (n *node) stop() {
+	if n.srv == nil {
+		return
+	}
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.wg.Wait()
+	n.srv.Shutdown()
+	n.srv = nil
+}
+
+func (n *node) publish(dest, lane string) string {
+	n.t.Helper()
+	resp, err := n.gw.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{
+		DestinationId: dest, CustomerId: "acme", LaneKey: lane, Type: "t", Payload: []byte(`{}`),
+	}))
+	if err != nil {
+		n.t.Fatalf("publish: %v", err)
+	}
+	return resp.Msg.GetEventId()
+}
+
+func (n *node) streamMsgs(name string) uint64 {
+	n.t.Helper()
+	st, err := n.srv.JetStream().Stream(context.Background(), name)
+	if err != nil {
+		n.t.Fatalf("stream %s: %v", name, err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		n.t.Fatalf("stream %s info: %v", name, err)
+	}
+	return info.State.Msgs
+}
+
+func (n *node) totalMsgs(name func(int) string) uint64 {
+	var sum uint64
+	for p := range partitions {
+		sum += n.streamMsgs(name(p))
+	}
+	return sum
+}
+
+func dest(id, url string, maxAttempts int32) *rivorav1.Destination {
+	return &rivorav1.Destination{Id: id, Url: url, Secret: secret, Limits: &rivorav1.Limits{
+		RatePerSecond: 1000, Burst: 1000, MaxInFlight: 16, MaxAttempts: maxAttempts,
+	}}
+}
+
+func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ---- tests -----------------------------------------------------------------
+
+// Events move from INGEST into lanes, go out in lane order (a failing head
+// holds only its lane), and once delivered leave no trace in the pending
+// store: INGEST acked, lane store reclaimed, ledger head records purged.
+func TestMoveDeliverReclaim(t *testing.T) {
+	var slowHead string
+	var mu sync.Mutex
+	p := newPartner(t, func(id string, n int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return id == slowHead && n == 1
+	})
+	n := open(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{dest("orders", p.srv.URL, 5), dest("billing", p.srv.URL, 5)})
+	want := make(map[string][]string)
+	for i := range 4 {
+		for _, l := range []struct{ dest, lane string }{{"orders", "slow"}, {"orders", "u1"}, {"billing", "u2"}} {
+			id := n.publish(l.dest, l.lane)
+			if l.lane == "slow" && i == 0 {
+				mu.Lock()
+				slowHead = id
+				mu.Unlock()
+			}
+			want[l.lane] = append(want[l.lane], id)
+		}
+	}
+	n.run(true)
+	eventually(t, "every event delivered", 15*time.Second, func() bool {
+		got := p.delivered()
+		for lane, ids := range want {
+			if len(got[lane]) < len(ids) {
+				return false
+			}
+		}
+		return true
+	})
+	for lane, ids := range want {
+		if got := p.delivered()[lane]; !slices.Equal(got, ids) {
+			t.Fatalf("lane %s delivered %v, want %v in order", lane, got, ids)
+		}
+	}
+	if r := p.requests(want["slow"][0]); r != 2 {
+		t.Fatalf("failing head was sent %d times, want 2 (one failure, one retry)", r)
+	}
+	if got := n.sched.Pending("orders") + n.sched.Pending("billing"); got != 0 {
+		t.Fatalf("scheduler still has %d pending", got)
+	}
+	eventually(t, "pending store emptied", 10*time.Second, func() bool {
+		return n.streamMsgs(lanes.IngestStream) == 0 && n.totalMsgs(lanes.LanesStream) == 0 && n.totalMsgs(lanes.LedgerStream) == 0
+	})
+}
+
+// After a restart the scheduler holds exactly what the store says: pending
+// lanes in order, and the failed head's attempt state from the ledger.
+func TestRebuildRestoresLanesAndAttempts(t *testing.T) {
+	var failID string
+	var mu sync.Mutex
+	p := newPartner(t, func(id string, _ int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return id == failID
+	})
+	p.mu.Lock()
+	p.failStatus = http.StatusServiceUnavailable // the destination's fault: the lane is held by it
+	p.mu.Unlock()
+	dir, arch := t.TempDir(), mustDir(t, t.TempDir())
+	dests := []*rivorav1.Destination{dest("orders", p.srv.URL, 50)}
+	n := open(t, dir, arch, dests)
+	mu.Lock()
+	failID = n.publish("orders", "stuck")
+	mu.Unlock()
+	behind := []string{n.publish("orders", "stuck"), n.publish("orders", "stuck")}
+	done := n.publish("orders", "free")
+	n.run(true)
+	eventually(t, "head failed and recorded", 10*time.Second, func() bool {
+		loc, ok := n.sched.Find(failID)
+		return ok && loc.Head.Attempts >= 1 && !loc.InFlight
+	})
+	eventually(t, "free lane delivered and reclaimed", 10*time.Second, func() bool {
+		return len(p.delivered()["free"]) == 1 && n.totalMsgs(lanes.LanesStream) == 3
+	})
+	// Accepted just before the stop: still in INGEST or already moved.
+	late := n.publish("orders", "stuck")
+	n.stop()
+	before, ok := n.sched.Find(failID)
+	if !ok {
+		t.Fatal("failed head not pending after stop")
+	}
+
+	n2 := open(t, dir, arch, dests)
+	after, ok := n2.sched.Find(failID)
+	if !ok {
+		t.Fatalf("failed head %s not rebuilt", failID)
+	}
+	if after.Ahead != 0 || after.Head.Attempts != before.Head.Attempts || after.Head.LastStatus != 503 ||
+		after.Head.LastError != before.Head.LastError || !after.Head.NotBefore.Equal(before.Head.NotBefore) ||
+		!after.Head.FirstAttemptAt.Equal(before.Head.FirstAttemptAt) || !after.Head.HeldByDestination {
+		t.Fatalf("rebuilt head state %+v\nwant (as before the stop) %+v", after.Head, before.Head)
+	}
+	if !strings.HasPrefix(after.Head.LastError, "HTTP 503") {
+		t.Fatalf("rebuilt last error %q", after.Head.LastError)
+	}
+	for i, id := range behind {
+		loc, ok := n2.sched.Find(id)
+		if !ok || loc.Ahead != i+1 || loc.Lane.Key != "stuck" {
+			t.Fatalf("event %s after rebuild: %+v (pending %v), want %d ahead in lane stuck", id, loc, ok, i+1)
+		}
+	}
+	if _, ok := n2.sched.Find(done); ok {
+		t.Fatalf("delivered and reclaimed event %s came back after a restart", done)
+	}
+	// Only the mover runs: the late event reaches its place behind the others.
+	n2.run(false)
+	eventually(t, "late event moved into its lane", 10*time.Second, func() bool {
+		loc, ok := n2.sched.Find(late)
+		return ok && loc.Ahead == 3
+	})
+	if got := n2.sched.Pending("orders"); got != 4 {
+		t.Fatalf("pending after rebuild = %d, want 4", got)
+	}
+}
+
+// While the archive is down, a dead letter stays in the ledger and the lane
+// moves on; across a restart it is neither lost nor delivered again; when
+// the archive is back it is written once and leaves the ledger.
+func TestDeadLetterWaitsForArchive(t *testing.T) {
+	var deadID string
+	var mu sync.Mutex
+	p := newPartner(t, func(id string, _ int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return id == deadID
+	})
+	dir, archRoot := t.TempDir(), t.TempDir()
+	arch := mustDir(t, archRoot)
+	block := filepath.Join(archRoot, "deadletter")
+	if err := os.WriteFile(block, nil, 0o644); err != nil { // a file where the archive needs a directory
+		t.Fatal(err)
+	}
+	dests := []*rivorav1.Destination{dest("orders", p.srv.URL, 2)}
+	n := open(t, dir, arch, dests)
+	mu.Lock()
+	deadID = n.publish("orders", "u1")
+	mu.Unlock()
+	next := n.publish("orders", "u1")
+	n.run(true)
+	eventually(t, "lane continues past the dead event", 10*time.Second, func() bool {
+		return slices.Equal(p.delivered()["u1"], []string{next})
+	})
+	if r := p.requests(deadID); r != 2 {
+		t.Fatalf("dead event sent %d times, want max_attempts = 2", r)
+	}
+	part := lanes.Partition("orders", partitions)
+	ledger, err := n.srv.JetStream().Stream(context.Background(), lanes.LedgerStream(part))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := ledger.GetLastMsgForSubject(context.Background(), fmt.Sprintf("ledger.%d.dead.>", part))
+	if err != nil {
+		t.Fatalf("dead letter not in the ledger while the archive is down: %v", err)
+	}
+	dl := &rivorav1.DeadLetter{}
+	if err := proto.Unmarshal(raw.Data, dl); err != nil {
+		t.Fatal(err)
+	}
+	if dl.GetEvent().GetEventId() != deadID || dl.GetAttempts() != 2 || dl.GetLastStatus() != 500 || dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS {
+		t.Fatalf("ledger dead letter = %v", dl)
+	}
+	n.stop()
+
+	n2 := open(t, dir, arch, dests)
+	if _, ok := n2.sched.Find(deadID); ok {
+		t.Fatal("dead event is pending again after a restart")
+	}
+	n2.run(true)
+	if err := os.Remove(block); err != nil {
+		t.Fatal(err)
+	}
+	var objects []string
+	eventually(t, "dead letter archived once the archive is back", 20*time.Second, func() bool {
+		objects = findObjects(t, archRoot)
+		return len(objects) > 0 && n2.streamMsgs(lanes.LedgerStream(part)) == 0
+	})
+	var letters []*rivorav1.DeadLetter
+	for _, o := range objects {
+		letters = append(letters, readObject(t, o)...)
+	}
+	if len(letters) != 1 || letters[0].GetEvent().GetEventId() != deadID {
+		t.Fatalf("archive holds %d letters (%v), want exactly %s", len(letters), letters, deadID)
+	}
+	if !strings.Contains(objects[0], filepath.Join("deadletter", "orders")) {
+		t.Fatalf("object %s not under deadletter/orders", objects[0])
+	}
+	if r := p.requests(deadID); r != 2 {
+		t.Fatalf("dead event sent %d times in all, want 2", r)
+	}
+}
+
+// An owner that fetched events from INGEST and stopped (or crashed) before
+// moving them leaves them unacknowledged. The next owner must move them
+// first, before anything accepted later on the same lane, and without
+// waiting for their ack deadline.
+func TestUnmovedEventsKeepTheirPlaceAfterRestart(t *testing.T) {
+	p := newPartner(t, nil)
+	dir, arch := t.TempDir(), mustDir(t, t.TempDir())
+	dests := []*rivorav1.Destination{dest("orders", p.srv.URL, 5)}
+	n := open(t, dir, arch, dests)
+	first := n.publish("orders", "u1")
+	// The previous owner's mover got the message and never acked it.
+	part := lanes.Partition("orders", partitions)
+	cons, err := n.srv.JetStream().Consumer(context.Background(), lanes.IngestStream, fmt.Sprintf("mover-%d", part))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fetched int
+	for range batch.Messages() {
+		fetched++
+	}
+	if fetched != 1 {
+		t.Fatalf("fetched %d messages, want the one published (err %v)", fetched, batch.Error())
+	}
+	n.stop()
+
+	n2 := open(t, dir, arch, dests)
+	n2.run(false)
+	second := n2.publish("orders", "u1")
+	eventually(t, "both events in their lane", 10*time.Second, func() bool {
+		_, ok1 := n2.sched.Find(first)
+		_, ok2 := n2.sched.Find(second)
+		return ok1 && ok2
+	})
+	a, _ := n2.sched.Find(first)
+	b, _ := n2.sched.Find(second)
+	if a.Ahead != 0 || b.Ahead != 1 {
+		t.Fatalf("lane order after restart: first has %d ahead, second %d; want 0 and 1", a.Ahead, b.Ahead)
+	}
+}
+
+func mustDir(t *testing.T, dir string) *archive.Dir {
+	t.Helper()
+	d, err := archive.NewDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func findObjects(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".ndjson.gz") {
+			out = append(out, path)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func readObject(t *testing.T, path string) []*rivorav1.DeadLetter {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var out []*rivorav1.DeadLetter
+	sc := bufio.NewScanner(zr)
+	for sc.Scan() {
+		dl := &rivorav1.DeadLetter{}
+		if err := protojson.Unmarshal(sc.Bytes(), dl); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, dl)
+	}
+	return out
+}

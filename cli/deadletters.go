@@ -1,0 +1,343 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+)
+
+func (e *env) archive() rivorav1connect.ArchiveServiceClient {
+	return rivorav1connect.NewArchiveServiceClient(e.http, e.server)
+}
+
+func filterFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "destination", Usage: "only dead letters of destination `ID`"},
+		&ucli.StringFlag{Name: "customer", Usage: "only those of customer `ID`"},
+		&ucli.StringFlag{Name: "lane", Usage: "only those of lane `KEY`"},
+		&ucli.StringFlag{Name: "since", Usage: "only those that died at or after `TIME` (RFC 3339, or a duration ago such as 2h)"},
+		&ucli.StringFlag{Name: "until", Usage: "only those that died before `TIME` (RFC 3339, or a duration ago)"},
+	}
+}
+
+// parseWhen reads RFC 3339 or "a duration ago".
+func parseWhen(flag, v string) (*timestamppb.Timestamp, error) {
+	if v == "" {
+		return nil, nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return timestamppb.New(t), nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return timestamppb.New(time.Now().Add(-d)), nil
+	}
+	return nil, usagef("--%s %q: use RFC 3339 (2026-11-29T10:00:00Z) or a duration ago (90m)", flag, v)
+}
+
+func filterFrom(c *ucli.Context) (*rivorav1.DeadLetterFilter, error) {
+	f := &rivorav1.DeadLetterFilter{DestinationId: c.String("destination"), CustomerId: c.String("customer"), LaneKey: c.String("lane")}
+	var err error
+	if f.Since, err = parseWhen("since", c.String("since")); err != nil {
+		return nil, err
+	}
+	if f.Until, err = parseWhen("until", c.String("until")); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func reasonText(r rivorav1.DeadReason) string {
+	return strings.ToLower(strings.TrimPrefix(r.String(), "DEAD_REASON_"))
+}
+
+func (e *env) dlqCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "dlq",
+		Usage: "inspect dead letters: events whose attempts or window ran out, archived with their last status",
+		Description: `Dead letters live in the archive (a local directory in rivora dev, or
+S3/MinIO). Replay them with ` + "`rivoractl replay`" + `.
+
+   rivoractl dlq list --destination orders
+   rivoractl dlq show EVENT_ID
+   rivoractl dlq stats`,
+		Action: parentAction,
+		Subcommands: []*ucli.Command{
+			{
+				Name:      "list",
+				Usage:     "list dead letters (without payloads), oldest first",
+				UsageText: "rivoractl dlq list [--destination D] [--customer C] [--lane L] [--since T] [--until T] [--limit N] [-o json]",
+				Description: `-o json prints a JSON array, one object per event: eventId, destinationId,
+customerId, laneKey, type, attempts, lastStatus, lastError, reason, deadAt.`,
+				Flags:  append(filterFlags(), &ucli.IntFlag{Name: "limit", Value: 1000, Usage: "show at most `N`"}),
+				Action: e.listDeadLetters,
+			},
+			{
+				Name:      "show",
+				Usage:     "show one dead letter with its payload",
+				ArgsUsage: "EVENT_ID",
+				UsageText: "rivoractl dlq show EVENT_ID [--destination D] [-o json]",
+				Flags:     []ucli.Flag{&ucli.StringFlag{Name: "destination", Usage: "search only destination `ID` (faster)"}},
+				Action:    e.showDeadLetter,
+			},
+			{
+				Name:      "stats",
+				Usage:     "count dead letters per destination, customer and reason",
+				UsageText: "rivoractl dlq stats [filters] [-o json]",
+				Flags:     filterFlags(),
+				Action:    e.deadLetterStats,
+			},
+		},
+	}
+}
+
+type deadLetterJSON struct {
+	EventID       string `json:"eventId"`
+	DestinationID string `json:"destinationId"`
+	CustomerID    string `json:"customerId"`
+	LaneKey       string `json:"laneKey"`
+	Type          string `json:"type"`
+	Attempts      int32  `json:"attempts"`
+	LastStatus    int32  `json:"lastStatus"`
+	LastError     string `json:"lastError"`
+	Reason        string `json:"reason"`
+	DeadAt        string `json:"deadAt"`
+	Replayed      bool   `json:"replayed,omitempty"`
+}
+
+func flatDeadLetter(dl *rivorav1.DeadLetter) deadLetterJSON {
+	ev := dl.GetEvent()
+	return deadLetterJSON{
+		EventID: ev.GetEventId(), DestinationID: ev.GetDestinationId(), CustomerID: ev.GetCustomerId(), LaneKey: ev.GetLaneKey(),
+		Type: ev.GetType(), Attempts: dl.GetAttempts(), LastStatus: dl.GetLastStatus(), LastError: dl.GetLastError(),
+		Reason: reasonText(dl.GetReason()), DeadAt: dl.GetDeadAt().AsTime().UTC().Format(time.RFC3339Nano), Replayed: ev.GetReplayed(),
+	}
+}
+
+func (e *env) listDeadLetters(c *ucli.Context) error {
+	if err := exactArgs(c, 0, "no arguments (filters are flags)"); err != nil {
+		return err
+	}
+	f, err := filterFrom(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.archive().ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: f, Limit: int32(c.Int("limit"))}))
+	if err != nil {
+		return callFailed("list dead letters", err, nil)
+	}
+	dls := resp.Msg.GetDeadLetters()
+	if e.output == "json" {
+		out := make([]deadLetterJSON, 0, len(dls))
+		for _, dl := range dls {
+			out = append(out, flatDeadLetter(dl))
+		}
+		enc := json.NewEncoder(e.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	if len(dls) == 0 {
+		_, err := fmt.Fprintln(e.out, "No dead letters match.")
+		return err
+	}
+	tw := newTable(e.out)
+	fmt.Fprintf(tw, "DEAD AT\tEVENT\tDESTINATION\tCUSTOMER\tLANE\tATTEMPTS\tLAST STATUS\tREASON\tLAST ERROR\n")
+	for _, dl := range dls {
+		j := flatDeadLetter(dl)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", fmtTime(dl.GetDeadAt()), j.EventID, j.DestinationID, j.CustomerID, j.LaneKey, j.Attempts, j.LastStatus, j.Reason, dash(j.LastError))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if resp.Msg.GetTruncated() {
+		fmt.Fprintf(e.out, "(more match: raise --limit or narrow the filter)\n")
+	}
+	return nil
+}
+
+func (e *env) showDeadLetter(c *ucli.Context) error {
+	if err := exactArgs(c, 1, "one event ID"); err != nil {
+		return err
+	}
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.archive().GetDeadLetter(ctx, connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: c.Args().First(), DestinationId: c.String("destination")}))
+	if err != nil {
+		return callFailed("show dead letter", err, nil)
+	}
+	if e.output == "json" {
+		return writeJSON(e.out, resp.Msg)
+	}
+	dl := resp.Msg.GetDeadLetter()
+	ev := dl.GetEvent()
+	j := flatDeadLetter(dl)
+	if err := fields(e.out,
+		"EVENT", j.EventID, "DESTINATION", j.DestinationID, "CUSTOMER", j.CustomerID, "LANE", j.LaneKey, "TYPE", j.Type,
+		"ACCEPTED", fmtTime(ev.GetAcceptedAt()), "FIRST ATTEMPT", fmtTime(dl.GetFirstAttemptAt()), "LAST ATTEMPT", fmtTime(dl.GetLastAttemptAt()),
+		"DEAD AT", fmtTime(dl.GetDeadAt()), "REASON", j.Reason, "ATTEMPTS", fmt.Sprint(j.Attempts), "LAST STATUS", fmt.Sprint(j.LastStatus),
+		"LAST ERROR", dash(j.LastError), "CONTENT TYPE", ev.GetContentType(), "OBJECT", resp.Msg.GetObject(),
+	); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(e.out, "\nPAYLOAD\n%s\n", ev.GetPayload())
+	return err
+}
+
+func (e *env) deadLetterStats(c *ucli.Context) error {
+	if err := exactArgs(c, 0, "no arguments (filters are flags)"); err != nil {
+		return err
+	}
+	f, err := filterFrom(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.archive().DeadLetterStats(ctx, connect.NewRequest(&rivorav1.DeadLetterStatsRequest{Filter: f}))
+	if err != nil {
+		return callFailed("dead letter stats", err, nil)
+	}
+	if e.output == "json" {
+		return writeJSON(e.out, resp.Msg)
+	}
+	tw := newTable(e.out)
+	fmt.Fprintf(tw, "DESTINATION\tCUSTOMER\tREASON\tCOUNT\tOLDEST\tNEWEST\n")
+	for _, n := range resp.Msg.GetCounts() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", n.GetDestinationId(), n.GetCustomerId(), reasonText(n.GetReason()), n.GetCount(), fmtTime(n.GetOldest()), fmtTime(n.GetNewest()))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(e.out, "%d dead letters in %d archive objects\n", resp.Msg.GetTotal(), resp.Msg.GetObjects())
+	return err
+}
+
+func (e *env) replayCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "replay",
+		Usage: "re-ingest dead letters of a destination, in lane order, keeping their event ids",
+		UsageText: `rivoractl replay --destination D [--customer C] [--lane L] [--since T] [--until T]
+    [--rate N] [--dry-run] [--restart]`,
+		Description: `Streams matching dead letters back through ingest: each keeps its event id
+(receivers dedupe on webhook-id), is marked replayed (header rivora-replay:
+true) and gets a fresh retry window. Lanes keep their original order.
+Replaying into a paused or failing destination is fine: the events wait in
+their lanes.
+
+Ctrl-C stops cleanly; running the same command again resumes after what was
+already re-accepted (a checkpoint per filter). --restart ignores it.
+
+Examples:
+   rivoractl replay --destination orders --dry-run
+   rivoractl replay --destination orders --since 6h --rate 100`,
+		Flags: append(filterFlags(),
+			&ucli.Float64Flag{Name: "rate", Usage: "re-ingest at most `N` events per second (default: as fast as ingest takes them)"},
+			&ucli.BoolFlag{Name: "dry-run", Usage: "only count what would be replayed, per destination and customer"},
+			&ucli.BoolFlag{Name: "restart", Usage: "ignore the checkpoint of an earlier run with the same filter"},
+		),
+		Action: e.replay,
+	}
+}
+
+func (e *env) replay(c *ucli.Context) error {
+	if err := exactArgs(c, 0, "no arguments (filters are flags)"); err != nil {
+		return err
+	}
+	if c.String("destination") == "" {
+		return usagef("replay needs --destination")
+	}
+	f, err := filterFrom(c)
+	if err != nil {
+		return err
+	}
+	if c.Float64("rate") < 0 {
+		return usagef("--rate must be positive")
+	}
+	// No overall timeout: a replay runs as long as it needs; Ctrl-C stops it.
+	stream, err := e.archive().Replay(c.Context, connect.NewRequest(&rivorav1.ReplayRequest{
+		Filter: f, RatePerSecond: c.Float64("rate"), DryRun: c.Bool("dry-run"), Restart: c.Bool("restart"),
+	}))
+	if err != nil {
+		return callFailed("replay", err, nil)
+	}
+	defer stream.Close()
+	tty := isTerminal(e.out) && e.output != "json"
+	start := time.Now()
+	var last *rivorav1.ReplayResponse
+	for stream.Receive() {
+		last = stream.Msg()
+		if c.Bool("dry-run") || e.output == "json" {
+			continue
+		}
+		e.showProgress(last, start, tty)
+	}
+	if err := stream.Err(); err != nil {
+		if tty {
+			fmt.Fprintln(e.out)
+		}
+		if c.Context.Err() != nil {
+			return fmt.Errorf("replay interrupted; run the same command again to resume")
+		}
+		return callFailed("replay", err, nil)
+	}
+	if last == nil {
+		return fmt.Errorf("replay: the server ended without a report")
+	}
+	if e.output == "json" {
+		return writeJSON(e.out, last)
+	}
+	if tty {
+		fmt.Fprintln(e.out)
+	}
+	if c.Bool("dry-run") {
+		tw := newTable(e.out)
+		fmt.Fprintf(tw, "DESTINATION\tCUSTOMER\tWOULD REPLAY\n")
+		for _, n := range last.GetCounts() {
+			fmt.Fprintf(tw, "%s\t%s\t%d\n", n.GetDestinationId(), n.GetCustomerId(), n.GetCount())
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(e.out, "%d match; %d already replayed by an earlier run\n", last.GetTotal(), last.GetSkipped())
+		return err
+	}
+	_, err = fmt.Fprintf(e.out, "Replayed %d of %d dead letters in %s (%d skipped: already replayed).\n", last.GetReplayed(), last.GetTotal(), time.Since(start).Round(time.Millisecond), last.GetSkipped())
+	return err
+}
+
+func (e *env) showProgress(p *rivorav1.ReplayResponse, start time.Time, tty bool) {
+	done := p.GetReplayed() + p.GetSkipped()
+	total := max(p.GetTotal(), 1)
+	rate := p.GetRatePerSecond()
+	eta := "-"
+	if rate > 0 && total > done {
+		eta = (time.Duration(float64(total-done)/rate) * time.Second).Round(time.Second).String()
+	}
+	if !tty {
+		fmt.Fprintf(e.out, "replay: %d/%d (%d replayed, %d skipped) %.0f/s\n", done, p.GetTotal(), p.GetReplayed(), p.GetSkipped(), rate)
+		return
+	}
+	const width = 30
+	filled := int(float64(width) * float64(done) / float64(total))
+	bar := strings.Repeat("=", min(filled, width)) + strings.Repeat(" ", max(width-filled, 0))
+	fmt.Fprintf(e.out, "\r[%s] %d/%d  %.0f/s  ETA %s  ", bar, done, p.GetTotal(), rate, eta)
+}
+
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
