@@ -1,0 +1,971 @@
+// Command bench measures a real `rivora dev` process on 127.0.0.1 next to a
+// baseline without Rivora on the same machine:
+//
+//	go run ./e2e/bench ingest   # Publish / PublishBatch vs raw JetStream async publish
+//	go run ./e2e/bench deliver  # backlog drain vs a raw Go HTTP client→server loop
+//
+// Progress goes to stderr; a table and, as the last line, one JSON object go
+// to stdout. It exits non-zero with a message when anything fails or a phase
+// overruns its time limit.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+)
+
+func main() {
+	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
+		usage()
+		os.Exit(2)
+	}
+	mode, args := os.Args[1], os.Args[2:]
+	var err error
+	switch mode {
+	case "ingest":
+		err = runIngest(args)
+	case "deliver":
+		err = runDeliver(args)
+	default:
+		usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench %s: FAILED: %v\n", mode, err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver [flags]  (-h for flags)")
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%s] "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+// ---------------------------------------------------------------------------
+// common: the rivora dev process
+
+type common struct {
+	bin        string
+	partitions int
+	workers    int
+	fsync      bool
+	h2c        bool
+	keep       bool
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.bin, "bin", "", "rivora binary to run (default: go build ./cmd/rivora into a temp dir)")
+	fs.IntVar(&c.partitions, "partitions", 16, "rivora dev --partitions")
+	fs.IntVar(&c.workers, "workers", 64, "rivora dev --workers")
+	fs.BoolVar(&c.fsync, "fsync", false, "run rivora dev with --fsync")
+	fs.BoolVar(&c.h2c, "h2c", false, "talk to rivora over h2c instead of HTTP/1.1 with many connections")
+	fs.BoolVar(&c.keep, "keep", false, "keep the temp data dir and log")
+}
+
+type dev struct {
+	addr, natsAddr string
+	dir            string
+	logPath        string
+	cmd            *exec.Cmd
+	done           chan error
+	keep           bool
+}
+
+func (c *common) startDev() (d *dev, err error) {
+	dir, err := os.MkdirTemp("", "rivora-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if d == nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	bin := c.bin
+	if bin == "" {
+		bin = filepath.Join(dir, "rivora")
+		progress("building ./cmd/rivora")
+		root, err := moduleRoot()
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command("go", "build", "-o", bin, "./cmd/rivora")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go build ./cmd/rivora: %v\n%s", err, out)
+		}
+	}
+	p1, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p2, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	d = &dev{
+		addr:     "127.0.0.1:" + strconv.Itoa(p1),
+		natsAddr: "127.0.0.1:" + strconv.Itoa(p2),
+		dir:      dir,
+		logPath:  filepath.Join(dir, "rivora.log"),
+		done:     make(chan error, 1),
+		keep:     c.keep,
+	}
+	args := []string{"dev", "--listen", d.addr, "--data-dir", filepath.Join(dir, "data"),
+		"--nats-listen", d.natsAddr, "--partitions", strconv.Itoa(c.partitions), "--workers", strconv.Itoa(c.workers)}
+	if c.fsync {
+		args = append(args, "--fsync")
+	}
+	logf, err := os.Create(d.logPath)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	d.cmd = exec.Command(bin, args...)
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	progress("starting rivora %s", strings.Join(args, " "))
+	if err := d.cmd.Start(); err != nil {
+		logf.Close()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start rivora: %w", err)
+	}
+	go func() { d.done <- d.cmd.Wait(); logf.Close() }()
+
+	deadline := time.Now().Add(60 * time.Second)
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for {
+		select {
+		case err := <-d.done:
+			d.done <- err
+			return d, fmt.Errorf("rivora dev exited during startup (%v); log:\n%s", err, d.tail())
+		default:
+		}
+		resp, err := hc.Get("http://" + d.addr + "/healthz")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				progress("rivora dev healthy on %s (NATS on %s)", d.addr, d.natsAddr)
+				return d, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return d, fmt.Errorf("rivora dev not healthy within 60s; log:\n%s", d.tail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (d *dev) url() string { return "http://" + d.addr }
+
+// cpu returns the process's user+system CPU time so far (Linux /proc).
+func (d *dev) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses.
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+1:]
+	}
+	f := strings.Fields(s)
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	const clkTck = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / clkTck
+}
+
+func (d *dev) tail() string {
+	b, _ := os.ReadFile(d.logPath)
+	if len(b) > 8<<10 {
+		b = b[len(b)-8<<10:]
+	}
+	return string(b)
+}
+
+// stop terminates the process (SIGTERM, then SIGKILL after 20s) and removes
+// the temp dir unless asked to keep it.
+func (d *dev) stop() {
+	if d == nil {
+		return
+	}
+	if d.cmd != nil && d.cmd.Process != nil {
+		select {
+		case err := <-d.done:
+			d.done <- err
+		default:
+			d.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-d.done:
+			case <-time.After(20 * time.Second):
+				progress("rivora dev did not exit 20s after SIGTERM; killing")
+				d.cmd.Process.Kill()
+				<-d.done
+			}
+		}
+	}
+	if d.keep {
+		progress("kept %s", d.dir)
+		return
+	}
+	os.RemoveAll(d.dir)
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("run from inside the rivora module (or pass -bin)")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (c *common) httpClient(conns int) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = conns * 2
+	t.MaxIdleConnsPerHost = conns * 2
+	t.MaxConnsPerHost = 0
+	if c.h2c {
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		t.Protocols = &p
+	}
+	return &http.Client{Transport: t}
+}
+
+func payload(size int, seed int) []byte {
+	b := make([]byte, size)
+	copy(b, fmt.Sprintf(`{"seq":%d,"pad":"`, seed))
+	for i := range b {
+		if b[i] == 0 {
+			b[i] = 'a' + byte((i+seed)%26)
+		}
+	}
+	if size >= 2 {
+		b[size-2], b[size-1] = '"', '}'
+	}
+	return b
+}
+
+// partner counts deliveries; a request is answered 204.
+type partner struct {
+	srv   *http.Server
+	url   string
+	total atomic.Int64
+	mu    sync.Mutex
+	seen  map[string]struct{}
+	uniq  atomic.Int64
+}
+
+func startPartner() (*partner, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &partner{seen: map[string]struct{}{}, url: "http://" + l.Addr().String() + "/hook"}
+	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		id := r.Header.Get("webhook-id")
+		p.total.Add(1)
+		p.mu.Lock()
+		if _, ok := p.seen[id]; !ok {
+			p.seen[id] = struct{}{}
+			p.uniq.Add(1)
+		}
+		p.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	go p.srv.Serve(l)
+	return p, nil
+}
+
+func (p *partner) close() { p.srv.Close() }
+
+func createDestination(ctx context.Context, admin rivorav1connect.AdminServiceClient, id, url string, limits *rivorav1.Limits) error {
+	resp, err := admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: id, Url: url, Limits: limits}))
+	if err != nil {
+		return fmt.Errorf("create destination %s: %w", id, err)
+	}
+	return waitApplied(ctx, admin, resp.Msg.GetVersion())
+}
+
+// waitApplied waits until every connected agent applied config version v:
+// changes reach agents asynchronously.
+func waitApplied(ctx context.Context, admin rivorav1connect.AdminServiceClient, v uint64) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := admin.GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+		if err != nil {
+			return fmt.Errorf("config status: %w", err)
+		}
+		connected, behind := 0, 0
+		for _, a := range resp.Msg.GetAgents() {
+			if a.GetConnected() {
+				connected++
+				if a.GetAppliedVersion() < v {
+					behind++
+				}
+			}
+		}
+		if connected > 0 && behind == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("config version %d not applied within 30s (%d agents connected, %d behind)", v, connected, behind)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(sorted)-1))
+	return sorted[i]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func round(f float64, digits int) float64 {
+	s := strconv.FormatFloat(f, 'f', digits, 64)
+	r, _ := strconv.ParseFloat(s, 64)
+	return r
+}
+
+// ---------------------------------------------------------------------------
+// ingest
+
+type row struct {
+	name     string
+	events   int
+	elapsed  time.Duration
+	p50, p99 time.Duration
+	note     string
+	// serverCPU is the rivora process's CPU time during the phase (it
+	// includes moving events into lanes while the phase runs).
+	serverCPU time.Duration
+}
+
+func (r row) rate() float64 { return float64(r.events) / r.elapsed.Seconds() }
+
+func (r row) cpuPerEvent() float64 {
+	return float64(r.serverCPU.Microseconds()) / float64(r.events)
+}
+
+// waitIdle waits until the INGEST stream is empty, so one phase is not
+// charged for moving the previous phase's events into lanes.
+func waitIdle(nc *nats.Conn, limit time.Duration) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(limit)
+	start := time.Now()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := js.Stream(ctx, "INGEST")
+		var msgs uint64
+		if err == nil {
+			var info *jetstream.StreamInfo
+			info, err = st.Info(ctx)
+			if err == nil {
+				msgs = info.State.Msgs
+			}
+		}
+		cancel()
+		if err != nil {
+			progress("cannot read the INGEST stream (%v); not waiting for the server to go idle", err)
+			return nil
+		}
+		if msgs == 0 {
+			progress("server idle (INGEST empty) after %s", time.Since(start).Round(time.Millisecond))
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("INGEST still holds %d events %s after the phase", msgs, limit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func runIngest(args []string) error {
+	fs := flag.NewFlagSet("ingest", flag.ExitOnError)
+	var c common
+	c.register(fs)
+	n := fs.Int("n", 40000, "events for the Publish phase")
+	conc := fs.Int("c", 64, "concurrent Publish calls")
+	batchN := fs.Int("batch-n", 200000, "events for the PublishBatch phase")
+	batchSize := fs.Int("batch", 500, "events per PublishBatch")
+	batchConc := fs.Int("batch-c", 4, "concurrent PublishBatch calls")
+	rawN := fs.Int("raw-n", 200000, "messages for the raw JetStream phase")
+	rawPending := fs.Int("raw-pending", 4000, "raw JetStream max outstanding async publishes")
+	size := fs.Int("payload", 256, "payload bytes")
+	dests := fs.Int("dests", 16, "destinations to spread events over")
+	lanes := fs.Int("lanes", 2000, "lane keys to spread events over")
+	limit := fs.Duration("phase-timeout", 90*time.Second, "fail when a phase takes longer")
+	fs.Parse(args)
+
+	fmt.Fprintf(os.Stderr, "bench ingest: GOMAXPROCS=%d NumCPU=%d payload=%dB\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), *size)
+	d, err := c.startDev()
+	defer d.stop()
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	hc := c.httpClient(*conc)
+	admin := rivorav1connect.NewAdminServiceClient(hc, d.url())
+	ingest := rivorav1connect.NewIngestServiceClient(hc, d.url())
+
+	// Destinations with an almost empty budget: the events stay pending, so
+	// the measurement is ingest alone, not ingest plus delivery.
+	p, err := startPartner()
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	destIDs := make([]string, *dests)
+	for i := range destIDs {
+		destIDs[i] = fmt.Sprintf("bench-%02d", i)
+		if err := createDestination(ctx, admin, destIDs[i], p.url, &rivorav1.Limits{RatePerSecond: 0.001, Burst: 1}); err != nil {
+			return err
+		}
+	}
+	body := payload(*size, 1)
+	req := func(i int) *rivorav1.PublishRequest {
+		return &rivorav1.PublishRequest{
+			DestinationId: destIDs[i%len(destIDs)],
+			CustomerId:    "bench",
+			LaneKey:       "lane-" + strconv.Itoa(i%*lanes),
+			Type:          "bench.event",
+			Payload:       body,
+		}
+	}
+
+	nc, err := nats.Connect("nats://"+d.natsAddr, nats.Name("rivora-bench"))
+	if err != nil {
+		return fmt.Errorf("connect to embedded NATS %s: %w", d.natsAddr, err)
+	}
+	defer nc.Close()
+
+	// The raw baseline runs first, on a quiet server.
+	progress("raw JetStream async publish: %d messages of %d B, max pending %d", *rawN, *size, *rawPending)
+	cpu0 := d.cpu()
+	raw, err := rawPhase(ctx, nc, *rawN, *rawPending, *size, *limit, false)
+	if err != nil {
+		return fmt.Errorf("raw JetStream phase: %w", err)
+	}
+	raw.serverCPU = d.cpu() - cpu0
+	progress("raw JetStream: %.0f msgs/s", raw.rate())
+	progress("raw JetStream async publish with Nats-Msg-Id (diagnostic)")
+	cpu0 = d.cpu()
+	rawID, err := rawPhase(ctx, nc, *rawN, *rawPending, *size, *limit, true)
+	if err != nil {
+		return fmt.Errorf("raw JetStream phase with Nats-Msg-Id: %w", err)
+	}
+	rawID.serverCPU = d.cpu() - cpu0
+	progress("raw JetStream with Nats-Msg-Id: %.0f msgs/s", rawID.rate())
+
+	// Warm up connections and the server.
+	progress("warm-up: 2000 Publish calls")
+	if _, err := publishPhase(ctx, ingest, 2000, *conc, *limit, func(i int) *rivorav1.PublishRequest { return req(i + 1<<30) }); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	if err := waitIdle(nc, *limit); err != nil {
+		return err
+	}
+
+	progress("Publish: %d events, %d concurrent", *n, *conc)
+	cpu0 = d.cpu()
+	pub, err := publishPhase(ctx, ingest, *n, *conc, *limit, req)
+	if err != nil {
+		return fmt.Errorf("Publish phase: %w", err)
+	}
+	pub.serverCPU = d.cpu() - cpu0
+	progress("Publish: %.0f events/s, p50 %.2f ms, p99 %.2f ms", pub.rate(), ms(pub.p50), ms(pub.p99))
+	if err := waitIdle(nc, *limit); err != nil {
+		return err
+	}
+
+	progress("PublishBatch: %d events in batches of %d, %d concurrent", *batchN, *batchSize, *batchConc)
+	cpu0 = d.cpu()
+	bat, err := batchPhase(ctx, ingest, *batchN, *batchSize, *batchConc, *limit, req)
+	if err != nil {
+		return fmt.Errorf("PublishBatch phase: %w", err)
+	}
+	bat.serverCPU = d.cpu() - cpu0
+	progress("PublishBatch: %.0f events/s, batch p50 %.2f ms, p99 %.2f ms", bat.rate(), ms(bat.p50), ms(bat.p99))
+
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\tevents\tseconds\tevents/s\tp50 ms\tp99 ms\tserver CPU µs/event\t")
+	for _, r := range []row{pub, bat, raw, rawID} {
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.1f\t\n", r.name, r.events, r.elapsed.Seconds(), r.rate(), ms(r.p50), ms(r.p99), r.cpuPerEvent())
+	}
+	tw.Flush()
+	for _, r := range []row{pub, bat, raw, rawID} {
+		if r.note != "" {
+			fmt.Printf("  %s: %s\n", r.name, r.note)
+		}
+	}
+	out := map[string]float64{
+		"publish_per_s":   round(pub.rate(), 0),
+		"batch_per_s":     round(bat.rate(), 0),
+		"raw_async_per_s": round(raw.rate(), 0),
+		"batch_ratio":     round(bat.rate()/raw.rate(), 3),
+		"publish_p99_ms":  round(ms(pub.p99), 2),
+	}
+	return printJSON(out, []string{"publish_per_s", "batch_per_s", "raw_async_per_s", "batch_ratio", "publish_p99_ms"})
+}
+
+func printJSON(m map[string]float64, order []string) error {
+	var b strings.Builder
+	b.WriteString("{")
+	for i, k := range order {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		v, err := json.Marshal(m[k])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%q: %s", k, v)
+	}
+	b.WriteString("}")
+	fmt.Println(b.String())
+	return nil
+}
+
+func publishPhase(ctx context.Context, ingest rivorav1connect.IngestServiceClient, n, conc int, limit time.Duration, req func(int) *rivorav1.PublishRequest) (row, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var next atomic.Int64
+	var firstErr error
+	var errOnce sync.Once
+	lat := make([][]time.Duration, conc)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				t0 := time.Now()
+				_, err := ingest.Publish(ctx, connect.NewRequest(req(i)))
+				if err != nil {
+					errOnce.Do(func() { firstErr = fmt.Errorf("event %d: %w", i, err); cancel() })
+					return
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return row{}, firstErr
+	}
+	all := slices.Concat(lat...)
+	if len(all) != n {
+		return row{}, fmt.Errorf("only %d of %d events acked within %s", len(all), n, limit)
+	}
+	slices.Sort(all)
+	return row{name: "rivora Publish", events: n, elapsed: elapsed, p50: percentile(all, 0.5), p99: percentile(all, 0.99),
+		note: fmt.Sprintf("%d concurrent calls; latency is per event ack", conc)}, nil
+}
+
+func batchPhase(ctx context.Context, ingest rivorav1connect.IngestServiceClient, n, size, conc int, limit time.Duration, req func(int) *rivorav1.PublishRequest) (row, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	batches := (n + size - 1) / size
+	var next atomic.Int64
+	var firstErr error
+	var errOnce sync.Once
+	var acked atomic.Int64
+	lat := make([][]time.Duration, conc)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				b := int(next.Add(1)) - 1
+				if b >= batches || ctx.Err() != nil {
+					return
+				}
+				lo, hi := b*size, min((b+1)*size, n)
+				events := make([]*rivorav1.PublishRequest, 0, hi-lo)
+				for i := lo; i < hi; i++ {
+					// Offset so these are new events, not repeats of phase 1.
+					events = append(events, req(i+1<<29))
+				}
+				t0 := time.Now()
+				resp, err := ingest.PublishBatch(ctx, connect.NewRequest(&rivorav1.PublishBatchRequest{Events: events}))
+				if err != nil {
+					errOnce.Do(func() { firstErr = fmt.Errorf("batch %d: %w", b, err); cancel() })
+					return
+				}
+				if len(resp.Msg.GetEventIds()) != len(events) {
+					errOnce.Do(func() {
+						firstErr = fmt.Errorf("batch %d: %d ids for %d events", b, len(resp.Msg.GetEventIds()), len(events))
+						cancel()
+					})
+					return
+				}
+				acked.Add(int64(len(events)))
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return row{}, firstErr
+	}
+	if int(acked.Load()) != n {
+		return row{}, fmt.Errorf("only %d of %d events acked within %s", acked.Load(), n, limit)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	return row{name: "rivora PublishBatch", events: n, elapsed: elapsed, p50: percentile(all, 0.5), p99: percentile(all, 0.99),
+		note: fmt.Sprintf("batches of %d, %d concurrent; latency is per batch ack", size, conc)}, nil
+}
+
+// rawPhase publishes to a separate stream (file storage, R1) on the same
+// embedded server, over its TCP port, with no Rivora code in the path.
+// With msgID each message carries a unique Nats-Msg-Id (JetStream dedup),
+// as Rivora's do; that variant is a diagnostic row, not the baseline.
+func rawPhase(ctx context.Context, nc *nats.Conn, n, maxPending, size int, limit time.Duration, msgID bool) (row, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var acks, errs atomic.Int64
+	var firstErr atomic.Value
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(maxPending),
+		jetstream.WithPublishAsyncTimeout(limit),
+		jetstream.WithPublishAsyncAckHandler(func(jetstream.JetStream, *nats.Msg, *jetstream.PubAck) { acks.Add(1) }),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
+			errs.Add(1)
+			firstErr.CompareAndSwap(nil, err)
+		}),
+	)
+	if err != nil {
+		return row{}, err
+	}
+	stream, prefix := "BENCH_RAW", "benchraw"
+	if msgID {
+		stream, prefix = "BENCH_RAW_MSGID", "benchrawid"
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:     stream,
+		Subjects: []string{prefix + ".>"},
+		Storage:  jetstream.FileStorage,
+		Replicas: 1,
+	}); err != nil {
+		return row{}, fmt.Errorf("create raw stream: %w", err)
+	}
+	body := payload(size, 2)
+	// At max pending, block until an ack frees room (default: fail after
+	// 200ms, which a loaded machine hits).
+	stall := jetstream.WithStallWait(limit)
+	// Warm-up, not timed.
+	for i := range 2000 {
+		if _, err := js.PublishMsgAsync(&nats.Msg{Subject: prefix + ".warm." + strconv.Itoa(i%64), Data: body}, stall); err != nil {
+			return row{}, err
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return row{}, errors.New("raw warm-up not acked in time")
+	}
+	acks.Store(0)
+
+	start := time.Now()
+	for i := range n {
+		msg := &nats.Msg{Subject: prefix + ".p." + strconv.Itoa(i%64), Data: body}
+		if msgID {
+			msg.Header = nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprintf("raw-%d-%d", start.UnixNano(), i)}}
+		}
+		if _, err := js.PublishMsgAsync(msg, stall); err != nil {
+			return row{}, fmt.Errorf("publish %d: %w", i, err)
+		}
+		if ctx.Err() != nil {
+			return row{}, fmt.Errorf("raw publish overran %s", limit)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return row{}, fmt.Errorf("raw publishes not all acked within %s (%d acked)", limit, acks.Load())
+	}
+	elapsed := time.Since(start)
+	if e := errs.Load(); e > 0 {
+		return row{}, fmt.Errorf("%d raw publishes failed, first: %v", e, firstErr.Load())
+	}
+	if a := acks.Load(); int(a) != n {
+		return row{}, fmt.Errorf("raw: %d acks for %d messages", a, n)
+	}
+	name := "raw JetStream async"
+	if msgID {
+		name += " +Nats-Msg-Id"
+	}
+	return row{name: name, events: n, elapsed: elapsed,
+		note: fmt.Sprintf("PublishMsgAsync, max %d pending, stream %s file/R1 on the same server", maxPending, stream)}, nil
+}
+
+// ---------------------------------------------------------------------------
+// deliver
+
+func runDeliver(args []string) error {
+	fs := flag.NewFlagSet("deliver", flag.ExitOnError)
+	var c common
+	c.register(fs)
+	n := fs.Int("n", 50000, "events to deliver")
+	lanes := fs.Int("lanes", 5000, "lanes the events are spread over")
+	conc := fs.Int("raw-c", 0, "raw HTTP loop goroutines (default: -workers)")
+	maxInFlight := fs.Int("max-in-flight", 256, "destination max_in_flight during the drain")
+	size := fs.Int("payload", 256, "payload bytes")
+	limit := fs.Duration("phase-timeout", 120*time.Second, "fail when a phase takes longer")
+	fs.Parse(args)
+	if *conc == 0 {
+		*conc = c.workers
+	}
+
+	fmt.Fprintf(os.Stderr, "bench deliver: GOMAXPROCS=%d NumCPU=%d n=%d lanes=%d payload=%dB\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), *n, *lanes, *size)
+	d, err := c.startDev()
+	defer d.stop()
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	hc := c.httpClient(16)
+	admin := rivorav1connect.NewAdminServiceClient(hc, d.url())
+	ingest := rivorav1connect.NewIngestServiceClient(hc, d.url())
+
+	p, err := startPartner()
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	if err := createDestination(ctx, admin, "drain", p.url, &rivorav1.Limits{RatePerSecond: 0.001, Burst: 1}); err != nil {
+		return err
+	}
+
+	// Fill the backlog: batches of 500, lanes round-robin.
+	progress("publishing %d events over %d lanes (budget 0.001/s, so they stay pending)", *n, *lanes)
+	body := payload(*size, 3)
+	const batchSize = 500
+	pubStart := time.Now()
+	for lo := 0; lo < *n; lo += batchSize {
+		hi := min(lo+batchSize, *n)
+		events := make([]*rivorav1.PublishRequest, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			events = append(events, &rivorav1.PublishRequest{
+				DestinationId: "drain", CustomerId: "bench", LaneKey: "lane-" + strconv.Itoa(i%*lanes),
+				Type: "bench.event", Payload: body,
+			})
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := ingest.PublishBatch(cctx, connect.NewRequest(&rivorav1.PublishBatchRequest{Events: events}))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("publish batch at %d: %w", lo, err)
+		}
+		if time.Since(pubStart) > *limit {
+			return fmt.Errorf("publishing overran %s", *limit)
+		}
+	}
+	progress("published %d events in %s", *n, time.Since(pubStart).Round(time.Millisecond))
+
+	// Wait until they have left INGEST for the lane store, and the
+	// destination counts them pending.
+	nc, err := nats.Connect("nats://"+d.natsAddr, nats.Name("rivora-bench"))
+	if err != nil {
+		return fmt.Errorf("connect to embedded NATS %s: %w", d.natsAddr, err)
+	}
+	defer nc.Close()
+	if err := waitIdle(nc, *limit); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(*limit)
+	for {
+		resp, err := admin.GetDestination(ctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "drain"}))
+		if err != nil {
+			return fmt.Errorf("get destination: %w", err)
+		}
+		pending := resp.Msg.GetPending()
+		if pending+p.uniq.Load() >= int64(*n) {
+			progress("destination reports %d pending, %d delivered so far", pending, p.uniq.Load())
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("destination reports only %d pending of %d after %s", pending, *n, *limit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	progress("opening the budget: rate 1e6/s, burst 100000, max_in_flight %d", *maxInFlight)
+	already := p.uniq.Load()
+	rate, burst, mif := 1e6, int32(100000), int32(*maxInFlight)
+	start := time.Now()
+	upd, err := admin.UpdateDestination(ctx, connect.NewRequest(&rivorav1.UpdateDestinationRequest{
+		Id: "drain", RatePerSecond: &rate, Burst: &burst, MaxInFlight: &mif,
+	}))
+	if err != nil {
+		return fmt.Errorf("update destination: %w", err)
+	}
+	// Part of the timed drain: the change has to reach the agent.
+	if err := waitApplied(ctx, admin, upd.Msg.GetVersion()); err != nil {
+		return err
+	}
+	deadline = start.Add(*limit)
+	lastLog := start
+	for p.uniq.Load() < int64(*n) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("partner saw %d of %d events %s after the budget opened", p.uniq.Load(), *n, *limit)
+		}
+		if time.Since(lastLog) >= 2*time.Second {
+			lastLog = time.Now()
+			progress("drain: %d/%d delivered (%d requests)", p.uniq.Load(), *n, p.total.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	drained := time.Since(start)
+	delivered := int64(*n) - already
+	dup := p.total.Load() - p.uniq.Load()
+	drainRow := row{name: "rivora drain", events: int(delivered), elapsed: drained,
+		note: fmt.Sprintf("%d lanes, %d workers, max_in_flight %d; %d duplicate requests; %d delivered before the budget opened", *lanes, c.workers, *maxInFlight, dup, already)}
+	progress("rivora: %d deliveries in %s = %.0f/s", delivered, drained.Round(time.Millisecond), drainRow.rate())
+
+	// Raw loop: same partner code, same payload, same N, keep-alive client.
+	progress("raw HTTP loop: %d POSTs, %d goroutines", *n, *conc)
+	rp, err := startPartner()
+	if err != nil {
+		return err
+	}
+	defer rp.close()
+	rawRow, err := rawHTTP(rp, *n, *conc, *size, *limit)
+	if err != nil {
+		return fmt.Errorf("raw HTTP loop: %w", err)
+	}
+	progress("raw HTTP: %.0f/s", rawRow.rate())
+
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\tdeliveries\tseconds\tper s\t")
+	for _, r := range []row{drainRow, rawRow} {
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t\n", r.name, r.events, r.elapsed.Seconds(), r.rate())
+	}
+	tw.Flush()
+	for _, r := range []row{drainRow, rawRow} {
+		fmt.Printf("  %s: %s\n", r.name, r.note)
+	}
+	return printJSON(map[string]float64{
+		"deliver_per_s":  round(drainRow.rate(), 0),
+		"raw_http_per_s": round(rawRow.rate(), 0),
+		"ratio":          round(drainRow.rate()/rawRow.rate(), 3),
+	}, []string{"deliver_per_s", "raw_http_per_s", "ratio"})
+}
+
+func rawHTTP(p *partner, n, conc, size int, limit time.Duration) (row, error) {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = conc * 2
+	t.MaxIdleConnsPerHost = conc * 2
+	hc := &http.Client{Transport: t, Timeout: 10 * time.Second}
+	body := payload(size, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, strings.NewReader(string(body)))
+				if err == nil {
+					req.Header.Set("content-type", "application/json")
+					req.Header.Set("webhook-id", "raw-"+strconv.Itoa(i))
+					var resp *http.Response
+					resp, err = hc.Do(req)
+					if err == nil {
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode/100 != 2 {
+							err = fmt.Errorf("status %s", resp.Status)
+						}
+					}
+				}
+				if err != nil {
+					once.Do(func() { firstErr = fmt.Errorf("request %d: %w", i, err); cancel() })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return row{}, firstErr
+	}
+	if got := p.uniq.Load(); got != int64(n) {
+		return row{}, fmt.Errorf("partner saw %d of %d within %s", got, n, limit)
+	}
+	return row{name: "raw Go HTTP loop", events: n, elapsed: elapsed,
+		note: fmt.Sprintf("%d goroutines, keep-alive, same partner handler and payload", conc)}, nil
+}
