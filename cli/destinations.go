@@ -47,9 +47,9 @@ timeout, in-flight cap). Unset limits use the server's defaults.
 
 // limitFlags are the per-destination limits, shared by create and update;
 // unset says what leaving one out means.
-func limitFlags(unset string) []ucli.Flag {
+func limitFlags(unset, secretDefault string) []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.StringFlag{Name: "secret", Usage: "signing `SECRET` (whsec_ + base64 key of at least 16 bytes)", DefaultText: unset},
+		&ucli.StringFlag{Name: "secret", Usage: "signing `SECRET` (whsec_ + base64 key of at least 16 bytes)", DefaultText: secretDefault},
 		&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second (token bucket refill)", DefaultText: unset},
 		&ucli.IntFlag{Name: "burst", Usage: "`N` deliveries allowed at once above the rate", DefaultText: unset},
 		&ucli.IntFlag{Name: "max-attempts", Usage: "stop retrying an event after `N` attempts", DefaultText: unset},
@@ -75,7 +75,7 @@ Example:
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "url", Usage: "`URL` events are POSTed to (http or https); required"},
 			waitFlag,
-		}, limitFlags("server default; secret: generated")...),
+		}, limitFlags("server default", "generated")...),
 		Action: e.createDestination,
 	}
 }
@@ -227,7 +227,7 @@ Examples:
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "url", Usage: "new `URL` events are POSTed to", DefaultText: "unchanged"},
 			waitFlag,
-		}, limitFlags("unchanged")...),
+		}, limitFlags("unchanged", "unchanged")...),
 		Action: e.updateDestination,
 	}
 }

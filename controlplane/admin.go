@@ -36,8 +36,15 @@ func (cp *ControlPlane) change(action, destinationID, who, reason string, fn fun
 	cp.record(action, destinationID, author(who), detail, version, reason)
 	cp.log.Info("config changed", "action", action, "destination", destinationID, "author", author(who), "version", version, "detail", detail)
 	cp.broadcast()
+	cp.agents.awaitApplied(version, applyGrace)
 	return version, nil
 }
+
+// applyGrace is how long a change waits for the connected agents to apply
+// it before answering, so that a client can use a destination right after
+// creating it. A slow agent does not block the answer longer; `--wait`
+// waits for real.
+const applyGrace = 2 * time.Second
 
 func (cp *ControlPlane) CreateDestination(ctx context.Context, req *connect.Request[rivorav1.CreateDestinationRequest]) (*connect.Response[rivorav1.CreateDestinationResponse], error) {
 	m := req.Msg

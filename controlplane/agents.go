@@ -183,3 +183,24 @@ func (r *agentRegistry) health(ctx context.Context, destinationID string) ([]*ri
 	}
 	return out, nil
 }
+
+// awaitApplied waits until every connected agent applied version, or up to
+// grace.
+func (r *agentRegistry) awaitApplied(version uint64, grace time.Duration) {
+	deadline := time.Now().Add(grace)
+	for {
+		behind := false
+		r.mu.Lock()
+		for _, a := range r.agents {
+			if a.streams > 0 && a.applied < version {
+				behind = true
+				break
+			}
+		}
+		r.mu.Unlock()
+		if !behind || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -308,6 +308,11 @@ func retryable(err error) bool {
 	case connect.CodeUnavailable, connect.CodeDeadlineExceeded,
 		connect.CodeResourceExhausted, connect.CodeAborted:
 		return true
+	case connect.CodeCanceled:
+		// connect-go reports a connection reset or broken pipe (the server
+		// died mid-call) as Canceled; the caller's own cancellation is
+		// checked before retrying, so what is left is a transport failure.
+		return true
 	case connect.CodeUnknown:
 		// A connection reset mid-answer can surface without a code; it is a
 		// transport failure like any other.

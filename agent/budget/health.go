@@ -164,9 +164,11 @@ func (b *Budget) Succeeded(now time.Time) (recovered bool) {
 	b.failingSince = time.Time{}
 	switch b.state {
 	case Parked:
-		// A probe got through: resume at the floor (or the cut rate) and
-		// climb from there.
-		b.bucket.SetLimits(math.Max(b.tune.Floor, math.Min(b.bucket.Rate(), b.ceiling)), b.burst, now)
+		// A probe got through: resume at a tenth of the configured rate (at
+		// least the floor) and climb from there: the backlog drains without
+		// a thundering herd, and without crawling up from the floor.
+		b.bucket.SetLimits(math.Max(b.tune.Floor, math.Min(b.ceiling, math.Max(b.bucket.Rate(), b.ceiling/10))), b.burst, now)
+		b.bucket.Cap(1, now)
 		b.moveTo(Degraded, now, "probe succeeded")
 		b.lastRaise = now
 		return true

@@ -94,7 +94,9 @@ func serveUntil(ctx context.Context, log *slog.Logger, srv *http.Server, ln net.
 	log.Info("shutting down: no new requests; draining")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	shutdownDone := make(chan struct{})
 	go func() {
+		defer close(shutdownDone)
 		if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Warn("http shutdown", "error", err)
 		}
@@ -103,6 +105,13 @@ func serveUntil(ctx context.Context, log *slog.Logger, srv *http.Server, ln net.
 		if err := <-errs; err != nil && firstErr == nil {
 			firstErr = err
 		}
+	}
+	// The components have drained; give open requests a moment, then close
+	// what is left (Shutdown would wait 5 s on connections never used).
+	select {
+	case <-shutdownDone:
+	case <-time.After(time.Second):
+		srv.Close()
 	}
 	return firstErr
 }
