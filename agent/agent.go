@@ -124,6 +124,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{MaxPayload: cfg.MaxPayload, DedupWindow: cfg.DedupWindow}, base.With("component", "ingest")); err != nil {
 		return fail(err)
 	}
+	a.gateway.SetLocalStore(a)
 	if a.history, err = history.New(ctx, js, history.DefaultRetention); err != nil {
 		return fail(err)
 	}

@@ -60,6 +60,7 @@ type Gateway struct {
 	// partitions is the cell's partition count, known once the control
 	// plane's first config arrived (0 before: ingest answers Unavailable).
 	partitions atomic.Int32
+	local      LocalStore
 }
 
 // SetPartitions sets the cell's partition count.
@@ -107,22 +108,22 @@ func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.Pub
 	if g.partitions.Load() == 0 {
 		return nil, errNoConfig
 	}
-	msg, id, err := g.prepare(req.Msg)
+	ev, err := g.prepare(req.Msg)
 	if err != nil {
 		accepted.WithLabelValues("invalid").Inc()
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	ack, err := g.js.PublishMsg(ctx, msg)
+	dups, err := g.store(ctx, []*prepared{ev})
 	if err != nil {
 		accepted.WithLabelValues("failed").Inc()
 		return nil, storeError(ctx, err)
 	}
 	result := "accepted"
-	if ack.Duplicate {
+	if dups[0] {
 		result = "duplicate"
 	}
 	accepted.WithLabelValues(result).Inc()
-	return connect.NewResponse(&rivorav1.PublishResponse{EventId: id, Duplicate: ack.Duplicate}), nil
+	return connect.NewResponse(&rivorav1.PublishResponse{EventId: ev.event.GetEventId(), Duplicate: dups[0]}), nil
 }
 
 // PublishBatch accepts many events: all are validated before any is stored.
@@ -137,37 +138,113 @@ func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav
 	if len(events) > g.cfg.MaxBatch {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("batch has %d events; the limit is %d", len(events), g.cfg.MaxBatch))
 	}
-	msgs := make([]*nats.Msg, len(events))
+	batch := make([]*prepared, len(events))
 	ids := make([]string, len(events))
 	for i, ev := range events {
-		msg, id, err := g.prepare(ev)
+		p, err := g.prepare(ev)
 		if err != nil {
 			accepted.WithLabelValues("invalid").Add(float64(len(events)))
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("events[%d]: %w (nothing in this batch was stored)", i, err))
 		}
-		msgs[i], ids[i] = msg, id
+		batch[i], ids[i] = p, p.event.GetEventId()
 	}
-	futures := make([]jetstream.PubAckFuture, len(msgs))
-	for i, msg := range msgs {
+	if _, err := g.store(ctx, batch); err != nil {
+		accepted.WithLabelValues("failed").Add(float64(len(batch)))
+		return nil, storeError(ctx, err)
+	}
+	accepted.WithLabelValues("accepted").Add(float64(len(batch)))
+	return connect.NewResponse(&rivorav1.PublishBatchResponse{EventIds: ids}), nil
+}
+
+// prepared is a validated event, encoded, with its partition and dedup id.
+type prepared struct {
+	partition int
+	event     *rivorav1.Event
+	data      []byte
+	msgID     string
+}
+
+// LocalStore is the pending store of the partitions this agent owns.
+type LocalStore interface {
+	// AppendLocal stores events straight into partition p's lanes when
+	// this agent owns p (owned false: it does not, use INGEST). It answers
+	// once they are durable, with a duplicate flag per event.
+	AppendLocal(ctx context.Context, p int, events []*rivorav1.Event, data [][]byte, msgIDs []string) (duplicates []bool, owned bool, err error)
+}
+
+// SetLocalStore lets the gateway write events of partitions this agent owns
+// straight into their lanes: one write instead of INGEST then a move.
+func (g *Gateway) SetLocalStore(ls LocalStore) { g.local = ls }
+
+// store makes a batch durable, partition by partition in parallel: into
+// the lanes when this agent owns the partition, else into INGEST for its
+// owner to move. It returns a duplicate flag per event.
+func (g *Gateway) store(ctx context.Context, batch []*prepared) ([]bool, error) {
+	groups := make(map[int][]int)
+	var order []int
+	for i, p := range batch {
+		if _, ok := groups[p.partition]; !ok {
+			order = append(order, p.partition)
+		}
+		groups[p.partition] = append(groups[p.partition], i)
+	}
+	dups := make([]bool, len(batch))
+	if len(order) == 1 {
+		return dups, g.storeGroup(ctx, batch, groups[order[0]], dups)
+	}
+	errs := make(chan error, len(order))
+	for _, part := range order {
+		go func() { errs <- g.storeGroup(ctx, batch, groups[part], dups) }()
+	}
+	var firstErr error
+	for range order {
+		if err := <-errs; err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return dups, firstErr
+}
+
+// storeGroup stores the events batch[idx] of one partition.
+func (g *Gateway) storeGroup(ctx context.Context, batch []*prepared, idx []int, dups []bool) error {
+	if g.local != nil {
+		events := make([]*rivorav1.Event, len(idx))
+		data := make([][]byte, len(idx))
+		msgIDs := make([]string, len(idx))
+		for j, i := range idx {
+			events[j], data[j], msgIDs[j] = batch[i].event, batch[i].data, batch[i].msgID
+		}
+		d, owned, err := g.local.AppendLocal(ctx, batch[idx[0]].partition, events, data, msgIDs)
+		if owned {
+			for j, i := range idx[:len(d)] {
+				dups[i] = d[j]
+			}
+			return err
+		}
+	}
+	futures := make([]jetstream.PubAckFuture, len(idx))
+	for j, i := range idx {
+		p := batch[i]
+		msg := nats.NewMsg(lanes.IngestSubject(p.partition, p.event.GetDestinationId()))
+		msg.Data = p.data
+		msg.Header.Set(jetstream.MsgIDHeader, p.msgID)
 		f, err := g.js.PublishMsgAsync(msg)
 		if err != nil {
-			accepted.WithLabelValues("failed").Add(float64(len(msgs)))
-			return nil, storeError(ctx, fmt.Errorf("events[%d]: %w", i, err))
+			return fmt.Errorf("events[%d]: %w", i, err)
 		}
-		futures[i] = f
+		futures[j] = f
 	}
-	for i, f := range futures {
+	for j, f := range futures {
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
+			dups[idx[j]] = ack.Duplicate
 		case err := <-f.Err():
-			accepted.WithLabelValues("failed").Add(float64(len(msgs)))
-			return nil, storeError(ctx, fmt.Errorf("events[%d]: %w", i, err))
+			return fmt.Errorf("events[%d]: %w", idx[j], err)
 		case <-ctx.Done():
-			return nil, storeError(ctx, ctx.Err())
+			return ctx.Err()
 		}
 	}
-	accepted.WithLabelValues("accepted").Add(float64(len(msgs)))
-	return connect.NewResponse(&rivorav1.PublishBatchResponse{EventIds: ids}), nil
+	return nil
 }
 
 func storeError(ctx context.Context, err error) error {
@@ -177,36 +254,36 @@ func storeError(ctx context.Context, err error) error {
 	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store event: %w; retry with the same idempotency key", err))
 }
 
-// prepare validates one event and builds its INGEST message.
-func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*nats.Msg, string, error) {
+// prepare validates and encodes one event.
+func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
 	dest := req.GetDestinationId()
 	if err := lanes.ValidateID("destination_id", dest); err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	if _, ok := g.reg.Get(dest); !ok {
-		return nil, "", fmt.Errorf("destination %q is not registered; create it with `rivoractl destinations create %s --url URL`", dest, dest)
+		return nil, fmt.Errorf("destination %q is not registered; create it with `rivoractl destinations create %s --url URL`", dest, dest)
 	}
 	if err := lanes.ValidateID("customer_id", req.GetCustomerId()); err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	if err := lanes.ValidateLaneKey(req.GetLaneKey()); err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	if t := req.GetType(); t == "" || len(t) > maxTypeLen {
-		return nil, "", fmt.Errorf("type must be 1–%d bytes (e.g. \"order.created\"), got %d bytes", maxTypeLen, len(t))
+		return nil, fmt.Errorf("type must be 1–%d bytes (e.g. \"order.created\"), got %d bytes", maxTypeLen, len(t))
 	}
 	if n := len(req.GetPayload()); n > g.cfg.MaxPayload {
-		return nil, "", fmt.Errorf("payload is %d bytes; the limit is %d", n, g.cfg.MaxPayload)
+		return nil, fmt.Errorf("payload is %d bytes; the limit is %d", n, g.cfg.MaxPayload)
 	}
 	id := req.GetIdempotencyKey()
 	if id != "" {
 		if err := lanes.ValidateEventID("idempotency_key", id); err != nil {
-			return nil, "", err
+			return nil, err
 		}
 	} else {
 		var err error
 		if id, err = g.newID(); err != nil {
-			return nil, "", fmt.Errorf("assign event id: %w", err)
+			return nil, fmt.Errorf("assign event id: %w", err)
 		}
 	}
 	contentType := req.GetContentType()
@@ -225,12 +302,9 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*nats.Msg, string, erro
 	}
 	data, err := proto.Marshal(ev)
 	if err != nil {
-		return nil, "", fmt.Errorf("encode event: %w", err)
+		return nil, fmt.Errorf("encode event: %w", err)
 	}
-	msg := nats.NewMsg(lanes.IngestSubject(lanes.Partition(dest, int(g.partitions.Load())), dest))
-	msg.Data = data
-	msg.Header.Set(jetstream.MsgIDHeader, id)
-	return msg, id, nil
+	return &prepared{partition: lanes.Partition(dest, int(g.partitions.Load())), event: ev, data: data, msgID: id}, nil
 }
 
 // Reingest accepts dead letters again through the normal ingest path: each
@@ -244,40 +318,33 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 	if n == 0 {
 		return 0, 0, errNoConfig
 	}
-	futures := make([]jetstream.PubAckFuture, 0, len(dls))
 	now := timestamppb.New(g.now())
+	batch := make([]*prepared, 0, len(dls))
 	for _, dl := range dls {
 		ev := proto.Clone(dl.GetEvent()).(*rivorav1.Event)
 		if _, ok := g.reg.Get(ev.GetDestinationId()); !ok {
-			return stored, duplicates, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("destination %q is not registered; create it before replaying its dead letters", ev.GetDestinationId()))
+			return 0, 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("destination %q is not registered; create it before replaying its dead letters", ev.GetDestinationId()))
 		}
 		ev.Replayed = true
 		ev.AcceptedAt = now
 		data, err := proto.Marshal(ev)
 		if err != nil {
-			return stored, duplicates, fmt.Errorf("encode event %s: %w", ev.GetEventId(), err)
+			return 0, 0, fmt.Errorf("encode event %s: %w", ev.GetEventId(), err)
 		}
-		msg := nats.NewMsg(lanes.IngestSubject(lanes.Partition(ev.GetDestinationId(), n), ev.GetDestinationId()))
-		msg.Data = data
-		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("replay:%s:%d", ev.GetEventId(), dl.GetDeadAt().AsTime().UnixNano()))
-		f, err := g.js.PublishMsgAsync(msg)
-		if err != nil {
-			return stored, duplicates, storeError(ctx, err)
-		}
-		futures = append(futures, f)
+		batch = append(batch, &prepared{
+			partition: lanes.Partition(ev.GetDestinationId(), n), event: ev, data: data,
+			msgID: fmt.Sprintf("replay:%s:%d", ev.GetEventId(), dl.GetDeadAt().AsTime().UnixNano()),
+		})
 	}
-	for _, f := range futures {
-		select {
-		case ack := <-f.Ok():
-			if ack.Duplicate {
-				duplicates++
-			} else {
-				stored++
-			}
-		case err := <-f.Err():
-			return stored, duplicates, storeError(ctx, err)
-		case <-ctx.Done():
-			return stored, duplicates, storeError(ctx, ctx.Err())
+	dups, err := g.store(ctx, batch)
+	if err != nil {
+		return 0, 0, storeError(ctx, err)
+	}
+	for _, d := range dups {
+		if d {
+			duplicates++
+		} else {
+			stored++
 		}
 	}
 	accepted.WithLabelValues("replayed").Add(float64(stored))

@@ -96,6 +96,9 @@ type Partition struct {
 	deadQueue  []*rivorav1.DeadLetter
 	deadReady  chan struct{}
 	unarchived map[string]int // per destination: in the ledger, not yet archived
+
+	appendCh   chan *appendReq
+	writerDone chan struct{}
 }
 
 // Open creates the partition's streams and rebuilds the scheduler's view
@@ -108,6 +111,8 @@ func Open(ctx context.Context, p int, deps Deps) (*Partition, error) {
 		reclaimLanes: make(map[string]uint64),
 		deadReady:    make(chan struct{}, 1),
 		unarchived:   make(map[string]int),
+		appendCh:     make(chan *appendReq),
+		writerDone:   make(chan struct{}),
 	}
 	var err error
 	o.lanes, err = deps.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -163,8 +168,8 @@ func Open(ctx context.Context, p int, deps Deps) (*Partition, error) {
 // delivery workers run beside it (owned by the agent).
 func (o *Partition) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
-	for _, loop := range []func(context.Context) error{o.move, o.reclaimLoop, o.archiveLoop} {
+	errs := make(chan error, 4)
+	for _, loop := range []func(context.Context) error{o.writeLoop, o.move, o.reclaimLoop, o.archiveLoop} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -374,17 +379,11 @@ func (o *Partition) move(ctx context.Context) error {
 	}
 }
 
-// moveBatch appends a batch to the lane store, registers what was stored in
-// the scheduler in publish order, then acks INGEST. On a store error the
-// rest of the batch is retried; dedup by event id makes retries harmless.
+// moveBatch hands a batch of INGEST messages to the writer and acks those
+// it stored; the rest are retried (dedup ids make retries harmless).
 func (o *Partition) moveBatch(ctx context.Context, batch []jetstream.Msg) {
-	type moving struct {
-		in  jetstream.Msg
-		ev  *rivorav1.Event
-		id  lanes.ID
-		ack jetstream.PubAckFuture
-	}
-	items := make([]*moving, 0, len(batch))
+	items := make([]Item, 0, len(batch))
+	ins := make([]jetstream.Msg, 0, len(batch))
 	for _, m := range batch {
 		ev := &rivorav1.Event{}
 		if err := proto.Unmarshal(m.Data(), ev); err != nil {
@@ -392,75 +391,207 @@ func (o *Partition) moveBatch(ctx context.Context, batch []jetstream.Msg) {
 			_ = m.Term()
 			continue
 		}
-		items = append(items, &moving{in: m, ev: ev, id: lanes.ID{Destination: ev.GetDestinationId(), Customer: ev.GetCustomerId(), Key: ev.GetLaneKey()}})
+		// The same dedup id as in INGEST (a replayed event has its own).
+		id := m.Headers().Get(jetstream.MsgIDHeader)
+		if id == "" {
+			id = ev.GetEventId()
+		}
+		items = append(items, Item{Event: ev, Data: m.Data(), MsgID: id})
+		ins = append(ins, m)
 	}
 	backoff := 100 * time.Millisecond
 	for len(items) > 0 {
-		failed := len(items)
-		for i, it := range items {
-			msg := nats.NewMsg(it.id.Subject(o.p))
-			msg.Data = it.in.Data()
-			// The same dedup id as in INGEST (a replayed event has its own).
-			id := it.in.Headers().Get(jetstream.MsgIDHeader)
-			if id == "" {
-				id = it.ev.GetEventId()
-			}
-			msg.Header.Set(jetstream.MsgIDHeader, id)
-			f, err := o.deps.JS.PublishMsgAsync(msg)
-			if err != nil {
-				failed = i
-				break
-			}
-			it.ack = f
+		res := o.submit(ctx, items)
+		for _, m := range ins[:res.stored] {
+			_ = m.Ack()
 		}
-		appends := make(map[lanes.ID][]scheduler.Entry)
-		var order []lanes.ID
-		done := 0
-		through := o.registeredThrough.Load()
-		for i := 0; i < failed; i++ {
-			it := items[i]
-			var ack *jetstream.PubAck
+		movedTotal.Add(float64(res.stored))
+		items, ins = items[res.stored:], ins[res.stored:]
+		if len(items) == 0 {
+			return
+		}
+		if errors.Is(res.err, ErrNotOwned) {
+			return // INGEST redelivers them to the next owner
+		}
+		o.log.Warn("lane store write failed; retrying", "error", res.err, "retry_in", backoff)
+		select {
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 5*time.Second)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// ---- write: the one writer of the lane store -------------------------------
+
+// Item is one event to append to the lane store.
+type Item struct {
+	Event *rivorav1.Event
+	// Data is the encoded Event.
+	Data []byte
+	// MsgID is the dedup id: the event id, or a replay's own id.
+	MsgID string
+}
+
+// ErrNotOwned: the partition is not running here (released or stopping).
+var ErrNotOwned = errors.New("partition not owned by this agent")
+
+type appendReq struct {
+	items []Item
+	done  chan appendResult
+}
+
+type appendResult struct {
+	stored     int    // items[:stored] are stored and registered
+	duplicates []bool // per stored item: it was already there
+	err        error  // why items[stored:] were not
+}
+
+// Append stores events straight into this partition's lanes — the fast path
+// of an agent that accepts an event for a partition it owns: one write
+// instead of INGEST then a move. It returns once they are durable and
+// scheduled, with a duplicate flag per event.
+func (o *Partition) Append(ctx context.Context, items []Item) ([]bool, error) {
+	res := o.submit(ctx, items)
+	if res.err != nil {
+		if res.stored > 0 && !errors.Is(res.err, ErrNotOwned) {
+			return res.duplicates, fmt.Errorf("stored %d of %d: %w", res.stored, len(items), res.err)
+		}
+		return res.duplicates, res.err
+	}
+	return res.duplicates, nil
+}
+
+func (o *Partition) submit(ctx context.Context, items []Item) appendResult {
+	req := &appendReq{items: items, done: make(chan appendResult, 1)}
+	select {
+	case o.appendCh <- req:
+	case <-o.writerDone:
+		return appendResult{err: ErrNotOwned}
+	case <-ctx.Done():
+		return appendResult{err: ctx.Err()}
+	}
+	select {
+	case res := <-req.done:
+		return res
+	case <-ctx.Done():
+		// The writer still finishes the request; its events are stored and
+		// scheduled, only this caller stops waiting.
+		return appendResult{err: ctx.Err()}
+	}
+}
+
+const writeBatch = 2048
+
+// writeLoop is the lane store's single writer: it batches concurrent
+// appends (group commit), and registers what was stored with the scheduler
+// in stream order, which keeps every lane FIFO and the registered mark
+// exact.
+func (o *Partition) writeLoop(ctx context.Context) error {
+	defer close(o.writerDone)
+	for {
+		var batch []*appendReq
+		select {
+		case req := <-o.appendCh:
+			batch = append(batch, req)
+		case <-ctx.Done():
+			return nil
+		}
+		n := len(batch[0].items)
+	drain:
+		for n < writeBatch {
 			select {
-			case ack = <-it.ack.Ok():
-			case err := <-it.ack.Err():
-				o.log.Warn("lane store write failed; retrying", "error", err)
-			case <-ctx.Done():
-				return
-			}
-			if ack == nil {
-				break
-			}
-			if ack.Sequence > through {
-				if _, seen := appends[it.id]; !seen {
-					order = append(order, it.id)
-				}
-				appends[it.id] = append(appends[it.id], scheduler.Entry{
-					Seq: ack.Sequence, EventID: it.ev.GetEventId(), AcceptedAt: it.ev.GetAcceptedAt().AsTime(), Event: it.ev,
-				})
-				through = ack.Sequence
-			}
-			done = i + 1
-		}
-		for _, id := range order {
-			o.deps.Scheduler.Append(o.p, id, appends[id]...)
-		}
-		// Only once the scheduler holds them may reclaim count these
-		// sequences as registered: before, its low-water mark does not
-		// see them and a purge would drop stored, undelivered events.
-		o.registeredThrough.Store(through)
-		for _, it := range items[:done] {
-			_ = it.in.Ack()
-		}
-		movedTotal.Add(float64(done))
-		items = items[done:]
-		if len(items) > 0 {
-			select {
-			case <-time.After(backoff):
-				backoff = min(2*backoff, 5*time.Second)
-			case <-ctx.Done():
-				return
+			case req := <-o.appendCh:
+				batch = append(batch, req)
+				n += len(req.items)
+			default:
+				break drain
 			}
 		}
+		o.write(ctx, batch)
+	}
+}
+
+func (o *Partition) write(ctx context.Context, batch []*appendReq) {
+	type pending struct {
+		req *appendReq
+		idx int
+		id  lanes.ID
+		ack jetstream.PubAckFuture
+	}
+	var all []pending
+	for _, req := range batch {
+		for i, it := range req.items {
+			ev := it.Event
+			all = append(all, pending{req: req, idx: i, id: lanes.ID{Destination: ev.GetDestinationId(), Customer: ev.GetCustomerId(), Key: ev.GetLaneKey()}})
+		}
+	}
+	var firstErr error
+	published := len(all)
+	for i := range all {
+		p := &all[i]
+		it := p.req.items[p.idx]
+		msg := nats.NewMsg(p.id.Subject(o.p))
+		msg.Data = it.Data
+		msg.Header.Set(jetstream.MsgIDHeader, it.MsgID)
+		f, err := o.deps.JS.PublishMsgAsync(msg)
+		if err != nil {
+			firstErr, published = err, i
+			break
+		}
+		p.ack = f
+	}
+	appends := make(map[lanes.ID][]scheduler.Entry)
+	var order []lanes.ID
+	results := make(map[*appendReq]*appendResult, len(batch))
+	for _, req := range batch {
+		results[req] = &appendResult{}
+	}
+	through := o.registeredThrough.Load()
+	stored := 0
+	for i := 0; i < published && firstErr == nil; i++ {
+		p := &all[i]
+		var ack *jetstream.PubAck
+		select {
+		case ack = <-p.ack.Ok():
+		case err := <-p.ack.Err():
+			firstErr = err
+		case <-ctx.Done():
+			firstErr = ErrNotOwned
+		}
+		if ack == nil {
+			break
+		}
+		if ack.Sequence > through {
+			ev := p.req.items[p.idx].Event
+			if _, seen := appends[p.id]; !seen {
+				order = append(order, p.id)
+			}
+			appends[p.id] = append(appends[p.id], scheduler.Entry{Seq: ack.Sequence, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Event: ev})
+			through = ack.Sequence
+		}
+		r := results[p.req]
+		r.stored++
+		r.duplicates = append(r.duplicates, ack.Duplicate)
+		stored++
+	}
+	for _, id := range order {
+		o.deps.Scheduler.Append(o.p, id, appends[id]...)
+	}
+	// Only once the scheduler holds them may reclaim count these sequences
+	// as registered: before, its low-water mark does not see them and a
+	// purge would drop stored, undelivered events.
+	o.registeredThrough.Store(through)
+	for _, req := range batch {
+		r := results[req]
+		if r.stored < len(req.items) {
+			r.err = firstErr
+			if r.err == nil {
+				r.err = errors.New("an earlier event of the same write failed")
+			}
+		}
+		req.done <- *r
 	}
 }
 
