@@ -89,6 +89,8 @@ type Agent struct {
 	mu             sync.Mutex
 	owned          map[int]*ownedPartition
 	applied        atomic.Uint64
+	// runCtx lives as long as Run: what outlives one Watch stream uses it.
+	runCtx context.Context
 }
 
 type ownedPartition struct {
@@ -152,6 +154,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 // no new attempt starts, attempts in flight finish (bounded by their
 // timeouts), the partitions flush, and the embedded server stops.
 func (a *Agent) Run(ctx context.Context) error {
+	a.runCtx = ctx
 	var workWG sync.WaitGroup
 	workWG.Add(1)
 	go func() {
@@ -201,12 +204,42 @@ func (a *Agent) own(ctx context.Context, p int) error {
 	op := &ownedPartition{part: part, cancel: cancel, done: make(chan struct{})}
 	a.owned[p] = op
 	go func() {
-		defer close(op.done)
-		if err := part.Run(pctx); err != nil {
-			a.log.Error("partition stopped", "partition", p, "error", err)
+		err := part.Run(pctx)
+		close(op.done)
+		if err != nil && pctx.Err() == nil {
+			// A write failed: rebuild the partition from its store.
+			a.log.Error("partition failed; reopening it", "partition", p, "error", err)
+			a.reopen(a.runCtx, p, op)
 		}
 	}()
 	return nil
+}
+
+// reopen replaces a failed partition with a fresh one rebuilt from the
+// store, unless it was released meanwhile.
+func (a *Agent) reopen(ctx context.Context, p int, failed *ownedPartition) {
+	a.mu.Lock()
+	if a.owned[p] != failed {
+		a.mu.Unlock()
+		return
+	}
+	a.sched.DropPartition(p)
+	failed.cancel()
+	delete(a.owned, p)
+	a.mu.Unlock()
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := a.own(ctx, p)
+		if err == nil {
+			return
+		}
+		a.log.Error("reopen partition", "partition", p, "error", err, "retry_in", backoff)
+		select {
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 10*time.Second)
+		case <-ctx.Done():
+		}
+	}
 }
 
 // releaseLocked stops a partition and forgets its lanes.

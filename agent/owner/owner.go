@@ -484,18 +484,43 @@ func (o *Partition) submit(ctx context.Context, items []Item) appendResult {
 
 const writeBatch = 2048
 
-// writeLoop is the lane store's single writer: it batches concurrent
-// appends (group commit), and registers what was stored with the scheduler
-// in stream order, which keeps every lane FIFO and the registered mark
-// exact.
+// ErrWriteFailed: the lane store refused or lost a write. Which events of
+// the writes in flight were stored is unknown, so the partition stops; the
+// agent reopens it, and the rebuild from the stream registers exactly what
+// is stored, in order. Callers retry with the same dedup ids.
+var ErrWriteFailed = errors.New("lane store write failed; partition restarting")
+
+// flight is one group of appends whose writes are out.
+type flight struct {
+	reqs    []*appendReq
+	futures [][]jetstream.PubAckFuture // per request, per item
+	err     error                      // a publish was refused
+}
+
+// writeLoop is the lane store's single writer. It batches concurrent
+// appends (group commit) and keeps several groups in flight; ackLoop
+// registers what was stored with the scheduler in stream order, which keeps
+// every lane FIFO and the registered mark exact.
 func (o *Partition) writeLoop(ctx context.Context) error {
 	defer close(o.writerDone)
+	flights := make(chan *flight, 32)
+	failed := make(chan struct{})
+	ackDone := make(chan error, 1)
+	go func() { ackDone <- o.ackLoop(flights, failed) }()
+	// stop closes the pipeline and waits until every caller was answered.
+	stop := func() error {
+		close(flights)
+		return <-ackDone
+	}
 	for {
 		var batch []*appendReq
 		select {
 		case req := <-o.appendCh:
 			batch = append(batch, req)
+		case <-failed:
+			return stop()
 		case <-ctx.Done():
+			stop()
 			return nil
 		}
 		n := len(batch[0].items)
@@ -509,72 +534,104 @@ func (o *Partition) writeLoop(ctx context.Context) error {
 				break drain
 			}
 		}
-		o.write(ctx, batch)
+		flights <- o.publish(batch)
 	}
 }
 
-func (o *Partition) write(ctx context.Context, batch []*appendReq) {
-	type pending struct {
-		req *appendReq
-		idx int
-		id  lanes.ID
-		ack jetstream.PubAckFuture
-	}
-	var all []pending
-	for _, req := range batch {
-		for i, it := range req.items {
+// publish sends every item of a group to the lane store without waiting.
+func (o *Partition) publish(batch []*appendReq) *flight {
+	f := &flight{reqs: batch, futures: make([][]jetstream.PubAckFuture, len(batch))}
+	for r, req := range batch {
+		f.futures[r] = make([]jetstream.PubAckFuture, 0, len(req.items))
+		if f.err != nil {
+			continue
+		}
+		for _, it := range req.items {
 			ev := it.Event
-			all = append(all, pending{req: req, idx: i, id: lanes.ID{Destination: ev.GetDestinationId(), Customer: ev.GetCustomerId(), Key: ev.GetLaneKey()}})
+			id := lanes.ID{Destination: ev.GetDestinationId(), Customer: ev.GetCustomerId(), Key: ev.GetLaneKey()}
+			msg := nats.NewMsg(id.Subject(o.p))
+			msg.Data = it.Data
+			msg.Header.Set(jetstream.MsgIDHeader, it.MsgID)
+			fut, err := o.deps.JS.PublishMsgAsync(msg)
+			if err != nil {
+				f.err = err
+				break
+			}
+			f.futures[r] = append(f.futures[r], fut)
 		}
 	}
-	var firstErr error
-	published := len(all)
-	for i := range all {
-		p := &all[i]
-		it := p.req.items[p.idx]
-		msg := nats.NewMsg(p.id.Subject(o.p))
-		msg.Data = it.Data
-		msg.Header.Set(jetstream.MsgIDHeader, it.MsgID)
-		f, err := o.deps.JS.PublishMsgAsync(msg)
-		if err != nil {
-			firstErr, published = err, i
-			break
+	return f
+}
+
+// ackLoop waits for the writes of each group in order, registers what was
+// stored and answers the callers. On the first failure it closes failed,
+// answers every caller still waiting with ErrWriteFailed, and returns the
+// failure once flights is closed.
+func (o *Partition) ackLoop(flights <-chan *flight, failed chan<- struct{}) error {
+	var failure error
+	for f := range flights {
+		if failure != nil {
+			for _, req := range f.reqs {
+				req.done <- appendResult{err: ErrWriteFailed}
+			}
+			continue
 		}
-		p.ack = f
+		if err := o.settle(f); err != nil {
+			o.log.Error("lane store write failed; restarting the partition", "error", err)
+			failure = fmt.Errorf("%w: %v", ErrWriteFailed, err)
+			close(failed)
+		}
+	}
+	return failure
+}
+
+// settle waits for one group's acks and registers it; all or nothing.
+func (o *Partition) settle(f *flight) error {
+	fail := func(err error) error {
+		for _, req := range f.reqs {
+			req.done <- appendResult{err: ErrWriteFailed}
+		}
+		return err
+	}
+	if f.err != nil {
+		return fail(f.err)
+	}
+	type stored struct {
+		id  lanes.ID
+		seq uint64
+		dup bool
+	}
+	acks := make([][]stored, len(f.reqs))
+	for r, req := range f.reqs {
+		acks[r] = make([]stored, len(req.items))
+		for i, fut := range f.futures[r] {
+			select {
+			case ack := <-fut.Ok():
+				ev := req.items[i].Event
+				acks[r][i] = stored{
+					id:  lanes.ID{Destination: ev.GetDestinationId(), Customer: ev.GetCustomerId(), Key: ev.GetLaneKey()},
+					seq: ack.Sequence, dup: ack.Duplicate,
+				}
+			case err := <-fut.Err():
+				return fail(err)
+			}
+		}
 	}
 	appends := make(map[lanes.ID][]scheduler.Entry)
 	var order []lanes.ID
-	results := make(map[*appendReq]*appendResult, len(batch))
-	for _, req := range batch {
-		results[req] = &appendResult{}
-	}
 	through := o.registeredThrough.Load()
-	stored := 0
-	for i := 0; i < published && firstErr == nil; i++ {
-		p := &all[i]
-		var ack *jetstream.PubAck
-		select {
-		case ack = <-p.ack.Ok():
-		case err := <-p.ack.Err():
-			firstErr = err
-		case <-ctx.Done():
-			firstErr = ErrNotOwned
-		}
-		if ack == nil {
-			break
-		}
-		if ack.Sequence > through {
-			ev := p.req.items[p.idx].Event
-			if _, seen := appends[p.id]; !seen {
-				order = append(order, p.id)
+	for r, req := range f.reqs {
+		for i, a := range acks[r] {
+			if a.seq <= through {
+				continue // already registered (or delivered): a duplicate
 			}
-			appends[p.id] = append(appends[p.id], scheduler.Entry{Seq: ack.Sequence, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Event: ev})
-			through = ack.Sequence
+			ev := req.items[i].Event
+			if _, seen := appends[a.id]; !seen {
+				order = append(order, a.id)
+			}
+			appends[a.id] = append(appends[a.id], scheduler.Entry{Seq: a.seq, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Event: ev})
+			through = a.seq
 		}
-		r := results[p.req]
-		r.stored++
-		r.duplicates = append(r.duplicates, ack.Duplicate)
-		stored++
 	}
 	for _, id := range order {
 		o.deps.Scheduler.Append(o.p, id, appends[id]...)
@@ -583,16 +640,14 @@ func (o *Partition) write(ctx context.Context, batch []*appendReq) {
 	// as registered: before, its low-water mark does not see them and a
 	// purge would drop stored, undelivered events.
 	o.registeredThrough.Store(through)
-	for _, req := range batch {
-		r := results[req]
-		if r.stored < len(req.items) {
-			r.err = firstErr
-			if r.err == nil {
-				r.err = errors.New("an earlier event of the same write failed")
-			}
+	for r, req := range f.reqs {
+		dups := make([]bool, len(acks[r]))
+		for i, a := range acks[r] {
+			dups[i] = a.dup
 		}
-		req.done <- *r
+		req.done <- appendResult{stored: len(req.items), duplicates: dups}
 	}
+	return nil
 }
 
 // ---- attempts ------------------------------------------------------------
