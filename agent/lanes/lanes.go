@@ -87,6 +87,11 @@ func (id ID) HeadSubject(p int) string { return fmt.Sprintf("ledger.%d.head.%s",
 // named by the dead event's lane-store sequence.
 func DeadSubject(p int, seq uint64) string { return fmt.Sprintf("ledger.%d.dead.%d", p, seq) }
 
+// DoneSubject is the ledger subject recording which lane-store sequences
+// were delivered or dead-lettered, in batches (so that a restart does not
+// deliver them again before their space is reclaimed).
+func DoneSubject(p int) string { return fmt.Sprintf("ledger.%d.done", p) }
+
 // ParseSubject turns a lane subject back into its partition and ID.
 func ParseSubject(subject string) (int, ID, error) {
 	rest, ok := strings.CutPrefix(subject, "lane.")

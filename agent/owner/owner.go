@@ -8,9 +8,11 @@ package owner
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,8 +89,10 @@ type Partition struct {
 	registeredThrough atomic.Uint64
 
 	reclaimMu     sync.Mutex
-	reclaimLanes  map[string]uint64 // lane subject → delivered through seq
+	doneSeqs      []uint64          // delivered or dead since the last done record
+	reclaimLanes  map[string]uint64 // lane subject → highest done seq, for space reclaim above the floor
 	reclaimLedger []string          // ledger subjects to purge
+	doneRecords   []doneRecord      // done records in the ledger, oldest first
 
 	// deadQueue holds dead letters waiting for the archive; they are durable
 	// in the ledger, so the queue may grow while the archive is down.
@@ -128,12 +132,12 @@ func Open(ctx context.Context, p int, deps Deps) (*Partition, error) {
 		return nil, fmt.Errorf("partition %d: create lane store: %w", p, err)
 	}
 	o.ledger, err = deps.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:              lanes.LedgerStream(p),
-		Description:       fmt.Sprintf("Tier 2: attempt state and unarchived dead letters of partition %d.", p),
-		Subjects:          []string{lanes.LedgerFilter(p)},
-		Storage:           jetstream.FileStorage,
-		Replicas:          1,
-		MaxMsgsPerSubject: 1,
+		Name:        lanes.LedgerStream(p),
+		Description: fmt.Sprintf("Tier 2: attempt state and unarchived dead letters of partition %d.", p),
+		Subjects:    []string{lanes.LedgerFilter(p)},
+		Storage:     jetstream.FileStorage,
+		Replicas:    1,
+		AllowRollup: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("partition %d: create ledger: %w", p, err)
@@ -200,7 +204,25 @@ func (o *Partition) rebuild(ctx context.Context) error {
 	heads := make(map[string]*rivorav1.LaneHead) // lane subject → head state
 	deadSeqs := make(map[uint64]bool)
 	var dead []*rivorav1.DeadLetter
+	doneSet := make(map[uint64]bool)
 	err := scan(ctx, o.ledger, func(msg jetstream.Msg) error {
+		if msg.Subject() == lanes.DoneSubject(o.p) {
+			seqs, err := decodeDone(msg.Data())
+			if err != nil {
+				return fmt.Errorf("decode done record: %w", err)
+			}
+			meta, err := msg.Metadata()
+			if err != nil {
+				return err
+			}
+			rec := doneRecord{ledgerSeq: meta.Sequence.Stream}
+			for _, s := range seqs {
+				doneSet[s] = true
+				rec.max = max(rec.max, s)
+			}
+			o.doneRecords = append(o.doneRecords, rec)
+			return nil
+		}
 		_, id, isDead, seq, err := lanes.ParseLedgerSubject(msg.Subject())
 		if err != nil {
 			o.log.Warn("ignoring malformed ledger entry", "subject", msg.Subject(), "error", err)
@@ -243,7 +265,9 @@ func (o *Partition) rebuild(ctx context.Context) error {
 		}
 		seq := meta.Sequence.Stream
 		subject := msg.Subject()
-		if deadSeqs[seq] {
+		if deadSeqs[seq] || doneSet[seq] {
+			// Delivered or dead before the restart; its space was not
+			// reclaimed yet.
 			o.noteReclaim(subject, seq)
 			return nil
 		}
@@ -748,7 +772,7 @@ func (o *Partition) retryLater(ctx context.Context, a *scheduler.Attempt, head s
 		LastAttemptAt:     timestamppb.New(head.LastAttemptAt),
 		HeldByDestination: head.HeldByDestination,
 	}
-	if err := o.writeLedger(ctx, a.Lane.ID.HeadSubject(o.p), rec); err != nil {
+	if err := o.writeLedger(ctx, a.Lane.ID.HeadSubject(o.p), rec, rollup); err != nil {
 		// The retry still happens; after a crash this attempt would not be
 		// counted.
 		o.log.Warn("ledger write failed", "lane", a.Lane.ID.String(), "error", err)
@@ -816,12 +840,20 @@ func (o *Partition) deadLetter(ev *rivorav1.Event, seq uint64, head scheduler.He
 	return dl
 }
 
-func (o *Partition) writeLedger(ctx context.Context, subject string, m proto.Message) error {
+// rollup makes a ledger write replace every earlier message on its subject.
+const rollup = true
+
+func (o *Partition) writeLedger(ctx context.Context, subject string, m proto.Message, replace ...bool) error {
 	data, err := proto.Marshal(m)
 	if err != nil {
 		return err
 	}
-	_, err = o.deps.JS.Publish(ctx, subject, data)
+	msg := nats.NewMsg(subject)
+	msg.Data = data
+	if len(replace) > 0 && replace[0] {
+		msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	}
+	_, err = o.deps.JS.PublishMsg(ctx, msg)
 	return err
 }
 
@@ -928,12 +960,28 @@ func reasonLabel(r rivorav1.DeadReason) string {
 	}
 }
 
-// ---- reclaim: delete delivered events in batches ---------------------------
+// ---- reclaim: record what is done, and free its space --------------------
 
-const reclaimEvery = 200 * time.Millisecond
+const (
+	reclaimEvery = 200 * time.Millisecond
+	// Above the low-water mark, space of done events is freed lane by lane
+	// only when this many lanes hold some (a lane stuck behind a failing
+	// destination keeps the mark low), and at most reclaimLanesPerTick at
+	// a time.
+	reclaimPressure     = 10_000
+	reclaimLanesPerTick = 500
+)
+
+// doneRecord is one done record in the ledger: its ledger sequence and the
+// highest lane-store sequence it lists.
+type doneRecord struct {
+	ledgerSeq uint64
+	max       uint64
+}
 
 func (o *Partition) noteReclaim(subject string, seq uint64) {
 	o.reclaimMu.Lock()
+	o.doneSeqs = append(o.doneSeqs, seq)
 	if seq > o.reclaimLanes[subject] {
 		o.reclaimLanes[subject] = seq
 	}
@@ -946,28 +994,58 @@ func (o *Partition) noteLedgerPurge(subject string) {
 	o.reclaimMu.Unlock()
 }
 
-// reclaimLoop removes delivered and archived events from the lane store.
-// Deleting per delivery would cost a store operation per event; instead,
-// every tick it purges everything below the partition's low-water mark in
-// one operation, and per lane only what lies above it. A crash loses at
-// most one tick of reclaiming: those events are delivered again
+// encodeDone packs sequences as sorted uvarint deltas.
+func encodeDone(seqs []uint64) []byte {
+	slices.Sort(seqs)
+	out := make([]byte, 0, 3*len(seqs))
+	var prev uint64
+	for _, s := range seqs {
+		out = binary.AppendUvarint(out, s-prev)
+		prev = s
+	}
+	return out
+}
+
+func decodeDone(data []byte) ([]uint64, error) {
+	var out []uint64
+	var prev uint64
+	for len(data) > 0 {
+		d, n := binary.Uvarint(data)
+		if n <= 0 {
+			return nil, errors.New("bad varint")
+		}
+		prev += d
+		out = append(out, prev)
+		data = data[n:]
+	}
+	return out, nil
+}
+
+// reclaimLoop makes "delivered" durable without a store operation per
+// event: every tick it appends one done record listing the sequences
+// delivered or dead-lettered since the last (a restart skips them), purges
+// the lane store below the partition's low-water mark in one operation,
+// drops done records that only list purged sequences, and — only when
+// many lanes above the mark hold done events — frees those lane by lane.
+// A crash loses at most one tick: those events are delivered again
 // (at-least-once), never lost.
 func (o *Partition) reclaimLoop(ctx context.Context) error {
 	t := time.NewTicker(reclaimEvery)
 	defer t.Stop()
 	var purgedBelow uint64
+	garbage := make(map[string]uint64) // lanes above the mark holding done events
 	for {
 		select {
 		case <-ctx.Done():
+			o.recordDone(context.WithoutCancel(ctx))
 			return nil
 		case <-t.C:
 		}
-		o.reclaimMu.Lock()
-		dirty, ledger := o.reclaimLanes, o.reclaimLedger
-		if len(dirty) == 0 && len(ledger) == 0 {
-			o.reclaimMu.Unlock()
+		if !o.recordDone(ctx) {
 			continue
 		}
+		o.reclaimMu.Lock()
+		dirty, ledger := o.reclaimLanes, o.reclaimLedger
 		o.reclaimLanes, o.reclaimLedger = make(map[string]uint64), nil
 		o.reclaimMu.Unlock()
 
@@ -982,14 +1060,27 @@ func (o *Partition) reclaimLoop(ctx context.Context) error {
 				purgedBelow = floor - 1
 			}
 		}
+		o.compactDone(ctx, purgedBelow)
 		for subject, seq := range dirty {
+			if seq > garbage[subject] {
+				garbage[subject] = seq
+			}
+		}
+		purged := 0
+		for subject, seq := range garbage {
 			if seq <= purgedBelow {
+				delete(garbage, subject)
+				continue
+			}
+			if len(garbage) < reclaimPressure || purged >= reclaimLanesPerTick {
 				continue
 			}
 			if err := o.lanes.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(seq+1)); err != nil {
-				o.log.Warn("purge delivered events failed", "lane", subject, "error", err)
-				o.noteReclaim(subject, seq)
+				o.log.Warn("purge done events failed", "lane", subject, "error", err)
+				continue
 			}
+			delete(garbage, subject)
+			purged++
 		}
 		for _, subject := range ledger {
 			if err := o.ledger.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
@@ -997,6 +1088,49 @@ func (o *Partition) reclaimLoop(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// recordDone appends the done record of this tick; false when there was
+// nothing new and nothing to do.
+func (o *Partition) recordDone(ctx context.Context) bool {
+	o.reclaimMu.Lock()
+	seqs := o.doneSeqs
+	o.doneSeqs = nil
+	idle := len(seqs) == 0 && len(o.reclaimLanes) == 0 && len(o.reclaimLedger) == 0
+	o.reclaimMu.Unlock()
+	if idle {
+		return false
+	}
+	if len(seqs) == 0 {
+		return true
+	}
+	ack, err := o.deps.JS.Publish(ctx, lanes.DoneSubject(o.p), encodeDone(seqs))
+	if err != nil {
+		o.log.Warn("done record write failed; retrying next tick", "events", len(seqs), "error", err)
+		o.reclaimMu.Lock()
+		o.doneSeqs = append(o.doneSeqs, seqs...)
+		o.reclaimMu.Unlock()
+		return true
+	}
+	o.doneRecords = append(o.doneRecords, doneRecord{ledgerSeq: ack.Sequence, max: slices.Max(seqs)})
+	return true
+}
+
+// compactDone drops the oldest done records once every sequence they list
+// is purged from the lane store.
+func (o *Partition) compactDone(ctx context.Context, purgedBelow uint64) {
+	k := 0
+	for k < len(o.doneRecords) && o.doneRecords[k].max <= purgedBelow {
+		k++
+	}
+	if k == 0 {
+		return
+	}
+	if err := o.ledger.Purge(ctx, jetstream.WithPurgeSubject(lanes.DoneSubject(o.p)), jetstream.WithPurgeSequence(o.doneRecords[k-1].ledgerSeq+1)); err != nil {
+		o.log.Warn("compact done records failed", "error", err)
+		return
+	}
+	o.doneRecords = o.doneRecords[k:]
 }
 
 // ---- archive: dead letters to tier 3 -------------------------------------
