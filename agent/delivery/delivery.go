@@ -10,13 +10,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rivora/rivora/agent/destinations"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
-	"github.com/rivora/rivora/sdk/webhook"
 )
 
 // Request is one attempt.
@@ -81,18 +81,19 @@ func (s *Sender) Send(ctx context.Context, req Request) Result {
 	if err != nil {
 		return Result{Err: fmt.Errorf("build request: %w", err)}
 	}
+	// Canonical keys assigned directly: this runs once per attempt.
 	h := hreq.Header
-	h.Set("content-type", ev.GetContentType())
-	h.Set("user-agent", s.userAgent)
-	h.Set(webhook.HeaderID, ev.GetEventId())
-	h.Set(webhook.HeaderTimestamp, strconv.FormatInt(ts, 10))
-	h.Set(webhook.HeaderSignature, req.Endpoint.Signer.Sign(ev.GetEventId(), ts, ev.GetPayload()))
-	h.Set("rivora-customer", ev.GetCustomerId())
-	h.Set("rivora-lane", ev.GetLaneKey())
-	h.Set("rivora-attempt", strconv.Itoa(req.Attempt))
-	h.Set("rivora-event-type", ev.GetType())
+	h["Content-Type"] = []string{ev.GetContentType()}
+	h["User-Agent"] = []string{s.userAgent}
+	h["Webhook-Id"] = []string{ev.GetEventId()}
+	h["Webhook-Timestamp"] = []string{strconv.FormatInt(ts, 10)}
+	h["Webhook-Signature"] = []string{req.Endpoint.Signer.Sign(ev.GetEventId(), ts, ev.GetPayload())}
+	h["Rivora-Customer"] = []string{ev.GetCustomerId()}
+	h["Rivora-Lane"] = []string{headerSafe(ev.GetLaneKey())}
+	h["Rivora-Attempt"] = []string{strconv.Itoa(req.Attempt)}
+	h["Rivora-Event-Type"] = []string{headerSafe(ev.GetType())}
 	if ev.GetReplayed() {
-		h.Set("rivora-replay", "true")
+		h["Rivora-Replay"] = []string{"true"}
 	}
 	resp, err := s.client.Do(hreq)
 	elapsed := s.now().Sub(start)
@@ -114,6 +115,18 @@ func (s *Sender) Send(ctx context.Context, req Request) Result {
 	}
 	res.Err = errors.New(msg)
 	return res
+}
+
+// headerSafe returns v when it is printable ASCII, else its RFC 5987 form
+// "UTF-8''<percent-encoded>": lane keys and types are arbitrary UTF-8, and
+// a header value may not carry control characters.
+func headerSafe(v string) string {
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return "UTF-8''" + url.PathEscape(v)
+		}
+	}
+	return v
 }
 
 func describeTransportError(err error, timeout time.Duration) error {
