@@ -118,7 +118,7 @@ func (s *Sender) Send(ctx context.Context, req Request) Result {
 }
 
 // headerSafe returns v when it is printable ASCII, else its RFC 5987 form
-// "UTF-8''<percent-encoded>": lane keys and types are arbitrary UTF-8, and
+// "UTF-8”<percent-encoded>": lane keys and types are arbitrary UTF-8, and
 // a header value may not carry control characters.
 func headerSafe(v string) string {
 	for i := 0; i < len(v); i++ {
