@@ -117,12 +117,12 @@ func (s *Sender) Send(ctx context.Context, req Request) Result {
 	return res
 }
 
-// headerSafe returns v when it is printable ASCII, else its RFC 5987 form
-// "UTF-8”<percent-encoded>": lane keys and types are arbitrary UTF-8, and
-// a header value may not carry control characters.
+// headerSafe returns v unless it holds control characters, which a header
+// value may not carry (lane keys and types are arbitrary UTF-8); then its
+// RFC 5987 form: UTF-8'' followed by the percent-encoded value.
 func headerSafe(v string) string {
 	for i := 0; i < len(v); i++ {
-		if v[i] < 0x20 || v[i] > 0x7e {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
 			return "UTF-8''" + url.PathEscape(v)
 		}
 	}
