@@ -119,7 +119,7 @@ func (s *Sender) Send(ctx context.Context, req Request) Result {
 
 // headerSafe returns v unless it holds control characters, which a header
 // value may not carry (lane keys and types are arbitrary UTF-8); then its
-// RFC 5987 form: UTF-8'' followed by the percent-encoded value.
+// RFC 5987 form: UTF-8” followed by the percent-encoded value.
 func headerSafe(v string) string {
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
