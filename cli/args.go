@@ -28,10 +28,7 @@ func isFlagToken(t string) bool {
 // flagName returns the name of a flag token ("-o", "--output=json" →
 // "o", "output") and whether the token carries its value after "=".
 func flagName(t string) (name string, inline bool) {
-	n := t[1:]
-	if strings.HasPrefix(n, "-") {
-		n = n[1:]
-	}
+	n := strings.TrimPrefix(t[1:], "-")
 	name, _, inline = strings.Cut(n, "=")
 	return name, inline
 }

@@ -395,11 +395,10 @@ func TestSetPriority(t *testing.T) {
 		_, err := d.admin.SetPriority(context.Background(), connect.NewRequest(tc.req))
 		wantCode(t, name, err, connect.CodeInvalidArgument, tc.mentions...)
 	}
-	resp, err := d.admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "orders", Class: rivorav1.PriorityClass_PRIORITY_CLASS_HIGH}))
-	if err != nil {
+	if _, err := d.admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "orders", Class: rivorav1.PriorityClass_PRIORITY_CLASS_HIGH})); err != nil {
 		t.Fatal(err)
 	}
-	resp, err = d.admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "orders", CustomerId: "acme", Weight: w(4)}))
+	resp, err := d.admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "orders", CustomerId: "acme", Weight: w(4)}))
 	if err != nil {
 		t.Fatal(err)
 	}
