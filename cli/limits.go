@@ -199,15 +199,7 @@ func (e *env) setLimits(c *ucli.Context) error {
 	if err != nil {
 		return callFailed("set limits override", err, notFoundHint)
 	}
-	if e.output == "json" {
-		err = writeJSON(e.out, resp.Msg.GetLimits())
-	} else {
-		err = e.writeLimits(resp.Msg.GetLimits())
-	}
-	if err != nil {
-		return err
-	}
-	return e.afterChange(c, resp.Msg.GetVersion())
+	return e.limitsChanged(c, resp.Msg.GetLimits(), resp.Msg.GetVersion())
 }
 
 func (e *env) clearLimits(c *ucli.Context) error {
@@ -220,15 +212,22 @@ func (e *env) clearLimits(c *ucli.Context) error {
 	if err != nil {
 		return callFailed("clear limits override", err, notFoundHint)
 	}
+	return e.limitsChanged(c, resp.Msg.GetLimits(), resp.Msg.GetVersion())
+}
+
+// limitsChanged shows a destination's limits after a change, then honours
+// --wait.
+func (e *env) limitsChanged(c *ucli.Context, l *rivorav1.GetLimitsResponse, version uint64) error {
+	var err error
 	if e.output == "json" {
-		err = writeJSON(e.out, resp.Msg.GetLimits())
+		err = writeJSON(e.out, l)
 	} else {
-		err = e.writeLimits(resp.Msg.GetLimits())
+		err = e.writeLimits(l)
 	}
 	if err != nil {
 		return err
 	}
-	return e.afterChange(c, resp.Msg.GetVersion())
+	return e.afterChange(c, version)
 }
 
 func (e *env) diffLimits(c *ucli.Context) error {
