@@ -45,7 +45,9 @@ const Prefix = "deadletter/"
 func DestinationPrefix(destination string) string { return Prefix + destination + "/" }
 
 // Key names the object holding dead letters of one destination that died
-// in the hour of deadAt, from partition p's lane-store sequences first..last.
+// in the hour of deadAt, recorded in partition p's ledger at sequences
+// first..last. Keys of one destination sort in the order its dead letters
+// were recorded, which is lane order.
 func Key(destination string, deadAt time.Time, partition int, first, last uint64) string {
 	t := deadAt.UTC()
 	// Zero-padded so that sorting keys sorts objects in lane order.

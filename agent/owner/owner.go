@@ -97,9 +97,14 @@ type Partition struct {
 	// deadQueue holds dead letters waiting for the archive; they are durable
 	// in the ledger, so the queue may grow while the archive is down.
 	deadMu     sync.Mutex
-	deadQueue  []*rivorav1.DeadLetter
+	deadQueue  []queuedDead
 	deadReady  chan struct{}
 	unarchived map[string]int // per destination: in the ledger, not yet archived
+
+	// deadWriteMu makes a dead letter's ledger write and its place in the
+	// archive queue one step, so the queue is in ledger order — and so in
+	// lane order, which archive object names keep for replay.
+	deadWriteMu sync.Mutex
 
 	appendCh   chan *appendReq
 	writerDone chan struct{}
@@ -203,7 +208,7 @@ func (o *Partition) rebuild(ctx context.Context) error {
 	start := time.Now()
 	heads := make(map[string]*rivorav1.LaneHead) // lane subject → head state
 	deadSeqs := make(map[uint64]bool)
-	var dead []*rivorav1.DeadLetter
+	var dead []queuedDead
 	doneSet := make(map[uint64]bool)
 	err := scan(ctx, o.ledger, func(msg jetstream.Msg) error {
 		if msg.Subject() == lanes.DoneSubject(o.p) {
@@ -233,8 +238,12 @@ func (o *Partition) rebuild(ctx context.Context) error {
 			if err := proto.Unmarshal(msg.Data(), dl); err != nil {
 				return fmt.Errorf("decode dead letter %d: %w", seq, err)
 			}
+			meta, err := msg.Metadata()
+			if err != nil {
+				return err
+			}
 			deadSeqs[seq] = true
-			dead = append(dead, dl)
+			dead = append(dead, queuedDead{dl: dl, ledgerSeq: meta.Sequence.Stream})
 			return nil
 		}
 		h := &rivorav1.LaneHead{}
@@ -311,7 +320,6 @@ func (o *Partition) rebuild(ctx context.Context) error {
 	}
 	o.registeredThrough.Store(info.State.LastSeq)
 	o.queueDead(dead...)
-	unarchived.Add(float64(len(dead)))
 	if events > 0 || len(dead) > 0 {
 		o.log.Info("partition rebuilt", "lanes", len(order), "events", events, "dead_unarchived", len(dead), "took", time.Since(start).Round(time.Millisecond))
 	}
@@ -782,7 +790,7 @@ func (o *Partition) retryLater(ctx context.Context, a *scheduler.Attempt, head s
 
 func (o *Partition) kill(ctx context.Context, a *scheduler.Attempt, ev *rivorav1.Event, head scheduler.Head, reason rivorav1.DeadReason) {
 	dl := o.deadLetter(ev, a.Entry.Seq, head, reason)
-	if err := o.writeLedger(ctx, lanes.DeadSubject(o.p, a.Entry.Seq), dl); err != nil {
+	if err := o.recordDead(ctx, dl); err != nil {
 		// The lane may only advance once the dead letter is durable; try
 		// again shortly.
 		o.log.Warn("ledger write of dead letter failed; holding the lane", "event_id", ev.GetEventId(), "error", err)
@@ -794,8 +802,6 @@ func (o *Partition) kill(ctx context.Context, a *scheduler.Attempt, ev *rivorav1
 	o.afterAdvance(a, out)
 	o.deps.History.Record(deadOutcome(ev, reason))
 	deadTotal.WithLabelValues(ev.GetDestinationId(), reasonLabel(reason)).Inc()
-	unarchived.Inc()
-	o.queueDead(dl)
 }
 
 // Unarchived is how many dead letters of a destination wait for the
@@ -806,16 +812,24 @@ func (o *Partition) Unarchived(destinationID string) int {
 	return o.unarchived[destinationID]
 }
 
-func (o *Partition) queueDead(dls ...*rivorav1.DeadLetter) {
+// queuedDead is a dead letter waiting for the archive, with the ledger
+// sequence of its record (the order archive objects are named in).
+type queuedDead struct {
+	dl        *rivorav1.DeadLetter
+	ledgerSeq uint64
+}
+
+func (o *Partition) queueDead(dls ...queuedDead) {
 	if len(dls) == 0 {
 		return
 	}
 	o.deadMu.Lock()
 	o.deadQueue = append(o.deadQueue, dls...)
-	for _, dl := range dls {
-		o.unarchived[dl.GetEvent().GetDestinationId()]++
+	for _, d := range dls {
+		o.unarchived[d.dl.GetEvent().GetDestinationId()]++
 	}
 	o.deadMu.Unlock()
+	unarchived.Add(float64(len(dls)))
 	select {
 	case o.deadReady <- struct{}{}:
 	default:
@@ -844,17 +858,40 @@ func (o *Partition) deadLetter(ev *rivorav1.Event, seq uint64, head scheduler.He
 const rollup = true
 
 func (o *Partition) writeLedger(ctx context.Context, subject string, m proto.Message, replace ...bool) error {
+	_, err := o.appendLedger(ctx, subject, m, replace...)
+	return err
+}
+
+// appendLedger writes to the ledger and returns the write's ledger sequence.
+func (o *Partition) appendLedger(ctx context.Context, subject string, m proto.Message, replace ...bool) (uint64, error) {
 	data, err := proto.Marshal(m)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = data
 	if len(replace) > 0 && replace[0] {
 		msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	}
-	_, err = o.deps.JS.PublishMsg(ctx, msg)
-	return err
+	ack, err := o.deps.JS.PublishMsg(ctx, msg)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// recordDead makes a dead letter durable in the ledger and queues it for
+// the archive, as one step (see deadWriteMu). Until it returns, the lane
+// must not advance: the lane's next dead letter comes after this one.
+func (o *Partition) recordDead(ctx context.Context, dl *rivorav1.DeadLetter) error {
+	o.deadWriteMu.Lock()
+	defer o.deadWriteMu.Unlock()
+	seq, err := o.appendLedger(ctx, lanes.DeadSubject(o.p, dl.GetLaneSeq()), dl)
+	if err != nil {
+		return err
+	}
+	o.queueDead(queuedDead{dl: dl, ledgerSeq: seq})
+	return nil
 }
 
 func (o *Partition) afterAdvance(a *scheduler.Attempt, out scheduler.Outcome) {
@@ -879,15 +916,13 @@ func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string
 				continue
 			}
 			dl := o.deadLetter(ev, e.Seq, scheduler.Head{}, rivorav1.DeadReason_DEAD_REASON_DELETED)
-			if err := o.writeLedger(ctx, lanes.DeadSubject(o.p, e.Seq), dl); err != nil {
+			if err := o.recordDead(ctx, dl); err != nil {
 				firstErr = cmpErr(firstErr, err)
 				continue
 			}
 			o.noteReclaim(lane.Subject, e.Seq)
 			o.deps.History.Record(deadOutcome(ev, dl.Reason))
 			deadTotal.WithLabelValues(destinationID, reasonLabel(dl.Reason)).Inc()
-			unarchived.Inc()
-			o.queueDead(dl)
 			n++
 		}
 		o.noteLedgerPurge(lane.ID.HeadSubject(o.p))
@@ -1172,28 +1207,36 @@ func (o *Partition) archiveLoop(ctx context.Context) error {
 }
 
 // archive writes a batch, retrying until it succeeds; false when ctx ended.
-func (o *Partition) archive(ctx context.Context, batch []*rivorav1.DeadLetter) bool {
+//
+// The queue is in ledger order, which within a lane is lane order, so an
+// object named by the ledger sequences of its first and last records sorts
+// before every later object of its destination: replaying objects in key
+// order replays each lane in order.
+func (o *Partition) archive(ctx context.Context, batch []queuedDead) bool {
 	type group struct {
-		dest  string
-		hour  time.Time
-		items []*rivorav1.DeadLetter
+		dest        string
+		hour        time.Time
+		first, last uint64
+		items       []*rivorav1.DeadLetter
 	}
 	groups := make(map[string]*group)
 	var order []string
-	for _, dl := range batch {
+	for _, d := range batch {
+		dl := d.dl
 		hour := dl.GetDeadAt().AsTime().UTC().Truncate(time.Hour)
 		k := dl.GetEvent().GetDestinationId() + "|" + hour.String()
 		g := groups[k]
 		if g == nil {
-			g = &group{dest: dl.GetEvent().GetDestinationId(), hour: hour}
+			g = &group{dest: dl.GetEvent().GetDestinationId(), hour: hour, first: d.ledgerSeq}
 			groups[k] = g
 			order = append(order, k)
 		}
 		g.items = append(g.items, dl)
+		g.last = d.ledgerSeq
 	}
 	for _, k := range order {
 		g := groups[k]
-		key := archive.Key(g.dest, g.hour, o.p, g.items[0].GetLaneSeq(), g.items[len(g.items)-1].GetLaneSeq())
+		key := archive.Key(g.dest, g.hour, o.p, g.first, g.last)
 		backoff := 500 * time.Millisecond
 		for {
 			err := o.deps.Archive.Put(ctx, key, g.items)

@@ -1,0 +1,397 @@
+package e2e
+
+// A real MinIO server for the archive tests (tier 3 on S3). The server is a
+// Go module built as a tool outside the project (it is large and AGPL: never
+// imported); see shared/infra/README.md.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// minioModule is the MinIO server version installed when `minio` is missing.
+const minioModule = "github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c"
+
+// minioInstallTimeout bounds a cold build (10–20 min on 2 cores).
+const minioInstallTimeout = 45 * time.Minute
+
+var (
+	minioOnce    sync.Once
+	minioPath    string
+	minioFindErr error
+)
+
+// minioBinary returns the path of a MinIO server binary: `minio` on PATH,
+// else $(go env GOPATH)/bin/minio, else it installs it there (once per test
+// binary; concurrent callers wait). A failed install fails the test with
+// the build output.
+func minioBinary(t testing.TB) string {
+	t.Helper()
+	minioOnce.Do(func() { minioPath, minioFindErr = findOrInstallMinIO(t) })
+	if minioFindErr != nil {
+		t.Fatalf("MinIO server binary: %v", minioFindErr)
+	}
+	return minioPath
+}
+
+func findOrInstallMinIO(t testing.TB) (string, error) {
+	if p, err := exec.LookPath("minio"); err == nil {
+		return p, nil
+	}
+	out, err := exec.Command("go", "env", "GOPATH").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOPATH: %w", err)
+	}
+	gopath := strings.TrimSpace(string(out))
+	if i := strings.IndexByte(gopath, os.PathListSeparator); i >= 0 {
+		gopath = gopath[:i] // go install puts tools in the first entry
+	}
+	if gopath == "" {
+		return "", errors.New("go env GOPATH is empty")
+	}
+	gobin := filepath.Join(gopath, "bin")
+	bin := filepath.Join(gobin, "minio")
+	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return bin, nil
+	}
+	return bin, installMinIO(t, gobin, bin)
+}
+
+// installMinIO runs `go install` of the MinIO server into gobin, from a
+// temporary directory outside the repository so that the project's go.mod
+// plays no part.
+func installMinIO(t testing.TB, gobin, bin string) error {
+	timeout := minioInstallTimeout
+	if dl, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if end, ok := dl.Deadline(); ok {
+			// Leave time to report before `go test -timeout` panics.
+			if left := time.Until(end) - time.Minute; left < timeout {
+				timeout = max(left, time.Minute)
+			}
+		}
+	}
+	work, err := os.MkdirTemp("", "rivora-minio-install-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	t.Logf("minio not found on PATH nor in %s: installing %s (a cold build takes 5–20 min on 2 cores; allowing %s)", gobin, minioModule, timeout.Round(time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "install", minioModule)
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=-mod=mod", "GOWORK=off")
+	cmd.WaitDelay = 10 * time.Second
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("go install %s: %w", minioModule, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	tick := time.NewTicker(30 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				hint := ""
+				if ctx.Err() != nil {
+					hint = fmt.Sprintf(" (stopped after %s; the build cache keeps the progress: run again, with a larger go test -timeout such as 60m)", timeout.Round(time.Second))
+				}
+				return fmt.Errorf("go install %s failed after %s%s: %v\n%s", minioModule, time.Since(start).Round(time.Second), hint, err, out.String())
+			}
+			if _, err := os.Stat(bin); err != nil {
+				return fmt.Errorf("go install %s succeeded but %s is missing: %v\n%s", minioModule, bin, err, out.String())
+			}
+			t.Logf("installed %s in %s", bin, time.Since(start).Round(time.Second))
+			return nil
+		case <-tick.C:
+			t.Logf("still building the MinIO server (%s so far)…", time.Since(start).Round(time.Second))
+		}
+	}
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// minioServer is a MinIO server process on 127.0.0.1 with its data in a
+// temporary directory. Stop and Start simulate the object store going down
+// and coming back: same directory, same address, same credentials.
+type minioServer struct {
+	t         testing.TB
+	bin       string
+	dir       string
+	certsDir  string
+	addr      string
+	console   string
+	AccessKey string
+	SecretKey string
+	logPath   string
+	runs      int
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	werr error
+}
+
+// startMinIO starts a fresh MinIO server and waits until it is live. It is
+// killed when the test ends; its log is printed when the test failed.
+func startMinIO(t testing.TB) *minioServer {
+	t.Helper()
+	m := &minioServer{
+		t:         t,
+		bin:       minioBinary(t),
+		dir:       t.TempDir(),
+		certsDir:  t.TempDir(),
+		addr:      "127.0.0.1:" + strconv.Itoa(freePort(t)),
+		console:   "127.0.0.1:" + strconv.Itoa(freePort(t)),
+		AccessKey: "rivora-e2e",
+		SecretKey: "rivora-e2e-secret-key",
+		logPath:   filepath.Join(t.TempDir(), "minio.log"),
+	}
+	t.Cleanup(func() {
+		m.kill()
+		if t.Failed() {
+			m.dumpLog()
+		}
+	})
+	m.Start()
+	return m
+}
+
+// Endpoint is HOST:PORT, as `rivora dev --s3-endpoint` wants it.
+func (m *minioServer) Endpoint() string { return m.addr }
+
+// DevArgs are the `rivora dev` flags that archive to this server.
+func (m *minioServer) DevArgs(bucket string) []string {
+	return []string{
+		"--s3-endpoint", m.addr, "--s3-bucket", bucket,
+		"--s3-access-key", m.AccessKey, "--s3-secret-key", m.SecretKey, "--s3-insecure",
+	}
+}
+
+func (m *minioServer) running() bool {
+	m.mu.Lock()
+	done := m.done
+	m.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Start starts the server (again) on the same directory and address and
+// waits until GET /minio/health/live answers 200 and S3 calls are served
+// (live comes a moment before the object layer is initialised).
+func (m *minioServer) Start() {
+	m.t.Helper()
+	if m.running() {
+		m.t.Fatalf("MinIO Start: already running")
+	}
+	f, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		m.t.Fatalf("open MinIO log: %v", err)
+	}
+	m.runs++
+	args := []string{"server", m.dir, "--address", m.addr, "--console-address", m.console, "--certs-dir", m.certsDir, "--quiet"}
+	fmt.Fprintf(f, "==== run %d: minio %s\n", m.runs, strings.Join(args, " "))
+	cmd := exec.Command(m.bin, args...)
+	cmd.Env = append(os.Environ(),
+		"MINIO_ROOT_USER="+m.AccessKey,
+		"MINIO_ROOT_PASSWORD="+m.SecretKey,
+		"MINIO_UPDATE=off",
+		"MINIO_BROWSER=off",
+	)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		m.t.Fatalf("start minio: %v", err)
+	}
+	done := make(chan struct{})
+	m.mu.Lock()
+	m.cmd, m.done, m.werr = cmd, done, nil
+	m.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		m.mu.Lock()
+		m.werr = err
+		m.mu.Unlock()
+		f.Close()
+		close(done)
+	}()
+	m.waitLive(90 * time.Second)
+}
+
+func (m *minioServer) waitLive(timeout time.Duration) {
+	m.t.Helper()
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		if !m.running() {
+			m.mu.Lock()
+			err := m.werr
+			m.mu.Unlock()
+			m.dumpLog()
+			m.t.Fatalf("minio exited before it was live: %v", err)
+		}
+		resp, err := client.Get("http://" + m.addr + "/minio/health/live")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := m.Client().ListBuckets(ctx)
+				cancel()
+				if err == nil {
+					return
+				}
+				last = "live, but ListBuckets: " + err.Error()
+			} else {
+				last = resp.Status
+			}
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			m.dumpLog()
+			m.t.Fatalf("minio on %s not live after %s (last: %s)", m.addr, timeout, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Stop ends the server (SIGTERM, then SIGKILL after 10 s) and waits until
+// its address refuses connections.
+func (m *minioServer) Stop() {
+	m.t.Helper()
+	if !m.running() {
+		m.t.Fatalf("MinIO Stop: not running")
+	}
+	m.mu.Lock()
+	cmd, done := m.cmd, m.done
+	m.mu.Unlock()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		m.t.Fatalf("SIGTERM minio: %v", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-done
+	}
+	client := &http.Client{Timeout: time.Second}
+	waitFor(m.t, 10*time.Second, "the stopped MinIO to stop answering", func() bool {
+		resp, err := client.Get("http://" + m.addr + "/minio/health/live")
+		if err != nil {
+			return true
+		}
+		resp.Body.Close()
+		return false
+	})
+}
+
+func (m *minioServer) kill() {
+	m.mu.Lock()
+	cmd, done := m.cmd, m.done
+	m.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	cmd.Process.Kill()
+	<-done
+}
+
+func (m *minioServer) dumpLog() {
+	b, err := os.ReadFile(m.logPath)
+	if err != nil {
+		m.t.Logf("read MinIO log: %v", err)
+		return
+	}
+	const max = 16 << 10
+	if len(b) > max {
+		b = append([]byte("…(truncated)…\n"), b[len(b)-max:]...)
+	}
+	m.t.Logf("---- minio output (%s) ----\n%s\n---- end of minio output ----", m.logPath, b)
+}
+
+// Client is an S3 client of the server, for checking what Rivora stored.
+func (m *minioServer) Client() *minio.Client {
+	m.t.Helper()
+	c, err := minio.New(m.addr, &minio.Options{Creds: credentials.NewStaticV4(m.AccessKey, m.SecretKey, ""), Secure: false})
+	if err != nil {
+		m.t.Fatalf("minio client: %v", err)
+	}
+	return c
+}
+
+// Objects lists the keys under prefix in bucket.
+func (m *minioServer) Objects(bucket, prefix string) []string {
+	m.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var keys []string
+	for obj := range m.Client().ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if obj.Err != nil {
+			m.t.Fatalf("list s3://%s/%s: %v", bucket, prefix, obj.Err)
+		}
+		keys = append(keys, obj.Key)
+	}
+	return keys
+}
+
+// BucketExists reports whether bucket exists.
+func (m *minioServer) BucketExists(bucket string) bool {
+	m.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ok, err := m.Client().BucketExists(ctx, bucket)
+	if err != nil {
+		m.t.Fatalf("bucket exists %s: %v", bucket, err)
+	}
+	return ok
+}
