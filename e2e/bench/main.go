@@ -3,6 +3,7 @@
 //
 //	go run ./e2e/bench ingest   # Publish / PublishBatch vs raw JetStream async publish
 //	go run ./e2e/bench deliver  # backlog drain vs a raw Go HTTP client→server loop
+//	go run ./e2e/bench rebuild  # restart with 1M pending events: scheduler rebuild time and memory
 //
 // Progress goes to stderr; a table and, as the last line, one JSON object go
 // to stdout. It exits non-zero with a message when anything fails or a phase
@@ -51,6 +52,10 @@ func main() {
 		err = runIngest(args)
 	case "deliver":
 		err = runDeliver(args)
+	case "gameday":
+		err = runGameday(args)
+	case "rebuild":
+		err = runRebuild(args)
 	default:
 		usage()
 		os.Exit(2)
@@ -62,7 +67,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver [flags]  (-h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver|gameday|rebuild [flags]  (-h for flags)")
 }
 
 func progress(format string, args ...any) {

@@ -1,0 +1,634 @@
+package e2e
+
+// Helpers for the budget and steering tests: a "rig" abstracts where the
+// admin API (control plane) and the ingest API (agent) live, so the same
+// scenario runs against `rivora dev` and against `rivora controlplane` +
+// `rivora agent` as two processes (startCell). Also: rivoractl against any
+// URL, gated partners (a WAF), publishing in rounds, and counting what a
+// partner saw in a time window.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/sdk/webhook"
+)
+
+// ---------------------------------------------------------------------------
+// processes: rivora controlplane and rivora agent
+
+// proc is one rivora process (any subcommand) with its log in a file. It is
+// killed when the test ends; its log is printed when the test failed.
+type proc struct {
+	t       testing.TB
+	name    string // for messages: "controlplane", "agent a1"
+	args    []string
+	addr    string
+	logPath string
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	done     chan struct{}
+	waitErr  error
+	stopping bool
+	died     error
+}
+
+// startProc starts rivora with args (which must make it listen on addr)
+// and waits until http://addr/healthz answers 200.
+func startProc(t testing.TB, name, addr string, args []string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, args: args, addr: addr,
+		logPath: filepath.Join(t.TempDir(), strings.ReplaceAll(name, " ", "-")+".log")}
+	t.Cleanup(func() {
+		p.kill()
+		if err := p.diedErr(); err != nil {
+			t.Errorf("%v", err)
+		}
+		if t.Failed() {
+			p.dumpLog()
+		}
+	})
+	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatalf("open %s log: %v", name, err)
+	}
+	fmt.Fprintf(f, "==== rivora %s\n", strings.Join(args, " "))
+	cmd := exec.Command(rivoraBin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		t.Fatalf("start rivora %s: %v", name, err)
+	}
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.waitErr = err
+		if !p.stopping && p.died == nil {
+			p.died = fmt.Errorf("rivora %s exited on its own while the test needed it: %v", name, err)
+		}
+		p.mu.Unlock()
+		f.Close()
+		close(done)
+	}()
+	p.waitHealthy(60 * time.Second)
+	return p
+}
+
+func (p *proc) URL() string { return "http://" + p.addr }
+
+func (p *proc) waitHealthy(timeout time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: 2 * time.Second}
+	var last string
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			p.t.Fatalf("rivora %s exited before it was healthy: %v", p.name, p.waitErr)
+		default:
+		}
+		resp, err := client.Get(p.URL() + "/healthz")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.t.Fatalf("rivora %s on %s not healthy after %s (last: %s)", p.name, p.addr, timeout, last)
+}
+
+func (p *proc) diedErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.died
+}
+
+func (p *proc) kill() {
+	p.mu.Lock()
+	p.stopping = true
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+func (p *proc) dumpLog() {
+	b, err := os.ReadFile(p.logPath)
+	if err != nil {
+		p.t.Logf("read %s log: %v", p.name, err)
+		return
+	}
+	const max = 32 << 10
+	if len(b) > max {
+		b = append([]byte("…(truncated)…\n"), b[len(b)-max:]...)
+	}
+	p.t.Logf("---- rivora %s output (%s) ----\n%s\n---- end of rivora %s output ----", p.name, p.logPath, b, p.name)
+}
+
+// cellOptions configures startCell.
+type cellOptions struct {
+	Partitions int    // default 4
+	Limits     string // limits file path ("" = none)
+	AgentName  string // default "a1"
+}
+
+// cell is `rivora controlplane` plus one `rivora agent`, two processes.
+type cell struct {
+	cp, agent  *proc
+	agentName  string
+	partitions int
+}
+
+// startCell starts a control plane, then an agent following it, and waits
+// until the agent has applied the control plane's config version.
+func startCell(t testing.TB, opts cellOptions) *cell {
+	t.Helper()
+	if opts.Partitions == 0 {
+		opts.Partitions = 4
+	}
+	if opts.AgentName == "" {
+		opts.AgentName = "a1"
+	}
+	cpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	cpArgs := []string{"controlplane", "--listen", cpAddr, "--state-dir", t.TempDir(), "--partitions", strconv.Itoa(opts.Partitions)}
+	if opts.Limits != "" {
+		cpArgs = append(cpArgs, "--limits", opts.Limits)
+	}
+	c := &cell{agentName: opts.AgentName, partitions: opts.Partitions}
+	c.cp = startProc(t, "controlplane", cpAddr, cpArgs)
+	agAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	c.agent = startProc(t, "agent "+opts.AgentName, agAddr, []string{"agent", "--name", opts.AgentName, "--listen", agAddr,
+		"--controlplane", c.cp.URL(), "--data-dir", t.TempDir()})
+	r := c.rig()
+	st, err := r.Admin().GetConfigStatus(ctxTimeout(t, 5*time.Second), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+	if err != nil {
+		t.Fatalf("GetConfigStatus on the control plane: %v", err)
+	}
+	r.waitApplied(t, st.Msg.GetVersion())
+	return c
+}
+
+// rig points tests at the control plane (admin) and the agent (ingest).
+func (c *cell) rig() *rig {
+	return &rig{name: "cell", adminURL: c.cp.URL(), ingestURL: c.agent.URL(), cpLog: c.cp.logPath,
+		died: func() error {
+			if err := c.cp.diedErr(); err != nil {
+				return err
+			}
+			return c.agent.diedErr()
+		}}
+}
+
+// ---------------------------------------------------------------------------
+// rig: where the APIs are
+
+type rig struct {
+	name      string
+	adminURL  string // control plane: admin API, rivoractl for changes
+	ingestURL string // agent: ingest, events
+	cpLog     string // the control plane's log file
+	dev       *devProc
+	died      func() error
+}
+
+func devRig(d *devProc) *rig {
+	return &rig{name: "dev", adminURL: d.URL(), ingestURL: d.URL(), cpLog: d.logPath, dev: d, died: d.diedErr}
+}
+
+func (r *rig) Admin() rivorav1connect.AdminServiceClient {
+	return rivorav1connect.NewAdminServiceClient(http.DefaultClient, r.adminURL)
+}
+
+func (r *rig) SDK() *sdk.Client { return sdk.New(r.ingestURL) }
+
+// createDestination registers id → p (server-generated secret) with the
+// destination's own limits (nil: none) and waits until the agents have it.
+func (r *rig) createDestination(t testing.TB, id string, p *partner, limits *rivorav1.Limits) {
+	t.Helper()
+	resp, err := r.Admin().CreateDestination(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.CreateDestinationRequest{
+		Id: id, Url: p.URL(), Limits: limits, Author: "e2e",
+	}))
+	if err != nil {
+		t.Fatalf("CreateDestination %s: %v", id, err)
+	}
+	p.SetSecret(t, resp.Msg.GetDestination().GetSecret())
+	if r.dev != nil {
+		p.mu.Lock()
+		p.dev = r.dev
+		p.mu.Unlock()
+	}
+	r.waitApplied(t, resp.Msg.GetVersion())
+}
+
+// waitApplied waits until every connected agent applied config version v.
+func (r *rig) waitApplied(t testing.TB, v uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var last string
+	for {
+		resp, err := r.Admin().GetConfigStatus(ctxTimeout(t, 5*time.Second), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+		if err != nil {
+			last = err.Error()
+		} else {
+			connected, behind := 0, 0
+			for _, a := range resp.Msg.GetAgents() {
+				if a.GetConnected() {
+					connected++
+					if a.GetAppliedVersion() < v {
+						behind++
+					}
+				}
+			}
+			if connected > 0 && behind == 0 {
+				return
+			}
+			last = fmt.Sprintf("version %d, %d agents connected, %d behind", resp.Msg.GetVersion(), connected, behind)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: config version %d not applied by the agents within 10s (%s)", r.name, v, last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (r *rig) configVersion(t testing.TB) uint64 {
+	t.Helper()
+	resp, err := r.Admin().GetConfigStatus(ctxTimeout(t, 5*time.Second), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+	if err != nil {
+		t.Fatalf("GetConfigStatus: %v", err)
+	}
+	return resp.Msg.GetVersion()
+}
+
+// ctl runs rivoractl against the control plane and returns stdout; a
+// non-zero exit fails the test.
+func (r *rig) ctl(t testing.TB, args ...string) string {
+	t.Helper()
+	if rivoractlBuild != nil {
+		t.Fatalf("rivoractl did not build: %v", rivoractlBuild)
+	}
+	out, errOut, err := runCtl(r.adminURL, args...)
+	if err != nil {
+		t.Fatalf("rivoractl %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, errOut)
+	}
+	return out
+}
+
+// runCtl runs rivoractl against server (safe off the test goroutine).
+func runCtl(server string, args ...string) (string, string, error) {
+	cmd := exec.Command(rivoractlBin, args...)
+	cmd.Args = append(cmd.Args, "--server", server, "--author", "e2e")
+	cmd.Env = append(os.Environ(), "RIVORA_SERVER=http://127.0.0.1:1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		return "", "", err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return stdout.String(), stderr.String(), err
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		return stdout.String(), stderr.String(), errTimeout
+	}
+}
+
+// healthJSON runs `rivoractl destinations health ID -o json`.
+func healthJSON(server, id string) (*rivorav1.DestinationHealth, error) {
+	out, errOut, err := runCtl(server, "destinations", "health", id, "-o", "json")
+	if err != nil {
+		return nil, fmt.Errorf("rivoractl destinations health %s: %v: %s", id, err, errOut)
+	}
+	var arr []json.RawMessage
+	if err := json.Unmarshal([]byte(out), &arr); err != nil {
+		return nil, fmt.Errorf("destinations health -o json is not a JSON array: %v\n%s", err, out)
+	}
+	for _, raw := range arr {
+		h := &rivorav1.DestinationHealth{}
+		if err := protojson.Unmarshal(raw, h); err != nil {
+			return nil, fmt.Errorf("destinations health -o json element: %v\n%s", err, raw)
+		}
+		if h.GetDestinationId() == id {
+			return h, nil
+		}
+	}
+	return nil, fmt.Errorf("destinations health -o json has no entry for %s:\n%s", id, out)
+}
+
+// auditJSON runs `rivoractl audit -o json`.
+func (r *rig) auditJSON(t testing.TB, extra ...string) []*rivorav1.AuditEntry {
+	t.Helper()
+	out := r.ctl(t, append([]string{"audit", "-o", "json", "--limit", "1000"}, extra...)...)
+	var arr []json.RawMessage
+	if err := json.Unmarshal([]byte(out), &arr); err != nil {
+		t.Fatalf("audit -o json is not a JSON array: %v\n%s", err, out)
+	}
+	entries := make([]*rivorav1.AuditEntry, 0, len(arr))
+	for _, raw := range arr {
+		e := &rivorav1.AuditEntry{}
+		if err := protojson.Unmarshal(raw, e); err != nil {
+			t.Fatalf("audit -o json element: %v\n%s", err, raw)
+		}
+		entries = append(entries, e)
+	}
+	return entries
+}
+
+// limitsJSON runs `rivoractl limits get ID -o json`.
+func (r *rig) limitsJSON(t testing.TB, id string) *rivorav1.GetLimitsResponse {
+	t.Helper()
+	out := r.ctl(t, "limits", "get", id, "-o", "json")
+	resp := &rivorav1.GetLimitsResponse{}
+	if err := protojson.Unmarshal([]byte(out), resp); err != nil {
+		t.Fatalf("limits get -o json is not a GetLimitsResponse: %v\n%s", err, out)
+	}
+	return resp
+}
+
+func auditActions(entries []*rivorav1.AuditEntry) []string {
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = e.GetAction() + "(" + e.GetDestinationId() + ")"
+	}
+	return out
+}
+
+func findAudit(entries []*rivorav1.AuditEntry, action, dest string) *rivorav1.AuditEntry {
+	for _, e := range entries {
+		if e.GetAction() == action && (dest == "" || e.GetDestinationId() == dest) {
+			return e
+		}
+	}
+	return nil
+}
+
+// writeFileAtomic replaces path's content in one rename, so the control
+// plane never reads a half-written file.
+func writeFileAtomic(t testing.TB, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// partners with a gate
+
+// newGatedPartner is newPartner whose answers are decided per request by
+// gate: 0 lets the request through to the partner's normal handling (its
+// status, 200 when healthy); any other value is answered as is and
+// recorded (signature still verified) with that status.
+func newGatedPartner(t testing.TB, gate func(now time.Time) int) *partner {
+	t.Helper()
+	p := &partner{status: http.StatusOK, ok: map[string]int{}, attempts: map[string]int{}}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		code := gate(time.Now())
+		if code == 0 {
+			p.serve(w, r)
+			return
+		}
+		p.refuse(w, r, code)
+	}))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("partner listen: %v", err)
+	}
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	p.srv = srv
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if len(p.problems) > 0 {
+			n := min(len(p.problems), 10)
+			t.Errorf("partner %s saw %d bad requests, first: %s", p.URL(), len(p.problems), strings.Join(p.problems[:n], "; "))
+		}
+	})
+	return p
+}
+
+// refuse answers code after checking the signature, and records it.
+func (p *partner) refuse(w http.ResponseWriter, r *http.Request, code int) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, "read body", http.StatusBadRequest)
+		return
+	}
+	h := r.Header
+	dv := delivery{ID: h.Get(webhook.HeaderID), Customer: h.Get("rivora-customer"), LaneKey: h.Get("rivora-lane"),
+		Payload: body, At: time.Now(), Status: code}
+	dv.Lane = dv.Customer + "/" + dv.LaneKey
+	dv.Attempt, _ = strconv.Atoi(h.Get("rivora-attempt"))
+	p.mu.Lock()
+	if p.verifier == nil {
+		p.problems = append(p.problems, fmt.Sprintf("request before the secret was known (webhook-id %q)", dv.ID))
+	} else if err := p.verifier.Verify(h, body); err != nil {
+		p.problems = append(p.problems, fmt.Sprintf("signature: %v (webhook-id %q)", err, dv.ID))
+	}
+	p.reqs = append(p.reqs, dv)
+	p.attempts[dv.ID]++
+	p.mu.Unlock()
+	w.WriteHeader(code)
+}
+
+// waf answers 429 once more than limit requests arrived in the current
+// fixed one-second window (every arrival counts, refused ones too), like a
+// partner's web application firewall.
+type waf struct {
+	limit int
+	mu    sync.Mutex
+	start time.Time
+	win   int64
+	count int
+}
+
+func newWAF(limit int) *waf { return &waf{limit: limit, start: time.Now()} }
+
+func (w *waf) gate(now time.Time) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	win := int64(now.Sub(w.start) / time.Second)
+	if win != w.win {
+		w.win, w.count = win, 0
+	}
+	w.count++
+	if w.count > w.limit {
+		return http.StatusTooManyRequests
+	}
+	return 0
+}
+
+// ---------------------------------------------------------------------------
+// publishing and counting
+
+// publishRounds publishes rounds × len(lanes) events for customer: round r
+// is one batch per 100 lanes holding event r of each lane, so the order
+// within a lane is the round order. Safe off the test goroutine.
+func publishRounds(ctx context.Context, c *sdk.Client, dest, customer string, lanes []string, rounds int, into *published) error {
+	for r := range rounds {
+		for lo := 0; lo < len(lanes); lo += 100 {
+			chunk := lanes[lo:min(lo+100, len(lanes))]
+			batch := make([]sdk.Event, len(chunk))
+			for i, lane := range chunk {
+				batch[i] = sdk.Event{Destination: dest, Customer: customer, Lane: lane, Type: "test.event",
+					Payload: payloadFor(dest, lane, r, 96), ContentType: "application/json"}
+			}
+			ids, err := c.PublishBatch(ctx, batch)
+			if err != nil {
+				return fmt.Errorf("publish %s/%s round %d: %w", dest, customer, r, err)
+			}
+			for i, id := range ids {
+				if id == "" {
+					return fmt.Errorf("publish %s/%s round %d: empty id at %d", dest, customer, r, i)
+				}
+				into.add(customer+"/"+chunk[i], id, batch[i].Payload)
+			}
+		}
+	}
+	return nil
+}
+
+// count reports the requests in [from, to) that match keep (nil: all).
+func count(reqs []delivery, from, to time.Time, keep func(delivery) bool) int {
+	n := 0
+	for _, r := range reqs {
+		if !r.At.Before(from) && r.At.Before(to) && (keep == nil || keep(r)) {
+			n++
+		}
+	}
+	return n
+}
+
+func is2xx(r delivery) bool { return r.Status/100 == 2 }
+
+func customerOK(c string) func(delivery) bool {
+	return func(r delivery) bool { return r.Customer == c && r.Status/100 == 2 }
+}
+
+// maxPerWindow is the largest number of requests matching keep within any
+// window of length w.
+func maxPerWindow(reqs []delivery, w time.Duration, keep func(delivery) bool) (int, time.Time) {
+	var at []time.Time
+	for _, r := range reqs {
+		if keep == nil || keep(r) {
+			at = append(at, r.At)
+		}
+	}
+	sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
+	best, bestAt, lo := 0, time.Time{}, 0
+	for hi := range at {
+		for at[hi].Sub(at[lo]) >= w {
+			lo++
+		}
+		if hi-lo+1 > best {
+			best, bestAt = hi-lo+1, at[lo]
+		}
+	}
+	return best, bestAt
+}
+
+// firstAt is the arrival of the first request matching keep (zero: none).
+func firstAt(reqs []delivery, keep func(delivery) bool) time.Time {
+	for _, r := range reqs {
+		if keep == nil || keep(r) {
+			return r.At
+		}
+	}
+	return time.Time{}
+}
+
+// perSecond renders per-second counts of 2xx and other answers since t0,
+// for logs.
+func perSecond(reqs []delivery, t0 time.Time, secs int) string {
+	var b strings.Builder
+	for s := range secs {
+		from := t0.Add(time.Duration(s) * time.Second)
+		to := from.Add(time.Second)
+		ok := count(reqs, from, to, is2xx)
+		all := count(reqs, from, to, nil)
+		fmt.Fprintf(&b, " %d:%d/%d", s, ok, all-ok)
+	}
+	return b.String()
+}
+
+// checkLanePrefix is checkLaneOrder for a destination that has not drained:
+// within every lane, a request for an event arrives only after every
+// earlier event of the lane was answered 2xx. It returns the violations.
+func checkLanePrefix(p *partner, byLane map[string][]string) []string {
+	reqs := p.Snapshot()
+	index := map[string]int{}
+	laneOf := map[string]string{}
+	for lane, ids := range byLane {
+		for i, id := range ids {
+			index[id], laneOf[id] = i, lane
+		}
+	}
+	frontier := map[string]int{}
+	var errs []string
+	for _, r := range reqs {
+		i, ok := index[r.ID]
+		if !ok || laneOf[r.ID] != r.Lane {
+			errs = append(errs, fmt.Sprintf("unexpected event %s on lane %q", r.ID, r.Lane))
+			continue
+		}
+		f := frontier[r.Lane]
+		switch {
+		case i > f:
+			errs = append(errs, fmt.Sprintf("lane %q: event #%d sent while #%d was not yet delivered", r.Lane, i, f))
+		case i == f && r.Status/100 == 2:
+			frontier[r.Lane] = f + 1
+		}
+	}
+	return errs
+}
