@@ -91,6 +91,9 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 	}
 	cp.limits.Store(lf)
 	version, dests := store.Snapshot()
+	if cfg.LimitsPath != "" {
+		cp.record("limits.load", "", "system", fmt.Sprintf("%s at start: %s", filepath.Base(cfg.LimitsPath), describeLimitsFile(lf)), version)
+	}
 	log.Info("control plane ready", "version", version, "destinations", len(dests), "limits_file", cfg.LimitsPath, "partitions", cfg.Partitions)
 	return cp, nil
 }
@@ -150,7 +153,7 @@ func (cp *ControlPlane) reloadLimits() {
 		cp.log.Error("limits reload: saving the new config version failed", "error", err)
 		return
 	}
-	cp.record("limits.reload", "", "", fmt.Sprintf("%s: %d destination entries", filepath.Base(cp.cfg.LimitsPath), len(lf.Destinations)), version)
+	cp.record("limits.reload", "", "system", fmt.Sprintf("%s: %s", filepath.Base(cp.cfg.LimitsPath), diffLimitsFiles(old, lf)), version)
 	cp.log.Info("limits file reloaded", "path", cp.cfg.LimitsPath, "version", version)
 	cp.broadcast()
 }

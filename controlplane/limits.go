@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -233,4 +235,72 @@ func mergeLimits(layers []layer) (*rivorav1.Limits, map[string]*rivorav1.LimitSo
 		}
 	}
 	return out, sources
+}
+
+// describeLimitsFile summarises a limits file for the audit log.
+func describeLimitsFile(f *LimitsFile) string {
+	parts := []string{"defaults {" + describeSet(f.Defaults) + "}"}
+	for _, id := range sortedKeys(f.Destinations) {
+		parts = append(parts, id+" {"+describeSet(f.Destinations[id])+"}")
+	}
+	return strings.Join(parts, "; ")
+}
+
+func describeSet(l *rivorav1.Limits) string {
+	var out []string
+	for _, field := range limitFields {
+		if fieldSet(l, field) {
+			out = append(out, field+" "+fieldText(l, field))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// diffLimitsFiles says, field by field, what a reload changed.
+func diffLimitsFiles(before, after *LimitsFile) string {
+	var changes []string
+	diff := func(scope string, a, b *rivorav1.Limits) {
+		if a == nil {
+			a = &rivorav1.Limits{}
+		}
+		if b == nil {
+			b = &rivorav1.Limits{}
+		}
+		for _, field := range limitFields {
+			was, is := "unset", "unset"
+			if fieldSet(a, field) {
+				was = fieldText(a, field)
+			}
+			if fieldSet(b, field) {
+				is = fieldText(b, field)
+			}
+			if was != is {
+				changes = append(changes, fmt.Sprintf("%s.%s %s → %s", scope, field, was, is))
+			}
+		}
+	}
+	diff("defaults", before.Defaults, after.Defaults)
+	ids := map[string]bool{}
+	for id := range before.Destinations {
+		ids[id] = true
+	}
+	for id := range after.Destinations {
+		ids[id] = true
+	}
+	for _, id := range sortedKeys(ids) {
+		diff(id, before.Destinations[id], after.Destinations[id])
+	}
+	if len(changes) == 0 {
+		return "no change"
+	}
+	return strings.Join(changes, "; ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
