@@ -201,7 +201,7 @@ func (f *rebuildFlags) destinationIDs() []string {
 	return ids
 }
 
-func (f *rebuildFlags) start(ctx context.Context, dataDir, logName string) (*rbProc, error) {
+func (f *rebuildFlags) start(dataDir, logName string) (*rbProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -229,7 +229,7 @@ func (f *rebuildFlags) start(ctx context.Context, dataDir, logName string) (*rbP
 		return nil, fmt.Errorf("start rivora: %w", err)
 	}
 	go func() { d.done <- d.cmd.Wait(); logf.Close() }()
-	return p, ctx.Err()
+	return p, nil
 }
 
 // exited reports the process's exit if it has exited.
@@ -449,7 +449,7 @@ func (f *rebuildFlags) measureBaseline(ctx context.Context, root string, dests [
 	if err := os.MkdirAll(filepath.Dir(dataDir), 0o755); err != nil {
 		return err
 	}
-	p, err := f.start(ctx, dataDir, "first.log")
+	p, err := f.start(dataDir, "first.log")
 	defer func() { p.kill() }()
 	if err != nil {
 		return err
@@ -464,7 +464,7 @@ func (f *rebuildFlags) measureBaseline(ctx context.Context, root string, dests [
 	if _, err := p.terminate(60 * time.Second); err != nil {
 		return err
 	}
-	p, err = f.start(ctx, dataDir, "restart.log")
+	p, err = f.start(dataDir, "restart.log")
 	if err != nil {
 		return err
 	}
@@ -492,7 +492,7 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 	if err := os.MkdirAll(filepath.Dir(dataDir), 0o755); err != nil {
 		return err
 	}
-	p, err := f.start(ctx, dataDir, "first.log")
+	p, err := f.start(dataDir, "first.log")
 	defer func() { p.kill() }()
 	if err != nil {
 		return err
@@ -538,7 +538,7 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 	progress("stopped gracefully in %s", res.shutdown.Round(time.Millisecond))
 
 	// Restart on the same data dir.
-	p, err = f.start(ctx, dataDir, "restart.log")
+	p, err = f.start(dataDir, "restart.log")
 	if err != nil {
 		return err
 	}
@@ -569,6 +569,7 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 		return fmt.Errorf("after the restart: %w; log:\n%s", err, p.tail())
 	}
 	res.rebuilt = time.Since(p.started)
+	res.serverCPU = p.cpu()
 	progress("health API reports all %d pending %s after the process started", f.events, res.rebuilt.Round(time.Millisecond))
 	wg.Wait()
 	select {
@@ -580,7 +581,6 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 		return fmt.Errorf("CPU profile: %w", profErr)
 	}
 	res.ready = time.Duration(ready.Load())
-	res.serverCPU = p.cpu()
 
 	t0 = time.Now()
 	if _, err := pending(ctx, admin, dests); err != nil {
@@ -799,6 +799,10 @@ func (f *rebuildFlags) report(r *rbResult) {
 		delta, liveDelta = float64(r.inuse), float64(r.alloc)
 	}
 	perLane, perEvent := delta/float64(f.lanes), delta/float64(f.events)
+	basis := "(heap in use - baseline)"
+	if !f.baseline {
+		basis = "heap in use (no baseline: -baseline=false)"
+	}
 
 	for _, w := range r.warnings {
 		fmt.Fprintf(os.Stderr, "restart log: %s\n", w)
@@ -817,7 +821,7 @@ func (f *rebuildFlags) report(r *rbResult) {
 	for _, p := range r.parts {
 		fmt.Fprintf(tw, "  partition %d\t%.2f s\t%d lanes, %d events, %.0f events/s\n", p.partition, p.took.Seconds(), p.lanes, p.events, float64(p.events)/p.took.Seconds())
 	}
-	fmt.Fprintf(tw, "server CPU to rebuilt\t%.2f s\tuser+system of the restarted process\n", r.serverCPU.Seconds())
+	fmt.Fprintf(tw, "server CPU to rebuilt\t%.2f s\tuser+system of the restarted process up to rebuild_s (steadier than wall time on a shared machine)\n", r.serverCPU.Seconds())
 	fmt.Fprintf(tw, "health call\t%.1f ms\tone GetDestinationHealth after the rebuild (walks every lane)\n", ms(r.healthCall))
 	if f.baseline {
 		fmt.Fprintf(tw, "heap baseline\t%.1f MB in use, %.1f MB live\tempty restarted server, same destinations, after a forced GC\n", mb(r.baselineInuse), mb(r.baselineAlloc))
@@ -826,8 +830,8 @@ func (f *rebuildFlags) report(r *rbResult) {
 		fmt.Fprintf(tw, "heap before restart\t%.1f MB in use\tfirst process, all events pending, after a forced GC\n", mb(r.afterPublishInuse))
 	}
 	fmt.Fprintf(tw, "heap after rebuild\t%.1f MB in use, %.1f MB live\tafter a forced GC (GET /debug/pprof/heap?gc=1); RSS %.1f MB\n", mb(r.inuse), mb(r.alloc), mb(r.rss))
-	fmt.Fprintf(tw, "per pending lane\t%.0f B\t(heap in use - baseline) / lanes; live-bytes delta gives %.0f B\n", perLane, liveDelta/float64(f.lanes))
-	fmt.Fprintf(tw, "per pending event\t%.0f B\t(heap in use - baseline) / events; live-bytes delta gives %.0f B; includes the embedded NATS server's share\n", perEvent, liveDelta/float64(f.events))
+	fmt.Fprintf(tw, "per pending lane\t%.0f B\t%s / lanes; live bytes give %.0f B\n", perLane, basis, liveDelta/float64(f.lanes))
+	fmt.Fprintf(tw, "per pending event\t%.0f B\t%s / events; live bytes give %.0f B; includes the embedded NATS server's share\n", perEvent, basis, liveDelta/float64(f.events))
 	fmt.Fprintf(tw, "restart log warnings\t%d\tWARN/ERROR lines (on stderr)\n", len(r.warnings))
 	tw.Flush()
 	if f.events >= 1_000_000 {
@@ -850,6 +854,7 @@ func (f *rebuildFlags) report(r *rbResult) {
 		"bytes_per_lane":          round(perLane, 0),
 		"bytes_per_event":         round(perEvent, 0),
 		"payload_bytes":           float64(f.payload),
+		"server_cpu_s":            round(r.serverCPU.Seconds(), 2),
 	}, []string{"events", "lanes", "ready_s", "rebuild_s", "partition_rebuild_max_s", "partition_rebuild_sum_s",
-		"heap_mb", "baseline_heap_mb", "bytes_per_lane", "bytes_per_event", "payload_bytes"})
+		"heap_mb", "baseline_heap_mb", "bytes_per_lane", "bytes_per_event", "payload_bytes", "server_cpu_s"})
 }
