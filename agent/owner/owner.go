@@ -108,6 +108,18 @@ type Partition struct {
 
 	appendCh   chan *appendReq
 	writerDone chan struct{}
+
+	// The fast-path gate: direct once INGEST held nothing for this
+	// partition and nothing was on its way there (forwarding, forwardGen).
+	gateMu     sync.Mutex
+	direct     bool
+	forwarding int
+	forwardGen uint64
+
+	// cachedBytes is the size of the events kept in memory with their
+	// scheduler entries; above cacheBudget entries keep only their sequence
+	// and delivery loads the event from the lane store.
+	cachedBytes atomic.Int64
 }
 
 // Open creates the partition's streams and rebuilds the scheduler's view
@@ -294,7 +306,7 @@ func (o *Partition) rebuild(ctx context.Context) error {
 			found[subject] = r
 			order = append(order, subject)
 		}
-		r.entries = append(r.entries, scheduler.Entry{Seq: seq, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Event: ev})
+		r.entries = append(r.entries, scheduler.Entry{Seq: seq, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Event: o.keep(ev)})
 		events++
 		return nil
 	})
@@ -390,11 +402,19 @@ func (o *Partition) move(ctx context.Context) error {
 		return fmt.Errorf("partition %d: consume INGEST: %w", o.p, err)
 	}
 	defer cc.Stop()
+	// Until INGEST is drained, accepted events queue behind it (see Append).
+	drainCheck := time.NewTicker(20 * time.Millisecond)
+	defer drainCheck.Stop()
 	batch := make([]jetstream.Msg, 0, moveBatch)
 	for {
 		select {
 		case m := <-msgs:
 			batch = append(batch[:0], m)
+		case <-drainCheck.C:
+			if o.openDirect(ctx) {
+				drainCheck.Stop()
+			}
+			continue
 		case <-ctx.Done():
 			return nil
 		}
@@ -409,6 +429,32 @@ func (o *Partition) move(ctx context.Context) error {
 		}
 		o.moveBatch(ctx, batch)
 	}
+}
+
+// openDirect opens the fast path once nothing for this partition waits in
+// INGEST or is on its way there: from then on an accepted event cannot
+// overtake an earlier one of its lane. It reports whether the path is open.
+func (o *Partition) openDirect(ctx context.Context) bool {
+	o.gateMu.Lock()
+	if o.direct {
+		o.gateMu.Unlock()
+		return true
+	}
+	gen, busy := o.forwardGen, o.forwarding > 0
+	o.gateMu.Unlock()
+	if busy {
+		return false
+	}
+	info, err := o.ingest.Info(ctx)
+	if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
+		return false
+	}
+	o.gateMu.Lock()
+	defer o.gateMu.Unlock()
+	if o.forwarding == 0 && o.forwardGen == gen {
+		o.direct = true
+	}
+	return o.direct
 }
 
 // moveBatch hands a batch of INGEST messages to the writer and acks those
@@ -480,11 +526,26 @@ type appendResult struct {
 	err        error  // why items[stored:] were not
 }
 
-// Append stores events straight into this partition's lanes — the fast path
-// of an agent that accepts an event for a partition it owns: one write
-// instead of INGEST then a move. It returns once they are durable and
-// scheduled, with a duplicate flag per event.
+// Append stores events accepted by this agent for this partition. Once the
+// partition is open for it, that is the fast path: straight into the
+// lanes, one write instead of INGEST then a move. Until then (just after
+// the partition opened, while INGEST may still hold older events of the
+// same lanes) they go through INGEST, behind those. It returns once they
+// are durable, with a duplicate flag per event.
 func (o *Partition) Append(ctx context.Context, items []Item) ([]bool, error) {
+	o.gateMu.Lock()
+	if !o.direct {
+		o.forwarding++
+		o.forwardGen++
+		o.gateMu.Unlock()
+		defer func() {
+			o.gateMu.Lock()
+			o.forwarding--
+			o.gateMu.Unlock()
+		}()
+		return o.forward(ctx, items)
+	}
+	o.gateMu.Unlock()
 	res := o.submit(ctx, items)
 	if res.err != nil {
 		if res.stored > 0 && !errors.Is(res.err, ErrNotOwned) {
@@ -493,6 +554,33 @@ func (o *Partition) Append(ctx context.Context, items []Item) ([]bool, error) {
 		return res.duplicates, res.err
 	}
 	return res.duplicates, nil
+}
+
+// forward stores events in INGEST, for the mover.
+func (o *Partition) forward(ctx context.Context, items []Item) ([]bool, error) {
+	futures := make([]jetstream.PubAckFuture, len(items))
+	for i, it := range items {
+		msg := nats.NewMsg(lanes.IngestSubject(o.p, it.Event.GetDestinationId()))
+		msg.Data = it.Data
+		msg.Header.Set(jetstream.MsgIDHeader, it.MsgID)
+		f, err := o.deps.JS.PublishMsgAsync(msg)
+		if err != nil {
+			return nil, err
+		}
+		futures[i] = f
+	}
+	dups := make([]bool, len(items))
+	for i, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			dups[i] = ack.Duplicate
+		case err := <-f.Err():
+			return dups[:i], err
+		case <-ctx.Done():
+			return dups[:i], ctx.Err()
+		}
+	}
+	return dups, nil
 }
 
 func (o *Partition) submit(ctx context.Context, items []Item) appendResult {
@@ -661,7 +749,7 @@ func (o *Partition) settle(f *flight) error {
 			if _, seen := appends[a.id]; !seen {
 				order = append(order, a.id)
 			}
-			appends[a.id] = append(appends[a.id], scheduler.Entry{Seq: a.seq, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Event: ev})
+			appends[a.id] = append(appends[a.id], scheduler.Entry{Seq: a.seq, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Event: o.keep(ev)})
 			through = a.seq
 		}
 	}
@@ -894,7 +982,30 @@ func (o *Partition) recordDead(ctx context.Context, dl *rivorav1.DeadLetter) err
 	return nil
 }
 
+// cacheBudget bounds the bytes of events a partition keeps in memory.
+const cacheBudget = 64 << 20
+
+// keep returns ev to hold in its scheduler entry while the partition's
+// cache has room, else nil (delivery then loads it by sequence): a large
+// backlog costs memory per lane and entry, not per payload byte.
+func (o *Partition) keep(ev *rivorav1.Event) *rivorav1.Event {
+	size := int64(len(ev.GetPayload()) + 128)
+	if o.cachedBytes.Load()+size > cacheBudget {
+		return nil
+	}
+	o.cachedBytes.Add(size)
+	return ev
+}
+
+// forgetCached gives an entry's cached bytes back.
+func (o *Partition) forgetCached(e scheduler.Entry) {
+	if e.Event != nil {
+		o.cachedBytes.Add(-int64(len(e.Event.GetPayload()) + 128))
+	}
+}
+
 func (o *Partition) afterAdvance(a *scheduler.Attempt, out scheduler.Outcome) {
+	o.forgetCached(a.Entry)
 	o.noteReclaim(a.Lane.Subject, a.Entry.Seq)
 	if out.PurgeLedger {
 		o.noteLedgerPurge(a.Lane.ID.HeadSubject(o.p))
@@ -909,6 +1020,7 @@ func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string
 	var firstErr error
 	for lane, entries := range taken {
 		for _, e := range entries {
+			o.forgetCached(e)
 			a := &scheduler.Attempt{Lane: lane, Entry: e}
 			ev, err := o.Load(ctx, a)
 			if err != nil {
