@@ -314,7 +314,10 @@ func (a *Agent) Ready() bool { return a.ready.Load() }
 // Handle registers the agent's Connect services (ingest, events,
 // partitions) on mux.
 func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
-	mux.Handle(rivorav1connect.NewIngestServiceHandler(a.gateway, opts...))
+	// Ingest answers are event ids: compressing them costs more than it
+	// saves on the networks agents sit on.
+	ingestOpts := append([]connect.HandlerOption{connect.WithCompressMinBytes(1 << 20)}, opts...)
+	mux.Handle(rivorav1connect.NewIngestServiceHandler(a.gateway, ingestOpts...))
 	mux.Handle(rivorav1connect.NewEventServiceHandler(&eventService{a: a}, opts...))
 	mux.Handle(rivorav1connect.NewPartitionServiceHandler(&partitionService{a: a}, opts...))
 	mux.Handle(rivorav1connect.NewArchiveServiceHandler(a.deadLetters, opts...))

@@ -612,9 +612,10 @@ var ErrWriteFailed = errors.New("lane store write failed; partition restarting")
 
 // flight is one group of appends whose writes are out.
 type flight struct {
-	reqs    []*appendReq
-	futures [][]jetstream.PubAckFuture // per request, per item
-	err     error                      // a publish was refused
+	reqs     []*appendReq
+	futures  [][]jetstream.PubAckFuture // per request, per item
+	subjects [][]string                 // per request, per item: the lane subject
+	err      error                      // a publish was refused
 }
 
 // writeLoop is the lane store's single writer. It batches concurrent
@@ -660,16 +661,19 @@ func (o *Partition) writeLoop(ctx context.Context) error {
 
 // publish sends every item of a group to the lane store without waiting.
 func (o *Partition) publish(batch []*appendReq) *flight {
-	f := &flight{reqs: batch, futures: make([][]jetstream.PubAckFuture, len(batch))}
+	f := &flight{reqs: batch, futures: make([][]jetstream.PubAckFuture, len(batch)), subjects: make([][]string, len(batch))}
 	for r, req := range batch {
 		f.futures[r] = make([]jetstream.PubAckFuture, 0, len(req.items))
+		f.subjects[r] = make([]string, 0, len(req.items))
 		if f.err != nil {
 			continue
 		}
 		for _, it := range req.items {
 			ev := it.Event
 			id := lanes.ID{Destination: ev.GetDestinationId(), Customer: ev.GetCustomerId(), Key: ev.GetLaneKey()}
-			msg := nats.NewMsg(id.Subject(o.p))
+			subject := id.Subject(o.p)
+			f.subjects[r] = append(f.subjects[r], subject)
+			msg := nats.NewMsg(subject)
 			msg.Data = it.Data
 			msg.Header.Set(jetstream.MsgIDHeader, it.MsgID)
 			fut, err := o.deps.JS.PublishMsgAsync(msg)
@@ -717,7 +721,6 @@ func (o *Partition) settle(f *flight) error {
 		return fail(f.err)
 	}
 	type stored struct {
-		id  lanes.ID
 		seq uint64
 		dup bool
 	}
@@ -727,18 +730,14 @@ func (o *Partition) settle(f *flight) error {
 		for i, fut := range f.futures[r] {
 			select {
 			case ack := <-fut.Ok():
-				ev := req.items[i].Event
-				acks[r][i] = stored{
-					id:  lanes.ID{Destination: ev.GetDestinationId(), Customer: ev.GetCustomerId(), Key: ev.GetLaneKey()},
-					seq: ack.Sequence, dup: ack.Duplicate,
-				}
+				acks[r][i] = stored{seq: ack.Sequence, dup: ack.Duplicate}
 			case err := <-fut.Err():
 				return fail(err)
 			}
 		}
 	}
-	appends := make(map[lanes.ID][]scheduler.Entry)
-	var order []lanes.ID
+	byLane := make(map[string]int) // subject → index in appends
+	var appends []scheduler.LaneAppend
 	through := o.registeredThrough.Load()
 	for r, req := range f.reqs {
 		for i, a := range acks[r] {
@@ -746,16 +745,21 @@ func (o *Partition) settle(f *flight) error {
 				continue // already registered (or delivered): a duplicate
 			}
 			ev := req.items[i].Event
-			if _, seen := appends[a.id]; !seen {
-				order = append(order, a.id)
+			subject := f.subjects[r][i]
+			k, seen := byLane[subject]
+			if !seen {
+				k = len(appends)
+				byLane[subject] = k
+				appends = append(appends, scheduler.LaneAppend{
+					ID:      lanes.ID{Destination: ev.GetDestinationId(), Customer: ev.GetCustomerId(), Key: ev.GetLaneKey()},
+					Subject: subject,
+				})
 			}
-			appends[a.id] = append(appends[a.id], scheduler.Entry{Seq: a.seq, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Event: o.keep(ev)})
+			appends[k].Entries = append(appends[k].Entries, scheduler.Entry{Seq: a.seq, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Event: o.keep(ev)})
 			through = a.seq
 		}
 	}
-	for _, id := range order {
-		o.deps.Scheduler.Append(o.p, id, appends[id]...)
-	}
+	o.deps.Scheduler.AppendAll(o.p, appends)
 	// Only once the scheduler holds them may reclaim count these sequences
 	// as registered: before, its low-water mark does not see them and a
 	// purge would drop stored, undelivered events.

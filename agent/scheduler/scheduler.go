@@ -405,8 +405,11 @@ func (s *Scheduler) destination(id string, partition int) *destination {
 }
 
 func (s *Scheduler) lane(partition int, id lanes.ID) *Lane {
+	return s.laneBySubject(partition, id, id.Subject(partition))
+}
+
+func (s *Scheduler) laneBySubject(partition int, id lanes.ID, subject string) *Lane {
 	d := s.destination(id.Destination, partition)
-	subject := id.Subject(partition)
 	l := d.lanes[subject]
 	if l == nil {
 		c := d.customers[id.Customer]
@@ -544,6 +547,31 @@ func (s *Scheduler) Append(partition int, id lanes.ID, entries ...Entry) {
 	l.dest.pending += len(entries)
 	if l.state == laneIdle {
 		s.schedule(l, s.clock.Now())
+	}
+	s.wake()
+}
+
+// LaneAppend is one lane's share of an AppendAll.
+type LaneAppend struct {
+	ID lanes.ID
+	// Subject is ID.Subject(partition), computed by the caller who has it.
+	Subject string
+	Entries []Entry
+}
+
+// AppendAll adds newly stored events to many lanes under one lock (the
+// partition writer's group commit).
+func (s *Scheduler) AppendAll(partition int, appends []LaneAppend) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	for _, a := range appends {
+		l := s.laneBySubject(partition, a.ID, a.Subject)
+		l.entries = append(l.entries, a.Entries...)
+		l.dest.pending += len(a.Entries)
+		if l.state == laneIdle {
+			s.schedule(l, now)
+		}
 	}
 	s.wake()
 }
