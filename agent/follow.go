@@ -68,8 +68,13 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 		default:
 		}
 		msg := stream.Msg()
-		if err := a.apply(ctx, msg); err != nil {
+		if err := a.apply(msg); err != nil {
 			return fmt.Errorf("apply config version %d: %w", msg.GetVersion(), err)
+		}
+		// Applying may take long (a partition rebuild): that is not silence.
+		select {
+		case alive <- struct{}{}:
+		default:
 		}
 		if msg.GetVersion() > a.applied.Load() || msg.GetSnapshot() {
 			a.applied.Store(msg.GetVersion())
@@ -86,7 +91,8 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 
 // apply installs one config message: partition count, destinations, then
 // the partitions this agent owns.
-func (a *Agent) apply(ctx context.Context, msg *rivorav1.WatchResponse) error {
+// Partitions live as long as the agent runs, not as long as one stream.
+func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 	n := int(msg.GetPartitionCount())
 	if n <= 0 {
 		return fmt.Errorf("partition_count %d", n)
@@ -118,7 +124,7 @@ func (a *Agent) apply(ctx context.Context, msg *rivorav1.WatchResponse) error {
 		if a.partition(p) != nil {
 			continue
 		}
-		if err := a.own(ctx, p); err != nil {
+		if err := a.own(a.runCtx, p); err != nil {
 			return fmt.Errorf("open partition %d: %w", p, err)
 		}
 		opened++
