@@ -297,6 +297,12 @@ func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 		a.sched.Retry(att, head)
 		return
 	}
+	if dest.Paused {
+		// Picked just before the pause arrived: not sent. The lane waits,
+		// unchanged, with the rest of the destination.
+		a.sched.Release(att)
+		return
+	}
 	endpoint, err := a.registry.Endpoint(dest.ID, ev.GetCustomerId())
 	if err != nil {
 		head := att.Head

@@ -168,7 +168,7 @@ func New(clk clock.Clock) *Scheduler {
 	return &Scheduler{
 		clock:  clk,
 		kick:   make(chan struct{}, 1),
-		out:    make(chan *Attempt),
+		out:    make(chan *Attempt, 16),
 		dests:  make(map[string]*destination),
 		parked: make(map[*destination]bool),
 	}
