@@ -188,6 +188,10 @@ func (s *Scheduler) wake() {
 // Run dispatches attempts until ctx ends.
 func (s *Scheduler) Run(ctx context.Context) error {
 	for {
+		if ctx.Err() != nil {
+			s.releaseUnsent()
+			return nil
+		}
 		s.mu.Lock()
 		now := s.clock.Now()
 		s.promote(now)
@@ -199,6 +203,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 				continue
 			case <-ctx.Done():
 				s.Release(a)
+				s.releaseUnsent()
 				return nil
 			}
 		}
@@ -217,7 +222,21 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			timer.Stop()
 		}
 		if ctx.Err() != nil {
+			s.releaseUnsent()
 			return nil
+		}
+	}
+}
+
+// releaseUnsent gives back attempts still waiting in the hand-off buffer
+// when dispatching stops.
+func (s *Scheduler) releaseUnsent() {
+	for {
+		select {
+		case a := <-s.out:
+			s.Release(a)
+		default:
+			return
 		}
 	}
 }
