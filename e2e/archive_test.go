@@ -595,10 +595,10 @@ func TestMinIODownDeadLettersWaitThenArchivedOnce(t *testing.T) {
 
 	// Store back on the same directory and port: all archived, none twice.
 	m.Start()
-	list := waitDLQ(t, d, dest, 60, 90*time.Second)
+	waitDLQ(t, d, dest, 60, 90*time.Second)
 	waitUnarchived(t, d, dest, 0, 30*time.Second)
 	time.Sleep(2 * time.Second) // a late second write of a batch would show now
-	list = waitDLQ(t, d, dest, 60, 10*time.Second)
+	list := waitDLQ(t, d, dest, 60, 10*time.Second)
 	seen := distinctIDs(list)
 	if len(seen) != len(list) {
 		t.Errorf("dlq list: %d lines but %d distinct event ids", len(list), len(seen))

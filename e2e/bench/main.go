@@ -528,7 +528,7 @@ func runIngest(args []string) error {
 	cpu0 = d.cpu()
 	pub, err := publishPhase(ctx, ingest, *n, *conc, *limit, req)
 	if err != nil {
-		return fmt.Errorf("Publish phase: %w", err)
+		return fmt.Errorf("publish phase: %w", err)
 	}
 	pub.serverCPU = d.cpu() - cpu0
 	progress("Publish: %.0f events/s, p50 %.2f ms, p99 %.2f ms", pub.rate(), ms(pub.p50), ms(pub.p99))
