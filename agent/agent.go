@@ -88,6 +88,8 @@ type Agent struct {
 	partitionCount atomic.Int32
 	mu             sync.Mutex
 	owned          map[int]*ownedPartition
+	wanted         map[int]bool // partitions the control plane assigned here
+	openMu         sync.Mutex   // one partition opens at a time
 	applied        atomic.Uint64
 	// runCtx lives as long as Run: what outlives one Watch stream uses it.
 	runCtx context.Context
@@ -113,7 +115,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	base := log
 	log = base.With("component", "agent", "agent", cfg.Name)
-	a := &Agent{cfg: cfg, log: log, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}), owned: make(map[int]*ownedPartition)}
+	a := &Agent{cfg: cfg, log: log, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}), owned: make(map[int]*ownedPartition), wanted: make(map[int]bool)}
 	var err error
 	if a.nats, err = natsd.Start(natsd.Config{DataDir: cfg.DataDir, ClientListen: cfg.NATSListen, SyncAlways: cfg.SyncAlways, Name: cfg.Name}, base.With("component", "nats")); err != nil {
 		return nil, err
@@ -180,25 +182,44 @@ func (a *Agent) Run(ctx context.Context) error {
 	<-followDone
 	workWG.Wait()
 	a.mu.Lock()
+	a.wanted = map[int]bool{}
 	for p := range a.owned {
 		a.releaseLocked(p)
 	}
 	a.mu.Unlock()
+	// Wait for an open in progress (it sees nothing is wanted any more).
+	a.openMu.Lock()
 	a.nats.Shutdown()
+	a.openMu.Unlock()
 	a.log.Info("agent stopped")
 	return nil
 }
 
-// own opens and starts a partition this agent was assigned.
+// own opens and starts a partition this agent was assigned, unless it
+// runs already or is no longer assigned. Opens are serialised (openMu); the
+// rebuild runs without holding a.mu, so delivery and ingest for other
+// partitions go on meanwhile.
 func (a *Agent) own(ctx context.Context, p int) error {
+	a.openMu.Lock()
+	defer a.openMu.Unlock()
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, ok := a.owned[p]; ok {
+	_, running := a.owned[p]
+	wanted := a.wanted[p]
+	a.mu.Unlock()
+	if running || !wanted {
 		return nil
 	}
 	part, err := owner.Open(ctx, p, a.deps)
 	if err != nil {
+		a.sched.DropPartition(p)
 		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.wanted[p] {
+		// Released while it was rebuilding.
+		a.sched.DropPartition(p)
+		return nil
 	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	op := &ownedPartition{part: part, cancel: cancel, done: make(chan struct{})}
@@ -280,8 +301,12 @@ func (a *Agent) work(ctx context.Context) {
 func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 	part := a.partition(att.Lane.Partition)
 	if part == nil {
-		// The partition was released while this attempt was handed out.
-		a.sched.Release(att)
+		// Its partition is still opening (the rebuild registers lanes
+		// before the partition is installed), or was just released: try
+		// again shortly rather than spin.
+		head := att.Head
+		head.NotBefore = time.Now().Add(100 * time.Millisecond)
+		a.sched.Retry(att, head)
 		return
 	}
 	ev, err := part.Load(ctx, att)

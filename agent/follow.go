@@ -112,6 +112,7 @@ func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 		want[int(p)] = true
 	}
 	a.mu.Lock()
+	a.wanted = want
 	for p := range a.owned {
 		if !want[p] {
 			a.log.Info("partition released", "partition", p)
@@ -119,19 +120,48 @@ func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 		}
 	}
 	a.mu.Unlock()
+	// Opening rebuilds from the store, which takes seconds for a large
+	// backlog: it runs beside the Watch, so later changes still apply.
+	go a.openWanted(msg.GetVersion())
+	return nil
+}
+
+// openWanted opens every assigned partition this agent does not run yet,
+// one at a time, then reports the agent ready.
+func (a *Agent) openWanted(version uint64) {
 	opened := 0
-	for p := range want {
-		if a.partition(p) != nil {
-			continue
+	for a.runCtx.Err() == nil {
+		p, ok := a.nextToOpen()
+		if !ok {
+			break
 		}
 		if err := a.own(a.runCtx, p); err != nil {
-			return fmt.Errorf("open partition %d: %w", p, err)
+			a.log.Error("open partition; retrying", "partition", p, "error", err)
+			select {
+			case <-time.After(time.Second):
+			case <-a.runCtx.Done():
+			}
+			continue
 		}
 		opened++
 	}
 	if opened > 0 {
-		a.log.Info("partitions owned", "opened", opened, "owned", len(want), "version", msg.GetVersion())
+		a.log.Info("partitions owned", "opened", opened, "version", version)
 	}
-	a.ready.Store(true)
-	return nil
+	if _, pending := a.nextToOpen(); !pending {
+		a.ready.Store(true)
+	}
+}
+
+// nextToOpen is the lowest assigned partition not running here.
+func (a *Agent) nextToOpen() (int, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	best := -1
+	for p := range a.wanted {
+		if _, running := a.owned[p]; !running && (best < 0 || p < best) {
+			best = p
+		}
+	}
+	return best, best >= 0
 }
