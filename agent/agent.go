@@ -1,17 +1,22 @@
 // Package agent is Rivora's sidecar. Its data path, one package per step:
 //
 //	natsd        embedded NATS JetStream: the durable home of every event
-//	ingest       tier 1: validate, store in INGEST, ack after the PubAck
-//	owner        tier 2: per partition, move events into lanes (LANES_p),
-//	             keep attempt state (LEDGER_p), rebuild after a restart
+//	ingest       accept: validate, store durably, ack after the PubAck
+//	             (into an owned partition's lanes, else tier 1 INGEST)
+//	owner        tier 2: per partition, the single writer of its lanes
+//	             (LANES_p) and ledger (LEDGER_p): move, rebuild, record
+//	             what is done, hand dead letters to the archive
 //	scheduler    which lane head goes next (budgets, fairness, retries)
-//	budget       per-destination token buckets
+//	budget       per-destination adaptive token buckets and health
 //	delivery     one signed HTTP POST per attempt
 //	retry        backoff, max attempts and the window
-//	archive      tier 3: dead letters as NDJSON objects
+//	archive      tier 3: dead letters as NDJSON objects (directory or S3)
+//	deadletters  list and replay the archive
 //	history      per-event attempt outcomes for "where is my event?"
+//	destinations the control plane's destinations, as delivery uses them
 //
-// The Agent wires them together and runs the delivery workers.
+// The Agent follows the control plane (follow.go), opens the partitions it
+// is assigned, and runs the delivery workers.
 package agent
 
 import (
