@@ -1,6 +1,8 @@
-// Package ingest is the agent's ingest gateway (tier 1): it validates an
-// event, stores it in the INGEST stream and answers only after JetStream
-// acknowledged the write. Accepting never depends on any destination.
+// Package ingest is the agent's ingest gateway: it validates an event,
+// stores it — straight into its lane when this agent owns the event's
+// partition, else in the INGEST stream (tier 1) for the owner to move — and
+// answers only after JetStream acknowledged the write. Accepting never
+// depends on any destination.
 package ingest
 
 import (
