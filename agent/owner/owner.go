@@ -222,15 +222,11 @@ func (o *Partition) rebuild(ctx context.Context) error {
 	deadSeqs := make(map[uint64]bool)
 	var dead []queuedDead
 	doneSet := make(map[uint64]bool)
-	err := scan(ctx, o.ledger, func(msg jetstream.Msg) error {
+	err := scan(ctx, o.ledger, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
 		if msg.Subject() == lanes.DoneSubject(o.p) {
 			seqs, err := decodeDone(msg.Data())
 			if err != nil {
 				return fmt.Errorf("decode done record: %w", err)
-			}
-			meta, err := msg.Metadata()
-			if err != nil {
-				return err
 			}
 			rec := doneRecord{ledgerSeq: meta.Sequence.Stream}
 			for _, s := range seqs {
@@ -249,10 +245,6 @@ func (o *Partition) rebuild(ctx context.Context) error {
 			dl := &rivorav1.DeadLetter{}
 			if err := proto.Unmarshal(msg.Data(), dl); err != nil {
 				return fmt.Errorf("decode dead letter %d: %w", seq, err)
-			}
-			meta, err := msg.Metadata()
-			if err != nil {
-				return err
 			}
 			deadSeqs[seq] = true
 			dead = append(dead, queuedDead{dl: dl, ledgerSeq: meta.Sequence.Stream})
@@ -279,11 +271,7 @@ func (o *Partition) rebuild(ctx context.Context) error {
 	found := make(map[string]*rebuilt)
 	var order []string
 	events := 0
-	err = scan(ctx, o.lanes, func(msg jetstream.Msg) error {
-		meta, err := msg.Metadata()
-		if err != nil {
-			return err
-		}
+	err = scan(ctx, o.lanes, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
 		seq := meta.Sequence.Stream
 		subject := msg.Subject()
 		if deadSeqs[seq] || doneSet[seq] {
@@ -339,7 +327,7 @@ func (o *Partition) rebuild(ctx context.Context) error {
 }
 
 // scan calls fn for every message of a stream, in order.
-func scan(ctx context.Context, st jetstream.Stream, fn func(jetstream.Msg) error) error {
+func scan(ctx context.Context, st jetstream.Stream, fn func(jetstream.Msg, *jetstream.MsgMetadata) error) error {
 	info, err := st.Info(ctx)
 	if err != nil {
 		return err
@@ -361,11 +349,11 @@ func scan(ctx context.Context, st jetstream.Stream, fn func(jetstream.Msg) error
 		if err != nil {
 			return err
 		}
-		if err := fn(msg); err != nil {
-			return err
-		}
 		meta, err := msg.Metadata()
 		if err != nil {
+			return err
+		}
+		if err := fn(msg, meta); err != nil {
 			return err
 		}
 		if meta.NumPending == 0 || meta.Sequence.Stream >= info.State.LastSeq {
