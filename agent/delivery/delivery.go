@@ -105,7 +105,8 @@ func (s *Sender) Send(ctx context.Context, req Request) Result {
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	res.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), s.now())
 	msg := fmt.Sprintf("HTTP %d", resp.StatusCode)
-	if body := strings.TrimSpace(string(snippet)); body != "" {
+	// One line, whatever the partner sent: it ends up in tables and logs.
+	if body := strings.Join(strings.Fields(string(snippet)), " "); body != "" {
 		msg += ": " + strings.ToValidUTF8(body, "?")
 	}
 	res.Err = errors.New(msg)
