@@ -321,10 +321,9 @@ func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 	}
 	dest, ok := a.registry.Get(ev.GetDestinationId())
 	if !ok {
-		// Deleted while the attempt was being picked: hold the lane.
-		head := att.Head
-		head.NotBefore = time.Now().Add(time.Second)
-		a.sched.Retry(att, head)
+		// Deleted (with --force) while this attempt was out: archive it like
+		// the rest of the destination's pending events.
+		part.Abandon(ctx, att, ev, rivorav1.DeadReason_DEAD_REASON_DELETED)
 		return
 	}
 	if dest.Paused {

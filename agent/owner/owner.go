@@ -842,6 +842,17 @@ func (o *Partition) Complete(ctx context.Context, a *scheduler.Attempt, ev *rivo
 	}
 }
 
+// Abandon dead-letters an attempt's event without sending it (its
+// destination was deleted while the attempt was being handed out).
+func (o *Partition) Abandon(ctx context.Context, a *scheduler.Attempt, ev *rivorav1.Event, reason rivorav1.DeadReason) {
+	o.kill(ctx, a, ev, a.Head, reason)
+	// The lane's later events were held back with it while it was in
+	// flight; they follow it to the archive.
+	if _, err := o.ArchiveDestination(ctx, ev.GetDestinationId()); err != nil {
+		o.log.Warn("archive the rest of a deleted destination", "destination", ev.GetDestinationId(), "error", err)
+	}
+}
+
 // Skip moves a lane past an entry whose event can no longer be loaded.
 func (o *Partition) Skip(a *scheduler.Attempt, err error) {
 	o.log.Error("skipping an event that cannot be loaded", "event_id", a.Entry.EventID, "lane", a.Lane.ID.String(), "error", err)
