@@ -559,15 +559,7 @@ func (s *Scheduler) SetWeight(destinationID, customerID string, partition int, w
 
 // Append adds newly stored events at the tail of their lane.
 func (s *Scheduler) Append(partition int, id lanes.ID, entries ...Entry) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l := s.lane(partition, id)
-	l.entries = append(l.entries, entries...)
-	l.dest.pending += len(entries)
-	if l.state == laneIdle {
-		s.schedule(l, s.clock.Now())
-	}
-	s.wake()
+	s.AppendAll(partition, []LaneAppend{{ID: id, Subject: id.Subject(partition), Entries: entries}})
 }
 
 // LaneAppend is one lane's share of an AppendAll.
