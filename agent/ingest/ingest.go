@@ -56,7 +56,6 @@ type Gateway struct {
 	js    jetstream.JetStream
 	reg   *destinations.Registry
 	cfg   Config
-	log   *slog.Logger
 	now   func() time.Time
 	newID func() (string, error)
 	// partitions is the cell's partition count, known once the control
@@ -94,7 +93,8 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	if err != nil {
 		return nil, fmt.Errorf("create %s stream: %w", lanes.IngestStream, err)
 	}
-	return &Gateway{js: js, reg: reg, cfg: cfg, log: log, now: time.Now, newID: newEventID}, nil
+	log.Info("ingest ready", "stream", lanes.IngestStream, "dedup_window", cfg.DedupWindow, "max_payload", cfg.MaxPayload)
+	return &Gateway{js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID}, nil
 }
 
 func newEventID() (string, error) {
