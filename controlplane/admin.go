@@ -25,7 +25,7 @@ func timestampNow(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t
 // records it in the audit log and pushes it to the agents.
 func (cp *ControlPlane) change(action, destinationID, who, reason string, fn func(all map[string]*rivorav1.Destination) (detail string, err error)) (uint64, error) {
 	var detail string
-	version, _, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
+	version, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
 		var err error
 		detail, err = fn(all)
 		return err

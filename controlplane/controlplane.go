@@ -147,7 +147,7 @@ func (cp *ControlPlane) reloadLimits() {
 		return
 	}
 	old := cp.limits.Swap(lf)
-	version, _, err := cp.store.Update(func(map[string]*rivorav1.Destination) error { return nil })
+	version, err := cp.store.Update(func(map[string]*rivorav1.Destination) error { return nil })
 	if err != nil {
 		cp.limits.Store(old)
 		cp.log.Error("limits reload: saving the new config version failed", "error", err)
@@ -161,7 +161,7 @@ func (cp *ControlPlane) reloadLimits() {
 func (cp *ControlPlane) expireOverrides() {
 	now := cp.now()
 	var expired []string
-	version, _, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
+	version, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
 		for id, d := range all {
 			if o := d.GetOverride(); o.GetExpiresAt() != nil && !o.GetExpiresAt().AsTime().After(now) {
 				d.Override = nil

@@ -568,7 +568,7 @@ func TestStoreReopen(t *testing.T) {
 		t.Fatalf("new store: version %d, %d destinations", v, len(ds))
 	}
 	add := func(id string) error {
-		_, _, err := s.Update(func(all map[string]*rivorav1.Destination) error {
+		_, err := s.Update(func(all map[string]*rivorav1.Destination) error {
 			all[id] = &rivorav1.Destination{Id: id, Url: "https://example.com/" + id, CustomerWeights: map[string]float64{"a": 2}}
 			return nil
 		})
@@ -581,7 +581,7 @@ func TestStoreReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A refused change changes nothing, not even the version.
-	if _, _, err := s.Update(func(all map[string]*rivorav1.Destination) error {
+	if _, err := s.Update(func(all map[string]*rivorav1.Destination) error {
 		delete(all, "a")
 		return fmt.Errorf("no")
 	}); err == nil {

@@ -89,7 +89,7 @@ func (s *Store) Get(id string) (*rivorav1.Destination, bool) {
 // Update applies fn to a copy of the destinations under the store lock and
 // persists the result as the next config version. fn returns an error to
 // change nothing.
-func (s *Store) Update(fn func(dests map[string]*rivorav1.Destination) error) (uint64, []*rivorav1.Destination, error) {
+func (s *Store) Update(fn func(dests map[string]*rivorav1.Destination) error) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	next := make(map[string]*rivorav1.Destination, len(s.dests))
@@ -97,15 +97,15 @@ func (s *Store) Update(fn func(dests map[string]*rivorav1.Destination) error) (u
 		next[id] = proto.Clone(d).(*rivorav1.Destination)
 	}
 	if err := fn(next); err != nil {
-		return 0, nil, err
+		return 0, err
 	}
 	prev, prevVersion := s.dests, s.version
 	s.dests, s.version = next, s.version+1
 	if err := s.saveLocked(); err != nil {
 		s.dests, s.version = prev, prevVersion
-		return 0, nil, err
+		return 0, err
 	}
-	return s.version, s.sortedLocked(), nil
+	return s.version, nil
 }
 
 func (s *Store) saveLocked() error {
