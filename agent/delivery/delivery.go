@@ -77,6 +77,10 @@ func (s *Sender) Send(ctx context.Context, req Request) Result {
 	h["Content-Type"] = []string{ev.GetContentType()}
 	h["User-Agent"] = []string{s.userAgent}
 	h["Webhook-Id"] = []string{ev.GetEventId()}
+	// Marks the POST replayable, so the transport re-sends it on a fresh
+	// connection when a pooled one turns out closed, instead of failing the
+	// attempt (and cutting the destination's budget) for nothing.
+	h["Idempotency-Key"] = []string{ev.GetEventId()}
 	h["Webhook-Timestamp"] = []string{strconv.FormatInt(ts, 10)}
 	h["Webhook-Signature"] = []string{req.Endpoint.Signer.Sign(ev.GetEventId(), ts, ev.GetPayload())}
 	h["Rivora-Customer"] = []string{ev.GetCustomerId()}

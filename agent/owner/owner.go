@@ -795,7 +795,9 @@ func (o *Partition) Complete(ctx context.Context, a *scheduler.Attempt, ev *rivo
 	if res.Err != nil {
 		cause = res.Err.Error()
 	}
-	o.deps.Scheduler.Observe(a, res.Status, fault, res.RetryAfter, cause)
+	if tr, changed := o.deps.Scheduler.Observe(a, res.Status, fault, res.RetryAfter, cause); changed {
+		o.log.Info("destination health changed", "destination", ev.GetDestinationId(), "from", tr.From.String(), "to", tr.To.String(), "cause", tr.Cause)
+	}
 	if res.OK() {
 		out := o.deps.Scheduler.Succeeded(a)
 		o.afterAdvance(a, out)

@@ -508,13 +508,16 @@ func (s *Scheduler) SetWeights(destinationID string, partition int, weights map[
 // errors) as opposed to the event's (other 4xx). Call it before Succeeded,
 // Retry or Dead. When the destination recovers, lanes held back only by its
 // failures become due at once, paced by the budget.
-func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retryAfter time.Duration, cause string) {
+//
+// It returns the transition the attempt caused, if any (for the log).
+func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retryAfter time.Duration, cause string) (budget.Transition, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := a.Lane.dest
 	if d.dropped || d.budget == nil {
-		return
+		return budget.Transition{}, false
 	}
+	before := lastTransition(d.budget)
 	d.statuses.add(status)
 	now := s.clock.Now()
 	switch {
@@ -531,6 +534,17 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 		delete(s.parked, d)
 	}
 	s.wake()
+	if after := lastTransition(d.budget); after != before {
+		return after, true
+	}
+	return budget.Transition{}, false
+}
+
+func lastTransition(b *budget.Budget) budget.Transition {
+	if tr := b.Transitions(); len(tr) > 0 {
+		return tr[len(tr)-1]
+	}
+	return budget.Transition{}
 }
 
 // releaseHeld makes due every waiting lane of d held by d's failures.
