@@ -67,16 +67,6 @@ func TestCellPauseAndLimits(t *testing.T) {
 	t.Run("Pause", func(t *testing.T) { pauseScenario(t, r, "cellheld") })
 	t.Run("Limits", func(t *testing.T) { limitsScenario(t, r, limits, "cellpaced") })
 
-	// The control plane answers health from the agent: the override is
-	// what the agent's budget runs.
-	h, err := healthJSON(r.adminURL, "cellpaced")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("destinations health cellpaced: state %s, rate %.4g of %.4g configured", h.GetState(), h.GetCurrentRate(), h.GetConfiguredRate())
-	if h.GetConfiguredRate() != 10 || h.GetCurrentRate() != 10 || h.GetState() != "healthy" {
-		t.Errorf("destinations health cellpaced: state %s, rate %v of %v configured; want healthy at the 10/s override", h.GetState(), h.GetCurrentRate(), h.GetConfiguredRate())
-	}
 }
 
 // pauseScenario: heads failing (503) with retries scheduled; pause --wait;
@@ -183,6 +173,9 @@ destinations:
 func limitsScenario(t *testing.T, r *rig, limitsPath, dest string) {
 	p := newPartner(t)
 	r.createDestination(t, dest, p, nil)
+	// Events still pending when the scenario ends must not hit the closed
+	// partner while later checks run (cleanups run last-in, first-out).
+	t.Cleanup(func() { r.ctl(t, "destinations", "pause", dest) })
 	lim := r.limitsJSON(t, dest)
 	if lim.GetEffective().GetRatePerSecond() != 4 || lim.GetEffective().GetBurst() != 1 || lim.GetSources()["rate_per_second"].GetSource() != "file" {
 		t.Fatalf("limits get %s: effective %v, sources %v; want 4/s burst 1 from the file", dest, lim.GetEffective(), lim.GetSources())
@@ -237,6 +230,18 @@ func limitsScenario(t *testing.T, r *rig, limitsPath, dest string) {
 		t.Errorf("after the override to 10/s: %d requests in 2 s, want ≤ 26", held)
 	}
 	t.Logf("per second since the first delivery:%s", perSecond(p.Snapshot(), first, int(time.Since(first).Seconds())))
+
+	// Health comes from the agent (through the control plane in a cell):
+	// the override is what the agent's budget runs. Asked while the
+	// partner is still up.
+	h, err := healthJSON(r.adminURL, dest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("destinations health %s: state %s, rate %.4g of %.4g configured", dest, h.GetState(), h.GetCurrentRate(), h.GetConfiguredRate())
+	if h.GetConfiguredRate() != 10 || h.GetCurrentRate() != 10 || h.GetState() != "healthy" {
+		t.Errorf("destinations health %s: state %s, rate %v of %v configured; want healthy at the 10/s override", dest, h.GetState(), h.GetCurrentRate(), h.GetConfiguredRate())
+	}
 
 	lim = r.limitsJSON(t, dest)
 	src := lim.GetSources()["rate_per_second"]
