@@ -135,37 +135,45 @@ func (r *agentRegistry) connected() []*agentState {
 
 var errNoAgents = errors.New("no agent is connected to this control plane; start one with `rivora agent --controlplane URL`")
 
-// pending sums a destination's pending events over the connected agents.
-func (r *agentRegistry) pending(ctx context.Context, destinationID string) (int64, error) {
+// sum asks every connected agent for a count and adds the answers up; on
+// an error it returns the total so far.
+func (r *agentRegistry) sum(ask func(*agentState) (int64, error)) (int64, error) {
 	agents := r.connected()
 	if len(agents) == 0 {
 		return 0, errNoAgents
 	}
 	var total int64
 	for _, a := range agents {
-		resp, err := a.client.CountPending(ctx, connect.NewRequest(&rivorav1.CountPendingRequest{DestinationId: destinationID}))
+		n, err := ask(a)
 		if err != nil {
-			return 0, fmt.Errorf("agent %s: %w", a.name, err)
+			return total, fmt.Errorf("agent %s: %w", a.name, err)
 		}
-		total += resp.Msg.GetPending()
+		total += n
 	}
 	return total, nil
 }
 
+// pending sums a destination's pending events over the connected agents.
+func (r *agentRegistry) pending(ctx context.Context, destinationID string) (int64, error) {
+	return r.sum(func(a *agentState) (int64, error) {
+		resp, err := a.client.CountPending(ctx, connect.NewRequest(&rivorav1.CountPendingRequest{DestinationId: destinationID}))
+		if err != nil {
+			return 0, err
+		}
+		return resp.Msg.GetPending(), nil
+	})
+}
+
+// archivePending dead-letters a destination's pending events on every
+// connected agent.
 func (r *agentRegistry) archivePending(ctx context.Context, destinationID string) (int64, error) {
-	agents := r.connected()
-	if len(agents) == 0 {
-		return 0, errNoAgents
-	}
-	var total int64
-	for _, a := range agents {
+	return r.sum(func(a *agentState) (int64, error) {
 		resp, err := a.client.ArchivePending(ctx, connect.NewRequest(&rivorav1.ArchivePendingRequest{DestinationId: destinationID}))
 		if err != nil {
-			return total, fmt.Errorf("agent %s: %w", a.name, err)
+			return 0, err
 		}
-		total += resp.Msg.GetArchived()
-	}
-	return total, nil
+		return resp.Msg.GetArchived(), nil
+	})
 }
 
 func (r *agentRegistry) health(ctx context.Context, destinationID string) ([]*rivorav1.DestinationHealth, error) {

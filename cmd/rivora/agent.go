@@ -9,8 +9,6 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/rivora/rivora/agent"
 )
 
 func agentCommand() *cli.Command {
@@ -55,12 +53,7 @@ Example:
 			if advertise == "" {
 				advertise = self
 			}
-			acfg, err := agentConfig(c, c.String("name"), dataDir, c.String("controlplane"), advertise)
-			if err != nil {
-				ln.Close()
-				return err
-			}
-			ag, err := agent.New(ctx, acfg, log)
+			ag, err := newAgent(ctx, c, log, c.String("name"), dataDir, c.String("controlplane"), advertise)
 			if err != nil {
 				ln.Close()
 				return err

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -63,6 +64,15 @@ func agentFlags() []cli.Flag {
 		pprofFlag,
 		logLevelFlag,
 	}
+}
+
+// newAgent builds the agent both `rivora dev` and `rivora agent` run.
+func newAgent(ctx context.Context, c *cli.Context, log *slog.Logger, name, dataDir, controlPlaneURL, advertiseURL string) (*agent.Agent, error) {
+	cfg, err := agentConfig(c, name, dataDir, controlPlaneURL, advertiseURL)
+	if err != nil {
+		return nil, err
+	}
+	return agent.New(ctx, cfg, log)
 }
 
 func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL string) (agent.Config, error) {
@@ -137,12 +147,7 @@ func runDev(c *cli.Context) error {
 		ln.Close()
 		return err
 	}
-	acfg, err := agentConfig(c, "dev", dataDir, url, url)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	ag, err := agent.New(ctx, acfg, log)
+	ag, err := newAgent(ctx, c, log, "dev", dataDir, url, url)
 	if err != nil {
 		ln.Close()
 		return err
