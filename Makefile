@@ -36,9 +36,10 @@ proto-check: proto
 unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
 
-# Real servers the e2e tests start: MinIO is built from its Go module (no
-# download sites here); the first build takes 5–15 minutes on 2 cores, then
-# it is cached in GOPATH/bin. The tests install it themselves too, if run
+# Real servers the e2e tests start: MinIO and Consul (v1.14.11, the last
+# open-source line, pinned in the nested module tools/consul) are built from
+# their Go modules (no download sites here); the first builds take 5–20
+# minutes each on 2 cores, then they are cached in GOPATH/bin. The tests install it themselves too, if run
 # directly.
 MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 GOBIN_DIR      = $(shell $(GO) env GOPATH)/bin
@@ -47,6 +48,10 @@ servers:
 	@if command -v minio >/dev/null 2>&1 || [ -x "$(GOBIN_DIR)/minio" ]; then echo "minio: present"; else \
 		echo "minio: building github.com/minio/minio@$(MINIO_VERSION) (first time only)"; \
 		tmp=$$(mktemp -d) && cd $$tmp && GOBIN="$(GOBIN_DIR)" GOFLAGS=-mod=mod $(GO) install github.com/minio/minio@$(MINIO_VERSION); \
+	fi
+	@if [ -x "$(GOBIN_DIR)/consul" ] && "$(GOBIN_DIR)/consul" version | grep -q 'Consul v1.14.11'; then echo "consul: present"; else \
+		echo "consul: building v1.14.11 from tools/consul (first time only, 10-20 minutes)"; \
+		cd tools/consul && $(GO) build -o "$(GOBIN_DIR)/consul" github.com/hashicorp/consul; \
 	fi
 
 e2e: servers

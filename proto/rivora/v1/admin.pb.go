@@ -2710,9 +2710,19 @@ type AgentStatus struct {
 	Connected      bool                   `protobuf:"varint,3,opt,name=connected,proto3" json:"connected,omitempty"`
 	AppliedVersion uint64                 `protobuf:"varint,4,opt,name=applied_version,json=appliedVersion,proto3" json:"applied_version,omitempty"`
 	LastSeen       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
-	Partitions     []uint32               `protobuf:"varint,6,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// partitions are the partitions whose ownership lock the agent holds, as
+	// it last reported.
+	Partitions []uint32 `protobuf:"varint,6,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	// healthy: watching, and (with Consul) its session is alive.
+	Healthy bool `protobuf:"varint,7,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	// health_reason says why an agent is not healthy.
+	HealthReason string `protobuf:"bytes,8,opt,name=health_reason,json=healthReason,proto3" json:"health_reason,omitempty"`
+	// session is the agent's Consul session ("" without Consul).
+	Session string `protobuf:"bytes,9,opt,name=session,proto3" json:"session,omitempty"`
+	// assigned_partitions are the partitions the control plane assigns it.
+	AssignedPartitions []uint32 `protobuf:"varint,10,rep,packed,name=assigned_partitions,json=assignedPartitions,proto3" json:"assigned_partitions,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *AgentStatus) Reset() {
@@ -2783,6 +2793,34 @@ func (x *AgentStatus) GetLastSeen() *timestamppb.Timestamp {
 func (x *AgentStatus) GetPartitions() []uint32 {
 	if x != nil {
 		return x.Partitions
+	}
+	return nil
+}
+
+func (x *AgentStatus) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *AgentStatus) GetHealthReason() string {
+	if x != nil {
+		return x.HealthReason
+	}
+	return ""
+}
+
+func (x *AgentStatus) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *AgentStatus) GetAssignedPartitions() []uint32 {
+	if x != nil {
+		return x.AssignedPartitions
 	}
 	return nil
 }
@@ -3004,7 +3042,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x16GetConfigStatusRequest\"c\n" +
 	"\x17GetConfigStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12.\n" +
-	"\x06agents\x18\x02 \x03(\v2\x16.rivora.v1.AgentStatusR\x06agents\"\xdb\x01\n" +
+	"\x06agents\x18\x02 \x03(\v2\x16.rivora.v1.AgentStatusR\x06agents\"\xe5\x02\n" +
 	"\vAgentStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1c\n" +
@@ -3013,7 +3051,12 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\tlast_seen\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x06 \x03(\rR\n" +
-	"partitions*{\n" +
+	"partitions\x12\x18\n" +
+	"\ahealthy\x18\a \x01(\bR\ahealthy\x12#\n" +
+	"\rhealth_reason\x18\b \x01(\tR\fhealthReason\x12\x18\n" +
+	"\asession\x18\t \x01(\tR\asession\x12/\n" +
+	"\x13assigned_partitions\x18\n" +
+	" \x03(\rR\x12assignedPartitions*{\n" +
 	"\rPriorityClass\x12\x1e\n" +
 	"\x1aPRIORITY_CLASS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13PRIORITY_CLASS_HIGH\x10\x01\x12\x19\n" +

@@ -28,8 +28,13 @@ type WatchRequest struct {
 	// PartitionService there).
 	Address        string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	AppliedVersion uint64 `protobuf:"varint,3,opt,name=applied_version,json=appliedVersion,proto3" json:"applied_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// session is the agent's Consul session ("" without Consul). The control
+	// plane treats the agent as healthy only while the session lives, and
+	// destroys it when the agent's Watch is gone (so its locks are freed
+	// after the lock-delay instead of after the session TTL).
+	Session       string `protobuf:"bytes,4,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchRequest) Reset() {
@@ -83,6 +88,13 @@ func (x *WatchRequest) GetAppliedVersion() uint64 {
 	return 0
 }
 
+func (x *WatchRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
 type WatchResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -95,7 +107,8 @@ type WatchResponse struct {
 	RemovedDestinationIds []string       `protobuf:"bytes,4,rep,name=removed_destination_ids,json=removedDestinationIds,proto3" json:"removed_destination_ids,omitempty"`
 	// partition_count is the number of partitions of the cell.
 	PartitionCount uint32 `protobuf:"varint,5,opt,name=partition_count,json=partitionCount,proto3" json:"partition_count,omitempty"`
-	// partitions are the partitions this agent owns.
+	// partitions are the partitions assigned to this agent: it acquires each
+	// one's ownership lock, then runs it; it releases any other it holds.
 	Partitions    []uint32 `protobuf:"varint,6,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -261,6 +274,102 @@ func (*ReportAppliedResponse) Descriptor() ([]byte, []int) {
 	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
+type ReportOwnedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AgentName     string                 `protobuf:"bytes,1,opt,name=agent_name,json=agentName,proto3" json:"agent_name,omitempty"`
+	Session       string                 `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	Partitions    []uint32               `protobuf:"varint,3,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportOwnedRequest) Reset() {
+	*x = ReportOwnedRequest{}
+	mi := &file_rivora_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportOwnedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportOwnedRequest) ProtoMessage() {}
+
+func (x *ReportOwnedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportOwnedRequest.ProtoReflect.Descriptor instead.
+func (*ReportOwnedRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ReportOwnedRequest) GetAgentName() string {
+	if x != nil {
+		return x.AgentName
+	}
+	return ""
+}
+
+func (x *ReportOwnedRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *ReportOwnedRequest) GetPartitions() []uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type ReportOwnedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportOwnedResponse) Reset() {
+	*x = ReportOwnedResponse{}
+	mi := &file_rivora_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportOwnedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportOwnedResponse) ProtoMessage() {}
+
+func (x *ReportOwnedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportOwnedResponse.ProtoReflect.Descriptor instead.
+func (*ReportOwnedResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
 type CountPendingRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
@@ -270,7 +379,7 @@ type CountPendingRequest struct {
 
 func (x *CountPendingRequest) Reset() {
 	*x = CountPendingRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[4]
+	mi := &file_rivora_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +391,7 @@ func (x *CountPendingRequest) String() string {
 func (*CountPendingRequest) ProtoMessage() {}
 
 func (x *CountPendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[4]
+	mi := &file_rivora_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +404,7 @@ func (x *CountPendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountPendingRequest.ProtoReflect.Descriptor instead.
 func (*CountPendingRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CountPendingRequest) GetDestinationId() string {
@@ -314,7 +423,7 @@ type CountPendingResponse struct {
 
 func (x *CountPendingResponse) Reset() {
 	*x = CountPendingResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[5]
+	mi := &file_rivora_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -326,7 +435,7 @@ func (x *CountPendingResponse) String() string {
 func (*CountPendingResponse) ProtoMessage() {}
 
 func (x *CountPendingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[5]
+	mi := &file_rivora_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -339,7 +448,7 @@ func (x *CountPendingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountPendingResponse.ProtoReflect.Descriptor instead.
 func (*CountPendingResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CountPendingResponse) GetPending() int64 {
@@ -358,7 +467,7 @@ type ArchivePendingRequest struct {
 
 func (x *ArchivePendingRequest) Reset() {
 	*x = ArchivePendingRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[6]
+	mi := &file_rivora_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -370,7 +479,7 @@ func (x *ArchivePendingRequest) String() string {
 func (*ArchivePendingRequest) ProtoMessage() {}
 
 func (x *ArchivePendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[6]
+	mi := &file_rivora_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -383,7 +492,7 @@ func (x *ArchivePendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivePendingRequest.ProtoReflect.Descriptor instead.
 func (*ArchivePendingRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ArchivePendingRequest) GetDestinationId() string {
@@ -402,7 +511,7 @@ type ArchivePendingResponse struct {
 
 func (x *ArchivePendingResponse) Reset() {
 	*x = ArchivePendingResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[7]
+	mi := &file_rivora_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +523,7 @@ func (x *ArchivePendingResponse) String() string {
 func (*ArchivePendingResponse) ProtoMessage() {}
 
 func (x *ArchivePendingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[7]
+	mi := &file_rivora_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +536,7 @@ func (x *ArchivePendingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivePendingResponse.ProtoReflect.Descriptor instead.
 func (*ArchivePendingResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ArchivePendingResponse) GetArchived() int64 {
@@ -447,7 +556,7 @@ type GetHealthRequest struct {
 
 func (x *GetHealthRequest) Reset() {
 	*x = GetHealthRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[8]
+	mi := &file_rivora_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +568,7 @@ func (x *GetHealthRequest) String() string {
 func (*GetHealthRequest) ProtoMessage() {}
 
 func (x *GetHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[8]
+	mi := &file_rivora_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +581,7 @@ func (x *GetHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHealthRequest.ProtoReflect.Descriptor instead.
 func (*GetHealthRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetHealthRequest) GetDestinationId() string {
@@ -491,7 +600,7 @@ type GetHealthResponse struct {
 
 func (x *GetHealthResponse) Reset() {
 	*x = GetHealthResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[9]
+	mi := &file_rivora_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +612,7 @@ func (x *GetHealthResponse) String() string {
 func (*GetHealthResponse) ProtoMessage() {}
 
 func (x *GetHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[9]
+	mi := &file_rivora_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +625,7 @@ func (x *GetHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHealthResponse.ProtoReflect.Descriptor instead.
 func (*GetHealthResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetHealthResponse) GetDestinations() []*DestinationHealth {
@@ -530,12 +639,13 @@ var File_rivora_v1_agent_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15rivora/v1/agent.proto\x12\trivora.v1\x1a\x15rivora/v1/admin.proto\"p\n" +
+	"\x15rivora/v1/agent.proto\x12\trivora.v1\x1a\x15rivora/v1/admin.proto\"\x8a\x01\n" +
 	"\fWatchRequest\x12\x1d\n" +
 	"\n" +
 	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12'\n" +
-	"\x0fapplied_version\x18\x03 \x01(\x04R\x0eappliedVersion\"\x82\x02\n" +
+	"\x0fapplied_version\x18\x03 \x01(\x04R\x0eappliedVersion\x12\x18\n" +
+	"\asession\x18\x04 \x01(\tR\asession\"\x82\x02\n" +
 	"\rWatchResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\bR\bsnapshot\x12:\n" +
@@ -549,7 +659,15 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\x17\n" +
-	"\x15ReportAppliedResponse\"<\n" +
+	"\x15ReportAppliedResponse\"m\n" +
+	"\x12ReportOwnedRequest\x12\x1d\n" +
+	"\n" +
+	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +
+	"\asession\x18\x02 \x01(\tR\asession\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x03 \x03(\rR\n" +
+	"partitions\"\x15\n" +
+	"\x13ReportOwnedResponse\"<\n" +
 	"\x13CountPendingRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"0\n" +
 	"\x14CountPendingResponse\x12\x18\n" +
@@ -561,10 +679,11 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\x10GetHealthRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"U\n" +
 	"\x11GetHealthResponse\x12@\n" +
-	"\fdestinations\x18\x01 \x03(\v2\x1c.rivora.v1.DestinationHealthR\fdestinations2\xa0\x01\n" +
+	"\fdestinations\x18\x01 \x03(\v2\x1c.rivora.v1.DestinationHealthR\fdestinations2\xee\x01\n" +
 	"\fAgentService\x12<\n" +
 	"\x05Watch\x12\x17.rivora.v1.WatchRequest\x1a\x18.rivora.v1.WatchResponse0\x01\x12R\n" +
-	"\rReportApplied\x12\x1f.rivora.v1.ReportAppliedRequest\x1a .rivora.v1.ReportAppliedResponse2\x8c\x02\n" +
+	"\rReportApplied\x12\x1f.rivora.v1.ReportAppliedRequest\x1a .rivora.v1.ReportAppliedResponse\x12L\n" +
+	"\vReportOwned\x12\x1d.rivora.v1.ReportOwnedRequest\x1a\x1e.rivora.v1.ReportOwnedResponse2\x8c\x02\n" +
 	"\x10PartitionService\x12T\n" +
 	"\fCountPending\x12\x1e.rivora.v1.CountPendingRequest\x1a\x1f.rivora.v1.CountPendingResponse\"\x03\x90\x02\x01\x12U\n" +
 	"\x0eArchivePending\x12 .rivora.v1.ArchivePendingRequest\x1a!.rivora.v1.ArchivePendingResponse\x12K\n" +
@@ -582,36 +701,40 @@ func file_rivora_v1_agent_proto_rawDescGZIP() []byte {
 	return file_rivora_v1_agent_proto_rawDescData
 }
 
-var file_rivora_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_rivora_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_rivora_v1_agent_proto_goTypes = []any{
 	(*WatchRequest)(nil),           // 0: rivora.v1.WatchRequest
 	(*WatchResponse)(nil),          // 1: rivora.v1.WatchResponse
 	(*ReportAppliedRequest)(nil),   // 2: rivora.v1.ReportAppliedRequest
 	(*ReportAppliedResponse)(nil),  // 3: rivora.v1.ReportAppliedResponse
-	(*CountPendingRequest)(nil),    // 4: rivora.v1.CountPendingRequest
-	(*CountPendingResponse)(nil),   // 5: rivora.v1.CountPendingResponse
-	(*ArchivePendingRequest)(nil),  // 6: rivora.v1.ArchivePendingRequest
-	(*ArchivePendingResponse)(nil), // 7: rivora.v1.ArchivePendingResponse
-	(*GetHealthRequest)(nil),       // 8: rivora.v1.GetHealthRequest
-	(*GetHealthResponse)(nil),      // 9: rivora.v1.GetHealthResponse
-	(*Destination)(nil),            // 10: rivora.v1.Destination
-	(*DestinationHealth)(nil),      // 11: rivora.v1.DestinationHealth
+	(*ReportOwnedRequest)(nil),     // 4: rivora.v1.ReportOwnedRequest
+	(*ReportOwnedResponse)(nil),    // 5: rivora.v1.ReportOwnedResponse
+	(*CountPendingRequest)(nil),    // 6: rivora.v1.CountPendingRequest
+	(*CountPendingResponse)(nil),   // 7: rivora.v1.CountPendingResponse
+	(*ArchivePendingRequest)(nil),  // 8: rivora.v1.ArchivePendingRequest
+	(*ArchivePendingResponse)(nil), // 9: rivora.v1.ArchivePendingResponse
+	(*GetHealthRequest)(nil),       // 10: rivora.v1.GetHealthRequest
+	(*GetHealthResponse)(nil),      // 11: rivora.v1.GetHealthResponse
+	(*Destination)(nil),            // 12: rivora.v1.Destination
+	(*DestinationHealth)(nil),      // 13: rivora.v1.DestinationHealth
 }
 var file_rivora_v1_agent_proto_depIdxs = []int32{
-	10, // 0: rivora.v1.WatchResponse.destinations:type_name -> rivora.v1.Destination
-	11, // 1: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
+	12, // 0: rivora.v1.WatchResponse.destinations:type_name -> rivora.v1.Destination
+	13, // 1: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
 	0,  // 2: rivora.v1.AgentService.Watch:input_type -> rivora.v1.WatchRequest
 	2,  // 3: rivora.v1.AgentService.ReportApplied:input_type -> rivora.v1.ReportAppliedRequest
-	4,  // 4: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
-	6,  // 5: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
-	8,  // 6: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
-	1,  // 7: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
-	3,  // 8: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
-	5,  // 9: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
-	7,  // 10: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
-	9,  // 11: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
-	7,  // [7:12] is the sub-list for method output_type
-	2,  // [2:7] is the sub-list for method input_type
+	4,  // 4: rivora.v1.AgentService.ReportOwned:input_type -> rivora.v1.ReportOwnedRequest
+	6,  // 5: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
+	8,  // 6: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
+	10, // 7: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
+	1,  // 8: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
+	3,  // 9: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
+	5,  // 10: rivora.v1.AgentService.ReportOwned:output_type -> rivora.v1.ReportOwnedResponse
+	7,  // 11: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
+	9,  // 12: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
+	11, // 13: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
+	8,  // [8:14] is the sub-list for method output_type
+	2,  // [2:8] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -629,7 +752,7 @@ func file_rivora_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_agent_proto_rawDesc), len(file_rivora_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

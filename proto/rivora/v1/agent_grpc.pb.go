@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	AgentService_Watch_FullMethodName         = "/rivora.v1.AgentService/Watch"
 	AgentService_ReportApplied_FullMethodName = "/rivora.v1.AgentService/ReportApplied"
+	AgentService_ReportOwned_FullMethodName   = "/rivora.v1.AgentService/ReportOwned"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -37,6 +38,10 @@ type AgentServiceClient interface {
 	// ReportApplied tells the control plane which config version the agent
 	// runs (so `rivoractl … --wait` knows when a change is live everywhere).
 	ReportApplied(ctx context.Context, in *ReportAppliedRequest, opts ...grpc.CallOption) (*ReportAppliedResponse, error)
+	// ReportOwned tells the control plane which partitions the agent holds
+	// the ownership lock of right now (assigned is not owned: a partition
+	// is owned once its lock is acquired and until it is released or lost).
+	ReportOwned(ctx context.Context, in *ReportOwnedRequest, opts ...grpc.CallOption) (*ReportOwnedResponse, error)
 }
 
 type agentServiceClient struct {
@@ -76,6 +81,16 @@ func (c *agentServiceClient) ReportApplied(ctx context.Context, in *ReportApplie
 	return out, nil
 }
 
+func (c *agentServiceClient) ReportOwned(ctx context.Context, in *ReportOwnedRequest, opts ...grpc.CallOption) (*ReportOwnedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportOwnedResponse)
+	err := c.cc.Invoke(ctx, AgentService_ReportOwned_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -90,6 +105,10 @@ type AgentServiceServer interface {
 	// ReportApplied tells the control plane which config version the agent
 	// runs (so `rivoractl … --wait` knows when a change is live everywhere).
 	ReportApplied(context.Context, *ReportAppliedRequest) (*ReportAppliedResponse, error)
+	// ReportOwned tells the control plane which partitions the agent holds
+	// the ownership lock of right now (assigned is not owned: a partition
+	// is owned once its lock is acquired and until it is released or lost).
+	ReportOwned(context.Context, *ReportOwnedRequest) (*ReportOwnedResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -105,6 +124,9 @@ func (UnimplementedAgentServiceServer) Watch(*WatchRequest, grpc.ServerStreaming
 }
 func (UnimplementedAgentServiceServer) ReportApplied(context.Context, *ReportAppliedRequest) (*ReportAppliedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportApplied not implemented")
+}
+func (UnimplementedAgentServiceServer) ReportOwned(context.Context, *ReportOwnedRequest) (*ReportOwnedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportOwned not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -156,6 +178,24 @@ func _AgentService_ReportApplied_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_ReportOwned_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportOwnedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ReportOwned(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ReportOwned_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ReportOwned(ctx, req.(*ReportOwnedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -166,6 +206,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportApplied",
 			Handler:    _AgentService_ReportApplied_Handler,
+		},
+		{
+			MethodName: "ReportOwned",
+			Handler:    _AgentService_ReportOwned_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

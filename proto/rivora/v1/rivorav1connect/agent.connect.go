@@ -40,6 +40,9 @@ const (
 	// AgentServiceReportAppliedProcedure is the fully-qualified name of the AgentService's
 	// ReportApplied RPC.
 	AgentServiceReportAppliedProcedure = "/rivora.v1.AgentService/ReportApplied"
+	// AgentServiceReportOwnedProcedure is the fully-qualified name of the AgentService's ReportOwned
+	// RPC.
+	AgentServiceReportOwnedProcedure = "/rivora.v1.AgentService/ReportOwned"
 	// PartitionServiceCountPendingProcedure is the fully-qualified name of the PartitionService's
 	// CountPending RPC.
 	PartitionServiceCountPendingProcedure = "/rivora.v1.PartitionService/CountPending"
@@ -60,6 +63,10 @@ type AgentServiceClient interface {
 	// ReportApplied tells the control plane which config version the agent
 	// runs (so `rivoractl … --wait` knows when a change is live everywhere).
 	ReportApplied(context.Context, *connect.Request[v1.ReportAppliedRequest]) (*connect.Response[v1.ReportAppliedResponse], error)
+	// ReportOwned tells the control plane which partitions the agent holds
+	// the ownership lock of right now (assigned is not owned: a partition
+	// is owned once its lock is acquired and until it is released or lost).
+	ReportOwned(context.Context, *connect.Request[v1.ReportOwnedRequest]) (*connect.Response[v1.ReportOwnedResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the rivora.v1.AgentService service. By default, it
@@ -85,6 +92,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("ReportApplied")),
 			connect.WithClientOptions(opts...),
 		),
+		reportOwned: connect.NewClient[v1.ReportOwnedRequest, v1.ReportOwnedResponse](
+			httpClient,
+			baseURL+AgentServiceReportOwnedProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("ReportOwned")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -92,6 +105,7 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 type agentServiceClient struct {
 	watch         *connect.Client[v1.WatchRequest, v1.WatchResponse]
 	reportApplied *connect.Client[v1.ReportAppliedRequest, v1.ReportAppliedResponse]
+	reportOwned   *connect.Client[v1.ReportOwnedRequest, v1.ReportOwnedResponse]
 }
 
 // Watch calls rivora.v1.AgentService.Watch.
@@ -104,6 +118,11 @@ func (c *agentServiceClient) ReportApplied(ctx context.Context, req *connect.Req
 	return c.reportApplied.CallUnary(ctx, req)
 }
 
+// ReportOwned calls rivora.v1.AgentService.ReportOwned.
+func (c *agentServiceClient) ReportOwned(ctx context.Context, req *connect.Request[v1.ReportOwnedRequest]) (*connect.Response[v1.ReportOwnedResponse], error) {
+	return c.reportOwned.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the rivora.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Watch streams the agent's configuration: a full snapshot first, then
@@ -113,6 +132,10 @@ type AgentServiceHandler interface {
 	// ReportApplied tells the control plane which config version the agent
 	// runs (so `rivoractl … --wait` knows when a change is live everywhere).
 	ReportApplied(context.Context, *connect.Request[v1.ReportAppliedRequest]) (*connect.Response[v1.ReportAppliedResponse], error)
+	// ReportOwned tells the control plane which partitions the agent holds
+	// the ownership lock of right now (assigned is not owned: a partition
+	// is owned once its lock is acquired and until it is released or lost).
+	ReportOwned(context.Context, *connect.Request[v1.ReportOwnedRequest]) (*connect.Response[v1.ReportOwnedResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -134,12 +157,20 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("ReportApplied")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceReportOwnedHandler := connect.NewUnaryHandler(
+		AgentServiceReportOwnedProcedure,
+		svc.ReportOwned,
+		connect.WithSchema(agentServiceMethods.ByName("ReportOwned")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rivora.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceWatchProcedure:
 			agentServiceWatchHandler.ServeHTTP(w, r)
 		case AgentServiceReportAppliedProcedure:
 			agentServiceReportAppliedHandler.ServeHTTP(w, r)
+		case AgentServiceReportOwnedProcedure:
+			agentServiceReportOwnedHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -155,6 +186,10 @@ func (UnimplementedAgentServiceHandler) Watch(context.Context, *connect.Request[
 
 func (UnimplementedAgentServiceHandler) ReportApplied(context.Context, *connect.Request[v1.ReportAppliedRequest]) (*connect.Response[v1.ReportAppliedResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AgentService.ReportApplied is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) ReportOwned(context.Context, *connect.Request[v1.ReportOwnedRequest]) (*connect.Response[v1.ReportOwnedResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AgentService.ReportOwned is not implemented"))
 }
 
 // PartitionServiceClient is a client for the rivora.v1.PartitionService service.

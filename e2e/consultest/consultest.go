@@ -1,0 +1,222 @@
+// Package consultest runs a real Consul server (v1.14.11, built from the
+// nested module tools/consul) on 127.0.0.1 for tests: one server with its
+// own data directory, so it can be stopped and restarted with its sessions,
+// locks and KV intact.
+package consultest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Version is the Consul release the tests run.
+const Version = "v1.14.11"
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// Binary returns the path of the consul binary in $(go env GOPATH)/bin,
+// building it from tools/consul first if it is missing (10–20 minutes cold
+// on 2 cores; `make servers` does the same).
+func Binary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() { binPath, binErr = findOrBuild(t) })
+	if binErr != nil {
+		t.Fatalf("consul binary: %v", binErr)
+	}
+	return binPath
+}
+
+func findOrBuild(t testing.TB) (string, error) {
+	gopath, err := goEnv("GOPATH")
+	if err != nil {
+		return "", err
+	}
+	if i := strings.IndexByte(gopath, os.PathListSeparator); i >= 0 {
+		gopath = gopath[:i]
+	}
+	bin := filepath.Join(gopath, "bin", "consul")
+	if out, err := exec.Command(bin, "version").Output(); err == nil && bytes.Contains(out, []byte("Consul "+Version)) {
+		return bin, nil
+	}
+	gomod, err := goEnv("GOMOD")
+	if err != nil || gomod == "" || gomod == os.DevNull {
+		return "", fmt.Errorf("consul is missing and the project's go.mod was not found (%v): run `make servers`", err)
+	}
+	toolDir := filepath.Join(filepath.Dir(gomod), "tools", "consul")
+	t.Logf("consul %s not found at %s: building it from %s (10–20 minutes the first time)", Version, bin, toolDir)
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/hashicorp/consul")
+	cmd.Dir = toolDir
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build consul in %s: %v\n%s", toolDir, err, out)
+	}
+	t.Logf("built %s in %s", bin, time.Since(start).Round(time.Second))
+	return bin, nil
+}
+
+func goEnv(key string) (string, error) {
+	out, err := exec.Command("go", "env", key).Output()
+	if err != nil {
+		return "", fmt.Errorf("go env %s: %w", key, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Server is one Consul server process.
+type Server struct {
+	t       testing.TB
+	bin     string
+	dataDir string
+	ports   [4]int // http, serf lan, serf wan, server rpc
+	// HTTPAddr is host:port of the HTTP API.
+	HTTPAddr string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *os.File
+}
+
+// Start starts a single-server Consul cell with its data under a temporary
+// directory and waits until it has a leader and its node is registered.
+// It is stopped when the test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{t: t, bin: Binary(t), dataDir: t.TempDir()}
+	for i := range s.ports {
+		s.ports[i] = freePort(t)
+	}
+	s.HTTPAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports[0]))
+	s.Start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// URL is the HTTP API's base URL.
+func (s *Server) URL() string { return "http://" + s.HTTPAddr }
+
+// Start (re)starts the process on the same ports and data directory.
+func (s *Server) Start() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.t.Fatal("consul is already running")
+	}
+	logFile, err := os.OpenFile(filepath.Join(s.dataDir, "consul.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cmd := exec.Command(s.bin, "agent", "-server", "-bootstrap-expect", "1",
+		"-node", "rivora-test", "-data-dir", filepath.Join(s.dataDir, "data"),
+		"-bind", "127.0.0.1", "-client", "127.0.0.1", "-advertise", "127.0.0.1",
+		"-http-port", strconv.Itoa(s.ports[0]), "-serf-lan-port", strconv.Itoa(s.ports[1]),
+		"-serf-wan-port", strconv.Itoa(s.ports[2]), "-server-port", strconv.Itoa(s.ports[3]),
+		"-dns-port", "-1", "-grpc-port", "-1", "-log-level", "warn",
+		// Fast elections: a restarted single server leads again in about a second.
+		"-hcl", "performance { raft_multiplier = 1 }")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		s.t.Fatalf("start consul: %v", err)
+	}
+	s.cmd, s.log, s.done = cmd, logFile, make(chan struct{})
+	go func(done chan struct{}) {
+		_ = cmd.Wait()
+		close(done)
+	}(s.done)
+	if err := s.waitReady(60 * time.Second); err != nil {
+		s.t.Fatalf("consul at %s: %v\n%s", s.HTTPAddr, err, s.Log())
+	}
+}
+
+// Stop stops the process (SIGTERM, then SIGKILL after 10 s). Its data stays.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.log.Close()
+	s.cmd = nil
+}
+
+// Log returns the server's log so far.
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(filepath.Join(s.dataDir, "consul.log"))
+	return string(b)
+}
+
+func (s *Server) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: 2 * time.Second}
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.done:
+			return errors.New("consul exited")
+		default:
+		}
+		last = s.ready(client)
+		if last == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("not ready after %s: %v", timeout, last)
+}
+
+// ready: a leader is elected and this node is in the catalog (sessions
+// need it).
+func (s *Server) ready(client *http.Client) error {
+	for _, path := range []string{"/v1/status/leader", "/v1/catalog/node/rivora-test"} {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, s.URL()+path, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		var body bytes.Buffer
+		_, _ = body.ReadFrom(resp.Body)
+		resp.Body.Close()
+		text := strings.TrimSpace(body.String())
+		if resp.StatusCode != http.StatusOK || text == `""` || text == "null" || text == "" {
+			return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, text)
+		}
+	}
+	return nil
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
