@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -33,7 +34,8 @@ type agentState struct {
 	lastSeen  time.Time
 	joined    time.Time
 	client    rivorav1connect.PartitionServiceClient
-	partition []uint32
+	partition []uint32 // assigned
+	owned     []uint32 // as the agent reported
 }
 
 func newAgentRegistry() *agentRegistry {
@@ -211,4 +213,18 @@ func (r *agentRegistry) awaitApplied(version uint64, grace time.Duration) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// owned records the partitions an agent holds the locks of.
+func (r *agentRegistry) owned(name, session string, partitions []uint32, now time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := r.agents[name]
+	if a == nil {
+		return fmt.Errorf("agent %q is not watching this control plane", name)
+	}
+	a.owned = slices.Clone(partitions)
+	slices.Sort(a.owned)
+	a.lastSeen = now
+	return nil
 }

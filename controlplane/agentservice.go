@@ -98,3 +98,10 @@ func (s *agentService) ReportApplied(ctx context.Context, req *connect.Request[r
 	}
 	return connect.NewResponse(&rivorav1.ReportAppliedResponse{}), nil
 }
+
+func (s *agentService) ReportOwned(ctx context.Context, req *connect.Request[rivorav1.ReportOwnedRequest]) (*connect.Response[rivorav1.ReportOwnedResponse], error) {
+	if err := s.cp.agents.owned(req.Msg.GetAgentName(), req.Msg.GetSession(), req.Msg.GetPartitions(), s.cp.now()); err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.Join(err, errors.New("open a Watch first")))
+	}
+	return connect.NewResponse(&rivorav1.ReportOwnedResponse{}), nil
+}
