@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,7 @@ import (
 	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/owner"
+	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -58,8 +60,21 @@ type Config struct {
 	// should call it.
 	AdvertiseURL string
 	// Workers is the number of concurrent delivery attempts.
-	Workers     int
-	NATSListen  string
+	Workers    int
+	NATSListen string
+	// NATSCluster (host:port) and NATSRoutes (nats://host:port, …) join
+	// the embedded server to the cell's JetStream cluster.
+	NATSCluster string
+	NATSRoutes  []string
+	// Replicas is the stream replica count; 0 means min(3, cell size),
+	// the cell size being this agent plus its distinct routes.
+	Replicas int
+	// ConsulURL, when set, takes partition ownership from Consul sessions
+	// and locks; otherwise ownership is in process (one agent).
+	ConsulURL string
+	// SessionTTL and LockDelay tune the Consul session (defaults 10s, 5s).
+	SessionTTL  time.Duration
+	LockDelay   time.Duration
 	SyncAlways  bool
 	MaxPayload  int
 	DedupWindow time.Duration
@@ -84,6 +99,7 @@ type Agent struct {
 	history  *history.History
 	sender   *delivery.Sender
 	deps     owner.Deps
+	locker   ownership.Locker
 
 	deadLetters *deadletters.Service
 	ready       atomic.Bool
@@ -94,16 +110,27 @@ type Agent struct {
 	mu             sync.Mutex
 	owned          map[int]*ownedPartition
 	wanted         map[int]bool // partitions the control plane assigned here
-	openMu         sync.Mutex   // one partition opens at a time
+	releasing      map[int]chan struct{}
+	opening        map[int]*ownership.Lease // locked, still opening
+	openMu         sync.Mutex               // one partition opens at a time
 	applied        atomic.Uint64
+	// wake asks the ownership loop to look at wanted again; ownedChanged
+	// asks the reporter to tell the control plane.
+	wake         chan struct{}
+	ownedChanged chan struct{}
 	// runCtx lives as long as Run: what outlives one Watch stream uses it.
 	runCtx context.Context
 }
 
 type ownedPartition struct {
 	part   *owner.Partition
+	lease  *ownership.Lease
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	// inFlight counts attempts between their last ownership check and
+	// their recorded outcome; a graceful handoff waits for them.
+	inFlight sync.WaitGroup
 }
 
 // New starts the embedded NATS server and creates the shared streams.
@@ -120,21 +147,60 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	base := log
 	log = base.With("component", "agent", "agent", cfg.Name)
-	a := &Agent{cfg: cfg, log: log, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}), owned: make(map[int]*ownedPartition), wanted: make(map[int]bool)}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = natsd.Replicas(cellSize(cfg.NATSCluster, cfg.NATSRoutes))
+	}
+	a := &Agent{
+		cfg: cfg, log: log, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}),
+		owned: make(map[int]*ownedPartition), wanted: make(map[int]bool), releasing: make(map[int]chan struct{}), opening: make(map[int]*ownership.Lease),
+		wake: make(chan struct{}, 1), ownedChanged: make(chan struct{}, 1),
+	}
 	var err error
-	if a.nats, err = natsd.Start(natsd.Config{DataDir: cfg.DataDir, ClientListen: cfg.NATSListen, SyncAlways: cfg.SyncAlways, Name: cfg.Name}, base.With("component", "nats")); err != nil {
+	if a.nats, err = natsd.Start(natsd.Config{
+		DataDir: cfg.DataDir, ClientListen: cfg.NATSListen, SyncAlways: cfg.SyncAlways, Name: cfg.Name,
+		ClusterListen: cfg.NATSCluster, Routes: cfg.NATSRoutes,
+	}, base.With("component", "nats")); err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*Agent, error) {
 		a.nats.Shutdown()
 		return nil, err
 	}
+	if cfg.ConsulURL != "" {
+		if a.locker, err = ownership.NewConsul(ctx, ownership.ConsulConfig{URL: cfg.ConsulURL, Agent: cfg.Name, TTL: cfg.SessionTTL, LockDelay: cfg.LockDelay}, base.With("component", "ownership")); err != nil {
+			return fail(err)
+		}
+	} else {
+		a.locker = ownership.NewLocal()
+	}
 	js := a.nats.JetStream()
-	if a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{MaxPayload: cfg.MaxPayload, DedupWindow: cfg.DedupWindow}, base.With("component", "ingest")); err != nil {
+	// In a fresh cell, creating a replicated stream can time out while its
+	// peers catch up with the cluster: retry for a while.
+	create := func(what string, fn func() error) error {
+		if cfg.NATSCluster == "" {
+			return fn()
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			err := fn()
+			if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+				return err
+			}
+			log.Info("creating a replicated stream; retrying", "stream", what, "error", err)
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	if err := create("INGEST", func() (err error) {
+		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{MaxPayload: cfg.MaxPayload, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas}, base.With("component", "ingest"))
+		return err
+	}); err != nil {
 		return fail(err)
 	}
 	a.gateway.SetLocalStore(a)
-	if a.history, err = history.New(ctx, js, history.DefaultRetention); err != nil {
+	if err := create("EVENTS", func() (err error) {
+		a.history, err = history.New(ctx, js, history.DefaultRetention, cfg.Replicas)
+		return err
+	}); err != nil {
 		return fail(err)
 	}
 	arch := cfg.Archive
@@ -143,13 +209,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 			return fail(err)
 		}
 	}
-	if a.deadLetters, err = deadletters.New(ctx, js, arch, a.gateway, base.With("component", "deadletters")); err != nil {
+	if err := create(deadletters.CheckpointBucket, func() (err error) {
+		a.deadLetters, err = deadletters.New(ctx, js, arch, a.gateway, cfg.Replicas, base.With("component", "deadletters"))
+		return err
+	}); err != nil {
 		return fail(err)
 	}
 	a.sender = delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name))
 	a.deps = owner.Deps{
 		JS: js, Scheduler: a.sched, Registry: a.registry, History: a.history, Archive: arch,
-		Clock: clock.Real{}, Log: base.With("component", "owner"), DedupWindow: cfg.DedupWindow,
+		Clock: clock.Real{}, Log: base.With("component", "owner"), DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
 	}
 	if err := registerMetrics(a.sched); err != nil {
 		return fail(err)
@@ -180,20 +249,39 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer close(followDone)
 		a.follow(ctx)
 	}()
+	ownDone := make(chan struct{})
+	go func() {
+		defer close(ownDone)
+		a.ownLoop(ctx)
+	}()
+	go a.reportOwned(ctx)
 	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.cfg.ControlPlaneURL)
 	<-ctx.Done()
 	a.ready.Store(false)
 	a.log.Info("draining: waiting for attempts in flight")
 	<-followDone
+	<-ownDone
 	workWG.Wait()
 	a.mu.Lock()
 	a.wanted = map[int]bool{}
+	var handoffs []<-chan struct{}
 	for p := range a.owned {
-		a.releaseLocked(p)
+		handoffs = append(handoffs, a.releaseLocked(p))
+	}
+	for _, done := range a.releasing {
+		handoffs = append(handoffs, done)
 	}
 	a.mu.Unlock()
+	for _, done := range handoffs {
+		<-done
+	}
 	// Wait for an open in progress (it sees nothing is wanted any more).
 	a.openMu.Lock()
+	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := a.locker.Close(closeCtx); err != nil {
+		a.log.Warn("release ownership", "error", err)
+	}
+	cancel()
 	a.nats.Shutdown()
 	a.openMu.Unlock()
 	a.log.Info("agent stopped")
@@ -204,41 +292,146 @@ func (a *Agent) Run(ctx context.Context) error {
 // runs already or is no longer assigned. Opens are serialised (openMu); the
 // rebuild runs without holding a.mu, so delivery and ingest for other
 // partitions go on meanwhile.
+//
+// The partition's lock comes first: ownership.ErrHeld means another agent
+// still has it (or Consul's lock-delay protects it), and the ownership loop
+// tries again shortly.
 func (a *Agent) own(ctx context.Context, p int) error {
 	a.openMu.Lock()
 	defer a.openMu.Unlock()
 	a.mu.Lock()
 	_, running := a.owned[p]
+	_, releasing := a.releasing[p]
 	wanted := a.wanted[p]
 	a.mu.Unlock()
-	if running || !wanted {
+	if running || releasing || !wanted {
 		return nil
 	}
-	part, err := owner.Open(ctx, p, a.deps)
+	lease, err := a.acquire(ctx, p)
 	if err != nil {
-		a.sched.DropPartition(p)
 		return err
+	}
+	// Owned from here: the lock is held while the partition opens. In a
+	// cell that just lost an agent, its streams answer only once their
+	// replicas have elected a new leader: keep the lock and retry.
+	defer func() {
+		a.mu.Lock()
+		delete(a.opening, p)
+		a.mu.Unlock()
+	}()
+	var part *owner.Partition
+	for {
+		part, err = owner.Open(ctx, p, a.deps, lease)
+		if err == nil {
+			break
+		}
+		a.sched.DropPartition(p)
+		a.mu.Lock()
+		wanted := a.wanted[p]
+		a.mu.Unlock()
+		if !wanted || !lease.Valid() || ctx.Err() != nil || errors.Is(err, owner.ErrFenced) {
+			a.releaseLease(lease)
+			a.signalOwned()
+			return err
+		}
+		a.log.Warn("open partition; retrying while holding its lock", "partition", p, "error", err)
+		select {
+		case <-time.After(250 * time.Millisecond):
+		case <-ctx.Done():
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.wanted[p] {
-		// Released while it was rebuilding.
+	if !a.wanted[p] || !lease.Valid() {
+		// Released or lost while it was rebuilding.
 		a.sched.DropPartition(p)
+		a.releaseLease(lease)
 		return nil
 	}
+	a.configurePartition(p)
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	op := &ownedPartition{part: part, cancel: cancel, done: make(chan struct{})}
+	op := &ownedPartition{part: part, lease: lease, cancel: cancel, done: make(chan struct{})}
 	a.owned[p] = op
+	a.log.Info("partition owned", "partition", p, "epoch", lease.Epoch)
+	a.signalOwned()
 	go func() {
 		err := part.Run(pctx)
 		close(op.done)
-		if err != nil && pctx.Err() == nil {
+		switch {
+		case err == nil || pctx.Err() != nil:
+		case errors.Is(err, owner.ErrFenced):
+			// Lost: stop at once; nothing more is written or sent here.
+			a.log.Warn("partition ownership lost; stopped", "partition", p, "error", err)
+			a.drop(p, op)
+		default:
 			// A write failed: rebuild the partition from its store.
 			a.log.Error("partition failed; reopening it", "partition", p, "error", err)
 			a.reopen(a.runCtx, p, op)
 		}
 	}()
 	return nil
+}
+
+// acquire takes partition p's lock, unless this agent holds it already
+// (acquired, still opening: a.opening).
+func (a *Agent) acquire(ctx context.Context, p int) (*ownership.Lease, error) {
+	a.mu.Lock()
+	if lease := a.opening[p]; lease != nil && lease.Valid() {
+		a.mu.Unlock()
+		return lease, nil
+	}
+	a.mu.Unlock()
+	lease, err := a.locker.TryAcquire(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	a.opening[p] = lease
+	a.mu.Unlock()
+	a.signalOwned()
+	return lease, nil
+}
+
+// releaseUnwanted gives back locks acquired for partitions that were
+// unassigned before they opened.
+func (a *Agent) releaseUnwanted() {
+	a.mu.Lock()
+	var stale []*ownership.Lease
+	for p, lease := range a.opening {
+		if !a.wanted[p] || !lease.Valid() {
+			stale = append(stale, lease)
+			delete(a.opening, p)
+		}
+	}
+	a.mu.Unlock()
+	for _, lease := range stale {
+		a.releaseLease(lease)
+	}
+	if len(stale) > 0 {
+		a.signalOwned()
+	}
+}
+
+func (a *Agent) releaseLease(lease *ownership.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := lease.Release(ctx); err != nil {
+		a.log.Warn("release partition lock", "partition", lease.P, "error", err)
+	}
+}
+
+// drop forgets a partition whose ownership was lost, and lets the
+// ownership loop try to get it back if it is still assigned here.
+func (a *Agent) drop(p int, lost *ownedPartition) {
+	a.mu.Lock()
+	if a.owned[p] == lost {
+		a.sched.DropPartition(p)
+		lost.cancel()
+		delete(a.owned, p)
+	}
+	a.mu.Unlock()
+	a.signalOwned()
+	a.wakeOwnLoop()
 }
 
 // reopen replaces a failed partition with a fresh one rebuilt from the
@@ -252,6 +445,10 @@ func (a *Agent) reopen(ctx context.Context, p int, failed *ownedPartition) {
 	a.sched.DropPartition(p)
 	failed.cancel()
 	delete(a.owned, p)
+	// Keep the lock: the partition reopens here under the same lease.
+	if failed.lease.Valid() {
+		a.opening[p] = failed.lease
+	}
 	a.mu.Unlock()
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
@@ -268,16 +465,51 @@ func (a *Agent) reopen(ctx context.Context, p int, failed *ownedPartition) {
 	}
 }
 
-// releaseLocked stops a partition and forgets its lanes.
-func (a *Agent) releaseLocked(p int) {
+// handoffWait bounds how long a graceful handoff waits for attempts in
+// flight; after it the lock is released anyway and their outcomes are not
+// recorded (the new owner sends those events again).
+const handoffWait = 15 * time.Second
+
+// releaseLocked starts a graceful handoff of partition p (see handoff).
+// Until it ends, p is not opened again here.
+func (a *Agent) releaseLocked(p int) (done <-chan struct{}) {
 	op, ok := a.owned[p]
 	if !ok {
-		return
+		return nil
 	}
 	a.sched.DropPartition(p)
+	delete(a.owned, p)
+	released := make(chan struct{})
+	a.releasing[p] = released
+	go func() {
+		a.handoff(p, op)
+		a.mu.Lock()
+		delete(a.releasing, p)
+		a.mu.Unlock()
+		close(released)
+		a.wakeOwnLoop()
+	}()
+	return released
+}
+
+// handoff: no new attempt starts (the scheduler dropped the partition),
+// attempts in flight finish, the partition flushes, and the lock is
+// released; the next owner rebuilds from the stream.
+func (a *Agent) handoff(p int, op *ownedPartition) {
+	drained := make(chan struct{})
+	go func() {
+		op.inFlight.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-time.After(handoffWait):
+		a.log.Warn("handoff: attempts still in flight; releasing anyway", "partition", p)
+	}
 	op.cancel()
 	<-op.done
-	delete(a.owned, p)
+	a.releaseLease(op.lease)
+	a.signalOwned()
 }
 
 func (a *Agent) partition(p int) *owner.Partition {
@@ -287,6 +519,19 @@ func (a *Agent) partition(p int) *owner.Partition {
 		return op.part
 	}
 	return nil
+}
+
+// ownedPartitionOf returns a running partition and counts an attempt in
+// flight on it (call done after its outcome is recorded).
+func (a *Agent) ownedPartitionOf(p int) (*ownedPartition, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	op, ok := a.owned[p]
+	if !ok {
+		return nil, false
+	}
+	op.inFlight.Add(1)
+	return op, true
 }
 
 // work is one delivery worker.
@@ -304,8 +549,8 @@ func (a *Agent) work(ctx context.Context) {
 }
 
 func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
-	part := a.partition(att.Lane.Partition)
-	if part == nil {
+	op, ok := a.ownedPartitionOf(att.Lane.Partition)
+	if !ok {
 		// Its partition is still opening (the rebuild registers lanes
 		// before the partition is installed), or was just released: try
 		// again shortly rather than spin.
@@ -314,6 +559,8 @@ func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 		a.sched.Retry(att, head)
 		return
 	}
+	defer op.inFlight.Done()
+	part := op.part
 	ev, err := part.Load(ctx, att)
 	if err != nil {
 		part.Skip(att, err)
@@ -337,6 +584,11 @@ func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 		head := att.Head
 		head.NotBefore = time.Now().Add(time.Second)
 		a.sched.Retry(att, head)
+		return
+	}
+	if !part.Owned() {
+		// Fenced: the lease lapsed (the partition is stopping). Another
+		// agent delivers it now.
 		return
 	}
 	res := a.sender.Send(ctx, delivery.Request{Endpoint: endpoint, Event: ev, Attempt: att.Number, Timeout: dest.Timeout})
@@ -371,15 +623,31 @@ func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []str
 	if err != nil {
 		return err
 	}
-	n := int(a.partitionCount.Load())
 	for _, d := range dests {
-		p := lanes.Partition(d.ID, n)
-		a.sched.SetLimits(d.ID, p, d.Limits)
-		a.sched.SetClass(d.ID, p, d.Class)
-		a.sched.SetWeights(d.ID, p, d.Weights)
-		a.sched.SetPaused(d.ID, p, d.Paused)
+		a.configure(d)
 	}
 	return nil
+}
+
+// configure gives the scheduler a destination's limits, class, weights
+// and pause state.
+func (a *Agent) configure(d *destinations.Destination) {
+	p := lanes.Partition(d.ID, int(a.partitionCount.Load()))
+	a.sched.SetLimits(d.ID, p, d.Limits)
+	a.sched.SetClass(d.ID, p, d.Class)
+	a.sched.SetWeights(d.ID, p, d.Weights)
+	a.sched.SetPaused(d.ID, p, d.Paused)
+}
+
+// configurePartition configures again the destinations of partition p
+// (dropping a partition from the scheduler forgets them).
+func (a *Agent) configurePartition(p int) {
+	n := int(a.partitionCount.Load())
+	for _, d := range a.registry.All() {
+		if lanes.Partition(d.ID, n) == p {
+			a.configure(d)
+		}
+	}
 }
 
 // Pending is the number of events of a destination not yet delivered or
@@ -456,3 +724,17 @@ func healthToProto(s scheduler.DestinationSnapshot) *rivorav1.DestinationHealth 
 }
 
 var errNotFound = errors.New("not found")
+
+// cellSize is this agent plus its distinct routes to others.
+func cellSize(clusterListen string, routes []string) int {
+	if clusterListen == "" {
+		return 1
+	}
+	others := make(map[string]bool)
+	for _, r := range routes {
+		if host := strings.TrimPrefix(r, "nats://"); host != clusterListen {
+			others[host] = true
+		}
+	}
+	return 1 + len(others)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -39,12 +40,22 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := client.Watch(ctx, connect.NewRequest(&rivorav1.WatchRequest{
-		AgentName: a.cfg.Name, Address: a.cfg.AdvertiseURL, AppliedVersion: a.applied.Load(),
+		AgentName: a.cfg.Name, Address: a.cfg.AdvertiseURL, AppliedVersion: a.applied.Load(), Session: a.locker.Session(),
 	}))
 	if err != nil {
 		return err
 	}
 	defer stream.Close()
+	// A new Consul session (the old one was lost) is announced with a new
+	// Watch.
+	go func() {
+		select {
+		case <-a.locker.SessionChanged():
+			a.log.Info("new consul session; reconnecting the watch to announce it", "session", a.locker.Session())
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	// A silent stream past twice the control plane's keepalive is dead.
 	alive := make(chan struct{}, 1)
 	go func() {
@@ -115,53 +126,31 @@ func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 	a.wanted = want
 	for p := range a.owned {
 		if !want[p] {
-			a.log.Info("partition released", "partition", p)
+			a.log.Info("partition reassigned; handing it off", "partition", p)
 			a.releaseLocked(p)
 		}
 	}
 	a.mu.Unlock()
 	// Opening rebuilds from the store, which takes seconds for a large
-	// backlog: it runs beside the Watch, so later changes still apply.
-	go a.openWanted(msg.GetVersion())
+	// backlog: the ownership loop does it beside the Watch, so later
+	// changes still apply.
+	a.wakeOwnLoop()
 	return nil
 }
 
-// openWanted opens every assigned partition this agent does not run yet,
-// one at a time, then reports the agent ready.
-func (a *Agent) openWanted(version uint64) {
-	opened := 0
-	for a.runCtx.Err() == nil {
-		p, ok := a.nextToOpen()
-		if !ok {
-			break
-		}
-		if err := a.own(a.runCtx, p); err != nil {
-			a.log.Error("open partition; retrying", "partition", p, "error", err)
-			select {
-			case <-time.After(time.Second):
-			case <-a.runCtx.Done():
-			}
-			continue
-		}
-		opened++
-	}
-	if opened > 0 {
-		a.log.Info("partitions owned", "opened", opened, "version", version)
-	}
-	if _, pending := a.nextToOpen(); !pending {
-		a.ready.Store(true)
-	}
-}
-
-// nextToOpen is the lowest assigned partition not running here.
-func (a *Agent) nextToOpen() (int, bool) {
+// toOpen lists the assigned partitions not running here (nor still being
+// handed off from an earlier assignment), lowest first.
+func (a *Agent) toOpen() []int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	best := -1
+	var out []int
 	for p := range a.wanted {
-		if _, running := a.owned[p]; !running && (best < 0 || p < best) {
-			best = p
+		_, running := a.owned[p]
+		_, releasing := a.releasing[p]
+		if !running && !releasing {
+			out = append(out, p)
 		}
 	}
-	return best, best >= 0
+	slices.Sort(out)
+	return out
 }

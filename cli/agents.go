@@ -18,7 +18,7 @@ func (e *env) agentsCommand() *ucli.Command {
 		Action: parentAction,
 		Subcommands: []*ucli.Command{{
 			Name:      "list",
-			Usage:     "list agents: address, connection, applied config version, owned partitions",
+			Usage:     "list agents: address, health, Consul session, applied config version, owned and assigned partitions",
 			UsageText: "rivoractl agents list [-o json]",
 			Description: `-o json prints a JSON array of objects with name, address, healthy
 (connected), appliedVersion, lastSeen and partitions (numbers).`,
@@ -35,36 +35,64 @@ func (e *env) agentsCommand() *ucli.Command {
 				agents := resp.Msg.GetAgents()
 				if e.output == "json" {
 					type agentJSON struct {
-						Name           string   `json:"name"`
-						Address        string   `json:"address"`
-						Healthy        bool     `json:"healthy"`
-						AppliedVersion uint64   `json:"appliedVersion"`
-						LastSeen       string   `json:"lastSeen"`
-						Partitions     []uint32 `json:"partitions"`
+						Name               string   `json:"name"`
+						Address            string   `json:"address"`
+						Healthy            bool     `json:"healthy"`
+						HealthReason       string   `json:"healthReason,omitempty"`
+						Connected          bool     `json:"connected"`
+						Session            string   `json:"session,omitempty"`
+						AppliedVersion     uint64   `json:"appliedVersion"`
+						LastSeen           string   `json:"lastSeen"`
+						Partitions         []uint32 `json:"partitions"`
+						AssignedPartitions []uint32 `json:"assignedPartitions"`
 					}
 					out := make([]agentJSON, 0, len(agents))
 					for _, a := range agents {
-						parts := a.GetPartitions()
-						if parts == nil {
-							parts = []uint32{}
-						}
-						out = append(out, agentJSON{a.GetName(), a.GetAddress(), a.GetConnected(), a.GetAppliedVersion(), fmtTime(a.GetLastSeen()), parts})
+						out = append(out, agentJSON{
+							Name: a.GetName(), Address: a.GetAddress(), Healthy: a.GetHealthy(), HealthReason: a.GetHealthReason(),
+							Connected: a.GetConnected(), Session: a.GetSession(), AppliedVersion: a.GetAppliedVersion(),
+							LastSeen: fmtTime(a.GetLastSeen()), Partitions: nonNil(a.GetPartitions()), AssignedPartitions: nonNil(a.GetAssignedPartitions()),
+						})
 					}
 					enc := json.NewEncoder(e.out)
 					enc.SetIndent("", "  ")
 					return enc.Encode(out)
 				}
 				tw := newTable(e.out)
-				fmt.Fprintf(tw, "NAME\tADDRESS\tHEALTHY\tAPPLIED\tLAST SEEN\tPARTITIONS\n")
+				fmt.Fprintf(tw, "NAME\tADDRESS\tHEALTHY\tSESSION\tAPPLIED\tLAST SEEN\tOWNED\tASSIGNED\n")
 				for _, a := range agents {
-					parts := make([]string, len(a.GetPartitions()))
-					for i, p := range a.GetPartitions() {
-						parts[i] = fmt.Sprint(p)
+					healthy := fmt.Sprint(a.GetHealthy())
+					if !a.GetHealthy() && a.GetHealthReason() != "" {
+						healthy += " (" + a.GetHealthReason() + ")"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%t\t%d/%d\t%s\t%s\n", a.GetName(), a.GetAddress(), a.GetConnected(), a.GetAppliedVersion(), resp.Msg.GetVersion(), fmtTime(a.GetLastSeen()), dash(strings.Join(parts, ",")))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", a.GetName(), a.GetAddress(), healthy, dash(shortSession(a.GetSession())),
+						a.GetAppliedVersion(), resp.Msg.GetVersion(), fmtTime(a.GetLastSeen()), dash(joinPartitions(a.GetPartitions())), dash(joinPartitions(a.GetAssignedPartitions())))
 				}
 				return tw.Flush()
 			},
 		}},
 	}
+}
+
+func nonNil(ps []uint32) []uint32 {
+	if ps == nil {
+		return []uint32{}
+	}
+	return ps
+}
+
+func joinPartitions(ps []uint32) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = fmt.Sprint(p)
+	}
+	return strings.Join(parts, ",")
+}
+
+// shortSession keeps a session id's first block (enough to tell them apart).
+func shortSession(id string) string {
+	if i := strings.IndexByte(id, '-'); i > 0 {
+		return id[:i]
+	}
+	return id
 }

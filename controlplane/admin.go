@@ -47,6 +47,9 @@ func (cp *ControlPlane) change(action, destinationID, who, reason string, fn fun
 const applyGrace = 2 * time.Second
 
 func (cp *ControlPlane) CreateDestination(ctx context.Context, req *connect.Request[rivorav1.CreateDestinationRequest]) (*connect.Response[rivorav1.CreateDestinationResponse], error) {
+	if err := cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	m := req.Msg
 	if err := validateID(m.GetId()); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
@@ -86,6 +89,9 @@ func (cp *ControlPlane) CreateDestination(ctx context.Context, req *connect.Requ
 }
 
 func (cp *ControlPlane) GetDestination(ctx context.Context, req *connect.Request[rivorav1.GetDestinationRequest]) (*connect.Response[rivorav1.GetDestinationResponse], error) {
+	if err := cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	d, ok := cp.store.Get(req.Msg.GetId())
 	if !ok {
 		return nil, notFound(req.Msg.GetId())
@@ -98,11 +104,17 @@ func (cp *ControlPlane) GetDestination(ctx context.Context, req *connect.Request
 }
 
 func (cp *ControlPlane) ListDestinations(ctx context.Context, req *connect.Request[rivorav1.ListDestinationsRequest]) (*connect.Response[rivorav1.ListDestinationsResponse], error) {
+	if err := cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	_, dests := cp.snapshot()
 	return connect.NewResponse(&rivorav1.ListDestinationsResponse{Destinations: dests}), nil
 }
 
 func (cp *ControlPlane) UpdateDestination(ctx context.Context, req *connect.Request[rivorav1.UpdateDestinationRequest]) (*connect.Response[rivorav1.UpdateDestinationResponse], error) {
+	if err := cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	m := req.Msg
 	var updated *rivorav1.Destination
 	version, err := cp.change("destination.update", m.GetId(), m.GetAuthor(), "", func(all map[string]*rivorav1.Destination) (string, error) {
@@ -152,6 +164,9 @@ func (cp *ControlPlane) UpdateDestination(ctx context.Context, req *connect.Requ
 }
 
 func (cp *ControlPlane) DeleteDestination(ctx context.Context, req *connect.Request[rivorav1.DeleteDestinationRequest]) (*connect.Response[rivorav1.DeleteDestinationResponse], error) {
+	if err := cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	id := req.Msg.GetId()
 	if _, ok := cp.store.Get(id); !ok {
 		return nil, notFound(id)
@@ -180,6 +195,9 @@ func (cp *ControlPlane) DeleteDestination(ctx context.Context, req *connect.Requ
 }
 
 func (cp *ControlPlane) SetPriority(ctx context.Context, req *connect.Request[rivorav1.SetPriorityRequest]) (*connect.Response[rivorav1.SetPriorityResponse], error) {
+	if err := cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	m := req.Msg
 	setsClass := m.GetClass() != rivorav1.PriorityClass_PRIORITY_CLASS_UNSPECIFIED
 	setsWeight := m.Weight != nil
@@ -228,6 +246,9 @@ func (cp *ControlPlane) SetPriority(ctx context.Context, req *connect.Request[ri
 }
 
 func (cp *ControlPlane) GetDestinationHealth(ctx context.Context, req *connect.Request[rivorav1.GetDestinationHealthRequest]) (*connect.Response[rivorav1.GetDestinationHealthResponse], error) {
+	if err := cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	id := req.Msg.GetDestinationId()
 	if id != "" {
 		if _, ok := cp.store.Get(id); !ok {
@@ -242,6 +263,9 @@ func (cp *ControlPlane) GetDestinationHealth(ctx context.Context, req *connect.R
 }
 
 func (cp *ControlPlane) PauseDestination(ctx context.Context, req *connect.Request[rivorav1.PauseDestinationRequest]) (*connect.Response[rivorav1.PauseDestinationResponse], error) {
+	if err := cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	m := req.Msg
 	var updated *rivorav1.Destination
 	version, err := cp.change("destination.pause", m.GetDestinationId(), m.GetAuthor(), m.GetReason(), func(all map[string]*rivorav1.Destination) (string, error) {
@@ -267,6 +291,9 @@ func (cp *ControlPlane) PauseDestination(ctx context.Context, req *connect.Reque
 }
 
 func (cp *ControlPlane) ResumeDestination(ctx context.Context, req *connect.Request[rivorav1.ResumeDestinationRequest]) (*connect.Response[rivorav1.ResumeDestinationResponse], error) {
+	if err := cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	m := req.Msg
 	var updated *rivorav1.Destination
 	version, err := cp.change("destination.resume", m.GetDestinationId(), m.GetAuthor(), "", func(all map[string]*rivorav1.Destination) (string, error) {
@@ -298,6 +325,9 @@ func (cp *ControlPlane) limitsView(d *rivorav1.Destination) *rivorav1.GetLimitsR
 }
 
 func (cp *ControlPlane) GetLimits(ctx context.Context, req *connect.Request[rivorav1.GetLimitsRequest]) (*connect.Response[rivorav1.GetLimitsResponse], error) {
+	if err := cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	d, ok := cp.store.Get(req.Msg.GetDestinationId())
 	if !ok {
 		return nil, notFound(req.Msg.GetDestinationId())
@@ -306,6 +336,9 @@ func (cp *ControlPlane) GetLimits(ctx context.Context, req *connect.Request[rivo
 }
 
 func (cp *ControlPlane) SetLimitsOverride(ctx context.Context, req *connect.Request[rivorav1.SetLimitsOverrideRequest]) (*connect.Response[rivorav1.SetLimitsOverrideResponse], error) {
+	if err := cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	m := req.Msg
 	if strings.TrimSpace(m.GetReason()) == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("an override needs a reason (--reason \"…\"): the audit log says why limits changed"))
@@ -358,6 +391,9 @@ func (cp *ControlPlane) SetLimitsOverride(ctx context.Context, req *connect.Requ
 }
 
 func (cp *ControlPlane) ClearLimitsOverride(ctx context.Context, req *connect.Request[rivorav1.ClearLimitsOverrideRequest]) (*connect.Response[rivorav1.ClearLimitsOverrideResponse], error) {
+	if err := cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	m := req.Msg
 	var updated *rivorav1.Destination
 	version, err := cp.change("limits.clear", m.GetDestinationId(), m.GetAuthor(), m.GetReason(), func(all map[string]*rivorav1.Destination) (string, error) {
@@ -379,6 +415,9 @@ func (cp *ControlPlane) ClearLimitsOverride(ctx context.Context, req *connect.Re
 }
 
 func (cp *ControlPlane) DiffLimits(ctx context.Context, req *connect.Request[rivorav1.DiffLimitsRequest]) (*connect.Response[rivorav1.DiffLimitsResponse], error) {
+	if err := cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	_, dests := cp.store.Snapshot()
 	resp := &rivorav1.DiffLimitsResponse{}
 	for _, d := range dests {
@@ -396,18 +435,24 @@ func (cp *ControlPlane) DiffLimits(ctx context.Context, req *connect.Request[riv
 }
 
 func (cp *ControlPlane) ListAudit(ctx context.Context, req *connect.Request[rivorav1.ListAuditRequest]) (*connect.Response[rivorav1.ListAuditResponse], error) {
+	if err := cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	limit := int(req.Msg.GetLimit())
 	if limit <= 0 {
 		limit = 100
 	}
 	entries, err := cp.audit.List(limit, req.Msg.GetDestinationId())
 	if err != nil {
-		return nil, connect.NewError(connect.CodeInternal, err)
+		return nil, asConnect(err)
 	}
 	return connect.NewResponse(&rivorav1.ListAuditResponse{Entries: entries}), nil
 }
 
 func (cp *ControlPlane) GetConfigStatus(ctx context.Context, req *connect.Request[rivorav1.GetConfigStatusRequest]) (*connect.Response[rivorav1.GetConfigStatusResponse], error) {
+	if err := cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	version, _ := cp.store.Snapshot()
 	return connect.NewResponse(&rivorav1.GetConfigStatusResponse{Version: version, Agents: cp.agents.status()}), nil
 }

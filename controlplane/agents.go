@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"log/slog"
 	"net/http"
 	"slices"
 	"sort"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/hashicorp/consul/api"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -18,31 +21,60 @@ import (
 )
 
 // agentRegistry tracks the agents following this control plane (one Watch
-// stream each) and talks to them through their PartitionService.
+// stream each), decides which agent owns which partition, and talks to
+// agents through their PartitionService.
+//
+// With Consul, an agent is healthy while it watches and its Consul session
+// lives; partitions go to healthy agents by rendezvous hashing. An agent
+// whose Watch is gone for deadAfter has its session destroyed, which frees
+// its locks after their lock-delay (instead of after the session TTL). An
+// agent that lost its session is given partitions again only rejoinDelay
+// after it announced a new one, so a flapping agent does not drag
+// partitions back and forth.
 type agentRegistry struct {
-	http *http.Client
+	http   *http.Client
+	consul *api.Client // nil: one agent owns every partition, in process
+	log    *slog.Logger
+
+	deadAfter   time.Duration
+	rejoinDelay time.Duration
+	// onChange is called (without the lock) when assignments may change.
+	onChange func()
 
 	mu     sync.Mutex
 	agents map[string]*agentState
+	// liveSessions is the last session list read from Consul (nil until
+	// the first read).
+	liveSessions map[string]bool
 }
 
 type agentState struct {
-	name      string
-	address   string
-	streams   int // open Watch streams (a reconnect may overlap the old one)
-	applied   uint64
-	lastSeen  time.Time
-	joined    time.Time
-	client    rivorav1connect.PartitionServiceClient
-	partition []uint32 // assigned
-	owned     []uint32 // as the agent reported
+	name     string
+	address  string
+	streams  int // open Watch streams (a reconnect may overlap the old one)
+	applied  uint64
+	lastSeen time.Time
+	joined   time.Time
+	client   rivorav1connect.PartitionServiceClient
+	// session is the agent's Consul session; sessionLost is when the
+	// control plane saw it gone; eligibleAt is when the agent may own
+	// partitions again after that.
+	session     string
+	sessionLost time.Time
+	eligibleAt  time.Time
+	partition   []uint32 // assigned
+	owned       []uint32 // as the agent reported
 }
 
-func newAgentRegistry() *agentRegistry {
-	return &agentRegistry{http: &http.Client{Timeout: 30 * time.Second}, agents: make(map[string]*agentState)}
+func newAgentRegistry(consul *api.Client, log *slog.Logger) *agentRegistry {
+	return &agentRegistry{
+		http: &http.Client{Timeout: 30 * time.Second}, consul: consul, log: log,
+		deadAfter: time.Second, rejoinDelay: 30 * time.Second, onChange: func() {},
+		agents: make(map[string]*agentState),
+	}
 }
 
-func (r *agentRegistry) connect(name, address string, now time.Time) {
+func (r *agentRegistry) connect(name, address, session string, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a := r.agents[name]
@@ -51,23 +83,61 @@ func (r *agentRegistry) connect(name, address string, now time.Time) {
 		if a != nil && a.streams > 0 {
 			joined = a.joined
 		}
+		prev := a
 		a = &agentState{name: name, address: address, joined: joined, client: rivorav1connect.NewPartitionServiceClient(r.http, address)}
+		if prev != nil {
+			a.session, a.sessionLost, a.eligibleAt = prev.session, prev.sessionLost, prev.eligibleAt
+		}
 		r.agents[name] = a
 	}
 	if a.streams == 0 {
 		a.joined = now
 	}
+	if session != a.session {
+		if !a.sessionLost.IsZero() && session != "" {
+			// Back with a new session after losing the old one.
+			a.eligibleAt = now.Add(r.rejoinDelay)
+			r.log.Info("agent rejoined with a new session; it owns partitions again after the rejoin delay", "agent", name, "session", session, "eligible_at", a.eligibleAt)
+		}
+		a.session, a.sessionLost, a.owned = session, time.Time{}, nil
+	}
 	a.streams++
 	a.lastSeen = now
 }
 
-func (r *agentRegistry) disconnect(name string, now time.Time) {
+// disconnect notes a Watch stream's end. With Consul, an agent left with
+// no stream for deadAfter is dead to the cell: its session is destroyed so
+// its partitions move (after the lock-delay).
+func (r *agentRegistry) disconnect(ctx context.Context, name string, now time.Time) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if a := r.agents[name]; a != nil {
-		a.streams--
-		a.lastSeen = now
+	a := r.agents[name]
+	if a == nil {
+		r.mu.Unlock()
+		return
 	}
+	a.streams--
+	a.lastSeen = now
+	session := a.session
+	gone := a.streams == 0 && r.consul != nil && session != ""
+	r.mu.Unlock()
+	if !gone {
+		return
+	}
+	time.AfterFunc(r.deadAfter, func() {
+		if ctx.Err() != nil {
+			return // this control plane is stopping; agents are not dead
+		}
+		r.mu.Lock()
+		still := r.agents[name] == a && a.streams == 0 && a.session == session
+		r.mu.Unlock()
+		if !still {
+			return
+		}
+		r.log.Warn("agent gone: destroying its consul session so its partitions move", "agent", name, "session", session, "gone_for", r.deadAfter)
+		if _, err := r.consul.Session().Destroy(session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+			r.log.Warn("destroy the session of a gone agent (its TTL frees it instead)", "agent", name, "session", session, "error", err)
+		}
+	})
 }
 
 func (r *agentRegistry) applied(name string, version uint64, now time.Time) error {
@@ -82,52 +152,194 @@ func (r *agentRegistry) applied(name string, version uint64, now time.Time) erro
 	return nil
 }
 
-// partitionsFor assigns partitions: until ownership grants arrive (Consul),
-// a cell has one owner: the longest-connected agent owns every partition.
+// healthy reports whether an agent may own partitions now, and why not.
+func (r *agentRegistry) healthyLocked(a *agentState, now time.Time) (bool, string) {
+	switch {
+	case a.streams == 0:
+		return false, "not watching the control plane"
+	case r.consul == nil:
+		return true, ""
+	case a.session == "":
+		return false, "no consul session (agent started without --consul?)"
+	case !a.sessionLost.IsZero():
+		return false, "consul session lost at " + a.sessionLost.Format(time.RFC3339)
+	case r.liveSessions != nil && !r.liveSessions[a.session]:
+		return false, "consul session not alive"
+	case now.Before(a.eligibleAt):
+		return false, "rejoined recently; eligible at " + a.eligibleAt.Format(time.RFC3339)
+	}
+	return true, ""
+}
+
+// partitionsFor lists the partitions assigned to an agent.
+//
+// With Consul: rendezvous hashing over healthy agents. Every agent's share
+// is computed from the same inputs, so adding or removing one agent moves
+// only the partitions it gains or loses.
+//
+// Without Consul a cell has one owner: the longest-connected agent owns
+// every partition.
 func (r *agentRegistry) partitionsFor(name string, count int) []uint32 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var owner *agentState
-	for _, a := range r.agents {
-		if a.streams > 0 && (owner == nil || a.joined.Before(owner.joined) || (a.joined.Equal(owner.joined) && a.name < owner.name)) {
-			owner = a
-		}
-	}
-	if owner == nil || owner.name != name {
-		if a := r.agents[name]; a != nil {
-			a.partition = nil
-		}
+	me := r.agents[name]
+	if me == nil {
 		return nil
 	}
-	out := make([]uint32, count)
-	for i := range out {
-		out[i] = uint32(i)
+	now := time.Now()
+	var healthy []*agentState
+	for _, a := range r.agents {
+		if ok, _ := r.healthyLocked(a, now); ok {
+			healthy = append(healthy, a)
+		}
 	}
-	owner.partition = out
+	var out []uint32
+	if r.consul == nil {
+		var owner *agentState
+		for _, a := range healthy {
+			if owner == nil || a.joined.Before(owner.joined) || (a.joined.Equal(owner.joined) && a.name < owner.name) {
+				owner = a
+			}
+		}
+		if owner == me {
+			for p := range count {
+				out = append(out, uint32(p))
+			}
+		}
+	} else {
+		for p := range count {
+			if rendezvousOwner(p, healthy) == me {
+				out = append(out, uint32(p))
+			}
+		}
+	}
+	me.partition = out
 	return out
+}
+
+// rendezvousOwner picks the agent with the highest score for p.
+func rendezvousOwner(p int, agents []*agentState) *agentState {
+	var best *agentState
+	var bestScore uint64
+	for _, a := range agents {
+		if s := rendezvousScore(p, a.name); best == nil || s > bestScore || (s == bestScore && a.name < best.name) {
+			best, bestScore = a, s
+		}
+	}
+	return best
+}
+
+func rendezvousScore(p int, agent string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(agent))
+	// splitmix64 of the name's hash and the partition: well mixed even
+	// for names and partitions that differ in one character or bit.
+	x := h.Sum64() ^ (uint64(p)+1)*0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// watchSessions follows Consul's session list with blocking queries: an
+// agent whose session is gone (expired: frozen or cut off; or destroyed)
+// is unhealthy and its partitions are reassigned. Errors (Consul down)
+// keep the last known list.
+func (r *agentRegistry) watchSessions(ctx context.Context) {
+	if r.consul == nil {
+		return
+	}
+	var index uint64
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		sessions, meta, err := r.consul.Session().List((&api.QueryOptions{WaitIndex: index, WaitTime: 30 * time.Second}).WithContext(ctx))
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("read consul sessions; keeping the last known", "error", err, "retry_in", backoff)
+				select {
+				case <-time.After(backoff):
+				case <-ctx.Done():
+				}
+				backoff = min(2*backoff, 5*time.Second)
+			}
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if meta.LastIndex < index {
+			index = 0
+		} else {
+			index = meta.LastIndex
+		}
+		live := make(map[string]bool, len(sessions))
+		for _, s := range sessions {
+			live[s.ID] = true
+		}
+		now := time.Now()
+		r.mu.Lock()
+		r.liveSessions = live
+		for _, a := range r.agents {
+			if a.session != "" && !live[a.session] && a.sessionLost.IsZero() {
+				a.sessionLost = now
+				a.owned = nil
+				r.log.Warn("agent's consul session is gone; reassigning its partitions", "agent", a.name, "session", a.session)
+			}
+		}
+		r.mu.Unlock()
+		r.onChange()
+	}
+}
+
+// tick re-evaluates assignments when a rejoin delay ends.
+func (r *agentRegistry) tick(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		r.mu.Lock()
+		due := false
+		for _, a := range r.agents {
+			if !a.eligibleAt.IsZero() && !now.Before(a.eligibleAt) {
+				a.eligibleAt = time.Time{}
+				due = true
+			}
+		}
+		r.mu.Unlock()
+		if due {
+			r.onChange()
+		}
+	}
 }
 
 func (r *agentRegistry) status() []*rivorav1.AgentStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := time.Now()
 	out := make([]*rivorav1.AgentStatus, 0, len(r.agents))
 	for _, a := range r.agents {
+		healthy, reason := r.healthyLocked(a, now)
 		out = append(out, &rivorav1.AgentStatus{
 			Name: a.name, Address: a.address, Connected: a.streams > 0, AppliedVersion: a.applied,
-			LastSeen: timestamppb.New(a.lastSeen), Partitions: a.partition,
+			LastSeen: timestamppb.New(a.lastSeen), Partitions: a.owned, AssignedPartitions: a.partition,
+			Healthy: healthy, HealthReason: reason, Session: a.session,
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
-// connected returns the clients of every connected agent.
+// connected returns every healthy agent (a frozen or cut-off agent is not
+// asked: it would not answer).
 func (r *agentRegistry) connected() []*agentState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := time.Now()
 	var out []*agentState
 	for _, a := range r.agents {
-		if a.streams > 0 {
+		if ok, _ := r.healthyLocked(a, now); ok {
 			out = append(out, a)
 		}
 	}
@@ -222,6 +434,9 @@ func (r *agentRegistry) owned(name, session string, partitions []uint32, now tim
 	a := r.agents[name]
 	if a == nil {
 		return fmt.Errorf("agent %q is not watching this control plane", name)
+	}
+	if session != a.session {
+		return fmt.Errorf("agent %q reported for session %q, but watches with session %q", name, session, a.session)
 	}
 	a.owned = slices.Clone(partitions)
 	slices.Sort(a.owned)

@@ -23,6 +23,9 @@ type agentService struct {
 const keepalive = 10 * time.Second
 
 func (s *agentService) Watch(ctx context.Context, req *connect.Request[rivorav1.WatchRequest], stream *connect.ServerStream[rivorav1.WatchResponse]) error {
+	if err := s.cp.leaderOnly(); err != nil {
+		return err
+	}
 	cp := s.cp
 	name, address := req.Msg.GetAgentName(), req.Msg.GetAddress()
 	if err := validateID(name); err != nil {
@@ -31,9 +34,9 @@ func (s *agentService) Watch(ctx context.Context, req *connect.Request[rivorav1.
 	if err := validateURL(address); err != nil {
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("address: %w", err))
 	}
-	cp.agents.connect(name, address, cp.now())
+	cp.agents.connect(name, address, req.Msg.GetSession(), cp.now())
 	defer func() {
-		cp.agents.disconnect(name, cp.now())
+		cp.agents.disconnect(cp.runContext(), name, cp.now())
 		cp.broadcast() // partitions may move to another agent
 	}()
 	cp.broadcast()
@@ -93,6 +96,9 @@ func equalPartitions(a, b []uint32) bool {
 }
 
 func (s *agentService) ReportApplied(ctx context.Context, req *connect.Request[rivorav1.ReportAppliedRequest]) (*connect.Response[rivorav1.ReportAppliedResponse], error) {
+	if err := s.cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	if err := s.cp.agents.applied(req.Msg.GetAgentName(), req.Msg.GetVersion(), s.cp.now()); err != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.Join(err, errors.New("open a Watch first")))
 	}
@@ -100,6 +106,9 @@ func (s *agentService) ReportApplied(ctx context.Context, req *connect.Request[r
 }
 
 func (s *agentService) ReportOwned(ctx context.Context, req *connect.Request[rivorav1.ReportOwnedRequest]) (*connect.Response[rivorav1.ReportOwnedResponse], error) {
+	if err := s.cp.leaderOnly(); err != nil {
+		return nil, err
+	}
 	if err := s.cp.agents.owned(req.Msg.GetAgentName(), req.Msg.GetSession(), req.Msg.GetPartitions(), s.cp.now()); err != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.Join(err, errors.New("open a Watch first")))
 	}

@@ -13,19 +13,32 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
-// AuditLog is the append-only record of configuration changes: one
-// protojson AuditEntry per line in audit.ndjson under the state directory.
-type AuditLog struct {
+// AuditLog is the append-only record of configuration changes. FileAuditLog
+// keeps it beside a FileStore, ConsulAuditLog in Consul KV beside a
+// ConsulStore.
+type AuditLog interface {
+	// Append records one entry durably.
+	Append(e *rivorav1.AuditEntry) error
+	// List returns the newest limit entries (all when limit <= 0), oldest
+	// first, optionally only those of one destination.
+	List(limit int, destinationID string) ([]*rivorav1.AuditEntry, error)
+}
+
+// FileAuditLog keeps one protojson AuditEntry per line in audit.ndjson
+// under the state directory.
+type FileAuditLog struct {
 	path string
 	mu   sync.Mutex
 }
 
+var _ AuditLog = (*FileAuditLog)(nil)
+
 // OpenAuditLog opens (or creates) the audit log under dir.
-func OpenAuditLog(dir string) (*AuditLog, error) {
+func OpenAuditLog(dir string) (*FileAuditLog, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", dir, err)
 	}
-	a := &AuditLog{path: filepath.Join(dir, "audit.ndjson")}
+	a := &FileAuditLog{path: filepath.Join(dir, "audit.ndjson")}
 	f, err := os.OpenFile(a.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
@@ -34,7 +47,7 @@ func OpenAuditLog(dir string) (*AuditLog, error) {
 }
 
 // Append records one entry durably.
-func (a *AuditLog) Append(e *rivorav1.AuditEntry) error {
+func (a *FileAuditLog) Append(e *rivorav1.AuditEntry) error {
 	line, err := protojson.Marshal(e)
 	if err != nil {
 		return err
@@ -54,7 +67,7 @@ func (a *AuditLog) Append(e *rivorav1.AuditEntry) error {
 
 // List returns the newest limit entries (all when limit <= 0), oldest
 // first, optionally only those of one destination.
-func (a *AuditLog) List(limit int, destinationID string) ([]*rivorav1.AuditEntry, error) {
+func (a *FileAuditLog) List(limit int, destinationID string) ([]*rivorav1.AuditEntry, error) {
 	a.mu.Lock()
 	data, err := os.ReadFile(a.path)
 	a.mu.Unlock()
@@ -77,8 +90,13 @@ func (a *AuditLog) List(limit int, destinationID string) ([]*rivorav1.AuditEntry
 		}
 		out = append(out, e)
 	}
-	if limit > 0 && len(out) > limit {
-		out = out[len(out)-limit:]
+	return newest(out, limit), sc.Err()
+}
+
+// newest keeps the last limit entries (all when limit <= 0).
+func newest(entries []*rivorav1.AuditEntry, limit int) []*rivorav1.AuditEntry {
+	if limit > 0 && len(entries) > limit {
+		return entries[len(entries)-limit:]
 	}
-	return out, sc.Err()
+	return entries
 }

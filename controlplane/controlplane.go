@@ -2,7 +2,8 @@
 // (a reviewed YAML file plus audited runtime overrides), priorities and
 // pauses — serves the admin API, and pushes every change to the agents over
 // AgentService.Watch. Its own state is one JSON file and an audit log under
-// the state directory.
+// the state directory or, with Consul, the same in Consul KV, shared by
+// several control planes of which the one holding a Consul lock leads.
 package controlplane
 
 import (
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/hashicorp/consul/api"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -40,7 +43,8 @@ const DefaultPartitions = 16
 
 // Config configures a control plane.
 type Config struct {
-	// StateDir holds controlplane.json and audit.ndjson.
+	// StateDir holds controlplane.json and audit.ndjson (unused with
+	// ConsulURL).
 	StateDir string
 	// LimitsPath is the reviewed limits file ("" = none); it is watched and
 	// reloaded on change.
@@ -48,20 +52,34 @@ type Config struct {
 	Partitions int
 	// ReloadEvery is how often the limits file is checked (500ms).
 	ReloadEvery time.Duration
+	// ConsulURL ("" = none) keeps the state and the audit log in Consul
+	// KV instead of StateDir, shared by several control planes: the one
+	// holding the leader lock serves, the others answer Unavailable naming
+	// it and take over when it goes.
+	ConsulURL string
+	// AdvertiseURL is the URL the other control planes name this one by
+	// while it leads; required with ConsulURL.
+	AdvertiseURL string
 }
 
 // ControlPlane serves rivora.v1.AdminService and rivora.v1.AgentService.
 type ControlPlane struct {
-	cfg    Config
-	store  *Store
-	audit  *AuditLog
-	limits atomic.Pointer[LimitsFile]
-	agents *agentRegistry
-	log    *slog.Logger
-	now    func() time.Time
+	cfg   Config
+	store Store
+	audit AuditLog
+	// consul is the Consul client (nil without ConsulURL).
+	consul *api.Client
+	// election is the leader election (nil without ConsulURL: alone, this
+	// control plane always leads).
+	election *election
+	limits   atomic.Pointer[LimitsFile]
+	agents   *agentRegistry
+	log      *slog.Logger
+	now      func() time.Time
 
 	mu      sync.Mutex
-	changed chan struct{} // closed and replaced on every config change
+	changed chan struct{}   // closed and replaced on every config change
+	runCtx  context.Context // Run's context, once Run started
 }
 
 // New opens the state, loads the limits file (a bad file is an error
@@ -74,23 +92,53 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 	if cfg.ReloadEvery <= 0 {
 		cfg.ReloadEvery = 500 * time.Millisecond
 	}
-	store, err := OpenStore(cfg.StateDir)
-	if err != nil {
-		return nil, err
+	cp := &ControlPlane{cfg: cfg, log: log, now: time.Now, changed: make(chan struct{})}
+	if cfg.ConsulURL == "" {
+		store, err := OpenStore(cfg.StateDir)
+		if err != nil {
+			return nil, err
+		}
+		audit, err := OpenAuditLog(cfg.StateDir)
+		if err != nil {
+			return nil, err
+		}
+		cp.store, cp.audit = store, audit
+	} else {
+		if err := checkHTTPURL("advertise URL", cfg.AdvertiseURL); err != nil {
+			return nil, fmt.Errorf("%w (the other control planes name the leader by it)", err)
+		}
+		client, err := newConsulClient(cfg.ConsulURL)
+		if err != nil {
+			return nil, err
+		}
+		// Nothing is read from Consul until this control plane leads, so
+		// it starts while Consul is down.
+		store := newConsulStore(client)
+		cp.consul, cp.store, cp.audit = client, store, NewConsulAuditLog(client)
+		cp.election = newElection(client, cfg.AdvertiseURL, log, func(ctx context.Context, session string) error {
+			store.fence(ConsulLeaderKey, session)
+			if err := store.Reload(ctx); err != nil {
+				return err
+			}
+			cp.elected()
+			return nil
+		})
 	}
-	audit, err := OpenAuditLog(cfg.StateDir)
-	if err != nil {
-		return nil, err
-	}
-	cp := &ControlPlane{cfg: cfg, store: store, audit: audit, agents: newAgentRegistry(), log: log, now: time.Now, changed: make(chan struct{})}
+	cp.agents = newAgentRegistry(cp.consul, log)
+	cp.agents.onChange = cp.broadcast
 	lf := emptyLimitsFile()
 	if cfg.LimitsPath != "" {
+		var err error
 		if lf, err = LoadLimitsFile(cfg.LimitsPath); err != nil {
 			return nil, err
 		}
 	}
 	cp.limits.Store(lf)
-	version, dests := store.Snapshot()
+	if cp.election != nil {
+		log.Info("control plane ready; campaigning for leadership", "consul", cfg.ConsulURL, "advertise", cfg.AdvertiseURL, "limits_file", cfg.LimitsPath, "partitions", cfg.Partitions)
+		return cp, nil
+	}
+	version, dests := cp.store.Snapshot()
 	if cfg.LimitsPath != "" {
 		cp.record("limits.load", "", "system", fmt.Sprintf("%s at start: %s", filepath.Base(cfg.LimitsPath), describeLimitsFile(lf)), version)
 	}
@@ -98,15 +146,65 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 	return cp, nil
 }
 
+// elected runs when this control plane starts leading, its state just
+// loaded from Consul: the limits in force are now its file's.
+func (cp *ControlPlane) elected() {
+	version, dests := cp.store.Snapshot()
+	if cp.cfg.LimitsPath != "" {
+		lf := cp.limits.Load()
+		cp.record("limits.load", "", "system", fmt.Sprintf("%s on becoming the leader (%s): %s", filepath.Base(cp.cfg.LimitsPath), cp.cfg.AdvertiseURL, describeLimitsFile(lf)), version)
+	}
+	cp.log.Info("state loaded from Consul", "version", version, "destinations", len(dests))
+	cp.broadcast()
+}
+
+func newConsulClient(raw string) (*api.Client, error) {
+	if err := checkHTTPURL("consul URL", raw); err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(raw)
+	cfg := api.DefaultConfig()
+	cfg.Address, cfg.Scheme = u.Host, u.Scheme
+	client, err := api.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consul client for %s: %w", raw, err)
+	}
+	return client, nil
+}
+
+// checkHTTPURL accepts http://HOST[:PORT] and https://HOST[:PORT].
+func checkHTTPURL(what, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return fmt.Errorf("%s %q: want http://HOST:PORT or https://HOST:PORT", what, raw)
+	}
+	return nil
+}
+
 // Handle registers the admin and agent services on mux.
 func (cp *ControlPlane) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	mux.Handle(rivorav1connect.NewAdminServiceHandler(cp, opts...))
-	mux.Handle(rivorav1connect.NewAgentServiceHandler(&agentService{cp: cp}, opts...))
+	path, agents := rivorav1connect.NewAgentServiceHandler(&agentService{cp: cp}, opts...)
+	if cp.election != nil {
+		agents = cp.election.scope(agents)
+	}
+	mux.Handle(path, agents)
 }
 
 // Run reloads the limits file when it changes and expires overrides, until
-// ctx ends.
+// ctx ends. With Consul it also campaigns for leadership, does the rest
+// only while leading, and on return has given the lock up.
 func (cp *ControlPlane) Run(ctx context.Context) error {
+	cp.mu.Lock()
+	cp.runCtx = ctx
+	cp.mu.Unlock()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { cp.agents.watchSessions(ctx) })
+	wg.Go(func() { cp.agents.tick(ctx) })
+	if cp.election != nil {
+		wg.Go(func() { cp.election.run(ctx) })
+	}
 	t := time.NewTicker(cp.cfg.ReloadEvery)
 	defer t.Stop()
 	lastStamp := fileStamp(cp.cfg.LimitsPath)
@@ -116,6 +214,9 @@ func (cp *ControlPlane) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
+		if cp.leaderOnly() != nil {
+			continue // a follower writes nothing; a changed file is reloaded once it leads
+		}
 		if cp.cfg.LimitsPath != "" {
 			if stamp := fileStamp(cp.cfg.LimitsPath); stamp != lastStamp {
 				lastStamp = stamp
@@ -124,6 +225,18 @@ func (cp *ControlPlane) Run(ctx context.Context) error {
 		}
 		cp.expireOverrides()
 	}
+}
+
+// runContext is Run's context (Background before Run starts): work that
+// must not outlive the control plane, such as delayed session cleanup,
+// checks it.
+func (cp *ControlPlane) runContext() context.Context {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.runCtx == nil {
+		return context.Background()
+	}
+	return cp.runCtx
 }
 
 func fileStamp(path string) string {
@@ -273,6 +386,13 @@ func asConnect(err error) error {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		return ce
+	}
+	var consulErr *consulError
+	switch {
+	case errors.Is(err, ErrConflict):
+		return connect.NewError(connect.CodeAborted, err)
+	case errors.Is(err, ErrNotLeader), errors.As(err, &consulErr):
+		return connect.NewError(connect.CodeUnavailable, err)
 	}
 	return connect.NewError(connect.CodeInternal, err)
 }

@@ -15,10 +15,25 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
-// Store keeps the control plane's state — the registered destinations and
-// the config version — in one JSON file under the state directory, written
-// atomically (temp file, fsync, rename).
-type Store struct {
+// Store holds the control plane's state: the registered destinations and
+// the config version. FileStore keeps it in a file for a single control
+// plane; ConsulStore keeps it in Consul KV, shared by several of which one
+// leads.
+type Store interface {
+	// Snapshot returns the config version and every destination, sorted
+	// by id. The destinations are copies.
+	Snapshot() (uint64, []*rivorav1.Destination)
+	// Get returns a copy of a destination.
+	Get(id string) (*rivorav1.Destination, bool)
+	// Update applies fn to a copy of the destinations and persists the
+	// result as the next config version, which it returns. fn returns an
+	// error to change nothing; so does a failed write.
+	Update(fn func(dests map[string]*rivorav1.Destination) error) (uint64, error)
+}
+
+// FileStore keeps the state in one JSON file under the state directory,
+// written atomically (temp file, fsync, rename).
+type FileStore struct {
 	path string
 
 	mu      sync.Mutex
@@ -26,17 +41,21 @@ type Store struct {
 	dests   map[string]*rivorav1.Destination
 }
 
+var _ Store = (*FileStore)(nil)
+
+// storeFile is the state's serialized form, in the file and in Consul KV
+// alike.
 type storeFile struct {
 	Version      uint64            `json:"version"`
 	Destinations []json.RawMessage `json:"destinations"`
 }
 
 // OpenStore loads (or creates) the state under dir.
-func OpenStore(dir string) (*Store, error) {
+func OpenStore(dir string) (*FileStore, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", dir, err)
 	}
-	s := &Store{path: filepath.Join(dir, "controlplane.json"), dests: make(map[string]*rivorav1.Destination)}
+	s := &FileStore{path: filepath.Join(dir, "controlplane.json"), dests: make(map[string]*rivorav1.Destination)}
 	data, err := os.ReadFile(s.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return s, nil
@@ -44,80 +63,101 @@ func OpenStore(dir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", s.path, err)
 	}
-	var f storeFile
-	if err := json.Unmarshal(data, &f); err != nil {
+	version, dests, err := decodeState(data)
+	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", s.path, err)
 	}
-	for i, raw := range f.Destinations {
-		d := &rivorav1.Destination{}
-		if err := protojson.Unmarshal(raw, d); err != nil {
-			return nil, fmt.Errorf("parse %s: destinations[%d]: %w", s.path, i, err)
-		}
-		s.dests[d.GetId()] = d
-	}
-	s.version = f.Version
+	s.version, s.dests = version, dests
 	return s, nil
 }
 
-// Snapshot returns the config version and every destination, sorted by id.
-func (s *Store) Snapshot() (uint64, []*rivorav1.Destination) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.version, s.sortedLocked()
+func decodeState(data []byte) (uint64, map[string]*rivorav1.Destination, error) {
+	var f storeFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return 0, nil, err
+	}
+	dests := make(map[string]*rivorav1.Destination, len(f.Destinations))
+	for i, raw := range f.Destinations {
+		d := &rivorav1.Destination{}
+		if err := protojson.Unmarshal(raw, d); err != nil {
+			return 0, nil, fmt.Errorf("destinations[%d]: %w", i, err)
+		}
+		dests[d.GetId()] = d
+	}
+	return f.Version, dests, nil
 }
 
-func (s *Store) sortedLocked() []*rivorav1.Destination {
-	out := make([]*rivorav1.Destination, 0, len(s.dests))
-	for _, d := range s.dests {
+func encodeState(version uint64, dests map[string]*rivorav1.Destination) ([]byte, error) {
+	f := storeFile{Version: version}
+	for _, d := range sortedDests(dests) {
+		raw, err := protojson.Marshal(d)
+		if err != nil {
+			return nil, err
+		}
+		f.Destinations = append(f.Destinations, raw)
+	}
+	return json.MarshalIndent(f, "", "  ")
+}
+
+// sortedDests returns copies of dests, sorted by id.
+func sortedDests(dests map[string]*rivorav1.Destination) []*rivorav1.Destination {
+	out := make([]*rivorav1.Destination, 0, len(dests))
+	for _, d := range dests {
 		out = append(out, proto.Clone(d).(*rivorav1.Destination))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].GetId() < out[j].GetId() })
 	return out
 }
 
-// Get returns a destination.
-func (s *Store) Get(id string) (*rivorav1.Destination, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	d, ok := s.dests[id]
+func cloneDests(dests map[string]*rivorav1.Destination) map[string]*rivorav1.Destination {
+	out := make(map[string]*rivorav1.Destination, len(dests))
+	for id, d := range dests {
+		out[id] = proto.Clone(d).(*rivorav1.Destination)
+	}
+	return out
+}
+
+func getDest(dests map[string]*rivorav1.Destination, id string) (*rivorav1.Destination, bool) {
+	d, ok := dests[id]
 	if !ok {
 		return nil, false
 	}
 	return proto.Clone(d).(*rivorav1.Destination), true
 }
 
+// Snapshot returns the config version and every destination, sorted by id.
+func (s *FileStore) Snapshot() (uint64, []*rivorav1.Destination) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version, sortedDests(s.dests)
+}
+
+// Get returns a destination.
+func (s *FileStore) Get(id string) (*rivorav1.Destination, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return getDest(s.dests, id)
+}
+
 // Update applies fn to a copy of the destinations under the store lock and
 // persists the result as the next config version. fn returns an error to
 // change nothing.
-func (s *Store) Update(fn func(dests map[string]*rivorav1.Destination) error) (uint64, error) {
+func (s *FileStore) Update(fn func(dests map[string]*rivorav1.Destination) error) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	next := make(map[string]*rivorav1.Destination, len(s.dests))
-	for id, d := range s.dests {
-		next[id] = proto.Clone(d).(*rivorav1.Destination)
-	}
+	next := cloneDests(s.dests)
 	if err := fn(next); err != nil {
 		return 0, err
 	}
-	prev, prevVersion := s.dests, s.version
-	s.dests, s.version = next, s.version+1
-	if err := s.saveLocked(); err != nil {
-		s.dests, s.version = prev, prevVersion
+	if err := s.save(s.version+1, next); err != nil {
 		return 0, err
 	}
+	s.dests, s.version = next, s.version+1
 	return s.version, nil
 }
 
-func (s *Store) saveLocked() error {
-	f := storeFile{Version: s.version}
-	for _, d := range s.sortedLocked() {
-		raw, err := protojson.Marshal(d)
-		if err != nil {
-			return err
-		}
-		f.Destinations = append(f.Destinations, raw)
-	}
-	data, err := json.MarshalIndent(f, "", "  ")
+func (s *FileStore) save(version uint64, dests map[string]*rivorav1.Destination) error {
+	data, err := encodeState(version, dests)
 	if err != nil {
 		return err
 	}

@@ -60,6 +60,15 @@ type proc struct {
 // and waits until http://addr/healthz answers 200.
 func startProc(t testing.TB, name, addr string, args []string) *proc {
 	t.Helper()
+	p := launchProc(t, name, addr, args)
+	p.waitHealthy(60 * time.Second)
+	return p
+}
+
+// launchProc starts rivora with args and returns at once (agents of a
+// cell wait for each other before they are healthy).
+func launchProc(t testing.TB, name, addr string, args []string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, args: args, addr: addr,
 		logPath: filepath.Join(t.TempDir(), strings.ReplaceAll(name, " ", "-")+".log")}
 	t.Cleanup(func() {
@@ -97,8 +106,18 @@ func startProc(t testing.TB, name, addr string, args []string) *proc {
 		f.Close()
 		close(done)
 	}()
-	p.waitHealthy(60 * time.Second)
 	return p
+}
+
+// signal sends sig to the process (SIGSTOP freezes it, SIGCONT thaws it).
+func (p *proc) signal(sig syscall.Signal) {
+	p.t.Helper()
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if err := cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("signal %v to rivora %s: %v", sig, p.name, err)
+	}
 }
 
 func (p *proc) URL() string { return "http://" + p.addr }

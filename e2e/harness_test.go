@@ -434,6 +434,7 @@ type delivery struct {
 	Status   int // what the partner answered
 	Payload  []byte
 	At       time.Time
+	Agent    string // user-agent: rivora/<version> (<agent name>)
 }
 
 type partner struct {
@@ -521,6 +522,7 @@ func (p *partner) serve(w http.ResponseWriter, r *http.Request) {
 		LaneKey:  h.Get("rivora-lane"),
 		Payload:  body,
 		At:       time.Now(),
+		Agent:    h.Get("user-agent"),
 	}
 	dv.Lane = dv.Customer + "/" + dv.LaneKey
 	attempt, aerr := strconv.Atoi(h.Get("rivora-attempt"))

@@ -41,25 +41,29 @@ func TestCellPauseAndLimits(t *testing.T) {
 	c := startCell(t, cellOptions{Partitions: 4, Limits: limits, AgentName: "edge-1"})
 	r := c.rig()
 
-	out := r.ctl(t, "agents", "list", "-o", "json")
-	var agents []struct {
+	type agentJSON struct {
 		Name           string   `json:"name"`
 		Address        string   `json:"address"`
 		Healthy        bool     `json:"healthy"`
 		AppliedVersion uint64   `json:"appliedVersion"`
 		Partitions     []uint32 `json:"partitions"`
 	}
-	if err := json.Unmarshal([]byte(out), &agents); err != nil {
-		t.Fatalf("agents list -o json: %v\n%s", err, out)
-	}
-	if len(agents) != 1 {
-		t.Fatalf("agents list -o json lists %d agents, want 1:\n%s", len(agents), out)
-	}
-	a := agents[0]
-	slices.Sort(a.Partitions)
-	if a.Name != "edge-1" || !a.Healthy || !slices.Equal(a.Partitions, []uint32{0, 1, 2, 3}) {
-		t.Errorf("agents list: %+v, want edge-1, healthy, partitions [0 1 2 3]", a)
-	}
+	var a agentJSON
+	var out string
+	// The agent reports the partitions it owns once it has opened them.
+	waitFor(t, 10*time.Second, "agents list shows edge-1 healthy, owning partitions 0-3", func() bool {
+		out = r.ctl(t, "agents", "list", "-o", "json")
+		var agents []agentJSON
+		if err := json.Unmarshal([]byte(out), &agents); err != nil {
+			t.Fatalf("agents list -o json: %v\n%s", err, out)
+		}
+		if len(agents) != 1 {
+			t.Fatalf("agents list -o json lists %d agents, want 1:\n%s", len(agents), out)
+		}
+		a = agents[0]
+		slices.Sort(a.Partitions)
+		return a.Name == "edge-1" && a.Healthy && slices.Equal(a.Partitions, []uint32{0, 1, 2, 3})
+	})
 	if a.Address != c.agent.URL() {
 		t.Errorf("agents list: address %q, want %q", a.Address, c.agent.URL())
 	}

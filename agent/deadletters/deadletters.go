@@ -40,11 +40,13 @@ type Service struct {
 const CheckpointBucket = "REPLAY_CHECKPOINTS"
 
 // New returns the service, creating the checkpoint bucket if needed.
-func New(ctx context.Context, js jetstream.JetStream, arch archive.Archive, ingest Reingester, log *slog.Logger) (*Service, error) {
+// replicas is the bucket's replica count in a cell (0 means 1).
+func New(ctx context.Context, js jetstream.JetStream, arch archive.Archive, ingest Reingester, replicas int, log *slog.Logger) (*Service, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      CheckpointBucket,
 		Description: "Where each replay (by filter) got to, so a re-run resumes.",
 		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", CheckpointBucket, err)

@@ -104,6 +104,16 @@ func (r *Registry) apply(next map[string]*Destination, changed []*rivorav1.Desti
 	return out, nil
 }
 
+// All returns every destination.
+func (r *Registry) All() []*Destination {
+	cur := *r.current.Load()
+	out := make([]*Destination, 0, len(cur))
+	for _, d := range cur {
+		out = append(out, d)
+	}
+	return out
+}
+
 // Get returns a destination by id.
 func (r *Registry) Get(id string) (*Destination, bool) {
 	d, ok := (*r.current.Load())[id]

@@ -34,7 +34,8 @@ type History struct {
 }
 
 // New creates (or updates) the EVENTS stream.
-func New(ctx context.Context, js jetstream.JetStream, retention time.Duration) (*History, error) {
+// replicas is the stream's replica count in a cell (0 means 1).
+func New(ctx context.Context, js jetstream.JetStream, retention time.Duration, replicas int) (*History, error) {
 	if retention <= 0 {
 		retention = DefaultRetention
 	}
@@ -43,7 +44,7 @@ func New(ctx context.Context, js jetstream.JetStream, retention time.Duration) (
 		Description: "Attempt outcomes per event, for `rivoractl events get`.",
 		Subjects:    []string{"events.>"},
 		Storage:     jetstream.FileStorage,
-		Replicas:    1,
+		Replicas:    max(replicas, 1),
 		MaxAge:      retention,
 	})
 	if err != nil {

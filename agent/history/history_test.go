@@ -53,7 +53,7 @@ func waitFor(t *testing.T, h *history.History, id string, want int) []*rivorav1.
 
 func TestRecordAndLookupInOrder(t *testing.T) {
 	srv := startNATS(t)
-	h, err := history.New(context.Background(), srv.JetStream(), 0)
+	h, err := history.New(context.Background(), srv.JetStream(), 0, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestRecordAndLookupInOrder(t *testing.T) {
 
 func TestLookupUnknownIsEmpty(t *testing.T) {
 	srv := startNATS(t)
-	h, err := history.New(context.Background(), srv.JetStream(), time.Hour)
+	h, err := history.New(context.Background(), srv.JetStream(), time.Hour, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestLookupUnknownIsEmpty(t *testing.T) {
 // as the records are read, not after a fetch times out.
 func TestLookupIsPrompt(t *testing.T) {
 	srv := startNATS(t)
-	h, err := history.New(context.Background(), srv.JetStream(), 0)
+	h, err := history.New(context.Background(), srv.JetStream(), 0, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestHistoryPersistsAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := history.New(context.Background(), srv.JetStream(), 0)
+	h, err := history.New(context.Background(), srv.JetStream(), 0, 1)
 	if err != nil {
 		srv.Shutdown()
 		t.Fatal(err)
@@ -136,7 +136,7 @@ func TestHistoryPersistsAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv2.Shutdown)
-	h2, err := history.New(context.Background(), srv2.JetStream(), 0)
+	h2, err := history.New(context.Background(), srv2.JetStream(), 0, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,6 +35,8 @@ type Config struct {
 	MaxBatch int
 	// DedupWindow is how long an event id (idempotency key) is remembered.
 	DedupWindow time.Duration
+	// Replicas is INGEST's replica count in a cell (0 means 1).
+	Replicas int
 }
 
 // Defaults.
@@ -86,7 +88,7 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 		Subjects:    []string{"ingest.>"},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
-		Replicas:    1,
+		Replicas:    max(cfg.Replicas, 1),
 		Duplicates:  cfg.DedupWindow,
 		MaxMsgSize:  int32(cfg.MaxPayload + 64<<10),
 	})

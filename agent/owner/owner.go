@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,7 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/retry"
 	"github.com/rivora/rivora/agent/scheduler"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -72,11 +74,14 @@ type Deps struct {
 	// DedupWindow is the lane store's duplicate window (a crash between
 	// moving an event and acking INGEST stores it once).
 	DedupWindow time.Duration
+	// Replicas is the partition streams' replica count in a cell.
+	Replicas int
 }
 
 // Partition owns partition p's pending store.
 type Partition struct {
 	p      int
+	lease  *ownership.Lease
 	deps   Deps
 	log    *slog.Logger
 	lanes  jetstream.Stream
@@ -124,9 +129,13 @@ type Partition struct {
 
 // Open creates the partition's streams and rebuilds the scheduler's view
 // of it. Call Run next.
-func Open(ctx context.Context, p int, deps Deps) (*Partition, error) {
+//
+// lease is this agent's grant of the partition: every ledger write checks
+// it and carries its epoch, and the partition stops when it is lost.
+func Open(ctx context.Context, p int, deps Deps, lease *ownership.Lease) (*Partition, error) {
 	o := &Partition{
 		p:            p,
+		lease:        lease,
 		deps:         deps,
 		log:          deps.Log.With("partition", p),
 		reclaimLanes: make(map[string]uint64),
@@ -135,26 +144,40 @@ func Open(ctx context.Context, p int, deps Deps) (*Partition, error) {
 		appendCh:     make(chan *appendReq),
 		writerDone:   make(chan struct{}),
 	}
-	var err error
-	o.lanes, err = deps.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        lanes.LanesStream(p),
-		Description: fmt.Sprintf("Tier 2: pending events of partition %d, one subject per lane.", p),
-		Subjects:    []string{lanes.LanesFilter(p)},
-		Storage:     jetstream.FileStorage,
-		Replicas:    1,
-		Duplicates:  deps.DedupWindow,
-		AllowDirect: true,
+	// Each call is bounded: in a cell, a stream whose leader just died
+	// answers only once its replicas elected another (seconds), and the
+	// caller retries sooner than JetStream's default 5s timeout would.
+	// Consumer calls get longer: a new consumer elects its own leader.
+	bounded := func(timeout time.Duration, call func(ctx context.Context) error) error {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return call(cctx)
+	}
+	err := bounded(apiTimeout, func(ctx context.Context) (err error) {
+		o.lanes, err = deps.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        lanes.LanesStream(p),
+			Description: fmt.Sprintf("Tier 2: pending events of partition %d, one subject per lane.", p),
+			Subjects:    []string{lanes.LanesFilter(p)},
+			Storage:     jetstream.FileStorage,
+			Replicas:    max(deps.Replicas, 1),
+			Duplicates:  deps.DedupWindow,
+			AllowDirect: true,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("partition %d: create lane store: %w", p, err)
 	}
-	o.ledger, err = deps.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        lanes.LedgerStream(p),
-		Description: fmt.Sprintf("Tier 2: attempt state and unarchived dead letters of partition %d.", p),
-		Subjects:    []string{lanes.LedgerFilter(p)},
-		Storage:     jetstream.FileStorage,
-		Replicas:    1,
-		AllowRollup: true,
+	err = bounded(apiTimeout, func(ctx context.Context) (err error) {
+		o.ledger, err = deps.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        lanes.LedgerStream(p),
+			Description: fmt.Sprintf("Tier 2: attempt state and unarchived dead letters of partition %d.", p),
+			Subjects:    []string{lanes.LedgerFilter(p)},
+			Storage:     jetstream.FileStorage,
+			Replicas:    max(deps.Replicas, 1),
+			AllowRollup: true,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("partition %d: create ledger: %w", p, err)
@@ -165,16 +188,25 @@ func Open(ctx context.Context, p int, deps Deps) (*Partition, error) {
 	// only user, so it starts from a fresh consumer: INGEST (a work queue)
 	// keeps every unacked message, and they all come again, in order, now.
 	mover := fmt.Sprintf("mover-%d", p)
-	if err := deps.JS.DeleteConsumer(ctx, lanes.IngestStream, mover); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	err = bounded(consumerTimeout, func(ctx context.Context) error {
+		if err := deps.JS.DeleteConsumer(ctx, lanes.IngestStream, mover); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("partition %d: reset mover consumer: %w", p, err)
 	}
-	o.ingest, err = deps.JS.CreateOrUpdateConsumer(ctx, lanes.IngestStream, jetstream.ConsumerConfig{
-		Durable:       mover,
-		Description:   fmt.Sprintf("Moves partition %d's accepted events into lanes.", p),
-		FilterSubject: lanes.IngestFilter(p),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: 20_000,
+	err = bounded(consumerTimeout, func(ctx context.Context) (err error) {
+		o.ingest, err = deps.JS.CreateOrUpdateConsumer(ctx, lanes.IngestStream, jetstream.ConsumerConfig{
+			Durable:       mover,
+			Description:   fmt.Sprintf("Moves partition %d's accepted events into lanes.", p),
+			FilterSubject: lanes.IngestFilter(p),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       30 * time.Second,
+			MaxAckPending: 20_000,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("partition %d: create mover consumer: %w", p, err)
@@ -187,21 +219,76 @@ func Open(ctx context.Context, p int, deps Deps) (*Partition, error) {
 
 // Run moves events and reclaims space until ctx ends. The scheduler and
 // delivery workers run beside it (owned by the agent).
+//
+// The first loop to fail (a failed write, a lost lease) stops the others,
+// and Run returns its error.
 func (o *Partition) Run(ctx context.Context) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	loops := []func(context.Context) error{o.writeLoop, o.move, o.reclaimLoop, o.archiveLoop, o.holdLease}
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for _, loop := range []func(context.Context) error{o.writeLoop, o.move, o.reclaimLoop, o.archiveLoop} {
+	errs := make(chan error, len(loops))
+	for _, loop := range loops {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if err := loop(ctx); err != nil {
 				errs <- err
+				stop()
 			}
 		}()
 	}
 	wg.Wait()
 	close(errs)
 	return errors.Join(collect(errs)...)
+}
+
+// holdLease ends the partition when its lease is lost.
+func (o *Partition) holdLease(ctx context.Context) error {
+	select {
+	case <-o.lease.Lost():
+		return o.fence()
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// apiTimeout and consumerTimeout bound one JetStream API call while a
+// partition opens.
+const (
+	apiTimeout      = 3 * time.Second
+	consumerTimeout = 15 * time.Second
+)
+
+// ErrFenced means this agent no longer owns the partition: nothing more
+// may be written or delivered for it here.
+var ErrFenced = errors.New("partition ownership lost")
+
+// fence returns ErrFenced once the lease is no longer valid.
+func (o *Partition) fence() error {
+	if o.lease.Valid() {
+		return nil
+	}
+	return fmt.Errorf("%w (partition %d, epoch %d): %v", ErrFenced, o.p, o.lease.Epoch, o.lease.Cause())
+}
+
+// Owned reports whether this agent may still deliver the partition's
+// events: check it right before each send.
+func (o *Partition) Owned() bool { return o.lease.Valid() }
+
+// EpochHeader carries the fencing epoch of the owner that wrote a ledger
+// entry.
+const EpochHeader = "Rivora-Epoch"
+
+func (o *Partition) stamp(msg *nats.Msg) {
+	msg.Header.Set(EpochHeader, strconv.FormatUint(o.lease.Epoch, 10))
+}
+
+// epochOf is the epoch a ledger entry was written under (0: written before
+// epochs were recorded).
+func epochOf(msg jetstream.Msg) uint64 {
+	e, _ := strconv.ParseUint(msg.Headers().Get(EpochHeader), 10, 64)
+	return e
 }
 
 func collect(ch <-chan error) []error {
@@ -222,7 +309,20 @@ func (o *Partition) rebuild(ctx context.Context) error {
 	deadSeqs := make(map[uint64]bool)
 	var dead []queuedDead
 	doneSet := make(map[uint64]bool)
+	var newest uint64 // the newest epoch seen so far, in ledger order
+	stale := 0
 	err := scan(ctx, o.ledger, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
+		switch epoch := epochOf(msg); {
+		case epoch > o.lease.Epoch:
+			return fmt.Errorf("%w: the ledger holds an entry (seq %d) written under epoch %d, newer than this owner's %d; another agent owns the partition now (or the lock store was reset)", ErrFenced, meta.Sequence.Stream, epoch, o.lease.Epoch)
+		case epoch < newest:
+			// Written by an owner that had already lost the partition
+			// when a newer owner wrote: ignore it.
+			stale++
+			return nil
+		default:
+			newest = epoch
+		}
 		if msg.Subject() == lanes.DoneSubject(o.p) {
 			seqs, err := decodeDone(msg.Data())
 			if err != nil {
@@ -259,6 +359,9 @@ func (o *Partition) rebuild(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("read ledger: %w", err)
+	}
+	if stale > 0 {
+		o.log.Warn("ignored ledger entries of a fenced-off owner", "entries", stale, "epoch", o.lease.Epoch)
 	}
 	info, err := o.lanes.Info(ctx)
 	if err != nil {
@@ -328,18 +431,22 @@ func (o *Partition) rebuild(ctx context.Context) error {
 
 // scan calls fn for every message of a stream, in order.
 func scan(ctx context.Context, st jetstream.Stream, fn func(jetstream.Msg, *jetstream.MsgMetadata) error) error {
-	info, err := st.Info(ctx)
+	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	info, err := st.Info(cctx)
 	if err != nil {
 		return err
 	}
 	if info.State.Msgs == 0 {
 		return nil
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	cons, err := st.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	// Short heartbeats: a consumer lost with a dead stream leader is
+	// noticed (and recreated where it left off) in about 2s, not 10s.
+	it, err := cons.Messages(jetstream.PullMaxMessages(4096), jetstream.PullExpiry(4*time.Second), jetstream.PullHeartbeat(time.Second))
 	if err != nil {
 		return err
 	}
@@ -385,7 +492,7 @@ func (o *Partition) move(ctx context.Context) error {
 		case msgs <- m:
 		case <-ctx.Done():
 		}
-	}, jetstream.PullMaxMessages(2*moveBatch))
+	}, jetstream.PullMaxMessages(2*moveBatch), jetstream.PullExpiry(4*time.Second), jetstream.PullHeartbeat(time.Second))
 	if err != nil {
 		return fmt.Errorf("partition %d: consume INGEST: %w", o.p, err)
 	}
@@ -650,6 +757,7 @@ func (o *Partition) writeLoop(ctx context.Context) error {
 // publish sends every item of a group to the lane store without waiting.
 func (o *Partition) publish(batch []*appendReq) *flight {
 	f := &flight{reqs: batch, futures: make([][]jetstream.PubAckFuture, len(batch)), subjects: make([][]string, len(batch))}
+	f.err = o.fence()
 	for r, req := range batch {
 		f.futures[r] = make([]jetstream.PubAckFuture, 0, len(req.items))
 		f.subjects[r] = make([]string, 0, len(req.items))
@@ -961,8 +1069,12 @@ func (o *Partition) appendLedger(ctx context.Context, subject string, m proto.Me
 	if err != nil {
 		return 0, err
 	}
+	if err := o.fence(); err != nil {
+		return 0, err
+	}
 	msg := nats.NewMsg(subject)
 	msg.Data = data
+	o.stamp(msg)
 	if len(replace) > 0 && replace[0] {
 		msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	}
@@ -1193,7 +1305,7 @@ func (o *Partition) reclaimLoop(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		if !o.recordDone(ctx) {
+		if !o.recordDone(ctx) || o.fence() != nil {
 			continue
 		}
 		o.reclaimMu.Lock()
@@ -1256,7 +1368,14 @@ func (o *Partition) recordDone(ctx context.Context) bool {
 	if len(seqs) == 0 {
 		return true
 	}
-	ack, err := o.deps.JS.Publish(ctx, lanes.DoneSubject(o.p), encodeDone(seqs))
+	msg := nats.NewMsg(lanes.DoneSubject(o.p))
+	msg.Data = encodeDone(seqs)
+	o.stamp(msg)
+	err := o.fence()
+	var ack *jetstream.PubAck
+	if err == nil {
+		ack, err = o.deps.JS.PublishMsg(ctx, msg)
+	}
 	if err != nil {
 		o.log.Warn("done record write failed; retrying next tick", "events", len(seqs), "error", err)
 		o.reclaimMu.Lock()
@@ -1276,6 +1395,9 @@ func (o *Partition) compactDone(ctx context.Context, purgedBelow uint64) {
 		k++
 	}
 	if k == 0 {
+		return
+	}
+	if o.fence() != nil {
 		return
 	}
 	if err := o.ledger.Purge(ctx, jetstream.WithPurgeSubject(lanes.DoneSubject(o.p)), jetstream.WithPurgeSequence(o.doneRecords[k-1].ledgerSeq+1)); err != nil {
@@ -1367,6 +1489,11 @@ func (o *Partition) archive(ctx context.Context, batch []queuedDead) bool {
 			case <-ctx.Done():
 				return false
 			}
+		}
+		if err := o.fence(); err != nil {
+			// The new owner archives them again (a duplicate object,
+			// never a loss).
+			return false
 		}
 		for _, dl := range g.items {
 			if err := o.ledger.Purge(ctx, jetstream.WithPurgeSubject(lanes.DeadSubject(o.p, dl.GetLaneSeq()))); err != nil {

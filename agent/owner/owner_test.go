@@ -34,6 +34,7 @@ import (
 	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/owner"
+	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -133,13 +134,18 @@ func open(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Dest
 		fail(err)
 	}
 	n.gw.SetPartitions(partitions)
-	hist, err := history.New(ctx, js, 0)
+	hist, err := history.New(ctx, js, 0, 1)
 	if err != nil {
 		fail(err)
 	}
 	deps := owner.Deps{JS: js, Scheduler: n.sched, Registry: n.reg, History: hist, Archive: arch, Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow}
+	locker := ownership.NewLocal()
 	for p := range partitions {
-		part, err := owner.Open(ctx, p, deps)
+		lease, err := locker.TryAcquire(ctx, p)
+		if err != nil {
+			fail(err)
+		}
+		part, err := owner.Open(ctx, p, deps, lease)
 		if err != nil {
 			fail(err)
 		}

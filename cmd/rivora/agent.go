@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/rivora/rivora/agent/ownership"
 )
 
 func agentCommand() *cli.Command {
@@ -19,14 +21,34 @@ func agentCommand() *cli.Command {
 --data-dir), follows the control plane's configuration over Watch, owns the
 partitions it is assigned, and serves ingest and event lookups on --listen.
 
-Example:
-   rivora agent --name a1 --listen 127.0.0.1:7400 --controlplane http://127.0.0.1:7300 --data-dir ./a1`,
+In a cell of several agents, give each the same --consul and route their
+embedded NATS servers to each other: streams are then replicated
+(--replicas, default min(3, cell size)), and each partition is owned by
+exactly one agent at a time, granted by a Consul lock the control plane
+assigns (rendezvous hashing over healthy agents). An agent that loses its
+Consul session stops writing and delivering for its partitions before the
+lock-delay ends; the others take them over.
+
+Examples:
+   rivora agent --name a1 --listen 127.0.0.1:7400 --controlplane http://127.0.0.1:7300 --data-dir ./a1
+
+   # one of three agents of a cell
+   rivora agent --name a1 --listen 127.0.0.1:7401 --controlplane http://127.0.0.1:7300 \
+     --consul http://127.0.0.1:8500 --data-dir ./a1 \
+     --nats-listen 127.0.0.1:4221 --nats-cluster 127.0.0.1:6221 \
+     --nats-routes nats://127.0.0.1:6221,nats://127.0.0.1:6222,nats://127.0.0.1:6223`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "name", EnvVars: []string{"RIVORA_AGENT_NAME"}, Usage: "this agent's `NAME` in the cell (letters, digits, '_', '-')", Required: true},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7400", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve ingest, events, /healthz and /metrics on"},
 			&cli.StringFlag{Name: "advertise", EnvVars: []string{"RIVORA_ADVERTISE"}, Usage: "`URL` the control plane calls this agent at (default: http://<listen address>)"},
 			&cli.StringFlag{Name: "controlplane", Value: "http://127.0.0.1:7300", EnvVars: []string{"RIVORA_CONTROLPLANE"}, Usage: "control plane `URL`"},
 			&cli.StringFlag{Name: "data-dir", Value: "./data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for streams and the archive"},
+			&cli.StringFlag{Name: "consul", EnvVars: []string{"RIVORA_CONSUL"}, Usage: "Consul HTTP API `URL` granting partition ownership (sessions and locks); without it this agent owns what it is assigned in process (one-agent cells only)"},
+			&cli.StringFlag{Name: "nats-cluster", EnvVars: []string{"RIVORA_NATS_CLUSTER"}, Usage: "`HOST:PORT` the cell's other agents route to (joins the JetStream cluster)"},
+			&cli.StringFlag{Name: "nats-routes", EnvVars: []string{"RIVORA_NATS_ROUTES"}, Usage: "the cell's cluster addresses, comma-separated `nats://HOST:PORT,…` (this agent's own may be included)"},
+			&cli.IntFlag{Name: "replicas", EnvVars: []string{"RIVORA_REPLICAS"}, Usage: "stream replicas `N` (default: min(3, cell size))"},
+			&cli.DurationFlag{Name: "session-ttl", Value: ownership.DefaultTTL, EnvVars: []string{"RIVORA_SESSION_TTL"}, Usage: "Consul session TTL (10s is Consul's minimum)"},
+			&cli.DurationFlag{Name: "lock-delay", Value: ownership.DefaultLockDelay, EnvVars: []string{"RIVORA_LOCK_DELAY"}, Usage: "Consul lock-delay: how long a lost owner's locks stay untaken"},
 		}, agentFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -20,14 +22,29 @@ func controlPlaneCommand() *cli.Command {
 pushes every change to the agents that Watch it. Serves the admin API
 (rivoractl) and the agent API on --listen.
 
-Example:
+With --consul, the state and the audit log live in Consul KV
+(rivora/controlplane/...) instead of --state-dir, and several control planes
+may run against the same Consul: the one holding the Consul lock
+rivora/controlplane/leader leads. Only the leader serves the admin and agent
+APIs; the others answer Unavailable naming the leader by its --advertise URL,
+and one of them takes over (reloading the state from Consul) when the leader
+stops or loses its Consul session (10s TTL, 1s lock-delay). Give each control
+plane the same --limits file.
+
+Examples:
    rivora controlplane --listen 127.0.0.1:7300 --limits limits.yaml --state-dir ./cp
-   rivora agent --name a1 --listen 127.0.0.1:7400 --controlplane http://127.0.0.1:7300 --data-dir ./a1`,
+   rivora agent --name a1 --listen 127.0.0.1:7400 --controlplane http://127.0.0.1:7300 --data-dir ./a1
+
+   # two control planes sharing one Consul
+   rivora controlplane --listen 127.0.0.1:7300 --limits limits.yaml --consul http://127.0.0.1:8500
+   rivora controlplane --listen 127.0.0.1:7301 --limits limits.yaml --consul http://127.0.0.1:8500`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7300", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve the admin and agent APIs on"},
-			&cli.StringFlag{Name: "state-dir", Value: "./controlplane", EnvVars: []string{"RIVORA_STATE_DIR"}, Usage: "`DIR` for the control plane's state and audit log"},
+			&cli.StringFlag{Name: "state-dir", Value: "./controlplane", EnvVars: []string{"RIVORA_STATE_DIR"}, Usage: "`DIR` for the control plane's state and audit log (unused with --consul)"},
 			&cli.StringFlag{Name: "limits", EnvVars: []string{"RIVORA_LIMITS"}, Usage: "reviewed limits `FILE` (YAML), reloaded when it changes"},
 			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores) of the cell"},
+			&cli.StringFlag{Name: "consul", EnvVars: []string{"RIVORA_CONSUL"}, Usage: "Consul HTTP API `URL` keeping the state and electing one leader among several control planes (default: state under --state-dir, one control plane)"},
+			&cli.StringFlag{Name: "advertise", EnvVars: []string{"RIVORA_ADVERTISE"}, Usage: "`URL` the other control planes name this one by while it leads; set it when --listen is 0.0.0.0 (default: http://<listen address>)"},
 			pprofFlag,
 			logLevelFlag,
 		},
@@ -39,24 +56,45 @@ Example:
 			if err != nil {
 				return cli.Exit(err.Error(), 2)
 			}
-			stateDir, err := absDir("state-dir", c.String("state-dir"))
-			if err != nil {
-				return err
+			consul := c.String("consul")
+			if consul != "" && !isBaseURL(consul) {
+				return cli.Exit(fmt.Sprintf("--consul %q: want an http:// or https:// URL such as http://127.0.0.1:8500", consul), 2)
+			}
+			advertise := c.String("advertise")
+			if advertise != "" && !isBaseURL(advertise) {
+				return cli.Exit(fmt.Sprintf("--advertise %q: want an http:// or https:// URL such as http://10.0.0.5:7300", advertise), 2)
+			}
+			cfg := controlplane.Config{LimitsPath: c.String("limits"), Partitions: c.Int("partitions"), ConsulURL: consul}
+			if consul == "" {
+				if cfg.StateDir, err = absDir("state-dir", c.String("state-dir")); err != nil {
+					return err
+				}
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			cp, err := controlplane.New(controlplane.Config{StateDir: stateDir, LimitsPath: c.String("limits"), Partitions: c.Int("partitions")}, log.With("component", "controlplane"))
+			ln, self, err := listen(c.String("listen"))
 			if err != nil {
 				return err
 			}
-			ln, url, err := listen(c.String("listen"))
+			if advertise == "" {
+				advertise = self
+			}
+			cfg.AdvertiseURL = advertise
+			cp, err := controlplane.New(cfg, log.With("component", "controlplane"))
 			if err != nil {
+				ln.Close()
 				return err
 			}
 			mux := baseMux(func() bool { return true }, c.Bool("pprof"))
 			cp.Handle(mux)
-			log.Info("rivora controlplane listening", "addr", url, "state_dir", stateDir)
+			log.Info("rivora controlplane listening", "addr", self, "state_dir", cfg.StateDir, "consul", consul, "advertise", advertise)
 			return serveUntil(ctx, log, newServer(mux), ln, cp.Run)
 		},
 	}
+}
+
+// isBaseURL accepts http://HOST[:PORT] and https://HOST[:PORT].
+func isBaseURL(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && (u.Path == "" || u.Path == "/") && u.RawQuery == ""
 }

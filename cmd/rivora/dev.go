@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -87,7 +89,27 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 		}
 		arch = s3
 	}
+	var routes []string
+	for _, r := range strings.Split(c.String("nats-routes"), ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			routes = append(routes, r)
+		}
+	}
+	if len(routes) > 0 && c.String("nats-cluster") == "" {
+		return agent.Config{}, cli.Exit("--nats-routes needs --nats-cluster HOST:PORT (where the other agents route to this one)", 2)
+	}
+	if consul := c.String("consul"); consul != "" {
+		if u, err := url.Parse(consul); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return agent.Config{}, cli.Exit(fmt.Sprintf("--consul %q: want an http:// or https:// URL such as http://127.0.0.1:8500", consul), 2)
+		}
+	}
 	return agent.Config{
+		NATSCluster:     c.String("nats-cluster"),
+		NATSRoutes:      routes,
+		Replicas:        c.Int("replicas"),
+		ConsulURL:       c.String("consul"),
+		SessionTTL:      c.Duration("session-ttl"),
+		LockDelay:       c.Duration("lock-delay"),
 		Archive:         arch,
 		Name:            name,
 		DataDir:         dataDir,

@@ -1,9 +1,12 @@
 // Command bench measures a real `rivora dev` process on 127.0.0.1 next to a
-// baseline without Rivora on the same machine:
+// baseline without Rivora on the same machine, or (failover) a cell of a
+// control plane and three agents on a real Consul:
 //
 //	go run ./e2e/bench ingest   # Publish / PublishBatch vs raw JetStream async publish
 //	go run ./e2e/bench deliver  # backlog drain vs a raw Go HTTP client→server loop
 //	go run ./e2e/bench rebuild  # restart with 1M pending events: scheduler rebuild time and memory
+//	go run ./e2e/bench gameday  # a WAF throttling one partner, or a partner hard down
+//	go run ./e2e/bench failover # kill -9 an agent of a three-agent cell on Consul mid-delivery
 //
 // Progress goes to stderr; a table and, as the last line, one JSON object go
 // to stdout. It exits non-zero with a message when anything fails or a phase
@@ -56,6 +59,8 @@ func main() {
 		err = runGameday(args)
 	case "rebuild":
 		err = runRebuild(args)
+	case "failover":
+		err = runFailover(args)
 	default:
 		usage()
 		os.Exit(2)
@@ -67,7 +72,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver|gameday|rebuild [flags]  (-h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver|gameday|rebuild|failover [flags]  (-h for flags)")
 }
 
 func progress(format string, args ...any) {

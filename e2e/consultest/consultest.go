@@ -36,14 +36,14 @@ var (
 // on 2 cores; `make servers` does the same).
 func Binary(t testing.TB) string {
 	t.Helper()
-	binOnce.Do(func() { binPath, binErr = findOrBuild(t) })
+	binOnce.Do(func() { binPath, binErr = findOrBuild(t.Logf) })
 	if binErr != nil {
 		t.Fatalf("consul binary: %v", binErr)
 	}
 	return binPath
 }
 
-func findOrBuild(t testing.TB) (string, error) {
+func findOrBuild(logf func(string, ...any)) (string, error) {
 	gopath, err := goEnv("GOPATH")
 	if err != nil {
 		return "", err
@@ -60,7 +60,7 @@ func findOrBuild(t testing.TB) (string, error) {
 		return "", fmt.Errorf("consul is missing and the project's go.mod was not found (%v): run `make servers`", err)
 	}
 	toolDir := filepath.Join(filepath.Dir(gomod), "tools", "consul")
-	t.Logf("consul %s not found at %s: building it from %s (10–20 minutes the first time)", Version, bin, toolDir)
+	logf("consul %s not found at %s: building it from %s (10–20 minutes the first time)", Version, bin, toolDir)
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/hashicorp/consul")
 	cmd.Dir = toolDir
 	cmd.Env = append(os.Environ(), "GOWORK=off")
@@ -68,7 +68,7 @@ func findOrBuild(t testing.TB) (string, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build consul in %s: %v\n%s", toolDir, err, out)
 	}
-	t.Logf("built %s in %s", bin, time.Since(start).Round(time.Second))
+	logf("built %s in %s", bin, time.Since(start).Round(time.Second))
 	return bin, nil
 }
 
@@ -82,12 +82,14 @@ func goEnv(key string) (string, error) {
 
 // Server is one Consul server process.
 type Server struct {
-	t       testing.TB
+	t       testing.TB // nil for a Server from Launch
 	bin     string
 	dataDir string
 	ports   [4]int // http, serf lan, serf wan, server rpc
 	// HTTPAddr is host:port of the HTTP API.
 	HTTPAddr string
+	// extraArgs are appended to consul's arguments.
+	extraArgs []string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -110,33 +112,75 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
+// Launch is Start for programs that are not tests (e.g. e2e/bench): it
+// finds or builds the consul binary (logging through logf), starts a
+// single-server cell with its data and log (consul.log) under dataDir, which
+// must exist, and waits until it has a leader and its node is registered.
+// The caller stops it with Stop and removes dataDir. On such a Server, Start
+// panics on failure instead of failing a test.
+func Launch(dataDir string, logf func(string, ...any)) (*Server, error) {
+	binOnce.Do(func() { binPath, binErr = findOrBuild(logf) })
+	if binErr != nil {
+		return nil, fmt.Errorf("consul binary: %w", binErr)
+	}
+	// Without a fixed gRPC TLS port (8503 by default), so it can run next
+	// to another Consul on the machine, e.g. a test's.
+	s := &Server{bin: binPath, dataDir: dataDir, extraArgs: []string{"-grpc-tls-port", "-1"}}
+	for i := range s.ports {
+		p, err := pickPort()
+		if err != nil {
+			return nil, err
+		}
+		s.ports[i] = p
+	}
+	s.HTTPAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports[0]))
+	if err := s.start(); err != nil {
+		s.Stop() // it may run without becoming ready
+		return nil, err
+	}
+	return s, nil
+}
+
 // URL is the HTTP API's base URL.
 func (s *Server) URL() string { return "http://" + s.HTTPAddr }
 
 // Start (re)starts the process on the same ports and data directory.
 func (s *Server) Start() {
+	if s.t == nil {
+		if err := s.start(); err != nil {
+			panic(err)
+		}
+		return
+	}
 	s.t.Helper()
+	if err := s.start(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
-		s.t.Fatal("consul is already running")
+		return errors.New("consul is already running")
 	}
 	logFile, err := os.OpenFile(filepath.Join(s.dataDir, "consul.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		s.t.Fatal(err)
+		return err
 	}
-	cmd := exec.Command(s.bin, "agent", "-server", "-bootstrap-expect", "1",
+	args := []string{"agent", "-server", "-bootstrap-expect", "1",
 		"-node", "rivora-test", "-data-dir", filepath.Join(s.dataDir, "data"),
 		"-bind", "127.0.0.1", "-client", "127.0.0.1", "-advertise", "127.0.0.1",
 		"-http-port", strconv.Itoa(s.ports[0]), "-serf-lan-port", strconv.Itoa(s.ports[1]),
 		"-serf-wan-port", strconv.Itoa(s.ports[2]), "-server-port", strconv.Itoa(s.ports[3]),
-		"-dns-port", "-1", "-grpc-port", "-1", "-log-level", "warn",
+		"-dns-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1", "-log-level", "warn",
 		// Fast elections: a restarted single server leads again in about a second.
-		"-hcl", "performance { raft_multiplier = 1 }")
+		"-hcl", "performance { raft_multiplier = 1 }"}
+	cmd := exec.Command(s.bin, append(args, s.extraArgs...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		s.t.Fatalf("start consul: %v", err)
+		return fmt.Errorf("start consul: %v", err)
 	}
 	s.cmd, s.log, s.done = cmd, logFile, make(chan struct{})
 	go func(done chan struct{}) {
@@ -144,8 +188,9 @@ func (s *Server) Start() {
 		close(done)
 	}(s.done)
 	if err := s.waitReady(60 * time.Second); err != nil {
-		s.t.Fatalf("consul at %s: %v\n%s", s.HTTPAddr, err, s.Log())
+		return fmt.Errorf("consul at %s: %v\n%s", s.HTTPAddr, err, s.Log())
 	}
+	return nil
 }
 
 // Stop stops the process (SIGTERM, then SIGKILL after 10 s). Its data stays.
@@ -213,10 +258,18 @@ func (s *Server) ready(client *http.Client) error {
 
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := pickPort()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+func pickPort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
 	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -1,0 +1,158 @@
+// Package ownership grants this agent the single-writer right to a
+// partition's pending store. The grant comes from outside the workers: a
+// Locker (Consul sessions and locks in a cell, in process for `rivora dev`)
+// hands out Leases; the agent writes and delivers for a partition only
+// while it holds a valid Lease on it.
+package ownership
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Locker grants Leases on partitions.
+type Locker interface {
+	// Session names this agent's grant holder (the Consul session id; ""
+	// in process).
+	Session() string
+	// SessionChanged is signalled when Session changes (a lost session
+	// was replaced).
+	SessionChanged() <-chan struct{}
+	// TryAcquire takes partition p's lock if nobody holds it. It returns
+	// ErrHeld if another holder has it (or Consul's lock-delay still
+	// protects it after a holder died).
+	TryAcquire(ctx context.Context, p int) (*Lease, error)
+	// Close releases every lease and ends the session.
+	Close(ctx context.Context) error
+}
+
+// ErrHeld means another holder has the lock (or it is in its lock-delay).
+var ErrHeld = errors.New("ownership lock is held by another agent")
+
+// Lease is the right to write partition P's pending store and deliver its
+// events, for as long as Valid.
+type Lease struct {
+	// P is the partition.
+	P int
+	// Epoch is the fencing epoch: it grows with every acquisition of the
+	// partition's lock by anyone (Consul's LockIndex). Ledger writes carry
+	// it; an owner refuses a ledger written under a newer epoch.
+	Epoch uint64
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	cause    error
+	// validUntil reports whether the holder's session is provably alive
+	// at now; nil means always.
+	alive   func(now time.Time) bool
+	release func(ctx context.Context) error
+}
+
+func newLease(p int, epoch uint64, alive func(time.Time) bool, release func(context.Context) error) *Lease {
+	return &Lease{P: p, Epoch: epoch, lost: make(chan struct{}), alive: alive, release: release}
+}
+
+// Lost is closed when the lease is lost (lock taken away, session gone,
+// or not renewed in time). A lost lease never comes back: acquire again.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Cause says why the lease was lost (nil while held).
+func (l *Lease) Cause() error {
+	select {
+	case <-l.lost:
+		return l.cause
+	default:
+		return nil
+	}
+}
+
+// Valid reports whether the lease still holds right now. It is cheap: call
+// it before every write and every delivery. It fails as soon as the
+// session could have expired, even if nothing has noticed yet (a process
+// that was frozen past its session TTL sees false at once when it thaws).
+func (l *Lease) Valid() bool {
+	select {
+	case <-l.lost:
+		return false
+	default:
+	}
+	if l.alive != nil && !l.alive(time.Now()) {
+		l.lose(errors.New("session not renewed within its TTL"))
+		return false
+	}
+	return true
+}
+
+func (l *Lease) lose(cause error) {
+	l.lostOnce.Do(func() {
+		l.cause = cause
+		close(l.lost)
+	})
+}
+
+// Release gives the lock back (graceful handoff). The lease is lost after.
+func (l *Lease) Release(ctx context.Context) error {
+	l.lose(errors.New("released"))
+	if l.release == nil {
+		return nil
+	}
+	return l.release(ctx)
+}
+
+// Local is the in-process Locker of a single-agent cell (`rivora dev`):
+// every partition is free unless this process holds it.
+type Local struct {
+	mu     sync.Mutex
+	held   map[int]*Lease
+	epochs map[int]uint64
+}
+
+// NewLocal returns an in-process Locker.
+func NewLocal() *Local {
+	return &Local{held: make(map[int]*Lease), epochs: make(map[int]uint64)}
+}
+
+// Session is "" in process.
+func (l *Local) Session() string { return "" }
+
+// SessionChanged never fires.
+func (l *Local) SessionChanged() <-chan struct{} { return nil }
+
+// TryAcquire grants p unless it is held.
+func (l *Local) TryAcquire(_ context.Context, p int) (*Lease, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cur, ok := l.held[p]; ok && cur.Valid() {
+		return nil, ErrHeld
+	}
+	// Epochs must grow across restarts too (ledgers keep them): start
+	// from the clock.
+	l.epochs[p] = max(l.epochs[p]+1, uint64(time.Now().UnixNano()))
+	var lease *Lease
+	lease = newLease(p, l.epochs[p], nil, func(context.Context) error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.held[p] == lease {
+			delete(l.held, p)
+		}
+		return nil
+	})
+	l.held[p] = lease
+	return lease, nil
+}
+
+// Close releases every lease.
+func (l *Local) Close(ctx context.Context) error {
+	l.mu.Lock()
+	leases := make([]*Lease, 0, len(l.held))
+	for _, lease := range l.held {
+		leases = append(leases, lease)
+	}
+	l.mu.Unlock()
+	for _, lease := range leases {
+		_ = lease.Release(ctx)
+	}
+	return nil
+}

@@ -1,0 +1,435 @@
+package e2e
+
+// A cell of three agents on a real Consul: clustered JetStream (R3),
+// Consul-granted partition ownership, and what happens when an agent is
+// killed, frozen, or Consul restarts.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rivora/rivora/e2e/consultest"
+	"github.com/rivora/rivora/sdk"
+)
+
+const (
+	clusterTTL       = 10 * time.Second
+	clusterLockDelay = 5 * time.Second
+)
+
+// clusterCell is Consul, a control plane and several agents whose
+// embedded NATS servers form one JetStream cluster.
+type clusterCell struct {
+	t          testing.TB
+	consul     *consultest.Server
+	cp         *proc
+	agents     map[string]*proc
+	names      []string
+	partitions int
+}
+
+// startClusterCell starts Consul, a control plane and n agents, and waits
+// until every partition is owned.
+func startClusterCell(t testing.TB, n, partitions int) *clusterCell {
+	t.Helper()
+	c := &clusterCell{t: t, consul: consultest.Start(t), agents: map[string]*proc{}, partitions: partitions}
+	cpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	c.cp = startProc(t, "controlplane", cpAddr, []string{"controlplane", "--listen", cpAddr, "--state-dir", t.TempDir(),
+		"--partitions", strconv.Itoa(partitions), "--consul", c.consul.URL()})
+	type ports struct{ api, client, cluster int }
+	ps := make([]ports, n)
+	var routes []string
+	for i := range ps {
+		ps[i] = ports{freePort(t), freePort(t), freePort(t)}
+		routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(ps[i].cluster))
+	}
+	for i, p := range ps {
+		name := "a" + strconv.Itoa(i+1)
+		addr := "127.0.0.1:" + strconv.Itoa(p.api)
+		c.names = append(c.names, name)
+		c.agents[name] = launchProc(t, "agent "+name, addr, []string{"agent", "--name", name, "--listen", addr,
+			"--controlplane", c.cp.URL(), "--consul", c.consul.URL(), "--data-dir", t.TempDir(),
+			"--nats-listen", "127.0.0.1:" + strconv.Itoa(p.client), "--nats-cluster", "127.0.0.1:" + strconv.Itoa(p.cluster),
+			"--nats-routes", strings.Join(routes, ","),
+			"--session-ttl", clusterTTL.String(), "--lock-delay", clusterLockDelay.String()})
+	}
+	for _, name := range c.names {
+		c.agents[name].waitHealthy(90 * time.Second)
+	}
+	c.waitOwned(t, 60*time.Second, nil)
+	return c
+}
+
+func (c *clusterCell) rig(ingest string) *rig {
+	return &rig{name: "cluster", adminURL: c.cp.URL(), ingestURL: c.agents[ingest].URL(), cpLog: c.cp.logPath, died: func() error {
+		return c.cp.diedErr()
+	}}
+}
+
+// agentJSON is one entry of `rivoractl agents list -o json`.
+type agentJSON struct {
+	Name       string   `json:"name"`
+	Address    string   `json:"address"`
+	Healthy    bool     `json:"healthy"`
+	Session    string   `json:"session"`
+	Partitions []uint32 `json:"partitions"`
+	Assigned   []uint32 `json:"assignedPartitions"`
+}
+
+func (c *clusterCell) agentsList(t testing.TB) []agentJSON {
+	t.Helper()
+	out, errOut, err := runCtl(c.cp.URL(), "agents", "list", "-o", "json")
+	if err != nil {
+		t.Fatalf("rivoractl agents list: %v\n%s%s", err, out, errOut)
+	}
+	var agents []agentJSON
+	if err := json.Unmarshal([]byte(out), &agents); err != nil {
+		t.Fatalf("agents list -o json: %v\n%s", err, out)
+	}
+	return agents
+}
+
+// owners maps each partition to the agent listed as owning it; a
+// partition listed twice is a test failure.
+func (c *clusterCell) owners(t testing.TB) map[uint32]string {
+	t.Helper()
+	out := map[uint32]string{}
+	for _, a := range c.agentsList(t) {
+		for _, p := range a.Partitions {
+			if prev, dup := out[p]; dup {
+				t.Errorf("partition %d listed as owned by both %s and %s", p, prev, a.Name)
+			}
+			out[p] = a.Name
+		}
+	}
+	return out
+}
+
+// waitOwned waits until every partition is owned by a healthy agent, none
+// by an agent in exclude; it returns the owners.
+func (c *clusterCell) waitOwned(t testing.TB, timeout time.Duration, exclude []string) map[uint32]string {
+	t.Helper()
+	var owners map[uint32]string
+	waitFor(t, timeout, fmt.Sprintf("all %d partitions owned by healthy agents other than %v", c.partitions, exclude), func() bool {
+		healthy := map[string]bool{}
+		for _, a := range c.agentsList(t) {
+			healthy[a.Name] = a.Healthy
+		}
+		owners = c.owners(t)
+		if len(owners) != c.partitions {
+			return false
+		}
+		for _, name := range owners {
+			if !healthy[name] || slices.Contains(exclude, name) {
+				return false
+			}
+		}
+		return true
+	})
+	return owners
+}
+
+// busiest is the agent owning the most partitions.
+func busiest(owners map[uint32]string) string {
+	count := map[string]int{}
+	for _, name := range owners {
+		count[name]++
+	}
+	best := ""
+	for name, n := range count {
+		if best == "" || n > count[best] || (n == count[best] && name < best) {
+			best = name
+		}
+	}
+	return best
+}
+
+func (c *clusterCell) others(victim string) []string {
+	var out []string
+	for _, name := range c.names {
+		if name != victim {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// clusterLoad publishes lanes of events to several destinations through
+// chosen agents, each lane in order, round by round.
+type clusterLoad struct {
+	dests    []string
+	partners map[string]*partner
+	lanes    int
+	pub      map[string]*published // destination → what was acked
+}
+
+func newClusterLoad(t testing.TB, r *rig, dests []string, lanes int) *clusterLoad {
+	t.Helper()
+	l := &clusterLoad{dests: dests, partners: map[string]*partner{}, lanes: lanes, pub: map[string]*published{}}
+	for _, d := range dests {
+		p := newPartner(t)
+		p.SetDelay(5 * time.Millisecond)
+		r.createDestination(t, d, p, nil)
+		l.partners[d] = p
+		l.pub[d] = newPublished()
+	}
+	return l
+}
+
+// publishRound publishes event #round of every lane of every destination,
+// lanes spread over the given agents; SDK retries cover a failover.
+func (l *clusterLoad) publishRound(ctx context.Context, c *clusterCell, via []string, round int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(l.dests)*l.lanes)
+	clients := make([]*sdk.Client, len(via))
+	for i, name := range via {
+		clients[i] = sdk.New(c.agents[name].URL(), sdk.WithRetry(30, 200*time.Millisecond), sdk.WithAttemptTimeout(10*time.Second))
+	}
+	for di, d := range l.dests {
+		for k := range l.lanes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				lane := fmt.Sprintf("user-%02d", k)
+				payload := payloadFor(d, lane, round, 96)
+				client := clients[(di*l.lanes+k)%len(clients)]
+				id, err := client.Publish(ctx, sdk.Event{Destination: d, Customer: "cust", Lane: lane, Type: "cell.test", Payload: payload,
+					IdempotencyKey: fmt.Sprintf("%s-%s-%d", d, lane, round)})
+				if err != nil {
+					errs <- fmt.Errorf("publish %s/%s #%d: %w", d, lane, round, err)
+					return
+				}
+				l.pub[d].add("cust/"+lane, id, payload)
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func (l *clusterLoad) total() int {
+	n := 0
+	for _, pb := range l.pub {
+		n += len(pb.all())
+	}
+	return n
+}
+
+func (l *clusterLoad) delivered() int {
+	n := 0
+	for _, p := range l.partners {
+		n += p.Delivered()
+	}
+	return n
+}
+
+// check waits until every acked event is delivered and checks lane order;
+// it returns the duplicates.
+func (l *clusterLoad) check(t testing.TB, timeout time.Duration) int {
+	t.Helper()
+	for _, d := range l.dests {
+		l.partners[d].WaitDelivered(t, l.pub[d].all(), timeout)
+	}
+	dups := 0
+	for _, d := range l.dests {
+		rep := checkLaneOrder(t, l.partners[d], l.pub[d].ByLane, l.pub[d].Payloads, nil)
+		dups += rep.Duplicates
+	}
+	return dups
+}
+
+// TestClusterFailoverKill9: the agent owning the most partitions dies with
+// kill -9 mid-delivery. Its partitions are owned again within lock-delay +
+// 10 s, publishing through the survivors goes on, every acked event is
+// delivered and no lane is reordered.
+func TestClusterFailoverKill9(t *testing.T) {
+	c := startClusterCell(t, 3, 8)
+	owners := c.waitOwned(t, 30*time.Second, nil)
+	victim := busiest(owners)
+	survivors := c.others(victim)
+	t.Logf("owners before: %v; victim %s", owners, victim)
+
+	r := c.rig(survivors[0])
+	load := newClusterLoad(t, r, []string{"d1", "d2", "d3", "d4"}, 25) // 100 lanes
+	const rounds = 15                                                  // 1,500 events
+	ctx := ctxTimeout(t, 3*time.Minute)
+	published := make(chan error, 1)
+	var publishErr atomic.Value
+	killed := make(chan struct{})
+	go func() {
+		for round := range rounds {
+			if round == rounds/2 {
+				<-killed // the second half is published during the failover
+			}
+			if err := load.publishRound(ctx, c, survivors, round); err != nil {
+				publishErr.Store(err)
+				published <- err
+				return
+			}
+		}
+		published <- nil
+	}()
+	waitFor(t, 60*time.Second, "a third of the first half delivered", func() bool {
+		if err := publishErr.Load(); err != nil {
+			t.Fatalf("publishing before the kill: %v", err)
+		}
+		return load.delivered() >= 250
+	})
+	killAt := time.Now()
+	c.agents[victim].kill()
+	close(killed)
+	t.Logf("killed %s (kill -9) with %d events delivered", victim, load.delivered())
+
+	after := c.waitOwned(t, clusterLockDelay+20*time.Second, []string{victim})
+	took := time.Since(killAt)
+	t.Logf("partitions owned again %s after kill -9: %v", took.Round(100*time.Millisecond), after)
+	if limit := clusterLockDelay + 10*time.Second; took > limit {
+		t.Errorf("partitions owned again after %s, want within lock-delay + 10s = %s", took.Round(100*time.Millisecond), limit)
+	}
+	if err := <-published; err != nil {
+		t.Fatalf("publishing through the survivors during the failover: %v", err)
+	}
+	if n := load.total(); n != 4*25*rounds {
+		t.Fatalf("acked %d events, want %d", n, 4*25*rounds)
+	}
+	dups := load.check(t, 2*time.Minute)
+	t.Logf("all %d acked events delivered in lane order; %d duplicates", load.total(), dups)
+	// The survivors' deliveries name them.
+	for _, p := range load.partners {
+		for _, d := range p.Snapshot() {
+			if !strings.HasPrefix(d.Agent, "rivora/") {
+				t.Fatalf("delivery with user-agent %q, want rivora/<version> (<agent>)", d.Agent)
+			}
+		}
+	}
+}
+
+// TestClusterFrozenAgent: an agent frozen with SIGSTOP past its session
+// TTL loses its partitions to the others; after SIGCONT it delivers
+// nothing for partitions it no longer owns.
+func TestClusterFrozenAgent(t *testing.T) {
+	c := startClusterCell(t, 3, 8)
+	owners := c.waitOwned(t, 30*time.Second, nil)
+	victim := busiest(owners)
+	survivors := c.others(victim)
+	r := c.rig(survivors[0])
+	load := newClusterLoad(t, r, []string{"f1", "f2"}, 20)
+	ctx := ctxTimeout(t, 3*time.Minute)
+
+	round := 0
+	publish := func() {
+		t.Helper()
+		if err := load.publishRound(ctx, c, survivors, round); err != nil {
+			t.Fatal(err)
+		}
+		round++
+	}
+	for range 3 {
+		publish()
+	}
+	waitFor(t, 60*time.Second, "the first rounds delivered", func() bool { return load.delivered() >= load.total() })
+
+	oldSession := ""
+	for _, a := range c.agentsList(t) {
+		if a.Name == victim {
+			oldSession = a.Session
+		}
+	}
+	frozen := c.agents[victim]
+	frozen.signal(syscall.SIGSTOP)
+	frozenAt := time.Now()
+	t.Logf("froze %s (owning %d partitions)", victim, len(partitionsOf(owners, victim)))
+	thawed := false
+	t.Cleanup(func() {
+		if !thawed {
+			frozen.signal(syscall.SIGCONT)
+		}
+	})
+	// While it is frozen the cell keeps accepting through the others.
+	publish()
+	after := c.waitOwned(t, 2*clusterTTL+clusterLockDelay+20*time.Second, []string{victim})
+	t.Logf("partitions moved %s after SIGSTOP: %v", time.Since(frozenAt).Round(100*time.Millisecond), after)
+
+	frozen.signal(syscall.SIGCONT)
+	thawed = true
+	thawAt := time.Now()
+	for range 3 {
+		publish()
+	}
+	load.check(t, 90*time.Second)
+	// Give the thawed agent time to act on anything it still had queued.
+	waitFor(t, 30*time.Second, victim+" announces a new session", func() bool {
+		for _, a := range c.agentsList(t) {
+			if a.Name == victim && a.Session != "" && a.Session != oldSession {
+				return true
+			}
+		}
+		return false
+	})
+	stale := 0
+	for _, p := range load.partners {
+		for _, d := range p.Snapshot() {
+			if d.At.After(thawAt) && strings.Contains(d.Agent, "("+victim+")") {
+				stale++
+			}
+		}
+	}
+	if stale > 0 {
+		t.Fatalf("%s made %d deliveries after SIGCONT for partitions it no longer owns", victim, stale)
+	}
+	t.Logf("after SIGCONT %s made 0 deliveries; %d events delivered in lane order", victim, load.total())
+}
+
+func partitionsOf(owners map[uint32]string, name string) []uint32 {
+	var out []uint32
+	for p, n := range owners {
+		if n == name {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestClusterConsulRestart: Consul restarts mid-run; nothing is lost,
+// ownership is re-established and deliveries resume.
+func TestClusterConsulRestart(t *testing.T) {
+	c := startClusterCell(t, 3, 8)
+	c.waitOwned(t, 30*time.Second, nil)
+	r := c.rig("a1")
+	load := newClusterLoad(t, r, []string{"c1", "c2"}, 20)
+	ctx := ctxTimeout(t, 3*time.Minute)
+	for round := range 3 {
+		if err := load.publishRound(ctx, c, c.names, round); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.consul.Stop()
+	// Accepting does not need Consul.
+	for round := 3; round < 6; round++ {
+		if err := load.publishRound(ctx, c, c.names, round); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.consul.Start()
+	restartedAt := time.Now()
+	for round := 6; round < 9; round++ {
+		if err := load.publishRound(ctx, c, c.names, round); err != nil {
+			t.Fatal(err)
+		}
+	}
+	owners := c.waitOwned(t, 60*time.Second, nil)
+	t.Logf("ownership re-established %s after Consul came back: %v", time.Since(restartedAt).Round(100*time.Millisecond), owners)
+	dups := load.check(t, 2*time.Minute)
+	t.Logf("all %d events delivered in lane order across the Consul restart; %d duplicates", load.total(), dups)
+}
