@@ -344,7 +344,7 @@ func (a *Agent) own(ctx context.Context, p int) error {
 	defer a.mu.Unlock()
 	if !a.wanted[p] || !lease.Valid() {
 		// Released or lost while it was rebuilding.
-		a.sched.DropPartition(p)
+		part.Detach()
 		a.releaseLease(lease)
 		return nil
 	}
@@ -425,7 +425,7 @@ func (a *Agent) releaseLease(lease *ownership.Lease) {
 func (a *Agent) drop(p int, lost *ownedPartition) {
 	a.mu.Lock()
 	if a.owned[p] == lost {
-		a.sched.DropPartition(p)
+		lost.part.Detach()
 		lost.cancel()
 		delete(a.owned, p)
 	}
@@ -442,7 +442,7 @@ func (a *Agent) reopen(ctx context.Context, p int, failed *ownedPartition) {
 		a.mu.Unlock()
 		return
 	}
-	a.sched.DropPartition(p)
+	failed.part.Detach()
 	failed.cancel()
 	delete(a.owned, p)
 	// Keep the lock: the partition reopens here under the same lease.
@@ -477,7 +477,7 @@ func (a *Agent) releaseLocked(p int) (done <-chan struct{}) {
 	if !ok {
 		return nil
 	}
-	a.sched.DropPartition(p)
+	op.part.Detach()
 	delete(a.owned, p)
 	released := make(chan struct{})
 	a.releasing[p] = released

@@ -60,6 +60,10 @@ type Config struct {
 	// AdvertiseURL is the URL the other control planes name this one by
 	// while it leads; required with ConsulURL.
 	AdvertiseURL string
+	// RejoinDelay is how long an agent that lost its Consul session waits,
+	// once back with a new one, before it is assigned partitions again
+	// (default 30s): a flapping agent does not drag partitions around.
+	RejoinDelay time.Duration
 }
 
 // ControlPlane serves rivora.v1.AdminService and rivora.v1.AgentService.
@@ -125,6 +129,9 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 		})
 	}
 	cp.agents = newAgentRegistry(cp.consul, log)
+	if cfg.RejoinDelay > 0 {
+		cp.agents.rejoinDelay = cfg.RejoinDelay
+	}
 	cp.agents.onChange = cp.broadcast
 	lf := emptyLimitsFile()
 	if cfg.LimitsPath != "" {

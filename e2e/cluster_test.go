@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/e2e/consultest"
+	"github.com/rivora/rivora/e2e/jsdump"
 	"github.com/rivora/rivora/sdk"
 )
 
@@ -33,18 +35,19 @@ type clusterCell struct {
 	consul     *consultest.Server
 	cp         *proc
 	agents     map[string]*proc
+	natsURLs   map[string]string // agent → its NATS client URL
 	names      []string
 	partitions int
 }
 
 // startClusterCell starts Consul, a control plane and n agents, and waits
 // until every partition is owned.
-func startClusterCell(t testing.TB, n, partitions int) *clusterCell {
+func startClusterCell(t testing.TB, n, partitions int, cpArgs ...string) *clusterCell {
 	t.Helper()
-	c := &clusterCell{t: t, consul: consultest.Start(t), agents: map[string]*proc{}, partitions: partitions}
+	c := &clusterCell{t: t, consul: consultest.Start(t), agents: map[string]*proc{}, natsURLs: map[string]string{}, partitions: partitions}
 	cpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	c.cp = startProc(t, "controlplane", cpAddr, []string{"controlplane", "--listen", cpAddr, "--state-dir", t.TempDir(),
-		"--partitions", strconv.Itoa(partitions), "--consul", c.consul.URL()})
+	c.cp = startProc(t, "controlplane", cpAddr, append([]string{"controlplane", "--listen", cpAddr, "--state-dir", t.TempDir(),
+		"--partitions", strconv.Itoa(partitions), "--consul", c.consul.URL()}, cpArgs...))
 	type ports struct{ api, client, cluster int }
 	ps := make([]ports, n)
 	var routes []string
@@ -56,6 +59,7 @@ func startClusterCell(t testing.TB, n, partitions int) *clusterCell {
 		name := "a" + strconv.Itoa(i+1)
 		addr := "127.0.0.1:" + strconv.Itoa(p.api)
 		c.names = append(c.names, name)
+		c.natsURLs[name] = "nats://127.0.0.1:" + strconv.Itoa(p.client)
 		c.agents[name] = launchProc(t, "agent "+name, addr, []string{"agent", "--name", name, "--listen", addr,
 			"--controlplane", c.cp.URL(), "--consul", c.consul.URL(), "--data-dir", t.TempDir(),
 			"--nats-listen", "127.0.0.1:" + strconv.Itoa(p.client), "--nats-cluster", "127.0.0.1:" + strconv.Itoa(p.cluster),
@@ -234,11 +238,19 @@ func (l *clusterLoad) delivered() int {
 }
 
 // check waits until every acked event is delivered and checks lane order;
-// it returns the duplicates.
-func (l *clusterLoad) check(t testing.TB, timeout time.Duration) int {
+// it returns the duplicates. When events are missing it prints the
+// cluster's streams and consumers as a live agent sees them.
+func (l *clusterLoad) check(t testing.TB, c *clusterCell, timeout time.Duration) int {
 	t.Helper()
+	deadline := time.Now().Add(timeout)
 	for _, d := range l.dests {
-		l.partners[d].WaitDelivered(t, l.pub[d].all(), timeout)
+		if err := l.partners[d].waitDelivered(l.pub[d].all(), time.Until(deadline)); err != nil {
+			var dump strings.Builder
+			for _, name := range c.names {
+				jsdump.Dump(context.Background(), &dump, c.natsURLs[name])
+			}
+			t.Fatalf("%s: %v\n%s", d, err, dump.String())
+		}
 	}
 	dups := 0
 	for _, d := range l.dests {
@@ -302,7 +314,7 @@ func TestClusterFailoverKill9(t *testing.T) {
 	if n := load.total(); n != 4*25*rounds {
 		t.Fatalf("acked %d events, want %d", n, 4*25*rounds)
 	}
-	dups := load.check(t, 2*time.Minute)
+	dups := load.check(t, c, 2*time.Minute)
 	t.Logf("all %d acked events delivered in lane order; %d duplicates", load.total(), dups)
 	// The survivors' deliveries name them.
 	for _, p := range load.partners {
@@ -318,12 +330,23 @@ func TestClusterFailoverKill9(t *testing.T) {
 // TTL loses its partitions to the others; after SIGCONT it delivers
 // nothing for partitions it no longer owns.
 func TestClusterFrozenAgent(t *testing.T) {
-	c := startClusterCell(t, 3, 8)
+	// The thawed agent gets no partitions back during the test.
+	c := startClusterCell(t, 3, 8, "--rejoin-delay", "10m")
 	owners := c.waitOwned(t, 30*time.Second, nil)
 	victim := busiest(owners)
 	survivors := c.others(victim)
 	r := c.rig(survivors[0])
-	load := newClusterLoad(t, r, []string{"f1", "f2"}, 20)
+	// Two destinations in the victim's partitions, one elsewhere.
+	victimParts := partitionsOf(owners, victim)
+	var dests []string
+	for i := 0; len(dests) < 3; i++ {
+		id := fmt.Sprintf("frozen-%d", i)
+		mine := slices.Contains(victimParts, uint32(lanes.Partition(id, c.partitions)))
+		if (len(dests) < 2 && mine) || (len(dests) == 2 && !mine) {
+			dests = append(dests, id)
+		}
+	}
+	load := newClusterLoad(t, r, dests, 20)
 	ctx := ctxTimeout(t, 3*time.Minute)
 
 	round := 0
@@ -338,6 +361,17 @@ func TestClusterFrozenAgent(t *testing.T) {
 		publish()
 	}
 	waitFor(t, 60*time.Second, "the first rounds delivered", func() bool { return load.delivered() >= load.total() })
+	before := 0
+	for _, p := range load.partners {
+		for _, d := range p.Snapshot() {
+			if strings.Contains(d.Agent, "("+victim+")") {
+				before++
+			}
+		}
+	}
+	if before == 0 {
+		t.Fatalf("%s delivered nothing before it was frozen; the test would prove nothing", victim)
+	}
 
 	oldSession := ""
 	for _, a := range c.agentsList(t) {
@@ -348,7 +382,7 @@ func TestClusterFrozenAgent(t *testing.T) {
 	frozen := c.agents[victim]
 	frozen.signal(syscall.SIGSTOP)
 	frozenAt := time.Now()
-	t.Logf("froze %s (owning %d partitions)", victim, len(partitionsOf(owners, victim)))
+	t.Logf("froze %s (owning partitions %v, %d deliveries so far)", victim, victimParts, before)
 	thawed := false
 	t.Cleanup(func() {
 		if !thawed {
@@ -366,7 +400,7 @@ func TestClusterFrozenAgent(t *testing.T) {
 	for range 3 {
 		publish()
 	}
-	load.check(t, 90*time.Second)
+	load.check(t, c, 30*time.Second)
 	// Give the thawed agent time to act on anything it still had queued.
 	waitFor(t, 30*time.Second, victim+" announces a new session", func() bool {
 		for _, a := range c.agentsList(t) {
@@ -430,6 +464,6 @@ func TestClusterConsulRestart(t *testing.T) {
 	}
 	owners := c.waitOwned(t, 60*time.Second, nil)
 	t.Logf("ownership re-established %s after Consul came back: %v", time.Since(restartedAt).Round(100*time.Millisecond), owners)
-	dups := load.check(t, 2*time.Minute)
+	dups := load.check(t, c, 2*time.Minute)
 	t.Logf("all %d events delivered in lane order across the Consul restart; %d duplicates", load.total(), dups)
 }

@@ -121,6 +121,10 @@ type Partition struct {
 	forwarding int
 	forwardGen uint64
 
+	// detached is set once the scheduler is told to forget the partition
+	// (Detach); from then on, reclaim purges nothing below "low water".
+	detached atomic.Bool
+
 	// cachedBytes is the size of the events kept in memory with their
 	// scheduler entries; above cacheBudget entries keep only their sequence
 	// and delivery loads the event from the lane store.
@@ -241,6 +245,15 @@ func (o *Partition) Run(ctx context.Context) error {
 	wg.Wait()
 	close(errs)
 	return errors.Join(collect(errs)...)
+}
+
+// Detach makes the scheduler forget the partition's lanes (no new attempt
+// starts; attempts in flight finish). Use it, not Scheduler.DropPartition,
+// for a partition that runs: its space reclaim must know that the
+// scheduler's low water no longer covers its events.
+func (o *Partition) Detach() {
+	o.detached.Store(true)
+	o.deps.Scheduler.DropPartition(o.p)
 }
 
 // holdLease ends the partition when its lease is lost.
@@ -1314,7 +1327,13 @@ func (o *Partition) reclaimLoop(ctx context.Context) error {
 		o.reclaimMu.Unlock()
 
 		floor := o.registeredThrough.Load() + 1
-		if low := o.deps.Scheduler.LowWater(o.p); low != 0 && low < floor {
+		low := o.deps.Scheduler.LowWater(o.p)
+		if o.detached.Load() {
+			// The scheduler forgot the partition: its low water says
+			// nothing any more, and nothing may be purged on its word.
+			continue
+		}
+		if low != 0 && low < floor {
 			floor = low
 		}
 		if floor > purgedBelow+1 {

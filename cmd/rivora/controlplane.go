@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -43,6 +44,7 @@ Examples:
 			&cli.StringFlag{Name: "state-dir", Value: "./controlplane", EnvVars: []string{"RIVORA_STATE_DIR"}, Usage: "`DIR` for the control plane's state and audit log (unused with --consul)"},
 			&cli.StringFlag{Name: "limits", EnvVars: []string{"RIVORA_LIMITS"}, Usage: "reviewed limits `FILE` (YAML), reloaded when it changes"},
 			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores) of the cell"},
+			&cli.DurationFlag{Name: "rejoin-delay", Value: 30 * time.Second, EnvVars: []string{"RIVORA_REJOIN_DELAY"}, Usage: "with --consul: how long an agent that lost its session (frozen, cut off) waits once back before it owns partitions again"},
 			&cli.StringFlag{Name: "consul", EnvVars: []string{"RIVORA_CONSUL"}, Usage: "Consul HTTP API `URL` keeping the state and electing one leader among several control planes (default: state under --state-dir, one control plane)"},
 			&cli.StringFlag{Name: "advertise", EnvVars: []string{"RIVORA_ADVERTISE"}, Usage: "`URL` the other control planes name this one by while it leads; set it when --listen is 0.0.0.0 (default: http://<listen address>)"},
 			pprofFlag,
@@ -64,7 +66,7 @@ Examples:
 			if advertise != "" && !isBaseURL(advertise) {
 				return cli.Exit(fmt.Sprintf("--advertise %q: want an http:// or https:// URL such as http://10.0.0.5:7300", advertise), 2)
 			}
-			cfg := controlplane.Config{LimitsPath: c.String("limits"), Partitions: c.Int("partitions"), ConsulURL: consul}
+			cfg := controlplane.Config{LimitsPath: c.String("limits"), Partitions: c.Int("partitions"), ConsulURL: consul, RejoinDelay: c.Duration("rejoin-delay")}
 			if consul == "" {
 				if cfg.StateDir, err = absDir("state-dir", c.String("state-dir")); err != nil {
 					return err

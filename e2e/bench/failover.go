@@ -61,11 +61,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/e2e/consultest"
+	"github.com/rivora/rivora/e2e/jsdump"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
@@ -344,61 +343,7 @@ func (c *foCell) problems(limit int) {
 // the agent's embedded NATS server sees it, to stderr (diagnosis of lost
 // events).
 func (c *foCell) dumpJetStream(ctx context.Context, agent string) {
-	a := c.agent(agent)
-	nc, err := nats.Connect("nats://"+a.nats, nats.Name("rivora-bench-failover"), nats.Timeout(5*time.Second))
-	if err != nil {
-		progress("jetstream state: connect to %s's NATS at %s: %v", agent, a.nats, err)
-		return
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		progress("jetstream state: %v", err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	cluster := func(ci *jetstream.ClusterInfo) string {
-		if ci == nil {
-			return "no cluster info"
-		}
-		var b strings.Builder
-		fmt.Fprintf(&b, "leader %q", ci.Leader)
-		for _, r := range ci.Replicas {
-			fmt.Fprintf(&b, ", %s(current=%v offline=%v lag=%d active=%s)", r.Name, r.Current, r.Offline, r.Lag, r.Active.Round(time.Millisecond))
-		}
-		return b.String()
-	}
-	fmt.Fprintf(os.Stderr, "---- JetStream state seen from %s ----\n", agent)
-	streams := js.ListStreams(ctx)
-	var names []string
-	infos := map[string]*jetstream.StreamInfo{}
-	for si := range streams.Info() {
-		names = append(names, si.Config.Name)
-		infos[si.Config.Name] = si
-	}
-	if err := streams.Err(); err != nil {
-		fmt.Fprintf(os.Stderr, "list streams: %v\n", err)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		si := infos[name]
-		fmt.Fprintf(os.Stderr, "stream %s: R%d msgs=%d seq=%d..%d; %s\n", name, si.Config.Replicas, si.State.Msgs,
-			si.State.FirstSeq, si.State.LastSeq, cluster(si.Cluster))
-		st, err := js.Stream(ctx, name)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "  stream %s: %v\n", name, err)
-			continue
-		}
-		cons := st.ListConsumers(ctx)
-		for ci := range cons.Info() {
-			fmt.Fprintf(os.Stderr, "  consumer %s: pending=%d ack_pending=%d delivered=%d ack_floor=%d; %s\n", ci.Name, ci.NumPending,
-				ci.NumAckPending, ci.Delivered.Stream, ci.AckFloor.Stream, cluster(ci.Cluster))
-		}
-		if err := cons.Err(); err != nil {
-			fmt.Fprintf(os.Stderr, "  consumers of %s: %v\n", name, err)
-		}
-	}
+	jsdump.Dump(ctx, os.Stderr, "nats://"+c.agent(agent).nats)
 }
 
 // ownership is one GetConfigStatus sample.
