@@ -114,9 +114,10 @@ type Agent struct {
 	opening        map[int]*ownership.Lease // locked, still opening
 	openMu         sync.Mutex               // one partition opens at a time
 	applied        atomic.Uint64
-	// wake asks the ownership loop to look at wanted again; ownedChanged
-	// asks the reporter to tell the control plane.
-	wake         chan struct{}
+	// wakeLock and wakeOpen ask lockLoop and openLoop to look again;
+	// ownedChanged asks the reporter to tell the control plane.
+	wakeLock     chan struct{}
+	wakeOpen     chan struct{}
 	ownedChanged chan struct{}
 	// runCtx lives as long as Run: what outlives one Watch stream uses it.
 	runCtx context.Context
@@ -153,7 +154,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	a := &Agent{
 		cfg: cfg, log: log, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}),
 		owned: make(map[int]*ownedPartition), wanted: make(map[int]bool), releasing: make(map[int]chan struct{}), opening: make(map[int]*ownership.Lease),
-		wake: make(chan struct{}, 1), ownedChanged: make(chan struct{}, 1),
+		wakeLock: make(chan struct{}, 1), wakeOpen: make(chan struct{}, 1), ownedChanged: make(chan struct{}, 1),
 	}
 	var err error
 	if a.nats, err = natsd.Start(natsd.Config{
@@ -252,7 +253,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	ownDone := make(chan struct{})
 	go func() {
 		defer close(ownDone)
-		a.ownLoop(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { a.lockLoop(ctx) })
+		wg.Go(func() { a.openLoop(ctx) })
+		wg.Wait()
 	}()
 	go a.reportOwned(ctx)
 	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.cfg.ControlPlaneURL)
@@ -288,64 +292,44 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// own opens and starts a partition this agent was assigned, unless it
-// runs already or is no longer assigned. Opens are serialised (openMu); the
-// rebuild runs without holding a.mu, so delivery and ingest for other
-// partitions go on meanwhile.
-//
-// The partition's lock comes first: ownership.ErrHeld means another agent
-// still has it (or Consul's lock-delay protects it), and the ownership loop
-// tries again shortly.
-func (a *Agent) own(ctx context.Context, p int) error {
+// open opens and starts partition p, whose lock this agent holds (taken
+// by lockLoop, kept in a.opening), unless it runs already or is no longer
+// assigned. It makes one attempt: in a cell that just lost an agent, the
+// partition's streams answer only once their replicas have elected a new
+// leader, and openLoop tries again shortly, still holding the lock. Opens
+// are serialised (openMu); the rebuild runs without holding a.mu, so
+// delivery and ingest for other partitions go on meanwhile.
+func (a *Agent) open(ctx context.Context, p int) error {
 	a.openMu.Lock()
 	defer a.openMu.Unlock()
 	a.mu.Lock()
 	_, running := a.owned[p]
-	_, releasing := a.releasing[p]
-	wanted := a.wanted[p]
+	lease := a.opening[p]
 	a.mu.Unlock()
-	if running || releasing || !wanted {
+	if running || lease == nil {
 		return nil
 	}
-	lease, err := a.acquire(ctx, p)
+	part, err := owner.Open(ctx, p, a.deps, lease)
 	if err != nil {
-		return err
-	}
-	// Owned from here: the lock is held while the partition opens. In a
-	// cell that just lost an agent, its streams answer only once their
-	// replicas have elected a new leader: keep the lock and retry.
-	defer func() {
-		a.mu.Lock()
-		delete(a.opening, p)
-		a.mu.Unlock()
-	}()
-	var part *owner.Partition
-	for {
-		part, err = owner.Open(ctx, p, a.deps, lease)
-		if err == nil {
-			break
-		}
 		a.sched.DropPartition(p)
 		a.mu.Lock()
 		wanted := a.wanted[p]
 		a.mu.Unlock()
-		if !wanted || !lease.Valid() || ctx.Err() != nil || errors.Is(err, owner.ErrFenced) {
-			a.releaseLease(lease)
-			a.signalOwned()
-			return err
+		if !wanted || !lease.Valid() || errors.Is(err, owner.ErrFenced) {
+			a.giveUp(p, lease)
 		}
-		a.log.Warn("open partition; retrying while holding its lock", "partition", p, "error", err)
-		select {
-		case <-time.After(250 * time.Millisecond):
-		case <-ctx.Done():
-		}
+		return err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.opening[p] == lease {
+		delete(a.opening, p)
+	}
 	if !a.wanted[p] || !lease.Valid() {
 		// Released or lost while it was rebuilding.
 		part.Detach()
-		a.releaseLease(lease)
+		go a.releaseLease(lease)
+		a.signalOwned()
 		return nil
 	}
 	a.configurePartition(p)
@@ -366,10 +350,21 @@ func (a *Agent) own(ctx context.Context, p int) error {
 		default:
 			// A write failed: rebuild the partition from its store.
 			a.log.Error("partition failed; reopening it", "partition", p, "error", err)
-			a.reopen(a.runCtx, p, op)
+			a.reopen(p, op)
 		}
 	}()
 	return nil
+}
+
+// giveUp releases the lock of a partition that will not open here.
+func (a *Agent) giveUp(p int, lease *ownership.Lease) {
+	a.mu.Lock()
+	if a.opening[p] == lease {
+		delete(a.opening, p)
+	}
+	a.mu.Unlock()
+	a.releaseLease(lease)
+	a.signalOwned()
 }
 
 // acquire takes partition p's lock, unless this agent holds it already
@@ -435,34 +430,20 @@ func (a *Agent) drop(p int, lost *ownedPartition) {
 }
 
 // reopen replaces a failed partition with a fresh one rebuilt from the
-// store, unless it was released meanwhile.
-func (a *Agent) reopen(ctx context.Context, p int, failed *ownedPartition) {
+// store, under the same lock, unless it was released meanwhile.
+func (a *Agent) reopen(p int, failed *ownedPartition) {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.owned[p] != failed {
-		a.mu.Unlock()
 		return
 	}
 	failed.part.Detach()
 	failed.cancel()
 	delete(a.owned, p)
-	// Keep the lock: the partition reopens here under the same lease.
 	if failed.lease.Valid() {
 		a.opening[p] = failed.lease
 	}
-	a.mu.Unlock()
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := a.own(ctx, p)
-		if err == nil {
-			return
-		}
-		a.log.Error("reopen partition", "partition", p, "error", err, "retry_in", backoff)
-		select {
-		case <-time.After(backoff):
-			backoff = min(2*backoff, 10*time.Second)
-		case <-ctx.Done():
-		}
-	}
+	a.wakeOwnLoop()
 }
 
 // handoffWait bounds how long a graceful handoff waits for attempts in

@@ -14,63 +14,100 @@ import (
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
 
-// ownLoop acquires and opens the partitions the control plane assigns
-// here, one at a time. A partition whose lock another agent still holds
-// (or whose lock-delay runs) is tried again every retryOwn.
-func (a *Agent) ownLoop(ctx context.Context) {
-	const retryOwn = 500 * time.Millisecond
-	held := make(map[int]time.Time) // partition → when we first found it held
+// lockLoop takes the locks of the partitions assigned here, as soon as
+// their previous owner lets go (or its lock-delay ends). openLoop opens
+// them; a partition is owned, and no one else's, from the moment its lock
+// is held.
+func (a *Agent) lockLoop(ctx context.Context) {
+	const retry = 250 * time.Millisecond
+	waiting := make(map[int]bool) // logged as held by another agent
+	t := time.NewTicker(retry)
+	defer t.Stop()
 	for ctx.Err() == nil {
 		a.releaseUnwanted()
-		// Locks first, all of them, then the (slower) opens: a partition
-		// is owned, and no one else's, from the moment its lock is held.
-		for _, p := range a.toOpen() {
-			if _, err := a.acquire(ctx, p); err != nil && !errors.Is(err, ownership.ErrHeld) {
+		pending := a.toOpen()
+		for _, p := range pending {
+			_, err := a.acquire(ctx, p)
+			switch {
+			case err == nil:
+				delete(waiting, p)
+				a.wakeOpenLoop()
+			case errors.Is(err, ownership.ErrHeld):
+				if !waiting[p] {
+					waiting[p] = true
+					a.log.Info("partition assigned here is still locked by its previous owner; waiting", "partition", p)
+				}
+			case errors.Is(err, ownership.ErrNoSession):
+				// Our session lapsed; the locker is replacing it.
+			default:
 				a.log.Warn("acquire partition lock", "partition", p, "error", err)
 			}
 		}
-		for _, p := range a.toOpen() {
-			if ctx.Err() != nil {
-				return
-			}
-			err := a.own(ctx, p)
-			switch {
-			case err == nil:
-				delete(held, p)
-			case errors.Is(err, ownership.ErrHeld):
-				if _, ok := held[p]; !ok {
-					held[p] = time.Now()
-					a.log.Info("partition assigned here is still locked by its previous owner; waiting", "partition", p)
-				}
-			default:
-				a.log.Error("open partition; retrying", "partition", p, "error", err)
-			}
-		}
-		pending := a.toOpen()
-		if len(pending) == 0 && a.partitionCount.Load() > 0 {
-			a.ready.Store(true)
-		}
-		for p := range held {
+		for p := range waiting {
 			if !slices.Contains(pending, p) {
-				delete(held, p)
+				delete(waiting, p)
 			}
-		}
-		var retry <-chan time.Time
-		if len(pending) > 0 {
-			retry = time.After(retryOwn)
 		}
 		select {
-		case <-a.wake:
-		case <-retry:
+		case <-a.wakeLock:
+		case <-t.C:
 		case <-ctx.Done():
-			return
 		}
 	}
 }
 
+// openLoop opens the partitions whose lock is held here, one at a time,
+// retrying every retry while their streams are unavailable.
+func (a *Agent) openLoop(ctx context.Context) {
+	const retry = 250 * time.Millisecond
+	for ctx.Err() == nil {
+		for _, p := range a.locked() {
+			if ctx.Err() != nil {
+				return
+			}
+			if err := a.open(ctx, p); err != nil {
+				a.log.Warn("open partition; retrying while holding its lock", "partition", p, "error", err)
+			}
+		}
+		if len(a.toOpen()) == 0 && a.partitionCount.Load() > 0 {
+			a.ready.Store(true)
+		}
+		var again <-chan time.Time
+		if len(a.locked()) > 0 {
+			again = time.After(retry)
+		}
+		select {
+		case <-a.wakeOpen:
+		case <-again:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// locked lists the partitions whose lock is held but which do not run yet.
+func (a *Agent) locked() []int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]int, 0, len(a.opening))
+	for p := range a.opening {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// wakeOwnLoop asks both loops to look at the assignment again.
 func (a *Agent) wakeOwnLoop() {
 	select {
-	case a.wake <- struct{}{}:
+	case a.wakeLock <- struct{}{}:
+	default:
+	}
+	a.wakeOpenLoop()
+}
+
+func (a *Agent) wakeOpenLoop() {
+	select {
+	case a.wakeOpen <- struct{}{}:
 	default:
 	}
 }

@@ -207,7 +207,7 @@ func (c *Consul) loseAll(cause error) {
 // TryAcquire takes partition p's lock with the session.
 func (c *Consul) TryAcquire(ctx context.Context, p int) (*Lease, error) {
 	if !c.alive(time.Now()) {
-		return nil, errors.New("consul session is not confirmed alive; waiting for a renewal")
+		return nil, ErrNoSession
 	}
 	id := c.Session()
 	key := LockKey(p)

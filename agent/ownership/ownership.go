@@ -31,6 +31,10 @@ type Locker interface {
 // ErrHeld means another holder has the lock (or it is in its lock-delay).
 var ErrHeld = errors.New("ownership lock is held by another agent")
 
+// ErrNoSession means this agent's session is not confirmed alive: no lock
+// can be taken until it is renewed or replaced.
+var ErrNoSession = errors.New("consul session is not confirmed alive; waiting for a renewal")
+
 // Lease is the right to write partition P's pending store and deliver its
 // events, for as long as Valid.
 type Lease struct {
