@@ -109,6 +109,25 @@ func launchProc(t testing.TB, name, addr string, args []string) *proc {
 	return p
 }
 
+// stop sends SIGTERM and waits for the process to exit (it drains and
+// hands its work off); after timeout it is killed and the test fails.
+func (p *proc) stop(timeout time.Duration) {
+	p.t.Helper()
+	p.mu.Lock()
+	p.stopping = true
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		p.t.Fatalf("SIGTERM rivora %s: %v", p.name, err)
+	}
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		p.kill()
+		p.t.Fatalf("rivora %s did not exit within %s of SIGTERM", p.name, timeout)
+	}
+}
+
 // signal sends sig to the process (SIGSTOP freezes it, SIGCONT thaws it).
 func (p *proc) signal(sig syscall.Signal) {
 	p.t.Helper()
