@@ -54,7 +54,9 @@ import (
 type Config struct {
 	Name    string
 	DataDir string
-	// ControlPlaneURL is where the agent watches its configuration.
+	// ControlPlaneURL is where the agent watches its configuration; with
+	// several control planes, their URLs comma-separated (the agent
+	// follows whichever leads).
 	ControlPlaneURL string
 	// AdvertiseURL is this agent's API base URL, as the control plane
 	// should call it.
@@ -114,6 +116,8 @@ type Agent struct {
 	opening        map[int]*ownership.Lease // locked, still opening
 	openMu         sync.Mutex               // one partition opens at a time
 	applied        atomic.Uint64
+	// controlPlaneIndex picks the followed control plane among several.
+	controlPlaneIndex atomic.Uint32
 	// wakeLock and wakeOpen ask lockLoop and openLoop to look again;
 	// ownedChanged asks the reporter to tell the control plane.
 	wakeLock     chan struct{}
@@ -259,7 +263,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Wait()
 	}()
 	go a.reportOwned(ctx)
-	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.cfg.ControlPlaneURL)
+	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.controlPlaneURL())
 	<-ctx.Done()
 	a.ready.Store(false)
 	a.log.Info("draining: waiting for attempts in flight")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -17,16 +18,21 @@ import (
 // follow keeps a Watch open on the control plane, applies every snapshot
 // and delta in order, and reports the applied version. It reconnects with
 // backoff; a reconnect starts with a fresh snapshot.
+//
+// With several control planes (ControlPlaneURL lists them, comma-separated)
+// it moves to the next one when a Watch fails: only the leader serves.
 func (a *Agent) follow(ctx context.Context) {
 	// No overall timeout: the stream is long-lived.
-	client := rivorav1connect.NewAgentServiceClient(&http.Client{}, a.cfg.ControlPlaneURL)
+	httpClient := &http.Client{}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := a.watch(ctx, client)
+		url := a.controlPlaneURL()
+		err := a.watch(ctx, rivorav1connect.NewAgentServiceClient(httpClient, url))
 		if ctx.Err() != nil {
 			return
 		}
-		a.log.Warn("config watch ended; reconnecting", "controlplane", a.cfg.ControlPlaneURL, "retry_in", backoff, "error", err)
+		a.nextControlPlane(url)
+		a.log.Warn("config watch ended; reconnecting", "controlplane", url, "next", a.controlPlaneURL(), "retry_in", backoff, "error", err)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -152,5 +158,34 @@ func (a *Agent) toOpen() []int {
 		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// controlPlaneURL is the control plane the agent follows now.
+func (a *Agent) controlPlaneURL() string {
+	urls := a.controlPlanes()
+	return urls[int(a.controlPlaneIndex.Load())%len(urls)]
+}
+
+// nextControlPlane moves on from failed, unless another caller did already.
+func (a *Agent) nextControlPlane(failed string) {
+	urls := a.controlPlanes()
+	i := a.controlPlaneIndex.Load()
+	if urls[int(i)%len(urls)] == failed {
+		a.controlPlaneIndex.CompareAndSwap(i, i+1)
+	}
+}
+
+// controlPlanes splits Config.ControlPlaneURL ("url,url,…").
+func (a *Agent) controlPlanes() []string {
+	var out []string
+	for _, u := range strings.Split(a.cfg.ControlPlaneURL, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	if len(out) == 0 {
+		return []string{""}
+	}
 	return out
 }

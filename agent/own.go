@@ -139,7 +139,7 @@ func (a *Agent) ownedPartitions() []uint32 {
 // on every change, and every few seconds (a restarted control plane
 // learns it again).
 func (a *Agent) reportOwned(ctx context.Context) {
-	client := rivorav1connect.NewAgentServiceClient(&http.Client{Timeout: 5 * time.Second}, a.cfg.ControlPlaneURL)
+	httpClient := &http.Client{Timeout: 5 * time.Second}
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
@@ -149,6 +149,7 @@ func (a *Agent) reportOwned(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
+		client := rivorav1connect.NewAgentServiceClient(httpClient, a.controlPlaneURL())
 		_, err := client.ReportOwned(ctx, connect.NewRequest(&rivorav1.ReportOwnedRequest{
 			AgentName: a.cfg.Name, Session: a.locker.Session(), Partitions: a.ownedPartitions(),
 		}))

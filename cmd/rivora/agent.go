@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -41,7 +42,7 @@ Examples:
 			&cli.StringFlag{Name: "name", EnvVars: []string{"RIVORA_AGENT_NAME"}, Usage: "this agent's `NAME` in the cell (letters, digits, '_', '-')", Required: true},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7400", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve ingest, events, /healthz and /metrics on"},
 			&cli.StringFlag{Name: "advertise", EnvVars: []string{"RIVORA_ADVERTISE"}, Usage: "`URL` the control plane calls this agent at (default: http://<listen address>)"},
-			&cli.StringFlag{Name: "controlplane", Value: "http://127.0.0.1:7300", EnvVars: []string{"RIVORA_CONTROLPLANE"}, Usage: "control plane `URL`"},
+			&cli.StringFlag{Name: "controlplane", Value: "http://127.0.0.1:7300", EnvVars: []string{"RIVORA_CONTROLPLANE"}, Usage: "control plane `URL`; with several control planes, all their URLs comma-separated (the agent follows the leader)"},
 			&cli.StringFlag{Name: "data-dir", Value: "./data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for streams and the archive"},
 			&cli.StringFlag{Name: "consul", EnvVars: []string{"RIVORA_CONSUL"}, Usage: "Consul HTTP API `URL` granting partition ownership (sessions and locks); without it this agent owns what it is assigned in process (one-agent cells only)"},
 			&cli.StringFlag{Name: "nats-cluster", EnvVars: []string{"RIVORA_NATS_CLUSTER"}, Usage: "`HOST:PORT` the cell's other agents route to (joins the JetStream cluster)"},
@@ -58,8 +59,10 @@ Examples:
 			if err != nil {
 				return cli.Exit(err.Error(), 2)
 			}
-			if u, err := url.Parse(c.String("controlplane")); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return cli.Exit(fmt.Sprintf("--controlplane %q: want an http:// or https:// URL", c.String("controlplane")), 2)
+			for _, cp := range strings.Split(c.String("controlplane"), ",") {
+				if u, err := url.Parse(strings.TrimSpace(cp)); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return cli.Exit(fmt.Sprintf("--controlplane %q: want an http:// or https:// URL (several: comma-separated)", cp), 2)
+				}
 			}
 			dataDir, err := absDir("data-dir", c.String("data-dir"))
 			if err != nil {

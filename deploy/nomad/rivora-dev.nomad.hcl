@@ -1,7 +1,6 @@
 # A single-node Rivora for a test environment: control plane and agent in
-# one process on embedded defaults (see `rivora dev --help`). Production
-# cells (separate control plane and agents, Consul, MinIO) get their own
-# job files as those parts land.
+# one process on embedded defaults (see `rivora dev --help`). A production
+# cell (control planes, agents, Consul) is rivora-cell.nomad.hcl.
 job "rivora-dev" {
   type = "service"
 

@@ -1,0 +1,149 @@
+# A Rivora cell: two control planes (one leads, by a Consul lock) and three
+# agents whose embedded NATS servers form one JetStream cluster (streams
+# replicated 3 times). Partition ownership is granted by Consul sessions and
+# locks: the Consul agent on each client node is the one the tasks talk to.
+#
+# Build with `make build` and serve bin/rivora from your artifact store
+# (meta.rivora_artifact_url). One agent per node (distinct_hosts), each with
+# a host volume "rivora-data".
+job "rivora-cell" {
+  type = "service"
+
+  group "controlplane" {
+    count = 2
+
+    network {
+      port "http" {
+        static = 7300
+      }
+    }
+
+    task "controlplane" {
+      driver = "exec"
+
+      config {
+        command = "local/rivora"
+        args = ["controlplane",
+          "--listen", "0.0.0.0:${NOMAD_PORT_http}",
+          "--advertise", "http://${NOMAD_ADDR_http}",
+          "--consul", "http://${attr.unique.network.ip-address}:8500",
+          "--partitions", "16",
+        ]
+      }
+
+      artifact {
+        source = "${meta.rivora_artifact_url}"
+      }
+
+      service {
+        name = "rivora-controlplane"
+        port = "http"
+        check {
+          type     = "http"
+          path     = "/healthz"
+          interval = "5s"
+          timeout  = "2s"
+        }
+      }
+
+      resources {
+        cpu    = 200
+        memory = 128
+      }
+    }
+  }
+
+  group "agent" {
+    count = 3
+
+    constraint {
+      operator = "distinct_hosts"
+      value    = "true"
+    }
+
+    network {
+      port "http" {
+        static = 7400
+      }
+      port "nats" {
+        static = 4222
+      }
+      port "cluster" {
+        static = 6222
+      }
+    }
+
+    volume "data" {
+      type   = "host"
+      source = "rivora-data"
+    }
+
+    task "agent" {
+      driver = "exec"
+
+      config {
+        command = "local/rivora"
+        args = ["agent",
+          "--name", "${node.unique.name}",
+          "--listen", "0.0.0.0:${NOMAD_PORT_http}",
+          "--advertise", "http://${NOMAD_ADDR_http}",
+          "--controlplane", "${RIVORA_CONTROLPLANE}",
+          "--consul", "http://${attr.unique.network.ip-address}:8500",
+          "--data-dir", "/var/lib/rivora",
+          "--nats-listen", "0.0.0.0:${NOMAD_PORT_nats}",
+          "--nats-cluster", "${NOMAD_ADDR_cluster}",
+          "--nats-routes", "${RIVORA_NATS_ROUTES}",
+        ]
+      }
+
+      # The cell's other agents (their cluster ports) and the control
+      # planes, from Consul's catalog. NATS gossips the rest of the cell once
+      # one route is up; the agent follows whichever control plane leads
+      # (followers answer Unavailable and it moves to the next).
+      template {
+        data        = <<-EOT
+          RIVORA_NATS_ROUTES={{ range $i, $s := service "rivora-nats-cluster" }}{{ if $i }},{{ end }}nats://{{ .Address }}:{{ .Port }}{{ end }}
+          RIVORA_CONTROLPLANE={{ range $i, $s := service "rivora-controlplane" }}{{ if $i }},{{ end }}http://{{ .Address }}:{{ .Port }}{{ end }}
+        EOT
+        destination = "local/cell.env"
+        env         = true
+        change_mode = "noop"
+      }
+
+      artifact {
+        source = "${meta.rivora_artifact_url}"
+      }
+
+      volume_mount {
+        volume      = "data"
+        destination = "/var/lib/rivora"
+      }
+
+      # SIGTERM hands the agent's partitions off (attempts in flight finish,
+      # locks are released) before exit.
+      kill_signal  = "SIGTERM"
+      kill_timeout = "45s"
+
+      service {
+        name = "rivora-agent"
+        port = "http"
+        check {
+          type     = "http"
+          path     = "/healthz"
+          interval = "5s"
+          timeout  = "2s"
+        }
+      }
+
+      service {
+        name = "rivora-nats-cluster"
+        port = "cluster"
+      }
+
+      resources {
+        cpu    = 1000
+        memory = 1024
+      }
+    }
+  }
+}
