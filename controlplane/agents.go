@@ -86,6 +86,9 @@ func (r *agentRegistry) connect(name, address, session string, now time.Time) {
 		prev := a
 		a = &agentState{name: name, address: address, joined: joined, client: rivorav1connect.NewPartitionServiceClient(r.http, address)}
 		if prev != nil {
+			// Same agent at a new address: its old stream may still be
+			// open (and is counted until it ends).
+			a.streams, a.applied = prev.streams, prev.applied
 			a.session, a.sessionLost, a.eligibleAt = prev.session, prev.sessionLost, prev.eligibleAt
 		}
 		r.agents[name] = a

@@ -273,6 +273,10 @@ const (
 	consumerTimeout = 15 * time.Second
 )
 
+// ErrMoveGap means INGEST skipped or repeated a message for this
+// partition; the partition restarts to move in order.
+var ErrMoveGap = errors.New("INGEST delivery out of order; restarting the partition")
+
 // ErrFenced means this agent no longer owns the partition: nothing more
 // may be written or delivered for it here.
 var ErrFenced = errors.New("partition ownership lost")
@@ -514,9 +518,30 @@ func (o *Partition) move(ctx context.Context) error {
 	drainCheck := time.NewTicker(20 * time.Millisecond)
 	defer drainCheck.Stop()
 	batch := make([]jetstream.Msg, 0, moveBatch)
+	// The mover moves in INGEST order only if INGEST hands every message
+	// over once, in order. A message lost on its way (its consumer's
+	// leader died mid-delivery) would come back only after AckWait, behind
+	// later events of its lane: a gap in the consumer sequence, or a
+	// redelivery, restarts the partition, whose fresh consumer hands over
+	// every unmoved message again, in order.
+	var lastSeq uint64
+	inOrder := func(m jetstream.Msg) error {
+		meta, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("%w: INGEST message metadata: %v", ErrMoveGap, err)
+		}
+		if meta.NumDelivered > 1 || (lastSeq != 0 && meta.Sequence.Consumer != lastSeq+1) {
+			return fmt.Errorf("%w: consumer sequence %d after %d (delivery %d of INGEST seq %d)", ErrMoveGap, meta.Sequence.Consumer, lastSeq, meta.NumDelivered, meta.Sequence.Stream)
+		}
+		lastSeq = meta.Sequence.Consumer
+		return nil
+	}
 	for {
 		select {
 		case m := <-msgs:
+			if err := inOrder(m); err != nil {
+				return err
+			}
 			batch = append(batch[:0], m)
 		case <-drainCheck.C:
 			if o.openDirect(ctx) {
@@ -530,6 +555,10 @@ func (o *Partition) move(ctx context.Context) error {
 		for len(batch) < moveBatch {
 			select {
 			case m := <-msgs:
+				if err := inOrder(m); err != nil {
+					o.moveBatch(ctx, batch) // what came before the gap is in order
+					return err
+				}
 				batch = append(batch, m)
 			default:
 				break drain
@@ -994,7 +1023,11 @@ func (o *Partition) retryLater(ctx context.Context, a *scheduler.Attempt, head s
 		LastAttemptAt:     timestamppb.New(head.LastAttemptAt),
 		HeldByDestination: head.HeldByDestination,
 	}
-	if err := o.writeLedger(ctx, a.Lane.ID.HeadSubject(o.p), rec, rollup); err != nil {
+	// Appended, not rolled up: a rollup by an owner fenced off a moment
+	// too late would erase the newer owner's record; the rebuild keeps the
+	// last record of the newest epoch, and the subject is purged once the
+	// lane moves on (a head collects at most max_attempts records).
+	if err := o.writeLedger(ctx, a.Lane.ID.HeadSubject(o.p), rec); err != nil {
 		// The retry still happens; after a crash this attempt would not be
 		// counted.
 		o.log.Warn("ledger write failed", "lane", a.Lane.ID.String(), "error", err)
@@ -1068,16 +1101,13 @@ func (o *Partition) deadLetter(ev *rivorav1.Event, seq uint64, head scheduler.He
 	return dl
 }
 
-// rollup makes a ledger write replace every earlier message on its subject.
-const rollup = true
-
-func (o *Partition) writeLedger(ctx context.Context, subject string, m proto.Message, replace ...bool) error {
-	_, err := o.appendLedger(ctx, subject, m, replace...)
+func (o *Partition) writeLedger(ctx context.Context, subject string, m proto.Message) error {
+	_, err := o.appendLedger(ctx, subject, m)
 	return err
 }
 
 // appendLedger writes to the ledger and returns the write's ledger sequence.
-func (o *Partition) appendLedger(ctx context.Context, subject string, m proto.Message, replace ...bool) (uint64, error) {
+func (o *Partition) appendLedger(ctx context.Context, subject string, m proto.Message) (uint64, error) {
 	data, err := proto.Marshal(m)
 	if err != nil {
 		return 0, err
@@ -1088,9 +1118,6 @@ func (o *Partition) appendLedger(ctx context.Context, subject string, m proto.Me
 	msg := nats.NewMsg(subject)
 	msg.Data = data
 	o.stamp(msg)
-	if len(replace) > 0 && replace[0] {
-		msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	}
 	ack, err := o.deps.JS.PublishMsg(ctx, msg)
 	if err != nil {
 		return 0, err
