@@ -379,7 +379,13 @@ func (a *Agent) acquire(ctx context.Context, p int) (*ownership.Lease, error) {
 		a.mu.Unlock()
 		return lease, nil
 	}
+	_, running := a.owned[p]
 	a.mu.Unlock()
+	if running {
+		return nil, errRunning
+	}
+	// The locker refuses a second lease on a partition this agent holds
+	// (running, or still handing off): ErrHeld.
 	lease, err := a.locker.TryAcquire(ctx, p)
 	if err != nil {
 		return nil, err
@@ -709,6 +715,9 @@ func healthToProto(s scheduler.DestinationSnapshot) *rivorav1.DestinationHealth 
 }
 
 var errNotFound = errors.New("not found")
+
+// errRunning: the partition opened meanwhile; nothing to acquire.
+var errRunning = errors.New("partition already running here")
 
 // cellSize is this agent plus its distinct routes to others.
 func cellSize(clusterListen string, routes []string) int {

@@ -37,6 +37,7 @@ func (a *Agent) lockLoop(ctx context.Context) {
 					waiting[p] = true
 					a.log.Info("partition assigned here is still locked by its previous owner; waiting", "partition", p)
 				}
+			case errors.Is(err, errRunning):
 			case errors.Is(err, ownership.ErrNoSession):
 				// Our session lapsed; the locker is replacing it.
 			default:

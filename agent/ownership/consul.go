@@ -211,6 +211,13 @@ func (c *Consul) TryAcquire(ctx context.Context, p int) (*Lease, error) {
 	}
 	id := c.Session()
 	key := LockKey(p)
+	c.mu.Lock()
+	cur := c.leases[p]
+	c.mu.Unlock()
+	if cur != nil && cur.Valid() {
+		// Held here already: one lease per partition.
+		return nil, ErrHeld
+	}
 	ok, _, err := c.client.KV().Acquire(&api.KVPair{Key: key, Value: []byte(c.cfg.Agent), Session: id}, (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("acquire %s: %w", key, err)

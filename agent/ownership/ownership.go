@@ -22,7 +22,8 @@ type Locker interface {
 	SessionChanged() <-chan struct{}
 	// TryAcquire takes partition p's lock if nobody holds it. It returns
 	// ErrHeld if another holder has it (or Consul's lock-delay still
-	// protects it after a holder died).
+	// protects it after a holder died), or if this Locker holds it already
+	// through another Lease.
 	TryAcquire(ctx context.Context, p int) (*Lease, error)
 	// Close releases every lease and ends the session.
 	Close(ctx context.Context) error
