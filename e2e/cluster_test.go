@@ -39,16 +39,32 @@ type clusterCell struct {
 	args       map[string][]string
 	names      []string
 	partitions int
+	// cps are all the control planes (cp is the first; with several, any
+	// of them may lead).
+	cps []*proc
 }
 
 // startClusterCell starts Consul, a control plane and n agents, and waits
 // until every partition is owned.
 func startClusterCell(t testing.TB, n, partitions int, cpArgs ...string) *clusterCell {
 	t.Helper()
+	return startCluster(t, 1, n, partitions, cpArgs...)
+}
+
+// startCluster starts Consul, controlPlanes control planes, n agents
+// following all of them, and waits until every partition is owned.
+func startCluster(t testing.TB, controlPlanes, n, partitions int, cpArgs ...string) *clusterCell {
+	t.Helper()
 	c := &clusterCell{t: t, consul: consultest.Start(t), agents: map[string]*proc{}, natsURLs: map[string]string{}, args: map[string][]string{}, partitions: partitions}
-	cpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	c.cp = startProc(t, "controlplane", cpAddr, append([]string{"controlplane", "--listen", cpAddr, "--state-dir", t.TempDir(),
-		"--partitions", strconv.Itoa(partitions), "--consul", c.consul.URL()}, cpArgs...))
+	var cpURLs []string
+	for i := range controlPlanes {
+		cpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+		cp := startProc(t, "controlplane "+strconv.Itoa(i+1), cpAddr, append([]string{"controlplane", "--listen", cpAddr, "--state-dir", t.TempDir(),
+			"--partitions", strconv.Itoa(partitions), "--consul", c.consul.URL()}, cpArgs...))
+		c.cps = append(c.cps, cp)
+		cpURLs = append(cpURLs, cp.URL())
+	}
+	c.cp = c.cps[0]
 	type ports struct{ api, client, cluster int }
 	ps := make([]ports, n)
 	var routes []string
@@ -62,7 +78,7 @@ func startClusterCell(t testing.TB, n, partitions int, cpArgs ...string) *cluste
 		c.names = append(c.names, name)
 		c.natsURLs[name] = "nats://127.0.0.1:" + strconv.Itoa(p.client)
 		c.args[name] = []string{"agent", "--name", name, "--listen", addr,
-			"--controlplane", c.cp.URL(), "--consul", c.consul.URL(), "--data-dir", t.TempDir(),
+			"--controlplane", strings.Join(cpURLs, ","), "--consul", c.consul.URL(), "--data-dir", t.TempDir(),
 			"--nats-listen", "127.0.0.1:" + strconv.Itoa(p.client), "--nats-cluster", "127.0.0.1:" + strconv.Itoa(p.cluster),
 			"--nats-routes", strings.Join(routes, ","),
 			"--session-ttl", clusterTTL.String(), "--lock-delay", clusterLockDelay.String()}
@@ -80,6 +96,16 @@ func (c *clusterCell) restart(t testing.TB, name string) {
 	t.Helper()
 	old := c.agents[name]
 	c.agents[name] = startProc(t, "agent "+name+" (restarted)", old.addr, c.args[name])
+}
+
+// ctlAt runs rivoractl against server.
+func (r *rig) ctlAt(t testing.TB, server string, args ...string) string {
+	t.Helper()
+	out, errOut, err := runCtl(server, args...)
+	if err != nil {
+		t.Fatalf("rivoractl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+	}
+	return out
 }
 
 func (c *clusterCell) rig(ingest string) *rig {
@@ -528,4 +554,71 @@ func TestClusterGracefulHandoff(t *testing.T) {
 	publish(4)
 	dups := load.check(t, c, 90*time.Second)
 	t.Logf("all %d events delivered in lane order across two handoffs; %d duplicates", load.total(), dups)
+}
+
+// TestClusterTwoControlPlanes: two control planes on one Consul, one
+// leads; agents follow whichever leads. Stopping the leader hands the lead
+// to the other with the state intact, and the agents follow it.
+func TestClusterTwoControlPlanes(t *testing.T) {
+	c := startCluster(t, 2, 3, 8)
+	leader := c.leader(t, nil)
+	c.cp = leader
+	r := c.rig("a1")
+	load := newClusterLoad(t, r, []string{"ha1"}, 10)
+	ctx := ctxTimeout(t, 2*time.Minute)
+	if err := load.publishRound(ctx, c, c.names, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The follower refuses, naming the leader.
+	var follower *proc
+	for _, cp := range c.cps {
+		if cp != leader {
+			follower = cp
+		}
+	}
+	_, errOut, err := runCtl(follower.URL(), "destinations", "list")
+	if err == nil || !strings.Contains(errOut, leader.URL()) {
+		t.Fatalf("follower answered %v / %q; want an error naming the leader %s", err, errOut, leader.URL())
+	}
+
+	leader.stop(30 * time.Second)
+	next := c.leader(t, leader)
+	c.cp = next
+	t.Logf("leader %s stopped; %s leads", leader.URL(), next.URL())
+	// The agents follow the new leader, which has the same state.
+	c.waitOwned(t, 60*time.Second, nil)
+	if out := r.ctlAt(t, next.URL(), "destinations", "get", "ha1"); !strings.Contains(out, "ha1") {
+		t.Fatalf("destination ha1 missing on the new leader:\n%s", out)
+	}
+	r = c.rig("a2")
+	more := newClusterLoad(t, r, []string{"ha2"}, 10) // created through the new leader
+	for round := range 2 {
+		if err := load.publishRound(ctx, c, c.names, round+1); err != nil {
+			t.Fatal(err)
+		}
+		if err := more.publishRound(ctx, c, c.names, round); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load.check(t, c, 60*time.Second)
+	more.check(t, c, 60*time.Second)
+}
+
+// leader waits until one control plane (not gone) answers admin calls.
+func (c *clusterCell) leader(t testing.TB, gone *proc) *proc {
+	t.Helper()
+	var found *proc
+	waitFor(t, 30*time.Second, "a leading control plane", func() bool {
+		for _, cp := range c.cps {
+			if cp == gone {
+				continue
+			}
+			if _, _, err := runCtl(cp.URL(), "destinations", "list"); err == nil {
+				found = cp
+				return true
+			}
+		}
+		return false
+	})
+	return found
 }
