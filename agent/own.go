@@ -61,12 +61,14 @@ func (a *Agent) lockLoop(ctx context.Context) {
 // retrying every retry while their streams are unavailable.
 func (a *Agent) openLoop(ctx context.Context) {
 	const retry = 250 * time.Millisecond
+	lastLog := make(map[int]time.Time) // one warning per partition every 5s
 	for ctx.Err() == nil {
 		for _, p := range a.locked() {
 			if ctx.Err() != nil {
 				return
 			}
-			if err := a.open(ctx, p); err != nil {
+			if err := a.open(ctx, p); err != nil && time.Since(lastLog[p]) > 5*time.Second {
+				lastLog[p] = time.Now()
 				a.log.Warn("open partition; retrying while holding its lock", "partition", p, "error", err)
 			}
 		}
