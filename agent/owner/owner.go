@@ -879,8 +879,19 @@ func (o *Partition) settle(f *flight) error {
 	through := o.registeredThrough.Load()
 	for r, req := range f.reqs {
 		for i, a := range acks[r] {
-			if a.seq <= through {
-				continue // already registered (or delivered): a duplicate
+			// This writer is the lane store's only one, so what it stores
+			// gets exactly the next sequences, in order. Anything else
+			// (writes reordered across a stream leader change, or a
+			// fenced-off owner's late write) means the store and the
+			// scheduler could disagree: register nothing and restart the
+			// partition, whose rebuild registers exactly what is stored.
+			// (Registering past a gap would let reclaim purge the events
+			// in the gap before they are registered.)
+			switch {
+			case a.dup && a.seq <= through:
+				continue // already registered (or delivered)
+			case a.seq != through+1:
+				return fail(fmt.Errorf("lane store gave sequence %d (duplicate %v), expected %d: writes out of order; rebuilding", a.seq, a.dup, through+1))
 			}
 			ev := req.items[i].Event
 			subject := f.subjects[r][i]
