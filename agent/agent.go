@@ -123,8 +123,6 @@ type Agent struct {
 	wakeLock     chan struct{}
 	wakeOpen     chan struct{}
 	ownedChanged chan struct{}
-	// runCtx lives as long as Run: what outlives one Watch stream uses it.
-	runCtx context.Context
 }
 
 type ownedPartition struct {
@@ -168,6 +166,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	fail := func(err error) (*Agent, error) {
+		if a.locker != nil {
+			closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = a.locker.Close(closeCtx)
+			cancel()
+		}
 		a.nats.Shutdown()
 		return nil, err
 	}
@@ -235,7 +238,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 // no new attempt starts, attempts in flight finish (bounded by their
 // timeouts), the partitions flush, and the embedded server stops.
 func (a *Agent) Run(ctx context.Context) error {
-	a.runCtx = ctx
 	var workWG sync.WaitGroup
 	workWG.Add(1)
 	go func() {
