@@ -40,6 +40,9 @@ type agentRegistry struct {
 	rejoinDelay time.Duration
 	// onChange is called (without the lock) when assignments may change.
 	onChange func()
+	// leading reports whether this control plane leads the cell: only the
+	// leader declares an agent gone (a deposed one sees every Watch end).
+	leading func() bool
 
 	mu     sync.Mutex
 	agents map[string]*agentState
@@ -69,7 +72,7 @@ type agentState struct {
 func newAgentRegistry(consul *api.Client, log *slog.Logger) *agentRegistry {
 	return &agentRegistry{
 		http: &http.Client{Timeout: 30 * time.Second}, consul: consul, log: log,
-		deadAfter: time.Second, rejoinDelay: 30 * time.Second, onChange: func() {},
+		deadAfter: time.Second, rejoinDelay: 30 * time.Second, onChange: func() {}, leading: func() bool { return true },
 		agents: make(map[string]*agentState),
 	}
 }
@@ -127,8 +130,8 @@ func (r *agentRegistry) disconnect(ctx context.Context, name string, now time.Ti
 		return
 	}
 	time.AfterFunc(r.deadAfter, func() {
-		if ctx.Err() != nil {
-			return // this control plane is stopping; agents are not dead
+		if ctx.Err() != nil || !r.leading() {
+			return // this control plane is stopping or deposed; agents are not dead
 		}
 		r.mu.Lock()
 		still := r.agents[name] == a && a.streams == 0 && a.session == session

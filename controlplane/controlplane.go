@@ -133,6 +133,7 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 		cp.agents.rejoinDelay = cfg.RejoinDelay
 	}
 	cp.agents.onChange = cp.broadcast
+	cp.agents.leading = func() bool { return cp.leaderOnly() == nil }
 	lf := emptyLimitsFile()
 	if cfg.LimitsPath != "" {
 		var err error
