@@ -343,10 +343,17 @@ func (r *rig) configVersion(t testing.TB) uint64 {
 // non-zero exit fails the test.
 func (r *rig) ctl(t testing.TB, args ...string) string {
 	t.Helper()
+	return ctlAt(t, r.adminURL, args...)
+}
+
+// ctlAt runs rivoractl against server and returns stdout; a non-zero exit
+// fails the test.
+func ctlAt(t testing.TB, server string, args ...string) string {
+	t.Helper()
 	if rivoractlBuild != nil {
 		t.Fatalf("rivoractl did not build: %v", rivoractlBuild)
 	}
-	out, errOut, err := runCtl(r.adminURL, args...)
+	out, errOut, err := runCtl(server, args...)
 	if err != nil {
 		t.Fatalf("rivoractl %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, errOut)
 	}

@@ -98,16 +98,6 @@ func (c *clusterCell) restart(t testing.TB, name string) {
 	c.agents[name] = startProc(t, "agent "+name+" (restarted)", old.addr, c.args[name])
 }
 
-// ctlAt runs rivoractl against server.
-func (r *rig) ctlAt(t testing.TB, server string, args ...string) string {
-	t.Helper()
-	out, errOut, err := runCtl(server, args...)
-	if err != nil {
-		t.Fatalf("rivoractl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
-	}
-	return out
-}
-
 func (c *clusterCell) rig(ingest string) *rig {
 	return &rig{name: "cluster", adminURL: c.cp.URL(), ingestURL: c.agents[ingest].URL(), cpLog: c.cp.logPath, died: func() error {
 		return c.cp.diedErr()
@@ -126,10 +116,7 @@ type agentJSON struct {
 
 func (c *clusterCell) agentsList(t testing.TB) []agentJSON {
 	t.Helper()
-	out, errOut, err := runCtl(c.cp.URL(), "agents", "list", "-o", "json")
-	if err != nil {
-		t.Fatalf("rivoractl agents list: %v\n%s%s", err, out, errOut)
-	}
+	out := ctlAt(t, c.cp.URL(), "agents", "list", "-o", "json")
 	var agents []agentJSON
 	if err := json.Unmarshal([]byte(out), &agents); err != nil {
 		t.Fatalf("agents list -o json: %v\n%s", err, out)
@@ -587,7 +574,7 @@ func TestClusterTwoControlPlanes(t *testing.T) {
 	t.Logf("leader %s stopped; %s leads", leader.URL(), next.URL())
 	// The agents follow the new leader, which has the same state.
 	c.waitOwned(t, 60*time.Second, nil)
-	if out := r.ctlAt(t, next.URL(), "destinations", "get", "ha1"); !strings.Contains(out, "ha1") {
+	if out := ctlAt(t, next.URL(), "destinations", "get", "ha1"); !strings.Contains(out, "ha1") {
 		t.Fatalf("destination ha1 missing on the new leader:\n%s", out)
 	}
 	r = c.rig("a2")
