@@ -12,12 +12,14 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/rivora/rivora/internal/ids"
 )
 
 // Limits on identifiers. Destination and customer ids are used verbatim as
 // subject tokens, so their alphabet excludes '.', '*', '>' and whitespace.
 const (
-	MaxIDLen      = 64
+	MaxIDLen      = ids.MaxLen
 	MaxLaneKeyLen = 256
 	MaxEventIDLen = 128
 )
@@ -213,9 +215,7 @@ func UnescapeKey(token string) (string, error) {
 	return b.String(), nil
 }
 
-func plainByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
-}
+func plainByte(c byte) bool { return ids.Plain(c) }
 
 func unhex(c byte) (byte, bool) {
 	switch {
@@ -229,20 +229,7 @@ func unhex(c byte) (byte, bool) {
 
 // ValidateID checks a destination or customer id: 1–64 bytes of
 // [A-Za-z0-9_-]. what names the field in the error.
-func ValidateID(what, id string) error {
-	if id == "" {
-		return fmt.Errorf("%s is empty", what)
-	}
-	if len(id) > MaxIDLen {
-		return fmt.Errorf("%s %.20q… is %d bytes; the limit is %d", what, id, len(id), MaxIDLen)
-	}
-	for i := 0; i < len(id); i++ {
-		if !plainByte(id[i]) {
-			return fmt.Errorf("%s %q has %q at byte %d; use letters, digits, '_' and '-'", what, id, id[i], i)
-		}
-	}
-	return nil
-}
+func ValidateID(what, id string) error { return ids.Validate(what, id) }
 
 // ValidateLaneKey checks a lane key: 1–256 bytes of valid UTF-8.
 func ValidateLaneKey(key string) error {
