@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -25,10 +24,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/rivora/rivora/agent"
-	"github.com/rivora/rivora/controlplane"
+	"github.com/rivora/rivora/internal/testrig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
-	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk/webhook"
 )
 
@@ -36,130 +33,30 @@ const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // ---- harness ---------------------------------------------------------------
 
-// logBuffer collects an agent's log lines; they are printed only when the
-// test fails.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// running is one `rivora dev` in process: a control plane (state under
-// dir/controlplane) and an agent following it (agent.New + Run on dir),
-// both served over HTTP on 127.0.0.1 as the dev command serves them.
+// running is one `rivora dev` in process (testrig.Dev): a control plane
+// and an agent named "test" following it, with this package's helpers.
 type running struct {
-	t      *testing.T
-	dir    string
-	ag     *agent.Agent
-	admin  rivorav1connect.AdminServiceClient
-	ingest rivorav1connect.IngestServiceClient
-	events rivorav1connect.EventServiceClient
-	http   *httptest.Server
-	cancel context.CancelFunc
-	done   chan error
+	*testrig.Dev
+	t *testing.T
 }
 
 const agentName = "test"
 
 func startAgent(t *testing.T, dir string) *running {
 	t.Helper()
-	logs := &logBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			logs.mu.Lock()
-			t.Logf("logs (%s):\n%s", dir, logs.buf.String())
-			logs.mu.Unlock()
-		}
-	})
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	mux := http.NewServeMux()
-	srv := httptest.NewServer(mux)
-	cp, err := controlplane.New(controlplane.Config{StateDir: filepath.Join(dir, "controlplane"), Partitions: 4}, log.With("component", "controlplane"))
-	if err != nil {
-		srv.Close()
-		t.Fatalf("controlplane.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ag, err := agent.New(ctx, agent.Config{Name: agentName, DataDir: dir, ControlPlaneURL: srv.URL, AdvertiseURL: srv.URL, Workers: 8, Version: "test"}, log)
-	if err != nil {
-		cancel()
-		srv.Close()
-		t.Fatalf("agent.New: %v", err)
-	}
-	cp.Handle(mux)
-	ag.Handle(mux)
-	r := &running{t: t, dir: dir, ag: ag, http: srv, cancel: cancel, done: make(chan error, 2)}
-	r.admin = rivorav1connect.NewAdminServiceClient(srv.Client(), srv.URL)
-	r.ingest = rivorav1connect.NewIngestServiceClient(srv.Client(), srv.URL)
-	r.events = rivorav1connect.NewEventServiceClient(srv.Client(), srv.URL)
-	go func() { r.done <- cp.Run(ctx) }()
-	go func() { r.done <- ag.Run(ctx) }()
-	t.Cleanup(r.stop)
-	eventually(t, "agent ready (first config applied)", 10*time.Second, ag.Ready)
-	return r
+	return &running{Dev: testrig.StartDev(t, dir, testrig.Options{Name: agentName, Workers: 8}), t: t}
 }
 
-// stop cancels both Runs and waits for them to return; idempotent.
-func (r *running) stop() {
-	if r.cancel == nil {
-		return
-	}
-	r.cancel()
-	r.cancel = nil
-	for range 2 {
-		select {
-		case err := <-r.done:
-			if err != nil {
-				r.t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			r.t.Errorf("Run did not return 30s after its context ended")
-			return
-		}
-	}
-	r.http.Close()
-}
+// stop ends the control plane and the agent; idempotent.
+func (r *running) stop() { r.Stop() }
 
 // create registers destinations through the admin API and waits until the
 // agent has applied them.
-func (r *running) create(dests ...*rivorav1.CreateDestinationRequest) {
-	r.t.Helper()
-	var version uint64
-	for _, d := range dests {
-		resp, err := r.admin.CreateDestination(context.Background(), connect.NewRequest(d))
-		if err != nil {
-			r.t.Fatalf("create destination %s: %v", d.GetId(), err)
-		}
-		version = resp.Msg.GetVersion()
-	}
-	r.waitApplied(version)
-}
-
-// waitApplied waits until the agent reports config version (or later).
-func (r *running) waitApplied(version uint64) {
-	r.t.Helper()
-	eventually(r.t, fmt.Sprintf("agent applied config version %d", version), 10*time.Second, func() bool {
-		resp, err := r.admin.GetConfigStatus(context.Background(), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
-		if err != nil {
-			return false
-		}
-		for _, a := range resp.Msg.GetAgents() {
-			if a.GetName() == agentName && a.GetConnected() && a.GetAppliedVersion() >= version {
-				return true
-			}
-		}
-		return false
-	})
-}
+func (r *running) create(dests ...*rivorav1.CreateDestinationRequest) { r.Create(dests...) }
 
 func (r *running) publish(dest, customer, lane string) string {
 	r.t.Helper()
-	resp, err := r.ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{
+	resp, err := r.Ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{
 		DestinationId: dest, CustomerId: customer, LaneKey: lane, Type: "test.event",
 		Payload: fmt.Appendf(nil, `{"lane":%q,"at":%d}`, lane, time.Now().UnixNano()),
 	}))
@@ -170,7 +67,7 @@ func (r *running) publish(dest, customer, lane string) string {
 }
 
 func (r *running) getEvent(id string) (*rivorav1.GetEventResponse, error) {
-	resp, err := r.events.GetEvent(context.Background(), connect.NewRequest(&rivorav1.GetEventRequest{EventId: id}))
+	resp, err := r.Events.GetEvent(context.Background(), connect.NewRequest(&rivorav1.GetEventRequest{EventId: id}))
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +94,7 @@ func (r *running) waitEvent(id, what string, cond func(*rivorav1.GetEventRespons
 
 func (r *running) health(dest string) *rivorav1.DestinationHealth {
 	r.t.Helper()
-	hs, err := r.ag.Health(context.Background(), dest)
+	hs, err := r.Agent.Health(context.Background(), dest)
 	if err != nil {
 		r.t.Fatalf("Health: %v", err)
 	}
@@ -207,16 +104,7 @@ func (r *running) health(dest string) *rivorav1.DestinationHealth {
 	return hs[0]
 }
 
-func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var eventually = testrig.Eventually
 
 func destination(id, url string, maxAttempts int32) *rivorav1.CreateDestinationRequest {
 	return &rivorav1.CreateDestinationRequest{Id: id, Url: url, Secret: secret, Limits: &rivorav1.Limits{
@@ -571,7 +459,7 @@ func TestRestartResumesFromStore(t *testing.T) {
 		defer close(publisherDone)
 		for i := range 300 {
 			key := fmt.Sprintf("late-%03d", i)
-			_, err := ag.ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{
+			_, err := ag.Ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{
 				DestinationId: "orders", CustomerId: "acme", LaneKey: "main", Type: "test.event", Payload: []byte(`{}`), IdempotencyKey: key,
 			}))
 			mu.Lock()
@@ -648,11 +536,11 @@ func TestArchivePendingAndBacklog(t *testing.T) {
 	ag := startAgent(t, dir)
 	ag.create(slow)
 	w := 3.0
-	resp, err := ag.admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "slow", CustomerId: "globex", Weight: &w}))
+	resp, err := ag.Admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "slow", CustomerId: "globex", Weight: &w}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ag.waitApplied(resp.Msg.GetVersion())
+	ag.WaitApplied(resp.Msg.GetVersion())
 	ids := map[string][]string{}
 	for range 3 {
 		ids["x"] = append(ids["x"], ag.publish("slow", "acme", "x"))
@@ -701,11 +589,11 @@ func TestArchivePendingAndBacklog(t *testing.T) {
 		t.Fatalf("GetEvent(pending) = %v, want pending with %d ahead", pend, wantAhead)
 	}
 
-	n, err := ag.ag.ArchivePending(context.Background(), "slow")
+	n, err := ag.Agent.ArchivePending(context.Background(), "slow")
 	if err != nil || n != 4 {
 		t.Fatalf("ArchivePending = %d, %v; want 4", n, err)
 	}
-	if pending, _ := ag.ag.Pending(context.Background(), "slow"); pending != 0 {
+	if pending, _ := ag.Agent.Pending(context.Background(), "slow"); pending != 0 {
 		t.Fatalf("pending after ArchivePending = %d", pending)
 	}
 	var letters []*rivorav1.DeadLetter
@@ -758,7 +646,7 @@ func TestGetEventErrors(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("GetEvent(unknown): %v, want NotFound", err)
 	}
-	_, err = ag.ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "nope", CustomerId: "c", LaneKey: "k", Type: "t"}))
+	_, err = ag.Ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "nope", CustomerId: "c", LaneKey: "k", Type: "t"}))
 	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), `destination "nope" is not registered`) {
 		t.Fatalf("Publish over HTTP to an unknown destination: %v", err)
 	}
@@ -832,18 +720,18 @@ func TestPauseHoldsResumeDrains(t *testing.T) {
 	p := newPartner(t, nil)
 	ag := startAgent(t, t.TempDir())
 	ag.create(destination("orders", p.srv.URL, 8))
-	pause, err := ag.admin.PauseDestination(context.Background(), connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: "orders", Reason: "partner maintenance"}))
+	pause, err := ag.Admin.PauseDestination(context.Background(), connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: "orders", Reason: "partner maintenance"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ag.waitApplied(pause.Msg.GetVersion())
+	ag.WaitApplied(pause.Msg.GetVersion())
 	want := map[string][]string{}
 	for i := range 6 {
 		lane := fmt.Sprintf("u%d", i%2)
 		want[lane] = append(want[lane], ag.publish("orders", "acme", lane))
 	}
 	eventually(t, "6 events pending", 10*time.Second, func() bool {
-		n, err := ag.ag.Pending(context.Background(), "orders")
+		n, err := ag.Agent.Pending(context.Background(), "orders")
 		return err == nil && n == 6
 	})
 	if n := len(p.requests()); n != 0 {
@@ -853,7 +741,7 @@ func TestPauseHoldsResumeDrains(t *testing.T) {
 	if head.GetState() != rivorav1.EventState_EVENT_STATE_PENDING || len(head.GetAttempts()) != 0 {
 		t.Fatalf("head of a paused lane: %v", head)
 	}
-	resume, err := ag.admin.ResumeDestination(context.Background(), connect.NewRequest(&rivorav1.ResumeDestinationRequest{DestinationId: "orders"}))
+	resume, err := ag.Admin.ResumeDestination(context.Background(), connect.NewRequest(&rivorav1.ResumeDestinationRequest{DestinationId: "orders"}))
 	if err != nil {
 		t.Fatal(err)
 	}

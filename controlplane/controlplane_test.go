@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -25,10 +24,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/controlplane"
+	"github.com/rivora/rivora/internal/testrig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
-	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk/webhook"
 )
 
@@ -47,122 +45,30 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
-// dev is `rivora dev` in process: a control plane on dir/controlplane and,
-// unless started without one, the real agent following it as its fleet,
-// both served on one HTTP server on 127.0.0.1.
+// dev is `rivora dev` in process (testrig.Dev): a control plane and,
+// unless started without one, the real agent following it as its fleet.
 type dev struct {
-	t      *testing.T
-	dir    string
-	ag     *agent.Agent
-	admin  rivorav1connect.AdminServiceClient
-	ingest rivorav1connect.IngestServiceClient
-	events rivorav1connect.EventServiceClient
-	srv    *httptest.Server
-	cancel context.CancelFunc
-	done   chan error
-	runs   int
+	*testrig.Dev
 }
 
 func startDev(t *testing.T, dir string, withAgent bool) *dev {
 	t.Helper()
-	logs := &logBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			logs.mu.Lock()
-			t.Logf("logs (%s):\n%s", dir, logs.buf.String())
-			logs.mu.Unlock()
-		}
-	})
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	mux := http.NewServeMux()
-	d := &dev{t: t, dir: dir, srv: httptest.NewServer(mux), done: make(chan error, 2)}
-	cp, err := controlplane.New(controlplane.Config{StateDir: filepath.Join(dir, "controlplane"), Partitions: 4}, log.With("component", "controlplane"))
-	if err != nil {
-		d.srv.Close()
-		t.Fatalf("controlplane.New: %v", err)
-	}
-	cp.Handle(mux)
-	ctx, cancel := context.WithCancel(context.Background())
-	d.cancel = cancel
-	if withAgent {
-		d.ag, err = agent.New(ctx, agent.Config{Name: "dev", DataDir: dir, ControlPlaneURL: d.srv.URL, AdvertiseURL: d.srv.URL, Workers: 4, Version: "test"}, log)
-		if err != nil {
-			cancel()
-			d.srv.Close()
-			t.Fatalf("agent.New: %v", err)
-		}
-		d.ag.Handle(mux)
-		d.runs++
-		go func() { d.done <- d.ag.Run(ctx) }()
-	}
-	d.runs++
-	go func() { d.done <- cp.Run(ctx) }()
-	d.admin = rivorav1connect.NewAdminServiceClient(d.srv.Client(), d.srv.URL)
-	d.ingest = rivorav1connect.NewIngestServiceClient(d.srv.Client(), d.srv.URL)
-	d.events = rivorav1connect.NewEventServiceClient(d.srv.Client(), d.srv.URL)
-	t.Cleanup(d.stop)
-	if withAgent {
-		eventually(t, "agent following the control plane", 10*time.Second, d.ag.Ready)
-	}
-	return d
+	return &dev{testrig.StartDev(t, dir, testrig.Options{NoAgent: !withAgent})}
 }
 
-func (d *dev) stop() {
-	if d.cancel == nil {
-		return
-	}
-	d.cancel()
-	d.cancel = nil
-	for range d.runs {
-		select {
-		case err := <-d.done:
-			if err != nil {
-				d.t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			d.t.Errorf("Run did not return 30s after its context ended")
-			return
-		}
-	}
-	d.srv.Close()
-}
+func (d *dev) stop() { d.Stop() }
 
-// waitApplied waits until the agent runs config version (or later).
-func (d *dev) waitApplied(version uint64) {
-	d.t.Helper()
-	eventually(d.t, fmt.Sprintf("agent applied version %d", version), 10*time.Second, func() bool {
-		resp, err := d.admin.GetConfigStatus(context.Background(), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
-		if err != nil {
-			return false
-		}
-		for _, a := range resp.Msg.GetAgents() {
-			if a.GetName() == "dev" && a.GetConnected() && a.GetAppliedVersion() >= version {
-				return true
-			}
-		}
-		return false
-	})
-}
-
+// create registers a destination without waiting for the agent.
 func (d *dev) create(req *rivorav1.CreateDestinationRequest) *rivorav1.CreateDestinationResponse {
-	d.t.Helper()
-	resp, err := d.admin.CreateDestination(context.Background(), connect.NewRequest(req))
+	d.T.Helper()
+	resp, err := d.Admin.CreateDestination(context.Background(), connect.NewRequest(req))
 	if err != nil {
-		d.t.Fatalf("CreateDestination(%s): %v", req.GetId(), err)
+		d.T.Fatalf("CreateDestination(%s): %v", req.GetId(), err)
 	}
 	return resp.Msg
 }
 
-func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var eventually = testrig.Eventually
 
 // wantCode asserts a Connect error code and that the message names what
 // to fix.
@@ -227,10 +133,10 @@ func TestCreateValidation(t *testing.T) {
 	for _, tc := range cases {
 		req := base()
 		tc.mod(req)
-		_, err := d.admin.CreateDestination(context.Background(), connect.NewRequest(req))
+		_, err := d.Admin.CreateDestination(context.Background(), connect.NewRequest(req))
 		wantCode(t, tc.name, err, connect.CodeInvalidArgument, tc.mentions...)
 	}
-	resp, err := d.admin.ListDestinations(context.Background(), connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
+	resp, err := d.Admin.ListDestinations(context.Background(), connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
 	if err != nil || len(resp.Msg.GetDestinations()) != 0 {
 		t.Fatalf("after only invalid creates: %d destinations, %v", len(resp.Msg.GetDestinations()), err)
 	}
@@ -269,10 +175,10 @@ func TestCreateDefaultsListAndDuplicates(t *testing.T) {
 		t.Fatalf("versions %d then %d: every change must bump the version", got.GetVersion(), second.GetVersion())
 	}
 
-	_, err := d.admin.CreateDestination(context.Background(), connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "orders", Url: "https://other.example.com/"}))
+	_, err := d.Admin.CreateDestination(context.Background(), connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "orders", Url: "https://other.example.com/"}))
 	wantCode(t, "duplicate", err, connect.CodeAlreadyExists, `"orders" already exists`, "rivoractl destinations update orders")
 
-	list, err := d.admin.ListDestinations(context.Background(), connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
+	list, err := d.Admin.ListDestinations(context.Background(), connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +193,7 @@ func TestCreateDefaultsListAndDuplicates(t *testing.T) {
 		t.Fatalf("duplicate create changed the original: %v", o)
 	}
 
-	g, err := d.admin.GetDestination(context.Background(), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "orders"}))
+	g, err := d.Admin.GetDestination(context.Background(), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "orders"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,24 +202,24 @@ func TestCreateDefaultsListAndDuplicates(t *testing.T) {
 	}
 	for name, call := range map[string]func() error{
 		"get": func() error {
-			_, err := d.admin.GetDestination(context.Background(), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "nope"}))
+			_, err := d.Admin.GetDestination(context.Background(), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "nope"}))
 			return err
 		},
 		"update": func() error {
 			u := "http://x.example/"
-			_, err := d.admin.UpdateDestination(context.Background(), connect.NewRequest(&rivorav1.UpdateDestinationRequest{Id: "nope", Url: &u}))
+			_, err := d.Admin.UpdateDestination(context.Background(), connect.NewRequest(&rivorav1.UpdateDestinationRequest{Id: "nope", Url: &u}))
 			return err
 		},
 		"delete": func() error {
-			_, err := d.admin.DeleteDestination(context.Background(), connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "nope", Force: true}))
+			_, err := d.Admin.DeleteDestination(context.Background(), connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "nope", Force: true}))
 			return err
 		},
 		"set priority": func() error {
-			_, err := d.admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "nope", Class: rivorav1.PriorityClass_PRIORITY_CLASS_HIGH}))
+			_, err := d.Admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "nope", Class: rivorav1.PriorityClass_PRIORITY_CLASS_HIGH}))
 			return err
 		},
 		"health": func() error {
-			_, err := d.admin.GetDestinationHealth(context.Background(), connect.NewRequest(&rivorav1.GetDestinationHealthRequest{DestinationId: "nope"}))
+			_, err := d.Admin.GetDestinationHealth(context.Background(), connect.NewRequest(&rivorav1.GetDestinationHealthRequest{DestinationId: "nope"}))
 			return err
 		},
 	} {
@@ -327,7 +233,7 @@ func TestUpdateDestination(t *testing.T) {
 	orig := d.create(&rivorav1.CreateDestinationRequest{Id: "orders", Url: "https://example.com/hook", Secret: secret, Limits: &rivorav1.Limits{Burst: 10}}).GetDestination()
 	update := func(req *rivorav1.UpdateDestinationRequest) (*rivorav1.Destination, error) {
 		req.Id = "orders"
-		resp, err := d.admin.UpdateDestination(context.Background(), connect.NewRequest(req))
+		resp, err := d.Admin.UpdateDestination(context.Background(), connect.NewRequest(req))
 		if err != nil {
 			return nil, err
 		}
@@ -362,7 +268,7 @@ func TestUpdateDestination(t *testing.T) {
 		_, err := update(tc.req)
 		wantCode(t, name, err, connect.CodeInvalidArgument, tc.mentions...)
 	}
-	g, err := d.admin.ListDestinations(context.Background(), connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
+	g, err := d.Admin.ListDestinations(context.Background(), connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,13 +298,13 @@ func TestSetPriority(t *testing.T) {
 		"unknown class":                       {&rivorav1.SetPriorityRequest{Class: rivorav1.PriorityClass(42)}, []string{"class"}},
 	} {
 		tc.req.DestinationId = "orders"
-		_, err := d.admin.SetPriority(context.Background(), connect.NewRequest(tc.req))
+		_, err := d.Admin.SetPriority(context.Background(), connect.NewRequest(tc.req))
 		wantCode(t, name, err, connect.CodeInvalidArgument, tc.mentions...)
 	}
-	if _, err := d.admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "orders", Class: rivorav1.PriorityClass_PRIORITY_CLASS_HIGH})); err != nil {
+	if _, err := d.Admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "orders", Class: rivorav1.PriorityClass_PRIORITY_CLASS_HIGH})); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := d.admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "orders", CustomerId: "acme", Weight: w(4)}))
+	resp, err := d.Admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "orders", CustomerId: "acme", Weight: w(4)}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,8 +313,8 @@ func TestSetPriority(t *testing.T) {
 		t.Fatalf("after SetPriority: class %v weights %v", got.GetPriorityClass(), got.GetCustomerWeights())
 	}
 	// The agent runs it: health (answered by the agent) shows the class.
-	d.waitApplied(resp.Msg.GetVersion())
-	h, err := d.admin.GetDestinationHealth(context.Background(), connect.NewRequest(&rivorav1.GetDestinationHealthRequest{DestinationId: "orders"}))
+	d.WaitApplied(resp.Msg.GetVersion())
+	h, err := d.Admin.GetDestinationHealth(context.Background(), connect.NewRequest(&rivorav1.GetDestinationHealthRequest{DestinationId: "orders"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,14 +330,14 @@ func TestDeleteWithPending(t *testing.T) {
 	dir := t.TempDir()
 	d := startDev(t, dir, true)
 	d.create(&rivorav1.CreateDestinationRequest{Id: "orders", Url: sink(t).URL})
-	pause, err := d.admin.PauseDestination(context.Background(), connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: "orders", Reason: "test"}))
+	pause, err := d.Admin.PauseDestination(context.Background(), connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: "orders", Reason: "test"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.waitApplied(pause.Msg.GetVersion())
+	d.WaitApplied(pause.Msg.GetVersion())
 	var ids []string
 	for i := range 3 {
-		resp, err := d.ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{
+		resp, err := d.Ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{
 			DestinationId: "orders", CustomerId: "acme", LaneKey: fmt.Sprintf("u%d", i%2), Type: "t", Payload: []byte(`{}`),
 		}))
 		if err != nil {
@@ -440,26 +346,26 @@ func TestDeleteWithPending(t *testing.T) {
 		ids = append(ids, resp.Msg.GetEventId())
 	}
 	eventually(t, "3 pending", 10*time.Second, func() bool {
-		g, err := d.admin.GetDestination(context.Background(), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "orders"}))
+		g, err := d.Admin.GetDestination(context.Background(), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "orders"}))
 		return err == nil && g.Msg.GetPending() == 3
 	})
-	_, err = d.admin.DeleteDestination(context.Background(), connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "orders"}))
+	_, err = d.Admin.DeleteDestination(context.Background(), connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "orders"}))
 	wantCode(t, "delete with pending", err, connect.CodeFailedPrecondition, "3 pending events", "--force")
-	if _, err := d.admin.GetDestination(context.Background(), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "orders"})); err != nil {
+	if _, err := d.Admin.GetDestination(context.Background(), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "orders"})); err != nil {
 		t.Fatalf("refused delete removed the destination: %v", err)
 	}
 
-	del, err := d.admin.DeleteDestination(context.Background(), connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "orders", Force: true}))
+	del, err := d.Admin.DeleteDestination(context.Background(), connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "orders", Force: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if del.Msg.GetArchived() != 3 {
 		t.Fatalf("forced delete archived %d, want 3", del.Msg.GetArchived())
 	}
-	_, err = d.admin.GetDestination(context.Background(), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "orders"}))
+	_, err = d.Admin.GetDestination(context.Background(), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "orders"}))
 	wantCode(t, "get after delete", err, connect.CodeNotFound)
-	d.waitApplied(del.Msg.GetVersion())
-	_, err = d.ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "orders", CustomerId: "acme", LaneKey: "u", Type: "t"}))
+	d.WaitApplied(del.Msg.GetVersion())
+	_, err = d.Ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "orders", CustomerId: "acme", LaneKey: "u", Type: "t"}))
 	wantCode(t, "publish to a deleted destination", err, connect.CodeInvalidArgument, "not registered")
 
 	var letters []*rivorav1.DeadLetter
@@ -480,12 +386,12 @@ func TestDeleteWithPending(t *testing.T) {
 		t.Fatalf("archived %v, want %v", got, ids)
 	}
 	eventually(t, "GetEvent reports the event dead", 10*time.Second, func() bool {
-		r, err := d.events.GetEvent(context.Background(), connect.NewRequest(&rivorav1.GetEventRequest{EventId: ids[0]}))
+		r, err := d.Events.GetEvent(context.Background(), connect.NewRequest(&rivorav1.GetEventRequest{EventId: ids[0]}))
 		return err == nil && r.Msg.GetState() == rivorav1.EventState_EVENT_STATE_DEAD && r.Msg.GetDeadReason() == rivorav1.DeadReason_DEAD_REASON_DELETED
 	})
 	// Deleting an empty destination needs no force.
 	d.create(&rivorav1.CreateDestinationRequest{Id: "empty", Url: sink(t).URL})
-	if _, err := d.admin.DeleteDestination(context.Background(), connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "empty"})); err != nil {
+	if _, err := d.Admin.DeleteDestination(context.Background(), connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "empty"})); err != nil {
 		t.Fatalf("delete of a destination with nothing pending: %v", err)
 	}
 }
@@ -496,11 +402,11 @@ func TestNoAgent(t *testing.T) {
 	t.Parallel()
 	d := startDev(t, t.TempDir(), false)
 	d.create(&rivorav1.CreateDestinationRequest{Id: "orders", Url: "https://example.com/"})
-	_, err := d.admin.GetDestination(context.Background(), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "orders"}))
+	_, err := d.Admin.GetDestination(context.Background(), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "orders"}))
 	wantCode(t, "get without agents", err, connect.CodeUnavailable, "no agent is connected")
-	_, err = d.admin.DeleteDestination(context.Background(), connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "orders", Force: true}))
+	_, err = d.Admin.DeleteDestination(context.Background(), connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "orders", Force: true}))
 	wantCode(t, "delete without agents", err, connect.CodeUnavailable, "no agent is connected")
-	list, err := d.admin.ListDestinations(context.Background(), connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
+	list, err := d.Admin.ListDestinations(context.Background(), connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
 	if err != nil || len(list.Msg.GetDestinations()) != 1 {
 		t.Fatalf("a refused delete removed the destination: %v, %v", list, err)
 	}
@@ -514,25 +420,25 @@ func TestStatePersists(t *testing.T) {
 	d.create(&rivorav1.CreateDestinationRequest{Id: "orders", Url: "https://example.com/hook", Limits: &rivorav1.Limits{MaxAttempts: 3}})
 	d.create(&rivorav1.CreateDestinationRequest{Id: "billing", Url: "https://example.com/billing", Secret: secret})
 	u := "https://example.com/v2"
-	if _, err := d.admin.UpdateDestination(context.Background(), connect.NewRequest(&rivorav1.UpdateDestinationRequest{Id: "orders", Url: &u})); err != nil {
+	if _, err := d.Admin.UpdateDestination(context.Background(), connect.NewRequest(&rivorav1.UpdateDestinationRequest{Id: "orders", Url: &u})); err != nil {
 		t.Fatal(err)
 	}
 	w := 2.5
-	if _, err := d.admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "billing", Class: rivorav1.PriorityClass_PRIORITY_CLASS_LOW, CustomerId: "acme", Weight: &w})); err != nil {
+	if _, err := d.Admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "billing", Class: rivorav1.PriorityClass_PRIORITY_CLASS_LOW, CustomerId: "acme", Weight: &w})); err != nil {
 		t.Fatal(err)
 	}
-	before, err := d.admin.ListDestinations(context.Background(), connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
+	before, err := d.Admin.ListDestinations(context.Background(), connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	status, err := d.admin.GetConfigStatus(context.Background(), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+	status, err := d.Admin.GetConfigStatus(context.Background(), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.stop()
 
 	d2 := startDev(t, dir, false)
-	after, err := d2.admin.ListDestinations(context.Background(), connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
+	after, err := d2.Admin.ListDestinations(context.Background(), connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,7 +450,7 @@ func TestStatePersists(t *testing.T) {
 			t.Fatalf("destination %d changed across a restart:\nbefore %v\n after %v", i, before.Msg.GetDestinations()[i], after.Msg.GetDestinations()[i])
 		}
 	}
-	status2, err := d2.admin.GetConfigStatus(context.Background(), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+	status2, err := d2.Admin.GetConfigStatus(context.Background(), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
 	if err != nil {
 		t.Fatal(err)
 	}

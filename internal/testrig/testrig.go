@@ -1,0 +1,200 @@
+// Package testrig is the one in-process rig of Rivora's tests: `rivora dev`
+// (a control plane and, unless left out, an agent following it) served over
+// HTTP on 127.0.0.1, exactly as the dev command wires them, plus the one
+// "eventually" helper the tests wait with. The agent and control plane
+// tests both use it; e2e tests run the real binaries instead.
+package testrig
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/rivora/rivora/agent"
+	"github.com/rivora/rivora/controlplane"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+)
+
+// Options shape a Dev; the zero value is an agent named "dev" with 4
+// delivery workers over 4 partitions.
+type Options struct {
+	// NoAgent runs the control plane alone (no fleet).
+	NoAgent bool
+	// Name is the agent's name (default "dev").
+	Name string
+	// Workers is the agent's delivery worker count (default 4).
+	Workers int
+}
+
+// Dev is `rivora dev` in process: a control plane with its state under
+// Dir/controlplane and an agent with its data under Dir, on one HTTP
+// server. Stop (also run at cleanup) ends both and checks that their Runs
+// returned cleanly.
+type Dev struct {
+	T      testing.TB
+	Dir    string
+	Name   string
+	URL    string
+	Agent  *agent.Agent // nil with NoAgent
+	Admin  rivorav1connect.AdminServiceClient
+	Ingest rivorav1connect.IngestServiceClient
+	Events rivorav1connect.EventServiceClient
+
+	srv    *httptest.Server
+	cancel context.CancelFunc
+	done   chan error
+	runs   int
+}
+
+// StartDev starts a Dev on dir and, with an agent, waits until the agent
+// applied its first config. Logs are printed only if the test fails.
+func StartDev(t testing.TB, dir string, opts Options) *Dev {
+	t.Helper()
+	if opts.Name == "" {
+		opts.Name = "dev"
+	}
+	if opts.Workers == 0 {
+		opts.Workers = 4
+	}
+	log := testLogger(t, dir)
+	mux := http.NewServeMux()
+	d := &Dev{T: t, Dir: dir, Name: opts.Name, srv: httptest.NewServer(mux), done: make(chan error, 2)}
+	d.URL = d.srv.URL
+	cp, err := controlplane.New(controlplane.Config{StateDir: filepath.Join(dir, "controlplane"), Partitions: 4}, log.With("component", "controlplane"))
+	if err != nil {
+		d.srv.Close()
+		t.Fatalf("controlplane.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	if !opts.NoAgent {
+		d.Agent, err = agent.New(ctx, agent.Config{Name: opts.Name, DataDir: dir, ControlPlaneURL: d.URL, AdvertiseURL: d.URL, Workers: opts.Workers, Version: "test"}, log)
+		if err != nil {
+			cancel()
+			d.srv.Close()
+			t.Fatalf("agent.New: %v", err)
+		}
+	}
+	cp.Handle(mux)
+	if d.Agent != nil {
+		d.Agent.Handle(mux)
+		d.start(func() error { return d.Agent.Run(ctx) })
+	}
+	d.start(func() error { return cp.Run(ctx) })
+	d.Admin = rivorav1connect.NewAdminServiceClient(d.srv.Client(), d.URL)
+	d.Ingest = rivorav1connect.NewIngestServiceClient(d.srv.Client(), d.URL)
+	d.Events = rivorav1connect.NewEventServiceClient(d.srv.Client(), d.URL)
+	t.Cleanup(d.Stop)
+	if d.Agent != nil {
+		Eventually(t, "agent ready (first config applied)", 10*time.Second, d.Agent.Ready)
+	}
+	return d
+}
+
+func (d *Dev) start(run func() error) {
+	d.runs++
+	go func() { d.done <- run() }()
+}
+
+// Stop cancels both Runs and waits for them to return; idempotent.
+func (d *Dev) Stop() {
+	if d.cancel == nil {
+		return
+	}
+	d.cancel()
+	d.cancel = nil
+	for range d.runs {
+		select {
+		case err := <-d.done:
+			if err != nil {
+				d.T.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			d.T.Errorf("Run did not return 30s after its context ended")
+			return
+		}
+	}
+	d.srv.Close()
+}
+
+// Create registers destinations through the admin API and waits until the
+// agent has applied them; it returns the last config version.
+func (d *Dev) Create(reqs ...*rivorav1.CreateDestinationRequest) uint64 {
+	d.T.Helper()
+	var version uint64
+	for _, req := range reqs {
+		resp, err := d.Admin.CreateDestination(context.Background(), connect.NewRequest(req))
+		if err != nil {
+			d.T.Fatalf("create destination %s: %v", req.GetId(), err)
+		}
+		version = resp.Msg.GetVersion()
+	}
+	if d.Agent != nil {
+		d.WaitApplied(version)
+	}
+	return version
+}
+
+// WaitApplied waits until the agent reports config version (or later).
+func (d *Dev) WaitApplied(version uint64) {
+	d.T.Helper()
+	Eventually(d.T, fmt.Sprintf("agent applied config version %d", version), 10*time.Second, func() bool {
+		resp, err := d.Admin.GetConfigStatus(context.Background(), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+		if err != nil {
+			return false
+		}
+		for _, a := range resp.Msg.GetAgents() {
+			if a.GetName() == d.Name && a.GetConnected() && a.GetAppliedVersion() >= version {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// Eventually polls cond every 10 ms until it holds, failing the test with
+// what it waited for once timeout passed.
+func Eventually(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// logBuffer collects log lines; they are printed only when the test fails.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func testLogger(t testing.TB, dir string) *slog.Logger {
+	logs := &logBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs.mu.Lock()
+			t.Logf("logs (%s):\n%s", dir, logs.buf.String())
+			logs.mu.Unlock()
+		}
+	})
+	return slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
