@@ -212,7 +212,7 @@ func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string
 	var firstErr error
 	for lane, entries := range taken {
 		for _, e := range entries {
-			if err := o.archiveTaken(ctx, lane, e); err != nil {
+			if err := o.archiveTaken(ctx, destinationID, lane, e); err != nil {
 				firstErr = cmpErr(firstErr, err)
 				continue
 			}
@@ -225,7 +225,7 @@ func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string
 
 // archiveTaken dead-letters one entry taken from its lane (reason
 // "deleted").
-func (o *Partition) archiveTaken(ctx context.Context, lane *scheduler.Lane, e scheduler.Entry) error {
+func (o *Partition) archiveTaken(ctx context.Context, destinationID string, lane *scheduler.Lane, e scheduler.Entry) error {
 	o.cache.forget(e)
 	ev, err := o.Load(ctx, &scheduler.Attempt{Lane: lane, Entry: e})
 	if err != nil {
@@ -237,7 +237,7 @@ func (o *Partition) archiveTaken(ctx context.Context, lane *scheduler.Lane, e sc
 	}
 	o.reclaim.noteDone(lane.Subject, e.Seq)
 	o.deps.History.Record(deadOutcome(ev, dl.Reason))
-	deadTotal.WithLabelValues(ev.GetDestinationId(), reasonLabel(dl.Reason)).Inc()
+	deadTotal.WithLabelValues(destinationID, reasonLabel(dl.Reason)).Inc()
 	return nil
 }
 

@@ -214,15 +214,26 @@ func (r *reclaimer) tick(ctx context.Context, s *sweep) {
 	}
 	r.purgeBelow(ctx, s, purgeFloor(registered, low))
 	r.compactDone(ctx, s.purgedBelow)
+	s.addGarbage(dirty)
+	sweepLanes(s.garbage, s.purgedBelow, func(subject string, seq uint64) bool {
+		return r.purgeLane(ctx, subject, seq)
+	})
+	r.purgeLedger(ctx, ledger)
+}
+
+// addGarbage adds lanes holding done events, each with its highest.
+func (s *sweep) addGarbage(dirty map[string]uint64) {
 	for subject, seq := range dirty {
 		if seq > s.garbage[subject] {
 			s.garbage[subject] = seq
 		}
 	}
-	sweepLanes(s.garbage, s.purgedBelow, func(subject string, seq uint64) bool {
-		return r.purgeLane(ctx, subject, seq)
-	})
-	for _, subject := range ledger {
+}
+
+// purgeLedger purges ledger subjects no longer needed (head records of
+// lanes that moved on).
+func (r *reclaimer) purgeLedger(ctx context.Context, subjects []string) {
+	for _, subject := range subjects {
 		if err := r.ledger.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
 			r.log.Warn("purge ledger entry failed", "subject", subject, "error", err)
 		}
