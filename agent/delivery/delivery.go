@@ -41,6 +41,40 @@ type Result struct {
 // OK reports a 2xx answer.
 func (r Result) OK() bool { return r.Err == nil }
 
+// DestinationFault tells failures that are the destination's — it is
+// down, unreachable, slow or throttling: 429, 503, 502, 504, 408, 409, 425,
+// timeouts and connection errors; they cost its budget and health — from
+// failures that are the event's: other 4xx, and 500 and other 5xx, which a
+// partner answers to one payload it cannot handle; those only use up the
+// event's attempts.
+func (r Result) DestinationFault() bool {
+	if r.OK() {
+		return false
+	}
+	switch r.Status {
+	case 0, 408, 409, 425, 429, 502, 503, 504:
+		return true
+	}
+	return false
+}
+
+// StatusClass is the attempt's outcome class for metrics: "2xx", "3xx",
+// "4xx", "5xx", or "error" when no response arrived.
+func (r Result) StatusClass() string {
+	switch {
+	case r.Status == 0:
+		return "error"
+	case r.Status < 300:
+		return "2xx"
+	case r.Status < 400:
+		return "3xx"
+	case r.Status < 500:
+		return "4xx"
+	default:
+		return "5xx"
+	}
+}
+
 // Sender posts events. It is safe for concurrent use.
 type Sender struct {
 	transport *http.Transport

@@ -1,0 +1,241 @@
+package owner
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rivora/rivora/agent/archive"
+	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/internal/backoff"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+const (
+	archiveBatch = 500
+	archiveEvery = time.Second
+)
+
+// Unarchived is how many dead letters of a destination wait for the
+// archive.
+func (o *Partition) Unarchived(destinationID string) int {
+	return o.dead.queue.count(destinationID)
+}
+
+// queuedDead is a dead letter waiting for the archive, with the ledger
+// sequence of its record (the order archive objects are named in).
+type queuedDead struct {
+	dl        *rivorav1.DeadLetter
+	ledgerSeq uint64
+}
+
+// deadQueue holds dead letters waiting for the archive; they are durable
+// in the ledger, so the queue may grow while the archive is down.
+//
+// Invariants: items leave in the order they came (which deadLetters.record
+// makes ledger order); unarchived[d] counts d's dead letters queued and
+// not yet archived — taken but not yet archived ones included — and a
+// destination with none has no entry.
+type deadQueue struct {
+	mu         sync.Mutex
+	items      []queuedDead
+	unarchived map[string]int // per destination: in the ledger, not yet archived
+	ready      chan struct{}  // signalled, never blocking, when items arrive
+}
+
+func newDeadQueue() *deadQueue {
+	return &deadQueue{unarchived: make(map[string]int), ready: make(chan struct{}, 1)}
+}
+
+func (q *deadQueue) push(dls ...queuedDead) {
+	if len(dls) == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.items = append(q.items, dls...)
+	for _, d := range dls {
+		q.unarchived[d.dl.GetEvent().GetDestinationId()]++
+	}
+	q.mu.Unlock()
+	unarchived.Add(float64(len(dls)))
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take removes up to n of the oldest dead letters.
+func (q *deadQueue) take(n int) []queuedDead {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n = min(len(q.items), n)
+	batch := q.items[:n:n]
+	q.items = q.items[n:]
+	return batch
+}
+
+// archived records that n dead letters of a destination are archived.
+func (q *deadQueue) archived(destinationID string, n int) {
+	unarchived.Sub(float64(n))
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.unarchived[destinationID] -= n; q.unarchived[destinationID] <= 0 {
+		delete(q.unarchived, destinationID)
+	}
+}
+
+func (q *deadQueue) count(destinationID string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.unarchived[destinationID]
+}
+
+// deadLetters hands dead letters from the ledger to the archive. It owns
+// the queue and the order of dead-letter writes.
+//
+// Invariants: the queue is in ledger order, and so in lane order (record);
+// a dead letter leaves the ledger only after an archive object holding it
+// is written, and only while this agent owns the partition.
+type deadLetters struct {
+	p       int
+	ledger  jetstream.Stream
+	fence   *fence
+	archive archive.Archive
+	log     *slog.Logger
+	queue   *deadQueue
+
+	// writeMu makes a dead letter's ledger write and its place in the
+	// archive queue one step, so the queue is in ledger order — and so in
+	// lane order, which archive object names keep for replay.
+	writeMu sync.Mutex
+}
+
+func newDeadLetters(p int, ledger jetstream.Stream, f *fence, arch archive.Archive, log *slog.Logger) *deadLetters {
+	return &deadLetters{p: p, ledger: ledger, fence: f, archive: arch, log: log, queue: newDeadQueue()}
+}
+
+// record makes a dead letter durable in the ledger and queues it for the
+// archive, as one step (see writeMu). Until it returns, the lane must not
+// advance: the lane's next dead letter comes after this one.
+func (d *deadLetters) record(ctx context.Context, dl *rivorav1.DeadLetter) error {
+	d.writeMu.Lock()
+	defer d.writeMu.Unlock()
+	seq, err := d.fence.appendLedger(ctx, lanes.DeadSubject(d.p, dl.GetLaneSeq()), dl)
+	if err != nil {
+		return err
+	}
+	d.queue.push(queuedDead{dl: dl, ledgerSeq: seq})
+	return nil
+}
+
+// run batches dead letters into archive objects; a dead letter leaves the
+// ledger only after its object is written. It waits up to archiveEvery for
+// a batch to fill.
+func (d *deadLetters) run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.queue.ready:
+		}
+		if !backoff.Sleep(ctx, archiveEvery) {
+			return nil
+		}
+		for {
+			batch := d.queue.take(archiveBatch)
+			if len(batch) == 0 {
+				break
+			}
+			if !d.archiveBatch(ctx, batch) {
+				return nil
+			}
+		}
+	}
+}
+
+// archiveGroup is the dead letters of one archive object: one destination,
+// one hour, ledger sequences first through last.
+type archiveGroup struct {
+	dest        string
+	hour        time.Time
+	first, last uint64
+	items       []*rivorav1.DeadLetter
+}
+
+// groupBatch splits a batch by destination and hour, groups in the order
+// they first appear and each in batch order.
+func groupBatch(batch []queuedDead) []*archiveGroup {
+	groups := make(map[string]*archiveGroup)
+	var order []*archiveGroup
+	for _, d := range batch {
+		dl := d.dl
+		hour := dl.GetDeadAt().AsTime().UTC().Truncate(time.Hour)
+		k := dl.GetEvent().GetDestinationId() + "|" + hour.String()
+		g := groups[k]
+		if g == nil {
+			g = &archiveGroup{dest: dl.GetEvent().GetDestinationId(), hour: hour, first: d.ledgerSeq}
+			groups[k] = g
+			order = append(order, g)
+		}
+		g.items = append(g.items, dl)
+		g.last = d.ledgerSeq
+	}
+	return order
+}
+
+// archiveBatch writes a batch, retrying until it succeeds; false when ctx
+// ended or the partition was lost.
+//
+// The queue is in ledger order, which within a lane is lane order, so an
+// object named by the ledger sequences of its first and last records sorts
+// before every later object of its destination: replaying objects in key
+// order replays each lane in order.
+func (d *deadLetters) archiveBatch(ctx context.Context, batch []queuedDead) bool {
+	for _, g := range groupBatch(batch) {
+		if !d.archiveGroup(ctx, g) {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *deadLetters) archiveGroup(ctx context.Context, g *archiveGroup) bool {
+	key := archive.Key(g.dest, g.hour, d.p, g.first, g.last)
+	if !d.put(ctx, key, g.items) {
+		return false
+	}
+	if err := d.fence.check(); err != nil {
+		// The new owner archives them again (a duplicate object, never a
+		// loss).
+		return false
+	}
+	for _, dl := range g.items {
+		if err := d.ledger.Purge(ctx, jetstream.WithPurgeSubject(lanes.DeadSubject(d.p, dl.GetLaneSeq()))); err != nil {
+			d.log.Warn("purge archived dead letter from ledger failed", "seq", dl.GetLaneSeq(), "error", err)
+		}
+	}
+	archivedTotal.Add(float64(len(g.items)))
+	d.queue.archived(g.dest, len(g.items))
+	d.log.Info("dead letters archived", "key", key, "events", len(g.items))
+	return true
+}
+
+// put writes one archive object, retrying until it succeeds; false when
+// ctx ended first.
+func (d *deadLetters) put(ctx context.Context, key string, items []*rivorav1.DeadLetter) bool {
+	wait := backoff.Backoff{Initial: 500 * time.Millisecond, Max: 30 * time.Second}
+	for {
+		err := d.archive.Put(ctx, key, items)
+		if err == nil {
+			return true
+		}
+		delay := wait.Next()
+		d.log.Warn("archive write failed; dead letters stay in the ledger", "key", key, "events", len(items), "retry_in", delay, "error", err)
+		if !backoff.Sleep(ctx, delay) {
+			return false
+		}
+	}
+}

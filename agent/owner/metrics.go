@@ -1,0 +1,44 @@
+package owner
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+var (
+	attemptsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rivora_delivery_attempts_total",
+		Help: "Delivery attempts by destination and outcome class (2xx, 3xx, 4xx, 5xx, error).",
+	}, []string{"destination", "class"})
+	deadTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rivora_deadletters_total",
+		Help: "Events that became dead letters, by destination and reason.",
+	}, []string{"destination", "reason"})
+	archivedTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "rivora_deadletters_archived_total",
+		Help: "Dead letters written to the archive.",
+	})
+	unarchived = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "rivora_deadletters_unarchived",
+		Help: "Dead letters held in the ledgers, waiting for the archive.",
+	})
+	movedTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "rivora_lanes_moved_events_total",
+		Help: "Events moved from INGEST into lanes.",
+	})
+)
+
+func reasonLabel(r rivorav1.DeadReason) string {
+	switch r {
+	case rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS:
+		return "max_attempts"
+	case rivorav1.DeadReason_DEAD_REASON_WINDOW:
+		return "window"
+	case rivorav1.DeadReason_DEAD_REASON_DELETED:
+		return "deleted"
+	default:
+		return "manual"
+	}
+}

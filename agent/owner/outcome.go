@@ -1,0 +1,297 @@
+package owner
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/agent/delivery"
+	"github.com/rivora/rivora/agent/retry"
+	"github.com/rivora/rivora/agent/scheduler"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// Attempt outcomes: the Partition methods the delivery workers call. They
+// hold no state of their own; they move the scheduler's lanes on and tell
+// the parts what became of each event (the ledger head record, the
+// dead-letter hand-off, the reclaimer's done bookkeeping, the cache).
+
+// Load returns the event of an attempt, from memory or the lane store.
+func (o *Partition) Load(ctx context.Context, a *scheduler.Attempt) (*rivorav1.Event, error) {
+	if a.Entry.Event != nil {
+		return a.Entry.Event, nil
+	}
+	raw, err := o.lanes.GetMsg(ctx, a.Entry.Seq)
+	if err != nil {
+		return nil, fmt.Errorf("load event %s (seq %d): %w", a.Entry.EventID, a.Entry.Seq, err)
+	}
+	ev := &rivorav1.Event{}
+	if err := proto.Unmarshal(raw.Data, ev); err != nil {
+		return nil, fmt.Errorf("decode event %s (seq %d): %w", a.Entry.EventID, a.Entry.Seq, err)
+	}
+	return ev, nil
+}
+
+// Complete records the outcome of an attempt and moves its lane on.
+func (o *Partition) Complete(ctx context.Context, a *scheduler.Attempt, ev *rivorav1.Event, res delivery.Result) {
+	now := o.deps.Clock.Now()
+	attempt := &rivorav1.Attempt{
+		Number:     int32(a.Number),
+		At:         timestamppb.New(a.StartedAt),
+		StatusCode: int32(res.Status),
+		Duration:   durationpb.New(res.Duration),
+	}
+	fault := o.observe(a, ev, res)
+	if res.OK() {
+		out := o.deps.Scheduler.Succeeded(a)
+		o.afterAdvance(a, out)
+		o.deps.History.Record(outcome(ev, rivorav1.EventOutcome_KIND_DELIVERED, attempt))
+		return
+	}
+	attempt.Error = res.Err.Error()
+	if a.EarlyProbe && fault {
+		// A probe of a parked destination, made before this event's own
+		// retry time: the destination is still down; the event keeps its
+		// attempts and its schedule.
+		o.deps.History.Record(outcome(ev, rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, attempt))
+		o.deps.Scheduler.Retry(a, a.Head)
+		return
+	}
+	head := failedHead(a, res.Status, attempt.Error, fault, now)
+	decision := o.decide(ev, head.Attempts, res.RetryAfter, now)
+	o.deps.History.Record(outcome(ev, rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, attempt))
+	switch decision.Verdict {
+	case retry.Retry:
+		head.NotBefore = decision.NotBefore
+		o.retryLater(ctx, a, head)
+	case retry.ExhaustedAttempts:
+		o.kill(ctx, a, ev, head, rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS)
+	case retry.ExhaustedWindow:
+		o.kill(ctx, a, ev, head, rivorav1.DeadReason_DEAD_REASON_WINDOW)
+	}
+}
+
+// observe counts an attempt and tells the scheduler how its destination
+// answered; it reports whether a failure is the destination's.
+func (o *Partition) observe(a *scheduler.Attempt, ev *rivorav1.Event, res delivery.Result) bool {
+	attemptsTotal.WithLabelValues(ev.GetDestinationId(), res.StatusClass()).Inc()
+	fault := res.DestinationFault()
+	cause := ""
+	if res.Err != nil {
+		cause = res.Err.Error()
+	}
+	if tr, changed := o.deps.Scheduler.Observe(a, res.Status, fault, res.RetryAfter, cause); changed {
+		o.log.Info("destination health changed", "destination", ev.GetDestinationId(), "from", tr.From.String(), "to", tr.To.String(), "cause", tr.Cause)
+	}
+	return fault
+}
+
+// failedHead is the lane head's state after a failed attempt.
+func failedHead(a *scheduler.Attempt, status int, cause string, fault bool, now time.Time) scheduler.Head {
+	head := a.Head
+	head.Attempts = a.Number
+	head.LastStatus = status
+	head.LastError = cause
+	head.LastAttemptAt = now
+	head.HeldByDestination = fault
+	if head.FirstAttemptAt.IsZero() {
+		head.FirstAttemptAt = a.StartedAt
+	}
+	return head
+}
+
+// decide applies the destination's retry policy after a failed attempt.
+func (o *Partition) decide(ev *rivorav1.Event, attempts int, retryAfter time.Duration, now time.Time) retry.Decision {
+	policy := retry.DefaultPolicy()
+	// The window runs from acceptance, not counting time the destination
+	// was paused.
+	windowStart := ev.GetAcceptedAt().AsTime()
+	if d, ok := o.deps.Registry.Get(ev.GetDestinationId()); ok {
+		policy = d.Retry
+		windowStart = windowStart.Add(d.PausedBetween(windowStart, now))
+	}
+	wait := max(retry.Jittered(policy.Backoff(attempts)), retryAfter)
+	return policy.Next(attempts, windowStart, now, wait)
+}
+
+// Abandon dead-letters an attempt's event without sending it (its
+// destination was deleted while the attempt was being handed out).
+func (o *Partition) Abandon(ctx context.Context, a *scheduler.Attempt, ev *rivorav1.Event, reason rivorav1.DeadReason) {
+	o.kill(ctx, a, ev, a.Head, reason)
+	// The lane's later events were held back with it while it was in
+	// flight; they follow it to the archive.
+	if _, err := o.ArchiveDestination(ctx, ev.GetDestinationId()); err != nil {
+		o.log.Warn("archive the rest of a deleted destination", "destination", ev.GetDestinationId(), "error", err)
+	}
+}
+
+// Skip moves a lane past an entry whose event can no longer be loaded.
+func (o *Partition) Skip(a *scheduler.Attempt, err error) {
+	o.log.Error("skipping an event that cannot be loaded", "event_id", a.Entry.EventID, "lane", a.Lane.ID.String(), "error", err)
+	o.afterAdvance(a, o.deps.Scheduler.Succeeded(a))
+}
+
+func (o *Partition) retryLater(ctx context.Context, a *scheduler.Attempt, head scheduler.Head) {
+	rec := &rivorav1.LaneHead{
+		Seq:               a.Entry.Seq,
+		EventId:           a.Entry.EventID,
+		Attempts:          int32(head.Attempts),
+		NotBefore:         timestamppb.New(head.NotBefore),
+		LastStatus:        int32(head.LastStatus),
+		LastError:         head.LastError,
+		FirstAttemptAt:    timestamppb.New(head.FirstAttemptAt),
+		LastAttemptAt:     timestamppb.New(head.LastAttemptAt),
+		HeldByDestination: head.HeldByDestination,
+	}
+	// Appended, not rolled up: a rollup by an owner fenced off a moment
+	// too late would erase the newer owner's record; the rebuild keeps the
+	// last record of the newest epoch, and the subject is purged once the
+	// lane moves on (a head collects at most max_attempts records).
+	if _, err := o.fence.appendLedger(ctx, a.Lane.ID.HeadSubject(o.p), rec); err != nil {
+		// The retry still happens; after a crash this attempt would not be
+		// counted.
+		o.log.Warn("ledger write failed", "lane", a.Lane.ID.String(), "error", err)
+	}
+	o.deps.Scheduler.Retry(a, head)
+}
+
+func (o *Partition) kill(ctx context.Context, a *scheduler.Attempt, ev *rivorav1.Event, head scheduler.Head, reason rivorav1.DeadReason) {
+	dl := o.deadLetter(ev, a.Entry.Seq, head, reason)
+	if err := o.dead.record(ctx, dl); err != nil {
+		// The lane may only advance once the dead letter is durable; try
+		// again shortly.
+		o.log.Warn("ledger write of dead letter failed; holding the lane", "event_id", ev.GetEventId(), "error", err)
+		head.NotBefore = o.deps.Clock.Now().Add(5 * time.Second)
+		o.deps.Scheduler.Retry(a, head)
+		return
+	}
+	out := o.deps.Scheduler.Dead(a)
+	o.afterAdvance(a, out)
+	o.deps.History.Record(deadOutcome(ev, reason))
+	deadTotal.WithLabelValues(ev.GetDestinationId(), reasonLabel(reason)).Inc()
+}
+
+func (o *Partition) deadLetter(ev *rivorav1.Event, seq uint64, head scheduler.Head, reason rivorav1.DeadReason) *rivorav1.DeadLetter {
+	dl := &rivorav1.DeadLetter{
+		Event:      ev,
+		Attempts:   int32(head.Attempts),
+		LastStatus: int32(head.LastStatus),
+		LastError:  head.LastError,
+		DeadAt:     timestamppb.New(o.deps.Clock.Now()),
+		Reason:     reason,
+		Partition:  uint32(o.p),
+		LaneSeq:    seq,
+	}
+	if !head.FirstAttemptAt.IsZero() {
+		dl.FirstAttemptAt = timestamppb.New(head.FirstAttemptAt)
+		dl.LastAttemptAt = timestamppb.New(head.LastAttemptAt)
+	}
+	return dl
+}
+
+// afterAdvance tells the cache and the reclaimer that a lane moved past
+// an attempt's entry.
+func (o *Partition) afterAdvance(a *scheduler.Attempt, out scheduler.Outcome) {
+	o.cache.forget(a.Entry)
+	o.reclaim.noteDone(a.Lane.Subject, a.Entry.Seq)
+	if out.PurgeLedger {
+		o.reclaim.noteLedgerPurge(a.Lane.ID.HeadSubject(o.p))
+	}
+}
+
+// ArchiveDestination dead-letters every pending event of a destination that
+// is not in flight (reason "deleted") and returns how many.
+func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string) (int, error) {
+	taken := o.deps.Scheduler.TakeDestination(destinationID)
+	n := 0
+	var firstErr error
+	for lane, entries := range taken {
+		for _, e := range entries {
+			if err := o.archiveTaken(ctx, destinationID, lane, e); err != nil {
+				firstErr = cmpErr(firstErr, err)
+				continue
+			}
+			n++
+		}
+		o.reclaim.noteLedgerPurge(lane.ID.HeadSubject(o.p))
+	}
+	return n, firstErr
+}
+
+// archiveTaken dead-letters one entry taken from its lane (reason
+// "deleted").
+func (o *Partition) archiveTaken(ctx context.Context, destinationID string, lane *scheduler.Lane, e scheduler.Entry) error {
+	o.cache.forget(e)
+	ev, err := o.Load(ctx, &scheduler.Attempt{Lane: lane, Entry: e})
+	if err != nil {
+		return err
+	}
+	dl := o.deadLetter(ev, e.Seq, scheduler.Head{}, rivorav1.DeadReason_DEAD_REASON_DELETED)
+	if err := o.dead.record(ctx, dl); err != nil {
+		return err
+	}
+	o.reclaim.noteDone(lane.Subject, e.Seq)
+	o.deps.History.Record(deadOutcome(ev, dl.Reason))
+	deadTotal.WithLabelValues(destinationID, reasonLabel(dl.Reason)).Inc()
+	return nil
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+func deadOutcome(ev *rivorav1.Event, reason rivorav1.DeadReason) *rivorav1.EventOutcome {
+	o := outcome(ev, rivorav1.EventOutcome_KIND_DEAD, nil)
+	o.DeadReason = reason
+	return o
+}
+
+func outcome(ev *rivorav1.Event, kind rivorav1.EventOutcome_Kind, a *rivorav1.Attempt) *rivorav1.EventOutcome {
+	return &rivorav1.EventOutcome{
+		Kind: kind, EventId: ev.GetEventId(), DestinationId: ev.GetDestinationId(), CustomerId: ev.GetCustomerId(),
+		LaneKey: ev.GetLaneKey(), Type: ev.GetType(), AcceptedAt: ev.GetAcceptedAt(), Attempt: a,
+	}
+}
+
+// cacheBudget bounds the bytes of events a partition keeps in memory.
+const cacheBudget = 64 << 20
+
+// eventCache counts the bytes of the events kept in memory with their
+// scheduler entries; above cacheBudget entries keep only their sequence
+// and delivery loads the event from the lane store.
+//
+// Invariant: bytes is the sum of cachedSize over the events keep returned
+// and forget has not given back. Only one goroutine keeps at a time (the
+// rebuild, then the writer's ackLoop), so bytes never exceeds cacheBudget.
+type eventCache struct {
+	bytes atomic.Int64
+}
+
+func cachedSize(ev *rivorav1.Event) int64 { return int64(len(ev.GetPayload()) + 128) }
+
+// keep returns ev to hold in its scheduler entry while the cache has room,
+// else nil (delivery then loads it by sequence): a large backlog costs
+// memory per lane and entry, not per payload byte.
+func (c *eventCache) keep(ev *rivorav1.Event) *rivorav1.Event {
+	size := cachedSize(ev)
+	if c.bytes.Load()+size > cacheBudget {
+		return nil
+	}
+	c.bytes.Add(size)
+	return ev
+}
+
+// forget gives an entry's cached bytes back.
+func (c *eventCache) forget(e scheduler.Entry) {
+	if e.Event != nil {
+		c.bytes.Add(-cachedSize(e.Event))
+	}
+}

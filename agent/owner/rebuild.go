@@ -1,0 +1,276 @@
+package owner
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/agent/scheduler"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// rebuild reads the ledger and then scans the lane store, installing every
+// pending lane in the scheduler.
+func (o *Partition) rebuild(ctx context.Context) error {
+	r := newRebuild(o)
+	if err := r.readLedger(ctx); err != nil {
+		return fmt.Errorf("read ledger: %w", err)
+	}
+	if err := r.scanLanes(ctx); err != nil {
+		return err
+	}
+	r.install()
+	return nil
+}
+
+// rebuildState is one rebuild of the partition's scheduler view: first
+// what the ledger says (lane heads, dead and done sequences), then what
+// the lane store holds. Nothing reaches the scheduler before install.
+type rebuildState struct {
+	o        *Partition
+	start    time.Time
+	epochs   epochFilter
+	heads    map[string]*rivorav1.LaneHead // lane subject → head state
+	deadSeqs map[uint64]bool
+	doneSet  map[uint64]bool
+	dead     []queuedDead
+
+	lastSeq uint64                  // the lane store's last sequence when its scan began
+	found   map[string]*rebuiltLane // lane subject → its pending entries
+	order   []string                // lane subjects, in the order first found
+	events  int
+}
+
+type rebuiltLane struct {
+	id      lanes.ID
+	entries []scheduler.Entry
+}
+
+func newRebuild(o *Partition) *rebuildState {
+	return &rebuildState{
+		o:        o,
+		start:    time.Now(),
+		epochs:   epochFilter{own: o.lease.Epoch},
+		heads:    make(map[string]*rivorav1.LaneHead),
+		deadSeqs: make(map[uint64]bool),
+		doneSet:  make(map[uint64]bool),
+		found:    make(map[string]*rebuiltLane),
+	}
+}
+
+// epochFilter admits ledger entries, read in ledger order, by the epoch
+// they were written under. An entry of a newer epoch than this owner's
+// means another agent owns the partition now; one older than the newest
+// seen so far was written by an owner that had already lost the partition
+// when a newer owner wrote, and is ignored (counted in stale).
+type epochFilter struct {
+	own    uint64 // this owner's epoch
+	newest uint64 // the newest epoch seen so far
+	stale  int
+}
+
+func (f *epochFilter) admit(epoch, ledgerSeq uint64) (bool, error) {
+	switch {
+	case epoch > f.own:
+		return false, fmt.Errorf("%w: the ledger holds an entry (seq %d) written under epoch %d, newer than this owner's %d; another agent owns the partition now (or the lock store was reset)", ErrFenced, ledgerSeq, epoch, f.own)
+	case epoch < f.newest:
+		f.stale++
+		return false, nil
+	default:
+		f.newest = epoch
+		return true, nil
+	}
+}
+
+func (r *rebuildState) readLedger(ctx context.Context) error {
+	if err := scan(ctx, r.o.ledger, r.ledgerEntry); err != nil {
+		return err
+	}
+	if r.epochs.stale > 0 {
+		r.o.log.Warn("ignored ledger entries of a fenced-off owner", "entries", r.epochs.stale, "epoch", r.o.lease.Epoch)
+	}
+	return nil
+}
+
+func (r *rebuildState) ledgerEntry(msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
+	if ok, err := r.epochs.admit(epochOf(msg), meta.Sequence.Stream); !ok {
+		return err
+	}
+	if msg.Subject() == lanes.DoneSubject(r.o.p) {
+		return r.doneEntry(msg.Data(), meta.Sequence.Stream)
+	}
+	_, id, isDead, seq, err := lanes.ParseLedgerSubject(msg.Subject())
+	if err != nil {
+		r.o.log.Warn("ignoring malformed ledger entry", "subject", msg.Subject(), "error", err)
+		return nil
+	}
+	if isDead {
+		return r.deadEntry(msg.Data(), seq, meta.Sequence.Stream)
+	}
+	h := &rivorav1.LaneHead{}
+	if err := proto.Unmarshal(msg.Data(), h); err != nil {
+		return fmt.Errorf("decode lane head %s: %w", msg.Subject(), err)
+	}
+	r.heads[id.Subject(r.o.p)] = h
+	return nil
+}
+
+// doneEntry is a done record: the lane-store sequences it lists were
+// delivered or dead before the restart.
+func (r *rebuildState) doneEntry(data []byte, ledgerSeq uint64) error {
+	seqs, err := decodeDone(data)
+	if err != nil {
+		return fmt.Errorf("decode done record: %w", err)
+	}
+	rec := doneRecord{ledgerSeq: ledgerSeq}
+	for _, s := range seqs {
+		r.doneSet[s] = true
+		rec.max = max(rec.max, s)
+	}
+	r.o.reclaim.restoreRecord(rec)
+	return nil
+}
+
+// deadEntry is a dead letter not yet archived.
+func (r *rebuildState) deadEntry(data []byte, laneSeq, ledgerSeq uint64) error {
+	dl := &rivorav1.DeadLetter{}
+	if err := proto.Unmarshal(data, dl); err != nil {
+		return fmt.Errorf("decode dead letter %d: %w", laneSeq, err)
+	}
+	r.deadSeqs[laneSeq] = true
+	r.dead = append(r.dead, queuedDead{dl: dl, ledgerSeq: ledgerSeq})
+	return nil
+}
+
+func (r *rebuildState) scanLanes(ctx context.Context) error {
+	info, err := r.o.lanes.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("lane store info: %w", err)
+	}
+	r.lastSeq = info.State.LastSeq
+	if err := scan(ctx, r.o.lanes, r.laneEntry); err != nil {
+		return fmt.Errorf("scan lane store: %w", err)
+	}
+	return nil
+}
+
+func (r *rebuildState) laneEntry(msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
+	seq := meta.Sequence.Stream
+	subject := msg.Subject()
+	if r.deadSeqs[seq] || r.doneSet[seq] {
+		// Delivered or dead before the restart; its space was not
+		// reclaimed yet.
+		r.o.reclaim.noteDone(subject, seq)
+		return nil
+	}
+	ev := &rivorav1.Event{}
+	if err := proto.Unmarshal(msg.Data(), ev); err != nil {
+		return fmt.Errorf("decode event at seq %d: %w", seq, err)
+	}
+	lane, err := r.lane(subject)
+	if err != nil {
+		return err
+	}
+	lane.entries = append(lane.entries, scheduler.Entry{Seq: seq, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Event: r.o.cache.keep(ev)})
+	r.events++
+	return nil
+}
+
+// lane returns the rebuilt lane of a subject, found now if it is new.
+func (r *rebuildState) lane(subject string) (*rebuiltLane, error) {
+	if l := r.found[subject]; l != nil {
+		return l, nil
+	}
+	_, id, err := lanes.ParseSubject(subject)
+	if err != nil {
+		return nil, err
+	}
+	l := &rebuiltLane{id: id}
+	r.found[subject] = l
+	r.order = append(r.order, subject)
+	return l, nil
+}
+
+// install hands the rebuilt lanes to the scheduler, then the dead letters
+// to the archive queue; only then is every stored sequence registered.
+func (r *rebuildState) install() {
+	o := r.o
+	for _, subject := range r.order {
+		l := r.found[subject]
+		var head scheduler.Head
+		h, hasLedger := r.heads[subject]
+		if hasLedger && h.GetSeq() == l.entries[0].Seq {
+			head = headFromProto(h)
+		}
+		o.deps.Scheduler.Restore(o.p, l.id, l.entries, head, hasLedger)
+		delete(r.heads, subject)
+	}
+	for subject := range r.heads {
+		// Head records of lanes that drained before the crash.
+		_, id, err := lanes.ParseSubject(subject)
+		if err == nil {
+			o.reclaim.noteLedgerPurge(id.HeadSubject(o.p))
+		}
+	}
+	o.writer.restored(r.lastSeq)
+	o.dead.queue.push(r.dead...)
+	if r.events > 0 || len(r.dead) > 0 {
+		o.log.Info("partition rebuilt", "lanes", len(r.order), "events", r.events, "dead_unarchived", len(r.dead), "took", time.Since(r.start).Round(time.Millisecond))
+	}
+}
+
+// scan calls fn for every message of a stream, in order.
+func scan(ctx context.Context, st jetstream.Stream, fn func(jetstream.Msg, *jetstream.MsgMetadata) error) error {
+	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	info, err := st.Info(cctx)
+	if err != nil {
+		return err
+	}
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	cons, err := st.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return err
+	}
+	// Short heartbeats: a consumer lost with a dead stream leader is
+	// noticed (and recreated where it left off) in about 2s, not 10s.
+	it, err := cons.Messages(jetstream.PullMaxMessages(4096), jetstream.PullExpiry(4*time.Second), jetstream.PullHeartbeat(time.Second))
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			return err
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return err
+		}
+		if err := fn(msg, meta); err != nil {
+			return err
+		}
+		if meta.NumPending == 0 || meta.Sequence.Stream >= info.State.LastSeq {
+			return nil
+		}
+	}
+}
+
+func headFromProto(h *rivorav1.LaneHead) scheduler.Head {
+	return scheduler.Head{
+		Attempts:          int(h.GetAttempts()),
+		NotBefore:         h.GetNotBefore().AsTime(),
+		LastStatus:        int(h.GetLastStatus()),
+		LastError:         h.GetLastError(),
+		FirstAttemptAt:    h.GetFirstAttemptAt().AsTime(),
+		LastAttemptAt:     h.GetLastAttemptAt().AsTime(),
+		HeldByDestination: h.GetHeldByDestination(),
+	}
+}

@@ -1,0 +1,459 @@
+package owner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/agent/scheduler"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// Item is one event to append to the lane store.
+type Item struct {
+	Event *rivorav1.Event
+	// Data is the encoded Event.
+	Data []byte
+	// MsgID is the dedup id: the event id, or a replay's own id.
+	MsgID string
+}
+
+// ErrNotOwned: the partition is not running here (released or stopping).
+var ErrNotOwned = errors.New("partition not owned by this agent")
+
+// ErrWriteFailed: the lane store refused or lost a write. Which events of
+// the writes in flight were stored is unknown, so the partition stops; the
+// agent reopens it, and the rebuild from the stream registers exactly what
+// is stored, in order. Callers retry with the same dedup ids.
+var ErrWriteFailed = errors.New("lane store write failed; partition restarting")
+
+// writeBatch is the most items one group commit collects.
+const writeBatch = 2048
+
+// laneWriter is the lane store's single writer. It owns the append
+// pipeline (appendCh → run → ackLoop), the registered mark and the
+// fast-path gate.
+//
+// Invariants:
+//   - registeredThrough only grows, and only by the exact next sequence:
+//     a group whose writes the store answered with anything else (a gap,
+//     a reorder, a fenced-off owner's late write) registers nothing and
+//     stops the writer (ErrWriteFailed); the rebuild then registers
+//     exactly what is stored;
+//   - registeredThrough covers a sequence only once the scheduler holds
+//     it, so reclaim, which never purges above it, cannot drop a stored,
+//     undelivered event;
+//   - groups are registered in the order they were published, which keeps
+//     every lane FIFO;
+//   - every request handed to the writer is answered exactly once, also
+//     when the writer stops (writerDone is closed only once it has).
+type laneWriter struct {
+	p     int
+	js    jetstream.JetStream
+	fence *fence
+	sched *scheduler.Scheduler
+	cache *eventCache
+	log   *slog.Logger
+
+	// registeredThrough is the highest lane-store sequence the scheduler
+	// knows; anything above it is stored but not yet registered and must
+	// never be reclaimed.
+	registeredThrough atomic.Uint64
+
+	gate gate
+
+	appendCh   chan *appendReq
+	writerDone chan struct{}
+}
+
+func newLaneWriter(p int, js jetstream.JetStream, f *fence, sched *scheduler.Scheduler, cache *eventCache, log *slog.Logger) *laneWriter {
+	return &laneWriter{
+		p: p, js: js, fence: f, sched: sched, cache: cache, log: log,
+		appendCh:   make(chan *appendReq),
+		writerDone: make(chan struct{}),
+	}
+}
+
+// registered is the registered mark: every lane-store sequence up to it is
+// known to the scheduler.
+func (w *laneWriter) registered() uint64 { return w.registeredThrough.Load() }
+
+// restored sets the registered mark to the store's last sequence once the
+// rebuild registered everything stored (before the writer runs).
+func (w *laneWriter) restored(lastSeq uint64) { w.registeredThrough.Store(lastSeq) }
+
+type appendReq struct {
+	items []Item
+	done  chan appendResult
+}
+
+type appendResult struct {
+	stored     int    // items[:stored] are stored and registered
+	duplicates []bool // per stored item: it was already there
+	err        error  // why items[stored:] were not
+}
+
+// Append stores events accepted by this agent for this partition. Once the
+// partition is open for it, that is the fast path: straight into the
+// lanes, one write instead of INGEST then a move. Until then (just after
+// the partition opened, while INGEST may still hold older events of the
+// same lanes) they go through INGEST, behind those. It returns once they
+// are durable, with a duplicate flag per event.
+func (o *Partition) Append(ctx context.Context, items []Item) ([]bool, error) {
+	return o.writer.append(ctx, items)
+}
+
+func (w *laneWriter) append(ctx context.Context, items []Item) ([]bool, error) {
+	if w.gate.beginForward() {
+		defer w.gate.endForward()
+		return w.forward(ctx, items)
+	}
+	res := w.submit(ctx, items)
+	if res.err != nil {
+		if res.stored > 0 && !errors.Is(res.err, ErrNotOwned) {
+			return res.duplicates, fmt.Errorf("stored %d of %d: %w", res.stored, len(items), res.err)
+		}
+		return res.duplicates, res.err
+	}
+	return res.duplicates, nil
+}
+
+// forward stores events in INGEST, for the mover.
+func (w *laneWriter) forward(ctx context.Context, items []Item) ([]bool, error) {
+	futures := make([]jetstream.PubAckFuture, len(items))
+	for i, it := range items {
+		msg := nats.NewMsg(lanes.IngestSubject(w.p, it.Event.GetDestinationId()))
+		msg.Data = it.Data
+		msg.Header.Set(jetstream.MsgIDHeader, it.MsgID)
+		f, err := w.js.PublishMsgAsync(msg)
+		if err != nil {
+			return nil, err
+		}
+		futures[i] = f
+	}
+	dups := make([]bool, len(items))
+	for i, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			dups[i] = ack.Duplicate
+		case err := <-f.Err():
+			return dups[:i], err
+		case <-ctx.Done():
+			return dups[:i], ctx.Err()
+		}
+	}
+	return dups, nil
+}
+
+// submit hands items to the writer and waits for its answer.
+func (w *laneWriter) submit(ctx context.Context, items []Item) appendResult {
+	req := &appendReq{items: items, done: make(chan appendResult, 1)}
+	select {
+	case w.appendCh <- req:
+	case <-w.writerDone:
+		return appendResult{err: ErrNotOwned}
+	case <-ctx.Done():
+		return appendResult{err: ctx.Err()}
+	}
+	select {
+	case res := <-req.done:
+		return res
+	case <-ctx.Done():
+		// The writer still finishes the request; its events are stored and
+		// scheduled, only this caller stops waiting.
+		return appendResult{err: ctx.Err()}
+	}
+}
+
+// flight is one group of appends whose writes are out.
+type flight struct {
+	reqs     []*appendReq
+	futures  [][]jetstream.PubAckFuture // per request, per item
+	subjects [][]string                 // per request, per item: the lane subject
+	err      error                      // a publish was refused
+}
+
+// storedAck is the store's answer to one write.
+type storedAck struct {
+	seq uint64
+	dup bool
+}
+
+// run is the lane store's single writer. It batches concurrent appends
+// (group commit) and keeps several groups in flight; ackLoop registers
+// what was stored with the scheduler in stream order, which keeps every
+// lane FIFO and the registered mark exact.
+func (w *laneWriter) run(ctx context.Context) error {
+	defer close(w.writerDone)
+	flights := make(chan *flight, 32)
+	failed := make(chan struct{})
+	ackDone := make(chan error, 1)
+	go func() { ackDone <- w.ackLoop(flights, failed) }()
+	// stop closes the pipeline and waits until every caller was answered.
+	stop := func() error {
+		close(flights)
+		return <-ackDone
+	}
+	for {
+		var first *appendReq
+		select {
+		case first = <-w.appendCh:
+		case <-failed:
+			return stop()
+		case <-ctx.Done():
+			stop()
+			return nil
+		}
+		flights <- w.publish(w.group(first))
+	}
+}
+
+// group collects the requests waiting behind first, up to writeBatch items.
+func (w *laneWriter) group(first *appendReq) []*appendReq {
+	batch := []*appendReq{first}
+	n := len(first.items)
+	for n < writeBatch {
+		select {
+		case req := <-w.appendCh:
+			batch = append(batch, req)
+			n += len(req.items)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+func laneOf(ev *rivorav1.Event) lanes.ID {
+	return lanes.ID{Destination: ev.GetDestinationId(), Customer: ev.GetCustomerId(), Key: ev.GetLaneKey()}
+}
+
+// publish sends every item of a group to the lane store without waiting.
+func (w *laneWriter) publish(batch []*appendReq) *flight {
+	f := &flight{reqs: batch, futures: make([][]jetstream.PubAckFuture, len(batch)), subjects: make([][]string, len(batch))}
+	f.err = w.fence.check()
+	for r, req := range batch {
+		f.futures[r] = make([]jetstream.PubAckFuture, 0, len(req.items))
+		f.subjects[r] = make([]string, 0, len(req.items))
+		if f.err != nil {
+			continue
+		}
+		for _, it := range req.items {
+			subject := laneOf(it.Event).Subject(w.p)
+			f.subjects[r] = append(f.subjects[r], subject)
+			msg := nats.NewMsg(subject)
+			msg.Data = it.Data
+			msg.Header.Set(jetstream.MsgIDHeader, it.MsgID)
+			fut, err := w.js.PublishMsgAsync(msg)
+			if err != nil {
+				f.err = err
+				break
+			}
+			f.futures[r] = append(f.futures[r], fut)
+		}
+	}
+	return f
+}
+
+// ackLoop waits for the writes of each group in order, registers what was
+// stored and answers the callers. On the first failure it closes failed,
+// answers every caller still waiting with ErrWriteFailed, and returns the
+// failure once flights is closed.
+func (w *laneWriter) ackLoop(flights <-chan *flight, failed chan<- struct{}) error {
+	var failure error
+	for f := range flights {
+		if failure != nil {
+			f.fail()
+			continue
+		}
+		if err := w.settle(f); err != nil {
+			w.log.Error("lane store write failed; restarting the partition", "error", err)
+			failure = fmt.Errorf("%w: %v", ErrWriteFailed, err)
+			close(failed)
+		}
+	}
+	return failure
+}
+
+// settle waits for one group's acks and registers it; all or nothing.
+func (w *laneWriter) settle(f *flight) error {
+	if f.err != nil {
+		f.fail()
+		return f.err
+	}
+	acks, err := f.wait()
+	if err == nil {
+		err = w.register(f, acks)
+	}
+	if err != nil {
+		f.fail()
+		return err
+	}
+	f.answer(acks)
+	return nil
+}
+
+// fail answers every caller of the group with ErrWriteFailed.
+func (f *flight) fail() {
+	for _, req := range f.reqs {
+		req.done <- appendResult{err: ErrWriteFailed}
+	}
+}
+
+// wait collects the store's answer to every write of the group, in order;
+// the first refusal ends it.
+func (f *flight) wait() ([][]storedAck, error) {
+	acks := make([][]storedAck, len(f.reqs))
+	for r, req := range f.reqs {
+		acks[r] = make([]storedAck, len(req.items))
+		for i, fut := range f.futures[r] {
+			select {
+			case ack := <-fut.Ok():
+				acks[r][i] = storedAck{seq: ack.Sequence, dup: ack.Duplicate}
+			case err := <-fut.Err():
+				return nil, err
+			}
+		}
+	}
+	return acks, nil
+}
+
+// answer tells every caller of a registered group its duplicates.
+func (f *flight) answer(acks [][]storedAck) {
+	for r, req := range f.reqs {
+		dups := make([]bool, len(acks[r]))
+		for i, a := range acks[r] {
+			dups[i] = a.dup
+		}
+		req.done <- appendResult{stored: len(req.items), duplicates: dups}
+	}
+}
+
+// register hands a group's new events to the scheduler and then moves the
+// registered mark past them; nothing of the group when a write is not the
+// exact next sequence (see nextSequence).
+func (w *laneWriter) register(f *flight, acks [][]storedAck) error {
+	var batch laneBatch
+	through := w.registeredThrough.Load()
+	for r, req := range f.reqs {
+		for i, a := range acks[r] {
+			next, err := nextSequence(through, a)
+			if err != nil {
+				return err
+			}
+			if !next {
+				continue // already registered (or delivered)
+			}
+			ev := req.items[i].Event
+			batch.add(f.subjects[r][i], ev, scheduler.Entry{Seq: a.seq, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Event: w.cache.keep(ev)})
+			through = a.seq
+		}
+	}
+	w.sched.AppendAll(w.p, batch.appends)
+	// Only once the scheduler holds them may reclaim count these sequences
+	// as registered: before, its low-water mark does not see them and a
+	// purge would drop stored, undelivered events.
+	w.registeredThrough.Store(through)
+	return nil
+}
+
+// nextSequence reports whether a stored write extends the registered mark
+// through: false for a duplicate at or below it (already registered, or
+// delivered), an error for anything but the exact next sequence.
+//
+// The writer is the lane store's only one, so what it stores gets exactly
+// the next sequences, in order. Anything else (writes reordered across a
+// stream leader change, or a fenced-off owner's late write) means the
+// store and the scheduler could disagree: register nothing and restart the
+// partition, whose rebuild registers exactly what is stored. (Registering
+// past a gap would let reclaim purge the events in the gap before they
+// are registered.)
+func nextSequence(through uint64, a storedAck) (bool, error) {
+	switch {
+	case a.dup && a.seq <= through:
+		return false, nil
+	case a.seq != through+1:
+		return false, fmt.Errorf("lane store gave sequence %d (duplicate %v), expected %d: writes out of order; rebuilding", a.seq, a.dup, through+1)
+	}
+	return true, nil
+}
+
+// laneBatch groups a group's new entries by lane, lanes in the order they
+// first appear, entries in sequence order.
+type laneBatch struct {
+	byLane  map[string]int // subject → index in appends
+	appends []scheduler.LaneAppend
+}
+
+func (b *laneBatch) add(subject string, ev *rivorav1.Event, e scheduler.Entry) {
+	if b.byLane == nil {
+		b.byLane = make(map[string]int)
+	}
+	k, seen := b.byLane[subject]
+	if !seen {
+		k = len(b.appends)
+		b.byLane[subject] = k
+		b.appends = append(b.appends, scheduler.LaneAppend{ID: laneOf(ev), Subject: subject})
+	}
+	b.appends[k].Entries = append(b.appends[k].Entries, e)
+}
+
+// gate is the fast-path gate: appends go straight into the lanes (direct)
+// only once INGEST held nothing for this partition while nothing was on
+// its way there; until then they go through INGEST (forward), behind the
+// events it may still hold.
+//
+// Invariants: once open, it stays open; it opens only if no forward was in
+// flight, and none began, between the caller's look at INGEST (observe)
+// and open — forwardGen counts every forward begun.
+type gate struct {
+	mu         sync.Mutex
+	direct     bool
+	forwarding int
+	forwardGen uint64
+}
+
+// beginForward reports whether the gate is still closed; then it counts a
+// forward in flight, which the caller ends with endForward.
+func (g *gate) beginForward() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.direct {
+		return false
+	}
+	g.forwarding++
+	g.forwardGen++
+	return true
+}
+
+func (g *gate) endForward() {
+	g.mu.Lock()
+	g.forwarding--
+	g.mu.Unlock()
+}
+
+// observe reports whether the gate is open, else whether a forward is in
+// flight, and the generation to pass to open once INGEST proved empty.
+func (g *gate) observe() (gen uint64, open, busy bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.forwardGen, g.direct, g.forwarding > 0
+}
+
+// open opens the gate unless a forward is in flight or began since observe
+// returned gen; it reports whether the gate is open.
+func (g *gate) open(gen uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.forwarding == 0 && g.forwardGen == gen {
+		g.direct = true
+	}
+	return g.direct
+}
