@@ -18,21 +18,22 @@ import (
 // on, so a late report (about a lease or run the partition no longer has)
 // changes nothing.
 //
-//	          assign                 lock taken                 openLoop starts
-//	(none) ─────────▶ assigned ─────────────────────▶ locked ─────────────────▶ opening
-//	  ▲                 ▲  ▲                            ▲  ▲   open failed, lock    │
-//	  │      fenced:    │  │                            │  └──── still valid ──────┤
-//	  │      lock lost  │  │       Run failed,          │                          │ opened
-//	  │      ┌──────────┘  │       lock still valid     │                          ▼
-//	  │      │             │  ┌───────────────────────────────────────────────  running
-//	  │      │             │  │                                                   │ │
-//	  │      └─────────────┼──┼───────────────────────────────────────────────────┘ │
-//	  │                    │  │                                        withdrawn    │
-//	  │     released,      │  │    withdrawn, or lock lost (locked, opening)        │
-//	  ├──── not wanted ─ releasing ◀──────────────────────────                      │
-//	  │     (else back to assigned)                                                 ▼
-//	  └──── handed off, not wanted ───────────────────────────────────────── handingOff
-//	        (else back to assigned)           (detach, drain ≤15s, flush, release)
+//	         assign           lock taken          open starts          opened
+//	(none) ─────────▶ assigned ─────────▶ locked ─────────▶ opening ─────────▶ running
+//	                   ▲  ▲  ▲             ▲  ▲  open failed,  │                │ │ │
+//	                   │  │  │             │  └── lock valid ──┘                │ │ │
+//	                   │  │  │             └───── Run failed, lock valid ───────┘ │ │
+//	                   │  │  └──── lock lost (fenced), or Run failed without it ──┘ │
+//	                   │  │                                                          │ withdrawn
+//	                   │  └── released ── releasing ◀── withdrawn or lock lost       ▼
+//	                   │                                (locked, opening);      handingOff
+//	                   │                                open fenced                  │
+//	                   └───────────────── handed off (its lock released) ────────────┘
+//
+// After "released" and "handed off" a partition is assigned again if it is
+// wanted again meanwhile, else forgotten; withdrawn while assigned, it is
+// forgotten at once. lockLoop releases the locks of releasing partitions; a
+// handoff (detach, drain ≤15 s, flush) releases its own.
 //
 // Invariants (checkInvariants in the tests verifies them):
 //   - a partition has an entry iff it is assigned here or a lock on it is

@@ -18,6 +18,13 @@ import (
 // The loops below act on the decisions of a.parts (lifecycle.go): that is
 // where a partition's phase changes, here is where its locks are taken and
 // released and where it is opened, run and handed off.
+//
+// The scheduler holds the lanes of one open of a partition at a time: only
+// openLoop opens, one partition at a time, and an open that is not to run
+// is detached before openLoop opens anything else; a run is detached before
+// it leaves running or handingOff (its run goroutine detaches it before it
+// reports lost or failed; a handoff detaches it first and reports last), so
+// the next open of the same partition finds the scheduler without it.
 
 const (
 	// lockRetry and openRetry are how often a lock held by another agent is
