@@ -15,8 +15,10 @@
 //	history      per-event attempt outcomes for "where is my event?"
 //	destinations the control plane's destinations, as delivery uses them
 //
-// The Agent follows the control plane (follow.go), opens the partitions it
-// is assigned, and runs the delivery workers.
+// The Agent wires them together: it follows the control plane (follow.go),
+// keeps the lifecycle of the partitions it is assigned (lifecycle.go
+// decides, the loops of own.go lock, open, run and hand them off), and runs
+// the delivery workers.
 package agent
 
 import (

@@ -357,16 +357,6 @@ func (ps *partitions) owned() []uint32 {
 	return out
 }
 
-// phaseOf returns p's phase, false if it has none.
-func (ps *partitions) phaseOf(p int) (phase, bool) {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if st := ps.m[p]; st != nil {
-		return st.phase, true
-	}
-	return 0, false
-}
-
 // ---- helpers (mu held) --------------------------------------------------------
 
 func isOwned(ph phase) bool { return ph == locked || ph == opening || ph == running }

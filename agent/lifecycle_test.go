@@ -510,6 +510,16 @@ func TestPartitionLifecycleRandom(t *testing.T) {
 	}
 }
 
+// phaseOf returns p's phase, false if it has none.
+func (ps *partitions) phaseOf(p int) (phase, bool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if st := ps.m[p]; st != nil {
+		return st.phase, true
+	}
+	return 0, false
+}
+
 // checkInvariants verifies the invariants of partitions' doc comment.
 func checkInvariants(t *testing.T, ps *partitions) {
 	t.Helper()
