@@ -152,7 +152,7 @@ func (ps *partitions) stop() (handoffs []*partitionRun) {
 
 // toRelease moves the locked and opening partitions whose lease was lost to
 // releasing, and lists the leases of every releasing partition, for
-// lockLoop to give back (then released).
+// lockLoop to give back (then lockReleased).
 func (ps *partitions) toRelease() []*ownership.Lease {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -169,9 +169,9 @@ func (ps *partitions) toRelease() []*ownership.Lease {
 	return out
 }
 
-// released: lockLoop gave lease back. The partition waits for a new lock if
-// it is assigned here again, else it is forgotten.
-func (ps *partitions) released(lease *ownership.Lease) {
+// lockReleased: lockLoop gave lease back. The partition waits for a new
+// lock if it is assigned here again, else it is forgotten.
+func (ps *partitions) lockReleased(lease *ownership.Lease) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	st := ps.m[lease.P]
@@ -184,9 +184,9 @@ func (ps *partitions) released(lease *ownership.Lease) {
 // toLock lists the partitions waiting for their lock, lowest first.
 func (ps *partitions) toLock() []int { return ps.inPhase(assigned) }
 
-// locked: lockLoop took lease. It reports false if the partition is no
+// lockTaken: lockLoop took lease. It reports false if the partition is no
 // longer waiting for a lock (withdrawn meanwhile): give lease back.
-func (ps *partitions) locked(lease *ownership.Lease) bool {
+func (ps *partitions) lockTaken(lease *ownership.Lease) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	st := ps.m[lease.P]
@@ -258,9 +258,9 @@ func (ps *partitions) opened(run *partitionRun) bool {
 
 // ---- a partition's run goroutine and its handoff ----------------------------
 
-// lost: run stopped because its lease was lost (fenced). Nothing is
+// runLost: run stopped because its lease was lost (fenced). Nothing is
 // released (the lock is gone); the partition waits for a new lock.
-func (ps *partitions) lost(run *partitionRun) {
+func (ps *partitions) runLost(run *partitionRun) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	st := ps.m[run.p]
@@ -272,10 +272,10 @@ func (ps *partitions) lost(run *partitionRun) {
 	ps.wake(true, true)
 }
 
-// failed: run stopped on an error of its own (a write failed). It is
+// runFailed: run stopped on an error of its own (a write failed). It is
 // opened again from the store under the same lock if the lease holds,
 // else it waits for a new lock.
-func (ps *partitions) failed(run *partitionRun) {
+func (ps *partitions) runFailed(run *partitionRun) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	st := ps.m[run.p]

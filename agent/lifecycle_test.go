@@ -79,8 +79,8 @@ func lockPass() step {
 	return step{"lockLoop pass", func(r *lifecycleRig) {
 		releasePass().do(r)
 		for _, p := range r.ps.toLock() {
-			if lease := r.take(p); !r.ps.locked(lease) {
-				r.t.Fatalf("locked(%d) refused a lock of a partition toLock listed", p)
+			if lease := r.take(p); !r.ps.lockTaken(lease) {
+				r.t.Fatalf("lockTaken(%d) refused a lock of a partition toLock listed", p)
 			}
 		}
 	}}
@@ -92,7 +92,7 @@ func releasePass() step {
 	return step{"lockLoop pass, no lock free", func(r *lifecycleRig) {
 		for _, lease := range r.ps.toRelease() {
 			_ = lease.Release(context.Background())
-			r.ps.released(lease)
+			r.ps.lockReleased(lease)
 			r.released = append(r.released, lease.P)
 		}
 	}}
@@ -101,8 +101,8 @@ func releasePass() step {
 // takeLock takes p's lock and reports it; want is locked's answer.
 func takeLock(p int, want bool) step {
 	return step{fmt.Sprintf("lock %d taken", p), func(r *lifecycleRig) {
-		if got := r.ps.locked(r.take(p)); got != want {
-			r.t.Fatalf("locked(%d) = %v, want %v", p, got, want)
+		if got := r.ps.lockTaken(r.take(p)); got != want {
+			r.t.Fatalf("lockTaken(%d) = %v, want %v", p, got, want)
 		}
 	}}
 }
@@ -149,11 +149,11 @@ func loseLock(p int) step {
 }
 
 func runFenced(p, run int) step {
-	return step{fmt.Sprintf("run %d of %d fenced", run, p), func(r *lifecycleRig) { r.ps.lost(r.runs[p][run]) }}
+	return step{fmt.Sprintf("run %d of %d fenced", run, p), func(r *lifecycleRig) { r.ps.runLost(r.runs[p][run]) }}
 }
 
 func runFailed(p, run int) step {
-	return step{fmt.Sprintf("run %d of %d failed", run, p), func(r *lifecycleRig) { r.ps.failed(r.runs[p][run]) }}
+	return step{fmt.Sprintf("run %d of %d failed", run, p), func(r *lifecycleRig) { r.ps.runFailed(r.runs[p][run]) }}
 }
 
 // handedOff ends the handoff of p's run number i: its lease is released,
@@ -174,7 +174,7 @@ func lateHandedOff(p, i int) step {
 
 // lateRelease reports the release of p's lease number i (not releasing).
 func lateRelease(p, i int) step {
-	return step{fmt.Sprintf("late release of lease %d of %d", i, p), func(r *lifecycleRig) { r.ps.released(r.leases[p][i]) }}
+	return step{fmt.Sprintf("late release of lease %d of %d", i, p), func(r *lifecycleRig) { r.ps.lockReleased(r.leases[p][i]) }}
 }
 
 // ---- expectations -------------------------------------------------------------
@@ -484,12 +484,12 @@ func TestPartitionLifecycleRandom(t *testing.T) {
 				if run := anyRun(pick()); run != nil {
 					// Fenced: its lease is lost first.
 					_ = run.lease.Release(context.Background())
-					r.ps.lost(run)
+					r.ps.runLost(run)
 				}
 			},
 			func() {
 				if run := anyRun(pick()); run != nil {
-					r.ps.failed(run)
+					r.ps.runFailed(run)
 				}
 			},
 			func() {

@@ -50,7 +50,7 @@ func (a *Agent) lockLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		for _, lease := range a.parts.toRelease() {
 			a.releaseLease(lease)
-			a.parts.released(lease)
+			a.parts.lockReleased(lease)
 		}
 		pending := a.parts.toLock()
 		for _, p := range pending {
@@ -75,7 +75,7 @@ func (a *Agent) lock(ctx context.Context, p int, waiting map[int]bool) {
 	switch {
 	case err == nil:
 		delete(waiting, p)
-		if !a.parts.locked(lease) {
+		if !a.parts.lockTaken(lease) {
 			a.releaseLease(lease) // withdrawn meanwhile
 		}
 	case errors.Is(err, ownership.ErrHeld):
@@ -164,12 +164,12 @@ func (a *Agent) runPartition(ctx context.Context, run *partitionRun) {
 		// Lost: stop at once; nothing more is written or sent here.
 		a.log.Warn("partition ownership lost; stopped", "partition", run.p, "error", err)
 		run.part.Detach()
-		a.parts.lost(run)
+		a.parts.runLost(run)
 	default:
 		// A write failed: rebuild the partition from its store.
 		a.log.Error("partition failed; reopening it", "partition", run.p, "error", err)
 		run.part.Detach()
-		a.parts.failed(run)
+		a.parts.runFailed(run)
 	}
 }
 
