@@ -15,8 +15,10 @@
 //	history      per-event attempt outcomes for "where is my event?"
 //	destinations the control plane's destinations, as delivery uses them
 //
-// The Agent follows the control plane (follow.go), opens the partitions it
-// is assigned, and runs the delivery workers.
+// The Agent wires them together: it follows the control plane (follow.go),
+// keeps the lifecycle of the partitions it is assigned (lifecycle.go
+// decides, the loops of own.go lock, open, run and hand them off), and runs
+// the delivery workers.
 package agent
 
 import (
@@ -107,33 +109,18 @@ type Agent struct {
 	ready       atomic.Bool
 
 	// partitionCount is the cell's partition count (0 until the first
-	// config); owned holds the partitions this agent runs.
+	// config).
 	partitionCount atomic.Int32
-	mu             sync.Mutex
-	owned          map[int]*ownedPartition
-	wanted         map[int]bool // partitions the control plane assigned here
-	releasing      map[int]chan struct{}
-	opening        map[int]*ownership.Lease // locked, still opening
-	openMu         sync.Mutex               // one partition opens at a time
-	applied        atomic.Uint64
+	// parts is the lifecycle of the partitions assigned here (lifecycle.go);
+	// lockLoop, openLoop, the partitions' run goroutines and their handoffs
+	// act on its decisions (own.go).
+	parts *partitions
+	// running holds the partitions' run goroutines and handoffs: Run waits
+	// for them before it closes the locker.
+	running sync.WaitGroup
+	applied atomic.Uint64
 	// controlPlaneIndex picks the followed control plane among several.
 	controlPlaneIndex atomic.Uint32
-	// wakeLock and wakeOpen ask lockLoop and openLoop to look again;
-	// ownedChanged asks the reporter to tell the control plane.
-	wakeLock     chan struct{}
-	wakeOpen     chan struct{}
-	ownedChanged chan struct{}
-}
-
-type ownedPartition struct {
-	part   *owner.Partition
-	lease  *ownership.Lease
-	cancel context.CancelFunc
-	done   chan struct{}
-
-	// inFlight counts attempts between their last ownership check and
-	// their recorded outcome; a graceful handoff waits for them.
-	inFlight sync.WaitGroup
 }
 
 // New starts the embedded NATS server and creates the shared streams.
@@ -154,9 +141,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		cfg.Replicas = natsd.Replicas(cellSize(cfg.NATSCluster, cfg.NATSRoutes))
 	}
 	a := &Agent{
-		cfg: cfg, log: log, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}),
-		owned: make(map[int]*ownedPartition), wanted: make(map[int]bool), releasing: make(map[int]chan struct{}), opening: make(map[int]*ownership.Lease),
-		wakeLock: make(chan struct{}, 1), wakeOpen: make(chan struct{}, 1), ownedChanged: make(chan struct{}, 1),
+		cfg: cfg, log: log, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}), parts: newPartitions(),
 	}
 	var err error
 	if a.nats, err = natsd.Start(natsd.Config{
@@ -236,295 +221,45 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 
 // Run follows the control plane and delivers until ctx ends, then drains:
 // no new attempt starts, attempts in flight finish (bounded by their
-// timeouts), the partitions flush, and the embedded server stops.
+// timeouts), the partitions flush and hand their locks back, and the
+// embedded server stops. Every goroutine it starts has ended when it
+// returns.
 func (a *Agent) Run(ctx context.Context) error {
-	var workWG sync.WaitGroup
-	workWG.Add(1)
-	go func() {
-		defer workWG.Done()
-		_ = a.sched.Run(ctx)
-	}()
+	var work, loops sync.WaitGroup
+	work.Go(func() { _ = a.sched.Run(ctx) })
 	for range a.cfg.Workers {
-		workWG.Add(1)
-		go func() {
-			defer workWG.Done()
-			a.work(ctx)
-		}()
+		work.Go(func() { a.work(ctx) })
 	}
-	followDone := make(chan struct{})
-	go func() {
-		defer close(followDone)
-		a.follow(ctx)
-	}()
-	ownDone := make(chan struct{})
-	go func() {
-		defer close(ownDone)
-		var wg sync.WaitGroup
-		wg.Go(func() { a.lockLoop(ctx) })
-		wg.Go(func() { a.openLoop(ctx) })
-		wg.Wait()
-	}()
-	go a.reportOwned(ctx)
+	loops.Go(func() { a.follow(ctx) })
+	loops.Go(func() { a.lockLoop(ctx) })
+	loops.Go(func() { a.openLoop(ctx) })
+	loops.Go(func() { a.reportOwned(ctx) })
 	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.controlPlaneURL())
 	<-ctx.Done()
 	a.ready.Store(false)
 	a.log.Info("draining: waiting for attempts in flight")
-	<-followDone
-	<-ownDone
-	workWG.Wait()
-	a.mu.Lock()
-	a.wanted = map[int]bool{}
-	var handoffs []<-chan struct{}
-	for p := range a.owned {
-		handoffs = append(handoffs, a.releaseLocked(p))
+	loops.Wait()
+	work.Wait()
+	for _, run := range a.parts.stop() {
+		a.handOff(run)
 	}
-	for _, done := range a.releasing {
-		handoffs = append(handoffs, done)
-	}
-	a.mu.Unlock()
-	for _, done := range handoffs {
-		<-done
-	}
-	// Wait for an open in progress (it sees nothing is wanted any more).
-	a.openMu.Lock()
+	a.running.Wait()
 	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := a.locker.Close(closeCtx); err != nil {
 		a.log.Warn("release ownership", "error", err)
 	}
 	cancel()
 	a.nats.Shutdown()
-	a.openMu.Unlock()
 	a.log.Info("agent stopped")
 	return nil
 }
 
-// open opens and starts partition p, whose lock this agent holds (taken
-// by lockLoop, kept in a.opening), unless it runs already or is no longer
-// assigned. It makes one attempt: in a cell that just lost an agent, the
-// partition's streams answer only once their replicas have elected a new
-// leader, and openLoop tries again shortly, still holding the lock. Opens
-// are serialised (openMu); the rebuild runs without holding a.mu, so
-// delivery and ingest for other partitions go on meanwhile.
-func (a *Agent) open(ctx context.Context, p int) error {
-	a.openMu.Lock()
-	defer a.openMu.Unlock()
-	a.mu.Lock()
-	_, running := a.owned[p]
-	lease := a.opening[p]
-	a.mu.Unlock()
-	if running || lease == nil {
-		return nil
-	}
-	part, err := owner.Open(ctx, p, a.deps, lease)
-	if err != nil {
-		a.sched.DropPartition(p)
-		a.mu.Lock()
-		wanted := a.wanted[p]
-		a.mu.Unlock()
-		if !wanted || !lease.Valid() || errors.Is(err, owner.ErrFenced) {
-			a.giveUp(p, lease)
-		}
-		return err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.opening[p] == lease {
-		delete(a.opening, p)
-	}
-	if !a.wanted[p] || !lease.Valid() {
-		// Released or lost while it was rebuilding.
-		part.Detach()
-		go a.releaseLease(lease)
-		a.signalOwned()
-		return nil
-	}
-	a.configurePartition(p)
-	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	op := &ownedPartition{part: part, lease: lease, cancel: cancel, done: make(chan struct{})}
-	a.owned[p] = op
-	a.log.Info("partition owned", "partition", p, "epoch", lease.Epoch)
-	a.signalOwned()
-	go func() {
-		err := part.Run(pctx)
-		close(op.done)
-		switch {
-		case err == nil || pctx.Err() != nil:
-		case errors.Is(err, owner.ErrFenced):
-			// Lost: stop at once; nothing more is written or sent here.
-			a.log.Warn("partition ownership lost; stopped", "partition", p, "error", err)
-			a.drop(p, op)
-		default:
-			// A write failed: rebuild the partition from its store.
-			a.log.Error("partition failed; reopening it", "partition", p, "error", err)
-			a.reopen(p, op)
-		}
-	}()
-	return nil
-}
-
-// giveUp releases the lock of a partition that will not open here.
-func (a *Agent) giveUp(p int, lease *ownership.Lease) {
-	a.mu.Lock()
-	if a.opening[p] == lease {
-		delete(a.opening, p)
-	}
-	a.mu.Unlock()
-	a.releaseLease(lease)
-	a.signalOwned()
-}
-
-// acquire takes partition p's lock, unless this agent holds it already
-// (acquired, still opening: a.opening).
-func (a *Agent) acquire(ctx context.Context, p int) (*ownership.Lease, error) {
-	a.mu.Lock()
-	if lease := a.opening[p]; lease != nil && lease.Valid() {
-		a.mu.Unlock()
-		return lease, nil
-	}
-	_, running := a.owned[p]
-	a.mu.Unlock()
-	if running {
-		return nil, errRunning
-	}
-	// The locker refuses a second lease on a partition this agent holds
-	// (running, or still handing off): ErrHeld.
-	lease, err := a.locker.TryAcquire(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	a.mu.Lock()
-	a.opening[p] = lease
-	a.mu.Unlock()
-	a.signalOwned()
-	return lease, nil
-}
-
-// releaseUnwanted gives back locks acquired for partitions that were
-// unassigned before they opened.
-func (a *Agent) releaseUnwanted() {
-	a.mu.Lock()
-	var stale []*ownership.Lease
-	for p, lease := range a.opening {
-		if !a.wanted[p] || !lease.Valid() {
-			stale = append(stale, lease)
-			delete(a.opening, p)
-		}
-	}
-	a.mu.Unlock()
-	for _, lease := range stale {
-		a.releaseLease(lease)
-	}
-	if len(stale) > 0 {
-		a.signalOwned()
-	}
-}
-
-func (a *Agent) releaseLease(lease *ownership.Lease) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := lease.Release(ctx); err != nil {
-		a.log.Warn("release partition lock", "partition", lease.P, "error", err)
-	}
-}
-
-// drop forgets a partition whose ownership was lost, and lets the
-// ownership loop try to get it back if it is still assigned here.
-func (a *Agent) drop(p int, lost *ownedPartition) {
-	a.mu.Lock()
-	if a.owned[p] == lost {
-		lost.part.Detach()
-		lost.cancel()
-		delete(a.owned, p)
-	}
-	a.mu.Unlock()
-	a.signalOwned()
-	a.wakeOwnLoop()
-}
-
-// reopen replaces a failed partition with a fresh one rebuilt from the
-// store, under the same lock, unless it was released meanwhile.
-func (a *Agent) reopen(p int, failed *ownedPartition) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.owned[p] != failed {
-		return
-	}
-	failed.part.Detach()
-	failed.cancel()
-	delete(a.owned, p)
-	if failed.lease.Valid() {
-		a.opening[p] = failed.lease
-	}
-	a.wakeOwnLoop()
-}
-
-// handoffWait bounds how long a graceful handoff waits for attempts in
-// flight; after it the lock is released anyway and their outcomes are not
-// recorded (the new owner sends those events again).
-const handoffWait = 15 * time.Second
-
-// releaseLocked starts a graceful handoff of partition p (see handoff).
-// Until it ends, p is not opened again here.
-func (a *Agent) releaseLocked(p int) (done <-chan struct{}) {
-	op, ok := a.owned[p]
-	if !ok {
-		return nil
-	}
-	op.part.Detach()
-	delete(a.owned, p)
-	released := make(chan struct{})
-	a.releasing[p] = released
-	go func() {
-		a.handoff(p, op)
-		a.mu.Lock()
-		delete(a.releasing, p)
-		a.mu.Unlock()
-		close(released)
-		a.wakeOwnLoop()
-	}()
-	return released
-}
-
-// handoff: no new attempt starts (the scheduler dropped the partition),
-// attempts in flight finish, the partition flushes, and the lock is
-// released; the next owner rebuilds from the stream.
-func (a *Agent) handoff(p int, op *ownedPartition) {
-	drained := make(chan struct{})
-	go func() {
-		op.inFlight.Wait()
-		close(drained)
-	}()
-	select {
-	case <-drained:
-	case <-time.After(handoffWait):
-		a.log.Warn("handoff: attempts still in flight; releasing anyway", "partition", p)
-	}
-	op.cancel()
-	<-op.done
-	a.releaseLease(op.lease)
-	a.signalOwned()
-}
-
+// partition returns partition p while it runs here, else nil.
 func (a *Agent) partition(p int) *owner.Partition {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if op, ok := a.owned[p]; ok {
-		return op.part
+	if run := a.parts.run(p); run != nil {
+		return run.part
 	}
 	return nil
-}
-
-// ownedPartitionOf returns a running partition and counts an attempt in
-// flight on it (call done after its outcome is recorded).
-func (a *Agent) ownedPartitionOf(p int) (*ownedPartition, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	op, ok := a.owned[p]
-	if !ok {
-		return nil, false
-	}
-	op.inFlight.Add(1)
-	return op, true
 }
 
 // work is one delivery worker.
@@ -542,7 +277,7 @@ func (a *Agent) work(ctx context.Context) {
 }
 
 func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
-	op, ok := a.ownedPartitionOf(att.Lane.Partition)
+	run, ok := a.parts.attempting(att.Lane.Partition)
 	if !ok {
 		// Its partition is still opening (the rebuild registers lanes
 		// before the partition is installed), or was just released: try
@@ -552,8 +287,8 @@ func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 		a.sched.Retry(att, head)
 		return
 	}
-	defer op.inFlight.Done()
-	part := op.part
+	defer run.inFlight.Done()
+	part := run.part
 	ev, err := part.Load(ctx, att)
 	if err != nil {
 		part.Skip(att, err)
@@ -717,9 +452,6 @@ func healthToProto(s scheduler.DestinationSnapshot) *rivorav1.DestinationHealth 
 }
 
 var errNotFound = errors.New("not found")
-
-// errRunning: the partition opened meanwhile; nothing to acquire.
-var errRunning = errors.New("partition already running here")
 
 // cellSize is this agent plus its distinct routes to others.
 func cellSize(clusterListen string, routes []string) int {

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/rivora/rivora/internal/backoff"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -24,7 +25,7 @@ import (
 func (a *Agent) follow(ctx context.Context) {
 	// No overall timeout: the stream is long-lived.
 	httpClient := &http.Client{}
-	backoff := 100 * time.Millisecond
+	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	for ctx.Err() == nil {
 		url := a.controlPlaneURL()
 		err := a.watch(ctx, rivorav1connect.NewAgentServiceClient(httpClient, url))
@@ -32,18 +33,19 @@ func (a *Agent) follow(ctx context.Context) {
 			return
 		}
 		a.nextControlPlane(url)
-		a.log.Warn("config watch ended; reconnecting", "controlplane", url, "next", a.controlPlaneURL(), "retry_in", backoff, "error", err)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
+		wait := retry.Next()
+		a.log.Warn("config watch ended; reconnecting", "controlplane", url, "next", a.controlPlaneURL(), "retry_in", wait, "error", err)
+		if !backoff.Sleep(ctx, wait) {
 			return
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
 func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceClient) error {
 	ctx, cancel := context.WithCancel(ctx)
+	// The goroutines below end with ctx: wait for them after cancel.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	defer cancel()
 	stream, err := client.Watch(ctx, connect.NewRequest(&rivorav1.WatchRequest{
 		AgentName: a.cfg.Name, Address: a.cfg.AdvertiseURL, AppliedVersion: a.applied.Load(), Session: a.locker.Session(),
@@ -54,17 +56,17 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 	defer stream.Close()
 	// A new Consul session (the old one was lost) is announced with a new
 	// Watch.
-	go func() {
+	wg.Go(func() {
 		select {
 		case <-a.locker.SessionChanged():
 			a.log.Info("new consul session; reconnecting the watch to announce it", "session", a.locker.Session())
 			cancel()
 		case <-ctx.Done():
 		}
-	}()
+	})
 	// A silent stream past twice the control plane's keepalive is dead.
 	alive := make(chan struct{}, 1)
-	go func() {
+	wg.Go(func() {
 		t := time.NewTimer(25 * time.Second)
 		defer t.Stop()
 		for {
@@ -78,7 +80,7 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 				return
 			}
 		}
-	}()
+	})
 	for stream.Receive() {
 		select {
 		case alive <- struct{}{}:
@@ -128,37 +130,14 @@ func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 	for _, p := range msg.GetPartitions() {
 		want[int(p)] = true
 	}
-	a.mu.Lock()
-	a.wanted = want
-	for p := range a.owned {
-		if !want[p] {
-			a.log.Info("partition reassigned; handing it off", "partition", p)
-			a.releaseLocked(p)
-		}
-	}
-	a.mu.Unlock()
 	// Opening rebuilds from the store, which takes seconds for a large
-	// backlog: the ownership loop does it beside the Watch, so later
+	// backlog: lockLoop and openLoop do it beside the Watch, so later
 	// changes still apply.
-	a.wakeOwnLoop()
-	return nil
-}
-
-// toOpen lists the assigned partitions not running here (nor still being
-// handed off from an earlier assignment), lowest first.
-func (a *Agent) toOpen() []int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []int
-	for p := range a.wanted {
-		_, running := a.owned[p]
-		_, releasing := a.releasing[p]
-		if !running && !releasing {
-			out = append(out, p)
-		}
+	for _, run := range a.parts.assign(want) {
+		a.log.Info("partition reassigned; handing it off", "partition", run.p)
+		a.handOff(run)
 	}
-	slices.Sort(out)
-	return out
+	return nil
 }
 
 // controlPlaneURL is the control plane the agent follows now.

@@ -9,40 +9,52 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
 
+// The loops below act on the decisions of a.parts (lifecycle.go): that is
+// where a partition's phase changes, here is where its locks are taken and
+// released and where it is opened, run and handed off.
+//
+// The scheduler holds the lanes of one open of a partition at a time: only
+// openLoop opens, one partition at a time, and an open that is not to run
+// is detached before openLoop opens anything else; a run is detached before
+// it leaves running or handingOff (its run goroutine detaches it before it
+// reports lost or failed; a handoff detaches it first and reports last), so
+// the next open of the same partition finds the scheduler without it.
+
+const (
+	// lockRetry and openRetry are how often a lock held by another agent is
+	// tried again, and a partition whose lock is held here but whose
+	// streams do not answer yet is opened again.
+	lockRetry = 250 * time.Millisecond
+	openRetry = 250 * time.Millisecond
+
+	// handoffWait bounds how long a graceful handoff waits for attempts in
+	// flight; after it the lock is released anyway and their outcomes are
+	// not recorded (the new owner sends those events again).
+	handoffWait = 15 * time.Second
+)
+
 // lockLoop takes the locks of the partitions assigned here, as soon as
-// their previous owner lets go (or its lock-delay ends). openLoop opens
-// them; a partition is owned, and no one else's, from the moment its lock
-// is held.
+// their previous owner lets go (or its lock-delay ends), and gives back the
+// locks that are no longer wanted or were lost. openLoop opens them; a
+// partition is owned, and no one else's, from the moment its lock is held.
 func (a *Agent) lockLoop(ctx context.Context) {
-	const retry = 250 * time.Millisecond
 	waiting := make(map[int]bool) // logged as held by another agent
-	t := time.NewTicker(retry)
+	t := time.NewTicker(lockRetry)
 	defer t.Stop()
 	for ctx.Err() == nil {
-		a.releaseUnwanted()
-		pending := a.toOpen()
+		for _, lease := range a.parts.toRelease() {
+			a.releaseLease(lease)
+			a.parts.lockReleased(lease)
+		}
+		pending := a.parts.toLock()
 		for _, p := range pending {
-			_, err := a.acquire(ctx, p)
-			switch {
-			case err == nil:
-				delete(waiting, p)
-				a.wakeOpenLoop()
-			case errors.Is(err, ownership.ErrHeld):
-				if !waiting[p] {
-					waiting[p] = true
-					a.log.Info("partition assigned here is still locked by its previous owner; waiting", "partition", p)
-				}
-			case errors.Is(err, errRunning):
-			case errors.Is(err, ownership.ErrNoSession):
-				// Our session lapsed; the locker is replacing it.
-			default:
-				a.log.Warn("acquire partition lock", "partition", p, "error", err)
-			}
+			a.lock(ctx, p, waiting)
 		}
 		for p := range waiting {
 			if !slices.Contains(pending, p) {
@@ -50,20 +62,40 @@ func (a *Agent) lockLoop(ctx context.Context) {
 			}
 		}
 		select {
-		case <-a.wakeLock:
+		case <-a.parts.wakeLock:
 		case <-t.C:
 		case <-ctx.Done():
 		}
 	}
 }
 
+// lock tries once to take partition p's lock.
+func (a *Agent) lock(ctx context.Context, p int, waiting map[int]bool) {
+	lease, err := a.locker.TryAcquire(ctx, p)
+	switch {
+	case err == nil:
+		delete(waiting, p)
+		if !a.parts.lockTaken(lease) {
+			a.releaseLease(lease) // withdrawn meanwhile
+		}
+	case errors.Is(err, ownership.ErrHeld):
+		if !waiting[p] {
+			waiting[p] = true
+			a.log.Info("partition assigned here is still locked by its previous owner; waiting", "partition", p)
+		}
+	case errors.Is(err, ownership.ErrNoSession):
+		// Our session lapsed; the locker is replacing it.
+	default:
+		a.log.Warn("acquire partition lock", "partition", p, "error", err)
+	}
+}
+
 // openLoop opens the partitions whose lock is held here, one at a time,
-// retrying every retry while their streams are unavailable.
+// retrying every openRetry while their streams are unavailable.
 func (a *Agent) openLoop(ctx context.Context) {
-	const retry = 250 * time.Millisecond
 	lastLog := make(map[int]time.Time) // one warning per partition every 5s
 	for ctx.Err() == nil {
-		for _, p := range a.locked() {
+		for _, p := range a.parts.toOpen() {
 			if ctx.Err() != nil {
 				return
 			}
@@ -72,70 +104,110 @@ func (a *Agent) openLoop(ctx context.Context) {
 				a.log.Warn("open partition; retrying while holding its lock", "partition", p, "error", err)
 			}
 		}
-		if len(a.toOpen()) == 0 && a.partitionCount.Load() > 0 {
+		if a.parts.settled() && a.partitionCount.Load() > 0 {
 			a.ready.Store(true)
 		}
 		var again <-chan time.Time
-		if len(a.locked()) > 0 {
-			again = time.After(retry)
+		if len(a.parts.toOpen()) > 0 {
+			again = time.After(openRetry)
 		}
 		select {
-		case <-a.wakeOpen:
+		case <-a.parts.wakeOpen:
 		case <-again:
 		case <-ctx.Done():
 		}
 	}
 }
 
-// locked lists the partitions whose lock is held but which do not run yet.
-func (a *Agent) locked() []int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make([]int, 0, len(a.opening))
-	for p := range a.opening {
-		out = append(out, p)
+// open opens and starts partition p, whose lock this agent holds, unless
+// it is no longer locked here. It makes one attempt: in a cell that just
+// lost an agent, the partition's streams answer only once their replicas
+// have elected a new leader, and openLoop tries again shortly, still
+// holding the lock. Only openLoop opens, so opens are serialised; the
+// rebuild holds no lock of the agent's, so delivery and ingest for other
+// partitions go on meanwhile.
+func (a *Agent) open(ctx context.Context, p int) error {
+	lease, ok := a.parts.startOpen(p)
+	if !ok {
+		return nil
 	}
-	slices.Sort(out)
-	return out
+	part, err := owner.Open(ctx, p, a.deps, lease)
+	if err != nil {
+		a.sched.DropPartition(p)
+		a.parts.openFailed(lease, errors.Is(err, owner.ErrFenced))
+		return err
+	}
+	a.configurePartition(p)
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	run := &partitionRun{p: p, part: part, lease: lease, cancel: cancel, done: make(chan struct{})}
+	if !a.parts.opened(run) {
+		// Released or lost while it was rebuilding.
+		part.Detach()
+		cancel()
+		return nil
+	}
+	a.log.Info("partition owned", "partition", p, "epoch", lease.Epoch)
+	a.running.Go(func() { a.runPartition(pctx, run) })
+	return nil
 }
 
-// wakeOwnLoop asks both loops to look at the assignment again.
-func (a *Agent) wakeOwnLoop() {
-	select {
-	case a.wakeLock <- struct{}{}:
+// runPartition runs an opened partition until its handoff cancels ctx, its
+// lease is lost, or it fails.
+func (a *Agent) runPartition(ctx context.Context, run *partitionRun) {
+	defer close(run.done)
+	defer run.cancel()
+	err := run.part.Run(ctx)
+	switch {
+	case err == nil || ctx.Err() != nil:
+		// Handed off: the handoff waits for done.
+	case errors.Is(err, owner.ErrFenced):
+		// Lost: stop at once; nothing more is written or sent here.
+		a.log.Warn("partition ownership lost; stopped", "partition", run.p, "error", err)
+		run.part.Detach()
+		a.parts.runLost(run)
 	default:
+		// A write failed: rebuild the partition from its store.
+		a.log.Error("partition failed; reopening it", "partition", run.p, "error", err)
+		run.part.Detach()
+		a.parts.runFailed(run)
 	}
-	a.wakeOpenLoop()
 }
 
-func (a *Agent) wakeOpenLoop() {
+// handOff starts the graceful handoff of a partition a.parts moved to
+// handingOff: it is detached from the scheduler at once (no new attempt
+// starts, and its reclaim no longer trusts the scheduler), then handoff
+// runs beside the caller.
+func (a *Agent) handOff(run *partitionRun) {
+	run.part.Detach()
+	a.running.Go(func() { a.handoff(run) })
+}
+
+// handoff: attempts in flight finish (handoffWait at most), the partition
+// flushes, and the lock is released; the next owner rebuilds from the
+// stream. Until it ends, the partition is not locked again here.
+func (a *Agent) handoff(run *partitionRun) {
+	drained := make(chan struct{})
+	a.running.Go(func() {
+		run.inFlight.Wait()
+		close(drained)
+	})
 	select {
-	case a.wakeOpen <- struct{}{}:
-	default:
+	case <-drained:
+	case <-time.After(handoffWait):
+		a.log.Warn("handoff: attempts still in flight; releasing anyway", "partition", run.p)
 	}
+	run.cancel()
+	<-run.done
+	a.releaseLease(run.lease)
+	a.parts.handedOff(run)
 }
 
-func (a *Agent) signalOwned() {
-	select {
-	case a.ownedChanged <- struct{}{}:
-	default:
+func (a *Agent) releaseLease(lease *ownership.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := lease.Release(ctx); err != nil {
+		a.log.Warn("release partition lock", "partition", lease.P, "error", err)
 	}
-}
-
-// ownedPartitions lists the partitions whose lock this agent holds (running
-// or still opening).
-func (a *Agent) ownedPartitions() []uint32 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make([]uint32, 0, len(a.owned)+len(a.opening))
-	for p := range a.owned {
-		out = append(out, uint32(p))
-	}
-	for p := range a.opening {
-		out = append(out, uint32(p))
-	}
-	slices.Sort(out)
-	return out
 }
 
 // reportOwned tells the control plane which partitions this agent holds:
@@ -147,14 +219,14 @@ func (a *Agent) reportOwned(ctx context.Context) {
 	defer t.Stop()
 	for {
 		select {
-		case <-a.ownedChanged:
+		case <-a.parts.ownedChanged:
 		case <-t.C:
 		case <-ctx.Done():
 			return
 		}
 		client := rivorav1connect.NewAgentServiceClient(httpClient, a.controlPlaneURL())
 		_, err := client.ReportOwned(ctx, connect.NewRequest(&rivorav1.ReportOwnedRequest{
-			AgentName: a.cfg.Name, Session: a.locker.Session(), Partitions: a.ownedPartitions(),
+			AgentName: a.cfg.Name, Session: a.locker.Session(), Partitions: a.parts.owned(),
 		}))
 		if err != nil && ctx.Err() == nil {
 			a.log.Debug("report owned partitions", "error", err)
