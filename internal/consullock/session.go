@@ -153,8 +153,7 @@ func (s *Session) KeepAlive(ctx context.Context) error {
 // never past the expiry). It returns nil when ctx ends, ErrGone when
 // Consul answers that the session does not exist.
 func (s *Session) renewLoop(ctx context.Context) error {
-	retry := s.cfg.Retry
-	failing := false
+	r := renewals{s: s, retry: s.cfg.Retry}
 	t := time.NewTimer(s.cfg.TTL / 3)
 	defer t.Stop()
 	for {
@@ -169,31 +168,41 @@ func (s *Session) renewLoop(ctx context.Context) error {
 			return nil
 		case errors.Is(err, ErrGone):
 			return ErrGone
-		case err != nil:
-			if !failing {
-				s.cfg.Log.Warn("renewing the consul session failed; retrying", "session", s.id, "error", err, "lease_left", time.Until(s.Expires()).Round(time.Millisecond))
-				failing = true
-			}
-			t.Reset(s.retryIn(&retry))
-		default:
-			if failing {
-				s.cfg.Log.Info("consul session renewed again", "session", s.id)
-				failing = false
-			}
-			retry.Reset()
-			t.Reset(s.cfg.TTL / 3)
 		}
+		t.Reset(r.next(err))
 	}
 }
 
-// retryIn is the wait before the next renewal after a failed one: the
-// back-off, but not past the moment the session stops being Alive.
-func (s *Session) retryIn(retry *backoff.Backoff) time.Duration {
-	d := retry.Next()
-	if left := time.Until(s.Expires()); left > 0 {
-		return min(d, left)
+// renewals is renewLoop's state between renewals: its back-off, and
+// whether the last one failed (a streak of failures is logged once).
+type renewals struct {
+	s       *Session
+	retry   backoff.Backoff
+	failing bool
+}
+
+// next notes the outcome of a renewal and says when to renew again:
+// TTL/3 after a success; after a failure, the back-off, but not past the
+// moment the session stops being Alive.
+func (r *renewals) next(err error) time.Duration {
+	s := r.s
+	if err == nil {
+		if r.failing {
+			s.cfg.Log.Info("consul session renewed again", "session", s.id)
+		}
+		r.failing = false
+		r.retry.Reset()
+		return s.cfg.TTL / 3
 	}
-	return d
+	left := time.Until(s.Expires())
+	if !r.failing {
+		s.cfg.Log.Warn("renewing the consul session failed; retrying", "session", s.id, "error", err, "lease_left", left.Round(time.Millisecond))
+		r.failing = true
+	}
+	if d := r.retry.Next(); left <= 0 || d < left {
+		return d
+	}
+	return left
 }
 
 // renew renews the session once, bounded by TTL/3.
