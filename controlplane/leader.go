@@ -33,7 +33,8 @@ const (
 	// leader's session ended without releasing it, so a leader that has
 	// not noticed yet stops first.
 	leaderLockDelay = time.Second
-	// leaderWait is the longest blocking query on the lock.
+	// leaderWait is the longest blocking query on the lock while following
+	// (consullock waits as long while leading).
 	leaderWait = 30 * time.Second
 	// cleanupTimeout bounds releasing the lock and ending the session.
 	cleanupTimeout = 3 * time.Second

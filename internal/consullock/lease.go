@@ -32,7 +32,8 @@ type Lease struct {
 // follows it from then on. It returns ErrHeld if another session holds the
 // key (or its lock-delay still protects it), or if this session holds it
 // already through another Lease; ErrNotRenewed if the session is not
-// Alive.
+// Alive. One key is not Locked from two goroutines at once: a failed Lock
+// gives the key back.
 func (s *Session) Lock(ctx context.Context, key string, value []byte) (*Lease, error) {
 	if err := s.usable(key); err != nil {
 		return nil, err
