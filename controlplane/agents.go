@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/internal/consullock"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -270,11 +271,7 @@ func (r *agentRegistry) watchSessions(ctx context.Context) {
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		if meta.LastIndex < index {
-			index = 0
-		} else {
-			index = meta.LastIndex
-		}
+		index = consullock.NextIndex(index, meta.LastIndex)
 		live := make(map[string]bool, len(sessions))
 		for _, s := range sessions {
 			live[s.ID] = true

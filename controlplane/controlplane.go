@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rivora/rivora/internal/consullock"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -170,14 +171,7 @@ func newConsulClient(raw string) (*api.Client, error) {
 	if err := checkHTTPURL("consul URL", raw); err != nil {
 		return nil, err
 	}
-	u, _ := url.Parse(raw)
-	cfg := api.DefaultConfig()
-	cfg.Address, cfg.Scheme = u.Host, u.Scheme
-	client, err := api.NewClient(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("consul client for %s: %w", raw, err)
-	}
-	return client, nil
+	return consullock.NewClient(raw)
 }
 
 // checkHTTPURL accepts http://HOST[:PORT] and https://HOST[:PORT].

@@ -12,6 +12,9 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/hashicorp/consul/api"
+
+	"github.com/rivora/rivora/internal/backoff"
+	"github.com/rivora/rivora/internal/consullock"
 )
 
 // Several control planes may share one Consul; the one holding the lock
@@ -30,7 +33,8 @@ const (
 	// leader's session ended without releasing it, so a leader that has
 	// not noticed yet stops first.
 	leaderLockDelay = time.Second
-	// leaderWait is the longest blocking query on the lock.
+	// leaderWait is the longest blocking query on the lock while following
+	// (consullock waits as long while leading).
 	leaderWait = 30 * time.Second
 	// cleanupTimeout bounds releasing the lock and ending the session.
 	cleanupTimeout = 3 * time.Second
@@ -48,10 +52,10 @@ func (cp *ControlPlane) leaderOnly() error {
 
 // election campaigns for the leader lock and tracks who holds it.
 type election struct {
-	sessions *api.Session
-	kv       *api.KV
-	self     string // the advertised URL: the lock's value when we lead
-	log      *slog.Logger
+	client *api.Client
+	kv     *api.KV
+	self   string // the advertised URL: the lock's value when we lead
+	log    *slog.Logger
 	// elected runs once the lock is ours and before this control plane
 	// serves: it loads the state. An error gives the lock back.
 	elected func(ctx context.Context, session string) error
@@ -64,11 +68,11 @@ type election struct {
 	// if not leading now; then a new epoch begins.
 	epoch    context.Context
 	endEpoch context.CancelFunc
-	orphans  []string // our sessions that could not be ended yet
+	orphans  []*consullock.Session // our sessions that could not be ended yet
 }
 
 func newElection(client *api.Client, self string, log *slog.Logger, elected func(context.Context, string) error) *election {
-	e := &election{sessions: client.Session(), kv: client.KV(), self: self, log: log, elected: elected}
+	e := &election{client: client, kv: client.KV(), self: self, log: log, elected: elected}
 	e.epoch, e.endEpoch = context.WithCancel(context.Background())
 	return e
 }
@@ -111,68 +115,83 @@ func (e *election) scope(next http.Handler) http.Handler {
 // taken is ended and replaced. On return the lock is released and the
 // session destroyed.
 func (e *election) run(ctx context.Context) {
-	var b backoff
+	retry := newRetry()
 	for ctx.Err() == nil {
 		e.endOrphans(ctx)
-		id, err := e.createSession(ctx)
+		s, err := e.createSession(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			d := b.next()
+			d := jitter(retry.Next())
 			e.log.Warn("leader election: creating a Consul session failed; retrying", "error", err, "retry_in", d)
-			sleep(ctx, d)
+			backoff.Sleep(ctx, d)
 			continue
 		}
-		b.reset()
-		e.hold(ctx, id)
+		retry.Reset()
+		e.hold(ctx, s)
 	}
 }
 
-func (e *election) createSession(ctx context.Context) (string, error) {
+func (e *election) createSession(ctx context.Context) (*consullock.Session, error) {
 	ctx, cancel := context.WithTimeout(ctx, consulTimeout)
 	defer cancel()
-	start := time.Now()
-	id, _, err := e.sessions.CreateNoChecks(&api.SessionEntry{
+	return consullock.CreateSession(ctx, e.client, consullock.SessionConfig{
 		Name:      "rivora-controlplane " + e.self,
-		TTL:       leaderTTL.String(),
+		TTL:       leaderTTL,
 		LockDelay: leaderLockDelay,
-		Behavior:  api.SessionBehaviorRelease,
-	}, (&api.WriteOptions{}).WithContext(ctx))
-	if err != nil {
-		return "", err
-	}
-	e.mu.Lock()
-	e.leaseUntil = start.Add(leaderTTL)
-	e.mu.Unlock()
-	return id, nil
+		// A session not confirmed for a TTL may be gone: start over with
+		// a new one rather than wait for Consul to say.
+		EndUnconfirmed: true,
+		Retry:          newRetry(),
+		Confirmed:      e.confirmed,
+		Log:            e.log,
+	})
 }
 
-// hold renews session id and campaigns with it until it is lost or ctx
+// confirmed notes that the session is surely alive until a TTL after sent.
+func (e *election) confirmed(sent time.Time) {
+	e.mu.Lock()
+	e.leaseUntil = sent.Add(leaderTTL)
+	e.mu.Unlock()
+}
+
+// hold keeps session s alive and campaigns with it until it is lost or ctx
 // ends, then gives the lock back and ends the session.
-func (e *election) hold(ctx context.Context, id string) {
+func (e *election) hold(ctx context.Context, s *consullock.Session) {
 	sctx, lost := context.WithCancel(ctx)
 	renewing := make(chan struct{})
 	go func() {
 		defer close(renewing)
-		e.renew(sctx, id, lost)
+		defer lost()
+		e.keepAlive(sctx, s)
 	}()
-	e.campaign(sctx, id)
+	e.campaign(sctx, s)
 	lost()
 	<-renewing
 
 	// Releasing first spares the next leader the lock-delay.
 	cctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	w := (&api.WriteOptions{}).WithContext(cctx)
-	if _, _, err := e.kv.Release(&api.KVPair{Key: ConsulLeaderKey, Session: id}, w); err != nil {
+	if err := s.Release(cctx, ConsulLeaderKey); err != nil {
 		e.log.Warn("leader election: releasing the leader lock failed; destroying the session releases it", "error", err)
 	}
-	if _, err := e.sessions.Destroy(id, w); err != nil {
-		e.log.Warn("leader election: ending the session failed; retrying later", "session", id, "error", err)
+	if err := s.Destroy(cctx); err != nil {
+		e.log.Warn("leader election: ending the session failed; retrying later", "session", s.ID(), "error", err)
 		e.mu.Lock()
-		e.orphans = append(e.orphans, id)
+		e.orphans = append(e.orphans, s)
 		e.mu.Unlock()
+	}
+}
+
+// keepAlive renews session s until ctx ends or the session is lost (Consul
+// ended it, or it could not be renewed for a whole TTL).
+func (e *election) keepAlive(ctx context.Context, s *consullock.Session) {
+	switch err := s.KeepAlive(ctx); {
+	case errors.Is(err, consullock.ErrGone):
+		e.log.Warn("leader election: Consul ended this control plane's session", "session", s.ID())
+	case errors.Is(err, consullock.ErrNotRenewed):
+		e.log.Error("leader election: session not renewed for longer than its TTL; starting over with a new one", "ttl", leaderTTL, "session", s.ID())
 	}
 }
 
@@ -184,9 +203,9 @@ func (e *election) endOrphans(ctx context.Context) {
 	orphans := e.orphans
 	e.orphans = nil
 	e.mu.Unlock()
-	for i, id := range orphans {
+	for i, s := range orphans {
 		cctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		_, err := e.sessions.Destroy(id, (&api.WriteOptions{}).WithContext(cctx))
+		err := s.Destroy(cctx)
 		cancel()
 		if err != nil {
 			e.mu.Lock()
@@ -197,111 +216,56 @@ func (e *election) endOrphans(ctx context.Context) {
 	}
 }
 
-// renew keeps session id alive, every third of its TTL, until ctx ends.
-// It calls lost when Consul says the session is gone, or when it could not
-// renew it for a whole TTL.
-func (e *election) renew(ctx context.Context, id string, lost context.CancelFunc) {
-	var b backoff
-	failing := false
-	t := time.NewTimer(leaderTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		start := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, leaderTTL/3)
-		entry, _, err := e.sessions.Renew(id, (&api.WriteOptions{}).WithContext(rctx))
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err == nil && entry == nil:
-			e.log.Warn("leader election: Consul ended this control plane's session", "session", id)
-			lost()
-			return
-		case err != nil:
-			e.mu.Lock()
-			until := e.leaseUntil
-			e.mu.Unlock()
-			if !time.Now().Before(until) {
-				e.log.Error("leader election: session not renewed for longer than its TTL; starting over with a new one", "ttl", leaderTTL, "error", err)
-				lost()
-				return
-			}
-			d := b.next()
-			if !failing {
-				e.log.Warn("leader election: renewing the session failed; retrying", "error", err, "lease_left", time.Until(until).Round(time.Millisecond))
-				failing = true
-			}
-			t.Reset(min(d, time.Until(until)))
-		default:
-			if failing {
-				e.log.Info("leader election: session renewed again")
-				failing = false
-			}
-			b.reset()
-			e.mu.Lock()
-			e.leaseUntil = start.Add(leaderTTL)
-			e.mu.Unlock()
-			t.Reset(leaderTTL / 3)
-		}
-	}
-}
-
-// campaign tries to take the lock with session id, and waits for it to be
+// campaign tries to take the lock with session s, and waits for it to be
 // free whenever another control plane holds it. Once taken, it leads until
 // the lock is lost or ctx ends, and returns.
-func (e *election) campaign(ctx context.Context, id string) {
-	var b backoff
-	retry := func(what string, err error) {
-		d := b.next()
+func (e *election) campaign(ctx context.Context, s *consullock.Session) {
+	retry := newRetry()
+	again := func(what string, err error) {
+		d := jitter(retry.Next())
 		e.log.Warn("leader election: "+what+"; retrying", "error", err, "retry_in", d)
-		sleep(ctx, d)
+		backoff.Sleep(ctx, d)
 	}
 	for ctx.Err() == nil {
-		acquired, err := e.acquire(ctx, id)
-		if err != nil {
-			if ctx.Err() == nil {
-				retry("acquiring the leader lock failed", err)
-			}
-			continue
-		}
-		if !acquired {
+		lock, err := e.acquire(ctx, s)
+		if errors.Is(err, consullock.ErrHeld) {
 			if err := e.follow(ctx); err != nil && ctx.Err() == nil {
-				retry("watching the leader lock failed", err)
+				again("watching the leader lock failed", err)
 				continue
 			}
-			b.reset()
+			retry.Reset()
 			continue
 		}
-		if err := e.lead(ctx, id); err != nil {
+		if err != nil {
+			if ctx.Err() == nil {
+				again("acquiring the leader lock failed", err)
+			}
+			continue
+		}
+		if err := e.lead(ctx, s.ID()); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			e.release(id)
-			retry("won the leader lock but could not load the state; gave the lock back", err)
+			e.release(lock)
+			again("won the leader lock but could not load the state; gave the lock back", err)
 			continue
 		}
-		holder := e.keep(ctx, id)
+		holder := e.keep(ctx, lock)
 		e.stepDown(holder)
 		return
 	}
 }
 
-func (e *election) acquire(ctx context.Context, id string) (bool, error) {
+func (e *election) acquire(ctx context.Context, s *consullock.Session) (*consullock.Lease, error) {
 	ctx, cancel := context.WithTimeout(ctx, consulTimeout)
 	defer cancel()
-	ok, _, err := e.kv.Acquire(&api.KVPair{Key: ConsulLeaderKey, Value: []byte(e.self), Session: id}, (&api.WriteOptions{}).WithContext(ctx))
-	return ok, err
+	return s.Lock(ctx, ConsulLeaderKey, []byte(e.self))
 }
 
-func (e *election) release(id string) {
+func (e *election) release(lock *consullock.Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	if _, _, err := e.kv.Release(&api.KVPair{Key: ConsulLeaderKey, Session: id}, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+	if err := lock.Release(ctx); err != nil {
 		e.log.Warn("leader election: releasing the leader lock failed", "error", err)
 	}
 }
@@ -319,7 +283,7 @@ func (e *election) follow(ctx context.Context) error {
 	if session == "" {
 		// Free, yet not ours: within the lock-delay after the last
 		// holder's session ended.
-		sleep(ctx, leaderLockDelay/4)
+		backoff.Sleep(ctx, leaderLockDelay/4)
 		return nil
 	}
 	index := meta.LastIndex
@@ -334,7 +298,7 @@ func (e *election) follow(ctx context.Context) error {
 			holder = h
 			e.setLeader(h)
 		}
-		index = nextIndex(index, meta.LastIndex)
+		index = consullock.NextIndex(index, meta.LastIndex)
 	}
 }
 
@@ -350,31 +314,22 @@ func (e *election) lead(ctx context.Context, id string) error {
 	return nil
 }
 
-// keep watches the lock while leading and returns when it is no longer
-// held by session id (with the new holder's URL, if any) or ctx ends.
-// While Consul is unreachable the lease decides: renew ends ctx once the
-// session may have expired.
-func (e *election) keep(ctx context.Context, id string) string {
-	var b backoff
-	var index uint64
-	for {
-		pair, meta, err := e.kv.Get(ConsulLeaderKey, (&api.QueryOptions{WaitIndex: index, WaitTime: leaderWait}).WithContext(ctx))
-		if ctx.Err() != nil {
-			return ""
-		}
-		if err != nil {
-			d := b.next()
-			e.log.Warn("leader election: watching the leader lock failed; still leading while the session lasts", "error", err, "retry_in", d)
-			sleep(ctx, d)
-			continue
-		}
-		b.reset()
-		if holder, session := lockHolder(pair); session != id {
-			e.log.Warn("leader election: lost the leader lock", "session", id, "now_held_by", holder)
-			return holder
-		}
-		index = nextIndex(index, meta.LastIndex)
+// keep follows the lock while leading and returns when it is no longer
+// held by the session (with the new holder's URL, if any) or ctx ends.
+// While Consul is unreachable the lease decides: it is lost, and ctx ends,
+// once the session may have expired.
+func (e *election) keep(ctx context.Context, lock *consullock.Lease) string {
+	select {
+	case <-ctx.Done():
+		return ""
+	case <-lock.Lost():
 	}
+	var taken *consullock.TakenError
+	if !errors.As(lock.Cause(), &taken) {
+		return "" // the session is lost, and ctx ends with it
+	}
+	e.log.Warn("leader election: lost the leader lock", "now_held_by", taken.Value)
+	return taken.Value
 }
 
 // stepDown ends the term, if any; holder is the new leader, if known.
@@ -411,30 +366,11 @@ func lockHolder(pair *api.KVPair) (url, session string) {
 	return string(pair.Value), pair.Session
 }
 
-// nextIndex is the WaitIndex after a blocking query answered last; an
-// index going backwards (Consul restored) starts over.
-func nextIndex(prev, last uint64) uint64 {
-	if last < prev {
-		return 0
-	}
-	return last
+// newRetry spaces retries against Consul: 100ms doubling to 5s.
+func newRetry() backoff.Backoff {
+	return backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 }
 
-// backoff spaces retries against Consul: 100ms doubling to 5s, jittered.
-type backoff struct{ last time.Duration }
-
-func (b *backoff) next() time.Duration {
-	b.last = min(max(2*b.last, 100*time.Millisecond), 5*time.Second)
-	return b.last/2 + rand.N(b.last/2+1)
-}
-
-func (b *backoff) reset() { b.last = 0 }
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
+// jitter spreads d over [d/2, d], so that control planes retrying together
+// do not stay in step.
+func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }

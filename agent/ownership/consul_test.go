@@ -10,6 +10,7 @@ import (
 
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/e2e/consultest"
+	"github.com/rivora/rivora/internal/consullock"
 )
 
 func newLocker(t *testing.T, url, agent string) *ownership.Consul {
@@ -77,7 +78,7 @@ func TestConsulLocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := ownership.NewConsulClient(srv.URL())
+	client, err := consullock.NewClient(srv.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestConsulLockerSurvivesConsulRestart(t *testing.T) {
 	if !lease.Valid() {
 		t.Fatalf("lease lost over a short consul restart: %v", lease.Cause())
 	}
-	client, err := ownership.NewConsulClient(srv.URL())
+	client, err := consullock.NewClient(srv.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,65 +46,65 @@ type Lease struct {
 	// it; an owner refuses a ledger written under a newer epoch.
 	Epoch uint64
 
-	lost     chan struct{}
-	lostOnce sync.Once
-	cause    error
-	// validUntil reports whether the holder's session is provably alive
-	// at now; nil means always.
-	alive   func(now time.Time) bool
-	release func(ctx context.Context) error
+	grant grant
 }
 
-func newLease(p int, epoch uint64, alive func(time.Time) bool, release func(context.Context) error) *Lease {
-	return &Lease{P: p, Epoch: epoch, lost: make(chan struct{}), alive: alive, release: release}
+// grant backs a Lease: a Consul lock (*consullock.Lease) or an in-process
+// one (*localGrant).
+type grant interface {
+	Lost() <-chan struct{}
+	Cause() error
+	Valid() bool
+	Release(ctx context.Context) error
 }
 
 // Lost is closed when the lease is lost (lock taken away, session gone,
 // or not renewed in time). A lost lease never comes back: acquire again.
-func (l *Lease) Lost() <-chan struct{} { return l.lost }
+func (l *Lease) Lost() <-chan struct{} { return l.grant.Lost() }
 
 // Cause says why the lease was lost (nil while held).
-func (l *Lease) Cause() error {
-	select {
-	case <-l.lost:
-		return l.cause
-	default:
-		return nil
-	}
-}
+func (l *Lease) Cause() error { return l.grant.Cause() }
 
 // Valid reports whether the lease still holds right now. It is cheap: call
 // it before every write and every delivery. It fails as soon as the
 // session could have expired, even if nothing has noticed yet (a process
 // that was frozen past its session TTL sees false at once when it thaws).
-func (l *Lease) Valid() bool {
-	select {
-	case <-l.lost:
-		return false
-	default:
-	}
-	if l.alive != nil && !l.alive(time.Now()) {
-		l.lose(errors.New("session not renewed within its TTL"))
-		return false
-	}
-	return true
-}
-
-func (l *Lease) lose(cause error) {
-	l.lostOnce.Do(func() {
-		l.cause = cause
-		close(l.lost)
-	})
-}
+func (l *Lease) Valid() bool { return l.grant.Valid() }
 
 // Release gives the lock back (graceful handoff). The lease is lost after.
-func (l *Lease) Release(ctx context.Context) error {
-	l.lose(errors.New("released"))
-	if l.release == nil {
+func (l *Lease) Release(ctx context.Context) error { return l.grant.Release(ctx) }
+
+// localGrant is an in-process lock: lost only when released.
+type localGrant struct {
+	lost    context.Context // canceled, with the cause, when released
+	lose    context.CancelCauseFunc
+	release func()
+}
+
+func newLocalGrant(release func()) *localGrant {
+	g := &localGrant{release: release}
+	g.lost, g.lose = context.WithCancelCause(context.Background())
+	return g
+}
+
+func (g *localGrant) Lost() <-chan struct{} { return g.lost.Done() }
+
+func (g *localGrant) Cause() error {
+	if g.lost.Err() == nil {
 		return nil
 	}
-	return l.release(ctx)
+	return context.Cause(g.lost)
 }
+
+func (g *localGrant) Valid() bool { return g.lost.Err() == nil }
+
+func (g *localGrant) Release(context.Context) error {
+	g.lose(errReleased)
+	g.release()
+	return nil
+}
+
+var errReleased = errors.New("released")
 
 // Local is the in-process Locker of a single-agent cell (`rivora dev`):
 // every partition is free unless this process holds it.
@@ -136,14 +136,13 @@ func (l *Local) TryAcquire(_ context.Context, p int) (*Lease, error) {
 	// from the clock.
 	l.epochs[p] = max(l.epochs[p]+1, uint64(time.Now().UnixNano()))
 	var lease *Lease
-	lease = newLease(p, l.epochs[p], nil, func(context.Context) error {
+	lease = &Lease{P: p, Epoch: l.epochs[p], grant: newLocalGrant(func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.held[p] == lease {
 			delete(l.held, p)
 		}
-		return nil
-	})
+	})}
 	l.held[p] = lease
 	return lease, nil
 }
