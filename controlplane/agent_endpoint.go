@@ -9,12 +9,15 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rivora/rivora/internal/ids"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
-// agentService implements rivora.v1.AgentService: the config stream agents
-// follow.
-type agentService struct {
+// agentHandler serves rivora.v1.AgentService: the config stream agents
+// follow, and their reports of what they applied and own. Like
+// adminHandler it keeps no state and returns domain errors; the gates in
+// front of it (Handle) refuse calls on a follower and map the errors.
+type agentHandler struct {
 	cp *ControlPlane
 }
 
@@ -22,17 +25,14 @@ type agentService struct {
 // connections are noticed by both sides.
 const keepalive = 10 * time.Second
 
-func (s *agentService) Watch(ctx context.Context, req *connect.Request[rivorav1.WatchRequest], stream *connect.ServerStream[rivorav1.WatchResponse]) error {
-	if err := s.cp.leaderOnly(); err != nil {
-		return err
-	}
+func (s *agentHandler) Watch(ctx context.Context, req *connect.Request[rivorav1.WatchRequest], stream *connect.ServerStream[rivorav1.WatchResponse]) error {
 	cp := s.cp
 	name, address := req.Msg.GetAgentName(), req.Msg.GetAddress()
-	if err := validateID(name); err != nil {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("agent_name: %w", err))
+	if err := ids.Validate("id", name); err != nil {
+		return errorf(ErrInvalid, "agent_name: %w", err)
 	}
 	if err := validateURL(address); err != nil {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("address: %w", err))
+		return fmt.Errorf("address: %w", err)
 	}
 	cp.agents.connect(name, address, req.Msg.GetSession(), cp.now())
 	defer func() {
@@ -95,22 +95,16 @@ func equalPartitions(a, b []uint32) bool {
 	return true
 }
 
-func (s *agentService) ReportApplied(ctx context.Context, req *connect.Request[rivorav1.ReportAppliedRequest]) (*connect.Response[rivorav1.ReportAppliedResponse], error) {
-	if err := s.cp.leaderOnly(); err != nil {
-		return nil, err
-	}
+func (s *agentHandler) ReportApplied(ctx context.Context, req *connect.Request[rivorav1.ReportAppliedRequest]) (*connect.Response[rivorav1.ReportAppliedResponse], error) {
 	if err := s.cp.agents.applied(req.Msg.GetAgentName(), req.Msg.GetVersion(), s.cp.now()); err != nil {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.Join(err, errors.New("open a Watch first")))
+		return nil, tag(ErrPrecondition, errors.Join(err, errors.New("open a Watch first")))
 	}
 	return connect.NewResponse(&rivorav1.ReportAppliedResponse{}), nil
 }
 
-func (s *agentService) ReportOwned(ctx context.Context, req *connect.Request[rivorav1.ReportOwnedRequest]) (*connect.Response[rivorav1.ReportOwnedResponse], error) {
-	if err := s.cp.leaderOnly(); err != nil {
-		return nil, err
-	}
+func (s *agentHandler) ReportOwned(ctx context.Context, req *connect.Request[rivorav1.ReportOwnedRequest]) (*connect.Response[rivorav1.ReportOwnedResponse], error) {
 	if err := s.cp.agents.owned(req.Msg.GetAgentName(), req.Msg.GetSession(), req.Msg.GetPartitions(), s.cp.now()); err != nil {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.Join(err, errors.New("open a Watch first")))
+		return nil, tag(ErrPrecondition, errors.Join(err, errors.New("open a Watch first")))
 	}
 	return connect.NewResponse(&rivorav1.ReportOwnedResponse{}), nil
 }
