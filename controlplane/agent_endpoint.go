@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/rivora/rivora/internal/ids"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -21,10 +19,8 @@ type agentHandler struct {
 	cp *ControlPlane
 }
 
-// keepalive bounds how long a Watch stream stays silent, so dead
-// connections are noticed by both sides.
-const keepalive = 10 * time.Second
-
+// Watch streams the config to one agent: a snapshot, then a delta on
+// every change (feed), while the agent counts as connected.
 func (s *agentHandler) Watch(ctx context.Context, req *connect.Request[rivorav1.WatchRequest], stream *connect.ServerStream[rivorav1.WatchResponse]) error {
 	cp := s.cp
 	name, address := req.Msg.GetAgentName(), req.Msg.GetAddress()
@@ -41,58 +37,7 @@ func (s *agentHandler) Watch(ctx context.Context, req *connect.Request[rivorav1.
 	}()
 	cp.broadcast()
 	cp.log.Info("agent watching", "agent", name, "address", address, "applied_version", req.Msg.GetAppliedVersion())
-
-	sent := map[string]*rivorav1.Destination{}
-	var sentPartitions []uint32
-	first := true
-	ticker := time.NewTicker(keepalive)
-	defer ticker.Stop()
-	for {
-		changed := cp.changes()
-		version, dests := cp.snapshot()
-		partitions := cp.agents.partitionsFor(name, cp.cfg.Partitions)
-		resp := &rivorav1.WatchResponse{Version: version, Snapshot: first, PartitionCount: uint32(cp.cfg.Partitions), Partitions: partitions}
-		current := make(map[string]*rivorav1.Destination, len(dests))
-		for _, d := range dests {
-			current[d.GetId()] = d
-			if first || !proto.Equal(sent[d.GetId()], d) {
-				resp.Destinations = append(resp.Destinations, d)
-			}
-		}
-		for id := range sent {
-			if _, ok := current[id]; !ok {
-				resp.RemovedDestinationIds = append(resp.RemovedDestinationIds, id)
-			}
-		}
-		if first || len(resp.Destinations) > 0 || len(resp.RemovedDestinationIds) > 0 || !equalPartitions(partitions, sentPartitions) {
-			if err := stream.Send(resp); err != nil {
-				return err
-			}
-			sent, sentPartitions, first = current, partitions, false
-		}
-		select {
-		case <-changed:
-		case <-ticker.C:
-			// An empty delta at the current version: a keepalive.
-			if err := stream.Send(&rivorav1.WatchResponse{Version: version, PartitionCount: uint32(cp.cfg.Partitions), Partitions: sentPartitions}); err != nil {
-				return err
-			}
-		case <-ctx.Done():
-			return nil
-		}
-	}
-}
-
-func equalPartitions(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
+	return cp.feed(ctx, name, stream.Send)
 }
 
 func (s *agentHandler) ReportApplied(ctx context.Context, req *connect.Request[rivorav1.ReportAppliedRequest]) (*connect.Response[rivorav1.ReportAppliedResponse], error) {
