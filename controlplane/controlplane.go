@@ -68,7 +68,12 @@ type Config struct {
 	RejoinDelay time.Duration
 }
 
-// ControlPlane serves rivora.v1.AdminService and rivora.v1.AgentService.
+// ControlPlane is the cell's configuration and its operations: it owns the
+// state (store, audit log), the limits file in force, the agent registry
+// and, with Consul, the leader election. Its operations return domain
+// errors (errors.go); adminHandler and agentHandler serve them as
+// rivora.v1.AdminService and rivora.v1.AgentService (Handle). Every
+// goroutine it starts is owned by Run, which returns once they ended.
 type ControlPlane struct {
 	cfg   Config
 	store Store
