@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/internal/backoff"
 	"github.com/rivora/rivora/internal/consullock"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -44,6 +45,13 @@ type agentRegistry struct {
 	// leading reports whether this control plane leads the cell: only the
 	// leader declares an agent gone (a deposed one sees every Watch end).
 	leading func() bool
+
+	// delayed runs the delayed ends of gone agents' sessions; run closes
+	// it.
+	delayed group
+	// progress is notified when an agent reports a newer applied version
+	// or stops watching: awaitApplied waits on it.
+	progress broadcaster
 
 	mu     sync.Mutex
 	agents map[string]*agentState
@@ -127,12 +135,20 @@ func (r *agentRegistry) disconnect(ctx context.Context, name string, now time.Ti
 	session := a.session
 	gone := a.streams == 0 && r.consul != nil && session != ""
 	r.mu.Unlock()
+	r.progress.notify()
 	if !gone {
 		return
 	}
-	time.AfterFunc(r.deadAfter, func() {
+	r.delayed.Go(func() {
+		wait := time.NewTimer(r.deadAfter)
+		defer wait.Stop()
+		select {
+		case <-ctx.Done():
+			return // this control plane is stopping; agents are not dead
+		case <-wait.C:
+		}
 		if ctx.Err() != nil || !r.leading() {
-			return // this control plane is stopping or deposed; agents are not dead
+			return // stopping or deposed; agents are not dead
 		}
 		r.mu.Lock()
 		still := r.agents[name] == a && a.streams == 0 && a.session == session
@@ -156,6 +172,7 @@ func (r *agentRegistry) applied(name string, version uint64, now time.Time) erro
 	}
 	a.applied = max(a.applied, version)
 	a.lastSeen = now
+	r.progress.notify()
 	return nil
 }
 
@@ -247,6 +264,16 @@ func rendezvousScore(p int, agent string) uint64 {
 	return x ^ (x >> 31)
 }
 
+// run follows Consul's session list and ends rejoin delays until ctx
+// ends, then waits for the delayed session ends disconnect started.
+func (r *agentRegistry) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { r.watchSessions(ctx) })
+	r.tick(ctx)
+	wg.Wait()
+	r.delayed.close()
+}
+
 // watchSessions follows Consul's session list with blocking queries: an
 // agent whose session is gone (expired: frozen or cut off; or destroyed)
 // is unhealthy and its partitions are reassigned. Errors (Consul down)
@@ -256,21 +283,18 @@ func (r *agentRegistry) watchSessions(ctx context.Context) {
 		return
 	}
 	var index uint64
-	backoff := 100 * time.Millisecond
+	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	for ctx.Err() == nil {
 		sessions, meta, err := r.consul.Session().List((&api.QueryOptions{WaitIndex: index, WaitTime: 30 * time.Second}).WithContext(ctx))
 		if err != nil {
 			if ctx.Err() == nil {
-				r.log.Warn("read consul sessions; keeping the last known", "error", err, "retry_in", backoff)
-				select {
-				case <-time.After(backoff):
-				case <-ctx.Done():
-				}
-				backoff = min(2*backoff, 5*time.Second)
+				d := retry.Next()
+				r.log.Warn("read consul sessions; keeping the last known", "error", err, "retry_in", d)
+				backoff.Sleep(ctx, d)
 			}
 			continue
 		}
-		backoff = 100 * time.Millisecond
+		retry.Reset()
 		index = consullock.NextIndex(index, meta.LastIndex)
 		live := make(map[string]bool, len(sessions))
 		for _, s := range sessions {
@@ -350,24 +374,40 @@ func (r *agentRegistry) connected() []*agentState {
 	return out
 }
 
-var errNoAgents = errors.New("no agent is connected to this control plane; start one with `rivora agent --controlplane URL`")
+var errNoAgents = tag(ErrUnavailable, errors.New("no agent is connected to this control plane; start one with `rivora agent --controlplane URL`"))
 
-// sum asks every connected agent for a count and adds the answers up; on
-// an error it returns the total so far.
-func (r *agentRegistry) sum(ask func(*agentState) (int64, error)) (int64, error) {
+// askAll asks every connected agent at once and returns the answers in
+// the agents' (name) order; the error, an ErrUnavailable, names each agent
+// that failed, in the same order.
+func askAll[T any](r *agentRegistry, ask func(*agentState) (T, error)) ([]T, error) {
 	agents := r.connected()
 	if len(agents) == 0 {
-		return 0, errNoAgents
+		return nil, errNoAgents
 	}
+	answers := make([]T, len(agents))
+	errs := make([]error, len(agents))
+	var wg sync.WaitGroup
+	for i, a := range agents {
+		wg.Go(func() {
+			answers[i], errs[i] = ask(a)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("agent %s: %w", a.name, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	return answers, tag(ErrUnavailable, errors.Join(errs...))
+}
+
+// sum asks every connected agent for a count and adds the answers up; on
+// an error the total is that of the agents that answered.
+func (r *agentRegistry) sum(ask func(*agentState) (int64, error)) (int64, error) {
+	counts, err := askAll(r, ask)
 	var total int64
-	for _, a := range agents {
-		n, err := ask(a)
-		if err != nil {
-			return total, fmt.Errorf("agent %s: %w", a.name, err)
-		}
+	for _, n := range counts {
 		total += n
 	}
-	return total, nil
+	return total, err
 }
 
 // pending sums a destination's pending events over the connected agents.
@@ -393,41 +433,50 @@ func (r *agentRegistry) archivePending(ctx context.Context, destinationID string
 	})
 }
 
+// health gathers the connected agents' view of a destination (every one
+// if destinationID is ""), agent by agent in name order.
 func (r *agentRegistry) health(ctx context.Context, destinationID string) ([]*rivorav1.DestinationHealth, error) {
-	agents := r.connected()
-	if len(agents) == 0 {
-		return nil, errNoAgents
-	}
-	var out []*rivorav1.DestinationHealth
-	for _, a := range agents {
+	answers, err := askAll(r, func(a *agentState) ([]*rivorav1.DestinationHealth, error) {
 		resp, err := a.client.GetHealth(ctx, connect.NewRequest(&rivorav1.GetHealthRequest{DestinationId: destinationID}))
 		if err != nil {
-			return nil, fmt.Errorf("agent %s: %w", a.name, err)
+			return nil, err
 		}
-		out = append(out, resp.Msg.GetDestinations()...)
+		return resp.Msg.GetDestinations(), nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	return slices.Concat(answers...), nil
 }
 
 // awaitApplied waits until every connected agent applied version, or up to
 // grace.
 func (r *agentRegistry) awaitApplied(version uint64, grace time.Duration) {
-	deadline := time.Now().Add(grace)
+	timeout := time.NewTimer(grace)
+	defer timeout.Stop()
 	for {
-		behind := false
-		r.mu.Lock()
-		for _, a := range r.agents {
-			if a.streams > 0 && a.applied < version {
-				behind = true
-				break
-			}
-		}
-		r.mu.Unlock()
-		if !behind || time.Now().After(deadline) {
+		progressed := r.progress.wait()
+		if !r.behind(version) {
 			return
 		}
-		time.Sleep(2 * time.Millisecond)
+		select {
+		case <-progressed:
+		case <-timeout.C:
+			return
+		}
 	}
+}
+
+// behind reports whether a watching agent has not applied version yet.
+func (r *agentRegistry) behind(version uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range r.agents {
+		if a.streams > 0 && a.applied < version {
+			return true
+		}
+	}
+	return false
 }
 
 // owned records the partitions an agent holds the locks of.

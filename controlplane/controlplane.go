@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -23,8 +22,10 @@ import (
 	"github.com/hashicorp/consul/api"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/internal/consullock"
+	"github.com/rivora/rivora/internal/httpurl"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -67,7 +68,12 @@ type Config struct {
 	RejoinDelay time.Duration
 }
 
-// ControlPlane serves rivora.v1.AdminService and rivora.v1.AgentService.
+// ControlPlane is the cell's configuration and its operations: it owns the
+// state (store, audit log), the limits file in force, the agent registry
+// and, with Consul, the leader election. Its operations return domain
+// errors (errors.go); adminHandler and agentHandler serve them as
+// rivora.v1.AdminService and rivora.v1.AgentService (Handle). Every
+// goroutine it starts is owned by Run, which returns once they ended.
 type ControlPlane struct {
 	cfg   Config
 	store Store
@@ -82,9 +88,12 @@ type ControlPlane struct {
 	log      *slog.Logger
 	now      func() time.Time
 
-	mu      sync.Mutex
-	changed chan struct{}   // closed and replaced on every config change
-	runCtx  context.Context // Run's context, once Run started
+	// changed is notified on every config or assignment change: it wakes
+	// every Watch stream.
+	changed broadcaster
+
+	mu     sync.Mutex
+	runCtx context.Context // Run's context, once Run started
 }
 
 // New opens the state, loads the limits file (a bad file is an error
@@ -97,7 +106,7 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 	if cfg.ReloadEvery <= 0 {
 		cfg.ReloadEvery = 500 * time.Millisecond
 	}
-	cp := &ControlPlane{cfg: cfg, log: log, now: time.Now, changed: make(chan struct{})}
+	cp := &ControlPlane{cfg: cfg, log: log, now: time.Now}
 	if cfg.ConsulURL == "" {
 		store, err := OpenStore(cfg.StateDir)
 		if err != nil {
@@ -176,17 +185,26 @@ func newConsulClient(raw string) (*api.Client, error) {
 
 // checkHTTPURL accepts http://HOST[:PORT] and https://HOST[:PORT].
 func checkHTTPURL(what, raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+	if _, err := httpurl.ParseBase(raw); err != nil {
 		return fmt.Errorf("%s %q: want http://HOST:PORT or https://HOST:PORT", what, raw)
 	}
 	return nil
 }
 
-// Handle registers the admin and agent services on mux.
+// Handle registers the admin and agent services on mux, behind the gates
+// every call passes: only the leader answers (leaderInterceptor), and
+// domain errors become Connect codes in one place (errorInterceptor).
+// Agent streams also end when the leadership term they began in ends.
 func (cp *ControlPlane) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
-	mux.Handle(rivorav1connect.NewAdminServiceHandler(cp, opts...))
-	path, agents := rivorav1connect.NewAgentServiceHandler(&agentService{cp: cp}, opts...)
+	cp.handle(mux, cp.leaderOnly, opts...)
+}
+
+// handle is Handle with the leader gate given, so a test can stand in a
+// follower's.
+func (cp *ControlPlane) handle(mux *http.ServeMux, gate func() error, opts ...connect.HandlerOption) {
+	opts = append([]connect.HandlerOption{connect.WithInterceptors(errorInterceptor{}, leaderInterceptor{gate: gate})}, opts...)
+	mux.Handle(rivorav1connect.NewAdminServiceHandler(&adminHandler{cp: cp}, opts...))
+	path, agents := rivorav1connect.NewAgentServiceHandler(&agentHandler{cp: cp}, opts...)
 	if cp.election != nil {
 		agents = cp.election.scope(agents)
 	}
@@ -202,8 +220,7 @@ func (cp *ControlPlane) Run(ctx context.Context) error {
 	cp.mu.Unlock()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { cp.agents.watchSessions(ctx) })
-	wg.Go(func() { cp.agents.tick(ctx) })
+	wg.Go(func() { cp.agents.run(ctx) })
 	if cp.election != nil {
 		wg.Go(func() { cp.election.run(ctx) })
 	}
@@ -304,21 +321,13 @@ func (cp *ControlPlane) expireOverrides() {
 var errNothingToDo = errors.New("nothing to do")
 
 // broadcast wakes every Watch stream.
-func (cp *ControlPlane) broadcast() {
-	cp.mu.Lock()
-	close(cp.changed)
-	cp.changed = make(chan struct{})
-	cp.mu.Unlock()
-}
+func (cp *ControlPlane) broadcast() { cp.changed.notify() }
 
-func (cp *ControlPlane) changes() <-chan struct{} {
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
-	return cp.changed
-}
+// changes returns a channel closed by the next broadcast.
+func (cp *ControlPlane) changes() <-chan struct{} { return cp.changed.wait() }
 
 func (cp *ControlPlane) record(action, destinationID, author, detail string, version uint64, reason ...string) {
-	e := &rivorav1.AuditEntry{At: timestampNow(cp.now()), Version: version, Author: author, Action: action, DestinationId: destinationID, Detail: detail}
+	e := &rivorav1.AuditEntry{At: timestamppb.New(cp.now()), Version: version, Author: author, Action: action, DestinationId: destinationID, Detail: detail}
 	if len(reason) > 0 {
 		e.Reason = reason[0]
 	}
@@ -378,23 +387,4 @@ func author(a string) string {
 		return "unknown"
 	}
 	return a
-}
-
-func notFound(id string) error {
-	return connect.NewError(connect.CodeNotFound, fmt.Errorf("destination %q does not exist; see `rivoractl destinations list`", id))
-}
-
-func asConnect(err error) error {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		return ce
-	}
-	var consulErr *consulError
-	switch {
-	case errors.Is(err, ErrConflict):
-		return connect.NewError(connect.CodeAborted, err)
-	case errors.Is(err, ErrNotLeader), errors.As(err, &consulErr):
-		return connect.NewError(connect.CodeUnavailable, err)
-	}
-	return connect.NewError(connect.CodeInternal, err)
 }

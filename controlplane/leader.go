@@ -3,14 +3,12 @@ package controlplane
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/hashicorp/consul/api"
 
 	"github.com/rivora/rivora/internal/backoff"
@@ -40,9 +38,9 @@ const (
 	cleanupTimeout = 3 * time.Second
 )
 
-// leaderOnly is the gate of every admin and agent RPC: nil when this
-// control plane may serve (always without Consul), otherwise an
-// Unavailable error naming the leader.
+// leaderOnly is the gate of every admin and agent RPC (leaderInterceptor)
+// and of the leader's own loops: nil when this control plane may serve
+// (always without Consul), otherwise an ErrUnavailable naming the leader.
 func (cp *ControlPlane) leaderOnly() error {
 	if cp.election == nil {
 		return nil
@@ -77,7 +75,8 @@ func newElection(client *api.Client, self string, log *slog.Logger, elected func
 	return e
 }
 
-// check is the gate: nil while leading.
+// check is the gate: nil while leading, else an ErrUnavailable saying
+// who leads, if known.
 func (e *election) check() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -85,11 +84,11 @@ func (e *election) check() error {
 	case e.leading && time.Now().Before(e.leaseUntil):
 		return nil
 	case e.leading:
-		return connect.NewError(connect.CodeUnavailable, errors.New("not the leader: this control plane lost contact with Consul and cannot lead until it renews its session; retry shortly"))
+		return errorf(ErrUnavailable, "not the leader: this control plane lost contact with Consul and cannot lead until it renews its session; retry shortly")
 	case e.leader != "" && e.leader != e.self:
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("not the leader; the leader is %s", e.leader))
+		return errorf(ErrUnavailable, "not the leader; the leader is %s", e.leader)
 	default:
-		return connect.NewError(connect.CodeUnavailable, errors.New("not the leader; no leader yet, retry shortly"))
+		return errorf(ErrUnavailable, "not the leader; no leader yet, retry shortly")
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rivora/rivora/internal/ids"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -81,7 +82,7 @@ func ParseLimits(name string, data []byte) (*LimitsFile, error) {
 			}
 			for j := 0; j+1 < len(val.Content); j += 2 {
 				id, block := val.Content[j], val.Content[j+1]
-				if err := validateID(id.Value); err != nil {
+				if err := ids.Validate("id", id.Value); err != nil {
 					return nil, fmt.Errorf("%s:%d: %w", name, id.Line, err)
 				}
 				if _, dup := f.Destinations[id.Value]; dup {

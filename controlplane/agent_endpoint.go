@@ -1,0 +1,55 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	"github.com/rivora/rivora/internal/ids"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// agentHandler serves rivora.v1.AgentService: the config stream agents
+// follow, and their reports of what they applied and own. Like
+// adminHandler it keeps no state and returns domain errors; the gates in
+// front of it (Handle) refuse calls on a follower and map the errors.
+type agentHandler struct {
+	cp *ControlPlane
+}
+
+// Watch streams the config to one agent: a snapshot, then a delta on
+// every change (feed), while the agent counts as connected.
+func (s *agentHandler) Watch(ctx context.Context, req *connect.Request[rivorav1.WatchRequest], stream *connect.ServerStream[rivorav1.WatchResponse]) error {
+	cp := s.cp
+	name, address := req.Msg.GetAgentName(), req.Msg.GetAddress()
+	if err := ids.Validate("id", name); err != nil {
+		return errorf(ErrInvalid, "agent_name: %w", err)
+	}
+	if err := validateURL(address); err != nil {
+		return fmt.Errorf("address: %w", err)
+	}
+	cp.agents.connect(name, address, req.Msg.GetSession(), cp.now())
+	defer func() {
+		cp.agents.disconnect(cp.runContext(), name, cp.now())
+		cp.broadcast() // partitions may move to another agent
+	}()
+	cp.broadcast()
+	cp.log.Info("agent watching", "agent", name, "address", address, "applied_version", req.Msg.GetAppliedVersion())
+	return cp.feed(ctx, name, stream.Send)
+}
+
+func (s *agentHandler) ReportApplied(ctx context.Context, req *connect.Request[rivorav1.ReportAppliedRequest]) (*connect.Response[rivorav1.ReportAppliedResponse], error) {
+	if err := s.cp.agents.applied(req.Msg.GetAgentName(), req.Msg.GetVersion(), s.cp.now()); err != nil {
+		return nil, tag(ErrPrecondition, errors.Join(err, errors.New("open a Watch first")))
+	}
+	return connect.NewResponse(&rivorav1.ReportAppliedResponse{}), nil
+}
+
+func (s *agentHandler) ReportOwned(ctx context.Context, req *connect.Request[rivorav1.ReportOwnedRequest]) (*connect.Response[rivorav1.ReportOwnedResponse], error) {
+	if err := s.cp.agents.owned(req.Msg.GetAgentName(), req.Msg.GetSession(), req.Msg.GetPartitions(), s.cp.now()); err != nil {
+		return nil, tag(ErrPrecondition, errors.Join(err, errors.New("open a Watch first")))
+	}
+	return connect.NewResponse(&rivorav1.ReportOwnedResponse{}), nil
+}

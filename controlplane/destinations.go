@@ -1,0 +1,248 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/internal/httpurl"
+	"github.com/rivora/rivora/internal/ids"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk/webhook"
+)
+
+// The destination operations behind AdminService (destinations_endpoint.go
+// serves them). Each validates its request, changes the state through
+// change and returns domain errors (errors.go).
+
+// maxPauses bounds the pause history kept per destination.
+const maxPauses = 64
+
+// applyGrace is how long a change waits for the connected agents to apply
+// it before answering, so that a client can use a destination right after
+// creating it. A slow agent does not block the answer longer; `--wait`
+// waits for real.
+const applyGrace = 2 * time.Second
+
+// change applies fn to the stored destinations as one new config version,
+// records it in the audit log and pushes it to the agents.
+func (cp *ControlPlane) change(action, destinationID, who, reason string, fn func(all map[string]*rivorav1.Destination) (detail string, err error)) (uint64, error) {
+	var detail string
+	version, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
+		var err error
+		detail, err = fn(all)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	cp.record(action, destinationID, author(who), detail, version, reason)
+	cp.log.Info("config changed", "action", action, "destination", destinationID, "author", author(who), "version", version, "detail", detail)
+	cp.broadcast()
+	cp.agents.awaitApplied(version, applyGrace)
+	return version, nil
+}
+
+// changeDestination is change for one existing destination: fn edits d
+// and says what it changed; it returns the edited destination.
+func (cp *ControlPlane) changeDestination(action, id, who, reason string, fn func(d *rivorav1.Destination) (string, error)) (*rivorav1.Destination, uint64, error) {
+	var updated *rivorav1.Destination
+	version, err := cp.change(action, id, who, reason, func(all map[string]*rivorav1.Destination) (string, error) {
+		d, ok := all[id]
+		if !ok {
+			return "", notFound(id)
+		}
+		updated = d
+		return fn(d)
+	})
+	return updated, version, err
+}
+
+func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest) (*rivorav1.Destination, uint64, error) {
+	if err := ids.Validate("id", m.GetId()); err != nil {
+		return nil, 0, tag(ErrInvalid, err)
+	}
+	if err := validateURL(m.GetUrl()); err != nil {
+		return nil, 0, err
+	}
+	secret, err := secretOrNew(m.GetSecret())
+	if err != nil {
+		return nil, 0, err
+	}
+	configured := proto.Clone(orEmpty(m.GetLimits())).(*rivorav1.Limits)
+	if err := validateSetLimits(configured); err != nil {
+		return nil, 0, err
+	}
+	now := timestamppb.New(cp.now())
+	d := &rivorav1.Destination{
+		Id: m.GetId(), Url: m.GetUrl(), Secret: secret, Configured: configured,
+		CreatedAt: now, UpdatedAt: now, PriorityClass: rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL,
+	}
+	version, err := cp.change("destination.create", d.Id, m.GetAuthor(), "", func(all map[string]*rivorav1.Destination) (string, error) {
+		if _, exists := all[d.Id]; exists {
+			return "", errorf(ErrExists, "destination %q already exists; change it with `rivoractl destinations update %s`", d.Id, d.Id)
+		}
+		all[d.Id] = d
+		return "url " + d.Url, nil
+	})
+	return d, version, err
+}
+
+// secretOrNew checks a given signing secret, or makes one when none is
+// given.
+func secretOrNew(secret string) (string, error) {
+	if secret == "" {
+		return webhook.NewSecret()
+	}
+	if _, err := webhook.Key(secret); err != nil {
+		return "", errorf(ErrInvalid, "secret: %w", err)
+	}
+	return secret, nil
+}
+
+// destination returns a destination and its pending events on the agents.
+func (cp *ControlPlane) destination(ctx context.Context, id string) (*rivorav1.Destination, int64, error) {
+	d, ok := cp.store.Get(id)
+	if !ok {
+		return nil, 0, notFound(id)
+	}
+	pending, err := cp.agents.pending(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	return d, pending, nil
+}
+
+func (cp *ControlPlane) updateDestination(m *rivorav1.UpdateDestinationRequest) (*rivorav1.Destination, uint64, error) {
+	return cp.changeDestination("destination.update", m.GetId(), m.GetAuthor(), "", func(d *rivorav1.Destination) (string, error) {
+		var changes []string
+		if m.Url != nil {
+			if err := validateURL(m.GetUrl()); err != nil {
+				return "", err
+			}
+			d.Url = m.GetUrl()
+			changes = append(changes, "url "+d.Url)
+		}
+		if m.Secret != nil {
+			if _, err := webhook.Key(m.GetSecret()); err != nil {
+				return "", errorf(ErrInvalid, "secret: %w", err)
+			}
+			d.Secret = m.GetSecret()
+			changes = append(changes, "secret rotated")
+		}
+		set := &rivorav1.Limits{RatePerSecond: m.GetRatePerSecond(), Burst: m.GetBurst(), MaxAttempts: m.GetMaxAttempts(), Window: m.GetWindow(), Timeout: m.GetTimeout(), MaxInFlight: m.GetMaxInFlight()}
+		if err := validateSetLimits(set); err != nil {
+			return "", err
+		}
+		if d.Configured == nil {
+			d.Configured = &rivorav1.Limits{}
+		}
+		changes = append(changes, copySetFields(d.Configured, set)...)
+		if len(changes) == 0 {
+			return "", tag(ErrInvalid, errors.New("nothing to update: set --url, --secret or a limit"))
+		}
+		d.UpdatedAt = timestamppb.New(cp.now())
+		return strings.Join(changes, ", "), nil
+	})
+}
+
+// copySetFields copies the fields set in set to dst and describes them.
+func copySetFields(dst, set *rivorav1.Limits) []string {
+	var changes []string
+	for _, f := range limitFields {
+		if fieldSet(set, f) {
+			copyField(dst, set, f)
+			changes = append(changes, f+" "+fieldText(set, f))
+		}
+	}
+	return changes
+}
+
+// deleteDestination removes a destination. One with pending events is
+// refused unless force, which first archives them as dead letters.
+func (cp *ControlPlane) deleteDestination(ctx context.Context, id, who string, force bool) (archived int64, version uint64, err error) {
+	if _, ok := cp.store.Get(id); !ok {
+		return 0, 0, notFound(id)
+	}
+	pending, err := cp.agents.pending(ctx, id)
+	if err != nil {
+		return 0, 0, err
+	}
+	if pending > 0 {
+		if !force {
+			return 0, 0, errorf(ErrPrecondition, "destination %q has %d pending events; wait for them, or delete with --force to archive them as dead letters", id, pending)
+		}
+		if archived, err = cp.agents.archivePending(ctx, id); err != nil {
+			return 0, 0, fmt.Errorf("archive pending events of %q (%d archived so far): %w", id, archived, err)
+		}
+	}
+	version, err = cp.change("destination.delete", id, who, "", func(all map[string]*rivorav1.Destination) (string, error) {
+		delete(all, id)
+		return fmt.Sprintf("%d pending events archived", archived), nil
+	})
+	return archived, version, err
+}
+
+// destinationHealth asks the agents how a destination (every one if id is
+// "") is doing.
+func (cp *ControlPlane) destinationHealth(ctx context.Context, id string) ([]*rivorav1.DestinationHealth, error) {
+	if id != "" {
+		if _, ok := cp.store.Get(id); !ok {
+			return nil, notFound(id)
+		}
+	}
+	return cp.agents.health(ctx, id)
+}
+
+func (cp *ControlPlane) pauseDestination(id, who, reason string) (*rivorav1.Destination, uint64, error) {
+	return cp.changeDestination("destination.pause", id, who, reason, func(d *rivorav1.Destination) (string, error) {
+		if d.GetPaused() {
+			return "", errorf(ErrPrecondition, "destination %q is already paused; resume it with `rivoractl destinations resume %s`", d.GetId(), d.GetId())
+		}
+		d.Paused = true
+		d.Pauses = append(d.Pauses, &rivorav1.PauseInterval{Start: timestamppb.New(cp.now()), Reason: reason, Author: author(who)})
+		if len(d.Pauses) > maxPauses {
+			d.Pauses = d.Pauses[len(d.Pauses)-maxPauses:]
+		}
+		return "paused", nil
+	})
+}
+
+func (cp *ControlPlane) resumeDestination(id, who string) (*rivorav1.Destination, uint64, error) {
+	return cp.changeDestination("destination.resume", id, who, "", func(d *rivorav1.Destination) (string, error) {
+		if !d.GetPaused() {
+			return "", errorf(ErrPrecondition, "destination %q is not paused", d.GetId())
+		}
+		d.Paused = false
+		var lasted time.Duration
+		if n := len(d.Pauses); n > 0 && d.Pauses[n-1].GetEnd() == nil {
+			d.Pauses[n-1].End = timestamppb.New(cp.now())
+			lasted = d.Pauses[n-1].GetEnd().AsTime().Sub(d.Pauses[n-1].GetStart().AsTime())
+		}
+		return fmt.Sprintf("resumed after %s", lasted.Round(time.Millisecond)), nil
+	})
+}
+
+func orEmpty(l *rivorav1.Limits) *rivorav1.Limits {
+	if l == nil {
+		return &rivorav1.Limits{}
+	}
+	return l
+}
+
+// validateURL checks a destination's URL (an ErrInvalid).
+func validateURL(raw string) error {
+	if _, err := httpurl.Parse(raw); err == nil {
+		return nil
+	}
+	if _, err := url.Parse(raw); err != nil {
+		return errorf(ErrInvalid, "url %q: %w", raw, err)
+	}
+	return errorf(ErrInvalid, "url %q must be an absolute http:// or https:// URL", raw)
+}

@@ -1,0 +1,81 @@
+package controlplane
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// adminHandler serves rivora.v1.AdminService, one file per concept
+// (destinations, priorities, limits, audit, config status). It only
+// translates: requests into ControlPlane operations, their results into
+// responses. It keeps no state. Its errors are domain errors; the gates in
+// front of it (Handle) refuse calls on a follower and turn the errors into
+// Connect codes.
+type adminHandler struct {
+	cp *ControlPlane
+}
+
+func (h *adminHandler) CreateDestination(ctx context.Context, req *connect.Request[rivorav1.CreateDestinationRequest]) (*connect.Response[rivorav1.CreateDestinationResponse], error) {
+	d, version, err := h.cp.createDestination(req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&rivorav1.CreateDestinationResponse{Destination: h.cp.render(d), Version: version}), nil
+}
+
+func (h *adminHandler) GetDestination(ctx context.Context, req *connect.Request[rivorav1.GetDestinationRequest]) (*connect.Response[rivorav1.GetDestinationResponse], error) {
+	d, pending, err := h.cp.destination(ctx, req.Msg.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&rivorav1.GetDestinationResponse{Destination: h.cp.render(d), Pending: pending}), nil
+}
+
+func (h *adminHandler) ListDestinations(ctx context.Context, req *connect.Request[rivorav1.ListDestinationsRequest]) (*connect.Response[rivorav1.ListDestinationsResponse], error) {
+	_, dests := h.cp.snapshot()
+	return connect.NewResponse(&rivorav1.ListDestinationsResponse{Destinations: dests}), nil
+}
+
+func (h *adminHandler) UpdateDestination(ctx context.Context, req *connect.Request[rivorav1.UpdateDestinationRequest]) (*connect.Response[rivorav1.UpdateDestinationResponse], error) {
+	d, version, err := h.cp.updateDestination(req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&rivorav1.UpdateDestinationResponse{Destination: h.cp.render(d), Version: version}), nil
+}
+
+func (h *adminHandler) DeleteDestination(ctx context.Context, req *connect.Request[rivorav1.DeleteDestinationRequest]) (*connect.Response[rivorav1.DeleteDestinationResponse], error) {
+	archived, version, err := h.cp.deleteDestination(ctx, req.Msg.GetId(), req.Msg.GetAuthor(), req.Msg.GetForce())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&rivorav1.DeleteDestinationResponse{Archived: archived, Version: version}), nil
+}
+
+func (h *adminHandler) GetDestinationHealth(ctx context.Context, req *connect.Request[rivorav1.GetDestinationHealthRequest]) (*connect.Response[rivorav1.GetDestinationHealthResponse], error) {
+	health, err := h.cp.destinationHealth(ctx, req.Msg.GetDestinationId())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&rivorav1.GetDestinationHealthResponse{Destinations: health}), nil
+}
+
+func (h *adminHandler) PauseDestination(ctx context.Context, req *connect.Request[rivorav1.PauseDestinationRequest]) (*connect.Response[rivorav1.PauseDestinationResponse], error) {
+	m := req.Msg
+	d, version, err := h.cp.pauseDestination(m.GetDestinationId(), m.GetAuthor(), m.GetReason())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&rivorav1.PauseDestinationResponse{Destination: h.cp.render(d), Version: version}), nil
+}
+
+func (h *adminHandler) ResumeDestination(ctx context.Context, req *connect.Request[rivorav1.ResumeDestinationRequest]) (*connect.Response[rivorav1.ResumeDestinationResponse], error) {
+	d, version, err := h.cp.resumeDestination(req.Msg.GetDestinationId(), req.Msg.GetAuthor())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&rivorav1.ResumeDestinationResponse{Destination: h.cp.render(d), Version: version}), nil
+}

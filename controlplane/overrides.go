@@ -1,0 +1,133 @@
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// The limits operations behind AdminService (limits_endpoint.go serves
+// them): what is in force and why, and audited runtime overrides above the
+// reviewed limits file.
+
+// limitsView is a destination's limits in force, where each field comes
+// from, and what the defaults and the limits file alone give.
+func (cp *ControlPlane) limitsView(d *rivorav1.Destination) *rivorav1.GetLimitsResponse {
+	eff, sources := cp.effective(d)
+	return &rivorav1.GetLimitsResponse{DestinationId: d.GetId(), Effective: eff, Sources: sources, File: cp.fileLimits(d.GetId())}
+}
+
+func (cp *ControlPlane) destinationLimits(id string) (*rivorav1.GetLimitsResponse, error) {
+	d, ok := cp.store.Get(id)
+	if !ok {
+		return nil, notFound(id)
+	}
+	return cp.limitsView(d), nil
+}
+
+// setOverride sets (or extends) a destination's override; fields it does
+// not set keep the unexpired override's values.
+func (cp *ControlPlane) setOverride(m *rivorav1.SetLimitsOverrideRequest) (*rivorav1.GetLimitsResponse, uint64, error) {
+	set := &rivorav1.Limits{RatePerSecond: m.GetRatePerSecond(), Burst: m.GetBurst(), MaxAttempts: m.GetMaxAttempts(), Window: m.GetWindow(), Timeout: m.GetTimeout(), MaxInFlight: m.GetMaxInFlight()}
+	changes, err := validateOverride(m, set)
+	if err != nil {
+		return nil, 0, err
+	}
+	updated, version, err := cp.changeDestination("limits.override", m.GetDestinationId(), m.GetAuthor(), m.GetReason(), func(d *rivorav1.Destination) (string, error) {
+		now := cp.now()
+		o := &rivorav1.LimitsOverride{Limits: &rivorav1.Limits{}, Author: author(m.GetAuthor()), Reason: m.GetReason(), SetAt: timestamppb.New(now)}
+		if prev := d.GetOverride(); prev != nil && (prev.GetExpiresAt() == nil || prev.GetExpiresAt().AsTime().After(now)) {
+			o.Limits = proto.Clone(prev.GetLimits()).(*rivorav1.Limits)
+		}
+		copySetFields(o.Limits, set)
+		detail := strings.Join(changes, ", ")
+		if ttl := m.GetTtl(); ttl != nil {
+			o.ExpiresAt = timestamppb.New(now.Add(ttl.AsDuration()))
+			detail += fmt.Sprintf(" for %s", ttl.AsDuration())
+		}
+		d.Override = o
+		return detail, nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return cp.limitsView(updated), version, nil
+}
+
+// validateOverride checks an override request whose limits are set, and
+// describes the fields it sets.
+func validateOverride(m *rivorav1.SetLimitsOverrideRequest, set *rivorav1.Limits) ([]string, error) {
+	if strings.TrimSpace(m.GetReason()) == "" {
+		return nil, tag(ErrInvalid, errors.New("an override needs a reason (--reason \"…\"): the audit log says why limits changed"))
+	}
+	if err := validateSetLimits(set); err != nil {
+		return nil, err
+	}
+	changes := copySetFields(&rivorav1.Limits{}, set)
+	if len(changes) == 0 {
+		return nil, tag(ErrInvalid, errors.New("nothing to override: set at least one limit (--rate, --burst, …)"))
+	}
+	if ttl := m.GetTtl(); ttl != nil && ttl.AsDuration() <= 0 {
+		return nil, errorf(ErrInvalid, "ttl must be positive, got %s", ttl.AsDuration())
+	}
+	return changes, nil
+}
+
+func (cp *ControlPlane) clearOverride(id, who, reason string) (*rivorav1.GetLimitsResponse, uint64, error) {
+	updated, version, err := cp.changeDestination("limits.clear", id, who, reason, func(d *rivorav1.Destination) (string, error) {
+		if d.GetOverride() == nil {
+			return "", errorf(ErrPrecondition, "destination %q has no limits override", d.GetId())
+		}
+		d.Override = nil
+		return "override cleared", nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return cp.limitsView(updated), version, nil
+}
+
+// limitsDrifts lists, per destination and field, where the limits in
+// force differ from what the limits file gives.
+func (cp *ControlPlane) limitsDrifts() []*rivorav1.LimitsDrift {
+	_, dests := cp.store.Snapshot()
+	var drifts []*rivorav1.LimitsDrift
+	for _, d := range dests {
+		eff, sources := cp.effective(d)
+		file := cp.fileLimits(d.GetId())
+		for _, f := range limitFields {
+			if fieldText(eff, f) != fieldText(file, f) {
+				drifts = append(drifts, &rivorav1.LimitsDrift{
+					DestinationId: d.GetId(), Field: f, FileValue: fieldText(file, f), EffectiveValue: fieldText(eff, f), Source: sources[f],
+				})
+			}
+		}
+	}
+	return drifts
+}
+
+// validateSetLimits checks the fields that are set (zero = unset); its
+// error is an ErrInvalid.
+func validateSetLimits(l *rivorav1.Limits) error {
+	switch {
+	case !(l.GetRatePerSecond() >= 0 && l.GetRatePerSecond() <= 1e7): // NaN too: it would lift every limit
+		return errorf(ErrInvalid, "rate_per_second must be in (0, 1e7], got %v", l.GetRatePerSecond())
+	case l.GetBurst() < 0:
+		return errorf(ErrInvalid, "burst must be at least 1, got %d", l.GetBurst())
+	case l.GetMaxAttempts() < 0:
+		return errorf(ErrInvalid, "max_attempts must be at least 1, got %d", l.GetMaxAttempts())
+	case l.GetWindow() != nil && l.GetWindow().AsDuration() <= 0:
+		return errorf(ErrInvalid, "window must be positive, got %s", l.GetWindow().AsDuration())
+	case l.GetTimeout() != nil && (l.GetTimeout().AsDuration() <= 0 || l.GetTimeout().AsDuration() > 5*time.Minute):
+		return errorf(ErrInvalid, "timeout must be in (0, 5m], got %s", l.GetTimeout().AsDuration())
+	case l.GetMaxInFlight() < 0:
+		return errorf(ErrInvalid, "max_in_flight must be at least 1, got %d", l.GetMaxInFlight())
+	}
+	return nil
+}
