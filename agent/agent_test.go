@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rivora/rivora/internal/eventually"
 	"github.com/rivora/rivora/internal/testrig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
@@ -103,8 +104,6 @@ func (r *running) health(dest string) *rivorav1.DestinationHealth {
 	}
 	return hs[0]
 }
-
-var eventually = testrig.Eventually
 
 func destination(id, url string, maxAttempts int32) *rivorav1.CreateDestinationRequest {
 	return &rivorav1.CreateDestinationRequest{Id: id, Url: url, Secret: secret, Limits: &rivorav1.Limits{
@@ -312,7 +311,7 @@ func TestLaneOrderAndFailingHeadWaits(t *testing.T) {
 		}
 	}
 	// The other lanes finish while the blocked head is failing.
-	eventually(t, "unblocked lanes delivered", 15*time.Second, func() bool {
+	eventually.True(t, "unblocked lanes delivered", 15*time.Second, func() bool {
 		return p.allDelivered(map[string][]string{"u1": want["u1"], "u2": want["u2"]})
 	})
 	if got := p.delivered()["blocked"]; len(got) != 0 {
@@ -333,7 +332,7 @@ func TestLaneOrderAndFailingHeadWaits(t *testing.T) {
 	mu.Lock()
 	othersDone = true
 	mu.Unlock()
-	eventually(t, "blocked lane delivered after its head recovers", 15*time.Second, func() bool { return p.allDelivered(want) })
+	eventually.True(t, "blocked lane delivered after its head recovers", 15*time.Second, func() bool { return p.allDelivered(want) })
 	p.checkOrder(t, want)
 	// The head was retried with increasing attempt numbers.
 	var attempts []int
@@ -387,7 +386,7 @@ func TestDeadLetterArchivedAndLaneContinues(t *testing.T) {
 	deadID = ag.publish("flaky", "acme", "u1")
 	mu.Unlock()
 	after := []string{ag.publish("flaky", "acme", "u1"), ag.publish("flaky", "acme", "u1")}
-	eventually(t, "lane continues after the dead letter", 15*time.Second, func() bool {
+	eventually.True(t, "lane continues after the dead letter", 15*time.Second, func() bool {
 		return p.allDelivered(map[string][]string{"u1": after})
 	})
 	p.checkOrder(t, map[string][]string{"u1": after}, deadID)
@@ -403,7 +402,7 @@ func TestDeadLetterArchivedAndLaneContinues(t *testing.T) {
 	}
 	var paths []string
 	var letters []*rivorav1.DeadLetter
-	eventually(t, "dead letter archived", 15*time.Second, func() bool {
+	eventually.True(t, "dead letter archived", 15*time.Second, func() bool {
 		paths, letters = deadLetters(t, dir, "flaky")
 		return len(letters) > 0
 	})
@@ -473,7 +472,7 @@ func TestRestartResumesFromStore(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	eventually(t, "publisher running", 10*time.Second, func() bool {
+	eventually.True(t, "publisher running", 10*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(accepted) >= 3
@@ -496,7 +495,7 @@ func TestRestartResumesFromStore(t *testing.T) {
 	want["main"] = append(want["main"], ag2.publish("orders", "acme", "main"))
 	// Well within INGEST's 30 s ack wait: nothing the first run had
 	// fetched but not moved may wait for it.
-	eventually(t, "everything delivered after the restart", 20*time.Second, func() bool { return p.allDelivered(want) })
+	eventually.True(t, "everything delivered after the restart", 20*time.Second, func() bool { return p.allDelivered(want) })
 	p.checkOrder(t, want, uncertain...)
 	var resumed []int
 	for _, r := range p.requests() {
@@ -522,7 +521,7 @@ func TestRestartResumesFromStore(t *testing.T) {
 			t.Fatalf("attempt %d = %v, want number %d status %d", i, a, i+1, wantStatus)
 		}
 	}
-	eventually(t, "nothing pending", 10*time.Second, func() bool { return ag2.health("orders").GetPendingEvents() == 0 })
+	eventually.True(t, "nothing pending", 10*time.Second, func() bool { return ag2.health("orders").GetPendingEvents() == 0 })
 }
 
 // ArchivePending dead-letters what is pending (reason deleted); Health
@@ -548,7 +547,7 @@ func TestArchivePendingAndBacklog(t *testing.T) {
 	for range 2 {
 		ids["y"] = append(ids["y"], ag.publish("slow", "globex", "y"))
 	}
-	eventually(t, "one delivery, then nothing in flight", 10*time.Second, func() bool {
+	eventually.True(t, "one delivery, then nothing in flight", 10*time.Second, func() bool {
 		h := ag.health("slow")
 		return len(p.requests()) == 1 && h.GetInFlight() == 0 && h.GetPendingEvents() == 4
 	})
@@ -597,7 +596,7 @@ func TestArchivePendingAndBacklog(t *testing.T) {
 		t.Fatalf("pending after ArchivePending = %d", pending)
 	}
 	var letters []*rivorav1.DeadLetter
-	eventually(t, "4 dead letters archived", 15*time.Second, func() bool {
+	eventually.True(t, "4 dead letters archived", 15*time.Second, func() bool {
 		_, letters = deadLetters(t, dir, "slow")
 		return len(letters) >= 4
 	})
@@ -666,7 +665,7 @@ func TestHealthDegradedThenParked(t *testing.T) {
 	ag.create(destination("down", p.srv.URL, 1000))
 	var ids []string
 	ids = append(ids, ag.publish("down", "acme", "l0"))
-	eventually(t, "degraded", 10*time.Second, func() bool { return ag.health("down").GetState() == "degraded" })
+	eventually.True(t, "degraded", 10*time.Second, func() bool { return ag.health("down").GetState() == "degraded" })
 	h := ag.health("down")
 	if tr := h.GetLastTransition(); tr.GetFrom() != "healthy" || tr.GetTo() != "degraded" || !strings.Contains(tr.GetCause(), "HTTP 503") {
 		t.Fatalf("transition = %v", tr)
@@ -696,7 +695,7 @@ func TestHealthDegradedThenParked(t *testing.T) {
 		t.Fatalf("parked backlog = %v, want %d events in %d lanes", c, len(ids), len(ids))
 	}
 	p.setAnswer(nil)
-	eventually(t, "backlog drained after the destination recovered", 20*time.Second, func() bool {
+	eventually.True(t, "backlog drained after the destination recovered", 20*time.Second, func() bool {
 		return ag.health("down").GetPendingEvents() == 0
 	})
 	h = ag.health("down")
@@ -730,7 +729,7 @@ func TestPauseHoldsResumeDrains(t *testing.T) {
 		lane := fmt.Sprintf("u%d", i%2)
 		want[lane] = append(want[lane], ag.publish("orders", "acme", lane))
 	}
-	eventually(t, "6 events pending", 10*time.Second, func() bool {
+	eventually.True(t, "6 events pending", 10*time.Second, func() bool {
 		n, err := ag.Agent.Pending(context.Background(), "orders")
 		return err == nil && n == 6
 	})
@@ -748,7 +747,7 @@ func TestPauseHoldsResumeDrains(t *testing.T) {
 	if resume.Msg.GetDestination().GetPaused() {
 		t.Fatal("resumed destination still marked paused")
 	}
-	eventually(t, "backlog delivered after resume", 10*time.Second, func() bool { return p.allDelivered(want) })
+	eventually.True(t, "backlog delivered after resume", 10*time.Second, func() bool { return p.allDelivered(want) })
 	p.checkOrder(t, want)
 	if n := len(p.requests()); n != 6 {
 		t.Fatalf("partner got %d requests for 6 events that never failed", n)

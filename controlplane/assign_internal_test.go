@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/rivora/rivora/e2e/consultest"
+	"github.com/rivora/rivora/internal/eventually"
 )
 
 // assignRegistry is an agent registry "with Consul" whose client must never
@@ -385,7 +386,7 @@ func TestAssignFollowsConsulSessions(t *testing.T) {
 		cancel()
 		<-done
 	})
-	waitFor(t, "the first session list", func() bool {
+	eventually.True(t, "the first session list", 10*time.Second, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.liveSessions != nil && len(r.liveSessions) >= len(names)
@@ -398,7 +399,7 @@ func TestAssignFollowsConsulSessions(t *testing.T) {
 	if _, err := client.Session().Destroy(sessions["agent-2"], nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "agent-2's session seen gone", func() bool {
+	eventually.True(t, "agent-2's session seen gone", 10*time.Second, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return !r.agents["agent-2"].sessionLost.IsZero()
@@ -424,7 +425,7 @@ func TestAssignFollowsConsulSessions(t *testing.T) {
 	// Back with a new session: not before the rejoin delay.
 	fresh := newSession()
 	r.connect("agent-2", "http://agent-2.invalid:7070", fresh, time.Now())
-	waitFor(t, "agent-2's new session listed", func() bool {
+	eventually.True(t, "agent-2's new session listed", 10*time.Second, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.liveSessions[fresh]
@@ -437,16 +438,5 @@ func TestAssignFollowsConsulSessions(t *testing.T) {
 	r.mu.Unlock()
 	if again := assignment(t, r, names, count); !maps.Equal(again, before) {
 		t.Fatalf("after its rejoin delay agent-2 got a different share: %v, before %v", shares(again), shares(before))
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

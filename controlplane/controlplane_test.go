@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rivora/rivora/controlplane"
+	"github.com/rivora/rivora/internal/eventually"
 	"github.com/rivora/rivora/internal/testrig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
@@ -67,8 +68,6 @@ func (d *dev) create(req *rivorav1.CreateDestinationRequest) *rivorav1.CreateDes
 	}
 	return resp.Msg
 }
-
-var eventually = testrig.Eventually
 
 // wantCode asserts a Connect error code and that the message names what
 // to fix.
@@ -345,7 +344,7 @@ func TestDeleteWithPending(t *testing.T) {
 		}
 		ids = append(ids, resp.Msg.GetEventId())
 	}
-	eventually(t, "3 pending", 10*time.Second, func() bool {
+	eventually.True(t, "3 pending", 10*time.Second, func() bool {
 		g, err := d.Admin.GetDestination(context.Background(), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "orders"}))
 		return err == nil && g.Msg.GetPending() == 3
 	})
@@ -369,7 +368,7 @@ func TestDeleteWithPending(t *testing.T) {
 	wantCode(t, "publish to a deleted destination", err, connect.CodeInvalidArgument, "not registered")
 
 	var letters []*rivorav1.DeadLetter
-	eventually(t, "3 dead letters archived", 15*time.Second, func() bool {
+	eventually.True(t, "3 dead letters archived", 15*time.Second, func() bool {
 		letters = archived(t, filepath.Join(dir, "archive", "deadletter", "orders"))
 		return len(letters) >= 3
 	})
@@ -385,7 +384,7 @@ func TestDeleteWithPending(t *testing.T) {
 	if !slices.Equal(got, ids) {
 		t.Fatalf("archived %v, want %v", got, ids)
 	}
-	eventually(t, "GetEvent reports the event dead", 10*time.Second, func() bool {
+	eventually.True(t, "GetEvent reports the event dead", 10*time.Second, func() bool {
 		r, err := d.Events.GetEvent(context.Background(), connect.NewRequest(&rivorav1.GetEventRequest{EventId: ids[0]}))
 		return err == nil && r.Msg.GetState() == rivorav1.EventState_EVENT_STATE_DEAD && r.Msg.GetDeadReason() == rivorav1.DeadReason_DEAD_REASON_DELETED
 	})

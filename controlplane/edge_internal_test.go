@@ -102,6 +102,7 @@ func TestAsConnect(t *testing.T) {
 		{"consul down", &consulError{"read state", errors.New("connection refused")}, connect.CodeUnavailable},
 		{"connect error", fmt.Errorf("x: %w", connect.NewError(connect.CodeDeadlineExceeded, errors.New("slow"))), connect.CodeDeadlineExceeded},
 		{"anything else", errors.New("disk full"), connect.CodeInternal},
+		{"canceled", fmt.Errorf("watch: %w", context.Canceled), connect.CodeCanceled},
 	}
 	for _, tc := range cases {
 		got := asConnect(tc.err)

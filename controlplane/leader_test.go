@@ -15,6 +15,7 @@ import (
 
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/e2e/consultest"
+	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -82,7 +83,7 @@ func (n *consulCP) stop() {
 func awaitLeader(t *testing.T, nodes ...*consulCP) *consulCP {
 	t.Helper()
 	var leader *consulCP
-	eventually(t, "exactly one leader, named by the others", 15*time.Second, func() bool {
+	eventually.True(t, "exactly one leader, named by the others", 15*time.Second, func() bool {
 		leader = nil
 		errs := map[*consulCP]error{}
 		for _, n := range nodes {
@@ -254,7 +255,7 @@ func TestLeaderSurvivesConsulRestart(t *testing.T) {
 
 	leader = awaitLeader(t, a, b)
 	var created *connect.Response[rivorav1.CreateDestinationResponse]
-	eventually(t, "a write after Consul restarted", 15*time.Second, func() bool {
+	eventually.True(t, "a write after Consul restarted", 15*time.Second, func() bool {
 		created, err = leader.admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "after", Url: "https://example.com/3"}))
 		return err == nil
 	})

@@ -36,6 +36,7 @@ import (
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -267,17 +268,6 @@ func dest(id, url string, maxAttempts int32) *rivorav1.Destination {
 	}}
 }
 
-func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // ---- tests -----------------------------------------------------------------
 
 // Events move from INGEST into lanes, go out in lane order (a failing head
@@ -305,7 +295,7 @@ func TestMoveDeliverReclaim(t *testing.T) {
 		}
 	}
 	n.run(true)
-	eventually(t, "every event delivered", 15*time.Second, func() bool {
+	eventually.True(t, "every event delivered", 15*time.Second, func() bool {
 		got := p.delivered()
 		for lane, ids := range want {
 			if len(got[lane]) < len(ids) {
@@ -323,10 +313,10 @@ func TestMoveDeliverReclaim(t *testing.T) {
 		t.Fatalf("failing head was sent %d times, want 2 (one failure, one retry)", r)
 	}
 	// The partner sees a delivery before its answer reaches the worker.
-	eventually(t, "scheduler empty", 10*time.Second, func() bool {
+	eventually.True(t, "scheduler empty", 10*time.Second, func() bool {
 		return n.sched.Pending("orders")+n.sched.Pending("billing") == 0
 	})
-	eventually(t, "pending store emptied", 10*time.Second, func() bool {
+	eventually.True(t, "pending store emptied", 10*time.Second, func() bool {
 		return n.streamMsgs(lanes.IngestStream) == 0 && n.totalMsgs(lanes.LanesStream) == 0 && n.totalMsgs(lanes.LedgerStream) == 0
 	})
 }
@@ -353,14 +343,14 @@ func TestRebuildRestoresLanesAndAttempts(t *testing.T) {
 	behind := []string{n.publish("orders", "stuck"), n.publish("orders", "stuck")}
 	done := n.publish("orders", "free")
 	n.run(true)
-	eventually(t, "head failed and recorded", 10*time.Second, func() bool {
+	eventually.True(t, "head failed and recorded", 10*time.Second, func() bool {
 		loc, ok := n.sched.Find(failID)
 		return ok && loc.Head.Attempts >= 1 && !loc.InFlight
 	})
 	// The stuck lane holds the low-water mark, so the delivered event's
 	// space stays; what makes it stay delivered across a restart is the
 	// done record in the ledger (beside the failed head's record).
-	eventually(t, "free lane delivered and recorded done", 10*time.Second, func() bool {
+	eventually.True(t, "free lane delivered and recorded done", 10*time.Second, func() bool {
 		return len(p.delivered()["free"]) == 1 && n.totalMsgs(lanes.LedgerStream) >= 2
 	})
 	// Accepted just before the stop: still in INGEST or already moved.
@@ -395,7 +385,7 @@ func TestRebuildRestoresLanesAndAttempts(t *testing.T) {
 	}
 	// Only the mover runs: the late event reaches its place behind the others.
 	n2.run(false)
-	eventually(t, "late event moved into its lane", 10*time.Second, func() bool {
+	eventually.True(t, "late event moved into its lane", 10*time.Second, func() bool {
 		loc, ok := n2.sched.Find(late)
 		return ok && loc.Ahead == 3
 	})
@@ -428,7 +418,7 @@ func TestDeadLetterWaitsForArchive(t *testing.T) {
 	mu.Unlock()
 	next := n.publish("orders", "u1")
 	n.run(true)
-	eventually(t, "lane continues past the dead event", 10*time.Second, func() bool {
+	eventually.True(t, "lane continues past the dead event", 10*time.Second, func() bool {
 		return slices.Equal(p.delivered()["u1"], []string{next})
 	})
 	if r := p.requests(deadID); r != 2 {
@@ -461,7 +451,7 @@ func TestDeadLetterWaitsForArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	var objects []string
-	eventually(t, "dead letter archived once the archive is back", 20*time.Second, func() bool {
+	eventually.True(t, "dead letter archived once the archive is back", 20*time.Second, func() bool {
 		objects = findObjects(t, archRoot)
 		return len(objects) > 0 && n2.streamMsgs(lanes.LedgerStream(part)) == 0
 	})
@@ -512,7 +502,7 @@ func TestUnmovedEventsKeepTheirPlaceAfterRestart(t *testing.T) {
 	n2 := open(t, dir, arch, dests)
 	n2.run(false)
 	second := n2.publish("orders", "u1")
-	eventually(t, "both events in their lane", 10*time.Second, func() bool {
+	eventually.True(t, "both events in their lane", 10*time.Second, func() bool {
 		_, ok1 := n2.sched.Find(first)
 		_, ok2 := n2.sched.Find(second)
 		return ok1 && ok2

@@ -11,6 +11,7 @@ import (
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/e2e/consultest"
 	"github.com/rivora/rivora/internal/consullock"
+	"github.com/rivora/rivora/internal/eventually"
 )
 
 func newLocker(t *testing.T, url, agent string) *ownership.Consul {
@@ -23,17 +24,6 @@ func newLocker(t *testing.T, url, agent string) *ownership.Consul {
 	}
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	return l
-}
-
-func await(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s", what, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func TestConsulLocker(t *testing.T) {
@@ -95,7 +85,7 @@ func TestConsulLocker(t *testing.T) {
 		t.Fatal("lost lease still valid")
 	}
 	var leaseB2 *ownership.Lease
-	await(t, "b acquires 4 after the lock-delay", 10*time.Second, func() bool {
+	eventually.True(t, "b acquires 4 after the lock-delay", 10*time.Second, func() bool {
 		leaseB2, err = b.TryAcquire(ctx, 4)
 		return err == nil
 	})

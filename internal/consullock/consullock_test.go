@@ -13,6 +13,7 @@ import (
 
 	"github.com/rivora/rivora/e2e/consultest"
 	"github.com/rivora/rivora/internal/consullock"
+	"github.com/rivora/rivora/internal/eventually"
 )
 
 // holder is a session kept alive for the test's duration.
@@ -85,17 +86,6 @@ func lock(t *testing.T, s *holder, key, value string) *consullock.Lease {
 		t.Fatalf("lock %s with %s: %v", key, s.ID(), err)
 	}
 	return l
-}
-
-func await(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s", what, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func awaitLost(t *testing.T, l *consullock.Lease, timeout time.Duration) {
@@ -198,7 +188,7 @@ func TestDestroyedSessionLosesLeases(t *testing.T) {
 	}
 
 	var next *consullock.Lease
-	await(t, "b takes k after the lock-delay", 10*time.Second, func() bool {
+	eventually.True(t, "b takes k after the lock-delay", 10*time.Second, func() bool {
 		var err error
 		next, err = b.Lock(context.Background(), "k", []byte("b"))
 		if err != nil && !errors.Is(err, consullock.ErrHeld) {
@@ -251,7 +241,7 @@ func TestSurvivesConsulRestart(t *testing.T) {
 	if s, _ := holderOf(t, client, "k"); s != a.ID() {
 		t.Fatalf("k held by %q after the restart, want %s", s, a.ID())
 	}
-	await(t, "a renewal after the restart", 10*time.Second, func() bool { return a.Expires().After(before) })
+	eventually.True(t, "a renewal after the restart", 10*time.Second, func() bool { return a.Expires().After(before) })
 	if !lease.Valid() {
 		t.Fatalf("lease lost after a consul restart: %v", lease.Cause())
 	}
@@ -288,7 +278,7 @@ func TestNotRenewedWithinTTL(t *testing.T) {
 	}
 
 	srv.Start()
-	await(t, "the kept session renewed after Consul is back", 20*time.Second, kept.Alive)
+	eventually.True(t, "the kept session renewed after Consul is back", 20*time.Second, kept.Alive)
 	again := lock(t, kept, "k1", "kept")
 	if !again.Valid() {
 		t.Fatalf("lease after renewal: %v", again.Cause())

@@ -1,7 +1,7 @@
 // Package testrig is the one in-process rig of Rivora's tests: `rivora dev`
 // (a control plane and, unless left out, an agent following it) served over
-// HTTP on 127.0.0.1, exactly as the dev command wires them, plus the one
-// "eventually" helper the tests wait with. The agent and control plane
+// HTTP on 127.0.0.1, exactly as the dev command wires them, with
+// internal/eventually to wait. The agent and control plane
 // tests both use it; e2e tests run the real binaries instead.
 package testrig
 
@@ -21,6 +21,7 @@ import (
 
 	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/controlplane"
+	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -96,7 +97,7 @@ func StartDev(t testing.TB, dir string, opts Options) *Dev {
 	d.Events = rivorav1connect.NewEventServiceClient(d.srv.Client(), d.URL)
 	t.Cleanup(d.Stop)
 	if d.Agent != nil {
-		Eventually(t, "agent ready (first config applied)", 10*time.Second, d.Agent.Ready)
+		eventually.True(t, "agent ready (first config applied)", 10*time.Second, d.Agent.Ready)
 	}
 	return d
 }
@@ -148,7 +149,7 @@ func (d *Dev) Create(reqs ...*rivorav1.CreateDestinationRequest) uint64 {
 // WaitApplied waits until the agent reports config version (or later).
 func (d *Dev) WaitApplied(version uint64) {
 	d.T.Helper()
-	Eventually(d.T, fmt.Sprintf("agent applied config version %d", version), 10*time.Second, func() bool {
+	eventually.True(d.T, fmt.Sprintf("agent applied config version %d", version), 10*time.Second, func() bool {
 		resp, err := d.Admin.GetConfigStatus(context.Background(), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
 		if err != nil {
 			return false
@@ -160,19 +161,6 @@ func (d *Dev) WaitApplied(version uint64) {
 		}
 		return false
 	})
-}
-
-// Eventually polls cond every 10 ms until it holds, failing the test with
-// what it waited for once timeout passed.
-func Eventually(t testing.TB, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // logBuffer collects log lines; they are printed only when the test fails.
