@@ -193,9 +193,6 @@ func startMinIO(t testing.TB) *minioServer {
 	return m
 }
 
-// Endpoint is HOST:PORT, as `rivora dev --s3-endpoint` wants it.
-func (m *minioServer) Endpoint() string { return m.addr }
-
 // DevArgs are the `rivora dev` flags that archive to this server.
 func (m *minioServer) DevArgs(bucket string) []string {
 	return []string{
