@@ -49,7 +49,7 @@ type Lease struct {
 	lost     chan struct{}
 	lostOnce sync.Once
 	cause    error
-	// validUntil reports whether the holder's session is provably alive
+	// alive reports whether the holder's session is provably alive
 	// at now; nil means always.
 	alive   func(now time.Time) bool
 	release func(ctx context.Context) error
