@@ -19,7 +19,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -98,21 +97,12 @@ type devOptions struct {
 	Args       []string // extra flags
 }
 
+// devProc is `rivora dev` on a free 127.0.0.1 port: a proc whose
+// restarts keep its data directory and address.
 type devProc struct {
-	t       testing.TB
+	*proc
 	opts    devOptions
 	dataDir string
-	addr    string
-	logPath string
-	runs    int
-
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	done     chan struct{}
-	waitErr  error
-	logFile  *os.File
-	stopping bool  // the harness asked the process to end
-	died     error // set when it ended without being asked
 }
 
 // startDev starts `rivora dev` on a free 127.0.0.1 port and waits until
@@ -120,29 +110,20 @@ type devProc struct {
 // is printed when the test failed.
 func startDev(t testing.TB, opts devOptions) *devProc {
 	t.Helper()
-	d := &devProc{t: t, opts: opts, dataDir: opts.DataDir}
+	d := &devProc{opts: opts, dataDir: opts.DataDir}
 	if d.dataDir == "" {
 		d.dataDir = t.TempDir()
 	}
-	d.addr = "127.0.0.1:" + strconv.Itoa(freePort(t))
-	d.logPath = filepath.Join(t.TempDir(), "rivora-dev.log")
-	t.Cleanup(func() {
-		d.kill()
-		if err := d.diedErr(); err != nil {
-			t.Errorf("%v; a graceful \"shutting down\" in its log means it got SIGTERM/SIGINT from outside the test", err)
-		}
-		if t.Failed() {
-			d.dumpLog()
-		}
-	})
-	d.start()
+	d.proc = newProc(t, "rivora dev", rivoraBin, "127.0.0.1:"+strconv.Itoa(freePort(t)), nil)
+	d.logTail = 48 << 10
+	d.proc.args = d.devArgs()
+	d.run()
 	return d
 }
 
-func (d *devProc) URL() string     { return "http://" + d.addr }
 func (d *devProc) DataDir() string { return d.dataDir }
 
-func (d *devProc) args() []string {
+func (d *devProc) devArgs() []string {
 	a := []string{"dev", "--listen", d.addr, "--data-dir", d.dataDir}
 	if d.opts.Partitions > 0 {
 		a = append(a, "--partitions", strconv.Itoa(d.opts.Partitions))
@@ -153,119 +134,17 @@ func (d *devProc) args() []string {
 	return append(a, d.opts.Args...)
 }
 
-func (d *devProc) start() {
+// run starts the process and waits until it is healthy.
+func (d *devProc) run() {
 	d.t.Helper()
-	f, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		d.t.Fatalf("open dev log: %v", err)
-	}
-	d.runs++
-	fmt.Fprintf(f, "==== run %d: rivora %s\n", d.runs, strings.Join(d.args(), " "))
-	cmd := exec.Command(rivoraBin, d.args()...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		d.t.Fatalf("start rivora dev: %v", err)
-	}
-	done := make(chan struct{})
-	d.mu.Lock()
-	d.cmd, d.done, d.waitErr, d.logFile, d.stopping = cmd, done, nil, f, false
-	d.mu.Unlock()
-	run := d.runs
-	go func() {
-		err := cmd.Wait()
-		d.mu.Lock()
-		d.waitErr = err
-		if !d.stopping && d.died == nil {
-			d.died = fmt.Errorf("rivora dev (run %d) exited on its own while the test needed it: %v (ProcessState %v)", run, err, cmd.ProcessState)
-		}
-		d.mu.Unlock()
-		f.Close()
-		close(done)
-	}()
+	d.start()
 	d.waitHealthy(60 * time.Second)
-}
-
-func (d *devProc) waitHealthy(timeout time.Duration) {
-	d.t.Helper()
-	deadline := time.Now().Add(timeout)
-	client := &http.Client{Timeout: 2 * time.Second}
-	var last string
-	for time.Now().Before(deadline) {
-		select {
-		case <-d.done:
-			d.t.Fatalf("rivora dev exited before it was healthy: %v", d.exitErr())
-		default:
-		}
-		resp, err := client.Get(d.URL() + "/healthz")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	d.t.Fatalf("rivora dev on %s not healthy after %s (last: %s)", d.addr, timeout, last)
-}
-
-// diedErr reports an exit the harness did not ask for.
-func (d *devProc) diedErr() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.died
-}
-
-// markStopping records that the harness is ending the process.
-func (d *devProc) markStopping() {
-	d.mu.Lock()
-	d.stopping = true
-	d.mu.Unlock()
-}
-
-func (d *devProc) exitErr() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.waitErr
-}
-
-func (d *devProc) running() bool {
-	d.mu.Lock()
-	done := d.done
-	d.mu.Unlock()
-	if done == nil {
-		return false
-	}
-	select {
-	case <-done:
-		return false
-	default:
-		return true
-	}
 }
 
 // Kill9 kills the process with SIGKILL and waits for it to be gone.
 func (d *devProc) Kill9() {
 	d.t.Helper()
-	if !d.running() {
-		d.t.Fatalf("Kill9: rivora dev is not running")
-	}
-	d.markStopping()
-	d.mu.Lock()
-	cmd, done := d.cmd, d.done
-	d.mu.Unlock()
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		d.t.Fatalf("kill -9: %v", err)
-	}
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		d.t.Fatalf("rivora dev still alive 10s after SIGKILL")
-	}
+	d.kill9(10 * time.Second)
 }
 
 // Stop sends SIGTERM and waits for a graceful exit; it returns the exit
@@ -275,21 +154,11 @@ func (d *devProc) Stop(timeout time.Duration) error {
 	if !d.running() {
 		d.t.Fatalf("Stop: rivora dev is not running")
 	}
-	d.markStopping()
-	d.mu.Lock()
-	cmd, done := d.cmd, d.done
-	d.mu.Unlock()
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		d.t.Fatalf("SIGTERM: %v", err)
-	}
-	select {
-	case <-done:
-		return d.exitErr()
-	case <-time.After(timeout):
-		cmd.Process.Kill()
-		<-done
+	err, exited := d.terminate(timeout)
+	if !exited {
 		return fmt.Errorf("no exit within %s of SIGTERM (killed)", timeout)
 	}
+	return err
 }
 
 // Restart starts the process again on the same data dir and address. It must
@@ -299,37 +168,7 @@ func (d *devProc) Restart() {
 	if d.running() {
 		d.t.Fatalf("Restart: rivora dev is still running")
 	}
-	d.start()
-}
-
-func (d *devProc) kill() {
-	d.markStopping()
-	d.mu.Lock()
-	cmd, done := d.cmd, d.done
-	d.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	select {
-	case <-done:
-		return
-	default:
-	}
-	cmd.Process.Kill()
-	<-done
-}
-
-func (d *devProc) dumpLog() {
-	b, err := os.ReadFile(d.logPath)
-	if err != nil {
-		d.t.Logf("read dev log: %v", err)
-		return
-	}
-	const max = 48 << 10
-	if len(b) > max {
-		b = append([]byte("…(truncated)…\n"), b[len(b)-max:]...)
-	}
-	d.t.Logf("---- rivora dev output (%s) ----\n%s\n---- end of rivora dev output ----", d.logPath, b)
+	d.run()
 }
 
 // Clients. Connect over HTTP/1.1 with the binary codec.
@@ -393,32 +232,7 @@ func createDestination(t testing.TB, d *devProc, id string, p *partner, secret s
 // waits for).
 func waitConfigApplied(t testing.TB, d *devProc, v uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	var last string
-	for {
-		resp, err := d.Admin().GetConfigStatus(ctxTimeout(t, 5*time.Second), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
-		if err != nil {
-			last = err.Error()
-		} else {
-			connected, behind := 0, 0
-			for _, a := range resp.Msg.GetAgents() {
-				if a.GetConnected() {
-					connected++
-					if a.GetAppliedVersion() < v {
-						behind++
-					}
-				}
-			}
-			if connected > 0 && behind == 0 {
-				return
-			}
-			last = fmt.Sprintf("version %d, %d agents connected, %d behind", resp.Msg.GetVersion(), connected, behind)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("config version %d not applied by the agents within 10s (%s)", v, last)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	devRig(d).waitApplied(t, v)
 }
 
 // ---------------------------------------------------------------------------
@@ -457,19 +271,26 @@ type partner struct {
 // fails the test at cleanup.
 func newPartner(t testing.TB) *partner {
 	t.Helper()
+	return startPartner(t, nil)
+}
+
+// newGatedPartner is newPartner whose answers are decided per request by
+// gate: 0 lets the request through to the partner's normal handling (its
+// status, 200 when healthy); any other value is answered as is and
+// recorded (signature still verified) with that status.
+func newGatedPartner(t testing.TB, gate func(now time.Time) int) *partner {
+	t.Helper()
+	return startPartner(t, gate)
+}
+
+// startPartner is the one partner server; gate (nil: none) is
+// newGatedPartner's.
+func startPartner(t testing.TB, gate func(now time.Time) int) *partner {
+	t.Helper()
 	p := &partner{status: http.StatusOK, ok: map[string]int{}, attempts: map[string]int{}}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(p.serve))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("partner listen: %v", err)
-	}
-	srv.Listener.Close()
-	srv.Listener = l
-	srv.Start()
-	p.srv = srv
+	// Registered before the server's cleanup, so it runs after the server
+	// closed: no request can add a problem once they are counted.
 	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if len(p.problems) > 0 {
@@ -477,7 +298,35 @@ func newPartner(t testing.TB) *partner {
 			t.Errorf("partner %s saw %d bad requests, first: %s", p.URL(), len(p.problems), strings.Join(p.problems[:n], "; "))
 		}
 	})
+	p.srv = listenLocal(t, "partner", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if gate != nil {
+			if code := gate(time.Now()); code != 0 {
+				p.refuse(w, r, code)
+				return
+			}
+		}
+		p.serve(w, r)
+	}))
 	return p
+}
+
+// listenLocal starts an HTTP server for h on 127.0.0.1; it is closed when
+// the test ends.
+func listenLocal(t testing.TB, what string, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("%s listen: %v", what, err)
+	}
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return srv
 }
 
 func (p *partner) URL() string { return p.srv.URL + "/hook" }
@@ -636,8 +485,8 @@ func (p *partner) WaitDelivered(t testing.TB, ids []string, timeout time.Duratio
 }
 
 func (p *partner) waitDelivered(ids []string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	var died error
+	err := poll(timeout, 20*time.Millisecond, func() error {
 		miss := p.missing(ids)
 		if len(miss) == 0 {
 			return nil
@@ -647,28 +496,18 @@ func (p *partner) waitDelivered(ids []string, timeout time.Duration) error {
 		p.mu.Unlock()
 		if dev != nil {
 			if err := dev.diedErr(); err != nil {
-				return fmt.Errorf("partner %s: %d of %d events not delivered: %w", p.URL(), len(miss), len(ids), err)
+				died = fmt.Errorf("partner %s: %d of %d events not delivered: %w", p.URL(), len(miss), len(ids), err)
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			n := min(len(miss), 5)
-			return fmt.Errorf("partner %s: %d of %d events not delivered within %s (requests seen: %d), e.g. %v",
-				p.URL(), len(miss), len(ids), timeout, p.Requests(), miss[:n])
-		}
-		time.Sleep(20 * time.Millisecond)
+		n := min(len(miss), 5)
+		return fmt.Errorf("partner %s: %d of %d events not delivered within %s (requests seen: %d), e.g. %v",
+			p.URL(), len(miss), len(ids), timeout, p.Requests(), miss[:n])
+	})
+	if died != nil {
+		return died
 	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return err
 }
 
 // laneReport is what checkLaneOrder found.

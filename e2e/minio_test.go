@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -151,44 +149,29 @@ func (b *lockedBuffer) String() string {
 // temporary directory. Stop and Start simulate the object store going down
 // and coming back: same directory, same address, same credentials.
 type minioServer struct {
-	t         testing.TB
-	bin       string
+	*proc
 	dir       string
-	certsDir  string
-	addr      string
-	console   string
 	AccessKey string
 	SecretKey string
-	logPath   string
-	runs      int
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	werr error
 }
 
 // startMinIO starts a fresh MinIO server and waits until it is live. It is
 // killed when the test ends; its log is printed when the test failed.
 func startMinIO(t testing.TB) *minioServer {
 	t.Helper()
-	m := &minioServer{
-		t:         t,
-		bin:       minioBinary(t),
-		dir:       t.TempDir(),
-		certsDir:  t.TempDir(),
-		addr:      "127.0.0.1:" + strconv.Itoa(freePort(t)),
-		console:   "127.0.0.1:" + strconv.Itoa(freePort(t)),
-		AccessKey: "rivora-e2e",
-		SecretKey: "rivora-e2e-secret-key",
-		logPath:   filepath.Join(t.TempDir(), "minio.log"),
+	m := &minioServer{dir: t.TempDir(), AccessKey: "rivora-e2e", SecretKey: "rivora-e2e-secret-key"}
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	console := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	m.proc = newProc(t, "minio", minioBinary(t), addr,
+		[]string{"server", m.dir, "--address", addr, "--console-address", console, "--certs-dir", t.TempDir(), "--quiet"})
+	m.env = []string{
+		"MINIO_ROOT_USER=" + m.AccessKey,
+		"MINIO_ROOT_PASSWORD=" + m.SecretKey,
+		"MINIO_UPDATE=off",
+		"MINIO_BROWSER=off",
 	}
-	t.Cleanup(func() {
-		m.kill()
-		if t.Failed() {
-			m.dumpLog()
-		}
-	})
+	m.logTail = 16 << 10
+	m.watchExit = false // the tests stop and start it; they check what it serves
 	m.Start()
 	return m
 }
@@ -201,21 +184,6 @@ func (m *minioServer) DevArgs(bucket string) []string {
 	}
 }
 
-func (m *minioServer) running() bool {
-	m.mu.Lock()
-	done := m.done
-	m.mu.Unlock()
-	if done == nil {
-		return false
-	}
-	select {
-	case <-done:
-		return false
-	default:
-		return true
-	}
-}
-
 // Start starts the server (again) on the same directory and address and
 // waits until GET /minio/health/live answers 200 and S3 calls are served
 // (live comes a moment before the object layer is initialised).
@@ -224,77 +192,19 @@ func (m *minioServer) Start() {
 	if m.running() {
 		m.t.Fatalf("MinIO Start: already running")
 	}
-	f, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		m.t.Fatalf("open MinIO log: %v", err)
-	}
-	m.runs++
-	args := []string{"server", m.dir, "--address", m.addr, "--console-address", m.console, "--certs-dir", m.certsDir, "--quiet"}
-	fmt.Fprintf(f, "==== run %d: minio %s\n", m.runs, strings.Join(args, " "))
-	cmd := exec.Command(m.bin, args...)
-	cmd.Env = append(os.Environ(),
-		"MINIO_ROOT_USER="+m.AccessKey,
-		"MINIO_ROOT_PASSWORD="+m.SecretKey,
-		"MINIO_UPDATE=off",
-		"MINIO_BROWSER=off",
-	)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		m.t.Fatalf("start minio: %v", err)
-	}
-	done := make(chan struct{})
-	m.mu.Lock()
-	m.cmd, m.done, m.werr = cmd, done, nil
-	m.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		m.mu.Lock()
-		m.werr = err
-		m.mu.Unlock()
-		f.Close()
-		close(done)
-	}()
-	m.waitLive(90 * time.Second)
-}
-
-func (m *minioServer) waitLive(timeout time.Duration) {
-	m.t.Helper()
+	m.start()
 	client := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		if !m.running() {
-			m.mu.Lock()
-			err := m.werr
-			m.mu.Unlock()
-			m.dumpLog()
-			m.t.Fatalf("minio exited before it was live: %v", err)
+	m.waitReady(90*time.Second, func() error {
+		if err := getOK(client, "http://"+m.addr+"/minio/health/live"); err != nil {
+			return err
 		}
-		resp, err := client.Get("http://" + m.addr + "/minio/health/live")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_, err := m.Client().ListBuckets(ctx)
-				cancel()
-				if err == nil {
-					return
-				}
-				last = "live, but ListBuckets: " + err.Error()
-			} else {
-				last = resp.Status
-			}
-		} else {
-			last = err.Error()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := m.Client().ListBuckets(ctx); err != nil {
+			return fmt.Errorf("live, but ListBuckets: %w", err)
 		}
-		if time.Now().After(deadline) {
-			m.dumpLog()
-			m.t.Fatalf("minio on %s not live after %s (last: %s)", m.addr, timeout, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // Stop ends the server (SIGTERM, then SIGKILL after 10 s) and waits until
@@ -304,18 +214,7 @@ func (m *minioServer) Stop() {
 	if !m.running() {
 		m.t.Fatalf("MinIO Stop: not running")
 	}
-	m.mu.Lock()
-	cmd, done := m.cmd, m.done
-	m.mu.Unlock()
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		m.t.Fatalf("SIGTERM minio: %v", err)
-	}
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		<-done
-	}
+	m.terminate(10 * time.Second)
 	client := &http.Client{Timeout: time.Second}
 	waitFor(m.t, 10*time.Second, "the stopped MinIO to stop answering", func() bool {
 		resp, err := client.Get("http://" + m.addr + "/minio/health/live")
@@ -325,35 +224,6 @@ func (m *minioServer) Stop() {
 		resp.Body.Close()
 		return false
 	})
-}
-
-func (m *minioServer) kill() {
-	m.mu.Lock()
-	cmd, done := m.cmd, m.done
-	m.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	select {
-	case <-done:
-		return
-	default:
-	}
-	cmd.Process.Kill()
-	<-done
-}
-
-func (m *minioServer) dumpLog() {
-	b, err := os.ReadFile(m.logPath)
-	if err != nil {
-		m.t.Logf("read MinIO log: %v", err)
-		return
-	}
-	const max = 16 << 10
-	if len(b) > max {
-		b = append([]byte("…(truncated)…\n"), b[len(b)-max:]...)
-	}
-	m.t.Logf("---- minio output (%s) ----\n%s\n---- end of minio output ----", m.logPath, b)
 }
 
 // Client is an S3 client of the server, for checking what Rivora stored.
