@@ -142,126 +142,25 @@ func runFailover(args []string) error {
 // ---------------------------------------------------------------------------
 // processes
 
-// foProc is one rivora process of the cell.
+// foProc is one rivora process of the cell, named as the bench knows it
+// ("controlplane", "a1").
 type foProc struct {
-	name    string
-	addr    string
-	nats    string // agents: the embedded NATS server's client address
-	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	waitErr error
-	killed  atomic.Bool // by the bench, on purpose
+	*proc
+	nats string // agents: the embedded NATS server's client address
 }
 
 func startFoProc(bin, name, addr, logPath string, args []string) (*foProc, error) {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := startProc(bin, name, addr, logPath, args, true)
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(logf, "==== rivora %s\n", strings.Join(args, " "))
-	p := &foProc{name: name, addr: addr, logPath: logPath, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	// Its own process group: Ctrl-C reaches the bench only, which then
-	// stops every process itself.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	progress("starting %s: rivora %s", name, strings.Join(args, " "))
-	if err := p.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start rivora %s: %w", name, err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
-	return p, nil
+	return &foProc{proc: p}, nil
 }
 
-func (p *foProc) url() string { return "http://" + p.addr }
-
-func (p *foProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// diedErr reports an exit the bench did not cause.
-func (p *foProc) diedErr() error {
-	if p.exited() && !p.killed.Load() {
-		return fmt.Errorf("rivora %s exited on its own (%v); log tail:\n%s", p.name, p.waitErr, p.tail(4<<10))
-	}
-	return nil
-}
-
-func (p *foProc) tail(n int) string {
-	b, _ := os.ReadFile(p.logPath)
-	if len(b) > n {
-		b = b[len(b)-n:]
-		if i := strings.IndexByte(string(b), '\n'); i >= 0 {
-			b = b[i+1:]
-		}
-	}
-	return string(b)
-}
-
-func (p *foProc) kill9() error {
-	p.killed.Store(true)
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		return err
-	}
-	<-p.done
-	return nil
-}
-
-// stop sends SIGTERM, then SIGKILL after limit.
+// stop is proc.stop, also for a process that never started (nil).
 func (p *foProc) stop(limit time.Duration) {
-	if p == nil || p.exited() {
-		return
-	}
-	p.killed.Store(true)
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(limit):
-		progress("%s did not exit %s after SIGTERM; killing it", p.name, limit)
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func (p *foProc) waitHealthy(ctx context.Context, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	hc := &http.Client{Timeout: 2 * time.Second}
-	last := "no answer"
-	for {
-		if p.exited() {
-			return fmt.Errorf("rivora %s exited before it was healthy (%v); log tail:\n%s", p.name, p.waitErr, p.tail(8<<10))
-		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url()+"/healthz", nil)
-		resp, err := hc.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("rivora %s on %s not healthy within %s (last: %s); log tail:\n%s", p.name, p.addr, limit, last, p.tail(8<<10))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s to be healthy: %w", p.name, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
+	if p != nil {
+		p.proc.stop(limit)
 	}
 }
 
@@ -638,7 +537,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := c.cp.waitHealthy(ctx, 60*time.Second); err != nil {
+	if _, err := c.cp.waitHealthy(ctx, 60*time.Second, 100*time.Millisecond); err != nil {
 		return err
 	}
 	hc := &http.Client{Timeout: 15 * time.Second}
@@ -672,7 +571,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 		c.agents = append(c.agents, a)
 	}
 	for _, a := range c.agents {
-		if err := a.waitHealthy(ctx, 90*time.Second); err != nil {
+		if _, err := a.waitHealthy(ctx, 90*time.Second, 100*time.Millisecond); err != nil {
 			return err
 		}
 		progress("%s healthy on %s (%s after start)", a.name, a.addr, time.Since(startedAgents).Round(time.Millisecond))

@@ -425,11 +425,8 @@ func (g *gamedayFlags) runWAF() error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("erp: %d of %d delivered when the scenario limit %s ran out", erp.okUnique.Load(), g.events, g.scenarioLimit)
 		}
-		select {
-		case err := <-d.done:
-			d.done <- err
-			return fmt.Errorf("rivora dev exited: %v\n%s", err, d.tail())
-		default:
+		if err, ok := d.exited(); ok {
+			return fmt.Errorf("rivora dev exited: %v\n%s", err, d.tail(8<<10))
 		}
 		if time.Since(lastLog) >= 2*time.Second {
 			lastLog = time.Now()

@@ -31,7 +31,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -100,13 +99,12 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.keep, "keep", false, "keep the temp data dir and log")
 }
 
+// dev is `rivora dev` in a temporary directory.
 type dev struct {
-	addr, natsAddr string
-	dir            string
-	logPath        string
-	cmd            *exec.Cmd
-	done           chan error
-	keep           bool
+	*proc
+	natsAddr string
+	dir      string
+	keep     bool
 }
 
 func (c *common) startDev() (d *dev, err error) {
@@ -141,88 +139,22 @@ func (c *common) startDev() (d *dev, err error) {
 	if err != nil {
 		return nil, err
 	}
-	d = &dev{
-		addr:     "127.0.0.1:" + strconv.Itoa(p1),
-		natsAddr: "127.0.0.1:" + strconv.Itoa(p2),
-		dir:      dir,
-		logPath:  filepath.Join(dir, "rivora.log"),
-		done:     make(chan error, 1),
-		keep:     c.keep,
-	}
-	args := []string{"dev", "--listen", d.addr, "--data-dir", filepath.Join(dir, "data"),
+	d = &dev{natsAddr: "127.0.0.1:" + strconv.Itoa(p2), dir: dir, keep: c.keep}
+	addr := "127.0.0.1:" + strconv.Itoa(p1)
+	args := []string{"dev", "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
 		"--nats-listen", d.natsAddr, "--partitions", strconv.Itoa(c.partitions), "--workers", strconv.Itoa(c.workers)}
 	if c.fsync {
 		args = append(args, "--fsync")
 	}
-	logf, err := os.Create(d.logPath)
-	if err != nil {
+	if d.proc, err = startProc(bin, "rivora dev", addr, filepath.Join(dir, "rivora.log"), args, false); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	d.cmd = exec.Command(bin, args...)
-	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	progress("starting rivora %s", strings.Join(args, " "))
-	if err := d.cmd.Start(); err != nil {
-		logf.Close()
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start rivora: %w", err)
+	if _, err := d.waitHealthy(context.Background(), 60*time.Second, 50*time.Millisecond); err != nil {
+		return d, err
 	}
-	go func() { d.done <- d.cmd.Wait(); logf.Close() }()
-
-	deadline := time.Now().Add(60 * time.Second)
-	hc := &http.Client{Timeout: 2 * time.Second}
-	for {
-		select {
-		case err := <-d.done:
-			d.done <- err
-			return d, fmt.Errorf("rivora dev exited during startup (%v); log:\n%s", err, d.tail())
-		default:
-		}
-		resp, err := hc.Get("http://" + d.addr + "/healthz")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				progress("rivora dev healthy on %s (NATS on %s)", d.addr, d.natsAddr)
-				return d, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return d, fmt.Errorf("rivora dev not healthy within 60s; log:\n%s", d.tail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (d *dev) url() string { return "http://" + d.addr }
-
-// cpu returns the process's user+system CPU time so far (Linux /proc).
-func (d *dev) cpu() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses.
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 {
-		s = s[i+1:]
-	}
-	f := strings.Fields(s)
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	const clkTck = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / clkTck
-}
-
-func (d *dev) tail() string {
-	b, _ := os.ReadFile(d.logPath)
-	if len(b) > 8<<10 {
-		b = b[len(b)-8<<10:]
-	}
-	return string(b)
+	progress("rivora dev healthy on %s (NATS on %s)", d.addr, d.natsAddr)
+	return d, nil
 }
 
 // stop terminates the process (SIGTERM, then SIGKILL after 20s) and removes
@@ -231,21 +163,7 @@ func (d *dev) stop() {
 	if d == nil {
 		return
 	}
-	if d.cmd != nil && d.cmd.Process != nil {
-		select {
-		case err := <-d.done:
-			d.done <- err
-		default:
-			d.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-d.done:
-			case <-time.After(20 * time.Second):
-				progress("rivora dev did not exit 20s after SIGTERM; killing")
-				d.cmd.Process.Kill()
-				<-d.done
-			}
-		}
-	}
+	d.proc.stop(20 * time.Second)
 	if d.keep {
 		progress("kept %s", d.dir)
 		return
