@@ -41,9 +41,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -325,90 +323,6 @@ func (o ownership) busiest() string {
 // ---------------------------------------------------------------------------
 // the partner
 
-// foDelivery is one request the partner received.
-type foDelivery struct {
-	at     time.Time
-	id     string
-	dest   string
-	lane   string // destination/customer/lane
-	agent  string // from the user-agent, "" when it does not parse
-	status int    // 200, or 0 while answering / when the agent hung up first
-}
-
-type foPartner struct {
-	srv   *http.Server
-	base  string
-	delay time.Duration
-
-	mu      sync.Mutex
-	log     []foDelivery
-	firstOK map[string]time.Time
-	okN     map[string]int
-	badUA   []string
-	uniq    atomic.Int64
-	total   atomic.Int64
-}
-
-var userAgentRE = regexp.MustCompile(`^rivora/\S+ \(([^()]+)\)$`)
-
-func startFoPartner(delay time.Duration) (*foPartner, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &foPartner{base: "http://" + l.Addr().String(), delay: delay, firstOK: map[string]time.Time{}, okN: map[string]int{}}
-	p.srv = &http.Server{Handler: http.HandlerFunc(p.serve)}
-	go p.srv.Serve(l)
-	return p, nil
-}
-
-func (p *foPartner) url(dest string) string { return p.base + "/d/" + dest }
-
-func (p *foPartner) serve(w http.ResponseWriter, r *http.Request) {
-	io.Copy(io.Discard, r.Body)
-	now := time.Now()
-	dest := strings.TrimPrefix(r.URL.Path, "/d/")
-	ua := r.Header.Get("user-agent")
-	d := foDelivery{at: now, id: r.Header.Get("webhook-id"), dest: dest,
-		lane: dest + "/" + r.Header.Get("rivora-customer") + "/" + r.Header.Get("rivora-lane")}
-	if m := userAgentRE.FindStringSubmatch(ua); m != nil {
-		d.agent = m[1]
-	}
-	p.total.Add(1)
-	p.mu.Lock()
-	i := len(p.log)
-	p.log = append(p.log, d)
-	if d.agent == "" && len(p.badUA) < 5 {
-		p.badUA = append(p.badUA, ua)
-	}
-	p.mu.Unlock()
-
-	if p.delay > 0 {
-		select {
-		case <-time.After(p.delay):
-		case <-r.Context().Done():
-			return // the agent hung up (killed): not delivered
-		}
-	}
-	p.mu.Lock()
-	p.log[i].status = http.StatusOK
-	p.okN[d.id]++
-	if _, ok := p.firstOK[d.id]; !ok {
-		p.firstOK[d.id] = now
-		p.uniq.Add(1)
-	}
-	p.mu.Unlock()
-	w.WriteHeader(http.StatusOK)
-}
-
-func (p *foPartner) close() { p.srv.Close() }
-
-func (p *foPartner) snapshot() []foDelivery {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.log)
-}
-
 // ---------------------------------------------------------------------------
 // the load
 
@@ -595,7 +509,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 		victimParts[int(p)] = true
 	}
 	dests := f.pickDestinations(victimParts)
-	part, err := startFoPartner(f.partnerDelay)
+	part, err := startPartner(partnerOptions{delay: f.partnerDelay, keepLog: true})
 	if err != nil {
 		return err
 	}
@@ -603,7 +517,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 	limits := &rivorav1.Limits{RatePerSecond: f.rate, Burst: int32(max(f.rate/2, 1)), MaxAttempts: 10000,
 		MaxInFlight: int32(max(64, f.lanes+8))}
 	for _, d := range dests {
-		if err := createDestination(ctx, c.admin, d, part.url(d), limits); err != nil {
+		if err := createDestination(ctx, c.admin, d, part.destURL(d), limits); err != nil {
 			return err
 		}
 	}
@@ -1111,7 +1025,7 @@ func (f *failoverFlags) pickDestinations(victimParts map[int]bool) []string {
 // laneOrder counts lanes where an event reached the partner while an
 // earlier-acked event of the lane had not been delivered 2xx yet, and all
 // such requests. Requests for ids never acked are ignored.
-func laneOrder(log []foDelivery, byLane map[string][]string) (lanesBad, violations int, samples []string) {
+func laneOrder(log []delivery, byLane map[string][]string) (lanesBad, violations int, samples []string) {
 	index := map[string]int{}
 	laneOf := map[string]string{}
 	for lane, ids := range byLane {

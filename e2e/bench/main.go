@@ -219,40 +219,6 @@ func payload(size int, seed int) []byte {
 	return b
 }
 
-// partner counts deliveries; a request is answered 204.
-type partner struct {
-	srv   *http.Server
-	url   string
-	total atomic.Int64
-	mu    sync.Mutex
-	seen  map[string]struct{}
-	uniq  atomic.Int64
-}
-
-func startPartner() (*partner, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &partner{seen: map[string]struct{}{}, url: "http://" + l.Addr().String() + "/hook"}
-	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		id := r.Header.Get("webhook-id")
-		p.total.Add(1)
-		p.mu.Lock()
-		if _, ok := p.seen[id]; !ok {
-			p.seen[id] = struct{}{}
-			p.uniq.Add(1)
-		}
-		p.mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	})}
-	go p.srv.Serve(l)
-	return p, nil
-}
-
-func (p *partner) close() { p.srv.Close() }
-
 func createDestination(ctx context.Context, admin rivorav1connect.AdminServiceClient, id, url string, limits *rivorav1.Limits) error {
 	resp, err := admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: id, Url: url, Limits: limits}))
 	if err != nil {
@@ -391,7 +357,7 @@ func runIngest(args []string) error {
 
 	// Destinations with an almost empty budget: the events stay pending, so
 	// the measurement is ingest alone, not ingest plus delivery.
-	p, err := startPartner()
+	p, err := startPartner(partnerOptions{})
 	if err != nil {
 		return err
 	}
@@ -719,7 +685,7 @@ func runDeliver(args []string) error {
 	admin := rivorav1connect.NewAdminServiceClient(hc, d.url())
 	ingest := rivorav1connect.NewIngestServiceClient(hc, d.url())
 
-	p, err := startPartner()
+	p, err := startPartner(partnerOptions{})
 	if err != nil {
 		return err
 	}
@@ -816,7 +782,7 @@ func runDeliver(args []string) error {
 
 	// Raw loop: same partner code, same payload, same N, keep-alive client.
 	progress("raw HTTP loop: %d POSTs, %d goroutines", *n, *conc)
-	rp, err := startPartner()
+	rp, err := startPartner(partnerOptions{})
 	if err != nil {
 		return err
 	}

@@ -160,7 +160,7 @@ func (f *rebuildFlags) run(ctx context.Context) error {
 		}
 	}
 	dests := f.destinationIDs()
-	part, err := startPartner()
+	part, err := startPartner(partnerOptions{})
 	if err != nil {
 		return err
 	}
