@@ -940,52 +940,41 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 // waitLeader waits until the control plane answers the admin API (it
 // leads once it holds its Consul lock).
 func (f *failoverFlags) waitLeader(ctx context.Context, c *foCell) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		_, err := c.ownership(ctx)
-		if err == nil {
-			return nil
-		}
-		if err := c.cp.diedErr(); err != nil {
+	err := poll(ctx, 60*time.Second, 100*time.Millisecond, "control plane admin API answering", func() error {
+		if _, err := c.ownership(ctx); err != nil {
+			if died := c.cp.diedErr(); died != nil {
+				return giveUp(died)
+			}
 			return err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("control plane admin API not answering within 60s: %v; log tail:\n%s", err, c.cp.tail(8<<10))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+		return nil
+	})
+	if err != nil && c.cp.diedErr() == nil {
+		return fmt.Errorf("%w; log tail:\n%s", err, c.cp.tail(8<<10))
 	}
+	return err
 }
 
 // waitOwned waits until every partition is owned by exactly one healthy
 // agent other than exclude.
 func (f *failoverFlags) waitOwned(ctx context.Context, c *foCell, exclude string, limit time.Duration) (ownership, error) {
-	deadline := time.Now().Add(limit)
+	var o ownership
 	lastLog := time.Now()
-	for {
+	err := poll(ctx, limit, 100*time.Millisecond, "partitions all owned by healthy agents", func() error {
 		if err := c.died(); err != nil {
-			return ownership{}, err
+			return giveUp(err)
 		}
-		o, err := c.ownership(ctx)
-		if err == nil && o.complete(f.partitions, exclude) {
-			return o, nil
-		}
-		if time.Now().After(deadline) {
-			return o, fmt.Errorf("partitions not all owned by healthy agents within %s (last: %v, error %v)", limit, o, err)
+		var err error
+		if o, err = c.ownership(ctx); err == nil && o.complete(f.partitions, exclude) {
+			return nil
 		}
 		if time.Since(lastLog) >= 3*time.Second {
 			lastLog = time.Now()
 			progress("waiting for ownership: %v (error %v)", o, err)
 		}
-		select {
-		case <-ctx.Done():
-			return o, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return fmt.Errorf("%v, error %v", o, err)
+	})
+	return o, err
 }
 
 // pickDestinations returns f.dests ids, alternately on the victim's

@@ -230,11 +230,10 @@ func createDestination(ctx context.Context, admin rivorav1connect.AdminServiceCl
 // waitApplied waits until every connected agent applied config version v:
 // changes reach agents asynchronously.
 func waitApplied(ctx context.Context, admin rivorav1connect.AdminServiceClient, v uint64) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	return poll(ctx, 30*time.Second, 10*time.Millisecond, fmt.Sprintf("config version %d applied", v), func() error {
 		resp, err := admin.GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
 		if err != nil {
-			return fmt.Errorf("config status: %w", err)
+			return giveUp(fmt.Errorf("config status: %w", err))
 		}
 		connected, behind := 0, 0
 		for _, a := range resp.Msg.GetAgents() {
@@ -248,11 +247,8 @@ func waitApplied(ctx context.Context, admin rivorav1connect.AdminServiceClient, 
 		if connected > 0 && behind == 0 {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("config version %d not applied within 30s (%d agents connected, %d behind)", v, connected, behind)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("%d agents connected, %d behind", connected, behind)
+	})
 }
 
 func percentile(sorted []time.Duration, q float64) time.Duration {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -96,37 +97,27 @@ func (p *proc) tail(n int) string {
 // returns the time since the process started. limit 0: only ctx bounds
 // the wait.
 func (p *proc) waitHealthy(ctx context.Context, limit, interval time.Duration) (time.Duration, error) {
-	var deadline time.Time
-	if limit > 0 {
-		deadline = time.Now().Add(limit)
-	}
 	hc := &http.Client{Timeout: 2 * time.Second}
-	last := "no answer"
-	for {
+	err := poll(ctx, limit, interval, p.name+" on "+p.addr+" healthy", func() error {
 		if err, ok := p.exited(); ok {
-			return 0, fmt.Errorf("%s exited before it was healthy (%v); log tail:\n%s", p.name, err, p.tail(8<<10))
+			return giveUp(fmt.Errorf("%s exited before it was healthy (%v)", p.name, err))
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url()+"/healthz", nil)
 		resp, err := hc.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return time.Since(p.started), nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
+		if err != nil {
+			return err
 		}
-		if !deadline.IsZero() && time.Now().After(deadline) {
-			return 0, fmt.Errorf("%s on %s not healthy within %s (last: %s); log tail:\n%s", p.name, p.addr, limit, last, p.tail(8<<10))
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return errors.New(resp.Status)
 		}
-		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("waiting for %s to be healthy: %w; log tail:\n%s", p.name, ctx.Err(), p.tail(8<<10))
-		case <-time.After(interval):
-		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%w; log tail:\n%s", err, p.tail(8<<10))
 	}
+	return time.Since(p.started), nil
 }
 
 // terminate sends SIGTERM and waits up to limit for a clean exit; then it
@@ -215,4 +206,40 @@ func (p *proc) cpu() time.Duration {
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	const clkTck = 100 // USER_HZ on Linux
 	return time.Duration(utime+stime) * time.Second / clkTck
+}
+
+// stopPolling marks a poll check's error that no waiting can fix.
+type stopPolling struct{ err error }
+
+func (s stopPolling) Error() string { return s.err.Error() }
+
+// giveUp makes poll return err at once.
+func giveUp(err error) error { return stopPolling{err} }
+
+// poll is the one wait loop of the benchmarks: it calls check every
+// interval until check returns nil, gives up (giveUp), ctx ends or limit
+// passes (0: no limit). what names the awaited condition in its errors,
+// which carry check's last error.
+func poll(ctx context.Context, limit, interval time.Duration, what string, check func() error) error {
+	var deadline time.Time
+	if limit > 0 {
+		deadline = time.Now().Add(limit)
+	}
+	for {
+		err := check()
+		var stop stopPolling
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &stop):
+			return stop.err
+		case !deadline.IsZero() && time.Now().After(deadline):
+			return fmt.Errorf("%s: not within %s (last: %v)", what, limit, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w (last: %v)", what, ctx.Err(), err)
+		case <-time.After(interval):
+		}
+	}
 }
