@@ -11,8 +11,9 @@ import (
 // status is the HTTP status (0: no response); destinationFault marks
 // failures that are the destination's (429, 502/503/504, 408/409/425,
 // timeouts, connection errors) as opposed to the event's (a 500 or another
-// 4xx). Call it before Succeeded, Retry or Dead. When the destination recovers, lanes held back only by its
-// failures become due at once, paced by the budget.
+// 4xx). Call it before Succeeded, Retry or Dead. When the destination
+// recovers, lanes held back only by its failures become due at once, paced
+// by the budget.
 //
 // It returns the transition the attempt caused, if any (for the log).
 func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retryAfter time.Duration, cause string) (budget.Transition, bool) {
