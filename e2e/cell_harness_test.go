@@ -4,22 +4,21 @@ package e2e
 // admin API (control plane) and the ingest API (agent) live, so the same
 // scenario runs against `rivora dev` and against `rivora controlplane` +
 // `rivora agent` as two processes (startCell). Also: rivoractl against any
-// URL, gated partners (a WAF), publishing in rounds, and counting what a
-// partner saw in a time window.
+// URL, publishing in rounds, and counting what a partner saw in a time
+// window. Processes are procs (process_test.go), partners are
+// partner_test.go's.
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +28,6 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
-	"github.com/rivora/rivora/sdk/webhook"
 )
 
 // ---------------------------------------------------------------------------
@@ -314,60 +312,6 @@ func writeFileAtomic(t testing.TB, path, content string) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// ---------------------------------------------------------------------------
-// partners with a gate
-
-// refuse answers code after checking the signature, and records it.
-func (p *partner) refuse(w http.ResponseWriter, r *http.Request, code int) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, "read body", http.StatusBadRequest)
-		return
-	}
-	h := r.Header
-	dv := delivery{ID: h.Get(webhook.HeaderID), Customer: h.Get("rivora-customer"), LaneKey: h.Get("rivora-lane"),
-		Payload: body, At: time.Now(), Status: code}
-	dv.Lane = dv.Customer + "/" + dv.LaneKey
-	dv.Attempt, _ = strconv.Atoi(h.Get("rivora-attempt"))
-	p.mu.Lock()
-	if p.verifier == nil {
-		p.problems = append(p.problems, fmt.Sprintf("request before the secret was known (webhook-id %q)", dv.ID))
-	} else if err := p.verifier.Verify(h, body); err != nil {
-		p.problems = append(p.problems, fmt.Sprintf("signature: %v (webhook-id %q)", err, dv.ID))
-	}
-	p.reqs = append(p.reqs, dv)
-	p.attempts[dv.ID]++
-	p.mu.Unlock()
-	w.WriteHeader(code)
-}
-
-// waf answers 429 once more than limit requests arrived in the current
-// fixed one-second window (every arrival counts, refused ones too), like a
-// partner's web application firewall.
-type waf struct {
-	limit int
-	mu    sync.Mutex
-	start time.Time
-	win   int64
-	count int
-}
-
-func newWAF(limit int) *waf { return &waf{limit: limit, start: time.Now()} }
-
-func (w *waf) gate(now time.Time) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	win := int64(now.Sub(w.start) / time.Second)
-	if win != w.win {
-		w.win, w.count = win, 0
-	}
-	w.count++
-	if w.count > w.limit {
-		return http.StatusTooManyRequests
-	}
-	return 0
 }
 
 // ---------------------------------------------------------------------------
