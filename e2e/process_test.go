@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -44,7 +45,7 @@ type proc struct {
 	died     error // set when it ended without being asked
 }
 
-// newProc prepares a rivora process serving on addr (start runs it) and
+// newProc prepares bin with args, serving on addr (start runs it), and
 // registers its cleanup. Callers may adjust the fields before start.
 func newProc(t testing.TB, name, bin, addr string, args []string) *proc {
 	t.Helper()
@@ -280,7 +281,7 @@ func poll(timeout, interval time.Duration, check func() error) error {
 }
 
 // errNotYet is a waitFor condition that does not hold yet.
-var errNotYet = fmt.Errorf("not yet")
+var errNotYet = errors.New("not yet")
 
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
