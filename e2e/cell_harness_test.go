@@ -96,7 +96,7 @@ func startCell(t testing.TB, opts cellOptions) *cell {
 
 // rig points tests at the control plane (admin) and the agent (ingest).
 func (c *cell) rig() *rig {
-	return &rig{name: "cell", adminURL: c.cp.URL(), ingestURL: c.agent.URL(), cpLog: c.cp.logPath,
+	return &rig{name: "cell", adminURL: c.cp.URL(), ingestURL: c.agent.URL(), cpLog: c.cp.LogPath,
 		died: func() error {
 			if err := c.cp.diedErr(); err != nil {
 				return err
@@ -118,7 +118,7 @@ type rig struct {
 }
 
 func devRig(d *devProc) *rig {
-	return &rig{name: "dev", adminURL: d.URL(), ingestURL: d.URL(), cpLog: d.logPath, dev: d, died: d.diedErr}
+	return &rig{name: "dev", adminURL: d.URL(), ingestURL: d.URL(), cpLog: d.LogPath, dev: d, died: d.diedErr}
 }
 
 func (r *rig) Admin() rivorav1connect.AdminServiceClient {

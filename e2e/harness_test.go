@@ -113,7 +113,7 @@ func startDev(t testing.TB, opts devOptions) *devProc {
 	}
 	d.proc = newProc(t, "rivora dev", rivoraBin, "127.0.0.1:"+strconv.Itoa(freePort(t)), nil)
 	d.logTail = 48 << 10
-	d.proc.args = d.devArgs()
+	d.Args = d.devArgs()
 	d.run()
 	return d
 }
@@ -121,7 +121,7 @@ func startDev(t testing.TB, opts devOptions) *devProc {
 func (d *devProc) DataDir() string { return d.dataDir }
 
 func (d *devProc) devArgs() []string {
-	a := []string{"dev", "--listen", d.addr, "--data-dir", d.dataDir}
+	a := []string{"dev", "--listen", d.Addr, "--data-dir", d.dataDir}
 	if d.opts.Partitions > 0 {
 		a = append(a, "--partitions", strconv.Itoa(d.opts.Partitions))
 	}

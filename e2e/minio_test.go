@@ -20,6 +20,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/rivora/rivora/e2e/process"
 )
 
 // minioModule is the MinIO server version installed when `minio` is missing.
@@ -164,7 +166,7 @@ func startMinIO(t testing.TB) *minioServer {
 	console := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	m.proc = newProc(t, "minio", minioBinary(t), addr,
 		[]string{"server", m.dir, "--address", addr, "--console-address", console, "--certs-dir", t.TempDir(), "--quiet"})
-	m.env = []string{
+	m.Env = []string{
 		"MINIO_ROOT_USER=" + m.AccessKey,
 		"MINIO_ROOT_PASSWORD=" + m.SecretKey,
 		"MINIO_UPDATE=off",
@@ -179,7 +181,7 @@ func startMinIO(t testing.TB) *minioServer {
 // DevArgs are the `rivora dev` flags that archive to this server.
 func (m *minioServer) DevArgs(bucket string) []string {
 	return []string{
-		"--s3-endpoint", m.addr, "--s3-bucket", bucket,
+		"--s3-endpoint", m.Addr, "--s3-bucket", bucket,
 		"--s3-access-key", m.AccessKey, "--s3-secret-key", m.SecretKey, "--s3-insecure",
 	}
 }
@@ -195,7 +197,7 @@ func (m *minioServer) Start() {
 	m.start()
 	client := &http.Client{Timeout: 2 * time.Second}
 	m.waitReady(90*time.Second, func() error {
-		if err := getOK(client, "http://"+m.addr+"/minio/health/live"); err != nil {
+		if err := process.GetOK(context.Background(), client, "http://"+m.Addr+"/minio/health/live"); err != nil {
 			return err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -217,7 +219,7 @@ func (m *minioServer) Stop() {
 	m.terminate(10 * time.Second)
 	client := &http.Client{Timeout: time.Second}
 	waitFor(m.t, 10*time.Second, "the stopped MinIO to stop answering", func() bool {
-		resp, err := client.Get("http://" + m.addr + "/minio/health/live")
+		resp, err := client.Get("http://" + m.Addr + "/minio/health/live")
 		if err != nil {
 			return true
 		}
@@ -229,7 +231,7 @@ func (m *minioServer) Stop() {
 // Client is an S3 client of the server, for checking what Rivora stored.
 func (m *minioServer) Client() *minio.Client {
 	m.t.Helper()
-	c, err := minio.New(m.addr, &minio.Options{Creds: credentials.NewStaticV4(m.AccessKey, m.SecretKey, ""), Secure: false})
+	c, err := minio.New(m.Addr, &minio.Options{Creds: credentials.NewStaticV4(m.AccessKey, m.SecretKey, ""), Secure: false})
 	if err != nil {
 		m.t.Fatalf("minio client: %v", err)
 	}
