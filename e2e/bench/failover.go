@@ -63,6 +63,7 @@ import (
 	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/e2e/consultest"
 	"github.com/rivora/rivora/e2e/jsdump"
+	"github.com/rivora/rivora/e2e/process"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
@@ -173,7 +174,7 @@ type foCell struct {
 
 func (c *foCell) agent(name string) *foProc {
 	for _, a := range c.agents {
-		if a.name == name {
+		if a.Name == name {
 			return a
 		}
 	}
@@ -216,7 +217,7 @@ func (c *foCell) problems(limit int) {
 		if p == nil {
 			continue
 		}
-		b, err := os.ReadFile(p.logPath)
+		b, err := os.ReadFile(p.LogPath)
 		if err != nil {
 			continue
 		}
@@ -229,7 +230,7 @@ func (c *foCell) problems(limit int) {
 		if len(lines) == 0 {
 			continue
 		}
-		fmt.Fprintf(os.Stderr, "---- %s: %d WARN/ERROR lines (%s), last %d ----\n", p.name, len(lines), p.logPath, min(limit, len(lines)))
+		fmt.Fprintf(os.Stderr, "---- %s: %d WARN/ERROR lines (%s), last %d ----\n", p.Name, len(lines), p.LogPath, min(limit, len(lines)))
 		for _, l := range lines[max(0, len(lines)-limit):] {
 			fmt.Fprintln(os.Stderr, l)
 		}
@@ -488,7 +489,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 		if _, err := a.waitHealthy(ctx, 90*time.Second, 100*time.Millisecond); err != nil {
 			return err
 		}
-		progress("%s healthy on %s (%s after start)", a.name, a.addr, time.Since(startedAgents).Round(time.Millisecond))
+		progress("%s healthy on %s (%s after start)", a.Name, a.Addr, time.Since(startedAgents).Round(time.Millisecond))
 	}
 	own, err := f.waitOwned(ctx, c, "", 60*time.Second)
 	if err != nil {
@@ -500,8 +501,8 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 	victim := own.busiest()
 	var survivors []string
 	for _, a := range c.agents {
-		if a.name != victim {
-			survivors = append(survivors, a.name)
+		if a.Name != victim {
+			survivors = append(survivors, a.Name)
 		}
 	}
 	victimParts := map[int]bool{}
@@ -943,14 +944,14 @@ func (f *failoverFlags) waitLeader(ctx context.Context, c *foCell) error {
 	err := poll(ctx, 60*time.Second, 100*time.Millisecond, "control plane admin API answering", func() error {
 		if _, err := c.ownership(ctx); err != nil {
 			if died := c.cp.diedErr(); died != nil {
-				return giveUp(died)
+				return process.GiveUp(died)
 			}
 			return err
 		}
 		return nil
 	})
 	if err != nil && c.cp.diedErr() == nil {
-		return fmt.Errorf("%w; log tail:\n%s", err, c.cp.tail(8<<10))
+		return fmt.Errorf("%w; log tail:\n%s", err, c.cp.Tail(8<<10))
 	}
 	return err
 }
@@ -962,7 +963,7 @@ func (f *failoverFlags) waitOwned(ctx context.Context, c *foCell, exclude string
 	lastLog := time.Now()
 	err := poll(ctx, limit, 100*time.Millisecond, "partitions all owned by healthy agents", func() error {
 		if err := c.died(); err != nil {
-			return giveUp(err)
+			return process.GiveUp(err)
 		}
 		var err error
 		if o, err = c.ownership(ctx); err == nil && o.complete(f.partitions, exclude) {

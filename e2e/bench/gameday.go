@@ -360,7 +360,7 @@ func (g *gamedayFlags) runWAF() error {
 			return fmt.Errorf("erp: %d of %d delivered when the scenario limit %s ran out", erp.uniq.Load(), g.events, g.scenarioLimit)
 		}
 		if err, ok := d.exited(); ok {
-			return fmt.Errorf("rivora dev exited: %v\n%s", err, d.tail(8<<10))
+			return fmt.Errorf("rivora dev exited: %v\n%s", err, d.Tail(8<<10))
 		}
 		if time.Since(lastLog) >= 2*time.Second {
 			lastLog = time.Now()

@@ -38,6 +38,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rivora/rivora/e2e/process"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -153,7 +154,7 @@ func (c *common) startDev() (d *dev, err error) {
 	if _, err := d.waitHealthy(context.Background(), 60*time.Second, 50*time.Millisecond); err != nil {
 		return d, err
 	}
-	progress("rivora dev healthy on %s (NATS on %s)", d.addr, d.natsAddr)
+	progress("rivora dev healthy on %s (NATS on %s)", d.Addr, d.natsAddr)
 	return d, nil
 }
 
@@ -233,7 +234,7 @@ func waitApplied(ctx context.Context, admin rivorav1connect.AdminServiceClient, 
 	return poll(ctx, 30*time.Second, 10*time.Millisecond, fmt.Sprintf("config version %d applied", v), func() error {
 		resp, err := admin.GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
 		if err != nil {
-			return giveUp(fmt.Errorf("config status: %w", err))
+			return process.GiveUp(fmt.Errorf("config status: %w", err))
 		}
 		connected, behind := 0, 0
 		for _, a := range resp.Msg.GetAgents() {

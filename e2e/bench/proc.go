@@ -4,192 +4,100 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/rivora/rivora/e2e/process"
 )
 
-// proc is the one wrapper of a rivora process the benchmarks start (`rivora
-// dev`, a control plane, an agent), with its output in a log file.
-//
-// It keeps: done is closed once the process exited, after waitErr was set;
-// ended is set before the bench itself ends the process, so diedErr tells
-// an exit the bench caused from one it did not.
+// proc is a rivora process a benchmark starts (`rivora dev`, a control
+// plane, an agent): the shared process.Proc, reporting what goes wrong
+// with the tail of its log.
 type proc struct {
-	name    string // for messages: "rivora dev", "rivora agent a1"
-	addr    string
-	logPath string
-	started time.Time
-	cmd     *exec.Cmd
-	done    chan struct{}
-	waitErr error
-	ended   atomic.Bool
+	*process.Proc
 }
 
 // startProc starts bin with args, its output appended to logPath. With
 // ownGroup the process gets its own process group: Ctrl-C reaches the
 // bench only, which then stops every process itself.
 func startProc(bin, name, addr, logPath string, args []string, ownGroup bool) (*proc, error) {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	p := &proc{process.New(process.Options{Name: name, Bin: bin, Args: args, Addr: addr, LogPath: logPath, OwnGroup: ownGroup})}
+	progress("starting %s: rivora %s", name, strings.Join(args, " "))
+	if err := p.Start(); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(logf, "==== rivora %s\n", strings.Join(args, " "))
-	p := &proc{name: name, addr: addr, logPath: logPath, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if ownGroup {
-		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	}
-	progress("starting %s: rivora %s", name, strings.Join(args, " "))
-	p.started = time.Now()
-	if err := p.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
 	return p, nil
 }
 
-func (p *proc) url() string { return "http://" + p.addr }
+func (p *proc) url() string { return p.URL() }
 
 // exited reports whether the process has exited, and how.
-func (p *proc) exited() (error, bool) {
-	select {
-	case <-p.done:
-		return p.waitErr, true
-	default:
-		return nil, false
-	}
-}
+func (p *proc) exited() (error, bool) { return p.Exited() }
 
 // diedErr reports an exit the bench did not cause.
 func (p *proc) diedErr() error {
-	if err, ok := p.exited(); ok && !p.ended.Load() {
-		return fmt.Errorf("%s exited on its own (%v); log tail:\n%s", p.name, err, p.tail(4<<10))
+	if err := p.Died(); err != nil {
+		return fmt.Errorf("%v; log tail:\n%s", err, p.Tail(4<<10))
 	}
 	return nil
-}
-
-// tail returns the last n bytes of the log, from a line start.
-func (p *proc) tail(n int) string {
-	b, _ := os.ReadFile(p.logPath)
-	if len(b) > n {
-		b = b[len(b)-n:]
-		if i := strings.IndexByte(string(b), '\n'); i >= 0 {
-			b = b[i+1:]
-		}
-	}
-	return string(b)
 }
 
 // waitHealthy polls /healthz every interval until it answers 200 and
 // returns the time since the process started. limit 0: only ctx bounds
 // the wait.
 func (p *proc) waitHealthy(ctx context.Context, limit, interval time.Duration) (time.Duration, error) {
-	hc := &http.Client{Timeout: 2 * time.Second}
-	err := poll(ctx, limit, interval, p.name+" on "+p.addr+" healthy", func() error {
-		if err, ok := p.exited(); ok {
-			return giveUp(fmt.Errorf("%s exited before it was healthy (%v)", p.name, err))
-		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url()+"/healthz", nil)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return errors.New(resp.Status)
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("%w; log tail:\n%s", err, p.tail(8<<10))
+	if err := p.WaitHealthy(ctx, limit, interval); err != nil {
+		return 0, fmt.Errorf("%w; log tail:\n%s", err, p.Tail(8<<10))
 	}
-	return time.Since(p.started), nil
+	return time.Since(p.Started()), nil
 }
 
 // terminate sends SIGTERM and waits up to limit for a clean exit; then it
 // kills the process. It returns how long the exit took.
 func (p *proc) terminate(limit time.Duration) (time.Duration, error) {
-	if err, ok := p.exited(); ok {
-		return 0, fmt.Errorf("%s had already exited (%v); log tail:\n%s", p.name, err, p.tail(8<<10))
+	if err, ok := p.Exited(); ok {
+		return 0, fmt.Errorf("%s had already exited (%v); log tail:\n%s", p.Name, err, p.Tail(8<<10))
 	}
-	p.ended.Store(true)
 	t0 := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return 0, err
+	exitErr, exited, err := p.Terminate(limit)
+	took := time.Since(t0)
+	switch {
+	case err != nil:
+		return took, err
+	case !exited:
+		return took, fmt.Errorf("%s did not exit %s after SIGTERM (killed); log tail:\n%s", p.Name, limit, p.Tail(8<<10))
+	case exitErr != nil:
+		return took, fmt.Errorf("%s exited with %v after SIGTERM; log tail:\n%s", p.Name, exitErr, p.Tail(8<<10))
 	}
-	select {
-	case <-p.done:
-		if p.waitErr != nil {
-			return time.Since(t0), fmt.Errorf("%s exited with %v after SIGTERM; log tail:\n%s", p.name, p.waitErr, p.tail(8<<10))
-		}
-		return time.Since(t0), nil
-	case <-time.After(limit):
-		p.cmd.Process.Kill()
-		<-p.done
-		return time.Since(t0), fmt.Errorf("%s did not exit %s after SIGTERM (killed); log tail:\n%s", p.name, limit, p.tail(8<<10))
-	}
+	return took, nil
 }
 
 // stop ends the process if it still runs: SIGTERM, then SIGKILL after
 // limit (cleanup: nothing to report).
 func (p *proc) stop(limit time.Duration) {
-	if p == nil {
+	if p == nil || !p.Running() {
 		return
 	}
-	if _, ok := p.exited(); ok {
-		return
-	}
-	p.ended.Store(true)
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(limit):
-		progress("%s did not exit %s after SIGTERM; killing it", p.name, limit)
-		_ = p.cmd.Process.Kill()
-		<-p.done
+	if _, exited, _ := p.Terminate(limit); !exited {
+		progress("%s did not exit %s after SIGTERM; killed it", p.Name, limit)
 	}
 }
 
 // kill9 kills the process with SIGKILL and waits for it to be gone.
-func (p *proc) kill9() error {
-	p.ended.Store(true)
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		return err
-	}
-	<-p.done
-	return nil
-}
+func (p *proc) kill9() error { return p.Kill9(time.Minute) }
 
 // kill ends the process if it still runs (error paths).
 func (p *proc) kill() {
-	if p == nil {
-		return
+	if p != nil {
+		p.Kill()
 	}
-	if _, ok := p.exited(); ok {
-		return
-	}
-	p.ended.Store(true)
-	p.cmd.Process.Kill()
-	<-p.done
 }
 
 // cpu returns the process's user+system CPU time so far (Linux /proc).
 func (p *proc) cpu() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
 	if err != nil {
 		return 0
 	}
@@ -208,38 +116,13 @@ func (p *proc) cpu() time.Duration {
 	return time.Duration(utime+stime) * time.Second / clkTck
 }
 
-// stopPolling marks a poll check's error that no waiting can fix.
-type stopPolling struct{ err error }
-
-func (s stopPolling) Error() string { return s.err.Error() }
-
-// giveUp makes poll return err at once.
-func giveUp(err error) error { return stopPolling{err} }
-
-// poll is the one wait loop of the benchmarks: it calls check every
-// interval until check returns nil, gives up (giveUp), ctx ends or limit
-// passes (0: no limit). what names the awaited condition in its errors,
-// which carry check's last error.
+// poll is process.Poll for the benchmarks: what names the awaited
+// condition in a timeout or cancellation.
 func poll(ctx context.Context, limit, interval time.Duration, what string, check func() error) error {
-	var deadline time.Time
-	if limit > 0 {
-		deadline = time.Now().Add(limit)
+	err := process.Poll(ctx, limit, interval, check)
+	var timeout *process.TimeoutError
+	if errors.As(err, &timeout) || (err != nil && ctx.Err() != nil) {
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	for {
-		err := check()
-		var stop stopPolling
-		switch {
-		case err == nil:
-			return nil
-		case errors.As(err, &stop):
-			return stop.err
-		case !deadline.IsZero() && time.Now().After(deadline):
-			return fmt.Errorf("%s: not within %s (last: %v)", what, limit, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w (last: %v)", what, ctx.Err(), err)
-		case <-time.After(interval):
-		}
-	}
+	return err
 }

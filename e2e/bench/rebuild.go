@@ -225,7 +225,7 @@ func (p *rbProc) kill() {
 }
 
 func (p *rbProc) rss() uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
 	if err != nil {
 		return 0
 	}
@@ -487,9 +487,9 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 	}
 	admin, _ = f.clients(p.url())
 	if err := waitPending(ctx, admin, dests, int64(f.events), f.poll); err != nil {
-		return fmt.Errorf("after the restart: %w; log:\n%s", err, p.tail(8<<10))
+		return fmt.Errorf("after the restart: %w; log:\n%s", err, p.Tail(8<<10))
 	}
-	res.rebuilt = time.Since(p.started)
+	res.rebuilt = time.Since(p.Started())
 	res.serverCPU = p.cpu()
 	progress("health API reports all %d pending %s after the process started", f.events, res.rebuilt.Round(time.Millisecond))
 	wg.Wait()
@@ -518,7 +518,7 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 		return err
 	}
 	res.rss = p.rss()
-	if err := res.parseLog(p.logPath, p.started); err != nil {
+	if err := res.parseLog(p.LogPath, p.Started()); err != nil {
 		return err
 	}
 	total := 0
@@ -558,7 +558,7 @@ func (p *rbProc) cpuProfile(ctx context.Context, path string, seconds int) error
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	progress("CPU profile for %ds starts %s after the process started", seconds, time.Since(p.started).Round(time.Millisecond))
+	progress("CPU profile for %ds starts %s after the process started", seconds, time.Since(p.Started()).Round(time.Millisecond))
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.url(), seconds), nil)
 	resp, err := hc.Do(req)
 	if err != nil {
