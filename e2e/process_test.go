@@ -125,8 +125,10 @@ func (p *proc) dumpLog() {
 
 // poll is process.Poll for a test: it calls check every interval until
 // check returns nil, and returns check's last error when timeout passes
-// first. check may fail the test itself for what no waiting can fix.
+// first (a timeout already past still checks once). check may fail the
+// test itself for what no waiting can fix.
 func poll(timeout, interval time.Duration, check func() error) error {
+	timeout = max(timeout, time.Nanosecond) // process.Poll reads 0 as "no limit"
 	err := process.Poll(context.Background(), timeout, interval, check)
 	var te *process.TimeoutError
 	if errors.As(err, &te) {
