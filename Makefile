@@ -7,17 +7,21 @@ BUF       := tools/buf/node_modules/.bin/buf
 GOFILES    = $(shell git ls-files '*.go' | grep -v -e '\.pb\.go$$' -e '\.connect\.go$$')
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v -e '/e2e')
 
-.PHONY: test check fmt vet proto proto-check unit e2e servers bench build
+.PHONY: test check fmt vet lint proto proto-check unit e2e servers bench build
 
 test: check unit e2e
 
-check: fmt vet proto-check
+check: fmt vet lint proto-check
 
 fmt:
 	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 vet:
 	$(GO) vet ./...
+
+# lint runs staticcheck (pinned as a tool in go.mod) with its default checks.
+lint:
+	$(GO) tool staticcheck ./...
 
 $(BUF): tools/buf/package.json tools/buf/package-lock.json
 	npm ci --prefix tools/buf --no-audit --no-fund

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"os/user"
@@ -21,6 +20,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/rivora/rivora/internal/httpurl"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
 
@@ -146,8 +146,7 @@ func (e *env) before(c *ucli.Context) error {
 		return usagef("-o %q: use -o table or -o json", e.output)
 	}
 	server := strings.TrimRight(c.String("server"), "/")
-	u, err := url.Parse(server)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if _, err := httpurl.Parse(server); err != nil {
 		return usagef("--server %q is not a Rivora URL: use one like %s (or set RIVORA_SERVER)", c.String("server"), DefaultServer)
 	}
 	e.server = server

@@ -66,21 +66,6 @@ func splitArgs(args []string, takesValue func(name string) bool) (flags []flagAr
 	return flags, positionals, false, dangling
 }
 
-// reorderArgs moves every flag (with its value) ahead of the positionals,
-// keeping the relative order of flags and of positionals, and keeping "--"
-// (between them) when it was present. It never adds or drops a token.
-func reorderArgs(args []string, takesValue func(name string) bool) []string {
-	flags, positionals, dashdash, _ := splitArgs(args, takesValue)
-	out := make([]string, 0, len(args))
-	for _, f := range flags {
-		out = append(out, f.tokens...)
-	}
-	if dashdash {
-		out = append(out, "--")
-	}
-	return append(out, positionals...)
-}
-
 // flagTable maps every name and alias of flags to whether the flag takes a
 // value (everything but booleans does).
 func flagTable(flags []ucli.Flag) map[string]bool {

@@ -20,6 +20,22 @@ func testTakesValue(name string) bool {
 	return false
 }
 
+// reorderArgs lays out what splitArgs found the way normalizeArgs does
+// for one command: every flag (with its value) ahead of the positionals,
+// the relative order of flags and of positionals kept, and "--" (between
+// them) kept when it was present. These tests pin splitArgs through it.
+func reorderArgs(args []string, takesValue func(name string) bool) []string {
+	flags, positionals, dashdash, _ := splitArgs(args, takesValue)
+	out := make([]string, 0, len(args))
+	for _, f := range flags {
+		out = append(out, f.tokens...)
+	}
+	if dashdash {
+		out = append(out, "--")
+	}
+	return append(out, positionals...)
+}
+
 func TestReorderArgs(t *testing.T) {
 	tests := []struct {
 		name string

@@ -3,12 +3,12 @@ package cli
 import (
 	"fmt"
 	"math"
-	"net/url"
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rivora/rivora/internal/httpurl"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 )
@@ -366,8 +366,7 @@ func (e *env) deleteDestination(c *ucli.Context) (err error) {
 func ptr[T any](v T) *T { return &v }
 
 func checkURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if _, err := httpurl.Parse(raw); err != nil {
 		return usagef("--url %q: want an absolute http or https URL, e.g. https://example.com/hooks", raw)
 	}
 	return nil

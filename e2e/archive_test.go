@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -62,19 +61,7 @@ type hookRequest struct {
 func newHookServer(t testing.TB) *hookServer {
 	t.Helper()
 	h := &hookServer{}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(h.serve))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("hook listen: %v", err)
-	}
-	srv.Listener.Close()
-	srv.Listener = l
-	srv.Start()
-	h.srv = srv
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-	})
+	h.srv = listenLocal(t, "hook", http.HandlerFunc(h.serve))
 	return h
 }
 
@@ -213,28 +200,28 @@ func dlqList(d *devProc, dest string) ([]dlqEntry, error) {
 // n fails at once (an event archived twice, or one that should not be).
 func waitDLQ(t testing.TB, d *devProc, dest string, n int, timeout time.Duration) []dlqEntry {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		list, err := dlqList(d, dest)
+	var list []dlqEntry
+	err := poll(timeout, 250*time.Millisecond, func() error {
+		var err error
+		list, err = dlqList(d, dest)
 		switch {
 		case err != nil:
-			last = err.Error()
 		case len(list) > n:
 			t.Fatalf("dlq list --destination %s shows %d dead letters, want %d (%d distinct event ids)", dest, len(list), n, len(distinctIDs(list)))
 		case len(list) == n:
-			return list
+			return nil
 		default:
-			last = fmt.Sprintf("%d of %d listed", len(list), n)
+			err = fmt.Errorf("%d of %d listed", len(list), n)
 		}
-		if err := d.diedErr(); err != nil {
-			t.Fatal(err)
+		if died := d.diedErr(); died != nil {
+			t.Fatal(died)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dlq list --destination %s: not %d dead letters within %s (last: %s)", dest, n, timeout, last)
-		}
-		time.Sleep(250 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("dlq list --destination %s: not %d dead letters within %s (last: %v)", dest, n, timeout, err)
 	}
+	return list
 }
 
 func distinctIDs(list []dlqEntry) map[string]int {
@@ -281,15 +268,14 @@ func unarchived(t testing.TB, d *devProc, dest string) int64 {
 func waitUnarchived(t testing.TB, d *devProc, dest string, want int64, timeout time.Duration) {
 	t.Helper()
 	var got int64
-	deadline := time.Now().Add(timeout)
-	for {
-		if got = unarchived(t, d, dest); got == want {
-			return
+	err := poll(timeout, 200*time.Millisecond, func() error {
+		if got = unarchived(t, d, dest); got != want {
+			return errNotYet
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("destinations health %s: unarchivedDeadLetters = %d, want %d within %s", dest, got, want, timeout)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("destinations health %s: unarchivedDeadLetters = %d, want %d within %s", dest, got, want, timeout)
 	}
 }
 

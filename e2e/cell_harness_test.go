@@ -4,26 +4,21 @@ package e2e
 // admin API (control plane) and the ingest API (agent) live, so the same
 // scenario runs against `rivora dev` and against `rivora controlplane` +
 // `rivora agent` as two processes (startCell). Also: rivoractl against any
-// URL, gated partners (a WAF), publishing in rounds, and counting what a
-// partner saw in a time window.
+// URL, publishing in rounds, and counting what a partner saw in a time
+// window. Processes are procs (process_test.go), partners are
+// partner_test.go's.
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,28 +28,10 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
-	"github.com/rivora/rivora/sdk/webhook"
 )
 
 // ---------------------------------------------------------------------------
 // processes: rivora controlplane and rivora agent
-
-// proc is one rivora process (any subcommand) with its log in a file. It is
-// killed when the test ends; its log is printed when the test failed.
-type proc struct {
-	t       testing.TB
-	name    string // for messages: "controlplane", "agent a1"
-	args    []string
-	addr    string
-	logPath string
-
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	done     chan struct{}
-	waitErr  error
-	stopping bool
-	died     error
-}
 
 // startProc starts rivora with args (which must make it listen on addr)
 // and waits until http://addr/healthz answers 200.
@@ -69,139 +46,9 @@ func startProc(t testing.TB, name, addr string, args []string) *proc {
 // cell wait for each other before they are healthy).
 func launchProc(t testing.TB, name, addr string, args []string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, args: args, addr: addr,
-		logPath: filepath.Join(t.TempDir(), strings.ReplaceAll(name, " ", "-")+".log")}
-	t.Cleanup(func() {
-		p.kill()
-		if err := p.diedErr(); err != nil {
-			t.Errorf("%v", err)
-		}
-		if t.Failed() {
-			p.dumpLog()
-		}
-	})
-	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatalf("open %s log: %v", name, err)
-	}
-	fmt.Fprintf(f, "==== rivora %s\n", strings.Join(args, " "))
-	cmd := exec.Command(rivoraBin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		t.Fatalf("start rivora %s: %v", name, err)
-	}
-	done := make(chan struct{})
-	p.mu.Lock()
-	p.cmd, p.done = cmd, done
-	p.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		p.mu.Lock()
-		p.waitErr = err
-		if !p.stopping && p.died == nil {
-			p.died = fmt.Errorf("rivora %s exited on its own while the test needed it: %v", name, err)
-		}
-		p.mu.Unlock()
-		f.Close()
-		close(done)
-	}()
+	p := newProc(t, "rivora "+name, rivoraBin, addr, args)
+	p.start()
 	return p
-}
-
-// stop sends SIGTERM and waits for the process to exit (it drains and
-// hands its work off); after timeout it is killed and the test fails.
-func (p *proc) stop(timeout time.Duration) {
-	p.t.Helper()
-	p.mu.Lock()
-	p.stopping = true
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		p.t.Fatalf("SIGTERM rivora %s: %v", p.name, err)
-	}
-	select {
-	case <-done:
-	case <-time.After(timeout):
-		p.kill()
-		p.t.Fatalf("rivora %s did not exit within %s of SIGTERM", p.name, timeout)
-	}
-}
-
-// signal sends sig to the process (SIGSTOP freezes it, SIGCONT thaws it).
-func (p *proc) signal(sig syscall.Signal) {
-	p.t.Helper()
-	p.mu.Lock()
-	cmd := p.cmd
-	p.mu.Unlock()
-	if err := cmd.Process.Signal(sig); err != nil {
-		p.t.Fatalf("signal %v to rivora %s: %v", sig, p.name, err)
-	}
-}
-
-func (p *proc) URL() string { return "http://" + p.addr }
-
-func (p *proc) waitHealthy(timeout time.Duration) {
-	p.t.Helper()
-	deadline := time.Now().Add(timeout)
-	client := &http.Client{Timeout: 2 * time.Second}
-	var last string
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.done:
-			p.t.Fatalf("rivora %s exited before it was healthy: %v", p.name, p.waitErr)
-		default:
-		}
-		resp, err := client.Get(p.URL() + "/healthz")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	p.t.Fatalf("rivora %s on %s not healthy after %s (last: %s)", p.name, p.addr, timeout, last)
-}
-
-func (p *proc) diedErr() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.died
-}
-
-func (p *proc) kill() {
-	p.mu.Lock()
-	p.stopping = true
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	select {
-	case <-done:
-		return
-	default:
-	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	<-done
-}
-
-func (p *proc) dumpLog() {
-	b, err := os.ReadFile(p.logPath)
-	if err != nil {
-		p.t.Logf("read %s log: %v", p.name, err)
-		return
-	}
-	const max = 32 << 10
-	if len(b) > max {
-		b = append([]byte("…(truncated)…\n"), b[len(b)-max:]...)
-	}
-	p.t.Logf("---- rivora %s output (%s) ----\n%s\n---- end of rivora %s output ----", p.name, p.logPath, b, p.name)
 }
 
 // cellOptions configures startCell.
@@ -249,7 +96,7 @@ func startCell(t testing.TB, opts cellOptions) *cell {
 
 // rig points tests at the control plane (admin) and the agent (ingest).
 func (c *cell) rig() *rig {
-	return &rig{name: "cell", adminURL: c.cp.URL(), ingestURL: c.agent.URL(), cpLog: c.cp.logPath,
+	return &rig{name: "cell", adminURL: c.cp.URL(), ingestURL: c.agent.URL(), cpLog: c.cp.LogPath,
 		died: func() error {
 			if err := c.cp.diedErr(); err != nil {
 				return err
@@ -271,7 +118,7 @@ type rig struct {
 }
 
 func devRig(d *devProc) *rig {
-	return &rig{name: "dev", adminURL: d.URL(), ingestURL: d.URL(), cpLog: d.logPath, dev: d, died: d.diedErr}
+	return &rig{name: "dev", adminURL: d.URL(), ingestURL: d.URL(), cpLog: d.LogPath, dev: d, died: d.diedErr}
 }
 
 func (r *rig) Admin() rivorav1connect.AdminServiceClient {
@@ -302,31 +149,27 @@ func (r *rig) createDestination(t testing.TB, id string, p *partner, limits *riv
 // waitApplied waits until every connected agent applied config version v.
 func (r *rig) waitApplied(t testing.TB, v uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	var last string
-	for {
+	err := poll(10*time.Second, 10*time.Millisecond, func() error {
 		resp, err := r.Admin().GetConfigStatus(ctxTimeout(t, 5*time.Second), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
 		if err != nil {
-			last = err.Error()
-		} else {
-			connected, behind := 0, 0
-			for _, a := range resp.Msg.GetAgents() {
-				if a.GetConnected() {
-					connected++
-					if a.GetAppliedVersion() < v {
-						behind++
-					}
+			return err
+		}
+		connected, behind := 0, 0
+		for _, a := range resp.Msg.GetAgents() {
+			if a.GetConnected() {
+				connected++
+				if a.GetAppliedVersion() < v {
+					behind++
 				}
 			}
-			if connected > 0 && behind == 0 {
-				return
-			}
-			last = fmt.Sprintf("version %d, %d agents connected, %d behind", resp.Msg.GetVersion(), connected, behind)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: config version %d not applied by the agents within 10s (%s)", r.name, v, last)
+		if connected > 0 && behind == 0 {
+			return nil
 		}
-		time.Sleep(10 * time.Millisecond)
+		return fmt.Errorf("version %d, %d agents connected, %d behind", resp.Msg.GetVersion(), connected, behind)
+	})
+	if err != nil {
+		t.Fatalf("%s: config version %d not applied by the agents within 10s (%v)", r.name, v, err)
 	}
 }
 
@@ -363,6 +206,7 @@ func ctlAt(t testing.TB, server string, args ...string) string {
 // runCtl runs rivoractl against server (safe off the test goroutine).
 func runCtl(server string, args ...string) (string, string, error) {
 	cmd := exec.Command(rivoractlBin, args...)
+	// The server flag comes last: global flags may appear anywhere.
 	cmd.Args = append(cmd.Args, "--server", server, "--author", "e2e")
 	cmd.Env = append(os.Environ(), "RIVORA_SERVER=http://127.0.0.1:1")
 	var stdout, stderr bytes.Buffer
@@ -381,6 +225,12 @@ func runCtl(server string, args ...string) (string, string, error) {
 		return stdout.String(), stderr.String(), errTimeout
 	}
 }
+
+type timeoutError struct{}
+
+func (timeoutError) Error() string { return "rivoractl did not exit within 30s" }
+
+var errTimeout error = timeoutError{}
 
 // healthJSON runs `rivoractl destinations health ID -o json`.
 func healthJSON(server, id string) (*rivorav1.DestinationHealth, error) {
@@ -462,96 +312,6 @@ func writeFileAtomic(t testing.TB, path, content string) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// ---------------------------------------------------------------------------
-// partners with a gate
-
-// newGatedPartner is newPartner whose answers are decided per request by
-// gate: 0 lets the request through to the partner's normal handling (its
-// status, 200 when healthy); any other value is answered as is and
-// recorded (signature still verified) with that status.
-func newGatedPartner(t testing.TB, gate func(now time.Time) int) *partner {
-	t.Helper()
-	p := &partner{status: http.StatusOK, ok: map[string]int{}, attempts: map[string]int{}}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		code := gate(time.Now())
-		if code == 0 {
-			p.serve(w, r)
-			return
-		}
-		p.refuse(w, r, code)
-	}))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("partner listen: %v", err)
-	}
-	srv.Listener.Close()
-	srv.Listener = l
-	srv.Start()
-	p.srv = srv
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if len(p.problems) > 0 {
-			n := min(len(p.problems), 10)
-			t.Errorf("partner %s saw %d bad requests, first: %s", p.URL(), len(p.problems), strings.Join(p.problems[:n], "; "))
-		}
-	})
-	return p
-}
-
-// refuse answers code after checking the signature, and records it.
-func (p *partner) refuse(w http.ResponseWriter, r *http.Request, code int) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, "read body", http.StatusBadRequest)
-		return
-	}
-	h := r.Header
-	dv := delivery{ID: h.Get(webhook.HeaderID), Customer: h.Get("rivora-customer"), LaneKey: h.Get("rivora-lane"),
-		Payload: body, At: time.Now(), Status: code}
-	dv.Lane = dv.Customer + "/" + dv.LaneKey
-	dv.Attempt, _ = strconv.Atoi(h.Get("rivora-attempt"))
-	p.mu.Lock()
-	if p.verifier == nil {
-		p.problems = append(p.problems, fmt.Sprintf("request before the secret was known (webhook-id %q)", dv.ID))
-	} else if err := p.verifier.Verify(h, body); err != nil {
-		p.problems = append(p.problems, fmt.Sprintf("signature: %v (webhook-id %q)", err, dv.ID))
-	}
-	p.reqs = append(p.reqs, dv)
-	p.attempts[dv.ID]++
-	p.mu.Unlock()
-	w.WriteHeader(code)
-}
-
-// waf answers 429 once more than limit requests arrived in the current
-// fixed one-second window (every arrival counts, refused ones too), like a
-// partner's web application firewall.
-type waf struct {
-	limit int
-	mu    sync.Mutex
-	start time.Time
-	win   int64
-	count int
-}
-
-func newWAF(limit int) *waf { return &waf{limit: limit, start: time.Now()} }
-
-func (w *waf) gate(now time.Time) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	win := int64(now.Sub(w.start) / time.Second)
-	if win != w.win {
-		w.win, w.count = win, 0
-	}
-	w.count++
-	if w.count > w.limit {
-		return http.StatusTooManyRequests
-	}
-	return 0
 }
 
 // ---------------------------------------------------------------------------

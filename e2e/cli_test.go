@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -19,40 +16,12 @@ import (
 // the test with stderr.
 func rivoractl(t testing.TB, d *devProc, args ...string) string {
 	t.Helper()
-	out, errOut, err := runRivoractl(d, args...)
-	if err != nil {
-		t.Fatalf("rivoractl %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, errOut)
-	}
-	return out
+	return ctlAt(t, d.URL(), args...)
 }
 
 func runRivoractl(d *devProc, args ...string) (string, string, error) {
-	cmd := exec.Command(rivoractlBin, args...)
-	// The server flag comes last: global flags may appear anywhere.
-	cmd.Args = append(cmd.Args, "--server", d.URL())
-	cmd.Env = append(os.Environ(), "RIVORA_SERVER=http://127.0.0.1:1")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		return "", "", err
-	}
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		return stdout.String(), stderr.String(), err
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		return stdout.String(), stderr.String(), errTimeout
-	}
+	return runCtl(d.URL(), args...)
 }
-
-type timeoutError struct{}
-
-func (timeoutError) Error() string { return "rivoractl did not exit within 30s" }
-
-var errTimeout error = timeoutError{}
 
 var eventIDPattern = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 
@@ -99,8 +68,8 @@ func TestRivoractlSmoke(t *testing.T) {
 
 	// events get -o json shows it delivered (poll: the outcome is recorded
 	// after the partner answered).
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var state rivorav1.EventState
+	err := poll(20*time.Second, 100*time.Millisecond, func() error {
 		out = rivoractl(t, d, "events", "get", id, "-o", "json")
 		ev := &rivorav1.GetEventResponse{}
 		if err := protojson.Unmarshal([]byte(out), ev); err != nil {
@@ -109,13 +78,13 @@ func TestRivoractlSmoke(t *testing.T) {
 		if ev.GetEventId() != id || ev.GetDestinationId() != "d1" || ev.GetLaneKey() != "cli-lane" {
 			t.Fatalf("events get -o json = %s", out)
 		}
-		if ev.GetState() == rivorav1.EventState_EVENT_STATE_DELIVERED {
-			break
+		if state = ev.GetState(); state != rivorav1.EventState_EVENT_STATE_DELIVERED {
+			return errNotYet
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("events get: state %v, want DELIVERED", ev.GetState())
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("events get: state %v, want DELIVERED", state)
 	}
 
 	// A mistake is reported with a non-zero exit.

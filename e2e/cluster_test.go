@@ -95,11 +95,11 @@ func startCluster(t testing.TB, controlPlanes, n, partitions int, cpArgs ...stri
 func (c *clusterCell) restart(t testing.TB, name string) {
 	t.Helper()
 	old := c.agents[name]
-	c.agents[name] = startProc(t, "agent "+name+" (restarted)", old.addr, c.args[name])
+	c.agents[name] = startProc(t, "agent "+name+" (restarted)", old.Addr, c.args[name])
 }
 
 func (c *clusterCell) rig(ingest string) *rig {
-	return &rig{name: "cluster", adminURL: c.cp.URL(), ingestURL: c.agents[ingest].URL(), cpLog: c.cp.logPath, died: func() error {
+	return &rig{name: "cluster", adminURL: c.cp.URL(), ingestURL: c.agents[ingest].URL(), cpLog: c.cp.LogPath, died: func() error {
 		return c.cp.diedErr()
 	}}
 }

@@ -133,28 +133,29 @@ var archivePath = regexp.MustCompile(`^\d{4}/\d{2}/\d{2}/\d{2}/[^/]+\.ndjson\.gz
 func waitDeadLetter(t testing.TB, dataDir, dest, id string, timeout time.Duration) *rivorav1.DeadLetter {
 	t.Helper()
 	root := filepath.Join(dataDir, "archive", "deadletter", dest)
-	deadline := time.Now().Add(timeout)
+	var dl *rivorav1.DeadLetter
 	var lastErr error
-	for {
-		dl, err := findDeadLetter(root, id)
-		if dl != nil {
-			return dl
+	err := poll(timeout, 100*time.Millisecond, func() error {
+		var err error
+		if dl, err = findDeadLetter(root, id); dl != nil {
+			return nil
 		}
 		if err != nil {
 			lastErr = err
 		}
-		if time.Now().After(deadline) {
-			var files []string
-			filepath.WalkDir(filepath.Join(dataDir, "archive"), func(path string, de fs.DirEntry, err error) error {
-				if err == nil && !de.IsDir() {
-					files = append(files, path)
-				}
-				return nil
-			})
-			t.Fatalf("no dead letter for %s under %s within %s (last error: %v; files under archive/: %v)", id, root, timeout, lastErr, files)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return errNotYet
+	})
+	if err != nil {
+		var files []string
+		filepath.WalkDir(filepath.Join(dataDir, "archive"), func(path string, de fs.DirEntry, err error) error {
+			if err == nil && !de.IsDir() {
+				files = append(files, path)
+			}
+			return nil
+		})
+		t.Fatalf("no dead letter for %s under %s within %s (last error: %v; files under archive/: %v)", id, root, timeout, lastErr, files)
 	}
+	return dl
 }
 
 func findDeadLetter(root, id string) (*rivorav1.DeadLetter, error) {

@@ -284,21 +284,22 @@ func TestKill9MidDeliveryLosesNothing(t *testing.T) {
 // waitEventState polls GetEvent until the event reaches want.
 func waitEventState(t testing.TB, d *devProc, id string, want rivorav1.EventState, timeout time.Duration) *rivorav1.GetEventResponse {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	var last *rivorav1.GetEventResponse
 	var lastErr error
-	for time.Now().Before(deadline) {
+	err := poll(timeout, 50*time.Millisecond, func() error {
 		resp, err := d.Events().GetEvent(ctxTimeout(t, 5*time.Second), connect.NewRequest(&rivorav1.GetEventRequest{EventId: id}))
-		if err == nil {
-			last, lastErr = resp.Msg, nil
-			if resp.Msg.GetState() == want {
-				return resp.Msg
-			}
-		} else {
+		if err != nil {
 			lastErr = err
+			return err
 		}
-		time.Sleep(50 * time.Millisecond)
+		last, lastErr = resp.Msg, nil
+		if resp.Msg.GetState() != want {
+			return errNotYet
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("GetEvent %s: state %v (err %v), want %v within %s", id, last.GetState(), lastErr, want, timeout)
 	}
-	t.Fatalf("GetEvent %s: state %v (err %v), want %v within %s", id, last.GetState(), lastErr, want, timeout)
-	return nil
+	return last
 }

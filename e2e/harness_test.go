@@ -8,10 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,7 +24,6 @@ import (
 
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
-	"github.com/rivora/rivora/sdk/webhook"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -98,21 +94,12 @@ type devOptions struct {
 	Args       []string // extra flags
 }
 
+// devProc is `rivora dev` on a free 127.0.0.1 port: a proc whose
+// restarts keep its data directory and address.
 type devProc struct {
-	t       testing.TB
+	*proc
 	opts    devOptions
 	dataDir string
-	addr    string
-	logPath string
-	runs    int
-
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	done     chan struct{}
-	waitErr  error
-	logFile  *os.File
-	stopping bool  // the harness asked the process to end
-	died     error // set when it ended without being asked
 }
 
 // startDev starts `rivora dev` on a free 127.0.0.1 port and waits until
@@ -120,30 +107,21 @@ type devProc struct {
 // is printed when the test failed.
 func startDev(t testing.TB, opts devOptions) *devProc {
 	t.Helper()
-	d := &devProc{t: t, opts: opts, dataDir: opts.DataDir}
+	d := &devProc{opts: opts, dataDir: opts.DataDir}
 	if d.dataDir == "" {
 		d.dataDir = t.TempDir()
 	}
-	d.addr = "127.0.0.1:" + strconv.Itoa(freePort(t))
-	d.logPath = filepath.Join(t.TempDir(), "rivora-dev.log")
-	t.Cleanup(func() {
-		d.kill()
-		if err := d.diedErr(); err != nil {
-			t.Errorf("%v; a graceful \"shutting down\" in its log means it got SIGTERM/SIGINT from outside the test", err)
-		}
-		if t.Failed() {
-			d.dumpLog()
-		}
-	})
-	d.start()
+	d.proc = newProc(t, "rivora dev", rivoraBin, "127.0.0.1:"+strconv.Itoa(freePort(t)), nil)
+	d.logTail = 48 << 10
+	d.Args = d.devArgs()
+	d.run()
 	return d
 }
 
-func (d *devProc) URL() string     { return "http://" + d.addr }
 func (d *devProc) DataDir() string { return d.dataDir }
 
-func (d *devProc) args() []string {
-	a := []string{"dev", "--listen", d.addr, "--data-dir", d.dataDir}
+func (d *devProc) devArgs() []string {
+	a := []string{"dev", "--listen", d.Addr, "--data-dir", d.dataDir}
 	if d.opts.Partitions > 0 {
 		a = append(a, "--partitions", strconv.Itoa(d.opts.Partitions))
 	}
@@ -153,119 +131,17 @@ func (d *devProc) args() []string {
 	return append(a, d.opts.Args...)
 }
 
-func (d *devProc) start() {
+// run starts the process and waits until it is healthy.
+func (d *devProc) run() {
 	d.t.Helper()
-	f, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		d.t.Fatalf("open dev log: %v", err)
-	}
-	d.runs++
-	fmt.Fprintf(f, "==== run %d: rivora %s\n", d.runs, strings.Join(d.args(), " "))
-	cmd := exec.Command(rivoraBin, d.args()...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		d.t.Fatalf("start rivora dev: %v", err)
-	}
-	done := make(chan struct{})
-	d.mu.Lock()
-	d.cmd, d.done, d.waitErr, d.logFile, d.stopping = cmd, done, nil, f, false
-	d.mu.Unlock()
-	run := d.runs
-	go func() {
-		err := cmd.Wait()
-		d.mu.Lock()
-		d.waitErr = err
-		if !d.stopping && d.died == nil {
-			d.died = fmt.Errorf("rivora dev (run %d) exited on its own while the test needed it: %v (ProcessState %v)", run, err, cmd.ProcessState)
-		}
-		d.mu.Unlock()
-		f.Close()
-		close(done)
-	}()
+	d.start()
 	d.waitHealthy(60 * time.Second)
-}
-
-func (d *devProc) waitHealthy(timeout time.Duration) {
-	d.t.Helper()
-	deadline := time.Now().Add(timeout)
-	client := &http.Client{Timeout: 2 * time.Second}
-	var last string
-	for time.Now().Before(deadline) {
-		select {
-		case <-d.done:
-			d.t.Fatalf("rivora dev exited before it was healthy: %v", d.exitErr())
-		default:
-		}
-		resp, err := client.Get(d.URL() + "/healthz")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	d.t.Fatalf("rivora dev on %s not healthy after %s (last: %s)", d.addr, timeout, last)
-}
-
-// diedErr reports an exit the harness did not ask for.
-func (d *devProc) diedErr() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.died
-}
-
-// markStopping records that the harness is ending the process.
-func (d *devProc) markStopping() {
-	d.mu.Lock()
-	d.stopping = true
-	d.mu.Unlock()
-}
-
-func (d *devProc) exitErr() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.waitErr
-}
-
-func (d *devProc) running() bool {
-	d.mu.Lock()
-	done := d.done
-	d.mu.Unlock()
-	if done == nil {
-		return false
-	}
-	select {
-	case <-done:
-		return false
-	default:
-		return true
-	}
 }
 
 // Kill9 kills the process with SIGKILL and waits for it to be gone.
 func (d *devProc) Kill9() {
 	d.t.Helper()
-	if !d.running() {
-		d.t.Fatalf("Kill9: rivora dev is not running")
-	}
-	d.markStopping()
-	d.mu.Lock()
-	cmd, done := d.cmd, d.done
-	d.mu.Unlock()
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		d.t.Fatalf("kill -9: %v", err)
-	}
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		d.t.Fatalf("rivora dev still alive 10s after SIGKILL")
-	}
+	d.kill9(10 * time.Second)
 }
 
 // Stop sends SIGTERM and waits for a graceful exit; it returns the exit
@@ -275,21 +151,11 @@ func (d *devProc) Stop(timeout time.Duration) error {
 	if !d.running() {
 		d.t.Fatalf("Stop: rivora dev is not running")
 	}
-	d.markStopping()
-	d.mu.Lock()
-	cmd, done := d.cmd, d.done
-	d.mu.Unlock()
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		d.t.Fatalf("SIGTERM: %v", err)
-	}
-	select {
-	case <-done:
-		return d.exitErr()
-	case <-time.After(timeout):
-		cmd.Process.Kill()
-		<-done
+	err, exited := d.terminate(timeout)
+	if !exited {
 		return fmt.Errorf("no exit within %s of SIGTERM (killed)", timeout)
 	}
+	return err
 }
 
 // Restart starts the process again on the same data dir and address. It must
@@ -299,37 +165,7 @@ func (d *devProc) Restart() {
 	if d.running() {
 		d.t.Fatalf("Restart: rivora dev is still running")
 	}
-	d.start()
-}
-
-func (d *devProc) kill() {
-	d.markStopping()
-	d.mu.Lock()
-	cmd, done := d.cmd, d.done
-	d.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	select {
-	case <-done:
-		return
-	default:
-	}
-	cmd.Process.Kill()
-	<-done
-}
-
-func (d *devProc) dumpLog() {
-	b, err := os.ReadFile(d.logPath)
-	if err != nil {
-		d.t.Logf("read dev log: %v", err)
-		return
-	}
-	const max = 48 << 10
-	if len(b) > max {
-		b = append([]byte("…(truncated)…\n"), b[len(b)-max:]...)
-	}
-	d.t.Logf("---- rivora dev output (%s) ----\n%s\n---- end of rivora dev output ----", d.logPath, b)
+	d.run()
 }
 
 // Clients. Connect over HTTP/1.1 with the binary codec.
@@ -393,282 +229,7 @@ func createDestination(t testing.TB, d *devProc, id string, p *partner, secret s
 // waits for).
 func waitConfigApplied(t testing.TB, d *devProc, v uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	var last string
-	for {
-		resp, err := d.Admin().GetConfigStatus(ctxTimeout(t, 5*time.Second), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
-		if err != nil {
-			last = err.Error()
-		} else {
-			connected, behind := 0, 0
-			for _, a := range resp.Msg.GetAgents() {
-				if a.GetConnected() {
-					connected++
-					if a.GetAppliedVersion() < v {
-						behind++
-					}
-				}
-			}
-			if connected > 0 && behind == 0 {
-				return
-			}
-			last = fmt.Sprintf("version %d, %d agents connected, %d behind", resp.Msg.GetVersion(), connected, behind)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("config version %d not applied by the agents within 10s (%s)", v, last)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// ---------------------------------------------------------------------------
-// partner endpoint
-
-// delivery is one request a partner received.
-type delivery struct {
-	ID       string
-	Lane     string // customer + "/" + lane key
-	Customer string
-	LaneKey  string
-	Attempt  int
-	Status   int // what the partner answered
-	Payload  []byte
-	At       time.Time
-	Agent    string // user-agent: rivora/<version> (<agent name>)
-}
-
-type partner struct {
-	srv *httptest.Server
-
-	mu       sync.Mutex
-	verifier *webhook.Verifier
-	status   int           // answered status; 200 when healthy
-	delay    time.Duration // before answering
-	reqs     []delivery    // every request, in arrival order
-	ok       map[string]int
-	attempts map[string]int
-	problems []string // bad signatures or headers
-	dev      *devProc // the server delivering here, to fail fast if it dies
-}
-
-// newPartner starts a partner HTTP server on 127.0.0.1. Every request must
-// carry a valid Standard Webhooks signature for the secret given with
-// SetSecret and Rivora's headers; anything else is recorded as a problem and
-// fails the test at cleanup.
-func newPartner(t testing.TB) *partner {
-	t.Helper()
-	p := &partner{status: http.StatusOK, ok: map[string]int{}, attempts: map[string]int{}}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(p.serve))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("partner listen: %v", err)
-	}
-	srv.Listener.Close()
-	srv.Listener = l
-	srv.Start()
-	p.srv = srv
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if len(p.problems) > 0 {
-			n := min(len(p.problems), 10)
-			t.Errorf("partner %s saw %d bad requests, first: %s", p.URL(), len(p.problems), strings.Join(p.problems[:n], "; "))
-		}
-	})
-	return p
-}
-
-func (p *partner) URL() string { return p.srv.URL + "/hook" }
-
-func (p *partner) SetSecret(t testing.TB, secret string) {
-	t.Helper()
-	v, err := webhook.NewVerifier(secret)
-	if err != nil {
-		t.Fatalf("partner secret %q: %v", secret, err)
-	}
-	p.mu.Lock()
-	p.verifier = v
-	p.mu.Unlock()
-}
-
-// SetStatus makes the partner answer every request with code (200: healthy).
-func (p *partner) SetStatus(code int) {
-	p.mu.Lock()
-	p.status = code
-	p.mu.Unlock()
-}
-
-func (p *partner) SetHealthy() { p.SetStatus(http.StatusOK) }
-
-// SetDelay makes the partner wait d before answering.
-func (p *partner) SetDelay(d time.Duration) {
-	p.mu.Lock()
-	p.delay = d
-	p.mu.Unlock()
-}
-
-func (p *partner) serve(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, "read body", http.StatusBadRequest)
-		return
-	}
-	h := r.Header
-	dv := delivery{
-		ID:       h.Get(webhook.HeaderID),
-		Customer: h.Get("rivora-customer"),
-		LaneKey:  h.Get("rivora-lane"),
-		Payload:  body,
-		At:       time.Now(),
-		Agent:    h.Get("user-agent"),
-	}
-	dv.Lane = dv.Customer + "/" + dv.LaneKey
-	attempt, aerr := strconv.Atoi(h.Get("rivora-attempt"))
-	dv.Attempt = attempt
-
-	p.mu.Lock()
-	var problem string
-	switch {
-	case r.Method != http.MethodPost:
-		problem = "method " + r.Method
-	case p.verifier == nil:
-		problem = "request before the secret was known"
-	case aerr != nil || attempt < 1:
-		problem = fmt.Sprintf("rivora-attempt %q", h.Get("rivora-attempt"))
-	case dv.Customer == "" || dv.LaneKey == "":
-		problem = "missing rivora-customer or rivora-lane"
-	case h.Get("content-type") == "":
-		problem = "missing content-type"
-	default:
-		if err := p.verifier.Verify(h, body); err != nil {
-			problem = "signature: " + err.Error()
-		}
-	}
-	if problem != "" {
-		p.problems = append(p.problems, fmt.Sprintf("%s (webhook-id %q)", problem, dv.ID))
-		p.mu.Unlock()
-		http.Error(w, problem, http.StatusUnauthorized)
-		return
-	}
-	dv.Status = p.status
-	delay := p.delay
-	p.reqs = append(p.reqs, dv)
-	p.attempts[dv.ID]++
-	if dv.Status/100 == 2 {
-		p.ok[dv.ID]++
-	}
-	p.mu.Unlock()
-
-	if delay > 0 {
-		select {
-		case <-time.After(delay):
-		case <-r.Context().Done():
-		}
-	}
-	w.WriteHeader(dv.Status)
-}
-
-// Delivered reports how many distinct events were answered 2xx.
-func (p *partner) Delivered() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.ok)
-}
-
-// Requests reports how many requests arrived in total.
-func (p *partner) Requests() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.reqs)
-}
-
-func (p *partner) AttemptsOf(id string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.attempts[id]
-}
-
-func (p *partner) OKCount(id string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.ok[id]
-}
-
-func (p *partner) Snapshot() []delivery {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]delivery(nil), p.reqs...)
-}
-
-// Duplicates counts 2xx answers beyond the first per event.
-func (p *partner) Duplicates() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, c := range p.ok {
-		n += c - 1
-	}
-	return n
-}
-
-// missing returns the ids not yet answered 2xx.
-func (p *partner) missing(ids []string) []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []string
-	for _, id := range ids {
-		if p.ok[id] == 0 {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-// WaitDelivered polls until every id was answered 2xx, failing the test at
-// the deadline with what is missing.
-func (p *partner) WaitDelivered(t testing.TB, ids []string, timeout time.Duration) {
-	t.Helper()
-	if err := p.waitDelivered(ids, timeout); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (p *partner) waitDelivered(ids []string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		miss := p.missing(ids)
-		if len(miss) == 0 {
-			return nil
-		}
-		p.mu.Lock()
-		dev := p.dev
-		p.mu.Unlock()
-		if dev != nil {
-			if err := dev.diedErr(); err != nil {
-				return fmt.Errorf("partner %s: %d of %d events not delivered: %w", p.URL(), len(miss), len(ids), err)
-			}
-		}
-		if time.Now().After(deadline) {
-			n := min(len(miss), 5)
-			return fmt.Errorf("partner %s: %d of %d events not delivered within %s (requests seen: %d), e.g. %v",
-				p.URL(), len(miss), len(ids), timeout, p.Requests(), miss[:n])
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	devRig(d).waitApplied(t, v)
 }
 
 // laneReport is what checkLaneOrder found.

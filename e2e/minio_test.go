@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,12 +15,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/rivora/rivora/e2e/process"
 )
 
 // minioModule is the MinIO server version installed when `minio` is missing.
@@ -151,71 +151,38 @@ func (b *lockedBuffer) String() string {
 // temporary directory. Stop and Start simulate the object store going down
 // and coming back: same directory, same address, same credentials.
 type minioServer struct {
-	t         testing.TB
-	bin       string
+	*proc
 	dir       string
-	certsDir  string
-	addr      string
-	console   string
 	AccessKey string
 	SecretKey string
-	logPath   string
-	runs      int
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	werr error
 }
 
 // startMinIO starts a fresh MinIO server and waits until it is live. It is
 // killed when the test ends; its log is printed when the test failed.
 func startMinIO(t testing.TB) *minioServer {
 	t.Helper()
-	m := &minioServer{
-		t:         t,
-		bin:       minioBinary(t),
-		dir:       t.TempDir(),
-		certsDir:  t.TempDir(),
-		addr:      "127.0.0.1:" + strconv.Itoa(freePort(t)),
-		console:   "127.0.0.1:" + strconv.Itoa(freePort(t)),
-		AccessKey: "rivora-e2e",
-		SecretKey: "rivora-e2e-secret-key",
-		logPath:   filepath.Join(t.TempDir(), "minio.log"),
+	m := &minioServer{dir: t.TempDir(), AccessKey: "rivora-e2e", SecretKey: "rivora-e2e-secret-key"}
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	console := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	m.proc = newProc(t, "minio", minioBinary(t), addr,
+		[]string{"server", m.dir, "--address", addr, "--console-address", console, "--certs-dir", t.TempDir(), "--quiet"})
+	m.Env = []string{
+		"MINIO_ROOT_USER=" + m.AccessKey,
+		"MINIO_ROOT_PASSWORD=" + m.SecretKey,
+		"MINIO_UPDATE=off",
+		"MINIO_BROWSER=off",
 	}
-	t.Cleanup(func() {
-		m.kill()
-		if t.Failed() {
-			m.dumpLog()
-		}
-	})
+	m.logTail = 16 << 10
+	m.watchExit = false // the tests stop and start it; they check what it serves
 	m.Start()
 	return m
 }
 
-// Endpoint is HOST:PORT, as `rivora dev --s3-endpoint` wants it.
-func (m *minioServer) Endpoint() string { return m.addr }
-
 // DevArgs are the `rivora dev` flags that archive to this server.
 func (m *minioServer) DevArgs(bucket string) []string {
 	return []string{
-		"--s3-endpoint", m.addr, "--s3-bucket", bucket,
+		"--s3-endpoint", m.Addr, "--s3-bucket", bucket,
 		"--s3-access-key", m.AccessKey, "--s3-secret-key", m.SecretKey, "--s3-insecure",
-	}
-}
-
-func (m *minioServer) running() bool {
-	m.mu.Lock()
-	done := m.done
-	m.mu.Unlock()
-	if done == nil {
-		return false
-	}
-	select {
-	case <-done:
-		return false
-	default:
-		return true
 	}
 }
 
@@ -227,77 +194,19 @@ func (m *minioServer) Start() {
 	if m.running() {
 		m.t.Fatalf("MinIO Start: already running")
 	}
-	f, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		m.t.Fatalf("open MinIO log: %v", err)
-	}
-	m.runs++
-	args := []string{"server", m.dir, "--address", m.addr, "--console-address", m.console, "--certs-dir", m.certsDir, "--quiet"}
-	fmt.Fprintf(f, "==== run %d: minio %s\n", m.runs, strings.Join(args, " "))
-	cmd := exec.Command(m.bin, args...)
-	cmd.Env = append(os.Environ(),
-		"MINIO_ROOT_USER="+m.AccessKey,
-		"MINIO_ROOT_PASSWORD="+m.SecretKey,
-		"MINIO_UPDATE=off",
-		"MINIO_BROWSER=off",
-	)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		m.t.Fatalf("start minio: %v", err)
-	}
-	done := make(chan struct{})
-	m.mu.Lock()
-	m.cmd, m.done, m.werr = cmd, done, nil
-	m.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		m.mu.Lock()
-		m.werr = err
-		m.mu.Unlock()
-		f.Close()
-		close(done)
-	}()
-	m.waitLive(90 * time.Second)
-}
-
-func (m *minioServer) waitLive(timeout time.Duration) {
-	m.t.Helper()
+	m.start()
 	client := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		if !m.running() {
-			m.mu.Lock()
-			err := m.werr
-			m.mu.Unlock()
-			m.dumpLog()
-			m.t.Fatalf("minio exited before it was live: %v", err)
+	m.waitReady(90*time.Second, func() error {
+		if err := process.GetOK(context.Background(), client, "http://"+m.Addr+"/minio/health/live"); err != nil {
+			return err
 		}
-		resp, err := client.Get("http://" + m.addr + "/minio/health/live")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_, err := m.Client().ListBuckets(ctx)
-				cancel()
-				if err == nil {
-					return
-				}
-				last = "live, but ListBuckets: " + err.Error()
-			} else {
-				last = resp.Status
-			}
-		} else {
-			last = err.Error()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := m.Client().ListBuckets(ctx); err != nil {
+			return fmt.Errorf("live, but ListBuckets: %w", err)
 		}
-		if time.Now().After(deadline) {
-			m.dumpLog()
-			m.t.Fatalf("minio on %s not live after %s (last: %s)", m.addr, timeout, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // Stop ends the server (SIGTERM, then SIGKILL after 10 s) and waits until
@@ -307,21 +216,10 @@ func (m *minioServer) Stop() {
 	if !m.running() {
 		m.t.Fatalf("MinIO Stop: not running")
 	}
-	m.mu.Lock()
-	cmd, done := m.cmd, m.done
-	m.mu.Unlock()
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		m.t.Fatalf("SIGTERM minio: %v", err)
-	}
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		<-done
-	}
+	m.terminate(10 * time.Second)
 	client := &http.Client{Timeout: time.Second}
 	waitFor(m.t, 10*time.Second, "the stopped MinIO to stop answering", func() bool {
-		resp, err := client.Get("http://" + m.addr + "/minio/health/live")
+		resp, err := client.Get("http://" + m.Addr + "/minio/health/live")
 		if err != nil {
 			return true
 		}
@@ -330,39 +228,10 @@ func (m *minioServer) Stop() {
 	})
 }
 
-func (m *minioServer) kill() {
-	m.mu.Lock()
-	cmd, done := m.cmd, m.done
-	m.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	select {
-	case <-done:
-		return
-	default:
-	}
-	cmd.Process.Kill()
-	<-done
-}
-
-func (m *minioServer) dumpLog() {
-	b, err := os.ReadFile(m.logPath)
-	if err != nil {
-		m.t.Logf("read MinIO log: %v", err)
-		return
-	}
-	const max = 16 << 10
-	if len(b) > max {
-		b = append([]byte("…(truncated)…\n"), b[len(b)-max:]...)
-	}
-	m.t.Logf("---- minio output (%s) ----\n%s\n---- end of minio output ----", m.logPath, b)
-}
-
 // Client is an S3 client of the server, for checking what Rivora stored.
 func (m *minioServer) Client() *minio.Client {
 	m.t.Helper()
-	c, err := minio.New(m.addr, &minio.Options{Creds: credentials.NewStaticV4(m.AccessKey, m.SecretKey, ""), Secure: false})
+	c, err := minio.New(m.Addr, &minio.Options{Creds: credentials.NewStaticV4(m.AccessKey, m.SecretKey, ""), Secure: false})
 	if err != nil {
 		m.t.Fatalf("minio client: %v", err)
 	}

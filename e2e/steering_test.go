@@ -277,22 +277,24 @@ func limitsScenario(t *testing.T, r *rig, limitsPath, dest string) {
 // has not happened within limit of from.
 func waitRate(t *testing.T, p *partner, from time.Time, limit time.Duration, ok func(int) bool) time.Time {
 	t.Helper()
-	deadline := from.Add(limit)
 	var last int
-	for {
+	var reached time.Time
+	err := poll(time.Until(from.Add(limit)), 25*time.Millisecond, func() error {
 		now := time.Now()
-		if now.After(from) {
-			last = count(p.Snapshot(), now.Add(-time.Second), now, nil)
-			if ok(last) {
-				return now
-			}
+		if !now.After(from) {
+			return errNotYet
 		}
-		if now.After(deadline) {
-			t.Fatalf("rate not reached within %s: last trailing-second count %d; per second:%s", limit, last,
-				perSecond(p.Snapshot(), from.Add(-3*time.Second), 3+int(limit.Seconds())+1))
+		if last = count(p.Snapshot(), now.Add(-time.Second), now, nil); !ok(last) {
+			return errNotYet
 		}
-		time.Sleep(25 * time.Millisecond)
+		reached = now
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("rate not reached within %s: last trailing-second count %d; per second:%s", limit, last,
+			perSecond(p.Snapshot(), from.Add(-3*time.Second), 3+int(limit.Seconds())+1))
 	}
+	return reached
 }
 
 // Weights gold=5, bronze=1 on a 30/s destination: gold gets 70–95% of the

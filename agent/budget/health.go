@@ -191,8 +191,9 @@ func (b *Budget) Succeeded(now time.Time) (recovered bool) {
 	return false
 }
 
-// Throttled records a failure that is the destination's (429, 503, 5xx,
-// 408, timeout, connection error): the rate is halved at most once per
+// Throttled records a failure that is the destination's (429,
+// 502/503/504, 408/409/425, timeout, connection error; a 500 or another 4xx
+// is the event's and never comes here): the rate is halved at most once per
 // CutEvery, retryAfter (if any) holds every attempt until it passes, and
 // failure with no success for ParkAfter parks the destination.
 func (b *Budget) Throttled(now time.Time, retryAfter time.Duration, cause string) {

@@ -30,6 +30,12 @@ func lid(dest, cust, key string) lanes.ID {
 	return lanes.ID{Destination: dest, Customer: cust, Key: key}
 }
 
+// appendTo stores entries at the tail of one lane the way the partition
+// writer does: through AppendAll.
+func appendTo(s *Scheduler, partition int, id lanes.ID, entries ...Entry) {
+	s.AppendAll(partition, []LaneAppend{{ID: id, Subject: id.Subject(partition), Entries: entries}})
+}
+
 func ev(seq uint64) Entry {
 	return Entry{Seq: seq, EventID: fmt.Sprintf("ev-%d", seq), AcceptedAt: t0.Add(time.Duration(seq) * time.Millisecond)}
 }
@@ -223,8 +229,8 @@ func TestOnlyHeadInFlightFIFO(t *testing.T) {
 	s, clk := newSched()
 	s.SetLimits("d1", 0, unlimited)
 	L := lid("d1", "c1", "user-1")
-	s.Append(0, L, ev(1), ev(2))
-	s.Append(0, L, ev(3))
+	appendTo(s, 0, L, ev(1), ev(2))
+	appendTo(s, 0, L, ev(3))
 	if got := s.Pending("d1"); got != 3 {
 		t.Fatalf("Pending = %d, want 3", got)
 	}
@@ -240,7 +246,7 @@ func TestOnlyHeadInFlightFIFO(t *testing.T) {
 	for range 3 {
 		wantNoneWait(t, s, 0)
 	}
-	s.Append(0, L, ev(4))
+	appendTo(s, 0, L, ev(4))
 	wantNoneWait(t, s, 0)
 	clk.Advance(time.Hour)
 	wantNoneWait(t, s, 0)
@@ -298,7 +304,7 @@ func TestOnlyHeadInFlightFIFO(t *testing.T) {
 
 	// A drained lane that never failed has nothing to purge; a new event
 	// on the same lane starts a fresh lane.
-	s.Append(0, L, ev(5))
+	appendTo(s, 0, L, ev(5))
 	a6 := mustPick(t, s)
 	wantAttempt(t, a6, L, 5, 1)
 	if out := s.Succeeded(a6); out != (Outcome{Drained: true}) {
@@ -311,12 +317,12 @@ func TestLanesAreIndependentFIFOs(t *testing.T) {
 	s, _ := newSched()
 	s.SetLimits("d1", 0, unlimited)
 	A, B := lid("d1", "c1", "a"), lid("d1", "c1", "b")
-	s.Append(0, A, ev(1))
-	s.Append(0, B, ev(2))
-	s.Append(0, A, ev(3))
-	s.Append(0, B, ev(4))
-	s.Append(0, A, ev(5))
-	s.Append(0, B, ev(6))
+	appendTo(s, 0, A, ev(1))
+	appendTo(s, 0, B, ev(2))
+	appendTo(s, 0, A, ev(3))
+	appendTo(s, 0, B, ev(4))
+	appendTo(s, 0, A, ev(5))
+	appendTo(s, 0, B, ev(6))
 
 	var got []uint64
 	var out []*Attempt
@@ -366,9 +372,9 @@ func TestRetryWaitsForNotBefore(t *testing.T) {
 	s.SetLimits("d1", 0, unlimited)
 	s.SetLimits("d2", 0, unlimited)
 	A, B, C := lid("d1", "c1", "a"), lid("d1", "c1", "b"), lid("d2", "c9", "x")
-	s.Append(0, A, ev(1), ev(2))
-	s.Append(0, B, ev(10), ev(11), ev(12))
-	s.Append(0, C, ev(20), ev(21))
+	appendTo(s, 0, A, ev(1), ev(2))
+	appendTo(s, 0, B, ev(10), ev(11), ev(12))
+	appendTo(s, 0, C, ev(20), ev(21))
 
 	// Destinations take turns, so collect the three heads by lane.
 	byLane := map[lanes.ID]*Attempt{}
@@ -467,7 +473,7 @@ func TestRestoreWithFutureNotBeforeWaits(t *testing.T) {
 	s.Restore(0, L, evs(7, 8), head, true)
 	wantNoneWait(t, s, 90*time.Second)
 	// Appending to a waiting lane does not make it due.
-	s.Append(0, L, ev(9))
+	appendTo(s, 0, L, ev(9))
 	wantNoneWait(t, s, 90*time.Second)
 	checkInvariants(t, s)
 	clk.Advance(90 * time.Second)
@@ -485,7 +491,7 @@ func TestNoAttemptWithoutToken(t *testing.T) {
 	s, clk := newSched()
 	s.SetLimits("d1", 0, Limits{RatePerSecond: 2, Burst: 1, MaxInFlight: 1000})
 	for i := range 40 {
-		s.Append(0, lid("d1", "c1", fmt.Sprintf("k%02d", i)), ev(uint64(i+1)))
+		appendTo(s, 0, lid("d1", "c1", fmt.Sprintf("k%02d", i)), ev(uint64(i+1)))
 	}
 	a := mustPick(t, s)
 	wantAttempt(t, a, lid("d1", "c1", "k00"), 1, 1)
@@ -523,7 +529,7 @@ func simulateRate(t *testing.T, lim Limits, span time.Duration) []time.Duration 
 	s, clk := newSched()
 	s.SetLimits("d1", 0, lim)
 	for i := range 1000 {
-		s.Append(0, lid("d1", "c1", fmt.Sprintf("k%d", i)), ev(uint64(i+1)))
+		appendTo(s, 0, lid("d1", "c1", fmt.Sprintf("k%d", i)), ev(uint64(i+1)))
 	}
 	end := t0.Add(span)
 	var starts []time.Duration
@@ -580,7 +586,7 @@ func TestTokensDoNotAccumulateBeyondBurst(t *testing.T) {
 	s.SetLimits("d1", 0, Limits{RatePerSecond: 2, Burst: 1, MaxInFlight: 100})
 	clk.Advance(time.Minute) // idle: no lane, nothing spent, bucket capped
 	for i := range 3 {
-		s.Append(0, lid("d1", "c1", fmt.Sprintf("k%d", i)), ev(uint64(i+1)))
+		appendTo(s, 0, lid("d1", "c1", fmt.Sprintf("k%d", i)), ev(uint64(i+1)))
 	}
 	mustPick(t, s)
 	wantNoneWait(t, s, 500*time.Millisecond)
@@ -590,8 +596,8 @@ func TestTokenWaitCombinations(t *testing.T) {
 	s, clk := newSched()
 	// d1: out of tokens, next one in 1s.
 	s.SetLimits("d1", 0, Limits{RatePerSecond: 1, Burst: 1, MaxInFlight: 100})
-	s.Append(0, lid("d1", "c", "a"), ev(1))
-	s.Append(0, lid("d1", "c", "b"), ev(2))
+	appendTo(s, 0, lid("d1", "c", "a"), ev(1))
+	appendTo(s, 0, lid("d1", "c", "b"), ev(2))
 	mustPick(t, s)
 	wantNoneWait(t, s, time.Second)
 
@@ -620,8 +626,8 @@ func TestTokenWaitCombinations(t *testing.T) {
 	// Rate 0: the burst, then the budget's long wait.
 	s2, _ := newSched()
 	s2.SetLimits("z", 0, Limits{RatePerSecond: 0, Burst: 1, MaxInFlight: 10})
-	s2.Append(0, lid("z", "c", "a"), ev(1))
-	s2.Append(0, lid("z", "c", "b"), ev(2))
+	appendTo(s2, 0, lid("z", "c", "a"), ev(1))
+	appendTo(s2, 0, lid("z", "c", "b"), ev(2))
 	mustPick(t, s2)
 	wantNoneWait(t, s2, time.Hour)
 }
@@ -629,8 +635,8 @@ func TestTokenWaitCombinations(t *testing.T) {
 func TestNoTokenSpentWhileAtMaxInFlight(t *testing.T) {
 	s, clk := newSched()
 	s.SetLimits("d1", 0, Limits{RatePerSecond: 1, Burst: 2, MaxInFlight: 1})
-	s.Append(0, lid("d1", "c", "a"), ev(1))
-	s.Append(0, lid("d1", "c", "b"), ev(2))
+	appendTo(s, 0, lid("d1", "c", "a"), ev(1))
+	appendTo(s, 0, lid("d1", "c", "b"), ev(2))
 	a := mustPick(t, s)
 	// At the cap: no budget wait reported (a completion wakes the loop),
 	// and no token spent.
@@ -656,7 +662,7 @@ func TestMaxInFlight(t *testing.T) {
 	for i := range 5 {
 		id := lid("d1", "c1", fmt.Sprintf("k%d", i))
 		ids = append(ids, id)
-		s.Append(0, id, ev(uint64(i+1)))
+		appendTo(s, 0, id, ev(uint64(i+1)))
 	}
 	a1 := mustPick(t, s)
 	a2 := mustPick(t, s)
@@ -671,7 +677,7 @@ func TestMaxInFlight(t *testing.T) {
 
 	// Another destination is not held by d1's cap.
 	X := lid("d2", "c1", "x")
-	s.Append(0, X, ev(100), ev(101))
+	appendTo(s, 0, X, ev(100), ev(101))
 	x := mustPick(t, s)
 	wantAttempt(t, x, X, 100, 1)
 	wantNoneWait(t, s, 0)
@@ -707,8 +713,8 @@ func TestMaxInFlight(t *testing.T) {
 
 	// A cap of 0 is treated as 1.
 	s.SetLimits("d3", 0, Limits{RatePerSecond: 1e9, Burst: 100, MaxInFlight: 0})
-	s.Append(0, lid("d3", "c", "a"), ev(200))
-	s.Append(0, lid("d3", "c", "b"), ev(201))
+	appendTo(s, 0, lid("d3", "c", "a"), ev(200))
+	appendTo(s, 0, lid("d3", "c", "b"), ev(201))
 	wantAttempt(t, mustPick(t, s), lid("d3", "c", "a"), 200, 1)
 	wantNoneWait(t, s, time.Hour)
 }
@@ -718,8 +724,8 @@ func TestDestinationsTakeTurns(t *testing.T) {
 	s.SetLimits("d1", 0, unlimited)
 	s.SetLimits("d2", 0, unlimited)
 	for i := range 3 {
-		s.Append(0, lid("d1", "c", fmt.Sprintf("k%d", i)), ev(uint64(10+i)))
-		s.Append(0, lid("d2", "c", fmt.Sprintf("k%d", i)), ev(uint64(20+i)))
+		appendTo(s, 0, lid("d1", "c", fmt.Sprintf("k%d", i)), ev(uint64(10+i)))
+		appendTo(s, 0, lid("d2", "c", fmt.Sprintf("k%d", i)), ev(uint64(20+i)))
 	}
 	var got []string
 	for range 6 {
@@ -744,8 +750,8 @@ func TestFirstAttemptsBeforeRetries(t *testing.T) {
 	s.Restore(0, R2, evs(2), Head{Attempts: 1, NotBefore: t0.Add(1 * time.Second)}, true)
 	clk.Advance(2 * time.Second)
 	// Two first attempts arriving when both retries are due.
-	s.Append(0, F1, ev(3))
-	s.Append(0, F2, ev(4))
+	appendTo(s, 0, F1, ev(3))
+	appendTo(s, 0, F2, ev(4))
 	checkInvariants(t, s)
 	wantAttempt(t, mustPick(t, s), F1, 3, 1)
 	wantAttempt(t, mustPick(t, s), F2, 4, 1)
@@ -760,7 +766,7 @@ func TestFirstAttemptBeatsRetryDueAtSameInstant(t *testing.T) {
 	R, F := lid("d1", "c1", "r"), lid("d1", "c1", "f")
 	s.Restore(0, R, evs(1), Head{Attempts: 4, NotBefore: t0.Add(time.Second)}, true)
 	clk.Advance(time.Second)
-	s.Append(0, F, ev(2)) // due at the same instant as R
+	appendTo(s, 0, F, ev(2)) // due at the same instant as R
 	wantAttempt(t, mustPick(t, s), F, 2, 1)
 	wantAttempt(t, mustPick(t, s), R, 1, 5)
 
@@ -769,14 +775,14 @@ func TestFirstAttemptBeatsRetryDueAtSameInstant(t *testing.T) {
 	s2, _ := newSched()
 	s2.SetLimits("d1", 0, unlimited)
 	s2.Restore(0, R, evs(1), Head{Attempts: 1, NotBefore: t0.Add(-time.Minute)}, true)
-	s2.Append(0, F, ev(2))
+	appendTo(s2, 0, F, ev(2))
 	wantAttempt(t, mustPick(t, s2), F, 2, 1)
 	a := mustPick(t, s2)
 	wantAttempt(t, a, R, 1, 2)
 
 	// A released retry goes back among the retries, behind a due first
 	// attempt.
-	s2.Append(0, lid("d1", "c1", "g"), ev(3))
+	appendTo(s2, 0, lid("d1", "c1", "g"), ev(3))
 	s2.Release(a)
 	wantAttempt(t, mustPick(t, s2), lid("d1", "c1", "g"), 3, 1)
 	wantAttempt(t, mustPick(t, s2), R, 1, 2)
@@ -787,7 +793,7 @@ func TestFirstAttemptsOldestFirst(t *testing.T) {
 	s, _ := newSched()
 	s.SetLimits("d1", 0, unlimited)
 	for i := range 20 {
-		s.Append(0, lid("d1", "c1", fmt.Sprintf("k%d", 19-i)), ev(uint64(i+1)))
+		appendTo(s, 0, lid("d1", "c1", fmt.Sprintf("k%d", 19-i)), ev(uint64(i+1)))
 	}
 	for i := range 20 {
 		a := mustPick(t, s)
@@ -808,11 +814,11 @@ func TestDRRWeightedShares(t *testing.T) {
 	seq := uint64(0)
 	for i := range 9000 {
 		seq++
-		s.Append(0, lid("d1", "gold", fmt.Sprintf("g%d", i)), ev(seq))
+		appendTo(s, 0, lid("d1", "gold", fmt.Sprintf("g%d", i)), ev(seq))
 	}
 	for i := range 3000 {
 		seq++
-		s.Append(0, lid("d1", "bronze", fmt.Sprintf("b%d", i)), ev(seq))
+		appendTo(s, 0, lid("d1", "bronze", fmt.Sprintf("b%d", i)), ev(seq))
 	}
 	checkInvariants(t, s)
 	const picks = 10000
@@ -851,7 +857,7 @@ func TestDRRSharesWithCompletions(t *testing.T) {
 				seq++
 				es = append(es, ev(seq))
 			}
-			s.Append(0, lid("d1", cust, fmt.Sprintf("k%d", k)), es...)
+			appendTo(s, 0, lid("d1", cust, fmt.Sprintf("k%d", k)), es...)
 		}
 	}
 	const picks = 6000
@@ -871,10 +877,10 @@ func TestDRRWhaleDoesNotStarveSmallCustomer(t *testing.T) {
 	s, _ := newSched()
 	s.SetLimits("d1", 0, unlimited)
 	for i := range 10000 {
-		s.Append(0, lid("d1", "whale", fmt.Sprintf("w%d", i)), ev(uint64(i+1)))
+		appendTo(s, 0, lid("d1", "whale", fmt.Sprintf("w%d", i)), ev(uint64(i+1)))
 	}
 	small := lid("d1", "small", "s")
-	s.Append(0, small, ev(20000))
+	appendTo(s, 0, small, ev(20000))
 	found := -1
 	for i := range 2 {
 		if a := mustPick(t, s); a.Lane.ID == small {
@@ -892,7 +898,7 @@ func TestDRRWhaleDoesNotStarveSmallCustomer(t *testing.T) {
 		}
 	}
 	late := lid("d1", "late", "l")
-	s.Append(0, late, ev(20001))
+	appendTo(s, 0, late, ev(20001))
 	found = -1
 	for i := range 2 {
 		if a := mustPick(t, s); a.Lane.ID == late {
@@ -910,7 +916,7 @@ func TestDRRFractionalWeights(t *testing.T) {
 	s, _ := newSched()
 	s.SetLimits("d1", 0, unlimited)
 	s.SetWeight("d1", "half", 0, 0.5)
-	s.Append(0, lid("d1", "half", "a"), ev(1))
+	appendTo(s, 0, lid("d1", "half", "a"), ev(1))
 	wantAttempt(t, mustPick(t, s), lid("d1", "half", "a"), 1, 1)
 
 	// Weight 0.5 against weight 1: one third of the attempts.
@@ -921,7 +927,7 @@ func TestDRRFractionalWeights(t *testing.T) {
 	for _, cust := range []string{"half", "full"} {
 		for i := range 3000 {
 			seq++
-			s.Append(0, lid("d1", cust, fmt.Sprintf("k%d", i)), ev(seq))
+			appendTo(s, 0, lid("d1", cust, fmt.Sprintf("k%d", i)), ev(seq))
 		}
 	}
 	const picks = 3000
@@ -938,9 +944,9 @@ func TestDRRFractionalWeights(t *testing.T) {
 	s.SetLimits("d1", 0, unlimited)
 	s.SetWeight("d1", "tiny", 0, 0)
 	for i := range 1000 {
-		s.Append(0, lid("d1", "big", fmt.Sprintf("k%d", i)), ev(uint64(i+1)))
+		appendTo(s, 0, lid("d1", "big", fmt.Sprintf("k%d", i)), ev(uint64(i+1)))
 	}
-	s.Append(0, lid("d1", "tiny", "t"), ev(5000))
+	appendTo(s, 0, lid("d1", "tiny", "t"), ev(5000))
 	served := -1
 	for i := range 250 {
 		if mustPick(t, s).Lane.ID.Customer == "tiny" {
@@ -961,7 +967,7 @@ func TestSetWeightAppliesToExistingCustomer(t *testing.T) {
 	for _, cust := range []string{"a", "b"} {
 		for i := range 100 {
 			seq++
-			s.Append(0, lid("d1", cust, fmt.Sprintf("k%d", i)), ev(seq))
+			appendTo(s, 0, lid("d1", cust, fmt.Sprintf("k%d", i)), ev(seq))
 		}
 	}
 	s.SetWeight("d1", "a", 0, 3)
@@ -983,9 +989,9 @@ func TestUnconfiguredDestinationHeld(t *testing.T) {
 	A := lid("d1", "c1", "a")
 	W := lid("d1", "c1", "w")
 	B := lid("d2", "c1", "b")
-	s.Append(0, A, ev(1))
+	appendTo(s, 0, A, ev(1))
 	s.Restore(0, W, evs(2), Head{Attempts: 1, NotBefore: t0.Add(time.Second)}, true)
-	s.Append(0, B, ev(3))
+	appendTo(s, 0, B, ev(3))
 	wantAttempt(t, mustPick(t, s), B, 3, 1)
 	wantNoneWait(t, s, time.Second)
 	clk.Advance(time.Hour)
@@ -1025,10 +1031,10 @@ func TestTakeDestination(t *testing.T) {
 	D := lid("d1", "c3", "d") // due retry
 	E := lid("d2", "c1", "e") // other destination, waiting
 	F := lid("d2", "c1", "f") // other destination, due
-	s.Append(0, A, ev(1), ev(2))
+	appendTo(s, 0, A, ev(1), ev(2))
 	a := mustPick(t, s)
 	wantAttempt(t, a, A, 1, 1)
-	s.Append(0, B, ev(3), ev(4))
+	appendTo(s, 0, B, ev(3), ev(4))
 	s.Restore(0, C, evs(5, 6), Head{Attempts: 2, NotBefore: t0.Add(3 * time.Second)}, true)
 	s.Restore(0, D, evs(7), Head{Attempts: 1, NotBefore: t0}, true)
 	s.Restore(0, E, evs(8), Head{Attempts: 1, NotBefore: t0.Add(2 * time.Second)}, true)
@@ -1065,7 +1071,7 @@ func TestTakeDestination(t *testing.T) {
 	}
 
 	// Other destinations keep working; the heap is intact.
-	s.Append(0, F, ev(10))
+	appendTo(s, 0, F, ev(10))
 	wantAttempt(t, mustPick(t, s), F, 10, 1)
 	wantNoneWait(t, s, 2*time.Second)
 	clk.Advance(2 * time.Second)
@@ -1083,7 +1089,7 @@ func TestTakeDestination(t *testing.T) {
 	wantNoneWait(t, s, 0)
 	checkInvariants(t, s)
 	// Neither does a new event for the taken destination.
-	s.Append(0, B, ev(11))
+	appendTo(s, 0, B, ev(11))
 	wantNoneWait(t, s, 0)
 	if n := s.Pending("d1"); n != 2 {
 		t.Fatalf("Pending(d1) = %d, want 2", n)
@@ -1110,7 +1116,7 @@ func TestTakeDestination(t *testing.T) {
 
 	// Reconfigured, the destination works again.
 	s.SetLimits("d1", 0, unlimited)
-	s.Append(0, A, ev(12))
+	appendTo(s, 0, A, ev(12))
 	wantAttempt(t, mustPick(t, s), A, 12, 1)
 	checkInvariants(t, s)
 }
@@ -1119,7 +1125,7 @@ func TestTakeDestinationInFlightRetryStaysHeld(t *testing.T) {
 	s, clk := newSched()
 	s.SetLimits("d1", 0, unlimited)
 	A := lid("d1", "c1", "a")
-	s.Append(0, A, ev(1))
+	appendTo(s, 0, A, ev(1))
 	a := mustPick(t, s)
 	if taken := s.TakeDestination("d1"); len(taken) != 0 {
 		t.Fatalf("took %d lanes, want none (only lane in flight)", len(taken))
@@ -1148,9 +1154,9 @@ func TestDropPartition(t *testing.T) {
 		s.SetLimits(d.id, d.p, unlimited)
 	}
 	X, Y, Z := lid("d1a", "c", "x"), lid("d1a", "c", "y"), lid("d1b", "c", "z")
-	s.Append(1, X, ev(1), ev(2))
-	s.Append(1, Y, ev(3), ev(4))
-	s.Append(1, Z, ev(5), ev(6))
+	appendTo(s, 1, X, ev(1), ev(2))
+	appendTo(s, 1, Y, ev(3), ev(4))
+	appendTo(s, 1, Z, ev(5), ev(6))
 	byLane := map[lanes.ID]*Attempt{}
 	for range 3 {
 		a := mustPick(t, s)
@@ -1160,7 +1166,7 @@ func TestDropPartition(t *testing.T) {
 	wantAttempt(t, ax, X, 1, 1)
 	wantAttempt(t, ay, Y, 3, 1)
 	wantAttempt(t, az, Z, 5, 1)
-	s.Append(1, lid("d1a", "c", "due"), ev(7))
+	appendTo(s, 1, lid("d1a", "c", "due"), ev(7))
 	// Interleaved waiting lanes of both partitions.
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i, off := range rng.Perm(60) {
@@ -1234,7 +1240,7 @@ func TestDropPartitionThenReacquire(t *testing.T) {
 	s, _ := newSched()
 	s.SetLimits("d1", 1, unlimited)
 	X := lid("d1", "c", "x")
-	s.Append(1, X, ev(1), ev(2), ev(3))
+	appendTo(s, 1, X, ev(1), ev(2), ev(3))
 	old := mustPick(t, s)
 	wantAttempt(t, old, X, 1, 1)
 
@@ -1271,10 +1277,10 @@ func TestLowWater(t *testing.T) {
 	s.SetLimits("d3", 0, unlimited)
 	s.SetLimits("d2", 1, unlimited)
 	A, B, C, D := lid("d1", "c", "a"), lid("d1", "c", "b"), lid("d3", "c", "c"), lid("d2", "c", "d")
-	s.Append(0, A, ev(5), ev(9))
-	s.Append(0, B, ev(3), ev(7))
+	appendTo(s, 0, A, ev(5), ev(9))
+	appendTo(s, 0, B, ev(3), ev(7))
 	s.Restore(0, C, evs(12), Head{Attempts: 1, NotBefore: t0.Add(time.Minute)}, true)
-	s.Append(1, D, ev(1))
+	appendTo(s, 1, D, ev(1))
 	if got := s.LowWater(0); got != 3 {
 		t.Fatalf("LowWater(0) = %d, want 3", got)
 	}
@@ -1330,10 +1336,10 @@ func TestFind(t *testing.T) {
 	s.SetLimits("d1", 0, unlimited)
 	A, B := lid("d1", "c", "a"), lid("d1", "c", "b")
 	W := lid("d1", "c", "w")
-	s.Append(0, A, ev(1), ev(2), ev(3))
+	appendTo(s, 0, A, ev(1), ev(2), ev(3))
 	a := mustPick(t, s)
-	s.Append(3, lid("dx", "c", "u"), ev(50)) // unconfigured, partition 3
-	s.Append(0, B, ev(4))
+	appendTo(s, 3, lid("dx", "c", "u"), ev(50)) // unconfigured, partition 3
+	appendTo(s, 0, B, ev(4))
 	wh := Head{Attempts: 2, NotBefore: t0.Add(time.Minute), LastStatus: 500, LastError: "e"}
 	s.Restore(0, W, evs(5, 6), wh, true)
 
@@ -1401,7 +1407,7 @@ func TestReleaseKeepsAttemptState(t *testing.T) {
 	}
 
 	// A released first attempt is a first attempt again.
-	s.Append(0, L, ev(3))
+	appendTo(s, 0, L, ev(3))
 	a = mustPick(t, s)
 	s.Release(a)
 	a = mustPick(t, s)
@@ -1583,7 +1589,7 @@ func runModel(t *testing.T, seed uint64) {
 				nextSeq++
 				es = append(es, ev(nextSeq))
 			}
-			s.Append(d.part, id, es...)
+			appendTo(s, d.part, id, es...)
 			ml := model[id.Subject(d.part)]
 			if ml == nil {
 				ml = &modelLane{id: id, part: d.part}
@@ -1814,7 +1820,7 @@ func TestRunSleepsUntilNextToken(t *testing.T) {
 	s, clk := newRunSched()
 	s.SetLimits("d1", 0, Limits{RatePerSecond: 2, Burst: 1, MaxInFlight: 1000})
 	for i := range 40 {
-		s.Append(0, lid("d1", "c1", fmt.Sprintf("k%02d", i)), ev(uint64(i+1)))
+		appendTo(s, 0, lid("d1", "c1", fmt.Sprintf("k%02d", i)), ev(uint64(i+1)))
 	}
 	startRun(t, s)
 	end := t0.Add(10 * time.Second)
@@ -1861,7 +1867,7 @@ func TestRunRetryAndLaneFlow(t *testing.T) {
 	L, M, S := lid("d1", "c1", "l"), lid("d1", "c2", "m"), lid("d1", "c3", "sentinel")
 	failed := Head{Attempts: 2, NotBefore: t0.Add(5 * time.Second), LastStatus: 503}
 	s.Restore(0, L, evs(1, 2, 3), failed, true)
-	s.Append(0, M, ev(10))
+	appendTo(s, 0, M, ev(10))
 	// A lane waiting an hour keeps Run arming a timer whenever it parks.
 	s.Restore(0, S, evs(99), Head{Attempts: 1, NotBefore: t0.Add(time.Hour)}, true)
 	startRun(t, s)
@@ -1932,10 +1938,10 @@ func TestRunMaxInFlightAndUnconfigured(t *testing.T) {
 	s, clk := newRunSched()
 	s.SetLimits("d1", 0, Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 2})
 	for i := range 5 {
-		s.Append(0, lid("d1", "c", fmt.Sprintf("k%d", i)), ev(uint64(i+1)))
+		appendTo(s, 0, lid("d1", "c", fmt.Sprintf("k%d", i)), ev(uint64(i+1)))
 	}
 	U := lid("d2", "c", "u") // d2 has no limits yet
-	s.Append(0, U, ev(50))
+	appendTo(s, 0, U, ev(50))
 	s.SetLimits("ds", 0, unlimited)
 	s.Restore(0, lid("ds", "c", "sentinel"), evs(99), Head{Attempts: 1, NotBefore: t0.Add(time.Hour)}, true)
 	startRun(t, s)

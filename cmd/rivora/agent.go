@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/rivora/rivora/agent/ownership"
+	"github.com/rivora/rivora/internal/httpurl"
 )
 
 func agentCommand() *cli.Command {
@@ -60,7 +60,7 @@ Examples:
 				return cli.Exit(err.Error(), 2)
 			}
 			for _, cp := range strings.Split(c.String("controlplane"), ",") {
-				if u, err := url.Parse(strings.TrimSpace(cp)); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				if _, err := httpurl.Parse(strings.TrimSpace(cp)); err != nil {
 					return cli.Exit(fmt.Sprintf("--controlplane %q: want an http:// or https:// URL (several: comma-separated)", cp), 2)
 				}
 			}

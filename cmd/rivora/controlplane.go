@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -12,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/rivora/rivora/controlplane"
+	"github.com/rivora/rivora/internal/httpurl"
 )
 
 func controlPlaneCommand() *cli.Command {
@@ -97,6 +97,6 @@ Examples:
 
 // isBaseURL accepts http://HOST[:PORT] and https://HOST[:PORT].
 func isBaseURL(raw string) bool {
-	u, err := url.Parse(raw)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && (u.Path == "" || u.Path == "/") && u.RawQuery == ""
+	_, err := httpurl.ParseBase(raw)
+	return err == nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/controlplane"
+	"github.com/rivora/rivora/internal/httpurl"
 )
 
 func devCommand() *cli.Command {
@@ -99,7 +99,7 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 		return agent.Config{}, cli.Exit("--nats-routes needs --nats-cluster HOST:PORT (where the other agents route to this one)", 2)
 	}
 	if consul := c.String("consul"); consul != "" {
-		if u, err := url.Parse(consul); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if _, err := httpurl.Parse(consul); err != nil {
 			return agent.Config{}, cli.Exit(fmt.Sprintf("--consul %q: want an http:// or https:// URL such as http://127.0.0.1:8500", consul), 2)
 		}
 	}

@@ -14,7 +14,16 @@ import (
 var version = "dev"
 
 func main() {
-	app := &cli.App{
+	if err := newApp().Run(os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "rivora: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// newApp builds the command tree: main runs it, and a test checks the
+// Nomad jobs in deploy/ against its flags.
+func newApp() *cli.App {
+	return &cli.App{
 		Name:    "rivora",
 		Usage:   "webhook delivery: accept events durably, deliver them signed, in order, with retries",
 		Version: version,
@@ -23,9 +32,5 @@ func main() {
 			controlPlaneCommand(),
 			agentCommand(),
 		},
-	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintf(os.Stderr, "rivora: %v\n", err)
-		os.Exit(1)
 	}
 }

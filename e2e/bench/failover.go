@@ -41,9 +41,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -65,6 +63,7 @@ import (
 	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/e2e/consultest"
 	"github.com/rivora/rivora/e2e/jsdump"
+	"github.com/rivora/rivora/e2e/process"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
@@ -142,126 +141,25 @@ func runFailover(args []string) error {
 // ---------------------------------------------------------------------------
 // processes
 
-// foProc is one rivora process of the cell.
+// foProc is one rivora process of the cell, named as the bench knows it
+// ("controlplane", "a1").
 type foProc struct {
-	name    string
-	addr    string
-	nats    string // agents: the embedded NATS server's client address
-	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	waitErr error
-	killed  atomic.Bool // by the bench, on purpose
+	*proc
+	nats string // agents: the embedded NATS server's client address
 }
 
 func startFoProc(bin, name, addr, logPath string, args []string) (*foProc, error) {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := startProc(bin, name, addr, logPath, args, true)
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(logf, "==== rivora %s\n", strings.Join(args, " "))
-	p := &foProc{name: name, addr: addr, logPath: logPath, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	// Its own process group: Ctrl-C reaches the bench only, which then
-	// stops every process itself.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	progress("starting %s: rivora %s", name, strings.Join(args, " "))
-	if err := p.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start rivora %s: %w", name, err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
-	return p, nil
+	return &foProc{proc: p}, nil
 }
 
-func (p *foProc) url() string { return "http://" + p.addr }
-
-func (p *foProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// diedErr reports an exit the bench did not cause.
-func (p *foProc) diedErr() error {
-	if p.exited() && !p.killed.Load() {
-		return fmt.Errorf("rivora %s exited on its own (%v); log tail:\n%s", p.name, p.waitErr, p.tail(4<<10))
-	}
-	return nil
-}
-
-func (p *foProc) tail(n int) string {
-	b, _ := os.ReadFile(p.logPath)
-	if len(b) > n {
-		b = b[len(b)-n:]
-		if i := strings.IndexByte(string(b), '\n'); i >= 0 {
-			b = b[i+1:]
-		}
-	}
-	return string(b)
-}
-
-func (p *foProc) kill9() error {
-	p.killed.Store(true)
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		return err
-	}
-	<-p.done
-	return nil
-}
-
-// stop sends SIGTERM, then SIGKILL after limit.
+// stop is proc.stop, also for a process that never started (nil).
 func (p *foProc) stop(limit time.Duration) {
-	if p == nil || p.exited() {
-		return
-	}
-	p.killed.Store(true)
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(limit):
-		progress("%s did not exit %s after SIGTERM; killing it", p.name, limit)
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func (p *foProc) waitHealthy(ctx context.Context, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	hc := &http.Client{Timeout: 2 * time.Second}
-	last := "no answer"
-	for {
-		if p.exited() {
-			return fmt.Errorf("rivora %s exited before it was healthy (%v); log tail:\n%s", p.name, p.waitErr, p.tail(8<<10))
-		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url()+"/healthz", nil)
-		resp, err := hc.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("rivora %s on %s not healthy within %s (last: %s); log tail:\n%s", p.name, p.addr, limit, last, p.tail(8<<10))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s to be healthy: %w", p.name, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
+	if p != nil {
+		p.proc.stop(limit)
 	}
 }
 
@@ -276,7 +174,7 @@ type foCell struct {
 
 func (c *foCell) agent(name string) *foProc {
 	for _, a := range c.agents {
-		if a.name == name {
+		if a.Name == name {
 			return a
 		}
 	}
@@ -319,7 +217,7 @@ func (c *foCell) problems(limit int) {
 		if p == nil {
 			continue
 		}
-		b, err := os.ReadFile(p.logPath)
+		b, err := os.ReadFile(p.LogPath)
 		if err != nil {
 			continue
 		}
@@ -332,7 +230,7 @@ func (c *foCell) problems(limit int) {
 		if len(lines) == 0 {
 			continue
 		}
-		fmt.Fprintf(os.Stderr, "---- %s: %d WARN/ERROR lines (%s), last %d ----\n", p.name, len(lines), p.logPath, min(limit, len(lines)))
+		fmt.Fprintf(os.Stderr, "---- %s: %d WARN/ERROR lines (%s), last %d ----\n", p.Name, len(lines), p.LogPath, min(limit, len(lines)))
 		for _, l := range lines[max(0, len(lines)-limit):] {
 			fmt.Fprintln(os.Stderr, l)
 		}
@@ -425,90 +323,6 @@ func (o ownership) busiest() string {
 
 // ---------------------------------------------------------------------------
 // the partner
-
-// foDelivery is one request the partner received.
-type foDelivery struct {
-	at     time.Time
-	id     string
-	dest   string
-	lane   string // destination/customer/lane
-	agent  string // from the user-agent, "" when it does not parse
-	status int    // 200, or 0 while answering / when the agent hung up first
-}
-
-type foPartner struct {
-	srv   *http.Server
-	base  string
-	delay time.Duration
-
-	mu      sync.Mutex
-	log     []foDelivery
-	firstOK map[string]time.Time
-	okN     map[string]int
-	badUA   []string
-	uniq    atomic.Int64
-	total   atomic.Int64
-}
-
-var userAgentRE = regexp.MustCompile(`^rivora/\S+ \(([^()]+)\)$`)
-
-func startFoPartner(delay time.Duration) (*foPartner, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &foPartner{base: "http://" + l.Addr().String(), delay: delay, firstOK: map[string]time.Time{}, okN: map[string]int{}}
-	p.srv = &http.Server{Handler: http.HandlerFunc(p.serve)}
-	go p.srv.Serve(l)
-	return p, nil
-}
-
-func (p *foPartner) url(dest string) string { return p.base + "/d/" + dest }
-
-func (p *foPartner) serve(w http.ResponseWriter, r *http.Request) {
-	io.Copy(io.Discard, r.Body)
-	now := time.Now()
-	dest := strings.TrimPrefix(r.URL.Path, "/d/")
-	ua := r.Header.Get("user-agent")
-	d := foDelivery{at: now, id: r.Header.Get("webhook-id"), dest: dest,
-		lane: dest + "/" + r.Header.Get("rivora-customer") + "/" + r.Header.Get("rivora-lane")}
-	if m := userAgentRE.FindStringSubmatch(ua); m != nil {
-		d.agent = m[1]
-	}
-	p.total.Add(1)
-	p.mu.Lock()
-	i := len(p.log)
-	p.log = append(p.log, d)
-	if d.agent == "" && len(p.badUA) < 5 {
-		p.badUA = append(p.badUA, ua)
-	}
-	p.mu.Unlock()
-
-	if p.delay > 0 {
-		select {
-		case <-time.After(p.delay):
-		case <-r.Context().Done():
-			return // the agent hung up (killed): not delivered
-		}
-	}
-	p.mu.Lock()
-	p.log[i].status = http.StatusOK
-	p.okN[d.id]++
-	if _, ok := p.firstOK[d.id]; !ok {
-		p.firstOK[d.id] = now
-		p.uniq.Add(1)
-	}
-	p.mu.Unlock()
-	w.WriteHeader(http.StatusOK)
-}
-
-func (p *foPartner) close() { p.srv.Close() }
-
-func (p *foPartner) snapshot() []foDelivery {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.log)
-}
 
 // ---------------------------------------------------------------------------
 // the load
@@ -638,7 +452,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := c.cp.waitHealthy(ctx, 60*time.Second); err != nil {
+	if _, err := c.cp.waitHealthy(ctx, 60*time.Second, 100*time.Millisecond); err != nil {
 		return err
 	}
 	hc := &http.Client{Timeout: 15 * time.Second}
@@ -672,10 +486,10 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 		c.agents = append(c.agents, a)
 	}
 	for _, a := range c.agents {
-		if err := a.waitHealthy(ctx, 90*time.Second); err != nil {
+		if _, err := a.waitHealthy(ctx, 90*time.Second, 100*time.Millisecond); err != nil {
 			return err
 		}
-		progress("%s healthy on %s (%s after start)", a.name, a.addr, time.Since(startedAgents).Round(time.Millisecond))
+		progress("%s healthy on %s (%s after start)", a.Name, a.Addr, time.Since(startedAgents).Round(time.Millisecond))
 	}
 	own, err := f.waitOwned(ctx, c, "", 60*time.Second)
 	if err != nil {
@@ -687,8 +501,8 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 	victim := own.busiest()
 	var survivors []string
 	for _, a := range c.agents {
-		if a.name != victim {
-			survivors = append(survivors, a.name)
+		if a.Name != victim {
+			survivors = append(survivors, a.Name)
 		}
 	}
 	victimParts := map[int]bool{}
@@ -696,7 +510,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 		victimParts[int(p)] = true
 	}
 	dests := f.pickDestinations(victimParts)
-	part, err := startFoPartner(f.partnerDelay)
+	part, err := startPartner(partnerOptions{delay: f.partnerDelay, keepLog: true})
 	if err != nil {
 		return err
 	}
@@ -704,7 +518,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 	limits := &rivorav1.Limits{RatePerSecond: f.rate, Burst: int32(max(f.rate/2, 1)), MaxAttempts: 10000,
 		MaxInFlight: int32(max(64, f.lanes+8))}
 	for _, d := range dests {
-		if err := createDestination(ctx, c.admin, d, part.url(d), limits); err != nil {
+		if err := createDestination(ctx, c.admin, d, part.destURL(d), limits); err != nil {
 			return err
 		}
 	}
@@ -1127,52 +941,41 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 // waitLeader waits until the control plane answers the admin API (it
 // leads once it holds its Consul lock).
 func (f *failoverFlags) waitLeader(ctx context.Context, c *foCell) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		_, err := c.ownership(ctx)
-		if err == nil {
-			return nil
-		}
-		if err := c.cp.diedErr(); err != nil {
+	err := poll(ctx, 60*time.Second, 100*time.Millisecond, "control plane admin API answering", func() error {
+		if _, err := c.ownership(ctx); err != nil {
+			if died := c.cp.diedErr(); died != nil {
+				return process.GiveUp(died)
+			}
 			return err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("control plane admin API not answering within 60s: %v; log tail:\n%s", err, c.cp.tail(8<<10))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+		return nil
+	})
+	if err != nil && c.cp.diedErr() == nil {
+		return fmt.Errorf("%w; log tail:\n%s", err, c.cp.Tail(8<<10))
 	}
+	return err
 }
 
 // waitOwned waits until every partition is owned by exactly one healthy
 // agent other than exclude.
 func (f *failoverFlags) waitOwned(ctx context.Context, c *foCell, exclude string, limit time.Duration) (ownership, error) {
-	deadline := time.Now().Add(limit)
+	var o ownership
 	lastLog := time.Now()
-	for {
+	err := poll(ctx, limit, 100*time.Millisecond, "partitions all owned by healthy agents", func() error {
 		if err := c.died(); err != nil {
-			return ownership{}, err
+			return process.GiveUp(err)
 		}
-		o, err := c.ownership(ctx)
-		if err == nil && o.complete(f.partitions, exclude) {
-			return o, nil
-		}
-		if time.Now().After(deadline) {
-			return o, fmt.Errorf("partitions not all owned by healthy agents within %s (last: %v, error %v)", limit, o, err)
+		var err error
+		if o, err = c.ownership(ctx); err == nil && o.complete(f.partitions, exclude) {
+			return nil
 		}
 		if time.Since(lastLog) >= 3*time.Second {
 			lastLog = time.Now()
 			progress("waiting for ownership: %v (error %v)", o, err)
 		}
-		select {
-		case <-ctx.Done():
-			return o, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return fmt.Errorf("%v, error %v", o, err)
+	})
+	return o, err
 }
 
 // pickDestinations returns f.dests ids, alternately on the victim's
@@ -1212,7 +1015,7 @@ func (f *failoverFlags) pickDestinations(victimParts map[int]bool) []string {
 // laneOrder counts lanes where an event reached the partner while an
 // earlier-acked event of the lane had not been delivered 2xx yet, and all
 // such requests. Requests for ids never acked are ignored.
-func laneOrder(log []foDelivery, byLane map[string][]string) (lanesBad, violations int, samples []string) {
+func laneOrder(log []delivery, byLane map[string][]string) (lanesBad, violations int, samples []string) {
 	index := map[string]int{}
 	laneOf := map[string]string{}
 	for lane, ids := range byLane {

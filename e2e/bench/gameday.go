@@ -28,8 +28,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -95,70 +93,6 @@ func runGameday(args []string) error {
 // ---------------------------------------------------------------------------
 // fakes
 
-// attempt is one request a fake partner saw.
-type attempt struct {
-	at     time.Time
-	status int
-	id     string
-	lane   string // customer/lane
-}
-
-// fake is a partner endpoint: decide picks each answer (at most one call
-// at a time); every request is recorded.
-type fake struct {
-	srv    *http.Server
-	url    string
-	decide func(now time.Time) int
-
-	mu       sync.Mutex
-	log      []attempt
-	firstOK  map[string]time.Time
-	okUnique atomic.Int64
-}
-
-func startFake(decide func(time.Time) int) (*fake, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	f := &fake{url: "http://" + l.Addr().String() + "/hook", decide: decide, firstOK: map[string]time.Time{}}
-	f.srv = &http.Server{Handler: http.HandlerFunc(f.serve)}
-	go f.srv.Serve(l)
-	return f, nil
-}
-
-func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
-	io.Copy(io.Discard, r.Body)
-	now := time.Now()
-	a := attempt{at: now, id: r.Header.Get("webhook-id"), lane: r.Header.Get("rivora-customer") + "/" + r.Header.Get("rivora-lane")}
-	f.mu.Lock()
-	a.status = f.decide(now)
-	f.log = append(f.log, a)
-	if a.status/100 == 2 {
-		if _, ok := f.firstOK[a.id]; !ok {
-			f.firstOK[a.id] = now
-			f.okUnique.Add(1)
-		}
-	}
-	f.mu.Unlock()
-	w.WriteHeader(a.status)
-}
-
-func (f *fake) close() { f.srv.Close() }
-
-func (f *fake) snapshot() []attempt {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.log)
-}
-
-func (f *fake) deliveredAt(id string) (time.Time, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	t, ok := f.firstOK[id]
-	return t, ok
-}
-
 // wafGate answers 429 once more than limit requests arrived in the current
 // fixed one-second window (refused ones count too), else 200.
 func wafGate(limit int) func(time.Time) int {
@@ -197,7 +131,7 @@ func (l *laneLog) add(lane, id string) {
 
 // orderViolations counts requests for a lane's event i made while an
 // earlier event of that lane had not been answered 2xx.
-func orderViolations(log []attempt, lanes *laneLog) int {
+func orderViolations(log []delivery, lanes *laneLog) int {
 	index := map[string]int{}
 	for _, ids := range lanes.byLane {
 		for i, id := range ids {
@@ -255,7 +189,7 @@ func publishBacklog(ctx context.Context, ingest rivorav1connect.IngestServiceCli
 // recording each event's publish start.
 type steady struct {
 	dest    string
-	p       *fake
+	p       *partner
 	mu      sync.Mutex
 	started map[string]time.Time
 	acked   map[string]time.Time
@@ -318,7 +252,7 @@ func (s *steady) waitDelivered(limit time.Duration) {
 		s.mu.Lock()
 		n := len(s.started)
 		s.mu.Unlock()
-		if int(s.p.okUnique.Load()) >= n {
+		if int(s.p.uniq.Load()) >= n {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -369,7 +303,7 @@ func (g *gamedayFlags) runWAF() error {
 	admin := rivorav1connect.NewAdminServiceClient(hc, d.url())
 	ingest := rivorav1connect.NewIngestServiceClient(hc, d.url())
 
-	erp, err := startFake(wafGate(g.wafLimit))
+	erp, err := startPartner(partnerOptions{status: wafGate(g.wafLimit), keepLog: true})
 	if err != nil {
 		return err
 	}
@@ -379,7 +313,7 @@ func (g *gamedayFlags) runWAF() error {
 	}
 	var bys []*steady
 	for i := range g.bystanders {
-		f, err := startFake(func(time.Time) int { return http.StatusOK })
+		f, err := startPartner(partnerOptions{keepLog: true})
 		if err != nil {
 			return err
 		}
@@ -421,15 +355,12 @@ func (g *gamedayFlags) runWAF() error {
 	progress("burst published in %s", publishedAt.Sub(burstAt).Round(time.Millisecond))
 
 	lastLog := time.Now()
-	for erp.okUnique.Load() < int64(g.events) {
+	for erp.uniq.Load() < int64(g.events) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("erp: %d of %d delivered when the scenario limit %s ran out", erp.okUnique.Load(), g.events, g.scenarioLimit)
+			return fmt.Errorf("erp: %d of %d delivered when the scenario limit %s ran out", erp.uniq.Load(), g.events, g.scenarioLimit)
 		}
-		select {
-		case err := <-d.done:
-			d.done <- err
-			return fmt.Errorf("rivora dev exited: %v\n%s", err, d.tail())
-		default:
+		if err, ok := d.exited(); ok {
+			return fmt.Errorf("rivora dev exited: %v\n%s", err, d.Tail(8<<10))
 		}
 		if time.Since(lastLog) >= 2*time.Second {
 			lastLog = time.Now()
@@ -452,7 +383,7 @@ func (g *gamedayFlags) runWAF() error {
 			}
 			healthMu.Unlock()
 			progress("t+%4.1fs erp delivered %5d/%d; last second %d×2xx %d×429; %s at %.0f/s of %.0f/s",
-				now.Sub(burstAt).Seconds(), erp.okUnique.Load(), g.events, ok, refused, h.state, h.current, g.rate)
+				now.Sub(burstAt).Seconds(), erp.uniq.Load(), g.events, ok, refused, h.state, h.current, g.rate)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -623,12 +554,12 @@ func (g *gamedayFlags) runHardDown() error {
 	ingest := rivorav1connect.NewIngestServiceClient(hc, d.url())
 
 	var up atomic.Bool
-	p, err := startFake(func(time.Time) int {
+	p, err := startPartner(partnerOptions{keepLog: true, status: func(time.Time) int {
 		if up.Load() {
 			return http.StatusOK
 		}
 		return http.StatusServiceUnavailable
-	})
+	}})
 	if err != nil {
 		return err
 	}
@@ -708,11 +639,11 @@ func (g *gamedayFlags) runHardDown() error {
 	progress("partner healthy again; waiting for the backlog to drain")
 	var firstOK time.Time
 	lastLog = time.Now()
-	for p.okUnique.Load() < int64(g.hardDownEvents) {
+	for p.uniq.Load() < int64(g.hardDownEvents) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("erp: %d of %d delivered when the scenario limit %s ran out", p.okUnique.Load(), g.hardDownEvents, g.scenarioLimit)
+			return fmt.Errorf("erp: %d of %d delivered when the scenario limit %s ran out", p.uniq.Load(), g.hardDownEvents, g.scenarioLimit)
 		}
-		if firstOK.IsZero() && p.okUnique.Load() > 0 {
+		if firstOK.IsZero() && p.uniq.Load() > 0 {
 			p.mu.Lock()
 			for _, t := range p.firstOK {
 				if firstOK.IsZero() || t.Before(firstOK) {
@@ -724,7 +655,7 @@ func (g *gamedayFlags) runHardDown() error {
 		if time.Since(lastLog) >= 2*time.Second {
 			lastLog = time.Now()
 			h := latest()
-			progress("t+%4.1fs after recovery: %d/%d delivered; %s at %.1f/s", time.Since(upAt).Seconds(), p.okUnique.Load(), g.hardDownEvents, h.state, h.current)
+			progress("t+%4.1fs after recovery: %d/%d delivered; %s at %.1f/s", time.Since(upAt).Seconds(), p.uniq.Load(), g.hardDownEvents, h.state, h.current)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -31,7 +31,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -39,6 +38,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rivora/rivora/e2e/process"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -100,13 +100,12 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.keep, "keep", false, "keep the temp data dir and log")
 }
 
+// dev is `rivora dev` in a temporary directory.
 type dev struct {
-	addr, natsAddr string
-	dir            string
-	logPath        string
-	cmd            *exec.Cmd
-	done           chan error
-	keep           bool
+	*proc
+	natsAddr string
+	dir      string
+	keep     bool
 }
 
 func (c *common) startDev() (d *dev, err error) {
@@ -141,88 +140,22 @@ func (c *common) startDev() (d *dev, err error) {
 	if err != nil {
 		return nil, err
 	}
-	d = &dev{
-		addr:     "127.0.0.1:" + strconv.Itoa(p1),
-		natsAddr: "127.0.0.1:" + strconv.Itoa(p2),
-		dir:      dir,
-		logPath:  filepath.Join(dir, "rivora.log"),
-		done:     make(chan error, 1),
-		keep:     c.keep,
-	}
-	args := []string{"dev", "--listen", d.addr, "--data-dir", filepath.Join(dir, "data"),
+	d = &dev{natsAddr: "127.0.0.1:" + strconv.Itoa(p2), dir: dir, keep: c.keep}
+	addr := "127.0.0.1:" + strconv.Itoa(p1)
+	args := []string{"dev", "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
 		"--nats-listen", d.natsAddr, "--partitions", strconv.Itoa(c.partitions), "--workers", strconv.Itoa(c.workers)}
 	if c.fsync {
 		args = append(args, "--fsync")
 	}
-	logf, err := os.Create(d.logPath)
-	if err != nil {
+	if d.proc, err = startProc(bin, "rivora dev", addr, filepath.Join(dir, "rivora.log"), args, false); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	d.cmd = exec.Command(bin, args...)
-	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	progress("starting rivora %s", strings.Join(args, " "))
-	if err := d.cmd.Start(); err != nil {
-		logf.Close()
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start rivora: %w", err)
+	if _, err := d.waitHealthy(context.Background(), 60*time.Second, 50*time.Millisecond); err != nil {
+		return d, err
 	}
-	go func() { d.done <- d.cmd.Wait(); logf.Close() }()
-
-	deadline := time.Now().Add(60 * time.Second)
-	hc := &http.Client{Timeout: 2 * time.Second}
-	for {
-		select {
-		case err := <-d.done:
-			d.done <- err
-			return d, fmt.Errorf("rivora dev exited during startup (%v); log:\n%s", err, d.tail())
-		default:
-		}
-		resp, err := hc.Get("http://" + d.addr + "/healthz")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				progress("rivora dev healthy on %s (NATS on %s)", d.addr, d.natsAddr)
-				return d, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return d, fmt.Errorf("rivora dev not healthy within 60s; log:\n%s", d.tail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (d *dev) url() string { return "http://" + d.addr }
-
-// cpu returns the process's user+system CPU time so far (Linux /proc).
-func (d *dev) cpu() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses.
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 {
-		s = s[i+1:]
-	}
-	f := strings.Fields(s)
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	const clkTck = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / clkTck
-}
-
-func (d *dev) tail() string {
-	b, _ := os.ReadFile(d.logPath)
-	if len(b) > 8<<10 {
-		b = b[len(b)-8<<10:]
-	}
-	return string(b)
+	progress("rivora dev healthy on %s (NATS on %s)", d.Addr, d.natsAddr)
+	return d, nil
 }
 
 // stop terminates the process (SIGTERM, then SIGKILL after 20s) and removes
@@ -231,21 +164,7 @@ func (d *dev) stop() {
 	if d == nil {
 		return
 	}
-	if d.cmd != nil && d.cmd.Process != nil {
-		select {
-		case err := <-d.done:
-			d.done <- err
-		default:
-			d.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-d.done:
-			case <-time.After(20 * time.Second):
-				progress("rivora dev did not exit 20s after SIGTERM; killing")
-				d.cmd.Process.Kill()
-				<-d.done
-			}
-		}
-	}
+	d.proc.stop(20 * time.Second)
 	if d.keep {
 		progress("kept %s", d.dir)
 		return
@@ -301,40 +220,6 @@ func payload(size int, seed int) []byte {
 	return b
 }
 
-// partner counts deliveries; a request is answered 204.
-type partner struct {
-	srv   *http.Server
-	url   string
-	total atomic.Int64
-	mu    sync.Mutex
-	seen  map[string]struct{}
-	uniq  atomic.Int64
-}
-
-func startPartner() (*partner, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &partner{seen: map[string]struct{}{}, url: "http://" + l.Addr().String() + "/hook"}
-	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		id := r.Header.Get("webhook-id")
-		p.total.Add(1)
-		p.mu.Lock()
-		if _, ok := p.seen[id]; !ok {
-			p.seen[id] = struct{}{}
-			p.uniq.Add(1)
-		}
-		p.mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	})}
-	go p.srv.Serve(l)
-	return p, nil
-}
-
-func (p *partner) close() { p.srv.Close() }
-
 func createDestination(ctx context.Context, admin rivorav1connect.AdminServiceClient, id, url string, limits *rivorav1.Limits) error {
 	resp, err := admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: id, Url: url, Limits: limits}))
 	if err != nil {
@@ -346,11 +231,10 @@ func createDestination(ctx context.Context, admin rivorav1connect.AdminServiceCl
 // waitApplied waits until every connected agent applied config version v:
 // changes reach agents asynchronously.
 func waitApplied(ctx context.Context, admin rivorav1connect.AdminServiceClient, v uint64) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	return poll(ctx, 30*time.Second, 10*time.Millisecond, fmt.Sprintf("config version %d applied", v), func() error {
 		resp, err := admin.GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
 		if err != nil {
-			return fmt.Errorf("config status: %w", err)
+			return process.GiveUp(fmt.Errorf("config status: %w", err))
 		}
 		connected, behind := 0, 0
 		for _, a := range resp.Msg.GetAgents() {
@@ -364,11 +248,8 @@ func waitApplied(ctx context.Context, admin rivorav1connect.AdminServiceClient, 
 		if connected > 0 && behind == 0 {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("config version %d not applied within 30s (%d agents connected, %d behind)", v, connected, behind)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("%d agents connected, %d behind", connected, behind)
+	})
 }
 
 func percentile(sorted []time.Duration, q float64) time.Duration {
@@ -473,7 +354,7 @@ func runIngest(args []string) error {
 
 	// Destinations with an almost empty budget: the events stay pending, so
 	// the measurement is ingest alone, not ingest plus delivery.
-	p, err := startPartner()
+	p, err := startPartner(partnerOptions{})
 	if err != nil {
 		return err
 	}
@@ -801,7 +682,7 @@ func runDeliver(args []string) error {
 	admin := rivorav1connect.NewAdminServiceClient(hc, d.url())
 	ingest := rivorav1connect.NewIngestServiceClient(hc, d.url())
 
-	p, err := startPartner()
+	p, err := startPartner(partnerOptions{})
 	if err != nil {
 		return err
 	}
@@ -898,7 +779,7 @@ func runDeliver(args []string) error {
 
 	// Raw loop: same partner code, same payload, same N, keep-alive client.
 	progress("raw HTTP loop: %d POSTs, %d goroutines", *n, *conc)
-	rp, err := startPartner()
+	rp, err := startPartner(partnerOptions{})
 	if err != nil {
 		return err
 	}

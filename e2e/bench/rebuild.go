@@ -42,7 +42,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -105,8 +104,7 @@ func runRebuild(args []string) error {
 // rbProc is one `rivora dev` process on a data dir the bench keeps across
 // restarts.
 type rbProc struct {
-	*dev
-	started time.Time
+	*proc
 }
 
 type rbResult struct {
@@ -162,7 +160,7 @@ func (f *rebuildFlags) run(ctx context.Context) error {
 		}
 	}
 	dests := f.destinationIDs()
-	part, err := startPartner()
+	part, err := startPartner(partnerOptions{})
 	if err != nil {
 		return err
 	}
@@ -206,105 +204,28 @@ func (f *rebuildFlags) start(dataDir, logName string) (*rbProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &dev{
-		addr:    "127.0.0.1:" + strconv.Itoa(port),
-		logPath: filepath.Join(filepath.Dir(dataDir), logName),
-		done:    make(chan error, 1),
-	}
-	args := []string{"dev", "--listen", d.addr, "--data-dir", dataDir, "--pprof",
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	args := []string{"dev", "--listen", addr, "--data-dir", dataDir, "--pprof",
 		"--partitions", strconv.Itoa(f.partitions), "--workers", strconv.Itoa(f.workers)}
 	if f.fsync {
 		args = append(args, "--fsync")
 	}
-	logf, err := os.Create(d.logPath)
+	p, err := startProc(f.bin, "rivora dev", addr, filepath.Join(filepath.Dir(dataDir), logName), args, false)
 	if err != nil {
 		return nil, err
 	}
-	d.cmd = exec.Command(f.bin, args...)
-	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	progress("starting rivora %s", strings.Join(args, " "))
-	p := &rbProc{dev: d, started: time.Now()}
-	if err := d.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start rivora: %w", err)
-	}
-	go func() { d.done <- d.cmd.Wait(); logf.Close() }()
-	return p, nil
+	return &rbProc{proc: p}, nil
 }
 
-// exited reports the process's exit if it has exited.
-func (p *rbProc) exited() (error, bool) {
-	select {
-	case err := <-p.done:
-		p.done <- err
-		return err, true
-	default:
-		return nil, false
-	}
-}
-
-// waitHealthy polls /healthz until 200 and returns the time since the
-// process started.
-func (p *rbProc) waitHealthy(ctx context.Context, every time.Duration) (time.Duration, error) {
-	hc := &http.Client{Timeout: 2 * time.Second}
-	for {
-		if err, ok := p.exited(); ok {
-			return 0, fmt.Errorf("rivora dev exited during startup (%v); log:\n%s", err, p.tail())
-		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url()+"/healthz", nil)
-		resp, err := hc.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return time.Since(p.started), nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("rivora dev not healthy: %w; log:\n%s", ctx.Err(), p.tail())
-		case <-time.After(every):
-		}
-	}
-}
-
-// terminate sends SIGTERM and waits for a clean exit (the data dir stays).
-func (p *rbProc) terminate(limit time.Duration) (time.Duration, error) {
-	if err, ok := p.exited(); ok {
-		return 0, fmt.Errorf("rivora dev had already exited (%v); log:\n%s", err, p.tail())
-	}
-	t0 := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return 0, err
-	}
-	select {
-	case err := <-p.done:
-		p.done <- err
-		if err != nil {
-			return time.Since(t0), fmt.Errorf("rivora dev exited with %v after SIGTERM; log:\n%s", err, p.tail())
-		}
-		return time.Since(t0), nil
-	case <-time.After(limit):
-		p.cmd.Process.Kill()
-		<-p.done
-		return time.Since(t0), fmt.Errorf("rivora dev did not exit %s after SIGTERM (killed); log:\n%s", limit, p.tail())
-	}
-}
-
-// kill ends the process if it still runs (error paths).
+// kill is proc.kill, also for a process that never started (nil).
 func (p *rbProc) kill() {
-	if p == nil {
-		return
+	if p != nil {
+		p.proc.kill()
 	}
-	if _, ok := p.exited(); ok {
-		return
-	}
-	p.cmd.Process.Kill()
-	<-p.done
 }
 
 func (p *rbProc) rss() uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
 	if err != nil {
 		return 0
 	}
@@ -454,7 +375,7 @@ func (f *rebuildFlags) measureBaseline(ctx context.Context, root string, dests [
 	if err != nil {
 		return err
 	}
-	if _, err := p.waitHealthy(ctx, 20*time.Millisecond); err != nil {
+	if _, err := p.waitHealthy(ctx, 0, 20*time.Millisecond); err != nil {
 		return err
 	}
 	admin, _ := f.clients(p.url())
@@ -468,7 +389,7 @@ func (f *rebuildFlags) measureBaseline(ctx context.Context, root string, dests [
 	if err != nil {
 		return err
 	}
-	if _, err := p.waitHealthy(ctx, 20*time.Millisecond); err != nil {
+	if _, err := p.waitHealthy(ctx, 0, 20*time.Millisecond); err != nil {
 		return err
 	}
 	admin, _ = f.clients(p.url())
@@ -497,7 +418,7 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 	if err != nil {
 		return err
 	}
-	if _, err := p.waitHealthy(ctx, 20*time.Millisecond); err != nil {
+	if _, err := p.waitHealthy(ctx, 0, 20*time.Millisecond); err != nil {
 		return err
 	}
 	admin, ingest := f.clients(p.url())
@@ -548,7 +469,7 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		d, err := p.waitHealthy(ctx, 10*time.Millisecond)
+		d, err := p.waitHealthy(ctx, 0, 10*time.Millisecond)
 		if err != nil {
 			readyErr <- err
 			return
@@ -566,9 +487,9 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 	}
 	admin, _ = f.clients(p.url())
 	if err := waitPending(ctx, admin, dests, int64(f.events), f.poll); err != nil {
-		return fmt.Errorf("after the restart: %w; log:\n%s", err, p.tail())
+		return fmt.Errorf("after the restart: %w; log:\n%s", err, p.Tail(8<<10))
 	}
-	res.rebuilt = time.Since(p.started)
+	res.rebuilt = time.Since(p.Started())
 	res.serverCPU = p.cpu()
 	progress("health API reports all %d pending %s after the process started", f.events, res.rebuilt.Round(time.Millisecond))
 	wg.Wait()
@@ -597,7 +518,7 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 		return err
 	}
 	res.rss = p.rss()
-	if err := res.parseLog(p.logPath, p.started); err != nil {
+	if err := res.parseLog(p.LogPath, p.Started()); err != nil {
 		return err
 	}
 	total := 0
@@ -637,7 +558,7 @@ func (p *rbProc) cpuProfile(ctx context.Context, path string, seconds int) error
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	progress("CPU profile for %ds starts %s after the process started", seconds, time.Since(p.started).Round(time.Millisecond))
+	progress("CPU profile for %ds starts %s after the process started", seconds, time.Since(p.Started()).Round(time.Millisecond))
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.url(), seconds), nil)
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -1,0 +1,201 @@
+package scheduler
+
+import (
+	"container/heap"
+
+	"github.com/rivora/rivora/agent/lanes"
+)
+
+func (s *Scheduler) lane(partition int, id lanes.ID) *Lane {
+	return s.laneBySubject(partition, id, id.Subject(partition))
+}
+
+func (s *Scheduler) laneBySubject(partition int, id lanes.ID, subject string) *Lane {
+	d := s.destination(id.Destination, partition)
+	l := d.lanes[subject]
+	if l == nil {
+		c := d.customers[id.Customer]
+		if c == nil {
+			w, ok := d.weights[id.Customer]
+			if !ok {
+				w = 1
+			}
+			c = &customer{id: id.Customer, weight: w}
+			d.customers[id.Customer] = c
+		}
+		l = &Lane{ID: id, Partition: partition, Subject: subject, heapIdx: -1, dest: d, cust: c}
+		d.lanes[subject] = l
+		c.lanes++
+	}
+	return l
+}
+
+// LaneAppend is one lane's share of an AppendAll.
+type LaneAppend struct {
+	ID lanes.ID
+	// Subject is ID.Subject(partition), computed by the caller who has it.
+	Subject string
+	Entries []Entry
+}
+
+// AppendAll adds newly stored events to many lanes under one lock (the
+// partition writer's group commit).
+func (s *Scheduler) AppendAll(partition int, appends []LaneAppend) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	for _, a := range appends {
+		l := s.laneBySubject(partition, a.ID, a.Subject)
+		l.entries = append(l.entries, a.Entries...)
+		l.dest.pending += len(a.Entries)
+		if l.state == laneIdle {
+			s.schedule(l, now)
+		}
+	}
+	s.wake()
+}
+
+// Restore installs a lane rebuilt from the store, with its head's ledger
+// state (zero Head when the head was never attempted).
+func (s *Scheduler) Restore(partition int, id lanes.ID, entries []Entry, head Head, hasLedger bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lane(partition, id)
+	l.entries = append(l.entries, entries...)
+	l.dest.pending += len(entries)
+	l.head = head
+	l.hasLedger = l.hasLedger || hasLedger
+	if l.state == laneIdle {
+		s.schedule(l, s.clock.Now())
+	}
+	s.wake()
+}
+
+// LowWater is the lowest lane-store sequence still pending in partition p,
+// or 0 when nothing is pending.
+func (s *Scheduler) LowWater(p int) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var low uint64
+	for _, d := range s.dests {
+		if d.partition != p {
+			continue
+		}
+		for _, l := range d.lanes {
+			if len(l.entries) > 0 && (low == 0 || l.entries[0].Seq < low) {
+				low = l.entries[0].Seq
+			}
+		}
+	}
+	return low
+}
+
+// DropPartition forgets every lane of partition p (ownership lost or
+// handed off). In-flight attempts finish but their outcomes are ignored by
+// the owner.
+func (s *Scheduler) DropPartition(p int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, d := range s.dests {
+		if d.partition != p {
+			continue
+		}
+		if d.inRing {
+			s.leaveRing(d)
+		}
+		d.dropped = true
+		delete(s.parked, d)
+		for _, l := range d.lanes {
+			if l.state == laneWaiting {
+				heap.Remove(&s.waiting, l.heapIdx)
+			}
+		}
+		delete(s.dests, id)
+	}
+}
+
+// TakeDestination removes every lane of a destination that is not in
+// flight and returns their entries (for archiving when a destination is
+// deleted with force).
+func (s *Scheduler) TakeDestination(destinationID string) map[*Lane][]Entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.dests[destinationID]
+	if d == nil {
+		return nil
+	}
+	taken := make(map[*Lane][]Entry)
+	for _, l := range d.lanes {
+		switch l.state {
+		case laneInFlight:
+			continue
+		case laneWaiting:
+			heap.Remove(&s.waiting, l.heapIdx)
+		case laneDue:
+			l.cust.firsts.remove(l)
+			l.cust.retries.remove(l)
+			d.due--
+		}
+		taken[l] = l.entries
+		d.pending -= len(l.entries)
+		l.entries = nil
+		s.forget(l)
+	}
+	d.active = d.active[:0]
+	for _, c := range d.customers {
+		if c.due() > 0 {
+			d.active = append(d.active, c)
+		} else {
+			c.active = false
+			c.deficit = 0
+		}
+	}
+	if d.due == 0 && d.inRing {
+		s.leaveRing(d)
+	}
+	d.configured = false
+	return taken
+}
+
+// Pending is the number of events pending for a destination.
+func (s *Scheduler) Pending(destinationID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d := s.dests[destinationID]; d != nil {
+		return d.pending
+	}
+	return 0
+}
+
+// Location is where a pending event sits.
+type Location struct {
+	Lane      lanes.ID
+	Partition int
+	Entry     Entry
+	Ahead     int
+	InFlight  bool
+	Head      Head // set when the event is the lane head
+}
+
+// Find looks a pending event up by id. It scans every lane: an operator's
+// query, not a hot path.
+func (s *Scheduler) Find(eventID string) (Location, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range s.dests {
+		for _, l := range d.lanes {
+			for i, e := range l.entries {
+				if e.EventID != eventID {
+					continue
+				}
+				loc := Location{Lane: l.ID, Partition: l.Partition, Entry: e, Ahead: i}
+				if i == 0 {
+					loc.Head = l.head
+					loc.InFlight = l.state == laneInFlight
+				}
+				return loc, true
+			}
+		}
+	}
+	return Location{}, false
+}

@@ -1,0 +1,185 @@
+package scheduler
+
+import "github.com/rivora/rivora/agent/budget"
+
+// Limits are the scheduler's share of a destination's limits.
+type Limits struct {
+	RatePerSecond float64
+	Burst         int
+	MaxInFlight   int
+}
+
+// Class is a destination's priority class: due attempts of a higher class
+// are handed out first. Budgets still bound every destination, so a high
+// class cannot take more than its own budget.
+type Class int
+
+// Priority classes, highest first.
+const (
+	High Class = iota
+	Normal
+	Low
+	numClasses
+)
+
+type destination struct {
+	id         string
+	partition  int
+	configured bool
+	limits     Limits
+	budget     *budget.Budget
+	class      Class
+	paused     bool
+	statuses   statusRing // last attempt statuses
+	inFlight   int
+	lanes      map[string]*Lane
+	customers  map[string]*customer
+	weights    map[string]float64
+	active     []*customer // customers with due lanes, in DRR order
+	cursor     int
+	due        int
+	pending    int
+	inRing     bool
+	// dropped: DropPartition forgot this destination; outcomes of its
+	// attempts still in flight must not put its lanes back in play.
+	dropped bool
+}
+
+// statusRing keeps a destination's last attempt statuses.
+type statusRing struct {
+	buf  [16]int
+	n    int
+	next int
+}
+
+func (r *statusRing) add(status int) {
+	r.buf[r.next] = status
+	r.next = (r.next + 1) % len(r.buf)
+	r.n = min(r.n+1, len(r.buf))
+}
+
+// list returns the statuses oldest first.
+func (r *statusRing) list() []int {
+	out := make([]int, 0, r.n)
+	for i := range r.n {
+		out = append(out, r.buf[(r.next-r.n+i+len(r.buf))%len(r.buf)])
+	}
+	return out
+}
+
+func (s *Scheduler) destination(id string, partition int) *destination {
+	d := s.dests[id]
+	if d == nil {
+		d = &destination{
+			class:     Normal,
+			id:        id,
+			partition: partition,
+			lanes:     make(map[string]*Lane),
+			customers: make(map[string]*customer),
+			weights:   make(map[string]float64),
+		}
+		s.dests[id] = d
+	}
+	return d
+}
+
+// SetLimits configures a destination; until it is configured its lanes are
+// held. Changes apply in place: nothing pending moves.
+func (s *Scheduler) SetLimits(destinationID string, partition int, lim Limits) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	d := s.destination(destinationID, partition)
+	lim.MaxInFlight = max(lim.MaxInFlight, 1)
+	if d.budget == nil {
+		d.budget = budget.NewBudget(lim.RatePerSecond, lim.Burst, budget.DefaultAIMD(), now)
+	} else {
+		d.budget.SetLimits(lim.RatePerSecond, lim.Burst, now)
+	}
+	d.limits = lim
+	d.configured = true
+	s.wake()
+}
+
+// SetClass sets a destination's priority class.
+func (s *Scheduler) SetClass(destinationID string, partition int, class Class) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.destination(destinationID, partition).class = min(max(class, High), Low)
+	s.wake()
+}
+
+// SetPaused stops (or resumes) every attempt to a destination, retries
+// included. Nothing pending moves; on resume each lane goes on from where
+// it was, paced by the budget.
+func (s *Scheduler) SetPaused(destinationID string, partition int, paused bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.destination(destinationID, partition).paused = paused
+	s.wake()
+}
+
+// SetWeights replaces a destination's customer weights (unlisted: 1).
+func (s *Scheduler) SetWeights(destinationID string, partition int, weights map[string]float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.destination(destinationID, partition)
+	d.weights = make(map[string]float64, len(weights))
+	for c, w := range weights {
+		d.weights[c] = max(w, 0.01)
+	}
+	for id, c := range d.customers {
+		if w, ok := d.weights[id]; ok {
+			c.weight = w
+		} else {
+			c.weight = 1
+		}
+	}
+	s.wake()
+}
+
+// SetWeight sets a customer's share of a destination (default 1).
+func (s *Scheduler) SetWeight(destinationID, customerID string, partition int, weight float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	weight = max(weight, 0.01)
+	d := s.destination(destinationID, partition)
+	d.weights[customerID] = weight
+	if c := d.customers[customerID]; c != nil {
+		c.weight = weight
+	}
+	s.wake()
+}
+
+// nextLane picks by deficit round robin over customers with due lanes.
+func (d *destination) nextLane() *Lane {
+	for {
+		if d.cursor >= len(d.active) {
+			d.cursor = 0
+		}
+		c := d.active[d.cursor]
+		if c.deficit < 1 {
+			c.deficit += c.weight
+			if c.deficit < 1 {
+				d.cursor++
+				continue
+			}
+		}
+		var l *Lane
+		if c.firsts.len() > 0 {
+			l = c.firsts.pop()
+		} else {
+			l = c.retries.pop()
+		}
+		c.deficit--
+		d.due--
+		if c.due() == 0 {
+			c.active = false
+			c.deficit = 0
+			d.active = append(d.active[:d.cursor], d.active[d.cursor+1:]...)
+		} else if c.deficit < 1 {
+			d.cursor++
+		}
+		return l
+	}
+}

@@ -1,0 +1,141 @@
+package scheduler
+
+import (
+	"container/heap"
+	"time"
+
+	"github.com/rivora/rivora/agent/budget"
+)
+
+// promote makes due every waiting lane whose time has come.
+func (s *Scheduler) promote(now time.Time) {
+	for s.waiting.Len() > 0 {
+		l := s.waiting[0]
+		if l.head.NotBefore.After(now) {
+			return
+		}
+		heap.Pop(&s.waiting)
+		s.makeDue(l)
+	}
+}
+
+// pick returns the next attempt, or how long to sleep (0: until kicked).
+func (s *Scheduler) pick(now time.Time) (*Attempt, time.Duration) {
+	var wait time.Duration
+	soonest := func(d time.Duration) {
+		if d > 0 && (wait == 0 || d < wait) {
+			wait = d
+		}
+	}
+	if s.waiting.Len() > 0 {
+		soonest(s.waiting[0].head.NotBefore.Sub(now))
+	}
+	for class := High; class < numClasses; class++ {
+		if a := s.pickClass(now, class, soonest); a != nil {
+			return a, 0
+		}
+	}
+	if a := s.pickProbe(now, soonest); a != nil {
+		return a, 0
+	}
+	return nil, wait
+}
+
+// pickProbe takes, for a parked destination with nothing due, the held
+// lane that would retry first, so that one probe per second finds out
+// when the destination is back even while every lane is in backoff.
+func (s *Scheduler) pickProbe(now time.Time, soonest func(time.Duration)) *Attempt {
+	for d := range s.parked {
+		if d.inRing || !d.configured || d.paused || d.dropped || d.inFlight >= d.limits.MaxInFlight || d.budget.State() != budget.Parked {
+			continue
+		}
+		var probe *Lane
+		for _, l := range d.lanes {
+			if l.state == laneWaiting && l.head.HeldByDestination && (probe == nil || l.head.NotBefore.Before(probe.head.NotBefore)) {
+				probe = l
+			}
+		}
+		if probe == nil {
+			continue
+		}
+		if !d.budget.Take(now) {
+			soonest(d.budget.Wait(now))
+			continue
+		}
+		heap.Remove(&s.waiting, probe.heapIdx)
+		probe.state = laneInFlight
+		d.inFlight++
+		return &Attempt{Lane: probe, Entry: probe.entries[0], Head: probe.head, Number: probe.head.Attempts + 1, StartedAt: now, EarlyProbe: true}
+	}
+	return nil
+}
+
+// pickClass hands out the next attempt among due destinations of one
+// class, round robin.
+func (s *Scheduler) pickClass(now time.Time, class Class, soonest func(time.Duration)) *Attempt {
+	for i := 0; i < len(s.ring); i++ {
+		idx := (s.rr + i) % len(s.ring)
+		d := s.ring[idx]
+		if d.class != class || !d.configured || d.paused || d.inFlight >= d.limits.MaxInFlight {
+			continue
+		}
+		if !d.budget.Take(now) {
+			soonest(d.budget.Wait(now))
+			continue
+		}
+		l := d.nextLane()
+		s.rr = idx + 1
+		if d.due == 0 {
+			s.leaveRing(d)
+		}
+		l.state = laneInFlight
+		d.inFlight++
+		return &Attempt{Lane: l, Entry: l.entries[0], Head: l.head, Number: l.head.Attempts + 1, StartedAt: now}
+	}
+	return nil
+}
+
+func (s *Scheduler) makeDue(l *Lane) {
+	l.state = laneDue
+	c, d := l.cust, l.dest
+	if l.head.Attempts == 0 {
+		c.firsts.push(l)
+	} else {
+		c.retries.push(l)
+	}
+	d.due++
+	if !c.active {
+		c.active = true
+		d.active = append(d.active, c)
+	}
+	if !d.inRing {
+		d.inRing = true
+		s.ring = append(s.ring, d)
+	}
+}
+
+func (s *Scheduler) leaveRing(d *destination) {
+	for i, x := range s.ring {
+		if x == d {
+			s.ring = append(s.ring[:i], s.ring[i+1:]...)
+			if s.rr > i {
+				s.rr--
+			}
+			break
+		}
+	}
+	d.inRing = false
+}
+
+// schedule puts an idle lane with entries where it belongs.
+func (s *Scheduler) schedule(l *Lane, now time.Time) {
+	if len(l.entries) == 0 || l.dest.dropped {
+		return
+	}
+	if l.head.NotBefore.After(now) {
+		l.state = laneWaiting
+		heap.Push(&s.waiting, l)
+		return
+	}
+	s.makeDue(l)
+}

@@ -1,0 +1,117 @@
+package scheduler
+
+import (
+	"time"
+
+	"github.com/rivora/rivora/agent/lanes"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// Entry is one pending event in a lane.
+type Entry struct {
+	// Seq is the event's sequence in its partition's lane store.
+	Seq        uint64
+	EventID    string
+	AcceptedAt time.Time
+	// Event is the stored event when it is kept in memory; nil means the
+	// delivery worker loads it from the lane store by Seq.
+	Event *rivorav1.Event
+}
+
+// Head is the attempt state of a lane's head event.
+type Head struct {
+	Attempts       int
+	NotBefore      time.Time
+	LastStatus     int
+	LastError      string
+	FirstAttemptAt time.Time
+	LastAttemptAt  time.Time
+	// HeldByDestination: the last failure was the destination's (throttled,
+	// down), not the event's; when the destination recovers the lane goes
+	// at once instead of waiting out its own backoff.
+	HeldByDestination bool
+}
+
+type laneState int
+
+const (
+	laneIdle laneState = iota
+	laneDue
+	laneWaiting
+	laneInFlight
+)
+
+// Lane is one (destination, customer, lane_key) FIFO.
+type Lane struct {
+	ID        lanes.ID
+	Partition int
+	Subject   string
+
+	entries []Entry
+	head    Head
+	state   laneState
+	heapIdx int
+	// hasLedger is true when the ledger holds a head record for this lane
+	// that must be purged once the lane drains.
+	hasLedger bool
+	dest      *destination
+	cust      *customer
+}
+
+type customer struct {
+	id      string
+	weight  float64
+	deficit float64
+	lanes   int // lanes of this customer with pending entries
+	firsts  laneQueue
+	retries laneQueue
+	active  bool
+}
+
+func (c *customer) due() int { return c.firsts.len() + c.retries.len() }
+
+// laneQueue is a FIFO of due lanes.
+type laneQueue struct {
+	items []*Lane
+}
+
+func (q *laneQueue) len() int     { return len(q.items) }
+func (q *laneQueue) push(l *Lane) { q.items = append(q.items, l) }
+func (q *laneQueue) pop() *Lane {
+	l := q.items[0]
+	q.items[0] = nil
+	q.items = q.items[1:]
+	return l
+}
+func (q *laneQueue) remove(l *Lane) {
+	for i, x := range q.items {
+		if x == l {
+			q.items = append(q.items[:i], q.items[i+1:]...)
+			return
+		}
+	}
+}
+
+// laneHeap orders waiting lanes by NotBefore.
+type laneHeap []*Lane
+
+func (h laneHeap) Len() int           { return len(h) }
+func (h laneHeap) Less(i, j int) bool { return h[i].head.NotBefore.Before(h[j].head.NotBefore) }
+func (h laneHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx = i
+	h[j].heapIdx = j
+}
+func (h *laneHeap) Push(x any) {
+	l := x.(*Lane)
+	l.heapIdx = len(*h)
+	*h = append(*h, l)
+}
+func (h *laneHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	l.heapIdx = -1
+	return l
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/urfave/cli/v2"
+	"github.com/zclconf/go-cty/cty"
+)
+
+// The Nomad jobs in deploy/nomad run this binary. TestNomadJobsMatchFlags
+// parses every job and checks each task that runs rivora against the
+// command tree main runs, so that a renamed or removed flag fails here and
+// not on a cluster.
+
+// interpolated stands for a ${…} interpolation in a job: a value only
+// Nomad knows. "0" parses as every flag value type rivora has (string,
+// int, float, duration).
+const interpolated = "0"
+
+// rivoraTask is one task of a job that runs rivora.
+type rivoraTask struct {
+	where string   // file:task, for messages
+	args  []string // config.args, interpolations replaced
+	// env names the variables a template with env = true sets.
+	env []string
+}
+
+func TestNomadJobsMatchFlags(t *testing.T) {
+	files, err := filepath.Glob("../../deploy/nomad/*.hcl")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Nomad jobs found in deploy/nomad (err %v)", err)
+	}
+	app := newApp()
+	checked := 0
+	for _, file := range files {
+		for _, task := range rivoraTasks(t, file) {
+			checkTask(t, app, task)
+			checked++
+		}
+	}
+	if checked < len(files) {
+		t.Fatalf("found %d tasks running rivora in %d job files: the parser misses some", checked, len(files))
+	}
+}
+
+// checkTask parses a task's arguments with the flags of the subcommand it
+// names, as the binary would.
+func checkTask(t *testing.T, app *cli.App, task rivoraTask) {
+	t.Helper()
+	if len(task.args) == 0 {
+		t.Errorf("%s: no args: which rivora subcommand does it run?", task.where)
+		return
+	}
+	cmd := app.Command(task.args[0])
+	if cmd == nil {
+		t.Errorf("%s: rivora has no subcommand %q", task.where, task.args[0])
+		return
+	}
+	fs := flag.NewFlagSet(cmd.Name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	envs := map[string]bool{}
+	for _, f := range cmd.Flags {
+		if err := f.Apply(fs); err != nil {
+			t.Fatalf("%s: flag %v: %v", task.where, f.Names(), err)
+		}
+		if ev, ok := f.(interface{ GetEnvVars() []string }); ok {
+			for _, name := range ev.GetEnvVars() {
+				envs[name] = true
+			}
+		}
+	}
+	if err := fs.Parse(task.args[1:]); err != nil {
+		t.Errorf("%s: rivora %s: %v", task.where, cmd.Name, err)
+	} else if fs.NArg() > 0 {
+		t.Errorf("%s: rivora %s takes no arguments, the job passes %q", task.where, cmd.Name, fs.Args())
+	}
+	for _, name := range task.env {
+		if strings.HasPrefix(name, "RIVORA_") && !envs[name] {
+			t.Errorf("%s: the template sets %s, which no flag of rivora %s reads", task.where, name, cmd.Name)
+		}
+	}
+}
+
+// rivoraTasks returns the tasks of one job file whose config.command is
+// the rivora binary.
+func rivoraTasks(t *testing.T, file string) []rivoraTask {
+	t.Helper()
+	f, diags := hclparse.NewParser().ParseHCLFile(file)
+	if diags.HasErrors() {
+		t.Fatalf("%s: %v", file, diags)
+	}
+	var tasks []rivoraTask
+	for _, job := range blocks(f.Body.(*hclsyntax.Body), "job") {
+		for _, group := range blocks(job.Body, "group") {
+			for _, task := range blocks(group.Body, "task") {
+				where := filepath.Base(file) + ":" + strings.Join(task.Labels, "")
+				for _, config := range blocks(task.Body, "config") {
+					command, ok := config.Body.Attributes["command"]
+					if !ok || filepath.Base(stringValue(t, where, command.Expr)) != "rivora" {
+						continue
+					}
+					rt := rivoraTask{where: where, env: templateEnv(t, where, task.Body)}
+					if args, ok := config.Body.Attributes["args"]; ok {
+						rt.args = listValue(t, where, args.Expr)
+					}
+					tasks = append(tasks, rt)
+				}
+			}
+		}
+	}
+	return tasks
+}
+
+func blocks(body *hclsyntax.Body, typ string) []*hclsyntax.Block {
+	var out []*hclsyntax.Block
+	for _, b := range body.Blocks {
+		if b.Type == typ {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func listValue(t *testing.T, where string, expr hclsyntax.Expression) []string {
+	t.Helper()
+	tuple, ok := expr.(*hclsyntax.TupleConsExpr)
+	if !ok {
+		t.Fatalf("%s: args is not a list", where)
+	}
+	out := make([]string, 0, len(tuple.Exprs))
+	for _, e := range tuple.Exprs {
+		out = append(out, stringValue(t, where, e))
+	}
+	return out
+}
+
+// stringValue evaluates a string expression with every interpolation
+// replaced by the interpolated placeholder.
+func stringValue(t *testing.T, where string, expr hclsyntax.Expression) string {
+	t.Helper()
+	var parts []hclsyntax.Expression
+	switch e := expr.(type) {
+	case *hclsyntax.TemplateExpr:
+		parts = e.Parts
+	case *hclsyntax.TemplateWrapExpr:
+		return interpolated
+	default:
+		parts = []hclsyntax.Expression{expr}
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		lit, ok := p.(*hclsyntax.LiteralValueExpr)
+		if !ok {
+			b.WriteString(interpolated)
+			continue
+		}
+		v, diags := lit.Value(&hcl.EvalContext{})
+		if diags.HasErrors() || v.Type() != cty.String {
+			t.Fatalf("%s: %s is not a string", where, expr.Range())
+		}
+		b.WriteString(v.AsString())
+	}
+	return b.String()
+}
+
+// templateEnv returns the variables set by the task's templates that
+// Nomad loads as its environment (env = true): one NAME=value per line.
+func templateEnv(t *testing.T, where string, task *hclsyntax.Body) []string {
+	t.Helper()
+	var names []string
+	for _, tmpl := range blocks(task, "template") {
+		env, ok := tmpl.Body.Attributes["env"]
+		if !ok {
+			continue
+		}
+		if v, diags := env.Expr.Value(nil); diags.HasErrors() || v.Type() != cty.Bool || v.False() {
+			continue
+		}
+		data, ok := tmpl.Body.Attributes["data"]
+		if !ok {
+			continue
+		}
+		for _, line := range strings.Split(stringValue(t, where, data.Expr), "\n") {
+			if name, _, ok := strings.Cut(strings.TrimSpace(line), "="); ok && !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	return names
+}
