@@ -41,7 +41,6 @@ func newLifecycleRig(t *testing.T) *lifecycleRig {
 }
 
 func (r *lifecycleRig) lease(p int) *ownership.Lease { return r.leases[p][len(r.leases[p])-1] }
-func (r *lifecycleRig) run(p int) *partitionRun      { return r.runs[p][len(r.runs[p])-1] }
 
 func (r *lifecycleRig) take(p int) *ownership.Lease {
 	lease, err := r.locker.TryAcquire(context.Background(), p)
