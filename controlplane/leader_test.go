@@ -2,7 +2,6 @@ package controlplane_test
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/e2e/consultest"
 	"github.com/rivora/rivora/internal/eventually"
+	"github.com/rivora/rivora/internal/testrig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -33,18 +33,10 @@ type consulCP struct {
 
 func startConsulCP(t *testing.T, consulURL, limitsPath string) *consulCP {
 	t.Helper()
-	logs := &logBuffer{}
 	mux := http.NewServeMux()
 	n := &consulCP{t: t, srv: httptest.NewServer(mux), done: make(chan error, 1)}
 	n.url = n.srv.URL
-	t.Cleanup(func() {
-		if t.Failed() {
-			logs.mu.Lock()
-			t.Logf("logs of %s:\n%s", n.url, logs.buf.String())
-			logs.mu.Unlock()
-		}
-	})
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := testrig.Logger(t, n.url)
 	cp, err := controlplane.New(controlplane.Config{ConsulURL: consulURL, AdvertiseURL: n.url, LimitsPath: limitsPath, Partitions: 4}, log)
 	if err != nil {
 		n.srv.Close()

@@ -67,7 +67,7 @@ func StartDev(t testing.TB, dir string, opts Options) *Dev {
 	if opts.Workers == 0 {
 		opts.Workers = 4
 	}
-	log := testLogger(t, dir)
+	log := Logger(t, dir)
 	mux := http.NewServeMux()
 	d := &Dev{T: t, Dir: dir, Name: opts.Name, srv: httptest.NewServer(mux), done: make(chan error, 2)}
 	d.URL = d.srv.URL
@@ -175,12 +175,14 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
-func testLogger(t testing.TB, dir string) *slog.Logger {
+// Logger is a debug-level logger whose lines are printed, headed by name,
+// only if the test fails.
+func Logger(t testing.TB, name string) *slog.Logger {
 	logs := &logBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			logs.mu.Lock()
-			t.Logf("logs (%s):\n%s", dir, logs.buf.String())
+			t.Logf("logs of %s:\n%s", name, logs.buf.String())
 			logs.mu.Unlock()
 		}
 	})
