@@ -1,0 +1,88 @@
+package notices
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// DefaultBatchEvery spaces deadletter.created notices of one destination.
+const DefaultBatchEvery = time.Minute
+
+// Batcher gathers dead letters per destination into deadletter.created
+// notices, at most one per destination per Every. Not safe for concurrent
+// use: the control plane's notifier owns it.
+//
+// Invariants: a batch's count is the number of distinct dead letters
+// added since its last notice; its ids are the first MaxEventIDs of them;
+// lastSent only moves forward, by at least Every.
+type Batcher struct {
+	Every   time.Duration
+	batches map[string]*batch
+}
+
+type batch struct {
+	lastSent time.Time // zero: never sent
+	count    int
+	ids      []string
+	first    time.Time // dead_at of the first dead letter of the batch
+}
+
+// NewBatcher returns a Batcher that notifies a destination at most once
+// per every.
+func NewBatcher(every time.Duration) *Batcher {
+	return &Batcher{Every: every, batches: make(map[string]*batch)}
+}
+
+// Add counts one dead letter of a destination (the caller adds each once).
+func (b *Batcher) Add(destination, eventID string, deadAt time.Time) {
+	bt := b.batches[destination]
+	if bt == nil {
+		bt = &batch{}
+		b.batches[destination] = bt
+	}
+	if bt.count == 0 {
+		bt.first = deadAt
+	}
+	bt.count++
+	if len(bt.ids) < MaxEventIDs {
+		bt.ids = append(bt.ids, eventID)
+	}
+}
+
+// Due returns the notices that may go at now: each destination with dead
+// letters whose last notice is at least Every old (or that had none).
+func (b *Batcher) Due(now time.Time) []Notice {
+	var out []Notice
+	for d, bt := range b.batches {
+		if bt.count == 0 {
+			if now.Sub(bt.lastSent) >= b.Every {
+				delete(b.batches, d) // quiet for a full period: the next one goes at once
+			}
+			continue
+		}
+		if !bt.lastSent.IsZero() && now.Sub(bt.lastSent) < b.Every {
+			continue
+		}
+		out = append(out, deadLetterNotice(d, bt, now))
+		bt.lastSent, bt.count, bt.ids = now, 0, nil
+	}
+	return out
+}
+
+func deadLetterNotice(destination string, bt *batch, now time.Time) Notice {
+	what := fmt.Sprintf("%d events", bt.count)
+	if bt.count == 1 {
+		what = "1 event"
+	}
+	ids := strings.Join(bt.ids, ", ")
+	if bt.count > len(bt.ids) {
+		ids = fmt.Sprintf("the first %d: %s", len(bt.ids), ids)
+	}
+	msg := fmt.Sprintf("%s of destination %s became dead letters (%s): `rivoractl dlq list --destination %s`, then `rivoractl replay --destination %s`",
+		what, destination, ids, destination, destination)
+	return Notice{
+		Type: DeadLetterCreated, DestinationID: destination, At: now, Count: bt.count, EventIDs: bt.ids, Message: msg,
+		Key: key(DeadLetterCreated, destination, bt.first.UnixMilli(), bt.count),
+	}
+}
