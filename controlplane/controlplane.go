@@ -66,6 +66,13 @@ type Config struct {
 	// once back with a new one, before it is assigned partitions again
 	// (default 30s): a flapping agent does not drag partitions around.
 	RejoinDelay time.Duration
+	// OperatorWebhook ("" = none) receives operator notices (notify.go),
+	// signed with OperatorWebhookSecret ("" = the stored one, or a new
+	// one, logged once). NotifyParkedAfter is how long a destination is
+	// parked before it is notified (default 5m).
+	OperatorWebhook       string
+	OperatorWebhookSecret string
+	NotifyParkedAfter     time.Duration
 }
 
 // ControlPlane is the cell's configuration and its operations: it owns the
@@ -87,6 +94,8 @@ type ControlPlane struct {
 	agents   *agentRegistry
 	log      *slog.Logger
 	now      func() time.Time
+	// notify sends operator notices (nil without OperatorWebhook).
+	notify *notifier
 
 	// changed is notified on every config or assignment change: it wakes
 	// every Watch stream.
@@ -152,6 +161,15 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 		}
 	}
 	cp.limits.Store(lf)
+	if cfg.OperatorWebhook != "" {
+		if err := validateURL(cfg.OperatorWebhook); err != nil {
+			return nil, fmt.Errorf("operator webhook: %w", err)
+		}
+		if _, err := secretOrNew(cfg.OperatorWebhookSecret); err != nil {
+			return nil, fmt.Errorf("operator webhook: %w", err)
+		}
+		cp.notify = newNotifier(cp, cfg.OperatorWebhook, cfg.OperatorWebhookSecret, cfg.NotifyParkedAfter)
+	}
 	if cp.election != nil {
 		log.Info("control plane ready; campaigning for leadership", "consul", cfg.ConsulURL, "advertise", cfg.AdvertiseURL, "limits_file", cfg.LimitsPath, "partitions", cfg.Partitions)
 		return cp, nil
@@ -223,6 +241,9 @@ func (cp *ControlPlane) Run(ctx context.Context) error {
 	wg.Go(func() { cp.agents.run(ctx) })
 	if cp.election != nil {
 		wg.Go(func() { cp.election.run(ctx) })
+	}
+	if cp.notify != nil {
+		wg.Go(func() { cp.notify.run(ctx) })
 	}
 	t := time.NewTicker(cp.cfg.ReloadEvery)
 	defer t.Stop()
@@ -314,6 +335,7 @@ func (cp *ControlPlane) expireOverrides() {
 	}
 	for _, id := range expired {
 		cp.record("limits.expire", id, "system", "override expired", version)
+		cp.notify.overrideExpired(id, version, now)
 	}
 	cp.broadcast()
 }

@@ -68,6 +68,9 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest) 
 	if err := ids.Validate("id", m.GetId()); err != nil {
 		return nil, 0, tag(ErrInvalid, err)
 	}
+	if err := reserved(m.GetId()); err != nil {
+		return nil, 0, err
+	}
 	if err := validateURL(m.GetUrl()); err != nil {
 		return nil, 0, err
 	}
@@ -120,6 +123,9 @@ func (cp *ControlPlane) destination(ctx context.Context, id string) (*rivorav1.D
 }
 
 func (cp *ControlPlane) updateDestination(m *rivorav1.UpdateDestinationRequest) (*rivorav1.Destination, uint64, error) {
+	if err := reserved(m.GetId()); err != nil {
+		return nil, 0, err
+	}
 	return cp.changeDestination("destination.update", m.GetId(), m.GetAuthor(), "", func(d *rivorav1.Destination) (string, error) {
 		var changes []string
 		if m.Url != nil {
@@ -167,6 +173,9 @@ func copySetFields(dst, set *rivorav1.Limits) []string {
 // deleteDestination removes a destination. One with pending events is
 // refused unless force, which first archives them as dead letters.
 func (cp *ControlPlane) deleteDestination(ctx context.Context, id, who string, force bool) (archived int64, version uint64, err error) {
+	if err := reserved(id); err != nil {
+		return 0, 0, err
+	}
 	if _, ok := cp.store.Get(id); !ok {
 		return 0, 0, notFound(id)
 	}

@@ -11,7 +11,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/rivora/rivora/controlplane"
+	"github.com/rivora/rivora/controlplane/notices"
 	"github.com/rivora/rivora/internal/httpurl"
+	"github.com/rivora/rivora/sdk/webhook"
 )
 
 func controlPlaneCommand() *cli.Command {
@@ -39,7 +41,7 @@ Examples:
    # two control planes sharing one Consul
    rivora controlplane --listen 127.0.0.1:7300 --limits limits.yaml --consul http://127.0.0.1:8500
    rivora controlplane --listen 127.0.0.1:7301 --limits limits.yaml --consul http://127.0.0.1:8500`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7300", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve the admin and agent APIs on"},
 			&cli.StringFlag{Name: "state-dir", Value: "./controlplane", EnvVars: []string{"RIVORA_STATE_DIR"}, Usage: "`DIR` for the control plane's state and audit log (unused with --consul)"},
 			&cli.StringFlag{Name: "limits", EnvVars: []string{"RIVORA_LIMITS"}, Usage: "reviewed limits `FILE` (YAML), reloaded when it changes"},
@@ -49,7 +51,7 @@ Examples:
 			&cli.StringFlag{Name: "advertise", EnvVars: []string{"RIVORA_ADVERTISE"}, Usage: "`URL` the other control planes name this one by while it leads; set it when --listen is 0.0.0.0 (default: http://<listen address>)"},
 			pprofFlag,
 			logLevelFlag,
-		},
+		}, operatorFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
@@ -67,6 +69,9 @@ Examples:
 				return cli.Exit(fmt.Sprintf("--advertise %q: want an http:// or https:// URL such as http://10.0.0.5:7300", advertise), 2)
 			}
 			cfg := controlplane.Config{LimitsPath: c.String("limits"), Partitions: c.Int("partitions"), ConsulURL: consul, RejoinDelay: c.Duration("rejoin-delay")}
+			if err := operatorConfig(c, &cfg); err != nil {
+				return err
+			}
 			if consul == "" {
 				if cfg.StateDir, err = absDir("state-dir", c.String("state-dir")); err != nil {
 					return err
@@ -93,6 +98,41 @@ Examples:
 			return serveUntil(ctx, log, newServer(mux), ln, cp.Run)
 		},
 	}
+}
+
+// operatorFlags are the operator-notice flags of `rivora controlplane`
+// and `rivora dev`.
+func operatorFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "operator-webhook", EnvVars: []string{"RIVORA_OPERATOR_WEBHOOK"}, Usage: "`URL` that receives operator notices, signed Standard Webhooks POSTs of JSON {type, destinationId, at, message, …}: " +
+			"destination.parked, destination.recovered, destination.disabled, deadletter.created (batched, at most one a minute per destination), override.expired. " +
+			"Delivered like any event through the reserved destination " + notices.DestinationID},
+		&cli.StringFlag{Name: "operator-webhook-secret", EnvVars: []string{"RIVORA_OPERATOR_WEBHOOK_SECRET"}, Usage: "`SECRET` (whsec_…) signing operator notices (default: the one stored, or a new one, shown once in the log)"},
+		&cli.DurationFlag{Name: "notify-parked-after", Value: notices.DefaultParkedAfter, EnvVars: []string{"RIVORA_NOTIFY_PARKED_AFTER"}, Usage: "send destination.parked once a destination has been parked this long (once per episode)"},
+	}
+}
+
+// operatorConfig checks the operator-notice flags into cfg.
+func operatorConfig(c *cli.Context, cfg *controlplane.Config) error {
+	url, secret := c.String("operator-webhook"), c.String("operator-webhook-secret")
+	if url == "" && secret != "" {
+		return cli.Exit("--operator-webhook-secret needs --operator-webhook URL", 2)
+	}
+	if url != "" {
+		if _, err := httpurl.Parse(url); err != nil {
+			return cli.Exit(fmt.Sprintf("--operator-webhook %q: want an http:// or https:// URL such as https://ops.example.com/rivora", url), 2)
+		}
+	}
+	if secret != "" {
+		if _, err := webhook.Key(secret); err != nil {
+			return cli.Exit(fmt.Sprintf("--operator-webhook-secret: %v", err), 2)
+		}
+	}
+	if d := c.Duration("notify-parked-after"); d <= 0 {
+		return cli.Exit(fmt.Sprintf("--notify-parked-after must be positive, got %s", d), 2)
+	}
+	cfg.OperatorWebhook, cfg.OperatorWebhookSecret, cfg.NotifyParkedAfter = url, secret, c.Duration("notify-parked-after")
+	return nil
 }
 
 // isBaseURL accepts http://HOST[:PORT] and https://HOST[:PORT].

@@ -44,7 +44,7 @@ Example:
 			&cli.StringFlag{Name: "data-dir", Value: "./data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for streams, control-plane state and the archive"},
 			&cli.StringFlag{Name: "limits", EnvVars: []string{"RIVORA_LIMITS"}, Usage: "reviewed limits `FILE` (YAML), reloaded when it changes"},
 			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores); fixed for a data dir"},
-		}, agentFlags()...),
+		}, append(agentFlags(), operatorFlags()...)...),
 		Action: runDev,
 	}
 }
@@ -160,11 +160,16 @@ func runDev(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	cp, err := controlplane.New(controlplane.Config{
+	cfg := controlplane.Config{
 		StateDir:   filepath.Join(dataDir, "controlplane"),
 		LimitsPath: c.String("limits"),
 		Partitions: c.Int("partitions"),
-	}, log.With("component", "controlplane"))
+	}
+	if err := operatorConfig(c, &cfg); err != nil {
+		ln.Close()
+		return err
+	}
+	cp, err := controlplane.New(cfg, log.With("component", "controlplane"))
 	if err != nil {
 		ln.Close()
 		return err

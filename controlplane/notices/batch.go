@@ -9,15 +9,21 @@ import (
 // DefaultBatchEvery spaces deadletter.created notices of one destination.
 const DefaultBatchEvery = time.Minute
 
+// DefaultGather is how long a batch gathers after its first dead letter:
+// a burst (a partner refusing a run of events) makes one notice.
+const DefaultGather = 5 * time.Second
+
 // Batcher gathers dead letters per destination into deadletter.created
-// notices, at most one per destination per Every. Not safe for concurrent
-// use: the control plane's notifier owns it.
+// notices, at most one per destination per Every, each sent Gather after
+// its first dead letter at the earliest. Not safe for concurrent use: the
+// control plane's notifier owns it.
 //
 // Invariants: a batch's count is the number of distinct dead letters
 // added since its last notice; its ids are the first MaxEventIDs of them;
 // lastSent only moves forward, by at least Every.
 type Batcher struct {
 	Every   time.Duration
+	Gather  time.Duration
 	batches map[string]*batch
 }
 
@@ -25,24 +31,25 @@ type batch struct {
 	lastSent time.Time // zero: never sent
 	count    int
 	ids      []string
-	first    time.Time // dead_at of the first dead letter of the batch
+	first    time.Time // when the batch's first dead letter was added
 }
 
 // NewBatcher returns a Batcher that notifies a destination at most once
-// per every.
-func NewBatcher(every time.Duration) *Batcher {
-	return &Batcher{Every: every, batches: make(map[string]*batch)}
+// per every, gathering a batch for gather.
+func NewBatcher(every, gather time.Duration) *Batcher {
+	return &Batcher{Every: every, Gather: gather, batches: make(map[string]*batch)}
 }
 
-// Add counts one dead letter of a destination (the caller adds each once).
-func (b *Batcher) Add(destination, eventID string, deadAt time.Time) {
+// Add counts one dead letter of a destination, seen at now (the caller
+// adds each once).
+func (b *Batcher) Add(destination, eventID string, now time.Time) {
 	bt := b.batches[destination]
 	if bt == nil {
 		bt = &batch{}
 		b.batches[destination] = bt
 	}
 	if bt.count == 0 {
-		bt.first = deadAt
+		bt.first = now
 	}
 	bt.count++
 	if len(bt.ids) < MaxEventIDs {
@@ -51,7 +58,8 @@ func (b *Batcher) Add(destination, eventID string, deadAt time.Time) {
 }
 
 // Due returns the notices that may go at now: each destination with dead
-// letters whose last notice is at least Every old (or that had none).
+// letters gathered for Gather whose last notice is at least Every old (or
+// that had none).
 func (b *Batcher) Due(now time.Time) []Notice {
 	var out []Notice
 	for d, bt := range b.batches {
@@ -61,7 +69,7 @@ func (b *Batcher) Due(now time.Time) []Notice {
 			}
 			continue
 		}
-		if !bt.lastSent.IsZero() && now.Sub(bt.lastSent) < b.Every {
+		if now.Sub(bt.first) < b.Gather || (!bt.lastSent.IsZero() && now.Sub(bt.lastSent) < b.Every) {
 			continue
 		}
 		out = append(out, deadLetterNotice(d, bt, now))

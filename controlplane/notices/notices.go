@@ -17,7 +17,7 @@
 //   - deadletter.created: per destination, at most one notice per
 //     Batcher.Every, carrying the count since the last notice and up to
 //     MaxEventIDs event ids; the first dead letter after a quiet period is
-//     notified at once.
+//     notified Batcher.Gather later, with the ones that came meanwhile.
 package notices
 
 import (

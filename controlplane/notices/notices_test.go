@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,8 +99,22 @@ func TestEpisodesModel(t *testing.T) {
 	}
 }
 
+func TestBatcherGathersABurst(t *testing.T) {
+	b := notices.NewBatcher(time.Minute, 5*time.Second)
+	for i := range 4 {
+		b.Add("orders", fmt.Sprintf("e%d", i), t0.Add(time.Duration(i)*time.Second))
+		if n := b.Due(t0.Add(time.Duration(i) * time.Second)); len(n) != 0 {
+			t.Fatalf("notice %+v %ds into the gathering", n, i)
+		}
+	}
+	n := b.Due(t0.Add(5 * time.Second))
+	if len(n) != 1 || n[0].Count != 4 || strings.Join(n[0].EventIDs, ",") != "e0,e1,e2,e3" {
+		t.Fatalf("after gathering: %+v, want one notice of 4", n)
+	}
+}
+
 func TestBatcherAtMostOncePerMinute(t *testing.T) {
-	b := notices.NewBatcher(time.Minute)
+	b := notices.NewBatcher(time.Minute, 0)
 	b.Add("orders", "e0", t0)
 	first := b.Due(t0)
 	if len(first) != 1 || first[0].Count != 1 || len(first[0].EventIDs) != 1 || first[0].EventIDs[0] != "e0" {
@@ -144,7 +159,7 @@ func TestBatcherAtMostOncePerMinute(t *testing.T) {
 // that notices are a minute apart and their counts add up.
 func TestBatcherModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	b := notices.NewBatcher(time.Minute)
+	b := notices.NewBatcher(time.Minute, 5*time.Second)
 	added := map[string]int{}
 	notified := map[string]int{}
 	last := map[string]time.Time{}
@@ -169,6 +184,9 @@ func TestBatcherModel(t *testing.T) {
 	}
 	for _, n := range b.Due(now.Add(time.Minute)) {
 		notified[n.DestinationID] += n.Count
+	}
+	if len(b.Due(now.Add(2*time.Minute))) != 0 {
+		t.Error("notices with nothing added")
 	}
 	for d, n := range added {
 		if notified[d] != n {
@@ -201,7 +219,7 @@ func TestPayloadShape(t *testing.T) {
 	if msg, _ := got["message"].(string); msg == "" {
 		t.Errorf("no message: %s", body)
 	}
-	b := notices.NewBatcher(time.Minute)
+	b := notices.NewBatcher(time.Minute, 0)
 	b.Add("orders", "01J-x", since)
 	dl := b.Due(since)[0]
 	body, _ = dl.Payload()

@@ -35,6 +35,8 @@ type Options struct {
 	Name string
 	// Workers is the agent's delivery worker count (default 4).
 	Workers int
+	// ControlPlane, when set, adjusts the control plane's config.
+	ControlPlane func(*controlplane.Config)
 }
 
 // Dev is `rivora dev` in process: a control plane with its state under
@@ -47,6 +49,7 @@ type Dev struct {
 	Name   string
 	URL    string
 	Agent  *agent.Agent // nil with NoAgent
+	CP     *controlplane.ControlPlane
 	Admin  rivorav1connect.AdminServiceClient
 	Ingest rivorav1connect.IngestServiceClient
 	Events rivorav1connect.EventServiceClient
@@ -71,11 +74,16 @@ func StartDev(t testing.TB, dir string, opts Options) *Dev {
 	mux := http.NewServeMux()
 	d := &Dev{T: t, Dir: dir, Name: opts.Name, srv: httptest.NewServer(mux), done: make(chan error, 2)}
 	d.URL = d.srv.URL
-	cp, err := controlplane.New(controlplane.Config{StateDir: filepath.Join(dir, "controlplane"), Partitions: 4}, log.With("component", "controlplane"))
+	cfg := controlplane.Config{StateDir: filepath.Join(dir, "controlplane"), Partitions: 4}
+	if opts.ControlPlane != nil {
+		opts.ControlPlane(&cfg)
+	}
+	cp, err := controlplane.New(cfg, log.With("component", "controlplane"))
 	if err != nil {
 		d.srv.Close()
 		t.Fatalf("controlplane.New: %v", err)
 	}
+	d.CP = cp
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	if !opts.NoAgent {

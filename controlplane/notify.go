@@ -1,0 +1,440 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/controlplane/notices"
+	"github.com/rivora/rivora/internal/backoff"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/sdk/webhook"
+)
+
+// Operator notices (--operator-webhook). The notifier derives them from
+// what the control plane already knows — agents' destination health
+// (parked, recovered), the dead-letter archive (dead letters), and its own
+// changes (an expired override, a destination disabled by Rivora) — and
+// publishes each through an agent's ingest to the reserved destination
+// notices.DestinationID. From there a notice is an event like any other:
+// stored in JetStream before it counts as sent, signed, retried, ordered
+// per destination it is about, and paced by the reserved destination's own
+// budget, so a notice never waits for, or delays, the destination it is
+// about.
+//
+// At-least-once across a restart: a notice accepted by ingest is durable.
+// Before that it is only in the notifier's queue, so every trigger is
+// re-derived when the notifier starts: the audit log (override expiries,
+// disabled destinations) and the archive (dead letters) are scanned back
+// noticeLookback, and health is polled afresh. Re-derived notices carry
+// the same idempotency key where the trigger is the same (a config
+// version), so within the dedup window they are stored once; beyond it,
+// or for dead-letter batches, an operator may get a notice twice.
+
+const (
+	// noticePoll is how often the leader polls agents' health.
+	noticePoll = time.Second
+	// deadLetterPoll is how often it reads new dead letters from the
+	// archive.
+	deadLetterPoll = 2 * time.Second
+	// noticeLookback is how far back a starting notifier re-derives
+	// notices from the audit log and the archive.
+	noticeLookback = 10 * time.Minute
+	// archiveSlack re-reads dead letters this far behind the newest one
+	// seen: another agent may archive one that died earlier, later.
+	archiveSlack = 2 * time.Minute
+	// maxQueuedNotices bounds the notices waiting for ingest.
+	maxQueuedNotices = 10000
+	// operatorMaxAttempts lets the reserved destination's window, not its
+	// attempts, bound how long a notice is retried.
+	operatorMaxAttempts = 1000
+)
+
+// notifier owns operator notices: the episode and batch state that decides
+// them (notices.Episodes, notices.Batcher, touched only by its poll loop)
+// and the queue of notices not yet accepted by ingest (under mu).
+type notifier struct {
+	cp       *ControlPlane
+	url      string
+	secret   string // "" = keep the stored one, or generate one
+	episodes *notices.Episodes
+	batcher  *notices.Batcher
+
+	// deadSeen holds the dead letters already counted (id@dead_at →
+	// dead_at)
+	// back to deadFloor; deadNewest is the newest dead_at seen.
+	deadSeen   map[string]time.Time
+	deadFloor  time.Time
+	deadNewest time.Time
+
+	mu    sync.Mutex
+	queue []notices.Notice
+	wake  chan struct{}
+}
+
+func newNotifier(cp *ControlPlane, url, secret string, parkedAfter time.Duration) *notifier {
+	if parkedAfter <= 0 {
+		parkedAfter = notices.DefaultParkedAfter
+	}
+	return &notifier{
+		cp: cp, url: url, secret: secret,
+		episodes: notices.NewEpisodes(parkedAfter), batcher: notices.NewBatcher(notices.DefaultBatchEvery, notices.DefaultGather),
+		deadSeen: make(map[string]time.Time), wake: make(chan struct{}, 1),
+	}
+}
+
+// destinationDisabled notices a destination Rivora disabled (a partner
+// that answered 410 Gone) by the config change version. Safe on a nil
+// notifier (no --operator-webhook).
+func (n *notifier) destinationDisabled(id, reason string, version uint64, at time.Time) {
+	if n != nil {
+		n.enqueue(notices.Disabled(id, reason, version, at))
+	}
+}
+
+// overrideExpired notices an expired override, removed by version.
+func (n *notifier) overrideExpired(id string, version uint64, at time.Time) {
+	if n != nil {
+		n.enqueue(notices.Expired(id, version, at))
+	}
+}
+
+func (n *notifier) enqueue(ns ...notices.Notice) {
+	if len(ns) == 0 {
+		return
+	}
+	n.mu.Lock()
+	n.queue = append(n.queue, ns...)
+	if drop := len(n.queue) - maxQueuedNotices; drop > 0 {
+		n.cp.log.Error("operator notices dropped: ingest has not accepted any for a while", "dropped", drop)
+		n.queue = n.queue[drop:]
+	}
+	n.mu.Unlock()
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (n *notifier) head() (notices.Notice, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.queue) == 0 {
+		return notices.Notice{}, false
+	}
+	return n.queue[0], true
+}
+
+func (n *notifier) pop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.queue = n.queue[1:]
+}
+
+// run polls while this control plane leads and publishes what it
+// decides, until ctx ends.
+func (n *notifier) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { n.publishLoop(ctx) })
+	t := time.NewTicker(noticePoll)
+	defer t.Stop()
+	started := false
+	var lastDead time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n.cp.leaderOnly() != nil {
+			started = false // a new term re-derives: the last leader's queue died with it
+			continue
+		}
+		if !started {
+			if err := n.start(); err != nil {
+				n.cp.log.Error("operator webhook: set up the reserved destination; retrying", "destination", notices.DestinationID, "error", err)
+				continue
+			}
+			started = true
+		}
+		n.pollHealth(ctx)
+		if now := n.cp.now(); now.Sub(lastDead) >= deadLetterPoll {
+			lastDead = now
+			n.pollDeadLetters(ctx)
+		}
+		n.enqueue(n.batcher.Due(n.cp.now())...)
+	}
+}
+
+// start sets up the reserved destination and re-derives the notices a
+// previous run may not have handed to ingest.
+func (n *notifier) start() error {
+	if err := n.cp.ensureOperatorDestination(n.url, n.secret); err != nil {
+		return err
+	}
+	now := n.cp.now()
+	n.deadFloor, n.deadNewest = now.Add(-noticeLookback), time.Time{}
+	clear(n.deadSeen)
+	n.rederiveFromAudit(now.Add(-noticeLookback))
+	return nil
+}
+
+// rederiveFromAudit queues the notices of audited changes since since.
+func (n *notifier) rederiveFromAudit(since time.Time) {
+	entries, err := n.cp.audit.List(1000, "")
+	if err != nil {
+		n.cp.log.Warn("operator notices: read the audit log to re-derive notices", "error", err)
+		return
+	}
+	for _, e := range entries {
+		if e.GetAt().AsTime().Before(since) || e.GetDestinationId() == notices.DestinationID {
+			continue
+		}
+		switch {
+		case e.GetAction() == "limits.expire":
+			n.overrideExpired(e.GetDestinationId(), e.GetVersion(), e.GetAt().AsTime())
+		case e.GetAction() == "destination.pause" && e.GetAuthor() == rivoraAuthor:
+			n.destinationDisabled(e.GetDestinationId(), e.GetReason(), e.GetVersion(), e.GetAt().AsTime())
+		}
+	}
+}
+
+// rivoraAuthor is the author of changes Rivora makes by itself.
+const rivoraAuthor = "rivora"
+
+// pollHealth feeds every destination's parked state (parked on any agent)
+// to the episodes. A round where an agent did not answer is skipped: it
+// says nothing about recovery.
+func (n *notifier) pollHealth(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	health, err := n.cp.agents.health(ctx, "")
+	if err != nil {
+		return
+	}
+	type parked struct {
+		since time.Time
+		cause string
+	}
+	park := make(map[string]parked)
+	for _, h := range health {
+		if h.GetState() != "parked" {
+			continue
+		}
+		p := parked{}
+		if tr := h.GetLastTransition(); tr.GetTo() == "parked" {
+			p = parked{since: tr.GetAt().AsTime(), cause: tr.GetCause()}
+		}
+		if q, ok := park[h.GetDestinationId()]; ok && (p.since.IsZero() || (!q.since.IsZero() && q.since.Before(p.since))) {
+			p = q
+		}
+		park[h.GetDestinationId()] = p
+	}
+	now := n.cp.now()
+	_, dests := n.cp.store.Snapshot()
+	known := make(map[string]bool, len(dests))
+	for _, d := range dests {
+		if d.GetId() == notices.DestinationID {
+			continue
+		}
+		known[d.GetId()] = true
+		p, isParked := park[d.GetId()]
+		if nt, ok := n.episodes.Observe(d.GetId(), isParked, p.since, p.cause, now); ok {
+			n.enqueue(nt)
+		}
+	}
+	for _, id := range n.episodes.Tracked() {
+		if !known[id] {
+			n.episodes.Forget(id)
+		}
+	}
+}
+
+// pollDeadLetters counts the dead letters archived since the last poll
+// into the batcher. It re-reads archiveSlack behind the newest seen, and
+// skips the ones it counted already.
+func (n *notifier) pollDeadLetters(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	since := n.deadFloor
+	if s := n.deadNewest.Add(-archiveSlack); s.After(since) {
+		since = s
+	}
+	for page := 0; page < 10; page++ {
+		dls, truncated, err := n.cp.agents.deadLetters(ctx, since)
+		if err != nil {
+			return
+		}
+		for _, dl := range dls {
+			n.countDead(dl)
+			if at := dl.GetDeadAt().AsTime(); at.After(since) {
+				since = at
+			}
+		}
+		if !truncated {
+			break
+		}
+	}
+	for id, at := range n.deadSeen {
+		if at.Before(n.deadNewest.Add(-archiveSlack)) {
+			delete(n.deadSeen, id)
+		}
+	}
+}
+
+func (n *notifier) countDead(dl *rivorav1.DeadLetter) {
+	id, dest, at := dl.GetEvent().GetEventId(), dl.GetEvent().GetDestinationId(), dl.GetDeadAt().AsTime()
+	seenKey := fmt.Sprintf("%s@%d", id, at.UnixNano()) // a replayed event may die again
+	if _, seen := n.deadSeen[seenKey]; seen || dest == notices.DestinationID || at.Before(n.deadFloor) {
+		return
+	}
+	n.deadSeen[seenKey] = at
+	if at.After(n.deadNewest) {
+		n.deadNewest = at
+	}
+	n.batcher.Add(dest, id, n.cp.now())
+}
+
+// publishLoop hands queued notices to ingest, oldest first, retrying
+// while no agent takes them.
+func (n *notifier) publishLoop(ctx context.Context) {
+	retry := backoff.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second}
+	failing := false
+	for ctx.Err() == nil {
+		nt, ok := n.head()
+		if !ok {
+			select {
+			case <-ctx.Done():
+			case <-n.wake:
+			}
+			continue
+		}
+		id, dup, err := n.publish(ctx, nt)
+		if err != nil {
+			if !failing && ctx.Err() == nil {
+				n.cp.log.Warn("operator notice not accepted yet; retrying", "type", nt.Type, "destination", nt.DestinationID, "error", err)
+			}
+			failing = true
+			backoff.Sleep(ctx, retry.Next())
+			continue
+		}
+		failing = false
+		retry.Reset()
+		n.pop()
+		n.cp.log.Info("operator notice accepted", "type", nt.Type, "destination", nt.DestinationID, "event_id", id, "duplicate", dup)
+	}
+}
+
+// publish offers a notice to each healthy agent's ingest until one
+// accepts it.
+func (n *notifier) publish(ctx context.Context, nt notices.Notice) (string, bool, error) {
+	body, err := nt.Payload()
+	if err != nil {
+		return "", false, err
+	}
+	req := &rivorav1.PublishRequest{
+		DestinationId: notices.DestinationID, CustomerId: notices.Customer, LaneKey: nt.DestinationID,
+		Type: nt.Type, Payload: body, ContentType: "application/json", IdempotencyKey: nt.Key,
+	}
+	agents := n.cp.agents.connected()
+	if len(agents) == 0 {
+		return "", false, errNoAgents
+	}
+	var errs []error
+	for _, a := range agents {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := rivorav1connect.NewIngestServiceClient(n.cp.agents.http, a.address).Publish(cctx, connect.NewRequest(req))
+		cancel()
+		if err == nil {
+			return resp.Msg.GetEventId(), resp.Msg.GetDuplicate(), nil
+		}
+		errs = append(errs, fmt.Errorf("agent %s: %w", a.name, err))
+	}
+	return "", false, errors.Join(errs...)
+}
+
+// deadLetters lists the dead letters that died at or after since, from
+// every connected agent's archive (agents may share one: the caller
+// dedupes), oldest first per agent; truncated: some agent had more.
+func (r *agentRegistry) deadLetters(ctx context.Context, since time.Time) ([]*rivorav1.DeadLetter, bool, error) {
+	truncated := false
+	var mu sync.Mutex
+	answers, err := askAll(r, func(a *agentState) ([]*rivorav1.DeadLetter, error) {
+		resp, err := rivorav1connect.NewArchiveServiceClient(r.http, a.address).ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{
+			Filter: &rivorav1.DeadLetterFilter{Since: timestamppb.New(since)}, Limit: 1000,
+		}))
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		truncated = truncated || resp.Msg.GetTruncated()
+		mu.Unlock()
+		return resp.Msg.GetDeadLetters(), nil
+	})
+	var all []*rivorav1.DeadLetter
+	for _, dls := range answers {
+		all = append(all, dls...)
+	}
+	return all, truncated, err
+}
+
+// ensureOperatorDestination creates or updates the reserved destination
+// from --operator-webhook and --operator-webhook-secret. A secret it
+// generates is logged once, here; later runs keep the stored one.
+func (cp *ControlPlane) ensureOperatorDestination(url, secret string) error {
+	id := notices.DestinationID
+	d, ok := cp.store.Get(id)
+	if !ok {
+		generated := secret == ""
+		if generated {
+			var err error
+			if secret, err = webhook.NewSecret(); err != nil {
+				return err
+			}
+		}
+		now := timestamppb.New(cp.now())
+		nd := &rivorav1.Destination{
+			Id: id, Url: url, Secret: secret, Configured: &rivorav1.Limits{MaxAttempts: operatorMaxAttempts},
+			CreatedAt: now, UpdatedAt: now, PriorityClass: rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL,
+		}
+		if _, err := cp.change("destination.create", id, rivoraAuthor, "operator webhook", func(all map[string]*rivorav1.Destination) (string, error) {
+			all[id] = nd
+			return "operator notices to " + url, nil
+		}); err != nil {
+			return err
+		}
+		if generated {
+			cp.log.Info("operator webhook secret generated (shown once; verify notices with it, or set --operator-webhook-secret)", "destination", id, "url", url, "secret", secret)
+		}
+		return nil
+	}
+	if d.GetUrl() == url && (secret == "" || secret == d.GetSecret()) {
+		return nil
+	}
+	_, _, err := cp.changeDestination("destination.update", id, rivoraAuthor, "operator webhook", func(d *rivorav1.Destination) (string, error) {
+		detail := "url " + url
+		d.Url = url
+		if secret != "" && secret != d.Secret {
+			d.Secret = secret
+			detail += ", secret rotated"
+		}
+		d.UpdatedAt = timestamppb.New(cp.now())
+		return detail, nil
+	})
+	return err
+}
+
+// reserved refuses user changes to the reserved destination.
+func reserved(id string) error {
+	if id != notices.DestinationID {
+		return nil
+	}
+	return errorf(ErrInvalid, "destination id %q is reserved for operator notices; rivora controlplane --operator-webhook URL sets it", id)
+}
