@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -31,11 +32,13 @@ import (
 // At-least-once across a restart: a notice accepted by ingest is durable.
 // Before that it is only in the notifier's queue, so every trigger is
 // re-derived when the notifier starts: the audit log (override expiries,
-// disabled destinations) and the archive (dead letters) are scanned back
-// noticeLookback, and health is polled afresh. Re-derived notices carry
-// the same idempotency key where the trigger is the same (a config
-// version), so within the dedup window they are stored once; beyond it,
-// or for dead-letter batches, an operator may get a notice twice.
+// disabled destinations) is scanned back noticeLookback; the archive
+// (dead letters) too, after each destination's notice mark (the newest
+// dead letter an accepted notice covered, noticemarks.go); health is
+// polled afresh (a parked episode is keyed by the agent's transition
+// time). Re-derived notices carry the same idempotency key where the
+// trigger is the same, so within the dedup window they are stored once;
+// beyond it an operator may get a notice twice.
 
 const (
 	// noticePoll is how often the leader polls agents' health.
@@ -72,10 +75,16 @@ type notifier struct {
 	deadSeen   map[string]time.Time
 	deadFloor  time.Time
 	deadNewest time.Time
+	// marks persists notice marks; loaded holds them as of start: dead
+	// letters up to a destination's loaded mark were notified before.
+	marks  noticeMarks
+	loaded map[string]time.Time
 
 	mu    sync.Mutex
 	queue []notices.Notice
-	wake  chan struct{}
+	// marked is the notice marks, advanced as notices are accepted.
+	marked map[string]time.Time
+	wake   chan struct{}
 }
 
 func newNotifier(cp *ControlPlane, url, secret string, parkedAfter time.Duration) *notifier {
@@ -85,7 +94,7 @@ func newNotifier(cp *ControlPlane, url, secret string, parkedAfter time.Duration
 	return &notifier{
 		cp: cp, url: url, secret: secret,
 		episodes: notices.NewEpisodes(parkedAfter), batcher: notices.NewBatcher(notices.DefaultBatchEvery, notices.DefaultGather),
-		deadSeen: make(map[string]time.Time), wake: make(chan struct{}, 1),
+		deadSeen: make(map[string]time.Time), marks: newNoticeMarks(cp), marked: map[string]time.Time{}, wake: make(chan struct{}, 1),
 	}
 }
 
@@ -179,6 +188,14 @@ func (n *notifier) start() error {
 	if err := n.cp.ensureOperatorDestination(n.url, n.secret); err != nil {
 		return err
 	}
+	marked, err := n.marks.load()
+	if err != nil {
+		return fmt.Errorf("operator notice marks: %w", err)
+	}
+	n.loaded = marked
+	n.mu.Lock()
+	n.marked = maps.Clone(marked)
+	n.mu.Unlock()
 	now := n.cp.now()
 	n.deadFloor, n.deadNewest = now.Add(-noticeLookback), time.Time{}
 	clear(n.deadSeen)
@@ -299,7 +316,29 @@ func (n *notifier) countDead(dl *rivorav1.DeadLetter) {
 	if at.After(n.deadNewest) {
 		n.deadNewest = at
 	}
-	n.batcher.Add(dest, id, n.cp.now())
+	if !at.After(n.loaded[dest]) {
+		return // an accepted notice covered it before this start
+	}
+	n.batcher.Add(dest, id, at, n.cp.now())
+}
+
+// advance moves a destination's notice mark once ingest accepted a
+// deadletter.created notice, and saves the marks.
+func (n *notifier) advance(nt notices.Notice) {
+	if nt.Type != notices.DeadLetterCreated {
+		return
+	}
+	n.mu.Lock()
+	if !nt.Through.After(n.marked[nt.DestinationID]) {
+		n.mu.Unlock()
+		return
+	}
+	n.marked[nt.DestinationID] = nt.Through
+	marks := maps.Clone(n.marked)
+	n.mu.Unlock()
+	if err := n.marks.save(marks); err != nil {
+		n.cp.log.Warn("save operator notice marks (a restart may repeat a deadletter.created notice)", "error", err)
+	}
 }
 
 // publishLoop hands queued notices to ingest, oldest first, retrying
@@ -328,6 +367,7 @@ func (n *notifier) publishLoop(ctx context.Context) {
 		failing = false
 		retry.Reset()
 		n.pop()
+		n.advance(nt)
 		n.cp.log.Info("operator notice accepted", "type", nt.Type, "destination", nt.DestinationID, "event_id", id, "duplicate", dup)
 	}
 }

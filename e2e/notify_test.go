@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -187,6 +188,15 @@ func TestOperatorWebhook(t *testing.T) {
 	op.setStatus(http.StatusOK)
 	d.Restart()
 	eventually.True(t, "the stored destination.parked delivered after the restart", 60*time.Second, func() bool { return len(op.accepted("destination.parked", "flaky")) == 2 })
+
+	// The restart re-reads the archive after the last notified dead
+	// letter: a new one makes a notice of its own, not a repeat of the
+	// five already notified.
+	late := publishOne(t, d, "broken")
+	eventually.True(t, "deadletter.created after the restart", 30*time.Second, func() bool { return len(op.accepted("deadletter.created", "broken")) > 1 })
+	if all := op.accepted("deadletter.created", "broken"); len(all) != 2 || all[1]["count"] != 1.0 || fmt.Sprint(all[1]["eventIds"]) != "["+late+"]" {
+		t.Errorf("deadletter notices after the restart %v, want one more with only %s", all, late)
+	}
 
 	log, _ := os.ReadFile(d.LogPath)
 	if n := strings.Count(string(log), secret); n != 1 {

@@ -32,6 +32,7 @@ type batch struct {
 	count    int
 	ids      []string
 	first    time.Time // when the batch's first dead letter was added
+	through  time.Time // the newest dead_at in the batch
 }
 
 // NewBatcher returns a Batcher that notifies a destination at most once
@@ -40,9 +41,9 @@ func NewBatcher(every, gather time.Duration) *Batcher {
 	return &Batcher{Every: every, Gather: gather, batches: make(map[string]*batch)}
 }
 
-// Add counts one dead letter of a destination, seen at now (the caller
-// adds each once).
-func (b *Batcher) Add(destination, eventID string, now time.Time) {
+// Add counts one dead letter of a destination that died at deadAt, seen
+// at now (the caller adds each once).
+func (b *Batcher) Add(destination, eventID string, deadAt, now time.Time) {
 	bt := b.batches[destination]
 	if bt == nil {
 		bt = &batch{}
@@ -52,6 +53,9 @@ func (b *Batcher) Add(destination, eventID string, now time.Time) {
 		bt.first = now
 	}
 	bt.count++
+	if deadAt.After(bt.through) {
+		bt.through = deadAt
+	}
 	if len(bt.ids) < MaxEventIDs {
 		bt.ids = append(bt.ids, eventID)
 	}
@@ -73,7 +77,7 @@ func (b *Batcher) Due(now time.Time) []Notice {
 			continue
 		}
 		out = append(out, deadLetterNotice(d, bt, now))
-		bt.lastSent, bt.count, bt.ids = now, 0, nil
+		bt.lastSent, bt.count, bt.ids, bt.through = now, 0, nil, time.Time{}
 	}
 	return out
 }
@@ -91,6 +95,6 @@ func deadLetterNotice(destination string, bt *batch, now time.Time) Notice {
 		what, destination, ids, destination, destination)
 	return Notice{
 		Type: DeadLetterCreated, DestinationID: destination, At: now, Count: bt.count, EventIDs: bt.ids, Message: msg,
-		Key: key(DeadLetterCreated, destination, bt.first.UnixMilli(), bt.count),
+		Key: key(DeadLetterCreated, destination, bt.through.UnixNano(), bt.count), Through: bt.through,
 	}
 }

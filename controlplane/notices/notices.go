@@ -64,6 +64,8 @@ type Notice struct {
 	// the event's idempotency key, so a notice derived twice is stored
 	// once within the dedup window).
 	Key string `json:"-"`
+	// Through is, for deadletter.created, the newest dead_at it covers.
+	Through time.Time `json:"-"`
 }
 
 // Payload is the notice's webhook body (JSON, times in RFC 3339).

@@ -102,7 +102,7 @@ func TestEpisodesModel(t *testing.T) {
 func TestBatcherGathersABurst(t *testing.T) {
 	b := notices.NewBatcher(time.Minute, 5*time.Second)
 	for i := range 4 {
-		b.Add("orders", fmt.Sprintf("e%d", i), t0.Add(time.Duration(i)*time.Second))
+		b.Add("orders", fmt.Sprintf("e%d", i), t0, t0.Add(time.Duration(i)*time.Second))
 		if n := b.Due(t0.Add(time.Duration(i) * time.Second)); len(n) != 0 {
 			t.Fatalf("notice %+v %ds into the gathering", n, i)
 		}
@@ -115,15 +115,15 @@ func TestBatcherGathersABurst(t *testing.T) {
 
 func TestBatcherAtMostOncePerMinute(t *testing.T) {
 	b := notices.NewBatcher(time.Minute, 0)
-	b.Add("orders", "e0", t0)
+	b.Add("orders", "e0", t0, t0)
 	first := b.Due(t0)
 	if len(first) != 1 || first[0].Count != 1 || len(first[0].EventIDs) != 1 || first[0].EventIDs[0] != "e0" {
 		t.Fatalf("first dead letter after a quiet period: %+v, want it notified at once", first)
 	}
 	for i := 1; i <= 25; i++ {
 		at := t0.Add(time.Duration(i) * 2 * time.Second)
-		b.Add("orders", fmt.Sprintf("e%d", i), at)
-		b.Add("billing", fmt.Sprintf("b%d", i), at)
+		b.Add("orders", fmt.Sprintf("e%d", i), at, at)
+		b.Add("billing", fmt.Sprintf("b%d", i), at, at)
 		for _, n := range b.Due(at) {
 			if n.DestinationID == "orders" {
 				t.Fatalf("orders notified again %s after the last notice: %+v", at.Sub(t0), n)
@@ -140,7 +140,7 @@ func TestBatcherAtMostOncePerMinute(t *testing.T) {
 			orders = &due[i]
 		}
 	}
-	if orders == nil || orders.Count != 25 || len(orders.EventIDs) != notices.MaxEventIDs || orders.EventIDs[0] != "e1" {
+	if orders == nil || orders.Count != 25 || len(orders.EventIDs) != notices.MaxEventIDs || orders.EventIDs[0] != "e1" || !orders.Through.Equal(t0.Add(50*time.Second)) {
 		t.Fatalf("a minute on: %+v, want orders with count 25 and the first 10 ids", orders)
 	}
 	for _, n := range b.Due(t0.Add(2 * time.Minute)) {
@@ -149,7 +149,7 @@ func TestBatcherAtMostOncePerMinute(t *testing.T) {
 		}
 	}
 	// Quiet for a full period: the next dead letter goes at once.
-	b.Add("orders", "late", t0.Add(3*time.Minute))
+	b.Add("orders", "late", t0.Add(3*time.Minute), t0.Add(3*time.Minute))
 	if n := b.Due(t0.Add(3 * time.Minute)); len(n) != 1 || n[0].Count != 1 {
 		t.Fatalf("after a quiet minute: %+v", n)
 	}
@@ -168,7 +168,7 @@ func TestBatcherModel(t *testing.T) {
 		now = now.Add(time.Duration(r.IntN(3000)) * time.Millisecond)
 		for range r.IntN(5) {
 			d := fmt.Sprintf("d%d", r.IntN(3))
-			b.Add(d, fmt.Sprintf("%s-%d", d, added[d]), now)
+			b.Add(d, fmt.Sprintf("%s-%d", d, added[d]), now, now)
 			added[d]++
 		}
 		for _, n := range b.Due(now) {
@@ -220,7 +220,7 @@ func TestPayloadShape(t *testing.T) {
 		t.Errorf("no message: %s", body)
 	}
 	b := notices.NewBatcher(time.Minute, 0)
-	b.Add("orders", "01J-x", since)
+	b.Add("orders", "01J-x", since, since)
 	dl := b.Due(since)[0]
 	body, _ = dl.Payload()
 	got = nil
