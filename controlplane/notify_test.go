@@ -88,6 +88,8 @@ func TestOperatorNotices(t *testing.T) {
 	wantCode(t, "create the reserved destination", err, connect.CodeInvalidArgument, notices.DestinationID, "--operator-webhook")
 	_, err = d.Admin.DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: notices.DestinationID}))
 	wantCode(t, "delete the reserved destination", err, connect.CodeInvalidArgument, "reserved")
+	_, err = d.Admin.UpdateDestination(ctx, connect.NewRequest(&rivorav1.UpdateDestinationRequest{Id: notices.DestinationID, Url: proto.String(sink(t).URL)}))
+	wantCode(t, "update the reserved destination", err, connect.CodeInvalidArgument, "reserved")
 
 	// Dead letters: a partner answering 500, one attempt each → one
 	// batched notice with the count and the ids.

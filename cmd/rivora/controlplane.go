@@ -34,6 +34,12 @@ and one of them takes over (reloading the state from Consul) when the leader
 stops or loses its Consul session (10s TTL, 1s lock-delay). Give each control
 plane the same --limits file.
 
+With --operator-webhook URL, the leader sends the operator signed notices
+(destination.parked, destination.recovered, destination.disabled,
+deadletter.created, override.expired) through the agents' ingest to the
+reserved destination rivora-operator, so they are stored, retried and
+delivered like any event.
+
 Examples:
    rivora controlplane --listen 127.0.0.1:7300 --limits limits.yaml --state-dir ./cp
    rivora agent --name a1 --listen 127.0.0.1:7400 --controlplane http://127.0.0.1:7300 --data-dir ./a1

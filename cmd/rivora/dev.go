@@ -156,17 +156,16 @@ func runDev(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ln, url, err := listen(c.String("listen"))
-	if err != nil {
-		return err
-	}
 	cfg := controlplane.Config{
 		StateDir:   filepath.Join(dataDir, "controlplane"),
 		LimitsPath: c.String("limits"),
 		Partitions: c.Int("partitions"),
 	}
 	if err := operatorConfig(c, &cfg); err != nil {
-		ln.Close()
+		return err
+	}
+	ln, url, err := listen(c.String("listen"))
+	if err != nil {
 		return err
 	}
 	cp, err := controlplane.New(cfg, log.With("component", "controlplane"))
