@@ -453,7 +453,7 @@ Example:
 func (e *env) destinationsResume() *ucli.Command {
 	return &ucli.Command{
 		Name:      "resume",
-		Usage:     "let a paused destination drain, oldest first per lane, through its budget",
+		Usage:     "let a paused or disabled destination drain, oldest first per lane, through its budget",
 		ArgsUsage: "ID",
 		UsageText: "rivoractl destinations resume ID [--wait]",
 		Description: `Resumes delivery to destination ID, paused by an operator or disabled by
