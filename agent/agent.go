@@ -119,6 +119,8 @@ type Agent struct {
 	// for them before it closes the locker.
 	running sync.WaitGroup
 	applied atomic.Uint64
+	// gone holds the destinations stopped here after a 410 (gone.go).
+	gone *goneHolds
 	// controlPlaneIndex picks the followed control plane among several.
 	controlPlaneIndex atomic.Uint32
 }
@@ -142,6 +144,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	a := &Agent{
 		cfg: cfg, log: log, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}), parts: newPartitions(),
+		gone: newGoneHolds(),
 	}
 	var err error
 	if a.nats, err = natsd.Start(natsd.Config{
@@ -234,6 +237,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	loops.Go(func() { a.lockLoop(ctx) })
 	loops.Go(func() { a.openLoop(ctx) })
 	loops.Go(func() { a.reportOwned(ctx) })
+	loops.Go(func() { a.reportGone(ctx) })
 	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.controlPlaneURL())
 	<-ctx.Done()
 	a.ready.Store(false)
@@ -320,6 +324,9 @@ func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 		return
 	}
 	res := a.sender.Send(ctx, delivery.Request{Endpoint: endpoint, Event: ev, Attempt: att.Number, Timeout: dest.Timeout})
+	if res.Gone() {
+		a.disableHere(att, ev, res)
+	}
 	part.Complete(ctx, att, ev, res)
 }
 
@@ -364,7 +371,7 @@ func (a *Agent) configure(d *destinations.Destination) {
 	a.sched.SetLimits(d.ID, p, d.Limits)
 	a.sched.SetClass(d.ID, p, d.Class)
 	a.sched.SetWeights(d.ID, p, d.Weights)
-	a.sched.SetPaused(d.ID, p, d.Paused)
+	a.gone.setPaused(a.sched, d.ID, p, d.Paused)
 }
 
 // configurePartition configures again the destinations of partition p

@@ -97,6 +97,7 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 		}
 		if msg.GetVersion() > a.applied.Load() || msg.GetSnapshot() {
 			a.applied.Store(msg.GetVersion())
+			a.releaseGone()
 			if _, err := client.ReportApplied(ctx, connect.NewRequest(&rivorav1.ReportAppliedRequest{AgentName: a.cfg.Name, Version: msg.GetVersion()})); err != nil {
 				a.log.Warn("report applied version", "version", msg.GetVersion(), "error", err)
 			}

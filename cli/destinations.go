@@ -149,8 +149,10 @@ func (e *env) destinationsList() *ucli.Command {
 		Aliases:   []string{"ls"},
 		Usage:     "list destinations and their effective limits",
 		UsageText: "rivoractl destinations list [-o json]",
-		Description: `Lists every destination. Secrets are shown by ` + "`destinations get ID`" + ` and in
-JSON output.
+		Description: `Lists every destination. STATE is active, paused (by an operator, with the
+reason given) or disabled (by Rivora: its partner answered 410 Gone; resume
+it with ` + "`destinations resume ID`" + `). Secrets are shown by ` + "`destinations get ID`" + ` and in
+JSON output (paused, disabled and pauseReason there).
 
 Example:
    rivoractl destinations list -o json | jq -r '.[].id'`,
@@ -451,11 +453,14 @@ Example:
 func (e *env) destinationsResume() *ucli.Command {
 	return &ucli.Command{
 		Name:      "resume",
-		Usage:     "let a paused destination drain, oldest first per lane, through its budget",
+		Usage:     "let a paused or disabled destination drain, oldest first per lane, through its budget",
 		ArgsUsage: "ID",
 		UsageText: "rivoractl destinations resume ID [--wait]",
-		Description: `Resumes delivery to destination ID. Its backlog drains in lane order, paced
-by its budget (no thundering herd).
+		Description: `Resumes delivery to destination ID, paused by an operator or disabled by
+Rivora after its partner answered 410 Gone (Standard Webhooks: the receiver
+wants no more webhooks; fix that first, or the next 410 disables it again).
+Its backlog drains in lane order, paced by its budget (no thundering herd);
+nothing was dead-lettered while it was disabled.
 
 Example:
    rivoractl destinations resume orders --wait`,

@@ -17,7 +17,8 @@ func (e *env) destinationsHealth() *ucli.Command {
 		ArgsUsage: "[ID]",
 		UsageText: "rivoractl destinations health [ID] [-o json]",
 		Description: `For each destination (or only ID): its state (healthy, degraded after
-throttling, parked while failing: one probe per second), configured and
+throttling, parked while failing: one probe per second; paused by an
+operator, or disabled after its partner answered 410 Gone), configured and
 current rate, tokens, attempts in flight, backlog per customer (lanes due
 now, lanes waiting for a retry, pending events), the last attempt statuses
 and the last state change with its cause.
@@ -53,7 +54,12 @@ func (e *env) showHealth(c *ucli.Context) error {
 		}
 		tw := newTable(e.out)
 		fmt.Fprintf(tw, "DESTINATION\t%s\n", h.GetDestinationId())
-		fmt.Fprintf(tw, "STATE\t%s\n", h.GetState())
+		if h.GetPaused() || h.GetDisabled() {
+			// No attempt goes out whatever the budget says.
+			fmt.Fprintf(tw, "STATE\t%s (budget %s); resume with `rivoractl destinations resume %s`\n", destinationState(h.GetPaused(), h.GetDisabled(), h.GetPauseReason()), h.GetState(), h.GetDestinationId())
+		} else {
+			fmt.Fprintf(tw, "STATE\t%s\n", h.GetState())
+		}
 		fmt.Fprintf(tw, "CLASS\t%s\n", className(h.GetPriorityClass()))
 		fmt.Fprintf(tw, "RATE\t%.4g/s of %.4g/s configured\n", h.GetCurrentRate(), h.GetConfiguredRate())
 		fmt.Fprintf(tw, "TOKENS\t%.1f\n", h.GetTokens())

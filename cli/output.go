@@ -129,6 +129,7 @@ func writeDestination(w io.Writer, d *rivorav1.Destination, pending *int64) erro
 	kv := []string{
 		"ID", d.GetId(),
 		"URL", d.GetUrl(),
+		"STATE", destinationState(d.GetPaused(), d.GetDisabled(), d.GetPauseReason()),
 		"SECRET", d.GetSecret(),
 		"RATE", orDefault(l.GetRatePerSecond()) + perSecond(l.GetRatePerSecond()),
 		"BURST", orDefault(l.GetBurst()),
@@ -156,15 +157,33 @@ func perSecond(rate float64) string {
 // are left out: `destinations get ID` shows one.
 func writeDestinations(w io.Writer, ds []*rivorav1.Destination) error {
 	t := newTable(w)
-	fmt.Fprintln(t, "ID\tURL\tRATE\tBURST\tMAX ATTEMPTS\tWINDOW\tTIMEOUT\tMAX IN FLIGHT\tCREATED")
+	fmt.Fprintln(t, "ID\tURL\tRATE\tBURST\tMAX ATTEMPTS\tWINDOW\tTIMEOUT\tMAX IN FLIGHT\tCREATED\tSTATE")
 	for _, d := range ds {
 		l := d.GetLimits()
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			d.GetId(), d.GetUrl(),
 			orDefault(l.GetRatePerSecond())+perSecond(l.GetRatePerSecond()),
 			orDefault(l.GetBurst()), orDefault(l.GetMaxAttempts()),
 			durationOrDefault(l.GetWindow()), durationOrDefault(l.GetTimeout()),
-			orDefault(l.GetMaxInFlight()), fmtTime(d.GetCreatedAt()))
+			orDefault(l.GetMaxInFlight()), fmtTime(d.GetCreatedAt()),
+			destinationState(d.GetPaused(), d.GetDisabled(), d.GetPauseReason()))
 	}
 	return t.Flush()
+}
+
+// destinationState says whether a destination is sending: "active",
+// "paused" or "paused: REASON" (an operator's pause), or "disabled:
+// REASON" (Rivora paused it: the partner answered 410 Gone).
+func destinationState(paused, disabled bool, reason string) string {
+	state := "active"
+	switch {
+	case disabled:
+		state = "disabled"
+	case paused:
+		state = "paused"
+	}
+	if reason != "" && (paused || disabled) {
+		state += ": " + reason
+	}
+	return state
 }

@@ -53,3 +53,17 @@ func (s *agentHandler) ReportOwned(ctx context.Context, req *connect.Request[riv
 	}
 	return connect.NewResponse(&rivorav1.ReportOwnedResponse{}), nil
 }
+
+// ReportGone disables a destination whose partner answered 410 Gone
+// (disableDestination); a repeated report changes nothing.
+func (s *agentHandler) ReportGone(ctx context.Context, req *connect.Request[rivorav1.ReportGoneRequest]) (*connect.Response[rivorav1.ReportGoneResponse], error) {
+	m := req.Msg
+	if m.GetAt() == nil {
+		return nil, errorf(ErrInvalid, "at: when the partner answered is required")
+	}
+	disabled, version, err := s.cp.disableDestination(m.GetDestinationId(), m.GetAgentName(), m.GetEventId(), m.GetStatus(), m.GetAt().AsTime())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&rivorav1.ReportGoneResponse{Disabled: disabled, Version: version}), nil
+}

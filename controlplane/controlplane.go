@@ -363,6 +363,7 @@ func (cp *ControlPlane) record(action, destinationID, author, detail string, ver
 func (cp *ControlPlane) render(d *rivorav1.Destination) *rivorav1.Destination {
 	out := proto.Clone(d).(*rivorav1.Destination)
 	out.Limits, _ = cp.effective(d)
+	out.PauseReason = openPauseReason(d)
 	return out
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -206,21 +207,102 @@ func (cp *ControlPlane) destinationHealth(ctx context.Context, id string) ([]*ri
 			return nil, notFound(id)
 		}
 	}
-	return cp.agents.health(ctx, id)
+	health, err := cp.agents.health(ctx, id)
+	for _, h := range health {
+		if d, ok := cp.store.Get(h.GetDestinationId()); ok {
+			h.Paused, h.Disabled, h.PauseReason = d.GetPaused(), d.GetDisabled(), openPauseReason(d)
+		}
+	}
+	return health, err
 }
 
 func (cp *ControlPlane) pauseDestination(id, who, reason string) (*rivorav1.Destination, uint64, error) {
 	return cp.changeDestination("destination.pause", id, who, reason, func(d *rivorav1.Destination) (string, error) {
 		if d.GetPaused() {
-			return "", errorf(ErrPrecondition, "destination %q is already paused; resume it with `rivoractl destinations resume %s`", d.GetId(), d.GetId())
+			return "", errorf(ErrPrecondition, "destination %q is already %s; resume it with `rivoractl destinations resume %s`", d.GetId(), pauseState(d), d.GetId())
 		}
-		d.Paused = true
-		d.Pauses = append(d.Pauses, &rivorav1.PauseInterval{Start: timestamppb.New(cp.now()), Reason: reason, Author: author(who)})
-		if len(d.Pauses) > maxPauses {
-			d.Pauses = d.Pauses[len(d.Pauses)-maxPauses:]
-		}
+		openPause(d, cp.now(), reason, author(who))
 		return "paused", nil
 	})
+}
+
+// openPause pauses d from now on.
+func openPause(d *rivorav1.Destination, now time.Time, reason, who string) {
+	d.Paused = true
+	d.Pauses = append(d.Pauses, &rivorav1.PauseInterval{Start: timestamppb.New(now), Reason: reason, Author: who})
+	if len(d.Pauses) > maxPauses {
+		d.Pauses = d.Pauses[len(d.Pauses)-maxPauses:]
+	}
+}
+
+// pauseState says how a paused destination is paused, for messages:
+// "paused" or "disabled: partner answered 410 Gone".
+func pauseState(d *rivorav1.Destination) string {
+	if d.GetDisabled() {
+		return "disabled: " + openPauseReason(d)
+	}
+	return "paused"
+}
+
+// openPauseReason is the reason of d's pause while it lasts ("" when not
+// paused).
+func openPauseReason(d *rivorav1.Destination) string {
+	if n := len(d.GetPauses()); d.GetPaused() && n > 0 && d.GetPauses()[n-1].GetEnd() == nil {
+		return d.GetPauses()[n-1].GetReason()
+	}
+	return ""
+}
+
+// GoneReason and GoneAuthor are the pause reason and audit author of a
+// destination disabled because its partner answered 410 Gone.
+const (
+	GoneReason = "partner answered 410 Gone"
+	GoneAuthor = "rivora"
+)
+
+// disableDestination disables a destination whose partner answered 410
+// Gone (an agent's ReportGone): paused with GoneReason by GoneAuthor,
+// audited as "destination.disable" and pushed to every agent, through the
+// same change as an operator's pause; resume re-enables it. It is the one
+// place a destination is disabled: the operator notice
+// "destination.disabled" belongs here, emitted when disabled is true.
+//
+// A report is idempotent (agents retry until answered): nothing changes
+// when the destination is already paused or disabled, or was resumed after
+// the partner answered (at), so a retried report cannot undo an
+// operator's resume. version is the config version holding the pause state
+// the agent must apply before trusting its config again.
+func (cp *ControlPlane) disableDestination(id, agentName, eventID string, status int32, at time.Time) (disabled bool, version uint64, err error) {
+	if err := ids.Validate("destination_id", id); err != nil {
+		return false, 0, tag(ErrInvalid, err)
+	}
+	if status != http.StatusGone {
+		return false, 0, errorf(ErrInvalid, "status %d: only a 410 Gone disables a destination", status)
+	}
+	detail := fmt.Sprintf("disabled: HTTP %d to event %s (agent %s)", status, eventID, agentName)
+	_, version, err = cp.changeDestination("destination.disable", id, GoneAuthor, GoneReason, func(d *rivorav1.Destination) (string, error) {
+		if d.GetPaused() || resumedSince(d, at) {
+			return "", errNothingToDo
+		}
+		openPause(d, cp.now(), GoneReason, GoneAuthor)
+		d.Disabled = true
+		return detail, nil
+	})
+	if errors.Is(err, errNothingToDo) {
+		version, _ = cp.store.Snapshot()
+		return false, version, nil
+	}
+	if err != nil {
+		return false, 0, err
+	}
+	cp.log.Warn("destination disabled: its partner answered 410 Gone; resume it with `rivoractl destinations resume`", "destination", id, "event_id", eventID, "agent", agentName)
+	return true, version, nil
+}
+
+// resumedSince reports whether d's last pause ended after at.
+func resumedSince(d *rivorav1.Destination, at time.Time) bool {
+	n := len(d.GetPauses())
+	return n > 0 && d.GetPauses()[n-1].GetEnd() != nil && d.GetPauses()[n-1].GetEnd().AsTime().After(at)
 }
 
 func (cp *ControlPlane) resumeDestination(id, who string) (*rivorav1.Destination, uint64, error) {
@@ -228,7 +310,7 @@ func (cp *ControlPlane) resumeDestination(id, who string) (*rivorav1.Destination
 		if !d.GetPaused() {
 			return "", errorf(ErrPrecondition, "destination %q is not paused", d.GetId())
 		}
-		d.Paused = false
+		d.Paused, d.Disabled = false, false
 		var lasted time.Duration
 		if n := len(d.Pauses); n > 0 && d.Pauses[n-1].GetEnd() == nil {
 			d.Pauses[n-1].End = timestamppb.New(cp.now())

@@ -58,6 +58,12 @@ func (r Result) DestinationFault() bool {
 	return false
 }
 
+// Gone reports a 410 Gone: in Standard Webhooks the receiver's way of
+// saying it wants no more webhooks. It is neither the event's fault nor a
+// passing one of the destination's: the destination is disabled until an
+// operator resumes it, and the attempt is not counted against the event.
+func (r Result) Gone() bool { return r.Status == http.StatusGone }
+
 // StatusClass is the attempt's outcome class for metrics: "2xx", "3xx",
 // "4xx", "5xx", or "error" when no response arrived.
 func (r Result) StatusClass() string {

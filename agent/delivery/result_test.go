@@ -58,3 +58,22 @@ func TestResultStatusClass(t *testing.T) {
 		}
 	}
 }
+
+// Only a 410 says the receiver wants no more webhooks; it is neither a
+// success nor a passing fault of the destination (it must not throttle
+// the budget), and no other 4xx is mistaken for it.
+func TestResultGone(t *testing.T) {
+	for _, status := range []int{0, 200, 204, 301, 400, 404, 409, 429, 500, 503} {
+		res := failed(status)
+		if status < 300 && status > 0 {
+			res = delivery.Result{Status: status}
+		}
+		if res.Gone() {
+			t.Errorf("status %d: Gone() = true", status)
+		}
+	}
+	gone := failed(410)
+	if !gone.Gone() || gone.OK() || gone.DestinationFault() {
+		t.Errorf("410: Gone() = %v, OK() = %v, DestinationFault() = %v; want true, false, false", gone.Gone(), gone.OK(), gone.DestinationFault())
+	}
+}

@@ -54,6 +54,15 @@ func (o *Partition) Complete(ctx context.Context, a *scheduler.Attempt, ev *rivo
 		return
 	}
 	attempt.Error = res.Err.Error()
+	if res.Gone() {
+		// 410: the partner wants no more webhooks. The agent has disabled
+		// the destination (paused until an operator resumes it); the
+		// event keeps its attempts, its schedule and its place at its
+		// lane's head, and is not dead-lettered.
+		o.deps.History.Record(outcome(ev, rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, attempt))
+		o.deps.Scheduler.Retry(a, a.Head)
+		return
+	}
 	if a.EarlyProbe && fault {
 		// A probe of a parked destination, made before this event's own
 		// retry time: the destination is still down; the event keeps its

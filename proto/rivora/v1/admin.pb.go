@@ -195,7 +195,14 @@ type Destination struct {
 	// configured are the limits set with create/update (unset: 0); limits
 	// above are the effective ones, after defaults, the limits file and the
 	// override.
-	Configured    *Limits `protobuf:"bytes,12,opt,name=configured,proto3" json:"configured,omitempty"`
+	Configured *Limits `protobuf:"bytes,12,opt,name=configured,proto3" json:"configured,omitempty"`
+	// disabled: Rivora paused the destination itself because its partner
+	// answered 410 Gone (it wants no more webhooks). paused is set too, the
+	// open pause's author is "rivora"; resume clears both.
+	Disabled bool `protobuf:"varint,13,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	// pause_reason is why the destination is paused, while it is (the open
+	// pause's reason; "partner answered 410 Gone" when disabled).
+	PauseReason   string `protobuf:"bytes,14,opt,name=pause_reason,json=pauseReason,proto3" json:"pause_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -312,6 +319,20 @@ func (x *Destination) GetConfigured() *Limits {
 		return x.Configured
 	}
 	return nil
+}
+
+func (x *Destination) GetDisabled() bool {
+	if x != nil {
+		return x.Disabled
+	}
+	return false
+}
+
+func (x *Destination) GetPauseReason() string {
+	if x != nil {
+		return x.PauseReason
+	}
+	return ""
 }
 
 // LimitsOverride is an audited runtime change of some limits.
@@ -1446,8 +1467,15 @@ type DestinationHealth struct {
 	// unarchived_dead_letters wait in the ledger for the archive (it is down
 	// or slow).
 	UnarchivedDeadLetters int64 `protobuf:"varint,14,opt,name=unarchived_dead_letters,json=unarchivedDeadLetters,proto3" json:"unarchived_dead_letters,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// paused, disabled and pause_reason are the destination's pause state,
+	// as in Destination: a paused destination gets no attempt whatever state
+	// says; disabled means Rivora paused it because the partner answered 410
+	// Gone.
+	Paused        bool   `protobuf:"varint,15,opt,name=paused,proto3" json:"paused,omitempty"`
+	Disabled      bool   `protobuf:"varint,16,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	PauseReason   string `protobuf:"bytes,17,opt,name=pause_reason,json=pauseReason,proto3" json:"pause_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DestinationHealth) Reset() {
@@ -1576,6 +1604,27 @@ func (x *DestinationHealth) GetUnarchivedDeadLetters() int64 {
 		return x.UnarchivedDeadLetters
 	}
 	return 0
+}
+
+func (x *DestinationHealth) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *DestinationHealth) GetDisabled() bool {
+	if x != nil {
+		return x.Disabled
+	}
+	return false
+}
+
+func (x *DestinationHealth) GetPauseReason() string {
+	if x != nil {
+		return x.PauseReason
+	}
+	return ""
 }
 
 type PauseDestinationRequest struct {
@@ -2428,7 +2477,8 @@ type AuditEntry struct {
 	Author  string                 `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
 	// action: destination.create, destination.update, destination.delete,
 	// limits.reload, limits.override, limits.clear, limits.expire,
-	// priority.set, destination.pause, destination.resume.
+	// priority.set, destination.pause, destination.resume,
+	// destination.disable (author "rivora": the partner answered 410 Gone).
 	Action        string `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
 	DestinationId string `protobuf:"bytes,5,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
 	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -2836,7 +2886,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x03 \x01(\x05R\vmaxAttempts\x121\n" +
 	"\x06window\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06window\x123\n" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\"\n" +
-	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xf9\x04\n" +
+	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xb8\x05\n" +
 	"\vDestination\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
@@ -2854,7 +2904,9 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\boverride\x18\v \x01(\v2\x19.rivora.v1.LimitsOverrideR\boverride\x121\n" +
 	"\n" +
 	"configured\x18\f \x01(\v2\x11.rivora.v1.LimitsR\n" +
-	"configured\x1aB\n" +
+	"configured\x12\x1a\n" +
+	"\bdisabled\x18\r \x01(\bR\bdisabled\x12!\n" +
+	"\fpause_reason\x18\x0e \x01(\tR\vpauseReason\x1aB\n" +
 	"\x14CustomerWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xd9\x01\n" +
@@ -2942,7 +2994,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\tdue_lanes\x18\x03 \x01(\x03R\bdueLanes\x12#\n" +
 	"\rwaiting_lanes\x18\x04 \x01(\x03R\fwaitingLanes\x12\x1b\n" +
 	"\tin_flight\x18\x05 \x01(\x03R\binFlight\x12%\n" +
-	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xf5\x04\n" +
+	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xcc\x05\n" +
 	"\x11DestinationHealth\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12'\n" +
@@ -2959,7 +3011,10 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"hold_until\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tholdUntil\x12?\n" +
 	"\x0epriority_class\x18\r \x01(\x0e2\x18.rivora.v1.PriorityClassR\rpriorityClass\x126\n" +
-	"\x17unarchived_dead_letters\x18\x0e \x01(\x03R\x15unarchivedDeadLetters\"p\n" +
+	"\x17unarchived_dead_letters\x18\x0e \x01(\x03R\x15unarchivedDeadLetters\x12\x16\n" +
+	"\x06paused\x18\x0f \x01(\bR\x06paused\x12\x1a\n" +
+	"\bdisabled\x18\x10 \x01(\bR\bdisabled\x12!\n" +
+	"\fpause_reason\x18\x11 \x01(\tR\vpauseReason\"p\n" +
 	"\x17PauseDestinationRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +

@@ -9,6 +9,7 @@ package rivorav1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -370,6 +371,143 @@ func (*ReportOwnedResponse) Descriptor() ([]byte, []int) {
 	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
+type ReportGoneRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AgentName     string                 `protobuf:"bytes,1,opt,name=agent_name,json=agentName,proto3" json:"agent_name,omitempty"`
+	DestinationId string                 `protobuf:"bytes,2,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	// event_id is the event whose attempt was answered; it stays at its
+	// lane's head, its attempt not counted.
+	EventId string `protobuf:"bytes,3,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// status is the HTTP status the partner answered (410).
+	Status int32 `protobuf:"varint,4,opt,name=status,proto3" json:"status,omitempty"`
+	// at is when the partner answered.
+	At            *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportGoneRequest) Reset() {
+	*x = ReportGoneRequest{}
+	mi := &file_rivora_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportGoneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportGoneRequest) ProtoMessage() {}
+
+func (x *ReportGoneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportGoneRequest.ProtoReflect.Descriptor instead.
+func (*ReportGoneRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ReportGoneRequest) GetAgentName() string {
+	if x != nil {
+		return x.AgentName
+	}
+	return ""
+}
+
+func (x *ReportGoneRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *ReportGoneRequest) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *ReportGoneRequest) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *ReportGoneRequest) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+type ReportGoneResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// disabled: this report disabled the destination (false: it was already
+	// paused, or was resumed after at).
+	Disabled bool `protobuf:"varint,1,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	// version is the config version that holds the destination's pause state
+	// after the report: once the agent has applied it, the config it follows
+	// says whether to send.
+	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportGoneResponse) Reset() {
+	*x = ReportGoneResponse{}
+	mi := &file_rivora_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportGoneResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportGoneResponse) ProtoMessage() {}
+
+func (x *ReportGoneResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportGoneResponse.ProtoReflect.Descriptor instead.
+func (*ReportGoneResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ReportGoneResponse) GetDisabled() bool {
+	if x != nil {
+		return x.Disabled
+	}
+	return false
+}
+
+func (x *ReportGoneResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 type CountPendingRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
@@ -379,7 +517,7 @@ type CountPendingRequest struct {
 
 func (x *CountPendingRequest) Reset() {
 	*x = CountPendingRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[6]
+	mi := &file_rivora_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +529,7 @@ func (x *CountPendingRequest) String() string {
 func (*CountPendingRequest) ProtoMessage() {}
 
 func (x *CountPendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[6]
+	mi := &file_rivora_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +542,7 @@ func (x *CountPendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountPendingRequest.ProtoReflect.Descriptor instead.
 func (*CountPendingRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CountPendingRequest) GetDestinationId() string {
@@ -423,7 +561,7 @@ type CountPendingResponse struct {
 
 func (x *CountPendingResponse) Reset() {
 	*x = CountPendingResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[7]
+	mi := &file_rivora_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -435,7 +573,7 @@ func (x *CountPendingResponse) String() string {
 func (*CountPendingResponse) ProtoMessage() {}
 
 func (x *CountPendingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[7]
+	mi := &file_rivora_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -448,7 +586,7 @@ func (x *CountPendingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountPendingResponse.ProtoReflect.Descriptor instead.
 func (*CountPendingResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CountPendingResponse) GetPending() int64 {
@@ -467,7 +605,7 @@ type ArchivePendingRequest struct {
 
 func (x *ArchivePendingRequest) Reset() {
 	*x = ArchivePendingRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[8]
+	mi := &file_rivora_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +617,7 @@ func (x *ArchivePendingRequest) String() string {
 func (*ArchivePendingRequest) ProtoMessage() {}
 
 func (x *ArchivePendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[8]
+	mi := &file_rivora_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +630,7 @@ func (x *ArchivePendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivePendingRequest.ProtoReflect.Descriptor instead.
 func (*ArchivePendingRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ArchivePendingRequest) GetDestinationId() string {
@@ -511,7 +649,7 @@ type ArchivePendingResponse struct {
 
 func (x *ArchivePendingResponse) Reset() {
 	*x = ArchivePendingResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[9]
+	mi := &file_rivora_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +661,7 @@ func (x *ArchivePendingResponse) String() string {
 func (*ArchivePendingResponse) ProtoMessage() {}
 
 func (x *ArchivePendingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[9]
+	mi := &file_rivora_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +674,7 @@ func (x *ArchivePendingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivePendingResponse.ProtoReflect.Descriptor instead.
 func (*ArchivePendingResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ArchivePendingResponse) GetArchived() int64 {
@@ -556,7 +694,7 @@ type GetHealthRequest struct {
 
 func (x *GetHealthRequest) Reset() {
 	*x = GetHealthRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[10]
+	mi := &file_rivora_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -568,7 +706,7 @@ func (x *GetHealthRequest) String() string {
 func (*GetHealthRequest) ProtoMessage() {}
 
 func (x *GetHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[10]
+	mi := &file_rivora_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -581,7 +719,7 @@ func (x *GetHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHealthRequest.ProtoReflect.Descriptor instead.
 func (*GetHealthRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetHealthRequest) GetDestinationId() string {
@@ -600,7 +738,7 @@ type GetHealthResponse struct {
 
 func (x *GetHealthResponse) Reset() {
 	*x = GetHealthResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[11]
+	mi := &file_rivora_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +750,7 @@ func (x *GetHealthResponse) String() string {
 func (*GetHealthResponse) ProtoMessage() {}
 
 func (x *GetHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[11]
+	mi := &file_rivora_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +763,7 @@ func (x *GetHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHealthResponse.ProtoReflect.Descriptor instead.
 func (*GetHealthResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetHealthResponse) GetDestinations() []*DestinationHealth {
@@ -639,7 +777,7 @@ var File_rivora_v1_agent_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15rivora/v1/agent.proto\x12\trivora.v1\x1a\x15rivora/v1/admin.proto\"\x8a\x01\n" +
+	"\x15rivora/v1/agent.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/admin.proto\"\x8a\x01\n" +
 	"\fWatchRequest\x12\x1d\n" +
 	"\n" +
 	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +
@@ -667,7 +805,17 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x03 \x03(\rR\n" +
 	"partitions\"\x15\n" +
-	"\x13ReportOwnedResponse\"<\n" +
+	"\x13ReportOwnedResponse\"\xb8\x01\n" +
+	"\x11ReportGoneRequest\x12\x1d\n" +
+	"\n" +
+	"agent_name\x18\x01 \x01(\tR\tagentName\x12%\n" +
+	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x19\n" +
+	"\bevent_id\x18\x03 \x01(\tR\aeventId\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\x05R\x06status\x12*\n" +
+	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"J\n" +
+	"\x12ReportGoneResponse\x12\x1a\n" +
+	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"<\n" +
 	"\x13CountPendingRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"0\n" +
 	"\x14CountPendingResponse\x12\x18\n" +
@@ -679,11 +827,13 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\x10GetHealthRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"U\n" +
 	"\x11GetHealthResponse\x12@\n" +
-	"\fdestinations\x18\x01 \x03(\v2\x1c.rivora.v1.DestinationHealthR\fdestinations2\xee\x01\n" +
+	"\fdestinations\x18\x01 \x03(\v2\x1c.rivora.v1.DestinationHealthR\fdestinations2\xbe\x02\n" +
 	"\fAgentService\x12<\n" +
 	"\x05Watch\x12\x17.rivora.v1.WatchRequest\x1a\x18.rivora.v1.WatchResponse0\x01\x12R\n" +
 	"\rReportApplied\x12\x1f.rivora.v1.ReportAppliedRequest\x1a .rivora.v1.ReportAppliedResponse\x12L\n" +
-	"\vReportOwned\x12\x1d.rivora.v1.ReportOwnedRequest\x1a\x1e.rivora.v1.ReportOwnedResponse2\x8c\x02\n" +
+	"\vReportOwned\x12\x1d.rivora.v1.ReportOwnedRequest\x1a\x1e.rivora.v1.ReportOwnedResponse\x12N\n" +
+	"\n" +
+	"ReportGone\x12\x1c.rivora.v1.ReportGoneRequest\x1a\x1d.rivora.v1.ReportGoneResponse\"\x03\x90\x02\x022\x8c\x02\n" +
 	"\x10PartitionService\x12T\n" +
 	"\fCountPending\x12\x1e.rivora.v1.CountPendingRequest\x1a\x1f.rivora.v1.CountPendingResponse\"\x03\x90\x02\x01\x12U\n" +
 	"\x0eArchivePending\x12 .rivora.v1.ArchivePendingRequest\x1a!.rivora.v1.ArchivePendingResponse\x12K\n" +
@@ -701,7 +851,7 @@ func file_rivora_v1_agent_proto_rawDescGZIP() []byte {
 	return file_rivora_v1_agent_proto_rawDescData
 }
 
-var file_rivora_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_rivora_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_rivora_v1_agent_proto_goTypes = []any{
 	(*WatchRequest)(nil),           // 0: rivora.v1.WatchRequest
 	(*WatchResponse)(nil),          // 1: rivora.v1.WatchResponse
@@ -709,35 +859,41 @@ var file_rivora_v1_agent_proto_goTypes = []any{
 	(*ReportAppliedResponse)(nil),  // 3: rivora.v1.ReportAppliedResponse
 	(*ReportOwnedRequest)(nil),     // 4: rivora.v1.ReportOwnedRequest
 	(*ReportOwnedResponse)(nil),    // 5: rivora.v1.ReportOwnedResponse
-	(*CountPendingRequest)(nil),    // 6: rivora.v1.CountPendingRequest
-	(*CountPendingResponse)(nil),   // 7: rivora.v1.CountPendingResponse
-	(*ArchivePendingRequest)(nil),  // 8: rivora.v1.ArchivePendingRequest
-	(*ArchivePendingResponse)(nil), // 9: rivora.v1.ArchivePendingResponse
-	(*GetHealthRequest)(nil),       // 10: rivora.v1.GetHealthRequest
-	(*GetHealthResponse)(nil),      // 11: rivora.v1.GetHealthResponse
-	(*Destination)(nil),            // 12: rivora.v1.Destination
-	(*DestinationHealth)(nil),      // 13: rivora.v1.DestinationHealth
+	(*ReportGoneRequest)(nil),      // 6: rivora.v1.ReportGoneRequest
+	(*ReportGoneResponse)(nil),     // 7: rivora.v1.ReportGoneResponse
+	(*CountPendingRequest)(nil),    // 8: rivora.v1.CountPendingRequest
+	(*CountPendingResponse)(nil),   // 9: rivora.v1.CountPendingResponse
+	(*ArchivePendingRequest)(nil),  // 10: rivora.v1.ArchivePendingRequest
+	(*ArchivePendingResponse)(nil), // 11: rivora.v1.ArchivePendingResponse
+	(*GetHealthRequest)(nil),       // 12: rivora.v1.GetHealthRequest
+	(*GetHealthResponse)(nil),      // 13: rivora.v1.GetHealthResponse
+	(*Destination)(nil),            // 14: rivora.v1.Destination
+	(*timestamppb.Timestamp)(nil),  // 15: google.protobuf.Timestamp
+	(*DestinationHealth)(nil),      // 16: rivora.v1.DestinationHealth
 }
 var file_rivora_v1_agent_proto_depIdxs = []int32{
-	12, // 0: rivora.v1.WatchResponse.destinations:type_name -> rivora.v1.Destination
-	13, // 1: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
-	0,  // 2: rivora.v1.AgentService.Watch:input_type -> rivora.v1.WatchRequest
-	2,  // 3: rivora.v1.AgentService.ReportApplied:input_type -> rivora.v1.ReportAppliedRequest
-	4,  // 4: rivora.v1.AgentService.ReportOwned:input_type -> rivora.v1.ReportOwnedRequest
-	6,  // 5: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
-	8,  // 6: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
-	10, // 7: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
-	1,  // 8: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
-	3,  // 9: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
-	5,  // 10: rivora.v1.AgentService.ReportOwned:output_type -> rivora.v1.ReportOwnedResponse
-	7,  // 11: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
-	9,  // 12: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
-	11, // 13: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
-	8,  // [8:14] is the sub-list for method output_type
-	2,  // [2:8] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	14, // 0: rivora.v1.WatchResponse.destinations:type_name -> rivora.v1.Destination
+	15, // 1: rivora.v1.ReportGoneRequest.at:type_name -> google.protobuf.Timestamp
+	16, // 2: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
+	0,  // 3: rivora.v1.AgentService.Watch:input_type -> rivora.v1.WatchRequest
+	2,  // 4: rivora.v1.AgentService.ReportApplied:input_type -> rivora.v1.ReportAppliedRequest
+	4,  // 5: rivora.v1.AgentService.ReportOwned:input_type -> rivora.v1.ReportOwnedRequest
+	6,  // 6: rivora.v1.AgentService.ReportGone:input_type -> rivora.v1.ReportGoneRequest
+	8,  // 7: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
+	10, // 8: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
+	12, // 9: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
+	1,  // 10: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
+	3,  // 11: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
+	5,  // 12: rivora.v1.AgentService.ReportOwned:output_type -> rivora.v1.ReportOwnedResponse
+	7,  // 13: rivora.v1.AgentService.ReportGone:output_type -> rivora.v1.ReportGoneResponse
+	9,  // 14: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
+	11, // 15: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
+	13, // 16: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
+	10, // [10:17] is the sub-list for method output_type
+	3,  // [3:10] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_agent_proto_init() }
@@ -752,7 +908,7 @@ func file_rivora_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_agent_proto_rawDesc), len(file_rivora_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -22,6 +22,7 @@ const (
 	AgentService_Watch_FullMethodName         = "/rivora.v1.AgentService/Watch"
 	AgentService_ReportApplied_FullMethodName = "/rivora.v1.AgentService/ReportApplied"
 	AgentService_ReportOwned_FullMethodName   = "/rivora.v1.AgentService/ReportOwned"
+	AgentService_ReportGone_FullMethodName    = "/rivora.v1.AgentService/ReportGone"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -42,6 +43,15 @@ type AgentServiceClient interface {
 	// the ownership lock of right now (assigned is not owned: a partition
 	// is owned once its lock is acquired and until it is released or lost).
 	ReportOwned(ctx context.Context, in *ReportOwnedRequest, opts ...grpc.CallOption) (*ReportOwnedResponse, error)
+	// ReportGone tells the control plane that a destination's partner
+	// answered 410 Gone (Standard Webhooks: the receiver wants no more
+	// webhooks). The control plane disables the destination: paused with
+	// reason "partner answered 410 Gone", author "rivora", audited, pushed to
+	// every agent. Idempotent: a report for a destination already paused, or
+	// resumed after the report's at, changes nothing. The agent stops
+	// sending to the destination at once and retries the report until it is
+	// answered.
+	ReportGone(ctx context.Context, in *ReportGoneRequest, opts ...grpc.CallOption) (*ReportGoneResponse, error)
 }
 
 type agentServiceClient struct {
@@ -91,6 +101,16 @@ func (c *agentServiceClient) ReportOwned(ctx context.Context, in *ReportOwnedReq
 	return out, nil
 }
 
+func (c *agentServiceClient) ReportGone(ctx context.Context, in *ReportGoneRequest, opts ...grpc.CallOption) (*ReportGoneResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportGoneResponse)
+	err := c.cc.Invoke(ctx, AgentService_ReportGone_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -109,6 +129,15 @@ type AgentServiceServer interface {
 	// the ownership lock of right now (assigned is not owned: a partition
 	// is owned once its lock is acquired and until it is released or lost).
 	ReportOwned(context.Context, *ReportOwnedRequest) (*ReportOwnedResponse, error)
+	// ReportGone tells the control plane that a destination's partner
+	// answered 410 Gone (Standard Webhooks: the receiver wants no more
+	// webhooks). The control plane disables the destination: paused with
+	// reason "partner answered 410 Gone", author "rivora", audited, pushed to
+	// every agent. Idempotent: a report for a destination already paused, or
+	// resumed after the report's at, changes nothing. The agent stops
+	// sending to the destination at once and retries the report until it is
+	// answered.
+	ReportGone(context.Context, *ReportGoneRequest) (*ReportGoneResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -127,6 +156,9 @@ func (UnimplementedAgentServiceServer) ReportApplied(context.Context, *ReportApp
 }
 func (UnimplementedAgentServiceServer) ReportOwned(context.Context, *ReportOwnedRequest) (*ReportOwnedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportOwned not implemented")
+}
+func (UnimplementedAgentServiceServer) ReportGone(context.Context, *ReportGoneRequest) (*ReportGoneResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportGone not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -196,6 +228,24 @@ func _AgentService_ReportOwned_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_ReportGone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportGoneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ReportGone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ReportGone_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ReportGone(ctx, req.(*ReportGoneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -210,6 +260,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportOwned",
 			Handler:    _AgentService_ReportOwned_Handler,
+		},
+		{
+			MethodName: "ReportGone",
+			Handler:    _AgentService_ReportGone_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

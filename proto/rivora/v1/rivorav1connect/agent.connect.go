@@ -43,6 +43,8 @@ const (
 	// AgentServiceReportOwnedProcedure is the fully-qualified name of the AgentService's ReportOwned
 	// RPC.
 	AgentServiceReportOwnedProcedure = "/rivora.v1.AgentService/ReportOwned"
+	// AgentServiceReportGoneProcedure is the fully-qualified name of the AgentService's ReportGone RPC.
+	AgentServiceReportGoneProcedure = "/rivora.v1.AgentService/ReportGone"
 	// PartitionServiceCountPendingProcedure is the fully-qualified name of the PartitionService's
 	// CountPending RPC.
 	PartitionServiceCountPendingProcedure = "/rivora.v1.PartitionService/CountPending"
@@ -67,6 +69,15 @@ type AgentServiceClient interface {
 	// the ownership lock of right now (assigned is not owned: a partition
 	// is owned once its lock is acquired and until it is released or lost).
 	ReportOwned(context.Context, *connect.Request[v1.ReportOwnedRequest]) (*connect.Response[v1.ReportOwnedResponse], error)
+	// ReportGone tells the control plane that a destination's partner
+	// answered 410 Gone (Standard Webhooks: the receiver wants no more
+	// webhooks). The control plane disables the destination: paused with
+	// reason "partner answered 410 Gone", author "rivora", audited, pushed to
+	// every agent. Idempotent: a report for a destination already paused, or
+	// resumed after the report's at, changes nothing. The agent stops
+	// sending to the destination at once and retries the report until it is
+	// answered.
+	ReportGone(context.Context, *connect.Request[v1.ReportGoneRequest]) (*connect.Response[v1.ReportGoneResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the rivora.v1.AgentService service. By default, it
@@ -98,6 +109,13 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("ReportOwned")),
 			connect.WithClientOptions(opts...),
 		),
+		reportGone: connect.NewClient[v1.ReportGoneRequest, v1.ReportGoneResponse](
+			httpClient,
+			baseURL+AgentServiceReportGoneProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("ReportGone")),
+			connect.WithIdempotency(connect.IdempotencyIdempotent),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -106,6 +124,7 @@ type agentServiceClient struct {
 	watch         *connect.Client[v1.WatchRequest, v1.WatchResponse]
 	reportApplied *connect.Client[v1.ReportAppliedRequest, v1.ReportAppliedResponse]
 	reportOwned   *connect.Client[v1.ReportOwnedRequest, v1.ReportOwnedResponse]
+	reportGone    *connect.Client[v1.ReportGoneRequest, v1.ReportGoneResponse]
 }
 
 // Watch calls rivora.v1.AgentService.Watch.
@@ -123,6 +142,11 @@ func (c *agentServiceClient) ReportOwned(ctx context.Context, req *connect.Reque
 	return c.reportOwned.CallUnary(ctx, req)
 }
 
+// ReportGone calls rivora.v1.AgentService.ReportGone.
+func (c *agentServiceClient) ReportGone(ctx context.Context, req *connect.Request[v1.ReportGoneRequest]) (*connect.Response[v1.ReportGoneResponse], error) {
+	return c.reportGone.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the rivora.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Watch streams the agent's configuration: a full snapshot first, then
@@ -136,6 +160,15 @@ type AgentServiceHandler interface {
 	// the ownership lock of right now (assigned is not owned: a partition
 	// is owned once its lock is acquired and until it is released or lost).
 	ReportOwned(context.Context, *connect.Request[v1.ReportOwnedRequest]) (*connect.Response[v1.ReportOwnedResponse], error)
+	// ReportGone tells the control plane that a destination's partner
+	// answered 410 Gone (Standard Webhooks: the receiver wants no more
+	// webhooks). The control plane disables the destination: paused with
+	// reason "partner answered 410 Gone", author "rivora", audited, pushed to
+	// every agent. Idempotent: a report for a destination already paused, or
+	// resumed after the report's at, changes nothing. The agent stops
+	// sending to the destination at once and retries the report until it is
+	// answered.
+	ReportGone(context.Context, *connect.Request[v1.ReportGoneRequest]) (*connect.Response[v1.ReportGoneResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -163,6 +196,13 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("ReportOwned")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceReportGoneHandler := connect.NewUnaryHandler(
+		AgentServiceReportGoneProcedure,
+		svc.ReportGone,
+		connect.WithSchema(agentServiceMethods.ByName("ReportGone")),
+		connect.WithIdempotency(connect.IdempotencyIdempotent),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rivora.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceWatchProcedure:
@@ -171,6 +211,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceReportAppliedHandler.ServeHTTP(w, r)
 		case AgentServiceReportOwnedProcedure:
 			agentServiceReportOwnedHandler.ServeHTTP(w, r)
+		case AgentServiceReportGoneProcedure:
+			agentServiceReportGoneHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -190,6 +232,10 @@ func (UnimplementedAgentServiceHandler) ReportApplied(context.Context, *connect.
 
 func (UnimplementedAgentServiceHandler) ReportOwned(context.Context, *connect.Request[v1.ReportOwnedRequest]) (*connect.Response[v1.ReportOwnedResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AgentService.ReportOwned is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) ReportGone(context.Context, *connect.Request[v1.ReportGoneRequest]) (*connect.Response[v1.ReportGoneResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AgentService.ReportGone is not implemented"))
 }
 
 // PartitionServiceClient is a client for the rivora.v1.PartitionService service.

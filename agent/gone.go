@@ -1,0 +1,203 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/agent/delivery"
+	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/internal/backoff"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+)
+
+// The agent's side of a 410 Gone. The partner wants no more webhooks, so
+// the destination stops here at once, before the control plane knows, and
+// the control plane is told (AgentService.ReportGone) until it answers; it
+// disables the destination for every agent, and an operator's resume
+// re-enables it.
+
+// goneHolds are the destinations this agent stopped after a 410, and the
+// reports the control plane has not answered yet.
+//
+// A destination is held from the first 410 until the agent has applied
+// the config version the control plane answered its report with: from
+// then on the config it follows says whether to send (paused while
+// disabled, not paused once an operator resumed it). Holds live in memory
+// only: after a restart the event is still at its lane's head, the partner
+// answers 410 again, and the hold and the report start over.
+//
+// mu also orders every pause state the agent gives the scheduler, so a
+// config applied at the same moment cannot un-pause a destination just
+// held (setPaused, hold and release change it only under mu).
+type goneHolds struct {
+	mu   sync.Mutex
+	held map[string]*goneHold // by destination id
+	wake chan struct{}        // a report to send
+}
+
+type goneHold struct {
+	report *rivorav1.ReportGoneRequest
+	// answered: the control plane answered the report with version.
+	answered bool
+	version  uint64
+}
+
+func newGoneHolds() *goneHolds {
+	return &goneHolds{held: make(map[string]*goneHold), wake: make(chan struct{}, 1)}
+}
+
+// setPaused gives the scheduler a destination's pause state: paused in
+// its config, or held here.
+func (g *goneHolds) setPaused(s *scheduler.Scheduler, id string, partition int, paused bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s.SetPaused(id, partition, paused || g.held[id] != nil)
+}
+
+// hold stops the destination of report in s at once and queues the report;
+// false if it was held already.
+func (g *goneHolds) hold(s *scheduler.Scheduler, partition int, report *rivorav1.ReportGoneRequest) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	id := report.GetDestinationId()
+	if g.held[id] != nil {
+		return false
+	}
+	g.held[id] = &goneHold{report: report}
+	s.SetPaused(id, partition, true)
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// unanswered lists the reports to send.
+func (g *goneHolds) unanswered() []*rivorav1.ReportGoneRequest {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []*rivorav1.ReportGoneRequest
+	for _, h := range g.held {
+		if !h.answered {
+			out = append(out, h.report)
+		}
+	}
+	return out
+}
+
+// answered records the control plane's answer to a destination's report.
+func (g *goneHolds) answered(id string, version uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if h := g.held[id]; h != nil {
+		h.answered, h.version = true, version
+	}
+}
+
+// release ends the holds whose answer's version the agent has applied and
+// gives the scheduler those destinations' pause state from their config
+// (paused reports it; ok false: the destination is gone).
+func (g *goneHolds) release(s *scheduler.Scheduler, applied uint64, config func(id string) (partition int, paused, ok bool)) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var released []string
+	for id, h := range g.held {
+		if !h.answered || h.version > applied {
+			continue
+		}
+		delete(g.held, id)
+		released = append(released, id)
+		if p, paused, ok := config(id); ok {
+			s.SetPaused(id, p, paused)
+		}
+	}
+	return released
+}
+
+// disableHere stops an attempt's destination after its partner answered 410
+// Gone and queues the report to the control plane. The caller completes
+// the attempt after it, so the lane's head is not offered again first.
+func (a *Agent) disableHere(att *scheduler.Attempt, ev *rivorav1.Event, res delivery.Result) {
+	report := &rivorav1.ReportGoneRequest{
+		AgentName: a.cfg.Name, DestinationId: ev.GetDestinationId(), EventId: ev.GetEventId(),
+		Status: int32(res.Status), At: timestamppb.Now(),
+	}
+	if a.gone.hold(a.sched, att.Lane.Partition, report) {
+		a.log.Warn("partner answered 410 Gone: destination stopped here; telling the control plane to disable it", "destination", ev.GetDestinationId(), "event_id", ev.GetEventId())
+	}
+}
+
+// releaseGone ends the holds the applied config has caught up with.
+func (a *Agent) releaseGone() {
+	n := int(a.partitionCount.Load())
+	released := a.gone.release(a.sched, a.applied.Load(), func(id string) (int, bool, bool) {
+		d, ok := a.registry.Get(id)
+		if !ok || n == 0 {
+			return 0, false, false
+		}
+		return lanes.Partition(id, n), d.Paused, true
+	})
+	for _, id := range released {
+		a.log.Info("410 hold released: the destination follows its config again", "destination", id)
+	}
+}
+
+// reportGone sends the queued 410 reports to the control plane, retrying
+// with backoff until each is answered (a control plane that is down or
+// electing a leader gets them once it serves again), until ctx ends.
+func (a *Agent) reportGone(ctx context.Context) {
+	httpClient := &http.Client{Timeout: 10 * time.Second}
+	retry := backoff.Backoff{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
+	var again <-chan time.Time
+	for {
+		select {
+		case <-a.gone.wake:
+		case <-again:
+		case <-ctx.Done():
+			return
+		}
+		again = nil
+		if !a.sendGoneReports(ctx, httpClient) {
+			again = time.After(retry.Next())
+			continue
+		}
+		retry.Reset()
+	}
+}
+
+// sendGoneReports sends each unanswered report once; false if one must be
+// sent again.
+func (a *Agent) sendGoneReports(ctx context.Context, httpClient *http.Client) bool {
+	done := true
+	for _, req := range a.gone.unanswered() {
+		url := a.controlPlaneURL()
+		resp, err := rivorav1connect.NewAgentServiceClient(httpClient, url).ReportGone(ctx, connect.NewRequest(req))
+		switch code := connect.CodeOf(err); {
+		case err == nil:
+			a.gone.answered(req.GetDestinationId(), resp.Msg.GetVersion())
+			a.log.Info("control plane answered the 410 report", "destination", req.GetDestinationId(), "disabled", resp.Msg.GetDisabled(), "version", resp.Msg.GetVersion())
+		case code == connect.CodeNotFound || code == connect.CodeInvalidArgument:
+			// Deleted meanwhile, or refused: retrying cannot help; the
+			// config the agent follows decides.
+			a.gone.answered(req.GetDestinationId(), 0)
+			a.log.Warn("control plane refused the 410 report", "destination", req.GetDestinationId(), "error", err)
+		default:
+			done = false
+			if code == connect.CodeUnavailable {
+				a.nextControlPlane(url) // a follower, or down
+			}
+			if ctx.Err() == nil {
+				a.log.Warn("report 410 to the control plane; retrying", "destination", req.GetDestinationId(), "controlplane", url, "error", err)
+			}
+		}
+	}
+	a.releaseGone()
+	return done
+}

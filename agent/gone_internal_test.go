@@ -1,0 +1,98 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/agent/clock"
+	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/internal/eventually"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+)
+
+// flakyControlPlane answers ReportGone Unavailable fail times, then with
+// version.
+type flakyControlPlane struct {
+	rivorav1connect.UnimplementedAgentServiceHandler
+	fail    int
+	version uint64
+
+	mu    sync.Mutex
+	calls []*rivorav1.ReportGoneRequest
+}
+
+func (f *flakyControlPlane) ReportGone(_ context.Context, req *connect.Request[rivorav1.ReportGoneRequest]) (*connect.Response[rivorav1.ReportGoneResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, req.Msg)
+	if len(f.calls) <= f.fail {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("electing a leader"))
+	}
+	return connect.NewResponse(&rivorav1.ReportGoneResponse{Disabled: true, Version: f.version}), nil
+}
+
+func (f *flakyControlPlane) callCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.calls)
+}
+
+// A 410 report reaches a control plane that refuses it at first: it is
+// sent again until answered, once per destination however many 410s
+// arrive, and the local hold lasts until the agent applied the version
+// the answer names.
+func TestGoneReportRetriedUntilAnswered(t *testing.T) {
+	cp := &flakyControlPlane{fail: 2, version: 7}
+	mux := http.NewServeMux()
+	mux.Handle(rivorav1connect.NewAgentServiceHandler(cp))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	a := &Agent{
+		cfg: Config{Name: "a1", ControlPlaneURL: srv.URL}, log: slog.New(slog.DiscardHandler),
+		registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}), gone: newGoneHolds(),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.reportGone(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	report := &rivorav1.ReportGoneRequest{AgentName: "a1", DestinationId: "orders", EventId: "ev-1", Status: 410, At: timestamppb.Now()}
+	if !a.gone.hold(a.sched, 0, report) {
+		t.Fatal("first 410: not held")
+	}
+	if a.gone.hold(a.sched, 0, report) {
+		t.Fatal("second 410 while held: held again (a second report)")
+	}
+	eventually.True(t, "report answered after two refusals", 10*time.Second, func() bool {
+		return len(a.gone.unanswered()) == 0
+	})
+	if n := cp.callCount(); n != 3 {
+		t.Fatalf("control plane got %d reports, want 3 (two refused, one answered)", n)
+	}
+	a.releaseGone()
+	if !a.gone.isHeld("orders") {
+		t.Fatal("hold released before the agent applied version 7")
+	}
+	a.applied.Store(7)
+	a.releaseGone()
+	if a.gone.isHeld("orders") {
+		t.Fatal("hold kept after the agent applied version 7")
+	}
+}
+
+func (g *goneHolds) isHeld(id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held[id] != nil
+}

@@ -1,0 +1,83 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/rivora/rivora/internal/eventually"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// A partner answering 410 Gone: the agent stops the destination after the
+// heads already in flight (one per lane at most), the control plane
+// disables it (health and get say so, with the reason), nothing is
+// dead-lettered or charged, and resume delivers every event in lane order.
+func TestGoneDisablesAndResumeDrains(t *testing.T) {
+	t.Parallel()
+	p := newPartner(t, func(request, int) int { return http.StatusGone })
+	dir := t.TempDir()
+	ag := startAgent(t, dir)
+	ag.create(destination("orders", p.srv.URL, 2))
+	ctx := context.Background()
+	want := map[string][]string{}
+	for i := range 6 {
+		lane := fmt.Sprintf("u%d", i%2)
+		want[lane] = append(want[lane], ag.publish("orders", "acme", lane))
+	}
+	var got *rivorav1.GetDestinationResponse
+	eventually.True(t, "destination disabled", 10*time.Second, func() bool {
+		resp, err := ag.Admin.GetDestination(ctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "orders"}))
+		got = resp.Msg
+		return err == nil && got.GetDestination().GetDisabled()
+	})
+	if d := got.GetDestination(); !d.GetPaused() || d.GetPauseReason() != "partner answered 410 Gone" || got.GetPending() != 6 {
+		t.Fatalf("disabled destination: paused %v, reason %q, pending %d; want paused, the 410 reason, 6 pending", d.GetPaused(), d.GetPauseReason(), got.GetPending())
+	}
+	health, err := ag.Admin.GetDestinationHealth(ctx, connect.NewRequest(&rivorav1.GetDestinationHealthRequest{DestinationId: "orders"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs := health.Msg.GetDestinations(); len(hs) != 1 || !hs[0].GetDisabled() || !hs[0].GetPaused() || hs[0].GetPauseReason() != "partner answered 410 Gone" {
+		t.Fatalf("health of the disabled destination: %v", hs)
+	}
+	// Stopped locally at the first 410, not when the config came back: at
+	// most the lanes' heads already in flight were sent.
+	if n := len(p.requests()); n < 1 || n > len(want) {
+		t.Fatalf("partner got %d requests, want 1 to %d (one per lane at most)", n, len(want))
+	}
+	head := ag.waitEvent(want["u0"][0], "pending", func(*rivorav1.GetEventResponse) bool { return true })
+	if head.GetState() != rivorav1.EventState_EVENT_STATE_PENDING {
+		t.Fatalf("head after a 410: %v", head)
+	}
+
+	p.setAnswer(nil)
+	if _, err := ag.Admin.ResumeDestination(ctx, connect.NewRequest(&rivorav1.ResumeDestinationRequest{DestinationId: "orders", Author: "ops"})); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, "backlog delivered after resume", 10*time.Second, func() bool { return p.allDelivered(want) })
+	p.checkOrder(t, want)
+	if paths, _ := deadLetters(t, dir, "orders"); len(paths) != 0 {
+		t.Fatalf("a 410 dead-lettered events: %v", paths)
+	}
+	audit, err := ag.Admin.ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{DestinationId: "orders"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	disables := 0
+	for _, e := range audit.Msg.GetEntries() {
+		if e.GetAction() == "destination.disable" {
+			disables++
+			if e.GetAuthor() != "rivora" || e.GetReason() != "partner answered 410 Gone" {
+				t.Errorf("audit entry %v", e)
+			}
+		}
+	}
+	if disables != 1 {
+		t.Fatalf("%d destination.disable audit entries, want 1", disables)
+	}
+}

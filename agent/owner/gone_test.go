@@ -1,0 +1,45 @@
+package owner_test
+
+import (
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rivora/rivora/internal/eventually"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// A 410 Gone is not counted against the event: answered more often than
+// max_attempts, the head is neither dead-lettered nor charged, and it is
+// delivered, before the rest of its lane, once the partner takes it. (The
+// agent pauses the destination on a 410; this node's worker does not, so
+// the head is offered again at once.)
+func TestGoneDoesNotCountAttempts(t *testing.T) {
+	const gone = 5
+	var mu sync.Mutex
+	var head string
+	p := newPartner(t, func(id string, n int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return id == head && n <= gone
+	})
+	p.failStatus = http.StatusGone
+	archRoot := t.TempDir()
+	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.srv.URL, 2)})
+	mu.Lock()
+	head = n.publish("orders", "u1")
+	mu.Unlock()
+	next := n.publish("orders", "u1")
+	n.run(true)
+	eventually.True(t, "both events delivered in lane order", 10*time.Second, func() bool {
+		return slices.Equal(p.delivered()["u1"], []string{head, next})
+	})
+	if r := p.requests(head); r != gone+1 {
+		t.Fatalf("head sent %d times, want %d answers 410 then one 2xx", r, gone+1)
+	}
+	if objs := findObjects(t, archRoot); len(objs) != 0 {
+		t.Fatalf("a 410 dead-lettered events: %v", objs)
+	}
+}
