@@ -296,6 +296,7 @@ func (cp *ControlPlane) disableDestination(id, agentName, eventID string, status
 		return false, 0, err
 	}
 	cp.log.Warn("destination disabled: its partner answered 410 Gone; resume it with `rivoractl destinations resume`", "destination", id, "event_id", eventID, "agent", agentName)
+	cp.notify.destinationDisabled(id, GoneReason, version, cp.now())
 	return true, version, nil
 }
 

@@ -217,14 +217,14 @@ func (n *notifier) rederiveFromAudit(since time.Time) {
 		switch {
 		case e.GetAction() == "limits.expire":
 			n.overrideExpired(e.GetDestinationId(), e.GetVersion(), e.GetAt().AsTime())
-		case e.GetAction() == "destination.pause" && e.GetAuthor() == rivoraAuthor:
+		case e.GetAction() == "destination.disable":
 			n.destinationDisabled(e.GetDestinationId(), e.GetReason(), e.GetVersion(), e.GetAt().AsTime())
 		}
 	}
 }
 
 // rivoraAuthor is the author of changes Rivora makes by itself.
-const rivoraAuthor = "rivora"
+const rivoraAuthor = GoneAuthor
 
 // pollHealth feeds every destination's parked state (parked on any agent)
 // to the episodes. A round where an agent did not answer is skipped: it

@@ -13,12 +13,14 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/controlplane/notices"
 	"github.com/rivora/rivora/internal/eventually"
 	"github.com/rivora/rivora/internal/testrig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk/webhook"
 )
 
@@ -124,8 +126,13 @@ func TestOperatorNotices(t *testing.T) {
 	}
 	eventually.True(t, "override.expired notice", 15*time.Second, func() bool { return len(op.of(notices.OverrideExpired, "orders")) == 1 })
 
-	// A destination Rivora disabled (the 410 Gone path's hook).
-	controlplane.NotifyDestinationDisabled(d.CP, "orders", "partner answered 410 Gone", 42)
+	// A destination Rivora disabled: an agent reports a 410 Gone.
+	gone, err := rivorav1connect.NewAgentServiceClient(http.DefaultClient, d.URL).ReportGone(ctx, connect.NewRequest(&rivorav1.ReportGoneRequest{
+		AgentName: d.Name, DestinationId: "orders", EventId: "ev-1", Status: 410, At: timestamppb.Now(),
+	}))
+	if err != nil || !gone.Msg.GetDisabled() {
+		t.Fatalf("ReportGone: %v, %v", gone, err)
+	}
 	eventually.True(t, "destination.disabled notice", 15*time.Second, func() bool { return len(op.of(notices.DestinationDisabled, "orders")) == 1 })
 	if dn := op.of(notices.DestinationDisabled, "orders")[0]; dn["reason"] != "partner answered 410 Gone" || dn["message"] == "" || dn["at"] == "" {
 		t.Errorf("disabled notice %v", dn)
@@ -134,8 +141,8 @@ func TestOperatorNotices(t *testing.T) {
 	// notice about the same destination (same lane, so delivered after any
 	// copy) arrives, and no copy came before it.
 	first := op.of(notices.DestinationDisabled, "orders")[0]["webhook-id"]
-	controlplane.NotifyDestinationDisabled(d.CP, "orders", "partner answered 410 Gone", 42)
-	controlplane.NotifyDestinationDisabled(d.CP, "orders", "partner answered 410 Gone", 43)
+	controlplane.NotifyDestinationDisabled(d.CP, "orders", controlplane.GoneReason, gone.Msg.GetVersion())
+	controlplane.NotifyDestinationDisabled(d.CP, "orders", controlplane.GoneReason, gone.Msg.GetVersion()+1)
 	eventually.True(t, "a later notice", 15*time.Second, func() bool { return len(op.of(notices.DestinationDisabled, "orders")) >= 2 })
 	if all := op.of(notices.DestinationDisabled, "orders"); len(all) != 2 || all[1]["webhook-id"] == first {
 		t.Errorf("disabled notices %v: want the first once, then the later one", all)

@@ -117,9 +117,9 @@ func (o *operatorEndpoint) matching(typ, destination string, keep func(operatorN
 }
 
 // TestOperatorWebhook runs `rivora dev --operator-webhook` against an
-// endpoint that verifies signatures: a parked episode, its recovery and a
-// run of dead letters each give one notice of their type; a notice stored
-// before the endpoint accepted it survives kill -9.
+// endpoint that verifies signatures: a parked episode, its recovery, a run
+// of dead letters and a 410 Gone each give one notice of their type; a
+// notice stored before the endpoint accepted it survives kill -9.
 func TestOperatorWebhook(t *testing.T) {
 	op := newOperatorEndpoint(t)
 	d := startDev(t, devOptions{Args: []string{"--operator-webhook", op.url, "--notify-parked-after", "2s"}})
@@ -170,6 +170,17 @@ func TestOperatorWebhook(t *testing.T) {
 			t.Errorf("deadletter notice names %v, not one of the dead letters", id)
 		}
 	}
+	// 410 Gone: the destination is disabled, and the operator hears why.
+	gone := newPartner(t)
+	gone.SetStatus(http.StatusGone)
+	createDestination(t, d, "gone", gone, "", nil)
+	publishOne(t, d, "gone")
+	publishOne(t, d, "gone")
+	eventually.True(t, "destination.disabled for gone", 30*time.Second, func() bool { return len(op.accepted("destination.disabled", "gone")) > 0 })
+	if dn := op.accepted("destination.disabled", "gone"); len(dn) != 1 || dn[0]["reason"] != "partner answered 410 Gone" {
+		t.Errorf("disabled notices %v: want one with reason %q", dn, "partner answered 410 Gone")
+	}
+
 	// By now the parked episode's notices are all in: one of each.
 	if p, r := len(op.accepted("destination.parked", "flaky")), len(op.accepted("destination.recovered", "flaky")); p != 1 || r != 1 {
 		t.Errorf("flaky: %d parked and %d recovered notices, want 1 and 1", p, r)
