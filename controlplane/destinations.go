@@ -264,8 +264,8 @@ const (
 // Gone (an agent's ReportGone): paused with GoneReason by GoneAuthor,
 // audited as "destination.disable" and pushed to every agent, through the
 // same change as an operator's pause; resume re-enables it. It is the one
-// place a destination is disabled: the operator notice
-// "destination.disabled" belongs here, emitted when disabled is true.
+// place a destination is disabled, and it sends the operator notice
+// "destination.disabled" when disabled is true.
 //
 // A report is idempotent (agents retry until answered): nothing changes
 // when the destination is already paused or disabled, or was resumed after

@@ -70,8 +70,8 @@ type notifier struct {
 	batcher  *notices.Batcher
 
 	// deadSeen holds the dead letters already counted (id@dead_at →
-	// dead_at)
-	// back to deadFloor; deadNewest is the newest dead_at seen.
+	// dead_at), back to archiveSlack behind deadNewest, the newest dead_at
+	// seen; none before deadFloor is counted.
 	deadSeen   map[string]time.Time
 	deadFloor  time.Time
 	deadNewest time.Time
@@ -163,7 +163,7 @@ func (n *notifier) run(ctx context.Context) {
 		case <-t.C:
 		}
 		if n.cp.leaderOnly() != nil {
-			started = false // a new term re-derives: the last leader's queue died with it
+			started = false // a new term re-derives: triggers of another leader's term may be unsent
 			continue
 		}
 		if !started {
