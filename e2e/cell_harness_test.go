@@ -53,9 +53,10 @@ func launchProc(t testing.TB, name, addr string, args []string) *proc {
 
 // cellOptions configures startCell.
 type cellOptions struct {
-	Partitions int    // default 4
-	Limits     string // limits file path ("" = none)
-	AgentName  string // default "a1"
+	Partitions int      // default 4
+	Limits     string   // limits file path ("" = none)
+	AgentName  string   // default "a1"
+	CPArgs     []string // extra control plane flags
 }
 
 // cell is `rivora controlplane` plus one `rivora agent`, two processes.
@@ -80,6 +81,7 @@ func startCell(t testing.TB, opts cellOptions) *cell {
 	if opts.Limits != "" {
 		cpArgs = append(cpArgs, "--limits", opts.Limits)
 	}
+	cpArgs = append(cpArgs, opts.CPArgs...)
 	c := &cell{agentName: opts.AgentName, partitions: opts.Partitions}
 	c.cp = startProc(t, "controlplane", cpAddr, cpArgs)
 	agAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk"
 	"github.com/rivora/rivora/sdk/webhook"
 )
 
@@ -212,6 +213,48 @@ func TestOperatorWebhook(t *testing.T) {
 	log, _ := os.ReadFile(d.LogPath)
 	if n := strings.Count(string(log), secret); n != 1 {
 		t.Errorf("the generated operator secret is in the log %d times over two runs, want once", n)
+	}
+}
+
+// The same notices with the control plane and the agent as two processes:
+// the control plane polls the agent's health and archive over the network
+// and publishes through its ingest.
+func TestCellOperatorWebhook(t *testing.T) {
+	op := newOperatorEndpoint(t)
+	secret, _ := webhook.NewSecret()
+	op.setSecret(t, secret)
+	c := startCell(t, cellOptions{CPArgs: []string{"--operator-webhook", op.url, "--operator-webhook-secret", secret}})
+	r := c.rig()
+
+	broken := newPartner(t)
+	broken.SetStatus(http.StatusInternalServerError)
+	r.createDestination(t, "broken", broken, &rivorav1.Limits{MaxAttempts: 1})
+	gone := newPartner(t)
+	gone.SetStatus(http.StatusGone)
+	r.createDestination(t, "gone", gone, nil)
+	ctx := ctxTimeout(t, time.Minute)
+	dead := map[string]bool{}
+	for range 3 {
+		id, err := r.SDK().Publish(ctx, sdk.Event{Destination: "broken", Customer: "acme", Lane: "l1", Type: "test", Payload: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead[id] = true
+	}
+	if _, err := r.SDK().Publish(ctx, sdk.Event{Destination: "gone", Customer: "acme", Lane: "l1", Type: "test", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, "deadletter.created and destination.disabled", 30*time.Second, func() bool {
+		return len(op.accepted("deadletter.created", "broken")) > 0 && len(op.accepted("destination.disabled", "gone")) > 0
+	})
+	dl := op.accepted("deadletter.created", "broken")
+	ids, _ := dl[0]["eventIds"].([]any)
+	named := map[string]bool{}
+	for _, id := range ids {
+		named[fmt.Sprint(id)] = true
+	}
+	if len(dl) != 1 || dl[0]["count"] != 3.0 || fmt.Sprint(named) != fmt.Sprint(dead) {
+		t.Errorf("deadletter notices %v: want one, count 3, naming the dead events %v", dl, dead)
 	}
 }
 
