@@ -418,6 +418,7 @@ func (a *Agent) Health(_ context.Context, destinationID string) ([]*rivorav1.Des
 		if n > 0 {
 			if part := a.partition(lanes.Partition(snap.ID, n)); part != nil {
 				h.UnarchivedDeadLetters = int64(part.Unarchived(snap.ID))
+				h.ArchivedDeadLetters = part.Archived(snap.ID)
 			}
 		}
 		out = append(out, h)

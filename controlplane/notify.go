@@ -41,17 +41,18 @@ import (
 // beyond it an operator may get a notice twice.
 
 const (
-	// noticePoll is how often the leader polls agents' health.
+	// noticePoll is how often the leader polls agents' health (and reads
+	// the archive where it changed).
 	noticePoll = time.Second
-	// deadLetterPoll is how often it reads new dead letters from the
-	// archive.
-	deadLetterPoll = 2 * time.Second
 	// noticeLookback is how far back a starting notifier re-derives
 	// notices from the audit log and the archive.
 	noticeLookback = 10 * time.Minute
 	// archiveSlack re-reads dead letters this far behind the newest one
 	// seen: another agent may archive one that died earlier, later.
 	archiveSlack = 2 * time.Minute
+	// fullScanEvery spaces reads of every destination's new dead letters;
+	// in between only destinations whose archived counter moved are read.
+	fullScanEvery = 5 * time.Minute
 	// maxQueuedNotices bounds the notices waiting for ingest.
 	maxQueuedNotices = 10000
 	// operatorMaxAttempts lets the reserved destination's window, not its
@@ -69,12 +70,9 @@ type notifier struct {
 	episodes *notices.Episodes
 	batcher  *notices.Batcher
 
-	// deadSeen holds the dead letters already counted (id@dead_at →
-	// dead_at), back to archiveSlack behind deadNewest, the newest dead_at
-	// seen; none before deadFloor is counted.
-	deadSeen   map[string]time.Time
-	deadFloor  time.Time
-	deadNewest time.Time
+	// scan decides which archive reads to make and which dead letters are
+	// new (poll loop only).
+	scan *notices.Scan
 	// marks persists notice marks; loaded holds them as of start: dead
 	// letters up to a destination's loaded mark were notified before.
 	marks  noticeMarks
@@ -94,7 +92,7 @@ func newNotifier(cp *ControlPlane, url, secret string, parkedAfter time.Duration
 	return &notifier{
 		cp: cp, url: url, secret: secret,
 		episodes: notices.NewEpisodes(parkedAfter), batcher: notices.NewBatcher(notices.DefaultBatchEvery, notices.DefaultGather),
-		deadSeen: make(map[string]time.Time), marks: newNoticeMarks(cp), marked: map[string]time.Time{}, wake: make(chan struct{}, 1),
+		marks: newNoticeMarks(cp), marked: map[string]time.Time{}, wake: make(chan struct{}, 1),
 	}
 }
 
@@ -155,7 +153,6 @@ func (n *notifier) run(ctx context.Context) {
 	t := time.NewTicker(noticePoll)
 	defer t.Stop()
 	started := false
-	var lastDead time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -174,10 +171,7 @@ func (n *notifier) run(ctx context.Context) {
 			started = true
 		}
 		n.pollHealth(ctx)
-		if now := n.cp.now(); now.Sub(lastDead) >= deadLetterPoll {
-			lastDead = now
-			n.pollDeadLetters(ctx)
-		}
+		n.pollDeadLetters(ctx)
 		n.enqueue(n.batcher.Due(n.cp.now())...)
 	}
 }
@@ -197,8 +191,7 @@ func (n *notifier) start() error {
 	n.marked = maps.Clone(marked)
 	n.mu.Unlock()
 	now := n.cp.now()
-	n.deadFloor, n.deadNewest = now.Add(-noticeLookback), time.Time{}
-	clear(n.deadSeen)
+	n.scan = notices.NewScan(now.Add(-noticeLookback), archiveSlack, fullScanEvery)
 	n.rederiveFromAudit(now.Add(-noticeLookback))
 	return nil
 }
@@ -241,7 +234,11 @@ func (n *notifier) pollHealth(ctx context.Context) {
 		cause string
 	}
 	park := make(map[string]parked)
+	archived := make(map[string]int64)
 	for _, h := range health {
+		if h.GetArchivedDeadLetters() > 0 {
+			archived[h.GetDestinationId()] += h.GetArchivedDeadLetters()
+		}
 		if h.GetState() != "parked" {
 			continue
 		}
@@ -254,6 +251,7 @@ func (n *notifier) pollHealth(ctx context.Context) {
 		}
 		park[h.GetDestinationId()] = p
 	}
+	n.scan.Archived(archived)
 	now := n.cp.now()
 	_, dests := n.cp.store.Snapshot()
 	known := make(map[string]bool, len(dests))
@@ -274,20 +272,33 @@ func (n *notifier) pollHealth(ctx context.Context) {
 	}
 }
 
-// pollDeadLetters counts the dead letters archived since the last poll
-// into the batcher. It re-reads archiveSlack behind the newest seen, and
-// skips the ones it counted already.
+// pollDeadLetters reads the archive where the scan says new dead letters
+// may be, and counts the new ones into the batcher.
 func (n *notifier) pollDeadLetters(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	since := n.deadFloor
-	if s := n.deadNewest.Add(-archiveSlack); s.After(since) {
-		since = s
+	full, fullSince, dests := n.scan.Due(n.cp.now())
+	if full {
+		if n.readDeadLetters(ctx, "", fullSince) {
+			n.scan.Read("", n.cp.now())
+		}
+		return
 	}
-	for page := 0; page < 10; page++ {
-		dls, truncated, err := n.cp.agents.deadLetters(ctx, since)
+	for d, since := range dests {
+		if n.readDeadLetters(ctx, d, since) {
+			n.scan.Read(d, n.cp.now())
+		}
+	}
+}
+
+// readDeadLetters reads a destination's (or, for "", every
+// destination's) dead letters from since, page by page, and reports
+// whether every agent answered.
+func (n *notifier) readDeadLetters(ctx context.Context, destination string, since time.Time) bool {
+	for range 10 {
+		dls, truncated, err := n.cp.agents.deadLetters(ctx, destination, since)
 		if err != nil {
-			return
+			return false
 		}
 		for _, dl := range dls {
 			n.countDead(dl)
@@ -296,25 +307,16 @@ func (n *notifier) pollDeadLetters(ctx context.Context) {
 			}
 		}
 		if !truncated {
-			break
+			return true
 		}
 	}
-	for id, at := range n.deadSeen {
-		if at.Before(n.deadNewest.Add(-archiveSlack)) {
-			delete(n.deadSeen, id)
-		}
-	}
+	return true // the rest on the next read, from the newest seen
 }
 
 func (n *notifier) countDead(dl *rivorav1.DeadLetter) {
 	id, dest, at := dl.GetEvent().GetEventId(), dl.GetEvent().GetDestinationId(), dl.GetDeadAt().AsTime()
-	seenKey := fmt.Sprintf("%s@%d", id, at.UnixNano()) // a replayed event may die again
-	if _, seen := n.deadSeen[seenKey]; seen || dest == notices.DestinationID || at.Before(n.deadFloor) {
+	if dest == notices.DestinationID || !n.scan.New(dest, id, at) {
 		return
-	}
-	n.deadSeen[seenKey] = at
-	if at.After(n.deadNewest) {
-		n.deadNewest = at
 	}
 	if !at.After(n.loaded[dest]) {
 		return // an accepted notice covered it before this start
@@ -400,15 +402,16 @@ func (n *notifier) publish(ctx context.Context, nt notices.Notice) (string, bool
 	return "", false, errors.Join(errs...)
 }
 
-// deadLetters lists the dead letters that died at or after since, from
-// every connected agent's archive (agents may share one: the caller
+// deadLetters lists a destination's ("" = every destination's) dead
+// letters that died at or after since, from every connected agent's
+// archive (agents may share one: the caller
 // dedupes), oldest first per agent; truncated: some agent had more.
-func (r *agentRegistry) deadLetters(ctx context.Context, since time.Time) ([]*rivorav1.DeadLetter, bool, error) {
+func (r *agentRegistry) deadLetters(ctx context.Context, destination string, since time.Time) ([]*rivorav1.DeadLetter, bool, error) {
 	truncated := false
 	var mu sync.Mutex
 	answers, err := askAll(r, func(a *agentState) ([]*rivorav1.DeadLetter, error) {
 		resp, err := rivorav1connect.NewArchiveServiceClient(r.http, a.address).ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{
-			Filter: &rivorav1.DeadLetterFilter{Since: timestamppb.New(since)}, Limit: 1000,
+			Filter: &rivorav1.DeadLetterFilter{DestinationId: destination, Since: timestamppb.New(since)}, Limit: 1000,
 		}))
 		if err != nil {
 			return nil, err

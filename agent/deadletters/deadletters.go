@@ -76,13 +76,22 @@ func matches(f *rivorav1.DeadLetterFilter, dl *rivorav1.DeadLetter) bool {
 // Object keys carry the hour their dead letters died in, so a time filter
 // skips whole hours.
 func (s *Service) objects(ctx context.Context, f *rivorav1.DeadLetterFilter) ([]string, error) {
-	prefix := archive.Prefix
-	if f.GetDestinationId() != "" {
-		prefix = archive.DestinationPrefix(f.GetDestinationId())
+	prefixes := []string{archive.Prefix}
+	if d := f.GetDestinationId(); d != "" {
+		prefixes = []string{archive.DestinationPrefix(d)}
+		if f.GetSince() != nil {
+			if hours := hourPrefixes(d, f.GetSince().AsTime(), time.Now()); hours != nil {
+				prefixes = hours
+			}
+		}
 	}
-	keys, err := s.archive.List(ctx, prefix)
-	if err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, err)
+	var keys []string
+	for _, prefix := range prefixes {
+		k, err := s.archive.List(ctx, prefix)
+		if err != nil {
+			return nil, connect.NewError(connect.CodeUnavailable, err)
+		}
+		keys = append(keys, k...)
 	}
 	out := keys[:0]
 	for _, k := range keys {
@@ -97,6 +106,28 @@ func (s *Service) objects(ctx context.Context, f *rivorav1.DeadLetterFilter) ([]
 		out = append(out, k)
 	}
 	return out, nil
+}
+
+// maxHourLists bounds listing a destination hour by hour: a since
+// further back lists its whole prefix instead.
+const maxHourLists = 48
+
+// hourPrefixes are the key prefixes of one destination's objects from
+// since's hour to the hour after now (a clock a little ahead), in key
+// order; nil when that is more than maxHourLists hours. Listing them
+// instead of the destination's whole prefix keeps a recent since cheap
+// however large the archive (the operator notices ask every few seconds).
+func hourPrefixes(destination string, since, now time.Time) []string {
+	start := since.UTC().Truncate(time.Hour)
+	end := now.UTC().Add(time.Hour)
+	if end.Sub(start) > maxHourLists*time.Hour {
+		return nil
+	}
+	var out []string
+	for h := start; !h.After(end); h = h.Add(time.Hour) {
+		out = append(out, archive.DestinationPrefix(destination)+h.Format("2006/01/02/15")+"/")
+	}
+	return out
 }
 
 // keyHour reads the hour out of deadletter/<dest>/<yyyy>/<mm>/<dd>/<hh>/….

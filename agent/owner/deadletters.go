@@ -25,6 +25,12 @@ func (o *Partition) Unarchived(destinationID string) int {
 	return o.dead.queue.count(destinationID)
 }
 
+// Archived is how many dead letters of a destination this partition
+// archived since it opened here.
+func (o *Partition) Archived(destinationID string) int64 {
+	return o.dead.queue.archivedCount(destinationID)
+}
+
 // queuedDead is a dead letter waiting for the archive, with the ledger
 // sequence of its record (the order archive objects are named in).
 type queuedDead struct {
@@ -38,16 +44,17 @@ type queuedDead struct {
 // Invariants: items leave in the order they came (which deadLetters.record
 // makes ledger order); unarchived[d] counts d's dead letters queued and
 // not yet archived — taken but not yet archived ones included — and a
-// destination with none has no entry.
+// destination with none has no entry; archivedTotal[d] only grows.
 type deadQueue struct {
-	mu         sync.Mutex
-	items      []queuedDead
-	unarchived map[string]int // per destination: in the ledger, not yet archived
-	ready      chan struct{}  // signalled, never blocking, when items arrive
+	mu            sync.Mutex
+	items         []queuedDead
+	unarchived    map[string]int   // per destination: in the ledger, not yet archived
+	archivedTotal map[string]int64 // per destination: archived since the queue was made
+	ready         chan struct{}    // signalled, never blocking, when items arrive
 }
 
 func newDeadQueue() *deadQueue {
-	return &deadQueue{unarchived: make(map[string]int), ready: make(chan struct{}, 1)}
+	return &deadQueue{unarchived: make(map[string]int), archivedTotal: make(map[string]int64), ready: make(chan struct{}, 1)}
 }
 
 func (q *deadQueue) push(dls ...queuedDead) {
@@ -82,9 +89,16 @@ func (q *deadQueue) archived(destinationID string, n int) {
 	unarchived.Sub(float64(n))
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.archivedTotal[destinationID] += int64(n)
 	if q.unarchived[destinationID] -= n; q.unarchived[destinationID] <= 0 {
 		delete(q.unarchived, destinationID)
 	}
+}
+
+func (q *deadQueue) archivedCount(destinationID string) int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.archivedTotal[destinationID]
 }
 
 func (q *deadQueue) count(destinationID string) int {

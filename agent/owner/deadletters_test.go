@@ -71,6 +71,9 @@ func TestDeadQueueOrderBatchesAndCounts(t *testing.T) {
 	if _, ok := q.unarchived["a"]; ok {
 		t.Fatal("a destination with nothing unarchived keeps an entry")
 	}
+	if q.archivedCount("a") != 2 || q.archivedCount("b") != 1 || q.archivedCount("c") != 0 {
+		t.Fatalf("archived a=%d b=%d c=%d, want 2 1 0", q.archivedCount("a"), q.archivedCount("b"), q.archivedCount("c"))
+	}
 }
 
 // An archive object holds one destination's dead letters of one hour; the

@@ -242,3 +242,54 @@ func TestPayloadShape(t *testing.T) {
 		t.Errorf("disabled notice %+v", d)
 	}
 }
+
+func TestScanReadsWhatMovedAndCountsOnce(t *testing.T) {
+	s := notices.NewScan(t0, 2*time.Minute, 5*time.Minute)
+	full, since, dests := s.Due(t0)
+	if !full || !since.Equal(t0) || len(dests) != 0 {
+		t.Fatalf("first Due: full %v since %s dests %v; want a full read from the floor", full, since, dests)
+	}
+	if s.New("orders", "old", t0.Add(-time.Second)) {
+		t.Error("a dead letter before the floor is new")
+	}
+	if !s.New("orders", "e1", t0.Add(time.Minute)) || s.New("orders", "e1", t0.Add(time.Minute)) {
+		t.Error("e1 must be new exactly once")
+	}
+	if !s.New("orders", "e1", t0.Add(2*time.Minute)) {
+		t.Error("the same event dying again (replayed) is new")
+	}
+	s.Read("", t0.Add(time.Second))
+	if full, _, dests := s.Due(t0.Add(2 * time.Second)); full || len(dests) != 0 {
+		t.Fatalf("nothing moved: full %v dests %v", full, dests)
+	}
+	s.Archived(map[string]int64{"orders": 2})
+	s.Archived(map[string]int64{"orders": 2, "billing": 1})
+	_, _, dests = s.Due(t0.Add(3 * time.Second))
+	if len(dests) != 2 || !dests["orders"].Equal(t0) || !dests["billing"].Equal(t0) {
+		t.Fatalf("dests %v: want orders and billing from the floor", dests)
+	}
+	s.Read("orders", t0.Add(4*time.Second))
+	if _, _, dests = s.Due(t0.Add(5 * time.Second)); len(dests) != 1 || dests["billing"].IsZero() {
+		t.Fatalf("after reading orders: %v, want billing only", dests)
+	}
+	// A counter that restarts (partition reopened) is a move too.
+	s.Read("billing", t0.Add(6*time.Second))
+	s.Archived(map[string]int64{"billing": 1})
+	if _, _, dests = s.Due(t0.Add(7 * time.Second)); len(dests) != 1 || dests["orders"].IsZero() {
+		t.Fatalf("orders' counter vanished: %v, want orders read", dests)
+	}
+	// Reads start Slack behind the newest seen; what is older is never new
+	// again, even once pruned.
+	s.New("orders", "e9", t0.Add(10*time.Minute))
+	s.Read("orders", t0.Add(10*time.Minute))
+	s.Archived(map[string]int64{"orders": 3, "billing": 1})
+	if _, _, dests = s.Due(t0.Add(10 * time.Minute)); !dests["orders"].Equal(t0.Add(8 * time.Minute)) {
+		t.Fatalf("orders read from %s, want 2m behind its newest", dests["orders"])
+	}
+	if s.New("orders", "e1", t0.Add(time.Minute)) {
+		t.Error("a pruned, counted dead letter came back as new")
+	}
+	if full, since, _ := s.Due(t0.Add(6 * time.Minute)); !full || !since.Equal(t0.Add(8*time.Minute)) {
+		t.Fatalf("full read due after 5m from 2m behind the newest: %v %s", full, since)
+	}
+}
