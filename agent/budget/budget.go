@@ -8,10 +8,11 @@
 //     it.
 //   - A throttle (429, 502/503/504, 408/409/425, timeout, connection error)
 //     cuts the rate, at most once a second and never below 0.5/s. If the
-//     bucket was the limit within the last second (it refused a token) and
-//     the partner let requests through in that second, their number is
-//     learned as the partner's ceiling and the cut goes to 90% of it;
-//     otherwise the rate is halved.
+//     destination was saturated within the last second (an attempt was due
+//     and held back for want of a token or by the in-flight cap) and the
+//     partner let requests through in that second, their number is learned
+//     as the partner's ceiling and the cut goes to 90% of it; otherwise the
+//     rate is halved.
 //   - With a learned ceiling the climb stops at 90% of it; above that it
 //     adds 1% of the ceiling per clean second, doubling every 30 s without a
 //     throttle. A ceiling that stays put costs a 429 or two every ~10 s; a

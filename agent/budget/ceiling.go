@@ -46,14 +46,20 @@ func (g *goodput) rate(now time.Time) float64 {
 	return float64(n)
 }
 
-// cutRate is the rate a throttle at now cuts to. When the budget was what
-// limited attempts (its bucket refused one within the last second, so this
-// is the partner refusing our rate, not a stray error at low load) and the
-// partner let some through, their rate is learned as its ceiling and the
-// cut goes to Approach of it; otherwise the rate is halved.
+// Saturated records that the destination had an attempt due that its
+// in-flight cap held back: like a refused token, it says the partner sees
+// all the destination may send.
+func (b *Budget) Saturated(now time.Time) { b.saturated = now }
+
+// cutRate is the rate a throttle at now cuts to. When the destination was
+// saturated within the last second (an attempt was due and held back by
+// the bucket or the in-flight cap, so this is the partner refusing what we
+// may send, not a stray error at low load) and the partner let some
+// through, their rate is learned as its ceiling and the cut goes to
+// Approach of it; otherwise the rate is halved.
 func (b *Budget) cutRate(now time.Time) float64 {
 	g := b.goodput.rate(now)
-	busy := !b.refused.IsZero() && now.Sub(b.refused) <= time.Second
+	busy := !b.saturated.IsZero() && now.Sub(b.saturated) <= time.Second
 	if b.tune.Approach <= 0 || g <= 0 || !busy {
 		return b.bucket.Rate() / 2
 	}

@@ -90,9 +90,9 @@ type Budget struct {
 	lastProbe    time.Time
 	transitions  []Transition
 
-	goodput goodput   // 2xx over the last second
-	refused time.Time // the bucket last refused a Take (the budget was the limit)
-	learned float64   // the partner's ceiling; 0: none remembered
+	goodput   goodput   // 2xx over the last second
+	saturated time.Time // an attempt was last held back (no token, or the in-flight cap)
+	learned   float64   // the partner's ceiling; 0: none remembered
 }
 
 // NewBudget returns a healthy budget at the configured rate.
@@ -155,7 +155,7 @@ func (b *Budget) Take(now time.Time) bool {
 		return true
 	}
 	if !b.bucket.Take(now) {
-		b.refused = now
+		b.saturated = now
 		return false
 	}
 	return true

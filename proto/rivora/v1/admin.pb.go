@@ -1446,8 +1446,15 @@ type DestinationHealth struct {
 	// unarchived_dead_letters wait in the ledger for the archive (it is down
 	// or slow).
 	UnarchivedDeadLetters int64 `protobuf:"varint,14,opt,name=unarchived_dead_letters,json=unarchivedDeadLetters,proto3" json:"unarchived_dead_letters,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// learned_rate is the partner's ceiling as throttling found it (requests
+	// per second the partner let through just before it refused more); the
+	// budget stays just below it. It is the rate_per_second to put in the
+	// limits file. 0 when nothing is remembered: never throttled while
+	// sending at its budget, back at the configured rate, or forgotten after
+	// minutes without throttling.
+	LearnedRate   float64 `protobuf:"fixed64,15,opt,name=learned_rate,json=learnedRate,proto3" json:"learned_rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DestinationHealth) Reset() {
@@ -1574,6 +1581,13 @@ func (x *DestinationHealth) GetPriorityClass() PriorityClass {
 func (x *DestinationHealth) GetUnarchivedDeadLetters() int64 {
 	if x != nil {
 		return x.UnarchivedDeadLetters
+	}
+	return 0
+}
+
+func (x *DestinationHealth) GetLearnedRate() float64 {
+	if x != nil {
+		return x.LearnedRate
 	}
 	return 0
 }
@@ -2942,7 +2956,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\tdue_lanes\x18\x03 \x01(\x03R\bdueLanes\x12#\n" +
 	"\rwaiting_lanes\x18\x04 \x01(\x03R\fwaitingLanes\x12\x1b\n" +
 	"\tin_flight\x18\x05 \x01(\x03R\binFlight\x12%\n" +
-	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xf5\x04\n" +
+	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\x98\x05\n" +
 	"\x11DestinationHealth\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12'\n" +
@@ -2959,7 +2973,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"hold_until\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tholdUntil\x12?\n" +
 	"\x0epriority_class\x18\r \x01(\x0e2\x18.rivora.v1.PriorityClassR\rpriorityClass\x126\n" +
-	"\x17unarchived_dead_letters\x18\x0e \x01(\x03R\x15unarchivedDeadLetters\"p\n" +
+	"\x17unarchived_dead_letters\x18\x0e \x01(\x03R\x15unarchivedDeadLetters\x12!\n" +
+	"\flearned_rate\x18\x0f \x01(\x01R\vlearnedRate\"p\n" +
 	"\x17PauseDestinationRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +
