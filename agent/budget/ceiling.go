@@ -63,8 +63,19 @@ func (b *Budget) cutRate(now time.Time) float64 {
 	if b.tune.Approach <= 0 || g <= 0 || !busy {
 		return b.bucket.Rate() / 2
 	}
-	b.learned = g
+	b.learned, b.learnedAt = g, now
 	return b.tune.Approach * math.Min(g, b.bucket.Rate())
+}
+
+// countSuccess records a 2xx. Until CutEvery after a cut that learned the
+// ceiling, the learned ceiling grows with the goodput: in a storm the
+// first 429 comes back while 2xx answers to attempts sent before it are
+// still in flight, and those were let through too.
+func (b *Budget) countSuccess(now time.Time) {
+	b.goodput.add(now)
+	if b.learned > 0 && now.Sub(b.learnedAt) < b.tune.CutEvery {
+		b.learned = math.Max(b.learned, b.goodput.rate(now))
+	}
 }
 
 // raisedRate is the rate after elapsed seconds of clean traffic: Increase

@@ -183,3 +183,30 @@ func TestStrayErrorAtLowLoadLearnsNothing(t *testing.T) {
 		t.Fatalf("after a stray 503 at 2/s: rate %v learned %v, want 25 and nothing learned", b.Rate(), b.Learned())
 	}
 }
+
+// In a storm the first 429 comes back while 2xx answers to attempts sent
+// before it are still in flight: until a second after the cut they still
+// count toward the learned ceiling, later ones do not.
+func TestAnswersInFlightAtTheCutStillCount(t *testing.T) {
+	b := budget.NewBudget(10_000, 10_000, budget.DefaultAIMD(), at(0))
+	b.Saturated(at(0))
+	for ms := range 38 {
+		b.Succeeded(at(10 + ms))
+	}
+	b.Throttled(at(50), 0, "HTTP 429")
+	if b.Learned() != 38 || b.Rate() != 0.9*38 {
+		t.Fatalf("after 38 × 2xx then a 429: learned %v rate %v, want 38 and 34.2", b.Learned(), b.Rate())
+	}
+	for ms := range 12 {
+		b.Succeeded(at(51 + ms))
+	}
+	if b.Learned() != 50 {
+		t.Fatalf("12 more 2xx just after the cut: learned %v, want 50", b.Learned())
+	}
+	for ms := range 60 {
+		b.Succeeded(at(1100 + ms))
+	}
+	if b.Learned() != 50 {
+		t.Fatalf("2xx more than a second after the cut raised the learned ceiling to %v", b.Learned())
+	}
+}

@@ -93,6 +93,7 @@ type Budget struct {
 	goodput   goodput   // 2xx over the last second
 	saturated time.Time // an attempt was last held back (no token, or the in-flight cap)
 	learned   float64   // the partner's ceiling; 0: none remembered
+	learnedAt time.Time // the cut that learned it
 }
 
 // NewBudget returns a healthy budget at the configured rate.
@@ -181,7 +182,7 @@ func (b *Budget) Wait(now time.Time) time.Duration {
 // may go at once).
 func (b *Budget) Succeeded(now time.Time) (recovered bool) {
 	b.failingSince = time.Time{}
-	b.goodput.add(now)
+	b.countSuccess(now)
 	switch b.state {
 	case Parked:
 		// A probe got through: resume and climb from there.
