@@ -431,6 +431,7 @@ func healthToProto(s scheduler.DestinationSnapshot) *rivorav1.DestinationHealth 
 		State:          s.State.String(),
 		ConfiguredRate: s.ConfiguredRate,
 		CurrentRate:    s.CurrentRate,
+		LearnedRate:    s.LearnedRate,
 		Tokens:         s.Tokens,
 		InFlight:       int32(s.InFlight),
 		MaxInFlight:    int32(s.MaxInFlight),

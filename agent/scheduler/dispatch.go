@@ -76,7 +76,11 @@ func (s *Scheduler) pickClass(now time.Time, class Class, soonest func(time.Dura
 	for i := 0; i < len(s.ring); i++ {
 		idx := (s.rr + i) % len(s.ring)
 		d := s.ring[idx]
-		if d.class != class || !d.configured || d.paused || d.inFlight >= d.limits.MaxInFlight {
+		if d.class != class || !d.configured || d.paused {
+			continue
+		}
+		if d.inFlight >= d.limits.MaxInFlight {
+			d.budget.Saturated(now)
 			continue
 		}
 		if !d.budget.Take(now) {
