@@ -17,13 +17,19 @@ func (s *Scheduler) promote(now time.Time) {
 			return
 		}
 		heap.Pop(&s.waiting)
-		if l.head.HeldByDestination && !l.head.WindowEnd.IsZero() && !now.Before(l.head.WindowEnd) {
-			l.state = laneExpired
-			s.expired = append(s.expired, l)
-			continue
-		}
-		s.makeDue(l)
+		s.ready(l, now)
 	}
+}
+
+// ready makes a lane due, or queues it as expired when its head is held
+// by its destination and its window has closed.
+func (s *Scheduler) ready(l *Lane, now time.Time) {
+	if l.head.HeldByDestination && !l.head.WindowEnd.IsZero() && !now.Before(l.head.WindowEnd) {
+		l.state = laneExpired
+		s.expired = append(s.expired, l)
+		return
+	}
+	s.makeDue(l)
 }
 
 // pickExpired hands out a lane whose window closed while its destination
@@ -177,5 +183,5 @@ func (s *Scheduler) schedule(l *Lane, now time.Time) {
 		heap.Push(&s.waiting, l)
 		return
 	}
-	s.makeDue(l)
+	s.ready(l, now)
 }

@@ -153,12 +153,26 @@ func (s *Scheduler) advance(a *Attempt) Outcome {
 	l.head = Head{}
 	l.state = laneIdle
 	if len(l.entries) > 0 {
-		s.makeDue(l)
+		s.holdNext(a, l)
+		s.schedule(l, s.clock.Now())
 		return Outcome{}
 	}
 	out := Outcome{Drained: true, PurgeLedger: l.hasLedger}
 	s.forget(l)
 	return out
+}
+
+// holdNext: on a parked destination, the head that follows a held head
+// is held too, its window end estimated from its predecessor's (the owner
+// checks the real one before dead-lettering it): the events behind a
+// head whose window closed during an outage follow it at once instead of
+// waiting for a probe slot each.
+func (s *Scheduler) holdNext(a *Attempt, l *Lane) {
+	if !s.parked[l.dest] || !a.Head.HeldByDestination || a.Head.WindowEnd.IsZero() {
+		return
+	}
+	next := l.entries[0]
+	l.head = Head{HeldByDestination: true, WindowEnd: a.Head.WindowEnd.Add(next.AcceptedAt.Sub(a.Entry.AcceptedAt))}
 }
 
 // forget removes an empty lane, and its customer once it has no lanes.
