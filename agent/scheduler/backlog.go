@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"container/heap"
+	"slices"
 	"time"
 
 	"github.com/rivora/rivora/agent/budget"
@@ -117,6 +118,8 @@ func (s *Scheduler) DropPartition(p int) {
 		}
 		delete(s.dests, id)
 	}
+	s.deadlines = slices.DeleteFunc(s.deadlines, func(dl deadline) bool { return dl.lane.dest.dropped })
+	heap.Init(&s.deadlines)
 }
 
 // TakeDestination removes every lane of a destination that is not in

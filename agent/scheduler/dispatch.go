@@ -19,6 +19,65 @@ func (s *Scheduler) promote(now time.Time) {
 		heap.Pop(&s.waiting)
 		s.ready(l, now)
 	}
+	s.expireDeadlines(now)
+}
+
+// expireDeadlines queues as expired every held head whose window closed,
+// also when it is due (waiting for a token of a starved budget), so that
+// it dies on time rather than when a token comes.
+func (s *Scheduler) expireDeadlines(now time.Time) {
+	for len(s.deadlines) > 0 && !s.deadlines[0].at.After(now) {
+		dl := heap.Pop(&s.deadlines).(deadline)
+		l := dl.lane
+		if l.deadlineAt.Equal(dl.at) {
+			l.deadlineAt = time.Time{}
+		}
+		if l.dest.dropped || len(l.entries) == 0 || l.entries[0].Seq != dl.seq || !l.head.HeldByDestination || !l.head.WindowEnd.Equal(dl.at) {
+			continue // stale: the lane moved on or its head changed
+		}
+		switch l.state {
+		case laneWaiting:
+			heap.Remove(&s.waiting, l.heapIdx)
+		case laneDue:
+			s.undue(l)
+		default:
+			continue // in flight or already expired: its outcome decides
+		}
+		l.state = laneExpired
+		s.expired = append(s.expired, l)
+	}
+}
+
+// watchDeadline makes sure a held head's window end is in the deadline
+// heap (once per head and window end).
+func (s *Scheduler) watchDeadline(l *Lane) {
+	at := l.head.WindowEnd
+	if !l.head.HeldByDestination || at.IsZero() || at.Equal(l.deadlineAt) {
+		return
+	}
+	l.deadlineAt = at
+	heap.Push(&s.deadlines, deadline{at: at, lane: l, seq: l.entries[0].Seq})
+}
+
+// undue takes a due lane out of its customer's queues.
+func (s *Scheduler) undue(l *Lane) {
+	c, d := l.cust, l.dest
+	c.firsts.remove(l)
+	c.retries.remove(l)
+	d.due--
+	if c.due() == 0 {
+		c.active = false
+		c.deficit = 0
+		if i := slices.Index(d.active, c); i >= 0 {
+			d.active = slices.Delete(d.active, i, i+1)
+			if d.cursor > i {
+				d.cursor--
+			}
+		}
+	}
+	if d.due == 0 && d.inRing {
+		s.leaveRing(d)
+	}
 }
 
 // ready makes a lane due, or queues it as expired when its head is held
@@ -66,6 +125,9 @@ func (s *Scheduler) pick(now time.Time) (*Attempt, time.Duration) {
 	}
 	if s.waiting.Len() > 0 {
 		soonest(s.waiting[0].wake.Sub(now))
+	}
+	if len(s.deadlines) > 0 {
+		soonest(s.deadlines[0].at.Sub(now))
 	}
 	if a := s.pickExpired(now); a != nil {
 		return a, 0
@@ -174,6 +236,7 @@ func (s *Scheduler) schedule(l *Lane, now time.Time) {
 	if len(l.entries) == 0 || l.dest.dropped {
 		return
 	}
+	s.watchDeadline(l)
 	l.wake = l.head.NotBefore
 	if l.head.HeldByDestination && s.parked[l.dest] && l.head.WindowEnd.After(l.wake) {
 		l.wake = l.head.WindowEnd

@@ -62,6 +62,9 @@ type Lane struct {
 	// wake is when a waiting lane is promoted: its head's NotBefore, or
 	// its WindowEnd while its destination holds it (parked).
 	wake time.Time
+	// deadlineAt is the window end this lane last put in the deadline
+	// heap (zero: none pending).
+	deadlineAt time.Time
 	// hasLedger is true when the ledger holds a head record for this lane
 	// that must be purged once the lane drains.
 	hasLedger bool
@@ -125,4 +128,26 @@ func (h *laneHeap) Pop() any {
 	*h = old[:len(old)-1]
 	l.heapIdx = -1
 	return l
+}
+
+// deadline is a held head's window end; deadlineHeap orders them. Entries
+// are not removed when a lane moves on: expireDeadlines skips stale ones.
+type deadline struct {
+	at   time.Time
+	lane *Lane
+	seq  uint64 // the head's, to tell a stale entry
+}
+
+type deadlineHeap []deadline
+
+func (h deadlineHeap) Len() int           { return len(h) }
+func (h deadlineHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h deadlineHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *deadlineHeap) Push(x any)        { *h = append(*h, x.(deadline)) }
+func (h *deadlineHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	old[len(old)-1] = deadline{}
+	*h = old[:len(old)-1]
+	return d
 }

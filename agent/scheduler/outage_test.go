@@ -272,3 +272,58 @@ func TestOtherwiseHealthy(t *testing.T) {
 	}
 	checkInvariants(t, s)
 }
+
+// A held head that is due but starved of tokens (a degraded destination
+// at its floor) also dies on time: at its window end it is handed out as
+// expired, without a token; not before.
+func TestWindowClosesWhileDueWithoutTokens(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("d", 0, Limits{RatePerSecond: 1000, Burst: 1000, MaxInFlight: 100})
+	ids := laneIDs("d", 5)
+	for i, id := range ids {
+		appendTo(s, 0, id, ev(uint64(i+1)))
+	}
+	end := t0.Add(10 * time.Second)
+	fail := func(a *Attempt) {
+		s.Observe(a, 503, true, 0, "HTTP 503")
+		h := a.Head
+		h.HeldByDestination, h.LastStatus, h.LastAttemptAt = true, 503, clk.Now()
+		h.NotBefore, h.WindowEnd = clk.Now(), end // due again at once
+		s.Retry(a, h)
+	}
+	for range ids {
+		fail(mustPick(t, s))
+	}
+	s.SetLimits("d", 0, Limits{RatePerSecond: 0.001, Burst: 1, MaxInFlight: 100})
+	for {
+		a, _ := step(s)
+		if a == nil {
+			break
+		}
+		fail(a)
+	}
+	if snap := s.Snapshot("d")[0]; snap.Customers[0].DueLanes != 5 {
+		t.Fatalf("setup: %+v, want 5 due lanes starved of tokens", snap.Customers[0])
+	}
+	clk.Advance(10*time.Second - time.Millisecond)
+	if a, wait := step(s); a != nil || wait != time.Millisecond {
+		t.Fatalf("just before the window end: attempt %v, wait %s; want none, and a wake-up at the window end", a, wait)
+	}
+	clk.Advance(time.Millisecond)
+	n := 0
+	for {
+		a, _ := step(s)
+		if a == nil {
+			break
+		}
+		if !a.Expired {
+			t.Fatalf("at the window end: attempt %s not expired", a.Lane.ID)
+		}
+		n++
+		s.Dead(a)
+		checkInvariants(t, s)
+	}
+	if n != 5 || s.Pending("d") != 0 {
+		t.Fatalf("at the window end %d heads expired (pending %d), want all 5 at once", n, s.Pending("d"))
+	}
+}

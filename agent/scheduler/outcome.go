@@ -142,7 +142,7 @@ type Outcome struct {
 }
 
 // advance pops the head of a lane after success or death.
-func (s *Scheduler) advance(a *Attempt) Outcome {
+func (s *Scheduler) advance(a *Attempt, died bool) Outcome {
 	l, d := a.Lane, a.Lane.dest
 	d.inFlight--
 	if d.dropped {
@@ -153,7 +153,9 @@ func (s *Scheduler) advance(a *Attempt) Outcome {
 	l.head = Head{}
 	l.state = laneIdle
 	if len(l.entries) > 0 {
-		s.holdNext(a, l)
+		if died {
+			s.holdNext(a, l)
+		}
 		s.schedule(l, s.clock.Now())
 		return Outcome{}
 	}
@@ -162,13 +164,13 @@ func (s *Scheduler) advance(a *Attempt) Outcome {
 	return out
 }
 
-// holdNext: on a parked destination, the head that follows a held head
-// is held too, its window end estimated from its predecessor's (the owner
-// checks the real one before dead-lettering it): the events behind a
-// head whose window closed during an outage follow it at once instead of
-// waiting for a probe slot each.
+// holdNext: on a destination that is not healthy, the head that follows
+// a held head that died is held too, its window end estimated from its
+// predecessor's (the owner checks the real one before dead-lettering it):
+// the events behind a head whose window closed during an outage follow
+// it at once instead of waiting for a token or probe slot each.
 func (s *Scheduler) holdNext(a *Attempt, l *Lane) {
-	if !s.parked[l.dest] || !a.Head.HeldByDestination || a.Head.WindowEnd.IsZero() {
+	if b := l.dest.budget; b == nil || b.State() == budget.Healthy || !a.Head.HeldByDestination || a.Head.WindowEnd.IsZero() {
 		return
 	}
 	next := l.entries[0]
@@ -190,13 +192,16 @@ func (s *Scheduler) Succeeded(a *Attempt) Outcome {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.wake()
-	return s.advance(a)
+	return s.advance(a, false)
 }
 
 // Dead reports a head whose attempts or window ran out, already recorded as
 // a dead letter: the lane advances.
 func (s *Scheduler) Dead(a *Attempt) Outcome {
-	return s.Succeeded(a)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.wake()
+	return s.advance(a, true)
 }
 
 // Retry reports a failed head that waits until head.NotBefore. The caller

@@ -66,6 +66,8 @@ type Scheduler struct {
 	rr      int
 	waiting laneHeap
 	expired []*Lane // lanes in laneExpired, oldest window first
+	// deadlines: window ends of held heads, whatever their state.
+	deadlines deadlineHeap
 }
 
 // New returns an empty scheduler.
