@@ -311,6 +311,10 @@ func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 		a.sched.Release(att)
 		return
 	}
+	if att.Expired {
+		part.Expire(ctx, att, ev)
+		return
+	}
 	endpoint, err := a.registry.Endpoint(dest.ID, ev.GetCustomerId())
 	if err != nil {
 		head := att.Head

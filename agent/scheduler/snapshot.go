@@ -68,7 +68,7 @@ func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
 			}
 			c.Pending += len(l.entries)
 			switch l.state {
-			case laneDue:
+			case laneDue, laneExpired:
 				c.DueLanes++
 			case laneWaiting:
 				c.WaitingLanes++
