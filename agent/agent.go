@@ -311,6 +311,10 @@ func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 		a.sched.Release(att)
 		return
 	}
+	if att.Expired {
+		part.Expire(ctx, att, ev)
+		return
+	}
 	endpoint, err := a.registry.Endpoint(dest.ID, ev.GetCustomerId())
 	if err != nil {
 		head := att.Head
@@ -432,6 +436,7 @@ func healthToProto(s scheduler.DestinationSnapshot) *rivorav1.DestinationHealth 
 		State:          s.State.String(),
 		ConfiguredRate: s.ConfiguredRate,
 		CurrentRate:    s.CurrentRate,
+		LearnedRate:    s.LearnedRate,
 		Tokens:         s.Tokens,
 		InFlight:       int32(s.InFlight),
 		MaxInFlight:    int32(s.MaxInFlight),

@@ -436,7 +436,9 @@ func TestDeadLetterArchivedAndLaneContinues(t *testing.T) {
 // the restarted agent finds it up; the head's attempt count carries over.
 func TestRestartResumesFromStore(t *testing.T) {
 	t.Parallel()
-	p := newPartner(t, func(request, int) int { return http.StatusServiceUnavailable })
+	// 500: the event's fault, so each failure is a charged attempt (a
+	// destination that is down would cost none).
+	p := newPartner(t, func(request, int) int { return http.StatusInternalServerError })
 	dir := t.TempDir()
 	ag := startAgent(t, dir)
 	ag.create(destination("orders", p.srv.URL, 50))
@@ -513,7 +515,7 @@ func TestRestartResumesFromStore(t *testing.T) {
 		t.Fatalf("GetEvent lists %d attempts, want %d", n, failures+1)
 	}
 	for i, a := range got.GetAttempts() {
-		wantStatus := int32(503)
+		wantStatus := int32(500)
 		if i == failures {
 			wantStatus = 200
 		}

@@ -3,11 +3,14 @@ package agent
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/agent/scheduler"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -56,9 +59,83 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 		if loc.InFlight {
 			resp.State = rivorav1.EventState_EVENT_STATE_IN_FLIGHT
 		}
-		if loc.Ahead == 0 && loc.Head.Attempts > 0 && !loc.InFlight {
+		if loc.Ahead == 0 && !loc.Head.LastAttemptAt.IsZero() && !loc.InFlight && !heldByParked(loc) {
 			resp.NextAttemptAt = timestamppb.New(loc.Head.NotBefore)
 		}
+		s.explainWaiting(resp, loc)
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// explainWaiting fills in why a pending event waits, its attempts used
+// and its window.
+func (s *eventService) explainWaiting(resp *rivorav1.GetEventResponse, loc scheduler.Location) {
+	now := time.Now()
+	maxAttempts := 0
+	if d, ok := s.a.registry.Get(loc.Lane.Destination); ok {
+		maxAttempts = d.Retry.MaxAttempts
+		start := loc.Entry.AcceptedAt
+		if end := d.Retry.WindowEnd(start.Add(d.PausedBetween(start, now))); !end.IsZero() {
+			resp.WindowEndsAt = timestamppb.New(end)
+		}
+	}
+	resp.MaxAttempts = int32(maxAttempts)
+	if loc.Ahead == 0 {
+		resp.AttemptsUsed = int32(loc.Head.Attempts)
+	}
+	resp.Waiting = waitingReason(loc, maxAttempts)
+}
+
+// heldByParked: the head waits for its parked destination, not for its
+// own retry time.
+func heldByParked(loc scheduler.Location) bool {
+	return loc.Head.HeldByDestination && loc.Destination.Health == budget.Parked
+}
+
+// waitingReason says, in one line, why a pending event is not being
+// delivered now ("" while in flight).
+func waitingReason(loc scheduler.Location, maxAttempts int) string {
+	switch {
+	case loc.InFlight:
+		return ""
+	case loc.Ahead > 0:
+		return fmt.Sprintf("behind %d earlier %s in its lane", loc.Ahead, plural(loc.Ahead, "event"))
+	}
+	used := fmt.Sprintf("%d of %d attempts used", loc.Head.Attempts, maxAttempts)
+	if maxAttempts <= 0 {
+		used = fmt.Sprintf("%d attempts used", loc.Head.Attempts)
+	}
+	dest := loc.Destination
+	switch {
+	case dest.Paused:
+		return "held: destination paused; " + used
+	case loc.Head.HeldByDestination && dest.Health != budget.Healthy:
+		return fmt.Sprintf("held: destination %s%s; %s", dest.Health, since(dest.Since), used)
+	case loc.Head.LastAttemptAt.IsZero():
+		return "due: waiting for its destination's budget"
+	case loc.Head.NotBefore.After(time.Now()):
+		return fmt.Sprintf("retry at %s after %s; %s", loc.Head.NotBefore.UTC().Format(time.RFC3339), lastFailure(loc.Head), used)
+	}
+	return fmt.Sprintf("due: retry after %s; %s", lastFailure(loc.Head), used)
+}
+
+func since(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return " since " + t.UTC().Format(time.RFC3339)
+}
+
+func lastFailure(h scheduler.Head) string {
+	if h.LastStatus != 0 {
+		return fmt.Sprintf("HTTP %d", h.LastStatus)
+	}
+	return "no response"
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }

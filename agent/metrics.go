@@ -13,7 +13,7 @@ import (
 type destinationCollector struct {
 	sched *scheduler.Scheduler
 
-	rate, ceiling, state, inFlight, tokens, backlog *prometheus.Desc
+	rate, ceiling, learned, state, inFlight, tokens, backlog *prometheus.Desc
 }
 
 func newDestinationCollector(s *scheduler.Scheduler) *destinationCollector {
@@ -21,6 +21,7 @@ func newDestinationCollector(s *scheduler.Scheduler) *destinationCollector {
 		sched:    s,
 		rate:     prometheus.NewDesc("rivora_destination_rate_per_second", "Current refill rate of the destination's budget (after AIMD).", []string{"destination"}, nil),
 		ceiling:  prometheus.NewDesc("rivora_destination_configured_rate_per_second", "Configured rate of the destination's budget.", []string{"destination"}, nil),
+		learned:  prometheus.NewDesc("rivora_destination_learned_rate_per_second", "The partner's ceiling as the budget learned it from throttling (the rate_per_second to configure); 0 when none is remembered.", []string{"destination"}, nil),
 		state:    prometheus.NewDesc("rivora_destination_state", "Health state: 0 healthy, 1 degraded, 2 parked.", []string{"destination"}, nil),
 		inFlight: prometheus.NewDesc("rivora_destination_in_flight", "Attempts in flight.", []string{"destination"}, nil),
 		tokens:   prometheus.NewDesc("rivora_destination_tokens", "Tokens in the destination's bucket.", []string{"destination"}, nil),
@@ -29,7 +30,7 @@ func newDestinationCollector(s *scheduler.Scheduler) *destinationCollector {
 }
 
 func (c *destinationCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.rate, c.ceiling, c.state, c.inFlight, c.tokens, c.backlog} {
+	for _, d := range []*prometheus.Desc{c.rate, c.ceiling, c.learned, c.state, c.inFlight, c.tokens, c.backlog} {
 		ch <- d
 	}
 }
@@ -38,6 +39,7 @@ func (c *destinationCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range c.sched.Snapshot("") {
 		ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, s.CurrentRate, s.ID)
 		ch <- prometheus.MustNewConstMetric(c.ceiling, prometheus.GaugeValue, s.ConfiguredRate, s.ID)
+		ch <- prometheus.MustNewConstMetric(c.learned, prometheus.GaugeValue, s.LearnedRate, s.ID)
 		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, float64(s.State), s.ID)
 		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(s.InFlight), s.ID)
 		ch <- prometheus.MustNewConstMetric(c.tokens, prometheus.GaugeValue, s.Tokens, s.ID)

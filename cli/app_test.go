@@ -521,12 +521,17 @@ func TestEventsGet(t *testing.T) {
 		},
 		NextAttemptAt: timestamppb.New(fixedTime.AsTime().Add(4 * time.Second)),
 		AheadInLane:   2,
+		Waiting:       "held: destination parked since 2026-03-01T11:58:00Z; 2 of 8 attempts used",
+		AttemptsUsed:  2,
+		MaxAttempts:   8,
+		WindowEndsAt:  timestamppb.New(fixedTime.AsTime().Add(72 * time.Hour)),
 	}
 	f.events["evt-1"] = ev
 
 	r := mustSucceed(t, run(t, url, "", "events", "get", "evt-1"))
 	for _, want := range []string{"pending", "orders", "acme", "user-42", "AHEAD IN LANE", "2026-03-01T12:00:04.000Z",
-		"503", "service unavailable", "120ms", "connection refused"} {
+		"503", "service unavailable", "120ms", "connection refused",
+		"WAITING", "held: destination parked since 2026-03-01T11:58:00Z; 2 of 8 attempts used", "WINDOW ENDS", "2026-03-04T12:00:00.000Z"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("events get output lacks %q:\n%s", want, r.stdout)
 		}
@@ -539,7 +544,8 @@ func TestEventsGet(t *testing.T) {
 	if !proto.Equal(&got, ev) {
 		t.Fatalf("events get -o json = %v, want %v", &got, ev)
 	}
-	if !strings.Contains(r.stdout, `"aheadInLane"`) || !strings.Contains(r.stdout, `"EVENT_STATE_PENDING"`) {
+	if !strings.Contains(r.stdout, `"aheadInLane"`) || !strings.Contains(r.stdout, `"EVENT_STATE_PENDING"`) ||
+		!strings.Contains(r.stdout, `"waiting": "held: destination parked`) || !strings.Contains(r.stdout, `"attemptsUsed": 2`) {
 		t.Fatalf("JSON does not use protojson names:\n%s", r.stdout)
 	}
 

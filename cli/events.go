@@ -33,6 +33,13 @@ accepted, every attempt (number, time, HTTP status, error, duration), the next
 attempt and how many events are ahead of it in its lane while pending, and
 why it died when dead. EVENT_ID is what publish printed.
 
+While pending, WAITING says why it is not being delivered now, e.g.
+   held: destination parked since 2026-12-01T09:12:03Z; 2 of 8 attempts used
+Failures that are the destination's (connection errors, timeouts, 429,
+502/503/504, 408/409/425) while it is down or throttling use no attempt: the
+event waits for its destination until WINDOW ENDS, then it is a dead letter
+(reason window). 500 and other 4xx use one attempt each.
+
 Example:
    rivoractl events get 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b -o json`,
 				Action: e.getEvent,
@@ -74,6 +81,12 @@ func (e *env) getEvent(c *ucli.Context) error {
 	}
 	if ev.GetState() == rivorav1.EventState_EVENT_STATE_PENDING {
 		kv = append(kv, "AHEAD IN LANE", strconv.Itoa(int(ev.GetAheadInLane())))
+	}
+	if ev.GetWaiting() != "" {
+		kv = append(kv, "WAITING", ev.GetWaiting())
+	}
+	if ev.GetWindowEndsAt() != nil {
+		kv = append(kv, "WINDOW ENDS", fmtTime(ev.GetWindowEndsAt()))
 	}
 	if ev.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED {
 		kv = append(kv, "DEAD REASON", deadReasonName(ev.GetDeadReason()))

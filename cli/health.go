@@ -19,7 +19,9 @@ func (e *env) destinationsHealth() *ucli.Command {
 		Description: `For each destination (or only ID): its state (healthy, degraded after
 throttling, parked while failing: one probe per second; paused by an
 operator, or disabled after its partner answered 410 Gone), configured and
-current rate, tokens, attempts in flight, backlog per customer (lanes due
+current rate, the learned rate (the partner's ceiling as throttling found
+it: the rate_per_second to put in the limits file; shown while the budget
+remembers one), tokens, attempts in flight, backlog per customer (lanes due
 now, lanes waiting for a retry, pending events), the last attempt statuses
 and the last state change with its cause.
 
@@ -62,6 +64,9 @@ func (e *env) showHealth(c *ucli.Context) error {
 		}
 		fmt.Fprintf(tw, "CLASS\t%s\n", className(h.GetPriorityClass()))
 		fmt.Fprintf(tw, "RATE\t%.4g/s of %.4g/s configured\n", h.GetCurrentRate(), h.GetConfiguredRate())
+		if l := h.GetLearnedRate(); l > 0 {
+			fmt.Fprintf(tw, "LEARNED RATE\t%.4g/s: the partner throttles above this (set rate_per_second to it)\n", l)
+		}
 		fmt.Fprintf(tw, "TOKENS\t%.1f\n", h.GetTokens())
 		fmt.Fprintf(tw, "IN FLIGHT\t%d of %d\n", h.GetInFlight(), h.GetMaxInFlight())
 		fmt.Fprintf(tw, "PENDING\t%d events\n", h.GetPendingEvents())

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -274,4 +275,106 @@ func TestWhaleDoesNotStarveSmallCustomer(t *testing.T) {
 		t.Errorf("whale: lane order violations: %v", errs[:min(len(errs), 5)])
 	}
 	checkLaneOrder(t, p, small.ByLane, small.Payloads, nil)
+}
+
+// The incident write-up's storm with the configured rate far above the
+// partner's: 10,000/s (burst 5,000) in front of a WAF that allows 50
+// requests per second. The budget learns the partner's ceiling instead of
+// climbing back into the wall: from 15 s on, under 5% of attempts are 429s
+// and deliveries stay above 40/s; `destinations health` (-o json and the
+// table) and /metrics show the learned rate, near 50.
+func TestBudgetLearnsTheWAFCeiling(t *testing.T) {
+	d := startDev(t, devOptions{})
+	r := devRig(d)
+	c := d.SDK()
+
+	const wafLimit = 50
+	w := newWAF(wafLimit)
+	p := newGatedPartner(t, w.gate)
+	r.createDestination(t, "wall", p, &rivorav1.Limits{RatePerSecond: 10_000, Burst: 5_000, MaxAttempts: 10_000})
+
+	ctx, cancel := context.WithCancel(ctxTimeout(t, 2*time.Minute))
+	defer cancel()
+
+	// The backlog: 4,000 events over 1,000 lanes, far more than 45 s at 50/s.
+	t0 := time.Now()
+	pub := newPublished()
+	if err := publishRounds(ctx, c, "wall", "shop", lanesNamed("u", 1000), 4, pub); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("published 4,000 events in %s", time.Since(t0).Round(time.Millisecond))
+
+	// Health through rivoractl once a second for 45 s (a deliberate
+	// observation window).
+	type sample struct {
+		at               time.Duration
+		current, learned float64
+	}
+	var samples []sample
+	for time.Since(t0) < 45*time.Second {
+		if err := d.diedErr(); err != nil {
+			t.Fatal(err)
+		}
+		h, err := healthJSON(r.adminURL, "wall")
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples = append(samples, sample{at: time.Since(t0).Round(100 * time.Millisecond), current: h.GetCurrentRate(), learned: h.GetLearnedRate()})
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+	var shown []string
+	for _, s := range samples {
+		shown = append(shown, fmt.Sprintf("+%.1fs %.4g/%.4g", s.at.Seconds(), s.current, s.learned))
+	}
+	t.Logf("health samples (current/learned rate): %v", shown)
+
+	reqs := p.Snapshot()
+	t.Logf("partner per second (2xx/other):%s", perSecond(reqs, t0, 45))
+	from, to := t0.Add(15*time.Second), t0.Add(45*time.Second)
+	all := count(reqs, from, to, nil)
+	ok := count(reqs, from, to, is2xx)
+	refused := count(reqs, from, to, func(r delivery) bool { return r.Status == 429 })
+	share := float64(refused) / float64(max(all, 1))
+	t.Logf("seconds 15–45: %d attempts, %d delivered (%.1f/s), %d × 429 (%.2f%%); before: %d attempts, %d × 429",
+		all, ok, float64(ok)/30, refused, 100*share, count(reqs, t0, from, nil), count(reqs, t0, from, func(r delivery) bool { return r.Status == 429 }))
+	if share >= 0.05 {
+		t.Errorf("%.2f%% of attempts in seconds 15–45 were 429s, want < 5%%", 100*share)
+	}
+	if rate := float64(ok) / 30; rate <= 40 {
+		t.Errorf("delivered %.1f/s in seconds 15–45, want > 40/s", rate)
+	}
+
+	// The learned rate: near the WAF's 50/s in every sample from 15 s on,
+	// in JSON, in the table and as a gauge.
+	nearCeiling := func(v float64) bool { return v >= 0.7*wafLimit && v <= 1.2*wafLimit }
+	for _, s := range samples {
+		if s.at >= 15*time.Second && !nearCeiling(s.learned) {
+			t.Errorf("destinations health -o json at +%s: learnedRate %.4g, want near %d", s.at, s.learned, wafLimit)
+		}
+	}
+	table, errOut, err := runCtl(r.adminURL, "destinations", "health", "wall")
+	if err != nil {
+		t.Fatalf("rivoractl destinations health wall: %v: %s", err, errOut)
+	}
+	var learned float64
+	for _, line := range strings.Split(table, "\n") {
+		if rest, found := strings.CutPrefix(line, "LEARNED RATE"); found {
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%g/s", &learned); err != nil {
+				t.Errorf("destinations health table: LEARNED RATE row %q: %v", line, err)
+			}
+		}
+	}
+	if !nearCeiling(learned) {
+		t.Errorf("destinations health table: learned rate %v, want near %d:\n%s", learned, wafLimit, table)
+	}
+	if g := metricValue(t, d, `rivora_destination_learned_rate_per_second{destination="wall"}`); !nearCeiling(g) {
+		t.Errorf("rivora_destination_learned_rate_per_second{destination=\"wall\"} = %v, want near %d", g, wafLimit)
+	}
+	if errs := checkLanePrefix(p, pub.ByLane); len(errs) > 0 {
+		t.Errorf("%d lane order violations, first: %v", len(errs), errs[:min(len(errs), 5)])
+	}
 }

@@ -111,7 +111,7 @@ func goneScenario(t *testing.T, r *rig, dest string) {
 	if ev.Msg.GetState() != rivorav1.EventState_EVENT_STATE_PENDING {
 		t.Fatalf("head %s of a disabled destination: state %v, want pending", head, ev.Msg.GetState())
 	}
-	if n := deadLetterCount(t, r, dest); n != 0 {
+	if n := dlqListCount(t, r, dest); n != 0 {
 		t.Fatalf("%d dead letters for the disabled destination, want 0", n)
 	}
 
@@ -128,7 +128,7 @@ func goneScenario(t *testing.T, r *rig, dest string) {
 	if got := getDestinationJSON(t, r, dest).GetDestination(); got.GetDisabled() || got.GetPaused() {
 		t.Errorf("after resume: disabled %v, paused %v", got.GetDisabled(), got.GetPaused())
 	}
-	if n := deadLetterCount(t, r, dest); n != 0 {
+	if n := dlqListCount(t, r, dest); n != 0 {
 		t.Fatalf("%d dead letters after resume, want 0", n)
 	}
 	if e := findAudit(r.auditJSON(t, "--destination", dest), "destination.resume", dest); e == nil || e.GetAuthor() != "e2e" {
@@ -149,7 +149,7 @@ func getDestinationJSON(t *testing.T, r *rig, id string) *rivorav1.GetDestinatio
 
 // deadLetterCount is how many dead letters `rivoractl dlq list` finds in
 // the archive for dest.
-func deadLetterCount(t *testing.T, r *rig, dest string) int {
+func dlqListCount(t *testing.T, r *rig, dest string) int {
 	t.Helper()
 	out := ctlAt(t, r.ingestURL, "dlq", "list", "--destination", dest, "--limit", "100000", "-o", "json")
 	var arr []json.RawMessage
@@ -201,7 +201,7 @@ func TestCellGoneReportedAfterControlPlaneRestart(t *testing.T) {
 	if n := p.Requests(); n != held {
 		t.Fatalf("%d more attempts reached the partner while the report was pending", n-held)
 	}
-	if n := deadLetterCount(t, r, "cpdown"); n != 0 {
+	if n := dlqListCount(t, r, "cpdown"); n != 0 {
 		t.Fatalf("%d dead letters, want 0", n)
 	}
 	p.SetHealthy()

@@ -1,6 +1,28 @@
 // Package budget holds a destination's token bucket: no token, no attempt.
 // When the bucket is empty it tells exactly when the next token arrives, so
 // the scheduler sleeps instead of polling.
+//
+// A Budget adapts the bucket's rate to what the partner answers (the
+// numbers are DefaultAIMD's):
+//   - The configured rate is the ceiling. Each clean second adds back 5% of
+//     it.
+//   - A throttle (429, 502/503/504, 408/409/425, timeout, connection error)
+//     cuts the rate, at most once a second and never below 0.5/s. If the
+//     destination was saturated within the last second (an attempt was due
+//     and held back for want of a token or by the in-flight cap) and the
+//     partner let requests through in that second, their number is learned
+//     as the partner's ceiling and the cut goes to 90% of it; otherwise the
+//     rate is halved.
+//   - With a learned ceiling the climb stops at 90% of it; above that it
+//     adds 1% of the ceiling per clean second, doubling every 30 s without a
+//     throttle. A ceiling that stays put costs a 429 or two every ~10 s; a
+//     raised one is found again within minutes. The ceiling is forgotten
+//     when the rate is back at the configured one, or when the doubled
+//     climb is as fast as the plain 5%.
+//   - A Retry-After holds every attempt until it passes. 20 s without a
+//     success parks the destination: one probe a second; when one gets
+//     through it resumes at a tenth of the configured rate (at most 90% of
+//     a learned ceiling) and climbs from there.
 package budget
 
 import (

@@ -6,7 +6,10 @@ import (
 	"time"
 )
 
-// State is a destination's health as its budget sees it.
+// State is a destination's health as its budget sees it. Whether a
+// failure that is the destination's counts against an event's
+// max_attempts takes more than State (one payload a partner refuses
+// degrades its destination by itself): see scheduler.OtherwiseHealthy.
 type State int
 
 const (
@@ -46,11 +49,21 @@ type AIMD struct {
 	ParkAfter time.Duration
 	// ProbeEvery spaces probes while parked.
 	ProbeEvery time.Duration
+	// Approach is the fraction of the learned ceiling (the partner's
+	// goodput when it throttled a busy budget) a throttle cuts to, and up
+	// to which the rate climbs at the full Increase; 0 learns nothing.
+	Approach float64
+	// Probe is the climb per clean second above Approach of the learned
+	// ceiling, as a fraction of it; it doubles every ProbeDoubling since
+	// the last cut.
+	Probe         float64
+	ProbeDoubling time.Duration
 }
 
 // DefaultAIMD are the design card's numbers.
 func DefaultAIMD() AIMD {
-	return AIMD{Floor: 0.5, Increase: 0.05, CutEvery: time.Second, ParkAfter: 20 * time.Second, ProbeEvery: time.Second}
+	return AIMD{Floor: 0.5, Increase: 0.05, CutEvery: time.Second, ParkAfter: 20 * time.Second, ProbeEvery: time.Second,
+		Approach: 0.9, Probe: 0.01, ProbeDoubling: 30 * time.Second}
 }
 
 // Transition records one change of state.
@@ -61,8 +74,9 @@ type Transition struct {
 }
 
 // Budget is a destination's adaptive token bucket: the configured rate is
-// a ceiling; throttling (429, 503, timeouts, connection errors) halves the
-// refill rate at most once per CutEvery, clean traffic adds it back, a
+// a ceiling; throttling (429, 503, timeouts, connection errors) cuts the
+// refill rate at most once per CutEvery (to just below the partner's
+// ceiling when it can learn it, else by half), clean traffic adds it back, a
 // Retry-After holds the whole destination, and sustained failure parks it
 // into probe mode. Not safe for concurrent use: the scheduler owns it.
 type Budget struct {
@@ -78,6 +92,11 @@ type Budget struct {
 	failingSince time.Time // first failure since the last success; zero when clean
 	lastProbe    time.Time
 	transitions  []Transition
+
+	goodput   goodput   // 2xx over the last second
+	saturated time.Time // an attempt was last held back (no token, or the in-flight cap)
+	learned   float64   // the partner's ceiling; 0: none remembered
+	learnedAt time.Time // the cut that learned it
 }
 
 // NewBudget returns a healthy budget at the configured rate.
@@ -139,7 +158,11 @@ func (b *Budget) Take(now time.Time) bool {
 		b.lastProbe = now
 		return true
 	}
-	return b.bucket.Take(now)
+	if !b.bucket.Take(now) {
+		b.saturated = now
+		return false
+	}
+	return true
 }
 
 // Wait is how long from now until Take can succeed.
@@ -162,12 +185,11 @@ func (b *Budget) Wait(now time.Time) time.Duration {
 // may go at once).
 func (b *Budget) Succeeded(now time.Time) (recovered bool) {
 	b.failingSince = time.Time{}
+	b.countSuccess(now)
 	switch b.state {
 	case Parked:
-		// A probe got through: resume at a tenth of the configured rate (at
-		// least the floor) and climb from there: the backlog drains without
-		// a thundering herd, and without crawling up from the floor.
-		b.bucket.SetLimits(math.Max(b.tune.Floor, math.Min(b.ceiling, math.Max(b.bucket.Rate(), b.ceiling/10))), b.burst, now)
+		// A probe got through: resume and climb from there.
+		b.bucket.SetLimits(b.resumeRate(), b.burst, now)
 		b.bucket.Cap(1, now)
 		b.moveTo(Degraded, now, "probe succeeded")
 		b.lastRaise = now
@@ -179,9 +201,10 @@ func (b *Budget) Succeeded(now time.Time) (recovered bool) {
 		}
 		elapsed := math.Min(now.Sub(b.lastRaise).Seconds(), 1)
 		b.lastRaise = now
-		rate := math.Min(b.ceiling, b.bucket.Rate()+b.tune.Increase*b.ceiling*elapsed)
+		rate := math.Min(b.ceiling, b.raisedRate(now, elapsed))
 		b.bucket.SetLimits(rate, b.burst, now)
 		if rate >= b.ceiling {
+			b.learned = 0
 			b.moveTo(Healthy, now, "rate back at the configured ceiling")
 			return true
 		}
@@ -193,8 +216,8 @@ func (b *Budget) Succeeded(now time.Time) (recovered bool) {
 
 // Throttled records a failure that is the destination's (429,
 // 502/503/504, 408/409/425, timeout, connection error; a 500 or another 4xx
-// is the event's and never comes here): the rate is halved at most once per
-// CutEvery, retryAfter (if any) holds every attempt until it passes, and
+// is the event's and never comes here): the rate is cut at most once per
+// CutEvery (see cutRate), retryAfter (if any) holds every attempt until it passes, and
 // failure with no success for ParkAfter parks the destination.
 func (b *Budget) Throttled(now time.Time, retryAfter time.Duration, cause string) {
 	if retryAfter > 0 {
@@ -213,8 +236,8 @@ func (b *Budget) Throttled(now time.Time, retryAfter time.Duration, cause string
 	if b.state == Parked || now.Sub(b.lastCut) < b.tune.CutEvery {
 		return
 	}
+	rate := math.Max(b.tune.Floor, b.cutRate(now))
 	b.lastCut = now
-	rate := math.Max(b.tune.Floor, b.bucket.Rate()/2)
 	b.bucket.SetLimits(rate, b.burst, now)
 	b.bucket.Cap(rate, now)
 	b.moveTo(Degraded, now, cause)

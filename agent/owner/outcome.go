@@ -63,12 +63,11 @@ func (o *Partition) Complete(ctx context.Context, a *scheduler.Attempt, ev *rivo
 		o.deps.Scheduler.Retry(a, a.Head)
 		return
 	}
-	if a.EarlyProbe && fault {
-		// A probe of a parked destination, made before this event's own
-		// retry time: the destination is still down; the event keeps its
-		// attempts and its schedule.
+	if fault && !o.deps.Scheduler.OtherwiseHealthy(a) {
+		// The destination is down or throttling: the event waits for it
+		// and keeps its attempts; only its window ends it.
 		o.deps.History.Record(outcome(ev, rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, attempt))
-		o.deps.Scheduler.Retry(a, a.Head)
+		o.hold(ctx, a, ev, res, attempt.Error, now)
 		return
 	}
 	head := failedHead(a, res.Status, attempt.Error, fault, now)
@@ -116,16 +115,69 @@ func failedHead(a *scheduler.Attempt, status int, cause string, fault bool, now 
 
 // decide applies the destination's retry policy after a failed attempt.
 func (o *Partition) decide(ev *rivorav1.Event, attempts int, retryAfter time.Duration, now time.Time) retry.Decision {
+	policy, windowStart := o.policy(ev, now)
+	wait := max(retry.Jittered(policy.Backoff(attempts)), retryAfter)
+	return policy.Next(attempts, windowStart, now, wait)
+}
+
+// policy is the event's retry policy and the start of its window: the
+// window runs from acceptance, not counting time the destination was
+// paused.
+func (o *Partition) policy(ev *rivorav1.Event, now time.Time) (retry.Policy, time.Time) {
 	policy := retry.DefaultPolicy()
-	// The window runs from acceptance, not counting time the destination
-	// was paused.
 	windowStart := ev.GetAcceptedAt().AsTime()
 	if d, ok := o.deps.Registry.Get(ev.GetDestinationId()); ok {
 		policy = d.Retry
 		windowStart = windowStart.Add(d.PausedBetween(windowStart, now))
 	}
-	wait := max(retry.Jittered(policy.Backoff(attempts)), retryAfter)
-	return policy.Next(attempts, windowStart, now, wait)
+	return policy, windowStart
+}
+
+// hold records a failure that is the destination's while it is not
+// otherwise healthy (scheduler.OtherwiseHealthy): no attempt is charged;
+// the event waits for the destination (a parked destination's lanes are
+// held until it recovers) and dies with reason window once its window
+// closes, never earlier.
+func (o *Partition) hold(ctx context.Context, a *scheduler.Attempt, ev *rivorav1.Event, res delivery.Result, cause string, now time.Time) {
+	head := a.Head
+	head.LastStatus, head.LastError, head.LastAttemptAt = res.Status, cause, now
+	if head.FirstAttemptAt.IsZero() {
+		head.FirstAttemptAt = a.StartedAt
+	}
+	head.HeldByDestination = true
+	policy, windowStart := o.policy(ev, now)
+	head.WindowEnd = policy.WindowEnd(windowStart)
+	wait := max(retry.Jittered(policy.Backoff(max(head.Attempts, 1))), res.RetryAfter)
+	decision := policy.Hold(windowStart, now, wait)
+	if decision.Verdict == retry.ExhaustedWindow {
+		o.kill(ctx, a, ev, head, rivorav1.DeadReason_DEAD_REASON_WINDOW)
+		return
+	}
+	head.NotBefore = decision.NotBefore
+	if a.Head.HeldByDestination && !a.Head.FirstAttemptAt.IsZero() {
+		// Already held: only its last status and retry time change, and a
+		// rebuild tries a held head soon either way. No ledger record per
+		// probe.
+		o.deps.Scheduler.Retry(a, head)
+		return
+	}
+	o.retryLater(ctx, a, head)
+}
+
+// Expire dead-letters (reason window) an event its parked destination
+// held until its window closed, without an attempt. When a pause moved
+// the window on, it waits again.
+func (o *Partition) Expire(ctx context.Context, a *scheduler.Attempt, ev *rivorav1.Event) {
+	now := o.deps.Clock.Now()
+	policy, windowStart := o.policy(ev, now)
+	end := policy.WindowEnd(windowStart)
+	if end.IsZero() || now.Before(end) {
+		head := a.Head
+		head.WindowEnd = end
+		o.deps.Scheduler.Retry(a, head)
+		return
+	}
+	o.kill(ctx, a, ev, a.Head, rivorav1.DeadReason_DEAD_REASON_WINDOW)
 }
 
 // Abandon dead-letters an attempt's event without sending it (its

@@ -63,7 +63,8 @@ const (
 	Retry Verdict = iota
 	// ExhaustedAttempts: max attempts reached.
 	ExhaustedAttempts
-	// ExhaustedWindow: the next attempt would fall outside the window.
+	// ExhaustedWindow: the next attempt would fall outside the window (for
+	// Hold: the window closed).
 	ExhaustedWindow
 )
 
@@ -71,6 +72,35 @@ const (
 type Decision struct {
 	Verdict   Verdict
 	NotBefore time.Time
+}
+
+// WindowEnd is when the window of an event whose window started at
+// windowStart (acceptance, moved on by paused time) closes; zero when the
+// policy has no window.
+func (p Policy) WindowEnd(windowStart time.Time) time.Time {
+	if p.Window <= 0 {
+		return time.Time{}
+	}
+	return windowStart.Add(p.Window)
+}
+
+// Hold decides what follows a failure that is not charged to the event
+// (its destination's fault while the destination is not otherwise
+// healthy): the event keeps its attempts and waits, never past its
+// window; only a closed window ends it (ExhaustedWindow), never earlier.
+func (p Policy) Hold(windowStart, now time.Time, wait time.Duration) Decision {
+	end := p.WindowEnd(windowStart)
+	if end.IsZero() {
+		return Decision{Verdict: Retry, NotBefore: now.Add(wait)}
+	}
+	if !now.Before(end) {
+		return Decision{Verdict: ExhaustedWindow}
+	}
+	at := now.Add(wait)
+	if at.After(end) {
+		at = end
+	}
+	return Decision{Verdict: Retry, NotBefore: at}
 }
 
 // Next decides what follows the attempts-th failed attempt of an event

@@ -43,3 +43,37 @@ func TestNext(t *testing.T) {
 		t.Fatalf("retry past the window = %+v, want ExhaustedWindow", d)
 	}
 }
+
+// Hold (a failure not charged to the event): the event waits, at most until
+// its window end, and only a closed window ends it — never earlier, whatever
+// the attempts.
+func TestHold(t *testing.T) {
+	p := retry.Policy{Base: time.Second, Cap: time.Hour, MaxAttempts: 3, Window: time.Minute}
+	start := time.Unix(1000, 0)
+	end := start.Add(time.Minute)
+	if got := p.WindowEnd(start); !got.Equal(end) {
+		t.Fatalf("WindowEnd = %s, want %s", got, end)
+	}
+	now := start.Add(10 * time.Second)
+	if d := p.Hold(start, now, 2*time.Second); d.Verdict != retry.Retry || !d.NotBefore.Equal(now.Add(2*time.Second)) {
+		t.Fatalf("Hold 10 s into the window = %+v, want a retry 2 s later", d)
+	}
+	// Where Next would already give up (the next retry falls past the
+	// window), Hold waits until the window end.
+	late := start.Add(59 * time.Second)
+	if d := p.Next(1, start, late, 2*time.Second); d.Verdict != retry.ExhaustedWindow {
+		t.Fatalf("Next 59 s in = %+v, want ExhaustedWindow", d)
+	}
+	if d := p.Hold(start, late, 2*time.Second); d.Verdict != retry.Retry || !d.NotBefore.Equal(end) {
+		t.Fatalf("Hold 59 s in = %+v, want a retry at the window end %s", d, end)
+	}
+	if d := p.Hold(start, end.Add(-time.Nanosecond), time.Second); d.Verdict != retry.Retry {
+		t.Fatalf("Hold just before the window end = %+v, want Retry", d)
+	}
+	if d := p.Hold(start, end, time.Second); d.Verdict != retry.ExhaustedWindow {
+		t.Fatalf("Hold at the window end = %+v, want ExhaustedWindow", d)
+	}
+	if d := (retry.Policy{Base: time.Second}).Hold(start, end.Add(time.Hour), time.Second); d.Verdict != retry.Retry {
+		t.Fatalf("Hold without a window = %+v, want Retry", d)
+	}
+}

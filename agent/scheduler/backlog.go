@@ -2,7 +2,10 @@ package scheduler
 
 import (
 	"container/heap"
+	"slices"
+	"time"
 
+	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/lanes"
 )
 
@@ -106,12 +109,17 @@ func (s *Scheduler) DropPartition(p int) {
 		d.dropped = true
 		delete(s.parked, d)
 		for _, l := range d.lanes {
-			if l.state == laneWaiting {
+			switch l.state {
+			case laneWaiting:
 				heap.Remove(&s.waiting, l.heapIdx)
+			case laneExpired:
+				s.dropExpired(l)
 			}
 		}
 		delete(s.dests, id)
 	}
+	s.deadlines = slices.DeleteFunc(s.deadlines, func(dl deadline) bool { return dl.lane.dest.dropped })
+	heap.Init(&s.deadlines)
 }
 
 // TakeDestination removes every lane of a destination that is not in
@@ -131,6 +139,8 @@ func (s *Scheduler) TakeDestination(destinationID string) map[*Lane][]Entry {
 			continue
 		case laneWaiting:
 			heap.Remove(&s.waiting, l.heapIdx)
+		case laneExpired:
+			s.dropExpired(l)
 		case laneDue:
 			l.cust.firsts.remove(l)
 			l.cust.retries.remove(l)
@@ -175,6 +185,16 @@ type Location struct {
 	Ahead     int
 	InFlight  bool
 	Head      Head // set when the event is the lane head
+	// Destination is its destination's state, to say why it waits.
+	Destination DestinationState
+}
+
+// DestinationState is a destination's health as the scheduler sees it.
+type DestinationState struct {
+	Health budget.State
+	// Since is when it entered Health (zero: healthy from the start).
+	Since  time.Time
+	Paused bool
 }
 
 // Find looks a pending event up by id. It scans every lane: an operator's
@@ -188,7 +208,7 @@ func (s *Scheduler) Find(eventID string) (Location, bool) {
 				if e.EventID != eventID {
 					continue
 				}
-				loc := Location{Lane: l.ID, Partition: l.Partition, Entry: e, Ahead: i}
+				loc := Location{Lane: l.ID, Partition: l.Partition, Entry: e, Ahead: i, Destination: d.state()}
 				if i == 0 {
 					loc.Head = l.head
 					loc.InFlight = l.state == laneInFlight
@@ -198,4 +218,15 @@ func (s *Scheduler) Find(eventID string) (Location, bool) {
 		}
 	}
 	return Location{}, false
+}
+
+func (d *destination) state() DestinationState {
+	st := DestinationState{Paused: d.paused}
+	if d.budget != nil {
+		st.Health = d.budget.State()
+		if tr := lastTransition(d.budget); tr.To == st.Health {
+			st.Since = tr.At
+		}
+	}
+	return st
 }

@@ -1,6 +1,10 @@
 package scheduler
 
-import "github.com/rivora/rivora/agent/budget"
+import (
+	"time"
+
+	"github.com/rivora/rivora/agent/budget"
+)
 
 // Limits are the scheduler's share of a destination's limits.
 type Limits struct {
@@ -43,6 +47,10 @@ type destination struct {
 	// dropped: DropPartition forgot this destination; outcomes of its
 	// attempts still in flight must not put its lanes back in play.
 	dropped bool
+
+	// lastSuccess and faults feed OtherwiseHealthy.
+	lastSuccess time.Time
+	faults      faultMarks
 }
 
 // statusRing keeps a destination's last attempt statuses.

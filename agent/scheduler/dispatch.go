@@ -2,20 +2,116 @@ package scheduler
 
 import (
 	"container/heap"
+	"slices"
 	"time"
 
 	"github.com/rivora/rivora/agent/budget"
 )
 
-// promote makes due every waiting lane whose time has come.
+// promote makes due every waiting lane whose time has come; a held lane
+// whose window closed is queued to be handed out without a token.
 func (s *Scheduler) promote(now time.Time) {
 	for s.waiting.Len() > 0 {
 		l := s.waiting[0]
-		if l.head.NotBefore.After(now) {
+		if l.wake.After(now) {
 			return
 		}
 		heap.Pop(&s.waiting)
-		s.makeDue(l)
+		s.ready(l, now)
+	}
+	s.expireDeadlines(now)
+}
+
+// expireDeadlines queues as expired every held head whose window closed,
+// also when it is due (waiting for a token of a starved budget), so that
+// it dies on time rather than when a token comes.
+func (s *Scheduler) expireDeadlines(now time.Time) {
+	for len(s.deadlines) > 0 && !s.deadlines[0].at.After(now) {
+		dl := heap.Pop(&s.deadlines).(deadline)
+		l := dl.lane
+		if l.deadlineAt.Equal(dl.at) {
+			l.deadlineAt = time.Time{}
+		}
+		if l.dest.dropped || len(l.entries) == 0 || l.entries[0].Seq != dl.seq || !l.head.HeldByDestination || !l.head.WindowEnd.Equal(dl.at) {
+			continue // stale: the lane moved on or its head changed
+		}
+		switch l.state {
+		case laneWaiting:
+			heap.Remove(&s.waiting, l.heapIdx)
+		case laneDue:
+			s.undue(l)
+		default:
+			continue // in flight or already expired: its outcome decides
+		}
+		l.state = laneExpired
+		s.expired = append(s.expired, l)
+	}
+}
+
+// watchDeadline makes sure a held head's window end is in the deadline
+// heap (once per head and window end).
+func (s *Scheduler) watchDeadline(l *Lane) {
+	at := l.head.WindowEnd
+	if !l.head.HeldByDestination || at.IsZero() || at.Equal(l.deadlineAt) {
+		return
+	}
+	l.deadlineAt = at
+	heap.Push(&s.deadlines, deadline{at: at, lane: l, seq: l.entries[0].Seq})
+}
+
+// undue takes a due lane out of its customer's queues.
+func (s *Scheduler) undue(l *Lane) {
+	c, d := l.cust, l.dest
+	c.firsts.remove(l)
+	c.retries.remove(l)
+	d.due--
+	if c.due() == 0 {
+		c.active = false
+		c.deficit = 0
+		if i := slices.Index(d.active, c); i >= 0 {
+			d.active = slices.Delete(d.active, i, i+1)
+			if d.cursor > i {
+				d.cursor--
+			}
+		}
+	}
+	if d.due == 0 && d.inRing {
+		s.leaveRing(d)
+	}
+}
+
+// ready makes a lane due, or queues it as expired when its head is held
+// by its destination and its window has closed.
+func (s *Scheduler) ready(l *Lane, now time.Time) {
+	if l.head.HeldByDestination && !l.head.WindowEnd.IsZero() && !now.Before(l.head.WindowEnd) {
+		l.state = laneExpired
+		s.expired = append(s.expired, l)
+		return
+	}
+	s.makeDue(l)
+}
+
+// pickExpired hands out a lane whose window closed while its destination
+// held it: no token and no in-flight slot, since nothing is sent (the
+// owner dead-letters it). A paused destination keeps its lanes: the pause
+// moves their windows on.
+func (s *Scheduler) pickExpired(now time.Time) *Attempt {
+	for i, l := range s.expired {
+		if l.dest.paused || !l.dest.configured {
+			continue
+		}
+		s.expired = append(s.expired[:i], s.expired[i+1:]...)
+		l.state = laneInFlight
+		l.dest.inFlight++
+		return &Attempt{Lane: l, Entry: l.entries[0], Head: l.head, Number: l.head.Attempts + 1, StartedAt: now, Expired: true}
+	}
+	return nil
+}
+
+// dropExpired removes l from the expired queue.
+func (s *Scheduler) dropExpired(l *Lane) {
+	if i := slices.Index(s.expired, l); i >= 0 {
+		s.expired = append(s.expired[:i], s.expired[i+1:]...)
 	}
 }
 
@@ -28,7 +124,13 @@ func (s *Scheduler) pick(now time.Time) (*Attempt, time.Duration) {
 		}
 	}
 	if s.waiting.Len() > 0 {
-		soonest(s.waiting[0].head.NotBefore.Sub(now))
+		soonest(s.waiting[0].wake.Sub(now))
+	}
+	if len(s.deadlines) > 0 {
+		soonest(s.deadlines[0].at.Sub(now))
+	}
+	if a := s.pickExpired(now); a != nil {
+		return a, 0
 	}
 	for class := High; class < numClasses; class++ {
 		if a := s.pickClass(now, class, soonest); a != nil {
@@ -51,7 +153,7 @@ func (s *Scheduler) pickProbe(now time.Time, soonest func(time.Duration)) *Attem
 		}
 		var probe *Lane
 		for _, l := range d.lanes {
-			if l.state == laneWaiting && l.head.HeldByDestination && (probe == nil || l.head.NotBefore.Before(probe.head.NotBefore)) {
+			if l.state == laneWaiting && l.head.HeldByDestination && (probe == nil || l.wake.Before(probe.wake)) {
 				probe = l
 			}
 		}
@@ -76,7 +178,11 @@ func (s *Scheduler) pickClass(now time.Time, class Class, soonest func(time.Dura
 	for i := 0; i < len(s.ring); i++ {
 		idx := (s.rr + i) % len(s.ring)
 		d := s.ring[idx]
-		if d.class != class || !d.configured || d.paused || d.inFlight >= d.limits.MaxInFlight {
+		if d.class != class || !d.configured || d.paused {
+			continue
+		}
+		if d.inFlight >= d.limits.MaxInFlight {
+			d.budget.Saturated(now)
 			continue
 		}
 		if !d.budget.Take(now) {
@@ -127,15 +233,22 @@ func (s *Scheduler) leaveRing(d *destination) {
 	d.inRing = false
 }
 
-// schedule puts an idle lane with entries where it belongs.
+// schedule puts an idle lane with entries where it belongs. A head held
+// by its parked destination waits for the destination (releaseHeld) or
+// for its window to close, not for its own retry time.
 func (s *Scheduler) schedule(l *Lane, now time.Time) {
 	if len(l.entries) == 0 || l.dest.dropped {
 		return
 	}
-	if l.head.NotBefore.After(now) {
+	s.watchDeadline(l)
+	l.wake = l.head.NotBefore
+	if l.head.HeldByDestination && s.parked[l.dest] && l.head.WindowEnd.After(l.wake) {
+		l.wake = l.head.WindowEnd
+	}
+	if l.wake.After(now) {
 		l.state = laneWaiting
 		heap.Push(&s.waiting, l)
 		return
 	}
-	s.makeDue(l)
+	s.ready(l, now)
 }

@@ -30,6 +30,11 @@ type Head struct {
 	// down), not the event's; when the destination recovers the lane goes
 	// at once instead of waiting out its own backoff.
 	HeldByDestination bool
+	// WindowEnd is when the event's retry window closes, as the owner last
+	// computed it (zero: not known yet). A held lane of a parked destination
+	// waits for the destination's recovery or for WindowEnd, whichever
+	// comes first.
+	WindowEnd time.Time
 }
 
 type laneState int
@@ -39,6 +44,9 @@ const (
 	laneDue
 	laneWaiting
 	laneInFlight
+	// laneExpired: held by its parked destination until its window closed;
+	// queued in Scheduler.expired to be handed out without a token.
+	laneExpired
 )
 
 // Lane is one (destination, customer, lane_key) FIFO.
@@ -51,6 +59,12 @@ type Lane struct {
 	head    Head
 	state   laneState
 	heapIdx int
+	// wake is when a waiting lane is promoted: its head's NotBefore, or
+	// its WindowEnd while its destination holds it (parked).
+	wake time.Time
+	// deadlineAt is the window end this lane last put in the deadline
+	// heap (zero: none pending).
+	deadlineAt time.Time
 	// hasLedger is true when the ledger holds a head record for this lane
 	// that must be purged once the lane drains.
 	hasLedger bool
@@ -92,11 +106,11 @@ func (q *laneQueue) remove(l *Lane) {
 	}
 }
 
-// laneHeap orders waiting lanes by NotBefore.
+// laneHeap orders waiting lanes by wake.
 type laneHeap []*Lane
 
 func (h laneHeap) Len() int           { return len(h) }
-func (h laneHeap) Less(i, j int) bool { return h[i].head.NotBefore.Before(h[j].head.NotBefore) }
+func (h laneHeap) Less(i, j int) bool { return h[i].wake.Before(h[j].wake) }
 func (h laneHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].heapIdx = i
@@ -114,4 +128,26 @@ func (h *laneHeap) Pop() any {
 	*h = old[:len(old)-1]
 	l.heapIdx = -1
 	return l
+}
+
+// deadline is a held head's window end; deadlineHeap orders them. Entries
+// are not removed when a lane moves on: expireDeadlines skips stale ones.
+type deadline struct {
+	at   time.Time
+	lane *Lane
+	seq  uint64 // the head's, to tell a stale entry
+}
+
+type deadlineHeap []deadline
+
+func (h deadlineHeap) Len() int           { return len(h) }
+func (h deadlineHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h deadlineHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *deadlineHeap) Push(x any)        { *h = append(*h, x.(deadline)) }
+func (h *deadlineHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	old[len(old)-1] = deadline{}
+	*h = old[:len(old)-1]
+	return d
 }

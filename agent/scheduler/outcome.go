@@ -1,7 +1,9 @@
 package scheduler
 
 import (
+	"cmp"
 	"container/heap"
+	"slices"
 	"time"
 
 	"github.com/rivora/rivora/agent/budget"
@@ -28,10 +30,12 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 	now := s.clock.Now()
 	switch {
 	case status >= 200 && status < 300:
+		d.lastSuccess = now
 		if d.budget.Succeeded(now) {
 			s.releaseHeld(d, now)
 		}
 	case destinationFault:
+		d.faults.add(a.Lane, now)
 		d.budget.Throttled(now, retryAfter, cause)
 	}
 	if d.budget.State() == budget.Parked {
@@ -53,15 +57,80 @@ func lastTransition(b *budget.Budget) budget.Transition {
 	return budget.Transition{}
 }
 
-// releaseHeld makes due every waiting lane of d held by d's failures.
+// releaseHeld makes due every waiting lane of d held by d's failures,
+// oldest head first, so that within a customer they go in the order their
+// events were accepted.
 func (s *Scheduler) releaseHeld(d *destination, now time.Time) {
+	var held []*Lane
 	for _, l := range d.lanes {
 		if l.state == laneWaiting && l.head.HeldByDestination {
-			heap.Remove(&s.waiting, l.heapIdx)
-			l.head.NotBefore = now
-			s.makeDue(l)
+			held = append(held, l)
 		}
 	}
+	slices.SortFunc(held, func(a, b *Lane) int { return cmp.Compare(a.entries[0].Seq, b.entries[0].Seq) })
+	for _, l := range held {
+		heap.Remove(&s.waiting, l.heapIdx)
+		l.head.NotBefore = now
+		l.wake = now
+		s.makeDue(l)
+	}
+}
+
+// OtherwiseHealthy reports whether a's destination is healthy apart from
+// a's own lane, which decides whether a failure of a that is the
+// destination's (429, 502/503/504, 408/409/425, timeout, connection
+// error) counts against the event's max_attempts. Call it after Observe.
+//
+// The budget's health (healthy → degraded → parked) cannot say it alone:
+// one payload the partner 503s degrades its destination by itself. So the
+// destination is otherwise healthy when it is not parked and, since the
+// head's previous attempt ended (for a first attempt: in the
+// FirstAttemptLookback before it started), it answered 2xx at least once
+// and no other lane had a failure that was the destination's. A
+// destination that is down (no 2xx) or throttling many lanes (a 429
+// storm) is not; a partner that 503s one payload while it accepts the
+// rest is.
+func (s *Scheduler) OtherwiseHealthy(a *Attempt) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := a.Lane.dest
+	if d.budget == nil || d.budget.State() == budget.Parked {
+		return false
+	}
+	since := a.Head.LastAttemptAt
+	if since.IsZero() {
+		since = a.StartedAt.Add(-FirstAttemptLookback)
+	}
+	return d.lastSuccess.After(since) && !d.faults.otherSince(a.Lane, since)
+}
+
+// FirstAttemptLookback is how far back OtherwiseHealthy looks for a
+// head's first attempt, which has no previous attempt to look back to.
+const FirstAttemptLookback = time.Second
+
+// faultMarks remember the destination's latest failure that was its own
+// and, of the lanes other than that one's, the latest: enough to tell
+// whether any lane but a given one failed since a given time.
+type faultMarks struct {
+	lane  *Lane
+	at    time.Time
+	other time.Time // latest failure of a lane other than lane
+}
+
+func (f *faultMarks) add(l *Lane, now time.Time) {
+	if l != f.lane {
+		f.other = f.at
+		f.lane = l
+	}
+	f.at = now
+}
+
+// otherSince reports a failure of a lane other than l after since.
+func (f *faultMarks) otherSince(l *Lane, since time.Time) bool {
+	if f.lane != l {
+		return f.at.After(since)
+	}
+	return f.other.After(since)
 }
 
 // Outcome tells the partition owner what a finished attempt left behind.
@@ -73,7 +142,7 @@ type Outcome struct {
 }
 
 // advance pops the head of a lane after success or death.
-func (s *Scheduler) advance(a *Attempt) Outcome {
+func (s *Scheduler) advance(a *Attempt, died bool) Outcome {
 	l, d := a.Lane, a.Lane.dest
 	d.inFlight--
 	if d.dropped {
@@ -84,12 +153,28 @@ func (s *Scheduler) advance(a *Attempt) Outcome {
 	l.head = Head{}
 	l.state = laneIdle
 	if len(l.entries) > 0 {
-		s.makeDue(l)
+		if died {
+			s.holdNext(a, l)
+		}
+		s.schedule(l, s.clock.Now())
 		return Outcome{}
 	}
 	out := Outcome{Drained: true, PurgeLedger: l.hasLedger}
 	s.forget(l)
 	return out
+}
+
+// holdNext: on a destination that is not healthy, the head that follows
+// a held head that died is held too, its window end estimated from its
+// predecessor's (the owner checks the real one before dead-lettering it):
+// the events behind a head whose window closed during an outage follow
+// it at once instead of waiting for a token or probe slot each.
+func (s *Scheduler) holdNext(a *Attempt, l *Lane) {
+	if b := l.dest.budget; b == nil || b.State() == budget.Healthy || !a.Head.HeldByDestination || a.Head.WindowEnd.IsZero() {
+		return
+	}
+	next := l.entries[0]
+	l.head = Head{HeldByDestination: true, WindowEnd: a.Head.WindowEnd.Add(next.AcceptedAt.Sub(a.Entry.AcceptedAt))}
 }
 
 // forget removes an empty lane, and its customer once it has no lanes.
@@ -107,13 +192,16 @@ func (s *Scheduler) Succeeded(a *Attempt) Outcome {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.wake()
-	return s.advance(a)
+	return s.advance(a, false)
 }
 
 // Dead reports a head whose attempts or window ran out, already recorded as
 // a dead letter: the lane advances.
 func (s *Scheduler) Dead(a *Attempt) Outcome {
-	return s.Succeeded(a)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.wake()
+	return s.advance(a, true)
 }
 
 // Retry reports a failed head that waits until head.NotBefore. The caller

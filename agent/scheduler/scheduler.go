@@ -13,7 +13,16 @@
 //     destination cannot hold every worker;
 //   - within a destination, customers with due lanes share attempts by weight
 //     (deficit round robin), and within a customer due first attempts go
-//     before due retries, oldest first.
+//     before due retries, oldest first;
+//   - a lane held by its parked destination (its head's last failure was the
+//     destination's) waits for the destination, not for its own retry time:
+//     one probe a second is taken from the held lane whose window closes
+//     first; the probe's success releases every held lane at once, oldest
+//     head first, paced by the budget; a held lane whose window closes is
+//     handed out at once, without a token, marked Expired.
+//
+// Whether a failure that is the destination's counts against the event's
+// max_attempts is OtherwiseHealthy's rule; the owner applies it.
 package scheduler
 
 import (
@@ -32,10 +41,15 @@ type Attempt struct {
 	Number    int  // 1-based attempt number
 	StartedAt time.Time
 	// EarlyProbe: the destination is parked and this lane was taken before
-	// its own retry time to probe whether the destination is back. If the
-	// probe fails for the destination's reasons, the event is not charged
-	// an attempt: report it with Retry(a, a.Head).
+	// its own retry time to probe whether the destination is back. Like
+	// any failure that is the destination's while it is not otherwise
+	// healthy (see OtherwiseHealthy), a failed probe costs no attempt.
 	EarlyProbe bool
+	// Expired: the head was held by its parked destination until its
+	// window closed. Nothing is to be sent: the owner dead-letters it
+	// (reason window), or reports Retry with a later WindowEnd when a pause
+	// moved the window on.
+	Expired bool
 }
 
 // Scheduler is safe for concurrent use. Run dispatches attempts on the
@@ -51,6 +65,9 @@ type Scheduler struct {
 	parked  map[*destination]bool
 	rr      int
 	waiting laneHeap
+	expired []*Lane // lanes in laneExpired, oldest window first
+	// deadlines: window ends of held heads, whatever their state.
+	deadlines deadlineHeap
 }
 
 // New returns an empty scheduler.

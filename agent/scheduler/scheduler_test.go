@@ -112,7 +112,7 @@ func checkInvariants(t *testing.T, s *Scheduler) {
 			t.Fatalf("waiting[%d] %s has state %d", i, l.ID, l.state)
 		}
 		if i > 0 {
-			if p := (i - 1) / 2; l.head.NotBefore.Before(s.waiting[p].head.NotBefore) {
+			if p := (i - 1) / 2; l.wake.Before(s.waiting[p].wake) {
 				t.Fatalf("waiting heap order broken at %d", i)
 			}
 		}
@@ -198,6 +198,10 @@ func checkInvariants(t *testing.T, s *Scheduler) {
 				inFlight++
 				if queued[l] != 0 || l.heapIdx != -1 {
 					t.Fatalf("in-flight lane %s queued %d times, heapIdx %d", subj, queued[l], l.heapIdx)
+				}
+			case laneExpired:
+				if queued[l] != 0 || l.heapIdx != -1 || !slices.Contains(s.expired, l) {
+					t.Fatalf("expired lane %s not (only) in the expired queue (queued %d, heapIdx %d)", subj, queued[l], l.heapIdx)
 				}
 			default:
 				t.Fatalf("lane %s with %d entries is idle: it would never be attempted", subj, len(l.entries))

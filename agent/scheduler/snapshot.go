@@ -25,6 +25,7 @@ type DestinationSnapshot struct {
 	State          budget.State
 	ConfiguredRate float64
 	CurrentRate    float64
+	LearnedRate    float64 // the partner's ceiling as the budget learned it; 0: none
 	Tokens         float64
 	HoldUntil      time.Time
 	InFlight       int
@@ -52,7 +53,7 @@ func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
 		}
 		if b := d.budget; b != nil {
 			snap.State, snap.ConfiguredRate, snap.CurrentRate = b.State(), b.Ceiling(), b.Rate()
-			snap.Tokens, snap.HoldUntil = b.Tokens(now), b.HoldUntil()
+			snap.LearnedRate, snap.Tokens, snap.HoldUntil = b.Learned(), b.Tokens(now), b.HoldUntil()
 			if tr := b.Transitions(); len(tr) > 0 {
 				last := tr[len(tr)-1]
 				snap.LastTransition = &last
@@ -67,7 +68,7 @@ func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
 			}
 			c.Pending += len(l.entries)
 			switch l.state {
-			case laneDue:
+			case laneDue, laneExpired:
 				c.DueLanes++
 			case laneWaiting:
 				c.WaitingLanes++

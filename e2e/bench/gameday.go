@@ -16,9 +16,11 @@ package main
 // publish→delivery before and during the burst, the drain time and lane
 // order violations.
 //
-// hard-down: the partner answers 503 to everything; reported: time from the
+// hard-down: the partner answers 503 to everything, for far longer than
+// the destination's max_attempts would last; reported: time from the
 // first failure to `parked`, the probe rate while parked, and, once the
-// partner is back, the time to the first 2xx and until the backlog drained.
+// partner is back, the time to the first 2xx and until the backlog
+// drained, and the dead letters (must be 0: an outage costs no attempt).
 //
 // Progress goes to stderr; a table and, as the last line, one JSON object
 // go to stdout.
@@ -28,11 +30,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -60,6 +64,7 @@ type gamedayFlags struct {
 	scenarioLimit  time.Duration
 	hardDownEvents int
 	hardDownRate   float64
+	hardDownMax    int
 }
 
 func runGameday(args []string) error {
@@ -77,6 +82,7 @@ func runGameday(args []string) error {
 	fs.DurationVar(&g.baseline, "baseline", 10*time.Second, "waf: bystander-only phase before the burst")
 	fs.IntVar(&g.hardDownEvents, "hard-down-events", 5000, "hard-down: backlog published while the partner is down")
 	fs.Float64Var(&g.hardDownRate, "hard-down-rate", 500, "hard-down: the destination's configured rate_per_second")
+	fs.IntVar(&g.hardDownMax, "hard-down-max-attempts", 3, "hard-down: the destination's max_attempts (back-offs 1+2 s at 3: the outage lasts far longer)")
 	fs.DurationVar(&g.probeWindow, "probe-window", 10*time.Second, "hard-down: how long to measure probes once parked")
 	fs.DurationVar(&g.scenarioLimit, "limit", 170*time.Second, "fail when the scenario takes longer")
 	fs.Parse(args)
@@ -564,7 +570,7 @@ func (g *gamedayFlags) runHardDown() error {
 		return err
 	}
 	defer p.close()
-	if err := createDestination(ctx, admin, "erp", p.url, &rivorav1.Limits{RatePerSecond: g.hardDownRate, Burst: int32(g.burst), MaxAttempts: 10000}); err != nil {
+	if err := createDestination(ctx, admin, "erp", p.url, &rivorav1.Limits{RatePerSecond: g.hardDownRate, Burst: int32(g.burst), MaxAttempts: int32(g.hardDownMax)}); err != nil {
 		return err
 	}
 	var healthMu sync.Mutex
@@ -639,9 +645,13 @@ func (g *gamedayFlags) runHardDown() error {
 	progress("partner healthy again; waiting for the backlog to drain")
 	var firstOK time.Time
 	lastLog = time.Now()
-	for p.uniq.Load() < int64(g.hardDownEvents) {
+	dead := 0
+	for p.uniq.Load()+int64(dead) < int64(g.hardDownEvents) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("erp: %d of %d delivered when the scenario limit %s ran out", p.uniq.Load(), g.hardDownEvents, g.scenarioLimit)
+			return fmt.Errorf("erp: %d of %d delivered (%d dead letters) when the scenario limit %s ran out", p.uniq.Load(), g.hardDownEvents, dead, g.scenarioLimit)
+		}
+		if dead, err = deadLettered(ctx, hc, d.url(), "erp"); err != nil {
+			return err
 		}
 		if firstOK.IsZero() && p.uniq.Load() > 0 {
 			p.mu.Lock()
@@ -699,7 +709,8 @@ func (g *gamedayFlags) runHardDown() error {
 	fmt.Fprintf(tw, "probes while parked\t%.2f/s (%d in %.1f s)\n", probeRate, probes, probeTo.Sub(probeFrom).Seconds())
 	fmt.Fprintf(tw, "first 2xx after recovery\t%.2f s\n", recovered.Seconds())
 	fmt.Fprintf(tw, "drain after recovery\t%.1f s (%.0f events/s)\n", drain.Seconds(), float64(g.hardDownEvents)/drain.Seconds())
-	fmt.Fprintf(tw, "failed attempts (503)\t%d\n", failures)
+	fmt.Fprintf(tw, "failed attempts (503)\t%d (max_attempts %d)\n", failures, g.hardDownMax)
+	fmt.Fprintf(tw, "dead letters\t%d (want 0)\n", dead)
 	fmt.Fprintf(tw, "lane order violations\t%d\n", violations)
 	for i, tr := range transitions {
 		name := ""
@@ -710,11 +721,43 @@ func (g *gamedayFlags) runHardDown() error {
 	}
 	tw.Flush()
 	return printJSON(map[string]float64{
-		"parked_s":    round(parked.Seconds(), 1),
-		"probe_per_s": round(probeRate, 2),
-		"recover_s":   round(recovered.Seconds(), 2),
-		"drain_s":     round(drain.Seconds(), 1),
-	}, []string{"parked_s", "probe_per_s", "recover_s", "drain_s"})
+		"parked_s":      round(parked.Seconds(), 1),
+		"probe_per_s":   round(probeRate, 2),
+		"recover_s":     round(recovered.Seconds(), 2),
+		"drain_s":       round(drain.Seconds(), 1),
+		"dead_lettered": float64(dead),
+	}, []string{"parked_s", "probe_per_s", "recover_s", "drain_s", "dead_lettered"})
+}
+
+// deadLettered reads how many events of a destination became dead letters
+// (rivora_deadletters_total, every reason) from /metrics.
+func deadLettered(ctx context.Context, hc *http.Client, base, dest string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("GET /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET /metrics: %s %v", resp.Status, err)
+	}
+	total := 0.0
+	for line := range strings.Lines(string(body)) {
+		if !strings.HasPrefix(line, "rivora_deadletters_total{") || !strings.Contains(line, `destination="`+dest+`"`) {
+			continue
+		}
+		_, val, _ := strings.Cut(strings.TrimSpace(line), "} ")
+		v, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/metrics line %q: %w", strings.TrimSpace(line), err)
+		}
+		total += v
+	}
+	return int(total), nil
 }
 
 // selfCPU is this process's user+system CPU time so far.

@@ -1474,6 +1474,13 @@ type DestinationHealth struct {
 	Paused      bool   `protobuf:"varint,15,opt,name=paused,proto3" json:"paused,omitempty"`
 	Disabled    bool   `protobuf:"varint,16,opt,name=disabled,proto3" json:"disabled,omitempty"`
 	PauseReason string `protobuf:"bytes,17,opt,name=pause_reason,json=pauseReason,proto3" json:"pause_reason,omitempty"`
+	// learned_rate is the partner's ceiling as throttling found it (requests
+	// per second the partner let through just before it refused more); the
+	// budget stays just below it. It is the rate_per_second to put in the
+	// limits file. 0 when nothing is remembered: never throttled while
+	// sending at its budget, back at the configured rate, or forgotten after
+	// minutes without throttling.
+	LearnedRate float64 `protobuf:"fixed64,18,opt,name=learned_rate,json=learnedRate,proto3" json:"learned_rate,omitempty"`
 	// archived_dead_letters counts the destination's dead letters this agent
 	// archived since its partition opened here (it restarts from 0): the
 	// control plane reads the archive for operator notices when it moves.
@@ -1629,6 +1636,13 @@ func (x *DestinationHealth) GetPauseReason() string {
 		return x.PauseReason
 	}
 	return ""
+}
+
+func (x *DestinationHealth) GetLearnedRate() float64 {
+	if x != nil {
+		return x.LearnedRate
+	}
+	return 0
 }
 
 func (x *DestinationHealth) GetArchivedDeadLetters() int64 {
@@ -3005,7 +3019,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\tdue_lanes\x18\x03 \x01(\x03R\bdueLanes\x12#\n" +
 	"\rwaiting_lanes\x18\x04 \x01(\x03R\fwaitingLanes\x12\x1b\n" +
 	"\tin_flight\x18\x05 \x01(\x03R\binFlight\x12%\n" +
-	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\x80\x06\n" +
+	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xa3\x06\n" +
 	"\x11DestinationHealth\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12'\n" +
@@ -3025,7 +3039,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x17unarchived_dead_letters\x18\x0e \x01(\x03R\x15unarchivedDeadLetters\x12\x16\n" +
 	"\x06paused\x18\x0f \x01(\bR\x06paused\x12\x1a\n" +
 	"\bdisabled\x18\x10 \x01(\bR\bdisabled\x12!\n" +
-	"\fpause_reason\x18\x11 \x01(\tR\vpauseReason\x122\n" +
+	"\fpause_reason\x18\x11 \x01(\tR\vpauseReason\x12!\n" +
+	"\flearned_rate\x18\x12 \x01(\x01R\vlearnedRate\x122\n" +
 	"\x15archived_dead_letters\x18\x14 \x01(\x03R\x13archivedDeadLetters\"p\n" +
 	"\x17PauseDestinationRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +

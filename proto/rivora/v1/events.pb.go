@@ -137,8 +137,21 @@ type GetEventResponse struct {
 	// next_attempt_at is set while pending with a scheduled retry.
 	NextAttemptAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=next_attempt_at,json=nextAttemptAt,proto3" json:"next_attempt_at,omitempty"`
 	// ahead_in_lane counts events before this one in its lane (pending only).
-	AheadInLane   int32      `protobuf:"varint,10,opt,name=ahead_in_lane,json=aheadInLane,proto3" json:"ahead_in_lane,omitempty"`
-	DeadReason    DeadReason `protobuf:"varint,11,opt,name=dead_reason,json=deadReason,proto3,enum=rivora.v1.DeadReason" json:"dead_reason,omitempty"`
+	AheadInLane int32      `protobuf:"varint,10,opt,name=ahead_in_lane,json=aheadInLane,proto3" json:"ahead_in_lane,omitempty"`
+	DeadReason  DeadReason `protobuf:"varint,11,opt,name=dead_reason,json=deadReason,proto3,enum=rivora.v1.DeadReason" json:"dead_reason,omitempty"`
+	// waiting says why a pending event is not being delivered right now, e.g.
+	// "held: destination parked since 2026-12-01T09:12:03Z; 2 of 8 attempts
+	// used" or "behind 3 earlier events in its lane" (pending only).
+	Waiting string `protobuf:"bytes,12,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// attempts_used counts the attempts charged against max_attempts: a
+	// failure that is the destination's while it is down or throttling is not
+	// charged (pending only).
+	AttemptsUsed int32 `protobuf:"varint,13,opt,name=attempts_used,json=attemptsUsed,proto3" json:"attempts_used,omitempty"`
+	MaxAttempts  int32 `protobuf:"varint,14,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// window_ends_at is when the event's retry window closes, paused time so
+	// far excluded; a held event becomes a dead letter (reason window) then
+	// (pending only).
+	WindowEndsAt  *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=window_ends_at,json=windowEndsAt,proto3" json:"window_ends_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -250,13 +263,41 @@ func (x *GetEventResponse) GetDeadReason() DeadReason {
 	return DeadReason_DEAD_REASON_UNSPECIFIED
 }
 
+func (x *GetEventResponse) GetWaiting() string {
+	if x != nil {
+		return x.Waiting
+	}
+	return ""
+}
+
+func (x *GetEventResponse) GetAttemptsUsed() int32 {
+	if x != nil {
+		return x.AttemptsUsed
+	}
+	return 0
+}
+
+func (x *GetEventResponse) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *GetEventResponse) GetWindowEndsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WindowEndsAt
+	}
+	return nil
+}
+
 var File_rivora_v1_events_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"\x16rivora/v1/events.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/event.proto\",\n" +
 	"\x0fGetEventRequest\x12\x19\n" +
-	"\bevent_id\x18\x01 \x01(\tR\aeventId\"\xde\x03\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\"\x82\x05\n" +
 	"\x10GetEventResponse\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x1f\n" +
@@ -272,7 +313,11 @@ const file_rivora_v1_events_proto_rawDesc = "" +
 	"\rahead_in_lane\x18\n" +
 	" \x01(\x05R\vaheadInLane\x126\n" +
 	"\vdead_reason\x18\v \x01(\x0e2\x15.rivora.v1.DeadReasonR\n" +
-	"deadReason*\x8e\x01\n" +
+	"deadReason\x12\x18\n" +
+	"\awaiting\x18\f \x01(\tR\awaiting\x12#\n" +
+	"\rattempts_used\x18\r \x01(\x05R\fattemptsUsed\x12!\n" +
+	"\fmax_attempts\x18\x0e \x01(\x05R\vmaxAttempts\x12@\n" +
+	"\x0ewindow_ends_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\fwindowEndsAt*\x8e\x01\n" +
 	"\n" +
 	"EventState\x12\x1b\n" +
 	"\x17EVENT_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -311,13 +356,14 @@ var file_rivora_v1_events_proto_depIdxs = []int32{
 	4, // 2: rivora.v1.GetEventResponse.attempts:type_name -> rivora.v1.Attempt
 	3, // 3: rivora.v1.GetEventResponse.next_attempt_at:type_name -> google.protobuf.Timestamp
 	5, // 4: rivora.v1.GetEventResponse.dead_reason:type_name -> rivora.v1.DeadReason
-	1, // 5: rivora.v1.EventService.GetEvent:input_type -> rivora.v1.GetEventRequest
-	2, // 6: rivora.v1.EventService.GetEvent:output_type -> rivora.v1.GetEventResponse
-	6, // [6:7] is the sub-list for method output_type
-	5, // [5:6] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	3, // 5: rivora.v1.GetEventResponse.window_ends_at:type_name -> google.protobuf.Timestamp
+	1, // 6: rivora.v1.EventService.GetEvent:input_type -> rivora.v1.GetEventRequest
+	2, // 7: rivora.v1.EventService.GetEvent:output_type -> rivora.v1.GetEventResponse
+	7, // [7:8] is the sub-list for method output_type
+	6, // [6:7] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_events_proto_init() }

@@ -1,0 +1,212 @@
+package budget_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rivora/rivora/agent/budget"
+	"github.com/rivora/rivora/agent/clock"
+)
+
+// waf is a simulated partner: a web application firewall letting limit
+// requests through per fixed one-second window (every arrival counts,
+// refused ones too) and answering at once.
+type waf struct {
+	limit int
+	start time.Time
+	win   int64
+	n     int
+}
+
+func (w *waf) accepts(now time.Time) bool {
+	if win := int64(now.Sub(w.start) / time.Second); win != w.win {
+		w.win, w.n = win, 0
+	}
+	w.n++
+	return w.n <= w.limit
+}
+
+// second tallies one simulated second of attempts.
+type second struct{ attempts, throttled, delivered int }
+
+// sim drives a budget against a partner with an unbounded backlog: every
+// token is spent the moment it arrives, and time advances exactly to the
+// next one.
+type sim struct {
+	t       *testing.T
+	clk     *clock.Manual
+	b       *budget.Budget
+	partner *waf
+	seconds []second
+	// maxLearned is the highest Learned() seen.
+	maxLearned float64
+}
+
+func newSim(t *testing.T, configured float64, burst, limit int) *sim {
+	clk := clock.NewManual(time.Unix(1_000_000, 0))
+	return &sim{t: t, clk: clk, b: budget.NewBudget(configured, burst, budget.DefaultAIMD(), clk.Now()), partner: &waf{limit: limit, start: clk.Now()}}
+}
+
+// run simulates until d after the start.
+func (s *sim) run(d time.Duration) {
+	end := s.partner.start.Add(d)
+	for now := s.clk.Now(); now.Before(end); now = s.clk.Now() {
+		if !s.b.Take(now) {
+			s.clk.Advance(s.b.Wait(now))
+			continue
+		}
+		i := int(now.Sub(s.partner.start) / time.Second)
+		for len(s.seconds) <= i {
+			s.seconds = append(s.seconds, second{})
+		}
+		s.seconds[i].attempts++
+		if s.partner.accepts(now) {
+			s.seconds[i].delivered++
+			s.b.Succeeded(now)
+		} else {
+			s.seconds[i].throttled++
+			s.b.Throttled(now, 0, "HTTP 429")
+		}
+		s.maxLearned = max(s.maxLearned, s.b.Learned())
+	}
+}
+
+// between sums the seconds [from, to).
+func (s *sim) between(from, to int) second {
+	var sum second
+	for _, x := range s.seconds[from:to] {
+		sum.attempts += x.attempts
+		sum.throttled += x.throttled
+		sum.delivered += x.delivered
+	}
+	return sum
+}
+
+// checkSettled asserts that over seconds [from, to) under 5% of attempts
+// were throttled and deliveries stayed above 80% of limit.
+func (s *sim) checkSettled(from, to, limit int) {
+	s.t.Helper()
+	sum := s.between(from, to)
+	share := float64(sum.throttled) / float64(max(sum.attempts, 1))
+	rate := float64(sum.delivered) / float64(to-from)
+	s.t.Logf("seconds %d–%d: %d attempts, %.2f%% throttled, %.1f/s delivered of a %d/s ceiling; learned %.1f/s, rate %.1f/s",
+		from, to, sum.attempts, 100*share, rate, limit, s.b.Learned(), s.b.Rate())
+	if share >= 0.05 {
+		s.t.Errorf("seconds %d–%d: %.2f%% of attempts throttled, want < 5%%", from, to, 100*share)
+	}
+	if rate <= 0.8*float64(limit) {
+		s.t.Errorf("seconds %d–%d: delivered %.1f/s, want > 80%% of the partner's %d/s", from, to, rate, limit)
+	}
+}
+
+// The incident's storm: a configured rate far above the partner's ceiling.
+// After 15 s the budget runs just below the ceiling instead of climbing
+// back into the wall, and learns the ceiling (never above it).
+func TestLearnsThePartnersCeiling(t *testing.T) {
+	for _, c := range []struct {
+		configured   float64
+		burst, limit int
+	}{
+		{10_000, 10_000, 50}, // the write-up's storm
+		{2_000, 200, 600},    // the game day
+		{400, 50, 40},
+		{10_000, 100, 7},
+		{60, 60, 50}, // configured just above the ceiling
+	} {
+		t.Run(fmt.Sprintf("%g/s_at_%d/s", c.configured, c.limit), func(t *testing.T) {
+			s := newSim(t, c.configured, c.burst, c.limit)
+			s.run(5 * time.Minute)
+			s.checkSettled(15, 300, c.limit)
+			if l := s.b.Learned(); l < 0.9*float64(c.limit) || l > float64(c.limit) {
+				t.Errorf("learned %.2f/s, want within 90–100%% of the partner's %d/s", l, c.limit)
+			}
+			if s.maxLearned > float64(c.limit) {
+				t.Errorf("learned up to %.2f/s, above the partner's %d/s", s.maxLearned, c.limit)
+			}
+			if s.b.State() != budget.Degraded {
+				t.Errorf("state %s, want degraded (below the configured rate)", s.b.State())
+			}
+		})
+	}
+}
+
+// The memory fades: a partner that raises its ceiling from 50/s to 200/s is
+// found again within three minutes, and one that drops its limit entirely
+// gets the configured rate back (and nothing learned) within five.
+func TestFindsARaisedCeiling(t *testing.T) {
+	s := newSim(t, 2_000, 2_000, 50)
+	s.run(2 * time.Minute)
+	s.checkSettled(15, 120, 50)
+
+	s.partner.limit = 200
+	s.run(5 * time.Minute)
+	for i := 120; i < 300; i++ {
+		if s.seconds[i].delivered >= 0.9*200 {
+			t.Logf("first second at ≥ 90%% of the raised ceiling: %d s after the rise", i-120)
+			break
+		}
+	}
+	s.checkSettled(300-60, 300, 200)
+	if l := s.b.Learned(); l < 180 || l > 200 {
+		t.Errorf("learned %.2f/s after the ceiling rose to 200/s, want 180–200", l)
+	}
+
+	s.partner.limit = 1 << 30
+	lifted := 5 * time.Minute
+	until := lifted
+	for s.b.State() != budget.Healthy && until < lifted+5*time.Minute {
+		until += 10 * time.Second
+		s.run(until)
+	}
+	t.Logf("healthy again %s after the partner's limit was lifted", until-lifted)
+	if s.b.State() != budget.Healthy || s.b.Rate() != 2_000 || s.b.Learned() != 0 {
+		t.Errorf("5 min after the partner's limit was lifted: state %s, rate %.1f/s, learned %.1f/s; want healthy at 2000/s, nothing learned",
+			s.b.State(), s.b.Rate(), s.b.Learned())
+	}
+}
+
+// A stray 503 while the destination sends far below its rate (the bucket
+// was never the limit) is no ceiling: the rate is halved as before and
+// nothing is learned.
+func TestStrayErrorAtLowLoadLearnsNothing(t *testing.T) {
+	b := budget.NewBudget(50, 50, budget.DefaultAIMD(), at(0))
+	for ms := 0; ms < 2000; ms += 500 {
+		if !b.Take(at(ms)) {
+			t.Fatalf("take at %d ms refused at 2/s of a 50/s budget", ms)
+		}
+		b.Succeeded(at(ms))
+	}
+	b.Take(at(2000))
+	b.Throttled(at(2000), 0, "HTTP 503")
+	if b.Rate() != 25 || b.Learned() != 0 {
+		t.Fatalf("after a stray 503 at 2/s: rate %v learned %v, want 25 and nothing learned", b.Rate(), b.Learned())
+	}
+}
+
+// In a storm the first 429 comes back while 2xx answers to attempts sent
+// before it are still in flight: until a second after the cut they still
+// count toward the learned ceiling, later ones do not.
+func TestAnswersInFlightAtTheCutStillCount(t *testing.T) {
+	b := budget.NewBudget(10_000, 10_000, budget.DefaultAIMD(), at(0))
+	b.Saturated(at(0))
+	for ms := range 38 {
+		b.Succeeded(at(10 + ms))
+	}
+	b.Throttled(at(50), 0, "HTTP 429")
+	if b.Learned() != 38 || b.Rate() != 0.9*38 {
+		t.Fatalf("after 38 × 2xx then a 429: learned %v rate %v, want 38 and 34.2", b.Learned(), b.Rate())
+	}
+	for ms := range 12 {
+		b.Succeeded(at(51 + ms))
+	}
+	if b.Learned() != 50 {
+		t.Fatalf("12 more 2xx just after the cut: learned %v, want 50", b.Learned())
+	}
+	for ms := range 60 {
+		b.Succeeded(at(1100 + ms))
+	}
+	if b.Learned() != 50 {
+		t.Fatalf("2xx more than a second after the cut raised the learned ceiling to %v", b.Learned())
+	}
+}

@@ -1,0 +1,106 @@
+package owner_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rivora/rivora/internal/eventually"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// A destination that answers nothing but 503 is down, not the events'
+// fault: its events are retried far beyond max_attempts without being
+// charged one, and all arrive once it answers 2xx.
+func TestDestinationDownCostsNoAttempt(t *testing.T) {
+	var mu sync.Mutex
+	down := true
+	p := newPartner(t, func(string, int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return down
+	})
+	p.failStatus = http.StatusServiceUnavailable
+	n := open(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{dest("orders", p.srv.URL, 2)})
+	ids := []string{n.publish("orders", "u1"), n.publish("orders", "u1"), n.publish("orders", "u2")}
+	n.run(true)
+	eventually.True(t, "both lane heads sent 4 times (twice max_attempts)", 20*time.Second, func() bool {
+		return p.requests(ids[0]) >= 4 && p.requests(ids[2]) >= 4
+	})
+	for _, id := range []string{ids[0], ids[2]} {
+		loc, ok := n.sched.Find(id)
+		if !ok {
+			t.Fatalf("event %s is no longer pending after %d attempts at a destination that is down", id, p.requests(id))
+		}
+		if h := loc.Head; h.Attempts != 0 || !h.HeldByDestination || h.LastStatus != 503 || h.WindowEnd.IsZero() {
+			t.Fatalf("event %s head after %d failed tries: %+v; want 0 attempts charged, held by its destination, last status 503, a window end", id, p.requests(id), h)
+		}
+	}
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	eventually.True(t, "every event delivered once the destination is back", 20*time.Second, func() bool {
+		d := p.delivered()
+		return len(d["u1"]) == 2 && len(d["u2"]) == 1
+	})
+	if got := p.delivered()["u1"]; got[0] != ids[0] || got[1] != ids[1] {
+		t.Fatalf("lane u1 delivered %v, want %v in order", got, ids[:2])
+	}
+}
+
+// A partner that 503s one payload while it accepts the others is
+// otherwise healthy: that event's 503s count and it dies after
+// max_attempts, reason max attempts.
+func TestOnePayloadRefusedOnHealthyDestinationCounts(t *testing.T) {
+	var mu sync.Mutex
+	var badID string
+	p := newPartner(t, func(id string, _ int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return id == badID
+	})
+	p.failStatus = http.StatusServiceUnavailable
+	archRoot := t.TempDir()
+	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.srv.URL, 3)})
+	n.run(true)
+	// Traffic that the partner accepts, before and between the bad event's
+	// attempts.
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			n.publish("orders", "good")
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	defer wg.Wait()
+	defer cancel()
+	eventually.True(t, "the partner accepting other events", 10*time.Second, func() bool { return len(p.delivered()["good"]) >= 10 })
+	mu.Lock()
+	badID = n.publish("orders", "bad")
+	mu.Unlock()
+	after := n.publish("orders", "bad")
+	eventually.True(t, "the bad event dead and its lane moved on", 30*time.Second, func() bool {
+		d := p.delivered()["bad"]
+		return len(d) == 1 && d[0] == after
+	})
+	if r := p.requests(badID); r != 3 {
+		t.Fatalf("the refused event was sent %d times, want max_attempts = 3", r)
+	}
+	eventually.True(t, "its dead letter archived", 20*time.Second, func() bool {
+		return len(findObjects(t, archRoot)) > 0
+	})
+	var letters []*rivorav1.DeadLetter
+	for _, o := range findObjects(t, archRoot) {
+		letters = append(letters, readObject(t, o)...)
+	}
+	if len(letters) != 1 || letters[0].GetEvent().GetEventId() != badID || letters[0].GetAttempts() != 3 ||
+		letters[0].GetReason() != rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS || !strings.HasPrefix(letters[0].GetLastError(), "HTTP 503") {
+		t.Fatalf("dead letters %v, want one for %s: 3 attempts, max attempts, last error HTTP 503", letters, badID)
+	}
+}

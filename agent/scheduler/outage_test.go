@@ -1,0 +1,329 @@
+package scheduler
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rivora/rivora/agent/budget"
+	"github.com/rivora/rivora/agent/lanes"
+)
+
+// An outage, with the fake clock: a destination whose partner is down.
+
+var outageLimits = Limits{RatePerSecond: 50, Burst: 50, MaxInFlight: 100}
+
+// failHeld reports a's failure the way the owner does while the
+// destination is not otherwise healthy: the destination's fault, no
+// attempt charged, held until windowEnd at the latest.
+func failHeld(t *testing.T, s *Scheduler, a *Attempt, windowEnd time.Time) {
+	t.Helper()
+	now := s.clock.Now()
+	s.Observe(a, 503, true, 0, "HTTP 503")
+	if s.OtherwiseHealthy(a) {
+		t.Fatalf("%s failed at +%s with no 2xx from its destination: otherwise healthy, want not", a.Lane.ID, now.Sub(t0))
+	}
+	h := a.Head
+	h.HeldByDestination, h.LastStatus, h.LastAttemptAt = true, 503, now
+	// As retry.Policy.Hold: never past the window end.
+	h.NotBefore, h.WindowEnd = now.Add(time.Second), windowEnd
+	if h.NotBefore.After(windowEnd) {
+		h.NotBefore = windowEnd
+	}
+	s.Retry(a, h)
+}
+
+// outage fails every attempt handed out, every 100 ms of fake time, until
+// the destination is parked and every lane is held (waiting); it returns
+// the attempts made. windowEnd gives each lane's window end.
+func outage(t *testing.T, s *Scheduler, dest string, windowEnd func(lanes.ID) time.Time) []*Attempt {
+	t.Helper()
+	clk := s.clock.(interface{ Advance(time.Duration) })
+	var made []*Attempt
+	for range 600 {
+		for {
+			a, _ := step(s)
+			if a == nil {
+				break
+			}
+			made = append(made, a)
+			failHeld(t, s, a, windowEnd(a.Lane.ID))
+		}
+		snap := s.Snapshot(dest)[0]
+		if snap.State == budget.Parked && snap.Customers[0].DueLanes == 0 && snap.InFlight == 0 {
+			checkInvariants(t, s)
+			return made
+		}
+		clk.Advance(100 * time.Millisecond)
+	}
+	t.Fatalf("destination %s never parked with every lane held", dest)
+	return nil
+}
+
+func laneIDs(dest string, n int) []lanes.ID {
+	out := make([]lanes.ID, n)
+	for i := range out {
+		out[i] = lid(dest, "c", string(rune('a'+i)))
+	}
+	return out
+}
+
+// While parked, held lanes are not attempted when their own retry time
+// comes: one probe a second, from the lane whose window closes first, and
+// no attempt is charged (the owner asks OtherwiseHealthy, false
+// throughout). The probe's success releases every held lane at once,
+// oldest head first.
+func TestParkedDestinationHoldsLanesAndRecoveryReleasesInOrder(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("d", 0, outageLimits)
+	ids := laneIDs("d", 4)
+	for i, id := range ids {
+		appendTo(s, 0, id, ev(uint64(i+1)), ev(uint64(i+11)))
+	}
+	end := func(id lanes.ID) time.Time { return t0.Add(time.Hour + time.Duration(id.Key[0]-'a')*time.Second) }
+	outage(t, s, "d", end)
+
+	// 10 s parked: exactly one probe a second, always lane a (its window
+	// closes first), each taken early (its head's retry time has long
+	// passed, but it is held).
+	probes := 0
+	for range 100 {
+		clk.Advance(100 * time.Millisecond)
+		a, _ := step(s)
+		if a == nil {
+			continue
+		}
+		probes++
+		if !a.EarlyProbe || a.Lane.ID != ids[0] || a.Number != 1 {
+			t.Fatalf("parked: attempt %s number %d early %v, want an early probe of %s, attempt 1 (none charged)", a.Lane.ID, a.Number, a.EarlyProbe, ids[0])
+		}
+		failHeld(t, s, a, end(a.Lane.ID))
+	}
+	if probes < 9 || probes > 11 {
+		t.Fatalf("parked for 10 s: %d probes, want one a second", probes)
+	}
+
+	// Recovery: the next probe answers 2xx.
+	clk.Advance(time.Second)
+	probe := mustPick(t, s)
+	s.Observe(probe, 200, false, 0, "")
+	s.Succeeded(probe)
+	checkInvariants(t, s)
+	if snap := s.Snapshot("d")[0]; snap.Customers[0].DueLanes != 4 || snap.Customers[0].WaitingLanes != 0 {
+		t.Fatalf("after recovery: %+v, want every lane due at once", snap.Customers[0])
+	}
+	var order []uint64
+	for range 200 {
+		if a, _ := step(s); a != nil {
+			order = append(order, a.Entry.Seq)
+			s.Succeeded(a)
+		}
+		if len(order) == 4 {
+			break
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+	if want := []uint64{2, 3, 4, 11}; !equalSeqs(order, want) {
+		t.Fatalf("after recovery the lanes went in order %v, want %v (held heads oldest first, then the probe lane's next)", order, want)
+	}
+}
+
+func equalSeqs(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// A held lane whose window closes while its destination is parked is
+// handed out at its window end (not before), without a token, marked
+// Expired, even though no probe succeeded; a paused destination keeps it
+// until resumed. The event behind it, whose window closed too, follows at
+// once.
+func TestWindowClosesWhileParked(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("d", 0, outageLimits)
+	ids := laneIDs("d", 3)
+	for i, id := range ids {
+		appendTo(s, 0, id, ev(uint64(i+1)), ev(uint64(i+11)))
+	}
+	ends := map[lanes.ID]time.Time{}
+	for i, id := range ids {
+		ends[id] = t0.Add(40*time.Second + time.Duration(i)*time.Millisecond)
+	}
+	end := func(id lanes.ID) time.Time { return ends[id] }
+	outage(t, s, "d", end)
+
+	// Probes (failing) until just before the first window end.
+	for clk.Now().Before(ends[ids[0]].Add(-100 * time.Millisecond)) {
+		clk.Advance(100 * time.Millisecond)
+		if a, _ := step(s); a != nil {
+			if a.Expired {
+				t.Fatalf("lane %s expired at +%s, before its window end +%s", a.Lane.ID, clk.Now().Sub(t0), ends[a.Lane.ID].Sub(t0))
+			}
+			failHeld(t, s, a, end(a.Lane.ID))
+		}
+	}
+	s.SetPaused("d", 0, true)
+	clk.Advance(time.Second)
+	if a, _ := step(s); a != nil {
+		t.Fatalf("paused: attempt %s (expired %v) handed out", a.Lane.ID, a.Expired)
+	}
+	s.SetPaused("d", 0, false)
+	var got []lanes.ID
+	for {
+		a, _ := step(s)
+		if a == nil {
+			break
+		}
+		if !a.Expired || a.EarlyProbe {
+			t.Fatalf("after the window end: attempt %s expired %v early %v, want expired", a.Lane.ID, a.Expired, a.EarlyProbe)
+		}
+		got = append(got, a.Lane.ID)
+		s.Dead(a)
+	}
+	if want := append(ids, ids...); !slices.Equal(got, want) {
+		t.Fatalf("expired at once, without tokens: %v, want %v (heads in window order, then the events behind them)", got, want)
+	}
+	checkInvariants(t, s)
+	if n := s.Pending("d"); n != 0 {
+		t.Fatalf("pending after the expired heads died: %d", n)
+	}
+}
+
+// OtherwiseHealthy, the rule that decides whether a failure that is the
+// destination's counts against the event.
+func TestOtherwiseHealthy(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("d", 0, outageLimits)
+	x, y, z := lid("d", "c", "x"), lid("d", "c", "y"), lid("d", "c", "z")
+	appendTo(s, 0, x, ev(1))
+	appendTo(s, 0, y, ev(2), ev(3), ev(4), ev(5))
+	appendTo(s, 0, z, ev(6))
+	byLane := func() map[lanes.ID]*Attempt {
+		out := map[lanes.ID]*Attempt{}
+		for {
+			a, _ := step(s)
+			if a == nil {
+				return out
+			}
+			out[a.Lane.ID] = a
+		}
+	}
+	retry := func(a *Attempt) {
+		h := a.Head
+		h.LastAttemptAt, h.NotBefore, h.HeldByDestination = clk.Now(), clk.Now(), true
+		s.Retry(a, h)
+	}
+
+	// First attempts: x's 503 arrives before y's 2xx: no evidence the
+	// destination works.
+	as := byLane()
+	clk.Advance(10 * time.Millisecond)
+	s.Observe(as[x], 503, true, 0, "HTTP 503")
+	if s.OtherwiseHealthy(as[x]) {
+		t.Fatal("x's first 503, no 2xx yet: otherwise healthy, want not")
+	}
+	retry(as[x])
+	clk.Advance(10 * time.Millisecond)
+	s.Observe(as[y], 200, false, 0, "")
+	s.Succeeded(as[y])
+	s.Observe(as[z], 200, false, 0, "")
+	s.Succeeded(as[z])
+
+	// x again, after y's 2xx and no other lane's failure: one payload the
+	// partner refuses while it accepts the rest.
+	clk.Advance(time.Second)
+	as = byLane()
+	clk.Advance(10 * time.Millisecond)
+	s.Observe(as[x], 503, true, 0, "HTTP 503")
+	if !s.OtherwiseHealthy(as[x]) {
+		t.Fatal("x's 503 after y's 2xx, no other lane failing: not otherwise healthy, want healthy (the attempt counts)")
+	}
+	retry(as[x])
+	s.Observe(as[y], 200, false, 0, "")
+	s.Succeeded(as[y])
+
+	// x again, but y also got a 429 since x's previous attempt: the
+	// destination throttles more than this payload.
+	clk.Advance(time.Second)
+	as = byLane()
+	clk.Advance(10 * time.Millisecond)
+	s.Observe(as[y], 429, true, 0, "HTTP 429")
+	retry(as[y])
+	s.Observe(as[x], 503, true, 0, "HTTP 503")
+	if s.OtherwiseHealthy(as[x]) {
+		t.Fatal("x's 503 while y got a 429: otherwise healthy, want not")
+	}
+	retry(as[x])
+
+	// x again with only its own failures since, but no 2xx since its
+	// previous attempt: down, or no evidence otherwise.
+	clk.Advance(time.Second)
+	as = byLane()
+	s.Observe(as[x], 503, true, 0, "HTTP 503")
+	if s.OtherwiseHealthy(as[x]) {
+		t.Fatal("x's 503 with no 2xx since its previous attempt: otherwise healthy, want not")
+	}
+	checkInvariants(t, s)
+}
+
+// A held head that is due but starved of tokens (a degraded destination
+// at its floor) also dies on time: at its window end it is handed out as
+// expired, without a token; not before.
+func TestWindowClosesWhileDueWithoutTokens(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("d", 0, Limits{RatePerSecond: 1000, Burst: 1000, MaxInFlight: 100})
+	ids := laneIDs("d", 5)
+	for i, id := range ids {
+		appendTo(s, 0, id, ev(uint64(i+1)))
+	}
+	end := t0.Add(10 * time.Second)
+	fail := func(a *Attempt) {
+		s.Observe(a, 503, true, 0, "HTTP 503")
+		h := a.Head
+		h.HeldByDestination, h.LastStatus, h.LastAttemptAt = true, 503, clk.Now()
+		h.NotBefore, h.WindowEnd = clk.Now(), end // due again at once
+		s.Retry(a, h)
+	}
+	for range ids {
+		fail(mustPick(t, s))
+	}
+	s.SetLimits("d", 0, Limits{RatePerSecond: 0.001, Burst: 1, MaxInFlight: 100})
+	for {
+		a, _ := step(s)
+		if a == nil {
+			break
+		}
+		fail(a)
+	}
+	if snap := s.Snapshot("d")[0]; snap.Customers[0].DueLanes != 5 {
+		t.Fatalf("setup: %+v, want 5 due lanes starved of tokens", snap.Customers[0])
+	}
+	clk.Advance(10*time.Second - time.Millisecond)
+	if a, wait := step(s); a != nil || wait != time.Millisecond {
+		t.Fatalf("just before the window end: attempt %v, wait %s; want none, and a wake-up at the window end", a, wait)
+	}
+	clk.Advance(time.Millisecond)
+	n := 0
+	for {
+		a, _ := step(s)
+		if a == nil {
+			break
+		}
+		if !a.Expired {
+			t.Fatalf("at the window end: attempt %s not expired", a.Lane.ID)
+		}
+		n++
+		s.Dead(a)
+		checkInvariants(t, s)
+	}
+	if n != 5 || s.Pending("d") != 0 {
+		t.Fatalf("at the window end %d heads expired (pending %d), want all 5 at once", n, s.Pending("d"))
+	}
+}
