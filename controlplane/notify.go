@@ -220,8 +220,9 @@ func (n *notifier) rederiveFromAudit(since time.Time) {
 const rivoraAuthor = GoneAuthor
 
 // pollHealth feeds every destination's parked state (parked on any agent)
-// to the episodes. A round where an agent did not answer is skipped: it
-// says nothing about recovery.
+// to the episodes and the agents' archived counters to the scan. A round
+// where an agent did not answer is skipped: it says nothing about
+// recovery.
 func (n *notifier) pollHealth(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -229,15 +230,43 @@ func (n *notifier) pollHealth(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	type parked struct {
-		since time.Time
-		cause string
+	park, archived := summarize(health)
+	n.scan.Archived(archived)
+	now := n.cp.now()
+	_, dests := n.cp.store.Snapshot()
+	known := make(map[string]bool, len(dests))
+	for _, d := range dests {
+		if id := d.GetId(); id != notices.DestinationID {
+			known[id] = true
+			p, isParked := park[id]
+			if nt, ok := n.episodes.Observe(id, isParked, p.since, p.cause, now); ok {
+				n.enqueue(nt)
+			}
+		}
 	}
+	for _, id := range n.episodes.Tracked() {
+		if !known[id] {
+			n.episodes.Forget(id)
+		}
+	}
+}
+
+// parked is a destination parked on some agent: since when (the earliest
+// agent's transition) and why.
+type parked struct {
+	since time.Time
+	cause string
+}
+
+// summarize folds the agents' health answers per destination: where it
+// is parked, and its archived counters summed.
+func summarize(health []*rivorav1.DestinationHealth) (map[string]parked, map[string]int64) {
 	park := make(map[string]parked)
 	archived := make(map[string]int64)
 	for _, h := range health {
+		id := h.GetDestinationId()
 		if h.GetArchivedDeadLetters() > 0 {
-			archived[h.GetDestinationId()] += h.GetArchivedDeadLetters()
+			archived[id] += h.GetArchivedDeadLetters()
 		}
 		if h.GetState() != "parked" {
 			continue
@@ -246,30 +275,12 @@ func (n *notifier) pollHealth(ctx context.Context) {
 		if tr := h.GetLastTransition(); tr.GetTo() == "parked" {
 			p = parked{since: tr.GetAt().AsTime(), cause: tr.GetCause()}
 		}
-		if q, ok := park[h.GetDestinationId()]; ok && (p.since.IsZero() || (!q.since.IsZero() && q.since.Before(p.since))) {
+		if q, ok := park[id]; ok && (p.since.IsZero() || (!q.since.IsZero() && q.since.Before(p.since))) {
 			p = q
 		}
-		park[h.GetDestinationId()] = p
+		park[id] = p
 	}
-	n.scan.Archived(archived)
-	now := n.cp.now()
-	_, dests := n.cp.store.Snapshot()
-	known := make(map[string]bool, len(dests))
-	for _, d := range dests {
-		if d.GetId() == notices.DestinationID {
-			continue
-		}
-		known[d.GetId()] = true
-		p, isParked := park[d.GetId()]
-		if nt, ok := n.episodes.Observe(d.GetId(), isParked, p.since, p.cause, now); ok {
-			n.enqueue(nt)
-		}
-	}
-	for _, id := range n.episodes.Tracked() {
-		if !known[id] {
-			n.episodes.Forget(id)
-		}
-	}
+	return park, archived
 }
 
 // pollDeadLetters reads the archive where the scan says new dead letters
