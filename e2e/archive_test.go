@@ -297,8 +297,8 @@ func replayResult(t testing.TB, out string) (replayed, total, skipped int) {
 	return
 }
 
-// metricValue reads one sample from the server's /metrics.
-func metricValue(t testing.TB, d *devProc, series string) float64 {
+// metricsText reads the server's /metrics.
+func metricsText(t testing.TB, d *devProc) string {
 	t.Helper()
 	resp, err := http.Get(d.URL() + "/metrics")
 	if err != nil {
@@ -309,7 +309,13 @@ func metricValue(t testing.TB, d *devProc, series string) float64 {
 	if err != nil {
 		t.Fatalf("read /metrics: %v", err)
 	}
-	for _, line := range strings.Split(string(body), "\n") {
+	return string(body)
+}
+
+// metricValue reads one sample from the server's /metrics.
+func metricValue(t testing.TB, d *devProc, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(metricsText(t, d), "\n") {
 		if rest, ok := strings.CutPrefix(line, series+" "); ok {
 			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
 			if err != nil {

@@ -6,7 +6,6 @@ package e2e
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -87,17 +86,8 @@ func createDestinationAt(t testing.TB, d *devProc, id, url string, p *partner, l
 // deadLetterCount sums rivora_deadletters_total of dest over every reason.
 func deadLetterCount(t testing.TB, d *devProc, dest string) int {
 	t.Helper()
-	resp, err := http.Get(d.URL() + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("read /metrics: %v", err)
-	}
 	total := 0.0
-	for line := range strings.Lines(string(body)) {
+	for line := range strings.Lines(metricsText(t, d)) {
 		if !strings.HasPrefix(line, `rivora_deadletters_total{destination="`+dest+`"`) {
 			continue
 		}
