@@ -253,15 +253,17 @@ func openPauseReason(d *rivorav1.Destination) string {
 	return ""
 }
 
-// GoneReason and GoneAuthor are the pause reason and audit author of a
-// destination disabled because its partner answered 410 Gone.
 const (
+	// GoneReason is the pause reason of a destination disabled because its
+	// partner answered 410 Gone.
 	GoneReason = "partner answered 410 Gone"
-	GoneAuthor = "rivora"
+	// RivoraAuthor is the audit author of every change Rivora makes by
+	// itself (a 410 disable, the operator-webhook destination).
+	RivoraAuthor = "rivora"
 )
 
 // disableDestination disables a destination whose partner answered 410
-// Gone (an agent's ReportGone): paused with GoneReason by GoneAuthor,
+// Gone (an agent's ReportGone): paused with GoneReason by RivoraAuthor,
 // audited as "destination.disable" and pushed to every agent, through the
 // same change as an operator's pause; resume re-enables it. It is the one
 // place a destination is disabled, and it sends the operator notice
@@ -280,11 +282,11 @@ func (cp *ControlPlane) disableDestination(id, agentName, eventID string, status
 		return false, 0, errorf(ErrInvalid, "status %d: only a 410 Gone disables a destination", status)
 	}
 	detail := fmt.Sprintf("disabled: HTTP %d to event %s (agent %s)", status, eventID, agentName)
-	_, version, err = cp.changeDestination("destination.disable", id, GoneAuthor, GoneReason, func(d *rivorav1.Destination) (string, error) {
+	_, version, err = cp.changeDestination("destination.disable", id, RivoraAuthor, GoneReason, func(d *rivorav1.Destination) (string, error) {
 		if d.GetPaused() || resumedSince(d, at) {
 			return "", errNothingToDo
 		}
-		openPause(d, cp.now(), GoneReason, GoneAuthor)
+		openPause(d, cp.now(), GoneReason, RivoraAuthor)
 		d.Disabled = true
 		return detail, nil
 	})

@@ -50,7 +50,7 @@ func TestReportGoneDisablesOnce(t *testing.T) {
 	if !got.GetPaused() || !got.GetDisabled() || got.GetPauseReason() != "partner answered 410 Gone" {
 		t.Fatalf("after the report: paused %v, disabled %v, reason %q", got.GetPaused(), got.GetDisabled(), got.GetPauseReason())
 	}
-	if p := got.GetPauses()[len(got.GetPauses())-1]; p.GetAuthor() != controlplane.GoneAuthor || p.GetReason() != controlplane.GoneReason {
+	if p := got.GetPauses()[len(got.GetPauses())-1]; p.GetAuthor() != controlplane.RivoraAuthor || p.GetReason() != controlplane.GoneReason {
 		t.Fatalf("open pause: %v", p)
 	}
 

@@ -216,9 +216,6 @@ func (n *notifier) rederiveFromAudit(since time.Time) {
 	}
 }
 
-// rivoraAuthor is the author of changes Rivora makes by itself.
-const rivoraAuthor = GoneAuthor
-
 // pollHealth feeds every destination's parked state (parked on any agent)
 // to the episodes and the agents' archived counters to the scan. A round
 // where an agent did not answer is skipped: it says nothing about
@@ -458,7 +455,7 @@ func (cp *ControlPlane) ensureOperatorDestination(url, secret string) error {
 			Id: id, Url: url, Secret: secret, Configured: &rivorav1.Limits{MaxAttempts: operatorMaxAttempts},
 			CreatedAt: now, UpdatedAt: now, PriorityClass: rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL,
 		}
-		if _, err := cp.change("destination.create", id, rivoraAuthor, "operator webhook", func(all map[string]*rivorav1.Destination) (string, error) {
+		if _, err := cp.change("destination.create", id, RivoraAuthor, "operator webhook", func(all map[string]*rivorav1.Destination) (string, error) {
 			all[id] = nd
 			return "operator notices to " + url, nil
 		}); err != nil {
@@ -472,7 +469,7 @@ func (cp *ControlPlane) ensureOperatorDestination(url, secret string) error {
 	if d.GetUrl() == url && (secret == "" || secret == d.GetSecret()) {
 		return nil
 	}
-	_, _, err := cp.changeDestination("destination.update", id, rivoraAuthor, "operator webhook", func(d *rivorav1.Destination) (string, error) {
+	_, _, err := cp.changeDestination("destination.update", id, RivoraAuthor, "operator webhook", func(d *rivorav1.Destination) (string, error) {
 		detail := "url " + url
 		d.Url = url
 		if secret != "" && secret != d.Secret {

@@ -44,15 +44,23 @@ const Prefix = "deadletter/"
 // DestinationPrefix is the key prefix of one destination's objects.
 func DestinationPrefix(destination string) string { return Prefix + destination + "/" }
 
+// HourLayout is the time layout of the hour folders under a
+// destination's prefix (<yyyy>/<mm>/<dd>/<hh>, UTC).
+const HourLayout = "2006/01/02/15"
+
+// HourPrefix is the key prefix of one destination's objects for the hour
+// of t.
+func HourPrefix(destination string, t time.Time) string {
+	return DestinationPrefix(destination) + t.UTC().Format(HourLayout) + "/"
+}
+
 // Key names the object holding dead letters of one destination that died
 // in the hour of deadAt, recorded in partition p's ledger at sequences
 // first..last. Keys of one destination sort in the order its dead letters
 // were recorded, which is lane order.
 func Key(destination string, deadAt time.Time, partition int, first, last uint64) string {
-	t := deadAt.UTC()
 	// Zero-padded so that sorting keys sorts objects in lane order.
-	return fmt.Sprintf("deadletter/%s/%04d/%02d/%02d/%02d/%03d-%020d-%020d.ndjson.gz",
-		destination, t.Year(), t.Month(), t.Day(), t.Hour(), partition, first, last)
+	return fmt.Sprintf("%s%03d-%020d-%020d.ndjson.gz", HourPrefix(destination, deadAt), partition, first, last)
 }
 
 // Encode renders records as gzip-compressed NDJSON.

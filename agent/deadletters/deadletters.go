@@ -125,7 +125,7 @@ func hourPrefixes(destination string, since, now time.Time) []string {
 	}
 	var out []string
 	for h := start; !h.After(end); h = h.Add(time.Hour) {
-		out = append(out, archive.DestinationPrefix(destination)+h.Format("2006/01/02/15")+"/")
+		out = append(out, archive.HourPrefix(destination, h))
 	}
 	return out
 }
@@ -136,7 +136,7 @@ func keyHour(key string) (time.Time, bool) {
 	if len(parts) < 7 {
 		return time.Time{}, false
 	}
-	t, err := time.Parse("2006/01/02/15", strings.Join(parts[2:6], "/"))
+	t, err := time.Parse(archive.HourLayout, strings.Join(parts[2:6], "/"))
 	return t, err == nil
 }
 

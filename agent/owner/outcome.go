@@ -139,12 +139,8 @@ func (o *Partition) policy(ev *rivorav1.Event, now time.Time) (retry.Policy, tim
 // held until it recovers) and dies with reason window once its window
 // closes, never earlier.
 func (o *Partition) hold(ctx context.Context, a *scheduler.Attempt, ev *rivorav1.Event, res delivery.Result, cause string, now time.Time) {
-	head := a.Head
-	head.LastStatus, head.LastError, head.LastAttemptAt = res.Status, cause, now
-	if head.FirstAttemptAt.IsZero() {
-		head.FirstAttemptAt = a.StartedAt
-	}
-	head.HeldByDestination = true
+	head := failedHead(a, res.Status, cause, true, now)
+	head.Attempts = a.Head.Attempts // not charged
 	policy, windowStart := o.policy(ev, now)
 	head.WindowEnd = policy.WindowEnd(windowStart)
 	wait := max(retry.Jittered(policy.Backoff(max(head.Attempts, 1))), res.RetryAfter)

@@ -155,8 +155,10 @@ func (s *Scheduler) advance(a *Attempt, died bool) Outcome {
 	if len(l.entries) > 0 {
 		if died {
 			s.holdNext(a, l)
+			s.schedule(l, s.clock.Now())
+		} else {
+			s.makeDue(l)
 		}
-		s.schedule(l, s.clock.Now())
 		return Outcome{}
 	}
 	out := Outcome{Drained: true, PurgeLedger: l.hasLedger}

@@ -63,9 +63,9 @@ func (e *TakenError) Error() string {
 }
 
 // NewClient makes a Consul API client for the HTTP API at rawURL, an
-// http:// or https:// URL.
+// http:// or https:// URL with no path (the client adds /v1/… itself).
 func NewClient(rawURL string) (*api.Client, error) {
-	u, err := httpurl.Parse(rawURL)
+	u, err := httpurl.ParseBase(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("consul address %q: want an http:// or https:// URL such as http://127.0.0.1:8500", rawURL)
 	}
