@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/internal/ids"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -66,4 +68,30 @@ func (s *agentHandler) ReportGone(ctx context.Context, req *connect.Request[rivo
 		return nil, err
 	}
 	return connect.NewResponse(&rivorav1.ReportGoneResponse{Disabled: disabled, Version: version}), nil
+}
+
+// agentAuditActions are the audit actions agents may record: operator
+// actions carried out by the agent that owns the lane or the event.
+var agentAuditActions = map[string]bool{"lane.skip": true, "event.resend": true}
+
+// RecordAudit appends an operator action an agent carried out to the audit
+// log, stamped with the time and the config version in force.
+func (s *agentHandler) RecordAudit(ctx context.Context, req *connect.Request[rivorav1.RecordAuditRequest]) (*connect.Response[rivorav1.RecordAuditResponse], error) {
+	e := req.Msg.GetEntry()
+	if e == nil {
+		return nil, errorf(ErrInvalid, "entry is required")
+	}
+	if !agentAuditActions[e.GetAction()] {
+		return nil, errorf(ErrInvalid, "action %q: agents record only lane.skip and event.resend", e.GetAction())
+	}
+	if e.GetAuthor() == "" {
+		return nil, errorf(ErrInvalid, "author is required")
+	}
+	version, _ := s.cp.store.Snapshot()
+	entry := proto.Clone(e).(*rivorav1.AuditEntry)
+	entry.At, entry.Version = timestamppb.New(s.cp.now()), version
+	if err := s.cp.audit.Append(entry); err != nil {
+		return nil, tag(ErrUnavailable, fmt.Errorf("append to the audit log: %w", err))
+	}
+	return connect.NewResponse(&rivorav1.RecordAuditResponse{}), nil
 }

@@ -2503,7 +2503,8 @@ type AuditEntry struct {
 	// action: destination.create, destination.update, destination.delete,
 	// limits.reload, limits.override, limits.clear, limits.expire,
 	// priority.set, destination.pause, destination.resume,
-	// destination.disable (author "rivora": the partner answered 410 Gone).
+	// destination.disable (author "rivora": the partner answered 410 Gone),
+	// lane.skip, event.resend.
 	Action        string `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
 	DestinationId string `protobuf:"bytes,5,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
 	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`

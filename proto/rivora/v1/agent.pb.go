@@ -22,6 +22,87 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type RecordAuditRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entry's at and version are set by the control plane.
+	Entry         *AuditEntry `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordAuditRequest) Reset() {
+	*x = RecordAuditRequest{}
+	mi := &file_rivora_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordAuditRequest) ProtoMessage() {}
+
+func (x *RecordAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordAuditRequest.ProtoReflect.Descriptor instead.
+func (*RecordAuditRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RecordAuditRequest) GetEntry() *AuditEntry {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+type RecordAuditResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordAuditResponse) Reset() {
+	*x = RecordAuditResponse{}
+	mi := &file_rivora_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordAuditResponse) ProtoMessage() {}
+
+func (x *RecordAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordAuditResponse.ProtoReflect.Descriptor instead.
+func (*RecordAuditResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
 type WatchRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	AgentName string                 `protobuf:"bytes,1,opt,name=agent_name,json=agentName,proto3" json:"agent_name,omitempty"`
@@ -40,7 +121,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[0]
+	mi := &file_rivora_v1_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -52,7 +133,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[0]
+	mi := &file_rivora_v1_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -65,7 +146,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *WatchRequest) GetAgentName() string {
@@ -117,7 +198,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[1]
+	mi := &file_rivora_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -129,7 +210,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[1]
+	mi := &file_rivora_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -142,7 +223,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *WatchResponse) GetVersion() uint64 {
@@ -197,7 +278,7 @@ type ReportAppliedRequest struct {
 
 func (x *ReportAppliedRequest) Reset() {
 	*x = ReportAppliedRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[2]
+	mi := &file_rivora_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -209,7 +290,7 @@ func (x *ReportAppliedRequest) String() string {
 func (*ReportAppliedRequest) ProtoMessage() {}
 
 func (x *ReportAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[2]
+	mi := &file_rivora_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -222,7 +303,7 @@ func (x *ReportAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAppliedRequest.ProtoReflect.Descriptor instead.
 func (*ReportAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReportAppliedRequest) GetAgentName() string {
@@ -247,7 +328,7 @@ type ReportAppliedResponse struct {
 
 func (x *ReportAppliedResponse) Reset() {
 	*x = ReportAppliedResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[3]
+	mi := &file_rivora_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -259,7 +340,7 @@ func (x *ReportAppliedResponse) String() string {
 func (*ReportAppliedResponse) ProtoMessage() {}
 
 func (x *ReportAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[3]
+	mi := &file_rivora_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -272,7 +353,7 @@ func (x *ReportAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAppliedResponse.ProtoReflect.Descriptor instead.
 func (*ReportAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 type ReportOwnedRequest struct {
@@ -286,7 +367,7 @@ type ReportOwnedRequest struct {
 
 func (x *ReportOwnedRequest) Reset() {
 	*x = ReportOwnedRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[4]
+	mi := &file_rivora_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +379,7 @@ func (x *ReportOwnedRequest) String() string {
 func (*ReportOwnedRequest) ProtoMessage() {}
 
 func (x *ReportOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[4]
+	mi := &file_rivora_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +392,7 @@ func (x *ReportOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOwnedRequest.ProtoReflect.Descriptor instead.
 func (*ReportOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReportOwnedRequest) GetAgentName() string {
@@ -343,7 +424,7 @@ type ReportOwnedResponse struct {
 
 func (x *ReportOwnedResponse) Reset() {
 	*x = ReportOwnedResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[5]
+	mi := &file_rivora_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -355,7 +436,7 @@ func (x *ReportOwnedResponse) String() string {
 func (*ReportOwnedResponse) ProtoMessage() {}
 
 func (x *ReportOwnedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[5]
+	mi := &file_rivora_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -368,7 +449,7 @@ func (x *ReportOwnedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportOwnedResponse.ProtoReflect.Descriptor instead.
 func (*ReportOwnedResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 type ReportGoneRequest struct {
@@ -388,7 +469,7 @@ type ReportGoneRequest struct {
 
 func (x *ReportGoneRequest) Reset() {
 	*x = ReportGoneRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[6]
+	mi := &file_rivora_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +481,7 @@ func (x *ReportGoneRequest) String() string {
 func (*ReportGoneRequest) ProtoMessage() {}
 
 func (x *ReportGoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[6]
+	mi := &file_rivora_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +494,7 @@ func (x *ReportGoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGoneRequest.ProtoReflect.Descriptor instead.
 func (*ReportGoneRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReportGoneRequest) GetAgentName() string {
@@ -466,7 +547,7 @@ type ReportGoneResponse struct {
 
 func (x *ReportGoneResponse) Reset() {
 	*x = ReportGoneResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[7]
+	mi := &file_rivora_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +559,7 @@ func (x *ReportGoneResponse) String() string {
 func (*ReportGoneResponse) ProtoMessage() {}
 
 func (x *ReportGoneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[7]
+	mi := &file_rivora_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +572,7 @@ func (x *ReportGoneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGoneResponse.ProtoReflect.Descriptor instead.
 func (*ReportGoneResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReportGoneResponse) GetDisabled() bool {
@@ -517,7 +598,7 @@ type CountPendingRequest struct {
 
 func (x *CountPendingRequest) Reset() {
 	*x = CountPendingRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[8]
+	mi := &file_rivora_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -529,7 +610,7 @@ func (x *CountPendingRequest) String() string {
 func (*CountPendingRequest) ProtoMessage() {}
 
 func (x *CountPendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[8]
+	mi := &file_rivora_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -542,7 +623,7 @@ func (x *CountPendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountPendingRequest.ProtoReflect.Descriptor instead.
 func (*CountPendingRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CountPendingRequest) GetDestinationId() string {
@@ -561,7 +642,7 @@ type CountPendingResponse struct {
 
 func (x *CountPendingResponse) Reset() {
 	*x = CountPendingResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[9]
+	mi := &file_rivora_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -573,7 +654,7 @@ func (x *CountPendingResponse) String() string {
 func (*CountPendingResponse) ProtoMessage() {}
 
 func (x *CountPendingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[9]
+	mi := &file_rivora_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -586,7 +667,7 @@ func (x *CountPendingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountPendingResponse.ProtoReflect.Descriptor instead.
 func (*CountPendingResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CountPendingResponse) GetPending() int64 {
@@ -605,7 +686,7 @@ type ArchivePendingRequest struct {
 
 func (x *ArchivePendingRequest) Reset() {
 	*x = ArchivePendingRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[10]
+	mi := &file_rivora_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -617,7 +698,7 @@ func (x *ArchivePendingRequest) String() string {
 func (*ArchivePendingRequest) ProtoMessage() {}
 
 func (x *ArchivePendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[10]
+	mi := &file_rivora_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -630,7 +711,7 @@ func (x *ArchivePendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivePendingRequest.ProtoReflect.Descriptor instead.
 func (*ArchivePendingRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ArchivePendingRequest) GetDestinationId() string {
@@ -649,7 +730,7 @@ type ArchivePendingResponse struct {
 
 func (x *ArchivePendingResponse) Reset() {
 	*x = ArchivePendingResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[11]
+	mi := &file_rivora_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +742,7 @@ func (x *ArchivePendingResponse) String() string {
 func (*ArchivePendingResponse) ProtoMessage() {}
 
 func (x *ArchivePendingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[11]
+	mi := &file_rivora_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +755,7 @@ func (x *ArchivePendingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivePendingResponse.ProtoReflect.Descriptor instead.
 func (*ArchivePendingResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ArchivePendingResponse) GetArchived() int64 {
@@ -694,7 +775,7 @@ type GetHealthRequest struct {
 
 func (x *GetHealthRequest) Reset() {
 	*x = GetHealthRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[12]
+	mi := &file_rivora_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +787,7 @@ func (x *GetHealthRequest) String() string {
 func (*GetHealthRequest) ProtoMessage() {}
 
 func (x *GetHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[12]
+	mi := &file_rivora_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +800,7 @@ func (x *GetHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHealthRequest.ProtoReflect.Descriptor instead.
 func (*GetHealthRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetHealthRequest) GetDestinationId() string {
@@ -738,7 +819,7 @@ type GetHealthResponse struct {
 
 func (x *GetHealthResponse) Reset() {
 	*x = GetHealthResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[13]
+	mi := &file_rivora_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -750,7 +831,7 @@ func (x *GetHealthResponse) String() string {
 func (*GetHealthResponse) ProtoMessage() {}
 
 func (x *GetHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[13]
+	mi := &file_rivora_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -763,7 +844,7 @@ func (x *GetHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHealthResponse.ProtoReflect.Descriptor instead.
 func (*GetHealthResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetHealthResponse) GetDestinations() []*DestinationHealth {
@@ -777,7 +858,10 @@ var File_rivora_v1_agent_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15rivora/v1/agent.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/admin.proto\"\x8a\x01\n" +
+	"\x15rivora/v1/agent.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/admin.proto\"A\n" +
+	"\x12RecordAuditRequest\x12+\n" +
+	"\x05entry\x18\x01 \x01(\v2\x15.rivora.v1.AuditEntryR\x05entry\"\x15\n" +
+	"\x13RecordAuditResponse\"\x8a\x01\n" +
 	"\fWatchRequest\x12\x1d\n" +
 	"\n" +
 	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +
@@ -827,13 +911,14 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\x10GetHealthRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"U\n" +
 	"\x11GetHealthResponse\x12@\n" +
-	"\fdestinations\x18\x01 \x03(\v2\x1c.rivora.v1.DestinationHealthR\fdestinations2\xbe\x02\n" +
+	"\fdestinations\x18\x01 \x03(\v2\x1c.rivora.v1.DestinationHealthR\fdestinations2\x8c\x03\n" +
 	"\fAgentService\x12<\n" +
 	"\x05Watch\x12\x17.rivora.v1.WatchRequest\x1a\x18.rivora.v1.WatchResponse0\x01\x12R\n" +
 	"\rReportApplied\x12\x1f.rivora.v1.ReportAppliedRequest\x1a .rivora.v1.ReportAppliedResponse\x12L\n" +
 	"\vReportOwned\x12\x1d.rivora.v1.ReportOwnedRequest\x1a\x1e.rivora.v1.ReportOwnedResponse\x12N\n" +
 	"\n" +
-	"ReportGone\x12\x1c.rivora.v1.ReportGoneRequest\x1a\x1d.rivora.v1.ReportGoneResponse\"\x03\x90\x02\x022\x8c\x02\n" +
+	"ReportGone\x12\x1c.rivora.v1.ReportGoneRequest\x1a\x1d.rivora.v1.ReportGoneResponse\"\x03\x90\x02\x02\x12L\n" +
+	"\vRecordAudit\x12\x1d.rivora.v1.RecordAuditRequest\x1a\x1e.rivora.v1.RecordAuditResponse2\x8c\x02\n" +
 	"\x10PartitionService\x12T\n" +
 	"\fCountPending\x12\x1e.rivora.v1.CountPendingRequest\x1a\x1f.rivora.v1.CountPendingResponse\"\x03\x90\x02\x01\x12U\n" +
 	"\x0eArchivePending\x12 .rivora.v1.ArchivePendingRequest\x1a!.rivora.v1.ArchivePendingResponse\x12K\n" +
@@ -851,49 +936,55 @@ func file_rivora_v1_agent_proto_rawDescGZIP() []byte {
 	return file_rivora_v1_agent_proto_rawDescData
 }
 
-var file_rivora_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_rivora_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_rivora_v1_agent_proto_goTypes = []any{
-	(*WatchRequest)(nil),           // 0: rivora.v1.WatchRequest
-	(*WatchResponse)(nil),          // 1: rivora.v1.WatchResponse
-	(*ReportAppliedRequest)(nil),   // 2: rivora.v1.ReportAppliedRequest
-	(*ReportAppliedResponse)(nil),  // 3: rivora.v1.ReportAppliedResponse
-	(*ReportOwnedRequest)(nil),     // 4: rivora.v1.ReportOwnedRequest
-	(*ReportOwnedResponse)(nil),    // 5: rivora.v1.ReportOwnedResponse
-	(*ReportGoneRequest)(nil),      // 6: rivora.v1.ReportGoneRequest
-	(*ReportGoneResponse)(nil),     // 7: rivora.v1.ReportGoneResponse
-	(*CountPendingRequest)(nil),    // 8: rivora.v1.CountPendingRequest
-	(*CountPendingResponse)(nil),   // 9: rivora.v1.CountPendingResponse
-	(*ArchivePendingRequest)(nil),  // 10: rivora.v1.ArchivePendingRequest
-	(*ArchivePendingResponse)(nil), // 11: rivora.v1.ArchivePendingResponse
-	(*GetHealthRequest)(nil),       // 12: rivora.v1.GetHealthRequest
-	(*GetHealthResponse)(nil),      // 13: rivora.v1.GetHealthResponse
-	(*Destination)(nil),            // 14: rivora.v1.Destination
-	(*timestamppb.Timestamp)(nil),  // 15: google.protobuf.Timestamp
-	(*DestinationHealth)(nil),      // 16: rivora.v1.DestinationHealth
+	(*RecordAuditRequest)(nil),     // 0: rivora.v1.RecordAuditRequest
+	(*RecordAuditResponse)(nil),    // 1: rivora.v1.RecordAuditResponse
+	(*WatchRequest)(nil),           // 2: rivora.v1.WatchRequest
+	(*WatchResponse)(nil),          // 3: rivora.v1.WatchResponse
+	(*ReportAppliedRequest)(nil),   // 4: rivora.v1.ReportAppliedRequest
+	(*ReportAppliedResponse)(nil),  // 5: rivora.v1.ReportAppliedResponse
+	(*ReportOwnedRequest)(nil),     // 6: rivora.v1.ReportOwnedRequest
+	(*ReportOwnedResponse)(nil),    // 7: rivora.v1.ReportOwnedResponse
+	(*ReportGoneRequest)(nil),      // 8: rivora.v1.ReportGoneRequest
+	(*ReportGoneResponse)(nil),     // 9: rivora.v1.ReportGoneResponse
+	(*CountPendingRequest)(nil),    // 10: rivora.v1.CountPendingRequest
+	(*CountPendingResponse)(nil),   // 11: rivora.v1.CountPendingResponse
+	(*ArchivePendingRequest)(nil),  // 12: rivora.v1.ArchivePendingRequest
+	(*ArchivePendingResponse)(nil), // 13: rivora.v1.ArchivePendingResponse
+	(*GetHealthRequest)(nil),       // 14: rivora.v1.GetHealthRequest
+	(*GetHealthResponse)(nil),      // 15: rivora.v1.GetHealthResponse
+	(*AuditEntry)(nil),             // 16: rivora.v1.AuditEntry
+	(*Destination)(nil),            // 17: rivora.v1.Destination
+	(*timestamppb.Timestamp)(nil),  // 18: google.protobuf.Timestamp
+	(*DestinationHealth)(nil),      // 19: rivora.v1.DestinationHealth
 }
 var file_rivora_v1_agent_proto_depIdxs = []int32{
-	14, // 0: rivora.v1.WatchResponse.destinations:type_name -> rivora.v1.Destination
-	15, // 1: rivora.v1.ReportGoneRequest.at:type_name -> google.protobuf.Timestamp
-	16, // 2: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
-	0,  // 3: rivora.v1.AgentService.Watch:input_type -> rivora.v1.WatchRequest
-	2,  // 4: rivora.v1.AgentService.ReportApplied:input_type -> rivora.v1.ReportAppliedRequest
-	4,  // 5: rivora.v1.AgentService.ReportOwned:input_type -> rivora.v1.ReportOwnedRequest
-	6,  // 6: rivora.v1.AgentService.ReportGone:input_type -> rivora.v1.ReportGoneRequest
-	8,  // 7: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
-	10, // 8: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
-	12, // 9: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
-	1,  // 10: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
-	3,  // 11: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
-	5,  // 12: rivora.v1.AgentService.ReportOwned:output_type -> rivora.v1.ReportOwnedResponse
-	7,  // 13: rivora.v1.AgentService.ReportGone:output_type -> rivora.v1.ReportGoneResponse
-	9,  // 14: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
-	11, // 15: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
-	13, // 16: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
-	10, // [10:17] is the sub-list for method output_type
-	3,  // [3:10] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	16, // 0: rivora.v1.RecordAuditRequest.entry:type_name -> rivora.v1.AuditEntry
+	17, // 1: rivora.v1.WatchResponse.destinations:type_name -> rivora.v1.Destination
+	18, // 2: rivora.v1.ReportGoneRequest.at:type_name -> google.protobuf.Timestamp
+	19, // 3: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
+	2,  // 4: rivora.v1.AgentService.Watch:input_type -> rivora.v1.WatchRequest
+	4,  // 5: rivora.v1.AgentService.ReportApplied:input_type -> rivora.v1.ReportAppliedRequest
+	6,  // 6: rivora.v1.AgentService.ReportOwned:input_type -> rivora.v1.ReportOwnedRequest
+	8,  // 7: rivora.v1.AgentService.ReportGone:input_type -> rivora.v1.ReportGoneRequest
+	0,  // 8: rivora.v1.AgentService.RecordAudit:input_type -> rivora.v1.RecordAuditRequest
+	10, // 9: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
+	12, // 10: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
+	14, // 11: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
+	3,  // 12: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
+	5,  // 13: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
+	7,  // 14: rivora.v1.AgentService.ReportOwned:output_type -> rivora.v1.ReportOwnedResponse
+	9,  // 15: rivora.v1.AgentService.ReportGone:output_type -> rivora.v1.ReportGoneResponse
+	1,  // 16: rivora.v1.AgentService.RecordAudit:output_type -> rivora.v1.RecordAuditResponse
+	11, // 17: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
+	13, // 18: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
+	15, // 19: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
+	12, // [12:20] is the sub-list for method output_type
+	4,  // [4:12] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_agent_proto_init() }
@@ -908,7 +999,7 @@ func file_rivora_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_agent_proto_rawDesc), len(file_rivora_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

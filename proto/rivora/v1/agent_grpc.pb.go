@@ -23,6 +23,7 @@ const (
 	AgentService_ReportApplied_FullMethodName = "/rivora.v1.AgentService/ReportApplied"
 	AgentService_ReportOwned_FullMethodName   = "/rivora.v1.AgentService/ReportOwned"
 	AgentService_ReportGone_FullMethodName    = "/rivora.v1.AgentService/ReportGone"
+	AgentService_RecordAudit_FullMethodName   = "/rivora.v1.AgentService/RecordAudit"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -52,6 +53,10 @@ type AgentServiceClient interface {
 	// sending to the destination at once and retries the report until it is
 	// answered.
 	ReportGone(ctx context.Context, in *ReportGoneRequest, opts ...grpc.CallOption) (*ReportGoneResponse, error)
+	// RecordAudit appends an operator action an agent carried out (a lane
+	// skip, an event resend) to the audit log. The control plane stamps the
+	// time and the config version.
+	RecordAudit(ctx context.Context, in *RecordAuditRequest, opts ...grpc.CallOption) (*RecordAuditResponse, error)
 }
 
 type agentServiceClient struct {
@@ -111,6 +116,16 @@ func (c *agentServiceClient) ReportGone(ctx context.Context, in *ReportGoneReque
 	return out, nil
 }
 
+func (c *agentServiceClient) RecordAudit(ctx context.Context, in *RecordAuditRequest, opts ...grpc.CallOption) (*RecordAuditResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordAuditResponse)
+	err := c.cc.Invoke(ctx, AgentService_RecordAudit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -138,6 +153,10 @@ type AgentServiceServer interface {
 	// sending to the destination at once and retries the report until it is
 	// answered.
 	ReportGone(context.Context, *ReportGoneRequest) (*ReportGoneResponse, error)
+	// RecordAudit appends an operator action an agent carried out (a lane
+	// skip, an event resend) to the audit log. The control plane stamps the
+	// time and the config version.
+	RecordAudit(context.Context, *RecordAuditRequest) (*RecordAuditResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -159,6 +178,9 @@ func (UnimplementedAgentServiceServer) ReportOwned(context.Context, *ReportOwned
 }
 func (UnimplementedAgentServiceServer) ReportGone(context.Context, *ReportGoneRequest) (*ReportGoneResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportGone not implemented")
+}
+func (UnimplementedAgentServiceServer) RecordAudit(context.Context, *RecordAuditRequest) (*RecordAuditResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordAudit not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -246,6 +268,24 @@ func _AgentService_ReportGone_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_RecordAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordAuditRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).RecordAudit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_RecordAudit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).RecordAudit(ctx, req.(*RecordAuditRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -264,6 +304,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportGone",
 			Handler:    _AgentService_ReportGone_Handler,
+		},
+		{
+			MethodName: "RecordAudit",
+			Handler:    _AgentService_RecordAudit_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -144,7 +144,10 @@ type Event struct {
 	ContentType   string                 `protobuf:"bytes,7,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	AcceptedAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=accepted_at,json=acceptedAt,proto3" json:"accepted_at,omitempty"`
 	// replayed marks an event re-ingested from the dead-letter archive.
-	Replayed      bool `protobuf:"varint,9,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Replayed bool `protobuf:"varint,9,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// resent marks an event an operator sent again (ResendEvent); it is
+	// delivered with the header rivora-resend: 1.
+	Resent        bool `protobuf:"varint,10,opt,name=resent,proto3" json:"resent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -238,6 +241,13 @@ func (x *Event) GetAcceptedAt() *timestamppb.Timestamp {
 func (x *Event) GetReplayed() bool {
 	if x != nil {
 		return x.Replayed
+	}
+	return false
+}
+
+func (x *Event) GetResent() bool {
+	if x != nil {
+		return x.Resent
 	}
 	return false
 }
@@ -664,7 +674,7 @@ var File_rivora_v1_event_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x15rivora/v1/event.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaf\x02\n" +
+	"\x15rivora/v1/event.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x02\n" +
 	"\x05Event\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x1f\n" +
@@ -676,7 +686,9 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"\fcontent_type\x18\a \x01(\tR\vcontentType\x12;\n" +
 	"\vaccepted_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"acceptedAt\x12\x1a\n" +
-	"\breplayed\x18\t \x01(\bR\breplayed\"\xbb\x01\n" +
+	"\breplayed\x18\t \x01(\bR\breplayed\x12\x16\n" +
+	"\x06resent\x18\n" +
+	" \x01(\bR\x06resent\"\xbb\x01\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1f\n" +

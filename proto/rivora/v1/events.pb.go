@@ -291,6 +291,443 @@ func (x *GetEventResponse) GetWindowEndsAt() *timestamppb.Timestamp {
 	return nil
 }
 
+type ListEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// destination_id is required.
+	DestinationId string `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	CustomerId    string `protobuf:"bytes,2,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
+	// lane_key needs customer_id.
+	LaneKey string `protobuf:"bytes,3,opt,name=lane_key,json=laneKey,proto3" json:"lane_key,omitempty"`
+	// state selects pending (in flight included), delivered or dead events;
+	// unspecified lists every state.
+	State EventState `protobuf:"varint,4,opt,name=state,proto3,enum=rivora.v1.EventState" json:"state,omitempty"`
+	// since/until bound the time the listing orders by: acceptance for
+	// pending events, delivery or death for the others.
+	Since *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	Until *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=until,proto3" json:"until,omitempty"`
+	// limit bounds the answer (default 100, at most 1000).
+	Limit         int32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEventsRequest) Reset() {
+	*x = ListEventsRequest{}
+	mi := &file_rivora_v1_events_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEventsRequest) ProtoMessage() {}
+
+func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_events_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListEventsRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_events_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListEventsRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetCustomerId() string {
+	if x != nil {
+		return x.CustomerId
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetLaneKey() string {
+	if x != nil {
+		return x.LaneKey
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetState() EventState {
+	if x != nil {
+		return x.State
+	}
+	return EventState_EVENT_STATE_UNSPECIFIED
+}
+
+func (x *ListEventsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ListEventsRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *ListEventsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// EventSummary is one event in a listing (no payload, no attempt list:
+// GetEvent has those).
+type EventSummary struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EventId       string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	DestinationId string                 `protobuf:"bytes,2,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	CustomerId    string                 `protobuf:"bytes,3,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
+	LaneKey       string                 `protobuf:"bytes,4,opt,name=lane_key,json=laneKey,proto3" json:"lane_key,omitempty"`
+	Type          string                 `protobuf:"bytes,5,opt,name=type,proto3" json:"type,omitempty"`
+	State         EventState             `protobuf:"varint,6,opt,name=state,proto3,enum=rivora.v1.EventState" json:"state,omitempty"`
+	AcceptedAt    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=accepted_at,json=acceptedAt,proto3" json:"accepted_at,omitempty"`
+	// attempts made so far (for delivered and dead events, in all).
+	Attempts   int32      `protobuf:"varint,8,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	LastStatus int32      `protobuf:"varint,9,opt,name=last_status,json=lastStatus,proto3" json:"last_status,omitempty"`
+	LastError  string     `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	DeadReason DeadReason `protobuf:"varint,11,opt,name=dead_reason,json=deadReason,proto3,enum=rivora.v1.DeadReason" json:"dead_reason,omitempty"`
+	// finished_at is when it was delivered or dead-lettered.
+	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventSummary) Reset() {
+	*x = EventSummary{}
+	mi := &file_rivora_v1_events_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventSummary) ProtoMessage() {}
+
+func (x *EventSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_events_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventSummary.ProtoReflect.Descriptor instead.
+func (*EventSummary) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_events_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *EventSummary) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *EventSummary) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *EventSummary) GetCustomerId() string {
+	if x != nil {
+		return x.CustomerId
+	}
+	return ""
+}
+
+func (x *EventSummary) GetLaneKey() string {
+	if x != nil {
+		return x.LaneKey
+	}
+	return ""
+}
+
+func (x *EventSummary) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *EventSummary) GetState() EventState {
+	if x != nil {
+		return x.State
+	}
+	return EventState_EVENT_STATE_UNSPECIFIED
+}
+
+func (x *EventSummary) GetAcceptedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AcceptedAt
+	}
+	return nil
+}
+
+func (x *EventSummary) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *EventSummary) GetLastStatus() int32 {
+	if x != nil {
+		return x.LastStatus
+	}
+	return 0
+}
+
+func (x *EventSummary) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *EventSummary) GetDeadReason() DeadReason {
+	if x != nil {
+		return x.DeadReason
+	}
+	return DeadReason_DEAD_REASON_UNSPECIFIED
+}
+
+func (x *EventSummary) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+type ListEventsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*EventSummary        `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// truncated: more events matched than limit.
+	Truncated bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// searched_back_to is set when the history search stopped before since
+	// (the search bounds the records it reads): history older than this was
+	// not searched; narrow since/until or the filter to search it.
+	SearchedBackTo *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=searched_back_to,json=searchedBackTo,proto3" json:"searched_back_to,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ListEventsResponse) Reset() {
+	*x = ListEventsResponse{}
+	mi := &file_rivora_v1_events_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEventsResponse) ProtoMessage() {}
+
+func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_events_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListEventsResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_events_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListEventsResponse) GetEvents() []*EventSummary {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ListEventsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *ListEventsResponse) GetSearchedBackTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SearchedBackTo
+	}
+	return nil
+}
+
+type ResendEventRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	EventId string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// reason is required; it goes to the audit log.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Author        string `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResendEventRequest) Reset() {
+	*x = ResendEventRequest{}
+	mi := &file_rivora_v1_events_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResendEventRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResendEventRequest) ProtoMessage() {}
+
+func (x *ResendEventRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_events_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResendEventRequest.ProtoReflect.Descriptor instead.
+func (*ResendEventRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_events_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ResendEventRequest) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *ResendEventRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ResendEventRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+type ResendEventResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EventId       string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	DestinationId string                 `protobuf:"bytes,2,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	CustomerId    string                 `protobuf:"bytes,3,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
+	LaneKey       string                 `protobuf:"bytes,4,opt,name=lane_key,json=laneKey,proto3" json:"lane_key,omitempty"`
+	// was is the event's state before the resend: delivered or dead.
+	Was           EventState `protobuf:"varint,5,opt,name=was,proto3,enum=rivora.v1.EventState" json:"was,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResendEventResponse) Reset() {
+	*x = ResendEventResponse{}
+	mi := &file_rivora_v1_events_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResendEventResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResendEventResponse) ProtoMessage() {}
+
+func (x *ResendEventResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_events_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResendEventResponse.ProtoReflect.Descriptor instead.
+func (*ResendEventResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_events_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ResendEventResponse) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *ResendEventResponse) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *ResendEventResponse) GetCustomerId() string {
+	if x != nil {
+		return x.CustomerId
+	}
+	return ""
+}
+
+func (x *ResendEventResponse) GetLaneKey() string {
+	if x != nil {
+		return x.LaneKey
+	}
+	return ""
+}
+
+func (x *ResendEventResponse) GetWas() EventState {
+	if x != nil {
+		return x.Was
+	}
+	return EventState_EVENT_STATE_UNSPECIFIED
+}
+
 var File_rivora_v1_events_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_events_proto_rawDesc = "" +
@@ -317,16 +754,63 @@ const file_rivora_v1_events_proto_rawDesc = "" +
 	"\awaiting\x18\f \x01(\tR\awaiting\x12#\n" +
 	"\rattempts_used\x18\r \x01(\x05R\fattemptsUsed\x12!\n" +
 	"\fmax_attempts\x18\x0e \x01(\x05R\vmaxAttempts\x12@\n" +
-	"\x0ewindow_ends_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\fwindowEndsAt*\x8e\x01\n" +
+	"\x0ewindow_ends_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\fwindowEndsAt\"\x9d\x02\n" +
+	"\x11ListEventsRequest\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1f\n" +
+	"\vcustomer_id\x18\x02 \x01(\tR\n" +
+	"customerId\x12\x19\n" +
+	"\blane_key\x18\x03 \x01(\tR\alaneKey\x12+\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x15.rivora.v1.EventStateR\x05state\x120\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x14\n" +
+	"\x05limit\x18\a \x01(\x05R\x05limit\"\xdb\x03\n" +
+	"\fEventSummary\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
+	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x1f\n" +
+	"\vcustomer_id\x18\x03 \x01(\tR\n" +
+	"customerId\x12\x19\n" +
+	"\blane_key\x18\x04 \x01(\tR\alaneKey\x12\x12\n" +
+	"\x04type\x18\x05 \x01(\tR\x04type\x12+\n" +
+	"\x05state\x18\x06 \x01(\x0e2\x15.rivora.v1.EventStateR\x05state\x12;\n" +
+	"\vaccepted_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"acceptedAt\x12\x1a\n" +
+	"\battempts\x18\b \x01(\x05R\battempts\x12\x1f\n" +
+	"\vlast_status\x18\t \x01(\x05R\n" +
+	"lastStatus\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\n" +
+	" \x01(\tR\tlastError\x126\n" +
+	"\vdead_reason\x18\v \x01(\x0e2\x15.rivora.v1.DeadReasonR\n" +
+	"deadReason\x12;\n" +
+	"\vfinished_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\"\xa9\x01\n" +
+	"\x12ListEventsResponse\x12/\n" +
+	"\x06events\x18\x01 \x03(\v2\x17.rivora.v1.EventSummaryR\x06events\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12D\n" +
+	"\x10searched_back_to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0esearchedBackTo\"_\n" +
+	"\x12ResendEventRequest\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06author\x18\x03 \x01(\tR\x06author\"\xbc\x01\n" +
+	"\x13ResendEventResponse\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
+	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x1f\n" +
+	"\vcustomer_id\x18\x03 \x01(\tR\n" +
+	"customerId\x12\x19\n" +
+	"\blane_key\x18\x04 \x01(\tR\alaneKey\x12'\n" +
+	"\x03was\x18\x05 \x01(\x0e2\x15.rivora.v1.EventStateR\x03was*\x8e\x01\n" +
 	"\n" +
 	"EventState\x12\x1b\n" +
 	"\x17EVENT_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_STATE_PENDING\x10\x01\x12\x19\n" +
 	"\x15EVENT_STATE_IN_FLIGHT\x10\x02\x12\x19\n" +
 	"\x15EVENT_STATE_DELIVERED\x10\x03\x12\x14\n" +
-	"\x10EVENT_STATE_DEAD\x10\x042X\n" +
+	"\x10EVENT_STATE_DEAD\x10\x042\xf6\x01\n" +
 	"\fEventService\x12H\n" +
-	"\bGetEvent\x12\x1a.rivora.v1.GetEventRequest\x1a\x1b.rivora.v1.GetEventResponse\"\x03\x90\x02\x01B3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
+	"\bGetEvent\x12\x1a.rivora.v1.GetEventRequest\x1a\x1b.rivora.v1.GetEventResponse\"\x03\x90\x02\x01\x12N\n" +
+	"\n" +
+	"ListEvents\x12\x1c.rivora.v1.ListEventsRequest\x1a\x1d.rivora.v1.ListEventsResponse\"\x03\x90\x02\x01\x12L\n" +
+	"\vResendEvent\x12\x1d.rivora.v1.ResendEventRequest\x1a\x1e.rivora.v1.ResendEventResponseB3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
 
 var (
 	file_rivora_v1_events_proto_rawDescOnce sync.Once
@@ -341,29 +825,48 @@ func file_rivora_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_rivora_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rivora_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_rivora_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_rivora_v1_events_proto_goTypes = []any{
 	(EventState)(0),               // 0: rivora.v1.EventState
 	(*GetEventRequest)(nil),       // 1: rivora.v1.GetEventRequest
 	(*GetEventResponse)(nil),      // 2: rivora.v1.GetEventResponse
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
-	(*Attempt)(nil),               // 4: rivora.v1.Attempt
-	(DeadReason)(0),               // 5: rivora.v1.DeadReason
+	(*ListEventsRequest)(nil),     // 3: rivora.v1.ListEventsRequest
+	(*EventSummary)(nil),          // 4: rivora.v1.EventSummary
+	(*ListEventsResponse)(nil),    // 5: rivora.v1.ListEventsResponse
+	(*ResendEventRequest)(nil),    // 6: rivora.v1.ResendEventRequest
+	(*ResendEventResponse)(nil),   // 7: rivora.v1.ResendEventResponse
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*Attempt)(nil),               // 9: rivora.v1.Attempt
+	(DeadReason)(0),               // 10: rivora.v1.DeadReason
 }
 var file_rivora_v1_events_proto_depIdxs = []int32{
-	0, // 0: rivora.v1.GetEventResponse.state:type_name -> rivora.v1.EventState
-	3, // 1: rivora.v1.GetEventResponse.accepted_at:type_name -> google.protobuf.Timestamp
-	4, // 2: rivora.v1.GetEventResponse.attempts:type_name -> rivora.v1.Attempt
-	3, // 3: rivora.v1.GetEventResponse.next_attempt_at:type_name -> google.protobuf.Timestamp
-	5, // 4: rivora.v1.GetEventResponse.dead_reason:type_name -> rivora.v1.DeadReason
-	3, // 5: rivora.v1.GetEventResponse.window_ends_at:type_name -> google.protobuf.Timestamp
-	1, // 6: rivora.v1.EventService.GetEvent:input_type -> rivora.v1.GetEventRequest
-	2, // 7: rivora.v1.EventService.GetEvent:output_type -> rivora.v1.GetEventResponse
-	7, // [7:8] is the sub-list for method output_type
-	6, // [6:7] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	0,  // 0: rivora.v1.GetEventResponse.state:type_name -> rivora.v1.EventState
+	8,  // 1: rivora.v1.GetEventResponse.accepted_at:type_name -> google.protobuf.Timestamp
+	9,  // 2: rivora.v1.GetEventResponse.attempts:type_name -> rivora.v1.Attempt
+	8,  // 3: rivora.v1.GetEventResponse.next_attempt_at:type_name -> google.protobuf.Timestamp
+	10, // 4: rivora.v1.GetEventResponse.dead_reason:type_name -> rivora.v1.DeadReason
+	8,  // 5: rivora.v1.GetEventResponse.window_ends_at:type_name -> google.protobuf.Timestamp
+	0,  // 6: rivora.v1.ListEventsRequest.state:type_name -> rivora.v1.EventState
+	8,  // 7: rivora.v1.ListEventsRequest.since:type_name -> google.protobuf.Timestamp
+	8,  // 8: rivora.v1.ListEventsRequest.until:type_name -> google.protobuf.Timestamp
+	0,  // 9: rivora.v1.EventSummary.state:type_name -> rivora.v1.EventState
+	8,  // 10: rivora.v1.EventSummary.accepted_at:type_name -> google.protobuf.Timestamp
+	10, // 11: rivora.v1.EventSummary.dead_reason:type_name -> rivora.v1.DeadReason
+	8,  // 12: rivora.v1.EventSummary.finished_at:type_name -> google.protobuf.Timestamp
+	4,  // 13: rivora.v1.ListEventsResponse.events:type_name -> rivora.v1.EventSummary
+	8,  // 14: rivora.v1.ListEventsResponse.searched_back_to:type_name -> google.protobuf.Timestamp
+	0,  // 15: rivora.v1.ResendEventResponse.was:type_name -> rivora.v1.EventState
+	1,  // 16: rivora.v1.EventService.GetEvent:input_type -> rivora.v1.GetEventRequest
+	3,  // 17: rivora.v1.EventService.ListEvents:input_type -> rivora.v1.ListEventsRequest
+	6,  // 18: rivora.v1.EventService.ResendEvent:input_type -> rivora.v1.ResendEventRequest
+	2,  // 19: rivora.v1.EventService.GetEvent:output_type -> rivora.v1.GetEventResponse
+	5,  // 20: rivora.v1.EventService.ListEvents:output_type -> rivora.v1.ListEventsResponse
+	7,  // 21: rivora.v1.EventService.ResendEvent:output_type -> rivora.v1.ResendEventResponse
+	19, // [19:22] is the sub-list for method output_type
+	16, // [16:19] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_events_proto_init() }
@@ -378,7 +881,7 @@ func file_rivora_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_events_proto_rawDesc), len(file_rivora_v1_events_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

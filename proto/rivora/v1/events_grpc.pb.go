@@ -19,16 +19,31 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	EventService_GetEvent_FullMethodName = "/rivora.v1.EventService/GetEvent"
+	EventService_GetEvent_FullMethodName    = "/rivora.v1.EventService/GetEvent"
+	EventService_ListEvents_FullMethodName  = "/rivora.v1.EventService/ListEvents"
+	EventService_ResendEvent_FullMethodName = "/rivora.v1.EventService/ResendEvent"
 )
 
 // EventServiceClient is the client API for EventService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// EventService answers "where is my event?". It is served by agents.
+// EventService answers "where is my event?", lists a destination's events
+// and sends one again. Agents serve it for the partitions they own; the
+// control plane of a cell serves it too, routing each call to the agent
+// that can answer it.
 type EventServiceClient interface {
 	GetEvent(ctx context.Context, in *GetEventRequest, opts ...grpc.CallOption) (*GetEventResponse, error)
+	// ListEvents lists one destination's events, newest first: pending ones
+	// (by acceptance time) from its lanes, delivered and dead ones (by the
+	// time they were delivered or dead-lettered) from the history.
+	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
+	// ResendEvent delivers a delivered or dead-lettered event again: it is
+	// accepted anew at the tail of its lane, with the same event id (the
+	// webhook-id receivers dedupe on) and the header rivora-resend: 1.
+	// Audited (action event.resend). A pending event is refused
+	// (FailedPrecondition); an event whose history expired is NotFound.
+	ResendEvent(ctx context.Context, in *ResendEventRequest, opts ...grpc.CallOption) (*ResendEventResponse, error)
 }
 
 type eventServiceClient struct {
@@ -49,13 +64,46 @@ func (c *eventServiceClient) GetEvent(ctx context.Context, in *GetEventRequest, 
 	return out, nil
 }
 
+func (c *eventServiceClient) ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListEventsResponse)
+	err := c.cc.Invoke(ctx, EventService_ListEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *eventServiceClient) ResendEvent(ctx context.Context, in *ResendEventRequest, opts ...grpc.CallOption) (*ResendEventResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResendEventResponse)
+	err := c.cc.Invoke(ctx, EventService_ResendEvent_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EventServiceServer is the server API for EventService service.
 // All implementations must embed UnimplementedEventServiceServer
 // for forward compatibility.
 //
-// EventService answers "where is my event?". It is served by agents.
+// EventService answers "where is my event?", lists a destination's events
+// and sends one again. Agents serve it for the partitions they own; the
+// control plane of a cell serves it too, routing each call to the agent
+// that can answer it.
 type EventServiceServer interface {
 	GetEvent(context.Context, *GetEventRequest) (*GetEventResponse, error)
+	// ListEvents lists one destination's events, newest first: pending ones
+	// (by acceptance time) from its lanes, delivered and dead ones (by the
+	// time they were delivered or dead-lettered) from the history.
+	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
+	// ResendEvent delivers a delivered or dead-lettered event again: it is
+	// accepted anew at the tail of its lane, with the same event id (the
+	// webhook-id receivers dedupe on) and the header rivora-resend: 1.
+	// Audited (action event.resend). A pending event is refused
+	// (FailedPrecondition); an event whose history expired is NotFound.
+	ResendEvent(context.Context, *ResendEventRequest) (*ResendEventResponse, error)
 	mustEmbedUnimplementedEventServiceServer()
 }
 
@@ -68,6 +116,12 @@ type UnimplementedEventServiceServer struct{}
 
 func (UnimplementedEventServiceServer) GetEvent(context.Context, *GetEventRequest) (*GetEventResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetEvent not implemented")
+}
+func (UnimplementedEventServiceServer) ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListEvents not implemented")
+}
+func (UnimplementedEventServiceServer) ResendEvent(context.Context, *ResendEventRequest) (*ResendEventResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResendEvent not implemented")
 }
 func (UnimplementedEventServiceServer) mustEmbedUnimplementedEventServiceServer() {}
 func (UnimplementedEventServiceServer) testEmbeddedByValue()                      {}
@@ -108,6 +162,42 @@ func _EventService_GetEvent_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EventService_ListEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EventServiceServer).ListEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EventService_ListEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EventServiceServer).ListEvents(ctx, req.(*ListEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _EventService_ResendEvent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResendEventRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EventServiceServer).ResendEvent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EventService_ResendEvent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EventServiceServer).ResendEvent(ctx, req.(*ResendEventRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // EventService_ServiceDesc is the grpc.ServiceDesc for EventService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -118,6 +208,14 @@ var EventService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetEvent",
 			Handler:    _EventService_GetEvent_Handler,
+		},
+		{
+			MethodName: "ListEvents",
+			Handler:    _EventService_ListEvents_Handler,
+		},
+		{
+			MethodName: "ResendEvent",
+			Handler:    _EventService_ResendEvent_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

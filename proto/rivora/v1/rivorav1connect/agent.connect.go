@@ -45,6 +45,9 @@ const (
 	AgentServiceReportOwnedProcedure = "/rivora.v1.AgentService/ReportOwned"
 	// AgentServiceReportGoneProcedure is the fully-qualified name of the AgentService's ReportGone RPC.
 	AgentServiceReportGoneProcedure = "/rivora.v1.AgentService/ReportGone"
+	// AgentServiceRecordAuditProcedure is the fully-qualified name of the AgentService's RecordAudit
+	// RPC.
+	AgentServiceRecordAuditProcedure = "/rivora.v1.AgentService/RecordAudit"
 	// PartitionServiceCountPendingProcedure is the fully-qualified name of the PartitionService's
 	// CountPending RPC.
 	PartitionServiceCountPendingProcedure = "/rivora.v1.PartitionService/CountPending"
@@ -78,6 +81,10 @@ type AgentServiceClient interface {
 	// sending to the destination at once and retries the report until it is
 	// answered.
 	ReportGone(context.Context, *connect.Request[v1.ReportGoneRequest]) (*connect.Response[v1.ReportGoneResponse], error)
+	// RecordAudit appends an operator action an agent carried out (a lane
+	// skip, an event resend) to the audit log. The control plane stamps the
+	// time and the config version.
+	RecordAudit(context.Context, *connect.Request[v1.RecordAuditRequest]) (*connect.Response[v1.RecordAuditResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the rivora.v1.AgentService service. By default, it
@@ -116,6 +123,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithIdempotency(connect.IdempotencyIdempotent),
 			connect.WithClientOptions(opts...),
 		),
+		recordAudit: connect.NewClient[v1.RecordAuditRequest, v1.RecordAuditResponse](
+			httpClient,
+			baseURL+AgentServiceRecordAuditProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("RecordAudit")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -125,6 +138,7 @@ type agentServiceClient struct {
 	reportApplied *connect.Client[v1.ReportAppliedRequest, v1.ReportAppliedResponse]
 	reportOwned   *connect.Client[v1.ReportOwnedRequest, v1.ReportOwnedResponse]
 	reportGone    *connect.Client[v1.ReportGoneRequest, v1.ReportGoneResponse]
+	recordAudit   *connect.Client[v1.RecordAuditRequest, v1.RecordAuditResponse]
 }
 
 // Watch calls rivora.v1.AgentService.Watch.
@@ -145,6 +159,11 @@ func (c *agentServiceClient) ReportOwned(ctx context.Context, req *connect.Reque
 // ReportGone calls rivora.v1.AgentService.ReportGone.
 func (c *agentServiceClient) ReportGone(ctx context.Context, req *connect.Request[v1.ReportGoneRequest]) (*connect.Response[v1.ReportGoneResponse], error) {
 	return c.reportGone.CallUnary(ctx, req)
+}
+
+// RecordAudit calls rivora.v1.AgentService.RecordAudit.
+func (c *agentServiceClient) RecordAudit(ctx context.Context, req *connect.Request[v1.RecordAuditRequest]) (*connect.Response[v1.RecordAuditResponse], error) {
+	return c.recordAudit.CallUnary(ctx, req)
 }
 
 // AgentServiceHandler is an implementation of the rivora.v1.AgentService service.
@@ -169,6 +188,10 @@ type AgentServiceHandler interface {
 	// sending to the destination at once and retries the report until it is
 	// answered.
 	ReportGone(context.Context, *connect.Request[v1.ReportGoneRequest]) (*connect.Response[v1.ReportGoneResponse], error)
+	// RecordAudit appends an operator action an agent carried out (a lane
+	// skip, an event resend) to the audit log. The control plane stamps the
+	// time and the config version.
+	RecordAudit(context.Context, *connect.Request[v1.RecordAuditRequest]) (*connect.Response[v1.RecordAuditResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -203,6 +226,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithIdempotency(connect.IdempotencyIdempotent),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceRecordAuditHandler := connect.NewUnaryHandler(
+		AgentServiceRecordAuditProcedure,
+		svc.RecordAudit,
+		connect.WithSchema(agentServiceMethods.ByName("RecordAudit")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rivora.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceWatchProcedure:
@@ -213,6 +242,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceReportOwnedHandler.ServeHTTP(w, r)
 		case AgentServiceReportGoneProcedure:
 			agentServiceReportGoneHandler.ServeHTTP(w, r)
+		case AgentServiceRecordAuditProcedure:
+			agentServiceRecordAuditHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -236,6 +267,10 @@ func (UnimplementedAgentServiceHandler) ReportOwned(context.Context, *connect.Re
 
 func (UnimplementedAgentServiceHandler) ReportGone(context.Context, *connect.Request[v1.ReportGoneRequest]) (*connect.Response[v1.ReportGoneResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AgentService.ReportGone is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) RecordAudit(context.Context, *connect.Request[v1.RecordAuditRequest]) (*connect.Response[v1.RecordAuditResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AgentService.RecordAudit is not implemented"))
 }
 
 // PartitionServiceClient is a client for the rivora.v1.PartitionService service.

@@ -35,11 +35,26 @@ const (
 const (
 	// EventServiceGetEventProcedure is the fully-qualified name of the EventService's GetEvent RPC.
 	EventServiceGetEventProcedure = "/rivora.v1.EventService/GetEvent"
+	// EventServiceListEventsProcedure is the fully-qualified name of the EventService's ListEvents RPC.
+	EventServiceListEventsProcedure = "/rivora.v1.EventService/ListEvents"
+	// EventServiceResendEventProcedure is the fully-qualified name of the EventService's ResendEvent
+	// RPC.
+	EventServiceResendEventProcedure = "/rivora.v1.EventService/ResendEvent"
 )
 
 // EventServiceClient is a client for the rivora.v1.EventService service.
 type EventServiceClient interface {
 	GetEvent(context.Context, *connect.Request[v1.GetEventRequest]) (*connect.Response[v1.GetEventResponse], error)
+	// ListEvents lists one destination's events, newest first: pending ones
+	// (by acceptance time) from its lanes, delivered and dead ones (by the
+	// time they were delivered or dead-lettered) from the history.
+	ListEvents(context.Context, *connect.Request[v1.ListEventsRequest]) (*connect.Response[v1.ListEventsResponse], error)
+	// ResendEvent delivers a delivered or dead-lettered event again: it is
+	// accepted anew at the tail of its lane, with the same event id (the
+	// webhook-id receivers dedupe on) and the header rivora-resend: 1.
+	// Audited (action event.resend). A pending event is refused
+	// (FailedPrecondition); an event whose history expired is NotFound.
+	ResendEvent(context.Context, *connect.Request[v1.ResendEventRequest]) (*connect.Response[v1.ResendEventResponse], error)
 }
 
 // NewEventServiceClient constructs a client for the rivora.v1.EventService service. By default, it
@@ -60,12 +75,27 @@ func NewEventServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		listEvents: connect.NewClient[v1.ListEventsRequest, v1.ListEventsResponse](
+			httpClient,
+			baseURL+EventServiceListEventsProcedure,
+			connect.WithSchema(eventServiceMethods.ByName("ListEvents")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		resendEvent: connect.NewClient[v1.ResendEventRequest, v1.ResendEventResponse](
+			httpClient,
+			baseURL+EventServiceResendEventProcedure,
+			connect.WithSchema(eventServiceMethods.ByName("ResendEvent")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // eventServiceClient implements EventServiceClient.
 type eventServiceClient struct {
-	getEvent *connect.Client[v1.GetEventRequest, v1.GetEventResponse]
+	getEvent    *connect.Client[v1.GetEventRequest, v1.GetEventResponse]
+	listEvents  *connect.Client[v1.ListEventsRequest, v1.ListEventsResponse]
+	resendEvent *connect.Client[v1.ResendEventRequest, v1.ResendEventResponse]
 }
 
 // GetEvent calls rivora.v1.EventService.GetEvent.
@@ -73,9 +103,29 @@ func (c *eventServiceClient) GetEvent(ctx context.Context, req *connect.Request[
 	return c.getEvent.CallUnary(ctx, req)
 }
 
+// ListEvents calls rivora.v1.EventService.ListEvents.
+func (c *eventServiceClient) ListEvents(ctx context.Context, req *connect.Request[v1.ListEventsRequest]) (*connect.Response[v1.ListEventsResponse], error) {
+	return c.listEvents.CallUnary(ctx, req)
+}
+
+// ResendEvent calls rivora.v1.EventService.ResendEvent.
+func (c *eventServiceClient) ResendEvent(ctx context.Context, req *connect.Request[v1.ResendEventRequest]) (*connect.Response[v1.ResendEventResponse], error) {
+	return c.resendEvent.CallUnary(ctx, req)
+}
+
 // EventServiceHandler is an implementation of the rivora.v1.EventService service.
 type EventServiceHandler interface {
 	GetEvent(context.Context, *connect.Request[v1.GetEventRequest]) (*connect.Response[v1.GetEventResponse], error)
+	// ListEvents lists one destination's events, newest first: pending ones
+	// (by acceptance time) from its lanes, delivered and dead ones (by the
+	// time they were delivered or dead-lettered) from the history.
+	ListEvents(context.Context, *connect.Request[v1.ListEventsRequest]) (*connect.Response[v1.ListEventsResponse], error)
+	// ResendEvent delivers a delivered or dead-lettered event again: it is
+	// accepted anew at the tail of its lane, with the same event id (the
+	// webhook-id receivers dedupe on) and the header rivora-resend: 1.
+	// Audited (action event.resend). A pending event is refused
+	// (FailedPrecondition); an event whose history expired is NotFound.
+	ResendEvent(context.Context, *connect.Request[v1.ResendEventRequest]) (*connect.Response[v1.ResendEventResponse], error)
 }
 
 // NewEventServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -92,10 +142,27 @@ func NewEventServiceHandler(svc EventServiceHandler, opts ...connect.HandlerOpti
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	eventServiceListEventsHandler := connect.NewUnaryHandler(
+		EventServiceListEventsProcedure,
+		svc.ListEvents,
+		connect.WithSchema(eventServiceMethods.ByName("ListEvents")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	eventServiceResendEventHandler := connect.NewUnaryHandler(
+		EventServiceResendEventProcedure,
+		svc.ResendEvent,
+		connect.WithSchema(eventServiceMethods.ByName("ResendEvent")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rivora.v1.EventService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case EventServiceGetEventProcedure:
 			eventServiceGetEventHandler.ServeHTTP(w, r)
+		case EventServiceListEventsProcedure:
+			eventServiceListEventsHandler.ServeHTTP(w, r)
+		case EventServiceResendEventProcedure:
+			eventServiceResendEventHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -107,4 +174,12 @@ type UnimplementedEventServiceHandler struct{}
 
 func (UnimplementedEventServiceHandler) GetEvent(context.Context, *connect.Request[v1.GetEventRequest]) (*connect.Response[v1.GetEventResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.EventService.GetEvent is not implemented"))
+}
+
+func (UnimplementedEventServiceHandler) ListEvents(context.Context, *connect.Request[v1.ListEventsRequest]) (*connect.Response[v1.ListEventsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.EventService.ListEvents is not implemented"))
+}
+
+func (UnimplementedEventServiceHandler) ResendEvent(context.Context, *connect.Request[v1.ResendEventRequest]) (*connect.Response[v1.ResendEventResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.EventService.ResendEvent is not implemented"))
 }
