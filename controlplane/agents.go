@@ -374,6 +374,34 @@ func (r *agentRegistry) connected() []*agentState {
 	return out
 }
 
+// ownerOf returns the healthy agent that reports holding partition p's
+// lock (ReportOwned). During a handoff two may report it for a moment:
+// the one it is assigned to wins, then the first by name.
+func (r *agentRegistry) ownerOf(p uint32) (*agentState, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	var owner *agentState
+	for _, a := range r.agents {
+		if ok, _ := r.healthyLocked(a, now); !ok || !slices.Contains(a.owned, p) {
+			continue
+		}
+		if owner == nil || betterOwner(a, owner, p) {
+			owner = a
+		}
+	}
+	return owner, owner != nil
+}
+
+// betterOwner: a is assigned p and b is not, or neither or both are and
+// a's name comes first.
+func betterOwner(a, b *agentState, p uint32) bool {
+	if ai, bi := slices.Contains(a.partition, p), slices.Contains(b.partition, p); ai != bi {
+		return ai
+	}
+	return a.name < b.name
+}
+
 var errNoAgents = tag(ErrUnavailable, errors.New("no agent is connected to this control plane; start one with `rivora agent --controlplane URL`"))
 
 // askAll asks every connected agent at once and returns the answers in

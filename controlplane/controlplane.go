@@ -92,6 +92,8 @@ type ControlPlane struct {
 	election *election
 	limits   atomic.Pointer[LimitsFile]
 	agents   *agentRegistry
+	// operator routes the agents' operator services (HandleOperator).
+	operator *operatorRouter
 	log      *slog.Logger
 	now      func() time.Time
 	// notify sends operator notices (nil without OperatorWebhook).
@@ -153,6 +155,7 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 	}
 	cp.agents.onChange = cp.broadcast
 	cp.agents.leading = func() bool { return cp.leaderOnly() == nil }
+	cp.operator = newOperatorRouter(cp.agents, cfg.Partitions)
 	lf := emptyLimitsFile()
 	if cfg.LimitsPath != "" {
 		var err error
@@ -220,13 +223,36 @@ func (cp *ControlPlane) Handle(mux *http.ServeMux, opts ...connect.HandlerOption
 // handle is Handle with the leader gate given, so a test can stand in a
 // follower's.
 func (cp *ControlPlane) handle(mux *http.ServeMux, gate func() error, opts ...connect.HandlerOption) {
-	opts = append([]connect.HandlerOption{connect.WithInterceptors(errorInterceptor{}, leaderInterceptor{gate: gate})}, opts...)
+	opts = gated(gate, opts)
 	mux.Handle(rivorav1connect.NewAdminServiceHandler(&adminHandler{cp: cp}, opts...))
 	path, agents := rivorav1connect.NewAgentServiceHandler(&agentHandler{cp: cp}, opts...)
 	if cp.election != nil {
 		agents = cp.election.scope(agents)
 	}
 	mux.Handle(path, agents)
+}
+
+// gated puts the gates every call passes in front of opts.
+func gated(gate func() error, opts []connect.HandlerOption) []connect.HandlerOption {
+	return append([]connect.HandlerOption{connect.WithInterceptors(errorInterceptor{}, leaderInterceptor{gate: gate})}, opts...)
+}
+
+// HandleOperator registers the operator services agents serve for what
+// they own — rivora.v1.EventService, LaneService and ArchiveService —
+// answered by routing each call to the agent that can answer it
+// (operatorRouter), behind the same gates as Handle: only the leader
+// knows the agents. With it, one address (this one) serves everything an
+// operator needs. `rivora controlplane` registers it; `rivora dev` does
+// not, since its agent serves these services itself on the same mux.
+func (cp *ControlPlane) HandleOperator(mux *http.ServeMux, opts ...connect.HandlerOption) {
+	cp.handleOperator(mux, cp.leaderOnly, opts...)
+}
+
+func (cp *ControlPlane) handleOperator(mux *http.ServeMux, gate func() error, opts ...connect.HandlerOption) {
+	opts = gated(gate, opts)
+	mux.Handle(rivorav1connect.NewEventServiceHandler(cp.operator, opts...))
+	mux.Handle(rivorav1connect.NewLaneServiceHandler(cp.operator, opts...))
+	mux.Handle(rivorav1connect.NewArchiveServiceHandler(cp.operator, opts...))
 }
 
 // Run reloads the limits file when it changes and expires overrides, until

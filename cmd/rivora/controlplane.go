@@ -23,7 +23,11 @@ func controlPlaneCommand() *cli.Command {
 		Description: `Holds the configuration (state under --state-dir; limits from the reviewed
 --limits file, reloaded on change, plus audited runtime overrides) and
 pushes every change to the agents that Watch it. Serves the admin API
-(rivoractl) and the agent API on --listen.
+(rivoractl) and the agent API on --listen, and every operator API the agents
+serve — events, lanes, dead letters, replay — by routing each call to the
+agent that can answer it (the owner of the destination's partition; any
+agent for the archive), so that ` + "`rivoractl --server <control plane>`" + ` and the
+console need no agent address.
 
 With --consul, the state and the audit log live in Consul KV
 (rivora/controlplane/...) instead of --state-dir, and several control planes
@@ -100,6 +104,7 @@ Examples:
 			}
 			mux := baseMux(func() bool { return true }, c.Bool("pprof"))
 			cp.Handle(mux)
+			cp.HandleOperator(mux)
 			log.Info("rivora controlplane listening", "addr", self, "state_dir", cfg.StateDir, "consul", consul, "advertise", advertise)
 			return serveUntil(ctx, log, newServer(mux), ln, cp.Run)
 		},
