@@ -86,7 +86,7 @@ func startCell(t testing.TB, opts cellOptions) *cell {
 	c.cp = startProc(t, "controlplane", cpAddr, cpArgs)
 	agAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	c.agent = startProc(t, "agent "+opts.AgentName, agAddr, []string{"agent", "--name", opts.AgentName, "--listen", agAddr,
-		"--controlplane", c.cp.URL(), "--data-dir", t.TempDir()})
+		"--controlplane", c.cp.URL(), "--data-dir", t.TempDir(), "--allow-local-archive"}) // one agent: its archive may be local
 	r := c.rig()
 	st, err := r.Admin().GetConfigStatus(ctxTimeout(t, 5*time.Second), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
 	if err != nil {

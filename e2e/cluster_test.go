@@ -28,11 +28,13 @@ const (
 	clusterLockDelay = 5 * time.Second
 )
 
-// clusterCell is Consul, a control plane and several agents whose
-// embedded NATS servers form one JetStream cluster.
+// clusterCell is Consul, a control plane, MinIO (the cell's dead-letter
+// archive) and several agents whose embedded NATS servers form one
+// JetStream cluster.
 type clusterCell struct {
 	t          testing.TB
 	consul     *consultest.Server
+	minio      *minioServer
 	cp         *proc
 	agents     map[string]*proc
 	natsURLs   map[string]string // agent → its NATS client URL
@@ -51,8 +53,9 @@ func startClusterCell(t testing.TB, n, partitions int, cpArgs ...string) *cluste
 	return startCluster(t, 1, n, partitions, cpArgs...)
 }
 
-// startCluster starts Consul, controlPlanes control planes, n agents
-// following all of them, and waits until every partition is owned.
+// startCluster starts Consul, controlPlanes control planes, MinIO, n
+// agents following all of them and archiving to it, and waits until every
+// partition is owned.
 func startCluster(t testing.TB, controlPlanes, n, partitions int, cpArgs ...string) *clusterCell {
 	t.Helper()
 	c := &clusterCell{t: t, consul: consultest.Start(t), agents: map[string]*proc{}, natsURLs: map[string]string{}, args: map[string][]string{}, partitions: partitions}
@@ -65,6 +68,7 @@ func startCluster(t testing.TB, controlPlanes, n, partitions int, cpArgs ...stri
 		cpURLs = append(cpURLs, cp.URL())
 	}
 	c.cp = c.cps[0]
+	c.minio = startMinIO(t)
 	type ports struct{ api, client, cluster int }
 	ps := make([]ports, n)
 	var routes []string
@@ -82,6 +86,7 @@ func startCluster(t testing.TB, controlPlanes, n, partitions int, cpArgs ...stri
 			"--nats-listen", "127.0.0.1:" + strconv.Itoa(p.client), "--nats-cluster", "127.0.0.1:" + strconv.Itoa(p.cluster),
 			"--nats-routes", strings.Join(routes, ","),
 			"--session-ttl", clusterTTL.String(), "--lock-delay", clusterLockDelay.String()}
+		c.args[name] = append(c.args[name], c.minio.DevArgs("rivora-cell")...)
 		c.agents[name] = launchProc(t, "agent "+name, addr, c.args[name])
 	}
 	for _, name := range c.names {

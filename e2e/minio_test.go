@@ -178,7 +178,8 @@ func startMinIO(t testing.TB) *minioServer {
 	return m
 }
 
-// DevArgs are the `rivora dev` flags that archive to this server.
+// DevArgs are the `rivora dev` (and `rivora agent`) flags that archive to
+// this server.
 func (m *minioServer) DevArgs(bucket string) []string {
 	return []string{
 		"--s3-endpoint", m.Addr, "--s3-bucket", bucket,

@@ -30,12 +30,22 @@ assigns (rendezvous hashing over healthy agents). An agent that loses its
 Consul session stops writing and delivering for its partitions before the
 lock-delay ends; the others take them over.
 
-Examples:
-   rivora agent --name a1 --listen 127.0.0.1:7400 --controlplane http://127.0.0.1:7300 --data-dir ./a1
+Dead letters go to the cell's archive, S3 or MinIO (--s3-endpoint and the
+other --s3-* flags), which every agent reads: the control plane answers
+` + "`rivoractl dlq`" + ` and ` + "`rivoractl replay`" + ` through any agent. An agent without
+--s3-endpoint refuses to start unless --allow-local-archive is given (dead
+letters under DATA_DIR/archive, seen by this agent only: for single-agent
+setups; ` + "`rivora dev`" + ` keeps a local archive without the flag).
 
-   # one of three agents of a cell
+Examples:
+   # one agent alone, its archive local
+   rivora agent --name a1 --listen 127.0.0.1:7400 --controlplane http://127.0.0.1:7300 --data-dir ./a1 \
+     --allow-local-archive
+
+   # one of three agents of a cell, archiving to MinIO
    rivora agent --name a1 --listen 127.0.0.1:7401 --controlplane http://127.0.0.1:7300 \
      --consul http://127.0.0.1:8500 --data-dir ./a1 \
+     --s3-endpoint 127.0.0.1:9000 --s3-insecure --s3-access-key KEY --s3-secret-key SECRET \
      --nats-listen 127.0.0.1:4221 --nats-cluster 127.0.0.1:6221 \
      --nats-routes nats://127.0.0.1:6221,nats://127.0.0.1:6222,nats://127.0.0.1:6223`,
 		Flags: append([]cli.Flag{
@@ -50,6 +60,7 @@ Examples:
 			&cli.IntFlag{Name: "replicas", EnvVars: []string{"RIVORA_REPLICAS"}, Usage: "stream replicas `N` (default: min(3, cell size))"},
 			&cli.DurationFlag{Name: "session-ttl", Value: ownership.DefaultTTL, EnvVars: []string{"RIVORA_SESSION_TTL"}, Usage: "Consul session TTL (10s is Consul's minimum)"},
 			&cli.DurationFlag{Name: "lock-delay", Value: ownership.DefaultLockDelay, EnvVars: []string{"RIVORA_LOCK_DELAY"}, Usage: "Consul lock-delay: how long a lost owner's locks stay untaken"},
+			&cli.BoolFlag{Name: "allow-local-archive", EnvVars: []string{"RIVORA_ALLOW_LOCAL_ARCHIVE"}, Usage: "without --s3-endpoint, archive dead letters under DATA_DIR/archive: for single-agent setups only (in a cell each agent would keep its own dead letters, invisible to the others and to the control plane); without this flag or --s3-endpoint the agent refuses to start"},
 		}, agentFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
@@ -63,6 +74,9 @@ Examples:
 				if _, err := httpurl.Parse(strings.TrimSpace(cp)); err != nil {
 					return cli.Exit(fmt.Sprintf("--controlplane %q: want an http:// or https:// URL (several: comma-separated)", cp), 2)
 				}
+			}
+			if err := checkArchive(c); err != nil {
+				return err
 			}
 			dataDir, err := absDir("data-dir", c.String("data-dir"))
 			if err != nil {
@@ -89,4 +103,17 @@ Examples:
 			return serveUntil(ctx, log, newServer(mux), ln, ag.Run)
 		},
 	}
+}
+
+// checkArchive refuses an agent without a shared archive unless it is
+// told that a local one is meant: in a cell each agent would keep its own
+// dead letters, invisible to the other agents and to the control plane
+// that answers dlq and replay through any of them.
+func checkArchive(c *cli.Context) error {
+	if c.String("s3-endpoint") != "" || c.Bool("allow-local-archive") {
+		return nil
+	}
+	return cli.Exit("rivora agent: no dead-letter archive: give --s3-endpoint HOST:PORT (S3/MinIO, shared by the agents of a cell), "+
+		"or --allow-local-archive for a single-agent setup (dead letters under DATA_DIR/archive; in a cell each agent would keep its own, "+
+		"invisible to the other agents and to the control plane's `rivoractl dlq` and `replay`)", 2)
 }

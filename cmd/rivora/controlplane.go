@@ -46,7 +46,8 @@ delivered like any event.
 
 Examples:
    rivora controlplane --listen 127.0.0.1:7300 --limits limits.yaml --state-dir ./cp
-   rivora agent --name a1 --listen 127.0.0.1:7400 --controlplane http://127.0.0.1:7300 --data-dir ./a1
+   rivora agent --name a1 --listen 127.0.0.1:7400 --controlplane http://127.0.0.1:7300 --data-dir ./a1 --allow-local-archive
+   rivoractl --server http://127.0.0.1:7300 events get EVENT_ID
 
    # two control planes sharing one Consul
    rivora controlplane --listen 127.0.0.1:7300 --limits limits.yaml --consul http://127.0.0.1:8500

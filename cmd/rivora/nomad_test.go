@@ -43,6 +43,7 @@ func TestNomadJobsMatchFlags(t *testing.T) {
 	for _, file := range files {
 		for _, task := range rivoraTasks(t, file) {
 			checkTask(t, app, task)
+			checkTaskArchive(t, task)
 			checked++
 		}
 	}
@@ -87,6 +88,21 @@ func checkTask(t *testing.T, app *cli.App, task rivoraTask) {
 			t.Errorf("%s: the template sets %s, which no flag of rivora %s reads", task.where, name, cmd.Name)
 		}
 	}
+}
+
+// checkTaskArchive: an agent task has the cell's archive (--s3-endpoint, or
+// RIVORA_S3_ENDPOINT from a template) or says a local one is meant
+// (--allow-local-archive); otherwise the agent refuses to start, which
+// parsing its flags alone would not show.
+func checkTaskArchive(t *testing.T, task rivoraTask) {
+	t.Helper()
+	if len(task.args) == 0 || task.args[0] != "agent" {
+		return
+	}
+	if slices.Contains(task.args, "--s3-endpoint") || slices.Contains(task.args, "--allow-local-archive") || slices.Contains(task.env, "RIVORA_S3_ENDPOINT") {
+		return
+	}
+	t.Errorf("%s: rivora agent without --s3-endpoint (or --allow-local-archive) refuses to start", task.where)
 }
 
 // rivoraTasks returns the tasks of one job file whose config.command is

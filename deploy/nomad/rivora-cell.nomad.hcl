@@ -2,6 +2,7 @@
 # agents whose embedded NATS servers form one JetStream cluster (streams
 # replicated 3 times). Partition ownership is granted by Consul sessions and
 # locks: the Consul agent on each client node is the one the tasks talk to.
+# Dead letters go to one S3/MinIO archive shared by the agents.
 #
 # Build with `make build` and serve bin/rivora from your artifact store
 # (meta.rivora_artifact_url). One agent per node (distinct_hosts), each with
@@ -93,17 +94,30 @@ job "rivora-cell" {
           "--nats-listen", "0.0.0.0:${NOMAD_PORT_nats}",
           "--nats-cluster", "${NOMAD_ADDR_cluster}",
           "--nats-routes", "${RIVORA_NATS_ROUTES}",
+          # The cell's dead-letter archive, shared by every agent (the
+          # control plane answers dlq and replay through any of them); an
+          # agent without one refuses to start. Plain HTTP to a MinIO on
+          # the cluster network: drop --s3-insecure for TLS.
+          "--s3-endpoint", "${RIVORA_S3_ENDPOINT}",
+          "--s3-bucket", "rivora",
+          "--s3-insecure",
         ]
       }
 
-      # The cell's other agents (their cluster ports) and the control
-      # planes, from Consul's catalog. NATS gossips the rest of the cell once
+      # The cell's other agents (their cluster ports), the control planes
+      # and the archive (a MinIO or S3 gateway registered as the Consul
+      # service rivora-minio; its keys in the Nomad variable
+      # nomad/jobs/rivora-cell: s3_access_key, s3_secret_key), from Consul's
+      # catalog. NATS gossips the rest of the cell once
       # one route is up; the agent follows whichever control plane leads
       # (followers answer Unavailable and it moves to the next).
       template {
         data        = <<-EOT
           RIVORA_NATS_ROUTES={{ range $i, $s := service "rivora-nats-cluster" }}{{ if $i }},{{ end }}nats://{{ .Address }}:{{ .Port }}{{ end }}
           RIVORA_CONTROLPLANE={{ range $i, $s := service "rivora-controlplane" }}{{ if $i }},{{ end }}http://{{ .Address }}:{{ .Port }}{{ end }}
+          RIVORA_S3_ENDPOINT={{ range $i, $s := service "rivora-minio" }}{{ if eq $i 0 }}{{ .Address }}:{{ .Port }}{{ end }}{{ end }}
+          RIVORA_S3_ACCESS_KEY={{ with nomadVar "nomad/jobs/rivora-cell" }}{{ .s3_access_key }}{{ end }}
+          RIVORA_S3_SECRET_KEY={{ with nomadVar "nomad/jobs/rivora-cell" }}{{ .s3_secret_key }}{{ end }}
         EOT
         destination = "local/cell.env"
         env         = true

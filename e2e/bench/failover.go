@@ -478,7 +478,10 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 			"--name", name, "--listen", p.api, "--controlplane", c.cp.url(), "--consul", c.consul.URL(),
 			"--data-dir", filepath.Join(root, name),
 			"--nats-listen", p.client, "--nats-cluster", p.cluster, "--nats-routes", strings.Join(routes, ","),
-			"--session-ttl", f.sessionTTL.String(), "--lock-delay", f.lockDelay.String()})
+			"--session-ttl", f.sessionTTL.String(), "--lock-delay", f.lockDelay.String(),
+			// No event of this bench dies: each agent's archive may stay
+			// local (a real cell shares one S3/MinIO archive).
+			"--allow-local-archive"})
 		if err != nil {
 			return err
 		}
