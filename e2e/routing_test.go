@@ -41,9 +41,9 @@ type routedDest struct {
 // different agents; through the control plane alone, `events get` finds
 // delivered and dead events, `dlq list` lists every destination's dead
 // letters (the archive is the cell's MinIO) and `replay` delivers them.
-// The lanes and events-list subtests call the RPCs through the control
-// plane with a Connect client (their rivoractl verbs come with the agent
-// side of issue 12).
+// The lanes and events list/resend subtests call the RPCs through the
+// control plane with a Connect client (their rivoractl verbs come with
+// the agent side of issue 12).
 func TestCellOperatorOneAddress(t *testing.T) {
 	requireRivoractl(t)
 	c := startClusterCell(t, 3, 8)
@@ -128,24 +128,23 @@ func TestCellOperatorOneAddress(t *testing.T) {
 		}
 	})
 
-	// The RPCs behind `rivoractl lanes list` and `events list`, through
-	// the control plane.
+	// The RPCs behind `rivoractl lanes` and `events list/resend`, through
+	// the control plane. A stuck lane on the last agent: its head fails
+	// (500, retried for long) and two events wait behind it.
 	lanesClient := rivorav1connect.NewLaneServiceClient(http.DefaultClient, cp)
 	eventsClient := rivorav1connect.NewEventServiceClient(http.DefaultClient, cp)
+	stuckOwner := dests[len(dests)-1].owner
+	stuckDest := destinationOwnedBy(t, c, owners, "stuck", stuckOwner)
+	stuck := newPartner(t)
+	stuck.SetStatus(http.StatusInternalServerError)
+	r.createDestination(t, stuckDest, stuck, &rivorav1.Limits{MaxAttempts: 1000})
+	stuckIDs := publishN(t, publisher, stuckDest, "stuck", 3)
+	waitFor(t, 30*time.Second, "the stuck lane's head attempted", func() bool { return stuck.AttemptsOf(stuckIDs[0]) >= 1 })
 
 	t.Run("lanes list", func(t *testing.T) {
-		// A stuck lane on an agent other than the first: its head fails
-		// (500) and may retry for long; two events wait behind it.
-		owner := dests[len(dests)-1].owner
-		id := destinationOwnedBy(t, c, owners, "stuck", owner)
-		stuck := newPartner(t)
-		stuck.SetStatus(http.StatusInternalServerError)
-		r.createDestination(t, id, stuck, &rivorav1.Limits{MaxAttempts: 1000})
-		ids := publishN(t, publisher, id, "stuck", 3)
-		waitFor(t, 30*time.Second, "the stuck lane's head attempted", func() bool { return stuck.AttemptsOf(ids[0]) >= 1 })
 		var lane *rivorav1.LaneSummary
 		err := poll(30*time.Second, 200*time.Millisecond, func() error {
-			resp, err := lanesClient.ListLanes(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.ListLanesRequest{DestinationId: id, Stuck: true}))
+			resp, err := lanesClient.ListLanes(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.ListLanesRequest{DestinationId: stuckDest, Stuck: true}))
 			if err != nil {
 				return stopOnCode(t, "ListLanes through the control plane", err)
 			}
@@ -158,12 +157,43 @@ func TestCellOperatorOneAddress(t *testing.T) {
 			return fmt.Errorf("no stuck lane listed: %v", resp.Msg.GetLanes())
 		})
 		if err != nil {
-			t.Fatalf("lanes list --destination %s --stuck through the control plane: %v", id, err)
+			t.Fatalf("lanes list --destination %s --stuck (owner %s) through the control plane: %v", stuckDest, stuckOwner, err)
 		}
-		if lane.GetDepth() != 3 || lane.GetHeadEventId() != ids[0] || lane.GetLastStatus() != 500 || lane.GetHeadAttempts() < 1 || lane.GetHeadSince() == nil {
+		if lane.GetDepth() != 3 || lane.GetHeadEventId() != stuckIDs[0] || lane.GetLastStatus() != 500 || lane.GetHeadAttempts() < 1 || lane.GetHeadSince() == nil {
 			t.Errorf("stuck lane: depth %d head %s attempts %d last status %d head since %v; want depth 3, head %s, ≥1 attempt, 500, a time",
-				lane.GetDepth(), lane.GetHeadEventId(), lane.GetHeadAttempts(), lane.GetLastStatus(), lane.GetHeadSince(), ids[0])
+				lane.GetDepth(), lane.GetHeadEventId(), lane.GetHeadAttempts(), lane.GetLastStatus(), lane.GetHeadSince(), stuckIDs[0])
 		}
+	})
+
+	t.Run("lanes skip", func(t *testing.T) {
+		var skipped *rivorav1.SkipLaneHeadResponse
+		err := poll(30*time.Second, 100*time.Millisecond, func() error {
+			resp, err := lanesClient.SkipLaneHead(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.SkipLaneHeadRequest{
+				DestinationId: stuckDest, CustomerId: "cust", LaneKey: "stuck", HeadEventId: stuckIDs[0], Reason: "poison event", Author: "e2e"}))
+			if connect.CodeOf(err) == connect.CodeFailedPrecondition {
+				return err // the head is in flight: try again once its attempt ends
+			}
+			if err != nil {
+				return stopOnCode(t, "SkipLaneHead through the control plane", err)
+			}
+			skipped = resp.Msg
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("lanes skip %s --lane stuck (owner %s) through the control plane: %v", stuckDest, stuckOwner, err)
+		}
+		if skipped.GetEventId() != stuckIDs[0] || skipped.GetRemaining() != 2 {
+			t.Errorf("skip: event %s, %d remaining; want %s, 2", skipped.GetEventId(), skipped.GetRemaining(), stuckIDs[0])
+		}
+		list := waitDLQAt(t, cp, stuckDest, 1, 60*time.Second)
+		if list[0].EventID != stuckIDs[0] || list[0].Reason != "manual" {
+			t.Errorf("dlq list after the skip: %s reason %q, want %s reason manual", list[0].EventID, list[0].Reason, stuckIDs[0])
+		}
+		if e := findAudit(r.auditJSON(t), "lane.skip", stuckDest); e == nil || e.GetAuthor() != "e2e" || e.GetReason() != "poison event" {
+			t.Errorf("audit lane.skip of %s: %v, want author e2e, reason \"poison event\"", stuckDest, e)
+		}
+		stuck.SetHealthy()
+		stuck.WaitDelivered(t, stuckIDs[1:], 60*time.Second)
 	})
 
 	t.Run("events list", func(t *testing.T) {
@@ -190,6 +220,19 @@ func TestCellOperatorOneAddress(t *testing.T) {
 				t.Errorf("events list --destination %s --state delivered (owner %s) through the control plane: %v", d.id, d.owner, err)
 			}
 		}
+	})
+
+	t.Run("events resend", func(t *testing.T) {
+		d := dests[len(dests)-1]
+		id := d.delivered[0]
+		resp, err := eventsClient.ResendEvent(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.ResendEventRequest{EventId: id, Reason: "partner lost it", Author: "e2e"}))
+		if err != nil {
+			t.Fatalf("events resend %s (owner %s) through the control plane: %v", id, d.owner, err)
+		}
+		if resp.Msg.GetWas() != rivorav1.EventState_EVENT_STATE_DELIVERED || resp.Msg.GetDestinationId() != d.id {
+			t.Errorf("resend %s: was %v, destination %s; want delivered, %s", id, resp.Msg.GetWas(), resp.Msg.GetDestinationId(), d.id)
+		}
+		waitFor(t, 60*time.Second, "the resent event delivered again", func() bool { return d.partner.OKCount(id) >= 2 })
 	})
 }
 
