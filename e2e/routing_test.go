@@ -402,3 +402,25 @@ func TestAgentWithoutArchiveRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestOneAgentCellOperatorThroughControlPlane: without Consul (one agent
+// owns every partition, as it reports), the control plane answers events
+// get and dlq list too.
+func TestOneAgentCellOperatorThroughControlPlane(t *testing.T) {
+	requireRivoractl(t)
+	c := startCell(t, cellOptions{})
+	r := c.rig()
+	p := newPartner(t)
+	r.createDestination(t, "solo", p, &rivorav1.Limits{MaxAttempts: 1})
+	ids := publishN(t, r.SDK(), "solo", "ok", 2)
+	p.WaitDelivered(t, ids, 30*time.Second)
+	for _, id := range ids {
+		waitCtlEventState(t, c.cp.URL(), id, rivorav1.EventState_EVENT_STATE_DELIVERED)
+	}
+	p.SetStatus(http.StatusInternalServerError)
+	dead := publishN(t, r.SDK(), "solo", "bad", 1)
+	list := waitDLQAt(t, c.cp.URL(), "solo", 1, 60*time.Second)
+	if list[0].EventID != dead[0] {
+		t.Errorf("dlq list through the control plane: %s, want %s", list[0].EventID, dead[0])
+	}
+}

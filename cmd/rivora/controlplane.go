@@ -32,8 +32,8 @@ console need no agent address.
 With --consul, the state and the audit log live in Consul KV
 (rivora/controlplane/...) instead of --state-dir, and several control planes
 may run against the same Consul: the one holding the Consul lock
-rivora/controlplane/leader leads. Only the leader serves the admin and agent
-APIs; the others answer Unavailable naming the leader by its --advertise URL,
+rivora/controlplane/leader leads. Only the leader serves the admin, agent and
+operator APIs; the others answer Unavailable naming the leader by its --advertise URL,
 and one of them takes over (reloading the state from Consul) when the leader
 stops or loses its Consul session (10s TTL, 1s lock-delay). Give each control
 plane the same --limits file.
