@@ -299,18 +299,18 @@ func TestOperatorRoutesByDestinationToTheOwner(t *testing.T) {
 // the one it is assigned to answers.
 func TestOperatorPrefersTheAssignedOwner(t *testing.T) {
 	c := startRouteCell(t, func() error { return nil })
-	c.agent("a1", 4)
 	c.agent("a2", 4)
+	c.agent("a1", 4)
 	// Without Consul the longest-connected agent is assigned every
-	// partition: a1.
+	// partition: a2, though a1 comes first by name.
 	c.cp.agents.partitionsFor("a1", routePartitions)
 	c.cp.agents.partitionsFor("a2", routePartitions)
 	resp, err := c.lanes().ListLanes(ctx(t), connect.NewRequest(&rivorav1.ListLanesRequest{DestinationId: destinationIn(t, 4)}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := resp.Msg.GetLanes()[0].GetCustomerId(); got != "a1" {
-		t.Errorf("answered by %s, want a1 (assigned partition 4)", got)
+	if got := resp.Msg.GetLanes()[0].GetCustomerId(); got != "a2" {
+		t.Errorf("answered by %s, want a2 (assigned partition 4)", got)
 	}
 }
 
