@@ -68,6 +68,8 @@ type Scheduler struct {
 	expired []*Lane // lanes in laneExpired, oldest window first
 	// deadlines: window ends of held heads, whatever their state.
 	deadlines deadlineHeap
+	// born counts the lanes ever made (Lane.born).
+	born uint64
 }
 
 // New returns an empty scheduler.

@@ -1,0 +1,261 @@
+package scheduler
+
+import (
+	"cmp"
+	"container/heap"
+	"slices"
+	"time"
+
+	"github.com/rivora/rivora/agent/lanes"
+)
+
+// LaneState is what a pending lane's head waits for.
+type LaneState int
+
+// Lane states, as ListLanes reports them.
+const (
+	// LaneDue: the head waits for its destination's budget (or, its
+	// window closed while held, to be dead-lettered).
+	LaneDue LaneState = iota + 1
+	// LaneWaiting: the head waits for its retry time, or, held by its
+	// parked destination, for the destination's recovery.
+	LaneWaiting
+	LaneInFlight
+)
+
+// LaneSummary is one pending lane as ListLanes reports it.
+type LaneSummary struct {
+	ID          lanes.ID
+	Depth       int // pending events, head included
+	HeadEventID string
+	Head        Head
+	// HeadSince is when the head became the lane's head (see Restore for
+	// a rebuilt lane).
+	HeadSince time.Time
+	// NextAttemptAt is the head's retry time while it waits for one
+	// (zero otherwise, and while its parked destination holds it).
+	NextAttemptAt time.Time
+	State         LaneState
+	headSeq       uint64
+}
+
+// Stuck reports whether the lane's head has failed at least once.
+func (ls LaneSummary) Stuck() bool { return ls.Head.Attempts > 0 || !ls.Head.LastAttemptAt.IsZero() }
+
+// LaneFilter selects the lanes ListLanes reports.
+type LaneFilter struct {
+	Customer string // "" = every customer
+	Stuck    bool   // only lanes whose head has failed at least once
+	Limit    int    // at most this many lanes
+}
+
+// LaneList is ListLanes' answer.
+type LaneList struct {
+	Lanes   []LaneSummary // longest-waiting head first
+	Matched int           // lanes that matched the filter, Limit aside
+}
+
+// listChunk is how many lanes ListLanes reads per hold of the lock.
+const listChunk = 1024
+
+// ListLanes reports a destination's pending lanes that match f,
+// longest-waiting head first (oldest HeadSince; then the head accepted
+// first), at most f.Limit of them, and how many matched.
+//
+// It reads the destination's lanes (d.order) in chunks of listChunk,
+// taking the lock for one chunk at a time, and keeps the best f.Limit
+// outside the lock: its cost grows with the destination's pending lanes
+// only, and delivery goes on between chunks. So the answer is not one
+// instant's: each lane is reported as it was when its chunk was read.
+// Lanes that change during the walk are reported thus:
+//   - a lane pending throughout the walk is reported exactly once (a lane
+//     that swap-remove moves from ahead of the walk to behind it is
+//     passed to the walk in laneWalk.moved);
+//   - a lane made during the walk is not reported (a lane that drains and
+//     is made again is a new lane), so none is reported twice;
+//   - a lane that drains during the walk may or may not be reported.
+//
+// A walk stops early, with what it has, when the destination is dropped
+// (its partition handed off).
+func (s *Scheduler) ListLanes(destinationID string, f LaneFilter) LaneList {
+	w := s.startWalk(destinationID, f, listChunk)
+	if w == nil {
+		return LaneList{}
+	}
+	for w.step() {
+	}
+	return w.result()
+}
+
+// laneWalk is one ListLanes under way. Its cursor and moved belong to the
+// scheduler's lock; the rest is the walking goroutine's own.
+type laneWalk struct {
+	s      *Scheduler
+	d      *destination
+	f      LaneFilter
+	chunk  int
+	born   uint64 // lanes born after the walk started are skipped
+	cursor int    // next position of d.order to read
+	moved  []*Lane
+	// batch is the chunk's candidates, copied under the lock.
+	batch   []LaneSummary
+	top     summaryHeap // the best f.Limit so far, worst on top
+	matched int
+}
+
+func (s *Scheduler) startWalk(destinationID string, f LaneFilter, chunk int) *laneWalk {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.dests[destinationID]
+	if d == nil {
+		return nil
+	}
+	w := &laneWalk{s: s, d: d, f: f, chunk: chunk, born: s.born}
+	d.walks = append(d.walks, w)
+	return w
+}
+
+// step reads one chunk under the lock, then keeps its candidates; false
+// once the walk is over.
+func (w *laneWalk) step() bool {
+	more := w.read()
+	for _, ls := range w.batch {
+		w.keep(ls)
+	}
+	return more
+}
+
+// read copies the summaries of the next chunk's matching lanes that can
+// still make the top; false once the walk is over (and unregistered).
+func (w *laneWalk) read() bool {
+	s, d := w.s, w.d
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.batch = w.batch[:0]
+	if s.dests[d.id] != d {
+		return false // dropped: its lanes are another agent's now
+	}
+	for _, l := range w.moved {
+		w.consider(l)
+	}
+	w.moved = w.moved[:0]
+	start := min(w.cursor, len(d.order)) // lanes drained behind it
+	end := min(start+w.chunk, len(d.order))
+	for _, l := range d.order[start:end] {
+		w.consider(l)
+	}
+	w.cursor = end
+	if end < len(d.order) {
+		return true
+	}
+	d.walks = slices.DeleteFunc(d.walks, func(x *laneWalk) bool { return x == w })
+	return false
+}
+
+// consider counts l when it matches and copies its summary when it would
+// enter the top. Called under the lock.
+func (w *laneWalk) consider(l *Lane) {
+	if l.pos < 0 || l.born > w.born || len(l.entries) == 0 {
+		return
+	}
+	if w.f.Customer != "" && l.ID.Customer != w.f.Customer {
+		return
+	}
+	ls := w.s.summary(l)
+	if w.f.Stuck && !ls.Stuck() {
+		return
+	}
+	w.matched++
+	if w.f.Limit <= 0 || (len(w.top) >= w.f.Limit && !longerWaiting(ls, w.top[0])) {
+		return
+	}
+	w.batch = append(w.batch, ls)
+}
+
+// keep puts a candidate in the top, dropping the worst when full.
+func (w *laneWalk) keep(ls LaneSummary) {
+	if len(w.top) < w.f.Limit {
+		heap.Push(&w.top, ls)
+		return
+	}
+	if longerWaiting(ls, w.top[0]) {
+		w.top[0] = ls
+		heap.Fix(&w.top, 0)
+	}
+}
+
+func (w *laneWalk) result() LaneList {
+	out := slices.Clone([]LaneSummary(w.top))
+	slices.SortFunc(out, func(a, b LaneSummary) int {
+		if longerWaiting(a, b) {
+			return -1
+		}
+		if longerWaiting(b, a) {
+			return 1
+		}
+		return 0
+	})
+	return LaneList{Lanes: out, Matched: w.matched}
+}
+
+// summary describes a pending lane. Called under the lock.
+func (s *Scheduler) summary(l *Lane) LaneSummary {
+	ls := LaneSummary{
+		ID: l.ID, Depth: len(l.entries), HeadEventID: l.entries[0].EventID, Head: l.head,
+		HeadSince: l.headSince, headSeq: l.entries[0].Seq,
+	}
+	switch l.state {
+	case laneInFlight:
+		ls.State = LaneInFlight
+	case laneWaiting:
+		ls.State = LaneWaiting
+		if !(l.head.HeldByDestination && s.parked[l.dest]) {
+			ls.NextAttemptAt = l.head.NotBefore
+		}
+	default:
+		ls.State = LaneDue
+	}
+	return ls
+}
+
+// longerWaiting orders lanes for ListLanes: older head first, then the
+// head accepted first (sequences are the partition's, and a destination
+// is in one partition).
+func longerWaiting(a, b LaneSummary) bool {
+	if c := a.HeadSince.Compare(b.HeadSince); c != 0 {
+		return c < 0
+	}
+	return cmp.Less(a.headSeq, b.headSeq)
+}
+
+// summaryHeap keeps the worst summary (the one waiting least) on top.
+type summaryHeap []LaneSummary
+
+func (h summaryHeap) Len() int           { return len(h) }
+func (h summaryHeap) Less(i, j int) bool { return longerWaiting(h[j], h[i]) }
+func (h summaryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *summaryHeap) Push(x any)        { *h = append(*h, x.(LaneSummary)) }
+func (h *summaryHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// unorder swap-removes l from d.order. A lane moved from ahead of a walk's
+// cursor to behind it is handed to that walk, so it is not missed.
+func (d *destination) unorder(l *Lane) {
+	last := len(d.order) - 1
+	if l.pos != last {
+		x := d.order[last]
+		d.order[l.pos], x.pos = x, l.pos
+		for _, w := range d.walks {
+			if last >= w.cursor && x.pos < w.cursor {
+				w.moved = append(w.moved, x)
+			}
+		}
+	}
+	d.order[last] = nil
+	d.order = d.order[:last]
+	l.pos = -1
+}
