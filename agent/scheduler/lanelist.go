@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"container/heap"
+	"runtime"
 	"slices"
 	"time"
 
@@ -40,7 +41,9 @@ type LaneSummary struct {
 }
 
 // Stuck reports whether the lane's head has failed at least once.
-func (ls LaneSummary) Stuck() bool { return ls.Head.Attempts > 0 || !ls.Head.LastAttemptAt.IsZero() }
+func (ls LaneSummary) Stuck() bool { return stuck(ls.Head) }
+
+func stuck(h Head) bool { return h.Attempts > 0 || !h.LastAttemptAt.IsZero() }
 
 // LaneFilter selects the lanes ListLanes reports.
 type LaneFilter struct {
@@ -122,6 +125,10 @@ func (w *laneWalk) step() bool {
 	for _, ls := range w.batch {
 		w.keep(ls)
 	}
+	// Let the goroutines that queued on the lock during the chunk take it
+	// before the next chunk does (an unlock followed at once by a lock
+	// would win it back from them, up to 1 ms each).
+	runtime.Gosched()
 	return more
 }
 
@@ -141,8 +148,13 @@ func (w *laneWalk) read() bool {
 	w.moved = w.moved[:0]
 	start := min(w.cursor, len(d.order)) // lanes drained behind it
 	end := min(start+w.chunk, len(d.order))
-	for _, l := range d.order[start:end] {
-		w.consider(l)
+	for i := start; i < end; i++ {
+		w.consider(d.order[i])
+		if len(w.top) < w.f.Limit && len(w.top)+len(w.batch) >= w.f.Limit {
+			// Enough to fill the top: keep them before reading on, so the
+			// rest of the walk copies only lanes that beat its worst.
+			end = i + 1
+		}
 	}
 	w.cursor = end
 	if end < len(d.order) {
@@ -161,15 +173,14 @@ func (w *laneWalk) consider(l *Lane) {
 	if w.f.Customer != "" && l.ID.Customer != w.f.Customer {
 		return
 	}
-	ls := w.s.summary(l)
-	if w.f.Stuck && !ls.Stuck() {
+	if w.f.Stuck && !stuck(l.head) {
 		return
 	}
 	w.matched++
-	if w.f.Limit <= 0 || (len(w.top) >= w.f.Limit && !longerWaiting(ls, w.top[0])) {
+	if w.f.Limit <= 0 || (len(w.top) >= w.f.Limit && !waitedLonger(l.headSince, l.entries[0].Seq, w.top[0])) {
 		return
 	}
-	w.batch = append(w.batch, ls)
+	w.batch = append(w.batch, w.s.summary(l))
 }
 
 // keep puts a candidate in the top, dropping the worst when full.
@@ -221,11 +232,13 @@ func (s *Scheduler) summary(l *Lane) LaneSummary {
 // longerWaiting orders lanes for ListLanes: older head first, then the
 // head accepted first (sequences are the partition's, and a destination
 // is in one partition).
-func longerWaiting(a, b LaneSummary) bool {
-	if c := a.HeadSince.Compare(b.HeadSince); c != 0 {
+func longerWaiting(a, b LaneSummary) bool { return waitedLonger(a.HeadSince, a.headSeq, b) }
+
+func waitedLonger(since time.Time, seq uint64, b LaneSummary) bool {
+	if c := since.Compare(b.HeadSince); c != 0 {
 		return c < 0
 	}
-	return cmp.Less(a.headSeq, b.headSeq)
+	return cmp.Less(seq, b.headSeq)
 }
 
 // summaryHeap keeps the worst summary (the one waiting least) on top.
