@@ -59,7 +59,7 @@ type LaneList struct {
 }
 
 // listChunk is how many lanes ListLanes reads per hold of the lock.
-const listChunk = 1024
+const listChunk = 256
 
 // ListLanes reports a destination's pending lanes that match f,
 // longest-waiting head first (oldest HeadSince; then the head accepted
