@@ -29,7 +29,7 @@ func (s *Scheduler) laneBySubject(partition int, id lanes.ID, subject string) *L
 		s.born++
 		l = &Lane{ID: id, Partition: partition, Subject: subject, heapIdx: -1, dest: d, cust: c, pos: len(d.order), born: s.born}
 		d.lanes[subject] = l
-		d.order = append(d.order, l)
+		d.order = append(d.order, laneSlot{lane: l, born: l.born, cust: c})
 		c.lanes++
 	}
 	return l
@@ -55,6 +55,7 @@ func (s *Scheduler) AppendAll(partition int, appends []LaneAppend) {
 			l.headSince = now
 		}
 		l.entries = append(l.entries, a.Entries...)
+		l.reslot()
 		l.dest.pending += len(a.Entries)
 		if l.state == laneIdle {
 			s.schedule(l, now)
@@ -83,6 +84,7 @@ func (s *Scheduler) Restore(partition int, id lanes.ID, entries []Entry, head He
 	l.entries = append(l.entries, entries...)
 	l.dest.pending += len(entries)
 	l.head = head
+	l.reslot()
 	l.hasLedger = l.hasLedger || hasLedger
 	if l.state == laneIdle {
 		s.schedule(l, s.clock.Now())

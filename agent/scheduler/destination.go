@@ -38,8 +38,9 @@ type destination struct {
 	inFlight   int
 	lanes      map[string]*Lane
 	// order holds the same lanes as lanes, in a slice (Lane.pos) that
-	// ListLanes walks in chunks; walks are the walks under way over it.
-	order     []*Lane
+	// ListLanes walks in chunks, each with a copy of what the walk sorts
+	// and filters on (laneSlot); walks are the walks under way over it.
+	order     []laneSlot
 	walks     []*laneWalk
 	customers map[string]*customer
 	weights   map[string]float64

@@ -162,6 +162,7 @@ func (s *Scheduler) advance(a *Attempt, died bool) Outcome {
 		} else {
 			s.makeDue(l)
 		}
+		l.reslot()
 		return Outcome{Remaining: len(l.entries)}
 	}
 	out := Outcome{Drained: true, PurgeLedger: l.hasLedger}
@@ -218,6 +219,7 @@ func (s *Scheduler) Retry(a *Attempt, head Head) {
 	l := a.Lane
 	l.dest.inFlight--
 	l.head = head
+	l.reslot()
 	l.hasLedger = true
 	l.state = laneIdle
 	s.schedule(l, s.clock.Now())
