@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -38,12 +39,40 @@ func (s *laneService) ListLanes(ctx context.Context, req *connect.Request[rivora
 	if _, err := s.owned(m.GetDestinationId()); err != nil {
 		return nil, err
 	}
-	list := s.a.sched.ListLanes(m.GetDestinationId(), scheduler.LaneFilter{Customer: m.GetCustomerId(), Stuck: m.GetStuck(), Limit: limit})
+	list, err := walkPaced(ctx, s.a.sched.WalkLanes(m.GetDestinationId(), scheduler.LaneFilter{Customer: m.GetCustomerId(), Stuck: m.GetStuck(), Limit: limit}))
+	if err != nil {
+		return nil, connect.NewError(connect.CodeCanceled, err)
+	}
 	resp := &rivorav1.ListLanesResponse{Matched: int64(list.Matched), Truncated: list.Matched > len(list.Lanes)}
 	for _, ls := range list.Lanes {
 		resp.Lanes = append(resp.Lanes, laneToProto(m.GetDestinationId(), ls))
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// A lane walk rests listRest after each listBusy of walking, so that
+// ListLanes calls back to back take at most about two thirds of a core
+// from delivery: 1M lanes walk in some 15 ms of CPU.
+const (
+	listBusy = 2 * time.Millisecond
+	listRest = time.Millisecond
+)
+
+// walkPaced runs a lane walk to its end, resting between chunks.
+func walkPaced(ctx context.Context, w *scheduler.LaneWalk) (scheduler.LaneList, error) {
+	busy := time.Now()
+	for w.Step() {
+		if time.Since(busy) < listBusy {
+			continue
+		}
+		select {
+		case <-time.After(listRest):
+		case <-ctx.Done():
+			return scheduler.LaneList{}, ctx.Err()
+		}
+		busy = time.Now()
+	}
+	return w.Result(), nil
 }
 
 func laneLimit(limit int32) (int, error) {

@@ -77,7 +77,7 @@ const listChunk = 256
 // Lanes that change during the walk are reported thus:
 //   - a lane pending throughout the walk is reported exactly once (a lane
 //     that swap-remove moves from ahead of the walk to behind it is
-//     passed to the walk in laneWalk.moved);
+//     passed to the walk in LaneWalk.moved);
 //   - a lane made during the walk is not reported (a lane that drains and
 //     is made again is a new lane), so none is reported twice;
 //   - a lane that drains during the walk may or may not be reported.
@@ -85,18 +85,23 @@ const listChunk = 256
 // A walk stops early, with what it has, when the destination is dropped
 // (its partition handed off).
 func (s *Scheduler) ListLanes(destinationID string, f LaneFilter) LaneList {
-	w := s.startWalk(destinationID, f, listChunk)
-	if w == nil {
-		return LaneList{}
+	w := s.WalkLanes(destinationID, f)
+	for w.Step() {
 	}
-	for w.step() {
-	}
-	return w.result()
+	return w.Result()
 }
 
-// laneWalk is one ListLanes under way. Its cursor and moved belong to the
-// scheduler's lock; the rest is the walking goroutine's own.
-type laneWalk struct {
+// WalkLanes starts a ListLanes that the caller steps itself, so it can
+// pace the walk (the scheduler does not sleep): call Step until it
+// returns false, then Result. One goroutine at a time.
+func (s *Scheduler) WalkLanes(destinationID string, f LaneFilter) *LaneWalk {
+	return s.startWalk(destinationID, f, listChunk)
+}
+
+// LaneWalk is one ListLanes under way (nil: the destination has no lanes
+// here). Its cursor and moved belong to the scheduler's lock; the rest is
+// the walking goroutine's own.
+type LaneWalk struct {
 	s      *Scheduler
 	d      *destination
 	f      LaneFilter
@@ -110,21 +115,24 @@ type laneWalk struct {
 	matched int
 }
 
-func (s *Scheduler) startWalk(destinationID string, f LaneFilter, chunk int) *laneWalk {
+func (s *Scheduler) startWalk(destinationID string, f LaneFilter, chunk int) *LaneWalk {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := s.dests[destinationID]
 	if d == nil {
 		return nil
 	}
-	w := &laneWalk{s: s, d: d, f: f, chunk: chunk, born: s.born}
+	w := &LaneWalk{s: s, d: d, f: f, chunk: chunk, born: s.born}
 	d.walks = append(d.walks, w)
 	return w
 }
 
-// step reads one chunk under the lock, then keeps its candidates; false
+// Step reads one chunk under the lock, then keeps its candidates; false
 // once the walk is over.
-func (w *laneWalk) step() bool {
+func (w *LaneWalk) Step() bool {
+	if w == nil {
+		return false
+	}
 	more := w.read()
 	for _, ls := range w.batch {
 		w.keep(ls)
@@ -138,7 +146,7 @@ func (w *laneWalk) step() bool {
 
 // read copies the summaries of the next chunk's matching lanes that can
 // still make the top; false once the walk is over (and unregistered).
-func (w *laneWalk) read() bool {
+func (w *LaneWalk) read() bool {
 	s, d := w.s, w.d
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -166,7 +174,7 @@ func (w *laneWalk) read() bool {
 	if end < len(d.order) {
 		return true
 	}
-	d.walks = slices.DeleteFunc(d.walks, func(x *laneWalk) bool { return x == w })
+	d.walks = slices.DeleteFunc(d.walks, func(x *LaneWalk) bool { return x == w })
 	return false
 }
 
@@ -174,7 +182,7 @@ func (w *laneWalk) read() bool {
 // would enter the top. It reads only the slot, not the lane, until then:
 // the walk reads d.order in sequence instead of chasing a pointer per
 // lane. Called under the lock.
-func (w *laneWalk) consider(sl laneSlot) {
+func (w *LaneWalk) consider(sl laneSlot) {
 	if sl.born > w.born || sl.seq == 0 {
 		return // made during the walk, or (restored) empty
 	}
@@ -192,7 +200,7 @@ func (w *laneWalk) consider(sl laneSlot) {
 }
 
 // keep puts a candidate in the top, dropping the worst when full.
-func (w *laneWalk) keep(ls LaneSummary) {
+func (w *LaneWalk) keep(ls LaneSummary) {
 	if len(w.top) < w.f.Limit {
 		heap.Push(&w.top, ls)
 		return
@@ -203,7 +211,12 @@ func (w *laneWalk) keep(ls LaneSummary) {
 	}
 }
 
-func (w *laneWalk) result() LaneList {
+// Result is the walk's answer so far (all of it once Step returned
+// false).
+func (w *LaneWalk) Result() LaneList {
+	if w == nil {
+		return LaneList{}
+	}
 	out := slices.Clone([]LaneSummary(w.top))
 	slices.SortFunc(out, func(a, b LaneSummary) int {
 		if longerWaiting(a, b) {

@@ -89,7 +89,7 @@ func BenchmarkListLanes(b *testing.B) {
 				break
 			}
 		}
-		if got := w.result(); got.Matched != n || len(got.Lanes) != 100 {
+		if got := w.Result(); got.Matched != n || len(got.Lanes) != 100 {
 			b.Fatalf("matched %d, %d lanes", got.Matched, len(got.Lanes))
 		}
 	}

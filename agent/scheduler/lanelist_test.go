@@ -225,7 +225,7 @@ func walkConsistency(t *testing.T, seed uint64) {
 		throughout[id] = true
 	}
 	for more := true; more; {
-		more = w.step()
+		more = w.Step()
 		for range rng.IntN(6) {
 			switch rng.IntN(3) {
 			case 0: // a new lane
@@ -249,7 +249,7 @@ func walkConsistency(t *testing.T, seed uint64) {
 		checkInvariants(t, s)
 	}
 	seen := map[lanes.ID]int{}
-	for _, ls := range w.result().Lanes {
+	for _, ls := range w.Result().Lanes {
 		seen[ls.ID]++
 		if seen[ls.ID] > 1 || during[ls.ID] {
 			t.Fatalf("lane %s reported twice, or made during the walk (%v)", ls.ID, during[ls.ID])
@@ -260,8 +260,8 @@ func walkConsistency(t *testing.T, seed uint64) {
 			t.Fatalf("lane %s pending throughout the walk reported %d times", id, seen[id])
 		}
 	}
-	if w.result().Matched != len(w.result().Lanes) {
-		t.Fatalf("matched %d, reported %d", w.result().Matched, len(w.result().Lanes))
+	if w.Result().Matched != len(w.Result().Lanes) {
+		t.Fatalf("matched %d, reported %d", w.Result().Matched, len(w.Result().Lanes))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
