@@ -51,11 +51,12 @@ func (s *laneService) ListLanes(ctx context.Context, req *connect.Request[rivora
 }
 
 // A lane walk rests listRest after each listBusy of walking, so that
-// ListLanes calls back to back take at most about two thirds of a core
-// from delivery: 1M lanes walk in some 15 ms of CPU.
+// ListLanes calls back to back take at most about a third of a core from
+// delivery; 1M lanes walk in some 15 ms of CPU, so a call over them takes
+// some 50–100 ms (go run ./e2e/bench lanes).
 const (
-	listBusy = 2 * time.Millisecond
-	listRest = time.Millisecond
+	listBusy = time.Millisecond
+	listRest = 2 * time.Millisecond
 )
 
 // walkPaced runs a lane walk to its end, resting between chunks.

@@ -4,16 +4,20 @@ package main
 // with many pending lanes, and what it costs delivery elsewhere:
 //
 //	go run ./e2e/bench lanes                 # 1,000,000 pending lanes
-//	go run ./e2e/bench lanes -lanes 100000 -phase 10s
+//	go run ./e2e/bench lanes -lanes 100000 -rounds 2
 //
 // It creates a destination "big" and pauses it, publishes one event on
 // each of -lanes distinct lanes to it with PublishBatch (they stay
 // pending), and creates "steady", which delivers to a fast partner. Then,
-// twice for -phase each, it publishes -rate events/s to steady and measures
-// each one's delivery latency (publish call to the partner's first 2xx):
-// first alone, then while ListLanes calls on big run back to back (or
-// one every -list-every; each timed; limit -limit). The targets: ListLanes under 1 s over 1M
-// lanes, and steady's delivery p99 not raised while it runs.
+// in -rounds rounds of three phases of -phase each, it publishes -rate
+// events/s to steady and measures each one's delivery latency (publish
+// call to the partner's first 2xx): alone; while ListLanes calls on big
+// run back to back (or one every -list-every; each timed; limit -limit);
+// and, as a control for the machine's own load, while CountPending (a
+// cheap call) runs the same way. Interleaving the phases puts a shared
+// machine's drifting load on each alike. The targets: ListLanes
+// under 1 s over 1M lanes, and steady's delivery p99 not raised while it
+// runs.
 //
 // Progress goes to stderr; a table and, as the last line, one JSON object
 // go to stdout. It exits non-zero when anything fails or -timeout passes.
@@ -44,6 +48,7 @@ type lanesFlags struct {
 	limit                       int
 	phase, timeout, every       time.Duration
 	control                     bool
+	rounds                      int
 }
 
 type lanesResult struct {
@@ -73,14 +78,15 @@ func runLanes(args []string) error {
 	fs.IntVar(&f.limit, "limit", 100, "ListLanes limit")
 	fs.BoolVar(&f.control, "control", true, "phase 3: steady while CountPending (a cheap call) runs back to back, to tell the machine's CPU load from ListLanes' own cost")
 	fs.DurationVar(&f.every, "list-every", 0, "start a ListLanes call this often in phase 2 (0: back to back, one after another)")
-	fs.DurationVar(&f.phase, "phase", 20*time.Second, "length of each delivery phase (alone, then with ListLanes)")
+	fs.DurationVar(&f.phase, "phase", 5*time.Second, "length of each delivery phase (alone, with ListLanes, with CountPending)")
+	fs.IntVar(&f.rounds, "rounds", 4, "rounds of the three phases, interleaved so the machine's drifting load falls on each alike")
 	fs.DurationVar(&f.timeout, "timeout", 15*time.Minute, "fail when the whole bench takes longer")
 	fs.Parse(args)
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if f.lanes <= 0 || f.batch <= 0 || f.conc <= 0 || f.rate <= 0 || f.payload < 2 || f.limit <= 0 || f.phase <= 0 {
-		return errors.New("-lanes, -batch, -c, -rate, -limit and -phase must be positive, -payload at least 2")
+	if f.lanes <= 0 || f.batch <= 0 || f.conc <= 0 || f.rate <= 0 || f.payload < 2 || f.limit <= 0 || f.phase <= 0 || f.rounds <= 0 {
+		return errors.New("-lanes, -batch, -c, -rate, -limit, -phase and -rounds must be positive, -payload at least 2")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
@@ -139,51 +145,77 @@ func (f *lanesFlags) run(ctx context.Context) (*lanesResult, error) {
 	}
 	progress("all %d lanes pending after %s", f.lanes, time.Since(start).Round(time.Millisecond))
 
-	progress("phase 1: steady alone for %s at %d events/s", f.phase, f.rate)
-	if res.alone, err = f.steady(ctx, ingest, part, 0); err != nil {
-		return nil, err
-	}
-	progress("phase 1: delivery p50 %.2f ms, p99 %.2f ms", ms(res.alone.p50), ms(res.alone.p99))
-
-	progress("phase 2: steady while ListLanes runs back to back on big")
-	lctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var listErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		res.lists, res.matched, listErr = f.listLoop(lctx, lanesAPI)
-	}()
-	res.along, err = f.steady(ctx, ingest, part, 1<<30)
-	stop()
-	wg.Wait()
-	if err != nil {
-		return nil, err
-	}
-	if listErr != nil {
-		return nil, listErr
-	}
-	if len(res.lists) == 0 {
-		return nil, errors.New("no ListLanes call finished during phase 2")
-	}
-	if res.matched != int64(f.lanes) {
-		return nil, fmt.Errorf("ListLanes matched %d lanes, want %d", res.matched, f.lanes)
-	}
-	slices.Sort(res.lists)
-	progress("phase 2: delivery p50 %.2f ms, p99 %.2f ms; %d ListLanes calls, p50 %.1f ms, max %.1f ms",
-		ms(res.along.p50), ms(res.along.p99), len(res.lists), ms(percentile(res.lists, 0.5)), ms(res.lists[len(res.lists)-1]))
-	if f.control {
-		progress("phase 3: steady while CountPending runs back to back (control)")
-		if res.control, res.controlCalls, err = f.controlPhase(ctx, ingest, part, parts); err != nil {
+	var alone, along, control []time.Duration
+	for round := range f.rounds {
+		seed := round * 3 << 24
+		progress("round %d/%d: steady alone for %s at %d events/s", round+1, f.rounds, f.phase, f.rate)
+		lat, err := f.steady(ctx, ingest, part, seed)
+		if err != nil {
 			return nil, err
 		}
-		progress("phase 3: delivery p50 %.2f ms, p99 %.2f ms; %d CountPending calls", ms(res.control.p50), ms(res.control.p99), res.controlCalls)
+		alone = append(alone, lat...)
+
+		progress("round %d/%d: steady while ListLanes runs on big", round+1, f.rounds)
+		lists, matched, lat, err := f.withLists(ctx, ingest, part, lanesAPI, seed+1<<24)
+		if err != nil {
+			return nil, err
+		}
+		if matched != int64(f.lanes) {
+			return nil, fmt.Errorf("ListLanes matched %d lanes, want %d", matched, f.lanes)
+		}
+		res.lists, res.matched = append(res.lists, lists...), matched
+		along = append(along, lat...)
+
+		if f.control {
+			progress("round %d/%d: steady while CountPending runs (control)", round+1, f.rounds)
+			lat, calls, err := f.controlPhase(ctx, ingest, part, parts, seed+2<<24)
+			if err != nil {
+				return nil, err
+			}
+			control = append(control, lat...)
+			res.controlCalls += calls
+		}
 	}
+	res.alone, res.along, res.control = summarize(alone), summarize(along), summarize(control)
+	slices.Sort(res.lists)
+	progress("delivery p99 alone %.2f ms, with ListLanes %.2f ms, with CountPending %.2f ms; %d ListLanes calls, p50 %.1f ms, max %.1f ms",
+		ms(res.alone.p99), ms(res.along.p99), ms(res.control.p99), len(res.lists), ms(percentile(res.lists, 0.5)), ms(res.lists[len(res.lists)-1]))
 	return res, nil
 }
 
-// controlPhase is phase 3: steady while a cheap call runs back to back.
-func (f *lanesFlags) controlPhase(ctx context.Context, ingest rivorav1connect.IngestServiceClient, part *partner, parts rivorav1connect.PartitionServiceClient) (latencies, int, error) {
+func summarize(lat []time.Duration) latencies {
+	if len(lat) == 0 {
+		return latencies{}
+	}
+	slices.Sort(lat)
+	return latencies{events: len(lat), p50: percentile(lat, 0.5), p99: percentile(lat, 0.99), max: lat[len(lat)-1]}
+}
+
+// withLists is steady while ListLanes calls run on big.
+func (f *lanesFlags) withLists(ctx context.Context, ingest rivorav1connect.IngestServiceClient, part *partner, api rivorav1connect.LaneServiceClient, seed int) ([]time.Duration, int64, []time.Duration, error) {
+	lctx, stop := context.WithCancel(ctx)
+	var lists []time.Duration
+	var matched int64
+	var listErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lists, matched, listErr = f.listLoop(lctx, api)
+	}()
+	lat, err := f.steady(ctx, ingest, part, seed)
+	stop()
+	<-done
+	if err == nil {
+		err = listErr
+	}
+	if err == nil && len(lists) == 0 {
+		err = errors.New("no ListLanes call finished while steady ran")
+	}
+	return lists, matched, lat, err
+}
+
+// controlPhase is steady while a cheap call runs back to back.
+func (f *lanesFlags) controlPhase(ctx context.Context, ingest rivorav1connect.IngestServiceClient, part *partner, parts rivorav1connect.PartitionServiceClient, seed int) ([]time.Duration, int, error) {
 	cctx, stop := context.WithCancel(ctx)
 	var calls int
 	var callErr error
@@ -206,7 +238,7 @@ func (f *lanesFlags) controlPhase(ctx context.Context, ingest rivorav1connect.In
 			calls++
 		}
 	}()
-	lat, err := f.steady(ctx, ingest, part, 2<<30)
+	lat, err := f.steady(ctx, ingest, part, seed)
 	stop()
 	<-done
 	if err == nil {
@@ -269,7 +301,7 @@ func (f *lanesFlags) fill(ctx context.Context, ingest rivorav1connect.IngestServ
 
 // steady publishes f.rate events/s to steady for f.phase, then waits for
 // every one to be delivered and returns their delivery latencies.
-func (f *lanesFlags) steady(ctx context.Context, ingest rivorav1connect.IngestServiceClient, part *partner, seed int) (latencies, error) {
+func (f *lanesFlags) steady(ctx context.Context, ingest rivorav1connect.IngestServiceClient, part *partner, seed int) ([]time.Duration, error) {
 	type sent struct {
 		id string
 		at time.Time
@@ -282,14 +314,14 @@ func (f *lanesFlags) steady(ctx context.Context, ingest rivorav1connect.IngestSe
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			return latencies{}, ctx.Err()
+			return nil, ctx.Err()
 		}
 		at := time.Now()
 		resp, err := ingest.Publish(ctx, connect.NewRequest(&rivorav1.PublishRequest{
 			DestinationId: "steady", CustomerId: "s", LaneKey: "s-" + strconv.Itoa((seed+i)%64), Type: "bench.steady", Payload: payload(f.payload, seed+i),
 		}))
 		if err != nil {
-			return latencies{}, fmt.Errorf("publish to steady: %w", err)
+			return nil, fmt.Errorf("publish to steady: %w", err)
 		}
 		out = append(out, sent{resp.Msg.GetEventId(), at})
 	}
@@ -305,11 +337,7 @@ func (f *lanesFlags) steady(ctx context.Context, ingest rivorav1connect.IngestSe
 		}
 		return nil
 	})
-	if err != nil {
-		return latencies{}, err
-	}
-	slices.Sort(lat)
-	return latencies{events: len(lat), p50: percentile(lat, 0.5), p99: percentile(lat, 0.99), max: lat[len(lat)-1]}, nil
+	return lat, err
 }
 
 // listLoop calls ListLanes on big back to back until ctx ends.
@@ -344,8 +372,8 @@ func (f *lanesFlags) report(r *lanesResult) {
 	listP50, listMax := percentile(r.lists, 0.5), r.lists[len(r.lists)-1]
 	ratio := float64(r.along.p99) / float64(r.alone.p99)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "lanes: %d pending lanes on a paused destination; steady delivers %d events/s to a fast partner; %d partitions, %d workers; phases of %s\n",
-		f.lanes, f.rate, f.partitions, f.workers, f.phase)
+	fmt.Fprintf(tw, "lanes: %d pending lanes on a paused destination; steady delivers %d events/s to a fast partner; %d partitions, %d workers; %d rounds of 3 phases of %s\n",
+		f.lanes, f.rate, f.partitions, f.workers, f.rounds, f.phase)
 	fmt.Fprintln(tw, "measure\tvalue\tnote")
 	fmt.Fprintf(tw, "publish\t%.2f s\t%.0f events/s (PublishBatch of %d, %d concurrent)\n", r.publish.Seconds(), float64(f.lanes)/r.publish.Seconds(), f.batch, f.conc)
 	pace := "back to back"
