@@ -300,3 +300,26 @@ func TestTakeHead(t *testing.T) {
 	wantAttempt(t, mustPick(t, s), A, 2, 1) // the next head is due at once
 	checkInvariants(t, s)
 }
+
+// A walk whose destination is dropped mid-way (its partition handed off)
+// stops with what it has read.
+func TestListLanesWalkStopsWhenDropped(t *testing.T) {
+	s, _ := newSched()
+	for i := range 10 {
+		appendTo(s, 0, lid("d", "c", fmt.Sprintf("k%d", i)), ev(uint64(i+1)))
+	}
+	w := s.startWalk("d", LaneFilter{Limit: 100}, 3)
+	if !w.Step() {
+		t.Fatal("walk over 10 lanes ended after one chunk of 3")
+	}
+	s.DropPartition(0)
+	if w.Step() {
+		t.Fatal("walk went on after its destination was dropped")
+	}
+	if got := w.Result(); got.Matched != 3 || len(got.Lanes) != 3 {
+		t.Fatalf("result = %+v, want the 3 lanes read before the drop", got)
+	}
+	if got := s.ListLanes("d", LaneFilter{Limit: 100}); got.Matched != 0 {
+		t.Fatalf("ListLanes after the drop = %+v", got)
+	}
+}
