@@ -61,6 +61,7 @@ const (
 
 // walkPaced runs a lane walk to its end, resting between chunks.
 func walkPaced(ctx context.Context, w *scheduler.LaneWalk) (scheduler.LaneList, error) {
+	defer w.Close()
 	busy := time.Now()
 	for w.Step() {
 		if time.Since(busy) < listBusy {

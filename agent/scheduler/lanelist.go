@@ -93,7 +93,8 @@ func (s *Scheduler) ListLanes(destinationID string, f LaneFilter) LaneList {
 
 // WalkLanes starts a ListLanes that the caller steps itself, so it can
 // pace the walk (the scheduler does not sleep): call Step until it
-// returns false, then Result. One goroutine at a time.
+// returns false, then Result; Close a walk given up before its end. One
+// goroutine at a time.
 func (s *Scheduler) WalkLanes(destinationID string, f LaneFilter) *LaneWalk {
 	return s.startWalk(destinationID, f, listChunk)
 }
@@ -174,7 +175,7 @@ func (w *LaneWalk) read() bool {
 	if end < len(d.order) {
 		return true
 	}
-	d.walks = slices.DeleteFunc(d.walks, func(x *LaneWalk) bool { return x == w })
+	w.unregister()
 	return false
 }
 
@@ -209,6 +210,22 @@ func (w *LaneWalk) keep(ls LaneSummary) {
 		w.top[0] = ls
 		heap.Fix(&w.top, 0)
 	}
+}
+
+// Close ends a walk before its end (a walk that ended is closed): the
+// scheduler stops keeping track of it.
+func (w *LaneWalk) Close() {
+	if w == nil {
+		return
+	}
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	w.unregister()
+}
+
+func (w *LaneWalk) unregister() {
+	w.d.walks = slices.DeleteFunc(w.d.walks, func(x *LaneWalk) bool { return x == w })
+	w.moved = nil
 }
 
 // Result is the walk's answer so far (all of it once Step returned

@@ -270,6 +270,28 @@ func walkConsistency(t *testing.T, seed uint64) {
 	}
 }
 
+// A walk given up before its end is forgotten once closed: swap-removes
+// no longer hand it lanes.
+func TestListLanesWalkClose(t *testing.T) {
+	s, _ := newSched()
+	for i := range 10 {
+		appendTo(s, 0, lid("d", "c", fmt.Sprintf("k%d", i)), ev(uint64(i+1)))
+	}
+	w := s.startWalk("d", LaneFilter{Limit: 100}, 3)
+	w.Step()
+	w.Close()
+	a, err := s.TakeHead(lid("d", "c", "k0"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Dead(a) // swap-removes k0: k9 moves behind the closed walk's cursor
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.dests["d"].walks) != 0 || len(w.moved) != 0 {
+		t.Fatalf("closed walk still tracked: %d walks, %d moved", len(s.dests["d"].walks), len(w.moved))
+	}
+}
+
 func TestTakeHead(t *testing.T) {
 	s, clk := newSched()
 	s.SetLimits("d", 0, unlimited)
@@ -319,6 +341,7 @@ func TestListLanesWalkStopsWhenDropped(t *testing.T) {
 	if got := w.Result(); got.Matched != 3 || len(got.Lanes) != 3 {
 		t.Fatalf("result = %+v, want the 3 lanes read before the drop", got)
 	}
+	w.Close() // closing an ended walk is harmless
 	if got := s.ListLanes("d", LaneFilter{Limit: 100}); got.Matched != 0 {
 		t.Fatalf("ListLanes after the drop = %+v", got)
 	}
