@@ -157,6 +157,9 @@ func (s *laneService) SkipLaneHead(ctx context.Context, req *connect.Request[riv
 	if err != nil {
 		return nil, takeHeadError(id, m.GetHeadEventId(), err)
 	}
+	// Once taken, the skip and its audit entry go through even if the
+	// caller hangs up: a skip must not be left half done or unaudited.
+	ctx = context.WithoutCancel(ctx)
 	remaining, err := run.part.SkipHead(ctx, att)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w; the head stays in its lane", err))
