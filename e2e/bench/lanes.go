@@ -371,9 +371,13 @@ func (f *lanesFlags) listLoop(ctx context.Context, api rivorav1connect.LaneServi
 func (f *lanesFlags) report(r *lanesResult) {
 	listP50, listMax := percentile(r.lists, 0.5), r.lists[len(r.lists)-1]
 	ratio := float64(r.along.p99) / float64(r.alone.p99)
+	phases := 2
+	if f.control {
+		phases = 3
+	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "lanes: %d pending lanes on a paused destination; steady delivers %d events/s to a fast partner; %d partitions, %d workers; %d rounds of 3 phases of %s\n",
-		f.lanes, f.rate, f.partitions, f.workers, f.rounds, f.phase)
+	fmt.Fprintf(tw, "lanes: %d pending lanes on a paused destination; steady delivers %d events/s to a fast partner; %d partitions, %d workers; %d rounds of %d phases of %s\n",
+		f.lanes, f.rate, f.partitions, f.workers, f.rounds, phases, f.phase)
 	fmt.Fprintln(tw, "measure\tvalue\tnote")
 	fmt.Fprintf(tw, "publish\t%.2f s\t%.0f events/s (PublishBatch of %d, %d concurrent)\n", r.publish.Seconds(), float64(f.lanes)/r.publish.Seconds(), f.batch, f.conc)
 	pace := "back to back"
