@@ -337,7 +337,7 @@ func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 // Ready reports whether the agent is serving.
 func (a *Agent) Ready() bool { return a.ready.Load() }
 
-// Handle registers the agent's Connect services (ingest, events,
+// Handle registers the agent's Connect services (ingest, events, lanes,
 // partitions) on mux.
 func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	// Ingest answers are event ids: compressing them costs more than it
@@ -345,6 +345,7 @@ func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	ingestOpts := append([]connect.HandlerOption{connect.WithCompressMinBytes(1 << 20)}, opts...)
 	mux.Handle(rivorav1connect.NewIngestServiceHandler(a.gateway, ingestOpts...))
 	mux.Handle(rivorav1connect.NewEventServiceHandler(&eventService{a: a}, opts...))
+	mux.Handle(rivorav1connect.NewLaneServiceHandler(&laneService{a: a}, opts...))
 	mux.Handle(rivorav1connect.NewPartitionServiceHandler(&partitionService{a: a}, opts...))
 	mux.Handle(rivorav1connect.NewArchiveServiceHandler(a.deadLetters, opts...))
 }

@@ -119,6 +119,7 @@ API. Start one locally with ` + "`rivora dev`" + `, then:
 			e.destinationsCommand(),
 			e.publishCommand(),
 			e.eventsCommand(),
+			e.lanesCommand(),
 			e.priorityCommand(),
 			e.limitsCommand(),
 			e.auditCommand(),

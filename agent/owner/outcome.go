@@ -218,19 +218,44 @@ func (o *Partition) retryLater(ctx context.Context, a *scheduler.Attempt, head s
 }
 
 func (o *Partition) kill(ctx context.Context, a *scheduler.Attempt, ev *rivorav1.Event, head scheduler.Head, reason rivorav1.DeadReason) {
-	dl := o.deadLetter(ev, a.Entry.Seq, head, reason)
-	if err := o.dead.record(ctx, dl); err != nil {
+	if _, err := o.die(ctx, a, ev, head, reason); err != nil {
 		// The lane may only advance once the dead letter is durable; try
 		// again shortly.
 		o.log.Warn("ledger write of dead letter failed; holding the lane", "event_id", ev.GetEventId(), "error", err)
 		head.NotBefore = o.deps.Clock.Now().Add(5 * time.Second)
 		o.deps.Scheduler.Retry(a, head)
-		return
+	}
+}
+
+// die makes an attempt's event a dead letter and moves its lane on; on
+// an error nothing happened and the attempt is still the caller's.
+func (o *Partition) die(ctx context.Context, a *scheduler.Attempt, ev *rivorav1.Event, head scheduler.Head, reason rivorav1.DeadReason) (scheduler.Outcome, error) {
+	dl := o.deadLetter(ev, a.Entry.Seq, head, reason)
+	if err := o.dead.record(ctx, dl); err != nil {
+		return scheduler.Outcome{}, err
 	}
 	out := o.deps.Scheduler.Dead(a)
 	o.afterAdvance(a, out)
 	o.deps.History.Record(deadOutcome(ev, reason))
 	deadTotal.WithLabelValues(ev.GetDestinationId(), reasonLabel(reason)).Inc()
+	return out, nil
+}
+
+// SkipHead makes a lane head an operator took (scheduler.TakeHead) a dead
+// letter with reason manual, through the same path as any other: the
+// ledger, the archive hand-off, the history. The lane moves on; it returns
+// how many events the lane still holds. On an error the head is given back,
+// unchanged.
+func (o *Partition) SkipHead(ctx context.Context, a *scheduler.Attempt) (remaining int, err error) {
+	ev, err := o.Load(ctx, a)
+	if err == nil {
+		var out scheduler.Outcome
+		if out, err = o.die(ctx, a, ev, a.Head, rivorav1.DeadReason_DEAD_REASON_MANUAL); err == nil {
+			return out.Remaining, nil
+		}
+	}
+	o.deps.Scheduler.Release(a)
+	return 0, fmt.Errorf("skip %s of lane %s: %w", a.Entry.EventID, a.Lane.ID, err)
 }
 
 func (o *Partition) deadLetter(ev *rivorav1.Event, seq uint64, head scheduler.Head, reason rivorav1.DeadReason) *rivorav1.DeadLetter {

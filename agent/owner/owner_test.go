@@ -566,3 +566,55 @@ func readObject(t *testing.T, path string) []*rivorav1.DeadLetter {
 	}
 	return out
 }
+
+// An operator's skip makes a poison head a dead letter with reason manual
+// through the usual path (ledger, then archive), and the lane's next event
+// is delivered.
+func TestSkipHeadDeadLettersManual(t *testing.T) {
+	var poison string
+	var mu sync.Mutex
+	p := newPartner(t, func(id string, _ int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return id == poison
+	})
+	archRoot := t.TempDir()
+	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.srv.URL, 100)})
+	mu.Lock()
+	poison = n.publish("orders", "u1")
+	mu.Unlock()
+	next := n.publish("orders", "u1")
+	n.run(true)
+	eventually.True(t, "the poison head fails", 10*time.Second, func() bool {
+		l := n.sched.ListLanes("orders", scheduler.LaneFilter{Stuck: true, Limit: 10})
+		return len(l.Lanes) == 1 && l.Lanes[0].HeadEventID == poison && l.Lanes[0].Depth == 2 && l.Lanes[0].Head.LastStatus == 500
+	})
+	id := lanes.ID{Destination: "orders", Customer: "acme", Key: "u1"}
+	var att *scheduler.Attempt
+	eventually.True(t, "the head is taken between attempts", 10*time.Second, func() bool {
+		var err error
+		att, err = n.sched.TakeHead(id, poison)
+		if err != nil && !errors.Is(err, scheduler.ErrHeadInFlight) {
+			t.Fatalf("TakeHead: %v", err)
+		}
+		return err == nil
+	})
+	remaining, err := n.parts[lanes.Partition("orders", partitions)].SkipHead(context.Background(), att)
+	if err != nil || remaining != 1 {
+		t.Fatalf("SkipHead = %d, %v; want 1 remaining", remaining, err)
+	}
+	eventually.True(t, "the next event is delivered", 10*time.Second, func() bool {
+		return slices.Equal(p.delivered()["u1"], []string{next})
+	})
+	var letters []*rivorav1.DeadLetter
+	eventually.True(t, "the skipped head is archived", 20*time.Second, func() bool {
+		letters = nil
+		for _, o := range findObjects(t, archRoot) {
+			letters = append(letters, readObject(t, o)...)
+		}
+		return len(letters) > 0
+	})
+	if len(letters) != 1 || letters[0].GetEvent().GetEventId() != poison || letters[0].GetReason() != rivorav1.DeadReason_DEAD_REASON_MANUAL || letters[0].GetLastStatus() != 500 {
+		t.Fatalf("archive holds %v, want %s with reason manual and last status 500", letters, poison)
+	}
+}

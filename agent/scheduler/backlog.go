@@ -26,8 +26,10 @@ func (s *Scheduler) laneBySubject(partition int, id lanes.ID, subject string) *L
 			c = &customer{id: id.Customer, weight: w}
 			d.customers[id.Customer] = c
 		}
-		l = &Lane{ID: id, Partition: partition, Subject: subject, heapIdx: -1, dest: d, cust: c}
+		s.born++
+		l = &Lane{ID: id, Partition: partition, Subject: subject, heapIdx: -1, dest: d, cust: c, pos: len(d.order), born: s.born}
 		d.lanes[subject] = l
+		d.order = append(d.order, laneSlot{lane: l, born: l.born, cust: c})
 		c.lanes++
 	}
 	return l
@@ -49,7 +51,11 @@ func (s *Scheduler) AppendAll(partition int, appends []LaneAppend) {
 	now := s.clock.Now()
 	for _, a := range appends {
 		l := s.laneBySubject(partition, a.ID, a.Subject)
+		if len(l.entries) == 0 && len(a.Entries) > 0 {
+			l.headSince = now
+		}
 		l.entries = append(l.entries, a.Entries...)
+		l.reslot()
 		l.dest.pending += len(a.Entries)
 		if l.state == laneIdle {
 			s.schedule(l, now)
@@ -60,13 +66,25 @@ func (s *Scheduler) AppendAll(partition int, appends []LaneAppend) {
 
 // Restore installs a lane rebuilt from the store, with its head's ledger
 // state (zero Head when the head was never attempted).
+//
+// The store does not keep when a head became head, so a restored head's
+// headSince is approximated: its first attempt when it had one, else its
+// acceptance. Both are no later than the truth; the acceptance of a head
+// that waited behind others is earlier than when it became head.
 func (s *Scheduler) Restore(partition int, id lanes.ID, entries []Entry, head Head, hasLedger bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.lane(partition, id)
+	if len(l.entries) == 0 && len(entries) > 0 {
+		l.headSince = head.FirstAttemptAt
+		if l.headSince.IsZero() {
+			l.headSince = entries[0].AcceptedAt
+		}
+	}
 	l.entries = append(l.entries, entries...)
 	l.dest.pending += len(entries)
 	l.head = head
+	l.reslot()
 	l.hasLedger = l.hasLedger || hasLedger
 	if l.state == laneIdle {
 		s.schedule(l, s.clock.Now())

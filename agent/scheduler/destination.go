@@ -37,13 +37,18 @@ type destination struct {
 	statuses   statusRing // last attempt statuses
 	inFlight   int
 	lanes      map[string]*Lane
-	customers  map[string]*customer
-	weights    map[string]float64
-	active     []*customer // customers with due lanes, in DRR order
-	cursor     int
-	due        int
-	pending    int
-	inRing     bool
+	// order holds the same lanes as lanes, in a slice (Lane.pos) that
+	// ListLanes walks in chunks, each with a copy of what the walk sorts
+	// and filters on (laneSlot); walks are the walks under way over it.
+	order     []laneSlot
+	walks     []*LaneWalk
+	customers map[string]*customer
+	weights   map[string]float64
+	active    []*customer // customers with due lanes, in DRR order
+	cursor    int
+	due       int
+	pending   int
+	inRing    bool
 	// dropped: DropPartition forgot this destination; outcomes of its
 	// attempts still in flight must not put its lanes back in play.
 	dropped bool

@@ -68,8 +68,15 @@ type Lane struct {
 	// hasLedger is true when the ledger holds a head record for this lane
 	// that must be purged once the lane drains.
 	hasLedger bool
-	dest      *destination
-	cust      *customer
+	// headSince is when the current head became the lane's head.
+	headSince time.Time
+	// pos is the lane's index in dest.order; born orders lanes by
+	// creation (Scheduler.born), so a walk can tell lanes made after it
+	// started.
+	pos  int
+	born uint64
+	dest *destination
+	cust *customer
 }
 
 type customer struct {

@@ -139,6 +139,8 @@ type Outcome struct {
 	Drained bool
 	// PurgeLedger: the drained lane had a ledger head record to purge.
 	PurgeLedger bool
+	// Remaining counts the lane's pending events after the attempt.
+	Remaining int
 }
 
 // advance pops the head of a lane after success or death.
@@ -153,13 +155,15 @@ func (s *Scheduler) advance(a *Attempt, died bool) Outcome {
 	l.head = Head{}
 	l.state = laneIdle
 	if len(l.entries) > 0 {
+		l.headSince = s.clock.Now()
 		if died {
 			s.holdNext(a, l)
 			s.schedule(l, s.clock.Now())
 		} else {
 			s.makeDue(l)
 		}
-		return Outcome{}
+		l.reslot()
+		return Outcome{Remaining: len(l.entries)}
 	}
 	out := Outcome{Drained: true, PurgeLedger: l.hasLedger}
 	s.forget(l)
@@ -183,6 +187,7 @@ func (s *Scheduler) holdNext(a *Attempt, l *Lane) {
 func (s *Scheduler) forget(l *Lane) {
 	d, c := l.dest, l.cust
 	delete(d.lanes, l.Subject)
+	d.unorder(l)
 	c.lanes--
 	if c.lanes == 0 && !c.active {
 		delete(d.customers, c.id)
@@ -214,6 +219,7 @@ func (s *Scheduler) Retry(a *Attempt, head Head) {
 	l := a.Lane
 	l.dest.inFlight--
 	l.head = head
+	l.reslot()
 	l.hasLedger = true
 	l.state = laneIdle
 	s.schedule(l, s.clock.Now())

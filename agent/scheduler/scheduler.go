@@ -19,7 +19,16 @@
 //     one probe a second is taken from the held lane whose window closes
 //     first; the probe's success releases every held lane at once, oldest
 //     head first, paced by the budget; a held lane whose window closes is
-//     handed out at once, without a token, marked Expired.
+//     handed out at once, without a token, marked Expired;
+//   - an operator's view of many lanes (ListLanes) holds the lock one
+//     chunk of lanes at a time, so it costs delivery no more than a short
+//     wait however many lanes there are; an operator's skip (TakeHead)
+//     takes a head out of play like a dispatched attempt, so it is
+//     reported like one.
+//
+// Each destination keeps its pending lanes twice: by subject (lanes) and
+// in a slice (order, Lane.pos) that ListLanes walks; a lane is in both or
+// in neither.
 //
 // Whether a failure that is the destination's counts against the event's
 // max_attempts is OtherwiseHealthy's rule; the owner applies it.
@@ -68,6 +77,8 @@ type Scheduler struct {
 	expired []*Lane // lanes in laneExpired, oldest window first
 	// deadlines: window ends of held heads, whatever their state.
 	deadlines deadlineHeap
+	// born counts the lanes ever made (Lane.born).
+	born uint64
 }
 
 // New returns an empty scheduler.

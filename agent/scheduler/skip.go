@@ -1,0 +1,58 @@
+package scheduler
+
+import (
+	"container/heap"
+	"errors"
+
+	"github.com/rivora/rivora/agent/lanes"
+)
+
+// Why TakeHead refuses.
+var (
+	// ErrNoLane: the lane has no pending event here.
+	ErrNoLane = errors.New("lane has no pending events here")
+	// ErrHeadInFlight: the head is being attempted; its outcome decides.
+	ErrHeadInFlight = errors.New("lane head is in flight")
+	// ErrHeadMoved: the head is not the event the caller expected.
+	ErrHeadMoved = errors.New("lane head is no longer the expected event")
+)
+
+// TakeHead takes a lane's head out of play as if it were handed out, so
+// an operator can skip it: nothing is sent; the caller dead-letters it and
+// reports Dead (or Release, when that fails), and the lane advances.
+// expectEventID, when set, must be the head's event id, so a skip decided
+// on a listing never skips the event behind it. A head in flight is
+// refused: its attempt's outcome decides.
+func (s *Scheduler) TakeHead(id lanes.ID, expectEventID string) (*Attempt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.dests[id.Destination]
+	if d == nil {
+		return nil, ErrNoLane
+	}
+	l := d.lanes[id.Subject(d.partition)]
+	switch {
+	case l == nil || len(l.entries) == 0:
+		return nil, ErrNoLane
+	case l.state == laneInFlight:
+		return nil, ErrHeadInFlight
+	case expectEventID != "" && l.entries[0].EventID != expectEventID:
+		return nil, ErrHeadMoved
+	}
+	s.unplay(l)
+	l.state = laneInFlight
+	d.inFlight++
+	return &Attempt{Lane: l, Entry: l.entries[0], Head: l.head, Number: l.head.Attempts + 1, StartedAt: s.clock.Now()}, nil
+}
+
+// unplay takes a lane that is not in flight out of its queue.
+func (s *Scheduler) unplay(l *Lane) {
+	switch l.state {
+	case laneWaiting:
+		heap.Remove(&s.waiting, l.heapIdx)
+	case laneDue:
+		s.undue(l)
+	case laneExpired:
+		s.dropExpired(l)
+	}
+}
