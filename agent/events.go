@@ -139,4 +139,3 @@ func plural(n int, word string) string {
 	}
 	return word + "s"
 }
-
