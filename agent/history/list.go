@@ -48,11 +48,11 @@ type Listing struct {
 	SearchedBackTo time.Time
 }
 
-// List scans write minutes newest first, from Until back to Since, and
+// List scans write buckets newest first, from Until back to Since, and
 // returns the terminal records matching f. Its cost is the records of the
-// minutes it reads (all destinations' records are in them), bounded by
-// f.MaxRecords; the minutes before the oldest retained record are not
-// visited.
+// buckets it reads (all destinations' records are in them), bounded by
+// f.MaxRecords, and one subject listing per hour; the hours before the
+// oldest retained record are not visited.
 func (h *History) List(ctx context.Context, f Filter) (Listing, error) {
 	if f.Destination == "" || f.Limit <= 0 {
 		return Listing{}, fmt.Errorf("list history: destination and a positive limit are required")
@@ -79,8 +79,9 @@ func (h *History) List(ctx context.Context, f Filter) (Listing, error) {
 		since = first
 	}
 	s := scan{f: f, since: since, until: until, seen: make(map[string]bool)}
-	for w := Minute(until); w >= Minute(since) && !s.done; w-- {
-		if err := h.scanMinute(ctx, &s, w); err != nil {
+	first, last := Bucket(since), Bucket(until)
+	for hour := hourOf(last); hour >= hourOf(first) && !s.done; hour-- {
+		if err := h.scanHour(ctx, &s, hour, first, last); err != nil {
 			return Listing{}, err
 		}
 	}
@@ -97,33 +98,52 @@ type scan struct {
 	done         bool
 }
 
-// scanMinute adds the matching records written in minute w, newest first.
-func (h *History) scanMinute(ctx context.Context, s *scan, w int64) error {
-	subjects, err := h.subjects(ctx, fmt.Sprintf("%s%d.*.*", outcomePrefix, w))
+// scanHour reads the buckets of one hour within [first, last], newest
+// first.
+func (h *History) scanHour(ctx context.Context, s *scan, hour, first, last int64) error {
+	subjects, err := subjectsOf(ctx, h.stream, fmt.Sprintf("%s%d.>", outcomePrefix, hour))
 	if err != nil {
 		return err
 	}
-	total := 0
+	counts := make(map[int64]uint64)
+	var buckets []int64
 	for _, sc := range subjects {
-		total += int(sc.count)
+		if sc.bucket < first || sc.bucket > last {
+			continue
+		}
+		if counts[sc.bucket] == 0 {
+			buckets = append(buckets, sc.bucket)
+		}
+		counts[sc.bucket] += sc.count
 	}
-	if s.read > 0 && s.read+total > s.f.MaxRecords {
-		s.out.SearchedBackTo = time.Unix((w+1)*60, 0).UTC()
+	slices.Sort(buckets)
+	for i := len(buckets) - 1; i >= 0 && !s.done; i-- {
+		if err := h.scanBucket(ctx, s, hour, buckets[i], counts[buckets[i]]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanBucket adds the matching records written in bucket w, newest
+// first. It reads the bucket in one pass (a wildcard read walks its
+// blocks once; one read per subject would walk them once per subject).
+func (h *History) scanBucket(ctx context.Context, s *scan, hour, w int64, total uint64) error {
+	if s.read > 0 && s.read+int(total) > s.f.MaxRecords {
+		s.out.SearchedBackTo = BucketStart(w + 1)
 		s.done = true
 		return nil
 	}
-	s.read += total
+	s.read += int(total)
 	var found []Finished
-	for _, sc := range subjects {
-		err := h.read(ctx, sc.name, sc.count, func(r record) error {
-			if fin, ok := s.match(r); ok {
-				found = append(found, fin)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
+	err := h.read(ctx, h.stream, fmt.Sprintf("%s%d.%d.>", outcomePrefix, hour, w), total, func(r record) error {
+		if fin, ok := s.match(r); ok {
+			found = append(found, fin)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	slices.SortFunc(found, func(x, y Finished) int { return y.At.Compare(x.At) })
 	for _, fin := range found {

@@ -42,24 +42,29 @@ func (r *rig) record(o *rivorav1.EventOutcome) { r.h.Record(o); r.n++ }
 
 func (r *rig) body(ev *rivorav1.Event) { r.h.RecordBody(ev); r.n++ }
 
-// stored waits until every record written is in the stream.
+// stored waits until every record written is in the streams.
 func (r *rig) stored() {
 	r.t.Helper()
-	st, err := r.srv.JetStream().Stream(context.Background(), history.Stream)
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	ctx := context.Background()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		info, err := st.Info(context.Background())
-		if err != nil {
-			r.t.Fatal(err)
+		var n uint64
+		for _, name := range []string{history.Stream, history.BodiesStream} {
+			st, err := r.srv.JetStream().Stream(ctx, name)
+			if err != nil {
+				r.t.Fatal(err)
+			}
+			info, err := st.Info(ctx)
+			if err != nil {
+				r.t.Fatal(err)
+			}
+			n += info.State.Msgs
 		}
-		if info.State.Msgs == r.n {
+		if n == r.n {
 			return
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("%d records stored after 10s, want %d", info.State.Msgs, r.n)
+			r.t.Fatalf("%d records stored after 10s, want %d", n, r.n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -78,7 +83,7 @@ func terminal(kind rivorav1.EventOutcome_Kind, id, dest, customer, lane string) 
 // Lookup finds an event's records in every minute they were written in
 // (a retry hours after acceptance), oldest first, and none of the events
 // sharing its acceptance minute and shard.
-func TestLookupAcrossWriteMinutes(t *testing.T) {
+func TestLookupAcrossWriteBuckets(t *testing.T) {
 	r := newRig(t)
 	accepted := r.now
 	var ids []string
@@ -143,7 +148,7 @@ func TestBodyIsTheLatestDelivery(t *testing.T) {
 
 func TestListNewestFirstWithFilters(t *testing.T) {
 	r := newRig(t)
-	// Minute by minute: d1/c1/u1 delivered, d1/c2/u1 dead, d2 delivered,
+	// A minute apart (in distinct buckets): d1/c1/u1 delivered, d1/c2/u1 dead, d2 delivered,
 	// d1/c1/u2 failed (not terminal).
 	var want []string // d1 terminal, newest first
 	for i := range 5 {
@@ -204,7 +209,7 @@ func TestListNewestFirstWithFilters(t *testing.T) {
 	if len(l.Events) != 4 || l.SearchedBackTo.IsZero() {
 		t.Fatalf("List(d1, 9 records) = %v, searched back to %v; want the 2 newest minutes' 4 events and a bound", ids(l), l.SearchedBackTo)
 	}
-	if got, want := l.SearchedBackTo, time.Unix(history.Minute(r.now)*60-60, 0).UTC(); !got.Equal(want) {
+	if got, want := l.SearchedBackTo, history.BucketStart(history.Bucket(r.now.Add(-2*time.Minute))+1); !got.Equal(want) {
 		t.Fatalf("SearchedBackTo = %v, want %v", got, want)
 	}
 	// Until before every record: nothing.
@@ -228,5 +233,32 @@ func TestNewDropsTheOldEventsStream(t *testing.T) {
 	}
 	if _, err := history.New(ctx, js, history.Config{}, quiet); err != nil {
 		t.Fatalf("New again (no EVENTS stream): %v", err)
+	}
+}
+
+// The listing walks back hour by hour: records hours apart come newest
+// first, and Since excludes the older ones.
+func TestListAcrossHours(t *testing.T) {
+	r := newRig(t)
+	var ids []string
+	for i := range 3 {
+		id := v7At(t, r.now)
+		r.record(terminal(rivorav1.EventOutcome_KIND_DELIVERED, id, "d1", "c1", "u1"))
+		ids = append([]string{id}, ids...)
+		if i < 2 {
+			r.later(90 * time.Minute)
+		}
+	}
+	r.stored()
+	l, err := r.h.List(context.Background(), history.Filter{Destination: "d1", Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range l.Events {
+		got = append(got, e.Outcome.GetEventId())
+	}
+	if fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Fatalf("List over 3 hours = %v, want newest first %v", got, ids)
 	}
 }

@@ -25,22 +25,28 @@ func v7At(t *testing.T, at time.Time) string {
 	return u.String()
 }
 
-func TestAcceptMinute(t *testing.T) {
+func TestAcceptBucket(t *testing.T) {
 	at := time.Date(2026, 12, 1, 10, 30, 59, 999e6, time.UTC)
-	want := strconv.FormatInt(at.Unix()/60, 10)
-	if got := history.AcceptMinute(v7At(t, at)); got != want {
-		t.Fatalf("AcceptMinute(v7 at %s) = %s, want %s", at, got, want)
+	want := strconv.FormatInt(at.Unix()/20, 10)
+	if got := history.AcceptBucket(v7At(t, at)); got != want {
+		t.Fatalf("AcceptBucket(v7 at %s) = %s, want %s", at, got, want)
+	}
+	if got := history.AcceptBucket(v7At(t, at)); got != strconv.FormatInt(history.Bucket(at), 10) {
+		t.Fatalf("AcceptBucket(v7 at %s) = %s, want Bucket(%s) = %d", at, got, at, history.Bucket(at))
 	}
 	for _, id := range []string{uuid.NewString() /* v4 */, "order-42", "", "0190a1b2-c3d4-7e5f-0000-zzzzzzzzzzzz"} {
-		if got := history.AcceptMinute(id); got != history.KeyedMinute {
-			t.Errorf("AcceptMinute(%q) = %s, want %s (not a UUIDv7)", id, got, history.KeyedMinute)
+		if got := history.AcceptBucket(id); got != history.Keyed {
+			t.Errorf("AcceptBucket(%q) = %s, want %s (not a UUIDv7)", id, got, history.Keyed)
 		}
+	}
+	if got := history.BucketStart(history.Bucket(at)); !got.Equal(time.Date(2026, 12, 1, 10, 30, 40, 0, time.UTC)) {
+		t.Fatalf("BucketStart(Bucket(%s)) = %s, want 10:30:40", at, got)
 	}
 }
 
 func TestShardIsStableAndSpread(t *testing.T) {
 	seen := make(map[int]int)
-	for i := range 64 * 50 {
+	for i := range history.Shards * 50 {
 		id := "ev-" + strconv.Itoa(i)
 		s := history.Shard(id)
 		if s < 0 || s >= history.Shards || s != history.Shard(id) {
@@ -49,25 +55,26 @@ func TestShardIsStableAndSpread(t *testing.T) {
 		seen[s]++
 	}
 	if len(seen) != history.Shards {
-		t.Fatalf("3200 ids fell in %d shards, want all %d", len(seen), history.Shards)
+		t.Fatalf("%d ids fell in %d shards, want all %d", history.Shards*50, len(seen), history.Shards)
 	}
 }
 
-func TestSubjectsAreByWriteMinuteAcceptMinuteAndShard(t *testing.T) {
+func TestSubjectsAreByHourWriteBucketAcceptBucketAndShard(t *testing.T) {
 	accepted := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	id := v7At(t, accepted)
 	written := accepted.Add(3*time.Hour + 30*time.Second)
 	shard := strconv.Itoa(history.Shard(id))
-	w, a := strconv.FormatInt(written.Unix()/60, 10), strconv.FormatInt(accepted.Unix()/60, 10)
-	if got, want := history.OutcomeSubject(written, id), "history.o."+w+"."+a+"."+shard; got != want {
+	h := strconv.FormatInt(written.Unix()/3600, 10)
+	w, a := strconv.FormatInt(written.Unix()/20, 10), strconv.FormatInt(accepted.Unix()/20, 10)
+	if got, want := history.OutcomeSubject(written, id), "history.o."+h+"."+w+"."+a+"."+shard; got != want {
 		t.Fatalf("OutcomeSubject = %s, want %s", got, want)
 	}
-	if got, want := history.BodySubject(written, id), "history.b."+w+"."+a+"."+shard; got != want {
+	if got, want := history.BodySubject(written, id), "history.b."+h+"."+w+"."+a+"."+shard; got != want {
 		t.Fatalf("BodySubject = %s, want %s", got, want)
 	}
 	// Any string is a valid idempotency key; its subject stays one
 	// well-formed NATS subject.
-	if got := history.OutcomeSubject(written, "order.42 *>"); strings.Count(got, ".") != 4 || !strings.Contains(got, ".k.") {
-		t.Fatalf("OutcomeSubject(keyed) = %s, want history.o.<w>.k.<s>", got)
+	if got := history.OutcomeSubject(written, "order.42 *>"); strings.Count(got, ".") != 5 || !strings.Contains(got, ".k.") {
+		t.Fatalf("OutcomeSubject(keyed) = %s, want history.o.<h>.<w>.k.<s>", got)
 	}
 }

@@ -7,6 +7,7 @@
 //	go run ./e2e/bench rebuild  # restart with 1M pending events: scheduler rebuild time and memory
 //	go run ./e2e/bench gameday  # a WAF throttling one partner, or a partner hard down
 //	go run ./e2e/bench failover # kill -9 an agent of a three-agent cell on Consul mid-delivery
+//	go run ./e2e/bench history  # memory per retained event after a restart; events get p50/p99 at 1M and 10M
 //
 // Progress goes to stderr; a table and, as the last line, one JSON object go
 // to stdout. It exits non-zero with a message when anything fails or a phase
@@ -61,6 +62,8 @@ func main() {
 		err = runRebuild(args)
 	case "failover":
 		err = runFailover(args)
+	case "history":
+		err = runHistory(args)
 	default:
 		usage()
 		os.Exit(2)
@@ -72,7 +75,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver|gameday|rebuild|failover [flags]  (-h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver|gameday|rebuild|failover|history [flags]  (-h for flags)")
 }
 
 func progress(format string, args ...any) {
