@@ -136,7 +136,7 @@ func (h *History) scanBucket(ctx context.Context, s *scan, hour, w int64, total 
 	}
 	s.read += int(total)
 	var found []Finished
-	err := h.read(ctx, h.stream, fmt.Sprintf("%s%d.%d.>", outcomePrefix, hour, w), total, func(r record) error {
+	err := h.read(ctx, h.stream, fmt.Sprintf("%s%d.%d.>", outcomePrefix, hour, w), total, true, func(r record) error {
 		if fin, ok := s.match(r); ok {
 			found = append(found, fin)
 		}

@@ -27,7 +27,7 @@ func v7At(t *testing.T, at time.Time) string {
 
 func TestAcceptBucket(t *testing.T) {
 	at := time.Date(2026, 12, 1, 10, 30, 59, 999e6, time.UTC)
-	want := strconv.FormatInt(at.Unix()/20, 10)
+	want := strconv.FormatInt(at.Unix()/5, 10)
 	if got := history.AcceptBucket(v7At(t, at)); got != want {
 		t.Fatalf("AcceptBucket(v7 at %s) = %s, want %s", at, got, want)
 	}
@@ -39,8 +39,8 @@ func TestAcceptBucket(t *testing.T) {
 			t.Errorf("AcceptBucket(%q) = %s, want %s (not a UUIDv7)", id, got, history.Keyed)
 		}
 	}
-	if got := history.BucketStart(history.Bucket(at)); !got.Equal(time.Date(2026, 12, 1, 10, 30, 40, 0, time.UTC)) {
-		t.Fatalf("BucketStart(Bucket(%s)) = %s, want 10:30:40", at, got)
+	if got := history.BucketStart(history.Bucket(at)); !got.Equal(time.Date(2026, 12, 1, 10, 30, 55, 0, time.UTC)) {
+		t.Fatalf("BucketStart(Bucket(%s)) = %s, want 10:30:55", at, got)
 	}
 }
 
@@ -65,7 +65,7 @@ func TestSubjectsAreByHourWriteBucketAcceptBucketAndShard(t *testing.T) {
 	written := accepted.Add(3*time.Hour + 30*time.Second)
 	shard := strconv.Itoa(history.Shard(id))
 	h := strconv.FormatInt(written.Unix()/3600, 10)
-	w, a := strconv.FormatInt(written.Unix()/20, 10), strconv.FormatInt(accepted.Unix()/20, 10)
+	w, a := strconv.FormatInt(written.Unix()/5, 10), strconv.FormatInt(accepted.Unix()/5, 10)
 	if got, want := history.OutcomeSubject(written, id), "history.o."+h+"."+w+"."+a+"."+shard; got != want {
 		t.Fatalf("OutcomeSubject = %s, want %s", got, want)
 	}
