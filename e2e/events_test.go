@@ -116,6 +116,32 @@ func TestEventsListAndResendDelivered(t *testing.T) {
 		t.Fatalf("events resend of an unknown event: err %v, stderr %q; want a not-found failure", err, errOut)
 	}
 
+	// A pending event is listed pending, with its type and its head's last
+	// failure, and is not resent: it will be delivered.
+	stuck := newPartner(t)
+	stuck.SetStatus(http.StatusInternalServerError)
+	createDestination(t, d, "evp", stuck, "", &rivorav1.Limits{MaxAttempts: 1000})
+	pending, err := d.SDK().Publish(ctx, sdk.Event{Destination: "evp", Customer: "acme", Lane: "user-9", Type: "order.stuck", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	waitFor(t, 30*time.Second, "a failed attempt of the pending event", func() bool { return stuck.AttemptsOf(pending) >= 1 })
+	var pl *rivorav1.EventSummary
+	waitFor(t, 20*time.Second, "the pending event listed with its last failure", func() bool {
+		l := eventsList(t, d, "--destination", "evp", "--state", "pending")
+		if len(l.GetEvents()) != 1 {
+			return false
+		}
+		pl = l.GetEvents()[0]
+		return pl.GetLastStatus() == 500
+	})
+	if pl.GetEventId() != pending || pl.GetType() != "order.stuck" || pl.GetCustomerId() != "acme" || pl.GetLaneKey() != "user-9" || pl.GetAttempts() < 1 {
+		t.Fatalf("events list --state pending = %v; want %s, type order.stuck, acme/user-9, its attempts", pl, pending)
+	}
+	if _, errOut, err := runRivoractl(d, "events", "resend", pending, "--reason", "x"); err == nil || !strings.Contains(errOut, "still pending") {
+		t.Fatalf("events resend of a pending event: err %v, stderr %q; want it refused as still pending", err, errOut)
+	}
+
 	if err := d.Stop(30 * time.Second); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
