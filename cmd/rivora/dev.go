@@ -109,26 +109,27 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 	if err != nil {
 		return agent.Config{}, cli.Exit(err.Error(), 2)
 	}
-	return agent.Config{
-		HistoryRetention: retention,
-		NATSCluster:      c.String("nats-cluster"),
-		NATSRoutes:       routes,
-		Replicas:         c.Int("replicas"),
-		ConsulURL:        c.String("consul"),
-		SessionTTL:       c.Duration("session-ttl"),
-		LockDelay:        c.Duration("lock-delay"),
-		Archive:          arch,
-		Name:             name,
-		DataDir:          dataDir,
-		ControlPlaneURL:  controlPlaneURL,
-		AdvertiseURL:     advertiseURL,
-		Workers:          c.Int("workers"),
-		NATSListen:       c.String("nats-listen"),
-		SyncAlways:       c.Bool("fsync"),
-		MaxPayload:       c.Int("max-payload"),
-		DedupWindow:      c.Duration("dedup-window"),
-		Version:          version,
-	}, nil
+	cfg := agent.Config{
+		NATSCluster:     c.String("nats-cluster"),
+		NATSRoutes:      routes,
+		Replicas:        c.Int("replicas"),
+		ConsulURL:       c.String("consul"),
+		SessionTTL:      c.Duration("session-ttl"),
+		LockDelay:       c.Duration("lock-delay"),
+		Archive:         arch,
+		Name:            name,
+		DataDir:         dataDir,
+		ControlPlaneURL: controlPlaneURL,
+		AdvertiseURL:    advertiseURL,
+		Workers:         c.Int("workers"),
+		NATSListen:      c.String("nats-listen"),
+		SyncAlways:      c.Bool("fsync"),
+		MaxPayload:      c.Int("max-payload"),
+		DedupWindow:     c.Duration("dedup-window"),
+		Version:         version,
+	}
+	cfg.HistoryRetention = retention
+	return cfg, nil
 }
 
 // parseRetention reads a Go duration or a number of days ("7d").
