@@ -469,7 +469,9 @@ func (fl *filler) write(i int, body []byte) error {
 		if err != nil {
 			return err
 		}
-		if _, err := fl.js.PublishAsync(rec.subject, data); err != nil {
+		// A long stall wait: the server may fall behind for a moment
+		// (block rolls, fsyncs), and a filler has nothing better to do.
+		if _, err := fl.js.PublishAsync(rec.subject, data, jetstream.WithStallWait(time.Minute)); err != nil {
 			return err
 		}
 	}
