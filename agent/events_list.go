@@ -36,9 +36,6 @@ func (s *eventService) ListEvents(ctx context.Context, req *connect.Request[rivo
 		pend, truncated := s.a.sched.PendingEvents(q.pendingFilter())
 		resp.Truncated = truncated
 		for _, p := range pend {
-			if q.inFlightOnly && !p.InFlight {
-				continue
-			}
 			all = append(all, listed{at: p.Entry.AcceptedAt, summary: s.pendingSummary(ctx, p)})
 		}
 	}
@@ -123,12 +120,7 @@ func parseListRequest(m *rivorav1.ListEventsRequest) (listQuery, error) {
 }
 
 func (q listQuery) pendingFilter() scheduler.PendingFilter {
-	limit := q.limit
-	if q.inFlightOnly {
-		// In-flight events are lane heads among the pending: look at all.
-		limit = 1 << 30
-	}
-	return scheduler.PendingFilter{Destination: q.destination, Customer: q.customer, Lane: q.lane, Since: q.since, Until: q.until, Limit: limit}
+	return scheduler.PendingFilter{Destination: q.destination, Customer: q.customer, Lane: q.lane, Since: q.since, Until: q.until, Limit: q.limit, InFlightOnly: q.inFlightOnly}
 }
 
 // pendingSummary describes a pending event. Its type is loaded from the

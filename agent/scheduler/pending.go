@@ -17,6 +17,8 @@ type PendingFilter struct {
 	Since, Until time.Time
 	// Limit bounds the answer (> 0).
 	Limit int
+	// InFlightOnly: only lane heads being attempted.
+	InFlightOnly bool
 }
 
 // PendingEvent is one pending event of a listing.
@@ -63,7 +65,13 @@ func (s *Scheduler) PendingEvents(f PendingFilter) (events []PendingEvent, trunc
 // the lane is older than h's oldest: enough to tell truncation).
 func (h *pendingHeap) offerLane(l *Lane, f PendingFilter) int {
 	matched := 0
+	if f.InFlightOnly && l.state != laneInFlight {
+		return 0
+	}
 	for i := len(l.entries) - 1; i >= 0; i-- {
+		if f.InFlightOnly && i > 0 {
+			continue
+		}
 		e := l.entries[i]
 		if (!f.Since.IsZero() && e.AcceptedAt.Before(f.Since)) || (!f.Until.IsZero() && e.AcceptedAt.After(f.Until)) {
 			continue

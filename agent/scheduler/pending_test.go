@@ -91,6 +91,9 @@ func TestPendingEventsMarksHeadAndInFlight(t *testing.T) {
 	if got[1].Entry.Seq != 1 || !got[1].IsHead || !got[1].InFlight || got[1].Lane != A {
 		t.Fatalf("oldest = %+v; want seq 1, the head, in flight", got[1])
 	}
+	if got, _ := s.PendingEvents(PendingFilter{Destination: "d1", Limit: 10, InFlightOnly: true}); len(got) != 1 || got[0].Entry.Seq != 1 {
+		t.Fatalf("PendingEvents(in flight only) = %+v; want the head in flight alone", got)
+	}
 	if got, _ := s.PendingEvents(PendingFilter{Destination: "nope", Limit: 10}); len(got) != 0 {
 		t.Fatalf("PendingEvents(unknown destination) = %v", got)
 	}
