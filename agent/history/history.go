@@ -10,11 +10,12 @@
 //	history.o.<h>.<w>.<a>.<s>   outcome records (EventOutcome, no payload), stream HISTORY
 //	history.b.<h>.<w>.<a>.<s>   the delivered event, payload included, stream HISTORY_BODIES
 //
-// w is the bucket (BucketWidth, unix time / 5 s) the record is written
-// in, h the hour of w (so a listing asks for an hour's subjects at once);
-// a is the event's acceptance bucket read from its id when the id is a
-// UUIDv7, else "k" (a client's idempotency key can be any string); s is
-// fnv-1a(id) mod Shards.
+// w is the bucket the record is written in (unix time / 5 s for
+// outcomes, / 1 min for delivered events), h the hour of w (so a listing
+// asks for an hour's subjects at once); a is the event's acceptance
+// bucket (same width) read from its id when the id is a UUIDv7, else "k"
+// (a client's idempotency key can be any string); s is fnv-1a(id) mod
+// Shards.
 //
 // A subject holds at most one bucket of writes, so it sits in one or two
 // message blocks: the filestore loads every block between a subject's
@@ -22,15 +23,17 @@
 // load hours of blocks. That is why w is in the subject, and a alone
 // (retries come hours after acceptance) is not enough. Reading a subject
 // still walks, message by message, every record written in its bucket
-// (all shards interleave in the blocks): that walk (~250 ns a record),
-// more than the records returned (~1.5 µs each), is a lookup's cost. So
-// buckets are short, and the bodies, which lookups never read, have their
-// own stream. The subject count is about retention / BucketWidth × Shards
-// (× the acceptance buckets drained together in a backlog): 5 s and 4
-// shards make as many subjects as the first design's 1 minute and 64
-// shards with bodies beside the outcomes (~0.6M a week), and a lookup at
-// 1,000 events/s walks 5,000 records instead of 120,000 (e2e/bench
-// history measures it).
+// (all shards interleave in the blocks): that walk (~250 ns a record)
+// and the records returned (~1.5 µs each, read without headers) are a
+// lookup's cost. So buckets are short, and the bodies, which lookups
+// never read, have their own stream. The subject count is about
+// retention / BucketWidth × Shards (× the acceptance buckets drained
+// together in a backlog), ~200 B of memory each however many events they
+// hold: 5 s and 4 shards make fewer outcome subjects than 1 minute and 64
+// shards (~0.5M a week against ~0.65M), and a lookup at 1,000 events/s
+// walks 5,000 records instead of 120,000 with the bodies beside the
+// outcomes (e2e/bench history measures it); the bodies' 1-minute buckets
+// add ~40k subjects a week.
 //
 // A lookup by id lists the subjects history.o.*.*.<a>.<s> (typically one
 // or two: the acceptance bucket and the next, more when it was retried)
@@ -72,8 +75,12 @@ const oldStream = "EVENTS"
 // DefaultRetention is how long outcomes and delivered events are kept.
 const DefaultRetention = 7 * 24 * time.Hour
 
-// BucketWidth is the time one subject's records are written over.
+// BucketWidth is the time one outcome subject's records are written over.
 const BucketWidth = 5 * time.Second
+
+// BodyBucketWidth is the same for delivered events: read only to resend
+// one, they can take a longer walk, for 12x fewer subjects.
+const BodyBucketWidth = time.Minute
 
 // Shards splits each bucket's records by event id, so a lookup gets
 // about 1/Shards of the records of its event's bucket.
@@ -162,15 +169,17 @@ func dropOld(ctx context.Context, js jetstream.JetStream, log *slog.Logger) erro
 	return fmt.Errorf("drop the old %s stream: %w", oldStream, err)
 }
 
-// AcceptBucket is the acceptance token of an event id: its UUIDv7 time
-// in buckets, else Keyed.
-func AcceptBucket(eventID string) string {
+// AcceptBucket is the acceptance token of an event id in outcome
+// subjects: its UUIDv7 time in buckets, else Keyed.
+func AcceptBucket(eventID string) string { return acceptToken(eventID, BucketWidth) }
+
+func acceptToken(eventID string, width time.Duration) string {
 	u, err := uuid.Parse(eventID)
 	if err != nil || u.Version() != 7 || u.Variant() != uuid.RFC4122 {
 		return Keyed
 	}
 	ms := int64(u[0])<<40 | int64(u[1])<<32 | int64(u[2])<<24 | int64(u[3])<<16 | int64(u[4])<<8 | int64(u[5])
-	return strconv.FormatInt(ms/BucketWidth.Milliseconds(), 10)
+	return strconv.FormatInt(ms/width.Milliseconds(), 10)
 }
 
 // Shard is an event id's shard, fnv-1a(id) mod Shards.
@@ -180,33 +189,37 @@ func Shard(eventID string) int {
 	return int(h.Sum32() % Shards)
 }
 
-// Bucket is t in buckets (unix time / BucketWidth).
-func Bucket(t time.Time) int64 { return t.Unix() / int64(BucketWidth/time.Second) }
+// Bucket is t in outcome buckets (unix time / BucketWidth).
+func Bucket(t time.Time) int64 { return bucketOf(t, BucketWidth) }
 
-// BucketStart is when bucket w begins.
+func bucketOf(t time.Time, width time.Duration) int64 { return t.Unix() / int64(width/time.Second) }
+
+// BucketStart is when outcome bucket w begins.
 func BucketStart(w int64) time.Time { return time.Unix(w*int64(BucketWidth/time.Second), 0).UTC() }
 
-// hourOf is the unix hour bucket w is in.
-func hourOf(w int64) int64 { return w * int64(BucketWidth/time.Second) / 3600 }
+// hourOf is the unix hour bucket w (of width) is in.
+func hourOf(w int64, width time.Duration) int64 { return w * int64(width/time.Second) / 3600 }
 
 // OutcomeSubject is where an outcome of eventID written at t goes.
 func OutcomeSubject(t time.Time, eventID string) string {
-	return subject(outcomePrefix, Bucket(t), eventID)
+	return subject(outcomePrefix, BucketWidth, t, eventID)
 }
 
-// BodySubject is where eventID's delivered event, written at t, goes.
+// BodySubject is where eventID's delivered event, written at t, goes
+// (in BodyBucketWidth buckets).
 func BodySubject(t time.Time, eventID string) string {
-	return subject(bodyPrefix, Bucket(t), eventID)
+	return subject(bodyPrefix, BodyBucketWidth, t, eventID)
 }
 
-func subject(prefix string, w int64, eventID string) string {
-	return prefix + strconv.FormatInt(hourOf(w), 10) + "." + strconv.FormatInt(w, 10) + "." + AcceptBucket(eventID) + "." + strconv.Itoa(Shard(eventID))
+func subject(prefix string, width time.Duration, t time.Time, eventID string) string {
+	w := bucketOf(t, width)
+	return prefix + strconv.FormatInt(hourOf(w, width), 10) + "." + strconv.FormatInt(w, 10) + "." + acceptToken(eventID, width) + "." + strconv.Itoa(Shard(eventID))
 }
 
-// idSubjects is the filter of every subject that can hold eventID's
-// records under prefix.
-func idSubjects(prefix, eventID string) string {
-	return prefix + "*.*." + AcceptBucket(eventID) + "." + strconv.Itoa(Shard(eventID))
+// idSubjects is the filter of every subject (of buckets of width) that
+// can hold eventID's records under prefix.
+func idSubjects(prefix string, width time.Duration, eventID string) string {
+	return prefix + "*.*." + acceptToken(eventID, width) + "." + strconv.Itoa(Shard(eventID))
 }
 
 // Record appends an outcome without waiting for the store's ack: history
@@ -242,7 +255,7 @@ func (h *History) publish(subject string, m proto.Message) {
 // keyed events retained.
 func (h *History) Lookup(ctx context.Context, eventID string) ([]*rivorav1.EventOutcome, error) {
 	var out []*rivorav1.EventOutcome
-	err := h.readID(ctx, h.stream, outcomePrefix, eventID, func(r record) error {
+	err := h.readID(ctx, h.stream, outcomePrefix, BucketWidth, eventID, func(r record) error {
 		o := &rivorav1.EventOutcome{}
 		if err := proto.Unmarshal(r.data, o); err != nil {
 			return fmt.Errorf("decode a record of %s: %w", r.subject, err)
@@ -259,7 +272,7 @@ func (h *History) Lookup(ctx context.Context, eventID string) ([]*rivorav1.Event
 // delivery), or nil when none is retained.
 func (h *History) Body(ctx context.Context, eventID string) (*rivorav1.Event, error) {
 	var last *rivorav1.Event
-	err := h.readID(ctx, h.bodies, bodyPrefix, eventID, func(r record) error {
+	err := h.readID(ctx, h.bodies, bodyPrefix, BodyBucketWidth, eventID, func(r record) error {
 		ev := &rivorav1.Event{}
 		if err := proto.Unmarshal(r.data, ev); err != nil {
 			return fmt.Errorf("decode a record of %s: %w", r.subject, err)
@@ -274,8 +287,8 @@ func (h *History) Body(ctx context.Context, eventID string) (*rivorav1.Event, er
 
 // readID reads, oldest first, every record under prefix that may be
 // eventID's; records without the id's bytes are skipped undecoded.
-func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix, eventID string, each func(record) error) error {
-	subjects, err := subjectsOf(ctx, st, idSubjects(prefix, eventID))
+func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string, width time.Duration, eventID string, each func(record) error) error {
+	subjects, err := subjectsOf(ctx, st, idSubjects(prefix, width, eventID))
 	if err != nil {
 		return err
 	}

@@ -80,7 +80,7 @@ func (h *History) List(ctx context.Context, f Filter) (Listing, error) {
 	}
 	s := scan{f: f, since: since, until: until, seen: make(map[string]bool)}
 	first, last := Bucket(since), Bucket(until)
-	for hour := hourOf(last); hour >= hourOf(first) && !s.done; hour-- {
+	for hour := hourOf(last, BucketWidth); hour >= hourOf(first, BucketWidth) && !s.done; hour-- {
 		if err := h.scanHour(ctx, &s, hour, first, last); err != nil {
 			return Listing{}, err
 		}

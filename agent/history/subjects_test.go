@@ -69,7 +69,8 @@ func TestSubjectsAreByHourWriteBucketAcceptBucketAndShard(t *testing.T) {
 	if got, want := history.OutcomeSubject(written, id), "history.o."+h+"."+w+"."+a+"."+shard; got != want {
 		t.Fatalf("OutcomeSubject = %s, want %s", got, want)
 	}
-	if got, want := history.BodySubject(written, id), "history.b."+h+"."+w+"."+a+"."+shard; got != want {
+	wb, ab := strconv.FormatInt(written.Unix()/60, 10), strconv.FormatInt(accepted.Unix()/60, 10)
+	if got, want := history.BodySubject(written, id), "history.b."+h+"."+wb+"."+ab+"."+shard; got != want {
 		t.Fatalf("BodySubject = %s, want %s", got, want)
 	}
 	// Any string is a valid idempotency key; its subject stays one
