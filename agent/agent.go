@@ -12,7 +12,8 @@
 //	retry        backoff, max attempts and the window
 //	archive      tier 3: dead letters as NDJSON objects (directory or S3)
 //	deadletters  list and replay the archive
-//	history      per-event attempt outcomes for "where is my event?"
+//	history      attempt outcomes and delivered events, by minute, for
+//	             events get, list and resend
 //	destinations the control plane's destinations, as delivery uses them
 //
 // The Agent wires them together: it follows the control plane (follow.go),
@@ -82,6 +83,9 @@ type Config struct {
 	SyncAlways  bool
 	MaxPayload  int
 	DedupWindow time.Duration
+	// HistoryRetention is how long events' outcomes and delivered events
+	// are kept for events get/list/resend (history.DefaultRetention when 0).
+	HistoryRetention time.Duration
 	// Archive is where dead letters go (tier 3); nil means a local
 	// directory, ArchiveDir (default DataDir/archive).
 	Archive    archive.Archive
@@ -193,8 +197,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return fail(err)
 	}
 	a.gateway.SetLocalStore(a)
-	if err := create("EVENTS", func() (err error) {
-		a.history, err = history.New(ctx, js, history.DefaultRetention, cfg.Replicas)
+	if err := create(history.Stream, func() (err error) {
+		a.history, err = history.New(ctx, js, history.Config{Retention: cfg.HistoryRetention, Replicas: cfg.Replicas}, base.With("component", "history"))
 		return err
 	}); err != nil {
 		return fail(err)

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -139,14 +138,4 @@ func plural(n int, word string) string {
 		return word
 	}
 	return word + "s"
-}
-
-// ListEvents is not built yet (issue 12 in progress).
-func (s *eventService) ListEvents(ctx context.Context, req *connect.Request[rivorav1.ListEventsRequest]) (*connect.Response[rivorav1.ListEventsResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("events list: not built yet"))
-}
-
-// ResendEvent is not built yet (issue 12 in progress).
-func (s *eventService) ResendEvent(ctx context.Context, req *connect.Request[rivorav1.ResendEventRequest]) (*connect.Response[rivorav1.ResendEventResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("events resend: not built yet"))
 }

@@ -48,6 +48,9 @@ type fakeRivora struct {
 	deletes  []*rivorav1.DeleteDestinationRequest
 	publishs []*rivorav1.PublishRequest
 	codecs   []string
+	// listed and resent: events list and resend requests (events_test.go).
+	listed []*rivorav1.ListEventsRequest
+	resent []*rivorav1.ResendEventRequest
 }
 
 var fixedTime = timestamppb.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))

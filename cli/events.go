@@ -15,12 +15,14 @@ func (e *env) eventsCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:    "events",
 		Aliases: []string{"event"},
-		Usage:   "follow events: where is my event?",
+		Usage:   "follow events: where is my event, what was delivered; send one again",
 		Description: `Answers where an accepted event is: pending in its lane, in flight,
 delivered, or dead (archived after its attempts or window ran out), with every
 delivery attempt.
 
-   rivoractl events get 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b`,
+   rivoractl events get 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b
+   rivoractl events list --destination orders --state delivered --since 1h
+   rivoractl events resend 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b --reason "partner lost it"`,
 		Action: parentAction,
 		Subcommands: []*ucli.Command{
 			{
@@ -44,8 +46,160 @@ Example:
    rivoractl events get 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b -o json`,
 				Action: e.getEvent,
 			},
+			{
+				Name:      "list",
+				Usage:     "list a destination's events, newest first: pending, delivered, dead",
+				UsageText: "rivoractl events list --destination D [--customer C] [--lane L] [--state pending|in-flight|delivered|dead] [--since T] [--until T] [--limit N] [-o json]",
+				Description: `Pending events (in flight included) come from their lanes, ordered by when
+they were accepted; delivered and dead events come from the history, ordered
+by when they were delivered or dead-lettered, and are kept for
+--history-retention (7 days by default). --since and --until bound those
+times; the history search reads at most 1M records (newest first): when it
+stops before --since the listing says how far back it searched, and a
+narrower --since/--until or filter searches further.
+
+Examples:
+   rivoractl events list --destination orders --state delivered --since 1h
+   rivoractl events list --destination orders --customer acme --lane user_1 -o json
+
+-o json prints the ListEventsResponse: events (eventId, destinationId,
+customerId, laneKey, type, state, acceptedAt, attempts, lastStatus,
+lastError, deadReason, finishedAt), truncated, searchedBackTo.`,
+				Flags: []ucli.Flag{
+					&ucli.StringFlag{Name: "destination", Usage: "destination `ID` (required)"},
+					&ucli.StringFlag{Name: "customer", Usage: "only events of customer `ID`"},
+					&ucli.StringFlag{Name: "lane", Usage: "only events of lane `KEY` (needs --customer)"},
+					&ucli.StringFlag{Name: "state", Usage: "only `STATE` events: pending (in flight included), in-flight, delivered or dead"},
+					&ucli.StringFlag{Name: "since", Usage: "only events accepted (pending) or finished (delivered, dead) at or after `TIME` (RFC 3339, or a duration ago such as 2h)"},
+					&ucli.StringFlag{Name: "until", Usage: "only those at or before `TIME` (RFC 3339, or a duration ago)"},
+					&ucli.IntFlag{Name: "limit", Value: 100, Usage: "show at most `N` (1–1000)"},
+				},
+				Action: e.listEvents,
+			},
+			{
+				Name:      "resend",
+				Usage:     "deliver a delivered or dead-lettered event again",
+				ArgsUsage: "EVENT_ID",
+				UsageText: "rivoractl events resend EVENT_ID --reason TEXT [-o json]",
+				Description: `Accepts the event again at the tail of its lane, with the same event id (the
+webhook-id receivers dedupe on) and the header rivora-resend: 1, so a
+receiver that already processed it can tell a deliberate resend. A delivered
+event is resent as it was delivered (the history keeps it for
+--history-retention); a dead one from the dead-letter archive. A pending
+event is refused: it will be delivered. Audited as event.resend with the
+author and reason.
+
+Example:
+   rivoractl events resend 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b --reason "partner lost it in their outage"`,
+				Flags:  []ucli.Flag{&ucli.StringFlag{Name: "reason", Usage: "why, for the audit log (required)"}},
+				Action: e.resendEvent,
+			},
 		},
 	}
+}
+
+func (e *env) listEvents(c *ucli.Context) error {
+	if err := exactArgs(c, 0, "no arguments (filters are flags)"); err != nil {
+		return err
+	}
+	req := &rivorav1.ListEventsRequest{DestinationId: c.String("destination"), CustomerId: c.String("customer"), LaneKey: c.String("lane"), Limit: int32(c.Int("limit"))}
+	if req.DestinationId == "" {
+		return usagef("events list needs --destination ID: events are listed per destination")
+	}
+	var err error
+	if req.State, err = parseState(c.String("state")); err != nil {
+		return err
+	}
+	if req.Since, err = parseWhen("since", c.String("since")); err != nil {
+		return err
+	}
+	if req.Until, err = parseWhen("until", c.String("until")); err != nil {
+		return err
+	}
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.events().ListEvents(ctx, connect.NewRequest(req))
+	if err != nil {
+		return callFailed("list events", err, nil)
+	}
+	if e.output == "json" {
+		return writeJSON(e.out, resp.Msg)
+	}
+	return e.printEvents(resp.Msg)
+}
+
+func (e *env) printEvents(l *rivorav1.ListEventsResponse) error {
+	if len(l.GetEvents()) == 0 {
+		fmt.Fprintln(e.out, "No events match.")
+	} else {
+		t := newTable(e.out)
+		fmt.Fprintln(t, "EVENT	STATE	CUSTOMER	LANE	TYPE	ACCEPTED	FINISHED	ATTEMPTS	LAST STATUS	LAST ERROR")
+		for _, ev := range l.GetEvents() {
+			state := stateName(ev.GetState())
+			if ev.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED {
+				state += " (" + deadReasonName(ev.GetDeadReason()) + ")"
+			}
+			status := "-"
+			if ev.GetLastStatus() != 0 {
+				status = strconv.Itoa(int(ev.GetLastStatus()))
+			}
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", ev.GetEventId(), state, ev.GetCustomerId(), ev.GetLaneKey(), dash(ev.GetType()),
+				fmtTime(ev.GetAcceptedAt()), fmtTime(ev.GetFinishedAt()), ev.GetAttempts(), status, dash(oneLine(ev.GetLastError())))
+		}
+		if err := t.Flush(); err != nil {
+			return err
+		}
+	}
+	if l.GetTruncated() {
+		fmt.Fprintln(e.out, "(more match: raise --limit or narrow the filter)")
+	}
+	if l.GetSearchedBackTo() != nil {
+		fmt.Fprintf(e.out, "(history searched back to %s only: narrow --since/--until or the filter to search further)\n", fmtTime(l.GetSearchedBackTo()))
+	}
+	return nil
+}
+
+// parseState reads --state.
+func parseState(v string) (rivorav1.EventState, error) {
+	switch strings.ReplaceAll(strings.ToLower(v), "_", "-") {
+	case "":
+		return rivorav1.EventState_EVENT_STATE_UNSPECIFIED, nil
+	case "pending":
+		return rivorav1.EventState_EVENT_STATE_PENDING, nil
+	case "in-flight":
+		return rivorav1.EventState_EVENT_STATE_IN_FLIGHT, nil
+	case "delivered":
+		return rivorav1.EventState_EVENT_STATE_DELIVERED, nil
+	case "dead":
+		return rivorav1.EventState_EVENT_STATE_DEAD, nil
+	}
+	return 0, usagef("--state %q: use pending, in-flight, delivered or dead", v)
+}
+
+func (e *env) resendEvent(c *ucli.Context) error {
+	if err := exactArgs(c, 1, "one event ID"); err != nil {
+		return err
+	}
+	id, reason := c.Args().First(), strings.TrimSpace(c.String("reason"))
+	if reason == "" {
+		return usagef("events resend needs --reason TEXT: why the event is sent again, for the audit log")
+	}
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.events().ResendEvent(ctx, connect.NewRequest(&rivorav1.ResendEventRequest{EventId: id, Reason: reason, Author: e.author}))
+	if err != nil {
+		return callFailed(fmt.Sprintf("resend event %q", id), err, map[connect.Code]string{
+			connect.CodeNotFound:           "see `rivoractl events get " + id + "`: only delivered and dead events within the history retention can be resent",
+			connect.CodeFailedPrecondition: "see `rivoractl events get " + id + "`",
+		})
+	}
+	r := resp.Msg
+	if e.output == "json" {
+		return writeJSON(e.out, r)
+	}
+	_, err = fmt.Fprintf(e.out, "Resent event %s (it was %s) to %s, customer %s, lane %s: at the tail of its lane, with rivora-resend: 1.\n",
+		r.GetEventId(), stateName(r.GetWas()), r.GetDestinationId(), r.GetCustomerId(), r.GetLaneKey())
+	return err
 }
 
 func (e *env) getEvent(c *ucli.Context) error {

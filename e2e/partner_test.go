@@ -31,6 +31,7 @@ type delivery struct {
 	Payload  []byte
 	At       time.Time
 	Agent    string // user-agent: rivora/<version> (<agent name>)
+	Resend   bool   // rivora-resend: 1 (an operator's events resend)
 }
 
 type partner struct {
@@ -154,6 +155,7 @@ func (p *partner) serve(w http.ResponseWriter, r *http.Request) {
 		Payload:  body,
 		At:       time.Now(),
 		Agent:    h.Get("user-agent"),
+		Resend:   h.Get("rivora-resend") == "1",
 	}
 	dv.Lane = dv.Customer + "/" + dv.LaneKey
 	attempt, aerr := strconv.Atoi(h.Get("rivora-attempt"))

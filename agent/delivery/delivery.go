@@ -130,6 +130,9 @@ func (s *Sender) Send(ctx context.Context, req Request) Result {
 	if ev.GetReplayed() {
 		h["Rivora-Replay"] = []string{"true"}
 	}
+	if ev.GetResent() {
+		h["Rivora-Resend"] = []string{"1"}
+	}
 	// The transport directly, not an http.Client: a redirect is never
 	// followed (it would re-send a signed payload to an address nobody
 	// registered; a 3xx is a failed attempt), and the client's per-request

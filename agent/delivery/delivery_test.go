@@ -93,6 +93,9 @@ func TestSendSignedRequest(t *testing.T) {
 	if r.header.Get("Rivora-Replay") != "" {
 		t.Errorf("rivora-replay set on an event that was not replayed")
 	}
+	if r.header.Get("Rivora-Resend") != "" {
+		t.Errorf("rivora-resend set on an event that was not resent")
+	}
 	v, err := webhook.NewVerifier(secret)
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +127,20 @@ func TestSendReplayedMark(t *testing.T) {
 	}
 	if r := <-got; r.header.Get("Rivora-Replay") != "true" {
 		t.Fatalf("rivora-replay = %q, want true", r.header.Get("Rivora-Replay"))
+	}
+}
+
+func TestSendResentMark(t *testing.T) {
+	srv, got := partner(t, func(w http.ResponseWriter, r *http.Request) {})
+	ev := event()
+	ev.Resent = true
+	res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: ev, Attempt: 1, Timeout: 5 * time.Second})
+	if !res.OK() {
+		t.Fatalf("Send = %+v", res)
+	}
+	r := <-got
+	if r.header.Get("Rivora-Resend") != "1" || r.header.Get("Webhook-Id") != ev.GetEventId() {
+		t.Fatalf("rivora-resend = %q, webhook-id = %q; want 1 and the event's own id %s", r.header.Get("Rivora-Resend"), r.header.Get("Webhook-Id"), ev.GetEventId())
 	}
 }
 

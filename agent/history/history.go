@@ -1,62 +1,240 @@
-// Package history keeps each event's attempt outcomes (the EVENTS stream),
-// so "where is my event?" has an answer after it left its lane. Records are
+// Package history keeps each event's attempt outcomes and, once delivered,
+// the event itself, so "where is my event?", "what was delivered?" and
+// "send it again" have answers after the event left its lane. Records are
 // written asynchronously and expire after the retention period.
+//
+// Its subjects grow with time, never with events: NATS keeps an index
+// entry per subject, and one subject per event (the EVENTS stream before
+// it) cost ~320 B of memory for every retained event. Records go to
+//
+//	history.o.<h>.<w>.<a>.<s>   outcome records (EventOutcome, no payload), stream HISTORY
+//	history.b.<h>.<w>.<a>.<s>   the delivered event, payload included, stream HISTORY_BODIES
+//
+// w is the bucket the record is written in (unix time / 5 s for
+// outcomes, / 1 min for delivered events), h the hour of w (so a listing
+// asks for an hour's subjects at once); a is the event's acceptance
+// bucket (same width) read from its id when the id is a UUIDv7, else "k"
+// (a client's idempotency key can be any string); s is fnv-1a(id) mod
+// Shards.
+//
+// A subject holds at most one bucket of writes, so it sits in one or two
+// message blocks: the filestore loads every block between a subject's
+// first and last message to read it, and a subject spanning hours would
+// load hours of blocks. That is why w is in the subject, and a alone
+// (retries come hours after acceptance) is not enough. Reading a subject
+// still walks, message by message, every record written in its bucket
+// (all shards interleave in the blocks): that walk (~250 ns a record)
+// and the records returned (~1.5 µs each, read without headers) are a
+// lookup's cost. So buckets are short, and the bodies, which lookups
+// never read, have their own stream. The subject count is about
+// retention / BucketWidth × Shards (× the acceptance buckets drained
+// together in a backlog), ~200 B of memory each however many events they
+// hold: 5 s and 4 shards make fewer outcome subjects than 1 minute and 64
+// shards (~0.5M a week against ~0.65M), and a lookup at 1,000 events/s
+// walks 5,000 records instead of 120,000 with the bodies beside the
+// outcomes (e2e/bench history measures it); the bodies' 1-minute buckets
+// add ~40k subjects a week.
+//
+// A lookup by id lists the subjects history.o.*.*.<a>.<s> (typically one
+// or two: the acceptance bucket and the next, more when it was retried)
+// and reads each with a direct-get batch.
 package history
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/rivora/rivora/agent/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
-// DefaultRetention is how long outcomes are kept.
+// Streams: outcomes, and delivered events (read only to resend).
+const (
+	Stream       = "HISTORY"
+	BodiesStream = "HISTORY_BODIES"
+)
+
+// oldStream held one subject per event before HISTORY (pre-1.0).
+const oldStream = "EVENTS"
+
+// DefaultRetention is how long outcomes and delivered events are kept.
 const DefaultRetention = 7 * 24 * time.Hour
+
+// BucketWidth is the time one outcome subject's records are written over.
+const BucketWidth = 5 * time.Second
+
+// BodyBucketWidth is the same for delivered events: read only to resend
+// one, they can take a longer walk, for 12x fewer subjects.
+const BodyBucketWidth = time.Minute
+
+// Shards splits each bucket's records by event id, so a lookup gets
+// about 1/Shards of the records of its event's bucket.
+const Shards = 4
+
+// Keyed is the acceptance token of an event whose id is not a UUIDv7 (a
+// client's idempotency key).
+const Keyed = "k"
+
+// DefaultMaxListRecords bounds the records one List reads.
+const DefaultMaxListRecords = 1_000_000
+
+const (
+	outcomePrefix = "history.o."
+	bodyPrefix    = "history.b."
+)
 
 var recordErrors = promauto.NewCounter(prometheus.CounterOpts{
 	Name: "rivora_history_record_errors_total",
-	Help: "Event outcomes that could not be written to the EVENTS stream.",
+	Help: "Event outcomes or delivered events that could not be written to the HISTORY stream.",
 })
 
-// History owns the EVENTS stream.
+// History owns the HISTORY and HISTORY_BODIES streams.
 type History struct {
 	nc     *nats.Conn
 	stream jetstream.Stream
+	bodies jetstream.Stream
+	now    func() time.Time
+	// retention bounds how far back List searches.
+	retention time.Duration
 }
 
-// New creates (or updates) the EVENTS stream.
-// replicas is the stream's replica count in a cell (0 means 1).
-func New(ctx context.Context, js jetstream.JetStream, retention time.Duration, replicas int) (*History, error) {
-	if retention <= 0 {
-		retention = DefaultRetention
+// Config configures the history.
+type Config struct {
+	// Retention is how long records are kept (DefaultRetention when 0).
+	Retention time.Duration
+	// Replicas is the stream's replica count in a cell (0 means 1).
+	Replicas int
+}
+
+// New creates (or updates) the HISTORY and HISTORY_BODIES streams. The
+// EVENTS stream of earlier versions is deleted: its per-event history is
+// dropped.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) (*History, error) {
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultRetention
 	}
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        lanes.EventsStream,
-		Description: "Attempt outcomes per event, for `rivoractl events get`.",
-		Subjects:    []string{"events.>"},
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(replicas, 1),
-		MaxAge:      retention,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create %s stream: %w", lanes.EventsStream, err)
+	if err := dropOld(ctx, js, log); err != nil {
+		return nil, err
 	}
-	return &History{nc: js.Conn(), stream: st}, nil
+	create := func(name, subjects, what string) (jetstream.Stream, error) {
+		st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        name,
+			Description: what,
+			Subjects:    []string{subjects},
+			Storage:     jetstream.FileStorage,
+			Replicas:    max(cfg.Replicas, 1),
+			MaxAge:      cfg.Retention,
+			AllowDirect: true,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("create %s stream: %w", name, err)
+		}
+		return st, nil
+	}
+	h := &History{nc: js.Conn(), now: time.Now, retention: cfg.Retention}
+	var err error
+	if h.stream, err = create(Stream, outcomePrefix+">", "Attempt outcomes by write bucket, for `rivoractl events get/list`."); err != nil {
+		return nil, err
+	}
+	if h.bodies, err = create(BodiesStream, bodyPrefix+">", "Delivered events by write bucket, for `rivoractl events resend`."); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func dropOld(ctx context.Context, js jetstream.JetStream, log *slog.Logger) error {
+	err := js.DeleteStream(ctx, oldStream)
+	switch {
+	case err == nil:
+		log.Info("dropped the old per-event history (pre-1.0 format change); events delivered before this version are no longer in `events get`", "stream", oldStream)
+		return nil
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil
+	}
+	return fmt.Errorf("drop the old %s stream: %w", oldStream, err)
+}
+
+// AcceptBucket is the acceptance token of an event id in outcome
+// subjects: its UUIDv7 time in buckets, else Keyed.
+func AcceptBucket(eventID string) string { return acceptToken(eventID, BucketWidth) }
+
+func acceptToken(eventID string, width time.Duration) string {
+	u, err := uuid.Parse(eventID)
+	if err != nil || u.Version() != 7 || u.Variant() != uuid.RFC4122 {
+		return Keyed
+	}
+	ms := int64(u[0])<<40 | int64(u[1])<<32 | int64(u[2])<<24 | int64(u[3])<<16 | int64(u[4])<<8 | int64(u[5])
+	return strconv.FormatInt(ms/width.Milliseconds(), 10)
+}
+
+// Shard is an event id's shard, fnv-1a(id) mod Shards.
+func Shard(eventID string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(eventID))
+	return int(h.Sum32() % Shards)
+}
+
+// Bucket is t in outcome buckets (unix time / BucketWidth).
+func Bucket(t time.Time) int64 { return bucketOf(t, BucketWidth) }
+
+func bucketOf(t time.Time, width time.Duration) int64 { return t.Unix() / int64(width/time.Second) }
+
+// BucketStart is when outcome bucket w begins.
+func BucketStart(w int64) time.Time { return time.Unix(w*int64(BucketWidth/time.Second), 0).UTC() }
+
+// hourOf is the unix hour bucket w (of width) is in.
+func hourOf(w int64, width time.Duration) int64 { return w * int64(width/time.Second) / 3600 }
+
+// OutcomeSubject is where an outcome of eventID written at t goes.
+func OutcomeSubject(t time.Time, eventID string) string {
+	return subject(outcomePrefix, BucketWidth, t, eventID)
+}
+
+// BodySubject is where eventID's delivered event, written at t, goes
+// (in BodyBucketWidth buckets).
+func BodySubject(t time.Time, eventID string) string {
+	return subject(bodyPrefix, BodyBucketWidth, t, eventID)
+}
+
+func subject(prefix string, width time.Duration, t time.Time, eventID string) string {
+	w := bucketOf(t, width)
+	return prefix + strconv.FormatInt(hourOf(w, width), 10) + "." + strconv.FormatInt(w, 10) + "." + acceptToken(eventID, width) + "." + strconv.Itoa(Shard(eventID))
+}
+
+// idSubjects is the filter of every subject (of buckets of width) that
+// can hold eventID's records under prefix.
+func idSubjects(prefix string, width time.Duration, eventID string) string {
+	return prefix + "*.*." + acceptToken(eventID, width) + "." + strconv.Itoa(Shard(eventID))
 }
 
 // Record appends an outcome without waiting for the store's ack: history
 // is for people, and must not slow delivery down.
 func (h *History) Record(o *rivorav1.EventOutcome) {
-	data, err := proto.Marshal(o)
+	h.publish(OutcomeSubject(h.now(), o.GetEventId()), o)
+}
+
+// RecordBody keeps a delivered event, payload included, for a resend.
+func (h *History) RecordBody(ev *rivorav1.Event) {
+	h.publish(BodySubject(h.now(), ev.GetEventId()), ev)
+}
+
+func (h *History) publish(subject string, m proto.Message) {
+	data, err := proto.Marshal(m)
 	if err != nil {
 		recordErrors.Inc()
 		return
@@ -64,49 +242,220 @@ func (h *History) Record(o *rivorav1.EventOutcome) {
 	// A plain publish: the stream stores it without sending an ack back,
 	// which halves the cost per attempt. A lost record only makes "where is
 	// my event?" less detailed.
-	if err := h.nc.Publish(lanes.EventSubject(o.GetEventId()), data); err != nil {
+	if err := h.nc.Publish(subject, data); err != nil {
 		recordErrors.Inc()
 	}
 }
 
-// Lookup returns an event's outcomes, oldest first (nil when none).
+// Lookup returns an event's outcomes, oldest first (nil when none). It
+// reads the subjects of the event's acceptance bucket and shard, one per
+// bucket its records were written in; each read walks that bucket's
+// records. For an id that is not a UUIDv7 (Keyed) it reads the shard of
+// every bucket a keyed event was written in, so its cost grows with the
+// keyed events retained.
 func (h *History) Lookup(ctx context.Context, eventID string) ([]*rivorav1.EventOutcome, error) {
-	subject := lanes.EventSubject(eventID)
-	if _, err := h.stream.GetLastMsgForSubject(ctx, subject); err != nil {
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("look up %s: %w", subject, err)
-	}
-	cons, err := h.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", subject, err)
-	}
 	var out []*rivorav1.EventOutcome
-	for {
-		// FetchNoWait returns what is stored now; a plain Fetch would hold
-		// every lookup until its wait expired, as more records may come.
-		batch, err := cons.FetchNoWait(256)
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", subject, err)
+	err := h.readID(ctx, h.stream, outcomePrefix, BucketWidth, eventID, func(r record) error {
+		o := &rivorav1.EventOutcome{}
+		if err := proto.Unmarshal(r.data, o); err != nil {
+			return fmt.Errorf("decode a record of %s: %w", r.subject, err)
 		}
-		done := true
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			o := &rivorav1.EventOutcome{}
-			if err := proto.Unmarshal(msg.Data(), o); err != nil {
-				return nil, fmt.Errorf("decode %s: %w", subject, err)
-			}
+		if o.GetEventId() == eventID {
 			out = append(out, o)
-			meta, err := msg.Metadata()
-			done = err == nil && meta.NumPending == 0
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return nil, fmt.Errorf("read %s: %w", subject, err)
+		return nil
+	})
+	return out, err
+}
+
+// Body returns eventID's delivered event, payload included (the latest
+// delivery), or nil when none is retained.
+func (h *History) Body(ctx context.Context, eventID string) (*rivorav1.Event, error) {
+	var last *rivorav1.Event
+	err := h.readID(ctx, h.bodies, bodyPrefix, BodyBucketWidth, eventID, func(r record) error {
+		ev := &rivorav1.Event{}
+		if err := proto.Unmarshal(r.data, ev); err != nil {
+			return fmt.Errorf("decode a record of %s: %w", r.subject, err)
 		}
-		if done || n == 0 {
-			return out, nil
+		if ev.GetEventId() == eventID {
+			last = ev
+		}
+		return nil
+	})
+	return last, err
+}
+
+// readID reads, oldest first, every record under prefix that may be
+// eventID's; records without the id's bytes are skipped undecoded.
+func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string, width time.Duration, eventID string, each func(record) error) error {
+	subjects, err := subjectsOf(ctx, st, idSubjects(prefix, width, eventID))
+	if err != nil {
+		return err
+	}
+	id := []byte(eventID)
+	for _, s := range subjects {
+		err := h.read(ctx, st, s.name, s.count, false, func(r record) error {
+			if !bytes.Contains(r.data, id) {
+				return nil
+			}
+			return each(r)
+		})
+		if err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// subjectCount is one literal subject and its record count.
+type subjectCount struct {
+	name   string
+	bucket int64
+	count  uint64
+}
+
+// subjectsOf lists the literal subjects of st matching filter, oldest
+// write bucket first.
+func subjectsOf(ctx context.Context, st jetstream.Stream, filter string) ([]subjectCount, error) {
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, fmt.Errorf("list %s subjects %s: %w", st.CachedInfo().Config.Name, filter, err)
+	}
+	out := make([]subjectCount, 0, len(info.State.Subjects))
+	for name, n := range info.State.Subjects {
+		out = append(out, subjectCount{name: name, bucket: writeBucket(name), count: n})
+	}
+	slices.SortFunc(out, func(x, y subjectCount) int {
+		if x.bucket != y.bucket {
+			return int(x.bucket - y.bucket)
+		}
+		return strings.Compare(x.name, y.name)
+	})
+	return out, nil
+}
+
+// writeBucket is the w token of a history subject (-1 when malformed).
+func writeBucket(subject string) int64 {
+	parts := strings.SplitN(subject, ".", 5)
+	if len(parts) < 4 {
+		return -1
+	}
+	w, err := strconv.ParseInt(parts[3], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return w
+}
+
+// record is one stored message.
+type record struct {
+	subject string
+	seq     uint64
+	at      time.Time
+	data    []byte
+}
+
+// directGet is a JetStream direct-get request (batch form).
+type directGet struct {
+	Seq      uint64 `json:"seq,omitempty"`
+	NextFor  string `json:"next_by_subj"`
+	Batch    int    `json:"batch"`
+	MaxBytes int    `json:"max_bytes,omitempty"`
+	// NoHeaders: payloads only. The per-message headers (stream,
+	// subject, sequence, time) cost more to format, send and parse than
+	// the records themselves; without them a lookup is ~3x faster.
+	NoHeaders bool `json:"no_hdr,omitempty"`
+}
+
+const (
+	maxBatch      = 10_000
+	maxBatchBytes = 8 << 20
+)
+
+// read reads the n records of st matching subject in order, with
+// direct-get batches: one request per batch, no consumer to create. n
+// must be the count the stream reported: asking for more than match makes
+// the filestore look for the next match all the way to the stream's end.
+// withMeta asks for each record's sequence and time (a listing needs the
+// time); without, records carry only their data.
+func (h *History) read(ctx context.Context, st jetstream.Stream, subject string, n uint64, withMeta bool, each func(record) error) error {
+	name := st.CachedInfo().Config.Name
+	var seq uint64
+	for n > 0 {
+		got, next, more, err := h.batch(ctx, directGet{Seq: seq, NextFor: subject, Batch: int(min(n, maxBatch)), MaxBytes: maxBatchBytes, NoHeaders: !withMeta}, name, each)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", subject, err)
+		}
+		n -= uint64(got)
+		if !more || got == 0 {
+			return nil
+		}
+		seq = next
+	}
+	return nil
+}
+
+// batch sends one direct-get batch request and reads its answer. It
+// returns how many records it read, the sequence to go on from and
+// whether more remain.
+func (h *History) batch(ctx context.Context, dg directGet, stream string, each func(record) error) (got int, next uint64, more bool, err error) {
+	req, err := json.Marshal(dg)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	inbox := h.nc.NewRespInbox()
+	sub, err := h.nc.SubscribeSync(inbox)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := h.nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, req); err != nil {
+		return 0, 0, false, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	for {
+		msg, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return got, next, false, err
+		}
+		switch status := msg.Header.Get("Status"); status {
+		case "":
+		case "404":
+			return got, next, false, nil
+		case "204":
+			if last, err := strconv.ParseUint(msg.Header.Get(jetstream.LastSequenceHeader), 10, 64); err == nil && last > 0 {
+				next = last + 1
+			}
+			return got, next, msg.Header.Get("Nats-Num-Pending") != "0", nil
+		default:
+			return got, next, false, fmt.Errorf("direct get: status %s %s", status, msg.Header.Get("Description"))
+		}
+		r := record{subject: dg.NextFor, data: msg.Data}
+		if !dg.NoHeaders {
+			if r, err = decodeRecord(msg); err != nil {
+				return got, next, false, err
+			}
+			next = r.seq + 1
+		}
+		got++
+		if err := each(r); err != nil {
+			return got, next, false, err
+		}
+	}
+}
+
+func decodeRecord(msg *nats.Msg) (record, error) {
+	seq, err := strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return record{}, fmt.Errorf("direct get: bad %s header: %w", jetstream.SequenceHeader, err)
+	}
+	at, err := time.Parse(time.RFC3339Nano, msg.Header.Get(jetstream.TimeStampHeaer))
+	if err != nil {
+		return record{}, fmt.Errorf("direct get: bad %s header: %w", jetstream.TimeStampHeaer, err)
+	}
+	return record{subject: msg.Header.Get(jetstream.SubjectHeader), seq: seq, at: at, data: msg.Data}, nil
 }

@@ -12,6 +12,8 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
+var quiet = slog.New(slog.DiscardHandler)
+
 func startNATS(t *testing.T) *natsd.Server {
 	t.Helper()
 	srv, err := natsd.Start(natsd.Config{DataDir: t.TempDir(), Name: t.Name()}, slog.New(slog.DiscardHandler))
@@ -53,7 +55,7 @@ func waitFor(t *testing.T, h *history.History, id string, want int) []*rivorav1.
 
 func TestRecordAndLookupInOrder(t *testing.T) {
 	srv := startNATS(t)
-	h, err := history.New(context.Background(), srv.JetStream(), 0, 1)
+	h, err := history.New(context.Background(), srv.JetStream(), history.Config{}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +81,7 @@ func TestRecordAndLookupInOrder(t *testing.T) {
 
 func TestLookupUnknownIsEmpty(t *testing.T) {
 	srv := startNATS(t)
-	h, err := history.New(context.Background(), srv.JetStream(), time.Hour, 1)
+	h, err := history.New(context.Background(), srv.JetStream(), history.Config{Retention: time.Hour}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +95,7 @@ func TestLookupUnknownIsEmpty(t *testing.T) {
 // as the records are read, not after a fetch times out.
 func TestLookupIsPrompt(t *testing.T) {
 	srv := startNATS(t)
-	h, err := history.New(context.Background(), srv.JetStream(), 0, 1)
+	h, err := history.New(context.Background(), srv.JetStream(), history.Config{}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +124,7 @@ func TestHistoryPersistsAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := history.New(context.Background(), srv.JetStream(), 0, 1)
+	h, err := history.New(context.Background(), srv.JetStream(), history.Config{}, quiet)
 	if err != nil {
 		srv.Shutdown()
 		t.Fatal(err)
@@ -136,7 +138,7 @@ func TestHistoryPersistsAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv2.Shutdown)
-	h2, err := history.New(context.Background(), srv2.JetStream(), 0, 1)
+	h2, err := history.New(context.Background(), srv2.JetStream(), history.Config{}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ const (
 
 var accepted = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "rivora_ingest_events_total",
-	Help: "Events answered by the ingest gateway, by result (accepted, duplicate, invalid, failed).",
+	Help: "Events answered by the ingest gateway, by result (accepted, duplicate, invalid, failed; replayed and resent for operators' re-ingests).",
 }, []string{"result"})
 
 // Gateway implements rivora.v1.IngestService.
@@ -353,4 +353,37 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 	}
 	accepted.WithLabelValues("replayed").Add(float64(stored))
 	return stored, duplicates, nil
+}
+
+// Resend accepts a delivered or dead-lettered event again for an
+// operator (ResendEvent): it keeps its event id (the webhook-id receivers
+// dedupe on), is marked resent (delivered with rivora-resend: 1), is
+// accepted now and goes to the tail of its lane. Its dedup id is the
+// event id and the time of the resend, so a resend is never taken for the
+// original, nor for an earlier resend.
+func (g *Gateway) Resend(ctx context.Context, original *rivorav1.Event) (*rivorav1.Event, error) {
+	n := int(g.partitions.Load())
+	if n == 0 {
+		return nil, errNoConfig
+	}
+	ev := proto.Clone(original).(*rivorav1.Event)
+	if _, ok := g.reg.Get(ev.GetDestinationId()); !ok {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("destination %q is not registered; create it before resending its events", ev.GetDestinationId()))
+	}
+	now := g.now()
+	ev.Resent, ev.Replayed = true, false
+	ev.AcceptedAt = timestamppb.New(now)
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		return nil, fmt.Errorf("encode event %s: %w", ev.GetEventId(), err)
+	}
+	p := &prepared{
+		partition: lanes.Partition(ev.GetDestinationId(), n), event: ev, data: data,
+		msgID: fmt.Sprintf("resend:%s:%d", ev.GetEventId(), now.UnixNano()),
+	}
+	if _, err := g.store(ctx, []*prepared{p}); err != nil {
+		return nil, storeError(ctx, err)
+	}
+	accepted.WithLabelValues("resent").Inc()
+	return ev, nil
 }

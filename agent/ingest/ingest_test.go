@@ -440,3 +440,46 @@ func FuzzPublish(f *testing.F) {
 		}
 	})
 }
+
+// A resend keeps the event id but is stored anew each time: neither the
+// original's dedup entry nor an earlier resend's swallows it.
+func TestResendIsStoredAnewWithTheSameID(t *testing.T) {
+	f := newFixture(t)
+	first, err := publish(f, valid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	original := f.stored(t)[0]
+	before := time.Now()
+	for range 2 {
+		ev, err := f.gw.Resend(context.Background(), original)
+		if err != nil {
+			t.Fatalf("Resend: %v", err)
+		}
+		if ev.GetEventId() != first.GetEventId() || !ev.GetResent() || ev.GetAcceptedAt().AsTime().Before(before) {
+			t.Fatalf("resent event = %v; want id %s, resent, accepted now", ev, first.GetEventId())
+		}
+	}
+	if n := f.msgs(t); n != 3 {
+		t.Fatalf("INGEST holds %d events after a publish and two resends, want 3", n)
+	}
+	raw, err := f.st.GetMsg(context.Background(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &rivorav1.Event{}
+	if err := proto.Unmarshal(raw.Data, ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.GetEventId() != first.GetEventId() || !ev.GetResent() || string(ev.GetPayload()) != string(original.GetPayload()) {
+		t.Fatalf("stored resend = %v; want the original's id and payload, resent", ev)
+	}
+	if id := raw.Header.Get(jetstream.MsgIDHeader); !strings.HasPrefix(id, "resend:"+first.GetEventId()+":") {
+		t.Fatalf("resend stored with Nats-Msg-Id %q, want resend:<id>:<nanos>", id)
+	}
+	gone := proto.Clone(original).(*rivorav1.Event)
+	gone.DestinationId = "deleted"
+	if _, err := f.gw.Resend(context.Background(), gone); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("Resend to an unregistered destination = %v, want FailedPrecondition", err)
+	}
+}

@@ -36,9 +36,7 @@ func Partition(destination string, n int) int {
 // streams may not share subjects.
 const (
 	IngestStream = "INGEST"
-	EventsStream = "EVENTS"
 	ingestPrefix = "ingest."
-	eventsPrefix = "events."
 )
 
 // LanesStream is the name of partition p's lane store.
@@ -61,9 +59,6 @@ func IngestSubject(p int, destination string) string {
 
 // IngestFilter selects partition p's share of the INGEST stream.
 func IngestFilter(p int) string { return fmt.Sprintf("%s%d.>", ingestPrefix, p) }
-
-// EventSubject is where an event's history (attempt outcomes) is kept.
-func EventSubject(eventID string) string { return eventsPrefix + eventID }
 
 // ID identifies a lane.
 type ID struct {

@@ -53,7 +53,7 @@ func startFenceCell(t *testing.T) *fenceCell {
 	if _, err := ingest.New(ctx, js, reg, ingest.Config{}, log); err != nil {
 		t.Fatal(err)
 	}
-	hist, err := history.New(ctx, js, 0, 1)
+	hist, err := history.New(ctx, js, history.Config{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,7 @@ func (o *Partition) Complete(ctx context.Context, a *scheduler.Attempt, ev *rivo
 		out := o.deps.Scheduler.Succeeded(a)
 		o.afterAdvance(a, out)
 		o.deps.History.Record(outcome(ev, rivorav1.EventOutcome_KIND_DELIVERED, attempt))
+		o.deps.History.RecordBody(ev)
 		return
 	}
 	attempt.Error = res.Err.Error()
@@ -236,7 +237,7 @@ func (o *Partition) die(ctx context.Context, a *scheduler.Attempt, ev *rivorav1.
 	}
 	out := o.deps.Scheduler.Dead(a)
 	o.afterAdvance(a, out)
-	o.deps.History.Record(deadOutcome(ev, reason))
+	o.deps.History.Record(deadOutcome(ev, head, reason))
 	deadTotal.WithLabelValues(ev.GetDestinationId(), reasonLabel(reason)).Inc()
 	return out, nil
 }
@@ -318,7 +319,7 @@ func (o *Partition) archiveTaken(ctx context.Context, destinationID string, lane
 		return err
 	}
 	o.reclaim.noteDone(lane.Subject, e.Seq)
-	o.deps.History.Record(deadOutcome(ev, dl.Reason))
+	o.deps.History.Record(deadOutcome(ev, scheduler.Head{}, dl.Reason))
 	deadTotal.WithLabelValues(destinationID, reasonLabel(dl.Reason)).Inc()
 	return nil
 }
@@ -330,9 +331,12 @@ func cmpErr(first, err error) error {
 	return err
 }
 
-func deadOutcome(ev *rivorav1.Event, reason rivorav1.DeadReason) *rivorav1.EventOutcome {
+// deadOutcome is an event's dead record; it carries the head's attempts
+// and last failure, so a listing needs no other record.
+func deadOutcome(ev *rivorav1.Event, head scheduler.Head, reason rivorav1.DeadReason) *rivorav1.EventOutcome {
 	o := outcome(ev, rivorav1.EventOutcome_KIND_DEAD, nil)
 	o.DeadReason = reason
+	o.Attempts, o.LastStatus, o.LastError = int32(head.Attempts), int32(head.LastStatus), head.LastError
 	return o
 }
 

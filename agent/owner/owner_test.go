@@ -135,7 +135,7 @@ func open(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Dest
 		fail(err)
 	}
 	n.gw.SetPartitions(partitions)
-	hist, err := history.New(ctx, js, 0, 1)
+	hist, err := history.New(ctx, js, history.Config{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		fail(err)
 	}

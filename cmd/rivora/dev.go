@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -55,6 +56,7 @@ func agentFlags() []cli.Flag {
 		&cli.IntFlag{Name: "workers", Value: agent.DefaultWorkers, EnvVars: []string{"RIVORA_WORKERS"}, Usage: "concurrent delivery attempts"},
 		&cli.IntFlag{Name: "max-payload", Value: ingest.DefaultMaxPayload, EnvVars: []string{"RIVORA_MAX_PAYLOAD"}, Usage: "largest accepted payload in `BYTES`"},
 		&cli.DurationFlag{Name: "dedup-window", Value: ingest.DefaultDedupWindow, EnvVars: []string{"RIVORA_DEDUP_WINDOW"}, Usage: "how long a repeated idempotency key is recognised"},
+		&cli.StringFlag{Name: "history-retention", Value: "7d", EnvVars: []string{"RIVORA_HISTORY_RETENTION"}, Usage: "how long the history behind `events get/list/resend` is kept (`DURATION`: 7d, 36h): every attempt's outcome, and every delivered event whole, payload included, so it can be resent. Disk: about the delivered events' size over the period (1,000 events/s of 1 KiB is ~600 GiB a week) plus ~200 B per attempt; memory does not grow with it"},
 		&cli.StringFlag{Name: "nats-listen", EnvVars: []string{"RIVORA_NATS_LISTEN"}, Usage: "expose the embedded NATS client port on `HOST:PORT` (default: in-process only)"},
 		&cli.BoolFlag{Name: "fsync", EnvVars: []string{"RIVORA_FSYNC"}, Usage: "fsync every write before acknowledging it (survives power loss; much slower)"},
 		&cli.StringFlag{Name: "s3-endpoint", EnvVars: []string{"RIVORA_S3_ENDPOINT"}, Usage: "archive dead letters to S3/MinIO at `HOST:PORT` instead of DATA_DIR/archive"},
@@ -103,7 +105,11 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 			return agent.Config{}, cli.Exit(fmt.Sprintf("--consul %q: want an http:// or https:// URL such as http://127.0.0.1:8500", consul), 2)
 		}
 	}
-	return agent.Config{
+	retention, err := parseRetention(c.String("history-retention"))
+	if err != nil {
+		return agent.Config{}, cli.Exit(err.Error(), 2)
+	}
+	cfg := agent.Config{
 		NATSCluster:     c.String("nats-cluster"),
 		NATSRoutes:      routes,
 		Replicas:        c.Int("replicas"),
@@ -121,7 +127,24 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 		MaxPayload:      c.Int("max-payload"),
 		DedupWindow:     c.Duration("dedup-window"),
 		Version:         version,
-	}, nil
+	}
+	cfg.HistoryRetention = retention
+	return cfg, nil
+}
+
+// parseRetention reads a Go duration or a number of days ("7d").
+func parseRetention(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		var n int
+		if _, serr := fmt.Sscanf(days, "%d", &n); serr == nil && fmt.Sprint(n) == days {
+			d, err = time.Duration(n)*24*time.Hour, nil
+		}
+	}
+	if err != nil || d < time.Minute {
+		return 0, fmt.Errorf("--history-retention %q: want a duration of at least 1m, such as 7d or 36h", v)
+	}
+	return d, nil
 }
 
 func noArgs(c *cli.Context) error {

@@ -8,6 +8,7 @@
 //	go run ./e2e/bench gameday  # a WAF throttling one partner, or a partner hard down
 //	go run ./e2e/bench failover # kill -9 an agent of a three-agent cell on Consul mid-delivery
 //	go run ./e2e/bench lanes    # ListLanes over 1M pending lanes, and delivery p99 elsewhere while it runs
+//	go run ./e2e/bench history  # memory per retained event after a restart; events get p50/p99 at 1M and 10M
 //
 // Progress goes to stderr; a table and, as the last line, one JSON object go
 // to stdout. It exits non-zero with a message when anything fails or a phase
@@ -64,6 +65,8 @@ func main() {
 		err = runFailover(args)
 	case "lanes":
 		err = runLanes(args)
+	case "history":
+		err = runHistory(args)
 	default:
 		usage()
 		os.Exit(2)
@@ -75,7 +78,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver|gameday|rebuild|failover|lanes [flags]  (-h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver|gameday|rebuild|failover|lanes|history [flags]  (-h for flags)")
 }
 
 func progress(format string, args ...any) {

@@ -561,7 +561,7 @@ func (x *DeadLetter) GetLaneSeq() uint64 {
 	return 0
 }
 
-// EventOutcome is one entry of an event's history (the EVENTS stream).
+// EventOutcome is one entry of an event's history (the HISTORY stream).
 type EventOutcome struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          EventOutcome_Kind      `protobuf:"varint,1,opt,name=kind,proto3,enum=rivora.v1.EventOutcome_Kind" json:"kind,omitempty"`
@@ -573,6 +573,12 @@ type EventOutcome struct {
 	AcceptedAt    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=accepted_at,json=acceptedAt,proto3" json:"accepted_at,omitempty"`
 	Attempt       *Attempt               `protobuf:"bytes,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	DeadReason    DeadReason             `protobuf:"varint,9,opt,name=dead_reason,json=deadReason,proto3,enum=rivora.v1.DeadReason" json:"dead_reason,omitempty"`
+	// On a KIND_DEAD record: the attempts charged, and the last attempt's
+	// status and error (a dead record carries no attempt of its own), so a
+	// listing needs only the terminal record.
+	Attempts      int32  `protobuf:"varint,10,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	LastStatus    int32  `protobuf:"varint,11,opt,name=last_status,json=lastStatus,proto3" json:"last_status,omitempty"`
+	LastError     string `protobuf:"bytes,12,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -670,6 +676,27 @@ func (x *EventOutcome) GetDeadReason() DeadReason {
 	return DeadReason_DEAD_REASON_UNSPECIFIED
 }
 
+func (x *EventOutcome) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *EventOutcome) GetLastStatus() int32 {
+	if x != nil {
+		return x.LastStatus
+	}
+	return 0
+}
+
+func (x *EventOutcome) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 var File_rivora_v1_event_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_event_proto_rawDesc = "" +
@@ -723,7 +750,7 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"\x06reason\x18\b \x01(\x0e2\x15.rivora.v1.DeadReasonR\x06reason\x12\x1c\n" +
 	"\tpartition\x18\t \x01(\rR\tpartition\x12\x19\n" +
 	"\blane_seq\x18\n" +
-	" \x01(\x04R\alaneSeq\"\xcf\x03\n" +
+	" \x01(\x04R\alaneSeq\"\xab\x04\n" +
 	"\fEventOutcome\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.rivora.v1.EventOutcome.KindR\x04kind\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12%\n" +
@@ -736,7 +763,13 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"acceptedAt\x12,\n" +
 	"\aattempt\x18\b \x01(\v2\x12.rivora.v1.AttemptR\aattempt\x126\n" +
 	"\vdead_reason\x18\t \x01(\x0e2\x15.rivora.v1.DeadReasonR\n" +
-	"deadReason\"X\n" +
+	"deadReason\x12\x1a\n" +
+	"\battempts\x18\n" +
+	" \x01(\x05R\battempts\x12\x1f\n" +
+	"\vlast_status\x18\v \x01(\x05R\n" +
+	"lastStatus\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\f \x01(\tR\tlastError\"X\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13KIND_ATTEMPT_FAILED\x10\x01\x12\x12\n" +

@@ -1,0 +1,193 @@
+package history
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// Filter selects the delivered and dead events List returns.
+type Filter struct {
+	// Destination is required.
+	Destination string
+	// Customer and Lane, when set, must match.
+	Customer, Lane string
+	// Delivered and Dead select the kinds listed (neither: both).
+	Delivered, Dead bool
+	// Since and Until bound the time an event was delivered or
+	// dead-lettered (zero: now minus the retention; now).
+	Since, Until time.Time
+	// Limit bounds the events returned (> 0).
+	Limit int
+	// MaxRecords bounds the records read (DefaultMaxListRecords when 0).
+	MaxRecords int
+}
+
+// Finished is a delivered or dead event, from its terminal record.
+type Finished struct {
+	Outcome *rivorav1.EventOutcome
+	// At is when it was delivered or dead-lettered.
+	At time.Time
+}
+
+// Listing is List's answer.
+type Listing struct {
+	// Events, newest first; an event delivered (or dead) more than once
+	// appears once, at its latest.
+	Events []Finished
+	// Truncated: more events matched than Limit.
+	Truncated bool
+	// SearchedBackTo is set when the search stopped at MaxRecords before
+	// Since: older history was not searched.
+	SearchedBackTo time.Time
+}
+
+// List scans write buckets newest first, from Until back to Since, and
+// returns the terminal records matching f. Its cost is the records of the
+// buckets it reads (all destinations' records are in them), bounded by
+// f.MaxRecords, and one subject listing per hour; the hours before the
+// oldest retained record are not visited.
+func (h *History) List(ctx context.Context, f Filter) (Listing, error) {
+	if f.Destination == "" || f.Limit <= 0 {
+		return Listing{}, fmt.Errorf("list history: destination and a positive limit are required")
+	}
+	if f.MaxRecords <= 0 {
+		f.MaxRecords = DefaultMaxListRecords
+	}
+	now := h.now()
+	until, since := f.Until, f.Since
+	if until.IsZero() || until.After(now) {
+		until = now
+	}
+	if oldest := now.Add(-h.retention); since.Before(oldest) {
+		since = oldest
+	}
+	info, err := h.stream.Info(ctx)
+	if err != nil {
+		return Listing{}, fmt.Errorf("list history: %w", err)
+	}
+	if info.State.Msgs == 0 {
+		return Listing{}, nil
+	}
+	if first := info.State.FirstTime; since.Before(first) {
+		since = first
+	}
+	s := scan{f: f, since: since, until: until, seen: make(map[string]bool)}
+	first, last := Bucket(since), Bucket(until)
+	for hour := hourOf(last, BucketWidth); hour >= hourOf(first, BucketWidth) && !s.done; hour-- {
+		if err := h.scanHour(ctx, &s, hour, first, last); err != nil {
+			return Listing{}, err
+		}
+	}
+	return s.out, nil
+}
+
+// scan is the state of one List.
+type scan struct {
+	f            Filter
+	since, until time.Time
+	read         int
+	seen         map[string]bool
+	out          Listing
+	done         bool
+}
+
+// scanHour reads the buckets of one hour within [first, last], newest
+// first.
+func (h *History) scanHour(ctx context.Context, s *scan, hour, first, last int64) error {
+	subjects, err := subjectsOf(ctx, h.stream, fmt.Sprintf("%s%d.>", outcomePrefix, hour))
+	if err != nil {
+		return err
+	}
+	counts := make(map[int64]uint64)
+	var buckets []int64
+	for _, sc := range subjects {
+		if sc.bucket < first || sc.bucket > last {
+			continue
+		}
+		if counts[sc.bucket] == 0 {
+			buckets = append(buckets, sc.bucket)
+		}
+		counts[sc.bucket] += sc.count
+	}
+	slices.Sort(buckets)
+	for i := len(buckets) - 1; i >= 0 && !s.done; i-- {
+		if err := h.scanBucket(ctx, s, hour, buckets[i], counts[buckets[i]]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanBucket adds the matching records written in bucket w, newest
+// first. It reads the bucket in one pass (a wildcard read walks its
+// blocks once; one read per subject would walk them once per subject).
+func (h *History) scanBucket(ctx context.Context, s *scan, hour, w int64, total uint64) error {
+	if s.read > 0 && s.read+int(total) > s.f.MaxRecords {
+		s.out.SearchedBackTo = BucketStart(w + 1)
+		s.done = true
+		return nil
+	}
+	s.read += int(total)
+	var found []Finished
+	err := h.read(ctx, h.stream, fmt.Sprintf("%s%d.%d.>", outcomePrefix, hour, w), total, true, func(r record) error {
+		if fin, ok := s.match(r); ok {
+			found = append(found, fin)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(found, func(x, y Finished) int { return y.At.Compare(x.At) })
+	for _, fin := range found {
+		id := fin.Outcome.GetEventId()
+		if s.seen[id] {
+			continue
+		}
+		s.seen[id] = true
+		if len(s.out.Events) == s.f.Limit {
+			s.out.Truncated, s.done = true, true
+			return nil
+		}
+		s.out.Events = append(s.out.Events, fin)
+	}
+	return nil
+}
+
+// match decodes r when it may match the filter (records of other
+// destinations are skipped undecoded).
+func (s *scan) match(r record) (Finished, bool) {
+	if r.at.Before(s.since) || r.at.After(s.until) || !bytes.Contains(r.data, []byte(s.f.Destination)) {
+		return Finished{}, false
+	}
+	o := &rivorav1.EventOutcome{}
+	if err := proto.Unmarshal(r.data, o); err != nil {
+		return Finished{}, false
+	}
+	f := s.f
+	switch {
+	case o.GetDestinationId() != f.Destination,
+		f.Customer != "" && o.GetCustomerId() != f.Customer,
+		f.Lane != "" && o.GetLaneKey() != f.Lane,
+		!f.wants(o.GetKind()):
+		return Finished{}, false
+	}
+	return Finished{Outcome: o, At: r.at}, true
+}
+
+func (f Filter) wants(k rivorav1.EventOutcome_Kind) bool {
+	switch k {
+	case rivorav1.EventOutcome_KIND_DELIVERED:
+		return f.Delivered || !f.Dead
+	case rivorav1.EventOutcome_KIND_DEAD:
+		return f.Dead || !f.Delivered
+	}
+	return false
+}
