@@ -212,7 +212,7 @@ func (e *env) getEvent(c *ucli.Context) error {
 	resp, err := e.events().GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: id}))
 	if err != nil {
 		return callFailed(fmt.Sprintf("get event %q", id), err, map[connect.Code]string{
-			connect.CodeNotFound: "check the id publish printed; events are found by the agent that holds their destination",
+			connect.CodeNotFound: "check the id publish printed; in a cell, ask the control plane (it asks every agent); history older than --history-retention is gone",
 		})
 	}
 	ev := resp.Msg
