@@ -44,7 +44,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -385,18 +384,8 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 		os.RemoveAll(root)
 	}()
 
-	if f.bin == "" {
-		f.bin = filepath.Join(root, "rivora")
-		progress("building ./cmd/rivora")
-		mod, err := moduleRoot()
-		if err != nil {
-			return err
-		}
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", f.bin, "./cmd/rivora")
-		cmd.Dir = mod
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build ./cmd/rivora: %v\n%s", err, out)
-		}
+	if f.bin, err = buildRivora(ctx, f.bin, root); err != nil {
+		return err
 	}
 
 	// 1. Consul.

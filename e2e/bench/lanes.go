@@ -30,8 +30,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -249,54 +247,25 @@ func (f *lanesFlags) controlPhase(ctx context.Context, ingest rivorav1connect.In
 
 // fill publishes one event on each of f.lanes lanes of big.
 func (f *lanesFlags) fill(ctx context.Context, ingest rivorav1connect.IngestServiceClient) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	body := payload(f.payload, 7)
-	batches := (f.lanes + f.batch - 1) / f.batch
-	var next, acked atomic.Int64
-	var firstErr error
-	var once sync.Once
-	fail := func(err error) { once.Do(func() { firstErr = err; cancel() }) }
-	var wg sync.WaitGroup
-	for range f.conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				b := int(next.Add(1)) - 1
-				if b >= batches || ctx.Err() != nil {
-					return
-				}
-				lo, hi := b*f.batch, min((b+1)*f.batch, f.lanes)
-				events := make([]*rivorav1.PublishRequest, 0, hi-lo)
-				for i := lo; i < hi; i++ {
-					events = append(events, &rivorav1.PublishRequest{
-						DestinationId: "big", CustomerId: "c" + strconv.Itoa(i%16), LaneKey: "lane-" + strconv.Itoa(i),
-						Type: "bench.lanes", Payload: body,
-					})
-				}
-				cctx, ccancel := context.WithTimeout(ctx, 60*time.Second)
-				resp, err := ingest.PublishBatch(cctx, connect.NewRequest(&rivorav1.PublishBatchRequest{Events: events}))
-				ccancel()
-				if err != nil {
-					fail(fmt.Errorf("batch %d: %w", b, err))
-					return
-				}
-				if got := len(resp.Msg.GetEventIds()); got != len(events) {
-					fail(fmt.Errorf("batch %d: %d ids for %d events", b, got, len(events)))
-					return
-				}
-				if n := acked.Add(int64(len(events))); n%100_000 < int64(len(events)) {
-					progress("published %d/%d", n, f.lanes)
-				}
-			}
-		}()
+	bp := &batchPublish{n: f.lanes, batch: f.batch, conc: f.conc, event: func(i int) *rivorav1.PublishRequest {
+		return &rivorav1.PublishRequest{
+			DestinationId: "big", CustomerId: "c" + strconv.Itoa(i%16), LaneKey: "lane-" + strconv.Itoa(i),
+			Type: "bench.lanes", Payload: body,
+		}
+	}}
+	done := make(chan error, 1)
+	go func() { done <- bp.run(ctx, ingest) }()
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			progress("published %d/%d", bp.acked.Load(), f.lanes)
+		}
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return fmt.Errorf("publish: %w", firstErr)
-	}
-	return ctx.Err()
 }
 
 // steady publishes f.rate events/s to steady for f.phase, then waits for

@@ -124,19 +124,9 @@ func (c *common) startDev() (d *dev, err error) {
 			os.RemoveAll(dir)
 		}
 	}()
-	bin := c.bin
-	if bin == "" {
-		bin = filepath.Join(dir, "rivora")
-		progress("building ./cmd/rivora")
-		root, err := moduleRoot()
-		if err != nil {
-			return nil, err
-		}
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/rivora")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build ./cmd/rivora: %v\n%s", err, out)
-		}
+	bin, err := buildRivora(context.Background(), c.bin, dir)
+	if err != nil {
+		return nil, err
 	}
 	p1, err := freePort()
 	if err != nil {

@@ -33,7 +33,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -141,18 +140,8 @@ func (f *rebuildFlags) run(ctx context.Context) error {
 		}
 		os.RemoveAll(root)
 	}()
-	if f.bin == "" {
-		f.bin = filepath.Join(root, "rivora")
-		progress("building ./cmd/rivora")
-		mod, err := moduleRoot()
-		if err != nil {
-			return err
-		}
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", f.bin, "./cmd/rivora")
-		cmd.Dir = mod
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build ./cmd/rivora: %v\n%s", err, out)
-		}
+	if f.bin, err = buildRivora(ctx, f.bin, root); err != nil {
+		return err
 	}
 	if f.profileDir != "" {
 		if err := os.MkdirAll(f.profileDir, 0o755); err != nil {
@@ -581,68 +570,25 @@ func (p *rbProc) cpuProfile(ctx context.Context, path string, seconds int) error
 }
 
 func (f *rebuildFlags) publish(ctx context.Context, ingest rivorav1connect.IngestServiceClient, dests []string) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	body := payload(f.payload, 5)
-	batches := (f.events + f.batch - 1) / f.batch
-	var next, acked atomic.Int64
-	var firstErr error
-	var once sync.Once
-	fail := func(err error) { once.Do(func() { firstErr = err; cancel() }) }
-	var wg sync.WaitGroup
-	for range f.conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				b := int(next.Add(1)) - 1
-				if b >= batches || ctx.Err() != nil {
-					return
-				}
-				lo, hi := b*f.batch, min((b+1)*f.batch, f.events)
-				events := make([]*rivorav1.PublishRequest, 0, hi-lo)
-				for i := lo; i < hi; i++ {
-					lane := i % f.lanes
-					events = append(events, &rivorav1.PublishRequest{
-						DestinationId: dests[lane%len(dests)],
-						CustomerId:    "bench",
-						LaneKey:       "lane-" + strconv.Itoa(lane),
-						Type:          "bench.rebuild",
-						Payload:       body,
-					})
-				}
-				cctx, ccancel := context.WithTimeout(ctx, 60*time.Second)
-				resp, err := ingest.PublishBatch(cctx, connect.NewRequest(&rivorav1.PublishBatchRequest{Events: events}))
-				ccancel()
-				if err != nil {
-					fail(fmt.Errorf("batch %d: %w", b, err))
-					return
-				}
-				if got := len(resp.Msg.GetEventIds()); got != len(events) {
-					fail(fmt.Errorf("batch %d: %d ids for %d events", b, got, len(events)))
-					return
-				}
-				acked.Add(int64(len(events)))
-			}
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	bp := &batchPublish{n: f.events, batch: f.batch, conc: f.conc, event: func(i int) *rivorav1.PublishRequest {
+		lane := i % f.lanes
+		return &rivorav1.PublishRequest{
+			DestinationId: dests[lane%len(dests)], CustomerId: "bench", LaneKey: "lane-" + strconv.Itoa(lane),
+			Type: "bench.rebuild", Payload: body,
+		}
+	}}
+	done := make(chan error, 1)
+	go func() { done <- bp.run(ctx, ingest) }()
 	start := time.Now()
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
 		select {
-		case <-done:
-			if firstErr != nil {
-				return fmt.Errorf("publish: %w", firstErr)
-			}
-			if n := acked.Load(); n != int64(f.events) {
-				return fmt.Errorf("publish: %d of %d acked: %w", n, f.events, ctx.Err())
-			}
-			return nil
+		case err := <-done:
+			return err
 		case <-tick.C:
-			n := acked.Load()
+			n := bp.acked.Load()
 			progress("published %d/%d (%.0f/s)", n, f.events, float64(n)/time.Since(start).Seconds())
 		}
 	}
