@@ -154,7 +154,7 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 	fmt.Fprintf(tw, "DEAD AT\tEVENT\tDESTINATION\tCUSTOMER\tLANE\tATTEMPTS\tLAST STATUS\tREASON\tLAST ERROR\n")
 	for _, dl := range dls {
 		j := flatDeadLetter(dl)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", fmtTime(dl.GetDeadAt()), j.EventID, j.DestinationID, j.CustomerID, j.LaneKey, j.Attempts, j.LastStatus, j.Reason, dash(j.LastError))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", fmtTime(dl.GetDeadAt()), j.EventID, j.DestinationID, j.CustomerID, j.LaneKey, j.Attempts, j.LastStatus, j.Reason, dash(oneLine(j.LastError)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

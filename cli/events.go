@@ -281,7 +281,16 @@ func enumWords(name, prefix string) string {
 	return strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, prefix), "_", " "))
 }
 
-// oneLine keeps a partner's multi-line error text in its table cell.
+// maxErrorCell bounds an error in a table cell: a partner's error page can
+// be kilobytes of HTML (-o json and `get` show it whole).
+const maxErrorCell = 100
+
+// oneLine keeps a partner's multi-line error text in its table cell, cut
+// to maxErrorCell characters.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > maxErrorCell {
+		return string(r[:maxErrorCell-1]) + "…"
+	}
+	return s
 }
