@@ -30,6 +30,10 @@ func (s *eventService) ListEvents(ctx context.Context, req *connect.Request[rivo
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
+	// Only the owner knows the destination's pending events.
+	if _, err := s.a.ownedDestination(q.destination); err != nil {
+		return nil, err
+	}
 	var all []listed
 	resp := &rivorav1.ListEventsResponse{}
 	if q.pending || q.inFlightOnly {
@@ -53,6 +57,7 @@ func (s *eventService) ListEvents(ctx context.Context, req *connect.Request[rivo
 		}
 	}
 	slices.SortStableFunc(all, func(x, y listed) int { return y.at.Compare(x.at) })
+	all = newestPerEvent(all)
 	if len(all) > q.limit {
 		all, resp.Truncated = all[:q.limit], true
 	}
@@ -60,6 +65,22 @@ func (s *eventService) ListEvents(ctx context.Context, req *connect.Request[rivo
 		resp.Events = append(resp.Events, l.summary)
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// newestPerEvent keeps, of a listing sorted newest first, each event's
+// first (newest) entry: a resent or replayed event is pending again while
+// the history still holds how it ended before, and an event resent twice
+// ended twice.
+func newestPerEvent(all []listed) []listed {
+	seen := make(map[string]bool, len(all))
+	out := all[:0]
+	for _, l := range all {
+		if id := l.summary.GetEventId(); !seen[id] {
+			seen[id] = true
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // listed is one event of a listing and the time it is ordered by.

@@ -41,7 +41,7 @@ func (s *laneService) ListLanes(ctx context.Context, req *connect.Request[rivora
 	}
 	list, err := walkPaced(ctx, s.a.sched.WalkLanes(m.GetDestinationId(), scheduler.LaneFilter{Customer: m.GetCustomerId(), Stuck: m.GetStuck(), Limit: limit}))
 	if err != nil {
-		return nil, connect.NewError(connect.CodeCanceled, err)
+		return nil, connect.NewError(connect.CodeOf(err), err)
 	}
 	resp := &rivorav1.ListLanesResponse{Matched: int64(list.Matched), Truncated: list.Matched > len(list.Lanes)}
 	for _, ls := range list.Lanes {
@@ -118,18 +118,23 @@ func laneToProto(destinationID string, ls scheduler.LaneSummary) *rivorav1.LaneS
 }
 
 // owned returns the partition of a destination this agent serves, or the
-// error to answer: unknown destination, or one whose partition another
-// agent owns.
-func (s *laneService) owned(destinationID string) (int, error) {
-	n := int(s.a.partitionCount.Load())
+// error to answer (see ownedDestination).
+func (s *laneService) owned(destinationID string) (int, error) { return s.a.ownedDestination(destinationID) }
+
+// ownedDestination returns the partition of a destination this agent
+// serves, or the error to answer: no config yet, unknown destination, or
+// one whose partition another agent owns (then only the control plane, or
+// that agent, knows its pending events).
+func (a *Agent) ownedDestination(destinationID string) (int, error) {
+	n := int(a.partitionCount.Load())
 	if n == 0 {
 		return 0, connect.NewError(connect.CodeUnavailable, errors.New("this agent has no configuration from the control plane yet"))
 	}
-	if _, ok := s.a.registry.Get(destinationID); !ok && s.a.sched.Pending(destinationID) == 0 {
+	if _, ok := a.registry.Get(destinationID); !ok && a.sched.Pending(destinationID) == 0 {
 		return 0, connect.NewError(connect.CodeNotFound, fmt.Errorf("destination %s: %w (see rivoractl destinations list)", destinationID, errNotFound))
 	}
 	p := lanes.Partition(destinationID, n)
-	if s.a.partition(p) == nil {
+	if a.partition(p) == nil {
 		return 0, connect.NewError(connect.CodeNotFound, fmt.Errorf("destination %s: its partition %d is %w on this agent; ask the control plane, or the agent that owns it (rivoractl agents)", destinationID, p, errNotOwnedHere))
 	}
 	return p, nil
@@ -151,16 +156,17 @@ func (s *laneService) SkipLaneHead(ctx context.Context, req *connect.Request[riv
 	if !ok {
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("partition %d of destination %s is being handed off; try again shortly", p, m.GetDestinationId()))
 	}
-	defer run.inFlight.Done()
 	id := lanes.ID{Destination: m.GetDestinationId(), Customer: m.GetCustomerId(), Key: m.GetLaneKey()}
 	att, err := s.a.sched.TakeHead(id, m.GetHeadEventId())
 	if err != nil {
+		run.inFlight.Done()
 		return nil, takeHeadError(id, m.GetHeadEventId(), err)
 	}
 	// Once taken, the skip and its audit entry go through even if the
 	// caller hangs up: a skip must not be left half done or unaudited.
 	ctx = context.WithoutCancel(ctx)
 	remaining, err := run.part.SkipHead(ctx, att)
+	run.inFlight.Done() // the skip is stored: a handoff need not wait for the audit
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w; the head stays in its lane", err))
 	}

@@ -115,9 +115,15 @@ func (r *operatorRouter) ListLanes(ctx context.Context, req *connect.Request[riv
 }
 
 func (r *operatorRouter) SkipLaneHead(ctx context.Context, req *connect.Request[rivorav1.SkipLaneHeadRequest]) (*connect.Response[rivorav1.SkipLaneHeadResponse], error) {
-	return unary(ctx, r, req.Msg.GetDestinationId(), func(ctx context.Context, a *agentState) (*connect.Response[rivorav1.SkipLaneHeadResponse], error) {
+	resp, err := unary(ctx, r, req.Msg.GetDestinationId(), func(ctx context.Context, a *agentState) (*connect.Response[rivorav1.SkipLaneHeadResponse], error) {
 		return r.lanes(a).SkipLaneHead(ctx, connect.NewRequest(req.Msg))
 	})
+	if err != nil && !connect.IsWireError(err) && req.Msg.GetHeadEventId() == "" {
+		// The agent may have skipped the head before its answer was lost:
+		// a blind retry would skip the next event.
+		return nil, fmt.Errorf("%w (the skip may have happened: check `rivoractl lanes list` or `rivoractl audit` first; with --head EVENT_ID a retry is safe)", err)
+	}
+	return resp, err
 }
 
 func (r *operatorRouter) ListEvents(ctx context.Context, req *connect.Request[rivorav1.ListEventsRequest]) (*connect.Response[rivorav1.ListEventsResponse], error) {

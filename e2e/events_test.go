@@ -155,6 +155,41 @@ func TestEventsListAndResendDelivered(t *testing.T) {
 		t.Fatalf("events get of the resent event after restart lists %d attempts, want 2 (original and resend)", len(resent.GetAttempts()))
 	}
 	waitListed(t, d, 3, "--destination", "evl", "--state", "delivered")
+
+	// Two operators resend the same event at once: it is sent again once;
+	// the other is refused (already resent, or pending again by then). The
+	// destination is paused so the first resend stays pending (delivered
+	// at once, it would have ended anew, and a second resend of that new
+	// ending is a resend in its own right).
+	rivoractl(t, d, "destinations", "pause", "evl", "--reason", "concurrent resends", "--wait")
+	errOuts := make(chan string, 2)
+	for range 2 {
+		go func() {
+			_, errOut, err := runRivoractl(d, "events", "resend", ids[1], "--reason", "both of us")
+			if err == nil {
+				errOut = ""
+			}
+			errOuts <- errOut
+		}()
+	}
+	refused := 0
+	for range 2 {
+		if e := <-errOuts; e != "" {
+			if !strings.Contains(e, "already resent") && !strings.Contains(e, "still pending") {
+				t.Fatalf("the second of two concurrent resends failed with %q; want already resent or still pending", e)
+			}
+			refused++
+		}
+	}
+	if refused != 1 {
+		t.Fatalf("%d of two concurrent resends were refused, want exactly 1", refused)
+	}
+	rivoractl(t, d, "destinations", "resume", "evl", "--wait")
+	waitFor(t, 30*time.Second, "the concurrently resent event at the partner", func() bool { return len(resends(p, ids[1])) >= 1 })
+	waitEventState(t, d, ids[1], rivorav1.EventState_EVENT_STATE_DELIVERED, 20*time.Second)
+	if n := len(resends(p, ids[1])); n != 1 {
+		t.Fatalf("partner got %d resends of %s after two concurrent resend calls, want 1", n, ids[1])
+	}
 }
 
 // A dead-lettered event is listed dead with its last failure, and a

@@ -258,6 +258,15 @@ func storeError(ctx context.Context, err error) error {
 	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store event: %w; retry with the same idempotency key", err))
 }
 
+// resendStoreError is storeError for a resend: retrying it is safe (its
+// dedup id makes a second store a duplicate), so it says that instead.
+func resendStoreError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("store the resent event: %w", err))
+	}
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store the resent event: %w; resending again is safe (it is stored once)", err))
+}
+
 // prepare validates and encodes one event.
 func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
 	dest := req.GetDestinationId()
@@ -337,7 +346,7 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 		}
 		batch = append(batch, &prepared{
 			partition: lanes.Partition(ev.GetDestinationId(), n), event: ev, data: data,
-			msgID: fmt.Sprintf("replay:%s:%d", ev.GetEventId(), dl.GetDeadAt().AsTime().UnixNano()),
+			msgID: ReplayDedupID(dl),
 		})
 	}
 	dups, err := g.store(ctx, batch)
@@ -358,32 +367,41 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 // Resend accepts a delivered or dead-lettered event again for an
 // operator (ResendEvent): it keeps its event id (the webhook-id receivers
 // dedupe on), is marked resent (delivered with rivora-resend: 1), is
-// accepted now and goes to the tail of its lane. Its dedup id is the
-// event id and the time of the resend, so a resend is never taken for the
-// original, nor for an earlier resend.
-func (g *Gateway) Resend(ctx context.Context, original *rivorav1.Event) (*rivorav1.Event, error) {
+// accepted now and goes to the tail of its lane. dedupID is the caller's
+// name for this resend (never the event id alone, so a resend is never
+// taken for the original); a resend whose dedupID was stored within the
+// dedup window is not stored again, and duplicate says so.
+func (g *Gateway) Resend(ctx context.Context, original *rivorav1.Event, dedupID string) (ev *rivorav1.Event, duplicate bool, err error) {
 	n := int(g.partitions.Load())
 	if n == 0 {
-		return nil, errNoConfig
+		return nil, false, errNoConfig
 	}
-	ev := proto.Clone(original).(*rivorav1.Event)
+	ev = proto.Clone(original).(*rivorav1.Event)
 	if _, ok := g.reg.Get(ev.GetDestinationId()); !ok {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("destination %q is not registered; create it before resending its events", ev.GetDestinationId()))
+		return nil, false, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("destination %q is not registered; create it before resending its events", ev.GetDestinationId()))
 	}
-	now := g.now()
 	ev.Resent, ev.Replayed = true, false
-	ev.AcceptedAt = timestamppb.New(now)
+	ev.AcceptedAt = timestamppb.New(g.now())
 	data, err := proto.Marshal(ev)
 	if err != nil {
-		return nil, fmt.Errorf("encode event %s: %w", ev.GetEventId(), err)
+		return nil, false, fmt.Errorf("encode event %s: %w", ev.GetEventId(), err)
 	}
-	p := &prepared{
-		partition: lanes.Partition(ev.GetDestinationId(), n), event: ev, data: data,
-		msgID: fmt.Sprintf("resend:%s:%d", ev.GetEventId(), now.UnixNano()),
+	p := &prepared{partition: lanes.Partition(ev.GetDestinationId(), n), event: ev, data: data, msgID: dedupID}
+	dups, err := g.store(ctx, []*prepared{p})
+	if err != nil {
+		return nil, false, resendStoreError(ctx, err)
 	}
-	if _, err := g.store(ctx, []*prepared{p}); err != nil {
-		return nil, storeError(ctx, err)
+	if dups[0] {
+		return ev, true, nil
 	}
 	accepted.WithLabelValues("resent").Inc()
-	return ev, nil
+	return ev, false, nil
+}
+
+// ReplayDedupID is the dedup id of a dead letter re-ingested by a replay,
+// or by a resend of it: the event id and the time it died, so the same
+// dead letter sent again twice (a replay and a resend, or two of either)
+// within the dedup window is stored once, and never taken for the original.
+func ReplayDedupID(dl *rivorav1.DeadLetter) string {
+	return fmt.Sprintf("replay:%s:%d", dl.GetEvent().GetEventId(), dl.GetDeadAt().AsTime().UnixNano())
 }

@@ -441,9 +441,10 @@ func FuzzPublish(f *testing.F) {
 	})
 }
 
-// A resend keeps the event id but is stored anew each time: neither the
-// original's dedup entry nor an earlier resend's swallows it.
-func TestResendIsStoredAnewWithTheSameID(t *testing.T) {
+// A resend keeps the event id and is stored under its own dedup id: the
+// original's dedup entry does not swallow it, two resends with different
+// ids are both stored, and the same id again is a duplicate.
+func TestResendIsStoredOncePerDedupID(t *testing.T) {
 	f := newFixture(t)
 	first, err := publish(f, valid())
 	if err != nil {
@@ -451,17 +452,20 @@ func TestResendIsStoredAnewWithTheSameID(t *testing.T) {
 	}
 	original := f.stored(t)[0]
 	before := time.Now()
-	for range 2 {
-		ev, err := f.gw.Resend(context.Background(), original)
+	for i, dedup := range []string{"resend:a", "resend:b", "resend:a"} {
+		ev, dup, err := f.gw.Resend(context.Background(), original, dedup)
 		if err != nil {
 			t.Fatalf("Resend: %v", err)
+		}
+		if want := i == 2; dup != want {
+			t.Fatalf("resend %d (%s): duplicate = %v, want %v", i, dedup, dup, want)
 		}
 		if ev.GetEventId() != first.GetEventId() || !ev.GetResent() || ev.GetAcceptedAt().AsTime().Before(before) {
 			t.Fatalf("resent event = %v; want id %s, resent, accepted now", ev, first.GetEventId())
 		}
 	}
 	if n := f.msgs(t); n != 3 {
-		t.Fatalf("INGEST holds %d events after a publish and two resends, want 3", n)
+		t.Fatalf("INGEST holds %d events after a publish and two distinct resends, want 3", n)
 	}
 	raw, err := f.st.GetMsg(context.Background(), 3)
 	if err != nil {
@@ -474,12 +478,12 @@ func TestResendIsStoredAnewWithTheSameID(t *testing.T) {
 	if ev.GetEventId() != first.GetEventId() || !ev.GetResent() || string(ev.GetPayload()) != string(original.GetPayload()) {
 		t.Fatalf("stored resend = %v; want the original's id and payload, resent", ev)
 	}
-	if id := raw.Header.Get(jetstream.MsgIDHeader); !strings.HasPrefix(id, "resend:"+first.GetEventId()+":") {
-		t.Fatalf("resend stored with Nats-Msg-Id %q, want resend:<id>:<nanos>", id)
+	if id := raw.Header.Get(jetstream.MsgIDHeader); id != "resend:b" {
+		t.Fatalf("resend stored with Nats-Msg-Id %q, want resend:b", id)
 	}
 	gone := proto.Clone(original).(*rivorav1.Event)
 	gone.DestinationId = "deleted"
-	if _, err := f.gw.Resend(context.Background(), gone); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+	if _, _, err := f.gw.Resend(context.Background(), gone, "resend:c"); connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("Resend to an unregistered destination = %v, want FailedPrecondition", err)
 	}
 }
