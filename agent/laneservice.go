@@ -119,7 +119,9 @@ func laneToProto(destinationID string, ls scheduler.LaneSummary) *rivorav1.LaneS
 
 // owned returns the partition of a destination this agent serves, or the
 // error to answer (see ownedDestination).
-func (s *laneService) owned(destinationID string) (int, error) { return s.a.ownedDestination(destinationID) }
+func (s *laneService) owned(destinationID string) (int, error) {
+	return s.a.ownedDestination(destinationID)
+}
 
 // ownedDestination returns the partition of a destination this agent
 // serves, or the error to answer: no config yet, unknown destination, or
