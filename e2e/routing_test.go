@@ -42,8 +42,8 @@ type routedDest struct {
 // delivered and dead events, `dlq list` lists every destination's dead
 // letters (the archive is the cell's MinIO) and `replay` delivers them.
 // The lanes and events list/resend subtests call the RPCs through the
-// control plane with a Connect client (their rivoractl verbs come with
-// the agent side of issue 12).
+// control plane with a Connect client, and `rivoractl lanes list` and
+// `events list` once each.
 func TestCellOperatorOneAddress(t *testing.T) {
 	requireRivoractl(t)
 	c := startClusterCell(t, 3, 8)
@@ -159,6 +159,9 @@ func TestCellOperatorOneAddress(t *testing.T) {
 		if err != nil {
 			t.Fatalf("lanes list --destination %s --stuck (owner %s) through the control plane: %v", stuckDest, stuckOwner, err)
 		}
+		if out, errOut, err := runCtl(cp, "lanes", "list", "--destination", stuckDest, "--stuck", "-o", "json"); err != nil || !strings.Contains(out, stuckIDs[0]) {
+			t.Errorf("rivoractl lanes list --destination %s --stuck through the control plane: err %v, stdout %q, stderr %q; want its head %s", stuckDest, err, out, errOut, stuckIDs[0])
+		}
 		if lane.GetDepth() != 3 || lane.GetHeadEventId() != stuckIDs[0] || lane.GetLastStatus() != 500 || lane.GetHeadAttempts() < 1 || lane.GetHeadSince() == nil {
 			t.Errorf("stuck lane: depth %d head %s attempts %d last status %d head since %v; want depth 3, head %s, ≥1 attempt, 500, a time",
 				lane.GetDepth(), lane.GetHeadEventId(), lane.GetHeadAttempts(), lane.GetLastStatus(), lane.GetHeadSince(), stuckIDs[0])
@@ -218,6 +221,12 @@ func TestCellOperatorOneAddress(t *testing.T) {
 			})
 			if err != nil {
 				t.Errorf("events list --destination %s --state delivered (owner %s) through the control plane: %v", d.id, d.owner, err)
+			}
+			out, errOut, err := runCtl(cp, "events", "list", "--destination", d.id, "--state", "delivered", "-o", "json")
+			for _, id := range d.delivered {
+				if err != nil || !strings.Contains(out, id) {
+					t.Errorf("rivoractl events list --destination %s --state delivered through the control plane: err %v, stderr %q; want %s in %q", d.id, err, errOut, id, out)
+				}
 			}
 		}
 	})
