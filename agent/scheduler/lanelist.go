@@ -296,24 +296,45 @@ func (h *summaryHeap) Pop() any {
 // laneSlot is a lane's place in d.order, with a copy of what ListLanes
 // filters and sorts on, so its walk reads one slice in sequence.
 //
-// Invariant: d.order[l.pos] is reslot's slot of l, for every lane of d.
+// Invariant: for every lane l of d, d.order[l.pos] is l's slot: its
+// lane is l, its cust l.cust, and reslot would not change it.
 type laneSlot struct {
 	lane  *Lane
-	born  uint64
+	born  uint64 // Scheduler.born when the lane was made
 	cust  *customer
 	since int64  // lane.headSince, Unix ns
 	seq   uint64 // the head's sequence (0: no entries)
 	stuck bool   // stuck(lane.head)
 }
 
-// reslot refreshes l's slot after its head, its head's state or its
-// headSince changed.
+// The hot path (AppendAll, Succeeded, Dead, Retry) keeps the slots as it
+// goes, so each update is cheap: it writes only the slot's fields that
+// changed, and those hold no pointers (no write barrier), once per head,
+// not per event.
+
+// newHead makes the lane's first entry its head since now, with the
+// attempt state l.head: a lane that was empty got events, or its head
+// moved on.
+func (l *Lane) newHead(now time.Time) {
+	l.headSince = now
+	sl := &l.dest.order[l.pos]
+	sl.since, sl.seq, sl.stuck = now.UnixNano(), l.entries[0].Seq, stuck(l.head)
+}
+
+// setHead replaces the head's attempt state; of it, the slot keeps
+// whether it is stuck.
+func (l *Lane) setHead(h Head) {
+	l.head = h
+	l.dest.order[l.pos].stuck = stuck(h)
+}
+
+// reslot refreshes the whole of l's slot, for a lane rebuilt by Restore.
 func (l *Lane) reslot() {
-	sl := laneSlot{lane: l, born: l.born, cust: l.cust, since: l.headSince.UnixNano(), stuck: stuck(l.head)}
+	sl := &l.dest.order[l.pos]
+	sl.since, sl.seq, sl.stuck = l.headSince.UnixNano(), 0, stuck(l.head)
 	if len(l.entries) > 0 {
 		sl.seq = l.entries[0].Seq
 	}
-	l.dest.order[l.pos] = sl
 }
 
 // unorder swap-removes l from d.order. A lane moved from ahead of a walk's
