@@ -150,7 +150,7 @@ func (w *LaneWalk) read() bool {
 // lane. It ends the chunk once the top can be filled: the walk keeps
 // them before reading on, so the rest of it copies only lanes that beat
 // its worst. Called under the lock.
-func (w *LaneWalk) consider(sl laneSlot) (endChunk bool) {
+func (w *LaneWalk) consider(sl *laneSlot) (endChunk bool) {
 	if w.f.Customer != "" && sl.cust.id != w.f.Customer {
 		return false
 	}

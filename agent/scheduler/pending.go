@@ -101,7 +101,7 @@ func (w *PendingWalk) Step() bool {
 }
 
 // offer offers a matching lane's entries. Called under the lock.
-func (w *PendingWalk) offer(sl laneSlot) (endChunk bool) {
+func (w *PendingWalk) offer(sl *laneSlot) (endChunk bool) {
 	l := sl.lane
 	if (w.f.Customer != "" && sl.cust.id != w.f.Customer) || (w.f.Lane != "" && l.ID.Key != w.f.Lane) {
 		return false

@@ -46,7 +46,7 @@ func (s *Scheduler) startLaneWalk(w *laneWalk, destinationID string) bool {
 // cursor, or fewer when visit asks to end the chunk; only lanes the walk
 // is to see (see laneWalk). It returns false once the walk is over (and
 // no longer registered).
-func (w *laneWalk) next(chunk int, visit func(laneSlot) (endChunk bool)) bool {
+func (w *laneWalk) next(chunk int, visit func(*laneSlot) (endChunk bool)) bool {
 	s, d := w.s, w.d
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -54,15 +54,15 @@ func (w *laneWalk) next(chunk int, visit func(laneSlot) (endChunk bool)) bool {
 		return false // dropped: its lanes are another agent's now
 	}
 	for _, l := range w.moved {
-		if l.pos >= 0 && w.sees(d.order[l.pos]) {
-			visit(d.order[l.pos])
+		if l.pos >= 0 && w.sees(&d.order[l.pos]) {
+			visit(&d.order[l.pos])
 		}
 	}
 	w.moved = w.moved[:0]
 	start := min(w.cursor, len(d.order)) // lanes drained behind it
 	end := min(start+chunk, len(d.order))
 	for i := start; i < end; i++ {
-		if w.sees(d.order[i]) && visit(d.order[i]) {
+		if sl := &d.order[i]; w.sees(sl) && visit(sl) {
 			end = i + 1
 		}
 	}
@@ -76,7 +76,7 @@ func (w *laneWalk) next(chunk int, visit func(laneSlot) (endChunk bool)) bool {
 
 // sees reports whether the walk is to see a lane: not one made during
 // the walk, nor one (restored) empty.
-func (w *laneWalk) sees(sl laneSlot) bool { return sl.born <= w.born && sl.seq != 0 }
+func (w *laneWalk) sees(sl *laneSlot) bool { return sl.born <= w.born && sl.seq != 0 }
 
 // close ends a walk before its end (a walk that ended is closed).
 func (w *laneWalk) close() {
