@@ -37,7 +37,11 @@ func (s *eventService) ListEvents(ctx context.Context, req *connect.Request[rivo
 	var all []listed
 	resp := &rivorav1.ListEventsResponse{}
 	if q.pending || q.inFlightOnly {
-		pend, truncated := s.a.sched.PendingEvents(q.pendingFilter())
+		w := s.a.sched.WalkPending(q.pendingFilter())
+		if err := walkPaced(ctx, w); err != nil {
+			return nil, connect.NewError(connect.CodeCanceled, err)
+		}
+		pend, truncated := w.Result()
 		resp.Truncated = truncated
 		for _, p := range pend {
 			all = append(all, listed{at: p.Entry.AcceptedAt, summary: s.pendingSummary(ctx, p)})

@@ -39,10 +39,11 @@ func (s *laneService) ListLanes(ctx context.Context, req *connect.Request[rivora
 	if _, err := s.owned(m.GetDestinationId()); err != nil {
 		return nil, err
 	}
-	list, err := walkPaced(ctx, s.a.sched.WalkLanes(m.GetDestinationId(), scheduler.LaneFilter{Customer: m.GetCustomerId(), Stuck: m.GetStuck(), Limit: limit}))
-	if err != nil {
+	w := s.a.sched.WalkLanes(m.GetDestinationId(), scheduler.LaneFilter{Customer: m.GetCustomerId(), Stuck: m.GetStuck(), Limit: limit})
+	if err := walkPaced(ctx, w); err != nil {
 		return nil, connect.NewError(connect.CodeOf(err), err)
 	}
+	list := w.Result()
 	resp := &rivorav1.ListLanesResponse{Matched: int64(list.Matched), Truncated: list.Matched > len(list.Lanes)}
 	for _, ls := range list.Lanes {
 		resp.Lanes = append(resp.Lanes, laneToProto(m.GetDestinationId(), ls))
@@ -51,16 +52,25 @@ func (s *laneService) ListLanes(ctx context.Context, req *connect.Request[rivora
 }
 
 // A lane walk rests listRest after each listBusy of walking, so that
-// ListLanes calls back to back take at most about a third of a core from
-// delivery; 1M lanes walk in some 15 ms of CPU, so a call over them takes
-// some 50–100 ms (go run ./e2e/bench lanes).
+// ListLanes (or ListEvents) calls back to back take at most about a third
+// of a core from delivery; 1M lanes walk in some 15 ms of CPU, so a call
+// over them takes some 50–100 ms (go run ./e2e/bench lanes).
 const (
 	listBusy = time.Millisecond
 	listRest = 2 * time.Millisecond
 )
 
-// walkPaced runs a lane walk to its end, resting between chunks.
-func walkPaced(ctx context.Context, w *scheduler.LaneWalk) (scheduler.LaneList, error) {
+// laneWalker is a scheduler walk over a destination's lanes that its
+// caller paces: a *scheduler.LaneWalk (ListLanes) or a
+// *scheduler.PendingWalk (pending events for ListEvents).
+type laneWalker interface {
+	Step() bool
+	Close()
+}
+
+// walkPaced runs a lane walk to its end, resting between chunks; on an
+// error (ctx ended) the walk is closed and its result is not whole.
+func walkPaced(ctx context.Context, w laneWalker) error {
 	defer w.Close()
 	busy := time.Now()
 	for w.Step() {
@@ -70,11 +80,11 @@ func walkPaced(ctx context.Context, w *scheduler.LaneWalk) (scheduler.LaneList, 
 		select {
 		case <-time.After(listRest):
 		case <-ctx.Done():
-			return scheduler.LaneList{}, ctx.Err()
+			return ctx.Err()
 		}
 		busy = time.Now()
 	}
-	return w.Result(), nil
+	return nil
 }
 
 func laneLimit(limit int32) (int, error) {

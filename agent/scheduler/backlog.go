@@ -27,9 +27,9 @@ func (s *Scheduler) laneBySubject(partition int, id lanes.ID, subject string) *L
 			d.customers[id.Customer] = c
 		}
 		s.born++
-		l = &Lane{ID: id, Partition: partition, Subject: subject, heapIdx: -1, dest: d, cust: c, pos: len(d.order), born: s.born}
+		l = &Lane{ID: id, Partition: partition, Subject: subject, heapIdx: -1, dest: d, cust: c, pos: len(d.order)}
 		d.lanes[subject] = l
-		d.order = append(d.order, laneSlot{lane: l, born: l.born, cust: c})
+		d.order = append(d.order, laneSlot{lane: l, born: s.born, cust: c})
 		c.lanes++
 	}
 	return l
@@ -51,11 +51,11 @@ func (s *Scheduler) AppendAll(partition int, appends []LaneAppend) {
 	now := s.clock.Now()
 	for _, a := range appends {
 		l := s.laneBySubject(partition, a.ID, a.Subject)
-		if len(l.entries) == 0 && len(a.Entries) > 0 {
-			l.headSince = now
-		}
+		empty := len(l.entries) == 0
 		l.entries = append(l.entries, a.Entries...)
-		l.reslot()
+		if empty && len(l.entries) > 0 {
+			l.newHead(now)
+		}
 		l.dest.pending += len(a.Entries)
 		if l.state == laneIdle {
 			s.schedule(l, now)

@@ -41,7 +41,7 @@ type destination struct {
 	// ListLanes walks in chunks, each with a copy of what the walk sorts
 	// and filters on (laneSlot); walks are the walks under way over it.
 	order     []laneSlot
-	walks     []*LaneWalk
+	walks     []*laneWalk
 	customers map[string]*customer
 	weights   map[string]float64
 	active    []*customer // customers with due lanes, in DRR order

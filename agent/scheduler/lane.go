@@ -37,7 +37,9 @@ type Head struct {
 	WindowEnd time.Time
 }
 
-type laneState int
+// laneState is a byte, so that it packs with hasLedger: a Lane fits the
+// 352-byte size class.
+type laneState uint8
 
 const (
 	laneIdle laneState = iota
@@ -57,24 +59,22 @@ type Lane struct {
 
 	entries []Entry
 	head    Head
-	state   laneState
 	heapIdx int
+	state   laneState
+	// hasLedger is true when the ledger holds a head record for this lane
+	// that must be purged once the lane drains.
+	hasLedger bool
 	// wake is when a waiting lane is promoted: its head's NotBefore, or
 	// its WindowEnd while its destination holds it (parked).
 	wake time.Time
 	// deadlineAt is the window end this lane last put in the deadline
 	// heap (zero: none pending).
 	deadlineAt time.Time
-	// hasLedger is true when the ledger holds a head record for this lane
-	// that must be purged once the lane drains.
-	hasLedger bool
 	// headSince is when the current head became the lane's head.
 	headSince time.Time
-	// pos is the lane's index in dest.order; born orders lanes by
-	// creation (Scheduler.born), so a walk can tell lanes made after it
-	// started.
+	// pos is the lane's index in dest.order, where its slot says when it
+	// was made (laneSlot.born).
 	pos  int
-	born uint64
 	dest *destination
 	cust *customer
 }

@@ -100,16 +100,12 @@ func (s *Scheduler) WalkLanes(destinationID string, f LaneFilter) *LaneWalk {
 }
 
 // LaneWalk is one ListLanes under way (nil: the destination has no lanes
-// here). Its cursor and moved belong to the scheduler's lock; the rest is
-// the walking goroutine's own.
+// here). Its laneWalk belongs to the scheduler's lock; the rest is the
+// walking goroutine's own.
 type LaneWalk struct {
-	s      *Scheduler
-	d      *destination
-	f      LaneFilter
-	chunk  int
-	born   uint64 // lanes born after the walk started are skipped
-	cursor int    // next position of d.order to read
-	moved  []*Lane
+	laneWalk
+	f     LaneFilter
+	chunk int
 	// batch is the chunk's candidates, copied under the lock.
 	batch   []LaneSummary
 	top     summaryHeap // the best f.Limit so far, worst on top
@@ -117,14 +113,10 @@ type LaneWalk struct {
 }
 
 func (s *Scheduler) startWalk(destinationID string, f LaneFilter, chunk int) *LaneWalk {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	d := s.dests[destinationID]
-	if d == nil {
+	w := &LaneWalk{f: f, chunk: chunk}
+	if !s.startLaneWalk(&w.laneWalk, destinationID) {
 		return nil
 	}
-	w := &LaneWalk{s: s, d: d, f: f, chunk: chunk, born: s.born}
-	d.walks = append(d.walks, w)
 	return w
 }
 
@@ -146,58 +138,31 @@ func (w *LaneWalk) Step() bool {
 }
 
 // read copies the summaries of the next chunk's matching lanes that can
-// still make the top; false once the walk is over (and unregistered).
+// still make the top; false once the walk is over.
 func (w *LaneWalk) read() bool {
-	s, d := w.s, w.d
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	w.batch = w.batch[:0]
-	if s.dests[d.id] != d {
-		return false // dropped: its lanes are another agent's now
-	}
-	for _, l := range w.moved {
-		if l.pos >= 0 {
-			w.consider(d.order[l.pos])
-		}
-	}
-	w.moved = w.moved[:0]
-	start := min(w.cursor, len(d.order)) // lanes drained behind it
-	end := min(start+w.chunk, len(d.order))
-	for i := start; i < end; i++ {
-		w.consider(d.order[i])
-		if len(w.top) < w.f.Limit && len(w.top)+len(w.batch) >= w.f.Limit {
-			// Enough to fill the top: keep them before reading on, so the
-			// rest of the walk copies only lanes that beat its worst.
-			end = i + 1
-		}
-	}
-	w.cursor = end
-	if end < len(d.order) {
-		return true
-	}
-	w.unregister()
-	return false
+	return w.next(w.chunk, w.consider)
 }
 
 // consider counts a lane when it matches and copies its summary when it
 // would enter the top. It reads only the slot, not the lane, until then:
 // the walk reads d.order in sequence instead of chasing a pointer per
-// lane. Called under the lock.
-func (w *LaneWalk) consider(sl laneSlot) {
-	if sl.born > w.born || sl.seq == 0 {
-		return // made during the walk, or (restored) empty
-	}
+// lane. It ends the chunk once the top can be filled: the walk keeps
+// them before reading on, so the rest of it copies only lanes that beat
+// its worst. Called under the lock.
+func (w *LaneWalk) consider(sl *laneSlot) (endChunk bool) {
 	if w.f.Customer != "" && sl.cust.id != w.f.Customer {
-		return
+		return false
 	}
 	if w.f.Stuck && !sl.stuck {
-		return
+		return false
 	}
 	w.matched++
 	if w.f.Limit <= 0 || (len(w.top) >= w.f.Limit && !waitedLonger(sl.since, sl.seq, w.top[0])) {
-		return
+		return false
 	}
 	w.batch = append(w.batch, w.s.summary(sl.lane))
+	return len(w.top) < w.f.Limit && len(w.top)+len(w.batch) >= w.f.Limit
 }
 
 // keep puts a candidate in the top, dropping the worst when full.
@@ -215,17 +180,9 @@ func (w *LaneWalk) keep(ls LaneSummary) {
 // Close ends a walk before its end (a walk that ended is closed): the
 // scheduler stops keeping track of it.
 func (w *LaneWalk) Close() {
-	if w == nil {
-		return
+	if w != nil {
+		w.close()
 	}
-	w.s.mu.Lock()
-	defer w.s.mu.Unlock()
-	w.unregister()
-}
-
-func (w *LaneWalk) unregister() {
-	w.d.walks = slices.DeleteFunc(w.d.walks, func(x *LaneWalk) bool { return x == w })
-	w.moved = nil
 }
 
 // Result is the walk's answer so far (all of it once Step returned
@@ -291,45 +248,4 @@ func (h *summaryHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
-}
-
-// laneSlot is a lane's place in d.order, with a copy of what ListLanes
-// filters and sorts on, so its walk reads one slice in sequence.
-//
-// Invariant: d.order[l.pos] is reslot's slot of l, for every lane of d.
-type laneSlot struct {
-	lane  *Lane
-	born  uint64
-	cust  *customer
-	since int64  // lane.headSince, Unix ns
-	seq   uint64 // the head's sequence (0: no entries)
-	stuck bool   // stuck(lane.head)
-}
-
-// reslot refreshes l's slot after its head, its head's state or its
-// headSince changed.
-func (l *Lane) reslot() {
-	sl := laneSlot{lane: l, born: l.born, cust: l.cust, since: l.headSince.UnixNano(), stuck: stuck(l.head)}
-	if len(l.entries) > 0 {
-		sl.seq = l.entries[0].Seq
-	}
-	l.dest.order[l.pos] = sl
-}
-
-// unorder swap-removes l from d.order. A lane moved from ahead of a walk's
-// cursor to behind it is handed to that walk, so it is not missed.
-func (d *destination) unorder(l *Lane) {
-	last := len(d.order) - 1
-	if l.pos != last {
-		x := d.order[last]
-		d.order[l.pos], x.lane.pos = x, l.pos
-		for _, w := range d.walks {
-			if last >= w.cursor && l.pos < w.cursor {
-				w.moved = append(w.moved, x.lane)
-			}
-		}
-	}
-	d.order[last] = laneSlot{}
-	d.order = d.order[:last]
-	l.pos = -1
 }

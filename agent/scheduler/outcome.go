@@ -155,19 +155,33 @@ func (s *Scheduler) advance(a *Attempt, died bool) Outcome {
 	l.head = Head{}
 	l.state = laneIdle
 	if len(l.entries) > 0 {
-		l.headSince = s.clock.Now()
 		if died {
+			now := s.clock.Now()
+			l.newHead(now)
 			s.holdNext(a, l)
-			s.schedule(l, s.clock.Now())
+			s.schedule(l, now)
 		} else {
+			l.newHead(s.succeededAt(a))
 			s.makeDue(l)
 		}
-		l.reslot()
 		return Outcome{Remaining: len(l.entries)}
 	}
 	out := Outcome{Drained: true, PurgeLedger: l.hasLedger}
 	s.forget(l)
 	return out
+}
+
+// succeededAt is when a's success was observed, which is when the next
+// head of its lane became head: the destination's latest success, which
+// Observe set no earlier than a's own (a microsecond before its
+// Succeeded), so a success costs no second read of the clock. Without an
+// observed success since a started (its event could not be loaded), the
+// clock.
+func (s *Scheduler) succeededAt(a *Attempt) time.Time {
+	if at := a.Lane.dest.lastSuccess; !at.Before(a.StartedAt) {
+		return at
+	}
+	return s.clock.Now()
 }
 
 // holdNext: on a destination that is not healthy, the head that follows
@@ -180,7 +194,7 @@ func (s *Scheduler) holdNext(a *Attempt, l *Lane) {
 		return
 	}
 	next := l.entries[0]
-	l.head = Head{HeldByDestination: true, WindowEnd: a.Head.WindowEnd.Add(next.AcceptedAt.Sub(a.Entry.AcceptedAt))}
+	l.setHead(Head{HeldByDestination: true, WindowEnd: a.Head.WindowEnd.Add(next.AcceptedAt.Sub(a.Entry.AcceptedAt))})
 }
 
 // forget removes an empty lane, and its customer once it has no lanes.
@@ -218,8 +232,7 @@ func (s *Scheduler) Retry(a *Attempt, head Head) {
 	defer s.mu.Unlock()
 	l := a.Lane
 	l.dest.inFlight--
-	l.head = head
-	l.reslot()
+	l.setHead(head)
 	l.hasLedger = true
 	l.state = laneIdle
 	s.schedule(l, s.clock.Now())

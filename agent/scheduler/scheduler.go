@@ -77,7 +77,7 @@ type Scheduler struct {
 	expired []*Lane // lanes in laneExpired, oldest window first
 	// deadlines: window ends of held heads, whatever their state.
 	deadlines deadlineHeap
-	// born counts the lanes ever made (Lane.born).
+	// born counts the lanes ever made (laneSlot.born).
 	born uint64
 }
 

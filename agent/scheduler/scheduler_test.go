@@ -179,15 +179,15 @@ func checkInvariants(t *testing.T, s *Scheduler) {
 		}
 		for i, sl := range d.order {
 			l := sl.lane
-			if l.pos != i || d.lanes[l.Subject] != l {
+			if l.pos != i || d.lanes[l.Subject] != l || sl.cust != l.cust {
 				t.Fatalf("destination %s: order[%d] is %s with pos %d (in lanes: %v)", id, i, l.ID, l.pos, d.lanes[l.Subject] == l)
 			}
 			l.reslot()
 			if d.order[i] != sl {
 				t.Fatalf("lane %s: slot %+v, want %+v", l.ID, sl, d.order[i])
 			}
-			if l.headSince.IsZero() || l.born == 0 || l.born > s.born {
-				t.Fatalf("lane %s: headSince %v, born %d of %d", l.ID, l.headSince, l.born, s.born)
+			if l.headSince.IsZero() || sl.born == 0 || sl.born > s.born {
+				t.Fatalf("lane %s: headSince %v, born %d of %d", l.ID, l.headSince, sl.born, s.born)
 			}
 		}
 		pending, inFlight := 0, 0
