@@ -39,7 +39,7 @@ func (s *eventService) ListEvents(ctx context.Context, req *connect.Request[rivo
 	if q.pending || q.inFlightOnly {
 		w := s.a.sched.WalkPending(q.pendingFilter())
 		if err := walkPaced(ctx, w); err != nil {
-			return nil, connect.NewError(connect.CodeCanceled, err)
+			return nil, walkError(err)
 		}
 		pend, truncated := w.Result()
 		resp.Truncated = truncated

@@ -41,7 +41,7 @@ func (s *laneService) ListLanes(ctx context.Context, req *connect.Request[rivora
 	}
 	w := s.a.sched.WalkLanes(m.GetDestinationId(), scheduler.LaneFilter{Customer: m.GetCustomerId(), Stuck: m.GetStuck(), Limit: limit})
 	if err := walkPaced(ctx, w); err != nil {
-		return nil, connect.NewError(connect.CodeOf(err), err)
+		return nil, walkError(err)
 	}
 	list := w.Result()
 	resp := &rivorav1.ListLanesResponse{Matched: int64(list.Matched), Truncated: list.Matched > len(list.Lanes)}
@@ -153,6 +153,15 @@ func (a *Agent) ownedDestination(destinationID string) (int, error) {
 }
 
 var errNotOwnedHere = errors.New("not owned")
+
+// walkError is a paced walk's end by its caller: it gave up, or its
+// deadline passed.
+func walkError(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	return connect.NewError(connect.CodeCanceled, err)
+}
 
 func (s *laneService) SkipLaneHead(ctx context.Context, req *connect.Request[rivorav1.SkipLaneHeadRequest]) (*connect.Response[rivorav1.SkipLaneHeadResponse], error) {
 	m := req.Msg
