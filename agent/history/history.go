@@ -49,7 +49,8 @@
 // or two: the acceptance bucket and the next, more when it was retried)
 // and reads each with a direct-get batch. A listing orders records by
 // their message's time: records written within one flush interval to
-// different subjects are ordered to within that interval.
+// different subjects are ordered by the times the batch carries for its
+// outcomes (HistoryBatch.outcome_times), not by the batches.
 package history
 
 import (
@@ -247,22 +248,81 @@ func idSubjects(prefix string, width time.Duration, eventID string) string {
 // Record appends an outcome to its subject's next batch: history is for
 // people, and must not slow delivery down.
 func (h *History) Record(o *rivorav1.EventOutcome) {
-	h.add(OutcomeSubject(h.now(), o.GetEventId()), outcomesField, o)
+	now := h.now()
+	h.add(item{subject: OutcomeSubject(now, o.GetEventId()), field: outcomesField, at: now.UnixNano()}, o)
 }
 
 // RecordBody keeps a delivered event, payload included, for a resend.
 func (h *History) RecordBody(ev *rivorav1.Event) {
-	h.add(BodySubject(h.now(), ev.GetEventId()), eventsField, ev)
+	h.add(item{subject: BodySubject(h.now(), ev.GetEventId()), field: eventsField}, ev)
 }
 
-func (h *History) add(subject string, field protowire.Number, m proto.Message) {
+func (h *History) add(it item, m proto.Message) {
 	// Encoded here, not in the writer: the caller may reuse m.
 	data, err := proto.Marshal(m)
 	if err != nil {
 		recordErrors.Inc()
 		return
 	}
-	h.w.add(item{subject: subject, field: field, data: data})
+	it.data = data
+	h.w.add(it)
+}
+
+// eachOutcome calls each with every outcome of a batch and when it was
+// recorded (at, the batch's time, when the batch has no times), oldest
+// first.
+func eachOutcome(batch []byte, at time.Time, each func(data []byte, at time.Time)) error {
+	var records [][]byte
+	var times []int64
+	for len(batch) > 0 {
+		num, typ, n := protowire.ConsumeTag(batch)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		batch = batch[n:]
+		var v []byte
+		switch {
+		case num == outcomesField && typ == protowire.BytesType:
+			v, n = protowire.ConsumeBytes(batch)
+			records = append(records, v)
+		case num == outcomeTimesField && typ == protowire.VarintType:
+			var t uint64
+			t, n = protowire.ConsumeVarint(batch)
+			times = append(times, int64(t))
+		case num == outcomeTimesField && typ == protowire.BytesType: // packed
+			if v, n = protowire.ConsumeBytes(batch); n >= 0 {
+				var err error
+				if times, err = appendPacked(times, v); err != nil {
+					return err
+				}
+			}
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, batch)
+		}
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		batch = batch[n:]
+	}
+	for i, rec := range records {
+		t := at
+		if i < len(times) {
+			t = time.Unix(0, times[i])
+		}
+		each(rec, t)
+	}
+	return nil
+}
+
+func appendPacked(times []int64, packed []byte) ([]int64, error) {
+	for len(packed) > 0 {
+		v, n := protowire.ConsumeVarint(packed)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		times, packed = append(times, int64(v)), packed[n:]
+	}
+	return times, nil
 }
 
 // Flush publishes the records recorded so far (the stream stores them

@@ -75,11 +75,15 @@ func (h *History) List(ctx context.Context, f Filter) (Listing, error) {
 	if info.State.Msgs == 0 {
 		return Listing{}, nil
 	}
-	if first := info.State.FirstTime; since.Before(first) {
-		since = first
+	// No bucket before the oldest message's holds a record; a record is
+	// recorded up to a flush interval (and the writer's queue) before its
+	// message is stored, hence the slack.
+	from := since
+	if oldest := info.State.FirstTime.Add(-time.Minute); from.Before(oldest) {
+		from = oldest
 	}
 	s := scan{f: f, since: since, until: until, seen: make(map[string]bool)}
-	first, last := Bucket(since), Bucket(until)
+	first, last := Bucket(from), Bucket(until)
 	for hour := hourOf(last, BucketWidth); hour >= hourOf(first, BucketWidth) && !s.done; hour-- {
 		if err := h.scanHour(ctx, &s, hour, first, last); err != nil {
 			return Listing{}, err
@@ -137,18 +141,15 @@ func (h *History) scanBucket(ctx context.Context, s *scan, hour, w int64, messag
 	var found []Finished
 	records := 0
 	err := h.read(ctx, h.stream, fmt.Sprintf("%s%d.%d.>", outcomePrefix, hour, w), messages, true, func(r record) error {
-		if r.at.Before(s.since) || r.at.After(s.until) {
-			return nil
-		}
 		mayMatch := bytes.Contains(r.data, []byte(s.f.Destination))
-		return eachRecord(r.data, outcomesField, func(data []byte) error {
+		return eachOutcome(r.data, r.at, func(data []byte, at time.Time) {
 			records++
-			if mayMatch {
-				if fin, ok := s.match(r.at, data); ok {
-					found = append(found, fin)
-				}
+			if !mayMatch || at.Before(s.since) || at.After(s.until) {
+				return
 			}
-			return nil
+			if fin, ok := s.match(at, data); ok {
+				found = append(found, fin)
+			}
 		})
 	})
 	if err != nil {
@@ -158,8 +159,7 @@ func (h *History) scanBucket(ctx context.Context, s *scan, hour, w int64, messag
 		return s.stopAt(w)
 	}
 	s.read += records
-	// Newest first; records of one batch share its time, and the later
-	// in the batch is the newer.
+	// Newest first; of records recorded at the same time, the later read.
 	slices.Reverse(found)
 	slices.SortStableFunc(found, func(x, y Finished) int { return y.At.Compare(x.At) })
 	for _, fin := range found {

@@ -26,8 +26,9 @@ const queueLen = 1 << 13
 // HistoryBatch field numbers: a batch is built by appending each record's
 // encoding under its field, which is the wire form of the repeated field.
 const (
-	outcomesField protowire.Number = 1
-	eventsField   protowire.Number = 2
+	outcomesField     protowire.Number = 1
+	eventsField       protowire.Number = 2
+	outcomeTimesField protowire.Number = 3
 )
 
 // item is one encoded record on its way to a batch.
@@ -35,6 +36,8 @@ type item struct {
 	subject string
 	field   protowire.Number
 	data    []byte
+	// at is when an outcome was recorded (unix ns).
+	at int64
 }
 
 // round is the batches built since the last flush.
@@ -182,6 +185,12 @@ func (w *writer) append(batches *round, it item) {
 	}
 	p.buf = protowire.AppendTag(p.buf, it.field, protowire.BytesType)
 	p.buf = protowire.AppendBytes(p.buf, it.data)
+	if it.field == outcomesField {
+		// Unpacked, one element after each outcome: the same field to a
+		// decoder, and appendable.
+		p.buf = protowire.AppendTag(p.buf, outcomeTimesField, protowire.VarintType)
+		p.buf = protowire.AppendVarint(p.buf, uint64(it.at))
+	}
 	p.records++
 	p.data += int64(len(it.data))
 	if len(p.buf) >= w.maxBytes || p.records >= w.maxRecords {

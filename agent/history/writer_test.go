@@ -2,6 +2,7 @@ package history_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -172,5 +173,43 @@ func TestBoundedWhenNATSIsDown(t *testing.T) {
 	}
 	if q := history.Queued(h); q != 0 {
 		t.Fatalf("%d bytes queued after Close, want 0", q)
+	}
+}
+
+// Records of one flush interval go to several subjects' batches; a
+// listing still orders them as they were recorded, not by batch.
+func TestListOrdersInterleavedBatches(t *testing.T) {
+	r := newRig(t)
+	var a, b []string // ids of two shards
+	for len(a) < 3 || len(b) < 3 {
+		id := v7At(t, r.now)
+		if s := history.Shard(id); s == 0 && len(a) < 3 {
+			a = append(a, id)
+		} else if s == 1 && len(b) < 3 {
+			b = append(b, id)
+		}
+	}
+	var want []string // newest first
+	for i := range 3 {
+		for _, id := range []string{a[i], b[i]} {
+			r.record(terminal(rivorav1.EventOutcome_KIND_DELIVERED, id, "d1", "c1", "u1"))
+			want = append([]string{id}, want...)
+			r.later(time.Millisecond)
+		}
+	}
+	r.stored()
+	if n := messages(t, r.srv, history.Stream); n != 2 {
+		t.Fatalf("6 records in %d messages, want 2 batches (the test relies on interleaved batches)", n)
+	}
+	l, err := r.h.List(context.Background(), history.Filter{Destination: "d1", Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range l.Events {
+		got = append(got, e.Outcome.GetEventId())
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("List = %v\nwant newest first %v", got, want)
 	}
 }

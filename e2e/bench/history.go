@@ -532,6 +532,7 @@ func (fl *filler) write(i int, body []byte) error {
 	}
 	b := fl.batch(history.OutcomeSubject(delivered, id))
 	b.batch.Outcomes = append(b.batch.Outcomes, o)
+	b.batch.OutcomeTimes = append(b.batch.OutcomeTimes, delivered.UnixNano())
 	b.bytes += proto.Size(o)
 	if err := fl.bound(b); err != nil {
 		return err

@@ -702,9 +702,13 @@ func (x *EventOutcome) GetLastError() string {
 // oldest first. One message for many records is what makes the history
 // cheap to write and to read.
 type HistoryBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Outcomes      []*EventOutcome        `protobuf:"bytes,1,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
-	Events        []*Event               `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Outcomes []*EventOutcome        `protobuf:"bytes,1,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
+	Events   []*Event               `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// When each outcome was recorded (unix nanoseconds), outcomes[i] at
+	// outcome_times[i]: a listing's order and finished time, exact though
+	// the batches of one flush interval interleave.
+	OutcomeTimes  []int64 `protobuf:"varint,3,rep,packed,name=outcome_times,json=outcomeTimes,proto3" json:"outcome_times,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -749,6 +753,13 @@ func (x *HistoryBatch) GetOutcomes() []*EventOutcome {
 func (x *HistoryBatch) GetEvents() []*Event {
 	if x != nil {
 		return x.Events
+	}
+	return nil
+}
+
+func (x *HistoryBatch) GetOutcomeTimes() []int64 {
+	if x != nil {
+		return x.OutcomeTimes
 	}
 	return nil
 }
@@ -830,10 +841,11 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13KIND_ATTEMPT_FAILED\x10\x01\x12\x12\n" +
 	"\x0eKIND_DELIVERED\x10\x02\x12\r\n" +
-	"\tKIND_DEAD\x10\x03\"m\n" +
+	"\tKIND_DEAD\x10\x03\"\x92\x01\n" +
 	"\fHistoryBatch\x123\n" +
 	"\boutcomes\x18\x01 \x03(\v2\x17.rivora.v1.EventOutcomeR\boutcomes\x12(\n" +
-	"\x06events\x18\x02 \x03(\v2\x10.rivora.v1.EventR\x06events*\x90\x01\n" +
+	"\x06events\x18\x02 \x03(\v2\x10.rivora.v1.EventR\x06events\x12#\n" +
+	"\routcome_times\x18\x03 \x03(\x03R\foutcomeTimes*\x90\x01\n" +
 	"\n" +
 	"DeadReason\x12\x1b\n" +
 	"\x17DEAD_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
