@@ -47,10 +47,10 @@
 //
 // A lookup by id lists the subjects history.o.*.*.<a>.<s> (typically one
 // or two: the acceptance bucket and the next, more when it was retried)
-// and reads each with a direct-get batch. A listing orders records by
-// their message's time: records written within one flush interval to
-// different subjects are ordered by the times the batch carries for its
-// outcomes (HistoryBatch.outcome_times), not by the batches.
+// and reads each with a direct-get batch. A listing orders records by the
+// time each was recorded, which its batch carries
+// (HistoryBatch.outcome_times): the records of one flush interval sit in
+// several subjects' batches, so the messages' times would not do.
 package history
 
 import (
