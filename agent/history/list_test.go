@@ -23,9 +23,11 @@ type rig struct {
 	now time.Time
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T) *rig { return newRigWith(t, history.Config{}) }
+
+func newRigWith(t *testing.T, cfg history.Config) *rig {
 	srv := startNATS(t)
-	h, err := history.New(context.Background(), srv.JetStream(), history.Config{}, quiet)
+	h, err := history.New(context.Background(), srv.JetStream(), cfg, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,10 +19,6 @@ const (
 	DefaultMaxQueuedBytes = 16 << 20
 )
 
-// queueLen is how many records Record can hand over before the writer
-// takes them: enough for a flush interval at 50k records/s.
-const queueLen = 1 << 13
-
 // HistoryBatch field numbers: a batch is built by appending each record's
 // encoding under its field, which is the wire form of the repeated field.
 const (
@@ -43,7 +39,11 @@ type item struct {
 // round is the batches built since the last flush.
 type round struct {
 	bySubject map[string]*pending
-	order     []*pending
+	// full is the batches that reached their bound, to publish now.
+	full []*pending
+	// order is the batches by first record: published in that order, a
+	// subject's batches keep the order of records recorded at one time.
+	order []*pending
 }
 
 // pending is one subject's batch being built.
@@ -53,28 +53,34 @@ type pending struct {
 	records int
 	// data is the records' bytes as counted in writer.queued.
 	data int64
+	full bool
 }
 
 // writer coalesces records per subject and publishes each subject's
-// records as one HistoryBatch message, at FlushInterval after the first
-// record of a round or as soon as a batch reaches its size bound. Its
-// goroutine owns the batches; Record only hands records over, and drops
-// (counting rivora_history_record_errors_total) when the writer is behind,
-// so delivery never waits for the history and the memory held is bounded
-// by maxQueued.
+// records as one HistoryBatch message, FlushInterval after the first
+// record of a round or as soon as a batch reaches its size bound. Record
+// appends under a mutex held for the append only, and wakes the writer's
+// goroutine only to start a round or publish a full batch (a wake-up per
+// record would cost delivery more than the batching saves); the goroutine
+// publishes, outside the lock. Records past maxQueued bytes (NATS slow or
+// gone) are dropped and counted in rivora_history_record_errors_total, so
+// delivery never waits for the history and its memory is bounded.
 type writer struct {
 	nc                   *nats.Conn
 	every                time.Duration
 	maxBytes, maxRecords int
 	maxQueued            int64
 
-	in      chan item
-	flush   chan chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
-	closed  sync.Once
-	stopped atomic.Bool
-	// queued is the bytes handed over and not yet published (or dropped).
+	mu      sync.Mutex
+	cur     round // guarded by mu
+	stopped bool  // guarded by mu
+
+	kick  chan struct{}
+	flush chan chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+	// queued is the bytes recorded and not yet published (or dropped).
 	queued atomic.Int64
 	// published counts the messages published.
 	published atomic.Uint64
@@ -85,7 +91,8 @@ func newWriter(nc *nats.Conn, cfg Config) *writer {
 		nc: nc, every: orDefault(cfg.FlushInterval, DefaultFlushInterval),
 		maxBytes: orDefault(cfg.MaxBatchBytes, DefaultMaxBatchBytes), maxRecords: orDefault(cfg.MaxBatchRecords, DefaultMaxBatchRecords),
 		maxQueued: int64(orDefault(cfg.MaxQueuedBytes, DefaultMaxQueuedBytes)),
-		in:        make(chan item, queueLen), flush: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+		cur:       round{bySubject: make(map[string]*pending)},
+		kick:      make(chan struct{}, 1), flush: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	go w.run()
 	return w
@@ -98,25 +105,72 @@ func orDefault[T int | time.Duration](v, def T) T {
 	return v
 }
 
-// add hands a record to the writer, or drops it when the writer is behind
-// or closed.
+// add appends a record to its subject's batch, or drops it when the
+// writer is behind or closed.
 func (w *writer) add(it item) {
 	n := int64(len(it.data))
-	if w.stopped.Load() {
+	w.mu.Lock()
+	if w.stopped || w.queued.Load()+n > w.maxQueued {
+		w.mu.Unlock()
 		recordErrors.Inc()
 		return
 	}
-	if w.queued.Add(n) > w.maxQueued {
-		w.queued.Add(-n)
-		recordErrors.Inc()
-		return
+	w.queued.Add(n)
+	started := len(w.cur.bySubject) == 0 && len(w.cur.full) == 0
+	full := w.appendLocked(it)
+	w.mu.Unlock()
+	if started || full {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
 	}
-	select {
-	case w.in <- it:
-	default:
-		w.queued.Add(-n)
-		recordErrors.Inc()
+}
+
+// appendLocked adds a record to its subject's batch and reports whether
+// the batch reached its bound (and moved to the full list).
+func (w *writer) appendLocked(it item) bool {
+	p := w.cur.bySubject[it.subject]
+	if p == nil {
+		p = &pending{subject: it.subject, buf: make([]byte, 0, min(w.maxBytes, 4<<10))}
+		w.cur.bySubject[it.subject] = p
+		w.cur.order = append(w.cur.order, p)
 	}
+	p.buf = protowire.AppendTag(p.buf, it.field, protowire.BytesType)
+	p.buf = protowire.AppendBytes(p.buf, it.data)
+	if it.field == outcomesField {
+		// Unpacked, one element after each outcome: the same field to a
+		// decoder, and appendable.
+		p.buf = protowire.AppendTag(p.buf, outcomeTimesField, protowire.VarintType)
+		p.buf = protowire.AppendVarint(p.buf, uint64(it.at))
+	}
+	p.records++
+	p.data += int64(len(it.data))
+	if len(p.buf) < w.maxBytes && p.records < w.maxRecords {
+		return false
+	}
+	delete(w.cur.bySubject, it.subject)
+	p.full = true
+	w.cur.full = append(w.cur.full, p)
+	return true
+}
+
+// take removes the full batches, and with all every batch, from the
+// round; more reports whether batches remain.
+func (w *writer) take(all bool) (out []*pending, more bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out, w.cur.full = w.cur.full, nil
+	if all {
+		for _, p := range w.cur.order {
+			if !p.full {
+				out = append(out, p)
+			}
+		}
+		clear(w.cur.bySubject)
+		w.cur.order = w.cur.order[:0]
+	}
+	return out, len(w.cur.bySubject) > 0
 }
 
 // Flush publishes every record added before it was called, and returns
@@ -132,85 +186,51 @@ func (w *writer) Flush() {
 
 // Close flushes and stops the writer; records added after it are dropped.
 func (w *writer) Close() {
-	w.closed.Do(func() { w.stopped.Store(true); close(w.stop) })
+	w.once.Do(func() {
+		w.mu.Lock()
+		w.stopped = true
+		w.mu.Unlock()
+		close(w.stop)
+	})
 	<-w.done
 }
 
 func (w *writer) run() {
 	defer close(w.done)
-	batches := &round{bySubject: make(map[string]*pending)}
 	timer := time.NewTimer(w.every)
 	timer.Stop()
+	armed := false
 	for {
 		select {
-		case it := <-w.in:
-			if len(batches.order) == 0 {
+		case <-w.kick:
+			full, more := w.take(false)
+			w.publishAll(full)
+			if more && !armed {
 				timer.Reset(w.every)
+				armed = true
 			}
-			w.append(batches, it)
 		case <-timer.C:
-			w.publishAll(batches)
+			armed = false
+			w.publishAll(w.takeAll())
 		case ack := <-w.flush:
-			w.drain(batches)
-			w.publishAll(batches)
+			w.publishAll(w.takeAll())
 			close(ack)
 		case <-w.stop:
-			w.drain(batches)
-			w.publishAll(batches)
+			w.publishAll(w.takeAll())
 			return
 		}
 	}
 }
 
-// drain takes every record already handed over.
-func (w *writer) drain(batches *round) {
-	for {
-		select {
-		case it := <-w.in:
-			w.append(batches, it)
-		default:
-			return
-		}
-	}
+func (w *writer) takeAll() []*pending {
+	out, _ := w.take(true)
+	return out
 }
 
-// append adds a record to its subject's batch, publishing the batch when
-// it reaches its size bound.
-func (w *writer) append(batches *round, it item) {
-	p := batches.bySubject[it.subject]
-	if p == nil {
-		p = &pending{subject: it.subject, buf: make([]byte, 0, min(w.maxBytes, 4<<10))}
-		batches.bySubject[it.subject] = p
-		batches.order = append(batches.order, p)
-	}
-	p.buf = protowire.AppendTag(p.buf, it.field, protowire.BytesType)
-	p.buf = protowire.AppendBytes(p.buf, it.data)
-	if it.field == outcomesField {
-		// Unpacked, one element after each outcome: the same field to a
-		// decoder, and appendable.
-		p.buf = protowire.AppendTag(p.buf, outcomeTimesField, protowire.VarintType)
-		p.buf = protowire.AppendVarint(p.buf, uint64(it.at))
-	}
-	p.records++
-	p.data += int64(len(it.data))
-	if len(p.buf) >= w.maxBytes || p.records >= w.maxRecords {
+func (w *writer) publishAll(batches []*pending) {
+	for _, p := range batches {
 		w.publish(p)
-		delete(batches.bySubject, it.subject)
-		p.buf = nil // publishAll skips it
 	}
-}
-
-// publishAll publishes the round's batches in the order of their first
-// records, so the messages' times order records of different subjects
-// (to within a flush interval when they interleave).
-func (w *writer) publishAll(batches *round) {
-	for _, p := range batches.order {
-		if p.buf != nil {
-			w.publish(p)
-		}
-	}
-	clear(batches.bySubject)
-	batches.order = batches.order[:0]
 }
 
 // publish sends one batch without waiting for the store's ack: history is

@@ -121,7 +121,7 @@ func TestCloseFlushes(t *testing.T) {
 // A lookup finds an event's records in every batch of its subject, in
 // order, among other events' records.
 func TestLookupAcrossBatches(t *testing.T) {
-	r := newRig(t)
+	r := newRigWith(t, history.Config{FlushInterval: time.Hour})
 	accepted := r.now
 	target, other := v7At(t, accepted), ""
 	for other == "" || history.Shard(other) != history.Shard(target) {
@@ -179,7 +179,7 @@ func TestBoundedWhenNATSIsDown(t *testing.T) {
 // Records of one flush interval go to several subjects' batches; a
 // listing still orders them as they were recorded, not by batch.
 func TestListOrdersInterleavedBatches(t *testing.T) {
-	r := newRig(t)
+	r := newRigWith(t, history.Config{FlushInterval: time.Hour})
 	var a, b []string // ids of two shards
 	for len(a) < 3 || len(b) < 3 {
 		id := v7At(t, r.now)
