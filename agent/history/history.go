@@ -19,10 +19,11 @@
 //
 // A message is a batch (HistoryBatch): the records one subject received
 // over a flush interval (~10 ms), or fewer when the batch reaches ~64 KiB
-// or 512 records first. The writer's goroutine owns the batches; Record
-// only hands a record over, and drops it (counted in
-// rivora_history_record_errors_total) when the writer is behind, so
-// delivery never waits for the history and its memory is bounded. The
+// or 512 records first. Record appends to its subject's batch (a mutex
+// held for the append) and drops the record (counted in
+// rivora_history_record_errors_total) when 16 MiB already wait, NATS
+// being slow or gone, so delivery never waits for the history and its
+// memory is bounded; the writer's goroutine publishes the batches. The
 // store, like a lookup, pays per message: one message per subject and
 // interval instead of two per delivered event is what keeps delivery as
 // fast as without a history. History was always fire-and-forget (a plain
