@@ -158,6 +158,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	fail := func(err error) (*Agent, error) {
+		if a.history != nil {
+			a.history.Close()
+		}
 		if a.locker != nil {
 			closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = a.locker.Close(closeCtx)
@@ -252,6 +255,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.handOff(run)
 	}
 	a.running.Wait()
+	a.history.Close() // the last records recorded, before the server stops
 	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := a.locker.Close(closeCtx); err != nil {
 		a.log.Warn("release ownership", "error", err)

@@ -17,27 +17,41 @@
 // (a client's idempotency key can be any string); s is fnv-1a(id) mod
 // Shards.
 //
+// A message is a batch (HistoryBatch): the records one subject received
+// over a flush interval (~10 ms), or fewer when the batch reaches ~64 KiB
+// or 512 records first. Record appends to its subject's batch (a mutex
+// held for the append) and drops the record (counted in
+// rivora_history_record_errors_total) when 16 MiB already wait, NATS
+// being slow or gone, so delivery never waits for the history and its
+// memory is bounded; the writer's goroutine publishes the batches. The
+// store, like a lookup, pays per message: one message per subject and
+// interval instead of two per delivered event is what keeps delivery as
+// fast as without a history. History was always fire-and-forget (a plain
+// publish, not acked); batching adds that a crash loses the records of
+// the last flush interval. Close publishes what is buffered.
+//
 // A subject holds at most one bucket of writes, so it sits in one or two
 // message blocks: the filestore loads every block between a subject's
 // first and last message to read it, and a subject spanning hours would
 // load hours of blocks. That is why w is in the subject, and a alone
 // (retries come hours after acceptance) is not enough. Reading a subject
-// still walks, message by message, every record written in its bucket
-// (all shards interleave in the blocks): that walk (~250 ns a record)
-// and the records returned (~1.5 µs each, read without headers) are a
-// lookup's cost. So buckets are short, and the bodies, which lookups
-// never read, have their own stream. The subject count is about
-// retention / BucketWidth × Shards (× the acceptance buckets drained
-// together in a backlog), ~200 B of memory each however many events they
-// hold: 5 s and 4 shards make fewer outcome subjects than 1 minute and 64
-// shards (~0.5M a week against ~0.65M), and a lookup at 1,000 events/s
-// walks 5,000 records instead of 120,000 with the bodies beside the
-// outcomes (e2e/bench history measures it); the bodies' 1-minute buckets
-// add ~40k subjects a week.
+// still walks, message by message, every message written in its bucket
+// (all shards interleave in the blocks): that walk (~250 ns a message)
+// and the messages returned (~1.5 µs each, read without headers, then
+// searched for the id's bytes before a record is decoded) are a lookup's
+// cost. So buckets are short, and the bodies, which lookups never read,
+// have their own stream. The subject count is about retention /
+// BucketWidth × Shards (× the acceptance buckets drained together in a
+// backlog), ~200 B of memory each however many events they hold; the
+// bodies' 1-minute buckets add ~40k subjects a week (e2e/bench history
+// measures lookups and memory).
 //
 // A lookup by id lists the subjects history.o.*.*.<a>.<s> (typically one
 // or two: the acceptance bucket and the next, more when it was retried)
-// and reads each with a direct-get batch.
+// and reads each with a direct-get batch. A listing orders records by the
+// time each was recorded, which its batch carries
+// (HistoryBatch.outcome_times): the records of one flush interval sit in
+// several subjects' batches, so the messages' times would not do.
 package history
 
 import (
@@ -58,6 +72,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -111,6 +126,7 @@ type History struct {
 	now    func() time.Time
 	// retention bounds how far back List searches.
 	retention time.Duration
+	w         *writer
 }
 
 // Config configures the history.
@@ -119,6 +135,13 @@ type Config struct {
 	Retention time.Duration
 	// Replicas is the stream's replica count in a cell (0 means 1).
 	Replicas int
+	// FlushInterval, MaxBatchBytes and MaxBatchRecords bound how long and
+	// how much a subject's records are batched before they are published
+	// (DefaultFlushInterval etc. when 0); MaxQueuedBytes bounds the
+	// records waiting to be published, past which they are dropped.
+	FlushInterval                  time.Duration
+	MaxBatchBytes, MaxBatchRecords int
+	MaxQueuedBytes                 int
 }
 
 // New creates (or updates) the HISTORY and HISTORY_BODIES streams. The
@@ -154,6 +177,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logg
 	if h.bodies, err = create(BodiesStream, bodyPrefix+">", "Delivered events by write bucket, for `rivoractl events resend`."); err != nil {
 		return nil, err
 	}
+	h.w = newWriter(h.nc, cfg)
 	return h, nil
 }
 
@@ -222,29 +246,120 @@ func idSubjects(prefix string, width time.Duration, eventID string) string {
 	return prefix + "*.*." + acceptToken(eventID, width) + "." + strconv.Itoa(Shard(eventID))
 }
 
-// Record appends an outcome without waiting for the store's ack: history
-// is for people, and must not slow delivery down.
+// Record appends an outcome to its subject's next batch: history is for
+// people, and must not slow delivery down.
 func (h *History) Record(o *rivorav1.EventOutcome) {
-	h.publish(OutcomeSubject(h.now(), o.GetEventId()), o)
+	now := h.now()
+	h.add(item{subject: OutcomeSubject(now, o.GetEventId()), field: outcomesField, at: now.UnixNano()}, o)
 }
 
 // RecordBody keeps a delivered event, payload included, for a resend.
 func (h *History) RecordBody(ev *rivorav1.Event) {
-	h.publish(BodySubject(h.now(), ev.GetEventId()), ev)
+	h.add(item{subject: BodySubject(h.now(), ev.GetEventId()), field: eventsField}, ev)
 }
 
-func (h *History) publish(subject string, m proto.Message) {
+func (h *History) add(it item, m proto.Message) {
+	// Encoded here, not in the writer: the caller may reuse m.
 	data, err := proto.Marshal(m)
 	if err != nil {
 		recordErrors.Inc()
 		return
 	}
-	// A plain publish: the stream stores it without sending an ack back,
-	// which halves the cost per attempt. A lost record only makes "where is
-	// my event?" less detailed.
-	if err := h.nc.Publish(subject, data); err != nil {
-		recordErrors.Inc()
+	it.data = data
+	h.w.add(it)
+}
+
+// eachOutcome calls each with every outcome of a batch and when it was
+// recorded (at, the batch's time, when the batch has no times), oldest
+// first.
+func eachOutcome(batch []byte, at time.Time, each func(data []byte, at time.Time)) error {
+	var records [][]byte
+	var times []int64
+	for len(batch) > 0 {
+		num, typ, n := protowire.ConsumeTag(batch)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		batch = batch[n:]
+		var v []byte
+		switch {
+		case num == outcomesField && typ == protowire.BytesType:
+			v, n = protowire.ConsumeBytes(batch)
+			records = append(records, v)
+		case num == outcomeTimesField && typ == protowire.VarintType:
+			var t uint64
+			t, n = protowire.ConsumeVarint(batch)
+			times = append(times, int64(t))
+		case num == outcomeTimesField && typ == protowire.BytesType: // packed
+			if v, n = protowire.ConsumeBytes(batch); n >= 0 {
+				var err error
+				if times, err = appendPacked(times, v); err != nil {
+					return err
+				}
+			}
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, batch)
+		}
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		batch = batch[n:]
 	}
+	for i, rec := range records {
+		t := at
+		if i < len(times) {
+			t = time.Unix(0, times[i])
+		}
+		each(rec, t)
+	}
+	return nil
+}
+
+func appendPacked(times []int64, packed []byte) ([]int64, error) {
+	for len(packed) > 0 {
+		v, n := protowire.ConsumeVarint(packed)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		times, packed = append(times, int64(v)), packed[n:]
+	}
+	return times, nil
+}
+
+// Flush publishes the records recorded so far (the stream stores them
+// shortly after: the publish is not acked).
+func (h *History) Flush() { h.w.Flush() }
+
+// Close publishes the records recorded so far and stops the writer;
+// records recorded after it are dropped.
+func (h *History) Close() { h.w.Close() }
+
+// eachRecord calls each with the encoding of every record under field in
+// a HistoryBatch, oldest first.
+func eachRecord(batch []byte, field protowire.Number, each func([]byte) error) error {
+	for len(batch) > 0 {
+		num, typ, n := protowire.ConsumeTag(batch)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		batch = batch[n:]
+		if num != field || typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, batch); n < 0 {
+				return protowire.ParseError(n)
+			}
+			batch = batch[n:]
+			continue
+		}
+		rec, n := protowire.ConsumeBytes(batch)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		batch = batch[n:]
+		if err := each(rec); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Lookup returns an event's outcomes, oldest first (nil when none). It
@@ -255,10 +370,10 @@ func (h *History) publish(subject string, m proto.Message) {
 // keyed events retained.
 func (h *History) Lookup(ctx context.Context, eventID string) ([]*rivorav1.EventOutcome, error) {
 	var out []*rivorav1.EventOutcome
-	err := h.readID(ctx, h.stream, outcomePrefix, BucketWidth, eventID, func(r record) error {
+	err := h.readID(ctx, h.stream, outcomePrefix, BucketWidth, outcomesField, eventID, func(data []byte) error {
 		o := &rivorav1.EventOutcome{}
-		if err := proto.Unmarshal(r.data, o); err != nil {
-			return fmt.Errorf("decode a record of %s: %w", r.subject, err)
+		if err := proto.Unmarshal(data, o); err != nil {
+			return err
 		}
 		if o.GetEventId() == eventID {
 			out = append(out, o)
@@ -272,10 +387,10 @@ func (h *History) Lookup(ctx context.Context, eventID string) ([]*rivorav1.Event
 // delivery), or nil when none is retained.
 func (h *History) Body(ctx context.Context, eventID string) (*rivorav1.Event, error) {
 	var last *rivorav1.Event
-	err := h.readID(ctx, h.bodies, bodyPrefix, BodyBucketWidth, eventID, func(r record) error {
+	err := h.readID(ctx, h.bodies, bodyPrefix, BodyBucketWidth, eventsField, eventID, func(data []byte) error {
 		ev := &rivorav1.Event{}
-		if err := proto.Unmarshal(r.data, ev); err != nil {
-			return fmt.Errorf("decode a record of %s: %w", r.subject, err)
+		if err := proto.Unmarshal(data, ev); err != nil {
+			return err
 		}
 		if ev.GetEventId() == eventID {
 			last = ev
@@ -285,9 +400,10 @@ func (h *History) Body(ctx context.Context, eventID string) (*rivorav1.Event, er
 	return last, err
 }
 
-// readID reads, oldest first, every record under prefix that may be
-// eventID's; records without the id's bytes are skipped undecoded.
-func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string, width time.Duration, eventID string, each func(record) error) error {
+// readID calls each, oldest first, with every record under prefix that
+// may be eventID's; batches, then records, without the id's bytes are
+// skipped undecoded.
+func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string, width time.Duration, field protowire.Number, eventID string, each func([]byte) error) error {
 	subjects, err := subjectsOf(ctx, st, idSubjects(prefix, width, eventID))
 	if err != nil {
 		return err
@@ -298,7 +414,15 @@ func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string
 			if !bytes.Contains(r.data, id) {
 				return nil
 			}
-			return each(r)
+			return eachRecord(r.data, field, func(data []byte) error {
+				if !bytes.Contains(data, id) {
+					return nil
+				}
+				if err := each(data); err != nil {
+					return fmt.Errorf("decode a record of %s: %w", r.subject, err)
+				}
+				return nil
+			})
 		})
 		if err != nil {
 			return err

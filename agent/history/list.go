@@ -75,11 +75,15 @@ func (h *History) List(ctx context.Context, f Filter) (Listing, error) {
 	if info.State.Msgs == 0 {
 		return Listing{}, nil
 	}
-	if first := info.State.FirstTime; since.Before(first) {
-		since = first
+	// No bucket before the oldest message's holds a record; a record is
+	// recorded up to a flush interval (and the writer's queue) before its
+	// message is stored, hence the slack.
+	from := since
+	if oldest := info.State.FirstTime.Add(-time.Minute); from.Before(oldest) {
+		from = oldest
 	}
 	s := scan{f: f, since: since, until: until, seen: make(map[string]bool)}
-	first, last := Bucket(since), Bucket(until)
+	first, last := Bucket(from), Bucket(until)
 	for hour := hourOf(last, BucketWidth); hour >= hourOf(first, BucketWidth) && !s.done; hour-- {
 		if err := h.scanHour(ctx, &s, hour, first, last); err != nil {
 			return Listing{}, err
@@ -128,24 +132,36 @@ func (h *History) scanHour(ctx context.Context, s *scan, hour, first, last int64
 // scanBucket adds the matching records written in bucket w, newest
 // first. It reads the bucket in one pass (a wildcard read walks its
 // blocks once; one read per subject would walk them once per subject).
-func (h *History) scanBucket(ctx context.Context, s *scan, hour, w int64, total uint64) error {
-	if s.read > 0 && s.read+int(total) > s.f.MaxRecords {
-		s.out.SearchedBackTo = BucketStart(w + 1)
-		s.done = true
-		return nil
+// A bucket that takes the records read past MaxRecords is not added (the
+// count of records is known only once it is read; messages, before).
+func (h *History) scanBucket(ctx context.Context, s *scan, hour, w int64, messages uint64) error {
+	if s.read > 0 && s.read+int(messages) > s.f.MaxRecords {
+		return s.stopAt(w)
 	}
-	s.read += int(total)
 	var found []Finished
-	err := h.read(ctx, h.stream, fmt.Sprintf("%s%d.%d.>", outcomePrefix, hour, w), total, true, func(r record) error {
-		if fin, ok := s.match(r); ok {
-			found = append(found, fin)
-		}
-		return nil
+	records := 0
+	err := h.read(ctx, h.stream, fmt.Sprintf("%s%d.%d.>", outcomePrefix, hour, w), messages, true, func(r record) error {
+		mayMatch := bytes.Contains(r.data, []byte(s.f.Destination))
+		return eachOutcome(r.data, r.at, func(data []byte, at time.Time) {
+			records++
+			if !mayMatch || at.Before(s.since) || at.After(s.until) {
+				return
+			}
+			if fin, ok := s.match(at, data); ok {
+				found = append(found, fin)
+			}
+		})
 	})
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(found, func(x, y Finished) int { return y.At.Compare(x.At) })
+	if s.read > 0 && s.read+records > s.f.MaxRecords {
+		return s.stopAt(w)
+	}
+	s.read += records
+	// Newest first; of records recorded at the same time, the later read.
+	slices.Reverse(found)
+	slices.SortStableFunc(found, func(x, y Finished) int { return y.At.Compare(x.At) })
 	for _, fin := range found {
 		id := fin.Outcome.GetEventId()
 		if s.seen[id] {
@@ -161,14 +177,21 @@ func (h *History) scanBucket(ctx context.Context, s *scan, hour, w int64, total 
 	return nil
 }
 
-// match decodes r when it may match the filter (records of other
-// destinations are skipped undecoded).
-func (s *scan) match(r record) (Finished, bool) {
-	if r.at.Before(s.since) || r.at.After(s.until) || !bytes.Contains(r.data, []byte(s.f.Destination)) {
+// stopAt ends the scan before bucket w: MaxRecords is reached.
+func (s *scan) stopAt(w int64) error {
+	s.out.SearchedBackTo = BucketStart(w + 1)
+	s.done = true
+	return nil
+}
+
+// match decodes a record written at when it may match the filter
+// (records of other destinations are skipped undecoded).
+func (s *scan) match(at time.Time, data []byte) (Finished, bool) {
+	if !bytes.Contains(data, []byte(s.f.Destination)) {
 		return Finished{}, false
 	}
 	o := &rivorav1.EventOutcome{}
-	if err := proto.Unmarshal(r.data, o); err != nil {
+	if err := proto.Unmarshal(data, o); err != nil {
 		return Finished{}, false
 	}
 	f := s.f
@@ -179,7 +202,7 @@ func (s *scan) match(r record) (Finished, bool) {
 		!f.wants(o.GetKind()):
 		return Finished{}, false
 	}
-	return Finished{Outcome: o, At: r.at}, true
+	return Finished{Outcome: o, At: at}, true
 }
 
 func (f Filter) wants(k rivorav1.EventOutcome_Kind) bool {

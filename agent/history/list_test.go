@@ -21,12 +21,13 @@ type rig struct {
 	h   *history.History
 	mu  sync.Mutex
 	now time.Time
-	n   uint64 // records written
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T) *rig { return newRigWith(t, history.Config{}) }
+
+func newRigWith(t *testing.T, cfg history.Config) *rig {
 	srv := startNATS(t)
-	h, err := history.New(context.Background(), srv.JetStream(), history.Config{}, quiet)
+	h, err := history.New(context.Background(), srv.JetStream(), cfg, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,13 +39,16 @@ func newRig(t *testing.T) *rig {
 // later moves the write clock on.
 func (r *rig) later(d time.Duration) { r.mu.Lock(); r.now = r.now.Add(d); r.mu.Unlock() }
 
-func (r *rig) record(o *rivorav1.EventOutcome) { r.h.Record(o); r.n++ }
+func (r *rig) record(o *rivorav1.EventOutcome) { r.h.Record(o) }
 
-func (r *rig) body(ev *rivorav1.Event) { r.h.RecordBody(ev); r.n++ }
+func (r *rig) body(ev *rivorav1.Event) { r.h.RecordBody(ev) }
 
-// stored waits until every record written is in the streams.
+// stored flushes the writer and waits until every batch it published is
+// in the streams.
 func (r *rig) stored() {
 	r.t.Helper()
+	r.h.Flush()
+	want := history.Published(r.h)
 	ctx := context.Background()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -60,11 +64,11 @@ func (r *rig) stored() {
 			}
 			n += info.State.Msgs
 		}
-		if n == r.n {
+		if n == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("%d records stored after 10s, want %d", n, r.n)
+			r.t.Fatalf("%d batches stored after 10s, want %d", n, want)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -18,7 +18,8 @@ package main
 //
 // lookups: a fresh `rivora dev` (--nats-listen) whose HISTORY stream is
 // filled directly over NATS, as a real agent writes it: per event an
-// outcome (delivered) and the delivered event (-payload bytes), ids
+// outcome (delivered) and the delivered event (-payload bytes), batched
+// per subject and flush interval as the agent's writer batches them, ids
 // UUIDv7 accepted at -rate events/s, the newest accepted now. At each of
 // -sizes retained events, -lookups random ids are looked up one after
 // another through the API (GetEvent, checked to answer delivered); at the
@@ -214,7 +215,8 @@ func (f *historyFlags) clients(base string) (rivorav1connect.AdminServiceClient,
 	return rivorav1connect.NewAdminServiceClient(hc, base), rivorav1connect.NewIngestServiceClient(hc, base), rivorav1connect.NewEventServiceClient(hc, base)
 }
 
-// historyMsgs is the history's record count and bytes (both streams).
+// historyMsgs is the history's message (batch) count and bytes (both
+// streams).
 func historyMsgs(ctx context.Context, js jetstream.JetStream) (uint64, uint64, error) {
 	var msgs, bytes uint64
 	for _, name := range []string{history.Stream, history.BodiesStream} {
@@ -229,6 +231,47 @@ func historyMsgs(ctx context.Context, js jetstream.JetStream) (uint64, uint64, e
 		msgs, bytes = msgs+info.State.Msgs, bytes+info.State.Bytes
 	}
 	return msgs, bytes, nil
+}
+
+// historyOutcomes counts the outcome records in the HISTORY stream's
+// batches (a batch's count is known only by reading it).
+func historyOutcomes(ctx context.Context, js jetstream.JetStream) (uint64, error) {
+	st, err := js.Stream(ctx, history.Stream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil || info.State.Msgs == 0 {
+		return 0, err
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for read := uint64(0); read < info.State.Msgs; {
+		msgs, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return 0, err
+		}
+		got := 0
+		for m := range msgs.Messages() {
+			var b rivorav1.HistoryBatch
+			if err := proto.Unmarshal(m.Data(), &b); err != nil {
+				return 0, fmt.Errorf("decode a %s batch: %w", history.Stream, err)
+			}
+			n += uint64(len(b.GetOutcomes()))
+			got++
+		}
+		if err := msgs.Error(); err != nil {
+			return 0, err
+		}
+		if got == 0 {
+			return 0, fmt.Errorf("read %d of %d %s messages", read, info.State.Msgs, history.Stream)
+		}
+		read += uint64(got)
+	}
+	return n, nil
 }
 
 func streamMsgs(ctx context.Context, js jetstream.JetStream, name string) (uint64, error) {
@@ -308,15 +351,16 @@ func (f *historyFlags) memory(ctx context.Context, root string, res *histMemory)
 	if err != nil {
 		return err
 	}
-	want := uint64(2 * f.events) // an outcome and the delivered event each
+	// A delivered outcome per event (and as many delivered events, in
+	// the bodies stream, written with them).
+	want := uint64(f.events)
 	if _, err := js.Stream(ctx, history.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
 		// An older rivora (-bin), with one EVENTS subject per event: one
 		// record per delivered event.
 		progress("no %s stream (an older rivora): counting the EVENTS stream", history.Stream)
-		want = uint64(f.events)
 	}
-	err = poll(ctx, 5*time.Minute, 200*time.Millisecond, "the history holds every record", func() error {
-		n, _, err := historyMsgs(ctx, js)
+	err = poll(ctx, 5*time.Minute, time.Second, "the history holds every record", func() error {
+		n, err := historyOutcomes(ctx, js)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			n, err = streamMsgs(ctx, js, "EVENTS")
 		}
@@ -406,7 +450,10 @@ func v7At(at time.Time, rng *rand.Rand) string {
 	return u.String()
 }
 
-// filler writes a history as an agent at -rate events/s would have.
+// filler writes a history as an agent at -rate events/s would have: in
+// batches, as the agent's history writer coalesces them, one message per
+// subject per flush interval (history.DefaultFlushInterval of the
+// events' delivery times), or sooner at the batch bounds.
 type filler struct {
 	f       *historyFlags
 	js      jetstream.JetStream
@@ -414,6 +461,19 @@ type filler struct {
 	every   time.Duration
 	written int
 	seed    uint64
+	// msgs is the messages (batches) published.
+	msgs uint64
+	// round is the flush interval being batched, its batches by subject in
+	// the order of their first records.
+	round   int64
+	batches map[string]*fillBatch
+	order   []*fillBatch
+}
+
+type fillBatch struct {
+	subject string
+	batch   rivorav1.HistoryBatch
+	bytes   int
 }
 
 func (fl *filler) at(i int) time.Time { return fl.base.Add(time.Duration(i) * fl.every) }
@@ -440,6 +500,9 @@ func (fl *filler) fill(ctx context.Context, n int) error {
 			return ctx.Err()
 		}
 	}
+	if err := fl.publishAll(); err != nil {
+		return err
+	}
 	select {
 	case <-fl.js.PublishAsyncComplete():
 	case <-ctx.Done():
@@ -452,6 +515,12 @@ func (fl *filler) fill(ctx context.Context, n int) error {
 func (fl *filler) write(i int, body []byte) error {
 	id, accepted := fl.id(i), fl.at(i)
 	delivered := accepted.Add(30 * time.Millisecond)
+	if round := delivered.UnixNano() / int64(history.DefaultFlushInterval); round != fl.round {
+		if err := fl.publishAll(); err != nil {
+			return err
+		}
+		fl.round = round
+	}
 	ev := &rivorav1.Event{
 		EventId: id, DestinationId: "hist-get", CustomerId: "bench", LaneKey: "lane-" + strconv.Itoa(i%10_000),
 		Type: "bench.history", Payload: body, ContentType: "application/json", AcceptedAt: timestamppb.New(accepted),
@@ -461,20 +530,67 @@ func (fl *filler) write(i int, body []byte) error {
 		LaneKey: ev.LaneKey, Type: ev.Type, AcceptedAt: ev.AcceptedAt,
 		Attempt: &rivorav1.Attempt{Number: 1, At: timestamppb.New(accepted.Add(10 * time.Millisecond)), StatusCode: 200, Duration: durationpb.New(20 * time.Millisecond)},
 	}
-	for _, rec := range []struct {
-		subject string
-		m       proto.Message
-	}{{history.OutcomeSubject(delivered, id), o}, {history.BodySubject(delivered, id), ev}} {
-		data, err := proto.Marshal(rec.m)
-		if err != nil {
-			return err
-		}
-		// A long stall wait: the server may fall behind for a moment
-		// (block rolls, fsyncs), and a filler has nothing better to do.
-		if _, err := fl.js.PublishAsync(rec.subject, data, jetstream.WithStallWait(time.Minute)); err != nil {
-			return err
+	b := fl.batch(history.OutcomeSubject(delivered, id))
+	b.batch.Outcomes = append(b.batch.Outcomes, o)
+	b.batch.OutcomeTimes = append(b.batch.OutcomeTimes, delivered.UnixNano())
+	b.bytes += proto.Size(o)
+	if err := fl.bound(b); err != nil {
+		return err
+	}
+	b = fl.batch(history.BodySubject(delivered, id))
+	b.batch.Events = append(b.batch.Events, ev)
+	b.bytes += proto.Size(ev)
+	return fl.bound(b)
+}
+
+func (fl *filler) batch(subject string) *fillBatch {
+	if fl.batches == nil {
+		fl.batches = make(map[string]*fillBatch)
+	}
+	b := fl.batches[subject]
+	if b == nil {
+		b = &fillBatch{subject: subject}
+		fl.batches[subject] = b
+		fl.order = append(fl.order, b)
+	}
+	return b
+}
+
+// bound publishes b when it reaches the writer's size bounds.
+func (fl *filler) bound(b *fillBatch) error {
+	if b.bytes < history.DefaultMaxBatchBytes && len(b.batch.Outcomes)+len(b.batch.Events) < history.DefaultMaxBatchRecords {
+		return nil
+	}
+	delete(fl.batches, b.subject)
+	err := fl.publish(b)
+	b.batch = rivorav1.HistoryBatch{} // publishAll skips it
+	return err
+}
+
+func (fl *filler) publishAll() error {
+	for _, b := range fl.order {
+		if len(b.batch.Outcomes)+len(b.batch.Events) > 0 {
+			if err := fl.publish(b); err != nil {
+				return err
+			}
 		}
 	}
+	clear(fl.batches)
+	fl.order = fl.order[:0]
+	return nil
+}
+
+func (fl *filler) publish(b *fillBatch) error {
+	data, err := proto.Marshal(&b.batch)
+	if err != nil {
+		return err
+	}
+	// A long stall wait: the server may fall behind for a moment (block
+	// rolls, fsyncs), and a filler has nothing better to do.
+	if _, err := fl.js.PublishAsync(b.subject, data, jetstream.WithStallWait(time.Minute)); err != nil {
+		return err
+	}
+	fl.msgs++
 	return nil
 }
 
@@ -508,17 +624,17 @@ func (f *historyFlags) lookupPhase(ctx context.Context, root string, sizes []int
 	fl := &filler{f: f, js: js, every: every, base: time.Now().Add(-time.Duration(largest) * every), seed: 12}
 	var out []histLookup
 	for _, size := range sizes {
-		progress("filling HISTORY to %d events (%d records), ids spread at %d events/s", size, 2*size, f.rate)
+		progress("filling HISTORY to %d events (%d records, in batches), ids spread at %d events/s", size, 2*size, f.rate)
 		start := time.Now()
 		if err := fl.fill(ctx, size); err != nil {
 			return nil, err
 		}
-		want := uint64(2 * size)
+		want := fl.msgs
 		var bytes uint64
 		if err := poll(ctx, 10*time.Minute, 200*time.Millisecond, "the history holds every record", func() error {
 			n, b, err := historyMsgs(ctx, js)
 			if err == nil && n < want {
-				err = fmt.Errorf("%d of %d records", n, want)
+				err = fmt.Errorf("%d of %d messages", n, want)
 			}
 			bytes = b
 			return err
@@ -587,7 +703,7 @@ func (f *historyFlags) report(mem *histMemory, looks []histLookup) {
 	if mem != nil {
 		perEvent := (float64(mem.retainedInuse) - float64(mem.freshInuse)) / float64(f.events)
 		rssPerEvent := (float64(mem.retainedRSS) - float64(mem.freshRSS)) / float64(f.events)
-		fmt.Fprintf(tw, "delivered\t%d events in %.1f s\t%d lanes, %d destinations, dedup window %s; %d history records\n", f.events, mem.deliver.Seconds(), f.lanes, f.dests, f.dedup, mem.records)
+		fmt.Fprintf(tw, "delivered\t%d events in %.1f s\t%d lanes, %d destinations, dedup window %s; %d delivered outcomes in the history\n", f.events, mem.deliver.Seconds(), f.lanes, f.dests, f.dedup, mem.records)
 		fmt.Fprintf(tw, "heap, restarted with them\t%.1f MB\tin use after two forced GCs; RSS %.1f MB\n", mb(mem.retainedInuse), mb(mem.retainedRSS))
 		fmt.Fprintf(tw, "heap, fresh\t%.1f MB\tsame destinations, empty data dir restarted; RSS %.1f MB\n", mb(mem.freshInuse), mb(mem.freshRSS))
 		fmt.Fprintf(tw, "per retained event\t%.1f B heap\t%.1f B RSS (target: within ~20 B)\n", perEvent, rssPerEvent)

@@ -697,6 +697,73 @@ func (x *EventOutcome) GetLastError() string {
 	return ""
 }
 
+// HistoryBatch is one message of the HISTORY (outcomes) or HISTORY_BODIES
+// (events) stream: the records one subject received over a flush interval,
+// oldest first. One message for many records is what makes the history
+// cheap to write and to read.
+type HistoryBatch struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Outcomes []*EventOutcome        `protobuf:"bytes,1,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
+	Events   []*Event               `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// When each outcome was recorded (unix nanoseconds), outcomes[i] at
+	// outcome_times[i]: a listing's order and finished time, exact though
+	// the batches of one flush interval interleave.
+	OutcomeTimes  []int64 `protobuf:"varint,3,rep,packed,name=outcome_times,json=outcomeTimes,proto3" json:"outcome_times,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryBatch) Reset() {
+	*x = HistoryBatch{}
+	mi := &file_rivora_v1_event_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryBatch) ProtoMessage() {}
+
+func (x *HistoryBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_event_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryBatch.ProtoReflect.Descriptor instead.
+func (*HistoryBatch) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_event_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *HistoryBatch) GetOutcomes() []*EventOutcome {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
+func (x *HistoryBatch) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *HistoryBatch) GetOutcomeTimes() []int64 {
+	if x != nil {
+		return x.OutcomeTimes
+	}
+	return nil
+}
+
 var File_rivora_v1_event_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_event_proto_rawDesc = "" +
@@ -774,7 +841,11 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13KIND_ATTEMPT_FAILED\x10\x01\x12\x12\n" +
 	"\x0eKIND_DELIVERED\x10\x02\x12\r\n" +
-	"\tKIND_DEAD\x10\x03*\x90\x01\n" +
+	"\tKIND_DEAD\x10\x03\"\x92\x01\n" +
+	"\fHistoryBatch\x123\n" +
+	"\boutcomes\x18\x01 \x03(\v2\x17.rivora.v1.EventOutcomeR\boutcomes\x12(\n" +
+	"\x06events\x18\x02 \x03(\v2\x10.rivora.v1.EventR\x06events\x12#\n" +
+	"\routcome_times\x18\x03 \x03(\x03R\foutcomeTimes*\x90\x01\n" +
 	"\n" +
 	"DeadReason\x12\x1b\n" +
 	"\x17DEAD_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
@@ -796,7 +867,7 @@ func file_rivora_v1_event_proto_rawDescGZIP() []byte {
 }
 
 var file_rivora_v1_event_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_rivora_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_rivora_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_rivora_v1_event_proto_goTypes = []any{
 	(DeadReason)(0),               // 0: rivora.v1.DeadReason
 	(EventOutcome_Kind)(0),        // 1: rivora.v1.EventOutcome.Kind
@@ -805,30 +876,33 @@ var file_rivora_v1_event_proto_goTypes = []any{
 	(*LaneHead)(nil),              // 4: rivora.v1.LaneHead
 	(*DeadLetter)(nil),            // 5: rivora.v1.DeadLetter
 	(*EventOutcome)(nil),          // 6: rivora.v1.EventOutcome
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
+	(*HistoryBatch)(nil),          // 7: rivora.v1.HistoryBatch
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
 }
 var file_rivora_v1_event_proto_depIdxs = []int32{
-	7,  // 0: rivora.v1.Event.accepted_at:type_name -> google.protobuf.Timestamp
-	7,  // 1: rivora.v1.Attempt.at:type_name -> google.protobuf.Timestamp
-	8,  // 2: rivora.v1.Attempt.duration:type_name -> google.protobuf.Duration
-	7,  // 3: rivora.v1.LaneHead.not_before:type_name -> google.protobuf.Timestamp
-	7,  // 4: rivora.v1.LaneHead.first_attempt_at:type_name -> google.protobuf.Timestamp
-	7,  // 5: rivora.v1.LaneHead.last_attempt_at:type_name -> google.protobuf.Timestamp
+	8,  // 0: rivora.v1.Event.accepted_at:type_name -> google.protobuf.Timestamp
+	8,  // 1: rivora.v1.Attempt.at:type_name -> google.protobuf.Timestamp
+	9,  // 2: rivora.v1.Attempt.duration:type_name -> google.protobuf.Duration
+	8,  // 3: rivora.v1.LaneHead.not_before:type_name -> google.protobuf.Timestamp
+	8,  // 4: rivora.v1.LaneHead.first_attempt_at:type_name -> google.protobuf.Timestamp
+	8,  // 5: rivora.v1.LaneHead.last_attempt_at:type_name -> google.protobuf.Timestamp
 	2,  // 6: rivora.v1.DeadLetter.event:type_name -> rivora.v1.Event
-	7,  // 7: rivora.v1.DeadLetter.first_attempt_at:type_name -> google.protobuf.Timestamp
-	7,  // 8: rivora.v1.DeadLetter.last_attempt_at:type_name -> google.protobuf.Timestamp
-	7,  // 9: rivora.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	8,  // 7: rivora.v1.DeadLetter.first_attempt_at:type_name -> google.protobuf.Timestamp
+	8,  // 8: rivora.v1.DeadLetter.last_attempt_at:type_name -> google.protobuf.Timestamp
+	8,  // 9: rivora.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
 	0,  // 10: rivora.v1.DeadLetter.reason:type_name -> rivora.v1.DeadReason
 	1,  // 11: rivora.v1.EventOutcome.kind:type_name -> rivora.v1.EventOutcome.Kind
-	7,  // 12: rivora.v1.EventOutcome.accepted_at:type_name -> google.protobuf.Timestamp
+	8,  // 12: rivora.v1.EventOutcome.accepted_at:type_name -> google.protobuf.Timestamp
 	3,  // 13: rivora.v1.EventOutcome.attempt:type_name -> rivora.v1.Attempt
 	0,  // 14: rivora.v1.EventOutcome.dead_reason:type_name -> rivora.v1.DeadReason
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	6,  // 15: rivora.v1.HistoryBatch.outcomes:type_name -> rivora.v1.EventOutcome
+	2,  // 16: rivora.v1.HistoryBatch.events:type_name -> rivora.v1.Event
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_event_proto_init() }
@@ -842,7 +916,7 @@ func file_rivora_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_event_proto_rawDesc), len(file_rivora_v1_event_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
