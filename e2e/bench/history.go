@@ -122,6 +122,7 @@ type histMemory struct {
 
 type histLookup struct {
 	size            int
+	missing         []int // indexes of events GetEvent did not find
 	fill            time.Duration
 	p50, p99, worst time.Duration
 	list            time.Duration
@@ -170,6 +171,11 @@ func (f *historyFlags) run(ctx context.Context, sizes []int) error {
 		}
 	}
 	f.report(mem, looks)
+	for _, l := range looks {
+		if len(l.missing) > 0 {
+			return fmt.Errorf("%d retained: %d of %d lookups answered not found (events %v)", l.size, len(l.missing), f.lookups, l.missing)
+		}
+	}
 	return nil
 }
 
@@ -664,6 +670,13 @@ func (f *historyFlags) measureLookups(ctx context.Context, events rivorav1connec
 		resp, err := events.GetEvent(cctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: id}))
 		took := time.Since(t0)
 		cancel()
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			// Counted and reported (the bench then fails), so the figures
+			// of the other lookups are not lost.
+			progress("GetEvent(%s, event %d): not found", id, i)
+			res.missing = append(res.missing, i)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("GetEvent(%s, event %d): %w", id, i, err)
 		}
