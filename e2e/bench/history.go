@@ -36,7 +36,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -144,18 +143,8 @@ func (f *historyFlags) run(ctx context.Context, sizes []int) error {
 		}
 		os.RemoveAll(root)
 	}()
-	if f.bin == "" {
-		f.bin = filepath.Join(root, "rivora")
-		progress("building ./cmd/rivora")
-		mod, err := moduleRoot()
-		if err != nil {
-			return err
-		}
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", f.bin, "./cmd/rivora")
-		cmd.Dir = mod
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build ./cmd/rivora: %v\n%s", err, out)
-		}
+	if f.bin, err = buildRivora(ctx, f.bin, root); err != nil {
+		return err
 	}
 	var mem *histMemory
 	if !f.skipMemory {
