@@ -139,10 +139,7 @@ func (e *env) printEvents(l *rivorav1.ListEventsResponse) error {
 			if ev.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED {
 				state += " (" + deadReasonName(ev.GetDeadReason()) + ")"
 			}
-			status := "-"
-			if ev.GetLastStatus() != 0 {
-				status = strconv.Itoa(int(ev.GetLastStatus()))
-			}
+			status := statusText(ev.GetLastStatus())
 			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", ev.GetEventId(), state, ev.GetCustomerId(), ev.GetLaneKey(), dash(ev.GetType()),
 				fmtTime(ev.GetAcceptedAt()), fmtTime(ev.GetFinishedAt()), ev.GetAttempts(), status, dash(oneLine(ev.GetLastError())))
 		}
@@ -255,10 +252,7 @@ func (e *env) getEvent(c *ucli.Context) error {
 	t := newTable(e.out)
 	fmt.Fprintln(t, "#\tTIME\tSTATUS\tDURATION\tERROR")
 	for _, a := range ev.GetAttempts() {
-		status := "-"
-		if a.GetStatusCode() != 0 {
-			status = strconv.Itoa(int(a.GetStatusCode()))
-		}
+		status := statusText(a.GetStatusCode())
 		errText := a.GetError()
 		if errText == "" {
 			errText = "-"
