@@ -25,11 +25,13 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 	if err := lanes.ValidateEventID("event_id", id); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
+	// The lane first, then the history: an event that ends between the
+	// two was recorded before its lane let it go.
+	loc, pending := s.a.sched.Find(id)
 	outcomes, err := s.a.history.Lookup(ctx, id)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
-	loc, pending := s.a.sched.Find(id)
 	if !pending && len(outcomes) == 0 {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("event %s: %w here (never accepted, still moving into its lane, or its history expired)", id, errNotFound))
 	}

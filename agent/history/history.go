@@ -26,9 +26,12 @@
 // memory is bounded; the writer's goroutine publishes the batches. The
 // store, like a lookup, pays per message: one message per subject and
 // interval instead of two per delivered event is what keeps delivery as
-// fast as without a history. History was always fire-and-forget (a plain
-// publish, not acked); batching adds that a crash loses the records of
-// the last flush interval. Close publishes what is buffered.
+// fast as without a history. Delivery never waits for a record to be
+// stored (a crash loses the records of the last flush interval), but the
+// stream acks each batch to the writer, and until then Lookup and Body
+// read the batch from the writer: an event's records are visible from
+// the moment they are recorded, which the owner does before the lane lets
+// the event go. Close publishes what is buffered.
 //
 // A subject holds at most one bucket of writes, so it sits in one or two
 // message blocks: the filestore loads every block between a subject's
@@ -177,7 +180,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logg
 	if h.bodies, err = create(BodiesStream, bodyPrefix+">", "Delivered events by write bucket, for `rivoractl events resend`."); err != nil {
 		return nil, err
 	}
-	h.w = newWriter(h.nc, cfg)
+	if h.w, err = newWriter(h.nc, cfg); err != nil {
+		return nil, fmt.Errorf("subscribe to the history's acks: %w", err)
+	}
 	return h, nil
 }
 
@@ -326,8 +331,8 @@ func appendPacked(times []int64, packed []byte) ([]int64, error) {
 	return times, nil
 }
 
-// Flush publishes the records recorded so far (the stream stores them
-// shortly after: the publish is not acked).
+// Flush publishes the records recorded so far and returns once the
+// stream has stored them (at most a few seconds when acks are lost).
 func (h *History) Flush() { h.w.Flush() }
 
 // Close publishes the records recorded so far and stops the writer;
@@ -401,30 +406,50 @@ func (h *History) Body(ctx context.Context, eventID string) (*rivorav1.Event, er
 }
 
 // readID calls each, oldest first, with every record under prefix that
-// may be eventID's; batches, then records, without the id's bytes are
-// skipped undecoded.
+// may be eventID's: stored, then not yet stored (recorded moments ago),
+// each once. Batches, then records, without the id's bytes are skipped
+// undecoded.
 func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string, width time.Duration, field protowire.Number, eventID string, each func([]byte) error) error {
+	// Unsettled first: a batch acked after this is in the stream read.
+	suffix := "." + acceptToken(eventID, width) + "." + strconv.Itoa(Shard(eventID))
+	unsettled := h.w.unsettled(func(subject string) bool {
+		return strings.HasPrefix(subject, prefix) && strings.HasSuffix(subject, suffix)
+	})
 	subjects, err := subjectsOf(ctx, st, idSubjects(prefix, width, eventID))
 	if err != nil {
 		return err
 	}
 	id := []byte(eventID)
+	// A batch read from the stream may also be among the unsettled ones.
+	seen := make(map[string]bool)
+	emit := func(where string) func([]byte) error {
+		return func(data []byte) error {
+			if !bytes.Contains(data, id) || seen[string(data)] {
+				return nil
+			}
+			seen[string(data)] = true
+			if err := each(data); err != nil {
+				return fmt.Errorf("decode a record of %s: %w", where, err)
+			}
+			return nil
+		}
+	}
 	for _, s := range subjects {
 		err := h.read(ctx, st, s.name, s.count, false, func(r record) error {
 			if !bytes.Contains(r.data, id) {
 				return nil
 			}
-			return eachRecord(r.data, field, func(data []byte) error {
-				if !bytes.Contains(data, id) {
-					return nil
-				}
-				if err := each(data); err != nil {
-					return fmt.Errorf("decode a record of %s: %w", r.subject, err)
-				}
-				return nil
-			})
+			return eachRecord(r.data, field, emit(r.subject))
 		})
 		if err != nil {
+			return err
+		}
+	}
+	for _, batch := range unsettled {
+		if !bytes.Contains(batch, id) {
+			continue
+		}
+		if err := eachRecord(batch, field, emit("a batch not yet stored")); err != nil {
 			return err
 		}
 	}

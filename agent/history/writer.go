@@ -1,6 +1,10 @@
 package history
 
 import (
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +21,10 @@ const (
 	// DefaultMaxQueuedBytes bounds the records waiting to be written
 	// (queued and buffered): past it, records are dropped and counted.
 	DefaultMaxQueuedBytes = 16 << 20
+	// ackTimeout is how long a published batch waits for the stream's
+	// ack before the writer stops counting it as unsettled (stored or
+	// lost, it cannot tell).
+	ackTimeout = 5 * time.Second
 )
 
 // HistoryBatch field numbers: a batch is built by appending each record's
@@ -54,6 +62,10 @@ type pending struct {
 	// data is the records' bytes as counted in writer.queued.
 	data int64
 	full bool
+	// ack is the batch's token in its publish's reply subject, and sent
+	// when it was taken to be published (both set under writer.mu).
+	ack  uint64
+	sent time.Time
 }
 
 // writer coalesces records per subject and publishes each subject's
@@ -62,9 +74,13 @@ type pending struct {
 // appends under a mutex held for the append only, and wakes the writer's
 // goroutine only to start a round or publish a full batch (a wake-up per
 // record would cost delivery more than the batching saves); the goroutine
-// publishes, outside the lock. Records past maxQueued bytes (NATS slow or
-// gone) are dropped and counted in rivora_history_record_errors_total, so
-// delivery never waits for the history and its memory is bounded.
+// publishes, outside the lock, and the stream acks each batch to the
+// writer's reply subject. Until that ack a batch is unsettled: readers
+// see unsettled records through unsettled, so an event never drops out
+// of sight between leaving its lane and being stored. Records past
+// maxQueued bytes (queued or unsettled: NATS slow or gone) are dropped
+// and counted in rivora_history_record_errors_total, so delivery never
+// waits for the history and its memory is bounded.
 type writer struct {
 	nc                   *nats.Conn
 	every                time.Duration
@@ -74,28 +90,46 @@ type writer struct {
 	mu      sync.Mutex
 	cur     round // guarded by mu
 	stopped bool  // guarded by mu
+	// inAir is the batches taken from a round and not yet acked, by ack
+	// token; nextAck is the next token (both guarded by mu).
+	inAir   map[uint64]*pending
+	nextAck uint64
+	// settled is signalled (with mu) when batches leave inAir.
+	settled *sync.Cond
+
+	// ackPrefix is the reply subject prefix the stream's acks come to.
+	ackPrefix string
+	acks      *nats.Subscription
 
 	kick  chan struct{}
 	flush chan chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
-	// queued is the bytes recorded and not yet published (or dropped).
+	// queued is the bytes recorded and not yet acked (or dropped).
 	queued atomic.Int64
 	// published counts the messages published.
 	published atomic.Uint64
 }
 
-func newWriter(nc *nats.Conn, cfg Config) *writer {
+func newWriter(nc *nats.Conn, cfg Config) (*writer, error) {
 	w := &writer{
 		nc: nc, every: orDefault(cfg.FlushInterval, DefaultFlushInterval),
 		maxBytes: orDefault(cfg.MaxBatchBytes, DefaultMaxBatchBytes), maxRecords: orDefault(cfg.MaxBatchRecords, DefaultMaxBatchRecords),
 		maxQueued: int64(orDefault(cfg.MaxQueuedBytes, DefaultMaxQueuedBytes)),
 		cur:       round{bySubject: make(map[string]*pending)},
+		inAir:     make(map[uint64]*pending),
+		ackPrefix: nc.NewRespInbox() + ".",
 		kick:      make(chan struct{}, 1), flush: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 	}
+	w.settled = sync.NewCond(&w.mu)
+	sub, err := nc.Subscribe(w.ackPrefix+"*", w.onAck)
+	if err != nil {
+		return nil, err
+	}
+	w.acks = sub
 	go w.run()
-	return w
+	return w, nil
 }
 
 func orDefault[T int | time.Duration](v, def T) T {
@@ -169,12 +203,52 @@ func (w *writer) take(all bool) (out []*pending, more bool) {
 		}
 		clear(w.cur.bySubject)
 		w.cur.order = w.cur.order[:0]
+	} else {
+		w.cur.order = slices.DeleteFunc(w.cur.order, func(p *pending) bool { return p.full })
+	}
+	// In the air from here, in the same critical section: a reader never
+	// sees a batch in neither place.
+	now := time.Now()
+	for _, p := range out {
+		p.ack, p.sent = w.nextAck, now
+		w.nextAck++
+		w.inAir[p.ack] = p
 	}
 	return out, len(w.cur.bySubject) > 0
 }
 
+// unsettled returns the batches of the subjects match accepts that are
+// not yet acked by the stream: in the air, then still in the round
+// (copied: they grow). A record acked after the call is in the stream.
+func (w *writer) unsettled(match func(subject string) bool) [][]byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var air []*pending
+	for _, p := range w.inAir {
+		if match(p.subject) {
+			air = append(air, p)
+		}
+	}
+	slices.SortFunc(air, func(x, y *pending) int { return int(x.ack - y.ack) })
+	out := make([][]byte, 0, len(air))
+	for _, p := range air {
+		out = append(out, p.buf) // not written after take
+	}
+	for _, p := range w.cur.full {
+		if match(p.subject) {
+			out = append(out, slices.Clone(p.buf))
+		}
+	}
+	for _, p := range w.cur.order {
+		if !p.full && match(p.subject) {
+			out = append(out, slices.Clone(p.buf))
+		}
+	}
+	return out
+}
+
 // Flush publishes every record added before it was called, and returns
-// when they are handed to NATS (not yet stored: the publish is not acked).
+// when the stream has acked them (or ackTimeout passed).
 func (w *writer) Flush() {
 	ack := make(chan struct{})
 	select {
@@ -182,6 +256,7 @@ func (w *writer) Flush() {
 		<-ack
 	case <-w.done:
 	}
+	w.waitSettled()
 }
 
 // Close flushes and stops the writer; records added after it are dropped.
@@ -191,8 +266,40 @@ func (w *writer) Close() {
 		w.stopped = true
 		w.mu.Unlock()
 		close(w.stop)
+		<-w.done
+		w.waitSettled()
+		_ = w.acks.Unsubscribe()
 	})
 	<-w.done
+}
+
+// waitSettled waits until every batch taken so far is acked, at most
+// ackTimeout.
+func (w *writer) waitSettled() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	mark := w.nextAck
+	deadline := time.Now().Add(ackTimeout)
+	wake := time.AfterFunc(ackTimeout, func() {
+		w.mu.Lock()
+		w.settled.Broadcast()
+		w.mu.Unlock()
+	})
+	defer wake.Stop()
+	for w.inAirBefore(mark) && time.Now().Before(deadline) {
+		w.settled.Wait()
+	}
+}
+
+// inAirBefore reports whether a batch with a token below mark is unacked
+// (with mu held).
+func (w *writer) inAirBefore(mark uint64) bool {
+	for ack := range w.inAir {
+		if ack < mark {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *writer) run() {
@@ -200,8 +307,12 @@ func (w *writer) run() {
 	timer := time.NewTimer(w.every)
 	timer.Stop()
 	armed := false
+	sweep := time.NewTicker(ackTimeout)
+	defer sweep.Stop()
 	for {
 		select {
+		case <-sweep.C:
+			w.forgetUnacked(time.Now().Add(-ackTimeout))
 		case <-w.kick:
 			full, more := w.take(false)
 			w.publishAll(full)
@@ -233,13 +344,62 @@ func (w *writer) publishAll(batches []*pending) {
 	}
 }
 
-// publish sends one batch without waiting for the store's ack: history is
-// for people, and must not slow delivery down.
+// publish sends one batch without waiting for the store's ack (onAck
+// settles it): history is for people, and must not slow delivery down.
 func (w *writer) publish(p *pending) {
-	if err := w.nc.Publish(p.subject, p.buf); err != nil {
-		recordErrors.Add(float64(p.records))
-	} else {
-		w.published.Add(1)
+	msg := &nats.Msg{Subject: p.subject, Reply: w.ackPrefix + strconv.FormatUint(p.ack, 10), Data: p.buf}
+	if err := w.nc.PublishMsg(msg); err != nil {
+		w.settle(p.ack, true)
+		return
+	}
+	w.published.Add(1)
+}
+
+// onAck settles the batch a stream's ack (or error) answers.
+func (w *writer) onAck(msg *nats.Msg) {
+	ack, err := strconv.ParseUint(strings.TrimPrefix(msg.Subject, w.ackPrefix), 10, 64)
+	if err != nil {
+		return
+	}
+	var answer struct {
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	failed := json.Unmarshal(msg.Data, &answer) != nil || answer.Error != nil
+	w.settle(ack, failed)
+}
+
+// settle ends a batch's time in the air; a failed one's records are
+// counted as errors.
+func (w *writer) settle(ack uint64, failed bool) {
+	w.mu.Lock()
+	p := w.inAir[ack]
+	delete(w.inAir, ack)
+	w.settled.Broadcast()
+	w.mu.Unlock()
+	if p == nil {
+		return
 	}
 	w.queued.Add(-p.data)
+	if failed {
+		recordErrors.Add(float64(p.records))
+	}
+}
+
+// forgetUnacked stops waiting for acks of batches sent before cutoff: the
+// ack was lost, and whether the batch was stored cannot be told (not
+// counted as an error).
+func (w *writer) forgetUnacked(cutoff time.Time) {
+	var late []uint64
+	w.mu.Lock()
+	for ack, p := range w.inAir {
+		if p.sent.Before(cutoff) {
+			late = append(late, ack)
+		}
+	}
+	w.mu.Unlock()
+	for _, ack := range late {
+		w.settle(ack, false)
+	}
 }

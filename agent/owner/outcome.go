@@ -48,10 +48,12 @@ func (o *Partition) Complete(ctx context.Context, a *scheduler.Attempt, ev *rivo
 	}
 	fault := o.observe(a, ev, res)
 	if res.OK() {
-		out := o.deps.Scheduler.Succeeded(a)
-		o.afterAdvance(a, out)
+		// Recorded before the lane lets go, so `events get` never finds
+		// the event in neither place.
 		o.deps.History.Record(outcome(ev, rivorav1.EventOutcome_KIND_DELIVERED, attempt))
 		o.deps.History.RecordBody(ev)
+		out := o.deps.Scheduler.Succeeded(a)
+		o.afterAdvance(a, out)
 		return
 	}
 	attempt.Error = res.Err.Error()
@@ -235,9 +237,9 @@ func (o *Partition) die(ctx context.Context, a *scheduler.Attempt, ev *rivorav1.
 	if err := o.dead.record(ctx, dl); err != nil {
 		return scheduler.Outcome{}, err
 	}
+	o.deps.History.Record(deadOutcome(ev, head, reason))
 	out := o.deps.Scheduler.Dead(a)
 	o.afterAdvance(a, out)
-	o.deps.History.Record(deadOutcome(ev, head, reason))
 	deadTotal.WithLabelValues(ev.GetDestinationId(), reasonLabel(reason)).Inc()
 	return out, nil
 }
