@@ -175,6 +175,8 @@ type Destination struct {
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Url   string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
 	// secret signs deliveries (Standard Webhooks, "whsec_" + base64 key).
+	// Only in the answer to CreateDestination (and on the agents' feed):
+	// every other answer carries secret_fingerprint instead.
 	Secret string `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"`
 	// limits are the effective limits (defaults filled in).
 	Limits    *Limits                `protobuf:"bytes,4,opt,name=limits,proto3" json:"limits,omitempty"`
@@ -2499,7 +2501,10 @@ type AuditEntry struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	At      *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
 	Version uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	Author  string                 `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
+	// author is the name of the token that made the change ("rivora" and
+	// "system" for Rivora's own changes); token_id is its id. The author
+	// fields of requests are ignored.
+	Author string `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
 	// action: destination.create, destination.update, destination.delete,
 	// limits.reload, limits.override, limits.clear, limits.expire,
 	// priority.set, destination.pause, destination.resume,
@@ -2510,6 +2515,7 @@ type AuditEntry struct {
 	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
 	// detail says what changed, for people.
 	Detail        string `protobuf:"bytes,7,opt,name=detail,proto3" json:"detail,omitempty"`
+	TokenId       string `protobuf:"bytes,8,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2589,6 +2595,13 @@ func (x *AuditEntry) GetReason() string {
 func (x *AuditEntry) GetDetail() string {
 	if x != nil {
 		return x.Detail
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetTokenId() string {
+	if x != nil {
+		return x.TokenId
 	}
 	return ""
 }
@@ -3107,7 +3120,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x0feffective_value\x18\x04 \x01(\tR\x0eeffectiveValue\x12.\n" +
 	"\x06source\x18\x05 \x01(\v2\x16.rivora.v1.LimitSourceR\x06source\"D\n" +
 	"\x12DiffLimitsResponse\x12.\n" +
-	"\x06drifts\x18\x01 \x03(\v2\x16.rivora.v1.LimitsDriftR\x06drifts\"\xd9\x01\n" +
+	"\x06drifts\x18\x01 \x03(\v2\x16.rivora.v1.LimitsDriftR\x06drifts\"\xf4\x01\n" +
 	"\n" +
 	"AuditEntry\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x18\n" +
@@ -3116,7 +3129,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x06action\x18\x04 \x01(\tR\x06action\x12%\n" +
 	"\x0edestination_id\x18\x05 \x01(\tR\rdestinationId\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x16\n" +
-	"\x06detail\x18\a \x01(\tR\x06detail\"O\n" +
+	"\x06detail\x18\a \x01(\tR\x06detail\x12\x19\n" +
+	"\btoken_id\x18\b \x01(\tR\atokenId\"O\n" +
 	"\x10ListAuditRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\"D\n" +

@@ -191,7 +191,12 @@ type WatchResponse struct {
 	PartitionCount uint32 `protobuf:"varint,5,opt,name=partition_count,json=partitionCount,proto3" json:"partition_count,omitempty"`
 	// partitions are the partitions assigned to this agent: it acquires each
 	// one's ownership lock, then runs it; it releases any other it holds.
-	Partitions    []uint32 `protobuf:"varint,6,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	Partitions []uint32 `protobuf:"varint,6,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	// tokens are every API token (hashes, never tokens), sent whole on the
+	// snapshot and whenever one changes (tokens_changed), so a revocation
+	// reaches every agent at once.
+	Tokens        []*ApiToken `protobuf:"bytes,7,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	TokensChanged bool        `protobuf:"varint,8,opt,name=tokens_changed,json=tokensChanged,proto3" json:"tokens_changed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -266,6 +271,20 @@ func (x *WatchResponse) GetPartitions() []uint32 {
 		return x.Partitions
 	}
 	return nil
+}
+
+func (x *WatchResponse) GetTokens() []*ApiToken {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetTokensChanged() bool {
+	if x != nil {
+		return x.TokensChanged
+	}
+	return false
 }
 
 type ReportAppliedRequest struct {
@@ -858,7 +877,7 @@ var File_rivora_v1_agent_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15rivora/v1/agent.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/admin.proto\"A\n" +
+	"\x15rivora/v1/agent.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/admin.proto\x1a\x16rivora/v1/tokens.proto\"A\n" +
 	"\x12RecordAuditRequest\x12+\n" +
 	"\x05entry\x18\x01 \x01(\v2\x15.rivora.v1.AuditEntryR\x05entry\"\x15\n" +
 	"\x13RecordAuditResponse\"\x8a\x01\n" +
@@ -867,7 +886,7 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12'\n" +
 	"\x0fapplied_version\x18\x03 \x01(\x04R\x0eappliedVersion\x12\x18\n" +
-	"\asession\x18\x04 \x01(\tR\asession\"\x82\x02\n" +
+	"\asession\x18\x04 \x01(\tR\asession\"\xd6\x02\n" +
 	"\rWatchResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\bR\bsnapshot\x12:\n" +
@@ -876,7 +895,9 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\x0fpartition_count\x18\x05 \x01(\rR\x0epartitionCount\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x06 \x03(\rR\n" +
-	"partitions\"O\n" +
+	"partitions\x12+\n" +
+	"\x06tokens\x18\a \x03(\v2\x13.rivora.v1.ApiTokenR\x06tokens\x12%\n" +
+	"\x0etokens_changed\x18\b \x01(\bR\rtokensChanged\"O\n" +
 	"\x14ReportAppliedRequest\x12\x1d\n" +
 	"\n" +
 	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +
@@ -956,35 +977,37 @@ var file_rivora_v1_agent_proto_goTypes = []any{
 	(*GetHealthResponse)(nil),      // 15: rivora.v1.GetHealthResponse
 	(*AuditEntry)(nil),             // 16: rivora.v1.AuditEntry
 	(*Destination)(nil),            // 17: rivora.v1.Destination
-	(*timestamppb.Timestamp)(nil),  // 18: google.protobuf.Timestamp
-	(*DestinationHealth)(nil),      // 19: rivora.v1.DestinationHealth
+	(*ApiToken)(nil),               // 18: rivora.v1.ApiToken
+	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
+	(*DestinationHealth)(nil),      // 20: rivora.v1.DestinationHealth
 }
 var file_rivora_v1_agent_proto_depIdxs = []int32{
 	16, // 0: rivora.v1.RecordAuditRequest.entry:type_name -> rivora.v1.AuditEntry
 	17, // 1: rivora.v1.WatchResponse.destinations:type_name -> rivora.v1.Destination
-	18, // 2: rivora.v1.ReportGoneRequest.at:type_name -> google.protobuf.Timestamp
-	19, // 3: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
-	2,  // 4: rivora.v1.AgentService.Watch:input_type -> rivora.v1.WatchRequest
-	4,  // 5: rivora.v1.AgentService.ReportApplied:input_type -> rivora.v1.ReportAppliedRequest
-	6,  // 6: rivora.v1.AgentService.ReportOwned:input_type -> rivora.v1.ReportOwnedRequest
-	8,  // 7: rivora.v1.AgentService.ReportGone:input_type -> rivora.v1.ReportGoneRequest
-	0,  // 8: rivora.v1.AgentService.RecordAudit:input_type -> rivora.v1.RecordAuditRequest
-	10, // 9: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
-	12, // 10: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
-	14, // 11: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
-	3,  // 12: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
-	5,  // 13: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
-	7,  // 14: rivora.v1.AgentService.ReportOwned:output_type -> rivora.v1.ReportOwnedResponse
-	9,  // 15: rivora.v1.AgentService.ReportGone:output_type -> rivora.v1.ReportGoneResponse
-	1,  // 16: rivora.v1.AgentService.RecordAudit:output_type -> rivora.v1.RecordAuditResponse
-	11, // 17: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
-	13, // 18: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
-	15, // 19: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
-	12, // [12:20] is the sub-list for method output_type
-	4,  // [4:12] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	18, // 2: rivora.v1.WatchResponse.tokens:type_name -> rivora.v1.ApiToken
+	19, // 3: rivora.v1.ReportGoneRequest.at:type_name -> google.protobuf.Timestamp
+	20, // 4: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
+	2,  // 5: rivora.v1.AgentService.Watch:input_type -> rivora.v1.WatchRequest
+	4,  // 6: rivora.v1.AgentService.ReportApplied:input_type -> rivora.v1.ReportAppliedRequest
+	6,  // 7: rivora.v1.AgentService.ReportOwned:input_type -> rivora.v1.ReportOwnedRequest
+	8,  // 8: rivora.v1.AgentService.ReportGone:input_type -> rivora.v1.ReportGoneRequest
+	0,  // 9: rivora.v1.AgentService.RecordAudit:input_type -> rivora.v1.RecordAuditRequest
+	10, // 10: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
+	12, // 11: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
+	14, // 12: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
+	3,  // 13: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
+	5,  // 14: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
+	7,  // 15: rivora.v1.AgentService.ReportOwned:output_type -> rivora.v1.ReportOwnedResponse
+	9,  // 16: rivora.v1.AgentService.ReportGone:output_type -> rivora.v1.ReportGoneResponse
+	1,  // 17: rivora.v1.AgentService.RecordAudit:output_type -> rivora.v1.RecordAuditResponse
+	11, // 18: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
+	13, // 19: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
+	15, // 20: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
+	13, // [13:21] is the sub-list for method output_type
+	5,  // [5:13] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_agent_proto_init() }
@@ -993,6 +1016,7 @@ func file_rivora_v1_agent_proto_init() {
 		return
 	}
 	file_rivora_v1_admin_proto_init()
+	file_rivora_v1_tokens_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

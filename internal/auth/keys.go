@@ -1,0 +1,93 @@
+package auth
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// Keys is what a process checks callers against: the cell token and the
+// API tokens in force (by hash), replaced whole by SetTokens whenever the
+// control plane's tokens change. Safe for concurrent use; a check takes
+// no lock.
+type Keys struct {
+	cell   CellToken
+	now    func() time.Time
+	tokens atomic.Pointer[map[string]*rivorav1.ApiToken]
+}
+
+// NewKeys returns keys with the cell token (zero: --insecure, the cell
+// services open to anyone) and no API token yet.
+func NewKeys(cell CellToken) *Keys {
+	k := &Keys{cell: cell, now: time.Now}
+	empty := map[string]*rivorav1.ApiToken{}
+	k.tokens.Store(&empty)
+	return k
+}
+
+// Cell is the cell token (for this process's own cell calls).
+func (k *Keys) Cell() CellToken { return k.cell }
+
+// SetTokens replaces the API tokens in force.
+func (k *Keys) SetTokens(tokens []*rivorav1.ApiToken) {
+	m := make(map[string]*rivorav1.ApiToken, len(tokens))
+	for _, t := range tokens {
+		if t.GetHash() != "" {
+			m[t.GetHash()] = t
+		}
+	}
+	k.tokens.Store(&m)
+}
+
+// Count is the number of API tokens in force.
+func (k *Keys) Count() int { return len(*k.tokens.Load()) }
+
+var errNoBearer = errors.New("missing `Authorization: Bearer <token>` (rivoractl: --token, RIVORA_TOKEN or --token-file; `rivora dev` wrote an admin token to <data-dir>/admin.token)")
+
+// bearer is the token of an Authorization header.
+func bearer(header string) (string, error) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return "", connect.NewError(connect.CodeUnauthenticated, errNoBearer)
+	}
+	return strings.TrimSpace(token), nil
+}
+
+// user authenticates an API token.
+func (k *Keys) user(token string) (*Principal, error) {
+	if k.cell.Matches(token) {
+		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("the cell token opens only AgentService and PartitionService; call with an API token (`rivoractl tokens create`)"))
+	}
+	t, ok := (*k.tokens.Load())[Hash(token)]
+	if !ok {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("token not recognised: revoked, expired long ago, or mistyped"))
+	}
+	if exp := t.GetExpiresAt(); exp != nil && !k.now().Before(exp.AsTime()) {
+		return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("token %s (%s) expired at %s", t.GetId(), t.GetName(), exp.AsTime().UTC().Format(time.RFC3339)))
+	}
+	return &Principal{TokenID: t.GetId(), Name: t.GetName(), Role: t.GetRole(), Customers: t.GetCustomers(), bearer: token}, nil
+}
+
+// cellCaller authenticates the cell token.
+func (k *Keys) cellCaller(header string) (*Principal, error) {
+	if k.cell.IsZero() {
+		return &Principal{Name: "cell (insecure)", Cell: true}, nil
+	}
+	token, err := bearer(header)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("missing `Authorization: Bearer <cell token>`: only agents and control planes of this cell (--cell-token-file) call this service"))
+	}
+	if !k.cell.Matches(token) {
+		if _, ok := (*k.tokens.Load())[Hash(token)]; ok {
+			return nil, connect.NewError(connect.CodePermissionDenied, errors.New("API tokens, admin included, do not open the cell's internal services; only the cell token (--cell-token-file) does"))
+		}
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("not this cell's token (--cell-token-file)"))
+	}
+	return &Principal{Name: "cell", Cell: true, bearer: token}, nil
+}
