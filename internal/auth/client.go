@@ -8,7 +8,9 @@ import (
 
 // Bearer is a client interceptor that sends token on every call ("" sends
 // nothing).
-func Bearer(token string) connect.Interceptor { return bearerFunc(func(context.Context) string { return token }) }
+func Bearer(token string) connect.Interceptor {
+	return bearerFunc(func(context.Context) string { return token })
+}
 
 // Forwarding is a client interceptor for calls made on a caller's behalf:
 // it sends the token the caller of the context's call presented
