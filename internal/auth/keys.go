@@ -59,8 +59,11 @@ func bearer(header string) (string, error) {
 	return strings.TrimSpace(token), nil
 }
 
-// user authenticates an API token.
-func (k *Keys) user(token string) (*Principal, error) {
+// user authenticates an API token; the cell token only where cellToo.
+func (k *Keys) user(token string, cellToo bool) (*Principal, error) {
+	if cellToo && k.cell.Matches(token) {
+		return &Principal{Name: "cell", Cell: true, bearer: token}, nil
+	}
 	if k.cell.Matches(token) {
 		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("the cell token opens only AgentService and PartitionService; call with an API token (`rivoractl tokens create`)"))
 	}

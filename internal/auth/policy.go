@@ -15,6 +15,10 @@ type Rule struct {
 	// Cell: only the cell token (agents and control planes); API tokens,
 	// admin included, are refused.
 	Cell bool
+	// CellToo: the cell token is let in too, besides Roles: the control
+	// plane's own calls to agents (operator notices are published through
+	// an agent; dead letters are read for them).
+	CellToo bool
 	// Roles may call it (API tokens).
 	Roles []rivorav1.Role
 	// Request checks a publisher's request against its customers; Answer
@@ -62,6 +66,7 @@ var Policies = map[string]Rule{
 
 	rivorav1connect.IngestServicePublishProcedure: {
 		Roles:   []rivorav1.Role{admin, publisher},
+		CellToo: true,
 		Request: func(p *Principal, req any) error { return mayActFor(p, req.(*rivorav1.PublishRequest).GetCustomerId()) },
 	},
 	rivorav1connect.IngestServicePublishBatchProcedure: {
@@ -94,7 +99,8 @@ var Policies = map[string]Rule{
 	rivorav1connect.LaneServiceSkipLaneHeadProcedure: steer,
 
 	rivorav1connect.ArchiveServiceListDeadLettersProcedure: {
-		Roles: []rivorav1.Role{admin, operator, viewer, publisher},
+		Roles:   []rivorav1.Role{admin, operator, viewer, publisher},
+		CellToo: true,
 		Request: func(p *Principal, req any) error {
 			return filterFor(p, req.(*rivorav1.ListDeadLettersRequest).GetFilter().GetCustomerId())
 		},
