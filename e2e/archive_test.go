@@ -657,7 +657,7 @@ func TestReplayInterruptedResumesWithoutResending(t *testing.T) {
 	h.use(recovered)
 	args := []string{"replay", "--destination", dest, "--rate", "500"}
 	cmd := exec.Command(rivoractlBin, append(args, "--server", d.URL())...)
-	cmd.Env = append(os.Environ(), "RIVORA_SERVER=http://127.0.0.1:1")
+	cmd.Env = append(os.Environ(), "RIVORA_SERVER=http://127.0.0.1:1", "RIVORA_TOKEN="+tokenFor(d.URL()))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

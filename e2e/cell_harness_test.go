@@ -13,7 +13,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"sort"
@@ -77,7 +76,8 @@ func startCell(t testing.TB, opts cellOptions) *cell {
 		opts.AgentName = "a1"
 	}
 	cpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	cpArgs := []string{"controlplane", "--listen", cpAddr, "--state-dir", t.TempDir(), "--partitions", strconv.Itoa(opts.Partitions)}
+	stateDir := t.TempDir()
+	cpArgs := append([]string{"controlplane", "--listen", cpAddr, "--state-dir", stateDir, "--partitions", strconv.Itoa(opts.Partitions)}, cellArgs()...)
 	if opts.Limits != "" {
 		cpArgs = append(cpArgs, "--limits", opts.Limits)
 	}
@@ -85,8 +85,9 @@ func startCell(t testing.TB, opts cellOptions) *cell {
 	c := &cell{agentName: opts.AgentName, partitions: opts.Partitions}
 	c.cp = startProc(t, "controlplane", cpAddr, cpArgs)
 	agAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	c.agent = startProc(t, "agent "+opts.AgentName, agAddr, []string{"agent", "--name", opts.AgentName, "--listen", agAddr,
-		"--controlplane", c.cp.URL(), "--data-dir", t.TempDir(), "--allow-local-archive"}) // one agent: its archive may be local
+	registerToken(readAdminToken(t, stateDir), c.cp.URL(), "http://"+agAddr)
+	c.agent = startProc(t, "agent "+opts.AgentName, agAddr, append([]string{"agent", "--name", opts.AgentName, "--listen", agAddr,
+		"--controlplane", c.cp.URL(), "--data-dir", t.TempDir(), "--allow-local-archive"}, cellArgs()...)) // one agent: its archive may be local
 	r := c.rig()
 	st, err := r.Admin().GetConfigStatus(ctxTimeout(t, 5*time.Second), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
 	if err != nil {
@@ -124,10 +125,10 @@ func devRig(d *devProc) *rig {
 }
 
 func (r *rig) Admin() rivorav1connect.AdminServiceClient {
-	return rivorav1connect.NewAdminServiceClient(http.DefaultClient, r.adminURL)
+	return rivorav1connect.NewAdminServiceClient(authedHTTP, r.adminURL)
 }
 
-func (r *rig) SDK() *sdk.Client { return sdk.New(r.ingestURL) }
+func (r *rig) SDK() *sdk.Client { return sdk.New(r.ingestURL, sdk.WithHTTPClient(authedHTTP)) }
 
 // createDestination registers id → p (server-generated secret) with the
 // destination's own limits (nil: none) and waits until the agents have it.
@@ -209,8 +210,8 @@ func ctlAt(t testing.TB, server string, args ...string) string {
 func runCtl(server string, args ...string) (string, string, error) {
 	cmd := exec.Command(rivoractlBin, args...)
 	// The server flag comes last: global flags may appear anywhere.
-	cmd.Args = append(cmd.Args, "--server", server, "--author", "e2e")
-	cmd.Env = append(os.Environ(), "RIVORA_SERVER=http://127.0.0.1:1")
+	cmd.Args = append(cmd.Args, "--server", server)
+	cmd.Env = append(os.Environ(), "RIVORA_SERVER=http://127.0.0.1:1", "RIVORA_TOKEN="+tokenFor(server))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {

@@ -59,13 +59,16 @@ func startClusterCell(t testing.TB, n, partitions int, cpArgs ...string) *cluste
 func startCluster(t testing.TB, controlPlanes, n, partitions int, cpArgs ...string) *clusterCell {
 	t.Helper()
 	c := &clusterCell{t: t, consul: consultest.Start(t), agents: map[string]*proc{}, natsURLs: map[string]string{}, args: map[string][]string{}, partitions: partitions}
-	var cpURLs []string
+	var cpURLs, stateDirs []string
 	for i := range controlPlanes {
 		cpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-		cp := startProc(t, "controlplane "+strconv.Itoa(i+1), cpAddr, append([]string{"controlplane", "--listen", cpAddr, "--state-dir", t.TempDir(),
-			"--partitions", strconv.Itoa(partitions), "--consul", c.consul.URL()}, cpArgs...))
+		stateDir := t.TempDir()
+		args := append([]string{"controlplane", "--listen", cpAddr, "--state-dir", stateDir,
+			"--partitions", strconv.Itoa(partitions), "--consul", c.consul.URL()}, cellArgs()...)
+		cp := startProc(t, "controlplane "+strconv.Itoa(i+1), cpAddr, append(args, cpArgs...))
 		c.cps = append(c.cps, cp)
 		cpURLs = append(cpURLs, cp.URL())
+		stateDirs = append(stateDirs, stateDir)
 	}
 	c.cp = c.cps[0]
 	c.minio = startMinIO(t)
@@ -87,7 +90,13 @@ func startCluster(t testing.TB, controlPlanes, n, partitions int, cpArgs ...stri
 			"--nats-routes", strings.Join(routes, ","),
 			"--session-ttl", clusterTTL.String(), "--lock-delay", clusterLockDelay.String()}
 		c.args[name] = append(c.args[name], c.minio.DevArgs("rivora-cell")...)
+		c.args[name] = append(c.args[name], cellArgs()...)
 		c.agents[name] = launchProc(t, "agent "+name, addr, c.args[name])
+	}
+	token := readAdminToken(t, stateDirs...)
+	registerToken(token, cpURLs...)
+	for _, name := range c.names {
+		registerToken(token, c.agents[name].URL())
 	}
 	for _, name := range c.names {
 		c.agents[name].waitHealthy(90 * time.Second)
@@ -223,7 +232,7 @@ func (l *clusterLoad) publishRound(ctx context.Context, c *clusterCell, via []st
 	errs := make(chan error, len(l.dests)*l.lanes)
 	clients := make([]*sdk.Client, len(via))
 	for i, name := range via {
-		clients[i] = sdk.New(c.agents[name].URL(), sdk.WithRetry(30, 200*time.Millisecond), sdk.WithAttemptTimeout(10*time.Second))
+		clients[i] = sdk.New(c.agents[name].URL(), sdk.WithHTTPClient(authedHTTP), sdk.WithRetry(30, 200*time.Millisecond), sdk.WithAttemptTimeout(10*time.Second))
 	}
 	for di, d := range l.dests {
 		for k := range l.lanes {

@@ -213,7 +213,7 @@ func TestKill9MidDeliveryLosesNothing(t *testing.T) {
 		firstErr atomic.Value
 	)
 	// Retries span a restart (the default budget is about a second).
-	lc := sdk.New(d.URL(), sdk.WithRetry(12, 100*time.Millisecond))
+	lc := sdk.New(d.URL(), sdk.WithHTTPClient(authedHTTP), sdk.WithRetry(12, 100*time.Millisecond))
 	for _, lane := range lanesNamed("live", 10) {
 		wg.Add(1)
 		go func() {

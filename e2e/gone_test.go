@@ -104,7 +104,7 @@ func goneScenario(t *testing.T, r *rig, dest string) {
 		t.Fatalf("audit destination.disable of %s: %v; want author rivora, reason %q", dest, e, goneReason)
 	}
 	head := pub.ByLane["cust/"+lanes[0]][0]
-	ev, err := rivorav1connect.NewEventServiceClient(http.DefaultClient, r.ingestURL).GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: head}))
+	ev, err := rivorav1connect.NewEventServiceClient(authedHTTP, r.ingestURL).GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: head}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,6 +135,7 @@ func (d *devProc) run() {
 	d.t.Helper()
 	d.start()
 	d.waitHealthy(60 * time.Second)
+	registerToken(readAdminToken(d.t, d.dataDir), d.URL())
 }
 
 // Kill9 kills the process with SIGKILL and waits for it to be gone.
@@ -170,18 +170,18 @@ func (d *devProc) Restart() {
 
 // Clients. Connect over HTTP/1.1 with the binary codec.
 func (d *devProc) Admin() rivorav1connect.AdminServiceClient {
-	return rivorav1connect.NewAdminServiceClient(http.DefaultClient, d.URL())
+	return rivorav1connect.NewAdminServiceClient(authedHTTP, d.URL())
 }
 
 func (d *devProc) Events() rivorav1connect.EventServiceClient {
-	return rivorav1connect.NewEventServiceClient(http.DefaultClient, d.URL())
+	return rivorav1connect.NewEventServiceClient(authedHTTP, d.URL())
 }
 
 func (d *devProc) Ingest() rivorav1connect.IngestServiceClient {
-	return rivorav1connect.NewIngestServiceClient(http.DefaultClient, d.URL())
+	return rivorav1connect.NewIngestServiceClient(authedHTTP, d.URL())
 }
 
-func (d *devProc) SDK() *sdk.Client { return sdk.New(d.URL()) }
+func (d *devProc) SDK() *sdk.Client { return sdk.New(d.URL(), sdk.WithHTTPClient(authedHTTP)) }
 
 func freePort(t testing.TB) int {
 	t.Helper()

@@ -21,6 +21,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rivora/rivora/agent/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -50,7 +51,7 @@ func TestCellOperatorOneAddress(t *testing.T) {
 	owners := c.waitOwned(t, 30*time.Second, nil)
 	cp := c.cp.URL()
 	dests := routedDestinations(t, c, owners)
-	publisher := sdk.New(c.agents["a1"].URL(), sdk.WithRetry(10, 200*time.Millisecond))
+	publisher := sdk.New(c.agents["a1"].URL(), sdk.WithHTTPClient(authedHTTP), sdk.WithRetry(10, 200*time.Millisecond))
 	r := c.rig("a1")
 
 	// Delivered events, then (partners failing, one attempt each) dead
@@ -131,8 +132,8 @@ func TestCellOperatorOneAddress(t *testing.T) {
 	// The RPCs behind `rivoractl lanes` and `events list/resend`, through
 	// the control plane. A stuck lane on the last agent: its head fails
 	// (500, retried for long) and two events wait behind it.
-	lanesClient := rivorav1connect.NewLaneServiceClient(http.DefaultClient, cp)
-	eventsClient := rivorav1connect.NewEventServiceClient(http.DefaultClient, cp)
+	lanesClient := rivorav1connect.NewLaneServiceClient(authedHTTP, cp)
+	eventsClient := rivorav1connect.NewEventServiceClient(authedHTTP, cp)
 	stuckOwner := dests[len(dests)-1].owner
 	stuckDest := destinationOwnedBy(t, c, owners, "stuck", stuckOwner)
 	stuck := newPartner(t)
@@ -245,6 +246,89 @@ func TestCellOperatorOneAddress(t *testing.T) {
 		}
 		waitFor(t, 60*time.Second, "the resent event delivered again", func() bool { return d.partner.OKCount(id) >= 2 })
 	})
+
+	t.Run("revoked and expired tokens refused on every agent within 1s", func(t *testing.T) {
+		admin := tokenFor(cp)
+		var agentURLs []string
+		for _, name := range c.names {
+			agentURLs = append(agentURLs, c.agents[name].URL())
+		}
+		revoked := mintToken(t, cp, admin, "pub-revoked", rivorav1.Role_ROLE_PUBLISHER, "*")
+		waitAccepted(t, agentURLs, revoked)
+		revokeAt := time.Now()
+		if _, err := tokenClient(cp, admin).RevokeToken(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.RevokeTokenRequest{Id: tokenID(t, cp, admin, "pub-revoked")})); err != nil {
+			t.Fatalf("revoke: %v", err)
+		}
+		for url, took := range waitRefused(t, agentURLs, revoked) {
+			t.Logf("revoked token refused by %s %s after the revoke was sent", url, took.Sub(revokeAt).Round(time.Millisecond))
+			if took.Sub(revokeAt) > time.Second {
+				t.Errorf("agent %s still took the revoked token %s after the revoke", url, took.Sub(revokeAt))
+			}
+		}
+
+		resp, err := tokenClient(cp, admin).CreateToken(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.CreateTokenRequest{
+			Name: "pub-expiring", Role: rivorav1.Role_ROLE_PUBLISHER, Customers: []string{"*"}, Ttl: durationpb.New(3 * time.Second)}))
+		if err != nil {
+			t.Fatalf("create an expiring token: %v", err)
+		}
+		expiring, expiresAt := resp.Msg.GetToken(), resp.Msg.GetTokenInfo().GetExpiresAt().AsTime()
+		waitAccepted(t, agentURLs, expiring)
+		for url, at := range waitRefused(t, agentURLs, expiring) {
+			t.Logf("expired token refused by %s %s after it expired", url, at.Sub(expiresAt).Round(time.Millisecond))
+			if at.Sub(expiresAt) > time.Second {
+				t.Errorf("agent %s still took the token %s after it expired", url, at.Sub(expiresAt))
+			}
+		}
+	})
+}
+
+// probeToken asks agent url, with token, about an event that does not
+// exist: "401" once the token is refused, "ok" while it is taken.
+func probeToken(ctx context.Context, url, token string) string {
+	got, _ := callAs(ctx, url, rivorav1connect.EventServiceGetEventProcedure, rpcCase{body: `{"eventId":"01900000-0000-7000-8000-000000000000"}`}, token)
+	return got
+}
+
+// waitAccepted waits until every agent takes token (new tokens reach the
+// agents with the config feed).
+func waitAccepted(t testing.TB, urls []string, token string) {
+	t.Helper()
+	for _, url := range urls {
+		waitFor(t, 10*time.Second, "agent "+url+" takes the new token", func() bool { return probeToken(context.Background(), url, token) == "ok" })
+	}
+}
+
+// waitRefused polls every agent at once until it refuses token, and
+// returns when each first did.
+func waitRefused(t testing.TB, urls []string, token string) map[string]time.Time {
+	t.Helper()
+	type refusal struct {
+		url string
+		at  time.Time
+	}
+	out := make(chan refusal, len(urls))
+	for _, url := range urls {
+		go func() {
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				if probeToken(context.Background(), url, token) == "401" {
+					out <- refusal{url, time.Now()}
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			out <- refusal{url, time.Time{}}
+		}()
+	}
+	got := map[string]time.Time{}
+	for range urls {
+		r := <-out
+		if r.at.IsZero() {
+			t.Fatalf("agent %s still takes the token 10s later", r.url)
+		}
+		got[r.url] = r.at
+	}
+	return got
 }
 
 // routedDestinations picks one destination in a partition of each agent
@@ -399,7 +483,7 @@ func stopOnCode(t *testing.T, what string, err error) error {
 func TestAgentWithoutArchiveRefuses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, rivoraBin, "agent", "--name", "a1", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--controlplane", "http://127.0.0.1:1")
+	cmd := exec.CommandContext(ctx, rivoraBin, "agent", "--name", "a1", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--controlplane", "http://127.0.0.1:1", "--cell-token-file", cellTokenFile())
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Run()

@@ -23,7 +23,7 @@ func TestSDKPublishRidesOutKill9(t *testing.T) {
 	createDestination(t, d, "sdk", p, "", &rivorav1.Limits{RatePerSecond: 5000, Burst: 1000})
 
 	// Enough retry budget to span a restart.
-	c := sdk.New(d.URL(), sdk.WithRetry(12, 100*time.Millisecond))
+	c := sdk.New(d.URL(), sdk.WithHTTPClient(authedHTTP), sdk.WithRetry(12, 100*time.Millisecond))
 	pub := newPublished()
 	var (
 		acked  atomic.Int64

@@ -1,0 +1,467 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/rivora/rivora/internal/auth"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+)
+
+// rpcCase is one RPC of the access matrix: where it is served, a request
+// that changes nothing harmful when let in, and who is let in.
+type rpcCase struct {
+	at   []string // "cp", "agent"
+	body string   // Connect JSON request
+	// allow: the callers let in (admin, operator, viewer, publisher,
+	// cell); everyone else is refused, without a token with 401.
+	allow string
+	// scoped: a publisher for another customer than the request's (or
+	// answer's) is refused, 403.
+	scoped bool
+	stream bool
+}
+
+// callers of the matrix, in order.
+var matrixCallers = []string{"none", "bad", "pub-other", "pub", "viewer", "operator", "admin", "cell"}
+
+// expected is the answer class ("401", "403" or "ok") of c for caller.
+func (c rpcCase) expected(caller string) string {
+	allowed := strings.Split(c.allow, ",")
+	switch caller {
+	case "none", "bad":
+		return "401"
+	case "pub-other":
+		if slices.Contains(allowed, "publisher") && !c.scoped {
+			return "ok"
+		}
+		return "403"
+	case "pub":
+		caller = "publisher"
+	}
+	if slices.Contains(allowed, caller) {
+		return "ok"
+	}
+	return "403"
+}
+
+// TestAuthMatrix calls every RPC of every service, on every process that
+// serves it, as each kind of caller, and checks the answer is the
+// expected 401, 403 or "let in" (any other answer: the handler ran). The
+// table must name every RPC the protos define. Along the way: no answer
+// but CreateDestination's carries a signing secret, and the audit names
+// the token whatever the request's author says.
+func TestAuthMatrix(t *testing.T) {
+	c := startCell(t, cellOptions{})
+	r := c.rig()
+	cpURL, agentURL := c.cp.URL(), c.agent.URL()
+	admin := tokenFor(cpURL)
+	p := newPartner(t)
+	ctx := ctxTimeout(t, 2*time.Minute)
+
+	// d1 delivers; d2 is paused, so its event waits, and skipping it makes
+	// a dead letter of customer c1.
+	created, err := tokenClient(cpURL, admin).CreateToken(ctx, connect.NewRequest(&rivorav1.CreateTokenRequest{Name: "probe", Role: rivorav1.Role_ROLE_VIEWER}))
+	if err != nil {
+		t.Fatalf("CreateToken: %v", err)
+	}
+	if created.Msg.GetTokenInfo().GetHash() != "" {
+		t.Fatalf("CreateToken answered the token's hash")
+	}
+	adminC := adminClient(cpURL, admin)
+	d1, err := adminC.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "d1", Url: p.URL()}))
+	if err != nil {
+		t.Fatalf("CreateDestination d1: %v", err)
+	}
+	secret := d1.Msg.GetDestination().GetSecret()
+	if secret == "" || d1.Msg.GetDestination().GetSecretFingerprint() != auth.Fingerprint(secret) {
+		t.Fatalf("CreateDestination's answer: secret %q, fingerprint %q", secret, d1.Msg.GetDestination().GetSecretFingerprint())
+	}
+	p.SetSecret(t, secret)
+	d2, err := adminC.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "d2", Url: p.URL()}))
+	if err != nil {
+		t.Fatalf("CreateDestination d2: %v", err)
+	}
+	secrets := []string{secret, d2.Msg.GetDestination().GetSecret()}
+	pause, err := adminC.PauseDestination(ctx, connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: "d2", Reason: "hold for the dead letter"}))
+	if err != nil {
+		t.Fatalf("pause d2: %v", err)
+	}
+	r.waitApplied(t, pause.Msg.GetVersion())
+
+	tokens := map[string]string{
+		"admin":     admin,
+		"bad":       auth.TokenPrefix + "not-a-token-of-this-cell",
+		"pub":       mintToken(t, cpURL, admin, "pub-c1", rivorav1.Role_ROLE_PUBLISHER, "c1"),
+		"pub-other": mintToken(t, cpURL, admin, "pub-c2", rivorav1.Role_ROLE_PUBLISHER, "c2"),
+		"viewer":    mintToken(t, cpURL, admin, "viewer-1", rivorav1.Role_ROLE_VIEWER),
+		"operator":  mintToken(t, cpURL, admin, "ops-1", rivorav1.Role_ROLE_OPERATOR),
+		"cell":      cellToken(t),
+	}
+	ingest := rivorav1connect.NewIngestServiceClient(http.DefaultClient, agentURL, connect.WithInterceptors(auth.Bearer(tokens["pub"])))
+	delivered, err := ingest.Publish(ctx, connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "d1", CustomerId: "c1", LaneKey: "u1", Type: "t", Payload: []byte(`{}`)}))
+	if err != nil {
+		t.Fatalf("publisher c1 publishes as c1: %v", err)
+	}
+	p.WaitDelivered(t, []string{delivered.Msg.GetEventId()}, 30*time.Second)
+	held, err := ingest.Publish(ctx, connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "d2", CustomerId: "c1", LaneKey: "u1", Type: "t", Payload: []byte(`{}`)}))
+	if err != nil {
+		t.Fatalf("publish to d2: %v", err)
+	}
+	dead := held.Msg.GetEventId()
+	lanes := rivorav1connect.NewLaneServiceClient(http.DefaultClient, cpURL, connect.WithInterceptors(auth.Bearer(admin)))
+	err = poll(20*time.Second, 50*time.Millisecond, func() error {
+		_, err := lanes.SkipLaneHead(ctx, connect.NewRequest(&rivorav1.SkipLaneHeadRequest{DestinationId: "d2", CustomerId: "c1", LaneKey: "u1", Reason: "make a dead letter", HeadEventId: dead}))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("skip d2's head: %v", err)
+	}
+
+	j := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	publish := `{"destinationId":"d1","customerId":"c1","laneKey":"m","type":"t","payload":"e30="}`
+	cases := map[string]rpcCase{
+		rivorav1connect.AdminServiceCreateDestinationProcedure:    {at: cp, body: `{}`, allow: "admin"},
+		rivorav1connect.AdminServiceUpdateDestinationProcedure:    {at: cp, body: `{"id":"nope"}`, allow: "admin"},
+		rivorav1connect.AdminServiceDeleteDestinationProcedure:    {at: cp, body: `{"id":"nope"}`, allow: "admin"},
+		rivorav1connect.AdminServiceGetDestinationProcedure:       {at: cp, body: `{"id":"d1"}`, allow: "admin,operator,viewer"},
+		rivorav1connect.AdminServiceListDestinationsProcedure:     {at: cp, body: `{}`, allow: "admin,operator,viewer"},
+		rivorav1connect.AdminServiceGetDestinationHealthProcedure: {at: cp, body: `{"destinationId":"d1"}`, allow: "admin,operator,viewer"},
+		rivorav1connect.AdminServiceGetLimitsProcedure:            {at: cp, body: `{"destinationId":"d1"}`, allow: "admin,operator,viewer"},
+		rivorav1connect.AdminServiceDiffLimitsProcedure:           {at: cp, body: `{}`, allow: "admin,operator,viewer"},
+		rivorav1connect.AdminServiceListAuditProcedure:            {at: cp, body: `{}`, allow: "admin,operator,viewer"},
+		rivorav1connect.AdminServiceGetConfigStatusProcedure:      {at: cp, body: `{}`, allow: "admin,operator,viewer"},
+		rivorav1connect.AdminServiceSetPriorityProcedure:          {at: cp, body: `{"destinationId":"nope"}`, allow: "admin,operator"},
+		rivorav1connect.AdminServicePauseDestinationProcedure:     {at: cp, body: `{"destinationId":"nope","reason":"x"}`, allow: "admin,operator"},
+		rivorav1connect.AdminServiceResumeDestinationProcedure:    {at: cp, body: `{"destinationId":"nope"}`, allow: "admin,operator"},
+		rivorav1connect.AdminServiceSetLimitsOverrideProcedure:    {at: cp, body: `{"destinationId":"nope","reason":"x","ratePerSecond":1}`, allow: "admin,operator"},
+		rivorav1connect.AdminServiceClearLimitsOverrideProcedure:  {at: cp, body: `{"destinationId":"nope","reason":"x"}`, allow: "admin,operator"},
+
+		rivorav1connect.TokenServiceCreateTokenProcedure: {at: cp, body: `{}`, allow: "admin"},
+		rivorav1connect.TokenServiceListTokensProcedure:  {at: cp, body: `{}`, allow: "admin"},
+		rivorav1connect.TokenServiceRevokeTokenProcedure: {at: cp, body: `{"id":"tok_0000000000000000"}`, allow: "admin"},
+
+		rivorav1connect.IngestServicePublishProcedure:      {at: ag, body: publish, allow: "admin,publisher,cell", scoped: true},
+		rivorav1connect.IngestServicePublishBatchProcedure: {at: ag, body: `{"events":[` + publish + `]}`, allow: "admin,publisher", scoped: true},
+
+		rivorav1connect.EventServiceGetEventProcedure:    {at: both, body: j(map[string]string{"eventId": delivered.Msg.GetEventId()}), allow: "admin,operator,viewer,publisher", scoped: true},
+		rivorav1connect.EventServiceListEventsProcedure:  {at: both, body: `{"destinationId":"d1","customerId":"c1"}`, allow: "admin,operator,viewer,publisher", scoped: true},
+		rivorav1connect.EventServiceResendEventProcedure: {at: both, body: `{"eventId":"01900000-0000-7000-8000-000000000000","reason":"x"}`, allow: "admin,operator"},
+
+		rivorav1connect.LaneServiceListLanesProcedure:    {at: both, body: `{"destinationId":"d1"}`, allow: "admin,operator,viewer"},
+		rivorav1connect.LaneServiceSkipLaneHeadProcedure: {at: both, body: `{"destinationId":"d1","customerId":"c9","laneKey":"none","reason":"x"}`, allow: "admin,operator"},
+
+		rivorav1connect.ArchiveServiceListDeadLettersProcedure: {at: both, body: `{"filter":{"customerId":"c1"}}`, allow: "admin,operator,viewer,publisher,cell", scoped: true},
+		rivorav1connect.ArchiveServiceGetDeadLetterProcedure:   {at: both, body: j(map[string]string{"eventId": dead, "destinationId": "d2"}), allow: "admin,operator,viewer,publisher", scoped: true},
+		rivorav1connect.ArchiveServiceDeadLetterStatsProcedure: {at: both, body: `{}`, allow: "admin,operator,viewer"},
+		rivorav1connect.ArchiveServiceReplayProcedure:          {at: both, body: `{"filter":{"destinationId":"d2"},"dryRun":true}`, allow: "admin,operator", stream: true},
+
+		rivorav1connect.AgentServiceReportAppliedProcedure: {at: cp, body: `{"agentName":"ghost","version":1}`, allow: "cell"},
+		rivorav1connect.AgentServiceReportOwnedProcedure:   {at: cp, body: `{"agentName":"ghost"}`, allow: "cell"},
+		rivorav1connect.AgentServiceReportGoneProcedure:    {at: cp, body: `{"agentName":"ghost","destinationId":"nope"}`, allow: "cell"},
+		rivorav1connect.AgentServiceRecordAuditProcedure:   {at: cp, body: `{"entry":{"action":"e2e.probe","detail":"access matrix"}}`, allow: "cell"},
+		// Watch last: let in, it registers an agent "ghost".
+		rivorav1connect.AgentServiceWatchProcedure: {at: cp, body: `{"agentName":"ghost","address":"http://127.0.0.1:1"}`, allow: "cell", stream: true},
+
+		rivorav1connect.PartitionServiceCountPendingProcedure:   {at: ag, body: `{"destinationId":"d1"}`, allow: "cell"},
+		rivorav1connect.PartitionServiceArchivePendingProcedure: {at: ag, body: `{"destinationId":"nope"}`, allow: "cell"},
+		rivorav1connect.PartitionServiceGetHealthProcedure:      {at: ag, body: `{"destinationId":"d1"}`, allow: "cell"},
+	}
+	for _, proc := range allProcedures(t) {
+		if _, ok := cases[proc]; !ok {
+			t.Errorf("%s is not in the access matrix: add it with who may call it", proc)
+		}
+	}
+	t.Run("no stranger takes over an agent", func(t *testing.T) {
+		for _, caller := range []string{"none", "bad", "admin"} {
+			var opts []connect.ClientOption
+			if tk := tokens[caller]; tk != "" {
+				opts = append(opts, connect.WithInterceptors(auth.Bearer(tk)))
+			}
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			s, err := rivorav1connect.NewAgentServiceClient(http.DefaultClient, cpURL, opts...).Watch(wctx, connect.NewRequest(&rivorav1.WatchRequest{AgentName: c.agentName, Address: "http://127.0.0.1:1"}))
+			if err == nil {
+				if s.Receive() {
+					t.Errorf("Watch as %s with %s credentials got config", c.agentName, caller)
+				}
+				err = s.Err()
+				s.Close()
+			}
+			cancel()
+			if code := connect.CodeOf(err); code != connect.CodeUnauthenticated && code != connect.CodePermissionDenied {
+				t.Errorf("Watch as %s with %s credentials: %v, want unauthenticated or permission_denied", c.agentName, caller, err)
+			}
+			_, err = rivorav1connect.NewAgentServiceClient(http.DefaultClient, cpURL, opts...).ReportOwned(ctx, connect.NewRequest(&rivorav1.ReportOwnedRequest{AgentName: c.agentName}))
+			if code := connect.CodeOf(err); code != connect.CodeUnauthenticated && code != connect.CodePermissionDenied {
+				t.Errorf("ReportOwned as %s with %s credentials: %v, want refused", c.agentName, caller, err)
+			}
+		}
+		st, err := adminC.GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range st.Msg.GetAgents() {
+			if a.GetName() == c.agentName && (a.GetAddress() != agentURL || !a.GetConnected()) {
+				t.Fatalf("after the attempts, agent %s = %v; want it connected at %s", c.agentName, a, agentURL)
+			}
+		}
+	})
+
+	t.Run("publisher scope", func(t *testing.T) {
+		other, err := rivorav1connect.NewIngestServiceClient(http.DefaultClient, agentURL, connect.WithInterceptors(auth.Bearer(admin))).Publish(ctx,
+			connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "d1", CustomerId: "c2", LaneKey: "u1", Type: "t", Payload: []byte(`{}`)}))
+		if err != nil {
+			t.Fatalf("admin publishes as c2: %v", err)
+		}
+		_, err = ingest.Publish(ctx, connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "d1", CustomerId: "c2", LaneKey: "u1", Type: "t", Payload: []byte(`{}`)}))
+		if connect.CodeOf(err) != connect.CodePermissionDenied {
+			t.Fatalf("publisher c1 publishing as c2: %v, want permission_denied", err)
+		}
+		p.WaitDelivered(t, []string{other.Msg.GetEventId()}, 30*time.Second)
+		for _, url := range []string{agentURL, cpURL} {
+			events := rivorav1connect.NewEventServiceClient(http.DefaultClient, url, connect.WithInterceptors(auth.Bearer(tokens["pub"])))
+			_, err := events.GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: other.Msg.GetEventId()}))
+			if connect.CodeOf(err) != connect.CodePermissionDenied {
+				t.Errorf("publisher c1: events get of c2's event at %s: %v, want permission_denied", url, err)
+			}
+			if _, err := events.GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: delivered.Msg.GetEventId()})); err != nil {
+				t.Errorf("publisher c1: events get of its own event at %s: %v", url, err)
+			}
+		}
+	})
+
+	t.Run("audit names the token", func(t *testing.T) {
+		ops := adminClient(cpURL, tokens["operator"])
+		resp, err := ops.SetPriority(ctx, connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "d1", CustomerId: "c1", Weight: new(2.0), Author: "mallory"}))
+		if err != nil {
+			t.Fatalf("operator sets a weight: %v", err)
+		}
+		audit, err := adminC.ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{DestinationId: "d1"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found *rivorav1.AuditEntry
+		for _, e := range audit.Msg.GetEntries() {
+			if e.GetVersion() == resp.Msg.GetVersion() {
+				found = e
+			}
+		}
+		opsID := tokenID(t, cpURL, admin, "ops-1")
+		if found == nil || found.GetAuthor() != "ops-1" || found.GetTokenId() != opsID {
+			t.Fatalf("audit entry of the weight change = %v, want author ops-1 token %s (the request said mallory)", found, opsID)
+		}
+	})
+
+	// Last: the matrix lets a Watch with the cell token in, which
+	// registers an agent "ghost".
+	servers := map[string]string{"cp": cpURL, "agent": agentURL}
+	procs := make([]string, 0, len(cases))
+	for proc := range cases {
+		procs = append(procs, proc)
+	}
+	slices.SortFunc(procs, func(a, b string) int {
+		// Watch last (see above), else by name.
+		wa, wb := a == rivorav1connect.AgentServiceWatchProcedure, b == rivorav1connect.AgentServiceWatchProcedure
+		if wa != wb {
+			if wa {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
+	calls := 0
+	for _, proc := range procs {
+		rc := cases[proc]
+		for _, where := range rc.at {
+			for _, caller := range matrixCallers {
+				got, body := callAs(ctx, servers[where], proc, rc, tokens[caller])
+				calls++
+				if want := rc.expected(caller); got != want {
+					t.Errorf("%s at %s as %s: %s (%s), want %s", proc, where, caller, got, oneLine(body), want)
+				}
+				if proc != rivorav1connect.AdminServiceCreateDestinationProcedure && !strings.HasPrefix(proc, "/rivora.v1.AgentService/") {
+					for _, s := range secrets {
+						if strings.Contains(body, s) {
+							t.Errorf("%s at %s as %s answered a signing secret: %s", proc, where, caller, body)
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d calls over %d RPCs × %d callers", calls, len(cases), len(matrixCallers))
+
+}
+
+var (
+	cp   = []string{"cp"}
+	ag   = []string{"agent"}
+	both = []string{"cp", "agent"}
+)
+
+// callAs calls proc at server with token ("" = none) and classifies the
+// answer: "401", "403" or "ok" (let in: any other answer), with the body.
+func callAs(ctx context.Context, server, proc string, rc rpcCase, token string) (string, string) {
+	if rc.stream {
+		return streamAs(ctx, server, proc, rc, token)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, server+proc, strings.NewReader(rc.body))
+	if err != nil {
+		return "error", err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "error", err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var e struct {
+		Code string `json:"code"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		_ = json.Unmarshal(body, &e)
+	}
+	return classify(e.Code), string(body)
+}
+
+func classify(code string) string {
+	switch code {
+	case "unauthenticated":
+		return "401"
+	case "permission_denied":
+		return "403"
+	}
+	return "ok"
+}
+
+// streamAs opens one of the two server streams and reads its first answer.
+func streamAs(ctx context.Context, server, proc string, rc rpcCase, token string) (string, string) {
+	var opts []connect.ClientOption
+	if token != "" {
+		opts = append(opts, connect.WithInterceptors(auth.Bearer(token)))
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var err error
+	var first string
+	switch proc {
+	case rivorav1connect.AgentServiceWatchProcedure:
+		req := &rivorav1.WatchRequest{}
+		must(jsonInto(rc.body, req))
+		s, e := rivorav1connect.NewAgentServiceClient(http.DefaultClient, server, opts...).Watch(ctx, connect.NewRequest(req))
+		if err = e; err == nil {
+			if s.Receive() {
+				first = fmt.Sprint(len(s.Msg().GetDestinations()), " destinations")
+			}
+			err = s.Err()
+			s.Close()
+		}
+	case rivorav1connect.ArchiveServiceReplayProcedure:
+		req := &rivorav1.ReplayRequest{}
+		must(jsonInto(rc.body, req))
+		s, e := rivorav1connect.NewArchiveServiceClient(http.DefaultClient, server, opts...).Replay(ctx, connect.NewRequest(req))
+		if err = e; err == nil {
+			for s.Receive() {
+				first = s.Msg().String()
+			}
+			err = s.Err()
+			s.Close()
+		}
+	default:
+		return "error", "no stream call for " + proc
+	}
+	if err != nil {
+		return classify(connect.CodeOf(err).String()), err.Error()
+	}
+	return "ok", first
+}
+
+func jsonInto(body string, m proto.Message) error { return protojson.Unmarshal([]byte(body), m) }
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+// allProcedures is every RPC of the rivora.v1 services.
+func allProcedures(t testing.TB) []string {
+	var out []string
+	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
+		if fd.Package() != "rivora.v1" {
+			return true
+		}
+		for i := range fd.Services().Len() {
+			sd := fd.Services().Get(i)
+			for j := range sd.Methods().Len() {
+				out = append(out, "/"+string(sd.FullName())+"/"+string(sd.Methods().Get(j).Name()))
+			}
+		}
+		return true
+	})
+	if len(out) < 30 {
+		t.Fatalf("only %d RPCs found: the registry walk is broken", len(out))
+	}
+	return out
+}
+
+func tokenClient(url, token string) rivorav1connect.TokenServiceClient {
+	return rivorav1connect.NewTokenServiceClient(http.DefaultClient, url, connect.WithInterceptors(auth.Bearer(token)))
+}
+
+func adminClient(url, token string) rivorav1connect.AdminServiceClient {
+	return rivorav1connect.NewAdminServiceClient(http.DefaultClient, url, connect.WithInterceptors(auth.Bearer(token)))
+}
+
+// mintToken creates a token and returns it.
+func mintToken(t testing.TB, url, admin, name string, role rivorav1.Role, customers ...string) string {
+	t.Helper()
+	resp, err := tokenClient(url, admin).CreateToken(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.CreateTokenRequest{Name: name, Role: role, Customers: customers}))
+	if err != nil {
+		t.Fatalf("create token %s: %v", name, err)
+	}
+	return resp.Msg.GetToken()
+}
+
+// tokenID is the id of the token named name.
+func tokenID(t testing.TB, url, admin, name string) string {
+	t.Helper()
+	resp, err := tokenClient(url, admin).ListTokens(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.ListTokensRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range resp.Msg.GetTokens() {
+		if tk.GetName() == name {
+			return tk.GetId()
+		}
+	}
+	t.Fatalf("no token named %s", name)
+	return ""
+}
+
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
