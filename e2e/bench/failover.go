@@ -436,15 +436,20 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 		return portErr
 	}
 	cpState := filepath.Join(root, "controlplane")
+	cellToken, err := cellTokenFile(root)
+	if err != nil {
+		return err
+	}
 	c.cp, err = startFoProc(f.bin, "controlplane", cpAddr, filepath.Join(root, "controlplane.log"), []string{"controlplane",
-		"--listen", cpAddr, "--consul", c.consul.URL(), "--partitions", strconv.Itoa(f.partitions), "--state-dir", cpState})
+		"--listen", cpAddr, "--consul", c.consul.URL(), "--partitions", strconv.Itoa(f.partitions), "--state-dir", cpState,
+		"--cell-token-file", cellToken})
 	if err != nil {
 		return err
 	}
 	if _, err := c.cp.waitHealthy(ctx, 60*time.Second, 100*time.Millisecond); err != nil {
 		return err
 	}
-	hc := &http.Client{Timeout: 15 * time.Second}
+	hc := &http.Client{Transport: withBearer(nil), Timeout: 15 * time.Second}
 	c.admin = rivorav1connect.NewAdminServiceClient(hc, c.cp.url())
 	if err := f.waitLeader(ctx, c); err != nil {
 		return err
@@ -470,10 +475,11 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 			"--session-ttl", f.sessionTTL.String(), "--lock-delay", f.lockDelay.String(),
 			// No event of this bench dies: each agent's archive may stay
 			// local (a real cell shares one S3/MinIO archive).
-			"--allow-local-archive"})
+			"--allow-local-archive", "--cell-token-file", cellToken})
 		if err != nil {
 			return err
 		}
+		registerAdminToken(cpState, "http://"+p.api)
 		a.nats = p.client
 		c.agents = append(c.agents, a)
 	}
@@ -528,7 +534,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 	// 3. Load through the survivors.
 	clients := make([]*sdk.Client, len(survivors))
 	for i, name := range survivors {
-		clients[i] = sdk.New(c.agent(name).url(), sdk.WithRetry(30, 200*time.Millisecond), sdk.WithAttemptTimeout(10*time.Second))
+		clients[i] = sdk.New(c.agent(name).url(), sdk.WithHTTPClient(&http.Client{Transport: withBearer(nil)}), sdk.WithRetry(30, 200*time.Millisecond), sdk.WithAttemptTimeout(10*time.Second))
 	}
 	load := &foLoad{byLane: map[string][]string{}, ackedAt: map[string]time.Time{}, destOf: map[string]string{}}
 	totalLanes := len(dests) * f.lanes

@@ -199,7 +199,7 @@ func (c *common) httpClient(conns int) *http.Client {
 		p.SetUnencryptedHTTP2(true)
 		t.Protocols = &p
 	}
-	return &http.Client{Transport: t}
+	return &http.Client{Transport: withBearer(t)}
 }
 
 func payload(size int, seed int) []byte {
@@ -806,7 +806,7 @@ func rawHTTP(p *partner, n, conc, size int, limit time.Duration) (row, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = conc * 2
 	t.MaxIdleConnsPerHost = conc * 2
-	hc := &http.Client{Transport: t, Timeout: 10 * time.Second}
+	hc := &http.Client{Transport: withBearer(t), Timeout: 10 * time.Second}
 	body := payload(size, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()

@@ -51,6 +51,9 @@ func (p *proc) waitHealthy(ctx context.Context, limit, interval time.Duration) (
 	if err := p.WaitHealthy(ctx, limit, interval); err != nil {
 		return 0, fmt.Errorf("%w; log tail:\n%s", err, p.Tail(8<<10))
 	}
+	if dir := stateDir(p.Args); dir != "" {
+		registerAdminToken(dir, p.url())
+	}
 	return time.Since(p.Started()), nil
 }
 

@@ -231,7 +231,7 @@ func (p *rbProc) rss() uint64 {
 // gauges from /metrics: in use (spans holding objects) and allocated (live
 // objects right after the GC).
 func (p *rbProc) heap(ctx context.Context, saveProfile string) (inuse, alloc uint64, err error) {
-	hc := &http.Client{Timeout: time.Minute}
+	hc := &http.Client{Transport: withBearer(nil), Timeout: time.Minute}
 	get := func(path string) ([]byte, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url()+path, nil)
 		resp, err := hc.Do(req)
@@ -530,7 +530,7 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 // HTTP at all (the rebuild starts right after, when the first config
 // arrives), and writes it to path.
 func (p *rbProc) cpuProfile(ctx context.Context, path string, seconds int) error {
-	hc := &http.Client{}
+	hc := &http.Client{Transport: withBearer(nil)}
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url()+"/healthz", nil)
 		if resp, err := hc.Do(req); err == nil {
