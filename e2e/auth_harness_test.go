@@ -59,7 +59,7 @@ func (b bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // authedHTTP is the client of the harness and of tests that are not about
 // credentials.
-var authedHTTP = &http.Client{Transport: bearerTransport{next: http.DefaultTransport}}
+var authedHTTP = &http.Client{Transport: bearerTransport{next: harnessTransport()}}
 
 // readAdminToken waits for the bootstrap token file under one of dirs
 // (written by the control plane that first has the state: with several,

@@ -211,7 +211,7 @@ func runCtl(server string, args ...string) (string, string, error) {
 	cmd := exec.Command(rivoractlBin, args...)
 	// The server flag comes last: global flags may appear anywhere.
 	cmd.Args = append(cmd.Args, "--server", server)
-	cmd.Env = append(os.Environ(), "RIVORA_SERVER=http://127.0.0.1:1", "RIVORA_TOKEN="+tokenFor(server))
+	cmd.Env = append(os.Environ(), "RIVORA_SERVER=http://127.0.0.1:1", "RIVORA_TOKEN="+tokenFor(server), "RIVORA_CA_FILE="+runPKI().caFile)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {

@@ -30,7 +30,7 @@ type proc struct {
 func newProc(t testing.TB, name, bin, addr string, args []string) *proc {
 	t.Helper()
 	p := &proc{t: t, logTail: 32 << 10, watchExit: true, Proc: process.New(process.Options{
-		Name: name, Bin: bin, Args: args, Addr: addr,
+		Name: name, Bin: bin, Args: args, Addr: addr, TLS: tlsFor(args),
 		LogPath: filepath.Join(t.TempDir(), strings.ReplaceAll(name, " ", "-")+".log"),
 	})}
 	t.Cleanup(func() {

@@ -6,6 +6,7 @@ package process
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,8 @@ type Options struct {
 	// OwnGroup puts it in its own process group: a Ctrl-C reaches only
 	// the program that started it, which then stops it itself.
 	OwnGroup bool
+	// TLS: it serves HTTPS, verified with this config (nil: plain HTTP).
+	TLS *tls.Config
 }
 
 // Proc is one child process that may run several times (Start after it
@@ -96,7 +99,12 @@ func (p *Proc) Start() error {
 }
 
 // URL is http://Addr.
-func (p *Proc) URL() string { return "http://" + p.Addr }
+func (p *Proc) URL() string {
+	if p.TLS != nil {
+		return "https://" + p.Addr
+	}
+	return "http://" + p.Addr
+}
 
 // Started is when the current run started.
 func (p *Proc) Started() time.Time {
@@ -257,6 +265,9 @@ func (p *Proc) WaitReady(ctx context.Context, limit, interval time.Duration, rea
 // WaitHealthy waits until GET /healthz answers 200.
 func (p *Proc) WaitHealthy(ctx context.Context, limit, interval time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second}
+	if p.TLS != nil {
+		client.Transport = &http.Transport{TLSClientConfig: p.TLS}
+	}
 	return p.WaitReady(ctx, limit, interval, func() error { return GetOK(ctx, client, p.URL()+"/healthz") })
 }
 
