@@ -130,7 +130,7 @@ func writeDestination(w io.Writer, d *rivorav1.Destination, pending *int64) erro
 		"ID", d.GetId(),
 		"URL", d.GetUrl(),
 		"STATE", destinationState(d.GetPaused(), d.GetDisabled(), d.GetPauseReason()),
-		"SECRET", d.GetSecret(),
+		"SECRET", secretText(d.GetSecret()),
 		"RATE", orDefault(l.GetRatePerSecond()) + perSecond(l.GetRatePerSecond()),
 		"BURST", orDefault(l.GetBurst()),
 		"MAX ATTEMPTS", orDefault(l.GetMaxAttempts()),
@@ -144,6 +144,15 @@ func writeDestination(w io.Writer, d *rivorav1.Destination, pending *int64) erro
 		kv = append(kv, "PENDING", strconv.FormatInt(*pending, 10))
 	}
 	return fields(w, kv...)
+}
+
+// secretText is the signing secret where the server sends it (the answer
+// to create), and says where it went otherwise.
+func secretText(secret string) string {
+	if secret == "" {
+		return "- (shown only when created)"
+	}
+	return secret
 }
 
 func perSecond(rate float64) string {
