@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk/webhook"
@@ -94,6 +95,7 @@ func newFake(opts ...connect.HandlerOption) (*fakeRivora, http.Handler) {
 // the signing secret left out.
 func withoutSecret(d *rivorav1.Destination) *rivorav1.Destination {
 	d = proto.Clone(d).(*rivorav1.Destination)
+	d.SecretFingerprint = auth.Fingerprint(d.GetSecret())
 	d.Secret = ""
 	return d
 }
@@ -414,8 +416,12 @@ func TestGetDestinationShowsPending(t *testing.T) {
 	f.mu.Unlock()
 
 	r := mustSucceed(t, run(t, url, "", "destinations", "get", "orders"))
-	if !strings.Contains(r.stdout, "PENDING") || !strings.Contains(r.stdout, "7") || !strings.Contains(r.stdout, "shown only when created") {
-		t.Fatalf("get output lacks pending count or where the secret went:\n%s", r.stdout)
+	fp := auth.Fingerprint(f.dests["orders"].GetSecret())
+	if !strings.Contains(r.stdout, "PENDING") || !strings.Contains(r.stdout, "7") || !strings.Contains(r.stdout, "SECRET         "+fp+" (fingerprint") {
+		t.Fatalf("get output lacks pending count or the secret's fingerprint %s:\n%s", fp, r.stdout)
+	}
+	if strings.Contains(r.stdout, "whsec_") {
+		t.Fatalf("get output shows a secret:\n%s", r.stdout)
 	}
 	r = mustSucceed(t, run(t, url, "", "destinations", "get", "-o", "json", "orders"))
 	var got rivorav1.GetDestinationResponse
