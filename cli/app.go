@@ -86,7 +86,6 @@ type env struct {
 	// none was given.
 	token       string
 	tokenSource string
-	tlsConfig   *tls.Config
 	// args is the command line, to tell a flag from its environment
 	// variable in errors.
 	args []string
@@ -190,7 +189,6 @@ func (e *env) before(c *ucli.Context) error {
 		if err != nil {
 			return err
 		}
-		e.tlsConfig = cfg
 		transport.TLSClientConfig = cfg
 	}
 	e.http = &http.Client{Transport: transport}
