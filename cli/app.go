@@ -2,24 +2,27 @@
 // It talks to Rivora only through the public Connect API (AdminService,
 // IngestService through the Go SDK, EventService) in binary protobuf, so
 // everything it does can be done by any other client. One file per command
-// group; this file holds the application, its global flags and the error
-// and exit-code policy.
+// group; this file holds the application, its global flags (server, token,
+// TLS) and the error and exit-code policy.
 package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/signal"
-	"os/user"
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/httpurl"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -52,7 +55,7 @@ func RunContext(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if stdin == nil {
 		stdin = strings.NewReader("")
 	}
-	e := &env{in: stdin, out: stdout, errOut: stderr}
+	e := &env{in: stdin, out: stdout, errOut: stderr, args: args}
 	app := e.newApp(stdout, stderr)
 	args, err := normalizeArgs(app, args)
 	if err == nil {
@@ -61,7 +64,7 @@ func RunContext(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "rivoractl: %s\n", describe(err, e.server))
+	fmt.Fprintf(stderr, "rivoractl: %s\n", describe(err, e.server, e.tokenSource))
 	var u *usageError
 	if errors.As(err, &u) {
 		return exitUsage
@@ -70,27 +73,38 @@ func RunContext(ctx context.Context, args []string, stdin io.Reader, stdout, std
 }
 
 // env is what commands share: the streams and, once the global flags are
-// parsed, the server to talk to.
+// parsed, the server to talk to and how to authenticate to it.
 type env struct {
 	in     io.Reader
 	out    io.Writer
 	errOut io.Writer
-	author string
 	server string
 	output string
 	http   *http.Client
+	// token is the API token every call sends; tokenSource says where it
+	// came from ("--token", "RIVORA_TOKEN", "--token-file PATH"), "" when
+	// none was given.
+	token       string
+	tokenSource string
+	// args is the command line, to tell a flag from its environment
+	// variable in errors.
+	args []string
 }
 
 func (e *env) newApp(stdout, stderr io.Writer) *ucli.App {
 	app := &ucli.App{
 		Name:  "rivoractl",
 		Usage: "manage Rivora destinations, publish events and follow their delivery",
-		UsageText: `rivoractl [--server URL] [-o table|json] COMMAND [ARGS] [FLAGS]
+		UsageText: `rivoractl [--server URL] [--token T | --token-file F] [--ca-file PEM] [-o table|json] COMMAND [ARGS] [FLAGS]
 
 Flags may come before or after arguments; global flags may come anywhere.`,
 		Description: `rivoractl talks to a Rivora control plane or agent over its public Connect
-API. Start one locally with ` + "`rivora dev`" + `, then:
+API. Every call carries an API token (Authorization: Bearer): pass it with
+--token, RIVORA_TOKEN or --token-file. Start Rivora locally with
+` + "`rivora dev`" + `; on its first start it writes an admin token to
+<data-dir>/admin.token (./data/admin.token by default), then:
 
+   export RIVORA_TOKEN=$(cat ./data/admin.token)
    rivoractl destinations create orders --url https://example.com/hooks
    rivoractl publish --destination orders --customer acme --lane user-42 \
        --type order.created --data '{"order": 1}'
@@ -104,9 +118,19 @@ API. Start one locally with ` + "`rivora dev`" + `, then:
 				Value:   DefaultServer,
 			},
 			&ucli.StringFlag{
-				Name:    "author",
-				Usage:   "`NAME` recorded in the audit log for changes (default: $USER)",
-				EnvVars: []string{"RIVORA_AUTHOR", "USER"},
+				Name:    "token",
+				Usage:   "API `TOKEN` sent on every call (Authorization: Bearer); the audit log names it. Prefer RIVORA_TOKEN or --token-file: a flag shows in the process list",
+				EnvVars: []string{"RIVORA_TOKEN"},
+			},
+			&ucli.StringFlag{
+				Name:    "token-file",
+				Usage:   "read the API token from `FILE` (surrounding space trimmed), e.g. <data-dir>/admin.token of `rivora dev`",
+				EnvVars: []string{"RIVORA_TOKEN_FILE"},
+			},
+			&ucli.StringFlag{
+				Name:    "ca-file",
+				Usage:   "verify the server's TLS certificate (https:// --server) against the CA certificates in `PEM` instead of the system's",
+				EnvVars: []string{"RIVORA_CA_FILE"},
 			},
 			&ucli.StringFlag{
 				Name:    "output",
@@ -126,6 +150,7 @@ API. Start one locally with ` + "`rivora dev`" + `, then:
 			e.agentsCommand(),
 			e.dlqCommand(),
 			e.replayCommand(),
+			e.tokensCommand(),
 		},
 		Before:      e.before,
 		Action:      rootAction,
@@ -140,7 +165,8 @@ API. Start one locally with ` + "`rivora dev`" + `, then:
 	return app
 }
 
-// before validates the global flags and prepares the HTTP client.
+// before validates the global flags and prepares the HTTP client and the
+// token.
 func (e *env) before(c *ucli.Context) error {
 	e.output = c.String("output")
 	if e.output != "table" && e.output != "json" {
@@ -151,22 +177,119 @@ func (e *env) before(c *ucli.Context) error {
 		return usagef("--server %q is not a Rivora URL: use one like %s (or set RIVORA_SERVER)", c.String("server"), DefaultServer)
 	}
 	e.server = server
-	e.http = &http.Client{}
-	e.author = c.String("author")
-	if e.author == "" {
-		if u, err := user.Current(); err == nil {
-			e.author = u.Username
+	if err := e.readToken(c); err != nil {
+		return err
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	// A custom TLS config turns off net/http's automatic HTTP/2; Rivora
+	// serves Connect and gRPC over HTTP/2 with TLS, so ask for it.
+	transport.ForceAttemptHTTP2 = true
+	if path := c.String("ca-file"); path != "" {
+		cfg, err := caConfig(path)
+		if err != nil {
+			return err
 		}
+		transport.TLSClientConfig = cfg
+	}
+	e.http = &http.Client{Transport: transport}
+	return nil
+}
+
+// readToken takes the token from --token (or RIVORA_TOKEN) or from
+// --token-file (or RIVORA_TOKEN_FILE). A flag on the command line wins over
+// the other's environment variable, as a flag wins over its own; two given
+// the same way (both flags, or both variables) are refused: which should
+// win would be a guess the user does not see.
+func (e *env) readToken(c *ucli.Context) error {
+	token, path := c.String("token"), c.String("token-file")
+	if token != "" && path != "" {
+		tokenOnLine, fileOnLine := e.onLine("token"), e.onLine("token-file")
+		switch {
+		case tokenOnLine && !fileOnLine:
+			path = ""
+		case fileOnLine && !tokenOnLine:
+			token = ""
+		default:
+			return usagef("%s and %s are both set: give the token one way only", e.source("token", "RIVORA_TOKEN"), e.source("token-file", "RIVORA_TOKEN_FILE"))
+		}
+	}
+	if token != "" {
+		e.token, e.tokenSource = strings.TrimSpace(token), e.source("token", "RIVORA_TOKEN")
+		if e.token == "" {
+			return usagef("%s is blank: pass an API token", e.tokenSource)
+		}
+		return nil
+	}
+	if path == "" {
+		return nil
+	}
+	e.tokenSource = e.source("token-file", "RIVORA_TOKEN_FILE") + " " + path
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return usagef("%s: %v", e.tokenSource, err)
+	}
+	e.token = strings.TrimSpace(string(data))
+	if e.token == "" {
+		return usagef("%s is empty: it should hold an API token (`rivoractl tokens create` prints one)", e.tokenSource)
 	}
 	return nil
 }
 
+// onLine reports whether global flag name is on the command line
+// (urfave/cli's IsSet is also true when it came from its environment
+// variable).
+func (e *env) onLine(name string) bool {
+	for _, a := range e.args[min(1, len(e.args)):] {
+		if a == "--" {
+			return false
+		}
+		if isFlagToken(a) {
+			if n, _ := flagName(a); n == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// source names where a global flag's value came from: the flag or its
+// environment variable.
+func (e *env) source(name, envVar string) string {
+	if !e.onLine(name) && os.Getenv(envVar) != "" {
+		return envVar
+	}
+	return "--" + name
+}
+
+// caConfig is a TLS config trusting only the CA certificates in path.
+func caConfig(path string) (*tls.Config, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usagef("--ca-file: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, usagef("--ca-file %s: no PEM certificate in it (want the CA that signed the server's certificate, BEGIN CERTIFICATE)", path)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// clientOptions are what every Connect client of the CLI is built with: the
+// bearer token on every call.
+func (e *env) clientOptions() []connect.ClientOption {
+	return []connect.ClientOption{connect.WithInterceptors(auth.Bearer(e.token))}
+}
+
 func (e *env) admin() rivorav1connect.AdminServiceClient {
-	return rivorav1connect.NewAdminServiceClient(e.http, e.server)
+	return rivorav1connect.NewAdminServiceClient(e.http, e.server, e.clientOptions()...)
 }
 
 func (e *env) events() rivorav1connect.EventServiceClient {
-	return rivorav1connect.NewEventServiceClient(e.http, e.server)
+	return rivorav1connect.NewEventServiceClient(e.http, e.server, e.clientOptions()...)
+}
+
+func (e *env) tokens() rivorav1connect.TokenServiceClient {
+	return rivorav1connect.NewTokenServiceClient(e.http, e.server, e.clientOptions()...)
 }
 
 // callContext bounds one command's calls to the server.

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk/webhook"
@@ -39,6 +40,8 @@ type fakeRivora struct {
 	rivorav1connect.UnimplementedIngestServiceHandler
 	rivorav1connect.UnimplementedEventServiceHandler
 
+	tokens *fakeTokens // TokenService (tokens_test.go)
+
 	mu       sync.Mutex
 	dests    map[string]*rivorav1.Destination
 	pending  map[string]int64
@@ -48,6 +51,8 @@ type fakeRivora struct {
 	deletes  []*rivorav1.DeleteDestinationRequest
 	publishs []*rivorav1.PublishRequest
 	codecs   []string
+	// auths: the Authorization header of every request.
+	auths []string
 	// listed and resent: events list and resend requests (events_test.go).
 	listed []*rivorav1.ListEventsRequest
 	resent []*rivorav1.ResendEventRequest
@@ -57,23 +62,42 @@ var fixedTime = timestamppb.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 
 func startFake(t *testing.T) (*fakeRivora, string) {
 	t.Helper()
+	f, h := newFake()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return f, srv.URL
+}
+
+// newFake returns the fake and its HTTP handler, with opts (such as an
+// auth interceptor) on every service.
+func newFake(opts ...connect.HandlerOption) (*fakeRivora, http.Handler) {
 	f := &fakeRivora{
 		dests:   map[string]*rivorav1.Destination{},
 		pending: map[string]int64{},
 		events:  map[string]*rivorav1.GetEventResponse{},
+		tokens:  &fakeTokens{},
 	}
 	mux := http.NewServeMux()
-	mux.Handle(rivorav1connect.NewAdminServiceHandler(f))
-	mux.Handle(rivorav1connect.NewIngestServiceHandler(f))
-	mux.Handle(rivorav1connect.NewEventServiceHandler(f))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle(rivorav1connect.NewAdminServiceHandler(f, opts...))
+	mux.Handle(rivorav1connect.NewIngestServiceHandler(f, opts...))
+	mux.Handle(rivorav1connect.NewEventServiceHandler(f, opts...))
+	mux.Handle(rivorav1connect.NewTokenServiceHandler(f.tokens, opts...))
+	return f, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.codecs = append(f.codecs, r.Header.Get("Content-Type"))
+		f.auths = append(f.auths, r.Header.Get("Authorization"))
 		f.mu.Unlock()
 		mux.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return f, srv.URL
+	})
+}
+
+// withoutSecret is a destination as every answer but create's carries it:
+// the signing secret left out.
+func withoutSecret(d *rivorav1.Destination) *rivorav1.Destination {
+	d = proto.Clone(d).(*rivorav1.Destination)
+	d.SecretFingerprint = auth.Fingerprint(d.GetSecret())
+	d.Secret = ""
+	return d
 }
 
 func (f *fakeRivora) CreateDestination(_ context.Context, req *connect.Request[rivorav1.CreateDestinationRequest]) (*connect.Response[rivorav1.CreateDestinationResponse], error) {
@@ -113,7 +137,7 @@ func (f *fakeRivora) GetDestination(_ context.Context, req *connect.Request[rivo
 	if !ok {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("destination %q not found", req.Msg.GetId()))
 	}
-	return connect.NewResponse(&rivorav1.GetDestinationResponse{Destination: d, Pending: f.pending[d.GetId()]}), nil
+	return connect.NewResponse(&rivorav1.GetDestinationResponse{Destination: withoutSecret(d), Pending: f.pending[d.GetId()]}), nil
 }
 
 func (f *fakeRivora) ListDestinations(context.Context, *connect.Request[rivorav1.ListDestinationsRequest]) (*connect.Response[rivorav1.ListDestinationsResponse], error) {
@@ -121,7 +145,7 @@ func (f *fakeRivora) ListDestinations(context.Context, *connect.Request[rivorav1
 	defer f.mu.Unlock()
 	resp := &rivorav1.ListDestinationsResponse{}
 	for _, d := range f.dests {
-		resp.Destinations = append(resp.Destinations, d)
+		resp.Destinations = append(resp.Destinations, withoutSecret(d))
 	}
 	sort.Slice(resp.Destinations, func(i, j int) bool { return resp.Destinations[i].GetId() < resp.Destinations[j].GetId() })
 	return connect.NewResponse(resp), nil
@@ -160,7 +184,7 @@ func (f *fakeRivora) UpdateDestination(_ context.Context, req *connect.Request[r
 	if m.Timeout != nil {
 		d.Limits.Timeout = m.GetTimeout()
 	}
-	return connect.NewResponse(&rivorav1.UpdateDestinationResponse{Destination: d}), nil
+	return connect.NewResponse(&rivorav1.UpdateDestinationResponse{Destination: withoutSecret(d)}), nil
 }
 
 func (f *fakeRivora) DeleteDestination(_ context.Context, req *connect.Request[rivorav1.DeleteDestinationRequest]) (*connect.Response[rivorav1.DeleteDestinationResponse], error) {
@@ -242,11 +266,10 @@ func assertFailure(t *testing.T, r result, code int, want string) {
 }
 
 func TestCreateFlagsBeforeOrAfterIDSendTheSameRequest(t *testing.T) {
-	t.Setenv("RIVORA_AUTHOR", "tester")
+	// No author: the audit names the token.
 	want := &rivorav1.CreateDestinationRequest{
-		Author: "tester",
-		Id:     "orders",
-		Url:    "https://example.com/hooks",
+		Id:  "orders",
+		Url: "https://example.com/hooks",
 		Limits: &rivorav1.Limits{
 			RatePerSecond: 5,
 			Window:        durationpb.New(24 * time.Hour),
@@ -393,8 +416,12 @@ func TestGetDestinationShowsPending(t *testing.T) {
 	f.mu.Unlock()
 
 	r := mustSucceed(t, run(t, url, "", "destinations", "get", "orders"))
-	if !strings.Contains(r.stdout, "PENDING") || !strings.Contains(r.stdout, "7") || !strings.Contains(r.stdout, f.dests["orders"].GetSecret()) {
-		t.Fatalf("get output lacks pending count or secret:\n%s", r.stdout)
+	fp := auth.Fingerprint(f.dests["orders"].GetSecret())
+	if !strings.Contains(r.stdout, "PENDING") || !strings.Contains(r.stdout, "7") || !strings.Contains(r.stdout, "SECRET         "+fp+" (fingerprint") {
+		t.Fatalf("get output lacks pending count or the secret's fingerprint %s:\n%s", fp, r.stdout)
+	}
+	if strings.Contains(r.stdout, "whsec_") {
+		t.Fatalf("get output shows a secret:\n%s", r.stdout)
 	}
 	r = mustSucceed(t, run(t, url, "", "destinations", "get", "-o", "json", "orders"))
 	var got rivorav1.GetDestinationResponse
@@ -409,12 +436,11 @@ func TestGetDestinationShowsPending(t *testing.T) {
 }
 
 func TestUpdateSendsOnlySetFlags(t *testing.T) {
-	t.Setenv("RIVORA_AUTHOR", "tester")
 	f, url := startFake(t)
 	mustSucceed(t, run(t, url, "", "destinations", "create", "orders", "--url", "https://example.com/hooks", "--rate", "50", "--burst", "9"))
 
 	r := mustSucceed(t, run(t, url, "", "destinations", "update", "orders", "--rate", "0", "--timeout", "5s", "-o", "json"))
-	want := &rivorav1.UpdateDestinationRequest{Author: "tester", Id: "orders", RatePerSecond: ptr(0.0), Timeout: durationpb.New(5 * time.Second)}
+	want := &rivorav1.UpdateDestinationRequest{Id: "orders", RatePerSecond: ptr(0.0), Timeout: durationpb.New(5 * time.Second)}
 	if !proto.Equal(f.updates[0], want) {
 		t.Fatalf("UpdateDestination request = %v, want %v", f.updates[0], want)
 	}
@@ -427,7 +453,7 @@ func TestUpdateSendsOnlySetFlags(t *testing.T) {
 	}
 
 	mustSucceed(t, run(t, url, "", "destinations", "update", "--url", "https://new.example/h", "orders", "--max-attempts", "4", "--burst", "1"))
-	want = &rivorav1.UpdateDestinationRequest{Author: "tester", Id: "orders", Url: ptr("https://new.example/h"), MaxAttempts: ptr(int32(4)), Burst: ptr(int32(1))}
+	want = &rivorav1.UpdateDestinationRequest{Id: "orders", Url: ptr("https://new.example/h"), MaxAttempts: ptr(int32(4)), Burst: ptr(int32(1))}
 	if !proto.Equal(f.updates[1], want) {
 		t.Fatalf("UpdateDestination request = %v, want %v", f.updates[1], want)
 	}
@@ -594,6 +620,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"destinations", "list", "-o", "yaml"}, `-o "yaml"`},
 		{[]string{"--server", "localhost:7400", "destinations", "list"}, "not a Rivora URL"},
 		{[]string{"destinations", "list", "--nope"}, "flag provided but not defined"},
+		// --author is gone: the audit names the token.
+		{[]string{"--author", "alice", "destinations", "list"}, "flag provided but not defined: -author"},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer

@@ -15,7 +15,9 @@ func (e *env) auditCommand() *ucli.Command {
 		Usage:     "list configuration changes: limits file reloads, overrides, priorities, pauses, destinations",
 		UsageText: "rivoractl audit [--destination ID] [--limit N] [-o json]",
 		Description: `Every change to the configuration is appended to the control plane's audit
-log with its time, config version, author and reason.
+log with its time, config version, author (the name and id of the API
+token that made it; "rivora" or "system" for Rivora's own changes) and
+reason.
 
 Examples:
    rivoractl audit
@@ -41,11 +43,20 @@ Examples:
 			tw := newTable(e.out)
 			fmt.Fprintf(tw, "TIME\tVERSION\tAUTHOR\tACTION\tDESTINATION\tDETAIL\tREASON\n")
 			for _, a := range entries {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", fmtTime(a.GetAt()), a.GetVersion(), dash(a.GetAuthor()), a.GetAction(), dash(a.GetDestinationId()), dash(a.GetDetail()), dash(a.GetReason()))
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", fmtTime(a.GetAt()), a.GetVersion(), dash(auditAuthor(a)), a.GetAction(), dash(a.GetDestinationId()), dash(a.GetDetail()), dash(a.GetReason()))
 			}
 			return tw.Flush()
 		},
 	}
+}
+
+// auditAuthor is the author with the token's id, "ci-deploy (tok_…)", when
+// the change was made with an API token.
+func auditAuthor(a *rivorav1.AuditEntry) string {
+	if a.GetTokenId() == "" {
+		return a.GetAuthor()
+	}
+	return a.GetAuthor() + " (" + a.GetTokenId() + ")"
 }
 
 func dash(s string) string {

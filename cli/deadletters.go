@@ -16,7 +16,7 @@ import (
 )
 
 func (e *env) archive() rivorav1connect.ArchiveServiceClient {
-	return rivorav1connect.NewArchiveServiceClient(e.http, e.server)
+	return rivorav1connect.NewArchiveServiceClient(e.http, e.server, e.clientOptions()...)
 }
 
 func filterFlags() []ucli.Flag {

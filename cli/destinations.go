@@ -67,8 +67,10 @@ func (e *env) destinationsCreate() *ucli.Command {
 		UsageText: "rivoractl destinations create ID --url URL [--secret whsec_…] [--rate R] [--burst B] [--max-attempts N] [--window 72h] [--timeout 10s] [--max-in-flight N]",
 		Description: `Registers destination ID. Rivora signs every delivery with the destination's
 secret; the receiver verifies the webhook-signature header with it (the Go SDK:
-sdk.VerifyRequest(secret, r)). Omit --secret to have one generated; it is
-printed once here and by ` + "`destinations get`" + `.
+sdk.VerifyRequest(secret, r)). Omit --secret to have one generated. The
+secret is printed here, once: store it with the receiver now. Every later
+answer (get, list, update) carries only its fingerprint; to change it, set a
+new one with ` + "`destinations update ID --secret whsec_…`" + `.
 
 Example:
    rivoractl destinations create orders --url https://example.com/hooks --rate 50 --window 24h`,
@@ -91,7 +93,7 @@ func (e *env) createDestination(c *ucli.Context) error {
 	if err := checkURL(c.String("url")); err != nil {
 		return err
 	}
-	req := &rivorav1.CreateDestinationRequest{Id: id, Url: c.String("url"), Limits: &rivorav1.Limits{}, Author: e.author}
+	req := &rivorav1.CreateDestinationRequest{Id: id, Url: c.String("url"), Limits: &rivorav1.Limits{}}
 	if c.IsSet("secret") {
 		if err := checkSecret(c.String("secret")); err != nil {
 			return err
@@ -137,7 +139,7 @@ func (e *env) createDestination(c *ucli.Context) error {
 	if err := writeDestination(e.out, d, nil); err != nil {
 		return err
 	}
-	if _, err = fmt.Fprintf(e.out, "\nReceivers verify each delivery's webhook-signature with SECRET (Go: sdk.VerifyRequest).\n"); err != nil {
+	if _, err = fmt.Fprintf(e.out, "\nReceivers verify each delivery's webhook-signature with SECRET (Go: sdk.VerifyRequest).\nSECRET is shown only this once: store it with the receiver now.\n"); err != nil {
 		return err
 	}
 	return e.afterChange(c, resp.Msg.GetVersion())
@@ -151,8 +153,9 @@ func (e *env) destinationsList() *ucli.Command {
 		UsageText: "rivoractl destinations list [-o json]",
 		Description: `Lists every destination. STATE is active, paused (by an operator, with the
 reason given) or disabled (by Rivora: its partner answered 410 Gone; resume
-it with ` + "`destinations resume ID`" + `). Secrets are shown by ` + "`destinations get ID`" + ` and in
-JSON output (paused, disabled and pauseReason there).
+it with ` + "`destinations resume ID`" + `). Signing secrets are never listed: they are
+shown once, by ` + "`destinations create`" + `. JSON output also has paused, disabled
+and pauseReason.
 
 Example:
    rivoractl destinations list -o json | jq -r '.[].id'`,
@@ -184,7 +187,7 @@ func (e *env) listDestinations(c *ucli.Context) error {
 func (e *env) destinationsGet() *ucli.Command {
 	return &ucli.Command{
 		Name:      "get",
-		Usage:     "show one destination, its secret, limits and pending events",
+		Usage:     "show one destination, its limits and pending events",
 		ArgsUsage: "ID",
 		UsageText: "rivoractl destinations get ID [-o json]",
 		Description: `Shows destination ID with its effective limits and how many events are
@@ -239,7 +242,7 @@ func (e *env) updateDestination(c *ucli.Context) error {
 		return err
 	}
 	id := c.Args().First()
-	req := &rivorav1.UpdateDestinationRequest{Id: id, Author: e.author}
+	req := &rivorav1.UpdateDestinationRequest{Id: id}
 	set := false
 	if c.IsSet("url") {
 		if err := checkURL(c.String("url")); err != nil {
@@ -336,7 +339,7 @@ func (e *env) deleteDestination(c *ucli.Context) (err error) {
 	id := c.Args().First()
 	ctx, cancel := callContext(c)
 	defer cancel()
-	resp, err := e.admin().DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: id, Force: c.Bool("force"), Author: e.author}))
+	resp, err := e.admin().DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: id, Force: c.Bool("force")}))
 	if err != nil {
 		return callFailed(fmt.Sprintf("delete destination %q", id), err, map[connect.Code]string{
 			connect.CodeNotFound:           notFoundHint[connect.CodeNotFound],
@@ -433,7 +436,7 @@ Example:
 			id := c.Args().First()
 			ctx, cancel := callContext(c)
 			defer cancel()
-			resp, err := e.admin().PauseDestination(ctx, connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: id, Reason: c.String("reason"), Author: e.author}))
+			resp, err := e.admin().PauseDestination(ctx, connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: id, Reason: c.String("reason")}))
 			if err != nil {
 				return callFailed(fmt.Sprintf("pause destination %q", id), err, notFoundHint)
 			}
@@ -472,7 +475,7 @@ Example:
 			id := c.Args().First()
 			ctx, cancel := callContext(c)
 			defer cancel()
-			resp, err := e.admin().ResumeDestination(ctx, connect.NewRequest(&rivorav1.ResumeDestinationRequest{DestinationId: id, Author: e.author}))
+			resp, err := e.admin().ResumeDestination(ctx, connect.NewRequest(&rivorav1.ResumeDestinationRequest{DestinationId: id}))
 			if err != nil {
 				return callFailed(fmt.Sprintf("resume destination %q", id), err, notFoundHint)
 			}

@@ -36,8 +36,9 @@ func callFailed(op string, err error, hints map[connect.Code]string) error {
 
 // describe turns an error into the one line rivoractl prints: what went
 // wrong and what to do about it. Connect codes are translated here, in one
-// place, so every command words them the same way.
-func describe(err error, server string) string {
+// place, so every command words them the same way. tokenSource says where
+// the token sent came from ("" when none was).
+func describe(err error, server, tokenSource string) string {
 	var u *usageError
 	if errors.As(err, &u) {
 		return u.msg
@@ -70,7 +71,13 @@ func describe(err error, server string) string {
 		text = "invalid request: " + msg
 	case connect.CodeNotFound, connect.CodeAlreadyExists, connect.CodeFailedPrecondition:
 		text = msg
-	case connect.CodeUnauthenticated, connect.CodePermissionDenied:
+	case connect.CodeUnauthenticated:
+		text = fmt.Sprintf("%s (%s)", msg, code)
+		if hint := tokenHint(tokenSource, msg); hint != "" {
+			text += "; " + hint
+		}
+	case connect.CodePermissionDenied:
+		// The server names the token, its role and what it lacks.
 		text = fmt.Sprintf("%s (%s)", msg, code)
 	default:
 		text = fmt.Sprintf("server error (%s): %s", code, msg)
@@ -79,6 +86,24 @@ func describe(err error, server string) string {
 		text += "; " + hint
 	}
 	return ae.op + ": " + text
+}
+
+// tokenHint says how to authenticate after the server refused the call as
+// unauthenticated: no token was sent, or the one sent is unknown, revoked
+// or expired. What the server already said (msg) is not repeated.
+func tokenHint(tokenSource, msg string) string {
+	how := "pass --token, RIVORA_TOKEN or --token-file (rivora dev wrote an admin token to <data-dir>/admin.token, ./data/admin.token by default)"
+	if strings.Contains(msg, "--token-file") {
+		how = ""
+	}
+	if tokenSource == "" {
+		return how
+	}
+	refused := "the token from " + tokenSource + " was refused (mistyped, revoked or expired?)"
+	if how == "" {
+		return refused
+	}
+	return refused + ": " + how
 }
 
 // isTransport reports whether err is a failure to talk to the server at

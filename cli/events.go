@@ -87,7 +87,7 @@ receiver that already processed it can tell a deliberate resend. A delivered
 event is resent as it was delivered (the history keeps it for
 --history-retention); a dead one from the dead-letter archive. A pending
 event is refused: it will be delivered. Audited as event.resend with the
-author and reason.
+reason; the audit names your token.
 
 Example:
    rivoractl events resend 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b --reason "partner lost it in their outage"`,
@@ -183,7 +183,7 @@ func (e *env) resendEvent(c *ucli.Context) error {
 	}
 	ctx, cancel := callContext(c)
 	defer cancel()
-	resp, err := e.events().ResendEvent(ctx, connect.NewRequest(&rivorav1.ResendEventRequest{EventId: id, Reason: reason, Author: e.author}))
+	resp, err := e.events().ResendEvent(ctx, connect.NewRequest(&rivorav1.ResendEventRequest{EventId: id, Reason: reason}))
 	if err != nil {
 		return callFailed(fmt.Sprintf("resend event %q", id), err, map[connect.Code]string{
 			connect.CodeNotFound:           "see `rivoractl events get " + id + "`: only delivered and dead events within the history retention can be resent",

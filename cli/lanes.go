@@ -14,7 +14,7 @@ import (
 )
 
 func (e *env) lanes() rivorav1connect.LaneServiceClient {
-	return rivorav1connect.NewLaneServiceClient(e.http, e.server)
+	return rivorav1connect.NewLaneServiceClient(e.http, e.server, e.clientOptions()...)
 }
 
 func (e *env) lanesCommand() *ucli.Command {
@@ -70,7 +70,7 @@ behind it until its attempts or its window run out. skip ends that now: the
 head becomes a dead letter with reason manual, like any other dead letter
 (` + "`rivoractl dlq list`" + ` shows it, ` + "`rivoractl replay`" + ` sends it again once the
 partner is fixed), and the lane's next event goes out. It is recorded in the
-audit log (action lane.skip) with your --author and --reason.
+audit log (action lane.skip) with your --reason; the audit names your token.
 
 --head EVENT_ID skips only if that event is still the head (take it from
 ` + "`rivoractl lanes list`" + `), so the event behind it is never skipped by mistake.
@@ -184,7 +184,7 @@ func (e *env) skipLane(c *ucli.Context) error {
 	defer cancel()
 	resp, err := e.lanes().SkipLaneHead(ctx, connect.NewRequest(&rivorav1.SkipLaneHeadRequest{
 		DestinationId: dest, CustomerId: c.String("customer"), LaneKey: c.String("lane"),
-		Reason: c.String("reason"), Author: e.author, HeadEventId: c.String("head"),
+		Reason: c.String("reason"), HeadEventId: c.String("head"),
 	}))
 	if err != nil {
 		return callFailed(fmt.Sprintf("skip the head of lane %s/%s of %q", c.String("customer"), c.String("lane"), dest), err, map[connect.Code]string{

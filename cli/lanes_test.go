@@ -96,8 +96,8 @@ func TestLanesList(t *testing.T) {
 
 func TestLanesSkip(t *testing.T) {
 	f, url := startFakeLanes(t)
-	r := mustSucceed(t, run(t, url, "", "--author", "alice", "lanes", "skip", "orders", "--customer", "acme", "--lane", "user-42", "--reason", "poison", "--head", "ev-1"))
-	want := &rivorav1.SkipLaneHeadRequest{DestinationId: "orders", CustomerId: "acme", LaneKey: "user-42", Reason: "poison", Author: "alice", HeadEventId: "ev-1"}
+	r := mustSucceed(t, run(t, url, "", "lanes", "skip", "orders", "--customer", "acme", "--lane", "user-42", "--reason", "poison", "--head", "ev-1"))
+	want := &rivorav1.SkipLaneHeadRequest{DestinationId: "orders", CustomerId: "acme", LaneKey: "user-42", Reason: "poison", HeadEventId: "ev-1"}
 	if len(f.skips) != 1 || !proto.Equal(f.skips[0], want) {
 		t.Fatalf("requests %v, want %v", f.skips, want)
 	}

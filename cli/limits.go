@@ -20,7 +20,7 @@ func (e *env) limitsCommand() *ucli.Command {
 		Description: `Limits come, per field, from the built-in defaults, the reviewed limits file
 (its defaults, then its entry for the destination; reloaded when the file
 changes), the destination's own settings, and — highest — a runtime
-override. Overrides are audited (author, reason, optional expiry), survive
+override. Overrides are audited (your token, reason, optional expiry), survive
 restarts and show as drift from the file.
 
    rivoractl limits get orders
@@ -148,7 +148,7 @@ func (e *env) setLimits(c *ucli.Context) error {
 	if err := exactArgs(c, 1, "one destination ID"); err != nil {
 		return err
 	}
-	req := &rivorav1.SetLimitsOverrideRequest{DestinationId: c.Args().First(), Reason: c.String("reason"), Author: e.author}
+	req := &rivorav1.SetLimitsOverrideRequest{DestinationId: c.Args().First(), Reason: c.String("reason")}
 	if strings.TrimSpace(req.Reason) == "" {
 		return usagef("--reason is required: say why the limits change (it goes to the audit log)")
 	}
@@ -208,7 +208,7 @@ func (e *env) clearLimits(c *ucli.Context) error {
 	}
 	ctx, cancel := callContext(c)
 	defer cancel()
-	resp, err := e.admin().ClearLimitsOverride(ctx, connect.NewRequest(&rivorav1.ClearLimitsOverrideRequest{DestinationId: c.Args().First(), Author: e.author, Reason: c.String("reason")}))
+	resp, err := e.admin().ClearLimitsOverride(ctx, connect.NewRequest(&rivorav1.ClearLimitsOverrideRequest{DestinationId: c.Args().First(), Reason: c.String("reason")}))
 	if err != nil {
 		return callFailed("clear limits override", err, notFoundHint)
 	}

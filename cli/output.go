@@ -130,7 +130,7 @@ func writeDestination(w io.Writer, d *rivorav1.Destination, pending *int64) erro
 		"ID", d.GetId(),
 		"URL", d.GetUrl(),
 		"STATE", destinationState(d.GetPaused(), d.GetDisabled(), d.GetPauseReason()),
-		"SECRET", d.GetSecret(),
+		"SECRET", secretText(d),
 		"RATE", orDefault(l.GetRatePerSecond()) + perSecond(l.GetRatePerSecond()),
 		"BURST", orDefault(l.GetBurst()),
 		"MAX ATTEMPTS", orDefault(l.GetMaxAttempts()),
@@ -144,6 +144,20 @@ func writeDestination(w io.Writer, d *rivorav1.Destination, pending *int64) erro
 		kv = append(kv, "PENDING", strconv.FormatInt(*pending, 10))
 	}
 	return fields(w, kv...)
+}
+
+// secretText is the signing secret where the server sends it (the answer
+// to create), and its fingerprint everywhere else: enough to tell whether
+// the receiver holds the same one, never enough to sign.
+func secretText(d *rivorav1.Destination) string {
+	if d.GetSecret() != "" {
+		return d.GetSecret()
+	}
+	fp := d.GetSecretFingerprint()
+	if fp == "" {
+		fp = "-"
+	}
+	return fp + " (fingerprint; the secret is shown only when created)"
 }
 
 func perSecond(rate float64) string {

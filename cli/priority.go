@@ -50,7 +50,7 @@ func (e *env) setPriority(c *ucli.Context) error {
 	if err := exactArgs(c, 1, "one destination ID"); err != nil {
 		return err
 	}
-	req := &rivorav1.SetPriorityRequest{DestinationId: c.Args().First(), Author: e.author}
+	req := &rivorav1.SetPriorityRequest{DestinationId: c.Args().First()}
 	if c.IsSet("class") {
 		switch strings.ToLower(c.String("class")) {
 		case "high":

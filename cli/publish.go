@@ -73,7 +73,7 @@ func (e *env) publish(c *ucli.Context) error {
 		return usagef("--data is not valid JSON; fix it or pass --content-type for another format")
 	}
 
-	client := sdk.New(e.server, sdk.WithHTTPClient(e.http), sdk.WithRetry(3, 200*time.Millisecond))
+	client := sdk.New(e.server, sdk.WithHTTPClient(e.http), sdk.WithToken(e.token), sdk.WithRetry(3, 200*time.Millisecond))
 	ctx, cancel := callContext(c)
 	defer cancel()
 	id, err := client.Publish(ctx, sdk.Event{

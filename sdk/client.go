@@ -7,6 +7,7 @@ package sdk
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -18,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 
+	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -61,6 +63,8 @@ type Client struct {
 
 type config struct {
 	httpClient     *http.Client
+	tlsConfig      *tls.Config
+	token          string
 	maxAttempts    int
 	baseBackoff    time.Duration
 	attemptTimeout time.Duration
@@ -80,9 +84,27 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 // WithHTTPClient makes the client send requests through hc instead of its
 // default pooled client. With WithGRPC over plain http:// URLs, hc must speak
-// HTTP/2 without TLS (h2c).
+// HTTP/2 without TLS (h2c). hc wins over WithTLSConfig: its own transport
+// decides how TLS is done, and the TLS config is not used.
 func WithHTTPClient(hc *http.Client) Option {
 	return optionFunc(func(c *config) { c.httpClient = hc })
+}
+
+// WithToken sends token (a publisher token, usually) on every call, as
+// `Authorization: Bearer <token>`. Rivora refuses calls without one
+// (Unauthenticated), and a publisher token publishes only for the customers
+// it names (PermissionDenied otherwise). It works with WithHTTPClient too.
+func WithToken(token string) Option {
+	return optionFunc(func(c *config) { c.token = token })
+}
+
+// WithTLSConfig is how the default HTTP client verifies an https:// base
+// URL: set RootCAs to trust a private CA, Certificates for a client
+// certificate. HTTP/2 is negotiated over TLS (ALPN), as gRPC needs. Without
+// it, the system's roots are trusted. Ignored with WithHTTPClient, whose
+// transport decides.
+func WithTLSConfig(cfg *tls.Config) Option {
+	return optionFunc(func(c *config) { c.tlsConfig = cfg })
 }
 
 // WithRetry bounds retries: at most maxAttempts tries in all (values below 1
@@ -117,7 +139,7 @@ func WithProtoJSON() Option {
 }
 
 // New returns a client for the Rivora agent at baseURL, e.g.
-// "http://127.0.0.1:7400".
+// "http://127.0.0.1:7400" or "https://rivora.internal:7400".
 func New(baseURL string, opts ...Option) *Client {
 	cfg := config{
 		maxAttempts:    DefaultMaxAttempts,
@@ -129,9 +151,9 @@ func New(baseURL string, opts ...Option) *Client {
 	}
 	baseURL = strings.TrimRight(baseURL, "/")
 	if cfg.httpClient == nil {
-		cfg.httpClient = defaultHTTPClient(cfg.grpc && strings.HasPrefix(baseURL, "http://"))
+		cfg.httpClient = defaultHTTPClient(cfg.grpc && strings.HasPrefix(baseURL, "http://"), cfg.tlsConfig)
 	}
-	var copts []connect.ClientOption
+	copts := []connect.ClientOption{connect.WithInterceptors(auth.Bearer(cfg.token))}
 	if cfg.grpc {
 		copts = append(copts, connect.WithGRPC())
 	}
@@ -147,11 +169,17 @@ func New(baseURL string, opts ...Option) *Client {
 // defaultHTTPClient keeps many idle connections per host: an app publishing
 // from many goroutines talks to one agent, and the standard default of two
 // idle connections per host would reopen connections constantly.
-func defaultHTTPClient(h2c bool) *http.Client {
+func defaultHTTPClient(h2c bool, tlsConfig *tls.Config) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 1024
 	t.MaxIdleConnsPerHost = 512
 	t.IdleConnTimeout = 90 * time.Second
+	if tlsConfig != nil {
+		// A custom TLS config turns off net/http's automatic HTTP/2 unless
+		// asked for; the clone keeps the caller's config unshared.
+		t.TLSClientConfig = tlsConfig.Clone()
+		t.ForceAttemptHTTP2 = true
+	}
 	if h2c {
 		var p http.Protocols
 		p.SetUnencryptedHTTP2(true)
