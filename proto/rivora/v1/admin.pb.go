@@ -204,9 +204,12 @@ type Destination struct {
 	Disabled bool `protobuf:"varint,13,opt,name=disabled,proto3" json:"disabled,omitempty"`
 	// pause_reason is why the destination is paused, while it is (the open
 	// pause's reason; "partner answered 410 Gone" when disabled).
-	PauseReason   string `protobuf:"bytes,14,opt,name=pause_reason,json=pauseReason,proto3" json:"pause_reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PauseReason string `protobuf:"bytes,14,opt,name=pause_reason,json=pauseReason,proto3" json:"pause_reason,omitempty"`
+	// secret_fingerprint names the secret without revealing it
+	// ("sha256:" + 16 hex digits), in every answer.
+	SecretFingerprint string `protobuf:"bytes,15,opt,name=secret_fingerprint,json=secretFingerprint,proto3" json:"secret_fingerprint,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Destination) Reset() {
@@ -333,6 +336,13 @@ func (x *Destination) GetDisabled() bool {
 func (x *Destination) GetPauseReason() string {
 	if x != nil {
 		return x.PauseReason
+	}
+	return ""
+}
+
+func (x *Destination) GetSecretFingerprint() string {
+	if x != nil {
+		return x.SecretFingerprint
 	}
 	return ""
 }
@@ -2925,7 +2935,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x03 \x01(\x05R\vmaxAttempts\x121\n" +
 	"\x06window\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06window\x123\n" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\"\n" +
-	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xb8\x05\n" +
+	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xe7\x05\n" +
 	"\vDestination\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
@@ -2945,7 +2955,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"configured\x18\f \x01(\v2\x11.rivora.v1.LimitsR\n" +
 	"configured\x12\x1a\n" +
 	"\bdisabled\x18\r \x01(\bR\bdisabled\x12!\n" +
-	"\fpause_reason\x18\x0e \x01(\tR\vpauseReason\x1aB\n" +
+	"\fpause_reason\x18\x0e \x01(\tR\vpauseReason\x12-\n" +
+	"\x12secret_fingerprint\x18\x0f \x01(\tR\x11secretFingerprint\x1aB\n" +
 	"\x14CustomerWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xd9\x01\n" +
