@@ -496,10 +496,11 @@ func (x *PauseInterval) GetAuthor() string {
 }
 
 type CreateDestinationRequest struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Author string                 `protobuf:"bytes,5,opt,name=author,proto3" json:"author,omitempty"`
-	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Url    string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// author is ignored: the audit log names the token the call is made with.
+	Author string `protobuf:"bytes,5,opt,name=author,proto3" json:"author,omitempty"`
+	Id     string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Url    string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
 	// secret is generated when empty.
 	Secret        string  `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"`
 	Limits        *Limits `protobuf:"bytes,4,opt,name=limits,proto3" json:"limits,omitempty"`
@@ -803,17 +804,18 @@ func (x *ListDestinationsResponse) GetDestinations() []*Destination {
 
 // UpdateDestinationRequest changes only the fields that are set.
 type UpdateDestinationRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Author        string                 `protobuf:"bytes,10,opt,name=author,proto3" json:"author,omitempty"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Url           *string                `protobuf:"bytes,2,opt,name=url,proto3,oneof" json:"url,omitempty"`
-	Secret        *string                `protobuf:"bytes,3,opt,name=secret,proto3,oneof" json:"secret,omitempty"`
-	RatePerSecond *float64               `protobuf:"fixed64,4,opt,name=rate_per_second,json=ratePerSecond,proto3,oneof" json:"rate_per_second,omitempty"`
-	Burst         *int32                 `protobuf:"varint,5,opt,name=burst,proto3,oneof" json:"burst,omitempty"`
-	MaxAttempts   *int32                 `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3,oneof" json:"max_attempts,omitempty"`
-	Window        *durationpb.Duration   `protobuf:"bytes,7,opt,name=window,proto3" json:"window,omitempty"`
-	Timeout       *durationpb.Duration   `protobuf:"bytes,8,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	MaxInFlight   *int32                 `protobuf:"varint,9,opt,name=max_in_flight,json=maxInFlight,proto3,oneof" json:"max_in_flight,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// author is ignored: the audit log names the token the call is made with.
+	Author        string               `protobuf:"bytes,10,opt,name=author,proto3" json:"author,omitempty"`
+	Id            string               `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Url           *string              `protobuf:"bytes,2,opt,name=url,proto3,oneof" json:"url,omitempty"`
+	Secret        *string              `protobuf:"bytes,3,opt,name=secret,proto3,oneof" json:"secret,omitempty"`
+	RatePerSecond *float64             `protobuf:"fixed64,4,opt,name=rate_per_second,json=ratePerSecond,proto3,oneof" json:"rate_per_second,omitempty"`
+	Burst         *int32               `protobuf:"varint,5,opt,name=burst,proto3,oneof" json:"burst,omitempty"`
+	MaxAttempts   *int32               `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3,oneof" json:"max_attempts,omitempty"`
+	Window        *durationpb.Duration `protobuf:"bytes,7,opt,name=window,proto3" json:"window,omitempty"`
+	Timeout       *durationpb.Duration `protobuf:"bytes,8,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	MaxInFlight   *int32               `protobuf:"varint,9,opt,name=max_in_flight,json=maxInFlight,proto3,oneof" json:"max_in_flight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -971,10 +973,11 @@ func (x *UpdateDestinationResponse) GetVersion() uint64 {
 }
 
 type DeleteDestinationRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Author        string                 `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// author is ignored: the audit log names the token the call is made with.
+	Author        string `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Force         bool   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1086,7 +1089,8 @@ func (x *DeleteDestinationResponse) GetVersion() uint64 {
 type SetPriorityRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
-	Author        string                 `protobuf:"bytes,5,opt,name=author,proto3" json:"author,omitempty"`
+	// author is ignored: the audit log names the token the call is made with.
+	Author string `protobuf:"bytes,5,opt,name=author,proto3" json:"author,omitempty"`
 	// class, when set, changes the destination's priority class.
 	Class PriorityClass `protobuf:"varint,2,opt,name=class,proto3,enum=rivora.v1.PriorityClass" json:"class,omitempty"`
 	// customer_id and weight, when set, change one customer's weight (> 0).
@@ -1668,7 +1672,8 @@ type PauseDestinationRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
 	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	Author        string                 `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
+	// author is ignored: the audit log names the token the call is made with.
+	Author        string `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1779,7 +1784,8 @@ func (x *PauseDestinationResponse) GetVersion() uint64 {
 type ResumeDestinationRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
-	Author        string                 `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
+	// author is ignored: the audit log names the token the call is made with.
+	Author        string `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2078,6 +2084,7 @@ type SetLimitsOverrideRequest struct {
 	MaxInFlight   *int32                 `protobuf:"varint,7,opt,name=max_in_flight,json=maxInFlight,proto3,oneof" json:"max_in_flight,omitempty"`
 	// reason is required: the audit log says why.
 	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// author is ignored: the audit log names the token the call is made with.
 	Author string `protobuf:"bytes,9,opt,name=author,proto3" json:"author,omitempty"`
 	// ttl, when set, ends the override after this long.
 	Ttl           *durationpb.Duration `protobuf:"bytes,10,opt,name=ttl,proto3" json:"ttl,omitempty"`
@@ -2240,8 +2247,9 @@ func (x *SetLimitsOverrideResponse) GetVersion() uint64 {
 type ClearLimitsOverrideRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
-	Author        string                 `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// author is ignored: the audit log names the token the call is made with.
+	Author        string `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
