@@ -2,12 +2,14 @@ package agent_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -125,5 +127,13 @@ func TestPartitionServiceTakesOnlyTheCellToken(t *testing.T) {
 	cell := rivorav1connect.NewPartitionServiceClient(r.HTTPClient(), r.URL, r.As(r.Cell.String()))
 	if _, err := cell.CountPending(ctx, connect.NewRequest(&rivorav1.CountPendingRequest{DestinationId: "orders"})); err != nil {
 		t.Fatalf("CountPending with the cell token: %v", err)
+	}
+}
+
+// An agent without keys does not start: it could check no call.
+func TestNewNeedsKeys(t *testing.T) {
+	_, err := agent.New(context.Background(), agent.Config{Name: "a1", DataDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "Config.Keys") {
+		t.Fatalf("agent.New without keys: %v, want an error naming Config.Keys", err)
 	}
 }

@@ -1,6 +1,8 @@
 package controlplane
 
 import (
+	"log/slog"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -37,4 +39,12 @@ func storeAdmin(t *testing.T, cp *ControlPlane, name string) (string, connect.Cl
 	}
 	cp.syncKeys()
 	return token, connect.WithInterceptors(auth.Bearer(token))
+}
+
+// A control plane without keys does not start: it could check no call.
+func TestNewNeedsKeys(t *testing.T) {
+	_, err := New(Config{StateDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "Config.Keys") {
+		t.Fatalf("New without keys: %v, want an error naming Config.Keys", err)
+	}
 }
