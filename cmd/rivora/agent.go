@@ -37,14 +37,21 @@ other --s3-* flags), which every agent reads: the control plane answers
 letters under DATA_DIR/archive, seen by this agent only: for single-agent
 setups; ` + "`rivora dev`" + ` keeps a local archive without the flag).
 
+Every call needs a token: API tokens (the control plane's, pushed with its
+config) for ingest, events, lanes and dead letters; the cell token
+(--cell-token-file, the same secret on every control plane and agent, made
+with ` + "`openssl rand -hex 32`" + `) for PartitionService, and for this agent's own
+calls to the control plane. Without --cell-token-file the agent refuses to
+start unless --insecure.
+
 Examples:
    # one agent alone, its archive local
    rivora agent --name a1 --listen 127.0.0.1:7400 --controlplane http://127.0.0.1:7300 --data-dir ./a1 \
-     --allow-local-archive
+     --allow-local-archive --cell-token-file cell.token
 
    # one of three agents of a cell, archiving to MinIO
    rivora agent --name a1 --listen 127.0.0.1:7401 --controlplane http://127.0.0.1:7300 \
-     --consul http://127.0.0.1:8500 --data-dir ./a1 \
+     --consul http://127.0.0.1:8500 --data-dir ./a1 --cell-token-file cell.token \
      --s3-endpoint 127.0.0.1:9000 --s3-insecure --s3-access-key KEY --s3-secret-key SECRET \
      --nats-listen 127.0.0.1:4221 --nats-cluster 127.0.0.1:6221 \
      --nats-routes nats://127.0.0.1:6221,nats://127.0.0.1:6222,nats://127.0.0.1:6223`,
@@ -61,7 +68,7 @@ Examples:
 			&cli.DurationFlag{Name: "session-ttl", Value: ownership.DefaultTTL, EnvVars: []string{"RIVORA_SESSION_TTL"}, Usage: "Consul session TTL (10s is Consul's minimum)"},
 			&cli.DurationFlag{Name: "lock-delay", Value: ownership.DefaultLockDelay, EnvVars: []string{"RIVORA_LOCK_DELAY"}, Usage: "Consul lock-delay: how long a lost owner's locks stay untaken"},
 			&cli.BoolFlag{Name: "allow-local-archive", EnvVars: []string{"RIVORA_ALLOW_LOCAL_ARCHIVE"}, Usage: "without --s3-endpoint, archive dead letters under DATA_DIR/archive: for single-agent setups only (in a cell each agent would keep its own dead letters, invisible to the others and to the control plane); without this flag or --s3-endpoint the agent refuses to start"},
-		}, agentFlags()...),
+		}, append(cellFlags(), agentFlags()...)...),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
@@ -78,6 +85,10 @@ Examples:
 			if err := checkArchive(c); err != nil {
 				return err
 			}
+			keys, err := cellKeys(c, log)
+			if err != nil {
+				return err
+			}
 			dataDir, err := absDir("data-dir", c.String("data-dir"))
 			if err != nil {
 				return err
@@ -92,7 +103,7 @@ Examples:
 			if advertise == "" {
 				advertise = self
 			}
-			ag, err := newAgent(ctx, c, log, c.String("name"), dataDir, c.String("controlplane"), advertise)
+			ag, err := newAgent(ctx, c, log, keys, c.String("name"), dataDir, c.String("controlplane"), advertise)
 			if err != nil {
 				ln.Close()
 				return err
