@@ -75,8 +75,8 @@ func Replicas(cellSize int) int { return max(1, min(3, cellSize)) }
 type Server struct {
 	ns       *server.Server
 	password string
-	nc *nats.Conn
-	js jetstream.JetStream
+	nc       *nats.Conn
+	js       jetstream.JetStream
 }
 
 // Start starts the server, waits until it accepts connections and connects
