@@ -73,6 +73,9 @@ type Config struct {
 	OperatorWebhook       string
 	OperatorWebhookSecret string
 	NotifyParkedAfter     time.Duration
+	// Transport (nil = the default) carries the control plane's calls to
+	// the agents: the --tls-ca roots, HTTP/2.
+	Transport http.RoundTripper
 }
 
 // ControlPlane is the cell's configuration and its operations: it owns the
