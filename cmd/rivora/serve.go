@@ -117,10 +117,15 @@ func listen(log *slog.Logger, addr string, tlsCfg *tls.Config) (net.Listener, st
 	if tlsCfg != nil {
 		return tls.NewListener(ln, tlsCfg), "https://" + ln.Addr().String(), nil
 	}
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
-		log.Warn("serving plain HTTP on a non-loopback address: traffic, tokens included, is readable on the network; give --tls-cert and --tls-key", "addr", ln.Addr().String())
-	}
+	warnPlainText(log, ln.Addr())
 	return ln, "http://" + ln.Addr().String(), nil
+}
+
+// warnPlainText warns of plain HTTP on an address other hosts reach.
+func warnPlainText(log *slog.Logger, addr net.Addr) {
+	if tcp, ok := addr.(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+		log.Warn("serving plain HTTP on a non-loopback address: traffic, tokens included, is readable on the network; give --tls-cert and --tls-key", "addr", addr.String())
+	}
 }
 
 // serveUntil serves until ctx ends, then stops accepting and waits up to

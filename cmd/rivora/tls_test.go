@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -155,6 +157,26 @@ func TestServeTLS(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusOK {
 			t.Errorf("plain http:// /healthz on the TLS listener: %s, want it refused", resp.Status)
+		}
+	}
+}
+
+func TestWarnPlainText(t *testing.T) {
+	for _, tc := range []struct {
+		ip   net.IP
+		warn bool
+	}{
+		{net.IPv4(127, 0, 0, 1), false},
+		{net.IPv6loopback, false},
+		{net.IPv4zero, true},
+		{net.IPv6zero, true},
+		{net.IPv4(10, 0, 0, 5), true},
+	} {
+		var out bytes.Buffer
+		warnPlainText(slog.New(slog.NewTextHandler(&out, nil)), &net.TCPAddr{IP: tc.ip, Port: 7300})
+		warned := strings.Contains(out.String(), "level=WARN") && strings.Contains(out.String(), "tokens included")
+		if warned != tc.warn {
+			t.Errorf("plain HTTP on %s: log %q, want a warning: %v", tc.ip, out.String(), tc.warn)
 		}
 	}
 }
