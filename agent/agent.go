@@ -50,6 +50,7 @@ import (
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/tlsconf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -72,6 +73,12 @@ type Config struct {
 	// the embedded server to the cell's JetStream cluster.
 	NATSCluster string
 	NATSRoutes  []string
+	// NATSPassword ("" = none) is required of every client and route of
+	// the embedded NATS server (natsd.Config.Password); NATSTLS, with a
+	// certificate, serves its client port over TLS and its routes over
+	// mutual TLS.
+	NATSPassword string
+	NATSTLS      tlsconf.Files
 	// Replicas is the stream replica count; 0 means min(3, cell size),
 	// the cell size being this agent plus its distinct routes.
 	Replicas int
@@ -163,7 +170,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	var err error
 	if a.nats, err = natsd.Start(natsd.Config{
 		DataDir: cfg.DataDir, ClientListen: cfg.NATSListen, SyncAlways: cfg.SyncAlways, Name: cfg.Name,
-		ClusterListen: cfg.NATSCluster, Routes: cfg.NATSRoutes,
+		ClusterListen: cfg.NATSCluster, Routes: cfg.NATSRoutes, Password: cfg.NATSPassword, TLS: cfg.NATSTLS,
 	}, base.With("component", "nats")); err != nil {
 		return nil, err
 	}

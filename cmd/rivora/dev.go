@@ -19,6 +19,7 @@ import (
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/httpurl"
+	"github.com/rivora/rivora/internal/tlsconf"
 )
 
 func devCommand() *cli.Command {
@@ -31,7 +32,8 @@ DATA_DIR/controlplane) and one agent with an embedded NATS JetStream server
 local-directory dead-letter archive (DATA_DIR/archive). The agent follows the
 control plane over the same APIs as in a cell (Watch on this address). One
 address serves ingest, admin and event lookups over HTTP/1.1 and h2c
-(Connect, gRPC, gRPC-Web and plain JSON), plus /healthz and /metrics.
+(Connect, gRPC, gRPC-Web and plain JSON), plus /healthz and /metrics; over
+HTTPS (HTTP/2 and HTTP/1.1) with --tls-cert and --tls-key.
 
 Every call needs a token (Authorization: Bearer). The first start writes an
 admin token named "bootstrap" to DATA_DIR/admin.token (mode 0600): give it
@@ -52,7 +54,7 @@ Example:
 			&cli.StringFlag{Name: "data-dir", Value: "./data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for streams, control-plane state and the archive"},
 			&cli.StringFlag{Name: "limits", EnvVars: []string{"RIVORA_LIMITS"}, Usage: "reviewed limits `FILE` (YAML), reloaded when it changes"},
 			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores); fixed for a data dir"},
-		}, append(agentFlags(), operatorFlags()...)...),
+		}, append(agentFlags(), append(operatorFlags(), tlsFlags()...)...)...),
 		Action: runDev,
 	}
 }
@@ -78,12 +80,13 @@ func agentFlags() []cli.Flag {
 }
 
 // newAgent builds the agent both `rivora dev` and `rivora agent` run.
-func newAgent(ctx context.Context, c *cli.Context, log *slog.Logger, keys *auth.Keys, name, dataDir, controlPlaneURL, advertiseURL string) (*agent.Agent, error) {
+func newAgent(ctx context.Context, c *cli.Context, log *slog.Logger, keys *auth.Keys, name, dataDir, controlPlaneURL, advertiseURL string, srv serving, natsPassword string) (*agent.Agent, error) {
 	cfg, err := agentConfig(c, name, dataDir, controlPlaneURL, advertiseURL)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Keys = keys
+	cfg.Transport, cfg.NATSTLS, cfg.NATSPassword = srv.transport, srv.files, natsPassword
 	return agent.New(ctx, cfg, log)
 }
 
@@ -204,7 +207,19 @@ func runDev(c *cli.Context) error {
 	if err := operatorConfig(c, &cfg); err != nil {
 		return err
 	}
-	ln, url, err := listen(c.String("listen"))
+	srv, err := servingFlags(c)
+	if err != nil {
+		return err
+	}
+	if srv.tls != nil && srv.transport == nil {
+		// The agent and the control plane call each other on this
+		// listener: without --tls-ca, trust its own certificate.
+		if srv.transport, err = tlsconf.TrustingOwn(srv.tls); err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+	}
+	cfg.Transport = srv.transport
+	ln, url, err := listen(log, c.String("listen"), srv.tls)
 	if err != nil {
 		return err
 	}
@@ -213,7 +228,7 @@ func runDev(c *cli.Context) error {
 		ln.Close()
 		return err
 	}
-	ag, err := newAgent(ctx, c, log, auth.NewKeys(cell), "dev", dataDir, url, url)
+	ag, err := newAgent(ctx, c, log, auth.NewKeys(cell), "dev", dataDir, url, url, srv, "")
 	if err != nil {
 		ln.Close()
 		return err
