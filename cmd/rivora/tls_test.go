@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/rivora/rivora/controlplane"
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/tlsconf"
 	"github.com/rivora/rivora/internal/tlsconf/tlstest"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -35,8 +36,8 @@ func TestTLSFlagsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := map[string][]string{
-		"controlplane": {"--listen", "127.0.0.1:0", "--state-dir", t.TempDir()},
-		"agent":        {"--name", "a1", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--allow-local-archive"},
+		"controlplane": {"--listen", "127.0.0.1:0", "--state-dir", t.TempDir(), "--insecure"},
+		"agent":        {"--name", "a1", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--allow-local-archive", "--insecure"},
 		"dev":          {"--listen", "127.0.0.1:0", "--data-dir", t.TempDir()},
 	}
 	for cmd, args := range base {
@@ -96,10 +97,20 @@ func TestServeTLS(t *testing.T) {
 	if !strings.HasPrefix(url, "https://127.0.0.1:") {
 		t.Fatalf("url %q, want https://127.0.0.1:PORT", url)
 	}
-	cp, err := controlplane.New(controlplane.Config{StateDir: t.TempDir()}, log)
+	cell, err := auth.NewCellToken()
 	if err != nil {
 		t.Fatal(err)
 	}
+	state := t.TempDir()
+	cp, err := controlplane.New(controlplane.Config{StateDir: state, Keys: auth.NewKeys(cell), AdminTokenPath: filepath.Join(state, "admin.token")}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminToken, err := os.ReadFile(filepath.Join(state, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bearer := connect.WithInterceptors(auth.Bearer(strings.TrimSpace(string(adminToken))))
 	mux := baseMux(func() bool { return true }, false)
 	cp.Handle(mux)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -122,15 +133,13 @@ func TestServeTLS(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
 		t.Errorf("GET /healthz: %s %q over %s, want 200 over HTTP/2", resp.Status, body, resp.Proto)
 	}
-	// An answer from the handler: OK, or unauthenticated once every RPC
-	// needs a token.
 	answered := func(what string, err error) {
 		t.Helper()
-		if err != nil && connect.CodeOf(err) != connect.CodeUnauthenticated {
+		if err != nil {
 			t.Errorf("%s: %v, want an answer from the control plane", what, err)
 		}
 	}
-	for name, opts := range map[string][]connect.ClientOption{"connect": nil, "grpc": {connect.WithGRPC()}} {
+	for name, opts := range map[string][]connect.ClientOption{"connect": {bearer}, "grpc": {bearer, connect.WithGRPC()}} {
 		client := rivorav1connect.NewAdminServiceClient(h2, url, opts...)
 		_, err := client.ListDestinations(context.Background(), connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
 		answered(name+" ListDestinations over HTTP/2", err)
@@ -142,14 +151,20 @@ func TestServeTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	h1 := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
-	resp, err = h1.Post(url+rivorav1connect.AdminServiceListDestinationsProcedure, "application/json", strings.NewReader("{}"))
+	req, err := http.NewRequest(http.MethodPost, url+rivorav1connect.AdminServiceListDestinationsProcedure, strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(adminToken)))
+	resp, err = h1.Do(req)
 	if err != nil {
 		t.Fatalf("POST JSON over HTTP/1.1: %v", err)
 	}
 	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.ProtoMajor != 1 || (resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusUnauthorized) || !strings.HasPrefix(string(body), "{") {
-		t.Errorf("POST JSON ListDestinations: %s %q over %s, want a JSON answer (200, or 401 once tokens are required) over HTTP/1.1", resp.Status, body, resp.Proto)
+	if resp.ProtoMajor != 1 || resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), "{") {
+		t.Errorf("POST JSON ListDestinations: %s %q over %s, want 200 with a JSON answer over HTTP/1.1", resp.Status, body, resp.Proto)
 	}
 
 	// Plain HTTP gets nothing from a TLS listener.
