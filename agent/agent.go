@@ -49,6 +49,8 @@ import (
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/tlsconf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -71,6 +73,12 @@ type Config struct {
 	// the embedded server to the cell's JetStream cluster.
 	NATSCluster string
 	NATSRoutes  []string
+	// NATSPassword ("" = none) is required of every client and route of
+	// the embedded NATS server (natsd.Config.Password); NATSTLS, with a
+	// certificate, serves its client port over TLS and its routes over
+	// mutual TLS.
+	NATSPassword string
+	NATSTLS      tlsconf.Files
 	// Replicas is the stream replica count; 0 means min(3, cell size),
 	// the cell size being this agent plus its distinct routes.
 	Replicas int
@@ -91,6 +99,12 @@ type Config struct {
 	Archive    archive.Archive
 	ArchiveDir string
 	Version    string
+	// Keys (required) are what every call is checked against: the cell
+	// token, and the API tokens the control plane's feed brings.
+	Keys *auth.Keys
+	// Transport carries the agent's calls to the control plane (nil =
+	// http.DefaultTransport), e.g. with the cell's CA for TLS.
+	Transport http.RoundTripper
 }
 
 // DefaultWorkers is the default number of delivery workers.
@@ -132,6 +146,9 @@ type Agent struct {
 // New starts the embedded NATS server and creates the shared streams.
 // Partitions open when the control plane assigns them (see Run).
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
+	if cfg.Keys == nil {
+		return nil, errors.New("agent: no keys (Config.Keys): the cell token and API tokens every call is checked against are required")
+	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
@@ -153,7 +170,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	var err error
 	if a.nats, err = natsd.Start(natsd.Config{
 		DataDir: cfg.DataDir, ClientListen: cfg.NATSListen, SyncAlways: cfg.SyncAlways, Name: cfg.Name,
-		ClusterListen: cfg.NATSCluster, Routes: cfg.NATSRoutes,
+		ClusterListen: cfg.NATSCluster, Routes: cfg.NATSRoutes, Password: cfg.NATSPassword, TLS: cfg.NATSTLS,
 	}, base.With("component", "nats")); err != nil {
 		return nil, err
 	}
@@ -346,8 +363,10 @@ func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 func (a *Agent) Ready() bool { return a.ready.Load() }
 
 // Handle registers the agent's Connect services (ingest, events, lanes,
-// partitions) on mux.
+// partitions, archive) on mux, each behind the auth interceptor: every
+// call is checked against auth.Policies with the agent's keys.
 func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
+	opts = append([]connect.HandlerOption{connect.WithInterceptors(auth.NewInterceptor(a.cfg.Keys))}, opts...)
 	// Ingest answers are event ids: compressing them costs more than it
 	// saves on the networks agents sit on.
 	ingestOpts := append([]connect.HandlerOption{connect.WithCompressMinBytes(1 << 20)}, opts...)
@@ -474,6 +493,18 @@ func healthToProto(s scheduler.DestinationSnapshot) *rivorav1.DestinationHealth 
 }
 
 var errNotFound = errors.New("not found")
+
+// controlPlane is a client of the control plane at url for the agent's
+// own calls, which the cell token opens.
+func (a *Agent) controlPlane(httpClient *http.Client, url string) rivorav1connect.AgentServiceClient {
+	return rivorav1connect.NewAgentServiceClient(httpClient, url, connect.WithInterceptors(auth.Bearer(a.cfg.Keys.Cell().String())))
+}
+
+// httpClient is a client for calls to the control plane, through
+// Config.Transport; timeout 0 is none (streams).
+func (a *Agent) httpClient(timeout time.Duration) *http.Client {
+	return &http.Client{Transport: a.cfg.Transport, Timeout: timeout}
+}
 
 // cellSize is this agent plus its distinct routes to others.
 func cellSize(clusterListen string, routes []string) int {

@@ -32,9 +32,6 @@ func (s *eventService) ResendEvent(ctx context.Context, req *connect.Request[riv
 	if reason == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("reason is required: say why the event is sent again (it goes to the audit log)"))
 	}
-	if req.Msg.GetAuthor() == "" {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("author is required (it goes to the audit log)"))
-	}
 	if loc, pending := s.a.sched.Find(id); pending {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("event %s is still pending in lane %s (%d ahead of it); it will be delivered, there is nothing to resend", id, loc.Lane, loc.Ahead))
 	}
@@ -58,10 +55,10 @@ func (s *eventService) ResendEvent(ctx context.Context, req *connect.Request[riv
 	resp := &rivorav1.ResendEventResponse{
 		EventId: id, DestinationId: resent.GetDestinationId(), CustomerId: resent.GetCustomerId(), LaneKey: resent.GetLaneKey(), Was: found.was,
 	}
-	err = s.a.recordAudit(ctx, &rivorav1.AuditEntry{
-		Author: req.Msg.GetAuthor(), Action: "event.resend", DestinationId: resent.GetDestinationId(), Reason: reason,
+	err = s.a.recordAudit(ctx, auditAuthor(ctx, &rivorav1.AuditEntry{
+		Action: "event.resend", DestinationId: resent.GetDestinationId(), Reason: reason,
 		Detail: fmt.Sprintf("resent event %s (%s, type %s) to customer %s lane %s", id, stateWord(found.was), resent.GetType(), resent.GetCustomerId(), resent.GetLaneKey()),
-	})
+	}))
 	if err != nil {
 		// Resent: saying so matters more than the audit's failure. Not
 		// Unavailable, which invites a retry.

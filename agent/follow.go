@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -24,11 +23,11 @@ import (
 // it moves to the next one when a Watch fails: only the leader serves.
 func (a *Agent) follow(ctx context.Context) {
 	// No overall timeout: the stream is long-lived.
-	httpClient := &http.Client{}
+	httpClient := a.httpClient(0)
 	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	for ctx.Err() == nil {
 		url := a.controlPlaneURL()
-		err := a.watch(ctx, rivorav1connect.NewAgentServiceClient(httpClient, url))
+		err := a.watch(ctx, a.controlPlane(httpClient, url))
 		if ctx.Err() != nil {
 			return
 		}
@@ -109,8 +108,8 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 	return errors.New("control plane closed the stream")
 }
 
-// apply installs one config message: partition count, destinations, then
-// the partitions this agent owns.
+// apply installs one config message: partition count, API tokens,
+// destinations, then the partitions this agent owns.
 // Partitions live as long as the agent runs, not as long as one stream.
 func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 	n := int(msg.GetPartitionCount())
@@ -122,6 +121,10 @@ func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 	}
 	a.partitionCount.Store(int32(n))
 	a.gateway.SetPartitions(n)
+	if msg.GetSnapshot() || msg.GetTokensChanged() {
+		// A revoked token is refused from here on.
+		a.cfg.Keys.SetTokens(msg.GetTokens())
+	}
 	if msg.GetSnapshot() || len(msg.GetDestinations()) > 0 || len(msg.GetRemovedDestinationIds()) > 0 {
 		if err := a.applyDestinations(msg.GetDestinations(), msg.GetRemovedDestinationIds(), msg.GetSnapshot()); err != nil {
 			return err

@@ -14,7 +14,6 @@ import (
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/backoff"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
-	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
 
 // The agent's side of a 410 Gone. The partner wants no more webhooks, so
@@ -153,7 +152,7 @@ func (a *Agent) releaseGone() {
 // with backoff until each is answered (a control plane that is down or
 // electing a leader gets them once it serves again), until ctx ends.
 func (a *Agent) reportGone(ctx context.Context) {
-	httpClient := &http.Client{Timeout: 10 * time.Second}
+	httpClient := a.httpClient(10 * time.Second)
 	retry := backoff.Backoff{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
 	var again <-chan time.Time
 	for {
@@ -178,7 +177,7 @@ func (a *Agent) sendGoneReports(ctx context.Context, httpClient *http.Client) bo
 	done := true
 	for _, req := range a.gone.unanswered() {
 		url := a.controlPlaneURL()
-		resp, err := rivorav1connect.NewAgentServiceClient(httpClient, url).ReportGone(ctx, connect.NewRequest(req))
+		resp, err := a.controlPlane(httpClient, url).ReportGone(ctx, connect.NewRequest(req))
 		switch code := connect.CodeOf(err); {
 		case err == nil:
 			a.gone.answered(req.GetDestinationId(), resp.Msg.GetVersion())

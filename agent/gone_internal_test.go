@@ -16,6 +16,7 @@ import (
 	"github.com/rivora/rivora/agent/clock"
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -59,7 +60,7 @@ func TestGoneReportRetriedUntilAnswered(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	a := &Agent{
-		cfg: Config{Name: "a1", ControlPlaneURL: srv.URL}, log: slog.New(slog.DiscardHandler),
+		cfg: Config{Name: "a1", ControlPlaneURL: srv.URL, Keys: auth.NewKeys(auth.CellToken{})}, log: slog.New(slog.DiscardHandler),
 		registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}), gone: newGoneHolds(),
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -191,7 +191,7 @@ func (s *laneService) SkipLaneHead(ctx context.Context, req *connect.Request[riv
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w; the head stays in its lane", err))
 	}
-	s.a.log.Info("lane head skipped", "destination", id.Destination, "lane", id.String(), "event_id", att.Entry.EventID, "author", m.GetAuthor(), "reason", m.GetReason())
+	s.a.log.Info("lane head skipped", "destination", id.Destination, "lane", id.String(), "event_id", att.Entry.EventID, "reason", m.GetReason())
 	resp := &rivorav1.SkipLaneHeadResponse{EventId: att.Entry.EventID, Remaining: int32(remaining)}
 	if err := s.audit(ctx, m, id, att.Entry.EventID); err != nil {
 		// The skip stands (the event is a dead letter, replayable): say
@@ -220,9 +220,6 @@ func validateSkip(m *rivorav1.SkipLaneHeadRequest) error {
 	if m.GetReason() == "" {
 		return errors.New("reason is required: say why the head is skipped (it goes to the audit log)")
 	}
-	if m.GetAuthor() == "" {
-		return errors.New("author is required (it goes to the audit log)")
-	}
 	return nil
 }
 
@@ -240,8 +237,8 @@ func takeHeadError(id lanes.ID, expect string, err error) error {
 }
 
 func (s *laneService) audit(ctx context.Context, m *rivorav1.SkipLaneHeadRequest, id lanes.ID, eventID string) error {
-	return s.a.recordAudit(ctx, &rivorav1.AuditEntry{
-		Author: m.GetAuthor(), Action: "lane.skip", DestinationId: id.Destination, Reason: m.GetReason(),
+	return s.a.recordAudit(ctx, auditAuthor(ctx, &rivorav1.AuditEntry{
+		Action: "lane.skip", DestinationId: id.Destination, Reason: m.GetReason(),
 		Detail: fmt.Sprintf("event %s of lane %s/%s skipped: dead letter (reason manual)", eventID, id.Customer, id.Key),
-	})
+	}))
 }

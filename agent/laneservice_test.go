@@ -2,8 +2,8 @@ package agent_test
 
 import (
 	"context"
-	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,7 +32,7 @@ func TestLanesListAndSkip(t *testing.T) {
 	poison := r.publish("orders", "acme", "u1")
 	next := r.publish("orders", "acme", "u1")
 	other := r.publish("orders", "zeta", "u2")
-	lanesAPI := rivorav1connect.NewLaneServiceClient(http.DefaultClient, r.URL)
+	lanesAPI := rivorav1connect.NewLaneServiceClient(r.HTTPClient(), r.URL, r.As(r.AdminToken))
 	ctx := context.Background()
 
 	var stuck *rivorav1.ListLanesResponse
@@ -79,8 +79,9 @@ func TestLanesListAndSkip(t *testing.T) {
 	if i < 0 {
 		t.Fatalf("no lane.skip in the audit log: %v", audit.Msg.GetEntries())
 	}
-	if e := audit.Msg.GetEntries()[i]; e.GetAuthor() != "alice" || e.GetReason() != "poison payload" {
-		t.Fatalf("audit entry = %v", e)
+	// The token's name, whatever the request's author says.
+	if e := audit.Msg.GetEntries()[i]; e.GetAuthor() != "bootstrap" || !strings.HasPrefix(e.GetTokenId(), "tok_") || e.GetReason() != "poison payload" {
+		t.Fatalf("audit entry = %v, want author bootstrap (the token), its token id", e)
 	}
 	if _, err := lanesAPI.SkipLaneHead(ctx, connect.NewRequest(skip)); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("skip of a drained lane: %v, want NotFound", err)
@@ -90,7 +91,7 @@ func TestLanesListAndSkip(t *testing.T) {
 func TestLaneServiceRefusesBadRequests(t *testing.T) {
 	r := startAgent(t, t.TempDir())
 	r.create(destination("orders", "http://127.0.0.1:1", 3))
-	lanesAPI := rivorav1connect.NewLaneServiceClient(http.DefaultClient, r.URL)
+	lanesAPI := rivorav1connect.NewLaneServiceClient(r.HTTPClient(), r.URL, r.As(r.AdminToken))
 	ctx := context.Background()
 	lists := []struct {
 		req  *rivorav1.ListLanesRequest
@@ -113,7 +114,6 @@ func TestLaneServiceRefusesBadRequests(t *testing.T) {
 		code connect.Code
 	}{
 		{func(m *rivorav1.SkipLaneHeadRequest) { m.Reason = "" }, connect.CodeInvalidArgument},
-		{func(m *rivorav1.SkipLaneHeadRequest) { m.Author = "" }, connect.CodeInvalidArgument},
 		{func(m *rivorav1.SkipLaneHeadRequest) { m.CustomerId = "" }, connect.CodeInvalidArgument},
 		{func(m *rivorav1.SkipLaneHeadRequest) { m.LaneKey = "" }, connect.CodeInvalidArgument},
 		{func(m *rivorav1.SkipLaneHeadRequest) { m.HeadEventId = "a b" }, connect.CodeInvalidArgument},

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"net/http"
 	"slices"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
-	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
 
 // The loops below act on the decisions of a.parts (lifecycle.go): that is
@@ -214,7 +212,7 @@ func (a *Agent) releaseLease(lease *ownership.Lease) {
 // on every change, and every few seconds (a restarted control plane
 // learns it again).
 func (a *Agent) reportOwned(ctx context.Context) {
-	httpClient := &http.Client{Timeout: 5 * time.Second}
+	httpClient := a.httpClient(5 * time.Second)
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
@@ -224,7 +222,7 @@ func (a *Agent) reportOwned(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		client := rivorav1connect.NewAgentServiceClient(httpClient, a.controlPlaneURL())
+		client := a.controlPlane(httpClient, a.controlPlaneURL())
 		_, err := client.ReportOwned(ctx, connect.NewRequest(&rivorav1.ReportOwnedRequest{
 			AgentName: a.cfg.Name, Session: a.locker.Session(), Partitions: a.parts.owned(),
 		}))

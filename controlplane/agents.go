@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/backoff"
 	"github.com/rivora/rivora/internal/consullock"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -34,7 +35,10 @@ import (
 // after it announced a new one, so a flapping agent does not drag
 // partitions back and forth.
 type agentRegistry struct {
-	http   *http.Client
+	http *http.Client
+	// cell sends the cell token on the control plane's own calls to
+	// agents (PartitionService, operator notices).
+	cell   connect.ClientOption
 	consul *api.Client // nil: one agent owns every partition, in process
 	log    *slog.Logger
 
@@ -78,9 +82,9 @@ type agentState struct {
 	owned       []uint32 // as the agent reported
 }
 
-func newAgentRegistry(consul *api.Client, log *slog.Logger) *agentRegistry {
+func newAgentRegistry(consul *api.Client, transport http.RoundTripper, cell auth.CellToken, log *slog.Logger) *agentRegistry {
 	return &agentRegistry{
-		http: &http.Client{Timeout: 30 * time.Second}, consul: consul, log: log,
+		http: &http.Client{Transport: transport, Timeout: 30 * time.Second}, cell: connect.WithInterceptors(auth.Bearer(cell.String())), consul: consul, log: log,
 		deadAfter: time.Second, rejoinDelay: 30 * time.Second, onChange: func() {}, leading: func() bool { return true },
 		agents: make(map[string]*agentState),
 	}
@@ -96,7 +100,7 @@ func (r *agentRegistry) connect(name, address, session string, now time.Time) {
 			joined = a.joined
 		}
 		prev := a
-		a = &agentState{name: name, address: address, joined: joined, client: rivorav1connect.NewPartitionServiceClient(r.http, address)}
+		a = &agentState{name: name, address: address, joined: joined, client: rivorav1connect.NewPartitionServiceClient(r.http, address, r.cell)}
 		if prev != nil {
 			// Same agent at a new address: its old stream may still be
 			// open (and is counted until it ends).

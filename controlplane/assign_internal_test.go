@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/rivora/rivora/e2e/consultest"
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/eventually"
 )
 
@@ -27,7 +28,7 @@ func assignRegistry(t *testing.T) *agentRegistry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newAgentRegistry(client, slog.New(slog.DiscardHandler))
+	r := newAgentRegistry(client, nil, auth.CellToken{}, slog.New(slog.DiscardHandler))
 	r.liveSessions = make(map[string]bool)
 	return r
 }
@@ -295,7 +296,7 @@ func TestAssignStable(t *testing.T) {
 // Without Consul a cell has one owner: the agent connected the longest.
 func TestAssignWithoutConsulLongestConnectedOwnsAll(t *testing.T) {
 	const count = 16
-	r := newAgentRegistry(nil, slog.New(slog.DiscardHandler))
+	r := newAgentRegistry(nil, nil, auth.CellToken{}, slog.New(slog.DiscardHandler))
 	names := []string{"first", "second", "third"}
 	base := time.Now().Add(-time.Hour)
 	r.connect("second", "http://second.invalid:7070", "", base.Add(time.Minute))
@@ -326,7 +327,7 @@ func TestAssignWithoutConsulLongestConnectedOwnsAll(t *testing.T) {
 	all("second")
 
 	// Joined at the same instant: the name decides, not map order.
-	tie := newAgentRegistry(nil, slog.New(slog.DiscardHandler))
+	tie := newAgentRegistry(nil, nil, auth.CellToken{}, slog.New(slog.DiscardHandler))
 	for _, name := range []string{"zeta", "alpha", "mu"} {
 		tie.connect(name, "http://"+name+".invalid:7070", "", base)
 	}
@@ -357,7 +358,7 @@ func TestAssignFollowsConsulSessions(t *testing.T) {
 		}
 		return id
 	}
-	r := newAgentRegistry(client, slog.New(slog.DiscardHandler))
+	r := newAgentRegistry(client, nil, auth.CellToken{}, slog.New(slog.DiscardHandler))
 	// lostSignalled is closed by the first onChange that follows
 	// agent-2's session loss.
 	lostSignalled := make(chan struct{})

@@ -57,10 +57,9 @@ type ConsulStore struct {
 	kv  *api.KV
 	txn *api.Txn
 
-	mu      sync.Mutex
-	version uint64
-	dests   map[string]*rivorav1.Destination
-	index   uint64 // ModifyIndex of the value read or written last; 0: no value
+	mu    sync.Mutex
+	state state
+	index uint64 // ModifyIndex of the value read or written last; 0: no value
 	// fenceKey and fenceSession make writes conditional on the lock.
 	fenceKey, fenceSession string
 }
@@ -80,7 +79,7 @@ func OpenConsulStore(ctx context.Context, client *api.Client) (*ConsulStore, err
 // newConsulStore returns an empty store that has not read Consul yet; its
 // first write fails with ErrConflict (and reloads) if a state exists.
 func newConsulStore(client *api.Client) *ConsulStore {
-	return &ConsulStore{kv: client.KV(), txn: client.Txn(), dests: make(map[string]*rivorav1.Destination)}
+	return &ConsulStore{kv: client.KV(), txn: client.Txn(), state: emptyState()}
 }
 
 // Reload reads the state from Consul, replacing what the store holds.
@@ -98,14 +97,14 @@ func (s *ConsulStore) reloadLocked(ctx context.Context) error {
 		return &consulError{"read state", err}
 	}
 	if pair == nil {
-		s.version, s.dests, s.index = 0, make(map[string]*rivorav1.Destination), 0
+		s.state, s.index = emptyState(), 0
 		return nil
 	}
-	version, dests, err := decodeState(pair.Value)
+	st, err := decodeState(pair.Value)
 	if err != nil {
 		return fmt.Errorf("parse Consul key %s: %w", ConsulStateKey, err)
 	}
-	s.version, s.dests, s.index = version, dests, pair.ModifyIndex
+	s.state, s.index = st, pair.ModifyIndex
 	return nil
 }
 
@@ -120,14 +119,27 @@ func (s *ConsulStore) fence(key, session string) {
 func (s *ConsulStore) Snapshot() (uint64, []*rivorav1.Destination) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.version, sortedDests(s.dests)
+	return s.state.version, sortedDests(s.state.dests)
 }
 
 // Get returns a destination.
 func (s *ConsulStore) Get(id string) (*rivorav1.Destination, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return getDest(s.dests, id)
+	return getDest(s.state.dests, id)
+}
+
+// Tokens returns the API tokens, oldest first.
+func (s *ConsulStore) Tokens() []*rivorav1.ApiToken {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sortedTokens(s.state.tokens)
+}
+
+// UpdateTokens is Update for the API tokens: the same fenced
+// check-and-set write of the whole state.
+func (s *ConsulStore) UpdateTokens(fn func(tokens map[string]*rivorav1.ApiToken) error) (uint64, error) {
+	return s.update(func(st *state) error { return fn(st.tokens) })
 }
 
 // Update applies fn to a copy of the destinations and writes the result as
@@ -136,13 +148,18 @@ func (s *ConsulStore) Get(id string) (*rivorav1.Destination, bool) {
 // still ours). If another writer got there first, Update reloads the
 // state and returns ErrConflict; if the lock is gone, ErrNotLeader.
 func (s *ConsulStore) Update(fn func(dests map[string]*rivorav1.Destination) error) (uint64, error) {
+	return s.update(func(st *state) error { return fn(st.dests) })
+}
+
+func (s *ConsulStore) update(fn func(st *state) error) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	next := cloneDests(s.dests)
-	if err := fn(next); err != nil {
+	next := s.state.clone()
+	if err := fn(&next); err != nil {
 		return 0, err
 	}
-	data, err := encodeState(s.version+1, next)
+	next.version++
+	data, err := encodeState(next)
 	if err != nil {
 		return 0, err
 	}
@@ -169,7 +186,7 @@ func (s *ConsulStore) Update(fn func(dests map[string]*rivorav1.Destination) err
 		if err := s.reloadLocked(ctx); err != nil {
 			return 0, fmt.Errorf("%w; reloading it failed: %w", ErrConflict, err)
 		}
-		return 0, fmt.Errorf("%w; reloaded version %d, retry the change", ErrConflict, s.version)
+		return 0, fmt.Errorf("%w; reloaded version %d, retry the change", ErrConflict, s.state.version)
 	}
 	var index uint64
 	for _, r := range resp.Results {
@@ -180,8 +197,8 @@ func (s *ConsulStore) Update(fn func(dests map[string]*rivorav1.Destination) err
 	if index == 0 {
 		return 0, fmt.Errorf("save state: Consul's answer has no index for %s", ConsulStateKey)
 	}
-	s.dests, s.version, s.index = next, s.version+1, index
-	return s.version, nil
+	s.state, s.index = next, index
+	return next.version, nil
 }
 
 // ConsulAuditLog keeps the audit log in Consul KV, one key per entry under

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/consullock"
 	"github.com/rivora/rivora/internal/httpurl"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -73,6 +74,16 @@ type Config struct {
 	OperatorWebhook       string
 	OperatorWebhookSecret string
 	NotifyParkedAfter     time.Duration
+	// Keys (required) are what every call is checked against: the cell
+	// token and the API tokens, kept equal to the stored tokens.
+	Keys *auth.Keys
+	// AdminTokenPath is where the first start (no token stored yet)
+	// writes the bootstrap admin token, mode 0600 ("" = no bootstrap
+	// token: nobody can call the API until one is stored).
+	AdminTokenPath string
+	// Transport carries the control plane's calls to agents (nil =
+	// http.DefaultTransport), e.g. with the cell's CA for TLS.
+	Transport http.RoundTripper
 }
 
 // ControlPlane is the cell's configuration and its operations: it owns the
@@ -94,8 +105,11 @@ type ControlPlane struct {
 	agents   *agentRegistry
 	// operator routes the agents' operator services (HandleOperator).
 	operator *operatorRouter
-	log      *slog.Logger
-	now      func() time.Time
+	// keys are what every call is checked against (Config.Keys), their
+	// API tokens kept equal to the store's (syncKeys).
+	keys *auth.Keys
+	log  *slog.Logger
+	now  func() time.Time
 	// notify sends operator notices (nil without OperatorWebhook).
 	notify *notifier
 
@@ -117,7 +131,10 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 	if cfg.ReloadEvery <= 0 {
 		cfg.ReloadEvery = 500 * time.Millisecond
 	}
-	cp := &ControlPlane{cfg: cfg, log: log, now: time.Now}
+	if cfg.Keys == nil {
+		return nil, errors.New("control plane: no keys (Config.Keys): the cell token and API tokens every call is checked against are required")
+	}
+	cp := &ControlPlane{cfg: cfg, log: log, now: time.Now, keys: cfg.Keys}
 	if cfg.ConsulURL == "" {
 		store, err := OpenStore(cfg.StateDir)
 		if err != nil {
@@ -145,17 +162,21 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 			if err := store.Reload(ctx); err != nil {
 				return err
 			}
+			cp.syncKeys()
+			if err := cp.bootstrap(); err != nil {
+				return err
+			}
 			cp.elected()
 			return nil
 		})
 	}
-	cp.agents = newAgentRegistry(cp.consul, log)
+	cp.agents = newAgentRegistry(cp.consul, cfg.Transport, cfg.Keys.Cell(), log)
 	if cfg.RejoinDelay > 0 {
 		cp.agents.rejoinDelay = cfg.RejoinDelay
 	}
 	cp.agents.onChange = cp.broadcast
 	cp.agents.leading = func() bool { return cp.leaderOnly() == nil }
-	cp.operator = newOperatorRouter(cp.agents, cfg.Partitions)
+	cp.operator = newOperatorRouter(cp.agents, cfg.Partitions, cfg.Transport)
 	lf := emptyLimitsFile()
 	if cfg.LimitsPath != "" {
 		var err error
@@ -177,9 +198,13 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 		log.Info("control plane ready; campaigning for leadership", "consul", cfg.ConsulURL, "advertise", cfg.AdvertiseURL, "limits_file", cfg.LimitsPath, "partitions", cfg.Partitions)
 		return cp, nil
 	}
+	cp.syncKeys()
+	if err := cp.bootstrap(); err != nil {
+		return nil, err
+	}
 	version, dests := cp.store.Snapshot()
 	if cfg.LimitsPath != "" {
-		cp.record("limits.load", "", "system", fmt.Sprintf("%s at start: %s", filepath.Base(cfg.LimitsPath), describeLimitsFile(lf)), version)
+		cp.record("limits.load", "", systemActor, fmt.Sprintf("%s at start: %s", filepath.Base(cfg.LimitsPath), describeLimitsFile(lf)), version)
 	}
 	log.Info("control plane ready", "version", version, "destinations", len(dests), "limits_file", cfg.LimitsPath, "partitions", cfg.Partitions)
 	return cp, nil
@@ -191,9 +216,9 @@ func (cp *ControlPlane) elected() {
 	version, dests := cp.store.Snapshot()
 	if cp.cfg.LimitsPath != "" {
 		lf := cp.limits.Load()
-		cp.record("limits.load", "", "system", fmt.Sprintf("%s on becoming the leader (%s): %s", filepath.Base(cp.cfg.LimitsPath), cp.cfg.AdvertiseURL, describeLimitsFile(lf)), version)
+		cp.record("limits.load", "", systemActor, fmt.Sprintf("%s on becoming the leader (%s): %s", filepath.Base(cp.cfg.LimitsPath), cp.cfg.AdvertiseURL, describeLimitsFile(lf)), version)
 	}
-	cp.log.Info("state loaded from Consul", "version", version, "destinations", len(dests))
+	cp.log.Info("state loaded from Consul", "version", version, "destinations", len(dests), "tokens", cp.keys.Count())
 	cp.broadcast()
 }
 
@@ -212,8 +237,9 @@ func checkHTTPURL(what, raw string) error {
 	return nil
 }
 
-// Handle registers the admin and agent services on mux, behind the gates
-// every call passes: only the leader answers (leaderInterceptor), and
+// Handle registers the admin, token and agent services on mux, behind the
+// gates every call passes: only the leader answers (leaderInterceptor),
+// the caller must be let in by auth.Policies (auth.Interceptor), and
 // domain errors become Connect codes in one place (errorInterceptor).
 // Agent streams also end when the leadership term they began in ends.
 func (cp *ControlPlane) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
@@ -223,8 +249,9 @@ func (cp *ControlPlane) Handle(mux *http.ServeMux, opts ...connect.HandlerOption
 // handle is Handle with the leader gate given, so a test can stand in a
 // follower's.
 func (cp *ControlPlane) handle(mux *http.ServeMux, gate func() error, opts ...connect.HandlerOption) {
-	opts = gated(gate, opts)
+	opts = cp.gated(gate, opts)
 	mux.Handle(rivorav1connect.NewAdminServiceHandler(&adminHandler{cp: cp}, opts...))
+	mux.Handle(rivorav1connect.NewTokenServiceHandler(&tokenHandler{cp: cp}, opts...))
 	path, agents := rivorav1connect.NewAgentServiceHandler(&agentHandler{cp: cp}, opts...)
 	if cp.election != nil {
 		agents = cp.election.scope(agents)
@@ -232,9 +259,12 @@ func (cp *ControlPlane) handle(mux *http.ServeMux, gate func() error, opts ...co
 	mux.Handle(path, agents)
 }
 
-// gated puts the gates every call passes in front of opts.
-func gated(gate func() error, opts []connect.HandlerOption) []connect.HandlerOption {
-	return append([]connect.HandlerOption{connect.WithInterceptors(errorInterceptor{}, leaderInterceptor{gate: gate})}, opts...)
+// gated puts the gates every call passes in front of opts, outermost
+// first: error mapping, the leader gate (a follower's tokens may be
+// stale, so it answers Unavailable before judging any), authentication
+// and authorization.
+func (cp *ControlPlane) gated(gate func() error, opts []connect.HandlerOption) []connect.HandlerOption {
+	return append([]connect.HandlerOption{connect.WithInterceptors(errorInterceptor{}, leaderInterceptor{gate: gate}, auth.NewInterceptor(cp.keys))}, opts...)
 }
 
 // HandleOperator registers the operator services agents serve for what
@@ -249,7 +279,7 @@ func (cp *ControlPlane) HandleOperator(mux *http.ServeMux, opts ...connect.Handl
 }
 
 func (cp *ControlPlane) handleOperator(mux *http.ServeMux, gate func() error, opts ...connect.HandlerOption) {
-	opts = gated(gate, opts)
+	opts = cp.gated(gate, opts)
 	mux.Handle(rivorav1connect.NewEventServiceHandler(cp.operator, opts...))
 	mux.Handle(rivorav1connect.NewLaneServiceHandler(cp.operator, opts...))
 	mux.Handle(rivorav1connect.NewArchiveServiceHandler(cp.operator, opts...))
@@ -322,7 +352,7 @@ func (cp *ControlPlane) reloadLimits() {
 	lf, err := LoadLimitsFile(cp.cfg.LimitsPath)
 	if err != nil {
 		cp.log.Error("limits file refused; the last good one stays in force", "error", err)
-		cp.record("limits.reject", "", "", err.Error(), 0)
+		cp.record("limits.reject", "", systemActor, err.Error(), 0)
 		return
 	}
 	old := cp.limits.Swap(lf)
@@ -332,7 +362,7 @@ func (cp *ControlPlane) reloadLimits() {
 		cp.log.Error("limits reload: saving the new config version failed", "error", err)
 		return
 	}
-	cp.record("limits.reload", "", "system", fmt.Sprintf("%s: %s", filepath.Base(cp.cfg.LimitsPath), diffLimitsFiles(old, lf)), version)
+	cp.record("limits.reload", "", systemActor, fmt.Sprintf("%s: %s", filepath.Base(cp.cfg.LimitsPath), diffLimitsFiles(old, lf)), version)
 	cp.log.Info("limits file reloaded", "path", cp.cfg.LimitsPath, "version", version)
 	cp.broadcast()
 }
@@ -360,7 +390,7 @@ func (cp *ControlPlane) expireOverrides() {
 		return
 	}
 	for _, id := range expired {
-		cp.record("limits.expire", id, "system", "override expired", version)
+		cp.record("limits.expire", id, systemActor, "override expired", version)
 		cp.notify.overrideExpired(id, version, now)
 	}
 	cp.broadcast()
@@ -374,8 +404,8 @@ func (cp *ControlPlane) broadcast() { cp.changed.notify() }
 // changes returns a channel closed by the next broadcast.
 func (cp *ControlPlane) changes() <-chan struct{} { return cp.changed.wait() }
 
-func (cp *ControlPlane) record(action, destinationID, author, detail string, version uint64, reason ...string) {
-	e := &rivorav1.AuditEntry{At: timestamppb.New(cp.now()), Version: version, Author: author, Action: action, DestinationId: destinationID, Detail: detail}
+func (cp *ControlPlane) record(action, destinationID string, who actor, detail string, version uint64, reason ...string) {
+	e := &rivorav1.AuditEntry{At: timestamppb.New(cp.now()), Version: version, Author: who.name, TokenId: who.tokenID, Action: action, DestinationId: destinationID, Detail: detail}
 	if len(reason) > 0 {
 		e.Reason = reason[0]
 	}
@@ -384,8 +414,9 @@ func (cp *ControlPlane) record(action, destinationID, author, detail string, ver
 	}
 }
 
-// render turns a stored destination into its API form: limits are the
-// effective ones.
+// render turns a stored destination into the form agents get: limits are
+// the effective ones, the secret is there (agents sign with it). API
+// answers hide the secret (answer).
 func (cp *ControlPlane) render(d *rivorav1.Destination) *rivorav1.Destination {
 	out := proto.Clone(d).(*rivorav1.Destination)
 	out.Limits, _ = cp.effective(d)
@@ -421,8 +452,21 @@ func (cp *ControlPlane) fileLimits(id string) *rivorav1.Limits {
 	return l
 }
 
-// snapshot is the current config version and every destination in API
-// form.
+// answer is a stored destination as API answers show it: rendered, its
+// secret replaced by its fingerprint.
+func (cp *ControlPlane) answer(d *rivorav1.Destination) *rivorav1.Destination {
+	return withoutSecret(cp.render(d))
+}
+
+// withoutSecret replaces d's signing secret by its fingerprint.
+func withoutSecret(d *rivorav1.Destination) *rivorav1.Destination {
+	d.SecretFingerprint = auth.Fingerprint(d.GetSecret())
+	d.Secret = ""
+	return d
+}
+
+// snapshot is the current config version and every destination rendered
+// (secrets included: for the agents' feed).
 func (cp *ControlPlane) snapshot() (uint64, []*rivorav1.Destination) {
 	version, dests := cp.store.Snapshot()
 	for i, d := range dests {
@@ -431,9 +475,24 @@ func (cp *ControlPlane) snapshot() (uint64, []*rivorav1.Destination) {
 	return version, dests
 }
 
-func author(a string) string {
-	if a == "" {
-		return "unknown"
-	}
-	return a
+// actor is who made a change, as the audit log names it: an API token's
+// name and id, or Rivora itself.
+type actor struct {
+	name, tokenID string
+}
+
+var (
+	// rivoraActor makes Rivora's own changes (a 410 disable, the
+	// operator-webhook destination).
+	rivoraActor = actor{name: RivoraAuthor}
+	// systemActor is the limits file's loads and reloads, expiries and
+	// the bootstrap token.
+	systemActor = actor{name: "system"}
+)
+
+// caller is the actor of the call ctx belongs to: the token it was made
+// with, whatever the request's author field says.
+func caller(ctx context.Context) actor {
+	name, id := auth.Author(ctx, "unknown")
+	return actor{name: name, tokenID: id}
 }

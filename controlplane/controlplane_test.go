@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rivora/rivora/controlplane"
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/eventually"
 	"github.com/rivora/rivora/internal/testrig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -184,8 +185,11 @@ func TestCreateDefaultsListAndDuplicates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !proto.Equal(g.Msg.GetDestination(), dest) || g.Msg.GetPending() != 0 {
-		t.Fatalf("Get = %v, want %v with nothing pending", g.Msg, dest)
+	// Get shows the secret's fingerprint, never the secret.
+	wantGet := proto.Clone(dest).(*rivorav1.Destination)
+	wantGet.Secret = ""
+	if !proto.Equal(g.Msg.GetDestination(), wantGet) || g.Msg.GetPending() != 0 || wantGet.GetSecretFingerprint() == "" {
+		t.Fatalf("Get = %v, want %v with nothing pending", g.Msg, wantGet)
 	}
 	for name, call := range map[string]func() error{
 		"get": func() error {
@@ -233,8 +237,8 @@ func TestUpdateDestination(t *testing.T) {
 	}
 	want := proto.Clone(controlplane.DefaultLimits).(*rivorav1.Limits)
 	want.Burst, want.RatePerSecond, want.MaxAttempts, want.Window = 10, 12.5, 3, durationpb.New(time.Hour)
-	if got.GetUrl() != newURL || got.GetSecret() != secret || !proto.Equal(got.GetLimits(), want) {
-		t.Fatalf("after update: %v\nwant url %s, same secret, limits %v", got, newURL, want)
+	if got.GetUrl() != newURL || got.GetSecret() != "" || got.GetSecretFingerprint() != auth.Fingerprint(secret) || !proto.Equal(got.GetLimits(), want) {
+		t.Fatalf("after update: %v\nwant url %s, the same secret's fingerprint (not the secret), limits %v", got, newURL, want)
 	}
 	if !got.GetUpdatedAt().AsTime().After(orig.GetUpdatedAt().AsTime()) && !got.GetUpdatedAt().AsTime().Equal(orig.GetUpdatedAt().AsTime()) {
 		t.Fatalf("updated_at went back: %v → %v", orig.GetUpdatedAt().AsTime(), got.GetUpdatedAt().AsTime())

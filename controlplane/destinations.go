@@ -33,7 +33,7 @@ const applyGrace = 2 * time.Second
 
 // change applies fn to the stored destinations as one new config version,
 // records it in the audit log and pushes it to the agents.
-func (cp *ControlPlane) change(action, destinationID, who, reason string, fn func(all map[string]*rivorav1.Destination) (detail string, err error)) (uint64, error) {
+func (cp *ControlPlane) change(action, destinationID string, who actor, reason string, fn func(all map[string]*rivorav1.Destination) (detail string, err error)) (uint64, error) {
 	var detail string
 	version, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
 		var err error
@@ -41,10 +41,13 @@ func (cp *ControlPlane) change(action, destinationID, who, reason string, fn fun
 		return err
 	})
 	if err != nil {
+		if errors.Is(err, ErrConflict) {
+			cp.reloaded()
+		}
 		return 0, err
 	}
-	cp.record(action, destinationID, author(who), detail, version, reason)
-	cp.log.Info("config changed", "action", action, "destination", destinationID, "author", author(who), "version", version, "detail", detail)
+	cp.record(action, destinationID, who, detail, version, reason)
+	cp.log.Info("config changed", "action", action, "destination", destinationID, "author", who.name, "token_id", who.tokenID, "version", version, "detail", detail)
 	cp.broadcast()
 	cp.agents.awaitApplied(version, applyGrace)
 	return version, nil
@@ -52,7 +55,7 @@ func (cp *ControlPlane) change(action, destinationID, who, reason string, fn fun
 
 // changeDestination is change for one existing destination: fn edits d
 // and says what it changed; it returns the edited destination.
-func (cp *ControlPlane) changeDestination(action, id, who, reason string, fn func(d *rivorav1.Destination) (string, error)) (*rivorav1.Destination, uint64, error) {
+func (cp *ControlPlane) changeDestination(action, id string, who actor, reason string, fn func(d *rivorav1.Destination) (string, error)) (*rivorav1.Destination, uint64, error) {
 	var updated *rivorav1.Destination
 	version, err := cp.change(action, id, who, reason, func(all map[string]*rivorav1.Destination) (string, error) {
 		d, ok := all[id]
@@ -65,7 +68,7 @@ func (cp *ControlPlane) changeDestination(action, id, who, reason string, fn fun
 	return updated, version, err
 }
 
-func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest) (*rivorav1.Destination, uint64, error) {
+func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, who actor) (*rivorav1.Destination, uint64, error) {
 	if err := ids.Validate("id", m.GetId()); err != nil {
 		return nil, 0, tag(ErrInvalid, err)
 	}
@@ -88,7 +91,7 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest) 
 		Id: m.GetId(), Url: m.GetUrl(), Secret: secret, Configured: configured,
 		CreatedAt: now, UpdatedAt: now, PriorityClass: rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL,
 	}
-	version, err := cp.change("destination.create", d.Id, m.GetAuthor(), "", func(all map[string]*rivorav1.Destination) (string, error) {
+	version, err := cp.change("destination.create", d.Id, who, "", func(all map[string]*rivorav1.Destination) (string, error) {
 		if _, exists := all[d.Id]; exists {
 			return "", errorf(ErrExists, "destination %q already exists; change it with `rivoractl destinations update %s`", d.Id, d.Id)
 		}
@@ -123,11 +126,11 @@ func (cp *ControlPlane) destination(ctx context.Context, id string) (*rivorav1.D
 	return d, pending, nil
 }
 
-func (cp *ControlPlane) updateDestination(m *rivorav1.UpdateDestinationRequest) (*rivorav1.Destination, uint64, error) {
+func (cp *ControlPlane) updateDestination(m *rivorav1.UpdateDestinationRequest, who actor) (*rivorav1.Destination, uint64, error) {
 	if err := reserved(m.GetId()); err != nil {
 		return nil, 0, err
 	}
-	return cp.changeDestination("destination.update", m.GetId(), m.GetAuthor(), "", func(d *rivorav1.Destination) (string, error) {
+	return cp.changeDestination("destination.update", m.GetId(), who, "", func(d *rivorav1.Destination) (string, error) {
 		var changes []string
 		if m.Url != nil {
 			if err := validateURL(m.GetUrl()); err != nil {
@@ -173,7 +176,7 @@ func copySetFields(dst, set *rivorav1.Limits) []string {
 
 // deleteDestination removes a destination. One with pending events is
 // refused unless force, which first archives them as dead letters.
-func (cp *ControlPlane) deleteDestination(ctx context.Context, id, who string, force bool) (archived int64, version uint64, err error) {
+func (cp *ControlPlane) deleteDestination(ctx context.Context, id string, who actor, force bool) (archived int64, version uint64, err error) {
 	if err := reserved(id); err != nil {
 		return 0, 0, err
 	}
@@ -216,12 +219,12 @@ func (cp *ControlPlane) destinationHealth(ctx context.Context, id string) ([]*ri
 	return health, err
 }
 
-func (cp *ControlPlane) pauseDestination(id, who, reason string) (*rivorav1.Destination, uint64, error) {
+func (cp *ControlPlane) pauseDestination(id string, who actor, reason string) (*rivorav1.Destination, uint64, error) {
 	return cp.changeDestination("destination.pause", id, who, reason, func(d *rivorav1.Destination) (string, error) {
 		if d.GetPaused() {
 			return "", errorf(ErrPrecondition, "destination %q is already %s; resume it with `rivoractl destinations resume %s`", d.GetId(), pauseState(d), d.GetId())
 		}
-		openPause(d, cp.now(), reason, author(who))
+		openPause(d, cp.now(), reason, who.name)
 		return "paused", nil
 	})
 }
@@ -282,7 +285,7 @@ func (cp *ControlPlane) disableDestination(id, agentName, eventID string, status
 		return false, 0, errorf(ErrInvalid, "status %d: only a 410 Gone disables a destination", status)
 	}
 	detail := fmt.Sprintf("disabled: HTTP %d to event %s (agent %s)", status, eventID, agentName)
-	_, version, err = cp.changeDestination("destination.disable", id, RivoraAuthor, GoneReason, func(d *rivorav1.Destination) (string, error) {
+	_, version, err = cp.changeDestination("destination.disable", id, rivoraActor, GoneReason, func(d *rivorav1.Destination) (string, error) {
 		if d.GetPaused() || resumedSince(d, at) {
 			return "", errNothingToDo
 		}
@@ -308,7 +311,7 @@ func resumedSince(d *rivorav1.Destination, at time.Time) bool {
 	return n > 0 && d.GetPauses()[n-1].GetEnd() != nil && d.GetPauses()[n-1].GetEnd().AsTime().After(at)
 }
 
-func (cp *ControlPlane) resumeDestination(id, who string) (*rivorav1.Destination, uint64, error) {
+func (cp *ControlPlane) resumeDestination(id string, who actor) (*rivorav1.Destination, uint64, error) {
 	return cp.changeDestination("destination.resume", id, who, "", func(d *rivorav1.Destination) (string, error) {
 		if !d.GetPaused() {
 			return "", errorf(ErrPrecondition, "destination %q is not paused", d.GetId())

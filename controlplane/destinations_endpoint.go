@@ -5,13 +5,16 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 // adminHandler serves rivora.v1.AdminService, one file per concept
 // (destinations, priorities, limits, audit, config status). It only
-// translates: requests into ControlPlane operations, their results into
-// responses. It keeps no state. Its errors are domain errors; the gates in
+// translates: requests into ControlPlane operations (the caller, from its
+// token, as their author: the requests' author fields are ignored), their
+// results into responses (destinations without their secret, but for
+// the answer to create). It keeps no state. Its errors are domain errors; the gates in
 // front of it (Handle) refuse calls on a follower and turn the errors into
 // Connect codes.
 type adminHandler struct {
@@ -19,11 +22,14 @@ type adminHandler struct {
 }
 
 func (h *adminHandler) CreateDestination(ctx context.Context, req *connect.Request[rivorav1.CreateDestinationRequest]) (*connect.Response[rivorav1.CreateDestinationResponse], error) {
-	d, version, err := h.cp.createDestination(req.Msg)
+	d, version, err := h.cp.createDestination(req.Msg, caller(ctx))
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&rivorav1.CreateDestinationResponse{Destination: h.cp.render(d), Version: version}), nil
+	// The one answer that shows the secret: it cannot be read again.
+	out := h.cp.render(d)
+	out.SecretFingerprint = auth.Fingerprint(out.GetSecret())
+	return connect.NewResponse(&rivorav1.CreateDestinationResponse{Destination: out, Version: version}), nil
 }
 
 func (h *adminHandler) GetDestination(ctx context.Context, req *connect.Request[rivorav1.GetDestinationRequest]) (*connect.Response[rivorav1.GetDestinationResponse], error) {
@@ -31,24 +37,27 @@ func (h *adminHandler) GetDestination(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&rivorav1.GetDestinationResponse{Destination: h.cp.render(d), Pending: pending}), nil
+	return connect.NewResponse(&rivorav1.GetDestinationResponse{Destination: h.cp.answer(d), Pending: pending}), nil
 }
 
 func (h *adminHandler) ListDestinations(ctx context.Context, req *connect.Request[rivorav1.ListDestinationsRequest]) (*connect.Response[rivorav1.ListDestinationsResponse], error) {
 	_, dests := h.cp.snapshot()
+	for _, d := range dests {
+		withoutSecret(d)
+	}
 	return connect.NewResponse(&rivorav1.ListDestinationsResponse{Destinations: dests}), nil
 }
 
 func (h *adminHandler) UpdateDestination(ctx context.Context, req *connect.Request[rivorav1.UpdateDestinationRequest]) (*connect.Response[rivorav1.UpdateDestinationResponse], error) {
-	d, version, err := h.cp.updateDestination(req.Msg)
+	d, version, err := h.cp.updateDestination(req.Msg, caller(ctx))
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&rivorav1.UpdateDestinationResponse{Destination: h.cp.render(d), Version: version}), nil
+	return connect.NewResponse(&rivorav1.UpdateDestinationResponse{Destination: h.cp.answer(d), Version: version}), nil
 }
 
 func (h *adminHandler) DeleteDestination(ctx context.Context, req *connect.Request[rivorav1.DeleteDestinationRequest]) (*connect.Response[rivorav1.DeleteDestinationResponse], error) {
-	archived, version, err := h.cp.deleteDestination(ctx, req.Msg.GetId(), req.Msg.GetAuthor(), req.Msg.GetForce())
+	archived, version, err := h.cp.deleteDestination(ctx, req.Msg.GetId(), caller(ctx), req.Msg.GetForce())
 	if err != nil {
 		return nil, err
 	}
@@ -65,17 +74,17 @@ func (h *adminHandler) GetDestinationHealth(ctx context.Context, req *connect.Re
 
 func (h *adminHandler) PauseDestination(ctx context.Context, req *connect.Request[rivorav1.PauseDestinationRequest]) (*connect.Response[rivorav1.PauseDestinationResponse], error) {
 	m := req.Msg
-	d, version, err := h.cp.pauseDestination(m.GetDestinationId(), m.GetAuthor(), m.GetReason())
+	d, version, err := h.cp.pauseDestination(m.GetDestinationId(), caller(ctx), m.GetReason())
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&rivorav1.PauseDestinationResponse{Destination: h.cp.render(d), Version: version}), nil
+	return connect.NewResponse(&rivorav1.PauseDestinationResponse{Destination: h.cp.answer(d), Version: version}), nil
 }
 
 func (h *adminHandler) ResumeDestination(ctx context.Context, req *connect.Request[rivorav1.ResumeDestinationRequest]) (*connect.Response[rivorav1.ResumeDestinationResponse], error) {
-	d, version, err := h.cp.resumeDestination(req.Msg.GetDestinationId(), req.Msg.GetAuthor())
+	d, version, err := h.cp.resumeDestination(req.Msg.GetDestinationId(), caller(ctx))
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&rivorav1.ResumeDestinationResponse{Destination: h.cp.render(d), Version: version}), nil
+	return connect.NewResponse(&rivorav1.ResumeDestinationResponse{Destination: h.cp.answer(d), Version: version}), nil
 }

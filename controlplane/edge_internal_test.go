@@ -21,7 +21,7 @@ import (
 // naming the leader, before any handler runs. The procedures come from
 // the services' descriptors, so a new RPC cannot skip the gate unnoticed.
 func TestFollowerRefusesEveryProcedure(t *testing.T) {
-	cp, err := New(Config{StateDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	cp, err := New(Config{StateDir: t.TempDir(), Keys: testKeys(t)}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,6 +34,7 @@ func TestFollowerRefusesEveryProcedure(t *testing.T) {
 	services := []protoreflect.ServiceDescriptor{
 		rivorav1.File_rivora_v1_admin_proto.Services().ByName("AdminService"),
 		rivorav1.File_rivora_v1_agent_proto.Services().ByName("AgentService"),
+		rivorav1.File_rivora_v1_tokens_proto.Services().ByName("TokenService"),
 	}
 	procedures := 0
 	for _, svc := range services {
@@ -48,8 +49,8 @@ func TestFollowerRefusesEveryProcedure(t *testing.T) {
 			procedures++
 		}
 	}
-	if procedures < 18 {
-		t.Fatalf("checked %d procedures; the admin and agent services have at least 18", procedures)
+	if procedures < 21 {
+		t.Fatalf("checked %d procedures; the admin, agent and token services have at least 21", procedures)
 	}
 	if _, dests := cp.store.Snapshot(); len(dests) != 0 {
 		t.Fatalf("a refused call changed the state: %v", dests)

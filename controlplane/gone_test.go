@@ -2,7 +2,6 @@ package controlplane_test
 
 import (
 	"context"
-	"net/http"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 
 	"github.com/rivora/rivora/controlplane"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
-	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
 
 // An agent's 410 report disables the destination once — paused with the
@@ -20,7 +18,7 @@ import (
 func TestReportGoneDisablesOnce(t *testing.T) {
 	d := startDev(t, t.TempDir(), false)
 	d.create(&rivorav1.CreateDestinationRequest{Id: "orders", Url: sink(t).URL, Secret: secret})
-	agents := rivorav1connect.NewAgentServiceClient(http.DefaultClient, d.URL)
+	agents := d.Agents
 	ctx := context.Background()
 	report := func(at time.Time) *rivorav1.ReportGoneResponse {
 		t.Helper()
@@ -87,7 +85,7 @@ func TestReportGoneDisablesOnce(t *testing.T) {
 func TestReportGoneValidation(t *testing.T) {
 	d := startDev(t, t.TempDir(), false)
 	d.create(&rivorav1.CreateDestinationRequest{Id: "orders", Url: sink(t).URL, Secret: secret})
-	agents := rivorav1connect.NewAgentServiceClient(http.DefaultClient, d.URL)
+	agents := d.Agents
 	now := timestamppb.Now()
 	for _, c := range []struct {
 		name     string

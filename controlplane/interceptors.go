@@ -6,9 +6,10 @@ import (
 	"connectrpc.com/connect"
 )
 
-// The gates every admin and agent RPC passes, installed once where the
-// services are registered (handle) so that no handler can forget one, and
-// where authentication will sit.
+// The gates every admin, token, agent and operator RPC passes, installed
+// once where the services are registered (gated) so that no handler can
+// forget one: errorInterceptor, leaderInterceptor, then auth.Interceptor
+// (authentication and authorization, against auth.Policies).
 
 // leaderInterceptor refuses every call while gate returns an error: only
 // the leading control plane answers (gate is leaderOnly). The refusal is a

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/e2e/consultest"
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/eventually"
 	"github.com/rivora/rivora/internal/testrig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -31,13 +33,38 @@ type consulCP struct {
 	done   chan error
 }
 
+// leaderTestCell is the cell token of the control planes of these tests.
+var leaderTestCell = auth.CellTokenOf("leader-test-cell-token-0123456789abcdef")
+
+// adminTokenDirs holds, per Consul, the directory where the first leader
+// writes the bootstrap admin token: every control plane of a test shares
+// it, so whichever leads first writes it and the clients read it.
+var adminTokenDirs sync.Map
+
+// fileBearer sends the token in path (read at each call: it appears once
+// a leader is elected).
+func fileBearer(path string) connect.ClientOption {
+	return connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if token, err := os.ReadFile(path); err == nil {
+				req.Header().Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+			}
+			return next(ctx, req)
+		}
+	}))
+}
+
 func startConsulCP(t *testing.T, consulURL, limitsPath string) *consulCP {
 	t.Helper()
+	dir, _ := adminTokenDirs.LoadOrStore(consulURL, t.TempDir())
+	adminPath := filepath.Join(dir.(string), "admin.token")
 	mux := http.NewServeMux()
 	n := &consulCP{t: t, srv: httptest.NewServer(mux), done: make(chan error, 1)}
 	n.url = n.srv.URL
 	log := testrig.Logger(t, n.url)
-	cp, err := controlplane.New(controlplane.Config{ConsulURL: consulURL, AdvertiseURL: n.url, LimitsPath: limitsPath, Partitions: 4}, log)
+	cp, err := controlplane.New(controlplane.Config{
+		ConsulURL: consulURL, AdvertiseURL: n.url, LimitsPath: limitsPath, Partitions: 4, Keys: auth.NewKeys(leaderTestCell), AdminTokenPath: adminPath,
+	}, log)
 	if err != nil {
 		n.srv.Close()
 		t.Fatalf("controlplane.New: %v", err)
@@ -46,8 +73,8 @@ func startConsulCP(t *testing.T, consulURL, limitsPath string) *consulCP {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go func() { n.done <- cp.Run(ctx) }()
-	n.admin = rivorav1connect.NewAdminServiceClient(n.srv.Client(), n.url)
-	n.agents = rivorav1connect.NewAgentServiceClient(n.srv.Client(), n.url)
+	n.admin = rivorav1connect.NewAdminServiceClient(n.srv.Client(), n.url, fileBearer(adminPath))
+	n.agents = rivorav1connect.NewAgentServiceClient(n.srv.Client(), n.url, connect.WithInterceptors(auth.Bearer(leaderTestCell.String())))
 	t.Cleanup(n.stop)
 	return n
 }
@@ -166,7 +193,7 @@ func TestLeaderElection(t *testing.T) {
 	}
 	var sawCreate, sawLoad bool
 	for _, e := range audit.Msg.GetEntries() {
-		sawCreate = sawCreate || (e.GetAction() == "destination.create" && e.GetDestinationId() == "orders" && e.GetAuthor() == "alice")
+		sawCreate = sawCreate || (e.GetAction() == "destination.create" && e.GetDestinationId() == "orders" && e.GetAuthor() == controlplane.BootstrapTokenName) // the token's name, not the request's author
 		sawLoad = sawLoad || (e.GetAction() == "limits.load" && strings.Contains(e.GetDetail(), follower.url))
 	}
 	if !sawCreate || !sawLoad {
@@ -252,7 +279,7 @@ func TestLeaderSurvivesConsulRestart(t *testing.T) {
 		return err == nil
 	})
 	list, err := leader.admin.ListDestinations(ctx, connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
-	if err != nil || destIDs(list.Msg.GetDestinations()) != "after,before" || created.Msg.GetVersion() != 2 {
-		t.Fatalf("after the restart: %v, %v (create version %d); want after,before at version 2", list, err, created.Msg.GetVersion())
+	if err != nil || destIDs(list.Msg.GetDestinations()) != "after,before" || created.Msg.GetVersion() != 3 {
+		t.Fatalf("after the restart: %v, %v (create version %d); want after,before at version 3 (1 is the bootstrap token)", list, err, created.Msg.GetVersion())
 	}
 }

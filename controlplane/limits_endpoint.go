@@ -17,7 +17,7 @@ func (h *adminHandler) GetLimits(ctx context.Context, req *connect.Request[rivor
 }
 
 func (h *adminHandler) SetLimitsOverride(ctx context.Context, req *connect.Request[rivorav1.SetLimitsOverrideRequest]) (*connect.Response[rivorav1.SetLimitsOverrideResponse], error) {
-	view, version, err := h.cp.setOverride(req.Msg)
+	view, version, err := h.cp.setOverride(req.Msg, caller(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -26,7 +26,7 @@ func (h *adminHandler) SetLimitsOverride(ctx context.Context, req *connect.Reque
 
 func (h *adminHandler) ClearLimitsOverride(ctx context.Context, req *connect.Request[rivorav1.ClearLimitsOverrideRequest]) (*connect.Response[rivorav1.ClearLimitsOverrideResponse], error) {
 	m := req.Msg
-	view, version, err := h.cp.clearOverride(m.GetDestinationId(), m.GetAuthor(), m.GetReason())
+	view, version, err := h.cp.clearOverride(m.GetDestinationId(), caller(ctx), m.GetReason())
 	if err != nil {
 		return nil, err
 	}

@@ -400,7 +400,7 @@ func (n *notifier) publish(ctx context.Context, nt notices.Notice) (string, bool
 	var errs []error
 	for _, a := range agents {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := rivorav1connect.NewIngestServiceClient(n.cp.agents.http, a.address).Publish(cctx, connect.NewRequest(req))
+		resp, err := rivorav1connect.NewIngestServiceClient(n.cp.agents.http, a.address, n.cp.agents.cell).Publish(cctx, connect.NewRequest(req))
 		cancel()
 		if err == nil {
 			return resp.Msg.GetEventId(), resp.Msg.GetDuplicate(), nil
@@ -418,7 +418,7 @@ func (r *agentRegistry) deadLetters(ctx context.Context, destination string, sin
 	truncated := false
 	var mu sync.Mutex
 	answers, err := askAll(r, func(a *agentState) ([]*rivorav1.DeadLetter, error) {
-		resp, err := rivorav1connect.NewArchiveServiceClient(r.http, a.address).ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{
+		resp, err := rivorav1connect.NewArchiveServiceClient(r.http, a.address, r.cell).ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{
 			Filter: &rivorav1.DeadLetterFilter{DestinationId: destination, Since: timestamppb.New(since)}, Limit: 1000,
 		}))
 		if err != nil {
@@ -455,7 +455,7 @@ func (cp *ControlPlane) ensureOperatorDestination(url, secret string) error {
 			Id: id, Url: url, Secret: secret, Configured: &rivorav1.Limits{MaxAttempts: operatorMaxAttempts},
 			CreatedAt: now, UpdatedAt: now, PriorityClass: rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL,
 		}
-		if _, err := cp.change("destination.create", id, RivoraAuthor, "operator webhook", func(all map[string]*rivorav1.Destination) (string, error) {
+		if _, err := cp.change("destination.create", id, rivoraActor, "operator webhook", func(all map[string]*rivorav1.Destination) (string, error) {
 			all[id] = nd
 			return "operator notices to " + url, nil
 		}); err != nil {
@@ -469,7 +469,7 @@ func (cp *ControlPlane) ensureOperatorDestination(url, secret string) error {
 	if d.GetUrl() == url && (secret == "" || secret == d.GetSecret()) {
 		return nil
 	}
-	_, _, err := cp.changeDestination("destination.update", id, RivoraAuthor, "operator webhook", func(d *rivorav1.Destination) (string, error) {
+	_, _, err := cp.changeDestination("destination.update", id, rivoraActor, "operator webhook", func(d *rivorav1.Destination) (string, error) {
 		detail := "url " + url
 		d.Url = url
 		if secret != "" && secret != d.Secret {

@@ -20,7 +20,6 @@ import (
 	"github.com/rivora/rivora/internal/eventually"
 	"github.com/rivora/rivora/internal/testrig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
-	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk/webhook"
 )
 
@@ -127,7 +126,7 @@ func TestOperatorNotices(t *testing.T) {
 	eventually.True(t, "override.expired notice", 15*time.Second, func() bool { return len(op.of(notices.OverrideExpired, "orders")) == 1 })
 
 	// A destination Rivora disabled: an agent reports a 410 Gone.
-	gone, err := rivorav1connect.NewAgentServiceClient(http.DefaultClient, d.URL).ReportGone(ctx, connect.NewRequest(&rivorav1.ReportGoneRequest{
+	gone, err := d.Agents.ReportGone(ctx, connect.NewRequest(&rivorav1.ReportGoneRequest{
 		AgentName: d.Name, DestinationId: "orders", EventId: "ev-1", Status: 410, At: timestamppb.Now(),
 	}))
 	if err != nil || !gone.Msg.GetDisabled() {

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -30,8 +31,9 @@ import (
 //   - the archive is the cell's (S3/MinIO), so ArchiveService calls go to
 //     any connected agent, the next one when one is Unavailable.
 //
-// An agent's own answer, error included, reaches the caller as the agent
-// gave it; the router's own failures are domain errors (errors.go). It
+// Each call to an agent carries the caller's token (auth.Forwarding), so
+// the agent authorizes it again. An agent's own answer, error included,
+// reaches the caller as the agent gave it; the router's own failures are domain errors (errors.go). It
 // keeps no state: the registry knows the agents.
 type operatorRouter struct {
 	agents     *agentRegistry
@@ -39,13 +41,18 @@ type operatorRouter struct {
 	// http has no overall timeout: a replay streams as long as it runs.
 	// Unary calls are bounded by callTimeout unless the caller set a
 	// deadline.
-	http        *http.Client
+	http *http.Client
+	// forward sends the caller's token on.
+	forward     connect.ClientOption
 	callTimeout time.Duration
 	askTimeout  time.Duration
 }
 
-func newOperatorRouter(agents *agentRegistry, partitions int) *operatorRouter {
-	return &operatorRouter{agents: agents, partitions: partitions, http: &http.Client{}, callTimeout: 30 * time.Second, askTimeout: 5 * time.Second}
+func newOperatorRouter(agents *agentRegistry, partitions int, transport http.RoundTripper) *operatorRouter {
+	return &operatorRouter{
+		agents: agents, partitions: partitions, http: &http.Client{Transport: transport}, forward: connect.WithInterceptors(auth.Forwarding()),
+		callTimeout: 30 * time.Second, askTimeout: 5 * time.Second,
+	}
 }
 
 var (
@@ -318,13 +325,13 @@ func (r *operatorRouter) Replay(ctx context.Context, req *connect.Request[rivora
 // ---- clients --------------------------------------------------------------
 
 func (r *operatorRouter) events(a *agentState) rivorav1connect.EventServiceClient {
-	return rivorav1connect.NewEventServiceClient(r.http, a.address)
+	return rivorav1connect.NewEventServiceClient(r.http, a.address, r.forward)
 }
 
 func (r *operatorRouter) lanes(a *agentState) rivorav1connect.LaneServiceClient {
-	return rivorav1connect.NewLaneServiceClient(r.http, a.address)
+	return rivorav1connect.NewLaneServiceClient(r.http, a.address, r.forward)
 }
 
 func (r *operatorRouter) archive(a *agentState) rivorav1connect.ArchiveServiceClient {
-	return rivorav1connect.NewArchiveServiceClient(r.http, a.address)
+	return rivorav1connect.NewArchiveServiceClient(r.http, a.address, r.forward)
 }

@@ -37,13 +37,15 @@ type routeAgent struct {
 	name string
 	srv  *httptest.Server
 
-	mu      sync.Mutex
-	events  map[string]*rivorav1.GetEventResponse // GetEvent answers; missing: NotFound
-	err     error                                 // returned by every call when set
-	hang    bool                                  // GetEvent waits for its context to end
-	calls   []string
-	resent  []string
-	replays int // Replay reports to send
+	mu     sync.Mutex
+	events map[string]*rivorav1.GetEventResponse // GetEvent answers; missing: NotFound
+	err    error                                 // returned by every call when set
+	hang   bool                                  // GetEvent waits for its context to end
+	calls  []string
+	// authorization is the Authorization header of every request.
+	authorization []string
+	resent        []string
+	replays       int // Replay reports to send
 	// replayEnded is closed when a Replay handler returns.
 	replayEnded chan struct{}
 	replayHold  bool // Replay waits for its context after its reports
@@ -174,20 +176,24 @@ type routeCell struct {
 	cp     *ControlPlane
 	url    string
 	agents map[string]*routeAgent
+	// token is the admin token the clients call with; as sends it.
+	token string
+	as    connect.ClientOption
 }
 
 func startRouteCell(t *testing.T, gate func() error) *routeCell {
 	t.Helper()
-	cp, err := New(Config{StateDir: t.TempDir(), Partitions: routePartitions}, slog.New(slog.DiscardHandler))
+	cp, err := New(Config{StateDir: t.TempDir(), Partitions: routePartitions, Keys: testKeys(t)}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
+	token, as := storeAdmin(t, cp, "router-test")
 	cp.operator.askTimeout = 300 * time.Millisecond
 	mux := http.NewServeMux()
 	cp.handleOperator(mux, gate)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &routeCell{t: t, cp: cp, url: srv.URL, agents: map[string]*routeAgent{}}
+	return &routeCell{t: t, cp: cp, url: srv.URL, agents: map[string]*routeAgent{}, token: token, as: as}
 }
 
 // agent starts a stand-in agent that watches the control plane and
@@ -199,7 +205,12 @@ func (c *routeCell) agent(name string, partitions ...uint32) *routeAgent {
 	mux.Handle(rivorav1connect.NewEventServiceHandler(a))
 	mux.Handle(rivorav1connect.NewLaneServiceHandler(a))
 	mux.Handle(rivorav1connect.NewArchiveServiceHandler(a))
-	a.srv = httptest.NewServer(mux)
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		a.authorization = append(a.authorization, r.Header.Get("Authorization"))
+		a.mu.Unlock()
+		mux.ServeHTTP(w, r)
+	}))
 	c.t.Cleanup(a.srv.Close)
 	c.cp.agents.connect(name, a.srv.URL, "", time.Now())
 	if err := c.cp.agents.owned(name, "", partitions, time.Now()); err != nil {
@@ -210,15 +221,15 @@ func (c *routeCell) agent(name string, partitions ...uint32) *routeAgent {
 }
 
 func (c *routeCell) events() rivorav1connect.EventServiceClient {
-	return rivorav1connect.NewEventServiceClient(http.DefaultClient, c.url)
+	return rivorav1connect.NewEventServiceClient(http.DefaultClient, c.url, c.as)
 }
 
 func (c *routeCell) lanes() rivorav1connect.LaneServiceClient {
-	return rivorav1connect.NewLaneServiceClient(http.DefaultClient, c.url)
+	return rivorav1connect.NewLaneServiceClient(http.DefaultClient, c.url, c.as)
 }
 
 func (c *routeCell) archive() rivorav1connect.ArchiveServiceClient {
-	return rivorav1connect.NewArchiveServiceClient(http.DefaultClient, c.url)
+	return rivorav1connect.NewArchiveServiceClient(http.DefaultClient, c.url, c.as)
 }
 
 // destinationIn returns a destination id whose partition is p.
@@ -532,5 +543,26 @@ func TestOperatorBehindTheLeaderGate(t *testing.T) {
 	wantErr(t, "Replay on a follower", err, connect.CodeUnavailable, "the leader is http://cp2:7300")
 	if calls := c.agents["a1"].callsOf(); len(calls) != 0 {
 		t.Errorf("a follower called the agent: %v", calls)
+	}
+}
+
+// The router calls agents with the caller's own token, so each agent
+// checks it again; a call without a token reaches no agent.
+func TestRouterForwardsTheCallersToken(t *testing.T) {
+	c := startRouteCell(t, func() error { return nil })
+	dest := destinationIn(t, 3)
+	a := c.agent("a1", 3)
+	ctx := context.Background()
+	if _, err := c.lanes().ListLanes(ctx, connect.NewRequest(&rivorav1.ListLanesRequest{DestinationId: dest})); err != nil {
+		t.Fatalf("ListLanes: %v", err)
+	}
+	anon := rivorav1connect.NewLaneServiceClient(http.DefaultClient, c.url)
+	if _, err := anon.ListLanes(ctx, connect.NewRequest(&rivorav1.ListLanesRequest{DestinationId: dest})); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("ListLanes without a token: %v, want Unauthenticated", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.authorization) != 1 || a.authorization[0] != "Bearer "+c.token {
+		t.Fatalf("the agent was called with Authorization %q, want once, the caller's token", a.authorization)
 	}
 }

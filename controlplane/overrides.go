@@ -33,15 +33,15 @@ func (cp *ControlPlane) destinationLimits(id string) (*rivorav1.GetLimitsRespons
 
 // setOverride sets (or extends) a destination's override; fields it does
 // not set keep the unexpired override's values.
-func (cp *ControlPlane) setOverride(m *rivorav1.SetLimitsOverrideRequest) (*rivorav1.GetLimitsResponse, uint64, error) {
+func (cp *ControlPlane) setOverride(m *rivorav1.SetLimitsOverrideRequest, who actor) (*rivorav1.GetLimitsResponse, uint64, error) {
 	set := &rivorav1.Limits{RatePerSecond: m.GetRatePerSecond(), Burst: m.GetBurst(), MaxAttempts: m.GetMaxAttempts(), Window: m.GetWindow(), Timeout: m.GetTimeout(), MaxInFlight: m.GetMaxInFlight()}
 	changes, err := validateOverride(m, set)
 	if err != nil {
 		return nil, 0, err
 	}
-	updated, version, err := cp.changeDestination("limits.override", m.GetDestinationId(), m.GetAuthor(), m.GetReason(), func(d *rivorav1.Destination) (string, error) {
+	updated, version, err := cp.changeDestination("limits.override", m.GetDestinationId(), who, m.GetReason(), func(d *rivorav1.Destination) (string, error) {
 		now := cp.now()
-		o := &rivorav1.LimitsOverride{Limits: &rivorav1.Limits{}, Author: author(m.GetAuthor()), Reason: m.GetReason(), SetAt: timestamppb.New(now)}
+		o := &rivorav1.LimitsOverride{Limits: &rivorav1.Limits{}, Author: who.name, Reason: m.GetReason(), SetAt: timestamppb.New(now)}
 		if prev := d.GetOverride(); prev != nil && (prev.GetExpiresAt() == nil || prev.GetExpiresAt().AsTime().After(now)) {
 			o.Limits = proto.Clone(prev.GetLimits()).(*rivorav1.Limits)
 		}
@@ -79,7 +79,7 @@ func validateOverride(m *rivorav1.SetLimitsOverrideRequest, set *rivorav1.Limits
 	return changes, nil
 }
 
-func (cp *ControlPlane) clearOverride(id, who, reason string) (*rivorav1.GetLimitsResponse, uint64, error) {
+func (cp *ControlPlane) clearOverride(id string, who actor, reason string) (*rivorav1.GetLimitsResponse, uint64, error) {
 	updated, version, err := cp.changeDestination("limits.clear", id, who, reason, func(d *rivorav1.Destination) (string, error) {
 		if d.GetOverride() == nil {
 			return "", errorf(ErrPrecondition, "destination %q has no limits override", d.GetId())

@@ -13,12 +13,12 @@ import (
 
 // setPriority sets a destination's priority class, a customer's weight
 // within it, or both.
-func (cp *ControlPlane) setPriority(m *rivorav1.SetPriorityRequest) (*rivorav1.Destination, uint64, error) {
+func (cp *ControlPlane) setPriority(m *rivorav1.SetPriorityRequest, who actor) (*rivorav1.Destination, uint64, error) {
 	if err := validatePriority(m); err != nil {
 		return nil, 0, err
 	}
 	setsClass := m.GetClass() != rivorav1.PriorityClass_PRIORITY_CLASS_UNSPECIFIED
-	return cp.changeDestination("priority.set", m.GetDestinationId(), m.GetAuthor(), "", func(d *rivorav1.Destination) (string, error) {
+	return cp.changeDestination("priority.set", m.GetDestinationId(), who, "", func(d *rivorav1.Destination) (string, error) {
 		var changes []string
 		if setsClass {
 			d.PriorityClass = m.GetClass()

@@ -15,8 +15,8 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
-// Store holds the control plane's state: the registered destinations and
-// the config version. FileStore keeps it in a file for a single control
+// Store holds the control plane's state: the registered destinations, the
+// API tokens (hashes, never tokens) and the config version. FileStore keeps it in a file for a single control
 // plane; ConsulStore keeps it in Consul KV, shared by several of which one
 // leads.
 type Store interface {
@@ -29,6 +29,46 @@ type Store interface {
 	// result as the next config version, which it returns. fn returns an
 	// error to change nothing; so does a failed write.
 	Update(fn func(dests map[string]*rivorav1.Destination) error) (uint64, error)
+	// Tokens returns copies of the API tokens, sorted by creation time.
+	Tokens() []*rivorav1.ApiToken
+	// UpdateTokens is Update for the API tokens (by id).
+	UpdateTokens(fn func(tokens map[string]*rivorav1.ApiToken) error) (uint64, error)
+}
+
+// state is what a Store holds.
+type state struct {
+	version uint64
+	dests   map[string]*rivorav1.Destination
+	tokens  map[string]*rivorav1.ApiToken
+}
+
+func emptyState() state {
+	return state{dests: make(map[string]*rivorav1.Destination), tokens: make(map[string]*rivorav1.ApiToken)}
+}
+
+// clone copies s deeply, for a change to work on.
+func (s state) clone() state {
+	out := state{version: s.version, dests: cloneDests(s.dests), tokens: make(map[string]*rivorav1.ApiToken, len(s.tokens))}
+	for id, t := range s.tokens {
+		out.tokens[id] = proto.Clone(t).(*rivorav1.ApiToken)
+	}
+	return out
+}
+
+// sortedTokens returns copies of tokens, oldest first (then by id).
+func sortedTokens(tokens map[string]*rivorav1.ApiToken) []*rivorav1.ApiToken {
+	out := make([]*rivorav1.ApiToken, 0, len(tokens))
+	for _, t := range tokens {
+		out = append(out, proto.Clone(t).(*rivorav1.ApiToken))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i].GetCreatedAt().AsTime(), out[j].GetCreatedAt().AsTime()
+		if !a.Equal(b) {
+			return a.Before(b)
+		}
+		return out[i].GetId() < out[j].GetId()
+	})
+	return out
 }
 
 // FileStore keeps the state in one JSON file under the state directory,
@@ -36,9 +76,8 @@ type Store interface {
 type FileStore struct {
 	path string
 
-	mu      sync.Mutex
-	version uint64
-	dests   map[string]*rivorav1.Destination
+	mu    sync.Mutex
+	state state
 }
 
 var _ Store = (*FileStore)(nil)
@@ -48,6 +87,8 @@ var _ Store = (*FileStore)(nil)
 type storeFile struct {
 	Version      uint64            `json:"version"`
 	Destinations []json.RawMessage `json:"destinations"`
+	// Tokens are the API tokens: their hashes, never the tokens.
+	Tokens []json.RawMessage `json:"tokens,omitempty"`
 }
 
 // OpenStore loads (or creates) the state under dir.
@@ -55,7 +96,7 @@ func OpenStore(dir string) (*FileStore, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", dir, err)
 	}
-	s := &FileStore{path: filepath.Join(dir, "controlplane.json"), dests: make(map[string]*rivorav1.Destination)}
+	s := &FileStore{path: filepath.Join(dir, "controlplane.json"), state: emptyState()}
 	data, err := os.ReadFile(s.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return s, nil
@@ -63,38 +104,53 @@ func OpenStore(dir string) (*FileStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", s.path, err)
 	}
-	version, dests, err := decodeState(data)
+	st, err := decodeState(data)
 	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", s.path, err)
 	}
-	s.version, s.dests = version, dests
+	s.state = st
 	return s, nil
 }
 
-func decodeState(data []byte) (uint64, map[string]*rivorav1.Destination, error) {
+func decodeState(data []byte) (state, error) {
 	var f storeFile
 	if err := json.Unmarshal(data, &f); err != nil {
-		return 0, nil, err
+		return state{}, err
 	}
-	dests := make(map[string]*rivorav1.Destination, len(f.Destinations))
+	st := emptyState()
+	st.version = f.Version
 	for i, raw := range f.Destinations {
 		d := &rivorav1.Destination{}
 		if err := protojson.Unmarshal(raw, d); err != nil {
-			return 0, nil, fmt.Errorf("destinations[%d]: %w", i, err)
+			return state{}, fmt.Errorf("destinations[%d]: %w", i, err)
 		}
-		dests[d.GetId()] = d
+		st.dests[d.GetId()] = d
 	}
-	return f.Version, dests, nil
+	for i, raw := range f.Tokens {
+		t := &rivorav1.ApiToken{}
+		if err := protojson.Unmarshal(raw, t); err != nil {
+			return state{}, fmt.Errorf("tokens[%d]: %w", i, err)
+		}
+		st.tokens[t.GetId()] = t
+	}
+	return st, nil
 }
 
-func encodeState(version uint64, dests map[string]*rivorav1.Destination) ([]byte, error) {
-	f := storeFile{Version: version}
-	for _, d := range sortedDests(dests) {
+func encodeState(st state) ([]byte, error) {
+	f := storeFile{Version: st.version}
+	for _, d := range sortedDests(st.dests) {
 		raw, err := protojson.Marshal(d)
 		if err != nil {
 			return nil, err
 		}
 		f.Destinations = append(f.Destinations, raw)
+	}
+	for _, t := range sortedTokens(st.tokens) {
+		raw, err := protojson.Marshal(t)
+		if err != nil {
+			return nil, err
+		}
+		f.Tokens = append(f.Tokens, raw)
 	}
 	return json.MarshalIndent(f, "", "  ")
 }
@@ -129,35 +185,52 @@ func getDest(dests map[string]*rivorav1.Destination, id string) (*rivorav1.Desti
 func (s *FileStore) Snapshot() (uint64, []*rivorav1.Destination) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.version, sortedDests(s.dests)
+	return s.state.version, sortedDests(s.state.dests)
 }
 
 // Get returns a destination.
 func (s *FileStore) Get(id string) (*rivorav1.Destination, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return getDest(s.dests, id)
+	return getDest(s.state.dests, id)
+}
+
+// Tokens returns the API tokens, oldest first.
+func (s *FileStore) Tokens() []*rivorav1.ApiToken {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sortedTokens(s.state.tokens)
 }
 
 // Update applies fn to a copy of the destinations under the store lock and
 // persists the result as the next config version. fn returns an error to
 // change nothing.
 func (s *FileStore) Update(fn func(dests map[string]*rivorav1.Destination) error) (uint64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	next := cloneDests(s.dests)
-	if err := fn(next); err != nil {
-		return 0, err
-	}
-	if err := s.save(s.version+1, next); err != nil {
-		return 0, err
-	}
-	s.dests, s.version = next, s.version+1
-	return s.version, nil
+	return s.update(func(st *state) error { return fn(st.dests) })
 }
 
-func (s *FileStore) save(version uint64, dests map[string]*rivorav1.Destination) error {
-	data, err := encodeState(version, dests)
+// UpdateTokens is Update for the API tokens.
+func (s *FileStore) UpdateTokens(fn func(tokens map[string]*rivorav1.ApiToken) error) (uint64, error) {
+	return s.update(func(st *state) error { return fn(st.tokens) })
+}
+
+func (s *FileStore) update(fn func(st *state) error) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := s.state.clone()
+	if err := fn(&next); err != nil {
+		return 0, err
+	}
+	next.version++
+	if err := s.save(next); err != nil {
+		return 0, err
+	}
+	s.state = next
+	return next.version, nil
+}
+
+func (s *FileStore) save(st state) error {
+	data, err := encodeState(st)
 	if err != nil {
 		return err
 	}

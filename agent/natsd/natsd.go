@@ -1,6 +1,11 @@
 // Package natsd runs the agent's embedded NATS server with JetStream, the
 // durable home of every accepted event, and the agent's one client
 // connection to it.
+//
+// In a cell the server requires a password (derived from the cell token)
+// of every client, in process or on the client port, and of every route;
+// with TLS files it serves the client port over TLS and the routes over
+// mutual TLS, each agent verifying the others' certificates with the CA.
 package natsd
 
 import (
@@ -16,6 +21,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rivora/rivora/internal/tlsconf"
 )
 
 // Config configures the embedded server.
@@ -37,7 +44,25 @@ type Config struct {
 	// Routes are the other agents' cluster URLs (nats://host:port); this
 	// server's own address may be among them.
 	Routes []string
+	// Password, when set, is required of every connection: of clients as
+	// user User (the agent's own in-process connections pass it), and of
+	// routes, whose URLs this server dials with it. The agents of a cell
+	// derive it from the cell token (auth.CellToken.Derive("nats")); ""
+	// leaves the server open to anyone who reaches it (--insecure, and
+	// rivora dev).
+	Password string
+	// TLS, with a certificate, serves the client port (if ClientListen) over
+	// TLS, and the routes over mutual TLS: each server presents TLS.Cert and
+	// verifies its peers' certificates with TLS.CA (required then).
+	TLS tlsconf.Files
 }
+
+// User is the NATS user of a server with a Password.
+const User = "rivora"
+
+// tlsTimeout bounds a TLS handshake on the client port and on routes, in
+// seconds (nats-server's unit).
+const tlsTimeout = 5
 
 // ClusterName is the NATS cluster name of a Rivora cell.
 const ClusterName = "rivora"
@@ -48,9 +73,10 @@ func Replicas(cellSize int) int { return max(1, min(3, cellSize)) }
 
 // Server is a running embedded NATS server and the agent's connection.
 type Server struct {
-	ns *server.Server
-	nc *nats.Conn
-	js jetstream.JetStream
+	ns       *server.Server
+	password string
+	nc       *nats.Conn
+	js       jetstream.JetStream
 }
 
 // Start starts the server, waits until it accepts connections and connects
@@ -66,14 +92,30 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 		// Large batches of PubAcks and purges are normal here.
 		MaxPending: 256 << 20,
 	}
-	if cfg.ClientListen == "" {
+	clientListen := cfg.ClientListen
+	if clientListen == "" && cfg.ClusterListen != "" {
+		// nats-server starts routing only once its client port listens
+		// (DontListen would leave the routes closed): a cluster member
+		// without one listens on a loopback port nobody is told of.
+		clientListen = "127.0.0.1:0"
+	}
+	if clientListen == "" {
 		opts.DontListen = true
 	} else {
-		host, port, err := splitHostPort("nats listen", cfg.ClientListen)
+		host, port, err := splitHostPort("nats listen", clientListen)
 		if err != nil {
 			return nil, err
 		}
 		opts.Host, opts.Port = host, port
+		if cfg.TLS.Enabled() {
+			if opts.TLSConfig, err = tlsconf.Server(cfg.TLS.Cert, cfg.TLS.Key); err != nil {
+				return nil, fmt.Errorf("nats client port: %w", err)
+			}
+			opts.TLSTimeout = tlsTimeout
+		}
+	}
+	if cfg.Password != "" {
+		opts.Username, opts.Password = User, cfg.Password
 	}
 	if cfg.ClusterListen != "" {
 		host, port, err := splitHostPort("nats cluster", cfg.ClusterListen)
@@ -81,10 +123,25 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 		opts.Cluster = server.ClusterOpts{Name: ClusterName, Host: host, Port: port}
+		if cfg.Password != "" {
+			// Routes dialled to this server must present it; the ones
+			// it dials carry it in their URLs (and the routes it learns
+			// from its peers get it from here).
+			opts.Cluster.Username, opts.Cluster.Password = User, cfg.Password
+		}
+		if cfg.TLS.Enabled() {
+			if opts.Cluster.TLSConfig, err = tlsconf.Mutual(cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.CA); err != nil {
+				return nil, fmt.Errorf("nats routes: %w", err)
+			}
+			opts.Cluster.TLSTimeout = tlsTimeout
+		}
 		for _, r := range cfg.Routes {
 			u, err := url.Parse(r)
-			if err != nil || u.Scheme != "nats" || u.Host == "" {
-				return nil, fmt.Errorf("nats route %q: want nats://HOST:PORT", r)
+			if err != nil || u.Scheme != "nats" || u.Host == "" || u.User != nil {
+				return nil, fmt.Errorf("nats route %q: want nats://HOST:PORT (the credential comes from the cell token)", r)
+			}
+			if cfg.Password != "" {
+				u.User = url.UserPassword(User, cfg.Password)
 			}
 			opts.Routes = append(opts.Routes, u)
 		}
@@ -98,7 +155,7 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("embedded nats: not ready after 30s (store %s)", opts.StoreDir)
 	}
-	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.Name(cfg.Name), nats.MaxReconnects(-1))
+	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.Name(cfg.Name), nats.MaxReconnects(-1), credential(cfg.Password))
 	if err != nil {
 		ns.Shutdown()
 		return nil, fmt.Errorf("connect to embedded nats: %w", err)
@@ -116,8 +173,17 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 	}
-	log.Info("embedded nats ready", "store", opts.StoreDir, "client_url", clientURL(ns, cfg.ClientListen), "sync_always", cfg.SyncAlways)
-	return &Server{ns: ns, nc: nc, js: js}, nil
+	log.Info("embedded nats ready", "store", opts.StoreDir, "client_url", clientURL(ns, cfg.ClientListen), "sync_always", cfg.SyncAlways,
+		"password", cfg.Password != "", "tls", cfg.TLS.Enabled())
+	return &Server{ns: ns, password: cfg.Password, nc: nc, js: js}, nil
+}
+
+// credential is the connect option passing password ("" = none).
+func credential(password string) nats.Option {
+	if password == "" {
+		return func(*nats.Options) error { return nil }
+	}
+	return nats.UserInfo(User, password)
 }
 
 func splitHostPort(what, addr string) (string, int, error) {
@@ -128,6 +194,11 @@ func splitHostPort(what, addr string) (string, int, error) {
 	p, err := strconv.Atoi(port)
 	if err != nil || p < 0 || p > 65535 {
 		return "", 0, fmt.Errorf("%s address %q: bad port %q", what, addr, port)
+	}
+	if p == 0 {
+		// Port 0 is any free port, as for Go's listeners (nats-server
+		// reads 0 as its default port, or no cluster at all).
+		p = server.RANDOM_PORT
 	}
 	return host, p, nil
 }
@@ -171,7 +242,24 @@ func (s *Server) JetStream() jetstream.JetStream { return s.js }
 // Connect opens another in-process connection (for components that want
 // their own flow control).
 func (s *Server) Connect(name string) (*nats.Conn, error) {
-	return nats.Connect("", nats.InProcessServer(s.ns), nats.Name(name))
+	return nats.Connect("", nats.InProcessServer(s.ns), nats.Name(name), credential(s.password))
+}
+
+// ClientURL is the client port's URL ("" when the server is in process
+// only).
+func (s *Server) ClientURL() string {
+	if s.ns.Addr() == nil {
+		return ""
+	}
+	return s.ns.ClientURL()
+}
+
+// ClusterAddr is the address the routes listen on ("" outside a cluster).
+func (s *Server) ClusterAddr() string {
+	if a := s.ns.ClusterAddr(); a != nil {
+		return a.String()
+	}
+	return ""
 }
 
 // Shutdown drains the connection and stops the server.

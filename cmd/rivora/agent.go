@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/rivora/rivora/agent/ownership"
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/httpurl"
 )
 
@@ -37,21 +38,28 @@ other --s3-* flags), which every agent reads: the control plane answers
 letters under DATA_DIR/archive, seen by this agent only: for single-agent
 setups; ` + "`rivora dev`" + ` keeps a local archive without the flag).
 
+Every call needs a token: API tokens (the control plane's, pushed with its
+config) for ingest, events, lanes and dead letters; the cell token
+(--cell-token-file, the same secret on every control plane and agent, made
+with ` + "`openssl rand -hex 32`" + `) for PartitionService, and for this agent's own
+calls to the control plane. Without --cell-token-file the agent refuses to
+start unless --insecure.
+
 Examples:
    # one agent alone, its archive local
    rivora agent --name a1 --listen 127.0.0.1:7400 --controlplane http://127.0.0.1:7300 --data-dir ./a1 \
-     --allow-local-archive
+     --allow-local-archive --cell-token-file cell.token
 
    # one of three agents of a cell, archiving to MinIO
    rivora agent --name a1 --listen 127.0.0.1:7401 --controlplane http://127.0.0.1:7300 \
-     --consul http://127.0.0.1:8500 --data-dir ./a1 \
+     --consul http://127.0.0.1:8500 --data-dir ./a1 --cell-token-file cell.token \
      --s3-endpoint 127.0.0.1:9000 --s3-insecure --s3-access-key KEY --s3-secret-key SECRET \
      --nats-listen 127.0.0.1:4221 --nats-cluster 127.0.0.1:6221 \
      --nats-routes nats://127.0.0.1:6221,nats://127.0.0.1:6222,nats://127.0.0.1:6223`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "name", EnvVars: []string{"RIVORA_AGENT_NAME"}, Usage: "this agent's `NAME` in the cell (letters, digits, '_', '-')", Required: true},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7400", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve ingest, events, /healthz and /metrics on"},
-			&cli.StringFlag{Name: "advertise", EnvVars: []string{"RIVORA_ADVERTISE"}, Usage: "`URL` the control plane calls this agent at (default: http://<listen address>)"},
+			&cli.StringFlag{Name: "advertise", EnvVars: []string{"RIVORA_ADVERTISE"}, Usage: "`URL` the control plane calls this agent at (default: http://<listen address>, https:// with --tls-cert)"},
 			&cli.StringFlag{Name: "controlplane", Value: "http://127.0.0.1:7300", EnvVars: []string{"RIVORA_CONTROLPLANE"}, Usage: "control plane `URL`; with several control planes, all their URLs comma-separated (the agent follows the leader)"},
 			&cli.StringFlag{Name: "data-dir", Value: "./data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for streams and the archive"},
 			&cli.StringFlag{Name: "consul", EnvVars: []string{"RIVORA_CONSUL"}, Usage: "Consul HTTP API `URL` granting partition ownership (sessions and locks); without it this agent owns what it is assigned in process (one-agent cells only)"},
@@ -61,7 +69,7 @@ Examples:
 			&cli.DurationFlag{Name: "session-ttl", Value: ownership.DefaultTTL, EnvVars: []string{"RIVORA_SESSION_TTL"}, Usage: "Consul session TTL (10s is Consul's minimum)"},
 			&cli.DurationFlag{Name: "lock-delay", Value: ownership.DefaultLockDelay, EnvVars: []string{"RIVORA_LOCK_DELAY"}, Usage: "Consul lock-delay: how long a lost owner's locks stay untaken"},
 			&cli.BoolFlag{Name: "allow-local-archive", EnvVars: []string{"RIVORA_ALLOW_LOCAL_ARCHIVE"}, Usage: "without --s3-endpoint, archive dead letters under DATA_DIR/archive: for single-agent setups only (in a cell each agent would keep its own dead letters, invisible to the others and to the control plane); without this flag or --s3-endpoint the agent refuses to start"},
-		}, agentFlags()...),
+		}, append(append(cellFlags(), agentFlags()...), tlsFlags()...)...),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
@@ -78,13 +86,24 @@ Examples:
 			if err := checkArchive(c); err != nil {
 				return err
 			}
+			keys, err := cellKeys(c, log)
+			if err != nil {
+				return err
+			}
 			dataDir, err := absDir("data-dir", c.String("data-dir"))
 			if err != nil {
 				return err
 			}
+			srv, err := servingFlags(c)
+			if err != nil {
+				return err
+			}
+			if srv.files.Enabled() && c.String("nats-cluster") != "" && srv.files.CA == "" {
+				return cli.Exit("--tls-cert with --nats-cluster needs --tls-ca: the CA that signed the other agents' certificates, which the NATS routes verify", 2)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			ln, self, err := listen(c.String("listen"))
+			ln, self, err := listen(log, c.String("listen"), srv.tls)
 			if err != nil {
 				return err
 			}
@@ -92,7 +111,7 @@ Examples:
 			if advertise == "" {
 				advertise = self
 			}
-			ag, err := newAgent(ctx, c, log, c.String("name"), dataDir, c.String("controlplane"), advertise)
+			ag, err := newAgent(ctx, c, log, keys, c.String("name"), dataDir, c.String("controlplane"), advertise, srv, natsPassword(keys.Cell()))
 			if err != nil {
 				ln.Close()
 				return err
@@ -103,6 +122,15 @@ Examples:
 			return serveUntil(ctx, log, newServer(mux), ln, ag.Run)
 		},
 	}
+}
+
+// natsPassword is the credential of a cell agent's embedded NATS server,
+// derived from the cell token ("" without one: --insecure).
+func natsPassword(cell auth.CellToken) string {
+	if cell.IsZero() {
+		return ""
+	}
+	return cell.Derive("nats")
 }
 
 // checkArchive refuses an agent without a shared archive unless it is

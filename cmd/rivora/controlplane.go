@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -44,25 +45,36 @@ deadletter.created, override.expired) through the agents' ingest to the
 reserved destination rivora-operator, so they are stored, retried and
 delivered like any event.
 
+Every call needs a token (Authorization: Bearer). The first start with no
+token stored creates an admin token named "bootstrap" and writes it to
+STATE_DIR/admin.token (mode 0600; the path is logged, never the token; with
+--consul, the first control plane to lead writes it, on its machine):
+` + "`rivoractl --token-file STATE_DIR/admin.token tokens create ...`" + ` makes the
+others. The cell's internal services (the agents' Watch and reports, their
+PartitionService) take only the cell token: --cell-token-file, the same
+secret on every control plane and agent (` + "`openssl rand -hex 32`" + `); without it
+the control plane refuses to start unless --insecure.
+
 Examples:
-   rivora controlplane --listen 127.0.0.1:7300 --limits limits.yaml --state-dir ./cp
-   rivora agent --name a1 --listen 127.0.0.1:7400 --controlplane http://127.0.0.1:7300 --data-dir ./a1 --allow-local-archive
-   rivoractl --server http://127.0.0.1:7300 events get EVENT_ID
+   openssl rand -hex 32 > cell.token
+   rivora controlplane --listen 127.0.0.1:7300 --limits limits.yaml --state-dir ./cp --cell-token-file cell.token
+   rivora agent --name a1 --listen 127.0.0.1:7400 --controlplane http://127.0.0.1:7300 --data-dir ./a1 --allow-local-archive --cell-token-file cell.token
+   rivoractl --server http://127.0.0.1:7300 --token-file ./cp/admin.token events get EVENT_ID
 
    # two control planes sharing one Consul
-   rivora controlplane --listen 127.0.0.1:7300 --limits limits.yaml --consul http://127.0.0.1:8500
-   rivora controlplane --listen 127.0.0.1:7301 --limits limits.yaml --consul http://127.0.0.1:8500`,
+   rivora controlplane --listen 127.0.0.1:7300 --limits limits.yaml --consul http://127.0.0.1:8500 --cell-token-file cell.token --state-dir ./cp1
+   rivora controlplane --listen 127.0.0.1:7301 --limits limits.yaml --consul http://127.0.0.1:8500 --cell-token-file cell.token --state-dir ./cp2`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7300", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve the admin and agent APIs on"},
-			&cli.StringFlag{Name: "state-dir", Value: "./controlplane", EnvVars: []string{"RIVORA_STATE_DIR"}, Usage: "`DIR` for the control plane's state and audit log (unused with --consul)"},
+			&cli.StringFlag{Name: "state-dir", Value: "./controlplane", EnvVars: []string{"RIVORA_STATE_DIR"}, Usage: "`DIR` for the control plane's state and audit log (with --consul they are in Consul), and admin.token, the bootstrap admin token the first start writes"},
 			&cli.StringFlag{Name: "limits", EnvVars: []string{"RIVORA_LIMITS"}, Usage: "reviewed limits `FILE` (YAML), reloaded when it changes"},
 			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores) of the cell"},
 			&cli.DurationFlag{Name: "rejoin-delay", Value: 30 * time.Second, EnvVars: []string{"RIVORA_REJOIN_DELAY"}, Usage: "with --consul: how long an agent that lost its session (frozen, cut off) waits once back before it owns partitions again"},
 			&cli.StringFlag{Name: "consul", EnvVars: []string{"RIVORA_CONSUL"}, Usage: "Consul HTTP API `URL` keeping the state and electing one leader among several control planes (default: state under --state-dir, one control plane)"},
-			&cli.StringFlag{Name: "advertise", EnvVars: []string{"RIVORA_ADVERTISE"}, Usage: "`URL` the other control planes name this one by while it leads; set it when --listen is 0.0.0.0 (default: http://<listen address>)"},
+			&cli.StringFlag{Name: "advertise", EnvVars: []string{"RIVORA_ADVERTISE"}, Usage: "`URL` the other control planes name this one by while it leads; set it when --listen is 0.0.0.0 (default: http://<listen address>, https:// with --tls-cert)"},
 			pprofFlag,
 			logLevelFlag,
-		}, operatorFlags()...),
+		}, append(append(cellFlags(), operatorFlags()...), tlsFlags()...)...),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
@@ -83,14 +95,25 @@ Examples:
 			if err := operatorConfig(c, &cfg); err != nil {
 				return err
 			}
-			if consul == "" {
-				if cfg.StateDir, err = absDir("state-dir", c.String("state-dir")); err != nil {
-					return err
-				}
+			if cfg.Keys, err = cellKeys(c, log); err != nil {
+				return err
 			}
+			stateDir, err := absDir("state-dir", c.String("state-dir"))
+			if err != nil {
+				return err
+			}
+			cfg.AdminTokenPath = filepath.Join(stateDir, "admin.token")
+			if consul == "" {
+				cfg.StateDir = stateDir
+			}
+			srv, err := servingFlags(c)
+			if err != nil {
+				return err
+			}
+			cfg.Transport = srv.transport
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			ln, self, err := listen(c.String("listen"))
+			ln, self, err := listen(log, c.String("listen"), srv.tls)
 			if err != nil {
 				return err
 			}

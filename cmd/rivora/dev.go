@@ -17,7 +17,9 @@ import (
 	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/controlplane"
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/httpurl"
+	"github.com/rivora/rivora/internal/tlsconf"
 )
 
 func devCommand() *cli.Command {
@@ -30,7 +32,14 @@ DATA_DIR/controlplane) and one agent with an embedded NATS JetStream server
 local-directory dead-letter archive (DATA_DIR/archive). The agent follows the
 control plane over the same APIs as in a cell (Watch on this address). One
 address serves ingest, admin and event lookups over HTTP/1.1 and h2c
-(Connect, gRPC, gRPC-Web and plain JSON), plus /healthz and /metrics.
+(Connect, gRPC, gRPC-Web and plain JSON), plus /healthz and /metrics; over
+HTTPS (HTTP/2 and HTTP/1.1) with --tls-cert and --tls-key.
+
+Every call needs a token (Authorization: Bearer). The first start writes an
+admin token named "bootstrap" to DATA_DIR/admin.token (mode 0600): give it
+to rivoractl with --token-file DATA_DIR/admin.token. The
+control plane and the agent talk with a cell token made in memory at
+start (no --cell-token-file: one process is its own cell).
 
 Durability: an ack means the event reached the OS (it survives a crash or
 kill -9 of this process; a power loss can lose the last unsynced seconds).
@@ -38,14 +47,14 @@ kill -9 of this process; a power loss can lose the last unsynced seconds).
 
 Example:
    rivora dev --listen 127.0.0.1:7400 --data-dir ./data --limits limits.yaml
-   rivoractl destinations create orders --url http://127.0.0.1:9000/hook
-   rivoractl publish --destination orders --customer acme --lane user_1 --type order.created --data '{"id":1}'`,
+   rivoractl --token-file ./data/admin.token destinations create orders --url http://127.0.0.1:9000/hook
+   rivoractl --token-file ./data/admin.token publish --destination orders --customer acme --lane user_1 --type order.created --data '{"id":1}'`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7400", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve the API, /healthz and /metrics on"},
 			&cli.StringFlag{Name: "data-dir", Value: "./data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for streams, control-plane state and the archive"},
 			&cli.StringFlag{Name: "limits", EnvVars: []string{"RIVORA_LIMITS"}, Usage: "reviewed limits `FILE` (YAML), reloaded when it changes"},
 			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores); fixed for a data dir"},
-		}, append(agentFlags(), operatorFlags()...)...),
+		}, append(agentFlags(), append(operatorFlags(), tlsFlags()...)...)...),
 		Action: runDev,
 	}
 }
@@ -71,11 +80,13 @@ func agentFlags() []cli.Flag {
 }
 
 // newAgent builds the agent both `rivora dev` and `rivora agent` run.
-func newAgent(ctx context.Context, c *cli.Context, log *slog.Logger, name, dataDir, controlPlaneURL, advertiseURL string) (*agent.Agent, error) {
+func newAgent(ctx context.Context, c *cli.Context, log *slog.Logger, keys *auth.Keys, name, dataDir, controlPlaneURL, advertiseURL string, srv serving, natsPassword string) (*agent.Agent, error) {
 	cfg, err := agentConfig(c, name, dataDir, controlPlaneURL, advertiseURL)
 	if err != nil {
 		return nil, err
 	}
+	cfg.Keys = keys
+	cfg.Transport, cfg.NATSTLS, cfg.NATSPassword = srv.transport, srv.files, natsPassword
 	return agent.New(ctx, cfg, log)
 }
 
@@ -179,15 +190,36 @@ func runDev(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// One process is its own cell: a cell token in memory, and keys of
+	// its own for each of the control plane and the agent (the agent's
+	// API tokens come over Watch, as in a cell).
+	cell, err := auth.NewCellToken()
+	if err != nil {
+		return err
+	}
 	cfg := controlplane.Config{
-		StateDir:   filepath.Join(dataDir, "controlplane"),
-		LimitsPath: c.String("limits"),
-		Partitions: c.Int("partitions"),
+		StateDir:       filepath.Join(dataDir, "controlplane"),
+		LimitsPath:     c.String("limits"),
+		Partitions:     c.Int("partitions"),
+		Keys:           auth.NewKeys(cell),
+		AdminTokenPath: filepath.Join(dataDir, "admin.token"),
 	}
 	if err := operatorConfig(c, &cfg); err != nil {
 		return err
 	}
-	ln, url, err := listen(c.String("listen"))
+	srv, err := servingFlags(c)
+	if err != nil {
+		return err
+	}
+	if srv.tls != nil && srv.transport == nil {
+		// The agent and the control plane call each other on this
+		// listener: without --tls-ca, trust its own certificate.
+		if srv.transport, err = tlsconf.TrustingOwn(srv.tls); err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+	}
+	cfg.Transport = srv.transport
+	ln, url, err := listen(log, c.String("listen"), srv.tls)
 	if err != nil {
 		return err
 	}
@@ -196,7 +228,7 @@ func runDev(c *cli.Context) error {
 		ln.Close()
 		return err
 	}
-	ag, err := newAgent(ctx, c, log, "dev", dataDir, url, url)
+	ag, err := newAgent(ctx, c, log, auth.NewKeys(cell), "dev", dataDir, url, url, srv, "")
 	if err != nil {
 		ln.Close()
 		return err

@@ -31,6 +31,9 @@ type rivoraTask struct {
 	args  []string // config.args, interpolations replaced
 	// env names the variables a template with env = true sets.
 	env []string
+	// writesCellToken: a template (not env) writes a file from a Nomad
+	// variable's cell_token.
+	writesCellToken bool
 }
 
 func TestNomadJobsMatchFlags(t *testing.T) {
@@ -44,6 +47,7 @@ func TestNomadJobsMatchFlags(t *testing.T) {
 		for _, task := range rivoraTasks(t, file) {
 			checkTask(t, app, task)
 			checkTaskArchive(t, task)
+			checkTaskCellToken(t, task)
 			checked++
 		}
 	}
@@ -105,6 +109,24 @@ func checkTaskArchive(t *testing.T, task rivoraTask) {
 	t.Errorf("%s: rivora agent without --s3-endpoint (or --allow-local-archive) refuses to start", task.where)
 }
 
+// checkTaskCellToken: a control plane or agent task has the cell token
+// (--cell-token-file, or RIVORA_CELL_TOKEN_FILE from a template), which
+// a template must write (a file under secrets/ or local/); otherwise it
+// refuses to start.
+func checkTaskCellToken(t *testing.T, task rivoraTask) {
+	t.Helper()
+	if len(task.args) == 0 || (task.args[0] != "agent" && task.args[0] != "controlplane") {
+		return
+	}
+	if !slices.Contains(task.args, "--cell-token-file") && !slices.Contains(task.env, "RIVORA_CELL_TOKEN_FILE") {
+		t.Errorf("%s: rivora %s without --cell-token-file refuses to start", task.where, task.args[0])
+		return
+	}
+	if !task.writesCellToken {
+		t.Errorf("%s: no template writes the cell token file (from the Nomad variable's cell_token)", task.where)
+	}
+}
+
 // rivoraTasks returns the tasks of one job file whose config.command is
 // the rivora binary.
 func rivoraTasks(t *testing.T, file string) []rivoraTask {
@@ -123,7 +145,7 @@ func rivoraTasks(t *testing.T, file string) []rivoraTask {
 					if !ok || filepath.Base(stringValue(t, where, command.Expr)) != "rivora" {
 						continue
 					}
-					rt := rivoraTask{where: where, env: templateEnv(t, where, task.Body)}
+					rt := rivoraTask{where: where, env: templateEnv(t, where, task.Body), writesCellToken: writesCellToken(t, where, task.Body)}
 					if args, ok := config.Body.Attributes["args"]; ok {
 						rt.args = listValue(t, where, args.Expr)
 					}
@@ -185,6 +207,31 @@ func stringValue(t *testing.T, where string, expr hclsyntax.Expression) string {
 		b.WriteString(v.AsString())
 	}
 	return b.String()
+}
+
+// writesCellToken reports whether a file template of the task renders a
+// Nomad variable's cell_token.
+func writesCellToken(t *testing.T, where string, task *hclsyntax.Body) bool {
+	t.Helper()
+	for _, tmpl := range blocks(task, "template") {
+		data, ok := tmpl.Body.Attributes["data"]
+		if !ok {
+			continue
+		}
+		if _, isEnv := tmpl.Body.Attributes["env"]; isEnv {
+			continue
+		}
+		if tv, ok := data.Expr.(*hclsyntax.TemplateExpr); ok {
+			for _, p := range tv.Parts {
+				if lit, ok := p.(*hclsyntax.LiteralValueExpr); ok {
+					if v, diags := lit.Value(&hcl.EvalContext{}); !diags.HasErrors() && v.Type() == cty.String && strings.Contains(v.AsString(), ".cell_token") && strings.Contains(v.AsString(), "nomadVar") {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
 }
 
 // templateEnv returns the variables set by the task's templates that

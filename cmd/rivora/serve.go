@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
+
+	"github.com/rivora/rivora/internal/tlsconf"
 )
 
 // common flags of the server commands.
@@ -21,6 +24,48 @@ var (
 	logLevelFlag = &cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"RIVORA_LOG_LEVEL"}, Usage: "debug, info, warn or error"}
 	pprofFlag    = &cli.BoolFlag{Name: "pprof", EnvVars: []string{"RIVORA_PPROF"}, Usage: "serve Go profiles under /debug/pprof/ on --listen"}
 )
+
+// tlsFlags are the TLS flags of `rivora controlplane`, `rivora agent` and
+// `rivora dev`.
+func tlsFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"RIVORA_TLS_CERT"}, Usage: "serve --listen over HTTPS (HTTP/2 and HTTP/1.1, TLS 1.2+) with this certificate `FILE` (PEM, leaf first, then intermediates); " +
+			"an agent also serves its NATS routes (mutual TLS, with --tls-ca) and NATS client port with it. Needs --tls-key"},
+		&cli.StringFlag{Name: "tls-key", EnvVars: []string{"RIVORA_TLS_KEY"}, Usage: "the private key `FILE` (PEM) of --tls-cert"},
+		&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"RIVORA_TLS_CA"}, Usage: "CA bundle `FILE` (PEM) this process verifies its peers with: the control plane and agents it calls over https://, " +
+			"and the certificates of the other agents on NATS routes (default: the system's roots for https://; required for TLS routes)"},
+	}
+}
+
+// serving is what the --tls-* flags set: the listener's TLS config (nil:
+// plain HTTP) and the transport of the internal HTTP clients (nil: the
+// default).
+type serving struct {
+	files     tlsconf.Files
+	tls       *tls.Config
+	transport http.RoundTripper
+}
+
+// servingFlags reads and checks the --tls-* files, so that a bad one
+// stops the process before anything starts.
+func servingFlags(c *cli.Context) (serving, error) {
+	s := serving{files: tlsconf.Files{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")}}
+	if err := s.files.Check(); err != nil {
+		return serving{}, cli.Exit(err.Error(), 2)
+	}
+	var err error
+	if s.files.Enabled() {
+		if s.tls, err = tlsconf.Server(s.files.Cert, s.files.Key); err != nil {
+			return serving{}, cli.Exit(err.Error(), 2)
+		}
+		// Connect, gRPC and JSON clients over one port: h2 for gRPC.
+		s.tls.NextProtos = []string{"h2", "http/1.1"}
+	}
+	if s.transport, err = tlsconf.ClientTransport(s.files.CA); err != nil {
+		return serving{}, cli.Exit(err.Error(), 2)
+	}
+	return s, nil
+}
 
 func newLogger(level string) (*slog.Logger, error) {
 	var l slog.Level
@@ -51,21 +96,36 @@ func baseMux(ready func() bool, withPprof bool) *http.ServeMux {
 	return mux
 }
 
-// newServer serves Connect, gRPC, gRPC-Web and JSON over HTTP/1.1 and h2c.
+// newServer serves Connect, gRPC, gRPC-Web and JSON over HTTP/1.1 and
+// HTTP/2: h2c on a plain listener, h2 over TLS.
 func newServer(mux *http.ServeMux) *http.Server {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
 	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetHTTP2(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	return srv
 }
 
-// listen opens addr and returns the listener with its base URL.
-func listen(addr string) (net.Listener, string, error) {
+// listen opens addr, over TLS with tlsCfg (nil: plain), and returns the
+// listener with its base URL (https:// with TLS). Plain text on an
+// address other hosts reach is logged as a warning.
+func listen(log *slog.Logger, addr string, tlsCfg *tls.Config) (net.Listener, string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("listen on %s: %w", addr, err)
 	}
+	if tlsCfg != nil {
+		return tls.NewListener(ln, tlsCfg), "https://" + ln.Addr().String(), nil
+	}
+	warnPlainText(log, ln.Addr())
 	return ln, "http://" + ln.Addr().String(), nil
+}
+
+// warnPlainText warns of plain HTTP on an address other hosts reach.
+func warnPlainText(log *slog.Logger, addr net.Addr) {
+	if tcp, ok := addr.(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+		log.Warn("serving plain HTTP on a non-loopback address: traffic, tokens included, is readable on the network; give --tls-cert and --tls-key", "addr", addr.String())
+	}
 }
 
 // serveUntil serves until ctx ends, then stops accepting and waits up to

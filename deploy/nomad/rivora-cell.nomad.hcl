@@ -29,7 +29,21 @@ job "rivora-cell" {
           "--advertise", "http://${NOMAD_ADDR_http}",
           "--consul", "http://${attr.unique.network.ip-address}:8500",
           "--partitions", "16",
+          "--cell-token-file", "${NOMAD_SECRETS_DIR}/cell.token",
         ]
+      }
+
+      # The cell token: the secret every control plane and agent of the
+      # cell shares, which alone opens their internal services. Make it
+      # once: nomad var put nomad/jobs/rivora-cell cell_token=$(openssl rand -hex 32)
+      # (with the s3 keys the agents read from the same variable).
+      template {
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/rivora-cell" }}{{ .cell_token }}{{ end }}
+        EOT
+        destination = "secrets/cell.token"
+        perms       = "0600"
+        change_mode = "restart"
       }
 
       artifact {
@@ -101,7 +115,21 @@ job "rivora-cell" {
           "--s3-endpoint", "${RIVORA_S3_ENDPOINT}",
           "--s3-bucket", "rivora",
           "--s3-insecure",
+          "--cell-token-file", "${NOMAD_SECRETS_DIR}/cell.token",
         ]
+      }
+
+      # The cell token: the secret every control plane and agent of the
+      # cell shares, which alone opens their internal services. Make it
+      # once: nomad var put nomad/jobs/rivora-cell cell_token=$(openssl rand -hex 32)
+      # (with the s3 keys the agents read from the same variable).
+      template {
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/rivora-cell" }}{{ .cell_token }}{{ end }}
+        EOT
+        destination = "secrets/cell.token"
+        perms       = "0600"
+        change_mode = "restart"
       }
 
       # The cell's other agents (their cluster ports), the control planes

@@ -1,7 +1,8 @@
 // Package testrig is the one in-process rig of Rivora's tests: `rivora dev`
 // (a control plane and, unless left out, an agent following it) served over
-// HTTP on 127.0.0.1, exactly as the dev command wires them, with
-// internal/eventually to wait. The agent and control plane
+// HTTP on 127.0.0.1, exactly as the dev command wires them (a cell token
+// in memory, keys of their own), with internal/eventually to wait. Its
+// clients call with the bootstrap admin token; Token mints others. The agent and control plane
 // tests both use it; e2e tests run the real binaries instead.
 package testrig
 
@@ -12,7 +13,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +24,7 @@ import (
 
 	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/controlplane"
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -37,6 +41,9 @@ type Options struct {
 	Workers int
 	// ControlPlane, when set, adjusts the control plane's config.
 	ControlPlane func(*controlplane.Config)
+	// Token, when set, is the token the clients call with, instead of the
+	// bootstrap admin token (which a restart does not write again).
+	Token string
 }
 
 // Dev is `rivora dev` in process: a control plane with its state under
@@ -53,6 +60,16 @@ type Dev struct {
 	Admin  rivorav1connect.AdminServiceClient
 	Ingest rivorav1connect.IngestServiceClient
 	Events rivorav1connect.EventServiceClient
+	Tokens rivorav1connect.TokenServiceClient
+	// Agents calls the control plane's AgentService with the cell token,
+	// as an agent does.
+	Agents rivorav1connect.AgentServiceClient
+
+	// Cell is the cell token; AdminToken the bootstrap admin token (read
+	// from AdminTokenPath).
+	Cell           auth.CellToken
+	AdminToken     string
+	AdminTokenPath string
 
 	srv    *httptest.Server
 	cancel context.CancelFunc
@@ -74,7 +91,12 @@ func StartDev(t testing.TB, dir string, opts Options) *Dev {
 	mux := http.NewServeMux()
 	d := &Dev{T: t, Dir: dir, Name: opts.Name, srv: httptest.NewServer(mux), done: make(chan error, 2)}
 	d.URL = d.srv.URL
-	cfg := controlplane.Config{StateDir: filepath.Join(dir, "controlplane"), Partitions: 4}
+	cell, err := auth.NewCellToken()
+	if err != nil {
+		t.Fatalf("cell token: %v", err)
+	}
+	d.Cell, d.AdminTokenPath = cell, filepath.Join(dir, "admin.token")
+	cfg := controlplane.Config{StateDir: filepath.Join(dir, "controlplane"), Partitions: 4, Keys: auth.NewKeys(cell), AdminTokenPath: d.AdminTokenPath}
 	if opts.ControlPlane != nil {
 		opts.ControlPlane(&cfg)
 	}
@@ -87,7 +109,7 @@ func StartDev(t testing.TB, dir string, opts Options) *Dev {
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	if !opts.NoAgent {
-		d.Agent, err = agent.New(ctx, agent.Config{Name: opts.Name, DataDir: dir, ControlPlaneURL: d.URL, AdvertiseURL: d.URL, Workers: opts.Workers, Version: "test"}, log)
+		d.Agent, err = agent.New(ctx, agent.Config{Name: opts.Name, DataDir: dir, ControlPlaneURL: d.URL, AdvertiseURL: d.URL, Workers: opts.Workers, Version: "test", Keys: auth.NewKeys(cell)}, log)
 		if err != nil {
 			cancel()
 			d.srv.Close()
@@ -100,14 +122,50 @@ func StartDev(t testing.TB, dir string, opts Options) *Dev {
 		d.start(func() error { return d.Agent.Run(ctx) })
 	}
 	d.start(func() error { return cp.Run(ctx) })
-	d.Admin = rivorav1connect.NewAdminServiceClient(d.srv.Client(), d.URL)
-	d.Ingest = rivorav1connect.NewIngestServiceClient(d.srv.Client(), d.URL)
-	d.Events = rivorav1connect.NewEventServiceClient(d.srv.Client(), d.URL)
 	t.Cleanup(d.Stop)
+	token := opts.Token
+	if token == "" {
+		data, err := os.ReadFile(d.AdminTokenPath)
+		if err != nil {
+			t.Fatalf("bootstrap admin token: %v", err)
+		}
+		d.AdminToken = strings.TrimSpace(string(data))
+		token = d.AdminToken
+	}
+	as := d.As(token)
+	d.Admin = rivorav1connect.NewAdminServiceClient(d.srv.Client(), d.URL, as)
+	d.Ingest = rivorav1connect.NewIngestServiceClient(d.srv.Client(), d.URL, as)
+	d.Events = rivorav1connect.NewEventServiceClient(d.srv.Client(), d.URL, as)
+	d.Tokens = rivorav1connect.NewTokenServiceClient(d.srv.Client(), d.URL, as)
+	d.Agents = rivorav1connect.NewAgentServiceClient(d.srv.Client(), d.URL, d.As(cell.String()))
 	if d.Agent != nil {
 		eventually.True(t, "agent ready (first config applied)", 10*time.Second, d.Agent.Ready)
 	}
 	return d
+}
+
+// As is the client option that calls with token.
+func (d *Dev) As(token string) connect.ClientOption {
+	return connect.WithInterceptors(auth.Bearer(token))
+}
+
+// HTTPClient is the client of the rig's server.
+func (d *Dev) HTTPClient() *http.Client { return d.srv.Client() }
+
+// Token creates an API token with role (and a publisher's customers)
+// through TokenService, and waits until the agent has it.
+func (d *Dev) Token(role rivorav1.Role, customers ...string) string {
+	d.T.Helper()
+	resp, err := d.Tokens.CreateToken(context.Background(), connect.NewRequest(&rivorav1.CreateTokenRequest{
+		Name: fmt.Sprintf("test-%s-%d", auth.RoleName(role), time.Now().UnixNano()), Role: role, Customers: customers,
+	}))
+	if err != nil {
+		d.T.Fatalf("create a %s token: %v", auth.RoleName(role), err)
+	}
+	if d.Agent != nil {
+		d.WaitApplied(resp.Msg.GetVersion())
+	}
+	return resp.Msg.GetToken()
 }
 
 func (d *Dev) start(run func() error) {

@@ -359,6 +359,7 @@ type SkipLaneHeadRequest struct {
 	LaneKey       string                 `protobuf:"bytes,3,opt,name=lane_key,json=laneKey,proto3" json:"lane_key,omitempty"`
 	// reason is required; it goes to the audit log.
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// author is ignored: the audit log names the token the call is made with.
 	Author string `protobuf:"bytes,5,opt,name=author,proto3" json:"author,omitempty"`
 	// head_event_id, when set, skips only if it is still the lane's head
 	// (FailedPrecondition otherwise), so a skip decided on a listing never

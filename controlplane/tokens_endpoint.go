@@ -1,0 +1,39 @@
+package controlplane
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// tokenHandler serves rivora.v1.TokenService (admin only, by
+// auth.Policies). Like adminHandler it only translates, and never answers
+// a token's hash: the token itself once, in the answer to create.
+type tokenHandler struct {
+	cp *ControlPlane
+}
+
+func (h *tokenHandler) CreateToken(ctx context.Context, req *connect.Request[rivorav1.CreateTokenRequest]) (*connect.Response[rivorav1.CreateTokenResponse], error) {
+	token, t, version, err := h.cp.createToken(req.Msg, caller(ctx))
+	if err != nil {
+		return nil, err
+	}
+	info := proto.Clone(t).(*rivorav1.ApiToken)
+	info.Hash = ""
+	return connect.NewResponse(&rivorav1.CreateTokenResponse{TokenInfo: info, Token: token, Version: version}), nil
+}
+
+func (h *tokenHandler) ListTokens(ctx context.Context, req *connect.Request[rivorav1.ListTokensRequest]) (*connect.Response[rivorav1.ListTokensResponse], error) {
+	return connect.NewResponse(&rivorav1.ListTokensResponse{Tokens: h.cp.tokens()}), nil
+}
+
+func (h *tokenHandler) RevokeToken(ctx context.Context, req *connect.Request[rivorav1.RevokeTokenRequest]) (*connect.Response[rivorav1.RevokeTokenResponse], error) {
+	version, err := h.cp.revokeToken(req.Msg.GetId(), caller(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&rivorav1.RevokeTokenResponse{Version: version}), nil
+}
