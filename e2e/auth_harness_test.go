@@ -18,6 +18,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/rivora/rivora/agent/natsd"
+	"github.com/rivora/rivora/internal/auth"
 )
 
 // adminTokens is host:port → the admin token of the cell serving there.
@@ -116,6 +121,13 @@ func cellToken(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(data))
+}
+
+// cellNATS are the options a NATS client of a cell agent's embedded
+// server needs: the credential derived from the cell token, and the
+// run's CA (the Consul cell serves TLS).
+func cellNATS(t testing.TB) []nats.Option {
+	return []nats.Option{nats.UserInfo(natsd.User, auth.CellTokenOf(cellToken(t)).Derive("nats")), nats.RootCAs(runPKI().caFile)}
 }
 
 // cellArgs are the flags every cell process gets.

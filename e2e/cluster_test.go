@@ -291,7 +291,7 @@ func (l *clusterLoad) check(t testing.TB, c *clusterCell, timeout time.Duration)
 		if err := l.partners[d].waitDelivered(l.pub[d].all(), time.Until(deadline)); err != nil {
 			var dump strings.Builder
 			for _, name := range c.names {
-				jsdump.Dump(context.Background(), &dump, c.natsURLs[name])
+				jsdump.Dump(context.Background(), &dump, c.natsURLs[name], cellNATS(t)...)
 			}
 			t.Fatalf("%s: %v\n%s", d, err, dump.String())
 		}

@@ -20,10 +20,12 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/agent/natsd"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
@@ -245,6 +247,27 @@ func TestCellOperatorOneAddress(t *testing.T) {
 			t.Errorf("resend %s: was %v, destination %s; want delivered, %s", id, resp.Msg.GetWas(), resp.Msg.GetDestinationId(), d.id)
 		}
 		waitFor(t, 60*time.Second, "the resent event delivered again", func() bool { return d.partner.OKCount(id) >= 2 })
+	})
+
+	t.Run("embedded NATS needs the cell's credential", func(t *testing.T) {
+		for _, name := range c.names {
+			url := c.natsURLs[name]
+			for what, opts := range map[string][]nats.Option{
+				"no credential":    {nats.RootCAs(runPKI().caFile)},
+				"a wrong password": {nats.RootCAs(runPKI().caFile), nats.UserInfo(natsd.User, "guess")},
+				"the admin token":  {nats.RootCAs(runPKI().caFile), nats.Token(tokenFor(cp))},
+			} {
+				if nc, err := nats.Connect(url, append(opts, nats.Timeout(5*time.Second))...); err == nil {
+					nc.Close()
+					t.Errorf("%s's NATS at %s took a client with %s", name, url, what)
+				}
+			}
+			nc, err := nats.Connect(url, append(cellNATS(t), nats.Timeout(5*time.Second))...)
+			if err != nil {
+				t.Fatalf("%s's NATS at %s with the cell's credential: %v", name, url, err)
+			}
+			nc.Close()
+		}
 	})
 
 	t.Run("revoked and expired tokens refused on every agent within 1s", func(t *testing.T) {

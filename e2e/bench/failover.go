@@ -58,11 +58,14 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/nats-io/nats.go"
 
 	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/e2e/consultest"
 	"github.com/rivora/rivora/e2e/jsdump"
 	"github.com/rivora/rivora/e2e/process"
+	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
@@ -169,6 +172,8 @@ type foCell struct {
 	cp     *foProc
 	agents []*foProc
 	admin  rivorav1connect.AdminServiceClient
+	// natsPassword opens the agents' embedded NATS (from the cell token).
+	natsPassword string
 }
 
 func (c *foCell) agent(name string) *foProc {
@@ -240,7 +245,7 @@ func (c *foCell) problems(limit int) {
 // the agent's embedded NATS server sees it, to stderr (diagnosis of lost
 // events).
 func (c *foCell) dumpJetStream(ctx context.Context, agent string) {
-	jsdump.Dump(ctx, os.Stderr, "nats://"+c.agent(agent).nats)
+	jsdump.Dump(ctx, os.Stderr, "nats://"+c.agent(agent).nats, nats.UserInfo(natsd.User, c.natsPassword))
 }
 
 // ownership is one GetConfigStatus sample.
@@ -440,6 +445,11 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	cell, err := auth.LoadCellToken(cellToken)
+	if err != nil {
+		return err
+	}
+	c.natsPassword = cell.Derive("nats")
 	c.cp, err = startFoProc(f.bin, "controlplane", cpAddr, filepath.Join(root, "controlplane.log"), []string{"controlplane",
 		"--listen", cpAddr, "--consul", c.consul.URL(), "--partitions", strconv.Itoa(f.partitions), "--state-dir", cpState,
 		"--cell-token-file", cellToken})

@@ -16,9 +16,9 @@ import (
 )
 
 // Dump writes every stream's and consumer's state as the NATS server at
-// natsURL sees it.
-func Dump(ctx context.Context, w io.Writer, natsURL string) {
-	nc, err := nats.Connect(natsURL, nats.Name("rivora-jsdump"), nats.Timeout(5*time.Second))
+// natsURL sees it; opts carry credentials and TLS roots.
+func Dump(ctx context.Context, w io.Writer, natsURL string, opts ...nats.Option) {
+	nc, err := nats.Connect(natsURL, append([]nats.Option{nats.Name("rivora-jsdump"), nats.Timeout(5 * time.Second)}, opts...)...)
 	if err != nil {
 		fmt.Fprintf(w, "jetstream state: connect to %s: %v\n", natsURL, err)
 		return
