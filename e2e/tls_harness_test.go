@@ -67,7 +67,7 @@ func writePKI(dir string) (*testPKI, error) {
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
+		KeyUsage: x509.KeyUsageDigitalSignature,
 		// Both: NATS routes present it as a client too.
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
@@ -112,7 +112,9 @@ func tlsFor(args []string) *tls.Config {
 }
 
 // clientTLS verifies the run's certificates.
-func clientTLS() *tls.Config { return &tls.Config{RootCAs: runPKI().pool, MinVersion: tls.VersionTLS12} }
+func clientTLS() *tls.Config {
+	return &tls.Config{RootCAs: runPKI().pool, MinVersion: tls.VersionTLS12}
+}
 
 // harnessTransport trusts the run's CA and speaks HTTP/2 over TLS.
 func harnessTransport() http.RoundTripper {
