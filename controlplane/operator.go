@@ -195,6 +195,8 @@ func (r *operatorRouter) findEvent(ctx context.Context, id string) (*rivorav1.Ge
 //     (a resent event is pending there while its history says delivered);
 //   - else a found answer, the one with the most attempts (the fullest
 //     history; the first such agent on a tie);
+//   - an agent refusing the caller (unauthenticated, permission denied:
+//     every agent has the same tokens) is the answer;
 //   - every agent NotFound: NotFound;
 //   - else, with no answer found, Unavailable: the agents that did not
 //     answer may hold it.
@@ -210,6 +212,8 @@ func mergeEventAnswers(id string, answers []eventAnswer) (*rivorav1.GetEventResp
 			if found == nil || len(a.resp.GetAttempts()) > len(found.GetAttempts()) {
 				found = a.resp
 			}
+		case connect.CodeOf(a.err) == connect.CodePermissionDenied, connect.CodeOf(a.err) == connect.CodeUnauthenticated:
+			return nil, a.err
 		case connect.CodeOf(a.err) == connect.CodeNotFound:
 			notFound = append(notFound, a.agent)
 		default:

@@ -131,6 +131,14 @@ func TestAuthMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatalf("skip d2's head: %v", err)
 	}
+	archive := rivorav1connect.NewArchiveServiceClient(http.DefaultClient, cpURL, connect.WithInterceptors(auth.Bearer(admin)))
+	err = poll(20*time.Second, 50*time.Millisecond, func() error {
+		_, err := archive.GetDeadLetter(ctx, connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: dead, DestinationId: "d2"}))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the skipped head in the archive: %v", err)
+	}
 
 	j := func(v any) string { b, _ := json.Marshal(v); return string(b) }
 	publish := `{"destinationId":"d1","customerId":"c1","laneKey":"m","type":"t","payload":"e30="}`

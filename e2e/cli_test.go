@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -36,7 +37,10 @@ func TestRivoractlSmoke(t *testing.T) {
 
 	// Flags after the positional id, then before it; the second waits until
 	// the agent applied the change (and so the first too).
-	rivoractl(t, d, "destinations", "create", "d1", "--url", p.URL())
+	created := &rivorav1.Destination{}
+	if out := rivoractl(t, d, "destinations", "create", "d1", "--url", p.URL(), "-o", "json"); protojson.Unmarshal([]byte(out), created) != nil {
+		t.Fatalf("destinations create -o json is not a Destination:\n%s", out)
+	}
 	rivoractl(t, d, "destinations", "create", "--url", p.URL(), "d2", "--wait")
 
 	for _, id := range []string{"d1", "d2"} {
@@ -45,7 +49,12 @@ func TestRivoractlSmoke(t *testing.T) {
 			t.Errorf("destination %s has url %q, want %q", id, got.GetUrl(), p.URL())
 		}
 	}
-	p.SetSecret(t, getDestination(t, d, "d1").GetSecret())
+	// The secret is in create's answer only; get shows its fingerprint.
+	secret := created.GetSecret()
+	p.SetSecret(t, secret)
+	if got := getDestination(t, d, "d1"); got.GetSecret() != "" || got.GetSecretFingerprint() != auth.Fingerprint(secret) {
+		t.Errorf("destinations get d1: secret %q, fingerprint %q; want no secret, fingerprint %s", got.GetSecret(), got.GetSecretFingerprint(), auth.Fingerprint(secret))
+	}
 
 	out := rivoractl(t, d, "destinations", "list", "-o", "json")
 	ids := parseDestinationList(t, out)
