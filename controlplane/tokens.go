@@ -151,19 +151,37 @@ func (cp *ControlPlane) tokens() []*rivorav1.ApiToken {
 }
 
 // revokeToken removes a token: every agent refuses it once the change
-// reaches it.
+// reaches it. The last admin token that has not expired is kept: without
+// it nobody could create tokens again.
 func (cp *ControlPlane) revokeToken(id string, who actor) (uint64, error) {
 	if id == "" {
 		return 0, tag(ErrInvalid, errors.New("which token? give its id (tok_…, see `rivoractl tokens list`)"))
 	}
+	now := cp.now()
 	return cp.changeTokens("token.revoke", who, func(all map[string]*rivorav1.ApiToken) (string, error) {
 		t, ok := all[id]
 		if !ok {
 			return "", errorf(ErrNotFound, "token %q does not exist; see `rivoractl tokens list`", id)
 		}
+		if usableAdmin(t, now) {
+			others := 0
+			for _, o := range all {
+				if o.GetId() != id && usableAdmin(o, now) {
+					others++
+				}
+			}
+			if others == 0 {
+				return "", errorf(ErrPrecondition, "%s is the last admin token: revoking it would lock everyone out of tokens and destinations; create another admin token first (rivoractl tokens create --role admin)", id)
+			}
+		}
 		delete(all, id)
 		return describeToken(t), nil
 	})
+}
+
+// usableAdmin reports whether t is an admin token that has not expired.
+func usableAdmin(t *rivorav1.ApiToken, now time.Time) bool {
+	return t.GetRole() == rivorav1.Role_ROLE_ADMIN && (t.GetExpiresAt() == nil || now.Before(t.GetExpiresAt().AsTime()))
 }
 
 // bootstrap creates the admin token "bootstrap" when no token is stored

@@ -76,6 +76,13 @@ func TestTokensCreateListRevoke(t *testing.T) {
 	wantCode(t, "revoked token", err, connect.CodeUnauthenticated, "not recognised")
 	_, err = d.Tokens.RevokeToken(ctx, connect.NewRequest(&rivorav1.RevokeTokenRequest{Id: viewer.Msg.GetTokenInfo().GetId()}))
 	wantCode(t, "revoke again", err, connect.CodeNotFound, "does not exist", "tokens list")
+	// The bootstrap token is the only admin token: it stays.
+	bootstrapID := list.Msg.GetTokens()[0].GetId()
+	_, err = d.Tokens.RevokeToken(ctx, connect.NewRequest(&rivorav1.RevokeTokenRequest{Id: bootstrapID}))
+	wantCode(t, "revoke the last admin token", err, connect.CodeFailedPrecondition, "last admin token", "tokens create --role admin")
+	if _, err := d.Tokens.ListTokens(ctx, connect.NewRequest(&rivorav1.ListTokensRequest{})); err != nil {
+		t.Fatalf("the bootstrap token after the refused revoke: %v", err)
+	}
 
 	audit, err := d.Admin.ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{}))
 	if err != nil {
