@@ -90,6 +90,10 @@ Examples:
 			if err != nil {
 				return err
 			}
+			metrics, err := metricsToken(c)
+			if err != nil {
+				return err
+			}
 			dataDir, err := absDir("data-dir", c.String("data-dir"))
 			if err != nil {
 				return err
@@ -116,7 +120,7 @@ Examples:
 				ln.Close()
 				return err
 			}
-			mux := baseMux(ag.Ready, c.Bool("pprof"))
+			mux := baseMux(ag.Ready, c.Bool("pprof"), metrics)
 			ag.Handle(mux)
 			log.Info("rivora agent listening", "addr", self, "name", c.String("name"), "controlplane", c.String("controlplane"))
 			return serveUntil(ctx, log, newServer(mux), ln, ag.Run)

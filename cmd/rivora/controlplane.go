@@ -73,6 +73,7 @@ Examples:
 			&cli.StringFlag{Name: "consul", EnvVars: []string{"RIVORA_CONSUL"}, Usage: "Consul HTTP API `URL` keeping the state and electing one leader among several control planes (default: state under --state-dir, one control plane)"},
 			&cli.StringFlag{Name: "advertise", EnvVars: []string{"RIVORA_ADVERTISE"}, Usage: "`URL` the other control planes name this one by while it leads; set it when --listen is 0.0.0.0 (default: http://<listen address>, https:// with --tls-cert)"},
 			pprofFlag,
+			metricsTokenFlag,
 			logLevelFlag,
 		}, append(append(cellFlags(), operatorFlags()...), tlsFlags()...)...),
 		Action: func(c *cli.Context) error {
@@ -96,6 +97,10 @@ Examples:
 				return err
 			}
 			if cfg.Keys, err = cellKeys(c, log); err != nil {
+				return err
+			}
+			metrics, err := metricsToken(c)
+			if err != nil {
 				return err
 			}
 			stateDir, err := absDir("state-dir", c.String("state-dir"))
@@ -126,7 +131,7 @@ Examples:
 				ln.Close()
 				return err
 			}
-			mux := baseMux(func() bool { return true }, c.Bool("pprof"))
+			mux := baseMux(func() bool { return true }, c.Bool("pprof"), metrics)
 			cp.Handle(mux)
 			cp.HandleOperator(mux)
 			log.Info("rivora controlplane listening", "addr", self, "state_dir", cfg.StateDir, "consul", consul, "advertise", advertise)

@@ -75,6 +75,7 @@ func agentFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "s3-insecure", EnvVars: []string{"RIVORA_S3_INSECURE"}, Usage: "speak plain HTTP to S3 (e.g. a local MinIO)"},
 		&cli.StringFlag{Name: "s3-region", EnvVars: []string{"RIVORA_S3_REGION"}, Usage: "S3 `REGION`"},
 		pprofFlag,
+		metricsTokenFlag,
 		logLevelFlag,
 	}
 }
@@ -207,6 +208,10 @@ func runDev(c *cli.Context) error {
 	if err := operatorConfig(c, &cfg); err != nil {
 		return err
 	}
+	metrics, err := metricsToken(c)
+	if err != nil {
+		return err
+	}
 	srv, err := servingFlags(c)
 	if err != nil {
 		return err
@@ -233,7 +238,7 @@ func runDev(c *cli.Context) error {
 		ln.Close()
 		return err
 	}
-	mux := baseMux(ag.Ready, c.Bool("pprof"))
+	mux := baseMux(ag.Ready, c.Bool("pprof"), metrics)
 	cp.Handle(mux)
 	ag.Handle(mux)
 	log.Info("rivora dev listening", "addr", url, "data_dir", dataDir)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -21,9 +22,45 @@ import (
 
 // common flags of the server commands.
 var (
-	logLevelFlag = &cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"RIVORA_LOG_LEVEL"}, Usage: "debug, info, warn or error"}
-	pprofFlag    = &cli.BoolFlag{Name: "pprof", EnvVars: []string{"RIVORA_PPROF"}, Usage: "serve Go profiles under /debug/pprof/ on --listen"}
+	logLevelFlag     = &cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"RIVORA_LOG_LEVEL"}, Usage: "debug, info, warn or error"}
+	pprofFlag        = &cli.BoolFlag{Name: "pprof", EnvVars: []string{"RIVORA_PPROF"}, Usage: "serve Go profiles under /debug/pprof/ on --listen (behind --metrics-token-file when given)"}
+	metricsTokenFlag = &cli.StringFlag{Name: "metrics-token-file", EnvVars: []string{"RIVORA_METRICS_TOKEN_FILE"},
+		Usage: "`FILE` holding a token /metrics (and /debug/pprof/) then require as `Authorization: Bearer <token>` (Prometheus: authorization.credentials_file); default: /metrics is open, like /healthz, and shows no event data"}
 )
+
+// metricsToken reads --metrics-token-file ("" when not given).
+func metricsToken(c *cli.Context) (string, error) {
+	path := c.String("metrics-token-file")
+	if path == "" {
+		return "", nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", cli.Exit(fmt.Sprintf("--metrics-token-file: %v", err), 2)
+	}
+	token := strings.TrimSpace(string(data))
+	if len(token) < 16 {
+		return "", cli.Exit(fmt.Sprintf("--metrics-token-file %s: %d bytes, want at least 16 (make one with `openssl rand -hex 32`)", path, len(token)), 2)
+	}
+	return token, nil
+}
+
+// withToken lets through only requests carrying token as a bearer
+// ("" = everyone).
+func withToken(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="rivora metrics"`)
+			http.Error(w, "this endpoint needs the --metrics-token-file token: Authorization: Bearer <token>", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
 
 // tlsFlags are the TLS flags of `rivora controlplane`, `rivora agent` and
 // `rivora dev`.
@@ -76,8 +113,9 @@ func newLogger(level string) (*slog.Logger, error) {
 }
 
 // baseMux serves /healthz (ready reports whether to answer 200), /metrics
-// and, if asked, /debug/pprof/.
-func baseMux(ready func() bool, withPprof bool) *http.ServeMux {
+// and, if asked, /debug/pprof/; those two behind metricsToken when it is
+// set.
+func baseMux(ready func() bool, withPprof bool, metricsToken string) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !ready() {
@@ -86,12 +124,12 @@ func baseMux(ready func() bool, withPprof bool) *http.ServeMux {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	mux.Handle("GET /metrics", promhttp.Handler())
+	mux.Handle("GET /metrics", withToken(metricsToken, promhttp.Handler()))
 	if withPprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.Handle("/debug/pprof/", withToken(metricsToken, http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/profile", withToken(metricsToken, http.HandlerFunc(pprof.Profile)))
+		mux.Handle("/debug/pprof/symbol", withToken(metricsToken, http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("/debug/pprof/trace", withToken(metricsToken, http.HandlerFunc(pprof.Trace)))
 	}
 	return mux
 }
