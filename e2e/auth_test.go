@@ -112,7 +112,7 @@ func TestAuthMatrix(t *testing.T) {
 		"operator":  mintToken(t, cpURL, admin, "ops-1", rivorav1.Role_ROLE_OPERATOR),
 		"cell":      cellToken(t),
 	}
-	ingest := rivorav1connect.NewIngestServiceClient(http.DefaultClient, agentURL, connect.WithInterceptors(auth.Bearer(tokens["pub"])))
+	ingest := rivorav1connect.NewIngestServiceClient(plainHTTP, agentURL, connect.WithInterceptors(auth.Bearer(tokens["pub"])))
 	delivered, err := ingest.Publish(ctx, connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "d1", CustomerId: "c1", LaneKey: "u1", Type: "t", Payload: []byte(`{}`)}))
 	if err != nil {
 		t.Fatalf("publisher c1 publishes as c1: %v", err)
@@ -123,7 +123,7 @@ func TestAuthMatrix(t *testing.T) {
 		t.Fatalf("publish to d2: %v", err)
 	}
 	dead := held.Msg.GetEventId()
-	lanes := rivorav1connect.NewLaneServiceClient(http.DefaultClient, cpURL, connect.WithInterceptors(auth.Bearer(admin)))
+	lanes := rivorav1connect.NewLaneServiceClient(plainHTTP, cpURL, connect.WithInterceptors(auth.Bearer(admin)))
 	err = poll(20*time.Second, 50*time.Millisecond, func() error {
 		_, err := lanes.SkipLaneHead(ctx, connect.NewRequest(&rivorav1.SkipLaneHeadRequest{DestinationId: "d2", CustomerId: "c1", LaneKey: "u1", Reason: "make a dead letter", HeadEventId: dead}))
 		return err
@@ -131,7 +131,7 @@ func TestAuthMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatalf("skip d2's head: %v", err)
 	}
-	archive := rivorav1connect.NewArchiveServiceClient(http.DefaultClient, cpURL, connect.WithInterceptors(auth.Bearer(admin)))
+	archive := rivorav1connect.NewArchiveServiceClient(plainHTTP, cpURL, connect.WithInterceptors(auth.Bearer(admin)))
 	err = poll(20*time.Second, 50*time.Millisecond, func() error {
 		_, err := archive.GetDeadLetter(ctx, connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: dead, DestinationId: "d2"}))
 		return err
@@ -201,7 +201,7 @@ func TestAuthMatrix(t *testing.T) {
 				opts = append(opts, connect.WithInterceptors(auth.Bearer(tk)))
 			}
 			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			s, err := rivorav1connect.NewAgentServiceClient(http.DefaultClient, cpURL, opts...).Watch(wctx, connect.NewRequest(&rivorav1.WatchRequest{AgentName: c.agentName, Address: "http://127.0.0.1:1"}))
+			s, err := rivorav1connect.NewAgentServiceClient(plainHTTP, cpURL, opts...).Watch(wctx, connect.NewRequest(&rivorav1.WatchRequest{AgentName: c.agentName, Address: "http://127.0.0.1:1"}))
 			if err == nil {
 				if s.Receive() {
 					t.Errorf("Watch as %s with %s credentials got config", c.agentName, caller)
@@ -213,7 +213,7 @@ func TestAuthMatrix(t *testing.T) {
 			if code := connect.CodeOf(err); code != connect.CodeUnauthenticated && code != connect.CodePermissionDenied {
 				t.Errorf("Watch as %s with %s credentials: %v, want unauthenticated or permission_denied", c.agentName, caller, err)
 			}
-			_, err = rivorav1connect.NewAgentServiceClient(http.DefaultClient, cpURL, opts...).ReportOwned(ctx, connect.NewRequest(&rivorav1.ReportOwnedRequest{AgentName: c.agentName}))
+			_, err = rivorav1connect.NewAgentServiceClient(plainHTTP, cpURL, opts...).ReportOwned(ctx, connect.NewRequest(&rivorav1.ReportOwnedRequest{AgentName: c.agentName}))
 			if code := connect.CodeOf(err); code != connect.CodeUnauthenticated && code != connect.CodePermissionDenied {
 				t.Errorf("ReportOwned as %s with %s credentials: %v, want refused", c.agentName, caller, err)
 			}
@@ -230,7 +230,7 @@ func TestAuthMatrix(t *testing.T) {
 	})
 
 	t.Run("publisher scope", func(t *testing.T) {
-		other, err := rivorav1connect.NewIngestServiceClient(http.DefaultClient, agentURL, connect.WithInterceptors(auth.Bearer(admin))).Publish(ctx,
+		other, err := rivorav1connect.NewIngestServiceClient(plainHTTP, agentURL, connect.WithInterceptors(auth.Bearer(admin))).Publish(ctx,
 			connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "d1", CustomerId: "c2", LaneKey: "u1", Type: "t", Payload: []byte(`{}`)}))
 		if err != nil {
 			t.Fatalf("admin publishes as c2: %v", err)
@@ -241,7 +241,7 @@ func TestAuthMatrix(t *testing.T) {
 		}
 		p.WaitDelivered(t, []string{other.Msg.GetEventId()}, 30*time.Second)
 		for _, url := range []string{agentURL, cpURL} {
-			events := rivorav1connect.NewEventServiceClient(http.DefaultClient, url, connect.WithInterceptors(auth.Bearer(tokens["pub"])))
+			events := rivorav1connect.NewEventServiceClient(plainHTTP, url, connect.WithInterceptors(auth.Bearer(tokens["pub"])))
 			_, err := events.GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: other.Msg.GetEventId()}))
 			if connect.CodeOf(err) != connect.CodePermissionDenied {
 				t.Errorf("publisher c1: events get of c2's event at %s: %v, want permission_denied", url, err)
@@ -316,6 +316,9 @@ func TestAuthMatrix(t *testing.T) {
 
 }
 
+// plainHTTP trusts the run's CA and sends no credential of its own.
+var plainHTTP = &http.Client{Transport: harnessTransport()}
+
 var (
 	cp   = []string{"cp"}
 	ag   = []string{"agent"}
@@ -336,7 +339,7 @@ func callAs(ctx context.Context, server, proc string, rc rpcCase, token string) 
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := plainHTTP.Do(req)
 	if err != nil {
 		return "error", err.Error()
 	}
@@ -375,7 +378,7 @@ func streamAs(ctx context.Context, server, proc string, rc rpcCase, token string
 	case rivorav1connect.AgentServiceWatchProcedure:
 		req := &rivorav1.WatchRequest{}
 		must(jsonInto(rc.body, req))
-		s, e := rivorav1connect.NewAgentServiceClient(http.DefaultClient, server, opts...).Watch(ctx, connect.NewRequest(req))
+		s, e := rivorav1connect.NewAgentServiceClient(plainHTTP, server, opts...).Watch(ctx, connect.NewRequest(req))
 		if err = e; err == nil {
 			if s.Receive() {
 				first = fmt.Sprint(len(s.Msg().GetDestinations()), " destinations")
@@ -386,7 +389,7 @@ func streamAs(ctx context.Context, server, proc string, rc rpcCase, token string
 	case rivorav1connect.ArchiveServiceReplayProcedure:
 		req := &rivorav1.ReplayRequest{}
 		must(jsonInto(rc.body, req))
-		s, e := rivorav1connect.NewArchiveServiceClient(http.DefaultClient, server, opts...).Replay(ctx, connect.NewRequest(req))
+		s, e := rivorav1connect.NewArchiveServiceClient(plainHTTP, server, opts...).Replay(ctx, connect.NewRequest(req))
 		if err = e; err == nil {
 			for s.Receive() {
 				first = s.Msg().String()
@@ -433,11 +436,11 @@ func allProcedures(t testing.TB) []string {
 }
 
 func tokenClient(url, token string) rivorav1connect.TokenServiceClient {
-	return rivorav1connect.NewTokenServiceClient(http.DefaultClient, url, connect.WithInterceptors(auth.Bearer(token)))
+	return rivorav1connect.NewTokenServiceClient(plainHTTP, url, connect.WithInterceptors(auth.Bearer(token)))
 }
 
 func adminClient(url, token string) rivorav1connect.AdminServiceClient {
-	return rivorav1connect.NewAdminServiceClient(http.DefaultClient, url, connect.WithInterceptors(auth.Bearer(token)))
+	return rivorav1connect.NewAdminServiceClient(plainHTTP, url, connect.WithInterceptors(auth.Bearer(token)))
 }
 
 // mintToken creates a token and returns it.

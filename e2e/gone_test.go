@@ -131,7 +131,7 @@ func goneScenario(t *testing.T, r *rig, dest string) {
 	if n := dlqListCount(t, r, dest); n != 0 {
 		t.Fatalf("%d dead letters after resume, want 0", n)
 	}
-	if e := findAudit(r.auditJSON(t, "--destination", dest), "destination.resume", dest); e == nil || e.GetAuthor() != "e2e" {
+	if e := findAudit(r.auditJSON(t, "--destination", dest), "destination.resume", dest); e == nil || e.GetAuthor() != "bootstrap" || e.GetTokenId() == "" {
 		t.Errorf("audit destination.resume of %s: %v", dest, e)
 	}
 }

@@ -119,7 +119,7 @@ func TestLanesListStuckAndSkip(t *testing.T) {
 	for _, e := range audit {
 		if e.Action == "lane.skip" {
 			found = true
-			if e.Author != "e2e" || e.Reason != "poison payload" || !strings.Contains(e.Detail, poison) {
+			if e.Author != "bootstrap" || e.Reason != "poison payload" || !strings.Contains(e.Detail, poison) {
 				t.Errorf("lane.skip audit entry = %+v", e)
 			}
 		}

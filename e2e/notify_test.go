@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -117,6 +118,8 @@ func (o *operatorEndpoint) matching(typ, destination string, keep func(operatorN
 	return out
 }
 
+var whsecPattern = regexp.MustCompile(`whsec_[A-Za-z0-9+/]+=*`)
+
 // TestOperatorWebhook runs `rivora dev --operator-webhook` against an
 // endpoint that verifies signatures: a parked episode, its recovery, a run
 // of dead letters and a 410 Gone each give one notice of their type; a
@@ -124,14 +127,17 @@ func (o *operatorEndpoint) matching(typ, destination string, keep func(operatorN
 func TestOperatorWebhook(t *testing.T) {
 	op := newOperatorEndpoint(t)
 	d := startDev(t, devOptions{Args: []string{"--operator-webhook", op.url, "--notify-parked-after", "2s"}})
-	var secret string
 	eventually.True(t, "the reserved destination rivora-operator", 10*time.Second, func() bool {
 		dst, err := d.Admin().GetDestination(ctxTimeout(t, 5*time.Second), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "rivora-operator"}))
-		if err != nil {
-			return false
-		}
-		secret = dst.Msg.GetDestination().GetSecret()
-		return dst.Msg.GetDestination().GetUrl() == op.url
+		return err == nil && dst.Msg.GetDestination().GetUrl() == op.url && dst.Msg.GetDestination().GetSecret() == ""
+	})
+	// The API shows its fingerprint only; the generated secret is in the
+	// log, once.
+	var secret string
+	eventually.True(t, "the generated operator secret in the log", 10*time.Second, func() bool {
+		log, _ := os.ReadFile(d.LogPath)
+		secret = string(whsecPattern.Find(log))
+		return secret != ""
 	})
 	op.setSecret(t, secret)
 

@@ -264,8 +264,8 @@ func limitsScenario(t *testing.T, r *rig, limitsPath, dest string) {
 	}
 	if e := findAudit(entries, "limits.override", dest); e == nil {
 		t.Errorf("audit has no limits.override entry for %s: %v", dest, auditActions(entries))
-	} else if e.GetReason() != "test" || e.GetAuthor() != "e2e" {
-		t.Errorf("audit limits.override: reason %q author %q, want test / e2e", e.GetReason(), e.GetAuthor())
+	} else if e.GetReason() != "test" || e.GetAuthor() != "bootstrap" {
+		t.Errorf("audit limits.override: reason %q author %q, want test / bootstrap (the token's name)", e.GetReason(), e.GetAuthor())
 	}
 	if errs := checkLanePrefix(p, pub.ByLane); len(errs) > 0 {
 		t.Errorf("lane order violations: %v", errs[:min(len(errs), 5)])
