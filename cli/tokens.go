@@ -214,7 +214,7 @@ tokens themselves are never shown (Rivora keeps only their hashes).
 
 -o json prints a JSON array of objects with id, name, role, customers,
 createdAt, expiresAt (null when the token does not expire), expired and
-createdBy (the id of the token that created it; "" for bootstrap).
+createdBy (the name of the token that created it; "" for bootstrap).
 
 Example:
    rivoractl tokens list -o json | jq -r '.[] | select(.role == "admin") | .id'`,

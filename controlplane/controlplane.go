@@ -69,7 +69,7 @@ type Config struct {
 	RejoinDelay time.Duration
 	// OperatorWebhook ("" = none) receives operator notices (notify.go),
 	// signed with OperatorWebhookSecret ("" = the stored one, or a new
-	// one, logged once). NotifyParkedAfter is how long a destination is
+	// one, written to OperatorSecretPath). NotifyParkedAfter is how long a destination is
 	// parked before it is notified (default 5m).
 	OperatorWebhook       string
 	OperatorWebhookSecret string
@@ -81,6 +81,9 @@ type Config struct {
 	// writes the bootstrap admin token, mode 0600 ("" = no bootstrap
 	// token: nobody can call the API until one is stored).
 	AdminTokenPath string
+	// OperatorSecretPath is where a generated operator webhook secret is
+	// written, mode 0600 (never logged).
+	OperatorSecretPath string
 	// Transport carries the control plane's calls to agents (nil =
 	// http.DefaultTransport), e.g. with the cell's CA for TLS.
 	Transport http.RoundTripper

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/controlplane/notices"
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/backoff"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -438,15 +439,19 @@ func (r *agentRegistry) deadLetters(ctx context.Context, destination string, sin
 
 // ensureOperatorDestination creates or updates the reserved destination
 // from --operator-webhook and --operator-webhook-secret. A secret it
-// generates is logged once, here; later runs keep the stored one.
+// generates is written to OperatorSecretPath, here; later runs keep the
+// stored one.
 func (cp *ControlPlane) ensureOperatorDestination(url, secret string) error {
 	id := notices.DestinationID
 	d, ok := cp.store.Get(id)
 	if !ok {
-		generated := secret == ""
-		if generated {
+		if secret == "" {
+			// Kept before it is stored: a failed write stores nothing.
 			var err error
 			if secret, err = webhook.NewSecret(); err != nil {
+				return err
+			}
+			if err := cp.keepOperatorSecret(secret); err != nil {
 				return err
 			}
 		}
@@ -460,9 +465,6 @@ func (cp *ControlPlane) ensureOperatorDestination(url, secret string) error {
 			return "operator notices to " + url, nil
 		}); err != nil {
 			return err
-		}
-		if generated {
-			cp.log.Info("operator webhook secret generated (shown once; verify notices with it, or set --operator-webhook-secret)", "destination", id, "url", url, "secret", secret)
 		}
 		return nil
 	}
@@ -488,4 +490,20 @@ func reserved(id string) error {
 		return nil
 	}
 	return errorf(ErrInvalid, "destination id %q is reserved for operator notices; rivora controlplane --operator-webhook URL sets it", id)
+}
+
+// keepOperatorSecret writes a generated operator webhook secret to
+// Config.OperatorSecretPath (mode 0600), where the receiver's operator
+// picks it up: it is never logged nor answered, like every signing secret.
+func (cp *ControlPlane) keepOperatorSecret(secret string) error {
+	path := cp.cfg.OperatorSecretPath
+	if path == "" {
+		cp.log.Warn("operator webhook secret generated but no path to keep it: set --operator-webhook-secret so the receiver can verify notices", "fingerprint", auth.Fingerprint(secret))
+		return nil
+	}
+	if err := writeSecretFile(path, secret+"\n"); err != nil {
+		return fmt.Errorf("operator webhook secret: %w", err)
+	}
+	cp.log.Info("operator webhook secret generated and written (mode 0600): verify notices with it, or set --operator-webhook-secret", "path", path, "fingerprint", auth.Fingerprint(secret))
+	return nil
 }

@@ -184,13 +184,15 @@ func usableAdmin(t *rivorav1.ApiToken, now time.Time) bool {
 	return t.GetRole() == rivorav1.Role_ROLE_ADMIN && (t.GetExpiresAt() == nil || now.Before(t.GetExpiresAt().AsTime()))
 }
 
-// bootstrap creates the admin token "bootstrap" when no token is stored
-// (the first start) and writes it to Config.AdminTokenPath, mode 0600,
-// before storing it: a failed write stores nothing, and the next start
-// tries again.
+// bootstrap creates the admin token "bootstrap" when no admin token is
+// usable — the first start, or every admin token has expired (a restart
+// is then the way back in) — and writes it to Config.AdminTokenPath, mode
+// 0600, before storing it: a failed write stores nothing, and the next
+// start tries again.
 func (cp *ControlPlane) bootstrap() error {
 	path := cp.cfg.AdminTokenPath
-	if len(cp.store.Tokens()) > 0 {
+	now := cp.now()
+	if slices.ContainsFunc(cp.store.Tokens(), func(t *rivorav1.ApiToken) bool { return usableAdmin(t, now) }) {
 		if path != "" {
 			if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 				cp.log.Info("the bootstrap admin token was made on an earlier start and is not at its path any more; use a token you keep (rivoractl tokens create)", "path", path)
@@ -211,8 +213,10 @@ func (cp *ControlPlane) bootstrap() error {
 		return fmt.Errorf("bootstrap admin token: %w", err)
 	}
 	if _, err := cp.changeTokens("token.create", systemActor, func(all map[string]*rivorav1.ApiToken) (string, error) {
-		if len(all) > 0 {
-			return "", errorf(ErrExists, "tokens exist already")
+		for _, o := range all {
+			if usableAdmin(o, now) {
+				return "", errorf(ErrExists, "an admin token exists already")
+			}
 		}
 		all[t.Id] = proto.Clone(t).(*rivorav1.ApiToken)
 		return describeToken(t) + " (bootstrap, written to " + path + ")", nil

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"cmp"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -229,7 +230,7 @@ func (w *writer) unsettled(match func(subject string) bool) [][]byte {
 			air = append(air, p)
 		}
 	}
-	slices.SortFunc(air, func(x, y *pending) int { return int(x.ack - y.ack) })
+	slices.SortFunc(air, func(x, y *pending) int { return cmp.Compare(x.ack, y.ack) })
 	out := make([][]byte, 0, len(air))
 	for _, p := range air {
 		out = append(out, p.buf) // not written after take

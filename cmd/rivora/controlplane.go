@@ -99,6 +99,9 @@ Examples:
 			if cfg.Keys, err = cellKeys(c, log); err != nil {
 				return err
 			}
+			if cfg.Keys.Cell().IsZero() && c.String("operator-webhook") != "" {
+				return cli.Exit("--operator-webhook needs --cell-token-file: the control plane publishes notices through an agent, which admits it by the cell token (with --insecure there is none)", 2)
+			}
 			metrics, err := metricsToken(c)
 			if err != nil {
 				return err
@@ -108,6 +111,7 @@ Examples:
 				return err
 			}
 			cfg.AdminTokenPath = filepath.Join(stateDir, "admin.token")
+			cfg.OperatorSecretPath = filepath.Join(stateDir, "operator-webhook.secret")
 			if consul == "" {
 				cfg.StateDir = stateDir
 			}
@@ -147,7 +151,7 @@ func operatorFlags() []cli.Flag {
 		&cli.StringFlag{Name: "operator-webhook", EnvVars: []string{"RIVORA_OPERATOR_WEBHOOK"}, Usage: "`URL` that receives operator notices, signed Standard Webhooks POSTs of JSON {type, destinationId, at, message, …}: " +
 			"destination.parked, destination.recovered, destination.disabled, deadletter.created (batched, at most one a minute per destination), override.expired. " +
 			"Delivered like any event through the reserved destination " + notices.DestinationID},
-		&cli.StringFlag{Name: "operator-webhook-secret", EnvVars: []string{"RIVORA_OPERATOR_WEBHOOK_SECRET"}, Usage: "`SECRET` (whsec_…) signing operator notices (default: the one stored, or a new one, shown once in the log)"},
+		&cli.StringFlag{Name: "operator-webhook-secret", EnvVars: []string{"RIVORA_OPERATOR_WEBHOOK_SECRET"}, Usage: "`SECRET` (whsec_…) signing operator notices (default: the one stored, or a new one, written to <state-dir>/operator-webhook.secret, mode 0600; <data-dir>/… for rivora dev)"},
 		&cli.DurationFlag{Name: "notify-parked-after", Value: notices.DefaultParkedAfter, EnvVars: []string{"RIVORA_NOTIFY_PARKED_AFTER"}, Usage: "send destination.parked once a destination has been parked this long (once per episode)"},
 	}
 }

@@ -199,11 +199,12 @@ func runDev(c *cli.Context) error {
 		return err
 	}
 	cfg := controlplane.Config{
-		StateDir:       filepath.Join(dataDir, "controlplane"),
-		LimitsPath:     c.String("limits"),
-		Partitions:     c.Int("partitions"),
-		Keys:           auth.NewKeys(cell),
-		AdminTokenPath: filepath.Join(dataDir, "admin.token"),
+		StateDir:           filepath.Join(dataDir, "controlplane"),
+		LimitsPath:         c.String("limits"),
+		Partitions:         c.Int("partitions"),
+		Keys:               auth.NewKeys(cell),
+		AdminTokenPath:     filepath.Join(dataDir, "admin.token"),
+		OperatorSecretPath: filepath.Join(dataDir, "operator-webhook.secret"),
 	}
 	if err := operatorConfig(c, &cfg); err != nil {
 		return err
@@ -211,6 +212,9 @@ func runDev(c *cli.Context) error {
 	metrics, err := metricsToken(c)
 	if err != nil {
 		return err
+	}
+	if addr := c.String("nats-listen"); addr != "" && !loopbackAddr(addr) {
+		log.Warn("rivora dev's embedded NATS has no password: on a non-loopback --nats-listen anyone who reaches it reads every payload; use a cell (rivora agent --cell-token-file) for that", "nats_listen", addr)
 	}
 	srv, err := servingFlags(c)
 	if err != nil {

@@ -160,6 +160,19 @@ func listen(log *slog.Logger, addr string, tlsCfg *tls.Config) (net.Listener, st
 }
 
 // warnPlainText warns of plain HTTP on an address other hosts reach.
+// loopbackAddr reports whether HOST:PORT names a loopback host.
+func loopbackAddr(hostPort string) bool {
+	host, _, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 func warnPlainText(log *slog.Logger, addr net.Addr) {
 	if tcp, ok := addr.(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		log.Warn("serving plain HTTP on a non-loopback address: traffic, tokens included, is readable on the network; give --tls-cert and --tls-key", "addr", addr.String())

@@ -43,7 +43,9 @@ job "rivora-cell" {
         EOT
         destination = "secrets/cell.token"
         perms       = "0600"
-        change_mode = "restart"
+        # A new cell token is rolled through by hand, one allocation at a
+        # time (README: Security), not by restarting every task at once.
+        change_mode = "noop"
       }
 
       artifact {
@@ -129,7 +131,9 @@ job "rivora-cell" {
         EOT
         destination = "secrets/cell.token"
         perms       = "0600"
-        change_mode = "restart"
+        # A new cell token is rolled through by hand, one allocation at a
+        # time (README: Security), not by restarting every task at once.
+        change_mode = "noop"
       }
 
       # The cell's other agents (their cluster ports), the control planes

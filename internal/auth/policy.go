@@ -108,7 +108,7 @@ var Policies = map[string]Rule{
 	rivorav1connect.ArchiveServiceGetDeadLetterProcedure: {
 		Roles: []rivorav1.Role{admin, operator, viewer, publisher},
 		Answer: func(p *Principal, resp any) error {
-			return mayActFor(p, resp.(*rivorav1.GetDeadLetterResponse).GetDeadLetter().GetEvent().GetCustomerId())
+			return mayRead(p, resp.(*rivorav1.GetDeadLetterResponse).GetDeadLetter().GetEvent().GetCustomerId())
 		},
 	},
 	rivorav1connect.ArchiveServiceDeadLetterStatsProcedure: read,
@@ -131,6 +131,15 @@ func mayActFor(p *Principal, customer string) error {
 		return nil
 	}
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("token %s (%s) may not act for customer %q: it is scoped to %v", p.TokenID, p.Name, customer, p.Customers))
+}
+
+// mayRead checks an answer's customer without naming it: the caller
+// learns only that the item is not its customers'.
+func mayRead(p *Principal, customer string) error {
+	if p.MayActFor(customer) {
+		return nil
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("token %s (%s) may not read this: it belongs to a customer outside the token's scope %v", p.TokenID, p.Name, p.Customers))
 }
 
 // filterFor checks a list's customer filter: a scoped publisher must name

@@ -96,7 +96,7 @@ func StartDev(t testing.TB, dir string, opts Options) *Dev {
 		t.Fatalf("cell token: %v", err)
 	}
 	d.Cell, d.AdminTokenPath = cell, filepath.Join(dir, "admin.token")
-	cfg := controlplane.Config{StateDir: filepath.Join(dir, "controlplane"), Partitions: 4, Keys: auth.NewKeys(cell), AdminTokenPath: d.AdminTokenPath}
+	cfg := controlplane.Config{StateDir: filepath.Join(dir, "controlplane"), Partitions: 4, Keys: auth.NewKeys(cell), AdminTokenPath: d.AdminTokenPath, OperatorSecretPath: filepath.Join(dir, "operator-webhook.secret")}
 	if opts.ControlPlane != nil {
 		opts.ControlPlane(&cfg)
 	}
