@@ -14,21 +14,29 @@ import (
 
 // Keys is what a process checks callers against: the cell token and the
 // API tokens in force (by hash), replaced whole by SetTokens whenever the
-// control plane's tokens change. Safe for concurrent use; a check takes
-// no lock.
+// control plane's tokens change. Until the first SetTokens (an agent
+// that has not had its first config yet) an API token is answered
+// Unavailable, which clients retry, not Unauthenticated. Safe for
+// concurrent use; a check takes no lock.
 type Keys struct {
-	cell   CellToken
-	now    func() time.Time
+	cell CellToken
+	now  func() time.Time
+	// tokens is nil until the first SetTokens.
 	tokens atomic.Pointer[map[string]*rivorav1.ApiToken]
 }
 
 // NewKeys returns keys with the cell token (zero: --insecure, the cell
 // services open to anyone) and no API token yet.
 func NewKeys(cell CellToken) *Keys {
-	k := &Keys{cell: cell, now: time.Now}
-	empty := map[string]*rivorav1.ApiToken{}
-	k.tokens.Store(&empty)
-	return k
+	return &Keys{cell: cell, now: time.Now}
+}
+
+// byHash is the tokens in force (none before the first SetTokens).
+func (k *Keys) byHash() map[string]*rivorav1.ApiToken {
+	if m := k.tokens.Load(); m != nil {
+		return *m
+	}
+	return nil
 }
 
 // Cell is the cell token (for this process's own cell calls).
@@ -46,7 +54,7 @@ func (k *Keys) SetTokens(tokens []*rivorav1.ApiToken) {
 }
 
 // Count is the number of API tokens in force.
-func (k *Keys) Count() int { return len(*k.tokens.Load()) }
+func (k *Keys) Count() int { return len(k.byHash()) }
 
 var errNoBearer = errors.New("missing `Authorization: Bearer <token>` (rivoractl: --token, RIVORA_TOKEN or --token-file; `rivora dev` wrote an admin token to <data-dir>/admin.token)")
 
@@ -67,7 +75,10 @@ func (k *Keys) user(token string, cellToo bool) (*Principal, error) {
 	if k.cell.Matches(token) {
 		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("the cell token opens only AgentService and PartitionService; call with an API token (`rivoractl tokens create`)"))
 	}
-	t, ok := (*k.tokens.Load())[Hash(token)]
+	if k.tokens.Load() == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("this process has not had the API tokens from its control plane yet (starting, or cut off from it); retry"))
+	}
+	t, ok := k.byHash()[Hash(token)]
 	if !ok {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("token not recognised: revoked, expired long ago, or mistyped"))
 	}
@@ -87,7 +98,7 @@ func (k *Keys) cellCaller(header string) (*Principal, error) {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("missing `Authorization: Bearer <cell token>`: only agents and control planes of this cell (--cell-token-file) call this service"))
 	}
 	if !k.cell.Matches(token) {
-		if _, ok := (*k.tokens.Load())[Hash(token)]; ok {
+		if _, ok := k.byHash()[Hash(token)]; ok {
 			return nil, connect.NewError(connect.CodePermissionDenied, errors.New("API tokens, admin included, do not open the cell's internal services; only the cell token (--cell-token-file) does"))
 		}
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("not this cell's token (--cell-token-file)"))
