@@ -183,14 +183,29 @@ func (d *devProc) Ingest() rivorav1connect.IngestServiceClient {
 
 func (d *devProc) SDK() *sdk.Client { return sdk.New(d.URL(), sdk.WithHTTPClient(authedHTTP)) }
 
+// handedOut is every port freePort returned in this run: the kernel may
+// hand a closed port out again at once, and two processes of one cell
+// given the same port fail to start (seen: an agent's NATS client port
+// was another's cluster port).
+var handedOut sync.Map
+
+// freePort is a 127.0.0.1 port free now and not returned before in this
+// run.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if _, seen := handedOut.LoadOrStore(port, true); !seen {
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("free port: 100 tries gave ports already handed out")
+	return 0
 }
 
 func ctxTimeout(t testing.TB, d time.Duration) context.Context {
