@@ -2,6 +2,7 @@ package controlplane_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,7 +14,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/eventually"
 	"github.com/rivora/rivora/internal/testrig"
@@ -378,4 +381,40 @@ func TestFeedDeliversSecretsAndTokens(t *testing.T) {
 		return
 	}
 	t.Fatalf("the stream ended before the revocation: %v", stream.Err())
+}
+
+// When every admin token has expired, the next start bootstraps a new
+// one (a restart is the way back in); an expired token stays refused.
+func TestBootstrapAgainWhenNoAdminTokenIsUsable(t *testing.T) {
+	dir := t.TempDir()
+	store, err := controlplane.OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, oldID, err := auth.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.UpdateTokens(func(all map[string]*rivorav1.ApiToken) error {
+		all[oldID] = &rivorav1.ApiToken{Id: oldID, Name: "admin-expired", Role: rivorav1.Role_ROLE_ADMIN, Hash: auth.Hash(old),
+			CreatedAt: timestamppb.New(time.Now().Add(-2 * time.Hour)), ExpiresAt: timestamppb.New(time.Now().Add(-time.Hour))}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "admin.token")
+	keys := auth.NewKeys(auth.CellTokenOf("0123456789abcdef0123456789abcdef"))
+	if _, err := controlplane.New(controlplane.Config{StateDir: dir, Keys: keys, AdminTokenPath: path}, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("no new bootstrap token: %v", err)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%s has mode %o, want 0600", path, fi.Mode().Perm())
+	}
+	if keys.Count() != 2 || strings.TrimSpace(string(data)) == old {
+		t.Fatalf("after the start: %d tokens in force, want the expired one and a new bootstrap token", keys.Count())
+	}
 }
