@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"github.com/rivora/rivora/internal/eventually"
 	"github.com/rivora/rivora/internal/testrig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk/webhook"
 )
 
@@ -753,5 +755,26 @@ func TestPauseHoldsResumeDrains(t *testing.T) {
 	p.checkOrder(t, want)
 	if n := len(p.requests()); n != 6 {
 		t.Fatalf("partner got %d requests for 6 events that never failed", n)
+	}
+}
+
+// A replay rate that is not a number (NaN, ±Inf) or negative is refused
+// before anything is read, not a panic of the stream.
+func TestReplayRefusesABadRate(t *testing.T) {
+	d := testrig.StartDev(t, t.TempDir(), testrig.Options{})
+	archive := rivorav1connect.NewArchiveServiceClient(d.HTTPClient(), d.URL, d.As(d.AdminToken))
+	for _, rate := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), -1} {
+		stream, err := archive.Replay(context.Background(), connect.NewRequest(&rivorav1.ReplayRequest{
+			Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}, RatePerSecond: rate,
+		}))
+		if err == nil {
+			for stream.Receive() {
+			}
+			err = stream.Err()
+			stream.Close()
+		}
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "rate must be a positive number") {
+			t.Errorf("replay at rate %v: %v, want invalid_argument about the rate", rate, err)
+		}
 	}
 }

@@ -100,6 +100,7 @@ func TestCreateValidation(t *testing.T) {
 		{"relative url", func(r *rivorav1.CreateDestinationRequest) { r.Url = "/hook" }, []string{"absolute"}},
 		{"url without host", func(r *rivorav1.CreateDestinationRequest) { r.Url = "http://" }, []string{"absolute"}},
 		{"unparsable url", func(r *rivorav1.CreateDestinationRequest) { r.Url = "http://a b/%zz" }, []string{"url"}},
+		{"url with credentials", func(r *rivorav1.CreateDestinationRequest) { r.Url = "https://user:pass@example.com/hook" }, []string{"credentials (user:password@)"}},
 		{"secret without prefix", func(r *rivorav1.CreateDestinationRequest) { r.Secret = "hunter2" }, []string{"secret", "whsec_"}},
 		{"secret not base64", func(r *rivorav1.CreateDestinationRequest) { r.Secret = "whsec_!!!" }, []string{"secret", "base64"}},
 		{"secret too short", func(r *rivorav1.CreateDestinationRequest) { r.Secret = "whsec_c2hvcnQ=" }, []string{"secret", "at least 16"}},

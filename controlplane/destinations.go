@@ -335,7 +335,10 @@ func orEmpty(l *rivorav1.Limits) *rivorav1.Limits {
 
 // validateURL checks a destination's URL (an ErrInvalid).
 func validateURL(raw string) error {
-	if _, err := httpurl.Parse(raw); err == nil {
+	if u, err := httpurl.Parse(raw); err == nil {
+		if u.User != nil {
+			return errorf(ErrInvalid, "url carries credentials (user:password@): they would show in every answer, log and audit entry; give the receiver a URL without them")
+		}
 		return nil
 	}
 	if _, err := url.Parse(raw); err != nil {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -315,8 +316,8 @@ func (s *Service) Replay(ctx context.Context, req *connect.Request[rivorav1.Repl
 	if f.GetDestinationId() == "" {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("replay needs a destination"))
 	}
-	if r := req.Msg.GetRatePerSecond(); r < 0 {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("rate must be positive, got %v", r))
+	if r := req.Msg.GetRatePerSecond(); r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("rate must be a positive number of events per second (0: as fast as the destination takes them), got %v", r))
 	}
 	keys, err := s.objects(ctx, f)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -303,6 +305,9 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
 	if contentType == "" {
 		contentType = defaultContentType
 	}
+	if err := validateContentType(contentType); err != nil {
+		return nil, err
+	}
 	ev := &rivorav1.Event{
 		EventId:       id,
 		DestinationId: dest,
@@ -404,4 +409,24 @@ func (g *Gateway) Resend(ctx context.Context, original *rivorav1.Event, dedupID 
 // within the dedup window is stored once, and never taken for the original.
 func ReplayDedupID(dl *rivorav1.DeadLetter) string {
 	return fmt.Sprintf("replay:%s:%d", dl.GetEvent().GetEventId(), dl.GetDeadAt().AsTime().UnixNano())
+}
+
+// maxContentTypeLen bounds content_type.
+const maxContentTypeLen = 256
+
+// validateContentType accepts a media type as a header can carry it: a
+// bad one (a CR/LF, no type/subtype) would fail every attempt of the
+// event and throttle its destination for every customer.
+func validateContentType(ct string) error {
+	if len(ct) > maxContentTypeLen {
+		return fmt.Errorf("content_type is %d bytes; the limit is %d", len(ct), maxContentTypeLen)
+	}
+	if strings.ContainsAny(ct, "\r\n\x00") {
+		return errors.New("content_type must not contain CR, LF or NUL")
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || !strings.Contains(mt, "/") {
+		return fmt.Errorf("content_type %q is not a media type such as application/json", ct)
+	}
+	return nil
 }
