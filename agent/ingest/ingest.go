@@ -302,11 +302,14 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
 		}
 	}
 	contentType := req.GetContentType()
-	if contentType == "" {
+	switch contentType {
+	case "", defaultContentType:
+		// The common case costs no parse per event.
 		contentType = defaultContentType
-	}
-	if err := validateContentType(contentType); err != nil {
-		return nil, err
+	default:
+		if err := validateContentType(contentType); err != nil {
+			return nil, err
+		}
 	}
 	ev := &rivorav1.Event{
 		EventId:       id,

@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -25,10 +26,23 @@ import (
 // each other.
 func Write(t testing.TB, dir string) (caFile, certFile, keyFile string) {
 	t.Helper()
-	caKey := newKey(t)
+	caFile, certFile, keyFile, err := Files(dir)
+	if err != nil {
+		t.Fatalf("tlstest: %v", err)
+	}
+	return caFile, certFile, keyFile
+}
+
+// Files is Write for a caller without a testing.TB (a whole run's
+// certificates, made once).
+func Files(dir string) (caFile, certFile, keyFile string, err error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", "", fmt.Errorf("generate the CA key: %w", err)
+	}
 	now := time.Now()
 	caTmpl := &x509.Certificate{
-		SerialNumber:          serial(t),
+		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: "rivora test CA"},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(24 * time.Hour),
@@ -38,15 +52,18 @@ func Write(t testing.TB, dir string) (caFile, certFile, keyFile string) {
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	if err != nil {
-		t.Fatalf("tlstest: CA certificate: %v", err)
+		return "", "", "", fmt.Errorf("CA certificate: %w", err)
 	}
 	ca, err := x509.ParseCertificate(caDER)
 	if err != nil {
-		t.Fatalf("tlstest: parse CA certificate: %v", err)
+		return "", "", "", fmt.Errorf("parse CA certificate: %w", err)
 	}
-	key := newKey(t)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", "", fmt.Errorf("generate the key: %w", err)
+	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(t),
+		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: "127.0.0.1"},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(24 * time.Hour),
@@ -57,40 +74,35 @@ func Write(t testing.TB, dir string) (caFile, certFile, keyFile string) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
-		t.Fatalf("tlstest: certificate: %v", err)
+		return "", "", "", fmt.Errorf("certificate: %w", err)
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		t.Fatalf("tlstest: marshal key: %v", err)
+		return "", "", "", fmt.Errorf("marshal key: %w", err)
 	}
 	caFile, certFile, keyFile = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	writePEM(t, caFile, "CERTIFICATE", caDER, 0o644)
-	writePEM(t, certFile, "CERTIFICATE", der, 0o644)
-	writePEM(t, keyFile, "PRIVATE KEY", keyDER, 0o600)
-	return caFile, certFile, keyFile
-}
-
-func newKey(t testing.TB) *ecdsa.PrivateKey {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatalf("tlstest: generate key: %v", err)
+	for _, f := range []struct {
+		path, kind string
+		der        []byte
+		mode       os.FileMode
+	}{
+		{caFile, "CERTIFICATE", caDER, 0o644},
+		{certFile, "CERTIFICATE", der, 0o644},
+		{keyFile, "PRIVATE KEY", keyDER, 0o600},
+	} {
+		if err := os.WriteFile(f.path, pem.EncodeToMemory(&pem.Block{Type: f.kind, Bytes: f.der}), f.mode); err != nil {
+			return "", "", "", err
+		}
 	}
-	return key
+	return caFile, certFile, keyFile, nil
 }
 
-func serial(t testing.TB) *big.Int {
-	t.Helper()
+// serial is a random 64-bit serial number (crypto/rand does not fail on
+// the platforms Go supports).
+func serial() *big.Int {
 	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 64))
 	if err != nil {
-		t.Fatalf("tlstest: serial number: %v", err)
+		panic(fmt.Sprintf("tlstest: serial number: %v", err))
 	}
 	return n
-}
-
-func writePEM(t testing.TB, path, kind string, der []byte, mode os.FileMode) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), mode); err != nil {
-		t.Fatalf("tlstest: %v", err)
-	}
 }
