@@ -31,6 +31,7 @@ import (
 	"github.com/rivora/rivora/sdk"
 	"github.com/rivora/rivora/sdk/webhook"
 
+	"github.com/rivora/rivora/e2e/creds"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -657,7 +658,7 @@ func TestReplayInterruptedResumesWithoutResending(t *testing.T) {
 	h.use(recovered)
 	args := []string{"replay", "--destination", dest, "--rate", "500"}
 	cmd := exec.Command(rivoractlBin, append(args, "--server", d.URL())...)
-	cmd.Env = append(os.Environ(), "RIVORA_SERVER=http://127.0.0.1:1", "RIVORA_TOKEN="+tokenFor(d.URL()))
+	cmd.Env = append(os.Environ(), "RIVORA_SERVER=http://127.0.0.1:1", "RIVORA_TOKEN="+creds.For(d.URL()))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -7,11 +7,8 @@ package e2e
 // tests about credentials build their own clients.
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,49 +19,13 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/rivora/rivora/agent/natsd"
+	"github.com/rivora/rivora/e2e/creds"
 	"github.com/rivora/rivora/internal/auth"
 )
 
-// adminTokens is host:port → the admin token of the cell serving there.
-var adminTokens sync.Map
-
-// registerToken makes calls to the host of each URL send token.
-func registerToken(token string, urls ...string) {
-	for _, raw := range urls {
-		if u, err := url.Parse(raw); err == nil {
-			adminTokens.Store(u.Host, token)
-		}
-	}
-}
-
-// tokenFor is the admin token registered for rawURL's host ("" if none).
-func tokenFor(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return ""
-	}
-	t, _ := adminTokens.Load(u.Host)
-	s, _ := t.(string)
-	return s
-}
-
-// bearerTransport sends the registered admin token of a request's host,
-// unless the request carries an Authorization header already.
-type bearerTransport struct{ next http.RoundTripper }
-
-func (b bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Header.Get("Authorization") == "" {
-		if t := tokenFor(req.URL.String()); t != "" {
-			req = req.Clone(req.Context())
-			req.Header.Set("Authorization", "Bearer "+t)
-		}
-	}
-	return b.next.RoundTrip(req)
-}
-
 // authedHTTP is the client of the harness and of tests that are not about
 // credentials.
-var authedHTTP = &http.Client{Transport: bearerTransport{next: harnessTransport()}}
+var authedHTTP = &http.Client{Transport: creds.Transport(harnessTransport())}
 
 // readAdminToken waits for the bootstrap token file under one of dirs
 // (written by the control plane that first has the state: with several,
@@ -98,16 +59,12 @@ func readAdminToken(t testing.TB, dirs ...string) string {
 // cellTokenFile is the cell token every cell process of this run reads
 // (--cell-token-file); made by the first test that needs it.
 var cellTokenFile = sync.OnceValue(func() string {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
 	dir, err := os.MkdirTemp("", "rivora-e2e-cell-")
 	if err != nil {
 		panic(err)
 	}
-	path := filepath.Join(dir, "cell.token")
-	if err := os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o600); err != nil {
+	path, err := creds.WriteCellToken(dir)
+	if err != nil {
 		panic(err)
 	}
 	return path

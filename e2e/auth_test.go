@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/rivora/rivora/e2e/creds"
 	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -69,7 +70,7 @@ func TestAuthMatrix(t *testing.T) {
 	c := startCell(t, cellOptions{})
 	r := c.rig()
 	cpURL, agentURL := c.cp.URL(), c.agent.URL()
-	admin := tokenFor(cpURL)
+	admin := creds.For(cpURL)
 	p := newPartner(t)
 	ctx := ctxTimeout(t, 2*time.Minute)
 

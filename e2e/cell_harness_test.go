@@ -24,6 +24,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/rivora/rivora/e2e/creds"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
@@ -85,7 +86,7 @@ func startCell(t testing.TB, opts cellOptions) *cell {
 	c := &cell{agentName: opts.AgentName, partitions: opts.Partitions}
 	c.cp = startProc(t, "controlplane", cpAddr, cpArgs)
 	agAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	registerToken(readAdminToken(t, stateDir), c.cp.URL(), "http://"+agAddr)
+	creds.Register(readAdminToken(t, stateDir), c.cp.URL(), "http://"+agAddr)
 	c.agent = startProc(t, "agent "+opts.AgentName, agAddr, append([]string{"agent", "--name", opts.AgentName, "--listen", agAddr,
 		"--controlplane", c.cp.URL(), "--data-dir", t.TempDir(), "--allow-local-archive"}, cellArgs()...)) // one agent: its archive may be local
 	r := c.rig()
@@ -211,7 +212,7 @@ func runCtl(server string, args ...string) (string, string, error) {
 	cmd := exec.Command(rivoractlBin, args...)
 	// The server flag comes last: global flags may appear anywhere.
 	cmd.Args = append(cmd.Args, "--server", server)
-	cmd.Env = append(os.Environ(), "RIVORA_SERVER=http://127.0.0.1:1", "RIVORA_TOKEN="+tokenFor(server), "RIVORA_CA_FILE="+runPKI().caFile)
+	cmd.Env = append(os.Environ(), "RIVORA_SERVER=http://127.0.0.1:1", "RIVORA_TOKEN="+creds.For(server), "RIVORA_CA_FILE="+runPKI().caFile)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/e2e/consultest"
+	"github.com/rivora/rivora/e2e/creds"
 	"github.com/rivora/rivora/e2e/jsdump"
 	"github.com/rivora/rivora/sdk"
 )
@@ -96,9 +97,9 @@ func startCluster(t testing.TB, controlPlanes, n, partitions int, cpArgs ...stri
 		c.agents[name] = launchProc(t, "agent "+name, addr, c.args[name])
 	}
 	token := readAdminToken(t, stateDirs...)
-	registerToken(token, cpURLs...)
+	creds.Register(token, cpURLs...)
 	for _, name := range c.names {
-		registerToken(token, c.agents[name].URL())
+		creds.Register(token, c.agents[name].URL())
 	}
 	for _, name := range c.names {
 		c.agents[name].waitHealthy(90 * time.Second)

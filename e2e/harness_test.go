@@ -24,6 +24,7 @@ import (
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
 
+	"github.com/rivora/rivora/e2e/creds"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -135,7 +136,7 @@ func (d *devProc) run() {
 	d.t.Helper()
 	d.start()
 	d.waitHealthy(60 * time.Second)
-	registerToken(readAdminToken(d.t, d.dataDir), d.URL())
+	creds.Register(readAdminToken(d.t, d.dataDir), d.URL())
 }
 
 // Kill9 kills the process with SIGKILL and waits for it to be gone.

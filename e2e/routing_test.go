@@ -26,6 +26,7 @@ import (
 
 	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/natsd"
+	"github.com/rivora/rivora/e2e/creds"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
@@ -255,7 +256,7 @@ func TestCellOperatorOneAddress(t *testing.T) {
 			for what, opts := range map[string][]nats.Option{
 				"no credential":    {nats.RootCAs(runPKI().caFile)},
 				"a wrong password": {nats.RootCAs(runPKI().caFile), nats.UserInfo(natsd.User, "guess")},
-				"the admin token":  {nats.RootCAs(runPKI().caFile), nats.Token(tokenFor(cp))},
+				"the admin token":  {nats.RootCAs(runPKI().caFile), nats.Token(creds.For(cp))},
 			} {
 				if nc, err := nats.Connect(url, append(opts, nats.Timeout(5*time.Second))...); err == nil {
 					nc.Close()
@@ -271,7 +272,7 @@ func TestCellOperatorOneAddress(t *testing.T) {
 	})
 
 	t.Run("revoked and expired tokens refused on every agent within 1s", func(t *testing.T) {
-		admin := tokenFor(cp)
+		admin := creds.For(cp)
 		var agentURLs []string
 		for _, name := range c.names {
 			agentURLs = append(agentURLs, c.agents[name].URL())

@@ -3,22 +3,17 @@ package main
 // Credentials: since Rivora has API tokens, every call needs one. A
 // process the bench starts bootstraps an admin token into its data (or
 // state) dir; the bench registers it for the process's address and its
-// clients send it (bearerTransport). A binary from before tokens writes
+// clients send it (creds.Transport). A binary from before tokens writes
 // none, and its calls go without.
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-)
 
-// tokens is host:port → admin token.
-var tokens sync.Map
+	"github.com/rivora/rivora/e2e/creds"
+)
 
 // registerAdminToken reads dir/admin.token, if there is one, and sends it
 // to every host of urls.
@@ -27,11 +22,7 @@ func registerAdminToken(dir string, urls ...string) {
 	if err != nil {
 		return
 	}
-	for _, raw := range urls {
-		if u, err := url.Parse(raw); err == nil {
-			tokens.Store(u.Host, strings.TrimSpace(string(data)))
-		}
-	}
+	creds.Register(strings.TrimSpace(string(data)), urls...)
 }
 
 // stateDir is the value of --data-dir or --state-dir in args ("" if
@@ -45,34 +36,6 @@ func stateDir(args []string) string {
 	return ""
 }
 
-type bearerTransport struct{ next http.RoundTripper }
-
-func (b bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Header.Get("Authorization") == "" {
-		if t, ok := tokens.Load(req.URL.Host); ok {
-			req = req.Clone(req.Context())
-			req.Header.Set("Authorization", "Bearer "+t.(string))
-		}
-	}
-	return b.next.RoundTrip(req)
-}
-
 // withBearer wraps a transport (nil: the default) so its requests carry
 // the registered token.
-func withBearer(t http.RoundTripper) http.RoundTripper {
-	if t == nil {
-		t = http.DefaultTransport
-	}
-	return bearerTransport{next: t}
-}
-
-// cellTokenFile writes a fresh cell token under dir for the processes of
-// one bench cell.
-func cellTokenFile(dir string) (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "cell.token")
-	return path, os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o600)
-}
+func withBearer(t http.RoundTripper) http.RoundTripper { return creds.Transport(t) }

@@ -63,6 +63,7 @@ import (
 	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/e2e/consultest"
+	"github.com/rivora/rivora/e2e/creds"
 	"github.com/rivora/rivora/e2e/jsdump"
 	"github.com/rivora/rivora/e2e/process"
 	"github.com/rivora/rivora/internal/auth"
@@ -441,7 +442,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 		return portErr
 	}
 	cpState := filepath.Join(root, "controlplane")
-	cellToken, err := cellTokenFile(root)
+	cellToken, err := creds.WriteCellToken(root)
 	if err != nil {
 		return err
 	}
