@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rivora/rivora/internal/eventually"
+	"github.com/rivora/rivora/internal/ids"
 	"github.com/rivora/rivora/internal/testrig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -462,17 +463,18 @@ func TestRestartResumesFromStore(t *testing.T) {
 		defer close(publisherDone)
 		for i := range 300 {
 			key := fmt.Sprintf("late-%03d", i)
+			id := ids.EventID("orders", "acme", key)
 			_, err := ag.Ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{
 				DestinationId: "orders", CustomerId: "acme", LaneKey: "main", Type: "test.event", Payload: []byte(`{}`), IdempotencyKey: key,
 			}))
 			mu.Lock()
 			if err != nil {
 				// Stored or not: the agent went down while answering.
-				uncertain = append(uncertain, key)
+				uncertain = append(uncertain, id)
 				mu.Unlock()
 				return
 			}
-			accepted = append(accepted, key)
+			accepted = append(accepted, id)
 			mu.Unlock()
 		}
 	}()

@@ -406,6 +406,11 @@ func (n *notifier) publish(ctx context.Context, nt notices.Notice) (string, bool
 		if err == nil {
 			return resp.Msg.GetEventId(), resp.Msg.GetDuplicate(), nil
 		}
+		if connect.CodeOf(err) == connect.CodeAlreadyExists {
+			// Its key was published already, with other content (another
+			// leader's rendering of the same notice): that one stands.
+			return "", true, nil
+		}
 		errs = append(errs, fmt.Errorf("agent %s: %w", a.name, err))
 	}
 	return "", false, errors.Join(errs...)

@@ -233,9 +233,9 @@ func TestKill9MidDeliveryLosesNothing(t *testing.T) {
 				cancel()
 				if err != nil {
 					firstErr.CompareAndSwap(nil, err.Error())
-					id = key
+					id = sdk.EventID("crashy-live", "live", key)
 					maybeMu.Lock()
-					maybe[key] = true
+					maybe[id] = true
 					maybeMu.Unlock()
 				}
 				live.add("live/"+lane, id, payload)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
@@ -38,6 +39,8 @@ func TestIngestValidationAndIdempotency(t *testing.T) {
 		{"empty lane key", func(r *rivorav1.PublishRequest) { r.LaneKey = "" }, []string{"lane"}},
 		{"lane key over 256 bytes", func(r *rivorav1.PublishRequest) { r.LaneKey = strings.Repeat("l", 257) }, []string{"lane"}},
 		{"bad customer id", func(r *rivorav1.PublishRequest) { r.CustomerId = "a/b c" }, []string{"customer"}},
+		{"content type with CR/LF", func(r *rivorav1.PublishRequest) { r.ContentType = "application/json\r\nX-Injected: 1" }, []string{"content_type"}},
+		{"reserved idempotency key", func(r *rivorav1.PublishRequest) { r.IdempotencyKey = "replay:x" }, []string{"reserves"}},
 		{"payload over the limit", func(r *rivorav1.PublishRequest) { r.Payload = bytes.Repeat([]byte("x"), maxPayload+1) }, []string{"payload"}},
 		{"bad idempotency key", func(r *rivorav1.PublishRequest) { r.IdempotencyKey = "not valid\n*>key" }, []string{"idempotency"}},
 	}
@@ -154,6 +157,29 @@ func TestIngestValidationAndIdempotency(t *testing.T) {
 	p.WaitDelivered(t, []string{r1.Msg.GetEventId(), afterResp.Msg.GetEventId()}, 30*time.Second)
 	if n := p.AttemptsOf(r1.Msg.GetEventId()); n != 1 {
 		t.Errorf("event published 3 times with one idempotency key reached the partner %d times, want 1", n)
+	}
+
+	// A key is scoped to its customer: another customer's same key is
+	// another event, and both are delivered.
+	other := good()
+	other.CustomerId, other.LaneKey, other.IdempotencyKey = "cust-b", "once", key
+	r4, err := ingest.Publish(ctx, connect.NewRequest(other))
+	if err != nil {
+		t.Fatalf("another customer publishing the same key: %v", err)
+	}
+	if r4.Msg.GetDuplicate() || r4.Msg.GetEventId() == r1.Msg.GetEventId() {
+		t.Errorf("another customer's same key = %v, want a new event (not %s)", r4.Msg, r1.Msg.GetEventId())
+	}
+	p.WaitDelivered(t, []string{r4.Msg.GetEventId()}, 30*time.Second)
+	// The same key for another payload is refused, and nothing is stored.
+	conflicting := proto.Clone(once).(*rivorav1.PublishRequest)
+	conflicting.Payload = []byte(`{"another":"event"}`)
+	_, err = ingest.Publish(ctx, connect.NewRequest(conflicting))
+	if connect.CodeOf(err) != connect.CodeAlreadyExists || !strings.Contains(connectMessage(err), "already used") {
+		t.Errorf("same key with another payload: %v, want AlreadyExists saying the key was already used", err)
+	}
+	if n := p.AttemptsOf(r1.Msg.GetEventId()); n != 1 {
+		t.Errorf("the refused reuse reached the partner: %d attempts of %s, want 1", n, r1.Msg.GetEventId())
 	}
 
 	// An unknown event id is NotFound.

@@ -219,7 +219,9 @@ func TestOutageTimeoutsCostNoEvent(t *testing.T) {
 func TestOnePayload500DeadLettersAfterMaxAttempts(t *testing.T) {
 	d := startDev(t, devOptions{})
 	p := newPartner(t)
-	const bad = "e2e-bad-payload-1" // its idempotency key is its event id
+	// Its id follows from its idempotency key, so the front knows it.
+	const badKey = "e2e-bad-payload-1"
+	bad := sdk.EventID("shop", "acme", badKey)
 	front := listenLocal(t, "front", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("webhook-id") == bad {
 			p.refuse(w, r, http.StatusInternalServerError)
@@ -238,7 +240,7 @@ func TestOnePayload500DeadLettersAfterMaxAttempts(t *testing.T) {
 	}()
 	waitFor(t, 10*time.Second, "the partner accepting other events", func() bool { return p.Delivered() >= 20 })
 	badPayload := []byte(`{"n":"refused"}`)
-	if _, err := c.Publish(ctx, sdk.Event{Destination: "shop", Customer: "acme", Lane: "b", Type: "t", Payload: badPayload, ContentType: "application/json", IdempotencyKey: bad}); err != nil {
+	if _, err := c.Publish(ctx, sdk.Event{Destination: "shop", Customer: "acme", Lane: "b", Type: "t", Payload: badPayload, ContentType: "application/json", IdempotencyKey: badKey}); err != nil {
 		t.Fatalf("publish the refused event: %v", err)
 	}
 	pub.add("acme/b", bad, badPayload)

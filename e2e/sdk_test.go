@@ -53,11 +53,12 @@ func TestSDKPublishRidesOutKill9(t *testing.T) {
 				if err != nil {
 					errMu.Lock()
 					errs = append(errs, fmt.Sprintf("%s #%d: [%v] %v", lane, i, connect.CodeOf(err), err))
-					failed[key] = true
+					id := sdk.EventID("sdk", "app", key)
+					failed[id] = true
 					errMu.Unlock()
 					// The event may be stored or not: allowed at the lane's
 					// tail, and the lane stops here.
-					pub.add("app/"+lane, key, payload)
+					pub.add("app/"+lane, id, payload)
 					return
 				}
 				pub.add("app/"+lane, id, payload)

@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/ids"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -47,10 +48,14 @@ type Event struct {
 	Payload []byte
 	// ContentType defaults to application/json on the server.
 	ContentType string
-	// IdempotencyKey becomes the event id. When empty, the client assigns a
-	// UUIDv7 before the first try, so its own retries never store an event
-	// twice. Set it yourself to make your own retries (say, after a crash)
-	// idempotent too.
+	// IdempotencyKey names the event within its (Destination, Customer):
+	// publishing the same key again within the server's dedup window
+	// returns the same event id and stores nothing twice; the same key
+	// with another payload, type, lane or content type is refused
+	// (AlreadyExists). When empty, the client assigns a UUIDv7 before the
+	// first try, so its own retries never store an event twice. Set it
+	// yourself to make your own retries (say, after a crash) idempotent
+	// too. The event id is EventID(Destination, Customer, key).
 	IdempotencyKey string
 }
 
@@ -349,4 +354,13 @@ func retryable(err error) bool {
 	default:
 		return false
 	}
+}
+
+// EventID is the id Rivora gives an event published with an idempotency
+// key: a function of the destination, the customer and the key, so a
+// publisher knows it before publishing (to store it beside its own
+// record, say) and two customers' same key are two events. For a UUIDv7
+// key it is a UUIDv7 with the key's time.
+func EventID(destination, customer, idempotencyKey string) string {
+	return ids.EventID(destination, customer, idempotencyKey)
 }

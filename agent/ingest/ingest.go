@@ -26,6 +26,7 @@ import (
 
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/internal/ids"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -52,7 +53,7 @@ const (
 
 var accepted = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "rivora_ingest_events_total",
-	Help: "Events answered by the ingest gateway, by result (accepted, duplicate, invalid, failed; replayed and resent for operators' re-ingests).",
+	Help: "Events answered by the ingest gateway, by result (accepted, duplicate, invalid, conflict (an idempotency key reused for another event), failed; replayed and resent for operators' re-ingests).",
 }, []string{"result"})
 
 // Gateway implements rivora.v1.IngestService.
@@ -66,6 +67,7 @@ type Gateway struct {
 	// plane's first config arrived (0 before: ingest answers Unavailable).
 	partitions atomic.Int32
 	local      LocalStore
+	claims     *claims
 }
 
 // SetPartitions sets the cell's partition count.
@@ -97,8 +99,12 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	if err != nil {
 		return nil, fmt.Errorf("create %s stream: %w", lanes.IngestStream, err)
 	}
+	claims, err := newClaims(ctx, js, cfg.DedupWindow, cfg.Replicas)
+	if err != nil {
+		return nil, err
+	}
 	log.Info("ingest ready", "stream", lanes.IngestStream, "dedup_window", cfg.DedupWindow, "max_payload", cfg.MaxPayload)
-	return &Gateway{js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID}, nil
+	return &Gateway{js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, claims: claims}, nil
 }
 
 func newEventID() (string, error) {
@@ -118,6 +124,9 @@ func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.Pub
 	if err != nil {
 		accepted.WithLabelValues("invalid").Inc()
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if err := g.claims.check(ctx, []*prepared{ev}); err != nil {
+		return nil, claimError(ctx, err)
 	}
 	dups, err := g.store(ctx, []*prepared{ev})
 	if err != nil {
@@ -154,6 +163,9 @@ func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav
 		}
 		batch[i], ids[i] = p, p.event.GetEventId()
 	}
+	if err := g.claims.check(ctx, batch); err != nil {
+		return nil, claimError(ctx, err)
+	}
 	if _, err := g.store(ctx, batch); err != nil {
 		accepted.WithLabelValues("failed").Add(float64(len(batch)))
 		return nil, storeError(ctx, err)
@@ -168,6 +180,9 @@ type prepared struct {
 	event     *rivorav1.Event
 	data      []byte
 	msgID     string
+	// key and fingerprint are set for an event with an idempotency key.
+	key         string
+	fingerprint []byte
 }
 
 // LocalStore is the pending store of the partitions this agent owns.
@@ -253,6 +268,17 @@ func (g *Gateway) storeGroup(ctx context.Context, batch []*prepared, idx []int, 
 	return nil
 }
 
+// claimError is the answer when the idempotency check refused a batch or
+// could not run.
+func claimError(ctx context.Context, err error) error {
+	if connect.CodeOf(err) == connect.CodeAlreadyExists {
+		accepted.WithLabelValues("conflict").Inc()
+		return err
+	}
+	accepted.WithLabelValues("failed").Inc()
+	return storeError(ctx, err)
+}
+
 func storeError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("store event: %w", err))
@@ -290,11 +316,19 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
 	if n := len(req.GetPayload()); n > g.cfg.MaxPayload {
 		return nil, fmt.Errorf("payload is %d bytes; the limit is %d", n, g.cfg.MaxPayload)
 	}
-	id := req.GetIdempotencyKey()
-	if id != "" {
-		if err := lanes.ValidateEventID("idempotency_key", id); err != nil {
+	// A key names one event of its customer on its destination: the id
+	// is derived from the three, so another customer's same key is
+	// another event.
+	key := req.GetIdempotencyKey()
+	var id string
+	if key != "" {
+		if err := lanes.ValidateEventID("idempotency_key", key); err != nil {
 			return nil, err
 		}
+		if err := validateKey(key); err != nil {
+			return nil, err
+		}
+		id = ids.EventID(dest, req.GetCustomerId(), key)
 	} else {
 		var err error
 		if id, err = g.newID(); err != nil {
@@ -325,7 +359,11 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode event: %w", err)
 	}
-	return &prepared{partition: lanes.Partition(dest, int(g.partitions.Load())), event: ev, data: data, msgID: id}, nil
+	p := &prepared{partition: lanes.Partition(dest, int(g.partitions.Load())), event: ev, data: data, msgID: id}
+	if key != "" {
+		p.key, p.fingerprint = key, fingerprint(ev)
+	}
+	return p, nil
 }
 
 // Reingest accepts dead letters again through the normal ingest path: each

@@ -18,6 +18,7 @@ import (
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/natsd"
+	"github.com/rivora/rivora/internal/ids"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -358,12 +359,12 @@ func TestIdempotencyKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.GetEventId() != req.IdempotencyKey || first.GetDuplicate() {
-		t.Fatalf("first publish = %+v, want id %q, not duplicate", first, req.IdempotencyKey)
+	wantID := ids.EventID(req.DestinationId, req.CustomerId, req.IdempotencyKey)
+	if first.GetEventId() != wantID || first.GetDuplicate() {
+		t.Fatalf("first publish = %+v, want id %q, not duplicate", first, wantID)
 	}
-	again := valid()
-	again.IdempotencyKey = req.IdempotencyKey
-	again.Payload = []byte(`{"retried":true}`)
+	// The same key and the same event: the first id, stored once.
+	again := proto.Clone(req).(*rivorav1.PublishRequest)
 	second, err := publish(f, again)
 	if err != nil {
 		t.Fatal(err)
@@ -381,6 +382,81 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 	if string(got[0].GetPayload()) != string(req.GetPayload()) {
 		t.Fatalf("stored payload %q, want the first publish's %q", got[0].GetPayload(), req.GetPayload())
+	}
+}
+
+// A key is scoped to its customer and destination: another customer's
+// (or destination's) same key is another event.
+func TestIdempotencyKeyIsScoped(t *testing.T) {
+	f := newFixture(t)
+	seen := map[string]bool{}
+	for _, scope := range [][2]string{{"orders", "acme"}, {"orders", "globex"}, {"billing", "acme"}} {
+		req := valid()
+		req.DestinationId, req.CustomerId, req.IdempotencyKey = scope[0], scope[1], "invoice-7"
+		resp, err := publish(f, req)
+		if err != nil {
+			t.Fatalf("%v: %v", scope, err)
+		}
+		if resp.GetDuplicate() || seen[resp.GetEventId()] {
+			t.Fatalf("%v: %+v, want a new event", scope, resp)
+		}
+		seen[resp.GetEventId()] = true
+	}
+	if n := len(f.stored(t)); n != 3 {
+		t.Fatalf("INGEST holds %d events, want 3 (one per scope)", n)
+	}
+}
+
+// Stripe's rule: a key reused for another event is refused, alone or in
+// a batch (which then stores nothing), and the first event stays.
+func TestIdempotencyKeyReusedForAnotherEvent(t *testing.T) {
+	f := newFixture(t)
+	req := valid()
+	req.IdempotencyKey = "order-9"
+	first, err := publish(f, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, change := range map[string]func(*rivorav1.PublishRequest){
+		"payload":      func(r *rivorav1.PublishRequest) { r.Payload = []byte(`{"order":2}`) },
+		"type":         func(r *rivorav1.PublishRequest) { r.Type = "order.cancelled" },
+		"lane":         func(r *rivorav1.PublishRequest) { r.LaneKey = "user-43" },
+		"content type": func(r *rivorav1.PublishRequest) { r.ContentType = "text/plain" },
+	} {
+		other := proto.Clone(req).(*rivorav1.PublishRequest)
+		change(other)
+		_, err := publish(f, other)
+		if connect.CodeOf(err) != connect.CodeAlreadyExists || !strings.Contains(err.Error(), `idempotency key "order-9" was already used`) || !strings.Contains(err.Error(), first.GetEventId()) {
+			t.Fatalf("another %s with the same key: err = %v, want AlreadyExists naming the key and event %s", name, err, first.GetEventId())
+		}
+		fresh := valid()
+		fresh.IdempotencyKey = "fresh-" + strings.ReplaceAll(name, " ", "-")
+		_, err = f.gw.PublishBatch(context.Background(), connect.NewRequest(&rivorav1.PublishBatchRequest{Events: []*rivorav1.PublishRequest{fresh, other}}))
+		if connect.CodeOf(err) != connect.CodeAlreadyExists || !strings.Contains(err.Error(), "events[1]") || !strings.Contains(err.Error(), "nothing in this batch was stored") {
+			t.Fatalf("batch reusing the key for another %s: err = %v, want AlreadyExists for events[1]", name, err)
+		}
+	}
+	got := f.stored(t)
+	if len(got) != 1 || string(got[0].GetPayload()) != string(req.GetPayload()) {
+		t.Fatalf("INGEST holds %v, want only the first event", got)
+	}
+	// The batch's other event was refused with it, and is accepted alone.
+	fresh := valid()
+	fresh.IdempotencyKey = "fresh-payload"
+	if resp, err := publish(f, fresh); err != nil || resp.GetDuplicate() {
+		t.Fatalf("the refused batch's other event alone: %+v, %v; want stored", resp, err)
+	}
+}
+
+func TestIdempotencyKeyReservedPrefix(t *testing.T) {
+	f := newFixture(t)
+	for _, key := range []string{"replay:abc:1", "resend:abc:1"} {
+		req := valid()
+		req.IdempotencyKey = key
+		_, err := publish(f, req)
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "reserves") {
+			t.Fatalf("key %q: err = %v, want InvalidArgument (reserved)", key, err)
+		}
 	}
 }
 
@@ -404,8 +480,9 @@ func FuzzPublish(f *testing.F) {
 		before := fx.msgs(t)
 		resp, err := fx.gw.Publish(context.Background(), connect.NewRequest(req))
 		if err != nil {
-			if connect.CodeOf(err) != connect.CodeInvalidArgument {
-				t.Fatalf("Publish(%v): err = %v, want InvalidArgument or success", req, err)
+			// AlreadyExists: the fuzzer reused a key for another event.
+			if code := connect.CodeOf(err); code != connect.CodeInvalidArgument && (code != connect.CodeAlreadyExists || idem == "") {
+				t.Fatalf("Publish(%v): err = %v, want InvalidArgument, AlreadyExists for a reused key, or success", req, err)
 			}
 			if after := fx.msgs(t); after != before {
 				t.Fatalf("rejected publish changed INGEST from %d to %d messages", before, after)
@@ -413,7 +490,7 @@ func FuzzPublish(f *testing.F) {
 			return
 		}
 		if resp.Msg.GetDuplicate() {
-			if idem == "" || resp.Msg.GetEventId() != idem {
+			if idem == "" || resp.Msg.GetEventId() != ids.EventID(dest, cust, idem) {
 				t.Fatalf("duplicate without a repeated idempotency key: %v", resp.Msg)
 			}
 			return

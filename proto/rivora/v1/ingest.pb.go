@@ -33,8 +33,13 @@ type PublishRequest struct {
 	Payload []byte `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
 	// content_type defaults to application/json.
 	ContentType string `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
-	// idempotency_key, when set, becomes the event id: publishing the same key
-	// again returns the same id and stores nothing twice.
+	// idempotency_key, when set, names the event within its (destination,
+	// customer): publishing the same key again within the dedup window
+	// returns the same event id and stores nothing twice; the same key with
+	// another payload, type, lane or content type is refused with
+	// AlreadyExists. Another customer's same key is another event. The event
+	// id is derived from the three (the Go SDK's EventID). Keys starting
+	// with "replay:" or "resend:" are reserved.
 	IdempotencyKey string `protobuf:"bytes,7,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
