@@ -335,6 +335,7 @@ func runIngest(args []string) error {
 	dests := fs.Int("dests", 16, "destinations to spread events over")
 	lanes := fs.Int("lanes", 2000, "lane keys to spread events over")
 	limit := fs.Duration("phase-timeout", 90*time.Second, "fail when a phase takes longer")
+	keyed := fs.Bool("keys", true, "give every event its own idempotency key, as the SDKs do (the server then checks it is not reused for another event)")
 	fs.Parse(args)
 
 	fmt.Fprintf(os.Stderr, "bench ingest: GOMAXPROCS=%d NumCPU=%d payload=%dB\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), *size)
@@ -363,14 +364,19 @@ func runIngest(args []string) error {
 		}
 	}
 	body := payload(*size, 1)
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	req := func(i int) *rivorav1.PublishRequest {
-		return &rivorav1.PublishRequest{
+		r := &rivorav1.PublishRequest{
 			DestinationId: destIDs[i%len(destIDs)],
 			CustomerId:    "bench",
 			LaneKey:       "lane-" + strconv.Itoa(i%*lanes),
 			Type:          "bench.event",
 			Payload:       body,
 		}
+		if *keyed {
+			r.IdempotencyKey = run + "-" + strconv.Itoa(i)
+		}
+		return r
 	}
 
 	nc, err := nats.Connect("nats://"+d.natsAddr, nats.Name("rivora-bench"))
