@@ -42,25 +42,26 @@ var (
 // Policies is every RPC's rule, by Connect procedure. An RPC not named
 // here is refused (PermissionDenied), and TestEveryRPCHasAPolicy fails.
 var Policies = map[string]Rule{
-	// Destinations: create, update (URL, secret, headers), secret rotation
-	// and delete are admin's;
+	// Destinations: create, update (URL, secret) and delete are admin's;
 	// steering is the operator's too; reads are everyone's but publishers'.
-	rivorav1connect.AdminServiceCreateDestinationProcedure:       adminsOf,
-	rivorav1connect.AdminServiceUpdateDestinationProcedure:       adminsOf,
+	rivorav1connect.AdminServiceCreateDestinationProcedure:    adminsOf,
+	rivorav1connect.AdminServiceUpdateDestinationProcedure:    adminsOf,
+	rivorav1connect.AdminServiceDeleteDestinationProcedure:    adminsOf,
+	rivorav1connect.AdminServiceGetDestinationProcedure:       read,
+	rivorav1connect.AdminServiceListDestinationsProcedure:     read,
+	rivorav1connect.AdminServiceGetDestinationHealthProcedure: read,
+	rivorav1connect.AdminServiceGetLimitsProcedure:            read,
+	rivorav1connect.AdminServiceDiffLimitsProcedure:           read,
+	rivorav1connect.AdminServiceListAuditProcedure:            read,
+	rivorav1connect.AdminServiceGetConfigStatusProcedure:      read,
+	rivorav1connect.AdminServiceSetPriorityProcedure:          steer,
+	rivorav1connect.AdminServicePauseDestinationProcedure:     steer,
+	rivorav1connect.AdminServiceResumeDestinationProcedure:    steer,
+	rivorav1connect.AdminServiceSetLimitsOverrideProcedure:    steer,
+	rivorav1connect.AdminServiceClearLimitsOverrideProcedure:  steer,
+
+	// Secret rotation is an admin's, like update.
 	rivorav1connect.AdminServiceRotateDestinationSecretProcedure: adminsOf,
-	rivorav1connect.AdminServiceDeleteDestinationProcedure:       adminsOf,
-	rivorav1connect.AdminServiceGetDestinationProcedure:          read,
-	rivorav1connect.AdminServiceListDestinationsProcedure:        read,
-	rivorav1connect.AdminServiceGetDestinationHealthProcedure:    read,
-	rivorav1connect.AdminServiceGetLimitsProcedure:               read,
-	rivorav1connect.AdminServiceDiffLimitsProcedure:              read,
-	rivorav1connect.AdminServiceListAuditProcedure:               read,
-	rivorav1connect.AdminServiceGetConfigStatusProcedure:         read,
-	rivorav1connect.AdminServiceSetPriorityProcedure:             steer,
-	rivorav1connect.AdminServicePauseDestinationProcedure:        steer,
-	rivorav1connect.AdminServiceResumeDestinationProcedure:       steer,
-	rivorav1connect.AdminServiceSetLimitsOverrideProcedure:       steer,
-	rivorav1connect.AdminServiceClearLimitsOverrideProcedure:     steer,
 
 	rivorav1connect.TokenServiceCreateTokenProcedure: adminsOf,
 	rivorav1connect.TokenServiceListTokensProcedure:  adminsOf,
