@@ -30,6 +30,7 @@ timeout, in-flight cap). Unset limits use the server's defaults.
    rivoractl destinations list
    rivoractl destinations get orders
    rivoractl destinations update orders --rate 10
+   rivoractl destinations rotate-secret orders --grace 24h
    rivoractl destinations delete orders --force`,
 		Action: parentAction,
 		Subcommands: []*ucli.Command{
@@ -37,6 +38,7 @@ timeout, in-flight cap). Unset limits use the server's defaults.
 			e.destinationsList(),
 			e.destinationsGet(),
 			e.destinationsUpdate(),
+			e.destinationsRotateSecret(),
 			e.destinationsDelete(),
 			e.destinationsHealth(),
 			e.destinationsPause(),
@@ -64,20 +66,23 @@ func (e *env) destinationsCreate() *ucli.Command {
 		Name:      "create",
 		Usage:     "register a destination and print it, with its signing secret",
 		ArgsUsage: "ID",
-		UsageText: "rivoractl destinations create ID --url URL [--secret whsec_…] [--rate R] [--burst B] [--max-attempts N] [--window 72h] [--timeout 10s] [--max-in-flight N]",
+		UsageText: "rivoractl destinations create ID --url URL [--secret whsec_…] [--header 'Name: value']... [--rate R] [--burst B] [--max-attempts N] [--window 72h] [--timeout 10s] [--max-in-flight N]",
 		Description: `Registers destination ID. Rivora signs every delivery with the destination's
 secret; the receiver verifies the webhook-signature header with it (the Go SDK:
 sdk.VerifyRequest(secret, r)). Omit --secret to have one generated. The
 secret is printed here, once: store it with the receiver now. Every later
-answer (get, list, update) carries only its fingerprint; to change it, set a
-new one with ` + "`destinations update ID --secret whsec_…`" + `.
+answer (get, list, update) carries only its fingerprint; to change it, use
+` + "`destinations rotate-secret ID`" + ` (the old one keeps signing for a grace period).
+--header adds a custom header to every attempt (a gateway's Authorization,
+say); its value is kept like the secret: answers show only a fingerprint.
 
-Example:
-   rivoractl destinations create orders --url https://example.com/hooks --rate 50 --window 24h`,
-		Flags: append([]ucli.Flag{
+Examples:
+   rivoractl destinations create orders --url https://example.com/hooks --rate 50 --window 24h
+   rivoractl destinations create billing --url https://gw.example.com/in --header 'Authorization: Bearer abc'`,
+		Flags: append(append([]ucli.Flag{
 			&ucli.StringFlag{Name: "url", Usage: "`URL` events are POSTed to (http or https); required"},
 			waitFlag,
-		}, limitFlags("server default", "generated")...),
+		}, limitFlags("server default", "generated")...), headerFlags(false)...),
 		Action: e.createDestination,
 	}
 }
@@ -102,6 +107,9 @@ func (e *env) createDestination(c *ucli.Context) error {
 	}
 	l := req.Limits
 	var err error
+	if req.Headers, err = headersFlag(c); err != nil {
+		return err
+	}
 	if l.RatePerSecond, err = rateFlag(c); err != nil {
 		return err
 	}
@@ -222,17 +230,21 @@ func (e *env) destinationsUpdate() *ucli.Command {
 		Name:      "update",
 		Usage:     "change a destination's URL, secret or limits",
 		ArgsUsage: "ID",
-		UsageText: "rivoractl destinations update ID [--url URL] [--secret whsec_…] [--rate R] [--burst B] [--max-attempts N] [--window 72h] [--timeout 10s] [--max-in-flight N]",
+		UsageText: "rivoractl destinations update ID [--url URL] [--secret whsec_…] [--header 'Name: value']... [--remove-header NAME]... [--rate R] [--burst B] [--max-attempts N] [--window 72h] [--timeout 10s] [--max-in-flight N]",
 		Description: `Changes only what you pass; everything else stays as it is. Pending events
-stay where they are and are delivered under the new settings.
+stay where they are and are delivered under the new settings. --secret
+replaces the signing secret at once; ` + "`destinations rotate-secret ID`" + ` keeps the old
+one signing for a grace period. --header sets a custom header (replacing
+one of the same name), --remove-header drops one.
 
 Examples:
    rivoractl destinations update orders --rate 5 --burst 5
-   rivoractl destinations update orders --url https://new.example.com/hooks`,
-		Flags: append([]ucli.Flag{
+   rivoractl destinations update orders --url https://new.example.com/hooks
+   rivoractl destinations update orders --header 'X-Tenant: 42' --remove-header Authorization`,
+		Flags: append(append([]ucli.Flag{
 			&ucli.StringFlag{Name: "url", Usage: "new `URL` events are POSTed to", DefaultText: "unchanged"},
 			waitFlag,
-		}, limitFlags("unchanged", "unchanged")...),
+		}, limitFlags("unchanged", "unchanged")...), headerFlags(true)...),
 		Action: e.updateDestination,
 	}
 }
@@ -256,6 +268,12 @@ func (e *env) updateDestination(c *ucli.Context) error {
 		}
 		req.Secret, set = ptr(c.String("secret")), true
 	}
+	headers, err := headersFlag(c)
+	if err != nil {
+		return err
+	}
+	req.SetHeaders, req.RemoveHeaders = headers, flagValues(c, "remove-header")
+	set = set || len(req.SetHeaders) > 0 || len(req.RemoveHeaders) > 0
 	if c.IsSet("rate") {
 		r, err := rateFlag(c)
 		if err != nil {
@@ -290,7 +308,7 @@ func (e *env) updateDestination(c *ucli.Context) error {
 		*f.dst, set = d, true
 	}
 	if !set {
-		return usagef("nothing to update: pass at least one of --url, --secret, --rate, --burst, --max-attempts, --window, --timeout, --max-in-flight")
+		return usagef("nothing to update: pass at least one of --url, --secret, --header, --remove-header, --rate, --burst, --max-attempts, --window, --timeout, --max-in-flight")
 	}
 
 	ctx, cancel := callContext(c)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -140,6 +141,8 @@ func writeDestination(w io.Writer, d *rivorav1.Destination, pending *int64) erro
 		"CREATED", fmtTime(d.GetCreatedAt()),
 		"UPDATED", fmtTime(d.GetUpdatedAt()),
 	}
+	// After SECRET (the first four pairs).
+	kv = slices.Insert(kv, 8, rotationAndHeaders(d)...)
 	if pending != nil {
 		kv = append(kv, "PENDING", strconv.FormatInt(*pending, 10))
 	}
@@ -157,7 +160,7 @@ func secretText(d *rivorav1.Destination) string {
 	if fp == "" {
 		fp = "-"
 	}
-	return fp + " (fingerprint; the secret is shown only when created)"
+	return fp + " (fingerprint; the secret is shown only when created or rotated)"
 }
 
 func perSecond(rate float64) string {

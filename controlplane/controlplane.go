@@ -461,10 +461,13 @@ func (cp *ControlPlane) answer(d *rivorav1.Destination) *rivorav1.Destination {
 	return withoutSecret(cp.render(d))
 }
 
-// withoutSecret replaces d's signing secret by its fingerprint.
+// withoutSecret replaces d's signing secrets (the previous one of a
+// rotation too) and its custom header values by their fingerprints.
 func withoutSecret(d *rivorav1.Destination) *rivorav1.Destination {
 	d.SecretFingerprint = auth.Fingerprint(d.GetSecret())
 	d.Secret = ""
+	withoutPreviousSecret(d)
+	withoutHeaderValues(d)
 	return d
 }
 

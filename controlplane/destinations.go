@@ -91,12 +91,15 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 		Id: m.GetId(), Url: m.GetUrl(), Secret: secret, Configured: configured,
 		CreatedAt: now, UpdatedAt: now, PriorityClass: rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL,
 	}
+	if _, err := applyHeaders(d, m.GetHeaders(), nil); err != nil {
+		return nil, 0, err
+	}
 	version, err := cp.change("destination.create", d.Id, who, "", func(all map[string]*rivorav1.Destination) (string, error) {
 		if _, exists := all[d.Id]; exists {
 			return "", errorf(ErrExists, "destination %q already exists; change it with `rivoractl destinations update %s`", d.Id, d.Id)
 		}
 		all[d.Id] = d
-		return "url " + d.Url, nil
+		return "url " + d.Url + describeHeaders(d.Headers), nil
 	})
 	return d, version, err
 }
@@ -144,8 +147,14 @@ func (cp *ControlPlane) updateDestination(m *rivorav1.UpdateDestinationRequest, 
 				return "", errorf(ErrInvalid, "secret: %w", err)
 			}
 			d.Secret = m.GetSecret()
-			changes = append(changes, "secret rotated")
+			clearPreviousSecret(d)
+			changes = append(changes, "secret replaced (no grace)")
 		}
+		headerChanges, err := applyHeaders(d, m.GetSetHeaders(), m.GetRemoveHeaders())
+		if err != nil {
+			return "", err
+		}
+		changes = append(changes, headerChanges...)
 		set := &rivorav1.Limits{RatePerSecond: m.GetRatePerSecond(), Burst: m.GetBurst(), MaxAttempts: m.GetMaxAttempts(), Window: m.GetWindow(), Timeout: m.GetTimeout(), MaxInFlight: m.GetMaxInFlight()}
 		if err := validateSetLimits(set); err != nil {
 			return "", err
@@ -155,7 +164,7 @@ func (cp *ControlPlane) updateDestination(m *rivorav1.UpdateDestinationRequest, 
 		}
 		changes = append(changes, copySetFields(d.Configured, set)...)
 		if len(changes) == 0 {
-			return "", tag(ErrInvalid, errors.New("nothing to update: set --url, --secret or a limit"))
+			return "", tag(ErrInvalid, errors.New("nothing to update: set --url, --secret, --header, --remove-header or a limit"))
 		}
 		d.UpdatedAt = timestamppb.New(cp.now())
 		return strings.Join(changes, ", "), nil

@@ -5,7 +5,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -27,9 +26,7 @@ func (h *adminHandler) CreateDestination(ctx context.Context, req *connect.Reque
 		return nil, err
 	}
 	// The one answer that shows the secret: it cannot be read again.
-	out := h.cp.render(d)
-	out.SecretFingerprint = auth.Fingerprint(out.GetSecret())
-	return connect.NewResponse(&rivorav1.CreateDestinationResponse{Destination: out, Version: version}), nil
+	return connect.NewResponse(&rivorav1.CreateDestinationResponse{Destination: h.cp.answerWithSecret(d), Version: version}), nil
 }
 
 func (h *adminHandler) GetDestination(ctx context.Context, req *connect.Request[rivorav1.GetDestinationRequest]) (*connect.Response[rivorav1.GetDestinationResponse], error) {

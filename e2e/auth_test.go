@@ -160,6 +160,8 @@ func TestAuthMatrix(t *testing.T) {
 		rivorav1connect.AdminServiceSetLimitsOverrideProcedure:    {at: cp, body: `{"destinationId":"nope","reason":"x","ratePerSecond":1}`, allow: "admin,operator"},
 		rivorav1connect.AdminServiceClearLimitsOverrideProcedure:  {at: cp, body: `{"destinationId":"nope","reason":"x"}`, allow: "admin,operator"},
 
+		rivorav1connect.AdminServiceRotateDestinationSecretProcedure: {at: cp, body: `{"destinationId":"nope"}`, allow: "admin"},
+
 		rivorav1connect.TokenServiceCreateTokenProcedure: {at: cp, body: `{}`, allow: "admin"},
 		rivorav1connect.TokenServiceListTokensProcedure:  {at: cp, body: `{}`, allow: "admin"},
 		rivorav1connect.TokenServiceRevokeTokenProcedure: {at: cp, body: `{"id":"tok_0000000000000000"}`, allow: "admin"},

@@ -32,6 +32,7 @@ type delivery struct {
 	At       time.Time
 	Agent    string // user-agent: rivora/<version> (<agent name>)
 	Resend   bool   // rivora-resend: 1 (an operator's events resend)
+	Header   http.Header
 }
 
 type partner struct {
@@ -156,6 +157,7 @@ func (p *partner) serve(w http.ResponseWriter, r *http.Request) {
 		At:       time.Now(),
 		Agent:    h.Get("user-agent"),
 		Resend:   h.Get("rivora-resend") == "1",
+		Header:   h.Clone(),
 	}
 	dv.Lane = dv.Customer + "/" + dv.LaneKey
 	attempt, aerr := strconv.Atoi(h.Get("rivora-attempt"))

@@ -114,6 +114,7 @@ func (s *Sender) Send(ctx context.Context, req Request) Result {
 	}
 	// Canonical keys assigned directly: this runs once per attempt.
 	h := hreq.Header
+	setCustomHeaders(h, req.Endpoint.Headers)
 	h["Content-Type"] = []string{ev.GetContentType()}
 	h["User-Agent"] = []string{s.userAgent}
 	h["Webhook-Id"] = []string{ev.GetEventId()}

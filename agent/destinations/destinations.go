@@ -6,6 +6,7 @@ package destinations
 
 import (
 	"fmt"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -17,9 +18,11 @@ import (
 
 // Destination is a destination as the agent uses it.
 type Destination struct {
-	ID      string
-	URL     string
-	Signer  *webhook.Signer
+	ID     string
+	URL    string
+	Signer *webhook.Signer
+	// Headers are the destination's custom headers (canonical names).
+	Headers http.Header
 	Timeout time.Duration
 	Retry   retry.Policy
 	Limits  scheduler.Limits
@@ -56,6 +59,9 @@ func (d *Destination) PausedBetween(from, to time.Time) time.Duration {
 type Endpoint struct {
 	URL    string
 	Signer *webhook.Signer
+	// Headers are custom headers for every attempt; shared, not to be
+	// modified.
+	Headers http.Header
 }
 
 // Registry is the current set of destinations. Reads are lock-free; the
@@ -128,13 +134,13 @@ func (r *Registry) Endpoint(destinationID, customerID string) (Endpoint, error) 
 	if !ok {
 		return Endpoint{}, fmt.Errorf("destination %q is not registered", destinationID)
 	}
-	return Endpoint{URL: d.URL, Signer: d.Signer}, nil
+	return Endpoint{URL: d.URL, Signer: d.Signer, Headers: d.Headers}, nil
 }
 
 // FromProto converts a control-plane destination (limits already filled
 // with defaults) into the agent's form.
 func FromProto(pb *rivorav1.Destination) (*Destination, error) {
-	signer, err := webhook.NewSigner(pb.GetSecret())
+	signer, err := signerFromProto(pb)
 	if err != nil {
 		return nil, fmt.Errorf("destination %q: %w", pb.GetId(), err)
 	}
@@ -154,6 +160,7 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 		ID:      pb.GetId(),
 		URL:     pb.GetUrl(),
 		Signer:  signer,
+		Headers: headersFromProto(pb.GetHeaders()),
 		Timeout: timeout,
 		Retry:   policy,
 		Limits: scheduler.Limits{

@@ -60,6 +60,9 @@ var Policies = map[string]Rule{
 	rivorav1connect.AdminServiceSetLimitsOverrideProcedure:    steer,
 	rivorav1connect.AdminServiceClearLimitsOverrideProcedure:  steer,
 
+	// Secret rotation is an admin's, like update.
+	rivorav1connect.AdminServiceRotateDestinationSecretProcedure: adminsOf,
+
 	rivorav1connect.TokenServiceCreateTokenProcedure: adminsOf,
 	rivorav1connect.TokenServiceListTokensProcedure:  adminsOf,
 	rivorav1connect.TokenServiceRevokeTokenProcedure: adminsOf,

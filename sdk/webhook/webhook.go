@@ -58,12 +58,18 @@ func Key(secret string) ([]byte, error) {
 	return key, nil
 }
 
-// Signer signs deliveries for one secret. It is safe for concurrent use.
+// Signer signs deliveries for one secret, and during a secret rotation's
+// grace period also for the previous one (WithPrevious). It is safe for
+// concurrent use.
 type Signer struct {
 	key []byte
 	// macs reuses keyed HMAC states: keying one costs as much as signing
 	// a small body.
 	macs sync.Pool
+	// previous signs too deliveries whose timestamp is before
+	// previousUntil.
+	previous      *Signer
+	previousUntil time.Time
 }
 
 // NewSigner returns a signer for a "whsec_…" secret.
@@ -77,9 +83,15 @@ func NewSigner(secret string) (*Signer, error) {
 	return s, nil
 }
 
-// Sign returns the webhook-signature header value for one delivery.
+// Sign returns the webhook-signature header value for one delivery:
+// "v1,<signature>", and while a rotation's grace lasts (timestamp before
+// its end) "v1,<new> v1,<previous>".
 func (s *Signer) Sign(id string, timestamp int64, body []byte) string {
-	return "v1," + base64.StdEncoding.EncodeToString(s.mac(id, timestamp, body))
+	sig := "v1," + base64.StdEncoding.EncodeToString(s.mac(id, timestamp, body))
+	if s.previous != nil && time.Unix(timestamp, 0).Before(s.previousUntil) {
+		sig += " v1," + base64.StdEncoding.EncodeToString(s.previous.mac(id, timestamp, body))
+	}
+	return sig
 }
 
 func (s *Signer) mac(id string, timestamp int64, body []byte) []byte {

@@ -208,8 +208,18 @@ type Destination struct {
 	// secret_fingerprint identifies the signing secret without revealing it:
 	// "sha256:" + the first 16 hex digits of SHA-256 of the secret.
 	SecretFingerprint string `protobuf:"bytes,15,opt,name=secret_fingerprint,json=secretFingerprint,proto3" json:"secret_fingerprint,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// headers are custom HTTP headers sent on every attempt (a gateway's
+	// Authorization, say), sorted by name. Their values are only on the
+	// agents' feed: every answer carries value_fingerprint instead.
+	Headers []*Header `protobuf:"bytes,16,rep,name=headers,proto3" json:"headers,omitempty"`
+	// previous_secret is the secret a rotation replaced; deliveries are
+	// signed with it too until previous_secret_expires_at. Only on the
+	// agents' feed: answers carry previous_secret_fingerprint instead.
+	PreviousSecret            string                 `protobuf:"bytes,17,opt,name=previous_secret,json=previousSecret,proto3" json:"previous_secret,omitempty"`
+	PreviousSecretExpiresAt   *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=previous_secret_expires_at,json=previousSecretExpiresAt,proto3" json:"previous_secret_expires_at,omitempty"`
+	PreviousSecretFingerprint string                 `protobuf:"bytes,19,opt,name=previous_secret_fingerprint,json=previousSecretFingerprint,proto3" json:"previous_secret_fingerprint,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *Destination) Reset() {
@@ -347,6 +357,104 @@ func (x *Destination) GetSecretFingerprint() string {
 	return ""
 }
 
+func (x *Destination) GetHeaders() []*Header {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *Destination) GetPreviousSecret() string {
+	if x != nil {
+		return x.PreviousSecret
+	}
+	return ""
+}
+
+func (x *Destination) GetPreviousSecretExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PreviousSecretExpiresAt
+	}
+	return nil
+}
+
+func (x *Destination) GetPreviousSecretFingerprint() string {
+	if x != nil {
+		return x.PreviousSecretFingerprint
+	}
+	return ""
+}
+
+// Header is one custom HTTP header of a destination.
+type Header struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is an HTTP field name (token characters). Names Rivora sets
+	// itself are refused: webhook-*, rivora-*, content-type,
+	// content-length, host, user-agent, idempotency-key, and the hop-by-hop
+	// headers (connection, keep-alive, proxy-*, te, trailer,
+	// transfer-encoding, upgrade).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// value: at most 4 KiB, no CR, LF or NUL. Only in requests and on the
+	// agents' feed.
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// value_fingerprint identifies the value without revealing it, in
+	// answers: "sha256:" + the first 16 hex digits of SHA-256 of the value.
+	ValueFingerprint string `protobuf:"bytes,3,opt,name=value_fingerprint,json=valueFingerprint,proto3" json:"value_fingerprint,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Header) Reset() {
+	*x = Header{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Header) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Header) ProtoMessage() {}
+
+func (x *Header) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Header.ProtoReflect.Descriptor instead.
+func (*Header) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Header) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Header) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *Header) GetValueFingerprint() string {
+	if x != nil {
+		return x.ValueFingerprint
+	}
+	return ""
+}
+
 // LimitsOverride is an audited runtime change of some limits.
 type LimitsOverride struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -363,7 +471,7 @@ type LimitsOverride struct {
 
 func (x *LimitsOverride) Reset() {
 	*x = LimitsOverride{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	mi := &file_rivora_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +483,7 @@ func (x *LimitsOverride) String() string {
 func (*LimitsOverride) ProtoMessage() {}
 
 func (x *LimitsOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	mi := &file_rivora_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +496,7 @@ func (x *LimitsOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsOverride.ProtoReflect.Descriptor instead.
 func (*LimitsOverride) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LimitsOverride) GetLimits() *Limits {
@@ -439,7 +547,7 @@ type PauseInterval struct {
 
 func (x *PauseInterval) Reset() {
 	*x = PauseInterval{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[3]
+	mi := &file_rivora_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +559,7 @@ func (x *PauseInterval) String() string {
 func (*PauseInterval) ProtoMessage() {}
 
 func (x *PauseInterval) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[3]
+	mi := &file_rivora_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +572,7 @@ func (x *PauseInterval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseInterval.ProtoReflect.Descriptor instead.
 func (*PauseInterval) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PauseInterval) GetStart() *timestamppb.Timestamp {
@@ -501,15 +609,18 @@ type CreateDestinationRequest struct {
 	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Url    string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
 	// secret is generated when empty.
-	Secret        string  `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"`
-	Limits        *Limits `protobuf:"bytes,4,opt,name=limits,proto3" json:"limits,omitempty"`
+	Secret string  `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"`
+	Limits *Limits `protobuf:"bytes,4,opt,name=limits,proto3" json:"limits,omitempty"`
+	// headers are custom headers sent on every attempt (at most 32, names
+	// unique regardless of case).
+	Headers       []*Header `protobuf:"bytes,6,rep,name=headers,proto3" json:"headers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateDestinationRequest) Reset() {
 	*x = CreateDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[4]
+	mi := &file_rivora_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -521,7 +632,7 @@ func (x *CreateDestinationRequest) String() string {
 func (*CreateDestinationRequest) ProtoMessage() {}
 
 func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[4]
+	mi := &file_rivora_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -534,7 +645,7 @@ func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestinationRequest.ProtoReflect.Descriptor instead.
 func (*CreateDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateDestinationRequest) GetAuthor() string {
@@ -572,6 +683,13 @@ func (x *CreateDestinationRequest) GetLimits() *Limits {
 	return nil
 }
 
+func (x *CreateDestinationRequest) GetHeaders() []*Header {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
 type CreateDestinationResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
@@ -582,7 +700,7 @@ type CreateDestinationResponse struct {
 
 func (x *CreateDestinationResponse) Reset() {
 	*x = CreateDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[5]
+	mi := &file_rivora_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +712,7 @@ func (x *CreateDestinationResponse) String() string {
 func (*CreateDestinationResponse) ProtoMessage() {}
 
 func (x *CreateDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[5]
+	mi := &file_rivora_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +725,7 @@ func (x *CreateDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestinationResponse.ProtoReflect.Descriptor instead.
 func (*CreateDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateDestinationResponse) GetDestination() *Destination {
@@ -633,7 +751,7 @@ type GetDestinationRequest struct {
 
 func (x *GetDestinationRequest) Reset() {
 	*x = GetDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[6]
+	mi := &file_rivora_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +763,7 @@ func (x *GetDestinationRequest) String() string {
 func (*GetDestinationRequest) ProtoMessage() {}
 
 func (x *GetDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[6]
+	mi := &file_rivora_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +776,7 @@ func (x *GetDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationRequest.ProtoReflect.Descriptor instead.
 func (*GetDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetDestinationRequest) GetId() string {
@@ -679,7 +797,7 @@ type GetDestinationResponse struct {
 
 func (x *GetDestinationResponse) Reset() {
 	*x = GetDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[7]
+	mi := &file_rivora_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +809,7 @@ func (x *GetDestinationResponse) String() string {
 func (*GetDestinationResponse) ProtoMessage() {}
 
 func (x *GetDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[7]
+	mi := &file_rivora_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +822,7 @@ func (x *GetDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationResponse.ProtoReflect.Descriptor instead.
 func (*GetDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetDestinationResponse) GetDestination() *Destination {
@@ -729,7 +847,7 @@ type ListDestinationsRequest struct {
 
 func (x *ListDestinationsRequest) Reset() {
 	*x = ListDestinationsRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[8]
+	mi := &file_rivora_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +859,7 @@ func (x *ListDestinationsRequest) String() string {
 func (*ListDestinationsRequest) ProtoMessage() {}
 
 func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[8]
+	mi := &file_rivora_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +872,7 @@ func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsRequest.ProtoReflect.Descriptor instead.
 func (*ListDestinationsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 type ListDestinationsResponse struct {
@@ -766,7 +884,7 @@ type ListDestinationsResponse struct {
 
 func (x *ListDestinationsResponse) Reset() {
 	*x = ListDestinationsResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[9]
+	mi := &file_rivora_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +896,7 @@ func (x *ListDestinationsResponse) String() string {
 func (*ListDestinationsResponse) ProtoMessage() {}
 
 func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[9]
+	mi := &file_rivora_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +909,7 @@ func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsResponse.ProtoReflect.Descriptor instead.
 func (*ListDestinationsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListDestinationsResponse) GetDestinations() []*Destination {
@@ -814,13 +932,20 @@ type UpdateDestinationRequest struct {
 	Window        *durationpb.Duration   `protobuf:"bytes,7,opt,name=window,proto3" json:"window,omitempty"`
 	Timeout       *durationpb.Duration   `protobuf:"bytes,8,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	MaxInFlight   *int32                 `protobuf:"varint,9,opt,name=max_in_flight,json=maxInFlight,proto3,oneof" json:"max_in_flight,omitempty"`
+	// set_headers adds custom headers or replaces the value of those with
+	// the same name (case-insensitive); remove_headers drops headers by name
+	// (one that is not there is an InvalidArgument). A secret set here
+	// replaces the old one at once; RotateDestinationSecret keeps it for a
+	// grace period.
+	SetHeaders    []*Header `protobuf:"bytes,11,rep,name=set_headers,json=setHeaders,proto3" json:"set_headers,omitempty"`
+	RemoveHeaders []string  `protobuf:"bytes,12,rep,name=remove_headers,json=removeHeaders,proto3" json:"remove_headers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateDestinationRequest) Reset() {
 	*x = UpdateDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[10]
+	mi := &file_rivora_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +957,7 @@ func (x *UpdateDestinationRequest) String() string {
 func (*UpdateDestinationRequest) ProtoMessage() {}
 
 func (x *UpdateDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[10]
+	mi := &file_rivora_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +970,7 @@ func (x *UpdateDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDestinationRequest.ProtoReflect.Descriptor instead.
 func (*UpdateDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateDestinationRequest) GetAuthor() string {
@@ -918,6 +1043,20 @@ func (x *UpdateDestinationRequest) GetMaxInFlight() int32 {
 	return 0
 }
 
+func (x *UpdateDestinationRequest) GetSetHeaders() []*Header {
+	if x != nil {
+		return x.SetHeaders
+	}
+	return nil
+}
+
+func (x *UpdateDestinationRequest) GetRemoveHeaders() []string {
+	if x != nil {
+		return x.RemoveHeaders
+	}
+	return nil
+}
+
 type UpdateDestinationResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
@@ -928,7 +1067,7 @@ type UpdateDestinationResponse struct {
 
 func (x *UpdateDestinationResponse) Reset() {
 	*x = UpdateDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[11]
+	mi := &file_rivora_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1079,7 @@ func (x *UpdateDestinationResponse) String() string {
 func (*UpdateDestinationResponse) ProtoMessage() {}
 
 func (x *UpdateDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[11]
+	mi := &file_rivora_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1092,7 @@ func (x *UpdateDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDestinationResponse.ProtoReflect.Descriptor instead.
 func (*UpdateDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateDestinationResponse) GetDestination() *Destination {
@@ -964,6 +1103,131 @@ func (x *UpdateDestinationResponse) GetDestination() *Destination {
 }
 
 func (x *UpdateDestinationResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type RotateDestinationSecretRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Author        string                 `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	// secret is the new secret ("whsec_" + base64 key of at least 16
+	// bytes); generated when empty. It must differ from the current one.
+	Secret string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	// grace is how long the previous secret keeps signing too: unset means
+	// 24h, 0 no overlap; at most 7 days.
+	Grace         *durationpb.Duration `protobuf:"bytes,3,opt,name=grace,proto3" json:"grace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateDestinationSecretRequest) Reset() {
+	*x = RotateDestinationSecretRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateDestinationSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateDestinationSecretRequest) ProtoMessage() {}
+
+func (x *RotateDestinationSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateDestinationSecretRequest.ProtoReflect.Descriptor instead.
+func (*RotateDestinationSecretRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RotateDestinationSecretRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *RotateDestinationSecretRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *RotateDestinationSecretRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *RotateDestinationSecretRequest) GetGrace() *durationpb.Duration {
+	if x != nil {
+		return x.Grace
+	}
+	return nil
+}
+
+type RotateDestinationSecretResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// destination carries the new secret: the one answer that shows it.
+	Destination   *Destination `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	Version       uint64       `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateDestinationSecretResponse) Reset() {
+	*x = RotateDestinationSecretResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateDestinationSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateDestinationSecretResponse) ProtoMessage() {}
+
+func (x *RotateDestinationSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateDestinationSecretResponse.ProtoReflect.Descriptor instead.
+func (*RotateDestinationSecretResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RotateDestinationSecretResponse) GetDestination() *Destination {
+	if x != nil {
+		return x.Destination
+	}
+	return nil
+}
+
+func (x *RotateDestinationSecretResponse) GetVersion() uint64 {
 	if x != nil {
 		return x.Version
 	}
@@ -981,7 +1245,7 @@ type DeleteDestinationRequest struct {
 
 func (x *DeleteDestinationRequest) Reset() {
 	*x = DeleteDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[12]
+	mi := &file_rivora_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +1257,7 @@ func (x *DeleteDestinationRequest) String() string {
 func (*DeleteDestinationRequest) ProtoMessage() {}
 
 func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[12]
+	mi := &file_rivora_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +1270,7 @@ func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteDestinationRequest) GetAuthor() string {
@@ -1041,7 +1305,7 @@ type DeleteDestinationResponse struct {
 
 func (x *DeleteDestinationResponse) Reset() {
 	*x = DeleteDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[13]
+	mi := &file_rivora_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1317,7 @@ func (x *DeleteDestinationResponse) String() string {
 func (*DeleteDestinationResponse) ProtoMessage() {}
 
 func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[13]
+	mi := &file_rivora_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1330,7 @@ func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteDestinationResponse) GetArchived() int64 {
@@ -1098,7 +1362,7 @@ type SetPriorityRequest struct {
 
 func (x *SetPriorityRequest) Reset() {
 	*x = SetPriorityRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[14]
+	mi := &file_rivora_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1374,7 @@ func (x *SetPriorityRequest) String() string {
 func (*SetPriorityRequest) ProtoMessage() {}
 
 func (x *SetPriorityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[14]
+	mi := &file_rivora_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1387,7 @@ func (x *SetPriorityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPriorityRequest.ProtoReflect.Descriptor instead.
 func (*SetPriorityRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetPriorityRequest) GetDestinationId() string {
@@ -1171,7 +1435,7 @@ type SetPriorityResponse struct {
 
 func (x *SetPriorityResponse) Reset() {
 	*x = SetPriorityResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[15]
+	mi := &file_rivora_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1447,7 @@ func (x *SetPriorityResponse) String() string {
 func (*SetPriorityResponse) ProtoMessage() {}
 
 func (x *SetPriorityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[15]
+	mi := &file_rivora_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1460,7 @@ func (x *SetPriorityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPriorityResponse.ProtoReflect.Descriptor instead.
 func (*SetPriorityResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetPriorityResponse) GetDestination() *Destination {
@@ -1223,7 +1487,7 @@ type GetDestinationHealthRequest struct {
 
 func (x *GetDestinationHealthRequest) Reset() {
 	*x = GetDestinationHealthRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[16]
+	mi := &file_rivora_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1499,7 @@ func (x *GetDestinationHealthRequest) String() string {
 func (*GetDestinationHealthRequest) ProtoMessage() {}
 
 func (x *GetDestinationHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[16]
+	mi := &file_rivora_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1512,7 @@ func (x *GetDestinationHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationHealthRequest.ProtoReflect.Descriptor instead.
 func (*GetDestinationHealthRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetDestinationHealthRequest) GetDestinationId() string {
@@ -1267,7 +1531,7 @@ type GetDestinationHealthResponse struct {
 
 func (x *GetDestinationHealthResponse) Reset() {
 	*x = GetDestinationHealthResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[17]
+	mi := &file_rivora_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1543,7 @@ func (x *GetDestinationHealthResponse) String() string {
 func (*GetDestinationHealthResponse) ProtoMessage() {}
 
 func (x *GetDestinationHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[17]
+	mi := &file_rivora_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1556,7 @@ func (x *GetDestinationHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationHealthResponse.ProtoReflect.Descriptor instead.
 func (*GetDestinationHealthResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetDestinationHealthResponse) GetDestinations() []*DestinationHealth {
@@ -1315,7 +1579,7 @@ type HealthTransition struct {
 
 func (x *HealthTransition) Reset() {
 	*x = HealthTransition{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[18]
+	mi := &file_rivora_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1591,7 @@ func (x *HealthTransition) String() string {
 func (*HealthTransition) ProtoMessage() {}
 
 func (x *HealthTransition) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[18]
+	mi := &file_rivora_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1604,7 @@ func (x *HealthTransition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthTransition.ProtoReflect.Descriptor instead.
 func (*HealthTransition) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HealthTransition) GetAt() *timestamppb.Timestamp {
@@ -1387,7 +1651,7 @@ type CustomerBacklog struct {
 
 func (x *CustomerBacklog) Reset() {
 	*x = CustomerBacklog{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[19]
+	mi := &file_rivora_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1663,7 @@ func (x *CustomerBacklog) String() string {
 func (*CustomerBacklog) ProtoMessage() {}
 
 func (x *CustomerBacklog) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[19]
+	mi := &file_rivora_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1676,7 @@ func (x *CustomerBacklog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomerBacklog.ProtoReflect.Descriptor instead.
 func (*CustomerBacklog) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CustomerBacklog) GetCustomerId() string {
@@ -1503,7 +1767,7 @@ type DestinationHealth struct {
 
 func (x *DestinationHealth) Reset() {
 	*x = DestinationHealth{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[20]
+	mi := &file_rivora_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1779,7 @@ func (x *DestinationHealth) String() string {
 func (*DestinationHealth) ProtoMessage() {}
 
 func (x *DestinationHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[20]
+	mi := &file_rivora_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1792,7 @@ func (x *DestinationHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestinationHealth.ProtoReflect.Descriptor instead.
 func (*DestinationHealth) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DestinationHealth) GetDestinationId() string {
@@ -1675,7 +1939,7 @@ type PauseDestinationRequest struct {
 
 func (x *PauseDestinationRequest) Reset() {
 	*x = PauseDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[21]
+	mi := &file_rivora_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1951,7 @@ func (x *PauseDestinationRequest) String() string {
 func (*PauseDestinationRequest) ProtoMessage() {}
 
 func (x *PauseDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[21]
+	mi := &file_rivora_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1964,7 @@ func (x *PauseDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseDestinationRequest.ProtoReflect.Descriptor instead.
 func (*PauseDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PauseDestinationRequest) GetDestinationId() string {
@@ -1734,7 +1998,7 @@ type PauseDestinationResponse struct {
 
 func (x *PauseDestinationResponse) Reset() {
 	*x = PauseDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[22]
+	mi := &file_rivora_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +2010,7 @@ func (x *PauseDestinationResponse) String() string {
 func (*PauseDestinationResponse) ProtoMessage() {}
 
 func (x *PauseDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[22]
+	mi := &file_rivora_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +2023,7 @@ func (x *PauseDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseDestinationResponse.ProtoReflect.Descriptor instead.
 func (*PauseDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PauseDestinationResponse) GetDestination() *Destination {
@@ -1786,7 +2050,7 @@ type ResumeDestinationRequest struct {
 
 func (x *ResumeDestinationRequest) Reset() {
 	*x = ResumeDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[23]
+	mi := &file_rivora_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +2062,7 @@ func (x *ResumeDestinationRequest) String() string {
 func (*ResumeDestinationRequest) ProtoMessage() {}
 
 func (x *ResumeDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[23]
+	mi := &file_rivora_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +2075,7 @@ func (x *ResumeDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeDestinationRequest.ProtoReflect.Descriptor instead.
 func (*ResumeDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResumeDestinationRequest) GetDestinationId() string {
@@ -1838,7 +2102,7 @@ type ResumeDestinationResponse struct {
 
 func (x *ResumeDestinationResponse) Reset() {
 	*x = ResumeDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[24]
+	mi := &file_rivora_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +2114,7 @@ func (x *ResumeDestinationResponse) String() string {
 func (*ResumeDestinationResponse) ProtoMessage() {}
 
 func (x *ResumeDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[24]
+	mi := &file_rivora_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +2127,7 @@ func (x *ResumeDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeDestinationResponse.ProtoReflect.Descriptor instead.
 func (*ResumeDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResumeDestinationResponse) GetDestination() *Destination {
@@ -1896,7 +2160,7 @@ type LimitSource struct {
 
 func (x *LimitSource) Reset() {
 	*x = LimitSource{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[25]
+	mi := &file_rivora_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2172,7 @@ func (x *LimitSource) String() string {
 func (*LimitSource) ProtoMessage() {}
 
 func (x *LimitSource) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[25]
+	mi := &file_rivora_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2185,7 @@ func (x *LimitSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitSource.ProtoReflect.Descriptor instead.
 func (*LimitSource) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LimitSource) GetSource() string {
@@ -1961,7 +2225,7 @@ type GetLimitsRequest struct {
 
 func (x *GetLimitsRequest) Reset() {
 	*x = GetLimitsRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[26]
+	mi := &file_rivora_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2237,7 @@ func (x *GetLimitsRequest) String() string {
 func (*GetLimitsRequest) ProtoMessage() {}
 
 func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[26]
+	mi := &file_rivora_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2250,7 @@ func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsRequest.ProtoReflect.Descriptor instead.
 func (*GetLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetLimitsRequest) GetDestinationId() string {
@@ -2011,7 +2275,7 @@ type GetLimitsResponse struct {
 
 func (x *GetLimitsResponse) Reset() {
 	*x = GetLimitsResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[27]
+	mi := &file_rivora_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2287,7 @@ func (x *GetLimitsResponse) String() string {
 func (*GetLimitsResponse) ProtoMessage() {}
 
 func (x *GetLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[27]
+	mi := &file_rivora_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2300,7 @@ func (x *GetLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsResponse.ProtoReflect.Descriptor instead.
 func (*GetLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetLimitsResponse) GetDestinationId() string {
@@ -2087,7 +2351,7 @@ type SetLimitsOverrideRequest struct {
 
 func (x *SetLimitsOverrideRequest) Reset() {
 	*x = SetLimitsOverrideRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[28]
+	mi := &file_rivora_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2363,7 @@ func (x *SetLimitsOverrideRequest) String() string {
 func (*SetLimitsOverrideRequest) ProtoMessage() {}
 
 func (x *SetLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[28]
+	mi := &file_rivora_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2376,7 @@ func (x *SetLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimitsOverrideRequest.ProtoReflect.Descriptor instead.
 func (*SetLimitsOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetLimitsOverrideRequest) GetDestinationId() string {
@@ -2195,7 +2459,7 @@ type SetLimitsOverrideResponse struct {
 
 func (x *SetLimitsOverrideResponse) Reset() {
 	*x = SetLimitsOverrideResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[29]
+	mi := &file_rivora_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2471,7 @@ func (x *SetLimitsOverrideResponse) String() string {
 func (*SetLimitsOverrideResponse) ProtoMessage() {}
 
 func (x *SetLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[29]
+	mi := &file_rivora_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2484,7 @@ func (x *SetLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimitsOverrideResponse.ProtoReflect.Descriptor instead.
 func (*SetLimitsOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetLimitsOverrideResponse) GetLimits() *GetLimitsResponse {
@@ -2248,7 +2512,7 @@ type ClearLimitsOverrideRequest struct {
 
 func (x *ClearLimitsOverrideRequest) Reset() {
 	*x = ClearLimitsOverrideRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[30]
+	mi := &file_rivora_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2524,7 @@ func (x *ClearLimitsOverrideRequest) String() string {
 func (*ClearLimitsOverrideRequest) ProtoMessage() {}
 
 func (x *ClearLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[30]
+	mi := &file_rivora_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2537,7 @@ func (x *ClearLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearLimitsOverrideRequest.ProtoReflect.Descriptor instead.
 func (*ClearLimitsOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ClearLimitsOverrideRequest) GetDestinationId() string {
@@ -2307,7 +2571,7 @@ type ClearLimitsOverrideResponse struct {
 
 func (x *ClearLimitsOverrideResponse) Reset() {
 	*x = ClearLimitsOverrideResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[31]
+	mi := &file_rivora_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2583,7 @@ func (x *ClearLimitsOverrideResponse) String() string {
 func (*ClearLimitsOverrideResponse) ProtoMessage() {}
 
 func (x *ClearLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[31]
+	mi := &file_rivora_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2596,7 @@ func (x *ClearLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearLimitsOverrideResponse.ProtoReflect.Descriptor instead.
 func (*ClearLimitsOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClearLimitsOverrideResponse) GetLimits() *GetLimitsResponse {
@@ -2357,7 +2621,7 @@ type DiffLimitsRequest struct {
 
 func (x *DiffLimitsRequest) Reset() {
 	*x = DiffLimitsRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[32]
+	mi := &file_rivora_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2369,7 +2633,7 @@ func (x *DiffLimitsRequest) String() string {
 func (*DiffLimitsRequest) ProtoMessage() {}
 
 func (x *DiffLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[32]
+	mi := &file_rivora_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2382,7 +2646,7 @@ func (x *DiffLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffLimitsRequest.ProtoReflect.Descriptor instead.
 func (*DiffLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 // LimitsDrift is one field where the effective limit is not the file's.
@@ -2399,7 +2663,7 @@ type LimitsDrift struct {
 
 func (x *LimitsDrift) Reset() {
 	*x = LimitsDrift{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[33]
+	mi := &file_rivora_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2675,7 @@ func (x *LimitsDrift) String() string {
 func (*LimitsDrift) ProtoMessage() {}
 
 func (x *LimitsDrift) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[33]
+	mi := &file_rivora_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2688,7 @@ func (x *LimitsDrift) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsDrift.ProtoReflect.Descriptor instead.
 func (*LimitsDrift) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LimitsDrift) GetDestinationId() string {
@@ -2471,7 +2735,7 @@ type DiffLimitsResponse struct {
 
 func (x *DiffLimitsResponse) Reset() {
 	*x = DiffLimitsResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[34]
+	mi := &file_rivora_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2483,7 +2747,7 @@ func (x *DiffLimitsResponse) String() string {
 func (*DiffLimitsResponse) ProtoMessage() {}
 
 func (x *DiffLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[34]
+	mi := &file_rivora_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2496,7 +2760,7 @@ func (x *DiffLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffLimitsResponse.ProtoReflect.Descriptor instead.
 func (*DiffLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DiffLimitsResponse) GetDrifts() []*LimitsDrift {
@@ -2519,7 +2783,7 @@ type AuditEntry struct {
 	// limits.reload, limits.override, limits.clear, limits.expire,
 	// priority.set, destination.pause, destination.resume,
 	// destination.disable (author "rivora": the partner answered 410 Gone),
-	// lane.skip, event.resend.
+	// destination.rotate_secret, lane.skip, event.resend.
 	Action        string `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
 	DestinationId string `protobuf:"bytes,5,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
 	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -2532,7 +2796,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[35]
+	mi := &file_rivora_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2808,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[35]
+	mi := &file_rivora_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2821,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AuditEntry) GetAt() *timestamppb.Timestamp {
@@ -2627,7 +2891,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[36]
+	mi := &file_rivora_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2903,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[36]
+	mi := &file_rivora_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2916,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListAuditRequest) GetLimit() int32 {
@@ -2678,7 +2942,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[37]
+	mi := &file_rivora_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2954,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[37]
+	mi := &file_rivora_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2967,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -2721,7 +2985,7 @@ type GetConfigStatusRequest struct {
 
 func (x *GetConfigStatusRequest) Reset() {
 	*x = GetConfigStatusRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[38]
+	mi := &file_rivora_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +2997,7 @@ func (x *GetConfigStatusRequest) String() string {
 func (*GetConfigStatusRequest) ProtoMessage() {}
 
 func (x *GetConfigStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[38]
+	mi := &file_rivora_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +3010,7 @@ func (x *GetConfigStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigStatusRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 type GetConfigStatusResponse struct {
@@ -2759,7 +3023,7 @@ type GetConfigStatusResponse struct {
 
 func (x *GetConfigStatusResponse) Reset() {
 	*x = GetConfigStatusResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[39]
+	mi := &file_rivora_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +3035,7 @@ func (x *GetConfigStatusResponse) String() string {
 func (*GetConfigStatusResponse) ProtoMessage() {}
 
 func (x *GetConfigStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[39]
+	mi := &file_rivora_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +3048,7 @@ func (x *GetConfigStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetConfigStatusResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetConfigStatusResponse) GetVersion() uint64 {
@@ -2826,7 +3090,7 @@ type AgentStatus struct {
 
 func (x *AgentStatus) Reset() {
 	*x = AgentStatus{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[40]
+	mi := &file_rivora_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2838,7 +3102,7 @@ func (x *AgentStatus) String() string {
 func (*AgentStatus) ProtoMessage() {}
 
 func (x *AgentStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[40]
+	mi := &file_rivora_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2851,7 +3115,7 @@ func (x *AgentStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStatus.ProtoReflect.Descriptor instead.
 func (*AgentStatus) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AgentStatus) GetName() string {
@@ -2935,7 +3199,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x03 \x01(\x05R\vmaxAttempts\x121\n" +
 	"\x06window\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06window\x123\n" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\"\n" +
-	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xe7\x05\n" +
+	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xd6\a\n" +
 	"\vDestination\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
@@ -2956,10 +3220,18 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"configured\x12\x1a\n" +
 	"\bdisabled\x18\r \x01(\bR\bdisabled\x12!\n" +
 	"\fpause_reason\x18\x0e \x01(\tR\vpauseReason\x12-\n" +
-	"\x12secret_fingerprint\x18\x0f \x01(\tR\x11secretFingerprint\x1aB\n" +
+	"\x12secret_fingerprint\x18\x0f \x01(\tR\x11secretFingerprint\x12+\n" +
+	"\aheaders\x18\x10 \x03(\v2\x11.rivora.v1.HeaderR\aheaders\x12'\n" +
+	"\x0fprevious_secret\x18\x11 \x01(\tR\x0epreviousSecret\x12W\n" +
+	"\x1aprevious_secret_expires_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\x17previousSecretExpiresAt\x12>\n" +
+	"\x1bprevious_secret_fingerprint\x18\x13 \x01(\tR\x19previousSecretFingerprint\x1aB\n" +
 	"\x14CustomerWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xd9\x01\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"_\n" +
+	"\x06Header\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12+\n" +
+	"\x11value_fingerprint\x18\x03 \x01(\tR\x10valueFingerprint\"\xd9\x01\n" +
 	"\x0eLimitsOverride\x12)\n" +
 	"\x06limits\x18\x01 \x01(\v2\x11.rivora.v1.LimitsR\x06limits\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12\x16\n" +
@@ -2971,13 +3243,14 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x16\n" +
-	"\x06author\x18\x04 \x01(\tR\x06author\"\x97\x01\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\"\xc4\x01\n" +
 	"\x18CreateDestinationRequest\x12\x16\n" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
 	"\x06secret\x18\x03 \x01(\tR\x06secret\x12)\n" +
-	"\x06limits\x18\x04 \x01(\v2\x11.rivora.v1.LimitsR\x06limits\"o\n" +
+	"\x06limits\x18\x04 \x01(\v2\x11.rivora.v1.LimitsR\x06limits\x12+\n" +
+	"\aheaders\x18\x06 \x03(\v2\x11.rivora.v1.HeaderR\aheaders\"o\n" +
 	"\x19CreateDestinationResponse\x128\n" +
 	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"'\n" +
@@ -2988,7 +3261,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\apending\x18\x02 \x01(\x03R\apending\"\x19\n" +
 	"\x17ListDestinationsRequest\"V\n" +
 	"\x18ListDestinationsResponse\x12:\n" +
-	"\fdestinations\x18\x01 \x03(\v2\x16.rivora.v1.DestinationR\fdestinations\"\xcb\x03\n" +
+	"\fdestinations\x18\x01 \x03(\v2\x16.rivora.v1.DestinationR\fdestinations\"\xa6\x04\n" +
 	"\x18UpdateDestinationRequest\x12\x16\n" +
 	"\x06author\x18\n" +
 	" \x01(\tR\x06author\x12\x0e\n" +
@@ -3000,7 +3273,10 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x06 \x01(\x05H\x04R\vmaxAttempts\x88\x01\x01\x121\n" +
 	"\x06window\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06window\x123\n" +
 	"\atimeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12'\n" +
-	"\rmax_in_flight\x18\t \x01(\x05H\x05R\vmaxInFlight\x88\x01\x01B\x06\n" +
+	"\rmax_in_flight\x18\t \x01(\x05H\x05R\vmaxInFlight\x88\x01\x01\x122\n" +
+	"\vset_headers\x18\v \x03(\v2\x11.rivora.v1.HeaderR\n" +
+	"setHeaders\x12%\n" +
+	"\x0eremove_headers\x18\f \x03(\tR\rremoveHeadersB\x06\n" +
 	"\x04_urlB\t\n" +
 	"\a_secretB\x12\n" +
 	"\x10_rate_per_secondB\b\n" +
@@ -3008,6 +3284,14 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\r_max_attemptsB\x10\n" +
 	"\x0e_max_in_flight\"o\n" +
 	"\x19UpdateDestinationResponse\x128\n" +
+	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa8\x01\n" +
+	"\x1eRotateDestinationSecretRequest\x12\x16\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\x12/\n" +
+	"\x05grace\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05grace\"u\n" +
+	"\x1fRotateDestinationSecretResponse\x128\n" +
 	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"X\n" +
 	"\x18DeleteDestinationRequest\x12\x16\n" +
@@ -3169,13 +3453,13 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x1aPRIORITY_CLASS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13PRIORITY_CLASS_HIGH\x10\x01\x12\x19\n" +
 	"\x15PRIORITY_CLASS_NORMAL\x10\x02\x12\x16\n" +
-	"\x12PRIORITY_CLASS_LOW\x10\x032\xf4\n" +
-	"\n" +
+	"\x12PRIORITY_CLASS_LOW\x10\x032\xe6\v\n" +
 	"\fAdminService\x12^\n" +
 	"\x11CreateDestination\x12#.rivora.v1.CreateDestinationRequest\x1a$.rivora.v1.CreateDestinationResponse\x12Z\n" +
 	"\x0eGetDestination\x12 .rivora.v1.GetDestinationRequest\x1a!.rivora.v1.GetDestinationResponse\"\x03\x90\x02\x01\x12`\n" +
 	"\x10ListDestinations\x12\".rivora.v1.ListDestinationsRequest\x1a#.rivora.v1.ListDestinationsResponse\"\x03\x90\x02\x01\x12^\n" +
-	"\x11UpdateDestination\x12#.rivora.v1.UpdateDestinationRequest\x1a$.rivora.v1.UpdateDestinationResponse\x12^\n" +
+	"\x11UpdateDestination\x12#.rivora.v1.UpdateDestinationRequest\x1a$.rivora.v1.UpdateDestinationResponse\x12p\n" +
+	"\x17RotateDestinationSecret\x12).rivora.v1.RotateDestinationSecretRequest\x1a*.rivora.v1.RotateDestinationSecretResponse\x12^\n" +
 	"\x11DeleteDestination\x12#.rivora.v1.DeleteDestinationRequest\x1a$.rivora.v1.DeleteDestinationResponse\x12L\n" +
 	"\vSetPriority\x12\x1d.rivora.v1.SetPriorityRequest\x1a\x1e.rivora.v1.SetPriorityResponse\x12l\n" +
 	"\x14GetDestinationHealth\x12&.rivora.v1.GetDestinationHealthRequest\x1a'.rivora.v1.GetDestinationHealthResponse\"\x03\x90\x02\x01\x12[\n" +
@@ -3202,139 +3486,150 @@ func file_rivora_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_rivora_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_rivora_v1_admin_proto_goTypes = []any{
-	(PriorityClass)(0),                   // 0: rivora.v1.PriorityClass
-	(*Limits)(nil),                       // 1: rivora.v1.Limits
-	(*Destination)(nil),                  // 2: rivora.v1.Destination
-	(*LimitsOverride)(nil),               // 3: rivora.v1.LimitsOverride
-	(*PauseInterval)(nil),                // 4: rivora.v1.PauseInterval
-	(*CreateDestinationRequest)(nil),     // 5: rivora.v1.CreateDestinationRequest
-	(*CreateDestinationResponse)(nil),    // 6: rivora.v1.CreateDestinationResponse
-	(*GetDestinationRequest)(nil),        // 7: rivora.v1.GetDestinationRequest
-	(*GetDestinationResponse)(nil),       // 8: rivora.v1.GetDestinationResponse
-	(*ListDestinationsRequest)(nil),      // 9: rivora.v1.ListDestinationsRequest
-	(*ListDestinationsResponse)(nil),     // 10: rivora.v1.ListDestinationsResponse
-	(*UpdateDestinationRequest)(nil),     // 11: rivora.v1.UpdateDestinationRequest
-	(*UpdateDestinationResponse)(nil),    // 12: rivora.v1.UpdateDestinationResponse
-	(*DeleteDestinationRequest)(nil),     // 13: rivora.v1.DeleteDestinationRequest
-	(*DeleteDestinationResponse)(nil),    // 14: rivora.v1.DeleteDestinationResponse
-	(*SetPriorityRequest)(nil),           // 15: rivora.v1.SetPriorityRequest
-	(*SetPriorityResponse)(nil),          // 16: rivora.v1.SetPriorityResponse
-	(*GetDestinationHealthRequest)(nil),  // 17: rivora.v1.GetDestinationHealthRequest
-	(*GetDestinationHealthResponse)(nil), // 18: rivora.v1.GetDestinationHealthResponse
-	(*HealthTransition)(nil),             // 19: rivora.v1.HealthTransition
-	(*CustomerBacklog)(nil),              // 20: rivora.v1.CustomerBacklog
-	(*DestinationHealth)(nil),            // 21: rivora.v1.DestinationHealth
-	(*PauseDestinationRequest)(nil),      // 22: rivora.v1.PauseDestinationRequest
-	(*PauseDestinationResponse)(nil),     // 23: rivora.v1.PauseDestinationResponse
-	(*ResumeDestinationRequest)(nil),     // 24: rivora.v1.ResumeDestinationRequest
-	(*ResumeDestinationResponse)(nil),    // 25: rivora.v1.ResumeDestinationResponse
-	(*LimitSource)(nil),                  // 26: rivora.v1.LimitSource
-	(*GetLimitsRequest)(nil),             // 27: rivora.v1.GetLimitsRequest
-	(*GetLimitsResponse)(nil),            // 28: rivora.v1.GetLimitsResponse
-	(*SetLimitsOverrideRequest)(nil),     // 29: rivora.v1.SetLimitsOverrideRequest
-	(*SetLimitsOverrideResponse)(nil),    // 30: rivora.v1.SetLimitsOverrideResponse
-	(*ClearLimitsOverrideRequest)(nil),   // 31: rivora.v1.ClearLimitsOverrideRequest
-	(*ClearLimitsOverrideResponse)(nil),  // 32: rivora.v1.ClearLimitsOverrideResponse
-	(*DiffLimitsRequest)(nil),            // 33: rivora.v1.DiffLimitsRequest
-	(*LimitsDrift)(nil),                  // 34: rivora.v1.LimitsDrift
-	(*DiffLimitsResponse)(nil),           // 35: rivora.v1.DiffLimitsResponse
-	(*AuditEntry)(nil),                   // 36: rivora.v1.AuditEntry
-	(*ListAuditRequest)(nil),             // 37: rivora.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),            // 38: rivora.v1.ListAuditResponse
-	(*GetConfigStatusRequest)(nil),       // 39: rivora.v1.GetConfigStatusRequest
-	(*GetConfigStatusResponse)(nil),      // 40: rivora.v1.GetConfigStatusResponse
-	(*AgentStatus)(nil),                  // 41: rivora.v1.AgentStatus
-	nil,                                  // 42: rivora.v1.Destination.CustomerWeightsEntry
-	nil,                                  // 43: rivora.v1.GetLimitsResponse.SourcesEntry
-	(*durationpb.Duration)(nil),          // 44: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),        // 45: google.protobuf.Timestamp
+	(PriorityClass)(0),                      // 0: rivora.v1.PriorityClass
+	(*Limits)(nil),                          // 1: rivora.v1.Limits
+	(*Destination)(nil),                     // 2: rivora.v1.Destination
+	(*Header)(nil),                          // 3: rivora.v1.Header
+	(*LimitsOverride)(nil),                  // 4: rivora.v1.LimitsOverride
+	(*PauseInterval)(nil),                   // 5: rivora.v1.PauseInterval
+	(*CreateDestinationRequest)(nil),        // 6: rivora.v1.CreateDestinationRequest
+	(*CreateDestinationResponse)(nil),       // 7: rivora.v1.CreateDestinationResponse
+	(*GetDestinationRequest)(nil),           // 8: rivora.v1.GetDestinationRequest
+	(*GetDestinationResponse)(nil),          // 9: rivora.v1.GetDestinationResponse
+	(*ListDestinationsRequest)(nil),         // 10: rivora.v1.ListDestinationsRequest
+	(*ListDestinationsResponse)(nil),        // 11: rivora.v1.ListDestinationsResponse
+	(*UpdateDestinationRequest)(nil),        // 12: rivora.v1.UpdateDestinationRequest
+	(*UpdateDestinationResponse)(nil),       // 13: rivora.v1.UpdateDestinationResponse
+	(*RotateDestinationSecretRequest)(nil),  // 14: rivora.v1.RotateDestinationSecretRequest
+	(*RotateDestinationSecretResponse)(nil), // 15: rivora.v1.RotateDestinationSecretResponse
+	(*DeleteDestinationRequest)(nil),        // 16: rivora.v1.DeleteDestinationRequest
+	(*DeleteDestinationResponse)(nil),       // 17: rivora.v1.DeleteDestinationResponse
+	(*SetPriorityRequest)(nil),              // 18: rivora.v1.SetPriorityRequest
+	(*SetPriorityResponse)(nil),             // 19: rivora.v1.SetPriorityResponse
+	(*GetDestinationHealthRequest)(nil),     // 20: rivora.v1.GetDestinationHealthRequest
+	(*GetDestinationHealthResponse)(nil),    // 21: rivora.v1.GetDestinationHealthResponse
+	(*HealthTransition)(nil),                // 22: rivora.v1.HealthTransition
+	(*CustomerBacklog)(nil),                 // 23: rivora.v1.CustomerBacklog
+	(*DestinationHealth)(nil),               // 24: rivora.v1.DestinationHealth
+	(*PauseDestinationRequest)(nil),         // 25: rivora.v1.PauseDestinationRequest
+	(*PauseDestinationResponse)(nil),        // 26: rivora.v1.PauseDestinationResponse
+	(*ResumeDestinationRequest)(nil),        // 27: rivora.v1.ResumeDestinationRequest
+	(*ResumeDestinationResponse)(nil),       // 28: rivora.v1.ResumeDestinationResponse
+	(*LimitSource)(nil),                     // 29: rivora.v1.LimitSource
+	(*GetLimitsRequest)(nil),                // 30: rivora.v1.GetLimitsRequest
+	(*GetLimitsResponse)(nil),               // 31: rivora.v1.GetLimitsResponse
+	(*SetLimitsOverrideRequest)(nil),        // 32: rivora.v1.SetLimitsOverrideRequest
+	(*SetLimitsOverrideResponse)(nil),       // 33: rivora.v1.SetLimitsOverrideResponse
+	(*ClearLimitsOverrideRequest)(nil),      // 34: rivora.v1.ClearLimitsOverrideRequest
+	(*ClearLimitsOverrideResponse)(nil),     // 35: rivora.v1.ClearLimitsOverrideResponse
+	(*DiffLimitsRequest)(nil),               // 36: rivora.v1.DiffLimitsRequest
+	(*LimitsDrift)(nil),                     // 37: rivora.v1.LimitsDrift
+	(*DiffLimitsResponse)(nil),              // 38: rivora.v1.DiffLimitsResponse
+	(*AuditEntry)(nil),                      // 39: rivora.v1.AuditEntry
+	(*ListAuditRequest)(nil),                // 40: rivora.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),               // 41: rivora.v1.ListAuditResponse
+	(*GetConfigStatusRequest)(nil),          // 42: rivora.v1.GetConfigStatusRequest
+	(*GetConfigStatusResponse)(nil),         // 43: rivora.v1.GetConfigStatusResponse
+	(*AgentStatus)(nil),                     // 44: rivora.v1.AgentStatus
+	nil,                                     // 45: rivora.v1.Destination.CustomerWeightsEntry
+	nil,                                     // 46: rivora.v1.GetLimitsResponse.SourcesEntry
+	(*durationpb.Duration)(nil),             // 47: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),           // 48: google.protobuf.Timestamp
 }
 var file_rivora_v1_admin_proto_depIdxs = []int32{
-	44, // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
-	44, // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
+	47, // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
+	47, // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
 	1,  // 2: rivora.v1.Destination.limits:type_name -> rivora.v1.Limits
-	45, // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
-	45, // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
+	48, // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
+	48, // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: rivora.v1.Destination.priority_class:type_name -> rivora.v1.PriorityClass
-	42, // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
-	4,  // 7: rivora.v1.Destination.pauses:type_name -> rivora.v1.PauseInterval
-	3,  // 8: rivora.v1.Destination.override:type_name -> rivora.v1.LimitsOverride
+	45, // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
+	5,  // 7: rivora.v1.Destination.pauses:type_name -> rivora.v1.PauseInterval
+	4,  // 8: rivora.v1.Destination.override:type_name -> rivora.v1.LimitsOverride
 	1,  // 9: rivora.v1.Destination.configured:type_name -> rivora.v1.Limits
-	1,  // 10: rivora.v1.LimitsOverride.limits:type_name -> rivora.v1.Limits
-	45, // 11: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
-	45, // 12: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
-	45, // 13: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
-	45, // 14: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
-	1,  // 15: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
-	2,  // 16: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,  // 17: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,  // 18: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
-	44, // 19: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
-	44, // 20: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
-	2,  // 21: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	0,  // 22: rivora.v1.SetPriorityRequest.class:type_name -> rivora.v1.PriorityClass
-	2,  // 23: rivora.v1.SetPriorityResponse.destination:type_name -> rivora.v1.Destination
-	21, // 24: rivora.v1.GetDestinationHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
-	45, // 25: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
-	20, // 26: rivora.v1.DestinationHealth.customers:type_name -> rivora.v1.CustomerBacklog
-	19, // 27: rivora.v1.DestinationHealth.last_transition:type_name -> rivora.v1.HealthTransition
-	45, // 28: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
-	0,  // 29: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
-	2,  // 30: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,  // 31: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
-	45, // 32: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 33: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
-	43, // 34: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
-	1,  // 35: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
-	44, // 36: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
-	44, // 37: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
-	44, // 38: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	28, // 39: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	28, // 40: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	26, // 41: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
-	34, // 42: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
-	45, // 43: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	36, // 44: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
-	41, // 45: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
-	45, // 46: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	26, // 47: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
-	5,  // 48: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
-	7,  // 49: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
-	9,  // 50: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
-	11, // 51: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
-	13, // 52: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
-	15, // 53: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
-	17, // 54: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
-	22, // 55: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
-	24, // 56: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
-	27, // 57: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
-	29, // 58: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
-	31, // 59: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
-	33, // 60: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
-	37, // 61: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
-	39, // 62: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
-	6,  // 63: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
-	8,  // 64: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
-	10, // 65: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
-	12, // 66: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
-	14, // 67: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
-	16, // 68: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
-	18, // 69: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
-	23, // 70: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
-	25, // 71: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
-	28, // 72: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
-	30, // 73: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
-	32, // 74: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
-	35, // 75: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
-	38, // 76: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
-	40, // 77: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
-	63, // [63:78] is the sub-list for method output_type
-	48, // [48:63] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	3,  // 10: rivora.v1.Destination.headers:type_name -> rivora.v1.Header
+	48, // 11: rivora.v1.Destination.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 12: rivora.v1.LimitsOverride.limits:type_name -> rivora.v1.Limits
+	48, // 13: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
+	48, // 14: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
+	48, // 15: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
+	48, // 16: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
+	1,  // 17: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
+	3,  // 18: rivora.v1.CreateDestinationRequest.headers:type_name -> rivora.v1.Header
+	2,  // 19: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,  // 20: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,  // 21: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
+	47, // 22: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
+	47, // 23: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
+	3,  // 24: rivora.v1.UpdateDestinationRequest.set_headers:type_name -> rivora.v1.Header
+	2,  // 25: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
+	47, // 26: rivora.v1.RotateDestinationSecretRequest.grace:type_name -> google.protobuf.Duration
+	2,  // 27: rivora.v1.RotateDestinationSecretResponse.destination:type_name -> rivora.v1.Destination
+	0,  // 28: rivora.v1.SetPriorityRequest.class:type_name -> rivora.v1.PriorityClass
+	2,  // 29: rivora.v1.SetPriorityResponse.destination:type_name -> rivora.v1.Destination
+	24, // 30: rivora.v1.GetDestinationHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
+	48, // 31: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
+	23, // 32: rivora.v1.DestinationHealth.customers:type_name -> rivora.v1.CustomerBacklog
+	22, // 33: rivora.v1.DestinationHealth.last_transition:type_name -> rivora.v1.HealthTransition
+	48, // 34: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
+	0,  // 35: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
+	2,  // 36: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,  // 37: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
+	48, // 38: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 39: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
+	46, // 40: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
+	1,  // 41: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
+	47, // 42: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
+	47, // 43: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
+	47, // 44: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	31, // 45: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	31, // 46: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	29, // 47: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
+	37, // 48: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
+	48, // 49: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	39, // 50: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
+	44, // 51: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
+	48, // 52: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	29, // 53: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
+	6,  // 54: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
+	8,  // 55: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
+	10, // 56: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
+	12, // 57: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
+	14, // 58: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
+	16, // 59: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
+	18, // 60: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
+	20, // 61: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
+	25, // 62: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
+	27, // 63: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
+	30, // 64: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
+	32, // 65: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
+	34, // 66: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
+	36, // 67: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
+	40, // 68: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
+	42, // 69: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
+	7,  // 70: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
+	9,  // 71: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
+	11, // 72: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
+	13, // 73: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
+	15, // 74: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
+	17, // 75: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
+	19, // 76: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
+	21, // 77: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
+	26, // 78: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
+	28, // 79: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
+	31, // 80: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
+	33, // 81: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
+	35, // 82: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
+	38, // 83: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
+	41, // 84: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
+	43, // 85: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
+	70, // [70:86] is the sub-list for method output_type
+	54, // [54:70] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_admin_proto_init() }
@@ -3342,16 +3637,16 @@ func file_rivora_v1_admin_proto_init() {
 	if File_rivora_v1_admin_proto != nil {
 		return
 	}
-	file_rivora_v1_admin_proto_msgTypes[10].OneofWrappers = []any{}
-	file_rivora_v1_admin_proto_msgTypes[14].OneofWrappers = []any{}
-	file_rivora_v1_admin_proto_msgTypes[28].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[11].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[17].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[31].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_admin_proto_rawDesc), len(file_rivora_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   43,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,21 +19,22 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_CreateDestination_FullMethodName    = "/rivora.v1.AdminService/CreateDestination"
-	AdminService_GetDestination_FullMethodName       = "/rivora.v1.AdminService/GetDestination"
-	AdminService_ListDestinations_FullMethodName     = "/rivora.v1.AdminService/ListDestinations"
-	AdminService_UpdateDestination_FullMethodName    = "/rivora.v1.AdminService/UpdateDestination"
-	AdminService_DeleteDestination_FullMethodName    = "/rivora.v1.AdminService/DeleteDestination"
-	AdminService_SetPriority_FullMethodName          = "/rivora.v1.AdminService/SetPriority"
-	AdminService_GetDestinationHealth_FullMethodName = "/rivora.v1.AdminService/GetDestinationHealth"
-	AdminService_PauseDestination_FullMethodName     = "/rivora.v1.AdminService/PauseDestination"
-	AdminService_ResumeDestination_FullMethodName    = "/rivora.v1.AdminService/ResumeDestination"
-	AdminService_GetLimits_FullMethodName            = "/rivora.v1.AdminService/GetLimits"
-	AdminService_SetLimitsOverride_FullMethodName    = "/rivora.v1.AdminService/SetLimitsOverride"
-	AdminService_ClearLimitsOverride_FullMethodName  = "/rivora.v1.AdminService/ClearLimitsOverride"
-	AdminService_DiffLimits_FullMethodName           = "/rivora.v1.AdminService/DiffLimits"
-	AdminService_ListAudit_FullMethodName            = "/rivora.v1.AdminService/ListAudit"
-	AdminService_GetConfigStatus_FullMethodName      = "/rivora.v1.AdminService/GetConfigStatus"
+	AdminService_CreateDestination_FullMethodName       = "/rivora.v1.AdminService/CreateDestination"
+	AdminService_GetDestination_FullMethodName          = "/rivora.v1.AdminService/GetDestination"
+	AdminService_ListDestinations_FullMethodName        = "/rivora.v1.AdminService/ListDestinations"
+	AdminService_UpdateDestination_FullMethodName       = "/rivora.v1.AdminService/UpdateDestination"
+	AdminService_RotateDestinationSecret_FullMethodName = "/rivora.v1.AdminService/RotateDestinationSecret"
+	AdminService_DeleteDestination_FullMethodName       = "/rivora.v1.AdminService/DeleteDestination"
+	AdminService_SetPriority_FullMethodName             = "/rivora.v1.AdminService/SetPriority"
+	AdminService_GetDestinationHealth_FullMethodName    = "/rivora.v1.AdminService/GetDestinationHealth"
+	AdminService_PauseDestination_FullMethodName        = "/rivora.v1.AdminService/PauseDestination"
+	AdminService_ResumeDestination_FullMethodName       = "/rivora.v1.AdminService/ResumeDestination"
+	AdminService_GetLimits_FullMethodName               = "/rivora.v1.AdminService/GetLimits"
+	AdminService_SetLimitsOverride_FullMethodName       = "/rivora.v1.AdminService/SetLimitsOverride"
+	AdminService_ClearLimitsOverride_FullMethodName     = "/rivora.v1.AdminService/ClearLimitsOverride"
+	AdminService_DiffLimits_FullMethodName              = "/rivora.v1.AdminService/DiffLimits"
+	AdminService_ListAudit_FullMethodName               = "/rivora.v1.AdminService/ListAudit"
+	AdminService_GetConfigStatus_FullMethodName         = "/rivora.v1.AdminService/GetConfigStatus"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -46,6 +47,12 @@ type AdminServiceClient interface {
 	GetDestination(ctx context.Context, in *GetDestinationRequest, opts ...grpc.CallOption) (*GetDestinationResponse, error)
 	ListDestinations(ctx context.Context, in *ListDestinationsRequest, opts ...grpc.CallOption) (*ListDestinationsResponse, error)
 	UpdateDestination(ctx context.Context, in *UpdateDestinationRequest, opts ...grpc.CallOption) (*UpdateDestinationResponse, error)
+	// RotateDestinationSecret replaces a destination's signing secret and
+	// keeps the previous one for a grace period: until it ends, every
+	// delivery carries both signatures ("v1,<new> v1,<old>"), so receivers
+	// can switch to the new secret at their own pace. The answer shows the
+	// new secret, once.
+	RotateDestinationSecret(ctx context.Context, in *RotateDestinationSecretRequest, opts ...grpc.CallOption) (*RotateDestinationSecretResponse, error)
 	// DeleteDestination is refused while events are pending for the
 	// destination, unless force is set: then they are archived as dead letters
 	// with reason "deleted".
@@ -121,6 +128,16 @@ func (c *adminServiceClient) UpdateDestination(ctx context.Context, in *UpdateDe
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(UpdateDestinationResponse)
 	err := c.cc.Invoke(ctx, AdminService_UpdateDestination_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RotateDestinationSecret(ctx context.Context, in *RotateDestinationSecretRequest, opts ...grpc.CallOption) (*RotateDestinationSecretResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateDestinationSecretResponse)
+	err := c.cc.Invoke(ctx, AdminService_RotateDestinationSecret_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -247,6 +264,12 @@ type AdminServiceServer interface {
 	GetDestination(context.Context, *GetDestinationRequest) (*GetDestinationResponse, error)
 	ListDestinations(context.Context, *ListDestinationsRequest) (*ListDestinationsResponse, error)
 	UpdateDestination(context.Context, *UpdateDestinationRequest) (*UpdateDestinationResponse, error)
+	// RotateDestinationSecret replaces a destination's signing secret and
+	// keeps the previous one for a grace period: until it ends, every
+	// delivery carries both signatures ("v1,<new> v1,<old>"), so receivers
+	// can switch to the new secret at their own pace. The answer shows the
+	// new secret, once.
+	RotateDestinationSecret(context.Context, *RotateDestinationSecretRequest) (*RotateDestinationSecretResponse, error)
 	// DeleteDestination is refused while events are pending for the
 	// destination, unless force is set: then they are archived as dead letters
 	// with reason "deleted".
@@ -299,6 +322,9 @@ func (UnimplementedAdminServiceServer) ListDestinations(context.Context, *ListDe
 }
 func (UnimplementedAdminServiceServer) UpdateDestination(context.Context, *UpdateDestinationRequest) (*UpdateDestinationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateDestination not implemented")
+}
+func (UnimplementedAdminServiceServer) RotateDestinationSecret(context.Context, *RotateDestinationSecretRequest) (*RotateDestinationSecretResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateDestinationSecret not implemented")
 }
 func (UnimplementedAdminServiceServer) DeleteDestination(context.Context, *DeleteDestinationRequest) (*DeleteDestinationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteDestination not implemented")
@@ -422,6 +448,24 @@ func _AdminService_UpdateDestination_Handler(srv interface{}, ctx context.Contex
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServiceServer).UpdateDestination(ctx, req.(*UpdateDestinationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RotateDestinationSecret_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateDestinationSecretRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RotateDestinationSecret(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RotateDestinationSecret_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RotateDestinationSecret(ctx, req.(*RotateDestinationSecretRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -646,6 +690,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateDestination",
 			Handler:    _AdminService_UpdateDestination_Handler,
+		},
+		{
+			MethodName: "RotateDestinationSecret",
+			Handler:    _AdminService_RotateDestinationSecret_Handler,
 		},
 		{
 			MethodName: "DeleteDestination",

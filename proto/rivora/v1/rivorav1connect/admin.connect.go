@@ -45,6 +45,9 @@ const (
 	// AdminServiceUpdateDestinationProcedure is the fully-qualified name of the AdminService's
 	// UpdateDestination RPC.
 	AdminServiceUpdateDestinationProcedure = "/rivora.v1.AdminService/UpdateDestination"
+	// AdminServiceRotateDestinationSecretProcedure is the fully-qualified name of the AdminService's
+	// RotateDestinationSecret RPC.
+	AdminServiceRotateDestinationSecretProcedure = "/rivora.v1.AdminService/RotateDestinationSecret"
 	// AdminServiceDeleteDestinationProcedure is the fully-qualified name of the AdminService's
 	// DeleteDestination RPC.
 	AdminServiceDeleteDestinationProcedure = "/rivora.v1.AdminService/DeleteDestination"
@@ -83,6 +86,12 @@ type AdminServiceClient interface {
 	GetDestination(context.Context, *connect.Request[v1.GetDestinationRequest]) (*connect.Response[v1.GetDestinationResponse], error)
 	ListDestinations(context.Context, *connect.Request[v1.ListDestinationsRequest]) (*connect.Response[v1.ListDestinationsResponse], error)
 	UpdateDestination(context.Context, *connect.Request[v1.UpdateDestinationRequest]) (*connect.Response[v1.UpdateDestinationResponse], error)
+	// RotateDestinationSecret replaces a destination's signing secret and
+	// keeps the previous one for a grace period: until it ends, every
+	// delivery carries both signatures ("v1,<new> v1,<old>"), so receivers
+	// can switch to the new secret at their own pace. The answer shows the
+	// new secret, once.
+	RotateDestinationSecret(context.Context, *connect.Request[v1.RotateDestinationSecretRequest]) (*connect.Response[v1.RotateDestinationSecretResponse], error)
 	// DeleteDestination is refused while events are pending for the
 	// destination, unless force is set: then they are archived as dead letters
 	// with reason "deleted".
@@ -151,6 +160,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			httpClient,
 			baseURL+AdminServiceUpdateDestinationProcedure,
 			connect.WithSchema(adminServiceMethods.ByName("UpdateDestination")),
+			connect.WithClientOptions(opts...),
+		),
+		rotateDestinationSecret: connect.NewClient[v1.RotateDestinationSecretRequest, v1.RotateDestinationSecretResponse](
+			httpClient,
+			baseURL+AdminServiceRotateDestinationSecretProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RotateDestinationSecret")),
 			connect.WithClientOptions(opts...),
 		),
 		deleteDestination: connect.NewClient[v1.DeleteDestinationRequest, v1.DeleteDestinationResponse](
@@ -229,21 +244,22 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 
 // adminServiceClient implements AdminServiceClient.
 type adminServiceClient struct {
-	createDestination    *connect.Client[v1.CreateDestinationRequest, v1.CreateDestinationResponse]
-	getDestination       *connect.Client[v1.GetDestinationRequest, v1.GetDestinationResponse]
-	listDestinations     *connect.Client[v1.ListDestinationsRequest, v1.ListDestinationsResponse]
-	updateDestination    *connect.Client[v1.UpdateDestinationRequest, v1.UpdateDestinationResponse]
-	deleteDestination    *connect.Client[v1.DeleteDestinationRequest, v1.DeleteDestinationResponse]
-	setPriority          *connect.Client[v1.SetPriorityRequest, v1.SetPriorityResponse]
-	getDestinationHealth *connect.Client[v1.GetDestinationHealthRequest, v1.GetDestinationHealthResponse]
-	pauseDestination     *connect.Client[v1.PauseDestinationRequest, v1.PauseDestinationResponse]
-	resumeDestination    *connect.Client[v1.ResumeDestinationRequest, v1.ResumeDestinationResponse]
-	getLimits            *connect.Client[v1.GetLimitsRequest, v1.GetLimitsResponse]
-	setLimitsOverride    *connect.Client[v1.SetLimitsOverrideRequest, v1.SetLimitsOverrideResponse]
-	clearLimitsOverride  *connect.Client[v1.ClearLimitsOverrideRequest, v1.ClearLimitsOverrideResponse]
-	diffLimits           *connect.Client[v1.DiffLimitsRequest, v1.DiffLimitsResponse]
-	listAudit            *connect.Client[v1.ListAuditRequest, v1.ListAuditResponse]
-	getConfigStatus      *connect.Client[v1.GetConfigStatusRequest, v1.GetConfigStatusResponse]
+	createDestination       *connect.Client[v1.CreateDestinationRequest, v1.CreateDestinationResponse]
+	getDestination          *connect.Client[v1.GetDestinationRequest, v1.GetDestinationResponse]
+	listDestinations        *connect.Client[v1.ListDestinationsRequest, v1.ListDestinationsResponse]
+	updateDestination       *connect.Client[v1.UpdateDestinationRequest, v1.UpdateDestinationResponse]
+	rotateDestinationSecret *connect.Client[v1.RotateDestinationSecretRequest, v1.RotateDestinationSecretResponse]
+	deleteDestination       *connect.Client[v1.DeleteDestinationRequest, v1.DeleteDestinationResponse]
+	setPriority             *connect.Client[v1.SetPriorityRequest, v1.SetPriorityResponse]
+	getDestinationHealth    *connect.Client[v1.GetDestinationHealthRequest, v1.GetDestinationHealthResponse]
+	pauseDestination        *connect.Client[v1.PauseDestinationRequest, v1.PauseDestinationResponse]
+	resumeDestination       *connect.Client[v1.ResumeDestinationRequest, v1.ResumeDestinationResponse]
+	getLimits               *connect.Client[v1.GetLimitsRequest, v1.GetLimitsResponse]
+	setLimitsOverride       *connect.Client[v1.SetLimitsOverrideRequest, v1.SetLimitsOverrideResponse]
+	clearLimitsOverride     *connect.Client[v1.ClearLimitsOverrideRequest, v1.ClearLimitsOverrideResponse]
+	diffLimits              *connect.Client[v1.DiffLimitsRequest, v1.DiffLimitsResponse]
+	listAudit               *connect.Client[v1.ListAuditRequest, v1.ListAuditResponse]
+	getConfigStatus         *connect.Client[v1.GetConfigStatusRequest, v1.GetConfigStatusResponse]
 }
 
 // CreateDestination calls rivora.v1.AdminService.CreateDestination.
@@ -264,6 +280,11 @@ func (c *adminServiceClient) ListDestinations(ctx context.Context, req *connect.
 // UpdateDestination calls rivora.v1.AdminService.UpdateDestination.
 func (c *adminServiceClient) UpdateDestination(ctx context.Context, req *connect.Request[v1.UpdateDestinationRequest]) (*connect.Response[v1.UpdateDestinationResponse], error) {
 	return c.updateDestination.CallUnary(ctx, req)
+}
+
+// RotateDestinationSecret calls rivora.v1.AdminService.RotateDestinationSecret.
+func (c *adminServiceClient) RotateDestinationSecret(ctx context.Context, req *connect.Request[v1.RotateDestinationSecretRequest]) (*connect.Response[v1.RotateDestinationSecretResponse], error) {
+	return c.rotateDestinationSecret.CallUnary(ctx, req)
 }
 
 // DeleteDestination calls rivora.v1.AdminService.DeleteDestination.
@@ -327,6 +348,12 @@ type AdminServiceHandler interface {
 	GetDestination(context.Context, *connect.Request[v1.GetDestinationRequest]) (*connect.Response[v1.GetDestinationResponse], error)
 	ListDestinations(context.Context, *connect.Request[v1.ListDestinationsRequest]) (*connect.Response[v1.ListDestinationsResponse], error)
 	UpdateDestination(context.Context, *connect.Request[v1.UpdateDestinationRequest]) (*connect.Response[v1.UpdateDestinationResponse], error)
+	// RotateDestinationSecret replaces a destination's signing secret and
+	// keeps the previous one for a grace period: until it ends, every
+	// delivery carries both signatures ("v1,<new> v1,<old>"), so receivers
+	// can switch to the new secret at their own pace. The answer shows the
+	// new secret, once.
+	RotateDestinationSecret(context.Context, *connect.Request[v1.RotateDestinationSecretRequest]) (*connect.Response[v1.RotateDestinationSecretResponse], error)
 	// DeleteDestination is refused while events are pending for the
 	// destination, unless force is set: then they are archived as dead letters
 	// with reason "deleted".
@@ -391,6 +418,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		AdminServiceUpdateDestinationProcedure,
 		svc.UpdateDestination,
 		connect.WithSchema(adminServiceMethods.ByName("UpdateDestination")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRotateDestinationSecretHandler := connect.NewUnaryHandler(
+		AdminServiceRotateDestinationSecretProcedure,
+		svc.RotateDestinationSecret,
+		connect.WithSchema(adminServiceMethods.ByName("RotateDestinationSecret")),
 		connect.WithHandlerOptions(opts...),
 	)
 	adminServiceDeleteDestinationHandler := connect.NewUnaryHandler(
@@ -474,6 +507,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceListDestinationsHandler.ServeHTTP(w, r)
 		case AdminServiceUpdateDestinationProcedure:
 			adminServiceUpdateDestinationHandler.ServeHTTP(w, r)
+		case AdminServiceRotateDestinationSecretProcedure:
+			adminServiceRotateDestinationSecretHandler.ServeHTTP(w, r)
 		case AdminServiceDeleteDestinationProcedure:
 			adminServiceDeleteDestinationHandler.ServeHTTP(w, r)
 		case AdminServiceSetPriorityProcedure:
@@ -519,6 +554,10 @@ func (UnimplementedAdminServiceHandler) ListDestinations(context.Context, *conne
 
 func (UnimplementedAdminServiceHandler) UpdateDestination(context.Context, *connect.Request[v1.UpdateDestinationRequest]) (*connect.Response[v1.UpdateDestinationResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.UpdateDestination is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RotateDestinationSecret(context.Context, *connect.Request[v1.RotateDestinationSecretRequest]) (*connect.Response[v1.RotateDestinationSecretResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.RotateDestinationSecret is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) DeleteDestination(context.Context, *connect.Request[v1.DeleteDestinationRequest]) (*connect.Response[v1.DeleteDestinationResponse], error) {
