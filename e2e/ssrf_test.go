@@ -45,7 +45,9 @@ func TestSSRFAllowDestinationCIDR(t *testing.T) {
 	d := startDev(t, devOptions{Args: []string{"--allow-destination-cidr", "10.0.0.0/8,127.0.0.1"}})
 	p := newPartner(t)
 	rivoractl(t, d, "destinations", "create", "private", "--url", "http://10.1.2.3:8080/hook")
-	rivoractl(t, d, "destinations", "create", "local", "--url", p.URL(), "--wait")
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	p.SetSecret(t, secret)
+	rivoractl(t, d, "destinations", "create", "local", "--url", p.URL(), "--secret", secret, "--wait")
 	for url, want := range map[string]string{
 		"http://192.168.1.10/hook": "192.168.0.0/16 (private, RFC 1918)",
 		"http://127.0.0.2/hook":    "127.0.0.2 is in 127.0.0.0/8 (loopback)",
