@@ -128,10 +128,10 @@ func (g *Guard) CheckAddr(a netip.Addr) error { return g.check(a, a.String()) }
 // check is CheckAddr naming the address as shown.
 func (g *Guard) check(a netip.Addr, shown string) error {
 	a = a.WithZone("")
-	if !a.IsValid() || g.allows(a) {
-		if !a.IsValid() {
-			return &RefusedError{Host: shown, Why: "is not an IP address"}
-		}
+	if !a.IsValid() {
+		return &RefusedError{Host: shown, Why: "is not an IP address"}
+	}
+	if g.allows(a) {
 		return nil
 	}
 	if v4, form, ok := embedded(a); ok {
