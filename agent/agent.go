@@ -50,6 +50,7 @@ import (
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/ssrf"
 	"github.com/rivora/rivora/internal/tlsconf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -105,6 +106,10 @@ type Config struct {
 	// Transport carries the agent's calls to the control plane (nil =
 	// http.DefaultTransport), e.g. with the cell's CA for TLS.
 	Transport http.RoundTripper
+	// Guard is what every delivery connection passes, on the address it
+	// dials (--allow-destination-cidr); nil denies by default (loopback,
+	// private ranges, metadata, …) and allows nothing more.
+	Guard *ssrf.Guard
 }
 
 // DefaultWorkers is the default number of delivery workers.
@@ -235,7 +240,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}); err != nil {
 		return fail(err)
 	}
-	a.sender = delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name))
+	a.sender = delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name), delivery.WithGuard(cfg.Guard))
 	a.deps = owner.Deps{
 		JS: js, Scheduler: a.sched, Registry: a.registry, History: a.history, Archive: arch,
 		Clock: clock.Real{}, Log: base.With("component", "owner"), DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,

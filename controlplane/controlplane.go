@@ -27,6 +27,7 @@ import (
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/consullock"
 	"github.com/rivora/rivora/internal/httpurl"
+	"github.com/rivora/rivora/internal/ssrf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -87,6 +88,11 @@ type Config struct {
 	// Transport carries the control plane's calls to agents (nil =
 	// http.DefaultTransport), e.g. with the cell's CA for TLS.
 	Transport http.RoundTripper
+	// Guard refuses destination URLs (and the operator webhook) whose
+	// literal address or host name it denies (--allow-destination-cidr);
+	// nil denies by default and allows nothing more. The agents enforce
+	// their own guard on every address they dial.
+	Guard *ssrf.Guard
 }
 
 // ControlPlane is the cell's configuration and its operations: it owns the
@@ -190,6 +196,9 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 	cp.limits.Store(lf)
 	if cfg.OperatorWebhook != "" {
 		if err := validateURL(cfg.OperatorWebhook); err != nil {
+			return nil, fmt.Errorf("operator webhook: %w", err)
+		}
+		if err := cp.guardURL(cfg.OperatorWebhook); err != nil {
 			return nil, fmt.Errorf("operator webhook: %w", err)
 		}
 		if _, err := secretOrNew(cfg.OperatorWebhookSecret); err != nil {

@@ -78,6 +78,9 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 	if err := validateURL(m.GetUrl()); err != nil {
 		return nil, 0, err
 	}
+	if err := cp.guardURL(m.GetUrl()); err != nil {
+		return nil, 0, err
+	}
 	secret, err := secretOrNew(m.GetSecret())
 	if err != nil {
 		return nil, 0, err
@@ -137,6 +140,9 @@ func (cp *ControlPlane) updateDestination(m *rivorav1.UpdateDestinationRequest, 
 		var changes []string
 		if m.Url != nil {
 			if err := validateURL(m.GetUrl()); err != nil {
+				return "", err
+			}
+			if err := cp.guardURL(m.GetUrl()); err != nil {
 				return "", err
 			}
 			d.Url = m.GetUrl()

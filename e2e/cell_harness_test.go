@@ -79,6 +79,7 @@ func startCell(t testing.TB, opts cellOptions) *cell {
 	cpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	stateDir := t.TempDir()
 	cpArgs := append([]string{"controlplane", "--listen", cpAddr, "--state-dir", stateDir, "--partitions", strconv.Itoa(opts.Partitions)}, cellArgs()...)
+	cpArgs = append(cpArgs, allowLoopback()...)
 	if opts.Limits != "" {
 		cpArgs = append(cpArgs, "--limits", opts.Limits)
 	}
@@ -88,7 +89,7 @@ func startCell(t testing.TB, opts cellOptions) *cell {
 	agAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	creds.Register(readAdminToken(t, stateDir), c.cp.URL(), "http://"+agAddr)
 	c.agent = startProc(t, "agent "+opts.AgentName, agAddr, append([]string{"agent", "--name", opts.AgentName, "--listen", agAddr,
-		"--controlplane", c.cp.URL(), "--data-dir", t.TempDir(), "--allow-local-archive"}, cellArgs()...)) // one agent: its archive may be local
+		"--controlplane", c.cp.URL(), "--data-dir", t.TempDir(), "--allow-local-archive"}, append(cellArgs(), allowLoopback()...)...)) // one agent: its archive may be local
 	r := c.rig()
 	st, err := r.Admin().GetConfigStatus(ctxTimeout(t, 5*time.Second), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
 	if err != nil {

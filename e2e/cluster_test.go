@@ -66,6 +66,7 @@ func startCluster(t testing.TB, controlPlanes, n, partitions int, cpArgs ...stri
 		stateDir := t.TempDir()
 		args := append([]string{"controlplane", "--listen", cpAddr, "--state-dir", stateDir,
 			"--partitions", strconv.Itoa(partitions), "--consul", c.consul.URL()}, cellArgs()...)
+		args = append(args, allowLoopback()...)
 		args = append(args, tlsArgs()...)
 		cp := startProc(t, "controlplane "+strconv.Itoa(i+1), cpAddr, append(args, cpArgs...))
 		c.cps = append(c.cps, cp)
@@ -93,6 +94,7 @@ func startCluster(t testing.TB, controlPlanes, n, partitions int, cpArgs ...stri
 			"--session-ttl", clusterTTL.String(), "--lock-delay", clusterLockDelay.String()}
 		c.args[name] = append(c.args[name], c.minio.DevArgs("rivora-cell")...)
 		c.args[name] = append(c.args[name], cellArgs()...)
+		c.args[name] = append(c.args[name], allowLoopback()...)
 		c.args[name] = append(c.args[name], tlsArgs()...)
 		c.agents[name] = launchProc(t, "agent "+name, addr, c.args[name])
 	}

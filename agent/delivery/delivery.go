@@ -36,6 +36,10 @@ type Result struct {
 	// RetryAfter is the partner's Retry-After, when it sent one.
 	RetryAfter time.Duration
 	Duration   time.Duration
+	// Refused marks an attempt the SSRF guard would not dial (Err says
+	// why): the event's fault, as its address is denied, not a sign of
+	// the destination's health.
+	Refused bool
 }
 
 // OK reports a 2xx answer.
@@ -48,7 +52,7 @@ func (r Result) OK() bool { return r.Err == nil }
 // partner answers to one payload it cannot handle; those only use up the
 // event's attempts.
 func (r Result) DestinationFault() bool {
-	if r.OK() {
+	if r.OK() || r.Refused {
 		return false
 	}
 	switch r.Status {
@@ -89,10 +93,14 @@ type Sender struct {
 }
 
 // NewSender returns a sender whose requests carry userAgent.
-func NewSender(userAgent string) *Sender {
+func NewSender(userAgent string, opts ...Option) *Sender {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	transport := &http.Transport{
 		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         o.dialer().DialContext,
 		MaxIdleConns:        4096,
 		MaxIdleConnsPerHost: 512,
 		IdleConnTimeout:     90 * time.Second,
@@ -141,6 +149,9 @@ func (s *Sender) Send(ctx context.Context, req Request) Result {
 	resp, err := s.transport.RoundTrip(hreq)
 	elapsed := s.now().Sub(start)
 	if err != nil {
+		if refused := refusal(err); refused != nil {
+			return Result{Err: refused, Refused: true, Duration: elapsed}
+		}
 		return Result{Err: describeTransportError(err, req.Timeout), Duration: elapsed}
 	}
 	defer resp.Body.Close()

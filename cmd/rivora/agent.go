@@ -69,6 +69,7 @@ Examples:
 			&cli.DurationFlag{Name: "session-ttl", Value: ownership.DefaultTTL, EnvVars: []string{"RIVORA_SESSION_TTL"}, Usage: "Consul session TTL (10s is Consul's minimum)"},
 			&cli.DurationFlag{Name: "lock-delay", Value: ownership.DefaultLockDelay, EnvVars: []string{"RIVORA_LOCK_DELAY"}, Usage: "Consul lock-delay: how long a lost owner's locks stay untaken"},
 			&cli.BoolFlag{Name: "allow-local-archive", EnvVars: []string{"RIVORA_ALLOW_LOCAL_ARCHIVE"}, Usage: "without --s3-endpoint, archive dead letters under DATA_DIR/archive: for single-agent setups only (in a cell each agent would keep its own dead letters, invisible to the others and to the control plane); without this flag or --s3-endpoint the agent refuses to start"},
+			allowDestinationFlag(false),
 		}, append(append(cellFlags(), agentFlags()...), tlsFlags()...)...),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {

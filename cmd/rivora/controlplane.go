@@ -72,6 +72,7 @@ Examples:
 			&cli.DurationFlag{Name: "rejoin-delay", Value: 30 * time.Second, EnvVars: []string{"RIVORA_REJOIN_DELAY"}, Usage: "with --consul: how long an agent that lost its session (frozen, cut off) waits once back before it owns partitions again"},
 			&cli.StringFlag{Name: "consul", EnvVars: []string{"RIVORA_CONSUL"}, Usage: "Consul HTTP API `URL` keeping the state and electing one leader among several control planes (default: state under --state-dir, one control plane)"},
 			&cli.StringFlag{Name: "advertise", EnvVars: []string{"RIVORA_ADVERTISE"}, Usage: "`URL` the other control planes name this one by while it leads; set it when --listen is 0.0.0.0 (default: http://<listen address>, https:// with --tls-cert)"},
+			allowDestinationFlag(false),
 			pprofFlag,
 			metricsTokenFlag,
 			logLevelFlag,
@@ -93,6 +94,9 @@ Examples:
 				return cli.Exit(fmt.Sprintf("--advertise %q: want an http:// or https:// URL such as http://10.0.0.5:7300", advertise), 2)
 			}
 			cfg := controlplane.Config{LimitsPath: c.String("limits"), Partitions: c.Int("partitions"), ConsulURL: consul, RejoinDelay: c.Duration("rejoin-delay")}
+			if cfg.Guard, err = destinationGuard(c); err != nil {
+				return err
+			}
 			if err := operatorConfig(c, &cfg); err != nil {
 				return err
 			}
@@ -174,6 +178,11 @@ func operatorConfig(c *cli.Context, cfg *controlplane.Config) error {
 	}
 	if d := c.Duration("notify-parked-after"); d <= 0 {
 		return cli.Exit(fmt.Sprintf("--notify-parked-after must be positive, got %s", d), 2)
+	}
+	if u, err := httpurl.Parse(url); err == nil {
+		if err := cfg.Guard.CheckHost(u.Hostname()); err != nil {
+			return cli.Exit(fmt.Sprintf("--operator-webhook %q %v", url, err), 2)
+		}
 	}
 	cfg.OperatorWebhook, cfg.OperatorWebhookSecret, cfg.NotifyParkedAfter = url, secret, c.Duration("notify-parked-after")
 	return nil

@@ -45,6 +45,11 @@ Durability: an ack means the event reached the OS (it survives a crash or
 kill -9 of this process; a power loss can lose the last unsynced seconds).
 --fsync syncs every write before acking, at a large cost in throughput.
 
+Destinations on this machine (127.0.0.0/8, ::1) are allowed, so a receiver
+started for the tour works; the SSRF guard refuses other internal addresses
+(private ranges, link-local and the cloud metadata address, …) unless
+--allow-destination-cidr opens them.
+
 Example:
    rivora dev --listen 127.0.0.1:7400 --data-dir ./data --limits limits.yaml
    rivoractl --token-file ./data/admin.token destinations create orders --url http://127.0.0.1:9000/hook
@@ -54,6 +59,7 @@ Example:
 			&cli.StringFlag{Name: "data-dir", Value: "./data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for streams, control-plane state and the archive"},
 			&cli.StringFlag{Name: "limits", EnvVars: []string{"RIVORA_LIMITS"}, Usage: "reviewed limits `FILE` (YAML), reloaded when it changes"},
 			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores); fixed for a data dir"},
+			allowDestinationFlag(true),
 		}, append(agentFlags(), append(operatorFlags(), tlsFlags()...)...)...),
 		Action: runDev,
 	}
@@ -121,7 +127,12 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 	if err != nil {
 		return agent.Config{}, cli.Exit(err.Error(), 2)
 	}
+	guard, err := destinationGuard(c)
+	if err != nil {
+		return agent.Config{}, err
+	}
 	cfg := agent.Config{
+		Guard:           guard,
 		NATSCluster:     c.String("nats-cluster"),
 		NATSRoutes:      routes,
 		Replicas:        c.Int("replicas"),
@@ -205,6 +216,9 @@ func runDev(c *cli.Context) error {
 		Keys:               auth.NewKeys(cell),
 		AdminTokenPath:     filepath.Join(dataDir, "admin.token"),
 		OperatorSecretPath: filepath.Join(dataDir, "operator-webhook.secret"),
+	}
+	if cfg.Guard, err = destinationGuard(c); err != nil {
+		return err
 	}
 	if err := operatorConfig(c, &cfg); err != nil {
 		return err

@@ -453,7 +453,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 	c.natsPassword = cell.Derive("nats")
 	c.cp, err = startFoProc(f.bin, "controlplane", cpAddr, filepath.Join(root, "controlplane.log"), []string{"controlplane",
 		"--listen", cpAddr, "--consul", c.consul.URL(), "--partitions", strconv.Itoa(f.partitions), "--state-dir", cpState,
-		"--cell-token-file", cellToken})
+		"--cell-token-file", cellToken, "--allow-destination-cidr", "127.0.0.0/8"})
 	if err != nil {
 		return err
 	}
@@ -486,7 +486,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 			"--session-ttl", f.sessionTTL.String(), "--lock-delay", f.lockDelay.String(),
 			// No event of this bench dies: each agent's archive may stay
 			// local (a real cell shares one S3/MinIO archive).
-			"--allow-local-archive", "--cell-token-file", cellToken})
+			"--allow-local-archive", "--cell-token-file", cellToken, "--allow-destination-cidr", "127.0.0.0/8"})
 		if err != nil {
 			return err
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/eventually"
+	"github.com/rivora/rivora/internal/ssrf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -39,8 +40,11 @@ type Options struct {
 	Name string
 	// Workers is the agent's delivery worker count (default 4).
 	Workers int
-	// ControlPlane, when set, adjusts the control plane's config.
+	// ControlPlane, when set, adjusts the control plane's config; Agent
+	// the agent's. Both allow loopback destinations (the tests' partners
+	// are on 127.0.0.1) unless these change their Guard.
 	ControlPlane func(*controlplane.Config)
+	Agent        func(*agent.Config)
 	// Token, when set, is the token the clients call with, instead of the
 	// bootstrap admin token (which a restart does not write again).
 	Token string
@@ -96,7 +100,7 @@ func StartDev(t testing.TB, dir string, opts Options) *Dev {
 		t.Fatalf("cell token: %v", err)
 	}
 	d.Cell, d.AdminTokenPath = cell, filepath.Join(dir, "admin.token")
-	cfg := controlplane.Config{StateDir: filepath.Join(dir, "controlplane"), Partitions: 4, Keys: auth.NewKeys(cell), AdminTokenPath: d.AdminTokenPath, OperatorSecretPath: filepath.Join(dir, "operator-webhook.secret")}
+	cfg := controlplane.Config{StateDir: filepath.Join(dir, "controlplane"), Partitions: 4, Keys: auth.NewKeys(cell), AdminTokenPath: d.AdminTokenPath, OperatorSecretPath: filepath.Join(dir, "operator-webhook.secret"), Guard: ssrf.New(ssrf.Loopback)}
 	if opts.ControlPlane != nil {
 		opts.ControlPlane(&cfg)
 	}
@@ -109,7 +113,11 @@ func StartDev(t testing.TB, dir string, opts Options) *Dev {
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	if !opts.NoAgent {
-		d.Agent, err = agent.New(ctx, agent.Config{Name: opts.Name, DataDir: dir, ControlPlaneURL: d.URL, AdvertiseURL: d.URL, Workers: opts.Workers, Version: "test", Keys: auth.NewKeys(cell)}, log)
+		acfg := agent.Config{Name: opts.Name, DataDir: dir, ControlPlaneURL: d.URL, AdvertiseURL: d.URL, Workers: opts.Workers, Version: "test", Keys: auth.NewKeys(cell), Guard: ssrf.New(ssrf.Loopback)}
+		if opts.Agent != nil {
+			opts.Agent(&acfg)
+		}
+		d.Agent, err = agent.New(ctx, acfg, log)
 		if err != nil {
 			cancel()
 			d.srv.Close()

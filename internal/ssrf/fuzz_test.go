@@ -1,0 +1,56 @@
+package ssrf
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/rivora/rivora/internal/httpurl"
+)
+
+// FuzzGuardURL runs destination URLs through the URL check and the guard
+// as the control plane does, and holds the guard to its invariants: no
+// panic; a refusal names the host; a literal address is refused at create
+// time exactly when the dialer would refuse it; a host that inet_aton
+// reads as an IPv4 address is refused unless it is canonical a.b.c.d; and
+// allowing everything allows every canonical address.
+func FuzzGuardURL(f *testing.F) {
+	for _, s := range []string{
+		"http://127.0.0.1:9000/hook", "https://example.com/x", "http://[::ffff:10.0.0.5]/", "http://0x7f000001/",
+		"http://2130706433/", "http://0177.0.0.1/", "http://127.1/", "http://metadata.google.internal/computeMetadata/v1/",
+		"http://[fe80::1%25eth0]:80/", "http://169.254.169.254/latest/meta-data/", "http://[64:ff9b::a9fe:a9fe]/",
+		"http://127.0.0.1./", "http://user:pass@10.0.0.5/", "http://[::]/", "http://LOCALHOST/", "http://%30x7f.1/",
+	} {
+		f.Add(s)
+	}
+	def := New(nil)
+	all := New([]netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")})
+	f.Fuzz(func(t *testing.T, raw string) {
+		u, err := httpurl.Parse(raw)
+		if err != nil {
+			return
+		}
+		host := u.Hostname()
+		err = def.CheckHost(host)
+		if err != nil && !strings.HasPrefix(err.Error(), "refused by SSRF guard: "+host+" ") {
+			t.Fatalf("CheckHost(%q) = %q: does not name the host", host, err)
+		}
+		h := strings.ToLower(strings.TrimSuffix(host, "."))
+		if a, perr := netip.ParseAddr(h); perr == nil {
+			dialErr := def.Control("tcp", netip.AddrPortFrom(a, 443).String(), nil)
+			if (err == nil) != (dialErr == nil) {
+				t.Fatalf("%q: create-time check %v, dial-time check %v: they must agree", host, err, dialErr)
+			}
+			if aerr := all.CheckHost(host); aerr != nil {
+				t.Fatalf("allowing everything, CheckHost(%q) = %v", host, aerr)
+			}
+			return
+		}
+		if a, ok := legacyIPv4(h); ok && err == nil {
+			t.Fatalf("CheckHost(%q) allowed a host that resolvers read as %s", host, a)
+		}
+		if numeric(h) && err == nil {
+			t.Fatalf("CheckHost(%q) allowed a numeric host", host)
+		}
+	})
+}
