@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,7 @@ import (
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/bounds"
 	"github.com/rivora/rivora/internal/tlsconf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -90,7 +92,11 @@ type Config struct {
 	LockDelay   time.Duration
 	SyncAlways  bool
 	MaxPayload  int
-	DedupWindow time.Duration
+	// MaxBatch and MaxBatchBytes bound one PublishBatch: its events, and
+	// its request in bytes after decompression (ingest defaults when 0).
+	MaxBatch      int
+	MaxBatchBytes int
+	DedupWindow   time.Duration
 	// HistoryRetention is how long events' outcomes and delivered events
 	// are kept for events get/list/resend (history.DefaultRetention when 0).
 	HistoryRetention time.Duration
@@ -211,7 +217,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		}
 	}
 	if err := create("INGEST", func() (err error) {
-		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{MaxPayload: cfg.MaxPayload, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas}, base.With("component", "ingest"))
+		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas}, base.With("component", "ingest"))
 		return err
 	}); err != nil {
 		return fail(err)
@@ -364,17 +370,26 @@ func (a *Agent) Ready() bool { return a.ready.Load() }
 
 // Handle registers the agent's Connect services (ingest, events, lanes,
 // partitions, archive) on mux, each behind the auth interceptor: every
-// call is checked against auth.Policies with the agent's keys.
+// call is checked against auth.Policies with the agent's keys. Every
+// request is bounded (internal/bounds): Publish to one event of
+// MaxPayload, PublishBatch to the batch limits, the rest to
+// bounds.DefaultMessage, after decompression and on the wire.
 func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	opts = append([]connect.HandlerOption{connect.WithInterceptors(auth.NewInterceptor(a.cfg.Keys))}, opts...)
 	// Ingest answers are event ids: compressing them costs more than it
 	// saves on the networks agents sit on.
 	ingestOpts := append([]connect.HandlerOption{connect.WithCompressMinBytes(1 << 20)}, opts...)
-	mux.Handle(rivorav1connect.NewIngestServiceHandler(a.gateway, ingestOpts...))
-	mux.Handle(rivorav1connect.NewEventServiceHandler(&eventService{a: a}, opts...))
-	mux.Handle(rivorav1connect.NewLaneServiceHandler(&laneService{a: a}, opts...))
-	mux.Handle(rivorav1connect.NewPartitionServiceHandler(&partitionService{a: a}, opts...))
-	mux.Handle(rivorav1connect.NewArchiveServiceHandler(a.deadLetters, opts...))
+	publish, batch := a.gateway.RequestLimits()
+	path, batchHandler := rivorav1connect.NewIngestServiceHandler(a.gateway, slices.Concat(ingestOpts, []connect.HandlerOption{bounds.ReadMax(batch)})...)
+	_, publishHandler := rivorav1connect.NewIngestServiceHandler(a.gateway, slices.Concat(ingestOpts, []connect.HandlerOption{bounds.ReadMax(publish)})...)
+	mux.Handle(path, bounds.Handler(batch, batchHandler))
+	mux.Handle(rivorav1connect.IngestServicePublishProcedure, bounds.Handler(publish, publishHandler))
+	opts = append(opts, bounds.ReadMax(bounds.DefaultMessage))
+	handle := func(path string, h http.Handler) { mux.Handle(path, bounds.Handler(bounds.DefaultMessage, h)) }
+	handle(rivorav1connect.NewEventServiceHandler(&eventService{a: a}, opts...))
+	handle(rivorav1connect.NewLaneServiceHandler(&laneService{a: a}, opts...))
+	handle(rivorav1connect.NewPartitionServiceHandler(&partitionService{a: a}, opts...))
+	handle(rivorav1connect.NewArchiveServiceHandler(a.deadLetters, opts...))
 }
 
 // applyDestinations installs changed destinations in the registry and the

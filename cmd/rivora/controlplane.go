@@ -73,6 +73,7 @@ Examples:
 			&cli.StringFlag{Name: "consul", EnvVars: []string{"RIVORA_CONSUL"}, Usage: "Consul HTTP API `URL` keeping the state and electing one leader among several control planes (default: state under --state-dir, one control plane)"},
 			&cli.StringFlag{Name: "advertise", EnvVars: []string{"RIVORA_ADVERTISE"}, Usage: "`URL` the other control planes name this one by while it leads; set it when --listen is 0.0.0.0 (default: http://<listen address>, https:// with --tls-cert)"},
 			pprofFlag,
+			maxConnsFlag,
 			metricsTokenFlag,
 			logLevelFlag,
 		}, append(append(cellFlags(), operatorFlags()...), tlsFlags()...)...),
@@ -139,7 +140,7 @@ Examples:
 			cp.Handle(mux)
 			cp.HandleOperator(mux)
 			log.Info("rivora controlplane listening", "addr", self, "state_dir", cfg.StateDir, "consul", consul, "advertise", advertise)
-			return serveUntil(ctx, log, newServer(mux), ln, cp.Run)
+			return serve(ctx, c, log, mux, ln, cp.Run)
 		},
 	}
 }

@@ -135,9 +135,16 @@ func baseMux(ready func() bool, withPprof bool, metricsToken string) *http.Serve
 }
 
 // newServer serves Connect, gRPC, gRPC-Web and JSON over HTTP/1.1 and
-// HTTP/2: h2c on a plain listener, h2 over TLS.
+// HTTP/2: h2c on a plain listener, h2 over TLS. A connection that sends
+// no request headers within 10 s is closed, an idle keep-alive connection
+// after idleTimeout, and a request body must arrive within bodyTimeout
+// (withBodyTimeout; not http.Server.ReadTimeout, which would end
+// long-lived streams such as Watch on HTTP/1.1).
 func newServer(mux *http.ServeMux) *http.Server {
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
+	srv := &http.Server{
+		Handler: withBodyTimeout(bodyTimeout, mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout,
+		Protocols: new(http.Protocols),
+	}
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetHTTP2(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
