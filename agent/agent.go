@@ -88,10 +88,10 @@ type Config struct {
 	// and locks; otherwise ownership is in process (one agent).
 	ConsulURL string
 	// SessionTTL and LockDelay tune the Consul session (defaults 10s, 5s).
-	SessionTTL  time.Duration
-	LockDelay   time.Duration
-	SyncAlways  bool
-	MaxPayload  int
+	SessionTTL time.Duration
+	LockDelay  time.Duration
+	SyncAlways bool
+	MaxPayload int
 	// MaxBatch and MaxBatchBytes bound one PublishBatch: its events, and
 	// its request in bytes after decompression (ingest defaults when 0).
 	MaxBatch      int
