@@ -368,6 +368,20 @@ func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 // Ready reports whether the agent is serving.
 func (a *Agent) Ready() bool { return a.ready.Load() }
 
+// Healthy is what /healthz answers: nil while the agent serves with
+// every partition assigned here running, else why not — starting or
+// draining, or which partitions are broken (they restart by themselves:
+// healthy again once they run).
+func (a *Agent) Healthy() error {
+	if !a.ready.Load() {
+		return errors.New("starting or draining")
+	}
+	if broken := a.parts.broken(); len(broken) > 0 {
+		return fmt.Errorf("%d partition(s) broken: %s", len(broken), strings.Join(broken, "; "))
+	}
+	return nil
+}
+
 // Handle registers the agent's Connect services (ingest, events, lanes,
 // partitions, archive) on mux, each behind the auth interceptor: every
 // call is checked against auth.Policies with the agent's keys. Every

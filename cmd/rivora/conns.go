@@ -66,7 +66,7 @@ type connCap struct {
 	mu      sync.Mutex
 	open    map[net.Conn]*list.Element // nil element: busy
 	idle    *list.List                 // of *idleConn, oldest first
-	changed chan struct{}              // signalled when a connection closes
+	changed chan struct{}              // signalled when a connection closes or turns idle
 	evicted int
 
 	closed    chan struct{}
@@ -167,6 +167,7 @@ func (c *connCap) track(conn net.Conn, state http.ConnState) {
 			c.idle.Remove(el)
 		}
 		c.open[conn] = c.idle.PushBack(&idleConn{conn: conn, since: time.Now()})
+		c.wake() // a waiting Accept may close it once it is old enough
 	case http.StateClosed, http.StateHijacked:
 		c.forget(conn)
 	}
@@ -178,6 +179,11 @@ func (c *connCap) forget(conn net.Conn) {
 		c.idle.Remove(el)
 	}
 	delete(c.open, conn)
+	c.wake()
+}
+
+// wake tells a waiting Accept to look again.
+func (c *connCap) wake() {
 	select {
 	case c.changed <- struct{}{}:
 	default:

@@ -136,7 +136,7 @@ Examples:
 				ln.Close()
 				return err
 			}
-			mux := baseMux(func() bool { return true }, c.Bool("pprof"), metrics)
+			mux := baseMux(func() error { return nil }, c.Bool("pprof"), metrics)
 			cp.Handle(mux)
 			cp.HandleOperator(mux)
 			log.Info("rivora controlplane listening", "addr", self, "state_dir", cfg.StateDir, "consul", consul, "advertise", advertise)

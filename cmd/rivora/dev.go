@@ -252,7 +252,7 @@ func runDev(c *cli.Context) error {
 		ln.Close()
 		return err
 	}
-	mux := baseMux(ag.Ready, c.Bool("pprof"), metrics)
+	mux := baseMux(ag.Healthy, c.Bool("pprof"), metrics)
 	cp.Handle(mux)
 	ag.Handle(mux)
 	log.Info("rivora dev listening", "addr", url, "data_dir", dataDir)

@@ -112,14 +112,14 @@ func newLogger(level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
-// baseMux serves /healthz (ready reports whether to answer 200), /metrics
-// and, if asked, /debug/pprof/; those two behind metricsToken when it is
-// set.
-func baseMux(ready func() bool, withPprof bool, metricsToken string) *http.ServeMux {
+// baseMux serves /healthz (200 "ok" while healthy returns nil, else 503
+// with its reason), /metrics and, if asked, /debug/pprof/; those two
+// behind metricsToken when it is set.
+func baseMux(healthy func() error, withPprof bool, metricsToken string) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if !ready() {
-			http.Error(w, "starting or draining", http.StatusServiceUnavailable)
+		if err := healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
