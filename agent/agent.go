@@ -385,11 +385,11 @@ func (a *Agent) Healthy() error {
 // Handle registers the agent's Connect services (ingest, events, lanes,
 // partitions, archive) on mux, each behind the auth interceptor: every
 // call is checked against auth.Policies with the agent's keys. Every
-// request is bounded (internal/bounds): Publish to one event of
+// request is bounded (internal/bounds): its strings, and Publish to one event of
 // MaxPayload, PublishBatch to the batch limits, the rest to
 // bounds.DefaultMessage, after decompression and on the wire.
 func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
-	opts = append([]connect.HandlerOption{connect.WithInterceptors(auth.NewInterceptor(a.cfg.Keys))}, opts...)
+	opts = append([]connect.HandlerOption{connect.WithInterceptors(auth.NewInterceptor(a.cfg.Keys), bounds.Interceptor())}, opts...)
 	// Ingest answers are event ids: compressing them costs more than it
 	// saves on the networks agents sit on.
 	ingestOpts := append([]connect.HandlerOption{connect.WithCompressMinBytes(1 << 20)}, opts...)

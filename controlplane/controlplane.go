@@ -267,10 +267,10 @@ func (cp *ControlPlane) handle(mux *http.ServeMux, gate func() error, opts ...co
 // gated puts the gates every call passes in front of opts, outermost
 // first: error mapping, the leader gate (a follower's tokens may be
 // stale, so it answers Unavailable before judging any), authentication
-// and authorization.
+// and authorization, and the bounds on request strings and sizes.
 func (cp *ControlPlane) gated(gate func() error, opts []connect.HandlerOption) []connect.HandlerOption {
 	return append([]connect.HandlerOption{
-		connect.WithInterceptors(errorInterceptor{}, leaderInterceptor{gate: gate}, auth.NewInterceptor(cp.keys)),
+		connect.WithInterceptors(errorInterceptor{}, leaderInterceptor{gate: gate}, auth.NewInterceptor(cp.keys), bounds.Interceptor()),
 		bounds.ReadMax(bounds.DefaultMessage),
 	}, opts...)
 }
