@@ -9,7 +9,7 @@ const eventOverhead = 64 << 10
 // decompression: the server holds a batch about three times (decoded,
 // encoded for the store, in flight), so this, not MaxBatch × MaxPayload
 // (250 MiB with the defaults), is what one request may cost.
-const DefaultMaxBatchBytes = 16 << 20
+const DefaultMaxBatchBytes = 8 << 20
 
 // RequestLimits are the largest Publish and PublishBatch request messages
 // the gateway accepts, in bytes after decompression: one event of

@@ -195,7 +195,7 @@ const (
 	// without streams) idle this long.
 	idleTimeout = 2 * time.Minute
 	// bodyTimeout bounds how long a request's body may take to arrive
-	// (16 MiB within it is ~280 KB/s): a client that trickles one cannot
+	// (an 8 MiB batch within it is ~140 KB/s): a client that trickles one cannot
 	// hold a connection and its buffer for ever.
 	bodyTimeout = time.Minute
 )
