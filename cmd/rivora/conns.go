@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -194,43 +193,14 @@ const (
 	// idleTimeout closes keep-alive connections (HTTP/1.1, and HTTP/2
 	// without streams) idle this long.
 	idleTimeout = 2 * time.Minute
-	// bodyTimeout bounds how long a request's body may take to arrive
-	// (an 8 MiB batch within it is ~140 KB/s): a client that trickles one cannot
-	// hold a connection and its buffer for ever.
+	// bodyTimeout bounds how long a request (headers and body) may take
+	// to arrive (an 8 MiB batch within it is ~140 KB/s): a client that
+	// trickles one cannot hold a connection and its buffer for ever. It is
+	// http.Server.ReadTimeout, which ends no stream: on HTTP/1.1 the server
+	// lifts the read deadline once the body is read, on HTTP/2 it bounds
+	// each stream's body only (TestWatchOutlivesTheBodyTimeout).
 	bodyTimeout = time.Minute
 )
-
-// withBodyTimeout gives every request's body d to arrive: the read
-// deadline is set when the request starts and lifted once the body is
-// read (EOF or error), so a stream that answers for hours after its
-// request (Watch, Replay) is not cut.
-func withBodyTimeout(d time.Duration, h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body != nil && r.Body != http.NoBody {
-			rc := http.NewResponseController(w)
-			if rc.SetReadDeadline(time.Now().Add(d)) == nil {
-				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
-			}
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-// deadlineBody lifts its request's read deadline once the body is read.
-type deadlineBody struct {
-	io.ReadCloser
-	rc   *http.ResponseController
-	done bool
-}
-
-func (b *deadlineBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil && !b.done {
-		b.done = true
-		_ = b.rc.SetReadDeadline(time.Time{})
-	}
-	return n, err
-}
 
 // serve serves mux on ln (newServer, its connections capped by
 // --max-connections) until ctx ends, with runners beside it (serveUntil).

@@ -137,12 +137,11 @@ func baseMux(healthy func() error, withPprof bool, metricsToken string) *http.Se
 // newServer serves Connect, gRPC, gRPC-Web and JSON over HTTP/1.1 and
 // HTTP/2: h2c on a plain listener, h2 over TLS. A connection that sends
 // no request headers within 10 s is closed, an idle keep-alive connection
-// after idleTimeout, and a request body must arrive within bodyTimeout
-// (withBodyTimeout; not http.Server.ReadTimeout, which would end
-// long-lived streams such as Watch on HTTP/1.1).
+// after idleTimeout, and a request must arrive, body included, within
+// bodyTimeout.
 func newServer(mux *http.ServeMux) *http.Server {
 	srv := &http.Server{
-		Handler: withBodyTimeout(bodyTimeout, mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout,
+		Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
 		Protocols: new(http.Protocols),
 	}
 	srv.Protocols.SetHTTP1(true)

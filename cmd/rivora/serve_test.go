@@ -10,12 +10,21 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"github.com/rivora/rivora/controlplane"
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/eventually"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
 
 // /healthz answers 503 with the reason while the component is unhealthy.
@@ -35,12 +44,12 @@ func TestHealthzReason(t *testing.T) {
 	}
 }
 
-// startServer serves h like newServer does (HTTP/1.1 and h2c), with
+// startServer serves h as newServer does (HTTP/1.1 and h2c), with
 // bodyTimeout d and at most maxConns connections.
 func startServer(t *testing.T, d time.Duration, maxConns int, h http.Handler) string {
 	t.Helper()
 	srv := newServer(http.NewServeMux())
-	srv.Handler = withBodyTimeout(d, h)
+	srv.Handler, srv.ReadTimeout = h, d
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +69,10 @@ func TestBodyTimeoutSparesStreams(t *testing.T) {
 			http.Error(w, "body: "+err.Error(), http.StatusRequestTimeout)
 			return
 		}
-		for i := range 6 { // 6 × d: twice the body timeout
+		for i := range 6 { // 6 × d/3: twice the body timeout
+			if r.Context().Err() != nil {
+				return // the stream was cut
+			}
 			fmt.Fprintf(w, "tick %d\n", i)
 			w.(http.Flusher).Flush()
 			time.Sleep(d / 3) // the stream's pace, not synchronisation
@@ -185,5 +197,65 @@ func TestConnectionCap(t *testing.T) {
 		if err := <-busy; err != nil {
 			t.Fatalf("busy request: %v", err)
 		}
+	}
+}
+
+// A control plane's Watch stream outlives the body timeout by far, over
+// HTTP/1.1 and h2c: the timeout covers the request's body only, which a
+// Watch sends at once.
+func TestWatchOutlivesTheBodyTimeout(t *testing.T) {
+	const d = 200 * time.Millisecond
+	log := slog.New(slog.DiscardHandler)
+	cell, err := auth.NewCellToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	cp, err := controlplane.New(controlplane.Config{StateDir: state, Keys: auth.NewKeys(cell), AdminTokenPath: filepath.Join(state, "admin.token")}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminToken, err := os.ReadFile(filepath.Join(state, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	cp.Handle(mux)
+	addr := startServer(t, d, 100, mux)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = cp.Run(ctx) }()
+	url := "http://" + addr
+	for i, proto := range []string{"http/1.1", "h2c"} {
+		tr := &http.Transport{Protocols: new(http.Protocols)}
+		if proto == "h2c" {
+			tr.Protocols.SetUnencryptedHTTP2(true)
+		} else {
+			tr.Protocols.SetHTTP1(true)
+		}
+		client := &http.Client{Transport: tr}
+		agents := rivorav1connect.NewAgentServiceClient(client, url, connect.WithInterceptors(auth.Bearer(cell.String())))
+		admin := rivorav1connect.NewAdminServiceClient(client, url, connect.WithInterceptors(auth.Bearer(strings.TrimSpace(string(adminToken)))))
+		stream, err := agents.Watch(ctx, connect.NewRequest(&rivorav1.WatchRequest{AgentName: "a" + strconv.Itoa(i), Address: "http://127.0.0.1:1"}))
+		if err != nil {
+			t.Fatalf("%s: Watch: %v", proto, err)
+		}
+		if !stream.Receive() {
+			t.Fatalf("%s: Watch's first message: %v", proto, stream.Err())
+		}
+		// Five body timeouts later, a change still reaches the stream.
+		time.Sleep(5 * d) // the duration under test, not a wait for an event
+		created := make(chan error, 1)
+		go func() {
+			_, err := admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "d" + strconv.Itoa(i), Url: "http://127.0.0.1:9/hook"}))
+			created <- err
+		}()
+		if !stream.Receive() {
+			t.Fatalf("%s: Watch ended %v after it began: %v", proto, 5*d, stream.Err())
+		}
+		if err := <-created; err != nil {
+			t.Fatalf("%s: create a destination: %v", proto, err)
+		}
+		stream.Close()
 	}
 }
