@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,7 @@ import (
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/bounds"
 	"github.com/rivora/rivora/internal/ssrf"
 	"github.com/rivora/rivora/internal/tlsconf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -87,11 +89,15 @@ type Config struct {
 	// and locks; otherwise ownership is in process (one agent).
 	ConsulURL string
 	// SessionTTL and LockDelay tune the Consul session (defaults 10s, 5s).
-	SessionTTL  time.Duration
-	LockDelay   time.Duration
-	SyncAlways  bool
-	MaxPayload  int
-	DedupWindow time.Duration
+	SessionTTL time.Duration
+	LockDelay  time.Duration
+	SyncAlways bool
+	MaxPayload int
+	// MaxBatch and MaxBatchBytes bound one PublishBatch: its events, and
+	// its request in bytes after decompression (ingest defaults when 0).
+	MaxBatch      int
+	MaxBatchBytes int
+	DedupWindow   time.Duration
 	// HistoryRetention is how long events' outcomes and delivered events
 	// are kept for events get/list/resend (history.DefaultRetention when 0).
 	HistoryRetention time.Duration
@@ -216,7 +222,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		}
 	}
 	if err := create("INGEST", func() (err error) {
-		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{MaxPayload: cfg.MaxPayload, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas}, base.With("component", "ingest"))
+		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas}, base.With("component", "ingest"))
 		return err
 	}); err != nil {
 		return fail(err)
@@ -367,19 +373,42 @@ func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 // Ready reports whether the agent is serving.
 func (a *Agent) Ready() bool { return a.ready.Load() }
 
+// Healthy is what /healthz answers: nil while the agent serves with
+// every partition assigned here running, else why not — starting or
+// draining, or which partitions are broken (they restart by themselves:
+// healthy again once they run).
+func (a *Agent) Healthy() error {
+	if !a.ready.Load() {
+		return errors.New("starting or draining")
+	}
+	if broken := a.parts.broken(); len(broken) > 0 {
+		return fmt.Errorf("%d partition(s) broken: %s", len(broken), strings.Join(broken, "; "))
+	}
+	return nil
+}
+
 // Handle registers the agent's Connect services (ingest, events, lanes,
 // partitions, archive) on mux, each behind the auth interceptor: every
-// call is checked against auth.Policies with the agent's keys.
+// call is checked against auth.Policies with the agent's keys. Every
+// request is bounded (internal/bounds): its strings, and Publish to one event of
+// MaxPayload, PublishBatch to the batch limits, the rest to
+// bounds.DefaultMessage, after decompression and on the wire.
 func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
-	opts = append([]connect.HandlerOption{connect.WithInterceptors(auth.NewInterceptor(a.cfg.Keys))}, opts...)
+	opts = append([]connect.HandlerOption{connect.WithInterceptors(auth.NewInterceptor(a.cfg.Keys), bounds.Interceptor())}, opts...)
 	// Ingest answers are event ids: compressing them costs more than it
 	// saves on the networks agents sit on.
 	ingestOpts := append([]connect.HandlerOption{connect.WithCompressMinBytes(1 << 20)}, opts...)
-	mux.Handle(rivorav1connect.NewIngestServiceHandler(a.gateway, ingestOpts...))
-	mux.Handle(rivorav1connect.NewEventServiceHandler(&eventService{a: a}, opts...))
-	mux.Handle(rivorav1connect.NewLaneServiceHandler(&laneService{a: a}, opts...))
-	mux.Handle(rivorav1connect.NewPartitionServiceHandler(&partitionService{a: a}, opts...))
-	mux.Handle(rivorav1connect.NewArchiveServiceHandler(a.deadLetters, opts...))
+	publish, batch := a.gateway.RequestLimits()
+	path, batchHandler := rivorav1connect.NewIngestServiceHandler(a.gateway, slices.Concat(ingestOpts, []connect.HandlerOption{bounds.ReadMax(batch)})...)
+	_, publishHandler := rivorav1connect.NewIngestServiceHandler(a.gateway, slices.Concat(ingestOpts, []connect.HandlerOption{bounds.ReadMax(publish)})...)
+	mux.Handle(path, bounds.Handler(batch, batchHandler))
+	mux.Handle(rivorav1connect.IngestServicePublishProcedure, bounds.Handler(publish, publishHandler))
+	opts = append(opts, bounds.ReadMax(bounds.DefaultMessage))
+	handle := func(path string, h http.Handler) { mux.Handle(path, bounds.Handler(bounds.DefaultMessage, h)) }
+	handle(rivorav1connect.NewEventServiceHandler(&eventService{a: a}, opts...))
+	handle(rivorav1connect.NewLaneServiceHandler(&laneService{a: a}, opts...))
+	handle(rivorav1connect.NewPartitionServiceHandler(&partitionService{a: a}, opts...))
+	handle(rivorav1connect.NewArchiveServiceHandler(a.deadLetters, opts...))
 }
 
 // applyDestinations installs changed destinations in the registry and the

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -85,6 +86,9 @@ type partitionState struct {
 	wanted bool // the control plane assigns it here
 	lease  *ownership.Lease
 	run    *partitionRun
+	// trouble is why the partition stopped running, or why its latest
+	// open failed, until it runs again: /healthz reports it.
+	trouble error
 }
 
 // partitionRun is one opened partition, from owner.Open until its Run
@@ -252,8 +256,19 @@ func (ps *partitions) opened(run *partitionRun) bool {
 		return false
 	}
 	st.run = run
+	st.trouble = nil
 	ps.set(st, running)
 	return true
+}
+
+// troubled records why partition p failed to open or stopped running;
+// it is reported (broken) until the partition runs again.
+func (ps *partitions) troubled(p int, err error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if st := ps.m[p]; st != nil && st.wanted && st.phase != running {
+		st.trouble = err
+	}
 }
 
 // ---- a partition's run goroutine and its handoff ----------------------------
@@ -340,6 +355,26 @@ func (ps *partitions) settled() bool {
 		}
 	}
 	return true
+}
+
+// broken describes the partitions assigned here that do not run because
+// they failed (their store did not open, or a write failed and they are
+// being reopened), lowest first; empty when none is.
+func (ps *partitions) broken() []string {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var ids []int
+	for p, st := range ps.m {
+		if st.wanted && st.phase != running && st.trouble != nil {
+			ids = append(ids, p)
+		}
+	}
+	slices.Sort(ids)
+	out := make([]string, len(ids))
+	for i, p := range ids {
+		out[i] = fmt.Sprintf("partition %d (%s): %v", p, ps.m[p].phase, ps.m[p].trouble)
+	}
+	return out
 }
 
 // owned lists the partitions whose lock this agent holds and keeps

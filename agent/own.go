@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -133,6 +134,9 @@ func (a *Agent) open(ctx context.Context, p int) error {
 	if err != nil {
 		a.sched.DropPartition(p)
 		a.parts.openFailed(lease, errors.Is(err, owner.ErrFenced))
+		if !errors.Is(err, owner.ErrFenced) {
+			a.parts.troubled(p, fmt.Errorf("open failed, retrying: %w", err))
+		}
 		return err
 	}
 	a.configurePartition(p)
@@ -168,6 +172,7 @@ func (a *Agent) runPartition(ctx context.Context, run *partitionRun) {
 		a.log.Error("partition failed; reopening it", "partition", run.p, "error", err)
 		run.part.Detach()
 		a.parts.runFailed(run)
+		a.parts.troubled(run.p, fmt.Errorf("failed, reopening: %w", err))
 	}
 }
 

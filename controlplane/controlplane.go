@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/bounds"
 	"github.com/rivora/rivora/internal/consullock"
 	"github.com/rivora/rivora/internal/httpurl"
 	"github.com/rivora/rivora/internal/ssrf"
@@ -262,21 +263,32 @@ func (cp *ControlPlane) Handle(mux *http.ServeMux, opts ...connect.HandlerOption
 // follower's.
 func (cp *ControlPlane) handle(mux *http.ServeMux, gate func() error, opts ...connect.HandlerOption) {
 	opts = cp.gated(gate, opts)
-	mux.Handle(rivorav1connect.NewAdminServiceHandler(&adminHandler{cp: cp}, opts...))
-	mux.Handle(rivorav1connect.NewTokenServiceHandler(&tokenHandler{cp: cp}, opts...))
+	handle := boundedHandle(mux)
+	handle(rivorav1connect.NewAdminServiceHandler(&adminHandler{cp: cp}, opts...))
+	handle(rivorav1connect.NewTokenServiceHandler(&tokenHandler{cp: cp}, opts...))
 	path, agents := rivorav1connect.NewAgentServiceHandler(&agentHandler{cp: cp}, opts...)
 	if cp.election != nil {
 		agents = cp.election.scope(agents)
 	}
-	mux.Handle(path, agents)
+	handle(path, agents)
 }
 
 // gated puts the gates every call passes in front of opts, outermost
 // first: error mapping, the leader gate (a follower's tokens may be
 // stale, so it answers Unavailable before judging any), authentication
-// and authorization.
+// and authorization, and the bounds on request strings and sizes.
 func (cp *ControlPlane) gated(gate func() error, opts []connect.HandlerOption) []connect.HandlerOption {
-	return append([]connect.HandlerOption{connect.WithInterceptors(errorInterceptor{}, leaderInterceptor{gate: gate}, auth.NewInterceptor(cp.keys))}, opts...)
+	return append([]connect.HandlerOption{
+		connect.WithInterceptors(errorInterceptor{}, leaderInterceptor{gate: gate}, auth.NewInterceptor(cp.keys), bounds.Interceptor()),
+		bounds.ReadMax(bounds.DefaultMessage),
+	}, opts...)
+}
+
+// boundedHandle registers handlers on mux with their raw bodies bounded
+// like their messages (bounds.DefaultMessage: no control-plane request
+// carries a payload).
+func boundedHandle(mux *http.ServeMux) func(string, http.Handler) {
+	return func(path string, h http.Handler) { mux.Handle(path, bounds.Handler(bounds.DefaultMessage, h)) }
 }
 
 // HandleOperator registers the operator services agents serve for what
@@ -292,9 +304,10 @@ func (cp *ControlPlane) HandleOperator(mux *http.ServeMux, opts ...connect.Handl
 
 func (cp *ControlPlane) handleOperator(mux *http.ServeMux, gate func() error, opts ...connect.HandlerOption) {
 	opts = cp.gated(gate, opts)
-	mux.Handle(rivorav1connect.NewEventServiceHandler(cp.operator, opts...))
-	mux.Handle(rivorav1connect.NewLaneServiceHandler(cp.operator, opts...))
-	mux.Handle(rivorav1connect.NewArchiveServiceHandler(cp.operator, opts...))
+	handle := boundedHandle(mux)
+	handle(rivorav1connect.NewEventServiceHandler(cp.operator, opts...))
+	handle(rivorav1connect.NewLaneServiceHandler(cp.operator, opts...))
+	handle(rivorav1connect.NewArchiveServiceHandler(cp.operator, opts...))
 }
 
 // Run reloads the limits file when it changes and expires overrides, until

@@ -34,8 +34,10 @@ import (
 type Config struct {
 	// MaxPayload bounds one event's payload in bytes (256 KiB).
 	MaxPayload int
-	// MaxBatch bounds the events of one PublishBatch.
+	// MaxBatch bounds the events of one PublishBatch (1,000).
 	MaxBatch int
+	// MaxBatchBytes bounds one PublishBatch request (DefaultMaxBatchBytes).
+	MaxBatchBytes int
 	// DedupWindow is how long an event id (idempotency key) is remembered.
 	DedupWindow time.Duration
 	// Replicas is INGEST's replica count in a cell (0 means 1).
@@ -45,7 +47,7 @@ type Config struct {
 // Defaults.
 const (
 	DefaultMaxPayload  = 256 << 10
-	DefaultMaxBatch    = 10_000
+	DefaultMaxBatch    = 1_000
 	DefaultDedupWindow = 2 * time.Minute
 	maxTypeLen         = 128
 	defaultContentType = "application/json"
@@ -83,6 +85,9 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = DefaultMaxBatch
 	}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = DefaultMaxBatchBytes
+	}
 	if cfg.DedupWindow <= 0 {
 		cfg.DedupWindow = DefaultDedupWindow
 	}
@@ -94,7 +99,7 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 		Storage:     jetstream.FileStorage,
 		Replicas:    max(cfg.Replicas, 1),
 		Duplicates:  cfg.DedupWindow,
-		MaxMsgSize:  int32(cfg.MaxPayload + 64<<10),
+		MaxMsgSize:  int32(cfg.MaxPayload + eventOverhead),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create %s stream: %w", lanes.IngestStream, err)

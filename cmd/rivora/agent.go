@@ -121,10 +121,10 @@ Examples:
 				ln.Close()
 				return err
 			}
-			mux := baseMux(ag.Ready, c.Bool("pprof"), metrics)
+			mux := baseMux(ag.Healthy, c.Bool("pprof"), metrics)
 			ag.Handle(mux)
 			log.Info("rivora agent listening", "addr", self, "name", c.String("name"), "controlplane", c.String("controlplane"))
-			return serveUntil(ctx, log, newServer(mux), ln, ag.Run)
+			return serve(ctx, c, log, mux, ln, ag.Run)
 		},
 	}
 }

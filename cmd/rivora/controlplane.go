@@ -74,6 +74,7 @@ Examples:
 			&cli.StringFlag{Name: "advertise", EnvVars: []string{"RIVORA_ADVERTISE"}, Usage: "`URL` the other control planes name this one by while it leads; set it when --listen is 0.0.0.0 (default: http://<listen address>, https:// with --tls-cert)"},
 			allowDestinationFlag(false),
 			pprofFlag,
+			maxConnsFlag,
 			metricsTokenFlag,
 			logLevelFlag,
 		}, append(append(cellFlags(), operatorFlags()...), tlsFlags()...)...),
@@ -139,11 +140,11 @@ Examples:
 				ln.Close()
 				return err
 			}
-			mux := baseMux(func() bool { return true }, c.Bool("pprof"), metrics)
+			mux := baseMux(func() error { return nil }, c.Bool("pprof"), metrics)
 			cp.Handle(mux)
 			cp.HandleOperator(mux)
 			log.Info("rivora controlplane listening", "addr", self, "state_dir", cfg.StateDir, "consul", consul, "advertise", advertise)
-			return serveUntil(ctx, log, newServer(mux), ln, cp.Run)
+			return serve(ctx, c, log, mux, ln, cp.Run)
 		},
 	}
 }

@@ -70,6 +70,8 @@ func agentFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "workers", Value: agent.DefaultWorkers, EnvVars: []string{"RIVORA_WORKERS"}, Usage: "concurrent delivery attempts"},
 		&cli.IntFlag{Name: "max-payload", Value: ingest.DefaultMaxPayload, EnvVars: []string{"RIVORA_MAX_PAYLOAD"}, Usage: "largest accepted payload in `BYTES`"},
+		&cli.IntFlag{Name: "max-batch", Value: ingest.DefaultMaxBatch, EnvVars: []string{"RIVORA_MAX_BATCH"}, Usage: "most events one PublishBatch may carry (`N`); a larger batch is refused with InvalidArgument, nothing of it stored: split it"},
+		&cli.IntFlag{Name: "max-batch-bytes", Value: ingest.DefaultMaxBatchBytes, EnvVars: []string{"RIVORA_MAX_BATCH_BYTES"}, Usage: "largest PublishBatch request in `BYTES` after decompression (ResourceExhausted above it); one batch costs the server about three times this in memory. Publish is bounded to one event of --max-payload"},
 		&cli.DurationFlag{Name: "dedup-window", Value: ingest.DefaultDedupWindow, EnvVars: []string{"RIVORA_DEDUP_WINDOW"}, Usage: "how long a repeated idempotency key is recognised"},
 		&cli.StringFlag{Name: "history-retention", Value: "7d", EnvVars: []string{"RIVORA_HISTORY_RETENTION"}, Usage: "how long the history behind `events get/list/resend` is kept (`DURATION`: 7d, 36h): every attempt's outcome, and every delivered event whole, payload included, so it can be resent. Disk: about the delivered events' size over the period (1,000 events/s of 1 KiB is ~600 GiB a week) plus ~200 B per attempt; memory does not grow with it"},
 		&cli.StringFlag{Name: "nats-listen", EnvVars: []string{"RIVORA_NATS_LISTEN"}, Usage: "expose the embedded NATS client port on `HOST:PORT` (default: in-process only)"},
@@ -81,6 +83,7 @@ func agentFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "s3-insecure", EnvVars: []string{"RIVORA_S3_INSECURE"}, Usage: "speak plain HTTP to S3 (e.g. a local MinIO)"},
 		&cli.StringFlag{Name: "s3-region", EnvVars: []string{"RIVORA_S3_REGION"}, Usage: "S3 `REGION`"},
 		pprofFlag,
+		maxConnsFlag,
 		metricsTokenFlag,
 		logLevelFlag,
 	}
@@ -123,6 +126,11 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 			return agent.Config{}, cli.Exit(fmt.Sprintf("--consul %q: want an http:// or https:// URL such as http://127.0.0.1:8500", consul), 2)
 		}
 	}
+	for _, flag := range []string{"max-payload", "max-batch", "max-batch-bytes"} {
+		if c.Int(flag) < 1 {
+			return agent.Config{}, cli.Exit(fmt.Sprintf("--%s %d: want at least 1", flag, c.Int(flag)), 2)
+		}
+	}
 	retention, err := parseRetention(c.String("history-retention"))
 	if err != nil {
 		return agent.Config{}, cli.Exit(err.Error(), 2)
@@ -148,6 +156,8 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 		NATSListen:      c.String("nats-listen"),
 		SyncAlways:      c.Bool("fsync"),
 		MaxPayload:      c.Int("max-payload"),
+		MaxBatch:        c.Int("max-batch"),
+		MaxBatchBytes:   c.Int("max-batch-bytes"),
 		DedupWindow:     c.Duration("dedup-window"),
 		Version:         version,
 	}
@@ -256,9 +266,9 @@ func runDev(c *cli.Context) error {
 		ln.Close()
 		return err
 	}
-	mux := baseMux(ag.Ready, c.Bool("pprof"), metrics)
+	mux := baseMux(ag.Healthy, c.Bool("pprof"), metrics)
 	cp.Handle(mux)
 	ag.Handle(mux)
 	log.Info("rivora dev listening", "addr", url, "data_dir", dataDir)
-	return serveUntil(ctx, log, newServer(mux), ln, cp.Run, ag.Run)
+	return serve(ctx, c, log, mux, ln, cp.Run, ag.Run)
 }

@@ -22,7 +22,7 @@ func TestMetricsToken(t *testing.T) {
 		{token, "/healthz", "", http.StatusOK},
 		{"", "/metrics", "", http.StatusOK},
 	} {
-		mux := baseMux(func() bool { return true }, true, tc.token)
+		mux := baseMux(func() error { return nil }, true, tc.token)
 		req := httptest.NewRequest(http.MethodGet, tc.path, nil)
 		if tc.bearer != "" {
 			req.Header.Set("Authorization", "Bearer "+tc.bearer)

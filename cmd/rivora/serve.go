@@ -112,14 +112,14 @@ func newLogger(level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
-// baseMux serves /healthz (ready reports whether to answer 200), /metrics
-// and, if asked, /debug/pprof/; those two behind metricsToken when it is
-// set.
-func baseMux(ready func() bool, withPprof bool, metricsToken string) *http.ServeMux {
+// baseMux serves /healthz (200 "ok" while healthy returns nil, else 503
+// with its reason), /metrics and, if asked, /debug/pprof/; those two
+// behind metricsToken when it is set.
+func baseMux(healthy func() error, withPprof bool, metricsToken string) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if !ready() {
-			http.Error(w, "starting or draining", http.StatusServiceUnavailable)
+		if err := healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
@@ -135,9 +135,15 @@ func baseMux(ready func() bool, withPprof bool, metricsToken string) *http.Serve
 }
 
 // newServer serves Connect, gRPC, gRPC-Web and JSON over HTTP/1.1 and
-// HTTP/2: h2c on a plain listener, h2 over TLS.
+// HTTP/2: h2c on a plain listener, h2 over TLS. A connection that sends
+// no request headers within 10 s is closed, an idle keep-alive connection
+// after idleTimeout, and a request must arrive, body included, within
+// bodyTimeout.
 func newServer(mux *http.ServeMux) *http.Server {
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
+	srv := &http.Server{
+		Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
+		Protocols: new(http.Protocols),
+	}
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetHTTP2(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)

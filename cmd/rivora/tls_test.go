@@ -111,7 +111,7 @@ func TestServeTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	bearer := connect.WithInterceptors(auth.Bearer(strings.TrimSpace(string(adminToken))))
-	mux := baseMux(func() bool { return true }, false, "")
+	mux := baseMux(func() error { return nil }, false, "")
 	cp.Handle(mux)
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// maxConnsFlag caps the open connections of --listen.
+var maxConnsFlag = &cli.IntFlag{Name: "max-connections", EnvVars: []string{"RIVORA_MAX_CONNECTIONS"}, DefaultText: "10000, or half the open-file limit",
+	Usage: "most open client connections on --listen (`N`), so connections cannot use up " +
+		"the file descriptors the embedded NATS server needs for its stores. At the cap, a new connection takes the place of the connection idle " +
+		"longest (an idle keep-alive connection, or one that never sent a request); when none is idle, it waits to be accepted"}
+
+const (
+	defaultMaxConns = 10_000
+	// evictIdleAfter is how long a connection must have been idle before
+	// a new one may take its place: a client that just connected gets
+	// this long to send its request, even under a flood of connections.
+	evictIdleAfter = time.Second
+)
+
+// maxConns is --max-connections, or its default from RLIMIT_NOFILE (Go
+// has raised the soft limit to the hard one at start).
+func maxConns(c *cli.Context, log *slog.Logger) (int, error) {
+	if c.IsSet("max-connections") {
+		n := c.Int("max-connections")
+		if n < 1 {
+			return 0, cli.Exit(fmt.Sprintf("--max-connections %d: want at least 1", n), 2)
+		}
+		return n, nil
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur/2 >= defaultMaxConns {
+		return defaultMaxConns, nil
+	}
+	n := max(int(lim.Cur/2), 64)
+	log.Warn("the open-file limit is low: capping client connections at half of it; raise it (ulimit -n) or set --max-connections", "open_file_limit", lim.Cur, "max_connections", n)
+	return n, nil
+}
+
+// connCap caps a server's open connections. It counts what its listener
+// accepted and the server's ConnState reports as closed; it keeps the
+// idle ones (new and not yet used, or between requests) in the order they
+// became idle. At the cap, Accept closes the connection idle longest
+// (evictIdleAfter at least) and takes the new one in its place, as nginx
+// reuses keep-alive connections; with none idle long enough it waits for
+// a connection to close or age, leaving new connections in the kernel's
+// accept queue. Closing beats refusing: an idle connection costs its
+// client nothing to open again, while a refused client is not served at
+// all; and a flood of idle connections can never hold the port.
+type connCap struct {
+	net.Listener
+	max int
+	log *slog.Logger
+
+	mu      sync.Mutex
+	open    map[net.Conn]*list.Element // nil element: busy
+	idle    *list.List                 // of *idleConn, oldest first
+	changed chan struct{}              // signalled when a connection closes or turns idle
+	evicted int
+
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+type idleConn struct {
+	conn  net.Conn
+	since time.Time
+}
+
+// capConns makes srv accept at most max connections from ln.
+func capConns(srv *http.Server, ln net.Listener, max int, log *slog.Logger) net.Listener {
+	c := &connCap{Listener: ln, max: max, log: log, open: make(map[net.Conn]*list.Element), idle: list.New(), changed: make(chan struct{}, 1), closed: make(chan struct{})}
+	prev := srv.ConnState
+	srv.ConnState = func(conn net.Conn, state http.ConnState) {
+		c.track(conn, state)
+		if prev != nil {
+			prev(conn, state)
+		}
+	}
+	return c
+}
+
+// Accept waits for room under the cap, then accepts.
+func (c *connCap) Accept() (net.Conn, error) {
+	for {
+		ok, wait := c.room()
+		if ok {
+			break
+		}
+		select {
+		case <-c.changed:
+		case <-wait:
+		case <-c.closed:
+			return nil, net.ErrClosed
+		}
+	}
+	conn, err := c.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.open[conn] = c.idle.PushBack(&idleConn{conn: conn, since: time.Now()})
+	c.mu.Unlock()
+	return conn, nil
+}
+
+// Close closes the listener and ends an Accept waiting for room.
+func (c *connCap) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Listener.Close()
+}
+
+// room makes room for one more connection, closing the one idle longest
+// if the cap is reached. Without room, wait fires when the oldest idle
+// connection may be closed (nil, never, when none is idle: a close wakes
+// Accept then).
+func (c *connCap) room() (ok bool, wait <-chan time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.open) < c.max {
+		return true, nil
+	}
+	front := c.idle.Front()
+	if front == nil {
+		return false, nil
+	}
+	oldest := front.Value.(*idleConn)
+	if d := evictIdleAfter - time.Since(oldest.since); d > 0 {
+		return false, time.After(d)
+	}
+	c.forget(oldest.conn)
+	c.evicted++
+	if c.evicted == 1 || c.evicted%1000 == 0 {
+		c.log.Warn("connection cap reached: closing the connections idle longest to serve new ones", "max_connections", c.max, "closed_so_far", c.evicted)
+	}
+	go oldest.conn.Close() // a TLS close may wait on its peer
+	return true, nil
+}
+
+// track follows the server's view of each connection.
+func (c *connCap) track(conn net.Conn, state http.ConnState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.open[conn]
+	if !ok {
+		return // evicted, or not one of ours
+	}
+	switch state {
+	case http.StateActive:
+		if el != nil {
+			c.idle.Remove(el)
+			c.open[conn] = nil
+		}
+	case http.StateIdle, http.StateNew:
+		if el != nil {
+			c.idle.Remove(el)
+		}
+		c.open[conn] = c.idle.PushBack(&idleConn{conn: conn, since: time.Now()})
+		c.wake() // a waiting Accept may close it once it is old enough
+	case http.StateClosed, http.StateHijacked:
+		c.forget(conn)
+	}
+}
+
+// forget drops conn from the count (mu held) and wakes a waiting Accept.
+func (c *connCap) forget(conn net.Conn) {
+	if el := c.open[conn]; el != nil {
+		c.idle.Remove(el)
+	}
+	delete(c.open, conn)
+	c.wake()
+}
+
+// wake tells a waiting Accept to look again.
+func (c *connCap) wake() {
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+const (
+	// idleTimeout closes keep-alive connections (HTTP/1.1, and HTTP/2
+	// without streams) idle this long.
+	idleTimeout = 2 * time.Minute
+	// bodyTimeout bounds how long a request (headers and body) may take
+	// to arrive (an 8 MiB batch within it is ~140 KB/s): a client that
+	// trickles one cannot hold a connection and its buffer for ever. It is
+	// http.Server.ReadTimeout, which ends no stream: on HTTP/1.1 the server
+	// lifts the read deadline once the body is read, on HTTP/2 it bounds
+	// each stream's body only (TestWatchOutlivesTheBodyTimeout).
+	bodyTimeout = time.Minute
+)
+
+// serve serves mux on ln (newServer, its connections capped by
+// --max-connections) until ctx ends, with runners beside it (serveUntil).
+func serve(ctx context.Context, c *cli.Context, log *slog.Logger, mux *http.ServeMux, ln net.Listener, runners ...func(context.Context) error) error {
+	n, err := maxConns(c, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	srv := newServer(mux)
+	return serveUntil(ctx, log, srv, capConns(srv, ln, n, log), runners...)
+}
