@@ -247,7 +247,7 @@ func TestWatchOutlivesTheBodyTimeout(t *testing.T) {
 		time.Sleep(5 * d) // the duration under test, not a wait for an event
 		created := make(chan error, 1)
 		go func() {
-			_, err := admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "d" + strconv.Itoa(i), Url: "http://127.0.0.1:9/hook"}))
+			_, err := admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "d" + strconv.Itoa(i), Url: "https://hooks.example.com/hook"})) // never dialled
 			created <- err
 		}()
 		if !stream.Receive() {
