@@ -84,6 +84,9 @@ type Config struct {
 	// OperatorSecretPath is where a generated operator webhook secret is
 	// written, mode 0600 (never logged).
 	OperatorSecretPath string
+	// MaxDestinations caps the registered destinations (0 =
+	// DefaultMaxDestinations); see capacity.go.
+	MaxDestinations int
 	// Transport carries the control plane's calls to agents (nil =
 	// http.DefaultTransport), e.g. with the cell's CA for TLS.
 	Transport http.RoundTripper

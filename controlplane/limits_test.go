@@ -167,3 +167,31 @@ func TestLimitsReloadKeepsTheLastGoodFile(t *testing.T) {
 	write("destinations:\n  orders:\n    rate_per_second: 12\n")
 	eventually.True(t, "a good file is taken again", 5*time.Second, func() bool { return rate() == 12 })
 }
+
+// Past --max-destinations a create is refused with ResourceExhausted
+// naming the flag; a delete makes room again.
+func TestMaxDestinations(t *testing.T) {
+	t.Parallel()
+	d := testrig.StartDev(t, t.TempDir(), testrig.Options{ControlPlane: func(c *controlplane.Config) { c.MaxDestinations = 2 }})
+	ctx := context.Background()
+	create := func(id string) error {
+		_, err := d.Admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: id, Url: "https://example.com/" + id}))
+		return err
+	}
+	for _, id := range []string{"a", "b"} {
+		if err := create(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := create("c")
+	wantCode(t, "third create", err, connect.CodeResourceExhausted, "--max-destinations", "(2)")
+	if _, err := d.Admin.GetDestination(ctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "c"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("the refused destination exists: %v", err)
+	}
+	if _, err := d.Admin.DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "a"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := create("c"); err != nil {
+		t.Fatalf("create after a delete made room: %v", err)
+	}
+}

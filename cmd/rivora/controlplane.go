@@ -75,7 +75,7 @@ Examples:
 			pprofFlag,
 			metricsTokenFlag,
 			logLevelFlag,
-		}, append(append(cellFlags(), operatorFlags()...), tlsFlags()...)...),
+		}, append(append(append(cellFlags(), operatorFlags()...), capacityFlags()...), tlsFlags()...)...),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
@@ -93,6 +93,9 @@ Examples:
 				return cli.Exit(fmt.Sprintf("--advertise %q: want an http:// or https:// URL such as http://10.0.0.5:7300", advertise), 2)
 			}
 			cfg := controlplane.Config{LimitsPath: c.String("limits"), Partitions: c.Int("partitions"), ConsulURL: consul, RejoinDelay: c.Duration("rejoin-delay")}
+			if err := capacityConfig(c, &cfg); err != nil {
+				return err
+			}
 			if err := operatorConfig(c, &cfg); err != nil {
 				return err
 			}

@@ -54,7 +54,7 @@ Example:
 			&cli.StringFlag{Name: "data-dir", Value: "./data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for streams, control-plane state and the archive"},
 			&cli.StringFlag{Name: "limits", EnvVars: []string{"RIVORA_LIMITS"}, Usage: "reviewed limits `FILE` (YAML), reloaded when it changes"},
 			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores); fixed for a data dir"},
-		}, append(agentFlags(), append(operatorFlags(), tlsFlags()...)...)...),
+		}, append(agentFlags(), append(append(operatorFlags(), capacityFlags()...), tlsFlags()...)...)...),
 		Action: runDev,
 	}
 }
@@ -205,6 +205,9 @@ func runDev(c *cli.Context) error {
 		Keys:               auth.NewKeys(cell),
 		AdminTokenPath:     filepath.Join(dataDir, "admin.token"),
 		OperatorSecretPath: filepath.Join(dataDir, "operator-webhook.secret"),
+	}
+	if err := capacityConfig(c, &cfg); err != nil {
+		return err
 	}
 	if err := operatorConfig(c, &cfg); err != nil {
 		return err
