@@ -1,8 +1,9 @@
 // Package controlplane holds Rivora's configuration — destinations, limits
 // (a reviewed YAML file plus audited runtime overrides), priorities and
 // pauses — serves the admin API, and pushes every change to the agents over
-// AgentService.Watch. Its own state is one JSON file and an audit log under
-// the state directory or, with Consul, the same in Consul KV, shared by
+// AgentService.Watch. Its own state is a snapshot and a change log (one
+// record per change, holding what it changed) and an audit log under the
+// state directory or, with Consul, the same in Consul KV, shared by
 // several control planes of which the one holding a Consul lock leads.
 package controlplane
 
@@ -46,7 +47,8 @@ const DefaultPartitions = 16
 
 // Config configures a control plane.
 type Config struct {
-	// StateDir holds controlplane.json and audit.ndjson (unused with
+	// StateDir holds controlplane.json (snapshot), controlplane.log
+	// (changes since) and audit.ndjson (unused with
 	// ConsulURL).
 	StateDir string
 	// LimitsPath is the reviewed limits file ("" = none); it is watched and
