@@ -117,7 +117,7 @@ func TestCreateValidation(t *testing.T) {
 		{"zero timeout", func(r *rivorav1.CreateDestinationRequest) { r.Limits = &rivorav1.Limits{Timeout: durationpb.New(0)} }, []string{"timeout must be", "from 100ms to 5m0s"}},
 		{"rate over 1e6", func(r *rivorav1.CreateDestinationRequest) { r.Limits = &rivorav1.Limits{RatePerSecond: 1e6 + 1} }, []string{"rate_per_second", "at most 1e+06"}},
 		{"burst over 1e6", func(r *rivorav1.CreateDestinationRequest) { r.Limits = &rivorav1.Limits{Burst: 1_000_001} }, []string{"burst", "from 1 to 1000000"}},
-		{"max attempts over 1000", func(r *rivorav1.CreateDestinationRequest) { r.Limits = &rivorav1.Limits{MaxAttempts: 1001} }, []string{"max_attempts", "from 1 to 1000"}},
+		{"max attempts over 10000", func(r *rivorav1.CreateDestinationRequest) { r.Limits = &rivorav1.Limits{MaxAttempts: 10_001} }, []string{"max_attempts", "from 1 to 10000"}},
 		{"window over 90 days", func(r *rivorav1.CreateDestinationRequest) {
 			r.Limits = &rivorav1.Limits{Window: durationpb.New(91 * 24 * time.Hour)}
 		}, []string{"window", "90 days", "2184h"}},

@@ -14,7 +14,7 @@ import (
 const (
 	MaxRatePerSecond = 1e6
 	MaxBurst         = 1_000_000
-	MaxAttemptsLimit = 1_000
+	MaxAttemptsLimit = 10_000
 	MaxInFlightLimit = 10_000
 	MaxWindow        = 90 * 24 * time.Hour
 	MinTimeout       = 100 * time.Millisecond

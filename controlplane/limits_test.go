@@ -42,7 +42,7 @@ func TestParseLimitsRefuses(t *testing.T) {
 		{"burst over max", "defaults:\n  burst: 1000001\n", []string{"limits.yaml:2:", "burst"}},
 		{"burst overflow", "defaults:\n  burst: 99999999999\n", []string{"limits.yaml:2:", "burst"}},
 		{"burst not a number", "defaults:\n  burst: lots\n", []string{"limits.yaml:2:", "burst", `"lots"`}},
-		{"max attempts over max", "defaults:\n  max_attempts: 1001\n", []string{"limits.yaml:2:", "max_attempts"}},
+		{"max attempts over max", "defaults:\n  max_attempts: 10001\n", []string{"limits.yaml:2:", "max_attempts"}},
 		{"max in flight over max", "defaults:\n  max_in_flight: 10001\n", []string{"limits.yaml:2:", "max_in_flight"}},
 		{"window zero", "defaults:\n  window: 0s\n", []string{"limits.yaml:2:", "window must be"}},
 		{"window over 90 days", "defaults:\n  window: 2161h\n", []string{"limits.yaml:2:", "window", "90 days"}},
@@ -78,7 +78,7 @@ func TestParseLimitsAcceptsTheBounds(t *testing.T) {
 defaults:
   rate_per_second: 1e6
   burst: 1
-  max_attempts: 1000
+  max_attempts: 10000
   window: 2160h
   timeout: 100ms
   max_in_flight: 10000
@@ -93,7 +93,7 @@ destinations:
 		t.Fatal(err)
 	}
 	d := f.Defaults
-	if d.GetRatePerSecond() != 1e6 || d.GetBurst() != 1 || d.GetMaxAttempts() != 1000 || d.GetWindow().AsDuration() != 90*24*time.Hour ||
+	if d.GetRatePerSecond() != 1e6 || d.GetBurst() != 1 || d.GetMaxAttempts() != 10000 || d.GetWindow().AsDuration() != 90*24*time.Hour ||
 		d.GetTimeout().AsDuration() != 100*time.Millisecond || d.GetMaxInFlight() != 10000 {
 		t.Fatalf("defaults = %v", d)
 	}
