@@ -7,9 +7,9 @@ BUF       := tools/buf/node_modules/.bin/buf
 GOFILES    = $(shell git ls-files '*.go' | grep -v -e '\.pb\.go$$' -e '\.connect\.go$$')
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v -e '/e2e')
 
-.PHONY: test check fmt vet lint proto proto-check unit e2e servers bench build
+.PHONY: test check fmt vet lint proto proto-check unit fuzz e2e servers bench build
 
-test: check unit e2e
+test: check unit fuzz e2e
 
 check: fmt vet lint proto-check
 
@@ -39,6 +39,23 @@ proto-check: proto
 
 unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
+
+# fuzz runs every Go fuzz target (func FuzzXxx in any package's tests)
+# for FUZZTIME each, on top of its committed corpus (testdata/fuzz/FuzzXxx;
+# `unit` already replays that corpus once). Targets are found, not
+# listed: a new one runs without touching this file. go test -fuzz takes
+# one package and one target per run, hence the loop. A failure leaves
+# its input under testdata/fuzz/FuzzXxx/ to commit with the fix.
+FUZZTIME ?= 10s
+
+fuzz:
+	@set -e; dirs=$$(find . -name '*_test.go' -not -path './tools/*' -not -path './e2e/*' -exec grep -l '^func Fuzz' {} + | xargs -n1 dirname | sort -u); \
+	for d in $$dirs; do \
+		for t in $$($(GO) test -list '^Fuzz' $$d | grep '^Fuzz'); do \
+			echo "fuzz $$d $$t ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$d; \
+		done; \
+	done
 
 # Real servers the e2e tests start: MinIO and Consul (v1.14.11, the last
 # open-source line, pinned in the nested module tools/consul) are built from

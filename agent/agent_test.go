@@ -765,7 +765,7 @@ func TestPauseHoldsResumeDrains(t *testing.T) {
 func TestReplayRefusesABadRate(t *testing.T) {
 	d := testrig.StartDev(t, t.TempDir(), testrig.Options{})
 	archive := rivorav1connect.NewArchiveServiceClient(d.HTTPClient(), d.URL, d.As(d.AdminToken))
-	for _, rate := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), -1} {
+	for _, rate := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), -1, -1e-300, 2e6} {
 		stream, err := archive.Replay(context.Background(), connect.NewRequest(&rivorav1.ReplayRequest{
 			Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}, RatePerSecond: rate,
 		}))

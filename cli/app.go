@@ -97,7 +97,8 @@ func (e *env) newApp(stdout, stderr io.Writer) *ucli.App {
 		Usage: "manage Rivora destinations, publish events and follow their delivery",
 		UsageText: `rivoractl [--server URL] [--token T | --token-file F] [--ca-file PEM] [-o table|json] COMMAND [ARGS] [FLAGS]
 
-Flags may come before or after arguments; global flags may come anywhere.`,
+Flags may come before or after arguments; global flags may come anywhere.
+An argument that starts with '-' goes after "--": rivoractl destinations get -- -x`,
 		Description: `rivoractl talks to a Rivora control plane or agent over its public Connect
 API. Every call carries an API token (Authorization: Bearer): pass it with
 --token, RIVORA_TOKEN or --token-file. Start Rivora locally with
@@ -162,7 +163,22 @@ API. Every call carries an API token (Authorization: Bearer): pass it with
 		OnUsageError:   onUsageError,
 	}
 	setUsageErrorHandlers(app.Commands)
+	noHelpCommandOnLeaves(app.Commands)
 	return app
+}
+
+// noHelpCommandOnLeaves stops urfave/cli from giving a command without
+// subcommands a "help" subcommand (alias "h"): on such a command every
+// positional is an argument, and `destinations create h --url …` would
+// print help and exit 0 without creating "h". Help stays a flag there
+// (-h, --help); commands with subcommands keep `help SUBCOMMAND`.
+func noHelpCommandOnLeaves(cmds []*ucli.Command) {
+	for _, c := range cmds {
+		if len(c.Subcommands) == 0 {
+			c.HideHelpCommand = true
+		}
+		noHelpCommandOnLeaves(c.Subcommands)
+	}
 }
 
 // before validates the global flags and prepares the HTTP client and the
@@ -297,22 +313,29 @@ func callContext(c *ucli.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(c.Context, requestTimeout)
 }
 
-// rootAction runs when no command was given (show help) or an unknown one
-// was (usage error).
+// rootAction runs when no command was given or an unknown one was: a
+// usage error either way (a command line that did nothing never exits 0),
+// after the help when none was given. --help is the way to ask for it.
 func rootAction(c *ucli.Context) error {
 	if c.Args().Present() {
 		return usagef("unknown command %q: see `rivoractl --help`", c.Args().First())
 	}
-	return ucli.ShowAppHelp(c)
+	if err := ucli.ShowAppHelp(c); err != nil {
+		return err
+	}
+	return usagef("no command given: pick one of the commands above (help: `rivoractl --help`)")
 }
 
 // parentAction runs for a command that has subcommands when none was given
-// (show help) or an unknown one was (usage error).
+// or an unknown one was: a usage error, as for rootAction.
 func parentAction(c *ucli.Context) error {
 	if c.Args().Present() {
 		return usagef("unknown command %q: see `%s --help`", c.Args().First(), c.Command.HelpName)
 	}
-	return ucli.ShowSubcommandHelp(c)
+	if err := ucli.ShowSubcommandHelp(c); err != nil {
+		return err
+	}
+	return usagef("%s needs a command: pick one of the commands above (help: `%s --help`)", c.Command.HelpName, c.Command.HelpName)
 }
 
 func onUsageError(c *ucli.Context, err error, _ bool) error {

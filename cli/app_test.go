@@ -347,7 +347,7 @@ func TestCreateValidatesLocally(t *testing.T) {
 		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--rate", "-1"}, "--rate"},
 		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--burst", "-1"}, "--burst"},
 		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--window", "3d"}, "window"},
-		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--bogus"}, "flag provided but not defined"},
+		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--bogus"}, "unknown flag --bogus for `rivoractl destinations create`; an argument that starts with '-' goes after \"--\""},
 		{[]string{"destinations", "create", "a", "--url"}, "flag needs an argument"},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -619,7 +619,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"destinations", "bogus"}, `unknown command "bogus"`},
 		{[]string{"destinations", "list", "-o", "yaml"}, `-o "yaml"`},
 		{[]string{"--server", "localhost:7400", "destinations", "list"}, "not a Rivora URL"},
-		{[]string{"destinations", "list", "--nope"}, "flag provided but not defined"},
+		{[]string{"destinations", "list", "--nope"}, "unknown flag --nope for `rivoractl destinations list`"},
 		// --author is gone: the audit names the token.
 		{[]string{"--author", "alice", "destinations", "list"}, "flag provided but not defined: -author"},
 	} {

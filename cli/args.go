@@ -166,6 +166,21 @@ func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
 			return append(out, "--help"), nil
 		}
 	}
+	// A token that looks like a flag but is none of the command's is refused
+	// here, with the way to pass it as an argument: ids may start with '-'.
+	if leaf != nil {
+		for _, f := range flags {
+			_, isLocal := local[f.name]
+			_, isGlobal := globals[f.name]
+			if !isLocal && !isGlobal && f.name != "h" && f.name != "help" {
+				cmd := strings.Join(append([]string{"rivoractl"}, path...), " ")
+				if leaf.ArgsUsage == "" {
+					return nil, usagef("unknown flag %s for `%s`: see `%s --help`", f.tokens[0], cmd, cmd)
+				}
+				return nil, usagef("unknown flag %s for `%s`; an argument that starts with '-' goes after \"--\" (`%s [FLAGS] -- %s`); see `%s --help`", f.tokens[0], cmd, cmd, f.tokens[0], cmd)
+			}
+		}
+	}
 	var localTokens []string
 	for _, f := range flags {
 		_, isLocal := local[f.name]

@@ -122,7 +122,7 @@ func TestNormalizeArgs(t *testing.T) {
 		{"global after double dash is positional", "rivoractl events get -- -o json", "rivoractl events get -- -o json"},
 		{"unknown command keeps globals", "rivoractl bogus -o json", "rivoractl -o json bogus"},
 		{"value equal to a command name", "rivoractl -o destinations list", "rivoractl -o destinations list"},
-		{"unknown flag left for the command", "rivoractl destinations create ID --bogus", "rivoractl destinations create --bogus ID"},
+		{"a flag-like argument after --", "rivoractl destinations create --url U -- --bogus", "rivoractl destinations create --url U -- --bogus"},
 		{"help wins", "rivoractl destinations update x --rate 5 --help", "rivoractl destinations update --help"},
 		{"short help", "rivoractl -h", "rivoractl --help"},
 		{"help on parent", "rivoractl destinations -h", "rivoractl destinations --help"},

@@ -260,8 +260,8 @@ func (e *env) replay(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	if c.Float64("rate") < 0 {
-		return usagef("--rate must be positive")
+	if r := c.Float64("rate"); c.IsSet("rate") && !(r > 0 && r <= 1e6) {
+		return usagef("--rate %v: want a number of events per second more than 0 and at most 1e6 (leave --rate out to replay as fast as ingest takes them)", r)
 	}
 	// No overall timeout: a replay runs as long as it needs; Ctrl-C stops it.
 	stream, err := e.archive().Replay(c.Context, connect.NewRequest(&rivorav1.ReplayRequest{

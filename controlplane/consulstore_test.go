@@ -99,6 +99,9 @@ func TestConsulStoreRoundTrip(t *testing.T) {
 	if err != nil || pair == nil {
 		t.Fatalf("read %s: %v, %v", controlplane.ConsulStateKey, pair, err)
 	}
+	if err := fs.Compact(); err != nil { // the snapshot holds the whole state
+		t.Fatal(err)
+	}
 	file, err := os.ReadFile(filepath.Join(dir, "controlplane.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,9 @@
 // Package controlplane holds Rivora's configuration — destinations, limits
 // (a reviewed YAML file plus audited runtime overrides), priorities and
 // pauses — serves the admin API, and pushes every change to the agents over
-// AgentService.Watch. Its own state is one JSON file and an audit log under
-// the state directory or, with Consul, the same in Consul KV, shared by
+// AgentService.Watch. Its own state is a snapshot and a change log (one
+// record per change, holding what it changed) and an audit log under the
+// state directory or, with Consul, the same in Consul KV, shared by
 // several control planes of which the one holding a Consul lock leads.
 package controlplane
 
@@ -48,7 +49,8 @@ const DefaultPartitions = 16
 
 // Config configures a control plane.
 type Config struct {
-	// StateDir holds controlplane.json and audit.ndjson (unused with
+	// StateDir holds controlplane.json (snapshot), controlplane.log
+	// (changes since) and audit.ndjson (unused with
 	// ConsulURL).
 	StateDir string
 	// LimitsPath is the reviewed limits file ("" = none); it is watched and
@@ -86,6 +88,9 @@ type Config struct {
 	// OperatorSecretPath is where a generated operator webhook secret is
 	// written, mode 0600 (never logged).
 	OperatorSecretPath string
+	// MaxDestinations caps the registered destinations (0 =
+	// DefaultMaxDestinations); see capacity.go.
+	MaxDestinations int
 	// Transport carries the control plane's calls to agents (nil =
 	// http.DefaultTransport), e.g. with the cell's CA for TLS.
 	Transport http.RoundTripper

@@ -110,11 +110,20 @@ func TestCreateValidation(t *testing.T) {
 		{"negative burst", func(r *rivorav1.CreateDestinationRequest) { r.Limits = &rivorav1.Limits{Burst: -1} }, []string{"burst"}},
 		{"negative max attempts", func(r *rivorav1.CreateDestinationRequest) { r.Limits = &rivorav1.Limits{MaxAttempts: -3} }, []string{"max_attempts"}},
 		{"negative max in flight", func(r *rivorav1.CreateDestinationRequest) { r.Limits = &rivorav1.Limits{MaxInFlight: -1} }, []string{"max_in_flight"}},
-		{"zero window", func(r *rivorav1.CreateDestinationRequest) { r.Limits = &rivorav1.Limits{Window: durationpb.New(0)} }, []string{"window must be positive"}},
+		{"zero window", func(r *rivorav1.CreateDestinationRequest) { r.Limits = &rivorav1.Limits{Window: durationpb.New(0)} }, []string{"window must be", "more than 0"}},
 		{"negative window", func(r *rivorav1.CreateDestinationRequest) {
 			r.Limits = &rivorav1.Limits{Window: durationpb.New(-time.Hour)}
 		}, []string{"window"}},
-		{"zero timeout", func(r *rivorav1.CreateDestinationRequest) { r.Limits = &rivorav1.Limits{Timeout: durationpb.New(0)} }, []string{"timeout must be in (0, 5m]"}},
+		{"zero timeout", func(r *rivorav1.CreateDestinationRequest) { r.Limits = &rivorav1.Limits{Timeout: durationpb.New(0)} }, []string{"timeout must be", "from 100ms to 5m0s"}},
+		{"rate over 1e6", func(r *rivorav1.CreateDestinationRequest) { r.Limits = &rivorav1.Limits{RatePerSecond: 1e6 + 1} }, []string{"rate_per_second", "at most 1e+06"}},
+		{"burst over 1e6", func(r *rivorav1.CreateDestinationRequest) { r.Limits = &rivorav1.Limits{Burst: 1_000_001} }, []string{"burst", "from 1 to 1000000"}},
+		{"max attempts over 10000", func(r *rivorav1.CreateDestinationRequest) { r.Limits = &rivorav1.Limits{MaxAttempts: 10_001} }, []string{"max_attempts", "from 1 to 10000"}},
+		{"window over 90 days", func(r *rivorav1.CreateDestinationRequest) {
+			r.Limits = &rivorav1.Limits{Window: durationpb.New(91 * 24 * time.Hour)}
+		}, []string{"window", "90 days", "2184h"}},
+		{"timeout under 100ms", func(r *rivorav1.CreateDestinationRequest) {
+			r.Limits = &rivorav1.Limits{Timeout: durationpb.New(50 * time.Millisecond)}
+		}, []string{"timeout", "50ms"}},
 		{"timeout over 5m", func(r *rivorav1.CreateDestinationRequest) {
 			r.Limits = &rivorav1.Limits{Timeout: durationpb.New(6 * time.Minute)}
 		}, []string{"timeout", "6m0s"}},

@@ -101,6 +101,9 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 		if _, exists := all[d.Id]; exists {
 			return "", errorf(ErrExists, "destination %q already exists; change it with `rivoractl destinations update %s`", d.Id, d.Id)
 		}
+		if err := cp.checkCapacity(all); err != nil {
+			return "", err
+		}
 		all[d.Id] = d
 		return "url " + d.Url + describeHeaders(d.Headers), nil
 	})

@@ -26,6 +26,9 @@ var (
 	// not the leader or no agent answers; retrying may succeed
 	// (Unavailable).
 	ErrUnavailable = errors.New("unavailable")
+	// ErrExhausted: the request would go over a configured cap, e.g.
+	// --max-destinations (ResourceExhausted).
+	ErrExhausted = errors.New("resource exhausted")
 )
 
 // kindError is an error tagged with one of the kinds above. Its message is
@@ -67,6 +70,7 @@ var kindCodes = []struct {
 	{ErrExists, connect.CodeAlreadyExists},
 	{ErrPrecondition, connect.CodeFailedPrecondition},
 	{ErrUnavailable, connect.CodeUnavailable},
+	{ErrExhausted, connect.CodeResourceExhausted},
 	// Lost a write race with another control plane: retry.
 	{ErrConflict, connect.CodeAborted},
 	// A deposed leader's fenced write.

@@ -2,8 +2,11 @@ package controlplane
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,22 +53,40 @@ func LoadLimitsFile(path string) (*LimitsFile, error) {
 //	destinations:
 //	  dst_9f31c:
 //	    rate_per_second: 25
+//
+// Every value is checked against the bounds the API uses (checkLimits). An
+// empty file (or one with only comments), a second document and a key
+// given twice in one mapping are refused: each is more likely a mistake
+// than an intent, and an empty file would silently drop every reviewed
+// limit.
 func ParseLimits(name string, data []byte) (*LimitsFile, error) {
 	f := emptyLimitsFile()
 	f.Path = name
-	if len(bytes.TrimSpace(data)) == 0 {
-		return f, nil
-	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s:1: the limits file is empty; give at least \"defaults: {}\" (an empty file would drop every reviewed limit)", name)
+		}
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	if len(doc.Content) == 0 {
-		return f, nil
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		line := extra.Line
+		if err != nil || line == 0 {
+			return nil, fmt.Errorf("%s: after the first document: %v", name, err)
+		}
+		return nil, fmt.Errorf("%s:%d: a second YAML document (---); a limits file holds one", name, line)
+	}
+	if len(doc.Content) == 0 || (doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null") {
+		return nil, fmt.Errorf("%s:%d: the limits file is empty; give at least \"defaults: {}\" (an empty file would drop every reviewed limit)", name, max(doc.Line, 1))
 	}
 	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("%s:%d: want a mapping with \"defaults\" and \"destinations\"", name, root.Line)
+	}
+	if err := checkUniqueKeys(name, root); err != nil {
+		return nil, err
 	}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		key, val := root.Content[i], root.Content[i+1]
@@ -77,16 +98,19 @@ func ParseLimits(name string, data []byte) (*LimitsFile, error) {
 			}
 			f.Defaults = lim
 		case "destinations":
+			if val.Kind == yaml.ScalarNode && val.Tag == "!!null" {
+				continue
+			}
 			if val.Kind != yaml.MappingNode {
 				return nil, fmt.Errorf("%s:%d: destinations: want a mapping of destination id to limits", name, val.Line)
 			}
 			for j := 0; j+1 < len(val.Content); j += 2 {
 				id, block := val.Content[j], val.Content[j+1]
+				if id.Kind != yaml.ScalarNode {
+					return nil, fmt.Errorf("%s:%d: destinations: want a destination id as the key", name, id.Line)
+				}
 				if err := ids.Validate("id", id.Value); err != nil {
 					return nil, fmt.Errorf("%s:%d: %w", name, id.Line, err)
-				}
-				if _, dup := f.Destinations[id.Value]; dup {
-					return nil, fmt.Errorf("%s:%d: destination %q listed twice", name, id.Line, id.Value)
 				}
 				lim, err := parseLimitsBlock(name, block)
 				if err != nil {
@@ -101,6 +125,27 @@ func ParseLimits(name string, data []byte) (*LimitsFile, error) {
 	return f, nil
 }
 
+// checkUniqueKeys refuses a key given twice in any mapping under n (yaml
+// decoding into a Node does not): the second would silently win.
+func checkUniqueKeys(name string, n *yaml.Node) error {
+	if n.Kind == yaml.MappingNode {
+		seen := make(map[string]int, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if first, dup := seen[k.Value]; dup && k.Kind == yaml.ScalarNode {
+				return fmt.Errorf("%s:%d: %q is given twice (first on line %d); give each key once", name, k.Line, k.Value, first)
+			}
+			seen[k.Value] = k.Line
+		}
+	}
+	for _, c := range n.Content {
+		if err := checkUniqueKeys(name, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func parseLimitsBlock(name string, n *yaml.Node) (*rivorav1.Limits, error) {
 	lim := &rivorav1.Limits{}
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
@@ -111,50 +156,55 @@ func parseLimitsBlock(name string, n *yaml.Node) (*rivorav1.Limits, error) {
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key, val := n.Content[i], n.Content[i+1]
-		fail := func(format string, args ...any) error {
-			return fmt.Errorf("%s:%d: %s: %s", name, val.Line, key.Value, fmt.Sprintf(format, args...))
+		if key.Kind != yaml.ScalarNode || !slices.Contains(limitFields, key.Value) {
+			return nil, fmt.Errorf("%s:%d: unknown limit %q (want %s)", name, key.Line, key.Value, strings.Join(limitFields, ", "))
 		}
-		if val.Kind != yaml.ScalarNode {
-			return nil, fail("want a single value")
-		}
-		switch key.Value {
-		case "rate_per_second":
-			v, err := strconv.ParseFloat(val.Value, 64)
-			if err != nil || !(v > 0) || v > 1e7 {
-				return nil, fail("must be a number of events per second in (0, 1e7], got %q", val.Value)
-			}
-			lim.RatePerSecond = v
-		case "burst", "max_attempts", "max_in_flight":
-			v, err := strconv.Atoi(val.Value)
-			if err != nil || v < 1 || v > 1_000_000 {
-				return nil, fail("must be a whole number from 1 to 1000000, got %q", val.Value)
-			}
-			switch key.Value {
-			case "burst":
-				lim.Burst = int32(v)
-			case "max_attempts":
-				lim.MaxAttempts = int32(v)
-			default:
-				lim.MaxInFlight = int32(v)
-			}
-		case "window", "timeout":
-			d, err := time.ParseDuration(val.Value)
-			if err != nil || d <= 0 {
-				return nil, fail("must be a positive duration such as 72h or 10s, got %q", val.Value)
-			}
-			if key.Value == "timeout" && d > 5*time.Minute {
-				return nil, fail("must be at most 5m, got %s", d)
-			}
-			if key.Value == "window" {
-				lim.Window = durationpb.New(d)
-			} else {
-				lim.Timeout = durationpb.New(d)
-			}
-		default:
-			return nil, fmt.Errorf("%s:%d: unknown limit %q (want rate_per_second, burst, max_attempts, window, timeout or max_in_flight)", name, key.Line, key.Value)
+		if err := parseLimit(lim, key.Value, val); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", name, val.Line, err)
 		}
 	}
 	return lim, nil
+}
+
+// parseLimit sets one field of lim from val, checked against its bounds.
+// An explicit zero is refused: in the file, unset is leaving the key out.
+func parseLimit(lim *rivorav1.Limits, field string, val *yaml.Node) error {
+	bad := fmt.Errorf("%s must be %s, got %q", field, limitBound(field), val.Value)
+	if val.Kind != yaml.ScalarNode {
+		return fmt.Errorf("%s: want a single value, %s", field, limitBound(field))
+	}
+	switch field {
+	case "rate_per_second":
+		v, err := strconv.ParseFloat(val.Value, 64)
+		if err != nil || v == 0 {
+			return bad
+		}
+		lim.RatePerSecond = v
+	case "burst", "max_attempts", "max_in_flight":
+		v, err := strconv.ParseInt(val.Value, 10, 32)
+		if err != nil || v == 0 {
+			return bad
+		}
+		switch field {
+		case "burst":
+			lim.Burst = int32(v)
+		case "max_attempts":
+			lim.MaxAttempts = int32(v)
+		default:
+			lim.MaxInFlight = int32(v)
+		}
+	case "window", "timeout":
+		d, err := time.ParseDuration(val.Value)
+		if err != nil {
+			return bad
+		}
+		if field == "window" {
+			lim.Window = durationpb.New(d)
+		} else {
+			lim.Timeout = durationpb.New(d)
+		}
+	}
+	return checkLimit(lim, field)
 }
 
 // limitFields names each field of Limits, in display order.

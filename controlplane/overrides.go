@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -112,22 +111,7 @@ func (cp *ControlPlane) limitsDrifts() []*rivorav1.LimitsDrift {
 	return drifts
 }
 
-// validateSetLimits checks the fields that are set (zero = unset); its
+// validateSetLimits checks the fields that are set (zero = unset) against
+// the bounds the limits file is checked against too (checkLimits); its
 // error is an ErrInvalid.
-func validateSetLimits(l *rivorav1.Limits) error {
-	switch {
-	case !(l.GetRatePerSecond() >= 0 && l.GetRatePerSecond() <= 1e7): // NaN too: it would lift every limit
-		return errorf(ErrInvalid, "rate_per_second must be in (0, 1e7], got %v", l.GetRatePerSecond())
-	case l.GetBurst() < 0:
-		return errorf(ErrInvalid, "burst must be at least 1, got %d", l.GetBurst())
-	case l.GetMaxAttempts() < 0:
-		return errorf(ErrInvalid, "max_attempts must be at least 1, got %d", l.GetMaxAttempts())
-	case l.GetWindow() != nil && l.GetWindow().AsDuration() <= 0:
-		return errorf(ErrInvalid, "window must be positive, got %s", l.GetWindow().AsDuration())
-	case l.GetTimeout() != nil && (l.GetTimeout().AsDuration() <= 0 || l.GetTimeout().AsDuration() > 5*time.Minute):
-		return errorf(ErrInvalid, "timeout must be in (0, 5m], got %s", l.GetTimeout().AsDuration())
-	case l.GetMaxInFlight() < 0:
-		return errorf(ErrInvalid, "max_in_flight must be at least 1, got %d", l.GetMaxInFlight())
-	}
-	return nil
-}
+func validateSetLimits(l *rivorav1.Limits) error { return checkLimits(l) }

@@ -71,10 +71,16 @@ func sortedTokens(tokens map[string]*rivorav1.ApiToken) []*rivorav1.ApiToken {
 	return out
 }
 
-// FileStore keeps the state in one JSON file under the state directory,
-// written atomically (temp file, fsync, rename).
+// FileStore keeps the state under the state directory as a snapshot,
+// controlplane.json (written atomically: temp file, fsync, rename), and a
+// change log, controlplane.log (filelog.go): each change appends one
+// record holding only what it changed, so a change to one destination
+// writes that destination, not every one. The log is folded into a new
+// snapshot once it outgrows it, which keeps the cost per change
+// proportional to the change.
 type FileStore struct {
 	path string
+	log  *changeLog
 
 	mu    sync.Mutex
 	state state
@@ -91,24 +97,29 @@ type storeFile struct {
 	Tokens []json.RawMessage `json:"tokens,omitempty"`
 }
 
-// OpenStore loads (or creates) the state under dir.
+// OpenStore loads (or creates) the state under dir: the snapshot, then
+// the changes logged after it.
 func OpenStore(dir string) (*FileStore, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", dir, err)
 	}
 	s := &FileStore{path: filepath.Join(dir, "controlplane.json"), state: emptyState()}
 	data, err := os.ReadFile(s.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return s, nil
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
 		return nil, fmt.Errorf("read %s: %w", s.path, err)
+	default:
+		st, err := decodeState(data)
+		if err != nil {
+			return nil, fmt.Errorf("parse %s: %w", s.path, err)
+		}
+		s.state = st
 	}
-	st, err := decodeState(data)
+	s.log, err = openChangeLog(filepath.Join(dir, "controlplane.log"), &s.state, int64(len(data)))
 	if err != nil {
-		return nil, fmt.Errorf("parse %s: %w", s.path, err)
+		return nil, err
 	}
-	s.state = st
 	return s, nil
 }
 
@@ -222,36 +233,70 @@ func (s *FileStore) update(fn func(st *state) error) (uint64, error) {
 		return 0, err
 	}
 	next.version++
-	if err := s.save(next); err != nil {
+	if err := s.log.append(s.state, next); err != nil {
 		return 0, err
 	}
 	s.state = next
+	if s.log.due() {
+		// The change is durable in the log already: a failed compaction
+		// is retried on the next change, and never fails this one.
+		_ = s.compactLocked()
+	}
 	return next.version, nil
 }
 
-func (s *FileStore) save(st state) error {
-	data, err := encodeState(st)
+// Compact folds the change log into a new snapshot.
+func (s *FileStore) Compact() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.compactLocked()
+}
+
+// compactLocked writes the snapshot, then empties the log. A crash in
+// between leaves log records the snapshot already holds; loading skips
+// them (their versions are not above the snapshot's).
+func (s *FileStore) compactLocked() error {
+	data, err := encodeState(s.state)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(s.path), ".controlplane-*")
-	if err != nil {
+	if err := writeFileAtomic(s.path, data); err != nil {
 		return fmt.Errorf("save state: %w", err)
+	}
+	return s.log.reset(int64(len(data)))
+}
+
+// writeFileAtomic replaces path with data: temp file, fsync, rename, then
+// fsync of the directory so the rename survives a crash.
+func writeFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
-		return fmt.Errorf("save state: %w", err)
+		return err
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return fmt.Errorf("save state: %w", err)
+		return err
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("save state: %w", err)
+		return err
 	}
-	if err := os.Rename(tmp.Name(), s.path); err != nil {
-		return fmt.Errorf("save state: %w", err)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
 	}
-	return nil
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

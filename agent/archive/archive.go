@@ -131,42 +131,48 @@ func (d *Dir) Put(ctx context.Context, key string, records []*rivorav1.DeadLette
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(d.root, filepath.FromSlash(key))
+	path, err := d.path(key)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("archive %s: %w", key, err)
+		return pathless("archive "+key, err)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".put-*")
 	if err != nil {
-		return fmt.Errorf("archive %s: %w", key, err)
+		return pathless("archive "+key, err)
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
-		return fmt.Errorf("archive %s: %w", key, err)
+		return pathless("archive "+key, err)
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return fmt.Errorf("archive %s: %w", key, err)
+		return pathless("archive "+key, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("archive %s: %w", key, err)
+		return pathless("archive "+key, err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("archive %s: %w", key, err)
+		return pathless("archive "+key, err)
 	}
 	return nil
 }
 
 // List walks the directory under prefix.
 func (d *Dir) List(ctx context.Context, prefix string) ([]string, error) {
-	root := filepath.Join(d.root, filepath.FromSlash(prefix))
+	root, err := d.path(prefix)
+	if err != nil {
+		return nil, err
+	}
 	// prefix may end inside a name ("deadletter/ord"): walk its directory.
 	walkRoot := root
 	if !strings.HasSuffix(prefix, "/") {
 		walkRoot = filepath.Dir(root)
 	}
 	var keys []string
-	err := filepath.WalkDir(walkRoot, func(path string, e fs.DirEntry, err error) error {
+	err = filepath.WalkDir(walkRoot, func(path string, e fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
@@ -187,7 +193,7 @@ func (d *Dir) List(ctx context.Context, prefix string) ([]string, error) {
 		return ctx.Err()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list archive %s: %w", prefix, err)
+		return nil, pathless("list archive "+prefix, err)
 	}
 	sort.Strings(keys)
 	return keys, nil
@@ -195,13 +201,41 @@ func (d *Dir) List(ctx context.Context, prefix string) ([]string, error) {
 
 // Get reads one object.
 func (d *Dir) Get(ctx context.Context, key string) ([]*rivorav1.DeadLetter, error) {
-	data, err := os.ReadFile(filepath.Join(d.root, filepath.FromSlash(key)))
+	path, err := d.path(key)
 	if err != nil {
-		return nil, fmt.Errorf("archive %s: %w", key, err)
+		return nil, err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, pathless("archive "+key, err)
 	}
 	out, err := Decode(data)
 	if err != nil {
 		return nil, fmt.Errorf("archive %s: %w", key, err)
 	}
 	return out, nil
+}
+
+// path is where key (or a prefix) lives under the root. A key that is not
+// a plain relative path ("..", "/x", "a//b") is refused: nothing outside
+// the root is ever read, listed or written.
+func (d *Dir) path(key string) (string, error) {
+	if rel := strings.TrimSuffix(key, "/"); !fs.ValidPath(rel) || strings.Contains(rel, "\\") {
+		return "", fmt.Errorf("archive key %q is not a plain relative path", key)
+	}
+	return filepath.Join(d.root, filepath.FromSlash(key)), nil
+}
+
+// pathless is err under what, without the file system path an *fs.PathError
+// carries: answers name the key, never where the archive lives on disk.
+func pathless(what string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %s: %w", what, pe.Op, pe.Err)
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return fmt.Errorf("%s: %s: %w", what, le.Op, le.Err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }

@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -254,5 +256,31 @@ func TestDecodeRejectsDamage(t *testing.T) {
 	// Truncated objects (a crashed writer elsewhere) are errors, not short reads.
 	if _, err := archive.Decode(good[:len(good)/2]); err == nil {
 		t.Fatal("Decode accepted a truncated object")
+	}
+}
+
+// The directory archive never reads, lists or writes outside its root,
+// and its errors name the key, not where the archive lives on disk.
+func TestDirStaysInsideItsRoot(t *testing.T) {
+	root := t.TempDir()
+	d, err := archive.NewDir(filepath.Join(root, "archive"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, key := range []string{"../x", "deadletter/../../x", "/etc/passwd", "deadletter//x", "deadletter/./x", "", "..\\x"} {
+		if _, err := d.Get(ctx, key); err == nil || strings.Contains(err.Error(), root) {
+			t.Errorf("Get(%q) = %v, want an error without the root path", key, err)
+		}
+		if _, err := d.List(ctx, key); err == nil || strings.Contains(err.Error(), root) {
+			t.Errorf("List(%q) = %v, want an error without the root path", key, err)
+		}
+		if err := d.Put(ctx, key, nil); err == nil || strings.Contains(err.Error(), root) {
+			t.Errorf("Put(%q) = %v, want an error without the root path", key, err)
+		}
+	}
+	_, err = d.Get(ctx, "deadletter/orders/missing.ndjson.gz")
+	if err == nil || strings.Contains(err.Error(), root) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Get of a missing object = %v, want a not-exist error without the root path", err)
 	}
 }

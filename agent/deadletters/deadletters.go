@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sort"
 	"strings"
 	"time"
@@ -19,8 +18,10 @@ import (
 	"connectrpc.com/connect"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/archive"
+	"github.com/rivora/rivora/agent/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -53,6 +54,37 @@ func New(ctx context.Context, js jetstream.JetStream, arch archive.Archive, inge
 		return nil, fmt.Errorf("create %s: %w", CheckpointBucket, err)
 	}
 	return &Service{archive: arch, ingest: ingest, checkpoints: kv, log: log}, nil
+}
+
+// checkFilter validates a filter like every other request naming a
+// destination, customer or lane (lanes.ValidateID, ValidateLaneKey):
+// the ids become archive key prefixes, so "../" must never reach the
+// archive. Its error is InvalidArgument.
+func checkFilter(f *rivorav1.DeadLetterFilter) error {
+	var err error
+	if f.GetDestinationId() != "" {
+		err = lanes.ValidateID("filter.destination_id", f.GetDestinationId())
+	}
+	if err == nil && f.GetCustomerId() != "" {
+		err = lanes.ValidateID("filter.customer_id", f.GetCustomerId())
+	}
+	if err == nil && f.GetLaneKey() != "" {
+		err = lanes.ValidateLaneKey(f.GetLaneKey())
+	}
+	for name, ts := range map[string]*timestamppb.Timestamp{"filter.since": f.GetSince(), "filter.until": f.GetUntil()} {
+		if err == nil && ts != nil {
+			if e := ts.CheckValid(); e != nil {
+				err = fmt.Errorf("%s: %w", name, e)
+			}
+		}
+	}
+	if err == nil && f.GetSince() != nil && f.GetUntil() != nil && !f.GetSince().AsTime().Before(f.GetUntil().AsTime()) {
+		err = fmt.Errorf("filter.since (%s) must be before filter.until (%s)", f.GetSince().AsTime().Format(time.RFC3339), f.GetUntil().AsTime().Format(time.RFC3339))
+	}
+	if err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	return nil
 }
 
 // matches reports whether a dead letter passes a filter.
@@ -143,6 +175,9 @@ func keyHour(key string) (time.Time, bool) {
 
 func (s *Service) ListDeadLetters(ctx context.Context, req *connect.Request[rivorav1.ListDeadLettersRequest]) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
 	f := req.Msg.GetFilter()
+	if err := checkFilter(f); err != nil {
+		return nil, err
+	}
 	limit := int(req.Msg.GetLimit())
 	if limit <= 0 {
 		limit = 1000
@@ -177,7 +212,14 @@ func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivora
 	if id == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("event_id is empty"))
 	}
-	keys, err := s.objects(ctx, &rivorav1.DeadLetterFilter{DestinationId: req.Msg.GetDestinationId()})
+	if err := lanes.ValidateEventID("event_id", id); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	filter := &rivorav1.DeadLetterFilter{DestinationId: req.Msg.GetDestinationId()}
+	if err := checkFilter(filter); err != nil {
+		return nil, err
+	}
+	keys, err := s.objects(ctx, filter)
 	if err != nil {
 		return nil, err
 	}
@@ -202,6 +244,9 @@ func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivora
 
 func (s *Service) DeadLetterStats(ctx context.Context, req *connect.Request[rivorav1.DeadLetterStatsRequest]) (*connect.Response[rivorav1.DeadLetterStatsResponse], error) {
 	f := req.Msg.GetFilter()
+	if err := checkFilter(f); err != nil {
+		return nil, err
+	}
 	keys, err := s.objects(ctx, f)
 	if err != nil {
 		return nil, err
@@ -310,14 +355,22 @@ func (s *Service) saveCheckpoint(ctx context.Context, key string, cp *checkpoint
 	return err
 }
 
+// maxReplayRate bounds a replay's rate, as limits bound a destination's.
+const maxReplayRate = 1e6
+
 // Replay re-ingests matching dead letters in archive order (lane order).
 func (s *Service) Replay(ctx context.Context, req *connect.Request[rivorav1.ReplayRequest], stream *connect.ServerStream[rivorav1.ReplayResponse]) error {
 	f := req.Msg.GetFilter()
 	if f.GetDestinationId() == "" {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("replay needs a destination"))
 	}
-	if r := req.Msg.GetRatePerSecond(); r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("rate must be a positive number of events per second (0: as fast as the destination takes them), got %v", r))
+	if err := checkFilter(f); err != nil {
+		return err
+	}
+	// 0 is the field unset (proto3 has no presence): as fast as ingest
+	// takes them. Anything else must be a real rate.
+	if r := req.Msg.GetRatePerSecond(); r != 0 && !(r > 0 && r <= maxReplayRate) {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("rate must be a positive number of events per second, at most %g (unset: as fast as ingest takes them), got %v", float64(maxReplayRate), r))
 	}
 	keys, err := s.objects(ctx, f)
 	if err != nil {

@@ -77,7 +77,7 @@ Examples:
 			maxConnsFlag,
 			metricsTokenFlag,
 			logLevelFlag,
-		}, append(append(cellFlags(), operatorFlags()...), tlsFlags()...)...),
+		}, append(append(append(cellFlags(), operatorFlags()...), capacityFlags()...), tlsFlags()...)...),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
@@ -96,6 +96,9 @@ Examples:
 			}
 			cfg := controlplane.Config{LimitsPath: c.String("limits"), Partitions: c.Int("partitions"), ConsulURL: consul, RejoinDelay: c.Duration("rejoin-delay")}
 			if cfg.Guard, err = destinationGuard(c); err != nil {
+				return err
+			}
+			if err := capacityConfig(c, &cfg); err != nil {
 				return err
 			}
 			if err := operatorConfig(c, &cfg); err != nil {

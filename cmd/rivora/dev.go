@@ -60,7 +60,7 @@ Example:
 			&cli.StringFlag{Name: "limits", EnvVars: []string{"RIVORA_LIMITS"}, Usage: "reviewed limits `FILE` (YAML), reloaded when it changes"},
 			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores); fixed for a data dir"},
 			allowDestinationFlag(true),
-		}, append(agentFlags(), append(operatorFlags(), tlsFlags()...)...)...),
+		}, append(agentFlags(), append(append(operatorFlags(), capacityFlags()...), tlsFlags()...)...)...),
 		Action: runDev,
 	}
 }
@@ -228,6 +228,9 @@ func runDev(c *cli.Context) error {
 		OperatorSecretPath: filepath.Join(dataDir, "operator-webhook.secret"),
 	}
 	if cfg.Guard, err = destinationGuard(c); err != nil {
+		return err
+	}
+	if err := capacityConfig(c, &cfg); err != nil {
 		return err
 	}
 	if err := operatorConfig(c, &cfg); err != nil {

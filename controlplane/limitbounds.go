@@ -1,0 +1,87 @@
+package controlplane
+
+import (
+	"fmt"
+	"time"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// The bounds of every limit, the one set both the API (create, update,
+// override) and the limits file are checked against (checkLimits). A field
+// left unset (0, or no duration) is not checked: it inherits the layer
+// below (limits file, then DefaultLimits).
+const (
+	MaxRatePerSecond = 1e6
+	MaxBurst         = 1_000_000
+	MaxAttemptsLimit = 10_000
+	MaxInFlightLimit = 10_000
+	MaxWindow        = 90 * 24 * time.Hour
+	MinTimeout       = 100 * time.Millisecond
+	MaxTimeout       = 5 * time.Minute
+)
+
+// checkLimits checks every field of l that is set; the error names the
+// field and its bound (an ErrInvalid).
+func checkLimits(l *rivorav1.Limits) error {
+	for _, f := range limitFields {
+		if err := checkLimit(l, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// limitBound says what values a field takes, for error messages.
+func limitBound(field string) string {
+	switch field {
+	case "rate_per_second":
+		return fmt.Sprintf("a number of events per second more than 0 and at most %g", float64(MaxRatePerSecond))
+	case "burst":
+		return fmt.Sprintf("a whole number from 1 to %d", MaxBurst)
+	case "max_attempts":
+		return fmt.Sprintf("a whole number from 1 to %d", MaxAttemptsLimit)
+	case "max_in_flight":
+		return fmt.Sprintf("a whole number from 1 to %d", MaxInFlightLimit)
+	case "window":
+		return fmt.Sprintf("a duration more than 0 and at most %s (90 days), such as 72h", MaxWindow)
+	case "timeout":
+		return fmt.Sprintf("a duration from %s to %s, such as 10s", MinTimeout, MaxTimeout)
+	}
+	return "unknown"
+}
+
+// checkLimit checks one field of l, if set. Negative numbers count as set
+// (and are refused): only 0 means unset.
+func checkLimit(l *rivorav1.Limits, field string) error {
+	var ok bool
+	var got string
+	switch field {
+	case "rate_per_second":
+		r := l.GetRatePerSecond()
+		// NaN and ±Inf fail too: NaN would lift every limit.
+		ok, got = r == 0 || (r > 0 && r <= MaxRatePerSecond), fmt.Sprint(r)
+	case "burst":
+		ok, got = countOK(l.GetBurst(), MaxBurst), fmt.Sprint(l.GetBurst())
+	case "max_attempts":
+		ok, got = countOK(l.GetMaxAttempts(), MaxAttemptsLimit), fmt.Sprint(l.GetMaxAttempts())
+	case "max_in_flight":
+		ok, got = countOK(l.GetMaxInFlight(), MaxInFlightLimit), fmt.Sprint(l.GetMaxInFlight())
+	case "window":
+		w := l.GetWindow()
+		ok = w == nil || (w.IsValid() && w.AsDuration() > 0 && w.AsDuration() <= MaxWindow)
+		got = w.AsDuration().String()
+	case "timeout":
+		t := l.GetTimeout()
+		ok = t == nil || (t.IsValid() && t.AsDuration() >= MinTimeout && t.AsDuration() <= MaxTimeout)
+		got = t.AsDuration().String()
+	default:
+		ok = true
+	}
+	if !ok {
+		return errorf(ErrInvalid, "%s must be %s, got %s", field, limitBound(field), got)
+	}
+	return nil
+}
+
+func countOK(v, most int32) bool { return v == 0 || (v >= 1 && v <= most) }
