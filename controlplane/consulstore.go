@@ -2,8 +2,11 @@ package controlplane
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,12 +21,36 @@ import (
 
 // Consul KV keys of the control planes sharing one Consul.
 const (
-	// ConsulStateKey holds the state: one JSON value, the same format as
-	// FileStore's controlplane.json.
-	ConsulStateKey = "rivora/controlplane/state"
+	// ConsulStatePrefix holds the state, one key per destination plus a
+	// meta key; see ConsulStore for the layout.
+	ConsulStatePrefix = "rivora/controlplane/state/"
+	// ConsulStateMetaKey holds the global part of the state: the config
+	// version and the API tokens. Every write checks-and-sets it.
+	ConsulStateMetaKey = ConsulStatePrefix + "meta"
+	// ConsulDestinationsPrefix holds one protojson Destination per key,
+	// named by its path-escaped id.
+	ConsulDestinationsPrefix = ConsulStatePrefix + "destinations/"
+	// consulPendingPrefix holds the changes too large for one
+	// transaction, staged under pending/<version>/<id> (see ConsulStore).
+	consulPendingPrefix = ConsulStatePrefix + "pending/"
+	// ConsulLegacyStateKey held the whole state as one JSON value (the
+	// format of FileStore's controlplane.json) before the state got a key
+	// per destination. A store that finds it and no meta key loads it,
+	// and migrates it on its first write (at once when it leads).
+	ConsulLegacyStateKey = "rivora/controlplane/state"
 	// ConsulAuditPrefix holds the audit log, one protojson AuditEntry per
 	// key, named by its 20-digit zero-padded sequence number.
 	ConsulAuditPrefix = "rivora/controlplane/audit/"
+)
+
+// Consul's limits on one transaction (Consul 1.14 defaults): 64
+// operations, and a request body of txn_max_req_len = 512 KiB in which
+// values travel base64-encoded. A transaction carries at most
+// consulTxnMaxBytes of keys and values so that it always fits.
+const (
+	consulTxnMaxOps     = 64
+	consulTxnMaxBytes   = 256 << 10
+	consulMaxValueBytes = consulTxnMaxBytes - 4<<10
 )
 
 // consulTimeout bounds a Consul request that is not a blocking query.
@@ -48,18 +75,58 @@ type consulError struct {
 func (e *consulError) Error() string { return e.op + ": consul: " + e.err.Error() }
 func (e *consulError) Unwrap() error { return e.err }
 
-// ConsulStore keeps the state in Consul KV under ConsulStateKey. Writes are
-// check-and-set on the ModifyIndex of the value the store last read, so a
-// control plane that missed a newer state can never overwrite it; once
-// fenced (by the leader election) a write also needs the leader lock to be
-// held by this control plane's session.
+// consulMeta is the value of ConsulStateMetaKey. Its version and tokens
+// read as a storeFile (decodeState) too.
+type consulMeta struct {
+	Version uint64            `json:"version"`
+	Tokens  []json.RawMessage `json:"tokens,omitempty"`
+	// Pending, when not 0, is the version whose change is staged under
+	// pending/<Pending>/ and not yet all moved into destinations/.
+	Pending uint64 `json:"pending,omitempty"`
+}
+
+// ConsulStore keeps the state in Consul KV under ConsulStatePrefix: the
+// meta key (version, tokens) and one key per destination, so a change
+// writes only the destinations it changes. Every write is one
+// transaction that checks-and-sets the meta key on the ModifyIndex the
+// store last read, so a control plane that missed a newer state can never
+// overwrite it; once fenced (by the leader election) it also checks that
+// the leader lock is held by this control plane's session.
+//
+// A change too large for one transaction (consulTxnMaxOps,
+// consulTxnMaxBytes) is written so that a crash at any point leaves a
+// whole state, the old or the new one:
+//  1. stage: the changed destinations (an empty value for a deleted one)
+//     go under pending/<version>/<id>, in as many transactions as needed,
+//     each checking the fence and that the meta key is unchanged. Readers
+//     ignore pending/ trees the meta key does not name.
+//  2. commit: one transaction sets the meta key to the new version with
+//     pending = version; from then on a reader overlays
+//     pending/<version>/ on destinations/, which is the new state.
+//  3. apply: the staged destinations are written into destinations/ (in
+//     batches, each checking the fence and the meta key), then the meta
+//     key drops pending and pending/ is deleted, in one transaction.
+//
+// The change is answered after step 2; a store that finds a pending
+// change (a leader that crashed during step 3) finishes it before its
+// next write. Staged trees of a change never committed are deleted by the
+// next write.
 type ConsulStore struct {
 	kv  *api.KV
 	txn *api.Txn
 
 	mu    sync.Mutex
 	state state
-	index uint64 // ModifyIndex of the value read or written last; 0: no value
+	index uint64 // ModifyIndex of the meta key read or written last; 0: none
+	// legacy is the ModifyIndex of ConsulLegacyStateKey when the state was
+	// loaded from it and not migrated yet.
+	legacy uint64
+	// pending is the version staged and committed but not applied yet,
+	// pendingIDs its destinations; garbage: pending/ holds trees of no
+	// committed change.
+	pending    uint64
+	pendingIDs []string
+	garbage    bool
 	// fenceKey and fenceSession make writes conditional on the lock.
 	fenceKey, fenceSession string
 }
@@ -83,28 +150,125 @@ func newConsulStore(client *api.Client) *ConsulStore {
 }
 
 // Reload reads the state from Consul, replacing what the store holds.
+// A fenced store (the leader) that finds the legacy single-value state
+// migrates it now; one that finds a change half applied finishes it.
 func (s *ConsulStore) Reload(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.reloadLocked(ctx)
+	if err := s.reloadLocked(ctx); err != nil {
+		return err
+	}
+	if s.fenceSession == "" {
+		return nil
+	}
+	if s.legacy != 0 {
+		if err := s.writeLocked(ctx, emptyState(), s.state); err != nil {
+			return fmt.Errorf("migrate %s to %s: %w", ConsulLegacyStateKey, ConsulStatePrefix, err)
+		}
+	}
+	return s.finishPendingLocked(ctx)
 }
 
 func (s *ConsulStore) reloadLocked(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, consulTimeout)
 	defer cancel()
-	pair, _, err := s.kv.Get(ConsulStateKey, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	q := (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)
+	pairs, _, err := s.kv.List(ConsulStatePrefix, q)
+	if err != nil {
+		return &consulError{"read state", err}
+	}
+	var meta *api.KVPair
+	dests := map[string]*api.KVPair{}
+	staged := map[uint64]map[string]*api.KVPair{}
+	for _, p := range pairs {
+		switch {
+		case p.Key == ConsulStateMetaKey:
+			meta = p
+		case strings.HasPrefix(p.Key, ConsulDestinationsPrefix):
+			id, err := url.PathUnescape(strings.TrimPrefix(p.Key, ConsulDestinationsPrefix))
+			if err != nil {
+				return fmt.Errorf("Consul key %s: not a path-escaped destination id: %w", p.Key, err)
+			}
+			dests[id] = p
+		case strings.HasPrefix(p.Key, consulPendingPrefix):
+			v, esc, _ := strings.Cut(strings.TrimPrefix(p.Key, consulPendingPrefix), "/")
+			n, err1 := strconv.ParseUint(v, 10, 64)
+			id, err2 := url.PathUnescape(esc)
+			if err1 != nil || err2 != nil {
+				continue // not ours to read; deleted with the other garbage
+			}
+			if staged[n] == nil {
+				staged[n] = map[string]*api.KVPair{}
+			}
+			staged[n][id] = p
+		}
+	}
+	s.pending, s.pendingIDs, s.garbage = 0, nil, len(staged) > 0
+	if meta == nil {
+		return s.loadLegacyLocked(q)
+	}
+	var m consulMeta
+	if err := json.Unmarshal(meta.Value, &m); err != nil {
+		return fmt.Errorf("parse Consul key %s: %w", ConsulStateMetaKey, err)
+	}
+	st, err := decodeState(meta.Value) // the version and the tokens
+	if err != nil {
+		return fmt.Errorf("parse Consul key %s: %w", ConsulStateMetaKey, err)
+	}
+	for id, p := range dests {
+		if err := putDest(st.dests, id, p); err != nil {
+			return err
+		}
+	}
+	if m.Pending != 0 {
+		if m.Pending != m.Version {
+			return fmt.Errorf("Consul key %s: pending change %d is not the version %d", ConsulStateMetaKey, m.Pending, m.Version)
+		}
+		for _, id := range sortedKeys(staged[m.Pending]) {
+			p := staged[m.Pending][id]
+			if len(p.Value) == 0 {
+				delete(st.dests, id)
+			} else if err := putDest(st.dests, id, p); err != nil {
+				return err
+			}
+			s.pendingIDs = append(s.pendingIDs, id)
+		}
+		s.pending = m.Pending
+		s.garbage = len(staged) > 1
+	}
+	s.state, s.index, s.legacy = st, meta.ModifyIndex, 0
+	return nil
+}
+
+// putDest decodes the destination id of key p into dests.
+func putDest(dests map[string]*rivorav1.Destination, id string, p *api.KVPair) error {
+	d := &rivorav1.Destination{}
+	if err := protojson.Unmarshal(p.Value, d); err != nil {
+		return fmt.Errorf("parse Consul key %s: %w", p.Key, err)
+	}
+	if d.GetId() != id {
+		return fmt.Errorf("Consul key %s holds destination %q", p.Key, d.GetId())
+	}
+	dests[id] = d
+	return nil
+}
+
+// loadLegacyLocked loads the single-value state of older versions, if
+// any: the state until it is migrated.
+func (s *ConsulStore) loadLegacyLocked(q *api.QueryOptions) error {
+	pair, _, err := s.kv.Get(ConsulLegacyStateKey, q)
 	if err != nil {
 		return &consulError{"read state", err}
 	}
 	if pair == nil {
-		s.state, s.index = emptyState(), 0
+		s.state, s.index, s.legacy = emptyState(), 0, 0
 		return nil
 	}
 	st, err := decodeState(pair.Value)
 	if err != nil {
-		return fmt.Errorf("parse Consul key %s: %w", ConsulStateKey, err)
+		return fmt.Errorf("parse Consul key %s: %w", ConsulLegacyStateKey, err)
 	}
-	s.state, s.index = st, pair.ModifyIndex
+	s.state, s.index, s.legacy = st, 0, pair.ModifyIndex
 	return nil
 }
 
@@ -137,16 +301,17 @@ func (s *ConsulStore) Tokens() []*rivorav1.ApiToken {
 }
 
 // UpdateTokens is Update for the API tokens: the same fenced
-// check-and-set write of the whole state.
+// check-and-set write, of the meta key alone.
 func (s *ConsulStore) UpdateTokens(fn func(tokens map[string]*rivorav1.ApiToken) error) (uint64, error) {
 	return s.update(func(st *state) error { return fn(st.tokens) })
 }
 
 // Update applies fn to a copy of the destinations and writes the result as
-// the next config version, in one Consul transaction: check-and-set on the
-// value's ModifyIndex (and, when fenced, a check that the leader lock is
-// still ours). If another writer got there first, Update reloads the
-// state and returns ErrConflict; if the lock is gone, ErrNotLeader.
+// the next config version: the meta key and the changed destinations'
+// keys, checked-and-set on the meta key's ModifyIndex (and, when fenced,
+// on the leader lock still being ours). If another writer got there
+// first, Update reloads the state and returns ErrConflict; if the lock is
+// gone, ErrNotLeader.
 func (s *ConsulStore) Update(fn func(dests map[string]*rivorav1.Destination) error) (uint64, error) {
 	return s.update(func(st *state) error { return fn(st.dests) })
 }
@@ -154,23 +319,174 @@ func (s *ConsulStore) Update(fn func(dests map[string]*rivorav1.Destination) err
 func (s *ConsulStore) update(fn func(st *state) error) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), consulTimeout)
+	defer cancel()
+	if err := s.finishPendingLocked(ctx); err != nil {
+		return 0, err
+	}
 	next := s.state.clone()
 	if err := fn(&next); err != nil {
 		return 0, err
 	}
 	next.version++
-	data, err := encodeState(next)
-	if err != nil {
+	prev := s.state
+	if s.legacy != 0 {
+		prev = emptyState() // the new layout holds no destination yet
+	}
+	if err := s.writeLocked(ctx, prev, next); err != nil {
 		return 0, err
 	}
-	var ops api.TxnOps
-	fenced := s.fenceSession != ""
-	if fenced {
+	return next.version, nil
+}
+
+// writeLocked writes next, whose destinations differ from what Consul
+// holds (prev) by what diffIDs finds: in one transaction when it fits,
+// else staged, committed and applied (see ConsulStore).
+func (s *ConsulStore) writeLocked(ctx context.Context, prev, next state) error {
+	changed, deleted := diffIDs(prev.dests, next.dests)
+	var puts []*api.TxnOp
+	for _, id := range changed {
+		raw, err := protojson.Marshal(next.dests[id])
+		if err != nil {
+			return err
+		}
+		if len(raw) > consulMaxValueBytes {
+			return fmt.Errorf("save state: destination %q is %d bytes, over the %d a Consul transaction carries", id, len(raw), consulMaxValueBytes)
+		}
+		puts = append(puts, kvOp(api.KVSet, destKey(id), raw, 0))
+	}
+	meta, err := encodeMeta(next, 0)
+	if err != nil {
+		return err
+	}
+	if len(meta) > consulMaxValueBytes {
+		return fmt.Errorf("save state: the version and API tokens take %d bytes, over the %d a Consul transaction carries", len(meta), consulMaxValueBytes)
+	}
+	ops := s.guardOps(false)
+	if s.garbage {
+		ops = append(ops, kvOp(api.KVDeleteTree, consulPendingPrefix, nil, 0))
+	}
+	ops = append(ops, puts...)
+	for _, id := range deleted {
+		ops = append(ops, kvOp(api.KVDelete, destKey(id), nil, 0))
+	}
+	ops = append(ops, kvOp(api.KVCAS, ConsulStateMetaKey, meta, s.index))
+	if fits(ops) {
+		index, err := s.commitLocked(ctx, ops)
+		if err != nil {
+			return err
+		}
+		s.state, s.index, s.legacy, s.garbage = next, index, 0, false
+		return nil
+	}
+	return s.writeStagedLocked(ctx, next, changed, deleted)
+}
+
+// writeStagedLocked writes a change too large for one transaction: it
+// stages it, commits it, then applies it.
+func (s *ConsulStore) writeStagedLocked(ctx context.Context, next state, changed, deleted []string) error {
+	v := next.version
+	staged := []*api.TxnOp{kvOp(api.KVDeleteTree, consulPendingPrefix, nil, 0)} // an earlier attempt's garbage
+	for _, id := range changed {
+		raw, err := protojson.Marshal(next.dests[id])
+		if err != nil {
+			return err
+		}
+		staged = append(staged, kvOp(api.KVSet, pendingKey(v, id), raw, 0))
+	}
+	for _, id := range deleted {
+		staged = append(staged, kvOp(api.KVSet, pendingKey(v, id), nil, 0))
+	}
+	for _, batch := range batches(s.guardOps(true), staged) {
+		if _, err := s.commitLocked(ctx, batch); err != nil {
+			return err
+		}
+	}
+	meta, err := encodeMeta(next, v)
+	if err != nil {
+		return err
+	}
+	ops := append(s.guardOps(false), kvOp(api.KVCAS, ConsulStateMetaKey, meta, s.index))
+	index, err := s.commitLocked(ctx, ops)
+	if err != nil {
+		return err
+	}
+	s.state, s.index, s.legacy, s.garbage = next, index, 0, false
+	s.pending, s.pendingIDs = v, append(changed, deleted...)
+	// The change is committed; should applying it fail, the next write
+	// (or the next leader) finishes it.
+	_ = s.finishPendingLocked(ctx)
+	return nil
+}
+
+// finishPendingLocked moves a committed change from pending/ into
+// destinations/, then drops it from the meta key.
+func (s *ConsulStore) finishPendingLocked(ctx context.Context) error {
+	if s.pending == 0 {
+		return nil
+	}
+	var moves []*api.TxnOp
+	for _, id := range s.pendingIDs {
+		d, ok := s.state.dests[id]
+		if !ok {
+			moves = append(moves, kvOp(api.KVDelete, destKey(id), nil, 0))
+			continue
+		}
+		raw, err := protojson.Marshal(d)
+		if err != nil {
+			return err
+		}
+		moves = append(moves, kvOp(api.KVSet, destKey(id), raw, 0))
+	}
+	for _, batch := range batches(s.guardOps(true), moves) {
+		if _, err := s.commitLocked(ctx, batch); err != nil {
+			return fmt.Errorf("apply the staged change %d: %w", s.pending, err)
+		}
+	}
+	meta, err := encodeMeta(s.state, 0)
+	if err != nil {
+		return err
+	}
+	ops := append(s.guardOps(false), kvOp(api.KVCAS, ConsulStateMetaKey, meta, s.index), kvOp(api.KVDeleteTree, consulPendingPrefix, nil, 0))
+	index, err := s.commitLocked(ctx, ops)
+	if err != nil {
+		return fmt.Errorf("apply the staged change %d: %w", s.pending, err)
+	}
+	s.index, s.pending, s.pendingIDs, s.garbage = index, 0, nil, false
+	return nil
+}
+
+// guardOps are the checks that open every transaction: the fence (first,
+// so its failure is told apart), the legacy key being as read, and, with
+// checkMeta, the meta key being as read (a transaction that does not
+// set it).
+func (s *ConsulStore) guardOps(checkMeta bool) []*api.TxnOp {
+	var ops []*api.TxnOp
+	if s.fenceSession != "" {
 		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: s.fenceKey, Session: s.fenceSession}})
 	}
-	ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: ConsulStateKey, Value: data, Index: s.index}})
-	ctx, cancel := context.WithTimeout(context.Background(), consulTimeout)
-	defer cancel()
+	switch {
+	case s.legacy != 0 && checkMeta:
+		ops = append(ops, kvOp(api.KVCheckIndex, ConsulLegacyStateKey, nil, s.legacy))
+	case s.legacy != 0:
+		// The transaction that creates the meta key ends the legacy one.
+		ops = append(ops, kvOp(api.KVDeleteCAS, ConsulLegacyStateKey, nil, s.legacy))
+	case s.index == 0:
+		ops = append(ops, kvOp(api.KVCheckNotExists, ConsulLegacyStateKey, nil, 0))
+	}
+	if checkMeta {
+		if s.index == 0 {
+			ops = append(ops, kvOp(api.KVCheckNotExists, ConsulStateMetaKey, nil, 0))
+		} else {
+			ops = append(ops, kvOp(api.KVCheckIndex, ConsulStateMetaKey, nil, s.index))
+		}
+	}
+	return ops
+}
+
+// commitLocked runs one transaction and returns the meta key's
+// ModifyIndex after it (0 if it neither sets nor checks it).
+func (s *ConsulStore) commitLocked(ctx context.Context, ops api.TxnOps) (uint64, error) {
 	ok, resp, _, err := s.txn.Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		// The outcome is unknown; if it was written, the next write's
@@ -179,7 +495,7 @@ func (s *ConsulStore) update(fn func(st *state) error) (uint64, error) {
 	}
 	if !ok {
 		for _, e := range resp.Errors {
-			if fenced && e.OpIndex == 0 {
+			if s.fenceSession != "" && e.OpIndex == 0 {
 				return 0, ErrNotLeader
 			}
 		}
@@ -190,15 +506,65 @@ func (s *ConsulStore) update(fn func(st *state) error) (uint64, error) {
 	}
 	var index uint64
 	for _, r := range resp.Results {
-		if r.KV != nil && r.KV.Key == ConsulStateKey {
+		if r.KV != nil && r.KV.Key == ConsulStateMetaKey {
 			index = r.KV.ModifyIndex
 		}
 	}
-	if index == 0 {
-		return 0, fmt.Errorf("save state: Consul's answer has no index for %s", ConsulStateKey)
+	if index == 0 && ops[len(ops)-1].KV.Key == ConsulStateMetaKey {
+		return 0, fmt.Errorf("save state: Consul's answer has no index for %s", ConsulStateMetaKey)
 	}
-	s.state, s.index = next, index
-	return next.version, nil
+	return index, nil
+}
+
+func kvOp(verb api.KVOp, key string, value []byte, index uint64) *api.TxnOp {
+	return &api.TxnOp{KV: &api.KVTxnOp{Verb: verb, Key: key, Value: value, Index: index}}
+}
+
+func destKey(id string) string { return ConsulDestinationsPrefix + url.PathEscape(id) }
+
+func pendingKey(version uint64, id string) string {
+	return consulPendingPrefix + strconv.FormatUint(version, 10) + "/" + url.PathEscape(id)
+}
+
+func opBytes(op *api.TxnOp) int { return len(op.KV.Key) + len(op.KV.Value) + 64 }
+
+// fits reports whether ops fit one Consul transaction.
+func fits(ops []*api.TxnOp) bool {
+	n := 0
+	for _, op := range ops {
+		n += opBytes(op)
+	}
+	return len(ops) <= consulTxnMaxOps && n <= consulTxnMaxBytes
+}
+
+// batches splits ops into transactions that each open with guard.
+func batches(guard, ops []*api.TxnOp) [][]*api.TxnOp {
+	var out [][]*api.TxnOp
+	cur := slices.Clone(guard)
+	for _, op := range ops {
+		if len(cur) > len(guard) && !fits(append(slices.Clone(cur), op)) {
+			out = append(out, cur)
+			cur = slices.Clone(guard)
+		}
+		cur = append(cur, op)
+	}
+	if len(cur) > len(guard) {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// encodeMeta is the meta key's value for st.
+func encodeMeta(st state, pending uint64) ([]byte, error) {
+	m := consulMeta{Version: st.version, Pending: pending}
+	for _, t := range sortedTokens(st.tokens) {
+		raw, err := protojson.Marshal(t)
+		if err != nil {
+			return nil, err
+		}
+		m.Tokens = append(m.Tokens, raw)
+	}
+	return json.MarshalIndent(m, "", "  ")
 }
 
 // ConsulAuditLog keeps the audit log in Consul KV, one key per entry under

@@ -1,17 +1,15 @@
 package controlplane_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/hashicorp/consul/api"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -95,19 +93,27 @@ func TestConsulStoreRoundTrip(t *testing.T) {
 		t.Fatalf("mutating a snapshot changed the store: %v", got)
 	}
 
-	pair, _, err := client.KV().Get(controlplane.ConsulStateKey, nil)
-	if err != nil || pair == nil {
-		t.Fatalf("read %s: %v, %v", controlplane.ConsulStateKey, pair, err)
-	}
-	if err := fs.Compact(); err != nil { // the snapshot holds the whole state
-		t.Fatal(err)
-	}
-	file, err := os.ReadFile(filepath.Join(dir, "controlplane.json"))
+	// One key per destination, holding what the file store holds for it,
+	// and the meta key.
+	keys, _, err := client.KV().Keys(controlplane.ConsulStatePrefix, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(pair.Value, file) {
-		t.Fatalf("Consul value differs from the file format:\nconsul: %s\nfile:   %s", pair.Value, file)
+	if got := strings.Join(keys, " "); got != controlplane.ConsulDestinationsPrefix+"a "+controlplane.ConsulDestinationsPrefix+"b "+controlplane.ConsulStateMetaKey {
+		t.Fatalf("keys under %s: %s", controlplane.ConsulStatePrefix, got)
+	}
+	for _, id := range []string{"a", "b"} {
+		pair, _, err := client.KV().Get(controlplane.ConsulDestinationsPrefix+id, nil)
+		if err != nil || pair == nil {
+			t.Fatalf("read destination %s: %v, %v", id, pair, err)
+		}
+		d := &rivorav1.Destination{}
+		if err := protojson.Unmarshal(pair.Value, d); err != nil {
+			t.Fatal(err)
+		}
+		if want, _ := fs.Get(id); !proto.Equal(d, want) {
+			t.Fatalf("Consul holds %v for %s, the file store %v", d, id, want)
+		}
 	}
 
 	s2 := openConsulStore(t, client)
@@ -116,11 +122,13 @@ func TestConsulStoreRoundTrip(t *testing.T) {
 		t.Fatalf("reopened store: version %d, %v", v, ds)
 	}
 
-	if _, err := client.KV().Put(&api.KVPair{Key: controlplane.ConsulStateKey, Value: []byte("{not json")}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := controlplane.OpenConsulStore(context.Background(), client); err == nil || !strings.Contains(err.Error(), controlplane.ConsulStateKey) {
-		t.Fatalf("OpenConsulStore on a corrupt value: %v, want an error naming the key", err)
+	for _, key := range []string{controlplane.ConsulDestinationsPrefix + "a", controlplane.ConsulStateMetaKey} {
+		if _, err := client.KV().Put(&api.KVPair{Key: key, Value: []byte("{not json")}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := controlplane.OpenConsulStore(context.Background(), client); err == nil || !strings.Contains(err.Error(), key) {
+			t.Fatalf("OpenConsulStore on a corrupt %s: %v, want an error naming the key", key, err)
+		}
 	}
 }
 

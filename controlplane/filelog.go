@@ -175,15 +175,26 @@ func (l *changeLog) reset(snapshotSize int64) error {
 // diffMessages lists, sorted by id, the messages of next that are new or
 // changed since prev (as protojson) and the ids prev has and next lacks.
 func diffMessages[M proto.Message](prev, next map[string]M) (put []json.RawMessage, deleted []string, err error) {
-	for _, id := range sortedKeys(next) {
-		if p, ok := prev[id]; ok && proto.Equal(p, next[id]) {
-			continue
-		}
+	changed, deleted := diffIDs(prev, next)
+	for _, id := range changed {
 		raw, err := protojson.Marshal(next[id])
 		if err != nil {
 			return nil, nil, err
 		}
 		put = append(put, raw)
+	}
+	return put, deleted, nil
+}
+
+// diffIDs lists, sorted, the ids of the messages of next that are new or
+// changed since prev, and the ids prev has and next lacks. Both stores
+// write only these: the file store's log and the Consul store's keys.
+func diffIDs[M proto.Message](prev, next map[string]M) (changed, deleted []string) {
+	for _, id := range sortedKeys(next) {
+		if p, ok := prev[id]; ok && proto.Equal(p, next[id]) {
+			continue
+		}
+		changed = append(changed, id)
 	}
 	for id := range prev {
 		if _, ok := next[id]; !ok {
@@ -191,5 +202,5 @@ func diffMessages[M proto.Message](prev, next map[string]M) (put []json.RawMessa
 		}
 	}
 	sort.Strings(deleted)
-	return put, deleted, nil
+	return changed, deleted
 }
