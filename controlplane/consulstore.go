@@ -187,7 +187,7 @@ func (s *ConsulStore) reloadLocked(ctx context.Context) error {
 		case strings.HasPrefix(p.Key, ConsulDestinationsPrefix):
 			id, err := url.PathUnescape(strings.TrimPrefix(p.Key, ConsulDestinationsPrefix))
 			if err != nil {
-				return fmt.Errorf("Consul key %s: not a path-escaped destination id: %w", p.Key, err)
+				return fmt.Errorf("parse Consul key %s: not a path-escaped destination id: %w", p.Key, err)
 			}
 			dests[id] = p
 		case strings.HasPrefix(p.Key, consulPendingPrefix):
@@ -222,7 +222,7 @@ func (s *ConsulStore) reloadLocked(ctx context.Context) error {
 	}
 	if m.Pending != 0 {
 		if m.Pending != m.Version {
-			return fmt.Errorf("Consul key %s: pending change %d is not the version %d", ConsulStateMetaKey, m.Pending, m.Version)
+			return fmt.Errorf("parse Consul key %s: pending change %d is not the version %d", ConsulStateMetaKey, m.Pending, m.Version)
 		}
 		for _, id := range sortedKeys(staged[m.Pending]) {
 			p := staged[m.Pending][id]
@@ -247,7 +247,7 @@ func putDest(dests map[string]*rivorav1.Destination, id string, p *api.KVPair) e
 		return fmt.Errorf("parse Consul key %s: %w", p.Key, err)
 	}
 	if d.GetId() != id {
-		return fmt.Errorf("Consul key %s holds destination %q", p.Key, d.GetId())
+		return fmt.Errorf("parse Consul key %s: it holds destination %q", p.Key, d.GetId())
 	}
 	dests[id] = d
 	return nil
