@@ -51,7 +51,8 @@ FUZZTIME ?= 10s
 fuzz:
 	@set -e; dirs=$$(find . -name '*_test.go' -not -path './tools/*' -not -path './e2e/*' -exec grep -l '^func Fuzz' {} + | xargs -n1 dirname | sort -u); \
 	for d in $$dirs; do \
-		for t in $$($(GO) test -list '^Fuzz' $$d | grep '^Fuzz'); do \
+		list=$$($(GO) test -list '^Fuzz' $$d) || { echo "$$list"; exit 1; }; \
+		for t in $$(echo "$$list" | grep '^Fuzz'); do \
 			echo "fuzz $$d $$t ($(FUZZTIME))"; \
 			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$d; \
 		done; \

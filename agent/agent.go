@@ -246,7 +246,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}); err != nil {
 		return fail(err)
 	}
-	a.sender = delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name), delivery.WithGuard(cfg.Guard))
+	a.sender = delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name), cfg.Guard)
+	base.Info("deliveries pass the SSRF guard", "component", "delivery", "guard", cfg.Guard.String())
 	a.deps = owner.Deps{
 		JS: js, Scheduler: a.sched, Registry: a.registry, History: a.history, Archive: arch,
 		Clock: clock.Real{}, Log: base.With("component", "owner"), DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,

@@ -23,6 +23,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rivora/rivora/internal/eventually"
@@ -765,9 +766,9 @@ func TestPauseHoldsResumeDrains(t *testing.T) {
 func TestReplayRefusesABadRate(t *testing.T) {
 	d := testrig.StartDev(t, t.TempDir(), testrig.Options{})
 	archive := rivorav1connect.NewArchiveServiceClient(d.HTTPClient(), d.URL, d.As(d.AdminToken))
-	for _, rate := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), -1, -1e-300, 2e6} {
+	for _, rate := range []float64{0, math.NaN(), math.Inf(1), math.Inf(-1), -1, -1e-300, 2e6} {
 		stream, err := archive.Replay(context.Background(), connect.NewRequest(&rivorav1.ReplayRequest{
-			Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}, RatePerSecond: rate,
+			Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}, RatePerSecond: proto.Float64(rate),
 		}))
 		if err == nil {
 			for stream.Receive() {

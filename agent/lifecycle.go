@@ -86,9 +86,11 @@ type partitionState struct {
 	wanted bool // the control plane assigns it here
 	lease  *ownership.Lease
 	run    *partitionRun
-	// trouble is why the partition stopped running, or why its latest
-	// open failed, until it runs again: /healthz reports it.
-	trouble error
+	// trouble says why the partition stopped running, or that its latest
+	// open failed, until it runs again: /healthz reports it. It names no
+	// error: /healthz is open to all, and errors can carry paths; the
+	// agent's log has them.
+	trouble string
 }
 
 // partitionRun is one opened partition, from owner.Open until its Run
@@ -256,18 +258,18 @@ func (ps *partitions) opened(run *partitionRun) bool {
 		return false
 	}
 	st.run = run
-	st.trouble = nil
+	st.trouble = ""
 	ps.set(st, running)
 	return true
 }
 
 // troubled records why partition p failed to open or stopped running;
 // it is reported (broken) until the partition runs again.
-func (ps *partitions) troubled(p int, err error) {
+func (ps *partitions) troubled(p int, why string) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if st := ps.m[p]; st != nil && st.wanted && st.phase != running {
-		st.trouble = err
+		st.trouble = why
 	}
 }
 
@@ -365,14 +367,14 @@ func (ps *partitions) broken() []string {
 	defer ps.mu.Unlock()
 	var ids []int
 	for p, st := range ps.m {
-		if st.wanted && st.phase != running && st.trouble != nil {
+		if st.wanted && st.phase != running && st.trouble != "" {
 			ids = append(ids, p)
 		}
 	}
 	slices.Sort(ids)
 	out := make([]string, len(ids))
 	for i, p := range ids {
-		out[i] = fmt.Sprintf("partition %d (%s): %v", p, ps.m[p].phase, ps.m[p].trouble)
+		out[i] = fmt.Sprintf("partition %d (%s): %s", p, ps.m[p].phase, ps.m[p].trouble)
 	}
 	return out
 }

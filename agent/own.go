@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -135,7 +134,7 @@ func (a *Agent) open(ctx context.Context, p int) error {
 		a.sched.DropPartition(p)
 		a.parts.openFailed(lease, errors.Is(err, owner.ErrFenced))
 		if !errors.Is(err, owner.ErrFenced) {
-			a.parts.troubled(p, fmt.Errorf("open failed, retrying: %w", err))
+			a.parts.troubled(p, "its store does not open; retrying (the agent's log has the error)")
 		}
 		return err
 	}
@@ -172,7 +171,7 @@ func (a *Agent) runPartition(ctx context.Context, run *partitionRun) {
 		a.log.Error("partition failed; reopening it", "partition", run.p, "error", err)
 		run.part.Detach()
 		a.parts.runFailed(run)
-		a.parts.troubled(run.p, fmt.Errorf("failed, reopening: %w", err))
+		a.parts.troubled(run.p, "a write failed; reopening (the agent's log has the error)")
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -264,9 +265,11 @@ func (e *env) replay(c *ucli.Context) error {
 		return usagef("--rate %v: want a number of events per second more than 0 and at most 1e6 (leave --rate out to replay as fast as ingest takes them)", r)
 	}
 	// No overall timeout: a replay runs as long as it needs; Ctrl-C stops it.
-	stream, err := e.archive().Replay(c.Context, connect.NewRequest(&rivorav1.ReplayRequest{
-		Filter: f, RatePerSecond: c.Float64("rate"), DryRun: c.Bool("dry-run"), Restart: c.Bool("restart"),
-	}))
+	req := &rivorav1.ReplayRequest{Filter: f, DryRun: c.Bool("dry-run"), Restart: c.Bool("restart")}
+	if c.IsSet("rate") {
+		req.RatePerSecond = proto.Float64(c.Float64("rate"))
+	}
+	stream, err := e.archive().Replay(c.Context, connect.NewRequest(req))
 	if err != nil {
 		return callFailed("replay", err, nil)
 	}

@@ -51,7 +51,8 @@ func headersFlag(c *ucli.Context) ([]*rivorav1.Header, error) {
 		name, value, ok := strings.Cut(raw, ":")
 		name, value = strings.TrimSpace(name), strings.Trim(value, " \t")
 		if !ok || name == "" {
-			return nil, usagef("--header %q: want 'Name: value', e.g. --header 'Authorization: Bearer abc'", raw)
+			// Not echoed: a value is often a credential.
+			return nil, usagef("--header #%d has no 'Name:' before its value: want 'Name: value', e.g. --header 'Authorization: Bearer abc'", len(out)+1)
 		}
 		out = append(out, &rivorav1.Header{Name: name, Value: value})
 	}

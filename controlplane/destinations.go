@@ -86,7 +86,7 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 		return nil, 0, err
 	}
 	configured := proto.Clone(orEmpty(m.GetLimits())).(*rivorav1.Limits)
-	if err := validateSetLimits(configured); err != nil {
+	if err := checkLimits(configured); err != nil {
 		return nil, 0, err
 	}
 	now := timestamppb.New(cp.now())
@@ -165,7 +165,7 @@ func (cp *ControlPlane) updateDestination(m *rivorav1.UpdateDestinationRequest, 
 		}
 		changes = append(changes, headerChanges...)
 		set := &rivorav1.Limits{RatePerSecond: m.GetRatePerSecond(), Burst: m.GetBurst(), MaxAttempts: m.GetMaxAttempts(), Window: m.GetWindow(), Timeout: m.GetTimeout(), MaxInFlight: m.GetMaxInFlight()}
-		if err := validateSetLimits(set); err != nil {
+		if err := checkLimits(set); err != nil {
 			return "", err
 		}
 		if d.Configured == nil {
@@ -355,7 +355,7 @@ func orEmpty(l *rivorav1.Limits) *rivorav1.Limits {
 func validateURL(raw string) error {
 	if u, err := httpurl.Parse(raw); err == nil {
 		if u.User != nil {
-			return errorf(ErrInvalid, "url carries credentials (user:password@): they would show in every answer, log and audit entry; give the receiver a URL without them")
+			return errorf(ErrInvalid, "url carries credentials (user:password@): they would show in every answer, log and audit entry; give the receiver a URL without them, and the credentials as a custom header (--header 'Authorization: Basic …')")
 		}
 		return nil
 	}

@@ -52,9 +52,14 @@ func openChangeLog(path string, st *state, snapshotSize int64) (*changeLog, erro
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	// 0600: its records hold signing secrets and custom header values.
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := f.Chmod(0o600); err != nil { // one made before it was 0600
+		f.Close()
+		return nil, fmt.Errorf("restrict %s to its owner: %w", path, err)
 	}
 	if good < int64(len(data)) {
 		// Drop the torn tail, so the next record starts on a fresh line.

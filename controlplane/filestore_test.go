@@ -207,3 +207,32 @@ func TestFileStoreCompaction(t *testing.T) {
 		t.Fatalf("version after one more change: %d, want 6", v)
 	}
 }
+
+// The state's files hold signing secrets and header values: only their
+// owner may read them, also a log made before it was created 0600.
+func TestFileStoreFilesAreOwnerOnly(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "controlplane.log")
+	if err := os.WriteFile(log, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := controlplane.OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putDest(t, s, "orders", "https://hooks.example.com/a")
+	if err := s.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	putDest(t, s, "billing", "https://hooks.example.com/b")
+	for _, name := range []string{"controlplane.json", "controlplane.log"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mode := fi.Mode().Perm(); mode != 0o600 {
+			t.Errorf("%s has mode %o, want 600", name, mode)
+		}
+	}
+}

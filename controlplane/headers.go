@@ -58,7 +58,9 @@ func validateHeaderName(name string) error {
 	}
 	for i := 0; i < len(name); i++ {
 		if !isTokenChar(name[i]) {
-			return errorf(ErrInvalid, "header name %q: character %q is not allowed (letters, digits and !#$%%&'*+-.^_`|~ only)", name, name[i])
+			// Only what precedes the bad character: a value typed
+			// without its colon would otherwise be echoed back.
+			return errorf(ErrInvalid, "header name %q… has character %q at byte %d, which is not allowed (letters, digits and !#$%%&'*+-.^_`|~ only; give 'Name: value')", name[:i], name[i], i)
 		}
 	}
 	lower := strings.ToLower(name)

@@ -108,7 +108,8 @@ func TestCustomHeaderValidation(t *testing.T) {
 		{"te", []*rivorav1.Header{hdr("TE", "trailers")}, []string{"hop-by-hop"}},
 		{"upgrade", []*rivorav1.Header{hdr("Upgrade", "h2c")}, []string{"hop-by-hop"}},
 		{"proxy-authorization", []*rivorav1.Header{hdr("Proxy-Authorization", "x")}, []string{"reserved", "proxies"}},
-		{"name with a space", []*rivorav1.Header{hdr("X Tenant", "1")}, []string{`"X Tenant"`, "not allowed"}},
+		{"name with a space", []*rivorav1.Header{hdr("X Tenant", "1")}, []string{`"X"…`, "not allowed"}},
+		{"value typed without its colon", []*rivorav1.Header{hdr("Authorization Bearer s3cr3t", "x")}, []string{`"Authorization"…`, "not allowed"}},
 		{"name with a colon", []*rivorav1.Header{hdr("X:Tenant", "1")}, []string{"not allowed"}},
 		{"empty name", []*rivorav1.Header{hdr("", "1")}, []string{"empty name"}},
 		{"long name", []*rivorav1.Header{hdr(strings.Repeat("x", 300), "1")}, []string{"300 bytes"}},
@@ -121,6 +122,9 @@ func TestCustomHeaderValidation(t *testing.T) {
 	} {
 		_, err := d.Admin.CreateDestination(context.Background(), connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "orders", Url: sink(t).URL, Headers: c.headers}))
 		wantCode(t, "create with "+c.name, err, connect.CodeInvalidArgument, c.mentions...)
+		if err != nil && strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("create with %s: the error echoes the value: %v", c.name, err)
+		}
 	}
 
 	d.create(&rivorav1.CreateDestinationRequest{Id: "orders", Url: sink(t).URL, Headers: []*rivorav1.Header{hdr("X-A", "1")}})

@@ -65,7 +65,7 @@ func validateOverride(m *rivorav1.SetLimitsOverrideRequest, set *rivorav1.Limits
 	if strings.TrimSpace(m.GetReason()) == "" {
 		return nil, tag(ErrInvalid, errors.New("an override needs a reason (--reason \"…\"): the audit log says why limits changed"))
 	}
-	if err := validateSetLimits(set); err != nil {
+	if err := checkLimits(set); err != nil {
 		return nil, err
 	}
 	changes := copySetFields(&rivorav1.Limits{}, set)
@@ -110,8 +110,3 @@ func (cp *ControlPlane) limitsDrifts() []*rivorav1.LimitsDrift {
 	}
 	return drifts
 }
-
-// validateSetLimits checks the fields that are set (zero = unset) against
-// the bounds the limits file is checked against too (checkLimits); its
-// error is an ErrInvalid.
-func validateSetLimits(l *rivorav1.Limits) error { return checkLimits(l) }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -84,6 +85,8 @@ type FileStore struct {
 
 	mu    sync.Mutex
 	state state
+	// compactFailing: the last compaction failed (logged once).
+	compactFailing bool
 }
 
 var _ Store = (*FileStore)(nil)
@@ -239,17 +242,15 @@ func (s *FileStore) update(fn func(st *state) error) (uint64, error) {
 	s.state = next
 	if s.log.due() {
 		// The change is durable in the log already: a failed compaction
-		// is retried on the next change, and never fails this one.
-		_ = s.compactLocked()
+		// is retried on the next change, and never fails this one; it
+		// is logged once per run of failures.
+		err := s.compactLocked()
+		if err != nil && !s.compactFailing {
+			slog.Warn("compact the control plane's state log (retried on the next change; the log keeps growing meanwhile)", "path", s.path, "error", err)
+		}
+		s.compactFailing = err != nil
 	}
 	return next.version, nil
-}
-
-// Compact folds the change log into a new snapshot.
-func (s *FileStore) Compact() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.compactLocked()
 }
 
 // compactLocked writes the snapshot, then empties the log. A crash in

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
 )
 
@@ -62,6 +63,13 @@ func TestIngestValidationAndIdempotency(t *testing.T) {
 	bigResp, err := ingest.Publish(ctx, connect.NewRequest(big))
 	if err != nil {
 		t.Fatalf("payload of exactly %d bytes refused: %v", maxPayload, err)
+	}
+	// In JSON too, where the payload travels in base64, a third larger.
+	jsonIngest := rivorav1connect.NewIngestServiceClient(authedHTTP, d.URL(), connect.WithProtoJSON())
+	bigJSON := proto.Clone(big).(*rivorav1.PublishRequest)
+	bigJSON.LaneKey = "big-json"
+	if _, err := jsonIngest.Publish(ctx, connect.NewRequest(bigJSON)); err != nil {
+		t.Fatalf("payload of exactly %d bytes in JSON refused: %v", maxPayload, err)
 	}
 
 	// Batch: one bad event (index 3) stores none of the five.

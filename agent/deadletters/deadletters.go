@@ -367,9 +367,8 @@ func (s *Service) Replay(ctx context.Context, req *connect.Request[rivorav1.Repl
 	if err := checkFilter(f); err != nil {
 		return err
 	}
-	// 0 is the field unset (proto3 has no presence): as fast as ingest
-	// takes them. Anything else must be a real rate.
-	if r := req.Msg.GetRatePerSecond(); r != 0 && !(r > 0 && r <= maxReplayRate) {
+	// Unset: as fast as ingest takes them. A rate given must be a real one.
+	if r := req.Msg.GetRatePerSecond(); req.Msg.RatePerSecond != nil && !(r > 0 && r <= maxReplayRate) {
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("rate must be a positive number of events per second, at most %g (unset: as fast as ingest takes them), got %v", float64(maxReplayRate), r))
 	}
 	keys, err := s.objects(ctx, f)

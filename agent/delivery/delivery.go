@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/internal/ssrf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -92,15 +93,16 @@ type Sender struct {
 	now       func() time.Time
 }
 
-// NewSender returns a sender whose requests carry userAgent.
-func NewSender(userAgent string, opts ...Option) *Sender {
+// NewSender returns a sender whose requests carry userAgent and whose
+// every connection passes guard (nil: the guard's default denials).
+func NewSender(userAgent string, guard *ssrf.Guard, opts ...Option) *Sender {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
 	transport := &http.Transport{
 		Proxy:               nil,
-		DialContext:         o.dialer().DialContext,
+		DialContext:         o.dialer(guard).DialContext,
 		MaxIdleConns:        4096,
 		MaxIdleConnsPerHost: 512,
 		IdleConnTimeout:     90 * time.Second,
@@ -149,7 +151,7 @@ func (s *Sender) Send(ctx context.Context, req Request) Result {
 	resp, err := s.transport.RoundTrip(hreq)
 	elapsed := s.now().Sub(start)
 	if err != nil {
-		if refused := refusal(err); refused != nil {
+		if refused := ssrf.Refusal(err); refused != nil {
 			return Result{Err: refused, Refused: true, Duration: elapsed}
 		}
 		return Result{Err: describeTransportError(err, req.Timeout), Duration: elapsed}

@@ -13,11 +13,15 @@ import (
 
 	"github.com/rivora/rivora/agent/delivery"
 	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/internal/ssrf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// loopbackOnly lets a sender reach the test partners on 127.0.0.1.
+var loopbackOnly = ssrf.New(ssrf.Loopback)
 
 type received struct {
 	header http.Header
@@ -61,7 +65,7 @@ func event() *rivorav1.Event {
 func TestSendSignedRequest(t *testing.T) {
 	srv, got := partner(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	ev := event()
-	s := delivery.NewSender("rivora/test (agent-1)")
+	s := delivery.NewSender("rivora/test (agent-1)", loopbackOnly)
 	res := s.Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL+"/hooks"), Event: ev, Attempt: 3, Timeout: 5 * time.Second})
 	if !res.OK() || res.Status != http.StatusNoContent || res.Err != nil {
 		t.Fatalf("Send = %+v, want 204 and no error", res)
@@ -121,7 +125,7 @@ func TestSendReplayedMark(t *testing.T) {
 	srv, got := partner(t, func(w http.ResponseWriter, r *http.Request) {})
 	ev := event()
 	ev.Replayed = true
-	res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: ev, Attempt: 1, Timeout: 5 * time.Second})
+	res := delivery.NewSender("ua", loopbackOnly).Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: ev, Attempt: 1, Timeout: 5 * time.Second})
 	if !res.OK() || res.Status != 200 {
 		t.Fatalf("Send = %+v", res)
 	}
@@ -134,7 +138,7 @@ func TestSendResentMark(t *testing.T) {
 	srv, got := partner(t, func(w http.ResponseWriter, r *http.Request) {})
 	ev := event()
 	ev.Resent = true
-	res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: ev, Attempt: 1, Timeout: 5 * time.Second})
+	res := delivery.NewSender("ua", loopbackOnly).Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: ev, Attempt: 1, Timeout: 5 * time.Second})
 	if !res.OK() {
 		t.Fatalf("Send = %+v", res)
 	}
@@ -163,7 +167,7 @@ func TestSendNon2xx(t *testing.T) {
 				w.WriteHeader(tc.status)
 				io.WriteString(w, tc.body)
 			})
-			res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+			res := delivery.NewSender("ua", loopbackOnly).Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
 			if res.OK() || res.Status != tc.status || res.Err == nil {
 				t.Fatalf("Send = %+v, want status %d and an error", res, tc.status)
 			}
@@ -198,7 +202,7 @@ func TestSendRetryAfter(t *testing.T) {
 				w.Header().Set("Retry-After", tc.header)
 				w.WriteHeader(http.StatusTooManyRequests)
 			})
-			res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+			res := delivery.NewSender("ua", loopbackOnly).Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
 			if res.Status != 429 || res.OK() {
 				t.Fatalf("Send = %+v, want 429", res)
 			}
@@ -218,7 +222,7 @@ func TestSendTimeout(t *testing.T) {
 		}
 	})
 	defer close(release)
-	res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: event(), Attempt: 1, Timeout: 150 * time.Millisecond})
+	res := delivery.NewSender("ua", loopbackOnly).Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: event(), Attempt: 1, Timeout: 150 * time.Millisecond})
 	if res.OK() || res.Status != 0 {
 		t.Fatalf("Send = %+v, want no status and an error", res)
 	}
@@ -234,14 +238,14 @@ func TestSendConnectionError(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close() // nothing listens there any more
-	res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, url), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+	res := delivery.NewSender("ua", loopbackOnly).Send(context.Background(), delivery.Request{Endpoint: endpoint(t, url), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
 	if res.OK() || res.Status != 0 || !strings.HasPrefix(res.Err.Error(), "connection error: ") {
 		t.Fatalf("Send to a closed port = %+v, want status 0 and a connection error", res)
 	}
 }
 
 func TestSendBadURL(t *testing.T) {
-	res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, "http://bad host/"), Event: event(), Attempt: 1, Timeout: time.Second})
+	res := delivery.NewSender("ua", loopbackOnly).Send(context.Background(), delivery.Request{Endpoint: endpoint(t, "http://bad host/"), Event: event(), Attempt: 1, Timeout: time.Second})
 	if res.OK() || res.Err == nil {
 		t.Fatalf("Send to a malformed URL = %+v, want an error", res)
 	}
@@ -257,7 +261,7 @@ func TestSendDoesNotFollowRedirects(t *testing.T) {
 		srv, _ := partner(t, func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, target.URL+"/elsewhere", status)
 		})
-		res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+		res := delivery.NewSender("ua", loopbackOnly).Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
 		if res.OK() || res.Status != status || !strings.HasPrefix(res.Err.Error(), fmt.Sprintf("HTTP %d", status)) {
 			t.Fatalf("redirect %d: Send = %+v, want a failure with status %d", status, res, status)
 		}

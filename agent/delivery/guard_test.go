@@ -134,7 +134,7 @@ func TestSendRefusesNamesResolvingToDeniedAddresses(t *testing.T) {
 		}
 	}
 
-	deny := delivery.NewSender("ua", delivery.WithGuard(nil), delivery.WithResolver(dns.resolver()))
+	deny := delivery.NewSender("ua", nil, delivery.WithResolver(dns.resolver()))
 	refused(send(deny, "loop.rivora.test"), "refused by SSRF guard: 127.0.0.1 is in 127.0.0.0/8 (loopback); allow it with --allow-destination-cidr")
 	refused(send(deny, "internal.rivora.test"), "refused by SSRF guard: 10.0.0.5 is in 10.0.0.0/8 (private, RFC 1918); allow it with --allow-destination-cidr")
 	refused(send(deny, "meta.rivora.test"), "refused by SSRF guard: fd00:ec2::254 is in fc00::/7 (unique local (RFC 4193), where AWS's IPv6 metadata service answers on fd00:ec2::254); allow it with --allow-destination-cidr")
@@ -145,7 +145,7 @@ func TestSendRefusesNamesResolvingToDeniedAddresses(t *testing.T) {
 	default:
 	}
 
-	loopback := delivery.NewSender("ua", delivery.WithGuard(ssrf.New(ssrf.Loopback)), delivery.WithResolver(dns.resolver()))
+	loopback := delivery.NewSender("ua", ssrf.New(ssrf.Loopback), delivery.WithResolver(dns.resolver()))
 	for _, host := range []string{"loop.rivora.test", "mixed.rivora.test"} {
 		if res := send(loopback, host); !res.OK() {
 			t.Fatalf("%s with loopback allowed: %+v, want delivered", host, res)
@@ -159,7 +159,7 @@ func TestSendRefusesNamesResolvingToDeniedAddresses(t *testing.T) {
 // (as a destination created before the guard, or given by the operator
 // webhook) is refused at dial time too.
 func TestSendRefusesDeniedLiterals(t *testing.T) {
-	s := delivery.NewSender("ua", delivery.WithGuard(nil))
+	s := delivery.NewSender("ua", nil)
 	for _, u := range []string{"http://169.254.169.254/latest/meta-data/", "http://[::ffff:169.254.169.254]/", "http://[fe80::1%25lo]:80/", "http://0.0.0.0:9/"} {
 		res := s.Send(context.Background(), delivery.Request{Endpoint: endpoint(t, u), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
 		if !res.Refused || !strings.HasPrefix(res.Err.Error(), "refused by SSRF guard: ") {
@@ -168,12 +168,12 @@ func TestSendRefusesDeniedLiterals(t *testing.T) {
 	}
 }
 
-// TestSendUnguarded: without WithGuard the sender dials anything (the
-// agent always gives one); an unreachable name is a connection error, the
-// destination's fault.
-func TestSendUnguarded(t *testing.T) {
+// TestSendUnresolvableName: a name that does not resolve is a connection
+// error, the destination's fault (the guard judges addresses, and there is
+// none).
+func TestSendUnresolvableName(t *testing.T) {
 	dns := startDNS(t, map[string][]netip.Addr{})
-	s := delivery.NewSender("ua", delivery.WithResolver(dns.resolver()))
+	s := delivery.NewSender("ua", nil, delivery.WithResolver(dns.resolver()))
 	res := s.Send(context.Background(), delivery.Request{Endpoint: endpoint(t, "http://nowhere.rivora.test/"), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
 	var dnsErr *net.DNSError
 	if res.Refused || !res.DestinationFault() || !errors.As(res.Err, &dnsErr) || !dnsErr.IsNotFound {

@@ -22,7 +22,7 @@ func TestSendCustomHeaders(t *testing.T) {
 		"Webhook-Id":    {"forged"},
 		"Content-Type":  {"text/forged"},
 	}
-	res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: ep, Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+	res := delivery.NewSender("ua", loopbackOnly).Send(context.Background(), delivery.Request{Endpoint: ep, Event: event(), Attempt: 1, Timeout: 5 * time.Second})
 	if !res.OK() {
 		t.Fatalf("Send = %+v", res)
 	}
@@ -50,7 +50,7 @@ func TestSendDuringARotation(t *testing.T) {
 	if ep.Signer, err = s.WithPrevious(secret, time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	res := delivery.NewSender("ua").Send(context.Background(), delivery.Request{Endpoint: ep, Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+	res := delivery.NewSender("ua", loopbackOnly).Send(context.Background(), delivery.Request{Endpoint: ep, Event: event(), Attempt: 1, Timeout: 5 * time.Second})
 	if !res.OK() {
 		t.Fatalf("Send = %+v", res)
 	}

@@ -71,10 +71,29 @@ func fingerprint(ev *rivorav1.Event) []byte {
 	return h.Sum(nil)
 }
 
+// claimed are the records one check wrote (event id and revision):
+// released when the events they are for could not be stored.
+type claimed []claim
+
+type claim struct {
+	key      string
+	revision uint64
+}
+
 // check records the fingerprints of the keyed events of batch, or checks
 // them against those recorded. It answers AlreadyExists, naming the first
-// event whose key was used for something else.
-func (c *claims) check(ctx context.Context, batch []*prepared) error {
+// event whose key was used for something else; what it recorded is then
+// released, and so it is when the caller's store fails (release).
+func (c *claims) check(ctx context.Context, batch []*prepared) (claimed, error) {
+	made, err := c.record(ctx, batch)
+	if err != nil {
+		c.release(made)
+		return nil, err
+	}
+	return made, nil
+}
+
+func (c *claims) record(ctx context.Context, batch []*prepared) (claimed, error) {
 	type pending struct {
 		i      int
 		future jetstream.PubAckFuture
@@ -88,37 +107,90 @@ func (c *claims) check(ctx context.Context, batch []*prepared) error {
 		msg.Data = p.fingerprint
 		f, err := c.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(0))
 		if err != nil {
-			return fmt.Errorf("record idempotency key: %w", err)
+			return nil, fmt.Errorf("record idempotency key: %w", err)
 		}
 		inAir = append(inAir, pending{i, f})
 	}
-	var conflict error
+	// Every answer is awaited, so that made lists all this call wrote.
+	var made claimed
+	var firstErr error
 	for _, pa := range inAir {
 		var err error
 		select {
-		case <-pa.future.Ok():
+		case ack := <-pa.future.Ok():
+			made = append(made, claim{batch[pa.i].event.GetEventId(), ack.Sequence})
 			continue
 		case err = <-pa.future.Err():
 		case <-ctx.Done():
-			return ctx.Err()
+			return made, ctx.Err()
+		}
+		if firstErr != nil {
+			continue
 		}
 		if !isWrongLastSequence(err) {
-			return fmt.Errorf("record idempotency key: %w", err)
+			firstErr = fmt.Errorf("record idempotency key: %w", err)
+			continue
 		}
-		// The key was used before: the same event again, or another one.
 		p := batch[pa.i]
-		entry, err := c.kv.Get(ctx, p.event.GetEventId())
+		cl, err := c.recordOver(ctx, p)
 		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			continue // expired between the two calls: the stream dedupes
+		case errors.Is(err, errConflict):
+			firstErr = conflictError(p, pa.i, len(batch) > 1)
 		case err != nil:
-			return fmt.Errorf("read idempotency key: %w", err)
-		}
-		if !bytes.Equal(entry.Value(), p.fingerprint) && conflict == nil {
-			conflict = conflictError(p, pa.i, len(batch) > 1)
+			firstErr = err
+		case cl.revision != 0:
+			made = append(made, cl)
 		}
 	}
-	return conflict
+	return made, firstErr
+}
+
+var errConflict = errors.New("idempotency key used for another event")
+
+// recordOver handles a key whose subject holds a record already: the
+// same event again (nothing to write), another event (errConflict), or
+// the marker a release left (the key is free: record it, through
+// kv.Create, which writes over a delete marker).
+func (c *claims) recordOver(ctx context.Context, p *prepared) (claim, error) {
+	key := p.event.GetEventId()
+	for range 3 {
+		entry, err := c.kv.Get(ctx, key)
+		switch {
+		case err == nil && bytes.Equal(entry.Value(), p.fingerprint):
+			return claim{}, nil
+		case err == nil:
+			return claim{}, errConflict
+		case !errors.Is(err, jetstream.ErrKeyNotFound):
+			return claim{}, fmt.Errorf("read idempotency key: %w", err)
+		}
+		rev, err := c.kv.Create(ctx, key, p.fingerprint)
+		switch {
+		case err == nil:
+			return claim{key, rev}, nil
+		case !errors.Is(err, jetstream.ErrKeyExists):
+			return claim{}, fmt.Errorf("record idempotency key: %w", err)
+		}
+		// Another publish recorded it in between: read it again.
+	}
+	return claim{}, fmt.Errorf("record idempotency key %s: it keeps changing; retry", key)
+}
+
+// release deletes the records of a check whose events were not stored,
+// so that a retry may send the event anew (a rebuilt payload, say)
+// instead of being held to one that never was accepted. Best effort: a
+// record left behind expires with the dedup window.
+func (c *claims) release(made claimed) {
+	if len(made) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, cl := range made {
+		// Only the record this call wrote: a later one is another's.
+		if err := c.kv.Delete(ctx, cl.key, jetstream.LastRevision(cl.revision)); err != nil && ctx.Err() != nil {
+			return
+		}
+	}
 }
 
 func conflictError(p *prepared, i int, inBatch bool) error {

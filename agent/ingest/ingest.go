@@ -130,11 +130,13 @@ func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.Pub
 		accepted.WithLabelValues("invalid").Inc()
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	if err := g.claims.check(ctx, []*prepared{ev}); err != nil {
+	claimed, err := g.claims.check(ctx, []*prepared{ev})
+	if err != nil {
 		return nil, claimError(ctx, err)
 	}
 	dups, err := g.store(ctx, []*prepared{ev})
 	if err != nil {
+		g.claims.release(claimed)
 		accepted.WithLabelValues("failed").Inc()
 		return nil, storeError(ctx, err)
 	}
@@ -168,10 +170,12 @@ func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav
 		}
 		batch[i], ids[i] = p, p.event.GetEventId()
 	}
-	if err := g.claims.check(ctx, batch); err != nil {
+	claimed, err := g.claims.check(ctx, batch)
+	if err != nil {
 		return nil, claimError(ctx, err)
 	}
 	if _, err := g.store(ctx, batch); err != nil {
+		g.claims.release(claimed)
 		accepted.WithLabelValues("failed").Add(float64(len(batch)))
 		return nil, storeError(ctx, err)
 	}

@@ -567,3 +567,39 @@ func TestResendIsStoredOncePerDedupID(t *testing.T) {
 		t.Fatalf("Resend to an unregistered destination = %v, want FailedPrecondition", err)
 	}
 }
+
+// failingStore owns every partition and fails every write.
+type failingStore struct{}
+
+func (failingStore) AppendLocal(context.Context, int, []*rivorav1.Event, [][]byte, []string) ([]bool, bool, error) {
+	return nil, true, errors.New("disk full")
+}
+
+// A key binds only an event that was stored: after a failed store, a
+// retry may carry a rebuilt payload.
+func TestIdempotencyKeyFreeAfterAFailedStore(t *testing.T) {
+	f := newFixture(t)
+	f.gw.SetLocalStore(failingStore{})
+	req := valid()
+	req.IdempotencyKey = "order-3"
+	if _, err := publish(f, req); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("publish into a failing store: %v, want Unavailable", err)
+	}
+	batch := []*rivorav1.PublishRequest{proto.Clone(req).(*rivorav1.PublishRequest)}
+	batch[0].IdempotencyKey = "order-4"
+	if _, err := f.gw.PublishBatch(context.Background(), connect.NewRequest(&rivorav1.PublishBatchRequest{Events: batch})); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("batch into a failing store: %v, want Unavailable", err)
+	}
+	f.gw.SetLocalStore(nil)
+	for _, key := range []string{"order-3", "order-4"} {
+		rebuilt := valid()
+		rebuilt.IdempotencyKey = key
+		rebuilt.Payload = []byte(`{"order":3,"at":"retry"}`)
+		if resp, err := publish(f, rebuilt); err != nil || resp.GetDuplicate() {
+			t.Fatalf("retry of %s with a rebuilt payload: %+v, %v; want stored", key, resp, err)
+		}
+	}
+	if n := len(f.stored(t)); n != 2 {
+		t.Fatalf("INGEST holds %d events, want the 2 retries", n)
+	}
+}

@@ -1,5 +1,7 @@
 package ingest
 
+import "encoding/base64"
+
 // eventOverhead bounds what an event carries besides its payload (ids,
 // type, content type, idempotency key, encoding): it sizes the largest
 // Publish request and INGEST's largest message.
@@ -15,8 +17,12 @@ const DefaultMaxBatchBytes = 8 << 20
 // the gateway accepts, in bytes after decompression: one event of
 // MaxPayload, and a batch of MaxBatch such events but no more than
 // MaxBatchBytes (never less than one full event).
+//
+// A request's size is that of its encoding, and JSON carries the payload
+// in base64 (4 bytes for every 3), so the bound is that of the larger,
+// JSON, encoding: a payload of MaxPayload is accepted in either.
 func (g *Gateway) RequestLimits() (publish, batch int) {
-	publish = g.cfg.MaxPayload + eventOverhead
+	publish = base64.StdEncoding.EncodedLen(g.cfg.MaxPayload) + eventOverhead
 	batch = min(g.cfg.MaxBatch*publish, max(g.cfg.MaxBatchBytes, publish))
 	return publish, batch
 }

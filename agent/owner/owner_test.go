@@ -37,6 +37,7 @@ import (
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/eventually"
+	"github.com/rivora/rivora/internal/ssrf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -189,7 +190,7 @@ func (n *node) run(workers bool) {
 	}()
 	go func() {
 		defer n.wg.Done()
-		sender := delivery.NewSender("rivora/owner-test")
+		sender := delivery.NewSender("rivora/owner-test", ssrf.New(ssrf.Loopback))
 		for {
 			var att *scheduler.Attempt
 			select {

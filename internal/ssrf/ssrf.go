@@ -76,14 +76,6 @@ func ParseAllowed(values []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Allowed returns the allowed CIDRs.
-func (g *Guard) Allowed() []netip.Prefix {
-	if g == nil {
-		return nil
-	}
-	return append([]netip.Prefix(nil), g.allowed...)
-}
-
 // String describes the guard for logs and help.
 func (g *Guard) String() string {
 	if g == nil || len(g.allowed) == 0 {
@@ -115,10 +107,14 @@ func (e *RefusedError) Error() string {
 	return s
 }
 
-// IsRefused reports whether err is, or wraps, a refusal by a guard.
-func IsRefused(err error) bool {
+// Refusal is the guard's refusal inside err (a dial's error, say), nil
+// if err is not one.
+func Refusal(err error) *RefusedError {
 	var r *RefusedError
-	return errors.As(err, &r)
+	if errors.As(err, &r) {
+		return r
+	}
+	return nil
 }
 
 // CheckAddr refuses an address the guard denies (a *RefusedError), unless

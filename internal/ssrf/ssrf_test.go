@@ -13,22 +13,25 @@ import (
 // the reason it must give.
 var refusedHosts = map[string]string{
 	// IPv4 ranges
-	"0.0.0.0":         "0.0.0.0/8 (unspecified",
-	"0.1.2.3":         "0.0.0.0/8",
-	"10.0.0.5":        "10.0.0.5 is in 10.0.0.0/8 (private, RFC 1918); allow it with --allow-destination-cidr",
-	"172.16.0.1":      "172.16.0.0/12 (private, RFC 1918)",
-	"172.31.255.255":  "172.16.0.0/12",
-	"192.168.1.1":     "192.168.0.0/16 (private, RFC 1918)",
-	"100.64.0.1":      "100.64.0.0/10 (shared address space, carrier-grade NAT",
-	"100.100.100.200": "100.64.0.0/10", // Alibaba Cloud's metadata address
-	"127.0.0.1":       "127.0.0.0/8 (loopback)",
-	"127.255.0.9":     "127.0.0.0/8 (loopback)",
-	"169.254.169.254": "169.254.169.254 is in 169.254.0.0/16 (link-local",
-	"169.254.0.23":    "169.254.0.0/16",
-	"224.0.0.1":       "224.0.0.0/4 (multicast)",
-	"239.255.255.250": "224.0.0.0/4 (multicast)",
-	"255.255.255.255": "255.255.255.255/32 (broadcast)",
-	"240.0.0.1":       "240.0.0.0/4 (reserved",
+	"0.0.0.0":          "0.0.0.0/8 (unspecified",
+	"0.1.2.3":          "0.0.0.0/8",
+	"10.0.0.5":         "10.0.0.5 is in 10.0.0.0/8 (private, RFC 1918); allow it with --allow-destination-cidr",
+	"172.16.0.1":       "172.16.0.0/12 (private, RFC 1918)",
+	"172.31.255.255":   "172.16.0.0/12",
+	"192.168.1.1":      "192.168.0.0/16 (private, RFC 1918)",
+	"100.64.0.1":       "100.64.0.0/10 (shared address space, carrier-grade NAT",
+	"192.0.0.192":      "192.0.0.0/24 (IETF protocol assignments",
+	"198.19.0.1":       "198.18.0.0/15 (benchmarking",
+	"64:ff9b:1::a00:5": "64:ff9b:1::/48 (local-use NAT64",
+	"100.100.100.200":  "100.64.0.0/10", // Alibaba Cloud's metadata address
+	"127.0.0.1":        "127.0.0.0/8 (loopback)",
+	"127.255.0.9":      "127.0.0.0/8 (loopback)",
+	"169.254.169.254":  "169.254.169.254 is in 169.254.0.0/16 (link-local",
+	"169.254.0.23":     "169.254.0.0/16",
+	"224.0.0.1":        "224.0.0.0/4 (multicast)",
+	"239.255.255.250":  "224.0.0.0/4 (multicast)",
+	"255.255.255.255":  "255.255.255.255/32 (broadcast)",
+	"240.0.0.1":        "240.0.0.0/4 (reserved",
 	// IPv6 ranges
 	"::":             "::/128 (unspecified)",
 	"::1":            "::1/128 (loopback)",
@@ -110,7 +113,7 @@ func TestDefaultGuardRefuses(t *testing.T) {
 				continue
 			}
 			err := g.CheckHost(host)
-			if err == nil || !ssrf.IsRefused(err) {
+			if err == nil || ssrf.Refusal(err) == nil {
 				t.Errorf("CheckHost(%q) = %v, want a refusal", host, err)
 				continue
 			}
@@ -146,7 +149,7 @@ func TestAllowedOverride(t *testing.T) {
 		}
 	}
 	for _, host := range []string{"172.16.0.1", "169.254.169.253", "metadata.tencentyun.com", "127.0.0.1", "localhost", "fc00::1", "0x0a000005", "167772165", "10.5"} {
-		if err := g.CheckHost(host); !ssrf.IsRefused(err) {
+		if err := g.CheckHost(host); ssrf.Refusal(err) == nil {
 			t.Errorf("with %s: CheckHost(%q) = %v, want refused", g, host, err)
 		}
 	}
@@ -156,7 +159,7 @@ func TestAllowedOverride(t *testing.T) {
 			t.Errorf("loopback guard: CheckHost(%q) = %v, want allowed", host, err)
 		}
 	}
-	if err := loop.CheckHost("10.0.0.1"); !ssrf.IsRefused(err) {
+	if err := loop.CheckHost("10.0.0.1"); ssrf.Refusal(err) == nil {
 		t.Errorf("loopback guard: 10.0.0.1 = %v, want refused", err)
 	}
 }

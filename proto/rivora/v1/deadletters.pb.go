@@ -506,8 +506,10 @@ func (x *DeadLetterStatsResponse) GetObjects() int64 {
 type ReplayRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Filter *DeadLetterFilter      `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
-	// rate_per_second bounds re-ingest (0: as fast as ingest takes them).
-	RatePerSecond float64 `protobuf:"fixed64,2,opt,name=rate_per_second,json=ratePerSecond,proto3" json:"rate_per_second,omitempty"`
+	// rate_per_second bounds re-ingest, in events per second: more than 0,
+	// at most 1e6; unset: as fast as ingest takes them. 0, a negative, NaN
+	// or an infinite rate is refused (InvalidArgument).
+	RatePerSecond *float64 `protobuf:"fixed64,2,opt,name=rate_per_second,json=ratePerSecond,proto3,oneof" json:"rate_per_second,omitempty"`
 	// dry_run counts what would be replayed, per destination and customer.
 	DryRun bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	// restart ignores the checkpoint of an earlier run with the same filter.
@@ -554,8 +556,8 @@ func (x *ReplayRequest) GetFilter() *DeadLetterFilter {
 }
 
 func (x *ReplayRequest) GetRatePerSecond() float64 {
-	if x != nil {
-		return x.RatePerSecond
+	if x != nil && x.RatePerSecond != nil {
+		return *x.RatePerSecond
 	}
 	return 0
 }
@@ -703,12 +705,13 @@ const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\x17DeadLetterStatsResponse\x122\n" +
 	"\x06counts\x18\x01 \x03(\v2\x1a.rivora.v1.DeadLetterCountR\x06counts\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x18\n" +
-	"\aobjects\x18\x03 \x01(\x03R\aobjects\"\x9f\x01\n" +
+	"\aobjects\x18\x03 \x01(\x03R\aobjects\"\xb8\x01\n" +
 	"\rReplayRequest\x123\n" +
-	"\x06filter\x18\x01 \x01(\v2\x1b.rivora.v1.DeadLetterFilterR\x06filter\x12&\n" +
-	"\x0frate_per_second\x18\x02 \x01(\x01R\rratePerSecond\x12\x17\n" +
+	"\x06filter\x18\x01 \x01(\v2\x1b.rivora.v1.DeadLetterFilterR\x06filter\x12+\n" +
+	"\x0frate_per_second\x18\x02 \x01(\x01H\x00R\rratePerSecond\x88\x01\x01\x12\x17\n" +
 	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x12\x18\n" +
-	"\arestart\x18\x04 \x01(\bR\arestart\"\xcc\x01\n" +
+	"\arestart\x18\x04 \x01(\bR\arestartB\x12\n" +
+	"\x10_rate_per_second\"\xcc\x01\n" +
 	"\x0eReplayResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x03R\x05total\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\x03R\breplayed\x12\x18\n" +
@@ -784,6 +787,7 @@ func file_rivora_v1_deadletters_proto_init() {
 		return
 	}
 	file_rivora_v1_event_proto_init()
+	file_rivora_v1_deadletters_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
