@@ -190,8 +190,8 @@ func TestConsulStoreMigratesTheSingleValueState(t *testing.T) {
 	if v, err := addDest(s, "after"); err != nil || v != 3 {
 		t.Fatalf("first write: version %d, %v", v, err)
 	}
-	if pair, _, err := client.KV().Get(controlplane.ConsulLegacyStateKey, nil); err != nil || pair != nil {
-		t.Fatalf("the single value after the migration: %v, %v; want it deleted", pair, err)
+	if pair, _, err := client.KV().Get(controlplane.ConsulLegacyStateKey, nil); err != nil || pair == nil || string(pair.Value) != controlplane.ConsulLegacyTombstone {
+		t.Fatalf("the single value after the migration: %v, %v; want the tombstone", pair, err)
 	}
 	if keys := modifyIndexes(t, client); len(keys) != n+2 {
 		t.Fatalf("%d keys after the migration, want %d destinations and the meta key", len(keys), n+1)

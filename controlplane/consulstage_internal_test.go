@@ -247,8 +247,13 @@ func TestConsulStoreLeaderMigratesAtStart(t *testing.T) {
 	if err := s.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if pair, _, _ := client.KV().Get(ConsulLegacyStateKey, nil); pair != nil {
-		t.Fatal("the single value is still there")
+	if pair, _, _ := client.KV().Get(ConsulLegacyStateKey, nil); pair == nil || string(pair.Value) != ConsulLegacyTombstone {
+		t.Fatalf("the single value after the migration: %v, want the tombstone", pair)
+	}
+	// The single-value layout's reader (a control plane not yet upgraded)
+	// refuses the tombstone rather than taking it for an empty state.
+	if _, err := decodeState([]byte(ConsulLegacyTombstone)); err == nil {
+		t.Fatal("the tombstone parses as a state")
 	}
 	if v, ds := openConsulStoreT(t, client).Snapshot(); v != 7 || len(ds) != 1 || ds[0].GetUrl() != "https://example.com/a" {
 		t.Fatalf("migrated: version %d, %v", v, ds)

@@ -36,8 +36,15 @@ const (
 	// ConsulLegacyStateKey held the whole state as one JSON value (the
 	// format of FileStore's controlplane.json) before the state got a key
 	// per destination. A store that finds it and no meta key loads it,
-	// and migrates it on its first write (at once when it leads).
+	// and migrates it on its first write (at once when it leads). The
+	// migration leaves ConsulLegacyTombstone there, not nothing: a control
+	// plane of the older layout still running in the cell would read an
+	// absent key as an empty state and, once it led, serve and write one;
+	// the tombstone does not parse, so it refuses to load instead.
 	ConsulLegacyStateKey = "rivora/controlplane/state"
+	// ConsulLegacyTombstone is what the migration leaves at
+	// ConsulLegacyStateKey.
+	ConsulLegacyTombstone = "MOVED: this control plane state now lives under rivora/controlplane/state/ (one key per destination); upgrade every control plane of the cell"
 	// ConsulAuditPrefix holds the audit log, one protojson AuditEntry per
 	// key, named by its 20-digit zero-padded sequence number.
 	ConsulAuditPrefix = "rivora/controlplane/audit/"
@@ -264,6 +271,9 @@ func (s *ConsulStore) loadLegacyLocked(q *api.QueryOptions) error {
 		s.state, s.index, s.legacy = emptyState(), 0, 0
 		return nil
 	}
+	if string(pair.Value) == ConsulLegacyTombstone {
+		return fmt.Errorf("the Consul key %s says the state was migrated to %s, but %s is missing: restore it from a backup (Consul snapshot)", ConsulLegacyStateKey, ConsulStatePrefix, ConsulStateMetaKey)
+	}
 	st, err := decodeState(pair.Value)
 	if err != nil {
 		return fmt.Errorf("parse Consul key %s: %w", ConsulLegacyStateKey, err)
@@ -470,7 +480,7 @@ func (s *ConsulStore) guardOps(checkMeta bool) []*api.TxnOp {
 		ops = append(ops, kvOp(api.KVCheckIndex, ConsulLegacyStateKey, nil, s.legacy))
 	case s.legacy != 0:
 		// The transaction that creates the meta key ends the legacy one.
-		ops = append(ops, kvOp(api.KVDeleteCAS, ConsulLegacyStateKey, nil, s.legacy))
+		ops = append(ops, kvOp(api.KVCAS, ConsulLegacyStateKey, []byte(ConsulLegacyTombstone), s.legacy))
 	case s.index == 0:
 		ops = append(ops, kvOp(api.KVCheckNotExists, ConsulLegacyStateKey, nil, 0))
 	}
