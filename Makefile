@@ -27,15 +27,17 @@ $(BUF): tools/buf/package.json tools/buf/package-lock.json
 	npm ci --prefix tools/buf --no-audit --no-fund
 	@touch $(BUF)
 
-# proto regenerates the Go code from proto/ with local plugins only.
+# proto regenerates the Go code in proto/ and the TypeScript SDK's in
+# sdk/typescript/src/gen from proto/, with local plugins only.
+PROTO_OUT := proto/ sdk/typescript/src/gen/
 proto: $(BUF)
 	$(BUF) lint
 	$(BUF) generate
 
 # proto-check fails when the committed generated code is stale.
 proto-check: proto
-	@git diff --exit-code -- proto/ || (echo "generated code is stale: run 'make proto' and commit" && exit 1)
-	@test -z "$$(git status --porcelain -- proto/)" || (git status --porcelain -- proto/ && echo "untracked generated files: run 'make proto' and commit" && exit 1)
+	@git diff --exit-code -- $(PROTO_OUT) || (echo "generated code is stale: run 'make proto' and commit" && exit 1)
+	@test -z "$$(git status --porcelain -- $(PROTO_OUT))" || (git status --porcelain -- $(PROTO_OUT) && echo "untracked generated files: run 'make proto' and commit" && exit 1)
 
 unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)

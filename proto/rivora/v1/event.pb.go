@@ -147,7 +147,13 @@ type Event struct {
 	Replayed bool `protobuf:"varint,9,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	// resent marks an event an operator sent again (ResendEvent); it is
 	// delivered with the header rivora-resend: 1.
-	Resent        bool `protobuf:"varint,10,opt,name=resent,proto3" json:"resent,omitempty"`
+	Resent bool `protobuf:"varint,10,opt,name=resent,proto3" json:"resent,omitempty"`
+	// traceparent and tracestate are the W3C trace context the event was
+	// published in (its ingest span when tracing is on, else the caller's
+	// own): every attempt's span and webhook request joins that trace, also
+	// hours later and after a restart. Empty when the publisher sent none.
+	Traceparent   string `protobuf:"bytes,11,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,12,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -250,6 +256,20 @@ func (x *Event) GetResent() bool {
 		return x.Resent
 	}
 	return false
+}
+
+func (x *Event) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *Event) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
 }
 
 // Attempt is one delivery attempt of one event.
@@ -768,7 +788,7 @@ var File_rivora_v1_event_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x15rivora/v1/event.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x02\n" +
+	"\x15rivora/v1/event.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x89\x03\n" +
 	"\x05Event\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x1f\n" +
@@ -782,7 +802,11 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"acceptedAt\x12\x1a\n" +
 	"\breplayed\x18\t \x01(\bR\breplayed\x12\x16\n" +
 	"\x06resent\x18\n" +
-	" \x01(\bR\x06resent\"\xbb\x01\n" +
+	" \x01(\bR\x06resent\x12 \n" +
+	"\vtraceparent\x18\v \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\f \x01(\tR\n" +
+	"tracestate\"\xbb\x01\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1f\n" +

@@ -9,6 +9,7 @@ package rivorav1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -30,8 +31,10 @@ type PublishRequest struct {
 	// end user's id.
 	LaneKey string `protobuf:"bytes,3,opt,name=lane_key,json=laneKey,proto3" json:"lane_key,omitempty"`
 	Type    string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
+	// payload is the body delivered, as is. Set payload or data, not both.
 	Payload []byte `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
-	// content_type defaults to application/json.
+	// content_type defaults to application/json. With data it must be
+	// application/json (or empty).
 	ContentType string `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// idempotency_key, when set, names the event within its (destination,
 	// customer): publishing the same key again within the dedup window
@@ -41,8 +44,13 @@ type PublishRequest struct {
 	// id is derived from the three (the Go SDK's EventID). Keys starting
 	// with "replay:" or "resend:" are reserved.
 	IdempotencyKey string `protobuf:"bytes,7,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// data is the body as any JSON value, for clients that would rather not
+	// base64 a JSON payload: it is delivered as compact JSON (object keys
+	// sorted, no HTML escaping) with content-type application/json. Set
+	// payload or data, not both.
+	Data          *structpb.Value `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PublishRequest) Reset() {
@@ -122,6 +130,13 @@ func (x *PublishRequest) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *PublishRequest) GetData() *structpb.Value {
+	if x != nil {
+		return x.Data
+	}
+	return nil
 }
 
 type PublishResponse struct {
@@ -270,7 +285,7 @@ var File_rivora_v1_ingest_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_ingest_proto_rawDesc = "" +
 	"\n" +
-	"\x16rivora/v1/ingest.proto\x12\trivora.v1\"\xed\x01\n" +
+	"\x16rivora/v1/ingest.proto\x12\trivora.v1\x1a\x1cgoogle/protobuf/struct.proto\"\x99\x02\n" +
 	"\x0ePublishRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
@@ -279,7 +294,8 @@ const file_rivora_v1_ingest_proto_rawDesc = "" +
 	"\x04type\x18\x04 \x01(\tR\x04type\x12\x18\n" +
 	"\apayload\x18\x05 \x01(\fR\apayload\x12!\n" +
 	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\x12'\n" +
-	"\x0fidempotency_key\x18\a \x01(\tR\x0eidempotencyKey\"J\n" +
+	"\x0fidempotency_key\x18\a \x01(\tR\x0eidempotencyKey\x12*\n" +
+	"\x04data\x18\b \x01(\v2\x16.google.protobuf.ValueR\x04data\"J\n" +
 	"\x0fPublishResponse\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"H\n" +
@@ -309,18 +325,20 @@ var file_rivora_v1_ingest_proto_goTypes = []any{
 	(*PublishResponse)(nil),      // 1: rivora.v1.PublishResponse
 	(*PublishBatchRequest)(nil),  // 2: rivora.v1.PublishBatchRequest
 	(*PublishBatchResponse)(nil), // 3: rivora.v1.PublishBatchResponse
+	(*structpb.Value)(nil),       // 4: google.protobuf.Value
 }
 var file_rivora_v1_ingest_proto_depIdxs = []int32{
-	0, // 0: rivora.v1.PublishBatchRequest.events:type_name -> rivora.v1.PublishRequest
-	0, // 1: rivora.v1.IngestService.Publish:input_type -> rivora.v1.PublishRequest
-	2, // 2: rivora.v1.IngestService.PublishBatch:input_type -> rivora.v1.PublishBatchRequest
-	1, // 3: rivora.v1.IngestService.Publish:output_type -> rivora.v1.PublishResponse
-	3, // 4: rivora.v1.IngestService.PublishBatch:output_type -> rivora.v1.PublishBatchResponse
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	4, // 0: rivora.v1.PublishRequest.data:type_name -> google.protobuf.Value
+	0, // 1: rivora.v1.PublishBatchRequest.events:type_name -> rivora.v1.PublishRequest
+	0, // 2: rivora.v1.IngestService.Publish:input_type -> rivora.v1.PublishRequest
+	2, // 3: rivora.v1.IngestService.PublishBatch:input_type -> rivora.v1.PublishBatchRequest
+	1, // 4: rivora.v1.IngestService.Publish:output_type -> rivora.v1.PublishResponse
+	3, // 5: rivora.v1.IngestService.PublishBatch:output_type -> rivora.v1.PublishBatchResponse
+	4, // [4:6] is the sub-list for method output_type
+	2, // [2:4] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_ingest_proto_init() }
