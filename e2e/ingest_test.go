@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -226,4 +229,54 @@ func requireInvalidArgument(t testing.TB, what string, err error, mention ...str
 		}
 	}
 	t.Errorf("%s: message %q does not mention any of %q", what, connectMessage(err), mention)
+}
+
+// What the README's curl example sends: JSON with the body in data, not
+// base64 in payload. The partner receives that JSON, compact, as
+// application/json; both fields at once is refused.
+func TestPublishJSONDataOverHTTP(t *testing.T) {
+	d := startDev(t, devOptions{})
+	p := newPartner(t)
+	createDestination(t, d, "orders", p, "", nil)
+	post := func(body string) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, d.URL()+rivorav1connect.IngestServicePublishProcedure, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := authedHTTP.Do(req)
+		if err != nil {
+			t.Fatalf("POST Publish: %v", err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, out
+	}
+	status, out := post(`{"destinationId":"orders","customerId":"acme","laneKey":"u1","type":"order.created",
+		"data": {"order": 1, "items": [{"sku": "a-1", "qty": 2}], "note": "<ok> & done"}}`)
+	if status != http.StatusOK {
+		t.Fatalf("Publish with data: %d %s", status, out)
+	}
+	var answer struct{ EventID string }
+	if err := json.Unmarshal(out, &answer); err != nil || answer.EventID == "" {
+		t.Fatalf("Publish answered %s (%v); want an eventId", out, err)
+	}
+	p.WaitDelivered(t, []string{answer.EventID}, 30*time.Second)
+	var got delivery
+	for _, r := range p.Snapshot() {
+		if r.ID == answer.EventID {
+			got = r
+		}
+	}
+	if want := `{"items":[{"qty":2,"sku":"a-1"}],"note":"<ok> & done","order":1}`; string(got.Payload) != want {
+		t.Fatalf("partner received %q, want %q", got.Payload, want)
+	}
+	if ct := got.Header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("delivered with content-type %q, want application/json", ct)
+	}
+	status, out = post(`{"destinationId":"orders","customerId":"acme","laneKey":"u1","type":"x","payload":"e30=","data":{}}`)
+	if status != http.StatusBadRequest || !strings.Contains(string(out), "set payload (bytes) or data (a JSON value), not both") {
+		t.Fatalf("payload and data: %d %s; want 400 naming the two", status, out)
+	}
 }

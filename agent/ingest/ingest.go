@@ -322,8 +322,9 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
 	if t := req.GetType(); t == "" || len(t) > maxTypeLen {
 		return nil, fmt.Errorf("type must be 1–%d bytes (e.g. \"order.created\"), got %d bytes", maxTypeLen, len(t))
 	}
-	if n := len(req.GetPayload()); n > g.cfg.MaxPayload {
-		return nil, fmt.Errorf("payload is %d bytes; the limit is %d", n, g.cfg.MaxPayload)
+	payload, contentType, err := body(req, g.cfg.MaxPayload)
+	if err != nil {
+		return nil, err
 	}
 	// A key names one event of its customer on its destination: the id
 	// is derived from the three, so another customer's same key is
@@ -339,12 +340,10 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
 		}
 		id = ids.EventID(dest, req.GetCustomerId(), key)
 	} else {
-		var err error
 		if id, err = g.newID(); err != nil {
 			return nil, fmt.Errorf("assign event id: %w", err)
 		}
 	}
-	contentType := req.GetContentType()
 	switch contentType {
 	case "", defaultContentType:
 		// The common case costs no parse per event.
@@ -360,7 +359,7 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
 		CustomerId:    req.GetCustomerId(),
 		LaneKey:       req.GetLaneKey(),
 		Type:          req.GetType(),
-		Payload:       req.GetPayload(),
+		Payload:       payload,
 		ContentType:   contentType,
 		AcceptedAt:    timestamppb.New(g.now()),
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/ingest"
@@ -118,6 +120,49 @@ func publish(f *fixture, req *rivorav1.PublishRequest) (*rivorav1.PublishRespons
 		return nil, err
 	}
 	return resp.Msg, nil
+}
+
+// TestPublishData: a JSON value in data is stored (and so delivered) as
+// compact JSON with sorted keys and no HTML escaping, as application/json,
+// and names the same event as the same bytes in payload.
+func TestPublishData(t *testing.T) {
+	f := newFixture(t)
+	data, err := structpb.NewValue(map[string]any{
+		"order": 1, "note": "<b>&</b>", "items": []any{"a", 2.5, nil, true}, "customer": map[string]any{"z": 1, "a": "é"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"customer":{"a":"é","z":1},"items":["a",2.5,null,true],"note":"<b>&</b>","order":1}`
+	req := valid()
+	req.Payload, req.Data, req.IdempotencyKey = nil, data, "order-1"
+	first, err := publish(f, req)
+	if err != nil {
+		t.Fatalf("Publish with data: %v", err)
+	}
+	// The same JSON as payload bytes is the same event: a duplicate.
+	asBytes := valid()
+	asBytes.Payload, asBytes.IdempotencyKey = []byte(want), "order-1"
+	again, err := publish(f, asBytes)
+	if err != nil || !again.GetDuplicate() || again.GetEventId() != first.GetEventId() {
+		t.Fatalf("the same JSON as payload = %v, %v; want a duplicate of %s", again, err, first.GetEventId())
+	}
+	// A bare JSON scalar is a body too.
+	scalar := valid()
+	scalar.Payload, scalar.Data = nil, structpb.NewNumberValue(42)
+	if _, err := publish(f, scalar); err != nil {
+		t.Fatalf("Publish with data 42: %v", err)
+	}
+	got := f.stored(t)
+	if len(got) != 2 {
+		t.Fatalf("stored %d events, want 2", len(got))
+	}
+	if string(got[0].GetPayload()) != want || got[0].GetContentType() != "application/json" {
+		t.Fatalf("stored %q as %q, want %q as application/json", got[0].GetPayload(), got[0].GetContentType(), want)
+	}
+	if string(got[1].GetPayload()) != "42" {
+		t.Fatalf("stored %q for data 42", got[1].GetPayload())
+	}
 }
 
 func TestPublishStoresBeforeAnswering(t *testing.T) {
@@ -257,6 +302,19 @@ func TestPublishValidation(t *testing.T) {
 		{"content type with CR/LF", func(r *rivorav1.PublishRequest) { r.ContentType = "application/json\r\nx-injected: 1" }, []string{"content_type must not contain CR, LF or NUL"}},
 		{"content type that is no media type", func(r *rivorav1.PublishRequest) { r.ContentType = "json" }, []string{`content_type "json" is not a media type`}},
 		{"long content type", func(r *rivorav1.PublishRequest) { r.ContentType = "text/" + strings.Repeat("x", 300) }, []string{"content_type is 305 bytes", "limit is 256"}},
+		{"payload and data", func(r *rivorav1.PublishRequest) { r.Data = structpb.NewBoolValue(true) }, []string{"set payload (bytes) or data (a JSON value), not both"}},
+		{"data with another content type", func(r *rivorav1.PublishRequest) {
+			r.Payload, r.Data, r.ContentType = nil, structpb.NewStringValue("x"), "text/plain"
+		}, []string{`content_type "text/plain" needs payload`}},
+		{"data with no value", func(r *rivorav1.PublishRequest) { r.Payload, r.Data = nil, &structpb.Value{} }, []string{"data has no value"}},
+		{"data with NaN inside", func(r *rivorav1.PublishRequest) {
+			r.Payload, r.Data = nil, structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				"items": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewNumberValue(1), structpb.NewNumberValue(math.NaN())}}),
+			}})
+		}, []string{"data.items[1] is NaN, which JSON cannot carry"}},
+		{"data over the limit", func(r *rivorav1.PublishRequest) {
+			r.Payload, r.Data = nil, structpb.NewStringValue(strings.Repeat("x", maxPayload))
+		}, []string{fmt.Sprintf("data is %d bytes as JSON; the limit is %d", maxPayload+2, maxPayload)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
