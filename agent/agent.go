@@ -388,6 +388,12 @@ func (a *Agent) Healthy() error {
 	return nil
 }
 
+// Services are the services Handle registers, by full name.
+var Services = []string{
+	rivorav1connect.IngestServiceName, rivorav1connect.EventServiceName, rivorav1connect.LaneServiceName,
+	rivorav1connect.PartitionServiceName, rivorav1connect.ArchiveServiceName,
+}
+
 // Handle registers the agent's Connect services (ingest, events, lanes,
 // partitions, archive) on mux, each behind the auth interceptor: every
 // call is checked against auth.Policies with the agent's keys. Every

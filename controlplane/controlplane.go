@@ -255,6 +255,13 @@ func checkHTTPURL(what, raw string) error {
 	return nil
 }
 
+// Services are the services Handle registers, and OperatorServices those
+// HandleOperator does, by full name.
+var (
+	Services         = []string{rivorav1connect.AdminServiceName, rivorav1connect.TokenServiceName, rivorav1connect.AgentServiceName}
+	OperatorServices = []string{rivorav1connect.EventServiceName, rivorav1connect.LaneServiceName, rivorav1connect.ArchiveServiceName}
+)
+
 // Handle registers the admin, token and agent services on mux, behind the
 // gates every call passes: only the leader answers (leaderInterceptor),
 // the caller must be let in by auth.Policies (auth.Interceptor), and

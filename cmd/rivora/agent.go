@@ -10,9 +10,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/httpurl"
+	"github.com/rivora/rivora/internal/introspect"
 )
 
 func agentCommand() *cli.Command {
@@ -123,6 +125,7 @@ Examples:
 			}
 			mux := baseMux(ag.Healthy, c.Bool("pprof"), metrics)
 			ag.Handle(mux)
+			introspect.Handle(mux, keys, ag.Healthy, agent.Services...)
 			log.Info("rivora agent listening", "addr", self, "name", c.String("name"), "controlplane", c.String("controlplane"))
 			return serve(ctx, c, log, mux, ln, ag.Run)
 		},

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/controlplane/notices"
 	"github.com/rivora/rivora/internal/httpurl"
+	"github.com/rivora/rivora/internal/introspect"
 	"github.com/rivora/rivora/sdk/webhook"
 )
 
@@ -143,9 +145,11 @@ Examples:
 				ln.Close()
 				return err
 			}
-			mux := baseMux(func() error { return nil }, c.Bool("pprof"), metrics)
+			healthy := func() error { return nil }
+			mux := baseMux(healthy, c.Bool("pprof"), metrics)
 			cp.Handle(mux)
 			cp.HandleOperator(mux)
+			introspect.Handle(mux, cfg.Keys, healthy, slices.Concat(controlplane.Services, controlplane.OperatorServices)...)
 			log.Info("rivora controlplane listening", "addr", self, "state_dir", cfg.StateDir, "consul", consul, "advertise", advertise)
 			return serve(ctx, c, log, mux, ln, cp.Run)
 		},

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/httpurl"
+	"github.com/rivora/rivora/internal/introspect"
 	"github.com/rivora/rivora/internal/tlsconf"
 )
 
@@ -264,7 +266,8 @@ func runDev(c *cli.Context) error {
 		ln.Close()
 		return err
 	}
-	ag, err := newAgent(ctx, c, log, auth.NewKeys(cell), "dev", dataDir, url, url, srv, "")
+	agentKeys := auth.NewKeys(cell)
+	ag, err := newAgent(ctx, c, log, agentKeys, "dev", dataDir, url, url, srv, "")
 	if err != nil {
 		ln.Close()
 		return err
@@ -272,6 +275,7 @@ func runDev(c *cli.Context) error {
 	mux := baseMux(ag.Healthy, c.Bool("pprof"), metrics)
 	cp.Handle(mux)
 	ag.Handle(mux)
+	introspect.Handle(mux, agentKeys, ag.Healthy, slices.Concat(controlplane.Services, agent.Services)...)
 	log.Info("rivora dev listening", "addr", url, "data_dir", dataDir)
 	return serve(ctx, c, log, mux, ln, cp.Run, ag.Run)
 }

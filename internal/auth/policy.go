@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -37,6 +38,13 @@ var (
 	adminsOf = Rule{Roles: []rivorav1.Role{admin}}
 	steer    = Rule{Roles: []rivorav1.Role{admin, operator}}
 	read     = Rule{Roles: []rivorav1.Role{admin, operator, viewer}}
+	anyToken = Rule{Roles: []rivorav1.Role{admin, operator, viewer, publisher}, CellToo: true}
+)
+
+// The reflection services' one method each.
+const (
+	reflectV1      = "/" + grpcreflect.ReflectV1ServiceName + "/ServerReflectionInfo"
+	reflectV1Alpha = "/" + grpcreflect.ReflectV1AlphaServiceName + "/ServerReflectionInfo"
 )
 
 // Policies is every RPC's rule, by Connect procedure. An RPC not named
@@ -116,6 +124,12 @@ var Policies = map[string]Rule{
 	},
 	rivorav1connect.ArchiveServiceDeadLetterStatsProcedure: read,
 	rivorav1connect.ArchiveServiceReplayProcedure:          steer,
+
+	// gRPC server reflection (internal/introspect) describes the API to
+	// any valid token, cell token included; the gRPC health check is
+	// open to all, like /healthz, and not behind this interceptor.
+	reflectV1:      anyToken,
+	reflectV1Alpha: anyToken,
 
 	// The cell's own services: agents follow and report to the control
 	// plane; the control plane asks agents about their partitions.
