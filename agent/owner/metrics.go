@@ -12,6 +12,15 @@ var (
 		Name: "rivora_delivery_attempts_total",
 		Help: "Delivery attempts by destination and outcome class (2xx, 3xx, 4xx, 5xx, error).",
 	}, []string{"destination", "class"})
+	throttledTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "rivora_delivery_throttled_total",
+		Help: "Delivery attempts the partner answered 429 Too Many Requests, by destination (also counted in rivora_delivery_attempts_total as 4xx).",
+	}, []string{"destination"})
+	attemptSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "rivora_delivery_attempt_duration_seconds",
+		Help:    "How long delivery attempts took, from sending the request to the partner's answer (or the error), by destination.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"destination"})
 	deadTotal = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "rivora_deadletters_total",
 		Help: "Events that became dead letters, by destination and reason.",

@@ -3,6 +3,7 @@ package owner
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -91,6 +92,10 @@ func (o *Partition) Complete(ctx context.Context, a *scheduler.Attempt, ev *rivo
 // answered; it reports whether a failure is the destination's.
 func (o *Partition) observe(a *scheduler.Attempt, ev *rivorav1.Event, res delivery.Result) bool {
 	attemptsTotal.WithLabelValues(ev.GetDestinationId(), res.StatusClass()).Inc()
+	attemptSeconds.WithLabelValues(ev.GetDestinationId()).Observe(res.Duration.Seconds())
+	if res.Status == http.StatusTooManyRequests {
+		throttledTotal.WithLabelValues(ev.GetDestinationId()).Inc()
+	}
 	fault := res.DestinationFault()
 	cause := ""
 	if res.Err != nil {
