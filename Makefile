@@ -39,6 +39,13 @@ proto-check: proto
 	@git diff --exit-code -- $(PROTO_OUT) || (echo "generated code is stale: run 'make proto' and commit" && exit 1)
 	@test -z "$$(git status --porcelain -- $(PROTO_OUT))" || (git status --porcelain -- $(PROTO_OUT) && echo "untracked generated files: run 'make proto' and commit" && exit 1)
 
+# sdk-ts installs, builds and tests the TypeScript SDK (sdk/typescript):
+# unit tests, standardwebhooks cross-checks, and integration tests against
+# a real `rivora dev` that the tests build from ./cmd/rivora.
+.PHONY: sdk-ts
+sdk-ts:
+	cd sdk/typescript && npm ci --no-audit --no-fund && npm run build && npm test
+
 unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
 

@@ -1,0 +1,34 @@
+/**
+ * @rivora/sdk: publish events to Rivora and verify the signed webhooks it
+ * delivers. The generated Connect descriptors are under "@rivora/sdk/gen/…".
+ */
+export {
+  RivoraClient,
+  DEFAULT_BASE_BACKOFF_MS,
+  DEFAULT_MAX_ATTEMPTS,
+  DEFAULT_TIMEOUT_MS,
+  type CallOptions,
+  type Payload,
+  type PublishBatchResult,
+  type PublishEvent,
+  type PublishResult,
+  type RivoraClientOptions,
+} from "./client.js";
+export { RivoraError, codeName } from "./errors.js";
+export { eventId, newIdempotencyKey } from "./ids.js";
+export {
+  verifyWebhook,
+  signWebhook,
+  WebhookVerificationError,
+  DEFAULT_TOLERANCE_SECONDS,
+  HEADER_ID,
+  HEADER_SIGNATURE,
+  HEADER_TIMESTAMP,
+  SECRET_PREFIX,
+  type VerifiedWebhook,
+  type VerifyWebhookOptions,
+  type WebhookBody,
+  type WebhookHeaders,
+  type WebhookVerificationReason,
+} from "./webhook.js";
+export { Code } from "@connectrpc/connect";

@@ -1,0 +1,201 @@
+// Standard Webhooks verification, as Rivora signs every delivery (the Go
+// package sdk/webhook): base64(HMAC-SHA256(key, `${id}.${timestamp}.${body}`))
+// sent as "v1,<signature>" in webhook-signature, several space-separated
+// during a secret rotation. WebCrypto only, so it runs in Node >= 20, browsers
+// and edge runtimes alike.
+
+/** Header names of the Standard Webhooks scheme. */
+export const HEADER_ID = "webhook-id";
+export const HEADER_TIMESTAMP = "webhook-timestamp";
+export const HEADER_SIGNATURE = "webhook-signature";
+
+/** Every secret is "whsec_" + base64 of its key bytes. */
+export const SECRET_PREFIX = "whsec_";
+
+/** How far webhook-timestamp may be from now, by default (5 minutes). */
+export const DEFAULT_TOLERANCE_SECONDS = 300;
+
+/** Why a webhook was refused. */
+export type WebhookVerificationReason =
+  /** webhook-id, webhook-timestamp or webhook-signature is missing or empty. */
+  | "missing_header"
+  /** webhook-timestamp is not Unix seconds. */
+  | "bad_timestamp"
+  /** webhook-timestamp is older than the tolerance (a replay, or a clock off). */
+  | "stale"
+  /** webhook-timestamp is further ahead than the tolerance. */
+  | "future"
+  /** No v1 signature matches the body: forged, tampered, or the wrong secret. */
+  | "bad_signature";
+
+/**
+ * WebhookVerificationError is thrown by {@link verifyWebhook} for a request
+ * that must not be trusted: answer it 401. A bad secret is not one of these
+ * (it throws a TypeError): that is the receiver's configuration to fix, and
+ * answering 500 makes Rivora retry rather than hear "unauthorized".
+ */
+export class WebhookVerificationError extends Error {
+  override readonly name = "WebhookVerificationError";
+  readonly reason: WebhookVerificationReason;
+
+  constructor(reason: WebhookVerificationReason, message: string) {
+    super(message);
+    this.reason = reason;
+  }
+}
+
+/**
+ * Headers as receivers get them: a fetch `Headers` (or anything with `get`),
+ * a Node `IncomingHttpHeaders` (`req.headers` in http and Express) or a plain
+ * record, looked up case-insensitively.
+ */
+export type WebhookHeaders =
+  | { get(name: string): string | null }
+  | Readonly<Record<string, string | readonly string[] | undefined>>;
+
+/** A webhook body exactly as received: never a re-serialized parse of it. */
+export type WebhookBody = string | Uint8Array | ArrayBuffer;
+
+export interface VerifyWebhookOptions {
+  /** Accept timestamps within this many seconds of now (default 300). */
+  toleranceSeconds?: number;
+  /** The time to check against (default: the clock); a Date or Unix ms. */
+  now?: Date | number;
+}
+
+/** What a verified webhook says about itself. */
+export interface VerifiedWebhook {
+  /** webhook-id: the event's id, stable across retries; dedupe on it (deliveries are at least once). */
+  id: string;
+  /** webhook-timestamp, Unix seconds. */
+  timestamp: number;
+}
+
+const utf8 = new TextEncoder();
+
+/**
+ * verifyWebhook checks a delivery's Standard Webhooks headers against its raw
+ * body with the destination's secret ("whsec_…", as printed by `rivoractl
+ * destinations create`). One matching "v1," signature is enough (rotation).
+ * It resolves with the webhook's id and timestamp, and rejects with a
+ * {@link WebhookVerificationError} otherwise; the comparison is WebCrypto's
+ * constant-time HMAC verify.
+ */
+export async function verifyWebhook(
+  secret: string,
+  headers: WebhookHeaders,
+  body: WebhookBody,
+  options: VerifyWebhookOptions = {},
+): Promise<VerifiedWebhook> {
+  const key = await importKey(secret, "verify");
+  const id = header(headers, HEADER_ID);
+  const ts = header(headers, HEADER_TIMESTAMP);
+  const sigs = header(headers, HEADER_SIGNATURE);
+  if (!id || !ts || !sigs) {
+    const missing = [!id && HEADER_ID, !ts && HEADER_TIMESTAMP, !sigs && HEADER_SIGNATURE].filter(Boolean);
+    throw new WebhookVerificationError("missing_header", `webhook: missing ${missing.join(", ")} header`);
+  }
+  const timestamp = parseTimestamp(ts);
+  const tolerance = options.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS;
+  const now = options.now === undefined ? Date.now() : typeof options.now === "number" ? options.now : options.now.getTime();
+  const offBy = (now - Number(timestamp) * 1000) / 1000;
+  if (offBy > tolerance) {
+    throw new WebhookVerificationError("stale", `webhook: timestamp is ${Math.round(offBy)}s old; the tolerance is ${tolerance}s`);
+  }
+  if (offBy < -tolerance) {
+    throw new WebhookVerificationError("future", `webhook: timestamp is ${Math.round(-offBy)}s ahead; the tolerance is ${tolerance}s`);
+  }
+  const content = signedContent(id, timestamp, body);
+  for (const entry of sigs.split(/\s+/)) {
+    const comma = entry.indexOf(",");
+    if (comma < 0 || entry.slice(0, comma) !== "v1") continue;
+    const sig = decodeBase64(entry.slice(comma + 1));
+    if (sig === undefined) continue;
+    if (await globalThis.crypto.subtle.verify("HMAC", key, sig, content)) {
+      return { id, timestamp: Number(timestamp) };
+    }
+  }
+  throw new WebhookVerificationError("bad_signature", "webhook: no matching signature");
+}
+
+/**
+ * signWebhook returns the webhook-signature value Rivora would send for one
+ * delivery ("v1,<base64>"): for tests of a receiver.
+ */
+export async function signWebhook(
+  secret: string,
+  webhook: { id: string; timestamp: number; body: WebhookBody },
+): Promise<string> {
+  const key = await importKey(secret, "sign");
+  const ts = BigInt(Math.trunc(webhook.timestamp));
+  const mac = await globalThis.crypto.subtle.sign("HMAC", key, signedContent(webhook.id, ts, webhook.body));
+  return "v1," + encodeBase64(new Uint8Array(mac));
+}
+
+async function importKey(secret: string, usage: "sign" | "verify"): Promise<CryptoKey> {
+  if (typeof secret !== "string" || !secret.startsWith(SECRET_PREFIX)) {
+    throw new TypeError(`rivora: webhook secret must start with "${SECRET_PREFIX}"`);
+  }
+  const raw = decodeBase64(secret.slice(SECRET_PREFIX.length));
+  if (raw === undefined) {
+    throw new TypeError(`rivora: webhook secret after "${SECRET_PREFIX}" must be base64`);
+  }
+  if (raw.length < 16) {
+    throw new TypeError(`rivora: webhook secret key is ${raw.length} bytes; use at least 16`);
+  }
+  return globalThis.crypto.subtle.importKey("raw", raw, { name: "HMAC", hash: "SHA-256" }, false, [usage]);
+}
+
+function header(headers: WebhookHeaders, name: string): string {
+  if (typeof (headers as { get?: unknown }).get === "function") {
+    return (headers as { get(name: string): string | null }).get(name) ?? "";
+  }
+  const record = headers as Readonly<Record<string, string | readonly string[] | undefined>>;
+  let value = record[name];
+  if (value === undefined) {
+    const key = Object.keys(record).find((k) => k.toLowerCase() === name);
+    value = key === undefined ? undefined : record[key];
+  }
+  // Several lines of one header: the first counts, as with Go's Header.Get.
+  return (typeof value === "string" ? value : value?.[0]) ?? "";
+}
+
+const INT64_MIN = -(2n ** 63n);
+const INT64_MAX = 2n ** 63n - 1n;
+
+// parseTimestamp reads Unix seconds as Go's strconv.ParseInt does (an
+// optional sign, decimal digits, within int64), since the signed content
+// carries the number as Go formats it.
+function parseTimestamp(ts: string): bigint {
+  if (/^[+-]?[0-9]+$/.test(ts)) {
+    const n = BigInt(ts);
+    if (n >= INT64_MIN && n <= INT64_MAX) return n;
+  }
+  throw new WebhookVerificationError("bad_timestamp", `webhook: timestamp ${JSON.stringify(ts.slice(0, 32))} is not Unix seconds`);
+}
+
+function signedContent(id: string, timestamp: bigint, body: WebhookBody): Uint8Array<ArrayBuffer> {
+  const head = utf8.encode(`${id}.${timestamp.toString()}.`);
+  const rest = typeof body === "string" ? utf8.encode(body) : body instanceof ArrayBuffer ? new Uint8Array(body) : body;
+  const out = new Uint8Array(head.length + rest.length);
+  out.set(head, 0);
+  out.set(rest, head.length);
+  return out;
+}
+
+// decodeBase64 is standard, padded base64 (Go's base64.StdEncoding), or
+// undefined: atob alone would also take unpadded text and whitespace.
+function decodeBase64(s: string): Uint8Array<ArrayBuffer> | undefined {
+  if (s.length % 4 !== 0 || !/^[A-Za-z0-9+/]*={0,2}$/.test(s)) return undefined;
+  try {
+    return Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
+  } catch {
+    return undefined;
+  }
+}
+
+function encodeBase64(b: Uint8Array): string {
+  let s = "";
+  for (const x of b) s += String.fromCharCode(x);
+  return btoa(s);
+}

@@ -1,0 +1,234 @@
+// The client against a real HTTP server on 127.0.0.1 that records requests
+// and answers as a Connect server would (success, or a chosen failure):
+// what goes on the wire, and how failures are retried.
+import { create, fromBinary, toBinary, toJson } from "@bufbuild/protobuf";
+import { ValueSchema } from "@bufbuild/protobuf/wkt";
+import { propagation, ROOT_CONTEXT, context, trace, TraceFlags } from "@opentelemetry/api";
+import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
+import { W3CTraceContextPropagator } from "@opentelemetry/core";
+import type http from "node:http";
+import { afterEach, describe, expect, it } from "vitest";
+import {
+  PublishBatchRequestSchema,
+  PublishBatchResponseSchema,
+  PublishRequestSchema,
+  PublishResponseSchema,
+} from "../src/gen/rivora/v1/ingest_pb.js";
+import { Code, RivoraClient, RivoraError, type PublishEvent } from "../src/index.js";
+import { freePort, startServer, type Received, type Server } from "./helpers.js";
+
+const event: PublishEvent = { destinationId: "orders", customerId: "acme", laneKey: "u1", type: "order.created", payload: "{}" };
+const UUIDV7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+function ok(req: Received, res: http.ServerResponse): void {
+  res.setHeader("content-type", "application/proto");
+  if (req.url.endsWith("/PublishBatch")) {
+    const n = fromBinary(PublishBatchRequestSchema, req.body).events.length;
+    res.end(toBinary(PublishBatchResponseSchema, create(PublishBatchResponseSchema, { eventIds: Array.from({ length: n }, (_, i) => `id-${i}`) })));
+  } else {
+    res.end(toBinary(PublishResponseSchema, create(PublishResponseSchema, { eventId: "id-1", duplicate: false })));
+  }
+}
+
+function fail(res: http.ServerResponse, status: number, code: string): void {
+  res.statusCode = status;
+  res.setHeader("content-type", "application/json");
+  res.end(JSON.stringify({ code, message: `test says ${code}` }));
+}
+
+// failFirst answers the first n requests with a Connect error, then ok.
+function failFirst(n: number, status = 503, code = "unavailable") {
+  let seen = 0;
+  return (req: Received, res: http.ServerResponse) => (seen++ < n ? fail(res, status, code) : ok(req, res));
+}
+
+async function rejection(p: Promise<unknown>): Promise<RivoraError> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(RivoraError);
+  return err as RivoraError;
+}
+
+const servers: Server[] = [];
+async function server(answer: Parameters<typeof startServer>[0] = ok): Promise<Server> {
+  const s = await startServer(answer);
+  servers.push(s);
+  return s;
+}
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((s) => s.close()));
+  propagation.disable();
+  context.disable();
+});
+
+describe("RivoraClient on the wire", () => {
+  it("sends the token and the active OpenTelemetry trace context", async () => {
+    const s = await server();
+    // What an app's OpenTelemetry SDK registers (NodeSDK does both).
+    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+    propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+    const client = new RivoraClient({ baseUrl: s.url + "/", token: "tok_123" });
+    const span = trace.wrapSpanContext({ traceId: "0af7651916cd43dd8448eb211c80319c", spanId: "b7ad6b7169203331", traceFlags: TraceFlags.SAMPLED });
+    const ctx = trace.setSpan(ROOT_CONTEXT, span);
+    const res = await context.with(ctx, async () => {
+      await new Promise((r) => setTimeout(r, 1)); // the context survives awaits
+      return client.publish(event);
+    });
+    expect(res).toEqual({ eventId: "id-1", duplicate: false });
+    const r = s.received[0]!;
+    expect(r.url).toBe("/rivora.v1.IngestService/Publish");
+    expect(r.headers.authorization).toBe("Bearer tok_123");
+    expect(r.headers.traceparent).toBe("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+    await context.with(ctx, () => client.publishBatch([event, event]));
+    expect(s.received[1]!.headers.traceparent).toBe("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+  });
+
+  it("sends an explicit traceparent, and none without one or OpenTelemetry", async () => {
+    const s = await server();
+    const client = new RivoraClient({ baseUrl: s.url });
+    await client.publish(event);
+    expect(s.received[0]!.headers.traceparent).toBeUndefined();
+    expect(s.received[0]!.headers.authorization).toBeUndefined();
+    const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    await client.publish(event, { traceparent: tp, tracestate: "vendor=1" });
+    expect(s.received[1]!.headers.traceparent).toBe(tp);
+    expect(s.received[1]!.headers.tracestate).toBe("vendor=1");
+    const err = await rejection(client.publish(event, { traceparent: "00-nope" }));
+    expect(err.code).toBe(Code.InvalidArgument);
+    expect(s.received).toHaveLength(2);
+  });
+
+  it("encodes strings and bytes as payload, and anything else as JSON data", async () => {
+    const s = await server();
+    const client = new RivoraClient({ baseUrl: s.url });
+    const sent = () => fromBinary(PublishRequestSchema, s.received.at(-1)!.body);
+
+    await client.publish({ ...event, payload: "héllo", contentType: "text/plain" });
+    expect(new TextDecoder().decode(sent().payload)).toBe("héllo");
+    expect(sent().contentType).toBe("text/plain");
+    expect(sent().data).toBeUndefined();
+
+    await client.publish({ ...event, payload: new Uint8Array([0, 1, 255]) });
+    expect(Array.from(sent().payload)).toEqual([0, 1, 255]);
+    expect(sent().contentType).toBe("");
+
+    const obj = { order: 1, tags: ["a", "b"], nested: { ok: true, none: null }, at: new Date(0), skip: undefined };
+    await client.publish({ ...event, payload: obj });
+    expect(sent().payload).toHaveLength(0);
+    expect(toJson(ValueSchema, sent().data!)).toEqual(JSON.parse(JSON.stringify(obj)));
+    for (const p of [42, null, [1, "x"], false]) {
+      await client.publish({ ...event, payload: p });
+      expect(toJson(ValueSchema, sent().data!)).toEqual(p);
+    }
+
+    for (const bad of [10n, undefined, () => 1]) {
+      const err = await rejection(client.publish({ ...event, payload: bad as unknown as object }));
+      expect(err.code).toBe(Code.InvalidArgument);
+      expect(err.message).toMatch(/payload/);
+    }
+    expect(s.received).toHaveLength(7);
+  });
+
+  it("assigns a UUIDv7 idempotency key per event, keeps a given one, and batches", async () => {
+    const s = await server();
+    const client = new RivoraClient({ baseUrl: s.url });
+    await client.publish(event);
+    await client.publish({ ...event, idempotencyKey: "order-7" });
+    const [a, b] = s.received.map((r) => fromBinary(PublishRequestSchema, r.body).idempotencyKey);
+    expect(a).toMatch(UUIDV7);
+    expect(b).toBe("order-7");
+
+    await expect(client.publishBatch([])).resolves.toEqual({ eventIds: [] });
+    expect(s.received).toHaveLength(2);
+    await expect(client.publishBatch([event, { ...event, idempotencyKey: "k2" }, event])).resolves.toEqual({ eventIds: ["id-0", "id-1", "id-2"] });
+    const keys = fromBinary(PublishBatchRequestSchema, s.received[2]!.body).events.map((e) => e.idempotencyKey);
+    expect(keys[1]).toBe("k2");
+    expect(new Set(keys).size).toBe(3);
+    expect(keys[0]).toMatch(UUIDV7);
+  });
+
+  it("refuses a batch answer with the wrong number of ids", async () => {
+    const s = await server((_, res) => {
+      res.setHeader("content-type", "application/proto");
+      res.end(toBinary(PublishBatchResponseSchema, create(PublishBatchResponseSchema, { eventIds: ["only-one"] })));
+    });
+    const err = await rejection(new RivoraClient({ baseUrl: s.url }).publishBatch([event, event]));
+    expect(err.code).toBe(Code.Internal);
+  });
+
+  it("refuses a base URL that is not http(s)", () => {
+    expect(() => new RivoraClient({ baseUrl: "127.0.0.1:7400" })).toThrow(RivoraError);
+    expect(() => new RivoraClient({ baseUrl: "ftp://x" })).toThrow(/http/);
+  });
+});
+
+describe("RivoraClient retries", () => {
+  it("retries Unavailable with the same idempotency key", async () => {
+    const s = await server(failFirst(2));
+    const client = new RivoraClient({ baseUrl: s.url, baseBackoffMs: 1 });
+    await expect(client.publish(event)).resolves.toEqual({ eventId: "id-1", duplicate: false });
+    expect(s.received).toHaveLength(3);
+    const keys = new Set(s.received.map((r) => fromBinary(PublishRequestSchema, r.body).idempotencyKey));
+    expect(keys.size).toBe(1);
+
+    const b = await server(failFirst(1, 429, "resource_exhausted"));
+    await new RivoraClient({ baseUrl: b.url, baseBackoffMs: 1 }).publishBatch([event, event]);
+    expect(b.received).toHaveLength(2);
+    expect(b.received[0]!.body).toEqual(b.received[1]!.body);
+  });
+
+  it("does not retry what retrying cannot fix, and says why", async () => {
+    for (const [status, code, want] of [
+      [400, "invalid_argument", Code.InvalidArgument],
+      [401, "unauthenticated", Code.Unauthenticated],
+      [403, "permission_denied", Code.PermissionDenied],
+      [409, "already_exists", Code.AlreadyExists],
+    ] as const) {
+      const s = await server((_, res) => fail(res, status, code));
+      const err = await rejection(new RivoraClient({ baseUrl: s.url, baseBackoffMs: 1 }).publish(event));
+      expect(err.code).toBe(want);
+      expect(err.codeName).toBe(code);
+      expect(err.attempts).toBe(1);
+      expect(err.message).toBe(`[${code}] rivora publish: test says ${code}`);
+      expect(s.received).toHaveLength(1);
+    }
+  });
+
+  it("gives up after maxAttempts on network errors, as Unavailable", async () => {
+    const port = await freePort(); // nothing listens there
+    const client = new RivoraClient({ baseUrl: `http://127.0.0.1:${port}`, maxAttempts: 3, baseBackoffMs: 1 });
+    const err = await rejection(client.publish(event));
+    expect(err.code).toBe(Code.Unavailable);
+    expect(err.attempts).toBe(3);
+    expect(err.message).toMatch(/ECONNREFUSED/);
+  });
+
+  it("retries a try that timed out", async () => {
+    let n = 0;
+    const s = await server((req, res) => {
+      if (n++ === 0) return; // never answered: the try's timeout ends it
+      ok(req, res);
+    });
+    const client = new RivoraClient({ baseUrl: s.url, timeoutMs: 300, baseBackoffMs: 1 });
+    await expect(client.publish(event)).resolves.toEqual({ eventId: "id-1", duplicate: false });
+    expect(s.received).toHaveLength(2);
+  });
+
+  it("stops at the caller's signal: canceled, or deadline exceeded", async () => {
+    const s = await server((_, res) => fail(res, 503, "unavailable"));
+    const client = new RivoraClient({ baseUrl: s.url, maxAttempts: 100, baseBackoffMs: 50 });
+    const err = await rejection(client.publish(event, { signal: AbortSignal.timeout(300) }));
+    expect(err.code).toBe(Code.DeadlineExceeded);
+    expect(err.message).toMatch(/test says unavailable/);
+    expect(s.received.length).toBeGreaterThan(1);
+    expect(s.received.length).toBeLessThan(100);
+
+    const ac = new AbortController();
+    ac.abort();
+    const canceled = await rejection(client.publish(event, { signal: ac.signal }));
+    expect(canceled.code).toBe(Code.Canceled);
+    expect(canceled.attempts).toBe(0);
+  });
+});

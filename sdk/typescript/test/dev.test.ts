@@ -1,0 +1,131 @@
+// Against a real `rivora dev` (built once by global-setup) delivering to a
+// real receiver on 127.0.0.1: publish, batch, the example script, JSON data,
+// and a publish that rides out a restart of the server.
+import { execFile } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { eventId, RivoraClient, verifyWebhook, WebhookVerificationError, type PublishEvent } from "../src/index.js";
+import { Dev, eventually, freePort, startServer, type Received, type Server } from "./helpers.js";
+
+const pkgDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+
+let dir: string;
+let dev: Dev;
+let partner: Server;
+let secret: string;
+let client: RivoraClient;
+
+beforeAll(async () => {
+  dir = await mkdtemp(path.join(tmpdir(), "rivora-dev-"));
+  dev = new Dev(inject("rivoraBin"), path.join(dir, "data"), await freePort());
+  await dev.start();
+  partner = await startServer();
+  secret = await dev.createDestination("orders", `${partner.url}/hook`);
+  client = new RivoraClient({ baseUrl: dev.url, token: await dev.adminToken() });
+});
+
+afterAll(async () => {
+  await dev?.stop();
+  await partner?.close();
+  if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+const ev = (over: Partial<PublishEvent> = {}): PublishEvent => ({
+  destinationId: "orders",
+  customerId: "acme",
+  laneKey: "u1",
+  type: "order.created",
+  payload: "{}",
+  ...over,
+});
+
+function deliveriesOf(id: string): Received[] {
+  return partner.received.filter((r) => r.headers["webhook-id"] === id);
+}
+
+/** delivered waits for the event's first delivery. */
+function delivered(id: string): Promise<Received> {
+  return eventually(`delivery of ${id}`, () => deliveriesOf(id)[0]);
+}
+
+describe("against rivora dev", () => {
+  it("publishes one event and a batch, delivered with valid signatures", async () => {
+    const key = `order-${Date.now()}`;
+    const one = await client.publish(ev({ payload: '{"order":1}', idempotencyKey: key }));
+    expect(one).toEqual({ eventId: await eventId("orders", "acme", key), duplicate: false });
+    await expect(client.publish(ev({ payload: '{"order":1}', idempotencyKey: key }))).resolves.toEqual({ ...one, duplicate: true });
+
+    const bodies = ["first", "second", "third"];
+    const { eventIds } = await client.publishBatch([
+      ev({ laneKey: "u2", payload: bodies[0]!, contentType: "text/plain" }),
+      ev({ laneKey: "u2", payload: new TextEncoder().encode(bodies[1]), contentType: "text/plain" }),
+      ev({ laneKey: "u3", payload: bodies[2]!, contentType: "text/plain", idempotencyKey: `${key}-b` }),
+    ]);
+    expect(eventIds).toHaveLength(3);
+    expect(new Set(eventIds).size).toBe(3);
+    expect(eventIds[2]).toBe(await eventId("orders", "acme", `${key}-b`));
+
+    const first = await delivered(one.eventId);
+    expect(first.body.toString()).toBe('{"order":1}');
+    expect(first.headers["content-type"]).toBe("application/json");
+    await expect(verifyWebhook(secret, first.headers, first.body)).resolves.toMatchObject({ id: one.eventId });
+    for (const [i, id] of eventIds.entries()) {
+      const d = await delivered(id);
+      expect(d.body.toString()).toBe(bodies[i]);
+      expect(d.headers["content-type"]).toBe("text/plain");
+      await expect(verifyWebhook(secret, d.headers, d.body)).resolves.toMatchObject({ id });
+      // A forged delivery: the real headers over another body, or another signature.
+      await expect(verifyWebhook(secret, d.headers, d.body.toString() + "!")).rejects.toBeInstanceOf(WebhookVerificationError);
+      const forged = { ...d.headers, "webhook-signature": "v1," + Buffer.alloc(32).toString("base64") };
+      await expect(verifyWebhook(secret, forged, d.body)).rejects.toMatchObject({ reason: "bad_signature" });
+    }
+  });
+
+  it("runs the example script: only the built package's public exports", async () => {
+    const { stdout } = await promisify(execFile)(process.execPath, [path.join(pkgDir, "examples/publish.mjs")], {
+      cwd: pkgDir,
+      env: { ...process.env, RIVORA_URL: dev.url, RIVORA_TOKEN: await dev.adminToken(), RIVORA_DESTINATION: "orders" },
+    });
+    const out = JSON.parse(stdout) as { eventId: string; eventIds: string[] };
+    expect(out.eventIds).toHaveLength(2);
+    for (const id of [out.eventId, ...out.eventIds]) {
+      const d = await delivered(id);
+      await expect(verifyWebhook(secret, d.headers, d.body)).resolves.toMatchObject({ id });
+    }
+  });
+
+  // Needs the server side of PublishRequest.data (issue 15, "JSON payloads").
+  it("delivers an object payload as compact JSON (PublishRequest.data)", async () => {
+    const { eventId: id } = await client.publish(ev({ laneKey: "json", payload: { b: 1, a: { d: [1, "x<y"], c: null }, e: "é" } }));
+    const d = await delivered(id);
+    expect(d.body.toString()).toBe('{"a":{"c":null,"d":[1,"x<y"]},"b":1,"e":"é"}');
+    expect(d.headers["content-type"]).toBe("application/json");
+    await expect(verifyWebhook(secret, d.headers, d.body)).resolves.toMatchObject({ id });
+  });
+
+  it("a publish rides out a restart of rivora dev, and is delivered once", async () => {
+    await dev.stop();
+    let tries = 0;
+    const counting: typeof fetch = (input, init) => {
+      tries++;
+      return fetch(input, init);
+    };
+    const patient = new RivoraClient({ baseUrl: dev.url, token: await dev.adminToken(), fetch: counting, maxAttempts: 40, baseBackoffMs: 100 });
+    const publishing = patient.publish(ev({ laneKey: "restart", payload: '{"restart":true}' }), { signal: AbortSignal.timeout(100_000) });
+    await eventually("two refused tries while rivora dev is down", () => (tries >= 2 ? true : undefined));
+    await dev.start();
+    const { eventId: id, duplicate } = await publishing;
+    expect(duplicate).toBe(false);
+    const d = await delivered(id);
+    await expect(verifyWebhook(secret, d.headers, d.body)).resolves.toMatchObject({ id });
+    // A later event on the same lane is delivered after it: once that one
+    // arrived, a second delivery of the first would have too.
+    const { eventId: next } = await patient.publish(ev({ laneKey: "restart", payload: "{}" }));
+    await delivered(next);
+    expect(deliveriesOf(id)).toHaveLength(1);
+  });
+});

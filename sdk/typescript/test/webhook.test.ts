@@ -1,0 +1,132 @@
+import { Webhook } from "standardwebhooks";
+import { describe, expect, it } from "vitest";
+import { signWebhook, verifyWebhook, WebhookVerificationError, type WebhookVerificationReason } from "../src/index.js";
+
+// The Standard Webhooks spec's own vector; the Go signer (sdk/webhook)
+// produces the same signature for it, and "rotated" below is the Go
+// signer's output during a rotation (new secret first, then the previous).
+const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const previous = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+const id = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+const ts = 1614265330;
+const body = '{"test": 2432232314}';
+const goSignature = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+const rotated = {
+  id: "evt_1",
+  body: "hello",
+  signature: "v1,YlP3sB051cb7RH/XO5JvNm8LBl18TzSCLSjOwbPJAq0= v1,cbUBSvz4kmyYm2xPvq0ePE7sH2IEeqj2dCsEYhlkezA=",
+};
+const now = new Date(ts * 1000);
+
+function headers(sig: string, over: Record<string, string> = {}): Record<string, string> {
+  return { "webhook-id": id, "webhook-timestamp": String(ts), "webhook-signature": sig, ...over };
+}
+
+async function reason(p: Promise<unknown>): Promise<WebhookVerificationReason> {
+  const err: unknown = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(WebhookVerificationError);
+  return (err as WebhookVerificationError).reason;
+}
+
+describe("verifyWebhook", () => {
+  it("accepts a Go-signed delivery, in every header and body form", async () => {
+    const want = { id, timestamp: ts };
+    await expect(verifyWebhook(secret, headers(goSignature), body, { now })).resolves.toEqual(want);
+    await expect(verifyWebhook(secret, new Headers(headers(goSignature)), body, { now })).resolves.toEqual(want);
+    const mixedCase = { "Webhook-Id": id, "WEBHOOK-TIMESTAMP": String(ts), "webhook-signature": [goSignature] };
+    await expect(verifyWebhook(secret, mixedCase, Buffer.from(body), { now })).resolves.toEqual(want);
+    const bytes = new TextEncoder().encode(body);
+    await expect(verifyWebhook(secret, headers(goSignature), bytes.buffer, { now: ts * 1000 + 299_000 })).resolves.toEqual(want);
+  });
+
+  it("signs as Go does", async () => {
+    expect(await signWebhook(secret, { id, timestamp: ts, body })).toBe(goSignature);
+  });
+
+  it("rejects a forged signature, a tampered body or id, and the wrong secret", async () => {
+    const forged = "v1," + Buffer.alloc(32, 7).toString("base64");
+    expect(await reason(verifyWebhook(secret, headers(forged), body, { now }))).toBe("bad_signature");
+    expect(await reason(verifyWebhook(secret, headers(goSignature), body + " ", { now }))).toBe("bad_signature");
+    expect(await reason(verifyWebhook(secret, headers(goSignature, { "webhook-id": "msg_other" }), body, { now }))).toBe("bad_signature");
+    expect(await reason(verifyWebhook(previous, headers(goSignature), body, { now }))).toBe("bad_signature");
+    // Not v1, not base64, truncated: skipped, never a match.
+    for (const sig of ["v2," + goSignature.slice(3), "v1,not base64!", goSignature.slice(0, 20), "v1", "v1a,xyz"]) {
+      expect(await reason(verifyWebhook(secret, headers(sig), body, { now }))).toBe("bad_signature");
+    }
+  });
+
+  it("rejects stale and future timestamps, honouring the tolerance", async () => {
+    expect(await reason(verifyWebhook(secret, headers(goSignature), body, { now: ts * 1000 + 301_000 }))).toBe("stale");
+    expect(await reason(verifyWebhook(secret, headers(goSignature), body, { now: ts * 1000 - 301_000 }))).toBe("future");
+    await expect(verifyWebhook(secret, headers(goSignature), body, { now: ts * 1000 + 3_000_000, toleranceSeconds: 3600 })).resolves.toBeTruthy();
+    expect(await reason(verifyWebhook(secret, headers(goSignature), body, { now: ts * 1000 + 11_000, toleranceSeconds: 10 }))).toBe("stale");
+    // Against the real clock, a 2021 timestamp is stale.
+    expect(await reason(verifyWebhook(secret, headers(goSignature), body))).toBe("stale");
+  });
+
+  it("rejects missing headers and a timestamp that is not Unix seconds", async () => {
+    for (const h of ["webhook-id", "webhook-timestamp", "webhook-signature"]) {
+      const hs = headers(goSignature);
+      delete hs[h];
+      const err = await verifyWebhook(secret, hs, body, { now }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(WebhookVerificationError);
+      expect((err as WebhookVerificationError).reason).toBe("missing_header");
+      expect((err as Error).message).toContain(h);
+    }
+    expect(await reason(verifyWebhook(secret, headers(goSignature, { "webhook-id": "" }), body, { now }))).toBe("missing_header");
+    for (const t of ["1614265330.5", "soon", "0x60", "99999999999999999999", " 1614265330"]) {
+      expect(await reason(verifyWebhook(secret, headers(goSignature, { "webhook-timestamp": t }), body, { now }))).toBe("bad_timestamp");
+    }
+    // Go's ParseInt takes a sign and leading zeros, and signs the number as it formats it.
+    await expect(verifyWebhook(secret, headers(goSignature, { "webhook-timestamp": "+0" + ts }), body, { now })).resolves.toEqual({ id, timestamp: ts });
+  });
+
+  it("accepts any one of several signatures (secret rotation)", async () => {
+    const h = { "webhook-id": rotated.id, "webhook-timestamp": String(ts), "webhook-signature": rotated.signature };
+    await expect(verifyWebhook(secret, h, rotated.body, { now })).resolves.toEqual({ id: rotated.id, timestamp: ts });
+    await expect(verifyWebhook(previous, h, rotated.body, { now })).resolves.toEqual({ id: rotated.id, timestamp: ts });
+    const third = "whsec_" + Buffer.alloc(24, 1).toString("base64");
+    expect(await reason(verifyWebhook(third, h, rotated.body, { now }))).toBe("bad_signature");
+    // Extra spaces and unknown versions around a good one.
+    const noisy = `  v2,abc   v1,${"A".repeat(44)}  ${goSignature} `;
+    await expect(verifyWebhook(secret, headers(noisy), body, { now })).resolves.toBeTruthy();
+  });
+
+  it("throws a TypeError (not a verification error) for a bad secret", async () => {
+    for (const bad of ["MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_not*base64", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS", "whsec_c2hvcnQ="]) {
+      await expect(verifyWebhook(bad, headers(goSignature), body, { now })).rejects.toThrow(TypeError);
+    }
+  });
+});
+
+describe("standardwebhooks cross-check", () => {
+  const wh = new Webhook(secret);
+
+  it("our signature verifies with standardwebhooks", async () => {
+    const t = Math.floor(Date.now() / 1000);
+    const sig = await signWebhook(secret, { id: "msg_1", timestamp: t, body: '{"a":1}' });
+    expect(wh.verify('{"a":1}', { "webhook-id": "msg_1", "webhook-timestamp": String(t), "webhook-signature": sig })).toEqual({ a: 1 });
+    // A rotation header (new secret first, then the previous) verifies
+    // there with either secret.
+    const both = `${sig} ${await signWebhook(previous, { id: "msg_1", timestamp: t, body: '{"a":1}' })}`;
+    const h = { "webhook-id": "msg_1", "webhook-timestamp": String(t), "webhook-signature": both };
+    expect(wh.verify('{"a":1}', h)).toEqual({ a: 1 });
+    expect(new Webhook(previous).verify('{"a":1}', h)).toEqual({ a: 1 });
+    expect(() => wh.verify('{"a":2}', h)).toThrow();
+  });
+
+  it("standardwebhooks' signatures verify with verifyWebhook", async () => {
+    const t = new Date();
+    const payload = '{"order":{"id":42,"note":"ünïcødé"}}';
+    const sig = wh.sign("msg_2", t, payload);
+    const h = { "webhook-id": "msg_2", "webhook-timestamp": String(Math.floor(t.getTime() / 1000)), "webhook-signature": sig };
+    await expect(verifyWebhook(secret, h, payload)).resolves.toEqual({ id: "msg_2", timestamp: Math.floor(t.getTime() / 1000) });
+    // The spec vector, signed by standardwebhooks, is the Go signature.
+    expect(wh.sign(id, now, body)).toBe(goSignature);
+    await expect(verifyWebhook(secret, headers(wh.sign(id, now, body)), body, { now })).resolves.toBeTruthy();
+    expect(await reason(verifyWebhook(secret, h, payload + "x"))).toBe("bad_signature");
+  });
+});
