@@ -7,9 +7,9 @@ BUF       := tools/buf/node_modules/.bin/buf
 GOFILES    = $(shell git ls-files '*.go' | grep -v -e '\.pb\.go$$' -e '\.connect\.go$$')
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v -e '/e2e')
 
-.PHONY: test check fmt vet lint proto proto-check unit fuzz e2e servers bench build
+.PHONY: test check fmt vet lint proto proto-check unit fuzz e2e sdk-ts servers bench build
 
-test: check unit fuzz e2e
+test: check unit fuzz e2e sdk-ts
 
 check: fmt vet lint proto-check
 
@@ -42,7 +42,6 @@ proto-check: proto
 # sdk-ts installs, builds and tests the TypeScript SDK (sdk/typescript):
 # unit tests, standardwebhooks cross-checks, and integration tests against
 # a real `rivora dev` that the tests build from ./cmd/rivora.
-.PHONY: sdk-ts
 sdk-ts:
 	cd sdk/typescript && npm ci --no-audit --no-fund && npm run build && npm test
 
