@@ -34,6 +34,8 @@ type DestinationSnapshot struct {
 	Customers      []CustomerSnapshot
 	LastStatuses   []int
 	LastTransition *budget.Transition
+	// Over the last minute: attempts, and of them 429 and 5xx answers.
+	LastMinuteAttempts, LastMinuteThrottled, LastMinuteServerErrors int
 }
 
 // Snapshot reports one destination ("" = every destination), sorted by id.
@@ -51,6 +53,7 @@ func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
 			ID: id, Configured: d.configured, Class: d.class, InFlight: d.inFlight,
 			MaxInFlight: d.limits.MaxInFlight, Pending: d.pending, LastStatuses: d.statuses.list(),
 		}
+		snap.LastMinuteAttempts, snap.LastMinuteThrottled, snap.LastMinuteServerErrors = d.rates.lastMinute(now)
 		if b := d.budget; b != nil {
 			snap.State, snap.ConfiguredRate, snap.CurrentRate = b.State(), b.Ceiling(), b.Rate()
 			snap.LearnedRate, snap.Tokens, snap.HoldUntil = b.Learned(), b.Tokens(now), b.HoldUntil()
