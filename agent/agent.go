@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/archive"
@@ -533,6 +534,9 @@ func healthToProto(s scheduler.DestinationSnapshot) *rivorav1.DestinationHealth 
 	}
 	if !s.HoldUntil.IsZero() && s.HoldUntil.After(time.Now()) {
 		h.HoldUntil = timestamppb.New(s.HoldUntil)
+	}
+	if !s.OldestPending.IsZero() {
+		h.OldestPendingAge = durationpb.New(max(time.Since(s.OldestPending), 0).Round(time.Millisecond))
 	}
 	h.AttemptsLastMinute = int64(s.LastMinuteAttempts)
 	if s.LastMinuteAttempts > 0 {

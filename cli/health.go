@@ -105,6 +105,9 @@ func (e *env) showHealth(c *ucli.Context) error {
 		default:
 			fmt.Fprintf(tw, "DRAIN TIME\tnever: no attempt goes out (%s)\n", noDrainCause(h))
 		}
+		if age := h.GetOldestPendingAge(); age != nil {
+			fmt.Fprintf(tw, "OLDEST PENDING\t%s ago\n", drainText(age))
+		}
 		if n := h.GetAttemptsLastMinute(); n > 0 {
 			fmt.Fprintf(tw, "LAST MINUTE\t%d attempts: %.0f%% answered 429, %.0f%% 5xx\n", n, 100*h.GetThrottledShare(), 100*h.GetServerErrorShare())
 		}

@@ -52,7 +52,7 @@ func TestDrainTimeAndLimitsDryRun(t *testing.T) {
 	if h := health[0]; h.CurrentRate != 2 || h.DrainTime != "10s" {
 		t.Fatalf("health: current rate %v, drain time %q; want 2 and 10s", h.CurrentRate, h.DrainTime)
 	}
-	if table := rivoractl(t, d, "destinations", "health", "slow"); !strings.Contains(table, "DRAIN TIME") || !strings.Contains(table, "10s at the current rate") {
+	if table := rivoractl(t, d, "destinations", "health", "slow"); !strings.Contains(table, "DRAIN TIME") || !strings.Contains(table, "10s at the current rate") || !strings.Contains(table, "OLDEST PENDING") {
 		t.Fatalf("health table has no drain time of 10s:\n%s", table)
 	}
 
@@ -62,6 +62,9 @@ func TestDrainTimeAndLimitsDryRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	rates := hr.Msg.GetDestinations()[0].GetRateHistory()
+	if age := hr.Msg.GetDestinations()[0].GetOldestPendingAge(); age == nil || age.AsDuration() <= 0 || age.AsDuration() > time.Minute {
+		t.Fatalf("oldest pending age %v; want the first event's age, under a minute", age)
+	}
 	if len(rates) != 90 || rates[89].GetConfiguredRate() != 2 || rates[89].GetStart().AsTime().After(time.Now()) {
 		t.Fatalf("rate history: %d buckets, the last %v; want 90 ending now at 2/s configured", len(rates), rates[len(rates)-1])
 	}

@@ -36,6 +36,9 @@ type DestinationSnapshot struct {
 	LastTransition *budget.Transition
 	// Over the last minute: attempts, and of them 429 and 5xx answers.
 	LastMinuteAttempts, LastMinuteThrottled, LastMinuteServerErrors int
+	// OldestPending is when the oldest pending event was accepted (zero:
+	// none pending).
+	OldestPending time.Time
 }
 
 // Snapshot reports one destination ("" = every destination), sorted by id.
@@ -70,6 +73,11 @@ func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
 				perCustomer[l.ID.Customer] = c
 			}
 			c.Pending += len(l.entries)
+			if len(l.entries) > 0 {
+				if at := l.entries[0].AcceptedAt; snap.OldestPending.IsZero() || at.Before(snap.OldestPending) {
+					snap.OldestPending = at
+				}
+			}
 			switch l.state {
 			case laneDue, laneExpired:
 				c.DueLanes++

@@ -1781,9 +1781,12 @@ type DestinationHealth struct {
 	ServerErrorShare   float64 `protobuf:"fixed64,24,opt,name=server_error_share,json=serverErrorShare,proto3" json:"server_error_share,omitempty"`
 	// rate_history is the last 15 minutes in 10-second buckets, oldest
 	// first, when asked for (GetDestinationHealthRequest.rate_history).
-	RateHistory   []*RateSample `protobuf:"bytes,25,rep,name=rate_history,json=rateHistory,proto3" json:"rate_history,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RateHistory []*RateSample `protobuf:"bytes,25,rep,name=rate_history,json=rateHistory,proto3" json:"rate_history,omitempty"`
+	// oldest_pending_age is how long ago the oldest pending event was
+	// accepted (unset with nothing pending).
+	OldestPendingAge *durationpb.Duration `protobuf:"bytes,26,opt,name=oldest_pending_age,json=oldestPendingAge,proto3" json:"oldest_pending_age,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DestinationHealth) Reset() {
@@ -1980,6 +1983,13 @@ func (x *DestinationHealth) GetServerErrorShare() float64 {
 func (x *DestinationHealth) GetRateHistory() []*RateSample {
 	if x != nil {
 		return x.RateHistory
+	}
+	return nil
+}
+
+func (x *DestinationHealth) GetOldestPendingAge() *durationpb.Duration {
+	if x != nil {
+		return x.OldestPendingAge
 	}
 	return nil
 }
@@ -3520,7 +3530,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\tdue_lanes\x18\x03 \x01(\x03R\bdueLanes\x12#\n" +
 	"\rwaiting_lanes\x18\x04 \x01(\x03R\fwaitingLanes\x12\x1b\n" +
 	"\tin_flight\x18\x05 \x01(\x03R\binFlight\x12%\n" +
-	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xa0\b\n" +
+	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xe9\b\n" +
 	"\x11DestinationHealth\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12'\n" +
@@ -3548,7 +3558,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x14attempts_last_minute\x18\x16 \x01(\x03R\x12attemptsLastMinute\x12'\n" +
 	"\x0fthrottled_share\x18\x17 \x01(\x01R\x0ethrottledShare\x12,\n" +
 	"\x12server_error_share\x18\x18 \x01(\x01R\x10serverErrorShare\x128\n" +
-	"\frate_history\x18\x19 \x03(\v2\x15.rivora.v1.RateSampleR\vrateHistory\"\x87\x02\n" +
+	"\frate_history\x18\x19 \x03(\v2\x15.rivora.v1.RateSampleR\vrateHistory\x12G\n" +
+	"\x12oldest_pending_age\x18\x1a \x01(\v2\x19.google.protobuf.DurationR\x10oldestPendingAge\"\x87\x02\n" +
 	"\n" +
 	"RateSample\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12'\n" +
@@ -3789,63 +3800,64 @@ var file_rivora_v1_admin_proto_depIdxs = []int32{
 	0,  // 35: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
 	48, // 36: rivora.v1.DestinationHealth.drain_time:type_name -> google.protobuf.Duration
 	25, // 37: rivora.v1.DestinationHealth.rate_history:type_name -> rivora.v1.RateSample
-	49, // 38: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
-	2,  // 39: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,  // 40: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
-	49, // 41: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 42: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
-	47, // 43: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
-	1,  // 44: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
-	48, // 45: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
-	48, // 46: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
-	48, // 47: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 48: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	48, // 49: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
-	32, // 50: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	30, // 51: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
-	38, // 52: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
-	49, // 53: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	40, // 54: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
-	45, // 55: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
-	49, // 56: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	30, // 57: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
-	6,  // 58: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
-	8,  // 59: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
-	10, // 60: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
-	12, // 61: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
-	14, // 62: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
-	16, // 63: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
-	18, // 64: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
-	20, // 65: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
-	26, // 66: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
-	28, // 67: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
-	31, // 68: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
-	33, // 69: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
-	35, // 70: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
-	37, // 71: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
-	41, // 72: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
-	43, // 73: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
-	7,  // 74: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
-	9,  // 75: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
-	11, // 76: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
-	13, // 77: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
-	15, // 78: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
-	17, // 79: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
-	19, // 80: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
-	21, // 81: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
-	27, // 82: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
-	29, // 83: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
-	32, // 84: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
-	34, // 85: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
-	36, // 86: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
-	39, // 87: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
-	42, // 88: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
-	44, // 89: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
-	74, // [74:90] is the sub-list for method output_type
-	58, // [58:74] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	48, // 38: rivora.v1.DestinationHealth.oldest_pending_age:type_name -> google.protobuf.Duration
+	49, // 39: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
+	2,  // 40: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,  // 41: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
+	49, // 42: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 43: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
+	47, // 44: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
+	1,  // 45: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
+	48, // 46: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
+	48, // 47: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
+	48, // 48: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 49: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	48, // 50: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
+	32, // 51: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	30, // 52: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
+	38, // 53: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
+	49, // 54: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	40, // 55: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
+	45, // 56: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
+	49, // 57: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	30, // 58: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
+	6,  // 59: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
+	8,  // 60: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
+	10, // 61: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
+	12, // 62: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
+	14, // 63: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
+	16, // 64: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
+	18, // 65: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
+	20, // 66: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
+	26, // 67: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
+	28, // 68: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
+	31, // 69: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
+	33, // 70: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
+	35, // 71: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
+	37, // 72: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
+	41, // 73: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
+	43, // 74: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
+	7,  // 75: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
+	9,  // 76: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
+	11, // 77: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
+	13, // 78: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
+	15, // 79: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
+	17, // 80: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
+	19, // 81: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
+	21, // 82: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
+	27, // 83: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
+	29, // 84: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
+	32, // 85: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
+	34, // 86: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
+	36, // 87: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
+	39, // 88: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
+	42, // 89: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
+	44, // 90: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
+	75, // [75:91] is the sub-list for method output_type
+	59, // [59:75] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_admin_proto_init() }
