@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/archive"
@@ -479,14 +480,18 @@ func (a *Agent) ArchivePending(ctx context.Context, destinationID string) (int64
 	return int64(archived), err
 }
 
-// Health reports destinations' budgets and backlogs ("" = all).
-func (a *Agent) Health(_ context.Context, destinationID string) ([]*rivorav1.DestinationHealth, error) {
+// Health reports destinations' budgets and backlogs ("" = all), with
+// their rate history when withRates.
+func (a *Agent) Health(_ context.Context, destinationID string, withRates bool) ([]*rivorav1.DestinationHealth, error) {
 	var out []*rivorav1.DestinationHealth
 	for _, snap := range a.sched.Snapshot(destinationID) {
 		if !snap.Configured && snap.Pending == 0 {
 			continue
 		}
 		h := healthToProto(snap)
+		if withRates {
+			h.RateHistory = rateHistoryToProto(a.sched.RateHistory(snap.ID))
+		}
 		n := int(a.partitionCount.Load())
 		if n > 0 {
 			if part := a.partition(lanes.Partition(snap.ID, n)); part != nil {
@@ -530,7 +535,26 @@ func healthToProto(s scheduler.DestinationSnapshot) *rivorav1.DestinationHealth 
 	if !s.HoldUntil.IsZero() && s.HoldUntil.After(time.Now()) {
 		h.HoldUntil = timestamppb.New(s.HoldUntil)
 	}
+	if !s.OldestPending.IsZero() {
+		h.OldestPendingAge = durationpb.New(max(time.Since(s.OldestPending), 0).Round(time.Millisecond))
+	}
+	h.AttemptsLastMinute = int64(s.LastMinuteAttempts)
+	if s.LastMinuteAttempts > 0 {
+		h.ThrottledShare = float64(s.LastMinuteThrottled) / float64(s.LastMinuteAttempts)
+		h.ServerErrorShare = float64(s.LastMinuteServerErrors) / float64(s.LastMinuteAttempts)
+	}
 	return h
+}
+
+func rateHistoryToProto(samples []scheduler.RateSample) []*rivorav1.RateSample {
+	out := make([]*rivorav1.RateSample, len(samples))
+	for i, s := range samples {
+		out[i] = &rivorav1.RateSample{
+			Start: timestamppb.New(s.Start), ConfiguredRate: s.ConfiguredRate, CurrentRate: s.CurrentRate,
+			Attempts: int32(s.Attempts), Delivered: int32(s.Delivered), Throttled: int32(s.Throttled), ServerErrors: int32(s.ServerErrors),
+		}
+	}
+	return out
 }
 
 var errNotFound = errors.New("not found")

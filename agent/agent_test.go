@@ -99,7 +99,7 @@ func (r *running) waitEvent(id, what string, cond func(*rivorav1.GetEventRespons
 
 func (r *running) health(dest string) *rivorav1.DestinationHealth {
 	r.t.Helper()
-	hs, err := r.Agent.Health(context.Background(), dest)
+	hs, err := r.Agent.Health(context.Background(), dest, false)
 	if err != nil {
 		r.t.Fatalf("Health: %v", err)
 	}

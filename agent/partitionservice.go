@@ -33,7 +33,7 @@ func (s *partitionService) ArchivePending(ctx context.Context, req *connect.Requ
 }
 
 func (s *partitionService) GetHealth(ctx context.Context, req *connect.Request[rivorav1.GetHealthRequest]) (*connect.Response[rivorav1.GetHealthResponse], error) {
-	h, err := s.a.Health(ctx, req.Msg.GetDestinationId())
+	h, err := s.a.Health(ctx, req.Msg.GetDestinationId(), req.Msg.GetRateHistory())
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}

@@ -3,9 +3,11 @@ package cli
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -19,7 +21,10 @@ func (e *env) destinationsHealth() *ucli.Command {
 		Description: `For each destination (or only ID): its state (healthy, degraded after
 throttling, parked while failing: one probe per second; paused by an
 operator, or disabled after its partner answered 410 Gone), configured and
-current rate, the learned rate (the partner's ceiling as throttling found
+current rate, the drain time (how long its pending events take at the
+current rate: a lower bound, as the partner's latency and max_in_flight can
+slow it), the last minute's attempts with their 429 and 5xx share, the
+learned rate (the partner's ceiling as throttling found
 it: the rate_per_second to put in the limits file; shown while the budget
 remembers one), tokens, attempts in flight, backlog per customer (lanes due
 now, lanes waiting for a retry, pending events), the last attempt statuses
@@ -30,6 +35,29 @@ Examples:
    rivoractl destinations health orders -o json`,
 		Action: e.showHealth,
 	}
+}
+
+// drainText is a drain time rounded for reading: seconds under a minute
+// ("<1s" for less), then minutes, then hours.
+func drainText(d *durationpb.Duration) string {
+	t := d.AsDuration()
+	switch {
+	case t < time.Second:
+		return "<1s"
+	case t < time.Minute:
+		return t.Round(time.Second).String()
+	case t < time.Hour:
+		return shortDuration(t.Round(time.Second))
+	default:
+		return shortDuration(t.Round(time.Minute))
+	}
+}
+
+func noDrainCause(h *rivorav1.DestinationHealth) string {
+	if h.GetPaused() || h.GetDisabled() {
+		return destinationState(h.GetPaused(), h.GetDisabled(), h.GetPauseReason())
+	}
+	return "its rate is 0"
 }
 
 func (e *env) showHealth(c *ucli.Context) error {
@@ -70,6 +98,19 @@ func (e *env) showHealth(c *ucli.Context) error {
 		fmt.Fprintf(tw, "TOKENS\t%.1f\n", h.GetTokens())
 		fmt.Fprintf(tw, "IN FLIGHT\t%d of %d\n", h.GetInFlight(), h.GetMaxInFlight())
 		fmt.Fprintf(tw, "PENDING\t%d events\n", h.GetPendingEvents())
+		switch {
+		case h.GetPendingEvents() == 0:
+		case h.GetDrainTime() != nil:
+			fmt.Fprintf(tw, "DRAIN TIME\t%s at the current rate\n", drainText(h.GetDrainTime()))
+		default:
+			fmt.Fprintf(tw, "DRAIN TIME\tnever: no attempt goes out (%s)\n", noDrainCause(h))
+		}
+		if age := h.GetOldestPendingAge(); age != nil {
+			fmt.Fprintf(tw, "OLDEST PENDING\t%s ago\n", drainText(age))
+		}
+		if n := h.GetAttemptsLastMinute(); n > 0 {
+			fmt.Fprintf(tw, "LAST MINUTE\t%d attempts: %.0f%% answered 429, %.0f%% 5xx\n", n, 100*h.GetThrottledShare(), 100*h.GetServerErrorShare())
+		}
 		if n := h.GetUnarchivedDeadLetters(); n > 0 {
 			fmt.Fprintf(tw, "UNARCHIVED\t%d dead letters wait for the archive\n", n)
 		}

@@ -41,12 +41,18 @@ restarts and show as drift from the file.
 				Usage:     "override some limits at runtime (audited)",
 				ArgsUsage: "DESTINATION",
 				UsageText: `rivoractl limits set DESTINATION [--rate R] [--burst B] [--max-attempts N] [--window D]
-    [--timeout D] [--max-in-flight N] --reason TEXT [--ttl 30m] [--wait]`,
+    [--timeout D] [--max-in-flight N] --reason TEXT [--ttl 30m] [--dry-run | --wait]`,
 				Description: `Overrides the given limits of DESTINATION in every agent, in place (nothing
 pending moves). Fields not given keep their current override, if any.
 --reason is required; --ttl makes the override expire by itself.
 
-Example:
+It prints the effective limits and how long the destination's pending
+events take to drain at the new rate (a lower bound: the partner's latency
+and max_in_flight can slow it). --dry-run prints the same and changes
+nothing: no new config version, no audit entry.
+
+Examples:
+   rivoractl limits set orders --rate 50 --reason "partner asked" --dry-run
    rivoractl limits set orders --rate 10 --reason "WAF throttling us" --ttl 30m --wait`,
 				Flags: []ucli.Flag{
 					&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second"},
@@ -57,6 +63,7 @@ Example:
 					&ucli.IntFlag{Name: "max-in-flight", Usage: "at most `N` concurrent attempts"},
 					&ucli.StringFlag{Name: "reason", Usage: "why (required; goes to the audit log)"},
 					&ucli.DurationFlag{Name: "ttl", Usage: "expire the override after `DURATION`"},
+					&ucli.BoolFlag{Name: "dry-run", Usage: "check the override and print the limits and drain time it would give; change nothing"},
 					waitFlag,
 				},
 				Action: e.setLimits,
@@ -193,13 +200,40 @@ func (e *env) setLimits(c *ucli.Context) error {
 		}
 		req.Ttl = durationpb.New(c.Duration("ttl"))
 	}
+	req.DryRun = c.Bool("dry-run")
+	if req.DryRun && c.Bool("wait") {
+		return usagef("--dry-run changes nothing, so there is nothing to --wait for")
+	}
 	ctx, cancel := callContext(c)
 	defer cancel()
 	resp, err := e.admin().SetLimitsOverride(ctx, connect.NewRequest(req))
 	if err != nil {
 		return callFailed("set limits override", err, notFoundHint)
 	}
-	return e.limitsChanged(c, resp.Msg.GetLimits(), resp.Msg.GetVersion())
+	m := resp.Msg
+	if !req.DryRun {
+		return e.limitsChanged(c, m.GetLimits(), m.GetVersion(), func() { e.writeDrain(m) })
+	}
+	if e.output == "json" {
+		return writeJSON(e.out, m)
+	}
+	fmt.Fprintln(e.out, "dry run: nothing changed. The override would give:")
+	if err := e.writeLimits(m.GetLimits()); err != nil {
+		return err
+	}
+	e.writeDrain(m)
+	return nil
+}
+
+// writeDrain says how long the pending events take at the new rate.
+func (e *env) writeDrain(m *rivorav1.SetLimitsOverrideResponse) {
+	rate := m.GetLimits().GetEffective().GetRatePerSecond()
+	switch {
+	case m.GetProjectedDrainTime() != nil:
+		fmt.Fprintf(e.out, "%d pending events drain in %s at %s/s\n", m.GetPendingEvents(), drainText(m.GetProjectedDrainTime()), strconv.FormatFloat(rate, 'g', 4, 64))
+	case m.GetPendingEvents() > 0:
+		fmt.Fprintf(e.out, "%d pending events do not drain at %s/s\n", m.GetPendingEvents(), strconv.FormatFloat(rate, 'g', 4, 64))
+	}
 }
 
 func (e *env) clearLimits(c *ucli.Context) error {
@@ -212,17 +246,17 @@ func (e *env) clearLimits(c *ucli.Context) error {
 	if err != nil {
 		return callFailed("clear limits override", err, notFoundHint)
 	}
-	return e.limitsChanged(c, resp.Msg.GetLimits(), resp.Msg.GetVersion())
+	return e.limitsChanged(c, resp.Msg.GetLimits(), resp.Msg.GetVersion(), nil)
 }
 
-// limitsChanged shows a destination's limits after a change, then honours
-// --wait.
-func (e *env) limitsChanged(c *ucli.Context, l *rivorav1.GetLimitsResponse, version uint64) error {
+// limitsChanged shows a destination's limits after a change (and, in a
+// table, more when more is not nil), then honours --wait.
+func (e *env) limitsChanged(c *ucli.Context, l *rivorav1.GetLimitsResponse, version uint64, more func()) error {
 	var err error
 	if e.output == "json" {
 		err = writeJSON(e.out, l)
-	} else {
-		err = e.writeLimits(l)
+	} else if err = e.writeLimits(l); err == nil && more != nil {
+		more()
 	}
 	if err != nil {
 		return err

@@ -467,9 +467,9 @@ func (r *agentRegistry) archivePending(ctx context.Context, destinationID string
 
 // health gathers the connected agents' view of a destination (every one
 // if destinationID is ""), agent by agent in name order.
-func (r *agentRegistry) health(ctx context.Context, destinationID string) ([]*rivorav1.DestinationHealth, error) {
+func (r *agentRegistry) health(ctx context.Context, destinationID string, withRates bool) ([]*rivorav1.DestinationHealth, error) {
 	answers, err := askAll(r, func(a *agentState) ([]*rivorav1.DestinationHealth, error) {
-		resp, err := a.client.GetHealth(ctx, connect.NewRequest(&rivorav1.GetHealthRequest{DestinationId: destinationID}))
+		resp, err := a.client.GetHealth(ctx, connect.NewRequest(&rivorav1.GetHealthRequest{DestinationId: destinationID, RateHistory: withRates}))
 		if err != nil {
 			return nil, err
 		}

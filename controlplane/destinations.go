@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/internal/httpurl"
@@ -221,20 +222,40 @@ func (cp *ControlPlane) deleteDestination(ctx context.Context, id string, who ac
 }
 
 // destinationHealth asks the agents how a destination (every one if id is
-// "") is doing.
-func (cp *ControlPlane) destinationHealth(ctx context.Context, id string) ([]*rivorav1.DestinationHealth, error) {
+// "") is doing, with the rate history when withRates, and adds what the
+// control plane knows: the pause state, and so the drain time.
+func (cp *ControlPlane) destinationHealth(ctx context.Context, id string, withRates bool) ([]*rivorav1.DestinationHealth, error) {
 	if id != "" {
 		if _, ok := cp.store.Get(id); !ok {
 			return nil, notFound(id)
 		}
 	}
-	health, err := cp.agents.health(ctx, id)
+	health, err := cp.agents.health(ctx, id, withRates)
 	for _, h := range health {
 		if d, ok := cp.store.Get(h.GetDestinationId()); ok {
 			h.Paused, h.Disabled, h.PauseReason = d.GetPaused(), d.GetDisabled(), openPauseReason(d)
 		}
+		if !h.GetPaused() {
+			h.DrainTime = drainTime(h.GetPendingEvents(), h.GetCurrentRate())
+		}
 	}
 	return health, err
+}
+
+// drainTime is how long pending events take at rate events per second:
+// 0 with none pending, nil when they never drain (no rate, or a rate so
+// low it takes more than a century). A bound from below: the partner's
+// latency and max_in_flight can slow it.
+func drainTime(pending int64, rate float64) *durationpb.Duration {
+	const never = 100 * 365 * 24 * time.Hour
+	if pending <= 0 {
+		return durationpb.New(0)
+	}
+	seconds := float64(pending) / rate
+	if rate <= 0 || seconds > never.Seconds() {
+		return nil
+	}
+	return durationpb.New(time.Duration(seconds * float64(time.Second)).Round(time.Millisecond))
 }
 
 func (cp *ControlPlane) pauseDestination(id string, who actor, reason string) (*rivorav1.Destination, uint64, error) {

@@ -62,7 +62,7 @@ func (h *adminHandler) DeleteDestination(ctx context.Context, req *connect.Reque
 }
 
 func (h *adminHandler) GetDestinationHealth(ctx context.Context, req *connect.Request[rivorav1.GetDestinationHealthRequest]) (*connect.Response[rivorav1.GetDestinationHealthResponse], error) {
-	health, err := h.cp.destinationHealth(ctx, req.Msg.GetDestinationId())
+	health, err := h.cp.destinationHealth(ctx, req.Msg.GetDestinationId(), req.Msg.GetRateHistory())
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 
 	"connectrpc.com/connect"
 
@@ -17,11 +18,31 @@ func (h *adminHandler) GetLimits(ctx context.Context, req *connect.Request[rivor
 }
 
 func (h *adminHandler) SetLimitsOverride(ctx context.Context, req *connect.Request[rivorav1.SetLimitsOverrideRequest]) (*connect.Response[rivorav1.SetLimitsOverrideResponse], error) {
-	view, version, err := h.cp.setOverride(req.Msg, caller(ctx))
+	m := req.Msg
+	if m.GetDryRun() {
+		view, err := h.cp.previewOverride(m, caller(ctx))
+		if err != nil {
+			return nil, err
+		}
+		pending, err := h.cp.agents.pending(ctx, m.GetDestinationId())
+		if err != nil {
+			return nil, fmt.Errorf("count the pending events of %q for the projected drain time: %w", m.GetDestinationId(), err)
+		}
+		return connect.NewResponse(&rivorav1.SetLimitsOverrideResponse{
+			Limits: view, DryRun: true, PendingEvents: pending, ProjectedDrainTime: drainTime(pending, view.GetEffective().GetRatePerSecond()),
+		}), nil
+	}
+	view, version, err := h.cp.setOverride(m, caller(ctx))
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&rivorav1.SetLimitsOverrideResponse{Limits: view, Version: version}), nil
+	resp := &rivorav1.SetLimitsOverrideResponse{Limits: view, Version: version}
+	// The change is made; its drain time is a courtesy, left out when the
+	// agents cannot count now.
+	if pending, err := h.cp.agents.pending(ctx, m.GetDestinationId()); err == nil {
+		resp.PendingEvents, resp.ProjectedDrainTime = pending, drainTime(pending, view.GetEffective().GetRatePerSecond())
+	}
+	return connect.NewResponse(resp), nil
 }
 
 func (h *adminHandler) ClearLimitsOverride(ctx context.Context, req *connect.Request[rivorav1.ClearLimitsOverrideRequest]) (*connect.Response[rivorav1.ClearLimitsOverrideResponse], error) {

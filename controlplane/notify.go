@@ -225,7 +225,7 @@ func (n *notifier) rederiveFromAudit(since time.Time) {
 func (n *notifier) pollHealth(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	health, err := n.cp.agents.health(ctx, "")
+	health, err := n.cp.agents.health(ctx, "", false)
 	if err != nil {
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -39,24 +40,48 @@ func (cp *ControlPlane) setOverride(m *rivorav1.SetLimitsOverrideRequest, who ac
 		return nil, 0, err
 	}
 	updated, version, err := cp.changeDestination("limits.override", m.GetDestinationId(), who, m.GetReason(), func(d *rivorav1.Destination) (string, error) {
-		now := cp.now()
-		o := &rivorav1.LimitsOverride{Limits: &rivorav1.Limits{}, Author: who.name, Reason: m.GetReason(), SetAt: timestamppb.New(now)}
-		if prev := d.GetOverride(); prev != nil && (prev.GetExpiresAt() == nil || prev.GetExpiresAt().AsTime().After(now)) {
-			o.Limits = proto.Clone(prev.GetLimits()).(*rivorav1.Limits)
-		}
-		copySetFields(o.Limits, set)
-		detail := strings.Join(changes, ", ")
-		if ttl := m.GetTtl(); ttl != nil {
-			o.ExpiresAt = timestamppb.New(now.Add(ttl.AsDuration()))
-			detail += fmt.Sprintf(" for %s", ttl.AsDuration())
-		}
-		d.Override = o
-		return detail, nil
+		return applyOverride(d, m, set, changes, who, cp.now()), nil
 	})
 	if err != nil {
 		return nil, 0, err
 	}
 	return cp.limitsView(updated), version, nil
+}
+
+// previewOverride is setOverride's dry run: the limits the override would
+// give, checked the same way, changing nothing.
+func (cp *ControlPlane) previewOverride(m *rivorav1.SetLimitsOverrideRequest, who actor) (*rivorav1.GetLimitsResponse, error) {
+	set := &rivorav1.Limits{RatePerSecond: m.GetRatePerSecond(), Burst: m.GetBurst(), MaxAttempts: m.GetMaxAttempts(), Window: m.GetWindow(), Timeout: m.GetTimeout(), MaxInFlight: m.GetMaxInFlight()}
+	changes, err := validateOverride(m, set)
+	if err != nil {
+		return nil, err
+	}
+	if err := reserved(m.GetDestinationId()); err != nil {
+		return nil, err
+	}
+	d, ok := cp.store.Get(m.GetDestinationId())
+	if !ok {
+		return nil, notFound(m.GetDestinationId())
+	}
+	d = proto.Clone(d).(*rivorav1.Destination)
+	applyOverride(d, m, set, changes, who, cp.now())
+	return cp.limitsView(d), nil
+}
+
+// applyOverride puts m's override on d and describes it for the audit.
+func applyOverride(d *rivorav1.Destination, m *rivorav1.SetLimitsOverrideRequest, set *rivorav1.Limits, changes []string, who actor, now time.Time) string {
+	o := &rivorav1.LimitsOverride{Limits: &rivorav1.Limits{}, Author: who.name, Reason: m.GetReason(), SetAt: timestamppb.New(now)}
+	if prev := d.GetOverride(); prev != nil && (prev.GetExpiresAt() == nil || prev.GetExpiresAt().AsTime().After(now)) {
+		o.Limits = proto.Clone(prev.GetLimits()).(*rivorav1.Limits)
+	}
+	copySetFields(o.Limits, set)
+	detail := strings.Join(changes, ", ")
+	if ttl := m.GetTtl(); ttl != nil {
+		o.ExpiresAt = timestamppb.New(now.Add(ttl.AsDuration()))
+		detail += fmt.Sprintf(" for %s", ttl.AsDuration())
+	}
+	d.Override = o
+	return detail
 }
 
 // validateOverride checks an override request whose limits are set, and

@@ -164,6 +164,7 @@ func TestAuthMatrix(t *testing.T) {
 
 		rivorav1connect.TokenServiceCreateTokenProcedure: {at: cp, body: `{}`, allow: "admin"},
 		rivorav1connect.TokenServiceListTokensProcedure:  {at: cp, body: `{}`, allow: "admin"},
+		rivorav1connect.TokenServiceWhoAmIProcedure:      {at: cp, body: `{}`, allow: "admin,operator,viewer,publisher"},
 		rivorav1connect.TokenServiceRevokeTokenProcedure: {at: cp, body: `{"id":"tok_0000000000000000"}`, allow: "admin"},
 
 		rivorav1connect.IngestServicePublishProcedure:      {at: ag, body: publish, allow: "admin,publisher,cell", scoped: true},
@@ -478,4 +479,29 @@ func oneLine(s string) string {
 		s = s[:200] + "…"
 	}
 	return s
+}
+
+// WhoAmI tells any token what it is, without its hash: what the console
+// reads to show only what the role may do.
+func TestWhoAmI(t *testing.T) {
+	d := startDev(t, devOptions{})
+	admin := readAdminToken(t, d.DataDir())
+	for _, tc := range []struct {
+		name      string
+		role      rivorav1.Role
+		customers []string
+	}{{"night-viewer", rivorav1.Role_ROLE_VIEWER, nil}, {"acme-app", rivorav1.Role_ROLE_PUBLISHER, []string{"acme"}}} {
+		token := mintToken(t, d.URL(), admin, tc.name, tc.role, tc.customers...)
+		resp, err := tokenClient(d.URL(), token).WhoAmI(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.WhoAmIRequest{}))
+		if err != nil {
+			t.Fatalf("WhoAmI as %s: %v", tc.name, err)
+		}
+		got := resp.Msg.GetToken()
+		if got.GetName() != tc.name || got.GetRole() != tc.role || !slices.Equal(got.GetCustomers(), tc.customers) || got.GetId() != tokenID(t, d.URL(), admin, tc.name) || got.GetHash() != "" {
+			t.Fatalf("WhoAmI as %s = %v; want its own name, role, customers and id, no hash", tc.name, got)
+		}
+	}
+	if _, err := tokenClient(d.URL(), "rvk_not-a-token").WhoAmI(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.WhoAmIRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("WhoAmI with a wrong token: %v; want Unauthenticated", err)
+	}
 }

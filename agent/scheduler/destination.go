@@ -35,6 +35,7 @@ type destination struct {
 	class      Class
 	paused     bool
 	statuses   statusRing // last attempt statuses
+	rates      rateRing   // the last 15 minutes' attempts and rates
 	inFlight   int
 	lanes      map[string]*Lane
 	// order holds the same lanes as lanes, in a slice (Lane.pos) that

@@ -38,6 +38,7 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 		d.faults.add(a.Lane, now)
 		d.budget.Throttled(now, retryAfter, cause)
 	}
+	d.rates.observe(now, status, d.budget.Ceiling(), d.budget.Rate())
 	if d.budget.State() == budget.Parked {
 		s.parked[d] = true
 	} else {

@@ -34,6 +34,11 @@ type DestinationSnapshot struct {
 	Customers      []CustomerSnapshot
 	LastStatuses   []int
 	LastTransition *budget.Transition
+	// Over the last minute: attempts, and of them 429 and 5xx answers.
+	LastMinuteAttempts, LastMinuteThrottled, LastMinuteServerErrors int
+	// OldestPending is when the oldest pending event was accepted (zero:
+	// none pending).
+	OldestPending time.Time
 }
 
 // Snapshot reports one destination ("" = every destination), sorted by id.
@@ -51,6 +56,7 @@ func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
 			ID: id, Configured: d.configured, Class: d.class, InFlight: d.inFlight,
 			MaxInFlight: d.limits.MaxInFlight, Pending: d.pending, LastStatuses: d.statuses.list(),
 		}
+		snap.LastMinuteAttempts, snap.LastMinuteThrottled, snap.LastMinuteServerErrors = d.rates.lastMinute(now)
 		if b := d.budget; b != nil {
 			snap.State, snap.ConfiguredRate, snap.CurrentRate = b.State(), b.Ceiling(), b.Rate()
 			snap.LearnedRate, snap.Tokens, snap.HoldUntil = b.Learned(), b.Tokens(now), b.HoldUntil()
@@ -67,6 +73,11 @@ func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
 				perCustomer[l.ID.Customer] = c
 			}
 			c.Pending += len(l.entries)
+			if len(l.entries) > 0 {
+				if at := l.entries[0].AcceptedAt; snap.OldestPending.IsZero() || at.Before(snap.OldestPending) {
+					snap.OldestPending = at
+				}
+			}
 			switch l.state {
 			case laneDue, laneExpired:
 				c.DueLanes++

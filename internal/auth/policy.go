@@ -74,6 +74,7 @@ var Policies = map[string]Rule{
 	rivorav1connect.TokenServiceCreateTokenProcedure: adminsOf,
 	rivorav1connect.TokenServiceListTokensProcedure:  adminsOf,
 	rivorav1connect.TokenServiceRevokeTokenProcedure: adminsOf,
+	rivorav1connect.TokenServiceWhoAmIProcedure:      {Roles: []rivorav1.Role{admin, operator, viewer, publisher}},
 
 	rivorav1connect.IngestServicePublishProcedure: {
 		Roles:   []rivorav1.Role{admin, publisher},

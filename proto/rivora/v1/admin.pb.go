@@ -1481,6 +1481,8 @@ type GetDestinationHealthRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// destination_id selects one destination; empty means all.
 	DestinationId string `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	// rate_history asks for each destination's rate_history too.
+	RateHistory   bool `protobuf:"varint,2,opt,name=rate_history,json=rateHistory,proto3" json:"rate_history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1520,6 +1522,13 @@ func (x *GetDestinationHealthRequest) GetDestinationId() string {
 		return x.DestinationId
 	}
 	return ""
+}
+
+func (x *GetDestinationHealthRequest) GetRateHistory() bool {
+	if x != nil {
+		return x.RateHistory
+	}
+	return false
 }
 
 type GetDestinationHealthResponse struct {
@@ -1761,8 +1770,23 @@ type DestinationHealth struct {
 	// archived since its partition opened here (it restarts from 0): the
 	// control plane reads the archive for operator notices when it moves.
 	ArchivedDeadLetters int64 `protobuf:"varint,20,opt,name=archived_dead_letters,json=archivedDeadLetters,proto3" json:"archived_dead_letters,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// drain_time is how long the pending events take at current_rate
+	// (pending_events / current_rate): 0 with nothing pending; unset when
+	// they do not drain at all (paused, disabled, or no rate).
+	DrainTime *durationpb.Duration `protobuf:"bytes,21,opt,name=drain_time,json=drainTime,proto3" json:"drain_time,omitempty"`
+	// Over the last minute: the attempts made, and the share of them the
+	// partner answered 429, and 5xx (0 with no attempt).
+	AttemptsLastMinute int64   `protobuf:"varint,22,opt,name=attempts_last_minute,json=attemptsLastMinute,proto3" json:"attempts_last_minute,omitempty"`
+	ThrottledShare     float64 `protobuf:"fixed64,23,opt,name=throttled_share,json=throttledShare,proto3" json:"throttled_share,omitempty"`
+	ServerErrorShare   float64 `protobuf:"fixed64,24,opt,name=server_error_share,json=serverErrorShare,proto3" json:"server_error_share,omitempty"`
+	// rate_history is the last 15 minutes in 10-second buckets, oldest
+	// first, when asked for (GetDestinationHealthRequest.rate_history).
+	RateHistory []*RateSample `protobuf:"bytes,25,rep,name=rate_history,json=rateHistory,proto3" json:"rate_history,omitempty"`
+	// oldest_pending_age is how long ago the oldest pending event was
+	// accepted (unset with nothing pending).
+	OldestPendingAge *durationpb.Duration `protobuf:"bytes,26,opt,name=oldest_pending_age,json=oldestPendingAge,proto3" json:"oldest_pending_age,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DestinationHealth) Reset() {
@@ -1928,6 +1952,145 @@ func (x *DestinationHealth) GetArchivedDeadLetters() int64 {
 	return 0
 }
 
+func (x *DestinationHealth) GetDrainTime() *durationpb.Duration {
+	if x != nil {
+		return x.DrainTime
+	}
+	return nil
+}
+
+func (x *DestinationHealth) GetAttemptsLastMinute() int64 {
+	if x != nil {
+		return x.AttemptsLastMinute
+	}
+	return 0
+}
+
+func (x *DestinationHealth) GetThrottledShare() float64 {
+	if x != nil {
+		return x.ThrottledShare
+	}
+	return 0
+}
+
+func (x *DestinationHealth) GetServerErrorShare() float64 {
+	if x != nil {
+		return x.ServerErrorShare
+	}
+	return 0
+}
+
+func (x *DestinationHealth) GetRateHistory() []*RateSample {
+	if x != nil {
+		return x.RateHistory
+	}
+	return nil
+}
+
+func (x *DestinationHealth) GetOldestPendingAge() *durationpb.Duration {
+	if x != nil {
+		return x.OldestPendingAge
+	}
+	return nil
+}
+
+// RateSample is one 10-second bucket of a destination's recent history.
+type RateSample struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Start *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	// The budget's configured and current rate at the bucket's end (the
+	// current bucket: now).
+	ConfiguredRate float64 `protobuf:"fixed64,2,opt,name=configured_rate,json=configuredRate,proto3" json:"configured_rate,omitempty"`
+	CurrentRate    float64 `protobuf:"fixed64,3,opt,name=current_rate,json=currentRate,proto3" json:"current_rate,omitempty"`
+	// Attempts in the bucket, and of them those delivered (2xx), throttled
+	// (429) and answered 5xx.
+	Attempts      int32 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Delivered     int32 `protobuf:"varint,5,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	Throttled     int32 `protobuf:"varint,6,opt,name=throttled,proto3" json:"throttled,omitempty"`
+	ServerErrors  int32 `protobuf:"varint,7,opt,name=server_errors,json=serverErrors,proto3" json:"server_errors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateSample) Reset() {
+	*x = RateSample{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateSample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateSample) ProtoMessage() {}
+
+func (x *RateSample) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateSample.ProtoReflect.Descriptor instead.
+func (*RateSample) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RateSample) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *RateSample) GetConfiguredRate() float64 {
+	if x != nil {
+		return x.ConfiguredRate
+	}
+	return 0
+}
+
+func (x *RateSample) GetCurrentRate() float64 {
+	if x != nil {
+		return x.CurrentRate
+	}
+	return 0
+}
+
+func (x *RateSample) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *RateSample) GetDelivered() int32 {
+	if x != nil {
+		return x.Delivered
+	}
+	return 0
+}
+
+func (x *RateSample) GetThrottled() int32 {
+	if x != nil {
+		return x.Throttled
+	}
+	return 0
+}
+
+func (x *RateSample) GetServerErrors() int32 {
+	if x != nil {
+		return x.ServerErrors
+	}
+	return 0
+}
+
 type PauseDestinationRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
@@ -1939,7 +2102,7 @@ type PauseDestinationRequest struct {
 
 func (x *PauseDestinationRequest) Reset() {
 	*x = PauseDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[24]
+	mi := &file_rivora_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2114,7 @@ func (x *PauseDestinationRequest) String() string {
 func (*PauseDestinationRequest) ProtoMessage() {}
 
 func (x *PauseDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[24]
+	mi := &file_rivora_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2127,7 @@ func (x *PauseDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseDestinationRequest.ProtoReflect.Descriptor instead.
 func (*PauseDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PauseDestinationRequest) GetDestinationId() string {
@@ -1998,7 +2161,7 @@ type PauseDestinationResponse struct {
 
 func (x *PauseDestinationResponse) Reset() {
 	*x = PauseDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[25]
+	mi := &file_rivora_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2173,7 @@ func (x *PauseDestinationResponse) String() string {
 func (*PauseDestinationResponse) ProtoMessage() {}
 
 func (x *PauseDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[25]
+	mi := &file_rivora_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2186,7 @@ func (x *PauseDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseDestinationResponse.ProtoReflect.Descriptor instead.
 func (*PauseDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PauseDestinationResponse) GetDestination() *Destination {
@@ -2050,7 +2213,7 @@ type ResumeDestinationRequest struct {
 
 func (x *ResumeDestinationRequest) Reset() {
 	*x = ResumeDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[26]
+	mi := &file_rivora_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2062,7 +2225,7 @@ func (x *ResumeDestinationRequest) String() string {
 func (*ResumeDestinationRequest) ProtoMessage() {}
 
 func (x *ResumeDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[26]
+	mi := &file_rivora_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2075,7 +2238,7 @@ func (x *ResumeDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeDestinationRequest.ProtoReflect.Descriptor instead.
 func (*ResumeDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResumeDestinationRequest) GetDestinationId() string {
@@ -2102,7 +2265,7 @@ type ResumeDestinationResponse struct {
 
 func (x *ResumeDestinationResponse) Reset() {
 	*x = ResumeDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[27]
+	mi := &file_rivora_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2114,7 +2277,7 @@ func (x *ResumeDestinationResponse) String() string {
 func (*ResumeDestinationResponse) ProtoMessage() {}
 
 func (x *ResumeDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[27]
+	mi := &file_rivora_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2127,7 +2290,7 @@ func (x *ResumeDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeDestinationResponse.ProtoReflect.Descriptor instead.
 func (*ResumeDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ResumeDestinationResponse) GetDestination() *Destination {
@@ -2160,7 +2323,7 @@ type LimitSource struct {
 
 func (x *LimitSource) Reset() {
 	*x = LimitSource{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[28]
+	mi := &file_rivora_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2335,7 @@ func (x *LimitSource) String() string {
 func (*LimitSource) ProtoMessage() {}
 
 func (x *LimitSource) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[28]
+	mi := &file_rivora_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2348,7 @@ func (x *LimitSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitSource.ProtoReflect.Descriptor instead.
 func (*LimitSource) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LimitSource) GetSource() string {
@@ -2225,7 +2388,7 @@ type GetLimitsRequest struct {
 
 func (x *GetLimitsRequest) Reset() {
 	*x = GetLimitsRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[29]
+	mi := &file_rivora_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2400,7 @@ func (x *GetLimitsRequest) String() string {
 func (*GetLimitsRequest) ProtoMessage() {}
 
 func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[29]
+	mi := &file_rivora_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2413,7 @@ func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsRequest.ProtoReflect.Descriptor instead.
 func (*GetLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetLimitsRequest) GetDestinationId() string {
@@ -2275,7 +2438,7 @@ type GetLimitsResponse struct {
 
 func (x *GetLimitsResponse) Reset() {
 	*x = GetLimitsResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[30]
+	mi := &file_rivora_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2450,7 @@ func (x *GetLimitsResponse) String() string {
 func (*GetLimitsResponse) ProtoMessage() {}
 
 func (x *GetLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[30]
+	mi := &file_rivora_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +2463,7 @@ func (x *GetLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsResponse.ProtoReflect.Descriptor instead.
 func (*GetLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetLimitsResponse) GetDestinationId() string {
@@ -2344,14 +2507,18 @@ type SetLimitsOverrideRequest struct {
 	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
 	Author string `protobuf:"bytes,9,opt,name=author,proto3" json:"author,omitempty"`
 	// ttl, when set, ends the override after this long.
-	Ttl           *durationpb.Duration `protobuf:"bytes,10,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,10,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// dry_run checks the override and answers what it would do — the
+	// effective limits and the projected drain time — changing nothing
+	// (no new version, no audit entry).
+	DryRun        bool `protobuf:"varint,11,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetLimitsOverrideRequest) Reset() {
 	*x = SetLimitsOverrideRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[31]
+	mi := &file_rivora_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2530,7 @@ func (x *SetLimitsOverrideRequest) String() string {
 func (*SetLimitsOverrideRequest) ProtoMessage() {}
 
 func (x *SetLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[31]
+	mi := &file_rivora_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2543,7 @@ func (x *SetLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimitsOverrideRequest.ProtoReflect.Descriptor instead.
 func (*SetLimitsOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetLimitsOverrideRequest) GetDestinationId() string {
@@ -2449,17 +2616,30 @@ func (x *SetLimitsOverrideRequest) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *SetLimitsOverrideRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type SetLimitsOverrideResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Limits        *GetLimitsResponse     `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
-	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Limits *GetLimitsResponse     `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	// version is the config version of the change; 0 for a dry run.
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// The destination's pending events and how long they take at the
+	// override's rate (unset: they would not drain).
+	PendingEvents      int64                `protobuf:"varint,3,opt,name=pending_events,json=pendingEvents,proto3" json:"pending_events,omitempty"`
+	ProjectedDrainTime *durationpb.Duration `protobuf:"bytes,4,opt,name=projected_drain_time,json=projectedDrainTime,proto3" json:"projected_drain_time,omitempty"`
+	DryRun             bool                 `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *SetLimitsOverrideResponse) Reset() {
 	*x = SetLimitsOverrideResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[32]
+	mi := &file_rivora_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2651,7 @@ func (x *SetLimitsOverrideResponse) String() string {
 func (*SetLimitsOverrideResponse) ProtoMessage() {}
 
 func (x *SetLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[32]
+	mi := &file_rivora_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2664,7 @@ func (x *SetLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimitsOverrideResponse.ProtoReflect.Descriptor instead.
 func (*SetLimitsOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetLimitsOverrideResponse) GetLimits() *GetLimitsResponse {
@@ -2501,6 +2681,27 @@ func (x *SetLimitsOverrideResponse) GetVersion() uint64 {
 	return 0
 }
 
+func (x *SetLimitsOverrideResponse) GetPendingEvents() int64 {
+	if x != nil {
+		return x.PendingEvents
+	}
+	return 0
+}
+
+func (x *SetLimitsOverrideResponse) GetProjectedDrainTime() *durationpb.Duration {
+	if x != nil {
+		return x.ProjectedDrainTime
+	}
+	return nil
+}
+
+func (x *SetLimitsOverrideResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type ClearLimitsOverrideRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
@@ -2512,7 +2713,7 @@ type ClearLimitsOverrideRequest struct {
 
 func (x *ClearLimitsOverrideRequest) Reset() {
 	*x = ClearLimitsOverrideRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[33]
+	mi := &file_rivora_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +2725,7 @@ func (x *ClearLimitsOverrideRequest) String() string {
 func (*ClearLimitsOverrideRequest) ProtoMessage() {}
 
 func (x *ClearLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[33]
+	mi := &file_rivora_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,7 +2738,7 @@ func (x *ClearLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearLimitsOverrideRequest.ProtoReflect.Descriptor instead.
 func (*ClearLimitsOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClearLimitsOverrideRequest) GetDestinationId() string {
@@ -2571,7 +2772,7 @@ type ClearLimitsOverrideResponse struct {
 
 func (x *ClearLimitsOverrideResponse) Reset() {
 	*x = ClearLimitsOverrideResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[34]
+	mi := &file_rivora_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2583,7 +2784,7 @@ func (x *ClearLimitsOverrideResponse) String() string {
 func (*ClearLimitsOverrideResponse) ProtoMessage() {}
 
 func (x *ClearLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[34]
+	mi := &file_rivora_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2596,7 +2797,7 @@ func (x *ClearLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearLimitsOverrideResponse.ProtoReflect.Descriptor instead.
 func (*ClearLimitsOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ClearLimitsOverrideResponse) GetLimits() *GetLimitsResponse {
@@ -2621,7 +2822,7 @@ type DiffLimitsRequest struct {
 
 func (x *DiffLimitsRequest) Reset() {
 	*x = DiffLimitsRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[35]
+	mi := &file_rivora_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2834,7 @@ func (x *DiffLimitsRequest) String() string {
 func (*DiffLimitsRequest) ProtoMessage() {}
 
 func (x *DiffLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[35]
+	mi := &file_rivora_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2847,7 @@ func (x *DiffLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffLimitsRequest.ProtoReflect.Descriptor instead.
 func (*DiffLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 // LimitsDrift is one field where the effective limit is not the file's.
@@ -2663,7 +2864,7 @@ type LimitsDrift struct {
 
 func (x *LimitsDrift) Reset() {
 	*x = LimitsDrift{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[36]
+	mi := &file_rivora_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2675,7 +2876,7 @@ func (x *LimitsDrift) String() string {
 func (*LimitsDrift) ProtoMessage() {}
 
 func (x *LimitsDrift) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[36]
+	mi := &file_rivora_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2688,7 +2889,7 @@ func (x *LimitsDrift) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsDrift.ProtoReflect.Descriptor instead.
 func (*LimitsDrift) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *LimitsDrift) GetDestinationId() string {
@@ -2735,7 +2936,7 @@ type DiffLimitsResponse struct {
 
 func (x *DiffLimitsResponse) Reset() {
 	*x = DiffLimitsResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[37]
+	mi := &file_rivora_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2948,7 @@ func (x *DiffLimitsResponse) String() string {
 func (*DiffLimitsResponse) ProtoMessage() {}
 
 func (x *DiffLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[37]
+	mi := &file_rivora_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2961,7 @@ func (x *DiffLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffLimitsResponse.ProtoReflect.Descriptor instead.
 func (*DiffLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DiffLimitsResponse) GetDrifts() []*LimitsDrift {
@@ -2796,7 +2997,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[38]
+	mi := &file_rivora_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2808,7 +3009,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[38]
+	mi := &file_rivora_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2821,7 +3022,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AuditEntry) GetAt() *timestamppb.Timestamp {
@@ -2891,7 +3092,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[39]
+	mi := &file_rivora_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2903,7 +3104,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[39]
+	mi := &file_rivora_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2916,7 +3117,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListAuditRequest) GetLimit() int32 {
@@ -2942,7 +3143,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[40]
+	mi := &file_rivora_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2954,7 +3155,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[40]
+	mi := &file_rivora_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2967,7 +3168,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -2985,7 +3186,7 @@ type GetConfigStatusRequest struct {
 
 func (x *GetConfigStatusRequest) Reset() {
 	*x = GetConfigStatusRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[41]
+	mi := &file_rivora_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2997,7 +3198,7 @@ func (x *GetConfigStatusRequest) String() string {
 func (*GetConfigStatusRequest) ProtoMessage() {}
 
 func (x *GetConfigStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[41]
+	mi := &file_rivora_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3010,7 +3211,7 @@ func (x *GetConfigStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigStatusRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 type GetConfigStatusResponse struct {
@@ -3023,7 +3224,7 @@ type GetConfigStatusResponse struct {
 
 func (x *GetConfigStatusResponse) Reset() {
 	*x = GetConfigStatusResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[42]
+	mi := &file_rivora_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3035,7 +3236,7 @@ func (x *GetConfigStatusResponse) String() string {
 func (*GetConfigStatusResponse) ProtoMessage() {}
 
 func (x *GetConfigStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[42]
+	mi := &file_rivora_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3048,7 +3249,7 @@ func (x *GetConfigStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetConfigStatusResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetConfigStatusResponse) GetVersion() uint64 {
@@ -3090,7 +3291,7 @@ type AgentStatus struct {
 
 func (x *AgentStatus) Reset() {
 	*x = AgentStatus{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[43]
+	mi := &file_rivora_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3102,7 +3303,7 @@ func (x *AgentStatus) String() string {
 func (*AgentStatus) ProtoMessage() {}
 
 func (x *AgentStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[43]
+	mi := &file_rivora_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3115,7 +3316,7 @@ func (x *AgentStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStatus.ProtoReflect.Descriptor instead.
 func (*AgentStatus) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AgentStatus) GetName() string {
@@ -3311,9 +3512,10 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\a_weight\"i\n" +
 	"\x13SetPriorityResponse\x128\n" +
 	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"D\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"g\n" +
 	"\x1bGetDestinationHealthRequest\x12%\n" +
-	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"`\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12!\n" +
+	"\frate_history\x18\x02 \x01(\bR\vrateHistory\"`\n" +
 	"\x1cGetDestinationHealthResponse\x12@\n" +
 	"\fdestinations\x18\x01 \x03(\v2\x1c.rivora.v1.DestinationHealthR\fdestinations\"x\n" +
 	"\x10HealthTransition\x12*\n" +
@@ -3328,7 +3530,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\tdue_lanes\x18\x03 \x01(\x03R\bdueLanes\x12#\n" +
 	"\rwaiting_lanes\x18\x04 \x01(\x03R\fwaitingLanes\x12\x1b\n" +
 	"\tin_flight\x18\x05 \x01(\x03R\binFlight\x12%\n" +
-	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xa3\x06\n" +
+	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xe9\b\n" +
 	"\x11DestinationHealth\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12'\n" +
@@ -3350,7 +3552,23 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\bdisabled\x18\x10 \x01(\bR\bdisabled\x12!\n" +
 	"\fpause_reason\x18\x11 \x01(\tR\vpauseReason\x12!\n" +
 	"\flearned_rate\x18\x12 \x01(\x01R\vlearnedRate\x122\n" +
-	"\x15archived_dead_letters\x18\x14 \x01(\x03R\x13archivedDeadLetters\"p\n" +
+	"\x15archived_dead_letters\x18\x14 \x01(\x03R\x13archivedDeadLetters\x128\n" +
+	"\n" +
+	"drain_time\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\tdrainTime\x120\n" +
+	"\x14attempts_last_minute\x18\x16 \x01(\x03R\x12attemptsLastMinute\x12'\n" +
+	"\x0fthrottled_share\x18\x17 \x01(\x01R\x0ethrottledShare\x12,\n" +
+	"\x12server_error_share\x18\x18 \x01(\x01R\x10serverErrorShare\x128\n" +
+	"\frate_history\x18\x19 \x03(\v2\x15.rivora.v1.RateSampleR\vrateHistory\x12G\n" +
+	"\x12oldest_pending_age\x18\x1a \x01(\v2\x19.google.protobuf.DurationR\x10oldestPendingAge\"\x87\x02\n" +
+	"\n" +
+	"RateSample\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12'\n" +
+	"\x0fconfigured_rate\x18\x02 \x01(\x01R\x0econfiguredRate\x12!\n" +
+	"\fcurrent_rate\x18\x03 \x01(\x01R\vcurrentRate\x12\x1a\n" +
+	"\battempts\x18\x04 \x01(\x05R\battempts\x12\x1c\n" +
+	"\tdelivered\x18\x05 \x01(\x05R\tdelivered\x12\x1c\n" +
+	"\tthrottled\x18\x06 \x01(\x05R\tthrottled\x12#\n" +
+	"\rserver_errors\x18\a \x01(\x05R\fserverErrors\"p\n" +
 	"\x17PauseDestinationRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +
@@ -3379,7 +3597,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x04file\x18\x04 \x01(\v2\x11.rivora.v1.LimitsR\x04file\x1aR\n" +
 	"\fSourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
-	"\x05value\x18\x02 \x01(\v2\x16.rivora.v1.LimitSourceR\x05value:\x028\x01\"\xe0\x03\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.rivora.v1.LimitSourceR\x05value:\x028\x01\"\xf9\x03\n" +
 	"\x18SetLimitsOverrideRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12+\n" +
 	"\x0frate_per_second\x18\x02 \x01(\x01H\x00R\rratePerSecond\x88\x01\x01\x12\x19\n" +
@@ -3391,14 +3609,18 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\b \x01(\tR\x06reason\x12\x16\n" +
 	"\x06author\x18\t \x01(\tR\x06author\x12+\n" +
 	"\x03ttl\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x03ttlB\x12\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x17\n" +
+	"\adry_run\x18\v \x01(\bR\x06dryRunB\x12\n" +
 	"\x10_rate_per_secondB\b\n" +
 	"\x06_burstB\x0f\n" +
 	"\r_max_attemptsB\x10\n" +
-	"\x0e_max_in_flight\"k\n" +
+	"\x0e_max_in_flight\"\xf8\x01\n" +
 	"\x19SetLimitsOverrideResponse\x124\n" +
 	"\x06limits\x18\x01 \x01(\v2\x1c.rivora.v1.GetLimitsResponseR\x06limits\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"s\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12%\n" +
+	"\x0epending_events\x18\x03 \x01(\x03R\rpendingEvents\x12K\n" +
+	"\x14projected_drain_time\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x12projectedDrainTime\x12\x17\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"s\n" +
 	"\x1aClearLimitsOverrideRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12\x16\n" +
@@ -3486,7 +3708,7 @@ func file_rivora_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_rivora_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_rivora_v1_admin_proto_goTypes = []any{
 	(PriorityClass)(0),                      // 0: rivora.v1.PriorityClass
 	(*Limits)(nil),                          // 1: rivora.v1.Limits
@@ -3513,123 +3735,129 @@ var file_rivora_v1_admin_proto_goTypes = []any{
 	(*HealthTransition)(nil),                // 22: rivora.v1.HealthTransition
 	(*CustomerBacklog)(nil),                 // 23: rivora.v1.CustomerBacklog
 	(*DestinationHealth)(nil),               // 24: rivora.v1.DestinationHealth
-	(*PauseDestinationRequest)(nil),         // 25: rivora.v1.PauseDestinationRequest
-	(*PauseDestinationResponse)(nil),        // 26: rivora.v1.PauseDestinationResponse
-	(*ResumeDestinationRequest)(nil),        // 27: rivora.v1.ResumeDestinationRequest
-	(*ResumeDestinationResponse)(nil),       // 28: rivora.v1.ResumeDestinationResponse
-	(*LimitSource)(nil),                     // 29: rivora.v1.LimitSource
-	(*GetLimitsRequest)(nil),                // 30: rivora.v1.GetLimitsRequest
-	(*GetLimitsResponse)(nil),               // 31: rivora.v1.GetLimitsResponse
-	(*SetLimitsOverrideRequest)(nil),        // 32: rivora.v1.SetLimitsOverrideRequest
-	(*SetLimitsOverrideResponse)(nil),       // 33: rivora.v1.SetLimitsOverrideResponse
-	(*ClearLimitsOverrideRequest)(nil),      // 34: rivora.v1.ClearLimitsOverrideRequest
-	(*ClearLimitsOverrideResponse)(nil),     // 35: rivora.v1.ClearLimitsOverrideResponse
-	(*DiffLimitsRequest)(nil),               // 36: rivora.v1.DiffLimitsRequest
-	(*LimitsDrift)(nil),                     // 37: rivora.v1.LimitsDrift
-	(*DiffLimitsResponse)(nil),              // 38: rivora.v1.DiffLimitsResponse
-	(*AuditEntry)(nil),                      // 39: rivora.v1.AuditEntry
-	(*ListAuditRequest)(nil),                // 40: rivora.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),               // 41: rivora.v1.ListAuditResponse
-	(*GetConfigStatusRequest)(nil),          // 42: rivora.v1.GetConfigStatusRequest
-	(*GetConfigStatusResponse)(nil),         // 43: rivora.v1.GetConfigStatusResponse
-	(*AgentStatus)(nil),                     // 44: rivora.v1.AgentStatus
-	nil,                                     // 45: rivora.v1.Destination.CustomerWeightsEntry
-	nil,                                     // 46: rivora.v1.GetLimitsResponse.SourcesEntry
-	(*durationpb.Duration)(nil),             // 47: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),           // 48: google.protobuf.Timestamp
+	(*RateSample)(nil),                      // 25: rivora.v1.RateSample
+	(*PauseDestinationRequest)(nil),         // 26: rivora.v1.PauseDestinationRequest
+	(*PauseDestinationResponse)(nil),        // 27: rivora.v1.PauseDestinationResponse
+	(*ResumeDestinationRequest)(nil),        // 28: rivora.v1.ResumeDestinationRequest
+	(*ResumeDestinationResponse)(nil),       // 29: rivora.v1.ResumeDestinationResponse
+	(*LimitSource)(nil),                     // 30: rivora.v1.LimitSource
+	(*GetLimitsRequest)(nil),                // 31: rivora.v1.GetLimitsRequest
+	(*GetLimitsResponse)(nil),               // 32: rivora.v1.GetLimitsResponse
+	(*SetLimitsOverrideRequest)(nil),        // 33: rivora.v1.SetLimitsOverrideRequest
+	(*SetLimitsOverrideResponse)(nil),       // 34: rivora.v1.SetLimitsOverrideResponse
+	(*ClearLimitsOverrideRequest)(nil),      // 35: rivora.v1.ClearLimitsOverrideRequest
+	(*ClearLimitsOverrideResponse)(nil),     // 36: rivora.v1.ClearLimitsOverrideResponse
+	(*DiffLimitsRequest)(nil),               // 37: rivora.v1.DiffLimitsRequest
+	(*LimitsDrift)(nil),                     // 38: rivora.v1.LimitsDrift
+	(*DiffLimitsResponse)(nil),              // 39: rivora.v1.DiffLimitsResponse
+	(*AuditEntry)(nil),                      // 40: rivora.v1.AuditEntry
+	(*ListAuditRequest)(nil),                // 41: rivora.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),               // 42: rivora.v1.ListAuditResponse
+	(*GetConfigStatusRequest)(nil),          // 43: rivora.v1.GetConfigStatusRequest
+	(*GetConfigStatusResponse)(nil),         // 44: rivora.v1.GetConfigStatusResponse
+	(*AgentStatus)(nil),                     // 45: rivora.v1.AgentStatus
+	nil,                                     // 46: rivora.v1.Destination.CustomerWeightsEntry
+	nil,                                     // 47: rivora.v1.GetLimitsResponse.SourcesEntry
+	(*durationpb.Duration)(nil),             // 48: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),           // 49: google.protobuf.Timestamp
 }
 var file_rivora_v1_admin_proto_depIdxs = []int32{
-	47, // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
-	47, // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
+	48, // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
+	48, // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
 	1,  // 2: rivora.v1.Destination.limits:type_name -> rivora.v1.Limits
-	48, // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
-	48, // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
+	49, // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
+	49, // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: rivora.v1.Destination.priority_class:type_name -> rivora.v1.PriorityClass
-	45, // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
+	46, // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
 	5,  // 7: rivora.v1.Destination.pauses:type_name -> rivora.v1.PauseInterval
 	4,  // 8: rivora.v1.Destination.override:type_name -> rivora.v1.LimitsOverride
 	1,  // 9: rivora.v1.Destination.configured:type_name -> rivora.v1.Limits
 	3,  // 10: rivora.v1.Destination.headers:type_name -> rivora.v1.Header
-	48, // 11: rivora.v1.Destination.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	49, // 11: rivora.v1.Destination.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 12: rivora.v1.LimitsOverride.limits:type_name -> rivora.v1.Limits
-	48, // 13: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
-	48, // 14: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
-	48, // 15: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
-	48, // 16: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
+	49, // 13: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
+	49, // 14: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
+	49, // 15: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
+	49, // 16: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
 	1,  // 17: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
 	3,  // 18: rivora.v1.CreateDestinationRequest.headers:type_name -> rivora.v1.Header
 	2,  // 19: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
 	2,  // 20: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
 	2,  // 21: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
-	47, // 22: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
-	47, // 23: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
+	48, // 22: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
+	48, // 23: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 24: rivora.v1.UpdateDestinationRequest.set_headers:type_name -> rivora.v1.Header
 	2,  // 25: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	47, // 26: rivora.v1.RotateDestinationSecretRequest.grace:type_name -> google.protobuf.Duration
+	48, // 26: rivora.v1.RotateDestinationSecretRequest.grace:type_name -> google.protobuf.Duration
 	2,  // 27: rivora.v1.RotateDestinationSecretResponse.destination:type_name -> rivora.v1.Destination
 	0,  // 28: rivora.v1.SetPriorityRequest.class:type_name -> rivora.v1.PriorityClass
 	2,  // 29: rivora.v1.SetPriorityResponse.destination:type_name -> rivora.v1.Destination
 	24, // 30: rivora.v1.GetDestinationHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
-	48, // 31: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
+	49, // 31: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
 	23, // 32: rivora.v1.DestinationHealth.customers:type_name -> rivora.v1.CustomerBacklog
 	22, // 33: rivora.v1.DestinationHealth.last_transition:type_name -> rivora.v1.HealthTransition
-	48, // 34: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
+	49, // 34: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
 	0,  // 35: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
-	2,  // 36: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,  // 37: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
-	48, // 38: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 39: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
-	46, // 40: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
-	1,  // 41: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
-	47, // 42: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
-	47, // 43: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
-	47, // 44: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	31, // 45: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	31, // 46: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	29, // 47: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
-	37, // 48: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
-	48, // 49: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	39, // 50: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
-	44, // 51: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
-	48, // 52: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	29, // 53: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
-	6,  // 54: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
-	8,  // 55: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
-	10, // 56: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
-	12, // 57: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
-	14, // 58: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
-	16, // 59: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
-	18, // 60: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
-	20, // 61: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
-	25, // 62: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
-	27, // 63: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
-	30, // 64: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
-	32, // 65: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
-	34, // 66: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
-	36, // 67: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
-	40, // 68: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
-	42, // 69: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
-	7,  // 70: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
-	9,  // 71: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
-	11, // 72: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
-	13, // 73: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
-	15, // 74: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
-	17, // 75: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
-	19, // 76: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
-	21, // 77: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
-	26, // 78: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
-	28, // 79: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
-	31, // 80: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
-	33, // 81: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
-	35, // 82: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
-	38, // 83: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
-	41, // 84: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
-	43, // 85: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
-	70, // [70:86] is the sub-list for method output_type
-	54, // [54:70] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	48, // 36: rivora.v1.DestinationHealth.drain_time:type_name -> google.protobuf.Duration
+	25, // 37: rivora.v1.DestinationHealth.rate_history:type_name -> rivora.v1.RateSample
+	48, // 38: rivora.v1.DestinationHealth.oldest_pending_age:type_name -> google.protobuf.Duration
+	49, // 39: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
+	2,  // 40: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,  // 41: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
+	49, // 42: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 43: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
+	47, // 44: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
+	1,  // 45: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
+	48, // 46: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
+	48, // 47: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
+	48, // 48: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 49: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	48, // 50: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
+	32, // 51: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	30, // 52: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
+	38, // 53: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
+	49, // 54: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	40, // 55: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
+	45, // 56: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
+	49, // 57: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	30, // 58: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
+	6,  // 59: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
+	8,  // 60: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
+	10, // 61: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
+	12, // 62: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
+	14, // 63: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
+	16, // 64: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
+	18, // 65: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
+	20, // 66: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
+	26, // 67: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
+	28, // 68: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
+	31, // 69: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
+	33, // 70: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
+	35, // 71: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
+	37, // 72: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
+	41, // 73: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
+	43, // 74: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
+	7,  // 75: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
+	9,  // 76: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
+	11, // 77: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
+	13, // 78: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
+	15, // 79: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
+	17, // 80: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
+	19, // 81: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
+	21, // 82: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
+	27, // 83: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
+	29, // 84: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
+	32, // 85: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
+	34, // 86: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
+	36, // 87: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
+	39, // 88: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
+	42, // 89: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
+	44, // 90: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
+	75, // [75:91] is the sub-list for method output_type
+	59, // [59:75] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_admin_proto_init() }
@@ -3639,14 +3867,14 @@ func file_rivora_v1_admin_proto_init() {
 	}
 	file_rivora_v1_admin_proto_msgTypes[11].OneofWrappers = []any{}
 	file_rivora_v1_admin_proto_msgTypes[17].OneofWrappers = []any{}
-	file_rivora_v1_admin_proto_msgTypes[31].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_admin_proto_rawDesc), len(file_rivora_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   46,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -788,6 +788,8 @@ type GetHealthRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// destination_id selects one destination; empty means all.
 	DestinationId string `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	// rate_history asks for each destination's rate_history too.
+	RateHistory   bool `protobuf:"varint,2,opt,name=rate_history,json=rateHistory,proto3" json:"rate_history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -827,6 +829,13 @@ func (x *GetHealthRequest) GetDestinationId() string {
 		return x.DestinationId
 	}
 	return ""
+}
+
+func (x *GetHealthRequest) GetRateHistory() bool {
+	if x != nil {
+		return x.RateHistory
+	}
+	return false
 }
 
 type GetHealthResponse struct {
@@ -928,9 +937,10 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\x15ArchivePendingRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"4\n" +
 	"\x16ArchivePendingResponse\x12\x1a\n" +
-	"\barchived\x18\x01 \x01(\x03R\barchived\"9\n" +
+	"\barchived\x18\x01 \x01(\x03R\barchived\"\\\n" +
 	"\x10GetHealthRequest\x12%\n" +
-	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"U\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12!\n" +
+	"\frate_history\x18\x02 \x01(\bR\vrateHistory\"U\n" +
 	"\x11GetHealthResponse\x12@\n" +
 	"\fdestinations\x18\x01 \x03(\v2\x1c.rivora.v1.DestinationHealthR\fdestinations2\x8c\x03\n" +
 	"\fAgentService\x12<\n" +

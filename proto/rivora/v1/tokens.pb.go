@@ -85,6 +85,86 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{0}
 }
 
+type WhoAmIRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIRequest) Reset() {
+	*x = WhoAmIRequest{}
+	mi := &file_rivora_v1_tokens_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIRequest) ProtoMessage() {}
+
+func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_tokens_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
+func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{0}
+}
+
+type WhoAmIResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *ApiToken              `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIResponse) Reset() {
+	*x = WhoAmIResponse{}
+	mi := &file_rivora_v1_tokens_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIResponse) ProtoMessage() {}
+
+func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_tokens_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
+func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WhoAmIResponse) GetToken() *ApiToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
 // ApiToken is a token as the control plane keeps it: its hash, never the
 // token.
 type ApiToken struct {
@@ -111,7 +191,7 @@ type ApiToken struct {
 
 func (x *ApiToken) Reset() {
 	*x = ApiToken{}
-	mi := &file_rivora_v1_tokens_proto_msgTypes[0]
+	mi := &file_rivora_v1_tokens_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -123,7 +203,7 @@ func (x *ApiToken) String() string {
 func (*ApiToken) ProtoMessage() {}
 
 func (x *ApiToken) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_tokens_proto_msgTypes[0]
+	mi := &file_rivora_v1_tokens_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -136,7 +216,7 @@ func (x *ApiToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiToken.ProtoReflect.Descriptor instead.
 func (*ApiToken) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{0}
+	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ApiToken) GetId() string {
@@ -208,7 +288,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_rivora_v1_tokens_proto_msgTypes[1]
+	mi := &file_rivora_v1_tokens_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +300,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_tokens_proto_msgTypes[1]
+	mi := &file_rivora_v1_tokens_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +313,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{1}
+	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -276,7 +356,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_rivora_v1_tokens_proto_msgTypes[2]
+	mi := &file_rivora_v1_tokens_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -288,7 +368,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_tokens_proto_msgTypes[2]
+	mi := &file_rivora_v1_tokens_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -301,7 +381,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{2}
+	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateTokenResponse) GetTokenInfo() *ApiToken {
@@ -333,7 +413,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_rivora_v1_tokens_proto_msgTypes[3]
+	mi := &file_rivora_v1_tokens_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -345,7 +425,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_tokens_proto_msgTypes[3]
+	mi := &file_rivora_v1_tokens_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -358,7 +438,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{3}
+	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{5}
 }
 
 type ListTokensResponse struct {
@@ -370,7 +450,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_rivora_v1_tokens_proto_msgTypes[4]
+	mi := &file_rivora_v1_tokens_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +462,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_tokens_proto_msgTypes[4]
+	mi := &file_rivora_v1_tokens_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +475,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{4}
+	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListTokensResponse) GetTokens() []*ApiToken {
@@ -414,7 +494,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_rivora_v1_tokens_proto_msgTypes[5]
+	mi := &file_rivora_v1_tokens_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -426,7 +506,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_tokens_proto_msgTypes[5]
+	mi := &file_rivora_v1_tokens_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -439,7 +519,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{5}
+	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RevokeTokenRequest) GetId() string {
@@ -458,7 +538,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_rivora_v1_tokens_proto_msgTypes[6]
+	mi := &file_rivora_v1_tokens_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -470,7 +550,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_tokens_proto_msgTypes[6]
+	mi := &file_rivora_v1_tokens_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -483,7 +563,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{6}
+	return file_rivora_v1_tokens_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RevokeTokenResponse) GetVersion() uint64 {
@@ -497,7 +577,10 @@ var File_rivora_v1_tokens_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_tokens_proto_rawDesc = "" +
 	"\n" +
-	"\x16rivora/v1/tokens.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x02\n" +
+	"\x16rivora/v1/tokens.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0f\n" +
+	"\rWhoAmIRequest\";\n" +
+	"\x0eWhoAmIResponse\x12)\n" +
+	"\x05token\x18\x01 \x01(\v2\x13.rivora.v1.ApiTokenR\x05token\"\x9a\x02\n" +
 	"\bApiToken\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12#\n" +
@@ -533,12 +616,13 @@ const file_rivora_v1_tokens_proto_rawDesc = "" +
 	"ROLE_ADMIN\x10\x01\x12\x11\n" +
 	"\rROLE_OPERATOR\x10\x02\x12\x0f\n" +
 	"\vROLE_VIEWER\x10\x03\x12\x12\n" +
-	"\x0eROLE_PUBLISHER\x10\x042\xfa\x01\n" +
+	"\x0eROLE_PUBLISHER\x10\x042\xbe\x02\n" +
 	"\fTokenService\x12L\n" +
 	"\vCreateToken\x12\x1d.rivora.v1.CreateTokenRequest\x1a\x1e.rivora.v1.CreateTokenResponse\x12N\n" +
 	"\n" +
 	"ListTokens\x12\x1c.rivora.v1.ListTokensRequest\x1a\x1d.rivora.v1.ListTokensResponse\"\x03\x90\x02\x01\x12L\n" +
-	"\vRevokeToken\x12\x1d.rivora.v1.RevokeTokenRequest\x1a\x1e.rivora.v1.RevokeTokenResponseB3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
+	"\vRevokeToken\x12\x1d.rivora.v1.RevokeTokenRequest\x1a\x1e.rivora.v1.RevokeTokenResponse\x12B\n" +
+	"\x06WhoAmI\x12\x18.rivora.v1.WhoAmIRequest\x1a\x19.rivora.v1.WhoAmIResponse\"\x03\x90\x02\x01B3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
 
 var (
 	file_rivora_v1_tokens_proto_rawDescOnce sync.Once
@@ -553,38 +637,43 @@ func file_rivora_v1_tokens_proto_rawDescGZIP() []byte {
 }
 
 var file_rivora_v1_tokens_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rivora_v1_tokens_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_rivora_v1_tokens_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_rivora_v1_tokens_proto_goTypes = []any{
 	(Role)(0),                     // 0: rivora.v1.Role
-	(*ApiToken)(nil),              // 1: rivora.v1.ApiToken
-	(*CreateTokenRequest)(nil),    // 2: rivora.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),   // 3: rivora.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),     // 4: rivora.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),    // 5: rivora.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),    // 6: rivora.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),   // 7: rivora.v1.RevokeTokenResponse
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
+	(*WhoAmIRequest)(nil),         // 1: rivora.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),        // 2: rivora.v1.WhoAmIResponse
+	(*ApiToken)(nil),              // 3: rivora.v1.ApiToken
+	(*CreateTokenRequest)(nil),    // 4: rivora.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),   // 5: rivora.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),     // 6: rivora.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),    // 7: rivora.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),    // 8: rivora.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),   // 9: rivora.v1.RevokeTokenResponse
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
 }
 var file_rivora_v1_tokens_proto_depIdxs = []int32{
-	0,  // 0: rivora.v1.ApiToken.role:type_name -> rivora.v1.Role
-	8,  // 1: rivora.v1.ApiToken.created_at:type_name -> google.protobuf.Timestamp
-	8,  // 2: rivora.v1.ApiToken.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 3: rivora.v1.CreateTokenRequest.role:type_name -> rivora.v1.Role
-	9,  // 4: rivora.v1.CreateTokenRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 5: rivora.v1.CreateTokenResponse.token_info:type_name -> rivora.v1.ApiToken
-	1,  // 6: rivora.v1.ListTokensResponse.tokens:type_name -> rivora.v1.ApiToken
-	2,  // 7: rivora.v1.TokenService.CreateToken:input_type -> rivora.v1.CreateTokenRequest
-	4,  // 8: rivora.v1.TokenService.ListTokens:input_type -> rivora.v1.ListTokensRequest
-	6,  // 9: rivora.v1.TokenService.RevokeToken:input_type -> rivora.v1.RevokeTokenRequest
-	3,  // 10: rivora.v1.TokenService.CreateToken:output_type -> rivora.v1.CreateTokenResponse
-	5,  // 11: rivora.v1.TokenService.ListTokens:output_type -> rivora.v1.ListTokensResponse
-	7,  // 12: rivora.v1.TokenService.RevokeToken:output_type -> rivora.v1.RevokeTokenResponse
-	10, // [10:13] is the sub-list for method output_type
-	7,  // [7:10] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	3,  // 0: rivora.v1.WhoAmIResponse.token:type_name -> rivora.v1.ApiToken
+	0,  // 1: rivora.v1.ApiToken.role:type_name -> rivora.v1.Role
+	10, // 2: rivora.v1.ApiToken.created_at:type_name -> google.protobuf.Timestamp
+	10, // 3: rivora.v1.ApiToken.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 4: rivora.v1.CreateTokenRequest.role:type_name -> rivora.v1.Role
+	11, // 5: rivora.v1.CreateTokenRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 6: rivora.v1.CreateTokenResponse.token_info:type_name -> rivora.v1.ApiToken
+	3,  // 7: rivora.v1.ListTokensResponse.tokens:type_name -> rivora.v1.ApiToken
+	4,  // 8: rivora.v1.TokenService.CreateToken:input_type -> rivora.v1.CreateTokenRequest
+	6,  // 9: rivora.v1.TokenService.ListTokens:input_type -> rivora.v1.ListTokensRequest
+	8,  // 10: rivora.v1.TokenService.RevokeToken:input_type -> rivora.v1.RevokeTokenRequest
+	1,  // 11: rivora.v1.TokenService.WhoAmI:input_type -> rivora.v1.WhoAmIRequest
+	5,  // 12: rivora.v1.TokenService.CreateToken:output_type -> rivora.v1.CreateTokenResponse
+	7,  // 13: rivora.v1.TokenService.ListTokens:output_type -> rivora.v1.ListTokensResponse
+	9,  // 14: rivora.v1.TokenService.RevokeToken:output_type -> rivora.v1.RevokeTokenResponse
+	2,  // 15: rivora.v1.TokenService.WhoAmI:output_type -> rivora.v1.WhoAmIResponse
+	12, // [12:16] is the sub-list for method output_type
+	8,  // [8:12] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_tokens_proto_init() }
@@ -598,7 +687,7 @@ func file_rivora_v1_tokens_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_tokens_proto_rawDesc), len(file_rivora_v1_tokens_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

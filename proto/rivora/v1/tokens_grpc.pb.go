@@ -22,6 +22,7 @@ const (
 	TokenService_CreateToken_FullMethodName = "/rivora.v1.TokenService/CreateToken"
 	TokenService_ListTokens_FullMethodName  = "/rivora.v1.TokenService/ListTokens"
 	TokenService_RevokeToken_FullMethodName = "/rivora.v1.TokenService/RevokeToken"
+	TokenService_WhoAmI_FullMethodName      = "/rivora.v1.TokenService/WhoAmI"
 )
 
 // TokenServiceClient is the client API for TokenService service.
@@ -29,7 +30,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // TokenService manages the API tokens every RPC is called with
-// (`Authorization: Bearer <token>`). Admin only. The control plane keeps
+// (`Authorization: Bearer <token>`). Admin only, but for WhoAmI. The control plane keeps
 // each token as a hash, never the token itself, and pushes the hashes to
 // the agents with the rest of the config.
 type TokenServiceClient interface {
@@ -39,6 +40,10 @@ type TokenServiceClient interface {
 	// RevokeToken refuses the token from now on, on every agent within a
 	// second.
 	RevokeToken(ctx context.Context, in *RevokeTokenRequest, opts ...grpc.CallOption) (*RevokeTokenResponse, error)
+	// WhoAmI describes the token the call carries — its id, name, role and
+	// customers (no hash) — to any valid token: a client such as the
+	// console shows only what the role may do.
+	WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*WhoAmIResponse, error)
 }
 
 type tokenServiceClient struct {
@@ -79,12 +84,22 @@ func (c *tokenServiceClient) RevokeToken(ctx context.Context, in *RevokeTokenReq
 	return out, nil
 }
 
+func (c *tokenServiceClient) WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*WhoAmIResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WhoAmIResponse)
+	err := c.cc.Invoke(ctx, TokenService_WhoAmI_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TokenServiceServer is the server API for TokenService service.
 // All implementations must embed UnimplementedTokenServiceServer
 // for forward compatibility.
 //
 // TokenService manages the API tokens every RPC is called with
-// (`Authorization: Bearer <token>`). Admin only. The control plane keeps
+// (`Authorization: Bearer <token>`). Admin only, but for WhoAmI. The control plane keeps
 // each token as a hash, never the token itself, and pushes the hashes to
 // the agents with the rest of the config.
 type TokenServiceServer interface {
@@ -94,6 +109,10 @@ type TokenServiceServer interface {
 	// RevokeToken refuses the token from now on, on every agent within a
 	// second.
 	RevokeToken(context.Context, *RevokeTokenRequest) (*RevokeTokenResponse, error)
+	// WhoAmI describes the token the call carries — its id, name, role and
+	// customers (no hash) — to any valid token: a client such as the
+	// console shows only what the role may do.
+	WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error)
 	mustEmbedUnimplementedTokenServiceServer()
 }
 
@@ -112,6 +131,9 @@ func (UnimplementedTokenServiceServer) ListTokens(context.Context, *ListTokensRe
 }
 func (UnimplementedTokenServiceServer) RevokeToken(context.Context, *RevokeTokenRequest) (*RevokeTokenResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeToken not implemented")
+}
+func (UnimplementedTokenServiceServer) WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WhoAmI not implemented")
 }
 func (UnimplementedTokenServiceServer) mustEmbedUnimplementedTokenServiceServer() {}
 func (UnimplementedTokenServiceServer) testEmbeddedByValue()                      {}
@@ -188,6 +210,24 @@ func _TokenService_RevokeToken_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TokenService_WhoAmI_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WhoAmIRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TokenServiceServer).WhoAmI(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TokenService_WhoAmI_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TokenServiceServer).WhoAmI(ctx, req.(*WhoAmIRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TokenService_ServiceDesc is the grpc.ServiceDesc for TokenService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -206,6 +246,10 @@ var TokenService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokeToken",
 			Handler:    _TokenService_RevokeToken_Handler,
+		},
+		{
+			MethodName: "WhoAmI",
+			Handler:    _TokenService_WhoAmI_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

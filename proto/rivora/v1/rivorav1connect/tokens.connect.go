@@ -41,6 +41,8 @@ const (
 	// TokenServiceRevokeTokenProcedure is the fully-qualified name of the TokenService's RevokeToken
 	// RPC.
 	TokenServiceRevokeTokenProcedure = "/rivora.v1.TokenService/RevokeToken"
+	// TokenServiceWhoAmIProcedure is the fully-qualified name of the TokenService's WhoAmI RPC.
+	TokenServiceWhoAmIProcedure = "/rivora.v1.TokenService/WhoAmI"
 )
 
 // TokenServiceClient is a client for the rivora.v1.TokenService service.
@@ -51,6 +53,10 @@ type TokenServiceClient interface {
 	// RevokeToken refuses the token from now on, on every agent within a
 	// second.
 	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
+	// WhoAmI describes the token the call carries — its id, name, role and
+	// customers (no hash) — to any valid token: a client such as the
+	// console shows only what the role may do.
+	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
 }
 
 // NewTokenServiceClient constructs a client for the rivora.v1.TokenService service. By default, it
@@ -83,6 +89,13 @@ func NewTokenServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(tokenServiceMethods.ByName("RevokeToken")),
 			connect.WithClientOptions(opts...),
 		),
+		whoAmI: connect.NewClient[v1.WhoAmIRequest, v1.WhoAmIResponse](
+			httpClient,
+			baseURL+TokenServiceWhoAmIProcedure,
+			connect.WithSchema(tokenServiceMethods.ByName("WhoAmI")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -91,6 +104,7 @@ type tokenServiceClient struct {
 	createToken *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
 	listTokens  *connect.Client[v1.ListTokensRequest, v1.ListTokensResponse]
 	revokeToken *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
+	whoAmI      *connect.Client[v1.WhoAmIRequest, v1.WhoAmIResponse]
 }
 
 // CreateToken calls rivora.v1.TokenService.CreateToken.
@@ -108,6 +122,11 @@ func (c *tokenServiceClient) RevokeToken(ctx context.Context, req *connect.Reque
 	return c.revokeToken.CallUnary(ctx, req)
 }
 
+// WhoAmI calls rivora.v1.TokenService.WhoAmI.
+func (c *tokenServiceClient) WhoAmI(ctx context.Context, req *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error) {
+	return c.whoAmI.CallUnary(ctx, req)
+}
+
 // TokenServiceHandler is an implementation of the rivora.v1.TokenService service.
 type TokenServiceHandler interface {
 	// CreateToken returns the token once; it cannot be read again.
@@ -116,6 +135,10 @@ type TokenServiceHandler interface {
 	// RevokeToken refuses the token from now on, on every agent within a
 	// second.
 	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
+	// WhoAmI describes the token the call carries — its id, name, role and
+	// customers (no hash) — to any valid token: a client such as the
+	// console shows only what the role may do.
+	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
 }
 
 // NewTokenServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -144,6 +167,13 @@ func NewTokenServiceHandler(svc TokenServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(tokenServiceMethods.ByName("RevokeToken")),
 		connect.WithHandlerOptions(opts...),
 	)
+	tokenServiceWhoAmIHandler := connect.NewUnaryHandler(
+		TokenServiceWhoAmIProcedure,
+		svc.WhoAmI,
+		connect.WithSchema(tokenServiceMethods.ByName("WhoAmI")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rivora.v1.TokenService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case TokenServiceCreateTokenProcedure:
@@ -152,6 +182,8 @@ func NewTokenServiceHandler(svc TokenServiceHandler, opts ...connect.HandlerOpti
 			tokenServiceListTokensHandler.ServeHTTP(w, r)
 		case TokenServiceRevokeTokenProcedure:
 			tokenServiceRevokeTokenHandler.ServeHTTP(w, r)
+		case TokenServiceWhoAmIProcedure:
+			tokenServiceWhoAmIHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -171,4 +203,8 @@ func (UnimplementedTokenServiceHandler) ListTokens(context.Context, *connect.Req
 
 func (UnimplementedTokenServiceHandler) RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.TokenService.RevokeToken is not implemented"))
+}
+
+func (UnimplementedTokenServiceHandler) WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.TokenService.WhoAmI is not implemented"))
 }

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rivora/v1/admin.proto.
  */
 export const file_rivora_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChVyaXZvcmEvdjEvYWRtaW4ucHJvdG8SCXJpdm9yYS52MSK0AQoGTGltaXRzEhcKD3JhdGVfcGVyX3NlY29uZBgBIAEoARINCgVidXJzdBgCIAEoBRIUCgxtYXhfYXR0ZW1wdHMYAyABKAUSKQoGd2luZG93GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEioKB3RpbWVvdXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFQoNbWF4X2luX2ZsaWdodBgGIAEoBSLeBQoLRGVzdGluYXRpb24SCgoCaWQYASABKAkSCwoDdXJsGAIgASgJEg4KBnNlY3JldBgDIAEoCRIhCgZsaW1pdHMYBCABKAsyES5yaXZvcmEudjEuTGltaXRzEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDnByaW9yaXR5X2NsYXNzGAcgASgOMhgucml2b3JhLnYxLlByaW9yaXR5Q2xhc3MSRQoQY3VzdG9tZXJfd2VpZ2h0cxgIIAMoCzIrLnJpdm9yYS52MS5EZXN0aW5hdGlvbi5DdXN0b21lcldlaWdodHNFbnRyeRIOCgZwYXVzZWQYCSABKAgSKAoGcGF1c2VzGAogAygLMhgucml2b3JhLnYxLlBhdXNlSW50ZXJ2YWwSKwoIb3ZlcnJpZGUYCyABKAsyGS5yaXZvcmEudjEuTGltaXRzT3ZlcnJpZGUSJQoKY29uZmlndXJlZBgMIAEoCzIRLnJpdm9yYS52MS5MaW1pdHMSEAoIZGlzYWJsZWQYDSABKAgSFAoMcGF1c2VfcmVhc29uGA4gASgJEhoKEnNlY3JldF9maW5nZXJwcmludBgPIAEoCRIiCgdoZWFkZXJzGBAgAygLMhEucml2b3JhLnYxLkhlYWRlchIXCg9wcmV2aW91c19zZWNyZXQYESABKAkSPgoacHJldmlvdXNfc2VjcmV0X2V4cGlyZXNfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiMKG3ByZXZpb3VzX3NlY3JldF9maW5nZXJwcmludBgTIAEoCRo2ChRDdXN0b21lcldlaWdodHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAE6AjgBIkAKBkhlYWRlchIMCgRuYW1lGAEgASgJEg0KBXZhbHVlGAIgASgJEhkKEXZhbHVlX2ZpbmdlcnByaW50GAMgASgJIq8BCg5MaW1pdHNPdmVycmlkZRIhCgZsaW1pdHMYASABKAsyES5yaXZvcmEudjEuTGltaXRzEg4KBmF1dGhvchgCIAEoCRIOCgZyZWFzb24YAyABKAkSKgoGc2V0X2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKDAQoNUGF1c2VJbnRlcnZhbBIpCgVzdGFydBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJwoDZW5kGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZyZWFzb24YAyABKAkSDgoGYXV0aG9yGAQgASgJIpoBChhDcmVhdGVEZXN0aW5hdGlvblJlcXVlc3QSDgoGYXV0aG9yGAUgASgJEgoKAmlkGAEgASgJEgsKA3VybBgCIAEoCRIOCgZzZWNyZXQYAyABKAkSIQoGbGltaXRzGAQgASgLMhEucml2b3JhLnYxLkxpbWl0cxIiCgdoZWFkZXJzGAYgAygLMhEucml2b3JhLnYxLkhlYWRlciJZChlDcmVhdGVEZXN0aW5hdGlvblJlc3BvbnNlEisKC2Rlc3RpbmF0aW9uGAEgASgLMhYucml2b3JhLnYxLkRlc3RpbmF0aW9uEg8KB3ZlcnNpb24YAiABKAQiIwoVR2V0RGVzdGluYXRpb25SZXF1ZXN0EgoKAmlkGAEgASgJIlYKFkdldERlc3RpbmF0aW9uUmVzcG9uc2USKwoLZGVzdGluYXRpb24YASABKAsyFi5yaXZvcmEudjEuRGVzdGluYXRpb24SDwoHcGVuZGluZxgCIAEoAyIZChdMaXN0RGVzdGluYXRpb25zUmVxdWVzdCJIChhMaXN0RGVzdGluYXRpb25zUmVzcG9uc2USLAoMZGVzdGluYXRpb25zGAEgAygLMhYucml2b3JhLnYxLkRlc3RpbmF0aW9uIrEDChhVcGRhdGVEZXN0aW5hdGlvblJlcXVlc3QSDgoGYXV0aG9yGAogASgJEgoKAmlkGAEgASgJEhAKA3VybBgCIAEoCUgAiAEBEhMKBnNlY3JldBgDIAEoCUgBiAEBEhwKD3JhdGVfcGVyX3NlY29uZBgEIAEoAUgCiAEBEhIKBWJ1cnN0GAUgASgFSAOIAQESGQoMbWF4X2F0dGVtcHRzGAYgASgFSASIAQESKQoGd2luZG93GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEioKB3RpbWVvdXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGgoNbWF4X2luX2ZsaWdodBgJIAEoBUgFiAEBEiYKC3NldF9oZWFkZXJzGAsgAygLMhEucml2b3JhLnYxLkhlYWRlchIWCg5yZW1vdmVfaGVhZGVycxgMIAMoCUIGCgRfdXJsQgkKB19zZWNyZXRCEgoQX3JhdGVfcGVyX3NlY29uZEIICgZfYnVyc3RCDwoNX21heF9hdHRlbXB0c0IQCg5fbWF4X2luX2ZsaWdodCJZChlVcGRhdGVEZXN0aW5hdGlvblJlc3BvbnNlEisKC2Rlc3RpbmF0aW9uGAEgASgLMhYucml2b3JhLnYxLkRlc3RpbmF0aW9uEg8KB3ZlcnNpb24YAiABKAQiggEKHlJvdGF0ZURlc3RpbmF0aW9uU2VjcmV0UmVxdWVzdBIOCgZhdXRob3IYBCABKAkSFgoOZGVzdGluYXRpb25faWQYASABKAkSDgoGc2VjcmV0GAIgASgJEigKBWdyYWNlGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIl8KH1JvdGF0ZURlc3RpbmF0aW9uU2VjcmV0UmVzcG9uc2USKwoLZGVzdGluYXRpb24YASABKAsyFi5yaXZvcmEudjEuRGVzdGluYXRpb24SDwoHdmVyc2lvbhgCIAEoBCJFChhEZWxldGVEZXN0aW5hdGlvblJlcXVlc3QSDgoGYXV0aG9yGAMgASgJEgoKAmlkGAEgASgJEg0KBWZvcmNlGAIgASgIIj4KGURlbGV0ZURlc3RpbmF0aW9uUmVzcG9uc2USEAoIYXJjaGl2ZWQYASABKAMSDwoHdmVyc2lvbhgCIAEoBCKaAQoSU2V0UHJpb3JpdHlSZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEg4KBmF1dGhvchgFIAEoCRInCgVjbGFzcxgCIAEoDjIYLnJpdm9yYS52MS5Qcmlvcml0eUNsYXNzEhMKC2N1c3RvbWVyX2lkGAMgASgJEhMKBndlaWdodBgEIAEoAUgAiAEBQgkKB193ZWlnaHQiUwoTU2V0UHJpb3JpdHlSZXNwb25zZRIrCgtkZXN0aW5hdGlvbhgBIAEoCzIWLnJpdm9yYS52MS5EZXN0aW5hdGlvbhIPCgd2ZXJzaW9uGAIgASgEIjUKG0dldERlc3RpbmF0aW9uSGVhbHRoUmVxdWVzdBIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCSJSChxHZXREZXN0aW5hdGlvbkhlYWx0aFJlc3BvbnNlEjIKDGRlc3RpbmF0aW9ucxgBIAMoCzIcLnJpdm9yYS52MS5EZXN0aW5hdGlvbkhlYWx0aCJjChBIZWFsdGhUcmFuc2l0aW9uEiYKAmF0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRmcm9tGAIgASgJEgoKAnRvGAMgASgJEg0KBWNhdXNlGAQgASgJIosBCg9DdXN0b21lckJhY2tsb2cSEwoLY3VzdG9tZXJfaWQYASABKAkSDgoGd2VpZ2h0GAIgASgBEhEKCWR1ZV9sYW5lcxgDIAEoAxIVCg13YWl0aW5nX2xhbmVzGAQgASgDEhEKCWluX2ZsaWdodBgFIAEoAxIWCg5wZW5kaW5nX2V2ZW50cxgGIAEoAyKnBAoRRGVzdGluYXRpb25IZWFsdGgSFgoOZGVzdGluYXRpb25faWQYASABKAkSDQoFc3RhdGUYAiABKAkSFwoPY29uZmlndXJlZF9yYXRlGAMgASgBEhQKDGN1cnJlbnRfcmF0ZRgEIAEoARIOCgZ0b2tlbnMYBSABKAESEQoJaW5fZmxpZ2h0GAYgASgFEhUKDW1heF9pbl9mbGlnaHQYByABKAUSFgoOcGVuZGluZ19ldmVudHMYCCABKAMSLQoJY3VzdG9tZXJzGAkgAygLMhoucml2b3JhLnYxLkN1c3RvbWVyQmFja2xvZxIVCg1sYXN0X3N0YXR1c2VzGAogAygFEjQKD2xhc3RfdHJhbnNpdGlvbhgLIAEoCzIbLnJpdm9yYS52MS5IZWFsdGhUcmFuc2l0aW9uEi4KCmhvbGRfdW50aWwYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDnByaW9yaXR5X2NsYXNzGA0gASgOMhgucml2b3JhLnYxLlByaW9yaXR5Q2xhc3MSHwoXdW5hcmNoaXZlZF9kZWFkX2xldHRlcnMYDiABKAMSDgoGcGF1c2VkGA8gASgIEhAKCGRpc2FibGVkGBAgASgIEhQKDHBhdXNlX3JlYXNvbhgRIAEoCRIUCgxsZWFybmVkX3JhdGUYEiABKAESHQoVYXJjaGl2ZWRfZGVhZF9sZXR0ZXJzGBQgASgDIlEKF1BhdXNlRGVzdGluYXRpb25SZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCRIOCgZhdXRob3IYAyABKAkiWAoYUGF1c2VEZXN0aW5hdGlvblJlc3BvbnNlEisKC2Rlc3RpbmF0aW9uGAEgASgLMhYucml2b3JhLnYxLkRlc3RpbmF0aW9uEg8KB3ZlcnNpb24YAiABKAQiQgoYUmVzdW1lRGVzdGluYXRpb25SZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEg4KBmF1dGhvchgCIAEoCSJZChlSZXN1bWVEZXN0aW5hdGlvblJlc3BvbnNlEisKC2Rlc3RpbmF0aW9uGAEgASgLMhYucml2b3JhLnYxLkRlc3RpbmF0aW9uEg8KB3ZlcnNpb24YAiABKAQibQoLTGltaXRTb3VyY2USDgoGc291cmNlGAEgASgJEg4KBmF1dGhvchgCIAEoCRIOCgZyZWFzb24YAyABKAkSLgoKZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiKgoQR2V0TGltaXRzUmVxdWVzdBIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCSL2AQoRR2V0TGltaXRzUmVzcG9uc2USFgoOZGVzdGluYXRpb25faWQYASABKAkSJAoJZWZmZWN0aXZlGAIgASgLMhEucml2b3JhLnYxLkxpbWl0cxI6Cgdzb3VyY2VzGAMgAygLMikucml2b3JhLnYxLkdldExpbWl0c1Jlc3BvbnNlLlNvdXJjZXNFbnRyeRIfCgRmaWxlGAQgASgLMhEucml2b3JhLnYxLkxpbWl0cxpGCgxTb3VyY2VzRW50cnkSCwoDa2V5GAEgASgJEiUKBXZhbHVlGAIgASgLMhYucml2b3JhLnYxLkxpbWl0U291cmNlOgI4ASL7AgoYU2V0TGltaXRzT3ZlcnJpZGVSZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEhwKD3JhdGVfcGVyX3NlY29uZBgCIAEoAUgAiAEBEhIKBWJ1cnN0GAMgASgFSAGIAQESGQoMbWF4X2F0dGVtcHRzGAQgASgFSAKIAQESKQoGd2luZG93GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEioKB3RpbWVvdXQYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGgoNbWF4X2luX2ZsaWdodBgHIAEoBUgDiAEBEg4KBnJlYXNvbhgIIAEoCRIOCgZhdXRob3IYCSABKAkSJgoDdHRsGAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQhIKEF9yYXRlX3Blcl9zZWNvbmRCCAoGX2J1cnN0Qg8KDV9tYXhfYXR0ZW1wdHNCEAoOX21heF9pbl9mbGlnaHQiWgoZU2V0TGltaXRzT3ZlcnJpZGVSZXNwb25zZRIsCgZsaW1pdHMYASABKAsyHC5yaXZvcmEudjEuR2V0TGltaXRzUmVzcG9uc2USDwoHdmVyc2lvbhgCIAEoBCJUChpDbGVhckxpbWl0c092ZXJyaWRlUmVxdWVzdBIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCRIOCgZhdXRob3IYAiABKAkSDgoGcmVhc29uGAMgASgJIlwKG0NsZWFyTGltaXRzT3ZlcnJpZGVSZXNwb25zZRIsCgZsaW1pdHMYASABKAsyHC5yaXZvcmEudjEuR2V0TGltaXRzUmVzcG9uc2USDwoHdmVyc2lvbhgCIAEoBCITChFEaWZmTGltaXRzUmVxdWVzdCKJAQoLTGltaXRzRHJpZnQSFgoOZGVzdGluYXRpb25faWQYASABKAkSDQoFZmllbGQYAiABKAkSEgoKZmlsZV92YWx1ZRgDIAEoCRIXCg9lZmZlY3RpdmVfdmFsdWUYBCABKAkSJgoGc291cmNlGAUgASgLMhYucml2b3JhLnYxLkxpbWl0U291cmNlIjwKEkRpZmZMaW1pdHNSZXNwb25zZRImCgZkcmlmdHMYASADKAsyFi5yaXZvcmEudjEuTGltaXRzRHJpZnQirwEKCkF1ZGl0RW50cnkSJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB3ZlcnNpb24YAiABKAQSDgoGYXV0aG9yGAMgASgJEg4KBmFjdGlvbhgEIAEoCRIWCg5kZXN0aW5hdGlvbl9pZBgFIAEoCRIOCgZyZWFzb24YBiABKAkSDgoGZGV0YWlsGAcgASgJEhAKCHRva2VuX2lkGAggASgJIjkKEExpc3RBdWRpdFJlcXVlc3QSDQoFbGltaXQYASABKAUSFgoOZGVzdGluYXRpb25faWQYAiABKAkiOwoRTGlzdEF1ZGl0UmVzcG9uc2USJgoHZW50cmllcxgBIAMoCzIVLnJpdm9yYS52MS5BdWRpdEVudHJ5IhgKFkdldENvbmZpZ1N0YXR1c1JlcXVlc3QiUgoXR2V0Q29uZmlnU3RhdHVzUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoBBImCgZhZ2VudHMYAiADKAsyFi5yaXZvcmEudjEuQWdlbnRTdGF0dXMi8QEKC0FnZW50U3RhdHVzEgwKBG5hbWUYASABKAkSDwoHYWRkcmVzcxgCIAEoCRIRCgljb25uZWN0ZWQYAyABKAgSFwoPYXBwbGllZF92ZXJzaW9uGAQgASgEEi0KCWxhc3Rfc2VlbhgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKcGFydGl0aW9ucxgGIAMoDRIPCgdoZWFsdGh5GAcgASgIEhUKDWhlYWx0aF9yZWFzb24YCCABKAkSDwoHc2Vzc2lvbhgJIAEoCRIbChNhc3NpZ25lZF9wYXJ0aXRpb25zGAogAygNKnsKDVByaW9yaXR5Q2xhc3MSHgoaUFJJT1JJVFlfQ0xBU1NfVU5TUEVDSUZJRUQQABIXChNQUklPUklUWV9DTEFTU19ISUdIEAESGQoVUFJJT1JJVFlfQ0xBU1NfTk9STUFMEAISFgoSUFJJT1JJVFlfQ0xBU1NfTE9XEAMy5gsKDEFkbWluU2VydmljZRJeChFDcmVhdGVEZXN0aW5hdGlvbhIjLnJpdm9yYS52MS5DcmVhdGVEZXN0aW5hdGlvblJlcXVlc3QaJC5yaXZvcmEudjEuQ3JlYXRlRGVzdGluYXRpb25SZXNwb25zZRJaCg5HZXREZXN0aW5hdGlvbhIgLnJpdm9yYS52MS5HZXREZXN0aW5hdGlvblJlcXVlc3QaIS5yaXZvcmEudjEuR2V0RGVzdGluYXRpb25SZXNwb25zZSIDkAIBEmAKEExpc3REZXN0aW5hdGlvbnMSIi5yaXZvcmEudjEuTGlzdERlc3RpbmF0aW9uc1JlcXVlc3QaIy5yaXZvcmEudjEuTGlzdERlc3RpbmF0aW9uc1Jlc3BvbnNlIgOQAgESXgoRVXBkYXRlRGVzdGluYXRpb24SIy5yaXZvcmEudjEuVXBkYXRlRGVzdGluYXRpb25SZXF1ZXN0GiQucml2b3JhLnYxLlVwZGF0ZURlc3RpbmF0aW9uUmVzcG9uc2UScAoXUm90YXRlRGVzdGluYXRpb25TZWNyZXQSKS5yaXZvcmEudjEuUm90YXRlRGVzdGluYXRpb25TZWNyZXRSZXF1ZXN0Gioucml2b3JhLnYxLlJvdGF0ZURlc3RpbmF0aW9uU2VjcmV0UmVzcG9uc2USXgoRRGVsZXRlRGVzdGluYXRpb24SIy5yaXZvcmEudjEuRGVsZXRlRGVzdGluYXRpb25SZXF1ZXN0GiQucml2b3JhLnYxLkRlbGV0ZURlc3RpbmF0aW9uUmVzcG9uc2USTAoLU2V0UHJpb3JpdHkSHS5yaXZvcmEudjEuU2V0UHJpb3JpdHlSZXF1ZXN0Gh4ucml2b3JhLnYxLlNldFByaW9yaXR5UmVzcG9uc2USbAoUR2V0RGVzdGluYXRpb25IZWFsdGgSJi5yaXZvcmEudjEuR2V0RGVzdGluYXRpb25IZWFsdGhSZXF1ZXN0Gicucml2b3JhLnYxLkdldERlc3RpbmF0aW9uSGVhbHRoUmVzcG9uc2UiA5ACARJbChBQYXVzZURlc3RpbmF0aW9uEiIucml2b3JhLnYxLlBhdXNlRGVzdGluYXRpb25SZXF1ZXN0GiMucml2b3JhLnYxLlBhdXNlRGVzdGluYXRpb25SZXNwb25zZRJeChFSZXN1bWVEZXN0aW5hdGlvbhIjLnJpdm9yYS52MS5SZXN1bWVEZXN0aW5hdGlvblJlcXVlc3QaJC5yaXZvcmEudjEuUmVzdW1lRGVzdGluYXRpb25SZXNwb25zZRJLCglHZXRMaW1pdHMSGy5yaXZvcmEudjEuR2V0TGltaXRzUmVxdWVzdBocLnJpdm9yYS52MS5HZXRMaW1pdHNSZXNwb25zZSIDkAIBEl4KEVNldExpbWl0c092ZXJyaWRlEiMucml2b3JhLnYxLlNldExpbWl0c092ZXJyaWRlUmVxdWVzdBokLnJpdm9yYS52MS5TZXRMaW1pdHNPdmVycmlkZVJlc3BvbnNlEmQKE0NsZWFyTGltaXRzT3ZlcnJpZGUSJS5yaXZvcmEudjEuQ2xlYXJMaW1pdHNPdmVycmlkZVJlcXVlc3QaJi5yaXZvcmEudjEuQ2xlYXJMaW1pdHNPdmVycmlkZVJlc3BvbnNlEk4KCkRpZmZMaW1pdHMSHC5yaXZvcmEudjEuRGlmZkxpbWl0c1JlcXVlc3QaHS5yaXZvcmEudjEuRGlmZkxpbWl0c1Jlc3BvbnNlIgOQAgESSwoJTGlzdEF1ZGl0Ehsucml2b3JhLnYxLkxpc3RBdWRpdFJlcXVlc3QaHC5yaXZvcmEudjEuTGlzdEF1ZGl0UmVzcG9uc2UiA5ACARJdCg9HZXRDb25maWdTdGF0dXMSIS5yaXZvcmEudjEuR2V0Q29uZmlnU3RhdHVzUmVxdWVzdBoiLnJpdm9yYS52MS5HZXRDb25maWdTdGF0dXNSZXNwb25zZSIDkAIBQjNaMWdpdGh1Yi5jb20vcml2b3JhL3Jpdm9yYS9wcm90by9yaXZvcmEvdjE7cml2b3JhdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChVyaXZvcmEvdjEvYWRtaW4ucHJvdG8SCXJpdm9yYS52MSK0AQoGTGltaXRzEhcKD3JhdGVfcGVyX3NlY29uZBgBIAEoARINCgVidXJzdBgCIAEoBRIUCgxtYXhfYXR0ZW1wdHMYAyABKAUSKQoGd2luZG93GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEioKB3RpbWVvdXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFQoNbWF4X2luX2ZsaWdodBgGIAEoBSLeBQoLRGVzdGluYXRpb24SCgoCaWQYASABKAkSCwoDdXJsGAIgASgJEg4KBnNlY3JldBgDIAEoCRIhCgZsaW1pdHMYBCABKAsyES5yaXZvcmEudjEuTGltaXRzEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDnByaW9yaXR5X2NsYXNzGAcgASgOMhgucml2b3JhLnYxLlByaW9yaXR5Q2xhc3MSRQoQY3VzdG9tZXJfd2VpZ2h0cxgIIAMoCzIrLnJpdm9yYS52MS5EZXN0aW5hdGlvbi5DdXN0b21lcldlaWdodHNFbnRyeRIOCgZwYXVzZWQYCSABKAgSKAoGcGF1c2VzGAogAygLMhgucml2b3JhLnYxLlBhdXNlSW50ZXJ2YWwSKwoIb3ZlcnJpZGUYCyABKAsyGS5yaXZvcmEudjEuTGltaXRzT3ZlcnJpZGUSJQoKY29uZmlndXJlZBgMIAEoCzIRLnJpdm9yYS52MS5MaW1pdHMSEAoIZGlzYWJsZWQYDSABKAgSFAoMcGF1c2VfcmVhc29uGA4gASgJEhoKEnNlY3JldF9maW5nZXJwcmludBgPIAEoCRIiCgdoZWFkZXJzGBAgAygLMhEucml2b3JhLnYxLkhlYWRlchIXCg9wcmV2aW91c19zZWNyZXQYESABKAkSPgoacHJldmlvdXNfc2VjcmV0X2V4cGlyZXNfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiMKG3ByZXZpb3VzX3NlY3JldF9maW5nZXJwcmludBgTIAEoCRo2ChRDdXN0b21lcldlaWdodHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAE6AjgBIkAKBkhlYWRlchIMCgRuYW1lGAEgASgJEg0KBXZhbHVlGAIgASgJEhkKEXZhbHVlX2ZpbmdlcnByaW50GAMgASgJIq8BCg5MaW1pdHNPdmVycmlkZRIhCgZsaW1pdHMYASABKAsyES5yaXZvcmEudjEuTGltaXRzEg4KBmF1dGhvchgCIAEoCRIOCgZyZWFzb24YAyABKAkSKgoGc2V0X2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKDAQoNUGF1c2VJbnRlcnZhbBIpCgVzdGFydBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJwoDZW5kGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZyZWFzb24YAyABKAkSDgoGYXV0aG9yGAQgASgJIpoBChhDcmVhdGVEZXN0aW5hdGlvblJlcXVlc3QSDgoGYXV0aG9yGAUgASgJEgoKAmlkGAEgASgJEgsKA3VybBgCIAEoCRIOCgZzZWNyZXQYAyABKAkSIQoGbGltaXRzGAQgASgLMhEucml2b3JhLnYxLkxpbWl0cxIiCgdoZWFkZXJzGAYgAygLMhEucml2b3JhLnYxLkhlYWRlciJZChlDcmVhdGVEZXN0aW5hdGlvblJlc3BvbnNlEisKC2Rlc3RpbmF0aW9uGAEgASgLMhYucml2b3JhLnYxLkRlc3RpbmF0aW9uEg8KB3ZlcnNpb24YAiABKAQiIwoVR2V0RGVzdGluYXRpb25SZXF1ZXN0EgoKAmlkGAEgASgJIlYKFkdldERlc3RpbmF0aW9uUmVzcG9uc2USKwoLZGVzdGluYXRpb24YASABKAsyFi5yaXZvcmEudjEuRGVzdGluYXRpb24SDwoHcGVuZGluZxgCIAEoAyIZChdMaXN0RGVzdGluYXRpb25zUmVxdWVzdCJIChhMaXN0RGVzdGluYXRpb25zUmVzcG9uc2USLAoMZGVzdGluYXRpb25zGAEgAygLMhYucml2b3JhLnYxLkRlc3RpbmF0aW9uIrEDChhVcGRhdGVEZXN0aW5hdGlvblJlcXVlc3QSDgoGYXV0aG9yGAogASgJEgoKAmlkGAEgASgJEhAKA3VybBgCIAEoCUgAiAEBEhMKBnNlY3JldBgDIAEoCUgBiAEBEhwKD3JhdGVfcGVyX3NlY29uZBgEIAEoAUgCiAEBEhIKBWJ1cnN0GAUgASgFSAOIAQESGQoMbWF4X2F0dGVtcHRzGAYgASgFSASIAQESKQoGd2luZG93GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEioKB3RpbWVvdXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGgoNbWF4X2luX2ZsaWdodBgJIAEoBUgFiAEBEiYKC3NldF9oZWFkZXJzGAsgAygLMhEucml2b3JhLnYxLkhlYWRlchIWCg5yZW1vdmVfaGVhZGVycxgMIAMoCUIGCgRfdXJsQgkKB19zZWNyZXRCEgoQX3JhdGVfcGVyX3NlY29uZEIICgZfYnVyc3RCDwoNX21heF9hdHRlbXB0c0IQCg5fbWF4X2luX2ZsaWdodCJZChlVcGRhdGVEZXN0aW5hdGlvblJlc3BvbnNlEisKC2Rlc3RpbmF0aW9uGAEgASgLMhYucml2b3JhLnYxLkRlc3RpbmF0aW9uEg8KB3ZlcnNpb24YAiABKAQiggEKHlJvdGF0ZURlc3RpbmF0aW9uU2VjcmV0UmVxdWVzdBIOCgZhdXRob3IYBCABKAkSFgoOZGVzdGluYXRpb25faWQYASABKAkSDgoGc2VjcmV0GAIgASgJEigKBWdyYWNlGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIl8KH1JvdGF0ZURlc3RpbmF0aW9uU2VjcmV0UmVzcG9uc2USKwoLZGVzdGluYXRpb24YASABKAsyFi5yaXZvcmEudjEuRGVzdGluYXRpb24SDwoHdmVyc2lvbhgCIAEoBCJFChhEZWxldGVEZXN0aW5hdGlvblJlcXVlc3QSDgoGYXV0aG9yGAMgASgJEgoKAmlkGAEgASgJEg0KBWZvcmNlGAIgASgIIj4KGURlbGV0ZURlc3RpbmF0aW9uUmVzcG9uc2USEAoIYXJjaGl2ZWQYASABKAMSDwoHdmVyc2lvbhgCIAEoBCKaAQoSU2V0UHJpb3JpdHlSZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEg4KBmF1dGhvchgFIAEoCRInCgVjbGFzcxgCIAEoDjIYLnJpdm9yYS52MS5Qcmlvcml0eUNsYXNzEhMKC2N1c3RvbWVyX2lkGAMgASgJEhMKBndlaWdodBgEIAEoAUgAiAEBQgkKB193ZWlnaHQiUwoTU2V0UHJpb3JpdHlSZXNwb25zZRIrCgtkZXN0aW5hdGlvbhgBIAEoCzIWLnJpdm9yYS52MS5EZXN0aW5hdGlvbhIPCgd2ZXJzaW9uGAIgASgEIksKG0dldERlc3RpbmF0aW9uSGVhbHRoUmVxdWVzdBIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCRIUCgxyYXRlX2hpc3RvcnkYAiABKAgiUgocR2V0RGVzdGluYXRpb25IZWFsdGhSZXNwb25zZRIyCgxkZXN0aW5hdGlvbnMYASADKAsyHC5yaXZvcmEudjEuRGVzdGluYXRpb25IZWFsdGgiYwoQSGVhbHRoVHJhbnNpdGlvbhImCgJhdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEZnJvbRgCIAEoCRIKCgJ0bxgDIAEoCRINCgVjYXVzZRgEIAEoCSKLAQoPQ3VzdG9tZXJCYWNrbG9nEhMKC2N1c3RvbWVyX2lkGAEgASgJEg4KBndlaWdodBgCIAEoARIRCglkdWVfbGFuZXMYAyABKAMSFQoNd2FpdGluZ19sYW5lcxgEIAEoAxIRCglpbl9mbGlnaHQYBSABKAMSFgoOcGVuZGluZ19ldmVudHMYBiABKAMijQYKEURlc3RpbmF0aW9uSGVhbHRoEhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEhcKD2NvbmZpZ3VyZWRfcmF0ZRgDIAEoARIUCgxjdXJyZW50X3JhdGUYBCABKAESDgoGdG9rZW5zGAUgASgBEhEKCWluX2ZsaWdodBgGIAEoBRIVCg1tYXhfaW5fZmxpZ2h0GAcgASgFEhYKDnBlbmRpbmdfZXZlbnRzGAggASgDEi0KCWN1c3RvbWVycxgJIAMoCzIaLnJpdm9yYS52MS5DdXN0b21lckJhY2tsb2cSFQoNbGFzdF9zdGF0dXNlcxgKIAMoBRI0Cg9sYXN0X3RyYW5zaXRpb24YCyABKAsyGy5yaXZvcmEudjEuSGVhbHRoVHJhbnNpdGlvbhIuCgpob2xkX3VudGlsGAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCg5wcmlvcml0eV9jbGFzcxgNIAEoDjIYLnJpdm9yYS52MS5Qcmlvcml0eUNsYXNzEh8KF3VuYXJjaGl2ZWRfZGVhZF9sZXR0ZXJzGA4gASgDEg4KBnBhdXNlZBgPIAEoCBIQCghkaXNhYmxlZBgQIAEoCBIUCgxwYXVzZV9yZWFzb24YESABKAkSFAoMbGVhcm5lZF9yYXRlGBIgASgBEh0KFWFyY2hpdmVkX2RlYWRfbGV0dGVycxgUIAEoAxItCgpkcmFpbl90aW1lGBUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhwKFGF0dGVtcHRzX2xhc3RfbWludXRlGBYgASgDEhcKD3Rocm90dGxlZF9zaGFyZRgXIAEoARIaChJzZXJ2ZXJfZXJyb3Jfc2hhcmUYGCABKAESKwoMcmF0ZV9oaXN0b3J5GBkgAygLMhUucml2b3JhLnYxLlJhdGVTYW1wbGUSNQoSb2xkZXN0X3BlbmRpbmdfYWdlGBogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIrUBCgpSYXRlU2FtcGxlEikKBXN0YXJ0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9jb25maWd1cmVkX3JhdGUYAiABKAESFAoMY3VycmVudF9yYXRlGAMgASgBEhAKCGF0dGVtcHRzGAQgASgFEhEKCWRlbGl2ZXJlZBgFIAEoBRIRCgl0aHJvdHRsZWQYBiABKAUSFQoNc2VydmVyX2Vycm9ycxgHIAEoBSJRChdQYXVzZURlc3RpbmF0aW9uUmVxdWVzdBIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkSDgoGYXV0aG9yGAMgASgJIlgKGFBhdXNlRGVzdGluYXRpb25SZXNwb25zZRIrCgtkZXN0aW5hdGlvbhgBIAEoCzIWLnJpdm9yYS52MS5EZXN0aW5hdGlvbhIPCgd2ZXJzaW9uGAIgASgEIkIKGFJlc3VtZURlc3RpbmF0aW9uUmVxdWVzdBIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCRIOCgZhdXRob3IYAiABKAkiWQoZUmVzdW1lRGVzdGluYXRpb25SZXNwb25zZRIrCgtkZXN0aW5hdGlvbhgBIAEoCzIWLnJpdm9yYS52MS5EZXN0aW5hdGlvbhIPCgd2ZXJzaW9uGAIgASgEIm0KC0xpbWl0U291cmNlEg4KBnNvdXJjZRgBIAEoCRIOCgZhdXRob3IYAiABKAkSDgoGcmVhc29uGAMgASgJEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIioKEEdldExpbWl0c1JlcXVlc3QSFgoOZGVzdGluYXRpb25faWQYASABKAki9gEKEUdldExpbWl0c1Jlc3BvbnNlEhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEiQKCWVmZmVjdGl2ZRgCIAEoCzIRLnJpdm9yYS52MS5MaW1pdHMSOgoHc291cmNlcxgDIAMoCzIpLnJpdm9yYS52MS5HZXRMaW1pdHNSZXNwb25zZS5Tb3VyY2VzRW50cnkSHwoEZmlsZRgEIAEoCzIRLnJpdm9yYS52MS5MaW1pdHMaRgoMU291cmNlc0VudHJ5EgsKA2tleRgBIAEoCRIlCgV2YWx1ZRgCIAEoCzIWLnJpdm9yYS52MS5MaW1pdFNvdXJjZToCOAEijAMKGFNldExpbWl0c092ZXJyaWRlUmVxdWVzdBIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCRIcCg9yYXRlX3Blcl9zZWNvbmQYAiABKAFIAIgBARISCgVidXJzdBgDIAEoBUgBiAEBEhkKDG1heF9hdHRlbXB0cxgEIAEoBUgCiAEBEikKBndpbmRvdxgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIqCgd0aW1lb3V0GAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhoKDW1heF9pbl9mbGlnaHQYByABKAVIA4gBARIOCgZyZWFzb24YCCABKAkSDgoGYXV0aG9yGAkgASgJEiYKA3R0bBgKIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdkcnlfcnVuGAsgASgIQhIKEF9yYXRlX3Blcl9zZWNvbmRCCAoGX2J1cnN0Qg8KDV9tYXhfYXR0ZW1wdHNCEAoOX21heF9pbl9mbGlnaHQivAEKGVNldExpbWl0c092ZXJyaWRlUmVzcG9uc2USLAoGbGltaXRzGAEgASgLMhwucml2b3JhLnYxLkdldExpbWl0c1Jlc3BvbnNlEg8KB3ZlcnNpb24YAiABKAQSFgoOcGVuZGluZ19ldmVudHMYAyABKAMSNwoUcHJvamVjdGVkX2RyYWluX3RpbWUYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHZHJ5X3J1bhgFIAEoCCJUChpDbGVhckxpbWl0c092ZXJyaWRlUmVxdWVzdBIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCRIOCgZhdXRob3IYAiABKAkSDgoGcmVhc29uGAMgASgJIlwKG0NsZWFyTGltaXRzT3ZlcnJpZGVSZXNwb25zZRIsCgZsaW1pdHMYASABKAsyHC5yaXZvcmEudjEuR2V0TGltaXRzUmVzcG9uc2USDwoHdmVyc2lvbhgCIAEoBCITChFEaWZmTGltaXRzUmVxdWVzdCKJAQoLTGltaXRzRHJpZnQSFgoOZGVzdGluYXRpb25faWQYASABKAkSDQoFZmllbGQYAiABKAkSEgoKZmlsZV92YWx1ZRgDIAEoCRIXCg9lZmZlY3RpdmVfdmFsdWUYBCABKAkSJgoGc291cmNlGAUgASgLMhYucml2b3JhLnYxLkxpbWl0U291cmNlIjwKEkRpZmZMaW1pdHNSZXNwb25zZRImCgZkcmlmdHMYASADKAsyFi5yaXZvcmEudjEuTGltaXRzRHJpZnQirwEKCkF1ZGl0RW50cnkSJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB3ZlcnNpb24YAiABKAQSDgoGYXV0aG9yGAMgASgJEg4KBmFjdGlvbhgEIAEoCRIWCg5kZXN0aW5hdGlvbl9pZBgFIAEoCRIOCgZyZWFzb24YBiABKAkSDgoGZGV0YWlsGAcgASgJEhAKCHRva2VuX2lkGAggASgJIjkKEExpc3RBdWRpdFJlcXVlc3QSDQoFbGltaXQYASABKAUSFgoOZGVzdGluYXRpb25faWQYAiABKAkiOwoRTGlzdEF1ZGl0UmVzcG9uc2USJgoHZW50cmllcxgBIAMoCzIVLnJpdm9yYS52MS5BdWRpdEVudHJ5IhgKFkdldENvbmZpZ1N0YXR1c1JlcXVlc3QiUgoXR2V0Q29uZmlnU3RhdHVzUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoBBImCgZhZ2VudHMYAiADKAsyFi5yaXZvcmEudjEuQWdlbnRTdGF0dXMi8QEKC0FnZW50U3RhdHVzEgwKBG5hbWUYASABKAkSDwoHYWRkcmVzcxgCIAEoCRIRCgljb25uZWN0ZWQYAyABKAgSFwoPYXBwbGllZF92ZXJzaW9uGAQgASgEEi0KCWxhc3Rfc2VlbhgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKcGFydGl0aW9ucxgGIAMoDRIPCgdoZWFsdGh5GAcgASgIEhUKDWhlYWx0aF9yZWFzb24YCCABKAkSDwoHc2Vzc2lvbhgJIAEoCRIbChNhc3NpZ25lZF9wYXJ0aXRpb25zGAogAygNKnsKDVByaW9yaXR5Q2xhc3MSHgoaUFJJT1JJVFlfQ0xBU1NfVU5TUEVDSUZJRUQQABIXChNQUklPUklUWV9DTEFTU19ISUdIEAESGQoVUFJJT1JJVFlfQ0xBU1NfTk9STUFMEAISFgoSUFJJT1JJVFlfQ0xBU1NfTE9XEAMy5gsKDEFkbWluU2VydmljZRJeChFDcmVhdGVEZXN0aW5hdGlvbhIjLnJpdm9yYS52MS5DcmVhdGVEZXN0aW5hdGlvblJlcXVlc3QaJC5yaXZvcmEudjEuQ3JlYXRlRGVzdGluYXRpb25SZXNwb25zZRJaCg5HZXREZXN0aW5hdGlvbhIgLnJpdm9yYS52MS5HZXREZXN0aW5hdGlvblJlcXVlc3QaIS5yaXZvcmEudjEuR2V0RGVzdGluYXRpb25SZXNwb25zZSIDkAIBEmAKEExpc3REZXN0aW5hdGlvbnMSIi5yaXZvcmEudjEuTGlzdERlc3RpbmF0aW9uc1JlcXVlc3QaIy5yaXZvcmEudjEuTGlzdERlc3RpbmF0aW9uc1Jlc3BvbnNlIgOQAgESXgoRVXBkYXRlRGVzdGluYXRpb24SIy5yaXZvcmEudjEuVXBkYXRlRGVzdGluYXRpb25SZXF1ZXN0GiQucml2b3JhLnYxLlVwZGF0ZURlc3RpbmF0aW9uUmVzcG9uc2UScAoXUm90YXRlRGVzdGluYXRpb25TZWNyZXQSKS5yaXZvcmEudjEuUm90YXRlRGVzdGluYXRpb25TZWNyZXRSZXF1ZXN0Gioucml2b3JhLnYxLlJvdGF0ZURlc3RpbmF0aW9uU2VjcmV0UmVzcG9uc2USXgoRRGVsZXRlRGVzdGluYXRpb24SIy5yaXZvcmEudjEuRGVsZXRlRGVzdGluYXRpb25SZXF1ZXN0GiQucml2b3JhLnYxLkRlbGV0ZURlc3RpbmF0aW9uUmVzcG9uc2USTAoLU2V0UHJpb3JpdHkSHS5yaXZvcmEudjEuU2V0UHJpb3JpdHlSZXF1ZXN0Gh4ucml2b3JhLnYxLlNldFByaW9yaXR5UmVzcG9uc2USbAoUR2V0RGVzdGluYXRpb25IZWFsdGgSJi5yaXZvcmEudjEuR2V0RGVzdGluYXRpb25IZWFsdGhSZXF1ZXN0Gicucml2b3JhLnYxLkdldERlc3RpbmF0aW9uSGVhbHRoUmVzcG9uc2UiA5ACARJbChBQYXVzZURlc3RpbmF0aW9uEiIucml2b3JhLnYxLlBhdXNlRGVzdGluYXRpb25SZXF1ZXN0GiMucml2b3JhLnYxLlBhdXNlRGVzdGluYXRpb25SZXNwb25zZRJeChFSZXN1bWVEZXN0aW5hdGlvbhIjLnJpdm9yYS52MS5SZXN1bWVEZXN0aW5hdGlvblJlcXVlc3QaJC5yaXZvcmEudjEuUmVzdW1lRGVzdGluYXRpb25SZXNwb25zZRJLCglHZXRMaW1pdHMSGy5yaXZvcmEudjEuR2V0TGltaXRzUmVxdWVzdBocLnJpdm9yYS52MS5HZXRMaW1pdHNSZXNwb25zZSIDkAIBEl4KEVNldExpbWl0c092ZXJyaWRlEiMucml2b3JhLnYxLlNldExpbWl0c092ZXJyaWRlUmVxdWVzdBokLnJpdm9yYS52MS5TZXRMaW1pdHNPdmVycmlkZVJlc3BvbnNlEmQKE0NsZWFyTGltaXRzT3ZlcnJpZGUSJS5yaXZvcmEudjEuQ2xlYXJMaW1pdHNPdmVycmlkZVJlcXVlc3QaJi5yaXZvcmEudjEuQ2xlYXJMaW1pdHNPdmVycmlkZVJlc3BvbnNlEk4KCkRpZmZMaW1pdHMSHC5yaXZvcmEudjEuRGlmZkxpbWl0c1JlcXVlc3QaHS5yaXZvcmEudjEuRGlmZkxpbWl0c1Jlc3BvbnNlIgOQAgESSwoJTGlzdEF1ZGl0Ehsucml2b3JhLnYxLkxpc3RBdWRpdFJlcXVlc3QaHC5yaXZvcmEudjEuTGlzdEF1ZGl0UmVzcG9uc2UiA5ACARJdCg9HZXRDb25maWdTdGF0dXMSIS5yaXZvcmEudjEuR2V0Q29uZmlnU3RhdHVzUmVxdWVzdBoiLnJpdm9yYS52MS5HZXRDb25maWdTdGF0dXNSZXNwb25zZSIDkAIBQjNaMWdpdGh1Yi5jb20vcml2b3JhL3Jpdm9yYS9wcm90by9yaXZvcmEvdjE7cml2b3JhdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Limits bound how Rivora treats one destination. A zero field means "use
@@ -765,6 +765,13 @@ export type GetDestinationHealthRequest = Message<"rivora.v1.GetDestinationHealt
    * @generated from field: string destination_id = 1;
    */
   destinationId: string;
+
+  /**
+   * rate_history asks for each destination's rate_history too.
+   *
+   * @generated from field: bool rate_history = 2;
+   */
+  rateHistory: boolean;
 };
 
 /**
@@ -995,6 +1002,49 @@ export type DestinationHealth = Message<"rivora.v1.DestinationHealth"> & {
    * @generated from field: int64 archived_dead_letters = 20;
    */
   archivedDeadLetters: bigint;
+
+  /**
+   * drain_time is how long the pending events take at current_rate
+   * (pending_events / current_rate): 0 with nothing pending; unset when
+   * they do not drain at all (paused, disabled, or no rate).
+   *
+   * @generated from field: google.protobuf.Duration drain_time = 21;
+   */
+  drainTime?: Duration | undefined;
+
+  /**
+   * Over the last minute: the attempts made, and the share of them the
+   * partner answered 429, and 5xx (0 with no attempt).
+   *
+   * @generated from field: int64 attempts_last_minute = 22;
+   */
+  attemptsLastMinute: bigint;
+
+  /**
+   * @generated from field: double throttled_share = 23;
+   */
+  throttledShare: number;
+
+  /**
+   * @generated from field: double server_error_share = 24;
+   */
+  serverErrorShare: number;
+
+  /**
+   * rate_history is the last 15 minutes in 10-second buckets, oldest
+   * first, when asked for (GetDestinationHealthRequest.rate_history).
+   *
+   * @generated from field: repeated rivora.v1.RateSample rate_history = 25;
+   */
+  rateHistory: RateSample[];
+
+  /**
+   * oldest_pending_age is how long ago the oldest pending event was
+   * accepted (unset with nothing pending).
+   *
+   * @generated from field: google.protobuf.Duration oldest_pending_age = 26;
+   */
+  oldestPendingAge?: Duration | undefined;
 };
 
 /**
@@ -1003,6 +1053,61 @@ export type DestinationHealth = Message<"rivora.v1.DestinationHealth"> & {
  */
 export const DestinationHealthSchema: GenMessage<DestinationHealth> = /*@__PURE__*/
   messageDesc(file_rivora_v1_admin, 23);
+
+/**
+ * RateSample is one 10-second bucket of a destination's recent history.
+ *
+ * @generated from message rivora.v1.RateSample
+ */
+export type RateSample = Message<"rivora.v1.RateSample"> & {
+  /**
+   * @generated from field: google.protobuf.Timestamp start = 1;
+   */
+  start?: Timestamp | undefined;
+
+  /**
+   * The budget's configured and current rate at the bucket's end (the
+   * current bucket: now).
+   *
+   * @generated from field: double configured_rate = 2;
+   */
+  configuredRate: number;
+
+  /**
+   * @generated from field: double current_rate = 3;
+   */
+  currentRate: number;
+
+  /**
+   * Attempts in the bucket, and of them those delivered (2xx), throttled
+   * (429) and answered 5xx.
+   *
+   * @generated from field: int32 attempts = 4;
+   */
+  attempts: number;
+
+  /**
+   * @generated from field: int32 delivered = 5;
+   */
+  delivered: number;
+
+  /**
+   * @generated from field: int32 throttled = 6;
+   */
+  throttled: number;
+
+  /**
+   * @generated from field: int32 server_errors = 7;
+   */
+  serverErrors: number;
+};
+
+/**
+ * Describes the message rivora.v1.RateSample.
+ * Use `create(RateSampleSchema)` to create a new message.
+ */
+export const RateSampleSchema: GenMessage<RateSample> = /*@__PURE__*/
+  messageDesc(file_rivora_v1_admin, 24);
 
 /**
  * @generated from message rivora.v1.PauseDestinationRequest
@@ -1029,7 +1134,7 @@ export type PauseDestinationRequest = Message<"rivora.v1.PauseDestinationRequest
  * Use `create(PauseDestinationRequestSchema)` to create a new message.
  */
 export const PauseDestinationRequestSchema: GenMessage<PauseDestinationRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 24);
+  messageDesc(file_rivora_v1_admin, 25);
 
 /**
  * @generated from message rivora.v1.PauseDestinationResponse
@@ -1051,7 +1156,7 @@ export type PauseDestinationResponse = Message<"rivora.v1.PauseDestinationRespon
  * Use `create(PauseDestinationResponseSchema)` to create a new message.
  */
 export const PauseDestinationResponseSchema: GenMessage<PauseDestinationResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 25);
+  messageDesc(file_rivora_v1_admin, 26);
 
 /**
  * @generated from message rivora.v1.ResumeDestinationRequest
@@ -1073,7 +1178,7 @@ export type ResumeDestinationRequest = Message<"rivora.v1.ResumeDestinationReque
  * Use `create(ResumeDestinationRequestSchema)` to create a new message.
  */
 export const ResumeDestinationRequestSchema: GenMessage<ResumeDestinationRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 26);
+  messageDesc(file_rivora_v1_admin, 27);
 
 /**
  * @generated from message rivora.v1.ResumeDestinationResponse
@@ -1095,7 +1200,7 @@ export type ResumeDestinationResponse = Message<"rivora.v1.ResumeDestinationResp
  * Use `create(ResumeDestinationResponseSchema)` to create a new message.
  */
 export const ResumeDestinationResponseSchema: GenMessage<ResumeDestinationResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 27);
+  messageDesc(file_rivora_v1_admin, 28);
 
 /**
  * LimitSource says where one effective limit comes from.
@@ -1134,7 +1239,7 @@ export type LimitSource = Message<"rivora.v1.LimitSource"> & {
  * Use `create(LimitSourceSchema)` to create a new message.
  */
 export const LimitSourceSchema: GenMessage<LimitSource> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 28);
+  messageDesc(file_rivora_v1_admin, 29);
 
 /**
  * @generated from message rivora.v1.GetLimitsRequest
@@ -1151,7 +1256,7 @@ export type GetLimitsRequest = Message<"rivora.v1.GetLimitsRequest"> & {
  * Use `create(GetLimitsRequestSchema)` to create a new message.
  */
 export const GetLimitsRequestSchema: GenMessage<GetLimitsRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 29);
+  messageDesc(file_rivora_v1_admin, 30);
 
 /**
  * @generated from message rivora.v1.GetLimitsResponse
@@ -1188,7 +1293,7 @@ export type GetLimitsResponse = Message<"rivora.v1.GetLimitsResponse"> & {
  * Use `create(GetLimitsResponseSchema)` to create a new message.
  */
 export const GetLimitsResponseSchema: GenMessage<GetLimitsResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 30);
+  messageDesc(file_rivora_v1_admin, 31);
 
 /**
  * @generated from message rivora.v1.SetLimitsOverrideRequest
@@ -1247,6 +1352,15 @@ export type SetLimitsOverrideRequest = Message<"rivora.v1.SetLimitsOverrideReque
    * @generated from field: google.protobuf.Duration ttl = 10;
    */
   ttl?: Duration | undefined;
+
+  /**
+   * dry_run checks the override and answers what it would do — the
+   * effective limits and the projected drain time — changing nothing
+   * (no new version, no audit entry).
+   *
+   * @generated from field: bool dry_run = 11;
+   */
+  dryRun: boolean;
 };
 
 /**
@@ -1254,7 +1368,7 @@ export type SetLimitsOverrideRequest = Message<"rivora.v1.SetLimitsOverrideReque
  * Use `create(SetLimitsOverrideRequestSchema)` to create a new message.
  */
 export const SetLimitsOverrideRequestSchema: GenMessage<SetLimitsOverrideRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 31);
+  messageDesc(file_rivora_v1_admin, 32);
 
 /**
  * @generated from message rivora.v1.SetLimitsOverrideResponse
@@ -1266,9 +1380,29 @@ export type SetLimitsOverrideResponse = Message<"rivora.v1.SetLimitsOverrideResp
   limits?: GetLimitsResponse | undefined;
 
   /**
+   * version is the config version of the change; 0 for a dry run.
+   *
    * @generated from field: uint64 version = 2;
    */
   version: bigint;
+
+  /**
+   * The destination's pending events and how long they take at the
+   * override's rate (unset: they would not drain).
+   *
+   * @generated from field: int64 pending_events = 3;
+   */
+  pendingEvents: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Duration projected_drain_time = 4;
+   */
+  projectedDrainTime?: Duration | undefined;
+
+  /**
+   * @generated from field: bool dry_run = 5;
+   */
+  dryRun: boolean;
 };
 
 /**
@@ -1276,7 +1410,7 @@ export type SetLimitsOverrideResponse = Message<"rivora.v1.SetLimitsOverrideResp
  * Use `create(SetLimitsOverrideResponseSchema)` to create a new message.
  */
 export const SetLimitsOverrideResponseSchema: GenMessage<SetLimitsOverrideResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 32);
+  messageDesc(file_rivora_v1_admin, 33);
 
 /**
  * @generated from message rivora.v1.ClearLimitsOverrideRequest
@@ -1303,7 +1437,7 @@ export type ClearLimitsOverrideRequest = Message<"rivora.v1.ClearLimitsOverrideR
  * Use `create(ClearLimitsOverrideRequestSchema)` to create a new message.
  */
 export const ClearLimitsOverrideRequestSchema: GenMessage<ClearLimitsOverrideRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 33);
+  messageDesc(file_rivora_v1_admin, 34);
 
 /**
  * @generated from message rivora.v1.ClearLimitsOverrideResponse
@@ -1325,7 +1459,7 @@ export type ClearLimitsOverrideResponse = Message<"rivora.v1.ClearLimitsOverride
  * Use `create(ClearLimitsOverrideResponseSchema)` to create a new message.
  */
 export const ClearLimitsOverrideResponseSchema: GenMessage<ClearLimitsOverrideResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 34);
+  messageDesc(file_rivora_v1_admin, 35);
 
 /**
  * @generated from message rivora.v1.DiffLimitsRequest
@@ -1338,7 +1472,7 @@ export type DiffLimitsRequest = Message<"rivora.v1.DiffLimitsRequest"> & {
  * Use `create(DiffLimitsRequestSchema)` to create a new message.
  */
 export const DiffLimitsRequestSchema: GenMessage<DiffLimitsRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 35);
+  messageDesc(file_rivora_v1_admin, 36);
 
 /**
  * LimitsDrift is one field where the effective limit is not the file's.
@@ -1377,7 +1511,7 @@ export type LimitsDrift = Message<"rivora.v1.LimitsDrift"> & {
  * Use `create(LimitsDriftSchema)` to create a new message.
  */
 export const LimitsDriftSchema: GenMessage<LimitsDrift> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 36);
+  messageDesc(file_rivora_v1_admin, 37);
 
 /**
  * @generated from message rivora.v1.DiffLimitsResponse
@@ -1394,7 +1528,7 @@ export type DiffLimitsResponse = Message<"rivora.v1.DiffLimitsResponse"> & {
  * Use `create(DiffLimitsResponseSchema)` to create a new message.
  */
 export const DiffLimitsResponseSchema: GenMessage<DiffLimitsResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 37);
+  messageDesc(file_rivora_v1_admin, 38);
 
 /**
  * AuditEntry is one configuration change.
@@ -1460,7 +1594,7 @@ export type AuditEntry = Message<"rivora.v1.AuditEntry"> & {
  * Use `create(AuditEntrySchema)` to create a new message.
  */
 export const AuditEntrySchema: GenMessage<AuditEntry> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 38);
+  messageDesc(file_rivora_v1_admin, 39);
 
 /**
  * @generated from message rivora.v1.ListAuditRequest
@@ -1484,7 +1618,7 @@ export type ListAuditRequest = Message<"rivora.v1.ListAuditRequest"> & {
  * Use `create(ListAuditRequestSchema)` to create a new message.
  */
 export const ListAuditRequestSchema: GenMessage<ListAuditRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 39);
+  messageDesc(file_rivora_v1_admin, 40);
 
 /**
  * @generated from message rivora.v1.ListAuditResponse
@@ -1501,7 +1635,7 @@ export type ListAuditResponse = Message<"rivora.v1.ListAuditResponse"> & {
  * Use `create(ListAuditResponseSchema)` to create a new message.
  */
 export const ListAuditResponseSchema: GenMessage<ListAuditResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 40);
+  messageDesc(file_rivora_v1_admin, 41);
 
 /**
  * @generated from message rivora.v1.GetConfigStatusRequest
@@ -1514,7 +1648,7 @@ export type GetConfigStatusRequest = Message<"rivora.v1.GetConfigStatusRequest">
  * Use `create(GetConfigStatusRequestSchema)` to create a new message.
  */
 export const GetConfigStatusRequestSchema: GenMessage<GetConfigStatusRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 41);
+  messageDesc(file_rivora_v1_admin, 42);
 
 /**
  * @generated from message rivora.v1.GetConfigStatusResponse
@@ -1536,7 +1670,7 @@ export type GetConfigStatusResponse = Message<"rivora.v1.GetConfigStatusResponse
  * Use `create(GetConfigStatusResponseSchema)` to create a new message.
  */
 export const GetConfigStatusResponseSchema: GenMessage<GetConfigStatusResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 42);
+  messageDesc(file_rivora_v1_admin, 43);
 
 /**
  * AgentStatus is what the control plane knows of one agent.
@@ -1611,7 +1745,7 @@ export type AgentStatus = Message<"rivora.v1.AgentStatus"> & {
  * Use `create(AgentStatusSchema)` to create a new message.
  */
 export const AgentStatusSchema: GenMessage<AgentStatus> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_admin, 43);
+  messageDesc(file_rivora_v1_admin, 44);
 
 /**
  * PriorityClass orders destinations for the delivery workers: due attempts

@@ -12,7 +12,37 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rivora/v1/tokens.proto.
  */
 export const file_rivora_v1_tokens: GenFile = /*@__PURE__*/
-  fileDesc("ChZyaXZvcmEvdjEvdG9rZW5zLnByb3RvEglyaXZvcmEudjEi2AEKCEFwaVRva2VuEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSHQoEcm9sZRgDIAEoDjIPLnJpdm9yYS52MS5Sb2xlEhEKCWN1c3RvbWVycxgEIAMoCRIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRoYXNoGAcgASgJEhIKCmNyZWF0ZWRfYnkYCCABKAkifAoSQ3JlYXRlVG9rZW5SZXF1ZXN0EgwKBG5hbWUYASABKAkSHQoEcm9sZRgCIAEoDjIPLnJpdm9yYS52MS5Sb2xlEhEKCWN1c3RvbWVycxgDIAMoCRImCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iXgoTQ3JlYXRlVG9rZW5SZXNwb25zZRInCgp0b2tlbl9pbmZvGAEgASgLMhMucml2b3JhLnYxLkFwaVRva2VuEg0KBXRva2VuGAIgASgJEg8KB3ZlcnNpb24YAyABKAQiEwoRTGlzdFRva2Vuc1JlcXVlc3QiOQoSTGlzdFRva2Vuc1Jlc3BvbnNlEiMKBnRva2VucxgBIAMoCzITLnJpdm9yYS52MS5BcGlUb2tlbiIgChJSZXZva2VUb2tlblJlcXVlc3QSCgoCaWQYASABKAkiJgoTUmV2b2tlVG9rZW5SZXNwb25zZRIPCgd2ZXJzaW9uGAIgASgEKmQKBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg4KClJPTEVfQURNSU4QARIRCg1ST0xFX09QRVJBVE9SEAISDwoLUk9MRV9WSUVXRVIQAxISCg5ST0xFX1BVQkxJU0hFUhAEMvoBCgxUb2tlblNlcnZpY2USTAoLQ3JlYXRlVG9rZW4SHS5yaXZvcmEudjEuQ3JlYXRlVG9rZW5SZXF1ZXN0Gh4ucml2b3JhLnYxLkNyZWF0ZVRva2VuUmVzcG9uc2USTgoKTGlzdFRva2VucxIcLnJpdm9yYS52MS5MaXN0VG9rZW5zUmVxdWVzdBodLnJpdm9yYS52MS5MaXN0VG9rZW5zUmVzcG9uc2UiA5ACARJMCgtSZXZva2VUb2tlbhIdLnJpdm9yYS52MS5SZXZva2VUb2tlblJlcXVlc3QaHi5yaXZvcmEudjEuUmV2b2tlVG9rZW5SZXNwb25zZUIzWjFnaXRodWIuY29tL3Jpdm9yYS9yaXZvcmEvcHJvdG8vcml2b3JhL3YxO3Jpdm9yYXYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChZyaXZvcmEvdjEvdG9rZW5zLnByb3RvEglyaXZvcmEudjEiDwoNV2hvQW1JUmVxdWVzdCI0Cg5XaG9BbUlSZXNwb25zZRIiCgV0b2tlbhgBIAEoCzITLnJpdm9yYS52MS5BcGlUb2tlbiLYAQoIQXBpVG9rZW4SCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIdCgRyb2xlGAMgASgOMg8ucml2b3JhLnYxLlJvbGUSEQoJY3VzdG9tZXJzGAQgAygJEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGhhc2gYByABKAkSEgoKY3JlYXRlZF9ieRgIIAEoCSJ8ChJDcmVhdGVUb2tlblJlcXVlc3QSDAoEbmFtZRgBIAEoCRIdCgRyb2xlGAIgASgOMg8ucml2b3JhLnYxLlJvbGUSEQoJY3VzdG9tZXJzGAMgAygJEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJeChNDcmVhdGVUb2tlblJlc3BvbnNlEicKCnRva2VuX2luZm8YASABKAsyEy5yaXZvcmEudjEuQXBpVG9rZW4SDQoFdG9rZW4YAiABKAkSDwoHdmVyc2lvbhgDIAEoBCITChFMaXN0VG9rZW5zUmVxdWVzdCI5ChJMaXN0VG9rZW5zUmVzcG9uc2USIwoGdG9rZW5zGAEgAygLMhMucml2b3JhLnYxLkFwaVRva2VuIiAKElJldm9rZVRva2VuUmVxdWVzdBIKCgJpZBgBIAEoCSImChNSZXZva2VUb2tlblJlc3BvbnNlEg8KB3ZlcnNpb24YAiABKAQqZAoEUm9sZRIUChBST0xFX1VOU1BFQ0lGSUVEEAASDgoKUk9MRV9BRE1JThABEhEKDVJPTEVfT1BFUkFUT1IQAhIPCgtST0xFX1ZJRVdFUhADEhIKDlJPTEVfUFVCTElTSEVSEAQyvgIKDFRva2VuU2VydmljZRJMCgtDcmVhdGVUb2tlbhIdLnJpdm9yYS52MS5DcmVhdGVUb2tlblJlcXVlc3QaHi5yaXZvcmEudjEuQ3JlYXRlVG9rZW5SZXNwb25zZRJOCgpMaXN0VG9rZW5zEhwucml2b3JhLnYxLkxpc3RUb2tlbnNSZXF1ZXN0Gh0ucml2b3JhLnYxLkxpc3RUb2tlbnNSZXNwb25zZSIDkAIBEkwKC1Jldm9rZVRva2VuEh0ucml2b3JhLnYxLlJldm9rZVRva2VuUmVxdWVzdBoeLnJpdm9yYS52MS5SZXZva2VUb2tlblJlc3BvbnNlEkIKBldob0FtSRIYLnJpdm9yYS52MS5XaG9BbUlSZXF1ZXN0Ghkucml2b3JhLnYxLldob0FtSVJlc3BvbnNlIgOQAgFCM1oxZ2l0aHViLmNvbS9yaXZvcmEvcml2b3JhL3Byb3RvL3Jpdm9yYS92MTtyaXZvcmF2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+
+/**
+ * @generated from message rivora.v1.WhoAmIRequest
+ */
+export type WhoAmIRequest = Message<"rivora.v1.WhoAmIRequest"> & {
+};
+
+/**
+ * Describes the message rivora.v1.WhoAmIRequest.
+ * Use `create(WhoAmIRequestSchema)` to create a new message.
+ */
+export const WhoAmIRequestSchema: GenMessage<WhoAmIRequest> = /*@__PURE__*/
+  messageDesc(file_rivora_v1_tokens, 0);
+
+/**
+ * @generated from message rivora.v1.WhoAmIResponse
+ */
+export type WhoAmIResponse = Message<"rivora.v1.WhoAmIResponse"> & {
+  /**
+   * @generated from field: rivora.v1.ApiToken token = 1;
+   */
+  token?: ApiToken | undefined;
+};
+
+/**
+ * Describes the message rivora.v1.WhoAmIResponse.
+ * Use `create(WhoAmIResponseSchema)` to create a new message.
+ */
+export const WhoAmIResponseSchema: GenMessage<WhoAmIResponse> = /*@__PURE__*/
+  messageDesc(file_rivora_v1_tokens, 1);
 
 /**
  * ApiToken is a token as the control plane keeps it: its hash, never the
@@ -80,7 +110,7 @@ export type ApiToken = Message<"rivora.v1.ApiToken"> & {
  * Use `create(ApiTokenSchema)` to create a new message.
  */
 export const ApiTokenSchema: GenMessage<ApiToken> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_tokens, 0);
+  messageDesc(file_rivora_v1_tokens, 2);
 
 /**
  * @generated from message rivora.v1.CreateTokenRequest
@@ -114,7 +144,7 @@ export type CreateTokenRequest = Message<"rivora.v1.CreateTokenRequest"> & {
  * Use `create(CreateTokenRequestSchema)` to create a new message.
  */
 export const CreateTokenRequestSchema: GenMessage<CreateTokenRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_tokens, 1);
+  messageDesc(file_rivora_v1_tokens, 3);
 
 /**
  * @generated from message rivora.v1.CreateTokenResponse
@@ -143,7 +173,7 @@ export type CreateTokenResponse = Message<"rivora.v1.CreateTokenResponse"> & {
  * Use `create(CreateTokenResponseSchema)` to create a new message.
  */
 export const CreateTokenResponseSchema: GenMessage<CreateTokenResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_tokens, 2);
+  messageDesc(file_rivora_v1_tokens, 4);
 
 /**
  * @generated from message rivora.v1.ListTokensRequest
@@ -156,7 +186,7 @@ export type ListTokensRequest = Message<"rivora.v1.ListTokensRequest"> & {
  * Use `create(ListTokensRequestSchema)` to create a new message.
  */
 export const ListTokensRequestSchema: GenMessage<ListTokensRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_tokens, 3);
+  messageDesc(file_rivora_v1_tokens, 5);
 
 /**
  * @generated from message rivora.v1.ListTokensResponse
@@ -173,7 +203,7 @@ export type ListTokensResponse = Message<"rivora.v1.ListTokensResponse"> & {
  * Use `create(ListTokensResponseSchema)` to create a new message.
  */
 export const ListTokensResponseSchema: GenMessage<ListTokensResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_tokens, 4);
+  messageDesc(file_rivora_v1_tokens, 6);
 
 /**
  * @generated from message rivora.v1.RevokeTokenRequest
@@ -190,7 +220,7 @@ export type RevokeTokenRequest = Message<"rivora.v1.RevokeTokenRequest"> & {
  * Use `create(RevokeTokenRequestSchema)` to create a new message.
  */
 export const RevokeTokenRequestSchema: GenMessage<RevokeTokenRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_tokens, 5);
+  messageDesc(file_rivora_v1_tokens, 7);
 
 /**
  * @generated from message rivora.v1.RevokeTokenResponse
@@ -207,7 +237,7 @@ export type RevokeTokenResponse = Message<"rivora.v1.RevokeTokenResponse"> & {
  * Use `create(RevokeTokenResponseSchema)` to create a new message.
  */
 export const RevokeTokenResponseSchema: GenMessage<RevokeTokenResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_tokens, 6);
+  messageDesc(file_rivora_v1_tokens, 8);
 
 /**
  * Role is what a token may do.
@@ -259,7 +289,7 @@ export const RoleSchema: GenEnum<Role> = /*@__PURE__*/
 
 /**
  * TokenService manages the API tokens every RPC is called with
- * (`Authorization: Bearer <token>`). Admin only. The control plane keeps
+ * (`Authorization: Bearer <token>`). Admin only, but for WhoAmI. The control plane keeps
  * each token as a hash, never the token itself, and pushes the hashes to
  * the agents with the rest of the config.
  *
@@ -294,6 +324,18 @@ export const TokenService: GenService<{
     methodKind: "unary";
     input: typeof RevokeTokenRequestSchema;
     output: typeof RevokeTokenResponseSchema;
+  },
+  /**
+   * WhoAmI describes the token the call carries — its id, name, role and
+   * customers (no hash) — to any valid token: a client such as the
+   * console shows only what the role may do.
+   *
+   * @generated from rpc rivora.v1.TokenService.WhoAmI
+   */
+  whoAmI: {
+    methodKind: "unary";
+    input: typeof WhoAmIRequestSchema;
+    output: typeof WhoAmIResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_rivora_v1_tokens, 0);

@@ -1,0 +1,134 @@
+package scheduler
+
+import "time"
+
+// Rate history: each destination keeps its last 15 minutes in 10-second
+// buckets — attempts and how they were answered, and the budget's rates
+// — so an operator sees what its budget did without a metrics stack, and
+// health carries the last minute's 429 and 5xx share. Fixed size per
+// destination; written under the scheduler's lock on every outcome.
+const (
+	RateBucket      = 10 * time.Second
+	rateBuckets     = 90 // 15 minutes
+	lastMinuteSlots = int(time.Minute / RateBucket)
+)
+
+// RateSample is one bucket of a destination's history.
+type RateSample struct {
+	Start                   time.Time
+	ConfiguredRate          float64
+	CurrentRate             float64
+	Attempts, Delivered     int
+	Throttled, ServerErrors int
+}
+
+// rateSlot is a RateSample in the ring: slot is the bucket's number
+// since the epoch (unix time / RateBucket); a slot whose number is not
+// the one asked for is stale (older than the ring).
+type rateSlot struct {
+	slot                    int64
+	configured, current     float64
+	rated                   bool // configured and current were sampled
+	attempts, delivered     int32
+	throttled, serverErrors int32
+}
+
+type rateRing struct {
+	slots [rateBuckets]rateSlot
+}
+
+func slotOf(t time.Time) int64 { return t.UnixNano() / int64(RateBucket) }
+
+// at returns the ring's slot for bucket n, reset when it held an older one.
+func (r *rateRing) at(n int64) *rateSlot {
+	s := &r.slots[n%rateBuckets]
+	if s.slot != n {
+		*s = rateSlot{slot: n}
+	}
+	return s
+}
+
+// observe records one attempt's answer (status 0: none) at now, with the
+// budget's rates after it.
+func (r *rateRing) observe(now time.Time, status int, configured, current float64) {
+	s := r.at(slotOf(now))
+	s.attempts++
+	switch {
+	case status >= 200 && status < 300:
+		s.delivered++
+	case status == 429:
+		s.throttled++
+	case status >= 500:
+		s.serverErrors++
+	}
+	s.configured, s.current, s.rated = configured, current, true
+}
+
+// lastMinute is the attempts, 429s and 5xx answers of the last minute's
+// buckets (the current one included).
+func (r *rateRing) lastMinute(now time.Time) (attempts, throttled, serverErrors int) {
+	n := slotOf(now)
+	for i := range int64(lastMinuteSlots) {
+		if s := &r.slots[(n-i)%rateBuckets]; s.slot == n-i {
+			attempts += int(s.attempts)
+			throttled += int(s.throttled)
+			serverErrors += int(s.serverErrors)
+		}
+	}
+	return attempts, throttled, serverErrors
+}
+
+// history is the last 15 minutes, oldest first, the current bucket's
+// rates being now's (configured, current). A bucket with no attempt
+// carries the rates of the one before it, and those before the first
+// sampled one the first sample's: the budget moves on outcomes (and on
+// recovery toward the configured rate, which the next attempt samples).
+func (r *rateRing) history(now time.Time, configured, current float64) []RateSample {
+	n := slotOf(now)
+	out := make([]RateSample, rateBuckets)
+	first := -1
+	for i := range rateBuckets {
+		slot := n - rateBuckets + 1 + int64(i)
+		sample := RateSample{Start: time.Unix(0, slot*int64(RateBucket))}
+		if s := &r.slots[slot%rateBuckets]; s.slot == slot {
+			sample.Attempts, sample.Delivered = int(s.attempts), int(s.delivered)
+			sample.Throttled, sample.ServerErrors = int(s.throttled), int(s.serverErrors)
+			if s.rated {
+				sample.ConfiguredRate, sample.CurrentRate = s.configured, s.current
+				if first < 0 {
+					first = i
+				}
+			} else if i > 0 && first >= 0 {
+				sample.ConfiguredRate, sample.CurrentRate = out[i-1].ConfiguredRate, out[i-1].CurrentRate
+			}
+		} else if first >= 0 {
+			sample.ConfiguredRate, sample.CurrentRate = out[i-1].ConfiguredRate, out[i-1].CurrentRate
+		}
+		out[i] = sample
+	}
+	last := len(out) - 1
+	out[last].ConfiguredRate, out[last].CurrentRate = configured, current
+	if first < 0 {
+		first = last
+	}
+	for i := range first {
+		out[i].ConfiguredRate, out[i].CurrentRate = out[first].ConfiguredRate, out[first].CurrentRate
+	}
+	return out
+}
+
+// RateHistory is destination id's last 15 minutes (nil when the
+// scheduler does not have it).
+func (s *Scheduler) RateHistory(id string) []RateSample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.dests[id]
+	if d == nil {
+		return nil
+	}
+	var configured, current float64
+	if d.budget != nil {
+		configured, current = d.budget.Ceiling(), d.budget.Rate()
+	}
+	return d.rates.history(s.clock.Now(), configured, current)
+}

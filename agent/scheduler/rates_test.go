@@ -1,0 +1,57 @@
+package scheduler
+
+import (
+	"testing"
+	"time"
+)
+
+func TestRateRingCountsBucketsAndForgets(t *testing.T) {
+	var r rateRing
+	t0 := time.Unix(1_800_000_000, 0) // on a bucket boundary
+	r.observe(t0, 200, 10, 10)
+	r.observe(t0.Add(time.Second), 429, 10, 5)
+	r.observe(t0.Add(2*time.Second), 503, 10, 5)
+	r.observe(t0.Add(3*time.Second), 0, 10, 5)
+	r.observe(t0.Add(25*time.Second), 200, 10, 6) // two buckets later
+
+	now := t0.Add(29 * time.Second)
+	attempts, throttled, serverErrors := r.lastMinute(now)
+	if attempts != 5 || throttled != 1 || serverErrors != 1 {
+		t.Fatalf("last minute = %d attempts, %d 429, %d 5xx; want 5, 1, 1", attempts, throttled, serverErrors)
+	}
+	h := r.history(now, 10, 7)
+	if len(h) != rateBuckets {
+		t.Fatalf("history has %d buckets, want %d", len(h), rateBuckets)
+	}
+	last := len(h) - 1
+	if !h[last].Start.Equal(t0.Add(20*time.Second)) || h[last-2].Start != t0 {
+		t.Fatalf("buckets start at %v (last) and %v (two before); want %v and %v", h[last].Start, h[last-2].Start, t0.Add(20*time.Second), t0)
+	}
+	first := h[last-2]
+	if first.Attempts != 4 || first.Delivered != 1 || first.Throttled != 1 || first.ServerErrors != 1 || first.CurrentRate != 5 || first.ConfiguredRate != 10 {
+		t.Fatalf("first bucket = %+v; want 4 attempts (1 delivered, 1 throttled, 1 5xx) at 5 of 10/s", first)
+	}
+	// The bucket with no attempt carries the rates before it; the
+	// current one has now's; those before any sample, the first one's.
+	if quiet := h[last-1]; quiet.Attempts != 0 || quiet.CurrentRate != 5 {
+		t.Fatalf("quiet bucket = %+v; want no attempts at the previous 5/s", quiet)
+	}
+	if h[last].Attempts != 1 || h[last].CurrentRate != 7 {
+		t.Fatalf("current bucket = %+v; want 1 attempt, now's rate 7", h[last])
+	}
+	if h[0].Attempts != 0 || h[0].CurrentRate != 5 || h[0].ConfiguredRate != 10 {
+		t.Fatalf("oldest bucket = %+v; want the first sample's rates", h[0])
+	}
+
+	// A minute later the last minute is empty; 15 minutes later every
+	// bucket is, though the ring's slots still hold old counts.
+	if a, _, _ := r.lastMinute(now.Add(time.Minute)); a != 0 {
+		t.Fatalf("a minute later, %d attempts in the last minute; want 0", a)
+	}
+	later := r.history(now.Add(15*time.Minute), 10, 10)
+	for i, s := range later {
+		if s.Attempts != 0 {
+			t.Fatalf("15 minutes later, bucket %d has %d attempts", i, s.Attempts)
+		}
+	}
+}

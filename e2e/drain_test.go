@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk"
+)
+
+// `destinations health` shows how long the pending events take at the
+// current rate, and `limits set --dry-run` what a new rate would give,
+// changing nothing: the limits, the config version and the audit stay.
+func TestDrainTimeAndLimitsDryRun(t *testing.T) {
+	d := startDev(t, devOptions{})
+	p := newPartner(t)
+	// One attempt at a time, each held 30 s by the partner: the backlog
+	// stays while the test reads it.
+	p.SetDelay(30 * time.Second)
+	createDestination(t, d, "slow", p, "", &rivorav1.Limits{RatePerSecond: 2, Burst: 1, MaxInFlight: 1, Timeout: durationpb.New(time.Minute)})
+	const events = 20
+	for i := range events {
+		if _, err := d.SDK().Publish(ctxTimeout(t, 10*time.Second), sdk.Event{Destination: "slow", Customer: "acme", Lane: fmt.Sprint("u", i), Type: "t", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var health []struct {
+		PendingEvents string  `json:"pendingEvents"`
+		CurrentRate   float64 `json:"currentRate"`
+		DrainTime     string  `json:"drainTime"`
+	}
+	err := poll(20*time.Second, 50*time.Millisecond, func() error {
+		health = nil
+		if err := json.Unmarshal([]byte(rivoractl(t, d, "destinations", "health", "slow", "-o", "json")), &health); err != nil {
+			return err
+		}
+		if len(health) != 1 || health[0].PendingEvents != fmt.Sprint(events) {
+			return fmt.Errorf("health %+v; want %d pending", health, events)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 20 events at 2/s: 10 s.
+	if h := health[0]; h.CurrentRate != 2 || h.DrainTime != "10s" {
+		t.Fatalf("health: current rate %v, drain time %q; want 2 and 10s", h.CurrentRate, h.DrainTime)
+	}
+	if table := rivoractl(t, d, "destinations", "health", "slow"); !strings.Contains(table, "DRAIN TIME") || !strings.Contains(table, "10s at the current rate") || !strings.Contains(table, "OLDEST PENDING") {
+		t.Fatalf("health table has no drain time of 10s:\n%s", table)
+	}
+
+	// The rate history, when asked for: 15 minutes of 10-second buckets.
+	hr, err := d.Admin().GetDestinationHealth(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.GetDestinationHealthRequest{DestinationId: "slow", RateHistory: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rates := hr.Msg.GetDestinations()[0].GetRateHistory()
+	if age := hr.Msg.GetDestinations()[0].GetOldestPendingAge(); age == nil || age.AsDuration() <= 0 || age.AsDuration() > time.Minute {
+		t.Fatalf("oldest pending age %v; want the first event's age, under a minute", age)
+	}
+	if len(rates) != 90 || rates[89].GetConfiguredRate() != 2 || rates[89].GetStart().AsTime().After(time.Now()) {
+		t.Fatalf("rate history: %d buckets, the last %v; want 90 ending now at 2/s configured", len(rates), rates[len(rates)-1])
+	}
+
+	auditBefore := rivoractl(t, d, "audit", "-o", "json")
+	status, err := d.Admin().GetConfigStatus(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := rivoractl(t, d, "limits", "set", "slow", "--rate", "8", "--reason", "what if", "--dry-run")
+	if !strings.Contains(out, "dry run: nothing changed") || !strings.Contains(out, "20 pending events drain in 3s at 8/s") {
+		t.Fatalf("limits set --dry-run printed:\n%s\nwant the projected drain time (20 events at 8/s: 2.5 s, shown 3s)", out)
+	}
+	var dry struct {
+		DryRun             bool   `json:"dryRun"`
+		ProjectedDrainTime string `json:"projectedDrainTime"`
+		Version            string `json:"version"`
+		Limits             struct {
+			Effective struct {
+				RatePerSecond float64 `json:"ratePerSecond"`
+			} `json:"effective"`
+		} `json:"limits"`
+	}
+	if err := json.Unmarshal([]byte(rivoractl(t, d, "limits", "set", "slow", "--rate", "8", "--reason", "what if", "--dry-run", "-o", "json")), &dry); err != nil {
+		t.Fatal(err)
+	}
+	if !dry.DryRun || dry.ProjectedDrainTime != "2.500s" || dry.Version != "" || dry.Limits.Effective.RatePerSecond != 8 {
+		t.Fatalf("dry run answered %+v; want dryRun, 2.500s, no version, the effective rate 8", dry)
+	}
+	if after := rivoractl(t, d, "audit", "-o", "json"); after != auditBefore {
+		t.Fatalf("a dry run changed the audit:\nbefore:\n%s\nafter:\n%s", auditBefore, after)
+	}
+	after, err := d.Admin().GetConfigStatus(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Msg.GetVersion() != status.Msg.GetVersion() {
+		t.Fatalf("a dry run moved the config version from %d to %d", status.Msg.GetVersion(), after.Msg.GetVersion())
+	}
+	if limits := rivoractl(t, d, "limits", "get", "slow"); !strings.Contains(limits, "2/s") {
+		t.Fatalf("after a dry run the limits are not the destination's own 2/s:\n%s", limits)
+	}
+	// Paused, the events do not drain at all.
+	rivoractl(t, d, "destinations", "pause", "slow", "--reason", "test", "--wait")
+	if table := rivoractl(t, d, "destinations", "health", "slow"); !strings.Contains(table, "DRAIN TIME") || !strings.Contains(table, "never: no attempt goes out (paused") {
+		t.Fatalf("health of a paused destination does not say it never drains:\n%s", table)
+	}
+}
