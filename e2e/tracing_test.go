@@ -41,7 +41,6 @@ type exportedSpan struct {
 // otlpReceiver is an OTLP/HTTP traces endpoint (POST /v1/traces, binary
 // protobuf) on 127.0.0.1 that keeps every span.
 type otlpReceiver struct {
-	srv *http.Server
 	url string
 
 	mu    sync.Mutex
