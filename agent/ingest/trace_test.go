@@ -10,6 +10,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/internal/tracing"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -205,5 +207,35 @@ func TestPublishKeyedRetryFromAnotherTrace(t *testing.T) {
 	}
 	if got := f.stored(t); len(got) != 1 || got[0].GetTraceparent() != callerTP {
 		t.Errorf("stored %d events (first traceparent %q), want the first alone", len(got), got[0].GetTraceparent())
+	}
+}
+
+// A resend and a replay keep the original's trace context: their attempts
+// join the publisher's trace.
+func TestResendAndReplayKeepTraceContext(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.gw.Publish(context.Background(), withTrace(valid(), callerTP, callerTS)); err != nil {
+		t.Fatal(err)
+	}
+	original := f.stored(t)[0]
+	if _, _, err := f.gw.Resend(context.Background(), original, "resend:a"); err != nil {
+		t.Fatal(err)
+	}
+	dl := &rivorav1.DeadLetter{Event: original, DeadAt: timestamppb.Now()}
+	if _, _, err := f.gw.Reingest(context.Background(), []*rivorav1.DeadLetter{dl}); err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(2); seq <= 3; seq++ {
+		raw, err := f.st.GetMsg(context.Background(), seq)
+		if err != nil {
+			t.Fatalf("seq %d (the resend, then the replay): %v", seq, err)
+		}
+		ev := &rivorav1.Event{}
+		if err := proto.Unmarshal(raw.Data, ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.GetTraceparent() != callerTP || ev.GetTracestate() != callerTS {
+			t.Errorf("re-ingested event (resent %v, replayed %v) stored %q %q, want the original's %q %q", ev.GetResent(), ev.GetReplayed(), ev.GetTraceparent(), ev.GetTracestate(), callerTP, callerTS)
+		}
 	}
 }

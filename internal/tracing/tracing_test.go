@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rivora/rivora/internal/tracing"
@@ -152,6 +154,55 @@ func TestParseFormat(t *testing.T) {
 	for _, bad := range []string{"", "garbage", "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"} {
 		if tp, ts := tracing.Normalize(bad, "a=1"); tp != "" || ts != "" {
 			t.Errorf("Normalize(%q) = %q %q, want nothing", bad, tp, ts)
+		}
+	}
+}
+
+// grpcReceiver is an OTLP/gRPC traces service that passes each export on.
+type grpcReceiver struct {
+	coltrace.UnimplementedTraceServiceServer
+	got chan *coltrace.ExportTraceServiceRequest
+}
+
+func (r *grpcReceiver) Export(_ context.Context, req *coltrace.ExportTraceServiceRequest) (*coltrace.ExportTraceServiceResponse, error) {
+	r.got <- req
+	return &coltrace.ExportTraceServiceResponse{}, nil
+}
+
+func TestSetupExportsOverGRPC(t *testing.T) {
+	clearEnv(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	recv := &grpcReceiver{got: make(chan *coltrace.ExportTraceServiceRequest, 4)}
+	coltrace.RegisterTraceServiceServer(srv, recv)
+	go srv.Serve(l)
+	defer srv.Stop()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+l.Addr().String())
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	var logs bytes.Buffer
+	shutdown, err := tracing.Setup(context.Background(), "rivora-test", slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "protocol=grpc") {
+		t.Errorf("log %q does not name grpc", logs.String())
+	}
+	_, span := tracing.Tracer().Start(context.Background(), "rivora.test")
+	span.End()
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	req := <-recv.got
+	rs := req.GetResourceSpans()[0]
+	if name := rs.GetScopeSpans()[0].GetSpans()[0].GetName(); name != "rivora.test" {
+		t.Errorf("exported span %q", name)
+	}
+	for _, kv := range rs.GetResource().GetAttributes() {
+		if kv.GetKey() == "service.name" && kv.GetValue().GetStringValue() != "rivora-test" {
+			t.Errorf("service.name %q, want Setup's rivora-test", kv.GetValue().GetStringValue())
 		}
 	}
 }
