@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -94,6 +95,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	endpoint := get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 	if endpoint == "" {
 		endpoint = get("OTEL_EXPORTER_OTLP_ENDPOINT")
+	}
+	if endpoint != "" {
+		if u, err := url.Parse(endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return Config{}, fmt.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) %q: want an http:// or https:// URL such as http://127.0.0.1:4318", endpoint)
+		}
 	}
 	switch exp := get("OTEL_TRACES_EXPORTER"); exp {
 	case "none":

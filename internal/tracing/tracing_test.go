@@ -50,6 +50,7 @@ func TestFromEnv(t *testing.T) {
 		{"http/json", map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, false, "", `OTEL_EXPORTER_OTLP_PROTOCOL="http/json": want grpc or http/protobuf`},
 		{"bad traces protocol", map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "udp"}, false, "", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"},
 		{"ratio sampler", map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}, true, "http/protobuf", ""},
+		{"endpoint without scheme", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "127.0.0.1:4318"}, false, "", "want an http:// or https:// URL"},
 		{"bad sampler", map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER": "sometimes"}, false, "", "OTEL_TRACES_SAMPLER"},
 		{"bad ratio", map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "2"}, false, "", "OTEL_TRACES_SAMPLER_ARG"},
 	} {
