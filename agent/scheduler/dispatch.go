@@ -196,7 +196,7 @@ func (s *Scheduler) pickClass(now time.Time, class Class, soonest func(time.Dura
 		}
 		l.state = laneInFlight
 		d.inFlight++
-		return &Attempt{Lane: l, Entry: l.entries[0], Head: l.head, Number: l.head.Attempts + 1, StartedAt: now, BudgetWait: max(now.Sub(l.dueSince), 0)}
+		return &Attempt{Lane: l, Entry: l.entries[0], Head: l.head, Number: l.head.Attempts + 1, StartedAt: now, BudgetWait: max(time.Duration(now.UnixNano()-l.dueSince), 0)}
 	}
 	return nil
 }
@@ -205,7 +205,7 @@ func (s *Scheduler) pickClass(now time.Time, class Class, soonest func(time.Dura
 // its destination's budget token, a free in-flight slot and its turn.
 func (s *Scheduler) makeDue(l *Lane, now time.Time) {
 	l.state = laneDue
-	l.dueSince = now
+	l.dueSince = now.UnixNano()
 	c, d := l.cust, l.dest
 	if l.head.Attempts == 0 {
 		c.firsts.push(l)
