@@ -365,7 +365,7 @@ func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 		// agent delivers it now.
 		return
 	}
-	res := a.sender.Send(ctx, delivery.Request{Endpoint: endpoint, Event: ev, Attempt: att.Number, Timeout: dest.Timeout})
+	res := a.sender.Send(ctx, delivery.Request{Endpoint: endpoint, Event: ev, Attempt: att.Number, Timeout: dest.Timeout, BudgetWait: att.BudgetWait})
 	if res.Gone() {
 		a.disableHere(att, ev, res)
 	}

@@ -158,7 +158,7 @@ func New(baseURL string, opts ...Option) *Client {
 	if cfg.httpClient == nil {
 		cfg.httpClient = defaultHTTPClient(cfg.grpc && strings.HasPrefix(baseURL, "http://"), cfg.tlsConfig)
 	}
-	copts := []connect.ClientOption{connect.WithInterceptors(auth.Bearer(cfg.token))}
+	copts := []connect.ClientOption{connect.WithInterceptors(auth.Bearer(cfg.token), traceContext())}
 	if cfg.grpc {
 		copts = append(copts, connect.WithGRPC())
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/internal/ssrf"
+	"github.com/rivora/rivora/internal/tracing"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -26,6 +27,9 @@ type Request struct {
 	Event    *rivorav1.Event
 	Attempt  int
 	Timeout  time.Duration
+	// BudgetWait is how long the attempt waited for its destination's
+	// budget (a span attribute when tracing).
+	BudgetWait time.Duration
 }
 
 // Result is how an attempt went.
@@ -111,8 +115,16 @@ func NewSender(userAgent string, guard *ssrf.Guard, opts ...Option) *Sender {
 	return &Sender{transport: transport, userAgent: userAgent, now: time.Now}
 }
 
-// Send makes one attempt.
+// Send makes one attempt. Its request carries the event's trace context:
+// the rivora.attempt span's when tracing, else the stored one as stored.
 func (s *Sender) Send(ctx context.Context, req Request) Result {
+	if tracing.Tracer() == nil {
+		return s.send(ctx, req, req.Event.GetTraceparent(), req.Event.GetTracestate())
+	}
+	return s.sendTraced(ctx, req)
+}
+
+func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate string) Result {
 	ev := req.Event
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
 	defer cancel()
@@ -143,6 +155,12 @@ func (s *Sender) Send(ctx context.Context, req Request) Result {
 	}
 	if ev.GetResent() {
 		h["Rivora-Resend"] = []string{"1"}
+	}
+	if traceparent != "" {
+		h[tracing.TraceparentHeader] = []string{traceparent}
+		if tracestate != "" {
+			h[tracing.TracestateHeader] = []string{tracestate}
+		}
 	}
 	// The transport directly, not an http.Client: a redirect is never
 	// followed (it would re-send a signed payload to an address nobody

@@ -121,20 +121,28 @@ func newEventID() (string, error) {
 }
 
 // Publish accepts one event.
-func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.PublishRequest]) (*connect.Response[rivorav1.PublishResponse], error) {
+func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.PublishRequest]) (_ *connect.Response[rivorav1.PublishResponse], err error) {
 	if g.partitions.Load() == 0 {
 		return nil, errNoConfig
 	}
+	ctx, tr := startIngest(ctx, req.Header())
+	defer func() { tr.end(err) }()
 	ev, err := g.prepare(req.Msg)
+	if err == nil {
+		err = tr.stamp(ev)
+	}
 	if err != nil {
 		accepted.WithLabelValues("invalid").Inc()
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
+	tr.annotateEvent(ev)
 	claimed, err := g.claims.check(ctx, []*prepared{ev})
 	if err != nil {
 		return nil, claimError(ctx, err)
 	}
-	dups, err := g.store(ctx, []*prepared{ev})
+	storeCtx, span := tr.startStore(ctx, 1)
+	dups, err := g.store(storeCtx, []*prepared{ev})
+	endSpan(span, err)
 	if err != nil {
 		g.claims.release(claimed)
 		accepted.WithLabelValues("failed").Inc()
@@ -149,10 +157,12 @@ func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.Pub
 }
 
 // PublishBatch accepts many events: all are validated before any is stored.
-func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav1.PublishBatchRequest]) (*connect.Response[rivorav1.PublishBatchResponse], error) {
+func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav1.PublishBatchRequest]) (_ *connect.Response[rivorav1.PublishBatchResponse], err error) {
 	if g.partitions.Load() == 0 {
 		return nil, errNoConfig
 	}
+	ctx, tr := startIngest(ctx, req.Header())
+	defer func() { tr.end(err) }()
 	events := req.Msg.GetEvents()
 	if len(events) == 0 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("events is empty"))
@@ -164,17 +174,24 @@ func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav
 	ids := make([]string, len(events))
 	for i, ev := range events {
 		p, err := g.prepare(ev)
+		if err == nil {
+			err = tr.stamp(p)
+		}
 		if err != nil {
 			accepted.WithLabelValues("invalid").Add(float64(len(events)))
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("events[%d]: %w (nothing in this batch was stored)", i, err))
 		}
 		batch[i], ids[i] = p, p.event.GetEventId()
 	}
+	tr.annotateBatch(batch)
 	claimed, err := g.claims.check(ctx, batch)
 	if err != nil {
 		return nil, claimError(ctx, err)
 	}
-	if _, err := g.store(ctx, batch); err != nil {
+	storeCtx, span := tr.startStore(ctx, len(batch))
+	_, err = g.store(storeCtx, batch)
+	endSpan(span, err)
+	if err != nil {
 		g.claims.release(claimed)
 		accepted.WithLabelValues("failed").Add(float64(len(batch)))
 		return nil, storeError(ctx, err)

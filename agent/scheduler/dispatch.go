@@ -88,7 +88,7 @@ func (s *Scheduler) ready(l *Lane, now time.Time) {
 		s.expired = append(s.expired, l)
 		return
 	}
-	s.makeDue(l)
+	s.makeDue(l, now)
 }
 
 // pickExpired hands out a lane whose window closed while its destination
@@ -196,13 +196,16 @@ func (s *Scheduler) pickClass(now time.Time, class Class, soonest func(time.Dura
 		}
 		l.state = laneInFlight
 		d.inFlight++
-		return &Attempt{Lane: l, Entry: l.entries[0], Head: l.head, Number: l.head.Attempts + 1, StartedAt: now}
+		return &Attempt{Lane: l, Entry: l.entries[0], Head: l.head, Number: l.head.Attempts + 1, StartedAt: now, BudgetWait: max(time.Duration(now.UnixNano()-l.dueSince), 0)}
 	}
 	return nil
 }
 
-func (s *Scheduler) makeDue(l *Lane) {
+// makeDue queues l as due since now: from then on its head waits only for
+// its destination's budget token, a free in-flight slot and its turn.
+func (s *Scheduler) makeDue(l *Lane, now time.Time) {
 	l.state = laneDue
+	l.dueSince = now.UnixNano()
 	c, d := l.cust, l.dest
 	if l.head.Attempts == 0 {
 		c.firsts.push(l)

@@ -70,6 +70,9 @@ type Lane struct {
 	// deadlineAt is the window end this lane last put in the deadline
 	// heap (zero: none pending).
 	deadlineAt time.Time
+	// dueSince is when the lane last became due, in Unix nanoseconds
+	// (Attempt.BudgetWait); not a time.Time, to keep a lane small.
+	dueSince int64
 	// headSince is when the current head became the lane's head.
 	headSince time.Time
 	// pos is the lane's index in dest.order, where its slot says when it

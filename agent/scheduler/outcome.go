@@ -73,7 +73,7 @@ func (s *Scheduler) releaseHeld(d *destination, now time.Time) {
 		heap.Remove(&s.waiting, l.heapIdx)
 		l.head.NotBefore = now
 		l.wake = now
-		s.makeDue(l)
+		s.makeDue(l, now)
 	}
 }
 
@@ -162,8 +162,9 @@ func (s *Scheduler) advance(a *Attempt, died bool) Outcome {
 			s.holdNext(a, l)
 			s.schedule(l, now)
 		} else {
-			l.newHead(s.succeededAt(a))
-			s.makeDue(l)
+			at := s.succeededAt(a)
+			l.newHead(at)
+			s.makeDue(l, at)
 		}
 		return Outcome{Remaining: len(l.entries)}
 	}

@@ -59,6 +59,11 @@ type Attempt struct {
 	// (reason window), or reports Retry with a later WindowEnd when a pause
 	// moved the window on.
 	Expired bool
+	// BudgetWait is how long the head was due before it was handed out:
+	// waiting for a token of its destination's budget (or a free
+	// in-flight slot, or its customer's turn). 0 for a probe or an
+	// expired head.
+	BudgetWait time.Duration
 }
 
 // Scheduler is safe for concurrent use. Run dispatches attempts on the

@@ -57,7 +57,7 @@ Examples:
      --consul http://127.0.0.1:8500 --data-dir ./a1 --cell-token-file cell.token \
      --s3-endpoint 127.0.0.1:9000 --s3-insecure --s3-access-key KEY --s3-secret-key SECRET \
      --nats-listen 127.0.0.1:4221 --nats-cluster 127.0.0.1:6221 \
-     --nats-routes nats://127.0.0.1:6221,nats://127.0.0.1:6222,nats://127.0.0.1:6223`,
+     --nats-routes nats://127.0.0.1:6221,nats://127.0.0.1:6222,nats://127.0.0.1:6223` + tracingHelp,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "name", EnvVars: []string{"RIVORA_AGENT_NAME"}, Usage: "this agent's `NAME` in the cell (letters, digits, '_', '-')", Required: true},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7400", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve ingest, events, /healthz and /metrics on"},
@@ -81,6 +81,11 @@ Examples:
 			if err != nil {
 				return cli.Exit(err.Error(), 2)
 			}
+			flush, err := startTracing(context.Background(), "rivora-agent", log)
+			if err != nil {
+				return err
+			}
+			defer flush()
 			for _, cp := range strings.Split(c.String("controlplane"), ",") {
 				if _, err := httpurl.Parse(strings.TrimSpace(cp)); err != nil {
 					return cli.Exit(fmt.Sprintf("--controlplane %q: want an http:// or https:// URL (several: comma-separated)", cp), 2)

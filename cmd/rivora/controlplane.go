@@ -65,7 +65,7 @@ Examples:
 
    # two control planes sharing one Consul
    rivora controlplane --listen 127.0.0.1:7300 --limits limits.yaml --consul http://127.0.0.1:8500 --cell-token-file cell.token --state-dir ./cp1
-   rivora controlplane --listen 127.0.0.1:7301 --limits limits.yaml --consul http://127.0.0.1:8500 --cell-token-file cell.token --state-dir ./cp2`,
+   rivora controlplane --listen 127.0.0.1:7301 --limits limits.yaml --consul http://127.0.0.1:8500 --cell-token-file cell.token --state-dir ./cp2` + tracingHelp,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7300", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve the admin and agent APIs on"},
 			&cli.StringFlag{Name: "state-dir", Value: "./controlplane", EnvVars: []string{"RIVORA_STATE_DIR"}, Usage: "`DIR` for the control plane's state and audit log (with --consul they are in Consul), and admin.token, the bootstrap admin token the first start writes"},
@@ -88,6 +88,11 @@ Examples:
 			if err != nil {
 				return cli.Exit(err.Error(), 2)
 			}
+			flush, err := startTracing(context.Background(), "rivora-controlplane", log)
+			if err != nil {
+				return err
+			}
+			defer flush()
 			consul := c.String("consul")
 			if consul != "" && !isBaseURL(consul) {
 				return cli.Exit(fmt.Sprintf("--consul %q: want an http:// or https:// URL such as http://127.0.0.1:8500", consul), 2)

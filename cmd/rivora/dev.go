@@ -55,7 +55,7 @@ started for the tour works; the SSRF guard refuses other internal addresses
 Example:
    rivora dev --listen 127.0.0.1:7400 --data-dir ./data --limits limits.yaml
    rivoractl --token-file ./data/admin.token destinations create orders --url http://127.0.0.1:9000/hook
-   rivoractl --token-file ./data/admin.token publish --destination orders --customer acme --lane user_1 --type order.created --data '{"id":1}'`,
+   rivoractl --token-file ./data/admin.token publish --destination orders --customer acme --lane user_1 --type order.created --data '{"id":1}'` + tracingHelp,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7400", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve the API, /healthz and /metrics on"},
 			&cli.StringFlag{Name: "data-dir", Value: "./data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for streams, control-plane state and the archive"},
@@ -208,6 +208,11 @@ func runDev(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
+	flush, err := startTracing(context.Background(), "rivora-dev", log)
+	if err != nil {
+		return err
+	}
+	defer flush()
 	dataDir, err := absDir("data-dir", c.String("data-dir"))
 	if err != nil {
 		return err

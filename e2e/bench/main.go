@@ -749,6 +749,7 @@ func runDeliver(args []string) error {
 	progress("opening the budget: rate 1e6/s, burst 100000, max_in_flight %d", *maxInFlight)
 	already := p.uniq.Load()
 	rate, burst, mif := 1e6, int32(100000), int32(*maxInFlight)
+	cpu0 := d.cpu()
 	start := time.Now()
 	upd, err := admin.UpdateDestination(ctx, connect.NewRequest(&rivorav1.UpdateDestinationRequest{
 		Id: "drain", RatePerSecond: &rate, Burst: &burst, MaxInFlight: &mif,
@@ -775,9 +776,9 @@ func runDeliver(args []string) error {
 	drained := time.Since(start)
 	delivered := int64(*n) - already
 	dup := p.total.Load() - p.uniq.Load()
-	drainRow := row{name: "rivora drain", events: int(delivered), elapsed: drained,
+	drainRow := row{name: "rivora drain", events: int(delivered), elapsed: drained, serverCPU: d.cpu() - cpu0,
 		note: fmt.Sprintf("%d lanes, %d workers, max_in_flight %d; %d duplicate requests; %d delivered before the budget opened", *lanes, c.workers, *maxInFlight, dup, already)}
-	progress("rivora: %d deliveries in %s = %.0f/s", delivered, drained.Round(time.Millisecond), drainRow.rate())
+	progress("rivora: %d deliveries in %s = %.0f/s, server CPU %.1f µs/delivery", delivered, drained.Round(time.Millisecond), drainRow.rate(), drainRow.cpuPerEvent())
 
 	// Raw loop: same partner code, same payload, same N, keep-alive client.
 	progress("raw HTTP loop: %d POSTs, %d goroutines", *n, *conc)
@@ -805,7 +806,8 @@ func runDeliver(args []string) error {
 		"deliver_per_s":  round(drainRow.rate(), 0),
 		"raw_http_per_s": round(rawRow.rate(), 0),
 		"ratio":          round(drainRow.rate()/rawRow.rate(), 3),
-	}, []string{"deliver_per_s", "raw_http_per_s", "ratio"})
+		"server_cpu_us":  round(drainRow.cpuPerEvent(), 1),
+	}, []string{"deliver_per_s", "raw_http_per_s", "ratio", "server_cpu_us"})
 }
 
 func rawHTTP(p *partner, n, conc, size int, limit time.Duration) (row, error) {
