@@ -235,7 +235,7 @@ func (cp *ControlPlane) destinationHealth(ctx context.Context, id string, withRa
 		if d, ok := cp.store.Get(h.GetDestinationId()); ok {
 			h.Paused, h.Disabled, h.PauseReason = d.GetPaused(), d.GetDisabled(), openPauseReason(d)
 		}
-		if !h.GetPaused() {
+		if !h.GetPaused() && !h.GetDisabled() {
 			h.DrainTime = drainTime(h.GetPendingEvents(), h.GetCurrentRate())
 		}
 	}

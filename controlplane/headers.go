@@ -33,6 +33,8 @@ var (
 		"host":              "it comes from the destination's URL",
 		"user-agent":        "Rivora sets it",
 		"idempotency-key":   "Rivora sets it to the event id",
+		"traceparent":       "Rivora sets the W3C trace context of each attempt",
+		"tracestate":        "Rivora sets the W3C trace context of each attempt",
 		"connection":        "it is a hop-by-hop header",
 		"keep-alive":        "it is a hop-by-hop header",
 		"te":                "it is a hop-by-hop header",

@@ -103,6 +103,8 @@ func TestCustomHeaderValidation(t *testing.T) {
 		{"host", []*rivorav1.Header{hdr("Host", "evil")}, []string{"reserved", "URL"}},
 		{"user-agent", []*rivorav1.Header{hdr("User-Agent", "x")}, []string{"reserved"}},
 		{"idempotency-key", []*rivorav1.Header{hdr("Idempotency-Key", "x")}, []string{"reserved", "event id"}},
+		{"traceparent", []*rivorav1.Header{hdr("Traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}, []string{"reserved", "W3C trace context"}},
+		{"tracestate", []*rivorav1.Header{hdr("tracestate", "k=v")}, []string{"reserved", "W3C trace context"}},
 		{"connection", []*rivorav1.Header{hdr("Connection", "close")}, []string{"hop-by-hop"}},
 		{"transfer-encoding", []*rivorav1.Header{hdr("Transfer-Encoding", "chunked")}, []string{"hop-by-hop"}},
 		{"te", []*rivorav1.Header{hdr("TE", "trailers")}, []string{"hop-by-hop"}},

@@ -34,8 +34,7 @@ func (cp *ControlPlane) destinationLimits(id string) (*rivorav1.GetLimitsRespons
 // setOverride sets (or extends) a destination's override; fields it does
 // not set keep the unexpired override's values.
 func (cp *ControlPlane) setOverride(m *rivorav1.SetLimitsOverrideRequest, who actor) (*rivorav1.GetLimitsResponse, uint64, error) {
-	set := &rivorav1.Limits{RatePerSecond: m.GetRatePerSecond(), Burst: m.GetBurst(), MaxAttempts: m.GetMaxAttempts(), Window: m.GetWindow(), Timeout: m.GetTimeout(), MaxInFlight: m.GetMaxInFlight()}
-	changes, err := validateOverride(m, set)
+	set, changes, err := validateOverride(m)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -51,12 +50,8 @@ func (cp *ControlPlane) setOverride(m *rivorav1.SetLimitsOverrideRequest, who ac
 // previewOverride is setOverride's dry run: the limits the override would
 // give, checked the same way, changing nothing.
 func (cp *ControlPlane) previewOverride(m *rivorav1.SetLimitsOverrideRequest, who actor) (*rivorav1.GetLimitsResponse, error) {
-	set := &rivorav1.Limits{RatePerSecond: m.GetRatePerSecond(), Burst: m.GetBurst(), MaxAttempts: m.GetMaxAttempts(), Window: m.GetWindow(), Timeout: m.GetTimeout(), MaxInFlight: m.GetMaxInFlight()}
-	changes, err := validateOverride(m, set)
+	set, changes, err := validateOverride(m)
 	if err != nil {
-		return nil, err
-	}
-	if err := reserved(m.GetDestinationId()); err != nil {
 		return nil, err
 	}
 	d, ok := cp.store.Get(m.GetDestinationId())
@@ -84,23 +79,24 @@ func applyOverride(d *rivorav1.Destination, m *rivorav1.SetLimitsOverrideRequest
 	return detail
 }
 
-// validateOverride checks an override request whose limits are set, and
-// describes the fields it sets.
-func validateOverride(m *rivorav1.SetLimitsOverrideRequest, set *rivorav1.Limits) ([]string, error) {
+// validateOverride checks an override request (the same for a change
+// and its dry run) and returns the limits it sets, described.
+func validateOverride(m *rivorav1.SetLimitsOverrideRequest) (*rivorav1.Limits, []string, error) {
+	set := &rivorav1.Limits{RatePerSecond: m.GetRatePerSecond(), Burst: m.GetBurst(), MaxAttempts: m.GetMaxAttempts(), Window: m.GetWindow(), Timeout: m.GetTimeout(), MaxInFlight: m.GetMaxInFlight()}
 	if strings.TrimSpace(m.GetReason()) == "" {
-		return nil, tag(ErrInvalid, errors.New("an override needs a reason (--reason \"…\"): the audit log says why limits changed"))
+		return nil, nil, tag(ErrInvalid, errors.New("an override needs a reason (--reason \"…\"): the audit log says why limits changed"))
 	}
 	if err := checkLimits(set); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	changes := copySetFields(&rivorav1.Limits{}, set)
 	if len(changes) == 0 {
-		return nil, tag(ErrInvalid, errors.New("nothing to override: set at least one limit (--rate, --burst, …)"))
+		return nil, nil, tag(ErrInvalid, errors.New("nothing to override: set at least one limit (--rate, --burst, …)"))
 	}
 	if ttl := m.GetTtl(); ttl != nil && ttl.AsDuration() <= 0 {
-		return nil, errorf(ErrInvalid, "ttl must be positive, got %s", ttl.AsDuration())
+		return nil, nil, errorf(ErrInvalid, "ttl must be positive, got %s", ttl.AsDuration())
 	}
-	return changes, nil
+	return set, changes, nil
 }
 
 func (cp *ControlPlane) clearOverride(id string, who actor, reason string) (*rivorav1.GetLimitsResponse, uint64, error) {

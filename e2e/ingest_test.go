@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -274,6 +275,26 @@ func TestPublishJSONDataOverHTTP(t *testing.T) {
 	}
 	if ct := got.Header.Get("Content-Type"); ct != "application/json" {
 		t.Fatalf("delivered with content-type %q, want application/json", ct)
+	}
+	// Binary protobuf encodes data up to 6 times larger than its JSON:
+	// data whose compact JSON is just under --max-payload (256 KiB) still
+	// fits the request bound.
+	zeros := make([]*structpb.Value, 130_000) // "[0,0,…]": 260,001 bytes of JSON, 1.4 MB of protobuf
+	for i := range zeros {
+		zeros[i] = structpb.NewNumberValue(0)
+	}
+	big, err := d.Ingest().Publish(ctxTimeout(t, 30*time.Second), connect.NewRequest(&rivorav1.PublishRequest{
+		DestinationId: "orders", CustomerId: "acme", LaneKey: "u2", Type: "t",
+		Data: structpb.NewListValue(&structpb.ListValue{Values: zeros}),
+	}))
+	if err != nil {
+		t.Fatalf("binary Publish of data whose JSON is 260,001 bytes: %v", err)
+	}
+	p.WaitDelivered(t, []string{big.Msg.GetEventId()}, 30*time.Second)
+	for _, r := range p.Snapshot() {
+		if r.ID == big.Msg.GetEventId() && len(r.Payload) != 260_001 {
+			t.Fatalf("partner received %d bytes, want the 260,001 of the compact JSON", len(r.Payload))
+		}
 	}
 	status, out = post(`{"destinationId":"orders","customerId":"acme","laneKey":"u1","type":"x","payload":"e30=","data":{}}`)
 	if status != http.StatusBadRequest || !strings.Contains(string(out), "set payload (bytes) or data (a JSON value), not both") {

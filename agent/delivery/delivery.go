@@ -119,7 +119,10 @@ func NewSender(userAgent string, guard *ssrf.Guard, opts ...Option) *Sender {
 // the rivora.attempt span's when tracing, else the stored one as stored.
 func (s *Sender) Send(ctx context.Context, req Request) Result {
 	if tracing.Tracer() == nil {
-		return s.send(ctx, req, req.Event.GetTraceparent(), req.Event.GetTracestate())
+		// Checked again: a stored context that came by another way than
+		// ingest (an archive object, say) must not break every attempt.
+		traceparent, tracestate := tracing.Normalize(req.Event.GetTraceparent(), req.Event.GetTracestate())
+		return s.send(ctx, req, traceparent, tracestate)
 	}
 	return s.sendTraced(ctx, req)
 }
@@ -160,6 +163,8 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 		h[tracing.TraceparentHeader] = []string{traceparent}
 		if tracestate != "" {
 			h[tracing.TracestateHeader] = []string{tracestate}
+		} else {
+			delete(h, tracing.TracestateHeader)
 		}
 	}
 	// The transport directly, not an http.Client: a redirect is never

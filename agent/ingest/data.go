@@ -14,10 +14,15 @@ import (
 
 // body returns the bytes an event delivers and their content type: the
 // payload as is, or data (any JSON value) encoded as compact JSON. A
-// request sets one of the two; data is JSON, so its content type is too.
+// request sets exactly one of the two (an empty payload is none: proto3
+// cannot tell it from unset; data null is a body); data is JSON, so its
+// content type is too.
 func body(req *rivorav1.PublishRequest, maxPayload int) (payload []byte, contentType string, err error) {
 	data := req.GetData()
 	if data == nil {
+		if len(req.GetPayload()) == 0 {
+			return nil, "", errors.New("the event has no body: set payload (bytes) or data (a JSON value)")
+		}
 		if n := len(req.GetPayload()); n > maxPayload {
 			return nil, "", fmt.Errorf("payload is %d bytes; the limit is %d", n, maxPayload)
 		}

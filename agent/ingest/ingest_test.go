@@ -302,6 +302,7 @@ func TestPublishValidation(t *testing.T) {
 		{"content type with CR/LF", func(r *rivorav1.PublishRequest) { r.ContentType = "application/json\r\nx-injected: 1" }, []string{"content_type must not contain CR, LF or NUL"}},
 		{"content type that is no media type", func(r *rivorav1.PublishRequest) { r.ContentType = "json" }, []string{`content_type "json" is not a media type`}},
 		{"long content type", func(r *rivorav1.PublishRequest) { r.ContentType = "text/" + strings.Repeat("x", 300) }, []string{"content_type is 305 bytes", "limit is 256"}},
+		{"no body", func(r *rivorav1.PublishRequest) { r.Payload = nil }, []string{"the event has no body: set payload (bytes) or data (a JSON value)"}},
 		{"payload and data", func(r *rivorav1.PublishRequest) { r.Data = structpb.NewBoolValue(true) }, []string{"set payload (bytes) or data (a JSON value), not both"}},
 		{"data with another content type", func(r *rivorav1.PublishRequest) {
 			r.Payload, r.Data, r.ContentType = nil, structpb.NewStringValue("x"), "text/plain"

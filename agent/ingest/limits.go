@@ -7,6 +7,11 @@ import "encoding/base64"
 // Publish request and INGEST's largest message.
 const eventOverhead = 64 << 10
 
+// dataGrowth bounds how much larger binary protobuf encodes a
+// google.protobuf.Value than its compact JSON: 11 bytes (a list element:
+// tag, length, tag, 8-byte double) for 2 ("0,").
+const dataGrowth = 6
+
 // DefaultMaxBatchBytes bounds one PublishBatch request message, after
 // decompression: the server holds a batch about three times (decoded,
 // encoded for the store, in flight), so this, not MaxBatch × MaxPayload
@@ -18,11 +23,15 @@ const DefaultMaxBatchBytes = 8 << 20
 // MaxPayload, and a batch of MaxBatch such events but no more than
 // MaxBatchBytes (never less than one full event).
 //
-// A request's size is that of its encoding, and JSON carries the payload
-// in base64 (4 bytes for every 3), so the bound is that of the larger,
-// JSON, encoding: a payload of MaxPayload is accepted in either.
+// A request's size is that of its encoding: JSON carries payload in
+// base64 (4 bytes for every 3), and binary protobuf carries data (a
+// google.protobuf.Value) in up to dataGrowth times the bytes of its
+// compact JSON (a list of small numbers: 11 bytes for each "0,"). The
+// bound is the largest of those, so that what is accepted — a payload,
+// or data whose compact JSON is, of at most MaxPayload — fits in any
+// encoding.
 func (g *Gateway) RequestLimits() (publish, batch int) {
-	publish = base64.StdEncoding.EncodedLen(g.cfg.MaxPayload) + eventOverhead
+	publish = max(base64.StdEncoding.EncodedLen(g.cfg.MaxPayload), dataGrowth*g.cfg.MaxPayload) + eventOverhead
 	batch = min(g.cfg.MaxBatch*publish, max(g.cfg.MaxBatchBytes, publish))
 	return publish, batch
 }

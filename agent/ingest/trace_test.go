@@ -180,10 +180,18 @@ func TestPublishTracingOffStoresCallersContext(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
+		found := false
 		for _, ev := range f.stored(t) {
-			if ev.GetEventId() == resp.Msg.GetEventId() && (ev.GetTraceparent() != tc.wantTP || ev.GetTracestate() != tc.wantTS) {
+			if ev.GetEventId() != resp.Msg.GetEventId() {
+				continue
+			}
+			found = true
+			if ev.GetTraceparent() != tc.wantTP || ev.GetTracestate() != tc.wantTS {
 				t.Errorf("%s: stored %q %q, want %q %q", tc.name, ev.GetTraceparent(), ev.GetTracestate(), tc.wantTP, tc.wantTS)
 			}
+		}
+		if !found {
+			t.Errorf("%s: event %s is not stored", tc.name, resp.Msg.GetEventId())
 		}
 	}
 }

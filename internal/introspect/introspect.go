@@ -49,7 +49,8 @@ type checker struct {
 
 func (c *checker) Check(_ context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
 	if req.Service != "" && !slices.Contains(c.services, req.Service) {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("this server does not serve %q (it serves %v)", req.Service, c.services))
+		// Not naming the services: health is open, reflection is not.
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("service %q is not served here", req.Service))
 	}
 	if c.healthy() != nil {
 		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil

@@ -98,7 +98,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if endpoint != "" {
 		if u, err := url.Parse(endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return Config{}, fmt.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) %q: want an http:// or https:// URL such as http://127.0.0.1:4318", endpoint)
+			return Config{}, fmt.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) %q: want an http:// or https:// URL such as http://127.0.0.1:4318", redact(endpoint))
 		}
 	}
 	switch exp := get("OTEL_TRACES_EXPORTER"); exp {
@@ -190,9 +190,23 @@ func Setup(ctx context.Context, serviceName string, log *slog.Logger) (shutdown 
 			endpoint = "localhost:4317 (default)"
 		}
 	}
-	log.Info("tracing on", "exporter", "otlp", "protocol", cfg.Protocol, "endpoint", endpoint)
+	log.Info("tracing on", "exporter", "otlp", "protocol", cfg.Protocol, "endpoint", redact(endpoint))
 	return func(ctx context.Context) error {
 		restore()
 		return tp.Shutdown(ctx)
 	}, nil
+}
+
+// redact is an endpoint fit for a log line: without the user info and
+// query a collector URL may carry credentials in.
+func redact(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "(an endpoint that is not a URL)"
+	}
+	if u.User == nil && u.RawQuery == "" {
+		return endpoint
+	}
+	u.User, u.RawQuery = nil, ""
+	return u.String() + " (credentials left out)"
 }

@@ -1481,7 +1481,8 @@ type GetDestinationHealthRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// destination_id selects one destination; empty means all.
 	DestinationId string `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
-	// rate_history asks for each destination's rate_history too.
+	// rate_history asks for the destination's rate_history too; it needs
+	// destination_id (InvalidArgument without).
 	RateHistory   bool `protobuf:"varint,2,opt,name=rate_history,json=rateHistory,proto3" json:"rate_history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

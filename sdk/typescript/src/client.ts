@@ -243,7 +243,14 @@ function traceHeaders(what: string, ctx: Context, options: CallOptions): Headers
     throw new RivoraError(Code.InvalidArgument, `${what}: traceparent ${JSON.stringify(options.traceparent.slice(0, 64))} is not W3C (00-<32 hex>-<16 hex>-<2 hex>)`);
   }
   headers.set("traceparent", options.traceparent);
-  if (options.tracestate) headers.set("tracestate", options.tracestate);
+  if (options.tracestate) {
+    // W3C: printable ASCII list members; CR, LF or other controls would
+    // make Headers throw (or inject a header).
+    if (!/^[\x20-\x7e]{1,512}$/.test(options.tracestate)) {
+      throw new RivoraError(Code.InvalidArgument, `${what}: tracestate must be 1–512 printable ASCII characters (W3C)`);
+    }
+    headers.set("tracestate", options.tracestate);
+  }
   return headers;
 }
 

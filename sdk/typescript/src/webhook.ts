@@ -88,6 +88,18 @@ export async function verifyWebhook(
   options: VerifyWebhookOptions = {},
 ): Promise<VerifiedWebhook> {
   const key = await importKey(secret, "verify");
+  const tolerance = options.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS;
+  if (typeof tolerance !== "number" || Number.isNaN(tolerance) || tolerance < 0) {
+    // NaN would pass every timestamp: a replay check must not turn off by accident.
+    throw new TypeError(`rivora: toleranceSeconds must be a number ≥ 0 (Infinity to skip the check), got ${String(tolerance)}`);
+  }
+  const now = options.now === undefined ? Date.now() : typeof options.now === "number" ? options.now : options.now.getTime();
+  if (!Number.isFinite(now)) {
+    throw new TypeError(`rivora: now must be a valid Date or Unix milliseconds, got ${String(options.now)}`);
+  }
+  if (typeof body !== "string" && !(body instanceof Uint8Array) && !(body instanceof ArrayBuffer)) {
+    throw new TypeError("rivora: verifyWebhook needs the raw body (a string, Uint8Array/Buffer or ArrayBuffer) as received, not a parsed object: the signature covers the exact bytes (with Express, use express.raw())");
+  }
   const id = header(headers, HEADER_ID);
   const ts = header(headers, HEADER_TIMESTAMP);
   const sigs = header(headers, HEADER_SIGNATURE);
@@ -96,8 +108,6 @@ export async function verifyWebhook(
     throw new WebhookVerificationError("missing_header", `webhook: missing ${missing.join(", ")} header`);
   }
   const timestamp = parseTimestamp(ts);
-  const tolerance = options.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS;
-  const now = options.now === undefined ? Date.now() : typeof options.now === "number" ? options.now : options.now.getTime();
   const offBy = (now - Number(timestamp) * 1000) / 1000;
   if (offBy > tolerance) {
     throw new WebhookVerificationError("stale", `webhook: timestamp is ${Math.round(offBy)}s old; the tolerance is ${tolerance}s`);
@@ -106,7 +116,9 @@ export async function verifyWebhook(
     throw new WebhookVerificationError("future", `webhook: timestamp is ${Math.round(-offBy)}s ahead; the tolerance is ${tolerance}s`);
   }
   const content = signedContent(id, timestamp, body);
-  for (const entry of sigs.split(/\s+/)) {
+  // Space-separated; a proxy (or fetch's Headers) may also have joined
+  // repeated header lines with ", ".
+  for (const entry of sigs.split(/\s+/).map((e) => e.replace(/,+$/, ""))) {
     const comma = entry.indexOf(",");
     if (comma < 0 || entry.slice(0, comma) !== "v1") continue;
     const sig = decodeBase64(entry.slice(comma + 1));

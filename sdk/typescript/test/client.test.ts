@@ -97,6 +97,8 @@ describe("RivoraClient on the wire", () => {
     expect(s.received[1]!.headers.tracestate).toBe("vendor=1");
     const err = await rejection(client.publish(event, { traceparent: "00-nope" }));
     expect(err.code).toBe(Code.InvalidArgument);
+    const injected = await rejection(client.publish(event, { traceparent: tp, tracestate: "a=1\r\nx-injected: 1" }));
+    expect(injected.code).toBe(Code.InvalidArgument);
     expect(s.received).toHaveLength(2);
   });
 

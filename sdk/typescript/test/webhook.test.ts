@@ -93,6 +93,15 @@ describe("verifyWebhook", () => {
     // Extra spaces and unknown versions around a good one.
     const noisy = `  v2,abc   v1,${"A".repeat(44)}  ${goSignature} `;
     await expect(verifyWebhook(secret, headers(noisy), body, { now })).resolves.toBeTruthy();
+    // Two header lines joined with ", " (a proxy, or fetch's Headers).
+    await expect(verifyWebhook(secret, headers(`v1,${"A".repeat(44)}, ${goSignature}`), body, { now })).resolves.toBeTruthy();
+  });
+
+  it("throws a TypeError for options that would skip the timestamp check, and for a parsed body", async () => {
+    for (const opts of [{ now, toleranceSeconds: Number.NaN }, { now, toleranceSeconds: -1 }, { now: new Date("not a date") }, { now: Number.NaN }]) {
+      await expect(verifyWebhook(secret, headers(goSignature), body, opts)).rejects.toThrow(TypeError);
+    }
+    await expect(verifyWebhook(secret, headers(goSignature), { order: 1 } as unknown as string, { now })).rejects.toThrow(/raw body/);
   });
 
   it("throws a TypeError (not a verification error) for a bad secret", async () => {

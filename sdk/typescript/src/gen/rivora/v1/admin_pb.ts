@@ -767,7 +767,8 @@ export type GetDestinationHealthRequest = Message<"rivora.v1.GetDestinationHealt
   destinationId: string;
 
   /**
-   * rate_history asks for each destination's rate_history too.
+   * rate_history asks for the destination's rate_history too; it needs
+   * destination_id (InvalidArgument without).
    *
    * @generated from field: bool rate_history = 2;
    */
