@@ -14,6 +14,9 @@ export default defineConfig({
           fileParallelism: false,
         },
       },
+      {
+        test: { name: "measure", include: ["browser/**/*.bench.ts"], environment: "node", testTimeout: 900_000, hookTimeout: 120_000 },
+      },
     ],
   },
 });
