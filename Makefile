@@ -104,7 +104,9 @@ console-check: console
 
 # console-test runs the console's unit tests, then its browser tests in
 # Debian's chromium against a real `rivora dev` (installed if missing).
-console-test:
-	cd console && npm ci --no-audit --no-fund && npm test
+# The browser tests embed console/dist in the rivora they build, so dist is
+# rebuilt first.
+console-test: console
+	cd console && npm test
 	console/scripts/ensure-chromium.sh
 	cd console && npm run test:browser

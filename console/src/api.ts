@@ -29,7 +29,9 @@ const bearer: Interceptor = (next) => (req) => {
   return next(req);
 };
 
-const transport = createConnectTransport({ baseUrl: window.location.origin, interceptors: [bearer] });
+// Binary protobuf: a 2,000-destination health snapshot is several times
+// smaller and faster to encode and decode than its JSON.
+const transport = createConnectTransport({ baseUrl: window.location.origin, interceptors: [bearer], useBinaryFormat: true });
 
 export const admin: Client<typeof AdminService> = createClient(AdminService, transport);
 export const archive: Client<typeof ArchiveService> = createClient(ArchiveService, transport);

@@ -72,8 +72,9 @@ function signIn(): void {
     whoAmI()
       .then((m) => {
         me = m;
+        // Changing the hash routes (hashchange); otherwise route here.
         if (!location.hash || location.hash === "#/sign-in") location.hash = "#/destinations";
-        route();
+        else route();
       })
       .catch((err: unknown) => {
         setToken(null);
