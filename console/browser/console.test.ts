@@ -169,10 +169,34 @@ describe("console in Chromium against rivora dev", () => {
     }
   });
 
+  it("skips a lane's head and resends an event from the UI", async () => {
+    await page.goto(`${dev.url}/console/#/destination/noisy`);
+    await page.locator('input[name="pause-reason"]').fill("hold lane user-9");
+    await page.getByRole("button", { name: "Pause", exact: true }).click();
+    await page.getByTestId("state").getByText("paused").waitFor({ timeout: 10_000 });
+    const held = await rpc<{ eventIds: string[] }>(dev, dev.adminToken, "rivora.v1.IngestService/PublishBatch", {
+      events: [0, 1].map((i) => ({ destinationId: "noisy", customerId: "acme", laneKey: "user-9", type: "t", data: { lane: "user-9", i } })),
+    });
+    const laneRow = page.locator("tr", { hasText: "user-9" });
+    await laneRow.getByText(held.eventIds[0]!).waitFor({ timeout: 15_000 });
+    await page.locator('input[name="skip-reason"]').fill("poison event");
+    await laneRow.getByRole("button", { name: "Skip head" }).click();
+    await page.getByText(`Skipped ${held.eventIds[0]}`).waitFor();
+    await laneRow.getByText(held.eventIds[1]!).waitFor({ timeout: 10_000 });
+    const dead = published.get("user-2")![0]!;
+    await page.locator('input[name="resend-event"]').fill(dead);
+    await page.locator('input[name="resend-reason"]').fill("customer asked");
+    await page.getByRole("button", { name: "Resend" }).click();
+    await page.locator(".actions .status.ok, .actions .status.error").getByText(/Resend failed|sent again/).waitFor();
+    expect(await page.locator(".actions .status").first().textContent()).toBe(`Event ${dead} sent again.`);
+    await page.getByRole("button", { name: "Resume" }).click();
+    await page.getByTestId("state").getByText(/healthy|degraded|parked/).waitFor({ timeout: 10_000 });
+  });
+
   it("every UI action is in rivoractl audit under the operator's name", async () => {
     const audit = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.adminToken, "audit", "--destination", "noisy", "-o", "json")) as { author: string; action: string; reason?: string }[];
     const mine = audit.filter((a) => a.author === tokens.operator.name).map((a) => a.action);
-    expect(mine).toEqual(expect.arrayContaining(["destination.pause", "limits.override", "destination.resume"]));
+    expect(mine).toEqual(expect.arrayContaining(["destination.pause", "limits.override", "destination.resume", "lane.skip", "event.resend"]));
     expect(audit.find((a) => a.action === "limits.override")).toMatchObject({ author: tokens.operator.name, reason: "partner asked for 5/s" });
     await page.getByRole("link", { name: "Audit" }).click();
     await page.getByTestId("audit").getByText("limits.override").waitFor();
@@ -211,6 +235,34 @@ describe("console in Chromium against rivora dev", () => {
     await page.getByRole("button", { name: "Search" }).waitFor();
     expect(await page.getByRole("button", { name: "Replay" }).count()).toBe(0);
     expect(await page.getByRole("button", { name: "Count" }).count()).toBe(0);
+  });
+
+  it("polls one health snapshot per interval, and none while the tab is hidden", async () => {
+    await page.getByRole("link", { name: "Destinations" }).click();
+    await row("noisy").waitFor();
+    let calls = 0;
+    const count = (r: { url(): string }): void => {
+      if (r.url().endsWith("/GetDestinationHealth")) calls++;
+    };
+    page.on("request", count);
+    // Measurement windows (how many calls happen in them), not synchronisation.
+    await page.waitForTimeout(6_000);
+    expect(calls).toBeGreaterThanOrEqual(2);
+    expect(calls).toBeLessThanOrEqual(4);
+    await page.evaluate(() => {
+      Object.defineProperty(document, "hidden", { configurable: true, get: () => true });
+      document.dispatchEvent(new Event("visibilitychange"));
+    });
+    await page.waitForTimeout(2_500); // a tick already under way may finish
+    calls = 0;
+    await page.waitForTimeout(5_000);
+    expect(calls, "health requests while hidden").toBe(0);
+    await page.evaluate(() => {
+      Object.defineProperty(document, "hidden", { configurable: true, get: () => false });
+      document.dispatchEvent(new Event("visibilitychange"));
+    });
+    await waitFor("polling again when visible", () => calls > 0, 5_000);
+    page.off("request", count);
   });
 
   it("logged no error in the page", () => {

@@ -50,7 +50,9 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
   const seen: HealthTransition[] = [];
   const skipReason = h("input", { type: "text", name: "skip-reason", placeholder: "why skip the head" });
   const act = actions();
-  if (steer) lanesBox.insertBefore(field("Reason for skipping", skipReason), lanesBody);
+  // The lanes' own status line: the page's is cleared by every refresh.
+  const lst = status();
+  if (steer) lanesBox.insertBefore(h("div", {}, field("Reason for skipping", skipReason), lst.el), lanesBody);
 
   replace(
     main,
@@ -171,16 +173,16 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
 
   async function skip(l: LaneSummary): Promise<void> {
     if (!skipReason.value.trim()) {
-      st.error("Skipping a lane's head needs a reason (it goes to the audit log).");
+      lst.error("Skipping a lane's head needs a reason (it goes to the audit log).");
       skipReason.focus();
       return;
     }
     try {
       const r = await lanes.skipLaneHead({ destinationId: id, customerId: l.customerId, laneKey: l.laneKey, headEventId: l.headEventId, reason: skipReason.value.trim() });
-      st.ok(`Skipped ${r.eventId} (now a dead letter); ${r.remaining} left in the lane.`);
+      lst.ok(`Skipped ${r.eventId} (now a dead letter); ${r.remaining} left in the lane.`);
       p.now();
     } catch (err) {
-      st.error(`Skip failed: ${errorText(err)}`);
+      lst.error(`Skip failed: ${errorText(err)}`);
     }
   }
 
