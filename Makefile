@@ -95,3 +95,24 @@ bench:
 	$(GO) run ./e2e/bench deliver
 	$(GO) run ./e2e/bench gameday
 	$(GO) run ./e2e/bench gameday -scenario hard-down
+
+.PHONY: console console-check console-test
+
+# console builds the admin console (console/src) into console/dist, which
+# is committed and embedded by the console Go package.
+console:
+	cd console && npm ci --no-audit --no-fund && npm run build
+
+# console-check fails when the committed console/dist is stale.
+console-check: console
+	@git diff --exit-code -- console/dist || (echo "console/dist is stale: run 'make console' and commit" && exit 1)
+	@test -z "$$(git status --porcelain -- console/dist)" || (git status --porcelain -- console/dist && echo "untracked console/dist files: run 'make console' and commit" && exit 1)
+
+# console-test runs the console's unit tests, then its browser tests in
+# Debian's chromium against a real `rivora dev` (installed if missing).
+# The browser tests embed console/dist in the rivora they build, so dist is
+# rebuilt first.
+console-test: console
+	cd console && npm test
+	console/scripts/ensure-chromium.sh
+	cd console && npm run test:browser

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/rivora/rivora/console"
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/controlplane/notices"
 	"github.com/rivora/rivora/internal/httpurl"
@@ -154,6 +155,7 @@ Examples:
 			mux := baseMux(healthy, c.Bool("pprof"), metrics)
 			cp.Handle(mux)
 			cp.HandleOperator(mux)
+			mux.Handle(console.Prefix, console.Handler())
 			introspect.Handle(mux, cfg.Keys, healthy, slices.Concat(controlplane.Services, controlplane.OperatorServices)...)
 			log.Info("rivora controlplane listening", "addr", self, "state_dir", cfg.StateDir, "consul", consul, "advertise", advertise)
 			return serve(ctx, c, log, mux, ln, cp.Run)

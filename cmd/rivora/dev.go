@@ -17,6 +17,7 @@ import (
 	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/agent/ingest"
+	"github.com/rivora/rivora/console"
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/httpurl"
@@ -280,6 +281,7 @@ func runDev(c *cli.Context) error {
 	mux := baseMux(ag.Healthy, c.Bool("pprof"), metrics)
 	cp.Handle(mux)
 	ag.Handle(mux)
+	mux.Handle(console.Prefix, console.Handler())
 	introspect.Handle(mux, agentKeys, ag.Healthy, slices.Concat(controlplane.Services, agent.Services)...)
 	log.Info("rivora dev listening", "addr", url, "data_dir", dataDir)
 	return serve(ctx, c, log, mux, ln, cp.Run, ag.Run)

@@ -1,0 +1,271 @@
+// The console's browser scenario (issue 16) in real Chromium against a real
+// `rivora dev`, real partner servers and the real rivoractl: an operator
+// watches a failing destination degrade, pauses it, sets an override with a
+// reason, replays its dead letters in lane order, and a viewer sees no
+// action. Screenshots of each page go to console/test-artifacts/.
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { chromium, type BrowserContext, type Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildBinaries, rivoractl, rpc, startDev, startPartner, waitFor, type Dev, type Partner } from "./harness.js";
+
+const artifacts = resolve(import.meta.dirname, "../test-artifacts");
+const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
+
+let bins: { rivora: string; rivoractl: string };
+let dev: Dev;
+let noisy: Partner;
+let quiet: Partner;
+let ctx: BrowserContext;
+let page: Page;
+let profile: string;
+let binDir: string;
+const tokens: Record<"operator" | "viewer", { name: string; token: string }> = {
+  operator: { name: "alice-oncall", token: "" },
+  viewer: { name: "victor-viewer", token: "" },
+};
+const lanes = ["user-1", "user-2", "user-3"];
+const perLane = 4;
+const published = new Map<string, string[]>(); // lane → event ids in publish order
+const pageErrors: string[] = [];
+
+async function shot(name: string): Promise<void> {
+  await page.screenshot({ path: join(artifacts, name), fullPage: true });
+}
+
+async function signIn(who: "operator" | "viewer"): Promise<void> {
+  await page.goto(`${dev.url}/console/`);
+  await page.getByLabel("Token").fill(tokens[who].token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByTestId("who").getByText(tokens[who].name).waitFor();
+}
+
+function row(id: string) {
+  return page.locator(`tr[data-id="${id}"]`);
+}
+
+beforeAll(async () => {
+  await mkdir(artifacts, { recursive: true });
+  binDir = await mkdtemp(join(tmpdir(), "rivora-console-bin-"));
+  bins = await buildBinaries(binDir);
+  dev = await startDev(bins.rivora);
+  noisy = await startPartner(503);
+  quiet = await startPartner(200);
+  await rivoractl(bins.rivoractl, dev, dev.adminToken, "destinations", "create", "noisy", "--url", noisy.url, "--max-attempts", "2", "--window", "10s");
+  await rivoractl(bins.rivoractl, dev, dev.adminToken, "destinations", "create", "quiet", "--url", quiet.url);
+  for (const [role, t] of Object.entries(tokens)) {
+    const out = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.adminToken, "tokens", "create", "--name", t.name, "--role", role, "-o", "json")) as { token: string };
+    t.token = out.token;
+  }
+  const events: { destinationId: string; customerId: string; laneKey: string; type: string; data: { lane: string; i: number } }[] = [];
+  for (let i = 0; i < perLane; i++)
+    for (const lane of lanes) events.push({ destinationId: "noisy", customerId: "acme", laneKey: lane, type: "order.created", data: { lane, i } });
+  const res = await rpc<{ eventIds: string[] }>(dev, dev.adminToken, "rivora.v1.IngestService/PublishBatch", { events });
+  res.eventIds.forEach((id, k) => {
+    const lane = events[k]!.laneKey;
+    published.set(lane, [...(published.get(lane) ?? []), id]);
+  });
+  await rpc(dev, dev.adminToken, "rivora.v1.IngestService/Publish", { destinationId: "quiet", customerId: "acme", laneKey: "u", type: "t", data: { ok: true } });
+
+  profile = await mkdtemp(join(tmpdir(), "rivora-console-chromium-"));
+  ctx = await chromium.launchPersistentContext(profile, { executablePath: chromiumPath, headless: true, viewport: { width: 1280, height: 800 } });
+  page = ctx.pages()[0] ?? (await ctx.newPage());
+  page.on("pageerror", (e) => pageErrors.push(String(e)));
+  page.on("console", (m) => {
+    if (m.type() === "error") pageErrors.push(m.text());
+  });
+});
+
+afterAll(async () => {
+  await ctx?.close();
+  await noisy?.close();
+  await quiet?.close();
+  await dev?.stop();
+  if (profile) await rm(profile, { recursive: true, force: true });
+  if (binDir) await rm(binDir, { recursive: true, force: true });
+});
+
+describe("console in Chromium against rivora dev", () => {
+  it("signs in and shows the failing destination degrade on the Destinations page", async () => {
+    await signIn("operator");
+    await page.getByRole("heading", { name: "Destinations" }).waitFor();
+    await waitFor("noisy degraded or parked", async () => ["degraded", "parked"].includes((await row("noisy").getAttribute("data-state")) ?? ""), 90_000);
+    // The noisiest destination is marked and sorted first.
+    await waitFor("noisy marked noisiest", async () => (await row("noisy").getAttribute("class")) === "noisiest", 30_000);
+    expect(await page.locator("tbody tr").first().getAttribute("data-id")).toBe("noisy");
+    await expect(page.locator("table caption").first().textContent()).resolves.toContain("destinations");
+    await shot("destinations.png");
+    await page.setViewportSize({ width: 390, height: 844 });
+    await shot("destinations-narrow.png");
+    await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  it("its events run out of attempts or window and become dead letters", async () => {
+    const total = lanes.length * perLane;
+    await waitFor(`${total} dead letters`, async () => {
+      const r = await rpc<{ deadLetters?: unknown[] }>(dev, dev.adminToken, "rivora.v1.ArchiveService/ListDeadLetters", { filter: { destinationId: "noisy" } });
+      return (r.deadLetters?.length ?? 0) === total;
+    }, 120_000, 500);
+  });
+
+  it("pauses it from the UI and rivoractl agrees", async () => {
+    await page.locator('a[href="#/destination/noisy"]').first().click();
+    await page.getByRole("heading", { name: "Destination noisy" }).waitFor();
+    await page.locator("svg.chart").waitFor();
+    await page.getByLabel("Reason").first().fill("partner down, incident 42");
+    await page.getByRole("button", { name: "Pause", exact: true }).click();
+    await page.getByTestId("state").getByText("paused").waitFor({ timeout: 10_000 });
+    const got = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.adminToken, "destinations", "get", "noisy", "-o", "json")) as { destination: { paused?: boolean; pauseReason?: string } };
+    expect(got.destination.paused).toBe(true);
+    expect(got.destination.pauseReason).toBe("partner down, incident 42");
+    const health = await rivoractl(bins.rivoractl, dev, dev.adminToken, "destinations", "health", "noisy", "-o", "json");
+    expect(JSON.parse(health)).toMatchObject([{ destinationId: "noisy", paused: true }]);
+  });
+
+  it("sets an override with a reason after a dry run, audited under the operator's name", async () => {
+    await page.locator('input[name="rate"]').fill("5");
+    await page.locator('input[name="ttl"]').fill("30m");
+    await page.locator('input[name="limit-reason"]').fill("partner asked for 5/s");
+    const before = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.adminToken, "audit", "-o", "json")) as unknown[];
+    await page.getByRole("button", { name: "Check" }).click();
+    await page.getByTestId("limit-preview").getByText("Nothing changed yet").waitFor();
+    expect(await page.getByTestId("limit-preview").textContent()).toMatch(/drain in/);
+    // The dry run changed nothing.
+    expect(JSON.parse(await rivoractl(bins.rivoractl, dev, dev.adminToken, "audit", "-o", "json"))).toHaveLength(before.length);
+    await page.getByRole("button", { name: "Set limit" }).click();
+    await page.locator('tr[data-limit="rate_per_second"]').getByText("override").waitFor({ timeout: 10_000 });
+    await shot("destination.png");
+  });
+
+  it("replays the dead letters from the UI and the partner gets them in lane order", async () => {
+    const total = lanes.length * perLane;
+    noisy.status = 200;
+    await page.getByRole("button", { name: "Resume" }).click();
+    await page.getByTestId("state").getByText(/healthy|degraded|parked/).waitFor({ timeout: 10_000 });
+
+    await page.getByRole("link", { name: "Dead letters" }).click();
+    await page.getByLabel("Destination").fill("noisy");
+    await page.getByRole("button", { name: "Search" }).click();
+    await page.getByTestId("dead-letters").getByText(`${total} dead letters`).waitFor();
+    await page.getByTestId("dead-letters").locator("button.link").first().click();
+    await page.getByTestId("dead-letter").getByText("Payload").waitFor();
+    await page.getByRole("button", { name: "Count" }).click();
+    await page.getByTestId("replay-result").getByText(`${total} dead letters would be replayed`).waitFor();
+    await page.getByRole("button", { name: "Replay" }).click();
+    await page.getByTestId("replay-result").getByText(/^Done:/).waitFor({ timeout: 60_000 });
+    expect(await page.getByTestId("replay-result").textContent()).toContain(`${total} replayed`);
+    await shot("dead-letters.png");
+
+    const replayed = await waitFor("partner received every replay", () => {
+      const got = noisy.received.filter((r) => r.replay && r.status === 200);
+      return got.length >= total ? got : undefined;
+    }, 60_000);
+    // Lane order: each lane's replays arrive in publish order (the payload
+    // carries the event's index in its lane).
+    for (const lane of lanes) {
+      const order = replayed.filter((r) => r.lane === lane).map((r) => (JSON.parse(r.body) as { i: number }).i);
+      expect(order, `lane ${lane} replay order`).toEqual([...Array(perLane).keys()]);
+    }
+  });
+
+  it("skips a lane's head and resends an event from the UI", async () => {
+    await page.goto(`${dev.url}/console/#/destination/noisy`);
+    await page.locator('input[name="pause-reason"]').fill("hold lane user-9");
+    await page.getByRole("button", { name: "Pause", exact: true }).click();
+    await page.getByTestId("state").getByText("paused").waitFor({ timeout: 10_000 });
+    const held = await rpc<{ eventIds: string[] }>(dev, dev.adminToken, "rivora.v1.IngestService/PublishBatch", {
+      events: [0, 1].map((i) => ({ destinationId: "noisy", customerId: "acme", laneKey: "user-9", type: "t", data: { lane: "user-9", i } })),
+    });
+    const laneRow = page.locator("tr", { hasText: "user-9" });
+    await laneRow.getByText(held.eventIds[0]!).waitFor({ timeout: 15_000 });
+    await page.locator('input[name="skip-reason"]').fill("poison event");
+    await laneRow.getByRole("button", { name: "Skip head" }).click();
+    await page.getByText(`Skipped ${held.eventIds[0]}`).waitFor();
+    await laneRow.getByText(held.eventIds[1]!).waitFor({ timeout: 10_000 });
+    const dead = published.get("user-2")![0]!;
+    await page.locator('input[name="resend-event"]').fill(dead);
+    await page.locator('input[name="resend-reason"]').fill("customer asked");
+    await page.getByRole("button", { name: "Resend" }).click();
+    await page.locator(".actions .status.ok, .actions .status.error").getByText(/Resend failed|sent again/).waitFor();
+    expect(await page.locator(".actions .status").first().textContent()).toBe(`Event ${dead} sent again.`);
+    await page.getByRole("button", { name: "Resume" }).click();
+    await page.getByTestId("state").getByText(/healthy|degraded|parked/).waitFor({ timeout: 10_000 });
+  });
+
+  it("every UI action is in rivoractl audit under the operator's name", async () => {
+    const audit = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.adminToken, "audit", "--destination", "noisy", "-o", "json")) as { author: string; action: string; reason?: string }[];
+    const mine = audit.filter((a) => a.author === tokens.operator.name).map((a) => a.action);
+    expect(mine).toEqual(expect.arrayContaining(["destination.pause", "limits.override", "destination.resume", "lane.skip", "event.resend"]));
+    expect(audit.find((a) => a.action === "limits.override")).toMatchObject({ author: tokens.operator.name, reason: "partner asked for 5/s" });
+    await page.getByRole("link", { name: "Audit" }).click();
+    await page.getByTestId("audit").getByText("limits.override").waitFor();
+    expect(await page.getByTestId("audit").textContent()).toContain(tokens.operator.name);
+    await shot("audit.png");
+  });
+
+  it("shows events and agents", async () => {
+    const id = published.get("user-1")![0]!;
+    await page.goto(`${dev.url}/console/#/events/${id}`);
+    await page.getByTestId("event").getByText(`Event ${id}`).waitFor();
+    await page.getByTestId("event").getByText("dead").first().waitFor();
+    await page.getByLabel("Destination").fill("noisy");
+    await page.getByLabel("Customer").fill("acme");
+    await page.getByLabel("Lane").fill("user-1");
+    await page.getByRole("button", { name: "List events" }).click();
+    await page.getByTestId("lane-events").locator("tbody tr").first().waitFor();
+    await shot("events.png");
+    await page.getByRole("link", { name: "Agents" }).click();
+    await page.getByTestId("agents").getByText("healthy").first().waitFor();
+    await shot("agents.png");
+  });
+
+  it("a viewer sees no action buttons", async () => {
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await page.getByLabel("Token").waitFor();
+    await signIn("viewer");
+    await row("noisy").waitFor();
+    await page.goto(`${dev.url}/console/#/destination/noisy`);
+    await page.getByTestId("read-only").waitFor();
+    await page.locator("svg.chart").waitFor();
+    for (const name of ["Pause", "Resume", "Set limit", "Clear limit", "Check", "Set class", "Set weight", "Resend", "Skip head"])
+      expect(await page.getByRole("button", { name, exact: true }).count(), `viewer sees ${name}`).toBe(0);
+    await shot("viewer-destination.png");
+    await page.getByRole("link", { name: "Dead letters" }).click();
+    await page.getByRole("button", { name: "Search" }).waitFor();
+    expect(await page.getByRole("button", { name: "Replay" }).count()).toBe(0);
+    expect(await page.getByRole("button", { name: "Count" }).count()).toBe(0);
+  });
+
+  it("polls one health snapshot per interval, and none while the tab is hidden", async () => {
+    await page.getByRole("link", { name: "Destinations" }).click();
+    await row("noisy").waitFor();
+    let calls = 0;
+    const count = (r: { url(): string }): void => {
+      if (r.url().endsWith("/GetDestinationHealth")) calls++;
+    };
+    page.on("request", count);
+    // Measurement windows (how many calls happen in them), not synchronisation.
+    await page.waitForTimeout(6_000);
+    expect(calls).toBeGreaterThanOrEqual(2);
+    expect(calls).toBeLessThanOrEqual(4);
+    await page.evaluate(() => {
+      Object.defineProperty(document, "hidden", { configurable: true, get: () => true });
+      document.dispatchEvent(new Event("visibilitychange"));
+    });
+    await page.waitForTimeout(2_500); // a tick already under way may finish
+    calls = 0;
+    await page.waitForTimeout(5_000);
+    expect(calls, "health requests while hidden").toBe(0);
+    await page.evaluate(() => {
+      Object.defineProperty(document, "hidden", { configurable: true, get: () => false });
+      document.dispatchEvent(new Event("visibilitychange"));
+    });
+    await waitFor("polling again when visible", () => calls > 0, 5_000);
+    page.off("request", count);
+  });
+
+  it("logged no error in the page", () => {
+    expect(pageErrors).toEqual([]);
+  });
+});

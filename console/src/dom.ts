@@ -1,0 +1,77 @@
+// A small DOM toolkit: elements from a tag, attributes and children, and
+// tables with captions. Text always goes in as text, never as HTML.
+
+export type Child = Node | string | number | null | undefined | false;
+type Attrs = Record<string, string | number | boolean | ((e: Event) => void) | undefined>;
+
+export function h<K extends keyof HTMLElementTagNameMap>(tag: K, attrs: Attrs = {}, ...children: Child[]): HTMLElementTagNameMap[K] {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === false) continue;
+    if (typeof v === "function") el.addEventListener(k.replace(/^on/, ""), v);
+    else if (v === true) el.setAttribute(k, "");
+    else el.setAttribute(k, String(v));
+  }
+  append(el, children);
+  return el;
+}
+
+export function append(el: Node, children: Child[]): void {
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    el.appendChild(typeof c === "object" ? c : document.createTextNode(String(c)));
+  }
+}
+
+export function replace(el: Element, ...children: Child[]): void {
+  el.replaceChildren();
+  append(el, children);
+}
+
+export interface Column<T> {
+  label: string;
+  cell: (row: T) => Child;
+  className?: string;
+}
+
+/** A table with a caption; rowAttrs can mark rows (a class, a test id). */
+export function table<T>(caption: string, columns: Column<T>[], rows: T[], rowAttrs?: (row: T) => Attrs, empty = "None."): HTMLElement {
+  const t = h(
+    "table",
+    {},
+    h("caption", {}, caption),
+    h("thead", {}, h("tr", {}, ...columns.map((c) => h("th", { scope: "col", class: c.className }, c.label)))),
+  );
+  const body = h("tbody");
+  for (const r of rows) body.appendChild(h("tr", rowAttrs?.(r) ?? {}, ...columns.map((c) => h("td", { class: c.className }, c.cell(r)))));
+  if (rows.length === 0) body.appendChild(h("tr", {}, h("td", { colspan: columns.length, class: "empty" }, empty)));
+  t.appendChild(body);
+  return h("div", { class: "table-wrap" }, t);
+}
+
+/** A labelled input; the label's text is what a person (and a test) finds it by. */
+export function field(label: string, input: HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement): HTMLLabelElement {
+  return h("label", { class: "field" }, h("span", {}, label), input);
+}
+
+/** A status line that shows errors in plain words, and successes. */
+export function status(): { el: HTMLElement; error: (msg: string) => void; ok: (msg: string) => void; clear: () => void } {
+  const el = h("p", { class: "status", role: "status", "aria-live": "polite" });
+  return {
+    el,
+    error: (msg) => {
+      el.className = "status error";
+      el.setAttribute("role", "alert");
+      el.textContent = msg;
+    },
+    ok: (msg) => {
+      el.className = "status ok";
+      el.setAttribute("role", "status");
+      el.textContent = msg;
+    },
+    clear: () => {
+      el.className = "status";
+      el.textContent = "";
+    },
+  };
+}

@@ -1,0 +1,156 @@
+// Pure formatting, naming, sorting and role rules: no DOM, no network, so
+// vitest checks them exactly.
+
+/** Role names as WhoAmI's enum numbers them (rivora.v1.Role). */
+export type RoleName = "admin" | "operator" | "viewer" | "publisher" | "unknown";
+
+export function roleName(role: number): RoleName {
+  return (["unknown", "admin", "operator", "viewer", "publisher"] as const)[role] ?? "unknown";
+}
+
+/** What a role may do in the console; the server enforces the same. */
+export type Capability = "read" | "steer" | "admin";
+
+export function can(role: RoleName, what: Capability): boolean {
+  switch (what) {
+    case "read":
+      return role !== "unknown";
+    case "steer":
+      return role === "admin" || role === "operator";
+    case "admin":
+      return role === "admin";
+  }
+}
+
+export type DisplayState = "healthy" | "degraded" | "parked" | "paused" | "disabled";
+
+/** The state an operator sees: a pause outranks the budget's state. */
+export function displayState(h: { state: string; paused: boolean; disabled: boolean }): DisplayState {
+  if (h.disabled) return "disabled";
+  if (h.paused) return "paused";
+  if (h.state === "degraded" || h.state === "parked") return h.state;
+  return "healthy";
+}
+
+/** A rate in events per second: "0", "0.25/s", "12/s", "1.2k/s". */
+export function formatRate(r: number): string {
+  if (!Number.isFinite(r) || r <= 0) return "0";
+  if (r >= 1000) return `${trim(r / 1000, 1)}k/s`;
+  if (r >= 10) return `${Math.round(r)}/s`;
+  return `${trim(r, 2)}/s`;
+}
+
+/** A share 0..1 as a percentage: "0%", "0.5%", "12%". */
+export function formatShare(s: number): string {
+  if (!Number.isFinite(s) || s <= 0) return "0%";
+  const p = s * 100;
+  return p < 10 ? `${trim(p, 1)}%` : `${Math.round(p)}%`;
+}
+
+/** A duration in seconds: "0s", "45s", "3m 20s", "2h 5m", "3d 4h"; undefined: "never". */
+export function formatDuration(seconds: number | undefined): string {
+  if (seconds === undefined) return "never";
+  if (!Number.isFinite(seconds)) return "never";
+  let s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s}s`;
+  const d = Math.floor(s / 86400);
+  s -= d * 86400;
+  const h = Math.floor(s / 3600);
+  s -= h * 3600;
+  const m = Math.floor(s / 60);
+  s -= m * 60;
+  if (d > 0) return h > 0 ? `${d}d ${h}h` : `${d}d`;
+  if (h > 0) return m > 0 ? `${h}h ${m}m` : `${h}h`;
+  return s > 0 ? `${m}m ${s}s` : `${m}m`;
+}
+
+/** Parses "30s", "15m", "2h", "1h30m", "1d" into seconds; undefined if malformed. */
+export function parseDuration(text: string): number | undefined {
+  const t = text.trim();
+  if (t === "") return undefined;
+  const re = /(\d+(?:\.\d+)?)(d|h|m|s)/gy;
+  let total = 0;
+  let end = 0;
+  for (let m = re.exec(t); m !== null; m = re.exec(t)) {
+    total += Number(m[1]) * { d: 86400, h: 3600, m: 60, s: 1 }[m[2] as "d" | "h" | "m" | "s"];
+    end = re.lastIndex;
+  }
+  return end === t.length && end > 0 ? total : undefined;
+}
+
+export function formatCount(n: number | bigint): string {
+  return Number(n).toLocaleString("en-US");
+}
+
+function trim(n: number, digits: number): string {
+  return String(Number(n.toFixed(digits)));
+}
+
+/** The row the Destinations table shows, flattened from the API's answer. */
+export interface DestinationRow {
+  id: string;
+  state: DisplayState;
+  configuredRate: number;
+  currentRate: number;
+  pending: number;
+  inFlight: number;
+  throttledShare: number;
+  serverErrorShare: number;
+  oldestPendingAge: number | undefined;
+  drainTime: number | undefined;
+}
+
+/** How noisy a destination is: its 429 and 5xx share over the last minute. */
+export function noise(r: Pick<DestinationRow, "throttledShare" | "serverErrorShare">): number {
+  return r.throttledShare + r.serverErrorShare;
+}
+
+const stateRank: Record<DisplayState, number> = { parked: 0, degraded: 1, disabled: 2, paused: 3, healthy: 4 };
+
+export type SortKey = keyof DestinationRow | "noise";
+
+/**
+ * Sorts rows by key; "noise" (the default) puts the noisiest first, then
+ * the worst state, then the biggest backlog. Ties break on id, so the order
+ * is stable between polls. "never" durations sort as the longest.
+ */
+export function sortRows(rows: DestinationRow[], key: SortKey, descending: boolean): DestinationRow[] {
+  const val = (r: DestinationRow): number | string => {
+    switch (key) {
+      case "noise":
+        return noise(r);
+      case "id":
+        return r.id;
+      case "state":
+        return -stateRank[r.state];
+      case "oldestPendingAge":
+      case "drainTime":
+        return r[key] ?? Number.POSITIVE_INFINITY;
+      default:
+        return r[key];
+    }
+  };
+  const dir = descending ? -1 : 1;
+  return [...rows].sort((a, b) => {
+    let c = cmp(val(a), val(b)) * dir;
+    if (c === 0 && key === "noise") c = stateRank[a.state] - stateRank[b.state] || b.pending - a.pending;
+    return c || cmp(a.id, b.id);
+  });
+}
+
+function cmp(a: number | string, b: number | string): number {
+  if (a === b) return 0;
+  if (typeof a === "number" && typeof b === "number") {
+    if (a === Number.POSITIVE_INFINITY) return 1;
+    if (b === Number.POSITIVE_INFINITY) return -1;
+    return a - b;
+  }
+  return String(a) < String(b) ? -1 : 1;
+}
+
+/** The noisiest destination, if any is noisy at all (some 429 or 5xx). */
+export function noisiest(rows: DestinationRow[]): string | undefined {
+  let best: DestinationRow | undefined;
+  for (const r of rows) if (noise(r) > 0 && (!best || noise(r) > noise(best))) best = r;
+  return best?.id;
+}

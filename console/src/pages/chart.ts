@@ -1,0 +1,50 @@
+// A small SVG line chart of a destination's last 15 minutes (10 s buckets):
+// configured and current rate, and per-second delivered and throttled.
+import type { RateSample } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
+import { formatRate } from "../format.js";
+
+const ns = "http://www.w3.org/2000/svg";
+const W = 640;
+const H = 180;
+const pad = { l: 44, r: 8, t: 10, b: 20 };
+const bucket = 10; // seconds per sample
+
+export const series: { key: string; label: string; value: (s: RateSample) => number }[] = [
+  { key: "configured", label: "Configured rate", value: (s) => s.configuredRate },
+  { key: "current", label: "Current rate", value: (s) => s.currentRate },
+  { key: "delivered", label: "Delivered/s", value: (s) => s.delivered / bucket },
+  { key: "throttled", label: "Throttled (429)/s", value: (s) => s.throttled / bucket },
+];
+
+function el<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string, string | number>): SVGElementTagNameMap[K] {
+  const e = document.createElementNS(ns, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+  return e;
+}
+
+export function rateChart(samples: RateSample[]): SVGSVGElement {
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img" });
+  const title = el("title", {});
+  title.textContent = "Rate over the last 15 minutes: configured, current, delivered and throttled per second";
+  svg.appendChild(title);
+  const n = Math.max(samples.length, 2);
+  const max = Math.max(1, ...samples.flatMap((s) => series.map((x) => x.value(s))));
+  const x = (i: number): number => pad.l + (i * (W - pad.l - pad.r)) / (n - 1);
+  const y = (v: number): number => H - pad.b - (v / max) * (H - pad.t - pad.b);
+  for (const f of [0, 0.5, 1]) {
+    svg.appendChild(el("line", { x1: pad.l, x2: W - pad.r, y1: y(max * f), y2: y(max * f), class: "grid" }));
+    const t = el("text", { x: pad.l - 4, y: y(max * f) + 4, class: "axis", "text-anchor": "end" });
+    t.textContent = formatRate(max * f);
+    svg.appendChild(t);
+  }
+  for (const [label, at] of [["-15m", 0], ["now", n - 1]] as const) {
+    const t = el("text", { x: x(at), y: H - 4, class: "axis", "text-anchor": at === 0 ? "start" : "end" });
+    t.textContent = label;
+    svg.appendChild(t);
+  }
+  for (const s of series) {
+    const pts = samples.map((p, i) => `${x(i).toFixed(1)},${y(s.value(p)).toFixed(1)}`).join(" ");
+    svg.appendChild(el("polyline", { points: pts, class: `line line-${s.key}` }));
+  }
+  return svg;
+}

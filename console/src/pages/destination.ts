@@ -1,0 +1,346 @@
+// Destination: one destination's rate, health, backlog, lanes and limits,
+// and the steering actions the signed-in role may take.
+import type { DestinationHealth, GetLimitsResponse, HealthTransition } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
+import { PriorityClass } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
+import type { Destination } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
+import type { LaneSummary } from "../../../sdk/typescript/src/gen/rivora/v1/lanes_pb.js";
+import { admin, date, duration, errorText, events, lanes, seconds, when } from "../api.js";
+import { field, h, replace, status, table } from "../dom.js";
+import { can, displayState, formatCount, formatDuration, formatRate, formatShare, parseDuration } from "../format.js";
+import type { Page } from "../main.js";
+import { poll } from "../poll.js";
+import { rateChart, series } from "./chart.js";
+
+const classNames: Record<number, string> = {
+  [PriorityClass.UNSPECIFIED]: "normal",
+  [PriorityClass.HIGH]: "high",
+  [PriorityClass.NORMAL]: "normal",
+  [PriorityClass.LOW]: "low",
+};
+
+const limitFields: { key: string; label: string; show: (l: GetLimitsResponse) => string }[] = [
+  { key: "rate_per_second", label: "Rate", show: (l) => formatRate(l.effective?.ratePerSecond ?? 0) },
+  { key: "burst", label: "Burst", show: (l) => String(l.effective?.burst ?? 0) },
+  { key: "max_in_flight", label: "Max in flight", show: (l) => String(l.effective?.maxInFlight ?? 0) },
+  { key: "max_attempts", label: "Max attempts", show: (l) => String(l.effective?.maxAttempts ?? 0) },
+  { key: "window", label: "Retry window", show: (l) => formatDuration(seconds(l.effective?.window)) },
+  { key: "timeout", label: "Attempt timeout", show: (l) => formatDuration(seconds(l.effective?.timeout)) },
+];
+
+export const destinationPage: Page = (main, me, [id = ""]) => {
+  const steer = can(me.role, "steer");
+  const st = status();
+  const head = h("div", { class: "dest-head", "data-testid": "dest-head" });
+  const chart = h("figure", { class: "chart-box" });
+  const transitions = h("section", {}, h("h2", {}, "Health transitions"));
+  const transList = h("div");
+  transitions.appendChild(transList);
+  const backlog = h("section", {}, h("h2", {}, "Backlog per customer"));
+  const backlogBody = h("div");
+  backlog.appendChild(backlogBody);
+  const lanesBox = h("section", {}, h("h2", {}, "Longest-waiting lanes"));
+  const lanesBody = h("div");
+  lanesBox.appendChild(lanesBody);
+  const limitsBox = h("section", {}, h("h2", {}, "Limits"));
+  const limitsBody = h("div");
+  limitsBox.appendChild(limitsBody);
+
+  let health: DestinationHealth | undefined;
+  let dest: Destination | undefined;
+  const seen: HealthTransition[] = [];
+  const skipReason = h("input", { type: "text", name: "skip-reason", placeholder: "why skip the head" });
+  const act = actions();
+  // The lanes' own status line: the page's is cleared by every refresh.
+  const lst = status();
+  if (steer) lanesBox.insertBefore(h("div", {}, field("Reason for skipping", skipReason), lst.el), lanesBody);
+
+  replace(
+    main,
+    h("p", {}, h("a", { href: "#/destinations" }, "← Destinations")),
+    h("h1", {}, `Destination ${id}`),
+    st.el,
+    head,
+    chart,
+    act.el,
+    h("div", { class: "grid2" }, transitions, backlog),
+    lanesBox,
+    limitsBox,
+  );
+
+  const tick = async (): Promise<void> => {
+    try {
+      const [hr, dr, lr, lim] = await Promise.all([
+        admin.getDestinationHealth({ destinationId: id, rateHistory: true }),
+        admin.getDestination({ id }),
+        lanes.listLanes({ destinationId: id, limit: 10 }),
+        admin.getLimits({ destinationId: id }),
+      ]);
+      health = hr.destinations[0];
+      dest = dr.destination;
+      drawHead(Number(dr.pending));
+      drawChart();
+      drawTransitions();
+      drawBacklog();
+      drawLanes(lr.lanes, Number(lr.matched));
+      drawLimits(lim);
+      act.update();
+      st.clear();
+    } catch (err) {
+      st.error(`Could not load destination ${id}: ${errorText(err)}`);
+    }
+  };
+
+  function drawHead(pending: number): void {
+    const hh = health;
+    const state = hh ? displayState(hh) : dest?.disabled ? "disabled" : dest?.paused ? "paused" : "healthy";
+    const stat = (label: string, value: string): HTMLElement => h("div", { class: "stat" }, h("span", {}, label), h("strong", {}, value));
+    replace(
+      head,
+      h("p", {}, h("span", { class: `state state-${state}`, "data-testid": "state" }, state), dest?.pauseReason ? ` Paused: ${dest.pauseReason}` : "", dest?.url ? h("span", { class: "muted" }, `  ${dest.url}`) : ""),
+      h(
+        "div",
+        { class: "stats" },
+        stat("Configured rate", formatRate(hh?.configuredRate ?? 0)),
+        stat("Current rate", formatRate(hh?.currentRate ?? 0)),
+        stat("Learned rate", hh?.learnedRate ? formatRate(hh.learnedRate) : "none"),
+        stat("Pending", formatCount(hh ? Number(hh.pendingEvents) : pending)),
+        stat("In flight", `${hh?.inFlight ?? 0} of ${hh?.maxInFlight ?? 0}`),
+        stat("429 share (1 min)", formatShare(hh?.throttledShare ?? 0)),
+        stat("5xx share (1 min)", formatShare(hh?.serverErrorShare ?? 0)),
+        stat("Attempts (1 min)", formatCount(hh?.attemptsLastMinute ?? 0n)),
+        stat("Oldest pending", hh?.oldestPendingAge ? formatDuration(seconds(hh.oldestPendingAge)) : "none"),
+        stat("Drain time", hh && hh.pendingEvents > 0n ? formatDuration(seconds(hh.drainTime)) : "0s"),
+        stat("Priority", classNames[dest?.priorityClass ?? 0] ?? "normal"),
+        stat("Last statuses", (hh?.lastStatuses ?? []).slice(-8).map((s) => (s === 0 ? "none" : String(s))).join(" ") || "none"),
+      ),
+    );
+  }
+
+  function drawChart(): void {
+    const samples = health?.rateHistory ?? [];
+    replace(
+      chart,
+      samples.length ? rateChart(samples) : h("p", { class: "muted" }, "No rate history yet (no agent owns this destination)."),
+      h("figcaption", {}, "Last 15 minutes: ", ...series.map((s) => h("span", { class: `key key-${s.key}` }, s.label))),
+    );
+  }
+
+  function drawTransitions(): void {
+    const t = health?.lastTransition;
+    if (t && !seen.some((s) => s.at?.seconds === t.at?.seconds && s.at?.nanos === t.at?.nanos && s.to === t.to)) seen.unshift(t);
+    replace(
+      transList,
+      table("Health transitions seen (newest first)", [
+        { label: "At", cell: (x) => when(x.at) },
+        { label: "From", cell: (x) => x.from },
+        { label: "To", cell: (x) => x.to },
+        { label: "Cause", cell: (x) => x.cause },
+      ], seen.slice(0, 20), undefined, "No transition since the agent opened this destination."),
+    );
+  }
+
+  function drawBacklog(): void {
+    replace(
+      backlogBody,
+      table("Pending events per customer, with the customer's weight", [
+        { label: "Customer", cell: (c) => c.customerId },
+        { label: "Weight", cell: (c) => String(c.weight), className: "num" },
+        { label: "Pending", cell: (c) => formatCount(c.pendingEvents), className: "num" },
+        { label: "Due lanes", cell: (c) => formatCount(c.dueLanes), className: "num" },
+        { label: "Waiting lanes", cell: (c) => formatCount(c.waitingLanes), className: "num" },
+        { label: "In flight", cell: (c) => formatCount(c.inFlight), className: "num" },
+      ], health?.customers ?? [], undefined, "No backlog."),
+    );
+  }
+
+  function drawLanes(ls: LaneSummary[], matched: number): void {
+    const now = Date.now();
+    replace(
+      lanesBody,
+      table(`Longest-waiting lanes (${ls.length} of ${formatCount(matched)})`, [
+        { label: "Customer", cell: (l) => l.customerId },
+        { label: "Lane", cell: (l) => h("a", { href: `#/events/${encodeURIComponent(id)}/${encodeURIComponent(l.customerId)}/${encodeURIComponent(l.laneKey)}` }, l.laneKey) },
+        { label: "Depth", cell: (l) => String(l.depth), className: "num" },
+        { label: "Head waiting", cell: (l) => formatDuration((now - (date(l.headSince)?.getTime() ?? now)) / 1000), className: "num" },
+        { label: "Head event", cell: (l) => h("a", { href: `#/events/${encodeURIComponent(l.headEventId)}` }, l.headEventId) },
+        { label: "Attempts", cell: (l) => String(l.headAttempts), className: "num" },
+        { label: "Last status", cell: (l) => (l.lastStatus ? String(l.lastStatus) : "") },
+        { label: "Last error", cell: (l) => l.lastError },
+        ...(steer ? [{ label: "Action", cell: (l: LaneSummary) => h("button", { type: "button", onclick: () => skip(l) }, "Skip head") }] : []),
+      ], ls, undefined, "No pending lane."),
+    );
+  }
+
+  async function skip(l: LaneSummary): Promise<void> {
+    if (!skipReason.value.trim()) {
+      lst.error("Skipping a lane's head needs a reason (it goes to the audit log).");
+      skipReason.focus();
+      return;
+    }
+    try {
+      const r = await lanes.skipLaneHead({ destinationId: id, customerId: l.customerId, laneKey: l.laneKey, headEventId: l.headEventId, reason: skipReason.value.trim() });
+      lst.ok(`Skipped ${r.eventId} (now a dead letter); ${r.remaining} left in the lane.`);
+      p.now();
+    } catch (err) {
+      lst.error(`Skip failed: ${errorText(err)}`);
+    }
+  }
+
+  function drawLimits(l: GetLimitsResponse): void {
+    replace(
+      limitsBody,
+      table("Effective limits and where each comes from", [
+        { label: "Limit", cell: (f) => f.label },
+        { label: "Value", cell: (f) => f.show(l), className: "num" },
+        { label: "Source", cell: (f) => l.sources[f.key]?.source ?? "default" },
+        {
+          label: "Set by",
+          cell: (f) => {
+            const s = l.sources[f.key];
+            if (!s || s.source !== "override") return "";
+            return `${s.author}: ${s.reason}${s.expiresAt ? ` (until ${when(s.expiresAt)})` : ""}`;
+          },
+        },
+      ], limitFields, (f) => ({ "data-limit": f.key })),
+    );
+  }
+
+  // Actions live outside the polled sections, so typing survives a refresh.
+  function actions(): { el: HTMLElement; update: () => void } {
+    const box = h("section", { class: "actions" }, h("h2", {}, "Actions"));
+    if (!steer) {
+      box.appendChild(h("p", { class: "muted", "data-testid": "read-only" }, `Signed in as ${me.role}: read only.`));
+      return { el: box, update: () => {} };
+    }
+    const ast = status();
+    const run = async (what: string, f: () => Promise<string>): Promise<void> => {
+      try {
+        ast.ok(await f());
+        p.now();
+      } catch (err) {
+        ast.error(`${what} failed: ${errorText(err)}`);
+      }
+    };
+    const need = (input: HTMLInputElement, what: string): string | undefined => {
+      const v = input.value.trim();
+      if (!v) {
+        ast.error(`${what} needs a reason (it goes to the audit log).`);
+        input.focus();
+        return undefined;
+      }
+      return v;
+    };
+
+    // Pause / Resume
+    const pauseReason = h("input", { type: "text", name: "pause-reason" });
+    const pauseBtn = h("button", { type: "button" }, "Pause");
+    const resumeBtn = h("button", { type: "button" }, "Resume");
+    pauseBtn.addEventListener("click", () => {
+      const reason = need(pauseReason, "Pause");
+      if (reason) void run("Pause", async () => (await admin.pauseDestination({ destinationId: id, reason }), `Paused ${id}.`));
+    });
+    resumeBtn.addEventListener("click", () => void run("Resume", async () => (await admin.resumeDestination({ destinationId: id }), `Resumed ${id}.`)));
+
+    // Set limit: a dry run first shows the drain time, then confirm.
+    const rate = h("input", { type: "number", name: "rate", min: "0", step: "any" });
+    const inflight = h("input", { type: "number", name: "max-in-flight", min: "1", step: "1" });
+    const ttl = h("input", { type: "text", name: "ttl", placeholder: "30m (empty: until cleared)" });
+    const limReason = h("input", { type: "text", name: "limit-reason" });
+    const preview = h("p", { class: "preview", "data-testid": "limit-preview" });
+    const checkBtn = h("button", { type: "button" }, "Check");
+    const setBtn = h("button", { type: "button", disabled: true }, "Set limit");
+    const clearBtn = h("button", { type: "button" }, "Clear limit");
+    const overrideReq = (dryRun: boolean) => {
+      const t = parseDuration(ttl.value);
+      if (ttl.value.trim() && t === undefined) throw new Error(`TTL "${ttl.value}": use e.g. 30s, 15m, 2h`);
+      return {
+        destinationId: id,
+        ratePerSecond: rate.value ? Number(rate.value) : undefined,
+        maxInFlight: inflight.value ? Number(inflight.value) : undefined,
+        ttl: t === undefined ? undefined : duration(t),
+        reason: limReason.value.trim(),
+        dryRun,
+      };
+    };
+    const invalidate = (): void => {
+      setBtn.disabled = true;
+      preview.textContent = "";
+    };
+    for (const i of [rate, inflight, ttl, limReason]) i.addEventListener("input", invalidate);
+    checkBtn.addEventListener("click", () => {
+      if (!need(limReason, "Set limit")) return;
+      void (async () => {
+        try {
+          const r = await admin.setLimitsOverride(overrideReq(true));
+          const drain = r.pendingEvents > 0n ? formatDuration(seconds(r.projectedDrainTime)) : "0s";
+          preview.textContent = `With these limits (rate ${formatRate(r.limits?.effective?.ratePerSecond ?? 0)}), ${formatCount(r.pendingEvents)} pending events drain in ${drain}. Nothing changed yet.`;
+          setBtn.disabled = false;
+          ast.clear();
+        } catch (err) {
+          ast.error(`Check failed: ${err instanceof Error && !("code" in err) ? err.message : errorText(err)}`);
+        }
+      })();
+    });
+    setBtn.addEventListener("click", () => {
+      if (!need(limReason, "Set limit")) return;
+      void run("Set limit", async () => {
+        const r = await admin.setLimitsOverride(overrideReq(false));
+        invalidate();
+        return `Limit set (config version ${r.version}).`;
+      });
+    });
+    clearBtn.addEventListener("click", () => {
+      const reason = need(limReason, "Clear limit");
+      if (reason) void run("Clear limit", async () => (await admin.clearLimitsOverride({ destinationId: id, reason }), `Override cleared on ${id}.`));
+    });
+
+    // Priority class and customer weights.
+    const cls = h("select", { name: "class" }, h("option", { value: String(PriorityClass.HIGH) }, "high"), h("option", { value: String(PriorityClass.NORMAL) }, "normal"), h("option", { value: String(PriorityClass.LOW) }, "low"));
+    const clsBtn = h("button", { type: "button" }, "Set class");
+    clsBtn.addEventListener("click", () => void run("Set class", async () => (await admin.setPriority({ destinationId: id, class: Number(cls.value) as PriorityClass }), `Priority class set to ${classNames[Number(cls.value)]}.`)));
+    const cust = h("input", { type: "text", name: "customer" });
+    const weight = h("input", { type: "number", name: "weight", min: "0", step: "any" });
+    const weightBtn = h("button", { type: "button" }, "Set weight");
+    weightBtn.addEventListener("click", () => {
+      if (!cust.value.trim() || !(Number(weight.value) > 0)) {
+        ast.error("Set weight needs a customer and a weight above 0.");
+        return;
+      }
+      void run("Set weight", async () => (await admin.setPriority({ destinationId: id, customerId: cust.value.trim(), weight: Number(weight.value) }), `Weight of ${cust.value.trim()} set to ${weight.value}.`));
+    });
+
+    // Resend one event.
+    const evId = h("input", { type: "text", name: "resend-event" });
+    const evReason = h("input", { type: "text", name: "resend-reason" });
+    const resendBtn = h("button", { type: "button" }, "Resend");
+    resendBtn.addEventListener("click", () => {
+      const reason = need(evReason, "Resend");
+      if (reason && evId.value.trim()) void run("Resend", async () => (await events.resendEvent({ eventId: evId.value.trim(), reason }), `Event ${evId.value.trim()} sent again.`));
+    });
+
+    box.append(
+      h("fieldset", {}, h("legend", {}, "Pause or resume"), field("Reason", pauseReason), pauseBtn, resumeBtn),
+      h("fieldset", {}, h("legend", {}, "Limit override"), field("Rate per second", rate), field("Max in flight", inflight), field("TTL", ttl), field("Reason", limReason), checkBtn, setBtn, clearBtn, preview),
+      h("fieldset", {}, h("legend", {}, "Priority"), field("Class", cls), clsBtn, field("Customer", cust), field("Weight", weight), weightBtn),
+      h("fieldset", {}, h("legend", {}, "Resend an event"), field("Event id", evId), field("Reason", evReason), resendBtn),
+      ast.el,
+    );
+    let clsSynced = false;
+    return {
+      el: box,
+      update: () => {
+        const paused = dest?.paused ?? false;
+        pauseBtn.disabled = paused;
+        resumeBtn.disabled = !paused;
+        clearBtn.disabled = !dest?.override;
+        if (!clsSynced && dest) {
+          cls.value = String(dest.priorityClass || PriorityClass.NORMAL);
+          clsSynced = true;
+        }
+      },
+    };
+  }
+
+  const p = poll(tick);
+  return () => p.stop();
+};

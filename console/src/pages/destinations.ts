@@ -1,0 +1,139 @@
+// Destinations: every destination's health at a glance, noisiest first.
+import type { Destination, DestinationHealth } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
+import { admin, errorText, seconds } from "../api.js";
+import { h, replace, status, table, type Column } from "../dom.js";
+import {
+  displayState,
+  formatCount,
+  formatDuration,
+  formatRate,
+  formatShare,
+  noisiest,
+  sortRows,
+  type DestinationRow,
+  type SortKey,
+} from "../format.js";
+import type { Page } from "../main.js";
+import { interval, poll } from "../poll.js";
+
+export function toRow(d: DestinationHealth): DestinationRow {
+  return {
+    id: d.destinationId,
+    state: displayState(d),
+    configuredRate: d.configuredRate,
+    currentRate: d.currentRate,
+    pending: Number(d.pendingEvents),
+    inFlight: d.inFlight,
+    throttledShare: d.throttledShare,
+    serverErrorShare: d.serverErrorShare,
+    oldestPendingAge: seconds(d.oldestPendingAge),
+    drainTime: d.pendingEvents > 0n ? seconds(d.drainTime) : 0,
+  };
+}
+
+/** A row for a destination no agent reports health of (yet). */
+function listedRow(d: Destination): DestinationRow {
+  const state = displayState({ state: "healthy", paused: d.paused, disabled: d.disabled });
+  const rate = d.limits?.ratePerSecond ?? 0;
+  return { id: d.id, state, configuredRate: rate, currentRate: 0, pending: 0, inFlight: 0, throttledShare: 0, serverErrorShare: 0, oldestPendingAge: undefined, drainTime: 0 };
+}
+
+// The destination list changes rarely; health is polled every interval.
+const listEvery = 30_000;
+
+export const destinationsPage: Page = (main) => {
+  let key: SortKey = "noise";
+  let desc = true;
+  let rows: DestinationRow[] = [];
+  let known = new Set<string>();
+  // What ListDestinations said, for destinations no agent reports health of.
+  let listed = new Map<string, Destination>();
+  let listedAt = 0;
+  const st = status();
+  const summary = h("p", { class: "summary", "data-testid": "summary" });
+  const holder = h("div", { "data-testid": "destinations" });
+  replace(main, h("h1", {}, "Destinations"), summary, st.el, holder);
+
+  const columns: { label: string; key: SortKey; cell: (r: DestinationRow) => string | Node; className?: string }[] = [
+    { label: "Destination", key: "id", cell: (r) => h("a", { href: `#/destination/${encodeURIComponent(r.id)}` }, r.id) },
+    { label: "State", key: "state", cell: (r) => h("span", { class: `state state-${r.state}` }, r.state) },
+    { label: "Rate (configured)", key: "configuredRate", cell: (r) => formatRate(r.configuredRate), className: "num" },
+    { label: "Rate (current)", key: "currentRate", cell: (r) => formatRate(r.currentRate), className: "num" },
+    { label: "Pending", key: "pending", cell: (r) => formatCount(r.pending), className: "num" },
+    { label: "In flight", key: "inFlight", cell: (r) => formatCount(r.inFlight), className: "num" },
+    { label: "429 share", key: "throttledShare", cell: (r) => formatShare(r.throttledShare), className: "num" },
+    { label: "5xx share", key: "serverErrorShare", cell: (r) => formatShare(r.serverErrorShare), className: "num" },
+    { label: "Oldest pending", key: "oldestPendingAge", cell: (r) => (r.oldestPendingAge === undefined ? "" : formatDuration(r.oldestPendingAge)), className: "num" },
+    { label: "Drain time", key: "drainTime", cell: (r) => formatDuration(r.drainTime), className: "num" },
+  ];
+
+  const draw = (): void => {
+    const noisy = noisiest(rows);
+    const sorted = sortRows(rows, key, desc);
+    const cols: Column<DestinationRow>[] = columns.map((c) => ({
+      label: c.label + (c.key === key ? (desc ? " ▼" : " ▲") : ""),
+      cell: c.cell,
+      className: c.className,
+    }));
+    const t = table(
+      `${rows.length} destinations, sorted by ${key === "noise" ? "429 + 5xx share (noisiest first)" : columns.find((c) => c.key === key)?.label}. Refreshed every ${interval / 1000} s.`,
+      cols,
+      sorted,
+      (r) => ({ class: r.id === noisy ? "noisiest" : `row-${r.state}`, "data-id": r.id, "data-state": r.state }),
+      "No destinations yet (rivoractl destinations create).",
+    );
+    // Header cells become sort buttons (keyboard reachable).
+    t.querySelectorAll("th").forEach((th, i) => {
+      const c = columns[i]!;
+      const b = h("button", { type: "button", class: "sort", title: `Sort by ${c.label}` }, th.textContent ?? "");
+      b.addEventListener("click", () => {
+        desc = key === c.key ? !desc : c.key !== "id";
+        key = c.key;
+        draw();
+      });
+      th.setAttribute("aria-sort", c.key === key ? (desc ? "descending" : "ascending") : "none");
+      replace(th, b);
+    });
+    const sortNoise = h("button", { type: "button", onclick: () => ((key = "noise"), (desc = true), draw()) }, "Sort by noise");
+    const counts = rows.reduce<Record<string, number>>((m, r) => ((m[r.state] = (m[r.state] ?? 0) + 1), m), {});
+    replace(
+      summary,
+      Object.entries(counts)
+        .map(([s, n]) => `${n} ${s}`)
+        .join(", ") || "",
+      noisy ? h("span", { class: "noisy-note" }, ` · noisiest: `, h("a", { href: `#/destination/${encodeURIComponent(noisy)}` }, noisy)) : "",
+      " ",
+      sortNoise,
+    );
+    replace(holder, t);
+  };
+
+  const tick = async (): Promise<void> => {
+    try {
+      // The first tick lists destinations alongside the health snapshot.
+      const first = listedAt === 0 ? admin.listDestinations({}) : undefined;
+      first?.catch(() => {}); // awaited below; no unhandled rejection meanwhile
+      const res = await admin.getDestinationHealth({});
+      const got = new Map(res.destinations.map((d) => [d.destinationId, toRow(d)]));
+      // Destinations without health yet (no agent reported) still show; the
+      // list is fetched rarely, or when health names one it does not know.
+      const unknown = [...got.keys()].some((id) => !known.has(id));
+      if (first || unknown || Date.now() - listedAt > listEvery) {
+        const list = await (first ?? admin.listDestinations({}));
+        // Health-only ids (Rivora's reserved notices destination) count as
+        // known too, so they cost one listing, not one per tick.
+        known = new Set([...list.destinations.map((d) => d.id), ...got.keys()]);
+        listed = new Map(list.destinations.map((d) => [d.id, d]));
+        listedAt = Date.now();
+      }
+      for (const [id, d] of listed) if (!got.has(id)) got.set(id, listedRow(d));
+      rows = [...got.values()];
+      st.clear();
+      draw();
+    } catch (err) {
+      st.error(`Could not load destinations: ${errorText(err)}`);
+    }
+  };
+  const p = poll(tick);
+  return () => p.stop();
+};

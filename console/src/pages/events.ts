@@ -1,0 +1,101 @@
+// Events: where one event is and its attempts; a lane's events.
+import { EventState } from "../../../sdk/typescript/src/gen/rivora/v1/events_pb.js";
+import { errorText, events, when } from "../api.js";
+import { field, h, replace, status, table } from "../dom.js";
+import { formatDuration } from "../format.js";
+import type { Page } from "../main.js";
+import { seconds } from "../api.js";
+import { reasonNames } from "./deadletters.js";
+
+export const stateNames: Record<number, string> = {
+  [EventState.UNSPECIFIED]: "unknown",
+  [EventState.PENDING]: "pending",
+  [EventState.IN_FLIGHT]: "in flight",
+  [EventState.DELIVERED]: "delivered",
+  [EventState.DEAD]: "dead",
+};
+
+// #/events/<id> looks an event up; #/events/<dest>/<customer>/<lane> lists a lane.
+export const eventsPage: Page = (main, _me, args) => {
+  const st = status();
+  const evId = h("input", { type: "text", name: "event-id" });
+  const look = h("form", { class: "filters" }, field("Event id", evId), h("button", { type: "submit" }, "Look up"));
+  const one = h("section", { "data-testid": "event" });
+  const dest = h("input", { type: "text", name: "destination" });
+  const cust = h("input", { type: "text", name: "customer" });
+  const lane = h("input", { type: "text", name: "lane" });
+  const list = h("form", { class: "filters" }, field("Destination", dest), field("Customer", cust), field("Lane", lane), h("button", { type: "submit" }, "List events"));
+  const many = h("section", { "data-testid": "lane-events" });
+  replace(main, h("h1", {}, "Events"), look, st.el, one, h("h2", {}, "A lane's events"), list, many);
+
+  const lookup = async (): Promise<void> => {
+    try {
+      const e = await events.getEvent({ eventId: evId.value.trim() });
+      replace(
+        one,
+        h("h2", {}, `Event ${e.eventId}`),
+        h(
+          "dl",
+          {},
+          ...(
+            [
+              ["State", stateNames[e.state] ?? ""],
+              ["Destination", e.destinationId],
+              ["Customer", e.customerId],
+              ["Lane", e.laneKey],
+              ["Type", e.type],
+              ["Accepted", when(e.acceptedAt)],
+              ["Waiting", e.waiting || "—"],
+              ["Ahead in lane", String(e.aheadInLane)],
+              ["Attempts used", e.maxAttempts ? `${e.attemptsUsed} of ${e.maxAttempts}` : String(e.attemptsUsed)],
+              ["Next attempt", when(e.nextAttemptAt) || "—"],
+              ["Window ends", when(e.windowEndsAt) || "—"],
+              ["Dead reason", e.state === EventState.DEAD ? (reasonNames[e.deadReason] ?? "") : "—"],
+            ] as const
+          ).flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
+        ),
+        table("Attempts, oldest first", [
+          { label: "#", cell: (a) => String(a.number), className: "num" },
+          { label: "At", cell: (a) => when(a.at) },
+          { label: "Status", cell: (a) => (a.statusCode ? String(a.statusCode) : "no response") },
+          { label: "Took", cell: (a) => formatDuration(seconds(a.duration)) },
+          { label: "Error", cell: (a) => a.error },
+        ], e.attempts, undefined, "No attempt yet."),
+      );
+      st.clear();
+    } catch (err) {
+      st.error(`Look-up failed: ${errorText(err)}`);
+    }
+  };
+  const listLane = async (): Promise<void> => {
+    try {
+      const r = await events.listEvents({ destinationId: dest.value.trim(), customerId: cust.value.trim(), laneKey: lane.value.trim(), limit: 200 });
+      replace(
+        many,
+        table(`${r.events.length} events${r.truncated ? " (more matched)" : ""}`, [
+          { label: "Event", cell: (e) => h("a", { href: `#/events/${encodeURIComponent(e.eventId)}` }, e.eventId) },
+          { label: "State", cell: (e) => stateNames[e.state] ?? "" },
+          { label: "Customer", cell: (e) => e.customerId },
+          { label: "Lane", cell: (e) => e.laneKey },
+          { label: "Accepted", cell: (e) => when(e.acceptedAt) },
+          { label: "Attempts", cell: (e) => String(e.attempts), className: "num" },
+          { label: "Last status", cell: (e) => (e.lastStatus ? String(e.lastStatus) : "") },
+          { label: "Last error", cell: (e) => e.lastError },
+        ], r.events, undefined, "No event matches."),
+      );
+      st.clear();
+    } catch (err) {
+      st.error(`Listing failed: ${errorText(err)}`);
+    }
+  };
+  look.addEventListener("submit", (e) => (e.preventDefault(), void lookup()));
+  list.addEventListener("submit", (e) => (e.preventDefault(), void listLane()));
+  if (args.length === 1 && args[0]) {
+    evId.value = args[0];
+    void lookup();
+  } else if (args.length === 3) {
+    [dest.value, cust.value, lane.value] = args as [string, string, string];
+    void listLane();
+  }
+  return () => {};
+};

@@ -1,0 +1,114 @@
+import { describe, expect, it } from "vitest";
+import {
+  can,
+  displayState,
+  formatDuration,
+  formatRate,
+  formatShare,
+  noisiest,
+  parseDuration,
+  roleName,
+  sortRows,
+  type DestinationRow,
+} from "../src/format.js";
+
+const row = (id: string, o: Partial<DestinationRow> = {}): DestinationRow => ({
+  id,
+  state: "healthy",
+  configuredRate: 10,
+  currentRate: 10,
+  pending: 0,
+  inFlight: 0,
+  throttledShare: 0,
+  serverErrorShare: 0,
+  oldestPendingAge: undefined,
+  drainTime: 0,
+  ...o,
+});
+
+describe("formatting", () => {
+  it("rates", () => {
+    expect(formatRate(0)).toBe("0");
+    expect(formatRate(-1)).toBe("0");
+    expect(formatRate(Number.NaN)).toBe("0");
+    expect(formatRate(0.25)).toBe("0.25/s");
+    expect(formatRate(2.5)).toBe("2.5/s");
+    expect(formatRate(12.4)).toBe("12/s");
+    expect(formatRate(1234)).toBe("1.2k/s");
+  });
+  it("shares", () => {
+    expect(formatShare(0)).toBe("0%");
+    expect(formatShare(0.005)).toBe("0.5%");
+    expect(formatShare(0.1234)).toBe("12%");
+    expect(formatShare(1)).toBe("100%");
+  });
+  it("durations", () => {
+    expect(formatDuration(undefined)).toBe("never");
+    expect(formatDuration(0)).toBe("0s");
+    expect(formatDuration(44.6)).toBe("45s");
+    expect(formatDuration(200)).toBe("3m 20s");
+    expect(formatDuration(180)).toBe("3m");
+    expect(formatDuration(7500)).toBe("2h 5m");
+    expect(formatDuration(3 * 86400 + 4 * 3600 + 59)).toBe("3d 4h");
+    expect(formatDuration(Number.POSITIVE_INFINITY)).toBe("never");
+  });
+  it("parses durations", () => {
+    expect(parseDuration("30s")).toBe(30);
+    expect(parseDuration("15m")).toBe(900);
+    expect(parseDuration("1h30m")).toBe(5400);
+    expect(parseDuration("1d")).toBe(86400);
+    expect(parseDuration("")).toBeUndefined();
+    expect(parseDuration("15")).toBeUndefined();
+    expect(parseDuration("15m x")).toBeUndefined();
+  });
+});
+
+describe("state naming", () => {
+  it("a pause outranks the budget's state; disabled outranks paused", () => {
+    expect(displayState({ state: "parked", paused: false, disabled: false })).toBe("parked");
+    expect(displayState({ state: "degraded", paused: false, disabled: false })).toBe("degraded");
+    expect(displayState({ state: "parked", paused: true, disabled: false })).toBe("paused");
+    expect(displayState({ state: "healthy", paused: true, disabled: true })).toBe("disabled");
+    expect(displayState({ state: "", paused: false, disabled: false })).toBe("healthy");
+  });
+});
+
+describe("role gating", () => {
+  it("viewer reads only; operator steers; admin does all", () => {
+    expect(roleName(1)).toBe("admin");
+    expect(roleName(2)).toBe("operator");
+    expect(roleName(3)).toBe("viewer");
+    expect(roleName(9)).toBe("unknown");
+    expect([can("viewer", "read"), can("viewer", "steer"), can("viewer", "admin")]).toEqual([true, false, false]);
+    expect([can("operator", "read"), can("operator", "steer"), can("operator", "admin")]).toEqual([true, true, false]);
+    expect([can("admin", "read"), can("admin", "steer"), can("admin", "admin")]).toEqual([true, true, true]);
+    expect(can("unknown", "read")).toBe(false);
+    expect(can("publisher", "steer")).toBe(false);
+  });
+});
+
+describe("sorting", () => {
+  const rows = [
+    row("a", { pending: 5 }),
+    row("b", { throttledShare: 0.2, serverErrorShare: 0.1, state: "degraded" }),
+    row("c", { serverErrorShare: 0.9, state: "parked", drainTime: undefined }),
+    row("d", { state: "parked", pending: 9 }),
+  ];
+  it("noise first, then the worse state, then backlog, then id", () => {
+    expect(sortRows(rows, "noise", true).map((r) => r.id)).toEqual(["c", "b", "d", "a"]);
+    expect(noisiest(rows)).toBe("c");
+    expect(noisiest([row("x")])).toBeUndefined();
+  });
+  it("by a column, both ways; never drains sorts as longest", () => {
+    expect(sortRows(rows, "id", false).map((r) => r.id)).toEqual(["a", "b", "c", "d"]);
+    expect(sortRows(rows, "pending", true).map((r) => r.id)).toEqual(["d", "a", "b", "c"]);
+    expect(sortRows(rows, "drainTime", true)[0]!.id).toBe("c");
+    expect(sortRows(rows, "drainTime", false).at(-1)!.id).toBe("c");
+    expect(sortRows(rows, "state", true).map((r) => r.id)).toEqual(["c", "d", "b", "a"]);
+  });
+  it("does not mutate its input", () => {
+    const before = rows.map((r) => r.id);
+    sortRows(rows, "pending", true);
+    expect(rows.map((r) => r.id)).toEqual(before);
+  });
+});
