@@ -9,9 +9,9 @@ UNIT_PKGS  = $(shell $(GO) list ./... | grep -v -e '/e2e')
 
 .PHONY: test check fmt vet lint proto proto-check unit fuzz e2e sdk-ts servers bench build
 
-test: check unit fuzz e2e sdk-ts
+test: check unit fuzz e2e sdk-ts console-test
 
-check: fmt vet lint proto-check
+check: fmt vet lint proto-check console-check
 
 fmt:
 	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -243,6 +243,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	if err := create(deadletters.CheckpointBucket, func() (err error) {
 		a.deadLetters, err = deadletters.New(ctx, js, arch, a.gateway, cfg.Replicas, base.With("component", "deadletters"))
+		if err == nil {
+			a.deadLetters.SetAuditor(func(ctx context.Context, e *rivorav1.AuditEntry) error {
+				return a.recordAudit(ctx, auditAuthor(ctx, e))
+			})
+		}
 		return err
 	}); err != nil {
 		return fail(err)

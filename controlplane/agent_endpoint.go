@@ -72,7 +72,7 @@ func (s *agentHandler) ReportGone(ctx context.Context, req *connect.Request[rivo
 
 // agentAuditActions are the audit actions agents may record: operator
 // actions carried out by the agent that owns the lane or the event.
-var agentAuditActions = map[string]bool{"lane.skip": true, "event.resend": true}
+var agentAuditActions = map[string]bool{"lane.skip": true, "event.resend": true, "deadletters.replay": true}
 
 // RecordAudit appends an operator action an agent carried out to the audit
 // log, stamped with the time and the config version in force.
@@ -82,7 +82,7 @@ func (s *agentHandler) RecordAudit(ctx context.Context, req *connect.Request[riv
 		return nil, errorf(ErrInvalid, "entry is required")
 	}
 	if !agentAuditActions[e.GetAction()] {
-		return nil, errorf(ErrInvalid, "action %q: agents record only lane.skip and event.resend", e.GetAction())
+		return nil, errorf(ErrInvalid, "action %q: agents record only lane.skip, event.resend and deadletters.replay", e.GetAction())
 	}
 	if e.GetAuthor() == "" {
 		return nil, errorf(ErrInvalid, "author is required")

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -518,6 +519,16 @@ func runDeadLetterReplay(t *testing.T, d *devProc, dest string) {
 	replayed, total, skipped := replayResult(t, out)
 	if replayed != 30 || total != 30 || skipped != 0 {
 		t.Errorf("replay reported %d replayed of %d, %d skipped; want 30 of 30, 0 skipped:\n%s", replayed, total, skipped, out)
+	}
+	// The replay is in the audit log, under the caller's token.
+	var audit []struct{ Action, DestinationID, Detail, Author string }
+	if err := json.Unmarshal([]byte(rivoractl(t, d, "audit", "-o", "json")), &audit); err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(audit, func(e struct{ Action, DestinationID, Detail, Author string }) bool {
+		return e.Action == "deadletters.replay"
+	}); i < 0 || audit[i].DestinationID != dest || !strings.Contains(audit[i].Detail, "30 of 30 matching dead letters replayed") || audit[i].Author == "" {
+		t.Errorf("audit has no deadletters.replay entry for %s with \"30 of 30\" and an author: %+v", dest, audit)
 	}
 	recovered.WaitDelivered(t, ids, 60*time.Second)
 	time.Sleep(500 * time.Millisecond) // let a stray duplicate show

@@ -36,6 +36,15 @@ type Service struct {
 	ingest      Reingester
 	checkpoints jetstream.KeyValue
 	log         *slog.Logger
+	// audit records a replay in the audit log, its author the caller of
+	// ctx's call (nil: not recorded; SetAuditor).
+	audit func(ctx context.Context, e *rivorav1.AuditEntry) error
+}
+
+// SetAuditor makes every replay (not a dry run) an audit entry, recorded
+// by audit when it ends: what it replayed, and how it ended.
+func (s *Service) SetAuditor(audit func(ctx context.Context, e *rivorav1.AuditEntry) error) {
+	s.audit = audit
 }
 
 // CheckpointBucket is the KV bucket holding replay checkpoints.
@@ -359,7 +368,7 @@ func (s *Service) saveCheckpoint(ctx context.Context, key string, cp *checkpoint
 const maxReplayRate = 1e6
 
 // Replay re-ingests matching dead letters in archive order (lane order).
-func (s *Service) Replay(ctx context.Context, req *connect.Request[rivorav1.ReplayRequest], stream *connect.ServerStream[rivorav1.ReplayResponse]) error {
+func (s *Service) Replay(ctx context.Context, req *connect.Request[rivorav1.ReplayRequest], stream *connect.ServerStream[rivorav1.ReplayResponse]) (err error) {
 	f := req.Msg.GetFilter()
 	if f.GetDestinationId() == "" {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("replay needs a destination"))
@@ -411,6 +420,7 @@ func (s *Service) Replay(ctx context.Context, req *connect.Request[rivorav1.Repl
 	if err := stream.Send(progress); err != nil {
 		return err
 	}
+	defer func() { err = s.audited(ctx, req.Msg, progress, err) }()
 
 	pace := newPacer(req.Msg.GetRatePerSecond())
 	start := time.Now()
@@ -473,6 +483,49 @@ func (s *Service) Replay(ctx context.Context, req *connect.Request[rivorav1.Repl
 	progress.Counts = counts.list()
 	s.log.Info("replay finished", "destination", f.GetDestinationId(), "replayed", progress.Replayed, "skipped", progress.Skipped)
 	return report(true)
+}
+
+// audited records a replay that began, however it ended (err), and
+// returns err — or, when the replay itself succeeded, why it is not
+// audited. An interrupted replay is recorded too: its caller is gone, so
+// the record is made outside the call's cancellation.
+func (s *Service) audited(ctx context.Context, m *rivorav1.ReplayRequest, progress *rivorav1.ReplayResponse, err error) error {
+	if s.audit == nil {
+		return err
+	}
+	f := m.GetFilter()
+	detail := fmt.Sprintf("%d of %d matching dead letters replayed (%d skipped)", progress.GetReplayed(), progress.GetTotal(), progress.GetSkipped())
+	if err != nil {
+		detail += "; stopped: " + connect.CodeOf(err).String()
+	}
+	var scope []string
+	for _, kv := range [][2]string{{"customer", f.GetCustomerId()}, {"lane", f.GetLaneKey()}} {
+		if kv[1] != "" {
+			scope = append(scope, kv[0]+" "+kv[1])
+		}
+	}
+	if f.GetSince() != nil {
+		scope = append(scope, "since "+f.GetSince().AsTime().UTC().Format(time.RFC3339))
+	}
+	if f.GetUntil() != nil {
+		scope = append(scope, "until "+f.GetUntil().AsTime().UTC().Format(time.RFC3339))
+	}
+	if m.RatePerSecond != nil {
+		scope = append(scope, fmt.Sprintf("at %g/s", m.GetRatePerSecond()))
+	}
+	if len(scope) > 0 {
+		detail += " (" + strings.Join(scope, ", ") + ")"
+	}
+	auditCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	aerr := s.audit(auditCtx, &rivorav1.AuditEntry{Action: "deadletters.replay", DestinationId: f.GetDestinationId(), Detail: detail})
+	if aerr != nil {
+		s.log.Warn("replay not audited", "destination", f.GetDestinationId(), "err", aerr)
+		if err == nil {
+			return connect.NewError(connect.CodeUnavailable, aerr)
+		}
+	}
+	return err
 }
 
 // stop ends an interrupted replay; the checkpoint already says where.

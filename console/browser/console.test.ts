@@ -196,7 +196,7 @@ describe("console in Chromium against rivora dev", () => {
   it("every UI action is in rivoractl audit under the operator's name", async () => {
     const audit = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.adminToken, "audit", "--destination", "noisy", "-o", "json")) as { author: string; action: string; reason?: string }[];
     const mine = audit.filter((a) => a.author === tokens.operator.name).map((a) => a.action);
-    expect(mine).toEqual(expect.arrayContaining(["destination.pause", "limits.override", "destination.resume", "lane.skip", "event.resend"]));
+    expect(mine).toEqual(expect.arrayContaining(["destination.pause", "limits.override", "destination.resume", "deadletters.replay", "lane.skip", "event.resend"]));
     expect(audit.find((a) => a.action === "limits.override")).toMatchObject({ author: tokens.operator.name, reason: "partner asked for 5/s" });
     await page.getByRole("link", { name: "Audit" }).click();
     await page.getByTestId("audit").getByText("limits.override").waitFor();
