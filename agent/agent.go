@@ -495,7 +495,11 @@ func (a *Agent) Health(_ context.Context, destinationID string, withRates bool) 
 		}
 		h := healthToProto(snap)
 		if withRates {
-			h.RateHistory = rateHistoryToProto(a.sched.RateHistory(snap.ID))
+			rates, transitions := a.sched.RateHistory(snap.ID)
+			h.RateHistory = rateHistoryToProto(rates)
+			for _, t := range transitions {
+				h.Transitions = append(h.Transitions, &rivorav1.HealthTransition{At: timestamppb.New(t.At), From: t.From.String(), To: t.To.String(), Cause: t.Cause})
+			}
 		}
 		n := int(a.partitionCount.Load())
 		if n > 0 {

@@ -1,6 +1,11 @@
 package scheduler
 
-import "time"
+import (
+	"slices"
+	"time"
+
+	"github.com/rivora/rivora/agent/budget"
+)
 
 // Rate history: each destination keeps its last 15 minutes in 10-second
 // buckets — attempts and how they were answered, and the budget's rates
@@ -117,18 +122,21 @@ func (r *rateRing) history(now time.Time, configured, current float64) []RateSam
 	return out
 }
 
-// RateHistory is destination id's last 15 minutes (nil when the
-// scheduler does not have it).
-func (s *Scheduler) RateHistory(id string) []RateSample {
+// RateHistory is destination id's last 15 minutes and its budget's last
+// health transitions, oldest first (nil when the scheduler does not have
+// it).
+func (s *Scheduler) RateHistory(id string) ([]RateSample, []budget.Transition) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := s.dests[id]
 	if d == nil {
-		return nil
+		return nil, nil
 	}
 	var configured, current float64
+	var transitions []budget.Transition
 	if d.budget != nil {
 		configured, current = d.budget.Ceiling(), d.budget.Rate()
+		transitions = slices.Clone(d.budget.Transitions())
 	}
-	return d.rates.history(s.clock.Now(), configured, current)
+	return d.rates.history(s.clock.Now(), configured, current), transitions
 }

@@ -113,6 +113,9 @@ describe("console in Chromium against rivora dev", () => {
     await page.locator('a[href="#/destination/noisy"]').first().click();
     await page.getByRole("heading", { name: "Destination noisy" }).waitFor();
     await page.locator("svg.chart").waitFor();
+    // The health transitions with their causes: healthy → degraded, from the 503s.
+    await page.getByTestId("transitions").locator("tbody tr").first().waitFor();
+    expect(await page.getByTestId("transitions").textContent()).toMatch(/healthy[\s\S]*degraded[\s\S]*503/);
     await page.getByLabel("Reason").first().fill("partner down, incident 42");
     await page.getByRole("button", { name: "Pause", exact: true }).click();
     await page.getByTestId("state").getByText("paused").waitFor({ timeout: 10_000 });

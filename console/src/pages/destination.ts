@@ -33,7 +33,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
   const head = h("div", { class: "dest-head", "data-testid": "dest-head" });
   const chart = h("figure", { class: "chart-box" });
   const transitions = h("section", {}, h("h2", {}, "Health transitions"));
-  const transList = h("div");
+  const transList = h("div", { "data-testid": "transitions" });
   transitions.appendChild(transList);
   const backlog = h("section", {}, h("h2", {}, "Backlog per customer"));
   const backlogBody = h("div");
@@ -47,7 +47,6 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
 
   let health: DestinationHealth | undefined;
   let dest: Destination | undefined;
-  const seen: HealthTransition[] = [];
   const skipReason = h("input", { type: "text", name: "skip-reason", placeholder: "why skip the head" });
   const act = actions();
   // The lanes' own status line: the page's is cleared by every refresh.
@@ -126,16 +125,16 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
   }
 
   function drawTransitions(): void {
-    const t = health?.lastTransition;
-    if (t && !seen.some((s) => s.at?.seconds === t.at?.seconds && s.at?.nanos === t.at?.nanos && s.to === t.to)) seen.unshift(t);
+    // The budget's last 32, oldest first in the answer.
+    const newestFirst: HealthTransition[] = [...(health?.transitions ?? [])].reverse();
     replace(
       transList,
-      table("Health transitions seen (newest first)", [
+      table("Health transitions (newest first)", [
         { label: "At", cell: (x) => when(x.at) },
         { label: "From", cell: (x) => x.from },
         { label: "To", cell: (x) => x.to },
         { label: "Cause", cell: (x) => x.cause },
-      ], seen.slice(0, 20), undefined, "No transition since the agent opened this destination."),
+      ], newestFirst, undefined, "No transition since the agent opened this destination."),
     );
   }
 

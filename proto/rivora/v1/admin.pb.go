@@ -1481,8 +1481,8 @@ type GetDestinationHealthRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// destination_id selects one destination; empty means all.
 	DestinationId string `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
-	// rate_history asks for the destination's rate_history too; it needs
-	// destination_id (InvalidArgument without).
+	// rate_history asks for the destination's rate_history and transitions
+	// too; it needs destination_id (InvalidArgument without).
 	RateHistory   bool `protobuf:"varint,2,opt,name=rate_history,json=rateHistory,proto3" json:"rate_history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1786,8 +1786,11 @@ type DestinationHealth struct {
 	// oldest_pending_age is how long ago the oldest pending event was
 	// accepted (unset with nothing pending).
 	OldestPendingAge *durationpb.Duration `protobuf:"bytes,26,opt,name=oldest_pending_age,json=oldestPendingAge,proto3" json:"oldest_pending_age,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// transitions are the destination's last health transitions (up to
+	// 32, oldest first), with rate_history.
+	Transitions   []*HealthTransition `protobuf:"bytes,27,rep,name=transitions,proto3" json:"transitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DestinationHealth) Reset() {
@@ -1991,6 +1994,13 @@ func (x *DestinationHealth) GetRateHistory() []*RateSample {
 func (x *DestinationHealth) GetOldestPendingAge() *durationpb.Duration {
 	if x != nil {
 		return x.OldestPendingAge
+	}
+	return nil
+}
+
+func (x *DestinationHealth) GetTransitions() []*HealthTransition {
+	if x != nil {
+		return x.Transitions
 	}
 	return nil
 }
@@ -3531,7 +3541,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\tdue_lanes\x18\x03 \x01(\x03R\bdueLanes\x12#\n" +
 	"\rwaiting_lanes\x18\x04 \x01(\x03R\fwaitingLanes\x12\x1b\n" +
 	"\tin_flight\x18\x05 \x01(\x03R\binFlight\x12%\n" +
-	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xe9\b\n" +
+	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xa8\t\n" +
 	"\x11DestinationHealth\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12'\n" +
@@ -3560,7 +3570,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x0fthrottled_share\x18\x17 \x01(\x01R\x0ethrottledShare\x12,\n" +
 	"\x12server_error_share\x18\x18 \x01(\x01R\x10serverErrorShare\x128\n" +
 	"\frate_history\x18\x19 \x03(\v2\x15.rivora.v1.RateSampleR\vrateHistory\x12G\n" +
-	"\x12oldest_pending_age\x18\x1a \x01(\v2\x19.google.protobuf.DurationR\x10oldestPendingAge\"\x87\x02\n" +
+	"\x12oldest_pending_age\x18\x1a \x01(\v2\x19.google.protobuf.DurationR\x10oldestPendingAge\x12=\n" +
+	"\vtransitions\x18\x1b \x03(\v2\x1b.rivora.v1.HealthTransitionR\vtransitions\"\x87\x02\n" +
 	"\n" +
 	"RateSample\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12'\n" +
@@ -3802,63 +3813,64 @@ var file_rivora_v1_admin_proto_depIdxs = []int32{
 	48, // 36: rivora.v1.DestinationHealth.drain_time:type_name -> google.protobuf.Duration
 	25, // 37: rivora.v1.DestinationHealth.rate_history:type_name -> rivora.v1.RateSample
 	48, // 38: rivora.v1.DestinationHealth.oldest_pending_age:type_name -> google.protobuf.Duration
-	49, // 39: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
-	2,  // 40: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,  // 41: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
-	49, // 42: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 43: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
-	47, // 44: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
-	1,  // 45: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
-	48, // 46: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
-	48, // 47: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
-	48, // 48: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 49: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	48, // 50: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
-	32, // 51: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	30, // 52: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
-	38, // 53: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
-	49, // 54: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	40, // 55: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
-	45, // 56: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
-	49, // 57: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	30, // 58: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
-	6,  // 59: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
-	8,  // 60: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
-	10, // 61: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
-	12, // 62: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
-	14, // 63: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
-	16, // 64: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
-	18, // 65: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
-	20, // 66: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
-	26, // 67: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
-	28, // 68: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
-	31, // 69: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
-	33, // 70: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
-	35, // 71: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
-	37, // 72: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
-	41, // 73: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
-	43, // 74: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
-	7,  // 75: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
-	9,  // 76: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
-	11, // 77: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
-	13, // 78: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
-	15, // 79: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
-	17, // 80: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
-	19, // 81: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
-	21, // 82: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
-	27, // 83: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
-	29, // 84: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
-	32, // 85: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
-	34, // 86: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
-	36, // 87: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
-	39, // 88: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
-	42, // 89: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
-	44, // 90: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
-	75, // [75:91] is the sub-list for method output_type
-	59, // [59:75] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	22, // 39: rivora.v1.DestinationHealth.transitions:type_name -> rivora.v1.HealthTransition
+	49, // 40: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
+	2,  // 41: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,  // 42: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
+	49, // 43: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 44: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
+	47, // 45: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
+	1,  // 46: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
+	48, // 47: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
+	48, // 48: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
+	48, // 49: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 50: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	48, // 51: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
+	32, // 52: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	30, // 53: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
+	38, // 54: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
+	49, // 55: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	40, // 56: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
+	45, // 57: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
+	49, // 58: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	30, // 59: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
+	6,  // 60: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
+	8,  // 61: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
+	10, // 62: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
+	12, // 63: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
+	14, // 64: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
+	16, // 65: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
+	18, // 66: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
+	20, // 67: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
+	26, // 68: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
+	28, // 69: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
+	31, // 70: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
+	33, // 71: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
+	35, // 72: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
+	37, // 73: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
+	41, // 74: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
+	43, // 75: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
+	7,  // 76: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
+	9,  // 77: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
+	11, // 78: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
+	13, // 79: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
+	15, // 80: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
+	17, // 81: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
+	19, // 82: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
+	21, // 83: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
+	27, // 84: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
+	29, // 85: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
+	32, // 86: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
+	34, // 87: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
+	36, // 88: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
+	39, // 89: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
+	42, // 90: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
+	44, // 91: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
+	76, // [76:92] is the sub-list for method output_type
+	60, // [60:76] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_admin_proto_init() }
