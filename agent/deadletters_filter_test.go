@@ -33,6 +33,7 @@ func TestDeadLetterFiltersValidateIDs(t *testing.T) {
 		"since after until":      {DestinationId: "orders", Since: ts(2), Until: ts(1)},
 		"destination all dots":   {DestinationId: "..."},
 		"destination slash only": {DestinationId: "/"},
+		"unknown reason":         {DestinationId: "orders", Reason: 99},
 	}
 	for name, f := range filters {
 		calls := map[string]func() error{
@@ -55,7 +56,7 @@ func TestDeadLetterFiltersValidateIDs(t *testing.T) {
 				return stream.Err()
 			},
 		}
-		if f.GetCustomerId() == "" && f.GetLaneKey() == "" && f.GetSince() == nil {
+		if f.GetCustomerId() == "" && f.GetLaneKey() == "" && f.GetSince() == nil && f.GetReason() == 0 {
 			calls["GetDeadLetter"] = func() error {
 				_, err := archive.GetDeadLetter(ctx, connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: "evt-1", DestinationId: f.GetDestinationId()}))
 				return err

@@ -27,6 +27,7 @@ func filterFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "lane", Usage: "only those of lane `KEY`"},
 		&ucli.StringFlag{Name: "since", Usage: "only those that died at or after `TIME` (RFC 3339, or a duration ago such as 2h)"},
 		&ucli.StringFlag{Name: "until", Usage: "only those that died before `TIME` (RFC 3339, or a duration ago)"},
+		&ucli.StringFlag{Name: "reason", Usage: "only those that died for `REASON`: max_attempts, window, deleted or manual"},
 	}
 }
 
@@ -52,6 +53,13 @@ func filterFrom(c *ucli.Context) (*rivorav1.DeadLetterFilter, error) {
 	}
 	if f.Until, err = parseWhen("until", c.String("until")); err != nil {
 		return nil, err
+	}
+	if r := c.String("reason"); r != "" {
+		v, ok := rivorav1.DeadReason_value["DEAD_REASON_"+strings.ToUpper(r)]
+		if !ok || v == 0 {
+			return nil, usagef("--reason %q: use max_attempts, window, deleted or manual", r)
+		}
+		f.Reason = rivorav1.DeadReason(v)
 	}
 	return f, nil
 }

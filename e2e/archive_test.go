@@ -509,6 +509,14 @@ func runDeadLetterReplay(t *testing.T, d *devProc, dest string) {
 	if text := rivoractl(t, d, "dlq", "stats"); !strings.Contains(text, "30 dead letters") {
 		t.Errorf("dlq stats does not say \"30 dead letters\":\n%s", text)
 	}
+	// The reason filter: all 30 ran out of attempts, none of their window.
+	for reason, want := range map[string]int64{"max_attempts": 30, "window": 0} {
+		st := &rivorav1.DeadLetterStatsResponse{}
+		out := rivoractl(t, d, "dlq", "stats", "--destination", dest, "--reason", reason, "-o", "json")
+		if err := protojson.Unmarshal([]byte(out), st); err != nil || st.GetTotal() != want {
+			t.Errorf("dlq stats --reason %s: total %d (%v), want %d:\n%s", reason, st.GetTotal(), err, want, out)
+		}
+	}
 	if n := unarchived(t, d, dest); n != 0 {
 		t.Errorf("destinations health: unarchivedDeadLetters = %d after archiving, want 0", n)
 	}

@@ -87,6 +87,9 @@ func checkFilter(f *rivorav1.DeadLetterFilter) error {
 			}
 		}
 	}
+	if _, known := rivorav1.DeadReason_name[int32(f.GetReason())]; err == nil && !known {
+		err = fmt.Errorf("filter.reason %d is not a dead-letter reason (max_attempts, window, deleted, manual)", f.GetReason())
+	}
 	if err == nil && f.GetSince() != nil && f.GetUntil() != nil && !f.GetSince().AsTime().Before(f.GetUntil().AsTime()) {
 		err = fmt.Errorf("filter.since (%s) must be before filter.until (%s)", f.GetSince().AsTime().Format(time.RFC3339), f.GetUntil().AsTime().Format(time.RFC3339))
 	}
@@ -109,6 +112,8 @@ func matches(f *rivorav1.DeadLetterFilter, dl *rivorav1.DeadLetter) bool {
 	case f.GetSince() != nil && dl.GetDeadAt().AsTime().Before(f.GetSince().AsTime()):
 		return false
 	case f.GetUntil() != nil && !dl.GetDeadAt().AsTime().Before(f.GetUntil().AsTime()):
+		return false
+	case f.GetReason() != rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED && dl.GetReason() != f.GetReason():
 		return false
 	}
 	return true

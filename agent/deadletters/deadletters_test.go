@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/agent/archive"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 func TestHourPrefixes(t *testing.T) {
@@ -23,5 +24,19 @@ func TestHourPrefixes(t *testing.T) {
 	}
 	if p := hourPrefixes("orders", now.Add(-maxHourLists*time.Hour), now); p != nil {
 		t.Errorf("a since %d hours back listed %d hours, want the whole prefix (nil)", maxHourLists, len(p))
+	}
+}
+
+func TestMatchesReason(t *testing.T) {
+	dl := &rivorav1.DeadLetter{Event: &rivorav1.Event{DestinationId: "orders"}, Reason: rivorav1.DeadReason_DEAD_REASON_WINDOW}
+	for reason, want := range map[rivorav1.DeadReason]bool{
+		rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED:  true,
+		rivorav1.DeadReason_DEAD_REASON_WINDOW:       true,
+		rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS: false,
+		rivorav1.DeadReason_DEAD_REASON_MANUAL:       false,
+	} {
+		if got := matches(&rivorav1.DeadLetterFilter{DestinationId: "orders", Reason: reason}, dl); got != want {
+			t.Errorf("a window dead letter matches reason %v: %v, want %v", reason, got, want)
+		}
 	}
 }

@@ -52,14 +52,13 @@ export const deadLettersPage: Page = (main, me) => {
     laneKey: lane.value.trim(),
     since: since.value ? timestampFromDate(new Date(since.value)) : undefined,
     until: until.value ? timestampFromDate(new Date(until.value)) : undefined,
+    reason: reason.value === "" ? DeadReason.UNSPECIFIED : (Number(reason.value) as DeadReason),
   });
 
   const search = async (): Promise<void> => {
     try {
       const res = await archive.listDeadLetters({ filter: filter(), limit: 500 });
-      // The API filters by everything but the reason; the reason is applied here.
-      const want = reason.value === "" ? undefined : Number(reason.value);
-      const rows = res.deadLetters.filter((d) => want === undefined || d.reason === want);
+      const rows = res.deadLetters;
       replace(
         results,
         table(`${formatCount(rows.length)} dead letters${res.truncated ? " (more matched: narrow the filter)" : ""}`, [
@@ -138,7 +137,7 @@ export const deadLettersPage: Page = (main, me) => {
     replace(
       replayBox,
       h("h2", {}, "Replay the filtered set"),
-      h("p", { class: "muted" }, "Replays every dead letter of the destination matching the filter (destination required; the reason filter does not narrow a replay). Count first."),
+      h("p", { class: "muted" }, "Replays every dead letter of the destination matching the filter (destination required). Count first."),
       countBtn,
       field("Rate per second", rate),
       replayBtn,

@@ -30,8 +30,10 @@ type DeadLetterFilter struct {
 	CustomerId    string `protobuf:"bytes,2,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
 	LaneKey       string `protobuf:"bytes,3,opt,name=lane_key,json=laneKey,proto3" json:"lane_key,omitempty"`
 	// since/until bound dead_at.
-	Since         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
-	Until         *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=until,proto3" json:"until,omitempty"`
+	Since *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	Until *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=until,proto3" json:"until,omitempty"`
+	// reason, when set, keeps only the dead letters that died for it.
+	Reason        DeadReason `protobuf:"varint,6,opt,name=reason,proto3,enum=rivora.v1.DeadReason" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -99,6 +101,13 @@ func (x *DeadLetterFilter) GetUntil() *timestamppb.Timestamp {
 		return x.Until
 	}
 	return nil
+}
+
+func (x *DeadLetterFilter) GetReason() DeadReason {
+	if x != nil {
+		return x.Reason
+	}
+	return DeadReason_DEAD_REASON_UNSPECIFIED
 }
 
 type ListDeadLettersRequest struct {
@@ -671,14 +680,15 @@ var File_rivora_v1_deadletters_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\n" +
-	"\x1brivora/v1/deadletters.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/event.proto\"\xd9\x01\n" +
+	"\x1brivora/v1/deadletters.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/event.proto\"\x88\x02\n" +
 	"\x10DeadLetterFilter\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
 	"customerId\x12\x19\n" +
 	"\blane_key\x18\x03 \x01(\tR\alaneKey\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
-	"\x05until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"c\n" +
+	"\x05until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12-\n" +
+	"\x06reason\x18\x06 \x01(\x0e2\x15.rivora.v1.DeadReasonR\x06reason\"c\n" +
 	"\x16ListDeadLettersRequest\x123\n" +
 	"\x06filter\x18\x01 \x01(\v2\x1b.rivora.v1.DeadLetterFilterR\x06filter\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"q\n" +
@@ -750,35 +760,36 @@ var file_rivora_v1_deadletters_proto_goTypes = []any{
 	(*ReplayRequest)(nil),           // 8: rivora.v1.ReplayRequest
 	(*ReplayResponse)(nil),          // 9: rivora.v1.ReplayResponse
 	(*timestamppb.Timestamp)(nil),   // 10: google.protobuf.Timestamp
-	(*DeadLetter)(nil),              // 11: rivora.v1.DeadLetter
-	(DeadReason)(0),                 // 12: rivora.v1.DeadReason
+	(DeadReason)(0),                 // 11: rivora.v1.DeadReason
+	(*DeadLetter)(nil),              // 12: rivora.v1.DeadLetter
 }
 var file_rivora_v1_deadletters_proto_depIdxs = []int32{
 	10, // 0: rivora.v1.DeadLetterFilter.since:type_name -> google.protobuf.Timestamp
 	10, // 1: rivora.v1.DeadLetterFilter.until:type_name -> google.protobuf.Timestamp
-	0,  // 2: rivora.v1.ListDeadLettersRequest.filter:type_name -> rivora.v1.DeadLetterFilter
-	11, // 3: rivora.v1.ListDeadLettersResponse.dead_letters:type_name -> rivora.v1.DeadLetter
-	11, // 4: rivora.v1.GetDeadLetterResponse.dead_letter:type_name -> rivora.v1.DeadLetter
-	0,  // 5: rivora.v1.DeadLetterStatsRequest.filter:type_name -> rivora.v1.DeadLetterFilter
-	12, // 6: rivora.v1.DeadLetterCount.reason:type_name -> rivora.v1.DeadReason
-	10, // 7: rivora.v1.DeadLetterCount.oldest:type_name -> google.protobuf.Timestamp
-	10, // 8: rivora.v1.DeadLetterCount.newest:type_name -> google.protobuf.Timestamp
-	6,  // 9: rivora.v1.DeadLetterStatsResponse.counts:type_name -> rivora.v1.DeadLetterCount
-	0,  // 10: rivora.v1.ReplayRequest.filter:type_name -> rivora.v1.DeadLetterFilter
-	6,  // 11: rivora.v1.ReplayResponse.counts:type_name -> rivora.v1.DeadLetterCount
-	1,  // 12: rivora.v1.ArchiveService.ListDeadLetters:input_type -> rivora.v1.ListDeadLettersRequest
-	3,  // 13: rivora.v1.ArchiveService.GetDeadLetter:input_type -> rivora.v1.GetDeadLetterRequest
-	5,  // 14: rivora.v1.ArchiveService.DeadLetterStats:input_type -> rivora.v1.DeadLetterStatsRequest
-	8,  // 15: rivora.v1.ArchiveService.Replay:input_type -> rivora.v1.ReplayRequest
-	2,  // 16: rivora.v1.ArchiveService.ListDeadLetters:output_type -> rivora.v1.ListDeadLettersResponse
-	4,  // 17: rivora.v1.ArchiveService.GetDeadLetter:output_type -> rivora.v1.GetDeadLetterResponse
-	7,  // 18: rivora.v1.ArchiveService.DeadLetterStats:output_type -> rivora.v1.DeadLetterStatsResponse
-	9,  // 19: rivora.v1.ArchiveService.Replay:output_type -> rivora.v1.ReplayResponse
-	16, // [16:20] is the sub-list for method output_type
-	12, // [12:16] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	11, // 2: rivora.v1.DeadLetterFilter.reason:type_name -> rivora.v1.DeadReason
+	0,  // 3: rivora.v1.ListDeadLettersRequest.filter:type_name -> rivora.v1.DeadLetterFilter
+	12, // 4: rivora.v1.ListDeadLettersResponse.dead_letters:type_name -> rivora.v1.DeadLetter
+	12, // 5: rivora.v1.GetDeadLetterResponse.dead_letter:type_name -> rivora.v1.DeadLetter
+	0,  // 6: rivora.v1.DeadLetterStatsRequest.filter:type_name -> rivora.v1.DeadLetterFilter
+	11, // 7: rivora.v1.DeadLetterCount.reason:type_name -> rivora.v1.DeadReason
+	10, // 8: rivora.v1.DeadLetterCount.oldest:type_name -> google.protobuf.Timestamp
+	10, // 9: rivora.v1.DeadLetterCount.newest:type_name -> google.protobuf.Timestamp
+	6,  // 10: rivora.v1.DeadLetterStatsResponse.counts:type_name -> rivora.v1.DeadLetterCount
+	0,  // 11: rivora.v1.ReplayRequest.filter:type_name -> rivora.v1.DeadLetterFilter
+	6,  // 12: rivora.v1.ReplayResponse.counts:type_name -> rivora.v1.DeadLetterCount
+	1,  // 13: rivora.v1.ArchiveService.ListDeadLetters:input_type -> rivora.v1.ListDeadLettersRequest
+	3,  // 14: rivora.v1.ArchiveService.GetDeadLetter:input_type -> rivora.v1.GetDeadLetterRequest
+	5,  // 15: rivora.v1.ArchiveService.DeadLetterStats:input_type -> rivora.v1.DeadLetterStatsRequest
+	8,  // 16: rivora.v1.ArchiveService.Replay:input_type -> rivora.v1.ReplayRequest
+	2,  // 17: rivora.v1.ArchiveService.ListDeadLetters:output_type -> rivora.v1.ListDeadLettersResponse
+	4,  // 18: rivora.v1.ArchiveService.GetDeadLetter:output_type -> rivora.v1.GetDeadLetterResponse
+	7,  // 19: rivora.v1.ArchiveService.DeadLetterStats:output_type -> rivora.v1.DeadLetterStatsResponse
+	9,  // 20: rivora.v1.ArchiveService.Replay:output_type -> rivora.v1.ReplayResponse
+	17, // [17:21] is the sub-list for method output_type
+	13, // [13:17] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_deadletters_proto_init() }
