@@ -41,7 +41,8 @@ restarts and show as drift from the file.
 				Usage:     "override some limits at runtime (audited)",
 				ArgsUsage: "DESTINATION",
 				UsageText: `rivoractl limits set DESTINATION [--rate R] [--burst B] [--max-attempts N] [--window D]
-    [--timeout D] [--max-in-flight N] --reason TEXT [--ttl 30m] [--dry-run | --wait]`,
+    [--timeout D] [--max-in-flight N] --reason TEXT [--ttl 30m] [--wait]
+   rivoractl limits set DESTINATION --rate R [...] --dry-run`,
 				Description: `Overrides the given limits of DESTINATION in every agent, in place (nothing
 pending moves). Fields not given keep their current override, if any.
 --reason is required; --ttl makes the override expire by itself.
@@ -49,10 +50,10 @@ pending moves). Fields not given keep their current override, if any.
 It prints the effective limits and how long the destination's pending
 events take to drain at the new rate (a lower bound: the partner's latency
 and max_in_flight can slow it). --dry-run prints the same and changes
-nothing: no new config version, no audit entry.
+nothing: no new config version, no audit entry (so it needs no --reason).
 
 Examples:
-   rivoractl limits set orders --rate 50 --reason "partner asked" --dry-run
+   rivoractl limits set orders --rate 50 --dry-run
    rivoractl limits set orders --rate 10 --reason "WAF throttling us" --ttl 30m --wait`,
 				Flags: []ucli.Flag{
 					&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second"},
@@ -155,8 +156,8 @@ func (e *env) setLimits(c *ucli.Context) error {
 	if err := exactArgs(c, 1, "one destination ID"); err != nil {
 		return err
 	}
-	req := &rivorav1.SetLimitsOverrideRequest{DestinationId: c.Args().First(), Reason: c.String("reason")}
-	if strings.TrimSpace(req.Reason) == "" {
+	req := &rivorav1.SetLimitsOverrideRequest{DestinationId: c.Args().First(), Reason: c.String("reason"), DryRun: c.Bool("dry-run")}
+	if strings.TrimSpace(req.Reason) == "" && !req.DryRun {
 		return usagef("--reason is required: say why the limits change (it goes to the audit log)")
 	}
 	any := false
@@ -200,7 +201,6 @@ func (e *env) setLimits(c *ucli.Context) error {
 		}
 		req.Ttl = durationpb.New(c.Duration("ttl"))
 	}
-	req.DryRun = c.Bool("dry-run")
 	if req.DryRun && c.Bool("wait") {
 		return usagef("--dry-run changes nothing, so there is nothing to --wait for")
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -74,7 +75,15 @@ func TestDrainTimeAndLimitsDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := rivoractl(t, d, "limits", "set", "slow", "--rate", "8", "--reason", "what if", "--dry-run")
+	// A change needs a reason, from the CLI and from the API.
+	if _, errOut, err := runRivoractl(d, "limits", "set", "slow", "--rate", "8"); err == nil || !strings.Contains(errOut, "--reason is required") {
+		t.Fatalf("limits set without --reason: %v\n%s\nwant refused, asking for a reason", err, errOut)
+	}
+	if _, err := d.Admin().SetLimitsOverride(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.SetLimitsOverrideRequest{DestinationId: "slow", RatePerSecond: proto.Float64(8)})); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("SetLimitsOverride without a reason: %v; want InvalidArgument", err)
+	}
+	// The command: a dry run needs no reason (nothing is audited).
+	out := rivoractl(t, d, "limits", "set", "slow", "--rate", "8", "--dry-run")
 	if !strings.Contains(out, "dry run: nothing changed") || !strings.Contains(out, "20 pending events drain in 3s at 8/s") {
 		t.Fatalf("limits set --dry-run printed:\n%s\nwant the projected drain time (20 events at 8/s: 2.5 s, shown 3s)", out)
 	}

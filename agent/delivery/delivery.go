@@ -119,10 +119,8 @@ func NewSender(userAgent string, guard *ssrf.Guard, opts ...Option) *Sender {
 // the rivora.attempt span's when tracing, else the stored one as stored.
 func (s *Sender) Send(ctx context.Context, req Request) Result {
 	if tracing.Tracer() == nil {
-		// Checked again: a stored context that came by another way than
-		// ingest (an archive object, say) must not break every attempt.
-		traceparent, tracestate := tracing.Normalize(req.Event.GetTraceparent(), req.Event.GetTracestate())
-		return s.send(ctx, req, traceparent, tracestate)
+		// As stored: ingest (and replay, for the archive's) checked it.
+		return s.send(ctx, req, req.Event.GetTraceparent(), req.Event.GetTracestate())
 	}
 	return s.sendTraced(ctx, req)
 }

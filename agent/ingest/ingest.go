@@ -27,6 +27,7 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/internal/ids"
+	"github.com/rivora/rivora/internal/tracing"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -411,6 +412,10 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 		}
 		ev.Replayed = true
 		ev.AcceptedAt = now
+		// The archive is outside Rivora's hands: its trace context is
+		// checked again, as a publisher's is, so a bad one cannot break
+		// every attempt.
+		ev.Traceparent, ev.Tracestate = tracing.Normalize(ev.GetTraceparent(), ev.GetTracestate())
 		data, err := proto.Marshal(ev)
 		if err != nil {
 			return 0, 0, fmt.Errorf("encode event %s: %w", ev.GetEventId(), err)

@@ -247,3 +247,26 @@ func TestResendAndReplayKeepTraceContext(t *testing.T) {
 		}
 	}
 }
+
+// A dead letter's trace context comes from the archive, which anyone with
+// access may have edited: replay checks it as ingest does, so a CR/LF in
+// it never reaches (and fails) every attempt's request.
+func TestReplayDropsABadArchivedTraceContext(t *testing.T) {
+	f := newFixture(t)
+	ev := &rivorav1.Event{EventId: "01900000-0000-7000-8000-000000000001", DestinationId: "orders", CustomerId: "acme", LaneKey: "u1", Type: "t",
+		Payload: []byte(`{}`), Traceparent: callerTP + "\r\nX-Injected: 1", Tracestate: callerTS}
+	if _, _, err := f.gw.Reingest(context.Background(), []*rivorav1.DeadLetter{{Event: ev, DeadAt: timestamppb.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := f.st.GetMsg(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &rivorav1.Event{}
+	if err := proto.Unmarshal(raw.Data, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.GetEventId() != ev.GetEventId() || got.GetTraceparent() != "" || got.GetTracestate() != "" {
+		t.Fatalf("replayed %s with trace context %q %q; want %s, with none", got.GetEventId(), got.GetTraceparent(), got.GetTracestate(), ev.GetEventId())
+	}
+}

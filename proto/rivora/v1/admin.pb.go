@@ -2521,7 +2521,7 @@ type SetLimitsOverrideRequest struct {
 	Ttl *durationpb.Duration `protobuf:"bytes,10,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// dry_run checks the override and answers what it would do — the
 	// effective limits and the projected drain time — changing nothing
-	// (no new version, no audit entry).
+	// (no new version, no audit entry; reason is not needed).
 	DryRun        bool `protobuf:"varint,11,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

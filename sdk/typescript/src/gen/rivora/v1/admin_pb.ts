@@ -1365,7 +1365,7 @@ export type SetLimitsOverrideRequest = Message<"rivora.v1.SetLimitsOverrideReque
   /**
    * dry_run checks the override and answers what it would do — the
    * effective limits and the projected drain time — changing nothing
-   * (no new version, no audit entry).
+   * (no new version, no audit entry; reason is not needed).
    *
    * @generated from field: bool dry_run = 11;
    */
