@@ -37,10 +37,11 @@ why it died when dead. EVENT_ID is what publish printed.
 
 While pending, WAITING says why it is not being delivered now, e.g.
    held: destination parked since 2026-12-01T09:12:03Z; 2 of 8 attempts used
-Failures that are the destination's (connection errors, timeouts, 429,
-502/503/504, 408/409/425) while it is down or throttling use no attempt: the
+Failures that may be the destination's (connection errors, timeouts, 429,
+any 5xx, 408/409/425) while it is down or throttling use no attempt: the
 event waits for its destination until WINDOW ENDS, then it is a dead letter
-(reason window). 500 and other 4xx use one attempt each.
+(reason window); on a destination that answers 2xx to other lanes they use
+one attempt each, as other 4xx always do.
 
 Example:
    rivoractl events get 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b -o json`,

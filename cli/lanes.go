@@ -65,7 +65,7 @@ Example:
 				ArgsUsage: "DESTINATION",
 				UsageText: "rivoractl lanes skip DESTINATION --customer C --lane L --reason R [--head EVENT_ID] [-o json]",
 				Description: `A lane delivers its events in order, so an event the partner will never
-accept (a poison payload answered 500 or 4xx every time) holds every event
+accept (a poison payload answered 400, or 500 while the rest succeed) holds every event
 behind it until its attempts or its window run out. skip ends that now: the
 head becomes a dead letter with reason manual, like any other dead letter
 (` + "`rivoractl dlq list`" + ` shows it, ` + "`rivoractl replay`" + ` sends it again once the

@@ -6,7 +6,7 @@
 // numbers are DefaultAIMD's):
 //   - The configured rate is the ceiling. Each clean second adds back 5% of
 //     it.
-//   - A throttle (429, 502/503/504, 408/409/425, timeout, connection error)
+//   - A throttle (429, any 5xx, 408/409/425, timeout, connection error)
 //     cuts the rate, at most once a second and never below 0.5/s. If the
 //     destination was saturated within the last second (an attempt was due
 //     and held back for want of a token or by the in-flight cap) and the

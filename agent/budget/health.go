@@ -214,9 +214,9 @@ func (b *Budget) Succeeded(now time.Time) (recovered bool) {
 	return false
 }
 
-// Throttled records a failure that is the destination's (429,
-// 502/503/504, 408/409/425, timeout, connection error; a 500 or another 4xx
-// is the event's and never comes here): the rate is cut at most once per
+// Throttled records a failure that is the destination's (429, any 5xx,
+// 408/409/425, timeout, connection error; another 4xx, or a request never
+// sent, is the event's and never comes here): the rate is cut at most once per
 // CutEvery (see cutRate), retryAfter (if any) holds every attempt until it passes, and
 // failure with no success for ParkAfter parks the destination.
 func (b *Budget) Throttled(now time.Time, retryAfter time.Duration, cause string) {

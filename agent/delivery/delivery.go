@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/internal/ssrf"
 	"github.com/rivora/rivora/internal/tracing"
@@ -41,27 +43,40 @@ type Result struct {
 	// RetryAfter is the partner's Retry-After, when it sent one.
 	RetryAfter time.Duration
 	Duration   time.Duration
-	// Refused marks an attempt the SSRF guard would not dial (Err says
-	// why): the event's fault, as its address is denied, not a sign of
-	// the destination's health.
-	Refused bool
+	// NotSent marks an attempt that never reached the partner for a
+	// reason of the event's own (Err says why): the SSRF guard would not
+	// dial its address, or no valid HTTP request could be built from it
+	// (a header value it carries). It is the event's fault and never a
+	// sign of the destination's health: it uses one of the event's
+	// attempts and never touches the destination's budget.
+	NotSent bool
 }
 
 // OK reports a 2xx answer.
 func (r Result) OK() bool { return r.Err == nil }
 
-// DestinationFault tells failures that are the destination's — it is
-// down, unreachable, slow or throttling: 429, 503, 502, 504, 408, 409, 425,
-// timeouts and connection errors; they cost its budget and health — from
-// failures that are the event's: other 4xx, and 500 and other 5xx, which a
-// partner answers to one payload it cannot handle; those only use up the
+// DestinationFault tells failures that may be the destination's — it is
+// down, unreachable, slow, throttling or failing: every 5xx (a crashed
+// app behind a load balancer answers 500 to everything; CDNs answer
+// 52x), 408, 409, 425, 429, timeouts and connection errors; they cost its
+// budget and health — from failures that are the event's: other 4xx, and
+// a request that was never sent (NotSent); those only use up the
 // event's attempts.
+//
+// A server error may still be one payload's doing (a partner that 500s
+// on one body it cannot parse): whether such a failure also uses one of
+// the event's attempts is decided by what the destination did for the
+// other lanes (scheduler.OtherwiseHealthy), never by the status alone.
 func (r Result) DestinationFault() bool {
-	if r.OK() || r.Refused {
+	if r.OK() || r.NotSent {
 		return false
 	}
+	switch {
+	case r.Status == 0, r.Status >= 500:
+		return true
+	}
 	switch r.Status {
-	case 0, 408, 409, 425, 429, 502, 503, 504:
+	case 408, 409, 425, 429:
 		return true
 	}
 	return false
@@ -133,7 +148,7 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 	ts := start.Unix()
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, req.Endpoint.URL, bytes.NewReader(ev.GetPayload()))
 	if err != nil {
-		return Result{Err: fmt.Errorf("build request: %w", err)}
+		return Result{Err: fmt.Errorf("build request: %w", err), NotSent: true}
 	}
 	// Canonical keys assigned directly: this runs once per attempt.
 	h := hreq.Header
@@ -165,6 +180,11 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 			delete(h, tracing.TracestateHeader)
 		}
 	}
+	if err := checkHeaders(h); err != nil {
+		// The transport would refuse it before dialling, and its error
+		// would read as a connection error (the destination's fault).
+		return Result{Err: fmt.Errorf("build request: %w", err), NotSent: true}
+	}
 	// The transport directly, not an http.Client: a redirect is never
 	// followed (it would re-send a signed payload to an address nobody
 	// registered; a 3xx is a failed attempt), and the client's per-request
@@ -173,7 +193,7 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 	elapsed := s.now().Sub(start)
 	if err != nil {
 		if refused := ssrf.Refusal(err); refused != nil {
-			return Result{Err: refused, Refused: true, Duration: elapsed}
+			return Result{Err: refused, NotSent: true, Duration: elapsed}
 		}
 		return Result{Err: describeTransportError(err, req.Timeout), Duration: elapsed}
 	}
@@ -205,6 +225,24 @@ func headerSafe(v string) string {
 		}
 	}
 	return v
+}
+
+// checkHeaders applies the rule the HTTP/1.1 and HTTP/2 transports apply
+// before they send a request (httpguts): a name is a token, a value has no
+// control character but tab. It names the header, never its value (a
+// custom header may hold a credential).
+func checkHeaders(h http.Header) error {
+	for name, values := range h {
+		if !httpguts.ValidHeaderFieldName(name) {
+			return fmt.Errorf("header name %q is not a valid HTTP token", name)
+		}
+		for _, v := range values {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return fmt.Errorf("the %s header's value has a control character, which HTTP does not allow", name)
+			}
+		}
+	}
+	return nil
 }
 
 func describeTransportError(err error, timeout time.Duration) error {

@@ -270,3 +270,37 @@ func TestSendDoesNotFollowRedirects(t *testing.T) {
 		t.Fatalf("redirect target got %d requests, want 0", n)
 	}
 }
+
+// TestSendUnsendableEventIsTheEventsFault: an event whose values cannot
+// go on the wire (a control character in its content type, from an
+// archive written before ingest refused it) is never sent, and the
+// failure is the event's: it must not read as a connection error, which
+// would cut its destination's budget for every customer. Values a
+// header can carry once escaped (lane, type) are sent.
+func TestSendUnsendableEventIsTheEventsFault(t *testing.T) {
+	srv, got := partner(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	s := delivery.NewSender("ua", loopbackOnly)
+	for _, ct := range []string{"application/json; x=\"\x01\"", "application/json; x=\"\x7f\"", "text/plain\x1b"} {
+		ev := event()
+		ev.ContentType = ct
+		res := s.Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL+"/hook"), Event: ev, Attempt: 1, Timeout: 5 * time.Second})
+		if res.OK() || !res.NotSent || res.DestinationFault() || res.Status != 0 {
+			t.Fatalf("content type %q: %+v (destination fault %v), want not sent and the event's fault", ct, res, res.DestinationFault())
+		}
+		if !strings.Contains(res.Err.Error(), "Content-Type") {
+			t.Fatalf("content type %q: error %q does not name the header", ct, res.Err)
+		}
+	}
+	if len(got) != 0 {
+		t.Fatalf("the partner got %d requests, want none", len(got))
+	}
+	ev := event()
+	ev.LaneKey, ev.Type = "user\x01\x7f", "order.\x00created"
+	res := s.Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL+"/hook"), Event: ev, Attempt: 1, Timeout: 5 * time.Second})
+	if !res.OK() {
+		t.Fatalf("controls in lane and type: %+v, want sent (escaped)", res)
+	}
+	if r := <-got; r.header.Get("Rivora-Lane") != "UTF-8''user%01%7F" || r.header.Get("Rivora-Event-Type") != "UTF-8''order.%00created" {
+		t.Fatalf("lane %q, type %q: want their RFC 5987 forms", r.header.Get("Rivora-Lane"), r.header.Get("Rivora-Event-Type"))
+	}
+}

@@ -123,7 +123,7 @@ func TestSendRefusesNamesResolvingToDeniedAddresses(t *testing.T) {
 	}
 	refused := func(res delivery.Result, want string) {
 		t.Helper()
-		if res.OK() || !res.Refused || res.Status != 0 {
+		if res.OK() || !res.NotSent || res.Status != 0 {
 			t.Fatalf("result %+v, want a refusal by the guard", res)
 		}
 		if res.Err.Error() != want {
@@ -162,7 +162,7 @@ func TestSendRefusesDeniedLiterals(t *testing.T) {
 	s := delivery.NewSender("ua", nil)
 	for _, u := range []string{"http://169.254.169.254/latest/meta-data/", "http://[::ffff:169.254.169.254]/", "http://[fe80::1%25lo]:80/", "http://0.0.0.0:9/"} {
 		res := s.Send(context.Background(), delivery.Request{Endpoint: endpoint(t, u), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
-		if !res.Refused || !strings.HasPrefix(res.Err.Error(), "refused by SSRF guard: ") {
+		if !res.NotSent || !strings.HasPrefix(res.Err.Error(), "refused by SSRF guard: ") {
 			t.Errorf("%s: %+v, want refused by the guard", u, res)
 		}
 	}
@@ -176,7 +176,7 @@ func TestSendUnresolvableName(t *testing.T) {
 	s := delivery.NewSender("ua", nil, delivery.WithResolver(dns.resolver()))
 	res := s.Send(context.Background(), delivery.Request{Endpoint: endpoint(t, "http://nowhere.rivora.test/"), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
 	var dnsErr *net.DNSError
-	if res.Refused || !res.DestinationFault() || !errors.As(res.Err, &dnsErr) || !dnsErr.IsNotFound {
+	if res.NotSent || !res.DestinationFault() || !errors.As(res.Err, &dnsErr) || !dnsErr.IsNotFound {
 		t.Fatalf("%+v, want a not-found DNS error counted against the destination", res)
 	}
 }

@@ -33,9 +33,14 @@ func TestResultDestinationFault(t *testing.T) {
 		{"400 bad request", failed(400), false},
 		{"404 not found", failed(404), false},
 		{"410 gone", failed(410), false},
-		{"500 internal error", failed(500), false},
-		{"501 not implemented", failed(501), false},
-		{"599", failed(599), false},
+		// A partner whose app crashed answers 500 to everything, a CDN
+		// 52x: whether one payload is to blame is for OtherwiseHealthy.
+		{"500 internal error", failed(500), true},
+		{"501 not implemented", failed(501), true},
+		{"520 (a CDN's)", failed(520), true},
+		{"599", failed(599), true},
+		// A request never sent is the event's, whatever its error.
+		{"not sent", delivery.Result{Err: errors.New("build request"), NotSent: true}, false},
 	}
 	for _, c := range cases {
 		if got := c.res.DestinationFault(); got != c.want {

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"golang.org/x/net/http/httpguts"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -486,14 +487,16 @@ func ReplayDedupID(dl *rivorav1.DeadLetter) string {
 const maxContentTypeLen = 256
 
 // validateContentType accepts a media type as a header can carry it: a
-// bad one (a CR/LF, no type/subtype) would fail every attempt of the
-// event and throttle its destination for every customer.
+// bad one (a control character, no type/subtype) could never be sent.
+// The rule is the one Go's HTTP transports apply to a header value
+// (httpguts), checked before mime.ParseMediaType, which lets controls
+// through inside a quoted parameter.
 func validateContentType(ct string) error {
 	if len(ct) > maxContentTypeLen {
 		return fmt.Errorf("content_type is %d bytes; the limit is %d", len(ct), maxContentTypeLen)
 	}
-	if strings.ContainsAny(ct, "\r\n\x00") {
-		return errors.New("content_type must not contain CR, LF or NUL")
+	if !httpguts.ValidHeaderFieldValue(ct) {
+		return errors.New("content_type must not contain control characters (CR, LF, NUL, DEL or any other below 0x20 but tab)")
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || !strings.Contains(mt, "/") {

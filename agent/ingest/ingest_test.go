@@ -299,7 +299,11 @@ func TestPublishValidation(t *testing.T) {
 		{"idempotency key with a space", func(r *rivorav1.PublishRequest) { r.IdempotencyKey = "order 1" }, []string{"idempotency_key", `' '`, "use letters, digits, '_', '-' and ':'"}},
 		{"idempotency key with a dot", func(r *rivorav1.PublishRequest) { r.IdempotencyKey = "order.1" }, []string{"idempotency_key", `'.'`}},
 		{"long idempotency key", func(r *rivorav1.PublishRequest) { r.IdempotencyKey = strings.Repeat("i", 129) }, []string{"idempotency_key is 129 bytes", "limit is 128"}},
-		{"content type with CR/LF", func(r *rivorav1.PublishRequest) { r.ContentType = "application/json\r\nx-injected: 1" }, []string{"content_type must not contain CR, LF or NUL"}},
+		{"content type with CR/LF", func(r *rivorav1.PublishRequest) { r.ContentType = "application/json\r\nx-injected: 1" }, []string{"content_type must not contain control characters"}},
+		// mime.ParseMediaType lets these through in a quoted parameter;
+		// no HTTP transport sends them.
+		{"content type with a control in a quoted parameter", func(r *rivorav1.PublishRequest) { r.ContentType = "application/json; x=\"\x01\"" }, []string{"content_type must not contain control characters"}},
+		{"content type with DEL in a quoted parameter", func(r *rivorav1.PublishRequest) { r.ContentType = "application/json; x=\"\x7f\"" }, []string{"content_type must not contain control characters"}},
 		{"content type that is no media type", func(r *rivorav1.PublishRequest) { r.ContentType = "json" }, []string{`content_type "json" is not a media type`}},
 		{"long content type", func(r *rivorav1.PublishRequest) { r.ContentType = "text/" + strings.Repeat("x", 300) }, []string{"content_type is 305 bytes", "limit is 256"}},
 		{"no body", func(r *rivorav1.PublishRequest) { r.Payload = nil }, []string{"the event has no body: set payload (bytes) or data (a JSON value)"}},

@@ -49,7 +49,8 @@ const (
 // ---- partner ---------------------------------------------------------------
 
 // partner is a webhook receiver on 127.0.0.1. fail decides, per request,
-// whether to answer failStatus (500 unless set) instead of 200.
+// whether to answer failStatus (400, a payload the partner refuses, unless
+// set) instead of 200.
 type partner struct {
 	srv        *httptest.Server
 	failStatus int
@@ -66,7 +67,7 @@ type hit struct {
 }
 
 func newPartner(t *testing.T, fail func(id string, n int) bool) *partner {
-	p := &partner{fail: fail, seen: make(map[string]int), failStatus: http.StatusInternalServerError}
+	p := &partner{fail: fail, seen: make(map[string]int), failStatus: http.StatusBadRequest}
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		id := r.Header.Get("webhook-id")
@@ -442,7 +443,7 @@ func TestDeadLetterWaitsForArchive(t *testing.T) {
 	if err := proto.Unmarshal(raw.Data, dl); err != nil {
 		t.Fatal(err)
 	}
-	if dl.GetEvent().GetEventId() != deadID || dl.GetAttempts() != 2 || dl.GetLastStatus() != 500 || dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS {
+	if dl.GetEvent().GetEventId() != deadID || dl.GetAttempts() != 2 || dl.GetLastStatus() != 400 || dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS {
 		t.Fatalf("ledger dead letter = %v", dl)
 	}
 	n.stop()
@@ -588,7 +589,7 @@ func TestSkipHeadDeadLettersManual(t *testing.T) {
 	n.run(true)
 	eventually.True(t, "the poison head fails", 10*time.Second, func() bool {
 		l := n.sched.ListLanes("orders", scheduler.LaneFilter{Stuck: true, Limit: 10})
-		return len(l.Lanes) == 1 && l.Lanes[0].HeadEventID == poison && l.Lanes[0].Depth == 2 && l.Lanes[0].Head.LastStatus == 500
+		return len(l.Lanes) == 1 && l.Lanes[0].HeadEventID == poison && l.Lanes[0].Depth == 2 && l.Lanes[0].Head.LastStatus == 400
 	})
 	id := lanes.ID{Destination: "orders", Customer: "acme", Key: "u1"}
 	var att *scheduler.Attempt
@@ -615,7 +616,7 @@ func TestSkipHeadDeadLettersManual(t *testing.T) {
 		}
 		return len(letters) > 0
 	})
-	if len(letters) != 1 || letters[0].GetEvent().GetEventId() != poison || letters[0].GetReason() != rivorav1.DeadReason_DEAD_REASON_MANUAL || letters[0].GetLastStatus() != 500 {
-		t.Fatalf("archive holds %v, want %s with reason manual and last status 500", letters, poison)
+	if len(letters) != 1 || letters[0].GetEvent().GetEventId() != poison || letters[0].GetReason() != rivorav1.DeadReason_DEAD_REASON_MANUAL || letters[0].GetLastStatus() != 400 {
+		t.Fatalf("archive holds %v, want %s with reason manual and last status 400", letters, poison)
 	}
 }

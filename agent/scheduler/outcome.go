@@ -11,9 +11,9 @@ import (
 
 // Observe feeds one attempt's result into its destination's budget:
 // status is the HTTP status (0: no response); destinationFault marks
-// failures that are the destination's (429, 502/503/504, 408/409/425,
-// timeouts, connection errors) as opposed to the event's (a 500 or another
-// 4xx). Call it before Succeeded, Retry or Dead. When the destination
+// failures that are the destination's (429, any 5xx, 408/409/425,
+// timeouts, connection errors) as opposed to the event's (another 4xx, a
+// request never sent). Call it before Succeeded, Retry or Dead. When the destination
 // recovers, lanes held back only by its failures become due at once, paced
 // by the budget.
 //
@@ -79,7 +79,7 @@ func (s *Scheduler) releaseHeld(d *destination, now time.Time) {
 
 // OtherwiseHealthy reports whether a's destination is healthy apart from
 // a's own lane, which decides whether a failure of a that is the
-// destination's (429, 502/503/504, 408/409/425, timeout, connection
+// destination's (429, any 5xx, 408/409/425, timeout, connection
 // error) counts against the event's max_attempts. Call it after Observe.
 //
 // The budget's health (healthy → degraded → parked) cannot say it alone:
