@@ -414,10 +414,12 @@ func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	publish, batch := a.gateway.RequestLimits()
 	path, batchHandler := rivorav1connect.NewIngestServiceHandler(a.gateway, slices.Concat(ingestOpts, []connect.HandlerOption{bounds.ReadMax(batch)})...)
 	_, publishHandler := rivorav1connect.NewIngestServiceHandler(a.gateway, slices.Concat(ingestOpts, []connect.HandlerOption{bounds.ReadMax(publish)})...)
-	mux.Handle(path, bounds.Handler(batch, batchHandler))
-	mux.Handle(rivorav1connect.IngestServicePublishProcedure, bounds.Handler(publish, publishHandler))
+	// The door checks the caller from the headers, before a body is read.
+	guarded := func(limit int, h http.Handler) http.Handler { return auth.Door(a.cfg.Keys, nil, bounds.Handler(limit, h)) }
+	mux.Handle(path, guarded(batch, batchHandler))
+	mux.Handle(rivorav1connect.IngestServicePublishProcedure, guarded(publish, publishHandler))
 	opts = append(opts, bounds.ReadMax(bounds.DefaultMessage))
-	handle := func(path string, h http.Handler) { mux.Handle(path, bounds.Handler(bounds.DefaultMessage, h)) }
+	handle := func(path string, h http.Handler) { mux.Handle(path, guarded(bounds.DefaultMessage, h)) }
 	handle(rivorav1connect.NewEventServiceHandler(&eventService{a: a}, opts...))
 	handle(rivorav1connect.NewLaneServiceHandler(&laneService{a: a}, opts...))
 	handle(rivorav1connect.NewPartitionServiceHandler(&partitionService{a: a}, opts...))

@@ -300,7 +300,7 @@ func TestLaneOrderAndFailingHeadWaits(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !othersDone {
-			return 500
+			return 400
 		}
 		return 200
 	})
@@ -319,12 +319,12 @@ func TestLaneOrderAndFailingHeadWaits(t *testing.T) {
 		return p.allDelivered(map[string][]string{"u1": want["u1"], "u2": want["u2"]})
 	})
 	if got := p.delivered()["blocked"]; len(got) != 0 {
-		t.Fatalf("blocked lane delivered %v while its partner answered 500", got)
+		t.Fatalf("blocked lane delivered %v while its partner answered 400", got)
 	}
 	head := ag.waitEvent(want["blocked"][0], "failed head pending with a retry time", func(r *rivorav1.GetEventResponse) bool {
 		return r.GetState() == rivorav1.EventState_EVENT_STATE_PENDING && len(r.GetAttempts()) >= 1 && r.GetNextAttemptAt() != nil
 	})
-	if a := head.GetAttempts()[0]; a.GetStatusCode() != 500 || a.GetError() != "HTTP 500: partner says no" || a.GetNumber() != 1 {
+	if a := head.GetAttempts()[0]; a.GetStatusCode() != 400 || a.GetError() != "HTTP 400: partner says no" || a.GetNumber() != 1 {
 		t.Fatalf("first attempt recorded as %v", a)
 	}
 	second := ag.waitEvent(want["blocked"][1], "second event waiting behind the head", func(r *rivorav1.GetEventResponse) bool {
@@ -369,7 +369,7 @@ func TestLaneOrderAndFailingHeadWaits(t *testing.T) {
 	}
 }
 
-// max_attempts 2: the head dies after its second 500, is archived as a
+// max_attempts 2: the head dies after its second 400, is archived as a
 // dead letter under DataDir/archive, and the lane continues.
 func TestDeadLetterArchivedAndLaneContinues(t *testing.T) {
 	t.Parallel()
@@ -379,7 +379,7 @@ func TestDeadLetterArchivedAndLaneContinues(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		if r.id == deadID {
-			return 500
+			return 400
 		}
 		return 200
 	})
@@ -414,8 +414,8 @@ func TestDeadLetterArchivedAndLaneContinues(t *testing.T) {
 		t.Fatalf("archive holds %d dead letters, want 1", len(letters))
 	}
 	dl := letters[0]
-	if dl.GetEvent().GetEventId() != deadID || dl.GetAttempts() != 2 || dl.GetLastStatus() != 500 ||
-		dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS || dl.GetLastError() != "HTTP 500: partner says no" ||
+	if dl.GetEvent().GetEventId() != deadID || dl.GetAttempts() != 2 || dl.GetLastStatus() != 400 ||
+		dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS || dl.GetLastError() != "HTTP 400: partner says no" ||
 		dl.GetEvent().GetLaneKey() != "u1" || len(dl.GetEvent().GetPayload()) == 0 || dl.GetFirstAttemptAt() == nil || dl.GetDeadAt() == nil {
 		t.Fatalf("dead letter = %v", dl)
 	}
@@ -440,9 +440,9 @@ func TestDeadLetterArchivedAndLaneContinues(t *testing.T) {
 // the restarted agent finds it up; the head's attempt count carries over.
 func TestRestartResumesFromStore(t *testing.T) {
 	t.Parallel()
-	// 500: the event's fault, so each failure is a charged attempt (a
+	// 400: the event's fault, so each failure is a charged attempt (a
 	// destination that is down would cost none).
-	p := newPartner(t, func(request, int) int { return http.StatusInternalServerError })
+	p := newPartner(t, func(request, int) int { return http.StatusBadRequest })
 	dir := t.TempDir()
 	ag := startAgent(t, dir)
 	ag.create(destination("orders", p.srv.URL, 50))
@@ -520,7 +520,7 @@ func TestRestartResumesFromStore(t *testing.T) {
 		t.Fatalf("GetEvent lists %d attempts, want %d", n, failures+1)
 	}
 	for i, a := range got.GetAttempts() {
-		wantStatus := int32(500)
+		wantStatus := int32(400)
 		if i == failures {
 			wantStatus = 200
 		}

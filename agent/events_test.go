@@ -27,8 +27,8 @@ func TestWaitingReason(t *testing.T) {
 		{"behind", scheduler.Location{Ahead: 3}, "behind 3 earlier events in its lane"},
 		{"in flight", scheduler.Location{InFlight: true}, ""},
 		{"never tried", scheduler.Location{}, "due: waiting for its destination's budget"},
-		{"event's fault", scheduler.Location{Head: scheduler.Head{Attempts: 1, LastStatus: 500, LastAttemptAt: parkedAt, NotBefore: later}},
-			"retry at " + later.Format(time.RFC3339) + " after HTTP 500; 1 of 8 attempts used"},
+		{"event's fault", scheduler.Location{Head: scheduler.Head{Attempts: 1, LastStatus: 400, LastAttemptAt: parkedAt, NotBefore: later}},
+			"retry at " + later.Format(time.RFC3339) + " after HTTP 400; 1 of 8 attempts used"},
 	} {
 		if got := waitingReason(c.loc, 8); got != c.want {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)

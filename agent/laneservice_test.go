@@ -24,7 +24,7 @@ func TestLanesListAndSkip(t *testing.T) {
 			first = req.id
 		}
 		if req.id == first {
-			return 500 // the lane's first event is poison
+			return 400 // the lane's first event is poison
 		}
 		return 200
 	})
@@ -42,7 +42,7 @@ func TestLanesListAndSkip(t *testing.T) {
 			t.Fatalf("ListLanes: %v", err)
 		}
 		stuck = resp.Msg
-		return len(stuck.GetLanes()) == 1 && stuck.GetLanes()[0].GetLastStatus() == 500
+		return len(stuck.GetLanes()) == 1 && stuck.GetLanes()[0].GetLastStatus() == 400
 	})
 	l := stuck.GetLanes()[0]
 	if l.GetCustomerId() != "acme" || l.GetLaneKey() != "u1" || l.GetDepth() != 2 || l.GetHeadEventId() != poison || l.GetHeadAttempts() < 1 || l.GetHeadSince() == nil || stuck.GetMatched() != 1 {

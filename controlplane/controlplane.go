@@ -275,7 +275,7 @@ func (cp *ControlPlane) Handle(mux *http.ServeMux, opts ...connect.HandlerOption
 // follower's.
 func (cp *ControlPlane) handle(mux *http.ServeMux, gate func() error, opts ...connect.HandlerOption) {
 	opts = cp.gated(gate, opts)
-	handle := boundedHandle(mux)
+	handle := cp.boundedHandle(mux, gate)
 	handle(rivorav1connect.NewAdminServiceHandler(&adminHandler{cp: cp}, opts...))
 	handle(rivorav1connect.NewTokenServiceHandler(&tokenHandler{cp: cp}, opts...))
 	path, agents := rivorav1connect.NewAgentServiceHandler(&agentHandler{cp: cp}, opts...)
@@ -296,11 +296,15 @@ func (cp *ControlPlane) gated(gate func() error, opts []connect.HandlerOption) [
 	}, opts...)
 }
 
-// boundedHandle registers handlers on mux with their raw bodies bounded
-// like their messages (bounds.DefaultMessage: no control-plane request
-// carries a payload).
-func boundedHandle(mux *http.ServeMux) func(string, http.Handler) {
-	return func(path string, h http.Handler) { mux.Handle(path, bounds.Handler(bounds.DefaultMessage, h)) }
+// boundedHandle registers handlers on mux behind the door (auth.Door: the
+// leader gate, then the caller's token and role, from the headers alone)
+// with their raw bodies bounded like their messages (bounds.DefaultMessage:
+// no control-plane request carries a payload).
+func (cp *ControlPlane) boundedHandle(mux *http.ServeMux, gate func() error) func(string, http.Handler) {
+	door := func() error { return asConnect(gate()) }
+	return func(path string, h http.Handler) {
+		mux.Handle(path, auth.Door(cp.keys, door, bounds.Handler(bounds.DefaultMessage, h)))
+	}
 }
 
 // HandleOperator registers the operator services agents serve for what
@@ -316,7 +320,7 @@ func (cp *ControlPlane) HandleOperator(mux *http.ServeMux, opts ...connect.Handl
 
 func (cp *ControlPlane) handleOperator(mux *http.ServeMux, gate func() error, opts ...connect.HandlerOption) {
 	opts = cp.gated(gate, opts)
-	handle := boundedHandle(mux)
+	handle := cp.boundedHandle(mux, gate)
 	handle(rivorav1connect.NewEventServiceHandler(cp.operator, opts...))
 	handle(rivorav1connect.NewLaneServiceHandler(cp.operator, opts...))
 	handle(rivorav1connect.NewArchiveServiceHandler(cp.operator, opts...))

@@ -406,8 +406,8 @@ func TestDeadLetterReplayMinIOArchive(t *testing.T) {
 	})
 }
 
-// runDeadLetterReplay: max_attempts 2, partner answering 500, 30 events
-// over 3 lanes → exactly 60 attempts, 30 dead letters with last status 500;
+// runDeadLetterReplay: max_attempts 2, partner answering 400, 30 events
+// over 3 lanes → exactly 60 attempts, 30 dead letters with last status 400;
 // partner recovers; `rivoractl replay` delivers all 30 in lane order,
 // marked replayed.
 func runDeadLetterReplay(t *testing.T, d *devProc, dest string) {
@@ -415,7 +415,7 @@ func runDeadLetterReplay(t *testing.T, d *devProc, dest string) {
 	const customer = "cust-replay"
 	h := newHookServer(t)
 	failing, recovered := newPartner(t), newPartner(t)
-	failing.SetStatus(http.StatusInternalServerError)
+	failing.SetStatus(http.StatusBadRequest)
 	h.use(failing)
 	h.register(t, d, dest, &rivorav1.Limits{MaxAttempts: 2}, failing, recovered)
 
@@ -459,8 +459,8 @@ func runDeadLetterReplay(t *testing.T, d *devProc, dest string) {
 		if e.DestinationID != dest || e.CustomerID != customer || e.LaneKey != lanes[e.EventID] {
 			t.Errorf("dlq list entry %s: destination %q customer %q lane %q, want %q %q %q", e.EventID, e.DestinationID, e.CustomerID, e.LaneKey, dest, customer, lanes[e.EventID])
 		}
-		if e.Attempts != 2 || e.LastStatus != 500 {
-			t.Errorf("dlq list entry %s: attempts %d lastStatus %d, want 2 and 500", e.EventID, e.Attempts, e.LastStatus)
+		if e.Attempts != 2 || e.LastStatus != 400 {
+			t.Errorf("dlq list entry %s: attempts %d lastStatus %d, want 2 and 400", e.EventID, e.Attempts, e.LastStatus)
 		}
 		if e.Reason != "max_attempts" {
 			t.Errorf("dlq list entry %s: reason %q, want max_attempts", e.EventID, e.Reason)
@@ -482,8 +482,8 @@ func runDeadLetterReplay(t *testing.T, d *devProc, dest string) {
 		if dl.GetEvent().GetEventId() != id || !bytes.Equal(dl.GetEvent().GetPayload(), pub.Payloads[id]) {
 			t.Errorf("dlq show %s -o json: event %q payload %q, want payload %q", id, dl.GetEvent().GetEventId(), dl.GetEvent().GetPayload(), pub.Payloads[id])
 		}
-		if dl.GetAttempts() != 2 || dl.GetLastStatus() != 500 {
-			t.Errorf("dlq show %s: attempts %d last status %d, want 2 and 500", id, dl.GetAttempts(), dl.GetLastStatus())
+		if dl.GetAttempts() != 2 || dl.GetLastStatus() != 400 {
+			t.Errorf("dlq show %s: attempts %d last status %d, want 2 and 400", id, dl.GetAttempts(), dl.GetLastStatus())
 		}
 		text := rivoractl(t, d, "dlq", "show", id)
 		if !strings.Contains(text, string(pub.Payloads[id])) {
@@ -570,7 +570,7 @@ func TestMinIODownDeadLettersWaitThenArchivedOnce(t *testing.T) {
 	d := startDev(t, devOptions{Args: m.DevArgs(replayBucket)})
 	const dest, customer = "dlq-down", "cust-down"
 	p := newPartner(t)
-	p.SetStatus(http.StatusInternalServerError)
+	p.SetStatus(http.StatusBadRequest)
 	createDestination(t, d, dest, p, "", &rivorav1.Limits{MaxAttempts: 1})
 	c := d.SDK()
 
@@ -621,8 +621,8 @@ func TestMinIODownDeadLettersWaitThenArchivedOnce(t *testing.T) {
 		}
 	}
 	for _, e := range list {
-		if e.Attempts != 1 || e.LastStatus != 500 || e.Reason != "max_attempts" {
-			t.Errorf("dead letter %s: attempts %d lastStatus %d reason %q, want 1, 500, max_attempts", e.EventID, e.Attempts, e.LastStatus, e.Reason)
+		if e.Attempts != 1 || e.LastStatus != 400 || e.Reason != "max_attempts" {
+			t.Errorf("dead letter %s: attempts %d lastStatus %d reason %q, want 1, 400, max_attempts", e.EventID, e.Attempts, e.LastStatus, e.Reason)
 		}
 	}
 	if st := dlqStats(t, d, dest); st.GetTotal() != 60 {
@@ -656,7 +656,7 @@ func TestReplayInterruptedResumesWithoutResending(t *testing.T) {
 	const dest, customer, total = "dlq-resume", "cust-resume", 3000
 	h := newHookServer(t)
 	failing, recovered := newPartner(t), newPartner(t)
-	failing.SetStatus(http.StatusInternalServerError)
+	failing.SetStatus(http.StatusBadRequest)
 	h.use(failing)
 	h.register(t, d, dest, &rivorav1.Limits{MaxAttempts: 1, RatePerSecond: 5000, Burst: 5000, MaxInFlight: 64}, failing, recovered)
 
@@ -808,7 +808,7 @@ read:
 // Dead letters of one lane die in lane order but land in different archive
 // objects, mixed with other lanes' dead letters. Replay must still re-ingest
 // each lane in its original order, whatever the objects are named after.
-// Two timelines (max_attempts 1, partner 500, payloads say how long the
+// Two timelines (max_attempts 1, partner 400, payloads say how long the
 // partner holds each attempt; the archiver batches what died within about a
 // second):
 //
@@ -834,7 +834,7 @@ func TestReplayLaneOrderAcrossArchiveBatches(t *testing.T) {
 			const customer = "cust-order"
 			h := newHookServer(t)
 			failing, recovered := newPartner(t), newPartner(t)
-			failing.SetStatus(http.StatusInternalServerError)
+			failing.SetStatus(http.StatusBadRequest)
 			h.use(failing)
 			h.holdByPayload(true)
 			h.register(t, d, dest, &rivorav1.Limits{MaxAttempts: 1}, failing, recovered)

@@ -29,7 +29,7 @@ func TestDeadLetterArchivedAndLaneAdvances(t *testing.T) {
 	ctx := ctxTimeout(t, 2*time.Minute)
 
 	p := newPartner(t)
-	p.SetStatus(http.StatusInternalServerError)
+	p.SetStatus(http.StatusBadRequest)
 	createDestination(t, d, "dl", p, "", &rivorav1.Limits{MaxAttempts: 3})
 
 	const customer, lane = "cust-dl", "user-42"
@@ -45,8 +45,8 @@ func TestDeadLetterArchivedAndLaneAdvances(t *testing.T) {
 	if got := dl.GetAttempts(); got != 3 {
 		t.Errorf("dead letter attempts = %d, want 3", got)
 	}
-	if got := dl.GetLastStatus(); got != 500 {
-		t.Errorf("dead letter last_status = %d, want 500", got)
+	if got := dl.GetLastStatus(); got != 400 {
+		t.Errorf("dead letter last_status = %d, want 400", got)
 	}
 	if got := dl.GetReason(); got != rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS {
 		t.Errorf("dead letter reason = %v, want DEAD_REASON_MAX_ATTEMPTS", got)
@@ -113,8 +113,8 @@ func TestDeadLetterArchivedAndLaneAdvances(t *testing.T) {
 		t.Errorf("GetEvent(dead) lists %d attempts, want 3", n)
 	}
 	for i, a := range deadResp.GetAttempts() {
-		if a.GetStatusCode() != 500 {
-			t.Errorf("GetEvent(dead) attempt %d status %d, want 500", i+1, a.GetStatusCode())
+		if a.GetStatusCode() != 400 {
+			t.Errorf("GetEvent(dead) attempt %d status %d, want 400", i+1, a.GetStatusCode())
 		}
 	}
 	if deadResp.GetDestinationId() != "dl" || deadResp.GetLaneKey() != lane || deadResp.GetCustomerId() != customer {

@@ -119,7 +119,7 @@ func TestEventsListAndResendDelivered(t *testing.T) {
 	// A pending event is listed pending, with its type and its head's last
 	// failure, and is not resent: it will be delivered.
 	stuck := newPartner(t)
-	stuck.SetStatus(http.StatusInternalServerError)
+	stuck.SetStatus(http.StatusBadRequest)
 	createDestination(t, d, "evp", stuck, "", &rivorav1.Limits{MaxAttempts: 1000})
 	pending, err := d.SDK().Publish(ctx, sdk.Event{Destination: "evp", Customer: "acme", Lane: "user-9", Type: "order.stuck", Payload: []byte(`{}`)})
 	if err != nil {
@@ -133,7 +133,7 @@ func TestEventsListAndResendDelivered(t *testing.T) {
 			return false
 		}
 		pl = l.GetEvents()[0]
-		return pl.GetLastStatus() == 500
+		return pl.GetLastStatus() == 400
 	})
 	if pl.GetEventId() != pending || pl.GetType() != "order.stuck" || pl.GetCustomerId() != "acme" || pl.GetLaneKey() != "user-9" || pl.GetAttempts() < 1 {
 		t.Fatalf("events list --state pending = %v; want %s, type order.stuck, acme/user-9, its attempts", pl, pending)
@@ -200,7 +200,7 @@ func TestEventsResendDeadLetter(t *testing.T) {
 	}
 	d := startDev(t, devOptions{})
 	p := newPartner(t)
-	p.SetStatus(http.StatusInternalServerError)
+	p.SetStatus(http.StatusBadRequest)
 	createDestination(t, d, "evd", p, "", &rivorav1.Limits{MaxAttempts: 2})
 	id, err := d.SDK().Publish(ctxTimeout(t, 30*time.Second), sdk.Event{Destination: "evd", Customer: "acme", Lane: "user-2", Type: "order.paid", Payload: []byte(`{"dead":true}`)})
 	if err != nil {
@@ -211,8 +211,8 @@ func TestEventsResendDeadLetter(t *testing.T) {
 
 	l := waitListed(t, d, 1, "--destination", "evd", "--state", "dead")
 	ev := l.GetEvents()[0]
-	if ev.GetEventId() != id || ev.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS || ev.GetAttempts() != 2 || ev.GetLastStatus() != 500 || ev.GetLastError() == "" {
-		t.Fatalf("events list --state dead = %v; want %s, max attempts, 2 attempts, last status 500 with its error", ev, id)
+	if ev.GetEventId() != id || ev.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS || ev.GetAttempts() != 2 || ev.GetLastStatus() != 400 || ev.GetLastError() == "" {
+		t.Fatalf("events list --state dead = %v; want %s, max attempts, 2 attempts, last status 400 with its error", ev, id)
 	}
 
 	p.SetHealthy()

@@ -15,7 +15,7 @@ import (
 	"github.com/rivora/rivora/sdk"
 )
 
-// newPoisonPartner is a partner that answers 500 to every request whose
+// newPoisonPartner is a partner that answers 400 to every request whose
 // payload contains poison and handles the rest as newPartner does.
 func newPoisonPartner(t testing.TB, poison []byte) *partner {
 	t.Helper()
@@ -28,7 +28,7 @@ func newPoisonPartner(t testing.TB, poison []byte) *partner {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		if bytes.Contains(body, poison) {
-			p.refuse(w, r, http.StatusInternalServerError)
+			p.refuse(w, r, http.StatusBadRequest)
 			return
 		}
 		p.serve(w, r)
@@ -68,7 +68,7 @@ func TestLanesListStuckAndSkip(t *testing.T) {
 		if err := protojson.Unmarshal([]byte(rivoractl(t, d, "lanes", "list", "--destination", "lanes", "--stuck", "-o", "json")), resp); err != nil {
 			t.Fatalf("lanes list -o json: %v", err)
 		}
-		if len(resp.GetLanes()) != 1 || resp.GetLanes()[0].GetLastStatus() != 500 {
+		if len(resp.GetLanes()) != 1 || resp.GetLanes()[0].GetLastStatus() != 400 {
 			return false
 		}
 		stuck = resp.GetLanes()[0]
@@ -78,7 +78,7 @@ func TestLanesListStuckAndSkip(t *testing.T) {
 		t.Fatalf("stuck lane = %v, want acme/user-42 of depth 2 behind %s", stuck, poison)
 	}
 	table := rivoractl(t, d, "lanes", "list", "--destination", "lanes", "--stuck")
-	for _, s := range []string{"CUSTOMER", "WAITING", "user-42", poison, "500"} {
+	for _, s := range []string{"CUSTOMER", "WAITING", "user-42", poison, "400"} {
 		if !strings.Contains(table, s) {
 			t.Errorf("lanes list table lacks %q:\n%s", s, table)
 		}
@@ -100,8 +100,8 @@ func TestLanesListStuckAndSkip(t *testing.T) {
 	p.WaitDelivered(t, []string{next}, 30*time.Second)
 
 	dl := waitDeadLetter(t, d.DataDir(), "lanes", poison, 30*time.Second)
-	if dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_MANUAL || dl.GetLastStatus() != 500 {
-		t.Errorf("dead letter = reason %v, last status %d; want manual, 500", dl.GetReason(), dl.GetLastStatus())
+	if dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_MANUAL || dl.GetLastStatus() != 400 {
+		t.Errorf("dead letter = reason %v, last status %d; want manual, 400", dl.GetReason(), dl.GetLastStatus())
 	}
 	var dlq []struct{ EventID, Reason string }
 	if err := json.Unmarshal([]byte(rivoractl(t, d, "dlq", "list", "--destination", "lanes", "-o", "json")), &dlq); err != nil {

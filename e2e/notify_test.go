@@ -158,10 +158,10 @@ func TestOperatorWebhook(t *testing.T) {
 	flaky.SetHealthy()
 	eventually.True(t, "destination.recovered for flaky", 30*time.Second, func() bool { return len(op.accepted("destination.recovered", "flaky")) > 0 })
 
-	// Dead letters: a partner answering 500 with max_attempts 1: five
+	// Dead letters: a partner refusing every payload (400) with max_attempts 1: five
 	// events die at once and make one notice.
 	broken := newPartner(t)
-	broken.SetStatus(http.StatusInternalServerError)
+	broken.SetStatus(http.StatusBadRequest)
 	createDestination(t, d, "broken", broken, "", &rivorav1.Limits{MaxAttempts: 1})
 	dead := map[string]bool{}
 	for range 5 {
@@ -237,7 +237,7 @@ func TestCellOperatorWebhook(t *testing.T) {
 	r := c.rig()
 
 	broken := newPartner(t)
-	broken.SetStatus(http.StatusInternalServerError)
+	broken.SetStatus(http.StatusBadRequest)
 	r.createDestination(t, "broken", broken, &rivorav1.Limits{MaxAttempts: 1})
 	gone := newPartner(t)
 	gone.SetStatus(http.StatusGone)

@@ -66,7 +66,7 @@ func TestCellOperatorOneAddress(t *testing.T) {
 	}
 	for _, d := range dests {
 		d.partner.WaitDelivered(t, d.delivered, 60*time.Second)
-		d.partner.SetStatus(http.StatusInternalServerError)
+		d.partner.SetStatus(http.StatusBadRequest)
 		d.dead = publishN(t, publisher, d.id, "bad", 2)
 	}
 
@@ -95,8 +95,8 @@ func TestCellOperatorOneAddress(t *testing.T) {
 		for _, d := range dests {
 			list := waitDLQAt(t, cp, d.id, len(d.dead), 90*time.Second)
 			for _, e := range list {
-				if !slices.Contains(d.dead, e.EventID) || e.LaneKey != "bad" || e.LastStatus != 500 {
-					t.Errorf("dlq list --destination %s (owner %s): %s on lane %q, last status %d; want one of %v, lane bad, 500", d.id, d.owner, e.EventID, e.LaneKey, e.LastStatus, d.dead)
+				if !slices.Contains(d.dead, e.EventID) || e.LaneKey != "bad" || e.LastStatus != 400 {
+					t.Errorf("dlq list --destination %s (owner %s): %s on lane %q, last status %d; want one of %v, lane bad, 400", d.id, d.owner, e.EventID, e.LaneKey, e.LastStatus, d.dead)
 				}
 			}
 		}
@@ -134,13 +134,13 @@ func TestCellOperatorOneAddress(t *testing.T) {
 
 	// The RPCs behind `rivoractl lanes` and `events list/resend`, through
 	// the control plane. A stuck lane on the last agent: its head fails
-	// (500, retried for long) and two events wait behind it.
+	// (400, retried for long) and two events wait behind it.
 	lanesClient := rivorav1connect.NewLaneServiceClient(authedHTTP, cp)
 	eventsClient := rivorav1connect.NewEventServiceClient(authedHTTP, cp)
 	stuckOwner := dests[len(dests)-1].owner
 	stuckDest := destinationOwnedBy(t, c, owners, "stuck", stuckOwner)
 	stuck := newPartner(t)
-	stuck.SetStatus(http.StatusInternalServerError)
+	stuck.SetStatus(http.StatusBadRequest)
 	r.createDestination(t, stuckDest, stuck, &rivorav1.Limits{MaxAttempts: 1000})
 	stuckIDs := publishN(t, publisher, stuckDest, "stuck", 3)
 	waitFor(t, 30*time.Second, "the stuck lane's head attempted", func() bool { return stuck.AttemptsOf(stuckIDs[0]) >= 1 })
@@ -168,8 +168,8 @@ func TestCellOperatorOneAddress(t *testing.T) {
 		if out, errOut, err := runCtl(cp, "lanes", "list", "--destination", stuckDest, "--stuck", "-o", "json"); err != nil || !strings.Contains(out, stuckIDs[0]) {
 			t.Errorf("rivoractl lanes list --destination %s --stuck through the control plane: err %v, stdout %q, stderr %q; want its head %s", stuckDest, err, out, errOut, stuckIDs[0])
 		}
-		if lane.GetDepth() != 3 || lane.GetHeadEventId() != stuckIDs[0] || lane.GetLastStatus() != 500 || lane.GetHeadAttempts() < 1 || lane.GetHeadSince() == nil {
-			t.Errorf("stuck lane: depth %d head %s attempts %d last status %d head since %v; want depth 3, head %s, ≥1 attempt, 500, a time",
+		if lane.GetDepth() != 3 || lane.GetHeadEventId() != stuckIDs[0] || lane.GetLastStatus() != 400 || lane.GetHeadAttempts() < 1 || lane.GetHeadSince() == nil {
+			t.Errorf("stuck lane: depth %d head %s attempts %d last status %d head since %v; want depth 3, head %s, ≥1 attempt, 400, a time",
 				lane.GetDepth(), lane.GetHeadEventId(), lane.GetHeadAttempts(), lane.GetLastStatus(), lane.GetHeadSince(), stuckIDs[0])
 		}
 	})
@@ -536,7 +536,7 @@ func TestOneAgentCellOperatorThroughControlPlane(t *testing.T) {
 	for _, id := range ids {
 		waitCtlEventState(t, c.cp.URL(), id, rivorav1.EventState_EVENT_STATE_DELIVERED)
 	}
-	p.SetStatus(http.StatusInternalServerError)
+	p.SetStatus(http.StatusBadRequest)
 	dead := publishN(t, r.SDK(), "solo", "bad", 1)
 	list := waitDLQAt(t, c.cp.URL(), "solo", 1, 60*time.Second)
 	if list[0].EventID != dead[0] {

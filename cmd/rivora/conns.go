@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/rivora/rivora/internal/bounds"
 )
 
 // maxConnsFlag caps the open connections of --listen.
@@ -199,7 +201,7 @@ const (
 	// http.Server.ReadTimeout, which ends no stream: on HTTP/1.1 the server
 	// lifts the read deadline once the body is read, on HTTP/2 it bounds
 	// each stream's body only (TestWatchOutlivesTheBodyTimeout).
-	bodyTimeout = time.Minute
+	bodyTimeout = bounds.MaxBodyTime
 )
 
 // serve serves mux on ln (newServer, its connections capped by
@@ -210,6 +212,11 @@ func serve(ctx context.Context, c *cli.Context, log *slog.Logger, mux *http.Serv
 		ln.Close()
 		return err
 	}
-	srv := newServer(mux)
+	inflight, err := maxInflight(c)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	srv := newServer(capInflight(inflight, log, mux))
 	return serveUntil(ctx, log, srv, capConns(srv, ln, n, log), runners...)
 }

@@ -78,6 +78,7 @@ Examples:
 			allowDestinationFlag(false),
 			pprofFlag,
 			maxConnsFlag,
+			maxInflightFlag,
 			metricsTokenFlag,
 			logLevelFlag,
 		}, append(append(append(cellFlags(), operatorFlags()...), capacityFlags()...), tlsFlags()...)...),

@@ -87,6 +87,7 @@ func agentFlags() []cli.Flag {
 		&cli.StringFlag{Name: "s3-region", EnvVars: []string{"RIVORA_S3_REGION"}, Usage: "S3 `REGION`"},
 		pprofFlag,
 		maxConnsFlag,
+		maxInflightFlag,
 		metricsTokenFlag,
 		logLevelFlag,
 	}

@@ -138,17 +138,24 @@ func baseMux(healthy func() error, withPprof bool, metricsToken string) *http.Se
 // HTTP/2: h2c on a plain listener, h2 over TLS. A connection that sends
 // no request headers within 10 s is closed, an idle keep-alive connection
 // after idleTimeout, and a request must arrive, body included, within
-// bodyTimeout.
-func newServer(mux *http.ServeMux) *http.Server {
+// bodyTimeout (an API call's body must also keep bounds.BodyPace). An
+// HTTP/2 connection carries at most maxStreams calls at once.
+func newServer(h http.Handler) *http.Server {
 	srv := &http.Server{
-		Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
+		Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: bodyTimeout, IdleTimeout: idleTimeout,
 		Protocols: new(http.Protocols),
+		HTTP2:     &http.HTTP2Config{MaxConcurrentStreams: maxStreams},
 	}
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetHTTP2(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	return srv
 }
+
+// maxStreams bounds the concurrent streams of one HTTP/2 connection
+// (Go's default is 250): a client needing more opens more connections,
+// which --max-connections bounds.
+const maxStreams = 100
 
 // listen opens addr, over TLS with tlsCfg (nil: plain), and returns the
 // listener with its base URL (https:// with TLS). Plain text on an

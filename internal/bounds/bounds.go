@@ -55,10 +55,12 @@ const DefaultMessage = 4 << 20
 // Handler bounds the raw body of h's requests to a little more than
 // maxMessage bytes, so a body that does not compress (or is not a message
 // at all) is cut on the wire; give the same maxMessage to ReadMax, which
-// bounds the message after decompression.
+// bounds the message after decompression. The body must also keep the
+// BodyPace.
 func Handler(maxMessage int, h http.Handler) http.Handler {
 	raw := rawLimit(maxMessage)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		BodyPace.Apply(w, r)
 		r.Body = http.MaxBytesReader(w, r.Body, raw)
 		h.ServeHTTP(w, r)
 	})

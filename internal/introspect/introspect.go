@@ -35,7 +35,10 @@ func Handle(mux *http.ServeMux, keys *auth.Keys, healthy func() error, services 
 		connect.WithInterceptors(auth.NewInterceptor(keys), bounds.Interceptor()),
 		bounds.ReadMax(bounds.DefaultMessage),
 	}
-	handle := func(path string, h http.Handler) { mux.Handle(path, bounds.Handler(bounds.DefaultMessage, h)) }
+	// Behind the door (auth.Door), which lets the health check through.
+	handle := func(path string, h http.Handler) {
+		mux.Handle(path, auth.Door(keys, nil, bounds.Handler(bounds.DefaultMessage, h)))
+	}
 	handle(grpcreflect.NewHandlerV1(reflector, authorized...))
 	handle(grpcreflect.NewHandlerV1Alpha(reflector, authorized...))
 	handle(grpchealth.NewHandler(&checker{healthy: healthy, services: services}, bounds.ReadMax(bounds.DefaultMessage)))
