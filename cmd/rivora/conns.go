@@ -8,11 +8,13 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/bounds"
 )
 
@@ -69,6 +71,8 @@ type connCap struct {
 	idle    *list.List                 // of *idleConn, oldest first
 	changed chan struct{}              // signalled when a connection closes or turns idle
 	evicted int
+	// refusedConns counts connections let go for their refused calls.
+	refusedConns int
 
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -79,7 +83,9 @@ type idleConn struct {
 	since time.Time
 }
 
-// capConns makes srv accept at most max connections from ln.
+// capConns makes srv accept at most max connections from ln, and close a
+// connection once maxRefusedPerConn of its calls were refused at the door
+// (auth.OnRefusal).
 func capConns(srv *http.Server, ln net.Listener, max int, log *slog.Logger) net.Listener {
 	c := &connCap{Listener: ln, max: max, log: log, open: make(map[net.Conn]*list.Element), idle: list.New(), changed: make(chan struct{}, 1), closed: make(chan struct{})}
 	prev := srv.ConnState
@@ -89,7 +95,36 @@ func capConns(srv *http.Server, ln net.Listener, max int, log *slog.Logger) net.
 			prev(conn, state)
 		}
 	}
+	srv.ConnContext = func(ctx context.Context, conn net.Conn) context.Context {
+		var refused atomic.Int32
+		return auth.OnRefusal(ctx, func() bool {
+			n := refused.Add(1)
+			if n == maxRefusedPerConn {
+				c.noteRefused()
+			}
+			return n >= maxRefusedPerConn
+		})
+	}
 	return c
+}
+
+// maxRefusedPerConn is how many calls without a valid token (auth.Door)
+// one connection may make before it is let go: a client with a wrong
+// token learns it from the first answer, and a flood of such calls over
+// HTTP/2 (a hundred streams per connection) has to pay for a new
+// connection every few calls, under --max-connections. (HTTP/1.1
+// connections are closed after every refused call.)
+const maxRefusedPerConn = 16
+
+// noteRefused counts a connection let go for its refused calls.
+func (c *connCap) noteRefused() {
+	c.mu.Lock()
+	c.refusedConns++
+	n := c.refusedConns
+	c.mu.Unlock()
+	if n == 1 || n%1000 == 0 {
+		c.log.Warn("letting go of connections that keep making calls without a valid token", "refused_calls_per_connection", maxRefusedPerConn, "closed_so_far", n)
+	}
 }
 
 // Accept waits for room under the cap, then accepts.

@@ -3,13 +3,17 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -69,4 +73,59 @@ func TestInflightCap(t *testing.T) {
 	if _, err := c.WhoAmI(context.Background(), connect.NewRequest(&rivorav1.WhoAmIRequest{})); err != nil {
 		t.Fatalf("a call once slots are back: %v", err)
 	}
+}
+
+// A connection that keeps making calls without a valid token is closed
+// after maxRefusedPerConn of them (its client has to connect again),
+// while a caller with a valid token keeps its one connection.
+func TestConnectionClosedAfterRefusedCalls(t *testing.T) {
+	keys := auth.NewKeys(auth.CellTokenOf("0123456789abcdef0123456789abcdef"))
+	token, id, err := auth.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys.SetTokens([]*rivorav1.ApiToken{{Id: id, Name: "ci", Role: rivorav1.Role_ROLE_VIEWER, Hash: auth.Hash(token)}})
+	path, h := rivorav1connect.NewTokenServiceHandler(&whoAmIOK{}, connect.WithInterceptors(auth.NewInterceptor(keys)))
+	mux := http.NewServeMux()
+	mux.Handle(path, auth.Door(keys, nil, h))
+	addr := startServer(t, time.Minute, 100, mux)
+
+	for _, c := range []struct {
+		name, token string
+		wantDials   func(int) bool
+	}{
+		{"refused", auth.TokenPrefix + "unknown", func(n int) bool { return n >= 3 }},
+		{"admitted", token, func(n int) bool { return n == 1 }},
+	} {
+		var dials atomic.Int32
+		tr := &http.Transport{Protocols: new(http.Protocols), DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}}
+		tr.Protocols.SetUnencryptedHTTP2(true)
+		client := rivorav1connect.NewTokenServiceClient(&http.Client{Transport: tr}, "http://"+addr, connect.WithGRPC())
+		for range 3 * maxRefusedPerConn {
+			req := connect.NewRequest(&rivorav1.WhoAmIRequest{})
+			req.Header().Set("Authorization", "Bearer "+c.token)
+			_, err := client.WhoAmI(context.Background(), req)
+			if c.name == "admitted" && err != nil {
+				t.Fatalf("admitted call: %v", err)
+			}
+			if c.name == "refused" && connect.CodeOf(err) != connect.CodeUnauthenticated && connect.CodeOf(err) != connect.CodeUnavailable {
+				t.Fatalf("refused call: %v, want unauthenticated (or unavailable as its connection closes)", err)
+			}
+		}
+		tr.CloseIdleConnections()
+		if n := int(dials.Load()); !c.wantDials(n) {
+			t.Errorf("%s: %d calls took %d connections", c.name, 3*maxRefusedPerConn, n)
+		}
+	}
+}
+
+type whoAmIOK struct {
+	rivorav1connect.UnimplementedTokenServiceHandler
+}
+
+func (whoAmIOK) WhoAmI(context.Context, *connect.Request[rivorav1.WhoAmIRequest]) (*connect.Response[rivorav1.WhoAmIResponse], error) {
+	return connect.NewResponse(&rivorav1.WhoAmIResponse{}), nil
 }

@@ -51,14 +51,30 @@ func gateErr(gate func() error) error {
 	return gate()
 }
 
-// refuse answers err without reading the request's body. On HTTP/1.1 the
-// server would otherwise read what is left of a small body before it
-// reuses the connection (as long as the client takes to send it): the
-// connection is closed instead, at once.
+type refusalsKey struct{}
+
+// OnRefusal returns a connection's context (http.Server.ConnContext) in
+// which the Door, each time it refuses a call, asks enough whether the
+// connection has made enough such calls to be let go: the server's way
+// to end a connection that keeps making calls it may not make.
+func OnRefusal(ctx context.Context, enough func() bool) context.Context {
+	return context.WithValue(ctx, refusalsKey{}, enough)
+}
+
+// refuse answers err without reading the request's body. An HTTP/1.1
+// connection is closed after the answer: the server would otherwise read
+// what is left of a small body before it reuses the connection (as long
+// as the client takes to send it). An HTTP/2 connection is let go (GOAWAY,
+// then closed once its streams are answered) when OnRefusal's enough says
+// so.
 func refuse(w http.ResponseWriter, r *http.Request, errs *connect.ErrorWriter, err error) {
-	if r.ProtoMajor == 1 {
+	enough, _ := r.Context().Value(refusalsKey{}).(func() bool)
+	switch {
+	case r.ProtoMajor == 1:
 		w.Header().Set("Connection", "close")
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	case enough != nil && enough():
+		w.Header().Set("Connection", "close") // HTTP/2: a graceful GOAWAY
 	}
 	_ = errs.Write(w, r, err)
 }
