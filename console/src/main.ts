@@ -7,6 +7,7 @@ import { deadLettersPage } from "./pages/deadletters.js";
 import { destinationPage } from "./pages/destination.js";
 import { destinationsPage } from "./pages/destinations.js";
 import { eventsPage } from "./pages/events.js";
+import { parseRoute } from "./route.js";
 
 /** A page draws into main and returns what stops its polling. */
 export type Page = (main: HTMLElement, me: Me, args: string[]) => () => void;
@@ -31,7 +32,7 @@ function route(): void {
     signIn();
     return;
   }
-  const [name = "destinations", ...args] = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  const { name, args } = parseRoute(location.hash);
   const p = pages[name] ?? pages.destinations!;
   const main = h("main", { id: "main" });
   const nav = h(
