@@ -223,6 +223,20 @@ describe("console in Chromium against rivora dev", () => {
     await shot("agents.png");
   });
 
+  // Issue 22: a malformed %-escape in the hash threw URIError out of the
+  // router and the console stopped redrawing.
+  it("a malformed address shows Bad address and the console keeps working", async () => {
+    await page.goto(`${dev.url}/console/#/destinations/%E0%A4%A`);
+    await page.getByRole("heading", { name: "Bad address" }).waitFor();
+    expect(await page.getByTestId("bad-address").textContent()).toContain("%E0%A4%A");
+    await page.evaluate(() => (location.hash = "#/%"));
+    await page.getByTestId("bad-address").getByText("“#/%”", { exact: false }).waitFor();
+    await shot("bad-address.png");
+    await page.getByRole("link", { name: "Agents" }).click();
+    await page.getByTestId("agents").getByText("healthy").first().waitFor();
+    expect(await page.title()).toBe("Agents · Rivora console");
+  });
+
   it("a viewer sees no action buttons", async () => {
     await page.getByRole("button", { name: "Sign out" }).click();
     await page.getByLabel("Token").waitFor();

@@ -7,6 +7,7 @@ import { deadLettersPage } from "./pages/deadletters.js";
 import { destinationPage } from "./pages/destination.js";
 import { destinationsPage } from "./pages/destinations.js";
 import { eventsPage } from "./pages/events.js";
+import { parseRoute } from "./route.js";
 
 /** A page draws into main and returns what stops its polling. */
 export type Page = (main: HTMLElement, me: Me, args: string[]) => () => void;
@@ -20,6 +21,21 @@ const pages: Record<string, { title: string; page: Page; nav: boolean }> = {
   agents: { title: "Agents", page: agentsPage, nav: true },
 };
 
+// A hash that is not an address (a malformed %-escape) gets a page that
+// says so, with the navigation still there; it has nothing to poll.
+const badAddress = {
+  title: "Bad address",
+  page: ((main) => {
+    replace(
+      main,
+      h("h1", {}, "Bad address"),
+      h("p", { "data-testid": "bad-address" }, `“${location.hash}” is not a console address: it has a malformed %-escape.`),
+      h("p", {}, h("a", { href: "#/destinations" }, "Go to Destinations")),
+    );
+    return () => {};
+  }) satisfies Page,
+};
+
 const app = document.getElementById("app")!;
 let me: Me | undefined;
 let stop: (() => void) | undefined;
@@ -31,8 +47,9 @@ function route(): void {
     signIn();
     return;
   }
-  const [name = "destinations", ...args] = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
-  const p = pages[name] ?? pages.destinations!;
+  const r = parseRoute(location.hash);
+  const name = r?.name;
+  const p = r ? (pages[r.name] ?? pages.destinations!) : badAddress;
   const main = h("main", { id: "main" });
   const nav = h(
     "nav",
@@ -49,7 +66,7 @@ function route(): void {
   );
   replace(app, h("header", {}, h("strong", { class: "brand" }, "Rivora"), nav, who), main);
   document.title = `${p.title} · Rivora console`;
-  stop = p.page(main, me, args);
+  stop = p.page(main, me, r?.args ?? []);
 }
 
 function signIn(): void {

@@ -59,6 +59,7 @@ const DefaultMessage = 4 << 20
 // BodyPace.
 func Handler(maxMessage int, h http.Handler) http.Handler {
 	raw := rawLimit(maxMessage)
+	h = framing(h) // a malformed envelope is InvalidArgument; inside the bound, as it reads the bounded body
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		BodyPace.Apply(w, r)
 		r.Body = http.MaxBytesReader(w, r.Body, raw)
