@@ -1,9 +1,14 @@
 package bounds
 
 import (
+	"errors"
+	"fmt"
 	"io"
+	"os"
 	"net/http"
 	"time"
+
+	"connectrpc.com/connect"
 )
 
 // A request body must keep coming: its first bytes within BodyGrace, and
@@ -64,6 +69,11 @@ func (b *pacedBody) Read(p []byte) (int, error) {
 	if err != nil {
 		if err == io.EOF {
 			_ = b.rc.SetReadDeadline(time.Time{})
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// Coded, so connect-go answers it as is.
+			err = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("the request body arrived too slowly (%d bytes in %s; a body must start within %s and then average %d bytes/s): %w",
+				b.read, time.Since(b.start).Round(time.Millisecond), b.pace.Grace, b.pace.MinRate, err))
 		}
 		return n, err
 	}

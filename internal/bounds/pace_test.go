@@ -2,12 +2,17 @@ package bounds_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/rivora/rivora/internal/bounds"
 )
@@ -100,5 +105,26 @@ func TestBodyPace(t *testing.T) {
 				t.Errorf("a body keeping pace: %d %q, want 200 10000", code, body)
 			}
 		})
+	}
+}
+
+// Behind Handler, a body cut for its pace is answered deadline_exceeded
+// with why, in the caller's protocol.
+func TestSlowBodyIsDeadlineExceeded(t *testing.T) {
+	p := bounds.Pace{Grace: 200 * time.Millisecond, MinRate: 1000, Max: time.Hour}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.Apply(w, r)
+		_, err := io.ReadAll(r.Body)
+		var ce *connect.Error
+		if !errors.As(err, &ce) || ce.Code() != connect.CodeDeadlineExceeded || !strings.Contains(ce.Message(), "arrived too slowly") {
+			http.Error(w, fmt.Sprintf("read: %v", err), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusGatewayTimeout)
+	})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	if code, body := send(t, srv.Client(), srv.URL, nil, 0, true); code != http.StatusGatewayTimeout {
+		t.Fatalf("a stalled body: %d %q, want the read to fail deadline_exceeded", code, body)
 	}
 }
