@@ -415,7 +415,9 @@ func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	path, batchHandler := rivorav1connect.NewIngestServiceHandler(a.gateway, slices.Concat(ingestOpts, []connect.HandlerOption{bounds.ReadMax(batch)})...)
 	_, publishHandler := rivorav1connect.NewIngestServiceHandler(a.gateway, slices.Concat(ingestOpts, []connect.HandlerOption{bounds.ReadMax(publish)})...)
 	// The door checks the caller from the headers, before a body is read.
-	guarded := func(limit int, h http.Handler) http.Handler { return auth.Door(a.cfg.Keys, nil, bounds.Handler(limit, h)) }
+	guarded := func(limit int, h http.Handler) http.Handler {
+		return auth.Door(a.cfg.Keys, nil, bounds.Handler(limit, h))
+	}
 	mux.Handle(path, guarded(batch, batchHandler))
 	mux.Handle(rivorav1connect.IngestServicePublishProcedure, guarded(publish, publishHandler))
 	opts = append(opts, bounds.ReadMax(bounds.DefaultMessage))
