@@ -335,3 +335,48 @@ func TestWindowEndsOutageNotBefore(t *testing.T) {
 		}
 	}
 }
+
+// destinationHealth is dest's health as `destinations health` shows it.
+func destinationHealth(t testing.TB, d *devProc, dest string) *rivorav1.DestinationHealth {
+	t.Helper()
+	resp, err := d.Admin().GetDestinationHealth(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.GetDestinationHealthRequest{DestinationId: dest}))
+	if err != nil {
+		t.Fatalf("GetDestinationHealth %s: %v", dest, err)
+	}
+	if len(resp.Msg.GetDestinations()) != 1 {
+		t.Fatalf("GetDestinationHealth %s: %d destinations", dest, len(resp.Msg.GetDestinations()))
+	}
+	return resp.Msg.GetDestinations()[0]
+}
+
+// Issue 22: a partner whose app answers 500 to everything (a crashed app
+// behind a load balancer), and one answering a CDN's 520, for a minute,
+// with max_attempts 3: no dead letter, each destination degraded or
+// parked (never healthy) through the outage, and every event delivered in
+// lane order once they answer 2xx.
+func TestOutage500And520CostNoEvent(t *testing.T) {
+	d := startDev(t, devOptions{})
+	statuses := map[string]int{"crash": http.StatusInternalServerError, "cdn": 520}
+	partners, published := map[string]*partner{}, map[string]*published{}
+	for dest, status := range statuses {
+		p := newPartner(t)
+		p.SetStatus(status)
+		createDestination(t, d, dest, p, "", &rivorav1.Limits{MaxAttempts: 3})
+		partners[dest] = p
+	}
+	start := time.Now()
+	for dest := range statuses {
+		published[dest] = outageEvents(t, d, dest)
+	}
+	for at := 10 * time.Second; at <= time.Minute; at += 10 * time.Second {
+		for dest := range statuses {
+			outageFor(t, d, dest, start.Add(at))
+			if h := destinationHealth(t, d, dest); h.GetState() != "degraded" && h.GetState() != "parked" {
+				t.Fatalf("%s (answering %d to everything) is %s %v into the outage; want degraded or parked", dest, statuses[dest], h.GetState(), at)
+			}
+		}
+	}
+	for dest, p := range partners {
+		t.Run(dest, func(t *testing.T) { heldAndRecovers(t, d, dest, p, published[dest], p.SetHealthy) })
+	}
+}
