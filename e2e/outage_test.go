@@ -213,15 +213,20 @@ func TestOutageTimeoutsCostNoEvent(t *testing.T) {
 	})
 }
 
-// A partner answering 500 to one event while it accepts the others: that
-// event is the event's fault and is dead-lettered after max_attempts 3;
-// its lane moves on and every other event arrives in order.
+// A partner answering 500 to one event of a customer while it accepts
+// another customer's events on the same destination: the destination is
+// otherwise healthy, so that event's 500s are its own fault and it is
+// dead-lettered after exactly max_attempts 3; its lane moves on and every
+// other event arrives in order. (Another customer's: within one customer
+// first attempts go before retries, so the bad event's retries would wait
+// for the flow to end, and a 500 then is indistinguishable from an
+// outage.)
 func TestOnePayload500DeadLettersAfterMaxAttempts(t *testing.T) {
 	d := startDev(t, devOptions{})
 	p := newPartner(t)
 	// Its id follows from its idempotency key, so the front knows it.
 	const badKey = "e2e-bad-payload-1"
-	bad := sdk.EventID("shop", "acme", badKey)
+	bad := sdk.EventID("shop", "beta", badKey)
 	front := listenLocal(t, "front", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("webhook-id") == bad {
 			p.refuse(w, r, http.StatusInternalServerError)
@@ -240,17 +245,17 @@ func TestOnePayload500DeadLettersAfterMaxAttempts(t *testing.T) {
 	}()
 	waitFor(t, 10*time.Second, "the partner accepting other events", func() bool { return p.Delivered() >= 20 })
 	badPayload := []byte(`{"n":"refused"}`)
-	if _, err := c.Publish(ctx, sdk.Event{Destination: "shop", Customer: "acme", Lane: "b", Type: "t", Payload: badPayload, ContentType: "application/json", IdempotencyKey: badKey}); err != nil {
+	if _, err := c.Publish(ctx, sdk.Event{Destination: "shop", Customer: "beta", Lane: "b", Type: "t", Payload: badPayload, ContentType: "application/json", IdempotencyKey: badKey}); err != nil {
 		t.Fatalf("publish the refused event: %v", err)
 	}
-	pub.add("acme/b", bad, badPayload)
+	pub.add("beta/b", bad, badPayload)
 	for i := range 2 {
 		payload := fmt.Appendf(nil, `{"n":%d}`, i)
-		id, err := c.Publish(ctx, sdk.Event{Destination: "shop", Customer: "acme", Lane: "b", Type: "t", Payload: payload, ContentType: "application/json"})
+		id, err := c.Publish(ctx, sdk.Event{Destination: "shop", Customer: "beta", Lane: "b", Type: "t", Payload: payload, ContentType: "application/json"})
 		if err != nil {
 			t.Fatalf("publish behind the refused event: %v", err)
 		}
-		pub.add("acme/b", id, payload)
+		pub.add("beta/b", id, payload)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -74,7 +74,10 @@ func (o *Partition) Complete(ctx context.Context, a *scheduler.Attempt, ev *rivo
 		o.hold(ctx, a, ev, res, attempt.Error, now)
 		return
 	}
-	head := failedHead(a, res.Status, attempt.Error, fault, now)
+	// Charged to the event (its own failure, or the destination's while it
+	// is otherwise healthy): it retries on its own back-off, not held for
+	// a destination that answers the other lanes.
+	head := failedHead(a, res.Status, attempt.Error, false, now)
 	decision := o.decide(ev, head.Attempts, res.RetryAfter, now)
 	o.deps.History.Record(outcome(ev, rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, attempt))
 	switch decision.Verdict {
@@ -107,14 +110,15 @@ func (o *Partition) observe(a *scheduler.Attempt, ev *rivorav1.Event, res delive
 	return fault
 }
 
-// failedHead is the lane head's state after a failed attempt.
-func failedHead(a *scheduler.Attempt, status int, cause string, fault bool, now time.Time) scheduler.Head {
+// failedHead is the lane head's state after a failed attempt; held: it
+// waits for its destination (hold), not for its own retry time.
+func failedHead(a *scheduler.Attempt, status int, cause string, held bool, now time.Time) scheduler.Head {
 	head := a.Head
 	head.Attempts = a.Number
 	head.LastStatus = status
 	head.LastError = cause
 	head.LastAttemptAt = now
-	head.HeldByDestination = fault
+	head.HeldByDestination = held
 	if head.FirstAttemptAt.IsZero() {
 		head.FirstAttemptAt = a.StartedAt
 	}
