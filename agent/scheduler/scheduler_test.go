@@ -2012,3 +2012,50 @@ func TestRunCancelReleasesUnsentAttempt(t *testing.T) {
 		t.Fatalf("head %+v", a.Head)
 	}
 }
+
+// A deleted destination is forgotten at once when nothing of it is in
+// flight, else when its in-flight attempt ends; either way it leaves no
+// snapshot, budget or rate history, and the other destinations go on.
+func TestForgetDestination(t *testing.T) {
+	s, _ := newSched()
+	s.SetLimits("d1", 0, unlimited)
+	s.SetLimits("d2", 0, unlimited)
+	s.SetLimits("d3", 0, unlimited)
+	A, B := lid("d1", "c1", "a"), lid("d2", "c1", "b")
+	appendTo(s, 0, A, ev(1))
+	a := mustPick(t, s)
+	wantAttempt(t, a, A, 1, 1)
+	s.Observe(a, 200, false, 0, "")
+	s.Succeeded(a)
+	appendTo(s, 0, B, ev(2))
+	b := mustPick(t, s)
+	wantAttempt(t, b, B, 2, 1)
+
+	ids := func() []string {
+		var out []string
+		for _, snap := range s.Snapshot("") {
+			out = append(out, snap.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	s.ForgetDestination("d1") // idle
+	s.ForgetDestination("d2") // an attempt in flight
+	checkInvariants(t, s)
+	if got := ids(); !slices.Equal(got, []string{"d2", "d3"}) {
+		t.Fatalf("after forgetting d1 (idle) and d2 (in flight): snapshot of %v, want d2 (until its attempt ends) and d3", got)
+	}
+	if rates, transitions := s.RateHistory("d1"); len(rates) != 0 || len(transitions) != 0 {
+		t.Fatalf("d1's rate history survived: %d rates, %d transitions", len(rates), len(transitions))
+	}
+	s.Observe(b, 200, false, 0, "")
+	s.Succeeded(b)
+	checkInvariants(t, s)
+	if got := ids(); !slices.Equal(got, []string{"d3"}) {
+		t.Fatalf("after d2's attempt ended: snapshot of %v, want d3", got)
+	}
+	// Created again, it starts afresh.
+	s.SetLimits("d1", 0, unlimited)
+	appendTo(s, 0, A, ev(3))
+	wantAttempt(t, mustPick(t, s), A, 3, 1)
+}
