@@ -139,4 +139,3 @@ func v7KeyAt(t testing.TB, at time.Time) string {
 	}
 	return u.String()
 }
-
