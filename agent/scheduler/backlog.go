@@ -138,14 +138,14 @@ func (s *Scheduler) ForgetDestination(destinationID string) {
 	if d == nil {
 		return
 	}
-	d.configured = false
+	d.configured, d.deleted = false, true
 	s.removeIfIdle(d)
 }
 
-// removeIfIdle removes d once it is unconfigured with nothing pending or
-// in flight: a deleted destination whose last lane drained.
+// removeIfIdle removes d if it was deleted and nothing of it is pending
+// or in flight any more.
 func (s *Scheduler) removeIfIdle(d *destination) {
-	if d.configured || d.pending > 0 || d.inFlight > 0 || s.dests[d.id] != d {
+	if !d.deleted || d.pending > 0 || d.inFlight > 0 || s.dests[d.id] != d {
 		return
 	}
 	s.remove(d)
@@ -214,6 +214,7 @@ func (s *Scheduler) TakeDestination(destinationID string) map[*Lane][]Entry {
 		s.leaveRing(d)
 	}
 	d.configured = false
+	s.removeIfIdle(d)
 	return taken
 }
 

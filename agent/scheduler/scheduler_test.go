@@ -1470,7 +1470,8 @@ func runModel(t *testing.T, seed uint64) {
 	dests := []destSpec{{"d0", 0}, {"d1", 0}, {"d2", 1}, {"d3", 2}}
 	custs := []string{"c0", "c1", "c2"}
 	keys := []string{"k0", "k1", "k2", "k3"}
-	maxIF := map[string]int{} // configured destinations
+	maxIF := map[string]int{}      // configured destinations
+	forgotten := map[string]bool{} // deleted (ForgetDestination), not configured since
 	model := map[string]*modelLane{}
 	var outstanding []*Attempt
 	stale := map[*Attempt]bool{}
@@ -1609,6 +1610,9 @@ func runModel(t *testing.T, seed uint64) {
 				nextSeq++
 				es = append(es, ev(nextSeq))
 			}
+			if len(s.Snapshot(d.id)) == 0 {
+				delete(forgotten, d.id) // a destination anew, not the one deleted
+			}
 			appendTo(s, d.part, id, es...)
 			ml := model[id.Subject(d.part)]
 			if ml == nil {
@@ -1626,6 +1630,9 @@ func runModel(t *testing.T, seed uint64) {
 			nextSeq++
 			nb := clk.Now().Add(time.Duration(rng.IntN(4000)-1000) * time.Millisecond)
 			head := Head{Attempts: 1 + rng.IntN(5), NotBefore: nb}
+			if len(s.Snapshot(d.id)) == 0 {
+				delete(forgotten, d.id)
+			}
 			s.Restore(d.part, id, evs(nextSeq), head, true)
 			model[id.Subject(d.part)] = &modelLane{id: id, part: d.part, seqs: []uint64{nextSeq},
 				attempts: head.Attempts, notBefore: nb, hasLedger: true}
@@ -1648,6 +1655,7 @@ func runModel(t *testing.T, seed uint64) {
 			lim := Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 1 + rng.IntN(3)}
 			s.SetLimits(d.id, d.part, lim)
 			maxIF[d.id] = lim.MaxInFlight
+			delete(forgotten, d.id)
 		case r < 96:
 			taken := s.TakeDestination(d.id)
 			want := 0
@@ -1673,6 +1681,10 @@ func runModel(t *testing.T, seed uint64) {
 				t.Fatalf("TakeDestination(%s) took %d lanes, want %d", d.id, len(taken), want)
 			}
 			delete(maxIF, d.id)
+			if rng.IntN(2) == 0 { // deleted: the config without it applied
+				s.ForgetDestination(d.id)
+				forgotten[d.id] = true
+			}
 		default:
 			s.DropPartition(d.part)
 			for subj, ml := range model {
@@ -1704,6 +1716,10 @@ func runModel(t *testing.T, seed uint64) {
 			}
 			if got := s.Pending(x.id); got != want {
 				t.Fatalf("Pending(%s) = %d, want %d", x.id, got, want)
+			}
+			// A deleted destination is gone once nothing of it is left.
+			if forgotten[x.id] && want == 0 && len(s.Snapshot(x.id)) != 0 {
+				t.Fatalf("%s was deleted and has nothing pending, yet is in the snapshot", x.id)
 			}
 		}
 		for p := range 3 {
