@@ -125,6 +125,20 @@ func TestHistorySubjectsDoNotGrowWithKeyTimes(t *testing.T) {
 			t.Fatalf("events get %s: state %v, %d attempts; want delivered after 1", id, resp.Msg.GetState(), len(resp.Msg.GetAttempts()))
 		}
 	}
+	// And listed: the newest delivered are the keyed ones, newest last.
+	list, err := d.Events().ListEvents(ctx, connect.NewRequest(&rivorav1.ListEventsRequest{
+		DestinationId: "hs", CustomerId: "acme", State: rivorav1.EventState_EVENT_STATE_DELIVERED, Limit: 50,
+	}))
+	if err != nil {
+		t.Fatalf("events list: %v", err)
+	}
+	isKeyed := make(map[string]bool, n)
+	for _, id := range keyed {
+		isKeyed[id] = true
+	}
+	if got := list.Msg.GetEvents(); len(got) != 50 || !isKeyed[got[0].GetEventId()] || !isKeyed[got[49].GetEventId()] {
+		t.Fatalf("events list --state delivered --limit 50: %d events, want 50 of the keyed ones (the newest)", len(got))
+	}
 }
 
 // v7KeyAt is a UUIDv7 whose time is at.
