@@ -117,7 +117,9 @@ func TestHistorySubjectsDoNotGrowWithKeyTimes(t *testing.T) {
 
 	// The keyed events are still found by id, with their attempt.
 	for _, id := range []string{keyed[0], keyed[n/2], keyed[n-1]} {
+		start := time.Now()
 		resp, err := d.Events().GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: id}))
+		t.Logf("events get of a keyed event: %s", time.Since(start).Round(time.Millisecond))
 		if err != nil {
 			t.Fatalf("events get %s: %v", id, err)
 		}

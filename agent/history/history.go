@@ -75,12 +75,14 @@ package history
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -493,7 +495,21 @@ func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string
 		if err != nil {
 			return err
 		}
-		subjects = append(subjects, found...)
+		if !strings.HasSuffix(filter, "."+Unbucketed+shard) {
+			subjects = append(subjects, found...)
+			continue
+		}
+		// Unbucketed subjects span the retention: read them as one
+		// filter, in the order stored, with one request for all rather
+		// than one per subject. Their records are an event's latest (a
+		// resend, a replay), so they come last.
+		all := subjectCount{name: filter, bucket: math.MaxInt64}
+		for _, f := range found {
+			all.count += f.count
+		}
+		if all.count > 0 {
+			subjects = append(subjects, all)
+		}
 	}
 	sortSubjects(subjects)
 	id := []byte(eventID)
@@ -558,10 +574,7 @@ func subjectsOf(ctx context.Context, st jetstream.Stream, filter string) ([]subj
 // sortSubjects sorts subjects oldest write bucket first.
 func sortSubjects(subjects []subjectCount) {
 	slices.SortFunc(subjects, func(x, y subjectCount) int {
-		if x.bucket != y.bucket {
-			return int(x.bucket - y.bucket)
-		}
-		return strings.Compare(x.name, y.name)
+		return cmp.Or(cmp.Compare(x.bucket, y.bucket), strings.Compare(x.name, y.name))
 	})
 }
 

@@ -172,8 +172,22 @@ func TestLookupFindsEveryAcceptanceToken(t *testing.T) {
 	h.Record(at(failed(resent, 1), now.Add(-time.Hour)))
 	h.Record(at(failed(resent, 2), now)) // resent: accepted again now
 	h.Record(at(failed("order-42", 1), now))
+	// Retried in later write buckets (each flushed before the next, as
+	// buckets seconds apart are): Unbucketed subjects are read together,
+	// in the order they were stored.
 	h.Flush()
-	for id, want := range map[string]int{fresh: 1, old: 1, resent: 2, "order-42": 1} {
-		waitFor(t, h, id, want)
+	for i, later := range []time.Duration{10 * time.Second, time.Hour} {
+		history.SetNow(h, func() time.Time { return now.Add(later) })
+		h.Record(at(failed(old, int32(i+2)), now))
+		h.Flush()
+	}
+	h.Flush()
+	for id, want := range map[string]int{fresh: 1, old: 3, resent: 2, "order-42": 1} {
+		got := waitFor(t, h, id, want)
+		for i, o := range got {
+			if o.GetAttempt().GetNumber() != int32(i+1) {
+				t.Fatalf("%s: outcome %d is attempt %d, want %d (oldest first)", id, i, o.GetAttempt().GetNumber(), i+1)
+			}
+		}
 	}
 }
