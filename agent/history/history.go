@@ -501,8 +501,8 @@ func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string
 		}
 		// Unbucketed subjects span the retention: read them as one
 		// filter, in the order stored, with one request for all rather
-		// than one per subject. Their records are an event's latest (a
-		// resend, a replay), so they come last.
+		// than one per subject. An event with records in both has its
+		// latest here (a resend, a replay), so they come last.
 		all := subjectCount{name: filter, bucket: math.MaxInt64}
 		for _, f := range found {
 			all.count += f.count
