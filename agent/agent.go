@@ -433,6 +433,7 @@ func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
 func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []string, snapshot bool) error {
 	var dests []*destinations.Destination
 	var err error
+	before := a.registry.All()
 	if snapshot {
 		dests, err = a.registry.Replace(changed)
 	} else {
@@ -444,7 +445,29 @@ func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []str
 	for _, d := range dests {
 		a.configure(d)
 	}
+	for _, d := range before {
+		if _, ok := a.registry.Get(d.ID); !ok {
+			a.forgetDestination(d.ID)
+		}
+	}
 	return nil
+}
+
+// forgetDestination forgets a deleted destination everywhere the agent
+// keeps something of it: the scheduler (budget, rate history, weights,
+// lanes: so health and the console no longer show it), a 410 hold, the
+// partition's dead-letter counts and every metric series labelled with
+// it. Called when the config that deletes it is applied, before the
+// agent reports that version applied.
+func (a *Agent) forgetDestination(id string) {
+	a.sched.ForgetDestination(id)
+	a.gone.forget(id)
+	owner.ForgetDestinationMetrics(id)
+	if n := int(a.partitionCount.Load()); n > 0 {
+		if part := a.partition(lanes.Partition(id, n)); part != nil {
+			part.ForgetDestination(id)
+		}
+	}
 }
 
 // configure gives the scheduler a destination's limits, class, weights

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/rivora/rivora/agent"
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -81,8 +82,11 @@ func TestPublisherScope(t *testing.T) {
 	if got, err := events.GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: mine.Msg.GetEventId()})); err != nil || got.Msg.GetCustomerId() != "acme" {
 		t.Fatalf("get my event: %v, %v", got, err)
 	}
-	if _, err := events.GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: theirs})); connect.CodeOf(err) != connect.CodePermissionDenied {
-		t.Fatalf("get globex's event: %v, want PermissionDenied", err)
+	// Another customer's event is answered as an absent one: a refusal
+	// would tell that the id exists.
+	_, err = events.GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: theirs}))
+	if want := auth.EventNotFound(theirs); connect.CodeOf(err) != connect.CodeNotFound || err.Error() != want.Error() {
+		t.Fatalf("get globex's event: %v, want %v (the answer for an absent id)", err, want)
 	}
 
 	if _, err := events.ListEvents(ctx, connect.NewRequest(&rivorav1.ListEventsRequest{DestinationId: "orders"})); connect.CodeOf(err) != connect.CodePermissionDenied {

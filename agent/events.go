@@ -11,6 +11,7 @@ import (
 	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -33,7 +34,8 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
 	if !pending && len(outcomes) == 0 {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("event %s: %w here (never accepted, still moving into its lane, or its history expired)", id, errNotFound))
+		// The same answer as for another customer's event (auth.Policies).
+		return nil, auth.EventNotFound(id)
 	}
 	resp := &rivorav1.GetEventResponse{EventId: id}
 	for _, o := range outcomes {

@@ -78,6 +78,14 @@ func (g *goneHolds) hold(s *scheduler.Scheduler, partition int, report *rivorav1
 	return true
 }
 
+// forget drops a deleted destination's hold and its report: there is
+// nothing left to disable.
+func (g *goneHolds) forget(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.held, id)
+}
+
 // unanswered lists the reports to send.
 func (g *goneHolds) unanswered() []*rivorav1.ReportGoneRequest {
 	g.mu.Lock()

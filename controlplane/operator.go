@@ -224,7 +224,9 @@ func mergeEventAnswers(id string, answers []eventAnswer) (*rivorav1.GetEventResp
 	case found != nil:
 		return found, nil
 	case len(failed) == 0:
-		return nil, errorf(ErrNotFound, "event %s not found on any agent of the cell (%s): never accepted, still moving into its lane, or its history expired", id, strings.Join(notFound, ", "))
+		// Word for word the agents' answer, which is also the one for
+		// another customer's event: it must not tell the two apart.
+		return nil, auth.EventNotFound(id)
 	case len(notFound) == 0:
 		return nil, tag(ErrUnavailable, fmt.Errorf("event %s: no agent answered; retry:\n%w", id, errors.Join(failed...)))
 	}

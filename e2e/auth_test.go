@@ -34,6 +34,9 @@ type rpcCase struct {
 	// scoped: a publisher for another customer than the request's (or
 	// answer's) is refused, 403.
 	scoped bool
+	// hidden: an answer of another customer is not_found, as for an
+	// absent id, not 403 (which would tell that the id exists).
+	hidden bool
 	stream bool
 }
 
@@ -49,6 +52,9 @@ func (c rpcCase) expected(caller string) string {
 	case "pub-other":
 		if slices.Contains(allowed, "publisher") && !c.scoped {
 			return "ok"
+		}
+		if c.hidden {
+			return "404"
 		}
 		return "403"
 	case "pub":
@@ -170,7 +176,7 @@ func TestAuthMatrix(t *testing.T) {
 		rivorav1connect.IngestServicePublishProcedure:      {at: ag, body: publish, allow: "admin,publisher,cell", scoped: true},
 		rivorav1connect.IngestServicePublishBatchProcedure: {at: ag, body: `{"events":[` + publish + `]}`, allow: "admin,publisher", scoped: true},
 
-		rivorav1connect.EventServiceGetEventProcedure:    {at: both, body: j(map[string]string{"eventId": delivered.Msg.GetEventId()}), allow: "admin,operator,viewer,publisher", scoped: true},
+		rivorav1connect.EventServiceGetEventProcedure:    {at: both, body: j(map[string]string{"eventId": delivered.Msg.GetEventId()}), allow: "admin,operator,viewer,publisher", scoped: true, hidden: true},
 		rivorav1connect.EventServiceListEventsProcedure:  {at: both, body: `{"destinationId":"d1","customerId":"c1"}`, allow: "admin,operator,viewer,publisher", scoped: true},
 		rivorav1connect.EventServiceResendEventProcedure: {at: both, body: `{"eventId":"01900000-0000-7000-8000-000000000000","reason":"x"}`, allow: "admin,operator"},
 
@@ -178,7 +184,7 @@ func TestAuthMatrix(t *testing.T) {
 		rivorav1connect.LaneServiceSkipLaneHeadProcedure: {at: both, body: `{"destinationId":"d1","customerId":"c9","laneKey":"none","reason":"x"}`, allow: "admin,operator"},
 
 		rivorav1connect.ArchiveServiceListDeadLettersProcedure: {at: both, body: `{"filter":{"customerId":"c1"}}`, allow: "admin,operator,viewer,publisher,cell", scoped: true},
-		rivorav1connect.ArchiveServiceGetDeadLetterProcedure:   {at: both, body: j(map[string]string{"eventId": dead, "destinationId": "d2"}), allow: "admin,operator,viewer,publisher", scoped: true},
+		rivorav1connect.ArchiveServiceGetDeadLetterProcedure:   {at: both, body: j(map[string]string{"eventId": dead, "destinationId": "d2"}), allow: "admin,operator,viewer,publisher", scoped: true, hidden: true},
 		rivorav1connect.ArchiveServiceDeadLetterStatsProcedure: {at: both, body: `{}`, allow: "admin,operator,viewer"},
 		rivorav1connect.ArchiveServiceReplayProcedure:          {at: both, body: `{"filter":{"destinationId":"d2"},"dryRun":true}`, allow: "admin,operator", stream: true},
 
@@ -244,15 +250,35 @@ func TestAuthMatrix(t *testing.T) {
 			t.Fatalf("publisher c1 publishing as c2: %v, want permission_denied", err)
 		}
 		p.WaitDelivered(t, []string{other.Msg.GetEventId()}, 30*time.Second)
+		// Another customer's event or dead letter is answered exactly as
+		// an absent one (same code, same message but for the id asked):
+		// the answer must not tell whether the id exists, nor whose it is.
+		absentEvent, absentDead := "01900000-0000-7000-8000-0000000000ab", "01900000-0000-7000-8000-0000000000cd"
+		same := func(what, url string, errOf func(id string) error, theirs, absent string) {
+			t.Helper()
+			gotTheirs, gotAbsent := errOf(theirs), errOf(absent)
+			if connect.CodeOf(gotTheirs) != connect.CodeNotFound || connect.CodeOf(gotAbsent) != connect.CodeNotFound {
+				t.Errorf("%s at %s: another customer's: %v; absent: %v; want not_found for both", what, url, gotTheirs, gotAbsent)
+				return
+			}
+			if a, b := strings.ReplaceAll(gotTheirs.Error(), theirs, "ID"), strings.ReplaceAll(gotAbsent.Error(), absent, "ID"); a != b || strings.Contains(a, "c2") || strings.Contains(a, "c1") {
+				t.Errorf("%s at %s: another customer's answers %q, an absent id %q: want the same, naming no customer", what, url, a, b)
+			}
+		}
 		for _, url := range []string{agentURL, cpURL} {
 			events := rivorav1connect.NewEventServiceClient(plainHTTP, url, connect.WithInterceptors(auth.Bearer(tokens["pub"])))
-			_, err := events.GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: other.Msg.GetEventId()}))
-			if connect.CodeOf(err) != connect.CodePermissionDenied {
-				t.Errorf("publisher c1: events get of c2's event at %s: %v, want permission_denied", url, err)
-			}
+			same("publisher c1: events get", url, func(id string) error {
+				_, err := events.GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: id}))
+				return err
+			}, other.Msg.GetEventId(), absentEvent)
 			if _, err := events.GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: delivered.Msg.GetEventId()})); err != nil {
 				t.Errorf("publisher c1: events get of its own event at %s: %v", url, err)
 			}
+			archive := rivorav1connect.NewArchiveServiceClient(plainHTTP, url, connect.WithInterceptors(auth.Bearer(tokens["pub-other"])))
+			same("publisher c2: dlq show", url, func(id string) error {
+				_, err := archive.GetDeadLetter(ctx, connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: id, DestinationId: "d2"}))
+				return err
+			}, dead, absentDead)
 		}
 	})
 
@@ -303,7 +329,11 @@ func TestAuthMatrix(t *testing.T) {
 			for _, caller := range matrixCallers {
 				got, body := callAs(ctx, servers[where], proc, rc, tokens[caller])
 				calls++
-				if want := rc.expected(caller); got != want {
+				want := rc.expected(caller)
+				if want == "404" && got == "ok" && strings.Contains(body, `"code":"not_found"`) {
+					got = "404"
+				}
+				if got != want {
 					t.Errorf("%s at %s as %s: %s (%s), want %s", proc, where, caller, got, oneLine(body), want)
 				}
 				if proc != rivorav1connect.AdminServiceCreateDestinationProcedure && !strings.HasPrefix(proc, "/rivora.v1.AgentService/") {

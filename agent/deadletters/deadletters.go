@@ -22,6 +22,7 @@ import (
 
 	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -251,7 +252,8 @@ func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivora
 		}
 	}
 	if found == nil {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no dead letter %q in the archive (still pending or delivered? see `rivoractl events get %s`)", id, id))
+		// The same answer as for another customer's (auth.Policies).
+		return nil, auth.DeadLetterNotFound(id)
 	}
 	return connect.NewResponse(found), nil
 }

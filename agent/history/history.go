@@ -12,10 +12,24 @@
 //
 // w is the bucket the record is written in (unix time / 5 s for
 // outcomes, / 1 min for delivered events), h the hour of w (so a listing
-// asks for an hour's subjects at once); a is the event's acceptance
-// bucket (same width) read from its id when the id is a UUIDv7, else "k"
-// (a client's idempotency key can be any string); s is fnv-1a(id) mod
-// Shards.
+// asks for an hour's subjects at once); s is fnv-1a(id) mod Shards; a is
+// the event's acceptance bucket (same width), read from its id, so that a
+// lookup by id knows it:
+//
+//   - the bucket of the id's time when the id is a UUIDv7 whose time is
+//     in the bucket the event was accepted in or the one before (ids the
+//     agent assigns, and those derived from a UUIDv7 idempotency key made
+//     moments before publishing);
+//   - "u" for any other UUIDv7 id: a key's time is its publisher's
+//     choice, and were it trusted, keys of random times would make a
+//     subject per event (kept for the retention); a resent or replayed
+//     event, accepted again long after its id was made, lands here too;
+//   - "k" for any other id (a client's idempotency key can be any
+//     string).
+//
+// So no client input sets a subject beyond the current bucket or the one
+// before: a is one of at most two buckets per acceptance bucket, "u" or
+// "k".
 //
 // A message is a batch (HistoryBatch): the records one subject received
 // over a flush interval (~10 ms), or fewer when the batch reaches ~64 KiB
@@ -51,6 +65,8 @@
 //
 // A lookup by id lists the subjects history.o.*.*.<a>.<s> (typically one
 // or two: the acceptance bucket and the next, more when it was retried)
+// and, for a UUIDv7 id, history.o.*.*.u.<s> (empty unless keys' times
+// were far from their acceptance, or events were resent or replayed),
 // and reads each with a direct-get batch. A listing orders records by the
 // time each was recorded, which its batch carries
 // (HistoryBatch.outcome_times): the records of one flush interval sit in
@@ -59,12 +75,14 @@ package history
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,6 +95,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -107,6 +126,11 @@ const Shards = 4
 // Keyed is the acceptance token of an event whose id is not a UUIDv7 (a
 // client's idempotency key).
 const Keyed = "k"
+
+// Unbucketed is the acceptance token of an event whose id is a UUIDv7 of
+// a time outside its acceptance bucket and the one before: a key's time
+// chosen by its publisher, or an event resent or replayed.
+const Unbucketed = "u"
 
 // DefaultMaxListRecords bounds the records one List reads.
 const DefaultMaxListRecords = 1_000_000
@@ -198,17 +222,43 @@ func dropOld(ctx context.Context, js jetstream.JetStream, log *slog.Logger) erro
 	return fmt.Errorf("drop the old %s stream: %w", oldStream, err)
 }
 
-// AcceptBucket is the acceptance token of an event id in outcome
-// subjects: its UUIDv7 time in buckets, else Keyed.
-func AcceptBucket(eventID string) string { return acceptToken(eventID, BucketWidth) }
+// AcceptBucket is the acceptance token of eventID's outcome records for
+// the event accepted at acceptedAt: its UUIDv7 time in buckets when that
+// is acceptedAt's bucket or the one before, else Unbucketed; Keyed when
+// the id is not a UUIDv7.
+func AcceptBucket(eventID string, acceptedAt time.Time) string {
+	return acceptToken(eventID, acceptedAt, BucketWidth)
+}
 
-func acceptToken(eventID string, width time.Duration) string {
-	u, err := uuid.Parse(eventID)
-	if err != nil || u.Version() != 7 || u.Variant() != uuid.RFC4122 {
+func acceptToken(eventID string, acceptedAt time.Time, width time.Duration) string {
+	ms, ok := v7Millis(eventID)
+	if !ok {
 		return Keyed
 	}
-	ms := int64(u[0])<<40 | int64(u[1])<<32 | int64(u[2])<<24 | int64(u[3])<<16 | int64(u[4])<<8 | int64(u[5])
-	return strconv.FormatInt(ms/width.Milliseconds(), 10)
+	a, accepted := ms/width.Milliseconds(), acceptedAt.UnixMilli()/width.Milliseconds()
+	if acceptedAt.IsZero() || (a != accepted && a != accepted-1) {
+		return Unbucketed
+	}
+	return strconv.FormatInt(a, 10)
+}
+
+// idTokens are the acceptance tokens eventID's records can have: its
+// time's bucket or Unbucketed for a UUIDv7, else Keyed.
+func idTokens(eventID string, width time.Duration) []string {
+	ms, ok := v7Millis(eventID)
+	if !ok {
+		return []string{Keyed}
+	}
+	return []string{strconv.FormatInt(ms/width.Milliseconds(), 10), Unbucketed}
+}
+
+// v7Millis is the unix milliseconds of a UUIDv7 id.
+func v7Millis(eventID string) (int64, bool) {
+	u, err := uuid.Parse(eventID)
+	if err != nil || u.Version() != 7 || u.Variant() != uuid.RFC4122 {
+		return 0, false
+	}
+	return int64(u[0])<<40 | int64(u[1])<<32 | int64(u[2])<<24 | int64(u[3])<<16 | int64(u[4])<<8 | int64(u[5]), true
 }
 
 // Shard is an event id's shard, fnv-1a(id) mod Shards.
@@ -229,38 +279,51 @@ func BucketStart(w int64) time.Time { return time.Unix(w*int64(BucketWidth/time.
 // hourOf is the unix hour bucket w (of width) is in.
 func hourOf(w int64, width time.Duration) int64 { return w * int64(width/time.Second) / 3600 }
 
-// OutcomeSubject is where an outcome of eventID written at t goes.
-func OutcomeSubject(t time.Time, eventID string) string {
-	return subject(outcomePrefix, BucketWidth, t, eventID)
+// OutcomeSubject is where an outcome of eventID, accepted at acceptedAt,
+// written at t goes.
+func OutcomeSubject(t time.Time, eventID string, acceptedAt time.Time) string {
+	return subject(outcomePrefix, BucketWidth, t, eventID, acceptedAt)
 }
 
-// BodySubject is where eventID's delivered event, written at t, goes
-// (in BodyBucketWidth buckets).
-func BodySubject(t time.Time, eventID string) string {
-	return subject(bodyPrefix, BodyBucketWidth, t, eventID)
+// BodySubject is where eventID's delivered event, accepted at acceptedAt
+// and written at t, goes (in BodyBucketWidth buckets).
+func BodySubject(t time.Time, eventID string, acceptedAt time.Time) string {
+	return subject(bodyPrefix, BodyBucketWidth, t, eventID, acceptedAt)
 }
 
-func subject(prefix string, width time.Duration, t time.Time, eventID string) string {
+func subject(prefix string, width time.Duration, t time.Time, eventID string, acceptedAt time.Time) string {
 	w := bucketOf(t, width)
-	return prefix + strconv.FormatInt(hourOf(w, width), 10) + "." + strconv.FormatInt(w, 10) + "." + acceptToken(eventID, width) + "." + strconv.Itoa(Shard(eventID))
+	return prefix + strconv.FormatInt(hourOf(w, width), 10) + "." + strconv.FormatInt(w, 10) + "." + acceptToken(eventID, acceptedAt, width) + "." + strconv.Itoa(Shard(eventID))
 }
 
-// idSubjects is the filter of every subject (of buckets of width) that
+// idSubjects are the filters of every subject (of buckets of width) that
 // can hold eventID's records under prefix.
-func idSubjects(prefix string, width time.Duration, eventID string) string {
-	return prefix + "*.*." + acceptToken(eventID, width) + "." + strconv.Itoa(Shard(eventID))
+func idSubjects(prefix string, width time.Duration, eventID string) []string {
+	var out []string
+	for _, a := range idTokens(eventID, width) {
+		out = append(out, prefix+"*.*."+a+"."+strconv.Itoa(Shard(eventID)))
+	}
+	return out
 }
 
 // Record appends an outcome to its subject's next batch: history is for
 // people, and must not slow delivery down.
 func (h *History) Record(o *rivorav1.EventOutcome) {
 	now := h.now()
-	h.add(item{subject: OutcomeSubject(now, o.GetEventId()), field: outcomesField, at: now.UnixNano()}, o)
+	h.add(item{subject: OutcomeSubject(now, o.GetEventId(), acceptedAt(o.GetAcceptedAt())), field: outcomesField, at: now.UnixNano()}, o)
 }
 
 // RecordBody keeps a delivered event, payload included, for a resend.
 func (h *History) RecordBody(ev *rivorav1.Event) {
-	h.add(item{subject: BodySubject(h.now(), ev.GetEventId()), field: eventsField}, ev)
+	h.add(item{subject: BodySubject(h.now(), ev.GetEventId(), acceptedAt(ev.GetAcceptedAt())), field: eventsField}, ev)
+}
+
+// acceptedAt is a record's acceptance time (zero when it has none).
+func acceptedAt(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil {
+		return time.Time{}
+	}
+	return ts.AsTime()
 }
 
 func (h *History) add(it item, m proto.Message) {
@@ -372,7 +435,9 @@ func eachRecord(batch []byte, field protowire.Number, each func([]byte) error) e
 // bucket its records were written in; each read walks that bucket's
 // records. For an id that is not a UUIDv7 (Keyed) it reads the shard of
 // every bucket a keyed event was written in, so its cost grows with the
-// keyed events retained.
+// keyed events retained; a UUIDv7 id's lookup also reads the Unbucketed
+// subjects of its shard, whose cost grows with the events retained whose
+// id's time was not their acceptance's.
 func (h *History) Lookup(ctx context.Context, eventID string) ([]*rivorav1.EventOutcome, error) {
 	var out []*rivorav1.EventOutcome
 	err := h.readID(ctx, h.stream, outcomePrefix, BucketWidth, outcomesField, eventID, func(data []byte) error {
@@ -411,14 +476,42 @@ func (h *History) Body(ctx context.Context, eventID string) (*rivorav1.Event, er
 // undecoded.
 func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string, width time.Duration, field protowire.Number, eventID string, each func([]byte) error) error {
 	// Unsettled first: a batch acked after this is in the stream read.
-	suffix := "." + acceptToken(eventID, width) + "." + strconv.Itoa(Shard(eventID))
+	shard := "." + strconv.Itoa(Shard(eventID))
+	tokens := idTokens(eventID, width)
 	unsettled := h.w.unsettled(func(subject string) bool {
-		return strings.HasPrefix(subject, prefix) && strings.HasSuffix(subject, suffix)
+		if !strings.HasPrefix(subject, prefix) {
+			return false
+		}
+		for _, a := range tokens {
+			if strings.HasSuffix(subject, "."+a+shard) {
+				return true
+			}
+		}
+		return false
 	})
-	subjects, err := subjectsOf(ctx, st, idSubjects(prefix, width, eventID))
-	if err != nil {
-		return err
+	var subjects []subjectCount
+	for _, filter := range idSubjects(prefix, width, eventID) {
+		found, err := subjectsOf(ctx, st, filter)
+		if err != nil {
+			return err
+		}
+		if !strings.HasSuffix(filter, "."+Unbucketed+shard) {
+			subjects = append(subjects, found...)
+			continue
+		}
+		// Unbucketed subjects span the retention: read them as one
+		// filter, in the order stored, with one request for all rather
+		// than one per subject. An event with records in both has its
+		// latest here (a resend, a replay), so they come last.
+		all := subjectCount{name: filter, bucket: math.MaxInt64}
+		for _, f := range found {
+			all.count += f.count
+		}
+		if all.count > 0 {
+			subjects = append(subjects, all)
+		}
 	}
+	sortSubjects(subjects)
 	id := []byte(eventID)
 	// A batch read from the stream may also be among the unsettled ones.
 	seen := make(map[string]bool)
@@ -474,13 +567,15 @@ func subjectsOf(ctx context.Context, st jetstream.Stream, filter string) ([]subj
 	for name, n := range info.State.Subjects {
 		out = append(out, subjectCount{name: name, bucket: writeBucket(name), count: n})
 	}
-	slices.SortFunc(out, func(x, y subjectCount) int {
-		if x.bucket != y.bucket {
-			return int(x.bucket - y.bucket)
-		}
-		return strings.Compare(x.name, y.name)
-	})
+	sortSubjects(out)
 	return out, nil
+}
+
+// sortSubjects sorts subjects oldest write bucket first.
+func sortSubjects(subjects []subjectCount) {
+	slices.SortFunc(subjects, func(x, y subjectCount) int {
+		return cmp.Or(cmp.Compare(x.bucket, y.bucket), strings.Compare(x.name, y.name))
+	})
 }
 
 // writeBucket is the w token of a history subject (-1 when malformed).

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/natsd"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -146,5 +148,46 @@ func TestHistoryPersistsAcrossRestart(t *testing.T) {
 	got := waitFor(t, h2, "ev-kept", 1)
 	if got[0].GetAttempt().GetStatusCode() != 500 {
 		t.Fatalf("restored outcome = %v", got[0])
+	}
+}
+
+// An event's records are found by its id whichever acceptance token they
+// were written under: its id's bucket, Unbucketed (a key's time far from
+// the acceptance, a resend) or Keyed, and both of the first two for an
+// event accepted, then resent.
+func TestLookupFindsEveryAcceptanceToken(t *testing.T) {
+	srv := startNATS(t)
+	h, err := history.New(context.Background(), srv.JetStream(), history.Config{}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	at := func(o *rivorav1.EventOutcome, accepted time.Time) *rivorav1.EventOutcome {
+		o.AcceptedAt = timestamppb.New(accepted)
+		return o
+	}
+	fresh, old, resent := v7At(t, now), v7At(t, now.Add(-72*time.Hour)), v7At(t, now.Add(-time.Hour))
+	h.Record(at(failed(fresh, 1), now))
+	h.Record(at(failed(old, 1), now))
+	h.Record(at(failed(resent, 1), now.Add(-time.Hour)))
+	h.Record(at(failed(resent, 2), now)) // resent: accepted again now
+	h.Record(at(failed("order-42", 1), now))
+	// Retried in later write buckets (each flushed before the next, as
+	// buckets seconds apart are): Unbucketed subjects are read together,
+	// in the order they were stored.
+	h.Flush()
+	for i, later := range []time.Duration{10 * time.Second, time.Hour} {
+		history.SetNow(h, func() time.Time { return now.Add(later) })
+		h.Record(at(failed(old, int32(i+2)), now))
+		h.Flush()
+	}
+	h.Flush()
+	for id, want := range map[string]int{fresh: 1, old: 3, resent: 2, "order-42": 1} {
+		got := waitFor(t, h, id, want)
+		for i, o := range got {
+			if o.GetAttempt().GetNumber() != int32(i+1) {
+				t.Fatalf("%s: outcome %d is attempt %d, want %d (oldest first)", id, i, o.GetAttempt().GetNumber(), i+1)
+			}
+		}
 	}
 }

@@ -25,6 +25,12 @@ func (o *Partition) Unarchived(destinationID string) int {
 	return o.dead.queue.count(destinationID)
 }
 
+// ForgetDestination drops what the partition counts of a deleted
+// destination.
+func (o *Partition) ForgetDestination(destinationID string) {
+	o.dead.queue.forget(destinationID)
+}
+
 // Archived is how many dead letters of a destination this partition
 // archived since it opened here.
 func (o *Partition) Archived(destinationID string) int64 {
@@ -99,6 +105,14 @@ func (q *deadQueue) archivedCount(destinationID string) int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.archivedTotal[destinationID]
+}
+
+// forget drops a deleted destination's archived count (its dead letters
+// not yet archived still count until they are).
+func (q *deadQueue) forget(destinationID string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.archivedTotal, destinationID)
 }
 
 func (q *deadQueue) count(destinationID string) int {

@@ -39,6 +39,16 @@ var (
 	})
 )
 
+// ForgetDestinationMetrics deletes every series labelled with a deleted
+// destination, so /metrics does not keep it until a restart.
+func ForgetDestinationMetrics(destinationID string) {
+	labels := prometheus.Labels{"destination": destinationID}
+	attemptsTotal.DeletePartialMatch(labels)
+	throttledTotal.DeletePartialMatch(labels)
+	attemptSeconds.DeletePartialMatch(labels)
+	deadTotal.DeletePartialMatch(labels)
+}
+
 func reasonLabel(r rivorav1.DeadReason) string {
 	switch r {
 	case rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS:

@@ -94,10 +94,12 @@ func (o *Partition) Complete(ctx context.Context, a *scheduler.Attempt, ev *rivo
 // observe counts an attempt and tells the scheduler how its destination
 // answered; it reports whether a failure is the destination's.
 func (o *Partition) observe(a *scheduler.Attempt, ev *rivorav1.Event, res delivery.Result) bool {
-	attemptsTotal.WithLabelValues(ev.GetDestinationId(), res.StatusClass()).Inc()
-	attemptSeconds.WithLabelValues(ev.GetDestinationId()).Observe(res.Duration.Seconds())
-	if res.Status == http.StatusTooManyRequests {
-		throttledTotal.WithLabelValues(ev.GetDestinationId()).Inc()
+	if o.registered(ev.GetDestinationId()) {
+		attemptsTotal.WithLabelValues(ev.GetDestinationId(), res.StatusClass()).Inc()
+		attemptSeconds.WithLabelValues(ev.GetDestinationId()).Observe(res.Duration.Seconds())
+		if res.Status == http.StatusTooManyRequests {
+			throttledTotal.WithLabelValues(ev.GetDestinationId()).Inc()
+		}
 	}
 	fault := res.DestinationFault()
 	cause := ""
@@ -249,8 +251,18 @@ func (o *Partition) die(ctx context.Context, a *scheduler.Attempt, ev *rivorav1.
 	o.deps.History.Record(deadOutcome(ev, head, reason))
 	out := o.deps.Scheduler.Dead(a)
 	o.afterAdvance(a, out)
-	deadTotal.WithLabelValues(ev.GetDestinationId(), reasonLabel(reason)).Inc()
+	if o.registered(ev.GetDestinationId()) {
+		deadTotal.WithLabelValues(ev.GetDestinationId(), reasonLabel(reason)).Inc()
+	}
 	return out, nil
+}
+
+// registered: the destination is in the config. An attempt in flight when
+// its destination was deleted must not bring back the series the delete
+// removed (ForgetDestinationMetrics).
+func (o *Partition) registered(destinationID string) bool {
+	_, ok := o.deps.Registry.Get(destinationID)
+	return ok
 }
 
 // SkipHead makes a lane head an operator took (scheduler.TakeHead) a dead

@@ -117,27 +117,59 @@ func (s *Scheduler) LowWater(p int) uint64 {
 func (s *Scheduler) DropPartition(p int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id, d := range s.dests {
-		if d.partition != p {
-			continue
+	for _, d := range s.dests {
+		if d.partition == p {
+			s.remove(d)
 		}
-		if d.inRing {
-			s.leaveRing(d)
-		}
-		d.dropped = true
-		delete(s.parked, d)
-		for _, l := range d.lanes {
-			switch l.state {
-			case laneWaiting:
-				heap.Remove(&s.waiting, l.heapIdx)
-			case laneExpired:
-				s.dropExpired(l)
-			}
-		}
-		delete(s.dests, id)
 	}
 	s.deadlines = slices.DeleteFunc(s.deadlines, func(dl deadline) bool { return dl.lane.dest.dropped })
 	heap.Init(&s.deadlines)
+}
+
+// ForgetDestination forgets a deleted destination: its budget, rate
+// history, weights and lanes, so it is in no snapshot (health, metrics)
+// any more. Its backlog was archived before it was deleted; an event
+// still pending (one in flight then, or published meanwhile) keeps it,
+// unconfigured, its lanes held, until its last lane drains.
+func (s *Scheduler) ForgetDestination(destinationID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.dests[destinationID]
+	if d == nil {
+		return
+	}
+	d.configured, d.deleted = false, true
+	s.removeIfIdle(d)
+}
+
+// removeIfIdle removes d if it was deleted and nothing of it is pending
+// or in flight any more.
+func (s *Scheduler) removeIfIdle(d *destination) {
+	if !d.deleted || d.pending > 0 || d.inFlight > 0 || s.dests[d.id] != d {
+		return
+	}
+	s.remove(d)
+	s.deadlines = slices.DeleteFunc(s.deadlines, func(dl deadline) bool { return dl.lane.dest == d })
+	heap.Init(&s.deadlines)
+}
+
+// remove forgets d and its lanes; the caller drops d's deadlines.
+// Attempts in flight finish, their outcomes ignored (dropped).
+func (s *Scheduler) remove(d *destination) {
+	if d.inRing {
+		s.leaveRing(d)
+	}
+	d.dropped = true
+	delete(s.parked, d)
+	for _, l := range d.lanes {
+		switch l.state {
+		case laneWaiting:
+			heap.Remove(&s.waiting, l.heapIdx)
+		case laneExpired:
+			s.dropExpired(l)
+		}
+	}
+	delete(s.dests, d.id)
 }
 
 // TakeDestination removes every lane of a destination that is not in
@@ -182,6 +214,7 @@ func (s *Scheduler) TakeDestination(destinationID string) map[*Lane][]Entry {
 		s.leaveRing(d)
 	}
 	d.configured = false
+	s.removeIfIdle(d)
 	return taken
 }
 

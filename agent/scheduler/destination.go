@@ -53,6 +53,9 @@ type destination struct {
 	// dropped: DropPartition forgot this destination; outcomes of its
 	// attempts still in flight must not put its lanes back in play.
 	dropped bool
+	// deleted: ForgetDestination was called while something of it was
+	// pending or in flight; it is removed when the last of it is gone.
+	deleted bool
 
 	// lastSuccess and faults feed OtherwiseHealthy.
 	lastSuccess time.Time
@@ -111,7 +114,7 @@ func (s *Scheduler) SetLimits(destinationID string, partition int, lim Limits) {
 		d.budget.SetLimits(lim.RatePerSecond, lim.Burst, now)
 	}
 	d.limits = lim
-	d.configured = true
+	d.configured, d.deleted = true, false
 	s.wake()
 }
 

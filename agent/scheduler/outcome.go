@@ -170,6 +170,7 @@ func (s *Scheduler) advance(a *Attempt, died bool) Outcome {
 	}
 	out := Outcome{Drained: true, PurgeLedger: l.hasLedger}
 	s.forget(l)
+	s.removeIfIdle(d) // deleted while this attempt was in flight
 	return out
 }
 

@@ -1470,7 +1470,8 @@ func runModel(t *testing.T, seed uint64) {
 	dests := []destSpec{{"d0", 0}, {"d1", 0}, {"d2", 1}, {"d3", 2}}
 	custs := []string{"c0", "c1", "c2"}
 	keys := []string{"k0", "k1", "k2", "k3"}
-	maxIF := map[string]int{} // configured destinations
+	maxIF := map[string]int{}      // configured destinations
+	forgotten := map[string]bool{} // deleted (ForgetDestination), not configured since
 	model := map[string]*modelLane{}
 	var outstanding []*Attempt
 	stale := map[*Attempt]bool{}
@@ -1609,6 +1610,9 @@ func runModel(t *testing.T, seed uint64) {
 				nextSeq++
 				es = append(es, ev(nextSeq))
 			}
+			if len(s.Snapshot(d.id)) == 0 {
+				delete(forgotten, d.id) // a destination anew, not the one deleted
+			}
 			appendTo(s, d.part, id, es...)
 			ml := model[id.Subject(d.part)]
 			if ml == nil {
@@ -1626,6 +1630,9 @@ func runModel(t *testing.T, seed uint64) {
 			nextSeq++
 			nb := clk.Now().Add(time.Duration(rng.IntN(4000)-1000) * time.Millisecond)
 			head := Head{Attempts: 1 + rng.IntN(5), NotBefore: nb}
+			if len(s.Snapshot(d.id)) == 0 {
+				delete(forgotten, d.id)
+			}
 			s.Restore(d.part, id, evs(nextSeq), head, true)
 			model[id.Subject(d.part)] = &modelLane{id: id, part: d.part, seqs: []uint64{nextSeq},
 				attempts: head.Attempts, notBefore: nb, hasLedger: true}
@@ -1648,6 +1655,7 @@ func runModel(t *testing.T, seed uint64) {
 			lim := Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 1 + rng.IntN(3)}
 			s.SetLimits(d.id, d.part, lim)
 			maxIF[d.id] = lim.MaxInFlight
+			delete(forgotten, d.id)
 		case r < 96:
 			taken := s.TakeDestination(d.id)
 			want := 0
@@ -1673,6 +1681,10 @@ func runModel(t *testing.T, seed uint64) {
 				t.Fatalf("TakeDestination(%s) took %d lanes, want %d", d.id, len(taken), want)
 			}
 			delete(maxIF, d.id)
+			if rng.IntN(2) == 0 { // deleted: the config without it applied
+				s.ForgetDestination(d.id)
+				forgotten[d.id] = true
+			}
 		default:
 			s.DropPartition(d.part)
 			for subj, ml := range model {
@@ -1704,6 +1716,10 @@ func runModel(t *testing.T, seed uint64) {
 			}
 			if got := s.Pending(x.id); got != want {
 				t.Fatalf("Pending(%s) = %d, want %d", x.id, got, want)
+			}
+			// A deleted destination is gone once nothing of it is left.
+			if forgotten[x.id] && want == 0 && len(s.Snapshot(x.id)) != 0 {
+				t.Fatalf("%s was deleted and has nothing pending, yet is in the snapshot", x.id)
 			}
 		}
 		for p := range 3 {
@@ -2011,4 +2027,51 @@ func TestRunCancelReleasesUnsentAttempt(t *testing.T) {
 	if a.Head != head {
 		t.Fatalf("head %+v", a.Head)
 	}
+}
+
+// A deleted destination is forgotten at once when nothing of it is in
+// flight, else when its in-flight attempt ends; either way it leaves no
+// snapshot, budget or rate history, and the other destinations go on.
+func TestForgetDestination(t *testing.T) {
+	s, _ := newSched()
+	s.SetLimits("d1", 0, unlimited)
+	s.SetLimits("d2", 0, unlimited)
+	s.SetLimits("d3", 0, unlimited)
+	A, B := lid("d1", "c1", "a"), lid("d2", "c1", "b")
+	appendTo(s, 0, A, ev(1))
+	a := mustPick(t, s)
+	wantAttempt(t, a, A, 1, 1)
+	s.Observe(a, 200, false, 0, "")
+	s.Succeeded(a)
+	appendTo(s, 0, B, ev(2))
+	b := mustPick(t, s)
+	wantAttempt(t, b, B, 2, 1)
+
+	ids := func() []string {
+		var out []string
+		for _, snap := range s.Snapshot("") {
+			out = append(out, snap.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	s.ForgetDestination("d1") // idle
+	s.ForgetDestination("d2") // an attempt in flight
+	checkInvariants(t, s)
+	if got := ids(); !slices.Equal(got, []string{"d2", "d3"}) {
+		t.Fatalf("after forgetting d1 (idle) and d2 (in flight): snapshot of %v, want d2 (until its attempt ends) and d3", got)
+	}
+	if rates, transitions := s.RateHistory("d1"); len(rates) != 0 || len(transitions) != 0 {
+		t.Fatalf("d1's rate history survived: %d rates, %d transitions", len(rates), len(transitions))
+	}
+	s.Observe(b, 200, false, 0, "")
+	s.Succeeded(b)
+	checkInvariants(t, s)
+	if got := ids(); !slices.Equal(got, []string{"d3"}) {
+		t.Fatalf("after d2's attempt ended: snapshot of %v, want d3", got)
+	}
+	// Created again, it starts afresh.
+	s.SetLimits("d1", 0, unlimited)
+	appendTo(s, 0, A, ev(3))
+	wantAttempt(t, mustPick(t, s), A, 3, 1)
 }

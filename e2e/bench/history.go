@@ -525,14 +525,14 @@ func (fl *filler) write(i int, body []byte) error {
 		LaneKey: ev.LaneKey, Type: ev.Type, AcceptedAt: ev.AcceptedAt,
 		Attempt: &rivorav1.Attempt{Number: 1, At: timestamppb.New(accepted.Add(10 * time.Millisecond)), StatusCode: 200, Duration: durationpb.New(20 * time.Millisecond)},
 	}
-	b := fl.batch(history.OutcomeSubject(delivered, id))
+	b := fl.batch(history.OutcomeSubject(delivered, id, accepted))
 	b.batch.Outcomes = append(b.batch.Outcomes, o)
 	b.batch.OutcomeTimes = append(b.batch.OutcomeTimes, delivered.UnixNano())
 	b.bytes += proto.Size(o)
 	if err := fl.bound(b); err != nil {
 		return err
 	}
-	b = fl.batch(history.BodySubject(delivered, id))
+	b = fl.batch(history.BodySubject(delivered, id, accepted))
 	b.batch.Events = append(b.batch.Events, ev)
 	b.bytes += proto.Size(ev)
 	return fl.bound(b)

@@ -96,7 +96,11 @@ var Policies = map[string]Rule{
 	rivorav1connect.EventServiceGetEventProcedure: {
 		Roles: []rivorav1.Role{admin, operator, viewer, publisher},
 		Answer: func(p *Principal, resp any) error {
-			return mayActFor(p, resp.(*rivorav1.GetEventResponse).GetCustomerId())
+			ev := resp.(*rivorav1.GetEventResponse)
+			if !p.MayActFor(ev.GetCustomerId()) {
+				return EventNotFound(ev.GetEventId())
+			}
+			return nil
 		},
 	},
 	rivorav1connect.EventServiceListEventsProcedure: {
@@ -120,7 +124,11 @@ var Policies = map[string]Rule{
 	rivorav1connect.ArchiveServiceGetDeadLetterProcedure: {
 		Roles: []rivorav1.Role{admin, operator, viewer, publisher},
 		Answer: func(p *Principal, resp any) error {
-			return mayRead(p, resp.(*rivorav1.GetDeadLetterResponse).GetDeadLetter().GetEvent().GetCustomerId())
+			ev := resp.(*rivorav1.GetDeadLetterResponse).GetDeadLetter().GetEvent()
+			if !p.MayActFor(ev.GetCustomerId()) {
+				return DeadLetterNotFound(ev.GetEventId())
+			}
+			return nil
 		},
 	},
 	rivorav1connect.ArchiveServiceDeadLetterStatsProcedure: read,
@@ -149,15 +157,6 @@ func mayActFor(p *Principal, customer string) error {
 		return nil
 	}
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("token %s (%s) may not act for customer %q: it is scoped to %v", p.TokenID, p.Name, customer, p.Customers))
-}
-
-// mayRead checks an answer's customer without naming it: the caller
-// learns only that the item is not its customers'.
-func mayRead(p *Principal, customer string) error {
-	if p.MayActFor(customer) {
-		return nil
-	}
-	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("token %s (%s) may not read this: it belongs to a customer outside the token's scope %v", p.TokenID, p.Name, p.Customers))
 }
 
 // filterFor checks a list's customer filter: a scoped publisher must name
