@@ -206,6 +206,40 @@ func TestHoldConnectionsHelper(t *testing.T) {
 	}
 }
 
+// startChild runs this test binary's helper test in a child process with
+// env added (a process may hold only so many connections), and returns
+// the first line it prints that starts with report (closed, with none,
+// when it ends without). The child runs until the test ends (its stdin
+// closes then).
+func startChild(t *testing.T, helper, env, report string) <-chan string {
+	t.Helper()
+	child := exec.Command(os.Args[0], "-test.run=^"+helper+"$", "-test.v")
+	child.Env = append(os.Environ(), env)
+	stdin, err := child.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatalf("start %s: %v", helper, err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = child.Wait() })
+	reported := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), report) {
+				reported <- sc.Text()
+			}
+		}
+		close(reported)
+	}()
+	return reported
+}
+
 // dialMany opens n connections to addr, 256 at a time.
 func dialMany(addr string, n int) (held []net.Conn, failed int64) {
 	var mu sync.Mutex
@@ -273,30 +307,7 @@ func TestIdleConnectionsDoNotExhaustTheServer(t *testing.T) {
 
 	// Half the connections from a child process, half from here.
 	start := time.Now()
-	child := exec.Command(os.Args[0], "-test.run=^TestHoldConnectionsHelper$", "-test.v")
-	child.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", holdEnv, d.Addr, conns/2))
-	stdin, err := child.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatalf("start the connection holder: %v", err)
-	}
-	t.Cleanup(func() { stdin.Close(); _ = child.Wait() })
-	childHeld := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "held ") {
-				childHeld <- sc.Text()
-			}
-		}
-		close(childHeld)
-	}()
+	childHeld := startChild(t, "TestHoldConnectionsHelper", fmt.Sprintf("%s=%s %d", holdEnv, d.Addr, conns/2), "held ")
 	held, failed := dialMany(d.Addr, conns/2)
 	t.Cleanup(func() {
 		for _, conn := range held {

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -251,30 +250,7 @@ func TestTricklingConnectionsDoNotDelayACall(t *testing.T) {
 	createDestination(t, d, "flood", p, "", nil)
 	baseline := publishTook(t, d, "warm")
 
-	child := exec.Command(os.Args[0], "-test.run=^TestTricklersHelper$", "-test.v")
-	child.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", tricklerEnv, d.Addr, conns/2))
-	stdin, err := child.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatalf("start the trickler: %v", err)
-	}
-	t.Cleanup(func() { stdin.Close(); _ = child.Wait() })
-	childHeld := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "trickling ") {
-				childHeld <- sc.Text()
-			}
-		}
-		close(childHeld)
-	}()
+	childHeld := startChild(t, "TestTricklersHelper", fmt.Sprintf("%s=%s %d", tricklerEnv, d.Addr, conns/2), "trickling ")
 	stop := make(chan struct{})
 	defer close(stop)
 	here := trickle(d.Addr, conns/2, stop)
