@@ -34,7 +34,9 @@ func TestControlCharactersInEventsNeverHurtTheDestination(t *testing.T) {
 		"content_type":    func(r *rivorav1.PublishRequest, c string) { r.ContentType = `application/json; x="` + c + `"` },
 		"content_type/2":  func(r *rivorav1.PublishRequest, c string) { r.ContentType = "text/plain" + c },
 		"idempotency_key": func(r *rivorav1.PublishRequest, c string) { r.IdempotencyKey = "k" + c + "1" },
-		"data":            func(r *rivorav1.PublishRequest, c string) { r.Payload, r.Data = nil, structpb.NewStringValue("a"+c+"b") },
+		"data": func(r *rivorav1.PublishRequest, c string) {
+			r.Payload, r.Data = nil, structpb.NewStringValue("a"+c+"b")
+		},
 	}
 	controls := []string{"\x00", "\x01", "\x08", "\x0b", "\x1b", "\x1f", "\x7f", "\r", "\n", "\r\n"}
 	accepted := map[string]string{} // event id → what it carried
