@@ -83,9 +83,9 @@ type idleConn struct {
 	since time.Time
 }
 
-// capConns makes srv accept at most max connections from ln, and close a
-// connection once maxRefusedPerConn of its calls were refused at the door
-// (auth.OnRefusal).
+// capConns makes srv accept at most max connections from ln, and let go
+// of a connection once maxRefusedPerConn of its calls were refused at the
+// door (auth.OnRefusal).
 func capConns(srv *http.Server, ln net.Listener, max int, log *slog.Logger) net.Listener {
 	c := &connCap{Listener: ln, max: max, log: log, open: make(map[net.Conn]*list.Element), idle: list.New(), changed: make(chan struct{}, 1), closed: make(chan struct{})}
 	prev := srv.ConnState
