@@ -674,15 +674,18 @@ func (a *ConsulAuditLog) List(limit int, destinationID string) ([]*rivorav1.Audi
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].seq < entries[j].seq })
 	var out []*rivorav1.AuditEntry
+	var skipped skippedEntries
 	for _, sp := range entries {
-		e := &rivorav1.AuditEntry{}
-		if err := protojson.Unmarshal(sp.pair.Value, e); err != nil {
-			return nil, fmt.Errorf("audit log key %s: %w", sp.pair.Key, err)
+		e, err := decodeAuditEntry(sp.pair.Value)
+		if err != nil {
+			skipped.add(sp.pair.Key, err)
+			continue
 		}
 		if destinationID != "" && e.GetDestinationId() != destinationID {
 			continue
 		}
 		out = append(out, e)
 	}
+	skipped.log()
 	return newest(out, limit), nil
 }

@@ -442,9 +442,14 @@ func (cp *ControlPlane) broadcast() { cp.changed.notify() }
 func (cp *ControlPlane) changes() <-chan struct{} { return cp.changed.wait() }
 
 func (cp *ControlPlane) record(action, destinationID string, who actor, detail string, version uint64, reason ...string) {
-	e := &rivorav1.AuditEntry{At: timestamppb.New(cp.now()), Version: version, Author: who.name, TokenId: who.tokenID, Action: action, DestinationId: destinationID, Detail: detail}
+	// Every field is bounded: a detail quoting what was refused (a limits
+	// file's key of megabytes) must not make a line no reader takes.
+	e := &rivorav1.AuditEntry{
+		At: timestamppb.New(cp.now()), Version: version, Author: bounds.Truncate(who.name, bounds.Name), TokenId: bounds.Truncate(who.tokenID, bounds.Name),
+		Action: action, DestinationId: bounds.Truncate(destinationID, bounds.Name), Detail: bounds.Truncate(detail, bounds.AuditDetail),
+	}
 	if len(reason) > 0 {
-		e.Reason = reason[0]
+		e.Reason = bounds.Truncate(reason[0], bounds.Text)
 	}
 	if err := cp.audit.Append(e); err != nil {
 		cp.log.Error("audit log append failed", "action", action, "error", err)
