@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -269,8 +270,8 @@ func (e *env) replay(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	if r := c.Float64("rate"); c.IsSet("rate") && !(r > 0 && r <= 1e6) {
-		return usagef("--rate %v: want a number of events per second more than 0 and at most 1e6 (leave --rate out to replay as fast as ingest takes them)", r)
+	if r := c.Float64("rate"); c.IsSet("rate") && !rates.Valid(r) {
+		return usagef("--rate %v: want %s (leave --rate out to replay as fast as ingest takes them)", r, rates.Bound())
 	}
 	// No overall timeout: a replay runs as long as it needs; Ctrl-C stops it.
 	req := &rivorav1.ReplayRequest{Filter: f, DryRun: c.Bool("dry-run"), Restart: c.Bool("restart")}

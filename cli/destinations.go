@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rivora/rivora/internal/httpurl"
+	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 )
@@ -404,8 +405,8 @@ func checkSecret(s string) error {
 
 func rateFlag(c *ucli.Context) (float64, error) {
 	r := c.Float64("rate")
-	if r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
-		return 0, usagef("--rate %v: want a positive number of events per second", r)
+	if r != 0 && !rates.Valid(r) { // 0: unset, inherit
+		return 0, usagef("--rate %v: want %s", r, rates.Bound())
 	}
 	return r, nil
 }

@@ -10,6 +10,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -163,8 +164,8 @@ func (e *env) setLimits(c *ucli.Context) error {
 	any := false
 	if c.IsSet("rate") {
 		r := c.Float64("rate")
-		if !(r > 0) {
-			return usagef("--rate must be positive, got %v", r)
+		if !rates.Valid(r) {
+			return usagef("--rate %v: want %s", r, rates.Bound())
 		}
 		req.RatePerSecond, any = ptr(r), true
 	}
