@@ -87,7 +87,7 @@ S3/MinIO). Replay them with ` + "`rivoractl replay`" + `.
 				UsageText: "rivoractl dlq list [--destination D] [--customer C] [--lane L] [--since T] [--until T] [--limit N] [-o json]",
 				Description: `-o json prints a JSON array, one object per event: eventId, destinationId,
 customerId, laneKey, type, attempts, lastStatus, lastError, reason, deadAt.`,
-				Flags:  append(filterFlags(), &ucli.IntFlag{Name: "limit", Value: 1000, Usage: "show at most `N`"}),
+				Flags:  append(filterFlags(), &ucli.IntFlag{Name: "limit", Value: 1000, Usage: "show at most `N` (1000 at most: narrow the filter for more)"}),
 				Action: e.listDeadLetters,
 			},
 			{

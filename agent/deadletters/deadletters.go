@@ -188,14 +188,22 @@ func keyHour(key string) (time.Time, bool) {
 	return t, err == nil
 }
 
+// MaxListLimit bounds ListDeadLetters' limit, and is its default: every
+// dead letter listed is read from the archive and held in memory for the
+// answer. (The CLI asks for 1000 by default, the console for 500.)
+const MaxListLimit = 1000
+
 func (s *Service) ListDeadLetters(ctx context.Context, req *connect.Request[rivorav1.ListDeadLettersRequest]) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
 	f := req.Msg.GetFilter()
 	if err := checkFilter(f); err != nil {
 		return nil, err
 	}
 	limit := int(req.Msg.GetLimit())
-	if limit <= 0 {
-		limit = 1000
+	switch {
+	case limit <= 0:
+		limit = MaxListLimit
+	case limit > MaxListLimit:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("limit %d: a list answers at most %d dead letters; narrow the filter (since, until, customer, lane, reason) and page by time", limit, MaxListLimit))
 	}
 	keys, err := s.objects(ctx, f)
 	if err != nil {
