@@ -43,8 +43,8 @@ func openConsulStore(t *testing.T, client *api.Client) *controlplane.ConsulStore
 }
 
 func addDest(s controlplane.Store, id string) (uint64, error) {
-	return s.Update(func(all map[string]*rivorav1.Destination) error {
-		all[id] = &rivorav1.Destination{Id: id, Url: "https://example.com/" + id, CustomerWeights: map[string]float64{"a": 2}}
+	return s.Update(func(tx *controlplane.DestinationTx) error {
+		tx.Put(&rivorav1.Destination{Id: id, Url: "https://example.com/" + id, CustomerWeights: map[string]float64{"a": 2}})
 		return nil
 	})
 }
@@ -76,8 +76,8 @@ func TestConsulStoreRoundTrip(t *testing.T) {
 			}
 		}
 		// A refused change changes nothing, not even the version.
-		if _, err := st.Update(func(all map[string]*rivorav1.Destination) error {
-			delete(all, "a")
+		if _, err := st.Update(func(tx *controlplane.DestinationTx) error {
+			tx.Delete("a")
 			return errors.New("no")
 		}); err == nil {
 			t.Fatalf("%T: Update ignored fn's error", st)

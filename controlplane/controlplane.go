@@ -393,7 +393,7 @@ func (cp *ControlPlane) reloadLimits() {
 		return
 	}
 	old := cp.limits.Swap(lf)
-	version, err := cp.store.Update(func(map[string]*rivorav1.Destination) error { return nil })
+	version, err := cp.store.Update(func(*DestinationTx) error { return nil })
 	if err != nil {
 		cp.limits.Store(old)
 		cp.log.Error("limits reload: saving the new config version failed", "error", err)
@@ -407,15 +407,19 @@ func (cp *ControlPlane) reloadLimits() {
 func (cp *ControlPlane) expireOverrides() {
 	now := cp.now()
 	var expired []string
-	version, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
-		for id, d := range all {
+	version, err := cp.store.Update(func(tx *DestinationTx) error {
+		expired = expired[:0]
+		tx.Each(func(d *rivorav1.Destination) {
 			if o := d.GetOverride(); o.GetExpiresAt() != nil && !o.GetExpiresAt().AsTime().After(now) {
-				d.Override = nil
-				expired = append(expired, id)
+				expired = append(expired, d.GetId())
 			}
-		}
+		})
 		if len(expired) == 0 {
 			return errNothingToDo
+		}
+		for _, id := range expired {
+			d, _ := tx.Get(id)
+			d.Override = nil
 		}
 		return nil
 	})
