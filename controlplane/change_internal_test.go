@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -48,6 +49,32 @@ func BenchmarkCreateDestination(b *testing.B) {
 				id := fmt.Sprintf("bench-%d", i)
 				if _, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: id, Url: "https://example.com/" + id}, systemActor); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCreateDestinationFed is BenchmarkCreateDestination with one
+// agent's feed sending each change (render, compare, build the response).
+func BenchmarkCreateDestinationFed(b *testing.B) {
+	for _, n := range []int{0, 2000} {
+		b.Run(fmt.Sprintf("existing=%d", n), func(b *testing.B) {
+			cp := seededControlPlane(b, n)
+			f := &configFeed{partitionCount: uint32(cp.cfg.Partitions)}
+			_, sent := cp.nextConfig(f, "a1")
+			sent()
+			i := 0
+			for b.Loop() {
+				i++
+				id := fmt.Sprintf("bench-%d", i)
+				if _, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: id, Url: "https://example.com/" + id}, systemActor); err != nil {
+					b.Fatal(err)
+				}
+				if resp, sent := cp.nextConfig(f, "a1"); len(resp.GetDestinations()) != 1 {
+					b.Fatalf("the feed sent %d destinations, want 1", len(resp.GetDestinations()))
+				} else {
+					sent()
 				}
 			}
 		})
@@ -104,5 +131,53 @@ func TestChangeTouchesOnlyItsDestination(t *testing.T) {
 		if after[id] != d {
 			t.Fatalf("untouched destination %s was replaced by a copy", id)
 		}
+	}
+}
+
+// The agents' feed, after its snapshot, renders and compares only what a
+// change touched: one destination for a create or a pause, none for a
+// delete (it is named), and every one only when the limits file changes
+// (issue 22: every change re-rendered and compared all of them, for every
+// agent).
+func TestFeedComparesOnlyTheChange(t *testing.T) {
+	cp := seededControlPlane(t, 500)
+	f := &configFeed{partitionCount: uint32(cp.cfg.Partitions)}
+	next := func(what string, wantCompared int) *rivorav1.WatchResponse {
+		t.Helper()
+		resp, sent := cp.nextConfig(f, "a1")
+		sent()
+		if f.compared != wantCompared {
+			t.Errorf("%s: the feed compared %d destinations, want %d", what, f.compared, wantCompared)
+		}
+		return resp
+	}
+	if resp := next("the snapshot", 500); !resp.GetSnapshot() || len(resp.GetDestinations()) != 500 {
+		t.Fatalf("snapshot: %d destinations, snapshot %v", len(resp.GetDestinations()), resp.GetSnapshot())
+	}
+	if resp := next("no change", 0); resp != nil {
+		t.Fatalf("no change sent %v", resp)
+	}
+	if _, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: "new", Url: "https://example.com/new"}, systemActor); err != nil {
+		t.Fatal(err)
+	}
+	if resp := next("a create", 1); len(resp.GetDestinations()) != 1 || resp.GetDestinations()[0].GetId() != "new" || resp.GetDestinations()[0].GetSecret() == "" {
+		t.Fatalf("after a create the feed sent %v, want the new destination with its secret", resp)
+	}
+	if _, _, err := cp.pauseDestination("seed-00007", systemActor, "probe"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.store.Update(func(tx *DestinationTx) error { tx.Delete("seed-00008"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	resp := next("a pause and a delete", 1)
+	if len(resp.GetDestinations()) != 1 || !resp.GetDestinations()[0].GetPaused() || !slices.Equal(resp.GetRemovedDestinationIds(), []string{"seed-00008"}) {
+		t.Fatalf("after a pause and a delete the feed sent %v", resp)
+	}
+	cp.limits.Store(&LimitsFile{Defaults: &rivorav1.Limits{Burst: 7}})
+	if resp := next("a limits file change", 500); len(resp.GetDestinations()) != 500 || resp.GetDestinations()[0].GetLimits().GetBurst() != 7 {
+		t.Fatalf("after a limits change the feed sent %d destinations, want all 500 with burst 7", len(resp.GetDestinations()))
+	}
+	if len(f.dests) != 500 {
+		t.Fatalf("the feed holds %d destinations, want 500", len(f.dests))
 	}
 }

@@ -303,6 +303,13 @@ func (s *ConsulStore) Get(id string) (*rivorav1.Destination, bool) {
 	return getDest(s.state.dests, id)
 }
 
+// ChangedSince returns what changed after version since (see Store).
+func (s *ConsulStore) ChangedSince(since uint64) (uint64, []*rivorav1.Destination, []string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.changes(since)
+}
+
 // Tokens returns the API tokens, oldest first.
 func (s *ConsulStore) Tokens() []*rivorav1.ApiToken {
 	s.mu.Lock()

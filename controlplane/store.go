@@ -26,6 +26,12 @@ type Store interface {
 	Snapshot() (uint64, []*rivorav1.Destination)
 	// Get returns a copy of a destination.
 	Get(id string) (*rivorav1.Destination, bool)
+	// ChangedSince returns the config version, copies of the
+	// destinations changed after version since (sorted by id) and the
+	// ids of those deleted since; ok is false when the store no longer
+	// knows (too far behind, or the state was reloaded): compare a
+	// Snapshot then.
+	ChangedSince(since uint64) (version uint64, changed []*rivorav1.Destination, deleted []string, ok bool)
 	// Update applies fn to the destinations (through a DestinationTx,
 	// which copies only what fn edits) and persists what it changed as
 	// the next config version, which it returns. fn returns an error to
@@ -42,6 +48,38 @@ type state struct {
 	version uint64
 	dests   map[string]*rivorav1.Destination
 	tokens  map[string]*rivorav1.ApiToken
+	// journal is which destinations the latest versions changed (apply
+	// records them), so that the agents' feed sends what changed without
+	// comparing every destination. A state loaded whole starts it empty.
+	journal []journalEntry
+}
+
+// journalEntry is the destinations one version put or deleted.
+type journalEntry struct {
+	version uint64
+	ids     []string
+}
+
+// journalVersions bounds the journal: a feed further behind compares
+// everything once.
+const journalVersions = 1024
+
+// changedSince lists, sorted, the destinations changed after version
+// since, and whether the journal covers every version since then.
+func (st *state) changedSince(since uint64) ([]string, bool) {
+	if since == st.version {
+		return nil, true
+	}
+	if since > st.version || len(st.journal) == 0 || st.journal[0].version > since+1 {
+		return nil, false
+	}
+	seen := make(map[string]bool)
+	for i := len(st.journal) - 1; i >= 0 && st.journal[i].version > since; i-- {
+		for _, id := range st.journal[i].ids {
+			seen[id] = true
+		}
+	}
+	return sortedKeys(seen), true
 }
 
 func emptyState() state {
@@ -74,6 +112,13 @@ func (st *state) apply(d delta) {
 			st.tokens[id] = t
 		}
 	}
+	if n := len(st.journal); n > 0 && st.journal[n-1].version+1 != d.version {
+		st.journal = nil // not the next version (a migration rewrites one): start again
+	}
+	if len(st.journal) == journalVersions {
+		st.journal = st.journal[1:]
+	}
+	st.journal = append(st.journal, journalEntry{version: d.version, ids: sortedKeys(d.dests)})
 	st.version = d.version
 }
 
@@ -350,6 +395,31 @@ func (s *FileStore) Snapshot() (uint64, []*rivorav1.Destination) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.state.version, sortedDests(s.state.dests)
+}
+
+// ChangedSince returns what changed after version since (see Store).
+func (s *FileStore) ChangedSince(since uint64) (uint64, []*rivorav1.Destination, []string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.changes(since)
+}
+
+// changes is ChangedSince for st.
+func (st *state) changes(since uint64) (uint64, []*rivorav1.Destination, []string, bool) {
+	ids, ok := st.changedSince(since)
+	if !ok {
+		return st.version, nil, nil, false
+	}
+	var changed []*rivorav1.Destination
+	var deleted []string
+	for _, id := range ids {
+		if d, ok := getDest(st.dests, id); ok {
+			changed = append(changed, d)
+		} else {
+			deleted = append(deleted, id)
+		}
+	}
+	return st.version, changed, deleted, true
 }
 
 // Get returns a destination.
