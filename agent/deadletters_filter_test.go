@@ -2,14 +2,12 @@ package agent_test
 
 import (
 	"context"
-	"math"
 	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/rivora/rivora/agent/deadletters"
 	"github.com/rivora/rivora/internal/testrig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -89,27 +87,3 @@ func TestDeadLetterFiltersValidateIDs(t *testing.T) {
 }
 
 func ts(sec int64) *timestamppb.Timestamp { return &timestamppb.Timestamp{Seconds: sec} }
-
-// ListDeadLetters' limit has a ceiling (1000, what the CLI asks for by
-// default): above it the list is refused with InvalidArgument, at it the
-// list answers (issue 22: the limit had no upper bound).
-func TestListDeadLettersLimitIsBounded(t *testing.T) {
-	t.Parallel()
-	d := testrig.StartDev(t, t.TempDir(), testrig.Options{})
-	archive := rivorav1connect.NewArchiveServiceClient(d.HTTPClient(), d.URL, d.As(d.AdminToken))
-	ctx := context.Background()
-	list := func(limit int32) error {
-		_, err := archive.ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}, Limit: limit}))
-		return err
-	}
-	for _, limit := range []int32{0, 500, deadletters.MaxListLimit} {
-		if err := list(limit); err != nil {
-			t.Errorf("limit %d: %v", limit, err)
-		}
-	}
-	for _, limit := range []int32{deadletters.MaxListLimit + 1, 1 << 30, math.MaxInt32} {
-		if err := list(limit); connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "at most 1000 dead letters") {
-			t.Errorf("limit %d: %v, want invalid_argument naming the bound", limit, err)
-		}
-	}
-}

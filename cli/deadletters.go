@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/internal/bounds"
 	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -87,7 +88,7 @@ S3/MinIO). Replay them with ` + "`rivoractl replay`" + `.
 				UsageText: "rivoractl dlq list [--destination D] [--customer C] [--lane L] [--since T] [--until T] [--limit N] [-o json]",
 				Description: `-o json prints a JSON array, one object per event: eventId, destinationId,
 customerId, laneKey, type, attempts, lastStatus, lastError, reason, deadAt.`,
-				Flags:  append(filterFlags(), &ucli.IntFlag{Name: "limit", Value: 1000, Usage: "show at most `N` (1000 at most: narrow the filter for more)"}),
+				Flags:  append(filterFlags(), &ucli.IntFlag{Name: "limit", Value: bounds.DeadLetterList, Usage: "show at most `N` (the archive answers at most 1000 at a time: narrow the filter for more)"}),
 				Action: e.listDeadLetters,
 			},
 			{
@@ -142,7 +143,7 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 	}
 	ctx, cancel := callContext(c)
 	defer cancel()
-	resp, err := e.archive().ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: f, Limit: int32(c.Int("limit"))}))
+	resp, err := e.archive().ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: f, Limit: int32(min(max(c.Int("limit"), 0), bounds.DeadLetterList))}))
 	if err != nil {
 		return callFailed("list dead letters", err, nil)
 	}
@@ -170,7 +171,11 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 		return err
 	}
 	if resp.Msg.GetTruncated() {
-		fmt.Fprintf(e.out, "(more match: raise --limit or narrow the filter)\n")
+		if c.Int("limit") < bounds.DeadLetterList {
+			fmt.Fprintf(e.out, "(more match: raise --limit or narrow the filter)\n")
+		} else {
+			fmt.Fprintf(e.out, "(more match: narrow the filter; a list shows at most %d)\n", bounds.DeadLetterList)
+		}
 	}
 	return nil
 }

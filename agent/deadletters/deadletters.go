@@ -22,6 +22,7 @@ import (
 
 	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/internal/bounds"
 	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -188,22 +189,16 @@ func keyHour(key string) (time.Time, bool) {
 	return t, err == nil
 }
 
-// MaxListLimit bounds ListDeadLetters' limit, and is its default: every
-// dead letter listed is read from the archive and held in memory for the
-// answer. (The CLI asks for 1000 by default, the console for 500.)
-const MaxListLimit = 1000
-
 func (s *Service) ListDeadLetters(ctx context.Context, req *connect.Request[rivorav1.ListDeadLettersRequest]) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
 	f := req.Msg.GetFilter()
 	if err := checkFilter(f); err != nil {
 		return nil, err
 	}
+	// A limit over the bound (or none) is the bound: the answer says
+	// truncated when more match, as for any limit.
 	limit := int(req.Msg.GetLimit())
-	switch {
-	case limit <= 0:
-		limit = MaxListLimit
-	case limit > MaxListLimit:
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("limit %d: a list answers at most %d dead letters; narrow the filter (since, until, customer, lane, reason) and page by time", limit, MaxListLimit))
+	if limit <= 0 || limit > bounds.DeadLetterList {
+		limit = bounds.DeadLetterList
 	}
 	keys, err := s.objects(ctx, f)
 	if err != nil {

@@ -78,6 +78,13 @@ func Strings(field string, values []string, limit, count int) error {
 	return nil
 }
 
+// DeadLetterList bounds how many dead letters one ListDeadLetters answer
+// holds, and is its default: each is read from the archive and held in
+// memory for the answer. A larger limit is taken as this one (the answer
+// says truncated when more match). The CLI asks for 1000 by default, the
+// console for 500.
+const DeadLetterList = 1000
+
 // DefaultMessage bounds one request message of the services that carry
 // no payloads (admin, tokens, agent reports, lookups), after
 // decompression.
