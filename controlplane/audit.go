@@ -9,7 +9,9 @@ import (
 	"sync"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/rivora/rivora/internal/bounds"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -48,7 +50,7 @@ func OpenAuditLog(dir string) (*FileAuditLog, error) {
 
 // Append records one entry durably.
 func (a *FileAuditLog) Append(e *rivorav1.AuditEntry) error {
-	line, err := protojson.Marshal(e)
+	line, err := encodeAuditEntry(e)
 	if err != nil {
 		return err
 	}
@@ -102,10 +104,25 @@ func (a *FileAuditLog) List(limit int, destinationID string) ([]*rivorav1.AuditE
 	return newest(out, limit), nil
 }
 
+// encodeAuditEntry is e as stored, its free text cut so that the record
+// stays under maxAuditLine whoever wrote it (record bounds its own
+// entries already; this is the last line).
+func encodeAuditEntry(e *rivorav1.AuditEntry) ([]byte, error) {
+	raw, err := protojson.Marshal(e)
+	if err != nil || len(raw) <= maxAuditLine {
+		return raw, err
+	}
+	c := proto.Clone(e).(*rivorav1.AuditEntry)
+	c.Detail, c.Reason = bounds.Truncate(c.Detail, bounds.AuditDetail), bounds.Truncate(c.Reason, bounds.Text)
+	c.Author, c.TokenId, c.Action, c.DestinationId = bounds.Truncate(c.Author, bounds.Name), bounds.Truncate(c.TokenId, bounds.Name), bounds.Truncate(c.Action, bounds.Name), bounds.Truncate(c.DestinationId, bounds.Name)
+	return protojson.Marshal(c)
+}
+
 // maxAuditLine bounds an audit record a reader takes. Entries are bounded
-// when written (record); a longer one was written before that, or is
+// when written (record, encodeAuditEntry: some 19 KiB of text, up to six
+// times that escaped); a longer one was written before that, or is
 // damage.
-const maxAuditLine = 64 << 10
+const maxAuditLine = 256 << 10
 
 // decodeAuditEntry reads one stored entry.
 func decodeAuditEntry(raw []byte) (*rivorav1.AuditEntry, error) {

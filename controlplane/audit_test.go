@@ -91,3 +91,27 @@ func TestAuditListSkipsUnreadableLines(t *testing.T) {
 		t.Fatalf("List = %v, want the create and the delete around the bad lines", got)
 	}
 }
+
+// An entry appended with a detail of megabytes (by any writer) is stored
+// cut, and lists (issue 22).
+func TestAuditAppendBoundsTheEntry(t *testing.T) {
+	t.Parallel()
+	a, err := controlplane.OpenAuditLog(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Control characters: each is escaped to six bytes in the record.
+	if err := a.Append(&rivorav1.AuditEntry{Action: "lane.skip", Detail: strings.Repeat("\x01", 5<<20), Reason: strings.Repeat("r", 1<<20)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.List(0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 {
+		t.Fatalf("List = %d entries, want the one appended", len(got))
+	}
+	if len(got[0].GetDetail()) > bounds.AuditDetail || len(got[0].GetReason()) > bounds.Text || !strings.Contains(got[0].GetDetail(), "[cut: 5242880 bytes]") {
+		t.Fatalf("the entry has a %d-byte detail and a %d-byte reason: want them cut to %d and %d", len(got[0].GetDetail()), len(got[0].GetReason()), bounds.AuditDetail, bounds.Text)
+	}
+}

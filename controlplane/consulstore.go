@@ -654,7 +654,7 @@ const maxAppendRaces = 10
 
 // Append records one entry under the next free sequence number.
 func (a *ConsulAuditLog) Append(e *rivorav1.AuditEntry) error {
-	value, err := protojson.Marshal(e)
+	value, err := encodeAuditEntry(e)
 	if err != nil {
 		return err
 	}
