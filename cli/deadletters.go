@@ -256,7 +256,7 @@ Examples:
    rivoractl replay --destination orders --dry-run
    rivoractl replay --destination orders --since 6h --rate 100`,
 		Flags: append(filterFlags(),
-			&ucli.Float64Flag{Name: "rate", Usage: "re-ingest at most `N` events per second (default: as fast as ingest takes them)"},
+			&ucli.Float64Flag{Name: "rate", Usage: "re-ingest at most `N` events per second, 0.001 to 1e6 (default: as fast as ingest takes them)"},
 			&ucli.BoolFlag{Name: "dry-run", Usage: "only count what would be replayed, per destination and customer"},
 			&ucli.BoolFlag{Name: "restart", Usage: "ignore the checkpoint of an earlier run with the same filter"},
 		),

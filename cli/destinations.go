@@ -53,7 +53,7 @@ timeout, in-flight cap). Unset limits use the server's defaults.
 func limitFlags(unset, secretDefault string) []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "secret", Usage: "signing `SECRET` (whsec_ + base64 key of at least 16 bytes)", DefaultText: secretDefault},
-		&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second (token bucket refill)", DefaultText: unset},
+		&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second, 0.001 to 1e6 (token bucket refill)", DefaultText: unset},
 		&ucli.IntFlag{Name: "burst", Usage: "`N` deliveries allowed at once above the rate", DefaultText: unset},
 		&ucli.IntFlag{Name: "max-attempts", Usage: "stop retrying an event after `N` attempts", DefaultText: unset},
 		&ucli.DurationFlag{Name: "window", Usage: "stop retrying an event this `DURATION` after it was accepted (e.g. 72h)", DefaultText: unset},

@@ -57,7 +57,7 @@ Examples:
    rivoractl limits set orders --rate 50 --dry-run
    rivoractl limits set orders --rate 10 --reason "WAF throttling us" --ttl 30m --wait`,
 				Flags: []ucli.Flag{
-					&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second"},
+					&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second, 0.001 to 1e6"},
 					&ucli.IntFlag{Name: "burst", Usage: "`N` deliveries allowed at once above the rate"},
 					&ucli.IntFlag{Name: "max-attempts", Usage: "stop retrying an event after `N` attempts"},
 					&ucli.DurationFlag{Name: "window", Usage: "stop retrying an event this `DURATION` after acceptance"},
