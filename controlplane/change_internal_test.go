@@ -181,3 +181,38 @@ func TestFeedComparesOnlyTheChange(t *testing.T) {
 		t.Fatalf("the feed holds %d destinations, want 500", len(f.dests))
 	}
 }
+
+// The journal names what changed since a version while it reaches back
+// that far; past journalVersions versions, or on a version that is not
+// the next, a reader is told to compare everything.
+func TestJournal(t *testing.T) {
+	st := emptyState()
+	put := func(id string) {
+		st.apply(delta{version: st.version + 1, dests: map[string]*rivorav1.Destination{id: {Id: id}}})
+	}
+	if ids, ok := st.changedSince(0); !ok || len(ids) != 0 {
+		t.Fatalf("nothing changed: %v %v", ids, ok)
+	}
+	put("a")
+	put("b")
+	st.apply(delta{version: st.version + 1, dests: map[string]*rivorav1.Destination{"a": nil}})
+	if ids, ok := st.changedSince(1); !ok || !slices.Equal(ids, []string{"a", "b"}) {
+		t.Fatalf("since 1: %v %v, want a (deleted) and b", ids, ok)
+	}
+	if _, ok := st.changedSince(st.version + 1); ok {
+		t.Fatal("a version ahead of the store was answered")
+	}
+	for range journalVersions {
+		put("c")
+	}
+	if _, ok := st.changedSince(1); ok {
+		t.Fatalf("%d versions behind was answered from a journal of %d", st.version-1, journalVersions)
+	}
+	if ids, ok := st.changedSince(st.version - journalVersions); !ok || !slices.Equal(ids, []string{"c"}) {
+		t.Fatalf("exactly %d behind: %v %v", journalVersions, ids, ok)
+	}
+	st.apply(delta{version: st.version}) // a rewrite at the same version (a migration)
+	if _, ok := st.changedSince(st.version - 1); ok {
+		t.Fatal("after a rewrite at the same version, an older version was answered")
+	}
+}

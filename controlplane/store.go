@@ -112,13 +112,17 @@ func (st *state) apply(d delta) {
 			st.tokens[id] = t
 		}
 	}
-	if n := len(st.journal); n > 0 && st.journal[n-1].version+1 != d.version {
-		st.journal = nil // not the next version (a migration rewrites one): start again
-	}
-	if len(st.journal) == journalVersions {
+	switch {
+	case d.version != st.version+1:
+		// Not the next version (a migration rewrites the current one):
+		// what changed since an older version is not known any more.
+		st.journal = nil
+	case len(st.journal) == journalVersions:
 		st.journal = st.journal[1:]
+		fallthrough
+	default:
+		st.journal = append(st.journal, journalEntry{version: d.version, ids: sortedKeys(d.dests)})
 	}
-	st.journal = append(st.journal, journalEntry{version: d.version, ids: sortedKeys(d.dests)})
 	st.version = d.version
 }
 
