@@ -761,12 +761,14 @@ func TestPauseHoldsResumeDrains(t *testing.T) {
 	}
 }
 
-// A replay rate that is not a number (NaN, ±Inf) or negative is refused
-// before anything is read, not a panic of the stream.
+// A replay rate that is not a number (NaN, ±Inf), negative, or outside
+// the rates of a destination (under 0.001/s the pacer overflowed or
+// stalled for years: issue 22) is refused before anything is read, not a
+// panic of the stream.
 func TestReplayRefusesABadRate(t *testing.T) {
 	d := testrig.StartDev(t, t.TempDir(), testrig.Options{})
 	archive := rivorav1connect.NewArchiveServiceClient(d.HTTPClient(), d.URL, d.As(d.AdminToken))
-	for _, rate := range []float64{0, math.NaN(), math.Inf(1), math.Inf(-1), -1, -1e-300, 2e6} {
+	for _, rate := range []float64{0, math.NaN(), math.Inf(1), math.Inf(-1), -1, -1e-300, 2e6, 5e-324, 1e-300, 1e-10, 1.1e-10, 0.000999} {
 		stream, err := archive.Replay(context.Background(), connect.NewRequest(&rivorav1.ReplayRequest{
 			Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}, RatePerSecond: proto.Float64(rate),
 		}))
@@ -776,7 +778,7 @@ func TestReplayRefusesABadRate(t *testing.T) {
 			err = stream.Err()
 			stream.Close()
 		}
-		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "rate must be a positive number") {
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "rate must be a number of events per second at least 0.001") {
 			t.Errorf("replay at rate %v: %v, want invalid_argument about the rate", rate, err)
 		}
 	}

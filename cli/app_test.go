@@ -675,3 +675,20 @@ func TestHelpEverywhere(t *testing.T) {
 		}
 	}
 }
+
+// A rate outside 0.001–1e6 events per second is a usage error before
+// anything is sent: replay, limits set and destinations create alike
+// (issue 22).
+func TestRateFlagsHaveTheFloor(t *testing.T) {
+	_, url := startFake(t)
+	for _, args := range [][]string{
+		{"replay", "--destination", "orders", "--rate", "1e-300"},
+		{"replay", "--destination", "orders", "--rate", "1e-10"},
+		{"limits", "set", "orders", "--rate", "5e-324", "--reason", "probe"},
+		{"destinations", "create", "a", "--url", "https://x.example", "--rate", "0.0005"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			assertFailure(t, run(t, url, "", args...), exitUsage, "want a number of events per second at least 0.001")
+		})
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/internal/bounds"
+	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -86,7 +88,7 @@ S3/MinIO). Replay them with ` + "`rivoractl replay`" + `.
 				UsageText: "rivoractl dlq list [--destination D] [--customer C] [--lane L] [--since T] [--until T] [--limit N] [-o json]",
 				Description: `-o json prints a JSON array, one object per event: eventId, destinationId,
 customerId, laneKey, type, attempts, lastStatus, lastError, reason, deadAt.`,
-				Flags:  append(filterFlags(), &ucli.IntFlag{Name: "limit", Value: 1000, Usage: "show at most `N`"}),
+				Flags:  append(filterFlags(), &ucli.IntFlag{Name: "limit", Value: bounds.DeadLetterList, Usage: "show at most `N` (the archive answers at most 1000 at a time: narrow the filter for more)"}),
 				Action: e.listDeadLetters,
 			},
 			{
@@ -141,7 +143,7 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 	}
 	ctx, cancel := callContext(c)
 	defer cancel()
-	resp, err := e.archive().ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: f, Limit: int32(c.Int("limit"))}))
+	resp, err := e.archive().ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: f, Limit: int32(min(max(c.Int("limit"), 0), bounds.DeadLetterList))}))
 	if err != nil {
 		return callFailed("list dead letters", err, nil)
 	}
@@ -169,7 +171,11 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 		return err
 	}
 	if resp.Msg.GetTruncated() {
-		fmt.Fprintf(e.out, "(more match: raise --limit or narrow the filter)\n")
+		if c.Int("limit") < bounds.DeadLetterList {
+			fmt.Fprintf(e.out, "(more match: raise --limit or narrow the filter)\n")
+		} else {
+			fmt.Fprintf(e.out, "(more match: narrow the filter; a list shows at most %d)\n", bounds.DeadLetterList)
+		}
 	}
 	return nil
 }
@@ -250,7 +256,7 @@ Examples:
    rivoractl replay --destination orders --dry-run
    rivoractl replay --destination orders --since 6h --rate 100`,
 		Flags: append(filterFlags(),
-			&ucli.Float64Flag{Name: "rate", Usage: "re-ingest at most `N` events per second (default: as fast as ingest takes them)"},
+			&ucli.Float64Flag{Name: "rate", Usage: "re-ingest at most `N` events per second, 0.001 to 1e6 (default: as fast as ingest takes them)"},
 			&ucli.BoolFlag{Name: "dry-run", Usage: "only count what would be replayed, per destination and customer"},
 			&ucli.BoolFlag{Name: "restart", Usage: "ignore the checkpoint of an earlier run with the same filter"},
 		),
@@ -269,8 +275,8 @@ func (e *env) replay(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	if r := c.Float64("rate"); c.IsSet("rate") && !(r > 0 && r <= 1e6) {
-		return usagef("--rate %v: want a number of events per second more than 0 and at most 1e6 (leave --rate out to replay as fast as ingest takes them)", r)
+	if r := c.Float64("rate"); c.IsSet("rate") && !rates.Valid(r) {
+		return usagef("--rate %v: want %s (leave --rate out to replay as fast as ingest takes them)", r, rates.Bound())
 	}
 	// No overall timeout: a replay runs as long as it needs; Ctrl-C stops it.
 	req := &rivorav1.ReplayRequest{Filter: f, DryRun: c.Bool("dry-run"), Restart: c.Bool("restart")}

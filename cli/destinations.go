@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rivora/rivora/internal/httpurl"
+	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 )
@@ -52,7 +53,7 @@ timeout, in-flight cap). Unset limits use the server's defaults.
 func limitFlags(unset, secretDefault string) []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "secret", Usage: "signing `SECRET` (whsec_ + base64 key of at least 16 bytes)", DefaultText: secretDefault},
-		&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second (token bucket refill)", DefaultText: unset},
+		&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second, 0.001 to 1e6 (token bucket refill)", DefaultText: unset},
 		&ucli.IntFlag{Name: "burst", Usage: "`N` deliveries allowed at once above the rate", DefaultText: unset},
 		&ucli.IntFlag{Name: "max-attempts", Usage: "stop retrying an event after `N` attempts", DefaultText: unset},
 		&ucli.DurationFlag{Name: "window", Usage: "stop retrying an event this `DURATION` after it was accepted (e.g. 72h)", DefaultText: unset},
@@ -404,8 +405,8 @@ func checkSecret(s string) error {
 
 func rateFlag(c *ucli.Context) (float64, error) {
 	r := c.Float64("rate")
-	if r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
-		return 0, usagef("--rate %v: want a positive number of events per second", r)
+	if r != 0 && !rates.Valid(r) { // 0: unset, inherit
+		return 0, usagef("--rate %v: want %s", r, rates.Bound())
 	}
 	return r, nil
 }

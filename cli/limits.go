@@ -10,6 +10,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -56,7 +57,7 @@ Examples:
    rivoractl limits set orders --rate 50 --dry-run
    rivoractl limits set orders --rate 10 --reason "WAF throttling us" --ttl 30m --wait`,
 				Flags: []ucli.Flag{
-					&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second"},
+					&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second, 0.001 to 1e6"},
 					&ucli.IntFlag{Name: "burst", Usage: "`N` deliveries allowed at once above the rate"},
 					&ucli.IntFlag{Name: "max-attempts", Usage: "stop retrying an event after `N` attempts"},
 					&ucli.DurationFlag{Name: "window", Usage: "stop retrying an event this `DURATION` after acceptance"},
@@ -163,8 +164,8 @@ func (e *env) setLimits(c *ucli.Context) error {
 	any := false
 	if c.IsSet("rate") {
 		r := c.Float64("rate")
-		if !(r > 0) {
-			return usagef("--rate must be positive, got %v", r)
+		if !rates.Valid(r) {
+			return usagef("--rate %v: want %s", r, rates.Bound())
 		}
 		req.RatePerSecond, any = ptr(r), true
 	}

@@ -1,15 +1,17 @@
 package controlplane
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/rivora/rivora/internal/bounds"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -48,7 +50,7 @@ func OpenAuditLog(dir string) (*FileAuditLog, error) {
 
 // Append records one entry durably.
 func (a *FileAuditLog) Append(e *rivorav1.AuditEntry) error {
-	line, err := protojson.Marshal(e)
+	line, err := encodeAuditEntry(e)
 	if err != nil {
 		return err
 	}
@@ -66,7 +68,9 @@ func (a *FileAuditLog) Append(e *rivorav1.AuditEntry) error {
 }
 
 // List returns the newest limit entries (all when limit <= 0), oldest
-// first, optionally only those of one destination.
+// first, optionally only those of one destination. A line it cannot read
+// (damaged, or over maxAuditLine) is skipped and logged, never fatal:
+// one bad line must not hide the rest of the log.
 func (a *FileAuditLog) List(limit int, destinationID string) ([]*rivorav1.AuditEntry, error) {
 	a.mu.Lock()
 	data, err := os.ReadFile(a.path)
@@ -75,22 +79,82 @@ func (a *FileAuditLog) List(limit int, destinationID string) ([]*rivorav1.AuditE
 		return nil, fmt.Errorf("read audit log: %w", err)
 	}
 	var out []*rivorav1.AuditEntry
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for n := 1; sc.Scan(); n++ {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+	var skipped skippedEntries
+	for n := 1; len(data) > 0; n++ {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		e := &rivorav1.AuditEntry{}
-		if err := protojson.Unmarshal(sc.Bytes(), e); err != nil {
-			return nil, fmt.Errorf("audit log line %d: %w", n, err)
+		e, err := decodeAuditEntry(line)
+		if err != nil {
+			skipped.add(fmt.Sprintf("%s:%d", a.path, n), err)
+			continue
 		}
 		if destinationID != "" && e.GetDestinationId() != destinationID {
 			continue
 		}
 		out = append(out, e)
 	}
-	return newest(out, limit), sc.Err()
+	skipped.log()
+	return newest(out, limit), nil
+}
+
+// encodeAuditEntry is e as stored, its free text cut so that the record
+// stays under maxAuditLine whoever wrote it (record bounds its own
+// entries already; this is the last line).
+func encodeAuditEntry(e *rivorav1.AuditEntry) ([]byte, error) {
+	raw, err := protojson.Marshal(e)
+	if err != nil || len(raw) <= maxAuditLine {
+		return raw, err
+	}
+	c := proto.Clone(e).(*rivorav1.AuditEntry)
+	c.Detail, c.Reason = bounds.Truncate(c.Detail, bounds.AuditDetail), bounds.Truncate(c.Reason, bounds.Text)
+	c.Author, c.TokenId, c.Action, c.DestinationId = bounds.Truncate(c.Author, bounds.Name), bounds.Truncate(c.TokenId, bounds.Name), bounds.Truncate(c.Action, bounds.Name), bounds.Truncate(c.DestinationId, bounds.Name)
+	return protojson.Marshal(c)
+}
+
+// maxAuditLine bounds an audit record a reader takes. Entries are bounded
+// when written (record, encodeAuditEntry: some 19 KiB of text, up to six
+// times that escaped); a longer one was written before that, or is
+// damage.
+const maxAuditLine = 256 << 10
+
+// decodeAuditEntry reads one stored entry.
+func decodeAuditEntry(raw []byte) (*rivorav1.AuditEntry, error) {
+	if len(raw) > maxAuditLine {
+		return nil, fmt.Errorf("entry is %d bytes, over the %d a reader takes", len(raw), maxAuditLine)
+	}
+	e := &rivorav1.AuditEntry{}
+	if err := protojson.Unmarshal(raw, e); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// skippedEntries counts the audit records a List could not read; log
+// reports them in one line.
+type skippedEntries struct {
+	n     int
+	first string
+	err   error
+}
+
+func (s *skippedEntries) add(where string, err error) {
+	if s.n == 0 {
+		s.first, s.err = where, err
+	}
+	s.n++
+}
+
+func (s *skippedEntries) log() {
+	if s.n > 0 {
+		slog.Warn("audit log: skipped entries that cannot be read", "skipped", s.n, "first", s.first, "error", s.err)
+	}
 }
 
 // newest keeps the last limit entries (all when limit <= 0).

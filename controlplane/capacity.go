@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"github.com/rivora/rivora/controlplane/notices"
-	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 // DefaultMaxDestinations is the default cap on registered destinations
@@ -22,9 +21,9 @@ func (cp *ControlPlane) maxDestinations() int {
 // checkCapacity refuses one more destination once the cap is reached
 // (ErrExhausted). The operator-webhook destination Rivora keeps for
 // itself does not count.
-func (cp *ControlPlane) checkCapacity(all map[string]*rivorav1.Destination) error {
-	n := len(all)
-	if _, ok := all[notices.DestinationID]; ok {
+func (cp *ControlPlane) checkCapacity(tx *DestinationTx) error {
+	n := tx.Len()
+	if tx.Has(notices.DestinationID) {
 		n--
 	}
 	if limit := cp.maxDestinations(); n >= limit {

@@ -58,9 +58,9 @@ func TestConsulStoreWritesOnlyTheChange(t *testing.T) {
 	client := consulClient(t, consultest.Start(t))
 	s := openConsulStore(t, client)
 	const n = 500
-	if v, err := s.Update(func(all map[string]*rivorav1.Destination) error {
+	if v, err := s.Update(func(tx *controlplane.DestinationTx) error {
 		for i := range n {
-			all[destID(i)] = &rivorav1.Destination{Id: destID(i), Url: "https://example.com/" + destID(i)}
+			tx.Put(&rivorav1.Destination{Id: destID(i), Url: "https://example.com/" + destID(i)})
 		}
 		return nil
 	}); err != nil || v != 1 {
@@ -71,7 +71,7 @@ func TestConsulStoreWritesOnlyTheChange(t *testing.T) {
 		t.Fatalf("%d keys under %s after creating %d destinations, want %d (no staged change left)", len(before), controlplane.ConsulStatePrefix, n, n+1)
 	}
 
-	check := func(what string, fn func(all map[string]*rivorav1.Destination) error, want ...string) {
+	check := func(what string, fn func(tx *controlplane.DestinationTx) error, want ...string) {
 		t.Helper()
 		if _, err := s.Update(fn); err != nil {
 			t.Fatalf("%s: %v", what, err)
@@ -84,16 +84,18 @@ func TestConsulStoreWritesOnlyTheChange(t *testing.T) {
 		before = after
 	}
 	meta, key := controlplane.ConsulStateMetaKey, func(id string) string { return controlplane.ConsulDestinationsPrefix + id }
-	check("an update of one destination", func(all map[string]*rivorav1.Destination) error {
-		all["d250"].Url = "https://example.com/new"
+	check("an update of one destination", func(tx *controlplane.DestinationTx) error {
+		if d, ok := tx.Get("d250"); ok {
+			d.Url = "https://example.com/new"
+		}
 		return nil
 	}, key("d250"), meta)
-	check("a create", func(all map[string]*rivorav1.Destination) error {
-		all["new/one"] = &rivorav1.Destination{Id: "new/one", Url: "https://example.com/x"}
+	check("a create", func(tx *controlplane.DestinationTx) error {
+		tx.Put(&rivorav1.Destination{Id: "new/one", Url: "https://example.com/x"})
 		return nil
 	}, key("new%2Fone"), meta)
-	check("a delete", func(all map[string]*rivorav1.Destination) error {
-		delete(all, "d007")
+	check("a delete", func(tx *controlplane.DestinationTx) error {
+		tx.Delete("d007")
 		return nil
 	}, key("d007")+" (deleted)", meta)
 	if _, err := s.UpdateTokens(func(tokens map[string]*rivorav1.ApiToken) error {
@@ -117,12 +119,14 @@ func TestConsulStoreWritesOnlyTheChange(t *testing.T) {
 			want = append(want, key(destID(i))+" (deleted)")
 		}
 	}
-	check("300 changes at once", func(all map[string]*rivorav1.Destination) error {
+	check("300 changes at once", func(tx *controlplane.DestinationTx) error {
 		for i := 100; i < 400; i++ {
 			if i < 300 {
-				all[destID(i)].Url = "https://example.com/batch"
+				if d, ok := tx.Get(destID(i)); ok {
+					d.Url = "https://example.com/batch"
+				}
 			} else {
-				delete(all, destID(i))
+				tx.Delete(destID(i))
 			}
 		}
 		return nil
@@ -158,9 +162,9 @@ func TestConsulStoreMigratesTheSingleValueState(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 150 // more than one transaction holds
-	if _, err := fs.Update(func(all map[string]*rivorav1.Destination) error {
+	if _, err := fs.Update(func(tx *controlplane.DestinationTx) error {
 		for i := range n {
-			all[destID(i)] = &rivorav1.Destination{Id: destID(i), Url: "https://example.com/" + destID(i)}
+			tx.Put(&rivorav1.Destination{Id: destID(i), Url: "https://example.com/" + destID(i)})
 		}
 		return nil
 	}); err != nil {

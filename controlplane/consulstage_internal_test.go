@@ -41,11 +41,11 @@ func sameIndexes(a, b map[string]uint64) bool {
 
 // setDests is a change of destinations first..last-1 (created or given a
 // new URL).
-func setDests(first, last int, url string) func(map[string]*rivorav1.Destination) error {
-	return func(all map[string]*rivorav1.Destination) error {
+func setDests(first, last int, url string) func(*DestinationTx) error {
+	return func(tx *DestinationTx) error {
 		for i := first; i < last; i++ {
 			id := fmt.Sprintf("d%03d", i)
-			all[id] = &rivorav1.Destination{Id: id, Url: url}
+			tx.Put(&rivorav1.Destination{Id: id, Url: url})
 		}
 		return nil
 	}
@@ -96,13 +96,13 @@ func TestConsulStoreFenceRefusesAStaleLeader(t *testing.T) {
 	before := stateIndexes(t, client)
 	for _, c := range []struct {
 		what string
-		fn   func(map[string]*rivorav1.Destination) error
+		fn   func(*DestinationTx) error
 	}{
 		{"one destination", setDests(5, 6, "https://example.com/stale")},
 		{"90 destinations", setDests(0, 90, "https://example.com/stale")},
-		{"90 deletes", func(all map[string]*rivorav1.Destination) error {
+		{"90 deletes", func(tx *DestinationTx) error {
 			for i := range 90 {
-				delete(all, fmt.Sprintf("d%03d", i))
+				tx.Delete(fmt.Sprintf("d%03d", i))
 			}
 			return nil
 		}},

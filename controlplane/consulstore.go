@@ -169,7 +169,7 @@ func (s *ConsulStore) Reload(ctx context.Context) error {
 		return nil
 	}
 	if s.legacy != 0 {
-		if err := s.writeLocked(ctx, emptyState(), s.state); err != nil {
+		if err := s.writeLocked(ctx, s.everyDestinationLocked(delta{version: s.state.version})); err != nil {
 			return fmt.Errorf("migrate %s to %s: %w", ConsulLegacyStateKey, ConsulStatePrefix, err)
 		}
 	}
@@ -303,6 +303,13 @@ func (s *ConsulStore) Get(id string) (*rivorav1.Destination, bool) {
 	return getDest(s.state.dests, id)
 }
 
+// ChangedSince returns what changed after version since (see Store).
+func (s *ConsulStore) ChangedSince(since uint64) (uint64, []*rivorav1.Destination, []string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.changes(since)
+}
+
 // Tokens returns the API tokens, oldest first.
 func (s *ConsulStore) Tokens() []*rivorav1.ApiToken {
 	s.mu.Lock()
@@ -313,20 +320,6 @@ func (s *ConsulStore) Tokens() []*rivorav1.ApiToken {
 // UpdateTokens is Update for the API tokens: the same fenced
 // check-and-set write, of the meta key alone.
 func (s *ConsulStore) UpdateTokens(fn func(tokens map[string]*rivorav1.ApiToken) error) (uint64, error) {
-	return s.update(func(st *state) error { return fn(st.tokens) })
-}
-
-// Update applies fn to a copy of the destinations and writes the result as
-// the next config version: the meta key and the changed destinations'
-// keys, checked-and-set on the meta key's ModifyIndex (and, when fenced,
-// on the leader lock still being ours). If another writer got there
-// first, Update reloads the state and returns ErrConflict; if the lock is
-// gone, ErrNotLeader.
-func (s *ConsulStore) Update(fn func(dests map[string]*rivorav1.Destination) error) (uint64, error) {
-	return s.update(func(st *state) error { return fn(st.dests) })
-}
-
-func (s *ConsulStore) update(fn func(st *state) error) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), consulTimeout)
@@ -334,29 +327,80 @@ func (s *ConsulStore) update(fn func(st *state) error) (uint64, error) {
 	if err := s.finishPendingLocked(ctx); err != nil {
 		return 0, err
 	}
-	next := s.state.clone()
-	if err := fn(&next); err != nil {
+	next := cloneTokens(s.state.tokens)
+	if err := fn(next); err != nil {
 		return 0, err
 	}
-	next.version++
-	prev := s.state
-	if s.legacy != 0 {
-		prev = emptyState() // the new layout holds no destination yet
-	}
-	if err := s.writeLocked(ctx, prev, next); err != nil {
-		return 0, err
-	}
-	return next.version, nil
+	return s.saveLocked(ctx, delta{tokens: tokenChanges(s.state.tokens, next)})
 }
 
-// writeLocked writes next, whose destinations differ from what Consul
-// holds (prev) by what diffIDs finds: in one transaction when it fits,
-// else staged, committed and applied (see ConsulStore).
-func (s *ConsulStore) writeLocked(ctx context.Context, prev, next state) error {
-	changed, deleted := diffIDs(prev.dests, next.dests)
+// Update applies fn to the destinations and writes what it changed as
+// the next config version: the meta key and the changed destinations'
+// keys, checked-and-set on the meta key's ModifyIndex (and, when fenced,
+// on the leader lock still being ours). If another writer got there
+// first, Update reloads the state and returns ErrConflict; if the lock is
+// gone, ErrNotLeader.
+func (s *ConsulStore) Update(fn func(tx *DestinationTx) error) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), consulTimeout)
+	defer cancel()
+	if err := s.finishPendingLocked(ctx); err != nil {
+		return 0, err
+	}
+	tx := newDestinationTx(s.state.dests)
+	if err := fn(tx); err != nil {
+		return 0, err
+	}
+	return s.saveLocked(ctx, delta{dests: tx.changes()})
+}
+
+// saveLocked writes d as the next version.
+func (s *ConsulStore) saveLocked(ctx context.Context, d delta) (uint64, error) {
+	d.version = s.state.version + 1
+	if s.legacy != 0 {
+		d = s.everyDestinationLocked(d) // the new layout holds no destination yet
+	}
+	if err := s.writeLocked(ctx, d); err != nil {
+		return 0, err
+	}
+	return d.version, nil
+}
+
+// everyDestinationLocked is d putting every stored destination it does
+// not change: what migrating from the legacy layout writes.
+func (s *ConsulStore) everyDestinationLocked(d delta) delta {
+	all := make(map[string]*rivorav1.Destination, len(s.state.dests)+len(d.dests))
+	for id, dest := range s.state.dests {
+		all[id] = dest
+	}
+	for id, dest := range d.dests {
+		all[id] = dest
+	}
+	for id, dest := range all {
+		if dest == nil {
+			if _, had := s.state.dests[id]; !had {
+				delete(all, id)
+			}
+		}
+	}
+	d.dests = all
+	return d
+}
+
+// metaAfter is the meta key's value once d is applied.
+func (s *ConsulStore) metaAfter(d delta, pending uint64) ([]byte, error) {
+	return encodeMeta(state{version: d.version, tokens: d.tokensAfter(s.state.tokens)}, pending)
+}
+
+// writeLocked writes d, which holds what differs from what Consul holds:
+// in one transaction when it fits, else staged, committed and applied
+// (see ConsulStore). It applies d to the state once written.
+func (s *ConsulStore) writeLocked(ctx context.Context, d delta) error {
+	changed, deleted := changedIDs(d.dests)
 	var puts []*api.TxnOp
 	for _, id := range changed {
-		raw, err := protojson.Marshal(next.dests[id])
+		raw, err := protojson.Marshal(d.dests[id])
 		if err != nil {
 			return err
 		}
@@ -365,7 +409,7 @@ func (s *ConsulStore) writeLocked(ctx context.Context, prev, next state) error {
 		}
 		puts = append(puts, kvOp(api.KVSet, destKey(id), raw, 0))
 	}
-	meta, err := encodeMeta(next, 0)
+	meta, err := s.metaAfter(d, 0)
 	if err != nil {
 		return err
 	}
@@ -386,19 +430,20 @@ func (s *ConsulStore) writeLocked(ctx context.Context, prev, next state) error {
 		if err != nil {
 			return err
 		}
-		s.state, s.index, s.legacy, s.garbage = next, index, 0, false
+		s.state.apply(d)
+		s.index, s.legacy, s.garbage = index, 0, false
 		return nil
 	}
-	return s.writeStagedLocked(ctx, next, changed, deleted)
+	return s.writeStagedLocked(ctx, d, changed, deleted)
 }
 
 // writeStagedLocked writes a change too large for one transaction: it
 // stages it, commits it, then applies it.
-func (s *ConsulStore) writeStagedLocked(ctx context.Context, next state, changed, deleted []string) error {
-	v := next.version
+func (s *ConsulStore) writeStagedLocked(ctx context.Context, d delta, changed, deleted []string) error {
+	v := d.version
 	staged := []*api.TxnOp{kvOp(api.KVDeleteTree, consulPendingPrefix, nil, 0)} // an earlier attempt's garbage
 	for _, id := range changed {
-		raw, err := protojson.Marshal(next.dests[id])
+		raw, err := protojson.Marshal(d.dests[id])
 		if err != nil {
 			return err
 		}
@@ -412,7 +457,7 @@ func (s *ConsulStore) writeStagedLocked(ctx context.Context, next state, changed
 			return err
 		}
 	}
-	meta, err := encodeMeta(next, v)
+	meta, err := s.metaAfter(d, v)
 	if err != nil {
 		return err
 	}
@@ -421,7 +466,8 @@ func (s *ConsulStore) writeStagedLocked(ctx context.Context, next state, changed
 	if err != nil {
 		return err
 	}
-	s.state, s.index, s.legacy, s.garbage = next, index, 0, false
+	s.state.apply(d)
+	s.index, s.legacy, s.garbage = index, 0, false
 	s.pending, s.pendingIDs = v, append(changed, deleted...)
 	// The change is committed; should applying it fail, the next write
 	// (or the next leader) finishes it.
@@ -608,7 +654,7 @@ const maxAppendRaces = 10
 
 // Append records one entry under the next free sequence number.
 func (a *ConsulAuditLog) Append(e *rivorav1.AuditEntry) error {
-	value, err := protojson.Marshal(e)
+	value, err := encodeAuditEntry(e)
 	if err != nil {
 		return err
 	}
@@ -674,15 +720,18 @@ func (a *ConsulAuditLog) List(limit int, destinationID string) ([]*rivorav1.Audi
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].seq < entries[j].seq })
 	var out []*rivorav1.AuditEntry
+	var skipped skippedEntries
 	for _, sp := range entries {
-		e := &rivorav1.AuditEntry{}
-		if err := protojson.Unmarshal(sp.pair.Value, e); err != nil {
-			return nil, fmt.Errorf("audit log key %s: %w", sp.pair.Key, err)
+		e, err := decodeAuditEntry(sp.pair.Value)
+		if err != nil {
+			skipped.add(sp.pair.Key, err)
+			continue
 		}
 		if destinationID != "" && e.GetDestinationId() != destinationID {
 			continue
 		}
 		out = append(out, e)
 	}
+	skipped.log()
 	return newest(out, limit), nil
 }

@@ -397,7 +397,7 @@ func (cp *ControlPlane) reloadLimits() {
 		return
 	}
 	old := cp.limits.Swap(lf)
-	version, err := cp.store.Update(func(map[string]*rivorav1.Destination) error { return nil })
+	version, err := cp.store.Update(func(*DestinationTx) error { return nil })
 	if err != nil {
 		cp.limits.Store(old)
 		cp.log.Error("limits reload: saving the new config version failed", "error", err)
@@ -411,15 +411,19 @@ func (cp *ControlPlane) reloadLimits() {
 func (cp *ControlPlane) expireOverrides() {
 	now := cp.now()
 	var expired []string
-	version, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
-		for id, d := range all {
+	version, err := cp.store.Update(func(tx *DestinationTx) error {
+		expired = expired[:0]
+		tx.Each(func(d *rivorav1.Destination) {
 			if o := d.GetOverride(); o.GetExpiresAt() != nil && !o.GetExpiresAt().AsTime().After(now) {
-				d.Override = nil
-				expired = append(expired, id)
+				expired = append(expired, d.GetId())
 			}
-		}
+		})
 		if len(expired) == 0 {
 			return errNothingToDo
+		}
+		for _, id := range expired {
+			d, _ := tx.Get(id)
+			d.Override = nil
 		}
 		return nil
 	})
@@ -446,9 +450,14 @@ func (cp *ControlPlane) broadcast() { cp.changed.notify() }
 func (cp *ControlPlane) changes() <-chan struct{} { return cp.changed.wait() }
 
 func (cp *ControlPlane) record(action, destinationID string, who actor, detail string, version uint64, reason ...string) {
-	e := &rivorav1.AuditEntry{At: timestamppb.New(cp.now()), Version: version, Author: who.name, TokenId: who.tokenID, Action: action, DestinationId: destinationID, Detail: detail}
+	// Every field is bounded: a detail quoting what was refused (a limits
+	// file's key of megabytes) must not make a line no reader takes.
+	e := &rivorav1.AuditEntry{
+		At: timestamppb.New(cp.now()), Version: version, Author: bounds.Truncate(who.name, bounds.Name), TokenId: bounds.Truncate(who.tokenID, bounds.Name),
+		Action: action, DestinationId: bounds.Truncate(destinationID, bounds.Name), Detail: bounds.Truncate(detail, bounds.AuditDetail),
+	}
 	if len(reason) > 0 {
-		e.Reason = reason[0]
+		e.Reason = bounds.Truncate(reason[0], bounds.Text)
 	}
 	if err := cp.audit.Append(e); err != nil {
 		cp.log.Error("audit log append failed", "action", action, "error", err)

@@ -475,8 +475,8 @@ func TestStoreReopen(t *testing.T) {
 		t.Fatalf("new store: version %d, %d destinations", v, len(ds))
 	}
 	add := func(id string) error {
-		_, err := s.Update(func(all map[string]*rivorav1.Destination) error {
-			all[id] = &rivorav1.Destination{Id: id, Url: "https://example.com/" + id, CustomerWeights: map[string]float64{"a": 2}}
+		_, err := s.Update(func(tx *controlplane.DestinationTx) error {
+			tx.Put(&rivorav1.Destination{Id: id, Url: "https://example.com/" + id, CustomerWeights: map[string]float64{"a": 2}})
 			return nil
 		})
 		return err
@@ -488,8 +488,8 @@ func TestStoreReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A refused change changes nothing, not even the version.
-	if _, err := s.Update(func(all map[string]*rivorav1.Destination) error {
-		delete(all, "a")
+	if _, err := s.Update(func(tx *controlplane.DestinationTx) error {
+		tx.Delete("a")
 		return fmt.Errorf("no")
 	}); err == nil {
 		t.Fatal("Update ignored fn's error")

@@ -34,11 +34,11 @@ const applyGrace = 2 * time.Second
 
 // change applies fn to the stored destinations as one new config version,
 // records it in the audit log and pushes it to the agents.
-func (cp *ControlPlane) change(action, destinationID string, who actor, reason string, fn func(all map[string]*rivorav1.Destination) (detail string, err error)) (uint64, error) {
+func (cp *ControlPlane) change(action, destinationID string, who actor, reason string, fn func(tx *DestinationTx) (detail string, err error)) (uint64, error) {
 	var detail string
-	version, err := cp.store.Update(func(all map[string]*rivorav1.Destination) error {
+	version, err := cp.store.Update(func(tx *DestinationTx) error {
 		var err error
-		detail, err = fn(all)
+		detail, err = fn(tx)
 		return err
 	})
 	if err != nil {
@@ -58,8 +58,8 @@ func (cp *ControlPlane) change(action, destinationID string, who actor, reason s
 // and says what it changed; it returns the edited destination.
 func (cp *ControlPlane) changeDestination(action, id string, who actor, reason string, fn func(d *rivorav1.Destination) (string, error)) (*rivorav1.Destination, uint64, error) {
 	var updated *rivorav1.Destination
-	version, err := cp.change(action, id, who, reason, func(all map[string]*rivorav1.Destination) (string, error) {
-		d, ok := all[id]
+	version, err := cp.change(action, id, who, reason, func(tx *DestinationTx) (string, error) {
+		d, ok := tx.Get(id)
 		if !ok {
 			return "", notFound(id)
 		}
@@ -98,14 +98,14 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 	if _, err := applyHeaders(d, m.GetHeaders(), nil); err != nil {
 		return nil, 0, err
 	}
-	version, err := cp.change("destination.create", d.Id, who, "", func(all map[string]*rivorav1.Destination) (string, error) {
-		if _, exists := all[d.Id]; exists {
+	version, err := cp.change("destination.create", d.Id, who, "", func(tx *DestinationTx) (string, error) {
+		if tx.Has(d.Id) {
 			return "", errorf(ErrExists, "destination %q already exists; change it with `rivoractl destinations update %s`", d.Id, d.Id)
 		}
-		if err := cp.checkCapacity(all); err != nil {
+		if err := cp.checkCapacity(tx); err != nil {
 			return "", err
 		}
-		all[d.Id] = d
+		tx.Put(d)
 		return "url " + d.Url + describeHeaders(d.Headers), nil
 	})
 	return d, version, err
@@ -214,8 +214,8 @@ func (cp *ControlPlane) deleteDestination(ctx context.Context, id string, who ac
 			return 0, 0, fmt.Errorf("archive pending events of %q (%d archived so far): %w", id, archived, err)
 		}
 	}
-	version, err = cp.change("destination.delete", id, who, "", func(all map[string]*rivorav1.Destination) (string, error) {
-		delete(all, id)
+	version, err = cp.change("destination.delete", id, who, "", func(tx *DestinationTx) (string, error) {
+		tx.Delete(id)
 		return fmt.Sprintf("%d pending events archived", archived), nil
 	})
 	return archived, version, err

@@ -31,8 +31,8 @@ func TestConsulStoreFence(t *testing.T) {
 	}
 	s.fence(ConsulLeaderKey, session)
 	add := func(id string) error {
-		_, err := s.Update(func(all map[string]*rivorav1.Destination) error {
-			all[id] = &rivorav1.Destination{Id: id}
+		_, err := s.Update(func(tx *DestinationTx) error {
+			tx.Put(&rivorav1.Destination{Id: id})
 			return nil
 		})
 		return err

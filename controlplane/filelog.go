@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -127,15 +126,14 @@ func applyRecord(st *state, rec *logRecord) error {
 	return nil
 }
 
-// append durably records the change from prev to next: only what
-// differs is written. Finding it compares the two states in memory.
-func (l *changeLog) append(prev, next state) error {
-	rec := logRecord{Version: next.version}
+// append durably records d, which holds only what changed.
+func (l *changeLog) append(d delta) error {
+	rec := logRecord{Version: d.version}
 	var err error
-	if rec.Put, rec.Delete, err = diffMessages(prev.dests, next.dests); err != nil {
+	if rec.Put, rec.Delete, err = encodeChanges(d.dests); err != nil {
 		return err
 	}
-	if rec.PutTokens, rec.DelTokens, err = diffMessages(prev.tokens, next.tokens); err != nil {
+	if rec.PutTokens, rec.DelTokens, err = encodeChanges(d.tokens); err != nil {
 		return err
 	}
 	line, err := json.Marshal(rec)
@@ -177,35 +175,32 @@ func (l *changeLog) reset(snapshotSize int64) error {
 	return nil
 }
 
-// diffMessages lists, sorted by id, the messages of next that are new or
-// changed since prev (as protojson) and the ids prev has and next lacks.
-func diffMessages[M proto.Message](prev, next map[string]M) (put []json.RawMessage, deleted []string, err error) {
-	changed, deleted := diffIDs(prev, next)
-	for _, id := range changed {
-		raw, err := protojson.Marshal(next[id])
-		if err != nil {
-			return nil, nil, err
+// encodeChanges lists, sorted by id, the messages a delta puts (as
+// protojson) and the ids it deletes (nil messages).
+func encodeChanges[M proto.Message](changes map[string]M) (put []json.RawMessage, deleted []string, err error) {
+	for _, id := range sortedKeys(changes) {
+		m := changes[id]
+		if m.ProtoReflect().IsValid() {
+			raw, err := protojson.Marshal(m)
+			if err != nil {
+				return nil, nil, err
+			}
+			put = append(put, raw)
+		} else {
+			deleted = append(deleted, id)
 		}
-		put = append(put, raw)
 	}
 	return put, deleted, nil
 }
 
-// diffIDs lists, sorted, the ids of the messages of next that are new or
-// changed since prev, and the ids prev has and next lacks. Both stores
-// write only these: the file store's log and the Consul store's keys.
-func diffIDs[M proto.Message](prev, next map[string]M) (changed, deleted []string) {
-	for _, id := range sortedKeys(next) {
-		if p, ok := prev[id]; ok && proto.Equal(p, next[id]) {
-			continue
-		}
-		changed = append(changed, id)
-	}
-	for id := range prev {
-		if _, ok := next[id]; !ok {
+// changedIDs lists, sorted, the ids a delta puts and those it deletes.
+func changedIDs(changes map[string]*rivorav1.Destination) (put, deleted []string) {
+	for _, id := range sortedKeys(changes) {
+		if changes[id] != nil {
+			put = append(put, id)
+		} else {
 			deleted = append(deleted, id)
 		}
 	}
-	sort.Strings(deleted)
-	return changed, deleted
+	return put, deleted
 }

@@ -27,8 +27,8 @@ func fileSize(t *testing.T, path string) int64 {
 
 func putDest(t *testing.T, s controlplane.Store, id, url string) {
 	t.Helper()
-	if _, err := s.Update(func(all map[string]*rivorav1.Destination) error {
-		all[id] = &rivorav1.Destination{Id: id, Url: url, Configured: &rivorav1.Limits{Burst: 3}}
+	if _, err := s.Update(func(tx *controlplane.DestinationTx) error {
+		tx.Put(&rivorav1.Destination{Id: id, Url: url, Configured: &rivorav1.Limits{Burst: 3}})
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -63,10 +63,10 @@ func TestFileStoreWritesOnlyTheChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Update(func(all map[string]*rivorav1.Destination) error {
+	if _, err := s.Update(func(tx *controlplane.DestinationTx) error {
 		for i := range 500 {
 			id := fmt.Sprintf("dest-%03d", i)
-			all[id] = &rivorav1.Destination{Id: id, Url: "https://example.com/" + id, Configured: &rivorav1.Limits{Burst: 3}}
+			tx.Put(&rivorav1.Destination{Id: id, Url: "https://example.com/" + id, Configured: &rivorav1.Limits{Burst: 3}})
 		}
 		return nil
 	}); err != nil {
@@ -89,10 +89,10 @@ func TestFileStoreWritesOnlyTheChange(t *testing.T) {
 	}
 	// A delete is a record naming the id; a no-op version bump (a limits
 	// reload) a record with the version alone.
-	if _, err := s.Update(func(all map[string]*rivorav1.Destination) error { delete(all, "dest-001"); return nil }); err != nil {
+	if _, err := s.Update(func(tx *controlplane.DestinationTx) error { tx.Delete("dest-001"); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Update(func(map[string]*rivorav1.Destination) error { return nil }); err != nil {
+	if _, err := s.Update(func(*controlplane.DestinationTx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	reopened, err := controlplane.OpenStore(dir)

@@ -49,6 +49,11 @@ var deniedURLs = map[string]string{
 	"http://0177.0.0.1/hook":      "0177.0.0.1 is 127.0.0.1 written",
 	"http://127.1/hook":           "127.1 is 127.0.0.1 written",
 	"http://0xa9fea9fe/":          "is 169.254.169.254 written",
+	// Forms IDNA maps to a denied address, as the agent's HTTP client
+	// does before dialling (issue 22).
+	"http://１６９．２５４．１６９．２５４/latest/meta-data/": "(read as 169.254.169.254) is in 169.254.0.0/16 (link-local",
+	"http://１０。０。０。５/hook":                     "(read as 10.0.0.5) is in 10.0.0.0/8 (private, RFC 1918)",
+	"http://ｍｅｔａｄａｔａ.google.internal/":         "(read as metadata.google.internal) is the Google Cloud metadata service",
 }
 
 // TestCreateRefusesDeniedDestinations: creating or updating a destination
@@ -87,6 +92,10 @@ func TestGuardConfig(t *testing.T) {
 	wantCode(t, "create on loopback with no guard configured", err, connect.CodeInvalidArgument, "refused by SSRF guard: 127.0.0.1 is in 127.0.0.0/8 (loopback); allow it with --allow-destination-cidr")
 	_, err = strict.Admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "local", Url: "http://localhost:9000/hook"}))
 	wantCode(t, "create on localhost with no guard configured", err, connect.CodeInvalidArgument, "localhost is a loopback name")
+	for _, u := range []string{"http://１２７.０.０.１/", "http://127。0。0。1/", "http://１２７．０．０．１:9000/hook"} {
+		_, err = strict.Admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "local", Url: u}))
+		wantCode(t, "create on "+u+" with no guard configured", err, connect.CodeInvalidArgument, "(read as 127.0.0.1) is in 127.0.0.0/8 (loopback); allow it with --allow-destination-cidr")
+	}
 
 	open := testrig.StartDev(t, t.TempDir(), testrig.Options{NoAgent: true, ControlPlane: func(c *controlplane.Config) {
 		c.Guard = ssrf.New([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("169.254.169.254/32")})

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -12,7 +13,8 @@ import (
 // left unset (0, or no duration) is not checked: it inherits the layer
 // below (limits file, then DefaultLimits).
 const (
-	MaxRatePerSecond = 1e6
+	MinRatePerSecond = rates.Min
+	MaxRatePerSecond = rates.Max
 	MaxBurst         = 1_000_000
 	MaxAttemptsLimit = 10_000
 	MaxInFlightLimit = 10_000
@@ -36,7 +38,7 @@ func checkLimits(l *rivorav1.Limits) error {
 func limitBound(field string) string {
 	switch field {
 	case "rate_per_second":
-		return fmt.Sprintf("a number of events per second more than 0 and at most %g", float64(MaxRatePerSecond))
+		return rates.Bound()
 	case "burst":
 		return fmt.Sprintf("a whole number from 1 to %d", MaxBurst)
 	case "max_attempts":
@@ -59,8 +61,10 @@ func checkLimit(l *rivorav1.Limits, field string) error {
 	switch field {
 	case "rate_per_second":
 		r := l.GetRatePerSecond()
-		// NaN and ±Inf fail too: NaN would lift every limit.
-		ok, got = r == 0 || (r > 0 && r <= MaxRatePerSecond), fmt.Sprint(r)
+		// NaN and ±Inf fail too: NaN would lift every limit. So does a
+		// rate under the floor (1e-300): its events would wait out
+		// their window.
+		ok, got = r == 0 || rates.Valid(r), fmt.Sprint(r)
 	case "burst":
 		ok, got = countOK(l.GetBurst(), MaxBurst), fmt.Sprint(l.GetBurst())
 	case "max_attempts":

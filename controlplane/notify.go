@@ -466,8 +466,8 @@ func (cp *ControlPlane) ensureOperatorDestination(url, secret string) error {
 			Id: id, Url: url, Secret: secret, Configured: &rivorav1.Limits{MaxAttempts: operatorMaxAttempts},
 			CreatedAt: now, UpdatedAt: now, PriorityClass: rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL,
 		}
-		if _, err := cp.change("destination.create", id, rivoraActor, "operator webhook", func(all map[string]*rivorav1.Destination) (string, error) {
-			all[id] = nd
+		if _, err := cp.change("destination.create", id, rivoraActor, "operator webhook", func(tx *DestinationTx) (string, error) {
+			tx.Put(nd)
 			return "operator notices to " + url, nil
 		}); err != nil {
 			return err

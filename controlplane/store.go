@@ -26,10 +26,17 @@ type Store interface {
 	Snapshot() (uint64, []*rivorav1.Destination)
 	// Get returns a copy of a destination.
 	Get(id string) (*rivorav1.Destination, bool)
-	// Update applies fn to a copy of the destinations and persists the
-	// result as the next config version, which it returns. fn returns an
-	// error to change nothing; so does a failed write.
-	Update(fn func(dests map[string]*rivorav1.Destination) error) (uint64, error)
+	// ChangedSince returns the config version, copies of the
+	// destinations changed after version since (sorted by id) and the
+	// ids of those deleted since; ok is false when the store no longer
+	// knows (too far behind, or the state was reloaded): compare a
+	// Snapshot then.
+	ChangedSince(since uint64) (version uint64, changed []*rivorav1.Destination, deleted []string, ok bool)
+	// Update applies fn to the destinations (through a DestinationTx,
+	// which copies only what fn edits) and persists what it changed as
+	// the next config version, which it returns. fn returns an error to
+	// change nothing; so does a failed write.
+	Update(fn func(tx *DestinationTx) error) (uint64, error)
 	// Tokens returns copies of the API tokens, sorted by creation time.
 	Tokens() []*rivorav1.ApiToken
 	// UpdateTokens is Update for the API tokens (by id).
@@ -41,17 +48,214 @@ type state struct {
 	version uint64
 	dests   map[string]*rivorav1.Destination
 	tokens  map[string]*rivorav1.ApiToken
+	// journal is which destinations the latest versions changed (apply
+	// records them), so that the agents' feed sends what changed without
+	// comparing every destination. A state loaded whole starts it empty.
+	journal []journalEntry
+}
+
+// journalEntry is the destinations one version put or deleted.
+type journalEntry struct {
+	version uint64
+	ids     []string
+}
+
+// journalVersions bounds the journal: a feed further behind compares
+// everything once.
+const journalVersions = 1024
+
+// changedSince lists, sorted, the destinations changed after version
+// since, and whether the journal covers every version since then.
+func (st *state) changedSince(since uint64) ([]string, bool) {
+	if since == st.version {
+		return nil, true
+	}
+	if since > st.version || len(st.journal) == 0 || st.journal[0].version > since+1 {
+		return nil, false
+	}
+	seen := make(map[string]bool)
+	for i := len(st.journal) - 1; i >= 0 && st.journal[i].version > since; i-- {
+		for _, id := range st.journal[i].ids {
+			seen[id] = true
+		}
+	}
+	return sortedKeys(seen), true
 }
 
 func emptyState() state {
 	return state{dests: make(map[string]*rivorav1.Destination), tokens: make(map[string]*rivorav1.ApiToken)}
 }
 
-// clone copies s deeply, for a change to work on.
-func (s state) clone() state {
-	out := state{version: s.version, dests: cloneDests(s.dests), tokens: make(map[string]*rivorav1.ApiToken, len(s.tokens))}
-	for id, t := range s.tokens {
-		out.tokens[id] = proto.Clone(t).(*rivorav1.ApiToken)
+// delta is what one change does to the state: the destinations and API
+// tokens it puts (new or edited) and deletes (nil), by id; nothing else.
+// Both stores write only these, and apply them in place, so a change
+// costs what it changes.
+type delta struct {
+	version uint64
+	dests   map[string]*rivorav1.Destination
+	tokens  map[string]*rivorav1.ApiToken
+}
+
+// apply makes d part of st.
+func (st *state) apply(d delta) {
+	for id, dest := range d.dests {
+		if dest == nil {
+			delete(st.dests, id)
+		} else {
+			st.dests[id] = dest
+		}
+	}
+	for id, t := range d.tokens {
+		if t == nil {
+			delete(st.tokens, id)
+		} else {
+			st.tokens[id] = t
+		}
+	}
+	switch {
+	case d.version != st.version+1:
+		// Not the next version (a migration rewrites the current one):
+		// what changed since an older version is not known any more.
+		st.journal = nil
+	case len(st.journal) == journalVersions:
+		st.journal = st.journal[1:]
+		fallthrough
+	default:
+		st.journal = append(st.journal, journalEntry{version: d.version, ids: sortedKeys(d.dests)})
+	}
+	st.version = d.version
+}
+
+// tokensAfter is tokens as d leaves them (a new map; the tokens are
+// shared).
+func (d delta) tokensAfter(tokens map[string]*rivorav1.ApiToken) map[string]*rivorav1.ApiToken {
+	out := make(map[string]*rivorav1.ApiToken, len(tokens))
+	for id, t := range tokens {
+		out[id] = t
+	}
+	for id, t := range d.tokens {
+		if t == nil {
+			delete(out, id)
+		} else {
+			out[id] = t
+		}
+	}
+	return out
+}
+
+// cloneTokens copies tokens deeply, for UpdateTokens to work on (there
+// are few).
+func cloneTokens(tokens map[string]*rivorav1.ApiToken) map[string]*rivorav1.ApiToken {
+	out := make(map[string]*rivorav1.ApiToken, len(tokens))
+	for id, t := range tokens {
+		out[id] = proto.Clone(t).(*rivorav1.ApiToken)
+	}
+	return out
+}
+
+// tokenChanges is the tokens part of a delta from prev to next: the new
+// or changed ones, and nil for the deleted.
+func tokenChanges(prev, next map[string]*rivorav1.ApiToken) map[string]*rivorav1.ApiToken {
+	out := make(map[string]*rivorav1.ApiToken)
+	for id, t := range next {
+		if p, ok := prev[id]; !ok || !proto.Equal(p, t) {
+			out[id] = t
+		}
+	}
+	for id := range prev {
+		if _, ok := next[id]; !ok {
+			out[id] = nil
+		}
+	}
+	return out
+}
+
+// DestinationTx is one change to the destinations, as Store.Update hands
+// it to its function: reads see the stored destinations, and a
+// destination is copied only when the change edits it (Get) — never all
+// of them. The stored destinations are never edited in place: they may be
+// shared with readers until the change is applied.
+type DestinationTx struct {
+	stored  map[string]*rivorav1.Destination // the store's; read only
+	touched map[string]*rivorav1.Destination // put or edited, by id; nil: deleted
+	// copies counts the stored destinations this change copied.
+	copies int
+}
+
+func newDestinationTx(stored map[string]*rivorav1.Destination) *DestinationTx {
+	return &DestinationTx{stored: stored, touched: make(map[string]*rivorav1.Destination)}
+}
+
+// Get returns destination id to read or edit: a copy of the stored one,
+// private to this change (and what it will store), made on first use.
+func (tx *DestinationTx) Get(id string) (*rivorav1.Destination, bool) {
+	if d, ok := tx.touched[id]; ok {
+		return d, d != nil
+	}
+	d, ok := tx.stored[id]
+	if !ok {
+		return nil, false
+	}
+	c := proto.Clone(d).(*rivorav1.Destination)
+	tx.touched[id], tx.copies = c, tx.copies+1
+	return c, true
+}
+
+// Has reports whether destination id exists, copying nothing.
+func (tx *DestinationTx) Has(id string) bool {
+	if d, ok := tx.touched[id]; ok {
+		return d != nil
+	}
+	_, ok := tx.stored[id]
+	return ok
+}
+
+// Put stores d (new, or replacing the destination of its id).
+func (tx *DestinationTx) Put(d *rivorav1.Destination) { tx.touched[d.GetId()] = d }
+
+// Delete removes destination id, if it exists.
+func (tx *DestinationTx) Delete(id string) { tx.touched[id] = nil }
+
+// Len is the number of destinations.
+func (tx *DestinationTx) Len() int {
+	n := len(tx.stored)
+	for id, d := range tx.touched {
+		_, had := tx.stored[id]
+		switch {
+		case had && d == nil:
+			n--
+		case !had && d != nil:
+			n++
+		}
+	}
+	return n
+}
+
+// Each calls fn with every destination, in no order, to read only (edit
+// through Get); it is for the rare change that looks at them all.
+func (tx *DestinationTx) Each(fn func(d *rivorav1.Destination)) {
+	for id, d := range tx.stored {
+		if _, ok := tx.touched[id]; !ok {
+			fn(d)
+		}
+	}
+	for _, d := range tx.touched {
+		if d != nil {
+			fn(d)
+		}
+	}
+}
+
+// changes is the destinations part of the change's delta: what it put
+// that differs from what is stored, and nil for what it deleted.
+func (tx *DestinationTx) changes() map[string]*rivorav1.Destination {
+	out := make(map[string]*rivorav1.Destination, len(tx.touched))
+	for id, d := range tx.touched {
+		old, had := tx.stored[id]
+		if (d == nil && !had) || (d != nil && had && proto.Equal(old, d)) {
+			continue
+		}
+		out[id] = d
 	}
 	return out
 }
@@ -87,6 +291,9 @@ type FileStore struct {
 	state state
 	// compactFailing: the last compaction failed (logged once).
 	compactFailing bool
+	// copies counts the destinations changes copied (DestinationTx.Get):
+	// what a change costs in memory, for tests.
+	copies int
 }
 
 var _ Store = (*FileStore)(nil)
@@ -179,14 +386,6 @@ func sortedDests(dests map[string]*rivorav1.Destination) []*rivorav1.Destination
 	return out
 }
 
-func cloneDests(dests map[string]*rivorav1.Destination) map[string]*rivorav1.Destination {
-	out := make(map[string]*rivorav1.Destination, len(dests))
-	for id, d := range dests {
-		out[id] = proto.Clone(d).(*rivorav1.Destination)
-	}
-	return out
-}
-
 func getDest(dests map[string]*rivorav1.Destination, id string) (*rivorav1.Destination, bool) {
 	d, ok := dests[id]
 	if !ok {
@@ -200,6 +399,31 @@ func (s *FileStore) Snapshot() (uint64, []*rivorav1.Destination) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.state.version, sortedDests(s.state.dests)
+}
+
+// ChangedSince returns what changed after version since (see Store).
+func (s *FileStore) ChangedSince(since uint64) (uint64, []*rivorav1.Destination, []string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.changes(since)
+}
+
+// changes is ChangedSince for st.
+func (st *state) changes(since uint64) (uint64, []*rivorav1.Destination, []string, bool) {
+	ids, ok := st.changedSince(since)
+	if !ok {
+		return st.version, nil, nil, false
+	}
+	var changed []*rivorav1.Destination
+	var deleted []string
+	for _, id := range ids {
+		if d, ok := getDest(st.dests, id); ok {
+			changed = append(changed, d)
+		} else {
+			deleted = append(deleted, id)
+		}
+	}
+	return st.version, changed, deleted, true
 }
 
 // Get returns a destination.
@@ -216,30 +440,38 @@ func (s *FileStore) Tokens() []*rivorav1.ApiToken {
 	return sortedTokens(s.state.tokens)
 }
 
-// Update applies fn to a copy of the destinations under the store lock and
-// persists the result as the next config version. fn returns an error to
-// change nothing.
-func (s *FileStore) Update(fn func(dests map[string]*rivorav1.Destination) error) (uint64, error) {
-	return s.update(func(st *state) error { return fn(st.dests) })
+// Update applies fn to the destinations under the store lock and
+// persists what it changed as the next config version. fn returns an
+// error to change nothing.
+func (s *FileStore) Update(fn func(tx *DestinationTx) error) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tx := newDestinationTx(s.state.dests)
+	if err := fn(tx); err != nil {
+		return 0, err
+	}
+	s.copies += tx.copies
+	return s.saveLocked(delta{dests: tx.changes()})
 }
 
 // UpdateTokens is Update for the API tokens.
 func (s *FileStore) UpdateTokens(fn func(tokens map[string]*rivorav1.ApiToken) error) (uint64, error) {
-	return s.update(func(st *state) error { return fn(st.tokens) })
-}
-
-func (s *FileStore) update(fn func(st *state) error) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	next := s.state.clone()
-	if err := fn(&next); err != nil {
+	next := cloneTokens(s.state.tokens)
+	if err := fn(next); err != nil {
 		return 0, err
 	}
-	next.version++
-	if err := s.log.append(s.state, next); err != nil {
+	return s.saveLocked(delta{tokens: tokenChanges(s.state.tokens, next)})
+}
+
+// saveLocked logs d as the next version, then applies it.
+func (s *FileStore) saveLocked(d delta) (uint64, error) {
+	d.version = s.state.version + 1
+	if err := s.log.append(d); err != nil {
 		return 0, err
 	}
-	s.state = next
+	s.state.apply(d)
 	if s.log.due() {
 		// The change is durable in the log already: a failed compaction
 		// is retried on the next change, and never fails this one; it
@@ -250,7 +482,7 @@ func (s *FileStore) update(fn func(st *state) error) (uint64, error) {
 		}
 		s.compactFailing = err != nil
 	}
-	return next.version, nil
+	return d.version, nil
 }
 
 // compactLocked writes the snapshot, then empties the log. A crash in

@@ -151,8 +151,9 @@ func (cp *ControlPlane) tokens() []*rivorav1.ApiToken {
 }
 
 // revokeToken removes a token: every agent refuses it once the change
-// reaches it. The last admin token that has not expired is kept: without
-// it nobody could create tokens again.
+// reaches it. An admin token is kept unless another admin token lasts
+// (lastingAdmin): without one, nobody could create tokens again once the
+// short-lived ones expire.
 func (cp *ControlPlane) revokeToken(id string, who actor) (uint64, error) {
 	if id == "" {
 		return 0, tag(ErrInvalid, errors.New("which token? give its id (tok_…, see `rivoractl tokens list`)"))
@@ -166,17 +167,27 @@ func (cp *ControlPlane) revokeToken(id string, who actor) (uint64, error) {
 		if usableAdmin(t, now) {
 			others := 0
 			for _, o := range all {
-				if o.GetId() != id && usableAdmin(o, now) {
+				if o.GetId() != id && lastingAdmin(o, now) {
 					others++
 				}
 			}
 			if others == 0 {
-				return "", errorf(ErrPrecondition, "%s is the last admin token: revoking it would lock everyone out of tokens and destinations; create another admin token first (rivoractl tokens create --role admin)", id)
+				return "", errorf(ErrPrecondition, "%s is the last admin token (any other expires within %s): revoking it would lock everyone out of tokens and destinations; create another admin token first (rivoractl tokens create --role admin, with no --ttl or one over %s)", id, lastingAdminTTL, lastingAdminTTL)
 			}
 		}
 		delete(all, id)
 		return describeToken(t), nil
 	})
+}
+
+// lastingAdminTTL is how long another admin token must still last for an
+// admin token to be revoked: a token about to expire is no way back in.
+const lastingAdminTTL = 24 * time.Hour
+
+// lastingAdmin reports whether t is an admin token that never expires or
+// lasts at least lastingAdminTTL more.
+func lastingAdmin(t *rivorav1.ApiToken, now time.Time) bool {
+	return t.GetRole() == rivorav1.Role_ROLE_ADMIN && (t.GetExpiresAt() == nil || !t.GetExpiresAt().AsTime().Before(now.Add(lastingAdminTTL)))
 }
 
 // usableAdmin reports whether t is an admin token that has not expired.

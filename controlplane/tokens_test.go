@@ -418,3 +418,32 @@ func TestBootstrapAgainWhenNoAdminTokenIsUsable(t *testing.T) {
 		t.Fatalf("after the start: %d tokens in force, want the expired one and a new bootstrap token", keys.Count())
 	}
 }
+
+// An admin token about to expire does not count as another admin: with
+// one expiring in 3 s, the permanent admin token is kept (issue 22: it was
+// revoked and, 4 s later, no admin existed until a restart). One lasting
+// longer than a day does count.
+func TestLastAdminIgnoresShortLivedAdmins(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), false)
+	ctx := context.Background()
+	list, err := d.Tokens.ListTokens(ctx, connect.NewRequest(&rivorav1.ListTokensRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootstrapID := list.Msg.GetTokens()[0].GetId()
+	for _, ttl := range []time.Duration{3 * time.Second, 23 * time.Hour} {
+		if _, err := d.Tokens.CreateToken(ctx, connect.NewRequest(&rivorav1.CreateTokenRequest{Name: "short " + ttl.String(), Role: rivorav1.Role_ROLE_ADMIN, Ttl: durationpb.New(ttl)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = d.Tokens.RevokeToken(ctx, connect.NewRequest(&rivorav1.RevokeTokenRequest{Id: bootstrapID}))
+	wantCode(t, "revoke the permanent admin beside short-lived ones", err, connect.CodeFailedPrecondition, "last admin token", "expires within 24h0m0s")
+
+	if _, err := d.Tokens.CreateToken(ctx, connect.NewRequest(&rivorav1.CreateTokenRequest{Name: "long", Role: rivorav1.Role_ROLE_ADMIN, Ttl: durationpb.New(48 * time.Hour)})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Tokens.RevokeToken(ctx, connect.NewRequest(&rivorav1.RevokeTokenRequest{Id: bootstrapID})); err != nil {
+		t.Fatalf("revoke beside an admin token lasting 48h: %v", err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/rivora/rivora/internal/rates"
 )
 
 // State is a destination's health as its budget sees it. Whether a
@@ -99,15 +101,21 @@ type Budget struct {
 	learnedAt time.Time // the cut that learned it
 }
 
-// NewBudget returns a healthy budget at the configured rate.
+// NewBudget returns a healthy budget at the configured rate (held at
+// rates.Min or above, as SetLimits does).
 func NewBudget(rate float64, burst int, tune AIMD, now time.Time) *Budget {
+	rate = math.Max(rate, rates.Min)
 	return &Budget{tune: tune, bucket: New(rate, burst, now), ceiling: rate, burst: burst, lastRaise: now}
 }
 
 // SetLimits changes the configured rate and burst in place. A healthy
 // budget moves to the new rate; a degraded one keeps its cut rate, capped
-// at the new ceiling.
+// at the new ceiling. A rate under rates.Min (the control plane refuses
+// one; this is the last line) is held at it: a bucket refilling at 1e-300
+// would hold its events past their window, and stay there after the
+// configured rate is restored.
 func (b *Budget) SetLimits(rate float64, burst int, now time.Time) {
+	rate = math.Max(rate, rates.Min)
 	b.ceiling, b.burst = rate, burst
 	current := rate
 	if b.state != Healthy {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/agent/budget"
+	"github.com/rivora/rivora/internal/rates"
 )
 
 func at(ms int) time.Time { return time.Unix(1_000_000, 0).Add(time.Duration(ms) * time.Millisecond) }
@@ -119,5 +120,24 @@ func TestSetLimitsWhileDegradedKeepsTheCut(t *testing.T) {
 	h.SetLimits(4, 10, at(10))
 	if h.Rate() != 4 {
 		t.Fatalf("healthy budget rate after SetLimits(4) = %v", h.Rate())
+	}
+}
+
+// A rate under the floor never reaches the bucket: not at creation, not
+// on a change to a degraded budget (which keeps the lower of its cut rate
+// and the new one) (issue 22).
+func TestRateHeldAtTheFloor(t *testing.T) {
+	b := budget.NewBudget(1e-300, 1, budget.DefaultAIMD(), at(0))
+	if b.Rate() != rates.Min {
+		t.Fatalf("NewBudget(1e-300): rate %v, want %v", b.Rate(), rates.Min)
+	}
+	b = budget.NewBudget(50, 50, budget.DefaultAIMD(), at(0))
+	b.Throttled(at(0), 0, "HTTP 429")
+	b.SetLimits(5e-324, 50, at(10))
+	if b.Rate() != rates.Min {
+		t.Fatalf("degraded, SetLimits(5e-324): rate %v, want %v", b.Rate(), rates.Min)
+	}
+	if b.Ceiling() != rates.Min {
+		t.Fatalf("ceiling %v, want %v", b.Ceiling(), rates.Min)
 	}
 }

@@ -23,6 +23,8 @@ import (
 	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/bounds"
+	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -193,9 +195,11 @@ func (s *Service) ListDeadLetters(ctx context.Context, req *connect.Request[rivo
 	if err := checkFilter(f); err != nil {
 		return nil, err
 	}
+	// A limit over the bound (or none) is the bound: the answer says
+	// truncated when more match, as for any limit.
 	limit := int(req.Msg.GetLimit())
-	if limit <= 0 {
-		limit = 1000
+	if limit <= 0 || limit > bounds.DeadLetterList {
+		limit = bounds.DeadLetterList
 	}
 	keys, err := s.objects(ctx, f)
 	if err != nil {
@@ -371,9 +375,6 @@ func (s *Service) saveCheckpoint(ctx context.Context, key string, cp *checkpoint
 	return err
 }
 
-// maxReplayRate bounds a replay's rate, as limits bound a destination's.
-const maxReplayRate = 1e6
-
 // Replay re-ingests matching dead letters in archive order (lane order).
 func (s *Service) Replay(ctx context.Context, req *connect.Request[rivorav1.ReplayRequest], stream *connect.ServerStream[rivorav1.ReplayResponse]) (err error) {
 	f := req.Msg.GetFilter()
@@ -384,8 +385,11 @@ func (s *Service) Replay(ctx context.Context, req *connect.Request[rivorav1.Repl
 		return err
 	}
 	// Unset: as fast as ingest takes them. A rate given must be a real one.
-	if r := req.Msg.GetRatePerSecond(); req.Msg.RatePerSecond != nil && !(r > 0 && r <= maxReplayRate) {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("rate must be a positive number of events per second, at most %g (unset: as fast as ingest takes them), got %v", float64(maxReplayRate), r))
+	// A replay's rate has the bounds of a destination's (rates): under
+	// 1e-10 the pacer's wait overflowed (unpaced), just above it stalled
+	// for years.
+	if r := req.Msg.GetRatePerSecond(); req.Msg.RatePerSecond != nil && !rates.Valid(r) {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("rate must be %s (unset: as fast as ingest takes them), got %v", rates.Bound(), r))
 	}
 	keys, err := s.objects(ctx, f)
 	if err != nil {
@@ -554,7 +558,15 @@ type pacer struct {
 	next time.Time
 }
 
-func newPacer(rate float64) *pacer { return &pacer{rate: rate, next: time.Now()} }
+// newPacer paces at rate, held within rates (Replay checked it): the
+// wait for n events is then at most 500/rates.Min seconds, far from
+// overflowing a time.Duration.
+func newPacer(rate float64) *pacer {
+	if rate != 0 { // 0: unpaced
+		rate = rates.Clamp(rate)
+	}
+	return &pacer{rate: rate, next: time.Now()}
+}
 
 func (p *pacer) batch() int {
 	if p.rate <= 0 {

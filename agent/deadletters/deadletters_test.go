@@ -1,11 +1,18 @@
 package deadletters
 
 import (
+	"context"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/rivora/rivora/agent/archive"
+	"github.com/rivora/rivora/internal/bounds"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -37,6 +44,45 @@ func TestMatchesReason(t *testing.T) {
 	} {
 		if got := matches(&rivorav1.DeadLetterFilter{DestinationId: "orders", Reason: reason}, dl); got != want {
 			t.Errorf("a window dead letter matches reason %v: %v, want %v", reason, got, want)
+		}
+	}
+}
+
+// ListDeadLetters answers at most bounds.DeadLetterList dead letters
+// whatever the limit asked (issue 22: the limit had no upper bound, and an
+// answer grew with the archive), saying truncated when more match; a
+// smaller limit is kept.
+func TestListDeadLettersLimitIsBounded(t *testing.T) {
+	arch, err := archive.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAt := time.Now().Add(-time.Hour)
+	var records []*rivorav1.DeadLetter
+	for i := range bounds.DeadLetterList + 500 {
+		records = append(records, &rivorav1.DeadLetter{
+			Event:  &rivorav1.Event{EventId: fmt.Sprintf("ev-%05d", i), DestinationId: "orders", CustomerId: "acme", LaneKey: "l"},
+			DeadAt: timestamppb.New(deadAt), Reason: rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS,
+		})
+	}
+	if err := arch.Put(context.Background(), archive.Key("orders", deadAt, 0, 1, uint64(len(records))), records); err != nil {
+		t.Fatal(err)
+	}
+	s := &Service{archive: arch}
+	for _, c := range []struct {
+		limit     int32
+		want      int
+		truncated bool
+	}{
+		{0, bounds.DeadLetterList, true}, {5, 5, true}, {bounds.DeadLetterList, bounds.DeadLetterList, true},
+		{bounds.DeadLetterList + 1, bounds.DeadLetterList, true}, {100000, bounds.DeadLetterList, true}, {math.MaxInt32, bounds.DeadLetterList, true},
+	} {
+		resp, err := s.ListDeadLetters(context.Background(), connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}, Limit: c.limit}))
+		if err != nil {
+			t.Fatalf("limit %d: %v", c.limit, err)
+		}
+		if got := len(resp.Msg.GetDeadLetters()); got != c.want || resp.Msg.GetTruncated() != c.truncated {
+			t.Errorf("limit %d: %d dead letters, truncated %v; want %d, %v", c.limit, got, resp.Msg.GetTruncated(), c.want, c.truncated)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rivora/rivora/agent/clock"
 	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/internal/rates"
 )
 
 // ---------------------------------------------------------------------------
@@ -643,13 +644,14 @@ func TestTokenWaitCombinations(t *testing.T) {
 	clk.Advance(got)
 	wantAttempt(t, mustPick(t, s), lid("d1", "c", "b"), 2, 1)
 
-	// Rate 0: the burst, then the budget's long wait.
+	// Rate 0 (the control plane never sends one) is held at the floor:
+	// the burst, then one token in 1/rates.Min seconds.
 	s2, _ := newSched()
 	s2.SetLimits("z", 0, Limits{RatePerSecond: 0, Burst: 1, MaxInFlight: 10})
 	appendTo(s2, 0, lid("z", "c", "a"), ev(1))
 	appendTo(s2, 0, lid("z", "c", "b"), ev(2))
 	mustPick(t, s2)
-	wantNoneWait(t, s2, time.Hour)
+	wantNoneWait(t, s2, time.Duration(float64(time.Second)/rates.Min))
 }
 
 func TestNoTokenSpentWhileAtMaxInFlight(t *testing.T) {

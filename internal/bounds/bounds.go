@@ -8,6 +8,7 @@ package bounds
 import (
 	"fmt"
 	"net/http"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 )
@@ -23,6 +24,36 @@ const (
 	// Secret bounds a signing secret as given.
 	Secret = 1 << 10
 )
+
+// AuditDetail bounds the detail of an audit entry the control plane
+// writes itself (a limits file's diff or refusal can be long; a key
+// of megabytes must not make a line of megabytes). Agents' entries are
+// bounded by Text on the way in.
+const AuditDetail = 16 << 10
+
+// Truncate returns value cut to at most limit bytes (at a UTF-8
+// boundary), ending in a marker that says how long it was, so that a
+// stored record stays bounded whatever it quotes. A value within limit is
+// returned as is.
+func Truncate(value string, limit int) string {
+	if len(value) <= limit {
+		return value
+	}
+	marker := fmt.Sprintf("… [cut: %d bytes]", len(value))
+	keep := max(0, limit-len(marker))
+	for keep > 0 && !utf8.RuneStart(value[keep]) {
+		keep--
+	}
+	out := value[:keep] + marker
+	if len(out) > limit { // a limit shorter than the marker: cut that too
+		n := limit
+		for n > 0 && !utf8.RuneStart(out[n]) {
+			n--
+		}
+		out = out[:n]
+	}
+	return out
+}
 
 // String checks that value is at most limit bytes. field names it in the
 // error, which the caller returns as InvalidArgument.
@@ -46,6 +77,13 @@ func Strings(field string, values []string, limit, count int) error {
 	}
 	return nil
 }
+
+// DeadLetterList bounds how many dead letters one ListDeadLetters answer
+// holds, and is its default: each is read from the archive and held in
+// memory for the answer. A larger limit is taken as this one (the answer
+// says truncated when more match). The CLI asks for 1000 by default, the
+// console for 500.
+const DeadLetterList = 1000
 
 // DefaultMessage bounds one request message of the services that carry
 // no payloads (admin, tokens, agent reports, lookups), after

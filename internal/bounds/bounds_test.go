@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -67,6 +68,24 @@ func TestPublishFastPathCoversEveryField(t *testing.T) {
 		want := fmt.Sprintf("events[0].%s is %d bytes; the limit is %d", fd.Name(), bounds.Other+1, bounds.Other)
 		if err := bounds.CheckStrings(&rivorav1.PublishBatchRequest{Events: []*rivorav1.PublishRequest{ev}}); err == nil || err.Error() != want {
 			t.Errorf("%s too long: %v, want %q", fd.Name(), err, want)
+		}
+	}
+}
+
+// Truncate keeps a value within its limit, at a rune boundary, and says
+// how long the value was.
+func TestTruncate(t *testing.T) {
+	if got := bounds.Truncate("short", 10); got != "short" {
+		t.Errorf("a value within the limit changed: %q", got)
+	}
+	long := strings.Repeat("é", 3<<20) // 6 MB of two-byte runes
+	got := bounds.Truncate(long, bounds.AuditDetail)
+	if len(got) > bounds.AuditDetail || !utf8.ValidString(got) || !strings.HasSuffix(got, fmt.Sprintf("[cut: %d bytes]", len(long))) {
+		t.Errorf("Truncate(6 MB) = %d bytes, valid UTF-8 %v, ends %q", len(got), utf8.ValidString(got), got[max(0, len(got)-40):])
+	}
+	for limit := range 30 {
+		if got := bounds.Truncate(long, limit); len(got) > limit || !utf8.ValidString(got) {
+			t.Errorf("Truncate(long, %d) = %q", limit, got)
 		}
 	}
 }

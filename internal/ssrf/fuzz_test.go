@@ -10,8 +10,9 @@ import (
 
 // FuzzGuardURL runs destination URLs through the URL check and the guard
 // as the control plane does, and holds the guard to its invariants: no
-// panic; a refusal names the host; a literal address is refused at create
-// time exactly when the dialer would refuse it; a host that inet_aton
+// panic; a refusal names the host; a literal address (after the IDNA
+// mapping net/http applies to a host that is not ASCII) is refused at
+// create time exactly when the dialer would refuse it; a host that inet_aton
 // reads as an IPv4 address is refused unless it is canonical a.b.c.d; and
 // allowing everything allows every canonical address.
 func FuzzGuardURL(f *testing.F) {
@@ -20,6 +21,7 @@ func FuzzGuardURL(f *testing.F) {
 		"http://2130706433/", "http://0177.0.0.1/", "http://127.1/", "http://metadata.google.internal/computeMetadata/v1/",
 		"http://[fe80::1%25eth0]:80/", "http://169.254.169.254/latest/meta-data/", "http://[64:ff9b::a9fe:a9fe]/",
 		"http://127.0.0.1./", "http://user:pass@10.0.0.5/", "http://[::]/", "http://LOCALHOST/", "http://%30x7f.1/",
+		"http://１２７.０.０.１/", "http://127。0。0。1/", "http://１６９．２５４．１６９．２５４/", "http://０ｘ７ｆ.1/", "http://bücher.example/",
 	} {
 		f.Add(s)
 	}
@@ -35,7 +37,16 @@ func FuzzGuardURL(f *testing.F) {
 		if err != nil && !strings.HasPrefix(err.Error(), "refused by SSRF guard: "+host+" ") {
 			t.Fatalf("CheckHost(%q) = %q: does not name the host", host, err)
 		}
-		h := strings.ToLower(strings.TrimSuffix(host, "."))
+		// The host as the agent's HTTP client dials it (IDNA-mapped when
+		// not ASCII); one it cannot map is refused.
+		ascii, merr := asciiHost(host)
+		if merr != nil {
+			if err == nil {
+				t.Fatalf("CheckHost(%q) allowed a host IDNA cannot map: %v", host, merr)
+			}
+			return
+		}
+		h := strings.ToLower(strings.TrimSuffix(ascii, "."))
 		if a, perr := netip.ParseAddr(h); perr == nil {
 			dialErr := def.Control("tcp", netip.AddrPortFrom(a, 443).String(), nil)
 			if (err == nil) != (dialErr == nil) {

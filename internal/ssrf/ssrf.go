@@ -10,7 +10,9 @@
 // IPv4-compatible, NAT64, 6to4, Teredo) — plus the cloud metadata host
 // names, and host names written as IPv4 numbers in a form other than
 // a.b.c.d (0x7f000001, 2130706433, 0177.0.0.1, 127.1), which libc-style
-// resolvers and browsers take for addresses.
+// resolvers and browsers take for addresses. A host that is not ASCII is
+// judged by its IDNA mapping, the name net/http dials
+// ("１２７.０.０.１" is 127.0.0.1).
 //
 // It is enforced twice. The control plane checks a destination's URL when
 // it is created or updated (CheckHost: literal addresses and names, no
@@ -28,6 +30,9 @@ import (
 	"net/netip"
 	"strings"
 	"syscall"
+	"unicode/utf8"
+
+	"golang.org/x/net/idna"
 )
 
 // Flag is the flag that opens ranges, as error messages name it.
@@ -150,8 +155,37 @@ func (g *Guard) check(a netip.Addr, shown string) error {
 // that is a number but not a canonical a.b.c.d is refused outright (write
 // the address as a.b.c.d). Other names pass: what they resolve to is
 // checked when the agent dials.
+//
+// A host that is not ASCII is checked as the HTTP client will dial it:
+// mapped by IDNA (UTS #46, the lookup profile net/http uses), so that
+// "１２７.０.０.１" and "127。0。0。1" are refused as 127.0.0.1 is.
 func (g *Guard) CheckHost(host string) error {
-	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	ascii, err := asciiHost(host)
+	if err != nil {
+		return &RefusedError{Host: host, Why: fmt.Sprintf("is not a host name an HTTP client can look up (IDNA: %v)", err)}
+	}
+	err = g.checkASCIIHost(host, ascii)
+	if r := Refusal(err); r != nil && ascii != host {
+		r.Why = fmt.Sprintf("(read as %s) %s", ascii, r.Why)
+	}
+	return err
+}
+
+// asciiHost maps host as net/http does before it dials: unchanged when
+// ASCII, else by IDNA's lookup profile.
+func asciiHost(host string) (string, error) {
+	for i := 0; i < len(host); i++ {
+		if host[i] >= utf8.RuneSelf {
+			return idna.Lookup.ToASCII(host)
+		}
+	}
+	return host, nil
+}
+
+// checkASCIIHost is CheckHost for host's ASCII form, h; refusals name
+// host as given.
+func (g *Guard) checkASCIIHost(host, h string) error {
+	h = strings.ToLower(strings.TrimSuffix(h, "."))
 	if a, err := netip.ParseAddr(h); err == nil {
 		return g.check(a, host)
 	}

@@ -94,6 +94,16 @@ var refusedHosts = map[string]string{
 	"0x":                 "is 0.0.0.0 written",
 	"127.0.0.1.":         "127.0.0.0/8 (loopback)", // a trailing dot is the same address
 	"1.2.3.4.":           "",
+	// Forms IDNA maps to an address (as net/http does before dialling):
+	// fullwidth digits and dots, ideographic full stops (issue 22).
+	"１２７.０.０.１":                "(read as 127.0.0.1) is in 127.0.0.0/8 (loopback)",
+	"127。0。0。1":                "(read as 127.0.0.1) is in 127.0.0.0/8 (loopback)",
+	"１６９．２５４．１６９．２５４":          "(read as 169.254.169.254)",
+	"１０。０。０。５":                 "(read as 10.0.0.5) is in 10.0.0.0/8",
+	"０ｘ７ｆ０００００１":               "(read as 0x7f000001) is 127.0.0.1 written",
+	"ＬＯＣＡＬＨＯＳＴ":                "(read as localhost)",
+	"ｍｅｔａｄａｔａ.google.internal": "(read as metadata.google.internal)",
+	"a\u200db.example":         "IDNA",
 }
 
 // allowedHosts pass the default guard.
@@ -104,6 +114,7 @@ var allowedHosts = []string{
 	"::1:2:3:4:5:6", "fbff::1", "fe7f::1",
 	"example.com", "hooks.example.com", "metadata.example.com", "localhost.example.com", "instance-data.example",
 	"my-0x7f000001-host.com", "1password.com", "123.example", "0x7f000001.example", "xn--nxasmq6b.com", "1.2.3.4.",
+	"bücher.example", "ｅｘａｍｐｌｅ.com", "８.８.８.８",
 }
 
 func TestDefaultGuardRefuses(t *testing.T) {

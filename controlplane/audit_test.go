@@ -1,0 +1,117 @@
+package controlplane_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/rivora/rivora/controlplane"
+	"github.com/rivora/rivora/internal/bounds"
+	"github.com/rivora/rivora/internal/eventually"
+	"github.com/rivora/rivora/internal/testrig"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// A limits file refused for a value of 5 MB is audited with a bounded
+// detail, and ListAudit keeps answering (issue 22).
+func TestAuditOfAHugeRefusedLimitsFileIsBounded(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	if err := os.WriteFile(path, []byte("defaults:\n  burst: 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := testrig.StartDev(t, t.TempDir(), testrig.Options{NoAgent: true, ControlPlane: func(c *controlplane.Config) {
+		c.LimitsPath, c.ReloadEvery = path, 10*time.Millisecond
+	}})
+	huge := "defaults:\n  burst: " + strings.Repeat("k", 5<<20) + "\n"
+	if err := os.WriteFile(path+".tmp", []byte(huge), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var reject *rivorav1.AuditEntry
+	eventually.True(t, "the huge file is refused and audited", 10*time.Second, func() bool {
+		resp, err := d.Admin.ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{Limit: 1000}))
+		if err != nil {
+			t.Fatalf("ListAudit after the refusal: %v", err)
+		}
+		for _, e := range resp.Msg.GetEntries() {
+			if e.GetAction() == "limits.reject" {
+				reject = e
+			}
+		}
+		return reject != nil
+	})
+	if n := len(reject.GetDetail()); n > bounds.AuditDetail {
+		t.Fatalf("the reject's detail is %d bytes, over %d", n, bounds.AuditDetail)
+	}
+	if !strings.Contains(reject.GetDetail(), "limits.yaml") || !strings.Contains(reject.GetDetail(), "[cut: ") {
+		t.Errorf("the reject's detail %q does not name the file and say it was cut", reject.GetDetail())
+	}
+}
+
+// A line the audit log cannot read (damage, or one written before
+// entries were bounded) is skipped: the entries around it still list.
+func TestAuditListSkipsUnreadableLines(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, err := controlplane.OpenAuditLog(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Append(&rivorav1.AuditEntry{Action: "destination.create", DestinationId: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "audit.ndjson"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A 5 MB entry as the unbounded writer left it, then garbage.
+	if _, err := f.WriteString(`{"action":"limits.reject","detail":"` + strings.Repeat("k", 5<<20) + "\"}\n{not json\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Append(&rivorav1.AuditEntry{Action: "destination.delete", DestinationId: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.List(0, "")
+	if err != nil {
+		t.Fatalf("List with unreadable lines: %v", err)
+	}
+	if len(got) != 2 || got[0].GetAction() != "destination.create" || got[1].GetAction() != "destination.delete" {
+		t.Fatalf("List = %v, want the create and the delete around the bad lines", got)
+	}
+}
+
+// An entry appended with a detail of megabytes (by any writer) is stored
+// cut, and lists (issue 22).
+func TestAuditAppendBoundsTheEntry(t *testing.T) {
+	t.Parallel()
+	a, err := controlplane.OpenAuditLog(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Control characters: each is escaped to six bytes in the record.
+	if err := a.Append(&rivorav1.AuditEntry{Action: "lane.skip", Detail: strings.Repeat("\x01", 5<<20), Reason: strings.Repeat("r", 1<<20)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.List(0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 {
+		t.Fatalf("List = %d entries, want the one appended", len(got))
+	}
+	if len(got[0].GetDetail()) > bounds.AuditDetail || len(got[0].GetReason()) > bounds.Text || !strings.Contains(got[0].GetDetail(), "[cut: 5242880 bytes]") {
+		t.Fatalf("the entry has a %d-byte detail and a %d-byte reason: want them cut to %d and %d", len(got[0].GetDetail()), len(got[0].GetReason()), bounds.AuditDetail, bounds.Text)
+	}
+}
