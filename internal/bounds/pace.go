@@ -77,9 +77,9 @@ func (b *pacedBody) Read(p []byte) (int, error) {
 		}
 		return n, err
 	}
-	// Moved on only by whole seconds: on HTTP/2 each move is a message to
-	// the connection's goroutine.
-	if till := b.deadline(); till.Sub(b.setTill) >= time.Second {
+	// Moved on only by a grace at a time (80 KiB of body at the defaults):
+	// on HTTP/2 each move is a message to the connection's goroutine.
+	if till := b.deadline(); till.Sub(b.setTill) >= b.pace.Grace {
 		b.setTill = till
 		_ = b.rc.SetReadDeadline(till)
 	}
