@@ -92,9 +92,9 @@ func TestOperatorNotices(t *testing.T) {
 	_, err = d.Admin.UpdateDestination(ctx, connect.NewRequest(&rivorav1.UpdateDestinationRequest{Id: notices.DestinationID, Url: proto.String(sink(t).URL)}))
 	wantCode(t, "update the reserved destination", err, connect.CodeInvalidArgument, "reserved")
 
-	// Dead letters: a partner answering 500, one attempt each → one
+	// Dead letters: a partner refusing every payload (400), one attempt each → one
 	// batched notice with the count and the ids.
-	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusBadRequest) }))
 	t.Cleanup(bad.Close)
 	d.Create(&rivorav1.CreateDestinationRequest{Id: "orders", Url: bad.URL, Limits: &rivorav1.Limits{MaxAttempts: 1}})
 	ids := map[string]bool{}
