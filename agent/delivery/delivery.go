@@ -71,15 +71,11 @@ func (r Result) DestinationFault() bool {
 	if r.OK() || r.NotSent {
 		return false
 	}
-	switch {
-	case r.Status == 0, r.Status >= 500:
-		return true
-	}
 	switch r.Status {
-	case 408, 409, 425, 429:
+	case 0, 408, 409, 425, 429:
 		return true
 	}
-	return false
+	return r.Status >= 500
 }
 
 // Gone reports a 410 Gone: in Standard Webhooks the receiver's way of
