@@ -156,7 +156,16 @@ func heldAndRecovers(t *testing.T, d *devProc, dest string, p *partner, pub *pub
 		t.Errorf("no lane head was tried more than max_attempts 3 times in the outage (most: %d): the test shows nothing", mostTries)
 	}
 	if rivoractlBuild == nil {
-		out := rivoractl(t, d, "events", "get", head)
+		// The head may be the probe in flight at that moment (the probe
+		// goes round the held lanes): ask again until it is back waiting.
+		var out string
+		for range 20 {
+			out = rivoractl(t, d, "events", "get", head)
+			if !strings.Contains(out, "in flight") {
+				break
+			}
+			time.Sleep(250 * time.Millisecond) // the probe's round, not synchronisation
+		}
 		if !strings.Contains(out, "held: destination parked since") || !strings.Contains(out, "WINDOW ENDS") {
 			t.Errorf("rivoractl events get %s does not say why it waits:\n%s", head, out)
 		}
