@@ -27,10 +27,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rivora/rivora/internal/eventually"
-	"github.com/rivora/rivora/internal/ids"
 	"github.com/rivora/rivora/internal/testrig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/sdk/eventid"
 	"github.com/rivora/rivora/sdk/webhook"
 )
 
@@ -464,7 +464,7 @@ func TestRestartResumesFromStore(t *testing.T) {
 		defer close(publisherDone)
 		for i := range 300 {
 			key := fmt.Sprintf("late-%03d", i)
-			id := ids.EventID("orders", "acme", key)
+			id := eventid.FromKey("orders", "acme", key)
 			_, err := ag.Ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{
 				DestinationId: "orders", CustomerId: "acme", LaneKey: "main", Type: "test.event", Payload: []byte(`{}`), IdempotencyKey: key,
 			}))

@@ -14,9 +14,9 @@ import (
 	"github.com/rivora/rivora/controlplane/notices"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/backoff"
-	"github.com/rivora/rivora/internal/ids"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/sdk/eventid"
 	"github.com/rivora/rivora/sdk/webhook"
 )
 
@@ -410,7 +410,7 @@ func (n *notifier) publish(ctx context.Context, nt notices.Notice) (string, bool
 		if connect.CodeOf(err) == connect.CodeAlreadyExists {
 			// Its key was published already, with other content (another
 			// leader's rendering of the same notice): that one stands.
-			return ids.EventID(req.DestinationId, req.CustomerId, req.IdempotencyKey), true, nil
+			return eventid.FromKey(req.DestinationId, req.CustomerId, req.IdempotencyKey), true, nil
 		}
 		errs = append(errs, fmt.Errorf("agent %s: %w", a.name, err))
 	}

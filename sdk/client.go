@@ -19,10 +19,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 
-	"github.com/rivora/rivora/internal/auth"
-	"github.com/rivora/rivora/internal/ids"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/sdk/eventid"
 )
 
 // Retry defaults: five tries spaced 100ms, 200ms, 400ms, 800ms (jittered).
@@ -158,7 +157,7 @@ func New(baseURL string, opts ...Option) *Client {
 	if cfg.httpClient == nil {
 		cfg.httpClient = defaultHTTPClient(cfg.grpc && strings.HasPrefix(baseURL, "http://"), cfg.tlsConfig)
 	}
-	copts := []connect.ClientOption{connect.WithInterceptors(auth.Bearer(cfg.token), traceContext())}
+	copts := []connect.ClientOption{connect.WithInterceptors(bearer(cfg.token), traceContext())}
 	if cfg.grpc {
 		copts = append(copts, connect.WithGRPC())
 	}
@@ -362,5 +361,17 @@ func retryable(err error) bool {
 // record, say) and two customers' same key are two events. For a UUIDv7
 // key it is a UUIDv7 with the key's time.
 func EventID(destination, customer, idempotencyKey string) string {
-	return ids.EventID(destination, customer, idempotencyKey)
+	return eventid.FromKey(destination, customer, idempotencyKey)
+}
+
+// bearer sends token as the Authorization bearer of every call ("": none).
+func bearer(token string) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if token != "" && req.Spec().IsClient {
+				req.Header().Set("Authorization", "Bearer "+token)
+			}
+			return next(ctx, req)
+		}
+	}
 }

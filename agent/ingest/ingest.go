@@ -27,9 +27,9 @@ import (
 
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/lanes"
-	"github.com/rivora/rivora/internal/ids"
 	"github.com/rivora/rivora/internal/tracing"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk/eventid"
 )
 
 // Config configures the gateway.
@@ -357,7 +357,7 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
 		if err := validateKey(key); err != nil {
 			return nil, err
 		}
-		id = ids.EventID(dest, req.GetCustomerId(), key)
+		id = eventid.FromKey(dest, req.GetCustomerId(), key)
 	} else {
 		if id, err = g.newID(); err != nil {
 			return nil, fmt.Errorf("assign event id: %w", err)

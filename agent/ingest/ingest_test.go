@@ -20,8 +20,8 @@ import (
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/natsd"
-	"github.com/rivora/rivora/internal/ids"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk/eventid"
 )
 
 const (
@@ -422,7 +422,7 @@ func TestIdempotencyKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantID := ids.EventID(req.DestinationId, req.CustomerId, req.IdempotencyKey)
+	wantID := eventid.FromKey(req.DestinationId, req.CustomerId, req.IdempotencyKey)
 	if first.GetEventId() != wantID || first.GetDuplicate() {
 		t.Fatalf("first publish = %+v, want id %q, not duplicate", first, wantID)
 	}
@@ -553,7 +553,7 @@ func FuzzPublish(f *testing.F) {
 			return
 		}
 		if resp.Msg.GetDuplicate() {
-			if idem == "" || resp.Msg.GetEventId() != ids.EventID(dest, cust, idem) {
+			if idem == "" || resp.Msg.GetEventId() != eventid.FromKey(dest, cust, idem) {
 				t.Fatalf("duplicate without a repeated idempotency key: %v", resp.Msg)
 			}
 			return

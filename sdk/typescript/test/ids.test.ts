@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { eventId, newIdempotencyKey } from "../src/index.js";
 
 // The Go test internal/ids TestEventIDVectors checks the same file.
-const vectorsFile = new URL("../../../internal/ids/testdata/eventid_vectors.json", import.meta.url);
+const vectorsFile = new URL("../../eventid/testdata/eventid_vectors.json", import.meta.url);
 
 describe("eventId", () => {
   it("computes the ids Go computes", async () => {

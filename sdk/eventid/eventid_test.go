@@ -1,4 +1,4 @@
-package ids
+package eventid
 
 import (
 	"testing"
@@ -7,8 +7,8 @@ import (
 )
 
 func TestEventIDScopedAndStable(t *testing.T) {
-	a := EventID("orders", "acme", "order-1")
-	if a != EventID("orders", "acme", "order-1") {
+	a := FromKey("orders", "acme", "order-1")
+	if a != FromKey("orders", "acme", "order-1") {
 		t.Fatal("the same key in the same scope gave two ids")
 	}
 	seen := map[string]string{a: "orders/acme/order-1"}
@@ -18,7 +18,7 @@ func TestEventIDScopedAndStable(t *testing.T) {
 		{"orders", "acme", "order-2"},   // another key
 		{"orders", "acmeo", "rder-1"},   // the same bytes, split elsewhere
 	} {
-		id := EventID(other[0], other[1], other[2])
+		id := FromKey(other[0], other[1], other[2])
 		if prev, dup := seen[id]; dup {
 			t.Fatalf("%v and %s share the id %s", other, prev, id)
 		}
@@ -32,7 +32,7 @@ func TestEventIDScopedAndStable(t *testing.T) {
 
 func TestEventIDOfUUIDv7KeyKeepsItsTime(t *testing.T) {
 	key := uuid.Must(uuid.NewV7())
-	id := uuid.MustParse(EventID("orders", "acme", key.String()))
+	id := uuid.MustParse(FromKey("orders", "acme", key.String()))
 	if id.Version() != 7 || id.Variant() != uuid.RFC4122 {
 		t.Fatalf("id of a UUIDv7 key: version %d, want 7", id.Version())
 	}

@@ -1,4 +1,9 @@
-package ids
+// Package eventid derives the id of an event published with an
+// idempotency key, as the server does, so that a publisher knows the id
+// before it publishes. It is the SDK's, and the server's one rule: the
+// agent and the control plane call it too, and the TypeScript SDK is
+// tested against the same vectors (testdata/eventid_vectors.json).
+package eventid
 
 import (
 	"crypto/sha256"
@@ -6,7 +11,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// EventID is the id of an event published with an idempotency key. An
+// FromKey is the id of an event published with an idempotency key. An
 // idempotency key is scoped to its (destination, customer): two customers
 // using the same key publish two events, so the id is derived from all
 // three, and the same key in the same scope always names the same event —
@@ -16,7 +21,7 @@ import (
 // A UUIDv7 key (what the SDKs generate) gives a UUIDv7 id with the key's
 // time, so the id still sorts by when the event was made; any other key
 // gives a UUIDv8 (RFC 9562's form for ids derived by a hash).
-func EventID(destination, customer, key string) string {
+func FromKey(destination, customer, key string) string {
 	h := sha256.New()
 	for _, part := range []string{"rivora event id v1", destination, customer, key} {
 		h.Write([]byte(part))

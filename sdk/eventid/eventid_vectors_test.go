@@ -1,4 +1,4 @@
-package ids
+package eventid
 
 import (
 	"encoding/json"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestEventIDVectors pins EventID to testdata/eventid_vectors.json, which the
+// TestEventIDVectors pins FromKey to testdata/eventid_vectors.json, which the
 // TypeScript SDK's eventId is tested against too: a change here that is not a
 // new id version breaks every client that computes ids before publishing.
 func TestEventIDVectors(t *testing.T) {
@@ -24,8 +24,8 @@ func TestEventIDVectors(t *testing.T) {
 		t.Fatal("no vectors")
 	}
 	for _, v := range vectors {
-		if got := EventID(v.Destination, v.Customer, v.Key); got != v.EventID {
-			t.Errorf("EventID(%q, %q, %q) = %s, want %s", v.Destination, v.Customer, v.Key, got, v.EventID)
+		if got := FromKey(v.Destination, v.Customer, v.Key); got != v.EventID {
+			t.Errorf("FromKey(%q, %q, %q) = %s, want %s", v.Destination, v.Customer, v.Key, got, v.EventID)
 		}
 	}
 }

@@ -1,0 +1,99 @@
+// Package floors_test keeps the dependency floors true: a client SDK
+// imports no server code, the API imports nothing of ours, and the agent
+// and the control plane share only proto and small packages below them
+// both. It fails when a package depends (directly or not) on one it must
+// not.
+package floors_test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/rivora/rivora/"
+
+// rule: no package under from may depend on a package under any of
+// forbidden, but for the pairs in except (from package → dependency).
+type rule struct {
+	from      string
+	forbidden []string
+	except    map[string]string
+	why       string
+}
+
+var rules = []rule{
+	{from: "sdk", forbidden: []string{"internal", "agent", "controlplane", "cli", "cmd", "console", "e2e"},
+		why: "the customer SDK imports no server code (it may become its own module)"},
+	{from: "proto", forbidden: []string{"internal", "agent", "controlplane", "cli", "cmd", "sdk", "console", "e2e"},
+		why: "the API imports nothing of ours"},
+	{from: "agent", forbidden: []string{"controlplane", "cli", "cmd"},
+		why: "the agent never imports the control plane"},
+	{from: "controlplane", forbidden: []string{"agent", "cli", "cmd"},
+		// Still to move into a vocabulary package both sides share
+		// (issue 23); no other arrow may join it.
+		except: map[string]string{"controlplane": "agent/lanes"},
+		why:    "the control plane never imports the agent"},
+	{from: "internal", forbidden: []string{"agent", "controlplane", "cli", "cmd"},
+		// The test rig starts both; it is still to move above them
+		// (issue 23).
+		except: map[string]string{"internal/testrig": "*"},
+		why:    "the ground floor imports nothing above it"},
+}
+
+// deps lists every package of the module with its dependencies (of the
+// module, transitive), relative to the module path.
+func deps(t *testing.T) map[string][]string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}}{{range .Deps}} {{.}}{{end}}", "./...")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	all := map[string][]string{}
+	for line := range strings.Lines(string(out)) {
+		fields := strings.Fields(line)
+		if len(fields) == 0 || !strings.HasPrefix(fields[0], module) {
+			continue
+		}
+		pkg := strings.TrimPrefix(fields[0], module)
+		for _, d := range fields[1:] {
+			if strings.HasPrefix(d, module) {
+				all[pkg] = append(all[pkg], strings.TrimPrefix(d, module))
+			}
+		}
+	}
+	return all
+}
+
+func under(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }
+
+func TestDependencyFloors(t *testing.T) {
+	all := deps(t)
+	if len(all) < 20 {
+		t.Fatalf("go list found %d packages of the module; the test looks in the wrong place", len(all))
+	}
+	for _, r := range rules {
+		for pkg, ds := range all {
+			if !under(pkg, r.from) {
+				continue
+			}
+			for _, d := range ds {
+				for _, f := range r.forbidden {
+					if !under(d, f) {
+						continue
+					}
+					if allowed, ok := r.except[pkg]; ok && (allowed == "*" || allowed == d) {
+						continue
+					}
+					if allowed, ok := r.except[r.from]; ok && allowed == d {
+						continue
+					}
+					t.Errorf("%s depends on %s: %s", pkg, d, r.why)
+				}
+			}
+		}
+	}
+}
