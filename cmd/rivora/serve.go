@@ -153,9 +153,13 @@ func newServer(h http.Handler) *http.Server {
 }
 
 // maxStreams bounds the concurrent streams of one HTTP/2 connection
-// (Go's default is 250): a client needing more opens more connections,
-// which --max-connections bounds.
-const maxStreams = 100
+// (Go's default is 250): each stream a stranger opens costs a handler
+// goroutine until the door refuses it, so this bounds what one
+// connection's burst costs (100 connections × 250 streams: ~45 MB at 32,
+// up to ~120 MB at 100). A client needing more opens more connections
+// (Go's HTTP/2 transport does; grpc-go queues calls beyond it), which
+// --max-connections bounds.
+const maxStreams = 32
 
 // listen opens addr, over TLS with tlsCfg (nil: plain), and returns the
 // listener with its base URL (https:// with TLS). Plain text on an
