@@ -111,7 +111,7 @@ func capConns(srv *http.Server, ln net.Listener, max int, log *slog.Logger) net.
 // maxRefusedPerConn is how many calls without a valid token (auth.Door)
 // one connection may make before it is let go: a client with a wrong
 // token learns it from the first answer, and a flood of such calls over
-// HTTP/2 (a hundred streams per connection) has to pay for a new
+// HTTP/2 (maxStreams per connection) has to pay for a new
 // connection every few calls, under --max-connections. (HTTP/1.1
 // connections are closed after every refused call.)
 const maxRefusedPerConn = 16
