@@ -3,7 +3,6 @@ package controlplane
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -13,9 +12,11 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/hashicorp/consul/api"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/rivora/rivora/internal/errkind"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -67,10 +68,10 @@ var (
 	// ErrConflict is returned by ConsulStore.Update when the state in
 	// Consul changed since the store read it: another control plane wrote
 	// it. The store has reloaded; the change may be retried.
-	ErrConflict = errors.New("the control-plane state in Consul changed since this control plane read it (another control plane wrote it)")
+	ErrConflict = errkind.New("the control-plane state in Consul changed since this control plane read it (another control plane wrote it)", connect.CodeAborted)
 	// ErrNotLeader is returned by ConsulStore.Update when the write was
 	// fenced by a session that no longer holds the leader lock.
-	ErrNotLeader = errors.New("this control plane no longer holds the leader lock; nothing was written")
+	ErrNotLeader = errkind.New("this control plane no longer holds the leader lock; nothing was written", connect.CodeUnavailable)
 )
 
 // consulError is a failed Consul request; the API answers Unavailable.

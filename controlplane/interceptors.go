@@ -41,28 +41,3 @@ func (i leaderInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 func (leaderInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return next
 }
-
-// errorInterceptor turns the domain errors handlers (and the gates inside
-// it) return into Connect errors, through asConnect.
-type errorInterceptor struct{}
-
-func (errorInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		resp, err := next(ctx, req)
-		if err != nil {
-			return nil, asConnect(err)
-		}
-		return resp, nil
-	}
-}
-
-func (errorInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		return asConnect(next(ctx, conn))
-	}
-}
-
-// WrapStreamingClient leaves clients alone (handlers only).
-func (errorInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}

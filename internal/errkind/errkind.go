@@ -1,0 +1,144 @@
+// Package errkind is the one error style of Rivora's servers. Domain code
+// returns plain errors tagged with a kind (Errorf, Tag) and never builds a
+// Connect error; the Interceptor, installed where auth and bounds are,
+// turns the kind into a Connect code at the edge (AsConnect). The control
+// plane and the agent share it.
+package errkind
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+)
+
+// Kind is a kind of domain error, answered with one Connect code. Kinds
+// are sentinel errors: match them with errors.Is.
+type Kind struct {
+	msg  string
+	code connect.Code
+}
+
+// New is a kind with its message (what Error says when the kind itself is
+// returned) and the Connect code it answers with.
+func New(msg string, code connect.Code) *Kind { return &Kind{msg: msg, code: code} }
+
+func (k *Kind) Error() string { return k.msg }
+
+// Code is the Connect code the kind answers with.
+func (k *Kind) Code() connect.Code { return k.code }
+
+// The kinds every server uses.
+var (
+	// Invalid: the request itself is wrong.
+	Invalid = New("invalid request", connect.CodeInvalidArgument)
+	// NotFound: what the request names does not exist.
+	NotFound = New("not found", connect.CodeNotFound)
+	// Exists: what the request creates exists already.
+	Exists = New("already exists", connect.CodeAlreadyExists)
+	// Precondition: the request is valid but the state it needs is not
+	// there, e.g. resuming a destination that is not paused.
+	Precondition = New("failed precondition", connect.CodeFailedPrecondition)
+	// Unavailable: this server cannot serve it now (not the leader, the
+	// partition is not here, no agent answers); retrying may succeed.
+	Unavailable = New("unavailable", connect.CodeUnavailable)
+	// Exhausted: the request would go over a configured cap.
+	Exhausted = New("resource exhausted", connect.CodeResourceExhausted)
+	// Aborted: lost a race with a concurrent writer; retry.
+	Aborted = New("aborted", connect.CodeAborted)
+	// Denied: the caller may not do this.
+	Denied = New("permission denied", connect.CodePermissionDenied)
+)
+
+// kindError is an error tagged with a kind. Its message is the wrapped
+// error's alone: users read the same text as before the tag.
+type kindError struct {
+	kind *Kind
+	err  error
+}
+
+func (e *kindError) Error() string        { return e.err.Error() }
+func (e *kindError) Unwrap() error        { return e.err }
+func (e *kindError) Is(target error) bool { return target == e.kind }
+
+// Tag marks err as being of kind (nil stays nil).
+func Tag(kind *Kind, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &kindError{kind: kind, err: err}
+}
+
+// Errorf is fmt.Errorf tagged with kind.
+func Errorf(kind *Kind, format string, args ...any) error {
+	return Tag(kind, fmt.Errorf(format, args...))
+}
+
+// AsConnect is the one mapping from domain errors to Connect errors. The
+// outermost tag wins, then a kind returned as such, then what also says
+// (a server's own classes, e.g. a failed Consul request); an error that is
+// already a Connect error keeps its code; a cancelled or expired context
+// answers Canceled or DeadlineExceeded; anything else is Internal. The
+// message stays the domain's. nil stays nil.
+func AsConnect(err error, also ...func(error) (connect.Code, bool)) error {
+	if err == nil {
+		return nil
+	}
+	var ke *kindError
+	if errors.As(err, &ke) {
+		return connect.NewError(ke.kind.code, err)
+	}
+	var k *Kind
+	if errors.As(err, &k) {
+		return connect.NewError(k.code, err)
+	}
+	for _, classify := range also {
+		if code, ok := classify(err); ok {
+			return connect.NewError(code, err)
+		}
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	return connect.NewError(connect.CodeInternal, err)
+}
+
+// Interceptor turns the errors handlers return into Connect errors through
+// AsConnect (with also). It wraps handlers only; install it outermost, so
+// the gates inside it (auth, bounds, a leader check) may return kinds too.
+func Interceptor(also ...func(error) (connect.Code, bool)) connect.Interceptor {
+	return interceptor{also: also}
+}
+
+type interceptor struct {
+	also []func(error) (connect.Code, bool)
+}
+
+func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		resp, err := next(ctx, req)
+		if err != nil {
+			return nil, AsConnect(err, i.also...)
+		}
+		return resp, nil
+	}
+}
+
+func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		return AsConnect(next(ctx, conn), i.also...)
+	}
+}
+
+// WrapStreamingClient leaves clients alone (handlers only).
+func (interceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
