@@ -26,22 +26,22 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/rivora/rivora/internal/eventually"
-	"github.com/rivora/rivora/internal/testrig"
+	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk/eventid"
 	"github.com/rivora/rivora/sdk/webhook"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // ---- harness ---------------------------------------------------------------
 
-// running is one `rivora dev` in process (testrig.Dev): a control plane
+// running is one `rivora dev` in process (rig.Dev): a control plane
 // and an agent named "test" following it, with this package's helpers.
 type running struct {
-	*testrig.Dev
+	*rig.Dev
 	t *testing.T
 }
 
@@ -49,7 +49,7 @@ const agentName = "test"
 
 func startAgent(t *testing.T, dir string) *running {
 	t.Helper()
-	return &running{Dev: testrig.StartDev(t, dir, testrig.Options{Name: agentName, Workers: 8}), t: t}
+	return &running{Dev: rig.StartDev(t, dir, rig.Options{Name: agentName, Workers: 8}), t: t}
 }
 
 // stop ends the control plane and the agent; idempotent.
@@ -315,7 +315,7 @@ func TestLaneOrderAndFailingHeadWaits(t *testing.T) {
 		}
 	}
 	// The other lanes finish while the blocked head is failing.
-	eventually.True(t, "unblocked lanes delivered", 15*time.Second, func() bool {
+	poll.True(t, "unblocked lanes delivered", 15*time.Second, func() bool {
 		return p.allDelivered(map[string][]string{"u1": want["u1"], "u2": want["u2"]})
 	})
 	if got := p.delivered()["blocked"]; len(got) != 0 {
@@ -336,7 +336,7 @@ func TestLaneOrderAndFailingHeadWaits(t *testing.T) {
 	mu.Lock()
 	othersDone = true
 	mu.Unlock()
-	eventually.True(t, "blocked lane delivered after its head recovers", 15*time.Second, func() bool { return p.allDelivered(want) })
+	poll.True(t, "blocked lane delivered after its head recovers", 15*time.Second, func() bool { return p.allDelivered(want) })
 	p.checkOrder(t, want)
 	// The head was retried with increasing attempt numbers.
 	var attempts []int
@@ -390,7 +390,7 @@ func TestDeadLetterArchivedAndLaneContinues(t *testing.T) {
 	deadID = ag.publish("flaky", "acme", "u1")
 	mu.Unlock()
 	after := []string{ag.publish("flaky", "acme", "u1"), ag.publish("flaky", "acme", "u1")}
-	eventually.True(t, "lane continues after the dead letter", 15*time.Second, func() bool {
+	poll.True(t, "lane continues after the dead letter", 15*time.Second, func() bool {
 		return p.allDelivered(map[string][]string{"u1": after})
 	})
 	p.checkOrder(t, map[string][]string{"u1": after}, deadID)
@@ -406,7 +406,7 @@ func TestDeadLetterArchivedAndLaneContinues(t *testing.T) {
 	}
 	var paths []string
 	var letters []*rivorav1.DeadLetter
-	eventually.True(t, "dead letter archived", 15*time.Second, func() bool {
+	poll.True(t, "dead letter archived", 15*time.Second, func() bool {
 		paths, letters = deadLetters(t, dir, "flaky")
 		return len(letters) > 0
 	})
@@ -479,7 +479,7 @@ func TestRestartResumesFromStore(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	eventually.True(t, "publisher running", 10*time.Second, func() bool {
+	poll.True(t, "publisher running", 10*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(accepted) >= 3
@@ -502,7 +502,7 @@ func TestRestartResumesFromStore(t *testing.T) {
 	want["main"] = append(want["main"], ag2.publish("orders", "acme", "main"))
 	// Well within INGEST's 30 s ack wait: nothing the first run had
 	// fetched but not moved may wait for it.
-	eventually.True(t, "everything delivered after the restart", 20*time.Second, func() bool { return p.allDelivered(want) })
+	poll.True(t, "everything delivered after the restart", 20*time.Second, func() bool { return p.allDelivered(want) })
 	p.checkOrder(t, want, uncertain...)
 	var resumed []int
 	for _, r := range p.requests() {
@@ -528,7 +528,7 @@ func TestRestartResumesFromStore(t *testing.T) {
 			t.Fatalf("attempt %d = %v, want number %d status %d", i, a, i+1, wantStatus)
 		}
 	}
-	eventually.True(t, "nothing pending", 10*time.Second, func() bool { return ag2.health("orders").GetPendingEvents() == 0 })
+	poll.True(t, "nothing pending", 10*time.Second, func() bool { return ag2.health("orders").GetPendingEvents() == 0 })
 }
 
 // ArchivePending dead-letters what is pending (reason deleted); Health
@@ -554,7 +554,7 @@ func TestArchivePendingAndBacklog(t *testing.T) {
 	for range 2 {
 		ids["y"] = append(ids["y"], ag.publish("slow", "globex", "y"))
 	}
-	eventually.True(t, "one delivery, then nothing in flight", 10*time.Second, func() bool {
+	poll.True(t, "one delivery, then nothing in flight", 10*time.Second, func() bool {
 		h := ag.health("slow")
 		return len(p.requests()) == 1 && h.GetInFlight() == 0 && h.GetPendingEvents() == 4
 	})
@@ -603,7 +603,7 @@ func TestArchivePendingAndBacklog(t *testing.T) {
 		t.Fatalf("pending after ArchivePending = %d", pending)
 	}
 	var letters []*rivorav1.DeadLetter
-	eventually.True(t, "4 dead letters archived", 15*time.Second, func() bool {
+	poll.True(t, "4 dead letters archived", 15*time.Second, func() bool {
 		_, letters = deadLetters(t, dir, "slow")
 		return len(letters) >= 4
 	})
@@ -672,7 +672,7 @@ func TestHealthDegradedThenParked(t *testing.T) {
 	ag.create(destination("down", p.srv.URL, 1000))
 	var ids []string
 	ids = append(ids, ag.publish("down", "acme", "l0"))
-	eventually.True(t, "degraded", 10*time.Second, func() bool { return ag.health("down").GetState() == "degraded" })
+	poll.True(t, "degraded", 10*time.Second, func() bool { return ag.health("down").GetState() == "degraded" })
 	h := ag.health("down")
 	if tr := h.GetLastTransition(); tr.GetFrom() != "healthy" || tr.GetTo() != "degraded" || !strings.Contains(tr.GetCause(), "HTTP 503") {
 		t.Fatalf("transition = %v", tr)
@@ -702,7 +702,7 @@ func TestHealthDegradedThenParked(t *testing.T) {
 		t.Fatalf("parked backlog = %v, want %d events in %d lanes", c, len(ids), len(ids))
 	}
 	p.setAnswer(nil)
-	eventually.True(t, "backlog drained after the destination recovered", 20*time.Second, func() bool {
+	poll.True(t, "backlog drained after the destination recovered", 20*time.Second, func() bool {
 		return ag.health("down").GetPendingEvents() == 0
 	})
 	h = ag.health("down")
@@ -736,7 +736,7 @@ func TestPauseHoldsResumeDrains(t *testing.T) {
 		lane := fmt.Sprintf("u%d", i%2)
 		want[lane] = append(want[lane], ag.publish("orders", "acme", lane))
 	}
-	eventually.True(t, "6 events pending", 10*time.Second, func() bool {
+	poll.True(t, "6 events pending", 10*time.Second, func() bool {
 		n, err := ag.Agent.Pending(context.Background(), "orders")
 		return err == nil && n == 6
 	})
@@ -754,7 +754,7 @@ func TestPauseHoldsResumeDrains(t *testing.T) {
 	if resume.Msg.GetDestination().GetPaused() {
 		t.Fatal("resumed destination still marked paused")
 	}
-	eventually.True(t, "backlog delivered after resume", 10*time.Second, func() bool { return p.allDelivered(want) })
+	poll.True(t, "backlog delivered after resume", 10*time.Second, func() bool { return p.allDelivered(want) })
 	p.checkOrder(t, want)
 	if n := len(p.requests()); n != 6 {
 		t.Fatalf("partner got %d requests for 6 events that never failed", n)
@@ -766,7 +766,7 @@ func TestPauseHoldsResumeDrains(t *testing.T) {
 // stalled for years: issue 22) is refused before anything is read, not a
 // panic of the stream.
 func TestReplayRefusesABadRate(t *testing.T) {
-	d := testrig.StartDev(t, t.TempDir(), testrig.Options{})
+	d := rig.StartDev(t, t.TempDir(), rig.Options{})
 	archive := rivorav1connect.NewArchiveServiceClient(d.HTTPClient(), d.URL, d.As(d.AdminToken))
 	for _, rate := range []float64{0, math.NaN(), math.Inf(1), math.Inf(-1), -1, -1e-300, 2e6, 5e-324, 1e-300, 1e-10, 1.1e-10, 0.000999} {
 		stream, err := archive.Replay(context.Background(), connect.NewRequest(&rivorav1.ReplayRequest{

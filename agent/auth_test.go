@@ -11,9 +11,9 @@ import (
 
 	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/internal/auth"
-	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // A token the control plane revokes is refused by the agent once the
@@ -38,7 +38,7 @@ func TestRevokedTokenRefusedOnTheAgent(t *testing.T) {
 	if _, err := r.Tokens.RevokeToken(context.Background(), connect.NewRequest(&rivorav1.RevokeTokenRequest{Id: resp.Msg.GetTokenInfo().GetId()})); err != nil {
 		t.Fatal(err)
 	}
-	eventually.True(t, "the agent refuses the revoked token", 5*time.Second, func() bool {
+	poll.True(t, "the agent refuses the revoked token", 5*time.Second, func() bool {
 		return connect.CodeOf(publish()) == connect.CodeUnauthenticated
 	})
 }
@@ -94,7 +94,7 @@ func TestPublisherScope(t *testing.T) {
 	}
 	// The history lists an event once its records are flushed.
 	var listed []*rivorav1.EventSummary
-	eventually.True(t, "acme's event listed", 10*time.Second, func() bool {
+	poll.True(t, "acme's event listed", 10*time.Second, func() bool {
 		list, err := events.ListEvents(ctx, connect.NewRequest(&rivorav1.ListEventsRequest{DestinationId: "orders", CustomerId: "acme"}))
 		if err != nil {
 			t.Fatal(err)

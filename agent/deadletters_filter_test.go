@@ -8,7 +8,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/rivora/rivora/internal/testrig"
+	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -19,7 +19,7 @@ import (
 // disk.
 func TestDeadLetterFiltersValidateIDs(t *testing.T) {
 	t.Parallel()
-	d := testrig.StartDev(t, t.TempDir(), testrig.Options{})
+	d := rig.StartDev(t, t.TempDir(), rig.Options{})
 	archive := rivorav1connect.NewArchiveServiceClient(d.HTTPClient(), d.URL, d.As(d.AdminToken))
 	ctx := context.Background()
 	filters := map[string]*rivorav1.DeadLetterFilter{

@@ -17,9 +17,9 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/auth"
-	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // flakyControlPlane answers ReportGone Unavailable fail times, then with
@@ -75,7 +75,7 @@ func TestGoneReportRetriedUntilAnswered(t *testing.T) {
 	if a.gone.hold(a.sched, 0, report) {
 		t.Fatal("second 410 while held: held again (a second report)")
 	}
-	eventually.True(t, "report answered after two refusals", 10*time.Second, func() bool {
+	poll.True(t, "report answered after two refusals", 10*time.Second, func() bool {
 		return len(a.gone.unanswered()) == 0
 	})
 	if n := cp.callCount(); n != 3 {

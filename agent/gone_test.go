@@ -9,8 +9,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // A partner answering 410 Gone: the agent stops the destination after the
@@ -30,7 +30,7 @@ func TestGoneDisablesAndResumeDrains(t *testing.T) {
 		want[lane] = append(want[lane], ag.publish("orders", "acme", lane))
 	}
 	var got *rivorav1.GetDestinationResponse
-	eventually.True(t, "destination disabled", 10*time.Second, func() bool {
+	poll.True(t, "destination disabled", 10*time.Second, func() bool {
 		resp, err := ag.Admin.GetDestination(ctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "orders"}))
 		got = resp.Msg
 		return err == nil && got.GetDestination().GetDisabled()
@@ -59,7 +59,7 @@ func TestGoneDisablesAndResumeDrains(t *testing.T) {
 	if _, err := ag.Admin.ResumeDestination(ctx, connect.NewRequest(&rivorav1.ResumeDestinationRequest{DestinationId: "orders", Author: "ops"})); err != nil {
 		t.Fatal(err)
 	}
-	eventually.True(t, "backlog delivered after resume", 10*time.Second, func() bool { return p.allDelivered(want) })
+	poll.True(t, "backlog delivered after resume", 10*time.Second, func() bool { return p.allDelivered(want) })
 	p.checkOrder(t, want)
 	if paths, _ := deadLetters(t, dir, "orders"); len(paths) != 0 {
 		t.Fatalf("a 410 dead-lettered events: %v", paths)

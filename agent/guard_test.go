@@ -6,7 +6,7 @@ import (
 
 	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/internal/ssrf"
-	"github.com/rivora/rivora/internal/testrig"
+	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -19,7 +19,7 @@ import (
 func TestGuardRefusalIsTheEventsFault(t *testing.T) {
 	t.Parallel()
 	p := newPartner(t, nil)
-	ag := &running{t: t, Dev: testrig.StartDev(t, t.TempDir(), testrig.Options{Name: agentName, Workers: 8, Agent: func(c *agent.Config) {
+	ag := &running{t: t, Dev: rig.StartDev(t, t.TempDir(), rig.Options{Name: agentName, Workers: 8, Agent: func(c *agent.Config) {
 		c.Guard = ssrf.New(nil) // default denials: loopback refused
 	}})}
 	ag.create(destination("internal", p.srv.URL, 2))

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rivora/rivora/agent/lanes"
-	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // TestBrokenPartitionIsUnhealthyUntilBack breaks a partition's lane store
@@ -49,7 +49,7 @@ func TestBrokenPartitionIsUnhealthyUntilBack(t *testing.T) {
 	}))
 	want := "partition " + strconv.Itoa(p)
 	var reason string
-	eventually.True(t, "healthz reports the broken partition", 10*time.Second, func() bool {
+	poll.True(t, "healthz reports the broken partition", 10*time.Second, func() bool {
 		err := r.Agent.Healthy()
 		if err != nil {
 			reason = err.Error()
@@ -63,7 +63,7 @@ func TestBrokenPartitionIsUnhealthyUntilBack(t *testing.T) {
 	if err := js.DeleteStream(ctx, cfg.Name); err != nil && err != jetstream.ErrStreamNotFound {
 		t.Fatalf("remove the sealed stream: %v", err)
 	}
-	eventually.True(t, "healthy once the partition reopened by itself", 10*time.Second, func() bool { return r.Agent.Healthy() == nil })
+	poll.True(t, "healthy once the partition reopened by itself", 10*time.Second, func() bool { return r.Agent.Healthy() == nil })
 	id := r.publish("hz", "acme", "u2")
 	r.waitEvent(id, "delivered after the partition came back", func(ev *rivorav1.GetEventResponse) bool {
 		return ev.GetState() == rivorav1.EventState_EVENT_STATE_DELIVERED

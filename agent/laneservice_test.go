@@ -9,9 +9,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // A poison head shows as a stuck lane; skipping it makes it a dead letter
@@ -36,7 +36,7 @@ func TestLanesListAndSkip(t *testing.T) {
 	ctx := context.Background()
 
 	var stuck *rivorav1.ListLanesResponse
-	eventually.True(t, "the poison lane is stuck", 15*time.Second, func() bool {
+	poll.True(t, "the poison lane is stuck", 15*time.Second, func() bool {
 		resp, err := lanesAPI.ListLanes(ctx, connect.NewRequest(&rivorav1.ListLanesRequest{DestinationId: "orders", Stuck: true}))
 		if err != nil {
 			t.Fatalf("ListLanes: %v", err)
@@ -48,7 +48,7 @@ func TestLanesListAndSkip(t *testing.T) {
 	if l.GetCustomerId() != "acme" || l.GetLaneKey() != "u1" || l.GetDepth() != 2 || l.GetHeadEventId() != poison || l.GetHeadAttempts() < 1 || l.GetHeadSince() == nil || stuck.GetMatched() != 1 {
 		t.Fatalf("stuck lane = %v (matched %d)", l, stuck.GetMatched())
 	}
-	eventually.True(t, "the other lane delivered", 10*time.Second, func() bool { return slices.Contains(p.delivered()["u2"], other) })
+	poll.True(t, "the other lane delivered", 10*time.Second, func() bool { return slices.Contains(p.delivered()["u2"], other) })
 
 	skip := &rivorav1.SkipLaneHeadRequest{DestinationId: "orders", CustomerId: "acme", LaneKey: "u1", Reason: "poison payload", Author: "alice", HeadEventId: "not-the-head"}
 	if _, err := lanesAPI.SkipLaneHead(ctx, connect.NewRequest(skip)); connect.CodeOf(err) != connect.CodeFailedPrecondition {
@@ -56,7 +56,7 @@ func TestLanesListAndSkip(t *testing.T) {
 	}
 	skip.HeadEventId = poison
 	var resp *connect.Response[rivorav1.SkipLaneHeadResponse]
-	eventually.True(t, "the head is skipped between its attempts", 10*time.Second, func() bool {
+	poll.True(t, "the head is skipped between its attempts", 10*time.Second, func() bool {
 		var err error
 		resp, err = lanesAPI.SkipLaneHead(ctx, connect.NewRequest(skip))
 		if err != nil && connect.CodeOf(err) != connect.CodeFailedPrecondition {
@@ -67,7 +67,7 @@ func TestLanesListAndSkip(t *testing.T) {
 	if resp.Msg.GetEventId() != poison || resp.Msg.GetRemaining() != 1 {
 		t.Fatalf("skip = %v, want %s with 1 remaining", resp.Msg, poison)
 	}
-	eventually.True(t, "the next event delivered", 10*time.Second, func() bool { return slices.Contains(p.delivered()["u1"], next) })
+	poll.True(t, "the next event delivered", 10*time.Second, func() bool { return slices.Contains(p.delivered()["u1"], next) })
 	r.waitEvent(poison, "dead (manual)", func(e *rivorav1.GetEventResponse) bool {
 		return e.GetState() == rivorav1.EventState_EVENT_STATE_DEAD && e.GetDeadReason() == rivorav1.DeadReason_DEAD_REASON_MANUAL
 	})

@@ -8,7 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/rivora/rivora/internal/testrig"
+	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -22,7 +22,7 @@ import (
 // goes after "--".
 func TestPositionalsAreNeverCommands(t *testing.T) {
 	t.Parallel()
-	d := testrig.StartDev(t, t.TempDir(), testrig.Options{})
+	d := rig.StartDev(t, t.TempDir(), rig.Options{})
 	ctl := func(args ...string) result {
 		t.Helper()
 		return run(t, d.URL, "", append([]string{"--token", d.AdminToken, "-o", "json"}, args...)...)

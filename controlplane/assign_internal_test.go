@@ -13,7 +13,7 @@ import (
 
 	"github.com/rivora/rivora/e2e/consultest"
 	"github.com/rivora/rivora/internal/auth"
-	"github.com/rivora/rivora/internal/eventually"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // assignRegistry is an agent registry "with Consul" whose client must never
@@ -387,7 +387,7 @@ func TestAssignFollowsConsulSessions(t *testing.T) {
 		cancel()
 		<-done
 	})
-	eventually.True(t, "the first session list", 10*time.Second, func() bool {
+	poll.True(t, "the first session list", 10*time.Second, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.liveSessions != nil && len(r.liveSessions) >= len(names)
@@ -400,7 +400,7 @@ func TestAssignFollowsConsulSessions(t *testing.T) {
 	if _, err := client.Session().Destroy(sessions["agent-2"], nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually.True(t, "agent-2's session seen gone", 10*time.Second, func() bool {
+	poll.True(t, "agent-2's session seen gone", 10*time.Second, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return !r.agents["agent-2"].sessionLost.IsZero()
@@ -426,7 +426,7 @@ func TestAssignFollowsConsulSessions(t *testing.T) {
 	// Back with a new session: not before the rejoin delay.
 	fresh := newSession()
 	r.connect("agent-2", "http://agent-2.invalid:7070", fresh, time.Now())
-	eventually.True(t, "agent-2's new session listed", 10*time.Second, func() bool {
+	poll.True(t, "agent-2's new session listed", 10*time.Second, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.liveSessions[fresh]

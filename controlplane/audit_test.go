@@ -12,9 +12,9 @@ import (
 
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/bounds"
-	"github.com/rivora/rivora/internal/eventually"
-	"github.com/rivora/rivora/internal/testrig"
+	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // A limits file refused for a value of 5 MB is audited with a bounded
@@ -25,7 +25,7 @@ func TestAuditOfAHugeRefusedLimitsFileIsBounded(t *testing.T) {
 	if err := os.WriteFile(path, []byte("defaults:\n  burst: 2\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d := testrig.StartDev(t, t.TempDir(), testrig.Options{NoAgent: true, ControlPlane: func(c *controlplane.Config) {
+	d := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true, ControlPlane: func(c *controlplane.Config) {
 		c.LimitsPath, c.ReloadEvery = path, 10*time.Millisecond
 	}})
 	huge := "defaults:\n  burst: " + strings.Repeat("k", 5<<20) + "\n"
@@ -37,7 +37,7 @@ func TestAuditOfAHugeRefusedLimitsFileIsBounded(t *testing.T) {
 	}
 	ctx := context.Background()
 	var reject *rivorav1.AuditEntry
-	eventually.True(t, "the huge file is refused and audited", 10*time.Second, func() bool {
+	poll.True(t, "the huge file is refused and audited", 10*time.Second, func() bool {
 		resp, err := d.Admin.ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{Limit: 1000}))
 		if err != nil {
 			t.Fatalf("ListAudit after the refusal: %v", err)

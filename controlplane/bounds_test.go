@@ -9,7 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/rivora/rivora/internal/testrig"
+	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -18,7 +18,7 @@ import (
 // field and its limit, nothing of it is stored, and ListAudit keeps
 // answering (a stored 5 MB URL used to break it for good).
 func TestOversizedStringsAreRefused(t *testing.T) {
-	d := testrig.StartDev(t, t.TempDir(), testrig.Options{NoAgent: true})
+	d := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true})
 	ctx := context.Background()
 	if _, err := d.Admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "ok", Url: "http://127.0.0.1:9/hook"})); err != nil {
 		t.Fatalf("create a destination: %v", err)
@@ -86,7 +86,7 @@ func TestOversizedStringsAreRefused(t *testing.T) {
 
 // A raw body past the bound is cut on the wire (JSON, not compressed).
 func TestOversizedBodyIsCut(t *testing.T) {
-	d := testrig.StartDev(t, t.TempDir(), testrig.Options{NoAgent: true})
+	d := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true})
 	body := `{"id":"x","url":"http://h/` + strings.Repeat("a", 6<<20) + `"}`
 	req, _ := http.NewRequest(http.MethodPost, d.URL+rivorav1connect.AdminServiceCreateDestinationProcedure, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")

@@ -25,25 +25,25 @@ import (
 
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
-	"github.com/rivora/rivora/internal/eventually"
-	"github.com/rivora/rivora/internal/testrig"
+	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // ---- harness ---------------------------------------------------------------
 
-// dev is `rivora dev` in process (testrig.Dev): a control plane and,
+// dev is `rivora dev` in process (rig.Dev): a control plane and,
 // unless started without one, the real agent following it as its fleet.
 type dev struct {
-	*testrig.Dev
+	*rig.Dev
 }
 
 func startDev(t *testing.T, dir string, withAgent bool) *dev {
 	t.Helper()
-	return &dev{testrig.StartDev(t, dir, testrig.Options{NoAgent: !withAgent})}
+	return &dev{rig.StartDev(t, dir, rig.Options{NoAgent: !withAgent})}
 }
 
 func (d *dev) stop() { d.Stop() }
@@ -346,7 +346,7 @@ func TestDeleteWithPending(t *testing.T) {
 		}
 		ids = append(ids, resp.Msg.GetEventId())
 	}
-	eventually.True(t, "3 pending", 10*time.Second, func() bool {
+	poll.True(t, "3 pending", 10*time.Second, func() bool {
 		g, err := d.Admin.GetDestination(context.Background(), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "orders"}))
 		return err == nil && g.Msg.GetPending() == 3
 	})
@@ -370,7 +370,7 @@ func TestDeleteWithPending(t *testing.T) {
 	wantCode(t, "publish to a deleted destination", err, connect.CodeInvalidArgument, "not registered")
 
 	var letters []*rivorav1.DeadLetter
-	eventually.True(t, "3 dead letters archived", 15*time.Second, func() bool {
+	poll.True(t, "3 dead letters archived", 15*time.Second, func() bool {
 		letters = archived(t, filepath.Join(dir, "archive", "deadletter", "orders"))
 		return len(letters) >= 3
 	})
@@ -386,7 +386,7 @@ func TestDeleteWithPending(t *testing.T) {
 	if !slices.Equal(got, ids) {
 		t.Fatalf("archived %v, want %v", got, ids)
 	}
-	eventually.True(t, "GetEvent reports the event dead", 10*time.Second, func() bool {
+	poll.True(t, "GetEvent reports the event dead", 10*time.Second, func() bool {
 		r, err := d.Events.GetEvent(context.Background(), connect.NewRequest(&rivorav1.GetEventRequest{EventId: ids[0]}))
 		return err == nil && r.Msg.GetState() == rivorav1.EventState_EVENT_STATE_DEAD && r.Msg.GetDeadReason() == rivorav1.DeadReason_DEAD_REASON_DELETED
 	})

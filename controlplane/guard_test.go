@@ -15,7 +15,7 @@ import (
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/ssrf"
-	"github.com/rivora/rivora/internal/testrig"
+	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -61,7 +61,7 @@ var deniedURLs = map[string]string{
 // naming the rule and the flag that opens it; nothing is created; the
 // allowed loopback (the rig's guard) still works.
 func TestCreateRefusesDeniedDestinations(t *testing.T) {
-	d := testrig.StartDev(t, t.TempDir(), testrig.Options{NoAgent: true})
+	d := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true})
 	ctx := context.Background()
 	okURL := sink(t).URL
 	d.Create(&rivorav1.CreateDestinationRequest{Id: "ok", Url: okURL})
@@ -87,7 +87,7 @@ func TestCreateRefusesDeniedDestinations(t *testing.T) {
 // secure default of the library); an allowed CIDR opens exactly its range.
 func TestGuardConfig(t *testing.T) {
 	ctx := context.Background()
-	strict := testrig.StartDev(t, t.TempDir(), testrig.Options{NoAgent: true, ControlPlane: func(c *controlplane.Config) { c.Guard = nil }})
+	strict := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true, ControlPlane: func(c *controlplane.Config) { c.Guard = nil }})
 	_, err := strict.Admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "local", Url: "http://127.0.0.1:9000/hook"}))
 	wantCode(t, "create on loopback with no guard configured", err, connect.CodeInvalidArgument, "refused by SSRF guard: 127.0.0.1 is in 127.0.0.0/8 (loopback); allow it with --allow-destination-cidr")
 	_, err = strict.Admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "local", Url: "http://localhost:9000/hook"}))
@@ -97,7 +97,7 @@ func TestGuardConfig(t *testing.T) {
 		wantCode(t, "create on "+u+" with no guard configured", err, connect.CodeInvalidArgument, "(read as 127.0.0.1) is in 127.0.0.0/8 (loopback); allow it with --allow-destination-cidr")
 	}
 
-	open := testrig.StartDev(t, t.TempDir(), testrig.Options{NoAgent: true, ControlPlane: func(c *controlplane.Config) {
+	open := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true, ControlPlane: func(c *controlplane.Config) {
 		c.Guard = ssrf.New([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("169.254.169.254/32")})
 	}})
 	for i, u := range []string{"http://10.0.0.5/hook", "http://[::ffff:10.1.2.3]/hook", "http://169.254.169.254/", "http://metadata.google.internal/"} {

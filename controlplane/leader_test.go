@@ -16,10 +16,10 @@ import (
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/e2e/consultest"
 	"github.com/rivora/rivora/internal/auth"
-	"github.com/rivora/rivora/internal/eventually"
-	"github.com/rivora/rivora/internal/testrig"
+	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // consulCP is one control plane of several sharing a Consul.
@@ -61,7 +61,7 @@ func startConsulCP(t *testing.T, consulURL, limitsPath string) *consulCP {
 	mux := http.NewServeMux()
 	n := &consulCP{t: t, srv: httptest.NewServer(mux), done: make(chan error, 1)}
 	n.url = n.srv.URL
-	log := testrig.Logger(t, n.url)
+	log := rig.Logger(t, n.url)
 	cp, err := controlplane.New(controlplane.Config{
 		ConsulURL: consulURL, AdvertiseURL: n.url, LimitsPath: limitsPath, Partitions: 4, Keys: auth.NewKeys(leaderTestCell), AdminTokenPath: adminPath,
 	}, log)
@@ -102,7 +102,7 @@ func (n *consulCP) stop() {
 func awaitLeader(t *testing.T, nodes ...*consulCP) *consulCP {
 	t.Helper()
 	var leader *consulCP
-	eventually.True(t, "exactly one leader, named by the others", 15*time.Second, func() bool {
+	poll.True(t, "exactly one leader, named by the others", 15*time.Second, func() bool {
 		leader = nil
 		errs := map[*consulCP]error{}
 		for _, n := range nodes {
@@ -274,7 +274,7 @@ func TestLeaderSurvivesConsulRestart(t *testing.T) {
 
 	leader = awaitLeader(t, a, b)
 	var created *connect.Response[rivorav1.CreateDestinationResponse]
-	eventually.True(t, "a write after Consul restarted", 15*time.Second, func() bool {
+	poll.True(t, "a write after Consul restarted", 15*time.Second, func() bool {
 		created, err = leader.admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "after", Url: "https://example.com/3"}))
 		return err == nil
 	})

@@ -11,9 +11,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/rivora/rivora/controlplane"
-	"github.com/rivora/rivora/internal/eventually"
-	"github.com/rivora/rivora/internal/testrig"
+	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // The limits file is checked against the same bounds as the API, and
@@ -124,7 +124,7 @@ func TestLimitsReloadKeepsTheLastGoodFile(t *testing.T) {
 		}
 	}
 	write("destinations:\n  orders:\n    rate_per_second: 7\n")
-	d := testrig.StartDev(t, t.TempDir(), testrig.Options{NoAgent: true, ControlPlane: func(c *controlplane.Config) {
+	d := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true, ControlPlane: func(c *controlplane.Config) {
 		c.LimitsPath, c.ReloadEvery = path, 10*time.Millisecond
 	}})
 	ctx := context.Background()
@@ -147,7 +147,7 @@ func TestLimitsReloadKeepsTheLastGoodFile(t *testing.T) {
 	} {
 		write(bad.content)
 		var rejects []*rivorav1.AuditEntry
-		eventually.True(t, "the bad file is refused and audited", 5*time.Second, func() bool {
+		poll.True(t, "the bad file is refused and audited", 5*time.Second, func() bool {
 			resp, err := d.Admin.ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{Limit: 1000}))
 			if err != nil {
 				t.Fatal(err)
@@ -168,14 +168,14 @@ func TestLimitsReloadKeepsTheLastGoodFile(t *testing.T) {
 		}
 	}
 	write("destinations:\n  orders:\n    rate_per_second: 12\n")
-	eventually.True(t, "a good file is taken again", 5*time.Second, func() bool { return rate() == 12 })
+	poll.True(t, "a good file is taken again", 5*time.Second, func() bool { return rate() == 12 })
 }
 
 // Past --max-destinations a create is refused with ResourceExhausted
 // naming the flag; a delete makes room again.
 func TestMaxDestinations(t *testing.T) {
 	t.Parallel()
-	d := testrig.StartDev(t, t.TempDir(), testrig.Options{ControlPlane: func(c *controlplane.Config) { c.MaxDestinations = 2 }})
+	d := rig.StartDev(t, t.TempDir(), rig.Options{ControlPlane: func(c *controlplane.Config) { c.MaxDestinations = 2 }})
 	ctx := context.Background()
 	create := func(id string) error {
 		_, err := d.Admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: id, Url: "https://example.com/" + id}))

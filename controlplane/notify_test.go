@@ -17,10 +17,10 @@ import (
 
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/controlplane/notices"
-	"github.com/rivora/rivora/internal/eventually"
-	"github.com/rivora/rivora/internal/testrig"
+	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // operator is an operator webhook endpoint that keeps the notices whose
@@ -75,13 +75,13 @@ func (o *operator) of(typ, destination string) []map[string]any {
 func TestOperatorNotices(t *testing.T) {
 	opSecret, _ := webhook.NewSecret()
 	op := newOperator(t, opSecret)
-	d := testrig.StartDev(t, t.TempDir(), testrig.Options{ControlPlane: func(c *controlplane.Config) {
+	d := rig.StartDev(t, t.TempDir(), rig.Options{ControlPlane: func(c *controlplane.Config) {
 		c.OperatorWebhook, c.OperatorWebhookSecret = op.srv.URL+"/ops", opSecret
 	}})
 	ctx := context.Background()
 
 	// The reserved destination exists and is the operator's, not a user's.
-	eventually.True(t, "reserved destination created", 10*time.Second, func() bool {
+	poll.True(t, "reserved destination created", 10*time.Second, func() bool {
 		_, err := d.Admin.GetDestination(ctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: notices.DestinationID}))
 		return err == nil
 	})
@@ -105,7 +105,7 @@ func TestOperatorNotices(t *testing.T) {
 		}
 		ids[resp.Msg.GetEventId()] = true
 	}
-	eventually.True(t, "deadletter.created notice", 30*time.Second, func() bool { return len(op.of(notices.DeadLetterCreated, "orders")) > 0 })
+	poll.True(t, "deadletter.created notice", 30*time.Second, func() bool { return len(op.of(notices.DeadLetterCreated, "orders")) > 0 })
 	n := op.of(notices.DeadLetterCreated, "orders")[0]
 	got, _ := n["eventIds"].([]any)
 	if n["count"] != 3.0 || len(got) != 3 {
@@ -123,7 +123,7 @@ func TestOperatorNotices(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	eventually.True(t, "override.expired notice", 15*time.Second, func() bool { return len(op.of(notices.OverrideExpired, "orders")) == 1 })
+	poll.True(t, "override.expired notice", 15*time.Second, func() bool { return len(op.of(notices.OverrideExpired, "orders")) == 1 })
 
 	// A destination Rivora disabled: an agent reports a 410 Gone.
 	gone, err := d.Agents.ReportGone(ctx, connect.NewRequest(&rivorav1.ReportGoneRequest{
@@ -132,7 +132,7 @@ func TestOperatorNotices(t *testing.T) {
 	if err != nil || !gone.Msg.GetDisabled() {
 		t.Fatalf("ReportGone: %v, %v", gone, err)
 	}
-	eventually.True(t, "destination.disabled notice", 15*time.Second, func() bool { return len(op.of(notices.DestinationDisabled, "orders")) == 1 })
+	poll.True(t, "destination.disabled notice", 15*time.Second, func() bool { return len(op.of(notices.DestinationDisabled, "orders")) == 1 })
 	if dn := op.of(notices.DestinationDisabled, "orders")[0]; dn["reason"] != "partner answered 410 Gone" || dn["message"] == "" || dn["at"] == "" {
 		t.Errorf("disabled notice %v", dn)
 	}
@@ -142,7 +142,7 @@ func TestOperatorNotices(t *testing.T) {
 	first := op.of(notices.DestinationDisabled, "orders")[0]["webhook-id"]
 	controlplane.NotifyDestinationDisabled(d.CP, "orders", controlplane.GoneReason, gone.Msg.GetVersion())
 	controlplane.NotifyDestinationDisabled(d.CP, "orders", controlplane.GoneReason, gone.Msg.GetVersion()+1)
-	eventually.True(t, "a later notice", 15*time.Second, func() bool { return len(op.of(notices.DestinationDisabled, "orders")) >= 2 })
+	poll.True(t, "a later notice", 15*time.Second, func() bool { return len(op.of(notices.DestinationDisabled, "orders")) >= 2 })
 	if all := op.of(notices.DestinationDisabled, "orders"); len(all) != 2 || all[1]["webhook-id"] == first {
 		t.Errorf("disabled notices %v: want the first once, then the later one", all)
 	}

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rivora/rivora/controlplane"
-	"github.com/rivora/rivora/internal/eventually"
-	"github.com/rivora/rivora/internal/testrig"
+	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // A rate under the floor (0.001/s) is refused wherever limits are set:
@@ -34,7 +34,7 @@ func TestRateFloorEverywhere(t *testing.T) {
 		}
 	}
 	write("destinations:\n  orders:\n    rate_per_second: 7\n")
-	d := testrig.StartDev(t, t.TempDir(), testrig.Options{NoAgent: true, ControlPlane: func(c *controlplane.Config) {
+	d := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true, ControlPlane: func(c *controlplane.Config) {
 		c.LimitsPath, c.ReloadEvery = path, 10*time.Millisecond
 	}})
 	ctx := context.Background()
@@ -56,7 +56,7 @@ func TestRateFloorEverywhere(t *testing.T) {
 
 	// A reload to 1e-300 is refused and audited; the file's 7/s stays.
 	write("destinations:\n  orders:\n    rate_per_second: 1e-300\n")
-	eventually.True(t, "the file under the floor is refused and audited", 5*time.Second, func() bool {
+	poll.True(t, "the file under the floor is refused and audited", 5*time.Second, func() bool {
 		resp, err := d.Admin.ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{Limit: 1000}))
 		if err != nil {
 			t.Fatal(err)

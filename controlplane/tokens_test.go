@@ -18,10 +18,10 @@ import (
 
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
-	"github.com/rivora/rivora/internal/eventually"
-	"github.com/rivora/rivora/internal/testrig"
+	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // Tokens are created (the token shown once, its hash never), listed
@@ -160,7 +160,7 @@ func TestBootstrapTokenAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The restart has no admin token file: it must not make another.
-	again := testrig.StartDev(t, dir, testrig.Options{NoAgent: true, Token: minted})
+	again := rig.StartDev(t, dir, rig.Options{NoAgent: true, Token: minted})
 	if _, err := os.Stat(again.AdminTokenPath); !os.IsNotExist(err) {
 		t.Fatalf("a restart with tokens stored wrote %s again (err %v)", again.AdminTokenPath, err)
 	}
@@ -188,7 +188,7 @@ func TestExpiredTokenRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := rivorav1connect.NewAdminServiceClient(d.HTTPClient(), d.URL, d.As(resp.Msg.GetToken()))
-	eventually.True(t, "the token expired", 10*time.Second, func() bool {
+	poll.True(t, "the token expired", 10*time.Second, func() bool {
 		_, err := admin.ListDestinations(context.Background(), connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
 		return connect.CodeOf(err) == connect.CodeUnauthenticated && strings.Contains(err.Error(), "expired")
 	})

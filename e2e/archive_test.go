@@ -31,6 +31,7 @@ import (
 
 	"github.com/rivora/rivora/sdk"
 	"github.com/rivora/rivora/sdk/webhook"
+	"github.com/rivora/rivora/testkit/poll"
 
 	"github.com/rivora/rivora/e2e/creds"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -203,7 +204,7 @@ func dlqList(d *devProc, dest string) ([]dlqEntry, error) {
 func waitDLQ(t testing.TB, d *devProc, dest string, n int, timeout time.Duration) []dlqEntry {
 	t.Helper()
 	var list []dlqEntry
-	err := poll(timeout, 250*time.Millisecond, func() error {
+	err := poll.Check(timeout, 250*time.Millisecond, func() error {
 		var err error
 		list, err = dlqList(d, dest)
 		switch {
@@ -270,7 +271,7 @@ func unarchived(t testing.TB, d *devProc, dest string) int64 {
 func waitUnarchived(t testing.TB, d *devProc, dest string, want int64, timeout time.Duration) {
 	t.Helper()
 	var got int64
-	err := poll(timeout, 200*time.Millisecond, func() error {
+	err := poll.Check(timeout, 200*time.Millisecond, func() error {
 		if got = unarchived(t, d, dest); got != want {
 			return errNotYet
 		}
@@ -586,7 +587,7 @@ func TestMinIODownDeadLettersWaitThenArchivedOnce(t *testing.T) {
 	down := newPublished()
 	publishLanes(t, c, plan{Destination: dest, Customer: customer, Lanes: lanesNamed("down", 3), PerLane: 15}, down)
 	downIDs := down.all()
-	waitFor(t, 60*time.Second, "every event published while MinIO is down to be attempted", func() bool {
+	poll.True(t, "every event published while MinIO is down to be attempted", 60*time.Second, func() bool {
 		return len(p.missingAttempts(downIDs)) == 0
 	})
 	waitUnarchived(t, d, dest, 45, 30*time.Second)
@@ -663,7 +664,7 @@ func TestReplayInterruptedResumesWithoutResending(t *testing.T) {
 	pub := newPublished()
 	publishLanes(t, d.SDK(), plan{Destination: dest, Customer: customer, Lanes: lanesNamed("user", 30), PerLane: total / 30}, pub)
 	ids := pub.all()
-	waitFor(t, 120*time.Second, fmt.Sprintf("%d dead letters in dlq stats", total), func() bool {
+	poll.True(t, fmt.Sprintf("%d dead letters in dlq stats", total), 120*time.Second, func() bool {
 		return dlqStats(t, d, dest).GetTotal() >= total
 	})
 	if got := dlqStats(t, d, dest).GetTotal(); got != total {
@@ -748,7 +749,7 @@ read:
 	// What the first run re-accepted gets delivered; wait until it settles.
 	var firstRun int
 	stable := time.Now()
-	waitFor(t, 30*time.Second, "deliveries of the interrupted replay to settle", func() bool {
+	poll.True(t, "deliveries of the interrupted replay to settle", 30*time.Second, func() bool {
 		if n := recovered.Delivered(); n != firstRun {
 			firstRun, stable = n, time.Now()
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/e2e/creds"
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // authedHTTP is the client of the harness and of tests that are not about
@@ -33,7 +34,7 @@ var authedHTTP = &http.Client{Transport: creds.Transport(harnessTransport())}
 func readAdminToken(t testing.TB, dirs ...string) string {
 	t.Helper()
 	var token, path string
-	err := poll(30*time.Second, 20*time.Millisecond, func() error {
+	err := poll.Check(30*time.Second, 20*time.Millisecond, func() error {
 		for _, dir := range dirs {
 			path = filepath.Join(dir, "admin.token")
 			if data, err := os.ReadFile(path); err == nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // rpcCase is one RPC of the access matrix: where it is served, a request
@@ -131,7 +132,7 @@ func TestAuthMatrix(t *testing.T) {
 	}
 	dead := held.Msg.GetEventId()
 	lanes := rivorav1connect.NewLaneServiceClient(plainHTTP, cpURL, connect.WithInterceptors(auth.Bearer(admin)))
-	err = poll(20*time.Second, 50*time.Millisecond, func() error {
+	err = poll.Check(20*time.Second, 50*time.Millisecond, func() error {
 		_, err := lanes.SkipLaneHead(ctx, connect.NewRequest(&rivorav1.SkipLaneHeadRequest{DestinationId: "d2", CustomerId: "c1", LaneKey: "u1", Reason: "make a dead letter", HeadEventId: dead}))
 		return err
 	})
@@ -139,7 +140,7 @@ func TestAuthMatrix(t *testing.T) {
 		t.Fatalf("skip d2's head: %v", err)
 	}
 	archive := rivorav1connect.NewArchiveServiceClient(plainHTTP, cpURL, connect.WithInterceptors(auth.Bearer(admin)))
-	err = poll(20*time.Second, 50*time.Millisecond, func() error {
+	err = poll.Check(20*time.Second, 50*time.Millisecond, func() error {
 		_, err := archive.GetDeadLetter(ctx, connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: dead, DestinationId: "d2"}))
 		return err
 	})

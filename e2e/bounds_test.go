@@ -22,6 +22,7 @@ import (
 	"github.com/rivora/rivora/e2e/process"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // procMemory reads a process's resident set and its peak (VmRSS, VmHWM)
@@ -329,7 +330,7 @@ func TestIdleConnectionsDoNotExhaustTheServer(t *testing.T) {
 		t.Fatalf("a new client during the flood: %v", err)
 	}
 	t.Logf("a new client's publish during the flood took %v", time.Since(served).Round(time.Millisecond))
-	if err := poll(30*time.Second, 100*time.Millisecond, func() error {
+	if err := poll.Check(30*time.Second, 100*time.Millisecond, func() error {
 		if got := p.Delivered(); got < 2 {
 			return fmt.Errorf("%d of 2 events delivered", got)
 		}

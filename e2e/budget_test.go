@@ -15,6 +15,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // A destination configured at 400/s behind a WAF that allows 40 requests
@@ -216,7 +217,7 @@ func TestWhaleDoesNotStarveSmallCustomer(t *testing.T) {
 	}
 	t.Logf("whale: 1,000 events over 100 lanes published in %s", time.Since(tStart).Round(time.Millisecond))
 	// The whale is flowing and its backlog is the budget's, not a burst's.
-	waitFor(t, 10*time.Second, "the whale flowing for 2 s", func() bool {
+	poll.True(t, "the whale flowing for 2 s", 10*time.Second, func() bool {
 		first := firstAt(p.Snapshot(), is2xx)
 		return !first.IsZero() && time.Since(first) > 2*time.Second
 	})

@@ -28,6 +28,7 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // ---------------------------------------------------------------------------
@@ -154,7 +155,7 @@ func (r *rig) createDestination(t testing.TB, id string, p *partner, limits *riv
 // waitApplied waits until every connected agent applied config version v.
 func (r *rig) waitApplied(t testing.TB, v uint64) {
 	t.Helper()
-	err := poll(10*time.Second, 10*time.Millisecond, func() error {
+	err := poll.Check(10*time.Second, 10*time.Millisecond, func() error {
 		resp, err := r.Admin().GetConfigStatus(ctxTimeout(t, 5*time.Second), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
 		if err != nil {
 			return err

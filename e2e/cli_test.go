@@ -11,6 +11,7 @@ import (
 
 	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // rivoractl runs the CLI against d and returns stdout; a non-zero exit fails
@@ -78,7 +79,7 @@ func TestRivoractlSmoke(t *testing.T) {
 	// events get -o json shows it delivered (poll: the outcome is recorded
 	// after the partner answered).
 	var state rivorav1.EventState
-	err := poll(20*time.Second, 100*time.Millisecond, func() error {
+	err := poll.Check(20*time.Second, 100*time.Millisecond, func() error {
 		out = rivoractl(t, d, "events", "get", id, "-o", "json")
 		ev := &rivorav1.GetEventResponse{}
 		if err := protojson.Unmarshal([]byte(out), ev); err != nil {

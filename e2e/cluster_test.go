@@ -22,6 +22,7 @@ import (
 	"github.com/rivora/rivora/e2e/creds"
 	"github.com/rivora/rivora/e2e/jsdump"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 const (
@@ -164,7 +165,7 @@ func (c *clusterCell) owners(t testing.TB) map[uint32]string {
 func (c *clusterCell) waitOwned(t testing.TB, timeout time.Duration, exclude []string) map[uint32]string {
 	t.Helper()
 	var owners map[uint32]string
-	waitFor(t, timeout, fmt.Sprintf("all %d partitions owned by healthy agents other than %v", c.partitions, exclude), func() bool {
+	poll.True(t, fmt.Sprintf("all %d partitions owned by healthy agents other than %v", c.partitions, exclude), timeout, func() bool {
 		healthy := map[string]bool{}
 		for _, a := range c.agentsList(t) {
 			healthy[a.Name] = a.Healthy
@@ -338,7 +339,7 @@ func TestClusterFailoverKill9(t *testing.T) {
 		}
 		published <- nil
 	}()
-	waitFor(t, 60*time.Second, "a third of the first half delivered", func() bool {
+	poll.True(t, "a third of the first half delivered", 60*time.Second, func() bool {
 		if err := publishErr.Load(); err != nil {
 			t.Fatalf("publishing before the kill: %v", err)
 		}
@@ -407,7 +408,7 @@ func TestClusterFrozenAgent(t *testing.T) {
 	for range 3 {
 		publish()
 	}
-	waitFor(t, 60*time.Second, "the first rounds delivered", func() bool { return load.delivered() >= load.total() })
+	poll.True(t, "the first rounds delivered", 60*time.Second, func() bool { return load.delivered() >= load.total() })
 	before := 0
 	for _, p := range load.partners {
 		for _, d := range p.Snapshot() {
@@ -449,7 +450,7 @@ func TestClusterFrozenAgent(t *testing.T) {
 	}
 	load.check(t, c, 30*time.Second)
 	// Give the thawed agent time to act on anything it still had queued.
-	waitFor(t, 30*time.Second, victim+" announces a new session", func() bool {
+	poll.True(t, victim+" announces a new session", 30*time.Second, func() bool {
 		for _, a := range c.agentsList(t) {
 			if a.Name == victim && a.Session != "" && a.Session != oldSession {
 				return true
@@ -547,7 +548,7 @@ func TestClusterGracefulHandoff(t *testing.T) {
 	publish(4)
 
 	c.restart(t, victim)
-	waitFor(t, 60*time.Second, victim+" owns partitions again", func() bool {
+	poll.True(t, victim+" owns partitions again", 60*time.Second, func() bool {
 		for _, a := range c.agentsList(t) {
 			if a.Name == victim && a.Healthy && len(a.Partitions) > 0 {
 				return true
@@ -614,7 +615,7 @@ func TestClusterTwoControlPlanes(t *testing.T) {
 func (c *clusterCell) leader(t testing.TB, gone *proc) *proc {
 	t.Helper()
 	var found *proc
-	waitFor(t, 30*time.Second, "a leading control plane", func() bool {
+	poll.True(t, "a leading control plane", 30*time.Second, func() bool {
 		for _, cp := range c.cps {
 			if cp == gone {
 				continue

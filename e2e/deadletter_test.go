@@ -19,6 +19,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // A lane head that keeps failing is attempted exactly max_attempts times,
@@ -39,7 +40,7 @@ func TestDeadLetterArchivedAndLaneAdvances(t *testing.T) {
 		t.Fatalf("publish: %v", err)
 	}
 
-	waitFor(t, 60*time.Second, "3 attempts at the failing partner", func() bool { return p.AttemptsOf(first) >= 3 })
+	poll.True(t, "3 attempts at the failing partner", 60*time.Second, func() bool { return p.AttemptsOf(first) >= 3 })
 	dl := waitDeadLetter(t, d.DataDir(), "dl", first, 60*time.Second)
 
 	if got := dl.GetAttempts(); got != 3 {
@@ -135,7 +136,7 @@ func waitDeadLetter(t testing.TB, dataDir, dest, id string, timeout time.Duratio
 	root := filepath.Join(dataDir, "archive", "deadletter", dest)
 	var dl *rivorav1.DeadLetter
 	var lastErr error
-	err := poll(timeout, 100*time.Millisecond, func() error {
+	err := poll.Check(timeout, 100*time.Millisecond, func() error {
 		var err error
 		if dl, err = findDeadLetter(root, id); dl != nil {
 			return nil

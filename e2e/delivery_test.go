@@ -14,6 +14,7 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
 	"github.com/rivora/rivora/sdk/webhook"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // 300 events over 30 lanes and 3 destinations: every one delivered, signed
@@ -140,7 +141,7 @@ func TestFailingDestinationIsolatedAndRecovers(t *testing.T) {
 	// healthy one flows: a first wave right away, a second at the end of a
 	// 10 s outage in which every lane head failed at least twice (long
 	// enough for backoff, halved budget and probe mode to set in).
-	waitFor(t, 30*time.Second, "first attempts at the failing destination", func() bool { return down.Requests() > 0 })
+	poll.True(t, "first attempts at the failing destination", 30*time.Second, func() bool { return down.Requests() > 0 })
 	outage := time.Now()
 	upPub := newPublished()
 	wave := func(n int) {
@@ -158,7 +159,7 @@ func TestFailingDestinationIsolatedAndRecovers(t *testing.T) {
 	for _, lane := range lanes {
 		heads = append(heads, downPub.ByLane["cust-down/"+lane][0])
 	}
-	waitFor(t, 60*time.Second, "a 10 s outage with every lane head failing twice", func() bool {
+	poll.True(t, "a 10 s outage with every lane head failing twice", 60*time.Second, func() bool {
 		for _, h := range heads {
 			if down.AttemptsOf(h) < 2 {
 				return false
@@ -245,7 +246,7 @@ func TestKill9MidDeliveryLosesNothing(t *testing.T) {
 	stopLive := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	t.Cleanup(stopLive)
 
-	waitFor(t, 60*time.Second, "a third of the events to arrive", func() bool { return p.Delivered() >= len(ids)/3 })
+	poll.True(t, "a third of the events to arrive", 60*time.Second, func() bool { return p.Delivered() >= len(ids)/3 })
 	liveAtKill := len(live.all())
 	d.Kill9()
 	atKill := p.Delivered()
@@ -255,7 +256,7 @@ func TestKill9MidDeliveryLosesNothing(t *testing.T) {
 	t.Logf("killed with SIGKILL after %d of %d backlog events delivered, %d live events published", atKill, len(ids), liveAtKill)
 
 	d.Restart()
-	waitFor(t, 30*time.Second, "live publishing to go on after the restart", func() bool { return len(live.all()) >= liveAtKill+100 })
+	poll.True(t, "live publishing to go on after the restart", 30*time.Second, func() bool { return len(live.all()) >= liveAtKill+100 })
 	stopLive()
 
 	p.WaitDelivered(t, ids, 90*time.Second)
@@ -286,7 +287,7 @@ func waitEventState(t testing.TB, d *devProc, id string, want rivorav1.EventStat
 	t.Helper()
 	var last *rivorav1.GetEventResponse
 	var lastErr error
-	err := poll(timeout, 50*time.Millisecond, func() error {
+	err := poll.Check(timeout, 50*time.Millisecond, func() error {
 		resp, err := d.Events().GetEvent(ctxTimeout(t, 5*time.Second), connect.NewRequest(&rivorav1.GetEventRequest{EventId: id}))
 		if err != nil {
 			lastErr = err

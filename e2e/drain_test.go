@@ -13,6 +13,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // `destinations health` shows how long the pending events take at the
@@ -36,7 +37,7 @@ func TestDrainTimeAndLimitsDryRun(t *testing.T) {
 		CurrentRate   float64 `json:"currentRate"`
 		DrainTime     string  `json:"drainTime"`
 	}
-	err := poll(20*time.Second, 50*time.Millisecond, func() error {
+	err := poll.Check(20*time.Second, 50*time.Millisecond, func() error {
 		health = nil
 		if err := json.Unmarshal([]byte(rivoractl(t, d, "destinations", "health", "slow", "-o", "json")), &health); err != nil {
 			return err

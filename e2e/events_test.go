@@ -11,6 +11,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // eventsList runs `rivoractl events list -o json` with args.
@@ -28,7 +29,7 @@ func eventsList(t testing.TB, d *devProc, args ...string) *rivorav1.ListEventsRe
 func waitListed(t testing.TB, d *devProc, want int, args ...string) *rivorav1.ListEventsResponse {
 	t.Helper()
 	var last *rivorav1.ListEventsResponse
-	err := poll(20*time.Second, 100*time.Millisecond, func() error {
+	err := poll.Check(20*time.Second, 100*time.Millisecond, func() error {
 		if last = eventsList(t, d, args...); len(last.GetEvents()) < want {
 			return errNotYet
 		}
@@ -88,7 +89,7 @@ func TestEventsListAndResendDelivered(t *testing.T) {
 	if !strings.Contains(out, "Resent event "+ids[0]) || !strings.Contains(out, "delivered") {
 		t.Fatalf("events resend printed %q", out)
 	}
-	waitFor(t, 30*time.Second, "the resent event at the partner", func() bool { return len(resends(p, ids[0])) == 1 })
+	poll.True(t, "the resent event at the partner", 30*time.Second, func() bool { return len(resends(p, ids[0])) == 1 })
 	r := resends(p, ids[0])[0]
 	if string(r.Payload) != `{"n":0}` || r.Customer != "acme" || r.LaneKey != "user-1" {
 		t.Fatalf("resent delivery = %+v; want the original's payload and lane", r)
@@ -106,7 +107,7 @@ func TestEventsListAndResendDelivered(t *testing.T) {
 		t.Fatalf("audit entry for the resend = %v; want event.resend on evl with the reason, the event id and an author", audited)
 	}
 	// The resend is delivered: listed again, newest, once.
-	waitFor(t, 20*time.Second, "the resend listed newest, truncated at --limit 1", func() bool {
+	poll.True(t, "the resend listed newest, truncated at --limit 1", 20*time.Second, func() bool {
 		l := eventsList(t, d, "--destination", "evl", "--state", "delivered", "--limit", "1")
 		return len(l.GetEvents()) == 1 && l.GetEvents()[0].GetEventId() == ids[0] && l.GetTruncated()
 	})
@@ -125,9 +126,9 @@ func TestEventsListAndResendDelivered(t *testing.T) {
 	if err != nil {
 		t.Fatalf("publish: %v", err)
 	}
-	waitFor(t, 30*time.Second, "a failed attempt of the pending event", func() bool { return stuck.AttemptsOf(pending) >= 1 })
+	poll.True(t, "a failed attempt of the pending event", 30*time.Second, func() bool { return stuck.AttemptsOf(pending) >= 1 })
 	var pl *rivorav1.EventSummary
-	waitFor(t, 20*time.Second, "the pending event listed with its last failure", func() bool {
+	poll.True(t, "the pending event listed with its last failure", 20*time.Second, func() bool {
 		l := eventsList(t, d, "--destination", "evp", "--state", "pending")
 		if len(l.GetEvents()) != 1 {
 			return false
@@ -185,7 +186,7 @@ func TestEventsListAndResendDelivered(t *testing.T) {
 		t.Fatalf("%d of two concurrent resends were refused, want exactly 1", refused)
 	}
 	rivoractl(t, d, "destinations", "resume", "evl", "--wait")
-	waitFor(t, 30*time.Second, "the concurrently resent event at the partner", func() bool { return len(resends(p, ids[1])) >= 1 })
+	poll.True(t, "the concurrently resent event at the partner", 30*time.Second, func() bool { return len(resends(p, ids[1])) >= 1 })
 	waitEventState(t, d, ids[1], rivorav1.EventState_EVENT_STATE_DELIVERED, 20*time.Second)
 	if n := len(resends(p, ids[1])); n != 1 {
 		t.Fatalf("partner got %d resends of %s after two concurrent resend calls, want 1", n, ids[1])

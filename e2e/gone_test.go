@@ -18,6 +18,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 const goneReason = "partner answered 410 Gone"
@@ -52,7 +53,7 @@ func goneScenario(t *testing.T, r *rig, dest string) {
 	}
 	published := time.Now()
 	var got *rivorav1.GetDestinationResponse
-	waitFor(t, 10*time.Second, "destinations get -o json shows the destination disabled", func() bool {
+	poll.True(t, "destinations get -o json shows the destination disabled", 10*time.Second, func() bool {
 		got = getDestinationJSON(t, r, dest)
 		return got.GetDestination().GetDisabled()
 	})
@@ -174,7 +175,7 @@ func TestCellGoneReportedAfterControlPlaneRestart(t *testing.T) {
 	if err := publishRounds(ctxTimeout(t, time.Minute), r.SDK(), "cpdown", "cust", lanes, 2, pub); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the partner answered 410 once", func() bool { return p.Requests() > 0 })
+	poll.True(t, "the partner answered 410 once", 10*time.Second, func() bool { return p.Requests() > 0 })
 	// Deliberate hold: 2 s without a control plane, and no attempt after
 	// the heads already in flight.
 	time.Sleep(2 * time.Second)
@@ -187,7 +188,7 @@ func TestCellGoneReportedAfterControlPlaneRestart(t *testing.T) {
 	c.cp.waitHealthy(60 * time.Second)
 	// List, not get: get also counts pending on the agents, which are
 	// reconnecting.
-	waitFor(t, 20*time.Second, "destination disabled from the report sent after the restart", func() bool {
+	poll.True(t, "destination disabled from the report sent after the restart", 20*time.Second, func() bool {
 		out, _, err := runCtl(r.adminURL, "destinations", "list", "-o", "json")
 		var list []struct {
 			ID       string `json:"id"`

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rivora/rivora/agent/history"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // A publisher choosing idempotency keys cannot make the history's subjects
@@ -81,7 +82,7 @@ func TestHistorySubjectsDoNotGrowWithKeyTimes(t *testing.T) {
 			ids = append(ids, resp.Msg.GetEventIds()...)
 		}
 		delivered += n
-		if err := poll(5*time.Minute, 50*time.Millisecond, func() error {
+		if err := poll.Check(5*time.Minute, 50*time.Millisecond, func() error {
 			if got := p.Delivered(); got < delivered {
 				return fmt.Errorf("%s: the partner has %d of %d events", what, got, delivered)
 			}

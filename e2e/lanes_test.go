@@ -13,6 +13,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // newPoisonPartner is a partner that answers 400 to every request whose
@@ -63,7 +64,7 @@ func TestLanesListStuckAndSkip(t *testing.T) {
 	p.WaitDelivered(t, []string{other}, 30*time.Second)
 
 	var stuck *rivorav1.LaneSummary
-	waitFor(t, 30*time.Second, "lanes list --stuck shows the poison lane", func() bool {
+	poll.True(t, "lanes list --stuck shows the poison lane", 30*time.Second, func() bool {
 		resp := &rivorav1.ListLanesResponse{}
 		if err := protojson.Unmarshal([]byte(rivoractl(t, d, "lanes", "list", "--destination", "lanes", "--stuck", "-o", "json")), resp); err != nil {
 			t.Fatalf("lanes list -o json: %v", err)
@@ -85,7 +86,7 @@ func TestLanesListStuckAndSkip(t *testing.T) {
 	}
 
 	var out string
-	waitFor(t, 30*time.Second, "lanes skip between the head's attempts", func() bool {
+	poll.True(t, "lanes skip between the head's attempts", 30*time.Second, func() bool {
 		var errOut string
 		var err error
 		out, errOut, err = runRivoractl(d, "lanes", "skip", "lanes", "--customer", "acme", "--lane", "user-42", "--head", poison, "--reason", "poison payload")

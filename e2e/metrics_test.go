@@ -16,6 +16,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // What the Grafana dashboard (deploy/grafana/rivora.json) reads besides
@@ -38,7 +39,7 @@ func TestThrottledAndAttemptDurationMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.WaitDelivered(t, []string{id}, 60*time.Second)
-	err = poll(10*time.Second, 20*time.Millisecond, func() error {
+	err = poll.Check(10*time.Second, 20*time.Millisecond, func() error {
 		throttled := metricValue(t, d, `rivora_delivery_throttled_total{destination="metered"}`)
 		timed := metricValue(t, d, `rivora_delivery_attempt_duration_seconds_count{destination="metered"}`)
 		ok := metricValue(t, d, `rivora_delivery_attempts_total{class="2xx",destination="metered"}`)
@@ -92,7 +93,7 @@ func TestThrottledAndAttemptDurationMetrics(t *testing.T) {
 	if len(queried) < 10 {
 		t.Fatalf("the dashboard queries only %d metrics: %v", len(queried), queried)
 	}
-	err = poll(30*time.Second, 50*time.Millisecond, func() error {
+	err = poll.Check(30*time.Second, 50*time.Millisecond, func() error {
 		text := metricsText(t, d)
 		var missing []string
 		for name := range queried {

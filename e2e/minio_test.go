@@ -22,6 +22,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/rivora/rivora/e2e/process"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // minioModule is the MinIO server version installed when `minio` is missing.
@@ -219,7 +220,7 @@ func (m *minioServer) Stop() {
 	}
 	m.terminate(10 * time.Second)
 	client := &http.Client{Timeout: time.Second}
-	waitFor(m.t, 10*time.Second, "the stopped MinIO to stop answering", func() bool {
+	poll.True(m.t, "the stopped MinIO to stop answering", 10*time.Second, func() bool {
 		resp, err := client.Get("http://" + m.Addr + "/minio/health/live")
 		if err != nil {
 			return true

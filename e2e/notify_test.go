@@ -14,10 +14,10 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
 	"github.com/rivora/rivora/sdk/webhook"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // operatorEndpoint is an --operator-webhook receiver: it verifies each
@@ -125,7 +125,7 @@ func (o *operatorEndpoint) matching(typ, destination string, keep func(operatorN
 func TestOperatorWebhook(t *testing.T) {
 	op := newOperatorEndpoint(t)
 	d := startDev(t, devOptions{Args: []string{"--operator-webhook", op.url, "--notify-parked-after", "2s"}})
-	eventually.True(t, "the reserved destination rivora-operator", 10*time.Second, func() bool {
+	poll.True(t, "the reserved destination rivora-operator", 10*time.Second, func() bool {
 		dst, err := d.Admin().GetDestination(ctxTimeout(t, 5*time.Second), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "rivora-operator"}))
 		return err == nil && dst.Msg.GetDestination().GetUrl() == op.url && dst.Msg.GetDestination().GetSecret() == ""
 	})
@@ -148,7 +148,7 @@ func TestOperatorWebhook(t *testing.T) {
 	flaky.SetStatus(http.StatusServiceUnavailable)
 	createDestination(t, d, "flaky", flaky, "", &rivorav1.Limits{MaxAttempts: 1000})
 	publishOne(t, d, "flaky")
-	eventually.True(t, "destination.parked for flaky", 60*time.Second, func() bool { return len(op.accepted("destination.parked", "flaky")) > 0 })
+	poll.True(t, "destination.parked for flaky", 60*time.Second, func() bool { return len(op.accepted("destination.parked", "flaky")) > 0 })
 	parked := op.accepted("destination.parked", "flaky")[0]
 	if s, _ := parked["parkedSince"].(string); s == "" {
 		t.Errorf("parked notice without parkedSince: %v", parked)
@@ -156,7 +156,7 @@ func TestOperatorWebhook(t *testing.T) {
 
 	// Recovered: the partner answers again; the next probe gets through.
 	flaky.SetHealthy()
-	eventually.True(t, "destination.recovered for flaky", 30*time.Second, func() bool { return len(op.accepted("destination.recovered", "flaky")) > 0 })
+	poll.True(t, "destination.recovered for flaky", 30*time.Second, func() bool { return len(op.accepted("destination.recovered", "flaky")) > 0 })
 
 	// Dead letters: a partner refusing every payload (400) with max_attempts 1: five
 	// events die at once and make one notice.
@@ -167,7 +167,7 @@ func TestOperatorWebhook(t *testing.T) {
 	for range 5 {
 		dead[publishOne(t, d, "broken")] = true
 	}
-	eventually.True(t, "deadletter.created for broken", 30*time.Second, func() bool { return len(op.accepted("deadletter.created", "broken")) > 0 })
+	poll.True(t, "deadletter.created for broken", 30*time.Second, func() bool { return len(op.accepted("deadletter.created", "broken")) > 0 })
 	dl := op.accepted("deadletter.created", "broken")[0]
 	ids, _ := dl["eventIds"].([]any)
 	if dl["count"] != 5.0 || len(ids) != 5 {
@@ -184,7 +184,7 @@ func TestOperatorWebhook(t *testing.T) {
 	createDestination(t, d, "gone", gone, "", nil)
 	publishOne(t, d, "gone")
 	publishOne(t, d, "gone")
-	eventually.True(t, "destination.disabled for gone", 30*time.Second, func() bool { return len(op.accepted("destination.disabled", "gone")) > 0 })
+	poll.True(t, "destination.disabled for gone", 30*time.Second, func() bool { return len(op.accepted("destination.disabled", "gone")) > 0 })
 	if dn := op.accepted("destination.disabled", "gone"); len(dn) != 1 || dn[0]["reason"] != "partner answered 410 Gone" {
 		t.Errorf("disabled notices %v: want one with reason %q", dn, "partner answered 410 Gone")
 	}
@@ -201,18 +201,18 @@ func TestOperatorWebhook(t *testing.T) {
 	op.setStatus(http.StatusServiceUnavailable)
 	flaky.SetStatus(http.StatusServiceUnavailable)
 	publishOne(t, d, "flaky")
-	eventually.True(t, "second destination.parked attempted", 60*time.Second, func() bool { return op.attempted("destination.parked", "flaky") > 1 })
+	poll.True(t, "second destination.parked attempted", 60*time.Second, func() bool { return op.attempted("destination.parked", "flaky") > 1 })
 	d.Kill9()
 	flaky.SetHealthy()
 	op.setStatus(http.StatusOK)
 	d.Restart()
-	eventually.True(t, "the stored destination.parked delivered after the restart", 60*time.Second, func() bool { return len(op.accepted("destination.parked", "flaky")) == 2 })
+	poll.True(t, "the stored destination.parked delivered after the restart", 60*time.Second, func() bool { return len(op.accepted("destination.parked", "flaky")) == 2 })
 
 	// The restart re-reads the archive after the last notified dead
 	// letter: a new one makes a notice of its own, not a repeat of the
 	// five already notified.
 	late := publishOne(t, d, "broken")
-	eventually.True(t, "deadletter.created after the restart", 30*time.Second, func() bool { return len(op.accepted("deadletter.created", "broken")) > 1 })
+	poll.True(t, "deadletter.created after the restart", 30*time.Second, func() bool { return len(op.accepted("deadletter.created", "broken")) > 1 })
 	if all := op.accepted("deadletter.created", "broken"); len(all) != 2 || all[1]["count"] != 1.0 || fmt.Sprint(all[1]["eventIds"]) != "["+late+"]" {
 		t.Errorf("deadletter notices after the restart %v, want one more with only %s", all, late)
 	}
@@ -254,7 +254,7 @@ func TestCellOperatorWebhook(t *testing.T) {
 	if _, err := r.SDK().Publish(ctx, sdk.Event{Destination: "gone", Customer: "acme", Lane: "l1", Type: "test", Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually.True(t, "deadletter.created and destination.disabled", 30*time.Second, func() bool {
+	poll.True(t, "deadletter.created and destination.disabled", 30*time.Second, func() bool {
 		return len(op.accepted("deadletter.created", "broken")) > 0 && len(op.accepted("destination.disabled", "gone")) > 0
 	})
 	dl := op.accepted("deadletter.created", "broken")

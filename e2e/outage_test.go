@@ -19,6 +19,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // switchboard is a partner address on 127.0.0.1 that can stop listening
@@ -252,7 +253,7 @@ func TestOnePayload500DeadLettersAfterMaxAttempts(t *testing.T) {
 	go func() {
 		done <- publishLanesErr(ctx, c, plan{Destination: "shop", Customer: "acme", Lanes: lanesNamed("g", 10), PerLane: 40, PayloadSize: 96}, pub)
 	}()
-	waitFor(t, 10*time.Second, "the partner accepting other events", func() bool { return p.Delivered() >= 20 })
+	poll.True(t, "the partner accepting other events", 10*time.Second, func() bool { return p.Delivered() >= 20 })
 	badPayload := []byte(`{"n":"refused"}`)
 	if _, err := c.Publish(ctx, sdk.Event{Destination: "shop", Customer: "beta", Lane: "b", Type: "t", Payload: badPayload, ContentType: "application/json", IdempotencyKey: badKey}); err != nil {
 		t.Fatalf("publish the refused event: %v", err)

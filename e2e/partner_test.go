@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/sdk/webhook"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // delivery is one request a partner received.
@@ -272,7 +273,7 @@ func (p *partner) WaitDelivered(t testing.TB, ids []string, timeout time.Duratio
 
 func (p *partner) waitDelivered(ids []string, timeout time.Duration) error {
 	var died error
-	err := poll(timeout, 20*time.Millisecond, func() error {
+	err := poll.Check(timeout, 20*time.Millisecond, func() error {
 		miss := p.missing(ids)
 		if len(miss) == 0 {
 			return nil

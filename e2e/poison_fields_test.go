@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // Issue 22: one publisher's event can never hurt a shared destination. A
@@ -79,7 +80,7 @@ func TestControlCharactersInEventsNeverHurtTheDestination(t *testing.T) {
 	// Every accepted event ends delivered or dead by its own fault, while
 	// the destination stays healthy at its configured rate.
 	settled := map[string]string{}
-	waitFor(t, time.Minute, "every accepted event delivered or dead-lettered", func() bool {
+	poll.True(t, "every accepted event delivered or dead-lettered", time.Minute, func() bool {
 		if h := destinationHealth(t, d, "shared"); h.GetState() != "healthy" || h.GetCurrentRate() != before.GetCurrentRate() {
 			t.Fatalf("the destination is %s at %g/s (it was %s at %g/s): a publisher's event moved it", h.GetState(), h.GetCurrentRate(), before.GetState(), before.GetCurrentRate())
 		}

@@ -123,33 +123,5 @@ func (p *proc) dumpLog() {
 	p.t.Logf("---- %s output (%s) ----\n%s\n---- end of %s output ----", p.Name, p.LogPath, b, p.Name)
 }
 
-// poll is process.Poll for a test: it calls check every interval until
-// check returns nil, and returns check's last error when timeout passes
-// first (a timeout already past still checks once). check may fail the
-// test itself for what no waiting can fix.
-func poll(timeout, interval time.Duration, check func() error) error {
-	timeout = max(timeout, time.Nanosecond) // process.Poll reads 0 as "no limit"
-	err := process.Poll(context.Background(), timeout, interval, check)
-	var te *process.TimeoutError
-	if errors.As(err, &te) {
-		return te.Last
-	}
-	return err
-}
-
-// errNotYet is a waitFor condition that does not hold yet.
+// errNotYet is a poll.Check condition that does not hold yet.
 var errNotYet = errors.New("not yet")
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	err := poll(timeout, 20*time.Millisecond, func() error {
-		if cond() {
-			return nil
-		}
-		return errNotYet
-	})
-	if err != nil {
-		t.Fatalf("timed out after %s waiting for %s", timeout, what)
-	}
-}

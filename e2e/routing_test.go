@@ -30,6 +30,7 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // routedDest is one destination of the test, in a partition of owner.
@@ -143,11 +144,11 @@ func TestCellOperatorOneAddress(t *testing.T) {
 	stuck.SetStatus(http.StatusBadRequest)
 	r.createDestination(t, stuckDest, stuck, &rivorav1.Limits{MaxAttempts: 1000})
 	stuckIDs := publishN(t, publisher, stuckDest, "stuck", 3)
-	waitFor(t, 30*time.Second, "the stuck lane's head attempted", func() bool { return stuck.AttemptsOf(stuckIDs[0]) >= 1 })
+	poll.True(t, "the stuck lane's head attempted", 30*time.Second, func() bool { return stuck.AttemptsOf(stuckIDs[0]) >= 1 })
 
 	t.Run("lanes list", func(t *testing.T) {
 		var lane *rivorav1.LaneSummary
-		err := poll(30*time.Second, 200*time.Millisecond, func() error {
+		err := poll.Check(30*time.Second, 200*time.Millisecond, func() error {
 			resp, err := lanesClient.ListLanes(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.ListLanesRequest{DestinationId: stuckDest, Stuck: true}))
 			if err != nil {
 				return stopOnCode(t, "ListLanes through the control plane", err)
@@ -176,7 +177,7 @@ func TestCellOperatorOneAddress(t *testing.T) {
 
 	t.Run("lanes skip", func(t *testing.T) {
 		var skipped *rivorav1.SkipLaneHeadResponse
-		err := poll(30*time.Second, 100*time.Millisecond, func() error {
+		err := poll.Check(30*time.Second, 100*time.Millisecond, func() error {
 			resp, err := lanesClient.SkipLaneHead(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.SkipLaneHeadRequest{
 				DestinationId: stuckDest, CustomerId: "cust", LaneKey: "stuck", HeadEventId: stuckIDs[0], Reason: "poison event", Author: "e2e"}))
 			if connect.CodeOf(err) == connect.CodeFailedPrecondition {
@@ -208,7 +209,7 @@ func TestCellOperatorOneAddress(t *testing.T) {
 	t.Run("events list", func(t *testing.T) {
 		for _, d := range dests {
 			var listed []string
-			err := poll(30*time.Second, 200*time.Millisecond, func() error {
+			err := poll.Check(30*time.Second, 200*time.Millisecond, func() error {
 				resp, err := eventsClient.ListEvents(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.ListEventsRequest{
 					DestinationId: d.id, CustomerId: "cust", LaneKey: "ok", State: rivorav1.EventState_EVENT_STATE_DELIVERED}))
 				if err != nil {
@@ -247,7 +248,7 @@ func TestCellOperatorOneAddress(t *testing.T) {
 		if resp.Msg.GetWas() != rivorav1.EventState_EVENT_STATE_DELIVERED || resp.Msg.GetDestinationId() != d.id {
 			t.Errorf("resend %s: was %v, destination %s; want delivered, %s", id, resp.Msg.GetWas(), resp.Msg.GetDestinationId(), d.id)
 		}
-		waitFor(t, 60*time.Second, "the resent event delivered again", func() bool { return d.partner.OKCount(id) >= 2 })
+		poll.True(t, "the resent event delivered again", 60*time.Second, func() bool { return d.partner.OKCount(id) >= 2 })
 	})
 
 	t.Run("embedded NATS needs the cell's credential", func(t *testing.T) {
@@ -318,7 +319,7 @@ func probeToken(ctx context.Context, url, token string) string {
 func waitAccepted(t testing.TB, urls []string, token string) {
 	t.Helper()
 	for _, url := range urls {
-		waitFor(t, 10*time.Second, "agent "+url+" takes the new token", func() bool { return probeToken(context.Background(), url, token) == "ok" })
+		poll.True(t, "agent "+url+" takes the new token", 10*time.Second, func() bool { return probeToken(context.Background(), url, token) == "ok" })
 	}
 }
 
@@ -422,7 +423,7 @@ func eventAt(server, id string) (*rivorav1.GetEventResponse, error) {
 func waitCtlEventState(t *testing.T, server, id string, state rivorav1.EventState) *rivorav1.GetEventResponse {
 	t.Helper()
 	var ev *rivorav1.GetEventResponse
-	err := poll(60*time.Second, 200*time.Millisecond, func() error {
+	err := poll.Check(60*time.Second, 200*time.Millisecond, func() error {
 		var err error
 		if ev, err = eventAt(server, id); err != nil {
 			return err
@@ -470,7 +471,7 @@ func tryDLQListAt(server, dest string) ([]dlqEntry, error) {
 func waitDLQAt(t *testing.T, server, dest string, n int, timeout time.Duration) []dlqEntry {
 	t.Helper()
 	var list []dlqEntry
-	err := poll(timeout, 250*time.Millisecond, func() error {
+	err := poll.Check(timeout, 250*time.Millisecond, func() error {
 		var err error
 		if list, err = tryDLQListAt(server, dest); err != nil {
 			return err

@@ -12,6 +12,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // The SDK's retries (same idempotency key) carry an app through a crash and
@@ -71,11 +72,11 @@ func TestSDKPublishRidesOutKill9(t *testing.T) {
 	stopAll := sync.OnceFunc(func() { close(stop); <-allDone })
 	t.Cleanup(stopAll)
 
-	waitFor(t, 30*time.Second, "400 acked publishes", func() bool { return acked.Load() >= 400 })
+	poll.True(t, "400 acked publishes", 30*time.Second, func() bool { return acked.Load() >= 400 })
 	atKill := acked.Load()
 	d.Kill9()
 	d.Restart()
-	waitFor(t, 60*time.Second, "publishing to go on after the restart", func() bool {
+	poll.True(t, "publishing to go on after the restart", 60*time.Second, func() bool {
 		select {
 		case <-allDone:
 			return true

@@ -19,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 func TestSteeringPauseHoldsEveryAttempt(t *testing.T) {
@@ -51,7 +52,7 @@ func TestCellPauseAndLimits(t *testing.T) {
 	var a agentJSON
 	var out string
 	// The agent reports the partitions it owns once it has opened them.
-	waitFor(t, 10*time.Second, "agents list shows edge-1 healthy, owning partitions 0-3", func() bool {
+	poll.True(t, "agents list shows edge-1 healthy, owning partitions 0-3", 10*time.Second, func() bool {
 		out = r.ctl(t, "agents", "list", "-o", "json")
 		var agents []agentJSON
 		if err := json.Unmarshal([]byte(out), &agents); err != nil {
@@ -89,7 +90,7 @@ func pauseScenario(t *testing.T, r *rig, dest string) {
 		t.Fatal(err)
 	}
 	// Every lane's head failed at least twice: its retry is scheduled.
-	waitFor(t, 20*time.Second, "every lane head attempted twice", func() bool {
+	poll.True(t, "every lane head attempted twice", 20*time.Second, func() bool {
 		for _, lane := range lanes {
 			if p.AttemptsOf(pub.ByLane["cust/"+lane][0]) < 2 {
 				return false
@@ -189,7 +190,7 @@ func limitsScenario(t *testing.T, r *rig, limitsPath, dest string) {
 	if err := publishRounds(ctx, r.SDK(), dest, "cust", lanesNamed("k", 60), 10, pub); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "first delivery", func() bool { return p.Delivered() > 0 })
+	poll.True(t, "first delivery", 10*time.Second, func() bool { return p.Delivered() > 0 })
 	first := firstAt(p.Snapshot(), nil)
 
 	// 1. 4/s from the file (timed observation window of 4 s).
@@ -279,7 +280,7 @@ func waitRate(t *testing.T, p *partner, from time.Time, limit time.Duration, ok 
 	t.Helper()
 	var last int
 	var reached time.Time
-	err := poll(time.Until(from.Add(limit)), 25*time.Millisecond, func() error {
+	err := poll.Check(time.Until(from.Add(limit)), 25*time.Millisecond, func() error {
 		now := time.Now()
 		if !now.After(from) {
 			return errNotYet
@@ -416,7 +417,7 @@ func TestSteeringMalformedLimitsRefused(t *testing.T) {
 	writeFileAtomic(t, limits, bad)
 	wantLoc := fmt.Sprintf("limits.yaml:%d", badLine)
 	var reject *rivorav1.AuditEntry
-	waitFor(t, 5*time.Second, "a limits.reject audit entry", func() bool {
+	poll.True(t, "a limits.reject audit entry", 5*time.Second, func() bool {
 		reject = findAudit(r.auditJSON(t), "limits.reject", "")
 		return reject != nil
 	})
@@ -425,7 +426,7 @@ func TestSteeringMalformedLimitsRefused(t *testing.T) {
 		t.Errorf("limits.reject detail %q does not name %s", reject.GetDetail(), wantLoc)
 	}
 	var logLine string
-	waitFor(t, 5*time.Second, "the control plane logging "+wantLoc, func() bool {
+	poll.True(t, "the control plane logging "+wantLoc, 5*time.Second, func() bool {
 		b, _ := os.ReadFile(r.cpLog)
 		for _, l := range strings.Split(string(b), "\n") {
 			if strings.Contains(l, wantLoc) {
@@ -452,7 +453,7 @@ func TestSteeringMalformedLimitsRefused(t *testing.T) {
 
 	// The watcher still works: a corrected file is applied.
 	writeFileAtomic(t, limits, limitsYAML("strict", 15, 3))
-	waitFor(t, 5*time.Second, "the corrected file applied", func() bool {
+	poll.True(t, "the corrected file applied", 5*time.Second, func() bool {
 		resp, err := r.Admin().GetLimits(context.Background(), connect.NewRequest(&rivorav1.GetLimitsRequest{DestinationId: "strict"}))
 		return err == nil && resp.Msg.GetEffective().GetRatePerSecond() == 15
 	})

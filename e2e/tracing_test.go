@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // exportedSpan is one span an OTLP receiver got.
@@ -212,7 +213,7 @@ func TestTracesFollowEventAcrossRestart(t *testing.T) {
 	orders.WaitDelivered(t, append([]string{id}, batchIDs...), 30*time.Second)
 
 	var ingest, attempt exportedSpan
-	waitFor(t, 30*time.Second, "the ingest and attempt spans of the published trace", func() bool {
+	poll.True(t, "the ingest and attempt spans of the published trace", 30*time.Second, func() bool {
 		in, at := recv.Spans(traceID, "rivora.ingest"), recv.Spans(traceID, "rivora.attempt")
 		if len(in) == 0 || len(at) == 0 || len(recv.Spans(traceID, "rivora.store")) == 0 {
 			return false
@@ -245,7 +246,7 @@ func TestTracesFollowEventAcrossRestart(t *testing.T) {
 			t.Errorf("webhook traceparent %s/%s, want the attempt span's %s/%s", tid, sid, traceID, attempt.SpanID)
 		}
 	}
-	waitFor(t, 30*time.Second, "the batch's spans", func() bool {
+	poll.True(t, "the batch's spans", 30*time.Second, func() bool {
 		return len(recv.Spans(batchTrace, "rivora.ingest")) == 1 && len(recv.Spans(batchTrace, "rivora.attempt")) == 2
 	})
 	if got := recv.Spans(batchTrace, "rivora.ingest")[0].Attrs["rivora.batch_size"]; got != "2" {
@@ -260,7 +261,7 @@ func TestTracesFollowEventAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the failed attempt's span", func() bool { return len(recv.Spans(retryTrace, "rivora.attempt")) > 0 })
+	poll.True(t, "the failed attempt's span", 30*time.Second, func() bool { return len(recv.Spans(retryTrace, "rivora.attempt")) > 0 })
 	first := recv.Spans(retryTrace, "rivora.attempt")[0]
 	if !first.Error || first.Attrs["http.response.status_code"] != "503" || !strings.Contains(first.StatusMessage, "503") {
 		t.Errorf("failed attempt span %+v, want an error status with the 503", first)
@@ -286,7 +287,7 @@ func TestTracesFollowEventAcrossRestart(t *testing.T) {
 	if tid != retryTrace {
 		t.Errorf("the retry after the restart carried trace %s, want the publisher's %s", tid, retryTrace)
 	}
-	waitFor(t, 30*time.Second, "the retry's attempt span", func() bool {
+	poll.True(t, "the retry's attempt span", 30*time.Second, func() bool {
 		for _, s := range recv.Spans(retryTrace, "rivora.attempt") {
 			if s.SpanID == sid {
 				return true

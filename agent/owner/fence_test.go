@@ -24,8 +24,8 @@ import (
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
-	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // fenceCell is one embedded server with INGEST and history, on which the
@@ -321,7 +321,7 @@ func TestReleasedLeaseStopsWrites(t *testing.T) {
 	// Until the partition has drained INGEST, appends go through INGEST
 	// (which any agent may write). Wait for the direct path: an append that
 	// leaves INGEST untouched.
-	eventually.True(t, "appends go straight into the lanes", 10*time.Second, func() bool {
+	poll.True(t, "appends go straight into the lanes", 10*time.Second, func() bool {
 		before := c.streamState(lanes.IngestStream).LastSeq
 		if _, err := appendOne("u1"); err != nil {
 			t.Fatalf("append while owned: %v", err)

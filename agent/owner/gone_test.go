@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // A 410 Gone is not counted against the event: answered more often than
@@ -33,7 +33,7 @@ func TestGoneDoesNotCountAttempts(t *testing.T) {
 	mu.Unlock()
 	next := n.publish("orders", "u1")
 	n.run(true)
-	eventually.True(t, "both events delivered in lane order", 10*time.Second, func() bool {
+	poll.True(t, "both events delivered in lane order", 10*time.Second, func() bool {
 		return slices.Equal(p.delivered()["u1"], []string{head, next})
 	})
 	if r := p.requests(head); r != gone+1 {

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/agent/budget"
-	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -40,7 +40,7 @@ func destinationDownCostsNoAttempt(t *testing.T, status int) {
 	n := open(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{dest("orders", p.srv.URL, 2)})
 	ids := []string{n.publish("orders", "u1"), n.publish("orders", "u1"), n.publish("orders", "u2")}
 	n.run(true)
-	eventually.True(t, "both lane heads sent 4 times (twice max_attempts)", 20*time.Second, func() bool {
+	poll.True(t, "both lane heads sent 4 times (twice max_attempts)", 20*time.Second, func() bool {
 		return p.requests(ids[0]) >= 4 && p.requests(ids[2]) >= 4
 	})
 	for _, id := range []string{ids[0], ids[2]} {
@@ -58,7 +58,7 @@ func destinationDownCostsNoAttempt(t *testing.T, status int) {
 	mu.Lock()
 	down = false
 	mu.Unlock()
-	eventually.True(t, "every event delivered once the destination is back", 20*time.Second, func() bool {
+	poll.True(t, "every event delivered once the destination is back", 20*time.Second, func() bool {
 		d := p.delivered()
 		return len(d["u1"]) == 2 && len(d["u2"]) == 1
 	})
@@ -102,19 +102,19 @@ func onePayloadRefusedCounts(t *testing.T, status int) {
 	}()
 	defer wg.Wait()
 	defer cancel()
-	eventually.True(t, "the partner accepting other events", 10*time.Second, func() bool { return len(p.delivered()["good"]) >= 10 })
+	poll.True(t, "the partner accepting other events", 10*time.Second, func() bool { return len(p.delivered()["good"]) >= 10 })
 	mu.Lock()
 	badID = n.publish("orders", "bad")
 	mu.Unlock()
 	after := n.publish("orders", "bad")
-	eventually.True(t, "the bad event dead and its lane moved on", 30*time.Second, func() bool {
+	poll.True(t, "the bad event dead and its lane moved on", 30*time.Second, func() bool {
 		d := p.delivered()["bad"]
 		return len(d) == 1 && d[0] == after
 	})
 	if r := p.requests(badID); r != 3 {
 		t.Fatalf("the refused event was sent %d times, want max_attempts = 3", r)
 	}
-	eventually.True(t, "its dead letter archived", 20*time.Second, func() bool {
+	poll.True(t, "its dead letter archived", 20*time.Second, func() bool {
 		return len(findObjects(t, archRoot)) > 0
 	})
 	var letters []*rivorav1.DeadLetter
@@ -148,10 +148,10 @@ func TestUnsendableEventIsTheEventsFault(t *testing.T) {
 	for range 20 {
 		others = append(others, n.publish("orders", "neighbour"))
 	}
-	eventually.True(t, "the neighbour's 20 events delivered", 10*time.Second, func() bool {
+	poll.True(t, "the neighbour's 20 events delivered", 10*time.Second, func() bool {
 		return slices.Equal(p.delivered()["neighbour"], others)
 	})
-	eventually.True(t, "the unsendable event dead-lettered", 20*time.Second, func() bool {
+	poll.True(t, "the unsendable event dead-lettered", 20*time.Second, func() bool {
 		return len(findObjects(t, archRoot)) > 0
 	})
 	letters := readObject(t, findObjects(t, archRoot)[0])

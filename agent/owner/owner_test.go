@@ -36,9 +36,9 @@ import (
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
-	"github.com/rivora/rivora/internal/eventually"
 	"github.com/rivora/rivora/internal/ssrf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 const (
@@ -301,7 +301,7 @@ func TestMoveDeliverReclaim(t *testing.T) {
 		}
 	}
 	n.run(true)
-	eventually.True(t, "every event delivered", 15*time.Second, func() bool {
+	poll.True(t, "every event delivered", 15*time.Second, func() bool {
 		got := p.delivered()
 		for lane, ids := range want {
 			if len(got[lane]) < len(ids) {
@@ -319,10 +319,10 @@ func TestMoveDeliverReclaim(t *testing.T) {
 		t.Fatalf("failing head was sent %d times, want 2 (one failure, one retry)", r)
 	}
 	// The partner sees a delivery before its answer reaches the worker.
-	eventually.True(t, "scheduler empty", 10*time.Second, func() bool {
+	poll.True(t, "scheduler empty", 10*time.Second, func() bool {
 		return n.sched.Pending("orders")+n.sched.Pending("billing") == 0
 	})
-	eventually.True(t, "pending store emptied", 10*time.Second, func() bool {
+	poll.True(t, "pending store emptied", 10*time.Second, func() bool {
 		return n.streamMsgs(lanes.IngestStream) == 0 && n.totalMsgs(lanes.LanesStream) == 0 && n.totalMsgs(lanes.LedgerStream) == 0
 	})
 }
@@ -349,14 +349,14 @@ func TestRebuildRestoresLanesAndAttempts(t *testing.T) {
 	behind := []string{n.publish("orders", "stuck"), n.publish("orders", "stuck")}
 	done := n.publish("orders", "free")
 	n.run(true)
-	eventually.True(t, "head failed and recorded", 10*time.Second, func() bool {
+	poll.True(t, "head failed and recorded", 10*time.Second, func() bool {
 		loc, ok := n.sched.Find(failID)
 		return ok && !loc.Head.LastAttemptAt.IsZero() && !loc.InFlight
 	})
 	// The stuck lane holds the low-water mark, so the delivered event's
 	// space stays; what makes it stay delivered across a restart is the
 	// done record in the ledger (beside the failed head's record).
-	eventually.True(t, "free lane delivered and recorded done", 10*time.Second, func() bool {
+	poll.True(t, "free lane delivered and recorded done", 10*time.Second, func() bool {
 		return len(p.delivered()["free"]) == 1 && n.totalMsgs(lanes.LedgerStream) >= 2
 	})
 	// Accepted just before the stop: still in INGEST or already moved.
@@ -391,7 +391,7 @@ func TestRebuildRestoresLanesAndAttempts(t *testing.T) {
 	}
 	// Only the mover runs: the late event reaches its place behind the others.
 	n2.run(false)
-	eventually.True(t, "late event moved into its lane", 10*time.Second, func() bool {
+	poll.True(t, "late event moved into its lane", 10*time.Second, func() bool {
 		loc, ok := n2.sched.Find(late)
 		return ok && loc.Ahead == 3
 	})
@@ -424,7 +424,7 @@ func TestDeadLetterWaitsForArchive(t *testing.T) {
 	mu.Unlock()
 	next := n.publish("orders", "u1")
 	n.run(true)
-	eventually.True(t, "lane continues past the dead event", 10*time.Second, func() bool {
+	poll.True(t, "lane continues past the dead event", 10*time.Second, func() bool {
 		return slices.Equal(p.delivered()["u1"], []string{next})
 	})
 	if r := p.requests(deadID); r != 2 {
@@ -457,7 +457,7 @@ func TestDeadLetterWaitsForArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	var objects []string
-	eventually.True(t, "dead letter archived once the archive is back", 20*time.Second, func() bool {
+	poll.True(t, "dead letter archived once the archive is back", 20*time.Second, func() bool {
 		objects = findObjects(t, archRoot)
 		return len(objects) > 0 && n2.streamMsgs(lanes.LedgerStream(part)) == 0
 	})
@@ -508,7 +508,7 @@ func TestUnmovedEventsKeepTheirPlaceAfterRestart(t *testing.T) {
 	n2 := open(t, dir, arch, dests)
 	n2.run(false)
 	second := n2.publish("orders", "u1")
-	eventually.True(t, "both events in their lane", 10*time.Second, func() bool {
+	poll.True(t, "both events in their lane", 10*time.Second, func() bool {
 		_, ok1 := n2.sched.Find(first)
 		_, ok2 := n2.sched.Find(second)
 		return ok1 && ok2
@@ -587,13 +587,13 @@ func TestSkipHeadDeadLettersManual(t *testing.T) {
 	mu.Unlock()
 	next := n.publish("orders", "u1")
 	n.run(true)
-	eventually.True(t, "the poison head fails", 10*time.Second, func() bool {
+	poll.True(t, "the poison head fails", 10*time.Second, func() bool {
 		l := n.sched.ListLanes("orders", scheduler.LaneFilter{Stuck: true, Limit: 10})
 		return len(l.Lanes) == 1 && l.Lanes[0].HeadEventID == poison && l.Lanes[0].Depth == 2 && l.Lanes[0].Head.LastStatus == 400
 	})
 	id := lanes.ID{Destination: "orders", Customer: "acme", Key: "u1"}
 	var att *scheduler.Attempt
-	eventually.True(t, "the head is taken between attempts", 10*time.Second, func() bool {
+	poll.True(t, "the head is taken between attempts", 10*time.Second, func() bool {
 		var err error
 		att, err = n.sched.TakeHead(id, poison)
 		if err != nil && !errors.Is(err, scheduler.ErrHeadInFlight) {
@@ -605,11 +605,11 @@ func TestSkipHeadDeadLettersManual(t *testing.T) {
 	if err != nil || remaining != 1 {
 		t.Fatalf("SkipHead = %d, %v; want 1 remaining", remaining, err)
 	}
-	eventually.True(t, "the next event is delivered", 10*time.Second, func() bool {
+	poll.True(t, "the next event is delivered", 10*time.Second, func() bool {
 		return slices.Equal(p.delivered()["u1"], []string{next})
 	})
 	var letters []*rivorav1.DeadLetter
-	eventually.True(t, "the skipped head is archived", 20*time.Second, func() bool {
+	poll.True(t, "the skipped head is archived", 20*time.Second, func() bool {
 		letters = nil
 		for _, o := range findObjects(t, archRoot) {
 			letters = append(letters, readObject(t, o)...)

@@ -11,7 +11,7 @@ import (
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/e2e/consultest"
 	"github.com/rivora/rivora/internal/consullock"
-	"github.com/rivora/rivora/internal/eventually"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 func newLocker(t *testing.T, url, agent string) *ownership.Consul {
@@ -85,7 +85,7 @@ func TestConsulLocker(t *testing.T) {
 		t.Fatal("lost lease still valid")
 	}
 	var leaseB2 *ownership.Lease
-	eventually.True(t, "b acquires 4 after the lock-delay", 10*time.Second, func() bool {
+	poll.True(t, "b acquires 4 after the lock-delay", 10*time.Second, func() bool {
 		leaseB2, err = b.TryAcquire(ctx, 4)
 		return err == nil
 	})

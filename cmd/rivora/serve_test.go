@@ -22,9 +22,9 @@ import (
 
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
-	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // /healthz answers 503 with the reason while the component is unhealthy.
@@ -175,7 +175,7 @@ func TestConnectionCap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	fourth := make(chan error, 1)
-	eventually.True(t, "3 requests in flight", 10*time.Second, func() bool { return blocked.Load() == 3 })
+	poll.True(t, "3 requests in flight", 10*time.Second, func() bool { return blocked.Load() == 3 })
 	go func() {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
 		resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)

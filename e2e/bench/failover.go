@@ -65,11 +65,11 @@ import (
 	"github.com/rivora/rivora/e2e/consultest"
 	"github.com/rivora/rivora/e2e/creds"
 	"github.com/rivora/rivora/e2e/jsdump"
-	"github.com/rivora/rivora/e2e/process"
 	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 type failoverFlags struct {
@@ -950,10 +950,10 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 // waitLeader waits until the control plane answers the admin API (it
 // leads once it holds its Consul lock).
 func (f *failoverFlags) waitLeader(ctx context.Context, c *foCell) error {
-	err := poll(ctx, 60*time.Second, 100*time.Millisecond, "control plane admin API answering", func() error {
+	err := until(ctx, 60*time.Second, 100*time.Millisecond, "control plane admin API answering", func() error {
 		if _, err := c.ownership(ctx); err != nil {
 			if died := c.cp.diedErr(); died != nil {
-				return process.GiveUp(died)
+				return poll.GiveUp(died)
 			}
 			return err
 		}
@@ -970,9 +970,9 @@ func (f *failoverFlags) waitLeader(ctx context.Context, c *foCell) error {
 func (f *failoverFlags) waitOwned(ctx context.Context, c *foCell, exclude string, limit time.Duration) (ownership, error) {
 	var o ownership
 	lastLog := time.Now()
-	err := poll(ctx, limit, 100*time.Millisecond, "partitions all owned by healthy agents", func() error {
+	err := until(ctx, limit, 100*time.Millisecond, "partitions all owned by healthy agents", func() error {
 		if err := c.died(); err != nil {
-			return process.GiveUp(err)
+			return poll.GiveUp(err)
 		}
 		var err error
 		if o, err = c.ownership(ctx); err == nil && o.complete(f.partitions, exclude) {

@@ -329,7 +329,7 @@ func (f *historyFlags) memory(ctx context.Context, root string, res *histMemory)
 	if err := rf.publish(ctx, ingest, dests); err != nil {
 		return err
 	}
-	if err := poll(ctx, 30*time.Minute, 200*time.Millisecond, "every event delivered", func() error {
+	if err := until(ctx, 30*time.Minute, 200*time.Millisecond, "every event delivered", func() error {
 		if err := p.diedErr(); err != nil {
 			return err
 		}
@@ -354,7 +354,7 @@ func (f *historyFlags) memory(ctx context.Context, root string, res *histMemory)
 		// record per delivered event.
 		progress("no %s stream (an older rivora): counting the EVENTS stream", history.Stream)
 	}
-	err = poll(ctx, 5*time.Minute, time.Second, "the history holds every record", func() error {
+	err = until(ctx, 5*time.Minute, time.Second, "the history holds every record", func() error {
 		n, err := historyOutcomes(ctx, js)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			n, err = streamMsgs(ctx, js, "EVENTS")
@@ -626,7 +626,7 @@ func (f *historyFlags) lookupPhase(ctx context.Context, root string, sizes []int
 		}
 		want := fl.msgs
 		var bytes uint64
-		if err := poll(ctx, 10*time.Minute, 200*time.Millisecond, "the history holds every record", func() error {
+		if err := until(ctx, 10*time.Minute, 200*time.Millisecond, "the history holds every record", func() error {
 			n, b, err := historyMsgs(ctx, js)
 			if err == nil && n < want {
 				err = fmt.Errorf("%d of %d messages", n, want)

@@ -129,7 +129,7 @@ func (f *lanesFlags) run(ctx context.Context) (*lanesResult, error) {
 	}
 	res.publish = time.Since(start)
 	parts := rivorav1connect.NewPartitionServiceClient(hc, base)
-	if err := poll(ctx, 5*time.Minute, 200*time.Millisecond, fmt.Sprintf("%d events pending on big", f.lanes), func() error {
+	if err := until(ctx, 5*time.Minute, 200*time.Millisecond, fmt.Sprintf("%d events pending on big", f.lanes), func() error {
 		resp, err := parts.CountPending(ctx, connect.NewRequest(&rivorav1.CountPendingRequest{DestinationId: "big"}))
 		if err != nil {
 			return err
@@ -295,7 +295,7 @@ func (f *lanesFlags) steady(ctx context.Context, ingest rivorav1connect.IngestSe
 		out = append(out, sent{resp.Msg.GetEventId(), at})
 	}
 	var lat []time.Duration
-	err := poll(ctx, time.Minute, 50*time.Millisecond, "every steady event delivered", func() error {
+	err := until(ctx, time.Minute, 50*time.Millisecond, "every steady event delivered", func() error {
 		lat = lat[:0]
 		for _, s := range out {
 			t, ok := part.deliveredAt(s.id)

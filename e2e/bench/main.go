@@ -40,9 +40,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/rivora/rivora/e2e/process"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 func main() {
@@ -227,10 +227,10 @@ func createDestination(ctx context.Context, admin rivorav1connect.AdminServiceCl
 // waitApplied waits until every connected agent applied config version v:
 // changes reach agents asynchronously.
 func waitApplied(ctx context.Context, admin rivorav1connect.AdminServiceClient, v uint64) error {
-	return poll(ctx, 30*time.Second, 10*time.Millisecond, fmt.Sprintf("config version %d applied", v), func() error {
+	return until(ctx, 30*time.Second, 10*time.Millisecond, fmt.Sprintf("config version %d applied", v), func() error {
 		resp, err := admin.GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
 		if err != nil {
-			return process.GiveUp(fmt.Errorf("config status: %w", err))
+			return poll.GiveUp(fmt.Errorf("config status: %w", err))
 		}
 		connected, behind := 0, 0
 		for _, a := range resp.Msg.GetAgents() {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/e2e/process"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // proc is a rivora process a benchmark starts (`rivora dev`, a control
@@ -119,11 +120,11 @@ func (p *proc) cpu() time.Duration {
 	return time.Duration(utime+stime) * time.Second / clkTck
 }
 
-// poll is process.Poll for the benchmarks: what names the awaited
+// until is poll.Until for the benchmarks: what names the awaited
 // condition in a timeout or cancellation.
-func poll(ctx context.Context, limit, interval time.Duration, what string, check func() error) error {
-	err := process.Poll(ctx, limit, interval, check)
-	var timeout *process.TimeoutError
+func until(ctx context.Context, limit, interval time.Duration, what string, check func() error) error {
+	err := poll.Until(ctx, limit, interval, check)
+	var timeout *poll.TimeoutError
 	if errors.As(err, &timeout) || (err != nil && ctx.Err() != nil) {
 		return fmt.Errorf("%s: %w", what, err)
 	}

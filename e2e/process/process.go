@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // Options describe a process.
@@ -249,13 +251,13 @@ func (p *Proc) Tail(n int) string {
 // WaitReady polls ready every interval until it returns nil; it fails when
 // the run exits first, ctx ends or limit passes (0: only ctx bounds it).
 func (p *Proc) WaitReady(ctx context.Context, limit, interval time.Duration, ready func() error) error {
-	err := Poll(ctx, limit, interval, func() error {
+	err := poll.Until(ctx, limit, interval, func() error {
 		if err, exited := p.Exited(); exited {
-			return GiveUp(fmt.Errorf("%s exited before it was ready: %v", p.Name, err))
+			return poll.GiveUp(fmt.Errorf("%s exited before it was ready: %v", p.Name, err))
 		}
 		return ready()
 	})
-	var timeout *TimeoutError
+	var timeout *poll.TimeoutError
 	if errors.As(err, &timeout) {
 		return fmt.Errorf("%s on %s not ready after %s (last: %v)", p.Name, p.Addr, limit, timeout.Last)
 	}
@@ -287,53 +289,4 @@ func GetOK(ctx context.Context, client *http.Client, url string) error {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return nil
-}
-
-// TimeoutError is Poll's error when its limit passed: Last is what the
-// check said last.
-type TimeoutError struct {
-	Limit time.Duration
-	Last  error
-}
-
-func (e *TimeoutError) Error() string {
-	return fmt.Sprintf("not within %s (last: %v)", e.Limit, e.Last)
-}
-
-func (e *TimeoutError) Unwrap() error { return e.Last }
-
-// giveUp marks a check's error that no waiting can fix.
-type giveUp struct{ err error }
-
-func (g giveUp) Error() string { return g.err.Error() }
-
-// GiveUp makes Poll return err at once.
-func GiveUp(err error) error { return giveUp{err} }
-
-// Poll is the one poll loop: it calls check every interval until check
-// returns nil, check gives up (GiveUp: Poll returns that error), ctx ends
-// (ctx's error, with check's last), or limit passes (0: no limit; a
-// *TimeoutError).
-func Poll(ctx context.Context, limit, interval time.Duration, check func() error) error {
-	var deadline time.Time
-	if limit > 0 {
-		deadline = time.Now().Add(limit)
-	}
-	for {
-		err := check()
-		var stop giveUp
-		switch {
-		case err == nil:
-			return nil
-		case errors.As(err, &stop):
-			return stop.err
-		case !deadline.IsZero() && time.Now().After(deadline):
-			return &TimeoutError{Limit: limit, Last: err}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-time.After(interval):
-		}
-	}
 }

@@ -7,38 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rivora/rivora/testkit/poll"
 )
-
-func TestPoll(t *testing.T) {
-	ctx := context.Background()
-	n := 0
-	if err := Poll(ctx, time.Second, time.Millisecond, func() error {
-		if n++; n < 3 {
-			return errors.New("not yet")
-		}
-		return nil
-	}); err != nil || n != 3 {
-		t.Fatalf("Poll = %v after %d checks, want nil after 3", err, n)
-	}
-
-	last := errors.New("still not")
-	var te *TimeoutError
-	if err := Poll(ctx, 20*time.Millisecond, time.Millisecond, func() error { return last }); !errors.As(err, &te) || te.Last != last {
-		t.Fatalf("Poll past its limit = %v, want a TimeoutError with the last check error", err)
-	}
-
-	fatal := errors.New("cannot get better")
-	calls := 0
-	if err := Poll(ctx, time.Second, time.Millisecond, func() error { calls++; return GiveUp(fatal) }); err != fatal || calls != 1 {
-		t.Fatalf("Poll with GiveUp = %v after %d checks, want the given-up error after 1", err, calls)
-	}
-
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	if err := Poll(cctx, 0, time.Millisecond, func() error { return last }); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Poll on a cancelled context = %v, want context.Canceled", err)
-	}
-}
 
 func sleeper(t *testing.T) *Proc {
 	t.Helper()
@@ -71,7 +42,7 @@ func TestProcExitNobodyAskedForIsADeath(t *testing.T) {
 	p := sleeper(t)
 	cmd, _ := p.current()
 	cmd.Process.Kill() // from outside: neither Terminate nor Kill
-	if err := Poll(context.Background(), 5*time.Second, time.Millisecond, func() error {
+	if err := poll.Until(context.Background(), 5*time.Second, time.Millisecond, func() error {
 		if _, exited := p.Exited(); !exited {
 			return errors.New("still running")
 		}

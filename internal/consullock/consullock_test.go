@@ -13,7 +13,7 @@ import (
 
 	"github.com/rivora/rivora/e2e/consultest"
 	"github.com/rivora/rivora/internal/consullock"
-	"github.com/rivora/rivora/internal/eventually"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // holder is a session kept alive for the test's duration.
@@ -188,7 +188,7 @@ func TestDestroyedSessionLosesLeases(t *testing.T) {
 	}
 
 	var next *consullock.Lease
-	eventually.True(t, "b takes k after the lock-delay", 10*time.Second, func() bool {
+	poll.True(t, "b takes k after the lock-delay", 10*time.Second, func() bool {
 		var err error
 		next, err = b.Lock(context.Background(), "k", []byte("b"))
 		if err != nil && !errors.Is(err, consullock.ErrHeld) {
@@ -241,7 +241,7 @@ func TestSurvivesConsulRestart(t *testing.T) {
 	if s, _ := holderOf(t, client, "k"); s != a.ID() {
 		t.Fatalf("k held by %q after the restart, want %s", s, a.ID())
 	}
-	eventually.True(t, "a renewal after the restart", 10*time.Second, func() bool { return a.Expires().After(before) })
+	poll.True(t, "a renewal after the restart", 10*time.Second, func() bool { return a.Expires().After(before) })
 	if !lease.Valid() {
 		t.Fatalf("lease lost after a consul restart: %v", lease.Cause())
 	}
@@ -278,7 +278,7 @@ func TestNotRenewedWithinTTL(t *testing.T) {
 	}
 
 	srv.Start()
-	eventually.True(t, "the kept session renewed after Consul is back", 20*time.Second, kept.Alive)
+	poll.True(t, "the kept session renewed after Consul is back", 20*time.Second, kept.Alive)
 	again := lock(t, kept, "k1", "kept")
 	if !again.Valid() {
 		t.Fatalf("lease after renewal: %v", again.Cause())

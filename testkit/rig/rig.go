@@ -1,10 +1,10 @@
-// Package testrig is the one in-process rig of Rivora's tests: `rivora dev`
+// Package rig is the one in-process rig of Rivora's tests: `rivora dev`
 // (a control plane and, unless left out, an agent following it) served over
 // HTTP on 127.0.0.1, exactly as the dev command wires them (a cell token
-// in memory, keys of their own), with internal/eventually to wait. Its
+// in memory, keys of their own), with testkit/poll to wait. Its
 // clients call with the bootstrap admin token; Token mints others. The agent and control plane
 // tests both use it; e2e tests run the real binaries instead.
-package testrig
+package rig
 
 import (
 	"bytes"
@@ -25,10 +25,10 @@ import (
 	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
-	"github.com/rivora/rivora/internal/eventually"
 	"github.com/rivora/rivora/internal/ssrf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // Options shape a Dev; the zero value is an agent named "dev" with 4
@@ -147,7 +147,7 @@ func StartDev(t testing.TB, dir string, opts Options) *Dev {
 	d.Tokens = rivorav1connect.NewTokenServiceClient(d.srv.Client(), d.URL, as)
 	d.Agents = rivorav1connect.NewAgentServiceClient(d.srv.Client(), d.URL, d.As(cell.String()))
 	if d.Agent != nil {
-		eventually.True(t, "agent ready (first config applied)", 10*time.Second, d.Agent.Ready)
+		poll.True(t, "agent ready (first config applied)", 10*time.Second, d.Agent.Ready)
 	}
 	return d
 }
@@ -223,7 +223,7 @@ func (d *Dev) Create(reqs ...*rivorav1.CreateDestinationRequest) uint64 {
 // WaitApplied waits until the agent reports config version (or later).
 func (d *Dev) WaitApplied(version uint64) {
 	d.T.Helper()
-	eventually.True(d.T, fmt.Sprintf("agent applied config version %d", version), 10*time.Second, func() bool {
+	poll.True(d.T, fmt.Sprintf("agent applied config version %d", version), 10*time.Second, func() bool {
 		resp, err := d.Admin.GetConfigStatus(context.Background(), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
 		if err != nil {
 			return false

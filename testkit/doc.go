@@ -1,0 +1,18 @@
+// Package testkit is the one test kit of Rivora: what the tests of every
+// package, the e2e tests and the benchmarks share, and what only they may
+// import (internal/floors fails when product code does).
+//
+//   - testkit/poll: the one poll loop (wait for a condition another
+//     goroutine or process makes true).
+//   - testkit/partner: the one partner endpoint (verify signatures or not,
+//     a per-request answer gate, a delay, record every request or only
+//     count).
+//   - testkit/rig: the in-process `rivora dev` (control plane and agent)
+//     of the agent, control plane and CLI tests; it sits above what it
+//     starts.
+//   - testkit/ts: the TypeScript kit of the SDK and console tests (start
+//     a `rivora dev`, a partner).
+//
+// Its own test keeps test and benchmark functions short (at most
+// maxFuncLines lines), so a test reads as phases with names.
+package testkit
