@@ -8,9 +8,9 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 // Dead-letter filters are validated like every other id: a "../../"

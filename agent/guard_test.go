@@ -6,8 +6,8 @@ import (
 
 	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/internal/ssrf"
-	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 // TestGuardRefusalIsTheEventsFault: a destination the control plane let

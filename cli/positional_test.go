@@ -8,8 +8,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 // TestPositionalsAreNeverCommands runs every verb that takes an ID with

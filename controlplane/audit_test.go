@@ -12,9 +12,9 @@ import (
 
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/bounds"
-	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 // A limits file refused for a value of 5 MB is audited with a bounded

@@ -9,9 +9,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 // A huge URL, reason or token name is refused with a message naming the

@@ -25,10 +25,10 @@ import (
 
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
-	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

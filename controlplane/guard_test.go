@@ -15,8 +15,8 @@ import (
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/ssrf"
-	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 // deniedURLs are destination URLs the guard refuses at create time, each

@@ -16,10 +16,10 @@ import (
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/e2e/consultest"
 	"github.com/rivora/rivora/internal/auth"
-	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 // consulCP is one control plane of several sharing a Consul.

@@ -11,9 +11,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/rivora/rivora/controlplane"
-	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 // The limits file is checked against the same bounds as the API, and

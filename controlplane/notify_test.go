@@ -17,10 +17,10 @@ import (
 
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/controlplane/notices"
-	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 // operator is an operator webhook endpoint that keeps the notices whose

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rivora/rivora/controlplane"
-	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 // A rate under the floor (0.001/s) is refused wherever limits are set:

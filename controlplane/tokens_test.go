@@ -18,10 +18,10 @@ import (
 
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
-	"github.com/rivora/rivora/testkit/rig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 // Tokens are created (the token shown once, its hash never), listed
