@@ -7,15 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +26,7 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk/eventid"
-	"github.com/rivora/rivora/sdk/webhook"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 	"github.com/rivora/rivora/testkit/rig"
 )
@@ -118,92 +115,16 @@ func destination(id, url string, maxAttempts int32) *rivorav1.CreateDestinationR
 
 // ---- partner ---------------------------------------------------------------
 
-type request struct {
-	id, customer, lane string
-	attempt            int
-	status             int
-}
-
-// partner is a webhook receiver on 127.0.0.1. answer picks each
-// response's status; every request must carry a valid signature.
-type partner struct {
-	t   *testing.T
-	srv *httptest.Server
-	ver *webhook.Verifier
-
-	mu     sync.Mutex
-	log    []request
-	answer func(r request, sent int) int // sent: requests for this id so far, this one included
-	sent   map[string]int
-}
-
-func newPartner(t *testing.T, answer func(r request, sent int) int) *partner {
-	v, err := webhook.NewVerifier(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &partner{t: t, ver: v, answer: answer, sent: make(map[string]int)}
-	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
-	t.Cleanup(p.srv.Close)
-	return p
-}
-
-func (p *partner) serve(w http.ResponseWriter, hr *http.Request) {
-	body, err := io.ReadAll(hr.Body)
-	if err != nil {
-		return
-	}
-	if err := p.ver.Verify(hr.Header, body); err != nil {
-		p.t.Errorf("partner: bad signature on %s: %v", hr.Header.Get("webhook-id"), err)
-	}
-	n, _ := strconv.Atoi(hr.Header.Get("rivora-attempt"))
-	r := request{id: hr.Header.Get("webhook-id"), customer: hr.Header.Get("rivora-customer"), lane: hr.Header.Get("rivora-lane"), attempt: n, status: 200}
-	p.mu.Lock()
-	p.sent[r.id]++
-	if p.answer != nil {
-		r.status = p.answer(r, p.sent[r.id])
-	}
-	p.log = append(p.log, r)
-	p.mu.Unlock()
-	w.WriteHeader(r.status)
-	if r.status >= 300 {
-		io.WriteString(w, "partner says no")
-	}
-}
-
-func (p *partner) setAnswer(answer func(r request, sent int) int) {
-	p.mu.Lock()
-	p.answer = answer
-	p.mu.Unlock()
-}
-
-func (p *partner) requests() []request {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.log)
-}
-
-// delivered is every id answered 2xx, per lane, in arrival order (with
-// repeats: delivery is at least once).
-func (p *partner) delivered() map[string][]string {
-	out := make(map[string][]string)
-	for _, r := range p.requests() {
-		if r.status < 300 {
-			out[r.lane] = append(out[r.lane], r.id)
-		}
-	}
-	return out
-}
-
-func (p *partner) sentCount(id string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.sent[id]
+// newPartner starts a partner (testkit/partner) that verifies every
+// request with this package's secret and answers as answer says (nil or
+// 0: 200), with "partner says no" as the body of a refusal.
+func newPartner(t *testing.T, answer func(r partner.Request) int) *partner.Partner {
+	return partner.New(t, partner.Options{Secret: secret, RefusalBody: "partner says no", Answer: answer})
 }
 
 // allDelivered reports whether every id of want was answered 2xx.
-func (p *partner) allDelivered(want map[string][]string) bool {
-	got := p.delivered()
+func allDelivered(p *partner.Partner, want map[string][]string) bool {
+	got := p.DeliveredByLane()
 	for lane, ids := range want {
 		for _, id := range ids {
 			if !slices.Contains(got[lane], id) {
@@ -218,28 +139,28 @@ func (p *partner) allDelivered(want map[string][]string) bool {
 // lane is sent before every earlier event of that lane was answered 2xx,
 // so each lane's first successes come in publish order. Requests for ids
 // in ignore (dead letters) are skipped.
-func (p *partner) checkOrder(t *testing.T, want map[string][]string, ignore ...string) {
+func checkOrder(t *testing.T, p *partner.Partner, want map[string][]string, ignore ...string) {
 	t.Helper()
 	okSoFar := make(map[string]map[string]bool) // lane → delivered ids
-	for i, r := range p.requests() {
-		ids, ok := want[r.lane]
-		if !ok || slices.Contains(ignore, r.id) {
+	for i, r := range p.Requests() {
+		ids, ok := want[r.LaneKey]
+		if !ok || slices.Contains(ignore, r.ID) {
 			continue
 		}
-		pos := slices.Index(ids, r.id)
+		pos := slices.Index(ids, r.ID)
 		if pos < 0 {
-			t.Fatalf("request %d: unknown event %s in lane %s", i, r.id, r.lane)
+			t.Fatalf("request %d: unknown event %s in lane %s", i, r.ID, r.LaneKey)
 		}
 		for _, earlier := range ids[:pos] {
-			if !okSoFar[r.lane][earlier] {
-				t.Fatalf("request %d: lane %s sent %s (#%d) before %s was delivered", i, r.lane, r.id, pos, earlier)
+			if !okSoFar[r.LaneKey][earlier] {
+				t.Fatalf("request %d: lane %s sent %s (#%d) before %s was delivered", i, r.LaneKey, r.ID, pos, earlier)
 			}
 		}
-		if r.status < 300 {
-			if okSoFar[r.lane] == nil {
-				okSoFar[r.lane] = make(map[string]bool)
+		if r.Status < 300 {
+			if okSoFar[r.LaneKey] == nil {
+				okSoFar[r.LaneKey] = make(map[string]bool)
 			}
-			okSoFar[r.lane][r.id] = true
+			okSoFar[r.LaneKey][r.ID] = true
 		}
 	}
 }
@@ -293,8 +214,8 @@ func TestLaneOrderAndFailingHeadWaits(t *testing.T) {
 	want := make(map[string][]string)
 	var mu sync.Mutex
 	othersDone := false
-	p := newPartner(t, func(r request, _ int) int {
-		if r.lane != "blocked" {
+	p := newPartner(t, func(r partner.Request) int {
+		if r.LaneKey != "blocked" {
 			return 200
 		}
 		mu.Lock()
@@ -305,7 +226,7 @@ func TestLaneOrderAndFailingHeadWaits(t *testing.T) {
 		return 200
 	})
 	ag := startAgent(t, t.TempDir())
-	ag.create(destination("orders", p.srv.URL, 50))
+	ag.create(destination("orders", p.URL(), 50))
 	for i := range 5 {
 		for _, l := range []struct{ customer, lane string }{{"acme", "blocked"}, {"acme", "u1"}, {"globex", "u2"}} {
 			if l.lane == "blocked" && i >= 3 {
@@ -316,9 +237,9 @@ func TestLaneOrderAndFailingHeadWaits(t *testing.T) {
 	}
 	// The other lanes finish while the blocked head is failing.
 	poll.True(t, "unblocked lanes delivered", 15*time.Second, func() bool {
-		return p.allDelivered(map[string][]string{"u1": want["u1"], "u2": want["u2"]})
+		return allDelivered(p, map[string][]string{"u1": want["u1"], "u2": want["u2"]})
 	})
-	if got := p.delivered()["blocked"]; len(got) != 0 {
+	if got := p.DeliveredByLane()["blocked"]; len(got) != 0 {
 		t.Fatalf("blocked lane delivered %v while its partner answered 400", got)
 	}
 	head := ag.waitEvent(want["blocked"][0], "failed head pending with a retry time", func(r *rivorav1.GetEventResponse) bool {
@@ -336,13 +257,13 @@ func TestLaneOrderAndFailingHeadWaits(t *testing.T) {
 	mu.Lock()
 	othersDone = true
 	mu.Unlock()
-	poll.True(t, "blocked lane delivered after its head recovers", 15*time.Second, func() bool { return p.allDelivered(want) })
-	p.checkOrder(t, want)
+	poll.True(t, "blocked lane delivered after its head recovers", 15*time.Second, func() bool { return allDelivered(p, want) })
+	checkOrder(t, p, want)
 	// The head was retried with increasing attempt numbers.
 	var attempts []int
-	for _, r := range p.requests() {
-		if r.id == want["blocked"][0] {
-			attempts = append(attempts, r.attempt)
+	for _, r := range p.Requests() {
+		if r.ID == want["blocked"][0] {
+			attempts = append(attempts, r.Attempt)
 		}
 	}
 	if len(attempts) < 2 || attempts[len(attempts)-1] != len(attempts) {
@@ -353,9 +274,9 @@ func TestLaneOrderAndFailingHeadWaits(t *testing.T) {
 			t.Fatalf("head's rivora-attempt headers %v, want 1, 2, …", attempts)
 		}
 	}
-	for _, r := range p.requests() {
-		if r.lane == "u2" && r.customer != "globex" || r.lane == "u1" && r.customer != "acme" {
-			t.Fatalf("rivora-customer %q on lane %s", r.customer, r.lane)
+	for _, r := range p.Requests() {
+		if r.LaneKey == "u2" && r.Customer != "globex" || r.LaneKey == "u1" && r.Customer != "acme" {
+			t.Fatalf("rivora-customer %q on lane %s", r.Customer, r.LaneKey)
 		}
 	}
 	done := ag.waitEvent(want["u1"][0], "delivered", func(r *rivorav1.GetEventResponse) bool {
@@ -375,33 +296,33 @@ func TestDeadLetterArchivedAndLaneContinues(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var deadID string
-	p := newPartner(t, func(r request, _ int) int {
+	p := newPartner(t, func(r partner.Request) int {
 		mu.Lock()
 		defer mu.Unlock()
-		if r.id == deadID {
+		if r.ID == deadID {
 			return 400
 		}
 		return 200
 	})
 	dir := t.TempDir()
 	ag := startAgent(t, dir)
-	ag.create(destination("flaky", p.srv.URL, 2))
+	ag.create(destination("flaky", p.URL(), 2))
 	mu.Lock()
 	deadID = ag.publish("flaky", "acme", "u1")
 	mu.Unlock()
 	after := []string{ag.publish("flaky", "acme", "u1"), ag.publish("flaky", "acme", "u1")}
 	poll.True(t, "lane continues after the dead letter", 15*time.Second, func() bool {
-		return p.allDelivered(map[string][]string{"u1": after})
+		return allDelivered(p, map[string][]string{"u1": after})
 	})
-	p.checkOrder(t, map[string][]string{"u1": after}, deadID)
+	checkOrder(t, p, map[string][]string{"u1": after}, deadID)
 	// Nothing behind the dead event went out before its last attempt.
-	reqs := p.requests()
-	lastDead := slices.IndexFunc(reqs, func(r request) bool { return r.id == deadID && r.attempt == 2 })
-	firstAfter := slices.IndexFunc(reqs, func(r request) bool { return r.id == after[0] })
+	reqs := p.Requests()
+	lastDead := slices.IndexFunc(reqs, func(r partner.Request) bool { return r.ID == deadID && r.Attempt == 2 })
+	firstAfter := slices.IndexFunc(reqs, func(r partner.Request) bool { return r.ID == after[0] })
 	if lastDead < 0 || firstAfter < lastDead {
 		t.Fatalf("request log %v: %s went out before the head's last attempt", reqs, after[0])
 	}
-	if n := p.sentCount(deadID); n != 2 {
+	if n := p.Sent(deadID); n != 2 {
 		t.Fatalf("dead event sent %d times, want 2", n)
 	}
 	var paths []string
@@ -442,10 +363,10 @@ func TestRestartResumesFromStore(t *testing.T) {
 	t.Parallel()
 	// 400: the event's fault, so each failure is a charged attempt (a
 	// destination that is down would cost none).
-	p := newPartner(t, func(request, int) int { return http.StatusBadRequest })
+	p := newPartner(t, func(partner.Request) int { return http.StatusBadRequest })
 	dir := t.TempDir()
 	ag := startAgent(t, dir)
-	ag.create(destination("orders", p.srv.URL, 50))
+	ag.create(destination("orders", p.URL(), 50))
 	want := make(map[string][]string)
 	for range 4 {
 		want["main"] = append(want["main"], ag.publish("orders", "acme", "main"))
@@ -487,27 +408,27 @@ func TestRestartResumesFromStore(t *testing.T) {
 	ag.stop()
 	<-publisherDone
 	want["main"] = append(want["main"], accepted...)
-	failures := p.sentCount(head)
+	failures := p.Sent(head)
 	if failures < 2 {
 		t.Fatalf("head sent %d times before the stop", failures)
 	}
-	if got := p.delivered(); len(got) != 0 {
+	if got := p.DeliveredByLane(); len(got) != 0 {
 		t.Fatalf("delivered %v while the partner was down", got)
 	}
 
 	// The partner is back; the destination is in the control plane's state.
-	p.setAnswer(nil)
+	p.SetAnswer(nil)
 	ag2 := startAgent(t, dir)
 	// Accepted after the restart: goes after everything accepted before.
 	want["main"] = append(want["main"], ag2.publish("orders", "acme", "main"))
 	// Well within INGEST's 30 s ack wait: nothing the first run had
 	// fetched but not moved may wait for it.
-	poll.True(t, "everything delivered after the restart", 20*time.Second, func() bool { return p.allDelivered(want) })
-	p.checkOrder(t, want, uncertain...)
+	poll.True(t, "everything delivered after the restart", 20*time.Second, func() bool { return allDelivered(p, want) })
+	checkOrder(t, p, want, uncertain...)
 	var resumed []int
-	for _, r := range p.requests() {
-		if r.id == head && r.status < 300 {
-			resumed = append(resumed, r.attempt)
+	for _, r := range p.Requests() {
+		if r.ID == head && r.Status < 300 {
+			resumed = append(resumed, r.Attempt)
 		}
 	}
 	if resumed[0] != failures+1 {
@@ -537,7 +458,7 @@ func TestArchivePendingAndBacklog(t *testing.T) {
 	t.Parallel()
 	p := newPartner(t, nil)
 	dir := t.TempDir()
-	slow := destination("slow", p.srv.URL, 8)
+	slow := destination("slow", p.URL(), 8)
 	slow.Limits.RatePerSecond, slow.Limits.Burst = 0.001, 1 // one token, then none for ~17 minutes
 	ag := startAgent(t, dir)
 	ag.create(slow)
@@ -556,11 +477,11 @@ func TestArchivePendingAndBacklog(t *testing.T) {
 	}
 	poll.True(t, "one delivery, then nothing in flight", 10*time.Second, func() bool {
 		h := ag.health("slow")
-		return len(p.requests()) == 1 && h.GetInFlight() == 0 && h.GetPendingEvents() == 4
+		return len(p.Requests()) == 1 && h.GetInFlight() == 0 && h.GetPendingEvents() == 4
 	})
-	first := p.requests()[0]
-	if first.id != ids["x"][0] && first.id != ids["y"][0] {
-		t.Fatalf("first delivery %s is not a lane head", first.id)
+	first := p.Requests()[0]
+	if first.ID != ids["x"][0] && first.ID != ids["y"][0] {
+		t.Fatalf("first delivery %s is not a lane head", first.ID)
 	}
 	h := ag.health("slow")
 	if h.GetState() != "healthy" || h.GetConfiguredRate() != 0.001 || h.GetMaxInFlight() != 16 || h.GetPriorityClass() != rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL || !slices.Equal(h.GetLastStatuses(), []int32{200}) {
@@ -571,7 +492,7 @@ func TestArchivePendingAndBacklog(t *testing.T) {
 		backlog[c.GetCustomerId()] = c
 	}
 	wantPending := map[string]int64{"acme": 3, "globex": 2}
-	if first.lane == "x" {
+	if first.LaneKey == "x" {
 		wantPending["acme"]--
 	} else {
 		wantPending["globex"]--
@@ -588,7 +509,7 @@ func TestArchivePendingAndBacklog(t *testing.T) {
 	last := ids["x"][2]
 	pend := ag.waitEvent(last, "pending", func(r *rivorav1.GetEventResponse) bool { return true })
 	wantAhead := int32(2)
-	if first.lane == "x" {
+	if first.LaneKey == "x" {
 		wantAhead = 1
 	}
 	if pend.GetState() != rivorav1.EventState_EVENT_STATE_PENDING || pend.GetAheadInLane() != wantAhead || pend.GetNextAttemptAt() != nil {
@@ -618,7 +539,7 @@ func TestArchivePendingAndBacklog(t *testing.T) {
 		archived[dl.GetEvent().GetLaneKey()] = append(archived[dl.GetEvent().GetLaneKey()], dl.GetEvent().GetEventId())
 	}
 	for lane, all := range ids {
-		rest := slices.DeleteFunc(slices.Clone(all), func(id string) bool { return id == first.id })
+		rest := slices.DeleteFunc(slices.Clone(all), func(id string) bool { return id == first.ID })
 		got := archived[lane]
 		slices.Sort(got)
 		slices.Sort(rest)
@@ -632,7 +553,7 @@ func TestArchivePendingAndBacklog(t *testing.T) {
 	if dead.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_DELETED {
 		t.Fatalf("GetEvent after ArchivePending = %v, want dead (deleted)", dead)
 	}
-	if n := len(p.requests()); n != 1 {
+	if n := len(p.Requests()); n != 1 {
 		t.Fatalf("partner got %d requests, want only the first", n)
 	}
 }
@@ -667,9 +588,9 @@ func TestHealthDegradedThenParked(t *testing.T) {
 		t.Skip("waits for the 20 s park threshold")
 	}
 	t.Parallel()
-	p := newPartner(t, func(request, int) int { return http.StatusServiceUnavailable })
+	p := newPartner(t, func(partner.Request) int { return http.StatusServiceUnavailable })
 	ag := startAgent(t, t.TempDir())
-	ag.create(destination("down", p.srv.URL, 1000))
+	ag.create(destination("down", p.URL(), 1000))
 	var ids []string
 	ids = append(ids, ag.publish("down", "acme", "l0"))
 	poll.True(t, "degraded", 10*time.Second, func() bool { return ag.health("down").GetState() == "degraded" })
@@ -701,7 +622,7 @@ func TestHealthDegradedThenParked(t *testing.T) {
 	if c := h.GetCustomers(); len(c) != 1 || c[0].GetCustomerId() != "acme" || c[0].GetPendingEvents() != int64(len(ids)) || c[0].GetWaitingLanes()+c[0].GetDueLanes()+c[0].GetInFlight() != int64(len(ids)) {
 		t.Fatalf("parked backlog = %v, want %d events in %d lanes", c, len(ids), len(ids))
 	}
-	p.setAnswer(nil)
+	p.SetAnswer(nil)
 	poll.True(t, "backlog drained after the destination recovered", 20*time.Second, func() bool {
 		return ag.health("down").GetPendingEvents() == 0
 	})
@@ -725,7 +646,7 @@ func TestPauseHoldsResumeDrains(t *testing.T) {
 	t.Parallel()
 	p := newPartner(t, nil)
 	ag := startAgent(t, t.TempDir())
-	ag.create(destination("orders", p.srv.URL, 8))
+	ag.create(destination("orders", p.URL(), 8))
 	pause, err := ag.Admin.PauseDestination(context.Background(), connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: "orders", Reason: "partner maintenance"}))
 	if err != nil {
 		t.Fatal(err)
@@ -740,7 +661,7 @@ func TestPauseHoldsResumeDrains(t *testing.T) {
 		n, err := ag.Agent.Pending(context.Background(), "orders")
 		return err == nil && n == 6
 	})
-	if n := len(p.requests()); n != 0 {
+	if n := len(p.Requests()); n != 0 {
 		t.Fatalf("paused destination got %d requests", n)
 	}
 	head := ag.waitEvent(want["u0"][0], "pending", func(*rivorav1.GetEventResponse) bool { return true })
@@ -754,9 +675,9 @@ func TestPauseHoldsResumeDrains(t *testing.T) {
 	if resume.Msg.GetDestination().GetPaused() {
 		t.Fatal("resumed destination still marked paused")
 	}
-	poll.True(t, "backlog delivered after resume", 10*time.Second, func() bool { return p.allDelivered(want) })
-	p.checkOrder(t, want)
-	if n := len(p.requests()); n != 6 {
+	poll.True(t, "backlog delivered after resume", 10*time.Second, func() bool { return allDelivered(p, want) })
+	checkOrder(t, p, want)
+	if n := len(p.Requests()); n != 6 {
 		t.Fatalf("partner got %d requests for 6 events that never failed", n)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -20,8 +21,8 @@ import (
 // feed brings the change: the agent checks its own keys.
 func TestRevokedTokenRefusedOnTheAgent(t *testing.T) {
 	r := startAgent(t, t.TempDir())
-	p := newPartner(t, func(request, int) int { return 200 })
-	r.create(destination("orders", p.srv.URL, 3))
+	p := newPartner(t, func(partner.Request) int { return 200 })
+	r.create(destination("orders", p.URL(), 3))
 	resp, err := r.Tokens.CreateToken(context.Background(), connect.NewRequest(&rivorav1.CreateTokenRequest{Name: "app", Role: rivorav1.Role_ROLE_PUBLISHER, Customers: []string{"acme"}}))
 	if err != nil {
 		t.Fatal(err)
@@ -47,8 +48,8 @@ func TestRevokedTokenRefusedOnTheAgent(t *testing.T) {
 // another, and reads only its own customer's events.
 func TestPublisherScope(t *testing.T) {
 	r := startAgent(t, t.TempDir())
-	p := newPartner(t, func(request, int) int { return 200 })
-	r.create(destination("orders", p.srv.URL, 3))
+	p := newPartner(t, func(partner.Request) int { return 200 })
+	r.create(destination("orders", p.URL(), 3))
 	theirs := r.publish("orders", "globex", "u1")
 	token := r.Token(rivorav1.Role_ROLE_PUBLISHER, "acme")
 	ctx := context.Background()

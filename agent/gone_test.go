@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -19,10 +20,10 @@ import (
 // dead-lettered or charged, and resume delivers every event in lane order.
 func TestGoneDisablesAndResumeDrains(t *testing.T) {
 	t.Parallel()
-	p := newPartner(t, func(request, int) int { return http.StatusGone })
+	p := newPartner(t, func(partner.Request) int { return http.StatusGone })
 	dir := t.TempDir()
 	ag := startAgent(t, dir)
-	ag.create(destination("orders", p.srv.URL, 2))
+	ag.create(destination("orders", p.URL(), 2))
 	ctx := context.Background()
 	want := map[string][]string{}
 	for i := range 6 {
@@ -47,7 +48,7 @@ func TestGoneDisablesAndResumeDrains(t *testing.T) {
 	}
 	// Stopped locally at the first 410, not when the config came back: at
 	// most the lanes' heads already in flight were sent.
-	if n := len(p.requests()); n < 1 || n > len(want) {
+	if n := len(p.Requests()); n < 1 || n > len(want) {
 		t.Fatalf("partner got %d requests, want 1 to %d (one per lane at most)", n, len(want))
 	}
 	head := ag.waitEvent(want["u0"][0], "pending", func(*rivorav1.GetEventResponse) bool { return true })
@@ -55,12 +56,12 @@ func TestGoneDisablesAndResumeDrains(t *testing.T) {
 		t.Fatalf("head after a 410: %v", head)
 	}
 
-	p.setAnswer(nil)
+	p.SetAnswer(nil)
 	if _, err := ag.Admin.ResumeDestination(ctx, connect.NewRequest(&rivorav1.ResumeDestinationRequest{DestinationId: "orders", Author: "ops"})); err != nil {
 		t.Fatal(err)
 	}
-	poll.True(t, "backlog delivered after resume", 10*time.Second, func() bool { return p.allDelivered(want) })
-	p.checkOrder(t, want)
+	poll.True(t, "backlog delivered after resume", 10*time.Second, func() bool { return allDelivered(p, want) })
+	checkOrder(t, p, want)
 	if paths, _ := deadLetters(t, dir, "orders"); len(paths) != 0 {
 		t.Fatalf("a 410 dead-lettered events: %v", paths)
 	}

@@ -22,7 +22,7 @@ func TestGuardRefusalIsTheEventsFault(t *testing.T) {
 	ag := &running{t: t, Dev: rig.StartDev(t, t.TempDir(), rig.Options{Name: agentName, Workers: 8, Agent: func(c *agent.Config) {
 		c.Guard = ssrf.New(nil) // default denials: loopback refused
 	}})}
-	ag.create(destination("internal", p.srv.URL, 2))
+	ag.create(destination("internal", p.URL(), 2))
 	var ids []string
 	for i := range 4 {
 		ids = append(ids, ag.publish("internal", fmt.Sprintf("c%d", i), "l"))
@@ -41,7 +41,7 @@ func TestGuardRefusalIsTheEventsFault(t *testing.T) {
 			}
 		}
 	}
-	if n := len(p.requests()); n != 0 {
+	if n := len(p.Requests()); n != 0 {
 		t.Fatalf("the partner got %d requests through the guard", n)
 	}
 	h := ag.health("internal")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rivora/rivora/agent/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -22,9 +23,9 @@ import (
 // be made again (the sealed stream removed, as an operator would) the
 // partition reopens by itself and the agent is healthy and delivering.
 func TestBrokenPartitionIsUnhealthyUntilBack(t *testing.T) {
-	partner := newPartner(t, func(request, int) int { return 200 })
+	hook := newPartner(t, func(partner.Request) int { return 200 })
 	r := startAgent(t, t.TempDir())
-	r.create(destination("hz", partner.srv.URL, 5))
+	r.create(destination("hz", hook.URL(), 5))
 	if err := r.Agent.Healthy(); err != nil {
 		t.Fatalf("Healthy before anything broke: %v", err)
 	}

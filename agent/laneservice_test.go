@@ -11,6 +11,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -19,16 +20,16 @@ import (
 func TestLanesListAndSkip(t *testing.T) {
 	r := startAgent(t, t.TempDir())
 	var first string // the partner's lock guards it
-	p := newPartner(t, func(req request, _ int) int {
-		if req.lane == "u1" && first == "" {
-			first = req.id
+	p := newPartner(t, func(req partner.Request) int {
+		if req.LaneKey == "u1" && first == "" {
+			first = req.ID
 		}
-		if req.id == first {
+		if req.ID == first {
 			return 400 // the lane's first event is poison
 		}
 		return 200
 	})
-	r.create(destination("orders", p.srv.URL, 100))
+	r.create(destination("orders", p.URL(), 100))
 	poison := r.publish("orders", "acme", "u1")
 	next := r.publish("orders", "acme", "u1")
 	other := r.publish("orders", "zeta", "u2")
@@ -48,7 +49,7 @@ func TestLanesListAndSkip(t *testing.T) {
 	if l.GetCustomerId() != "acme" || l.GetLaneKey() != "u1" || l.GetDepth() != 2 || l.GetHeadEventId() != poison || l.GetHeadAttempts() < 1 || l.GetHeadSince() == nil || stuck.GetMatched() != 1 {
 		t.Fatalf("stuck lane = %v (matched %d)", l, stuck.GetMatched())
 	}
-	poll.True(t, "the other lane delivered", 10*time.Second, func() bool { return slices.Contains(p.delivered()["u2"], other) })
+	poll.True(t, "the other lane delivered", 10*time.Second, func() bool { return slices.Contains(p.DeliveredByLane()["u2"], other) })
 
 	skip := &rivorav1.SkipLaneHeadRequest{DestinationId: "orders", CustomerId: "acme", LaneKey: "u1", Reason: "poison payload", Author: "alice", HeadEventId: "not-the-head"}
 	if _, err := lanesAPI.SkipLaneHead(ctx, connect.NewRequest(skip)); connect.CodeOf(err) != connect.CodeFailedPrecondition {
@@ -67,7 +68,7 @@ func TestLanesListAndSkip(t *testing.T) {
 	if resp.Msg.GetEventId() != poison || resp.Msg.GetRemaining() != 1 {
 		t.Fatalf("skip = %v, want %s with 1 remaining", resp.Msg, poison)
 	}
-	poll.True(t, "the next event delivered", 10*time.Second, func() bool { return slices.Contains(p.delivered()["u1"], next) })
+	poll.True(t, "the next event delivered", 10*time.Second, func() bool { return slices.Contains(p.DeliveredByLane()["u1"], next) })
 	r.waitEvent(poison, "dead (manual)", func(e *rivorav1.GetEventResponse) bool {
 		return e.GetState() == rivorav1.EventState_EVENT_STATE_DEAD && e.GetDeadReason() == rivorav1.DeadReason_DEAD_REASON_MANUAL
 	})

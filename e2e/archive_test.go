@@ -31,6 +31,7 @@ import (
 
 	"github.com/rivora/rivora/sdk"
 	"github.com/rivora/rivora/sdk/webhook"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 
 	"github.com/rivora/rivora/e2e/creds"
@@ -49,7 +50,7 @@ type hookServer struct {
 	srv *httptest.Server
 
 	mu     sync.Mutex
-	cur    *partner
+	cur    *partner.Partner
 	delays bool // honour {"delay_ms":N} in payloads
 	seen   []hookRequest
 }
@@ -58,7 +59,7 @@ type hookRequest struct {
 	ID     string
 	Lane   string // rivora-lane
 	Replay string // rivora-replay header
-	To     *partner
+	To     *partner.Partner
 }
 
 func newHookServer(t testing.TB) *hookServer {
@@ -96,11 +97,11 @@ func (h *hookServer) serve(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		}
 	}
-	p.serve(w, r)
+	p.ServeHTTP(w, r)
 }
 
 // use makes p answer from now on.
-func (h *hookServer) use(p *partner) {
+func (h *hookServer) use(p *partner.Partner) {
 	h.mu.Lock()
 	h.cur = p
 	h.mu.Unlock()
@@ -114,7 +115,7 @@ func (h *hookServer) holdByPayload(on bool) {
 }
 
 // requestsTo returns the requests p answered.
-func (h *hookServer) requestsTo(p *partner) []hookRequest {
+func (h *hookServer) requestsTo(p *partner.Partner) []hookRequest {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []hookRequest
@@ -128,7 +129,7 @@ func (h *hookServer) requestsTo(p *partner) []hookRequest {
 
 // register creates destination id at this address (as createDestination
 // does for a partner) and gives every partner the secret.
-func (h *hookServer) register(t testing.TB, d *devProc, id string, limits *rivorav1.Limits, partners ...*partner) {
+func (h *hookServer) register(t testing.TB, d *devProc, id string, limits *rivorav1.Limits, partners ...*partner.Partner) {
 	t.Helper()
 	resp, err := d.Admin().CreateDestination(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.CreateDestinationRequest{
 		Id: id, Url: h.URL(), Limits: limits,
@@ -141,10 +142,10 @@ func (h *hookServer) register(t testing.TB, d *devProc, id string, limits *rivor
 		t.Fatalf("CreateDestination %s answered id=%q url=%q", id, dst.GetId(), dst.GetUrl())
 	}
 	for _, p := range partners {
-		p.SetSecret(t, dst.GetSecret())
-		p.mu.Lock()
-		p.dev = d
-		p.mu.Unlock()
+		if err := p.SetSecret(dst.GetSecret()); err != nil {
+			t.Fatal(err)
+		}
+		p.SetAlive(d.diedErr)
 	}
 	waitConfigApplied(t, d, resp.Msg.GetVersion())
 }
@@ -429,15 +430,15 @@ func runDeadLetterReplay(t *testing.T, d *devProc, dest string) {
 	list := waitDLQ(t, d, dest, len(ids), 90*time.Second)
 	// No attempt after the second: the count stays at 60.
 	time.Sleep(1500 * time.Millisecond)
-	if n := failing.Requests(); n != 60 {
+	if n := failing.Count(); n != 60 {
 		t.Errorf("the failing partner saw %d attempts, want exactly 60 (30 events × max_attempts 2)", n)
 	}
 	for _, id := range ids {
-		if n := failing.AttemptsOf(id); n != 2 {
+		if n := failing.Sent(id); n != 2 {
 			t.Errorf("event %s attempted %d times, want 2", id, n)
 		}
 	}
-	for _, r := range failing.Snapshot() {
+	for _, r := range failing.Requests() {
 		if r.Attempt < 1 || r.Attempt > 2 {
 			t.Errorf("event %s carried rivora-attempt %d with max_attempts 2", r.ID, r.Attempt)
 		}
@@ -588,7 +589,7 @@ func TestMinIODownDeadLettersWaitThenArchivedOnce(t *testing.T) {
 	publishLanes(t, c, plan{Destination: dest, Customer: customer, Lanes: lanesNamed("down", 3), PerLane: 15}, down)
 	downIDs := down.all()
 	poll.True(t, "every event published while MinIO is down to be attempted", 60*time.Second, func() bool {
-		return len(p.missingAttempts(downIDs)) == 0
+		return len(missingAttempts(p, downIDs)) == 0
 	})
 	waitUnarchived(t, d, dest, 45, 30*time.Second)
 	for _, id := range downIDs[:3] {
@@ -599,7 +600,7 @@ func TestMinIODownDeadLettersWaitThenArchivedOnce(t *testing.T) {
 	if n := unarchived(t, d, dest); n != 45 {
 		t.Errorf("with MinIO down for 3 s more: unarchivedDeadLetters = %d, want 45", n)
 	}
-	if n := p.Requests(); n != 60 {
+	if n := p.Count(); n != 60 {
 		t.Errorf("partner saw %d attempts, want 60 (max_attempts 1)", n)
 	}
 	if err := d.diedErr(); err != nil {
@@ -634,13 +635,11 @@ func TestMinIODownDeadLettersWaitThenArchivedOnce(t *testing.T) {
 	}
 }
 
-// missingAttempts returns the ids the partner has not seen at all.
-func (p *partner) missingAttempts(ids []string) []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// missingAttempts returns the ids p has not seen at all.
+func missingAttempts(p *partner.Partner, ids []string) []string {
 	var out []string
 	for _, id := range ids {
-		if p.attempts[id] == 0 {
+		if p.Sent(id) == 0 {
 			out = append(out, id)
 		}
 	}
@@ -670,7 +669,7 @@ func TestReplayInterruptedResumesWithoutResending(t *testing.T) {
 	if got := dlqStats(t, d, dest).GetTotal(); got != total {
 		t.Fatalf("dlq stats: %d dead letters, want %d", got, total)
 	}
-	if n := failing.Requests(); n != total {
+	if n := failing.Count(); n != total {
 		t.Errorf("failing partner saw %d attempts, want %d", n, total)
 	}
 
@@ -773,7 +772,7 @@ read:
 
 	recovered.WaitDelivered(t, ids, 90*time.Second)
 	time.Sleep(time.Second) // let a stray duplicate show
-	if n := recovered.Requests(); n != total {
+	if n := recovered.Count(); n != total {
 		t.Errorf("the partner got %d requests over both runs, want %d (each event once)", n, total)
 	}
 	if n := recovered.Duplicates(); n != 0 {
@@ -781,7 +780,7 @@ read:
 	}
 	var twice []string
 	for _, id := range ids {
-		if n := recovered.AttemptsOf(id); n != 1 {
+		if n := recovered.Sent(id); n != 1 {
 			twice = append(twice, fmt.Sprintf("%s×%d", id, n))
 		}
 	}

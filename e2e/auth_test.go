@@ -99,7 +99,9 @@ func TestAuthMatrix(t *testing.T) {
 	if secret == "" || d1.Msg.GetDestination().GetSecretFingerprint() != auth.Fingerprint(secret) {
 		t.Fatalf("CreateDestination's answer: secret %q, fingerprint %q", secret, d1.Msg.GetDestination().GetSecretFingerprint())
 	}
-	p.SetSecret(t, secret)
+	if err := p.SetSecret(secret); err != nil {
+		t.Fatal(err)
+	}
 	d2, err := adminC.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "d2", Url: p.URL()}))
 	if err != nil {
 		t.Fatalf("CreateDestination d2: %v", err)

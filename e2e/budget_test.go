@@ -15,6 +15,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -123,12 +124,12 @@ func TestBudgetWAFSettlesAndBystanderUnaffected(t *testing.T) {
 		t.Fatalf("bystander publish: %v", loadErr)
 	}
 
-	reqs := throttled.Snapshot()
+	reqs := throttled.Requests()
 	t.Logf("waf per second (2xx/other):%s", perSecond(reqs, t0, 20))
 	from, to := t0.Add(10*time.Second), t0.Add(20*time.Second)
 	all := count(reqs, from, to, nil)
 	ok := count(reqs, from, to, is2xx)
-	refused := count(reqs, from, to, func(r delivery) bool { return r.Status == 429 })
+	refused := count(reqs, from, to, func(r partner.Request) bool { return r.Status == 429 })
 	share := float64(refused) / float64(max(all, 1))
 	t.Logf("waf seconds 10–20: %d attempts, %d delivered (%.1f/s), %d × 429 (%.1f%%)", all, ok, float64(ok)/10, refused, 100*share)
 	if share >= 0.25 {
@@ -171,7 +172,7 @@ func TestBudgetWAFSettlesAndBystanderUnaffected(t *testing.T) {
 	}
 	calm.WaitDelivered(t, ids, 10*time.Second)
 	firstOK := map[string]time.Time{}
-	for _, rq := range calm.Snapshot() {
+	for _, rq := range calm.Requests() {
 		if rq.Status/100 == 2 {
 			if _, seen := firstOK[rq.ID]; !seen {
 				firstOK[rq.ID] = rq.At
@@ -218,7 +219,7 @@ func TestWhaleDoesNotStarveSmallCustomer(t *testing.T) {
 	t.Logf("whale: 1,000 events over 100 lanes published in %s", time.Since(tStart).Round(time.Millisecond))
 	// The whale is flowing and its backlog is the budget's, not a burst's.
 	poll.True(t, "the whale flowing for 2 s", 10*time.Second, func() bool {
-		first := firstAt(p.Snapshot(), is2xx)
+		first := firstAt(p.Requests(), is2xx)
 		return !first.IsZero() && time.Since(first) > 2*time.Second
 	})
 
@@ -235,7 +236,7 @@ func TestWhaleDoesNotStarveSmallCustomer(t *testing.T) {
 	for time.Since(tSmall) < 3*time.Second {
 		time.Sleep(50 * time.Millisecond)
 	}
-	reqs := p.Snapshot()
+	reqs := p.Requests()
 	var lastSmall time.Time
 	for _, rq := range reqs {
 		if rq.Customer == "small" && rq.Status/100 == 2 && rq.At.After(lastSmall) {
@@ -333,15 +334,15 @@ func TestBudgetLearnsTheWAFCeiling(t *testing.T) {
 	}
 	t.Logf("health samples (current/learned rate): %v", shown)
 
-	reqs := p.Snapshot()
+	reqs := p.Requests()
 	t.Logf("partner per second (2xx/other):%s", perSecond(reqs, t0, 45))
 	from, to := t0.Add(15*time.Second), t0.Add(45*time.Second)
 	all := count(reqs, from, to, nil)
 	ok := count(reqs, from, to, is2xx)
-	refused := count(reqs, from, to, func(r delivery) bool { return r.Status == 429 })
+	refused := count(reqs, from, to, func(r partner.Request) bool { return r.Status == 429 })
 	share := float64(refused) / float64(max(all, 1))
 	t.Logf("seconds 15–45: %d attempts, %d delivered (%.1f/s), %d × 429 (%.2f%%); before: %d attempts, %d × 429",
-		all, ok, float64(ok)/30, refused, 100*share, count(reqs, t0, from, nil), count(reqs, t0, from, func(r delivery) bool { return r.Status == 429 }))
+		all, ok, float64(ok)/30, refused, 100*share, count(reqs, t0, from, nil), count(reqs, t0, from, func(r partner.Request) bool { return r.Status == 429 }))
 	if share >= 0.05 {
 		t.Errorf("%.2f%% of attempts in seconds 15–45 were 429s, want < 5%%", 100*share)
 	}

@@ -28,6 +28,7 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -135,7 +136,7 @@ func (r *rig) SDK() *sdk.Client { return sdk.New(r.ingestURL, sdk.WithHTTPClient
 
 // createDestination registers id → p (server-generated secret) with the
 // destination's own limits (nil: none) and waits until the agents have it.
-func (r *rig) createDestination(t testing.TB, id string, p *partner, limits *rivorav1.Limits) {
+func (r *rig) createDestination(t testing.TB, id string, p *partner.Partner, limits *rivorav1.Limits) {
 	t.Helper()
 	resp, err := r.Admin().CreateDestination(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.CreateDestinationRequest{
 		Id: id, Url: p.URL(), Limits: limits, Author: "e2e",
@@ -143,11 +144,11 @@ func (r *rig) createDestination(t testing.TB, id string, p *partner, limits *riv
 	if err != nil {
 		t.Fatalf("CreateDestination %s: %v", id, err)
 	}
-	p.SetSecret(t, resp.Msg.GetDestination().GetSecret())
+	if err := p.SetSecret(resp.Msg.GetDestination().GetSecret()); err != nil {
+		t.Fatal(err)
+	}
 	if r.dev != nil {
-		p.mu.Lock()
-		p.dev = r.dev
-		p.mu.Unlock()
+		p.SetAlive(r.dev.diedErr)
 	}
 	r.waitApplied(t, resp.Msg.GetVersion())
 }
@@ -351,7 +352,7 @@ func publishRounds(ctx context.Context, c *sdk.Client, dest, customer string, la
 }
 
 // count reports the requests in [from, to) that match keep (nil: all).
-func count(reqs []delivery, from, to time.Time, keep func(delivery) bool) int {
+func count(reqs []partner.Request, from, to time.Time, keep func(partner.Request) bool) int {
 	n := 0
 	for _, r := range reqs {
 		if !r.At.Before(from) && r.At.Before(to) && (keep == nil || keep(r)) {
@@ -361,15 +362,15 @@ func count(reqs []delivery, from, to time.Time, keep func(delivery) bool) int {
 	return n
 }
 
-func is2xx(r delivery) bool { return r.Status/100 == 2 }
+func is2xx(r partner.Request) bool { return r.Status/100 == 2 }
 
-func customerOK(c string) func(delivery) bool {
-	return func(r delivery) bool { return r.Customer == c && r.Status/100 == 2 }
+func customerOK(c string) func(partner.Request) bool {
+	return func(r partner.Request) bool { return r.Customer == c && r.Status/100 == 2 }
 }
 
 // maxPerWindow is the largest number of requests matching keep within any
 // window of length w.
-func maxPerWindow(reqs []delivery, w time.Duration, keep func(delivery) bool) (int, time.Time) {
+func maxPerWindow(reqs []partner.Request, w time.Duration, keep func(partner.Request) bool) (int, time.Time) {
 	var at []time.Time
 	for _, r := range reqs {
 		if keep == nil || keep(r) {
@@ -390,7 +391,7 @@ func maxPerWindow(reqs []delivery, w time.Duration, keep func(delivery) bool) (i
 }
 
 // firstAt is the arrival of the first request matching keep (zero: none).
-func firstAt(reqs []delivery, keep func(delivery) bool) time.Time {
+func firstAt(reqs []partner.Request, keep func(partner.Request) bool) time.Time {
 	for _, r := range reqs {
 		if keep == nil || keep(r) {
 			return r.At
@@ -401,7 +402,7 @@ func firstAt(reqs []delivery, keep func(delivery) bool) time.Time {
 
 // perSecond renders per-second counts of 2xx and other answers since t0,
 // for logs.
-func perSecond(reqs []delivery, t0 time.Time, secs int) string {
+func perSecond(reqs []partner.Request, t0 time.Time, secs int) string {
 	var b strings.Builder
 	for s := range secs {
 		from := t0.Add(time.Duration(s) * time.Second)
@@ -416,8 +417,8 @@ func perSecond(reqs []delivery, t0 time.Time, secs int) string {
 // checkLanePrefix is checkLaneOrder for a destination that has not drained:
 // within every lane, a request for an event arrives only after every
 // earlier event of the lane was answered 2xx. It returns the violations.
-func checkLanePrefix(p *partner, byLane map[string][]string) []string {
-	reqs := p.Snapshot()
+func checkLanePrefix(p *partner.Partner, byLane map[string][]string) []string {
+	reqs := p.Requests()
 	index := map[string]int{}
 	laneOf := map[string]string{}
 	for lane, ids := range byLane {

@@ -52,7 +52,9 @@ func TestRivoractlSmoke(t *testing.T) {
 	}
 	// The secret is in create's answer only; get shows its fingerprint.
 	secret := created.GetSecret()
-	p.SetSecret(t, secret)
+	if err := p.SetSecret(secret); err != nil {
+		t.Fatal(err)
+	}
 	if got := getDestination(t, d, "d1"); got.GetSecret() != "" || got.GetSecretFingerprint() != auth.Fingerprint(secret) {
 		t.Errorf("destinations get d1: secret %q, fingerprint %q; want no secret, fingerprint %s", got.GetSecret(), got.GetSecretFingerprint(), auth.Fingerprint(secret))
 	}
@@ -70,7 +72,7 @@ func TestRivoractlSmoke(t *testing.T) {
 		t.Fatalf("publish printed no event id: %q", out)
 	}
 	p.WaitDelivered(t, []string{id}, 30*time.Second)
-	for _, r := range p.Snapshot() {
+	for _, r := range p.Requests() {
 		if r.ID == id && string(r.Payload) != `{"from":"rivoractl"}` {
 			t.Errorf("partner got payload %q", r.Payload)
 		}

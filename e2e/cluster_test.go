@@ -22,6 +22,7 @@ import (
 	"github.com/rivora/rivora/e2e/creds"
 	"github.com/rivora/rivora/e2e/jsdump"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -213,14 +214,14 @@ func (c *clusterCell) others(victim string) []string {
 // chosen agents, each lane in order, round by round.
 type clusterLoad struct {
 	dests    []string
-	partners map[string]*partner
+	partners map[string]*partner.Partner
 	lanes    int
 	pub      map[string]*published // destination → what was acked
 }
 
 func newClusterLoad(t testing.TB, r *rig, dests []string, lanes int) *clusterLoad {
 	t.Helper()
-	l := &clusterLoad{dests: dests, partners: map[string]*partner{}, lanes: lanes, pub: map[string]*published{}}
+	l := &clusterLoad{dests: dests, partners: map[string]*partner.Partner{}, lanes: lanes, pub: map[string]*published{}}
 	for _, d := range dests {
 		p := newPartner(t)
 		p.SetDelay(5 * time.Millisecond)
@@ -292,7 +293,7 @@ func (l *clusterLoad) check(t testing.TB, c *clusterCell, timeout time.Duration)
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for _, d := range l.dests {
-		if err := l.partners[d].waitDelivered(l.pub[d].all(), time.Until(deadline)); err != nil {
+		if err := l.partners[d].AwaitDelivered(l.pub[d].all(), time.Until(deadline)); err != nil {
 			var dump strings.Builder
 			for _, name := range c.names {
 				jsdump.Dump(context.Background(), &dump, c.natsURLs[name], cellNATS(t)...)
@@ -366,9 +367,9 @@ func TestClusterFailoverKill9(t *testing.T) {
 	t.Logf("all %d acked events delivered in lane order; %d duplicates", load.total(), dups)
 	// The survivors' deliveries name them.
 	for _, p := range load.partners {
-		for _, d := range p.Snapshot() {
-			if !strings.HasPrefix(d.Agent, "rivora/") {
-				t.Fatalf("delivery with user-agent %q, want rivora/<version> (<agent>)", d.Agent)
+		for _, d := range p.Requests() {
+			if !strings.HasPrefix(d.UserAgent, "rivora/") {
+				t.Fatalf("delivery with user-agent %q, want rivora/<version> (<agent>)", d.UserAgent)
 			}
 		}
 	}
@@ -411,8 +412,8 @@ func TestClusterFrozenAgent(t *testing.T) {
 	poll.True(t, "the first rounds delivered", 60*time.Second, func() bool { return load.delivered() >= load.total() })
 	before := 0
 	for _, p := range load.partners {
-		for _, d := range p.Snapshot() {
-			if strings.Contains(d.Agent, "("+victim+")") {
+		for _, d := range p.Requests() {
+			if strings.Contains(d.UserAgent, "("+victim+")") {
 				before++
 			}
 		}
@@ -460,8 +461,8 @@ func TestClusterFrozenAgent(t *testing.T) {
 	})
 	stale := 0
 	for _, p := range load.partners {
-		for _, d := range p.Snapshot() {
-			if d.At.After(thawAt) && strings.Contains(d.Agent, "("+victim+")") {
+		for _, d := range p.Requests() {
+			if d.At.After(thawAt) && strings.Contains(d.UserAgent, "("+victim+")") {
 				stale++
 			}
 		}

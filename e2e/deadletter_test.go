@@ -19,6 +19,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -40,7 +41,7 @@ func TestDeadLetterArchivedAndLaneAdvances(t *testing.T) {
 		t.Fatalf("publish: %v", err)
 	}
 
-	poll.True(t, "3 attempts at the failing partner", 60*time.Second, func() bool { return p.AttemptsOf(first) >= 3 })
+	poll.True(t, "3 attempts at the failing partner", 60*time.Second, func() bool { return p.Sent(first) >= 3 })
 	dl := waitDeadLetter(t, d.DataDir(), "dl", first, 60*time.Second)
 
 	if got := dl.GetAttempts(); got != 3 {
@@ -62,8 +63,8 @@ func TestDeadLetterArchivedAndLaneAdvances(t *testing.T) {
 
 	// The partner saw attempts 1, 2, 3, spaced by the backoff (1 s, 2 s,
 	// each jittered to at least half).
-	var seen []delivery
-	for _, r := range p.Snapshot() {
+	var seen []partner.Request
+	for _, r := range p.Requests() {
 		if r.ID == first {
 			seen = append(seen, r)
 		}
@@ -99,10 +100,10 @@ func TestDeadLetterArchivedAndLaneAdvances(t *testing.T) {
 	}
 	p.WaitDelivered(t, later, 30*time.Second)
 	checkLaneOrder(t, p, pub.ByLane, pub.Payloads, map[string]bool{first: true})
-	if n := p.AttemptsOf(first); n != 3 {
+	if n := p.Sent(first); n != 3 {
 		t.Errorf("dead event attempted %d times in total, want 3", n)
 	}
-	if n := p.OKCount(first); n != 0 {
+	if n := p.OK(first); n != 0 {
 		t.Errorf("dead event was answered 2xx %d times", n)
 	}
 

@@ -14,6 +14,7 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
 	"github.com/rivora/rivora/sdk/webhook"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -25,7 +26,7 @@ func TestDeliveryAcrossLanesAndDestinations(t *testing.T) {
 
 	type destCase struct {
 		id      string
-		p       *partner
+		p       *partner.Partner
 		pub     *published
 		lanes   []string
 		generic bool // let the server generate the secret
@@ -79,7 +80,7 @@ func TestDeliveryAcrossLanesAndDestinations(t *testing.T) {
 			t.Errorf("%s: checked %d lanes / %d events, want 10 / 100", dc.id, rep.Lanes, rep.Events)
 		}
 		t.Logf("%s: %d events over %d lanes delivered in order, %d requests, %d duplicates",
-			dc.id, rep.Events, rep.Lanes, dc.p.Requests(), rep.Duplicates)
+			dc.id, rep.Events, rep.Lanes, dc.p.Count(), rep.Duplicates)
 	}
 	if total != 300 {
 		t.Fatalf("published %d events, want 300", total)
@@ -141,7 +142,7 @@ func TestFailingDestinationIsolatedAndRecovers(t *testing.T) {
 	// healthy one flows: a first wave right away, a second at the end of a
 	// 10 s outage in which every lane head failed at least twice (long
 	// enough for backoff, halved budget and probe mode to set in).
-	poll.True(t, "first attempts at the failing destination", 30*time.Second, func() bool { return down.Requests() > 0 })
+	poll.True(t, "first attempts at the failing destination", 30*time.Second, func() bool { return down.Count() > 0 })
 	outage := time.Now()
 	upPub := newPublished()
 	wave := func(n int) {
@@ -152,7 +153,7 @@ func TestFailingDestinationIsolatedAndRecovers(t *testing.T) {
 		ids := upPub.all()[before:]
 		up.WaitDelivered(t, ids, 15*time.Second)
 		t.Logf("healthy destination, wave %d: %d events published and delivered in %s while the other answered 503 (%d failed attempts so far)",
-			n, len(ids), time.Since(start).Round(time.Millisecond), down.Requests())
+			n, len(ids), time.Since(start).Round(time.Millisecond), down.Count())
 	}
 	wave(1)
 	heads := make([]string, 0, len(lanes))
@@ -161,7 +162,7 @@ func TestFailingDestinationIsolatedAndRecovers(t *testing.T) {
 	}
 	poll.True(t, "a 10 s outage with every lane head failing twice", 60*time.Second, func() bool {
 		for _, h := range heads {
-			if down.AttemptsOf(h) < 2 {
+			if down.Sent(h) < 2 {
 				return false
 			}
 		}
@@ -171,7 +172,7 @@ func TestFailingDestinationIsolatedAndRecovers(t *testing.T) {
 	checkLaneOrder(t, up, upPub.ByLane, upPub.Payloads, nil)
 
 	// Recovery.
-	failedAttempts := down.Requests()
+	failedAttempts := down.Count()
 	down.SetHealthy()
 	recovered := time.Now()
 	down.WaitDelivered(t, downIDs, 40*time.Second)
@@ -262,7 +263,7 @@ func TestKill9MidDeliveryLosesNothing(t *testing.T) {
 	p.WaitDelivered(t, ids, 90*time.Second)
 	rep := checkLaneOrder(t, p, pub.ByLane, pub.Payloads, nil)
 	t.Logf("backlog after restart: %d events over %d lanes delivered, %d requests, %d duplicate deliveries",
-		rep.Events, rep.Lanes, p.Requests(), p.Duplicates())
+		rep.Events, rep.Lanes, p.Count(), p.Duplicates())
 
 	var liveAcked []string
 	for _, id := range live.all() {
@@ -274,7 +275,7 @@ func TestKill9MidDeliveryLosesNothing(t *testing.T) {
 	lrep := checkLaneOrder(t, lp, live.ByLane, live.Payloads, maybe)
 	maybeDelivered := 0
 	for id := range maybe {
-		if lp.OKCount(id) > 0 {
+		if lp.OK(id) > 0 {
 			maybeDelivered++
 		}
 	}

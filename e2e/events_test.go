@@ -11,6 +11,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -42,9 +43,9 @@ func waitListed(t testing.TB, d *devProc, want int, args ...string) *rivorav1.Li
 }
 
 // resends are the partner's requests carrying rivora-resend: 1.
-func resends(p *partner, id string) []delivery {
-	var out []delivery
-	for _, r := range p.Snapshot() {
+func resends(p *partner.Partner, id string) []partner.Request {
+	var out []partner.Request
+	for _, r := range p.Requests() {
 		if r.ID == id && r.Resend {
 			out = append(out, r)
 		}
@@ -94,7 +95,7 @@ func TestEventsListAndResendDelivered(t *testing.T) {
 	if string(r.Payload) != `{"n":0}` || r.Customer != "acme" || r.LaneKey != "user-1" {
 		t.Fatalf("resent delivery = %+v; want the original's payload and lane", r)
 	}
-	if n := p.OKCount(ids[0]); n != 2 {
+	if n := p.OK(ids[0]); n != 2 {
 		t.Fatalf("partner answered webhook-id %s 2xx %d times, want 2 (original and resend)", ids[0], n)
 	}
 	var audited *rivorav1.AuditEntry
@@ -126,7 +127,7 @@ func TestEventsListAndResendDelivered(t *testing.T) {
 	if err != nil {
 		t.Fatalf("publish: %v", err)
 	}
-	poll.True(t, "a failed attempt of the pending event", 30*time.Second, func() bool { return stuck.AttemptsOf(pending) >= 1 })
+	poll.True(t, "a failed attempt of the pending event", 30*time.Second, func() bool { return stuck.Sent(pending) >= 1 })
 	var pl *rivorav1.EventSummary
 	poll.True(t, "the pending event listed with its last failure", 20*time.Second, func() bool {
 		l := eventsList(t, d, "--destination", "evp", "--state", "pending")

@@ -58,7 +58,7 @@ func goneScenario(t *testing.T, r *rig, dest string) {
 		return got.GetDestination().GetDisabled()
 	})
 	disabledAt := time.Now()
-	held := p.Requests()
+	held := p.Count()
 	t.Logf("disabled %s after publishing, after %d requests", disabledAt.Sub(published).Round(time.Millisecond), held)
 	if dst := got.GetDestination(); !dst.GetPaused() || dst.GetPauseReason() != goneReason {
 		t.Fatalf("disabled destination: paused %v, pauseReason %q; want paused, %q", dst.GetPaused(), dst.GetPauseReason(), goneReason)
@@ -69,14 +69,14 @@ func goneScenario(t *testing.T, r *rig, dest string) {
 		t.Fatalf("partner got %d requests before the destination was disabled, want 1 to %d (one per lane at most)", held, len(lanes))
 	}
 	for _, id := range pub.all() {
-		if n := p.AttemptsOf(id); n > 1 {
+		if n := p.Sent(id); n > 1 {
 			t.Fatalf("event %s attempted %d times before the destination was disabled", id, n)
 		}
 	}
 
 	// Deliberate hold: zero attempts for 5 s while disabled.
 	for time.Since(disabledAt) < 5*time.Second {
-		if n := p.Requests(); n != held {
+		if n := p.Count(); n != held {
 			t.Fatalf("%d attempts reached the disabled destination %s after it showed disabled", n-held, time.Since(disabledAt).Round(time.Millisecond))
 		}
 		if err := r.died(); err != nil {
@@ -175,14 +175,14 @@ func TestCellGoneReportedAfterControlPlaneRestart(t *testing.T) {
 	if err := publishRounds(ctxTimeout(t, time.Minute), r.SDK(), "cpdown", "cust", lanes, 2, pub); err != nil {
 		t.Fatal(err)
 	}
-	poll.True(t, "the partner answered 410 once", 10*time.Second, func() bool { return p.Requests() > 0 })
+	poll.True(t, "the partner answered 410 once", 10*time.Second, func() bool { return p.Count() > 0 })
 	// Deliberate hold: 2 s without a control plane, and no attempt after
 	// the heads already in flight.
 	time.Sleep(2 * time.Second)
-	if n := p.Requests(); n > len(lanes) {
+	if n := p.Count(); n > len(lanes) {
 		t.Fatalf("partner got %d requests with the control plane down, want at most %d (one per lane)", n, len(lanes))
 	}
-	held := p.Requests()
+	held := p.Count()
 
 	c.cp.start()
 	c.cp.waitHealthy(60 * time.Second)
@@ -199,7 +199,7 @@ func TestCellGoneReportedAfterControlPlaneRestart(t *testing.T) {
 	if e := findAudit(r.auditJSON(t, "--destination", "cpdown"), "destination.disable", "cpdown"); e == nil || e.GetAuthor() != "rivora" {
 		t.Fatalf("audit destination.disable: %v", e)
 	}
-	if n := p.Requests(); n != held {
+	if n := p.Count(); n != held {
 		t.Fatalf("%d more attempts reached the partner while the report was pending", n-held)
 	}
 	if n := dlqListCount(t, r, "cpdown"); n != 0 {

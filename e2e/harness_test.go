@@ -23,6 +23,7 @@ import (
 
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/partner"
 
 	"github.com/rivora/rivora/e2e/creds"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -217,7 +218,7 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 
 // createDestination registers a destination pointing at p and hands p the
 // secret it must verify with. An empty secret lets the server generate one.
-func createDestination(t testing.TB, d *devProc, id string, p *partner, secret string, limits *rivorav1.Limits) *rivorav1.Destination {
+func createDestination(t testing.TB, d *devProc, id string, p *partner.Partner, secret string, limits *rivorav1.Limits) *rivorav1.Destination {
 	t.Helper()
 	resp, err := d.Admin().CreateDestination(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.CreateDestinationRequest{
 		Id: id, Url: p.URL(), Secret: secret, Limits: limits,
@@ -232,10 +233,10 @@ func createDestination(t testing.TB, d *devProc, id string, p *partner, secret s
 	if secret != "" && dst.GetSecret() != secret {
 		t.Fatalf("CreateDestination %s: secret in answer differs from the one given", id)
 	}
-	p.SetSecret(t, dst.GetSecret())
-	p.mu.Lock()
-	p.dev = d
-	p.mu.Unlock()
+	if err := p.SetSecret(dst.GetSecret()); err != nil {
+		t.Fatal(err)
+	}
+	p.SetAlive(d.diedErr)
 	waitConfigApplied(t, d, resp.Msg.GetVersion())
 	return dst
 }
@@ -262,10 +263,10 @@ type laneReport struct {
 // lane's last event whose publish failed). Repeated deliveries of an already
 // delivered event are counted, not failed. Every published event must have
 // been delivered (or be in skip) and payloads must match.
-func checkLaneOrder(t testing.TB, p *partner, published map[string][]string, payloads map[string][]byte, skip map[string]bool) laneReport {
+func checkLaneOrder(t testing.TB, p *partner.Partner, published map[string][]string, payloads map[string][]byte, skip map[string]bool) laneReport {
 	t.Helper()
-	reqs := p.Snapshot()
-	byLane := map[string][]delivery{}
+	reqs := p.Requests()
+	byLane := map[string][]partner.Request{}
 	for _, r := range reqs {
 		byLane[r.Lane] = append(byLane[r.Lane], r)
 	}

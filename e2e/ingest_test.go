@@ -19,6 +19,7 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/partner"
 )
 
 // Invalid events are refused with InvalidArgument and a message naming what
@@ -104,7 +105,7 @@ func TestIngestValidationAndIdempotency(t *testing.T) {
 		t.Fatalf("publish marker: %v", err)
 	}
 	p.WaitDelivered(t, []string{markerResp.Msg.GetEventId(), bigResp.Msg.GetEventId()}, 30*time.Second)
-	for _, r := range p.Snapshot() {
+	for _, r := range p.Requests() {
 		if r.LaneKey == batchLane && r.ID != markerResp.Msg.GetEventId() {
 			t.Errorf("event %s of the refused batch was delivered", r.ID)
 		}
@@ -167,7 +168,7 @@ func TestIngestValidationAndIdempotency(t *testing.T) {
 		t.Fatalf("publish after: %v", err)
 	}
 	p.WaitDelivered(t, []string{r1.Msg.GetEventId(), afterResp.Msg.GetEventId()}, 30*time.Second)
-	if n := p.AttemptsOf(r1.Msg.GetEventId()); n != 1 {
+	if n := p.Sent(r1.Msg.GetEventId()); n != 1 {
 		t.Errorf("event published 3 times with one idempotency key reached the partner %d times, want 1", n)
 	}
 
@@ -190,7 +191,7 @@ func TestIngestValidationAndIdempotency(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeAlreadyExists || !strings.Contains(connectMessage(err), "already used") {
 		t.Errorf("same key with another payload: %v, want AlreadyExists saying the key was already used", err)
 	}
-	if n := p.AttemptsOf(r1.Msg.GetEventId()); n != 1 {
+	if n := p.Sent(r1.Msg.GetEventId()); n != 1 {
 		t.Errorf("the refused reuse reached the partner: %d attempts of %s, want 1", n, r1.Msg.GetEventId())
 	}
 
@@ -264,8 +265,8 @@ func TestPublishJSONDataOverHTTP(t *testing.T) {
 		t.Fatalf("Publish answered %s (%v); want an eventId", out, err)
 	}
 	p.WaitDelivered(t, []string{answer.EventID}, 30*time.Second)
-	var got delivery
-	for _, r := range p.Snapshot() {
+	var got partner.Request
+	for _, r := range p.Requests() {
 		if r.ID == answer.EventID {
 			got = r
 		}
@@ -291,7 +292,7 @@ func TestPublishJSONDataOverHTTP(t *testing.T) {
 		t.Fatalf("binary Publish of data whose JSON is 260,001 bytes: %v", err)
 	}
 	p.WaitDelivered(t, []string{big.Msg.GetEventId()}, 30*time.Second)
-	for _, r := range p.Snapshot() {
+	for _, r := range p.Requests() {
 		if r.ID == big.Msg.GetEventId() && len(r.Payload) != 260_001 {
 			t.Fatalf("partner received %d bytes, want the 260,001 of the compact JSON", len(r.Payload))
 		}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,28 +12,20 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
 // newPoisonPartner is a partner that answers 400 to every request whose
 // payload contains poison and handles the rest as newPartner does.
-func newPoisonPartner(t testing.TB, poison []byte) *partner {
+func newPoisonPartner(t testing.TB, poison []byte) *partner.Partner {
 	t.Helper()
-	p := newPartner(t)
-	p.srv = listenLocal(t, "poison partner", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, "read body", http.StatusBadRequest)
-			return
+	return partner.New(t, partner.Options{Verify: true, Answer: func(r partner.Request) int {
+		if bytes.Contains(r.Payload, poison) {
+			return http.StatusBadRequest
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if bytes.Contains(body, poison) {
-			p.refuse(w, r, http.StatusBadRequest)
-			return
-		}
-		p.serve(w, r)
-	}))
-	return p
+		return 0
+	}})
 }
 
 // A poison event holds its lane: `lanes list --stuck` shows the lane with

@@ -19,6 +19,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -69,7 +70,7 @@ func (s *switchboard) refuse() {
 
 // createDestinationAt registers id → url, where p's handler answers (a
 // switchboard or a front in front of p).
-func createDestinationAt(t testing.TB, d *devProc, id, url string, p *partner, limits *rivorav1.Limits) {
+func createDestinationAt(t testing.TB, d *devProc, id, url string, p *partner.Partner, limits *rivorav1.Limits) {
 	t.Helper()
 	resp, err := d.Admin().CreateDestination(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.CreateDestinationRequest{
 		Id: id, Url: url, Limits: limits,
@@ -77,10 +78,10 @@ func createDestinationAt(t testing.TB, d *devProc, id, url string, p *partner, l
 	if err != nil {
 		t.Fatalf("CreateDestination %s: %v", id, err)
 	}
-	p.SetSecret(t, resp.Msg.GetDestination().GetSecret())
-	p.mu.Lock()
-	p.dev = d
-	p.mu.Unlock()
+	if err := p.SetSecret(resp.Msg.GetDestination().GetSecret()); err != nil {
+		t.Fatal(err)
+	}
+	p.SetAlive(d.diedErr)
 	waitConfigApplied(t, d, resp.Msg.GetVersion())
 }
 
@@ -130,7 +131,7 @@ func outageEvents(t testing.TB, d *devProc, dest string) *published {
 // heldAndRecovers checks, at the end of an outage, that a lane head says
 // it is held by its parked destination with no attempt used, then brings
 // the partner back and waits for every event, in lane order.
-func heldAndRecovers(t *testing.T, d *devProc, dest string, p *partner, pub *published, recover func()) {
+func heldAndRecovers(t *testing.T, d *devProc, dest string, p *partner.Partner, pub *published, recover func()) {
 	t.Helper()
 	head := pub.ByLane["acme/u-000"][0]
 	mostTries := 0
@@ -175,7 +176,7 @@ func heldAndRecovers(t *testing.T, d *devProc, dest string, p *partner, pub *pub
 	recover()
 	recovered := time.Now()
 	p.WaitDelivered(t, pub.all(), 30*time.Second)
-	t.Logf("partner back: all %d events delivered %s later (%d requests in all)", len(pub.all()), time.Since(recovered).Round(time.Millisecond), p.Requests())
+	t.Logf("partner back: all %d events delivered %s later (%d requests in all)", len(pub.all()), time.Since(recovered).Round(time.Millisecond), p.Count())
 	rep := checkLaneOrder(t, p, pub.ByLane, pub.Payloads, nil)
 	t.Logf("%d lanes in order, %d duplicates", rep.Lanes, rep.Duplicates)
 	if n := deadLetterCount(t, d, dest); n != 0 {
@@ -190,7 +191,7 @@ func heldAndRecovers(t *testing.T, d *devProc, dest string, p *partner, pub *pub
 func TestOutageRefusedThen503CostsNoEvent(t *testing.T) {
 	d := startDev(t, devOptions{})
 	p := newPartner(t)
-	sw := newSwitchboard(t, p.srv.Config.Handler)
+	sw := newSwitchboard(t, p)
 	createDestinationAt(t, d, "crm", sw.URL(), p, &rivorav1.Limits{MaxAttempts: 3})
 	start := time.Now()
 	pub := outageEvents(t, d, "crm")
@@ -199,7 +200,7 @@ func TestOutageRefusedThen503CostsNoEvent(t *testing.T) {
 	p.SetStatus(http.StatusServiceUnavailable)
 	sw.listen()
 	outageFor(t, d, "crm", start.Add(30*time.Second))
-	if p.Requests() == 0 {
+	if p.Count() == 0 {
 		t.Fatal("the partner got no request while it answered 503: the destination is not probed")
 	}
 	heldAndRecovers(t, d, "crm", p, pub, p.SetHealthy)
@@ -233,18 +234,16 @@ func TestOutageTimeoutsCostNoEvent(t *testing.T) {
 // outage.)
 func TestOnePayload500DeadLettersAfterMaxAttempts(t *testing.T) {
 	d := startDev(t, devOptions{})
-	p := newPartner(t)
-	// Its id follows from its idempotency key, so the front knows it.
+	// Its id follows from its idempotency key, so the partner knows it.
 	const badKey = "e2e-bad-payload-1"
 	bad := sdk.EventID("shop", "beta", badKey)
-	front := listenLocal(t, "front", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("webhook-id") == bad {
-			p.refuse(w, r, http.StatusInternalServerError)
-			return
+	p := partner.New(t, partner.Options{Verify: true, Answer: func(r partner.Request) int {
+		if r.ID == bad {
+			return http.StatusInternalServerError
 		}
-		p.srv.Config.Handler.ServeHTTP(w, r)
-	}))
-	createDestinationAt(t, d, "shop", front.URL+"/hook", p, &rivorav1.Limits{MaxAttempts: 3})
+		return 0
+	}})
+	createDestinationAt(t, d, "shop", p.URL(), p, &rivorav1.Limits{MaxAttempts: 3})
 	c := d.SDK()
 	ctx := ctxTimeout(t, time.Minute)
 	pub := newPublished()
@@ -283,7 +282,7 @@ func TestOnePayload500DeadLettersAfterMaxAttempts(t *testing.T) {
 	}
 	p.WaitDelivered(t, others, 30*time.Second)
 	checkLaneOrder(t, p, pub.ByLane, pub.Payloads, map[string]bool{bad: true})
-	if n := p.AttemptsOf(bad); n != 3 {
+	if n := p.Sent(bad); n != 3 {
 		t.Errorf("the refused event reached the partner %d times, want max_attempts 3", n)
 	}
 	if n := deadLetterCount(t, d, "shop"); n != 1 {
@@ -302,10 +301,10 @@ func TestWindowEndsOutageNotBefore(t *testing.T) {
 	p.SetStatus(http.StatusServiceUnavailable)
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	rivoractl(t, d, "destinations", "create", "crm", "--url", p.URL(), "--secret", secret, "--window", "20s", "--max-attempts", "3", "--wait")
-	p.SetSecret(t, secret)
-	p.mu.Lock()
-	p.dev = d
-	p.mu.Unlock()
+	if err := p.SetSecret(secret); err != nil {
+		t.Fatal(err)
+	}
+	p.SetAlive(d.diedErr)
 
 	start := time.Now()
 	pub := newPublished()
@@ -372,7 +371,7 @@ func destinationHealth(t testing.TB, d *devProc, dest string) *rivorav1.Destinat
 func TestOutage500And520CostNoEvent(t *testing.T) {
 	d := startDev(t, devOptions{})
 	statuses := map[string]int{"crash": http.StatusInternalServerError, "cdn": 520}
-	partners, published := map[string]*partner{}, map[string]*published{}
+	partners, published := map[string]*partner.Partner{}, map[string]*published{}
 	for dest, status := range statuses {
 		p := newPartner(t)
 		p.SetStatus(status)

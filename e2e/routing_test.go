@@ -30,6 +30,7 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -37,7 +38,7 @@ import (
 type routedDest struct {
 	id        string
 	owner     string
-	partner   *partner
+	partner   *partner.Partner
 	delivered []string // lane "ok"
 	dead      []string // lane "bad": dead letters, then replayed
 }
@@ -144,7 +145,7 @@ func TestCellOperatorOneAddress(t *testing.T) {
 	stuck.SetStatus(http.StatusBadRequest)
 	r.createDestination(t, stuckDest, stuck, &rivorav1.Limits{MaxAttempts: 1000})
 	stuckIDs := publishN(t, publisher, stuckDest, "stuck", 3)
-	poll.True(t, "the stuck lane's head attempted", 30*time.Second, func() bool { return stuck.AttemptsOf(stuckIDs[0]) >= 1 })
+	poll.True(t, "the stuck lane's head attempted", 30*time.Second, func() bool { return stuck.Sent(stuckIDs[0]) >= 1 })
 
 	t.Run("lanes list", func(t *testing.T) {
 		var lane *rivorav1.LaneSummary
@@ -248,7 +249,7 @@ func TestCellOperatorOneAddress(t *testing.T) {
 		if resp.Msg.GetWas() != rivorav1.EventState_EVENT_STATE_DELIVERED || resp.Msg.GetDestinationId() != d.id {
 			t.Errorf("resend %s: was %v, destination %s; want delivered, %s", id, resp.Msg.GetWas(), resp.Msg.GetDestinationId(), d.id)
 		}
-		poll.True(t, "the resent event delivered again", 60*time.Second, func() bool { return d.partner.OKCount(id) >= 2 })
+		poll.True(t, "the resent event delivered again", 60*time.Second, func() bool { return d.partner.OK(id) >= 2 })
 	})
 
 	t.Run("embedded NATS needs the cell's credential", func(t *testing.T) {

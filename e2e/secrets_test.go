@@ -12,11 +12,12 @@ import (
 	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
+	"github.com/rivora/rivora/testkit/partner"
 )
 
 // publishDelivered publishes one event to dest with rivoractl and returns
 // the partner's record of its delivery.
-func publishDelivered(t *testing.T, d *devProc, p *partner, dest string) delivery {
+func publishDelivered(t *testing.T, d *devProc, p *partner.Partner, dest string) partner.Request {
 	t.Helper()
 	out := rivoractl(t, d, "publish", "--destination", dest, "--customer", "c1", "--lane", "l1", "--type", "t", "--data", `{"n":1}`)
 	id := eventIDPattern.FindString(out)
@@ -24,17 +25,17 @@ func publishDelivered(t *testing.T, d *devProc, p *partner, dest string) deliver
 		t.Fatalf("publish printed no event id: %q", out)
 	}
 	p.WaitDelivered(t, []string{id}, 30*time.Second)
-	for _, r := range p.Snapshot() {
+	for _, r := range p.Requests() {
 		if r.ID == id {
 			return r
 		}
 	}
 	t.Fatalf("the partner has no record of %s", id)
-	return delivery{}
+	return partner.Request{}
 }
 
 // verifiesWith says whether a receiver holding secret accepts r.
-func verifiesWith(t *testing.T, secret string, r delivery) error {
+func verifiesWith(t *testing.T, secret string, r partner.Request) error {
 	t.Helper()
 	v, err := webhook.NewVerifier(secret)
 	if err != nil {
@@ -64,7 +65,9 @@ func TestRotateSecret(t *testing.T) {
 		t.Fatalf("destinations create -o json is not a Destination:\n%s", out)
 	}
 	old := created.GetSecret()
-	p.SetSecret(t, old)
+	if err := p.SetSecret(old); err != nil {
+		t.Fatal(err)
+	}
 
 	rotated := rotateJSON(t, d, "r1", "--grace", "1h")
 	fresh := rotated.GetSecret()
@@ -91,7 +94,9 @@ func TestRotateSecret(t *testing.T) {
 	// A grace of 2 seconds: deliveries carry both until it ends, then the
 	// newest secret alone.
 	newest := rotateJSON(t, d, "r1", "--grace", "2s").GetSecret()
-	p.SetSecret(t, newest)
+	if err := p.SetSecret(newest); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r = publishDelivered(t, d, p, "r1")
@@ -157,7 +162,9 @@ func TestCustomHeaders(t *testing.T) {
 	if strings.Contains(out, "gw-s3cret") {
 		t.Fatalf("create shows a header value:\n%s", out)
 	}
-	p.SetSecret(t, created.GetSecret())
+	if err := p.SetSecret(created.GetSecret()); err != nil {
+		t.Fatal(err)
+	}
 
 	r := publishDelivered(t, d, p, "h1")
 	if r.Header.Get("Authorization") != "Bearer gw-s3cret" || r.Header.Get("X-Tenant") != "a, b" {

@@ -46,7 +46,9 @@ func TestSSRFAllowDestinationCIDR(t *testing.T) {
 	p := newPartner(t)
 	rivoractl(t, d, "destinations", "create", "private", "--url", "http://10.1.2.3:8080/hook")
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-	p.SetSecret(t, secret)
+	if err := p.SetSecret(secret); err != nil {
+		t.Fatal(err)
+	}
 	rivoractl(t, d, "destinations", "create", "local", "--url", p.URL(), "--secret", secret, "--wait")
 	for url, want := range map[string]string{
 		"http://192.168.1.10/hook": "192.168.0.0/16 (private, RFC 1918)",

@@ -19,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -92,7 +93,7 @@ func pauseScenario(t *testing.T, r *rig, dest string) {
 	// Every lane's head failed at least twice: its retry is scheduled.
 	poll.True(t, "every lane head attempted twice", 20*time.Second, func() bool {
 		for _, lane := range lanes {
-			if p.AttemptsOf(pub.ByLane["cust/"+lane][0]) < 2 {
+			if p.Sent(pub.ByLane["cust/"+lane][0]) < 2 {
 				return false
 			}
 		}
@@ -108,7 +109,7 @@ func pauseScenario(t *testing.T, r *rig, dest string) {
 	if !strings.Contains(out, "applied by") {
 		t.Errorf("pause --wait printed %q, want the wait report", out)
 	}
-	held := p.Requests()
+	held := p.Count()
 	pausedAt := time.Now()
 
 	p.SetHealthy()
@@ -124,7 +125,7 @@ func pauseScenario(t *testing.T, r *rig, dest string) {
 	}
 	// Deliberate hold: zero attempts for 5 s while paused.
 	for time.Since(pausedAt) < 5*time.Second {
-		if n := p.Requests(); n != held {
+		if n := p.Count(); n != held {
 			t.Fatalf("%d attempts reached the paused destination %s after pause --wait returned", n-held, time.Since(pausedAt).Round(time.Millisecond))
 		}
 		if err := r.died(); err != nil {
@@ -132,7 +133,7 @@ func pauseScenario(t *testing.T, r *rig, dest string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := p.Requests(); n != held {
+	if n := p.Count(); n != held {
 		t.Fatalf("%d attempts reached the paused destination within 5 s", n-held)
 	}
 
@@ -191,13 +192,13 @@ func limitsScenario(t *testing.T, r *rig, limitsPath, dest string) {
 		t.Fatal(err)
 	}
 	poll.True(t, "first delivery", 10*time.Second, func() bool { return p.Delivered() > 0 })
-	first := firstAt(p.Snapshot(), nil)
+	first := firstAt(p.Requests(), nil)
 
 	// 1. 4/s from the file (timed observation window of 4 s).
 	for time.Since(first) < 4*time.Second {
 		time.Sleep(50 * time.Millisecond)
 	}
-	n := count(p.Snapshot(), first, first.Add(4*time.Second), nil)
+	n := count(p.Requests(), first, first.Add(4*time.Second), nil)
 	t.Logf("at 4/s (file): %d requests in 4 s", n)
 	if float64(n)/4 > 7 {
 		t.Errorf("observed %.2f/s with the file at 4/s, want ≤ 7/s", float64(n)/4)
@@ -215,7 +216,7 @@ func limitsScenario(t *testing.T, r *rig, limitsPath, dest string) {
 	for time.Since(rise) < 2*time.Second {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if up := count(p.Snapshot(), rise, rise.Add(2*time.Second), nil); up < 40 {
+	if up := count(p.Requests(), rise, rise.Add(2*time.Second), nil); up < 40 {
 		t.Errorf("with the file at 40/s: %d requests in 2 s, want ≥ 40 (20/s)", up)
 	} else {
 		t.Logf("with the file at 40/s: %.1f/s over 2 s", float64(up)/2)
@@ -230,11 +231,11 @@ func limitsScenario(t *testing.T, r *rig, limitsPath, dest string) {
 	for time.Since(drop) < 2*time.Second {
 		time.Sleep(50 * time.Millisecond)
 	}
-	held := count(p.Snapshot(), drop, drop.Add(2*time.Second), nil)
+	held := count(p.Requests(), drop, drop.Add(2*time.Second), nil)
 	if held > 26 {
 		t.Errorf("after the override to 10/s: %d requests in 2 s, want ≤ 26", held)
 	}
-	t.Logf("per second since the first delivery:%s", perSecond(p.Snapshot(), first, int(time.Since(first).Seconds())))
+	t.Logf("per second since the first delivery:%s", perSecond(p.Requests(), first, int(time.Since(first).Seconds())))
 
 	// Health comes from the agent (through the control plane in a cell):
 	// the override is what the agent's budget runs. Asked while the
@@ -276,7 +277,7 @@ func limitsScenario(t *testing.T, r *rig, limitsPath, dest string) {
 // waitRate polls until ok(requests in the trailing second) holds, looking
 // only at trailing seconds that end after from; it fails the test when that
 // has not happened within limit of from.
-func waitRate(t *testing.T, p *partner, from time.Time, limit time.Duration, ok func(int) bool) time.Time {
+func waitRate(t *testing.T, p *partner.Partner, from time.Time, limit time.Duration, ok func(int) bool) time.Time {
 	t.Helper()
 	var last int
 	var reached time.Time
@@ -285,7 +286,7 @@ func waitRate(t *testing.T, p *partner, from time.Time, limit time.Duration, ok 
 		if !now.After(from) {
 			return errNotYet
 		}
-		if last = count(p.Snapshot(), now.Add(-time.Second), now, nil); !ok(last) {
+		if last = count(p.Requests(), now.Add(-time.Second), now, nil); !ok(last) {
 			return errNotYet
 		}
 		reached = now
@@ -293,7 +294,7 @@ func waitRate(t *testing.T, p *partner, from time.Time, limit time.Duration, ok 
 	})
 	if err != nil {
 		t.Fatalf("rate not reached within %s: last trailing-second count %d; per second:%s", limit, last,
-			perSecond(p.Snapshot(), from.Add(-3*time.Second), 3+int(limit.Seconds())+1))
+			perSecond(p.Requests(), from.Add(-3*time.Second), 3+int(limit.Seconds())+1))
 	}
 	return reached
 }
@@ -322,7 +323,7 @@ func TestSteeringWeightsShareAndFlip(t *testing.T) {
 	pubDone := time.Now()
 
 	share := func(from, to time.Time, c string) (float64, int) {
-		reqs := p.Snapshot()
+		reqs := p.Requests()
 		all := count(reqs, from, to, is2xx)
 		return float64(count(reqs, from, to, customerOK(c))) / float64(max(all, 1)), all
 	}

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -178,7 +179,7 @@ func callerContext(t *testing.T, traceHex, spanHex string) context.Context {
 }
 
 // traceparentOf splits a webhook's traceparent into trace and span id.
-func traceparentOf(t *testing.T, d delivery) (traceID, spanID string) {
+func traceparentOf(t *testing.T, d partner.Request) (traceID, spanID string) {
 	t.Helper()
 	parts := strings.Split(d.Header.Get("Traceparent"), "-")
 	if len(parts) != 4 || parts[0] != "00" {
@@ -238,7 +239,7 @@ func TestTracesFollowEventAcrossRestart(t *testing.T) {
 	if _, ok := attempt.Attrs["rivora.budget_wait_ms"]; !ok {
 		t.Errorf("attempt span has no rivora.budget_wait_ms")
 	}
-	for _, del := range orders.Snapshot() {
+	for _, del := range orders.Requests() {
 		if del.ID != id {
 			continue
 		}
@@ -274,8 +275,8 @@ func TestTracesFollowEventAcrossRestart(t *testing.T) {
 	d.Restart()
 	flaky.WaitDelivered(t, []string{failing}, 60*time.Second)
 
-	var retried delivery
-	for _, del := range flaky.Snapshot() {
+	var retried partner.Request
+	for _, del := range flaky.Requests() {
 		if del.ID == failing && del.Status == http.StatusOK {
 			retried = del
 		}
@@ -321,7 +322,7 @@ func TestTraceparentPassesThroughWithTracingOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.WaitDelivered(t, []string{id}, 30*time.Second)
-	del := p.Snapshot()[0]
+	del := p.Requests()[0]
 	if tid, sid := traceparentOf(t, del); tid != traceID || sid != callerSpan {
 		t.Errorf("webhook traceparent %s/%s, want the publisher's %s/%s", tid, sid, traceID, callerSpan)
 	}

@@ -20,23 +20,22 @@ func TestGoneDoesNotCountAttempts(t *testing.T) {
 	const gone = 5
 	var mu sync.Mutex
 	var head string
-	p := newPartner(t, func(id string, n int) bool {
+	p := newPartner(t, http.StatusGone, func(id string, n int) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return id == head && n <= gone
 	})
-	p.failStatus = http.StatusGone
 	archRoot := t.TempDir()
-	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.srv.URL, 2)})
+	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 2)})
 	mu.Lock()
 	head = n.publish("orders", "u1")
 	mu.Unlock()
 	next := n.publish("orders", "u1")
 	n.run(true)
 	poll.True(t, "both events delivered in lane order", 10*time.Second, func() bool {
-		return slices.Equal(p.delivered()["u1"], []string{head, next})
+		return slices.Equal(p.DeliveredByLane()["u1"], []string{head, next})
 	})
-	if r := p.requests(head); r != gone+1 {
+	if r := p.Sent(head); r != gone+1 {
 		t.Fatalf("head sent %d times, want %d answers 410 then one 2xx", r, gone+1)
 	}
 	if objs := findObjects(t, archRoot); len(objs) != 0 {

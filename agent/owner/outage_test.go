@@ -31,25 +31,24 @@ func TestDestinationDownCostsNoAttempt(t *testing.T) {
 func destinationDownCostsNoAttempt(t *testing.T, status int) {
 	var mu sync.Mutex
 	down := true
-	p := newPartner(t, func(string, int) bool {
+	p := newPartner(t, status, func(string, int) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return down
 	})
-	p.failStatus = status
-	n := open(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{dest("orders", p.srv.URL, 2)})
+	n := open(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{dest("orders", p.URL(), 2)})
 	ids := []string{n.publish("orders", "u1"), n.publish("orders", "u1"), n.publish("orders", "u2")}
 	n.run(true)
 	poll.True(t, "both lane heads sent 4 times (twice max_attempts)", 20*time.Second, func() bool {
-		return p.requests(ids[0]) >= 4 && p.requests(ids[2]) >= 4
+		return p.Sent(ids[0]) >= 4 && p.Sent(ids[2]) >= 4
 	})
 	for _, id := range []string{ids[0], ids[2]} {
 		loc, ok := n.sched.Find(id)
 		if !ok {
-			t.Fatalf("event %s is no longer pending after %d attempts at a destination that is down", id, p.requests(id))
+			t.Fatalf("event %s is no longer pending after %d attempts at a destination that is down", id, p.Sent(id))
 		}
 		if h := loc.Head; h.Attempts != 0 || !h.HeldByDestination || h.LastStatus != status || h.WindowEnd.IsZero() {
-			t.Fatalf("event %s head after %d failed tries: %+v; want 0 attempts charged, held by its destination, last status %d, a window end", id, p.requests(id), h, status)
+			t.Fatalf("event %s head after %d failed tries: %+v; want 0 attempts charged, held by its destination, last status %d, a window end", id, p.Sent(id), h, status)
 		}
 	}
 	if snap := n.sched.Snapshot("orders"); len(snap) != 1 || snap[0].State == budget.Healthy {
@@ -59,10 +58,10 @@ func destinationDownCostsNoAttempt(t *testing.T, status int) {
 	down = false
 	mu.Unlock()
 	poll.True(t, "every event delivered once the destination is back", 20*time.Second, func() bool {
-		d := p.delivered()
+		d := p.DeliveredByLane()
 		return len(d["u1"]) == 2 && len(d["u2"]) == 1
 	})
-	if got := p.delivered()["u1"]; got[0] != ids[0] || got[1] != ids[1] {
+	if got := p.DeliveredByLane()["u1"]; got[0] != ids[0] || got[1] != ids[1] {
 		t.Fatalf("lane u1 delivered %v, want %v in order", got, ids[:2])
 	}
 }
@@ -79,14 +78,13 @@ func TestOnePayloadRefusedOnHealthyDestinationCounts(t *testing.T) {
 func onePayloadRefusedCounts(t *testing.T, status int) {
 	var mu sync.Mutex
 	var badID string
-	p := newPartner(t, func(id string, _ int) bool {
+	p := newPartner(t, status, func(id string, _ int) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return id == badID
 	})
-	p.failStatus = status
 	archRoot := t.TempDir()
-	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.srv.URL, 3)})
+	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 3)})
 	n.run(true)
 	// Traffic that the partner accepts, before and between the bad event's
 	// attempts.
@@ -102,16 +100,16 @@ func onePayloadRefusedCounts(t *testing.T, status int) {
 	}()
 	defer wg.Wait()
 	defer cancel()
-	poll.True(t, "the partner accepting other events", 10*time.Second, func() bool { return len(p.delivered()["good"]) >= 10 })
+	poll.True(t, "the partner accepting other events", 10*time.Second, func() bool { return len(p.DeliveredByLane()["good"]) >= 10 })
 	mu.Lock()
 	badID = n.publish("orders", "bad")
 	mu.Unlock()
 	after := n.publish("orders", "bad")
 	poll.True(t, "the bad event dead and its lane moved on", 30*time.Second, func() bool {
-		d := p.delivered()["bad"]
+		d := p.DeliveredByLane()["bad"]
 		return len(d) == 1 && d[0] == after
 	})
-	if r := p.requests(badID); r != 3 {
+	if r := p.Sent(badID); r != 3 {
 		t.Fatalf("the refused event was sent %d times, want max_attempts = 3", r)
 	}
 	poll.True(t, "its dead letter archived", 20*time.Second, func() bool {
@@ -133,9 +131,9 @@ func onePayloadRefusedCounts(t *testing.T, status int) {
 // request, while its destination stays healthy at its configured rate and
 // another customer's events on it flow.
 func TestUnsendableEventIsTheEventsFault(t *testing.T) {
-	p := newPartner(t, nil)
+	p := newPartner(t, http.StatusBadRequest, nil)
 	archRoot := t.TempDir()
-	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.srv.URL, 3)})
+	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 3)})
 	n.run(true)
 	poison := &rivorav1.Event{
 		EventId: "evt_poison", DestinationId: "orders", CustomerId: "mallory", LaneKey: "m", Type: "t",
@@ -149,7 +147,7 @@ func TestUnsendableEventIsTheEventsFault(t *testing.T) {
 		others = append(others, n.publish("orders", "neighbour"))
 	}
 	poll.True(t, "the neighbour's 20 events delivered", 10*time.Second, func() bool {
-		return slices.Equal(p.delivered()["neighbour"], others)
+		return slices.Equal(p.DeliveredByLane()["neighbour"], others)
 	})
 	poll.True(t, "the unsendable event dead-lettered", 20*time.Second, func() bool {
 		return len(findObjects(t, archRoot)) > 0
@@ -160,7 +158,7 @@ func TestUnsendableEventIsTheEventsFault(t *testing.T) {
 		!strings.Contains(letters[0].GetLastError(), "Content-Type") {
 		t.Fatalf("dead letters %v, want evt_poison after 3 attempts, max attempts, no status, an error naming Content-Type", letters)
 	}
-	if r := p.requests("evt_poison"); r != 0 {
+	if r := p.Sent("evt_poison"); r != 0 {
 		t.Fatalf("the partner got the unsendable event %d times, want 0", r)
 	}
 	snap := n.sched.Snapshot("orders")

@@ -7,11 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,6 +36,7 @@ import (
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/ssrf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -48,60 +47,20 @@ const (
 
 // ---- partner ---------------------------------------------------------------
 
-// partner is a webhook receiver on 127.0.0.1. fail decides, per request,
-// whether to answer failStatus (400, a payload the partner refuses, unless
-// set) instead of 200.
-type partner struct {
-	srv        *httptest.Server
-	failStatus int
-
-	mu   sync.Mutex
-	log  []hit // every request, in arrival order
-	fail func(id string, n int) bool
-	seen map[string]int
-}
-
-type hit struct {
-	id, lane string
-	ok       bool
-}
-
-func newPartner(t *testing.T, fail func(id string, n int) bool) *partner {
-	p := &partner{fail: fail, seen: make(map[string]int), failStatus: http.StatusBadRequest}
-	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		id := r.Header.Get("webhook-id")
-		p.mu.Lock()
-		p.seen[id]++
-		bad := p.fail != nil && p.fail(id, p.seen[id])
-		status := p.failStatus
-		p.log = append(p.log, hit{id: id, lane: r.Header.Get("rivora-lane"), ok: !bad})
-		p.mu.Unlock()
-		if bad {
-			http.Error(w, "boom", status)
-		}
-	}))
-	t.Cleanup(p.srv.Close)
-	return p
-}
-
-// delivered lists ids answered 2xx, in order, per lane.
-func (p *partner) delivered() map[string][]string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make(map[string][]string)
-	for _, h := range p.log {
-		if h.ok {
-			out[h.lane] = append(out[h.lane], h.id)
+// newPartner starts a partner (testkit/partner) that verifies nothing and
+// answers status where fail says so for an event id's n-th request (this
+// one included), 200 otherwise.
+func newPartner(t *testing.T, status int, fail func(id string, n int) bool) *partner.Partner {
+	var answer func(partner.Request) int
+	if fail != nil {
+		answer = func(r partner.Request) int {
+			if fail(r.ID, r.Sent) {
+				return status
+			}
+			return 0
 		}
 	}
-	return out
-}
-
-func (p *partner) requests(id string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.seen[id]
+	return partner.New(t, partner.Options{Answer: answer, RefusalBody: "boom\n"})
 }
 
 // ---- node: one set of partition owners over one embedded server -------------
@@ -282,12 +241,12 @@ func dest(id, url string, maxAttempts int32) *rivorav1.Destination {
 func TestMoveDeliverReclaim(t *testing.T) {
 	var slowHead string
 	var mu sync.Mutex
-	p := newPartner(t, func(id string, n int) bool {
+	p := newPartner(t, http.StatusBadRequest, func(id string, n int) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return id == slowHead && n == 1
 	})
-	n := open(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{dest("orders", p.srv.URL, 5), dest("billing", p.srv.URL, 5)})
+	n := open(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{dest("orders", p.URL(), 5), dest("billing", p.URL(), 5)})
 	want := make(map[string][]string)
 	for i := range 4 {
 		for _, l := range []struct{ dest, lane string }{{"orders", "slow"}, {"orders", "u1"}, {"billing", "u2"}} {
@@ -302,7 +261,7 @@ func TestMoveDeliverReclaim(t *testing.T) {
 	}
 	n.run(true)
 	poll.True(t, "every event delivered", 15*time.Second, func() bool {
-		got := p.delivered()
+		got := p.DeliveredByLane()
 		for lane, ids := range want {
 			if len(got[lane]) < len(ids) {
 				return false
@@ -311,11 +270,11 @@ func TestMoveDeliverReclaim(t *testing.T) {
 		return true
 	})
 	for lane, ids := range want {
-		if got := p.delivered()[lane]; !slices.Equal(got, ids) {
+		if got := p.DeliveredByLane()[lane]; !slices.Equal(got, ids) {
 			t.Fatalf("lane %s delivered %v, want %v in order", lane, got, ids)
 		}
 	}
-	if r := p.requests(want["slow"][0]); r != 2 {
+	if r := p.Sent(want["slow"][0]); r != 2 {
 		t.Fatalf("failing head was sent %d times, want 2 (one failure, one retry)", r)
 	}
 	// The partner sees a delivery before its answer reaches the worker.
@@ -332,16 +291,14 @@ func TestMoveDeliverReclaim(t *testing.T) {
 func TestRebuildRestoresLanesAndAttempts(t *testing.T) {
 	var failID string
 	var mu sync.Mutex
-	p := newPartner(t, func(id string, _ int) bool {
+	// 503: the destination's fault, the lane is held by it.
+	p := newPartner(t, http.StatusServiceUnavailable, func(id string, _ int) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return id == failID
 	})
-	p.mu.Lock()
-	p.failStatus = http.StatusServiceUnavailable // the destination's fault: the lane is held by it
-	p.mu.Unlock()
 	dir, arch := t.TempDir(), mustDir(t, t.TempDir())
-	dests := []*rivorav1.Destination{dest("orders", p.srv.URL, 50)}
+	dests := []*rivorav1.Destination{dest("orders", p.URL(), 50)}
 	n := open(t, dir, arch, dests)
 	mu.Lock()
 	failID = n.publish("orders", "stuck")
@@ -357,7 +314,7 @@ func TestRebuildRestoresLanesAndAttempts(t *testing.T) {
 	// space stays; what makes it stay delivered across a restart is the
 	// done record in the ledger (beside the failed head's record).
 	poll.True(t, "free lane delivered and recorded done", 10*time.Second, func() bool {
-		return len(p.delivered()["free"]) == 1 && n.totalMsgs(lanes.LedgerStream) >= 2
+		return len(p.DeliveredByLane()["free"]) == 1 && n.totalMsgs(lanes.LedgerStream) >= 2
 	})
 	// Accepted just before the stop: still in INGEST or already moved.
 	late := n.publish("orders", "stuck")
@@ -406,7 +363,7 @@ func TestRebuildRestoresLanesAndAttempts(t *testing.T) {
 func TestDeadLetterWaitsForArchive(t *testing.T) {
 	var deadID string
 	var mu sync.Mutex
-	p := newPartner(t, func(id string, _ int) bool {
+	p := newPartner(t, http.StatusBadRequest, func(id string, _ int) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return id == deadID
@@ -417,7 +374,7 @@ func TestDeadLetterWaitsForArchive(t *testing.T) {
 	if err := os.WriteFile(block, nil, 0o644); err != nil { // a file where the archive needs a directory
 		t.Fatal(err)
 	}
-	dests := []*rivorav1.Destination{dest("orders", p.srv.URL, 2)}
+	dests := []*rivorav1.Destination{dest("orders", p.URL(), 2)}
 	n := open(t, dir, arch, dests)
 	mu.Lock()
 	deadID = n.publish("orders", "u1")
@@ -425,9 +382,9 @@ func TestDeadLetterWaitsForArchive(t *testing.T) {
 	next := n.publish("orders", "u1")
 	n.run(true)
 	poll.True(t, "lane continues past the dead event", 10*time.Second, func() bool {
-		return slices.Equal(p.delivered()["u1"], []string{next})
+		return slices.Equal(p.DeliveredByLane()["u1"], []string{next})
 	})
-	if r := p.requests(deadID); r != 2 {
+	if r := p.Sent(deadID); r != 2 {
 		t.Fatalf("dead event sent %d times, want max_attempts = 2", r)
 	}
 	part := lanes.Partition("orders", partitions)
@@ -471,7 +428,7 @@ func TestDeadLetterWaitsForArchive(t *testing.T) {
 	if !strings.Contains(objects[0], filepath.Join("deadletter", "orders")) {
 		t.Fatalf("object %s not under deadletter/orders", objects[0])
 	}
-	if r := p.requests(deadID); r != 2 {
+	if r := p.Sent(deadID); r != 2 {
 		t.Fatalf("dead event sent %d times in all, want 2", r)
 	}
 }
@@ -481,9 +438,9 @@ func TestDeadLetterWaitsForArchive(t *testing.T) {
 // first, before anything accepted later on the same lane, and without
 // waiting for their ack deadline.
 func TestUnmovedEventsKeepTheirPlaceAfterRestart(t *testing.T) {
-	p := newPartner(t, nil)
+	p := newPartner(t, http.StatusBadRequest, nil)
 	dir, arch := t.TempDir(), mustDir(t, t.TempDir())
-	dests := []*rivorav1.Destination{dest("orders", p.srv.URL, 5)}
+	dests := []*rivorav1.Destination{dest("orders", p.URL(), 5)}
 	n := open(t, dir, arch, dests)
 	first := n.publish("orders", "u1")
 	// The previous owner's mover got the message and never acked it.
@@ -575,13 +532,13 @@ func readObject(t *testing.T, path string) []*rivorav1.DeadLetter {
 func TestSkipHeadDeadLettersManual(t *testing.T) {
 	var poison string
 	var mu sync.Mutex
-	p := newPartner(t, func(id string, _ int) bool {
+	p := newPartner(t, http.StatusBadRequest, func(id string, _ int) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return id == poison
 	})
 	archRoot := t.TempDir()
-	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.srv.URL, 100)})
+	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 100)})
 	mu.Lock()
 	poison = n.publish("orders", "u1")
 	mu.Unlock()
@@ -606,7 +563,7 @@ func TestSkipHeadDeadLettersManual(t *testing.T) {
 		t.Fatalf("SkipHead = %d, %v; want 1 remaining", remaining, err)
 	}
 	poll.True(t, "the next event is delivered", 10*time.Second, func() bool {
-		return slices.Equal(p.delivered()["u1"], []string{next})
+		return slices.Equal(p.DeliveredByLane()["u1"], []string{next})
 	})
 	var letters []*rivorav1.DeadLetter
 	poll.True(t, "the skipped head is archived", 20*time.Second, func() bool {

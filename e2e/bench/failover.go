@@ -69,6 +69,7 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -519,15 +520,15 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 		victimParts[int(p)] = true
 	}
 	dests := f.pickDestinations(victimParts)
-	part, err := startPartner(partnerOptions{delay: f.partnerDelay, keepLog: true})
+	part, err := partner.Start(partner.Options{Delay: f.partnerDelay, HangUpLoses: true})
 	if err != nil {
 		return err
 	}
-	defer part.close()
+	defer part.Close()
 	limits := &rivorav1.Limits{RatePerSecond: f.rate, Burst: int32(max(f.rate/2, 1)), MaxAttempts: 10000,
 		MaxInFlight: int32(max(64, f.lanes+8))}
 	for _, d := range dests {
-		if err := createDestination(ctx, c.admin, d, part.destURL(d), limits); err != nil {
+		if err := createDestination(ctx, c.admin, d, part.DestURL(d), limits); err != nil {
 			return err
 		}
 	}
@@ -613,10 +614,8 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 	// 4. Kill after -before-kill, once the victim delivered something.
 	sawVictim := false
 	victimDelivered := func() bool {
-		part.mu.Lock()
-		defer part.mu.Unlock()
-		for _, d := range part.log {
-			sawVictim = sawVictim || (d.status == http.StatusOK && d.agent == victim)
+		for _, d := range part.Requests() {
+			sawVictim = sawVictim || (d.Status == http.StatusOK && d.Agent == victim)
 		}
 		return sawVictim
 	}
@@ -632,11 +631,11 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 		}
 		if time.Now().After(killDeadline) {
 			return fmt.Errorf("%s did not deliver anything %s into publishing (%d acked, %d delivered, %d publish errors: %v)",
-				victim, time.Since(pubStart).Round(time.Second), load.acked.Load(), part.uniq.Load(), load.errs.Load(), load.errList)
+				victim, time.Since(pubStart).Round(time.Second), load.acked.Load(), int64(part.Delivered()), load.errs.Load(), load.errList)
 		}
 		if time.Since(lastLog) >= 2*time.Second {
 			lastLog = time.Now()
-			progress("acked %d, delivered %d", load.acked.Load(), part.uniq.Load())
+			progress("acked %d, delivered %d", load.acked.Load(), int64(part.Delivered()))
 		}
 		select {
 		case <-ctx.Done():
@@ -655,7 +654,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 		}
 	}
 	vp := slices.Sorted(maps.Keys(victimParts))
-	ackedAtKill, deliveredAtKill := load.acked.Load(), part.uniq.Load()
+	ackedAtKill, deliveredAtKill := load.acked.Load(), int64(part.Delivered())
 	killAt = time.Now()
 	if err := c.agent(victim).kill9(); err != nil {
 		return fmt.Errorf("kill -9 %s: %w", victim, err)
@@ -694,7 +693,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 		}
 		if time.Since(lastLog) >= 2*time.Second {
 			lastLog = time.Now()
-			progress("t+%4.1fs after kill: %s; acked %d, delivered %d", time.Since(killAt).Seconds(), o, load.acked.Load(), part.uniq.Load())
+			progress("t+%4.1fs after kill: %s; acked %d, delivered %d", time.Since(killAt).Seconds(), o, load.acked.Load(), int64(part.Delivered()))
 		}
 		select {
 		case <-ctx.Done():
@@ -715,7 +714,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 				return err
 			}
 			progress("t+%4.1fs after kill: acked %d/%d (%d publish errors), delivered %d", time.Since(killAt).Seconds(),
-				load.acked.Load(), planned, load.errs.Load(), part.uniq.Load())
+				load.acked.Load(), planned, load.errs.Load(), int64(part.Delivered()))
 		}
 	}
 	lastAck := time.Unix(0, load.lastAck.Load())
@@ -727,17 +726,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 		allIDs = append(allIDs, id)
 	}
 	load.mu.Unlock()
-	undelivered := func() []string {
-		part.mu.Lock()
-		defer part.mu.Unlock()
-		var out []string
-		for _, id := range allIDs {
-			if _, ok := part.firstOK[id]; !ok {
-				out = append(out, id)
-			}
-		}
-		return out
-	}
+	undelivered := func() []string { return part.Missing(allIDs) }
 	drainDeadline := lastAck.Add(f.drainTimeout)
 	var missing []string
 	lastLog = time.Now()
@@ -767,33 +756,28 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 	}
 
 	// 6. Figures.
-	log := part.snapshot()
-	part.mu.Lock()
+	log := part.Requests()
 	var drainedAt time.Time
 	for _, id := range allIDs {
-		if t, ok := part.firstOK[id]; ok && t.After(drainedAt) {
+		if t, ok := part.DeliveredAt(id); ok && t.After(drainedAt) {
 			drainedAt = t
 		}
 	}
-	duplicates := 0
-	for _, n := range part.okN {
-		duplicates += n - 1
-	}
+	duplicates := part.Duplicates()
 	// Where the duplicates came from: destination and the agent of each
 	// extra 2xx.
 	dupBy := map[string]int{}
 	seenOK := map[string]bool{}
-	for _, d := range part.log {
-		if d.status != http.StatusOK {
+	for _, d := range log {
+		if d.Status != http.StatusOK {
 			continue
 		}
-		if seenOK[d.id] {
-			dupBy[fmt.Sprintf("%s by %s", d.dest, d.agent)]++
+		if seenOK[d.ID] {
+			dupBy[fmt.Sprintf("%s by %s", d.Dest, d.Agent)]++
 		}
-		seenOK[d.id] = true
+		seenOK[d.ID] = true
 	}
-	badUA := slices.Clone(part.badUA)
-	part.mu.Unlock()
+	badUA := part.BadUserAgents(5)
 
 	firstAfter := -1.0
 	firstPart := map[int]time.Duration{} // victim partition → first survivor 2xx after the kill
@@ -801,34 +785,34 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 	byAgent := map[string][2]int{} // agent → 2xx before, after the kill
 	badUAn := 0
 	for _, d := range log {
-		if d.agent == "" {
+		if d.Agent == "" {
 			badUAn++
 		}
-		if d.status == http.StatusOK {
-			n := byAgent[d.agent]
-			if d.at.Before(killAt) {
+		if d.Status == http.StatusOK {
+			n := byAgent[d.Agent]
+			if d.At.Before(killAt) {
 				n[0]++
 			} else {
 				n[1]++
 			}
-			byAgent[d.agent] = n
+			byAgent[d.Agent] = n
 		}
-		if !d.at.After(killAt) {
+		if !d.At.After(killAt) {
 			continue
 		}
-		if d.agent == victim {
+		if d.Agent == victim {
 			victimAfterKill++
 			continue
 		}
-		p := lanes.Partition(d.dest, f.partitions)
-		if d.status != http.StatusOK || !victimParts[p] || d.agent == "" {
+		p := lanes.Partition(d.Dest, f.partitions)
+		if d.Status != http.StatusOK || !victimParts[p] || d.Agent == "" {
 			continue
 		}
 		if _, ok := firstPart[p]; !ok {
-			firstPart[p] = d.at.Sub(killAt)
+			firstPart[p] = d.At.Sub(killAt)
 		}
 		if firstAfter < 0 {
-			firstAfter = d.at.Sub(killAt).Seconds()
+			firstAfter = d.At.Sub(killAt).Seconds()
 		}
 	}
 	load.mu.Lock()
@@ -850,7 +834,7 @@ func (f *failoverFlags) run(ctx context.Context) (err error) {
 	}
 	attempted := map[string]int{}
 	for _, d := range log {
-		attempted[d.id]++
+		attempted[d.ID]++
 	}
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
@@ -1024,7 +1008,7 @@ func (f *failoverFlags) pickDestinations(victimParts map[int]bool) []string {
 // laneOrder counts lanes where an event reached the partner while an
 // earlier-acked event of the lane had not been delivered 2xx yet, and all
 // such requests. Requests for ids never acked are ignored.
-func laneOrder(log []delivery, byLane map[string][]string) (lanesBad, violations int, samples []string) {
+func laneOrder(log []partner.Request, byLane map[string][]string) (lanesBad, violations int, samples []string) {
 	index := map[string]int{}
 	laneOf := map[string]string{}
 	for lane, ids := range byLane {
@@ -1036,16 +1020,16 @@ func laneOrder(log []delivery, byLane map[string][]string) (lanesBad, violations
 	delivered := map[string]bool{}
 	bad := map[string]bool{}
 	for _, d := range log {
-		i, ok := index[d.id]
+		i, ok := index[d.ID]
 		if !ok {
 			continue
 		}
-		lane := laneOf[d.id]
-		if lane != d.lane {
+		lane := laneOf[d.ID]
+		if lane != d.Lane {
 			violations++
 			bad[lane] = true
 			if len(samples) < 10 {
-				samples = append(samples, fmt.Sprintf("event %s of lane %s arrived with the headers of lane %s", d.id, lane, d.lane))
+				samples = append(samples, fmt.Sprintf("event %s of lane %s arrived with the headers of lane %s", d.ID, lane, d.Lane))
 			}
 		}
 		f := frontier[lane]
@@ -1054,11 +1038,11 @@ func laneOrder(log []delivery, byLane map[string][]string) (lanesBad, violations
 			bad[lane] = true
 			if len(samples) < 10 {
 				samples = append(samples, fmt.Sprintf("lane %s: event #%d (%s) reached the partner at %s from %q while #%d (%s) was not delivered",
-					lane, i, d.id, d.at.Format("15:04:05.000"), d.agent, f, byLane[lane][f]))
+					lane, i, d.ID, d.At.Format("15:04:05.000"), d.Agent, f, byLane[lane][f]))
 			}
 		}
-		if d.status == http.StatusOK {
-			delivered[d.id] = true
+		if d.Status == http.StatusOK {
+			delivered[d.ID] = true
 			ids := byLane[lane]
 			for f < len(ids) && delivered[ids[f]] {
 				f++

@@ -47,6 +47,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/partner"
 )
 
 type gamedayFlags struct {
@@ -137,7 +138,7 @@ func (l *laneLog) add(lane, id string) {
 
 // orderViolations counts requests for a lane's event i made while an
 // earlier event of that lane had not been answered 2xx.
-func orderViolations(log []delivery, lanes *laneLog) int {
+func orderViolations(log []partner.Request, lanes *laneLog) int {
 	index := map[string]int{}
 	for _, ids := range lanes.byLane {
 		for i, id := range ids {
@@ -147,16 +148,16 @@ func orderViolations(log []delivery, lanes *laneLog) int {
 	frontier := map[string]int{}
 	bad := 0
 	for _, a := range log {
-		i, ok := index[a.id]
+		i, ok := index[a.ID]
 		if !ok {
 			continue
 		}
-		f := frontier[a.lane]
+		f := frontier[a.Lane]
 		switch {
 		case i > f:
 			bad++
-		case i == f && a.status/100 == 2:
-			frontier[a.lane] = f + 1
+		case i == f && a.Status/100 == 2:
+			frontier[a.Lane] = f + 1
 		}
 	}
 	return bad
@@ -195,7 +196,7 @@ func publishBacklog(ctx context.Context, ingest rivorav1connect.IngestServiceCli
 // recording each event's publish start.
 type steady struct {
 	dest    string
-	p       *partner
+	p       *partner.Partner
 	mu      sync.Mutex
 	started map[string]time.Time
 	acked   map[string]time.Time
@@ -238,7 +239,7 @@ func (s *steady) latencies(from, to time.Time, fromAck bool) (lat []time.Duratio
 		if t0.Before(from) || !t0.Before(to) {
 			continue
 		}
-		at, ok := s.p.deliveredAt(id)
+		at, ok := s.p.DeliveredAt(id)
 		if !ok {
 			missing++
 			continue
@@ -258,7 +259,7 @@ func (s *steady) waitDelivered(limit time.Duration) {
 		s.mu.Lock()
 		n := len(s.started)
 		s.mu.Unlock()
-		if int(s.p.uniq.Load()) >= n {
+		if s.p.Delivered() >= n {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -309,25 +310,25 @@ func (g *gamedayFlags) runWAF() error {
 	admin := rivorav1connect.NewAdminServiceClient(hc, d.url())
 	ingest := rivorav1connect.NewIngestServiceClient(hc, d.url())
 
-	erp, err := startPartner(partnerOptions{status: wafGate(g.wafLimit), keepLog: true})
+	erp, err := partner.Start(partner.Options{Answer: atArrival(wafGate(g.wafLimit))})
 	if err != nil {
 		return err
 	}
-	defer erp.close()
-	if err := createDestination(ctx, admin, "erp", erp.url, &rivorav1.Limits{RatePerSecond: g.rate, Burst: int32(g.burst), MaxAttempts: 1000}); err != nil {
+	defer erp.Close()
+	if err := createDestination(ctx, admin, "erp", erp.URL(), &rivorav1.Limits{RatePerSecond: g.rate, Burst: int32(g.burst), MaxAttempts: 1000}); err != nil {
 		return err
 	}
 	var bys []*steady
 	for i := range g.bystanders {
-		f, err := startPartner(partnerOptions{keepLog: true})
+		f, err := partner.Start(partner.Options{})
 		if err != nil {
 			return err
 		}
-		defer f.close()
+		defer f.Close()
 		s := &steady{dest: fmt.Sprintf("bystander-%d", i), p: f, started: map[string]time.Time{}, acked: map[string]time.Time{}}
 		// Budget well above the load: the bystanders measure isolation, not
 		// their own budget.
-		if err := createDestination(ctx, admin, s.dest, f.url, &rivorav1.Limits{RatePerSecond: 10 * g.bystanderRate, Burst: 100}); err != nil {
+		if err := createDestination(ctx, admin, s.dest, f.URL(), &rivorav1.Limits{RatePerSecond: 10 * g.bystanderRate, Burst: 100}); err != nil {
 			return err
 		}
 		bys = append(bys, s)
@@ -361,21 +362,21 @@ func (g *gamedayFlags) runWAF() error {
 	progress("burst published in %s", publishedAt.Sub(burstAt).Round(time.Millisecond))
 
 	lastLog := time.Now()
-	for erp.uniq.Load() < int64(g.events) {
+	for int64(erp.Delivered()) < int64(g.events) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("erp: %d of %d delivered when the scenario limit %s ran out", erp.uniq.Load(), g.events, g.scenarioLimit)
+			return fmt.Errorf("erp: %d of %d delivered when the scenario limit %s ran out", int64(erp.Delivered()), g.events, g.scenarioLimit)
 		}
 		if err, ok := d.exited(); ok {
 			return fmt.Errorf("rivora dev exited: %v\n%s", err, d.Tail(8<<10))
 		}
 		if time.Since(lastLog) >= 2*time.Second {
 			lastLog = time.Now()
-			log := erp.snapshot()
+			log := erp.Requests()
 			now := time.Now()
 			var ok, refused int
 			for _, a := range log {
-				if a.at.After(now.Add(-time.Second)) {
-					if a.status == http.StatusTooManyRequests {
+				if a.At.After(now.Add(-time.Second)) {
+					if a.Status == http.StatusTooManyRequests {
 						refused++
 					} else {
 						ok++
@@ -389,7 +390,7 @@ func (g *gamedayFlags) runWAF() error {
 			}
 			healthMu.Unlock()
 			progress("t+%4.1fs erp delivered %5d/%d; last second %d×2xx %d×429; %s at %.0f/s of %.0f/s",
-				now.Sub(burstAt).Seconds(), erp.uniq.Load(), g.events, ok, refused, h.state, h.current, g.rate)
+				now.Sub(burstAt).Seconds(), int64(erp.Delivered()), g.events, ok, refused, h.state, h.current, g.rate)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -403,11 +404,11 @@ func (g *gamedayFlags) runWAF() error {
 		s.waitDelivered(10 * time.Second)
 	}
 
-	log := erp.snapshot()
+	log := erp.Requests()
 	var first429 time.Time
 	for _, a := range log {
-		if a.status == http.StatusTooManyRequests {
-			first429 = a.at
+		if a.Status == http.StatusTooManyRequests {
+			first429 = a.At
 			break
 		}
 	}
@@ -432,14 +433,14 @@ func (g *gamedayFlags) runWAF() error {
 	type bucket struct{ all, ok, refused int }
 	buckets := make([]bucket, secs)
 	for _, a := range log {
-		i := int(a.at.Sub(burstAt) / time.Second)
+		i := int(a.At.Sub(burstAt) / time.Second)
 		if i < 0 || i >= secs {
 			continue
 		}
 		buckets[i].all++
-		if a.status/100 == 2 {
+		if a.Status/100 == 2 {
 			buckets[i].ok++
-		} else if a.status == http.StatusTooManyRequests {
+		} else if a.Status == http.StatusTooManyRequests {
 			buckets[i].refused++
 		}
 	}
@@ -457,9 +458,9 @@ func (g *gamedayFlags) runWAF() error {
 	settle := settleAt.Sub(burstAt).Seconds()
 	var afterAll, afterRefused int
 	for _, a := range log {
-		if !a.at.Before(settleAt) {
+		if !a.At.Before(settleAt) {
 			afterAll++
-			if a.status == http.StatusTooManyRequests {
+			if a.Status == http.StatusTooManyRequests {
 				afterRefused++
 			}
 		}
@@ -491,7 +492,7 @@ func (g *gamedayFlags) runWAF() error {
 	}
 	total429 := 0
 	for _, a := range log {
-		if a.status == http.StatusTooManyRequests {
+		if a.Status == http.StatusTooManyRequests {
 			total429++
 		}
 	}
@@ -560,7 +561,7 @@ func (g *gamedayFlags) runHardDown() error {
 	ingest := rivorav1connect.NewIngestServiceClient(hc, d.url())
 
 	var up atomic.Bool
-	p, err := startPartner(partnerOptions{keepLog: true, status: func(time.Time) int {
+	p, err := partner.Start(partner.Options{Answer: func(partner.Request) int {
 		if up.Load() {
 			return http.StatusOK
 		}
@@ -569,8 +570,8 @@ func (g *gamedayFlags) runHardDown() error {
 	if err != nil {
 		return err
 	}
-	defer p.close()
-	if err := createDestination(ctx, admin, "erp", p.url, &rivorav1.Limits{RatePerSecond: g.hardDownRate, Burst: int32(g.burst), MaxAttempts: int32(g.hardDownMax)}); err != nil {
+	defer p.Close()
+	if err := createDestination(ctx, admin, "erp", p.URL(), &rivorav1.Limits{RatePerSecond: g.hardDownRate, Burst: int32(g.burst), MaxAttempts: int32(g.hardDownMax)}); err != nil {
 		return err
 	}
 	var healthMu sync.Mutex
@@ -606,8 +607,8 @@ func (g *gamedayFlags) runHardDown() error {
 			return fmt.Errorf("erp not parked when the scenario limit %s ran out (state %q)", g.scenarioLimit, latest().state)
 		}
 		if firstFail.IsZero() {
-			if log := p.snapshot(); len(log) > 0 {
-				firstFail = log[0].at
+			if log := p.Requests(); len(log) > 0 {
+				firstFail = log[0].At
 			}
 		}
 		if h := latest(); h.state == "parked" && !firstFail.IsZero() {
@@ -617,7 +618,7 @@ func (g *gamedayFlags) runHardDown() error {
 		if time.Since(lastLog) >= 2*time.Second {
 			lastLog = time.Now()
 			h := latest()
-			progress("t+%4.1fs %d attempts so far; %s at %.2f/s", time.Since(pubAt).Seconds(), len(p.snapshot()), h.state, h.current)
+			progress("t+%4.1fs %d attempts so far; %s at %.2f/s", time.Since(pubAt).Seconds(), len(p.Requests()), h.state, h.current)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -628,8 +629,8 @@ func (g *gamedayFlags) runHardDown() error {
 	time.Sleep(g.probeWindow)
 	probeTo := time.Now()
 	probes := 0
-	for _, a := range p.snapshot() {
-		if !a.at.Before(probeFrom) && a.at.Before(probeTo) {
+	for _, a := range p.Requests() {
+		if !a.At.Before(probeFrom) && a.At.Before(probeTo) {
 			probes++
 		}
 	}
@@ -646,48 +647,36 @@ func (g *gamedayFlags) runHardDown() error {
 	var firstOK time.Time
 	lastLog = time.Now()
 	dead := 0
-	for p.uniq.Load()+int64(dead) < int64(g.hardDownEvents) {
+	for int64(p.Delivered())+int64(dead) < int64(g.hardDownEvents) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("erp: %d of %d delivered (%d dead letters) when the scenario limit %s ran out", p.uniq.Load(), g.hardDownEvents, dead, g.scenarioLimit)
+			return fmt.Errorf("erp: %d of %d delivered (%d dead letters) when the scenario limit %s ran out", int64(p.Delivered()), g.hardDownEvents, dead, g.scenarioLimit)
 		}
 		if dead, err = deadLettered(ctx, hc, d.url(), "erp"); err != nil {
 			return err
 		}
-		if firstOK.IsZero() && p.uniq.Load() > 0 {
-			p.mu.Lock()
-			for _, t := range p.firstOK {
-				if firstOK.IsZero() || t.Before(firstOK) {
-					firstOK = t
-				}
-			}
-			p.mu.Unlock()
+		if firstOK.IsZero() && int64(p.Delivered()) > 0 {
+			firstOK = firstOKAt(p)
 		}
 		if time.Since(lastLog) >= 2*time.Second {
 			lastLog = time.Now()
 			h := latest()
-			progress("t+%4.1fs after recovery: %d/%d delivered; %s at %.1f/s", time.Since(upAt).Seconds(), p.uniq.Load(), g.hardDownEvents, h.state, h.current)
+			progress("t+%4.1fs after recovery: %d/%d delivered; %s at %.1f/s", time.Since(upAt).Seconds(), int64(p.Delivered()), g.hardDownEvents, h.state, h.current)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	drainedAt := time.Now()
 	if firstOK.IsZero() {
-		p.mu.Lock()
-		for _, t := range p.firstOK {
-			if firstOK.IsZero() || t.Before(firstOK) {
-				firstOK = t
-			}
-		}
-		p.mu.Unlock()
+		firstOK = firstOKAt(p)
 	}
 	stopPoll()
 	pollWG.Wait()
 	recovered := firstOK.Sub(upAt)
 	drain := drainedAt.Sub(upAt)
-	log := p.snapshot()
+	log := p.Requests()
 	violations := orderViolations(log, lanes)
 	var failures int
 	for _, a := range log {
-		if a.status/100 != 2 {
+		if a.Status/100 != 2 {
 			failures++
 		}
 	}
@@ -767,4 +756,19 @@ func selfCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// atArrival makes a gate of arrival times a partner's Answer.
+func atArrival(gate func(time.Time) int) func(partner.Request) int {
+	return func(r partner.Request) int { return gate(r.At) }
+}
+
+// firstOKAt is when p first answered 2xx (zero: never).
+func firstOKAt(p *partner.Partner) time.Time {
+	for _, r := range p.Requests() {
+		if r.Status/100 == 2 {
+			return r.At
+		}
+	}
+	return time.Time{}
 }

@@ -55,6 +55,7 @@ import (
 	"github.com/rivora/rivora/agent/history"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/partner"
 )
 
 type historyFlags struct {
@@ -295,18 +296,18 @@ func connectNATS(addr string) (*nats.Conn, jetstream.JetStream, error) {
 }
 
 func (f *historyFlags) memory(ctx context.Context, root string, res *histMemory) error {
-	part, err := startPartner(partnerOptions{})
+	part, err := partner.Start(partner.Options{CountOnly: true})
 	if err != nil {
 		return err
 	}
-	defer part.close()
+	defer part.Close()
 	dests := make([]string, f.dests)
 	for i := range dests {
 		dests[i] = fmt.Sprintf("hist-%d", i)
 	}
 	setupDests := func(admin rivorav1connect.AdminServiceClient) error {
 		for _, id := range dests {
-			if err := createDestination(ctx, admin, id, part.url, &rivorav1.Limits{RatePerSecond: 1e6, Burst: 100_000, MaxInFlight: 1000}); err != nil {
+			if err := createDestination(ctx, admin, id, part.URL(), &rivorav1.Limits{RatePerSecond: 1e6, Burst: 100_000, MaxInFlight: 1000}); err != nil {
 				return err
 			}
 		}
@@ -333,7 +334,7 @@ func (f *historyFlags) memory(ctx context.Context, root string, res *histMemory)
 		if err := p.diedErr(); err != nil {
 			return err
 		}
-		if n := part.uniq.Load(); n < int64(f.events) {
+		if n := int64(part.Delivered()); n < int64(f.events) {
 			return fmt.Errorf("%d of %d delivered", n, f.events)
 		}
 		return nil
@@ -590,11 +591,11 @@ func (fl *filler) publish(b *fillBatch) error {
 }
 
 func (f *historyFlags) lookupPhase(ctx context.Context, root string, sizes []int) ([]histLookup, error) {
-	part, err := startPartner(partnerOptions{})
+	part, err := partner.Start(partner.Options{CountOnly: true})
 	if err != nil {
 		return nil, err
 	}
-	defer part.close()
+	defer part.Close()
 	data := filepath.Join(root, "lookups", "data")
 	p, err := f.start(data, "lookups.log")
 	if err != nil {
@@ -602,7 +603,7 @@ func (f *historyFlags) lookupPhase(ctx context.Context, root string, sizes []int
 	}
 	defer p.kill()
 	admin, _, events := f.clients(p.url())
-	if err := createDestination(ctx, admin, "hist-get", part.url, nil); err != nil {
+	if err := createDestination(ctx, admin, "hist-get", part.URL(), nil); err != nil {
 		return nil, err
 	}
 	nc, err := nats.Connect("nats://"+p.natsAddr, nats.Name("rivora-bench-history"))

@@ -37,6 +37,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/partner"
 )
 
 type lanesFlags struct {
@@ -105,20 +106,20 @@ func (f *lanesFlags) run(ctx context.Context) (*lanesResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	part, err := startPartner(partnerOptions{})
+	part, err := partner.Start(partner.Options{CountOnly: true})
 	if err != nil {
 		return nil, err
 	}
-	defer part.close()
+	defer part.Close()
 	hc := f.httpClient(f.conc + 4)
 	base := "http://" + d.Addr
 	admin := rivorav1connect.NewAdminServiceClient(hc, base)
 	ingest := rivorav1connect.NewIngestServiceClient(hc, base)
 	lanesAPI := rivorav1connect.NewLaneServiceClient(hc, base)
-	if err := setup(ctx, admin, []string{"big"}, part.destURL("big")); err != nil {
+	if err := setup(ctx, admin, []string{"big"}, part.DestURL("big")); err != nil {
 		return nil, err
 	}
-	if err := createDestination(ctx, admin, "steady", part.destURL("steady"), &rivorav1.Limits{RatePerSecond: 10000, Burst: 1000, MaxInFlight: 64}); err != nil {
+	if err := createDestination(ctx, admin, "steady", part.DestURL("steady"), &rivorav1.Limits{RatePerSecond: 10000, Burst: 1000, MaxInFlight: 64}); err != nil {
 		return nil, err
 	}
 	res := &lanesResult{}
@@ -190,7 +191,7 @@ func summarize(lat []time.Duration) latencies {
 }
 
 // withLists is steady while ListLanes calls run on big.
-func (f *lanesFlags) withLists(ctx context.Context, ingest rivorav1connect.IngestServiceClient, part *partner, api rivorav1connect.LaneServiceClient, seed int) ([]time.Duration, int64, []time.Duration, error) {
+func (f *lanesFlags) withLists(ctx context.Context, ingest rivorav1connect.IngestServiceClient, part *partner.Partner, api rivorav1connect.LaneServiceClient, seed int) ([]time.Duration, int64, []time.Duration, error) {
 	lctx, stop := context.WithCancel(ctx)
 	var lists []time.Duration
 	var matched int64
@@ -213,7 +214,7 @@ func (f *lanesFlags) withLists(ctx context.Context, ingest rivorav1connect.Inges
 }
 
 // controlPhase is steady while a cheap call runs back to back.
-func (f *lanesFlags) controlPhase(ctx context.Context, ingest rivorav1connect.IngestServiceClient, part *partner, parts rivorav1connect.PartitionServiceClient, seed int) ([]time.Duration, int, error) {
+func (f *lanesFlags) controlPhase(ctx context.Context, ingest rivorav1connect.IngestServiceClient, part *partner.Partner, parts rivorav1connect.PartitionServiceClient, seed int) ([]time.Duration, int, error) {
 	cctx, stop := context.WithCancel(ctx)
 	var calls int
 	var callErr error
@@ -270,7 +271,7 @@ func (f *lanesFlags) fill(ctx context.Context, ingest rivorav1connect.IngestServ
 
 // steady publishes f.rate events/s to steady for f.phase, then waits for
 // every one to be delivered and returns their delivery latencies.
-func (f *lanesFlags) steady(ctx context.Context, ingest rivorav1connect.IngestServiceClient, part *partner, seed int) ([]time.Duration, error) {
+func (f *lanesFlags) steady(ctx context.Context, ingest rivorav1connect.IngestServiceClient, part *partner.Partner, seed int) ([]time.Duration, error) {
 	type sent struct {
 		id string
 		at time.Time
@@ -298,7 +299,7 @@ func (f *lanesFlags) steady(ctx context.Context, ingest rivorav1connect.IngestSe
 	err := until(ctx, time.Minute, 50*time.Millisecond, "every steady event delivered", func() error {
 		lat = lat[:0]
 		for _, s := range out {
-			t, ok := part.deliveredAt(s.id)
+			t, ok := part.DeliveredAt(s.id)
 			if !ok {
 				return fmt.Errorf("%s not delivered yet", s.id)
 			}

@@ -42,6 +42,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -351,15 +352,15 @@ func runIngest(args []string) error {
 
 	// Destinations with an almost empty budget: the events stay pending, so
 	// the measurement is ingest alone, not ingest plus delivery.
-	p, err := startPartner(partnerOptions{})
+	p, err := partner.Start(partner.Options{CountOnly: true})
 	if err != nil {
 		return err
 	}
-	defer p.close()
+	defer p.Close()
 	destIDs := make([]string, *dests)
 	for i := range destIDs {
 		destIDs[i] = fmt.Sprintf("bench-%02d", i)
-		if err := createDestination(ctx, admin, destIDs[i], p.url, &rivorav1.Limits{RatePerSecond: 0.001, Burst: 1}); err != nil {
+		if err := createDestination(ctx, admin, destIDs[i], p.URL(), &rivorav1.Limits{RatePerSecond: 0.001, Burst: 1}); err != nil {
 			return err
 		}
 	}
@@ -684,12 +685,12 @@ func runDeliver(args []string) error {
 	admin := rivorav1connect.NewAdminServiceClient(hc, d.url())
 	ingest := rivorav1connect.NewIngestServiceClient(hc, d.url())
 
-	p, err := startPartner(partnerOptions{})
+	p, err := partner.Start(partner.Options{CountOnly: true})
 	if err != nil {
 		return err
 	}
-	defer p.close()
-	if err := createDestination(ctx, admin, "drain", p.url, &rivorav1.Limits{RatePerSecond: 0.001, Burst: 1}); err != nil {
+	defer p.Close()
+	if err := createDestination(ctx, admin, "drain", p.URL(), &rivorav1.Limits{RatePerSecond: 0.001, Burst: 1}); err != nil {
 		return err
 	}
 
@@ -736,8 +737,8 @@ func runDeliver(args []string) error {
 			return fmt.Errorf("get destination: %w", err)
 		}
 		pending := resp.Msg.GetPending()
-		if pending+p.uniq.Load() >= int64(*n) {
-			progress("destination reports %d pending, %d delivered so far", pending, p.uniq.Load())
+		if pending+int64(p.Delivered()) >= int64(*n) {
+			progress("destination reports %d pending, %d delivered so far", pending, int64(p.Delivered()))
 			break
 		}
 		if time.Now().After(deadline) {
@@ -747,7 +748,7 @@ func runDeliver(args []string) error {
 	}
 
 	progress("opening the budget: rate 1e6/s, burst 100000, max_in_flight %d", *maxInFlight)
-	already := p.uniq.Load()
+	already := int64(p.Delivered())
 	rate, burst, mif := 1e6, int32(100000), int32(*maxInFlight)
 	cpu0 := d.cpu()
 	start := time.Now()
@@ -763,30 +764,30 @@ func runDeliver(args []string) error {
 	}
 	deadline = start.Add(*limit)
 	lastLog := start
-	for p.uniq.Load() < int64(*n) {
+	for int64(p.Delivered()) < int64(*n) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("partner saw %d of %d events %s after the budget opened", p.uniq.Load(), *n, *limit)
+			return fmt.Errorf("partner saw %d of %d events %s after the budget opened", int64(p.Delivered()), *n, *limit)
 		}
 		if time.Since(lastLog) >= 2*time.Second {
 			lastLog = time.Now()
-			progress("drain: %d/%d delivered (%d requests)", p.uniq.Load(), *n, p.total.Load())
+			progress("drain: %d/%d delivered (%d requests)", int64(p.Delivered()), *n, int64(p.Count()))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	drained := time.Since(start)
 	delivered := int64(*n) - already
-	dup := p.total.Load() - p.uniq.Load()
+	dup := int64(p.Count()) - int64(p.Delivered())
 	drainRow := row{name: "rivora drain", events: int(delivered), elapsed: drained, serverCPU: d.cpu() - cpu0,
 		note: fmt.Sprintf("%d lanes, %d workers, max_in_flight %d; %d duplicate requests; %d delivered before the budget opened", *lanes, c.workers, *maxInFlight, dup, already)}
 	progress("rivora: %d deliveries in %s = %.0f/s, server CPU %.1f µs/delivery", delivered, drained.Round(time.Millisecond), drainRow.rate(), drainRow.cpuPerEvent())
 
 	// Raw loop: same partner code, same payload, same N, keep-alive client.
 	progress("raw HTTP loop: %d POSTs, %d goroutines", *n, *conc)
-	rp, err := startPartner(partnerOptions{})
+	rp, err := partner.Start(partner.Options{CountOnly: true})
 	if err != nil {
 		return err
 	}
-	defer rp.close()
+	defer rp.Close()
 	rawRow, err := rawHTTP(rp, *n, *conc, *size, *limit)
 	if err != nil {
 		return fmt.Errorf("raw HTTP loop: %w", err)
@@ -810,7 +811,7 @@ func runDeliver(args []string) error {
 	}, []string{"deliver_per_s", "raw_http_per_s", "ratio", "server_cpu_us"})
 }
 
-func rawHTTP(p *partner, n, conc, size int, limit time.Duration) (row, error) {
+func rawHTTP(p *partner.Partner, n, conc, size int, limit time.Duration) (row, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = conc * 2
 	t.MaxIdleConnsPerHost = conc * 2
@@ -832,7 +833,7 @@ func rawHTTP(p *partner, n, conc, size int, limit time.Duration) (row, error) {
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, strings.NewReader(string(body)))
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.URL(), strings.NewReader(string(body)))
 				if err == nil {
 					req.Header.Set("content-type", "application/json")
 					req.Header.Set("webhook-id", "raw-"+strconv.Itoa(i))
@@ -858,7 +859,7 @@ func rawHTTP(p *partner, n, conc, size int, limit time.Duration) (row, error) {
 	if firstErr != nil {
 		return row{}, firstErr
 	}
-	if got := p.uniq.Load(); got != int64(n) {
+	if got := int64(p.Delivered()); got != int64(n) {
 		return row{}, fmt.Errorf("partner saw %d of %d within %s", got, n, limit)
 	}
 	return row{name: "raw Go HTTP loop", events: n, elapsed: elapsed,

@@ -49,6 +49,7 @@ import (
 	"github.com/rivora/rivora/agent/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/partner"
 )
 
 type rebuildFlags struct {
@@ -149,11 +150,11 @@ func (f *rebuildFlags) run(ctx context.Context) error {
 		}
 	}
 	dests := f.destinationIDs()
-	part, err := startPartner(partnerOptions{})
+	part, err := partner.Start(partner.Options{CountOnly: true})
 	if err != nil {
 		return err
 	}
-	defer part.close()
+	defer part.Close()
 
 	var res rbResult
 	if f.baseline {
@@ -164,7 +165,7 @@ func (f *rebuildFlags) run(ctx context.Context) error {
 	if err := f.measureRebuild(ctx, root, dests, part, &res); err != nil {
 		return err
 	}
-	if n := part.total.Load(); n > 0 {
+	if n := int64(part.Count()); n > 0 {
 		return fmt.Errorf("the partner received %d requests although every destination was paused", n)
 	}
 	f.report(&res)
@@ -354,7 +355,7 @@ func (f *rebuildFlags) clients(base string) (rivorav1connect.AdminServiceClient,
 	return rivorav1connect.NewAdminServiceClient(f.hc, base), rivorav1connect.NewIngestServiceClient(f.hc, base)
 }
 
-func (f *rebuildFlags) measureBaseline(ctx context.Context, root string, dests []string, part *partner, res *rbResult) error {
+func (f *rebuildFlags) measureBaseline(ctx context.Context, root string, dests []string, part *partner.Partner, res *rbResult) error {
 	dataDir := filepath.Join(root, "baseline", "data")
 	if err := os.MkdirAll(filepath.Dir(dataDir), 0o755); err != nil {
 		return err
@@ -368,7 +369,7 @@ func (f *rebuildFlags) measureBaseline(ctx context.Context, root string, dests [
 		return err
 	}
 	admin, _ := f.clients(p.url())
-	if err := setup(ctx, admin, dests, part.url); err != nil {
+	if err := setup(ctx, admin, dests, part.URL()); err != nil {
 		return err
 	}
 	if _, err := p.terminate(60 * time.Second); err != nil {
@@ -397,7 +398,7 @@ func (f *rebuildFlags) measureBaseline(ctx context.Context, root string, dests [
 	return err
 }
 
-func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []string, part *partner, res *rbResult) error {
+func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []string, part *partner.Partner, res *rbResult) error {
 	dataDir := filepath.Join(root, "main", "data")
 	if err := os.MkdirAll(filepath.Dir(dataDir), 0o755); err != nil {
 		return err
@@ -411,7 +412,7 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 		return err
 	}
 	admin, ingest := f.clients(p.url())
-	if err := setup(ctx, admin, dests, part.url); err != nil {
+	if err := setup(ctx, admin, dests, part.URL()); err != nil {
 		return err
 	}
 
