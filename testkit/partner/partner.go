@@ -487,4 +487,3 @@ func (p *Partner) BadUserAgents(n int) []string {
 	}
 	return out
 }
-
