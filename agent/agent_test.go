@@ -81,17 +81,13 @@ func (r *running) waitEvent(id, what string, cond func(*rivorav1.GetEventRespons
 	r.t.Helper()
 	var last *rivorav1.GetEventResponse
 	var lastErr error
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	if poll.Within(15*time.Second, func() bool {
 		last, lastErr = r.getEvent(id)
-		if lastErr == nil && cond(last) {
-			return last
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("event %s: timed out waiting for %s; last answer %v, err %v", id, what, last, lastErr)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return lastErr == nil && cond(last)
+	}) != nil {
+		r.t.Fatalf("event %s: timed out waiting for %s; last answer %v, err %v", id, what, last, lastErr)
 	}
+	return last
 }
 
 func (r *running) health(dest string) *rivorav1.DestinationHealth {
@@ -604,16 +600,17 @@ func TestHealthDegradedThenParked(t *testing.T) {
 	// Keep new lanes coming so that attempts (and failures) continue until
 	// the park threshold passes.
 	last := time.Now()
-	deadline := time.Now().Add(40 * time.Second)
-	for ag.health("down").GetState() != "parked" {
-		if time.Now().After(deadline) {
-			t.Fatalf("not parked after 40s of 503s: %v", ag.health("down"))
+	if poll.Within(40*time.Second, func() bool {
+		if ag.health("down").GetState() == "parked" {
+			return true
 		}
 		if time.Since(last) > 300*time.Millisecond {
 			ids = append(ids, ag.publish("down", "acme", fmt.Sprintf("l%d", len(ids))))
 			last = time.Now()
 		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) != nil {
+		t.Fatalf("not parked after 40s of 503s: %v", ag.health("down"))
 	}
 	h = ag.health("down")
 	if tr := h.GetLastTransition(); tr.GetTo() != "parked" || !strings.Contains(tr.GetCause(), "no success for") {

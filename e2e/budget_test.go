@@ -233,9 +233,7 @@ func TestWhaleDoesNotStarveSmallCustomer(t *testing.T) {
 	tSmallDone := time.Now()
 	// Keep observing for 3 s after the small customer published (timed
 	// window: the whale must keep flowing).
-	for time.Since(tSmall) < 3*time.Second {
-		time.Sleep(50 * time.Millisecond)
-	}
+	time.Sleep(time.Until(tSmall.Add(3 * time.Second)))
 	reqs := p.Requests()
 	var lastSmall time.Time
 	for _, rq := range reqs {

@@ -335,15 +335,15 @@ func waitRefused(t testing.TB, urls []string, token string) map[string]time.Time
 	out := make(chan refusal, len(urls))
 	for _, url := range urls {
 		go func() {
-			deadline := time.Now().Add(10 * time.Second)
-			for time.Now().Before(deadline) {
-				if probeToken(context.Background(), url, token) == "401" {
-					out <- refusal{url, time.Now()}
-					return
+			var at time.Time
+			poll.Check(10*time.Second, 5*time.Millisecond, func() error {
+				if probeToken(context.Background(), url, token) != "401" {
+					return errNotYet
 				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			out <- refusal{url, time.Time{}}
+				at = time.Now()
+				return nil
+			})
+			out <- refusal{url, at}
 		}()
 	}
 	got := map[string]time.Time{}

@@ -13,6 +13,7 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 	"github.com/rivora/rivora/testkit/partner"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // publishDelivered publishes one event to dest with rivoractl and returns
@@ -97,15 +98,11 @@ func TestRotateSecret(t *testing.T) {
 	if err := p.SetSecret(newest); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if poll.Within(30*time.Second, func() bool {
 		r = publishDelivered(t, d, p, "r1")
-		if !strings.Contains(r.Header.Get(webhook.HeaderSignature), " ") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("30s after a 2s grace deliveries still carry two signatures: %q", r.Header.Get(webhook.HeaderSignature))
-		}
+		return !strings.Contains(r.Header.Get(webhook.HeaderSignature), " ")
+	}) != nil {
+		t.Fatalf("30s after a 2s grace deliveries still carry two signatures: %q", r.Header.Get(webhook.HeaderSignature))
 	}
 	if err := verifiesWith(t, newest, r); err != nil {
 		t.Fatalf("after the grace the newest secret does not verify: %v", err)

@@ -195,9 +195,7 @@ func limitsScenario(t *testing.T, r *rig, limitsPath, dest string) {
 	first := firstAt(p.Requests(), nil)
 
 	// 1. 4/s from the file (timed observation window of 4 s).
-	for time.Since(first) < 4*time.Second {
-		time.Sleep(50 * time.Millisecond)
-	}
+	time.Sleep(time.Until(first.Add(4 * time.Second)))
 	n := count(p.Requests(), first, first.Add(4*time.Second), nil)
 	t.Logf("at 4/s (file): %d requests in 4 s", n)
 	if float64(n)/4 > 7 {
@@ -213,9 +211,7 @@ func limitsScenario(t *testing.T, r *rig, limitsPath, dest string) {
 	rise := waitRate(t, p, edit, 3*time.Second, func(n int) bool { return n >= 20 })
 	t.Logf("file edited to 40/s: trailing-second rate ≥ 20 after %s", rise.Sub(edit).Round(time.Millisecond))
 	// It stays up for 2 s (timed observation window).
-	for time.Since(rise) < 2*time.Second {
-		time.Sleep(50 * time.Millisecond)
-	}
+	time.Sleep(time.Until(rise.Add(2 * time.Second)))
 	if up := count(p.Requests(), rise, rise.Add(2*time.Second), nil); up < 40 {
 		t.Errorf("with the file at 40/s: %d requests in 2 s, want ≥ 40 (20/s)", up)
 	} else {
@@ -228,9 +224,7 @@ func limitsScenario(t *testing.T, r *rig, limitsPath, dest string) {
 	drop := waitRate(t, p, set.Add(time.Second), 1500*time.Millisecond, func(n int) bool { return n <= 13 })
 	t.Logf("limits set --rate 10: trailing-second rate ≤ 13 after %s\n%s", drop.Sub(set).Round(time.Millisecond), out)
 	// It holds for 2 more seconds (timed observation window).
-	for time.Since(drop) < 2*time.Second {
-		time.Sleep(50 * time.Millisecond)
-	}
+	time.Sleep(time.Until(drop.Add(2 * time.Second)))
 	held := count(p.Requests(), drop, drop.Add(2*time.Second), nil)
 	if held > 26 {
 		t.Errorf("after the override to 10/s: %d requests in 2 s, want ≤ 26", held)
@@ -329,9 +323,7 @@ func TestSteeringWeightsShareAndFlip(t *testing.T) {
 	}
 	// Window: 1–5 s after both backlogs were published (timed window).
 	from, to := pubDone.Add(time.Second), pubDone.Add(5*time.Second)
-	for time.Now().Before(to) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	time.Sleep(time.Until(to))
 	g, n := share(from, to, "gold")
 	t.Logf("gold=5 bronze=1: gold got %.1f%% of %d deliveries in 4 s", 100*g, n)
 	if g < 0.70 || g > 0.95 {
@@ -362,9 +354,7 @@ func TestSteeringWeightsShareAndFlip(t *testing.T) {
 	}
 	t.Logf("flipped: bronze at 70–95%% of the trailing second %s after the change", flipped.Sub(flip).Round(time.Millisecond))
 	// And it stays flipped for the next 3 s (timed window).
-	for time.Since(flipped) < 3*time.Second {
-		time.Sleep(50 * time.Millisecond)
-	}
+	time.Sleep(time.Until(flipped.Add(3 * time.Second)))
 	b, n := share(flipped, flipped.Add(3*time.Second), "bronze")
 	t.Logf("gold=1 bronze=5: bronze got %.1f%% of %d deliveries in 3 s", 100*b, n)
 	if b < 0.70 || b > 0.95 {

@@ -12,6 +12,7 @@ import (
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/natsd"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -36,23 +37,21 @@ func failed(id string, n int32) *rivorav1.EventOutcome {
 // waitFor polls Lookup until it returns want outcomes.
 func waitFor(t *testing.T, h *history.History, id string, want int) []*rivorav1.EventOutcome {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, err := h.Lookup(context.Background(), id)
+	var got []*rivorav1.EventOutcome
+	if poll.Within(10*time.Second, func() bool {
+		var err error
+		got, err = h.Lookup(context.Background(), id)
 		if err != nil {
 			t.Fatalf("Lookup(%s): %v", id, err)
 		}
-		if len(got) >= want {
-			if len(got) > want {
-				t.Fatalf("Lookup(%s) = %d outcomes, want %d", id, len(got), want)
-			}
-			return got
+		if len(got) > want {
+			t.Fatalf("Lookup(%s) = %d outcomes, want %d", id, len(got), want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Lookup(%s) = %d outcomes after 10s, want %d", id, len(got), want)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return len(got) == want
+	}) != nil {
+		t.Fatalf("Lookup(%s) = %d outcomes after 10s, want %d", id, len(got), want)
 	}
+	return got
 }
 
 func TestRecordAndLookupInOrder(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/natsd"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // rig is a history on a real embedded NATS whose write clock the test moves.
@@ -50,9 +51,9 @@ func (r *rig) stored() {
 	r.h.Flush()
 	want := history.Published(r.h)
 	ctx := context.Background()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var n uint64
+	var n uint64
+	err := poll.Check(10*time.Second, 5*time.Millisecond, func() error {
+		n = 0
 		for _, name := range []string{history.Stream, history.BodiesStream} {
 			st, err := r.srv.JetStream().Stream(ctx, name)
 			if err != nil {
@@ -64,13 +65,13 @@ func (r *rig) stored() {
 			}
 			n += info.State.Msgs
 		}
-		if n == want {
-			return
+		if n != want {
+			return poll.ErrTimeout
 		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("%d batches stored after 10s, want %d", n, want)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		r.t.Fatalf("%d batches stored after 10s, want %d", n, want)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/natsd"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 func newHistory(t *testing.T, srv *natsd.Server, cfg history.Config) *history.History {
@@ -39,16 +40,19 @@ func messages(t *testing.T, srv *natsd.Server, stream string) uint64 {
 // waitMessages polls until stream holds want messages.
 func waitMessages(t *testing.T, srv *natsd.Server, stream string, want uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := messages(t, srv, stream)
-		if n == want {
-			return
+	var n uint64
+	err := poll.Check(10*time.Second, 5*time.Millisecond, func() error {
+		n = messages(t, srv, stream)
+		switch {
+		case n == want:
+			return nil
+		case n > want:
+			return poll.GiveUp(poll.ErrTimeout)
 		}
-		if n > want || time.Now().After(deadline) {
-			t.Fatalf("%s holds %d messages, want %d", stream, n, want)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return poll.ErrTimeout
+	})
+	if err != nil {
+		t.Fatalf("%s holds %d messages, want %d", stream, n, want)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/tlsconf"
 	"github.com/rivora/rivora/internal/tlsconf/tlstest"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 var password = auth.CellTokenOf(strings.Repeat("c", auth.MinCellTokenBytes)).Derive("nats")
@@ -137,17 +138,14 @@ func assertRouted(t *testing.T, a, b *natsd.Server) {
 	}
 	// The subscription reaches a over the route shortly after the flush:
 	// publish until it arrives.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if poll.Within(10*time.Second, func() bool {
 		if err := a.Conn().Publish("routed", []byte("hi")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := sub.NextMsg(100 * time.Millisecond); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a message published on a1 never reached a2")
-		}
+		_, err := sub.NextMsg(100 * time.Millisecond)
+		return err == nil
+	}) != nil {
+		t.Fatal("a message published on a1 never reached a2")
 	}
 }
 

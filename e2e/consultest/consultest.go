@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // Version is the Consul release the tests run.
@@ -218,22 +220,20 @@ func (s *Server) Log() string {
 }
 
 func (s *Server) waitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
 	client := &http.Client{Timeout: 2 * time.Second}
-	var last error
-	for time.Now().Before(deadline) {
+	err := poll.Until(context.Background(), timeout, 100*time.Millisecond, func() error {
 		select {
 		case <-s.done:
-			return errors.New("consul exited")
+			return poll.GiveUp(errors.New("consul exited"))
 		default:
 		}
-		last = s.ready(client)
-		if last == nil {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
+		return s.ready(client)
+	})
+	var te *poll.TimeoutError
+	if errors.As(err, &te) {
+		return fmt.Errorf("not ready after %s: %v", timeout, te.Last)
 	}
-	return fmt.Errorf("not ready after %s: %v", timeout, last)
+	return err
 }
 
 // ready: a leader is elected and this node is in the catalog (sessions
