@@ -48,6 +48,7 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/testkit/partner"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 type gamedayFlags struct {
@@ -254,16 +255,15 @@ func (s *steady) latencies(from, to time.Time, fromAck bool) (lat []time.Duratio
 }
 
 func (s *steady) waitDelivered(limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
+	poll.Check(limit, 20*time.Millisecond, func() error {
 		s.mu.Lock()
 		n := len(s.started)
 		s.mu.Unlock()
 		if s.p.Delivered() >= n {
-			return
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return poll.ErrTimeout
+	})
 }
 
 // ---------------------------------------------------------------------------
@@ -361,38 +361,16 @@ func (g *gamedayFlags) runWAF() error {
 	publishedAt := time.Now()
 	progress("burst published in %s", publishedAt.Sub(burstAt).Round(time.Millisecond))
 
-	lastLog := time.Now()
-	for int64(erp.Delivered()) < int64(g.events) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("erp: %d of %d delivered when the scenario limit %s ran out", int64(erp.Delivered()), g.events, g.scenarioLimit)
+	latest := func() healthSample {
+		healthMu.Lock()
+		defer healthMu.Unlock()
+		if len(health) == 0 {
+			return healthSample{}
 		}
-		if err, ok := d.exited(); ok {
-			return fmt.Errorf("rivora dev exited: %v\n%s", err, d.Tail(8<<10))
-		}
-		if time.Since(lastLog) >= 2*time.Second {
-			lastLog = time.Now()
-			log := erp.Requests()
-			now := time.Now()
-			var ok, refused int
-			for _, a := range log {
-				if a.At.After(now.Add(-time.Second)) {
-					if a.Status == http.StatusTooManyRequests {
-						refused++
-					} else {
-						ok++
-					}
-				}
-			}
-			healthMu.Lock()
-			h := healthSample{}
-			if len(health) > 0 {
-				h = health[len(health)-1]
-			}
-			healthMu.Unlock()
-			progress("t+%4.1fs erp delivered %5d/%d; last second %d×2xx %d×429; %s at %.0f/s of %.0f/s",
-				now.Sub(burstAt).Seconds(), int64(erp.Delivered()), g.events, ok, refused, h.state, h.current, g.rate)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return health[len(health)-1]
+	}
+	if err := g.waitWAFDrained(ctx, d, erp, deadline, burstAt, latest); err != nil {
+		return err
 	}
 	drainedAt, cpuBurst1, selfBurst1 := time.Now(), d.cpu(), selfCPU()
 	drain := drainedAt.Sub(burstAt)
@@ -428,33 +406,8 @@ func (g *gamedayFlags) runWAF() error {
 	samples := slices.Clone(health)
 	healthMu.Unlock()
 
-	// Per-second buckets from the burst.
-	secs := int(drain/time.Second) + 1
-	type bucket struct{ all, ok, refused int }
-	buckets := make([]bucket, secs)
-	for _, a := range log {
-		i := int(a.At.Sub(burstAt) / time.Second)
-		if i < 0 || i >= secs {
-			continue
-		}
-		buckets[i].all++
-		if a.Status/100 == 2 {
-			buckets[i].ok++
-		} else if a.Status == http.StatusTooManyRequests {
-			buckets[i].refused++
-		}
-	}
-	share := func(b bucket) float64 { return float64(b.refused) / float64(max(b.all, 1)) }
-	// settle: start of the first second from which every second's 429
-	// share stays under 25%.
-	settleIdx := secs
-	for i := secs - 1; i >= 0; i-- {
-		if share(buckets[i]) >= 0.25 {
-			break
-		}
-		settleIdx = i
-	}
-	settleAt := burstAt.Add(time.Duration(settleIdx) * time.Second)
+	buckets := wafSeconds(log, burstAt, drain)
+	settleAt := burstAt.Add(time.Duration(settleSecond(buckets)) * time.Second)
 	settle := settleAt.Sub(burstAt).Seconds()
 	var afterAll, afterRefused int
 	for _, a := range log {
@@ -498,21 +451,9 @@ func (g *gamedayFlags) runWAF() error {
 	}
 
 	// Table: per second, then the summary.
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "second\tattempts\t2xx\t429\t429 share\trate (health)\tstate\t")
-	for i, b := range buckets {
-		at := burstAt.Add(time.Duration(i+1) * time.Second)
-		var h healthSample
-		for _, s := range samples {
-			if s.at.Before(at) {
-				h = s
-			}
-		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.1f%%\t%.0f\t%s\t\n", i, b.all, b.ok, b.refused, 100*share(b), h.current, h.state)
-	}
-	tw.Flush()
+	printWAFSeconds(buckets, burstAt, samples)
 	fmt.Println()
-	tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "scenario\twaf: %d events, erp at %.0f/s (burst %d) behind a WAF at %d req/s; %d bystanders at %.0f/s\n", g.events, g.rate, g.burst, g.wafLimit, len(bys), g.bystanderRate)
 	fmt.Fprintf(tw, "halve\t%.2f s from the first 429 to current rate ≤ %.0f/s (write-up: 9 s)\n", halve, g.rate/2)
 	fmt.Fprintf(tw, "settle\t%.0f s from the burst until every second's 429 share stays < 25%%\n", settle)
@@ -542,6 +483,92 @@ func (g *gamedayFlags) runWAF() error {
 		"drain_s":                      round(drain.Seconds(), 1),
 		"order_violations":             float64(violations),
 	}, []string{"halve_s", "settle_s", "throttled_share_after_settle", "bystander_p99_ms_baseline", "bystander_p99_ms_during", "drain_s", "order_violations"})
+}
+
+// waitWAFDrained waits until erp got every event of the burst, with
+// progress every 2 s.
+func (g *gamedayFlags) waitWAFDrained(ctx context.Context, d *dev, erp *partner.Partner, deadline, burstAt time.Time, latest func() healthSample) error {
+	lastLog := time.Now()
+	return until(ctx, max(time.Until(deadline), time.Nanosecond), 20*time.Millisecond, "the burst drained", func() error {
+		if erp.Delivered() >= g.events {
+			return nil
+		}
+		if err, ok := d.exited(); ok {
+			return poll.GiveUp(fmt.Errorf("rivora dev exited: %v\n%s", err, d.Tail(8<<10)))
+		}
+		if time.Since(lastLog) >= 2*time.Second {
+			lastLog = time.Now()
+			now := time.Now()
+			var ok, refused int
+			for _, a := range erp.Requests() {
+				if a.At.After(now.Add(-time.Second)) {
+					if a.Status == http.StatusTooManyRequests {
+						refused++
+					} else {
+						ok++
+					}
+				}
+			}
+			h := latest()
+			progress("t+%4.1fs erp delivered %5d/%d; last second %d×2xx %d×429; %s at %.0f/s of %.0f/s",
+				now.Sub(burstAt).Seconds(), erp.Delivered(), g.events, ok, refused, h.state, h.current, g.rate)
+		}
+		return fmt.Errorf("erp: %d of %d delivered when the scenario limit %s ran out", erp.Delivered(), g.events, g.scenarioLimit)
+	})
+}
+
+// wafSecond is one second of the WAF scenario from the burst on.
+type wafSecond struct{ all, ok, refused int }
+
+func (b wafSecond) share() float64 { return float64(b.refused) / float64(max(b.all, 1)) }
+
+// wafSeconds buckets the attempts per second from the burst until drained.
+func wafSeconds(log []partner.Request, burstAt time.Time, drain time.Duration) []wafSecond {
+	secs := int(drain/time.Second) + 1
+	buckets := make([]wafSecond, secs)
+	for _, a := range log {
+		i := int(a.At.Sub(burstAt) / time.Second)
+		if i < 0 || i >= secs {
+			continue
+		}
+		buckets[i].all++
+		if a.Status/100 == 2 {
+			buckets[i].ok++
+		} else if a.Status == http.StatusTooManyRequests {
+			buckets[i].refused++
+		}
+	}
+	return buckets
+}
+
+// settleSecond is the first second from which every second's 429 share
+// stays under 25%.
+func settleSecond(buckets []wafSecond) int {
+	settleIdx := len(buckets)
+	for i := len(buckets) - 1; i >= 0; i-- {
+		if buckets[i].share() >= 0.25 {
+			break
+		}
+		settleIdx = i
+	}
+	return settleIdx
+}
+
+// printWAFSeconds prints the per-second table with the health samples.
+func printWAFSeconds(buckets []wafSecond, burstAt time.Time, samples []healthSample) {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "second\tattempts\t2xx\t429\t429 share\trate (health)\tstate\t")
+	for i, b := range buckets {
+		at := burstAt.Add(time.Duration(i+1) * time.Second)
+		var h healthSample
+		for _, s := range samples {
+			if s.at.Before(at) {
+				h = s
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.1f%%\t%.0f\t%s\t\n", i, b.all, b.ok, b.refused, 100*b.share(), h.current, h.state)
+	}
+	tw.Flush()
 }
 
 // ---------------------------------------------------------------------------
@@ -602,10 +629,7 @@ func (g *gamedayFlags) runHardDown() error {
 	// Until parked.
 	var firstFail, parkedAt time.Time
 	lastLog := time.Now()
-	for {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("erp not parked when the scenario limit %s ran out (state %q)", g.scenarioLimit, latest().state)
-		}
+	err = until(ctx, max(time.Until(deadline), time.Nanosecond), 20*time.Millisecond, "erp parked", func() error {
 		if firstFail.IsZero() {
 			if log := p.Requests(); len(log) > 0 {
 				firstFail = log[0].At
@@ -613,14 +637,17 @@ func (g *gamedayFlags) runHardDown() error {
 		}
 		if h := latest(); h.state == "parked" && !firstFail.IsZero() {
 			parkedAt = h.at
-			break
+			return nil
 		}
 		if time.Since(lastLog) >= 2*time.Second {
 			lastLog = time.Now()
 			h := latest()
 			progress("t+%4.1fs %d attempts so far; %s at %.2f/s", time.Since(pubAt).Seconds(), len(p.Requests()), h.state, h.current)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return fmt.Errorf("erp not parked when the scenario limit %s ran out (state %q)", g.scenarioLimit, latest().state)
+	})
+	if err != nil {
+		return err
 	}
 	parked := parkedAt.Sub(firstFail)
 	progress("parked %.1f s after the first failure; measuring probes for %s", parked.Seconds(), g.probeWindow)
@@ -647,22 +674,26 @@ func (g *gamedayFlags) runHardDown() error {
 	var firstOK time.Time
 	lastLog = time.Now()
 	dead := 0
-	for int64(p.Delivered())+int64(dead) < int64(g.hardDownEvents) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("erp: %d of %d delivered (%d dead letters) when the scenario limit %s ran out", int64(p.Delivered()), g.hardDownEvents, dead, g.scenarioLimit)
+	err = until(ctx, max(time.Until(deadline), time.Nanosecond), 20*time.Millisecond, "erp drained", func() error {
+		if p.Delivered()+dead >= g.hardDownEvents {
+			return nil
 		}
+		var err error
 		if dead, err = deadLettered(ctx, hc, d.url(), "erp"); err != nil {
-			return err
+			return poll.GiveUp(err)
 		}
-		if firstOK.IsZero() && int64(p.Delivered()) > 0 {
+		if firstOK.IsZero() && p.Delivered() > 0 {
 			firstOK = firstOKAt(p)
 		}
 		if time.Since(lastLog) >= 2*time.Second {
 			lastLog = time.Now()
 			h := latest()
-			progress("t+%4.1fs after recovery: %d/%d delivered; %s at %.1f/s", time.Since(upAt).Seconds(), int64(p.Delivered()), g.hardDownEvents, h.state, h.current)
+			progress("t+%4.1fs after recovery: %d/%d delivered; %s at %.1f/s", time.Since(upAt).Seconds(), p.Delivered(), g.hardDownEvents, h.state, h.current)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return fmt.Errorf("erp: %d of %d delivered (%d dead letters) when the scenario limit %s ran out", p.Delivered(), g.hardDownEvents, dead, g.scenarioLimit)
+	})
+	if err != nil {
+		return err
 	}
 	drainedAt := time.Now()
 	if firstOK.IsZero() {

@@ -292,12 +292,12 @@ func waitIdle(nc *nats.Conn, limit time.Duration) error {
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(limit)
 	start := time.Now()
-	for {
+	var msgs uint64
+	err = poll.Check(limit, 100*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		st, err := js.Stream(ctx, "INGEST")
-		var msgs uint64
+		msgs = 0
 		if err == nil {
 			var info *jetstream.StreamInfo
 			info, err = st.Info(ctx)
@@ -314,12 +314,16 @@ func waitIdle(nc *nats.Conn, limit time.Duration) error {
 			progress("server idle (INGEST empty) after %s", time.Since(start).Round(time.Millisecond))
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("INGEST still holds %d events %s after the phase", msgs, limit)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return errNotIdle
+	})
+	if err != nil {
+		return fmt.Errorf("INGEST still holds %d events %s after the phase", msgs, limit)
 	}
+	return nil
 }
+
+// errNotIdle is waitIdle's check while INGEST holds events.
+var errNotIdle = errors.New("INGEST not empty")
 
 func runIngest(args []string) error {
 	fs := flag.NewFlagSet("ingest", flag.ExitOnError)
@@ -730,21 +734,20 @@ func runDeliver(args []string) error {
 	if err := waitIdle(nc, *limit); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(*limit)
-	for {
+	err = until(ctx, *limit, 100*time.Millisecond, "the backlog pending", func() error {
 		resp, err := admin.GetDestination(ctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "drain"}))
 		if err != nil {
-			return fmt.Errorf("get destination: %w", err)
+			return poll.GiveUp(fmt.Errorf("get destination: %w", err))
 		}
 		pending := resp.Msg.GetPending()
 		if pending+int64(p.Delivered()) >= int64(*n) {
-			progress("destination reports %d pending, %d delivered so far", pending, int64(p.Delivered()))
-			break
+			progress("destination reports %d pending, %d delivered so far", pending, p.Delivered())
+			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("destination reports only %d pending of %d after %s", pending, *n, *limit)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return fmt.Errorf("destination reports only %d pending of %d after %s", pending, *n, *limit)
+	})
+	if err != nil {
+		return err
 	}
 
 	progress("opening the budget: rate 1e6/s, burst 100000, max_in_flight %d", *maxInFlight)
@@ -762,17 +765,19 @@ func runDeliver(args []string) error {
 	if err := waitApplied(ctx, admin, upd.Msg.GetVersion()); err != nil {
 		return err
 	}
-	deadline = start.Add(*limit)
 	lastLog := start
-	for int64(p.Delivered()) < int64(*n) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("partner saw %d of %d events %s after the budget opened", int64(p.Delivered()), *n, *limit)
+	err = untilTime(ctx, start.Add(*limit), 5*time.Millisecond, "the drain", func() error {
+		if p.Delivered() >= *n {
+			return nil
 		}
 		if time.Since(lastLog) >= 2*time.Second {
 			lastLog = time.Now()
-			progress("drain: %d/%d delivered (%d requests)", int64(p.Delivered()), *n, int64(p.Count()))
+			progress("drain: %d/%d delivered (%d requests)", p.Delivered(), *n, p.Count())
 		}
-		time.Sleep(5 * time.Millisecond)
+		return fmt.Errorf("partner saw %d of %d events %s after the budget opened", p.Delivered(), *n, *limit)
+	})
+	if err != nil {
+		return err
 	}
 	drained := time.Since(start)
 	delivered := int64(*n) - already
