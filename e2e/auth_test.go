@@ -21,6 +21,7 @@ import (
 	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -74,6 +75,38 @@ func (c rpcCase) expected(caller string) string {
 // but CreateDestination's carries a signing secret, and the audit names
 // the token whatever the request's author says.
 func TestAuthMatrix(t *testing.T) {
+	ctx, w := newAuthWorld(t)
+	cases := w.cases()
+	for _, proc := range allProcedures(t) {
+		if _, ok := cases[proc]; !ok {
+			t.Errorf("%s is not in the access matrix: add it with who may call it", proc)
+		}
+	}
+	t.Run("no stranger takes over an agent", func(t *testing.T) { w.noStrangerTakesOverAnAgent(ctx, t) })
+	t.Run("publisher scope", func(t *testing.T) { w.publisherScope(ctx, t) })
+	t.Run("audit names the token", func(t *testing.T) { w.auditNamesTheToken(ctx, t) })
+	w.matrix(ctx, t, cases)
+}
+
+// authWorld is what TestAuthMatrix's phases share: a cell with two
+// destinations (d1 delivers, d2 paused), a delivered event and a dead
+// letter of customer c1, and a token per kind of caller.
+type authWorld struct {
+	c               *cell
+	cpURL, agentURL string
+	admin           string
+	adminC          rivorav1connect.AdminServiceClient
+	p               *partner.Partner
+	secrets         []string
+	tokens          map[string]string
+	ingest          rivorav1connect.IngestServiceClient // as publisher c1
+	delivered       string                              // event id
+	dead            string                              // event id
+}
+
+// newAuthWorld starts the cell and makes what the matrix calls with; the
+// context bounds the test from then on.
+func newAuthWorld(t *testing.T) (context.Context, *authWorld) {
 	c := startCell(t, cellOptions{})
 	r := c.rig()
 	cpURL, agentURL := c.cp.URL(), c.agent.URL()
@@ -150,9 +183,16 @@ func TestAuthMatrix(t *testing.T) {
 		t.Fatalf("the skipped head in the archive: %v", err)
 	}
 
+	return ctx, &authWorld{c: c, cpURL: cpURL, agentURL: agentURL, admin: admin, adminC: adminC, p: p, secrets: secrets,
+		tokens: tokens, ingest: ingest, delivered: delivered.Msg.GetEventId(), dead: dead}
+}
+
+// cases is the access matrix: every RPC, where it is served, who may
+// call it.
+func (w *authWorld) cases() map[string]rpcCase {
 	j := func(v any) string { b, _ := json.Marshal(v); return string(b) }
 	publish := `{"destinationId":"d1","customerId":"c1","laneKey":"m","type":"t","payload":"e30="}`
-	cases := map[string]rpcCase{
+	return map[string]rpcCase{
 		rivorav1connect.AdminServiceCreateDestinationProcedure:    {at: cp, body: `{}`, allow: "admin"},
 		rivorav1connect.AdminServiceUpdateDestinationProcedure:    {at: cp, body: `{"id":"nope"}`, allow: "admin"},
 		rivorav1connect.AdminServiceDeleteDestinationProcedure:    {at: cp, body: `{"id":"nope"}`, allow: "admin"},
@@ -179,7 +219,7 @@ func TestAuthMatrix(t *testing.T) {
 		rivorav1connect.IngestServicePublishProcedure:      {at: ag, body: publish, allow: "admin,publisher,cell", scoped: true},
 		rivorav1connect.IngestServicePublishBatchProcedure: {at: ag, body: `{"events":[` + publish + `]}`, allow: "admin,publisher", scoped: true},
 
-		rivorav1connect.EventServiceGetEventProcedure:    {at: both, body: j(map[string]string{"eventId": delivered.Msg.GetEventId()}), allow: "admin,operator,viewer,publisher", scoped: true, hidden: true},
+		rivorav1connect.EventServiceGetEventProcedure:    {at: both, body: j(map[string]string{"eventId": w.delivered}), allow: "admin,operator,viewer,publisher", scoped: true, hidden: true},
 		rivorav1connect.EventServiceListEventsProcedure:  {at: both, body: `{"destinationId":"d1","customerId":"c1"}`, allow: "admin,operator,viewer,publisher", scoped: true},
 		rivorav1connect.EventServiceResendEventProcedure: {at: both, body: `{"eventId":"01900000-0000-7000-8000-000000000000","reason":"x"}`, allow: "admin,operator"},
 
@@ -187,7 +227,7 @@ func TestAuthMatrix(t *testing.T) {
 		rivorav1connect.LaneServiceSkipLaneHeadProcedure: {at: both, body: `{"destinationId":"d1","customerId":"c9","laneKey":"none","reason":"x"}`, allow: "admin,operator"},
 
 		rivorav1connect.ArchiveServiceListDeadLettersProcedure: {at: both, body: `{"filter":{"customerId":"c1"}}`, allow: "admin,operator,viewer,publisher,cell", scoped: true},
-		rivorav1connect.ArchiveServiceGetDeadLetterProcedure:   {at: both, body: j(map[string]string{"eventId": dead, "destinationId": "d2"}), allow: "admin,operator,viewer,publisher", scoped: true, hidden: true},
+		rivorav1connect.ArchiveServiceGetDeadLetterProcedure:   {at: both, body: j(map[string]string{"eventId": w.dead, "destinationId": "d2"}), allow: "admin,operator,viewer,publisher", scoped: true, hidden: true},
 		rivorav1connect.ArchiveServiceDeadLetterStatsProcedure: {at: both, body: `{}`, allow: "admin,operator,viewer"},
 		rivorav1connect.ArchiveServiceReplayProcedure:          {at: both, body: `{"filter":{"destinationId":"d2"},"dryRun":true}`, allow: "admin,operator", stream: true},
 
@@ -202,111 +242,120 @@ func TestAuthMatrix(t *testing.T) {
 		rivorav1connect.PartitionServiceArchivePendingProcedure: {at: ag, body: `{"destinationId":"nope"}`, allow: "cell"},
 		rivorav1connect.PartitionServiceGetHealthProcedure:      {at: ag, body: `{"destinationId":"d1"}`, allow: "cell"},
 	}
-	for _, proc := range allProcedures(t) {
-		if _, ok := cases[proc]; !ok {
-			t.Errorf("%s is not in the access matrix: add it with who may call it", proc)
+}
+
+// noStrangerTakesOverAnAgent: Watch and ReportOwned in an agent's name
+// are refused without the cell token.
+func (w *authWorld) noStrangerTakesOverAnAgent(ctx context.Context, t *testing.T) {
+	c, cpURL, agentURL, adminC, tokens := w.c, w.cpURL, w.agentURL, w.adminC, w.tokens
+	for _, caller := range []string{"none", "bad", "admin"} {
+		var opts []connect.ClientOption
+		if tk := tokens[caller]; tk != "" {
+			opts = append(opts, connect.WithInterceptors(auth.Bearer(tk)))
+		}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		s, err := rivorav1connect.NewAgentServiceClient(plainHTTP, cpURL, opts...).Watch(wctx, connect.NewRequest(&rivorav1.WatchRequest{AgentName: c.agentName, Address: "http://127.0.0.1:1"}))
+		if err == nil {
+			if s.Receive() {
+				t.Errorf("Watch as %s with %s credentials got config", c.agentName, caller)
+			}
+			err = s.Err()
+			s.Close()
+		}
+		cancel()
+		if code := connect.CodeOf(err); code != connect.CodeUnauthenticated && code != connect.CodePermissionDenied {
+			t.Errorf("Watch as %s with %s credentials: %v, want unauthenticated or permission_denied", c.agentName, caller, err)
+		}
+		_, err = rivorav1connect.NewAgentServiceClient(plainHTTP, cpURL, opts...).ReportOwned(ctx, connect.NewRequest(&rivorav1.ReportOwnedRequest{AgentName: c.agentName}))
+		if code := connect.CodeOf(err); code != connect.CodeUnauthenticated && code != connect.CodePermissionDenied {
+			t.Errorf("ReportOwned as %s with %s credentials: %v, want refused", c.agentName, caller, err)
 		}
 	}
-	t.Run("no stranger takes over an agent", func(t *testing.T) {
-		for _, caller := range []string{"none", "bad", "admin"} {
-			var opts []connect.ClientOption
-			if tk := tokens[caller]; tk != "" {
-				opts = append(opts, connect.WithInterceptors(auth.Bearer(tk)))
-			}
-			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			s, err := rivorav1connect.NewAgentServiceClient(plainHTTP, cpURL, opts...).Watch(wctx, connect.NewRequest(&rivorav1.WatchRequest{AgentName: c.agentName, Address: "http://127.0.0.1:1"}))
-			if err == nil {
-				if s.Receive() {
-					t.Errorf("Watch as %s with %s credentials got config", c.agentName, caller)
-				}
-				err = s.Err()
-				s.Close()
-			}
-			cancel()
-			if code := connect.CodeOf(err); code != connect.CodeUnauthenticated && code != connect.CodePermissionDenied {
-				t.Errorf("Watch as %s with %s credentials: %v, want unauthenticated or permission_denied", c.agentName, caller, err)
-			}
-			_, err = rivorav1connect.NewAgentServiceClient(plainHTTP, cpURL, opts...).ReportOwned(ctx, connect.NewRequest(&rivorav1.ReportOwnedRequest{AgentName: c.agentName}))
-			if code := connect.CodeOf(err); code != connect.CodeUnauthenticated && code != connect.CodePermissionDenied {
-				t.Errorf("ReportOwned as %s with %s credentials: %v, want refused", c.agentName, caller, err)
-			}
+	st, err := adminC.GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range st.Msg.GetAgents() {
+		if a.GetName() == c.agentName && (a.GetAddress() != agentURL || !a.GetConnected()) {
+			t.Fatalf("after the attempts, agent %s = %v; want it connected at %s", c.agentName, a, agentURL)
 		}
-		st, err := adminC.GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, a := range st.Msg.GetAgents() {
-			if a.GetName() == c.agentName && (a.GetAddress() != agentURL || !a.GetConnected()) {
-				t.Fatalf("after the attempts, agent %s = %v; want it connected at %s", c.agentName, a, agentURL)
-			}
-		}
-	})
+	}
+}
 
-	t.Run("publisher scope", func(t *testing.T) {
-		other, err := rivorav1connect.NewIngestServiceClient(plainHTTP, agentURL, connect.WithInterceptors(auth.Bearer(admin))).Publish(ctx,
-			connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "d1", CustomerId: "c2", LaneKey: "u1", Type: "t", Payload: []byte(`{}`)}))
-		if err != nil {
-			t.Fatalf("admin publishes as c2: %v", err)
+// publisherScope: a publisher reaches only its customer's events and
+// dead letters, and another customer's look absent.
+func (w *authWorld) publisherScope(ctx context.Context, t *testing.T) {
+	cpURL, agentURL, admin, p, tokens, ingest := w.cpURL, w.agentURL, w.admin, w.p, w.tokens, w.ingest
+	other, err := rivorav1connect.NewIngestServiceClient(plainHTTP, agentURL, connect.WithInterceptors(auth.Bearer(admin))).Publish(ctx,
+		connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "d1", CustomerId: "c2", LaneKey: "u1", Type: "t", Payload: []byte(`{}`)}))
+	if err != nil {
+		t.Fatalf("admin publishes as c2: %v", err)
+	}
+	_, err = ingest.Publish(ctx, connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "d1", CustomerId: "c2", LaneKey: "u1", Type: "t", Payload: []byte(`{}`)}))
+	if connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("publisher c1 publishing as c2: %v, want permission_denied", err)
+	}
+	p.WaitDelivered(t, []string{other.Msg.GetEventId()}, 30*time.Second)
+	// Another customer's event or dead letter is answered exactly as
+	// an absent one (same code, same message but for the id asked):
+	// the answer must not tell whether the id exists, nor whose it is.
+	absentEvent, absentDead := "01900000-0000-7000-8000-0000000000ab", "01900000-0000-7000-8000-0000000000cd"
+	same := func(what, url string, errOf func(id string) error, theirs, absent string) {
+		t.Helper()
+		gotTheirs, gotAbsent := errOf(theirs), errOf(absent)
+		if connect.CodeOf(gotTheirs) != connect.CodeNotFound || connect.CodeOf(gotAbsent) != connect.CodeNotFound {
+			t.Errorf("%s at %s: another customer's: %v; absent: %v; want not_found for both", what, url, gotTheirs, gotAbsent)
+			return
 		}
-		_, err = ingest.Publish(ctx, connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "d1", CustomerId: "c2", LaneKey: "u1", Type: "t", Payload: []byte(`{}`)}))
-		if connect.CodeOf(err) != connect.CodePermissionDenied {
-			t.Fatalf("publisher c1 publishing as c2: %v, want permission_denied", err)
+		if a, b := strings.ReplaceAll(gotTheirs.Error(), theirs, "ID"), strings.ReplaceAll(gotAbsent.Error(), absent, "ID"); a != b || strings.Contains(a, "c2") || strings.Contains(a, "c1") {
+			t.Errorf("%s at %s: another customer's answers %q, an absent id %q: want the same, naming no customer", what, url, a, b)
 		}
-		p.WaitDelivered(t, []string{other.Msg.GetEventId()}, 30*time.Second)
-		// Another customer's event or dead letter is answered exactly as
-		// an absent one (same code, same message but for the id asked):
-		// the answer must not tell whether the id exists, nor whose it is.
-		absentEvent, absentDead := "01900000-0000-7000-8000-0000000000ab", "01900000-0000-7000-8000-0000000000cd"
-		same := func(what, url string, errOf func(id string) error, theirs, absent string) {
-			t.Helper()
-			gotTheirs, gotAbsent := errOf(theirs), errOf(absent)
-			if connect.CodeOf(gotTheirs) != connect.CodeNotFound || connect.CodeOf(gotAbsent) != connect.CodeNotFound {
-				t.Errorf("%s at %s: another customer's: %v; absent: %v; want not_found for both", what, url, gotTheirs, gotAbsent)
-				return
-			}
-			if a, b := strings.ReplaceAll(gotTheirs.Error(), theirs, "ID"), strings.ReplaceAll(gotAbsent.Error(), absent, "ID"); a != b || strings.Contains(a, "c2") || strings.Contains(a, "c1") {
-				t.Errorf("%s at %s: another customer's answers %q, an absent id %q: want the same, naming no customer", what, url, a, b)
-			}
+	}
+	for _, url := range []string{agentURL, cpURL} {
+		events := rivorav1connect.NewEventServiceClient(plainHTTP, url, connect.WithInterceptors(auth.Bearer(tokens["pub"])))
+		same("publisher c1: events get", url, func(id string) error {
+			_, err := events.GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: id}))
+			return err
+		}, other.Msg.GetEventId(), absentEvent)
+		if _, err := events.GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: w.delivered})); err != nil {
+			t.Errorf("publisher c1: events get of its own event at %s: %v", url, err)
 		}
-		for _, url := range []string{agentURL, cpURL} {
-			events := rivorav1connect.NewEventServiceClient(plainHTTP, url, connect.WithInterceptors(auth.Bearer(tokens["pub"])))
-			same("publisher c1: events get", url, func(id string) error {
-				_, err := events.GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: id}))
-				return err
-			}, other.Msg.GetEventId(), absentEvent)
-			if _, err := events.GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: delivered.Msg.GetEventId()})); err != nil {
-				t.Errorf("publisher c1: events get of its own event at %s: %v", url, err)
-			}
-			archive := rivorav1connect.NewArchiveServiceClient(plainHTTP, url, connect.WithInterceptors(auth.Bearer(tokens["pub-other"])))
-			same("publisher c2: dlq show", url, func(id string) error {
-				_, err := archive.GetDeadLetter(ctx, connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: id, DestinationId: "d2"}))
-				return err
-			}, dead, absentDead)
-		}
-	})
+		archive := rivorav1connect.NewArchiveServiceClient(plainHTTP, url, connect.WithInterceptors(auth.Bearer(tokens["pub-other"])))
+		same("publisher c2: dlq show", url, func(id string) error {
+			_, err := archive.GetDeadLetter(ctx, connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: id, DestinationId: "d2"}))
+			return err
+		}, w.dead, absentDead)
+	}
+}
 
-	t.Run("audit names the token", func(t *testing.T) {
-		ops := adminClient(cpURL, tokens["operator"])
-		resp, err := ops.SetPriority(ctx, connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "d1", CustomerId: "c1", Weight: new(2.0), Author: "mallory"}))
-		if err != nil {
-			t.Fatalf("operator sets a weight: %v", err)
+// auditNamesTheToken: the audit names the token, whatever the request's
+// author says.
+func (w *authWorld) auditNamesTheToken(ctx context.Context, t *testing.T) {
+	cpURL, admin, adminC, tokens := w.cpURL, w.admin, w.adminC, w.tokens
+	ops := adminClient(cpURL, tokens["operator"])
+	resp, err := ops.SetPriority(ctx, connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "d1", CustomerId: "c1", Weight: new(2.0), Author: "mallory"}))
+	if err != nil {
+		t.Fatalf("operator sets a weight: %v", err)
+	}
+	audit, err := adminC.ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{DestinationId: "d1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *rivorav1.AuditEntry
+	for _, e := range audit.Msg.GetEntries() {
+		if e.GetVersion() == resp.Msg.GetVersion() {
+			found = e
 		}
-		audit, err := adminC.ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{DestinationId: "d1"}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var found *rivorav1.AuditEntry
-		for _, e := range audit.Msg.GetEntries() {
-			if e.GetVersion() == resp.Msg.GetVersion() {
-				found = e
-			}
-		}
-		opsID := tokenID(t, cpURL, admin, "ops-1")
-		if found == nil || found.GetAuthor() != "ops-1" || found.GetTokenId() != opsID {
-			t.Fatalf("audit entry of the weight change = %v, want author ops-1 token %s (the request said mallory)", found, opsID)
-		}
-	})
+	}
+	opsID := tokenID(t, cpURL, admin, "ops-1")
+	if found == nil || found.GetAuthor() != "ops-1" || found.GetTokenId() != opsID {
+		t.Fatalf("audit entry of the weight change = %v, want author ops-1 token %s (the request said mallory)", found, opsID)
+	}
+}
 
+// matrix calls every RPC where it is served as each caller.
+func (w *authWorld) matrix(ctx context.Context, t *testing.T, cases map[string]rpcCase) {
+	cpURL, agentURL, tokens, secrets := w.cpURL, w.agentURL, w.tokens, w.secrets
 	// Last: the matrix lets a Watch with the cell token in, which
 	// registers an agent "ghost".
 	servers := map[string]string{"cp": cpURL, "agent": agentURL}
@@ -350,7 +399,6 @@ func TestAuthMatrix(t *testing.T) {
 		}
 	}
 	t.Logf("%d calls over %d RPCs × %d callers", calls, len(cases), len(matrixCallers))
-
 }
 
 // plainHTTP trusts the run's CA and sends no credential of its own.

@@ -93,46 +93,7 @@ func TestCellOperatorOneAddress(t *testing.T) {
 		}
 	})
 
-	t.Run("dead letters and replay", func(t *testing.T) {
-		for _, d := range dests {
-			list := waitDLQAt(t, cp, d.id, len(d.dead), 90*time.Second)
-			for _, e := range list {
-				if !slices.Contains(d.dead, e.EventID) || e.LaneKey != "bad" || e.LastStatus != 400 {
-					t.Errorf("dlq list --destination %s (owner %s): %s on lane %q, last status %d; want one of %v, lane bad, 400", d.id, d.owner, e.EventID, e.LaneKey, e.LastStatus, d.dead)
-				}
-			}
-		}
-		// One listing through the control plane holds every agent's dead
-		// letters.
-		var all []string
-		for _, e := range dlqListAt(t, cp, "") {
-			all = append(all, e.EventID)
-		}
-		for _, d := range dests {
-			for _, id := range d.dead {
-				if !slices.Contains(all, id) {
-					t.Errorf("dlq list (all destinations) misses %s of %s, archived by %s", id, d.id, d.owner)
-				}
-			}
-		}
-		for _, d := range dests {
-			d.partner.SetHealthy()
-			out := ctlAt(t, cp, "replay", "--destination", d.id, "-o", "json")
-			res := &rivorav1.ReplayResponse{}
-			if err := protojson.Unmarshal([]byte(out), res); err != nil {
-				t.Fatalf("replay -o json is not a ReplayResponse: %v\n%q", err, out)
-			}
-			if int(res.GetReplayed()) != len(d.dead) || int(res.GetTotal()) != len(d.dead) || !res.GetDone() {
-				t.Errorf("replay --destination %s (owner %s): %v, want %d of %d replayed, done", d.id, d.owner, res, len(d.dead), len(d.dead))
-			}
-		}
-		for _, d := range dests {
-			d.partner.WaitDelivered(t, d.dead, 60*time.Second)
-			for _, id := range d.dead {
-				waitCtlEventState(t, cp, id, rivorav1.EventState_EVENT_STATE_DELIVERED)
-			}
-		}
-	})
+	t.Run("dead letters and replay", func(t *testing.T) { deadLettersAndReplay(t, cp, dests) })
 
 	// The RPCs behind `rivoractl lanes` and `events list/resend`, through
 	// the control plane. A stuck lane on the last agent: its head fails
@@ -252,60 +213,111 @@ func TestCellOperatorOneAddress(t *testing.T) {
 		poll.True(t, "the resent event delivered again", 60*time.Second, func() bool { return d.partner.OK(id) >= 2 })
 	})
 
-	t.Run("embedded NATS needs the cell's credential", func(t *testing.T) {
-		for _, name := range c.names {
-			url := c.natsURLs[name]
-			for what, opts := range map[string][]nats.Option{
-				"no credential":    {nats.RootCAs(runPKI().caFile)},
-				"a wrong password": {nats.RootCAs(runPKI().caFile), nats.UserInfo(natsd.User, "guess")},
-				"the admin token":  {nats.RootCAs(runPKI().caFile), nats.Token(creds.For(cp))},
-			} {
-				if nc, err := nats.Connect(url, append(opts, nats.Timeout(5*time.Second))...); err == nil {
-					nc.Close()
-					t.Errorf("%s's NATS at %s took a client with %s", name, url, what)
-				}
-			}
-			nc, err := nats.Connect(url, append(cellNATS(t), nats.Timeout(5*time.Second))...)
-			if err != nil {
-				t.Fatalf("%s's NATS at %s with the cell's credential: %v", name, url, err)
-			}
-			nc.Close()
-		}
-	})
+	t.Run("embedded NATS needs the cell's credential", func(t *testing.T) { natsNeedsTheCellCredential(t, c, cp) })
 
-	t.Run("revoked and expired tokens refused on every agent within 1s", func(t *testing.T) {
-		admin := creds.For(cp)
-		var agentURLs []string
-		for _, name := range c.names {
-			agentURLs = append(agentURLs, c.agents[name].URL())
-		}
-		revoked := mintToken(t, cp, admin, "pub-revoked", rivorav1.Role_ROLE_PUBLISHER, "*")
-		waitAccepted(t, agentURLs, revoked)
-		revokeAt := time.Now()
-		if _, err := tokenClient(cp, admin).RevokeToken(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.RevokeTokenRequest{Id: tokenID(t, cp, admin, "pub-revoked")})); err != nil {
-			t.Fatalf("revoke: %v", err)
-		}
-		for url, took := range waitRefused(t, agentURLs, revoked) {
-			t.Logf("revoked token refused by %s %s after the revoke was sent", url, took.Sub(revokeAt).Round(time.Millisecond))
-			if took.Sub(revokeAt) > time.Second {
-				t.Errorf("agent %s still took the revoked token %s after the revoke", url, took.Sub(revokeAt))
+	t.Run("revoked and expired tokens refused on every agent within 1s", func(t *testing.T) { tokensRefusedWithin1s(t, c, cp) })
+}
+
+// deadLettersAndReplay: every destination's dead letters are listed
+// through the control plane, and replay delivers them.
+func deadLettersAndReplay(t *testing.T, cp string, dests []*routedDest) {
+	for _, d := range dests {
+		list := waitDLQAt(t, cp, d.id, len(d.dead), 90*time.Second)
+		for _, e := range list {
+			if !slices.Contains(d.dead, e.EventID) || e.LaneKey != "bad" || e.LastStatus != 400 {
+				t.Errorf("dlq list --destination %s (owner %s): %s on lane %q, last status %d; want one of %v, lane bad, 400", d.id, d.owner, e.EventID, e.LaneKey, e.LastStatus, d.dead)
 			}
 		}
+	}
+	// One listing through the control plane holds every agent's dead
+	// letters.
+	var all []string
+	for _, e := range dlqListAt(t, cp, "") {
+		all = append(all, e.EventID)
+	}
+	for _, d := range dests {
+		for _, id := range d.dead {
+			if !slices.Contains(all, id) {
+				t.Errorf("dlq list (all destinations) misses %s of %s, archived by %s", id, d.id, d.owner)
+			}
+		}
+	}
+	for _, d := range dests {
+		d.partner.SetHealthy()
+		out := ctlAt(t, cp, "replay", "--destination", d.id, "-o", "json")
+		res := &rivorav1.ReplayResponse{}
+		if err := protojson.Unmarshal([]byte(out), res); err != nil {
+			t.Fatalf("replay -o json is not a ReplayResponse: %v\n%q", err, out)
+		}
+		if int(res.GetReplayed()) != len(d.dead) || int(res.GetTotal()) != len(d.dead) || !res.GetDone() {
+			t.Errorf("replay --destination %s (owner %s): %v, want %d of %d replayed, done", d.id, d.owner, res, len(d.dead), len(d.dead))
+		}
+	}
+	for _, d := range dests {
+		d.partner.WaitDelivered(t, d.dead, 60*time.Second)
+		for _, id := range d.dead {
+			waitCtlEventState(t, cp, id, rivorav1.EventState_EVENT_STATE_DELIVERED)
+		}
+	}
+}
 
-		resp, err := tokenClient(cp, admin).CreateToken(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.CreateTokenRequest{
-			Name: "pub-expiring", Role: rivorav1.Role_ROLE_PUBLISHER, Customers: []string{"*"}, Ttl: durationpb.New(3 * time.Second)}))
+// natsNeedsTheCellCredential: no agent's embedded NATS takes a client
+// without the cell's credential.
+func natsNeedsTheCellCredential(t *testing.T, c *clusterCell, cp string) {
+	for _, name := range c.names {
+		url := c.natsURLs[name]
+		for what, opts := range map[string][]nats.Option{
+			"no credential":    {nats.RootCAs(runPKI().caFile)},
+			"a wrong password": {nats.RootCAs(runPKI().caFile), nats.UserInfo(natsd.User, "guess")},
+			"the admin token":  {nats.RootCAs(runPKI().caFile), nats.Token(creds.For(cp))},
+		} {
+			if nc, err := nats.Connect(url, append(opts, nats.Timeout(5*time.Second))...); err == nil {
+				nc.Close()
+				t.Errorf("%s's NATS at %s took a client with %s", name, url, what)
+			}
+		}
+		nc, err := nats.Connect(url, append(cellNATS(t), nats.Timeout(5*time.Second))...)
 		if err != nil {
-			t.Fatalf("create an expiring token: %v", err)
+			t.Fatalf("%s's NATS at %s with the cell's credential: %v", name, url, err)
 		}
-		expiring, expiresAt := resp.Msg.GetToken(), resp.Msg.GetTokenInfo().GetExpiresAt().AsTime()
-		waitAccepted(t, agentURLs, expiring)
-		for url, at := range waitRefused(t, agentURLs, expiring) {
-			t.Logf("expired token refused by %s %s after it expired", url, at.Sub(expiresAt).Round(time.Millisecond))
-			if at.Sub(expiresAt) > time.Second {
-				t.Errorf("agent %s still took the token %s after it expired", url, at.Sub(expiresAt))
-			}
+		nc.Close()
+	}
+}
+
+// tokensRefusedWithin1s: a revoked or expired token is refused by every
+// agent within 1 s.
+func tokensRefusedWithin1s(t *testing.T, c *clusterCell, cp string) {
+	admin := creds.For(cp)
+	var agentURLs []string
+	for _, name := range c.names {
+		agentURLs = append(agentURLs, c.agents[name].URL())
+	}
+	revoked := mintToken(t, cp, admin, "pub-revoked", rivorav1.Role_ROLE_PUBLISHER, "*")
+	waitAccepted(t, agentURLs, revoked)
+	revokeAt := time.Now()
+	if _, err := tokenClient(cp, admin).RevokeToken(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.RevokeTokenRequest{Id: tokenID(t, cp, admin, "pub-revoked")})); err != nil {
+		t.Fatalf("revoke: %v", err)
+	}
+	for url, took := range waitRefused(t, agentURLs, revoked) {
+		t.Logf("revoked token refused by %s %s after the revoke was sent", url, took.Sub(revokeAt).Round(time.Millisecond))
+		if took.Sub(revokeAt) > time.Second {
+			t.Errorf("agent %s still took the revoked token %s after the revoke", url, took.Sub(revokeAt))
 		}
-	})
+	}
+
+	resp, err := tokenClient(cp, admin).CreateToken(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.CreateTokenRequest{
+		Name: "pub-expiring", Role: rivorav1.Role_ROLE_PUBLISHER, Customers: []string{"*"}, Ttl: durationpb.New(3 * time.Second)}))
+	if err != nil {
+		t.Fatalf("create an expiring token: %v", err)
+	}
+	expiring, expiresAt := resp.Msg.GetToken(), resp.Msg.GetTokenInfo().GetExpiresAt().AsTime()
+	waitAccepted(t, agentURLs, expiring)
+	for url, at := range waitRefused(t, agentURLs, expiring) {
+		t.Logf("expired token refused by %s %s after it expired", url, at.Sub(expiresAt).Round(time.Millisecond))
+		if at.Sub(expiresAt) > time.Second {
+			t.Errorf("agent %s still took the token %s after it expired", url, at.Sub(expiresAt))
+		}
+	}
 }
 
 // probeToken asks agent url, with token, about an event that does not

@@ -1462,304 +1462,232 @@ func TestRandomizedAgainstModel(t *testing.T) {
 	}
 }
 
-func runModel(t *testing.T, seed uint64) {
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	s, clk := newSched()
-	type destSpec struct {
-		id   string
-		part int
-	}
-	dests := []destSpec{{"d0", 0}, {"d1", 0}, {"d2", 1}, {"d3", 2}}
-	custs := []string{"c0", "c1", "c2"}
-	keys := []string{"k0", "k1", "k2", "k3"}
-	maxIF := map[string]int{}      // configured destinations
-	forgotten := map[string]bool{} // deleted (ForgetDestination), not configured since
-	model := map[string]*modelLane{}
-	var outstanding []*Attempt
-	stale := map[*Attempt]bool{}
-	owner := map[*Attempt]*modelLane{}
-	delivered := map[uint64]bool{}
-	var nextSeq uint64
+// model is one randomized run against the model: the scheduler, its
+// clock, and what the model expects of every lane.
+type model struct {
+	t           *testing.T
+	rng         *rand.Rand
+	s           *Scheduler
+	clk         *clock.Manual
+	dests       []modelDest
+	custs       []string
+	keys        []string
+	maxIF       map[string]int  // configured destinations
+	forgotten   map[string]bool // deleted (ForgetDestination), not configured since
+	lanes       map[string]*modelLane
+	outstanding []*Attempt
+	stale       map[*Attempt]bool
+	owner       map[*Attempt]*modelLane
+	delivered   map[uint64]bool
+	nextSeq     uint64
+}
 
-	inFlight := func(dest string) int {
-		n := 0
-		for _, ml := range model {
-			if ml.id.Destination == dest && ml.out != nil {
-				n++
+type modelDest struct {
+	id   string
+	part int
+}
+
+func runModel(t *testing.T, seed uint64) {
+	s, clk := newSched()
+	m := &model{t: t, rng: rand.New(rand.NewPCG(seed, 0x5eed)), s: s, clk: clk,
+		dests: []modelDest{{"d0", 0}, {"d1", 0}, {"d2", 1}, {"d3", 2}},
+		custs: []string{"c0", "c1", "c2"}, keys: []string{"k0", "k1", "k2", "k3"},
+		maxIF: map[string]int{}, forgotten: map[string]bool{}, lanes: map[string]*modelLane{},
+		stale: map[*Attempt]bool{}, owner: map[*Attempt]*modelLane{}, delivered: map[uint64]bool{}}
+	for range 2500 {
+		d := m.dests[m.rng.IntN(len(m.dests))]
+		m.act(d, m.rng.IntN(100))
+		m.check(d)
+	}
+	m.drain()
+}
+
+// act does one random thing (r of 100) to destination d.
+func (m *model) act(d modelDest, r int) {
+	t, s, rng := m.t, m.s, m.rng
+	switch {
+	case r < 22: // new events
+		m.newEvents(d)
+	case r < 26: // rebuilt lane with ledger state
+		m.rebuiltLane(d)
+	case r < 55: // dispatcher
+		a, wait := step(s)
+		if a != nil {
+			m.onAttempt(a)
+		} else {
+			m.onIdle(wait)
+		}
+	case r < 75: // a worker reports
+		if len(m.outstanding) > 0 {
+			m.complete(rng.IntN(len(m.outstanding)), rng.IntN(4))
+		}
+	case r < 82:
+		m.clk.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
+	case r < 85: // an operator skips a lane's head
+		skipModel(t, s, m.lanes, d.id, m.custs[rng.IntN(len(m.custs))], m.keys[rng.IntN(len(m.keys))], d.part, m.delivered)
+	case r < 93:
+		lim := Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 1 + rng.IntN(3)}
+		s.SetLimits(d.id, d.part, lim)
+		m.maxIF[d.id] = lim.MaxInFlight
+		delete(m.forgotten, d.id)
+	case r < 96:
+		m.takeDestination(d)
+	default:
+		m.dropPartition(d)
+	}
+}
+
+func (m *model) newEvents(d modelDest) {
+	s, rng := m.s, m.rng
+	id := lid(d.id, m.custs[rng.IntN(len(m.custs))], m.keys[rng.IntN(len(m.keys))])
+	var es []Entry
+	for range 1 + rng.IntN(3) {
+		m.nextSeq++
+		es = append(es, ev(m.nextSeq))
+	}
+	if len(s.Snapshot(d.id)) == 0 {
+		delete(m.forgotten, d.id) // a destination anew, not the one deleted
+	}
+	appendTo(s, d.part, id, es...)
+	ml := m.lanes[id.Subject(d.part)]
+	if ml == nil {
+		ml = &modelLane{id: id, part: d.part}
+		m.lanes[id.Subject(d.part)] = ml
+	}
+	for _, e := range es {
+		ml.seqs = append(ml.seqs, e.Seq)
+	}
+}
+
+func (m *model) rebuiltLane(d modelDest) {
+	s, rng := m.s, m.rng
+	id := lid(d.id, m.custs[rng.IntN(len(m.custs))], "r"+m.keys[rng.IntN(len(m.keys))])
+	if m.lanes[id.Subject(d.part)] != nil {
+		return
+	}
+	m.nextSeq++
+	nb := m.clk.Now().Add(time.Duration(rng.IntN(4000)-1000) * time.Millisecond)
+	head := Head{Attempts: 1 + rng.IntN(5), NotBefore: nb}
+	if len(s.Snapshot(d.id)) == 0 {
+		delete(m.forgotten, d.id)
+	}
+	s.Restore(d.part, id, evs(m.nextSeq), head, true)
+	m.lanes[id.Subject(d.part)] = &modelLane{id: id, part: d.part, seqs: []uint64{m.nextSeq},
+		attempts: head.Attempts, notBefore: nb, hasLedger: true}
+}
+
+func (m *model) takeDestination(d modelDest) {
+	t, s := m.t, m.s
+	taken := s.TakeDestination(d.id)
+	want := 0
+	for subj, ml := range m.lanes {
+		if ml.id.Destination != d.id || ml.out != nil {
+			continue
+		}
+		want++
+		var got []uint64
+		for l, es := range taken {
+			if l.Subject == subj {
+				for _, e := range es {
+					got = append(got, e.Seq)
+				}
 			}
 		}
-		return n
-	}
-	onAttempt := func(a *Attempt) {
-		t.Helper()
-		now := clk.Now()
-		ml := model[a.Lane.Subject]
-		if ml == nil {
-			t.Fatalf("handed out %s seq %d: lane is not pending (dropped, taken or drained)", a.Lane.ID, a.Entry.Seq)
+		if !slices.Equal(got, ml.seqs) {
+			t.Fatalf("TakeDestination(%s) lane %s: got %v, want %v", d.id, ml.id, got, ml.seqs)
 		}
-		s.mu.Lock()
-		live := s.dests[a.Lane.ID.Destination]
-		ok := live != nil && live == a.Lane.dest && live.lanes[a.Lane.Subject] == a.Lane
-		s.mu.Unlock()
-		if !ok {
-			t.Fatalf("handed out a forgotten copy of lane %s", a.Lane.ID)
+		delete(m.lanes, subj)
+	}
+	if len(taken) != want {
+		t.Fatalf("TakeDestination(%s) took %d lanes, want %d", d.id, len(taken), want)
+	}
+	delete(m.maxIF, d.id)
+	if m.rng.IntN(2) == 0 { // deleted: the config without it applied
+		s.ForgetDestination(d.id)
+		m.forgotten[d.id] = true
+	}
+}
+
+func (m *model) dropPartition(d modelDest) {
+	s := m.s
+	s.DropPartition(d.part)
+	for subj, ml := range m.lanes {
+		if ml.part != d.part {
+			continue
 		}
 		if ml.out != nil {
-			t.Fatalf("second attempt of %s (seq %d) while seq %d is out", a.Lane.ID, a.Entry.Seq, ml.out.Entry.Seq)
+			m.stale[ml.out] = true
 		}
-		if a.Entry.Seq != ml.seqs[0] {
-			t.Fatalf("lane %s handed out seq %d, head is %d", a.Lane.ID, a.Entry.Seq, ml.seqs[0])
-		}
-		if now.Before(ml.notBefore) {
-			t.Fatalf("lane %s attempted at %v before not_before %v", a.Lane.ID, now, ml.notBefore)
-		}
-		lim, configured := maxIF[a.Lane.ID.Destination]
-		if !configured {
-			t.Fatalf("lane %s of an unconfigured destination handed out", a.Lane.ID)
-		}
-		if n := inFlight(a.Lane.ID.Destination); n >= lim {
-			t.Fatalf("destination %s: attempt with %d in flight, max %d", a.Lane.ID.Destination, n, lim)
-		}
-		if a.Number != ml.attempts+1 || a.Head.Attempts != ml.attempts || !a.StartedAt.Equal(now) {
-			t.Fatalf("attempt %+v, model attempts %d", a, ml.attempts)
-		}
-		ml.out = a
-		owner[a] = ml
-		outstanding = append(outstanding, a)
+		delete(m.lanes, subj)
 	}
-	onIdle := func(wait time.Duration) {
-		t.Helper()
-		now := clk.Now()
-		var want time.Duration
-		for _, ml := range model {
-			if ml.out != nil || len(ml.seqs) == 0 {
-				continue
-			}
-			if ml.notBefore.After(now) {
-				if d := ml.notBefore.Sub(now); want == 0 || d < want {
-					want = d
-				}
-				continue
-			}
-			lim, configured := maxIF[ml.id.Destination]
-			if configured && inFlight(ml.id.Destination) < lim {
-				t.Fatalf("idle while lane %s (head %d) is due", ml.id, ml.seqs[0])
-			}
-		}
-		if wait != want {
-			t.Fatalf("wait %v, want %v (earliest not_before)", wait, want)
+	for _, x := range m.dests {
+		if x.part == d.part {
+			delete(m.maxIF, x.id)
 		}
 	}
-	complete := func(i int, kind int) {
-		t.Helper()
-		a := outstanding[i]
-		outstanding = slices.Delete(outstanding, i, i+1)
-		ml, isStale := owner[a], stale[a]
-		delete(owner, a)
-		delete(stale, a)
-		now := clk.Now()
-		switch kind {
-		case 0, 1:
-			var out Outcome
-			if kind == 0 {
-				out = s.Succeeded(a)
-			} else {
-				out = s.Dead(a)
-			}
-			if isStale {
-				if out != (Outcome{}) {
-					t.Fatalf("stale outcome reported %+v", out)
-				}
-				return
-			}
-			if delivered[a.Entry.Seq] {
-				t.Fatalf("seq %d completed twice", a.Entry.Seq)
-			}
-			delivered[a.Entry.Seq] = true
-			ml.seqs = ml.seqs[1:]
-			ml.attempts = 0
-			ml.notBefore = time.Time{}
-			ml.out = nil
-			if len(ml.seqs) == 0 {
-				if !out.Drained || out.PurgeLedger != ml.hasLedger {
-					t.Fatalf("drained lane %s outcome %+v, hasLedger %v", ml.id, out, ml.hasLedger)
-				}
-				delete(model, ml.id.Subject(ml.part))
-			} else if out.Drained || out.Remaining != len(ml.seqs) {
-				t.Fatalf("lane %s reported %+v with %d pending", ml.id, out, len(ml.seqs))
-			}
-		case 2:
-			nb := now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
-			s.Retry(a, Head{Attempts: a.Number, NotBefore: nb, LastStatus: 500, LastAttemptAt: now})
-			if !isStale {
-				ml.attempts, ml.notBefore, ml.hasLedger, ml.out = a.Number, nb, true, nil
-			}
-		default:
-			s.Release(a)
-			if !isStale {
-				ml.out = nil
-			}
-		}
+	if got := s.LowWater(d.part); got != 0 {
+		m.t.Fatalf("LowWater(%d) after drop = %d", d.part, got)
 	}
+}
 
-	for range 2500 {
-		d := dests[rng.IntN(len(dests))]
-		switch r := rng.IntN(100); {
-		case r < 22: // new events
-			id := lid(d.id, custs[rng.IntN(len(custs))], keys[rng.IntN(len(keys))])
-			var es []Entry
-			for range 1 + rng.IntN(3) {
-				nextSeq++
-				es = append(es, ev(nextSeq))
-			}
-			if len(s.Snapshot(d.id)) == 0 {
-				delete(forgotten, d.id) // a destination anew, not the one deleted
-			}
-			appendTo(s, d.part, id, es...)
-			ml := model[id.Subject(d.part)]
-			if ml == nil {
-				ml = &modelLane{id: id, part: d.part}
-				model[id.Subject(d.part)] = ml
-			}
-			for _, e := range es {
-				ml.seqs = append(ml.seqs, e.Seq)
-			}
-		case r < 26: // rebuilt lane with ledger state
-			id := lid(d.id, custs[rng.IntN(len(custs))], "r"+keys[rng.IntN(len(keys))])
-			if model[id.Subject(d.part)] != nil {
-				continue
-			}
-			nextSeq++
-			nb := clk.Now().Add(time.Duration(rng.IntN(4000)-1000) * time.Millisecond)
-			head := Head{Attempts: 1 + rng.IntN(5), NotBefore: nb}
-			if len(s.Snapshot(d.id)) == 0 {
-				delete(forgotten, d.id)
-			}
-			s.Restore(d.part, id, evs(nextSeq), head, true)
-			model[id.Subject(d.part)] = &modelLane{id: id, part: d.part, seqs: []uint64{nextSeq},
-				attempts: head.Attempts, notBefore: nb, hasLedger: true}
-		case r < 55: // dispatcher
-			a, wait := step(s)
-			if a != nil {
-				onAttempt(a)
-			} else {
-				onIdle(wait)
-			}
-		case r < 75: // a worker reports
-			if len(outstanding) > 0 {
-				complete(rng.IntN(len(outstanding)), rng.IntN(4))
-			}
-		case r < 82:
-			clk.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
-		case r < 85: // an operator skips a lane's head
-			skipModel(t, s, model, d.id, custs[rng.IntN(len(custs))], keys[rng.IntN(len(keys))], d.part, delivered)
-		case r < 93:
-			lim := Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 1 + rng.IntN(3)}
-			s.SetLimits(d.id, d.part, lim)
-			maxIF[d.id] = lim.MaxInFlight
-			delete(forgotten, d.id)
-		case r < 96:
-			taken := s.TakeDestination(d.id)
-			want := 0
-			for subj, ml := range model {
-				if ml.id.Destination != d.id || ml.out != nil {
-					continue
-				}
-				want++
-				var got []uint64
-				for l, es := range taken {
-					if l.Subject == subj {
-						for _, e := range es {
-							got = append(got, e.Seq)
-						}
-					}
-				}
-				if !slices.Equal(got, ml.seqs) {
-					t.Fatalf("TakeDestination(%s) lane %s: got %v, want %v", d.id, ml.id, got, ml.seqs)
-				}
-				delete(model, subj)
-			}
-			if len(taken) != want {
-				t.Fatalf("TakeDestination(%s) took %d lanes, want %d", d.id, len(taken), want)
-			}
-			delete(maxIF, d.id)
-			if rng.IntN(2) == 0 { // deleted: the config without it applied
-				s.ForgetDestination(d.id)
-				forgotten[d.id] = true
-			}
-		default:
-			s.DropPartition(d.part)
-			for subj, ml := range model {
-				if ml.part != d.part {
-					continue
-				}
-				if ml.out != nil {
-					stale[ml.out] = true
-				}
-				delete(model, subj)
-			}
-			for _, x := range dests {
-				if x.part == d.part {
-					delete(maxIF, x.id)
-				}
-			}
-			if got := s.LowWater(d.part); got != 0 {
-				t.Fatalf("LowWater(%d) after drop = %d", d.part, got)
+// check compares the scheduler with the model after a step on d.
+func (m *model) check(d modelDest) {
+	t, s := m.t, m.s
+	checkInvariants(t, s)
+	checkListLanes(t, s, m.lanes, d.id)
+	for _, x := range m.dests {
+		want := 0
+		for _, ml := range m.lanes {
+			if ml.id.Destination == x.id {
+				want += len(ml.seqs)
 			}
 		}
-		checkInvariants(t, s)
-		checkListLanes(t, s, model, d.id)
-		for _, x := range dests {
-			want := 0
-			for _, ml := range model {
-				if ml.id.Destination == x.id {
-					want += len(ml.seqs)
-				}
-			}
-			if got := s.Pending(x.id); got != want {
-				t.Fatalf("Pending(%s) = %d, want %d", x.id, got, want)
-			}
-			// A deleted destination is gone once nothing of it is left.
-			if forgotten[x.id] && want == 0 && len(s.Snapshot(x.id)) != 0 {
-				t.Fatalf("%s was deleted and has nothing pending, yet is in the snapshot", x.id)
-			}
+		if got := s.Pending(x.id); got != want {
+			t.Fatalf("Pending(%s) = %d, want %d", x.id, got, want)
 		}
-		for p := range 3 {
-			var want uint64
-			for _, ml := range model {
-				if ml.part == p && (want == 0 || ml.seqs[0] < want) {
-					want = ml.seqs[0]
-				}
-			}
-			if got := s.LowWater(p); got != want {
-				t.Fatalf("LowWater(%d) = %d, want %d", p, got, want)
-			}
+		// A deleted destination is gone once nothing of it is left.
+		if m.forgotten[x.id] && want == 0 && len(s.Snapshot(x.id)) != 0 {
+			t.Fatalf("%s was deleted and has nothing pending, yet is in the snapshot", x.id)
 		}
 	}
+	for p := range 3 {
+		var want uint64
+		for _, ml := range m.lanes {
+			if ml.part == p && (want == 0 || ml.seqs[0] < want) {
+				want = ml.seqs[0]
+			}
+		}
+		if got := s.LowWater(p); got != want {
+			t.Fatalf("LowWater(%d) = %d, want %d", p, got, want)
+		}
+	}
+}
 
-	// Drain: everything still pending is delivered, in order, exactly once.
-	for _, x := range dests {
+// drain delivers everything still pending: in order, exactly once.
+func (m *model) drain() {
+	t, s := m.t, m.s
+	for _, x := range m.dests {
 		s.SetLimits(x.id, x.part, unlimited)
-		maxIF[x.id] = unlimited.MaxInFlight
+		m.maxIF[x.id] = unlimited.MaxInFlight
 	}
 	for range 100000 {
-		for len(outstanding) > 0 {
-			complete(0, 0)
+		for len(m.outstanding) > 0 {
+			m.complete(0, 0)
 		}
 		a, wait := step(s)
 		switch {
 		case a != nil:
-			onAttempt(a)
+			m.onAttempt(a)
 		case wait > 0:
-			onIdle(wait)
-			clk.Advance(wait)
+			m.onIdle(wait)
+			m.clk.Advance(wait)
 		default:
-			onIdle(wait)
-			if len(model) != 0 {
-				t.Fatalf("idle with %d lanes pending", len(model))
+			m.onIdle(wait)
+			if len(m.lanes) != 0 {
+				t.Fatalf("idle with %d lanes pending", len(m.lanes))
 			}
 			checkInvariants(t, s)
-			for _, x := range dests {
+			for _, x := range m.dests {
 				if n := s.Pending(x.id); n != 0 {
 					t.Fatalf("Pending(%s) = %d after drain", x.id, n)
 				}
@@ -1768,6 +1696,137 @@ func runModel(t *testing.T, seed uint64) {
 		}
 	}
 	t.Fatal("drain did not finish")
+}
+
+func (m *model) inFlight(dest string) int {
+	n := 0
+	for _, ml := range m.lanes {
+		if ml.id.Destination == dest && ml.out != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// onAttempt checks an attempt handed out against the model.
+func (m *model) onAttempt(a *Attempt) {
+	t, s := m.t, m.s
+	t.Helper()
+	now := m.clk.Now()
+	ml := m.lanes[a.Lane.Subject]
+	if ml == nil {
+		t.Fatalf("handed out %s seq %d: lane is not pending (dropped, taken or drained)", a.Lane.ID, a.Entry.Seq)
+	}
+	s.mu.Lock()
+	live := s.dests[a.Lane.ID.Destination]
+	ok := live != nil && live == a.Lane.dest && live.lanes[a.Lane.Subject] == a.Lane
+	s.mu.Unlock()
+	if !ok {
+		t.Fatalf("handed out a forgotten copy of lane %s", a.Lane.ID)
+	}
+	if ml.out != nil {
+		t.Fatalf("second attempt of %s (seq %d) while seq %d is out", a.Lane.ID, a.Entry.Seq, ml.out.Entry.Seq)
+	}
+	if a.Entry.Seq != ml.seqs[0] {
+		t.Fatalf("lane %s handed out seq %d, head is %d", a.Lane.ID, a.Entry.Seq, ml.seqs[0])
+	}
+	if now.Before(ml.notBefore) {
+		t.Fatalf("lane %s attempted at %v before not_before %v", a.Lane.ID, now, ml.notBefore)
+	}
+	lim, configured := m.maxIF[a.Lane.ID.Destination]
+	if !configured {
+		t.Fatalf("lane %s of an unconfigured destination handed out", a.Lane.ID)
+	}
+	if n := m.inFlight(a.Lane.ID.Destination); n >= lim {
+		t.Fatalf("destination %s: attempt with %d in flight, max %d", a.Lane.ID.Destination, n, lim)
+	}
+	if a.Number != ml.attempts+1 || a.Head.Attempts != ml.attempts || !a.StartedAt.Equal(now) {
+		t.Fatalf("attempt %+v, model attempts %d", a, ml.attempts)
+	}
+	ml.out = a
+	m.owner[a] = ml
+	m.outstanding = append(m.outstanding, a)
+}
+
+// onIdle checks that nothing was due when the dispatcher idled for wait.
+func (m *model) onIdle(wait time.Duration) {
+	t := m.t
+	t.Helper()
+	now := m.clk.Now()
+	var want time.Duration
+	for _, ml := range m.lanes {
+		if ml.out != nil || len(ml.seqs) == 0 {
+			continue
+		}
+		if ml.notBefore.After(now) {
+			if d := ml.notBefore.Sub(now); want == 0 || d < want {
+				want = d
+			}
+			continue
+		}
+		lim, configured := m.maxIF[ml.id.Destination]
+		if configured && m.inFlight(ml.id.Destination) < lim {
+			t.Fatalf("idle while lane %s (head %d) is due", ml.id, ml.seqs[0])
+		}
+	}
+	if wait != want {
+		t.Fatalf("wait %v, want %v (earliest not_before)", wait, want)
+	}
+}
+
+// complete reports outstanding attempt i: kind 0 succeeded, 1 dead, 2
+// retry, 3 release.
+func (m *model) complete(i int, kind int) {
+	t, s := m.t, m.s
+	t.Helper()
+	a := m.outstanding[i]
+	m.outstanding = slices.Delete(m.outstanding, i, i+1)
+	ml, isStale := m.owner[a], m.stale[a]
+	delete(m.owner, a)
+	delete(m.stale, a)
+	now := m.clk.Now()
+	switch kind {
+	case 0, 1:
+		var out Outcome
+		if kind == 0 {
+			out = s.Succeeded(a)
+		} else {
+			out = s.Dead(a)
+		}
+		if isStale {
+			if out != (Outcome{}) {
+				t.Fatalf("stale outcome reported %+v", out)
+			}
+			return
+		}
+		if m.delivered[a.Entry.Seq] {
+			t.Fatalf("seq %d completed twice", a.Entry.Seq)
+		}
+		m.delivered[a.Entry.Seq] = true
+		ml.seqs = ml.seqs[1:]
+		ml.attempts = 0
+		ml.notBefore = time.Time{}
+		ml.out = nil
+		if len(ml.seqs) == 0 {
+			if !out.Drained || out.PurgeLedger != ml.hasLedger {
+				t.Fatalf("drained lane %s outcome %+v, hasLedger %v", ml.id, out, ml.hasLedger)
+			}
+			delete(m.lanes, ml.id.Subject(ml.part))
+		} else if out.Drained || out.Remaining != len(ml.seqs) {
+			t.Fatalf("lane %s reported %+v with %d pending", ml.id, out, len(ml.seqs))
+		}
+	case 2:
+		nb := now.Add(time.Duration(m.rng.IntN(3000)) * time.Millisecond)
+		s.Retry(a, Head{Attempts: a.Number, NotBefore: nb, LastStatus: 500, LastAttemptAt: now})
+		if !isStale {
+			ml.attempts, ml.notBefore, ml.hasLedger, ml.out = a.Number, nb, true, nil
+		}
+	default:
+		s.Release(a)
+		if !isStale {
+			ml.out = nil
+		}
+	}
 }
 
 // ---------------------------------------------------------------------------
