@@ -8,7 +8,8 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { buildBinaries, rivoractl, rpc, startDev, startPartner, waitFor, type Dev, type Partner } from "./harness.js";
+import { eventually, rpc, startDev, startPartner, type Dev, type Partner } from "../../testkit/ts/index.js";
+import { buildBinaries, rivoractl } from "./harness.js";
 
 const artifacts = resolve(import.meta.dirname, "../test-artifacts");
 const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
@@ -50,23 +51,23 @@ beforeAll(async () => {
   binDir = await mkdtemp(join(tmpdir(), "rivora-console-bin-"));
   bins = await buildBinaries(binDir);
   dev = await startDev(bins.rivora);
-  noisy = await startPartner(503);
-  quiet = await startPartner(200);
-  await rivoractl(bins.rivoractl, dev, dev.adminToken, "destinations", "create", "noisy", "--url", noisy.url, "--max-attempts", "2", "--window", "10s");
-  await rivoractl(bins.rivoractl, dev, dev.adminToken, "destinations", "create", "quiet", "--url", quiet.url);
+  noisy = await startPartner({ status: 503 });
+  quiet = await startPartner({ status: 200 });
+  await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "create", "noisy", "--url", noisy.url, "--max-attempts", "2", "--window", "10s");
+  await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "create", "quiet", "--url", quiet.url);
   for (const [role, t] of Object.entries(tokens)) {
-    const out = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.adminToken, "tokens", "create", "--name", t.name, "--role", role, "-o", "json")) as { token: string };
+    const out = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "tokens", "create", "--name", t.name, "--role", role, "-o", "json")) as { token: string };
     t.token = out.token;
   }
   const events: { destinationId: string; customerId: string; laneKey: string; type: string; data: { lane: string; i: number } }[] = [];
   for (let i = 0; i < perLane; i++)
     for (const lane of lanes) events.push({ destinationId: "noisy", customerId: "acme", laneKey: lane, type: "order.created", data: { lane, i } });
-  const res = await rpc<{ eventIds: string[] }>(dev, dev.adminToken, "rivora.v1.IngestService/PublishBatch", { events });
+  const res = await rpc<{ eventIds: string[] }>(dev, dev.token, "rivora.v1.IngestService/PublishBatch", { events });
   res.eventIds.forEach((id, k) => {
     const lane = events[k]!.laneKey;
     published.set(lane, [...(published.get(lane) ?? []), id]);
   });
-  await rpc(dev, dev.adminToken, "rivora.v1.IngestService/Publish", { destinationId: "quiet", customerId: "acme", laneKey: "u", type: "t", data: { ok: true } });
+  await rpc(dev, dev.token, "rivora.v1.IngestService/Publish", { destinationId: "quiet", customerId: "acme", laneKey: "u", type: "t", data: { ok: true } });
 
   profile = await mkdtemp(join(tmpdir(), "rivora-console-chromium-"));
   ctx = await chromium.launchPersistentContext(profile, { executablePath: chromiumPath, headless: true, viewport: { width: 1280, height: 800 } });
@@ -90,9 +91,9 @@ describe("console in Chromium against rivora dev", () => {
   it("signs in and shows the failing destination degrade on the Destinations page", async () => {
     await signIn("operator");
     await page.getByRole("heading", { name: "Destinations" }).waitFor();
-    await waitFor("noisy degraded or parked", async () => ["degraded", "parked"].includes((await row("noisy").getAttribute("data-state")) ?? ""), 90_000);
+    await eventually("noisy degraded or parked", async () => ["degraded", "parked"].includes((await row("noisy").getAttribute("data-state")) ?? ""), 90_000);
     // The noisiest destination is marked and sorted first.
-    await waitFor("noisy marked noisiest", async () => (await row("noisy").getAttribute("class")) === "noisiest", 30_000);
+    await eventually("noisy marked noisiest", async () => (await row("noisy").getAttribute("class")) === "noisiest", 30_000);
     expect(await page.locator("tbody tr").first().getAttribute("data-id")).toBe("noisy");
     await expect(page.locator("table caption").first().textContent()).resolves.toContain("destinations");
     await shot("destinations.png");
@@ -103,10 +104,10 @@ describe("console in Chromium against rivora dev", () => {
 
   it("its events run out of attempts or window and become dead letters", async () => {
     const total = lanes.length * perLane;
-    await waitFor(`${total} dead letters`, async () => {
-      const r = await rpc<{ deadLetters?: unknown[] }>(dev, dev.adminToken, "rivora.v1.ArchiveService/ListDeadLetters", { filter: { destinationId: "noisy" } });
+    await eventually(`${total} dead letters`, async () => {
+      const r = await rpc<{ deadLetters?: unknown[] }>(dev, dev.token, "rivora.v1.ArchiveService/ListDeadLetters", { filter: { destinationId: "noisy" } });
       return (r.deadLetters?.length ?? 0) === total;
-    }, 120_000, 500);
+    }, { timeoutMs: 120_000, everyMs: 500 });
   });
 
   it("pauses it from the UI and rivoractl agrees", async () => {
@@ -119,10 +120,10 @@ describe("console in Chromium against rivora dev", () => {
     await page.getByLabel("Reason").first().fill("partner down, incident 42");
     await page.getByRole("button", { name: "Pause", exact: true }).click();
     await page.getByTestId("state").getByText("paused").waitFor({ timeout: 10_000 });
-    const got = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.adminToken, "destinations", "get", "noisy", "-o", "json")) as { destination: { paused?: boolean; pauseReason?: string } };
+    const got = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "get", "noisy", "-o", "json")) as { destination: { paused?: boolean; pauseReason?: string } };
     expect(got.destination.paused).toBe(true);
     expect(got.destination.pauseReason).toBe("partner down, incident 42");
-    const health = await rivoractl(bins.rivoractl, dev, dev.adminToken, "destinations", "health", "noisy", "-o", "json");
+    const health = await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "health", "noisy", "-o", "json");
     expect(JSON.parse(health)).toMatchObject([{ destinationId: "noisy", paused: true }]);
   });
 
@@ -130,12 +131,12 @@ describe("console in Chromium against rivora dev", () => {
     await page.locator('input[name="rate"]').fill("5");
     await page.locator('input[name="ttl"]').fill("30m");
     await page.locator('input[name="limit-reason"]').fill("partner asked for 5/s");
-    const before = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.adminToken, "audit", "-o", "json")) as unknown[];
+    const before = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "audit", "-o", "json")) as unknown[];
     await page.getByRole("button", { name: "Check" }).click();
     await page.getByTestId("limit-preview").getByText("Nothing changed yet").waitFor();
     expect(await page.getByTestId("limit-preview").textContent()).toMatch(/drain in/);
     // The dry run changed nothing.
-    expect(JSON.parse(await rivoractl(bins.rivoractl, dev, dev.adminToken, "audit", "-o", "json"))).toHaveLength(before.length);
+    expect(JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "audit", "-o", "json"))).toHaveLength(before.length);
     await page.getByRole("button", { name: "Set limit" }).click();
     await page.locator('tr[data-limit="rate_per_second"]').getByText("override").waitFor({ timeout: 10_000 });
     await shot("destination.png");
@@ -160,14 +161,14 @@ describe("console in Chromium against rivora dev", () => {
     expect(await page.getByTestId("replay-result").textContent()).toContain(`${total} replayed`);
     await shot("dead-letters.png");
 
-    const replayed = await waitFor("partner received every replay", () => {
+    const replayed = await eventually("partner received every replay", () => {
       const got = noisy.received.filter((r) => r.replay && r.status === 200);
       return got.length >= total ? got : undefined;
     }, 60_000);
     // Lane order: each lane's replays arrive in publish order (the payload
     // carries the event's index in its lane).
     for (const lane of lanes) {
-      const order = replayed.filter((r) => r.lane === lane).map((r) => (JSON.parse(r.body) as { i: number }).i);
+      const order = replayed.filter((r) => r.lane === lane).map((r) => (JSON.parse(r.text) as { i: number }).i);
       expect(order, `lane ${lane} replay order`).toEqual([...Array(perLane).keys()]);
     }
   });
@@ -177,7 +178,7 @@ describe("console in Chromium against rivora dev", () => {
     await page.locator('input[name="pause-reason"]').fill("hold lane user-9");
     await page.getByRole("button", { name: "Pause", exact: true }).click();
     await page.getByTestId("state").getByText("paused").waitFor({ timeout: 10_000 });
-    const held = await rpc<{ eventIds: string[] }>(dev, dev.adminToken, "rivora.v1.IngestService/PublishBatch", {
+    const held = await rpc<{ eventIds: string[] }>(dev, dev.token, "rivora.v1.IngestService/PublishBatch", {
       events: [0, 1].map((i) => ({ destinationId: "noisy", customerId: "acme", laneKey: "user-9", type: "t", data: { lane: "user-9", i } })),
     });
     const laneRow = page.locator("tr", { hasText: "user-9" });
@@ -197,7 +198,7 @@ describe("console in Chromium against rivora dev", () => {
   });
 
   it("every UI action is in rivoractl audit under the operator's name", async () => {
-    const audit = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.adminToken, "audit", "--destination", "noisy", "-o", "json")) as { author: string; action: string; reason?: string }[];
+    const audit = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "audit", "--destination", "noisy", "-o", "json")) as { author: string; action: string; reason?: string }[];
     const mine = audit.filter((a) => a.author === tokens.operator.name).map((a) => a.action);
     expect(mine).toEqual(expect.arrayContaining(["destination.pause", "limits.override", "destination.resume", "deadletters.replay", "lane.skip", "event.resend"]));
     expect(audit.find((a) => a.action === "limits.override")).toMatchObject({ author: tokens.operator.name, reason: "partner asked for 5/s" });
@@ -278,7 +279,7 @@ describe("console in Chromium against rivora dev", () => {
       Object.defineProperty(document, "hidden", { configurable: true, get: () => false });
       document.dispatchEvent(new Event("visibilitychange"));
     });
-    await waitFor("polling again when visible", () => calls > 0, 5_000);
+    await eventually("polling again when visible", () => calls > 0, 5_000);
     page.off("request", count);
   });
 

@@ -8,7 +8,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 import { afterAll, expect, it } from "vitest";
-import { buildBinaries, rpc, startDev, startPartner, type Dev, type Partner } from "./harness.js";
+import { rpc, startDev, startPartner, type Dev, type Partner } from "../../testkit/ts/index.js";
+import { buildBinaries } from "./harness.js";
 
 const nDest = Number(process.env.MEASURE_DESTINATIONS ?? 2000);
 const nLanes = Number(process.env.MEASURE_LANES ?? 100_000);
@@ -34,8 +35,8 @@ it(`Destinations page with ${nDest} destinations and ${nLanes} lanes`, async () 
   cleanup.push(bin);
   const { rivora } = await buildBinaries(bin);
   dev = await startDev(rivora);
-  partner = await startPartner(200);
-  const t = dev.adminToken;
+  partner = await startPartner({ status: 200 });
+  const t = dev.token;
   const ids = Array.from({ length: nDest }, (_, i) => `d${String(i).padStart(4, "0")}`);
   let t0 = Date.now();
   await inParallel(nDest, 8, (i) => rpc(dev!, t, "rivora.v1.AdminService/CreateDestination", { id: ids[i], url: partner!.url }));

@@ -15,7 +15,7 @@ import {
   PublishResponseSchema,
 } from "../src/gen/rivora/v1/ingest_pb.js";
 import { Code, RivoraClient, RivoraError, type PublishEvent } from "../src/index.js";
-import { freePort, startServer, type Received, type Server } from "./helpers.js";
+import { freePort, startPartner, type Partner, type Received } from "../../../testkit/ts/index.js";
 
 const event: PublishEvent = { destinationId: "orders", customerId: "acme", laneKey: "u1", type: "order.created", payload: "{}" };
 const UUIDV7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -51,9 +51,9 @@ async function rejection(p: Promise<unknown>): Promise<RivoraError> {
   return err as RivoraError;
 }
 
-const servers: Server[] = [];
-async function server(answer: Parameters<typeof startServer>[0] = ok): Promise<Server> {
-  const s = await startServer(answer);
+const servers: Partner[] = [];
+async function server(answer: (req: Received, res: http.ServerResponse) => void = ok): Promise<Partner> {
+  const s = await startPartner({ answer });
   servers.push(s);
   return s;
 }
@@ -69,7 +69,7 @@ describe("RivoraClient on the wire", () => {
     // What an app's OpenTelemetry SDK registers (NodeSDK does both).
     context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
     propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-    const client = new RivoraClient({ baseUrl: s.url + "/", token: "tok_123" });
+    const client = new RivoraClient({ baseUrl: s.base + "/", token: "tok_123" });
     const span = trace.wrapSpanContext({ traceId: "0af7651916cd43dd8448eb211c80319c", spanId: "b7ad6b7169203331", traceFlags: TraceFlags.SAMPLED });
     const ctx = trace.setSpan(ROOT_CONTEXT, span);
     const res = await context.with(ctx, async () => {
@@ -87,7 +87,7 @@ describe("RivoraClient on the wire", () => {
 
   it("sends an explicit traceparent, and none without one or OpenTelemetry", async () => {
     const s = await server();
-    const client = new RivoraClient({ baseUrl: s.url });
+    const client = new RivoraClient({ baseUrl: s.base });
     await client.publish(event);
     expect(s.received[0]!.headers.traceparent).toBeUndefined();
     expect(s.received[0]!.headers.authorization).toBeUndefined();
@@ -104,7 +104,7 @@ describe("RivoraClient on the wire", () => {
 
   it("encodes strings and bytes as payload, and anything else as JSON data", async () => {
     const s = await server();
-    const client = new RivoraClient({ baseUrl: s.url });
+    const client = new RivoraClient({ baseUrl: s.base });
     const sent = () => fromBinary(PublishRequestSchema, s.received.at(-1)!.body);
 
     await client.publish({ ...event, payload: "héllo", contentType: "text/plain" });
@@ -135,7 +135,7 @@ describe("RivoraClient on the wire", () => {
 
   it("assigns a UUIDv7 idempotency key per event, keeps a given one, and batches", async () => {
     const s = await server();
-    const client = new RivoraClient({ baseUrl: s.url });
+    const client = new RivoraClient({ baseUrl: s.base });
     await client.publish(event);
     await client.publish({ ...event, idempotencyKey: "order-7" });
     const [a, b] = s.received.map((r) => fromBinary(PublishRequestSchema, r.body).idempotencyKey);
@@ -156,7 +156,7 @@ describe("RivoraClient on the wire", () => {
       res.setHeader("content-type", "application/proto");
       res.end(toBinary(PublishBatchResponseSchema, create(PublishBatchResponseSchema, { eventIds: ["only-one"] })));
     });
-    const err = await rejection(new RivoraClient({ baseUrl: s.url }).publishBatch([event, event]));
+    const err = await rejection(new RivoraClient({ baseUrl: s.base }).publishBatch([event, event]));
     expect(err.code).toBe(Code.Internal);
   });
 
@@ -169,14 +169,14 @@ describe("RivoraClient on the wire", () => {
 describe("RivoraClient retries", () => {
   it("retries Unavailable with the same idempotency key", async () => {
     const s = await server(failFirst(2));
-    const client = new RivoraClient({ baseUrl: s.url, baseBackoffMs: 1 });
+    const client = new RivoraClient({ baseUrl: s.base, baseBackoffMs: 1 });
     await expect(client.publish(event)).resolves.toEqual({ eventId: "id-1", duplicate: false });
     expect(s.received).toHaveLength(3);
     const keys = new Set(s.received.map((r) => fromBinary(PublishRequestSchema, r.body).idempotencyKey));
     expect(keys.size).toBe(1);
 
     const b = await server(failFirst(1, 429, "resource_exhausted"));
-    await new RivoraClient({ baseUrl: b.url, baseBackoffMs: 1 }).publishBatch([event, event]);
+    await new RivoraClient({ baseUrl: b.base, baseBackoffMs: 1 }).publishBatch([event, event]);
     expect(b.received).toHaveLength(2);
     expect(b.received[0]!.body).toEqual(b.received[1]!.body);
   });
@@ -189,7 +189,7 @@ describe("RivoraClient retries", () => {
       [409, "already_exists", Code.AlreadyExists],
     ] as const) {
       const s = await server((_, res) => fail(res, status, code));
-      const err = await rejection(new RivoraClient({ baseUrl: s.url, baseBackoffMs: 1 }).publish(event));
+      const err = await rejection(new RivoraClient({ baseUrl: s.base, baseBackoffMs: 1 }).publish(event));
       expect(err.code).toBe(want);
       expect(err.codeName).toBe(code);
       expect(err.attempts).toBe(1);
@@ -213,14 +213,14 @@ describe("RivoraClient retries", () => {
       if (n++ === 0) return; // never answered: the try's timeout ends it
       ok(req, res);
     });
-    const client = new RivoraClient({ baseUrl: s.url, timeoutMs: 300, baseBackoffMs: 1 });
+    const client = new RivoraClient({ baseUrl: s.base, timeoutMs: 300, baseBackoffMs: 1 });
     await expect(client.publish(event)).resolves.toEqual({ eventId: "id-1", duplicate: false });
     expect(s.received).toHaveLength(2);
   });
 
   it("stops at the caller's signal: canceled, or deadline exceeded", async () => {
     const s = await server((_, res) => fail(res, 503, "unavailable"));
-    const client = new RivoraClient({ baseUrl: s.url, maxAttempts: 100, baseBackoffMs: 50 });
+    const client = new RivoraClient({ baseUrl: s.base, maxAttempts: 100, baseBackoffMs: 50 });
     const err = await rejection(client.publish(event, { signal: AbortSignal.timeout(300) }));
     expect(err.code).toBe(Code.DeadlineExceeded);
     expect(err.message).toMatch(/test says unavailable/);

@@ -9,13 +9,13 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { eventId, RivoraClient, verifyWebhook, WebhookVerificationError, type PublishEvent } from "../src/index.js";
-import { Dev, eventually, freePort, startServer, type Received, type Server } from "./helpers.js";
+import { Dev, eventually, freePort, startPartner, type Partner, type Received } from "../../../testkit/ts/index.js";
 
 const pkgDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 
 let dir: string;
 let dev: Dev;
-let partner: Server;
+let partner: Partner;
 let secret: string;
 let client: RivoraClient;
 
@@ -23,9 +23,9 @@ beforeAll(async () => {
   dir = await mkdtemp(path.join(tmpdir(), "rivora-dev-"));
   dev = new Dev(inject("rivoraBin"), path.join(dir, "data"), await freePort());
   await dev.start();
-  partner = await startServer();
-  secret = await dev.createDestination("orders", `${partner.url}/hook`);
-  client = new RivoraClient({ baseUrl: dev.url, token: await dev.adminToken() });
+  partner = await startPartner();
+  secret = await dev.createDestination("orders", partner.url, "sdk-ts-test");
+  client = new RivoraClient({ baseUrl: dev.url, token: dev.token });
 });
 
 afterAll(async () => {
@@ -88,7 +88,7 @@ describe("against rivora dev", () => {
   it("runs the example script: only the built package's public exports", async () => {
     const { stdout } = await promisify(execFile)(process.execPath, [path.join(pkgDir, "examples/publish.mjs")], {
       cwd: pkgDir,
-      env: { ...process.env, RIVORA_URL: dev.url, RIVORA_TOKEN: await dev.adminToken(), RIVORA_DESTINATION: "orders" },
+      env: { ...process.env, RIVORA_URL: dev.url, RIVORA_TOKEN: dev.token, RIVORA_DESTINATION: "orders" },
     });
     const out = JSON.parse(stdout) as { eventId: string; eventIds: string[] };
     expect(out.eventIds).toHaveLength(2);
@@ -114,7 +114,7 @@ describe("against rivora dev", () => {
       tries++;
       return fetch(input, init);
     };
-    const patient = new RivoraClient({ baseUrl: dev.url, token: await dev.adminToken(), fetch: counting, maxAttempts: 40, baseBackoffMs: 100 });
+    const patient = new RivoraClient({ baseUrl: dev.url, token: dev.token, fetch: counting, maxAttempts: 40, baseBackoffMs: 100 });
     const publishing = patient.publish(ev({ laneKey: "restart", payload: '{"restart":true}' }), { signal: AbortSignal.timeout(100_000) });
     await eventually("two refused tries while rivora dev is down", () => (tries >= 2 ? true : undefined));
     await dev.start();
