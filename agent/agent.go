@@ -187,9 +187,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	fail := func(err error) (*Agent, error) {
-		if a.history != nil {
-			a.history.Close()
-		}
 		if a.locker != nil {
 			closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = a.locker.Close(closeCtx)
@@ -223,12 +220,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		}
 	}
 	if err := create("INGEST", func() (err error) {
-		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas}, base.With("component", "ingest"))
+		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas, Local: a}, base.With("component", "ingest"))
 		return err
 	}); err != nil {
 		return fail(err)
 	}
-	a.gateway.SetLocalStore(a)
 	if err := create(history.Stream, func() (err error) {
 		a.history, err = history.New(ctx, js, history.Config{Retention: cfg.HistoryRetention, Replicas: cfg.Replicas}, base.With("component", "history"))
 		return err
@@ -242,12 +238,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		}
 	}
 	if err := create(deadletters.CheckpointBucket, func() (err error) {
-		a.deadLetters, err = deadletters.New(ctx, js, arch, a.gateway, cfg.Replicas, base.With("component", "deadletters"))
-		if err == nil {
-			a.deadLetters.SetAuditor(func(ctx context.Context, e *rivorav1.AuditEntry) error {
-				return a.recordAudit(ctx, auditAuthor(ctx, e))
-			})
-		}
+		audit := func(ctx context.Context, e *rivorav1.AuditEntry) error { return a.recordAudit(ctx, auditAuthor(ctx, e)) }
+		a.deadLetters, err = deadletters.New(ctx, js, arch, a.gateway, audit, cfg.Replicas, base.With("component", "deadletters"))
 		return err
 	}); err != nil {
 		return fail(err)
@@ -270,6 +262,19 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 // embedded server stops. Every goroutine it starts has ended when it
 // returns.
 func (a *Agent) Run(ctx context.Context) error {
+	// The history and the locker outlive the partitions, which write the
+	// one and hold leases of the other: they stop last.
+	var history, locker sync.WaitGroup
+	historyCtx, stopHistory := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHistory()
+	history.Go(func() {
+		if err := a.history.Run(historyCtx); err != nil {
+			a.log.Error("history writer stopped", "error", err)
+		}
+	})
+	lockerCtx, stopLocker := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLocker()
+	locker.Go(func() { _ = a.locker.Run(lockerCtx) })
 	var work, loops sync.WaitGroup
 	work.Go(func() { _ = a.sched.Run(ctx) })
 	for range a.cfg.Workers {
@@ -290,7 +295,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.handOff(run)
 	}
 	a.running.Wait()
-	a.history.Close() // the last records recorded, before the server stops
+	stopHistory() // the last records stored, before the server stops
+	history.Wait()
+	stopLocker()
+	locker.Wait()
 	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := a.locker.Close(closeCtx); err != nil {
 		a.log.Warn("release ownership", "error", err)
