@@ -57,7 +57,7 @@ type destination struct {
 	// pending or in flight; it is removed when the last of it is gone.
 	deleted bool
 
-	// lastSuccess and faults feed OtherwiseHealthy.
+	// lastSuccess and faults feed otherwiseHealthy.
 	lastSuccess time.Time
 	faults      faultMarks
 }
