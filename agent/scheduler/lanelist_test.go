@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/limits"
+	"github.com/rivora/rivora/lanes"
 )
 
 // skipModel takes a lane's head as an operator's skip does and reports it

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/agent/budget"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/limits"
+	"github.com/rivora/rivora/lanes"
 )
 
 // An outage, with the fake clock: a destination whose partner is down.

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/agent/clock"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/limits"
 	"github.com/rivora/rivora/internal/rates"
+	"github.com/rivora/rivora/lanes"
 )
 
 // ---------------------------------------------------------------------------
