@@ -46,7 +46,6 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
@@ -55,6 +54,7 @@ import (
 	"github.com/rivora/rivora/internal/bounds"
 	"github.com/rivora/rivora/internal/ssrf"
 	"github.com/rivora/rivora/internal/tlsconf"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )

@@ -31,13 +31,13 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/eventually"
 	"github.com/rivora/rivora/internal/ssrf"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
