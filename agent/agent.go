@@ -49,7 +49,6 @@ import (
 	"github.com/rivora/rivora/agent/gone"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
@@ -59,6 +58,7 @@ import (
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/ssrf"
 	"github.com/rivora/rivora/internal/tlsconf"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -134,7 +134,7 @@ type Agent struct {
 	sched    *scheduler.Scheduler
 	gateway  *ingest.Gateway
 	history  *history.History
-	sender   *delivery.Sender
+	worker   owner.Worker
 	locker   ownership.Locker
 	upstream *upstream.Planes
 
@@ -249,7 +249,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}); err != nil {
 		return fail(err)
 	}
-	a.sender = delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name), cfg.Guard)
+	a.worker = owner.Worker{
+		Scheduler: a.sched, Sender: delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name), cfg.Guard),
+		Clock: clock.Real{}, Log: base.With("component", "delivery"), Disable: a.gone.Hold,
+	}
 	base.Info("deliveries pass the SSRF guard", "component", "delivery", "guard", cfg.Guard.String())
 	if err := registerMetrics(a.sched); err != nil {
 		return fail(err)
@@ -423,12 +426,6 @@ func (a *Agent) pauseState(id string) (partition int, paused, ok bool) {
 		return 0, false, false
 	}
 	return lanes.Partition(id, n), d.Paused, true
-}
-
-// disableHere stops an attempt's destination after its partner answered
-// 410 Gone (gone.Holds.Hold).
-func (a *Agent) disableHere(att *scheduler.Attempt, ev *rivorav1.Event, res delivery.Result) {
-	a.gone.Hold(att, ev, res)
 }
 
 // partitionSet is the partition set as worker.go uses it.

@@ -20,13 +20,13 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/partitions"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/agent/upstream"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/bounds"
 	"github.com/rivora/rivora/internal/errkind"
+	"github.com/rivora/rivora/lanes"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
 

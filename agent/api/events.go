@@ -14,10 +14,10 @@ import (
 	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/errkind"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 

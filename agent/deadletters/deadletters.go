@@ -21,10 +21,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/archive"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/bounds"
 	"github.com/rivora/rivora/internal/rates"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
