@@ -140,7 +140,7 @@ type Agent struct {
 
 	deadLetters *deadletters.Service
 	// parts is the partitions assigned here, and the one partition count.
-	parts partitionSet
+	parts *partitions.Set
 	// applied is the config version applied (follow.go).
 	applied atomic.Uint64
 	// gone holds the destinations stopped here after a 410.
@@ -227,17 +227,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 			return fail(err)
 		}
 	}
-	a.parts = partitionSet{partitions.New(partitions.Config{
+	a.parts = partitions.New(partitions.Config{
 		Name: cfg.Name, Locker: a.locker, Upstream: a.upstream, Configure: a.configurePartition, Log: log,
 		Deps: owner.Deps{
 			JS: js, Scheduler: a.sched, Registry: a.registry, History: a.history, Archive: arch,
 			Clock: clock.Real{}, Log: base.With("component", "owner"), DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
 		},
-	})}
+	})
 	if err := create("INGEST", func() (err error) {
 		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{
 			MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
-			Local: a.parts.Set,
+			Local: a.parts,
 		}, base.With("component", "ingest"))
 		return err
 	}); err != nil {
@@ -333,7 +333,7 @@ var Services = api.Services
 func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	api.Handle(mux, api.Config{
 		Keys: a.cfg.Keys, Gateway: a.gateway, DeadLetters: a.deadLetters, Scheduler: a.sched, Registry: a.registry,
-		History: a.history, Partitions: a.parts.Set, Upstream: a.upstream, Log: a.log,
+		History: a.history, Partitions: a.parts, Upstream: a.upstream, Log: a.log,
 	}, opts...)
 }
 
@@ -352,7 +352,7 @@ func (a *Agent) ArchivePending(ctx context.Context, destinationID string) (int64
 // Health reports destinations' budgets and backlogs ("" = all), with
 // their rate history when withRates.
 func (a *Agent) Health(_ context.Context, destinationID string, withRates bool) ([]*rivorav1.DestinationHealth, error) {
-	return api.Health(a.sched, a.parts.Set, destinationID, withRates), nil
+	return api.Health(a.sched, a.parts, destinationID, withRates), nil
 }
 
 // applyDestinations installs changed destinations in the registry and the
@@ -426,26 +426,6 @@ func (a *Agent) pauseState(id string) (partition int, paused, ok bool) {
 		return 0, false, false
 	}
 	return lanes.Partition(id, n), d.Paused, true
-}
-
-// partitionSet is the partition set as worker.go uses it.
-type partitionSet struct{ *partitions.Set }
-
-// inFlightRun is an attempt's partition, counted in flight until
-// inFlight.Done.
-type inFlightRun struct {
-	part     *owner.Partition
-	inFlight doneFunc
-}
-
-type doneFunc func()
-
-func (f doneFunc) Done() { f() }
-
-// attempting is partitions.Set.Attempting in the shape worker.go reads.
-func (s partitionSet) attempting(p int) (inFlightRun, bool) {
-	part, done, ok := s.Attempting(p)
-	return inFlightRun{part: part, inFlight: done}, ok
 }
 
 // cellSize is this agent plus its distinct routes to others.
