@@ -9,8 +9,11 @@
 //	             (LANES_p) and ledger (LEDGER_p): move, rebuild, record
 //	             what is done, hand dead letters to the archive
 //	scheduler    which lane head goes next (budgets, fairness, retries)
+//	limits       a destination's limits and priority class (a leaf)
 //	budget       per-destination adaptive token buckets and health
 //	delivery     one signed HTTP POST per attempt
+//	verdict      what becomes of an attempt: one pure decision, which
+//	             the owner settles once (owner.Worker, owner's settle)
 //	gone         a partner's 410: the destination held here, reported
 //	retry        backoff, max attempts and the window
 //	archive      tier 3: dead letters as NDJSON objects (directory or S3)
