@@ -26,8 +26,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/destinations"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/internal/tracing"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/eventid"
 )
@@ -44,6 +44,10 @@ type Config struct {
 	DedupWindow time.Duration
 	// Replicas is INGEST's replica count in a cell (0 means 1).
 	Replicas int
+	// Local, when set, is the pending store of the partitions this agent
+	// owns: events of those partitions go straight into their lanes, one
+	// write instead of INGEST then a move (nil: everything into INGEST).
+	Local LocalStore
 }
 
 // Defaults.
@@ -111,7 +115,7 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 		return nil, err
 	}
 	log.Info("ingest ready", "stream", lanes.IngestStream, "dedup_window", cfg.DedupWindow, "max_payload", cfg.MaxPayload)
-	return &Gateway{js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, claims: claims}, nil
+	return &Gateway{js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, claims: claims}, nil
 }
 
 func newEventID() (string, error) {
@@ -220,10 +224,6 @@ type LocalStore interface {
 	// once they are durable, with a duplicate flag per event.
 	AppendLocal(ctx context.Context, p int, events []*rivorav1.Event, data [][]byte, msgIDs []string) (duplicates []bool, owned bool, err error)
 }
-
-// SetLocalStore lets the gateway write events of partitions this agent owns
-// straight into their lanes: one write instead of INGEST then a move.
-func (g *Gateway) SetLocalStore(ls LocalStore) { g.local = ls }
 
 // store makes a batch durable, partition by partition in parallel: into
 // the lanes when this agent owns the partition, else into INGEST for its

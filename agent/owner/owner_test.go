@@ -29,12 +29,12 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/ssrf"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
@@ -100,6 +100,7 @@ func open(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Dest
 	if err != nil {
 		fail(err)
 	}
+	runHistory(t, hist)
 	deps := owner.Deps{JS: js, Scheduler: n.sched, Registry: n.reg, History: hist, Archive: arch, Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow}
 	locker := ownership.NewLocal()
 	for p := range partitions {
@@ -150,7 +151,10 @@ func (n *node) run(workers bool) {
 	}()
 	go func() {
 		defer n.wg.Done()
-		sender := delivery.NewSender("rivora/owner-test", ssrf.New(ssrf.Loopback))
+		w := owner.Worker{
+			Scheduler: n.sched, Sender: delivery.NewSender("rivora/owner-test", ssrf.New(ssrf.Loopback)),
+			Clock: clock.Real{}, Log: slog.New(slog.DiscardHandler),
+		}
 		for {
 			var att *scheduler.Attempt
 			select {
@@ -158,26 +162,13 @@ func (n *node) run(workers bool) {
 			case <-ctx.Done():
 				return
 			}
-			part := n.parts[att.Lane.Partition]
-			wctx := context.WithoutCancel(ctx)
-			ev, err := part.Load(wctx, att)
-			if err != nil {
-				part.Skip(att, err)
-				continue
+			// Every attempt ends in exactly one settlement.
+			if v, err := w.Attempt(context.WithoutCancel(ctx), n.parts[att.Lane.Partition], att); err != nil {
+				n.t.Errorf("attempt %s (verdict %v): %v", att.Entry.EventID, v.Kind, err)
 			}
-			if att.Expired {
-				part.Expire(wctx, att, ev)
-				continue
+			if !n.sched.Settled(att) {
+				n.t.Errorf("attempt %s was not settled", att.Entry.EventID)
 			}
-			d, _ := n.reg.Get(ev.GetDestinationId())
-			ep, err := n.reg.Endpoint(ev.GetDestinationId(), ev.GetCustomerId())
-			if err != nil {
-				n.t.Errorf("endpoint: %v", err)
-				part.Skip(att, err)
-				continue
-			}
-			res := sender.Send(wctx, delivery.Request{Endpoint: ep, Event: ev, Attempt: att.Number, Timeout: d.Timeout})
-			part.Complete(wctx, att, ev, res)
 		}
 	}()
 }
@@ -576,4 +567,12 @@ func TestSkipHeadDeadLettersManual(t *testing.T) {
 	if len(letters) != 1 || letters[0].GetEvent().GetEventId() != poison || letters[0].GetReason() != rivorav1.DeadReason_DEAD_REASON_MANUAL || letters[0].GetLastStatus() != 400 {
 		t.Fatalf("archive holds %v, want %s with reason manual and last status 400", letters, poison)
 	}
+}
+
+// runHistory runs h's writer until the test ends.
+func runHistory(t testing.TB, h *history.History) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = h.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 }

@@ -56,10 +56,10 @@ import (
 	"connectrpc.com/connect"
 	"github.com/nats-io/nats.go"
 
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/e2e/consultest"
 	"github.com/rivora/rivora/e2e/jsdump"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/testkit/partner"

@@ -1,0 +1,172 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/internal/errkind"
+	"github.com/rivora/rivora/lanes"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// ListLanes limits.
+const (
+	defaultLaneLimit = 100
+	maxLaneLimit     = 10000
+)
+
+// laneService implements rivora.v1.LaneService for the partitions this
+// agent owns: it shows a destination's lanes from the scheduler and skips
+// a lane's poison head.
+type laneService struct {
+	*server
+}
+
+func (s *laneService) ListLanes(ctx context.Context, req *connect.Request[rivorav1.ListLanesRequest]) (*connect.Response[rivorav1.ListLanesResponse], error) {
+	m := req.Msg
+	limit, err := laneLimit(m.GetLimit())
+	if err != nil {
+		return nil, errkind.Tag(errkind.Invalid, err)
+	}
+	if err := validateLaneFilter(m.GetDestinationId(), m.GetCustomerId()); err != nil {
+		return nil, errkind.Tag(errkind.Invalid, err)
+	}
+	if _, err := s.ownedDestination(m.GetDestinationId()); err != nil {
+		return nil, err
+	}
+	w := s.sched.WalkLanes(m.GetDestinationId(), scheduler.LaneFilter{Customer: m.GetCustomerId(), Stuck: m.GetStuck(), Limit: limit})
+	if err := walkPaced(ctx, w); err != nil {
+		return nil, err // the caller gave up (Canceled), or its deadline passed
+	}
+	list := w.Result()
+	resp := &rivorav1.ListLanesResponse{Matched: int64(list.Matched), Truncated: list.Matched > len(list.Lanes)}
+	for _, ls := range list.Lanes {
+		resp.Lanes = append(resp.Lanes, laneToProto(m.GetDestinationId(), ls))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func laneLimit(limit int32) (int, error) {
+	switch {
+	case limit == 0:
+		return defaultLaneLimit, nil
+	case limit < 0 || limit > maxLaneLimit:
+		return 0, fmt.Errorf("limit %d: use 1 to %d (default %d)", limit, maxLaneLimit, defaultLaneLimit)
+	}
+	return int(limit), nil
+}
+
+func validateLaneFilter(destinationID, customerID string) error {
+	if err := lanes.ValidateID("destination_id", destinationID); err != nil {
+		return err
+	}
+	if customerID != "" {
+		return lanes.ValidateID("customer_id", customerID)
+	}
+	return nil
+}
+
+func laneToProto(destinationID string, ls scheduler.LaneSummary) *rivorav1.LaneSummary {
+	out := &rivorav1.LaneSummary{
+		DestinationId: destinationID, CustomerId: ls.ID.Customer, LaneKey: ls.ID.Key, Depth: int32(ls.Depth),
+		HeadEventId: ls.HeadEventID, HeadAttempts: int32(ls.Head.Attempts), LastStatus: int32(ls.Head.LastStatus),
+		LastError: ls.Head.LastError, HeadSince: timestamppb.New(ls.HeadSince), Held: ls.Head.HeldByDestination,
+	}
+	if !ls.NextAttemptAt.IsZero() {
+		out.NextAttemptAt = timestamppb.New(ls.NextAttemptAt)
+	}
+	switch ls.State {
+	case scheduler.LaneDue:
+		out.State = rivorav1.LaneState_LANE_STATE_DUE
+	case scheduler.LaneWaiting:
+		out.State = rivorav1.LaneState_LANE_STATE_WAITING
+	case scheduler.LaneInFlight:
+		out.State = rivorav1.LaneState_LANE_STATE_IN_FLIGHT
+	}
+	return out
+}
+
+func (s *laneService) SkipLaneHead(ctx context.Context, req *connect.Request[rivorav1.SkipLaneHeadRequest]) (*connect.Response[rivorav1.SkipLaneHeadResponse], error) {
+	m := req.Msg
+	if err := validateSkip(m); err != nil {
+		return nil, errkind.Tag(errkind.Invalid, err)
+	}
+	p, err := s.ownedDestination(m.GetDestinationId())
+	if err != nil {
+		return nil, err
+	}
+	// Counted as an attempt on the partition, so a handoff waits for it.
+	part, done, ok := s.parts.Attempting(p)
+	if !ok {
+		return nil, errkind.Errorf(errkind.Unavailable, "partition %d of destination %s is being handed off; try again shortly", p, m.GetDestinationId())
+	}
+	id := lanes.ID{Destination: m.GetDestinationId(), Customer: m.GetCustomerId(), Key: m.GetLaneKey()}
+	att, err := s.sched.TakeHead(id, m.GetHeadEventId())
+	if err != nil {
+		done()
+		return nil, takeHeadError(id, m.GetHeadEventId(), err)
+	}
+	// Once taken, the skip and its audit entry go through even if the
+	// caller hangs up: a skip must not be left half done or unaudited.
+	ctx = context.WithoutCancel(ctx)
+	remaining, err := part.SkipHead(ctx, att)
+	done() // the skip is stored: a handoff need not wait for the audit
+	if err != nil {
+		return nil, errkind.Errorf(errkind.Unavailable, "%w; the head stays in its lane", err)
+	}
+	s.log.Info("lane head skipped", "destination", id.Destination, "lane", id.String(), "event_id", att.Entry.EventID, "reason", m.GetReason())
+	resp := &rivorav1.SkipLaneHeadResponse{EventId: att.Entry.EventID, Remaining: int32(remaining)}
+	if err := s.audit(ctx, m, id, att.Entry.EventID); err != nil {
+		// The skip stands (the event is a dead letter, replayable): say
+		// so, and that the audit log misses it. Not Unavailable: a retry
+		// would skip the next head.
+		return nil, errkind.Errorf(internal, "event %s is a dead letter (reason manual; %d left in the lane): do not skip again; %w", att.Entry.EventID, remaining, err)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func validateSkip(m *rivorav1.SkipLaneHeadRequest) error {
+	if err := lanes.ValidateID("destination_id", m.GetDestinationId()); err != nil {
+		return err
+	}
+	if err := lanes.ValidateID("customer_id", m.GetCustomerId()); err != nil {
+		return err
+	}
+	if err := lanes.ValidateLaneKey(m.GetLaneKey()); err != nil {
+		return err
+	}
+	if m.GetHeadEventId() != "" {
+		if err := lanes.ValidateEventID("head_event_id", m.GetHeadEventId()); err != nil {
+			return err
+		}
+	}
+	if m.GetReason() == "" {
+		return errors.New("reason is required: say why the head is skipped (it goes to the audit log)")
+	}
+	return nil
+}
+
+// takeHeadError words TakeHead's refusals for the operator.
+func takeHeadError(id lanes.ID, expect string, err error) error {
+	switch {
+	case errors.Is(err, scheduler.ErrNoLane):
+		return errkind.Errorf(errkind.NotFound, "lane %s: %w (nothing pending; see rivoractl lanes list --destination %s)", id, err, id.Destination)
+	case errors.Is(err, scheduler.ErrHeadInFlight):
+		return errkind.Errorf(errkind.Precondition, "lane %s: %w; try again once its attempt ends", id, err)
+	case errors.Is(err, scheduler.ErrHeadMoved):
+		return errkind.Errorf(errkind.Precondition, "lane %s: head is no longer %s (delivered, dead or skipped meanwhile): %w; list the lane again", id, expect, err)
+	}
+	return errkind.Tag(internal, err)
+}
+
+func (s *laneService) audit(ctx context.Context, m *rivorav1.SkipLaneHeadRequest, id lanes.ID, eventID string) error {
+	return s.upstream.Audit(ctx, &rivorav1.AuditEntry{
+		Action: "lane.skip", DestinationId: id.Destination, Reason: m.GetReason(),
+		Detail: fmt.Sprintf("event %s of lane %s/%s skipped: dead letter (reason manual)", eventID, id.Customer, id.Key),
+	})
+}

@@ -1,0 +1,95 @@
+package lanes_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/rivora/rivora/lanes"
+)
+
+func TestEscapeKeyRoundTrip(t *testing.T) {
+	for _, key := range []string{"", "user_42", "a.b", "*", ">", "~", "~41", "é", "a b\tc", "user@example.com", strings.Repeat("x", 256)} {
+		tok := lanes.EscapeKey(key)
+		if strings.ContainsAny(tok, ".*> \t\r\n") {
+			t.Fatalf("EscapeKey(%q) = %q: not a subject token", key, tok)
+		}
+		back, err := lanes.UnescapeKey(tok)
+		if err != nil || back != key {
+			t.Fatalf("UnescapeKey(EscapeKey(%q)) = %q, %v", key, back, err)
+		}
+	}
+	if got := lanes.EscapeKey("user_42"); got != "user_42" {
+		t.Fatalf("plain keys stay readable: got %q", got)
+	}
+}
+
+func TestParseSubject(t *testing.T) {
+	id := lanes.ID{Destination: "dst_1", Customer: "acme", Key: "user.7@x"}
+	p, got, err := lanes.ParseSubject(id.Subject(7))
+	if err != nil || got != id || p != 7 {
+		t.Fatalf("ParseSubject(%q) = %d, %+v, %v", id.Subject(7), p, got, err)
+	}
+	p, back, dead, _, err := lanes.ParseLedgerSubject(id.HeadSubject(3))
+	if err != nil || back != id || dead || p != 3 {
+		t.Fatalf("ParseLedgerSubject(head) = %d %+v %v %v", p, back, dead, err)
+	}
+	p, _, dead, seq, err := lanes.ParseLedgerSubject(lanes.DeadSubject(3, 42))
+	if err != nil || !dead || seq != 42 || p != 3 {
+		t.Fatalf("ParseLedgerSubject(dead) = %d %v %d %v", p, dead, seq, err)
+	}
+	for _, bad := range []string{"lane.1.a.b", "nope.1.a.b.c", "lane.x.a.b.c", "lane.1.a.b.~4", "lane.1.a.b.~ZZ"} {
+		if _, _, err := lanes.ParseSubject(bad); err == nil {
+			t.Fatalf("ParseSubject(%q) accepted a malformed subject", bad)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	if err := lanes.ValidateID("destination_id", "dst_9f31c"); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "a.b", "a b", strings.Repeat("a", 65)} {
+		if err := lanes.ValidateID("destination_id", bad); err == nil {
+			t.Fatalf("ValidateID accepted %q", bad)
+		}
+	}
+	if err := lanes.ValidateLaneKey(""); err == nil {
+		t.Fatal("empty lane key accepted")
+	}
+	if err := lanes.ValidateLaneKey("\xff"); err == nil {
+		t.Fatal("invalid UTF-8 accepted")
+	}
+	if err := lanes.ValidateEventID("idempotency_key", "order:42-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := lanes.ValidateEventID("idempotency_key", "a.b"); err == nil {
+		t.Fatal("dot accepted in event id")
+	}
+}
+
+func TestPartitionStable(t *testing.T) {
+	for _, d := range []string{"a", "dst_9f31c", "x-y"} {
+		p := lanes.Partition(d, 16)
+		if p < 0 || p >= 16 || p != lanes.Partition(d, 16) {
+			t.Fatalf("Partition(%q) = %d", d, p)
+		}
+	}
+}
+
+func FuzzEscapeKey(f *testing.F) {
+	for _, s := range []string{"", "a", "a.b", "~", "~7E", "日本"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		tok := lanes.EscapeKey(key)
+		if tok == "" || strings.ContainsAny(tok, ".*> \t\r\n\x00") {
+			t.Fatalf("EscapeKey(%q) = %q: not a subject token", key, tok)
+		}
+		back, err := lanes.UnescapeKey(tok)
+		if err != nil || back != key {
+			t.Fatalf("round trip %q -> %q -> %q, %v", key, tok, back, err)
+		}
+		// Unescaping arbitrary input never panics.
+		_, _ = lanes.UnescapeKey(key)
+	})
+}
