@@ -53,6 +53,7 @@ import (
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/bounds"
+	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/internal/ssrf"
 	"github.com/rivora/rivora/internal/tlsconf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -334,12 +335,14 @@ var Services = []string{
 
 // Handle registers the agent's Connect services (ingest, events, lanes,
 // partitions, archive) on mux, each behind the auth interceptor: every
-// call is checked against auth.Policies with the agent's keys. Every
+// call is checked against auth.Policies with the agent's keys. Handlers
+// return domain errors tagged with a kind (internal/errkind); the
+// outermost interceptor turns them into Connect codes. Every
 // request is bounded (internal/bounds): its strings, and Publish to one event of
 // MaxPayload, PublishBatch to the batch limits, the rest to
 // bounds.DefaultMessage, after decompression and on the wire.
 func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
-	opts = append([]connect.HandlerOption{connect.WithInterceptors(auth.NewInterceptor(a.cfg.Keys), bounds.Interceptor())}, opts...)
+	opts = append([]connect.HandlerOption{connect.WithInterceptors(errkind.Interceptor(), auth.NewInterceptor(a.cfg.Keys), bounds.Interceptor())}, opts...)
 	// Ingest answers are event ids: compressing them costs more than it
 	// saves on the networks agents sit on.
 	ingestOpts := append([]connect.HandlerOption{connect.WithCompressMinBytes(1 << 20)}, opts...)

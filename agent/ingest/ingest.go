@@ -27,6 +27,7 @@ import (
 
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/internal/tracing"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/eventid"
@@ -77,7 +78,7 @@ type Gateway struct {
 // SetPartitions sets the cell's partition count.
 func (g *Gateway) SetPartitions(n int) { g.partitions.Store(int32(n)) }
 
-var errNoConfig = connect.NewError(connect.CodeUnavailable, errors.New("this agent has no configuration from the control plane yet; retry shortly"))
+var errNoConfig = errkind.Errorf(errkind.Unavailable, "this agent has no configuration from the control plane yet; retry shortly")
 
 // New creates (or updates) the INGEST stream and returns the gateway.
 func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry, cfg Config, log *slog.Logger) (*Gateway, error) {
@@ -135,7 +136,7 @@ func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.Pub
 	}
 	if err != nil {
 		accepted.WithLabelValues("invalid").Inc()
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+		return nil, errkind.Tag(errkind.Invalid, err)
 	}
 	tr.annotateEvent(ev)
 	claimed, err := g.claims.check(ctx, []*prepared{ev})
@@ -167,10 +168,10 @@ func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav
 	defer func() { tr.end(err) }()
 	events := req.Msg.GetEvents()
 	if len(events) == 0 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("events is empty"))
+		return nil, errkind.Errorf(errkind.Invalid, "events is empty")
 	}
 	if len(events) > g.cfg.MaxBatch {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("batch has %d events; the limit is %d", len(events), g.cfg.MaxBatch))
+		return nil, errkind.Errorf(errkind.Invalid, "batch has %d events; the limit is %d", len(events), g.cfg.MaxBatch)
 	}
 	batch := make([]*prepared, len(events))
 	ids := make([]string, len(events))
@@ -181,7 +182,7 @@ func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav
 		}
 		if err != nil {
 			accepted.WithLabelValues("invalid").Add(float64(len(events)))
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("events[%d]: %w (nothing in this batch was stored)", i, err))
+			return nil, errkind.Errorf(errkind.Invalid, "events[%d]: %w (nothing in this batch was stored)", i, err)
 		}
 		batch[i], ids[i] = p, p.event.GetEventId()
 	}
@@ -296,10 +297,10 @@ func (g *Gateway) storeGroup(ctx context.Context, batch []*prepared, idx []int, 
 	return nil
 }
 
-// claimError is the answer when the idempotency check refused a batch or
-// could not run.
+// claimError is the answer when the idempotency check refused a batch
+// (errkind.Exists) or could not run.
 func claimError(ctx context.Context, err error) error {
-	if connect.CodeOf(err) == connect.CodeAlreadyExists {
+	if errors.Is(err, errkind.Exists) {
 		accepted.WithLabelValues("conflict").Inc()
 		return err
 	}
@@ -307,20 +308,22 @@ func claimError(ctx context.Context, err error) error {
 	return storeError(ctx, err)
 }
 
+// storeError is the answer when a store failed: Deadline when the call
+// ran out of time (or its caller left), else Unavailable (retry).
 func storeError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("store event: %w", err))
+		return errkind.Errorf(errkind.Deadline, "store event: %w", err)
 	}
-	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store event: %w; retry with the same idempotency key", err))
+	return errkind.Errorf(errkind.Unavailable, "store event: %w; retry with the same idempotency key", err)
 }
 
 // resendStoreError is storeError for a resend: retrying it is safe (its
 // dedup id makes a second store a duplicate), so it says that instead.
 func resendStoreError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("store the resent event: %w", err))
+		return errkind.Errorf(errkind.Deadline, "store the resent event: %w", err)
 	}
-	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store the resent event: %w; resending again is safe (it is stored once)", err))
+	return errkind.Errorf(errkind.Unavailable, "store the resent event: %w; resending again is safe (it is stored once)", err)
 }
 
 // prepare validates and encodes one event.
@@ -409,7 +412,7 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 	for _, dl := range dls {
 		ev := proto.Clone(dl.GetEvent()).(*rivorav1.Event)
 		if _, ok := g.reg.Get(ev.GetDestinationId()); !ok {
-			return 0, 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("destination %q is not registered; create it before replaying its dead letters", ev.GetDestinationId()))
+			return 0, 0, errkind.Errorf(errkind.Precondition, "destination %q is not registered; create it before replaying its dead letters", ev.GetDestinationId())
 		}
 		ev.Replayed = true
 		ev.AcceptedAt = now
@@ -455,7 +458,7 @@ func (g *Gateway) Resend(ctx context.Context, original *rivorav1.Event, dedupID 
 	}
 	ev = proto.Clone(original).(*rivorav1.Event)
 	if _, ok := g.reg.Get(ev.GetDestinationId()); !ok {
-		return nil, false, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("destination %q is not registered; create it before resending its events", ev.GetDestinationId()))
+		return nil, false, errkind.Errorf(errkind.Precondition, "destination %q is not registered; create it before resending its events", ev.GetDestinationId())
 	}
 	ev.Resent, ev.Replayed = true, false
 	ev.AcceptedAt = timestamppb.New(g.now())

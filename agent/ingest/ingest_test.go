@@ -20,6 +20,7 @@ import (
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/natsd"
+	"github.com/rivora/rivora/internal/errkind"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/eventid"
 )
@@ -32,8 +33,33 @@ const (
 
 type fixture struct {
 	srv *natsd.Server
-	gw  *ingest.Gateway
+	gw  gateway
 	st  jetstream.Stream
+}
+
+// gateway is the ingest gateway as its callers see it: its errors
+// through errkind's mapping, as the agent's interceptor answers them
+// (Connect codes and messages).
+type gateway struct{ *ingest.Gateway }
+
+func (g gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.PublishRequest]) (*connect.Response[rivorav1.PublishResponse], error) {
+	resp, err := g.Gateway.Publish(ctx, req)
+	return resp, errkind.AsConnect(err)
+}
+
+func (g gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav1.PublishBatchRequest]) (*connect.Response[rivorav1.PublishBatchResponse], error) {
+	resp, err := g.Gateway.PublishBatch(ctx, req)
+	return resp, errkind.AsConnect(err)
+}
+
+func (g gateway) Resend(ctx context.Context, original *rivorav1.Event, dedupID string) (*rivorav1.Event, bool, error) {
+	ev, dup, err := g.Gateway.Resend(ctx, original, dedupID)
+	return ev, dup, errkind.AsConnect(err)
+}
+
+func (g gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (stored, duplicates int, err error) {
+	stored, duplicates, err = g.Gateway.Reingest(ctx, dls)
+	return stored, duplicates, errkind.AsConnect(err)
 }
 
 // newFixture starts an embedded NATS server and a gateway that knows the
@@ -62,7 +88,7 @@ func newFixture(t testing.TB) *fixture {
 	if err != nil {
 		t.Fatalf("INGEST stream: %v", err)
 	}
-	return &fixture{srv: srv, gw: gw, st: st}
+	return &fixture{srv: srv, gw: gateway{gw}, st: st}
 }
 
 func valid() *rivorav1.PublishRequest {
@@ -250,10 +276,11 @@ func TestPublishBeforeConfig(t *testing.T) {
 	if _, err := reg.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/", Secret: secret}}); err != nil {
 		t.Fatal(err)
 	}
-	gw, err := ingest.New(context.Background(), srv.JetStream(), reg, ingest.Config{}, slog.New(slog.DiscardHandler))
+	raw, err := ingest.New(context.Background(), srv.JetStream(), reg, ingest.Config{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
+	gw := gateway{raw}
 	f := &fixture{srv: srv, gw: gw}
 	if f.st, err = srv.JetStream().Stream(context.Background(), lanes.IngestStream); err != nil {
 		t.Fatal(err)
