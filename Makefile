@@ -7,17 +7,23 @@ BUF       := tools/buf/node_modules/.bin/buf
 GOFILES    = $(shell git ls-files '*.go' | grep -v -e '\.pb\.go$$' -e '\.connect\.go$$')
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v -e '/e2e')
 
-.PHONY: test check fmt vet lint proto proto-check unit fuzz e2e sdk-ts servers bench build
+.PHONY: test check fmt vet lint links proto proto-check unit fuzz e2e sdk-ts servers bench build
 
 test: check unit fuzz e2e sdk-ts console-test
 
-check: fmt vet lint proto-check console-check
+check: fmt vet lint links proto-check console-check
 
 fmt:
 	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 vet:
 	$(GO) vet ./...
+
+# links fails when a relative link in the README or docs/ does not resolve
+# (a missing file, or an anchor no heading of the target has); external
+# links are not fetched.
+links:
+	$(GO) run ./tools/linkcheck README.md docs
 
 # lint runs staticcheck (pinned as a tool in go.mod) with its default checks.
 lint:

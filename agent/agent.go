@@ -46,7 +46,6 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
@@ -56,6 +55,7 @@ import (
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/internal/ssrf"
 	"github.com/rivora/rivora/internal/tlsconf"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -132,7 +132,7 @@ type Agent struct {
 	sched    *scheduler.Scheduler
 	gateway  *ingest.Gateway
 	history  *history.History
-	sender   *delivery.Sender
+	worker   owner.Worker
 	deps     owner.Deps
 	locker   ownership.Locker
 
@@ -253,7 +253,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}); err != nil {
 		return fail(err)
 	}
-	a.sender = delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name), cfg.Guard)
+	a.worker = owner.Worker{
+		Scheduler: a.sched, Sender: delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name), cfg.Guard),
+		Clock: clock.Real{}, Log: base.With("component", "delivery"), Disable: a.disableHere,
+	}
 	base.Info("deliveries pass the SSRF guard", "component", "delivery", "guard", cfg.Guard.String())
 	a.deps = owner.Deps{
 		JS: js, Scheduler: a.sched, Registry: a.registry, History: a.history, Archive: arch,

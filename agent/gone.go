@@ -10,9 +10,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/delivery"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/backoff"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 

@@ -10,8 +10,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/internal/eventually"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 

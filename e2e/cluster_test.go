@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/e2e/consultest"
 	"github.com/rivora/rivora/e2e/creds"
 	"github.com/rivora/rivora/e2e/jsdump"
+	"github.com/rivora/rivora/lanes"
 	"github.com/rivora/rivora/sdk"
 )
 

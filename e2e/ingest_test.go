@@ -232,7 +232,7 @@ func requireInvalidArgument(t testing.TB, what string, err error, mention ...str
 	t.Errorf("%s: message %q does not mention any of %q", what, connectMessage(err), mention)
 }
 
-// What the README's curl example sends: JSON with the body in data, not
+// What docs/api.md's curl example sends: JSON with the body in data, not
 // base64 in payload. The partner receives that JSON, compact, as
 // application/json; both fields at once is refused.
 func TestPublishJSONDataOverHTTP(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 // State is a destination's health as its budget sees it. Whether a
 // failure that is the destination's counts against an event's
 // max_attempts takes more than State (one payload a partner refuses
-// degrades its destination by itself): see scheduler.OtherwiseHealthy.
+// degrades its destination by itself): see scheduler.Observation.OtherwiseHealthy.
 type State int
 
 const (

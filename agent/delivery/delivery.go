@@ -66,7 +66,7 @@ func (r Result) OK() bool { return r.Err == nil }
 // A server error may still be one payload's doing (a partner that 500s
 // on one body it cannot parse): whether such a failure also uses one of
 // the event's attempts is decided by what the destination did for the
-// other lanes (scheduler.OtherwiseHealthy), never by the status alone.
+// other lanes (scheduler.Observation.OtherwiseHealthy), never by the status alone.
 func (r Result) DestinationFault() bool {
 	if r.OK() || r.NotSent {
 		return false

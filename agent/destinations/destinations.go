@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rivora/rivora/agent/limits"
 	"github.com/rivora/rivora/agent/retry"
-	"github.com/rivora/rivora/agent/scheduler"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 )
@@ -25,8 +25,8 @@ type Destination struct {
 	Headers http.Header
 	Timeout time.Duration
 	Retry   retry.Policy
-	Limits  scheduler.Limits
-	Class   scheduler.Class
+	Limits  limits.Limits
+	Class   limits.Class
 	// Weights are customers' shares of the budget (unlisted: 1).
 	Weights map[string]float64
 	Paused  bool
@@ -163,7 +163,7 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 		Headers: headersFromProto(pb.GetHeaders()),
 		Timeout: timeout,
 		Retry:   policy,
-		Limits: scheduler.Limits{
+		Limits: limits.Limits{
 			RatePerSecond: lim.GetRatePerSecond(),
 			Burst:         int(lim.GetBurst()),
 			MaxInFlight:   int(lim.GetMaxInFlight()),
@@ -187,23 +187,23 @@ func pausesFromProto(list []*rivorav1.PauseInterval) []pause {
 	return out
 }
 
-func classFromProto(c rivorav1.PriorityClass) scheduler.Class {
+func classFromProto(c rivorav1.PriorityClass) limits.Class {
 	switch c {
 	case rivorav1.PriorityClass_PRIORITY_CLASS_HIGH:
-		return scheduler.High
+		return limits.High
 	case rivorav1.PriorityClass_PRIORITY_CLASS_LOW:
-		return scheduler.Low
+		return limits.Low
 	default:
-		return scheduler.Normal
+		return limits.Normal
 	}
 }
 
 // ClassToProto is the API form of a priority class.
-func ClassToProto(c scheduler.Class) rivorav1.PriorityClass {
+func ClassToProto(c limits.Class) rivorav1.PriorityClass {
 	switch c {
-	case scheduler.High:
+	case limits.High:
 		return rivorav1.PriorityClass_PRIORITY_CLASS_HIGH
-	case scheduler.Low:
+	case limits.Low:
 		return rivorav1.PriorityClass_PRIORITY_CLASS_LOW
 	default:
 		return rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL

@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/limits"
 	"github.com/rivora/rivora/agent/retry"
-	"github.com/rivora/rivora/agent/scheduler"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 )
@@ -37,10 +37,10 @@ func TestFromProto(t *testing.T) {
 	if d.Retry.MaxAttempts != 2 || d.Retry.Window != time.Hour || d.Retry.Base != retry.DefaultBase || d.Retry.Cap != retry.DefaultCap {
 		t.Fatalf("retry policy = %+v", d.Retry)
 	}
-	if d.Limits != (scheduler.Limits{RatePerSecond: 12.5, Burst: 30, MaxInFlight: 4}) {
+	if d.Limits != (limits.Limits{RatePerSecond: 12.5, Burst: 30, MaxInFlight: 4}) {
 		t.Fatalf("limits = %+v", d.Limits)
 	}
-	if d.Class != scheduler.High || d.Weights["acme"] != 3 {
+	if d.Class != limits.High || d.Weights["acme"] != 3 {
 		t.Fatalf("class %v weights %v", d.Class, d.Weights)
 	}
 	// The signer signs with the destination's secret.
@@ -59,14 +59,14 @@ func TestFromProtoDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Retry != retry.DefaultPolicy() || d.Timeout != 10*time.Second || d.Class != scheduler.Normal {
+	if d.Retry != retry.DefaultPolicy() || d.Timeout != 10*time.Second || d.Class != limits.Normal {
 		t.Fatalf("defaults: retry %+v timeout %v class %v", d.Retry, d.Timeout, d.Class)
 	}
-	for c, want := range map[rivorav1.PriorityClass]scheduler.Class{
-		rivorav1.PriorityClass_PRIORITY_CLASS_HIGH:        scheduler.High,
-		rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL:      scheduler.Normal,
-		rivorav1.PriorityClass_PRIORITY_CLASS_LOW:         scheduler.Low,
-		rivorav1.PriorityClass_PRIORITY_CLASS_UNSPECIFIED: scheduler.Normal,
+	for c, want := range map[rivorav1.PriorityClass]limits.Class{
+		rivorav1.PriorityClass_PRIORITY_CLASS_HIGH:        limits.High,
+		rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL:      limits.Normal,
+		rivorav1.PriorityClass_PRIORITY_CLASS_LOW:         limits.Low,
+		rivorav1.PriorityClass_PRIORITY_CLASS_UNSPECIFIED: limits.Normal,
 	} {
 		d, err := destinations.FromProto(&rivorav1.Destination{Id: "x", Secret: secret, PriorityClass: c})
 		if err != nil || d.Class != want {

@@ -19,12 +19,14 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
+	"github.com/rivora/rivora/agent/retry"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/agent/verdict"
 	"github.com/rivora/rivora/internal/eventually"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -347,7 +349,17 @@ func TestReleasedLeaseStopsWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		part.Complete(ctx, a, ev, fail)
+		// Settled as a worker would after Observe: the first failure
+		// of a destination with no success yet is held, its head
+		// recorded in the ledger.
+		v := verdict.Decide(verdict.Facts{
+			Attempt: a, Now: time.Now(), PartitionOpen: true, DestinationKnown: true, Owned: true,
+			Policy: retry.DefaultPolicy(), WindowStart: ev.GetAcceptedAt().AsTime(), Result: &fail,
+		})
+		if v.Kind != verdict.Hold || !v.Ledger {
+			t.Fatalf("verdict %v (ledger %v), want a hold recorded in the ledger", v.Kind, v.Ledger)
+		}
+		_, _ = owner.Settle(ctx, sched, part, a, ev, v, fail)
 	}
 	ledger := lanes.LedgerStream(c.p)
 	complete(attempts[0])

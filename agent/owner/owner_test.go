@@ -31,13 +31,13 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/eventually"
 	"github.com/rivora/rivora/internal/ssrf"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -191,7 +191,10 @@ func (n *node) run(workers bool) {
 	}()
 	go func() {
 		defer n.wg.Done()
-		sender := delivery.NewSender("rivora/owner-test", ssrf.New(ssrf.Loopback))
+		w := owner.Worker{
+			Scheduler: n.sched, Sender: delivery.NewSender("rivora/owner-test", ssrf.New(ssrf.Loopback)),
+			Clock: clock.Real{}, Log: slog.New(slog.DiscardHandler),
+		}
 		for {
 			var att *scheduler.Attempt
 			select {
@@ -199,26 +202,13 @@ func (n *node) run(workers bool) {
 			case <-ctx.Done():
 				return
 			}
-			part := n.parts[att.Lane.Partition]
-			wctx := context.WithoutCancel(ctx)
-			ev, err := part.Load(wctx, att)
-			if err != nil {
-				part.Skip(att, err)
-				continue
+			// Every attempt ends in exactly one settlement.
+			if v, err := w.Attempt(context.WithoutCancel(ctx), n.parts[att.Lane.Partition], att); err != nil {
+				n.t.Errorf("attempt %s (verdict %v): %v", att.Entry.EventID, v.Kind, err)
 			}
-			if att.Expired {
-				part.Expire(wctx, att, ev)
-				continue
+			if !n.sched.Settled(att) {
+				n.t.Errorf("attempt %s was not settled", att.Entry.EventID)
 			}
-			d, _ := n.reg.Get(ev.GetDestinationId())
-			ep, err := n.reg.Endpoint(ev.GetDestinationId(), ev.GetCustomerId())
-			if err != nil {
-				n.t.Errorf("endpoint: %v", err)
-				part.Skip(att, err)
-				continue
-			}
-			res := sender.Send(wctx, delivery.Request{Endpoint: ep, Event: ev, Attempt: att.Number, Timeout: d.Timeout})
-			part.Complete(wctx, att, ev, res)
 		}
 	}()
 }

@@ -35,9 +35,9 @@ import (
 	"github.com/rivora/rivora/agent/clock"
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/history"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/lanes"
 )
 
 // Deps are what a partition owner works with; all are shared by the agent's

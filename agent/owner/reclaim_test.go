@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rivora/rivora/agent/clock"
-	"github.com/rivora/rivora/agent/lanes"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/lanes"
 )
 
 func TestDoneRecordRoundTrip(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/agent/budget"
-	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/lanes"
 )
 
 func (s *Scheduler) lane(partition int, id lanes.ID) *Lane {

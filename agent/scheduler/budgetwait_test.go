@@ -3,13 +3,15 @@ package scheduler
 import (
 	"testing"
 	"time"
+
+	"github.com/rivora/rivora/agent/limits"
 )
 
 // BudgetWait is how long a head was due before it was handed out: for a
 // destination at 2/s, the second lane waits for the next token.
 func TestBudgetWait(t *testing.T) {
 	s, clk := newSched()
-	s.SetLimits("d1", 0, Limits{RatePerSecond: 2, Burst: 1, MaxInFlight: 1000})
+	s.SetLimits("d1", 0, limits.Limits{RatePerSecond: 2, Burst: 1, MaxInFlight: 1000})
 	appendTo(s, 0, lid("d1", "c1", "a"), ev(1), ev(3))
 	appendTo(s, 0, lid("d1", "c1", "b"), ev(2))
 	a := mustPick(t, s)

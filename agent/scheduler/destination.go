@@ -4,35 +4,19 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/agent/budget"
+	"github.com/rivora/rivora/agent/limits"
 )
 
-// Limits are the scheduler's share of a destination's limits.
-type Limits struct {
-	RatePerSecond float64
-	Burst         int
-	MaxInFlight   int
-}
-
-// Class is a destination's priority class: due attempts of a higher class
-// are handed out first. Budgets still bound every destination, so a high
-// class cannot take more than its own budget.
-type Class int
-
-// Priority classes, highest first.
-const (
-	High Class = iota
-	Normal
-	Low
-	numClasses
-)
+// numClasses is one past the lowest priority class.
+const numClasses = limits.Low + 1
 
 type destination struct {
 	id         string
 	partition  int
 	configured bool
-	limits     Limits
+	limits     limits.Limits
 	budget     *budget.Budget
-	class      Class
+	class      limits.Class
 	paused     bool
 	statuses   statusRing // last attempt statuses
 	rates      rateRing   // the last 15 minutes' attempts and rates
@@ -57,7 +41,7 @@ type destination struct {
 	// pending or in flight; it is removed when the last of it is gone.
 	deleted bool
 
-	// lastSuccess and faults feed OtherwiseHealthy.
+	// lastSuccess and faults feed otherwiseHealthy.
 	lastSuccess time.Time
 	faults      faultMarks
 }
@@ -88,7 +72,7 @@ func (s *Scheduler) destination(id string, partition int) *destination {
 	d := s.dests[id]
 	if d == nil {
 		d = &destination{
-			class:     Normal,
+			class:     limits.Normal,
 			id:        id,
 			partition: partition,
 			lanes:     make(map[string]*Lane),
@@ -102,7 +86,7 @@ func (s *Scheduler) destination(id string, partition int) *destination {
 
 // SetLimits configures a destination; until it is configured its lanes are
 // held. Changes apply in place: nothing pending moves.
-func (s *Scheduler) SetLimits(destinationID string, partition int, lim Limits) {
+func (s *Scheduler) SetLimits(destinationID string, partition int, lim limits.Limits) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
@@ -119,10 +103,10 @@ func (s *Scheduler) SetLimits(destinationID string, partition int, lim Limits) {
 }
 
 // SetClass sets a destination's priority class.
-func (s *Scheduler) SetClass(destinationID string, partition int, class Class) {
+func (s *Scheduler) SetClass(destinationID string, partition int, class limits.Class) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.destination(destinationID, partition).class = min(max(class, High), Low)
+	s.destination(destinationID, partition).class = min(max(class, limits.High), limits.Low)
 	s.wake()
 }
 

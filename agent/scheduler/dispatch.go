@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/agent/budget"
+	"github.com/rivora/rivora/agent/limits"
 )
 
 // promote makes due every waiting lane whose time has come; a held lane
@@ -132,7 +133,7 @@ func (s *Scheduler) pick(now time.Time) (*Attempt, time.Duration) {
 	if a := s.pickExpired(now); a != nil {
 		return a, 0
 	}
-	for class := High; class < numClasses; class++ {
+	for class := limits.High; class < numClasses; class++ {
 		if a := s.pickClass(now, class, soonest); a != nil {
 			return a, 0
 		}
@@ -174,7 +175,7 @@ func (s *Scheduler) pickProbe(now time.Time, soonest func(time.Duration)) *Attem
 
 // pickClass hands out the next attempt among due destinations of one
 // class, round robin.
-func (s *Scheduler) pickClass(now time.Time, class Class, soonest func(time.Duration)) *Attempt {
+func (s *Scheduler) pickClass(now time.Time, class limits.Class, soonest func(time.Duration)) *Attempt {
 	for i := 0; i < len(s.ring); i++ {
 		idx := (s.rr + i) % len(s.ring)
 		d := s.ring[idx]

@@ -3,7 +3,7 @@ package scheduler
 import (
 	"time"
 
-	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/lanes"
 )
 
 // LaneState is what a pending lane's head waits for.

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/agent/limits"
+	"github.com/rivora/rivora/lanes"
 )
 
 // skipModel takes a lane's head as an operator's skip does and reports it
@@ -136,7 +137,7 @@ func wantSince(t *testing.T, s *Scheduler, dest string, want time.Time) {
 
 func TestListLanesOrderFiltersAndStates(t *testing.T) {
 	s, clk := newSched()
-	s.SetLimits("d", 0, Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 1})
+	s.SetLimits("d", 0, limits.Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 1})
 	A, B, C, D := lid("d", "acme", "a"), lid("d", "acme", "b"), lid("d", "zeta", "c"), lid("d", "zeta", "d")
 	appendTo(s, 0, A, ev(1), ev(2), ev(3))
 	clk.Advance(time.Second)

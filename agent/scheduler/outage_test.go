@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/agent/budget"
-	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/agent/limits"
+	"github.com/rivora/rivora/lanes"
 )
 
 // An outage, with the fake clock: a destination whose partner is down.
 
-var outageLimits = Limits{RatePerSecond: 50, Burst: 50, MaxInFlight: 100}
+var outageLimits = limits.Limits{RatePerSecond: 50, Burst: 50, MaxInFlight: 100}
 
 // failHeld reports a's failure the way the owner does while the
 // destination is not otherwise healthy: the destination's fault, no
@@ -278,7 +279,7 @@ func TestOtherwiseHealthy(t *testing.T) {
 // expired, without a token; not before.
 func TestWindowClosesWhileDueWithoutTokens(t *testing.T) {
 	s, clk := newSched()
-	s.SetLimits("d", 0, Limits{RatePerSecond: 1000, Burst: 1000, MaxInFlight: 100})
+	s.SetLimits("d", 0, limits.Limits{RatePerSecond: 1000, Burst: 1000, MaxInFlight: 100})
 	ids := laneIDs("d", 5)
 	for i, id := range ids {
 		appendTo(s, 0, id, ev(uint64(i+1)))
@@ -294,7 +295,7 @@ func TestWindowClosesWhileDueWithoutTokens(t *testing.T) {
 	for range ids {
 		fail(mustPick(t, s))
 	}
-	s.SetLimits("d", 0, Limits{RatePerSecond: 0.001, Burst: 1, MaxInFlight: 100})
+	s.SetLimits("d", 0, limits.Limits{RatePerSecond: 0.001, Burst: 1, MaxInFlight: 100})
 	for {
 		a, _ := step(s)
 		if a == nil {

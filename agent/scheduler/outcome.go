@@ -3,27 +3,39 @@ package scheduler
 import (
 	"cmp"
 	"container/heap"
+	"errors"
 	"slices"
 	"time"
 
 	"github.com/rivora/rivora/agent/budget"
 )
 
+// Observation is what Observe learned from one attempt's result.
+type Observation struct {
+	// Transition is the health transition the attempt caused, when
+	// Changed (for the log).
+	Transition budget.Transition
+	Changed    bool
+	// OtherwiseHealthy: the destination is healthy apart from the
+	// attempt's own lane (see otherwiseHealthy), which decides whether a
+	// failure that is the destination's is charged to the event.
+	OtherwiseHealthy bool
+}
+
 // Observe feeds one attempt's result into its destination's budget:
 // status is the HTTP status (0: no response); destinationFault marks
 // failures that are the destination's (429, any 5xx, 408/409/425,
 // timeouts, connection errors) as opposed to the event's (another 4xx, a
-// request never sent). Call it before Succeeded, Retry or Dead. When the destination
-// recovers, lanes held back only by its failures become due at once, paced
-// by the budget.
-//
-// It returns the transition the attempt caused, if any (for the log).
-func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retryAfter time.Duration, cause string) (budget.Transition, bool) {
+// request never sent). Call it before Settle. When the destination
+// recovers, lanes held back only by its failures become due at once,
+// paced by the budget. It answers, in the same call, whether the
+// destination is otherwise healthy after this result.
+func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retryAfter time.Duration, cause string) Observation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := a.Lane.dest
 	if d.dropped || d.budget == nil {
-		return budget.Transition{}, false
+		return Observation{OtherwiseHealthy: s.otherwiseHealthy(a)}
 	}
 	before := lastTransition(d.budget)
 	d.statuses.add(status)
@@ -45,10 +57,11 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 		delete(s.parked, d)
 	}
 	s.wake()
+	obs := Observation{OtherwiseHealthy: s.otherwiseHealthy(a)}
 	if after := lastTransition(d.budget); after != before {
-		return after, true
+		obs.Transition, obs.Changed = after, true
 	}
-	return budget.Transition{}, false
+	return obs
 }
 
 func lastTransition(b *budget.Budget) budget.Transition {
@@ -77,10 +90,10 @@ func (s *Scheduler) releaseHeld(d *destination, now time.Time) {
 	}
 }
 
-// OtherwiseHealthy reports whether a's destination is healthy apart from
+// otherwiseHealthy reports whether a's destination is healthy apart from
 // a's own lane, which decides whether a failure of a that is the
 // destination's (429, any 5xx, 408/409/425, timeout, connection
-// error) counts against the event's max_attempts. Call it after Observe.
+// error) counts against the event's max_attempts. s.mu is held.
 //
 // The budget's health (healthy → degraded → parked) cannot say it alone:
 // one payload the partner 503s degrades its destination by itself. So the
@@ -91,9 +104,7 @@ func (s *Scheduler) releaseHeld(d *destination, now time.Time) {
 // destination that is down (no 2xx) or throttling many lanes (a 429
 // storm) is not; a partner that 503s one payload while it accepts the
 // rest is.
-func (s *Scheduler) OtherwiseHealthy(a *Attempt) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *Scheduler) otherwiseHealthy(a *Attempt) bool {
 	d := a.Lane.dest
 	if d.budget == nil || d.budget.State() == budget.Parked {
 		return false
@@ -105,7 +116,7 @@ func (s *Scheduler) OtherwiseHealthy(a *Attempt) bool {
 	return d.lastSuccess.After(since) && !d.faults.otherSince(a.Lane, since)
 }
 
-// FirstAttemptLookback is how far back OtherwiseHealthy looks for a
+// FirstAttemptLookback is how far back otherwiseHealthy looks for a
 // head's first attempt, which has no previous attempt to look back to.
 const FirstAttemptLookback = time.Second
 
@@ -211,45 +222,82 @@ func (s *Scheduler) forget(l *Lane) {
 	}
 }
 
-// Succeeded reports a delivered head: the lane advances.
-func (s *Scheduler) Succeeded(a *Attempt) Outcome {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	defer s.wake()
-	return s.advance(a, false)
+// Settlement is what the partition owner tells the scheduler about a
+// finished attempt, once it has recorded what the attempt's verdict
+// needs (the ledger, the dead letter, the history).
+type Settlement struct {
+	Kind SettlementKind
+	// Head is the lane head's new state (Retry).
+	Head Head
 }
 
-// Dead reports a head whose attempts or window ran out, already recorded as
-// a dead letter: the lane advances.
-func (s *Scheduler) Dead(a *Attempt) Outcome {
+// SettlementKind is what the lane does after an attempt.
+type SettlementKind int
+
+const (
+	// Advance: the head was delivered (or cannot be loaded); the lane
+	// moves on.
+	Advance SettlementKind = iota
+	// AdvanceDead: the head is a dead letter, already recorded; the lane
+	// moves on.
+	AdvanceDead
+	// Retry: the head waits until Head.NotBefore, with Head's state.
+	Retry
+	// Release: the attempt was not made; the lane is due again with
+	// unchanged state.
+	Release
+)
+
+// ErrSettledTwice: an attempt was settled before. The second settlement
+// is ignored; it is a defect of the caller.
+var ErrSettledTwice = errors.New("scheduler: attempt settled twice")
+
+// Settle ends an attempt: every attempt handed out (Attempts, TakeHead)
+// is settled exactly once, and a second settlement changes nothing and
+// returns ErrSettledTwice.
+func (s *Scheduler) Settle(a *Attempt, st Settlement) (Outcome, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if a.settled {
+		return Outcome{}, ErrSettledTwice
+	}
+	a.settled = true
 	defer s.wake()
-	return s.advance(a, true)
+	switch st.Kind {
+	case Advance:
+		return s.advance(a, false), nil
+	case AdvanceDead:
+		return s.advance(a, true), nil
+	case Retry:
+		s.retry(a, st.Head)
+	default:
+		s.release(a)
+	}
+	return Outcome{}, nil
 }
 
-// Retry reports a failed head that waits until head.NotBefore. The caller
-// has recorded head in the ledger.
-func (s *Scheduler) Retry(a *Attempt, head Head) {
+// Settled reports whether a was settled.
+func (s *Scheduler) Settled(a *Attempt) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return a.settled
+}
+
+// retry: a failed head waits until head.NotBefore. s.mu is held.
+func (s *Scheduler) retry(a *Attempt, head Head) {
 	l := a.Lane
 	l.dest.inFlight--
 	l.setHead(head)
 	l.hasLedger = true
 	l.state = laneIdle
 	s.schedule(l, s.clock.Now())
-	s.wake()
 }
 
-// Release returns an attempt that was not made (shutdown): the lane is due
-// again with unchanged state.
-func (s *Scheduler) Release(a *Attempt) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// release: an attempt that was not made; the lane is due again with
+// unchanged state. s.mu is held.
+func (s *Scheduler) release(a *Attempt) {
 	l := a.Lane
 	l.dest.inFlight--
 	l.state = laneIdle
 	s.schedule(l, s.clock.Now())
-	s.wake()
 }

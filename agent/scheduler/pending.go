@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/lanes"
 )
 
 // PendingFilter selects a destination's pending events.

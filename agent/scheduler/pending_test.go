@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/lanes"
 )
 
 // PendingEvents against a model: every matching entry, sorted newest

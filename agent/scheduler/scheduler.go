@@ -31,7 +31,8 @@
 // in neither.
 //
 // Whether a failure that is the destination's counts against the event's
-// max_attempts is OtherwiseHealthy's rule; the owner applies it.
+// max_attempts is otherwiseHealthy's rule, answered by Observe; the
+// verdict (agent/verdict) applies it.
 package scheduler
 
 import (
@@ -52,7 +53,7 @@ type Attempt struct {
 	// EarlyProbe: the destination is parked and this lane was taken before
 	// its own retry time to probe whether the destination is back. Like
 	// any failure that is the destination's while it is not otherwise
-	// healthy (see OtherwiseHealthy), a failed probe costs no attempt.
+	// healthy (see otherwiseHealthy), a failed probe costs no attempt.
 	EarlyProbe bool
 	// Expired: the head was held by its parked destination until its
 	// window closed. Nothing is to be sent: the owner dead-letters it
@@ -64,6 +65,8 @@ type Attempt struct {
 	// in-flight slot, or its customer's turn). 0 for a probe or an
 	// expired head.
 	BudgetWait time.Duration
+	// settled: Settle ended this attempt (guarded by the scheduler's mu).
+	settled bool
 }
 
 // Scheduler is safe for concurrent use. Run dispatches attempts on the
@@ -97,8 +100,8 @@ func New(clk clock.Clock) *Scheduler {
 	}
 }
 
-// Attempts is where Run hands out attempts; each must be reported back with
-// exactly one of Succeeded, Retry, Dead or Release.
+// Attempts is where Run hands out attempts; each must be settled exactly
+// once (Settle).
 func (s *Scheduler) Attempts() <-chan *Attempt { return s.out }
 
 func (s *Scheduler) wake() {
@@ -125,7 +128,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			case s.out <- a:
 				continue
 			case <-ctx.Done():
-				s.Release(a)
+				s.giveBack(a)
 				s.releaseUnsent()
 				return nil
 			}
@@ -151,13 +154,23 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 }
 
+// giveBack settles an attempt that was never handed to a worker:
+// released, its lane due again unchanged.
+func (s *Scheduler) giveBack(a *Attempt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a.settled = true
+	s.release(a)
+	s.wake()
+}
+
 // releaseUnsent gives back attempts still waiting in the hand-off buffer
 // when dispatching stops.
 func (s *Scheduler) releaseUnsent() {
 	for {
 		select {
 		case a := <-s.out:
-			s.Release(a)
+			s.giveBack(a)
 		default:
 			return
 		}

@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/agent/clock"
-	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/agent/limits"
 	"github.com/rivora/rivora/internal/rates"
+	"github.com/rivora/rivora/lanes"
 )
 
 // ---------------------------------------------------------------------------
@@ -20,7 +21,7 @@ import (
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // unlimited is a budget that never runs dry in these tests.
-var unlimited = Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 1 << 30}
+var unlimited = limits.Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 1 << 30}
 
 func newSched() (*Scheduler, *clock.Manual) {
 	clk := clock.NewManual(t0)
@@ -510,7 +511,7 @@ func TestRestoreWithFutureNotBeforeWaits(t *testing.T) {
 
 func TestNoAttemptWithoutToken(t *testing.T) {
 	s, clk := newSched()
-	s.SetLimits("d1", 0, Limits{RatePerSecond: 2, Burst: 1, MaxInFlight: 1000})
+	s.SetLimits("d1", 0, limits.Limits{RatePerSecond: 2, Burst: 1, MaxInFlight: 1000})
 	for i := range 40 {
 		appendTo(s, 0, lid("d1", "c1", fmt.Sprintf("k%02d", i)), ev(uint64(i+1)))
 	}
@@ -545,7 +546,7 @@ func TestNoAttemptWithoutToken(t *testing.T) {
 // simulateRate drives pick with a manual clock, sleeping exactly the wait
 // pick returns, and returns the start times of the attempts made in
 // [start, start+span].
-func simulateRate(t *testing.T, lim Limits, span time.Duration) []time.Duration {
+func simulateRate(t *testing.T, lim limits.Limits, span time.Duration) []time.Duration {
 	t.Helper()
 	s, clk := newSched()
 	s.SetLimits("d1", 0, lim)
@@ -572,7 +573,7 @@ func simulateRate(t *testing.T, lim Limits, span time.Duration) []time.Duration 
 }
 
 func TestTokenRateOverTenSeconds(t *testing.T) {
-	starts := simulateRate(t, Limits{RatePerSecond: 2, Burst: 1, MaxInFlight: 1 << 20}, 10*time.Second)
+	starts := simulateRate(t, limits.Limits{RatePerSecond: 2, Burst: 1, MaxInFlight: 1 << 20}, 10*time.Second)
 	// burst 1 at t0, then one every 500ms: t0, +0.5s, …, +10s.
 	if len(starts) != 21 {
 		t.Fatalf("%d attempts in 10s at 2/s burst 1, want 21: %v", len(starts), starts)
@@ -585,7 +586,7 @@ func TestTokenRateOverTenSeconds(t *testing.T) {
 
 	// An awkward rate: 3/s burst 1 gives 1 + 30 attempts in 10s, give or
 	// take the last one (token intervals are rounded up to the nanosecond).
-	starts = simulateRate(t, Limits{RatePerSecond: 3, Burst: 1, MaxInFlight: 1 << 20}, 10*time.Second)
+	starts = simulateRate(t, limits.Limits{RatePerSecond: 3, Burst: 1, MaxInFlight: 1 << 20}, 10*time.Second)
 	if n := len(starts); n < 30 || n > 31 {
 		t.Fatalf("%d attempts in 10s at 3/s, want 30 or 31", n)
 	}
@@ -596,7 +597,7 @@ func TestTokenRateOverTenSeconds(t *testing.T) {
 	}
 
 	// Burst 3: three at once, then the rate.
-	starts = simulateRate(t, Limits{RatePerSecond: 1, Burst: 3, MaxInFlight: 1 << 20}, 10*time.Second)
+	starts = simulateRate(t, limits.Limits{RatePerSecond: 1, Burst: 3, MaxInFlight: 1 << 20}, 10*time.Second)
 	if len(starts) != 13 || starts[0] != 0 || starts[1] != 0 || starts[2] != 0 || starts[3] != time.Second {
 		t.Fatalf("burst 3 rate 1: %v", starts)
 	}
@@ -604,7 +605,7 @@ func TestTokenRateOverTenSeconds(t *testing.T) {
 
 func TestTokensDoNotAccumulateBeyondBurst(t *testing.T) {
 	s, clk := newSched()
-	s.SetLimits("d1", 0, Limits{RatePerSecond: 2, Burst: 1, MaxInFlight: 100})
+	s.SetLimits("d1", 0, limits.Limits{RatePerSecond: 2, Burst: 1, MaxInFlight: 100})
 	clk.Advance(time.Minute) // idle: no lane, nothing spent, bucket capped
 	for i := range 3 {
 		appendTo(s, 0, lid("d1", "c1", fmt.Sprintf("k%d", i)), ev(uint64(i+1)))
@@ -616,7 +617,7 @@ func TestTokensDoNotAccumulateBeyondBurst(t *testing.T) {
 func TestTokenWaitCombinations(t *testing.T) {
 	s, clk := newSched()
 	// d1: out of tokens, next one in 1s.
-	s.SetLimits("d1", 0, Limits{RatePerSecond: 1, Burst: 1, MaxInFlight: 100})
+	s.SetLimits("d1", 0, limits.Limits{RatePerSecond: 1, Burst: 1, MaxInFlight: 100})
 	appendTo(s, 0, lid("d1", "c", "a"), ev(1))
 	appendTo(s, 0, lid("d1", "c", "b"), ev(2))
 	mustPick(t, s)
@@ -636,7 +637,7 @@ func TestTokenWaitCombinations(t *testing.T) {
 
 	// Raising the rate in place shortens the wait: 0.25s at 1/s earned
 	// 0.25 token; the missing 0.75 token at 4/s takes 187.5ms.
-	s.SetLimits("d1", 0, Limits{RatePerSecond: 4, Burst: 1, MaxInFlight: 100})
+	s.SetLimits("d1", 0, limits.Limits{RatePerSecond: 4, Burst: 1, MaxInFlight: 100})
 	got := mustNone(t, s)
 	if got != 187500*time.Microsecond {
 		t.Fatalf("wait after raising the rate = %v, want 187.5ms", got)
@@ -647,7 +648,7 @@ func TestTokenWaitCombinations(t *testing.T) {
 	// Rate 0 (the control plane never sends one) is held at the floor:
 	// the burst, then one token in 1/rates.Min seconds.
 	s2, _ := newSched()
-	s2.SetLimits("z", 0, Limits{RatePerSecond: 0, Burst: 1, MaxInFlight: 10})
+	s2.SetLimits("z", 0, limits.Limits{RatePerSecond: 0, Burst: 1, MaxInFlight: 10})
 	appendTo(s2, 0, lid("z", "c", "a"), ev(1))
 	appendTo(s2, 0, lid("z", "c", "b"), ev(2))
 	mustPick(t, s2)
@@ -656,7 +657,7 @@ func TestTokenWaitCombinations(t *testing.T) {
 
 func TestNoTokenSpentWhileAtMaxInFlight(t *testing.T) {
 	s, clk := newSched()
-	s.SetLimits("d1", 0, Limits{RatePerSecond: 1, Burst: 2, MaxInFlight: 1})
+	s.SetLimits("d1", 0, limits.Limits{RatePerSecond: 1, Burst: 2, MaxInFlight: 1})
 	appendTo(s, 0, lid("d1", "c", "a"), ev(1))
 	appendTo(s, 0, lid("d1", "c", "b"), ev(2))
 	a := mustPick(t, s)
@@ -678,8 +679,8 @@ func TestNoTokenSpentWhileAtMaxInFlight(t *testing.T) {
 
 func TestMaxInFlight(t *testing.T) {
 	s, clk := newSched()
-	s.SetLimits("d1", 0, Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 2})
-	s.SetLimits("d2", 0, Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 1})
+	s.SetLimits("d1", 0, limits.Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 2})
+	s.SetLimits("d2", 0, limits.Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 1})
 	var ids []lanes.ID
 	for i := range 5 {
 		id := lid("d1", "c1", fmt.Sprintf("k%d", i))
@@ -734,7 +735,7 @@ func TestMaxInFlight(t *testing.T) {
 	checkInvariants(t, s)
 
 	// A cap of 0 is treated as 1.
-	s.SetLimits("d3", 0, Limits{RatePerSecond: 1e9, Burst: 100, MaxInFlight: 0})
+	s.SetLimits("d3", 0, limits.Limits{RatePerSecond: 1e9, Burst: 100, MaxInFlight: 0})
 	appendTo(s, 0, lid("d3", "c", "a"), ev(200))
 	appendTo(s, 0, lid("d3", "c", "b"), ev(201))
 	wantAttempt(t, mustPick(t, s), lid("d3", "c", "a"), 200, 1)
@@ -1654,7 +1655,7 @@ func runModel(t *testing.T, seed uint64) {
 		case r < 85: // an operator skips a lane's head
 			skipModel(t, s, model, d.id, custs[rng.IntN(len(custs))], keys[rng.IntN(len(keys))], d.part, delivered)
 		case r < 93:
-			lim := Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 1 + rng.IntN(3)}
+			lim := limits.Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 1 + rng.IntN(3)}
 			s.SetLimits(d.id, d.part, lim)
 			maxIF[d.id] = lim.MaxInFlight
 			delete(forgotten, d.id)
@@ -1859,7 +1860,7 @@ func noAttempt(t *testing.T, s *Scheduler) {
 
 func TestRunSleepsUntilNextToken(t *testing.T) {
 	s, clk := newRunSched()
-	s.SetLimits("d1", 0, Limits{RatePerSecond: 2, Burst: 1, MaxInFlight: 1000})
+	s.SetLimits("d1", 0, limits.Limits{RatePerSecond: 2, Burst: 1, MaxInFlight: 1000})
 	for i := range 40 {
 		appendTo(s, 0, lid("d1", "c1", fmt.Sprintf("k%02d", i)), ev(uint64(i+1)))
 	}
@@ -1977,7 +1978,7 @@ func TestRunRetryAndLaneFlow(t *testing.T) {
 
 func TestRunMaxInFlightAndUnconfigured(t *testing.T) {
 	s, clk := newRunSched()
-	s.SetLimits("d1", 0, Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 2})
+	s.SetLimits("d1", 0, limits.Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 2})
 	for i := range 5 {
 		appendTo(s, 0, lid("d1", "c", fmt.Sprintf("k%d", i)), ev(uint64(i+1)))
 	}

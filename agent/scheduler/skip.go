@@ -4,7 +4,7 @@ import (
 	"container/heap"
 	"errors"
 
-	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/lanes"
 )
 
 // Why TakeHead refuses.

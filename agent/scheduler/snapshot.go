@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/agent/budget"
+	"github.com/rivora/rivora/agent/limits"
 )
 
 // CustomerSnapshot is one customer's backlog on one destination.
@@ -21,7 +22,7 @@ type CustomerSnapshot struct {
 type DestinationSnapshot struct {
 	ID             string
 	Configured     bool
-	Class          Class
+	Class          limits.Class
 	State          budget.State
 	ConfiguredRate float64
 	CurrentRate    float64

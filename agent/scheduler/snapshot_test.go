@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/rivora/rivora/agent/limits"
 )
 
 // A destination at its in-flight cap is saturated even with tokens left, so
@@ -11,7 +13,7 @@ import (
 // the snapshot reports it next to the configured and current rate.
 func TestSnapshotReportsTheLearnedRate(t *testing.T) {
 	s, clk := newSched()
-	s.SetLimits("d", 0, Limits{RatePerSecond: 10_000, Burst: 10_000, MaxInFlight: 1})
+	s.SetLimits("d", 0, limits.Limits{RatePerSecond: 10_000, Burst: 10_000, MaxInFlight: 1})
 	for i := range 30 {
 		appendTo(s, 0, lid("d", "c", fmt.Sprintf("k%d", i)), ev(uint64(i+1)))
 	}

@@ -104,7 +104,7 @@ type laneSlot struct {
 	stuck bool   // stuck(lane.head)
 }
 
-// The hot path (AppendAll, Succeeded, Dead, Retry) keeps the slots as it
+// The hot path (AppendAll, Settle) keeps the slots as it
 // goes, so each update is cheap: it writes only the slot's fields that
 // changed, and those hold no pointers (no write barrier), once per head,
 // not per event.

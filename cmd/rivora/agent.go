@@ -10,11 +10,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/agent/ownership"
-	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/httpurl"
-	"github.com/rivora/rivora/internal/introspect"
+	"github.com/rivora/rivora/server"
 )
 
 func agentCommand() *cli.Command {
@@ -81,9 +79,9 @@ Examples:
 			if err != nil {
 				return cli.Exit(err.Error(), 2)
 			}
-			flush, err := startTracing(context.Background(), "rivora-agent", log)
+			flush, err := server.StartTracing(context.Background(), "rivora-agent", log)
 			if err != nil {
-				return err
+				return exit(err)
 			}
 			defer flush()
 			for _, cp := range strings.Split(c.String("controlplane"), ",") {
@@ -98,52 +96,32 @@ Examples:
 			if err != nil {
 				return err
 			}
-			metrics, err := metricsToken(c)
-			if err != nil {
+			opts := server.AgentOptions{Log: log, HTTP: server.HTTP{Listen: c.String("listen"), Pprof: c.Bool("pprof")}}
+			if opts.HTTP.MetricsToken, err = metricsToken(c); err != nil {
 				return err
 			}
 			dataDir, err := absDir("data-dir", c.String("data-dir"))
 			if err != nil {
 				return err
 			}
-			srv, err := servingFlags(c)
-			if err != nil {
+			if opts.HTTP.TLS, err = tlsOf(c); err != nil {
 				return err
 			}
-			if srv.files.Enabled() && c.String("nats-cluster") != "" && srv.files.CA == "" {
+			if opts.HTTP.TLS.Files.Enabled() && c.String("nats-cluster") != "" && opts.HTTP.TLS.Files.CA == "" {
 				return cli.Exit("--tls-cert with --nats-cluster needs --tls-ca: the CA that signed the other agents' certificates, which the NATS routes verify", 2)
+			}
+			if opts.Agent, err = agentConfig(c, c.String("name"), dataDir, c.String("controlplane"), c.String("advertise")); err != nil {
+				return err
+			}
+			opts.Agent.Keys = keys
+			if err := httpLimits(c, &opts.HTTP); err != nil {
+				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			ln, self, err := listen(log, c.String("listen"), srv.tls)
-			if err != nil {
-				return err
-			}
-			advertise := c.String("advertise")
-			if advertise == "" {
-				advertise = self
-			}
-			ag, err := newAgent(ctx, c, log, keys, c.String("name"), dataDir, c.String("controlplane"), advertise, srv, natsPassword(keys.Cell()))
-			if err != nil {
-				ln.Close()
-				return err
-			}
-			mux := baseMux(ag.Healthy, c.Bool("pprof"), metrics)
-			ag.Handle(mux)
-			introspect.Handle(mux, keys, ag.Healthy, agent.Services...)
-			log.Info("rivora agent listening", "addr", self, "name", c.String("name"), "controlplane", c.String("controlplane"))
-			return serve(ctx, c, log, mux, ln, ag.Run)
+			return exit(server.RunAgent(ctx, opts))
 		},
 	}
-}
-
-// natsPassword is the credential of a cell agent's embedded NATS server,
-// derived from the cell token ("" without one: --insecure).
-func natsPassword(cell auth.CellToken) string {
-	if cell.IsZero() {
-		return ""
-	}
-	return cell.Derive("nats")
 }
 
 // checkArchive refuses an agent without a shared archive unless it is

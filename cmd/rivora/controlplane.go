@@ -6,18 +6,16 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/rivora/rivora/console"
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/controlplane/notices"
 	"github.com/rivora/rivora/internal/httpurl"
-	"github.com/rivora/rivora/internal/introspect"
 	"github.com/rivora/rivora/sdk/webhook"
+	"github.com/rivora/rivora/server"
 )
 
 func controlPlaneCommand() *cli.Command {
@@ -90,9 +88,9 @@ Examples:
 			if err != nil {
 				return cli.Exit(err.Error(), 2)
 			}
-			flush, err := startTracing(context.Background(), "rivora-controlplane", log)
+			flush, err := server.StartTracing(context.Background(), "rivora-controlplane", log)
 			if err != nil {
-				return err
+				return exit(err)
 			}
 			defer flush()
 			consul := c.String("consul")
@@ -103,7 +101,7 @@ Examples:
 			if advertise != "" && !isBaseURL(advertise) {
 				return cli.Exit(fmt.Sprintf("--advertise %q: want an http:// or https:// URL such as http://10.0.0.5:7300", advertise), 2)
 			}
-			cfg := controlplane.Config{LimitsPath: c.String("limits"), Partitions: c.Int("partitions"), ConsulURL: consul, RejoinDelay: c.Duration("rejoin-delay")}
+			cfg := controlplane.Config{LimitsPath: c.String("limits"), Partitions: c.Int("partitions"), ConsulURL: consul, RejoinDelay: c.Duration("rejoin-delay"), AdvertiseURL: advertise}
 			if cfg.Guard, err = destinationGuard(c); err != nil {
 				return err
 			}
@@ -119,8 +117,8 @@ Examples:
 			if cfg.Keys.Cell().IsZero() && c.String("operator-webhook") != "" {
 				return cli.Exit("--operator-webhook needs --cell-token-file: the control plane publishes notices through an agent, which admits it by the cell token (with --insecure there is none)", 2)
 			}
-			metrics, err := metricsToken(c)
-			if err != nil {
+			opts := server.ControlPlaneOptions{Log: log, HTTP: server.HTTP{Listen: c.String("listen"), Pprof: c.Bool("pprof")}}
+			if opts.HTTP.MetricsToken, err = metricsToken(c); err != nil {
 				return err
 			}
 			stateDir, err := absDir("state-dir", c.String("state-dir"))
@@ -132,34 +130,16 @@ Examples:
 			if consul == "" {
 				cfg.StateDir = stateDir
 			}
-			srv, err := servingFlags(c)
-			if err != nil {
+			if opts.HTTP.TLS, err = tlsOf(c); err != nil {
 				return err
 			}
-			cfg.Transport = srv.transport
+			if err := httpLimits(c, &opts.HTTP); err != nil {
+				return err
+			}
+			opts.ControlPlane = cfg
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			ln, self, err := listen(log, c.String("listen"), srv.tls)
-			if err != nil {
-				return err
-			}
-			if advertise == "" {
-				advertise = self
-			}
-			cfg.AdvertiseURL = advertise
-			cp, err := controlplane.New(cfg, log.With("component", "controlplane"))
-			if err != nil {
-				ln.Close()
-				return err
-			}
-			healthy := func() error { return nil }
-			mux := baseMux(healthy, c.Bool("pprof"), metrics)
-			cp.Handle(mux)
-			cp.HandleOperator(mux)
-			mux.Handle(console.Prefix, console.Handler())
-			introspect.Handle(mux, cfg.Keys, healthy, slices.Concat(controlplane.Services, controlplane.OperatorServices)...)
-			log.Info("rivora controlplane listening", "addr", self, "state_dir", cfg.StateDir, "consul", consul, "advertise", advertise)
-			return serve(ctx, c, log, mux, ln, cp.Run)
+			return exit(server.RunControlPlane(ctx, opts))
 		},
 	}
 }

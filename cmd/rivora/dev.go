@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -17,12 +15,10 @@ import (
 	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/agent/ingest"
-	"github.com/rivora/rivora/console"
 	"github.com/rivora/rivora/controlplane"
-	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/httpurl"
-	"github.com/rivora/rivora/internal/introspect"
 	"github.com/rivora/rivora/internal/tlsconf"
+	"github.com/rivora/rivora/server"
 )
 
 func devCommand() *cli.Command {
@@ -93,17 +89,8 @@ func agentFlags() []cli.Flag {
 	}
 }
 
-// newAgent builds the agent both `rivora dev` and `rivora agent` run.
-func newAgent(ctx context.Context, c *cli.Context, log *slog.Logger, keys *auth.Keys, name, dataDir, controlPlaneURL, advertiseURL string, srv serving, natsPassword string) (*agent.Agent, error) {
-	cfg, err := agentConfig(c, name, dataDir, controlPlaneURL, advertiseURL)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Keys = keys
-	cfg.Transport, cfg.NATSTLS, cfg.NATSPassword = srv.transport, srv.files, natsPassword
-	return agent.New(ctx, cfg, log)
-}
-
+// agentConfig checks the agent flags `rivora dev` and `rivora agent`
+// share into an agent's configuration (advertiseURL "": the listener's).
 func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL string) (agent.Config, error) {
 	var arch archive.Archive
 	if endpoint := c.String("s3-endpoint"); endpoint != "" {
@@ -210,21 +197,12 @@ func runDev(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
-	flush, err := startTracing(context.Background(), "rivora-dev", log)
+	flush, err := server.StartTracing(context.Background(), "rivora-dev", log)
 	if err != nil {
-		return err
+		return exit(err)
 	}
 	defer flush()
 	dataDir, err := absDir("data-dir", c.String("data-dir"))
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// One process is its own cell: a cell token in memory, and keys of
-	// its own for each of the control plane and the agent (the agent's
-	// API tokens come over Watch, as in a cell).
-	cell, err := auth.NewCellToken()
 	if err != nil {
 		return err
 	}
@@ -232,7 +210,6 @@ func runDev(c *cli.Context) error {
 		StateDir:           filepath.Join(dataDir, "controlplane"),
 		LimitsPath:         c.String("limits"),
 		Partitions:         c.Int("partitions"),
-		Keys:               auth.NewKeys(cell),
 		AdminTokenPath:     filepath.Join(dataDir, "admin.token"),
 		OperatorSecretPath: filepath.Join(dataDir, "operator-webhook.secret"),
 	}
@@ -245,45 +222,29 @@ func runDev(c *cli.Context) error {
 	if err := operatorConfig(c, &cfg); err != nil {
 		return err
 	}
-	metrics, err := metricsToken(c)
-	if err != nil {
+	opts := server.DevOptions{Log: log, HTTP: server.HTTP{Listen: c.String("listen"), Pprof: c.Bool("pprof")}, ControlPlane: cfg}
+	if opts.HTTP.MetricsToken, err = metricsToken(c); err != nil {
 		return err
 	}
-	if addr := c.String("nats-listen"); addr != "" && !loopbackAddr(addr) {
-		log.Warn("rivora dev's embedded NATS has no password: on a non-loopback --nats-listen anyone who reaches it reads every payload; use a cell (rivora agent --cell-token-file) for that", "nats_listen", addr)
-	}
-	srv, err := servingFlags(c)
-	if err != nil {
+	if opts.HTTP.TLS, err = tlsOf(c); err != nil {
 		return err
 	}
-	if srv.tls != nil && srv.transport == nil {
+	if srv := &opts.HTTP.TLS; srv.Server != nil && srv.Transport == nil {
 		// The agent and the control plane call each other on this
 		// listener: without --tls-ca, trust its own certificate.
-		if srv.transport, err = tlsconf.TrustingOwn(srv.tls); err != nil {
+		if srv.Transport, err = tlsconf.TrustingOwn(srv.Server); err != nil {
 			return cli.Exit(err.Error(), 2)
 		}
 	}
-	cfg.Transport = srv.transport
-	ln, url, err := listen(log, c.String("listen"), srv.tls)
-	if err != nil {
+	// The control plane and advertised URLs are the listener's, known
+	// once it listens.
+	if opts.Agent, err = agentConfig(c, "dev", dataDir, "", ""); err != nil {
 		return err
 	}
-	cp, err := controlplane.New(cfg, log.With("component", "controlplane"))
-	if err != nil {
-		ln.Close()
+	if err := httpLimits(c, &opts.HTTP); err != nil {
 		return err
 	}
-	agentKeys := auth.NewKeys(cell)
-	ag, err := newAgent(ctx, c, log, agentKeys, "dev", dataDir, url, url, srv, "")
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	mux := baseMux(ag.Healthy, c.Bool("pprof"), metrics)
-	cp.Handle(mux)
-	ag.Handle(mux)
-	mux.Handle(console.Prefix, console.Handler())
-	introspect.Handle(mux, agentKeys, ag.Healthy, slices.Concat(controlplane.Services, agent.Services)...)
-	log.Info("rivora dev listening", "addr", url, "data_dir", dataDir)
-	return serve(ctx, c, log, mux, ln, cp.Run, ag.Run)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return exit(server.RunDev(ctx, opts))
 }

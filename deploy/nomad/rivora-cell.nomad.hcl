@@ -44,7 +44,7 @@ job "rivora-cell" {
         destination = "secrets/cell.token"
         perms       = "0600"
         # A new cell token is rolled through by hand, one allocation at a
-        # time (README: Security), not by restarting every task at once.
+        # time (docs/security.md: The cell token), not by restarting every task at once.
         change_mode = "noop"
       }
 
@@ -132,7 +132,7 @@ job "rivora-cell" {
         destination = "secrets/cell.token"
         perms       = "0600"
         # A new cell token is rolled through by hand, one allocation at a
-        # time (README: Security), not by restarting every task at once.
+        # time (docs/security.md: The cell token), not by restarting every task at once.
         change_mode = "noop"
       }
 

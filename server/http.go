@@ -1,4 +1,13 @@
-package main
+// Package server runs Rivora's processes: it wires the control plane and
+// the agent (apart, or both in one process for `rivora dev`) behind one
+// HTTP listener and serves it until the context ends. It owns that
+// listener and what guards it: the HTTP/1.1 and h2c server with its
+// timeouts, the connection cap (--max-connections), the in-flight cap
+// (--max-inflight-requests), /healthz, /metrics and /debug/pprof/, and
+// tracing setup. It sits above agent and controlplane and below
+// cmd/rivora, whose commands only turn flags into the Options each entry
+// point here takes (RunAgent, RunControlPlane, RunDev).
+package server
 
 import (
 	"context"
@@ -10,39 +19,27 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/urfave/cli/v2"
 
 	"github.com/rivora/rivora/internal/tlsconf"
 )
 
-// common flags of the server commands.
-var (
-	logLevelFlag     = &cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"RIVORA_LOG_LEVEL"}, Usage: "debug, info, warn or error"}
-	pprofFlag        = &cli.BoolFlag{Name: "pprof", EnvVars: []string{"RIVORA_PPROF"}, Usage: "serve Go profiles under /debug/pprof/ on --listen (behind --metrics-token-file when given)"}
-	metricsTokenFlag = &cli.StringFlag{Name: "metrics-token-file", EnvVars: []string{"RIVORA_METRICS_TOKEN_FILE"},
-		Usage: "`FILE` holding a token /metrics (and /debug/pprof/) then require as `Authorization: Bearer <token>` (Prometheus: authorization.credentials_file); default: /metrics is open, like /healthz, and shows no event data"}
-)
-
-// metricsToken reads --metrics-token-file ("" when not given).
-func metricsToken(c *cli.Context) (string, error) {
-	path := c.String("metrics-token-file")
-	if path == "" {
-		return "", nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "", cli.Exit(fmt.Sprintf("--metrics-token-file: %v", err), 2)
-	}
-	token := strings.TrimSpace(string(data))
-	if len(token) < 16 {
-		return "", cli.Exit(fmt.Sprintf("--metrics-token-file %s: %d bytes, want at least 16 (make one with `openssl rand -hex 32`)", path, len(token)), 2)
-	}
-	return token, nil
+// HTTP is how a process serves its one listener.
+type HTTP struct {
+	// Listen is the ADDR to serve on (--listen).
+	Listen string
+	TLS    TLS
+	// Pprof serves Go profiles under /debug/pprof/.
+	Pprof bool
+	// MetricsToken guards /metrics and /debug/pprof/ ("" = open).
+	MetricsToken string
+	// MaxConns caps the open connections (0: 10,000, or half the
+	// open-file limit when that is lower).
+	MaxConns int
+	// MaxInflight caps the API calls served at once.
+	MaxInflight int
 }
 
 // withToken lets through only requests carrying token as a bearer
@@ -62,54 +59,34 @@ func withToken(token string, h http.Handler) http.Handler {
 	})
 }
 
-// tlsFlags are the TLS flags of `rivora controlplane`, `rivora agent` and
-// `rivora dev`.
-func tlsFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"RIVORA_TLS_CERT"}, Usage: "serve --listen over HTTPS (HTTP/2 and HTTP/1.1, TLS 1.2+) with this certificate `FILE` (PEM, leaf first, then intermediates); " +
-			"an agent also serves its NATS routes (mutual TLS, with --tls-ca) and NATS client port with it. Needs --tls-key"},
-		&cli.StringFlag{Name: "tls-key", EnvVars: []string{"RIVORA_TLS_KEY"}, Usage: "the private key `FILE` (PEM) of --tls-cert"},
-		&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"RIVORA_TLS_CA"}, Usage: "CA bundle `FILE` (PEM) this process verifies its peers with: the control plane and agents it calls over https://, " +
-			"and the certificates of the other agents on NATS routes (default: the system's roots for https://; required for TLS routes)"},
-	}
-}
-
-// serving is what the --tls-* flags set: the listener's TLS config (nil:
+// TLS is what the --tls-* flags set: the listener's TLS config (nil:
 // plain HTTP) and the transport of the internal HTTP clients (nil: the
 // default).
-type serving struct {
-	files     tlsconf.Files
-	tls       *tls.Config
-	transport http.RoundTripper
+type TLS struct {
+	Files     tlsconf.Files
+	Server    *tls.Config
+	Transport http.RoundTripper
 }
 
-// servingFlags reads and checks the --tls-* files, so that a bad one
-// stops the process before anything starts.
-func servingFlags(c *cli.Context) (serving, error) {
-	s := serving{files: tlsconf.Files{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")}}
-	if err := s.files.Check(); err != nil {
-		return serving{}, cli.Exit(err.Error(), 2)
+// LoadTLS reads and checks the --tls-* files, so that a bad one stops the
+// process before anything starts.
+func LoadTLS(files tlsconf.Files) (TLS, error) {
+	s := TLS{Files: files}
+	if err := files.Check(); err != nil {
+		return TLS{}, err
 	}
 	var err error
-	if s.files.Enabled() {
-		if s.tls, err = tlsconf.Server(s.files.Cert, s.files.Key); err != nil {
-			return serving{}, cli.Exit(err.Error(), 2)
+	if files.Enabled() {
+		if s.Server, err = tlsconf.Server(files.Cert, files.Key); err != nil {
+			return TLS{}, err
 		}
 		// Connect, gRPC and JSON clients over one port: h2 for gRPC.
-		s.tls.NextProtos = []string{"h2", "http/1.1"}
+		s.Server.NextProtos = []string{"h2", "http/1.1"}
 	}
-	if s.transport, err = tlsconf.ClientTransport(s.files.CA); err != nil {
-		return serving{}, cli.Exit(err.Error(), 2)
+	if s.Transport, err = tlsconf.ClientTransport(files.CA); err != nil {
+		return TLS{}, err
 	}
 	return s, nil
-}
-
-func newLogger(level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(strings.ToLower(level))); err != nil {
-		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
 // baseMux serves /healthz (200 "ok" while healthy returns nil, else 503
@@ -242,4 +219,13 @@ func serveUntil(ctx context.Context, log *slog.Logger, srv *http.Server, ln net.
 		srv.Close()
 	}
 	return firstErr
+}
+
+// serve serves mux on ln (newServer, its connections capped by
+// --max-connections, its calls by --max-inflight-requests) until ctx
+// ends, with runners beside it (serveUntil).
+func serve(ctx context.Context, opts HTTP, log *slog.Logger, mux *http.ServeMux, ln net.Listener, runners ...func(context.Context) error) error {
+	n := maxConns(opts.MaxConns, log)
+	srv := newServer(capInflight(opts.MaxInflight, log, mux))
+	return serveUntil(ctx, log, srv, capConns(srv, ln, n, log), runners...)
 }

@@ -1,33 +1,17 @@
-package main
+package server
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
 
 	"connectrpc.com/connect"
-	"github.com/urfave/cli/v2"
 )
 
-// maxInflightFlag bounds the API calls one process serves at once.
-var maxInflightFlag = &cli.IntFlag{Name: "max-inflight-requests", Value: defaultMaxInflight, EnvVars: []string{"RIVORA_MAX_INFLIGHT_REQUESTS"},
-	Usage: "most API calls (Connect, gRPC, gRPC-Web, JSON) this process serves at once (`N`), streams included; beyond it a call is answered resource_exhausted " +
-		"(HTTP 429) at once, which the SDKs retry with back-off. Each call in flight may hold its request (up to --max-batch-bytes for PublishBatch) in memory. " +
-		"Callers without a valid token never count: they are refused from their headers first. /healthz, /metrics and the gRPC health check are never refused"}
-
-const defaultMaxInflight = 1024
-
-// maxInflight is --max-inflight-requests, checked.
-func maxInflight(c *cli.Context) (int, error) {
-	n := c.Int("max-inflight-requests")
-	if n < 1 {
-		return 0, cli.Exit(fmt.Sprintf("--max-inflight-requests %d: want at least 1", n), 2)
-	}
-	return n, nil
-}
+// DefaultMaxInflight is --max-inflight-requests' default.
+const DefaultMaxInflight = 1024
 
 // inflightCap serves at most cap(slots) API calls at once and answers the
 // next one resource_exhausted in its protocol, at once: a server that

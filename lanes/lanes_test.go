@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rivora/rivora/agent/lanes"
+	"github.com/rivora/rivora/lanes"
 )
 
 func TestEscapeKeyRoundTrip(t *testing.T) {

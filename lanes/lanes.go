@@ -4,6 +4,10 @@
 // "lane.<p>.<destination>.<customer>.<escaped lane_key>" (p: partition), so one JetStream
 // stream per partition holds every lane as a subject and a lane's FIFO order
 // is the stream's sequence order.
+//
+// It is vocabulary both sides share: the agent stores and schedules by it,
+// the control plane routes a destination to its partition and checks ids
+// by it. So it sits below both and imports nothing of theirs.
 package lanes
 
 import (

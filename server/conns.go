@@ -1,9 +1,8 @@
-package main
+package server
 
 import (
 	"container/list"
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,17 +11,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/bounds"
 )
-
-// maxConnsFlag caps the open connections of --listen.
-var maxConnsFlag = &cli.IntFlag{Name: "max-connections", EnvVars: []string{"RIVORA_MAX_CONNECTIONS"}, DefaultText: "10000, or half the open-file limit",
-	Usage: "most open client connections on --listen (`N`), so connections cannot use up " +
-		"the file descriptors the embedded NATS server needs for its stores. At the cap, a new connection takes the place of the connection idle " +
-		"longest (an idle keep-alive connection, or one that never sent a request); when none is idle, it waits to be accepted"}
 
 const (
 	defaultMaxConns = 10_000
@@ -32,23 +23,20 @@ const (
 	evictIdleAfter = time.Second
 )
 
-// maxConns is --max-connections, or its default from RLIMIT_NOFILE (Go
-// has raised the soft limit to the hard one at start).
-func maxConns(c *cli.Context, log *slog.Logger) (int, error) {
-	if c.IsSet("max-connections") {
-		n := c.Int("max-connections")
-		if n < 1 {
-			return 0, cli.Exit(fmt.Sprintf("--max-connections %d: want at least 1", n), 2)
-		}
-		return n, nil
+// maxConns is --max-connections (n), or when it is not given (0) its
+// default from RLIMIT_NOFILE (Go has raised the soft limit to the hard one
+// at start).
+func maxConns(n int, log *slog.Logger) int {
+	if n > 0 {
+		return n
 	}
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur/2 >= defaultMaxConns {
-		return defaultMaxConns, nil
+		return defaultMaxConns
 	}
-	n := max(int(lim.Cur/2), 64)
+	n = max(int(lim.Cur/2), 64)
 	log.Warn("the open-file limit is low: capping client connections at half of it; raise it (ulimit -n) or set --max-connections", "open_file_limit", lim.Cur, "max_connections", n)
-	return n, nil
+	return n
 }
 
 // connCap caps a server's open connections. It counts what its listener
@@ -238,20 +226,3 @@ const (
 	// each stream's body only (TestWatchOutlivesTheBodyTimeout).
 	bodyTimeout = bounds.MaxBodyTime
 )
-
-// serve serves mux on ln (newServer, its connections capped by
-// --max-connections) until ctx ends, with runners beside it (serveUntil).
-func serve(ctx context.Context, c *cli.Context, log *slog.Logger, mux *http.ServeMux, ln net.Listener, runners ...func(context.Context) error) error {
-	n, err := maxConns(c, log)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	inflight, err := maxInflight(c)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	srv := newServer(capInflight(inflight, log, mux))
-	return serveUntil(ctx, log, srv, capConns(srv, ln, n, log), runners...)
-}

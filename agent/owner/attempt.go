@@ -1,0 +1,111 @@
+package owner
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/rivora/rivora/agent/clock"
+	"github.com/rivora/rivora/agent/delivery"
+	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/retry"
+	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/agent/verdict"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// Sender sends one attempt to its partner (delivery.Sender).
+type Sender interface {
+	Send(ctx context.Context, req delivery.Request) delivery.Result
+}
+
+// Worker runs the attempts the scheduler hands out; the agent's delivery
+// workers share one.
+type Worker struct {
+	Scheduler *scheduler.Scheduler
+	Sender    Sender
+	Clock     clock.Clock
+	Log       *slog.Logger
+	// Disable stops an attempt's destination here after a 410, before the
+	// attempt settles, so that its lane is not handed out again first
+	// (nil: nothing).
+	Disable func(a *scheduler.Attempt, ev *rivorav1.Event, res delivery.Result)
+}
+
+// Attempt runs one attempt of partition part (nil: the partition is not
+// open here) from its facts to its settlement: it gathers the facts,
+// decides (verdict.Decide), sends when the verdict says so and decides
+// again with the partner's answer, then settles. Every path ends in
+// exactly one settle; it returns the verdict applied, and an error when
+// the settlement failed (the attempt was settled before: a defect).
+func (w Worker) Attempt(ctx context.Context, part *Partition, a *scheduler.Attempt) (verdict.Verdict, error) {
+	f := verdict.Facts{Attempt: a, Now: w.Clock.Now(), Jitter: retry.Jittered}
+	var ev *rivorav1.Event
+	var endpoint destinations.Endpoint
+	var timeout time.Duration
+	if part != nil {
+		f.PartitionOpen = true
+		ev, f.LoadErr = part.Load(ctx, a)
+		if f.LoadErr == nil {
+			dest, ok := part.deps.Registry.Get(ev.GetDestinationId())
+			f.DestinationKnown = ok
+			if ok {
+				f.Paused = dest.Paused
+				f.Policy, f.WindowStart = dest.Retry, windowStart(ev, dest.PausedBetween, f.Now)
+				timeout = dest.Timeout
+				endpoint, f.EndpointErr = part.deps.Registry.Endpoint(dest.ID, ev.GetCustomerId())
+			}
+			f.Owned = part.Owned()
+		}
+	}
+	v := verdict.Decide(f)
+	var res delivery.Result
+	if v.Kind == verdict.Send {
+		res = w.Sender.Send(ctx, delivery.Request{Endpoint: endpoint, Event: ev, Attempt: a.Number, Timeout: timeout, BudgetWait: a.BudgetWait})
+		f.Result = &res
+		f.OtherwiseHealthy = part.observe(a, ev, res)
+		f.Now = w.Clock.Now()
+		if d, ok := part.deps.Registry.Get(ev.GetDestinationId()); ok {
+			f.Policy, f.WindowStart = d.Retry, windowStart(ev, d.PausedBetween, f.Now)
+		}
+		v = verdict.Decide(f)
+	}
+	if v.Disable && w.Disable != nil {
+		w.Disable(a, ev, res)
+	}
+	if v.Kind == verdict.Skip {
+		w.Log.Error("skipping an event that cannot be loaded", "event_id", a.Entry.EventID, "lane", a.Lane.ID.String(), "error", f.LoadErr)
+	}
+	_, err := settle(ctx, w.Scheduler, part, a, ev, v, res)
+	return v, err
+}
+
+// windowStart is when an event's window started: at acceptance, moved on
+// by the time its destination was paused since.
+func windowStart(ev *rivorav1.Event, pausedBetween func(from, to time.Time) time.Duration, now time.Time) time.Time {
+	start := ev.GetAcceptedAt().AsTime()
+	return start.Add(pausedBetween(start, now))
+}
+
+// observe counts an attempt and tells the scheduler how its destination
+// answered; it returns whether the destination is otherwise healthy (the
+// scheduler answers in the same call).
+func (o *Partition) observe(a *scheduler.Attempt, ev *rivorav1.Event, res delivery.Result) bool {
+	if o.registered(ev.GetDestinationId()) {
+		attemptsTotal.WithLabelValues(ev.GetDestinationId(), res.StatusClass()).Inc()
+		attemptSeconds.WithLabelValues(ev.GetDestinationId()).Observe(res.Duration.Seconds())
+		if res.Status == http.StatusTooManyRequests {
+			throttledTotal.WithLabelValues(ev.GetDestinationId()).Inc()
+		}
+	}
+	cause := ""
+	if res.Err != nil {
+		cause = res.Err.Error()
+	}
+	obs := o.deps.Scheduler.Observe(a, res.Status, res.DestinationFault(), res.RetryAfter, cause)
+	if obs.Changed {
+		o.log.Info("destination health changed", "destination", ev.GetDestinationId(), "from", obs.Transition.From.String(), "to", obs.Transition.To.String(), "cause", obs.Transition.Cause)
+	}
+	return obs.OtherwiseHealthy
+}

@@ -1,0 +1,42 @@
+package scheduler
+
+import (
+	"errors"
+	"testing"
+)
+
+// Every attempt is settled exactly once: a second settlement of any kind
+// changes nothing and says so.
+func TestSettleTwiceChangesNothing(t *testing.T) {
+	second := []Settlement{{Kind: Advance}, {Kind: AdvanceDead}, {Kind: Retry}, {Kind: Release}}
+	for _, first := range second {
+		for _, again := range second {
+			s, _ := newSched()
+			s.SetLimits("d", 0, outageLimits)
+			appendTo(s, 0, lid("d", "c", "k"), ev(1), ev(2))
+			a, _ := step(s)
+			if a == nil {
+				t.Fatal("no attempt handed out")
+			}
+			if s.Settled(a) {
+				t.Fatal("settled before Settle")
+			}
+			if _, err := s.Settle(a, first); err != nil {
+				t.Fatalf("first settlement %v: %v", first.Kind, err)
+			}
+			before := s.Snapshot("d")[0]
+			if _, err := s.Settle(a, again); !errors.Is(err, ErrSettledTwice) {
+				t.Fatalf("settled %v then %v: %v, want ErrSettledTwice", first.Kind, again.Kind, err)
+			}
+			after := s.Snapshot("d")[0]
+			if before.Pending != after.Pending || before.InFlight != after.InFlight {
+				t.Fatalf("settled %v then %v: pending %d→%d, in flight %d→%d: the second settlement changed the lane",
+					first.Kind, again.Kind, before.Pending, after.Pending, before.InFlight, after.InFlight)
+			}
+			if !s.Settled(a) {
+				t.Fatal("not settled after Settle")
+			}
+			checkInvariants(t, s)
+		}
+	}
+}

@@ -1,0 +1,203 @@
+package verdict_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rivora/rivora/agent/delivery"
+	"github.com/rivora/rivora/agent/retry"
+	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/agent/verdict"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+var (
+	accepted = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	started  = accepted.Add(10 * time.Minute)
+	now      = started.Add(200 * time.Millisecond)
+	policy   = retry.Policy{Base: time.Second, Cap: time.Hour, MaxAttempts: 5, Window: time.Hour}
+	// windowEnd of an event accepted at accepted, never paused.
+	windowEnd = accepted.Add(time.Hour)
+)
+
+// attempt is the nth attempt of a lane head that failed n-1 times before
+// (charged), the last at previous.
+func attempt(n int) *scheduler.Attempt {
+	head := scheduler.Head{Attempts: n - 1}
+	if n > 1 {
+		head.FirstAttemptAt = accepted.Add(time.Minute)
+		head.LastAttemptAt = started.Add(-time.Minute)
+		head.LastStatus = 500
+		head.LastError = "HTTP 500"
+		head.NotBefore = started
+	}
+	return &scheduler.Attempt{Number: n, Head: head, StartedAt: started}
+}
+
+// sent are the facts of an attempt sent to its partner, which answered
+// res, decided at now.
+func sent(a *scheduler.Attempt, res delivery.Result, otherwiseHealthy bool) verdict.Facts {
+	f := ready(a)
+	f.Result = &res
+	f.OtherwiseHealthy = otherwiseHealthy
+	return f
+}
+
+// ready are the facts of an attempt nothing stops from being sent.
+func ready(a *scheduler.Attempt) verdict.Facts {
+	return verdict.Facts{
+		Attempt: a, Now: now, PartitionOpen: true, DestinationKnown: true, Owned: true,
+		Policy: policy, WindowStart: accepted,
+	}
+}
+
+func failed(status int, err string) delivery.Result {
+	return delivery.Result{Status: status, Err: errors.New(err), Duration: 200 * time.Millisecond}
+}
+
+// failedHead is the head after the nth attempt failed with status, charged
+// or held.
+func failedHead(n, status int, err string, held bool) scheduler.Head {
+	h := attempt(n).Head
+	h.Attempts = n
+	h.LastStatus, h.LastError, h.LastAttemptAt = status, err, now
+	h.HeldByDestination = held
+	if h.FirstAttemptAt.IsZero() {
+		h.FirstAttemptAt = started
+	}
+	return h
+}
+
+func TestDecide(t *testing.T) {
+	const (
+		dead    = verdict.Dead
+		retryK  = verdict.Retry
+		deleted = rivorav1.DeadReason_DEAD_REASON_DELETED
+		window  = rivorav1.DeadReason_DEAD_REASON_WINDOW
+		maxAtt  = rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS
+	)
+	with := func(f verdict.Facts, change func(*verdict.Facts)) verdict.Facts { change(&f); return f }
+	retryAfter := failed(429, "HTTP 429")
+	retryAfter.RetryAfter = 90 * time.Second
+	ssrfRefused := failed(0, "refused by the SSRF guard: 10.0.0.1 is private")
+	ssrfRefused.NotSent = true
+
+	held := func(n, status int, err string, notBefore time.Time) scheduler.Head {
+		h := failedHead(n, status, err, true)
+		h.Attempts = n - 1
+		h.WindowEnd = windowEnd
+		h.NotBefore = notBefore
+		return h
+	}
+	charged := func(n, status int, err string, notBefore time.Time) scheduler.Head {
+		h := failedHead(n, status, err, false)
+		h.NotBefore = notBefore
+		return h
+	}
+	expired := attempt(3)
+	expired.Expired = true
+	alreadyHeld := attempt(3)
+	alreadyHeld.Head.HeldByDestination = true
+	alreadyHeldAfter := held(3, 503, "HTTP 503", now.Add(4*time.Second))
+	alreadyHeldAfter.Attempts = 2
+
+	cases := []struct {
+		name string
+		f    verdict.Facts
+		want verdict.Verdict
+	}{
+		// Before sending.
+		{"partition not open", with(ready(attempt(1)), func(f *verdict.Facts) { *f = verdict.Facts{Attempt: f.Attempt, Now: now} }),
+			verdict.Verdict{Kind: verdict.Wait, Head: scheduler.Head{NotBefore: now.Add(verdict.OpeningDelay)}}},
+		{"event cannot be loaded", with(ready(attempt(1)), func(f *verdict.Facts) { f.LoadErr = errors.New("no message found") }),
+			verdict.Verdict{Kind: verdict.Skip}},
+		{"destination deleted", with(ready(attempt(2)), func(f *verdict.Facts) { f.DestinationKnown = false }),
+			verdict.Verdict{Kind: dead, Head: attempt(2).Head, Reason: deleted, ArchiveRest: true}},
+		{"paused", with(ready(attempt(2)), func(f *verdict.Facts) { f.Paused = true }),
+			verdict.Verdict{Kind: verdict.Release}},
+		{"held until its window closed", with(ready(expired), func(f *verdict.Facts) { f.Now = windowEnd }),
+			verdict.Verdict{Kind: dead, Head: expired.Head, Reason: window}},
+		{"held, and a pause moved its window on", with(ready(expired), func(f *verdict.Facts) {
+			f.Now = windowEnd
+			f.WindowStart = accepted.Add(time.Minute)
+		}), verdict.Verdict{Kind: verdict.Wait, Head: func() scheduler.Head { h := expired.Head; h.WindowEnd = windowEnd.Add(time.Minute); return h }()}},
+		{"endpoint not ready", with(ready(attempt(1)), func(f *verdict.Facts) { f.EndpointErr = errors.New("no secret yet") }),
+			verdict.Verdict{Kind: verdict.Wait, Head: scheduler.Head{NotBefore: now.Add(verdict.EndpointDelay)}}},
+		{"partition fenced", with(ready(attempt(1)), func(f *verdict.Facts) { f.Owned = false }),
+			verdict.Verdict{Kind: verdict.Wait, Head: scheduler.Head{NotBefore: now.Add(verdict.EndpointDelay)}}},
+		{"nothing stops it", ready(attempt(1)), verdict.Verdict{Kind: verdict.Send}},
+
+		// After sending.
+		{"2xx", sent(attempt(1), delivery.Result{Status: 200}, true), verdict.Verdict{Kind: verdict.Delivered, Sent: true}},
+		{"410 gone", sent(attempt(2), failed(410, "HTTP 410"), true),
+			verdict.Verdict{Kind: verdict.Wait, Head: attempt(2).Head, Sent: true, Disable: true}},
+		{"400: the event's own failure", sent(attempt(2), failed(400, "HTTP 400"), true),
+			verdict.Verdict{Kind: retryK, Head: charged(2, 400, "HTTP 400", now.Add(2*time.Second)), Sent: true, Ledger: true}},
+		{"429 while otherwise healthy", sent(attempt(1), failed(429, "HTTP 429"), true),
+			verdict.Verdict{Kind: retryK, Head: charged(1, 429, "HTTP 429", now.Add(time.Second)), Sent: true, Ledger: true}},
+		{"429 with Retry-After while otherwise healthy", sent(attempt(1), retryAfter, true),
+			verdict.Verdict{Kind: retryK, Head: charged(1, 429, "HTTP 429", now.Add(90*time.Second)), Sent: true, Ledger: true}},
+		{"429 while the destination throttles", sent(attempt(1), failed(429, "HTTP 429"), false),
+			verdict.Verdict{Kind: verdict.Hold, Head: held(1, 429, "HTTP 429", now.Add(time.Second)), Sent: true, Ledger: true}},
+		{"429 with Retry-After while the destination throttles", sent(attempt(1), retryAfter, false),
+			verdict.Verdict{Kind: verdict.Hold, Head: held(1, 429, "HTTP 429", now.Add(90*time.Second)), Sent: true, Ledger: true}},
+		{"5xx while otherwise healthy", sent(attempt(3), failed(503, "HTTP 503"), true),
+			verdict.Verdict{Kind: retryK, Head: charged(3, 503, "HTTP 503", now.Add(4*time.Second)), Sent: true, Ledger: true}},
+		{"5xx while the destination is down", sent(attempt(3), failed(503, "HTTP 503"), false),
+			verdict.Verdict{Kind: verdict.Hold, Head: held(3, 503, "HTTP 503", now.Add(2*time.Second)), Sent: true, Ledger: true}},
+		{"5xx again while held: no ledger record per probe", sent(alreadyHeld, failed(503, "HTTP 503"), false),
+			verdict.Verdict{Kind: verdict.Hold, Head: func() scheduler.Head { h := alreadyHeldAfter; h.NotBefore = now.Add(2 * time.Second); return h }(), Sent: true}},
+		{"timeout while the destination is down", sent(attempt(1), failed(0, "timeout after 30s"), false),
+			verdict.Verdict{Kind: verdict.Hold, Head: held(1, 0, "timeout after 30s", now.Add(time.Second)), Sent: true, Ledger: true}},
+		{"connection refused while otherwise healthy", sent(attempt(1), failed(0, "connection refused"), true),
+			verdict.Verdict{Kind: retryK, Head: charged(1, 0, "connection refused", now.Add(time.Second)), Sent: true, Ledger: true}},
+		{"SSRF refusal is the event's even while the destination is down", sent(attempt(1), ssrfRefused, false),
+			verdict.Verdict{Kind: retryK, Head: charged(1, 0, ssrfRefused.Err.Error(), now.Add(time.Second)), Sent: true, Ledger: true}},
+		{"max attempts", sent(attempt(5), failed(400, "HTTP 400"), true),
+			verdict.Verdict{Kind: dead, Head: charged(5, 400, "HTTP 400", attempt(5).Head.NotBefore), Reason: maxAtt, Sent: true}},
+		{"the next retry would fall past the window", with(sent(attempt(2), failed(400, "HTTP 400"), true), func(f *verdict.Facts) {
+			f.Now = windowEnd.Add(-time.Second)
+		}), verdict.Verdict{Kind: dead, Head: func() scheduler.Head {
+			h := charged(2, 400, "HTTP 400", attempt(2).Head.NotBefore)
+			h.LastAttemptAt = windowEnd.Add(-time.Second)
+			return h
+		}(), Reason: window, Sent: true}},
+		{"held while its window closed", with(sent(attempt(2), failed(503, "HTTP 503"), false), func(f *verdict.Facts) {
+			f.Now = windowEnd
+		}), verdict.Verdict{Kind: dead, Head: func() scheduler.Head {
+			h := held(2, 503, "HTTP 503", attempt(2).Head.NotBefore)
+			h.LastAttemptAt = windowEnd
+			return h
+		}(), Reason: window, Sent: true}},
+		{"held: its retry never passes the window end", with(sent(attempt(2), retryAfter, false), func(f *verdict.Facts) {
+			f.Now = windowEnd.Add(-time.Minute)
+		}), verdict.Verdict{Kind: verdict.Hold, Head: func() scheduler.Head {
+			h := held(2, 429, "HTTP 429", windowEnd)
+			h.LastAttemptAt = windowEnd.Add(-time.Minute)
+			return h
+		}(), Sent: true, Ledger: true}},
+	}
+	for _, tc := range cases {
+		got := verdict.Decide(tc.f)
+		if got != tc.want {
+			t.Errorf("%s:\n got %+v\nwant %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// Jitter is applied to the nominal back-off, never to a Retry-After.
+func TestDecideJitter(t *testing.T) {
+	f := sent(attempt(3), failed(503, "HTTP 503"), true)
+	f.Jitter = func(d time.Duration) time.Duration { return d / 2 }
+	if got := verdict.Decide(f).Head.NotBefore; !got.Equal(now.Add(2 * time.Second)) {
+		t.Errorf("jittered retry at %v, want now+2s", got.Sub(now))
+	}
+	res := failed(429, "HTTP 429")
+	res.RetryAfter = time.Minute
+	f = sent(attempt(3), res, true)
+	f.Jitter = func(d time.Duration) time.Duration { return d / 2 }
+	if got := verdict.Decide(f).Head.NotBefore; !got.Equal(now.Add(time.Minute)) {
+		t.Errorf("retry with Retry-After at %v, want now+1m", got.Sub(now))
+	}
+}
