@@ -49,6 +49,8 @@ var (
 	Aborted = New("aborted", connect.CodeAborted)
 	// Denied: the caller may not do this.
 	Denied = New("permission denied", connect.CodePermissionDenied)
+	// Unauthenticated: the call carries no valid credentials.
+	Unauthenticated = New("unauthenticated", connect.CodeUnauthenticated)
 )
 
 // kindError is an error tagged with a kind. Its message is the wrapped
