@@ -3,23 +3,30 @@
 //	natsd        embedded NATS JetStream: the durable home of every event
 //	ingest       accept: validate, store durably, ack after the PubAck
 //	             (into an owned partition's lanes, else tier 1 INGEST)
+//	partitions   the partitions assigned here: their locks, opens,
+//	             handoffs, and where an open partition is found
 //	owner        tier 2: per partition, the single writer of its lanes
 //	             (LANES_p) and ledger (LEDGER_p): move, rebuild, record
 //	             what is done, hand dead letters to the archive
 //	scheduler    which lane head goes next (budgets, fairness, retries)
+//	limits       a destination's limits and priority class (a leaf)
 //	budget       per-destination adaptive token buckets and health
 //	delivery     one signed HTTP POST per attempt
+//	verdict      what becomes of an attempt: one pure decision, which
+//	             the owner settles once (owner.Worker, owner's settle)
+//	gone         a partner's 410: the destination held here, reported
 //	retry        backoff, max attempts and the window
 //	archive      tier 3: dead letters as NDJSON objects (directory or S3)
 //	deadletters  list and replay the archive
 //	history      attempt outcomes and delivered events, by minute, for
 //	             events get, list and resend
 //	destinations the control plane's destinations, as delivery uses them
+//	upstream     the control plane the agent follows, and its audit log
+//	api          the agent's Connect services, errors mapped at the edge
 //
 // The Agent wires them together: it follows the control plane (follow.go),
-// keeps the lifecycle of the partitions it is assigned (lifecycle.go
-// decides, the loops of own.go lock, open, run and hand them off), and runs
-// the delivery workers.
+// runs each component under its own Run(ctx) and the delivery workers
+// (worker.go), and stops them in order.
 package agent
 
 import (
@@ -29,35 +36,33 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/agent/api"
 	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/agent/clock"
 	"github.com/rivora/rivora/agent/deadletters"
 	"github.com/rivora/rivora/agent/delivery"
 	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/gone"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
+	"github.com/rivora/rivora/agent/partitions"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/agent/upstream"
 	"github.com/rivora/rivora/internal/auth"
-	"github.com/rivora/rivora/internal/bounds"
-	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/internal/ssrf"
 	"github.com/rivora/rivora/internal/tlsconf"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
-	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
 
 // Config configures an agent.
@@ -133,27 +138,16 @@ type Agent struct {
 	gateway  *ingest.Gateway
 	history  *history.History
 	worker   owner.Worker
-	deps     owner.Deps
 	locker   ownership.Locker
+	upstream *upstream.Planes
 
 	deadLetters *deadletters.Service
-	ready       atomic.Bool
-
-	// partitionCount is the cell's partition count (0 until the first
-	// config).
-	partitionCount atomic.Int32
-	// parts is the lifecycle of the partitions assigned here (lifecycle.go);
-	// lockLoop, openLoop, the partitions' run goroutines and their handoffs
-	// act on its decisions (own.go).
-	parts *partitions
-	// running holds the partitions' run goroutines and handoffs: Run waits
-	// for them before it closes the locker.
-	running sync.WaitGroup
+	// parts is the partitions assigned here, and the one partition count.
+	parts *partitions.Set
+	// applied is the config version applied (follow.go).
 	applied atomic.Uint64
-	// gone holds the destinations stopped here after a 410 (gone.go).
-	gone *goneHolds
-	// controlPlaneIndex picks the followed control plane among several.
-	controlPlaneIndex atomic.Uint32
+	// gone holds the destinations stopped here after a 410.
+	gone *gone.Holds
 }
 
 // New starts the embedded NATS server and creates the shared streams.
@@ -177,9 +171,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		cfg.Replicas = natsd.Replicas(cellSize(cfg.NATSCluster, cfg.NATSRoutes))
 	}
 	a := &Agent{
-		cfg: cfg, log: log, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}), parts: newPartitions(),
-		gone: newGoneHolds(),
+		cfg: cfg, log: log, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}),
+		upstream: upstream.New(cfg.ControlPlaneURL, cfg.Keys, cfg.Transport),
 	}
+	a.gone = gone.New(gone.Config{
+		Name: cfg.Name, Scheduler: a.sched, Upstream: a.upstream, Destination: a.pauseState, Applied: a.applied.Load,
+		Log: log,
+	})
 	var err error
 	if a.nats, err = natsd.Start(natsd.Config{
 		DataDir: cfg.DataDir, ClientListen: cfg.NATSListen, SyncAlways: cfg.SyncAlways, Name: cfg.Name,
@@ -188,9 +186,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	fail := func(err error) (*Agent, error) {
-		if a.history != nil {
-			a.history.Close()
-		}
 		if a.locker != nil {
 			closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = a.locker.Close(closeCtx)
@@ -223,13 +218,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 			time.Sleep(500 * time.Millisecond)
 		}
 	}
-	if err := create("INGEST", func() (err error) {
-		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas}, base.With("component", "ingest"))
-		return err
-	}); err != nil {
-		return fail(err)
-	}
-	a.gateway.SetLocalStore(a)
 	if err := create(history.Stream, func() (err error) {
 		a.history, err = history.New(ctx, js, history.Config{Retention: cfg.HistoryRetention, Replicas: cfg.Replicas}, base.With("component", "history"))
 		return err
@@ -242,26 +230,33 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 			return fail(err)
 		}
 	}
+	a.parts = partitions.New(partitions.Config{
+		Name: cfg.Name, Locker: a.locker, Upstream: a.upstream, Configure: a.configurePartition, Log: log,
+		Deps: owner.Deps{
+			JS: js, Scheduler: a.sched, Registry: a.registry, History: a.history, Archive: arch,
+			Clock: clock.Real{}, Log: base.With("component", "owner"), DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
+		},
+	})
+	if err := create("INGEST", func() (err error) {
+		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{
+			MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
+			Local: a.parts,
+		}, base.With("component", "ingest"))
+		return err
+	}); err != nil {
+		return fail(err)
+	}
 	if err := create(deadletters.CheckpointBucket, func() (err error) {
-		a.deadLetters, err = deadletters.New(ctx, js, arch, a.gateway, cfg.Replicas, base.With("component", "deadletters"))
-		if err == nil {
-			a.deadLetters.SetAuditor(func(ctx context.Context, e *rivorav1.AuditEntry) error {
-				return a.recordAudit(ctx, auditAuthor(ctx, e))
-			})
-		}
+		a.deadLetters, err = deadletters.New(ctx, js, arch, a.gateway, a.upstream.Audit, cfg.Replicas, base.With("component", "deadletters"))
 		return err
 	}); err != nil {
 		return fail(err)
 	}
 	a.worker = owner.Worker{
 		Scheduler: a.sched, Sender: delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name), cfg.Guard),
-		Clock: clock.Real{}, Log: base.With("component", "delivery"), Disable: a.disableHere,
+		Clock: clock.Real{}, Log: base.With("component", "delivery"), Disable: a.gone.Hold,
 	}
 	base.Info("deliveries pass the SSRF guard", "component", "delivery", "guard", cfg.Guard.String())
-	a.deps = owner.Deps{
-		JS: js, Scheduler: a.sched, Registry: a.registry, History: a.history, Archive: arch,
-		Clock: clock.Real{}, Log: base.With("component", "owner"), DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
-	}
 	if err := registerMetrics(a.sched); err != nil {
 		return fail(err)
 	}
@@ -274,27 +269,37 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 // embedded server stops. Every goroutine it starts has ended when it
 // returns.
 func (a *Agent) Run(ctx context.Context) error {
+	// The history and the locker outlive the partitions, which write the
+	// one and hold leases of the other: they stop last.
+	var history, locker sync.WaitGroup
+	historyCtx, stopHistory := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHistory()
+	history.Go(func() {
+		if err := a.history.Run(historyCtx); err != nil {
+			a.log.Error("history writer stopped", "error", err)
+		}
+	})
+	lockerCtx, stopLocker := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLocker()
+	locker.Go(func() { _ = a.locker.Run(lockerCtx) })
 	var work, loops sync.WaitGroup
 	work.Go(func() { _ = a.sched.Run(ctx) })
 	for range a.cfg.Workers {
 		work.Go(func() { a.work(ctx) })
 	}
 	loops.Go(func() { a.follow(ctx) })
-	loops.Go(func() { a.lockLoop(ctx) })
-	loops.Go(func() { a.openLoop(ctx) })
-	loops.Go(func() { a.reportOwned(ctx) })
-	loops.Go(func() { a.reportGone(ctx) })
-	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.controlPlaneURL())
+	loops.Go(func() { _ = a.parts.Run(ctx) })
+	loops.Go(func() { _ = a.gone.Run(ctx) })
+	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.upstream.URL())
 	<-ctx.Done()
-	a.ready.Store(false)
 	a.log.Info("draining: waiting for attempts in flight")
 	loops.Wait()
 	work.Wait()
-	for _, run := range a.parts.stop() {
-		a.handOff(run)
-	}
-	a.running.Wait()
-	a.history.Close() // the last records recorded, before the server stops
+	a.parts.Shutdown()
+	stopHistory() // the last records stored, before the server stops
+	history.Wait()
+	stopLocker()
+	locker.Wait()
 	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := a.locker.Close(closeCtx); err != nil {
 		a.log.Warn("release ownership", "error", err)
@@ -305,65 +310,52 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// partition returns partition p while it runs here, else nil.
-func (a *Agent) partition(p int) *owner.Partition {
-	if run := a.parts.run(p); run != nil {
-		return run.part
-	}
-	return nil
-}
-
 // Ready reports whether the agent is serving.
-func (a *Agent) Ready() bool { return a.ready.Load() }
+func (a *Agent) Ready() bool { return a.parts.Ready() }
 
 // Healthy is what /healthz answers: nil while the agent serves with
 // every partition assigned here running, else why not — starting or
 // draining, or which partitions are broken (they restart by themselves:
 // healthy again once they run).
 func (a *Agent) Healthy() error {
-	if !a.ready.Load() {
+	if !a.parts.Ready() {
 		return errors.New("starting or draining")
 	}
-	if broken := a.parts.broken(); len(broken) > 0 {
+	if broken := a.parts.Broken(); len(broken) > 0 {
 		return fmt.Errorf("%d partition(s) broken: %s", len(broken), strings.Join(broken, "; "))
 	}
 	return nil
 }
 
 // Services are the services Handle registers, by full name.
-var Services = []string{
-	rivorav1connect.IngestServiceName, rivorav1connect.EventServiceName, rivorav1connect.LaneServiceName,
-	rivorav1connect.PartitionServiceName, rivorav1connect.ArchiveServiceName,
+var Services = api.Services
+
+// Handle registers the agent's Connect services on mux (api.Handle): each
+// call checked against the agent's keys, bounded, and its errors mapped
+// to Connect codes in one place.
+func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
+	api.Handle(mux, api.Config{
+		Keys: a.cfg.Keys, Gateway: a.gateway, DeadLetters: a.deadLetters, Scheduler: a.sched, Registry: a.registry,
+		History: a.history, Partitions: a.parts, Upstream: a.upstream, Log: a.log,
+	}, opts...)
 }
 
-// Handle registers the agent's Connect services (ingest, events, lanes,
-// partitions, archive) on mux, each behind the auth interceptor: every
-// call is checked against auth.Policies with the agent's keys. Handlers
-// return domain errors tagged with a kind (internal/errkind); the
-// outermost interceptor turns them into Connect codes. Every
-// request is bounded (internal/bounds): its strings, and Publish to one event of
-// MaxPayload, PublishBatch to the batch limits, the rest to
-// bounds.DefaultMessage, after decompression and on the wire.
-func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
-	opts = append([]connect.HandlerOption{connect.WithInterceptors(errkind.Interceptor(), auth.NewInterceptor(a.cfg.Keys), bounds.Interceptor())}, opts...)
-	// Ingest answers are event ids: compressing them costs more than it
-	// saves on the networks agents sit on.
-	ingestOpts := append([]connect.HandlerOption{connect.WithCompressMinBytes(1 << 20)}, opts...)
-	publish, batch := a.gateway.RequestLimits()
-	path, batchHandler := rivorav1connect.NewIngestServiceHandler(a.gateway, slices.Concat(ingestOpts, []connect.HandlerOption{bounds.ReadMax(batch)})...)
-	_, publishHandler := rivorav1connect.NewIngestServiceHandler(a.gateway, slices.Concat(ingestOpts, []connect.HandlerOption{bounds.ReadMax(publish)})...)
-	// The door checks the caller from the headers, before a body is read.
-	guarded := func(limit int, h http.Handler) http.Handler {
-		return auth.Door(a.cfg.Keys, nil, bounds.Handler(limit, h))
-	}
-	mux.Handle(path, guarded(batch, batchHandler))
-	mux.Handle(rivorav1connect.IngestServicePublishProcedure, guarded(publish, publishHandler))
-	opts = append(opts, bounds.ReadMax(bounds.DefaultMessage))
-	handle := func(path string, h http.Handler) { mux.Handle(path, guarded(bounds.DefaultMessage, h)) }
-	handle(rivorav1connect.NewEventServiceHandler(&eventService{a: a}, opts...))
-	handle(rivorav1connect.NewLaneServiceHandler(&laneService{a: a}, opts...))
-	handle(rivorav1connect.NewPartitionServiceHandler(&partitionService{a: a}, opts...))
-	handle(rivorav1connect.NewArchiveServiceHandler(a.deadLetters, opts...))
+// Pending is the number of events of a destination not yet delivered or
+// dead-lettered.
+func (a *Agent) Pending(_ context.Context, destinationID string) (int64, error) {
+	return int64(a.sched.Pending(destinationID)), nil
+}
+
+// ArchivePending dead-letters a destination's pending events (reason
+// "deleted") and returns how many.
+func (a *Agent) ArchivePending(ctx context.Context, destinationID string) (int64, error) {
+	return a.parts.ArchivePending(ctx, destinationID)
+}
+
+// Health reports destinations' budgets and backlogs ("" = all), with
+// their rate history when withRates.
+func (a *Agent) Health(_ context.Context, destinationID string, withRates bool) ([]*rivorav1.DestinationHealth, error) {
+	return api.Health(a.sched, a.parts, destinationID, withRates), nil
 }
 
 // applyDestinations installs changed destinations in the registry and the
@@ -399,29 +391,27 @@ func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []str
 // agent reports that version applied.
 func (a *Agent) forgetDestination(id string) {
 	a.sched.ForgetDestination(id)
-	a.gone.forget(id)
+	a.gone.Forget(id)
 	owner.ForgetDestinationMetrics(id)
-	if n := int(a.partitionCount.Load()); n > 0 {
-		if part := a.partition(lanes.Partition(id, n)); part != nil {
-			part.ForgetDestination(id)
-		}
+	if part := a.parts.OfDestination(id); part != nil {
+		part.ForgetDestination(id)
 	}
 }
 
 // configure gives the scheduler a destination's limits, class, weights
 // and pause state.
 func (a *Agent) configure(d *destinations.Destination) {
-	p := lanes.Partition(d.ID, int(a.partitionCount.Load()))
+	p := lanes.Partition(d.ID, a.parts.Count())
 	a.sched.SetLimits(d.ID, p, d.Limits)
 	a.sched.SetClass(d.ID, p, d.Class)
 	a.sched.SetWeights(d.ID, p, d.Weights)
-	a.gone.setPaused(a.sched, d.ID, p, d.Paused)
+	a.gone.Configure(d.ID, p, d.Paused)
 }
 
 // configurePartition configures again the destinations of partition p
 // (dropping a partition from the scheduler forgets them).
 func (a *Agent) configurePartition(p int) {
-	n := int(a.partitionCount.Load())
+	n := a.parts.Count()
 	for _, d := range a.registry.All() {
 		if lanes.Partition(d.ID, n) == p {
 			a.configure(d)
@@ -429,120 +419,16 @@ func (a *Agent) configurePartition(p int) {
 	}
 }
 
-// Pending is the number of events of a destination not yet delivered or
-// dead-lettered.
-func (a *Agent) Pending(_ context.Context, destinationID string) (int64, error) {
-	return int64(a.sched.Pending(destinationID)), nil
-}
-
-// ArchivePending dead-letters a destination's pending events (reason
-// "deleted") and returns how many.
-func (a *Agent) ArchivePending(ctx context.Context, destinationID string) (int64, error) {
-	n := int(a.partitionCount.Load())
-	if n == 0 {
-		return 0, nil
+// pauseState is a destination's partition and pause state from the config
+// the agent follows, for the 410 holds (ok false: deleted, or no config
+// yet).
+func (a *Agent) pauseState(id string) (partition int, paused, ok bool) {
+	d, found := a.registry.Get(id)
+	n := a.parts.Count()
+	if !found || n == 0 {
+		return 0, false, false
 	}
-	part := a.partition(lanes.Partition(destinationID, n))
-	if part == nil {
-		return 0, nil
-	}
-	archived, err := part.ArchiveDestination(ctx, destinationID)
-	return int64(archived), err
-}
-
-// Health reports destinations' budgets and backlogs ("" = all), with
-// their rate history when withRates.
-func (a *Agent) Health(_ context.Context, destinationID string, withRates bool) ([]*rivorav1.DestinationHealth, error) {
-	var out []*rivorav1.DestinationHealth
-	for _, snap := range a.sched.Snapshot(destinationID) {
-		if !snap.Configured && snap.Pending == 0 {
-			continue
-		}
-		h := healthToProto(snap)
-		if withRates {
-			rates, transitions := a.sched.RateHistory(snap.ID)
-			h.RateHistory = rateHistoryToProto(rates)
-			for _, t := range transitions {
-				h.Transitions = append(h.Transitions, &rivorav1.HealthTransition{At: timestamppb.New(t.At), From: t.From.String(), To: t.To.String(), Cause: t.Cause})
-			}
-		}
-		n := int(a.partitionCount.Load())
-		if n > 0 {
-			if part := a.partition(lanes.Partition(snap.ID, n)); part != nil {
-				h.UnarchivedDeadLetters = int64(part.Unarchived(snap.ID))
-				h.ArchivedDeadLetters = part.Archived(snap.ID)
-			}
-		}
-		out = append(out, h)
-	}
-	return out, nil
-}
-
-func healthToProto(s scheduler.DestinationSnapshot) *rivorav1.DestinationHealth {
-	h := &rivorav1.DestinationHealth{
-		DestinationId:  s.ID,
-		State:          s.State.String(),
-		ConfiguredRate: s.ConfiguredRate,
-		CurrentRate:    s.CurrentRate,
-		LearnedRate:    s.LearnedRate,
-		Tokens:         s.Tokens,
-		InFlight:       int32(s.InFlight),
-		MaxInFlight:    int32(s.MaxInFlight),
-		PendingEvents:  int64(s.Pending),
-		PriorityClass:  destinations.ClassToProto(s.Class),
-	}
-	if !s.Configured {
-		h.State = "unconfigured"
-	}
-	for _, c := range s.Customers {
-		h.Customers = append(h.Customers, &rivorav1.CustomerBacklog{
-			CustomerId: c.ID, Weight: c.Weight, DueLanes: int64(c.DueLanes), WaitingLanes: int64(c.WaitingLanes),
-			InFlight: int64(c.InFlight), PendingEvents: int64(c.Pending),
-		})
-	}
-	for _, st := range s.LastStatuses {
-		h.LastStatuses = append(h.LastStatuses, int32(st))
-	}
-	if t := s.LastTransition; t != nil {
-		h.LastTransition = &rivorav1.HealthTransition{At: timestamppb.New(t.At), From: t.From.String(), To: t.To.String(), Cause: t.Cause}
-	}
-	if !s.HoldUntil.IsZero() && s.HoldUntil.After(time.Now()) {
-		h.HoldUntil = timestamppb.New(s.HoldUntil)
-	}
-	if !s.OldestPending.IsZero() {
-		h.OldestPendingAge = durationpb.New(max(time.Since(s.OldestPending), 0).Round(time.Millisecond))
-	}
-	h.AttemptsLastMinute = int64(s.LastMinuteAttempts)
-	if s.LastMinuteAttempts > 0 {
-		h.ThrottledShare = float64(s.LastMinuteThrottled) / float64(s.LastMinuteAttempts)
-		h.ServerErrorShare = float64(s.LastMinuteServerErrors) / float64(s.LastMinuteAttempts)
-	}
-	return h
-}
-
-func rateHistoryToProto(samples []scheduler.RateSample) []*rivorav1.RateSample {
-	out := make([]*rivorav1.RateSample, len(samples))
-	for i, s := range samples {
-		out[i] = &rivorav1.RateSample{
-			Start: timestamppb.New(s.Start), ConfiguredRate: s.ConfiguredRate, CurrentRate: s.CurrentRate,
-			Attempts: int32(s.Attempts), Delivered: int32(s.Delivered), Throttled: int32(s.Throttled), ServerErrors: int32(s.ServerErrors),
-		}
-	}
-	return out
-}
-
-var errNotFound = errors.New("not found")
-
-// controlPlane is a client of the control plane at url for the agent's
-// own calls, which the cell token opens.
-func (a *Agent) controlPlane(httpClient *http.Client, url string) rivorav1connect.AgentServiceClient {
-	return rivorav1connect.NewAgentServiceClient(httpClient, url, connect.WithInterceptors(auth.Bearer(a.cfg.Keys.Cell().String())))
-}
-
-// httpClient is a client for calls to the control plane, through
-// Config.Transport; timeout 0 is none (streams).
-func (a *Agent) httpClient(timeout time.Duration) *http.Client {
-	return &http.Client{Transport: a.cfg.Transport, Timeout: timeout}
+	return lanes.Partition(id, n), d.Paused, true
 }
 
 // cellSize is this agent plus its distinct routes to others.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,17 +22,17 @@ import (
 // it moves to the next one when a Watch fails: only the leader serves.
 func (a *Agent) follow(ctx context.Context) {
 	// No overall timeout: the stream is long-lived.
-	httpClient := a.httpClient(0)
+	httpClient := a.upstream.HTTPClient(0)
 	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	for ctx.Err() == nil {
-		url := a.controlPlaneURL()
-		err := a.watch(ctx, a.controlPlane(httpClient, url))
+		url := a.upstream.URL()
+		err := a.watch(ctx, a.upstream.Client(httpClient, url))
 		if ctx.Err() != nil {
 			return
 		}
-		a.nextControlPlane(url)
+		a.upstream.Next(url)
 		wait := retry.Next()
-		a.log.Warn("config watch ended; reconnecting", "controlplane", url, "next", a.controlPlaneURL(), "retry_in", wait, "error", err)
+		a.log.Warn("config watch ended; reconnecting", "controlplane", url, "next", a.upstream.URL(), "retry_in", wait, "error", err)
 		if !backoff.Sleep(ctx, wait) {
 			return
 		}
@@ -96,7 +95,7 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 		}
 		if msg.GetVersion() > a.applied.Load() || msg.GetSnapshot() {
 			a.applied.Store(msg.GetVersion())
-			a.releaseGone()
+			a.gone.Release()
 			if _, err := client.ReportApplied(ctx, connect.NewRequest(&rivorav1.ReportAppliedRequest{AgentName: a.cfg.Name, Version: msg.GetVersion()})); err != nil {
 				a.log.Warn("report applied version", "version", msg.GetVersion(), "error", err)
 			}
@@ -113,13 +112,9 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 // Partitions live as long as the agent runs, not as long as one stream.
 func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 	n := int(msg.GetPartitionCount())
-	if n <= 0 {
-		return fmt.Errorf("partition_count %d", n)
+	if err := a.parts.FixCount(n); err != nil {
+		return err
 	}
-	if have := int(a.partitionCount.Load()); have != 0 && have != n {
-		return fmt.Errorf("the control plane says %d partitions but this agent's data uses %d; partitions are fixed for a cell", n, have)
-	}
-	a.partitionCount.Store(int32(n))
 	a.gateway.SetPartitions(n)
 	if msg.GetSnapshot() || msg.GetTokensChanged() {
 		// A revoked token is refused from here on.
@@ -135,40 +130,8 @@ func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 		want[int(p)] = true
 	}
 	// Opening rebuilds from the store, which takes seconds for a large
-	// backlog: lockLoop and openLoop do it beside the Watch, so later
+	// backlog: the partition set does it beside the Watch, so later
 	// changes still apply.
-	for _, run := range a.parts.assign(want) {
-		a.log.Info("partition reassigned; handing it off", "partition", run.p)
-		a.handOff(run)
-	}
+	a.parts.Assign(want)
 	return nil
-}
-
-// controlPlaneURL is the control plane the agent follows now.
-func (a *Agent) controlPlaneURL() string {
-	urls := a.controlPlanes()
-	return urls[int(a.controlPlaneIndex.Load())%len(urls)]
-}
-
-// nextControlPlane moves on from failed, unless another caller did already.
-func (a *Agent) nextControlPlane(failed string) {
-	urls := a.controlPlanes()
-	i := a.controlPlaneIndex.Load()
-	if urls[int(i)%len(urls)] == failed {
-		a.controlPlaneIndex.CompareAndSwap(i, i+1)
-	}
-}
-
-// controlPlanes splits Config.ControlPlaneURL ("url,url,…").
-func (a *Agent) controlPlanes() []string {
-	var out []string
-	for _, u := range strings.Split(a.cfg.ControlPlaneURL, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			out = append(out, u)
-		}
-	}
-	if len(out) == 0 {
-		return []string{""}
-	}
-	return out
 }

@@ -25,9 +25,9 @@ func (a *Agent) work(ctx context.Context) {
 // partition when the partition is open here.
 func (a *Agent) attempt(ctx context.Context, att *scheduler.Attempt) {
 	var part *owner.Partition
-	if run, ok := a.parts.attempting(att.Lane.Partition); ok {
-		defer run.inFlight.Done()
-		part = run.part
+	if open, done, ok := a.parts.Attempting(att.Lane.Partition); ok {
+		defer done()
+		part = open
 	}
 	if v, err := a.worker.Attempt(ctx, part, att); err != nil {
 		a.log.Error("settling an attempt", "event_id", att.Entry.EventID, "verdict", v.Kind.String(), "error", err)

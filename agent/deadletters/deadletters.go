@@ -39,22 +39,18 @@ type Service struct {
 	replay  *Replay
 	log     *slog.Logger
 	// audit records a replay in the audit log, its author the caller of
-	// ctx's call (nil: not recorded; SetAuditor).
+	// ctx's call (nil: not recorded).
 	audit func(ctx context.Context, e *rivorav1.AuditEntry) error
-}
-
-// SetAuditor makes every replay (not a dry run) an audit entry, recorded
-// by audit when it ends: what it replayed, and how it ended.
-func (s *Service) SetAuditor(audit func(ctx context.Context, e *rivorav1.AuditEntry) error) {
-	s.audit = audit
 }
 
 // CheckpointBucket is the KV bucket holding replay checkpoints.
 const CheckpointBucket = "REPLAY_CHECKPOINTS"
 
 // New returns the service, creating the checkpoint bucket if needed.
-// replicas is the bucket's replica count in a cell (0 means 1).
-func New(ctx context.Context, js jetstream.JetStream, arch archive.Archive, ingest Reingester, replicas int, log *slog.Logger) (*Service, error) {
+// audit (nil: none) makes every replay (not a dry run) an audit entry,
+// recorded when it ends: what it replayed, and how it ended. replicas is
+// the bucket's replica count in a cell (0 means 1).
+func New(ctx context.Context, js jetstream.JetStream, arch archive.Archive, ingest Reingester, audit func(ctx context.Context, e *rivorav1.AuditEntry) error, replicas int, log *slog.Logger) (*Service, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      CheckpointBucket,
 		Description: "Where each replay (by filter) got to, so a re-run resumes.",
@@ -64,7 +60,7 @@ func New(ctx context.Context, js jetstream.JetStream, arch archive.Archive, inge
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", CheckpointBucket, err)
 	}
-	return &Service{archive: arch, replay: NewReplay(arch, ingest, kv, clock.Real{}, log), log: log}, nil
+	return &Service{archive: arch, replay: NewReplay(arch, ingest, kv, clock.Real{}, log), log: log, audit: audit}, nil
 }
 
 // checkFilter validates a filter like every other request naming a

@@ -1,7 +1,13 @@
 package history
 
 import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	dto "github.com/prometheus/client_model/go"
 )
@@ -22,4 +28,30 @@ func RecordErrors() float64 {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// running holds the stop functions of the histories NewRunning started.
+var running sync.Map // *History → func()
+
+// NewRunning is New with Run started; the test's cleanup (or Stop) ends it.
+func NewRunning(tb testing.TB, ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) (*History, error) {
+	h, err := New(ctx, js, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = h.Run(runCtx) }()
+	stop := func() { cancel(); <-done }
+	running.Store(h, stop)
+	tb.Cleanup(stop)
+	return h, nil
+}
+
+// Stop ends the Run NewRunning started and waits for it (what Close did
+// before the writer ran under its owner's context); twice is fine.
+func Stop(h *History) {
+	if stop, ok := running.Load(h); ok {
+		stop.(func())()
+	}
 }

@@ -45,7 +45,7 @@
 // stream acks each batch to the writer, and until then Lookup and Body
 // read the batch from the writer: an event's records are visible from
 // the moment they are recorded, which the owner does before the lane lets
-// the event go. Close publishes what is buffered.
+// the event go. When Run ends it publishes what is buffered.
 //
 // A subject holds at most one bucket of writes, so it sits in one or two
 // message blocks: the filestore loads every block between a subject's
@@ -204,9 +204,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logg
 	if h.bodies, err = create(BodiesStream, bodyPrefix+">", "Delivered events by write bucket, for `rivoractl events resend`."); err != nil {
 		return nil, err
 	}
-	if h.w, err = newWriter(h.nc, cfg); err != nil {
-		return nil, fmt.Errorf("subscribe to the history's acks: %w", err)
-	}
+	h.w = newWriter(h.nc, cfg)
 	return h, nil
 }
 
@@ -394,13 +392,16 @@ func appendPacked(times []int64, packed []byte) ([]int64, error) {
 	return times, nil
 }
 
-// Flush publishes the records recorded so far and returns once the
-// stream has stored them (at most a few seconds when acks are lost).
-func (h *History) Flush() { h.w.Flush() }
+// Run writes the records recorded, in batches, until ctx ends; then it
+// publishes what is left, waits (a few seconds at most) for the stream to
+// store it, and returns. Records recorded after it returned are dropped.
+// Its owner calls it once.
+func (h *History) Run(ctx context.Context) error { return h.w.run(ctx) }
 
-// Close publishes the records recorded so far and stops the writer;
-// records recorded after it are dropped.
-func (h *History) Close() { h.w.Close() }
+// Flush publishes the records recorded so far and returns once the
+// stream has stored them (at most a few seconds when acks are lost). It
+// waits for Run.
+func (h *History) Flush() { h.w.Flush() }
 
 // eachRecord calls each with the encoding of every record under field in
 // a HistoryBatch, oldest first.

@@ -57,7 +57,7 @@ func waitFor(t *testing.T, h *history.History, id string, want int) []*rivorav1.
 
 func TestRecordAndLookupInOrder(t *testing.T) {
 	srv := startNATS(t)
-	h, err := history.New(context.Background(), srv.JetStream(), history.Config{}, quiet)
+	h, err := history.NewRunning(t, context.Background(), srv.JetStream(), history.Config{}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestRecordAndLookupInOrder(t *testing.T) {
 
 func TestLookupUnknownIsEmpty(t *testing.T) {
 	srv := startNATS(t)
-	h, err := history.New(context.Background(), srv.JetStream(), history.Config{Retention: time.Hour}, quiet)
+	h, err := history.NewRunning(t, context.Background(), srv.JetStream(), history.Config{Retention: time.Hour}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestLookupUnknownIsEmpty(t *testing.T) {
 // as the records are read, not after a fetch times out.
 func TestLookupIsPrompt(t *testing.T) {
 	srv := startNATS(t)
-	h, err := history.New(context.Background(), srv.JetStream(), history.Config{}, quiet)
+	h, err := history.NewRunning(t, context.Background(), srv.JetStream(), history.Config{}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestHistoryPersistsAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := history.New(context.Background(), srv.JetStream(), history.Config{}, quiet)
+	h, err := history.NewRunning(t, context.Background(), srv.JetStream(), history.Config{}, quiet)
 	if err != nil {
 		srv.Shutdown()
 		t.Fatal(err)
@@ -141,7 +141,7 @@ func TestHistoryPersistsAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv2.Shutdown)
-	h2, err := history.New(context.Background(), srv2.JetStream(), history.Config{}, quiet)
+	h2, err := history.NewRunning(t, context.Background(), srv2.JetStream(), history.Config{}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestHistoryPersistsAcrossRestart(t *testing.T) {
 // event accepted, then resent.
 func TestLookupFindsEveryAcceptanceToken(t *testing.T) {
 	srv := startNATS(t)
-	h, err := history.New(context.Background(), srv.JetStream(), history.Config{}, quiet)
+	h, err := history.NewRunning(t, context.Background(), srv.JetStream(), history.Config{}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func newRig(t *testing.T) *rig { return newRigWith(t, history.Config{}) }
 
 func newRigWith(t *testing.T, cfg history.Config) *rig {
 	srv := startNATS(t)
-	h, err := history.New(context.Background(), srv.JetStream(), cfg, quiet)
+	h, err := history.NewRunning(t, context.Background(), srv.JetStream(), cfg, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,13 +229,13 @@ func TestNewDropsTheOldEventsStream(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := history.New(ctx, js, history.Config{}, quiet); err != nil {
+	if _, err := history.NewRunning(t, ctx, js, history.Config{}, quiet); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := js.Stream(ctx, "EVENTS"); err == nil {
 		t.Fatal("EVENTS stream still there after New; want it dropped")
 	}
-	if _, err := history.New(ctx, js, history.Config{}, quiet); err != nil {
+	if _, err := history.NewRunning(t, ctx, js, history.Config{}, quiet); err != nil {
 		t.Fatalf("New again (no EVENTS stream): %v", err)
 	}
 }

@@ -2,7 +2,9 @@ package history
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -100,20 +102,19 @@ type writer struct {
 
 	// ackPrefix is the reply subject prefix the stream's acks come to.
 	ackPrefix string
-	acks      *nats.Subscription
 
 	kick  chan struct{}
 	flush chan chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
-	once  sync.Once
+	// done is closed when run returned.
+	done chan struct{}
 	// queued is the bytes recorded and not yet acked (or dropped).
 	queued atomic.Int64
 	// published counts the messages published.
 	published atomic.Uint64
 }
 
-func newWriter(nc *nats.Conn, cfg Config) (*writer, error) {
+// newWriter makes a writer; run starts it.
+func newWriter(nc *nats.Conn, cfg Config) *writer {
 	w := &writer{
 		nc: nc, every: orDefault(cfg.FlushInterval, DefaultFlushInterval),
 		maxBytes: orDefault(cfg.MaxBatchBytes, DefaultMaxBatchBytes), maxRecords: orDefault(cfg.MaxBatchRecords, DefaultMaxBatchRecords),
@@ -121,16 +122,10 @@ func newWriter(nc *nats.Conn, cfg Config) (*writer, error) {
 		cur:       round{bySubject: make(map[string]*pending)},
 		inAir:     make(map[uint64]*pending),
 		ackPrefix: nc.NewRespInbox() + ".",
-		kick:      make(chan struct{}, 1), flush: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+		kick:      make(chan struct{}, 1), flush: make(chan chan struct{}), done: make(chan struct{}),
 	}
 	w.settled = sync.NewCond(&w.mu)
-	sub, err := nc.Subscribe(w.ackPrefix+"*", w.onAck)
-	if err != nil {
-		return nil, err
-	}
-	w.acks = sub
-	go w.run()
-	return w, nil
+	return w
 }
 
 func orDefault[T int | time.Duration](v, def T) T {
@@ -249,7 +244,8 @@ func (w *writer) unsettled(match func(subject string) bool) [][]byte {
 }
 
 // Flush publishes every record added before it was called, and returns
-// when the stream has acked them (or ackTimeout passed).
+// when the stream has acked them (or ackTimeout passed). It waits for
+// run to publish them: call it while run runs (or after it returned).
 func (w *writer) Flush() {
 	ack := make(chan struct{})
 	select {
@@ -258,20 +254,6 @@ func (w *writer) Flush() {
 	case <-w.done:
 	}
 	w.waitSettled()
-}
-
-// Close flushes and stops the writer; records added after it are dropped.
-func (w *writer) Close() {
-	w.once.Do(func() {
-		w.mu.Lock()
-		w.stopped = true
-		w.mu.Unlock()
-		close(w.stop)
-		<-w.done
-		w.waitSettled()
-		_ = w.acks.Unsubscribe()
-	})
-	<-w.done
 }
 
 // waitSettled waits until every batch taken so far is acked, at most
@@ -303,8 +285,19 @@ func (w *writer) inAirBefore(mark uint64) bool {
 	return false
 }
 
-func (w *writer) run() {
+// run publishes the records added until ctx ends, then stops the writer:
+// it publishes what is left and waits (ackTimeout at most) for the
+// stream's acks; records added after that are dropped.
+func (w *writer) run(ctx context.Context) error {
 	defer close(w.done)
+	acks, err := w.nc.Subscribe(w.ackPrefix+"*", w.onAck)
+	if err != nil {
+		w.mu.Lock()
+		w.stopped = true
+		w.mu.Unlock()
+		return fmt.Errorf("subscribe to the history's acks: %w", err)
+	}
+	defer func() { _ = acks.Unsubscribe() }()
 	timer := time.NewTimer(w.every)
 	timer.Stop()
 	armed := false
@@ -327,9 +320,13 @@ func (w *writer) run() {
 		case ack := <-w.flush:
 			w.publishAll(w.takeAll())
 			close(ack)
-		case <-w.stop:
+		case <-ctx.Done():
+			w.mu.Lock()
+			w.stopped = true
+			w.mu.Unlock()
 			w.publishAll(w.takeAll())
-			return
+			w.waitSettled()
+			return nil
 		}
 	}
 }

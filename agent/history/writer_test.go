@@ -13,11 +13,10 @@ import (
 
 func newHistory(t *testing.T, srv *natsd.Server, cfg history.Config) *history.History {
 	t.Helper()
-	h, err := history.New(context.Background(), srv.JetStream(), cfg, quiet)
+	h, err := history.NewRunning(t, context.Background(), srv.JetStream(), cfg, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(h.Close)
 	return h
 }
 
@@ -77,7 +76,7 @@ func TestRecordsFlushOnSize(t *testing.T) {
 		if got, err := h.Lookup(context.Background(), "ev-sized"); err != nil || len(got) != 250 {
 			t.Fatalf("Lookup before the interval = %d outcomes, %v; want the 2 full batches' 200 and the 50 queued", len(got), err)
 		}
-		h.Close()
+		history.Stop(h)
 		waitMessages(t, srv, history.Stream, 3)
 		waitFor(t, h, "ev-sized", 250)
 	})
@@ -135,11 +134,11 @@ func TestCloseFlushes(t *testing.T) {
 	srv := startNATS(t)
 	h := newHistory(t, srv, history.Config{FlushInterval: time.Hour})
 	h.Record(failed("ev-closed", 1))
-	h.Close()
+	history.Stop(h)
 	waitFor(t, h, "ev-closed", 1)
 	before := history.RecordErrors()
 	h.Record(failed("ev-closed", 2))
-	h.Close() // twice is fine
+	history.Stop(h) // twice is fine
 	if got := history.RecordErrors() - before; got != 1 {
 		t.Fatalf("record errors after a record past Close = +%v, want +1", got)
 	}
@@ -197,7 +196,7 @@ func TestBoundedWhenNATSIsDown(t *testing.T) {
 			t.Fatalf("after %d records %d bytes queued, want at most %d", i+1, q, bound)
 		}
 	}
-	h.Close()
+	history.Stop(h)
 	if got := history.RecordErrors() - before; got != n {
 		t.Fatalf("record errors = +%v, want +%d (every record dropped or failed, and counted)", got, n)
 	}

@@ -45,6 +45,10 @@ type Config struct {
 	DedupWindow time.Duration
 	// Replicas is INGEST's replica count in a cell (0 means 1).
 	Replicas int
+	// Local, when set, is the pending store of the partitions this agent
+	// owns: events of those partitions go straight into their lanes, one
+	// write instead of INGEST then a move (nil: everything into INGEST).
+	Local LocalStore
 }
 
 // Defaults.
@@ -112,7 +116,7 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 		return nil, err
 	}
 	log.Info("ingest ready", "stream", lanes.IngestStream, "dedup_window", cfg.DedupWindow, "max_payload", cfg.MaxPayload)
-	return &Gateway{js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, claims: claims}, nil
+	return &Gateway{js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, claims: claims}, nil
 }
 
 func newEventID() (string, error) {
@@ -221,10 +225,6 @@ type LocalStore interface {
 	// once they are durable, with a duplicate flag per event.
 	AppendLocal(ctx context.Context, p int, events []*rivorav1.Event, data [][]byte, msgIDs []string) (duplicates []bool, owned bool, err error)
 }
-
-// SetLocalStore lets the gateway write events of partitions this agent owns
-// straight into their lanes: one write instead of INGEST then a move.
-func (g *Gateway) SetLocalStore(ls LocalStore) { g.local = ls }
 
 // store makes a batch durable, partition by partition in parallel: into
 // the lanes when this agent owns the partition, else into INGEST for its

@@ -35,6 +35,7 @@ type fixture struct {
 	srv *natsd.Server
 	gw  gateway
 	st  jetstream.Stream
+	reg *destinations.Registry
 }
 
 // gateway is the ingest gateway as its callers see it: its errors
@@ -88,7 +89,18 @@ func newFixture(t testing.TB) *fixture {
 	if err != nil {
 		t.Fatalf("INGEST stream: %v", err)
 	}
-	return &fixture{srv: srv, gw: gateway{gw}, st: st}
+	return &fixture{srv: srv, gw: gateway{gw}, st: st, reg: reg}
+}
+
+// withLocal is another gateway on f's server whose local store is local.
+func (f *fixture) withLocal(t testing.TB, local ingest.LocalStore) gateway {
+	t.Helper()
+	gw, err := ingest.New(context.Background(), f.srv.JetStream(), f.reg, ingest.Config{MaxPayload: maxPayload, MaxBatch: 50, Local: local}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("ingest.New: %v", err)
+	}
+	gw.SetPartitions(partitions)
+	return gateway{gw}
 }
 
 func valid() *rivorav1.PublishRequest {
@@ -669,7 +681,8 @@ func (failingStore) AppendLocal(context.Context, int, []*rivorav1.Event, [][]byt
 // retry may carry a rebuilt payload.
 func TestIdempotencyKeyFreeAfterAFailedStore(t *testing.T) {
 	f := newFixture(t)
-	f.gw.SetLocalStore(failingStore{})
+	plain := f.gw
+	f.gw = f.withLocal(t, failingStore{})
 	req := valid()
 	req.IdempotencyKey = "order-3"
 	if _, err := publish(f, req); connect.CodeOf(err) != connect.CodeUnavailable {
@@ -680,7 +693,7 @@ func TestIdempotencyKeyFreeAfterAFailedStore(t *testing.T) {
 	if _, err := f.gw.PublishBatch(context.Background(), connect.NewRequest(&rivorav1.PublishBatchRequest{Events: batch})); connect.CodeOf(err) != connect.CodeUnavailable {
 		t.Fatalf("batch into a failing store: %v, want Unavailable", err)
 	}
-	f.gw.SetLocalStore(nil)
+	f.gw = plain
 	for _, key := range []string{"order-3", "order-4"} {
 		rebuilt := valid()
 		rebuilt.IdempotencyKey = key

@@ -59,6 +59,7 @@ func startFenceCell(t *testing.T) *fenceCell {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runHistory(t, hist)
 	return &fenceCell{
 		t: t, srv: srv, js: js, locker: ownership.NewLocal(), p: lanes.Partition("orders", partitions),
 		deps: owner.Deps{JS: js, Registry: reg, History: hist, Archive: mustDir(t, t.TempDir()), Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow},

@@ -141,6 +141,7 @@ func open(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Dest
 	if err != nil {
 		fail(err)
 	}
+	runHistory(t, hist)
 	deps := owner.Deps{JS: js, Scheduler: n.sched, Registry: n.reg, History: hist, Archive: arch, Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow}
 	locker := ownership.NewLocal()
 	for p := range partitions {
@@ -609,4 +610,12 @@ func TestSkipHeadDeadLettersManual(t *testing.T) {
 	if len(letters) != 1 || letters[0].GetEvent().GetEventId() != poison || letters[0].GetReason() != rivorav1.DeadReason_DEAD_REASON_MANUAL || letters[0].GetLastStatus() != 400 {
 		t.Fatalf("archive holds %v, want %s with reason manual and last status 400", letters, poison)
 	}
+}
+
+// runHistory runs h's writer until the test ends.
+func runHistory(t testing.TB, h *history.History) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = h.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 }

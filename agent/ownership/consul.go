@@ -47,8 +47,8 @@ func LockKey(p int) string { return "rivora/partitions/" + strconv.Itoa(p) + "/o
 // in time loses its leases but is kept, and serves again once a renewal
 // is confirmed.
 //
-// It owns the current session and the goroutine keeping it alive, which
-// Close waits for. The session holds at most one lease per partition.
+// It owns the current session; Run keeps it alive. The session holds at
+// most one lease per partition.
 type Consul struct {
 	cfg    ConsulConfig
 	client *api.Client
@@ -57,13 +57,10 @@ type Consul struct {
 	mu      sync.Mutex
 	session *consullock.Session
 	changed chan struct{}
-
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 // NewConsul creates the agent's session (retrying until Consul answers or
-// ctx ends) and keeps it renewed until Close.
+// ctx ends); Run keeps it renewed.
 func NewConsul(ctx context.Context, cfg ConsulConfig, log *slog.Logger) (*Consul, error) {
 	if cfg.TTL <= 0 {
 		cfg.TTL = DefaultTTL
@@ -75,14 +72,19 @@ func NewConsul(ctx context.Context, cfg ConsulConfig, log *slog.Logger) (*Consul
 	if err != nil {
 		return nil, err
 	}
-	c := &Consul{cfg: cfg, client: client, log: log, changed: make(chan struct{}, 1), done: make(chan struct{})}
+	c := &Consul{cfg: cfg, client: client, log: log, changed: make(chan struct{}, 1)}
 	if c.session, err = c.newSession(ctx); err != nil {
 		return nil, err
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.cancel = cancel
-	go c.keepAlive(runCtx)
 	return c, nil
+}
+
+// Run keeps the current session alive, and replaces it whenever Consul
+// ended it (expired while this agent was cut off or frozen, or destroyed
+// by the control plane: every lock it held is gone then), until ctx ends.
+func (c *Consul) Run(ctx context.Context) error {
+	c.keepAlive(ctx)
+	return nil
 }
 
 // Session is the current session id.
@@ -122,11 +124,8 @@ func (c *Consul) newSession(ctx context.Context) (*consullock.Session, error) {
 	}
 }
 
-// keepAlive keeps the current session alive and replaces it whenever
-// Consul ended it (expired while this agent was cut off or frozen, or
-// destroyed by the control plane): every lock it held is gone then.
+// keepAlive is Run's loop.
 func (c *Consul) keepAlive(ctx context.Context) {
-	defer close(c.done)
 	for {
 		s := c.current()
 		if err := s.KeepAlive(ctx); err == nil {
@@ -166,9 +165,8 @@ func (c *Consul) TryAcquire(ctx context.Context, p int) (*Lease, error) {
 	return &Lease{P: p, Epoch: lock.Epoch, grant: lock}, nil
 }
 
-// Close releases every lock and destroys the session.
+// Close releases every lock and destroys the session; call it once Run
+// returned.
 func (c *Consul) Close(ctx context.Context) error {
-	c.cancel()
-	<-c.done
 	return c.current().Destroy(ctx)
 }

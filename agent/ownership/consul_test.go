@@ -22,7 +22,14 @@ func newLocker(t *testing.T, url, agent string) *ownership.Consul {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = l.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		<-done
+		_ = l.Close(context.Background())
+	})
 	return l
 }
 

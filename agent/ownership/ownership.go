@@ -25,7 +25,10 @@ type Locker interface {
 	// protects it after a holder died), or if this Locker holds it already
 	// through another Lease.
 	TryAcquire(ctx context.Context, p int) (*Lease, error)
-	// Close releases every lease and ends the session.
+	// Run keeps the session alive until ctx ends.
+	Run(ctx context.Context) error
+	// Close releases every lease and ends the session; its owner calls it
+	// once Run returned.
 	Close(ctx context.Context) error
 }
 
@@ -124,6 +127,12 @@ func (l *Local) Session() string { return "" }
 
 // SessionChanged never fires.
 func (l *Local) SessionChanged() <-chan struct{} { return nil }
+
+// Run has no session to keep: it waits for ctx.
+func (l *Local) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
 
 // TryAcquire grants p unless it is held.
 func (l *Local) TryAcquire(_ context.Context, p int) (*Lease, error) {

@@ -49,6 +49,8 @@ var (
 	Aborted = New("aborted", connect.CodeAborted)
 	// Denied: the caller may not do this.
 	Denied = New("permission denied", connect.CodePermissionDenied)
+	// Unauthenticated: the call carries no valid credentials.
+	Unauthenticated = New("unauthenticated", connect.CodeUnauthenticated)
 	// Canceled: the work stopped because its caller went away; running it
 	// again resumes or retries it.
 	Canceled = New("canceled", connect.CodeCanceled)

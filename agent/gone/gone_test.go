@@ -1,4 +1,4 @@
-package agent
+package gone
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/rivora/rivora/agent/clock"
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/agent/upstream"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/eventually"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -59,40 +61,49 @@ func TestGoneReportRetriedUntilAnswered(t *testing.T) {
 	mux.Handle(rivorav1connect.NewAgentServiceHandler(cp))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	a := &Agent{
-		cfg: Config{Name: "a1", ControlPlaneURL: srv.URL, Keys: auth.NewKeys(auth.CellToken{})}, log: slog.New(slog.DiscardHandler),
-		registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}), gone: newGoneHolds(),
-	}
+	registry := destinations.NewRegistry()
+	var applied atomic.Uint64
+	g := New(Config{
+		Name: "a1", Scheduler: scheduler.New(clock.Real{}), Upstream: upstream.New(srv.URL, auth.NewKeys(auth.CellToken{}), nil),
+		Destination: func(id string) (int, bool, bool) {
+			d, ok := registry.Get(id)
+			if !ok {
+				return 0, false, false
+			}
+			return 0, d.Paused, true
+		},
+		Applied: applied.Load, Log: slog.New(slog.DiscardHandler),
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); a.reportGone(ctx) }()
+	go func() { defer close(done); _ = g.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
 	report := &rivorav1.ReportGoneRequest{AgentName: "a1", DestinationId: "orders", EventId: "ev-1", Status: 410, At: timestamppb.Now()}
-	if !a.gone.hold(a.sched, 0, report) {
+	if !g.hold(0, report) {
 		t.Fatal("first 410: not held")
 	}
-	if a.gone.hold(a.sched, 0, report) {
+	if g.hold(0, report) {
 		t.Fatal("second 410 while held: held again (a second report)")
 	}
 	eventually.True(t, "report answered after two refusals", 10*time.Second, func() bool {
-		return len(a.gone.unanswered()) == 0
+		return len(g.unanswered()) == 0
 	})
 	if n := cp.callCount(); n != 3 {
 		t.Fatalf("control plane got %d reports, want 3 (two refused, one answered)", n)
 	}
-	a.releaseGone()
-	if !a.gone.isHeld("orders") {
+	g.Release()
+	if !g.isHeld("orders") {
 		t.Fatal("hold released before the agent applied version 7")
 	}
-	a.applied.Store(7)
-	a.releaseGone()
-	if a.gone.isHeld("orders") {
+	applied.Store(7)
+	g.Release()
+	if g.isHeld("orders") {
 		t.Fatal("hold kept after the agent applied version 7")
 	}
 }
 
-func (g *goneHolds) isHeld(id string) bool {
+func (g *Holds) isHeld(id string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.held[id] != nil

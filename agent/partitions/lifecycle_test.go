@@ -1,4 +1,4 @@
-package agent
+package partitions
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // made, so a test can report about an old one (a late event).
 type lifecycleRig struct {
 	t      *testing.T
-	ps     *partitions
+	ps     *lifecycle
 	locker *ownership.Local
 	leases map[int][]*ownership.Lease // taken, oldest first
 	runs   map[int][]*partitionRun    // opened, oldest first
@@ -35,7 +35,7 @@ type step struct {
 
 func newLifecycleRig(t *testing.T) *lifecycleRig {
 	return &lifecycleRig{
-		t: t, ps: newPartitions(), locker: ownership.NewLocal(),
+		t: t, ps: newLifecycle(), locker: ownership.NewLocal(),
 		leases: map[int][]*ownership.Lease{}, runs: map[int][]*partitionRun{}, opening: map[int]*ownership.Lease{},
 	}
 }
@@ -205,7 +205,7 @@ func holds(p, i int) step {
 	}}
 }
 
-func wantList(what string, list func(*partitions) []int, ps ...int) step {
+func wantList(what string, list func(*lifecycle) []int, ps ...int) step {
 	return step{fmt.Sprintf("%s %v", what, ps), func(r *lifecycleRig) {
 		if got := list(r.ps); !slices.Equal(got, ps) && len(got)+len(ps) > 0 {
 			r.t.Fatalf("%s = %v, want %v", what, got, ps)
@@ -213,11 +213,11 @@ func wantList(what string, list func(*partitions) []int, ps ...int) step {
 	}}
 }
 
-func wantToLock(ps ...int) step { return wantList("toLock", (*partitions).toLock, ps...) }
-func wantToOpen(ps ...int) step { return wantList("toOpen", (*partitions).toOpen, ps...) }
+func wantToLock(ps ...int) step { return wantList("toLock", (*lifecycle).toLock, ps...) }
+func wantToOpen(ps ...int) step { return wantList("toOpen", (*lifecycle).toOpen, ps...) }
 
 func wantOwned(ps ...int) step {
-	return wantList("owned", func(s *partitions) []int {
+	return wantList("owned", func(s *lifecycle) []int {
 		var out []int
 		for _, p := range s.owned() {
 			out = append(out, int(p))
@@ -510,7 +510,7 @@ func TestPartitionLifecycleRandom(t *testing.T) {
 }
 
 // phaseOf returns p's phase, false if it has none.
-func (ps *partitions) phaseOf(p int) (phase, bool) {
+func (ps *lifecycle) phaseOf(p int) (phase, bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if st := ps.m[p]; st != nil {
@@ -520,7 +520,7 @@ func (ps *partitions) phaseOf(p int) (phase, bool) {
 }
 
 // checkInvariants verifies the invariants of partitions' doc comment.
-func checkInvariants(t *testing.T, ps *partitions) {
+func checkInvariants(t *testing.T, ps *lifecycle) {
 	t.Helper()
 	ps.mu.Lock()
 	defer ps.mu.Unlock()

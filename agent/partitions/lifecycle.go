@@ -1,4 +1,4 @@
-package agent
+package partitions
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/rivora/rivora/agent/ownership"
 )
 
-// partitions is the lifecycle of every partition this agent is assigned or
+// lifecycle is the lifecycle of every partition this agent is assigned or
 // holds a lock on: one explicit phase per partition, every transition in
 // this file, under one mutex. It does no I/O. It decides; the loops act on
 // its decisions: lockLoop takes and gives back locks, openLoop opens, a
@@ -54,7 +54,7 @@ import (
 //     every attempt it must;
 //   - the partitions reported owned are the locked, opening and running
 //     ones: their lock is held and not being given back.
-type partitions struct {
+type lifecycle struct {
 	mu sync.Mutex
 	m  map[int]*partitionState
 
@@ -65,7 +65,7 @@ type partitions struct {
 	ownedChanged chan struct{}
 }
 
-// phase is where a partition is in its lifecycle (see partitions).
+// phase is where a partition is in its lifecycle (see lifecycle).
 type phase int
 
 const (
@@ -107,8 +107,8 @@ type partitionRun struct {
 	inFlight sync.WaitGroup
 }
 
-func newPartitions() *partitions {
-	return &partitions{
+func newLifecycle() *lifecycle {
+	return &lifecycle{
 		m:        make(map[int]*partitionState),
 		wakeLock: make(chan struct{}, 1), wakeOpen: make(chan struct{}, 1), ownedChanged: make(chan struct{}, 1),
 	}
@@ -120,7 +120,7 @@ func newPartitions() *partitions {
 // partitions wait for their lock; withdrawn ones let go of it: a running
 // one is handed off (returned: the caller detaches it and runs the
 // handoff), a locked or opening one is released by lockLoop.
-func (ps *partitions) assign(want map[int]bool) (handoffs []*partitionRun) {
+func (ps *lifecycle) assign(want map[int]bool) (handoffs []*partitionRun) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	for p := range want {
@@ -150,7 +150,7 @@ func (ps *partitions) assign(want map[int]bool) (handoffs []*partitionRun) {
 // stop withdraws every assignment as the agent drains, and returns the
 // running partitions to hand off. Locks that are held but not running are
 // left to the locker's Close.
-func (ps *partitions) stop() (handoffs []*partitionRun) {
+func (ps *lifecycle) stop() (handoffs []*partitionRun) {
 	return ps.assign(nil)
 }
 
@@ -159,7 +159,7 @@ func (ps *partitions) stop() (handoffs []*partitionRun) {
 // toRelease moves the locked and opening partitions whose lease was lost to
 // releasing, and lists the leases of every releasing partition, for
 // lockLoop to give back (then lockReleased).
-func (ps *partitions) toRelease() []*ownership.Lease {
+func (ps *lifecycle) toRelease() []*ownership.Lease {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	var out []*ownership.Lease
@@ -177,7 +177,7 @@ func (ps *partitions) toRelease() []*ownership.Lease {
 
 // lockReleased: lockLoop gave lease back. The partition waits for a new
 // lock if it is assigned here again, else it is forgotten.
-func (ps *partitions) lockReleased(lease *ownership.Lease) {
+func (ps *lifecycle) lockReleased(lease *ownership.Lease) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	st := ps.m[lease.P]
@@ -188,11 +188,11 @@ func (ps *partitions) lockReleased(lease *ownership.Lease) {
 }
 
 // toLock lists the partitions waiting for their lock, lowest first.
-func (ps *partitions) toLock() []int { return ps.inPhase(assigned) }
+func (ps *lifecycle) toLock() []int { return ps.inPhase(assigned) }
 
 // lockTaken: lockLoop took lease. It reports false if the partition is no
 // longer waiting for a lock (withdrawn meanwhile): give lease back.
-func (ps *partitions) lockTaken(lease *ownership.Lease) bool {
+func (ps *lifecycle) lockTaken(lease *ownership.Lease) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	st := ps.m[lease.P]
@@ -209,11 +209,11 @@ func (ps *partitions) lockTaken(lease *ownership.Lease) bool {
 
 // toOpen lists the partitions whose lock is held and that do not run yet,
 // lowest first.
-func (ps *partitions) toOpen() []int { return ps.inPhase(locked) }
+func (ps *lifecycle) toOpen() []int { return ps.inPhase(locked) }
 
 // startOpen moves a locked partition to opening and returns its lease for
 // owner.Open; false if p is not locked (any more).
-func (ps *partitions) startOpen(p int) (*ownership.Lease, bool) {
+func (ps *lifecycle) startOpen(p int) (*ownership.Lease, bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	st := ps.m[p]
@@ -227,7 +227,7 @@ func (ps *partitions) startOpen(p int) (*ownership.Lease, bool) {
 // openFailed: owner.Open failed under lease. The partition keeps its lock
 // and is opened again shortly (its streams may be electing leaders), unless
 // the lease was lost or the open was fenced: then the lock goes back.
-func (ps *partitions) openFailed(lease *ownership.Lease, fenced bool) {
+func (ps *lifecycle) openFailed(lease *ownership.Lease, fenced bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	st := ps.m[lease.P]
@@ -245,7 +245,7 @@ func (ps *partitions) openFailed(lease *ownership.Lease, fenced bool) {
 // opened: owner.Open made run. It reports whether run is to run; if not
 // (withdrawn or lost while it was rebuilding), the caller detaches it and
 // drops it. A lease lost meanwhile goes to lockLoop to be given back.
-func (ps *partitions) opened(run *partitionRun) bool {
+func (ps *lifecycle) opened(run *partitionRun) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	st := ps.m[run.p]
@@ -265,7 +265,7 @@ func (ps *partitions) opened(run *partitionRun) bool {
 
 // troubled records why partition p failed to open or stopped running;
 // it is reported (broken) until the partition runs again.
-func (ps *partitions) troubled(p int, why string) {
+func (ps *lifecycle) troubled(p int, why string) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if st := ps.m[p]; st != nil && st.wanted && st.phase != running {
@@ -277,7 +277,7 @@ func (ps *partitions) troubled(p int, why string) {
 
 // runLost: run stopped because its lease was lost (fenced). Nothing is
 // released (the lock is gone); the partition waits for a new lock.
-func (ps *partitions) runLost(run *partitionRun) {
+func (ps *lifecycle) runLost(run *partitionRun) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	st := ps.m[run.p]
@@ -292,7 +292,7 @@ func (ps *partitions) runLost(run *partitionRun) {
 // runFailed: run stopped on an error of its own (a write failed). It is
 // opened again from the store under the same lock if the lease holds,
 // else it waits for a new lock.
-func (ps *partitions) runFailed(run *partitionRun) {
+func (ps *lifecycle) runFailed(run *partitionRun) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	st := ps.m[run.p]
@@ -310,7 +310,7 @@ func (ps *partitions) runFailed(run *partitionRun) {
 }
 
 // handedOff: the handoff of run ended with its lock released.
-func (ps *partitions) handedOff(run *partitionRun) {
+func (ps *lifecycle) handedOff(run *partitionRun) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	st := ps.m[run.p]
@@ -323,7 +323,7 @@ func (ps *partitions) handedOff(run *partitionRun) {
 // ---- queries ------------------------------------------------------------------
 
 // run returns partition p's run while it is running, else nil.
-func (ps *partitions) run(p int) *partitionRun {
+func (ps *lifecycle) run(p int) *partitionRun {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if st := ps.m[p]; st != nil && st.phase == running {
@@ -335,7 +335,7 @@ func (ps *partitions) run(p int) *partitionRun {
 // attempting returns partition p's run while it is running and counts an
 // attempt in flight on it (call run.inFlight.Done after its outcome is
 // recorded).
-func (ps *partitions) attempting(p int) (*partitionRun, bool) {
+func (ps *lifecycle) attempting(p int) (*partitionRun, bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	st := ps.m[p]
@@ -348,7 +348,7 @@ func (ps *partitions) attempting(p int) (*partitionRun, bool) {
 
 // settled reports whether every partition assigned here runs (or is still
 // handing off an earlier run before it can be taken again).
-func (ps *partitions) settled() bool {
+func (ps *lifecycle) settled() bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	for _, st := range ps.m {
@@ -362,7 +362,7 @@ func (ps *partitions) settled() bool {
 // broken describes the partitions assigned here that do not run because
 // they failed (their store did not open, or a write failed and they are
 // being reopened), lowest first; empty when none is.
-func (ps *partitions) broken() []string {
+func (ps *lifecycle) broken() []string {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	var ids []int
@@ -381,7 +381,7 @@ func (ps *partitions) broken() []string {
 
 // owned lists the partitions whose lock this agent holds and keeps
 // (locked, opening or running), for the control plane.
-func (ps *partitions) owned() []uint32 {
+func (ps *lifecycle) owned() []uint32 {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	var out []uint32
@@ -400,7 +400,7 @@ func isOwned(ph phase) bool { return ph == locked || ph == opening || ph == runn
 
 // set moves st to phase to, and tells the reporter if that changes what
 // this agent owns.
-func (ps *partitions) set(st *partitionState, to phase) {
+func (ps *lifecycle) set(st *partitionState, to phase) {
 	if isOwned(st.phase) != isOwned(to) {
 		signal(ps.ownedChanged)
 	}
@@ -409,7 +409,7 @@ func (ps *partitions) set(st *partitionState, to phase) {
 
 // forgetOrReassign ends a release: the partition waits for a new lock if
 // it is wanted again, else it is forgotten.
-func (ps *partitions) forgetOrReassign(p int, st *partitionState) {
+func (ps *lifecycle) forgetOrReassign(p int, st *partitionState) {
 	st.lease, st.run = nil, nil
 	if !st.wanted {
 		delete(ps.m, p)
@@ -419,7 +419,7 @@ func (ps *partitions) forgetOrReassign(p int, st *partitionState) {
 	ps.wake(true, true)
 }
 
-func (ps *partitions) inPhase(ph phase) []int {
+func (ps *lifecycle) inPhase(ph phase) []int {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	var out []int
@@ -432,7 +432,7 @@ func (ps *partitions) inPhase(ph phase) []int {
 	return out
 }
 
-func (ps *partitions) wake(lock, open bool) {
+func (ps *lifecycle) wake(lock, open bool) {
 	if lock {
 		signal(ps.wakeLock)
 	}

@@ -1,4 +1,4 @@
-package agent
+package partitions
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
-// The loops below act on the decisions of a.parts (lifecycle.go): that is
+// The loops below act on the decisions of s.states (lifecycle.go): that is
 // where a partition's phase changes, here is where its locks are taken and
 // released and where it is opened, run and handed off.
 //
@@ -41,18 +41,18 @@ const (
 // their previous owner lets go (or its lock-delay ends), and gives back the
 // locks that are no longer wanted or were lost. openLoop opens them; a
 // partition is owned, and no one else's, from the moment its lock is held.
-func (a *Agent) lockLoop(ctx context.Context) {
+func (s *Set) lockLoop(ctx context.Context) {
 	waiting := make(map[int]bool) // logged as held by another agent
 	t := time.NewTicker(lockRetry)
 	defer t.Stop()
 	for ctx.Err() == nil {
-		for _, lease := range a.parts.toRelease() {
-			a.releaseLease(lease)
-			a.parts.lockReleased(lease)
+		for _, lease := range s.states.toRelease() {
+			s.releaseLease(lease)
+			s.states.lockReleased(lease)
 		}
-		pending := a.parts.toLock()
+		pending := s.states.toLock()
 		for _, p := range pending {
-			a.lock(ctx, p, waiting)
+			s.lock(ctx, p, waiting)
 		}
 		for p := range waiting {
 			if !slices.Contains(pending, p) {
@@ -60,7 +60,7 @@ func (a *Agent) lockLoop(ctx context.Context) {
 			}
 		}
 		select {
-		case <-a.parts.wakeLock:
+		case <-s.states.wakeLock:
 		case <-t.C:
 		case <-ctx.Done():
 		}
@@ -68,49 +68,49 @@ func (a *Agent) lockLoop(ctx context.Context) {
 }
 
 // lock tries once to take partition p's lock.
-func (a *Agent) lock(ctx context.Context, p int, waiting map[int]bool) {
-	lease, err := a.locker.TryAcquire(ctx, p)
+func (s *Set) lock(ctx context.Context, p int, waiting map[int]bool) {
+	lease, err := s.locker.TryAcquire(ctx, p)
 	switch {
 	case err == nil:
 		delete(waiting, p)
-		if !a.parts.lockTaken(lease) {
-			a.releaseLease(lease) // withdrawn meanwhile
+		if !s.states.lockTaken(lease) {
+			s.releaseLease(lease) // withdrawn meanwhile
 		}
 	case errors.Is(err, ownership.ErrHeld):
 		if !waiting[p] {
 			waiting[p] = true
-			a.log.Info("partition assigned here is still locked by its previous owner; waiting", "partition", p)
+			s.log.Info("partition assigned here is still locked by its previous owner; waiting", "partition", p)
 		}
 	case errors.Is(err, ownership.ErrNoSession):
 		// Our session lapsed; the locker is replacing it.
 	default:
-		a.log.Warn("acquire partition lock", "partition", p, "error", err)
+		s.log.Warn("acquire partition lock", "partition", p, "error", err)
 	}
 }
 
 // openLoop opens the partitions whose lock is held here, one at a time,
 // retrying every openRetry while their streams are unavailable.
-func (a *Agent) openLoop(ctx context.Context) {
+func (s *Set) openLoop(ctx context.Context) {
 	lastLog := make(map[int]time.Time) // one warning per partition every 5s
 	for ctx.Err() == nil {
-		for _, p := range a.parts.toOpen() {
+		for _, p := range s.states.toOpen() {
 			if ctx.Err() != nil {
 				return
 			}
-			if err := a.open(ctx, p); err != nil && time.Since(lastLog[p]) > 5*time.Second {
+			if err := s.open(ctx, p); err != nil && time.Since(lastLog[p]) > 5*time.Second {
 				lastLog[p] = time.Now()
-				a.log.Warn("open partition; retrying while holding its lock", "partition", p, "error", err)
+				s.log.Warn("open partition; retrying while holding its lock", "partition", p, "error", err)
 			}
 		}
-		if a.parts.settled() && a.partitionCount.Load() > 0 {
-			a.ready.Store(true)
+		if s.states.settled() && s.count.Load() > 0 {
+			s.ready.Store(true)
 		}
 		var again <-chan time.Time
-		if len(a.parts.toOpen()) > 0 {
+		if len(s.states.toOpen()) > 0 {
 			again = time.After(openRetry)
 		}
 		select {
-		case <-a.parts.wakeOpen:
+		case <-s.states.wakeOpen:
 		case <-again:
 		case <-ctx.Done():
 		}
@@ -124,37 +124,37 @@ func (a *Agent) openLoop(ctx context.Context) {
 // holding the lock. Only openLoop opens, so opens are serialised; the
 // rebuild holds no lock of the agent's, so delivery and ingest for other
 // partitions go on meanwhile.
-func (a *Agent) open(ctx context.Context, p int) error {
-	lease, ok := a.parts.startOpen(p)
+func (s *Set) open(ctx context.Context, p int) error {
+	lease, ok := s.states.startOpen(p)
 	if !ok {
 		return nil
 	}
-	part, err := owner.Open(ctx, p, a.deps, lease)
+	part, err := owner.Open(ctx, p, s.deps, lease)
 	if err != nil {
-		a.sched.DropPartition(p)
-		a.parts.openFailed(lease, errors.Is(err, owner.ErrFenced))
+		s.sched.DropPartition(p)
+		s.states.openFailed(lease, errors.Is(err, owner.ErrFenced))
 		if !errors.Is(err, owner.ErrFenced) {
-			a.parts.troubled(p, "its store does not open; retrying (the agent's log has the error)")
+			s.states.troubled(p, "its store does not open; retrying (the agent's log has the error)")
 		}
 		return err
 	}
-	a.configurePartition(p)
+	s.cfg.Configure(p)
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	run := &partitionRun{p: p, part: part, lease: lease, cancel: cancel, done: make(chan struct{})}
-	if !a.parts.opened(run) {
+	if !s.states.opened(run) {
 		// Released or lost while it was rebuilding.
 		part.Detach()
 		cancel()
 		return nil
 	}
-	a.log.Info("partition owned", "partition", p, "epoch", lease.Epoch)
-	a.running.Go(func() { a.runPartition(pctx, run) })
+	s.log.Info("partition owned", "partition", p, "epoch", lease.Epoch)
+	s.running.Go(func() { s.runPartition(pctx, run) })
 	return nil
 }
 
 // runPartition runs an opened partition until its handoff cancels ctx, its
 // lease is lost, or it fails.
-func (a *Agent) runPartition(ctx context.Context, run *partitionRun) {
+func (s *Set) runPartition(ctx context.Context, run *partitionRun) {
 	defer close(run.done)
 	defer run.cancel()
 	err := run.part.Run(ctx)
@@ -163,75 +163,75 @@ func (a *Agent) runPartition(ctx context.Context, run *partitionRun) {
 		// Handed off: the handoff waits for done.
 	case errors.Is(err, owner.ErrFenced):
 		// Lost: stop at once; nothing more is written or sent here.
-		a.log.Warn("partition ownership lost; stopped", "partition", run.p, "error", err)
+		s.log.Warn("partition ownership lost; stopped", "partition", run.p, "error", err)
 		run.part.Detach()
-		a.parts.runLost(run)
+		s.states.runLost(run)
 	default:
 		// A write failed: rebuild the partition from its store.
-		a.log.Error("partition failed; reopening it", "partition", run.p, "error", err)
+		s.log.Error("partition failed; reopening it", "partition", run.p, "error", err)
 		run.part.Detach()
-		a.parts.runFailed(run)
-		a.parts.troubled(run.p, "a write failed; reopening (the agent's log has the error)")
+		s.states.runFailed(run)
+		s.states.troubled(run.p, "a write failed; reopening (the agent's log has the error)")
 	}
 }
 
-// handOff starts the graceful handoff of a partition a.parts moved to
+// handOff starts the graceful handoff of a partition s.states moved to
 // handingOff: it is detached from the scheduler at once (no new attempt
 // starts, and its reclaim no longer trusts the scheduler), then handoff
 // runs beside the caller.
-func (a *Agent) handOff(run *partitionRun) {
+func (s *Set) handOff(run *partitionRun) {
 	run.part.Detach()
-	a.running.Go(func() { a.handoff(run) })
+	s.running.Go(func() { s.handoff(run) })
 }
 
 // handoff: attempts in flight finish (handoffWait at most), the partition
 // flushes, and the lock is released; the next owner rebuilds from the
 // stream. Until it ends, the partition is not locked again here.
-func (a *Agent) handoff(run *partitionRun) {
+func (s *Set) handoff(run *partitionRun) {
 	drained := make(chan struct{})
-	a.running.Go(func() {
+	s.running.Go(func() {
 		run.inFlight.Wait()
 		close(drained)
 	})
 	select {
 	case <-drained:
 	case <-time.After(handoffWait):
-		a.log.Warn("handoff: attempts still in flight; releasing anyway", "partition", run.p)
+		s.log.Warn("handoff: attempts still in flight; releasing anyway", "partition", run.p)
 	}
 	run.cancel()
 	<-run.done
-	a.releaseLease(run.lease)
-	a.parts.handedOff(run)
+	s.releaseLease(run.lease)
+	s.states.handedOff(run)
 }
 
-func (a *Agent) releaseLease(lease *ownership.Lease) {
+func (s *Set) releaseLease(lease *ownership.Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := lease.Release(ctx); err != nil {
-		a.log.Warn("release partition lock", "partition", lease.P, "error", err)
+		s.log.Warn("release partition lock", "partition", lease.P, "error", err)
 	}
 }
 
 // reportOwned tells the control plane which partitions this agent holds:
 // on every change, and every few seconds (a restarted control plane
 // learns it again).
-func (a *Agent) reportOwned(ctx context.Context) {
-	httpClient := a.httpClient(5 * time.Second)
+func (s *Set) reportOwned(ctx context.Context) {
+	httpClient := s.cfg.Upstream.HTTPClient(5 * time.Second)
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
 		select {
-		case <-a.parts.ownedChanged:
+		case <-s.states.ownedChanged:
 		case <-t.C:
 		case <-ctx.Done():
 			return
 		}
-		client := a.controlPlane(httpClient, a.controlPlaneURL())
+		client := s.cfg.Upstream.Client(httpClient, s.cfg.Upstream.URL())
 		_, err := client.ReportOwned(ctx, connect.NewRequest(&rivorav1.ReportOwnedRequest{
-			AgentName: a.cfg.Name, Session: a.locker.Session(), Partitions: a.parts.owned(),
+			AgentName: s.cfg.Name, Session: s.locker.Session(), Partitions: s.states.owned(),
 		}))
 		if err != nil && ctx.Err() == nil {
-			a.log.Debug("report owned partitions", "error", err)
+			s.log.Debug("report owned partitions", "error", err)
 		}
 	}
 }

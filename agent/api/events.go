@@ -1,0 +1,445 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/agent/budget"
+	"github.com/rivora/rivora/agent/history"
+	"github.com/rivora/rivora/agent/ingest"
+	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/errkind"
+	"github.com/rivora/rivora/lanes"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// eventService implements rivora.v1.EventService: it answers "where is
+// my event?" from the scheduler (pending) and the event's history
+// (attempts, delivered, dead), lists a destination's events, and resends
+// a delivered or dead one.
+type eventService struct {
+	*server
+}
+
+func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivorav1.GetEventRequest]) (*connect.Response[rivorav1.GetEventResponse], error) {
+	id := req.Msg.GetEventId()
+	if err := lanes.ValidateEventID("event_id", id); err != nil {
+		return nil, errkind.Tag(errkind.Invalid, err)
+	}
+	// The lane first, then the history: an event that ends between the
+	// two was recorded before its lane let it go.
+	loc, pending := s.sched.Find(id)
+	outcomes, err := s.history.Lookup(ctx, id)
+	if err != nil {
+		return nil, errkind.Tag(errkind.Unavailable, err)
+	}
+	if !pending && len(outcomes) == 0 {
+		// The same answer as for another customer's event (auth.Policies).
+		return nil, auth.EventNotFound(id)
+	}
+	resp := &rivorav1.GetEventResponse{EventId: id}
+	for _, o := range outcomes {
+		if o.GetAttempt() != nil {
+			resp.Attempts = append(resp.Attempts, o.GetAttempt())
+		}
+		resp.DestinationId, resp.CustomerId, resp.LaneKey = o.GetDestinationId(), o.GetCustomerId(), o.GetLaneKey()
+		resp.Type, resp.AcceptedAt = o.GetType(), o.GetAcceptedAt()
+		switch o.GetKind() {
+		case rivorav1.EventOutcome_KIND_DELIVERED:
+			resp.State = rivorav1.EventState_EVENT_STATE_DELIVERED
+		case rivorav1.EventOutcome_KIND_DEAD:
+			resp.State = rivorav1.EventState_EVENT_STATE_DEAD
+			resp.DeadReason = o.GetDeadReason()
+		}
+	}
+	if pending {
+		resp.DestinationId, resp.CustomerId, resp.LaneKey = loc.Lane.Destination, loc.Lane.Customer, loc.Lane.Key
+		resp.AcceptedAt = timestamppb.New(loc.Entry.AcceptedAt)
+		if ev := loc.Entry.Event; ev != nil {
+			resp.Type = ev.GetType()
+		}
+		resp.AheadInLane = int32(loc.Ahead)
+		resp.State = rivorav1.EventState_EVENT_STATE_PENDING
+		if loc.InFlight {
+			resp.State = rivorav1.EventState_EVENT_STATE_IN_FLIGHT
+		}
+		if loc.Ahead == 0 && !loc.Head.LastAttemptAt.IsZero() && !loc.InFlight && !heldByParked(loc) {
+			resp.NextAttemptAt = timestamppb.New(loc.Head.NotBefore)
+		}
+		s.explainWaiting(resp, loc)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// explainWaiting fills in why a pending event waits, its attempts used
+// and its window.
+func (s *eventService) explainWaiting(resp *rivorav1.GetEventResponse, loc scheduler.Location) {
+	now := time.Now()
+	maxAttempts := 0
+	if d, ok := s.registry.Get(loc.Lane.Destination); ok {
+		maxAttempts = d.Retry.MaxAttempts
+		start := loc.Entry.AcceptedAt
+		if end := d.Retry.WindowEnd(start.Add(d.PausedBetween(start, now))); !end.IsZero() {
+			resp.WindowEndsAt = timestamppb.New(end)
+		}
+	}
+	resp.MaxAttempts = int32(maxAttempts)
+	if loc.Ahead == 0 {
+		resp.AttemptsUsed = int32(loc.Head.Attempts)
+	}
+	resp.Waiting = waitingReason(loc, maxAttempts)
+}
+
+// heldByParked: the head waits for its parked destination, not for its
+// own retry time.
+func heldByParked(loc scheduler.Location) bool {
+	return loc.Head.HeldByDestination && loc.Destination.Health == budget.Parked
+}
+
+// waitingReason says, in one line, why a pending event is not being
+// delivered now ("" while in flight).
+func waitingReason(loc scheduler.Location, maxAttempts int) string {
+	switch {
+	case loc.InFlight:
+		return ""
+	case loc.Ahead > 0:
+		return fmt.Sprintf("behind %d earlier %s in its lane", loc.Ahead, plural(loc.Ahead, "event"))
+	}
+	used := fmt.Sprintf("%d of %d attempts used", loc.Head.Attempts, maxAttempts)
+	if maxAttempts <= 0 {
+		used = fmt.Sprintf("%d attempts used", loc.Head.Attempts)
+	}
+	dest := loc.Destination
+	switch {
+	case dest.Paused:
+		return "held: destination paused; " + used
+	case loc.Head.HeldByDestination && dest.Health != budget.Healthy:
+		return fmt.Sprintf("held: destination %s%s; %s", dest.Health, since(dest.Since), used)
+	case loc.Head.LastAttemptAt.IsZero():
+		return "due: waiting for its destination's budget"
+	case loc.Head.NotBefore.After(time.Now()):
+		return fmt.Sprintf("retry at %s after %s; %s", loc.Head.NotBefore.UTC().Format(time.RFC3339), lastFailure(loc.Head), used)
+	}
+	return fmt.Sprintf("due: retry after %s; %s", lastFailure(loc.Head), used)
+}
+
+func since(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return " since " + t.UTC().Format(time.RFC3339)
+}
+
+func lastFailure(h scheduler.Head) string {
+	if h.LastStatus != 0 {
+		return fmt.Sprintf("HTTP %d", h.LastStatus)
+	}
+	return "no response"
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}
+
+// Listing bounds.
+const (
+	defaultListLimit = 100
+	maxListLimit     = 1000
+)
+
+// ListEvents lists a destination's events, newest first: pending ones
+// from the scheduler (by acceptance), delivered and dead ones from the
+// history (by when they finished).
+func (s *eventService) ListEvents(ctx context.Context, req *connect.Request[rivorav1.ListEventsRequest]) (*connect.Response[rivorav1.ListEventsResponse], error) {
+	q, err := parseListRequest(req.Msg)
+	if err != nil {
+		return nil, errkind.Tag(errkind.Invalid, err)
+	}
+	// Only the owner knows the destination's pending events.
+	if _, err := s.ownedDestination(q.destination); err != nil {
+		return nil, err
+	}
+	var all []listed
+	resp := &rivorav1.ListEventsResponse{}
+	if q.pending || q.inFlightOnly {
+		w := s.sched.WalkPending(q.pendingFilter())
+		if err := walkPaced(ctx, w); err != nil {
+			return nil, err // the caller gave up (Canceled), or its deadline passed
+		}
+		pend, truncated := w.Result()
+		resp.Truncated = truncated
+		for _, p := range pend {
+			all = append(all, listed{at: p.Entry.AcceptedAt, summary: s.pendingSummary(ctx, p)})
+		}
+	}
+	if q.history.Delivered || q.history.Dead {
+		l, err := s.history.List(ctx, q.history)
+		if err != nil {
+			return nil, errkind.Tag(errkind.Unavailable, err)
+		}
+		resp.Truncated = resp.Truncated || l.Truncated
+		if !l.SearchedBackTo.IsZero() {
+			resp.SearchedBackTo = timestamppb.New(l.SearchedBackTo)
+		}
+		for _, f := range l.Events {
+			all = append(all, listed{at: f.At, summary: finishedSummary(f)})
+		}
+	}
+	slices.SortStableFunc(all, func(x, y listed) int { return y.at.Compare(x.at) })
+	all = newestPerEvent(all)
+	if len(all) > q.limit {
+		all, resp.Truncated = all[:q.limit], true
+	}
+	for _, l := range all {
+		resp.Events = append(resp.Events, l.summary)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// newestPerEvent keeps, of a listing sorted newest first, each event's
+// first (newest) entry: a resent or replayed event is pending again while
+// the history still holds how it ended before, and an event resent twice
+// ended twice.
+func newestPerEvent(all []listed) []listed {
+	seen := make(map[string]bool, len(all))
+	out := all[:0]
+	for _, l := range all {
+		if id := l.summary.GetEventId(); !seen[id] {
+			seen[id] = true
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// listed is one event of a listing and the time it is ordered by.
+type listed struct {
+	at      time.Time
+	summary *rivorav1.EventSummary
+}
+
+// listQuery is a validated ListEventsRequest.
+type listQuery struct {
+	destination, customer, lane string
+	since, until                time.Time
+	limit                       int
+	pending, inFlightOnly       bool
+	history                     history.Filter
+}
+
+func parseListRequest(m *rivorav1.ListEventsRequest) (listQuery, error) {
+	q := listQuery{destination: m.GetDestinationId(), customer: m.GetCustomerId(), lane: m.GetLaneKey(), limit: int(m.GetLimit())}
+	if err := lanes.ValidateID("destination_id", q.destination); err != nil {
+		return q, fmt.Errorf("%w (events are listed per destination)", err)
+	}
+	if q.lane != "" && q.customer == "" {
+		return q, errors.New("lane_key needs customer_id: a lane is one customer's")
+	}
+	switch {
+	case q.limit == 0:
+		q.limit = defaultListLimit
+	case q.limit < 0 || q.limit > maxListLimit:
+		return q, fmt.Errorf("limit must be 1–%d, got %d", maxListLimit, q.limit)
+	}
+	if m.GetSince() != nil {
+		q.since = m.GetSince().AsTime()
+	}
+	if m.GetUntil() != nil {
+		q.until = m.GetUntil().AsTime()
+	}
+	if !q.since.IsZero() && !q.until.IsZero() && q.since.After(q.until) {
+		return q, fmt.Errorf("since (%s) is after until (%s)", q.since.Format(time.RFC3339), q.until.Format(time.RFC3339))
+	}
+	h := history.Filter{Destination: q.destination, Customer: q.customer, Lane: q.lane, Since: q.since, Until: q.until, Limit: q.limit}
+	switch st := m.GetState(); st {
+	case rivorav1.EventState_EVENT_STATE_UNSPECIFIED:
+		q.pending, h.Delivered, h.Dead = true, true, true
+	case rivorav1.EventState_EVENT_STATE_PENDING:
+		q.pending = true
+	case rivorav1.EventState_EVENT_STATE_IN_FLIGHT:
+		q.inFlightOnly = true
+	case rivorav1.EventState_EVENT_STATE_DELIVERED:
+		h.Delivered = true
+	case rivorav1.EventState_EVENT_STATE_DEAD:
+		h.Dead = true
+	default:
+		return q, fmt.Errorf("unknown state %v", st)
+	}
+	q.history = h
+	return q, nil
+}
+
+func (q listQuery) pendingFilter() scheduler.PendingFilter {
+	return scheduler.PendingFilter{Destination: q.destination, Customer: q.customer, Lane: q.lane, Since: q.since, Until: q.until, Limit: q.limit, InFlightOnly: q.inFlightOnly}
+}
+
+// pendingSummary describes a pending event. Its type is loaded from the
+// lane store when the scheduler does not hold the event in memory (one
+// direct read by sequence; left empty if that fails).
+func (s *eventService) pendingSummary(ctx context.Context, p scheduler.PendingEvent) *rivorav1.EventSummary {
+	sum := &rivorav1.EventSummary{
+		EventId: p.Entry.EventID, DestinationId: p.Lane.Destination, CustomerId: p.Lane.Customer, LaneKey: p.Lane.Key,
+		State: rivorav1.EventState_EVENT_STATE_PENDING, AcceptedAt: timestamppb.New(p.Entry.AcceptedAt),
+	}
+	if p.InFlight {
+		sum.State = rivorav1.EventState_EVENT_STATE_IN_FLIGHT
+	}
+	if p.IsHead {
+		sum.Attempts, sum.LastStatus, sum.LastError = int32(p.Head.Attempts), int32(p.Head.LastStatus), p.Head.LastError
+	}
+	if ev := p.Entry.Event; ev != nil {
+		sum.Type = ev.GetType()
+	} else if part := s.parts.Partition(p.Partition); part != nil {
+		if ev, err := part.Load(ctx, &scheduler.Attempt{Entry: p.Entry}); err == nil {
+			sum.Type = ev.GetType()
+		}
+	}
+	return sum
+}
+
+// finishedSummary describes a delivered or dead event from its terminal
+// record.
+func finishedSummary(f history.Finished) *rivorav1.EventSummary {
+	o := f.Outcome
+	sum := &rivorav1.EventSummary{
+		EventId: o.GetEventId(), DestinationId: o.GetDestinationId(), CustomerId: o.GetCustomerId(), LaneKey: o.GetLaneKey(),
+		Type: o.GetType(), AcceptedAt: o.GetAcceptedAt(), FinishedAt: timestamppb.New(f.At),
+	}
+	switch o.GetKind() {
+	case rivorav1.EventOutcome_KIND_DELIVERED:
+		sum.State = rivorav1.EventState_EVENT_STATE_DELIVERED
+		sum.Attempts, sum.LastStatus = o.GetAttempt().GetNumber(), o.GetAttempt().GetStatusCode()
+	case rivorav1.EventOutcome_KIND_DEAD:
+		sum.State = rivorav1.EventState_EVENT_STATE_DEAD
+		sum.Attempts, sum.LastStatus, sum.LastError = o.GetAttempts(), o.GetLastStatus(), o.GetLastError()
+		sum.DeadReason = o.GetDeadReason()
+	}
+	return sum
+}
+
+// ResendEvent delivers a delivered or dead-lettered event again: the
+// delivered event from the history, a dead one from the dead-letter
+// archive, re-ingested at the tail of its lane with its own event id and
+// marked resent; audited (event.resend).
+//
+// A resend is stored once per way the event ended: its dedup id names the
+// event and the time it was delivered or died (for a dead letter, the
+// same id a replay of it uses), so two operators resending it at once, or
+// a retry after a lost answer, send it once (AlreadyExists for the
+// other) within the ingest dedup window.
+func (s *eventService) ResendEvent(ctx context.Context, req *connect.Request[rivorav1.ResendEventRequest]) (*connect.Response[rivorav1.ResendEventResponse], error) {
+	id, reason := req.Msg.GetEventId(), strings.TrimSpace(req.Msg.GetReason())
+	if err := lanes.ValidateEventID("event_id", id); err != nil {
+		return nil, errkind.Tag(errkind.Invalid, err)
+	}
+	if reason == "" {
+		return nil, errkind.Errorf(errkind.Invalid, "reason is required: say why the event is sent again (it goes to the audit log)")
+	}
+	if loc, pending := s.sched.Find(id); pending {
+		return nil, errkind.Errorf(errkind.Precondition, "event %s is still pending in lane %s (%d ahead of it); it will be delivered, there is nothing to resend", id, loc.Lane, loc.Ahead)
+	}
+	found, err := s.resendable(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	// Only the owner of its partition knows whether it is pending again.
+	if _, err := s.ownedDestination(found.event.GetDestinationId()); err != nil {
+		return nil, err
+	}
+	resent, duplicate, err := s.gateway.Resend(ctx, found.event, found.dedupID)
+	if err != nil {
+		return nil, err
+	}
+	if duplicate {
+		return nil, errkind.Errorf(errkind.Exists, "event %s (%s at %s) was already resent; see `rivoractl events get %s`", id, stateWord(found.was), found.endedAt.UTC().Format(time.RFC3339Nano), id)
+	}
+	// Stored: the audit entry is written even if the caller hangs up.
+	ctx = context.WithoutCancel(ctx)
+	resp := &rivorav1.ResendEventResponse{
+		EventId: id, DestinationId: resent.GetDestinationId(), CustomerId: resent.GetCustomerId(), LaneKey: resent.GetLaneKey(), Was: found.was,
+	}
+	err = s.upstream.Audit(ctx, &rivorav1.AuditEntry{
+		Action: "event.resend", DestinationId: resent.GetDestinationId(), Reason: reason,
+		Detail: fmt.Sprintf("resent event %s (%s, type %s) to customer %s lane %s", id, stateWord(found.was), resent.GetType(), resent.GetCustomerId(), resent.GetLaneKey()),
+	})
+	if err != nil {
+		// Resent: saying so matters more than the audit's failure. Not
+		// Unavailable, which invites a retry.
+		return nil, errkind.Errorf(internal, "event %s was resent (do not resend it again), but: %w", id, err)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// resendFound is what a resend sends: the event as it was delivered or
+// died, how it ended, when, and the dedup id that makes the resend of that
+// ending happen once.
+type resendFound struct {
+	event   *rivorav1.Event
+	was     rivorav1.EventState
+	endedAt time.Time
+	dedupID string
+}
+
+// resendable finds what to send again: the event as last delivered (the
+// history keeps it) or as it died (the dead-letter archive).
+func (s *eventService) resendable(ctx context.Context, id string) (resendFound, error) {
+	outcomes, err := s.history.Lookup(ctx, id)
+	if err != nil {
+		return resendFound{}, errkind.Tag(errkind.Unavailable, err)
+	}
+	var f resendFound
+	for _, o := range outcomes {
+		switch o.GetKind() {
+		case rivorav1.EventOutcome_KIND_DELIVERED:
+			f.was, f.endedAt = rivorav1.EventState_EVENT_STATE_DELIVERED, o.GetAttempt().GetAt().AsTime()
+		case rivorav1.EventOutcome_KIND_DEAD:
+			f.was = rivorav1.EventState_EVENT_STATE_DEAD
+		}
+	}
+	switch f.was {
+	case rivorav1.EventState_EVENT_STATE_DELIVERED:
+		ev, err := s.history.Body(ctx, id)
+		if err != nil {
+			return f, errkind.Tag(errkind.Unavailable, err)
+		}
+		if ev == nil {
+			return f, errkind.Errorf(errkind.NotFound, "event %s was delivered, but its body is no longer in the history (expired, or delivered by a version that did not keep it)", id)
+		}
+		f.event, f.dedupID = ev, fmt.Sprintf("resend:%s:%d", id, f.endedAt.UnixNano())
+		return f, nil
+	case rivorav1.EventState_EVENT_STATE_DEAD:
+		dl, err := s.deadLetters.GetDeadLetter(ctx, connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: id, DestinationId: outcomes[0].GetDestinationId()}))
+		if connect.CodeOf(err) == connect.CodeNotFound || errors.Is(err, errkind.NotFound) {
+			return f, errkind.Errorf(errkind.Unavailable, "event %s is dead but its dead letter is not in the archive yet; retry in a few seconds", id)
+		}
+		if err != nil {
+			return f, err
+		}
+		d := dl.Msg.GetDeadLetter()
+		f.event, f.endedAt = d.GetEvent(), d.GetDeadAt().AsTime()
+		f.dedupID = ingest.ReplayDedupID(d)
+		return f, nil
+	}
+	return f, fmt.Errorf("event %s: %w as delivered or dead here (never accepted, still moving into its lane, or its history expired); see `rivoractl events get %s`", id, errkind.NotFound, id)
+}
+
+func stateWord(st rivorav1.EventState) string {
+	switch st {
+	case rivorav1.EventState_EVENT_STATE_DELIVERED:
+		return "was delivered"
+	case rivorav1.EventState_EVENT_STATE_DEAD:
+		return "was dead"
+	}
+	return st.String()
+}

@@ -1,0 +1,118 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/partitions"
+	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/internal/errkind"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// partitionService implements rivora.v1.PartitionService for the control
+// plane. Whatever fails, it answers Unavailable: the control plane asks
+// another agent, or again.
+type partitionService struct {
+	*server
+}
+
+func (s *partitionService) CountPending(_ context.Context, req *connect.Request[rivorav1.CountPendingRequest]) (*connect.Response[rivorav1.CountPendingResponse], error) {
+	return connect.NewResponse(&rivorav1.CountPendingResponse{Pending: int64(s.sched.Pending(req.Msg.GetDestinationId()))}), nil
+}
+
+func (s *partitionService) ArchivePending(ctx context.Context, req *connect.Request[rivorav1.ArchivePendingRequest]) (*connect.Response[rivorav1.ArchivePendingResponse], error) {
+	n, err := s.parts.ArchivePending(ctx, req.Msg.GetDestinationId())
+	if err != nil {
+		return nil, errkind.Tag(errkind.Unavailable, err)
+	}
+	return connect.NewResponse(&rivorav1.ArchivePendingResponse{Archived: n}), nil
+}
+
+func (s *partitionService) GetHealth(_ context.Context, req *connect.Request[rivorav1.GetHealthRequest]) (*connect.Response[rivorav1.GetHealthResponse], error) {
+	h := Health(s.sched, s.parts, req.Msg.GetDestinationId(), req.Msg.GetRateHistory())
+	return connect.NewResponse(&rivorav1.GetHealthResponse{Destinations: h}), nil
+}
+
+// Health reports destinations' budgets and backlogs ("" = all), with
+// their rate history when withRates.
+func Health(sched *scheduler.Scheduler, parts *partitions.Set, destinationID string, withRates bool) []*rivorav1.DestinationHealth {
+	var out []*rivorav1.DestinationHealth
+	for _, snap := range sched.Snapshot(destinationID) {
+		if !snap.Configured && snap.Pending == 0 {
+			continue
+		}
+		h := healthToProto(snap)
+		if withRates {
+			rates, transitions := sched.RateHistory(snap.ID)
+			h.RateHistory = rateHistoryToProto(rates)
+			for _, t := range transitions {
+				h.Transitions = append(h.Transitions, &rivorav1.HealthTransition{At: timestamppb.New(t.At), From: t.From.String(), To: t.To.String(), Cause: t.Cause})
+			}
+		}
+		if part := parts.OfDestination(snap.ID); part != nil {
+			h.UnarchivedDeadLetters = int64(part.Unarchived(snap.ID))
+			h.ArchivedDeadLetters = part.Archived(snap.ID)
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+func healthToProto(s scheduler.DestinationSnapshot) *rivorav1.DestinationHealth {
+	h := &rivorav1.DestinationHealth{
+		DestinationId:  s.ID,
+		State:          s.State.String(),
+		ConfiguredRate: s.ConfiguredRate,
+		CurrentRate:    s.CurrentRate,
+		LearnedRate:    s.LearnedRate,
+		Tokens:         s.Tokens,
+		InFlight:       int32(s.InFlight),
+		MaxInFlight:    int32(s.MaxInFlight),
+		PendingEvents:  int64(s.Pending),
+		PriorityClass:  destinations.ClassToProto(s.Class),
+	}
+	if !s.Configured {
+		h.State = "unconfigured"
+	}
+	for _, c := range s.Customers {
+		h.Customers = append(h.Customers, &rivorav1.CustomerBacklog{
+			CustomerId: c.ID, Weight: c.Weight, DueLanes: int64(c.DueLanes), WaitingLanes: int64(c.WaitingLanes),
+			InFlight: int64(c.InFlight), PendingEvents: int64(c.Pending),
+		})
+	}
+	for _, st := range s.LastStatuses {
+		h.LastStatuses = append(h.LastStatuses, int32(st))
+	}
+	if t := s.LastTransition; t != nil {
+		h.LastTransition = &rivorav1.HealthTransition{At: timestamppb.New(t.At), From: t.From.String(), To: t.To.String(), Cause: t.Cause}
+	}
+	if !s.HoldUntil.IsZero() && s.HoldUntil.After(time.Now()) {
+		h.HoldUntil = timestamppb.New(s.HoldUntil)
+	}
+	if !s.OldestPending.IsZero() {
+		h.OldestPendingAge = durationpb.New(max(time.Since(s.OldestPending), 0).Round(time.Millisecond))
+	}
+	h.AttemptsLastMinute = int64(s.LastMinuteAttempts)
+	if s.LastMinuteAttempts > 0 {
+		h.ThrottledShare = float64(s.LastMinuteThrottled) / float64(s.LastMinuteAttempts)
+		h.ServerErrorShare = float64(s.LastMinuteServerErrors) / float64(s.LastMinuteAttempts)
+	}
+	return h
+}
+
+func rateHistoryToProto(samples []scheduler.RateSample) []*rivorav1.RateSample {
+	out := make([]*rivorav1.RateSample, len(samples))
+	for i, s := range samples {
+		out[i] = &rivorav1.RateSample{
+			Start: timestamppb.New(s.Start), ConfiguredRate: s.ConfiguredRate, CurrentRate: s.CurrentRate,
+			Attempts: int32(s.Attempts), Delivered: int32(s.Delivered), Throttled: int32(s.Throttled), ServerErrors: int32(s.ServerErrors),
+		}
+	}
+	return out
+}

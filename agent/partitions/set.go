@@ -1,0 +1,192 @@
+// Package partitions is the set of partitions this agent is assigned: it
+// takes their locks, opens them (owner.Open), runs them and hands them
+// off, and it is where the rest of the agent finds an open partition
+// (ingest's local append, delivery, the operators' calls). It owns the
+// cell's partition count, the lifecycle of every partition here
+// (lifecycle.go decides, the loops of own.go act) and their goroutines.
+package partitions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rivora/rivora/agent/owner"
+	"github.com/rivora/rivora/agent/ownership"
+	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/agent/upstream"
+	"github.com/rivora/rivora/lanes"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// Config is what the set needs.
+type Config struct {
+	// Name is the agent's, in its reports to the control plane.
+	Name string
+	// Deps open a partition (owner.Open); Deps.Scheduler is the agent's.
+	Deps   owner.Deps
+	Locker ownership.Locker
+	// Upstream is told which partitions this agent holds.
+	Upstream *upstream.Planes
+	// Configure configures again the destinations of partition p in the
+	// scheduler once it opened (dropping a partition from the scheduler
+	// forgets them).
+	Configure func(p int)
+	Log       *slog.Logger
+}
+
+// Set is the partitions this agent is assigned. Run runs its loops;
+// Shutdown hands off what still runs once the agent drained.
+type Set struct {
+	cfg    Config
+	log    *slog.Logger
+	locker ownership.Locker
+	deps   owner.Deps
+	sched  *scheduler.Scheduler
+
+	// states is the lifecycle of the partitions assigned here;
+	// lockLoop, openLoop, the partitions' run goroutines and their
+	// handoffs act on its decisions (own.go).
+	states *lifecycle
+	// running holds the partitions' run goroutines and handoffs:
+	// Shutdown waits for them.
+	running sync.WaitGroup
+	// count is the cell's partition count (0 until the first config).
+	count atomic.Int32
+	// ready: every partition assigned here ran once the first config
+	// came (see Ready).
+	ready atomic.Bool
+}
+
+// New returns the set, empty until Assign.
+func New(cfg Config) *Set {
+	return &Set{
+		cfg: cfg, log: cfg.Log, locker: cfg.Locker, deps: cfg.Deps, sched: cfg.Deps.Scheduler,
+		states: newLifecycle(),
+	}
+}
+
+// Run takes and gives back locks, opens the partitions whose lock is held
+// here and tells the control plane which ones it holds, until ctx ends.
+// The partitions it opened keep running after it returns, until
+// Shutdown.
+func (s *Set) Run(ctx context.Context) error {
+	var loops sync.WaitGroup
+	loops.Go(func() { s.lockLoop(ctx) })
+	loops.Go(func() { s.openLoop(ctx) })
+	loops.Go(func() { s.reportOwned(ctx) })
+	<-ctx.Done()
+	s.ready.Store(false)
+	loops.Wait()
+	s.ready.Store(false)
+	return nil
+}
+
+// Shutdown hands off every partition still running (attempts in flight
+// finish, the partition flushes, its lock is released) and waits for
+// every goroutine of the set's partitions. The agent calls it once Run
+// returned and its workers stopped.
+func (s *Set) Shutdown() {
+	for _, run := range s.states.stop() {
+		s.handOff(run)
+	}
+	s.running.Wait()
+}
+
+// FixCount records the cell's partition count from the control plane's
+// config. Partitions are fixed for a cell: a count other than the one
+// already fixed is an error.
+func (s *Set) FixCount(n int) error {
+	if n <= 0 {
+		return fmt.Errorf("partition_count %d", n)
+	}
+	if have := int(s.count.Load()); have != 0 && have != n {
+		return fmt.Errorf("the control plane says %d partitions but this agent's data uses %d; partitions are fixed for a cell", n, have)
+	}
+	s.count.Store(int32(n))
+	return nil
+}
+
+// Count is the cell's partition count (0 until the first config).
+func (s *Set) Count() int { return int(s.count.Load()) }
+
+// Assign makes want the set of partitions assigned here. Opening rebuilds
+// from the store, which takes seconds for a large backlog: Run's loops do
+// it beside the caller. Withdrawn partitions that run are handed off.
+func (s *Set) Assign(want map[int]bool) {
+	for _, run := range s.states.assign(want) {
+		s.log.Info("partition reassigned; handing it off", "partition", run.p)
+		s.handOff(run)
+	}
+}
+
+// Ready reports whether every partition assigned here ran once since the
+// first config came, and Run has not ended.
+func (s *Set) Ready() bool { return s.ready.Load() }
+
+// Broken describes the partitions assigned here that do not run because
+// they failed (their store did not open, or a write failed and they are
+// being reopened), lowest first; empty when none is.
+func (s *Set) Broken() []string { return s.states.broken() }
+
+// Partition returns partition p while it runs here, else nil.
+func (s *Set) Partition(p int) *owner.Partition {
+	if run := s.states.run(p); run != nil {
+		return run.part
+	}
+	return nil
+}
+
+// OfDestination returns the partition of a destination while it runs
+// here, else nil (and nil before the first config).
+func (s *Set) OfDestination(destinationID string) *owner.Partition {
+	n := s.Count()
+	if n == 0 {
+		return nil
+	}
+	return s.Partition(lanes.Partition(destinationID, n))
+}
+
+// Attempting returns partition p while it runs here and counts an attempt
+// in flight on it, so a handoff waits for it: call done once its outcome
+// is recorded. ok is false (and nothing counted) when p does not run here.
+func (s *Set) Attempting(p int) (part *owner.Partition, done func(), ok bool) {
+	run, ok := s.states.attempting(p)
+	if !ok {
+		return nil, nil, false
+	}
+	return run.part, run.inFlight.Done, true
+}
+
+// AppendLocal stores events of a partition this agent owns straight into
+// its lanes (the ingest gateway's fast path, ingest.LocalStore); owned is
+// false when it does not own p, or the partition is being released.
+func (s *Set) AppendLocal(ctx context.Context, p int, events []*rivorav1.Event, data [][]byte, msgIDs []string) ([]bool, bool, error) {
+	part := s.Partition(p)
+	if part == nil {
+		return nil, false, nil
+	}
+	items := make([]owner.Item, len(events))
+	for i := range events {
+		items[i] = owner.Item{Event: events[i], Data: data[i], MsgID: msgIDs[i]}
+	}
+	dups, err := part.Append(ctx, items)
+	if errors.Is(err, owner.ErrNotOwned) && len(dups) == 0 {
+		return nil, false, nil
+	}
+	return dups, true, err
+}
+
+// ArchivePending dead-letters a destination's pending events (reason
+// "deleted") and returns how many; 0 when its partition is not here.
+func (s *Set) ArchivePending(ctx context.Context, destinationID string) (int64, error) {
+	part := s.OfDestination(destinationID)
+	if part == nil {
+		return 0, nil
+	}
+	archived, err := part.ArchiveDestination(ctx, destinationID)
+	return int64(archived), err
+}

@@ -1,0 +1,105 @@
+// Package upstream is the agent's way to the control plane: which of
+// several control planes it follows now (the one that leads), clients for
+// the agent's own calls with the cell token, and the audit entries of the
+// operator actions the agent carries out. It owns the choice of control
+// plane; it starts no goroutine.
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/rivora/rivora/internal/auth"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+)
+
+// Planes are the control planes an agent follows.
+type Planes struct {
+	urls      []string
+	keys      *auth.Keys
+	transport http.RoundTripper
+	// index picks the followed control plane among several.
+	index atomic.Uint32
+}
+
+// New follows the control planes of urls ("url,url,…"), calling them with
+// keys' cell token through transport (nil = http.DefaultTransport).
+func New(urls string, keys *auth.Keys, transport http.RoundTripper) *Planes {
+	return &Planes{urls: split(urls), keys: keys, transport: transport}
+}
+
+// split splits a comma-separated URL list ("url,url,…").
+func split(urls string) []string {
+	var out []string
+	for _, u := range strings.Split(urls, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	if len(out) == 0 {
+		return []string{""}
+	}
+	return out
+}
+
+// Count is how many control planes there are.
+func (p *Planes) Count() int { return len(p.urls) }
+
+// URL is the control plane the agent follows now.
+func (p *Planes) URL() string {
+	return p.urls[int(p.index.Load())%len(p.urls)]
+}
+
+// Next moves on from failed, unless another caller did already.
+func (p *Planes) Next(failed string) {
+	i := p.index.Load()
+	if p.urls[int(i)%len(p.urls)] == failed {
+		p.index.CompareAndSwap(i, i+1)
+	}
+}
+
+// HTTPClient is a client for calls to the control plane, through the
+// transport; timeout 0 is none (streams).
+func (p *Planes) HTTPClient(timeout time.Duration) *http.Client {
+	return &http.Client{Transport: p.transport, Timeout: timeout}
+}
+
+// Client is a client of the control plane at url for the agent's own
+// calls, which the cell token opens.
+func (p *Planes) Client(httpClient *http.Client, url string) rivorav1connect.AgentServiceClient {
+	return rivorav1connect.NewAgentServiceClient(httpClient, url, connect.WithInterceptors(auth.Bearer(p.keys.Cell().String())))
+}
+
+// Audit appends an operator action this agent carried out (lane.skip,
+// event.resend, deadletters.replay) to the control plane's audit log, its
+// author the caller of ctx's call (its token's name and id, whatever e
+// says). It tries each known control plane once, so a follower or a down
+// one does not lose the entry while another serves; the error says the
+// action happened but is not audited.
+func (p *Planes) Audit(ctx context.Context, e *rivorav1.AuditEntry) error {
+	e.Author, e.TokenId = auth.Author(ctx, "unknown")
+	// Bounds each call that records an operator action.
+	httpClient := p.HTTPClient(5 * time.Second)
+	var errs []error
+	for range p.urls {
+		url := p.URL()
+		_, err := p.Client(httpClient, url).RecordAudit(ctx, connect.NewRequest(&rivorav1.RecordAuditRequest{Entry: e}))
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", url, err))
+		if connect.CodeOf(err) != connect.CodeUnavailable {
+			break
+		}
+		p.Next(url)
+	}
+	return fmt.Errorf("%s done, but not audited: %w", e.GetAction(), errors.Join(errs...))
+}
