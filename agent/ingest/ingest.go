@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"mime"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -49,6 +48,10 @@ type Config struct {
 	// owns: events of those partitions go straight into their lanes, one
 	// write instead of INGEST then a move (nil: everything into INGEST).
 	Local LocalStore
+	// Partitions (nil: none known yet, every publish refused Unavailable)
+	// is the cell's partition count, which the agent's partition set owns:
+	// 0 until the control plane's first config.
+	Partitions PartitionCount
 }
 
 // Defaults.
@@ -72,15 +75,29 @@ type Gateway struct {
 	cfg   Config
 	now   func() time.Time
 	newID func() (string, error)
-	// partitions is the cell's partition count, known once the control
+	// partitions is the cell's partition count (Config.Partitions), known once the control
 	// plane's first config arrived (0 before: ingest answers Unavailable).
-	partitions atomic.Int32
+	partitions PartitionCount
 	local      LocalStore
 	claims     *claims
 }
 
-// SetPartitions sets the cell's partition count.
-func (g *Gateway) SetPartitions(n int) { g.partitions.Store(int32(n)) }
+// PartitionCount tells the cell's partition count: 0 until it is known.
+type PartitionCount interface{ Count() int }
+
+// FixedCount is a partition count known from the start (tests, tools).
+type FixedCount int
+
+// Count is n.
+func (n FixedCount) Count() int { return int(n) }
+
+// count is the cell's partition count, 0 while unknown.
+func (g *Gateway) count() int {
+	if g.partitions == nil {
+		return 0
+	}
+	return g.partitions.Count()
+}
 
 var errNoConfig = errkind.Errorf(errkind.Unavailable, "this agent has no configuration from the control plane yet; retry shortly")
 
@@ -116,7 +133,7 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 		return nil, err
 	}
 	log.Info("ingest ready", "stream", lanes.IngestStream, "dedup_window", cfg.DedupWindow, "max_payload", cfg.MaxPayload)
-	return &Gateway{js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, claims: claims}, nil
+	return &Gateway{js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims}, nil
 }
 
 func newEventID() (string, error) {
@@ -129,7 +146,7 @@ func newEventID() (string, error) {
 
 // Publish accepts one event.
 func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.PublishRequest]) (_ *connect.Response[rivorav1.PublishResponse], err error) {
-	if g.partitions.Load() == 0 {
+	if g.count() == 0 {
 		return nil, errNoConfig
 	}
 	ctx, tr := startIngest(ctx, req.Header())
@@ -165,7 +182,7 @@ func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.Pub
 
 // PublishBatch accepts many events: all are validated before any is stored.
 func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav1.PublishBatchRequest]) (_ *connect.Response[rivorav1.PublishBatchResponse], err error) {
-	if g.partitions.Load() == 0 {
+	if g.count() == 0 {
 		return nil, errNoConfig
 	}
 	ctx, tr := startIngest(ctx, req.Header())
@@ -389,7 +406,7 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode event: %w", err)
 	}
-	p := &prepared{partition: lanes.Partition(dest, int(g.partitions.Load())), event: ev, data: data, msgID: id}
+	p := &prepared{partition: lanes.Partition(dest, g.count()), event: ev, data: data, msgID: id}
 	if key != "" {
 		p.key, p.fingerprint = key, fingerprint(ev)
 	}
@@ -403,7 +420,7 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
 // the dedup window) while a replay is never mistaken for the original.
 // It returns how many were stored and how many were already there.
 func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (stored, duplicates int, err error) {
-	n := int(g.partitions.Load())
+	n := g.count()
 	if n == 0 {
 		return 0, 0, errNoConfig
 	}
@@ -452,7 +469,7 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 // taken for the original); a resend whose dedupID was stored within the
 // dedup window is not stored again, and duplicate says so.
 func (g *Gateway) Resend(ctx context.Context, original *rivorav1.Event, dedupID string) (ev *rivorav1.Event, duplicate bool, err error) {
-	n := int(g.partitions.Load())
+	n := g.count()
 	if n == 0 {
 		return nil, false, errNoConfig
 	}

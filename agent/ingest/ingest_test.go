@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,11 +81,10 @@ func newFixture(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	gw, err := ingest.New(ctx, srv.JetStream(), reg, ingest.Config{MaxPayload: maxPayload, MaxBatch: 50}, slog.New(slog.DiscardHandler))
+	gw, err := ingest.New(ctx, srv.JetStream(), reg, ingest.Config{MaxPayload: maxPayload, MaxBatch: 50, Partitions: ingest.FixedCount(partitions)}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("ingest.New: %v", err)
 	}
-	gw.SetPartitions(partitions)
 	st, err := srv.JetStream().Stream(ctx, lanes.IngestStream)
 	if err != nil {
 		t.Fatalf("INGEST stream: %v", err)
@@ -95,11 +95,10 @@ func newFixture(t testing.TB) *fixture {
 // withLocal is another gateway on f's server whose local store is local.
 func (f *fixture) withLocal(t testing.TB, local ingest.LocalStore) gateway {
 	t.Helper()
-	gw, err := ingest.New(context.Background(), f.srv.JetStream(), f.reg, ingest.Config{MaxPayload: maxPayload, MaxBatch: 50, Local: local}, slog.New(slog.DiscardHandler))
+	gw, err := ingest.New(context.Background(), f.srv.JetStream(), f.reg, ingest.Config{MaxPayload: maxPayload, MaxBatch: 50, Local: local, Partitions: ingest.FixedCount(partitions)}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("ingest.New: %v", err)
 	}
-	gw.SetPartitions(partitions)
 	return gateway{gw}
 }
 
@@ -288,7 +287,8 @@ func TestPublishBeforeConfig(t *testing.T) {
 	if _, err := reg.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/", Secret: secret}}); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := ingest.New(context.Background(), srv.JetStream(), reg, ingest.Config{}, slog.New(slog.DiscardHandler))
+	var count laterCount
+	raw, err := ingest.New(context.Background(), srv.JetStream(), reg, ingest.Config{Partitions: &count}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestPublishBeforeConfig(t *testing.T) {
 	if n := f.msgs(t); n != 0 {
 		t.Fatalf("INGEST holds %d messages", n)
 	}
-	gw.SetPartitions(partitions)
+	count.n.Store(partitions)
 	if _, err := publish(f, valid()); err != nil {
 		t.Fatalf("Publish after config: %v", err)
 	}
@@ -706,3 +706,9 @@ func TestIdempotencyKeyFreeAfterAFailedStore(t *testing.T) {
 		t.Fatalf("INGEST holds %d events, want the 2 retries", n)
 	}
 }
+
+// laterCount is a partition count that becomes known later, as the
+// control plane's first config makes it.
+type laterCount struct{ n atomic.Int32 }
+
+func (c *laterCount) Count() int { return int(c.n.Load()) }
