@@ -115,7 +115,6 @@ func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 	if err := a.parts.FixCount(n); err != nil {
 		return err
 	}
-	a.gateway.SetPartitions(n)
 	if msg.GetSnapshot() || msg.GetTokensChanged() {
 		// A revoked token is refused from here on.
 		a.cfg.Keys.SetTokens(msg.GetTokens())

@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 
 	"connectrpc.com/connect"
 
@@ -64,7 +63,7 @@ func (h *adminHandler) DeleteDestination(ctx context.Context, req *connect.Reque
 
 func (h *adminHandler) GetDestinationHealth(ctx context.Context, req *connect.Request[rivorav1.GetDestinationHealthRequest]) (*connect.Response[rivorav1.GetDestinationHealthResponse], error) {
 	if req.Msg.GetRateHistory() && req.Msg.GetDestinationId() == "" {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("rate_history is for one destination: name it in destination_id (15 minutes of every destination would be a very large answer)"))
+		return nil, errorf(ErrInvalid, "rate_history is for one destination: name it in destination_id (15 minutes of every destination would be a very large answer)")
 	}
 	health, err := h.cp.destinationHealth(ctx, req.Msg.GetDestinationId(), req.Msg.GetRateHistory())
 	if err != nil {

@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"fmt"
 
 	"connectrpc.com/connect"
 
@@ -26,7 +25,7 @@ func (h *adminHandler) SetLimitsOverride(ctx context.Context, req *connect.Reque
 		}
 		pending, err := h.cp.agents.pending(ctx, m.GetDestinationId())
 		if err != nil {
-			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("count the pending events of %q for the projected drain time: %w; retry", m.GetDestinationId(), err))
+			return nil, errorf(ErrUnavailable, "count the pending events of %q for the projected drain time: %w; retry", m.GetDestinationId(), err)
 		}
 		return connect.NewResponse(&rivorav1.SetLimitsOverrideResponse{
 			Limits: view, DryRun: true, PendingEvents: pending, ProjectedDrainTime: drainTime(pending, view.GetEffective().GetRatePerSecond()),

@@ -2,12 +2,12 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/errkind"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -35,7 +35,7 @@ func (h *tokenHandler) ListTokens(ctx context.Context, req *connect.Request[rivo
 func (h *tokenHandler) WhoAmI(ctx context.Context, _ *connect.Request[rivorav1.WhoAmIRequest]) (*connect.Response[rivorav1.WhoAmIResponse], error) {
 	p := auth.FromContext(ctx)
 	if p == nil {
-		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("no token on this call"))
+		return nil, errorf(errkind.Unauthenticated, "no token on this call")
 	}
 	for _, t := range h.cp.tokens() {
 		if t.GetId() == p.TokenID {

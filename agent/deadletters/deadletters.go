@@ -1,14 +1,13 @@
 // Package deadletters serves the archive (tier 3) to people: list, show and
 // count dead letters, and replay them through ingest with a checkpoint so
-// an interrupted replay resumes where it stopped.
+// an interrupted replay resumes where it stopped. The replay itself is an
+// engine (Replay: filter, pacing, checkpoints, progress) that knows nothing
+// of Connect; the Service's handlers map requests to it and return errors
+// tagged with their kind (internal/errkind).
 package deadletters
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -17,13 +16,13 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/archive"
+	"github.com/rivora/rivora/agent/clock"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/bounds"
-	"github.com/rivora/rivora/internal/rates"
+	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -33,12 +32,12 @@ type Reingester interface {
 	Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (stored, duplicates int, err error)
 }
 
-// Service implements rivora.v1.ArchiveService.
+// Service implements rivora.v1.ArchiveService: list, show and count
+// answered here, replay by its engine (Replay).
 type Service struct {
-	archive     archive.Archive
-	ingest      Reingester
-	checkpoints jetstream.KeyValue
-	log         *slog.Logger
+	archive archive.Archive
+	replay  *Replay
+	log     *slog.Logger
 	// audit records a replay in the audit log, its author the caller of
 	// ctx's call (nil: not recorded).
 	audit func(ctx context.Context, e *rivorav1.AuditEntry) error
@@ -61,13 +60,13 @@ func New(ctx context.Context, js jetstream.JetStream, arch archive.Archive, inge
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", CheckpointBucket, err)
 	}
-	return &Service{archive: arch, ingest: ingest, checkpoints: kv, log: log, audit: audit}, nil
+	return &Service{archive: arch, replay: NewReplay(arch, ingest, kv, clock.Real{}, log), log: log, audit: audit}, nil
 }
 
 // checkFilter validates a filter like every other request naming a
 // destination, customer or lane (lanes.ValidateID, ValidateLaneKey):
 // the ids become archive key prefixes, so "../" must never reach the
-// archive. Its error is InvalidArgument.
+// archive. Its error is errkind.Invalid.
 func checkFilter(f *rivorav1.DeadLetterFilter) error {
 	var err error
 	if f.GetDestinationId() != "" {
@@ -92,10 +91,7 @@ func checkFilter(f *rivorav1.DeadLetterFilter) error {
 	if err == nil && f.GetSince() != nil && f.GetUntil() != nil && !f.GetSince().AsTime().Before(f.GetUntil().AsTime()) {
 		err = fmt.Errorf("filter.since (%s) must be before filter.until (%s)", f.GetSince().AsTime().Format(time.RFC3339), f.GetUntil().AsTime().Format(time.RFC3339))
 	}
-	if err != nil {
-		return connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	return nil
+	return errkind.Tag(errkind.Invalid, err)
 }
 
 // matches reports whether a dead letter passes a filter.
@@ -118,24 +114,24 @@ func matches(f *rivorav1.DeadLetterFilter, dl *rivorav1.DeadLetter) bool {
 	return true
 }
 
-// objects lists the archive objects that may hold matches, in lane order.
+// objects lists the objects of arch that may hold matches, in lane order.
 // Object keys carry the hour their dead letters died in, so a time filter
-// skips whole hours.
-func (s *Service) objects(ctx context.Context, f *rivorav1.DeadLetterFilter) ([]string, error) {
+// skips whole hours (up to the hour after now).
+func objects(ctx context.Context, arch archive.Archive, f *rivorav1.DeadLetterFilter, now time.Time) ([]string, error) {
 	prefixes := []string{archive.Prefix}
 	if d := f.GetDestinationId(); d != "" {
 		prefixes = []string{archive.DestinationPrefix(d)}
 		if f.GetSince() != nil {
-			if hours := hourPrefixes(d, f.GetSince().AsTime(), time.Now()); hours != nil {
+			if hours := hourPrefixes(d, f.GetSince().AsTime(), now); hours != nil {
 				prefixes = hours
 			}
 		}
 	}
 	var keys []string
 	for _, prefix := range prefixes {
-		k, err := s.archive.List(ctx, prefix)
+		k, err := arch.List(ctx, prefix)
 		if err != nil {
-			return nil, connect.NewError(connect.CodeUnavailable, err)
+			return nil, errkind.Tag(errkind.Unavailable, err)
 		}
 		keys = append(keys, k...)
 	}
@@ -197,7 +193,7 @@ func (s *Service) ListDeadLetters(ctx context.Context, req *connect.Request[rivo
 	if limit <= 0 || limit > bounds.DeadLetterList {
 		limit = bounds.DeadLetterList
 	}
-	keys, err := s.objects(ctx, f)
+	keys, err := objects(ctx, s.archive, f, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +201,7 @@ func (s *Service) ListDeadLetters(ctx context.Context, req *connect.Request[rivo
 	for _, k := range keys {
 		dls, err := s.archive.Get(ctx, k)
 		if err != nil {
-			return nil, connect.NewError(connect.CodeUnavailable, err)
+			return nil, errkind.Tag(errkind.Unavailable, err)
 		}
 		for _, dl := range dls {
 			if !matches(f, dl) {
@@ -225,16 +221,16 @@ func (s *Service) ListDeadLetters(ctx context.Context, req *connect.Request[rivo
 func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivorav1.GetDeadLetterRequest]) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
 	id := req.Msg.GetEventId()
 	if id == "" {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("event_id is empty"))
+		return nil, errkind.Errorf(errkind.Invalid, "event_id is empty")
 	}
 	if err := lanes.ValidateEventID("event_id", id); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+		return nil, errkind.Tag(errkind.Invalid, err)
 	}
 	filter := &rivorav1.DeadLetterFilter{DestinationId: req.Msg.GetDestinationId()}
 	if err := checkFilter(filter); err != nil {
 		return nil, err
 	}
-	keys, err := s.objects(ctx, filter)
+	keys, err := objects(ctx, s.archive, filter, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +238,7 @@ func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivora
 	for _, k := range keys {
 		dls, err := s.archive.Get(ctx, k)
 		if err != nil {
-			return nil, connect.NewError(connect.CodeUnavailable, err)
+			return nil, errkind.Tag(errkind.Unavailable, err)
 		}
 		for _, dl := range dls {
 			// The latest death wins (an event replayed and dead again).
@@ -263,7 +259,7 @@ func (s *Service) DeadLetterStats(ctx context.Context, req *connect.Request[rivo
 	if err := checkFilter(f); err != nil {
 		return nil, err
 	}
-	keys, err := s.objects(ctx, f)
+	keys, err := objects(ctx, s.archive, f, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +267,7 @@ func (s *Service) DeadLetterStats(ctx context.Context, req *connect.Request[rivo
 	for _, k := range keys {
 		dls, err := s.archive.Get(ctx, k)
 		if err != nil {
-			return nil, connect.NewError(connect.CodeUnavailable, err)
+			return nil, errkind.Tag(errkind.Unavailable, err)
 		}
 		for _, dl := range dls {
 			if matches(f, dl) {
@@ -329,181 +325,45 @@ func (c *counter) list() []*rivorav1.DeadLetterCount {
 	return out
 }
 
-// checkpoint is where a replay got to: objects fully replayed, and within
-// the current object how many lines.
-type checkpoint struct {
-	Done    map[string]bool `json:"done"`
-	Current string          `json:"current,omitempty"`
-	Line    int             `json:"line,omitempty"`
-}
-
-// checkpointKey names a replay by its filter.
-func checkpointKey(f *rivorav1.DeadLetterFilter) string {
-	canon, _ := protojson.MarshalOptions{UseProtoNames: true}.Marshal(f)
-	sum := sha256.Sum256(canon)
-	return hex.EncodeToString(sum[:16])
-}
-
-func (s *Service) loadCheckpoint(ctx context.Context, key string) (*checkpoint, error) {
-	cp := &checkpoint{Done: map[string]bool{}}
-	entry, err := s.checkpoints.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return cp, nil
+// Replay re-ingests matching dead letters in archive order (lane order):
+// the engine (Replay.Run) replays, this sends its progress on the stream.
+// A replay that began (not a dry run) is audited however it ends.
+func (s *Service) Replay(ctx context.Context, req *connect.Request[rivorav1.ReplayRequest], stream *connect.ServerStream[rivorav1.ReplayResponse]) error {
+	m := req.Msg
+	r := ReplayRequest{Filter: m.GetFilter(), Rate: m.RatePerSecond, DryRun: m.GetDryRun(), Restart: m.GetRestart()}
+	began := false
+	end, err := s.replay.Run(ctx, r, func(p Progress) error {
+		if err := stream.Send(progressMessage(p)); err != nil {
+			return err
+		}
+		began = !r.DryRun
+		return nil
+	})
+	if began {
+		err = s.audited(ctx, r, end, err)
 	}
-	if err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(entry.Value(), cp); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", key, err)
-	}
-	if cp.Done == nil {
-		cp.Done = map[string]bool{}
-	}
-	return cp, nil
-}
-
-func (s *Service) saveCheckpoint(ctx context.Context, key string, cp *checkpoint) error {
-	data, err := json.Marshal(cp)
-	if err != nil {
-		return err
-	}
-	_, err = s.checkpoints.Put(ctx, key, data)
 	return err
 }
 
-// Replay re-ingests matching dead letters in archive order (lane order).
-func (s *Service) Replay(ctx context.Context, req *connect.Request[rivorav1.ReplayRequest], stream *connect.ServerStream[rivorav1.ReplayResponse]) (err error) {
-	f := req.Msg.GetFilter()
-	if f.GetDestinationId() == "" {
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("replay needs a destination"))
+func progressMessage(p Progress) *rivorav1.ReplayResponse {
+	return &rivorav1.ReplayResponse{
+		Total: p.Total, Replayed: p.Replayed, Skipped: p.Skipped, RatePerSecond: p.RatePerSecond,
+		Counts: p.Counts, Done: p.Done,
 	}
-	if err := checkFilter(f); err != nil {
-		return err
-	}
-	// Unset: as fast as ingest takes them. A rate given must be a real one.
-	// A replay's rate has the bounds of a destination's (rates): under
-	// 1e-10 the pacer's wait overflowed (unpaced), just above it stalled
-	// for years.
-	if r := req.Msg.GetRatePerSecond(); req.Msg.RatePerSecond != nil && !rates.Valid(r) {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("rate must be %s (unset: as fast as ingest takes them), got %v", rates.Bound(), r))
-	}
-	keys, err := s.objects(ctx, f)
-	if err != nil {
-		return err
-	}
-	cpKey := checkpointKey(f)
-	cp := &checkpoint{Done: map[string]bool{}}
-	if !req.Msg.GetRestart() {
-		if cp, err = s.loadCheckpoint(ctx, cpKey); err != nil {
-			return connect.NewError(connect.CodeUnavailable, err)
-		}
-	}
-
-	// First pass: count (and, for a dry run, group) what matches.
-	counts := newCounter()
-	progress := &rivorav1.ReplayResponse{}
-	for _, k := range keys {
-		dls, err := s.archive.Get(ctx, k)
-		if err != nil {
-			return connect.NewError(connect.CodeUnavailable, err)
-		}
-		for i, dl := range dls {
-			if !matches(f, dl) {
-				continue
-			}
-			progress.Total++
-			if cp.Done[k] || (k == cp.Current && i < cp.Line) {
-				progress.Skipped++
-				continue
-			}
-			counts.add(dl, false)
-		}
-	}
-	if req.Msg.GetDryRun() {
-		progress.Counts = counts.list()
-		progress.Done = true
-		return stream.Send(progress)
-	}
-	if err := stream.Send(progress); err != nil {
-		return err
-	}
-	defer func() { err = s.audited(ctx, req.Msg, progress, err) }()
-
-	pace := newPacer(req.Msg.GetRatePerSecond())
-	start := time.Now()
-	lastReport := time.Now()
-	report := func(force bool) error {
-		if !force && time.Since(lastReport) < 200*time.Millisecond {
-			return nil
-		}
-		lastReport = time.Now()
-		if secs := time.Since(start).Seconds(); secs > 0 {
-			progress.RatePerSecond = float64(progress.Replayed) / secs
-		}
-		return stream.Send(progress)
-	}
-	for _, k := range keys {
-		if cp.Done[k] {
-			continue
-		}
-		dls, err := s.archive.Get(ctx, k)
-		if err != nil {
-			return connect.NewError(connect.CodeUnavailable, err)
-		}
-		first := 0
-		if k == cp.Current {
-			first = cp.Line
-		}
-		for i := first; i < len(dls); {
-			batch := make([]*rivorav1.DeadLetter, 0, pace.batch())
-			end := i
-			for ; end < len(dls) && len(batch) < cap(batch); end++ {
-				if matches(f, dls[end]) {
-					batch = append(batch, dls[end])
-				}
-			}
-			if err := pace.wait(ctx, len(batch)); err != nil {
-				return s.stop(ctx, cpKey, cp, err)
-			}
-			stored, dups, err := s.ingest.Reingest(ctx, batch)
-			progress.Replayed += int64(stored)
-			progress.Skipped += int64(dups)
-			if err != nil {
-				return s.stop(ctx, cpKey, cp, err)
-			}
-			i = end
-			cp.Current, cp.Line = k, i
-			if err := s.saveCheckpoint(ctx, cpKey, cp); err != nil {
-				return connect.NewError(connect.CodeUnavailable, fmt.Errorf("save replay checkpoint: %w", err))
-			}
-			if err := report(false); err != nil {
-				return err
-			}
-		}
-		cp.Done[k] = true
-		cp.Current, cp.Line = "", 0
-		if err := s.saveCheckpoint(ctx, cpKey, cp); err != nil {
-			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("save replay checkpoint: %w", err))
-		}
-	}
-	progress.Done = true
-	progress.Counts = counts.list()
-	s.log.Info("replay finished", "destination", f.GetDestinationId(), "replayed", progress.Replayed, "skipped", progress.Skipped)
-	return report(true)
 }
 
 // audited records a replay that began, however it ended (err), and
 // returns err — or, when the replay itself succeeded, why it is not
 // audited. An interrupted replay is recorded too: its caller is gone, so
 // the record is made outside the call's cancellation.
-func (s *Service) audited(ctx context.Context, m *rivorav1.ReplayRequest, progress *rivorav1.ReplayResponse, err error) error {
+func (s *Service) audited(ctx context.Context, r ReplayRequest, progress Progress, err error) error {
 	if s.audit == nil {
 		return err
 	}
-	f := m.GetFilter()
-	detail := fmt.Sprintf("%d of %d matching dead letters replayed (%d skipped)", progress.GetReplayed(), progress.GetTotal(), progress.GetSkipped())
+	f := r.Filter
+	detail := fmt.Sprintf("%d of %d matching dead letters replayed (%d skipped)", progress.Replayed, progress.Total, progress.Skipped)
 	if err != nil {
-		detail += "; stopped: " + connect.CodeOf(err).String()
+		detail += "; stopped: " + errkind.CodeOf(err).String()
 	}
 	var scope []string
 	for _, kv := range [][2]string{{"customer", f.GetCustomerId()}, {"lane", f.GetLaneKey()}} {
@@ -517,8 +377,8 @@ func (s *Service) audited(ctx context.Context, m *rivorav1.ReplayRequest, progre
 	if f.GetUntil() != nil {
 		scope = append(scope, "until "+f.GetUntil().AsTime().UTC().Format(time.RFC3339))
 	}
-	if m.RatePerSecond != nil {
-		scope = append(scope, fmt.Sprintf("at %g/s", m.GetRatePerSecond()))
+	if r.Rate != nil {
+		scope = append(scope, fmt.Sprintf("at %g/s", *r.Rate))
 	}
 	if len(scope) > 0 {
 		detail += " (" + strings.Join(scope, ", ") + ")"
@@ -529,59 +389,8 @@ func (s *Service) audited(ctx context.Context, m *rivorav1.ReplayRequest, progre
 	if aerr != nil {
 		s.log.Warn("replay not audited", "destination", f.GetDestinationId(), "err", aerr)
 		if err == nil {
-			return connect.NewError(connect.CodeUnavailable, aerr)
+			return errkind.Tag(errkind.Unavailable, aerr)
 		}
 	}
 	return err
-}
-
-// stop ends an interrupted replay; the checkpoint already says where.
-func (s *Service) stop(ctx context.Context, key string, cp *checkpoint, err error) error {
-	if ctx.Err() != nil {
-		s.log.Info("replay interrupted; a re-run resumes", "checkpoint", key, "object", cp.Current, "line", cp.Line)
-		return connect.NewError(connect.CodeCanceled, errors.New("replay interrupted; run it again to resume"))
-	}
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		return ce
-	}
-	return connect.NewError(connect.CodeUnavailable, err)
-}
-
-// pacer spreads re-ingest over time at a rate (0: unpaced).
-type pacer struct {
-	rate float64
-	next time.Time
-}
-
-// newPacer paces at rate, held within rates (Replay checked it): the
-// wait for n events is then at most 500/rates.Min seconds, far from
-// overflowing a time.Duration.
-func newPacer(rate float64) *pacer {
-	if rate != 0 { // 0: unpaced
-		rate = rates.Clamp(rate)
-	}
-	return &pacer{rate: rate, next: time.Now()}
-}
-
-func (p *pacer) batch() int {
-	if p.rate <= 0 {
-		return 500
-	}
-	return int(min(500, max(1, p.rate/10)))
-}
-
-func (p *pacer) wait(ctx context.Context, n int) error {
-	if p.rate <= 0 || n == 0 {
-		return ctx.Err()
-	}
-	if d := time.Until(p.next); d > 0 {
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	p.next = time.Now().Add(time.Duration(float64(n) / p.rate * float64(time.Second)))
-	return nil
 }

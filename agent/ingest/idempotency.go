@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rivora/rivora/internal/errkind"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -30,7 +30,7 @@ var reservedKeyPrefixes = []string{"replay:", "resend:"}
 // event's fingerprint under the event id (derived from the key and its
 // scope); a later publish with the key and the same fingerprint is the
 // same event (stored once: the streams dedupe on the event id), one with
-// another fingerprint is refused with AlreadyExists.
+// another fingerprint is refused (errkind.Exists: AlreadyExists).
 //
 // The record is written before the event is stored, so of two racing
 // publishes with one key and different payloads exactly one can win. A
@@ -81,7 +81,7 @@ type claim struct {
 }
 
 // check records the fingerprints of the keyed events of batch, or checks
-// them against those recorded. It answers AlreadyExists, naming the first
+// them against those recorded. It answers errkind.Exists, naming the first
 // event whose key was used for something else; what it recorded is then
 // released, and so it is when the caller's store fails (release).
 func (c *claims) check(ctx context.Context, batch []*prepared) (claimed, error) {
@@ -199,7 +199,7 @@ func conflictError(p *prepared, i int, inBatch bool) error {
 	if inBatch {
 		msg = fmt.Sprintf("events[%d]: %s (nothing in this batch was stored)", i, msg)
 	}
-	return connect.NewError(connect.CodeAlreadyExists, errors.New(msg))
+	return errkind.Tag(errkind.Exists, errors.New(msg))
 }
 
 func isWrongLastSequence(err error) bool {

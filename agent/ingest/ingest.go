@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"mime"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -26,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/internal/tracing"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -48,6 +48,10 @@ type Config struct {
 	// owns: events of those partitions go straight into their lanes, one
 	// write instead of INGEST then a move (nil: everything into INGEST).
 	Local LocalStore
+	// Partitions (nil: none known yet, every publish refused Unavailable)
+	// is the cell's partition count, which the agent's partition set owns:
+	// 0 until the control plane's first config.
+	Partitions PartitionCount
 }
 
 // Defaults.
@@ -71,17 +75,31 @@ type Gateway struct {
 	cfg   Config
 	now   func() time.Time
 	newID func() (string, error)
-	// partitions is the cell's partition count, known once the control
+	// partitions is the cell's partition count (Config.Partitions), known once the control
 	// plane's first config arrived (0 before: ingest answers Unavailable).
-	partitions atomic.Int32
+	partitions PartitionCount
 	local      LocalStore
 	claims     *claims
 }
 
-// SetPartitions sets the cell's partition count.
-func (g *Gateway) SetPartitions(n int) { g.partitions.Store(int32(n)) }
+// PartitionCount tells the cell's partition count: 0 until it is known.
+type PartitionCount interface{ Count() int }
 
-var errNoConfig = connect.NewError(connect.CodeUnavailable, errors.New("this agent has no configuration from the control plane yet; retry shortly"))
+// FixedCount is a partition count known from the start (tests, tools).
+type FixedCount int
+
+// Count is n.
+func (n FixedCount) Count() int { return int(n) }
+
+// count is the cell's partition count, 0 while unknown.
+func (g *Gateway) count() int {
+	if g.partitions == nil {
+		return 0
+	}
+	return g.partitions.Count()
+}
+
+var errNoConfig = errkind.Errorf(errkind.Unavailable, "this agent has no configuration from the control plane yet; retry shortly")
 
 // New creates (or updates) the INGEST stream and returns the gateway.
 func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry, cfg Config, log *slog.Logger) (*Gateway, error) {
@@ -115,7 +133,7 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 		return nil, err
 	}
 	log.Info("ingest ready", "stream", lanes.IngestStream, "dedup_window", cfg.DedupWindow, "max_payload", cfg.MaxPayload)
-	return &Gateway{js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, claims: claims}, nil
+	return &Gateway{js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims}, nil
 }
 
 func newEventID() (string, error) {
@@ -128,7 +146,7 @@ func newEventID() (string, error) {
 
 // Publish accepts one event.
 func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.PublishRequest]) (_ *connect.Response[rivorav1.PublishResponse], err error) {
-	if g.partitions.Load() == 0 {
+	if g.count() == 0 {
 		return nil, errNoConfig
 	}
 	ctx, tr := startIngest(ctx, req.Header())
@@ -139,7 +157,7 @@ func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.Pub
 	}
 	if err != nil {
 		accepted.WithLabelValues("invalid").Inc()
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+		return nil, errkind.Tag(errkind.Invalid, err)
 	}
 	tr.annotateEvent(ev)
 	claimed, err := g.claims.check(ctx, []*prepared{ev})
@@ -164,17 +182,17 @@ func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.Pub
 
 // PublishBatch accepts many events: all are validated before any is stored.
 func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav1.PublishBatchRequest]) (_ *connect.Response[rivorav1.PublishBatchResponse], err error) {
-	if g.partitions.Load() == 0 {
+	if g.count() == 0 {
 		return nil, errNoConfig
 	}
 	ctx, tr := startIngest(ctx, req.Header())
 	defer func() { tr.end(err) }()
 	events := req.Msg.GetEvents()
 	if len(events) == 0 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("events is empty"))
+		return nil, errkind.Errorf(errkind.Invalid, "events is empty")
 	}
 	if len(events) > g.cfg.MaxBatch {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("batch has %d events; the limit is %d", len(events), g.cfg.MaxBatch))
+		return nil, errkind.Errorf(errkind.Invalid, "batch has %d events; the limit is %d", len(events), g.cfg.MaxBatch)
 	}
 	batch := make([]*prepared, len(events))
 	ids := make([]string, len(events))
@@ -185,7 +203,7 @@ func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav
 		}
 		if err != nil {
 			accepted.WithLabelValues("invalid").Add(float64(len(events)))
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("events[%d]: %w (nothing in this batch was stored)", i, err))
+			return nil, errkind.Errorf(errkind.Invalid, "events[%d]: %w (nothing in this batch was stored)", i, err)
 		}
 		batch[i], ids[i] = p, p.event.GetEventId()
 	}
@@ -296,10 +314,10 @@ func (g *Gateway) storeGroup(ctx context.Context, batch []*prepared, idx []int, 
 	return nil
 }
 
-// claimError is the answer when the idempotency check refused a batch or
-// could not run.
+// claimError is the answer when the idempotency check refused a batch
+// (errkind.Exists) or could not run.
 func claimError(ctx context.Context, err error) error {
-	if connect.CodeOf(err) == connect.CodeAlreadyExists {
+	if errors.Is(err, errkind.Exists) {
 		accepted.WithLabelValues("conflict").Inc()
 		return err
 	}
@@ -307,20 +325,22 @@ func claimError(ctx context.Context, err error) error {
 	return storeError(ctx, err)
 }
 
+// storeError is the answer when a store failed: Deadline when the call
+// ran out of time (or its caller left), else Unavailable (retry).
 func storeError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("store event: %w", err))
+		return errkind.Errorf(errkind.Deadline, "store event: %w", err)
 	}
-	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store event: %w; retry with the same idempotency key", err))
+	return errkind.Errorf(errkind.Unavailable, "store event: %w; retry with the same idempotency key", err)
 }
 
 // resendStoreError is storeError for a resend: retrying it is safe (its
 // dedup id makes a second store a duplicate), so it says that instead.
 func resendStoreError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("store the resent event: %w", err))
+		return errkind.Errorf(errkind.Deadline, "store the resent event: %w", err)
 	}
-	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("store the resent event: %w; resending again is safe (it is stored once)", err))
+	return errkind.Errorf(errkind.Unavailable, "store the resent event: %w; resending again is safe (it is stored once)", err)
 }
 
 // prepare validates and encodes one event.
@@ -386,7 +406,7 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode event: %w", err)
 	}
-	p := &prepared{partition: lanes.Partition(dest, int(g.partitions.Load())), event: ev, data: data, msgID: id}
+	p := &prepared{partition: lanes.Partition(dest, g.count()), event: ev, data: data, msgID: id}
 	if key != "" {
 		p.key, p.fingerprint = key, fingerprint(ev)
 	}
@@ -400,7 +420,7 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
 // the dedup window) while a replay is never mistaken for the original.
 // It returns how many were stored and how many were already there.
 func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (stored, duplicates int, err error) {
-	n := int(g.partitions.Load())
+	n := g.count()
 	if n == 0 {
 		return 0, 0, errNoConfig
 	}
@@ -409,7 +429,7 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 	for _, dl := range dls {
 		ev := proto.Clone(dl.GetEvent()).(*rivorav1.Event)
 		if _, ok := g.reg.Get(ev.GetDestinationId()); !ok {
-			return 0, 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("destination %q is not registered; create it before replaying its dead letters", ev.GetDestinationId()))
+			return 0, 0, errkind.Errorf(errkind.Precondition, "destination %q is not registered; create it before replaying its dead letters", ev.GetDestinationId())
 		}
 		ev.Replayed = true
 		ev.AcceptedAt = now
@@ -449,13 +469,13 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 // taken for the original); a resend whose dedupID was stored within the
 // dedup window is not stored again, and duplicate says so.
 func (g *Gateway) Resend(ctx context.Context, original *rivorav1.Event, dedupID string) (ev *rivorav1.Event, duplicate bool, err error) {
-	n := int(g.partitions.Load())
+	n := g.count()
 	if n == 0 {
 		return nil, false, errNoConfig
 	}
 	ev = proto.Clone(original).(*rivorav1.Event)
 	if _, ok := g.reg.Get(ev.GetDestinationId()); !ok {
-		return nil, false, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("destination %q is not registered; create it before resending its events", ev.GetDestinationId()))
+		return nil, false, errkind.Errorf(errkind.Precondition, "destination %q is not registered; create it before resending its events", ev.GetDestinationId())
 	}
 	ev.Resent, ev.Replayed = true, false
 	ev.AcceptedAt = timestamppb.New(g.now())

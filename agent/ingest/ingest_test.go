@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/agent/natsd"
+	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/eventid"
@@ -32,9 +34,34 @@ const (
 
 type fixture struct {
 	srv *natsd.Server
-	gw  *ingest.Gateway
+	gw  gateway
 	st  jetstream.Stream
 	reg *destinations.Registry
+}
+
+// gateway is the ingest gateway as its callers see it: its errors
+// through errkind's mapping, as the agent's interceptor answers them
+// (Connect codes and messages).
+type gateway struct{ *ingest.Gateway }
+
+func (g gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.PublishRequest]) (*connect.Response[rivorav1.PublishResponse], error) {
+	resp, err := g.Gateway.Publish(ctx, req)
+	return resp, errkind.AsConnect(err)
+}
+
+func (g gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav1.PublishBatchRequest]) (*connect.Response[rivorav1.PublishBatchResponse], error) {
+	resp, err := g.Gateway.PublishBatch(ctx, req)
+	return resp, errkind.AsConnect(err)
+}
+
+func (g gateway) Resend(ctx context.Context, original *rivorav1.Event, dedupID string) (*rivorav1.Event, bool, error) {
+	ev, dup, err := g.Gateway.Resend(ctx, original, dedupID)
+	return ev, dup, errkind.AsConnect(err)
+}
+
+func (g gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (stored, duplicates int, err error) {
+	stored, duplicates, err = g.Gateway.Reingest(ctx, dls)
+	return stored, duplicates, errkind.AsConnect(err)
 }
 
 // newFixture starts an embedded NATS server and a gateway that knows the
@@ -54,27 +81,25 @@ func newFixture(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	gw, err := ingest.New(ctx, srv.JetStream(), reg, ingest.Config{MaxPayload: maxPayload, MaxBatch: 50}, slog.New(slog.DiscardHandler))
+	gw, err := ingest.New(ctx, srv.JetStream(), reg, ingest.Config{MaxPayload: maxPayload, MaxBatch: 50, Partitions: ingest.FixedCount(partitions)}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("ingest.New: %v", err)
 	}
-	gw.SetPartitions(partitions)
 	st, err := srv.JetStream().Stream(ctx, lanes.IngestStream)
 	if err != nil {
 		t.Fatalf("INGEST stream: %v", err)
 	}
-	return &fixture{srv: srv, gw: gw, st: st, reg: reg}
+	return &fixture{srv: srv, gw: gateway{gw}, st: st, reg: reg}
 }
 
 // withLocal is another gateway on f's server whose local store is local.
-func (f *fixture) withLocal(t testing.TB, local ingest.LocalStore) *ingest.Gateway {
+func (f *fixture) withLocal(t testing.TB, local ingest.LocalStore) gateway {
 	t.Helper()
-	gw, err := ingest.New(context.Background(), f.srv.JetStream(), f.reg, ingest.Config{MaxPayload: maxPayload, MaxBatch: 50, Local: local}, slog.New(slog.DiscardHandler))
+	gw, err := ingest.New(context.Background(), f.srv.JetStream(), f.reg, ingest.Config{MaxPayload: maxPayload, MaxBatch: 50, Local: local, Partitions: ingest.FixedCount(partitions)}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("ingest.New: %v", err)
 	}
-	gw.SetPartitions(partitions)
-	return gw
+	return gateway{gw}
 }
 
 func valid() *rivorav1.PublishRequest {
@@ -262,10 +287,12 @@ func TestPublishBeforeConfig(t *testing.T) {
 	if _, err := reg.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/", Secret: secret}}); err != nil {
 		t.Fatal(err)
 	}
-	gw, err := ingest.New(context.Background(), srv.JetStream(), reg, ingest.Config{}, slog.New(slog.DiscardHandler))
+	var count laterCount
+	raw, err := ingest.New(context.Background(), srv.JetStream(), reg, ingest.Config{Partitions: &count}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
+	gw := gateway{raw}
 	f := &fixture{srv: srv, gw: gw}
 	if f.st, err = srv.JetStream().Stream(context.Background(), lanes.IngestStream); err != nil {
 		t.Fatal(err)
@@ -281,7 +308,7 @@ func TestPublishBeforeConfig(t *testing.T) {
 	if n := f.msgs(t); n != 0 {
 		t.Fatalf("INGEST holds %d messages", n)
 	}
-	gw.SetPartitions(partitions)
+	count.n.Store(partitions)
 	if _, err := publish(f, valid()); err != nil {
 		t.Fatalf("Publish after config: %v", err)
 	}
@@ -679,3 +706,9 @@ func TestIdempotencyKeyFreeAfterAFailedStore(t *testing.T) {
 		t.Fatalf("INGEST holds %d events, want the 2 retries", n)
 	}
 }
+
+// laterCount is a partition count that becomes known later, as the
+// control plane's first config makes it.
+type laterCount struct{ n atomic.Int32 }
+
+func (c *laterCount) Count() int { return int(c.n.Load()) }

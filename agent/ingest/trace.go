@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/internal/tracing"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -128,9 +129,10 @@ func endSpan(span trace.Span, err error) {
 	span.End()
 }
 
-// end ends the ingest span with the Publish's error.
+// end ends the ingest span with the Publish's error, as its caller reads
+// it (code and message: errkind's mapping, which the interceptor applies).
 func (t *ingestTrace) end(err error) {
 	if t != nil {
-		endSpan(t.span, err)
+		endSpan(t.span, errkind.AsConnect(err))
 	}
 }

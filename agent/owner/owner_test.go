@@ -92,10 +92,9 @@ func open(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Dest
 		t.Fatal(err)
 	}
 	js := srv.JetStream()
-	if n.gw, err = ingest.New(ctx, js, n.reg, ingest.Config{}, log); err != nil {
+	if n.gw, err = ingest.New(ctx, js, n.reg, ingest.Config{Partitions: ingest.FixedCount(partitions)}, log); err != nil {
 		fail(err)
 	}
-	n.gw.SetPartitions(partitions)
 	hist, err := history.New(ctx, js, history.Config{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		fail(err)

@@ -49,6 +49,14 @@ var (
 	Aborted = New("aborted", connect.CodeAborted)
 	// Denied: the caller may not do this.
 	Denied = New("permission denied", connect.CodePermissionDenied)
+	// Unauthenticated: the call carries no valid credentials.
+	Unauthenticated = New("unauthenticated", connect.CodeUnauthenticated)
+	// Canceled: the work stopped because its caller went away; running it
+	// again resumes or retries it.
+	Canceled = New("canceled", connect.CodeCanceled)
+	// Deadline: the work did not finish within the time its caller gave
+	// it (or the caller went away first); retrying may succeed.
+	Deadline = New("deadline exceeded", connect.CodeDeadlineExceeded)
 )
 
 // kindError is an error tagged with a kind. Its message is the wrapped
@@ -109,6 +117,24 @@ func AsConnect(err error, also ...func(error) (connect.Code, bool)) error {
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	}
 	return connect.NewError(connect.CodeInternal, err)
+}
+
+// CodeOf is the Connect code AsConnect answers err with (with also), for
+// domain code that records or reports the code an error will reach the
+// client with. nil is CodeUnknown, as for connect.CodeOf.
+func CodeOf(err error, also ...func(error) (connect.Code, bool)) connect.Code {
+	return connect.CodeOf(AsConnect(err, also...))
+}
+
+// Coded reports whether err says its own code: a kind (tagged, or
+// returned as such) or a Connect error. An error that does not answers
+// Internal (or, for a context's, Canceled or DeadlineExceeded), so code
+// that knows better tags it first.
+func Coded(err error) bool {
+	var ke *kindError
+	var k *Kind
+	var ce *connect.Error
+	return errors.As(err, &ke) || errors.As(err, &k) || errors.As(err, &ce)
 }
 
 // Interceptor turns the errors handlers return into Connect errors through

@@ -1,0 +1,372 @@
+package deadletters
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/rivora/rivora/agent/archive"
+	"github.com/rivora/rivora/agent/clock"
+	"github.com/rivora/rivora/internal/errkind"
+	"github.com/rivora/rivora/internal/rates"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// Replay is the replay engine: it re-ingests the dead letters a filter
+// matches, in archive order (lane order), paced to a rate, saving a
+// checkpoint after every batch so that a re-run with the same filter
+// resumes where one stopped, and reports its progress through a callback.
+// It knows nothing of Connect: Service.Replay maps a request to it and its
+// progress onto a stream.
+type Replay struct {
+	archive     archive.Archive
+	ingest      Reingester
+	checkpoints jetstream.KeyValue
+	clock       clock.Clock
+	log         *slog.Logger
+}
+
+// NewReplay returns an engine that reads arch, re-ingests through ingest
+// and keeps its checkpoints in the checkpoints bucket (CheckpointBucket);
+// clk paces it and times its progress reports.
+func NewReplay(arch archive.Archive, ingest Reingester, checkpoints jetstream.KeyValue, clk clock.Clock, log *slog.Logger) *Replay {
+	return &Replay{archive: arch, ingest: ingest, checkpoints: checkpoints, clock: clk, log: log}
+}
+
+// ReplayRequest says what to replay, and how.
+type ReplayRequest struct {
+	// Filter selects the dead letters; it must name a destination.
+	Filter *rivorav1.DeadLetterFilter
+	// Rate bounds re-ingest in events per second, within rates (nil: as
+	// fast as ingest takes them).
+	Rate *float64
+	// DryRun counts what would be replayed (Progress.Counts), replaying
+	// nothing.
+	DryRun bool
+	// Restart ignores the checkpoint of an earlier run with the filter.
+	Restart bool
+}
+
+// Progress is where a replay is.
+type Progress struct {
+	// Total is how many dead letters match (known before the first is
+	// re-ingested).
+	Total int64
+	// Replayed were re-accepted by this run.
+	Replayed int64
+	// Skipped were re-accepted by an earlier run (checkpoint) or were
+	// already present (duplicate).
+	Skipped int64
+	// RatePerSecond is this run's replay rate so far.
+	RatePerSecond float64
+	// Counts, per destination and customer, come with a dry run's answer
+	// and with Done.
+	Counts []*rivorav1.DeadLetterCount
+	Done   bool
+}
+
+// reportEvery spaces the progress reports while replaying.
+const reportEvery = 200 * time.Millisecond
+
+// Run replays req, calling progress with the count of what matches before
+// re-ingesting any (a dry run's only report, with Done), then every
+// reportEvery or so, and last with Done. An error progress returns stops
+// the replay. Run returns where the replay got to, and why it stopped: a
+// request that is wrong (errkind.Invalid), the archive, ingest or the
+// checkpoint bucket failing (their kind, else errkind.Unavailable), ctx
+// ending (errkind.Canceled: a re-run resumes).
+func (r *Replay) Run(ctx context.Context, req ReplayRequest, progress func(Progress) error) (Progress, error) {
+	if err := req.check(); err != nil {
+		return Progress{}, err
+	}
+	f := req.Filter
+	keys, err := objects(ctx, r.archive, f, r.clock.Now())
+	if err != nil {
+		return Progress{}, err
+	}
+	run := &replayRun{Replay: r, req: req, cpKey: checkpointKey(f), cp: newCheckpoint(), report: progress}
+	if !req.Restart {
+		if run.cp, err = r.loadCheckpoint(ctx, run.cpKey); err != nil {
+			return Progress{}, errkind.Tag(errkind.Unavailable, err)
+		}
+	}
+	counts, err := run.count(ctx, keys)
+	if err != nil {
+		return run.p, err
+	}
+	if req.DryRun {
+		run.p.Counts, run.p.Done = counts.list(), true
+		return run.p, progress(run.p)
+	}
+	if err := progress(run.p); err != nil {
+		return run.p, err
+	}
+	if err := run.replay(ctx, keys); err != nil {
+		return run.p, err
+	}
+	run.p.Done, run.p.Counts = true, counts.list()
+	r.log.Info("replay finished", "destination", f.GetDestinationId(), "replayed", run.p.Replayed, "skipped", run.p.Skipped)
+	return run.p, run.progress(true)
+}
+
+// check refuses a request that names no destination, a bad filter, or a
+// rate outside rates.
+func (req ReplayRequest) check() error {
+	if req.Filter.GetDestinationId() == "" {
+		return errkind.Errorf(errkind.Invalid, "replay needs a destination")
+	}
+	if err := checkFilter(req.Filter); err != nil {
+		return err
+	}
+	// A replay's rate has the bounds of a destination's (rates): under
+	// 1e-10 the pacer's wait overflowed (unpaced), just above it stalled
+	// for years.
+	if req.Rate != nil && !rates.Valid(*req.Rate) {
+		return errkind.Errorf(errkind.Invalid, "rate must be %s (unset: as fast as ingest takes them), got %v", rates.Bound(), *req.Rate)
+	}
+	return nil
+}
+
+// replayRun is one run of a replay: its checkpoint, progress and pace.
+type replayRun struct {
+	*Replay
+	req    ReplayRequest
+	cpKey  string
+	cp     *checkpoint
+	p      Progress
+	report func(Progress) error
+	pace   *pacer
+	// start is when re-ingest began, lastReport when progress was last
+	// reported.
+	start, lastReport time.Time
+}
+
+// count is the first pass: how many dead letters match, how many of them
+// an earlier run replayed, and the rest grouped (Progress.Counts).
+func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error) {
+	counts := newCounter()
+	for _, k := range keys {
+		dls, err := run.archive.Get(ctx, k)
+		if err != nil {
+			return nil, errkind.Tag(errkind.Unavailable, err)
+		}
+		for i, dl := range dls {
+			if !matches(run.req.Filter, dl) {
+				continue
+			}
+			run.p.Total++
+			if run.cp.done(k, i) {
+				run.p.Skipped++
+				continue
+			}
+			counts.add(dl, false)
+		}
+	}
+	return counts, nil
+}
+
+// replay is the second pass: it re-ingests what the checkpoint does not
+// say is done, object by object.
+func (run *replayRun) replay(ctx context.Context, keys []string) error {
+	var rate float64
+	if run.req.Rate != nil {
+		rate = *run.req.Rate
+	}
+	run.pace = newPacer(rate, run.clock)
+	run.start = run.clock.Now()
+	run.lastReport = run.start
+	for _, k := range keys {
+		if run.cp.Done[k] {
+			continue
+		}
+		if err := run.object(ctx, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// object re-ingests the matches of one archive object in paced batches,
+// from where the checkpoint says, saving the checkpoint after each.
+func (run *replayRun) object(ctx context.Context, k string) error {
+	dls, err := run.archive.Get(ctx, k)
+	if err != nil {
+		return errkind.Tag(errkind.Unavailable, err)
+	}
+	first := 0
+	if k == run.cp.Current {
+		first = run.cp.Line
+	}
+	for i := first; i < len(dls); {
+		batch, end := run.batch(dls, i)
+		if err := run.pace.wait(ctx, len(batch)); err != nil {
+			return run.stop(ctx, err)
+		}
+		stored, dups, err := run.ingest.Reingest(ctx, batch)
+		run.p.Replayed += int64(stored)
+		run.p.Skipped += int64(dups)
+		if err != nil {
+			return run.stop(ctx, err)
+		}
+		i = end
+		run.cp.Current, run.cp.Line = k, i
+		if err := run.save(ctx); err != nil {
+			return err
+		}
+		if err := run.progress(false); err != nil {
+			return err
+		}
+	}
+	run.cp.Done[k] = true
+	run.cp.Current, run.cp.Line = "", 0
+	return run.save(ctx)
+}
+
+// batch is the next batch of matches from dls[i:], as large as the pace
+// allows, and where the one after it starts.
+func (run *replayRun) batch(dls []*rivorav1.DeadLetter, i int) ([]*rivorav1.DeadLetter, int) {
+	batch := make([]*rivorav1.DeadLetter, 0, run.pace.batch())
+	end := i
+	for ; end < len(dls) && len(batch) < cap(batch); end++ {
+		if matches(run.req.Filter, dls[end]) {
+			batch = append(batch, dls[end])
+		}
+	}
+	return batch, end
+}
+
+// progress reports where the run is: when forced, else at most every
+// reportEvery.
+func (run *replayRun) progress(force bool) error {
+	now := run.clock.Now()
+	if !force && now.Sub(run.lastReport) < reportEvery {
+		return nil
+	}
+	run.lastReport = now
+	if secs := now.Sub(run.start).Seconds(); secs > 0 {
+		run.p.RatePerSecond = float64(run.p.Replayed) / secs
+	}
+	return run.report(run.p)
+}
+
+func (run *replayRun) save(ctx context.Context) error {
+	if err := run.saveCheckpoint(ctx, run.cpKey, run.cp); err != nil {
+		return errkind.Errorf(errkind.Unavailable, "save replay checkpoint: %w", err)
+	}
+	return nil
+}
+
+// stop ends an interrupted run; the checkpoint already says where. An
+// error of ingest keeps its kind; one without is Unavailable.
+func (run *replayRun) stop(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		run.log.Info("replay interrupted; a re-run resumes", "checkpoint", run.cpKey, "object", run.cp.Current, "line", run.cp.Line)
+		return errkind.Errorf(errkind.Canceled, "replay interrupted; run it again to resume")
+	}
+	if errkind.Coded(err) {
+		return err
+	}
+	return errkind.Tag(errkind.Unavailable, err)
+}
+
+// checkpoint is where a replay got to: objects fully replayed, and within
+// the current object how many lines.
+type checkpoint struct {
+	Done    map[string]bool `json:"done"`
+	Current string          `json:"current,omitempty"`
+	Line    int             `json:"line,omitempty"`
+}
+
+func newCheckpoint() *checkpoint { return &checkpoint{Done: map[string]bool{}} }
+
+// done reports whether line i of object k was replayed.
+func (cp *checkpoint) done(k string, i int) bool {
+	return cp.Done[k] || (k == cp.Current && i < cp.Line)
+}
+
+// checkpointKey names a replay by its filter.
+func checkpointKey(f *rivorav1.DeadLetterFilter) string {
+	canon, _ := protojson.MarshalOptions{UseProtoNames: true}.Marshal(f)
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:16])
+}
+
+func (r *Replay) loadCheckpoint(ctx context.Context, key string) (*checkpoint, error) {
+	cp := newCheckpoint()
+	entry, err := r.checkpoints.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return cp, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(entry.Value(), cp); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", key, err)
+	}
+	if cp.Done == nil {
+		cp.Done = map[string]bool{}
+	}
+	return cp, nil
+}
+
+func (r *Replay) saveCheckpoint(ctx context.Context, key string, cp *checkpoint) error {
+	data, err := json.Marshal(cp)
+	if err != nil {
+		return err
+	}
+	_, err = r.checkpoints.Put(ctx, key, data)
+	return err
+}
+
+// pacer spreads re-ingest over time at a rate (0: unpaced).
+type pacer struct {
+	rate  float64
+	clock clock.Clock
+	next  time.Time
+}
+
+// newPacer paces at rate, held within rates (Replay checked it): the
+// wait for n events is then at most 500/rates.Min seconds, far from
+// overflowing a time.Duration.
+func newPacer(rate float64, clk clock.Clock) *pacer {
+	if rate != 0 { // 0: unpaced
+		rate = rates.Clamp(rate)
+	}
+	return &pacer{rate: rate, clock: clk, next: clk.Now()}
+}
+
+// batch is how many events to re-ingest at once: a tenth of a second's
+// worth (1 to 500).
+func (p *pacer) batch() int {
+	if p.rate <= 0 {
+		return 500
+	}
+	return int(min(500, max(1, p.rate/10)))
+}
+
+// wait returns when n more events may go: once the previous batch's
+// share of time has passed.
+func (p *pacer) wait(ctx context.Context, n int) error {
+	if p.rate <= 0 || n == 0 {
+		return ctx.Err()
+	}
+	if d := p.next.Sub(p.clock.Now()); d > 0 {
+		t := p.clock.NewTimer(d)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	p.next = p.clock.Now().Add(time.Duration(float64(n) / p.rate * float64(time.Second)))
+	return nil
+}

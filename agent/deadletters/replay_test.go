@@ -1,0 +1,400 @@
+package deadletters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/agent/archive"
+	"github.com/rivora/rivora/agent/clock"
+	"github.com/rivora/rivora/agent/natsd"
+	"github.com/rivora/rivora/internal/errkind"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// The replay engine's tests: no Connect stream, a real archive directory
+// and checkpoint bucket, a recording ingest and a manual clock.
+
+// waitClock is a manual clock that says when the code under test waits
+// on it, so a test advances it exactly when and by what the code waits.
+type waitClock struct {
+	*clock.Manual
+	waits chan time.Duration
+}
+
+func (c waitClock) NewTimer(d time.Duration) clock.Timer {
+	t := c.Manual.NewTimer(d)
+	c.waits <- d
+	return t
+}
+
+// reingest records what the engine re-ingests, and when (on the clock).
+type reingest struct {
+	clock clock.Clock
+	mu    sync.Mutex
+	calls [][]string
+	at    []time.Time
+	// fail, when set, answers call n (1-based) with its error.
+	fail func(n int) error
+	// dup answers these event ids as already present.
+	dup map[string]bool
+}
+
+func (r *reingest) Reingest(_ context.Context, dls []*rivorav1.DeadLetter) (stored, duplicates int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail != nil {
+		if err := r.fail(len(r.calls) + 1); err != nil {
+			r.calls = append(r.calls, nil)
+			r.at = append(r.at, r.clock.Now())
+			return 0, 0, err
+		}
+	}
+	var ids []string
+	for _, dl := range dls {
+		ids = append(ids, dl.GetEvent().GetEventId())
+		if r.dup[dl.GetEvent().GetEventId()] {
+			duplicates++
+		} else {
+			stored++
+		}
+	}
+	r.calls = append(r.calls, ids)
+	r.at = append(r.at, r.clock.Now())
+	return stored, duplicates, nil
+}
+
+// ids are the event ids re-ingested, in order.
+func (r *reingest) ids() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Concat(r.calls...)
+}
+
+type replayRig struct {
+	arch   *archive.Dir
+	kv     jetstream.KeyValue
+	clock  waitClock
+	ingest *reingest
+	replay *Replay
+	// now is when the rig's clock starts; the dead letters died before.
+	now time.Time
+	// cancelAt, when set, is the wait of a run at which it calls cancel
+	// instead of advancing the clock (1: the first).
+	cancelAt int
+	cancel   context.CancelFunc
+}
+
+func newReplayRig(t *testing.T) *replayRig {
+	t.Helper()
+	srv, err := natsd.Start(natsd.Config{DataDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("start embedded nats: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	kv, err := srv.JetStream().CreateOrUpdateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: CheckpointBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch, err := archive.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Hour).Add(30 * time.Minute)
+	clk := waitClock{clock.NewManual(now), make(chan time.Duration)}
+	rg := &replayRig{arch: arch, kv: kv, clock: clk, ingest: &reingest{clock: clk}, now: now}
+	rg.replay = NewReplay(arch, rg.ingest, kv, clk, slog.New(slog.DiscardHandler))
+	return rg
+}
+
+// put archives dead letters as one object of partition p, dead ago
+// before the rig's now.
+func (rg *replayRig) put(t *testing.T, dest string, p int, first uint64, ago time.Duration, dls ...*rivorav1.DeadLetter) {
+	t.Helper()
+	deadAt := rg.now.Add(-ago)
+	for _, dl := range dls {
+		dl.Event.DestinationId = dest
+		dl.DeadAt = timestamppb.New(deadAt)
+	}
+	if err := rg.arch.Put(context.Background(), archive.Key(dest, deadAt, p, first, first+uint64(len(dls))-1), dls); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func dead(id, customer string, reason rivorav1.DeadReason) *rivorav1.DeadLetter {
+	return &rivorav1.DeadLetter{Event: &rivorav1.Event{EventId: id, CustomerId: customer, LaneKey: "l"}, Reason: reason}
+}
+
+// deads are n dead letters of acme, ids prefix-0 … prefix-(n-1).
+func deads(prefix string, n int) []*rivorav1.DeadLetter {
+	var out []*rivorav1.DeadLetter
+	for i := range n {
+		out = append(out, dead(fmt.Sprintf("%s-%02d", prefix, i), "acme", rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS))
+	}
+	return out
+}
+
+// run runs the engine to its end, advancing the clock by each wait, and
+// returns every progress report, where it got to and its error.
+func (rg *replayRig) run(ctx context.Context, req ReplayRequest, progress func(Progress) error) ([]Progress, Progress, error) {
+	var reports []Progress
+	type result struct {
+		p   Progress
+		err error
+	}
+	done := make(chan result)
+	go func() {
+		p, err := rg.replay.Run(ctx, req, func(p Progress) error {
+			reports = append(reports, p)
+			if progress != nil {
+				return progress(p)
+			}
+			return nil
+		})
+		done <- result{p, err}
+	}()
+	waits := 0
+	for {
+		select {
+		case d := <-rg.clock.waits:
+			if waits++; waits == rg.cancelAt {
+				rg.cancel()
+				continue
+			}
+			rg.clock.Advance(d)
+		case r := <-done:
+			return reports, r.p, r.err
+		}
+	}
+}
+
+func rate(r float64) *float64 { return &r }
+
+// The filter picks what is replayed, in archive (lane) order; what it
+// matches is counted before anything is re-ingested.
+func TestReplayFilter(t *testing.T) {
+	rg := newReplayRig(t)
+	const maxAttempts, window = rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS, rivorav1.DeadReason_DEAD_REASON_WINDOW
+	// Put out of order: the archive's key order is the replay's order.
+	rg.put(t, "orders", 1, 1, time.Hour, dead("b1", "acme", maxAttempts), dead("b2", "globex", maxAttempts))
+	rg.put(t, "orders", 0, 1, 3*time.Hour, dead("a1", "acme", maxAttempts), dead("a2", "acme", window), dead("a3", "acme", maxAttempts))
+	rg.put(t, "orders", 0, 4, time.Hour, dead("c1", "acme", maxAttempts))
+	rg.put(t, "billing", 0, 1, time.Hour, dead("x1", "acme", maxAttempts))
+	cases := []struct {
+		name   string
+		filter *rivorav1.DeadLetterFilter
+		want   []string
+	}{
+		{"destination", &rivorav1.DeadLetterFilter{DestinationId: "orders"}, []string{"a1", "a2", "a3", "c1", "b1", "b2"}},
+		{"customer and reason", &rivorav1.DeadLetterFilter{DestinationId: "orders", CustomerId: "acme", Reason: maxAttempts}, []string{"a1", "a3", "c1", "b1"}},
+		{"since", &rivorav1.DeadLetterFilter{DestinationId: "orders", Since: timestamppb.New(rg.now.Add(-2 * time.Hour))}, []string{"c1", "b1", "b2"}},
+		{"until", &rivorav1.DeadLetterFilter{DestinationId: "orders", Until: timestamppb.New(rg.now.Add(-2 * time.Hour))}, []string{"a1", "a2", "a3"}},
+		{"nothing", &rivorav1.DeadLetterFilter{DestinationId: "orders", CustomerId: "initech"}, nil},
+	}
+	for _, tc := range cases {
+		rg.ingest.calls = nil
+		reports, end, err := rg.run(context.Background(), ReplayRequest{Filter: tc.filter}, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := rg.ingest.ids(); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: re-ingested %v, want %v", tc.name, got, tc.want)
+		}
+		n := int64(len(tc.want))
+		if first := reports[0]; first.Total != n || first.Replayed != 0 || first.Done {
+			t.Errorf("%s: first report %+v, want the %d matches counted before any is re-ingested", tc.name, first, n)
+		}
+		if end.Total != n || end.Replayed != n || end.Skipped != 0 || !end.Done || reports[len(reports)-1].Replayed != n {
+			t.Errorf("%s: ended at %+v (last report %+v), want %d of %d replayed, done", tc.name, end, reports[len(reports)-1], n, n)
+		}
+	}
+}
+
+// A dry run counts what a replay would do, per destination and customer,
+// and replays nothing: the replay after it still replays everything.
+func TestReplayDryRun(t *testing.T) {
+	rg := newReplayRig(t)
+	rg.put(t, "orders", 0, 1, time.Hour, append(deads("a", 3), dead("g", "globex", rivorav1.DeadReason_DEAD_REASON_WINDOW))...)
+	reports, _, err := rg.run(context.Background(), ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}, DryRun: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reports) != 1 || !reports[0].Done || reports[0].Total != 4 || len(rg.ingest.ids()) != 0 {
+		t.Fatalf("dry run: reports %+v, re-ingested %v; want one report, done, 4 matching, nothing re-ingested", reports, rg.ingest.ids())
+	}
+	counts := map[string]int64{}
+	for _, c := range reports[0].Counts {
+		counts[c.GetDestinationId()+"/"+c.GetCustomerId()] = c.GetCount()
+	}
+	if len(counts) != 2 || counts["orders/acme"] != 3 || counts["orders/globex"] != 1 {
+		t.Errorf("dry-run counts %v, want orders/acme 3, orders/globex 1", counts)
+	}
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}}, nil); err != nil || end.Replayed != 4 {
+		t.Fatalf("replay after a dry run: %+v, %v; want all 4 replayed", end, err)
+	}
+}
+
+// A paced replay re-ingests a tenth of a second's worth at a time, each
+// batch once the previous one's share of time has passed; progress is
+// reported at most every 200 ms, with the rate so far, and at the end.
+func TestReplayPacing(t *testing.T) {
+	rg := newReplayRig(t)
+	rg.put(t, "orders", 0, 1, time.Hour, deads("a", 25)...)
+	reports, end, err := rg.run(context.Background(), ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}, Rate: rate(100)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int
+	var at []time.Duration
+	for i, c := range rg.ingest.calls {
+		sizes = append(sizes, len(c))
+		at = append(at, rg.ingest.at[i].Sub(rg.now))
+	}
+	if want := []int{10, 10, 5}; !slices.Equal(sizes, want) {
+		t.Errorf("batches of %v, want %v (a tenth of a second's worth at 100/s)", sizes, want)
+	}
+	if want := []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}; !slices.Equal(at, want) {
+		t.Errorf("batches re-ingested at %v, want %v", at, want)
+	}
+	if len(reports) != 3 {
+		t.Fatalf("%d reports %+v, want 3: the count, one at 200 ms, the end", len(reports), reports)
+	}
+	if mid := reports[1]; mid.Replayed != 25 || mid.RatePerSecond != 125 || mid.Done {
+		t.Errorf("report at 200 ms: %+v, want 25 replayed at 125/s, not done", mid)
+	}
+	if !end.Done || end.Replayed != 25 || !reports[2].Done || reports[2].Replayed != 25 {
+		t.Errorf("end %+v, last report %+v; want done, 25 replayed", end, reports[2])
+	}
+	// Unpaced: one batch per object, no wait.
+	rg.ingest.calls = nil
+	if _, _, err := rg.run(context.Background(), ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}, Restart: true}, nil); err != nil || len(rg.ingest.calls) != 1 {
+		t.Fatalf("unpaced replay: %d calls, %v; want one batch of 25", len(rg.ingest.calls), err)
+	}
+}
+
+// A replay that stops (ingest fails, the caller leaves) keeps its
+// checkpoint: a re-run with the same filter resumes after what was
+// re-ingested, counting the rest as skipped, and re-ingests nothing twice.
+// Restart ignores the checkpoint.
+func TestReplayResumesFromCheckpoint(t *testing.T) {
+	rg := newReplayRig(t)
+	rg.put(t, "orders", 0, 1, 2*time.Hour, deads("a", 3)...)
+	rg.put(t, "orders", 0, 4, time.Hour, deads("b", 3)...)
+	orders := &rivorav1.DeadLetterFilter{DestinationId: "orders"}
+	rg.ingest.fail = func(n int) error {
+		if n == 2 {
+			return errors.New("INGEST stream unreachable")
+		}
+		return nil
+	}
+	_, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders}, nil)
+	if !errors.Is(err, errkind.Unavailable) || end.Replayed != 3 {
+		t.Fatalf("replay with ingest failing on the second object: %+v, %v; want 3 replayed, then Unavailable", end, err)
+	}
+	// An ingest error with a kind keeps it.
+	rg.ingest.fail = func(int) error { return errkind.Errorf(errkind.Precondition, "destination not registered") }
+	if _, _, err := rg.run(context.Background(), ReplayRequest{Filter: orders}, nil); errkind.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("ingest refusing: %v, want its failed_precondition", err)
+	}
+	rg.ingest.fail = nil
+	reports, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first := reports[0]; first.Total != 6 || first.Skipped != 3 {
+		t.Errorf("resumed replay's first report %+v, want 6 matching, 3 skipped (the first run's)", first)
+	}
+	if want := []string{"a-00", "a-01", "a-02", "b-00", "b-01", "b-02"}; !slices.Equal(rg.ingest.ids(), want) || end.Replayed != 3 || end.Skipped != 3 {
+		t.Errorf("re-ingested %v over the runs (ended %+v), want each once: %v", rg.ingest.ids(), end, want)
+	}
+	// Done: a re-run replays nothing; Restart replays everything again.
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders}, nil); err != nil || end.Replayed != 0 || end.Skipped != 6 {
+		t.Errorf("re-run of a finished replay: %+v, %v; want nothing replayed, 6 skipped", end, err)
+	}
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders, Restart: true}, nil); err != nil || end.Replayed != 6 {
+		t.Errorf("restart: %+v, %v; want 6 replayed", end, err)
+	}
+	// Another filter has its own checkpoint.
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders", CustomerId: "acme"}}, nil); err != nil || end.Replayed != 6 {
+		t.Errorf("another filter: %+v, %v; want 6 replayed", end, err)
+	}
+}
+
+// Within an object, the checkpoint is per batch: a paced replay whose
+// caller leaves mid-object resumes at the next line; its error is
+// Canceled, saying how to resume. Duplicates count as skipped.
+func TestReplayInterruptedResumesMidObject(t *testing.T) {
+	rg := newReplayRig(t)
+	rg.put(t, "orders", 0, 1, time.Hour, deads("a", 5)...)
+	req := ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}, Rate: rate(10)}
+	ctx, cancel := context.WithCancel(context.Background())
+	rg.cancelAt, rg.cancel = 2, cancel // the caller leaves while the third batch waits its turn
+	_, end, err := rg.run(ctx, req, nil)
+	if !errors.Is(err, errkind.Canceled) || err.Error() != "replay interrupted; run it again to resume" || end.Replayed != 2 {
+		t.Fatalf("interrupted replay: %+v, %v; want 2 replayed, then Canceled saying to run it again", end, err)
+	}
+	rg.cancelAt = 0
+	rg.ingest.dup = map[string]bool{"a-03": true}
+	reports, end, err := rg.run(context.Background(), req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reports[0].Skipped != 2 || end.Replayed != 2 || end.Skipped != 3 {
+		t.Errorf("resumed: first report %+v, end %+v; want 2 skipped first, then 2 replayed and 3 skipped (a-03 a duplicate)", reports[0], end)
+	}
+	if want := []string{"a-00", "a-01", "a-02", "a-03", "a-04"}; !slices.Equal(rg.ingest.ids(), want) {
+		t.Errorf("re-ingested %v, want %v", rg.ingest.ids(), want)
+	}
+}
+
+// An error from the progress callback (the stream is gone) stops the
+// replay; what it re-ingested is checkpointed.
+func TestReplayProgressErrorStops(t *testing.T) {
+	rg := newReplayRig(t)
+	rg.put(t, "orders", 0, 1, 2*time.Hour, deads("a", 3)...)
+	orders := &rivorav1.DeadLetterFilter{DestinationId: "orders"}
+	errGone := errors.New("stream gone")
+	if _, _, err := rg.run(context.Background(), ReplayRequest{Filter: orders}, func(Progress) error { return errGone }); !errors.Is(err, errGone) || len(rg.ingest.calls) != 0 {
+		t.Fatalf("first report failing: %v after %d re-ingests; want the callback's error, nothing re-ingested", err, len(rg.ingest.calls))
+	}
+	if _, _, err := rg.run(context.Background(), ReplayRequest{Filter: orders}, func(p Progress) error {
+		if p.Done {
+			return errGone
+		}
+		return nil
+	}); !errors.Is(err, errGone) {
+		t.Fatalf("last report failing: %v, want the callback's error", err)
+	}
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders}, nil); err != nil || end.Replayed != 0 || end.Skipped != 3 {
+		t.Errorf("after a run whose last report failed: %+v, %v; want all 3 skipped (checkpointed)", end, err)
+	}
+}
+
+// A request the engine cannot run is Invalid, and re-ingests nothing.
+func TestReplayRefusesBadRequests(t *testing.T) {
+	rg := newReplayRig(t)
+	rg.put(t, "orders", 0, 1, time.Hour, deads("a", 2)...)
+	for name, req := range map[string]ReplayRequest{
+		"no destination":    {Filter: &rivorav1.DeadLetterFilter{CustomerId: "acme"}},
+		"bad destination":   {Filter: &rivorav1.DeadLetterFilter{DestinationId: "../x"}},
+		"rate 0":            {Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}, Rate: rate(0)},
+		"rate under Min":    {Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}, Rate: rate(1e-10)},
+		"since after until": {Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders", Since: timestamppb.New(rg.now), Until: timestamppb.New(rg.now.Add(-time.Hour))}},
+	} {
+		if _, _, err := rg.run(context.Background(), req, nil); !errors.Is(err, errkind.Invalid) {
+			t.Errorf("%s: %v, want Invalid", name, err)
+		}
+	}
+	if n := len(rg.ingest.ids()); n != 0 {
+		t.Errorf("%d dead letters re-ingested by refused requests", n)
+	}
+}
