@@ -195,7 +195,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	if cfg.ConsulURL != "" {
-		if a.locker, err = ownership.NewConsul(ctx, ownership.ConsulConfig{URL: cfg.ConsulURL, Agent: cfg.Name, TTL: cfg.SessionTTL, LockDelay: cfg.LockDelay}, base.With("component", "ownership")); err != nil {
+		if a.locker, err = ownership.NewConsul(ownership.ConsulConfig{URL: cfg.ConsulURL, Agent: cfg.Name, TTL: cfg.SessionTTL, LockDelay: cfg.LockDelay}, base.With("component", "ownership")); err != nil {
 			return fail(err)
 		}
 	} else {
@@ -282,6 +282,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	lockerCtx, stopLocker := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLocker()
 	locker.Go(func() { _ = a.locker.Run(lockerCtx) })
+	// The follower announces the session and the partition set takes
+	// leases with it: both start once it exists, its TTL running from
+	// here, not from New (which may take a while in a fresh cell).
+	select {
+	case <-a.locker.Ready():
+	case <-ctx.Done():
+	}
 	var work, loops sync.WaitGroup
 	work.Go(func() { _ = a.sched.Run(ctx) })
 	for range a.cfg.Workers {

@@ -55,13 +55,16 @@ type Consul struct {
 	log    *slog.Logger
 
 	mu      sync.Mutex
-	session *consullock.Session
+	session *consullock.Session // nil until Run created the first
+	ready   chan struct{}       // closed once the first session exists
 	changed chan struct{}
 }
 
-// NewConsul creates the agent's session (retrying until Consul answers or
-// ctx ends); Run keeps it renewed.
-func NewConsul(ctx context.Context, cfg ConsulConfig, log *slog.Logger) (*Consul, error) {
+// NewConsul is the agent's Consul locker. Run creates its session
+// (retrying until Consul answers) and keeps it renewed: the session's TTL
+// runs from the moment Run can renew it, however long the agent took to
+// start.
+func NewConsul(cfg ConsulConfig, log *slog.Logger) (*Consul, error) {
 	if cfg.TTL <= 0 {
 		cfg.TTL = DefaultTTL
 	}
@@ -72,23 +75,36 @@ func NewConsul(ctx context.Context, cfg ConsulConfig, log *slog.Logger) (*Consul
 	if err != nil {
 		return nil, err
 	}
-	c := &Consul{cfg: cfg, client: client, log: log, changed: make(chan struct{}, 1)}
-	if c.session, err = c.newSession(ctx); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return &Consul{cfg: cfg, client: client, log: log, ready: make(chan struct{}), changed: make(chan struct{}, 1)}, nil
 }
 
-// Run keeps the current session alive, and replaces it whenever Consul
-// ended it (expired while this agent was cut off or frozen, or destroyed
-// by the control plane: every lock it held is gone then), until ctx ends.
+// Run creates the session (retrying until Consul answers), keeps it
+// alive, and replaces it whenever Consul ended it (expired while this
+// agent was cut off or frozen, or destroyed by the control plane: every
+// lock it held is gone then), until ctx ends.
 func (c *Consul) Run(ctx context.Context) error {
+	first, err := c.newSession(ctx)
+	if err != nil {
+		return nil // ctx ended before Consul answered
+	}
+	c.mu.Lock()
+	c.session = first
+	c.mu.Unlock()
+	close(c.ready)
 	c.keepAlive(ctx)
 	return nil
 }
 
-// Session is the current session id.
-func (c *Consul) Session() string { return c.current().ID() }
+// Ready is closed once Run created the first session.
+func (c *Consul) Ready() <-chan struct{} { return c.ready }
+
+// Session is the current session id ("" before the first).
+func (c *Consul) Session() string {
+	if s := c.current(); s != nil {
+		return s.ID()
+	}
+	return ""
+}
 
 func (c *Consul) current() *consullock.Session {
 	c.mu.Lock()
@@ -149,6 +165,9 @@ func (c *Consul) keepAlive(ctx context.Context) {
 // TryAcquire takes partition p's lock with the session.
 func (c *Consul) TryAcquire(ctx context.Context, p int) (*Lease, error) {
 	s := c.current()
+	if s == nil {
+		return nil, ErrNoSession // Run has not created it yet
+	}
 	lock, err := s.Lock(ctx, LockKey(p), []byte(c.cfg.Agent))
 	switch {
 	case errors.Is(err, consullock.ErrNotRenewed), errors.Is(err, consullock.ErrGone):
@@ -168,5 +187,8 @@ func (c *Consul) TryAcquire(ctx context.Context, p int) (*Lease, error) {
 // Close releases every lock and destroys the session; call it once Run
 // returned.
 func (c *Consul) Close(ctx context.Context) error {
-	return c.current().Destroy(ctx)
+	if s := c.current(); s != nil {
+		return s.Destroy(ctx)
+	}
+	return nil
 }

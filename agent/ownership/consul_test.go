@@ -18,13 +18,18 @@ func newLocker(t *testing.T, url, agent string) *ownership.Consul {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := ownership.NewConsul(ctx, ownership.ConsulConfig{URL: url, Agent: agent, LockDelay: time.Second}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l, err := ownership.NewConsul(ownership.ConsulConfig{URL: url, Agent: agent, LockDelay: time.Second}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = l.Run(runCtx) }()
+	select {
+	case <-l.Ready():
+	case <-ctx.Done():
+		t.Fatal("no Consul session within 30 s")
+	}
 	t.Cleanup(func() {
 		stop()
 		<-done

@@ -25,8 +25,11 @@ type Locker interface {
 	// protects it after a holder died), or if this Locker holds it already
 	// through another Lease.
 	TryAcquire(ctx context.Context, p int) (*Lease, error)
-	// Run keeps the session alive until ctx ends.
+	// Run creates the session and keeps it alive until ctx ends.
 	Run(ctx context.Context) error
+	// Ready is closed once Run created the first session: Session names
+	// it from then on.
+	Ready() <-chan struct{}
 	// Close releases every lease and ends the session; its owner calls it
 	// once Run returned.
 	Close(ctx context.Context) error
@@ -127,6 +130,11 @@ func (l *Local) Session() string { return "" }
 
 // SessionChanged never fires.
 func (l *Local) SessionChanged() <-chan struct{} { return nil }
+
+// Ready is closed: there is no session to create.
+func (l *Local) Ready() <-chan struct{} { return closed }
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Run has no session to keep: it waits for ctx.
 func (l *Local) Run(ctx context.Context) error {
