@@ -206,19 +206,7 @@ func TestConnectionCap(t *testing.T) {
 func TestWatchOutlivesTheBodyTimeout(t *testing.T) {
 	const d = 200 * time.Millisecond
 	log := slog.New(slog.DiscardHandler)
-	cell, err := auth.NewCellToken()
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := t.TempDir()
-	cp, err := controlplane.New(controlplane.Config{StateDir: state, Keys: auth.NewKeys(cell), AdminTokenPath: filepath.Join(state, "admin.token")}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminToken, err := os.ReadFile(filepath.Join(state, "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp, cell, adminToken := newControlPlane(t, log)
 	mux := http.NewServeMux()
 	cp.Handle(mux)
 	addr := startServer(t, d, 100, mux)
@@ -258,4 +246,24 @@ func TestWatchOutlivesTheBodyTimeout(t *testing.T) {
 		}
 		stream.Close()
 	}
+}
+
+// newControlPlane is a control plane on a temporary state directory, its
+// cell token, and the admin token it wrote there.
+func newControlPlane(t *testing.T, log *slog.Logger) (*controlplane.ControlPlane, auth.CellToken, []byte) {
+	t.Helper()
+	cell, err := auth.NewCellToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	cp, err := controlplane.New(controlplane.Config{StateDir: state, Keys: auth.NewKeys(cell), AdminTokenPath: filepath.Join(state, "admin.token")}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminToken, err := os.ReadFile(filepath.Join(state, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cp, cell, adminToken
 }

@@ -8,14 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 
-	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/tlsconf"
 	"github.com/rivora/rivora/internal/tlsconf/tlstest"
@@ -48,19 +45,7 @@ func TestServeTLS(t *testing.T) {
 	if !strings.HasPrefix(url, "https://127.0.0.1:") {
 		t.Fatalf("url %q, want https://127.0.0.1:PORT", url)
 	}
-	cell, err := auth.NewCellToken()
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := t.TempDir()
-	cp, err := controlplane.New(controlplane.Config{StateDir: state, Keys: auth.NewKeys(cell), AdminTokenPath: filepath.Join(state, "admin.token")}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminToken, err := os.ReadFile(filepath.Join(state, "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp, _, adminToken := newControlPlane(t, log)
 	bearer := connect.WithInterceptors(auth.Bearer(strings.TrimSpace(string(adminToken))))
 	mux := baseMux(func() error { return nil }, false, "")
 	cp.Handle(mux)

@@ -2,9 +2,7 @@ package testkit
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,28 +19,7 @@ func kept(path string) bool {
 }
 
 func TestNoLongTestFunctions(t *testing.T) {
-	root := ".."
-	files := 0
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); n == "node_modules" || n == "testdata" || (strings.HasPrefix(n, ".") && path != root) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		rel, _ := filepath.Rel(root, path)
-		if !strings.HasSuffix(rel, ".go") || !kept(rel) {
-			return nil
-		}
-		files++
-		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	files, err := ParseGoFiles("..", kept, func(rel string, fset *token.FileSet, f *ast.File) {
 		for _, decl := range f.Decls {
 			fd, ok := decl.(*ast.FuncDecl)
 			if !ok {
@@ -53,7 +30,6 @@ func TestNoLongTestFunctions(t *testing.T) {
 				t.Errorf("%s:%d: %s is %d lines; split it by its phases (at most %d)", rel, from, fd.Name.Name, n, maxFuncLines)
 			}
 		}
-		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
