@@ -57,8 +57,8 @@ func settle(ctx context.Context, sched *scheduler.Scheduler, part *Partition, a 
 		}
 		st = scheduler.Settlement{Kind: scheduler.AdvanceDead}
 		if err := part.recordDead(ctx, a, ev, v.Head, v.Reason); err != nil {
-			failed = fmt.Errorf("skip %s of lane %s: %w", a.Entry.EventID, a.Lane.ID, err)
 			if v.Reason == rivorav1.DeadReason_DEAD_REASON_MANUAL {
+				failed = fmt.Errorf("skip %s of lane %s: %w", a.Entry.EventID, a.Lane.ID, err)
 				st = scheduler.Settlement{Kind: scheduler.Release}
 			} else {
 				part.log.Warn("ledger write of dead letter failed; holding the lane", "event_id", ev.GetEventId(), "error", err)
@@ -81,7 +81,7 @@ func settle(ctx context.Context, sched *scheduler.Scheduler, part *Partition, a 
 	if st.Kind == scheduler.AdvanceDead && part.registered(ev.GetDestinationId()) {
 		deadTotal.WithLabelValues(ev.GetDestinationId(), reasonLabel(v.Reason)).Inc()
 	}
-	if v.ArchiveRest && failed == nil {
+	if v.ArchiveRest {
 		// The lane's later events were held back with it while it was in
 		// flight; they follow it to the archive.
 		if _, err := part.ArchiveDestination(ctx, ev.GetDestinationId()); err != nil {
