@@ -1,7 +1,9 @@
 // Package lanes names the pieces of Rivora's pending store: partitions,
 // stream names and the subjects that identify a lane. A lane is
-// (destination, customer, lane_key); its subject is
-// "lane.<p>.<destination>.<customer>.<escaped lane_key>" (p: partition), so one JetStream
+// (destination, customer, lane_key), and for an event routed by a
+// subscription (destination, customer, lane_key, subscription); its subject
+// is "lane.<p>.<destination>.<customer>.<escaped lane_key>[.<subscription>]"
+// (p: partition), so one JetStream
 // stream per partition holds every lane as a subject and a lane's FIFO order
 // is the stream's sequence order.
 //
@@ -64,21 +66,46 @@ func IngestSubject(p int, destination string) string {
 // IngestFilter selects partition p's share of the INGEST stream.
 func IngestFilter(p int) string { return fmt.Sprintf("%s%d.>", ingestPrefix, p) }
 
-// ID identifies a lane.
+// ID identifies a lane. Subscription is set for the lanes of events a
+// subscription routed: each subscription's events keep their own order
+// and can be held on their own (a paused subscription), while fairness
+// between customers at the destination is unchanged (it is per customer,
+// not per lane).
 type ID struct {
-	Destination string
-	Customer    string
-	Key         string
+	Destination  string
+	Customer     string
+	Key          string
+	Subscription string
+}
+
+// EventLane is the lane an event goes to.
+func EventLane(ev interface {
+	GetDestinationId() string
+	GetCustomerId() string
+	GetLaneKey() string
+	GetSubscriptionId() string
+}) ID {
+	return ID{Destination: ev.GetDestinationId(), Customer: ev.GetCustomerId(), Key: ev.GetLaneKey(), Subscription: ev.GetSubscriptionId()}
 }
 
 func (id ID) token() string {
-	return id.Destination + "." + id.Customer + "." + EscapeKey(id.Key)
+	t := id.Destination + "." + id.Customer + "." + EscapeKey(id.Key)
+	if id.Subscription != "" {
+		t += "." + id.Subscription
+	}
+	return t
 }
 
-func (id ID) String() string { return id.Destination + "/" + id.Customer + "/" + id.Key }
+func (id ID) String() string {
+	s := id.Destination + "/" + id.Customer + "/" + id.Key
+	if id.Subscription != "" {
+		s += " (" + id.Subscription + ")"
+	}
+	return s
+}
 
 // Subject is the lane's subject in partition p's lane store:
-// "lane.<p>.<destination>.<customer>.<escaped key>".
+// "lane.<p>.<destination>.<customer>.<escaped key>[.<subscription>]".
 func (id ID) Subject(p int) string { return fmt.Sprintf("lane.%d.%s", p, id.token()) }
 
 // HeadSubject is the ledger subject holding the lane head's attempt state.
@@ -130,9 +157,9 @@ func ParseLedgerSubject(subject string) (p int, id ID, dead bool, seq uint64, er
 }
 
 func parsePartitionAndID(subject, rest string) (int, ID, error) {
-	parts := strings.SplitN(rest, ".", 4)
-	if len(parts) != 4 {
-		return 0, ID{}, fmt.Errorf("subject %q: want <p>.<destination>.<customer>.<key>", subject)
+	parts := strings.Split(rest, ".")
+	if len(parts) != 4 && len(parts) != 5 {
+		return 0, ID{}, fmt.Errorf("subject %q: want <p>.<destination>.<customer>.<key>[.<subscription>]", subject)
 	}
 	p, err := strconv.Atoi(parts[0])
 	if err != nil {
@@ -142,7 +169,14 @@ func parsePartitionAndID(subject, rest string) (int, ID, error) {
 	if err != nil {
 		return 0, ID{}, fmt.Errorf("subject %q: %w", subject, err)
 	}
-	return p, ID{Destination: parts[1], Customer: parts[2], Key: key}, nil
+	id := ID{Destination: parts[1], Customer: parts[2], Key: key}
+	if len(parts) == 5 {
+		if parts[4] == "" {
+			return 0, ID{}, fmt.Errorf("subject %q: empty subscription token", subject)
+		}
+		id.Subscription = parts[4]
+	}
+	return p, id, nil
 }
 
 // EscapeKey turns an arbitrary lane key into one subject token. Bytes in

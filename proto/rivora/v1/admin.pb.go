@@ -218,8 +218,12 @@ type Destination struct {
 	PreviousSecret            string                 `protobuf:"bytes,17,opt,name=previous_secret,json=previousSecret,proto3" json:"previous_secret,omitempty"`
 	PreviousSecretExpiresAt   *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=previous_secret_expires_at,json=previousSecretExpiresAt,proto3" json:"previous_secret_expires_at,omitempty"`
 	PreviousSecretFingerprint string                 `protobuf:"bytes,19,opt,name=previous_secret_fingerprint,json=previousSecretFingerprint,proto3" json:"previous_secret_fingerprint,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// owner_customer is set on a destination a customer created for its own
+	// URL: only that customer may subscribe to it (operators see and steer
+	// it like any other).
+	OwnerCustomer string `protobuf:"bytes,20,opt,name=owner_customer,json=ownerCustomer,proto3" json:"owner_customer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Destination) Reset() {
@@ -381,6 +385,13 @@ func (x *Destination) GetPreviousSecretExpiresAt() *timestamppb.Timestamp {
 func (x *Destination) GetPreviousSecretFingerprint() string {
 	if x != nil {
 		return x.PreviousSecretFingerprint
+	}
+	return ""
+}
+
+func (x *Destination) GetOwnerCustomer() string {
+	if x != nil {
+		return x.OwnerCustomer
 	}
 	return ""
 }
@@ -613,7 +624,10 @@ type CreateDestinationRequest struct {
 	Limits *Limits `protobuf:"bytes,4,opt,name=limits,proto3" json:"limits,omitempty"`
 	// headers are custom headers sent on every attempt (at most 32, names
 	// unique regardless of case).
-	Headers       []*Header `protobuf:"bytes,6,rep,name=headers,proto3" json:"headers,omitempty"`
+	Headers []*Header `protobuf:"bytes,6,rep,name=headers,proto3" json:"headers,omitempty"`
+	// owner_customer makes the destination the customer's own (required
+	// for a customer token, which may not set limits).
+	OwnerCustomer string `protobuf:"bytes,7,opt,name=owner_customer,json=ownerCustomer,proto3" json:"owner_customer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -688,6 +702,13 @@ func (x *CreateDestinationRequest) GetHeaders() []*Header {
 		return x.Headers
 	}
 	return nil
+}
+
+func (x *CreateDestinationRequest) GetOwnerCustomer() string {
+	if x != nil {
+		return x.OwnerCustomer
+	}
+	return ""
 }
 
 type CreateDestinationResponse struct {
@@ -3411,7 +3432,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x03 \x01(\x05R\vmaxAttempts\x121\n" +
 	"\x06window\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06window\x123\n" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\"\n" +
-	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xd6\a\n" +
+	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xfd\a\n" +
 	"\vDestination\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
@@ -3436,7 +3457,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\aheaders\x18\x10 \x03(\v2\x11.rivora.v1.HeaderR\aheaders\x12'\n" +
 	"\x0fprevious_secret\x18\x11 \x01(\tR\x0epreviousSecret\x12W\n" +
 	"\x1aprevious_secret_expires_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\x17previousSecretExpiresAt\x12>\n" +
-	"\x1bprevious_secret_fingerprint\x18\x13 \x01(\tR\x19previousSecretFingerprint\x1aB\n" +
+	"\x1bprevious_secret_fingerprint\x18\x13 \x01(\tR\x19previousSecretFingerprint\x12%\n" +
+	"\x0eowner_customer\x18\x14 \x01(\tR\rownerCustomer\x1aB\n" +
 	"\x14CustomerWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"_\n" +
@@ -3455,14 +3477,15 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x16\n" +
-	"\x06author\x18\x04 \x01(\tR\x06author\"\xc4\x01\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\"\xeb\x01\n" +
 	"\x18CreateDestinationRequest\x12\x16\n" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
 	"\x06secret\x18\x03 \x01(\tR\x06secret\x12)\n" +
 	"\x06limits\x18\x04 \x01(\v2\x11.rivora.v1.LimitsR\x06limits\x12+\n" +
-	"\aheaders\x18\x06 \x03(\v2\x11.rivora.v1.HeaderR\aheaders\"o\n" +
+	"\aheaders\x18\x06 \x03(\v2\x11.rivora.v1.HeaderR\aheaders\x12%\n" +
+	"\x0eowner_customer\x18\a \x01(\tR\rownerCustomer\"o\n" +
 	"\x19CreateDestinationResponse\x128\n" +
 	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"'\n" +

@@ -197,8 +197,19 @@ type WatchResponse struct {
 	// reaches every agent at once.
 	Tokens        []*ApiToken `protobuf:"bytes,7,rep,name=tokens,proto3" json:"tokens,omitempty"`
 	TokensChanged bool        `protobuf:"varint,8,opt,name=tokens_changed,json=tokensChanged,proto3" json:"tokens_changed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// subscriptions (with secrets and header values) follow destinations'
+	// rules: all of them on a snapshot, else the changed ones, and
+	// removed_subscription_ids the deleted.
+	Subscriptions          []*Subscription `protobuf:"bytes,9,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
+	RemovedSubscriptionIds []string        `protobuf:"bytes,10,rep,name=removed_subscription_ids,json=removedSubscriptionIds,proto3" json:"removed_subscription_ids,omitempty"`
+	// event_types are the whole catalogue, sent on the snapshot and whenever
+	// one changes (event_types_changed); strict_event_types refuses types
+	// not in it.
+	EventTypes        []*EventType `protobuf:"bytes,11,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
+	EventTypesChanged bool         `protobuf:"varint,12,opt,name=event_types_changed,json=eventTypesChanged,proto3" json:"event_types_changed,omitempty"`
+	StrictEventTypes  bool         `protobuf:"varint,13,opt,name=strict_event_types,json=strictEventTypes,proto3" json:"strict_event_types,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WatchResponse) Reset() {
@@ -283,6 +294,41 @@ func (x *WatchResponse) GetTokens() []*ApiToken {
 func (x *WatchResponse) GetTokensChanged() bool {
 	if x != nil {
 		return x.TokensChanged
+	}
+	return false
+}
+
+func (x *WatchResponse) GetSubscriptions() []*Subscription {
+	if x != nil {
+		return x.Subscriptions
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetRemovedSubscriptionIds() []string {
+	if x != nil {
+		return x.RemovedSubscriptionIds
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetEventTypes() []*EventType {
+	if x != nil {
+		return x.EventTypes
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetEventTypesChanged() bool {
+	if x != nil {
+		return x.EventTypesChanged
+	}
+	return false
+}
+
+func (x *WatchResponse) GetStrictEventTypes() bool {
+	if x != nil {
+		return x.StrictEventTypes
 	}
 	return false
 }
@@ -611,8 +657,10 @@ func (x *ReportGoneResponse) GetVersion() uint64 {
 type CountPendingRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// subscription_id narrows the count to one subscription's lanes.
+	SubscriptionId string `protobuf:"bytes,2,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CountPendingRequest) Reset() {
@@ -648,6 +696,13 @@ func (*CountPendingRequest) Descriptor() ([]byte, []int) {
 func (x *CountPendingRequest) GetDestinationId() string {
 	if x != nil {
 		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *CountPendingRequest) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
 	}
 	return ""
 }
@@ -699,8 +754,10 @@ func (x *CountPendingResponse) GetPending() int64 {
 type ArchivePendingRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// subscription_id narrows the archive to one subscription's lanes.
+	SubscriptionId string `protobuf:"bytes,2,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ArchivePendingRequest) Reset() {
@@ -736,6 +793,13 @@ func (*ArchivePendingRequest) Descriptor() ([]byte, []int) {
 func (x *ArchivePendingRequest) GetDestinationId() string {
 	if x != nil {
 		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *ArchivePendingRequest) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
 	}
 	return ""
 }
@@ -886,7 +950,7 @@ var File_rivora_v1_agent_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15rivora/v1/agent.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/admin.proto\x1a\x16rivora/v1/tokens.proto\"A\n" +
+	"\x15rivora/v1/agent.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/admin.proto\x1a\x1drivora/v1/subscriptions.proto\x1a\x16rivora/v1/tokens.proto\"A\n" +
 	"\x12RecordAuditRequest\x12+\n" +
 	"\x05entry\x18\x01 \x01(\v2\x15.rivora.v1.AuditEntryR\x05entry\"\x15\n" +
 	"\x13RecordAuditResponse\"\x8a\x01\n" +
@@ -895,7 +959,7 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12'\n" +
 	"\x0fapplied_version\x18\x03 \x01(\x04R\x0eappliedVersion\x12\x18\n" +
-	"\asession\x18\x04 \x01(\tR\asession\"\xd6\x02\n" +
+	"\asession\x18\x04 \x01(\tR\asession\"\xe4\x04\n" +
 	"\rWatchResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\bR\bsnapshot\x12:\n" +
@@ -906,7 +970,14 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"partitions\x18\x06 \x03(\rR\n" +
 	"partitions\x12+\n" +
 	"\x06tokens\x18\a \x03(\v2\x13.rivora.v1.ApiTokenR\x06tokens\x12%\n" +
-	"\x0etokens_changed\x18\b \x01(\bR\rtokensChanged\"O\n" +
+	"\x0etokens_changed\x18\b \x01(\bR\rtokensChanged\x12=\n" +
+	"\rsubscriptions\x18\t \x03(\v2\x17.rivora.v1.SubscriptionR\rsubscriptions\x128\n" +
+	"\x18removed_subscription_ids\x18\n" +
+	" \x03(\tR\x16removedSubscriptionIds\x125\n" +
+	"\vevent_types\x18\v \x03(\v2\x14.rivora.v1.EventTypeR\n" +
+	"eventTypes\x12.\n" +
+	"\x13event_types_changed\x18\f \x01(\bR\x11eventTypesChanged\x12,\n" +
+	"\x12strict_event_types\x18\r \x01(\bR\x10strictEventTypes\"O\n" +
 	"\x14ReportAppliedRequest\x12\x1d\n" +
 	"\n" +
 	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +
@@ -929,13 +1000,15 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"J\n" +
 	"\x12ReportGoneResponse\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"<\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"e\n" +
 	"\x13CountPendingRequest\x12%\n" +
-	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"0\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12'\n" +
+	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\"0\n" +
 	"\x14CountPendingResponse\x12\x18\n" +
-	"\apending\x18\x01 \x01(\x03R\apending\">\n" +
+	"\apending\x18\x01 \x01(\x03R\apending\"g\n" +
 	"\x15ArchivePendingRequest\x12%\n" +
-	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"4\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12'\n" +
+	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\"4\n" +
 	"\x16ArchivePendingResponse\x12\x1a\n" +
 	"\barchived\x18\x01 \x01(\x03R\barchived\"\\\n" +
 	"\x10GetHealthRequest\x12%\n" +
@@ -988,36 +1061,40 @@ var file_rivora_v1_agent_proto_goTypes = []any{
 	(*AuditEntry)(nil),             // 16: rivora.v1.AuditEntry
 	(*Destination)(nil),            // 17: rivora.v1.Destination
 	(*ApiToken)(nil),               // 18: rivora.v1.ApiToken
-	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
-	(*DestinationHealth)(nil),      // 20: rivora.v1.DestinationHealth
+	(*Subscription)(nil),           // 19: rivora.v1.Subscription
+	(*EventType)(nil),              // 20: rivora.v1.EventType
+	(*timestamppb.Timestamp)(nil),  // 21: google.protobuf.Timestamp
+	(*DestinationHealth)(nil),      // 22: rivora.v1.DestinationHealth
 }
 var file_rivora_v1_agent_proto_depIdxs = []int32{
 	16, // 0: rivora.v1.RecordAuditRequest.entry:type_name -> rivora.v1.AuditEntry
 	17, // 1: rivora.v1.WatchResponse.destinations:type_name -> rivora.v1.Destination
 	18, // 2: rivora.v1.WatchResponse.tokens:type_name -> rivora.v1.ApiToken
-	19, // 3: rivora.v1.ReportGoneRequest.at:type_name -> google.protobuf.Timestamp
-	20, // 4: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
-	2,  // 5: rivora.v1.AgentService.Watch:input_type -> rivora.v1.WatchRequest
-	4,  // 6: rivora.v1.AgentService.ReportApplied:input_type -> rivora.v1.ReportAppliedRequest
-	6,  // 7: rivora.v1.AgentService.ReportOwned:input_type -> rivora.v1.ReportOwnedRequest
-	8,  // 8: rivora.v1.AgentService.ReportGone:input_type -> rivora.v1.ReportGoneRequest
-	0,  // 9: rivora.v1.AgentService.RecordAudit:input_type -> rivora.v1.RecordAuditRequest
-	10, // 10: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
-	12, // 11: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
-	14, // 12: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
-	3,  // 13: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
-	5,  // 14: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
-	7,  // 15: rivora.v1.AgentService.ReportOwned:output_type -> rivora.v1.ReportOwnedResponse
-	9,  // 16: rivora.v1.AgentService.ReportGone:output_type -> rivora.v1.ReportGoneResponse
-	1,  // 17: rivora.v1.AgentService.RecordAudit:output_type -> rivora.v1.RecordAuditResponse
-	11, // 18: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
-	13, // 19: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
-	15, // 20: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
-	13, // [13:21] is the sub-list for method output_type
-	5,  // [5:13] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	19, // 3: rivora.v1.WatchResponse.subscriptions:type_name -> rivora.v1.Subscription
+	20, // 4: rivora.v1.WatchResponse.event_types:type_name -> rivora.v1.EventType
+	21, // 5: rivora.v1.ReportGoneRequest.at:type_name -> google.protobuf.Timestamp
+	22, // 6: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
+	2,  // 7: rivora.v1.AgentService.Watch:input_type -> rivora.v1.WatchRequest
+	4,  // 8: rivora.v1.AgentService.ReportApplied:input_type -> rivora.v1.ReportAppliedRequest
+	6,  // 9: rivora.v1.AgentService.ReportOwned:input_type -> rivora.v1.ReportOwnedRequest
+	8,  // 10: rivora.v1.AgentService.ReportGone:input_type -> rivora.v1.ReportGoneRequest
+	0,  // 11: rivora.v1.AgentService.RecordAudit:input_type -> rivora.v1.RecordAuditRequest
+	10, // 12: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
+	12, // 13: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
+	14, // 14: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
+	3,  // 15: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
+	5,  // 16: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
+	7,  // 17: rivora.v1.AgentService.ReportOwned:output_type -> rivora.v1.ReportOwnedResponse
+	9,  // 18: rivora.v1.AgentService.ReportGone:output_type -> rivora.v1.ReportGoneResponse
+	1,  // 19: rivora.v1.AgentService.RecordAudit:output_type -> rivora.v1.RecordAuditResponse
+	11, // 20: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
+	13, // 21: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
+	15, // 22: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
+	15, // [15:23] is the sub-list for method output_type
+	7,  // [7:15] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_agent_proto_init() }
@@ -1026,6 +1103,7 @@ func file_rivora_v1_agent_proto_init() {
 		return
 	}
 	file_rivora_v1_admin_proto_init()
+	file_rivora_v1_subscriptions_proto_init()
 	file_rivora_v1_tokens_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -33,9 +33,10 @@ type DeadLetterFilter struct {
 	Since *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
 	Until *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=until,proto3" json:"until,omitempty"`
 	// reason, when set, keeps only the dead letters that died for it.
-	Reason        DeadReason `protobuf:"varint,6,opt,name=reason,proto3,enum=rivora.v1.DeadReason" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reason         DeadReason `protobuf:"varint,6,opt,name=reason,proto3,enum=rivora.v1.DeadReason" json:"reason,omitempty"`
+	SubscriptionId string     `protobuf:"bytes,7,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DeadLetterFilter) Reset() {
@@ -108,6 +109,13 @@ func (x *DeadLetterFilter) GetReason() DeadReason {
 		return x.Reason
 	}
 	return DeadReason_DEAD_REASON_UNSPECIFIED
+}
+
+func (x *DeadLetterFilter) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
 }
 
 type ListDeadLettersRequest struct {
@@ -323,10 +331,12 @@ func (x *GetDeadLetterResponse) GetObject() string {
 }
 
 type DeadLetterStatsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Filter        *DeadLetterFilter      `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Filter *DeadLetterFilter      `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
+	// by_subscription groups the counts by subscription too.
+	BySubscription bool `protobuf:"varint,2,opt,name=by_subscription,json=bySubscription,proto3" json:"by_subscription,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DeadLetterStatsRequest) Reset() {
@@ -366,6 +376,13 @@ func (x *DeadLetterStatsRequest) GetFilter() *DeadLetterFilter {
 	return nil
 }
 
+func (x *DeadLetterStatsRequest) GetBySubscription() bool {
+	if x != nil {
+		return x.BySubscription
+	}
+	return false
+}
+
 // DeadLetterCount counts dead letters of one destination, customer and
 // reason.
 type DeadLetterCount struct {
@@ -376,8 +393,11 @@ type DeadLetterCount struct {
 	Count         int64                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
 	Oldest        *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=oldest,proto3" json:"oldest,omitempty"`
 	Newest        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=newest,proto3" json:"newest,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// subscription_id is set when the stats were grouped by subscription
+	// (by_subscription).
+	SubscriptionId string `protobuf:"bytes,7,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DeadLetterCount) Reset() {
@@ -450,6 +470,13 @@ func (x *DeadLetterCount) GetNewest() *timestamppb.Timestamp {
 		return x.Newest
 	}
 	return nil
+}
+
+func (x *DeadLetterCount) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
 }
 
 type DeadLetterStatsResponse struct {
@@ -680,7 +707,7 @@ var File_rivora_v1_deadletters_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\n" +
-	"\x1brivora/v1/deadletters.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/event.proto\"\x88\x02\n" +
+	"\x1brivora/v1/deadletters.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/event.proto\"\xb1\x02\n" +
 	"\x10DeadLetterFilter\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
@@ -688,7 +715,8 @@ const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\blane_key\x18\x03 \x01(\tR\alaneKey\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
 	"\x05until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12-\n" +
-	"\x06reason\x18\x06 \x01(\x0e2\x15.rivora.v1.DeadReasonR\x06reason\"c\n" +
+	"\x06reason\x18\x06 \x01(\x0e2\x15.rivora.v1.DeadReasonR\x06reason\x12'\n" +
+	"\x0fsubscription_id\x18\a \x01(\tR\x0esubscriptionId\"c\n" +
 	"\x16ListDeadLettersRequest\x123\n" +
 	"\x06filter\x18\x01 \x01(\v2\x1b.rivora.v1.DeadLetterFilterR\x06filter\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"q\n" +
@@ -701,9 +729,10 @@ const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\x15GetDeadLetterResponse\x126\n" +
 	"\vdead_letter\x18\x01 \x01(\v2\x15.rivora.v1.DeadLetterR\n" +
 	"deadLetter\x12\x16\n" +
-	"\x06object\x18\x02 \x01(\tR\x06object\"M\n" +
+	"\x06object\x18\x02 \x01(\tR\x06object\"v\n" +
 	"\x16DeadLetterStatsRequest\x123\n" +
-	"\x06filter\x18\x01 \x01(\v2\x1b.rivora.v1.DeadLetterFilterR\x06filter\"\x86\x02\n" +
+	"\x06filter\x18\x01 \x01(\v2\x1b.rivora.v1.DeadLetterFilterR\x06filter\x12'\n" +
+	"\x0fby_subscription\x18\x02 \x01(\bR\x0ebySubscription\"\xaf\x02\n" +
 	"\x0fDeadLetterCount\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
@@ -711,7 +740,8 @@ const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\x0e2\x15.rivora.v1.DeadReasonR\x06reason\x12\x14\n" +
 	"\x05count\x18\x04 \x01(\x03R\x05count\x122\n" +
 	"\x06oldest\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06oldest\x122\n" +
-	"\x06newest\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06newest\"}\n" +
+	"\x06newest\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06newest\x12'\n" +
+	"\x0fsubscription_id\x18\a \x01(\tR\x0esubscriptionId\"}\n" +
 	"\x17DeadLetterStatsResponse\x122\n" +
 	"\x06counts\x18\x01 \x03(\v2\x1a.rivora.v1.DeadLetterCountR\x06counts\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x18\n" +

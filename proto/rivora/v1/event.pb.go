@@ -152,10 +152,15 @@ type Event struct {
 	// published in (its ingest span when tracing is on, else the caller's
 	// own): every attempt's span and webhook request joins that trace, also
 	// hours later and after a restart. Empty when the publisher sent none.
-	Traceparent   string `protobuf:"bytes,11,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
-	Tracestate    string `protobuf:"bytes,12,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Traceparent string `protobuf:"bytes,11,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate  string `protobuf:"bytes,12,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	// subscription_id is the subscription the event was routed by (empty
+	// when it was published to a named destination): its lane is
+	// (destination, customer, lane_key, subscription) and its deliveries
+	// use the subscription's path, secret and headers.
+	SubscriptionId string `protobuf:"bytes,13,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Event) Reset() {
@@ -268,6 +273,13 @@ func (x *Event) GetTraceparent() string {
 func (x *Event) GetTracestate() string {
 	if x != nil {
 		return x.Tracestate
+	}
+	return ""
+}
+
+func (x *Event) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
 	}
 	return ""
 }
@@ -596,11 +608,12 @@ type EventOutcome struct {
 	// On a KIND_DEAD record: the attempts charged, and the last attempt's
 	// status and error (a dead record carries no attempt of its own), so a
 	// listing needs only the terminal record.
-	Attempts      int32  `protobuf:"varint,10,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	LastStatus    int32  `protobuf:"varint,11,opt,name=last_status,json=lastStatus,proto3" json:"last_status,omitempty"`
-	LastError     string `protobuf:"bytes,12,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Attempts       int32  `protobuf:"varint,10,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	LastStatus     int32  `protobuf:"varint,11,opt,name=last_status,json=lastStatus,proto3" json:"last_status,omitempty"`
+	LastError      string `protobuf:"bytes,12,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	SubscriptionId string `protobuf:"bytes,13,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *EventOutcome) Reset() {
@@ -717,6 +730,13 @@ func (x *EventOutcome) GetLastError() string {
 	return ""
 }
 
+func (x *EventOutcome) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
 // HistoryBatch is one message of the HISTORY (outcomes) or HISTORY_BODIES
 // (events) stream: the records one subject received over a flush interval,
 // oldest first. One message for many records is what makes the history
@@ -788,7 +808,7 @@ var File_rivora_v1_event_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x15rivora/v1/event.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x89\x03\n" +
+	"\x15rivora/v1/event.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x03\n" +
 	"\x05Event\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x1f\n" +
@@ -806,7 +826,8 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"\vtraceparent\x18\v \x01(\tR\vtraceparent\x12\x1e\n" +
 	"\n" +
 	"tracestate\x18\f \x01(\tR\n" +
-	"tracestate\"\xbb\x01\n" +
+	"tracestate\x12'\n" +
+	"\x0fsubscription_id\x18\r \x01(\tR\x0esubscriptionId\"\xbb\x01\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1f\n" +
@@ -841,7 +862,7 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"\x06reason\x18\b \x01(\x0e2\x15.rivora.v1.DeadReasonR\x06reason\x12\x1c\n" +
 	"\tpartition\x18\t \x01(\rR\tpartition\x12\x19\n" +
 	"\blane_seq\x18\n" +
-	" \x01(\x04R\alaneSeq\"\xab\x04\n" +
+	" \x01(\x04R\alaneSeq\"\xd4\x04\n" +
 	"\fEventOutcome\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.rivora.v1.EventOutcome.KindR\x04kind\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12%\n" +
@@ -860,7 +881,8 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"\vlast_status\x18\v \x01(\x05R\n" +
 	"lastStatus\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\f \x01(\tR\tlastError\"X\n" +
+	"last_error\x18\f \x01(\tR\tlastError\x12'\n" +
+	"\x0fsubscription_id\x18\r \x01(\tR\x0esubscriptionId\"X\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13KIND_ATTEMPT_FAILED\x10\x01\x12\x12\n" +

@@ -151,9 +151,10 @@ type GetEventResponse struct {
 	// window_ends_at is when the event's retry window closes, paused time so
 	// far excluded; a held event becomes a dead letter (reason window) then
 	// (pending only).
-	WindowEndsAt  *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=window_ends_at,json=windowEndsAt,proto3" json:"window_ends_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WindowEndsAt   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=window_ends_at,json=windowEndsAt,proto3" json:"window_ends_at,omitempty"`
+	SubscriptionId string                 `protobuf:"bytes,16,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetEventResponse) Reset() {
@@ -291,6 +292,13 @@ func (x *GetEventResponse) GetWindowEndsAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *GetEventResponse) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
 type ListEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// destination_id is required.
@@ -306,9 +314,11 @@ type ListEventsRequest struct {
 	Since *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
 	Until *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=until,proto3" json:"until,omitempty"`
 	// limit bounds the answer (default 100, at most 1000).
-	Limit         int32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Limit int32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
+	// subscription_id keeps one subscription's events.
+	SubscriptionId string `protobuf:"bytes,8,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListEventsRequest) Reset() {
@@ -390,6 +400,13 @@ func (x *ListEventsRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *ListEventsRequest) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
 // EventSummary is one event in a listing (no payload, no attempt list:
 // GetEvent has those).
 type EventSummary struct {
@@ -407,9 +424,10 @@ type EventSummary struct {
 	LastError  string     `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	DeadReason DeadReason `protobuf:"varint,11,opt,name=dead_reason,json=deadReason,proto3,enum=rivora.v1.DeadReason" json:"dead_reason,omitempty"`
 	// finished_at is when it was delivered or dead-lettered.
-	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FinishedAt     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	SubscriptionId string                 `protobuf:"bytes,13,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *EventSummary) Reset() {
@@ -524,6 +542,13 @@ func (x *EventSummary) GetFinishedAt() *timestamppb.Timestamp {
 		return x.FinishedAt
 	}
 	return nil
+}
+
+func (x *EventSummary) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
 }
 
 type ListEventsResponse struct {
@@ -735,7 +760,7 @@ const file_rivora_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"\x16rivora/v1/events.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/event.proto\",\n" +
 	"\x0fGetEventRequest\x12\x19\n" +
-	"\bevent_id\x18\x01 \x01(\tR\aeventId\"\x82\x05\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\"\xab\x05\n" +
 	"\x10GetEventResponse\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x1f\n" +
@@ -755,7 +780,8 @@ const file_rivora_v1_events_proto_rawDesc = "" +
 	"\awaiting\x18\f \x01(\tR\awaiting\x12#\n" +
 	"\rattempts_used\x18\r \x01(\x05R\fattemptsUsed\x12!\n" +
 	"\fmax_attempts\x18\x0e \x01(\x05R\vmaxAttempts\x12@\n" +
-	"\x0ewindow_ends_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\fwindowEndsAt\"\x9d\x02\n" +
+	"\x0ewindow_ends_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\fwindowEndsAt\x12'\n" +
+	"\x0fsubscription_id\x18\x10 \x01(\tR\x0esubscriptionId\"\xc6\x02\n" +
 	"\x11ListEventsRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
@@ -764,7 +790,8 @@ const file_rivora_v1_events_proto_rawDesc = "" +
 	"\x05state\x18\x04 \x01(\x0e2\x15.rivora.v1.EventStateR\x05state\x120\n" +
 	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
 	"\x05until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x14\n" +
-	"\x05limit\x18\a \x01(\x05R\x05limit\"\xdb\x03\n" +
+	"\x05limit\x18\a \x01(\x05R\x05limit\x12'\n" +
+	"\x0fsubscription_id\x18\b \x01(\tR\x0esubscriptionId\"\x84\x04\n" +
 	"\fEventSummary\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x1f\n" +
@@ -784,7 +811,8 @@ const file_rivora_v1_events_proto_rawDesc = "" +
 	"\vdead_reason\x18\v \x01(\x0e2\x15.rivora.v1.DeadReasonR\n" +
 	"deadReason\x12;\n" +
 	"\vfinished_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishedAt\"\xa9\x01\n" +
+	"finishedAt\x12'\n" +
+	"\x0fsubscription_id\x18\r \x01(\tR\x0esubscriptionId\"\xa9\x01\n" +
 	"\x12ListEventsResponse\x12/\n" +
 	"\x06events\x18\x01 \x03(\v2\x17.rivora.v1.EventSummaryR\x06events\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12D\n" +

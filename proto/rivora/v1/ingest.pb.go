@@ -22,10 +22,16 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// PublishRequest is one event. Name its destination (destination_id) and
+// it goes there; leave destination_id empty and it fans out: one delivery
+// per active subscription of customer_id whose types (and filter) match
+// type, each with its own event id.
 type PublishRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
-	CustomerId    string                 `protobuf:"bytes,2,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// destination_id: the one destination the event goes to. Empty: fan out
+	// to the customer's matching subscriptions.
+	DestinationId string `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	CustomerId    string `protobuf:"bytes,2,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
 	// lane_key orders events: events with the same (destination, customer,
 	// lane_key) are delivered one at a time, in acceptance order. Usually the
 	// end user's id.
@@ -48,9 +54,13 @@ type PublishRequest struct {
 	// base64 a JSON payload: it is delivered as compact JSON (object keys
 	// sorted, no HTML escaping) with content-type application/json. Set
 	// payload or data, not both.
-	Data          *structpb.Value `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Data *structpb.Value `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
+	// subscription_id sends the event to this one subscription of
+	// customer_id (its destination, path, secret and headers) whether or not
+	// its types and filter match: a test event. Not with destination_id.
+	SubscriptionId string `protobuf:"bytes,9,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PublishRequest) Reset() {
@@ -139,11 +149,28 @@ func (x *PublishRequest) GetData() *structpb.Value {
 	return nil
 }
 
+func (x *PublishRequest) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
 type PublishResponse struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	EventId string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// event_id is the stored event's id when destination_id was named
+	// (empty for a fan-out: see routes).
+	EventId string `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
 	// duplicate is true when the event had already been accepted.
-	Duplicate     bool `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	Duplicate bool `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// routes lists, for a publish without destination_id, one entry per
+	// subscription the event was stored for. Empty when no subscription
+	// matched: that is not an error (the event is not stored; the
+	// rivora_ingest_unrouted_total counter counts it).
+	Routes []*Route `protobuf:"bytes,3,rep,name=routes,proto3" json:"routes,omitempty"`
+	// fanned_out is true when the publish had no destination_id (so an
+	// empty routes means 0 subscriptions matched).
+	FannedOut     bool `protobuf:"varint,4,opt,name=fanned_out,json=fannedOut,proto3" json:"fanned_out,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -192,6 +219,81 @@ func (x *PublishResponse) GetDuplicate() bool {
 	return false
 }
 
+func (x *PublishResponse) GetRoutes() []*Route {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+func (x *PublishResponse) GetFannedOut() bool {
+	if x != nil {
+		return x.FannedOut
+	}
+	return false
+}
+
+// Route is one delivery a fan-out stored.
+type Route struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	SubscriptionId string                 `protobuf:"bytes,1,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	DestinationId  string                 `protobuf:"bytes,2,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	EventId        string                 `protobuf:"bytes,3,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Route) Reset() {
+	*x = Route{}
+	mi := &file_rivora_v1_ingest_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Route) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Route) ProtoMessage() {}
+
+func (x *Route) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_ingest_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Route.ProtoReflect.Descriptor instead.
+func (*Route) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_ingest_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Route) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
+func (x *Route) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *Route) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
 type PublishBatchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Events        []*PublishRequest      `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
@@ -201,7 +303,7 @@ type PublishBatchRequest struct {
 
 func (x *PublishBatchRequest) Reset() {
 	*x = PublishBatchRequest{}
-	mi := &file_rivora_v1_ingest_proto_msgTypes[2]
+	mi := &file_rivora_v1_ingest_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -213,7 +315,7 @@ func (x *PublishBatchRequest) String() string {
 func (*PublishBatchRequest) ProtoMessage() {}
 
 func (x *PublishBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_ingest_proto_msgTypes[2]
+	mi := &file_rivora_v1_ingest_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -226,7 +328,7 @@ func (x *PublishBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishBatchRequest.ProtoReflect.Descriptor instead.
 func (*PublishBatchRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_ingest_proto_rawDescGZIP(), []int{2}
+	return file_rivora_v1_ingest_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PublishBatchRequest) GetEvents() []*PublishRequest {
@@ -238,15 +340,19 @@ func (x *PublishBatchRequest) GetEvents() []*PublishRequest {
 
 type PublishBatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// event_ids[i] is the id of events[i].
-	EventIds      []string `protobuf:"bytes,1,rep,name=event_ids,json=eventIds,proto3" json:"event_ids,omitempty"`
+	// event_ids[i] is the id of events[i] when it named its destination
+	// ("" for a fan-out).
+	EventIds []string `protobuf:"bytes,1,rep,name=event_ids,json=eventIds,proto3" json:"event_ids,omitempty"`
+	// results[i] is the answer for events[i], as Publish gives it (routes
+	// for a fan-out).
+	Results       []*PublishResponse `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PublishBatchResponse) Reset() {
 	*x = PublishBatchResponse{}
-	mi := &file_rivora_v1_ingest_proto_msgTypes[3]
+	mi := &file_rivora_v1_ingest_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -258,7 +364,7 @@ func (x *PublishBatchResponse) String() string {
 func (*PublishBatchResponse) ProtoMessage() {}
 
 func (x *PublishBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_ingest_proto_msgTypes[3]
+	mi := &file_rivora_v1_ingest_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -271,7 +377,7 @@ func (x *PublishBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishBatchResponse.ProtoReflect.Descriptor instead.
 func (*PublishBatchResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_ingest_proto_rawDescGZIP(), []int{3}
+	return file_rivora_v1_ingest_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PublishBatchResponse) GetEventIds() []string {
@@ -281,11 +387,18 @@ func (x *PublishBatchResponse) GetEventIds() []string {
 	return nil
 }
 
+func (x *PublishBatchResponse) GetResults() []*PublishResponse {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_rivora_v1_ingest_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_ingest_proto_rawDesc = "" +
 	"\n" +
-	"\x16rivora/v1/ingest.proto\x12\trivora.v1\x1a\x1cgoogle/protobuf/struct.proto\"\x99\x02\n" +
+	"\x16rivora/v1/ingest.proto\x12\trivora.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xc2\x02\n" +
 	"\x0ePublishRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
@@ -295,14 +408,23 @@ const file_rivora_v1_ingest_proto_rawDesc = "" +
 	"\apayload\x18\x05 \x01(\fR\apayload\x12!\n" +
 	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\x12'\n" +
 	"\x0fidempotency_key\x18\a \x01(\tR\x0eidempotencyKey\x12*\n" +
-	"\x04data\x18\b \x01(\v2\x16.google.protobuf.ValueR\x04data\"J\n" +
+	"\x04data\x18\b \x01(\v2\x16.google.protobuf.ValueR\x04data\x12'\n" +
+	"\x0fsubscription_id\x18\t \x01(\tR\x0esubscriptionId\"\x93\x01\n" +
 	"\x0fPublishResponse\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1c\n" +
-	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"H\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12(\n" +
+	"\x06routes\x18\x03 \x03(\v2\x10.rivora.v1.RouteR\x06routes\x12\x1d\n" +
+	"\n" +
+	"fanned_out\x18\x04 \x01(\bR\tfannedOut\"r\n" +
+	"\x05Route\x12'\n" +
+	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12%\n" +
+	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x19\n" +
+	"\bevent_id\x18\x03 \x01(\tR\aeventId\"H\n" +
 	"\x13PublishBatchRequest\x121\n" +
-	"\x06events\x18\x01 \x03(\v2\x19.rivora.v1.PublishRequestR\x06events\"3\n" +
+	"\x06events\x18\x01 \x03(\v2\x19.rivora.v1.PublishRequestR\x06events\"i\n" +
 	"\x14PublishBatchResponse\x12\x1b\n" +
-	"\tevent_ids\x18\x01 \x03(\tR\beventIds2\xa2\x01\n" +
+	"\tevent_ids\x18\x01 \x03(\tR\beventIds\x124\n" +
+	"\aresults\x18\x02 \x03(\v2\x1a.rivora.v1.PublishResponseR\aresults2\xa2\x01\n" +
 	"\rIngestService\x12@\n" +
 	"\aPublish\x12\x19.rivora.v1.PublishRequest\x1a\x1a.rivora.v1.PublishResponse\x12O\n" +
 	"\fPublishBatch\x12\x1e.rivora.v1.PublishBatchRequest\x1a\x1f.rivora.v1.PublishBatchResponseB3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
@@ -319,26 +441,29 @@ func file_rivora_v1_ingest_proto_rawDescGZIP() []byte {
 	return file_rivora_v1_ingest_proto_rawDescData
 }
 
-var file_rivora_v1_ingest_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_rivora_v1_ingest_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_rivora_v1_ingest_proto_goTypes = []any{
 	(*PublishRequest)(nil),       // 0: rivora.v1.PublishRequest
 	(*PublishResponse)(nil),      // 1: rivora.v1.PublishResponse
-	(*PublishBatchRequest)(nil),  // 2: rivora.v1.PublishBatchRequest
-	(*PublishBatchResponse)(nil), // 3: rivora.v1.PublishBatchResponse
-	(*structpb.Value)(nil),       // 4: google.protobuf.Value
+	(*Route)(nil),                // 2: rivora.v1.Route
+	(*PublishBatchRequest)(nil),  // 3: rivora.v1.PublishBatchRequest
+	(*PublishBatchResponse)(nil), // 4: rivora.v1.PublishBatchResponse
+	(*structpb.Value)(nil),       // 5: google.protobuf.Value
 }
 var file_rivora_v1_ingest_proto_depIdxs = []int32{
-	4, // 0: rivora.v1.PublishRequest.data:type_name -> google.protobuf.Value
-	0, // 1: rivora.v1.PublishBatchRequest.events:type_name -> rivora.v1.PublishRequest
-	0, // 2: rivora.v1.IngestService.Publish:input_type -> rivora.v1.PublishRequest
-	2, // 3: rivora.v1.IngestService.PublishBatch:input_type -> rivora.v1.PublishBatchRequest
-	1, // 4: rivora.v1.IngestService.Publish:output_type -> rivora.v1.PublishResponse
-	3, // 5: rivora.v1.IngestService.PublishBatch:output_type -> rivora.v1.PublishBatchResponse
-	4, // [4:6] is the sub-list for method output_type
-	2, // [2:4] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	5, // 0: rivora.v1.PublishRequest.data:type_name -> google.protobuf.Value
+	2, // 1: rivora.v1.PublishResponse.routes:type_name -> rivora.v1.Route
+	0, // 2: rivora.v1.PublishBatchRequest.events:type_name -> rivora.v1.PublishRequest
+	1, // 3: rivora.v1.PublishBatchResponse.results:type_name -> rivora.v1.PublishResponse
+	0, // 4: rivora.v1.IngestService.Publish:input_type -> rivora.v1.PublishRequest
+	3, // 5: rivora.v1.IngestService.PublishBatch:input_type -> rivora.v1.PublishBatchRequest
+	1, // 6: rivora.v1.IngestService.Publish:output_type -> rivora.v1.PublishResponse
+	4, // 7: rivora.v1.IngestService.PublishBatch:output_type -> rivora.v1.PublishBatchResponse
+	6, // [6:8] is the sub-list for method output_type
+	4, // [4:6] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_ingest_proto_init() }
@@ -352,7 +477,7 @@ func file_rivora_v1_ingest_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_ingest_proto_rawDesc), len(file_rivora_v1_ingest_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -85,9 +85,11 @@ type ListLanesRequest struct {
 	// stuck keeps lanes whose head has failed at least once.
 	Stuck bool `protobuf:"varint,3,opt,name=stuck,proto3" json:"stuck,omitempty"`
 	// limit bounds the answer (default 100, at most 10000).
-	Limit         int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// subscription_id keeps one subscription's lanes.
+	SubscriptionId string `protobuf:"bytes,5,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListLanesRequest) Reset() {
@@ -148,6 +150,13 @@ func (x *ListLanesRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *ListLanesRequest) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
 // LaneSummary is one pending lane.
 type LaneSummary struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -171,9 +180,10 @@ type LaneSummary struct {
 	State         LaneState              `protobuf:"varint,11,opt,name=state,proto3,enum=rivora.v1.LaneState" json:"state,omitempty"`
 	// held: the head's last failure was its destination's, so it waits for
 	// the destination rather than for its own retry time.
-	Held          bool `protobuf:"varint,12,opt,name=held,proto3" json:"held,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Held           bool   `protobuf:"varint,12,opt,name=held,proto3" json:"held,omitempty"`
+	SubscriptionId string `protobuf:"bytes,13,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LaneSummary) Reset() {
@@ -290,6 +300,13 @@ func (x *LaneSummary) GetHeld() bool {
 	return false
 }
 
+func (x *LaneSummary) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
 type ListLanesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Lanes []*LaneSummary         `protobuf:"bytes,1,rep,name=lanes,proto3" json:"lanes,omitempty"`
@@ -364,9 +381,10 @@ type SkipLaneHeadRequest struct {
 	// head_event_id, when set, skips only if it is still the lane's head
 	// (FailedPrecondition otherwise), so a skip decided on a listing never
 	// skips the next event instead.
-	HeadEventId   string `protobuf:"bytes,6,opt,name=head_event_id,json=headEventId,proto3" json:"head_event_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HeadEventId    string `protobuf:"bytes,6,opt,name=head_event_id,json=headEventId,proto3" json:"head_event_id,omitempty"`
+	SubscriptionId string `protobuf:"bytes,7,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SkipLaneHeadRequest) Reset() {
@@ -441,6 +459,13 @@ func (x *SkipLaneHeadRequest) GetHeadEventId() string {
 	return ""
 }
 
+func (x *SkipLaneHeadRequest) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
 type SkipLaneHeadResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// event_id is the event that became a dead letter.
@@ -499,13 +524,14 @@ var File_rivora_v1_lanes_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_lanes_proto_rawDesc = "" +
 	"\n" +
-	"\x15rivora/v1/lanes.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\x01\n" +
+	"\x15rivora/v1/lanes.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaf\x01\n" +
 	"\x10ListLanesRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
 	"customerId\x12\x14\n" +
 	"\x05stuck\x18\x03 \x01(\bR\x05stuck\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\x05R\x05limit\"\xce\x03\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12'\n" +
+	"\x0fsubscription_id\x18\x05 \x01(\tR\x0esubscriptionId\"\xf7\x03\n" +
 	"\vLaneSummary\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
@@ -523,11 +549,12 @@ const file_rivora_v1_lanes_proto_rawDesc = "" +
 	"\x0fnext_attempt_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\x12*\n" +
 	"\x05state\x18\v \x01(\x0e2\x14.rivora.v1.LaneStateR\x05state\x12\x12\n" +
-	"\x04held\x18\f \x01(\bR\x04held\"y\n" +
+	"\x04held\x18\f \x01(\bR\x04held\x12'\n" +
+	"\x0fsubscription_id\x18\r \x01(\tR\x0esubscriptionId\"y\n" +
 	"\x11ListLanesResponse\x12,\n" +
 	"\x05lanes\x18\x01 \x03(\v2\x16.rivora.v1.LaneSummaryR\x05lanes\x12\x18\n" +
 	"\amatched\x18\x02 \x01(\x03R\amatched\x12\x1c\n" +
-	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xcc\x01\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xf5\x01\n" +
 	"\x13SkipLaneHeadRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
@@ -535,7 +562,8 @@ const file_rivora_v1_lanes_proto_rawDesc = "" +
 	"\blane_key\x18\x03 \x01(\tR\alaneKey\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12\"\n" +
-	"\rhead_event_id\x18\x06 \x01(\tR\vheadEventId\"O\n" +
+	"\rhead_event_id\x18\x06 \x01(\tR\vheadEventId\x12'\n" +
+	"\x0fsubscription_id\x18\a \x01(\tR\x0esubscriptionId\"O\n" +
 	"\x14SkipLaneHeadResponse\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x05R\tremaining*m\n" +

@@ -38,6 +38,10 @@ const (
 	// publisher: Publish, PublishBatch and reading its own events and dead
 	// letters, for the customers it names.
 	Role_ROLE_PUBLISHER Role = 4
+	// customer: self-service for the customers it names: publish for them;
+	// manage their subscriptions and the destinations they own; read their
+	// own events, lanes and dead letters; replay and resend them.
+	Role_ROLE_CUSTOMER Role = 5
 )
 
 // Enum value maps for Role.
@@ -48,6 +52,7 @@ var (
 		2: "ROLE_OPERATOR",
 		3: "ROLE_VIEWER",
 		4: "ROLE_PUBLISHER",
+		5: "ROLE_CUSTOMER",
 	}
 	Role_value = map[string]int32{
 		"ROLE_UNSPECIFIED": 0,
@@ -55,6 +60,7 @@ var (
 		"ROLE_OPERATOR":    2,
 		"ROLE_VIEWER":      3,
 		"ROLE_PUBLISHER":   4,
+		"ROLE_CUSTOMER":    5,
 	}
 )
 
@@ -174,8 +180,8 @@ type ApiToken struct {
 	Id   string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	Role Role   `protobuf:"varint,3,opt,name=role,proto3,enum=rivora.v1.Role" json:"role,omitempty"`
-	// customers limit a publisher to these customer ids ("*" = any); empty
-	// for the other roles.
+	// customers limit a publisher or customer token to these customer ids
+	// ("*" = any, publishers only); empty for the other roles.
 	Customers []string               `protobuf:"bytes,4,rep,name=customers,proto3" json:"customers,omitempty"`
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// expires_at unset: the token does not expire.
@@ -609,14 +615,15 @@ const file_rivora_v1_tokens_proto_rawDesc = "" +
 	"\x12RevokeTokenRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"/\n" +
 	"\x13RevokeTokenResponse\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion*d\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion*w\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"ROLE_ADMIN\x10\x01\x12\x11\n" +
 	"\rROLE_OPERATOR\x10\x02\x12\x0f\n" +
 	"\vROLE_VIEWER\x10\x03\x12\x12\n" +
-	"\x0eROLE_PUBLISHER\x10\x042\xbe\x02\n" +
+	"\x0eROLE_PUBLISHER\x10\x04\x12\x11\n" +
+	"\rROLE_CUSTOMER\x10\x052\xbe\x02\n" +
 	"\fTokenService\x12L\n" +
 	"\vCreateToken\x12\x1d.rivora.v1.CreateTokenRequest\x1a\x1e.rivora.v1.CreateTokenResponse\x12N\n" +
 	"\n" +

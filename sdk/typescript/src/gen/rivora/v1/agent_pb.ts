@@ -8,6 +8,8 @@ import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { AuditEntry, Destination, DestinationHealth } from "./admin_pb.js";
 import { file_rivora_v1_admin } from "./admin_pb.js";
+import type { EventType, Subscription } from "./subscriptions_pb.js";
+import { file_rivora_v1_subscriptions } from "./subscriptions_pb.js";
 import type { ApiToken } from "./tokens_pb.js";
 import { file_rivora_v1_tokens } from "./tokens_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -16,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rivora/v1/agent.proto.
  */
 export const file_rivora_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChVyaXZvcmEvdjEvYWdlbnQucHJvdG8SCXJpdm9yYS52MSI6ChJSZWNvcmRBdWRpdFJlcXVlc3QSJAoFZW50cnkYASABKAsyFS5yaXZvcmEudjEuQXVkaXRFbnRyeSIVChNSZWNvcmRBdWRpdFJlc3BvbnNlIl0KDFdhdGNoUmVxdWVzdBISCgphZ2VudF9uYW1lGAEgASgJEg8KB2FkZHJlc3MYAiABKAkSFwoPYXBwbGllZF92ZXJzaW9uGAMgASgEEg8KB3Nlc3Npb24YBCABKAki6wEKDVdhdGNoUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoBBIQCghzbmFwc2hvdBgCIAEoCBIsCgxkZXN0aW5hdGlvbnMYAyADKAsyFi5yaXZvcmEudjEuRGVzdGluYXRpb24SHwoXcmVtb3ZlZF9kZXN0aW5hdGlvbl9pZHMYBCADKAkSFwoPcGFydGl0aW9uX2NvdW50GAUgASgNEhIKCnBhcnRpdGlvbnMYBiADKA0SIwoGdG9rZW5zGAcgAygLMhMucml2b3JhLnYxLkFwaVRva2VuEhYKDnRva2Vuc19jaGFuZ2VkGAggASgIIjsKFFJlcG9ydEFwcGxpZWRSZXF1ZXN0EhIKCmFnZW50X25hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoBCIXChVSZXBvcnRBcHBsaWVkUmVzcG9uc2UiTQoSUmVwb3J0T3duZWRSZXF1ZXN0EhIKCmFnZW50X25hbWUYASABKAkSDwoHc2Vzc2lvbhgCIAEoCRISCgpwYXJ0aXRpb25zGAMgAygNIhUKE1JlcG9ydE93bmVkUmVzcG9uc2UiiQEKEVJlcG9ydEdvbmVSZXF1ZXN0EhIKCmFnZW50X25hbWUYASABKAkSFgoOZGVzdGluYXRpb25faWQYAiABKAkSEAoIZXZlbnRfaWQYAyABKAkSDgoGc3RhdHVzGAQgASgFEiYKAmF0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI3ChJSZXBvcnRHb25lUmVzcG9uc2USEAoIZGlzYWJsZWQYASABKAgSDwoHdmVyc2lvbhgCIAEoBCItChNDb3VudFBlbmRpbmdSZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJIicKFENvdW50UGVuZGluZ1Jlc3BvbnNlEg8KB3BlbmRpbmcYASABKAMiLwoVQXJjaGl2ZVBlbmRpbmdSZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJIioKFkFyY2hpdmVQZW5kaW5nUmVzcG9uc2USEAoIYXJjaGl2ZWQYASABKAMiQAoQR2V0SGVhbHRoUmVxdWVzdBIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCRIUCgxyYXRlX2hpc3RvcnkYAiABKAgiRwoRR2V0SGVhbHRoUmVzcG9uc2USMgoMZGVzdGluYXRpb25zGAEgAygLMhwucml2b3JhLnYxLkRlc3RpbmF0aW9uSGVhbHRoMowDCgxBZ2VudFNlcnZpY2USPAoFV2F0Y2gSFy5yaXZvcmEudjEuV2F0Y2hSZXF1ZXN0Ghgucml2b3JhLnYxLldhdGNoUmVzcG9uc2UwARJSCg1SZXBvcnRBcHBsaWVkEh8ucml2b3JhLnYxLlJlcG9ydEFwcGxpZWRSZXF1ZXN0GiAucml2b3JhLnYxLlJlcG9ydEFwcGxpZWRSZXNwb25zZRJMCgtSZXBvcnRPd25lZBIdLnJpdm9yYS52MS5SZXBvcnRPd25lZFJlcXVlc3QaHi5yaXZvcmEudjEuUmVwb3J0T3duZWRSZXNwb25zZRJOCgpSZXBvcnRHb25lEhwucml2b3JhLnYxLlJlcG9ydEdvbmVSZXF1ZXN0Gh0ucml2b3JhLnYxLlJlcG9ydEdvbmVSZXNwb25zZSIDkAICEkwKC1JlY29yZEF1ZGl0Eh0ucml2b3JhLnYxLlJlY29yZEF1ZGl0UmVxdWVzdBoeLnJpdm9yYS52MS5SZWNvcmRBdWRpdFJlc3BvbnNlMowCChBQYXJ0aXRpb25TZXJ2aWNlElQKDENvdW50UGVuZGluZxIeLnJpdm9yYS52MS5Db3VudFBlbmRpbmdSZXF1ZXN0Gh8ucml2b3JhLnYxLkNvdW50UGVuZGluZ1Jlc3BvbnNlIgOQAgESVQoOQXJjaGl2ZVBlbmRpbmcSIC5yaXZvcmEudjEuQXJjaGl2ZVBlbmRpbmdSZXF1ZXN0GiEucml2b3JhLnYxLkFyY2hpdmVQZW5kaW5nUmVzcG9uc2USSwoJR2V0SGVhbHRoEhsucml2b3JhLnYxLkdldEhlYWx0aFJlcXVlc3QaHC5yaXZvcmEudjEuR2V0SGVhbHRoUmVzcG9uc2UiA5ACAUIzWjFnaXRodWIuY29tL3Jpdm9yYS9yaXZvcmEvcHJvdG8vcml2b3JhL3YxO3Jpdm9yYXYxYgZwcm90bzM", [file_google_protobuf_timestamp, file_rivora_v1_admin, file_rivora_v1_tokens]);
+  fileDesc("ChVyaXZvcmEvdjEvYWdlbnQucHJvdG8SCXJpdm9yYS52MSI6ChJSZWNvcmRBdWRpdFJlcXVlc3QSJAoFZW50cnkYASABKAsyFS5yaXZvcmEudjEuQXVkaXRFbnRyeSIVChNSZWNvcmRBdWRpdFJlc3BvbnNlIl0KDFdhdGNoUmVxdWVzdBISCgphZ2VudF9uYW1lGAEgASgJEg8KB2FkZHJlc3MYAiABKAkSFwoPYXBwbGllZF92ZXJzaW9uGAMgASgEEg8KB3Nlc3Npb24YBCABKAkioQMKDVdhdGNoUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoBBIQCghzbmFwc2hvdBgCIAEoCBIsCgxkZXN0aW5hdGlvbnMYAyADKAsyFi5yaXZvcmEudjEuRGVzdGluYXRpb24SHwoXcmVtb3ZlZF9kZXN0aW5hdGlvbl9pZHMYBCADKAkSFwoPcGFydGl0aW9uX2NvdW50GAUgASgNEhIKCnBhcnRpdGlvbnMYBiADKA0SIwoGdG9rZW5zGAcgAygLMhMucml2b3JhLnYxLkFwaVRva2VuEhYKDnRva2Vuc19jaGFuZ2VkGAggASgIEi4KDXN1YnNjcmlwdGlvbnMYCSADKAsyFy5yaXZvcmEudjEuU3Vic2NyaXB0aW9uEiAKGHJlbW92ZWRfc3Vic2NyaXB0aW9uX2lkcxgKIAMoCRIpCgtldmVudF90eXBlcxgLIAMoCzIULnJpdm9yYS52MS5FdmVudFR5cGUSGwoTZXZlbnRfdHlwZXNfY2hhbmdlZBgMIAEoCBIaChJzdHJpY3RfZXZlbnRfdHlwZXMYDSABKAgiOwoUUmVwb3J0QXBwbGllZFJlcXVlc3QSEgoKYWdlbnRfbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgEIhcKFVJlcG9ydEFwcGxpZWRSZXNwb25zZSJNChJSZXBvcnRPd25lZFJlcXVlc3QSEgoKYWdlbnRfbmFtZRgBIAEoCRIPCgdzZXNzaW9uGAIgASgJEhIKCnBhcnRpdGlvbnMYAyADKA0iFQoTUmVwb3J0T3duZWRSZXNwb25zZSKJAQoRUmVwb3J0R29uZVJlcXVlc3QSEgoKYWdlbnRfbmFtZRgBIAEoCRIWCg5kZXN0aW5hdGlvbl9pZBgCIAEoCRIQCghldmVudF9pZBgDIAEoCRIOCgZzdGF0dXMYBCABKAUSJgoCYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjcKElJlcG9ydEdvbmVSZXNwb25zZRIQCghkaXNhYmxlZBgBIAEoCBIPCgd2ZXJzaW9uGAIgASgEIkYKE0NvdW50UGVuZGluZ1JlcXVlc3QSFgoOZGVzdGluYXRpb25faWQYASABKAkSFwoPc3Vic2NyaXB0aW9uX2lkGAIgASgJIicKFENvdW50UGVuZGluZ1Jlc3BvbnNlEg8KB3BlbmRpbmcYASABKAMiSAoVQXJjaGl2ZVBlbmRpbmdSZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEhcKD3N1YnNjcmlwdGlvbl9pZBgCIAEoCSIqChZBcmNoaXZlUGVuZGluZ1Jlc3BvbnNlEhAKCGFyY2hpdmVkGAEgASgDIkAKEEdldEhlYWx0aFJlcXVlc3QSFgoOZGVzdGluYXRpb25faWQYASABKAkSFAoMcmF0ZV9oaXN0b3J5GAIgASgIIkcKEUdldEhlYWx0aFJlc3BvbnNlEjIKDGRlc3RpbmF0aW9ucxgBIAMoCzIcLnJpdm9yYS52MS5EZXN0aW5hdGlvbkhlYWx0aDKMAwoMQWdlbnRTZXJ2aWNlEjwKBVdhdGNoEhcucml2b3JhLnYxLldhdGNoUmVxdWVzdBoYLnJpdm9yYS52MS5XYXRjaFJlc3BvbnNlMAESUgoNUmVwb3J0QXBwbGllZBIfLnJpdm9yYS52MS5SZXBvcnRBcHBsaWVkUmVxdWVzdBogLnJpdm9yYS52MS5SZXBvcnRBcHBsaWVkUmVzcG9uc2USTAoLUmVwb3J0T3duZWQSHS5yaXZvcmEudjEuUmVwb3J0T3duZWRSZXF1ZXN0Gh4ucml2b3JhLnYxLlJlcG9ydE93bmVkUmVzcG9uc2USTgoKUmVwb3J0R29uZRIcLnJpdm9yYS52MS5SZXBvcnRHb25lUmVxdWVzdBodLnJpdm9yYS52MS5SZXBvcnRHb25lUmVzcG9uc2UiA5ACAhJMCgtSZWNvcmRBdWRpdBIdLnJpdm9yYS52MS5SZWNvcmRBdWRpdFJlcXVlc3QaHi5yaXZvcmEudjEuUmVjb3JkQXVkaXRSZXNwb25zZTKMAgoQUGFydGl0aW9uU2VydmljZRJUCgxDb3VudFBlbmRpbmcSHi5yaXZvcmEudjEuQ291bnRQZW5kaW5nUmVxdWVzdBofLnJpdm9yYS52MS5Db3VudFBlbmRpbmdSZXNwb25zZSIDkAIBElUKDkFyY2hpdmVQZW5kaW5nEiAucml2b3JhLnYxLkFyY2hpdmVQZW5kaW5nUmVxdWVzdBohLnJpdm9yYS52MS5BcmNoaXZlUGVuZGluZ1Jlc3BvbnNlEksKCUdldEhlYWx0aBIbLnJpdm9yYS52MS5HZXRIZWFsdGhSZXF1ZXN0Ghwucml2b3JhLnYxLkdldEhlYWx0aFJlc3BvbnNlIgOQAgFCM1oxZ2l0aHViLmNvbS9yaXZvcmEvcml2b3JhL3Byb3RvL3Jpdm9yYS92MTtyaXZvcmF2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_rivora_v1_admin, file_rivora_v1_subscriptions, file_rivora_v1_tokens]);
 
 /**
  * @generated from message rivora.v1.RecordAuditRequest
@@ -148,6 +150,39 @@ export type WatchResponse = Message<"rivora.v1.WatchResponse"> & {
    * @generated from field: bool tokens_changed = 8;
    */
   tokensChanged: boolean;
+
+  /**
+   * subscriptions (with secrets and header values) follow destinations'
+   * rules: all of them on a snapshot, else the changed ones, and
+   * removed_subscription_ids the deleted.
+   *
+   * @generated from field: repeated rivora.v1.Subscription subscriptions = 9;
+   */
+  subscriptions: Subscription[];
+
+  /**
+   * @generated from field: repeated string removed_subscription_ids = 10;
+   */
+  removedSubscriptionIds: string[];
+
+  /**
+   * event_types are the whole catalogue, sent on the snapshot and whenever
+   * one changes (event_types_changed); strict_event_types refuses types
+   * not in it.
+   *
+   * @generated from field: repeated rivora.v1.EventType event_types = 11;
+   */
+  eventTypes: EventType[];
+
+  /**
+   * @generated from field: bool event_types_changed = 12;
+   */
+  eventTypesChanged: boolean;
+
+  /**
+   * @generated from field: bool strict_event_types = 13;
+   */
+  strictEventTypes: boolean;
 };
 
 /**
@@ -313,6 +348,13 @@ export type CountPendingRequest = Message<"rivora.v1.CountPendingRequest"> & {
    * @generated from field: string destination_id = 1;
    */
   destinationId: string;
+
+  /**
+   * subscription_id narrows the count to one subscription's lanes.
+   *
+   * @generated from field: string subscription_id = 2;
+   */
+  subscriptionId: string;
 };
 
 /**
@@ -347,6 +389,13 @@ export type ArchivePendingRequest = Message<"rivora.v1.ArchivePendingRequest"> &
    * @generated from field: string destination_id = 1;
    */
   destinationId: string;
+
+  /**
+   * subscription_id narrows the archive to one subscription's lanes.
+   *
+   * @generated from field: string subscription_id = 2;
+   */
+  subscriptionId: string;
 };
 
 /**

@@ -12,13 +12,21 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rivora/v1/ingest.proto.
  */
 export const file_rivora_v1_ingest: GenFile = /*@__PURE__*/
-  fileDesc("ChZyaXZvcmEvdjEvaW5nZXN0LnByb3RvEglyaXZvcmEudjEiwwEKDlB1Ymxpc2hSZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEhMKC2N1c3RvbWVyX2lkGAIgASgJEhAKCGxhbmVfa2V5GAMgASgJEgwKBHR5cGUYBCABKAkSDwoHcGF5bG9hZBgFIAEoDBIUCgxjb250ZW50X3R5cGUYBiABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAcgASgJEiQKBGRhdGEYCCABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiNgoPUHVibGlzaFJlc3BvbnNlEhAKCGV2ZW50X2lkGAEgASgJEhEKCWR1cGxpY2F0ZRgCIAEoCCJAChNQdWJsaXNoQmF0Y2hSZXF1ZXN0EikKBmV2ZW50cxgBIAMoCzIZLnJpdm9yYS52MS5QdWJsaXNoUmVxdWVzdCIpChRQdWJsaXNoQmF0Y2hSZXNwb25zZRIRCglldmVudF9pZHMYASADKAkyogEKDUluZ2VzdFNlcnZpY2USQAoHUHVibGlzaBIZLnJpdm9yYS52MS5QdWJsaXNoUmVxdWVzdBoaLnJpdm9yYS52MS5QdWJsaXNoUmVzcG9uc2USTwoMUHVibGlzaEJhdGNoEh4ucml2b3JhLnYxLlB1Ymxpc2hCYXRjaFJlcXVlc3QaHy5yaXZvcmEudjEuUHVibGlzaEJhdGNoUmVzcG9uc2VCM1oxZ2l0aHViLmNvbS9yaXZvcmEvcml2b3JhL3Byb3RvL3Jpdm9yYS92MTtyaXZvcmF2MWIGcHJvdG8z", [file_google_protobuf_struct]);
+  fileDesc("ChZyaXZvcmEvdjEvaW5nZXN0LnByb3RvEglyaXZvcmEudjEi3AEKDlB1Ymxpc2hSZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEhMKC2N1c3RvbWVyX2lkGAIgASgJEhAKCGxhbmVfa2V5GAMgASgJEgwKBHR5cGUYBCABKAkSDwoHcGF5bG9hZBgFIAEoDBIUCgxjb250ZW50X3R5cGUYBiABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAcgASgJEiQKBGRhdGEYCCABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSFwoPc3Vic2NyaXB0aW9uX2lkGAkgASgJImwKD1B1Ymxpc2hSZXNwb25zZRIQCghldmVudF9pZBgBIAEoCRIRCglkdXBsaWNhdGUYAiABKAgSIAoGcm91dGVzGAMgAygLMhAucml2b3JhLnYxLlJvdXRlEhIKCmZhbm5lZF9vdXQYBCABKAgiSgoFUm91dGUSFwoPc3Vic2NyaXB0aW9uX2lkGAEgASgJEhYKDmRlc3RpbmF0aW9uX2lkGAIgASgJEhAKCGV2ZW50X2lkGAMgASgJIkAKE1B1Ymxpc2hCYXRjaFJlcXVlc3QSKQoGZXZlbnRzGAEgAygLMhkucml2b3JhLnYxLlB1Ymxpc2hSZXF1ZXN0IlYKFFB1Ymxpc2hCYXRjaFJlc3BvbnNlEhEKCWV2ZW50X2lkcxgBIAMoCRIrCgdyZXN1bHRzGAIgAygLMhoucml2b3JhLnYxLlB1Ymxpc2hSZXNwb25zZTKiAQoNSW5nZXN0U2VydmljZRJACgdQdWJsaXNoEhkucml2b3JhLnYxLlB1Ymxpc2hSZXF1ZXN0Ghoucml2b3JhLnYxLlB1Ymxpc2hSZXNwb25zZRJPCgxQdWJsaXNoQmF0Y2gSHi5yaXZvcmEudjEuUHVibGlzaEJhdGNoUmVxdWVzdBofLnJpdm9yYS52MS5QdWJsaXNoQmF0Y2hSZXNwb25zZUIzWjFnaXRodWIuY29tL3Jpdm9yYS9yaXZvcmEvcHJvdG8vcml2b3JhL3YxO3Jpdm9yYXYxYgZwcm90bzM", [file_google_protobuf_struct]);
 
 /**
+ * PublishRequest is one event. Name its destination (destination_id) and
+ * it goes there; leave destination_id empty and it fans out: one delivery
+ * per active subscription of customer_id whose types (and filter) match
+ * type, each with its own event id.
+ *
  * @generated from message rivora.v1.PublishRequest
  */
 export type PublishRequest = Message<"rivora.v1.PublishRequest"> & {
   /**
+   * destination_id: the one destination the event goes to. Empty: fan out
+   * to the customer's matching subscriptions.
+   *
    * @generated from field: string destination_id = 1;
    */
   destinationId: string;
@@ -79,6 +87,15 @@ export type PublishRequest = Message<"rivora.v1.PublishRequest"> & {
    * @generated from field: google.protobuf.Value data = 8;
    */
   data?: Value | undefined;
+
+  /**
+   * subscription_id sends the event to this one subscription of
+   * customer_id (its destination, path, secret and headers) whether or not
+   * its types and filter match: a test event. Not with destination_id.
+   *
+   * @generated from field: string subscription_id = 9;
+   */
+  subscriptionId: string;
 };
 
 /**
@@ -93,6 +110,9 @@ export const PublishRequestSchema: GenMessage<PublishRequest> = /*@__PURE__*/
  */
 export type PublishResponse = Message<"rivora.v1.PublishResponse"> & {
   /**
+   * event_id is the stored event's id when destination_id was named
+   * (empty for a fan-out: see routes).
+   *
    * @generated from field: string event_id = 1;
    */
   eventId: string;
@@ -103,6 +123,24 @@ export type PublishResponse = Message<"rivora.v1.PublishResponse"> & {
    * @generated from field: bool duplicate = 2;
    */
   duplicate: boolean;
+
+  /**
+   * routes lists, for a publish without destination_id, one entry per
+   * subscription the event was stored for. Empty when no subscription
+   * matched: that is not an error (the event is not stored; the
+   * rivora_ingest_unrouted_total counter counts it).
+   *
+   * @generated from field: repeated rivora.v1.Route routes = 3;
+   */
+  routes: Route[];
+
+  /**
+   * fanned_out is true when the publish had no destination_id (so an
+   * empty routes means 0 subscriptions matched).
+   *
+   * @generated from field: bool fanned_out = 4;
+   */
+  fannedOut: boolean;
 };
 
 /**
@@ -111,6 +149,35 @@ export type PublishResponse = Message<"rivora.v1.PublishResponse"> & {
  */
 export const PublishResponseSchema: GenMessage<PublishResponse> = /*@__PURE__*/
   messageDesc(file_rivora_v1_ingest, 1);
+
+/**
+ * Route is one delivery a fan-out stored.
+ *
+ * @generated from message rivora.v1.Route
+ */
+export type Route = Message<"rivora.v1.Route"> & {
+  /**
+   * @generated from field: string subscription_id = 1;
+   */
+  subscriptionId: string;
+
+  /**
+   * @generated from field: string destination_id = 2;
+   */
+  destinationId: string;
+
+  /**
+   * @generated from field: string event_id = 3;
+   */
+  eventId: string;
+};
+
+/**
+ * Describes the message rivora.v1.Route.
+ * Use `create(RouteSchema)` to create a new message.
+ */
+export const RouteSchema: GenMessage<Route> = /*@__PURE__*/
+  messageDesc(file_rivora_v1_ingest, 2);
 
 /**
  * @generated from message rivora.v1.PublishBatchRequest
@@ -127,18 +194,27 @@ export type PublishBatchRequest = Message<"rivora.v1.PublishBatchRequest"> & {
  * Use `create(PublishBatchRequestSchema)` to create a new message.
  */
 export const PublishBatchRequestSchema: GenMessage<PublishBatchRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_ingest, 2);
+  messageDesc(file_rivora_v1_ingest, 3);
 
 /**
  * @generated from message rivora.v1.PublishBatchResponse
  */
 export type PublishBatchResponse = Message<"rivora.v1.PublishBatchResponse"> & {
   /**
-   * event_ids[i] is the id of events[i].
+   * event_ids[i] is the id of events[i] when it named its destination
+   * ("" for a fan-out).
    *
    * @generated from field: repeated string event_ids = 1;
    */
   eventIds: string[];
+
+  /**
+   * results[i] is the answer for events[i], as Publish gives it (routes
+   * for a fan-out).
+   *
+   * @generated from field: repeated rivora.v1.PublishResponse results = 2;
+   */
+  results: PublishResponse[];
 };
 
 /**
@@ -146,7 +222,7 @@ export type PublishBatchResponse = Message<"rivora.v1.PublishBatchResponse"> & {
  * Use `create(PublishBatchResponseSchema)` to create a new message.
  */
 export const PublishBatchResponseSchema: GenMessage<PublishBatchResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_ingest, 3);
+  messageDesc(file_rivora_v1_ingest, 4);
 
 /**
  * IngestService accepts events from customer apps. An answer means the event

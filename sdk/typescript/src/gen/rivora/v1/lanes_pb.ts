@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rivora/v1/lanes.proto.
  */
 export const file_rivora_v1_lanes: GenFile = /*@__PURE__*/
-  fileDesc("ChVyaXZvcmEvdjEvbGFuZXMucHJvdG8SCXJpdm9yYS52MSJdChBMaXN0TGFuZXNSZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEhMKC2N1c3RvbWVyX2lkGAIgASgJEg0KBXN0dWNrGAMgASgIEg0KBWxpbWl0GAQgASgFIsoCCgtMYW5lU3VtbWFyeRIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCRITCgtjdXN0b21lcl9pZBgCIAEoCRIQCghsYW5lX2tleRgDIAEoCRINCgVkZXB0aBgEIAEoBRIVCg1oZWFkX2V2ZW50X2lkGAUgASgJEhUKDWhlYWRfYXR0ZW1wdHMYBiABKAUSEwoLbGFzdF9zdGF0dXMYByABKAUSEgoKbGFzdF9lcnJvchgIIAEoCRIuCgpoZWFkX3NpbmNlGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIzCg9uZXh0X2F0dGVtcHRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiMKBXN0YXRlGAsgASgOMhQucml2b3JhLnYxLkxhbmVTdGF0ZRIMCgRoZWxkGAwgASgIIl4KEUxpc3RMYW5lc1Jlc3BvbnNlEiUKBWxhbmVzGAEgAygLMhYucml2b3JhLnYxLkxhbmVTdW1tYXJ5Eg8KB21hdGNoZWQYAiABKAMSEQoJdHJ1bmNhdGVkGAMgASgIIosBChNTa2lwTGFuZUhlYWRSZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEhMKC2N1c3RvbWVyX2lkGAIgASgJEhAKCGxhbmVfa2V5GAMgASgJEg4KBnJlYXNvbhgEIAEoCRIOCgZhdXRob3IYBSABKAkSFQoNaGVhZF9ldmVudF9pZBgGIAEoCSI7ChRTa2lwTGFuZUhlYWRSZXNwb25zZRIQCghldmVudF9pZBgBIAEoCRIRCglyZW1haW5pbmcYAiABKAUqbQoJTGFuZVN0YXRlEhoKFkxBTkVfU1RBVEVfVU5TUEVDSUZJRUQQABISCg5MQU5FX1NUQVRFX0RVRRABEhYKEkxBTkVfU1RBVEVfV0FJVElORxACEhgKFExBTkVfU1RBVEVfSU5fRkxJR0hUEAMyqwEKC0xhbmVTZXJ2aWNlEksKCUxpc3RMYW5lcxIbLnJpdm9yYS52MS5MaXN0TGFuZXNSZXF1ZXN0Ghwucml2b3JhLnYxLkxpc3RMYW5lc1Jlc3BvbnNlIgOQAgESTwoMU2tpcExhbmVIZWFkEh4ucml2b3JhLnYxLlNraXBMYW5lSGVhZFJlcXVlc3QaHy5yaXZvcmEudjEuU2tpcExhbmVIZWFkUmVzcG9uc2VCM1oxZ2l0aHViLmNvbS9yaXZvcmEvcml2b3JhL3Byb3RvL3Jpdm9yYS92MTtyaXZvcmF2MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("ChVyaXZvcmEvdjEvbGFuZXMucHJvdG8SCXJpdm9yYS52MSJ2ChBMaXN0TGFuZXNSZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEhMKC2N1c3RvbWVyX2lkGAIgASgJEg0KBXN0dWNrGAMgASgIEg0KBWxpbWl0GAQgASgFEhcKD3N1YnNjcmlwdGlvbl9pZBgFIAEoCSLjAgoLTGFuZVN1bW1hcnkSFgoOZGVzdGluYXRpb25faWQYASABKAkSEwoLY3VzdG9tZXJfaWQYAiABKAkSEAoIbGFuZV9rZXkYAyABKAkSDQoFZGVwdGgYBCABKAUSFQoNaGVhZF9ldmVudF9pZBgFIAEoCRIVCg1oZWFkX2F0dGVtcHRzGAYgASgFEhMKC2xhc3Rfc3RhdHVzGAcgASgFEhIKCmxhc3RfZXJyb3IYCCABKAkSLgoKaGVhZF9zaW5jZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMwoPbmV4dF9hdHRlbXB0X2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIjCgVzdGF0ZRgLIAEoDjIULnJpdm9yYS52MS5MYW5lU3RhdGUSDAoEaGVsZBgMIAEoCBIXCg9zdWJzY3JpcHRpb25faWQYDSABKAkiXgoRTGlzdExhbmVzUmVzcG9uc2USJQoFbGFuZXMYASADKAsyFi5yaXZvcmEudjEuTGFuZVN1bW1hcnkSDwoHbWF0Y2hlZBgCIAEoAxIRCgl0cnVuY2F0ZWQYAyABKAgipAEKE1NraXBMYW5lSGVhZFJlcXVlc3QSFgoOZGVzdGluYXRpb25faWQYASABKAkSEwoLY3VzdG9tZXJfaWQYAiABKAkSEAoIbGFuZV9rZXkYAyABKAkSDgoGcmVhc29uGAQgASgJEg4KBmF1dGhvchgFIAEoCRIVCg1oZWFkX2V2ZW50X2lkGAYgASgJEhcKD3N1YnNjcmlwdGlvbl9pZBgHIAEoCSI7ChRTa2lwTGFuZUhlYWRSZXNwb25zZRIQCghldmVudF9pZBgBIAEoCRIRCglyZW1haW5pbmcYAiABKAUqbQoJTGFuZVN0YXRlEhoKFkxBTkVfU1RBVEVfVU5TUEVDSUZJRUQQABISCg5MQU5FX1NUQVRFX0RVRRABEhYKEkxBTkVfU1RBVEVfV0FJVElORxACEhgKFExBTkVfU1RBVEVfSU5fRkxJR0hUEAMyqwEKC0xhbmVTZXJ2aWNlEksKCUxpc3RMYW5lcxIbLnJpdm9yYS52MS5MaXN0TGFuZXNSZXF1ZXN0Ghwucml2b3JhLnYxLkxpc3RMYW5lc1Jlc3BvbnNlIgOQAgESTwoMU2tpcExhbmVIZWFkEh4ucml2b3JhLnYxLlNraXBMYW5lSGVhZFJlcXVlc3QaHy5yaXZvcmEudjEuU2tpcExhbmVIZWFkUmVzcG9uc2VCM1oxZ2l0aHViLmNvbS9yaXZvcmEvcml2b3JhL3Byb3RvL3Jpdm9yYS92MTtyaXZvcmF2MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message rivora.v1.ListLanesRequest
@@ -43,6 +43,13 @@ export type ListLanesRequest = Message<"rivora.v1.ListLanesRequest"> & {
    * @generated from field: int32 limit = 4;
    */
   limit: number;
+
+  /**
+   * subscription_id keeps one subscription's lanes.
+   *
+   * @generated from field: string subscription_id = 5;
+   */
+  subscriptionId: string;
 };
 
 /**
@@ -132,6 +139,11 @@ export type LaneSummary = Message<"rivora.v1.LaneSummary"> & {
    * @generated from field: bool held = 12;
    */
   held: boolean;
+
+  /**
+   * @generated from field: string subscription_id = 13;
+   */
+  subscriptionId: string;
 };
 
 /**
@@ -213,6 +225,11 @@ export type SkipLaneHeadRequest = Message<"rivora.v1.SkipLaneHeadRequest"> & {
    * @generated from field: string head_event_id = 6;
    */
   headEventId: string;
+
+  /**
+   * @generated from field: string subscription_id = 7;
+   */
+  subscriptionId: string;
 };
 
 /**

@@ -1,0 +1,139 @@
+package routing
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestTypeMatches(t *testing.T) {
+	cases := []struct {
+		patterns []string
+		typ      string
+		want     bool
+	}{
+		{[]string{"order.*"}, "order.created", true},
+		{[]string{"order.*"}, "order.", true},
+		{[]string{"order.*"}, "orders.created", false},
+		{[]string{"order.created"}, "order.created", true},
+		{[]string{"order.created"}, "order.updated", false},
+		{[]string{"*"}, "anything.at.all", true},
+		{[]string{"*.paid"}, "invoice.paid", true},
+		{[]string{"*.paid"}, "invoice.paid.late", false},
+		{[]string{"a*b*c"}, "aXXbYYc", true},
+		{[]string{"a*b*c"}, "aXXcYYb", false},
+		{[]string{"order.created", "invoice.*"}, "invoice.paid", true},
+		{nil, "order.created", false},
+	}
+	for _, c := range cases {
+		if got := TypeMatches(c.patterns, c.typ); got != c.want {
+			t.Errorf("TypeMatches(%q, %q) = %v, want %v", c.patterns, c.typ, got, c.want)
+		}
+	}
+}
+
+func TestValidatePatterns(t *testing.T) {
+	for _, bad := range [][]string{nil, {""}, {"order created"}, {"a", "a"}, {strings.Repeat("x", MaxTypeLen+1)}} {
+		if err := ValidatePatterns(bad); err == nil {
+			t.Errorf("ValidatePatterns(%q) accepted", bad)
+		}
+	}
+	if err := ValidatePatterns([]string{"order.*", "invoice.paid", "*"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func decode(t *testing.T, s string) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestFilterMatches(t *testing.T) {
+	f, err := CompileFilter(`data.amount > 100 && type != "order.test"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		data, typ string
+		want      bool
+	}{
+		{`{"amount": 150}`, "order.created", true},
+		{`{"amount": 50}`, "order.created", false},
+		{`{"amount": 150}`, "order.test", false},
+		{`{"other": 1}`, "order.created", false},       // missing field: no match
+		{`{"amount": "lots"}`, "order.created", false}, // wrong type: no match
+		{`[1, 2]`, "order.created", false},
+	}
+	for _, c := range cases {
+		got, _ := f.Match(Input{Data: decode(t, c.data), Type: c.typ, Customer: "c1", Lane: "u1"})
+		if got != c.want {
+			t.Errorf("%s %s: match %v, want %v", c.data, c.typ, got, c.want)
+		}
+	}
+	g, err := CompileFilter(`customer == "c1" && lane.startsWith("vip-")`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := g.Match(Input{Customer: "c1", Lane: "vip-7"}); !ok || err != nil {
+		t.Fatalf("customer/lane filter: %v %v", ok, err)
+	}
+}
+
+func TestFilterRefused(t *testing.T) {
+	for src, want := range map[string]string{
+		`data.amount >`:                     "does not compile",
+		`data.amount + 1`:                   "boolean",
+		`data.flag`:                         "", // dyn: accepted, a non-boolean result is no match
+		`"text"`:                            "boolean",
+		`1 + 2`:                             "boolean",
+		`nosuchvar > 1`:                     "does not compile",
+		strings.Repeat("x", MaxFilterLen+1): "limit",
+		`data.a.all(x, data.b.all(y, data.c.all(z, x == y && y == z)))`: "cost",
+	} {
+		_, err := CompileFilter(src)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("CompileFilter(%.40q): %v", src, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("CompileFilter(%.40q) = %v, want an error with %q", src, err, want)
+		}
+	}
+	f, err := CompileFilter(`data.flag`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := f.Match(Input{Data: decode(t, `{"flag": 1}`)}); ok {
+		t.Fatal("a non-boolean result matched")
+	}
+}
+
+func TestSchema(t *testing.T) {
+	s, err := CompileSchema(`{"type":"object","required":["amount"],"properties":{"amount":{"type":"number","minimum":0},"items":{"type":"array","items":{"type":"string"}}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Validate([]byte(`{"amount": 3, "items": ["a"]}`)); err != nil {
+		t.Fatal(err)
+	}
+	for data, want := range map[string]string{
+		`{"amount": -1}`:              "data/amount",
+		`{}`:                          "required",
+		`{"amount": 1, "items": [1]}`: "data/items/0",
+		`{"amount": "x"}`:             "data/amount",
+		`not json`:                    "not JSON",
+	} {
+		err := s.Validate([]byte(data))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate(%s) = %v, want an error with %q", data, err, want)
+		}
+	}
+	for _, bad := range []string{`{`, `{"type": 12}`, `{"$ref": "https://example.com/s.json"}`} {
+		if _, err := CompileSchema(bad); err == nil {
+			t.Errorf("CompileSchema(%s) accepted", bad)
+		}
+	}
+}
