@@ -49,6 +49,7 @@ import (
 	"github.com/rivora/rivora/agent/deadletters"
 	"github.com/rivora/rivora/agent/delivery"
 	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/agent/gone"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
@@ -134,6 +135,11 @@ type Agent struct {
 	log      *slog.Logger
 	nats     *natsd.Server
 	registry *destinations.Registry
+	// subs are the cell's subscriptions (ingest fans out by them, delivery
+	// asks them for a subscription's URL, secret and headers); catalogue
+	// is its event types.
+	subs      *subscriptions.Table
+	catalogue *subscriptions.Catalogue
 	sched    *scheduler.Scheduler
 	gateway  *ingest.Gateway
 	history  *history.History
@@ -172,6 +178,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	a := &Agent{
 		cfg: cfg, log: log, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}),
+		subs: subscriptions.NewTable(), catalogue: subscriptions.NewCatalogue(),
 		upstream: upstream.New(cfg.ControlPlaneURL, cfg.Keys, cfg.Transport),
 	}
 	a.gone = gone.New(gone.Config{
@@ -388,6 +395,15 @@ func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []str
 		}
 	}
 	return nil
+}
+
+// applySubscriptions installs changed subscriptions, in place: nothing
+// pending moves.
+func (a *Agent) applySubscriptions(changed []*rivorav1.Subscription, removed []string, snapshot bool) error {
+	if snapshot {
+		return a.subs.Replace(changed)
+	}
+	return a.subs.Update(changed, removed)
 }
 
 // forgetDestination forgets a deleted destination everywhere the agent

@@ -108,7 +108,8 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 }
 
 // apply installs one config message: partition count, API tokens,
-// destinations, then the partitions this agent owns.
+// destinations, subscriptions, event types, then the partitions this
+// agent owns.
 // Partitions live as long as the agent runs, not as long as one stream.
 func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 	n := int(msg.GetPartitionCount())
@@ -121,6 +122,16 @@ func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 	}
 	if msg.GetSnapshot() || len(msg.GetDestinations()) > 0 || len(msg.GetRemovedDestinationIds()) > 0 {
 		if err := a.applyDestinations(msg.GetDestinations(), msg.GetRemovedDestinationIds(), msg.GetSnapshot()); err != nil {
+			return err
+		}
+	}
+	if msg.GetSnapshot() || len(msg.GetSubscriptions()) > 0 || len(msg.GetRemovedSubscriptionIds()) > 0 {
+		if err := a.applySubscriptions(msg.GetSubscriptions(), msg.GetRemovedSubscriptionIds(), msg.GetSnapshot()); err != nil {
+			return err
+		}
+	}
+	if msg.GetSnapshot() || msg.GetEventTypesChanged() {
+		if err := a.catalogue.Replace(msg.GetEventTypes(), msg.GetStrictEventTypes()); err != nil {
 			return err
 		}
 	}
