@@ -49,7 +49,6 @@ import (
 	"github.com/rivora/rivora/agent/deadletters"
 	"github.com/rivora/rivora/agent/delivery"
 	"github.com/rivora/rivora/agent/destinations"
-	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/agent/gone"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
@@ -58,6 +57,7 @@ import (
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/partitions"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/agent/upstream"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/ssrf"
@@ -140,12 +140,12 @@ type Agent struct {
 	// is its event types.
 	subs      *subscriptions.Table
 	catalogue *subscriptions.Catalogue
-	sched    *scheduler.Scheduler
-	gateway  *ingest.Gateway
-	history  *history.History
-	worker   owner.Worker
-	locker   ownership.Locker
-	upstream *upstream.Planes
+	sched     *scheduler.Scheduler
+	gateway   *ingest.Gateway
+	history   *history.History
+	worker    owner.Worker
+	locker    ownership.Locker
+	upstream  *upstream.Planes
 
 	deadLetters *deadletters.Service
 	// parts is the partitions assigned here, and the one partition count.
