@@ -442,10 +442,11 @@ func (r *agentRegistry) sum(ask func(*agentState) (int64, error)) (int64, error)
 	return total, err
 }
 
-// pending sums a destination's pending events over the connected agents.
-func (r *agentRegistry) pending(ctx context.Context, destinationID string) (int64, error) {
+// pending sums a destination's pending events over the connected agents:
+// all of them, or only one subscription's when subscriptionID is set.
+func (r *agentRegistry) pending(ctx context.Context, destinationID, subscriptionID string) (int64, error) {
 	return r.sum(func(a *agentState) (int64, error) {
-		resp, err := a.client.CountPending(ctx, connect.NewRequest(&rivorav1.CountPendingRequest{DestinationId: destinationID}))
+		resp, err := a.client.CountPending(ctx, connect.NewRequest(&rivorav1.CountPendingRequest{DestinationId: destinationID, SubscriptionId: subscriptionID}))
 		if err != nil {
 			return 0, err
 		}
@@ -454,10 +455,11 @@ func (r *agentRegistry) pending(ctx context.Context, destinationID string) (int6
 }
 
 // archivePending dead-letters a destination's pending events on every
-// connected agent.
-func (r *agentRegistry) archivePending(ctx context.Context, destinationID string) (int64, error) {
+// connected agent: all of them, or only one subscription's when
+// subscriptionID is set.
+func (r *agentRegistry) archivePending(ctx context.Context, destinationID, subscriptionID string) (int64, error) {
 	return r.sum(func(a *agentState) (int64, error) {
-		resp, err := a.client.ArchivePending(ctx, connect.NewRequest(&rivorav1.ArchivePendingRequest{DestinationId: destinationID}))
+		resp, err := a.client.ArchivePending(ctx, connect.NewRequest(&rivorav1.ArchivePendingRequest{DestinationId: destinationID, SubscriptionId: subscriptionID}))
 		if err != nil {
 			return 0, err
 		}

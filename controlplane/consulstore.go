@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/hashicorp/consul/api"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/rivora/rivora/internal/errkind"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -31,8 +32,15 @@ const (
 	// ConsulDestinationsPrefix holds one protojson Destination per key,
 	// named by its path-escaped id.
 	ConsulDestinationsPrefix = ConsulStatePrefix + "destinations/"
+	// ConsulSubscriptionsPrefix holds one protojson Subscription per key,
+	// named by its path-escaped id; ConsulEventTypesPrefix one protojson
+	// EventType per key, named by its path-escaped name.
+	ConsulSubscriptionsPrefix = ConsulStatePrefix + "subscriptions/"
+	ConsulEventTypesPrefix    = ConsulStatePrefix + "event-types/"
 	// consulPendingPrefix holds the changes too large for one
-	// transaction, staged under pending/<version>/<id> (see ConsulStore).
+	// transaction, staged under pending/<version>/<id> for a destination
+	// and pending/<version>/<kind>/<id> for a subscription or event type
+	// (see ConsulStore).
 	consulPendingPrefix = ConsulStatePrefix + "pending/"
 	// ConsulLegacyStateKey held the whole state as one JSON value (the
 	// format of FileStore's controlplane.json) before the state got a key
@@ -94,8 +102,8 @@ type consulMeta struct {
 }
 
 // ConsulStore keeps the state in Consul KV under ConsulStatePrefix: the
-// meta key (version, tokens) and one key per destination, so a change
-// writes only the destinations it changes. Every write is one
+// meta key (version, tokens) and one key per destination, subscription
+// and event type, so a change writes only the records it changes. Every write is one
 // transaction that checks-and-sets the meta key on the ModifyIndex the
 // store last read, so a control plane that missed a newer state can never
 // overwrite it; once fenced (by the leader election) it also checks that
@@ -104,14 +112,14 @@ type consulMeta struct {
 // A change too large for one transaction (consulTxnMaxOps,
 // consulTxnMaxBytes) is written so that a crash at any point leaves a
 // whole state, the old or the new one:
-//  1. stage: the changed destinations (an empty value for a deleted one)
-//     go under pending/<version>/<id>, in as many transactions as needed,
+//  1. stage: the changed records (an empty value for a deleted one)
+//     go under pending/<version>/[<kind>/]<id>, in as many transactions as needed,
 //     each checking the fence and that the meta key is unchanged. Readers
 //     ignore pending/ trees the meta key does not name.
 //  2. commit: one transaction sets the meta key to the new version with
 //     pending = version; from then on a reader overlays
-//     pending/<version>/ on destinations/, which is the new state.
-//  3. apply: the staged destinations are written into destinations/ (in
+//     pending/<version>/ on the records, which is the new state.
+//  3. apply: the staged records are written to their keys (in
 //     batches, each checking the fence and the meta key), then the meta
 //     key drops pending and pending/ is deleted, in one transaction.
 //
@@ -130,11 +138,11 @@ type ConsulStore struct {
 	// loaded from it and not migrated yet.
 	legacy uint64
 	// pending is the version staged and committed but not applied yet,
-	// pendingIDs its destinations; garbage: pending/ holds trees of no
+	// pendingRefs its records; garbage: pending/ holds trees of no
 	// committed change.
-	pending    uint64
-	pendingIDs []string
-	garbage    bool
+	pending     uint64
+	pendingRefs []recordRef
+	garbage     bool
 	// fenceKey and fenceSession make writes conditional on the lock.
 	fenceKey, fenceSession string
 }
@@ -186,32 +194,35 @@ func (s *ConsulStore) reloadLocked(ctx context.Context) error {
 		return &consulError{"read state", err}
 	}
 	var meta *api.KVPair
-	dests := map[string]*api.KVPair{}
-	staged := map[uint64]map[string]*api.KVPair{}
+	records := map[recordRef]*api.KVPair{}
+	staged := map[uint64]map[recordRef]*api.KVPair{}
 	for _, p := range pairs {
-		switch {
-		case p.Key == ConsulStateMetaKey:
+		if p.Key == ConsulStateMetaKey {
 			meta = p
-		case strings.HasPrefix(p.Key, ConsulDestinationsPrefix):
-			id, err := url.PathUnescape(strings.TrimPrefix(p.Key, ConsulDestinationsPrefix))
-			if err != nil {
-				return fmt.Errorf("parse Consul key %s: not a path-escaped destination id: %w", p.Key, err)
-			}
-			dests[id] = p
-		case strings.HasPrefix(p.Key, consulPendingPrefix):
-			v, esc, _ := strings.Cut(strings.TrimPrefix(p.Key, consulPendingPrefix), "/")
+			continue
+		}
+		if strings.HasPrefix(p.Key, consulPendingPrefix) {
+			v, rest, _ := strings.Cut(strings.TrimPrefix(p.Key, consulPendingPrefix), "/")
 			n, err1 := strconv.ParseUint(v, 10, 64)
-			id, err2 := url.PathUnescape(esc)
+			ref, err2 := parseStagedRef(rest)
 			if err1 != nil || err2 != nil {
 				continue // not ours to read; deleted with the other garbage
 			}
 			if staged[n] == nil {
-				staged[n] = map[string]*api.KVPair{}
+				staged[n] = map[recordRef]*api.KVPair{}
 			}
-			staged[n][id] = p
+			staged[n][ref] = p
+			continue
+		}
+		ref, ok, err := parseRecordKey(p.Key)
+		if err != nil {
+			return err
+		}
+		if ok {
+			records[ref] = p
 		}
 	}
-	s.pending, s.pendingIDs, s.garbage = 0, nil, len(staged) > 0
+	s.pending, s.pendingRefs, s.garbage = 0, nil, len(staged) > 0
 	if meta == nil {
 		return s.loadLegacyLocked(q)
 	}
@@ -223,8 +234,11 @@ func (s *ConsulStore) reloadLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("parse Consul key %s: %w", ConsulStateMetaKey, err)
 	}
-	for id, p := range dests {
-		if err := putDest(st.dests, id, p); err != nil {
+	for ref, p := range records {
+		if len(p.Value) == 0 {
+			return fmt.Errorf("parse Consul key %s: empty", p.Key)
+		}
+		if err := st.putRaw(ref, p.Key, p.Value); err != nil {
 			return err
 		}
 	}
@@ -232,14 +246,11 @@ func (s *ConsulStore) reloadLocked(ctx context.Context) error {
 		if m.Pending != m.Version {
 			return fmt.Errorf("parse Consul key %s: pending change %d is not the version %d", ConsulStateMetaKey, m.Pending, m.Version)
 		}
-		for _, id := range sortedKeys(staged[m.Pending]) {
-			p := staged[m.Pending][id]
-			if len(p.Value) == 0 {
-				delete(st.dests, id)
-			} else if err := putDest(st.dests, id, p); err != nil {
+		for _, ref := range sortedRefs(staged[m.Pending]) {
+			if err := st.putRaw(ref, staged[m.Pending][ref].Key, staged[m.Pending][ref].Value); err != nil {
 				return err
 			}
-			s.pendingIDs = append(s.pendingIDs, id)
+			s.pendingRefs = append(s.pendingRefs, ref)
 		}
 		s.pending = m.Pending
 		s.garbage = len(staged) > 1
@@ -248,16 +259,173 @@ func (s *ConsulStore) reloadLocked(ctx context.Context) error {
 	return nil
 }
 
-// putDest decodes the destination id of key p into dests.
-func putDest(dests map[string]*rivorav1.Destination, id string, p *api.KVPair) error {
-	d := &rivorav1.Destination{}
-	if err := protojson.Unmarshal(p.Value, d); err != nil {
-		return fmt.Errorf("parse Consul key %s: %w", p.Key, err)
+// recordKind is one kind of record the layout keeps a key each of.
+type recordKind int
+
+const (
+	kindDestination recordKind = iota
+	kindSubscription
+	kindEventType
+)
+
+// recordKinds: each kind's key prefix, and the token that names it in a
+// staged key (none for destinations, staged as pending/<version>/<id>
+// since before there were other kinds).
+var recordKinds = []struct {
+	prefix, staged, name string
+}{
+	kindDestination:  {ConsulDestinationsPrefix, "", "destination"},
+	kindSubscription: {ConsulSubscriptionsPrefix, "subscriptions", "subscription"},
+	kindEventType:    {ConsulEventTypesPrefix, "event-types", "event type"},
+}
+
+// recordRef names one record of the state.
+type recordRef struct {
+	kind recordKind
+	id   string
+}
+
+// key is the record's Consul key.
+func (r recordRef) key() string { return recordKinds[r.kind].prefix + url.PathEscape(r.id) }
+
+// stagedKey is where a change of version stages the record.
+func (r recordRef) stagedKey(version uint64) string {
+	k := consulPendingPrefix + strconv.FormatUint(version, 10) + "/"
+	if t := recordKinds[r.kind].staged; t != "" {
+		k += t + "/"
 	}
-	if d.GetId() != id {
-		return fmt.Errorf("parse Consul key %s: it holds destination %q", p.Key, d.GetId())
+	return k + url.PathEscape(r.id)
+}
+
+// parseRecordKey reads a record's key (ok false: not a record's).
+func parseRecordKey(key string) (recordRef, bool, error) {
+	for kind, k := range recordKinds {
+		if esc, ok := strings.CutPrefix(key, k.prefix); ok {
+			id, err := url.PathUnescape(esc)
+			if err != nil {
+				return recordRef{}, false, fmt.Errorf("parse Consul key %s: not a path-escaped id: %w", key, err)
+			}
+			return recordRef{recordKind(kind), id}, true, nil
+		}
 	}
-	dests[id] = d
+	return recordRef{}, false, nil
+}
+
+// parseStagedRef reads what follows pending/<version>/ in a staged key.
+func parseStagedRef(rest string) (recordRef, error) {
+	kind := kindDestination
+	if t, esc, ok := strings.Cut(rest, "/"); ok {
+		kind = -1
+		for k, rk := range recordKinds {
+			if rk.staged != "" && rk.staged == t {
+				kind = recordKind(k)
+			}
+		}
+		if kind < 0 {
+			return recordRef{}, fmt.Errorf("staged key of unknown kind %q", t)
+		}
+		rest = esc
+	}
+	id, err := url.PathUnescape(rest)
+	return recordRef{kind, id}, err
+}
+
+// sortedRefs lists refs' keys sorted by kind, then id.
+func sortedRefs[V any](refs map[recordRef]V) []recordRef {
+	out := make([]recordRef, 0, len(refs))
+	for r := range refs {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b recordRef) int {
+		if a.kind != b.kind {
+			return int(a.kind) - int(b.kind)
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	return out
+}
+
+// putRaw decodes the value of key into the record ref names (an empty
+// value deletes it: a staged deletion).
+func (st *state) putRaw(ref recordRef, key string, value []byte) error {
+	switch ref.kind {
+	case kindSubscription:
+		return putDecoded(st.subs, ref.id, key, value, (*rivorav1.Subscription).GetId)
+	case kindEventType:
+		return putDecoded(st.types, ref.id, key, value, (*rivorav1.EventType).GetName)
+	}
+	return putDecoded(st.dests, ref.id, key, value, (*rivorav1.Destination).GetId)
+}
+
+// putDecoded decodes value into records under id, checking it holds that
+// record; an empty value deletes it.
+func putDecoded[M proto.Message](records map[string]M, id, key string, value []byte, idOf func(M) string) error {
+	if len(value) == 0 {
+		delete(records, id)
+		return nil
+	}
+	m := newRecord[M]()
+	if err := protojson.Unmarshal(value, m); err != nil {
+		return fmt.Errorf("parse Consul key %s: %w", key, err)
+	}
+	if idOf(m) != id {
+		return fmt.Errorf("parse Consul key %s: it holds %q", key, idOf(m))
+	}
+	records[id] = m
+	return nil
+}
+
+// rawOf is the protojson of the record ref names (nil: it does not
+// exist).
+func (st *state) rawOf(ref recordRef) ([]byte, error) {
+	var m proto.Message
+	var ok bool
+	switch ref.kind {
+	case kindSubscription:
+		m, ok = st.subs[ref.id]
+	case kindEventType:
+		m, ok = st.types[ref.id]
+	default:
+		m, ok = st.dests[ref.id]
+	}
+	if !ok {
+		return nil, nil
+	}
+	return protojson.Marshal(m)
+}
+
+// recordChanges is the records d puts (their protojson) and deletes
+// (nil), by ref.
+func (d delta) recordChanges() (map[recordRef][]byte, error) {
+	out := map[recordRef][]byte{}
+	if err := addRecordChanges(out, kindDestination, d.dests); err != nil {
+		return nil, err
+	}
+	if err := addRecordChanges(out, kindSubscription, d.subs); err != nil {
+		return nil, err
+	}
+	if err := addRecordChanges(out, kindEventType, d.types); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func addRecordChanges[M proto.Message](out map[recordRef][]byte, kind recordKind, changes map[string]M) error {
+	for id, m := range changes {
+		ref := recordRef{kind, id}
+		if deleted(m) {
+			out[ref] = nil
+			continue
+		}
+		raw, err := protojson.Marshal(m)
+		if err != nil {
+			return err
+		}
+		if len(raw) > consulMaxValueBytes {
+			return fmt.Errorf("save state: %s %q is %d bytes, over the %d a Consul transaction carries", recordKinds[kind].name, id, len(raw), consulMaxValueBytes)
+		}
+		out[ref] = raw
+	}
 	return nil
 }
 
@@ -297,6 +465,13 @@ func (s *ConsulStore) Snapshot() (uint64, []*rivorav1.Destination) {
 	return s.state.version, sortedDests(s.state.dests)
 }
 
+// Contents returns everything the agents' feed sends, at one version.
+func (s *ConsulStore) Contents() Contents {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.contents()
+}
+
 // Get returns a destination.
 func (s *ConsulStore) Get(id string) (*rivorav1.Destination, bool) {
 	s.mu.Lock()
@@ -304,8 +479,36 @@ func (s *ConsulStore) Get(id string) (*rivorav1.Destination, bool) {
 	return getDest(s.state.dests, id)
 }
 
+// GetSubscription returns a subscription.
+func (s *ConsulStore) GetSubscription(id string) (*rivorav1.Subscription, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return getCopy(s.state.subs, id)
+}
+
+// Subscriptions returns the subscriptions keep accepts, sorted by id.
+func (s *ConsulStore) Subscriptions(keep func(*rivorav1.Subscription) bool) []*rivorav1.Subscription {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sortedCopies(s.state.subs, keep)
+}
+
+// GetEventType returns an event type of the catalogue.
+func (s *ConsulStore) GetEventType(name string) (*rivorav1.EventType, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return getCopy(s.state.types, name)
+}
+
+// EventTypes returns the catalogue, sorted by name.
+func (s *ConsulStore) EventTypes() []*rivorav1.EventType {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sortedCopies(s.state.types, nil)
+}
+
 // ChangedSince returns what changed after version since (see Store).
-func (s *ConsulStore) ChangedSince(since uint64) (uint64, []*rivorav1.Destination, []string, bool) {
+func (s *ConsulStore) ChangedSince(since uint64) (Changes, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.state.changes(since)
@@ -349,11 +552,11 @@ func (s *ConsulStore) Update(fn func(tx *DestinationTx) error) (uint64, error) {
 	if err := s.finishPendingLocked(ctx); err != nil {
 		return 0, err
 	}
-	tx := newDestinationTx(s.state.dests)
+	tx := newDestinationTx(&s.state)
 	if err := fn(tx); err != nil {
 		return 0, err
 	}
-	return s.saveLocked(ctx, delta{dests: tx.changes()})
+	return s.saveLocked(ctx, tx.delta())
 }
 
 // saveLocked writes d as the next version.
@@ -398,18 +601,11 @@ func (s *ConsulStore) metaAfter(d delta, pending uint64) ([]byte, error) {
 // in one transaction when it fits, else staged, committed and applied
 // (see ConsulStore). It applies d to the state once written.
 func (s *ConsulStore) writeLocked(ctx context.Context, d delta) error {
-	changed, deleted := changedIDs(d.dests)
-	var puts []*api.TxnOp
-	for _, id := range changed {
-		raw, err := protojson.Marshal(d.dests[id])
-		if err != nil {
-			return err
-		}
-		if len(raw) > consulMaxValueBytes {
-			return fmt.Errorf("save state: destination %q is %d bytes, over the %d a Consul transaction carries", id, len(raw), consulMaxValueBytes)
-		}
-		puts = append(puts, kvOp(api.KVSet, destKey(id), raw, 0))
+	changes, err := d.recordChanges()
+	if err != nil {
+		return err
 	}
+	refs := sortedRefs(changes)
 	meta, err := s.metaAfter(d, 0)
 	if err != nil {
 		return err
@@ -421,9 +617,12 @@ func (s *ConsulStore) writeLocked(ctx context.Context, d delta) error {
 	if s.garbage {
 		ops = append(ops, kvOp(api.KVDeleteTree, consulPendingPrefix, nil, 0))
 	}
-	ops = append(ops, puts...)
-	for _, id := range deleted {
-		ops = append(ops, kvOp(api.KVDelete, destKey(id), nil, 0))
+	for _, ref := range refs {
+		if raw := changes[ref]; raw != nil {
+			ops = append(ops, kvOp(api.KVSet, ref.key(), raw, 0))
+		} else {
+			ops = append(ops, kvOp(api.KVDelete, ref.key(), nil, 0))
+		}
 	}
 	ops = append(ops, kvOp(api.KVCAS, ConsulStateMetaKey, meta, s.index))
 	if fits(ops) {
@@ -435,23 +634,16 @@ func (s *ConsulStore) writeLocked(ctx context.Context, d delta) error {
 		s.index, s.legacy, s.garbage = index, 0, false
 		return nil
 	}
-	return s.writeStagedLocked(ctx, d, changed, deleted)
+	return s.writeStagedLocked(ctx, d, refs, changes)
 }
 
 // writeStagedLocked writes a change too large for one transaction: it
 // stages it, commits it, then applies it.
-func (s *ConsulStore) writeStagedLocked(ctx context.Context, d delta, changed, deleted []string) error {
+func (s *ConsulStore) writeStagedLocked(ctx context.Context, d delta, refs []recordRef, changes map[recordRef][]byte) error {
 	v := d.version
 	staged := []*api.TxnOp{kvOp(api.KVDeleteTree, consulPendingPrefix, nil, 0)} // an earlier attempt's garbage
-	for _, id := range changed {
-		raw, err := protojson.Marshal(d.dests[id])
-		if err != nil {
-			return err
-		}
-		staged = append(staged, kvOp(api.KVSet, pendingKey(v, id), raw, 0))
-	}
-	for _, id := range deleted {
-		staged = append(staged, kvOp(api.KVSet, pendingKey(v, id), nil, 0))
+	for _, ref := range refs {
+		staged = append(staged, kvOp(api.KVSet, ref.stagedKey(v), changes[ref], 0))
 	}
 	for _, batch := range batches(s.guardOps(true), staged) {
 		if _, err := s.commitLocked(ctx, batch); err != nil {
@@ -469,31 +661,30 @@ func (s *ConsulStore) writeStagedLocked(ctx context.Context, d delta, changed, d
 	}
 	s.state.apply(d)
 	s.index, s.legacy, s.garbage = index, 0, false
-	s.pending, s.pendingIDs = v, append(changed, deleted...)
+	s.pending, s.pendingRefs = v, refs
 	// The change is committed; should applying it fail, the next write
 	// (or the next leader) finishes it.
 	_ = s.finishPendingLocked(ctx)
 	return nil
 }
 
-// finishPendingLocked moves a committed change from pending/ into
-// destinations/, then drops it from the meta key.
+// finishPendingLocked moves a committed change from pending/ to the
+// records' keys, then drops it from the meta key.
 func (s *ConsulStore) finishPendingLocked(ctx context.Context) error {
 	if s.pending == 0 {
 		return nil
 	}
 	var moves []*api.TxnOp
-	for _, id := range s.pendingIDs {
-		d, ok := s.state.dests[id]
-		if !ok {
-			moves = append(moves, kvOp(api.KVDelete, destKey(id), nil, 0))
-			continue
-		}
-		raw, err := protojson.Marshal(d)
+	for _, ref := range s.pendingRefs {
+		raw, err := s.state.rawOf(ref)
 		if err != nil {
 			return err
 		}
-		moves = append(moves, kvOp(api.KVSet, destKey(id), raw, 0))
+		if raw == nil {
+			moves = append(moves, kvOp(api.KVDelete, ref.key(), nil, 0))
+			continue
+		}
+		moves = append(moves, kvOp(api.KVSet, ref.key(), raw, 0))
 	}
 	for _, batch := range batches(s.guardOps(true), moves) {
 		if _, err := s.commitLocked(ctx, batch); err != nil {
@@ -509,7 +700,7 @@ func (s *ConsulStore) finishPendingLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("apply the staged change %d: %w", s.pending, err)
 	}
-	s.index, s.pending, s.pendingIDs, s.garbage = index, 0, nil, false
+	s.index, s.pending, s.pendingRefs, s.garbage = index, 0, nil, false
 	return nil
 }
 
@@ -577,10 +768,10 @@ func kvOp(verb api.KVOp, key string, value []byte, index uint64) *api.TxnOp {
 	return &api.TxnOp{KV: &api.KVTxnOp{Verb: verb, Key: key, Value: value, Index: index}}
 }
 
-func destKey(id string) string { return ConsulDestinationsPrefix + url.PathEscape(id) }
+func destKey(id string) string { return recordRef{kindDestination, id}.key() }
 
 func pendingKey(version uint64, id string) string {
-	return consulPendingPrefix + strconv.FormatUint(version, 10) + "/" + url.PathEscape(id)
+	return recordRef{kindDestination, id}.stagedKey(version)
 }
 
 func opBytes(op *api.TxnOp) int { return len(op.KV.Key) + len(op.KV.Value) + 64 }

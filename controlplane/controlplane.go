@@ -94,6 +94,10 @@ type Config struct {
 	// Transport carries the control plane's calls to agents (nil =
 	// http.DefaultTransport), e.g. with the cell's CA for TLS.
 	Transport http.RoundTripper
+	// StrictEventTypes refuses, at ingest, events whose type is not in
+	// the event-type catalogue (--strict-event-types): it goes to the
+	// agents with the catalogue, and ListEventTypes reports it.
+	StrictEventTypes bool
 	// Guard refuses destination URLs (and the operator webhook) whose
 	// literal address or host name it denies (--allow-destination-cidr);
 	// nil denies by default and allows nothing more. The agents enforce
@@ -258,11 +262,15 @@ func checkHTTPURL(what, raw string) error {
 // Services are the services Handle registers, and OperatorServices those
 // HandleOperator does, by full name.
 var (
-	Services         = []string{rivorav1connect.AdminServiceName, rivorav1connect.TokenServiceName, rivorav1connect.AgentServiceName}
+	Services = []string{
+		rivorav1connect.AdminServiceName, rivorav1connect.TokenServiceName, rivorav1connect.AgentServiceName,
+		rivorav1connect.SubscriptionServiceName, rivorav1connect.EventTypeServiceName,
+	}
 	OperatorServices = []string{rivorav1connect.EventServiceName, rivorav1connect.LaneServiceName, rivorav1connect.ArchiveServiceName}
 )
 
-// Handle registers the admin, token and agent services on mux, behind the
+// Handle registers the admin, token, subscription, event-type and agent
+// services on mux, behind the
 // gates every call passes: only the leader answers (leaderInterceptor),
 // the caller must be let in by auth.Policies (auth.Interceptor), and
 // domain errors become Connect codes in one place (errorInterceptor).
@@ -278,6 +286,8 @@ func (cp *ControlPlane) handle(mux *http.ServeMux, gate func() error, opts ...co
 	handle := cp.boundedHandle(mux, gate)
 	handle(rivorav1connect.NewAdminServiceHandler(&adminHandler{cp: cp}, opts...))
 	handle(rivorav1connect.NewTokenServiceHandler(&tokenHandler{cp: cp}, opts...))
+	handle(rivorav1connect.NewSubscriptionServiceHandler(&subscriptionHandler{cp: cp}, opts...))
+	handle(rivorav1connect.NewEventTypeServiceHandler(&eventTypeHandler{cp: cp}, opts...))
 	path, agents := rivorav1connect.NewAgentServiceHandler(&agentHandler{cp: cp}, opts...)
 	if cp.election != nil {
 		agents = cp.election.scope(agents)

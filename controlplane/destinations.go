@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -76,6 +77,11 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 	if err := reserved(m.GetId()); err != nil {
 		return nil, 0, err
 	}
+	if c := m.GetOwnerCustomer(); c != "" {
+		if err := ids.Validate("owner_customer", c); err != nil {
+			return nil, 0, tag(ErrInvalid, err)
+		}
+	}
 	if err := validateURL(m.GetUrl()); err != nil {
 		return nil, 0, err
 	}
@@ -92,7 +98,7 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 	}
 	now := timestamppb.New(cp.now())
 	d := &rivorav1.Destination{
-		Id: m.GetId(), Url: m.GetUrl(), Secret: secret, Configured: configured,
+		Id: m.GetId(), Url: m.GetUrl(), Secret: secret, Configured: configured, OwnerCustomer: m.GetOwnerCustomer(),
 		CreatedAt: now, UpdatedAt: now, PriorityClass: rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL,
 	}
 	if _, err := applyHeaders(d, m.GetHeaders(), nil); err != nil {
@@ -106,7 +112,11 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 			return "", err
 		}
 		tx.Put(d)
-		return "url " + d.Url + describeHeaders(d.Headers), nil
+		detail := "url " + d.Url + describeHeaders(d.Headers)
+		if d.OwnerCustomer != "" {
+			detail += ", owned by customer " + d.OwnerCustomer
+		}
+		return detail, nil
 	})
 	return d, version, err
 }
@@ -123,13 +133,14 @@ func secretOrNew(secret string) (string, error) {
 	return secret, nil
 }
 
-// destination returns a destination and its pending events on the agents.
-func (cp *ControlPlane) destination(ctx context.Context, id string) (*rivorav1.Destination, int64, error) {
+// destination returns a destination the caller may see (sc) and its
+// pending events on the agents.
+func (cp *ControlPlane) destination(ctx context.Context, id string, sc scope) (*rivorav1.Destination, int64, error) {
 	d, ok := cp.store.Get(id)
-	if !ok {
+	if !ok || !sc.destination(d) {
 		return nil, 0, notFound(id)
 	}
-	pending, err := cp.agents.pending(ctx, id)
+	pending, err := cp.agents.pending(ctx, id, "")
 	if err != nil {
 		return nil, 0, err
 	}
@@ -140,45 +151,69 @@ func (cp *ControlPlane) updateDestination(m *rivorav1.UpdateDestinationRequest, 
 	if err := reserved(m.GetId()); err != nil {
 		return nil, 0, err
 	}
-	return cp.changeDestination("destination.update", m.GetId(), who, "", func(d *rivorav1.Destination) (string, error) {
-		var changes []string
-		if m.Url != nil {
-			if err := validateURL(m.GetUrl()); err != nil {
-				return "", err
-			}
-			if err := cp.guardURL(m.GetUrl()); err != nil {
-				return "", err
-			}
-			d.Url = m.GetUrl()
-			changes = append(changes, "url "+d.Url)
+	var updated *rivorav1.Destination
+	version, err := cp.change("destination.update", m.GetId(), who, "", func(tx *DestinationTx) (string, error) {
+		d, ok := tx.Get(m.GetId())
+		if !ok {
+			return "", notFound(m.GetId())
 		}
-		if m.Secret != nil {
-			if _, err := webhook.Key(m.GetSecret()); err != nil {
-				return "", errorf(ErrInvalid, "secret: %w", err)
-			}
-			d.Secret = m.GetSecret()
-			clearPreviousSecret(d)
-			changes = append(changes, "secret replaced (no grace)")
-		}
-		headerChanges, err := applyHeaders(d, m.GetSetHeaders(), m.GetRemoveHeaders())
+		updated = d
+		changes, err := cp.updateDestinationFields(d, m)
 		if err != nil {
 			return "", err
 		}
-		changes = append(changes, headerChanges...)
-		set := &rivorav1.Limits{RatePerSecond: m.GetRatePerSecond(), Burst: m.GetBurst(), MaxAttempts: m.GetMaxAttempts(), Window: m.GetWindow(), Timeout: m.GetTimeout(), MaxInFlight: m.GetMaxInFlight()}
-		if err := checkLimits(set); err != nil {
-			return "", err
+		if m.Url != nil {
+			rebased, err := cp.rebaseSubscriptions(tx, d)
+			if err != nil {
+				return "", err
+			}
+			changes = append(changes, rebased...)
 		}
-		if d.Configured == nil {
-			d.Configured = &rivorav1.Limits{}
-		}
-		changes = append(changes, copySetFields(d.Configured, set)...)
-		if len(changes) == 0 {
-			return "", tag(ErrInvalid, errors.New("nothing to update: set --url, --secret, --header, --remove-header or a limit"))
-		}
-		d.UpdatedAt = timestamppb.New(cp.now())
 		return strings.Join(changes, ", "), nil
 	})
+	return updated, version, err
+}
+
+// updateDestinationFields applies an UpdateDestinationRequest to d and
+// says what it changed.
+func (cp *ControlPlane) updateDestinationFields(d *rivorav1.Destination, m *rivorav1.UpdateDestinationRequest) ([]string, error) {
+	var changes []string
+	if m.Url != nil {
+		if err := validateURL(m.GetUrl()); err != nil {
+			return nil, err
+		}
+		if err := cp.guardURL(m.GetUrl()); err != nil {
+			return nil, err
+		}
+		d.Url = m.GetUrl()
+		changes = append(changes, "url "+d.Url)
+	}
+	if m.Secret != nil {
+		if _, err := webhook.Key(m.GetSecret()); err != nil {
+			return nil, errorf(ErrInvalid, "secret: %w", err)
+		}
+		d.Secret = m.GetSecret()
+		clearPreviousSecret(d)
+		changes = append(changes, "secret replaced (no grace)")
+	}
+	headerChanges, err := applyHeaders(d, m.GetSetHeaders(), m.GetRemoveHeaders())
+	if err != nil {
+		return nil, err
+	}
+	changes = append(changes, headerChanges...)
+	set := &rivorav1.Limits{RatePerSecond: m.GetRatePerSecond(), Burst: m.GetBurst(), MaxAttempts: m.GetMaxAttempts(), Window: m.GetWindow(), Timeout: m.GetTimeout(), MaxInFlight: m.GetMaxInFlight()}
+	if err := checkLimits(set); err != nil {
+		return nil, err
+	}
+	if d.Configured == nil {
+		d.Configured = &rivorav1.Limits{}
+	}
+	changes = append(changes, copySetFields(d.Configured, set)...)
+	if len(changes) == 0 {
+		return nil, tag(ErrInvalid, errors.New("nothing to update: set --url, --secret, --header, --remove-header or a limit"))
+	}
+	d.UpdatedAt = timestamppb.New(cp.now())
+	return changes, nil
 }
 
 // copySetFields copies the fields set in set to dst and describes them.
@@ -193,16 +228,22 @@ func copySetFields(dst, set *rivorav1.Limits) []string {
 	return changes
 }
 
-// deleteDestination removes a destination. One with pending events is
-// refused unless force, which first archives them as dead letters.
-func (cp *ControlPlane) deleteDestination(ctx context.Context, id string, who actor, force bool) (archived int64, version uint64, err error) {
+// deleteDestination removes a destination the caller may see (sc). One
+// with subscriptions or pending events is refused unless force, which
+// first archives its pending events as dead letters (its subscriptions'
+// included), then deletes it and its subscriptions in one change.
+func (cp *ControlPlane) deleteDestination(ctx context.Context, id string, who actor, force bool, sc scope) (archived int64, version uint64, err error) {
 	if err := reserved(id); err != nil {
 		return 0, 0, err
 	}
-	if _, ok := cp.store.Get(id); !ok {
+	if d, ok := cp.store.Get(id); !ok || !sc.destination(d) {
 		return 0, 0, notFound(id)
 	}
-	pending, err := cp.agents.pending(ctx, id)
+	subs := cp.store.Subscriptions(func(s *rivorav1.Subscription) bool { return s.GetDestinationId() == id })
+	if len(subs) > 0 && !force {
+		return 0, 0, errorf(ErrPrecondition, "destination %q has %d subscriptions (%s): delete them first (`rivoractl subscriptions delete ID`), or delete the destination with --force to delete them too", id, len(subs), subscriptionIDs(subs))
+	}
+	pending, err := cp.agents.pending(ctx, id, "")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -210,36 +251,63 @@ func (cp *ControlPlane) deleteDestination(ctx context.Context, id string, who ac
 		if !force {
 			return 0, 0, errorf(ErrPrecondition, "destination %q has %d pending events; wait for them, or delete with --force to archive them as dead letters", id, pending)
 		}
-		if archived, err = cp.agents.archivePending(ctx, id); err != nil {
+		if archived, err = cp.agents.archivePending(ctx, id, ""); err != nil {
 			return 0, 0, fmt.Errorf("archive pending events of %q (%d archived so far): %w", id, archived, err)
 		}
 	}
 	version, err = cp.change("destination.delete", id, who, "", func(tx *DestinationTx) (string, error) {
+		var gone []*rivorav1.Subscription
+		tx.Subscriptions().Each(func(s *rivorav1.Subscription) {
+			if s.GetDestinationId() == id {
+				gone = append(gone, s)
+			}
+		})
+		if len(gone) > 0 && !force {
+			return "", errorf(ErrPrecondition, "destination %q has %d subscriptions (%s), made while it was being deleted: delete them first, or delete with --force", id, len(gone), subscriptionIDs(gone))
+		}
+		for _, s := range gone {
+			tx.Subscriptions().Delete(s.GetId())
+		}
 		tx.Delete(id)
-		return fmt.Sprintf("%d pending events archived", archived), nil
+		detail := fmt.Sprintf("%d pending events archived", archived)
+		if len(gone) > 0 {
+			detail += fmt.Sprintf("; its %d subscriptions deleted too (%s)", len(gone), subscriptionIDs(gone))
+		}
+		return detail, nil
 	})
 	return archived, version, err
 }
 
-// destinationHealth asks the agents how a destination (every one if id is
-// "") is doing, with the rate history when withRates, and adds what the
-// control plane knows: the pause state, and so the drain time.
-func (cp *ControlPlane) destinationHealth(ctx context.Context, id string, withRates bool) ([]*rivorav1.DestinationHealth, error) {
+// destinationHealth asks the agents how a destination (every one the
+// caller may see, sc, if id is "") is doing, with the rate history when
+// withRates, and adds what the control plane knows: the pause state, and
+// so the drain time. A customer token sees only its own customers'
+// backlogs.
+func (cp *ControlPlane) destinationHealth(ctx context.Context, id string, withRates bool, sc scope) ([]*rivorav1.DestinationHealth, error) {
 	if id != "" {
-		if _, ok := cp.store.Get(id); !ok {
+		if d, ok := cp.store.Get(id); !ok || !sc.destination(d) {
 			return nil, notFound(id)
 		}
 	}
 	health, err := cp.agents.health(ctx, id, withRates)
+	kept := health[:0]
 	for _, h := range health {
-		if d, ok := cp.store.Get(h.GetDestinationId()); ok {
+		d, ok := cp.store.Get(h.GetDestinationId())
+		if sc.limited() && (!ok || !sc.destination(d)) {
+			continue
+		}
+		if ok {
 			h.Paused, h.Disabled, h.PauseReason = d.GetPaused(), d.GetDisabled(), openPauseReason(d)
 		}
 		if !h.GetPaused() && !h.GetDisabled() {
 			h.DrainTime = drainTime(h.GetPendingEvents(), h.GetCurrentRate())
 		}
+		if sc.limited() {
+			h.Customers = slices.DeleteFunc(h.Customers, func(c *rivorav1.CustomerBacklog) bool { return !sc.customer(c.GetCustomerId()) })
+		}
+		kept = append(kept, h)
 	}
-	return health, err
+	return kept, err
 }
 
 // drainTime is how long pending events take at rate events per second:
@@ -271,10 +339,27 @@ func (cp *ControlPlane) pauseDestination(id string, who actor, reason string) (*
 // openPause pauses d from now on.
 func openPause(d *rivorav1.Destination, now time.Time, reason, who string) {
 	d.Paused = true
-	d.Pauses = append(d.Pauses, &rivorav1.PauseInterval{Start: timestamppb.New(now), Reason: reason, Author: who})
-	if len(d.Pauses) > maxPauses {
-		d.Pauses = d.Pauses[len(d.Pauses)-maxPauses:]
+	d.Pauses = startPause(d.Pauses, now, reason, who)
+}
+
+// startPause is pauses with a pause open from now on, keeping the last
+// maxPauses.
+func startPause(pauses []*rivorav1.PauseInterval, now time.Time, reason, who string) []*rivorav1.PauseInterval {
+	pauses = append(pauses, &rivorav1.PauseInterval{Start: timestamppb.New(now), Reason: reason, Author: who})
+	if len(pauses) > maxPauses {
+		pauses = pauses[len(pauses)-maxPauses:]
 	}
+	return pauses
+}
+
+// endPause ends the open pause of pauses, if any, at now and says how
+// long it lasted.
+func endPause(pauses []*rivorav1.PauseInterval, now time.Time) time.Duration {
+	if n := len(pauses); n > 0 && pauses[n-1].GetEnd() == nil {
+		pauses[n-1].End = timestamppb.New(now)
+		return now.Sub(pauses[n-1].GetStart().AsTime())
+	}
+	return 0
 }
 
 // pauseState says how a paused destination is paused, for messages:
@@ -356,11 +441,7 @@ func (cp *ControlPlane) resumeDestination(id string, who actor) (*rivorav1.Desti
 			return "", errorf(ErrPrecondition, "destination %q is not paused", d.GetId())
 		}
 		d.Paused, d.Disabled = false, false
-		var lasted time.Duration
-		if n := len(d.Pauses); n > 0 && d.Pauses[n-1].GetEnd() == nil {
-			d.Pauses[n-1].End = timestamppb.New(cp.now())
-			lasted = d.Pauses[n-1].GetEnd().AsTime().Sub(d.Pauses[n-1].GetStart().AsTime())
-		}
+		lasted := endPause(d.Pauses, cp.now())
 		return fmt.Sprintf("resumed after %s", lasted.Round(time.Millisecond)), nil
 	})
 }

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"slices"
 
 	"connectrpc.com/connect"
 
@@ -30,7 +31,7 @@ func (h *adminHandler) CreateDestination(ctx context.Context, req *connect.Reque
 }
 
 func (h *adminHandler) GetDestination(ctx context.Context, req *connect.Request[rivorav1.GetDestinationRequest]) (*connect.Response[rivorav1.GetDestinationResponse], error) {
-	d, pending, err := h.cp.destination(ctx, req.Msg.GetId())
+	d, pending, err := h.cp.destination(ctx, req.Msg.GetId(), scopeOf(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -39,6 +40,8 @@ func (h *adminHandler) GetDestination(ctx context.Context, req *connect.Request[
 
 func (h *adminHandler) ListDestinations(ctx context.Context, req *connect.Request[rivorav1.ListDestinationsRequest]) (*connect.Response[rivorav1.ListDestinationsResponse], error) {
 	_, dests := h.cp.snapshot()
+	sc := scopeOf(ctx)
+	dests = slices.DeleteFunc(dests, func(d *rivorav1.Destination) bool { return !sc.destination(d) })
 	for _, d := range dests {
 		withoutSecret(d)
 	}
@@ -54,7 +57,7 @@ func (h *adminHandler) UpdateDestination(ctx context.Context, req *connect.Reque
 }
 
 func (h *adminHandler) DeleteDestination(ctx context.Context, req *connect.Request[rivorav1.DeleteDestinationRequest]) (*connect.Response[rivorav1.DeleteDestinationResponse], error) {
-	archived, version, err := h.cp.deleteDestination(ctx, req.Msg.GetId(), caller(ctx), req.Msg.GetForce())
+	archived, version, err := h.cp.deleteDestination(ctx, req.Msg.GetId(), caller(ctx), req.Msg.GetForce(), scopeOf(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +68,7 @@ func (h *adminHandler) GetDestinationHealth(ctx context.Context, req *connect.Re
 	if req.Msg.GetRateHistory() && req.Msg.GetDestinationId() == "" {
 		return nil, errorf(ErrInvalid, "rate_history is for one destination: name it in destination_id (15 minutes of every destination would be a very large answer)")
 	}
-	health, err := h.cp.destinationHealth(ctx, req.Msg.GetDestinationId(), req.Msg.GetRateHistory())
+	health, err := h.cp.destinationHealth(ctx, req.Msg.GetDestinationId(), req.Msg.GetRateHistory(), scopeOf(ctx))
 	if err != nil {
 		return nil, err
 	}

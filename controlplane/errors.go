@@ -23,6 +23,8 @@ var (
 	// ErrExhausted: the request would go over a configured cap, e.g.
 	// --max-destinations.
 	ErrExhausted = errkind.Exhausted
+	// ErrDenied: the caller may not do that (its scope).
+	ErrDenied = errkind.Denied
 )
 
 // tag marks err as being of kind (nil stays nil).

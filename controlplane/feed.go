@@ -15,13 +15,14 @@ import (
 const keepalive = 10 * time.Second
 
 // feed sends agent name its config until ctx ends or send fails: the
-// snapshot first, then a delta whenever the destinations or the agent's
-// partitions change, and a keepalive after keepalive of silence. The
-// destinations keep their secrets (the agents sign with them; only the
-// cell token opens Watch); the API tokens, as hashes, go whole on the
-// snapshot and whenever they change.
+// snapshot first, then a delta whenever the destinations, subscriptions,
+// catalogue, tokens or the agent's partitions change, and a keepalive
+// after keepalive of silence. The destinations and subscriptions keep
+// their secrets and header values (the agents sign with them; only the
+// cell token opens Watch); the API tokens, as hashes, and the event-type
+// catalogue go whole on the snapshot and whenever they change.
 func (cp *ControlPlane) feed(ctx context.Context, name string, send func(*rivorav1.WatchResponse) error) error {
-	f := &configFeed{partitionCount: uint32(cp.cfg.Partitions)}
+	f := &configFeed{partitionCount: uint32(cp.cfg.Partitions), strict: cp.cfg.StrictEventTypes}
 	ticker := time.NewTicker(keepalive)
 	defer ticker.Stop()
 	for {
@@ -47,42 +48,66 @@ func (cp *ControlPlane) feed(ctx context.Context, name string, send func(*rivora
 
 // nextConfig is the response that brings f's agent to the current
 // config (nil if it has it) and the func to call once it went out. After
-// the snapshot, a change costs what it changed: only the destinations the
-// store's journal names since the version last sent are rendered and
-// compared — unless the limits file changed (every destination's
-// effective limits may have) or the journal does not reach back that far.
+// the snapshot, a change costs what it changed: only the destinations and
+// subscriptions the store's journal names since the version last sent
+// are rendered and compared — unless the limits file changed (every
+// destination's effective limits may have) or the journal does not reach
+// back that far.
 func (cp *ControlPlane) nextConfig(f *configFeed, name string) (*rivorav1.WatchResponse, func()) {
 	limits := cp.limits.Load()
-	tokens := cp.store.Tokens()
-	partitions := cp.agents.partitionsFor(name, cp.cfg.Partitions)
+	u := feedUpdate{tokens: cp.store.Tokens(), partitions: cp.agents.partitionsFor(name, cp.cfg.Partitions)}
 	if f.dests != nil && f.limits == limits {
-		if version, changed, deleted, ok := cp.store.ChangedSince(f.version); ok {
-			for i, d := range changed {
-				changed[i] = cp.render(d)
+		if c, ok := cp.store.ChangedSince(f.version); ok {
+			u.version, u.deletedDests, u.subs, u.deletedSubs = c.Version, c.DeletedDestinations, c.Subscriptions, c.DeletedSubscriptions
+			for _, d := range c.Destinations {
+				u.dests = append(u.dests, cp.render(d))
 			}
-			f.compared = len(changed)
-			resp := f.patch(version, changed, deleted, tokens, partitions)
-			return resp, func() { f.sentPatch(version, limits, resp, tokens, partitions) }
+			u.types = f.types
+			if c.EventTypesChanged {
+				u.types = cp.store.EventTypes()
+			}
+			f.compared = len(u.dests)
+			resp := f.response(u)
+			return resp, func() { f.sent(u, limits, resp) }
 		}
 	}
-	version, dests := cp.snapshot()
-	f.compared = len(dests)
-	resp, current := f.delta(version, dests, tokens, partitions)
-	return resp, func() {
-		if resp != nil {
-			f.sent(current, tokens, partitions)
-		}
-		f.version, f.limits = version, limits
+	c := cp.store.Contents()
+	u.version, u.whole, u.subs, u.types = c.Version, true, c.Subscriptions, c.EventTypes
+	for _, d := range c.Destinations {
+		u.dests = append(u.dests, cp.render(d))
 	}
+	f.compared = len(u.dests)
+	resp := f.response(u)
+	return resp, func() { f.sent(u, limits, resp) }
+}
+
+// feedUpdate is the config an agent should have now: whole (every
+// destination and subscription; any other one it was sent is gone) or
+// in part (those changed, and the ids of those deleted, since the version
+// last sent). The catalogue, tokens and partitions are always whole.
+type feedUpdate struct {
+	version      uint64
+	whole        bool
+	dests        []*rivorav1.Destination
+	deletedDests []string
+	subs         []*rivorav1.Subscription
+	deletedSubs  []string
+	types        []*rivorav1.EventType
+	tokens       []*rivorav1.ApiToken
+	partitions   []uint32
 }
 
 // configFeed is what one Watch stream has sent its agent, from which the
 // next response is the delta. Until the snapshot went out, dests is nil.
 type configFeed struct {
 	partitionCount uint32
-	dests          map[string]*rivorav1.Destination // by id, as last sent
-	tokens         []*rivorav1.ApiToken             // as last sent
-	partitions     []uint32                         // as last sent
+	// strict is --strict-event-types, sent with the catalogue.
+	strict     bool
+	dests      map[string]*rivorav1.Destination  // by id, as last sent
+	subs       map[string]*rivorav1.Subscription // by id, as last sent
+	types      []*rivorav1.EventType             // as last sent
+	tokens     []*rivorav1.ApiToken              // as last sent
+	partitions []uint32                          // as last sent
 	// version is the config version dests are at, limits the limits
 	// file they were rendered with.
 	version uint64
@@ -92,71 +117,89 @@ type configFeed struct {
 	compared int
 }
 
-// patch is delta for a change that touched only changed and deleted:
-// every other destination is as last sent.
-func (f *configFeed) patch(version uint64, changed []*rivorav1.Destination, deleted []string, tokens []*rivorav1.ApiToken, partitions []uint32) *rivorav1.WatchResponse {
-	resp := &rivorav1.WatchResponse{Version: version, PartitionCount: f.partitionCount, Partitions: partitions}
-	if !slices.EqualFunc(tokens, f.tokens, func(a, b *rivorav1.ApiToken) bool { return proto.Equal(a, b) }) {
-		resp.Tokens, resp.TokensChanged = tokens, true
+// response is the response that brings the agent from what it was sent
+// to u (nil if nothing changed).
+func (f *configFeed) response(u feedUpdate) *rivorav1.WatchResponse {
+	first := f.dests == nil
+	resp := &rivorav1.WatchResponse{Version: u.version, Snapshot: first, PartitionCount: f.partitionCount, Partitions: u.partitions, StrictEventTypes: f.strict}
+	if first || !slices.EqualFunc(u.tokens, f.tokens, equalMessages) {
+		resp.Tokens, resp.TokensChanged = u.tokens, true
 	}
-	for _, d := range changed {
-		if !proto.Equal(f.dests[d.GetId()], d) {
-			resp.Destinations = append(resp.Destinations, d)
-		}
+	if first || !slices.EqualFunc(u.types, f.types, equalMessages) {
+		resp.EventTypes, resp.EventTypesChanged = u.types, true
 	}
-	for _, id := range deleted {
-		if _, ok := f.dests[id]; ok {
-			resp.RemovedDestinationIds = append(resp.RemovedDestinationIds, id)
-		}
-	}
-	if len(resp.Destinations) == 0 && len(resp.RemovedDestinationIds) == 0 && !resp.TokensChanged && slices.Equal(partitions, f.partitions) {
+	resp.Destinations, resp.RemovedDestinationIds = diffRecords(first, u.whole, f.dests, u.dests, u.deletedDests)
+	resp.Subscriptions, resp.RemovedSubscriptionIds = diffRecords(first, u.whole, f.subs, u.subs, u.deletedSubs)
+	if !first && len(resp.Destinations) == 0 && len(resp.RemovedDestinationIds) == 0 && len(resp.Subscriptions) == 0 &&
+		len(resp.RemovedSubscriptionIds) == 0 && !resp.TokensChanged && !resp.EventTypesChanged && slices.Equal(u.partitions, f.partitions) {
 		return nil
 	}
 	return resp
 }
 
-// sentPatch records that resp, from patch (nil: nothing to send), went
-// out.
-func (f *configFeed) sentPatch(version uint64, limits *LimitsFile, resp *rivorav1.WatchResponse, tokens []*rivorav1.ApiToken, partitions []uint32) {
+func equalMessages[M proto.Message](a, b M) bool { return proto.Equal(a, b) }
+
+// identified is a record with an id (a destination, a subscription).
+type identified interface {
+	proto.Message
+	GetId() string
+}
+
+// diffRecords lists the records of now that differ from those sent (all
+// of them on the first response) and the ids of the sent ones that are
+// gone: with whole, those not in now; else those in deleted.
+func diffRecords[M identified](first, whole bool, sent map[string]M, now []M, deleted []string) (changed []M, removed []string) {
+	for _, m := range now {
+		if old, ok := sent[m.GetId()]; first || !ok || !proto.Equal(old, m) {
+			changed = append(changed, m)
+		}
+	}
+	if whole {
+		current := make(map[string]bool, len(now))
+		for _, m := range now {
+			current[m.GetId()] = true
+		}
+		for _, id := range sortedKeys(sent) {
+			if !current[id] {
+				removed = append(removed, id)
+			}
+		}
+		return changed, removed
+	}
+	for _, id := range deleted {
+		if _, ok := sent[id]; ok {
+			removed = append(removed, id)
+		}
+	}
+	return changed, removed
+}
+
+// sent records that resp, the response to u (nil: nothing to send), went
+// out, with the limits file u was rendered with.
+func (f *configFeed) sent(u feedUpdate, limits *LimitsFile, resp *rivorav1.WatchResponse) {
+	f.version, f.limits = u.version, limits
+	if resp == nil {
+		return
+	}
+	if resp.GetSnapshot() {
+		f.dests, f.subs = make(map[string]*rivorav1.Destination, len(u.dests)), make(map[string]*rivorav1.Subscription, len(u.subs))
+	}
 	for _, d := range resp.GetDestinations() {
 		f.dests[d.GetId()] = d
 	}
 	for _, id := range resp.GetRemovedDestinationIds() {
 		delete(f.dests, id)
 	}
-	f.tokens, f.partitions, f.version, f.limits = tokens, partitions, version, limits
-}
-
-// delta is the response that brings the agent from what it was sent to
-// this config (nil if nothing changed), and the config by id to pass to
-// sent once the response went out.
-func (f *configFeed) delta(version uint64, dests []*rivorav1.Destination, tokens []*rivorav1.ApiToken, partitions []uint32) (*rivorav1.WatchResponse, map[string]*rivorav1.Destination) {
-	first := f.dests == nil
-	resp := &rivorav1.WatchResponse{Version: version, Snapshot: first, PartitionCount: f.partitionCount, Partitions: partitions}
-	if first || !slices.EqualFunc(tokens, f.tokens, func(a, b *rivorav1.ApiToken) bool { return proto.Equal(a, b) }) {
-		resp.Tokens, resp.TokensChanged = tokens, true
+	for _, s := range resp.GetSubscriptions() {
+		f.subs[s.GetId()] = s
 	}
-	current := make(map[string]*rivorav1.Destination, len(dests))
-	for _, d := range dests {
-		current[d.GetId()] = d
-		if first || !proto.Equal(f.dests[d.GetId()], d) {
-			resp.Destinations = append(resp.Destinations, d)
-		}
+	for _, id := range resp.GetRemovedSubscriptionIds() {
+		delete(f.subs, id)
 	}
-	for id := range f.dests {
-		if _, ok := current[id]; !ok {
-			resp.RemovedDestinationIds = append(resp.RemovedDestinationIds, id)
-		}
+	if resp.GetEventTypesChanged() {
+		f.types = resp.GetEventTypes()
 	}
-	if !first && len(resp.Destinations) == 0 && len(resp.RemovedDestinationIds) == 0 && !resp.TokensChanged && slices.Equal(partitions, f.partitions) {
-		return nil, nil
-	}
-	return resp, current
-}
-
-// sent records that the response delta returned with current went out.
-func (f *configFeed) sent(current map[string]*rivorav1.Destination, tokens []*rivorav1.ApiToken, partitions []uint32) {
-	f.dests, f.tokens, f.partitions = current, tokens, partitions
+	f.tokens, f.partitions = u.tokens, u.partitions
 }
 
 // keepalive is an empty delta at the current version.

@@ -32,6 +32,10 @@ type logRecord struct {
 	Version   uint64            `json:"version"`
 	Put       []json.RawMessage `json:"put,omitempty"`
 	Delete    []string          `json:"delete,omitempty"`
+	PutSubs   []json.RawMessage `json:"put_subscriptions,omitempty"`
+	DelSubs   []string          `json:"delete_subscriptions,omitempty"`
+	PutTypes  []json.RawMessage `json:"put_event_types,omitempty"`
+	DelTypes  []string          `json:"delete_event_types,omitempty"`
 	PutTokens []json.RawMessage `json:"put_tokens,omitempty"`
 	DelTokens []string          `json:"delete_tokens,omitempty"`
 }
@@ -102,27 +106,30 @@ func applyRecord(st *state, rec *logRecord) error {
 	if rec.Version != st.version+1 {
 		return fmt.Errorf("version %d follows version %d: a change is missing", rec.Version, st.version)
 	}
-	for i, raw := range rec.Put {
-		d := &rivorav1.Destination{}
-		if err := protojson.Unmarshal(raw, d); err != nil {
-			return fmt.Errorf("put[%d]: %w", i, err)
-		}
-		st.dests[d.GetId()] = d
+	if err := replayRecords("put", rec.Put, rec.Delete, st.dests, (*rivorav1.Destination).GetId); err != nil {
+		return err
 	}
-	for _, id := range rec.Delete {
-		delete(st.dests, id)
+	if err := replayRecords("put_subscriptions", rec.PutSubs, rec.DelSubs, st.subs, (*rivorav1.Subscription).GetId); err != nil {
+		return err
 	}
-	for i, raw := range rec.PutTokens {
-		t := &rivorav1.ApiToken{}
-		if err := protojson.Unmarshal(raw, t); err != nil {
-			return fmt.Errorf("put_tokens[%d]: %w", i, err)
-		}
-		st.tokens[t.GetId()] = t
+	if err := replayRecords("put_event_types", rec.PutTypes, rec.DelTypes, st.types, (*rivorav1.EventType).GetName); err != nil {
+		return err
 	}
-	for _, id := range rec.DelTokens {
-		delete(st.tokens, id)
+	if err := replayRecords("put_tokens", rec.PutTokens, rec.DelTokens, st.tokens, (*rivorav1.ApiToken).GetId); err != nil {
+		return err
 	}
 	st.version = rec.Version
+	return nil
+}
+
+// replayRecords applies one kind's puts and deletes of a log record.
+func replayRecords[M proto.Message](what string, put []json.RawMessage, del []string, into map[string]M, key func(M) string) error {
+	if err := decodeRecords(what, put, into, key); err != nil {
+		return err
+	}
+	for _, id := range del {
+		delete(into, id)
+	}
 	return nil
 }
 
@@ -131,6 +138,12 @@ func (l *changeLog) append(d delta) error {
 	rec := logRecord{Version: d.version}
 	var err error
 	if rec.Put, rec.Delete, err = encodeChanges(d.dests); err != nil {
+		return err
+	}
+	if rec.PutSubs, rec.DelSubs, err = encodeChanges(d.subs); err != nil {
+		return err
+	}
+	if rec.PutTypes, rec.DelTypes, err = encodeChanges(d.types); err != nil {
 		return err
 	}
 	if rec.PutTokens, rec.DelTokens, err = encodeChanges(d.tokens); err != nil {

@@ -107,56 +107,68 @@ func isTokenChar(c byte) bool {
 	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
-// applyHeaders sets the headers in set (replacing a same-named one,
-// whatever its case) and drops those named in remove, validating each,
-// and returns what it changed, by name only, for the audit log. Names are
-// kept in canonical form (Authorization), sorted. The result is bounded
-// by maxHeaders; a header removed that is not there, or named twice, is
-// an ErrInvalid.
+// applyHeaders sets the headers in set on d (replacing a same-named
+// one, whatever its case) and drops those named in remove (mergeHeaders),
+// and returns what it changed, by name only, for the audit log.
 func applyHeaders(d *rivorav1.Destination, set []*rivorav1.Header, remove []string) ([]string, error) {
-	byName := make(map[string]*rivorav1.Header, len(d.GetHeaders()))
-	for _, h := range d.GetHeaders() {
+	headers, changes, err := mergeHeaders(fmt.Sprintf("destination %q", d.GetId()), d.GetHeaders(), set, remove)
+	if err != nil {
+		return nil, err
+	}
+	d.Headers = headers
+	return changes, nil
+}
+
+// mergeHeaders returns current with the headers in set set (replacing a
+// same-named one, whatever its case) and those named in remove dropped,
+// validating each, and what it changed, by name only, for the audit log.
+// Names are kept in canonical form (Authorization), sorted. The result
+// is bounded by maxHeaders; a header removed that is not there, or named
+// twice, is an ErrInvalid. owner names whose headers they are, for
+// messages.
+func mergeHeaders(owner string, current, set []*rivorav1.Header, remove []string) ([]*rivorav1.Header, []string, error) {
+	byName := make(map[string]*rivorav1.Header, len(current))
+	for _, h := range current {
 		byName[h.GetName()] = h
 	}
 	named := make(map[string]bool, len(set)+len(remove))
 	var changes []string
 	for _, raw := range remove {
 		if err := validateHeaderName(raw); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		name := http.CanonicalHeaderKey(raw)
 		if named[name] {
-			return nil, errorf(ErrInvalid, "header %q is named twice", raw)
+			return nil, nil, errorf(ErrInvalid, "header %q is named twice", raw)
 		}
 		named[name] = true
 		if _, ok := byName[name]; !ok {
-			return nil, errorf(ErrInvalid, "remove header %q: destination %q has no such header (it has %s)", raw, d.GetId(), headerNames(d.GetHeaders()))
+			return nil, nil, errorf(ErrInvalid, "remove header %q: %s has no such header (it has %s)", raw, owner, headerNames(current))
 		}
 		delete(byName, name)
 		changes = append(changes, "header "+name+" removed")
 	}
 	for _, h := range set {
 		if err := validateHeader(h); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		name := http.CanonicalHeaderKey(h.GetName())
 		if named[name] {
-			return nil, errorf(ErrInvalid, "header %q is named twice", h.GetName())
+			return nil, nil, errorf(ErrInvalid, "header %q is named twice", h.GetName())
 		}
 		named[name] = true
 		byName[name] = &rivorav1.Header{Name: name, Value: h.GetValue()}
 		changes = append(changes, "header "+name+" set")
 	}
 	if len(byName) > maxHeaders {
-		return nil, errorf(ErrInvalid, "%d custom headers: at most %d per destination", len(byName), maxHeaders)
+		return nil, nil, errorf(ErrInvalid, "%d custom headers: at most %d per %s", len(byName), maxHeaders, strings.Fields(owner)[0])
 	}
 	var headers []*rivorav1.Header
 	for _, h := range byName {
 		headers = append(headers, h)
 	}
 	slices.SortFunc(headers, func(a, b *rivorav1.Header) int { return strings.Compare(a.GetName(), b.GetName()) })
-	d.Headers = headers
-	return changes, nil
+	return headers, changes, nil
 }
 
 // headerNames lists headers' names for messages ("none" when empty).
@@ -173,8 +185,11 @@ func headerNames(hs []*rivorav1.Header) string {
 
 // withoutHeaderValues replaces each custom header's value by its
 // fingerprint.
-func withoutHeaderValues(d *rivorav1.Destination) {
-	for _, h := range d.GetHeaders() {
+func withoutHeaderValues(d *rivorav1.Destination) { maskHeaderValues(d.GetHeaders()) }
+
+// maskHeaderValues replaces each header's value by its fingerprint.
+func maskHeaderValues(hs []*rivorav1.Header) {
+	for _, h := range hs {
 		h.ValueFingerprint = auth.Fingerprint(h.GetValue())
 		h.Value = ""
 	}

@@ -23,7 +23,7 @@ func (h *adminHandler) SetLimitsOverride(ctx context.Context, req *connect.Reque
 		if err != nil {
 			return nil, err
 		}
-		pending, err := h.cp.agents.pending(ctx, m.GetDestinationId())
+		pending, err := h.cp.agents.pending(ctx, m.GetDestinationId(), "")
 		if err != nil {
 			return nil, errorf(ErrUnavailable, "count the pending events of %q for the projected drain time: %w; retry", m.GetDestinationId(), err)
 		}
@@ -38,7 +38,7 @@ func (h *adminHandler) SetLimitsOverride(ctx context.Context, req *connect.Reque
 	resp := &rivorav1.SetLimitsOverrideResponse{Limits: view, Version: version}
 	// The change is made; its drain time is a courtesy, left out when the
 	// agents cannot count now.
-	if pending, err := h.cp.agents.pending(ctx, m.GetDestinationId()); err == nil {
+	if pending, err := h.cp.agents.pending(ctx, m.GetDestinationId(), ""); err == nil {
 		resp.PendingEvents, resp.ProjectedDrainTime = pending, drainTime(pending, view.GetEffective().GetRatePerSecond())
 	}
 	return connect.NewResponse(resp), nil

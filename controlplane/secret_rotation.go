@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/internal/auth"
@@ -28,7 +29,7 @@ const (
 )
 
 func (h *adminHandler) RotateDestinationSecret(ctx context.Context, req *connect.Request[rivorav1.RotateDestinationSecretRequest]) (*connect.Response[rivorav1.RotateDestinationSecretResponse], error) {
-	d, version, err := h.cp.rotateSecret(req.Msg, caller(ctx))
+	d, version, err := h.cp.rotateSecret(req.Msg, caller(ctx), scopeOf(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -40,12 +41,12 @@ func (h *adminHandler) RotateDestinationSecret(ctx context.Context, req *connect
 // signing secret and keeps the current one signing for the grace period.
 // A previous secret still in its grace is dropped: only the last two
 // secrets sign.
-func (cp *ControlPlane) rotateSecret(m *rivorav1.RotateDestinationSecretRequest, who actor) (*rivorav1.Destination, uint64, error) {
+func (cp *ControlPlane) rotateSecret(m *rivorav1.RotateDestinationSecretRequest, who actor, sc scope) (*rivorav1.Destination, uint64, error) {
 	id := m.GetDestinationId()
 	if err := reserved(id); err != nil {
 		return nil, 0, err
 	}
-	grace, err := rotationGrace(m)
+	grace, err := rotationGrace(m.GetGrace())
 	if err != nil {
 		return nil, 0, err
 	}
@@ -54,28 +55,44 @@ func (cp *ControlPlane) rotateSecret(m *rivorav1.RotateDestinationSecretRequest,
 		return nil, 0, err
 	}
 	return cp.changeDestination("destination.rotate_secret", id, who, "", func(d *rivorav1.Destination) (string, error) {
+		if !sc.destination(d) {
+			return "", notFound(id)
+		}
 		if secret == d.GetSecret() {
 			return "", errorf(ErrInvalid, "secret: that is destination %q's current secret; pass another one, or none to have one generated", id)
 		}
 		now := cp.now()
-		old := d.GetSecret()
-		d.Secret = secret
+		r := rotate(d.GetSecret(), secret, grace, now)
+		d.Secret, d.PreviousSecret, d.PreviousSecretExpiresAt = secret, r.previous, r.until
 		d.UpdatedAt = timestamppb.New(now)
-		if grace == 0 {
-			d.PreviousSecret, d.PreviousSecretExpiresAt = "", nil
-			return fmt.Sprintf("secret rotated to %s; previous secret %s no longer signs (no grace)", auth.Fingerprint(secret), auth.Fingerprint(old)), nil
-		}
-		until := now.Add(grace)
-		d.PreviousSecret, d.PreviousSecretExpiresAt = old, timestamppb.New(until)
-		return fmt.Sprintf("secret rotated to %s; previous secret %s signs too until %s (grace %s)",
-			auth.Fingerprint(secret), auth.Fingerprint(old), until.UTC().Format(time.RFC3339), grace), nil
+		return r.detail, nil
 	})
 }
 
-// rotationGrace is the request's grace period: DefaultRotationGrace when
+// rotation is what rotating a secret leaves: the previous secret and
+// when it stops signing ("" and nil: at once), and the audit detail.
+type rotation struct {
+	previous string
+	until    *timestamppb.Timestamp
+	detail   string
+}
+
+// rotate replaces old by secret at now, old signing too for grace.
+func rotate(old, secret string, grace time.Duration, now time.Time) rotation {
+	if old == "" {
+		return rotation{detail: fmt.Sprintf("secret set to %s (its deliveries were signed with its destination's secret)", auth.Fingerprint(secret))}
+	}
+	if grace == 0 {
+		return rotation{detail: fmt.Sprintf("secret rotated to %s; previous secret %s no longer signs (no grace)", auth.Fingerprint(secret), auth.Fingerprint(old))}
+	}
+	until := now.Add(grace)
+	return rotation{previous: old, until: timestamppb.New(until), detail: fmt.Sprintf("secret rotated to %s; previous secret %s signs too until %s (grace %s)",
+		auth.Fingerprint(secret), auth.Fingerprint(old), until.UTC().Format(time.RFC3339), grace)}
+}
+
+// rotationGrace is a request's grace period: DefaultRotationGrace when
 // unset, 0 to MaxRotationGrace otherwise.
-func rotationGrace(m *rivorav1.RotateDestinationSecretRequest) (time.Duration, error) {
-	g := m.GetGrace()
+func rotationGrace(g *durationpb.Duration) (time.Duration, error) {
 	if g == nil {
 		return DefaultRotationGrace, nil
 	}

@@ -17,25 +17,36 @@ import (
 )
 
 // Store holds the control plane's state: the registered destinations, the
-// API tokens (hashes, never tokens) and the config version. FileStore keeps it in a file for a single control
-// plane; ConsulStore keeps it in Consul KV, shared by several of which one
-// leads.
+// subscriptions, the event-type catalogue, the API tokens (hashes, never
+// tokens) and the config version. FileStore keeps it in a file for a
+// single control plane; ConsulStore keeps it in Consul KV, shared by
+// several of which one leads.
 type Store interface {
 	// Snapshot returns the config version and every destination, sorted
 	// by id. The destinations are copies.
 	Snapshot() (uint64, []*rivorav1.Destination)
+	// Contents returns copies of everything the agents' feed sends, at
+	// one version.
+	Contents() Contents
 	// Get returns a copy of a destination.
 	Get(id string) (*rivorav1.Destination, bool)
-	// ChangedSince returns the config version, copies of the
-	// destinations changed after version since (sorted by id) and the
-	// ids of those deleted since; ok is false when the store no longer
-	// knows (too far behind, or the state was reloaded): compare a
-	// Snapshot then.
-	ChangedSince(since uint64) (version uint64, changed []*rivorav1.Destination, deleted []string, ok bool)
-	// Update applies fn to the destinations (through a DestinationTx,
-	// which copies only what fn edits) and persists what it changed as
-	// the next config version, which it returns. fn returns an error to
-	// change nothing; so does a failed write.
+	// GetSubscription returns a copy of a subscription.
+	GetSubscription(id string) (*rivorav1.Subscription, bool)
+	// Subscriptions returns copies of the subscriptions keep accepts (nil:
+	// all of them), sorted by id.
+	Subscriptions(keep func(*rivorav1.Subscription) bool) []*rivorav1.Subscription
+	// GetEventType returns a copy of an event type of the catalogue.
+	GetEventType(name string) (*rivorav1.EventType, bool)
+	// EventTypes returns copies of the catalogue, sorted by name.
+	EventTypes() []*rivorav1.EventType
+	// ChangedSince returns what changed after version since; ok is false
+	// when the store no longer knows (too far behind, or the state was
+	// reloaded): compare Contents then.
+	ChangedSince(since uint64) (c Changes, ok bool)
+	// Update applies fn to the state (through a DestinationTx, which
+	// copies only what fn edits) and persists what it changed as the next
+	// config version, which it returns. fn returns an error to change
+	// nothing; so does a failed write.
 	Update(fn func(tx *DestinationTx) error) (uint64, error)
 	// Tokens returns copies of the API tokens, sorted by creation time.
 	Tokens() []*rivorav1.ApiToken
@@ -43,75 +54,117 @@ type Store interface {
 	UpdateTokens(fn func(tokens map[string]*rivorav1.ApiToken) error) (uint64, error)
 }
 
+// Contents is the state the agents' feed sends on a snapshot: copies,
+// sorted by id (event types by name).
+type Contents struct {
+	Version       uint64
+	Destinations  []*rivorav1.Destination
+	Subscriptions []*rivorav1.Subscription
+	EventTypes    []*rivorav1.EventType
+}
+
+// Changes is what changed after a version (Store.ChangedSince): copies
+// of the destinations and subscriptions changed, sorted by id, the ids of
+// those deleted, and whether the catalogue changed.
+type Changes struct {
+	Version              uint64
+	Destinations         []*rivorav1.Destination
+	DeletedDestinations  []string
+	Subscriptions        []*rivorav1.Subscription
+	DeletedSubscriptions []string
+	EventTypesChanged    bool
+}
+
 // state is what a Store holds.
 type state struct {
 	version uint64
 	dests   map[string]*rivorav1.Destination
-	tokens  map[string]*rivorav1.ApiToken
-	// journal is which destinations the latest versions changed (apply
-	// records them), so that the agents' feed sends what changed without
-	// comparing every destination. A state loaded whole starts it empty.
+	// subs are the subscriptions by id, types the catalogue by name.
+	subs   map[string]*rivorav1.Subscription
+	types  map[string]*rivorav1.EventType
+	tokens map[string]*rivorav1.ApiToken
+	// journal is which destinations and subscriptions the latest versions
+	// changed (apply records them), so that the agents' feed sends what
+	// changed without comparing every one. A state loaded whole starts
+	// it empty.
 	journal []journalEntry
 }
 
-// journalEntry is the destinations one version put or deleted.
+// journalEntry is what one version put or deleted.
 type journalEntry struct {
 	version uint64
-	ids     []string
+	ids     []string // destinations
+	subs    []string
+	types   bool
 }
 
 // journalVersions bounds the journal: a feed further behind compares
 // everything once.
 const journalVersions = 1024
 
+// journaled is what the journal says changed after a version.
+type journaled struct {
+	dests, subs []string
+	types       bool
+}
+
+// journalSince lists, sorted, what changed after version since, and
+// whether the journal covers every version since then.
+func (st *state) journalSince(since uint64) (journaled, bool) {
+	if since == st.version {
+		return journaled{}, true
+	}
+	if since > st.version || len(st.journal) == 0 || st.journal[0].version > since+1 {
+		return journaled{}, false
+	}
+	dests, subs := make(map[string]bool), make(map[string]bool)
+	var j journaled
+	for i := len(st.journal) - 1; i >= 0 && st.journal[i].version > since; i-- {
+		for _, id := range st.journal[i].ids {
+			dests[id] = true
+		}
+		for _, id := range st.journal[i].subs {
+			subs[id] = true
+		}
+		j.types = j.types || st.journal[i].types
+	}
+	j.dests, j.subs = sortedKeys(dests), sortedKeys(subs)
+	return j, true
+}
+
 // changedSince lists, sorted, the destinations changed after version
 // since, and whether the journal covers every version since then.
 func (st *state) changedSince(since uint64) ([]string, bool) {
-	if since == st.version {
-		return nil, true
-	}
-	if since > st.version || len(st.journal) == 0 || st.journal[0].version > since+1 {
-		return nil, false
-	}
-	seen := make(map[string]bool)
-	for i := len(st.journal) - 1; i >= 0 && st.journal[i].version > since; i-- {
-		for _, id := range st.journal[i].ids {
-			seen[id] = true
-		}
-	}
-	return sortedKeys(seen), true
+	j, ok := st.journalSince(since)
+	return j.dests, ok
 }
 
 func emptyState() state {
-	return state{dests: make(map[string]*rivorav1.Destination), tokens: make(map[string]*rivorav1.ApiToken)}
+	return state{
+		dests: make(map[string]*rivorav1.Destination), subs: make(map[string]*rivorav1.Subscription),
+		types: make(map[string]*rivorav1.EventType), tokens: make(map[string]*rivorav1.ApiToken),
+	}
 }
 
-// delta is what one change does to the state: the destinations and API
-// tokens it puts (new or edited) and deletes (nil), by id; nothing else.
-// Both stores write only these, and apply them in place, so a change
-// costs what it changes.
+// delta is what one change does to the state: the destinations,
+// subscriptions, event types and API tokens it puts (new or edited) and
+// deletes (nil), by id (event types by name); nothing else. Both stores
+// write only these, and apply them in place, so a change costs what it
+// changes.
 type delta struct {
 	version uint64
 	dests   map[string]*rivorav1.Destination
+	subs    map[string]*rivorav1.Subscription
+	types   map[string]*rivorav1.EventType
 	tokens  map[string]*rivorav1.ApiToken
 }
 
 // apply makes d part of st.
 func (st *state) apply(d delta) {
-	for id, dest := range d.dests {
-		if dest == nil {
-			delete(st.dests, id)
-		} else {
-			st.dests[id] = dest
-		}
-	}
-	for id, t := range d.tokens {
-		if t == nil {
-			delete(st.tokens, id)
-		} else {
-			st.tokens[id] = t
-		}
-	}
+	applyRecords(st.dests, d.dests)
+	applyRecords(st.subs, d.subs)
+	applyRecords(st.types, d.types)
+	applyRecords(st.tokens, d.tokens)
 	switch {
 	case d.version != st.version+1:
 		// Not the next version (a migration rewrites the current one):
@@ -121,10 +174,24 @@ func (st *state) apply(d delta) {
 		st.journal = st.journal[1:]
 		fallthrough
 	default:
-		st.journal = append(st.journal, journalEntry{version: d.version, ids: sortedKeys(d.dests)})
+		st.journal = append(st.journal, journalEntry{version: d.version, ids: sortedKeys(d.dests), subs: sortedKeys(d.subs), types: len(d.types) > 0})
 	}
 	st.version = d.version
 }
+
+// applyRecords puts changes into dst, deleting those that are nil.
+func applyRecords[M proto.Message](dst, changes map[string]M) {
+	for id, m := range changes {
+		if deleted(m) {
+			delete(dst, id)
+		} else {
+			dst[id] = m
+		}
+	}
+}
+
+// deleted reports whether m stands for a deleted record (nil).
+func deleted(m proto.Message) bool { return m == nil || !m.ProtoReflect().IsValid() }
 
 // tokensAfter is tokens as d leaves them (a new map; the tokens are
 // shared).
@@ -133,13 +200,7 @@ func (d delta) tokensAfter(tokens map[string]*rivorav1.ApiToken) map[string]*riv
 	for id, t := range tokens {
 		out[id] = t
 	}
-	for id, t := range d.tokens {
-		if t == nil {
-			delete(out, id)
-		} else {
-			out[id] = t
-		}
-	}
+	applyRecords(out, d.tokens)
 	return out
 }
 
@@ -170,94 +231,160 @@ func tokenChanges(prev, next map[string]*rivorav1.ApiToken) map[string]*rivorav1
 	return out
 }
 
-// DestinationTx is one change to the destinations, as Store.Update hands
-// it to its function: reads see the stored destinations, and a
-// destination is copied only when the change edits it (Get) — never all
-// of them. The stored destinations are never edited in place: they may be
-// shared with readers until the change is applied.
-type DestinationTx struct {
-	stored  map[string]*rivorav1.Destination // the store's; read only
-	touched map[string]*rivorav1.Destination // put or edited, by id; nil: deleted
-	// copies counts the stored destinations this change copied.
+// Records is one kind of record (destinations, subscriptions, event
+// types) as one change sees it: reads see the stored records, and a
+// record is copied only when the change edits it (Get) — never all of
+// them. The stored records are never edited in place: they may be shared
+// with readers until the change is applied.
+type Records[M proto.Message] struct {
+	key     func(M) string
+	stored  map[string]M // the store's; read only
+	touched map[string]M // put or edited, by id; nil: deleted
+	// copies counts the stored records this change copied.
 	copies int
 }
 
-func newDestinationTx(stored map[string]*rivorav1.Destination) *DestinationTx {
-	return &DestinationTx{stored: stored, touched: make(map[string]*rivorav1.Destination)}
+func newRecords[M proto.Message](stored map[string]M, key func(M) string) *Records[M] {
+	return &Records[M]{key: key, stored: stored, touched: make(map[string]M)}
 }
 
-// Get returns destination id to read or edit: a copy of the stored one,
+// Get returns record id to read or edit: a copy of the stored one,
 // private to this change (and what it will store), made on first use.
-func (tx *DestinationTx) Get(id string) (*rivorav1.Destination, bool) {
-	if d, ok := tx.touched[id]; ok {
-		return d, d != nil
+func (r *Records[M]) Get(id string) (M, bool) {
+	if m, ok := r.touched[id]; ok {
+		return m, !deleted(m)
 	}
-	d, ok := tx.stored[id]
+	m, ok := r.stored[id]
 	if !ok {
-		return nil, false
+		return m, false
 	}
-	c := proto.Clone(d).(*rivorav1.Destination)
-	tx.touched[id], tx.copies = c, tx.copies+1
+	c := proto.Clone(m).(M)
+	r.touched[id], r.copies = c, r.copies+1
 	return c, true
 }
 
-// Has reports whether destination id exists, copying nothing.
-func (tx *DestinationTx) Has(id string) bool {
-	if d, ok := tx.touched[id]; ok {
-		return d != nil
+// Read returns record id to read only, copying nothing.
+func (r *Records[M]) Read(id string) (M, bool) {
+	if m, ok := r.touched[id]; ok {
+		return m, !deleted(m)
 	}
-	_, ok := tx.stored[id]
+	m, ok := r.stored[id]
+	return m, ok
+}
+
+// Has reports whether record id exists, copying nothing.
+func (r *Records[M]) Has(id string) bool {
+	if m, ok := r.touched[id]; ok {
+		return !deleted(m)
+	}
+	_, ok := r.stored[id]
 	return ok
 }
 
-// Put stores d (new, or replacing the destination of its id).
-func (tx *DestinationTx) Put(d *rivorav1.Destination) { tx.touched[d.GetId()] = d }
+// Put stores m (new, or replacing the record of its id).
+func (r *Records[M]) Put(m M) { r.touched[r.key(m)] = m }
 
-// Delete removes destination id, if it exists.
-func (tx *DestinationTx) Delete(id string) { tx.touched[id] = nil }
+// Delete removes record id, if it exists.
+func (r *Records[M]) Delete(id string) {
+	var none M
+	r.touched[id] = none
+}
 
-// Len is the number of destinations.
-func (tx *DestinationTx) Len() int {
-	n := len(tx.stored)
-	for id, d := range tx.touched {
-		_, had := tx.stored[id]
+// Len is the number of records.
+func (r *Records[M]) Len() int {
+	n := len(r.stored)
+	for id, m := range r.touched {
+		_, had := r.stored[id]
 		switch {
-		case had && d == nil:
+		case had && deleted(m):
 			n--
-		case !had && d != nil:
+		case !had && !deleted(m):
 			n++
 		}
 	}
 	return n
 }
 
-// Each calls fn with every destination, in no order, to read only (edit
+// Each calls fn with every record, in no order, to read only (edit
 // through Get); it is for the rare change that looks at them all.
-func (tx *DestinationTx) Each(fn func(d *rivorav1.Destination)) {
-	for id, d := range tx.stored {
-		if _, ok := tx.touched[id]; !ok {
-			fn(d)
+func (r *Records[M]) Each(fn func(m M)) {
+	for id, m := range r.stored {
+		if _, ok := r.touched[id]; !ok {
+			fn(m)
 		}
 	}
-	for _, d := range tx.touched {
-		if d != nil {
-			fn(d)
+	for _, m := range r.touched {
+		if !deleted(m) {
+			fn(m)
 		}
 	}
 }
 
-// changes is the destinations part of the change's delta: what it put
-// that differs from what is stored, and nil for what it deleted.
-func (tx *DestinationTx) changes() map[string]*rivorav1.Destination {
-	out := make(map[string]*rivorav1.Destination, len(tx.touched))
-	for id, d := range tx.touched {
-		old, had := tx.stored[id]
-		if (d == nil && !had) || (d != nil && had && proto.Equal(old, d)) {
+// changes is this kind's part of the change's delta: what it put that
+// differs from what is stored, and nil for what it deleted.
+func (r *Records[M]) changes() map[string]M {
+	out := make(map[string]M, len(r.touched))
+	for id, m := range r.touched {
+		old, had := r.stored[id]
+		if (deleted(m) && !had) || (!deleted(m) && had && proto.Equal(old, m)) {
 			continue
 		}
-		out[id] = d
+		out[id] = m
 	}
 	return out
+}
+
+// DestinationTx is one change to the state, as Store.Update hands it to
+// its function: the destinations (its own methods), the subscriptions
+// and the event types (Subscriptions, EventTypes), each a Records.
+type DestinationTx struct {
+	dests *Records[*rivorav1.Destination]
+	subs  *Records[*rivorav1.Subscription]
+	types *Records[*rivorav1.EventType]
+}
+
+func newDestinationTx(st *state) *DestinationTx {
+	return &DestinationTx{
+		dests: newRecords(st.dests, (*rivorav1.Destination).GetId),
+		subs:  newRecords(st.subs, (*rivorav1.Subscription).GetId),
+		types: newRecords(st.types, (*rivorav1.EventType).GetName),
+	}
+}
+
+// Get returns destination id to read or edit (Records.Get).
+func (tx *DestinationTx) Get(id string) (*rivorav1.Destination, bool) { return tx.dests.Get(id) }
+
+// Has reports whether destination id exists, copying nothing.
+func (tx *DestinationTx) Has(id string) bool { return tx.dests.Has(id) }
+
+// Read returns destination id to read only, copying nothing.
+func (tx *DestinationTx) Read(id string) (*rivorav1.Destination, bool) { return tx.dests.Read(id) }
+
+// Put stores d (new, or replacing the destination of its id).
+func (tx *DestinationTx) Put(d *rivorav1.Destination) { tx.dests.Put(d) }
+
+// Delete removes destination id, if it exists.
+func (tx *DestinationTx) Delete(id string) { tx.dests.Delete(id) }
+
+// Len is the number of destinations.
+func (tx *DestinationTx) Len() int { return tx.dests.Len() }
+
+// Each calls fn with every destination, in no order, to read only (edit
+// through Get); it is for the rare change that looks at them all.
+func (tx *DestinationTx) Each(fn func(d *rivorav1.Destination)) { tx.dests.Each(fn) }
+
+// Subscriptions are the change's subscriptions, by id.
+func (tx *DestinationTx) Subscriptions() *Records[*rivorav1.Subscription] { return tx.subs }
+
+// EventTypes are the change's event types, by name.
+func (tx *DestinationTx) EventTypes() *Records[*rivorav1.EventType] { return tx.types }
+
+// copies counts the stored records this change copied.
+func (tx *DestinationTx) copies() int { return tx.dests.copies + tx.subs.copies + tx.types.copies }
+
+// delta is the change as a delta (without its version).
+func (tx *DestinationTx) delta() delta {
+	return delta{dests: tx.dests.changes(), subs: tx.subs.changes(), types: tx.types.changes()}
 }
 
 // sortedTokens returns copies of tokens, oldest first (then by id).
@@ -303,6 +430,10 @@ var _ Store = (*FileStore)(nil)
 type storeFile struct {
 	Version      uint64            `json:"version"`
 	Destinations []json.RawMessage `json:"destinations"`
+	// Subscriptions and EventTypes: in the file only (Consul keeps a key
+	// each).
+	Subscriptions []json.RawMessage `json:"subscriptions,omitempty"`
+	EventTypes    []json.RawMessage `json:"event_types,omitempty"`
 	// Tokens are the API tokens: their hashes, never the tokens.
 	Tokens []json.RawMessage `json:"tokens,omitempty"`
 }
@@ -340,31 +471,63 @@ func decodeState(data []byte) (state, error) {
 	}
 	st := emptyState()
 	st.version = f.Version
-	for i, raw := range f.Destinations {
-		d := &rivorav1.Destination{}
-		if err := protojson.Unmarshal(raw, d); err != nil {
-			return state{}, fmt.Errorf("destinations[%d]: %w", i, err)
-		}
-		st.dests[d.GetId()] = d
+	if err := decodeRecords("destinations", f.Destinations, st.dests, (*rivorav1.Destination).GetId); err != nil {
+		return state{}, err
 	}
-	for i, raw := range f.Tokens {
-		t := &rivorav1.ApiToken{}
-		if err := protojson.Unmarshal(raw, t); err != nil {
-			return state{}, fmt.Errorf("tokens[%d]: %w", i, err)
-		}
-		st.tokens[t.GetId()] = t
+	if err := decodeRecords("subscriptions", f.Subscriptions, st.subs, (*rivorav1.Subscription).GetId); err != nil {
+		return state{}, err
+	}
+	if err := decodeRecords("event_types", f.EventTypes, st.types, (*rivorav1.EventType).GetName); err != nil {
+		return state{}, err
+	}
+	if err := decodeRecords("tokens", f.Tokens, st.tokens, (*rivorav1.ApiToken).GetId); err != nil {
+		return state{}, err
 	}
 	return st, nil
 }
 
-func encodeState(st state) ([]byte, error) {
-	f := storeFile{Version: st.version}
-	for _, d := range sortedDests(st.dests) {
-		raw, err := protojson.Marshal(d)
+// decodeRecords decodes protojson records into into, by key.
+func decodeRecords[M proto.Message](what string, raws []json.RawMessage, into map[string]M, key func(M) string) error {
+	for i, raw := range raws {
+		m := newRecord[M]()
+		if err := protojson.Unmarshal(raw, m); err != nil {
+			return fmt.Errorf("%s[%d]: %w", what, i, err)
+		}
+		into[key(m)] = m
+	}
+	return nil
+}
+
+// newRecord is a new, empty M (a pointer to a message).
+func newRecord[M proto.Message]() M {
+	var zero M
+	return zero.ProtoReflect().New().Interface().(M)
+}
+
+// encodeRecords is the protojson of records, sorted by key.
+func encodeRecords[M proto.Message](records map[string]M) ([]json.RawMessage, error) {
+	var out []json.RawMessage
+	for _, k := range sortedKeys(records) {
+		raw, err := protojson.Marshal(records[k])
 		if err != nil {
 			return nil, err
 		}
-		f.Destinations = append(f.Destinations, raw)
+		out = append(out, raw)
+	}
+	return out, nil
+}
+
+func encodeState(st state) ([]byte, error) {
+	f := storeFile{Version: st.version}
+	var err error
+	if f.Destinations, err = encodeRecords(st.dests); err != nil {
+		return nil, err
+	}
+	if f.Subscriptions, err = encodeRecords(st.subs); err != nil {
+		return nil, err
+	}
+	if f.EventTypes, err = encodeRecords(st.types); err != nil {
+		return nil, err
 	}
 	for _, t := range sortedTokens(st.tokens) {
 		raw, err := protojson.Marshal(t)
@@ -378,20 +541,66 @@ func encodeState(st state) ([]byte, error) {
 
 // sortedDests returns copies of dests, sorted by id.
 func sortedDests(dests map[string]*rivorav1.Destination) []*rivorav1.Destination {
-	out := make([]*rivorav1.Destination, 0, len(dests))
-	for _, d := range dests {
-		out = append(out, proto.Clone(d).(*rivorav1.Destination))
+	return sortedCopies(dests, nil)
+}
+
+// sortedCopies returns copies of the records keep accepts (nil: all),
+// sorted by key.
+func sortedCopies[M proto.Message](records map[string]M, keep func(M) bool) []M {
+	keys := make([]string, 0, len(records))
+	for k, m := range records {
+		if keep == nil || keep(m) {
+			keys = append(keys, k)
+		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].GetId() < out[j].GetId() })
+	sort.Strings(keys)
+	out := make([]M, len(keys))
+	for i, k := range keys {
+		out[i] = proto.Clone(records[k]).(M)
+	}
 	return out
 }
 
 func getDest(dests map[string]*rivorav1.Destination, id string) (*rivorav1.Destination, bool) {
-	d, ok := dests[id]
+	return getCopy(dests, id)
+}
+
+// getCopy returns a copy of record id.
+func getCopy[M proto.Message](records map[string]M, id string) (M, bool) {
+	m, ok := records[id]
 	if !ok {
-		return nil, false
+		return m, false
 	}
-	return proto.Clone(d).(*rivorav1.Destination), true
+	return proto.Clone(m).(M), true
+}
+
+// contents is Store.Contents for st.
+func (st *state) contents() Contents {
+	return Contents{Version: st.version, Destinations: sortedDests(st.dests), Subscriptions: sortedCopies(st.subs, nil), EventTypes: sortedCopies(st.types, nil)}
+}
+
+// changes is Store.ChangedSince for st.
+func (st *state) changes(since uint64) (Changes, bool) {
+	j, ok := st.journalSince(since)
+	if !ok {
+		return Changes{Version: st.version}, false
+	}
+	c := Changes{Version: st.version, EventTypesChanged: j.types}
+	for _, id := range j.dests {
+		if d, ok := getDest(st.dests, id); ok {
+			c.Destinations = append(c.Destinations, d)
+		} else {
+			c.DeletedDestinations = append(c.DeletedDestinations, id)
+		}
+	}
+	for _, id := range j.subs {
+		if sub, ok := getCopy(st.subs, id); ok {
+			c.Subscriptions = append(c.Subscriptions, sub)
+		} else {
+			c.DeletedSubscriptions = append(c.DeletedSubscriptions, id)
+		}
+	}
+	return c, true
 }
 
 // Snapshot returns the config version and every destination, sorted by id.
@@ -401,29 +610,18 @@ func (s *FileStore) Snapshot() (uint64, []*rivorav1.Destination) {
 	return s.state.version, sortedDests(s.state.dests)
 }
 
+// Contents returns everything the agents' feed sends, at one version.
+func (s *FileStore) Contents() Contents {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.contents()
+}
+
 // ChangedSince returns what changed after version since (see Store).
-func (s *FileStore) ChangedSince(since uint64) (uint64, []*rivorav1.Destination, []string, bool) {
+func (s *FileStore) ChangedSince(since uint64) (Changes, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.state.changes(since)
-}
-
-// changes is ChangedSince for st.
-func (st *state) changes(since uint64) (uint64, []*rivorav1.Destination, []string, bool) {
-	ids, ok := st.changedSince(since)
-	if !ok {
-		return st.version, nil, nil, false
-	}
-	var changed []*rivorav1.Destination
-	var deleted []string
-	for _, id := range ids {
-		if d, ok := getDest(st.dests, id); ok {
-			changed = append(changed, d)
-		} else {
-			deleted = append(deleted, id)
-		}
-	}
-	return st.version, changed, deleted, true
 }
 
 // Get returns a destination.
@@ -433,6 +631,34 @@ func (s *FileStore) Get(id string) (*rivorav1.Destination, bool) {
 	return getDest(s.state.dests, id)
 }
 
+// GetSubscription returns a subscription.
+func (s *FileStore) GetSubscription(id string) (*rivorav1.Subscription, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return getCopy(s.state.subs, id)
+}
+
+// Subscriptions returns the subscriptions keep accepts, sorted by id.
+func (s *FileStore) Subscriptions(keep func(*rivorav1.Subscription) bool) []*rivorav1.Subscription {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sortedCopies(s.state.subs, keep)
+}
+
+// GetEventType returns an event type of the catalogue.
+func (s *FileStore) GetEventType(name string) (*rivorav1.EventType, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return getCopy(s.state.types, name)
+}
+
+// EventTypes returns the catalogue, sorted by name.
+func (s *FileStore) EventTypes() []*rivorav1.EventType {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sortedCopies(s.state.types, nil)
+}
+
 // Tokens returns the API tokens, oldest first.
 func (s *FileStore) Tokens() []*rivorav1.ApiToken {
 	s.mu.Lock()
@@ -440,18 +666,18 @@ func (s *FileStore) Tokens() []*rivorav1.ApiToken {
 	return sortedTokens(s.state.tokens)
 }
 
-// Update applies fn to the destinations under the store lock and
-// persists what it changed as the next config version. fn returns an
-// error to change nothing.
+// Update applies fn to the state under the store lock and persists what
+// it changed as the next config version. fn returns an error to change
+// nothing.
 func (s *FileStore) Update(fn func(tx *DestinationTx) error) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	tx := newDestinationTx(s.state.dests)
+	tx := newDestinationTx(&s.state)
 	if err := fn(tx); err != nil {
 		return 0, err
 	}
-	s.copies += tx.copies
-	return s.saveLocked(delta{dests: tx.changes()})
+	s.copies += tx.copies()
+	return s.saveLocked(tx.delta())
 }
 
 // UpdateTokens is Update for the API tokens.

@@ -105,9 +105,10 @@ func validateToken(m *rivorav1.CreateTokenRequest) error {
 		return errorf(ErrInvalid, "name %q: only printable characters", name)
 	}
 	if _, known := rivorav1.Role_name[int32(m.GetRole())]; !known || m.GetRole() == rivorav1.Role_ROLE_UNSPECIFIED {
-		return tag(ErrInvalid, errors.New("a token needs a role (--role): admin, operator, viewer or publisher"))
+		return tag(ErrInvalid, errors.New("a token needs a role (--role): admin, operator, viewer, publisher or customer"))
 	}
-	if m.GetRole() == rivorav1.Role_ROLE_PUBLISHER {
+	switch m.GetRole() {
+	case rivorav1.Role_ROLE_PUBLISHER:
 		if len(m.GetCustomers()) == 0 {
 			return tag(ErrInvalid, errors.New(`a publisher token needs the customers it publishes for (--customer C, repeated; "*" for any)`))
 		}
@@ -119,8 +120,22 @@ func validateToken(m *rivorav1.CreateTokenRequest) error {
 				return tag(ErrInvalid, fmt.Errorf(`%w (or "*" for any customer)`, err))
 			}
 		}
-	} else if len(m.GetCustomers()) > 0 {
-		return errorf(ErrInvalid, "customers scope publisher tokens only; a %s token acts for every customer", auth.RoleName(m.GetRole()))
+	case rivorav1.Role_ROLE_CUSTOMER:
+		if len(m.GetCustomers()) == 0 {
+			return tag(ErrInvalid, errors.New("a customer token needs the customers it acts for (--customer C, repeated)"))
+		}
+		for _, c := range m.GetCustomers() {
+			if c == "*" {
+				return tag(ErrInvalid, errors.New(`a customer token acts for the customers it names, never "*": a token for every customer is an operator's or a publisher's`))
+			}
+			if err := ids.Validate("customer", c); err != nil {
+				return tag(ErrInvalid, err)
+			}
+		}
+	default:
+		if len(m.GetCustomers()) > 0 {
+			return errorf(ErrInvalid, "customers scope publisher and customer tokens only; a %s token acts for every customer", auth.RoleName(m.GetRole()))
+		}
 	}
 	if ttl := m.GetTtl(); ttl != nil && (!ttl.IsValid() || ttl.AsDuration() < 0) {
 		return errorf(ErrInvalid, "ttl must be zero (no expiry) or positive, got %s", ttl.AsDuration())

@@ -121,7 +121,10 @@ func TestCreateTokenValidation(t *testing.T) {
 		{"unknown role", &rivorav1.CreateTokenRequest{Name: "x", Role: 42}, "needs a role"},
 		{"publisher without customers", &rivorav1.CreateTokenRequest{Name: "x", Role: rivorav1.Role_ROLE_PUBLISHER}, "needs the customers"},
 		{"publisher with an empty customer", &rivorav1.CreateTokenRequest{Name: "x", Role: rivorav1.Role_ROLE_PUBLISHER, Customers: []string{"acme", ""}}, "customer is empty"},
-		{"viewer with customers", &rivorav1.CreateTokenRequest{Name: "x", Role: rivorav1.Role_ROLE_VIEWER, Customers: []string{"acme"}}, "publisher tokens only"},
+		{"viewer with customers", &rivorav1.CreateTokenRequest{Name: "x", Role: rivorav1.Role_ROLE_VIEWER, Customers: []string{"acme"}}, "publisher and customer tokens only"},
+		{"customer without customers", &rivorav1.CreateTokenRequest{Name: "x", Role: rivorav1.Role_ROLE_CUSTOMER}, "needs the customers it acts for"},
+		{"customer for any customer", &rivorav1.CreateTokenRequest{Name: "x", Role: rivorav1.Role_ROLE_CUSTOMER, Customers: []string{"c1", "*"}}, `never "*"`},
+		{"customer with a bad customer id", &rivorav1.CreateTokenRequest{Name: "x", Role: rivorav1.Role_ROLE_CUSTOMER, Customers: []string{"c 1"}}, "customer"},
 		{"negative ttl", &rivorav1.CreateTokenRequest{Name: "x", Role: rivorav1.Role_ROLE_ADMIN, Ttl: durationpb.New(-time.Second)}, "ttl"},
 	} {
 		_, err := d.Tokens.CreateToken(context.Background(), connect.NewRequest(c.req))
@@ -129,6 +132,9 @@ func TestCreateTokenValidation(t *testing.T) {
 	}
 	if _, err := d.Tokens.CreateToken(context.Background(), connect.NewRequest(&rivorav1.CreateTokenRequest{Name: "any", Role: rivorav1.Role_ROLE_PUBLISHER, Customers: []string{"*"}})); err != nil {
 		t.Fatalf(`publisher for "*": %v`, err)
+	}
+	if _, err := d.Tokens.CreateToken(context.Background(), connect.NewRequest(&rivorav1.CreateTokenRequest{Name: "portal-c1", Role: rivorav1.Role_ROLE_CUSTOMER, Customers: []string{"c1", "c2"}})); err != nil {
+		t.Fatalf("customer token for c1 and c2: %v", err)
 	}
 }
 

@@ -22,10 +22,19 @@ type Rule struct {
 	CellToo bool
 	// Roles may call it (API tokens).
 	Roles []rivorav1.Role
-	// Request checks a publisher's request against its customers; Answer
-	// checks what the RPC answered. Only set where Roles has publisher.
+	// Request checks a scoped caller's request (a publisher's or a
+	// customer token's: Principal.Scoped) against its customers; Answer
+	// checks what the RPC answered. Only set where Roles has publisher or
+	// customer. On a server stream only Request is allowed: it checks the
+	// one request.
 	Request func(p *Principal, req any) error
 	Answer  func(p *Principal, resp any) error
+	// Owned: a customer token is let in, and the handler shows and
+	// changes only what its customers own (their subscriptions, the
+	// destinations they own; a list keeps only those), answering for
+	// anything else exactly as for an absent id. The control plane's
+	// handlers scope by the caller's principal (FromContext).
+	Owned bool
 }
 
 var (
@@ -33,12 +42,21 @@ var (
 	operator  = rivorav1.Role_ROLE_OPERATOR
 	viewer    = rivorav1.Role_ROLE_VIEWER
 	publisher = rivorav1.Role_ROLE_PUBLISHER
+	customer  = rivorav1.Role_ROLE_CUSTOMER
 
 	cell     = Rule{Cell: true}
 	adminsOf = Rule{Roles: []rivorav1.Role{admin}}
 	steer    = Rule{Roles: []rivorav1.Role{admin, operator}}
 	read     = Rule{Roles: []rivorav1.Role{admin, operator, viewer}}
-	anyToken = Rule{Roles: []rivorav1.Role{admin, operator, viewer, publisher}, CellToo: true}
+	everyone = Rule{Roles: []rivorav1.Role{admin, operator, viewer, publisher, customer}}
+	anyToken = Rule{Roles: []rivorav1.Role{admin, operator, viewer, publisher, customer}, CellToo: true}
+
+	// A customer token on its own: what it owns (Rule.Owned) as admins
+	// (ownAdmin), as admins and operators (ownSteer) or as every reader
+	// (ownRead) do on everything.
+	ownAdmin = Rule{Roles: []rivorav1.Role{admin, customer}, Owned: true}
+	ownSteer = Rule{Roles: []rivorav1.Role{admin, operator, customer}, Owned: true}
+	ownRead  = Rule{Roles: []rivorav1.Role{admin, operator, viewer, customer}, Owned: true}
 )
 
 // The reflection services' one method each.
@@ -52,12 +70,18 @@ const (
 var Policies = map[string]Rule{
 	// Destinations: create, update (URL, secret) and delete are admin's;
 	// steering is the operator's too; reads are everyone's but publishers'.
-	rivorav1connect.AdminServiceCreateDestinationProcedure:    adminsOf,
+	// A customer token creates, reads and deletes the destinations its
+	// customers own (and rotates their secret); never their limits,
+	// priorities or pauses.
+	rivorav1connect.AdminServiceCreateDestinationProcedure: {
+		Roles: []rivorav1.Role{admin, customer}, Owned: true,
+		Request: func(p *Principal, req any) error { return ownDestination(p, req.(*rivorav1.CreateDestinationRequest)) },
+	},
 	rivorav1connect.AdminServiceUpdateDestinationProcedure:    adminsOf,
-	rivorav1connect.AdminServiceDeleteDestinationProcedure:    adminsOf,
-	rivorav1connect.AdminServiceGetDestinationProcedure:       read,
-	rivorav1connect.AdminServiceListDestinationsProcedure:     read,
-	rivorav1connect.AdminServiceGetDestinationHealthProcedure: read,
+	rivorav1connect.AdminServiceDeleteDestinationProcedure:    ownAdmin,
+	rivorav1connect.AdminServiceGetDestinationProcedure:       ownRead,
+	rivorav1connect.AdminServiceListDestinationsProcedure:     ownRead,
+	rivorav1connect.AdminServiceGetDestinationHealthProcedure: ownRead,
 	rivorav1connect.AdminServiceGetLimitsProcedure:            read,
 	rivorav1connect.AdminServiceDiffLimitsProcedure:           read,
 	rivorav1connect.AdminServiceListAuditProcedure:            read,
@@ -68,21 +92,55 @@ var Policies = map[string]Rule{
 	rivorav1connect.AdminServiceSetLimitsOverrideProcedure:    steer,
 	rivorav1connect.AdminServiceClearLimitsOverrideProcedure:  steer,
 
-	// Secret rotation is an admin's, like update.
-	rivorav1connect.AdminServiceRotateDestinationSecretProcedure: adminsOf,
+	// Secret rotation is an admin's, like update (and a customer's, of
+	// its own destinations).
+	rivorav1connect.AdminServiceRotateDestinationSecretProcedure: ownAdmin,
 
 	rivorav1connect.TokenServiceCreateTokenProcedure: adminsOf,
 	rivorav1connect.TokenServiceListTokensProcedure:  adminsOf,
 	rivorav1connect.TokenServiceRevokeTokenProcedure: adminsOf,
-	rivorav1connect.TokenServiceWhoAmIProcedure:      {Roles: []rivorav1.Role{admin, operator, viewer, publisher}},
+	rivorav1connect.TokenServiceWhoAmIProcedure:      everyone,
+
+	// Subscriptions: admins and operators manage every one, viewers read
+	// them, a customer token manages its customers' (Owned: another
+	// customer's answers not_found, as an absent id does).
+	rivorav1connect.SubscriptionServiceCreateSubscriptionProcedure: {
+		Roles: ownSteer.Roles, Owned: true,
+		Request: func(p *Principal, req any) error {
+			return mayActFor(p, req.(*rivorav1.CreateSubscriptionRequest).GetCustomerId())
+		},
+	},
+	rivorav1connect.SubscriptionServiceGetSubscriptionProcedure: ownRead,
+	rivorav1connect.SubscriptionServiceListSubscriptionsProcedure: {
+		Roles: ownRead.Roles, Owned: true,
+		Request: func(p *Principal, req any) error {
+			if c := req.(*rivorav1.ListSubscriptionsRequest).GetCustomerId(); c != "" {
+				return mayActFor(p, c)
+			}
+			return nil
+		},
+	},
+	rivorav1connect.SubscriptionServiceUpdateSubscriptionProcedure:       ownSteer,
+	rivorav1connect.SubscriptionServicePauseSubscriptionProcedure:        ownSteer,
+	rivorav1connect.SubscriptionServiceResumeSubscriptionProcedure:       ownSteer,
+	rivorav1connect.SubscriptionServiceRotateSubscriptionSecretProcedure: ownSteer,
+	rivorav1connect.SubscriptionServiceDeleteSubscriptionProcedure:       ownSteer,
+
+	// The event-type catalogue: everyone reads it (publishers publish
+	// its types, customers subscribe to them), admins write it.
+	rivorav1connect.EventTypeServiceCreateEventTypeProcedure:    adminsOf,
+	rivorav1connect.EventTypeServiceUpdateEventTypeProcedure:    adminsOf,
+	rivorav1connect.EventTypeServiceDeprecateEventTypeProcedure: adminsOf,
+	rivorav1connect.EventTypeServiceGetEventTypeProcedure:       everyone,
+	rivorav1connect.EventTypeServiceListEventTypesProcedure:     everyone,
 
 	rivorav1connect.IngestServicePublishProcedure: {
-		Roles:   []rivorav1.Role{admin, publisher},
+		Roles:   []rivorav1.Role{admin, publisher, customer},
 		CellToo: true,
 		Request: func(p *Principal, req any) error { return mayActFor(p, req.(*rivorav1.PublishRequest).GetCustomerId()) },
 	},
 	rivorav1connect.IngestServicePublishBatchProcedure: {
-		Roles: []rivorav1.Role{admin, publisher},
+		Roles: []rivorav1.Role{admin, publisher, customer},
 		Request: func(p *Principal, req any) error {
 			for _, ev := range req.(*rivorav1.PublishBatchRequest).GetEvents() {
 				if err := mayActFor(p, ev.GetCustomerId()); err != nil {
@@ -94,7 +152,7 @@ var Policies = map[string]Rule{
 	},
 
 	rivorav1connect.EventServiceGetEventProcedure: {
-		Roles: []rivorav1.Role{admin, operator, viewer, publisher},
+		Roles: []rivorav1.Role{admin, operator, viewer, publisher, customer},
 		Answer: func(p *Principal, resp any) error {
 			ev := resp.(*rivorav1.GetEventResponse)
 			if !p.MayActFor(ev.GetCustomerId()) {
@@ -104,25 +162,34 @@ var Policies = map[string]Rule{
 		},
 	},
 	rivorav1connect.EventServiceListEventsProcedure: {
-		Roles: []rivorav1.Role{admin, operator, viewer, publisher},
+		Roles: []rivorav1.Role{admin, operator, viewer, publisher, customer},
 		Request: func(p *Principal, req any) error {
 			return filterFor(p, req.(*rivorav1.ListEventsRequest).GetCustomerId())
 		},
 	},
-	rivorav1connect.EventServiceResendEventProcedure: steer,
+	// ResendEvent: a customer token resends its own events only. The
+	// request names only the event id, so the handler, once it has the
+	// event, checks CallerMayActFor and answers EventNotFound otherwise
+	// (the control plane's router does; so must the agent's handler).
+	rivorav1connect.EventServiceResendEventProcedure: {Roles: []rivorav1.Role{admin, operator, customer}, Owned: true},
 
-	rivorav1connect.LaneServiceListLanesProcedure:    read,
+	rivorav1connect.LaneServiceListLanesProcedure: {
+		Roles: []rivorav1.Role{admin, operator, viewer, customer},
+		Request: func(p *Principal, req any) error {
+			return filterFor(p, req.(*rivorav1.ListLanesRequest).GetCustomerId())
+		},
+	},
 	rivorav1connect.LaneServiceSkipLaneHeadProcedure: steer,
 
 	rivorav1connect.ArchiveServiceListDeadLettersProcedure: {
-		Roles:   []rivorav1.Role{admin, operator, viewer, publisher},
+		Roles:   []rivorav1.Role{admin, operator, viewer, publisher, customer},
 		CellToo: true,
 		Request: func(p *Principal, req any) error {
 			return filterFor(p, req.(*rivorav1.ListDeadLettersRequest).GetFilter().GetCustomerId())
 		},
 	},
 	rivorav1connect.ArchiveServiceGetDeadLetterProcedure: {
-		Roles: []rivorav1.Role{admin, operator, viewer, publisher},
+		Roles: []rivorav1.Role{admin, operator, viewer, publisher, customer},
 		Answer: func(p *Principal, resp any) error {
 			ev := resp.(*rivorav1.GetDeadLetterResponse).GetDeadLetter().GetEvent()
 			if !p.MayActFor(ev.GetCustomerId()) {
@@ -131,8 +198,20 @@ var Policies = map[string]Rule{
 			return nil
 		},
 	},
-	rivorav1connect.ArchiveServiceDeadLetterStatsProcedure: read,
-	rivorav1connect.ArchiveServiceReplayProcedure:          steer,
+	rivorav1connect.ArchiveServiceDeadLetterStatsProcedure: {
+		Roles: []rivorav1.Role{admin, operator, viewer, customer},
+		Request: func(p *Principal, req any) error {
+			return filterFor(p, req.(*rivorav1.DeadLetterStatsRequest).GetFilter().GetCustomerId())
+		},
+	},
+	// Replay streams; its one request is checked (a customer replays only
+	// with a filter naming one of its customers).
+	rivorav1connect.ArchiveServiceReplayProcedure: {
+		Roles: []rivorav1.Role{admin, operator, customer},
+		Request: func(p *Principal, req any) error {
+			return filterFor(p, req.(*rivorav1.ReplayRequest).GetFilter().GetCustomerId())
+		},
+	},
 
 	// gRPC server reflection (internal/introspect) describes the API to
 	// any valid token, cell token included; the gRPC health check is
@@ -159,11 +238,30 @@ func mayActFor(p *Principal, customer string) error {
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("token %s (%s) may not act for customer %q: it is scoped to %v", p.TokenID, p.Name, customer, p.Customers))
 }
 
-// filterFor checks a list's customer filter: a scoped publisher must name
+// filterFor checks a list's customer filter: a scoped caller must name
 // one of its customers.
 func filterFor(p *Principal, customer string) error {
 	if customer == "" && p.Scoped() {
-		return connect.NewError(connect.CodePermissionDenied, errors.New("a publisher token lists only its own customers' events: name one with --customer (customer_id)"))
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("a %s token reaches only its own customers' events: name one with --customer (customer_id)", RoleName(p.Role)))
 	}
 	return mayActFor(p, customer)
+}
+
+// ownDestination checks a customer token's CreateDestination: the
+// destination is owned by one of its customers and keeps the default
+// limits (operators set limits).
+func ownDestination(p *Principal, m *rivorav1.CreateDestinationRequest) error {
+	if !p.SelfService() {
+		return nil
+	}
+	if m.GetOwnerCustomer() == "" {
+		return connect.NewError(connect.CodePermissionDenied, errors.New("a customer token creates only destinations its customer owns: set owner_customer (--owner-customer) to one of the token's customers"))
+	}
+	if err := mayActFor(p, m.GetOwnerCustomer()); err != nil {
+		return err
+	}
+	if m.GetLimits() != nil {
+		return connect.NewError(connect.CodePermissionDenied, errors.New("a customer token's destinations get the default limits: leave limits unset (an operator may change them)"))
+	}
+	return nil
 }

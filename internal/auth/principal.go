@@ -12,7 +12,7 @@ type Principal struct {
 	// TokenID and Name are the token's (Name "cell" for the cell token).
 	TokenID, Name string
 	Role          rivorav1.Role
-	// Customers scope a publisher ("*" = any).
+	// Customers scope a publisher ("*" = any) or a customer token.
 	Customers []string
 	// Cell: the caller presented the cell token (an agent or control
 	// plane), not an API token.
@@ -23,18 +23,50 @@ type Principal struct {
 }
 
 // MayActFor reports whether the principal may act for customer: any
-// customer for every role but publisher; a publisher only for the
-// customers its token names.
+// customer for admins, operators, viewers and the cell; a publisher only
+// for the customers its token names ("*": any); a customer token only for
+// the customers it names ("*" means nothing there: such a token is never
+// made).
 func (p *Principal) MayActFor(customer string) bool {
-	if p.Role != rivorav1.Role_ROLE_PUBLISHER {
-		return true
+	switch p.Role {
+	case rivorav1.Role_ROLE_PUBLISHER:
+		return slices.Contains(p.Customers, "*") || slices.Contains(p.Customers, customer)
+	case rivorav1.Role_ROLE_CUSTOMER:
+		return customer != "" && customer != "*" && slices.Contains(p.Customers, customer)
 	}
-	return slices.Contains(p.Customers, "*") || slices.Contains(p.Customers, customer)
+	return true
 }
 
-// Scoped reports whether the principal is limited to some customers.
+// Scoped reports whether the principal is limited to some customers: a
+// publisher without "*", and every customer token.
 func (p *Principal) Scoped() bool {
-	return p.Role == rivorav1.Role_ROLE_PUBLISHER && !slices.Contains(p.Customers, "*")
+	switch p.Role {
+	case rivorav1.Role_ROLE_PUBLISHER:
+		return !slices.Contains(p.Customers, "*")
+	case rivorav1.Role_ROLE_CUSTOMER:
+		return true
+	}
+	return false
+}
+
+// SelfService reports whether the principal is a customer token: it sees
+// only what its customers own (their events, subscriptions and own
+// destinations), and anything else answers as if absent.
+func (p *Principal) SelfService() bool { return p.Role == rivorav1.Role_ROLE_CUSTOMER }
+
+// CallerMayActFor reports whether the caller of ctx's call may act for
+// customer (Principal.MayActFor); true outside an authenticated call (no
+// principal: auth is not configured, or an in-process call). A handler
+// that finds an item by id and must not show another customer's calls it
+// once it has the item, and answers exactly as for an absent id when it
+// is false — ResendEvent on the agent, say:
+//
+//	if !auth.CallerMayActFor(ctx, ev.GetCustomerId()) {
+//		return nil, auth.EventNotFound(id)
+//	}
+func CallerMayActFor(ctx context.Context, customer string) bool {
+	p := FromContext(ctx)
+	return p == nil || p.MayActFor(customer)
 }
 
 type principalKey struct{}
@@ -80,13 +112,15 @@ func RoleName(r rivorav1.Role) string {
 		return "viewer"
 	case rivorav1.Role_ROLE_PUBLISHER:
 		return "publisher"
+	case rivorav1.Role_ROLE_CUSTOMER:
+		return "customer"
 	}
 	return "unknown"
 }
 
 // ParseRole reads a role's CLI name.
 func ParseRole(s string) (rivorav1.Role, bool) {
-	for _, r := range []rivorav1.Role{rivorav1.Role_ROLE_ADMIN, rivorav1.Role_ROLE_OPERATOR, rivorav1.Role_ROLE_VIEWER, rivorav1.Role_ROLE_PUBLISHER} {
+	for _, r := range []rivorav1.Role{rivorav1.Role_ROLE_ADMIN, rivorav1.Role_ROLE_OPERATOR, rivorav1.Role_ROLE_VIEWER, rivorav1.Role_ROLE_PUBLISHER, rivorav1.Role_ROLE_CUSTOMER} {
 		if RoleName(r) == s {
 			return r, true
 		}
