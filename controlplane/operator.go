@@ -150,11 +150,16 @@ func (r *operatorRouter) GetEvent(ctx context.Context, req *connect.Request[rivo
 }
 
 // ResendEvent forwards to the owner of the event's destination, which
-// refuses a pending event and re-ingests the others.
+// refuses a pending event and re-ingests the others. A customer token's
+// call for another customer's event is answered as for an absent one
+// (the agent checks again).
 func (r *operatorRouter) ResendEvent(ctx context.Context, req *connect.Request[rivorav1.ResendEventRequest]) (*connect.Response[rivorav1.ResendEventResponse], error) {
 	ev, err := r.findEvent(ctx, req.Msg.GetEventId())
 	if err != nil {
 		return nil, err
+	}
+	if !auth.CallerMayActFor(ctx, ev.GetCustomerId()) {
+		return nil, auth.EventNotFound(req.Msg.GetEventId())
 	}
 	return unary(ctx, r, ev.GetDestinationId(), func(ctx context.Context, a *agentState) (*connect.Response[rivorav1.ResendEventResponse], error) {
 		return r.events(a).ResendEvent(ctx, connect.NewRequest(req.Msg))

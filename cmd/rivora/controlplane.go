@@ -79,7 +79,7 @@ Examples:
 			maxInflightFlag,
 			metricsTokenFlag,
 			logLevelFlag,
-		}, append(append(append(cellFlags(), operatorFlags()...), capacityFlags()...), tlsFlags()...)...),
+		}, append(append(append(append(cellFlags(), operatorFlags()...), capacityFlags()...), catalogueFlags()...), tlsFlags()...)...),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
@@ -108,6 +108,7 @@ Examples:
 			if err := capacityConfig(c, &cfg); err != nil {
 				return err
 			}
+			catalogueConfig(c, &cfg)
 			if err := operatorConfig(c, &cfg); err != nil {
 				return err
 			}

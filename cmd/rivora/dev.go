@@ -59,7 +59,7 @@ Example:
 			&cli.StringFlag{Name: "limits", EnvVars: []string{"RIVORA_LIMITS"}, Usage: "reviewed limits `FILE` (YAML), reloaded when it changes"},
 			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores); fixed for a data dir"},
 			allowDestinationFlag(true),
-		}, append(agentFlags(), append(append(operatorFlags(), capacityFlags()...), tlsFlags()...)...)...),
+		}, append(agentFlags(), append(append(append(operatorFlags(), capacityFlags()...), catalogueFlags()...), tlsFlags()...)...)...),
 		Action: runDev,
 	}
 }
@@ -219,6 +219,7 @@ func runDev(c *cli.Context) error {
 	if err := capacityConfig(c, &cfg); err != nil {
 		return err
 	}
+	catalogueConfig(c, &cfg)
 	if err := operatorConfig(c, &cfg); err != nil {
 		return err
 	}

@@ -28,6 +28,8 @@ var fieldLimits = map[protoreflect.Name]int{
 	"author":       Name,
 	"name":         Name,
 	"created_by":   Name,
+	// schema: an event type's JSON Schema (routing.MaxSchemaLen).
+	"schema": 64 << 10,
 }
 
 // Other bounds a request string field fieldLimits does not name.
@@ -68,6 +70,7 @@ func checkPublish(ev *rivorav1.PublishRequest) *violation {
 	}{
 		{"destination_id", ev.GetDestinationId()}, {"customer_id", ev.GetCustomerId()}, {"lane_key", ev.GetLaneKey()},
 		{"type", ev.GetType()}, {"content_type", ev.GetContentType()}, {"idempotency_key", ev.GetIdempotencyKey()},
+		{"subscription_id", ev.GetSubscriptionId()},
 	} {
 		if len(f.value) > Other {
 			return (&violation{size: len(f.value), limit: Other}).in(f.name)
