@@ -597,7 +597,9 @@ func TestSubscriptionDeleteAndStateThroughTheAgents(t *testing.T) {
 	_, err = c.GetSubscription(ctx, connect.NewRequest(&rivorav1.GetSubscriptionRequest{Id: s1.GetId()}))
 	wantCode(t, "get after delete", err, connect.CodeNotFound)
 	f.received(t, "the deletion on the feed", func(msgs []*rivorav1.WatchResponse) bool {
-		return slices.ContainsFunc(msgs, func(m *rivorav1.WatchResponse) bool { return slices.Contains(m.GetRemovedSubscriptionIds(), s1.GetId()) })
+		return slices.ContainsFunc(msgs, func(m *rivorav1.WatchResponse) bool {
+			return slices.Contains(m.GetRemovedSubscriptionIds(), s1.GetId())
+		})
 	})
 
 	_, err = d.Admin.DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "crm"}))

@@ -1,0 +1,147 @@
+package auth
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+)
+
+// Every RPC that lets a customer token in either checks its request or
+// answer against the token's customers, or is Owned (its handler scopes):
+// a customer token never reaches an unscoped RPC. And it never reaches
+// tokens (but WhoAmI), the audit, limits, priorities, the config status,
+// pauses of destinations or the lanes' skip.
+func TestCustomerRoleIsAlwaysScoped(t *testing.T) {
+	never := []string{
+		rivorav1connect.TokenServiceCreateTokenProcedure, rivorav1connect.TokenServiceListTokensProcedure, rivorav1connect.TokenServiceRevokeTokenProcedure,
+		rivorav1connect.AdminServiceListAuditProcedure, rivorav1connect.AdminServiceGetLimitsProcedure, rivorav1connect.AdminServiceDiffLimitsProcedure,
+		rivorav1connect.AdminServiceSetLimitsOverrideProcedure, rivorav1connect.AdminServiceClearLimitsOverrideProcedure, rivorav1connect.AdminServiceSetPriorityProcedure,
+		rivorav1connect.AdminServiceGetConfigStatusProcedure, rivorav1connect.AdminServicePauseDestinationProcedure, rivorav1connect.AdminServiceResumeDestinationProcedure,
+		rivorav1connect.AdminServiceUpdateDestinationProcedure, rivorav1connect.LaneServiceSkipLaneHeadProcedure,
+		rivorav1connect.EventTypeServiceCreateEventTypeProcedure, rivorav1connect.EventTypeServiceUpdateEventTypeProcedure, rivorav1connect.EventTypeServiceDeprecateEventTypeProcedure,
+	}
+	for proc, rule := range Policies {
+		if !slices.Contains(rule.Roles, customer) {
+			if rule.Owned {
+				t.Errorf("%s is Owned but does not let customer tokens in", proc)
+			}
+			continue
+		}
+		if slices.Contains(never, proc) {
+			t.Errorf("%s lets customer tokens in", proc)
+		}
+		unscoped := rule.Request == nil && rule.Answer == nil && !rule.Owned
+		if unscoped && proc != rivorav1connect.TokenServiceWhoAmIProcedure && proc != rivorav1connect.EventTypeServiceGetEventTypeProcedure &&
+			proc != rivorav1connect.EventTypeServiceListEventTypesProcedure && proc != reflectV1 && proc != reflectV1Alpha {
+			t.Errorf("%s lets customer tokens in without checking their customers (Request, Answer) or scoping in the handler (Owned)", proc)
+		}
+	}
+}
+
+func TestCustomerPrincipal(t *testing.T) {
+	c := &Principal{Role: customer, Customers: []string{"c1", "c3"}}
+	if !c.MayActFor("c1") || !c.MayActFor("c3") || c.MayActFor("c2") || c.MayActFor("") || !c.Scoped() || !c.SelfService() {
+		t.Fatalf("customer token for c1, c3: MayActFor c1 %v, c3 %v, c2 %v, empty %v; Scoped %v", c.MayActFor("c1"), c.MayActFor("c3"), c.MayActFor("c2"), c.MayActFor(""), c.Scoped())
+	}
+	if star := (&Principal{Role: customer, Customers: []string{"*"}}); star.MayActFor("c1") || star.MayActFor("*") {
+		t.Fatal(`a customer token naming "*" (never made) acts for customers`)
+	}
+	if pub := (&Principal{Role: publisher, Customers: []string{"*"}}); !pub.MayActFor("c9") || pub.Scoped() || pub.SelfService() {
+		t.Fatal(`a publisher for "*" is scoped`)
+	}
+	ctx := WithPrincipal(context.Background(), c)
+	if !CallerMayActFor(ctx, "c1") || CallerMayActFor(ctx, "c2") || !CallerMayActFor(context.Background(), "c2") {
+		t.Fatal("CallerMayActFor does not follow the caller's principal")
+	}
+	if r, ok := ParseRole("customer"); !ok || r != customer || RoleName(customer) != "customer" {
+		t.Fatalf("ParseRole(customer) = %v, %v", r, ok)
+	}
+}
+
+// What a customer token's requests must name.
+func TestCustomerRequestChecks(t *testing.T) {
+	p := &Principal{TokenID: "tok_1", Name: "portal", Role: customer, Customers: []string{"c1"}}
+	check := func(proc string, req any) error { return Policies[proc].Request(p, req) }
+	for _, tc := range []struct {
+		what string
+		proc string
+		req  any
+		ok   bool
+	}{
+		{"publish for c1", rivorav1connect.IngestServicePublishProcedure, &rivorav1.PublishRequest{CustomerId: "c1"}, true},
+		{"publish for c2", rivorav1connect.IngestServicePublishProcedure, &rivorav1.PublishRequest{CustomerId: "c2"}, false},
+		{"a batch with one event of c2", rivorav1connect.IngestServicePublishBatchProcedure, &rivorav1.PublishBatchRequest{Events: []*rivorav1.PublishRequest{{CustomerId: "c1"}, {CustomerId: "c2"}}}, false},
+		{"own destination", rivorav1connect.AdminServiceCreateDestinationProcedure, &rivorav1.CreateDestinationRequest{OwnerCustomer: "c1"}, true},
+		{"a destination it does not own", rivorav1connect.AdminServiceCreateDestinationProcedure, &rivorav1.CreateDestinationRequest{}, false},
+		{"c2's destination", rivorav1connect.AdminServiceCreateDestinationProcedure, &rivorav1.CreateDestinationRequest{OwnerCustomer: "c2"}, false},
+		{"own destination with limits", rivorav1connect.AdminServiceCreateDestinationProcedure, &rivorav1.CreateDestinationRequest{OwnerCustomer: "c1", Limits: &rivorav1.Limits{}}, false},
+		{"subscribe c1", rivorav1connect.SubscriptionServiceCreateSubscriptionProcedure, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1"}, true},
+		{"subscribe c2", rivorav1connect.SubscriptionServiceCreateSubscriptionProcedure, &rivorav1.CreateSubscriptionRequest{CustomerId: "c2"}, false},
+		{"list its subscriptions", rivorav1connect.SubscriptionServiceListSubscriptionsProcedure, &rivorav1.ListSubscriptionsRequest{}, true},
+		{"list c2's subscriptions", rivorav1connect.SubscriptionServiceListSubscriptionsProcedure, &rivorav1.ListSubscriptionsRequest{CustomerId: "c2"}, false},
+		{"lanes of c1", rivorav1connect.LaneServiceListLanesProcedure, &rivorav1.ListLanesRequest{DestinationId: "d", CustomerId: "c1"}, true},
+		{"lanes of every customer", rivorav1connect.LaneServiceListLanesProcedure, &rivorav1.ListLanesRequest{DestinationId: "d"}, false},
+		{"dead-letter stats of c1", rivorav1connect.ArchiveServiceDeadLetterStatsProcedure, &rivorav1.DeadLetterStatsRequest{Filter: &rivorav1.DeadLetterFilter{CustomerId: "c1"}}, true},
+		{"dead-letter stats of all", rivorav1connect.ArchiveServiceDeadLetterStatsProcedure, &rivorav1.DeadLetterStatsRequest{}, false},
+		{"replay c1", rivorav1connect.ArchiveServiceReplayProcedure, &rivorav1.ReplayRequest{Filter: &rivorav1.DeadLetterFilter{CustomerId: "c1", DestinationId: "d"}}, true},
+		{"replay a destination", rivorav1connect.ArchiveServiceReplayProcedure, &rivorav1.ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "d"}}, false},
+		{"events of c2", rivorav1connect.EventServiceListEventsProcedure, &rivorav1.ListEventsRequest{DestinationId: "d", CustomerId: "c2"}, false},
+	} {
+		err := check(tc.proc, tc.req)
+		if (err == nil) != tc.ok || (err != nil && connect.CodeOf(err) != connect.CodePermissionDenied) {
+			t.Errorf("%s: %v, want allowed %v (else permission_denied)", tc.what, err, tc.ok)
+		}
+	}
+	if ev := Policies[rivorav1connect.EventServiceGetEventProcedure].Answer(p, &rivorav1.GetEventResponse{EventId: "e", CustomerId: "c2"}); connect.CodeOf(ev) != connect.CodeNotFound {
+		t.Errorf("c2's event answered to c1: %v, want not_found", ev)
+	}
+}
+
+type replayStub struct {
+	rivorav1connect.UnimplementedArchiveServiceHandler
+}
+
+func (replayStub) Replay(_ context.Context, req *connect.Request[rivorav1.ReplayRequest], out *connect.ServerStream[rivorav1.ReplayResponse]) error {
+	return out.Send(&rivorav1.ReplayResponse{Done: true, Total: 1})
+}
+
+// A server stream's one request is checked before the handler runs: a
+// customer token replays only with a filter naming its customer.
+func TestServerStreamRequestIsChecked(t *testing.T) {
+	token, id, err := NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := NewKeys(CellToken{})
+	keys.SetTokens([]*rivorav1.ApiToken{{Id: id, Name: "portal", Role: customer, Customers: []string{"c1"}, Hash: Hash(token)}})
+	mux := http.NewServeMux()
+	mux.Handle(rivorav1connect.NewArchiveServiceHandler(replayStub{}, connect.WithInterceptors(NewInterceptor(keys))))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	client := rivorav1connect.NewArchiveServiceClient(srv.Client(), srv.URL, connect.WithInterceptors(Bearer(token)))
+	replay := func(customer string) error {
+		s, err := client.Replay(context.Background(), connect.NewRequest(&rivorav1.ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "d", CustomerId: customer}}))
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		for s.Receive() {
+		}
+		return s.Err()
+	}
+	if err := replay("c1"); err != nil {
+		t.Fatalf("replay of c1: %v", err)
+	}
+	for _, c := range []string{"", "c2"} {
+		if err := replay(c); connect.CodeOf(err) != connect.CodePermissionDenied {
+			t.Errorf("replay with customer %q: %v, want permission_denied", c, err)
+		}
+	}
+}
