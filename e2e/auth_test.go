@@ -31,10 +31,10 @@ type rpcCase struct {
 	at   []string // "cp", "agent"
 	body string   // Connect JSON request
 	// allow: the callers let in (admin, operator, viewer, publisher,
-	// cell); everyone else is refused, without a token with 401.
+	// customer, cell); everyone else is refused, without a token with 401.
 	allow string
-	// scoped: a publisher for another customer than the request's (or
-	// answer's) is refused, 403.
+	// scoped: a publisher or customer token for another customer than the
+	// request's (or answer's) is refused, 403.
 	scoped bool
 	// hidden: an answer of another customer is not_found, as for an
 	// absent id, not 403 (which would tell that the id exists).
@@ -42,25 +42,32 @@ type rpcCase struct {
 	stream bool
 }
 
-// callers of the matrix, in order.
-var matrixCallers = []string{"none", "bad", "pub-other", "pub", "viewer", "operator", "admin", "cell"}
+// callers of the matrix, in order: "pub" and "cust" are a publisher and
+// a customer token for c1, "pub-other" and "cust-other" for c2.
+var matrixCallers = []string{"none", "bad", "pub-other", "pub", "cust-other", "cust", "viewer", "operator", "admin", "cell"}
 
-// expected is the answer class ("401", "403" or "ok") of c for caller.
+// expected is the answer class ("401", "403", "404" or "ok") of c for
+// caller.
 func (c rpcCase) expected(caller string) string {
 	allowed := strings.Split(c.allow, ",")
 	switch caller {
 	case "none", "bad":
 		return "401"
-	case "pub-other":
-		if slices.Contains(allowed, "publisher") && !c.scoped {
+	case "pub-other", "cust-other":
+		role := map[string]string{"pub-other": "publisher", "cust-other": "customer"}[caller]
+		switch {
+		case !slices.Contains(allowed, role):
+			return "403"
+		case !c.scoped:
 			return "ok"
-		}
-		if c.hidden {
+		case c.hidden:
 			return "404"
 		}
 		return "403"
 	case "pub":
 		caller = "publisher"
+	case "cust":
+		caller = "customer"
 	}
 	if slices.Contains(allowed, caller) {
 		return "ok"
@@ -84,13 +91,15 @@ func TestAuthMatrix(t *testing.T) {
 	}
 	t.Run("no stranger takes over an agent", func(t *testing.T) { w.noStrangerTakesOverAnAgent(ctx, t) })
 	t.Run("publisher scope", func(t *testing.T) { w.publisherScope(ctx, t) })
+	t.Run("customer scope", func(t *testing.T) { w.customerScope(ctx, t) })
 	t.Run("audit names the token", func(t *testing.T) { w.auditNamesTheToken(ctx, t) })
 	w.matrix(ctx, t, cases)
 }
 
 // authWorld is what TestAuthMatrix's phases share: a cell with two
-// destinations (d1 delivers, d2 paused), a delivered event and a dead
-// letter of customer c1, and a token per kind of caller.
+// destinations (d1 delivers, d2 paused) and c1's own (c1-own), a
+// subscription of c1, a delivered event and a dead letter of customer c1,
+// and a token per kind of caller.
 type authWorld struct {
 	c               *cell
 	cpURL, agentURL string
@@ -102,6 +111,7 @@ type authWorld struct {
 	ingest          rivorav1connect.IngestServiceClient // as publisher c1
 	delivered       string                              // event id
 	dead            string                              // event id
+	sub             string                              // c1's subscription
 }
 
 // newAuthWorld starts the cell and makes what the matrix calls with; the
@@ -147,13 +157,15 @@ func newAuthWorld(t *testing.T) (context.Context, *authWorld) {
 	r.waitApplied(t, pause.Msg.GetVersion())
 
 	tokens := map[string]string{
-		"admin":     admin,
-		"bad":       auth.TokenPrefix + "not-a-token-of-this-cell",
-		"pub":       mintToken(t, cpURL, admin, "pub-c1", rivorav1.Role_ROLE_PUBLISHER, "c1"),
-		"pub-other": mintToken(t, cpURL, admin, "pub-c2", rivorav1.Role_ROLE_PUBLISHER, "c2"),
-		"viewer":    mintToken(t, cpURL, admin, "viewer-1", rivorav1.Role_ROLE_VIEWER),
-		"operator":  mintToken(t, cpURL, admin, "ops-1", rivorav1.Role_ROLE_OPERATOR),
-		"cell":      cellToken(t),
+		"admin":      admin,
+		"bad":        auth.TokenPrefix + "not-a-token-of-this-cell",
+		"pub":        mintToken(t, cpURL, admin, "pub-c1", rivorav1.Role_ROLE_PUBLISHER, "c1"),
+		"pub-other":  mintToken(t, cpURL, admin, "pub-c2", rivorav1.Role_ROLE_PUBLISHER, "c2"),
+		"cust":       mintToken(t, cpURL, admin, "portal-c1", rivorav1.Role_ROLE_CUSTOMER, "c1"),
+		"cust-other": mintToken(t, cpURL, admin, "portal-c2", rivorav1.Role_ROLE_CUSTOMER, "c2"),
+		"viewer":     mintToken(t, cpURL, admin, "viewer-1", rivorav1.Role_ROLE_VIEWER),
+		"operator":   mintToken(t, cpURL, admin, "ops-1", rivorav1.Role_ROLE_OPERATOR),
+		"cell":       cellToken(t),
 	}
 	ingest := rivorav1connect.NewIngestServiceClient(plainHTTP, agentURL, connect.WithInterceptors(auth.Bearer(tokens["pub"])))
 	delivered, err := ingest.Publish(ctx, connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "d1", CustomerId: "c1", LaneKey: "u1", Type: "t", Payload: []byte(`{}`)}))
@@ -183,8 +195,20 @@ func newAuthWorld(t *testing.T) (context.Context, *authWorld) {
 		t.Fatalf("the skipped head in the archive: %v", err)
 	}
 
+	// c1's portal: its own destination and a subscription with its own
+	// secret, which no answer but create's shows.
+	own, err := adminClient(cpURL, tokens["cust"]).CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "c1-own", Url: p.URL(), OwnerCustomer: "c1"}))
+	if err != nil {
+		t.Fatalf("customer c1 creates its own destination: %v", err)
+	}
+	sub, err := subscriptionClient(cpURL, tokens["cust"]).CreateSubscription(ctx, connect.NewRequest(&rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "d1", Types: []string{"order.*"}, GenerateSecret: true}))
+	if err != nil {
+		t.Fatalf("customer c1 subscribes to d1: %v", err)
+	}
+	secrets = append(secrets, own.Msg.GetDestination().GetSecret(), sub.Msg.GetSubscription().GetSecret())
+
 	return ctx, &authWorld{c: c, cpURL: cpURL, agentURL: agentURL, admin: admin, adminC: adminC, p: p, secrets: secrets,
-		tokens: tokens, ingest: ingest, delivered: delivered.Msg.GetEventId(), dead: dead}
+		tokens: tokens, ingest: ingest, delivered: delivered.Msg.GetEventId(), dead: dead, sub: sub.Msg.GetSubscription().GetId()}
 }
 
 // cases is the access matrix: every RPC, where it is served, who may
@@ -192,13 +216,15 @@ func newAuthWorld(t *testing.T) (context.Context, *authWorld) {
 func (w *authWorld) cases() map[string]rpcCase {
 	j := func(v any) string { b, _ := json.Marshal(v); return string(b) }
 	publish := `{"destinationId":"d1","customerId":"c1","laneKey":"m","type":"t","payload":"e30="}`
+	sub := j(map[string]string{"id": w.sub})
+	absentSub := `{"id":"sub_0000000000000000"}`
 	return map[string]rpcCase{
-		rivorav1connect.AdminServiceCreateDestinationProcedure:    {at: cp, body: `{}`, allow: "admin"},
+		rivorav1connect.AdminServiceCreateDestinationProcedure:    {at: cp, body: `{"ownerCustomer":"c1"}`, allow: "admin,customer", scoped: true},
 		rivorav1connect.AdminServiceUpdateDestinationProcedure:    {at: cp, body: `{"id":"nope"}`, allow: "admin"},
-		rivorav1connect.AdminServiceDeleteDestinationProcedure:    {at: cp, body: `{"id":"nope"}`, allow: "admin"},
-		rivorav1connect.AdminServiceGetDestinationProcedure:       {at: cp, body: `{"id":"d1"}`, allow: "admin,operator,viewer"},
-		rivorav1connect.AdminServiceListDestinationsProcedure:     {at: cp, body: `{}`, allow: "admin,operator,viewer"},
-		rivorav1connect.AdminServiceGetDestinationHealthProcedure: {at: cp, body: `{"destinationId":"d1"}`, allow: "admin,operator,viewer"},
+		rivorav1connect.AdminServiceDeleteDestinationProcedure:    {at: cp, body: `{"id":"nope"}`, allow: "admin,customer"},
+		rivorav1connect.AdminServiceGetDestinationProcedure:       {at: cp, body: `{"id":"c1-own"}`, allow: "admin,operator,viewer,customer", scoped: true, hidden: true},
+		rivorav1connect.AdminServiceListDestinationsProcedure:     {at: cp, body: `{}`, allow: "admin,operator,viewer,customer"},
+		rivorav1connect.AdminServiceGetDestinationHealthProcedure: {at: cp, body: `{"destinationId":"c1-own"}`, allow: "admin,operator,viewer,customer", scoped: true, hidden: true},
 		rivorav1connect.AdminServiceGetLimitsProcedure:            {at: cp, body: `{"destinationId":"d1"}`, allow: "admin,operator,viewer"},
 		rivorav1connect.AdminServiceDiffLimitsProcedure:           {at: cp, body: `{}`, allow: "admin,operator,viewer"},
 		rivorav1connect.AdminServiceListAuditProcedure:            {at: cp, body: `{}`, allow: "admin,operator,viewer"},
@@ -209,27 +235,42 @@ func (w *authWorld) cases() map[string]rpcCase {
 		rivorav1connect.AdminServiceSetLimitsOverrideProcedure:    {at: cp, body: `{"destinationId":"nope","reason":"x","ratePerSecond":1}`, allow: "admin,operator"},
 		rivorav1connect.AdminServiceClearLimitsOverrideProcedure:  {at: cp, body: `{"destinationId":"nope","reason":"x"}`, allow: "admin,operator"},
 
-		rivorav1connect.AdminServiceRotateDestinationSecretProcedure: {at: cp, body: `{"destinationId":"nope"}`, allow: "admin"},
+		rivorav1connect.AdminServiceRotateDestinationSecretProcedure: {at: cp, body: `{"destinationId":"nope"}`, allow: "admin,customer"},
 
 		rivorav1connect.TokenServiceCreateTokenProcedure: {at: cp, body: `{}`, allow: "admin"},
 		rivorav1connect.TokenServiceListTokensProcedure:  {at: cp, body: `{}`, allow: "admin"},
-		rivorav1connect.TokenServiceWhoAmIProcedure:      {at: cp, body: `{}`, allow: "admin,operator,viewer,publisher"},
+		rivorav1connect.TokenServiceWhoAmIProcedure:      {at: cp, body: `{}`, allow: "admin,operator,viewer,publisher,customer"},
 		rivorav1connect.TokenServiceRevokeTokenProcedure: {at: cp, body: `{"id":"tok_0000000000000000"}`, allow: "admin"},
 
-		rivorav1connect.IngestServicePublishProcedure:      {at: ag, body: publish, allow: "admin,publisher,cell", scoped: true},
-		rivorav1connect.IngestServicePublishBatchProcedure: {at: ag, body: `{"events":[` + publish + `]}`, allow: "admin,publisher", scoped: true},
+		rivorav1connect.SubscriptionServiceCreateSubscriptionProcedure:       {at: cp, body: `{"customerId":"c1","destinationId":"nope","types":["*"]}`, allow: "admin,operator,customer", scoped: true},
+		rivorav1connect.SubscriptionServiceGetSubscriptionProcedure:          {at: cp, body: sub, allow: "admin,operator,viewer,customer", scoped: true, hidden: true},
+		rivorav1connect.SubscriptionServiceListSubscriptionsProcedure:        {at: cp, body: `{}`, allow: "admin,operator,viewer,customer"},
+		rivorav1connect.SubscriptionServiceUpdateSubscriptionProcedure:       {at: cp, body: sub, allow: "admin,operator,customer", scoped: true, hidden: true},
+		rivorav1connect.SubscriptionServicePauseSubscriptionProcedure:        {at: cp, body: absentSub, allow: "admin,operator,customer"},
+		rivorav1connect.SubscriptionServiceResumeSubscriptionProcedure:       {at: cp, body: sub, allow: "admin,operator,customer", scoped: true, hidden: true},
+		rivorav1connect.SubscriptionServiceRotateSubscriptionSecretProcedure: {at: cp, body: absentSub, allow: "admin,operator,customer"},
+		rivorav1connect.SubscriptionServiceDeleteSubscriptionProcedure:       {at: cp, body: absentSub, allow: "admin,operator,customer"},
 
-		rivorav1connect.EventServiceGetEventProcedure:    {at: both, body: j(map[string]string{"eventId": w.delivered}), allow: "admin,operator,viewer,publisher", scoped: true, hidden: true},
-		rivorav1connect.EventServiceListEventsProcedure:  {at: both, body: `{"destinationId":"d1","customerId":"c1"}`, allow: "admin,operator,viewer,publisher", scoped: true},
-		rivorav1connect.EventServiceResendEventProcedure: {at: both, body: `{"eventId":"01900000-0000-7000-8000-000000000000","reason":"x"}`, allow: "admin,operator"},
+		rivorav1connect.EventTypeServiceCreateEventTypeProcedure:    {at: cp, body: `{}`, allow: "admin"},
+		rivorav1connect.EventTypeServiceUpdateEventTypeProcedure:    {at: cp, body: `{"name":"nope"}`, allow: "admin"},
+		rivorav1connect.EventTypeServiceDeprecateEventTypeProcedure: {at: cp, body: `{"name":"nope"}`, allow: "admin"},
+		rivorav1connect.EventTypeServiceGetEventTypeProcedure:       {at: cp, body: `{"name":"order.created"}`, allow: "admin,operator,viewer,publisher,customer"},
+		rivorav1connect.EventTypeServiceListEventTypesProcedure:     {at: cp, body: `{}`, allow: "admin,operator,viewer,publisher,customer"},
 
-		rivorav1connect.LaneServiceListLanesProcedure:    {at: both, body: `{"destinationId":"d1"}`, allow: "admin,operator,viewer"},
+		rivorav1connect.IngestServicePublishProcedure:      {at: ag, body: publish, allow: "admin,publisher,customer,cell", scoped: true},
+		rivorav1connect.IngestServicePublishBatchProcedure: {at: ag, body: `{"events":[` + publish + `]}`, allow: "admin,publisher,customer", scoped: true},
+
+		rivorav1connect.EventServiceGetEventProcedure:    {at: both, body: j(map[string]string{"eventId": w.delivered}), allow: "admin,operator,viewer,publisher,customer", scoped: true, hidden: true},
+		rivorav1connect.EventServiceListEventsProcedure:  {at: both, body: `{"destinationId":"d1","customerId":"c1"}`, allow: "admin,operator,viewer,publisher,customer", scoped: true},
+		rivorav1connect.EventServiceResendEventProcedure: {at: both, body: `{"eventId":"01900000-0000-7000-8000-000000000000","reason":"x"}`, allow: "admin,operator,customer"},
+
+		rivorav1connect.LaneServiceListLanesProcedure:    {at: both, body: `{"destinationId":"d1","customerId":"c1"}`, allow: "admin,operator,viewer,customer", scoped: true},
 		rivorav1connect.LaneServiceSkipLaneHeadProcedure: {at: both, body: `{"destinationId":"d1","customerId":"c9","laneKey":"none","reason":"x"}`, allow: "admin,operator"},
 
-		rivorav1connect.ArchiveServiceListDeadLettersProcedure: {at: both, body: `{"filter":{"customerId":"c1"}}`, allow: "admin,operator,viewer,publisher,cell", scoped: true},
-		rivorav1connect.ArchiveServiceGetDeadLetterProcedure:   {at: both, body: j(map[string]string{"eventId": w.dead, "destinationId": "d2"}), allow: "admin,operator,viewer,publisher", scoped: true, hidden: true},
-		rivorav1connect.ArchiveServiceDeadLetterStatsProcedure: {at: both, body: `{}`, allow: "admin,operator,viewer"},
-		rivorav1connect.ArchiveServiceReplayProcedure:          {at: both, body: `{"filter":{"destinationId":"d2"},"dryRun":true}`, allow: "admin,operator", stream: true},
+		rivorav1connect.ArchiveServiceListDeadLettersProcedure: {at: both, body: `{"filter":{"customerId":"c1"}}`, allow: "admin,operator,viewer,publisher,customer,cell", scoped: true},
+		rivorav1connect.ArchiveServiceGetDeadLetterProcedure:   {at: both, body: j(map[string]string{"eventId": w.dead, "destinationId": "d2"}), allow: "admin,operator,viewer,publisher,customer", scoped: true, hidden: true},
+		rivorav1connect.ArchiveServiceDeadLetterStatsProcedure: {at: both, body: `{"filter":{"customerId":"c1"}}`, allow: "admin,operator,viewer,customer", scoped: true},
+		rivorav1connect.ArchiveServiceReplayProcedure:          {at: both, body: `{"filter":{"destinationId":"d2","customerId":"c1"},"dryRun":true}`, allow: "admin,operator,customer", scoped: true, stream: true},
 
 		rivorav1connect.AgentServiceReportAppliedProcedure: {at: cp, body: `{"agentName":"ghost","version":1}`, allow: "cell"},
 		rivorav1connect.AgentServiceReportOwnedProcedure:   {at: cp, body: `{"agentName":"ghost"}`, allow: "cell"},
@@ -325,6 +366,38 @@ func (w *authWorld) publisherScope(ctx context.Context, t *testing.T) {
 			_, err := archive.GetDeadLetter(ctx, connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: id, DestinationId: "d2"}))
 			return err
 		}, w.dead, absentDead)
+	}
+}
+
+// customerScope: a customer token lists only what its customers own, and
+// another customer's subscription answers as an absent one.
+func (w *authWorld) customerScope(ctx context.Context, t *testing.T) {
+	for caller, want := range map[string]string{"cust": "c1-own", "cust-other": ""} {
+		dests, err := adminClient(w.cpURL, w.tokens[caller]).ListDestinations(ctx, connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, d := range dests.Msg.GetDestinations() {
+			got = append(got, d.GetId())
+		}
+		if strings.Join(got, ",") != want {
+			t.Errorf("%s lists destinations %v, want %q", caller, got, want)
+		}
+		subs, err := subscriptionClient(w.cpURL, w.tokens[caller]).ListSubscriptions(ctx, connect.NewRequest(&rivorav1.ListSubscriptionsRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(subs.Msg.GetSubscriptions()); (caller == "cust") != (n == 1) {
+			t.Errorf("%s lists %d subscriptions", caller, n)
+		}
+	}
+	other := subscriptionClient(w.cpURL, w.tokens["cust-other"])
+	absent := "sub_00000000000000ab"
+	_, theirs := other.GetSubscription(ctx, connect.NewRequest(&rivorav1.GetSubscriptionRequest{Id: w.sub}))
+	_, none := other.GetSubscription(ctx, connect.NewRequest(&rivorav1.GetSubscriptionRequest{Id: absent}))
+	if connect.CodeOf(theirs) != connect.CodeNotFound || strings.ReplaceAll(theirs.Error(), w.sub, "ID") != strings.ReplaceAll(none.Error(), absent, "ID") {
+		t.Errorf("c2 gets c1's subscription: %v; an absent one: %v; want the same not_found", theirs, none)
 	}
 }
 
@@ -524,6 +597,10 @@ func tokenClient(url, token string) rivorav1connect.TokenServiceClient {
 	return rivorav1connect.NewTokenServiceClient(plainHTTP, url, connect.WithInterceptors(auth.Bearer(token)))
 }
 
+func subscriptionClient(url, token string) rivorav1connect.SubscriptionServiceClient {
+	return rivorav1connect.NewSubscriptionServiceClient(plainHTTP, url, connect.WithInterceptors(auth.Bearer(token)))
+}
+
 func adminClient(url, token string) rivorav1connect.AdminServiceClient {
 	return rivorav1connect.NewAdminServiceClient(plainHTTP, url, connect.WithInterceptors(auth.Bearer(token)))
 }
@@ -571,7 +648,7 @@ func TestWhoAmI(t *testing.T) {
 		name      string
 		role      rivorav1.Role
 		customers []string
-	}{{"night-viewer", rivorav1.Role_ROLE_VIEWER, nil}, {"acme-app", rivorav1.Role_ROLE_PUBLISHER, []string{"acme"}}} {
+	}{{"night-viewer", rivorav1.Role_ROLE_VIEWER, nil}, {"acme-app", rivorav1.Role_ROLE_PUBLISHER, []string{"acme"}}, {"acme-portal", rivorav1.Role_ROLE_CUSTOMER, []string{"acme"}}} {
 		token := mintToken(t, d.URL(), admin, tc.name, tc.role, tc.customers...)
 		resp, err := tokenClient(d.URL(), token).WhoAmI(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.WhoAmIRequest{}))
 		if err != nil {
