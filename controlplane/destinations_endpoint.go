@@ -27,7 +27,7 @@ func (h *adminHandler) CreateDestination(ctx context.Context, req *connect.Reque
 		return nil, err
 	}
 	// The one answer that shows the secret: it cannot be read again.
-	return connect.NewResponse(&rivorav1.CreateDestinationResponse{Destination: h.cp.answerWithSecret(d), Version: version}), nil
+	return connect.NewResponse(&rivorav1.CreateDestinationResponse{Destination: scopeOf(ctx).shown(h.cp.answerWithSecret(d)), Version: version}), nil
 }
 
 func (h *adminHandler) GetDestination(ctx context.Context, req *connect.Request[rivorav1.GetDestinationRequest]) (*connect.Response[rivorav1.GetDestinationResponse], error) {
@@ -35,7 +35,7 @@ func (h *adminHandler) GetDestination(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&rivorav1.GetDestinationResponse{Destination: h.cp.answer(d), Pending: pending}), nil
+	return connect.NewResponse(&rivorav1.GetDestinationResponse{Destination: scopeOf(ctx).shown(h.cp.answer(d)), Pending: pending}), nil
 }
 
 func (h *adminHandler) ListDestinations(ctx context.Context, req *connect.Request[rivorav1.ListDestinationsRequest]) (*connect.Response[rivorav1.ListDestinationsResponse], error) {
@@ -43,7 +43,7 @@ func (h *adminHandler) ListDestinations(ctx context.Context, req *connect.Reques
 	sc := scopeOf(ctx)
 	dests = slices.DeleteFunc(dests, func(d *rivorav1.Destination) bool { return !sc.destination(d) })
 	for _, d := range dests {
-		withoutSecret(d)
+		sc.shown(withoutSecret(d))
 	}
 	return connect.NewResponse(&rivorav1.ListDestinationsResponse{Destinations: dests}), nil
 }

@@ -44,3 +44,20 @@ func (s scope) destination(d *rivorav1.Destination) bool {
 
 // subscription reports whether the caller may see subscription sub.
 func (s scope) subscription(sub *rivorav1.Subscription) bool { return s.customer(sub.GetCustomerId()) }
+
+// shown is destination d (an answer) as the caller may see it: a
+// customer token sees its own destination without the operators'
+// steering (their override, with its author and reason, and what the
+// destination was configured with) and without other customers' weights.
+func (s scope) shown(d *rivorav1.Destination) *rivorav1.Destination {
+	if s.p == nil {
+		return d
+	}
+	d.Override, d.Configured = nil, nil
+	for c := range d.GetCustomerWeights() {
+		if !s.customer(c) {
+			delete(d.CustomerWeights, c)
+		}
+	}
+	return d
+}

@@ -34,7 +34,7 @@ func (h *adminHandler) RotateDestinationSecret(ctx context.Context, req *connect
 		return nil, err
 	}
 	// Like create's, the one answer that shows the (new) secret.
-	return connect.NewResponse(&rivorav1.RotateDestinationSecretResponse{Destination: h.cp.answerWithSecret(d), Version: version}), nil
+	return connect.NewResponse(&rivorav1.RotateDestinationSecretResponse{Destination: scopeOf(ctx).shown(h.cp.answerWithSecret(d)), Version: version}), nil
 }
 
 // rotateSecret makes secret (generated when empty) the destination's

@@ -392,9 +392,19 @@ func TestCustomerTokenScope(t *testing.T) {
 	if _, err := d.adminAs(c2).CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "c2-own", Url: "https://c2.example.com/hook", OwnerCustomer: "c2"})); err != nil {
 		t.Fatal(err)
 	}
+	// An operator steers c1's destination; c1 does not see how.
+	if _, err := d.Admin.SetLimitsOverride(ctx, connect.NewRequest(&rivorav1.SetLimitsOverrideRequest{DestinationId: "c1-own", Reason: "c1 floods its partner", RatePerSecond: new(5.0)})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Admin.SetPriority(ctx, connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "c1-own", CustomerId: "c9", Weight: new(3.0)})); err != nil {
+		t.Fatal(err)
+	}
 	list, err := d.adminAs(c1).ListDestinations(ctx, connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
 	if err != nil || len(list.Msg.GetDestinations()) != 1 || list.Msg.GetDestinations()[0].GetId() != "c1-own" {
 		t.Fatalf("c1 lists destinations: %v, %v; want only c1-own", list.Msg.GetDestinations(), err)
+	}
+	if got := list.Msg.GetDestinations()[0]; got.GetOverride() != nil || len(got.GetCustomerWeights()) != 0 || got.GetSecret() != "" {
+		t.Fatalf("c1 sees its destination as %v; want no override, no other customer's weight, no secret", got)
 	}
 	sameAsAbsent := func(what string, call func(id string) error, theirs, absent string) {
 		t.Helper()
