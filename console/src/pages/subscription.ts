@@ -100,7 +100,7 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
       replace(actions, h("p", { class: "muted", "data-testid": "read-only" }, `Signed in as ${me.role}: read only.`));
       return;
     }
-    pauseBtn.addEventListener("click", () => void run("Pause", async () => (await subscriptions.pauseSubscription({ id, reason: pauseReason.value.trim() }), `Paused: new events are held until you resume.`)));
+    pauseBtn.addEventListener("click", () => void run("Pause", async () => (await subscriptions.pauseSubscription({ id, reason: pauseReason.value.trim() || "paused from the console" }), `Paused: new events are held until you resume.`)));
     resumeBtn.addEventListener("click", () => void run("Resume", async () => (await subscriptions.resumeSubscription({ id }), `Resumed: held events drain in lane order.`)));
     replace(
       actions,
