@@ -101,30 +101,7 @@ export const deadLettersPage: Page = (main, me, args) => {
     drawReplay();
   };
 
-  const loadStats = async (): Promise<void> => {
-    try {
-      const r = await archive.deadLetterStats({ filter: { customerId: customer }, bySubscription: self });
-      const rows = foldStats(r.counts.map(statCount), self ? "subscription" : "destination");
-      const refresh = h("button", { type: "button", onclick: () => void loadStats() }, "Refresh");
-      replace(
-        overview,
-        h("h2", {}, self ? "Your dead letters, per subscription" : "Dead letters per destination"),
-        table(`${formatCount(r.total)} dead letters, newest first. Choose a row to list them.`, [
-          ...(self ? [{ label: "Subscription", cell: (x: StatRow) => x.subscriptionId || "none (sent to the destination)" }] : []),
-          { label: "Destination", cell: (x) => x.destinationId },
-          { label: "Dead letters", cell: (x) => formatCount(x.count), className: "num" },
-          ...(self ? [] : [{ label: "Customers", cell: (x: StatRow) => (x.customers.length > 3 ? `${x.customers.slice(0, 3).join(", ")} and ${x.customers.length - 3} more` : x.customers.join(", ")) }]),
-          { label: "Reasons", cell: (x) => x.reasons.map(([why, n]) => `${why} ${formatCount(n)}`).join(", ") },
-          { label: "Newest", cell: (x) => stamp(x.newestMs) },
-          { label: "Oldest", cell: (x) => stamp(x.oldestMs) },
-          { label: "", cell: (x) => h("button", { type: "button", onclick: () => choose(x.destinationId, x.subscriptionId) }, "Show") },
-        ], rows, (x) => ({ "data-destination": x.destinationId, "data-subscription": x.subscriptionId }), "No dead letters: every event was delivered or is still on its way."),
-        refresh,
-      );
-    } catch (err) {
-      replace(overview, h("p", { class: "status error", role: "alert" }, `Could not count the dead letters: ${errorText(err)}`));
-    }
-  };
+  const loadStats = (): Promise<void> => drawStats(overview, self, customer, choose);
 
   const search = async (): Promise<void> => {
     try {
@@ -193,8 +170,7 @@ export const deadLettersPage: Page = (main, me, args) => {
     void search();
     drawReplay();
   });
-  void loadStats();
-  if (args[0]) choose(args[0], args[1] ?? "");
+
 
   // Replay: a dry-run count first, then a rate, a progress bar and the result.
   const rate = h("input", { type: "number", name: "replay-rate", min: "0", step: "any", placeholder: "as fast as ingest takes them" });
@@ -260,5 +236,37 @@ export const deadLettersPage: Page = (main, me, args) => {
     })();
   });
   drawReplay();
+  void loadStats();
+  if (args[0]) choose(args[0], args[1] ?? "");
   return () => {};
 };
+
+/**
+ * drawStats draws what the page opens on: DeadLetterStats folded per
+ * destination (operators) or per subscription (a customer, with its
+ * customer filter), newest first; Show calls choose with the row.
+ */
+async function drawStats(box: HTMLElement, self: boolean, customer: string, choose: (destination: string, subscription: string) => void): Promise<void> {
+  try {
+    const r = await archive.deadLetterStats({ filter: { customerId: customer }, bySubscription: self });
+    const rows = foldStats(r.counts.map(statCount), self ? "subscription" : "destination");
+    const refresh = h("button", { type: "button", onclick: () => void drawStats(box, self, customer, choose) }, "Refresh");
+    replace(
+      box,
+      h("h2", {}, self ? "Your dead letters, per subscription" : "Dead letters per destination"),
+      table(`${formatCount(r.total)} dead letters, newest first. Choose a row to list them.`, [
+        ...(self ? [{ label: "Subscription", cell: (x: StatRow) => x.subscriptionId || "none (sent to the destination)" }] : []),
+        { label: "Destination", cell: (x) => x.destinationId },
+        { label: "Dead letters", cell: (x) => formatCount(x.count), className: "num" },
+        ...(self ? [] : [{ label: "Customers", cell: (x: StatRow) => (x.customers.length > 3 ? `${x.customers.slice(0, 3).join(", ")} and ${x.customers.length - 3} more` : x.customers.join(", ")) }]),
+        { label: "Reasons", cell: (x) => x.reasons.map(([why, n]) => `${why} ${formatCount(n)}`).join(", ") },
+        { label: "Newest", cell: (x) => stamp(x.newestMs) },
+        { label: "Oldest", cell: (x) => stamp(x.oldestMs) },
+        { label: "", cell: (x) => h("button", { type: "button", onclick: () => choose(x.destinationId, x.subscriptionId) }, "Show") },
+      ], rows, (x) => ({ "data-destination": x.destinationId, "data-subscription": x.subscriptionId }), "No dead letters: every event was delivered or is still on its way."),
+      refresh,
+    );
+  } catch (err) {
+    replace(box, h("p", { class: "status error", role: "alert" }, `Could not count the dead letters: ${errorText(err)}`));
+  }
+}
