@@ -52,9 +52,9 @@ type Deps struct {
 	// is paused, and dead-lettered (reason deleted) once it is gone.
 	Subscriptions *subscriptions.Table
 	History       *history.History
-	Archive   archive.Archive
-	Clock     clock.Clock
-	Log       *slog.Logger
+	Archive       archive.Archive
+	Clock         clock.Clock
+	Log           *slog.Logger
 	// DedupWindow is the lane store's duplicate window (a crash between
 	// moving an event and acking INGEST stores it once).
 	DedupWindow time.Duration
