@@ -349,7 +349,7 @@ var Services = api.Services
 // to Connect codes in one place.
 func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	api.Handle(mux, api.Config{
-		Keys: a.cfg.Keys, Gateway: a.gateway, DeadLetters: a.deadLetters, Scheduler: a.sched, Registry: a.registry,
+		Keys: a.cfg.Keys, Gateway: a.gateway, DeadLetters: a.deadLetters, Scheduler: a.sched, Registry: a.registry, Subscriptions: a.subs,
 		History: a.history, Partitions: a.parts, Upstream: a.upstream, Log: a.log,
 	}, opts...)
 }
