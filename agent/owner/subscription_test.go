@@ -56,7 +56,7 @@ func TestSubscriptionDeliversToItsPathWithItsSecretAndHeaders(t *testing.T) {
 	d.Headers = []*rivorav1.Header{{Name: "Authorization", Value: "Bearer dest"}, {Name: "X-Source", Value: "rivora"}}
 	n := open(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{d})
 	n.setSubscriptions(&rivorav1.Subscription{
-		Id: "sub_own", CustomerId: "acme", DestinationId: "orders", DeliveryUrl: p.DestURL("c1"), Secret: subSecret,
+		Id: "sub_own", CustomerId: "acme", DestinationId: "orders", DeliveryUrl: p.Base() + "/in/c1?src=rivora", Secret: subSecret,
 		Headers: []*rivorav1.Header{{Name: "authorization", Value: "Bearer c1"}, {Name: "X-Tenant", Value: "c1"}},
 	})
 	routed := n.storeRouted("evt_routed", "sub_own", "orders", "r1")
@@ -75,8 +75,8 @@ func TestSubscriptionDeliversToItsPathWithItsSecretAndHeaders(t *testing.T) {
 	for _, r := range p.Requests() {
 		switch r.ID {
 		case routed:
-			if r.Dest != "c1" {
-				t.Errorf("routed event went to %q, want the subscription's path /d/c1", r.Dest)
+			if r.Path != "/in/c1?src=rivora" {
+				t.Errorf("routed event went to %q, want the subscription's path /in/c1?src=rivora", r.Path)
 			}
 			if err := subVerifier.Verify(r.Header, r.Payload); err != nil {
 				t.Errorf("routed event: the subscription's secret does not verify it: %v", err)
@@ -88,8 +88,8 @@ func TestSubscriptionDeliversToItsPathWithItsSecretAndHeaders(t *testing.T) {
 				t.Errorf("routed event headers (Authorization, X-Source, X-Tenant) = %q, want the subscription's over the destination's", got)
 			}
 		case direct:
-			if r.Dest != "" {
-				t.Errorf("direct event went to /d/%s, want the destination's URL", r.Dest)
+			if r.Path != "/hook" {
+				t.Errorf("direct event went to %q, want the destination's /hook", r.Path)
 			}
 			if err := destVerifier.Verify(r.Header, r.Payload); err != nil {
 				t.Errorf("direct event: the destination's secret does not verify it: %v", err)
