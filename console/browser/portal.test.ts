@@ -135,7 +135,7 @@ describe("customer portal in Chromium against rivora dev", () => {
 
   it("creates a subscription with its own path and secret", async () => {
     const form = page.getByTestId("create-subscription");
-    await form.getByLabel("Destination").fill("erp");
+    await form.getByLabel("Destination", { exact: true }).fill("erp");
     await form.getByLabel("Event types").fill("order.*");
     await form.locator('select[name="target"]').selectOption("path");
     await form.getByLabel("Path or URL").fill("/in/c1");
