@@ -56,7 +56,7 @@ describe("against rivora dev", () => {
   it("publishes one event and a batch, delivered with valid signatures", async () => {
     const key = `order-${Date.now()}`;
     const one = await client.publish(ev({ payload: '{"order":1}', idempotencyKey: key }));
-    expect(one).toEqual({ eventId: await eventId("orders", "acme", key), duplicate: false });
+    expect(one).toEqual({ eventId: await eventId("orders", "acme", key), duplicate: false, fannedOut: false, routes: [] });
     await expect(client.publish(ev({ payload: '{"order":1}', idempotencyKey: key }))).resolves.toEqual({ ...one, duplicate: true });
 
     const bodies = ["first", "second", "third"];
