@@ -1,5 +1,7 @@
 // Package sdk is the Go client customer apps use to talk to Rivora: publish
-// events to an agent's ingest gateway and, on the receiving side, verify the
+// events to an agent's ingest gateway (to a named destination, or fanned
+// out to the customer's subscriptions: PublishResult), manage a customer's
+// subscriptions (SubscriptionClient) and, on the receiving side, verify the
 // signed webhooks Rivora delivers. It owns no state beyond its HTTP client
 // and never logs; every failure is returned as an error carrying its Connect
 // code (read it with connect.CodeOf).
