@@ -347,3 +347,28 @@ func TestDestinationsOwnerCustomer(t *testing.T) {
 	}
 	assertFailure(t, run(t, url, "", "destinations", "create", "x", "--url", "https://x.example", "--owner-customer", " "), exitUsage, "--owner-customer is blank")
 }
+
+// Events, lanes and dead letters of one subscription: --subscription is
+// sent as the filter (and names the lane to skip), events get names it.
+func TestSubscriptionFilters(t *testing.T) {
+	f, url := startFake(t)
+	mustSucceed(t, run(t, url, "", "events", "list", "--destination", "orders", "--subscription", "sub_1"))
+	if got := f.listed[0].GetSubscriptionId(); got != "sub_1" {
+		t.Fatalf("events list --subscription sent %q", got)
+	}
+	f.events["evt-s"] = &rivorav1.GetEventResponse{EventId: "evt-s", DestinationId: "orders", SubscriptionId: "sub_1", State: rivorav1.EventState_EVENT_STATE_PENDING}
+	f.events["evt-d"] = &rivorav1.GetEventResponse{EventId: "evt-d", DestinationId: "orders", State: rivorav1.EventState_EVENT_STATE_PENDING}
+	if r := mustSucceed(t, run(t, url, "", "events", "get", "evt-s")); !strings.Contains(r.stdout, "SUBSCRIPTION   sub_1\n") {
+		t.Fatalf("events get of a routed event:\n%s", r.stdout)
+	}
+	if r := mustSucceed(t, run(t, url, "", "events", "get", "evt-d")); !strings.Contains(r.stdout, "SUBSCRIPTION   -\n") {
+		t.Fatalf("events get of a destination-named event:\n%s", r.stdout)
+	}
+
+	lanes, lanesURL := startFakeLanes(t)
+	mustSucceed(t, run(t, lanesURL, "", "lanes", "list", "--destination", "orders", "--subscription", "sub_1"))
+	mustSucceed(t, run(t, lanesURL, "", "lanes", "skip", "orders", "--customer", "acme", "--lane", "user-42", "--subscription", "sub_1", "--reason", "poison"))
+	if lanes.lists[0].GetSubscriptionId() != "sub_1" || lanes.skips[0].GetSubscriptionId() != "sub_1" {
+		t.Fatalf("lanes requests: list %v, skip %v", lanes.lists[0], lanes.skips[0])
+	}
+}
