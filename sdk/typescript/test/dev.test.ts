@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { eventId, RivoraClient, SubscriptionClient, verifyWebhook, WebhookVerificationError, type PublishEvent } from "../src/index.js";
-import { Dev, eventually, freePort, startPartner, type Partner, type Received } from "../../../testkit/ts/index.js";
+import { Dev, eventually, freePort, rpc, startPartner, type Partner, type Received } from "../../../testkit/ts/index.js";
 
 const pkgDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -130,6 +130,16 @@ describe("against rivora dev", () => {
   });
 });
 
+/** configApplied waits until every connected agent applied the control plane's config (subscriptions included). */
+async function configApplied(): Promise<void> {
+  type Status = { version?: string; agents?: { connected?: boolean; appliedVersion?: string }[] };
+  await eventually("every agent applied the control plane's config", async () => {
+    const s = await rpc<Status>(dev, dev.token, "rivora.v1.AdminService/GetConfigStatus", {});
+    const agents = (s.agents ?? []).filter((a) => a.connected);
+    return agents.length > 0 && agents.every((a) => BigInt(a.appliedVersion ?? "0") >= BigInt(s.version ?? "0"));
+  });
+}
+
 // Needs the server side of subscriptions (issue 24): fan-out publish,
 // SubscriptionService.
 describe("fan-out against rivora dev", () => {
@@ -143,6 +153,7 @@ describe("fan-out against rivora dev", () => {
       const s2 = await subs.create({ customerId: "fan-c1", destinationId: "fan-d2", types: ["order.created"], path: "/in/c1", generateSecret: true });
       expect(s2.secret).toMatch(/^whsec_/);
       expect((await subs.list({ customerId: "fan-c1" })).map((s) => s.id).sort()).toEqual([s1.id, s2.id].sort());
+      await configApplied();
 
       const fan = (over: Partial<PublishEvent>): PublishEvent => ({ customerId: "fan-c1", laneKey: "u1", type: "order.created", payload: { amount: 120 }, ...over });
       const key = `fan-${Date.now()}`;
@@ -172,6 +183,7 @@ describe("fan-out against rivora dev", () => {
 
       // A filter routes only the events it is true for.
       const s3 = await subs.create({ customerId: "fan-c2", destinationId: "fan-d1", types: ["*"], filter: "data.amount > 100" });
+      await configApplied();
       await expect(client.publish(fan({ customerId: "fan-c2", payload: { amount: 50 } }))).resolves.toMatchObject({ routes: [] });
       const big = await client.publish(fan({ customerId: "fan-c2", payload: { amount: 150 } }));
       expect(big.routes.map((r) => r.subscriptionId)).toEqual([s3.id]);
