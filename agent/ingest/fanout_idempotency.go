@@ -73,6 +73,9 @@ type fanoutRecord struct {
 // their longest (a fingerprint, and JSON's punctuation and names).
 const fanoutRecordSize = 128 + MaxFanout*(len(`{"subscription":"","destination":"","event_id":""},`)+2*ids.MaxLen+36)
 
+// The bucket holds the largest record: this fails to compile otherwise.
+var _ [idempotencyValueSize - fanoutRecordSize]struct{}
+
 // record is the publish's idempotency record: written when the key is
 // new (the routes planned now), adopted when it was there with the same
 // fingerprint (the routes it recorded replace the planned ones, and the
