@@ -4,17 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/ingest"
+	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -631,5 +635,35 @@ func TestFanOutBounds(t *testing.T) {
 	again, err := publish(f, keyed)
 	if err != nil || !again.GetDuplicate() || len(again.GetRoutes()) != ingest.MaxFanout {
 		t.Fatalf("its retry: %v", err)
+	}
+}
+
+// An agent upgraded from a release whose IDEMPOTENCY bucket held only
+// fingerprints (1 KiB values) grows it: a keyed fan-out's record fits.
+func TestIdempotencyBucketGrowsOnUpgrade(t *testing.T) {
+	srv, err := natsd.Start(natsd.Config{DataDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	if _, err := srv.JetStream().CreateKeyValue(context.Background(), jetstream.KeyValueConfig{
+		Bucket: ingest.IdempotencyBucket, TTL: ingest.DefaultDedupWindow, History: 1, MaxValueSize: 1024, Storage: jetstream.FileStorage,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{srv: srv, reg: destinations.NewRegistry(), subs: subscriptions.NewTable(), cat: subscriptions.NewCatalogue()}
+	if _, err := f.reg.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret}}); err != nil {
+		t.Fatal(err)
+	}
+	f.gw = f.with(t, ingest.Config{})
+	subs := make([]*rivorav1.Subscription, 50)
+	for i := range subs {
+		subs[i] = &rivorav1.Subscription{Id: fmt.Sprintf("sub_%016x", i), CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}}
+	}
+	f.withSubscriptions(t, subs...)
+	req := fanOut("order.created", `{}`)
+	req.IdempotencyKey = "after-upgrade"
+	if resp, err := publish(f, req); err != nil || len(resp.GetRoutes()) != 50 {
+		t.Fatalf("keyed fan-out to 50 subscriptions after the upgrade: %v", err)
 	}
 }
