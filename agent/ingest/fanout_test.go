@@ -427,6 +427,22 @@ func TestFanOutUnknownDestinationIsUnavailable(t *testing.T) {
 	if n := f.msgs(t); n != 0 {
 		t.Fatalf("INGEST holds %d events", n)
 	}
+	// A keyed publish's retry whose recorded route's destination this
+	// agent no longer knows is refused the same way, not cut short.
+	f.withSubscriptions(t, acmeSubscriptions...)
+	req := fanOut("order.created", `{}`)
+	req.IdempotencyKey = "order-5"
+	if _, err := publish(f, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.reg.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret}}); err != nil {
+		t.Fatal(err)
+	}
+	f.withSubscriptions(t, acmeSubscriptions[0])
+	_, err = publish(f, req)
+	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "billing") {
+		t.Fatalf("retry with a recorded route to a destination gone from this agent: %v, want Unavailable naming it", err)
+	}
 }
 
 // subscription_id sends a test event to that one subscription whatever

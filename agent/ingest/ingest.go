@@ -229,7 +229,7 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 	events, err := g.deliveries(tr, pubs, inBatch)
 	if err != nil {
 		g.claims.release(claimed)
-		return nil, refused(err, -1, len(reqs), false)
+		return nil, err
 	}
 	tr.annotate(pubs, events, inBatch)
 	storeCtx, span := tr.startStore(ctx, len(events))
@@ -289,26 +289,24 @@ func recordWrites(pubs []publication) ([]recordWrite, error) {
 
 // deliveries are the events a request stores, in request order: each
 // direct event, and each routed one's deliveries on its settled routes;
-// each carries the request's trace context.
+// each carries the request's trace context. Its error is the request's
+// answer (nothing stored).
 func (g *Gateway) deliveries(tr *ingestTrace, pubs []publication, inBatch bool) ([]*prepared, error) {
 	events := make([]*prepared, 0, len(pubs))
 	for i, pub := range pubs {
-		if pub.direct != nil {
-			events = append(events, pub.direct)
-			continue
-		}
-		if err := g.settle(pub.routed); err != nil {
-			if inBatch {
-				err = fmt.Errorf("events[%d]: %w (nothing in this batch was stored)", i, err)
+		mine := []*prepared{pub.direct}
+		if pub.routed != nil {
+			if err := g.settle(pub.routed); err != nil {
+				return nil, refused(err, i, len(pubs), inBatch)
 			}
-			return nil, err
+			mine = pub.routed.deliveries
 		}
-		events = append(events, pub.routed.deliveries...)
-	}
-	for _, p := range events {
-		if err := tr.stamp(p); err != nil {
-			return nil, err
+		for _, p := range mine {
+			if err := tr.stamp(p); err != nil {
+				return nil, refused(err, i, len(pubs), inBatch)
+			}
 		}
+		events = append(events, mine...)
 	}
 	return events, nil
 }
