@@ -490,6 +490,15 @@ func EventID(destination, customer, idempotencyKey string) string {
 	return eventid.FromKey(destination, customer, idempotencyKey)
 }
 
+// SubscriptionEventID is the id of the delivery a publish without a
+// destination (a fan-out) with an idempotency key stores for one
+// subscription: a function of the subscription, the customer and the key,
+// so a retry gets the same ids and a publisher can compute them from the
+// routes it is answered with. It never equals an EventID.
+func SubscriptionEventID(subscription, customer, idempotencyKey string) string {
+	return eventid.ForSubscription(subscription, customer, idempotencyKey)
+}
+
 // bearer sends token as the Authorization bearer of every call ("": none).
 func bearer(token string) connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {

@@ -193,3 +193,15 @@ func TestPublishBatchResults(t *testing.T) {
 		t.Fatalf("PublishBatchResults from an ids-only server = %+v, %v", results, err)
 	}
 }
+
+// SubscriptionEventID is the server's id of a keyed fan-out's delivery to
+// one subscription (a vector of sdk/eventid), never an EventID.
+func TestSubscriptionEventID(t *testing.T) {
+	const want = "8a7ce3c3-283f-896d-9c25-92d3c4b9683c" // testdata/subscription_eventid_vectors.json
+	if got := sdk.SubscriptionEventID("sub_0123456789abcdef", "acme", "order-1"); got != want {
+		t.Fatalf("SubscriptionEventID = %q, want %q", got, want)
+	}
+	if sdk.EventID("sub_0123456789abcdef", "acme", "order-1") == want {
+		t.Fatal("EventID and SubscriptionEventID agree on the same parts")
+	}
+}

@@ -27,7 +27,7 @@ export {
 } from "./subscriptions.js";
 export type { EventType, Subscription } from "./gen/rivora/v1/subscriptions_pb.js";
 export { RivoraError, codeName } from "./errors.js";
-export { eventId, newIdempotencyKey } from "./ids.js";
+export { eventId, newIdempotencyKey, subscriptionEventId } from "./ids.js";
 export {
   verifyWebhook,
   signWebhook,

@@ -8,7 +8,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { eventId, RivoraClient, SubscriptionClient, verifyWebhook, WebhookVerificationError, type PublishEvent } from "../src/index.js";
+import { eventId, RivoraClient, SubscriptionClient, subscriptionEventId, verifyWebhook, WebhookVerificationError, type PublishEvent } from "../src/index.js";
 import { Dev, eventually, freePort, rpc, startPartner, type Partner, type Received } from "../../../testkit/ts/index.js";
 
 const pkgDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
@@ -161,6 +161,7 @@ describe("fan-out against rivora dev", () => {
       expect(created.fannedOut).toBe(true);
       expect(created.routes.map((r) => [r.subscriptionId, r.destinationId]).sort()).toEqual([[s1.id, "fan-d1"], [s2.id, "fan-d2"]].sort());
       const to = (sub: string) => created.routes.find((r) => r.subscriptionId === sub)!.eventId;
+      for (const r of created.routes) expect(r.eventId).toBe(await subscriptionEventId(r.subscriptionId, "fan-c1", key));
       const d1 = await delivered(to(s1.id));
       await expect(verifyWebhook(secret1, d1.headers, d1.body)).resolves.toMatchObject({ id: to(s1.id) });
       const d2 = await eventually(`delivery of ${to(s2.id)} at /in/c1`, () => other.received.find((r) => r.headers["webhook-id"] === to(s2.id)));
