@@ -247,7 +247,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := create("INGEST", func() (err error) {
 		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{
 			MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
-			Local: a.parts, Partitions: a.parts,
+			Local: a.parts, Partitions: a.parts, Subscriptions: a.subs, Catalogue: a.catalogue,
 		}, base.With("component", "ingest"))
 		return err
 	}); err != nil {
