@@ -107,6 +107,11 @@ func TestSubscriptionsFanOut(t *testing.T) {
 	if s2.GetSecret() != c1Secret && s2.GetSecretFingerprint() == "" {
 		t.Fatalf("the subscription's answer shows neither its secret nor its fingerprint: %v", s2)
 	}
+	// Everything d2 receives in this test comes through c1's subscription:
+	// its partner verifies with c1's secret.
+	if err := p2.SetSecret(c1Secret); err != nil {
+		t.Fatal(err)
+	}
 
 	// One publish of order.created reaches d1 and d2, once each.
 	first := fanOut(t, d, "c1", "order.created", "u1", "k-1", map[string]any{"amount": 150})
