@@ -240,14 +240,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	a.parts = partitions.New(partitions.Config{
 		Name: cfg.Name, Locker: a.locker, Upstream: a.upstream, Configure: a.configurePartition, Log: log,
 		Deps: owner.Deps{
-			JS: js, Scheduler: a.sched, Registry: a.registry, History: a.history, Archive: arch,
+			JS: js, Scheduler: a.sched, Registry: a.registry, Subscriptions: a.subs, History: a.history, Archive: arch,
 			Clock: clock.Real{}, Log: base.With("component", "owner"), DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
 		},
 	})
 	if err := create("INGEST", func() (err error) {
 		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{
 			MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
-			Local: a.parts, Partitions: a.parts,
+			Local: a.parts, Partitions: a.parts, Subscriptions: a.subs, Catalogue: a.catalogue,
 		}, base.With("component", "ingest"))
 		return err
 	}); err != nil {
@@ -349,7 +349,7 @@ var Services = api.Services
 // to Connect codes in one place.
 func (a *Agent) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	api.Handle(mux, api.Config{
-		Keys: a.cfg.Keys, Gateway: a.gateway, DeadLetters: a.deadLetters, Scheduler: a.sched, Registry: a.registry,
+		Keys: a.cfg.Keys, Gateway: a.gateway, DeadLetters: a.deadLetters, Scheduler: a.sched, Registry: a.registry, Subscriptions: a.subs,
 		History: a.history, Partitions: a.parts, Upstream: a.upstream, Log: a.log,
 	}, opts...)
 }
@@ -363,7 +363,7 @@ func (a *Agent) Pending(_ context.Context, destinationID string) (int64, error) 
 // ArchivePending dead-letters a destination's pending events (reason
 // "deleted") and returns how many.
 func (a *Agent) ArchivePending(ctx context.Context, destinationID string) (int64, error) {
-	return a.parts.ArchivePending(ctx, destinationID)
+	return a.parts.ArchivePending(ctx, destinationID, "")
 }
 
 // Health reports destinations' budgets and backlogs ("" = all), with
@@ -398,12 +398,35 @@ func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []str
 }
 
 // applySubscriptions installs changed subscriptions, in place: nothing
-// pending moves.
+// pending moves. The scheduler holds the lanes of the paused ones and
+// lets go those of the others, the deleted included: an event of a
+// deleted subscription is attempted and the owner dead-letters it
+// (reason deleted, verdict.Facts.SubscriptionMissing), never dropped nor
+// held forever.
 func (a *Agent) applySubscriptions(changed []*rivorav1.Subscription, removed []string, snapshot bool) error {
+	var err error
 	if snapshot {
-		return a.subs.Replace(changed)
+		err = a.subs.Replace(changed)
+	} else {
+		err = a.subs.Update(changed, removed)
 	}
-	return a.subs.Update(changed, removed)
+	if err != nil {
+		return err
+	}
+	for _, s := range changed {
+		a.sched.SetSubscriptionPaused(s.GetDestinationId(), s.GetId(), s.GetPaused())
+	}
+	for _, id := range removed {
+		a.sched.SetSubscriptionPaused("", id, false)
+	}
+	if snapshot {
+		for _, id := range a.sched.PausedSubscriptions() {
+			if _, ok := a.subs.Get(id); !ok {
+				a.sched.SetSubscriptionPaused("", id, false)
+			}
+		}
+	}
+	return nil
 }
 
 // forgetDestination forgets a deleted destination everywhere the agent

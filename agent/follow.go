@@ -107,11 +107,23 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 	return errors.New("control plane closed the stream")
 }
 
-// apply installs one config message: partition count, API tokens,
-// destinations, subscriptions, event types, then the partitions this
-// agent owns.
+// apply installs one config message: subscriptions and event types, then
+// partition count, API tokens, destinations, then the partitions this
+// agent owns. Subscriptions and event types come before the partition
+// count, which opens ingest: a fan-out accepted on the first config must
+// see them (an empty table would answer 0 routes and store nothing).
 // Partitions live as long as the agent runs, not as long as one stream.
 func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
+	if msg.GetSnapshot() || len(msg.GetSubscriptions()) > 0 || len(msg.GetRemovedSubscriptionIds()) > 0 {
+		if err := a.applySubscriptions(msg.GetSubscriptions(), msg.GetRemovedSubscriptionIds(), msg.GetSnapshot()); err != nil {
+			return err
+		}
+	}
+	if msg.GetSnapshot() || msg.GetEventTypesChanged() {
+		if err := a.catalogue.Replace(msg.GetEventTypes(), msg.GetStrictEventTypes()); err != nil {
+			return err
+		}
+	}
 	n := int(msg.GetPartitionCount())
 	if err := a.parts.FixCount(n); err != nil {
 		return err
@@ -122,16 +134,6 @@ func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 	}
 	if msg.GetSnapshot() || len(msg.GetDestinations()) > 0 || len(msg.GetRemovedDestinationIds()) > 0 {
 		if err := a.applyDestinations(msg.GetDestinations(), msg.GetRemovedDestinationIds(), msg.GetSnapshot()); err != nil {
-			return err
-		}
-	}
-	if msg.GetSnapshot() || len(msg.GetSubscriptions()) > 0 || len(msg.GetRemovedSubscriptionIds()) > 0 {
-		if err := a.applySubscriptions(msg.GetSubscriptions(), msg.GetRemovedSubscriptionIds(), msg.GetSnapshot()); err != nil {
-			return err
-		}
-	}
-	if msg.GetSnapshot() || msg.GetEventTypesChanged() {
-		if err := a.catalogue.Replace(msg.GetEventTypes(), msg.GetStrictEventTypes()); err != nil {
 			return err
 		}
 	}

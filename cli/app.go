@@ -94,7 +94,7 @@ type env struct {
 func (e *env) newApp(stdout, stderr io.Writer) *ucli.App {
 	app := &ucli.App{
 		Name:  "rivoractl",
-		Usage: "manage Rivora destinations, publish events and follow their delivery",
+		Usage: "manage Rivora destinations and subscriptions, publish events and follow their delivery",
 		UsageText: `rivoractl [--server URL] [--token T | --token-file F] [--ca-file PEM] [-o table|json] COMMAND [ARGS] [FLAGS]
 
 Flags may come before or after arguments; global flags may come anywhere.
@@ -110,7 +110,13 @@ API. Every call carries an API token (Authorization: Bearer): pass it with
    rivoractl publish --destination orders --customer acme --lane user-42 \
        --type order.created --data '{"order": 1}'
    rivoractl events get EVENT_ID
-   rivoractl destinations list -o json`,
+   rivoractl destinations list -o json
+
+Customers' events can also fan out: publish without --destination and each
+of the customer's matching subscriptions gets its own delivery:
+
+   rivoractl subscriptions create --customer acme --destination orders --types 'order.*'
+   rivoractl publish --customer acme --lane user-42 --type order.created --data '{"order": 1}'`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{
 				Name:    "server",
@@ -152,6 +158,8 @@ API. Every call carries an API token (Authorization: Bearer): pass it with
 			e.dlqCommand(),
 			e.replayCommand(),
 			e.tokensCommand(),
+			e.subscriptionsCommand(),
+			e.eventTypesCommand(),
 		},
 		Before:      e.before,
 		Action:      rootAction,
@@ -306,6 +314,14 @@ func (e *env) events() rivorav1connect.EventServiceClient {
 
 func (e *env) tokens() rivorav1connect.TokenServiceClient {
 	return rivorav1connect.NewTokenServiceClient(e.http, e.server, e.clientOptions()...)
+}
+
+func (e *env) subscriptions() rivorav1connect.SubscriptionServiceClient {
+	return rivorav1connect.NewSubscriptionServiceClient(e.http, e.server, e.clientOptions()...)
+}
+
+func (e *env) eventTypes() rivorav1connect.EventTypeServiceClient {
+	return rivorav1connect.NewEventTypeServiceClient(e.http, e.server, e.clientOptions()...)
 }
 
 // callContext bounds one command's calls to the server.

@@ -41,6 +41,10 @@ type fakeRivora struct {
 	rivorav1connect.UnimplementedEventServiceHandler
 
 	tokens *fakeTokens // TokenService (tokens_test.go)
+	// subs: SubscriptionService and EventTypeService
+	// (subscriptions_test.go); Publish without a destination fans out
+	// to its subscriptions.
+	subs *fakeSubscriptions
 
 	mu       sync.Mutex
 	dests    map[string]*rivorav1.Destination
@@ -76,12 +80,15 @@ func newFake(opts ...connect.HandlerOption) (*fakeRivora, http.Handler) {
 		pending: map[string]int64{},
 		events:  map[string]*rivorav1.GetEventResponse{},
 		tokens:  &fakeTokens{},
+		subs:    newFakeSubscriptions(),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(rivorav1connect.NewAdminServiceHandler(f, opts...))
 	mux.Handle(rivorav1connect.NewIngestServiceHandler(f, opts...))
 	mux.Handle(rivorav1connect.NewEventServiceHandler(f, opts...))
 	mux.Handle(rivorav1connect.NewTokenServiceHandler(f.tokens, opts...))
+	mux.Handle(rivorav1connect.NewSubscriptionServiceHandler(f.subs, opts...))
+	mux.Handle(rivorav1connect.NewEventTypeServiceHandler(f.subs, opts...))
 	return f, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.codecs = append(f.codecs, r.Header.Get("Content-Type"))
@@ -125,7 +132,7 @@ func (f *fakeRivora) CreateDestination(_ context.Context, req *connect.Request[r
 	if limits.GetWindow() == nil {
 		limits.Window = durationpb.New(72 * time.Hour)
 	}
-	d := &rivorav1.Destination{Id: m.GetId(), Url: m.GetUrl(), Secret: secret, Limits: limits, CreatedAt: fixedTime, UpdatedAt: fixedTime}
+	d := &rivorav1.Destination{Id: m.GetId(), Url: m.GetUrl(), Secret: secret, Limits: limits, OwnerCustomer: m.GetOwnerCustomer(), CreatedAt: fixedTime, UpdatedAt: fixedTime}
 	f.dests[d.GetId()] = d
 	return connect.NewResponse(&rivorav1.CreateDestinationResponse{Destination: d}), nil
 }
@@ -208,6 +215,9 @@ func (f *fakeRivora) Publish(_ context.Context, req *connect.Request[rivorav1.Pu
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.publishs = append(f.publishs, proto.Clone(req.Msg).(*rivorav1.PublishRequest))
+	if req.Msg.GetDestinationId() == "" {
+		return f.subs.fanOut(req.Msg)
+	}
 	if _, ok := f.dests[req.Msg.GetDestinationId()]; !ok {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("destination %q not found", req.Msg.GetDestinationId()))
 	}

@@ -27,6 +27,7 @@ func filterFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "destination", Usage: "only dead letters of destination `ID`"},
 		&ucli.StringFlag{Name: "customer", Usage: "only those of customer `ID`"},
 		&ucli.StringFlag{Name: "lane", Usage: "only those of lane `KEY`"},
+		&ucli.StringFlag{Name: "subscription", Usage: "only those routed by subscription `ID`"},
 		&ucli.StringFlag{Name: "since", Usage: "only those that died at or after `TIME` (RFC 3339, or a duration ago such as 2h)"},
 		&ucli.StringFlag{Name: "until", Usage: "only those that died before `TIME` (RFC 3339, or a duration ago)"},
 		&ucli.StringFlag{Name: "reason", Usage: "only those that died for `REASON`: max_attempts, window, deleted or manual"},
@@ -48,7 +49,7 @@ func parseWhen(flag, v string) (*timestamppb.Timestamp, error) {
 }
 
 func filterFrom(c *ucli.Context) (*rivorav1.DeadLetterFilter, error) {
-	f := &rivorav1.DeadLetterFilter{DestinationId: c.String("destination"), CustomerId: c.String("customer"), LaneKey: c.String("lane")}
+	f := &rivorav1.DeadLetterFilter{DestinationId: c.String("destination"), CustomerId: c.String("customer"), LaneKey: c.String("lane"), SubscriptionId: c.String("subscription")}
 	var err error
 	if f.Since, err = parseWhen("since", c.String("since")); err != nil {
 		return nil, err
@@ -102,8 +103,8 @@ customerId, laneKey, type, attempts, lastStatus, lastError, reason, deadAt.`,
 			{
 				Name:      "stats",
 				Usage:     "count dead letters per destination, customer and reason",
-				UsageText: "rivoractl dlq stats [filters] [-o json]",
-				Flags:     filterFlags(),
+				UsageText: "rivoractl dlq stats [filters] [--by-subscription] [-o json]",
+				Flags:     append(filterFlags(), &ucli.BoolFlag{Name: "by-subscription", Usage: "count per subscription too"}),
 				Action:    e.deadLetterStats,
 			},
 		},
@@ -111,23 +112,24 @@ customerId, laneKey, type, attempts, lastStatus, lastError, reason, deadAt.`,
 }
 
 type deadLetterJSON struct {
-	EventID       string `json:"eventId"`
-	DestinationID string `json:"destinationId"`
-	CustomerID    string `json:"customerId"`
-	LaneKey       string `json:"laneKey"`
-	Type          string `json:"type"`
-	Attempts      int32  `json:"attempts"`
-	LastStatus    int32  `json:"lastStatus"`
-	LastError     string `json:"lastError"`
-	Reason        string `json:"reason"`
-	DeadAt        string `json:"deadAt"`
-	Replayed      bool   `json:"replayed,omitempty"`
+	EventID        string `json:"eventId"`
+	DestinationID  string `json:"destinationId"`
+	SubscriptionID string `json:"subscriptionId,omitempty"`
+	CustomerID     string `json:"customerId"`
+	LaneKey        string `json:"laneKey"`
+	Type           string `json:"type"`
+	Attempts       int32  `json:"attempts"`
+	LastStatus     int32  `json:"lastStatus"`
+	LastError      string `json:"lastError"`
+	Reason         string `json:"reason"`
+	DeadAt         string `json:"deadAt"`
+	Replayed       bool   `json:"replayed,omitempty"`
 }
 
 func flatDeadLetter(dl *rivorav1.DeadLetter) deadLetterJSON {
 	ev := dl.GetEvent()
 	return deadLetterJSON{
-		EventID: ev.GetEventId(), DestinationID: ev.GetDestinationId(), CustomerID: ev.GetCustomerId(), LaneKey: ev.GetLaneKey(),
+		EventID: ev.GetEventId(), DestinationID: ev.GetDestinationId(), SubscriptionID: ev.GetSubscriptionId(), CustomerID: ev.GetCustomerId(), LaneKey: ev.GetLaneKey(),
 		Type: ev.GetType(), Attempts: dl.GetAttempts(), LastStatus: dl.GetLastStatus(), LastError: dl.GetLastError(),
 		Reason: reasonText(dl.GetReason()), DeadAt: dl.GetDeadAt().AsTime().UTC().Format(time.RFC3339Nano), Replayed: ev.GetReplayed(),
 	}
@@ -218,7 +220,8 @@ func (e *env) deadLetterStats(c *ucli.Context) error {
 	}
 	ctx, cancel := callContext(c)
 	defer cancel()
-	resp, err := e.archive().DeadLetterStats(ctx, connect.NewRequest(&rivorav1.DeadLetterStatsRequest{Filter: f}))
+	bySubscription := c.Bool("by-subscription")
+	resp, err := e.archive().DeadLetterStats(ctx, connect.NewRequest(&rivorav1.DeadLetterStatsRequest{Filter: f, BySubscription: bySubscription}))
 	if err != nil {
 		return callFailed("dead letter stats", err, nil)
 	}
@@ -226,8 +229,14 @@ func (e *env) deadLetterStats(c *ucli.Context) error {
 		return writeJSON(e.out, resp.Msg)
 	}
 	tw := newTable(e.out)
+	if bySubscription {
+		fmt.Fprint(tw, "SUBSCRIPTION\t")
+	}
 	fmt.Fprintf(tw, "DESTINATION\tCUSTOMER\tREASON\tCOUNT\tOLDEST\tNEWEST\n")
 	for _, n := range resp.Msg.GetCounts() {
+		if bySubscription {
+			fmt.Fprintf(tw, "%s\t", dash(n.GetSubscriptionId()))
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", n.GetDestinationId(), n.GetCustomerId(), reasonText(n.GetReason()), n.GetCount(), fmtTime(n.GetOldest()), fmtTime(n.GetNewest()))
 	}
 	if err := tw.Flush(); err != nil {

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
@@ -67,7 +68,7 @@ func (e *env) destinationsCreate() *ucli.Command {
 		Name:      "create",
 		Usage:     "register a destination and print it, with its signing secret",
 		ArgsUsage: "ID",
-		UsageText: "rivoractl destinations create ID --url URL [--secret whsec_…] [--header 'Name: value']... [--rate R] [--burst B] [--max-attempts N] [--window 72h] [--timeout 10s] [--max-in-flight N]",
+		UsageText: "rivoractl destinations create ID --url URL [--owner-customer C] [--secret whsec_…] [--header 'Name: value']... [--rate R] [--burst B] [--max-attempts N] [--window 72h] [--timeout 10s] [--max-in-flight N]",
 		Description: `Registers destination ID. Rivora signs every delivery with the destination's
 secret; the receiver verifies the webhook-signature header with it (the Go SDK:
 sdk.VerifyRequest(secret, r)). Omit --secret to have one generated. The
@@ -77,11 +78,18 @@ answer (get, list, update) carries only its fingerprint; to change it, use
 --header adds a custom header to every attempt (a gateway's Authorization,
 say); its value is kept like the secret: answers show only a fingerprint.
 
+--owner-customer C makes it customer C's own endpoint: only C's
+subscriptions may route to it (operators see and steer it like any other).
+A customer token creates only such destinations, for its own customers, and
+with the default limits.
+
 Examples:
    rivoractl destinations create orders --url https://example.com/hooks --rate 50 --window 24h
-   rivoractl destinations create billing --url https://gw.example.com/in --header 'Authorization: Bearer abc'`,
+   rivoractl destinations create billing --url https://gw.example.com/in --header 'Authorization: Bearer abc'
+   rivoractl destinations create acme-hooks --url https://hooks.acme.example/rivora --owner-customer acme`,
 		Flags: append(append([]ucli.Flag{
 			&ucli.StringFlag{Name: "url", Usage: "`URL` events are POSTed to (http or https); required"},
+			&ucli.StringFlag{Name: "owner-customer", Usage: "make it customer `ID`'s own destination: only that customer's subscriptions may use it"},
 			waitFlag,
 		}, limitFlags("server default", "generated")...), headerFlags(false)...),
 		Action: e.createDestination,
@@ -99,7 +107,10 @@ func (e *env) createDestination(c *ucli.Context) error {
 	if err := checkURL(c.String("url")); err != nil {
 		return err
 	}
-	req := &rivorav1.CreateDestinationRequest{Id: id, Url: c.String("url"), Limits: &rivorav1.Limits{}}
+	req := &rivorav1.CreateDestinationRequest{Id: id, Url: c.String("url"), OwnerCustomer: c.String("owner-customer"), Limits: &rivorav1.Limits{}}
+	if c.IsSet("owner-customer") && strings.TrimSpace(req.OwnerCustomer) == "" {
+		return usagef("--owner-customer is blank: name the customer whose endpoint this is")
+	}
 	if c.IsSet("secret") {
 		if err := checkSecret(c.String("secret")); err != nil {
 			return err
@@ -376,14 +387,7 @@ func (e *env) deleteDestination(c *ucli.Context) (err error) {
 			err = e.afterChange(c, resp.Msg.GetVersion())
 		}
 	}()
-	switch n := resp.Msg.GetArchived(); n {
-	case 0:
-		_, err = fmt.Fprintf(e.out, "Deleted destination %s; no pending events were archived.\n", id)
-	case 1:
-		_, err = fmt.Fprintf(e.out, "Deleted destination %s; archived 1 pending event as a dead letter.\n", id)
-	default:
-		_, err = fmt.Fprintf(e.out, "Deleted destination %s; archived %d pending events as dead letters.\n", id, n)
-	}
+	_, err = fmt.Fprintf(e.out, "Deleted destination %s; %s.\n", id, archivedText(resp.Msg.GetArchived()))
 	return err
 }
 

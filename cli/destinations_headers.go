@@ -61,8 +61,7 @@ func headersFlag(c *ucli.Context) ([]*rivorav1.Header, error) {
 
 // headersText shows custom headers as answers carry them: names and
 // value fingerprints, "-" when none.
-func headersText(d *rivorav1.Destination) string {
-	hs := d.GetHeaders()
+func headersText(hs []*rivorav1.Header) string {
 	if len(hs) == 0 {
 		return "-"
 	}
@@ -78,10 +77,10 @@ func headersText(d *rivorav1.Destination) string {
 func rotationAndHeaders(d *rivorav1.Destination) []string {
 	var kv []string
 	if d.GetPreviousSecretFingerprint() != "" {
-		kv = append(kv, "OLD SECRET", previousSecretText(d))
+		kv = append(kv, "OLD SECRET", previousSecretText(d.GetPreviousSecretFingerprint(), d.GetPreviousSecretExpiresAt()))
 	}
 	if len(d.GetHeaders()) > 0 {
-		kv = append(kv, "HEADERS", headersText(d))
+		kv = append(kv, "HEADERS", headersText(d.GetHeaders()))
 	}
 	return kv
 }

@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -68,7 +69,7 @@ func (e *env) rotateSecret(c *ucli.Context) error {
 		}
 		return e.afterChange(c, resp.Msg.GetVersion())
 	}
-	if err := fields(e.out, "ID", d.GetId(), "SECRET", d.GetSecret(), "OLD SECRET", previousSecretText(d)); err != nil {
+	if err := fields(e.out, "ID", d.GetId(), "SECRET", d.GetSecret(), "OLD SECRET", previousSecretText(d.GetPreviousSecretFingerprint(), d.GetPreviousSecretExpiresAt())); err != nil {
 		return err
 	}
 	if _, err := fmt.Fprintf(e.out, "\nSECRET is shown only this once: store it with the receiver now.\n"); err != nil {
@@ -79,8 +80,7 @@ func (e *env) rotateSecret(c *ucli.Context) error {
 
 // previousSecretText says whether a rotation's previous secret still
 // signs: its fingerprint and until when.
-func previousSecretText(d *rivorav1.Destination) string {
-	fp, until := d.GetPreviousSecretFingerprint(), d.GetPreviousSecretExpiresAt()
+func previousSecretText(fp string, until *timestamppb.Timestamp) string {
 	switch {
 	case fp == "" || until == nil:
 		return "- (only the current secret signs)"

@@ -50,7 +50,7 @@ Example:
 			{
 				Name:      "list",
 				Usage:     "list a destination's events, newest first: pending, delivered, dead",
-				UsageText: "rivoractl events list --destination D [--customer C] [--lane L] [--state pending|in-flight|delivered|dead] [--since T] [--until T] [--limit N] [-o json]",
+				UsageText: "rivoractl events list --destination D [--customer C] [--lane L] [--subscription ID] [--state pending|in-flight|delivered|dead] [--since T] [--until T] [--limit N] [-o json]",
 				Description: `Pending events (in flight included) come from their lanes, ordered by when
 they were accepted; delivered and dead events come from the history, ordered
 by when they were delivered or dead-lettered, and are kept for
@@ -65,11 +65,12 @@ Examples:
 
 -o json prints the ListEventsResponse: events (eventId, destinationId,
 customerId, laneKey, type, state, acceptedAt, attempts, lastStatus,
-lastError, deadReason, finishedAt), truncated, searchedBackTo.`,
+lastError, deadReason, finishedAt, subscriptionId), truncated, searchedBackTo.`,
 				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "destination", Usage: "destination `ID` (required)"},
 					&ucli.StringFlag{Name: "customer", Usage: "only events of customer `ID`"},
 					&ucli.StringFlag{Name: "lane", Usage: "only events of lane `KEY` (needs --customer)"},
+					&ucli.StringFlag{Name: "subscription", Usage: "only events routed by subscription `ID`"},
 					&ucli.StringFlag{Name: "state", Usage: "only `STATE` events: pending (in flight included), in-flight, delivered or dead"},
 					&ucli.StringFlag{Name: "since", Usage: "only events accepted (pending) or finished (delivered, dead) at or after `TIME` (RFC 3339, or a duration ago such as 2h)"},
 					&ucli.StringFlag{Name: "until", Usage: "only those at or before `TIME` (RFC 3339, or a duration ago)"},
@@ -103,7 +104,8 @@ func (e *env) listEvents(c *ucli.Context) error {
 	if err := exactArgs(c, 0, "no arguments (filters are flags)"); err != nil {
 		return err
 	}
-	req := &rivorav1.ListEventsRequest{DestinationId: c.String("destination"), CustomerId: c.String("customer"), LaneKey: c.String("lane"), Limit: int32(c.Int("limit"))}
+	req := &rivorav1.ListEventsRequest{DestinationId: c.String("destination"), CustomerId: c.String("customer"), LaneKey: c.String("lane"),
+		SubscriptionId: c.String("subscription"), Limit: int32(c.Int("limit"))}
 	if req.DestinationId == "" {
 		return usagef("events list needs --destination ID: events are listed per destination")
 	}
@@ -222,6 +224,7 @@ func (e *env) getEvent(c *ucli.Context) error {
 		"EVENT", ev.GetEventId(),
 		"STATE", stateName(ev.GetState()),
 		"DESTINATION", ev.GetDestinationId(),
+		"SUBSCRIPTION", dash(ev.GetSubscriptionId()),
 		"CUSTOMER", ev.GetCustomerId(),
 		"LANE", ev.GetLaneKey(),
 		"TYPE", ev.GetType(),

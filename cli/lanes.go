@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -33,7 +34,7 @@ These commands show which lanes are stuck, behind what, and let you move one on.
 			{
 				Name:      "list",
 				Usage:     "list a destination's pending lanes, longest-waiting head first",
-				UsageText: "rivoractl lanes list --destination D [--customer C] [--stuck] [--limit N] [-o json]",
+				UsageText: "rivoractl lanes list --destination D [--customer C] [--subscription ID] [--stuck] [--limit N] [-o json]",
 				Description: `Shows each pending lane: its customer and key, DEPTH (pending events, head
 included), the HEAD event, its ATTEMPTS and LAST STATUS (- before any
 response), WAITING (how long the head has been the lane's head), NEXT ATTEMPT
@@ -54,6 +55,7 @@ Example:
 				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "destination", Usage: "destination `ID` (required)"},
 					&ucli.StringFlag{Name: "customer", Usage: "only lanes of customer `ID`"},
+					&ucli.StringFlag{Name: "subscription", Usage: "only lanes of subscription `ID`"},
 					&ucli.BoolFlag{Name: "stuck", Usage: "only lanes whose head has failed at least once"},
 					&ucli.IntFlag{Name: "limit", Value: 100, Usage: "show at most `N` lanes (at most 10000)"},
 				},
@@ -63,7 +65,7 @@ Example:
 				Name:      "skip",
 				Usage:     "make a lane's head (a poison event) a dead letter so the lane moves on",
 				ArgsUsage: "DESTINATION",
-				UsageText: "rivoractl lanes skip DESTINATION --customer C --lane L --reason R [--head EVENT_ID] [-o json]",
+				UsageText: "rivoractl lanes skip DESTINATION --customer C --lane L [--subscription ID] --reason R [--head EVENT_ID] [-o json]",
 				Description: `A lane delivers its events in order, so an event the partner will never
 accept (a poison payload answered 400, or 500 while the rest succeed) holds every event
 behind it until its attempts or its window run out. skip ends that now: the
@@ -86,6 +88,7 @@ Example:
 					&ucli.StringFlag{Name: "lane", Usage: "the lane `KEY` (required)"},
 					&ucli.StringFlag{Name: "reason", Usage: "why, as `TEXT` (required; goes to the audit log)"},
 					&ucli.StringFlag{Name: "head", Usage: "skip only if `EVENT_ID` is still the head"},
+					&ucli.StringFlag{Name: "subscription", Usage: "the lane's subscription `ID`, for a lane of events routed by a subscription (SUBSCRIPTION in `lanes list`)"},
 				},
 				Action: e.skipLane,
 			},
@@ -108,7 +111,7 @@ func (e *env) listLanes(c *ucli.Context) error {
 	ctx, cancel := callContext(c)
 	defer cancel()
 	resp, err := e.lanes().ListLanes(ctx, connect.NewRequest(&rivorav1.ListLanesRequest{
-		DestinationId: dest, CustomerId: c.String("customer"), Stuck: c.Bool("stuck"), Limit: int32(limit),
+		DestinationId: dest, CustomerId: c.String("customer"), SubscriptionId: c.String("subscription"), Stuck: c.Bool("stuck"), Limit: int32(limit),
 	}))
 	if err != nil {
 		return callFailed(fmt.Sprintf("list lanes of %q", dest), err, map[connect.Code]string{
@@ -126,9 +129,18 @@ func writeLanes(e *env, resp *rivorav1.ListLanesResponse, now time.Time) error {
 		_, err := fmt.Fprintln(e.out, "No pending lanes match.")
 		return err
 	}
+	// A lane of events routed by a subscription is also the subscription's:
+	// its column appears when some lane has one.
+	bySubscription := slices.ContainsFunc(resp.GetLanes(), func(l *rivorav1.LaneSummary) bool { return l.GetSubscriptionId() != "" })
 	tw := newTable(e.out)
+	if bySubscription {
+		fmt.Fprint(tw, "SUBSCRIPTION\t")
+	}
 	fmt.Fprintf(tw, "CUSTOMER\tLANE\tDEPTH\tHEAD\tATTEMPTS\tLAST STATUS\tWAITING\tNEXT ATTEMPT\tLAST ERROR\n")
 	for _, l := range resp.GetLanes() {
+		if bySubscription {
+			fmt.Fprintf(tw, "%s\t", dash(l.GetSubscriptionId()))
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", l.GetCustomerId(), l.GetLaneKey(), l.GetDepth(), l.GetHeadEventId(),
 			l.GetHeadAttempts(), statusText(l.GetLastStatus()), age(l.GetHeadSince(), now), nextAttempt(l), dash(oneLine(l.GetLastError())))
 	}
@@ -184,7 +196,7 @@ func (e *env) skipLane(c *ucli.Context) error {
 	defer cancel()
 	resp, err := e.lanes().SkipLaneHead(ctx, connect.NewRequest(&rivorav1.SkipLaneHeadRequest{
 		DestinationId: dest, CustomerId: c.String("customer"), LaneKey: c.String("lane"),
-		Reason: c.String("reason"), HeadEventId: c.String("head"),
+		Reason: c.String("reason"), HeadEventId: c.String("head"), SubscriptionId: c.String("subscription"),
 	}))
 	if err != nil {
 		return callFailed(fmt.Sprintf("skip the head of lane %s/%s of %q", c.String("customer"), c.String("lane"), dest), err, map[connect.Code]string{

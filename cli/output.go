@@ -131,7 +131,7 @@ func writeDestination(w io.Writer, d *rivorav1.Destination, pending *int64) erro
 		"ID", d.GetId(),
 		"URL", d.GetUrl(),
 		"STATE", destinationState(d.GetPaused(), d.GetDisabled(), d.GetPauseReason()),
-		"SECRET", secretText(d),
+		"SECRET", secretText(d.GetSecret(), d.GetSecretFingerprint()),
 		"RATE", orDefault(l.GetRatePerSecond()) + perSecond(l.GetRatePerSecond()),
 		"BURST", orDefault(l.GetBurst()),
 		"MAX ATTEMPTS", orDefault(l.GetMaxAttempts()),
@@ -143,6 +143,10 @@ func writeDestination(w io.Writer, d *rivorav1.Destination, pending *int64) erro
 	}
 	// After SECRET (the first four pairs).
 	kv = slices.Insert(kv, 8, rotationAndHeaders(d)...)
+	if d.GetOwnerCustomer() != "" {
+		// After URL: whose own endpoint it is.
+		kv = slices.Insert(kv, 4, "OWNER", "customer "+d.GetOwnerCustomer())
+	}
 	if pending != nil {
 		kv = append(kv, "PENDING", strconv.FormatInt(*pending, 10))
 	}
@@ -152,11 +156,10 @@ func writeDestination(w io.Writer, d *rivorav1.Destination, pending *int64) erro
 // secretText is the signing secret where the server sends it (the answer
 // to create), and its fingerprint everywhere else: enough to tell whether
 // the receiver holds the same one, never enough to sign.
-func secretText(d *rivorav1.Destination) string {
-	if d.GetSecret() != "" {
-		return d.GetSecret()
+func secretText(secret, fp string) string {
+	if secret != "" {
+		return secret
 	}
-	fp := d.GetSecretFingerprint()
 	if fp == "" {
 		fp = "-"
 	}
@@ -174,11 +177,11 @@ func perSecond(rate float64) string {
 // are left out: `destinations get ID` shows one.
 func writeDestinations(w io.Writer, ds []*rivorav1.Destination) error {
 	t := newTable(w)
-	fmt.Fprintln(t, "ID\tURL\tRATE\tBURST\tMAX ATTEMPTS\tWINDOW\tTIMEOUT\tMAX IN FLIGHT\tCREATED\tSTATE")
+	fmt.Fprintln(t, "ID\tURL\tOWNER\tRATE\tBURST\tMAX ATTEMPTS\tWINDOW\tTIMEOUT\tMAX IN FLIGHT\tCREATED\tSTATE")
 	for _, d := range ds {
 		l := d.GetLimits()
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			d.GetId(), d.GetUrl(),
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			d.GetId(), d.GetUrl(), dash(d.GetOwnerCustomer()),
 			orDefault(l.GetRatePerSecond())+perSecond(l.GetRatePerSecond()),
 			orDefault(l.GetBurst()), orDefault(l.GetMaxAttempts()),
 			durationOrDefault(l.GetWindow()), durationOrDefault(l.GetTimeout()),

@@ -50,6 +50,16 @@ func TestPositionalsAreNeverCommands(t *testing.T) {
 		{[]string{"events", "resend", "ID", "--reason", "test"}, false},
 		{[]string{"dlq", "show", "ID"}, false},
 		{[]string{"tokens", "revoke", "ID"}, false},
+		{[]string{"subscriptions", "get", "ID"}, false},
+		{[]string{"subscriptions", "update", "ID", "--types", "*"}, false},
+		{[]string{"subscriptions", "pause", "ID", "--reason", "test"}, false},
+		{[]string{"subscriptions", "resume", "ID"}, false},
+		{[]string{"subscriptions", "rotate-secret", "ID"}, false},
+		{[]string{"subscriptions", "delete", "ID"}, false},
+		{[]string{"event-types", "create", "ID"}, false},
+		{[]string{"event-types", "get", "ID"}, false},
+		{[]string{"event-types", "update", "ID", "--description", "test"}, false},
+		{[]string{"event-types", "deprecate", "ID"}, false},
 		{[]string{"destinations", "delete", "ID"}, true},
 	}
 	with := func(args []string, id string, dashdash bool) []string {
@@ -132,6 +142,8 @@ func TestPositionalsAreNeverCommands(t *testing.T) {
 		{"limits", "diff", "h"}, {"audit", "h"}, {"agents", "list", "h"}, {"dlq", "list", "h"}, {"dlq", "stats", "help"},
 		{"replay", "h", "--destination", "x"}, {"publish", "h"}, {"tokens", "create", "h", "--name", "x", "--role", "admin"},
 		{"tokens", "list", "help"}, {"destinations", "health", "a", "h"},
+		{"subscriptions", "list", "h"}, {"subscriptions", "create", "h", "--customer", "c", "--destination", "d", "--types", "*"},
+		{"event-types", "list", "help"}, {"subscriptions"}, {"event-types"},
 		{"destinations"}, {"limits"}, {},
 	} {
 		r := ctl(args...)

@@ -21,7 +21,7 @@ import (
 )
 
 // roleNames are the roles as the CLI spells them, for help and errors.
-const roleNames = "admin, operator, viewer or publisher"
+const roleNames = "admin, operator, viewer, publisher or customer"
 
 func (e *env) tokensCommand() *ucli.Command {
 	return &ucli.Command{
@@ -37,12 +37,17 @@ token's role decides what the call may do:
    viewer     every read, nothing else
    publisher  publish, and read its own events and dead letters, for the
               customers it names (--customer, or '*' for any)
+   customer   self-service for the customers it names (--customer): publish;
+              manage their subscriptions and the destinations they own; read
+              and replay their own events, lanes and dead letters. It never
+              sees another customer's anything
 
 Rivora keeps only each token's hash: a token is shown once, by create.
 
 Examples:
    rivoractl tokens create --name ci-deploy --role operator --ttl 90d
    rivoractl tokens create --name acme-app --role publisher --customer acme
+   rivoractl tokens create --name acme-portal --role customer --customer acme
    rivoractl tokens list
    rivoractl tokens revoke tok_0123456789abcdef`,
 		Action: parentAction,
@@ -58,14 +63,16 @@ func (e *env) tokensCreate() *ucli.Command {
 	return &ucli.Command{
 		Name:      "create",
 		Usage:     "create an API token and print it, once",
-		UsageText: "rivoractl tokens create --name NAME --role admin|operator|viewer|publisher [--customer C]... [--ttl 90d] [--wait] [-o json]",
+		UsageText: "rivoractl tokens create --name NAME --role admin|operator|viewer|publisher|customer [--customer C]... [--ttl 90d] [--wait] [-o json]",
 		Description: `Creates a token with a role and prints it. The token is shown only this
 once (Rivora keeps its hash): store it where it will be used now. Audit
 entries of changes made with it name NAME and the token's id.
 
 A publisher token is limited to the customers it names: repeat --customer
-for several, or pass --customer '*' for any. The other roles act for every
-customer and take no --customer.
+for several, or pass --customer '*' for any. A customer token (self-service:
+the console's customer portal, a customer's own scripts) names its customers
+the same way, '*' excepted. The other roles act for every customer and take
+no --customer.
 
 --ttl makes the token expire by itself (a Go duration such as 720h, or
 whole days such as 90d); without it the token lasts until revoked.
@@ -76,11 +83,12 @@ whole days such as 90d); without it the token lasts until revoked.
 Examples:
    rivoractl tokens create --name ci-deploy --role operator --ttl 90d
    rivoractl tokens create --name acme-app --role publisher --customer acme --customer acme-eu
+   rivoractl tokens create --name acme-portal --role customer --customer acme
    RIVORA_TOKEN=$(rivoractl tokens create --name dash --role viewer -o json | jq -r .token)`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "name", Usage: "`NAME` of the token, for people and the audit log (required)"},
 			&ucli.StringFlag{Name: "role", Usage: "`ROLE`: " + roleNames + " (required)"},
-			&ucli.StringSliceFlag{Name: "customer", Usage: "publisher only: customer `ID` the token may act for (repeat for several; '*' for any)"},
+			&ucli.StringSliceFlag{Name: "customer", Usage: "publisher and customer tokens: customer `ID` the token may act for (repeat for several; '*' for any, publishers only)"},
 			&ucli.StringFlag{Name: "ttl", Usage: "expire the token after `DURATION` (720h, 90d)", DefaultText: "never"},
 			waitFlag,
 		},
@@ -98,7 +106,7 @@ func createTokenRequest(c *ucli.Context) (*rivorav1.CreateTokenRequest, error) {
 	if c.String("role") == "" {
 		return nil, usagef("tokens create needs --role: %s", roleNames)
 	}
-	role, ok := auth.ParseRole(c.String("role"))
+	role, ok := parseRole(c.String("role"))
 	if !ok {
 		return nil, usagef("--role %q: want %s", c.String("role"), roleNames)
 	}
@@ -108,11 +116,16 @@ func createTokenRequest(c *ucli.Context) (*rivorav1.CreateTokenRequest, error) {
 			return nil, usagef("--customer is blank: name a customer id, or '*' for any")
 		}
 	}
-	if role == rivorav1.Role_ROLE_PUBLISHER && len(customers) == 0 {
+	scoped := role == rivorav1.Role_ROLE_PUBLISHER || role == rivorav1.Role_ROLE_CUSTOMER
+	switch {
+	case role == rivorav1.Role_ROLE_PUBLISHER && len(customers) == 0:
 		return nil, usagef("a publisher token needs --customer ID (repeat for several, or --customer '*' for any customer)")
-	}
-	if role != rivorav1.Role_ROLE_PUBLISHER && len(customers) > 0 {
-		return nil, usagef("--customer scopes publisher tokens only: a %s token acts for every customer", auth.RoleName(role))
+	case role == rivorav1.Role_ROLE_CUSTOMER && len(customers) == 0:
+		return nil, usagef("a customer token needs --customer ID: the customer it acts for (repeat for several)")
+	case role == rivorav1.Role_ROLE_CUSTOMER && slices.Contains(customers, "*"):
+		return nil, usagef("--customer '*' is for publisher tokens: a customer token names its customers (--customer acme)")
+	case !scoped && len(customers) > 0:
+		return nil, usagef("--customer scopes publisher and customer tokens only: %s tokens act for every customer", roleName(role))
 	}
 	req := &rivorav1.CreateTokenRequest{Name: name, Role: role, Customers: customers}
 	if c.IsSet("ttl") {
@@ -125,6 +138,23 @@ func createTokenRequest(c *ucli.Context) (*rivorav1.CreateTokenRequest, error) {
 		}
 	}
 	return req, nil
+}
+
+// roleName is a role's CLI name; parseRole reads one. The customer role is
+// spelt here as well as in internal/auth, so that rivoractl names it even
+// against an auth package that does not (RoleName answers "unknown").
+func roleName(r rivorav1.Role) string {
+	if r == rivorav1.Role_ROLE_CUSTOMER {
+		return "customer"
+	}
+	return auth.RoleName(r)
+}
+
+func parseRole(s string) (rivorav1.Role, bool) {
+	if s == "customer" {
+		return rivorav1.Role_ROLE_CUSTOMER, true
+	}
+	return auth.ParseRole(s)
 }
 
 // parseTTL reads a Go duration or whole days ("90d"); zero means the token
@@ -172,7 +202,7 @@ func (e *env) createToken(c *ucli.Context) error {
 	err = fields(e.out,
 		"ID", info.GetId(),
 		"NAME", info.GetName(),
-		"ROLE", auth.RoleName(info.GetRole()),
+		"ROLE", roleName(info.GetRole()),
 		"CUSTOMERS", dash(strings.Join(info.GetCustomers(), ", ")),
 		"EXPIRES", expiryText(info.GetExpiresAt(), time.Now()),
 		"TOKEN", resp.Msg.GetToken(),
@@ -198,7 +228,7 @@ type createdTokenJSON struct {
 
 func writeCreatedTokenJSON(w io.Writer, info *rivorav1.ApiToken, token string) error {
 	return writeJSONValue(w, createdTokenJSON{
-		ID: info.GetId(), Name: info.GetName(), Role: auth.RoleName(info.GetRole()),
+		ID: info.GetId(), Name: info.GetName(), Role: roleName(info.GetRole()),
 		Customers: nonNilStrings(info.GetCustomers()), ExpiresAt: rfc3339(info.GetExpiresAt()), Token: token,
 	})
 }
@@ -248,7 +278,7 @@ func (e *env) listTokens(c *ucli.Context) error {
 		out := make([]tokenJSON, 0, len(tokens))
 		for _, t := range tokens {
 			out = append(out, tokenJSON{
-				ID: t.GetId(), Name: t.GetName(), Role: auth.RoleName(t.GetRole()), Customers: nonNilStrings(t.GetCustomers()),
+				ID: t.GetId(), Name: t.GetName(), Role: roleName(t.GetRole()), Customers: nonNilStrings(t.GetCustomers()),
 				CreatedAt: rfc3339(t.GetCreatedAt()), ExpiresAt: rfc3339(t.GetExpiresAt()), Expired: expired(t.GetExpiresAt(), now),
 				CreatedBy: t.GetCreatedBy(),
 			})
@@ -262,7 +292,7 @@ func (e *env) listTokens(c *ucli.Context) error {
 	tw := newTable(e.out)
 	fmt.Fprintln(tw, "ID\tNAME\tROLE\tCUSTOMERS\tCREATED\tEXPIRES")
 	for _, t := range tokens {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.GetId(), oneLine(t.GetName()), auth.RoleName(t.GetRole()),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.GetId(), oneLine(t.GetName()), roleName(t.GetRole()),
 			dash(strings.Join(t.GetCustomers(), ",")), fmtTime(t.GetCreatedAt()), expiryText(t.GetExpiresAt(), now))
 	}
 	return tw.Flush()
@@ -321,7 +351,7 @@ func (e *env) revokeToken(c *ucli.Context) error {
 			Version uint64 `json:"version"`
 		}{ID: id, Version: resp.Msg.GetVersion()}
 		if info != nil {
-			out.Name, out.Role = info.GetName(), auth.RoleName(info.GetRole())
+			out.Name, out.Role = info.GetName(), roleName(info.GetRole())
 		}
 		if err := writeJSONValue(e.out, out); err != nil {
 			return err
@@ -330,7 +360,7 @@ func (e *env) revokeToken(c *ucli.Context) error {
 	}
 	what := "token " + id
 	if info != nil {
-		what = fmt.Sprintf("token %s (%s, %s)", id, oneLine(info.GetName()), auth.RoleName(info.GetRole()))
+		what = fmt.Sprintf("token %s (%s, %s)", id, oneLine(info.GetName()), roleName(info.GetRole()))
 	}
 	if _, err := fmt.Fprintf(e.out, "revoked %s: refused from now on, on every agent within a second\n", what); err != nil {
 		return err

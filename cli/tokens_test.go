@@ -166,10 +166,12 @@ func TestTokensCreateValidatesLocally(t *testing.T) {
 	}{
 		{[]string{"--role", "admin"}, "needs --name"},
 		{[]string{"--name", "x"}, "needs --role"},
-		{[]string{"--name", "x", "--role", "root"}, `--role "root": want admin, operator, viewer or publisher`},
-		{[]string{"--name", "x", "--role", "ROLE_ADMIN"}, "want admin, operator, viewer or publisher"},
+		{[]string{"--name", "x", "--role", "root"}, `--role "root": want admin, operator, viewer, publisher or customer`},
+		{[]string{"--name", "x", "--role", "ROLE_ADMIN"}, "want admin, operator, viewer, publisher or customer"},
 		{[]string{"--name", "x", "--role", "publisher"}, "a publisher token needs --customer"},
-		{[]string{"--name", "x", "--role", "operator", "--customer", "acme"}, "--customer scopes publisher tokens only: a operator token"},
+		{[]string{"--name", "x", "--role", "operator", "--customer", "acme"}, "--customer scopes publisher and customer tokens only: operator tokens act for every customer"},
+		{[]string{"--name", "x", "--role", "customer"}, "a customer token needs --customer ID"},
+		{[]string{"--name", "x", "--role", "customer", "--customer", "*"}, "--customer '*' is for publisher tokens"},
 		{[]string{"--name", "x", "--role", "publisher", "--customer", " "}, "--customer is blank"},
 		{[]string{"--name", "x", "--role", "admin", "--ttl", "-1h"}, "--ttl -1h is negative"},
 		{[]string{"--name", "x", "--role", "admin", "--ttl", "-3d"}, "--ttl -3d is negative"},
@@ -182,6 +184,30 @@ func TestTokensCreateValidatesLocally(t *testing.T) {
 	}
 	if len(f.tokens.creates) != 0 {
 		t.Fatalf("invalid command lines reached the server: %v", f.tokens.creates)
+	}
+}
+
+// A customer token names its customers like a publisher token, is sent as
+// ROLE_CUSTOMER and is named "customer" in answers and listings.
+func TestTokensCustomerRole(t *testing.T) {
+	f, url := startFake(t)
+	r := mustSucceed(t, run(t, url, "", "tokens", "create", "--name", "acme-portal", "--role", "customer", "--customer", "acme"))
+	want := &rivorav1.CreateTokenRequest{Name: "acme-portal", Role: rivorav1.Role_ROLE_CUSTOMER, Customers: []string{"acme"}}
+	if len(f.tokens.creates) != 1 || !proto.Equal(f.tokens.creates[0], want) {
+		t.Fatalf("CreateToken requests %v, want %v", f.tokens.creates, want)
+	}
+	if !strings.Contains(r.stdout, "ROLE       customer\n") || !strings.Contains(r.stdout, "CUSTOMERS  acme\n") {
+		t.Fatalf("create output does not name the customer role and its customer:\n%s", r.stdout)
+	}
+	r = mustSucceed(t, run(t, url, "", "tokens", "list"))
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if got := strings.Fields(lines[1]); len(lines) != 2 || got[1] != "acme-portal" || got[2] != "customer" || got[3] != "acme" {
+		t.Fatalf("list table:\n%s", r.stdout)
+	}
+	r = mustSucceed(t, run(t, url, "", "tokens", "list", "-o", "json"))
+	var arr []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &arr); err != nil || len(arr) != 1 || arr[0]["role"] != "customer" {
+		t.Fatalf("list -o json (err %v):\n%s", err, r.stdout)
 	}
 }
 

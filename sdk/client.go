@@ -1,5 +1,7 @@
 // Package sdk is the Go client customer apps use to talk to Rivora: publish
-// events to an agent's ingest gateway and, on the receiving side, verify the
+// events to an agent's ingest gateway (to a named destination, or fanned
+// out to the customer's subscriptions: PublishResult), manage a customer's
+// subscriptions (SubscriptionClient) and, on the receiving side, verify the
 // signed webhooks Rivora delivers. It owns no state beyond its HTTP client
 // and never logs; every failure is returned as an error carrying its Connect
 // code (read it with connect.CodeOf).
@@ -34,8 +36,16 @@ const (
 
 // Event is one event to publish.
 type Event struct {
-	// Destination is the registered destination id the event is delivered to.
+	// Destination is the registered destination id the event is delivered
+	// to. Leave it empty to fan out: the event then goes to every active
+	// subscription of Customer whose types (and filter) match Type, one
+	// delivery (and event id) each; publish it with PublishResult to learn
+	// them.
 	Destination string
+	// Subscription, instead of Destination, sends the event to that one
+	// subscription of Customer (its destination, path, secret and headers)
+	// whether or not its types and filter match: a test event.
+	Subscription string
 	// Customer is the tenant the event belongs to.
 	Customer string
 	// Lane orders events: events with the same (Destination, Customer, Lane)
@@ -54,8 +64,57 @@ type Event struct {
 	// (AlreadyExists). When empty, the client assigns a UUIDv7 before the
 	// first try, so its own retries never store an event twice. Set it
 	// yourself to make your own retries (say, after a crash) idempotent
-	// too. The event id is EventID(Destination, Customer, key).
+	// too. The event id is EventID(Destination, Customer, key). A fan-out
+	// is stored once per key: a retry stores nothing twice, whatever
+	// subscriptions were created since.
 	IdempotencyKey string
+}
+
+// Result is Rivora's answer to one published event.
+type Result struct {
+	// EventID is the stored event's id when the event named its
+	// destination; empty for a fan-out (see Routes).
+	EventID string
+	// Duplicate is true when the event had already been accepted (same
+	// idempotency key).
+	Duplicate bool
+	// FannedOut is true when the event named no destination: Routes then
+	// lists one delivery per matching subscription, and is empty when
+	// none matched (not an error: nothing was stored).
+	FannedOut bool
+	Routes    []Route
+}
+
+// Route is one delivery a fan-out stored.
+type Route struct {
+	Subscription string
+	Destination  string
+	// EventID is this delivery's event id (for `rivoractl events get`).
+	EventID string
+}
+
+// EventIDs are the ids of every delivery stored: the one event id of a
+// destination-named event, or one per route of a fan-out.
+func (r Result) EventIDs() []string {
+	if !r.FannedOut {
+		if r.EventID == "" {
+			return nil
+		}
+		return []string{r.EventID}
+	}
+	ids := make([]string, len(r.Routes))
+	for i, rt := range r.Routes {
+		ids[i] = rt.EventID
+	}
+	return ids
+}
+
+func resultOf(resp *rivorav1.PublishResponse) Result {
+	r := Result{EventID: resp.GetEventId(), Duplicate: resp.GetDuplicate(), FannedOut: resp.GetFannedOut()}
+	for _, rt := range resp.GetRoutes() {
+		r.Routes = append(r.Routes, Route{Subscription: rt.GetSubscriptionId(), Destination: rt.GetDestinationId(), EventID: rt.GetEventId()})
+	}
+	return r
 }
 
 // Client publishes events to Rivora. It is safe for concurrent use; create
@@ -145,6 +204,16 @@ func WithProtoJSON() Option {
 // New returns a client for the Rivora agent at baseURL, e.g.
 // "http://127.0.0.1:7400" or "https://rivora.internal:7400".
 func New(baseURL string, opts ...Option) *Client {
+	cfg, baseURL := newConfig(baseURL, opts)
+	return &Client{
+		ingest: rivorav1connect.NewIngestServiceClient(cfg.httpClient, baseURL, cfg.connectOptions()...),
+		cfg:    cfg,
+	}
+}
+
+// newConfig applies opts over the defaults and fills in the HTTP client;
+// it returns baseURL without trailing slashes.
+func newConfig(baseURL string, opts []Option) (config, string) {
 	cfg := config{
 		maxAttempts:    DefaultMaxAttempts,
 		baseBackoff:    DefaultBaseBackoff,
@@ -157,6 +226,12 @@ func New(baseURL string, opts ...Option) *Client {
 	if cfg.httpClient == nil {
 		cfg.httpClient = defaultHTTPClient(cfg.grpc && strings.HasPrefix(baseURL, "http://"), cfg.tlsConfig)
 	}
+	return cfg, baseURL
+}
+
+// connectOptions are what every Connect client of the SDK is built with:
+// the token, the trace context, the protocol and codec chosen.
+func (cfg config) connectOptions() []connect.ClientOption {
 	copts := []connect.ClientOption{connect.WithInterceptors(bearer(cfg.token), traceContext())}
 	if cfg.grpc {
 		copts = append(copts, connect.WithGRPC())
@@ -164,10 +239,7 @@ func New(baseURL string, opts ...Option) *Client {
 	if cfg.protoJSON {
 		copts = append(copts, connect.WithProtoJSON())
 	}
-	return &Client{
-		ingest: rivorav1connect.NewIngestServiceClient(cfg.httpClient, baseURL, copts...),
-		cfg:    cfg,
-	}
+	return copts
 }
 
 // defaultHTTPClient keeps many idle connections per host: an app publishing
@@ -193,72 +265,126 @@ func defaultHTTPClient(h2c bool, tlsConfig *tls.Config) *http.Client {
 }
 
 // Publish accepts one event and returns its id. A nil error means the event
-// is durably stored by Rivora.
+// is durably stored by Rivora. The id is that of a destination-named event;
+// for an event that fans out (no Destination) it is empty: use
+// PublishResult, which returns one event id per subscription.
 func (c *Client) Publish(ctx context.Context, e Event) (string, error) {
-	req := toRequest(e)
-	if req.IdempotencyKey == "" {
-		key, err := newKey()
-		if err != nil {
-			return "", err
-		}
-		req.IdempotencyKey = key
+	r, err := c.PublishResult(ctx, e)
+	if err != nil {
+		return "", err
 	}
-	var id string
-	err := c.retry(ctx, func(ctx context.Context) error {
-		resp, err := c.ingest.Publish(ctx, connect.NewRequest(req))
+	return r.EventID, nil
+}
+
+// PublishResult accepts one event and returns Rivora's whole answer: for an
+// event without Destination, the subscriptions it was routed to, each with
+// its own event id (none matching is not an error). A nil error means
+// every delivery listed is durably stored.
+func (c *Client) PublishResult(ctx context.Context, e Event) (Result, error) {
+	req, err := keyedRequest(e)
+	if err != nil {
+		return Result{}, err
+	}
+	var resp *rivorav1.PublishResponse
+	err = c.cfg.retry(ctx, func(ctx context.Context) error {
+		r, err := c.ingest.Publish(ctx, connect.NewRequest(req))
 		if err != nil {
 			return err
 		}
-		id = resp.Msg.GetEventId()
+		resp = r.Msg
 		return nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("rivora publish: %w", err)
+		return Result{}, fmt.Errorf("rivora publish: %w", err)
 	}
-	return id, nil
+	return resultOf(resp), nil
 }
 
 // PublishBatch accepts events all or nothing: when one is invalid, none is
-// stored and the error names its index. eventIDs[i] is the id of events[i].
-// An empty batch sends nothing and returns no ids.
+// stored and the error names its index. eventIDs[i] is the id of events[i]
+// ("" for an event that fans out: use PublishBatchResults). An empty batch
+// sends nothing and returns no ids.
 func (c *Client) PublishBatch(ctx context.Context, events []Event) ([]string, error) {
+	results, err := c.PublishBatchResults(ctx, events)
+	if err != nil || results == nil {
+		return nil, err
+	}
+	ids := make([]string, len(results))
+	for i, r := range results {
+		ids[i] = r.EventID
+	}
+	return ids, nil
+}
+
+// PublishBatchResults is PublishBatch returning Rivora's whole answer per
+// event: results[i] is the answer for events[i], with the routes of an
+// event that fans out.
+func (c *Client) PublishBatchResults(ctx context.Context, events []Event) ([]Result, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
 	batch := &rivorav1.PublishBatchRequest{Events: make([]*rivorav1.PublishRequest, len(events))}
 	for i, e := range events {
-		req := toRequest(e)
-		if req.IdempotencyKey == "" {
-			key, err := newKey()
-			if err != nil {
-				return nil, err
-			}
-			req.IdempotencyKey = key
+		req, err := keyedRequest(e)
+		if err != nil {
+			return nil, err
 		}
 		batch.Events[i] = req
 	}
-	var ids []string
-	err := c.retry(ctx, func(ctx context.Context) error {
-		resp, err := c.ingest.PublishBatch(ctx, connect.NewRequest(batch))
+	var resp *rivorav1.PublishBatchResponse
+	err := c.cfg.retry(ctx, func(ctx context.Context) error {
+		r, err := c.ingest.PublishBatch(ctx, connect.NewRequest(batch))
 		if err != nil {
 			return err
 		}
-		ids = resp.Msg.GetEventIds()
+		resp = r.Msg
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rivora publish batch: %w", err)
 	}
-	if len(ids) != len(events) {
+	return batchResults(resp, len(events))
+}
+
+// batchResults reads a batch answer: per-event results when the server
+// sends them, else (a server from before fan-out) the event ids alone.
+func batchResults(resp *rivorav1.PublishBatchResponse, n int) ([]Result, error) {
+	results := make([]Result, n)
+	switch {
+	case len(resp.GetResults()) == n:
+		for i, r := range resp.GetResults() {
+			results[i] = resultOf(r)
+		}
+	case len(resp.GetResults()) == 0 && len(resp.GetEventIds()) == n:
+		for i, id := range resp.GetEventIds() {
+			results[i] = Result{EventID: id}
+		}
+	default:
 		return nil, connect.NewError(connect.CodeInternal,
-			fmt.Errorf("rivora publish batch: server answered %d ids for %d events", len(ids), len(events)))
+			fmt.Errorf("rivora publish batch: server answered %d ids and %d results for %d events", len(resp.GetEventIds()), len(resp.GetResults()), n))
 	}
-	return ids, nil
+	return results, nil
+}
+
+// keyedRequest is e as a request, with an idempotency key assigned before
+// the first try when e has none, so the client's own retries never store
+// an event (or a fan-out) twice.
+func keyedRequest(e Event) (*rivorav1.PublishRequest, error) {
+	req := toRequest(e)
+	if req.IdempotencyKey == "" {
+		key, err := newKey()
+		if err != nil {
+			return nil, err
+		}
+		req.IdempotencyKey = key
+	}
+	return req, nil
 }
 
 func toRequest(e Event) *rivorav1.PublishRequest {
 	return &rivorav1.PublishRequest{
 		DestinationId:  e.Destination,
+		SubscriptionId: e.Subscription,
 		CustomerId:     e.Customer,
 		LaneKey:        e.Lane,
 		Type:           e.Type,
@@ -279,17 +405,17 @@ func newKey() (string, error) {
 // retry runs call until it succeeds, fails for good, runs out of attempts or
 // ctx ends. Every try sends the same request, so the idempotency key set
 // before the first try makes a retry of an already stored event harmless.
-func (c *Client) retry(ctx context.Context, call func(context.Context) error) error {
+func (cfg *config) retry(ctx context.Context, call func(context.Context) error) error {
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = c.try(ctx, call)
+		err = cfg.try(ctx, call)
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil || !retryable(err) || attempt >= c.cfg.maxAttempts {
+		if ctx.Err() != nil || !retryable(err) || attempt >= cfg.maxAttempts {
 			return err
 		}
-		if wait := c.backoff(attempt); wait > 0 {
+		if wait := cfg.backoff(attempt); wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -302,11 +428,11 @@ func (c *Client) retry(ctx context.Context, call func(context.Context) error) er
 	}
 }
 
-func (c *Client) try(ctx context.Context, call func(context.Context) error) error {
-	if c.cfg.attemptTimeout <= 0 {
+func (cfg *config) try(ctx context.Context, call func(context.Context) error) error {
+	if cfg.attemptTimeout <= 0 {
 		return call(ctx)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.attemptTimeout)
+	ctx, cancel := context.WithTimeout(ctx, cfg.attemptTimeout)
 	defer cancel()
 	return call(ctx)
 }
@@ -314,8 +440,8 @@ func (c *Client) try(ctx context.Context, call func(context.Context) error) erro
 // backoff returns the wait after the given failed attempt: exponential, with
 // "equal jitter" (half fixed, half random) so that many clients failing
 // together do not retry together.
-func (c *Client) backoff(attempt int) time.Duration {
-	d := c.cfg.baseBackoff
+func (cfg *config) backoff(attempt int) time.Duration {
+	d := cfg.baseBackoff
 	if d <= 0 {
 		return 0
 	}
@@ -362,6 +488,15 @@ func retryable(err error) bool {
 // key it is a UUIDv7 with the key's time.
 func EventID(destination, customer, idempotencyKey string) string {
 	return eventid.FromKey(destination, customer, idempotencyKey)
+}
+
+// SubscriptionEventID is the id of the delivery a publish without a
+// destination (a fan-out) with an idempotency key stores for one
+// subscription: a function of the subscription, the customer and the key,
+// so a retry gets the same ids and a publisher can compute them from the
+// routes it is answered with. It never equals an EventID.
+func SubscriptionEventID(subscription, customer, idempotencyKey string) string {
+	return eventid.ForSubscription(subscription, customer, idempotencyKey)
 }
 
 // bearer sends token as the Authorization bearer of every call ("": none).

@@ -22,6 +22,7 @@ import (
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/agent/partitions"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/agent/upstream"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/bounds"
@@ -38,8 +39,11 @@ type Config struct {
 	DeadLetters *deadletters.Service
 	Scheduler   *scheduler.Scheduler
 	Registry    *destinations.Registry
-	History     *history.History
-	Partitions  *partitions.Set
+	// Subscriptions are the cell's subscriptions (an event's window
+	// moves on while its subscription is paused).
+	Subscriptions *subscriptions.Table
+	History       *history.History
+	Partitions    *partitions.Set
 	// Upstream records the operator actions the services carry out in
 	// the control plane's audit log.
 	Upstream *upstream.Planes
@@ -60,6 +64,7 @@ var internal = errkind.New("internal error", connect.CodeInternal)
 type server struct {
 	sched       *scheduler.Scheduler
 	registry    *destinations.Registry
+	subs        *subscriptions.Table
 	history     *history.History
 	gateway     *ingest.Gateway
 	deadLetters *deadletters.Service
@@ -92,7 +97,7 @@ func Handle(mux *http.ServeMux, cfg Config, opts ...connect.HandlerOption) {
 	opts = append(opts, bounds.ReadMax(bounds.DefaultMessage))
 	handle := func(path string, h http.Handler) { mux.Handle(path, guarded(bounds.DefaultMessage, h)) }
 	srv := &server{
-		sched: cfg.Scheduler, registry: cfg.Registry, history: cfg.History, gateway: cfg.Gateway,
+		sched: cfg.Scheduler, registry: cfg.Registry, subs: cfg.Subscriptions, history: cfg.History, gateway: cfg.Gateway,
 		deadLetters: cfg.DeadLetters, parts: cfg.Partitions, upstream: cfg.Upstream, log: cfg.Log,
 	}
 	handle(rivorav1connect.NewEventServiceHandler(&eventService{srv}, opts...))

@@ -51,7 +51,7 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 			resp.Attempts = append(resp.Attempts, o.GetAttempt())
 		}
 		resp.DestinationId, resp.CustomerId, resp.LaneKey = o.GetDestinationId(), o.GetCustomerId(), o.GetLaneKey()
-		resp.Type, resp.AcceptedAt = o.GetType(), o.GetAcceptedAt()
+		resp.Type, resp.AcceptedAt, resp.SubscriptionId = o.GetType(), o.GetAcceptedAt(), o.GetSubscriptionId()
 		switch o.GetKind() {
 		case rivorav1.EventOutcome_KIND_DELIVERED:
 			resp.State = rivorav1.EventState_EVENT_STATE_DELIVERED
@@ -62,6 +62,7 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 	}
 	if pending {
 		resp.DestinationId, resp.CustomerId, resp.LaneKey = loc.Lane.Destination, loc.Lane.Customer, loc.Lane.Key
+		resp.SubscriptionId = loc.Lane.Subscription
 		resp.AcceptedAt = timestamppb.New(loc.Entry.AcceptedAt)
 		if ev := loc.Entry.Event; ev != nil {
 			resp.Type = ev.GetType()
@@ -87,7 +88,13 @@ func (s *eventService) explainWaiting(resp *rivorav1.GetEventResponse, loc sched
 	if d, ok := s.registry.Get(loc.Lane.Destination); ok {
 		maxAttempts = d.Retry.MaxAttempts
 		start := loc.Entry.AcceptedAt
-		if end := d.Retry.WindowEnd(start.Add(d.PausedBetween(start, now))); !end.IsZero() {
+		var subPaused func(from, to time.Time) time.Duration
+		if id := loc.Lane.Subscription; id != "" {
+			if sub, ok := s.subs.Get(id); ok {
+				subPaused = sub.PausedBetween
+			}
+		}
+		if end := d.Retry.WindowEnd(start.Add(d.PausedBetweenWith(subPaused, start, now))); !end.IsZero() {
 			resp.WindowEndsAt = timestamppb.New(end)
 		}
 	}
@@ -121,6 +128,8 @@ func waitingReason(loc scheduler.Location, maxAttempts int) string {
 	switch {
 	case dest.Paused:
 		return "held: destination paused; " + used
+	case loc.SubscriptionPaused:
+		return "held: subscription " + loc.Lane.Subscription + " paused; " + used
 	case loc.Head.HeldByDestination && dest.Health != budget.Healthy:
 		return fmt.Sprintf("held: destination %s%s; %s", dest.Health, since(dest.Since), used)
 	case loc.Head.LastAttemptAt.IsZero():
@@ -231,20 +240,28 @@ type listed struct {
 
 // listQuery is a validated ListEventsRequest.
 type listQuery struct {
-	destination, customer, lane string
-	since, until                time.Time
-	limit                       int
-	pending, inFlightOnly       bool
-	history                     history.Filter
+	destination, customer, lane, subscription string
+	since, until                              time.Time
+	limit                                     int
+	pending, inFlightOnly                     bool
+	history                                   history.Filter
 }
 
 func parseListRequest(m *rivorav1.ListEventsRequest) (listQuery, error) {
-	q := listQuery{destination: m.GetDestinationId(), customer: m.GetCustomerId(), lane: m.GetLaneKey(), limit: int(m.GetLimit())}
+	q := listQuery{
+		destination: m.GetDestinationId(), customer: m.GetCustomerId(), lane: m.GetLaneKey(), subscription: m.GetSubscriptionId(),
+		limit: int(m.GetLimit()),
+	}
 	if err := lanes.ValidateID("destination_id", q.destination); err != nil {
 		return q, fmt.Errorf("%w (events are listed per destination)", err)
 	}
 	if q.lane != "" && q.customer == "" {
 		return q, errors.New("lane_key needs customer_id: a lane is one customer's")
+	}
+	if q.subscription != "" {
+		if err := lanes.ValidateID("subscription_id", q.subscription); err != nil {
+			return q, err
+		}
 	}
 	switch {
 	case q.limit == 0:
@@ -261,7 +278,10 @@ func parseListRequest(m *rivorav1.ListEventsRequest) (listQuery, error) {
 	if !q.since.IsZero() && !q.until.IsZero() && q.since.After(q.until) {
 		return q, fmt.Errorf("since (%s) is after until (%s)", q.since.Format(time.RFC3339), q.until.Format(time.RFC3339))
 	}
-	h := history.Filter{Destination: q.destination, Customer: q.customer, Lane: q.lane, Since: q.since, Until: q.until, Limit: q.limit}
+	h := history.Filter{
+		Destination: q.destination, Customer: q.customer, Lane: q.lane, Subscription: q.subscription,
+		Since: q.since, Until: q.until, Limit: q.limit,
+	}
 	switch st := m.GetState(); st {
 	case rivorav1.EventState_EVENT_STATE_UNSPECIFIED:
 		q.pending, h.Delivered, h.Dead = true, true, true
@@ -281,7 +301,10 @@ func parseListRequest(m *rivorav1.ListEventsRequest) (listQuery, error) {
 }
 
 func (q listQuery) pendingFilter() scheduler.PendingFilter {
-	return scheduler.PendingFilter{Destination: q.destination, Customer: q.customer, Lane: q.lane, Since: q.since, Until: q.until, Limit: q.limit, InFlightOnly: q.inFlightOnly}
+	return scheduler.PendingFilter{
+		Destination: q.destination, Customer: q.customer, Lane: q.lane, Subscription: q.subscription,
+		Since: q.since, Until: q.until, Limit: q.limit, InFlightOnly: q.inFlightOnly,
+	}
 }
 
 // pendingSummary describes a pending event. Its type is loaded from the
@@ -290,7 +313,7 @@ func (q listQuery) pendingFilter() scheduler.PendingFilter {
 func (s *eventService) pendingSummary(ctx context.Context, p scheduler.PendingEvent) *rivorav1.EventSummary {
 	sum := &rivorav1.EventSummary{
 		EventId: p.Entry.EventID, DestinationId: p.Lane.Destination, CustomerId: p.Lane.Customer, LaneKey: p.Lane.Key,
-		State: rivorav1.EventState_EVENT_STATE_PENDING, AcceptedAt: timestamppb.New(p.Entry.AcceptedAt),
+		State: rivorav1.EventState_EVENT_STATE_PENDING, AcceptedAt: timestamppb.New(p.Entry.AcceptedAt), SubscriptionId: p.Lane.Subscription,
 	}
 	if p.InFlight {
 		sum.State = rivorav1.EventState_EVENT_STATE_IN_FLIGHT
@@ -314,7 +337,7 @@ func finishedSummary(f history.Finished) *rivorav1.EventSummary {
 	o := f.Outcome
 	sum := &rivorav1.EventSummary{
 		EventId: o.GetEventId(), DestinationId: o.GetDestinationId(), CustomerId: o.GetCustomerId(), LaneKey: o.GetLaneKey(),
-		Type: o.GetType(), AcceptedAt: o.GetAcceptedAt(), FinishedAt: timestamppb.New(f.At),
+		Type: o.GetType(), AcceptedAt: o.GetAcceptedAt(), FinishedAt: timestamppb.New(f.At), SubscriptionId: o.GetSubscriptionId(),
 	}
 	switch o.GetKind() {
 	case rivorav1.EventOutcome_KIND_DELIVERED:
@@ -346,10 +369,14 @@ func (s *eventService) ResendEvent(ctx context.Context, req *connect.Request[riv
 	if reason == "" {
 		return nil, errkind.Errorf(errkind.Invalid, "reason is required: say why the event is sent again (it goes to the audit log)")
 	}
+	mayResend := resendScope(ctx)
 	if loc, pending := s.sched.Find(id); pending {
+		if !mayResend(loc.Lane.Customer) {
+			return nil, auth.EventNotFound(id)
+		}
 		return nil, errkind.Errorf(errkind.Precondition, "event %s is still pending in lane %s (%d ahead of it); it will be delivered, there is nothing to resend", id, loc.Lane, loc.Ahead)
 	}
-	found, err := s.resendable(ctx, id)
+	found, err := s.resendable(ctx, id, mayResend)
 	if err != nil {
 		return nil, err
 	}
@@ -391,12 +418,30 @@ type resendFound struct {
 	dedupID string
 }
 
+// resendScope is whose events the caller may resend: a customer token
+// only its customers' (another customer's event answers as an absent one
+// does, auth.EventNotFound); every other role allowed to call ResendEvent
+// (auth.Policies), any.
+func resendScope(ctx context.Context) func(customer string) bool {
+	p := auth.FromContext(ctx)
+	if p == nil || p.Role != rivorav1.Role_ROLE_CUSTOMER {
+		return func(string) bool { return true }
+	}
+	return func(customer string) bool { return slices.Contains(p.Customers, customer) }
+}
+
 // resendable finds what to send again: the event as last delivered (the
-// history keeps it) or as it died (the dead-letter archive).
-func (s *eventService) resendable(ctx context.Context, id string) (resendFound, error) {
+// history keeps it) or as it died (the dead-letter archive); an event
+// that is not one of the caller's customers' (mayResend) is absent.
+func (s *eventService) resendable(ctx context.Context, id string, mayResend func(customer string) bool) (resendFound, error) {
 	outcomes, err := s.history.Lookup(ctx, id)
 	if err != nil {
 		return resendFound{}, errkind.Tag(errkind.Unavailable, err)
+	}
+	for _, o := range outcomes {
+		if !mayResend(o.GetCustomerId()) {
+			return resendFound{}, auth.EventNotFound(id)
+		}
 	}
 	var f resendFound
 	for _, o := range outcomes {

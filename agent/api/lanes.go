@@ -33,13 +33,15 @@ func (s *laneService) ListLanes(ctx context.Context, req *connect.Request[rivora
 	if err != nil {
 		return nil, errkind.Tag(errkind.Invalid, err)
 	}
-	if err := validateLaneFilter(m.GetDestinationId(), m.GetCustomerId()); err != nil {
+	if err := validateLaneFilter(m.GetDestinationId(), m.GetCustomerId(), m.GetSubscriptionId()); err != nil {
 		return nil, errkind.Tag(errkind.Invalid, err)
 	}
 	if _, err := s.ownedDestination(m.GetDestinationId()); err != nil {
 		return nil, err
 	}
-	w := s.sched.WalkLanes(m.GetDestinationId(), scheduler.LaneFilter{Customer: m.GetCustomerId(), Stuck: m.GetStuck(), Limit: limit})
+	w := s.sched.WalkLanes(m.GetDestinationId(), scheduler.LaneFilter{
+		Customer: m.GetCustomerId(), Subscription: m.GetSubscriptionId(), Stuck: m.GetStuck(), Limit: limit,
+	})
 	if err := walkPaced(ctx, w); err != nil {
 		return nil, err // the caller gave up (Canceled), or its deadline passed
 	}
@@ -61,12 +63,17 @@ func laneLimit(limit int32) (int, error) {
 	return int(limit), nil
 }
 
-func validateLaneFilter(destinationID, customerID string) error {
+func validateLaneFilter(destinationID, customerID, subscriptionID string) error {
 	if err := lanes.ValidateID("destination_id", destinationID); err != nil {
 		return err
 	}
 	if customerID != "" {
-		return lanes.ValidateID("customer_id", customerID)
+		if err := lanes.ValidateID("customer_id", customerID); err != nil {
+			return err
+		}
+	}
+	if subscriptionID != "" {
+		return lanes.ValidateID("subscription_id", subscriptionID)
 	}
 	return nil
 }
@@ -76,6 +83,7 @@ func laneToProto(destinationID string, ls scheduler.LaneSummary) *rivorav1.LaneS
 		DestinationId: destinationID, CustomerId: ls.ID.Customer, LaneKey: ls.ID.Key, Depth: int32(ls.Depth),
 		HeadEventId: ls.HeadEventID, HeadAttempts: int32(ls.Head.Attempts), LastStatus: int32(ls.Head.LastStatus),
 		LastError: ls.Head.LastError, HeadSince: timestamppb.New(ls.HeadSince), Held: ls.Head.HeldByDestination,
+		SubscriptionId: ls.ID.Subscription,
 	}
 	if !ls.NextAttemptAt.IsZero() {
 		out.NextAttemptAt = timestamppb.New(ls.NextAttemptAt)
@@ -105,7 +113,7 @@ func (s *laneService) SkipLaneHead(ctx context.Context, req *connect.Request[riv
 	if !ok {
 		return nil, errkind.Errorf(errkind.Unavailable, "partition %d of destination %s is being handed off; try again shortly", p, m.GetDestinationId())
 	}
-	id := lanes.ID{Destination: m.GetDestinationId(), Customer: m.GetCustomerId(), Key: m.GetLaneKey()}
+	id := lanes.ID{Destination: m.GetDestinationId(), Customer: m.GetCustomerId(), Key: m.GetLaneKey(), Subscription: m.GetSubscriptionId()}
 	att, err := s.sched.TakeHead(id, m.GetHeadEventId())
 	if err != nil {
 		done()
@@ -140,6 +148,11 @@ func validateSkip(m *rivorav1.SkipLaneHeadRequest) error {
 	if err := lanes.ValidateLaneKey(m.GetLaneKey()); err != nil {
 		return err
 	}
+	if m.GetSubscriptionId() != "" {
+		if err := lanes.ValidateID("subscription_id", m.GetSubscriptionId()); err != nil {
+			return err
+		}
+	}
 	if m.GetHeadEventId() != "" {
 		if err := lanes.ValidateEventID("head_event_id", m.GetHeadEventId()); err != nil {
 			return err
@@ -167,6 +180,15 @@ func takeHeadError(id lanes.ID, expect string, err error) error {
 func (s *laneService) audit(ctx context.Context, m *rivorav1.SkipLaneHeadRequest, id lanes.ID, eventID string) error {
 	return s.upstream.Audit(ctx, &rivorav1.AuditEntry{
 		Action: "lane.skip", DestinationId: id.Destination, Reason: m.GetReason(),
-		Detail: fmt.Sprintf("event %s of lane %s/%s skipped: dead letter (reason manual)", eventID, id.Customer, id.Key),
+		Detail: fmt.Sprintf("event %s of lane %s/%s%s skipped: dead letter (reason manual)", eventID, id.Customer, id.Key, ofSubscription(id.Subscription)),
 	})
+}
+
+// ofSubscription names a lane's subscription in an audit entry ("" for a
+// lane of events published to the destination).
+func ofSubscription(id string) string {
+	if id == "" {
+		return ""
+	}
+	return " (subscription " + id + ")"
 }

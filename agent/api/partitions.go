@@ -22,12 +22,21 @@ type partitionService struct {
 	*server
 }
 
+// CountPending counts a destination's pending events, or one of its
+// subscription's (subscription_id).
 func (s *partitionService) CountPending(_ context.Context, req *connect.Request[rivorav1.CountPendingRequest]) (*connect.Response[rivorav1.CountPendingResponse], error) {
-	return connect.NewResponse(&rivorav1.CountPendingResponse{Pending: int64(s.sched.Pending(req.Msg.GetDestinationId()))}), nil
+	dest, sub := req.Msg.GetDestinationId(), req.Msg.GetSubscriptionId()
+	n := s.sched.Pending(dest)
+	if sub != "" {
+		n = s.sched.PendingOf(dest, sub)
+	}
+	return connect.NewResponse(&rivorav1.CountPendingResponse{Pending: int64(n)}), nil
 }
 
+// ArchivePending dead-letters a destination's pending events, or one of
+// its subscription's (subscription_id), with reason deleted.
 func (s *partitionService) ArchivePending(ctx context.Context, req *connect.Request[rivorav1.ArchivePendingRequest]) (*connect.Response[rivorav1.ArchivePendingResponse], error) {
-	n, err := s.parts.ArchivePending(ctx, req.Msg.GetDestinationId())
+	n, err := s.parts.ArchivePending(ctx, req.Msg.GetDestinationId(), req.Msg.GetSubscriptionId())
 	if err != nil {
 		return nil, errkind.Tag(errkind.Unavailable, err)
 	}

@@ -78,6 +78,9 @@ func checkFilter(f *rivorav1.DeadLetterFilter) error {
 	if err == nil && f.GetLaneKey() != "" {
 		err = lanes.ValidateLaneKey(f.GetLaneKey())
 	}
+	if err == nil && f.GetSubscriptionId() != "" {
+		err = lanes.ValidateID("filter.subscription_id", f.GetSubscriptionId())
+	}
 	for name, ts := range map[string]*timestamppb.Timestamp{"filter.since": f.GetSince(), "filter.until": f.GetUntil()} {
 		if err == nil && ts != nil {
 			if e := ts.CheckValid(); e != nil {
@@ -103,6 +106,8 @@ func matches(f *rivorav1.DeadLetterFilter, dl *rivorav1.DeadLetter) bool {
 	case f.GetCustomerId() != "" && ev.GetCustomerId() != f.GetCustomerId():
 		return false
 	case f.GetLaneKey() != "" && ev.GetLaneKey() != f.GetLaneKey():
+		return false
+	case f.GetSubscriptionId() != "" && ev.GetSubscriptionId() != f.GetSubscriptionId():
 		return false
 	case f.GetSince() != nil && dl.GetDeadAt().AsTime().Before(f.GetSince().AsTime()):
 		return false
@@ -264,6 +269,7 @@ func (s *Service) DeadLetterStats(ctx context.Context, req *connect.Request[rivo
 		return nil, err
 	}
 	counts := newCounter()
+	counts.bySubscription = req.Msg.GetBySubscription()
 	for _, k := range keys {
 		dls, err := s.archive.Get(ctx, k)
 		if err != nil {
@@ -275,13 +281,15 @@ func (s *Service) DeadLetterStats(ctx context.Context, req *connect.Request[rivo
 			}
 		}
 	}
-	return connect.NewResponse(&rivorav1.DeadLetterStatsResponse{Counts: counts.list(), Total: counts.total, Objects: int64(len(keys))}), nil
+	return connect.NewResponse(&rivorav1.DeadLetterStatsResponse{Counts: counts.newestFirst(), Total: counts.total, Objects: int64(len(keys))}), nil
 }
 
-// counter groups dead letters by destination, customer (and reason).
+// counter groups dead letters by destination, customer (and reason, and
+// subscription when bySubscription).
 type counter struct {
-	byKey map[string]*rivorav1.DeadLetterCount
-	total int64
+	byKey          map[string]*rivorav1.DeadLetterCount
+	total          int64
+	bySubscription bool
 }
 
 func newCounter() *counter { return &counter{byKey: make(map[string]*rivorav1.DeadLetterCount)} }
@@ -292,10 +300,17 @@ func (c *counter) add(dl *rivorav1.DeadLetter, byReason bool) {
 	if byReason {
 		reason = dl.GetReason()
 	}
-	k := ev.GetDestinationId() + "\x00" + ev.GetCustomerId() + "\x00" + reason.String()
+	subscription := ""
+	if c.bySubscription {
+		subscription = ev.GetSubscriptionId()
+	}
+	k := ev.GetDestinationId() + "\x00" + ev.GetCustomerId() + "\x00" + subscription + "\x00" + reason.String()
 	n := c.byKey[k]
 	if n == nil {
-		n = &rivorav1.DeadLetterCount{DestinationId: ev.GetDestinationId(), CustomerId: ev.GetCustomerId(), Reason: reason, Oldest: dl.GetDeadAt(), Newest: dl.GetDeadAt()}
+		n = &rivorav1.DeadLetterCount{
+			DestinationId: ev.GetDestinationId(), CustomerId: ev.GetCustomerId(), SubscriptionId: subscription, Reason: reason,
+			Oldest: dl.GetDeadAt(), Newest: dl.GetDeadAt(),
+		}
 		c.byKey[k] = n
 	}
 	n.Count++
@@ -320,8 +335,20 @@ func (c *counter) list() []*rivorav1.DeadLetterCount {
 		if out[i].GetCustomerId() != out[j].GetCustomerId() {
 			return out[i].GetCustomerId() < out[j].GetCustomerId()
 		}
+		if out[i].GetSubscriptionId() != out[j].GetSubscriptionId() {
+			return out[i].GetSubscriptionId() < out[j].GetSubscriptionId()
+		}
 		return out[i].GetReason() < out[j].GetReason()
 	})
+	return out
+}
+
+// newestFirst lists the counts by their newest dead letter, newest first
+// (then as list does): what a view that opens on what there is shows
+// first.
+func (c *counter) newestFirst() []*rivorav1.DeadLetterCount {
+	out := c.list()
+	sort.SliceStable(out, func(i, j int) bool { return out[i].GetNewest().AsTime().After(out[j].GetNewest().AsTime()) })
 	return out
 }
 
@@ -366,7 +393,7 @@ func (s *Service) audited(ctx context.Context, r ReplayRequest, progress Progres
 		detail += "; stopped: " + errkind.CodeOf(err).String()
 	}
 	var scope []string
-	for _, kv := range [][2]string{{"customer", f.GetCustomerId()}, {"lane", f.GetLaneKey()}} {
+	for _, kv := range [][2]string{{"customer", f.GetCustomerId()}, {"lane", f.GetLaneKey()}, {"subscription", f.GetSubscriptionId()}} {
 		if kv[1] != "" {
 			scope = append(scope, kv[0]+" "+kv[1])
 		}

@@ -1,7 +1,7 @@
 // Package destinations holds the agent's current view of the registered
 // destinations, as pushed by the control plane, and answers the one question
-// the delivery path asks: which URL, secret and headers to use for a
-// (destination, customer).
+// the delivery path asks: which URL, secret and headers to use for an
+// event to a destination, directly or through one of its subscriptions.
 package destinations
 
 import (
@@ -12,6 +12,7 @@ import (
 
 	"github.com/rivora/rivora/agent/limits"
 	"github.com/rivora/rivora/agent/retry"
+	"github.com/rivora/rivora/agent/subscriptions"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 )
@@ -55,7 +56,32 @@ func (d *Destination) PausedBetween(from, to time.Time) time.Duration {
 	return total
 }
 
-// Endpoint is where and how one customer's events for a destination go.
+// PausedBetweenWith is how long the destination or another (its event's
+// subscription: other gives its paused time in a range) was paused
+// between from and to: the time of either pause, a time both were paused
+// counted once.
+func (d *Destination) PausedBetweenWith(other func(from, to time.Time) time.Duration, from, to time.Time) time.Duration {
+	if other == nil {
+		return d.PausedBetween(from, to)
+	}
+	total := d.PausedBetween(from, to) + other(from, to)
+	for _, p := range d.pauses {
+		end := p.end
+		if end.IsZero() || end.After(to) {
+			end = to
+		}
+		start := p.start
+		if start.Before(from) {
+			start = from
+		}
+		if end.After(start) {
+			total -= other(start, end) // paused by both: counted once
+		}
+	}
+	return total
+}
+
+// Endpoint is where and how one event to a destination goes.
 type Endpoint struct {
 	URL    string
 	Signer *webhook.Signer
@@ -126,15 +152,49 @@ func (r *Registry) Get(id string) (*Destination, bool) {
 	return d, ok
 }
 
-// Endpoint returns the URL and signer for a customer's events to a
-// destination. Per-customer endpoint settings under a shared destination
-// will plug in here; the budget stays per destination.
-func (r *Registry) Endpoint(destinationID, customerID string) (Endpoint, error) {
+// Endpoint returns where and how an event to a destination goes: the
+// destination's URL, signer and custom headers, or, for an event a
+// subscription routed (sub not nil), the subscription's URL and signer
+// where it has its own, and the destination's headers with the
+// subscription's over them (its value wins for the same name). The
+// budget, limits, timeout and retry policy stay the destination's.
+func (r *Registry) Endpoint(destinationID string, sub *subscriptions.Subscription) (Endpoint, error) {
 	d, ok := r.Get(destinationID)
 	if !ok {
 		return Endpoint{}, fmt.Errorf("destination %q is not registered", destinationID)
 	}
-	return Endpoint{URL: d.URL, Signer: d.Signer, Headers: d.Headers}, nil
+	return d.Endpoint(sub), nil
+}
+
+// Endpoint is where and how an event to d goes (see Registry.Endpoint).
+func (d *Destination) Endpoint(sub *subscriptions.Subscription) Endpoint {
+	e := Endpoint{URL: d.URL, Signer: d.Signer, Headers: d.Headers}
+	if sub == nil {
+		return e
+	}
+	if sub.URL != "" {
+		e.URL = sub.URL
+	}
+	if sub.Signer != nil {
+		e.Signer = sub.Signer
+	}
+	if len(sub.Headers) > 0 {
+		e.Headers = overlay(d.Headers, sub.Headers)
+	}
+	return e
+}
+
+// overlay is base's headers with over's replacing them name by name (both
+// in canonical form; neither is modified).
+func overlay(base, over http.Header) http.Header {
+	out := make(http.Header, len(base)+len(over))
+	for name, values := range base {
+		out[name] = values
+	}
+	for name, values := range over {
+		out[name] = values
+	}
+	return out
 }
 
 // FromProto converts a control-plane destination (limits already filled

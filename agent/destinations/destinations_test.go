@@ -86,7 +86,7 @@ func TestRegistryReplace(t *testing.T) {
 	if _, err := r.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://a", Secret: secret}, {Id: "billing", Url: "http://b", Secret: secret}}); err != nil {
 		t.Fatal(err)
 	}
-	ep, err := r.Endpoint("billing", "acme")
+	ep, err := r.Endpoint("billing", nil)
 	if err != nil || ep.URL != "http://b" || ep.Signer == nil {
 		t.Fatalf("Endpoint(billing) = %+v, %v", ep, err)
 	}
@@ -105,7 +105,7 @@ func TestRegistryReplace(t *testing.T) {
 	if _, ok := r.Get("billing"); ok {
 		t.Fatal("billing still registered after a Replace without it")
 	}
-	if _, err := r.Endpoint("billing", "acme"); err == nil || !strings.Contains(err.Error(), "not registered") {
+	if _, err := r.Endpoint("billing", nil); err == nil || !strings.Contains(err.Error(), "not registered") {
 		t.Fatalf("Endpoint(unregistered) err = %v", err)
 	}
 }

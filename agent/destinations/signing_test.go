@@ -86,7 +86,7 @@ func TestCustomHeadersReachTheEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := r.Endpoint("orders", "acme")
+	ep, err := r.Endpoint("orders", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

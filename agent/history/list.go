@@ -16,8 +16,8 @@ import (
 type Filter struct {
 	// Destination is required.
 	Destination string
-	// Customer and Lane, when set, must match.
-	Customer, Lane string
+	// Customer, Lane and Subscription, when set, must match.
+	Customer, Lane, Subscription string
 	// Delivered and Dead select the kinds listed (neither: both).
 	Delivered, Dead bool
 	// Since and Until bound the time an event was delivered or
@@ -199,6 +199,7 @@ func (s *scan) match(at time.Time, data []byte) (Finished, bool) {
 	case o.GetDestinationId() != f.Destination,
 		f.Customer != "" && o.GetCustomerId() != f.Customer,
 		f.Lane != "" && o.GetLaneKey() != f.Lane,
+		f.Subscription != "" && o.GetSubscriptionId() != f.Subscription,
 		!f.wants(o.GetKind()):
 		return Finished{}, false
 	}

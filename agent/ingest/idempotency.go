@@ -36,10 +36,18 @@ var reservedKeyPrefixes = []string{"replay:", "resend:"}
 // publishes with one key and different payloads exactly one can win. A
 // record whose event was never stored (the store failed after it) is
 // harmless: a retry with the same fingerprint stores the event then.
+//
+// A publish without destination_id records its fingerprint and its routes
+// under a key of its own scope: fanout_idempotency.go holds that rule.
 type claims struct {
 	js jetstream.JetStream
 	kv jetstream.KeyValue
 }
+
+// idempotencyValueSize bounds one record: a fingerprint, or a fan-out's
+// fingerprint and up to MaxFanout routes (fanoutRecordSize), with room
+// for the headers NATS counts.
+const idempotencyValueSize = 128 << 10
 
 func newClaims(ctx context.Context, js jetstream.JetStream, window time.Duration, replicas int) (*claims, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -47,7 +55,7 @@ func newClaims(ctx context.Context, js jetstream.JetStream, window time.Duration
 		Description:  "What each idempotency key was first used for, for the dedup window.",
 		TTL:          window,
 		History:      1,
-		MaxValueSize: 1024, // a fingerprint, with room for the headers NATS counts
+		MaxValueSize: idempotencyValueSize,
 		Storage:      jetstream.FileStorage,
 		Replicas:     max(replicas, 1),
 	})
@@ -59,10 +67,12 @@ func newClaims(ctx context.Context, js jetstream.JetStream, window time.Duration
 
 // fingerprint is what must match for a repeated key to be the same
 // event: its type, lane, content type and payload (the destination and
-// customer are in the id).
-func fingerprint(ev *rivorav1.Event) []byte {
+// customer are in the id), then any further parts the caller's scope
+// needs (a fan-out's target).
+func fingerprint(ev *rivorav1.Event, more ...[]byte) []byte {
 	h := sha256.New()
-	for _, part := range [][]byte{[]byte(ev.GetType()), []byte(ev.GetLaneKey()), []byte(ev.GetContentType()), ev.GetPayload()} {
+	parts := append([][]byte{[]byte(ev.GetType()), []byte(ev.GetLaneKey()), []byte(ev.GetContentType()), ev.GetPayload()}, more...)
+	for _, part := range parts {
 		var n [8]byte
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
 		h.Write(n[:])
@@ -71,21 +81,57 @@ func fingerprint(ev *rivorav1.Event) []byte {
 	return h.Sum(nil)
 }
 
-// claimed are the records one check wrote (event id and revision):
-// released when the events they are for could not be stored.
+// recordWrite is one idempotency record a publish makes, create-only.
+type recordWrite struct {
+	// index is the event's in its request, for errors.
+	index int
+	// key is the record's key in the bucket; value what it records.
+	key   string
+	value []byte
+	// same reads the record another publish (or an earlier try of this
+	// one) left under key: nil when it is this publish's (the same
+	// event; it may take what the record holds), errConflict when it is
+	// another's.
+	same func(existing []byte) error
+	// conflict is the answer when the key was used for another event.
+	conflict func(inBatch bool) error
+	// keep leaves the record when the store fails: a fan-out's, whose
+	// deliveries may be stored in part (a retry must complete the same
+	// routes, fanout_idempotency.go).
+	keep bool
+}
+
+// directRecord is the record of a keyed event published to a destination
+// by name: its fingerprint, under its event id.
+func directRecord(p *prepared, i int) recordWrite {
+	return recordWrite{
+		index: i, key: p.event.GetEventId(), value: p.fingerprint,
+		same: func(existing []byte) error {
+			if bytes.Equal(existing, p.fingerprint) {
+				return nil
+			}
+			return errConflict
+		},
+		conflict: func(inBatch bool) error { return conflictError(p, i, inBatch) },
+	}
+}
+
+// claimed are the records one check wrote (key and revision): released
+// when the events they are for could not be stored.
 type claimed []claim
 
 type claim struct {
 	key      string
 	revision uint64
+	keep     bool
 }
 
-// check records the fingerprints of the keyed events of batch, or checks
-// them against those recorded. It answers errkind.Exists, naming the first
-// event whose key was used for something else; what it recorded is then
-// released, and so it is when the caller's store fails (release).
-func (c *claims) check(ctx context.Context, batch []*prepared) (claimed, error) {
-	made, err := c.record(ctx, batch)
+// check makes the records writes, or checks them against those recorded.
+// It answers errkind.Exists, naming the first event whose key was used for
+// something else; what it recorded is then released (nothing was stored
+// yet), and so it is when the caller's store fails (releaseUnstored).
+func (c *claims) check(ctx context.Context, writes []recordWrite, inBatch bool) (claimed, error) {
+	made, err := c.record(ctx, writes, inBatch)
 	if err != nil {
 		c.release(made)
 		return nil, err
@@ -93,23 +139,21 @@ func (c *claims) check(ctx context.Context, batch []*prepared) (claimed, error) 
 	return made, nil
 }
 
-func (c *claims) record(ctx context.Context, batch []*prepared) (claimed, error) {
+func (c *claims) record(ctx context.Context, writes []recordWrite, inBatch bool) (claimed, error) {
 	type pending struct {
-		i      int
+		w      *recordWrite
 		future jetstream.PubAckFuture
 	}
 	var inAir []pending
-	for i, p := range batch {
-		if p.fingerprint == nil {
-			continue
-		}
-		msg := nats.NewMsg("$KV." + IdempotencyBucket + "." + p.event.GetEventId())
-		msg.Data = p.fingerprint
+	for i := range writes {
+		w := &writes[i]
+		msg := nats.NewMsg("$KV." + IdempotencyBucket + "." + w.key)
+		msg.Data = w.value
 		f, err := c.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(0))
 		if err != nil {
 			return nil, fmt.Errorf("record idempotency key: %w", err)
 		}
-		inAir = append(inAir, pending{i, f})
+		inAir = append(inAir, pending{w, f})
 	}
 	// Every answer is awaited, so that made lists all this call wrote.
 	var made claimed
@@ -118,7 +162,7 @@ func (c *claims) record(ctx context.Context, batch []*prepared) (claimed, error)
 		var err error
 		select {
 		case ack := <-pa.future.Ok():
-			made = append(made, claim{batch[pa.i].event.GetEventId(), ack.Sequence})
+			made = append(made, claim{pa.w.key, ack.Sequence, pa.w.keep})
 			continue
 		case err = <-pa.future.Err():
 		case <-ctx.Done():
@@ -131,11 +175,10 @@ func (c *claims) record(ctx context.Context, batch []*prepared) (claimed, error)
 			firstErr = fmt.Errorf("record idempotency key: %w", err)
 			continue
 		}
-		p := batch[pa.i]
-		cl, err := c.recordOver(ctx, p)
+		cl, err := c.recordOver(ctx, pa.w)
 		switch {
 		case errors.Is(err, errConflict):
-			firstErr = conflictError(p, pa.i, len(batch) > 1)
+			firstErr = pa.w.conflict(inBatch)
 		case err != nil:
 			firstErr = err
 		case cl.revision != 0:
@@ -151,28 +194,25 @@ var errConflict = errors.New("idempotency key used for another event")
 // same event again (nothing to write), another event (errConflict), or
 // the marker a release left (the key is free: record it, through
 // kv.Create, which writes over a delete marker).
-func (c *claims) recordOver(ctx context.Context, p *prepared) (claim, error) {
-	key := p.event.GetEventId()
+func (c *claims) recordOver(ctx context.Context, w *recordWrite) (claim, error) {
 	for range 3 {
-		entry, err := c.kv.Get(ctx, key)
+		entry, err := c.kv.Get(ctx, w.key)
 		switch {
-		case err == nil && bytes.Equal(entry.Value(), p.fingerprint):
-			return claim{}, nil
 		case err == nil:
-			return claim{}, errConflict
+			return claim{}, w.same(entry.Value())
 		case !errors.Is(err, jetstream.ErrKeyNotFound):
 			return claim{}, fmt.Errorf("read idempotency key: %w", err)
 		}
-		rev, err := c.kv.Create(ctx, key, p.fingerprint)
+		rev, err := c.kv.Create(ctx, w.key, w.value)
 		switch {
 		case err == nil:
-			return claim{key, rev}, nil
+			return claim{w.key, rev, w.keep}, nil
 		case !errors.Is(err, jetstream.ErrKeyExists):
 			return claim{}, fmt.Errorf("record idempotency key: %w", err)
 		}
 		// Another publish recorded it in between: read it again.
 	}
-	return claim{}, fmt.Errorf("record idempotency key %s: it keeps changing; retry", key)
+	return claim{}, fmt.Errorf("record idempotency key %s: it keeps changing; retry", w.key)
 }
 
 // release deletes the records of a check whose events were not stored,
@@ -193,9 +233,26 @@ func (c *claims) release(made claimed) {
 	}
 }
 
+// releaseUnstored releases, after a failed store, the records that may
+// go: not those marked keep (a fan-out's, whose deliveries may be stored
+// in part).
+func (c *claims) releaseUnstored(made claimed) {
+	var free claimed
+	for _, cl := range made {
+		if !cl.keep {
+			free = append(free, cl)
+		}
+	}
+	c.release(free)
+}
+
 func conflictError(p *prepared, i int, inBatch bool) error {
 	msg := fmt.Sprintf("idempotency key %q was already used by customer %s on destination %s for another event (event %s: a different payload, type, lane or content type); a key names one event — use a new key for a new event",
 		p.key, p.event.GetCustomerId(), p.event.GetDestinationId(), p.event.GetEventId())
+	return inBatchConflict(msg, i, inBatch)
+}
+
+func inBatchConflict(msg string, i int, inBatch bool) error {
 	if inBatch {
 		msg = fmt.Sprintf("events[%d]: %s (nothing in this batch was stored)", i, msg)
 	}

@@ -1,8 +1,11 @@
-// Package ingest is the agent's ingest gateway: it validates an event,
-// stores it — straight into its lane when this agent owns the event's
-// partition, else in the INGEST stream (tier 1) for the owner to move — and
-// answers only after JetStream acknowledged the write. Accepting never
-// depends on any destination.
+// Package ingest is the agent's ingest gateway: it validates an event
+// (checking it against the event-type catalogue), routes it — to the
+// destination it names, or, without one, to each of its customer's
+// matching subscriptions (a fan-out) — stores each delivery straight into
+// its lane when this agent owns the destination's partition, else in the
+// INGEST stream (tier 1) for the owner to move, and answers only after
+// JetStream acknowledged every write. Accepting never depends on any
+// destination being up.
 package ingest
 
 import (
@@ -25,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/internal/tracing"
 	"github.com/rivora/rivora/lanes"
@@ -52,6 +56,12 @@ type Config struct {
 	// is the cell's partition count, which the agent's partition set owns:
 	// 0 until the control plane's first config.
 	Partitions PartitionCount
+	// Subscriptions are the cell's subscriptions, by which a publish
+	// without destination_id fans out (nil: such a publish is refused).
+	Subscriptions *subscriptions.Table
+	// Catalogue is the cell's event types: every publish is checked
+	// against it (nil: none is).
+	Catalogue *subscriptions.Catalogue
 }
 
 // Defaults.
@@ -80,6 +90,8 @@ type Gateway struct {
 	partitions PartitionCount
 	local      LocalStore
 	claims     *claims
+	subs       *subscriptions.Table
+	catalogue  *subscriptions.Catalogue
 }
 
 // PartitionCount tells the cell's partition count: 0 until it is known.
@@ -133,7 +145,10 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 		return nil, err
 	}
 	log.Info("ingest ready", "stream", lanes.IngestStream, "dedup_window", cfg.DedupWindow, "max_payload", cfg.MaxPayload)
-	return &Gateway{js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims}, nil
+	return &Gateway{
+		js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims,
+		subs: cfg.Subscriptions, catalogue: cfg.Catalogue,
+	}, nil
 }
 
 func newEventID() (string, error) {
@@ -144,43 +159,25 @@ func newEventID() (string, error) {
 	return id.String(), nil
 }
 
-// Publish accepts one event.
+// Publish accepts one event: to the destination it names, or to each
+// of its customer's matching subscriptions (routes), or, a test event, to
+// the one subscription it names.
 func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.PublishRequest]) (_ *connect.Response[rivorav1.PublishResponse], err error) {
 	if g.count() == 0 {
 		return nil, errNoConfig
 	}
 	ctx, tr := startIngest(ctx, req.Header())
 	defer func() { tr.end(err) }()
-	ev, err := g.prepare(req.Msg)
-	if err == nil {
-		err = tr.stamp(ev)
-	}
+	answers, err := g.accept(ctx, tr, []*rivorav1.PublishRequest{req.Msg}, false)
 	if err != nil {
-		accepted.WithLabelValues("invalid").Inc()
-		return nil, errkind.Tag(errkind.Invalid, err)
+		return nil, err
 	}
-	tr.annotateEvent(ev)
-	claimed, err := g.claims.check(ctx, []*prepared{ev})
-	if err != nil {
-		return nil, claimError(ctx, err)
-	}
-	storeCtx, span := tr.startStore(ctx, 1)
-	dups, err := g.store(storeCtx, []*prepared{ev})
-	endSpan(span, err)
-	if err != nil {
-		g.claims.release(claimed)
-		accepted.WithLabelValues("failed").Inc()
-		return nil, storeError(ctx, err)
-	}
-	result := "accepted"
-	if dups[0] {
-		result = "duplicate"
-	}
-	accepted.WithLabelValues(result).Inc()
-	return connect.NewResponse(&rivorav1.PublishResponse{EventId: ev.event.GetEventId(), Duplicate: dups[0]}), nil
+	return connect.NewResponse(answers[0]), nil
 }
 
-// PublishBatch accepts many events: all are validated before any is stored.
+// PublishBatch accepts many events, direct and routed mixed, all or
+// nothing: all are validated before any is stored. results[i] answers
+// events[i]; event_ids[i] is its id when it named its destination.
 func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav1.PublishBatchRequest]) (_ *connect.Response[rivorav1.PublishBatchResponse], err error) {
 	if g.count() == 0 {
 		return nil, errNoConfig
@@ -194,34 +191,157 @@ func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav
 	if len(events) > g.cfg.MaxBatch {
 		return nil, errkind.Errorf(errkind.Invalid, "batch has %d events; the limit is %d", len(events), g.cfg.MaxBatch)
 	}
-	batch := make([]*prepared, len(events))
-	ids := make([]string, len(events))
-	for i, ev := range events {
-		p, err := g.prepare(ev)
-		if err == nil {
-			err = tr.stamp(p)
-		}
-		if err != nil {
-			accepted.WithLabelValues("invalid").Add(float64(len(events)))
-			return nil, errkind.Errorf(errkind.Invalid, "events[%d]: %w (nothing in this batch was stored)", i, err)
-		}
-		batch[i], ids[i] = p, p.event.GetEventId()
+	answers, err := g.accept(ctx, tr, events, true)
+	if err != nil {
+		return nil, err
 	}
-	tr.annotateBatch(batch)
-	claimed, err := g.claims.check(ctx, batch)
+	ids := make([]string, len(answers))
+	for i, a := range answers {
+		ids[i] = a.GetEventId()
+	}
+	return connect.NewResponse(&rivorav1.PublishBatchResponse{EventIds: ids, Results: answers}), nil
+}
+
+// accept validates the events of one request, records their idempotency
+// keys, stores every delivery they make, all or nothing, and answers each
+// event (in request order).
+func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.PublishRequest, inBatch bool) ([]*rivorav1.PublishResponse, error) {
+	pubs := make([]publication, len(reqs))
+	for i, req := range reqs {
+		pub, err := g.prepare(req)
+		if err != nil {
+			return nil, refused(err, i, len(reqs), inBatch)
+		}
+		pubs[i] = pub
+	}
+	if err := g.checkStoredSize(pubs); err != nil {
+		accepted.WithLabelValues("invalid").Add(float64(len(reqs)))
+		return nil, err
+	}
+	writes, err := recordWrites(pubs)
+	if err != nil {
+		return nil, err
+	}
+	claimed, err := g.claims.check(ctx, writes, inBatch)
 	if err != nil {
 		return nil, claimError(ctx, err)
 	}
-	storeCtx, span := tr.startStore(ctx, len(batch))
-	_, err = g.store(storeCtx, batch)
-	endSpan(span, err)
+	events, err := g.deliveries(tr, pubs, inBatch)
 	if err != nil {
 		g.claims.release(claimed)
-		accepted.WithLabelValues("failed").Add(float64(len(batch)))
+		return nil, err
+	}
+	tr.annotate(pubs, events, inBatch)
+	storeCtx, span := tr.startStore(ctx, len(events))
+	dups, err := g.store(storeCtx, events)
+	endSpan(span, err)
+	if err != nil {
+		g.claims.releaseUnstored(claimed)
+		accepted.WithLabelValues("failed").Add(float64(len(events)))
 		return nil, storeError(ctx, err)
 	}
-	accepted.WithLabelValues("accepted").Add(float64(len(batch)))
-	return connect.NewResponse(&rivorav1.PublishBatchResponse{EventIds: ids}), nil
+	return answers(pubs, dups), nil
+}
+
+// refused is the answer to a request refused before anything was stored
+// (nothing was): err keeps its kind, else it is the request's fault
+// (Invalid); in a batch it names the event (i) and says nothing was
+// stored.
+func refused(err error, i, events int, inBatch bool) error {
+	result := "invalid"
+	if errors.Is(err, errkind.Unavailable) {
+		result = "failed"
+	}
+	accepted.WithLabelValues(result).Add(float64(events))
+	if !errkind.Coded(err) {
+		err = errkind.Tag(errkind.Invalid, err)
+	}
+	if inBatch {
+		err = fmt.Errorf("events[%d]: %w (nothing in this batch was stored)", i, err)
+	}
+	return err
+}
+
+// publication is one validated PublishRequest: a direct event (it named
+// its destination) or a routed one (a fan-out or a test event).
+type publication struct {
+	direct *prepared
+	routed *routed
+}
+
+// recordWrites are the idempotency records of a request's keyed events.
+func recordWrites(pubs []publication) ([]recordWrite, error) {
+	var writes []recordWrite
+	for i, pub := range pubs {
+		switch {
+		case pub.direct != nil && pub.direct.fingerprint != nil:
+			writes = append(writes, directRecord(pub.direct, i))
+		case pub.routed != nil && pub.routed.key != "":
+			w, err := pub.routed.record(i)
+			if err != nil {
+				return nil, err
+			}
+			writes = append(writes, w)
+		}
+	}
+	return writes, nil
+}
+
+// deliveries are the events a request stores, in request order: each
+// direct event, and each routed one's deliveries on its settled routes;
+// each carries the request's trace context. Its error is the request's
+// answer (nothing stored).
+func (g *Gateway) deliveries(tr *ingestTrace, pubs []publication, inBatch bool) ([]*prepared, error) {
+	events := make([]*prepared, 0, len(pubs))
+	for i, pub := range pubs {
+		mine := []*prepared{pub.direct}
+		if pub.routed != nil {
+			if err := g.settle(pub.routed); err != nil {
+				return nil, refused(err, i, len(pubs), inBatch)
+			}
+			mine = pub.routed.deliveries
+		}
+		for _, p := range mine {
+			if err := tr.stamp(p); err != nil {
+				return nil, refused(err, i, len(pubs), inBatch)
+			}
+		}
+		events = append(events, mine...)
+	}
+	return events, nil
+}
+
+// answers answers each publication, given the store's duplicate flag of
+// each of its events (in deliveries' order), and counts them.
+func answers(pubs []publication, dups []bool) []*rivorav1.PublishResponse {
+	out := make([]*rivorav1.PublishResponse, len(pubs))
+	at := 0
+	for i, pub := range pubs {
+		if pub.direct != nil {
+			out[i] = &rivorav1.PublishResponse{EventId: pub.direct.event.GetEventId(), Duplicate: dups[at]}
+			countStored(dups[at : at+1])
+			at++
+			continue
+		}
+		r := pub.routed
+		out[i] = r.answer(dups[at : at+len(r.deliveries)])
+		countStored(dups[at : at+len(r.deliveries)])
+		at += len(r.deliveries)
+		if len(r.routes) == 0 && !r.retry {
+			unrouted.Inc()
+		}
+	}
+	return out
+}
+
+func countStored(dups []bool) {
+	for _, d := range dups {
+		result := "accepted"
+		if d {
+			result = "duplicate"
+		}
+		accepted.WithLabelValues(result).Inc()
+	}
 }
 
 // prepared is a validated event, encoded, with its partition and dedup id.
@@ -343,44 +463,58 @@ func resendStoreError(ctx context.Context, err error) error {
 	return errkind.Errorf(errkind.Unavailable, "store the resent event: %w; resending again is safe (it is stored once)", err)
 }
 
-// prepare validates and encodes one event.
-func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
-	dest := req.GetDestinationId()
-	if err := lanes.ValidateID("destination_id", dest); err != nil {
-		return nil, err
+// prepare validates one event and plans it: a direct event encoded, or
+// a routed one with its routes.
+func (g *Gateway) prepare(req *rivorav1.PublishRequest) (publication, error) {
+	dest, test := req.GetDestinationId(), req.GetSubscriptionId()
+	if dest != "" && test != "" {
+		return publication{}, errors.New("set destination_id (an event to that destination) or subscription_id (a test event to that subscription), not both")
 	}
-	if _, ok := g.reg.Get(dest); !ok {
-		return nil, fmt.Errorf("destination %q is not registered; create it with `rivoractl destinations create %s --url URL`", dest, dest)
+	if dest != "" {
+		if err := lanes.ValidateID("destination_id", dest); err != nil {
+			return publication{}, err
+		}
+		if _, ok := g.reg.Get(dest); !ok {
+			return publication{}, fmt.Errorf("destination %q is not registered; create it with `rivoractl destinations create %s --url URL`", dest, dest)
+		}
 	}
+	base, key, err := g.content(req)
+	if err != nil {
+		return publication{}, err
+	}
+	if dest == "" {
+		r, err := g.prepareRouted(base, key, test)
+		return publication{routed: r}, err
+	}
+	p, err := g.prepareDirect(base, key, dest)
+	return publication{direct: p}, err
+}
+
+// content validates what every event has — customer, lane, type, body,
+// content type, idempotency key — and checks it against the catalogue.
+// It returns the event as published (no id, destination or subscription)
+// and its idempotency key.
+func (g *Gateway) content(req *rivorav1.PublishRequest) (*rivorav1.Event, string, error) {
 	if err := lanes.ValidateID("customer_id", req.GetCustomerId()); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := lanes.ValidateLaneKey(req.GetLaneKey()); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if t := req.GetType(); t == "" || len(t) > maxTypeLen {
-		return nil, fmt.Errorf("type must be 1–%d bytes (e.g. \"order.created\"), got %d bytes", maxTypeLen, len(t))
+		return nil, "", fmt.Errorf("type must be 1–%d bytes (e.g. \"order.created\"), got %d bytes", maxTypeLen, len(t))
 	}
 	payload, contentType, err := body(req, g.cfg.MaxPayload)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	// A key names one event of its customer on its destination: the id
-	// is derived from the three, so another customer's same key is
-	// another event.
 	key := req.GetIdempotencyKey()
-	var id string
 	if key != "" {
 		if err := lanes.ValidateEventID("idempotency_key", key); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if err := validateKey(key); err != nil {
-			return nil, err
-		}
-		id = eventid.FromKey(dest, req.GetCustomerId(), key)
-	} else {
-		if id, err = g.newID(); err != nil {
-			return nil, fmt.Errorf("assign event id: %w", err)
+			return nil, "", err
 		}
 	}
 	switch contentType {
@@ -389,19 +523,39 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (*prepared, error) {
 		contentType = defaultContentType
 	default:
 		if err := validateContentType(contentType); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
-	ev := &rivorav1.Event{
-		EventId:       id,
-		DestinationId: dest,
-		CustomerId:    req.GetCustomerId(),
-		LaneKey:       req.GetLaneKey(),
-		Type:          req.GetType(),
-		Payload:       payload,
-		ContentType:   contentType,
-		AcceptedAt:    timestamppb.New(g.now()),
+	if g.catalogue != nil {
+		if err := g.catalogue.Check(req.GetType(), payload, isJSON(contentType)); err != nil {
+			return nil, "", err
+		}
 	}
+	return &rivorav1.Event{
+		CustomerId:  req.GetCustomerId(),
+		LaneKey:     req.GetLaneKey(),
+		Type:        req.GetType(),
+		Payload:     payload,
+		ContentType: contentType,
+		AcceptedAt:  timestamppb.New(g.now()),
+	}, key, nil
+}
+
+// prepareDirect encodes an event published to the destination it names.
+func (g *Gateway) prepareDirect(base *rivorav1.Event, key, dest string) (*prepared, error) {
+	// A key names one event of its customer on its destination: the id
+	// is derived from the three, so another customer's same key is
+	// another event.
+	var id string
+	if key != "" {
+		id = eventid.FromKey(dest, base.GetCustomerId(), key)
+	} else {
+		var err error
+		if id, err = g.newID(); err != nil {
+			return nil, fmt.Errorf("assign event id: %w", err)
+		}
+	}
+	ev := withRoute(base, id, dest, "")
 	data, err := proto.Marshal(ev)
 	if err != nil {
 		return nil, fmt.Errorf("encode event: %w", err)

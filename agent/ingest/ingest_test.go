@@ -20,6 +20,7 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/agent/natsd"
+	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -37,6 +38,9 @@ type fixture struct {
 	gw  gateway
 	st  jetstream.Stream
 	reg *destinations.Registry
+	// subs and cat are the gateway's subscriptions and event types.
+	subs *subscriptions.Table
+	cat  *subscriptions.Catalogue
 }
 
 // gateway is the ingest gateway as its callers see it: its errors
@@ -65,7 +69,8 @@ func (g gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (stor
 }
 
 // newFixture starts an embedded NATS server and a gateway that knows the
-// destinations "orders" and "billing".
+// destinations "orders" and "billing", with no subscription and an empty,
+// lenient catalogue.
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	srv, err := natsd.Start(natsd.Config{DataDir: t.TempDir()}, slog.New(slog.DiscardHandler))
@@ -80,26 +85,46 @@ func newFixture(t testing.TB) *fixture {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	gw, err := ingest.New(ctx, srv.JetStream(), reg, ingest.Config{MaxPayload: maxPayload, MaxBatch: 50, Partitions: ingest.FixedCount(partitions)}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatalf("ingest.New: %v", err)
-	}
-	st, err := srv.JetStream().Stream(ctx, lanes.IngestStream)
+	f := &fixture{srv: srv, reg: reg, subs: subscriptions.NewTable(), cat: subscriptions.NewCatalogue()}
+	f.gw = f.with(t, ingest.Config{})
+	st, err := srv.JetStream().Stream(context.Background(), lanes.IngestStream)
 	if err != nil {
 		t.Fatalf("INGEST stream: %v", err)
 	}
-	return &fixture{srv: srv, gw: gateway{gw}, st: st, reg: reg}
+	f.st = st
+	return f
+}
+
+// with is another gateway on f's server, registry, subscriptions and
+// catalogue, configured as f's but for what cfg sets.
+func (f *fixture) with(t testing.TB, cfg ingest.Config) gateway {
+	t.Helper()
+	if cfg.MaxPayload == 0 {
+		cfg.MaxPayload = maxPayload
+	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = 50
+	}
+	if cfg.Partitions == nil {
+		cfg.Partitions = ingest.FixedCount(partitions)
+	}
+	if cfg.Subscriptions == nil {
+		cfg.Subscriptions = f.subs
+	}
+	if cfg.Catalogue == nil {
+		cfg.Catalogue = f.cat
+	}
+	gw, err := ingest.New(context.Background(), f.srv.JetStream(), f.reg, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("ingest.New: %v", err)
+	}
+	return gateway{gw}
 }
 
 // withLocal is another gateway on f's server whose local store is local.
 func (f *fixture) withLocal(t testing.TB, local ingest.LocalStore) gateway {
 	t.Helper()
-	gw, err := ingest.New(context.Background(), f.srv.JetStream(), f.reg, ingest.Config{MaxPayload: maxPayload, MaxBatch: 50, Local: local, Partitions: ingest.FixedCount(partitions)}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatalf("ingest.New: %v", err)
-	}
-	return gateway{gw}
+	return f.with(t, ingest.Config{Local: local})
 }
 
 func valid() *rivorav1.PublishRequest {
@@ -143,7 +168,8 @@ func (f *fixture) stored(t testing.TB) []*rivorav1.Event {
 		if raw.Subject != wantSubject {
 			t.Fatalf("event %s stored on %q, want %q", ev.GetEventId(), raw.Subject, wantSubject)
 		}
-		if got := raw.Header.Get(jetstream.MsgIDHeader); got != ev.GetEventId() {
+		// A re-ingest has its own dedup id (ReplayDedupID, the resend's).
+		if got := raw.Header.Get(jetstream.MsgIDHeader); got != ev.GetEventId() && !ev.GetResent() && !ev.GetReplayed() {
 			t.Fatalf("event %s stored with Nats-Msg-Id %q; dedup needs the event id", ev.GetEventId(), got)
 		}
 		out = append(out, ev)
@@ -322,7 +348,7 @@ func TestPublishValidation(t *testing.T) {
 		want []string // substrings of the message
 	}{
 		{"unknown destination", func(r *rivorav1.PublishRequest) { r.DestinationId = "nope" }, []string{`destination "nope" is not registered`, "rivoractl destinations create nope"}},
-		{"empty destination", func(r *rivorav1.PublishRequest) { r.DestinationId = "" }, []string{"destination_id is empty"}},
+		{"destination and subscription", func(r *rivorav1.PublishRequest) { r.SubscriptionId = "sub_a" }, []string{"destination_id", "subscription_id", "not both"}},
 		{"destination with a dot", func(r *rivorav1.PublishRequest) { r.DestinationId = "orders.eu" }, []string{"destination_id", `'.'`, "use letters, digits"}},
 		{"destination with a wildcard", func(r *rivorav1.PublishRequest) { r.DestinationId = "orders>" }, []string{"destination_id", `'>'`}},
 		{"long destination", func(r *rivorav1.PublishRequest) { r.DestinationId = strings.Repeat("d", 65) }, []string{"destination_id", "65 bytes", "limit is 64"}},
@@ -588,6 +614,13 @@ func FuzzPublish(f *testing.F) {
 			}
 			if after := fx.msgs(t); after != before {
 				t.Fatalf("rejected publish changed INGEST from %d to %d messages", before, after)
+			}
+			return
+		}
+		if resp.Msg.GetFannedOut() {
+			// No destination: a fan-out, and the fixture has no subscription.
+			if dest != "" || len(resp.Msg.GetRoutes()) != 0 || fx.msgs(t) != before {
+				t.Fatalf("Publish(%v) fanned out: %v, want only without destination, to no route, storing nothing", req, resp.Msg)
 			}
 			return
 		}

@@ -1,6 +1,10 @@
 package ingest
 
-import "encoding/base64"
+import (
+	"encoding/base64"
+
+	"github.com/rivora/rivora/internal/errkind"
+)
 
 // eventOverhead bounds what an event carries besides its payload (ids,
 // type, content type, idempotency key, encoding): it sizes the largest
@@ -34,4 +38,37 @@ func (g *Gateway) RequestLimits() (publish, batch int) {
 	publish = max(base64.StdEncoding.EncodedLen(g.cfg.MaxPayload), dataGrowth*g.cfg.MaxPayload) + eventOverhead
 	batch = min(g.cfg.MaxBatch*publish, max(g.cfg.MaxBatchBytes, publish))
 	return publish, batch
+}
+
+// storedBytesFactor bounds what one request stores in all, fan-outs'
+// deliveries included, as a multiple of MaxBatchBytes: a fan-out
+// multiplies its event, and the gateway holds every delivery's encoding
+// until it is stored.
+const storedBytesFactor = 4
+
+// routeOverhead estimates what a delivery's encoding adds to its payload
+// (ids, type, lane, timestamps).
+const routeOverhead = 512
+
+// checkStoredSize refuses a request whose deliveries would take more than
+// storedBytesFactor × MaxBatchBytes (never less than one full Publish),
+// before any is encoded or any key recorded.
+func (g *Gateway) checkStoredSize(pubs []publication) error {
+	publish, _ := g.RequestLimits()
+	limit := max(storedBytesFactor*g.cfg.MaxBatchBytes, publish)
+	total, deliveries := 0, 0
+	for _, pub := range pubs {
+		if pub.direct != nil {
+			total += len(pub.direct.data)
+			deliveries++
+			continue
+		}
+		n := len(pub.routed.routes)
+		total += n * (len(pub.routed.base.GetPayload()) + routeOverhead)
+		deliveries += n
+	}
+	if total > limit {
+		return errkind.Errorf(errkind.Exhausted, "this request would store %d deliveries, about %d bytes in all (its events fan out to their subscriptions); the limit is %d bytes: publish fewer or smaller events at once", deliveries, total, limit)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package ingest_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 
@@ -9,7 +10,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/internal/tracing"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 // BenchmarkPublish is one Publish stored in INGEST (tracing off: what
@@ -48,5 +51,63 @@ func BenchmarkPublishTraced(b *testing.B) {
 		if _, err := f.gw.Publish(context.Background(), r); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkPublishBatchFanOut is a PublishBatch of 100 events stored in
+// INGEST, each naming its destination (direct), or without destination
+// matching 1, 3 or 10 of its customer's subscriptions (among 20, half of
+// them by a glob, half with a filter). deliveries/s is what is stored per
+// second; compare it with direct's to get the fan-out's cost per delivery.
+func BenchmarkPublishBatchFanOut(b *testing.B) {
+	const batchSize = 100
+	for _, matching := range []int{0, 1, 3, 10} {
+		name := "direct"
+		if matching > 0 {
+			name = "subs=" + strconv.Itoa(matching)
+		}
+		b.Run(name, func(b *testing.B) {
+			f := newFixture(b)
+			subs := make([]*rivorav1.Subscription, 20)
+			for i := range subs {
+				typ, filter := "invoice.*", ""
+				if i < matching {
+					typ = "order.*"
+				}
+				if i%2 == 1 {
+					filter = "data.order > 0"
+				}
+				subs[i] = &rivorav1.Subscription{
+					Id: fmt.Sprintf("sub_%016x", i), CustomerId: "acme", DestinationId: []string{"orders", "billing"}[i%2],
+					Types: []string{typ}, Filter: filter,
+				}
+			}
+			f.withSubscriptions(b, subs...)
+			gw := f.with(b, ingest.Config{MaxBatch: batchSize})
+			events := make([]*rivorav1.PublishRequest, batchSize)
+			for i := range events {
+				events[i] = valid()
+				if matching > 0 {
+					events[i].DestinationId = ""
+				}
+			}
+			deliveries := batchSize * max(matching, 1)
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				for i, ev := range events {
+					ev.LaneKey = "lane-" + strconv.Itoa((n+i)%100)
+				}
+				n++
+				resp, err := gw.PublishBatch(context.Background(), connect.NewRequest(&rivorav1.PublishBatchRequest{Events: events}))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if matching > 0 && len(resp.Msg.GetResults()[0].GetRoutes()) != matching {
+					b.Fatalf("an event matched %d subscriptions, want %d", len(resp.Msg.GetResults()[0].GetRoutes()), matching)
+				}
+			}
+			b.ReportMetric(float64(deliveries*b.N)/b.Elapsed().Seconds(), "deliveries/s")
+		})
 	}
 }

@@ -21,6 +21,9 @@ const (
 	attrCustomer    = attribute.Key("rivora.customer")
 	attrEventID     = attribute.Key("rivora.event_id")
 	attrBatchSize   = attribute.Key("rivora.batch_size")
+	// attrRoutes is how many subscriptions a publish without destination
+	// was stored for (0: it matched none).
+	attrRoutes = attribute.Key("rivora.routes")
 )
 
 // ingestTrace is a Publish's trace: its span (nil when tracing is off)
@@ -76,35 +79,45 @@ func (t *ingestTrace) recording() bool {
 	return t != nil && t.span != nil && t.span.IsRecording()
 }
 
-// annotateEvent adds one event's attributes to the span.
-func (t *ingestTrace) annotateEvent(p *prepared) {
-	if t.recording() {
-		ev := p.event
-		t.span.SetAttributes(attrDestination.String(ev.GetDestinationId()), attrCustomer.String(ev.GetCustomerId()), attrEventID.String(ev.GetEventId()))
-	}
-}
-
-// annotateBatch adds a batch's attributes to the span: its size, and its
-// destination and customer when all its events share them.
-func (t *ingestTrace) annotateBatch(batch []*prepared) {
+// annotate adds a request's attributes to the span: a single Publish's
+// event (or a routed one's customer and route count), or a batch's size
+// and what its deliveries share.
+func (t *ingestTrace) annotate(pubs []publication, events []*prepared, inBatch bool) {
 	if !t.recording() {
 		return
 	}
-	attrs := []attribute.KeyValue{attrBatchSize.Int(len(batch))}
-	dest, cust := batch[0].event.GetDestinationId(), batch[0].event.GetCustomerId()
-	for _, p := range batch[1:] {
-		if p.event.GetDestinationId() != dest {
-			dest = ""
-		}
-		if p.event.GetCustomerId() != cust {
-			cust = ""
-		}
+	switch {
+	case inBatch:
+		t.annotateBatch(len(pubs), events)
+	case pubs[0].direct != nil:
+		ev := pubs[0].direct.event
+		t.span.SetAttributes(attrDestination.String(ev.GetDestinationId()), attrCustomer.String(ev.GetCustomerId()), attrEventID.String(ev.GetEventId()))
+	default:
+		r := pubs[0].routed
+		t.span.SetAttributes(attrCustomer.String(r.base.GetCustomerId()), attrRoutes.Int(len(r.routes)))
 	}
-	if dest != "" {
-		attrs = append(attrs, attrDestination.String(dest))
-	}
-	if cust != "" {
-		attrs = append(attrs, attrCustomer.String(cust))
+}
+
+// annotateBatch adds a batch's attributes to the span: its size, and the
+// destination and customer of its deliveries when they all share them.
+func (t *ingestTrace) annotateBatch(size int, events []*prepared) {
+	attrs := []attribute.KeyValue{attrBatchSize.Int(size)}
+	if len(events) > 0 {
+		dest, cust := events[0].event.GetDestinationId(), events[0].event.GetCustomerId()
+		for _, p := range events[1:] {
+			if p.event.GetDestinationId() != dest {
+				dest = ""
+			}
+			if p.event.GetCustomerId() != cust {
+				cust = ""
+			}
+		}
+		if dest != "" {
+			attrs = append(attrs, attrDestination.String(dest))
+		}
+		if cust != "" {
+			attrs = append(attrs, attrCustomer.String(cust))
+		}
 	}
 	t.span.SetAttributes(attrs...)
 }

@@ -270,3 +270,35 @@ func TestReplayDropsABadArchivedTraceContext(t *testing.T) {
 		t.Fatalf("replayed %s with trace context %q %q; want %s, with none", got.GetEventId(), got.GetTraceparent(), got.GetTracestate(), ev.GetEventId())
 	}
 }
+
+// Every delivery of a fan-out carries the publish's trace context, and
+// the ingest span says whose publish it was and how many routes it took
+// (0 included: what an unrouted publish is found by).
+func TestFanOutTrace(t *testing.T) {
+	exp := traceOn(t)
+	f := newFixture(t)
+	f.withSubscriptions(t, acmeSubscriptions...)
+	resp, err := f.gw.Publish(context.Background(), withTrace(fanOut("order.created", `{"amount":150}`), callerTP, callerTS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	span := spanNamed(t, exp, "rivora.ingest")
+	a := attrs(span)
+	if a["rivora.customer"].AsString() != "acme" || a["rivora.routes"].AsInt64() != 3 {
+		t.Fatalf("ingest span attributes %v, want customer acme and 3 routes", a)
+	}
+	wantTP := fmt.Sprintf("00-%s-%s-01", callerTrace, span.SpanContext.SpanID())
+	stored := f.storedByID(t)
+	for _, r := range resp.Msg.GetRoutes() {
+		if ev := stored[r.GetEventId()]; ev.GetTraceparent() != wantTP || ev.GetTracestate() != callerTS {
+			t.Fatalf("delivery %s: trace context %q %q, want %q %q", r.GetSubscriptionId(), ev.GetTraceparent(), ev.GetTracestate(), wantTP, callerTS)
+		}
+	}
+	exp.Reset()
+	if _, err := f.gw.Publish(context.Background(), connect.NewRequest(fanOut("shipment.sent", `{}`))); err != nil {
+		t.Fatal(err)
+	}
+	if a := attrs(spanNamed(t, exp, "rivora.ingest")); a["rivora.routes"].Type() != attribute.INT64 || a["rivora.routes"].AsInt64() != 0 || a["rivora.customer"].AsString() != "acme" {
+		t.Fatalf("unrouted publish's span attributes %v", a)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/retry"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/agent/verdict"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -48,15 +49,7 @@ func (w Worker) Attempt(ctx context.Context, part *Partition, a *scheduler.Attem
 		f.PartitionOpen = true
 		ev, f.LoadErr = part.Load(ctx, a)
 		if f.LoadErr == nil {
-			dest, ok := part.deps.Registry.Get(ev.GetDestinationId())
-			f.DestinationKnown = ok
-			if ok {
-				f.Paused = dest.Paused
-				f.Policy, f.WindowStart = dest.Retry, windowStart(ev, dest.PausedBetween, f.Now)
-				timeout = dest.Timeout
-				endpoint, f.EndpointErr = part.deps.Registry.Endpoint(dest.ID, ev.GetCustomerId())
-			}
-			f.Owned = part.Owned()
+			endpoint, timeout = part.gather(&f, ev)
 		}
 	}
 	v := verdict.Decide(f)
@@ -67,7 +60,7 @@ func (w Worker) Attempt(ctx context.Context, part *Partition, a *scheduler.Attem
 		f.OtherwiseHealthy = part.observe(a, ev, res)
 		f.Now = w.Clock.Now()
 		if d, ok := part.deps.Registry.Get(ev.GetDestinationId()); ok {
-			f.Policy, f.WindowStart = d.Retry, windowStart(ev, d.PausedBetween, f.Now)
+			f.Policy, f.WindowStart = d.Retry, windowStart(ev, part.pausedBetween(d, ev), f.Now)
 		}
 		v = verdict.Decide(f)
 	}
@@ -81,8 +74,42 @@ func (w Worker) Attempt(ctx context.Context, part *Partition, a *scheduler.Attem
 	return v, err
 }
 
+// gather fills in the facts of a loaded event's attempt from the config:
+// its destination, its subscription (for an event one routed) and the
+// partition's lease; it returns where and how to send it.
+func (o *Partition) gather(f *verdict.Facts, ev *rivorav1.Event) (destinations.Endpoint, time.Duration) {
+	f.Owned = o.Owned()
+	var sub *subscriptions.Subscription
+	if id := ev.GetSubscriptionId(); id != "" {
+		var ok bool
+		sub, ok = o.deps.Subscriptions.Get(id)
+		f.SubscriptionMissing = !ok
+		f.SubscriptionPaused = ok && sub.Paused
+	}
+	dest, ok := o.deps.Registry.Get(ev.GetDestinationId())
+	f.DestinationKnown = ok
+	if !ok {
+		return destinations.Endpoint{}, 0
+	}
+	f.Paused = dest.Paused
+	f.Policy, f.WindowStart = dest.Retry, windowStart(ev, o.pausedBetween(dest, ev), f.Now)
+	return dest.Endpoint(sub), dest.Timeout
+}
+
+// pausedBetween is what holds an event's window: its destination's
+// pauses, and its subscription's for an event one routed.
+func (o *Partition) pausedBetween(dest *destinations.Destination, ev *rivorav1.Event) func(from, to time.Time) time.Duration {
+	var subPaused func(from, to time.Time) time.Duration
+	if id := ev.GetSubscriptionId(); id != "" {
+		if sub, ok := o.deps.Subscriptions.Get(id); ok {
+			subPaused = sub.PausedBetween
+		}
+	}
+	return func(from, to time.Time) time.Duration { return dest.PausedBetweenWith(subPaused, from, to) }
+}
+
 // windowStart is when an event's window started: at acceptance, moved on
-// by the time its destination was paused since.
+// by the time its destination (or subscription) was paused since.
 func windowStart(ev *rivorav1.Event, pausedBetween func(from, to time.Time) time.Duration, now time.Time) time.Time {
 	start := ev.GetAcceptedAt().AsTime()
 	return start.Add(pausedBetween(start, now))

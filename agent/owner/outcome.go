@@ -71,7 +71,19 @@ func (o *Partition) afterAdvance(a *scheduler.Attempt, out scheduler.Outcome) {
 // ArchiveDestination dead-letters every pending event of a destination that
 // is not in flight (reason "deleted") and returns how many.
 func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string) (int, error) {
-	taken := o.deps.Scheduler.TakeDestination(destinationID)
+	return o.archiveTakenLanes(ctx, destinationID, o.deps.Scheduler.TakeDestination(destinationID))
+}
+
+// ArchiveSubscription dead-letters every pending event of one subscription
+// (at its destination) that is not in flight (reason "deleted") and
+// returns how many; the destination's other events stay.
+func (o *Partition) ArchiveSubscription(ctx context.Context, destinationID, subscriptionID string) (int, error) {
+	return o.archiveTakenLanes(ctx, destinationID, o.deps.Scheduler.TakeSubscription(destinationID, subscriptionID))
+}
+
+// archiveTakenLanes dead-letters the entries of lanes taken from the
+// scheduler (reason "deleted").
+func (o *Partition) archiveTakenLanes(ctx context.Context, destinationID string, taken map[*scheduler.Lane][]scheduler.Entry) (int, error) {
 	n := 0
 	var firstErr error
 	for lane, entries := range taken {
@@ -125,6 +137,7 @@ func outcome(ev *rivorav1.Event, kind rivorav1.EventOutcome_Kind, a *rivorav1.At
 	return &rivorav1.EventOutcome{
 		Kind: kind, EventId: ev.GetEventId(), DestinationId: ev.GetDestinationId(), CustomerId: ev.GetCustomerId(),
 		LaneKey: ev.GetLaneKey(), Type: ev.GetType(), AcceptedAt: ev.GetAcceptedAt(), Attempt: a,
+		SubscriptionId: ev.GetSubscriptionId(),
 	}
 }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/internal/ssrf"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -69,6 +70,7 @@ type node struct {
 	t      *testing.T
 	srv    *natsd.Server
 	reg    *destinations.Registry
+	subs   *subscriptions.Table
 	sched  *scheduler.Scheduler
 	gw     *ingest.Gateway
 	parts  []*owner.Partition
@@ -86,7 +88,7 @@ func open(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Dest
 	if err != nil {
 		t.Fatalf("start embedded nats: %v", err)
 	}
-	n := &node{t: t, srv: srv, reg: destinations.NewRegistry(), sched: scheduler.New(clock.Real{})}
+	n := &node{t: t, srv: srv, reg: destinations.NewRegistry(), subs: subscriptions.NewTable(), sched: scheduler.New(clock.Real{})}
 	fail := func(err error) {
 		srv.Shutdown()
 		t.Fatal(err)
@@ -100,7 +102,7 @@ func open(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Dest
 		fail(err)
 	}
 	runHistory(t, hist)
-	deps := owner.Deps{JS: js, Scheduler: n.sched, Registry: n.reg, History: hist, Archive: arch, Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow}
+	deps := owner.Deps{JS: js, Scheduler: n.sched, Registry: n.reg, Subscriptions: n.subs, History: hist, Archive: arch, Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow}
 	locker := ownership.NewLocal()
 	for p := range partitions {
 		lease, err := locker.TryAcquire(ctx, p)

@@ -37,6 +37,7 @@ import (
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/lanes"
 )
 
@@ -46,10 +47,14 @@ type Deps struct {
 	JS        jetstream.JetStream
 	Scheduler *scheduler.Scheduler
 	Registry  *destinations.Registry
-	History   *history.History
-	Archive   archive.Archive
-	Clock     clock.Clock
-	Log       *slog.Logger
+	// Subscriptions are the cell's subscriptions: an event a subscription
+	// routed is delivered with its URL, secret and headers, held while it
+	// is paused, and dead-lettered (reason deleted) once it is gone.
+	Subscriptions *subscriptions.Table
+	History       *history.History
+	Archive       archive.Archive
+	Clock         clock.Clock
+	Log           *slog.Logger
 	// DedupWindow is the lane store's duplicate window (a crash between
 	// moving an event and acking INGEST stores it once).
 	DedupWindow time.Duration

@@ -88,6 +88,12 @@ func settle(ctx context.Context, sched *scheduler.Scheduler, part *Partition, a 
 			part.log.Warn("archive the rest of a deleted destination", "destination", ev.GetDestinationId(), "error", err)
 		}
 	}
+	if v.ArchiveSubscriptionRest {
+		// As for a deleted destination, but only the subscription's lanes.
+		if _, err := part.ArchiveSubscription(ctx, ev.GetDestinationId(), ev.GetSubscriptionId()); err != nil {
+			part.log.Warn("archive the rest of a deleted subscription", "subscription", ev.GetSubscriptionId(), "error", err)
+		}
+	}
 	return out, failed
 }
 

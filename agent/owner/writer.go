@@ -231,9 +231,9 @@ func (w *laneWriter) group(first *appendReq) []*appendReq {
 	return batch
 }
 
-func laneOf(ev *rivorav1.Event) lanes.ID {
-	return lanes.ID{Destination: ev.GetDestinationId(), Customer: ev.GetCustomerId(), Key: ev.GetLaneKey()}
-}
+// laneOf is an event's lane: a subscription's events have their own
+// (lanes.EventLane).
+func laneOf(ev *rivorav1.Event) lanes.ID { return lanes.EventLane(ev) }
 
 // publish sends every item of a group to the lane store without waiting.
 func (w *laneWriter) publish(batch []*appendReq) *flight {

@@ -181,12 +181,19 @@ func (s *Set) AppendLocal(ctx context.Context, p int, events []*rivorav1.Event, 
 }
 
 // ArchivePending dead-letters a destination's pending events (reason
-// "deleted") and returns how many; 0 when its partition is not here.
-func (s *Set) ArchivePending(ctx context.Context, destinationID string) (int64, error) {
+// "deleted"), or only those of one of its subscriptions (subscriptionID
+// not ""), and returns how many; 0 when its partition is not here.
+func (s *Set) ArchivePending(ctx context.Context, destinationID, subscriptionID string) (int64, error) {
 	part := s.OfDestination(destinationID)
 	if part == nil {
 		return 0, nil
 	}
-	archived, err := part.ArchiveDestination(ctx, destinationID)
+	var archived int
+	var err error
+	if subscriptionID != "" {
+		archived, err = part.ArchiveSubscription(ctx, destinationID, subscriptionID)
+	} else {
+		archived, err = part.ArchiveDestination(ctx, destinationID)
+	}
 	return int64(archived), err
 }

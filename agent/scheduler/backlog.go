@@ -238,6 +238,8 @@ type Location struct {
 	Head      Head // set when the event is the lane head
 	// Destination is its destination's state, to say why it waits.
 	Destination DestinationState
+	// SubscriptionPaused: its lane waits for its subscription's resume.
+	SubscriptionPaused bool
 }
 
 // DestinationState is a destination's health as the scheduler sees it.
@@ -259,7 +261,7 @@ func (s *Scheduler) Find(eventID string) (Location, bool) {
 				if e.EventID != eventID {
 					continue
 				}
-				loc := Location{Lane: l.ID, Partition: l.Partition, Entry: e, Ahead: i, Destination: d.state()}
+				loc := Location{Lane: l.ID, Partition: l.Partition, Entry: e, Ahead: i, Destination: d.state(), SubscriptionPaused: l.state == laneSubPaused}
 				if i == 0 {
 					loc.Head = l.head
 					loc.InFlight = l.state == laneInFlight

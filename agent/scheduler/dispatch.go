@@ -241,7 +241,7 @@ func (s *Scheduler) leaveRing(d *destination) {
 // by its parked destination waits for the destination (releaseHeld) or
 // for its window to close, not for its own retry time.
 func (s *Scheduler) schedule(l *Lane, now time.Time) {
-	if len(l.entries) == 0 || l.dest.dropped {
+	if len(l.entries) == 0 || l.dest.dropped || s.holdForSubscription(l) {
 		return
 	}
 	s.watchDeadline(l)

@@ -49,9 +49,12 @@ const (
 	// laneExpired: held by its parked destination until its window closed;
 	// queued in Scheduler.expired to be handed out without a token.
 	laneExpired
+	// laneSubPaused: its subscription is paused; in no queue until it
+	// resumes (subscription.go).
+	laneSubPaused
 )
 
-// Lane is one (destination, customer, lane_key) FIFO.
+// Lane is one (destination, customer, lane_key[, subscription]) FIFO.
 type Lane struct {
 	ID        lanes.ID
 	Partition int

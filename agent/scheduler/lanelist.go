@@ -19,7 +19,8 @@ const (
 	// window closed while held, to be dead-lettered).
 	LaneDue LaneState = iota + 1
 	// LaneWaiting: the head waits for its retry time, or, held by its
-	// parked destination, for the destination's recovery.
+	// parked destination, for the destination's recovery, or for its
+	// paused subscription's resume.
 	LaneWaiting
 	LaneInFlight
 )
@@ -37,8 +38,10 @@ type LaneSummary struct {
 	// (zero otherwise, and while its parked destination holds it).
 	NextAttemptAt time.Time
 	State         LaneState
-	headSeq       uint64
-	since         int64 // HeadSince in Unix ns, for ordering
+	// SubscriptionPaused: the lane waits for its subscription's resume.
+	SubscriptionPaused bool
+	headSeq            uint64
+	since              int64 // HeadSince in Unix ns, for ordering
 }
 
 // Stuck reports whether the lane's head has failed at least once.
@@ -49,8 +52,10 @@ func stuck(h Head) bool { return h.Attempts > 0 || !h.LastAttemptAt.IsZero() }
 // LaneFilter selects the lanes ListLanes reports.
 type LaneFilter struct {
 	Customer string // "" = every customer
-	Stuck    bool   // only lanes whose head has failed at least once
-	Limit    int    // at most this many lanes
+	// Subscription keeps one subscription's lanes ("" = every lane).
+	Subscription string
+	Stuck        bool // only lanes whose head has failed at least once
+	Limit        int  // at most this many lanes
 }
 
 // LaneList is ListLanes' answer.
@@ -157,6 +162,9 @@ func (w *LaneWalk) consider(sl *laneSlot) (endChunk bool) {
 	if w.f.Stuck && !sl.stuck {
 		return false
 	}
+	if w.f.Subscription != "" && sl.lane.ID.Subscription != w.f.Subscription {
+		return false
+	}
 	w.matched++
 	if w.f.Limit <= 0 || (len(w.top) >= w.f.Limit && !waitedLonger(sl.since, sl.seq, w.top[0])) {
 		return false
@@ -218,6 +226,8 @@ func (s *Scheduler) summary(l *Lane) LaneSummary {
 		if !(l.head.HeldByDestination && s.parked[l.dest]) {
 			ls.NextAttemptAt = l.head.NotBefore
 		}
+	case laneSubPaused:
+		ls.State, ls.SubscriptionPaused = LaneWaiting, true
 	default:
 		ls.State = LaneDue
 	}

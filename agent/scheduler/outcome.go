@@ -175,7 +175,9 @@ func (s *Scheduler) advance(a *Attempt, died bool) Outcome {
 		} else {
 			at := s.succeededAt(a)
 			l.newHead(at)
-			s.makeDue(l, at)
+			if !s.holdForSubscription(l) {
+				s.makeDue(l, at)
+			}
 		}
 		return Outcome{Remaining: len(l.entries)}
 	}

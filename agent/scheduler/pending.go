@@ -12,8 +12,8 @@ import (
 // PendingFilter selects a destination's pending events.
 type PendingFilter struct {
 	Destination string
-	// Customer and Lane, when set, must match.
-	Customer, Lane string
+	// Customer, Lane and Subscription, when set, must match.
+	Customer, Lane, Subscription string
 	// Since and Until bound AcceptedAt (zero: unbounded).
 	Since, Until time.Time
 	// Limit bounds the answer (> 0).
@@ -40,8 +40,9 @@ type PendingEvent struct {
 // lanes; each lane from its tail, stopping at the first entry older than
 // the Limit newest found so far. Lanes that change during the walk are
 // seen as ListLanes says (a lane pending throughout is seen once, as it
-// was when its chunk was read). A Lane with its Customer is one lane:
-// looked up, not walked.
+// was when its chunk was read). A Lane with its Customer and
+// Subscription is one lane: looked up, not walked (without Subscription
+// the customer's lane key may name a lane per subscription: walked).
 func (s *Scheduler) PendingEvents(f PendingFilter) (events []PendingEvent, truncated bool) {
 	w := s.WalkPending(f)
 	for w.Step() {
@@ -90,7 +91,7 @@ func (w *PendingWalk) Step() bool {
 	if w == nil {
 		return false
 	}
-	if w.f.Customer != "" && w.f.Lane != "" {
+	if w.f.Customer != "" && w.f.Lane != "" && w.f.Subscription != "" {
 		w.offerOne()
 		return false
 	}
@@ -103,7 +104,8 @@ func (w *PendingWalk) Step() bool {
 // offer offers a matching lane's entries. Called under the lock.
 func (w *PendingWalk) offer(sl *laneSlot) (endChunk bool) {
 	l := sl.lane
-	if (w.f.Customer != "" && sl.cust.id != w.f.Customer) || (w.f.Lane != "" && l.ID.Key != w.f.Lane) {
+	if (w.f.Customer != "" && sl.cust.id != w.f.Customer) || (w.f.Lane != "" && l.ID.Key != w.f.Lane) ||
+		(w.f.Subscription != "" && l.ID.Subscription != w.f.Subscription) {
 		return false
 	}
 	m, looked := w.newest.offerLane(l, w.f)
@@ -121,7 +123,7 @@ func (w *PendingWalk) offerOne() {
 	if s.dests[d.id] != d {
 		return
 	}
-	id := lanes.ID{Destination: d.id, Customer: w.f.Customer, Key: w.f.Lane}
+	id := lanes.ID{Destination: d.id, Customer: w.f.Customer, Key: w.f.Lane, Subscription: w.f.Subscription}
 	if l := d.lanes[id.Subject(d.partition)]; l != nil {
 		w.matched, _ = w.newest.offerLane(l, w.f)
 	}

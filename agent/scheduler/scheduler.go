@@ -14,6 +14,10 @@
 //   - within a destination, customers with due lanes share attempts by weight
 //     (deficit round robin), and within a customer due first attempts go
 //     before due retries, oldest first;
+//   - a paused subscription's lanes are held, out of every queue, and
+//     come back on resume oldest head first (subscription.go); lanes are
+//     queued per customer whatever their subscription, so a customer's
+//     many subscriptions to a destination give it one share, not many;
 //   - a lane held by its parked destination (its head's last failure was the
 //     destination's) waits for the destination, not for its own retry time:
 //     one probe a second is taken from the held lane whose window closes
@@ -87,6 +91,9 @@ type Scheduler struct {
 	deadlines deadlineHeap
 	// born counts the lanes ever made (laneSlot.born).
 	born uint64
+	// pausedSubs are the paused subscriptions, each with its destination
+	// (subscription.go).
+	pausedSubs map[string]string
 }
 
 // New returns an empty scheduler.
@@ -97,6 +104,8 @@ func New(clk clock.Clock) *Scheduler {
 		out:    make(chan *Attempt, 16),
 		dests:  make(map[string]*destination),
 		parked: make(map[*destination]bool),
+
+		pausedSubs: make(map[string]string),
 	}
 }
 

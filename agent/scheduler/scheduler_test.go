@@ -203,7 +203,14 @@ func checkInvariants(t *testing.T, s *Scheduler) {
 			}
 			perCustomer[l.cust]++
 			pending += len(l.entries)
+			if s.subscriptionPaused(l) && l.state != laneSubPaused && l.state != laneInFlight {
+				t.Fatalf("lane %s of a paused subscription is in play (state %d)", subj, l.state)
+			}
 			switch l.state {
+			case laneSubPaused:
+				if queued[l] != 0 || l.heapIdx != -1 || slices.Contains(s.expired, l) || !s.subscriptionPaused(l) {
+					t.Fatalf("lane %s held for its subscription: queued %d, heapIdx %d, paused %v", subj, queued[l], l.heapIdx, s.subscriptionPaused(l))
+				}
 			case laneDue:
 				if queued[l] != 1 || l.heapIdx != -1 {
 					t.Fatalf("due lane %s queued %d times, heapIdx %d", subj, queued[l], l.heapIdx)

@@ -82,7 +82,7 @@ func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
 			switch l.state {
 			case laneDue, laneExpired:
 				c.DueLanes++
-			case laneWaiting:
+			case laneWaiting, laneSubPaused:
 				c.WaitingLanes++
 			case laneInFlight:
 				c.InFlight++

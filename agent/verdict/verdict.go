@@ -1,7 +1,8 @@
 // Package verdict decides what becomes of one delivery attempt. Decide is
 // a pure function: from the facts a worker gathered (is the partition
-// open here, could the event be loaded, does its destination exist, is it
-// paused, did the partner answer and how, is the destination otherwise
+// open here, could the event be loaded, do its destination and (for an
+// event a subscription routed) its subscription exist, is either paused,
+// did the partner answer and how, is the destination otherwise
 // healthy, the retry policy, the time) it returns one Verdict, a value.
 // The partition owner applies it (owner.Settle): the ledger, the history,
 // the dead letter, then exactly one call to the scheduler.
@@ -83,6 +84,10 @@ type Verdict struct {
 	// ArchiveRest: the destination was deleted; the lane's other events
 	// (and the destination's) follow this one to the archive.
 	ArchiveRest bool
+	// ArchiveSubscriptionRest: the event's subscription was deleted; the
+	// subscription's other pending events follow this one to the archive
+	// (the destination's other events stay).
+	ArchiveSubscriptionRest bool
 	// Disable: the partner answered 410; the destination stops here until
 	// an operator resumes it.
 	Disable bool
@@ -103,6 +108,11 @@ type Facts struct {
 	DestinationKnown bool
 	// Paused: the destination is paused.
 	Paused bool
+	// SubscriptionMissing: the event was routed by a subscription that is
+	// not in the config (deleted, with --force, while it was pending).
+	SubscriptionMissing bool
+	// SubscriptionPaused: the event's subscription is paused.
+	SubscriptionPaused bool
 	// EndpointErr: the destination's endpoint cannot be built yet (e.g.
 	// its secret has not arrived).
 	EndpointErr error
@@ -148,9 +158,17 @@ func Decide(f Facts) Verdict {
 		// Deleted (with --force) while this attempt was out: archived
 		// like the rest of the destination's pending events.
 		return Verdict{Kind: Dead, Head: a.Head, Reason: rivorav1.DeadReason_DEAD_REASON_DELETED, ArchiveRest: true}
-	case f.Paused:
+	case f.SubscriptionMissing:
+		// As for a deleted destination: never dropped silently, never
+		// held forever. Its subscription was deleted with --force (which
+		// archived what was pending then) while this attempt was out, or
+		// an event reached it after: it becomes a dead letter (reason
+		// deleted, replayable), and the subscription's other pending
+		// events follow it.
+		return Verdict{Kind: Dead, Head: a.Head, Reason: rivorav1.DeadReason_DEAD_REASON_DELETED, ArchiveSubscriptionRest: true}
+	case f.Paused || f.SubscriptionPaused:
 		// Picked just before the pause arrived: not sent. The lane waits,
-		// unchanged, with the rest of the destination.
+		// unchanged, with the rest of the destination (or subscription).
 		return Verdict{Kind: Release}
 	case a.Expired:
 		return expired(f)

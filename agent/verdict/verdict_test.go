@@ -116,6 +116,19 @@ func TestDecide(t *testing.T) {
 			verdict.Verdict{Kind: dead, Head: attempt(2).Head, Reason: deleted, ArchiveRest: true}},
 		{"paused", with(ready(attempt(2)), func(f *verdict.Facts) { f.Paused = true }),
 			verdict.Verdict{Kind: verdict.Release}},
+		{"subscription deleted", with(ready(attempt(2)), func(f *verdict.Facts) { f.SubscriptionMissing = true }),
+			verdict.Verdict{Kind: dead, Head: attempt(2).Head, Reason: deleted, ArchiveSubscriptionRest: true}},
+		{"destination and subscription deleted: the destination's rest follows", with(ready(attempt(2)), func(f *verdict.Facts) {
+			f.DestinationKnown, f.SubscriptionMissing = false, true
+		}), verdict.Verdict{Kind: dead, Head: attempt(2).Head, Reason: deleted, ArchiveRest: true}},
+		{"subscription paused", with(ready(attempt(2)), func(f *verdict.Facts) { f.SubscriptionPaused = true }),
+			verdict.Verdict{Kind: verdict.Release}},
+		{"subscription paused, even once its window closed: the pause moves it on", with(ready(expired), func(f *verdict.Facts) {
+			f.Now, f.SubscriptionPaused = windowEnd, true
+		}), verdict.Verdict{Kind: verdict.Release}},
+		{"subscription deleted while paused", with(ready(attempt(1)), func(f *verdict.Facts) {
+			f.SubscriptionMissing, f.SubscriptionPaused = true, true
+		}), verdict.Verdict{Kind: dead, Head: attempt(1).Head, Reason: deleted, ArchiveSubscriptionRest: true}},
 		{"held until its window closed", with(ready(expired), func(f *verdict.Facts) { f.Now = windowEnd }),
 			verdict.Verdict{Kind: dead, Head: expired.Head, Reason: window}},
 		{"held, and a pause moved its window on", with(ready(expired), func(f *verdict.Facts) {

@@ -148,9 +148,13 @@ describe("console in Chromium against rivora dev", () => {
     await page.getByRole("button", { name: "Resume" }).click();
     await page.getByTestId("state").getByText(/healthy|degraded|parked/).waitFor({ timeout: 10_000 });
 
-    await page.getByRole("link", { name: "Dead letters" }).click();
-    await page.getByLabel("Destination").fill("noisy");
-    await page.getByRole("button", { name: "Search" }).click();
+    await page.getByRole("link", { name: "Dead letters", exact: true }).click();
+    // The page opens on what there is: noisy's dead letters, counted.
+    const stats = page.getByTestId("dead-letter-stats").locator('tr[data-destination="noisy"]');
+    await stats.waitFor();
+    expect(await stats.locator("td.num").first().textContent()).toBe(`${total}`);
+    expect(await stats.textContent()).toContain("acme");
+    await stats.getByRole("button", { name: "Show" }).click();
     await page.getByTestId("dead-letters").getByText(`${total} dead letters`).waitFor();
     await page.getByTestId("dead-letters").locator("button.link").first().click();
     await page.getByTestId("dead-letter").getByText("Payload").waitFor();
@@ -202,7 +206,7 @@ describe("console in Chromium against rivora dev", () => {
     const mine = audit.filter((a) => a.author === tokens.operator.name).map((a) => a.action);
     expect(mine).toEqual(expect.arrayContaining(["destination.pause", "limits.override", "destination.resume", "deadletters.replay", "lane.skip", "event.resend"]));
     expect(audit.find((a) => a.action === "limits.override")).toMatchObject({ author: tokens.operator.name, reason: "partner asked for 5/s" });
-    await page.getByRole("link", { name: "Audit" }).click();
+    await page.getByRole("link", { name: "Audit", exact: true }).click();
     await page.getByTestId("audit").getByText("limits.override").waitFor();
     expect(await page.getByTestId("audit").textContent()).toContain(tokens.operator.name);
     await shot("audit.png");
@@ -219,7 +223,7 @@ describe("console in Chromium against rivora dev", () => {
     await page.getByRole("button", { name: "List events" }).click();
     await page.getByTestId("lane-events").locator("tbody tr").first().waitFor();
     await shot("events.png");
-    await page.getByRole("link", { name: "Agents" }).click();
+    await page.getByRole("link", { name: "Agents", exact: true }).click();
     await page.getByTestId("agents").getByText("healthy").first().waitFor();
     await shot("agents.png");
   });
@@ -233,7 +237,7 @@ describe("console in Chromium against rivora dev", () => {
     await page.evaluate(() => (location.hash = "#/%"));
     await page.getByTestId("bad-address").getByText("“#/%”", { exact: false }).waitFor();
     await shot("bad-address.png");
-    await page.getByRole("link", { name: "Agents" }).click();
+    await page.getByRole("link", { name: "Agents", exact: true }).click();
     await page.getByTestId("agents").getByText("healthy").first().waitFor();
     expect(await page.title()).toBe("Agents · Rivora console");
   });
@@ -249,14 +253,14 @@ describe("console in Chromium against rivora dev", () => {
     for (const name of ["Pause", "Resume", "Set limit", "Clear limit", "Check", "Set class", "Set weight", "Resend", "Skip head"])
       expect(await page.getByRole("button", { name, exact: true }).count(), `viewer sees ${name}`).toBe(0);
     await shot("viewer-destination.png");
-    await page.getByRole("link", { name: "Dead letters" }).click();
+    await page.getByRole("link", { name: "Dead letters", exact: true }).click();
     await page.getByRole("button", { name: "Search" }).waitFor();
     expect(await page.getByRole("button", { name: "Replay" }).count()).toBe(0);
     expect(await page.getByRole("button", { name: "Count" }).count()).toBe(0);
   });
 
   it("polls one health snapshot per interval, and none while the tab is hidden", async () => {
-    await page.getByRole("link", { name: "Destinations" }).click();
+    await page.getByRole("link", { name: "Destinations", exact: true }).click();
     await row("noisy").waitFor();
     let calls = 0;
     const count = (r: { url(): string }): void => {

@@ -6,7 +6,8 @@
 import { execFile } from "node:child_process";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
-import type { Dev } from "../../testkit/ts/index.js";
+import type { Page } from "playwright-core";
+import { rpc, type Dev } from "../../testkit/ts/index.js";
 
 const run = promisify(execFile);
 export const repoRoot = resolve(import.meta.dirname, "../..");
@@ -31,4 +32,21 @@ export async function rivoractl(bin: string, dev: Dev, token: string, ...args: s
     const e = err as { stderr?: string; message: string };
     throw new Error(`rivoractl ${args.join(" ")}: ${e.stderr || e.message}`);
   }
+}
+
+/** Chromium as the browser tests use it: Debian's, or CHROMIUM. */
+export const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
+
+/** Signs in with token and waits until the console names the token. */
+export async function signIn(page: Page, dev: Dev, token: string, name: string): Promise<void> {
+  await page.goto(`${dev.url}/console/`);
+  await page.getByLabel("Token").fill(token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByTestId("who").getByText(name).waitFor();
+}
+
+/** Creates an API token as the admin; customers scope a customer (or publisher) token. */
+export async function createToken(dev: Dev, name: string, role: "ROLE_OPERATOR" | "ROLE_VIEWER" | "ROLE_CUSTOMER", customers: string[] = []): Promise<string> {
+  const r = await rpc<{ token: string }>(dev, dev.token, "rivora.v1.TokenService/CreateToken", { name, role, customers });
+  return r.token;
 }

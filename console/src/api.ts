@@ -6,7 +6,9 @@ import { durationFromMs, timestampDate, type Duration, type Timestamp } from "@b
 import { AdminService } from "../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
 import { ArchiveService } from "../../sdk/typescript/src/gen/rivora/v1/deadletters_pb.js";
 import { EventService } from "../../sdk/typescript/src/gen/rivora/v1/events_pb.js";
+import { IngestService } from "../../sdk/typescript/src/gen/rivora/v1/ingest_pb.js";
 import { LaneService } from "../../sdk/typescript/src/gen/rivora/v1/lanes_pb.js";
+import { EventTypeService, SubscriptionService } from "../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { TokenService } from "../../sdk/typescript/src/gen/rivora/v1/tokens_pb.js";
 import { roleName, type RoleName } from "./format.js";
 
@@ -36,6 +38,9 @@ const transport = createConnectTransport({ baseUrl: window.location.origin, inte
 export const admin: Client<typeof AdminService> = createClient(AdminService, transport);
 export const archive: Client<typeof ArchiveService> = createClient(ArchiveService, transport);
 export const events: Client<typeof EventService> = createClient(EventService, transport);
+export const eventTypes: Client<typeof EventTypeService> = createClient(EventTypeService, transport);
+export const ingest: Client<typeof IngestService> = createClient(IngestService, transport);
+export const subscriptions: Client<typeof SubscriptionService> = createClient(SubscriptionService, transport);
 export const lanes: Client<typeof LaneService> = createClient(LaneService, transport);
 export const tokens: Client<typeof TokenService> = createClient(TokenService, transport);
 
@@ -43,11 +48,23 @@ export interface Me {
   id: string;
   name: string;
   role: RoleName;
+  /** The customers a customer (or publisher) token acts for; empty for the other roles. */
+  customers: string[];
 }
 
 export async function whoAmI(): Promise<Me> {
   const res = await tokens.whoAmI({});
-  return { id: res.token?.id ?? "", name: res.token?.name ?? "", role: roleName(res.token?.role ?? 0) };
+  return { id: res.token?.id ?? "", name: res.token?.name ?? "", role: roleName(res.token?.role ?? 0), customers: res.token?.customers ?? [] };
+}
+
+/** isNotFound: the id is absent (or, to a customer token, another customer's). */
+export function isNotFound(err: unknown): boolean {
+  return ConnectError.from(err).code === Code.NotFound;
+}
+
+/** isFailedPrecondition: refused in the current state (e.g. events still pending). */
+export function isFailedPrecondition(err: unknown): boolean {
+  return ConnectError.from(err).code === Code.FailedPrecondition;
 }
 
 /** An error in plain words: the server's message, with its code spelled out. */
@@ -55,6 +72,12 @@ export function errorText(err: unknown): string {
   const e = ConnectError.from(err);
   const what = Code[e.code]?.replace(/([a-z])([A-Z])/g, "$1 $2").toLowerCase() ?? "error";
   return `${e.rawMessage || "request failed"} (${what})`;
+}
+
+/** problemText: errorText for the server's errors, the message for the page's own checks. */
+export function problemText(err: unknown): string {
+  if (err instanceof Error && !(err instanceof ConnectError)) return err.message;
+  return errorText(err);
 }
 
 export function isUnauthenticated(err: unknown): boolean {

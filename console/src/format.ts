@@ -2,14 +2,18 @@
 // vitest checks them exactly.
 
 /** Role names as WhoAmI's enum numbers them (rivora.v1.Role). */
-export type RoleName = "admin" | "operator" | "viewer" | "publisher" | "unknown";
+export type RoleName = "admin" | "operator" | "viewer" | "publisher" | "customer" | "unknown";
 
 export function roleName(role: number): RoleName {
-  return (["unknown", "admin", "operator", "viewer", "publisher"] as const)[role] ?? "unknown";
+  return (["unknown", "admin", "operator", "viewer", "publisher", "customer"] as const)[role] ?? "unknown";
 }
 
-/** What a role may do in the console; the server enforces the same. */
-export type Capability = "read" | "steer" | "admin";
+/**
+ * What a role may do in the console; the server enforces the same.
+ * "operate" is the operators' console (every destination, every
+ * customer); "self-serve" is the customer portal (its own customers only).
+ */
+export type Capability = "read" | "steer" | "admin" | "operate" | "self-serve";
 
 export function can(role: RoleName, what: Capability): boolean {
   switch (what) {
@@ -19,6 +23,10 @@ export function can(role: RoleName, what: Capability): boolean {
       return role === "admin" || role === "operator";
     case "admin":
       return role === "admin";
+    case "operate":
+      return role === "admin" || role === "operator" || role === "viewer";
+    case "self-serve":
+      return role === "customer";
   }
 }
 

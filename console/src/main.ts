@@ -1,36 +1,61 @@
 // The console's shell: sign in, a navigation bar, hash routes, sign out.
 import { errorText, isUnauthenticated, setToken, token, whoAmI, type Me } from "./api.js";
+import { forgetCustomer } from "./customer.js";
 import { h, replace, status } from "./dom.js";
+import { can } from "./format.js";
 import { agentsPage } from "./pages/agents.js";
 import { auditPage } from "./pages/audit.js";
 import { deadLettersPage } from "./pages/deadletters.js";
 import { destinationPage } from "./pages/destination.js";
 import { destinationsPage } from "./pages/destinations.js";
 import { eventsPage } from "./pages/events.js";
+import { myEventsPage } from "./pages/myevents.js";
+import { portalPage } from "./pages/portal.js";
+import { subscriptionPage } from "./pages/subscription.js";
+import { subscriptionsPage } from "./pages/subscriptions.js";
 import { parseRoute } from "./route.js";
 
 /** A page draws into main and returns what stops its polling. */
 export type Page = (main: HTMLElement, me: Me, args: string[]) => () => void;
 
-const pages: Record<string, { title: string; page: Page; nav: boolean }> = {
+type PageTable = Record<string, { title: string; page: Page; nav: boolean; under?: string }>;
+
+// The operators' console: every destination and customer.
+const operatorPages: PageTable = {
   destinations: { title: "Destinations", page: destinationsPage, nav: true },
-  destination: { title: "Destination", page: destinationPage, nav: false },
+  destination: { title: "Destination", page: destinationPage, nav: false, under: "destinations" },
+  subscriptions: { title: "Subscriptions", page: subscriptionsPage, nav: true },
+  subscription: { title: "Subscription", page: subscriptionPage, nav: false, under: "subscriptions" },
   "dead-letters": { title: "Dead letters", page: deadLettersPage, nav: true },
   events: { title: "Events", page: eventsPage, nav: true },
   audit: { title: "Audit", page: auditPage, nav: true },
   agents: { title: "Agents", page: agentsPage, nav: true },
 };
 
+// The customer portal: the signed-in customer's own subscriptions, events
+// and dead letters; no operator page is reachable from it.
+const portalPages: PageTable = {
+  subscriptions: { title: "Subscriptions", page: portalPage, nav: true },
+  subscription: { title: "Subscription", page: subscriptionPage, nav: false, under: "subscriptions" },
+  events: { title: "Events", page: myEventsPage, nav: true },
+  "dead-letters": { title: "Dead letters", page: deadLettersPage, nav: true },
+};
+
+/** The pages a role may open, and the one it lands on. */
+function pagesFor(m: Me): { pages: PageTable; home: string } {
+  return can(m.role, "self-serve") ? { pages: portalPages, home: "subscriptions" } : { pages: operatorPages, home: "destinations" };
+}
+
 // A hash that is not an address (a malformed %-escape) gets a page that
 // says so, with the navigation still there; it has nothing to poll.
 const badAddress = {
   title: "Bad address",
-  page: ((main) => {
+  page: ((main, m) => {
     replace(
       main,
       h("h1", {}, "Bad address"),
       h("p", { "data-testid": "bad-address" }, `“${location.hash}” is not a console address: it has a malformed %-escape.`),
-      h("p", {}, h("a", { href: "#/destinations" }, "Go to Destinations")),
+      h("p", {}, h("a", { href: `#/${pagesFor(m).home}` }, "Go to the start page")),
     );
     return () => {};
   }) satisfies Page,
@@ -47,16 +72,20 @@ function route(): void {
     signIn();
     return;
   }
+  const { pages, home } = pagesFor(me);
   const r = parseRoute(location.hash);
-  const name = r?.name;
-  const p = r ? (pages[r.name] ?? pages.destinations!) : badAddress;
+  // An address the role has no page for (an operator page, to a customer)
+  // opens the role's home page.
+  const name = r ? (pages[r.name] ? r.name : home) : undefined;
+  const p = name ? pages[name]! : badAddress;
+  const args = r && name === r.name ? r.args : [];
   const main = h("main", { id: "main" });
   const nav = h(
     "nav",
     { "aria-label": "Pages" },
     ...Object.entries(pages)
       .filter(([, v]) => v.nav)
-      .map(([k, v]) => h("a", { href: `#/${k}`, "aria-current": k === name || (k === "destinations" && name === "destination") ? "page" : undefined }, v.title)),
+      .map(([k, v]) => h("a", { href: `#/${k}`, "aria-current": k === name || k === pages[name ?? ""]?.under ? "page" : undefined }, v.title)),
   );
   const who = h(
     "div",
@@ -66,7 +95,7 @@ function route(): void {
   );
   replace(app, h("header", {}, h("strong", { class: "brand" }, "Rivora"), nav, who), main);
   document.title = `${p.title} · Rivora console`;
-  stop = p.page(main, me, r?.args ?? []);
+  stop = p.page(main, me, args);
 }
 
 function signIn(): void {
@@ -90,7 +119,7 @@ function signIn(): void {
       .then((m) => {
         me = m;
         // Changing the hash routes (hashchange); otherwise route here.
-        if (!location.hash || location.hash === "#/sign-in") location.hash = "#/destinations";
+        if (!location.hash || location.hash === "#/sign-in") location.hash = `#/${pagesFor(m).home}`;
         else route();
       })
       .catch((err: unknown) => {
@@ -104,6 +133,7 @@ function signIn(): void {
 
 function signOut(): void {
   setToken(null);
+  forgetCustomer();
   me = undefined;
   location.hash = "";
   route();

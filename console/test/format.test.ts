@@ -84,6 +84,11 @@ describe("role gating", () => {
     expect([can("admin", "read"), can("admin", "steer"), can("admin", "admin")]).toEqual([true, true, true]);
     expect(can("unknown", "read")).toBe(false);
     expect(can("publisher", "steer")).toBe(false);
+    expect(roleName(5)).toBe("customer");
+    // A customer token gets the portal, never the operators' console.
+    expect([can("customer", "self-serve"), can("customer", "operate"), can("customer", "steer"), can("customer", "admin")]).toEqual([true, false, false, false]);
+    expect(["admin", "operator", "viewer", "publisher"].map((r) => can(r as "admin", "operate"))).toEqual([true, true, true, false]);
+    expect(["admin", "operator", "viewer", "publisher"].map((r) => can(r as "admin", "self-serve"))).toEqual([false, false, false, false]);
   });
 });
 

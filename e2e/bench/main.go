@@ -9,6 +9,7 @@
 //	go run ./e2e/bench failover # kill -9 an agent of a three-agent cell on Consul mid-delivery
 //	go run ./e2e/bench lanes    # ListLanes over 1M pending lanes, and delivery p99 elsewhere while it runs
 //	go run ./e2e/bench history  # memory per retained event after a restart; events get p50/p99 at 1M and 10M
+//	go run ./e2e/bench fanout   # PublishBatch fanning out to 1, 3 and 10 subscriptions vs the direct path; memory and match cost per subscription
 //
 // Progress goes to stderr; a table and, as the last line, one JSON object go
 // to stdout. It exits non-zero with a message when anything fails or a phase
@@ -68,6 +69,8 @@ func main() {
 		err = runLanes(args)
 	case "history":
 		err = runHistory(args)
+	case "fanout":
+		err = runFanout(args)
 	default:
 		usage()
 		os.Exit(2)
@@ -79,7 +82,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver|gameday|rebuild|failover|lanes|history [flags]  (-h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver|gameday|rebuild|failover|lanes|history|fanout [flags]  (-h for flags)")
 }
 
 func progress(format string, args ...any) {
@@ -520,6 +523,16 @@ func publishPhase(ctx context.Context, ingest rivorav1connect.IngestServiceClien
 }
 
 func batchPhase(ctx context.Context, ingest rivorav1connect.IngestServiceClient, n, size, conc int, limit time.Duration, req func(int) *rivorav1.PublishRequest) (row, error) {
+	return batchPhaseChecked(ctx, ingest, n, size, conc, limit, req, func(resp *rivorav1.PublishBatchResponse, events int) error {
+		if len(resp.GetEventIds()) != events {
+			return fmt.Errorf("%d ids for %d events", len(resp.GetEventIds()), events)
+		}
+		return nil
+	})
+}
+
+// batchPhaseChecked is batchPhase with its own check of each answer.
+func batchPhaseChecked(ctx context.Context, ingest rivorav1connect.IngestServiceClient, n, size, conc int, limit time.Duration, req func(int) *rivorav1.PublishRequest, check func(resp *rivorav1.PublishBatchResponse, events int) error) (row, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	batches := (n + size - 1) / size
@@ -551,9 +564,9 @@ func batchPhase(ctx context.Context, ingest rivorav1connect.IngestServiceClient,
 					errOnce.Do(func() { firstErr = fmt.Errorf("batch %d: %w", b, err); cancel() })
 					return
 				}
-				if len(resp.Msg.GetEventIds()) != len(events) {
+				if err := check(resp.Msg, len(events)); err != nil {
 					errOnce.Do(func() {
-						firstErr = fmt.Errorf("batch %d: %d ids for %d events", b, len(resp.Msg.GetEventIds()), len(events))
+						firstErr = fmt.Errorf("batch %d: %w", b, err)
 						cancel()
 					})
 					return

@@ -232,9 +232,14 @@ func (p *rbProc) rss() uint64 {
 // gauges from /metrics: in use (spans holding objects) and allocated (live
 // objects right after the GC).
 func (p *rbProc) heap(ctx context.Context, saveProfile string) (inuse, alloc uint64, err error) {
+	return heapOf(ctx, p.url(), saveProfile)
+}
+
+// heapOf is heap for the rivora process serving base.
+func heapOf(ctx context.Context, base, saveProfile string) (inuse, alloc uint64, err error) {
 	hc := &http.Client{Transport: withBearer(nil), Timeout: time.Minute}
 	get := func(path string) ([]byte, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url()+path, nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 		resp, err := hc.Do(req)
 		if err != nil {
 			return nil, err

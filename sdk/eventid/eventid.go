@@ -2,13 +2,21 @@
 // idempotency key, as the server does, so that a publisher knows the id
 // before it publishes. It is the SDK's, and the server's one rule: the
 // agent and the control plane call it too, and the TypeScript SDK is
-// tested against the same vectors (testdata/eventid_vectors.json).
+// tested against the same vectors (testdata/eventid_vectors.json and
+// testdata/subscription_eventid_vectors.json).
 package eventid
 
 import (
 	"crypto/sha256"
 
 	"github.com/google/uuid"
+)
+
+// Domains: each id derivation hashes its own first part, so ids of two
+// derivations never come from the same hash input.
+const (
+	destinationDomain  = "rivora event id v1"
+	subscriptionDomain = "rivora subscription event id v1"
 )
 
 // FromKey is the id of an event published with an idempotency key. An
@@ -22,8 +30,28 @@ import (
 // time, so the id still sorts by when the event was made; any other key
 // gives a UUIDv8 (RFC 9562's form for ids derived by a hash).
 func FromKey(destination, customer, key string) string {
+	return derive(destinationDomain, destination, customer, key)
+}
+
+// ForSubscription is the id of the delivery a publish without a
+// destination (a fan-out) stores for one subscription, when the publish
+// has an idempotency key: derived from (subscription, customer, key), so
+// each subscription's delivery has its own id, a retry gets the same ones,
+// and the publisher can compute them from the routes it is answered with.
+// It is domain-separated from FromKey: a subscription's delivery never
+// shares an id with an event published to a destination by name, even
+// when a destination and a subscription have the same id. Versions are as
+// for FromKey.
+func ForSubscription(subscription, customer, key string) string {
+	return derive(subscriptionDomain, subscription, customer, key)
+}
+
+// derive hashes the domain and the three parts, each NUL-terminated (none
+// of them holds a NUL where it matters: the domain is fixed, so two
+// domains' inputs differ in their first part), into a UUID.
+func derive(domain, scope, customer, key string) string {
 	h := sha256.New()
-	for _, part := range []string{"rivora event id v1", destination, customer, key} {
+	for _, part := range []string{domain, scope, customer, key} {
 		h.Write([]byte(part))
 		h.Write([]byte{0})
 	}

@@ -43,3 +43,28 @@ func TestEventIDOfUUIDv7KeyKeepsItsTime(t *testing.T) {
 		t.Fatal("the id is the key itself: it must depend on the scope")
 	}
 }
+
+// A subscription's delivery never takes the id of an event published to a
+// destination by name, even when the two share an id; and it is scoped
+// like FromKey.
+func TestForSubscriptionIsDomainSeparated(t *testing.T) {
+	for _, scope := range []string{"orders", "sub_0123456789abcdef"} {
+		if ForSubscription(scope, "acme", "order-1") == FromKey(scope, "acme", "order-1") {
+			t.Fatalf("scope %q: ForSubscription and FromKey give the same id", scope)
+		}
+	}
+	a := ForSubscription("sub_a", "acme", "order-1")
+	if a != ForSubscription("sub_a", "acme", "order-1") {
+		t.Fatal("the same key for the same subscription gave two ids")
+	}
+	for _, other := range [][3]string{{"sub_b", "acme", "order-1"}, {"sub_a", "globex", "order-1"}, {"sub_a", "acme", "order-2"}, {"sub_a", "acmeo", "rder-1"}} {
+		if ForSubscription(other[0], other[1], other[2]) == a {
+			t.Fatalf("%v shares the id of sub_a/acme/order-1", other)
+		}
+	}
+	key := uuid.Must(uuid.NewV7())
+	id := uuid.MustParse(ForSubscription("sub_a", "acme", key.String()))
+	if id.Version() != 7 || id.Time() != key.Time() {
+		t.Fatalf("id of a UUIDv7 key: version %d time %v, want 7 with the key's time %v", id.Version(), id.Time(), key.Time())
+	}
+}

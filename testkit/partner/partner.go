@@ -39,6 +39,7 @@ type Request struct {
 	LaneKey  string // rivora-lane
 	Lane     string // [destination/]customer/lane key (the destination when the path names one)
 	Dest     string // from a /d/<destination> path; "" on /hook
+	Path     string // the request's URL path (with its query, if any)
 	Attempt  int    // rivora-attempt
 	Sent     int    // requests for this id so far, this one included
 	// Status is the answer; 0 while a delayed answer is pending when
@@ -307,6 +308,7 @@ func (p *Partner) received(r *http.Request, body []byte) Request {
 	rq := Request{ID: h.Get(webhook.HeaderID), Customer: h.Get("rivora-customer"), LaneKey: h.Get("rivora-lane"),
 		At: time.Now(), UserAgent: h.Get("user-agent"), Resend: h.Get("rivora-resend") == "1"}
 	rq.Attempt, _ = strconv.Atoi(h.Get("rivora-attempt"))
+	rq.Path = r.URL.RequestURI()
 	rq.Lane = rq.Customer + "/" + rq.LaneKey
 	if dest, ok := strings.CutPrefix(r.URL.Path, "/d/"); ok {
 		rq.Dest = dest

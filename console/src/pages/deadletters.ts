@@ -1,13 +1,31 @@
-// Dead letters: find them, read one, replay the filtered set.
+// Dead letters: where they are (counts, newest first), a row's dead
+// letters, one dead letter, and replaying a filtered set.
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { DeadReason, type DeadLetter } from "../../../sdk/typescript/src/gen/rivora/v1/event_pb.js";
-import type { DeadLetterFilter } from "../../../sdk/typescript/src/gen/rivora/v1/deadletters_pb.js";
+import type { DeadLetterCount, DeadLetterFilter, DeadLetterFilterSchema } from "../../../sdk/typescript/src/gen/rivora/v1/deadletters_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { DeadLetterFilterSchema } from "../../../sdk/typescript/src/gen/rivora/v1/deadletters_pb.js";
-import { archive, errorText, when } from "../api.js";
+import { archive, date, errorText, when } from "../api.js";
+import { currentCustomer, customerPicker } from "../customer.js";
+import { foldStats, type StatCount, type StatRow } from "../deadletterstats.js";
 import { field, h, replace, status, table } from "../dom.js";
 import { can, formatCount } from "../format.js";
 import type { Page } from "../main.js";
+
+function statCount(c: DeadLetterCount): StatCount {
+  return {
+    destinationId: c.destinationId,
+    customerId: c.customerId,
+    subscriptionId: c.subscriptionId,
+    reason: reasonNames[c.reason] ?? "unknown",
+    count: Number(c.count),
+    oldestMs: date(c.oldest)?.getTime(),
+    newestMs: date(c.newest)?.getTime(),
+  };
+}
+
+function stamp(ms: number | undefined): string {
+  return ms === undefined ? "" : new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
 
 export const reasonNames: Record<number, string> = {
   [DeadReason.UNSPECIFIED]: "unknown",
@@ -17,10 +35,16 @@ export const reasonNames: Record<number, string> = {
   [DeadReason.MANUAL]: "manual",
 };
 
-export const deadLettersPage: Page = (main, me) => {
+// #/dead-letters opens on where the dead letters are (per destination; for
+// a customer, per subscription); #/dead-letters/<destination>[/<subscription>]
+// lists one row's dead letters.
+export const deadLettersPage: Page = (main, me, args) => {
+  const self = can(me.role, "self-serve");
+  const customer = self ? currentCustomer(me) : "";
   const st = status();
   const dest = h("input", { type: "text", name: "destination" });
   const cust = h("input", { type: "text", name: "customer" });
+  const sub = h("input", { type: "text", name: "subscription" });
   const lane = h("input", { type: "text", name: "lane" });
   const reason = h(
     "select",
@@ -30,6 +54,7 @@ export const deadLettersPage: Page = (main, me) => {
   );
   const since = h("input", { type: "datetime-local", name: "since" });
   const until = h("input", { type: "datetime-local", name: "until" });
+  const overview = h("section", { "data-testid": "dead-letter-stats" });
   const results = h("div", { "data-testid": "dead-letters" });
   const detail = h("section", { class: "detail", "data-testid": "dead-letter" });
   const replayBox = h("section", { class: "actions" });
@@ -37,23 +62,46 @@ export const deadLettersPage: Page = (main, me) => {
     "form",
     { class: "filters" },
     field("Destination", dest),
-    field("Customer", cust),
+    self ? "" : field("Customer", cust),
+    field("Subscription", sub),
     field("Lane", lane),
     field("Reason", reason),
     field("Since", since),
     field("Until", until),
     h("button", { type: "submit" }, "Search"),
   );
-  replace(main, h("h1", {}, "Dead letters"), form, st.el, results, detail, replayBox);
+  replace(
+    main,
+    h("h1", {}, "Dead letters"),
+    self ? customerPicker(me) : "",
+    st.el,
+    overview,
+    h("h2", {}, "Narrow the search"),
+    form,
+    results,
+    detail,
+    replayBox,
+  );
 
   const filter = (): MessageInitShape<typeof DeadLetterFilterSchema> => ({
     destinationId: dest.value.trim(),
-    customerId: cust.value.trim(),
+    customerId: self ? customer : cust.value.trim(),
+    subscriptionId: sub.value.trim(),
     laneKey: lane.value.trim(),
     since: since.value ? timestampFromDate(new Date(since.value)) : undefined,
     until: until.value ? timestampFromDate(new Date(until.value)) : undefined,
     reason: reason.value === "" ? DeadReason.UNSPECIFIED : (Number(reason.value) as DeadReason),
   });
+
+  // Choosing a row of the overview lists its dead letters.
+  const choose = (destination: string, subscription: string): void => {
+    dest.value = destination;
+    sub.value = subscription;
+    void search();
+    drawReplay();
+  };
+
+  const loadStats = (): Promise<void> => drawStats(overview, self, customer, choose);
 
   const search = async (): Promise<void> => {
     try {
@@ -65,6 +113,7 @@ export const deadLettersPage: Page = (main, me) => {
           { label: "Event", cell: (d) => h("button", { type: "button", class: "link", onclick: () => void show(d) }, d.event?.eventId ?? "") },
           { label: "Destination", cell: (d) => d.event?.destinationId ?? "" },
           { label: "Customer", cell: (d) => d.event?.customerId ?? "" },
+          { label: "Subscription", cell: (d) => d.event?.subscriptionId ?? "" },
           { label: "Lane", cell: (d) => d.event?.laneKey ?? "" },
           { label: "Reason", cell: (d) => reasonNames[d.reason] ?? "" },
           { label: "Attempts", cell: (d) => String(d.attempts), className: "num" },
@@ -93,6 +142,7 @@ export const deadLettersPage: Page = (main, me) => {
             [
               ["Destination", ev.destinationId],
               ["Customer", ev.customerId],
+              ["Subscription", ev.subscriptionId || "—"],
               ["Lane", ev.laneKey],
               ["Type", ev.type],
               ["Accepted", when(ev.acceptedAt)],
@@ -121,6 +171,7 @@ export const deadLettersPage: Page = (main, me) => {
     drawReplay();
   });
 
+
   // Replay: a dry-run count first, then a rate, a progress bar and the result.
   const rate = h("input", { type: "number", name: "replay-rate", min: "0", step: "any", placeholder: "as fast as ingest takes them" });
   const countBtn = h("button", { type: "button" }, "Count");
@@ -130,14 +181,14 @@ export const deadLettersPage: Page = (main, me) => {
   const result = h("p", { "data-testid": "replay-result" });
   let counted: DeadLetterFilter | undefined;
   const drawReplay = (): void => {
-    if (!can(me.role, "steer")) return;
+    if (!can(me.role, "steer") && !self) return;
     replayBtn.disabled = true;
     counted = undefined;
     result.textContent = "";
     replace(
       replayBox,
       h("h2", {}, "Replay the filtered set"),
-      h("p", { class: "muted" }, "Replays every dead letter of the destination matching the filter (destination required). Count first."),
+      h("p", { class: "muted" }, "Replays every dead letter of the destination matching the filter (destination required), each lane in its order. Count first."),
       countBtn,
       field("Rate per second", rate),
       replayBtn,
@@ -178,11 +229,44 @@ export const deadLettersPage: Page = (main, me) => {
         }
         result.textContent = `${last.done ? "Done" : "Stopped"}: ${formatCount(last.replayed)} replayed, ${formatCount(last.skipped)} skipped (already replayed) of ${formatCount(last.total)}.`;
         rst.clear();
+        void loadStats();
       } catch (err) {
         rst.error(`Replay failed: ${errorText(err)}`);
       }
     })();
   });
   drawReplay();
+  void loadStats();
+  if (args[0]) choose(args[0], args[1] ?? "");
   return () => {};
 };
+
+/**
+ * drawStats draws what the page opens on: DeadLetterStats folded per
+ * destination (operators) or per subscription (a customer, with its
+ * customer filter), newest first; Show calls choose with the row.
+ */
+async function drawStats(box: HTMLElement, self: boolean, customer: string, choose: (destination: string, subscription: string) => void): Promise<void> {
+  try {
+    const r = await archive.deadLetterStats({ filter: { customerId: customer }, bySubscription: self });
+    const rows = foldStats(r.counts.map(statCount), self ? "subscription" : "destination");
+    const refresh = h("button", { type: "button", onclick: () => void drawStats(box, self, customer, choose) }, "Refresh");
+    replace(
+      box,
+      h("h2", {}, self ? "Your dead letters, per subscription" : "Dead letters per destination"),
+      table(`${formatCount(r.total)} dead letters, newest first. Choose a row to list them.`, [
+        ...(self ? [{ label: "Subscription", cell: (x: StatRow) => x.subscriptionId || "none (sent to the destination)" }] : []),
+        { label: "Destination", cell: (x) => x.destinationId },
+        { label: "Dead letters", cell: (x) => formatCount(x.count), className: "num" },
+        ...(self ? [] : [{ label: "Customers", cell: (x: StatRow) => (x.customers.length > 3 ? `${x.customers.slice(0, 3).join(", ")} and ${x.customers.length - 3} more` : x.customers.join(", ")) }]),
+        { label: "Reasons", cell: (x) => x.reasons.map(([why, n]) => `${why} ${formatCount(n)}`).join(", ") },
+        { label: "Newest", cell: (x) => stamp(x.newestMs) },
+        { label: "Oldest", cell: (x) => stamp(x.oldestMs) },
+        { label: "", cell: (x) => h("button", { type: "button", onclick: () => choose(x.destinationId, x.subscriptionId) }, "Show") },
+      ], rows, (x) => ({ "data-destination": x.destinationId, "data-subscription": x.subscriptionId }), "No dead letters: every event was delivered or is still on its way."),
+      refresh,
+    );
+  } catch (err) {
+    replace(box, h("p", { class: "status error", role: "alert" }, `Could not count the dead letters: ${errorText(err)}`));
+  }
+}

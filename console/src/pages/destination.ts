@@ -57,6 +57,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     main,
     h("p", {}, h("a", { href: "#/destinations" }, "← Destinations")),
     h("h1", {}, `Destination ${id}`),
+    h("p", {}, h("a", { href: `#/subscriptions/destination/${encodeURIComponent(id)}` }, "Subscriptions to it →"), " · ", h("a", { href: `#/dead-letters/${encodeURIComponent(id)}` }, "Its dead-lettered events →")),
     st.el,
     head,
     chart,

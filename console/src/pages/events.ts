@@ -1,5 +1,5 @@
 // Events: where one event is and its attempts; a lane's events.
-import { EventState } from "../../../sdk/typescript/src/gen/rivora/v1/events_pb.js";
+import { EventState, type GetEventResponse } from "../../../sdk/typescript/src/gen/rivora/v1/events_pb.js";
 import { errorText, events, when } from "../api.js";
 import { field, h, replace, status, table } from "../dom.js";
 import { formatDuration } from "../format.js";
@@ -14,6 +14,41 @@ export const stateNames: Record<number, string> = {
   [EventState.DELIVERED]: "delivered",
   [EventState.DEAD]: "dead",
 };
+
+/** eventDetail draws one event: where it is, why it waits, its attempts. */
+export function eventDetail(e: GetEventResponse): Node[] {
+  return [
+    h("h2", {}, `Event ${e.eventId}`),
+    h(
+      "dl",
+      {},
+      ...(
+        [
+          ["State", stateNames[e.state] ?? ""],
+          ["Destination", e.destinationId],
+          ["Subscription", e.subscriptionId || "—"],
+          ["Customer", e.customerId],
+          ["Lane", e.laneKey],
+          ["Type", e.type],
+          ["Accepted", when(e.acceptedAt)],
+          ["Waiting", e.waiting || "—"],
+          ["Ahead in lane", String(e.aheadInLane)],
+          ["Attempts used", e.maxAttempts ? `${e.attemptsUsed} of ${e.maxAttempts}` : String(e.attemptsUsed)],
+          ["Next attempt", when(e.nextAttemptAt) || "—"],
+          ["Window ends", when(e.windowEndsAt) || "—"],
+          ["Dead reason", e.state === EventState.DEAD ? (reasonNames[e.deadReason] ?? "") : "—"],
+        ] as const
+      ).flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
+    ),
+    table("Attempts, oldest first", [
+      { label: "#", cell: (a) => String(a.number), className: "num" },
+      { label: "At", cell: (a) => when(a.at) },
+      { label: "Status", cell: (a) => (a.statusCode ? String(a.statusCode) : "no response") },
+      { label: "Took", cell: (a) => formatDuration(seconds(a.duration)) },
+      { label: "Error", cell: (a) => a.error },
+    ], e.attempts, undefined, "No attempt yet."),
+  ];
+}
 
 // #/events/<id> looks an event up; #/events/<dest>/<customer>/<lane> lists a lane.
 export const eventsPage: Page = (main, _me, args) => {
@@ -30,38 +65,7 @@ export const eventsPage: Page = (main, _me, args) => {
 
   const lookup = async (): Promise<void> => {
     try {
-      const e = await events.getEvent({ eventId: evId.value.trim() });
-      replace(
-        one,
-        h("h2", {}, `Event ${e.eventId}`),
-        h(
-          "dl",
-          {},
-          ...(
-            [
-              ["State", stateNames[e.state] ?? ""],
-              ["Destination", e.destinationId],
-              ["Customer", e.customerId],
-              ["Lane", e.laneKey],
-              ["Type", e.type],
-              ["Accepted", when(e.acceptedAt)],
-              ["Waiting", e.waiting || "—"],
-              ["Ahead in lane", String(e.aheadInLane)],
-              ["Attempts used", e.maxAttempts ? `${e.attemptsUsed} of ${e.maxAttempts}` : String(e.attemptsUsed)],
-              ["Next attempt", when(e.nextAttemptAt) || "—"],
-              ["Window ends", when(e.windowEndsAt) || "—"],
-              ["Dead reason", e.state === EventState.DEAD ? (reasonNames[e.deadReason] ?? "") : "—"],
-            ] as const
-          ).flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
-        ),
-        table("Attempts, oldest first", [
-          { label: "#", cell: (a) => String(a.number), className: "num" },
-          { label: "At", cell: (a) => when(a.at) },
-          { label: "Status", cell: (a) => (a.statusCode ? String(a.statusCode) : "no response") },
-          { label: "Took", cell: (a) => formatDuration(seconds(a.duration)) },
-          { label: "Error", cell: (a) => a.error },
-        ], e.attempts, undefined, "No attempt yet."),
-      );
+      replace(one, ...eventDetail(await events.getEvent({ eventId: evId.value.trim() })));
       st.clear();
     } catch (err) {
       st.error(`Look-up failed: ${errorText(err)}`);
@@ -77,6 +81,7 @@ export const eventsPage: Page = (main, _me, args) => {
           { label: "State", cell: (e) => stateNames[e.state] ?? "" },
           { label: "Customer", cell: (e) => e.customerId },
           { label: "Lane", cell: (e) => e.laneKey },
+          { label: "Subscription", cell: (e) => e.subscriptionId },
           { label: "Accepted", cell: (e) => when(e.acceptedAt) },
           { label: "Attempts", cell: (e) => String(e.attempts), className: "num" },
           { label: "Last status", cell: (e) => (e.lastStatus ? String(e.lastStatus) : "") },

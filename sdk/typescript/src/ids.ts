@@ -26,7 +26,24 @@ export function newIdempotencyKey(now: number = Date.now()): string {
  * UUIDv8. Async because it hashes with WebCrypto.
  */
 export async function eventId(destinationId: string, customerId: string, idempotencyKey: string): Promise<string> {
-  const parts = ["rivora event id v1", destinationId, customerId, idempotencyKey].map((p) => utf8.encode(p));
+  return derive("rivora event id v1", destinationId, customerId, idempotencyKey);
+}
+
+/**
+ * subscriptionEventId is the id of the delivery a keyed publish without a
+ * destination (a fan-out) stores for one subscription: a function of the
+ * subscription, the customer and the key (the Go SDK's
+ * `sdk.SubscriptionEventID`), never equal to an `eventId`. Versions are as
+ * for `eventId`.
+ */
+export async function subscriptionEventId(subscriptionId: string, customerId: string, idempotencyKey: string): Promise<string> {
+  return derive("rivora subscription event id v1", subscriptionId, customerId, idempotencyKey);
+}
+
+// derive hashes the domain and the three parts, each NUL-terminated, into
+// a UUID, as the Go package sdk/eventid does.
+async function derive(domain: string, scope: string, customerId: string, idempotencyKey: string): Promise<string> {
+  const parts = [domain, scope, customerId, idempotencyKey].map((p) => utf8.encode(p));
   const input = new Uint8Array(parts.reduce((n, p) => n + p.length + 1, 0));
   let at = 0;
   for (const p of parts) {

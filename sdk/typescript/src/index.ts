@@ -1,6 +1,8 @@
 /**
- * @rivora/sdk: publish events to Rivora and verify the signed webhooks it
- * delivers. The generated Connect descriptors are under "@rivora/sdk/gen/…".
+ * @rivora/sdk: publish events to Rivora (to a destination, or fanned out to
+ * a customer's subscriptions), manage subscriptions, and verify the signed
+ * webhooks Rivora delivers. The generated Connect descriptors are under
+ * "@rivora/sdk/gen/…".
  */
 export {
   RivoraClient,
@@ -13,9 +15,19 @@ export {
   type PublishEvent,
   type PublishResult,
   type RivoraClientOptions,
+  type Route,
 } from "./client.js";
+export {
+  SubscriptionClient,
+  type HeaderValue,
+  type NewSubscription,
+  type SubscriptionChange,
+  type SubscriptionDetail,
+  type SubscriptionFilter,
+} from "./subscriptions.js";
+export type { EventType, Subscription } from "./gen/rivora/v1/subscriptions_pb.js";
 export { RivoraError, codeName } from "./errors.js";
-export { eventId, newIdempotencyKey } from "./ids.js";
+export { eventId, newIdempotencyKey, subscriptionEventId } from "./ids.js";
 export {
   verifyWebhook,
   signWebhook,

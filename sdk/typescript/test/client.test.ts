@@ -18,6 +18,8 @@ import { Code, RivoraClient, RivoraError, type PublishEvent } from "../src/index
 import { freePort, startPartner, type Partner, type Received } from "../../../testkit/ts/index.js";
 
 const event: PublishEvent = { destinationId: "orders", customerId: "acme", laneKey: "u1", type: "order.created", payload: "{}" };
+/** named is what publish resolves to for a destination-named event. */
+const named = (eventId: string) => ({ eventId, duplicate: false, fannedOut: false, routes: [] });
 const UUIDV7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 function ok(req: Received, res: http.ServerResponse): void {
@@ -76,7 +78,7 @@ describe("RivoraClient on the wire", () => {
       await new Promise((r) => setTimeout(r, 1)); // the context survives awaits
       return client.publish(event);
     });
-    expect(res).toEqual({ eventId: "id-1", duplicate: false });
+    expect(res).toEqual(named("id-1"));
     const r = s.received[0]!;
     expect(r.url).toBe("/rivora.v1.IngestService/Publish");
     expect(r.headers.authorization).toBe("Bearer tok_123");
@@ -142,9 +144,12 @@ describe("RivoraClient on the wire", () => {
     expect(a).toMatch(UUIDV7);
     expect(b).toBe("order-7");
 
-    await expect(client.publishBatch([])).resolves.toEqual({ eventIds: [] });
+    await expect(client.publishBatch([])).resolves.toEqual({ eventIds: [], results: [] });
     expect(s.received).toHaveLength(2);
-    await expect(client.publishBatch([event, { ...event, idempotencyKey: "k2" }, event])).resolves.toEqual({ eventIds: ["id-0", "id-1", "id-2"] });
+    await expect(client.publishBatch([event, { ...event, idempotencyKey: "k2" }, event])).resolves.toEqual({
+      eventIds: ["id-0", "id-1", "id-2"],
+      results: ["id-0", "id-1", "id-2"].map(named),
+    });
     const keys = fromBinary(PublishBatchRequestSchema, s.received[2]!.body).events.map((e) => e.idempotencyKey);
     expect(keys[1]).toBe("k2");
     expect(new Set(keys).size).toBe(3);
@@ -170,7 +175,7 @@ describe("RivoraClient retries", () => {
   it("retries Unavailable with the same idempotency key", async () => {
     const s = await server(failFirst(2));
     const client = new RivoraClient({ baseUrl: s.base, baseBackoffMs: 1 });
-    await expect(client.publish(event)).resolves.toEqual({ eventId: "id-1", duplicate: false });
+    await expect(client.publish(event)).resolves.toEqual(named("id-1"));
     expect(s.received).toHaveLength(3);
     const keys = new Set(s.received.map((r) => fromBinary(PublishRequestSchema, r.body).idempotencyKey));
     expect(keys.size).toBe(1);
@@ -214,7 +219,7 @@ describe("RivoraClient retries", () => {
       ok(req, res);
     });
     const client = new RivoraClient({ baseUrl: s.base, timeoutMs: 300, baseBackoffMs: 1 });
-    await expect(client.publish(event)).resolves.toEqual({ eventId: "id-1", duplicate: false });
+    await expect(client.publish(event)).resolves.toEqual(named("id-1"));
     expect(s.received).toHaveLength(2);
   });
 

@@ -8,8 +8,8 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { eventId, RivoraClient, verifyWebhook, WebhookVerificationError, type PublishEvent } from "../src/index.js";
-import { Dev, eventually, freePort, startPartner, type Partner, type Received } from "../../../testkit/ts/index.js";
+import { eventId, RivoraClient, SubscriptionClient, subscriptionEventId, verifyWebhook, WebhookVerificationError, type PublishEvent } from "../src/index.js";
+import { Dev, eventually, freePort, rpc, startPartner, type Partner, type Received } from "../../../testkit/ts/index.js";
 
 const pkgDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -56,7 +56,7 @@ describe("against rivora dev", () => {
   it("publishes one event and a batch, delivered with valid signatures", async () => {
     const key = `order-${Date.now()}`;
     const one = await client.publish(ev({ payload: '{"order":1}', idempotencyKey: key }));
-    expect(one).toEqual({ eventId: await eventId("orders", "acme", key), duplicate: false });
+    expect(one).toEqual({ eventId: await eventId("orders", "acme", key), duplicate: false, fannedOut: false, routes: [] });
     await expect(client.publish(ev({ payload: '{"order":1}', idempotencyKey: key }))).resolves.toEqual({ ...one, duplicate: true });
 
     const bodies = ["first", "second", "third"];
@@ -129,3 +129,69 @@ describe("against rivora dev", () => {
     expect(deliveriesOf(id)).toHaveLength(1);
   });
 });
+
+/** configApplied waits until every connected agent applied the control plane's config (subscriptions included). */
+async function configApplied(): Promise<void> {
+  type Status = { version?: string; agents?: { connected?: boolean; appliedVersion?: string }[] };
+  await eventually("every agent applied the control plane's config", async () => {
+    const s = await rpc<Status>(dev, dev.token, "rivora.v1.AdminService/GetConfigStatus", {});
+    const agents = (s.agents ?? []).filter((a) => a.connected);
+    return agents.length > 0 && agents.every((a) => BigInt(a.appliedVersion ?? "0") >= BigInt(s.version ?? "0"));
+  });
+}
+
+// Needs the server side of subscriptions (issue 24): fan-out publish,
+// SubscriptionService.
+describe("fan-out against rivora dev", () => {
+  it("routes one publish to every matching subscription, with its path, secret and filter", async () => {
+    const other = await startPartner();
+    try {
+      const secret1 = await dev.createDestination("fan-d1", partner.url, "sdk-ts-test");
+      await dev.createDestination("fan-d2", other.url, "sdk-ts-test");
+      const subs = new SubscriptionClient({ baseUrl: dev.url, token: dev.token });
+      const s1 = await subs.create({ customerId: "fan-c1", destinationId: "fan-d1", types: ["order.*"] });
+      const s2 = await subs.create({ customerId: "fan-c1", destinationId: "fan-d2", types: ["order.created"], path: "/in/c1", generateSecret: true });
+      expect(s2.secret).toMatch(/^whsec_/);
+      expect((await subs.list({ customerId: "fan-c1" })).map((s) => s.id).sort()).toEqual([s1.id, s2.id].sort());
+      await configApplied();
+
+      const fan = (over: Partial<PublishEvent>): PublishEvent => ({ customerId: "fan-c1", laneKey: "u1", type: "order.created", payload: { amount: 120 }, ...over });
+      const key = `fan-${Date.now()}`;
+      const created = await client.publish(fan({ idempotencyKey: key }));
+      expect(created.fannedOut).toBe(true);
+      expect(created.routes.map((r) => [r.subscriptionId, r.destinationId]).sort()).toEqual([[s1.id, "fan-d1"], [s2.id, "fan-d2"]].sort());
+      const to = (sub: string) => created.routes.find((r) => r.subscriptionId === sub)!.eventId;
+      for (const r of created.routes) expect(r.eventId).toBe(await subscriptionEventId(r.subscriptionId, "fan-c1", key));
+      const d1 = await delivered(to(s1.id));
+      await expect(verifyWebhook(secret1, d1.headers, d1.body)).resolves.toMatchObject({ id: to(s1.id) });
+      const d2 = await eventually(`delivery of ${to(s2.id)} at /in/c1`, () => other.received.find((r) => r.headers["webhook-id"] === to(s2.id)));
+      expect(d2.url).toBe("/in/c1");
+      await expect(verifyWebhook(s2.secret, d2.headers, d2.body)).resolves.toMatchObject({ id: to(s2.id) });
+
+      // The same key again stores nothing new.
+      const again = await client.publish(fan({ idempotencyKey: key }));
+      expect(again.duplicate).toBe(true);
+      expect(again.routes.map((r) => r.eventId).sort()).toEqual(created.routes.map((r) => r.eventId).sort());
+
+      const updated = await client.publish(fan({ type: "order.updated" }));
+      expect(updated.routes.map((r) => r.subscriptionId)).toEqual([s1.id]);
+      await expect(client.publish(fan({ type: "invoice.paid" }))).resolves.toMatchObject({ fannedOut: true, routes: [] });
+
+      // A test event to one subscription, whatever its types.
+      const test = await client.publish(fan({ type: "invoice.paid", subscriptionId: s2.id }));
+      expect(test.routes.map((r) => r.subscriptionId)).toEqual([s2.id]);
+      await eventually("the test event's delivery", () => other.received.find((r) => r.headers["webhook-id"] === test.routes[0]!.eventId));
+
+      // A filter routes only the events it is true for.
+      const s3 = await subs.create({ customerId: "fan-c2", destinationId: "fan-d1", types: ["*"], filter: "data.amount > 100" });
+      await configApplied();
+      await expect(client.publish(fan({ customerId: "fan-c2", payload: { amount: 50 } }))).resolves.toMatchObject({ routes: [] });
+      const big = await client.publish(fan({ customerId: "fan-c2", payload: { amount: 150 } }));
+      expect(big.routes.map((r) => r.subscriptionId)).toEqual([s3.id]);
+      await delivered(big.routes[0]!.eventId);
+    } finally {
+      await other.close();
+    }
+  });
+});
+

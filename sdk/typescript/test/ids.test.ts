@@ -1,9 +1,10 @@
 import { readFile } from "node:fs/promises";
 import { describe, expect, it } from "vitest";
-import { eventId, newIdempotencyKey } from "../src/index.js";
+import { eventId, newIdempotencyKey, subscriptionEventId } from "../src/index.js";
 
 // The Go test internal/ids TestEventIDVectors checks the same file.
 const vectorsFile = new URL("../../eventid/testdata/eventid_vectors.json", import.meta.url);
+const subscriptionVectorsFile = new URL("../../eventid/testdata/subscription_eventid_vectors.json", import.meta.url);
 
 describe("eventId", () => {
   it("computes the ids Go computes", async () => {
@@ -11,6 +12,15 @@ describe("eventId", () => {
     expect(vectors.length).toBeGreaterThan(10);
     for (const v of vectors) {
       expect(await eventId(v.destination, v.customer, v.key), JSON.stringify(v)).toBe(v.eventId);
+    }
+  });
+
+  it("computes the fan-out delivery ids Go computes, never an eventId", async () => {
+    const vectors = JSON.parse(await readFile(subscriptionVectorsFile, "utf8")) as { subscription: string; customer: string; key: string; eventId: string }[];
+    expect(vectors.length).toBeGreaterThan(3);
+    for (const v of vectors) {
+      expect(await subscriptionEventId(v.subscription, v.customer, v.key), JSON.stringify(v)).toBe(v.eventId);
+      expect(await eventId(v.subscription, v.customer, v.key)).not.toBe(v.eventId);
     }
   });
 

@@ -1,0 +1,212 @@
+package ingest
+
+import (
+	"encoding/json"
+	"fmt"
+	"mime"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rivora/rivora/agent/subscriptions"
+	"github.com/rivora/rivora/internal/errkind"
+	"github.com/rivora/rivora/lanes"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/routing"
+	"github.com/rivora/rivora/sdk/eventid"
+)
+
+// MaxFanout bounds the subscriptions one publish is stored for. The
+// control plane bounds a customer's subscriptions; this is the gateway's
+// own defence (one request never multiplies without bound), and it bounds
+// a fan-out's idempotency record.
+const MaxFanout = 500
+
+// unrouted counts fan-outs that matched nothing. It has no customer label
+// on purpose: customer ids are the publishers' tenants, unbounded (a SaaS
+// has as many as it has users), and a label per customer would grow a
+// Prometheus series per tenant forever. Which customer's publishes go
+// nowhere is in the trace instead (the rivora.ingest span carries
+// rivora.customer and rivora.routes = 0).
+var unrouted = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "rivora_ingest_unrouted_total",
+	Help: "Publishes without destination_id that matched no subscription of their customer: accepted, answered with 0 routes, not stored (retries of a keyed one not counted again).",
+})
+
+// routed is a publish without destination_id: a fan-out to its
+// customer's matching subscriptions, or a test event to one of them.
+type routed struct {
+	// base is the event as published: no id, destination or subscription.
+	base *rivorav1.Event
+	// key and fingerprint are set for a publish with an idempotency key.
+	key         string
+	fingerprint []byte
+	// test is the subscription of a test event ("": a fan-out).
+	test string
+	// routes are the deliveries to store: those planned at prepare, or,
+	// for a retry of a keyed publish, those its first try recorded.
+	routes []route
+	// retry is set when the key's record was there with this fingerprint.
+	retry bool
+	// deliveries are the routes' events, made by settle.
+	deliveries []*prepared
+}
+
+// route is one delivery of a routed publish.
+type route struct {
+	Subscription string `json:"subscription"`
+	Destination  string `json:"destination"`
+	EventID      string `json:"event_id"`
+}
+
+// prepareRouted plans a publish without destination_id: the
+// subscriptions it goes to, each with its event id.
+func (g *Gateway) prepareRouted(base *rivorav1.Event, key, test string) (*routed, error) {
+	if g.subs == nil {
+		return nil, errkind.Errorf(errkind.Precondition, "destination_id is empty, and this gateway routes no publish without one (it has no subscriptions); name destination_id")
+	}
+	r := &routed{base: base, key: key, test: test}
+	subs, err := g.subscriptionsOf(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(subs) > MaxFanout {
+		return nil, errkind.Errorf(errkind.Precondition, "customer %s has %d subscriptions matching type %q; one publish reaches at most %d: narrow the subscriptions' types or filters", base.GetCustomerId(), len(subs), base.GetType(), MaxFanout)
+	}
+	r.routes = make([]route, len(subs))
+	for i, s := range subs {
+		if _, ok := g.reg.Get(s.Destination); !ok {
+			return nil, unknownDestination(s.ID, s.Destination)
+		}
+		id := ""
+		if key != "" {
+			id = eventid.ForSubscription(s.ID, base.GetCustomerId(), key)
+		} else if id, err = g.newID(); err != nil {
+			return nil, fmt.Errorf("assign event id: %w", err)
+		}
+		r.routes[i] = route{Subscription: s.ID, Destination: s.Destination, EventID: id}
+	}
+	if key != "" {
+		r.fingerprint = routedFingerprint(r)
+	}
+	return r, nil
+}
+
+// subscriptionsOf are the subscriptions a routed publish goes to: the one
+// a test event names (whatever its types and filter say), or those of its
+// customer that match. A paused subscription is one: its events are
+// stored and held until it resumes.
+func (g *Gateway) subscriptionsOf(r *routed) ([]*subscriptions.Subscription, error) {
+	customer := r.base.GetCustomerId()
+	if r.test == "" {
+		return g.match(r.base), nil
+	}
+	if err := lanes.ValidateID("subscription_id", r.test); err != nil {
+		return nil, err
+	}
+	s, ok := g.subs.Get(r.test)
+	if !ok || s.Customer != customer {
+		// Another customer's subscription answers as an absent one does.
+		return nil, errkind.Errorf(errkind.NotFound, "subscription %q of customer %q not found (one created moments ago reaches the agents within seconds: retry then)", r.test, customer)
+	}
+	return []*subscriptions.Subscription{s}, nil
+}
+
+// match lists the customer's subscriptions the event matches. The
+// event's JSON is decoded at most once, and only when a subscription whose
+// types match has a filter.
+func (g *Gateway) match(ev *rivorav1.Event) []*subscriptions.Subscription {
+	var input *routing.Input
+	lazy := func() routing.Input {
+		if input == nil {
+			input = &routing.Input{Data: jsonData(ev), Type: ev.GetType(), Customer: ev.GetCustomerId(), Lane: ev.GetLaneKey()}
+		}
+		return *input
+	}
+	var out []*subscriptions.Subscription
+	for _, s := range g.subs.ForCustomer(ev.GetCustomerId()) {
+		if s.Matches(ev.GetType(), lazy) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// jsonData is the event's payload decoded for a filter: nil when it is
+// not JSON (a filter reading data then does not match).
+func jsonData(ev *rivorav1.Event) any {
+	if !isJSON(ev.GetContentType()) {
+		return nil
+	}
+	var v any
+	if err := json.Unmarshal(ev.GetPayload(), &v); err != nil {
+		return nil
+	}
+	return v
+}
+
+// isJSON tells whether a content type is JSON: application/json or a
+// +json suffix (application/cloudevents+json).
+func isJSON(contentType string) bool {
+	if contentType == defaultContentType {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (mt == defaultContentType || strings.HasSuffix(mt, "+json"))
+}
+
+func unknownDestination(subscription, destination string) error {
+	return errkind.Errorf(errkind.Unavailable, "subscription %s goes to destination %s, which this agent does not know yet (its configuration is on the way); retry shortly", subscription, destination)
+}
+
+// settle makes the routes' events: one per route, each in its lane
+// (destination, customer, lane key, subscription), in its destination's
+// partition, stored under its event id. A route whose destination this
+// agent does not know (a recorded route, on a retry) is refused
+// Unavailable, never dropped.
+func (g *Gateway) settle(r *routed) error {
+	n := g.count()
+	r.deliveries = make([]*prepared, len(r.routes))
+	for i, rt := range r.routes {
+		if _, ok := g.reg.Get(rt.Destination); !ok {
+			return unknownDestination(rt.Subscription, rt.Destination)
+		}
+		ev := withRoute(r.base, rt.EventID, rt.Destination, rt.Subscription)
+		data, err := proto.Marshal(ev)
+		if err != nil {
+			return fmt.Errorf("encode event: %w", err)
+		}
+		r.deliveries[i] = &prepared{partition: lanes.Partition(rt.Destination, n), event: ev, data: data, msgID: rt.EventID}
+	}
+	return nil
+}
+
+// withRoute is base (an event as published) with its id, destination and
+// subscription: what is stored. The payload is shared, not copied.
+func withRoute(base *rivorav1.Event, id, destination, subscription string) *rivorav1.Event {
+	return &rivorav1.Event{
+		EventId:        id,
+		DestinationId:  destination,
+		SubscriptionId: subscription,
+		CustomerId:     base.GetCustomerId(),
+		LaneKey:        base.GetLaneKey(),
+		Type:           base.GetType(),
+		Payload:        base.GetPayload(),
+		ContentType:    base.GetContentType(),
+		AcceptedAt:     base.GetAcceptedAt(),
+	}
+}
+
+// answer is the routed publish's answer, given the store's duplicate flag
+// of each of its deliveries: a duplicate when it is a retry whose every
+// delivery was stored already.
+func (r *routed) answer(dups []bool) *rivorav1.PublishResponse {
+	resp := &rivorav1.PublishResponse{FannedOut: true, Routes: make([]*rivorav1.Route, len(r.routes)), Duplicate: r.retry}
+	for i, rt := range r.routes {
+		resp.Routes[i] = &rivorav1.Route{SubscriptionId: rt.Subscription, DestinationId: rt.Destination, EventId: rt.EventID}
+		resp.Duplicate = resp.Duplicate && dups[i]
+	}
+	return resp
+}

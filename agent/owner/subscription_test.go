@@ -1,0 +1,186 @@
+package owner_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/lanes"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk/webhook"
+	"github.com/rivora/rivora/testkit/partner"
+	"github.com/rivora/rivora/testkit/poll"
+)
+
+const subSecret = "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo="
+
+// storeRouted stores an event a subscription routed (as the fan-out
+// does: its own event id, the subscription's destination and id).
+func (n *node) storeRouted(id, subscription, destination, lane string) string {
+	n.t.Helper()
+	ev := &rivorav1.Event{
+		EventId: id, DestinationId: destination, CustomerId: "acme", LaneKey: lane, Type: "order.created",
+		Payload: []byte(`{"n":"` + id + `"}`), ContentType: "application/json", SubscriptionId: subscription,
+		AcceptedAt: timestamppb.Now(),
+	}
+	if _, dup, err := n.gw.Resend(context.Background(), ev, "test:"+id); err != nil || dup {
+		n.t.Fatalf("store %s: duplicate %v, %v", id, dup, err)
+	}
+	return id
+}
+
+// setSubscriptions installs subscriptions as the agent does: the table,
+// then the scheduler's pauses.
+func (n *node) setSubscriptions(list ...*rivorav1.Subscription) {
+	n.t.Helper()
+	if err := n.subs.Replace(list); err != nil {
+		n.t.Fatal(err)
+	}
+	for _, s := range list {
+		n.sched.SetSubscriptionPaused(s.GetDestinationId(), s.GetId(), s.GetPaused())
+	}
+}
+
+// An event a subscription routed goes to the subscription's path on the
+// destination's origin, signed with the subscription's secret (verified
+// with sdk/webhook, and not with the destination's), with the
+// destination's headers overlaid by the subscription's; an event
+// published to the destination directly keeps the destination's.
+func TestSubscriptionDeliversToItsPathWithItsSecretAndHeaders(t *testing.T) {
+	p := partner.New(t, partner.Options{})
+	d := dest("orders", p.URL(), 5)
+	d.Headers = []*rivorav1.Header{{Name: "Authorization", Value: "Bearer dest"}, {Name: "X-Source", Value: "rivora"}}
+	n := open(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{d})
+	n.setSubscriptions(&rivorav1.Subscription{
+		Id: "sub_own", CustomerId: "acme", DestinationId: "orders", DeliveryUrl: p.Base() + "/in/c1?src=rivora", Secret: subSecret,
+		Headers: []*rivorav1.Header{{Name: "authorization", Value: "Bearer c1"}, {Name: "X-Tenant", Value: "c1"}},
+	})
+	routed := n.storeRouted("evt_routed", "sub_own", "orders", "r1")
+	direct := n.publish("orders", "d1")
+	n.run(true)
+	p.WaitDelivered(t, []string{routed, direct}, 15*time.Second)
+
+	subVerifier, err := webhook.NewVerifier(subSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	destVerifier, err := webhook.NewVerifier(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range p.Requests() {
+		switch r.ID {
+		case routed:
+			if r.Path != "/in/c1?src=rivora" {
+				t.Errorf("routed event went to %q, want the subscription's path /in/c1?src=rivora", r.Path)
+			}
+			if err := subVerifier.Verify(r.Header, r.Payload); err != nil {
+				t.Errorf("routed event: the subscription's secret does not verify it: %v", err)
+			}
+			if destVerifier.Verify(r.Header, r.Payload) == nil {
+				t.Errorf("routed event: the destination's secret verifies it, want only the subscription's")
+			}
+			if got := []string{r.Header.Get("Authorization"), r.Header.Get("X-Source"), r.Header.Get("X-Tenant")}; !slices.Equal(got, []string{"Bearer c1", "rivora", "c1"}) {
+				t.Errorf("routed event headers (Authorization, X-Source, X-Tenant) = %q, want the subscription's over the destination's", got)
+			}
+		case direct:
+			if r.Path != "/hook" {
+				t.Errorf("direct event went to %q, want the destination's /hook", r.Path)
+			}
+			if err := destVerifier.Verify(r.Header, r.Payload); err != nil {
+				t.Errorf("direct event: the destination's secret does not verify it: %v", err)
+			}
+			if r.Header.Get("Authorization") != "Bearer dest" || r.Header.Get("X-Tenant") != "" {
+				t.Errorf("direct event headers = %v, want the destination's alone", r.Header)
+			}
+		}
+	}
+}
+
+// A paused subscription holds its events while another subscription's
+// at the same destination flow; on resume they are delivered in lane
+// order. Its events pending when it is deleted become dead letters with
+// reason deleted, never dropped; ArchivePending of one subscription
+// archives its events and no other's.
+func TestSubscriptionPauseResumeArchiveAndDelete(t *testing.T) {
+	p := newPartner(t, http.StatusOK, nil)
+	archRoot := t.TempDir()
+	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 5)})
+	subs := []*rivorav1.Subscription{
+		{Id: "sub_live", CustomerId: "acme", DestinationId: "orders"},
+		{Id: "sub_held", CustomerId: "acme", DestinationId: "orders", Paused: true},
+		{Id: "sub_gone", CustomerId: "acme", DestinationId: "orders", Paused: true},
+		{Id: "sub_archived", CustomerId: "acme", DestinationId: "orders", Paused: true},
+	}
+	n.setSubscriptions(subs...)
+	var live, held, gone, archived []string
+	for i := range 3 {
+		live = append(live, n.storeRouted("evt_live"+string(rune('0'+i)), "sub_live", "orders", "live"))
+		held = append(held, n.storeRouted("evt_held"+string(rune('0'+i)), "sub_held", "orders", "held"))
+		gone = append(gone, n.storeRouted("evt_gone"+string(rune('0'+i)), "sub_gone", "orders", "gone"))
+		archived = append(archived, n.storeRouted("evt_arch"+string(rune('0'+i)), "sub_archived", "orders", "arch"))
+	}
+	n.run(true)
+	p.WaitDelivered(t, live, 15*time.Second)
+	poll.True(t, "the paused subscriptions' events are in their lanes", 10*time.Second, func() bool {
+		return n.sched.PendingOf("orders", "sub_held") == 3 && n.sched.PendingOf("orders", "sub_gone") == 3 && n.sched.PendingOf("orders", "sub_archived") == 3
+	})
+	for _, id := range slices.Concat(held, gone, archived) {
+		if p.Sent(id) != 0 {
+			t.Fatalf("%s of a paused subscription was sent", id)
+		}
+	}
+
+	part := n.parts[lanes.Partition("orders", partitions)]
+	if got, err := part.ArchiveSubscription(context.Background(), "orders", "sub_archived"); err != nil || got != 3 {
+		t.Fatalf("ArchiveSubscription(sub_archived) = %d, %v; want 3", got, err)
+	}
+	if n.sched.PendingOf("orders", "sub_held") != 3 || n.sched.PendingOf("orders", "sub_archived") != 0 {
+		t.Fatalf("after archiving sub_archived: held %d, archived %d pending", n.sched.PendingOf("orders", "sub_held"), n.sched.PendingOf("orders", "sub_archived"))
+	}
+
+	// Resume sub_held; delete sub_gone (gone from the table: its lanes
+	// are let go and dead-lettered, reason deleted).
+	subs[1].Paused = false
+	n.setSubscriptions(subs[0], subs[1], subs[3])
+	n.sched.SetSubscriptionPaused("", "sub_gone", false)
+	p.WaitDelivered(t, held, 15*time.Second)
+	if got := p.DeliveredByLane()["held"]; !slices.Equal(got, held) {
+		t.Fatalf("resumed subscription delivered %v, want %v in lane order", got, held)
+	}
+
+	var letters []*rivorav1.DeadLetter
+	poll.True(t, "the deleted and archived subscriptions' events are archived", 20*time.Second, func() bool {
+		letters = nil
+		for _, o := range findObjects(t, archRoot) {
+			letters = append(letters, readObject(t, o)...)
+		}
+		return len(letters) >= 6
+	})
+	bySub := map[string][]string{}
+	for _, dl := range letters {
+		if dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_DELETED {
+			t.Errorf("dead letter %s has reason %v, want deleted", dl.GetEvent().GetEventId(), dl.GetReason())
+		}
+		bySub[dl.GetEvent().GetSubscriptionId()] = append(bySub[dl.GetEvent().GetSubscriptionId()], dl.GetEvent().GetEventId())
+	}
+	for sub, want := range map[string][]string{"sub_gone": gone, "sub_archived": archived} {
+		got := slices.Clone(bySub[sub])
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("dead letters of %s = %v, want %v", sub, got, want)
+		}
+	}
+	for _, id := range slices.Concat(gone, archived) {
+		if p.Sent(id) != 0 {
+			t.Errorf("%s was sent", id)
+		}
+	}
+	if len(bySub) != 2 {
+		t.Errorf("dead letters of %d subscriptions (%v), want sub_gone's and sub_archived's only", len(bySub), bySub)
+	}
+}

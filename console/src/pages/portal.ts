@@ -1,0 +1,163 @@
+// The customer portal's home: the signed-in customer's subscriptions (and
+// nobody else's), a form to make one, the event types it may subscribe
+// to, and the endpoints it owns. Everything is asked for with the
+// customer's id; the server refuses any other.
+import type { Destination } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
+import type { EventType, Subscription } from "../../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
+import { admin, errorText, eventTypes, problemText, subscriptions } from "../api.js";
+import { currentCustomer, customerPicker } from "../customer.js";
+import { field, h, replace, status, table } from "../dom.js";
+import type { Page } from "../main.js";
+import { poll } from "../poll.js";
+import { createForm, secretOnce } from "./subscriptionforms.js";
+import { destState, routeColumns, signedWith, subLink, subState } from "./subscriptions.js";
+
+export const portalPage: Page = (main, me) => {
+  const customer = currentCustomer(me);
+  const st = status();
+  const ast = status();
+  const list = h("div", { "data-testid": "my-subscriptions" });
+  const created = h("div");
+  const catalogue = h("section", { "data-testid": "catalogue" });
+  const endpoints = h("section", { "data-testid": "endpoints" });
+  let subs: Subscription[] = [];
+  // Destinations this customer may subscribe to, when the server lists them.
+  let usable: Destination[] = [];
+
+  const act = async (s: Subscription, pause: boolean): Promise<void> => {
+    try {
+      if (pause) await subscriptions.pauseSubscription({ id: s.id, reason: "paused from the portal" });
+      else await subscriptions.resumeSubscription({ id: s.id });
+      ast.ok(`${pause ? "Paused" : "Resumed"} ${s.id}.`);
+      p.now();
+    } catch (err) {
+      ast.error(`${pause ? "Pause" : "Resume"} failed: ${errorText(err)}`);
+    }
+  };
+
+  const form = createForm(
+    customer,
+    () => [...new Set([...usable.map((d) => d.id), ...subs.map((s) => s.destinationId)])].sort(),
+    (s) => {
+      replace(created, s.secret ? secretOnce(`Subscription ${s.id}'s signing secret`, s.secret) : "");
+      ast.ok(`Created ${s.id}.`);
+      p.now();
+    },
+    (msg) => ast.error(msg),
+  );
+  replace(
+    main,
+    h("h1", {}, "Your subscriptions"),
+    customerPicker(me),
+    h("p", { class: "muted" }, "Each subscription sends your events of some types to a destination. A paused subscription holds its events until you resume it."),
+    st.el,
+    list,
+    ast.el,
+    created,
+    form,
+    catalogue,
+    endpoints,
+  );
+
+  const drawList = (): void => {
+    replace(
+      list,
+      table(`${subs.length} subscriptions of ${customer}`, [
+        { label: "Subscription", cell: subLink },
+        { label: "Destination", cell: (s) => s.destinationId },
+        { label: "Destination state", cell: destState },
+        ...routeColumns(),
+        { label: "Signed with", cell: signedWith },
+        { label: "State", cell: subState },
+        { label: "Action", cell: (s) => h("button", { type: "button", onclick: () => void act(s, !s.paused) }, s.paused ? "Resume" : "Pause") },
+      ], subs, (s) => ({ "data-id": s.id, "data-paused": String(s.paused) }), "No subscription yet: create one below."),
+    );
+  };
+
+  const tick = async (): Promise<void> => {
+    try {
+      subs = (await subscriptions.listSubscriptions({ customerId: customer })).subscriptions.filter((s) => s.customerId === customer);
+      drawList();
+      st.clear();
+    } catch (err) {
+      st.error(`Could not list your subscriptions: ${errorText(err)}`);
+    }
+  };
+
+  void drawCatalogue(catalogue, (name) => {
+    const types = form.querySelector<HTMLInputElement>('input[name="types"]')!;
+    types.value = [...types.value.split(/[\s,]+/).filter((t) => t !== "" && t !== name), name].join(", ");
+  });
+  void (async () => {
+    try {
+      usable = (await admin.listDestinations({})).destinations.filter((d) => !d.ownerCustomer || d.ownerCustomer === customer);
+    } catch {
+      usable = []; // not listed to this token: the customer types the id its operator gave it
+    }
+    drawEndpoints(endpoints, customer, usable, (msg) => ast.ok(msg), (msg) => ast.error(msg));
+  })();
+
+  const p = poll(tick);
+  return () => p.stop();
+};
+
+/** The catalogue: what the customer may subscribe to; choosing a type adds it to the form. */
+async function drawCatalogue(box: HTMLElement, pick: (name: string) => void): Promise<void> {
+  try {
+    const r = await eventTypes.listEventTypes({});
+    replace(
+      box,
+      h("h2", {}, "Event types you can subscribe to"),
+      table<EventType>(`${r.eventTypes.length} types in the catalogue${r.strict ? " (only these are accepted)" : ""}`, [
+        { label: "Type", cell: (t) => h("button", { type: "button", class: "link", title: "Add to the new subscription's types", onclick: () => pick(t.name) }, t.name) },
+        { label: "Description", cell: (t) => t.description },
+        { label: "Schema", cell: (t) => (t.schema ? "validated" : "any JSON") },
+      ], r.eventTypes.filter((t) => !t.deprecated), undefined, "The catalogue is empty: any type (or * for all) may be subscribed to."),
+    );
+  } catch (err) {
+    replace(box, h("p", { class: "muted" }, `The event-type catalogue could not be read: ${errorText(err)}`));
+  }
+}
+
+/** The customer's own endpoints: destinations it owns, made for its own URL. */
+function drawEndpoints(box: HTMLElement, customer: string, usable: Destination[], ok: (m: string) => void, fail: (m: string) => void): void {
+  const own = usable.filter((d) => d.ownerCustomer === customer);
+  const id = h("input", { type: "text", name: "endpoint-id", placeholder: `${customer}-hooks` });
+  const url = h("input", { type: "url", name: "endpoint-url", placeholder: "https://hooks.example.com/rivora" });
+  const shown = h("div");
+  const form = h("form", { class: "filters" }, field("Endpoint id", id), field("URL", url), h("button", { type: "submit" }, "Add endpoint"));
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    void (async () => {
+      try {
+        const r = await admin.createDestination({ id: id.value.trim(), url: url.value.trim(), ownerCustomer: customer });
+        replace(shown, secretOnce(`Endpoint ${r.destination?.id}'s signing secret`, r.destination?.secret ?? ""));
+        ok(`Endpoint ${r.destination?.id} added: subscribe to it above.`);
+        form.reset();
+      } catch (err) {
+        fail(`Adding the endpoint failed: ${problemText(err)}`);
+      }
+    })();
+  });
+  const remove = async (d: Destination): Promise<void> => {
+    try {
+      await admin.deleteDestination({ id: d.id });
+      ok(`Endpoint ${d.id} deleted.`);
+    } catch (err) {
+      fail(`Deleting ${d.id} failed: ${errorText(err)}`);
+    }
+  };
+  replace(
+    box,
+    h("h2", {}, "Your own endpoints"),
+    h("p", { class: "muted" }, "A destination for a URL of yours, with default limits; only you may subscribe to it."),
+    table<Destination>("Endpoints you own", [
+      { label: "Endpoint", cell: (d) => d.id },
+      { label: "URL", cell: (d) => d.url },
+      { label: "State", cell: (d) => (d.paused ? "paused" : d.disabled ? "disabled" : "active") },
+      { label: "Action", cell: (d) => h("button", { type: "button", onclick: () => void remove(d) }, "Delete") },
+    ], own, undefined, "None yet."),
+    form,
+    shown,
+  );
+}

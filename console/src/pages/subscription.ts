@@ -1,0 +1,150 @@
+// Subscription: one subscription, its last deliveries, and what the
+// signed-in role may do with it: a customer (its own) and the steering
+// roles edit, pause, resume, rotate its secret and delete it; a customer
+// and an admin send it a test event; a viewer reads.
+import type { EventSummary } from "../../../sdk/typescript/src/gen/rivora/v1/events_pb.js";
+import type { Subscription } from "../../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
+import { errorText, events, isFailedPrecondition, subscriptions, when, type Me } from "../api.js";
+import { h, replace, status, table } from "../dom.js";
+import { can, formatCount } from "../format.js";
+import type { Page } from "../main.js";
+import { poll } from "../poll.js";
+import { editForm, rotateForm, testEventForm } from "./subscriptionforms.js";
+import { deliversTo, destState, signedWith, subState } from "./subscriptions.js";
+import { stateNames } from "./events.js";
+
+/** What a role may do with a subscription it can see. */
+function rights(me: Me): { manage: boolean; test: boolean } {
+  const self = can(me.role, "self-serve");
+  return { manage: self || can(me.role, "steer"), test: self || can(me.role, "admin") };
+}
+
+/** The last deliveries' table: newest first, each event linked to where it is. */
+export function deliveriesTable(caption: string, evs: EventSummary[], empty: string): HTMLElement {
+  return table(caption, [
+    { label: "Event", cell: (e) => h("a", { href: `#/events/${encodeURIComponent(e.eventId)}` }, e.eventId) },
+    { label: "Type", cell: (e) => e.type },
+    { label: "State", cell: (e) => h("span", { class: `ev-state ev-${(stateNames[e.state] ?? "unknown").replace(" ", "-")}` }, stateNames[e.state] ?? "") },
+    { label: "Lane", cell: (e) => e.laneKey },
+    { label: "Accepted", cell: (e) => when(e.acceptedAt) },
+    { label: "Finished", cell: (e) => when(e.finishedAt) },
+    { label: "Attempts", cell: (e) => String(e.attempts), className: "num" },
+    { label: "Last status", cell: (e) => (e.lastStatus ? String(e.lastStatus) : "") },
+    { label: "Last error", cell: (e) => e.lastError },
+  ], evs, (e) => ({ "data-event": e.eventId, "data-state": stateNames[e.state] ?? "" }), empty);
+}
+
+export const subscriptionPage: Page = (main, me, [id = ""]) => {
+  const { manage, test } = rights(me);
+  const st = status();
+  const summary = h("section", { "data-testid": "subscription" });
+  const deliveries = h("section", { "data-testid": "deliveries" });
+  const actions = h("section", { class: "actions" });
+  replace(main, h("p", {}, h("a", { href: "#/subscriptions" }, "← Subscriptions")), h("h1", {}, `Subscription ${id}`), st.el, summary, actions, deliveries);
+
+  let sub: Subscription | undefined;
+  let built = false;
+  const ast = status();
+  const pauseReason = h("input", { type: "text", name: "pause-reason", placeholder: "why (audited)" });
+  const pauseBtn = h("button", { type: "button" }, "Pause");
+  const resumeBtn = h("button", { type: "button" }, "Resume");
+
+  const tick = async (): Promise<void> => {
+    try {
+      const r = await subscriptions.getSubscription({ id });
+      sub = r.subscription!;
+      drawSummary(sub, Number(r.pending));
+      pauseBtn.disabled = sub.paused;
+      resumeBtn.disabled = !sub.paused;
+      if (!built) buildActions(sub);
+      const evs = await events.listEvents({ destinationId: sub.destinationId, customerId: sub.customerId, subscriptionId: sub.id, limit: 20 });
+      replace(deliveries, h("h2", {}, "Last deliveries"), deliveriesTable(`The subscription's last ${evs.events.length} events, newest first`, evs.events, "No event yet: send a test event."));
+      st.clear();
+    } catch (err) {
+      st.error(`Could not load subscription ${id}: ${errorText(err)}`);
+    }
+  };
+
+  function drawSummary(s: Subscription, pending: number): void {
+    const last = s.pauses[s.pauses.length - 1];
+    const rows: [string, Node | string][] = [
+      ["State", h("span", {}, subState(s), s.paused && last?.reason ? ` ${last.reason}` : "")],
+      ["Customer", s.customerId],
+      ["Destination", h("span", {}, `${s.destinationId} `, destState(s))],
+      ["Types", s.types.join(", ")],
+      ["Filter", s.filter || "none: every event of these types"],
+      ["Delivers to", deliversTo(s)],
+      ["Signed with", signedWith(s)],
+      ["Previous secret", s.previousSecretFingerprint ? `${s.previousSecretFingerprint}, signs too until ${when(s.previousSecretExpiresAt)}` : "none"],
+      ["Headers", s.headers.map((x) => `${x.name} (${x.valueFingerprint})`).join(", ") || "none"],
+      ["Pending", formatCount(pending)],
+      ["Description", s.description || "—"],
+      ["Created", when(s.createdAt)],
+      ["Updated", when(s.updatedAt)],
+    ];
+    replace(summary, h("dl", {}, ...rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", { "data-field": k }, v)])));
+  }
+
+  const run = async (what: string, f: () => Promise<string>): Promise<void> => {
+    try {
+      ast.ok(await f());
+      p.now();
+    } catch (err) {
+      ast.error(`${what} failed: ${errorText(err)}`);
+    }
+  };
+
+  function buildActions(s: Subscription): void {
+    built = true;
+    if (!manage) {
+      replace(actions, h("p", { class: "muted", "data-testid": "read-only" }, `Signed in as ${me.role}: read only.`));
+      return;
+    }
+    pauseBtn.addEventListener("click", () => void run("Pause", async () => (await subscriptions.pauseSubscription({ id, reason: pauseReason.value.trim() || "paused from the console" }), `Paused: new events are held until you resume.`)));
+    resumeBtn.addEventListener("click", () => void run("Resume", async () => (await subscriptions.resumeSubscription({ id }), `Resumed: held events drain in lane order.`)));
+    replace(
+      actions,
+      h("h2", {}, "Actions"),
+      ast.el,
+      h("fieldset", {}, h("legend", {}, "Pause or resume"), h("label", { class: "field" }, h("span", {}, "Reason"), pauseReason), pauseBtn, resumeBtn),
+      test ? testEventForm(s, (msg) => (ast.ok(msg), p.now()), (msg) => ast.error(msg)) : "",
+      editForm(s, (msg) => (ast.ok(msg), p.now()), (msg) => ast.error(msg)),
+      rotateForm(s, (msg) => ast.ok(msg), (msg) => ast.error(msg)),
+      deleteBox(),
+    );
+  }
+
+  // Delete: refused while events are pending; then a second, explicit
+  // confirmation deletes with force (the pending events become dead
+  // letters with reason "deleted", nothing dropped silently).
+  function deleteBox(): HTMLElement {
+    const del = h("button", { type: "button", class: "danger" }, "Delete subscription");
+    const confirmBox = h("div", { "data-testid": "delete-confirm" });
+    const remove = async (force: boolean): Promise<void> => {
+      try {
+        const r = await subscriptions.deleteSubscription({ id, force });
+        p.stop();
+        location.hash = "#/subscriptions";
+        ast.ok(`Deleted ${id}${force ? `; ${formatCount(r.archived)} pending events became dead letters` : ""}.`);
+      } catch (err) {
+        if (!force && isFailedPrecondition(err)) {
+          const forceBtn = h("button", { type: "button", class: "danger" }, "Delete anyway");
+          forceBtn.addEventListener("click", () => void remove(true));
+          replace(
+            confirmBox,
+            h("p", { class: "status error", role: "alert" }, `${errorText(err)}`),
+            h("p", {}, "Deleting anyway turns the pending events into dead letters (reason deleted): you can still replay them from Dead letters."),
+            forceBtn,
+          );
+          return;
+        }
+        ast.error(`Delete failed: ${errorText(err)}`);
+      }
+    };
+    del.addEventListener("click", () => void remove(false));
+    return h("fieldset", {}, h("legend", {}, "Delete"), del, confirmBox);
+  }
+
+  const p = poll(tick);
+  return () => p.stop();
+};

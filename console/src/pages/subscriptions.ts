@@ -1,0 +1,146 @@
+// Subscriptions, as operators see them: every customer's, grouped per
+// destination or per customer, with pause and resume for the roles that
+// steer. The pieces every subscription table shows live here too.
+import type { Subscription } from "../../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
+import { errorText, subscriptions } from "../api.js";
+import { field, h, replace, status, table, type Child, type Column } from "../dom.js";
+import { can, formatCount } from "../format.js";
+import type { Page } from "../main.js";
+import { poll } from "../poll.js";
+
+/** The subscription's own state: paused holds its events. */
+export function subState(s: Subscription): Child {
+  return h("span", { class: `state state-${s.paused ? "paused" : "active"}`, "data-testid": "sub-state" }, s.paused ? "paused" : "active");
+}
+
+/** The destination's health as the answer carries it for this subscription. */
+export function destState(s: Subscription): Child {
+  const st = s.destinationState || "unknown";
+  return h("span", { class: `state state-${st}` }, st);
+}
+
+export function subLink(s: Subscription): Child {
+  return h("a", { href: `#/subscription/${encodeURIComponent(s.id)}` }, s.id);
+}
+
+/** Where deliveries go: the subscription's own URL, or the destination's. */
+export function deliversTo(s: Subscription): string {
+  return s.deliveryUrl || "the destination's URL";
+}
+
+export function signedWith(s: Subscription): string {
+  return s.secretFingerprint ? `own secret (${s.secretFingerprint})` : "the destination's secret";
+}
+
+/** The columns every subscription table has, between its two ids and its state. */
+export function routeColumns(): Column<Subscription>[] {
+  return [
+    { label: "Types", cell: (s) => s.types.join(", ") },
+    { label: "Filter", cell: (s) => (s.filter ? h("code", {}, s.filter) : "none") },
+    { label: "Delivers to", cell: (s) => deliversTo(s) },
+  ];
+}
+
+// Listing every subscription of a large cell is not free: refresh slowly,
+// and draw at most this many rows (a filter narrows it).
+const every = 10_000;
+const maxRows = 1000;
+
+type GroupBy = "destination" | "customer";
+
+// #/subscriptions, #/subscriptions/destination/<id>, #/subscriptions/customer/<id>.
+export const subscriptionsPage: Page = (main, me, args) => {
+  const steer = can(me.role, "steer");
+  const st = status();
+  const dest = h("input", { type: "text", name: "destination" });
+  const cust = h("input", { type: "text", name: "customer" });
+  const group = h("select", { name: "group-by" }, h("option", { value: "destination" }, "destination"), h("option", { value: "customer" }, "customer"));
+  const form = h("form", { class: "filters" }, field("Destination", dest), field("Customer", cust), field("Group by", group), h("button", { type: "submit" }, "Show"));
+  const reason = h("input", { type: "text", name: "pause-reason", placeholder: "why pause (audited)" });
+  const ast = status();
+  const holder = h("div", { "data-testid": "subscriptions" });
+  replace(
+    main,
+    h("h1", {}, "Subscriptions"),
+    h("p", { class: "muted" }, "Which customer's events of which types go to which destination. A paused subscription holds its events."),
+    form,
+    steer ? h("div", {}, field("Reason for pausing", reason), ast.el) : h("p", { class: "muted", "data-testid": "read-only" }, `Signed in as ${me.role}: read only.`),
+    st.el,
+    holder,
+  );
+  if (args[0] === "destination" || args[0] === "customer") {
+    (args[0] === "destination" ? dest : cust).value = args[1] ?? "";
+    group.value = args[0] === "destination" ? "customer" : "destination";
+  }
+
+  const act = async (s: Subscription, pause: boolean): Promise<void> => {
+    try {
+      if (pause) {
+        const why = reason.value.trim();
+        if (!why) {
+          ast.error("Pausing a subscription needs a reason (it goes to the audit log).");
+          reason.focus();
+          return;
+        }
+        await subscriptions.pauseSubscription({ id: s.id, reason: why });
+        ast.ok(`Paused ${s.id}: its events are held.`);
+      } else {
+        await subscriptions.resumeSubscription({ id: s.id });
+        ast.ok(`Resumed ${s.id}.`);
+      }
+      p.now();
+    } catch (err) {
+      ast.error(`${pause ? "Pause" : "Resume"} of ${s.id} failed: ${errorText(err)}`);
+    }
+  };
+
+  const draw = (subs: Subscription[]): void => {
+    const by = group.value as GroupBy;
+    const other: GroupBy = by === "destination" ? "customer" : "destination";
+    const groups = new Map<string, Subscription[]>();
+    const sorted = [...subs].sort((a, b) => key(a, by).localeCompare(key(b, by)) || key(a, other).localeCompare(key(b, other)) || a.id.localeCompare(b.id));
+    for (const s of sorted.slice(0, maxRows)) groups.set(key(s, by), [...(groups.get(key(s, by)) ?? []), s]);
+    const columns: Column<Subscription>[] = [
+      { label: "Subscription", cell: subLink },
+      { label: other === "customer" ? "Customer" : "Destination", cell: (s) => h("a", { href: `#/subscriptions/${other}/${encodeURIComponent(key(s, other))}` }, key(s, other)) },
+      ...routeColumns(),
+      { label: "Signed with", cell: signedWith },
+      { label: "Destination state", cell: destState },
+      { label: "State", cell: subState },
+      ...(steer ? [{ label: "Action", cell: (s: Subscription) => h("button", { type: "button", onclick: () => void act(s, !s.paused) }, s.paused ? "Resume" : "Pause") }] : []),
+    ];
+    const tables = [...groups].map(([g, rows]) =>
+      h(
+        "section",
+        { "data-group": g },
+        table(`${by} ${g}: ${formatCount(rows.length)} subscriptions, ${formatCount(rows.filter((s) => s.paused).length)} paused`, columns, rows, (s) => ({ "data-id": s.id, "data-paused": String(s.paused) })),
+      ),
+    );
+    replace(
+      holder,
+      h("p", { class: "summary" }, `${formatCount(subs.length)} subscriptions${subs.length > maxRows ? ` (the first ${formatCount(maxRows)} shown: narrow with a destination or customer)` : ""}, grouped by ${by}.`),
+      ...(tables.length ? tables : [h("p", { class: "empty" }, "No subscription matches (rivoractl subscriptions create, or a customer's portal).")]),
+    );
+  };
+
+  const tick = async (): Promise<void> => {
+    try {
+      const r = await subscriptions.listSubscriptions({ destinationId: dest.value.trim(), customerId: cust.value.trim() });
+      draw(r.subscriptions);
+      st.clear();
+    } catch (err) {
+      st.error(`Could not list subscriptions: ${errorText(err)}`);
+    }
+  };
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    p.now();
+  });
+  group.addEventListener("change", () => p.now());
+  const p = poll(tick, every);
+  return () => p.stop();
+};
+
+function key(s: Subscription, by: GroupBy): string {
+  return by === "destination" ? s.destinationId : s.customerId;
+}

@@ -1,0 +1,217 @@
+import { Code, ConnectError, type Interceptor, type Transport } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-web";
+import { propagation, type Context, type TextMapSetter } from "@opentelemetry/api";
+
+import { isNetworkError, RivoraError, toRivoraError } from "./errors.js";
+
+// How every client of this package talks to Rivora: one transport per
+// client (token, codec, fetch), and one Caller that bounds, retries and
+// traces calls. Not exported from the package.
+
+/** Retry defaults, as the Go SDK's: five tries spaced 100, 200, 400, 800 ms (jittered). */
+export const DEFAULT_MAX_ATTEMPTS = 5;
+export const DEFAULT_BASE_BACKOFF_MS = 100;
+/** Each try is bounded by default, so a hung connection is retried, not waited on. */
+export const DEFAULT_TIMEOUT_MS = 30_000;
+const MAX_BACKOFF_MS = 10_000;
+
+export interface RivoraClientOptions {
+  /** Rivora's address, e.g. "http://127.0.0.1:7400": an agent to publish, the control plane for subscriptions (`rivora dev` is both). */
+  baseUrl: string;
+  /** Sent as `Authorization: Bearer <token>` (a publisher or customer token, usually). */
+  token?: string;
+  /** The fetch to send requests with (default: globalThis.fetch). */
+  fetch?: typeof globalThis.fetch;
+  /** Bound on each try in ms (default 30 000); 0 for none beyond the call's signal. */
+  timeoutMs?: number;
+  /** Tries in all, at least 1 (default 5). */
+  maxAttempts?: number;
+  /** First wait between tries in ms, doubled after each (capped at 10 s, jittered); default 100. */
+  baseBackoffMs?: number;
+  /** Encode messages as JSON instead of binary protobuf: readable on the wire when debugging. */
+  protoJson?: boolean;
+}
+
+/** Per-call options. */
+export interface CallOptions {
+  /** Ends the call, retries and waits included (AbortSignal.timeout bounds the total time). */
+  signal?: AbortSignal;
+  /**
+   * A W3C traceparent to continue, for apps without OpenTelemetry; it wins
+   * over the active OpenTelemetry context, which is otherwise injected.
+   */
+  traceparent?: string;
+  /** The W3C tracestate to send with `traceparent`. */
+  tracestate?: string;
+}
+
+/** What one try is given: the trace headers, the caller's signal, the try's bound. */
+export interface TryOptions {
+  headers: Headers;
+  signal?: AbortSignal;
+  timeoutMs?: number;
+}
+
+const headerSetter: TextMapSetter<Headers> = {
+  set(carrier, key, value) {
+    carrier.set(key, value);
+  },
+};
+
+const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
+
+/** transportFor checks the options' base URL and builds the Connect transport. */
+export function transportFor(options: RivoraClientOptions): Transport {
+  let url: URL;
+  try {
+    url = new URL(options.baseUrl);
+  } catch {
+    throw new RivoraError(Code.InvalidArgument, `rivora: baseUrl ${JSON.stringify(options.baseUrl)} is not a URL; want e.g. http://127.0.0.1:7400`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    throw new RivoraError(Code.InvalidArgument, `rivora: baseUrl ${JSON.stringify(options.baseUrl)}: want an http:// or https:// URL`);
+  }
+  const interceptors: Interceptor[] = [];
+  const token = options.token;
+  if (token) {
+    interceptors.push((next) => (req) => {
+      req.header.set("Authorization", `Bearer ${token}`);
+      return next(req);
+    });
+  }
+  return createConnectTransport({
+    baseUrl: options.baseUrl.replace(/\/+$/, ""),
+    useBinaryFormat: !options.protoJson,
+    interceptors,
+    ...(options.fetch ? { fetch: options.fetch } : {}),
+  });
+}
+
+/** Caller makes calls: each try bounded, retried (when asked) with backoff, traced. */
+export class Caller {
+  readonly #maxAttempts: number;
+  readonly #baseBackoffMs: number;
+  readonly #timeoutMs: number;
+
+  constructor(options: RivoraClientOptions) {
+    this.#maxAttempts = Math.max(1, Math.floor(options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS));
+    this.#baseBackoffMs = Math.max(0, options.baseBackoffMs ?? DEFAULT_BASE_BACKOFF_MS);
+    this.#timeoutMs = Math.max(0, options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+  }
+
+  /**
+   * retry runs call until it succeeds, fails for good, runs out of tries or
+   * the signal ends it. Every try sends the same request, so an idempotency
+   * key set before the first makes a retry of a stored event harmless.
+   */
+  async retry<T>(what: string, ctx: Context, options: CallOptions, call: (o: TryOptions) => Promise<T>): Promise<T> {
+    return this.#run(what, ctx, options, this.#maxAttempts, call);
+  }
+
+  /** once makes a single try: for a change whose answer, if lost, may hide that it was applied. */
+  async once<T>(what: string, ctx: Context, options: CallOptions, call: (o: TryOptions) => Promise<T>): Promise<T> {
+    return this.#run(what, ctx, options, 1, call);
+  }
+
+  async #run<T>(what: string, ctx: Context, options: CallOptions, maxAttempts: number, call: (o: TryOptions) => Promise<T>): Promise<T> {
+    const headers = traceHeaders(what, ctx, options);
+    const signal = options.signal;
+    for (let attempt = 1; ; attempt++) {
+      if (signal?.aborted) throw aborted(what, signal, attempt - 1, "before trying", undefined);
+      try {
+        return await call({
+          headers,
+          ...(signal ? { signal } : {}),
+          ...(this.#timeoutMs > 0 ? { timeoutMs: this.#timeoutMs } : {}),
+        });
+      } catch (err) {
+        if (signal?.aborted) throw aborted(what, signal, attempt, "during the call", err);
+        if (!retryable(err) || attempt >= maxAttempts) {
+          throw toRivoraError(what, err, attempt);
+        }
+        const wait = this.#backoff(attempt);
+        if (wait > 0 && !(await sleep(wait, signal))) throw aborted(what, signal!, attempt, "while waiting to retry", err);
+      }
+    }
+  }
+
+  // #backoff is exponential with "equal jitter" (half fixed, half random) so
+  // that many clients failing together do not retry together.
+  #backoff(attempt: number): number {
+    let d = this.#baseBackoffMs;
+    if (d <= 0) return 0;
+    const ceiling = Math.max(MAX_BACKOFF_MS, d);
+    for (let i = 1; i < attempt && d < ceiling; i++) d *= 2;
+    d = Math.min(d, ceiling);
+    return d / 2 + Math.random() * (d / 2);
+  }
+}
+
+function traceHeaders(what: string, ctx: Context, options: CallOptions): Headers {
+  const headers = new Headers();
+  if (options.traceparent === undefined) {
+    propagation.inject(ctx, headers, headerSetter); // a no-op without an OpenTelemetry SDK
+    return headers;
+  }
+  if (!TRACEPARENT.test(options.traceparent)) {
+    throw new RivoraError(Code.InvalidArgument, `${what}: traceparent ${JSON.stringify(options.traceparent.slice(0, 64))} is not W3C (00-<32 hex>-<16 hex>-<2 hex>)`);
+  }
+  headers.set("traceparent", options.traceparent);
+  if (options.tracestate) {
+    // W3C: printable ASCII list members; CR, LF or other controls would
+    // make Headers throw (or inject a header).
+    if (!/^[\x20-\x7e]{1,512}$/.test(options.tracestate)) {
+      throw new RivoraError(Code.InvalidArgument, `${what}: tracestate must be 1–512 printable ASCII characters (W3C)`);
+    }
+    headers.set("tracestate", options.tracestate);
+  }
+  return headers;
+}
+
+// retryable mirrors the Go SDK: Unavailable, DeadlineExceeded (of one try),
+// ResourceExhausted and Aborted, and transport failures. The caller's own
+// cancellation is checked before.
+function retryable(err: unknown): boolean {
+  const ce = ConnectError.from(err);
+  switch (ce.code) {
+    case Code.Unavailable:
+    case Code.DeadlineExceeded:
+    case Code.ResourceExhausted:
+    case Code.Aborted:
+    case Code.Canceled:
+      return true;
+    case Code.Unknown:
+      return isNetworkError(ce);
+    default:
+      return false;
+  }
+}
+
+// aborted reports the caller's signal ending the call: DeadlineExceeded for
+// a timeout (AbortSignal.timeout), Canceled otherwise.
+function aborted(what: string, signal: AbortSignal, attempts: number, when: string, last: unknown): RivoraError {
+  const reason: unknown = signal.reason;
+  const timeout = reason instanceof Error && reason.name === "TimeoutError";
+  const lastMsg = last === undefined ? "" : `; last error: ${ConnectError.from(last).message}`;
+  return new RivoraError(
+    timeout ? Code.DeadlineExceeded : Code.Canceled,
+    `${what}: ${timeout ? "deadline exceeded" : "canceled"} ${when} (after ${attempts} attempts${lastMsg})`,
+    { cause: last ?? reason, attempts },
+  );
+}
+
+// sleep resolves true after ms, or false as soon as signal aborts.
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<boolean> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve(false);
+    const onAbort = () => {
+      clearTimeout(t);
+      resolve(false);
+    };
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve(true);
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
