@@ -2,8 +2,10 @@ package controlplane_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -771,4 +773,74 @@ func TestSubscriptionsPersist(t *testing.T) {
 	if _, err := again.types(admin).GetEventType(context.Background(), connect.NewRequest(&rivorav1.GetEventTypeRequest{Name: "order.created"})); err != nil {
 		t.Fatalf("the catalogue after a restart: %v", err)
 	}
+}
+
+// With the real agent: a paused subscription holds its events (the other
+// subscription's are delivered); its pending count is its own; deleting
+// it is refused while they are pending, and with force they become dead
+// letters with reason deleted, naming the subscription.
+func TestDeleteSubscriptionWithPendingRealAgent(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	d := startDev(t, dir, true)
+	ctx := context.Background()
+	d.create(&rivorav1.CreateDestinationRequest{Id: "orders", Url: sink(t).URL})
+	held := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}, Path: "/held"})
+	flowing := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "acme", DestinationId: "orders", Types: []string{"order.*"}})
+	c := d.subs(d.AdminToken)
+	pause, err := c.PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: held.GetId(), Reason: "test"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.WaitApplied(pause.Msg.GetVersion())
+	var ids []string
+	for i := range 3 {
+		resp, err := d.Ingest.Publish(ctx, connect.NewRequest(&rivorav1.PublishRequest{CustomerId: "acme", LaneKey: fmt.Sprintf("u%d", i%2), Type: "order.created", Payload: []byte(`{}`)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Msg.GetRoutes()) != 2 {
+			t.Fatalf("fan-out routes %v, want both subscriptions", resp.Msg.GetRoutes())
+		}
+		for _, r := range resp.Msg.GetRoutes() {
+			if r.GetSubscriptionId() == held.GetId() {
+				ids = append(ids, r.GetEventId())
+			}
+		}
+	}
+	pending := func(id string) int64 {
+		g, err := c.GetSubscription(ctx, connect.NewRequest(&rivorav1.GetSubscriptionRequest{Id: id}))
+		if err != nil {
+			return -1
+		}
+		return g.Msg.GetPending()
+	}
+	poll.True(t, "3 pending for the paused subscription, none for the other", 15*time.Second, func() bool {
+		return pending(held.GetId()) == 3 && pending(flowing.GetId()) == 0
+	})
+	_, err = c.DeleteSubscription(ctx, connect.NewRequest(&rivorav1.DeleteSubscriptionRequest{Id: held.GetId()}))
+	wantCode(t, "delete with pending", err, connect.CodeFailedPrecondition, "3 pending events", "--force")
+	del, err := c.DeleteSubscription(ctx, connect.NewRequest(&rivorav1.DeleteSubscriptionRequest{Id: held.GetId(), Force: true}))
+	if err != nil || del.Msg.GetArchived() != 3 {
+		t.Fatalf("forced delete: %v, %v; want 3 archived", del.Msg, err)
+	}
+	var letters []*rivorav1.DeadLetter
+	poll.True(t, "3 dead letters archived", 15*time.Second, func() bool {
+		letters = archived(t, filepath.Join(dir, "archive", "deadletter", "orders"))
+		return len(letters) >= 3
+	})
+	var got []string
+	for _, dl := range letters {
+		if dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_DELETED || dl.GetEvent().GetSubscriptionId() != held.GetId() {
+			t.Fatalf("dead letter %v: want reason deleted, subscription %s", dl, held.GetId())
+		}
+		got = append(got, dl.GetEvent().GetEventId())
+	}
+	slices.Sort(got)
+	slices.Sort(ids)
+	if !slices.Equal(got, ids) {
+		t.Fatalf("archived %v, want %v", got, ids)
+	}
+	_, err = d.Admin.DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "orders"}))
+	wantCode(t, "delete the destination of a subscription", err, connect.CodeFailedPrecondition, flowing.GetId())
 }
