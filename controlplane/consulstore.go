@@ -255,6 +255,7 @@ func (s *ConsulStore) reloadLocked(ctx context.Context) error {
 		s.pending = m.Pending
 		s.garbage = len(staged) > 1
 	}
+	st.countSubscriptions() // putRaw filled subs directly
 	s.state, s.index, s.legacy = st, meta.ModifyIndex, 0
 	return nil
 }

@@ -1,6 +1,7 @@
 package controlplane_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -90,6 +91,23 @@ func TestStoresKeepSubscriptionsAndEventTypes(t *testing.T) {
 		}
 		if only := s.Subscriptions(func(x *rivorav1.Subscription) bool { return x.GetCustomerId() == "c5" }); len(only) != 10 {
 			t.Fatalf("%s: c5's subscriptions: %d, want 10", st.name, len(only))
+		}
+		// The per-customer count, kept by changes and counted on load:
+		// c3 lost sub_3 (c3 had 10); in a change, a move counts too.
+		for _, store := range []controlplane.Store{s, st.open()} {
+			if _, err := store.Update(func(tx *controlplane.DestinationTx) error {
+				if n := tx.CustomerSubscriptions("c3"); n != 9 {
+					t.Errorf("%s: c3 has %d subscriptions, want 9", st.name, n)
+				}
+				moved, _ := tx.Subscriptions().Get(sub(4).GetId())
+				moved.CustomerId = "c3"
+				if n, m := tx.CustomerSubscriptions("c3"), tx.CustomerSubscriptions("c4"); n != 10 || m != 9 {
+					t.Errorf("%s: after a move in the change, c3 %d (want 10), c4 %d (want 9)", st.name, n, m)
+				}
+				return errors.New("nothing to keep")
+			}); err == nil {
+				t.Fatal("a refused change was kept")
+			}
 		}
 	}
 	keys, _, err := client.KV().Keys(controlplane.ConsulSubscriptionsPrefix, "", nil)

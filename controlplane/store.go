@@ -83,6 +83,10 @@ type state struct {
 	subs   map[string]*rivorav1.Subscription
 	types  map[string]*rivorav1.EventType
 	tokens map[string]*rivorav1.ApiToken
+	// subsPerCustomer counts each customer's subscriptions, for the bound
+	// on them: apply keeps it, a state loaded whole counts once
+	// (countSubscriptions).
+	subsPerCustomer map[string]int
 	// journal is which destinations and subscriptions the latest versions
 	// changed (apply records them), so that the agents' feed sends what
 	// changed without comparing every one. A state loaded whole starts
@@ -143,6 +147,16 @@ func emptyState() state {
 	return state{
 		dests: make(map[string]*rivorav1.Destination), subs: make(map[string]*rivorav1.Subscription),
 		types: make(map[string]*rivorav1.EventType), tokens: make(map[string]*rivorav1.ApiToken),
+		subsPerCustomer: make(map[string]int),
+	}
+}
+
+// countSubscriptions counts each customer's subscriptions afresh (after
+// a load that filled subs directly).
+func (st *state) countSubscriptions() {
+	st.subsPerCustomer = make(map[string]int)
+	for _, s := range st.subs {
+		st.subsPerCustomer[s.GetCustomerId()]++
 	}
 }
 
@@ -161,6 +175,17 @@ type delta struct {
 
 // apply makes d part of st.
 func (st *state) apply(d delta) {
+	for id, sub := range d.subs {
+		if old, ok := st.subs[id]; ok {
+			st.subsPerCustomer[old.GetCustomerId()]--
+			if st.subsPerCustomer[old.GetCustomerId()] == 0 {
+				delete(st.subsPerCustomer, old.GetCustomerId())
+			}
+		}
+		if !deleted(sub) {
+			st.subsPerCustomer[sub.GetCustomerId()]++
+		}
+	}
 	applyRecords(st.dests, d.dests)
 	applyRecords(st.subs, d.subs)
 	applyRecords(st.types, d.types)
@@ -341,14 +366,32 @@ type DestinationTx struct {
 	dests *Records[*rivorav1.Destination]
 	subs  *Records[*rivorav1.Subscription]
 	types *Records[*rivorav1.EventType]
+	// subsPerCustomer is the store's count (read only).
+	subsPerCustomer map[string]int
 }
 
 func newDestinationTx(st *state) *DestinationTx {
 	return &DestinationTx{
-		dests: newRecords(st.dests, (*rivorav1.Destination).GetId),
-		subs:  newRecords(st.subs, (*rivorav1.Subscription).GetId),
-		types: newRecords(st.types, (*rivorav1.EventType).GetName),
+		dests:           newRecords(st.dests, (*rivorav1.Destination).GetId),
+		subs:            newRecords(st.subs, (*rivorav1.Subscription).GetId),
+		types:           newRecords(st.types, (*rivorav1.EventType).GetName),
+		subsPerCustomer: st.subsPerCustomer,
 	}
+}
+
+// CustomerSubscriptions counts customer's subscriptions as this change
+// leaves them, without looking at every subscription.
+func (tx *DestinationTx) CustomerSubscriptions(customer string) int {
+	n := tx.subsPerCustomer[customer]
+	for id, s := range tx.subs.touched {
+		if old, had := tx.subs.stored[id]; had && old.GetCustomerId() == customer {
+			n--
+		}
+		if !deleted(s) && s.GetCustomerId() == customer {
+			n++
+		}
+	}
+	return n
 }
 
 // Get returns destination id to read or edit (Records.Get).
@@ -461,6 +504,7 @@ func OpenStore(dir string) (*FileStore, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.state.countSubscriptions() // the log's records filled subs directly
 	return s, nil
 }
 
@@ -483,6 +527,7 @@ func decodeState(data []byte) (state, error) {
 	if err := decodeRecords("tokens", f.Tokens, st.tokens, (*rivorav1.ApiToken).GetId); err != nil {
 		return state{}, err
 	}
+	st.countSubscriptions()
 	return st, nil
 }
 

@@ -162,7 +162,7 @@ func (cp *ControlPlane) createSubscription(m *rivorav1.CreateSubscriptionRequest
 		if tx.Subscriptions().Has(s.Id) {
 			return "", errorf(ErrExists, "subscription id %s is taken (a 1 in 2^64 chance): create it again", s.Id)
 		}
-		if n := customerSubscriptions(tx, s.CustomerId); n >= MaxSubscriptionsPerCustomer {
+		if n := tx.CustomerSubscriptions(s.CustomerId); n >= MaxSubscriptionsPerCustomer {
 			return "", errorf(ErrExhausted, "customer %q has %d subscriptions, the most one customer may have (%d): every subscription an event matches stores one more delivery; delete unused ones (`rivoractl subscriptions delete ID`) or widen one's types", s.CustomerId, n, MaxSubscriptionsPerCustomer)
 		}
 		if s.DeliveryUrl, err = cp.resolveDelivery(d, s.Path, s.Url); err != nil {
@@ -193,17 +193,6 @@ func (cp *ControlPlane) subscribable(tx *DestinationTx, id, customer string, sc 
 		return nil, errorf(ErrPrecondition, "destination %q is customer %q's own endpoint: only that customer may subscribe to it", id, owner)
 	}
 	return d, nil
-}
-
-// customerSubscriptions counts customer's subscriptions in tx.
-func customerSubscriptions(tx *DestinationTx, customer string) int {
-	n := 0
-	tx.Subscriptions().Each(func(s *rivorav1.Subscription) {
-		if s.GetCustomerId() == customer {
-			n++
-		}
-	})
-	return n
 }
 
 // describeSubscription is the audit detail of a new subscription: never
