@@ -68,6 +68,7 @@ var fanoutCustomers = []struct {
 const fanoutDests = 10
 
 func (f *fanoutFlags) run(ctx context.Context) error {
+	f.pprof = true
 	d, err := f.startDev()
 	defer d.stop()
 	if err != nil {

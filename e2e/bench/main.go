@@ -99,6 +99,8 @@ type common struct {
 	fsync      bool
 	h2c        bool
 	keep       bool
+	// pprof serves /debug/pprof (a mode that reads the heap sets it).
+	pprof bool
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -146,6 +148,9 @@ func (c *common) startDev() (d *dev, err error) {
 		"--nats-listen", d.natsAddr, "--partitions", strconv.Itoa(c.partitions), "--workers", strconv.Itoa(c.workers)}
 	if c.fsync {
 		args = append(args, "--fsync")
+	}
+	if c.pprof {
+		args = append(args, "--pprof")
 	}
 	if d.proc, err = startProc(bin, "rivora dev", addr, filepath.Join(dir, "rivora.log"), args, false); err != nil {
 		os.RemoveAll(dir)
