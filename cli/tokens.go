@@ -106,7 +106,7 @@ func createTokenRequest(c *ucli.Context) (*rivorav1.CreateTokenRequest, error) {
 	if c.String("role") == "" {
 		return nil, usagef("tokens create needs --role: %s", roleNames)
 	}
-	role, ok := parseRole(c.String("role"))
+	role, ok := auth.ParseRole(c.String("role"))
 	if !ok {
 		return nil, usagef("--role %q: want %s", c.String("role"), roleNames)
 	}
@@ -125,7 +125,7 @@ func createTokenRequest(c *ucli.Context) (*rivorav1.CreateTokenRequest, error) {
 	case role == rivorav1.Role_ROLE_CUSTOMER && slices.Contains(customers, "*"):
 		return nil, usagef("--customer '*' is for publisher tokens: a customer token names its customers (--customer acme)")
 	case !scoped && len(customers) > 0:
-		return nil, usagef("--customer scopes publisher and customer tokens only: %s tokens act for every customer", roleName(role))
+		return nil, usagef("--customer scopes publisher and customer tokens only: %s tokens act for every customer", auth.RoleName(role))
 	}
 	req := &rivorav1.CreateTokenRequest{Name: name, Role: role, Customers: customers}
 	if c.IsSet("ttl") {
@@ -138,23 +138,6 @@ func createTokenRequest(c *ucli.Context) (*rivorav1.CreateTokenRequest, error) {
 		}
 	}
 	return req, nil
-}
-
-// roleName is a role's CLI name; parseRole reads one. The customer role is
-// spelt here as well as in internal/auth, so that rivoractl names it even
-// against an auth package that does not (RoleName answers "unknown").
-func roleName(r rivorav1.Role) string {
-	if r == rivorav1.Role_ROLE_CUSTOMER {
-		return "customer"
-	}
-	return auth.RoleName(r)
-}
-
-func parseRole(s string) (rivorav1.Role, bool) {
-	if s == "customer" {
-		return rivorav1.Role_ROLE_CUSTOMER, true
-	}
-	return auth.ParseRole(s)
 }
 
 // parseTTL reads a Go duration or whole days ("90d"); zero means the token
@@ -202,7 +185,7 @@ func (e *env) createToken(c *ucli.Context) error {
 	err = fields(e.out,
 		"ID", info.GetId(),
 		"NAME", info.GetName(),
-		"ROLE", roleName(info.GetRole()),
+		"ROLE", auth.RoleName(info.GetRole()),
 		"CUSTOMERS", dash(strings.Join(info.GetCustomers(), ", ")),
 		"EXPIRES", expiryText(info.GetExpiresAt(), time.Now()),
 		"TOKEN", resp.Msg.GetToken(),
@@ -228,7 +211,7 @@ type createdTokenJSON struct {
 
 func writeCreatedTokenJSON(w io.Writer, info *rivorav1.ApiToken, token string) error {
 	return writeJSONValue(w, createdTokenJSON{
-		ID: info.GetId(), Name: info.GetName(), Role: roleName(info.GetRole()),
+		ID: info.GetId(), Name: info.GetName(), Role: auth.RoleName(info.GetRole()),
 		Customers: nonNilStrings(info.GetCustomers()), ExpiresAt: rfc3339(info.GetExpiresAt()), Token: token,
 	})
 }
@@ -278,7 +261,7 @@ func (e *env) listTokens(c *ucli.Context) error {
 		out := make([]tokenJSON, 0, len(tokens))
 		for _, t := range tokens {
 			out = append(out, tokenJSON{
-				ID: t.GetId(), Name: t.GetName(), Role: roleName(t.GetRole()), Customers: nonNilStrings(t.GetCustomers()),
+				ID: t.GetId(), Name: t.GetName(), Role: auth.RoleName(t.GetRole()), Customers: nonNilStrings(t.GetCustomers()),
 				CreatedAt: rfc3339(t.GetCreatedAt()), ExpiresAt: rfc3339(t.GetExpiresAt()), Expired: expired(t.GetExpiresAt(), now),
 				CreatedBy: t.GetCreatedBy(),
 			})
@@ -292,7 +275,7 @@ func (e *env) listTokens(c *ucli.Context) error {
 	tw := newTable(e.out)
 	fmt.Fprintln(tw, "ID\tNAME\tROLE\tCUSTOMERS\tCREATED\tEXPIRES")
 	for _, t := range tokens {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.GetId(), oneLine(t.GetName()), roleName(t.GetRole()),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.GetId(), oneLine(t.GetName()), auth.RoleName(t.GetRole()),
 			dash(strings.Join(t.GetCustomers(), ",")), fmtTime(t.GetCreatedAt()), expiryText(t.GetExpiresAt(), now))
 	}
 	return tw.Flush()
@@ -351,7 +334,7 @@ func (e *env) revokeToken(c *ucli.Context) error {
 			Version uint64 `json:"version"`
 		}{ID: id, Version: resp.Msg.GetVersion()}
 		if info != nil {
-			out.Name, out.Role = info.GetName(), roleName(info.GetRole())
+			out.Name, out.Role = info.GetName(), auth.RoleName(info.GetRole())
 		}
 		if err := writeJSONValue(e.out, out); err != nil {
 			return err
@@ -360,7 +343,7 @@ func (e *env) revokeToken(c *ucli.Context) error {
 	}
 	what := "token " + id
 	if info != nil {
-		what = fmt.Sprintf("token %s (%s, %s)", id, oneLine(info.GetName()), roleName(info.GetRole()))
+		what = fmt.Sprintf("token %s (%s, %s)", id, oneLine(info.GetName()), auth.RoleName(info.GetRole()))
 	}
 	if _, err := fmt.Fprintf(e.out, "revoked %s: refused from now on, on every agent within a second\n", what); err != nil {
 		return err
