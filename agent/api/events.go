@@ -14,6 +14,7 @@ import (
 	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
+	"github.com/rivora/rivora/agent/retry"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/errkind"
@@ -88,10 +89,10 @@ func (s *eventService) explainWaiting(resp *rivorav1.GetEventResponse, loc sched
 	if d, ok := s.registry.Get(loc.Lane.Destination); ok {
 		maxAttempts = d.Retry.MaxAttempts
 		start := loc.Entry.AcceptedAt
-		var subPaused func(from, to time.Time) time.Duration
+		var subPaused retry.Pauses
 		if id := loc.Lane.Subscription; id != "" {
 			if sub, ok := s.subs.Get(id); ok {
-				subPaused = sub.PausedBetween
+				subPaused = sub.Pauses
 			}
 		}
 		if end := d.Retry.WindowEnd(start.Add(d.PausedBetweenWith(subPaused, start, now))); !end.IsZero() {

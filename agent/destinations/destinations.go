@@ -31,54 +31,22 @@ type Destination struct {
 	// Weights are customers' shares of the budget (unlisted: 1).
 	Weights map[string]float64
 	Paused  bool
-	pauses  []pause
+	// Pauses are its recent pauses (PausedBetween).
+	Pauses retry.Pauses
 }
-
-type pause struct{ start, end time.Time } // end zero: still paused
 
 // PausedBetween is how long the destination was paused between from and
 // to: time that does not count against an event's window.
 func (d *Destination) PausedBetween(from, to time.Time) time.Duration {
-	var total time.Duration
-	for _, p := range d.pauses {
-		end := p.end
-		if end.IsZero() || end.After(to) {
-			end = to
-		}
-		start := p.start
-		if start.Before(from) {
-			start = from
-		}
-		if end.After(start) {
-			total += end.Sub(start)
-		}
-	}
-	return total
+	return d.Pauses.Between(from, to)
 }
 
-// PausedBetweenWith is how long the destination or another (its event's
-// subscription: other gives its paused time in a range) was paused
-// between from and to: the time of either pause, a time both were paused
+// PausedBetweenWith is how long the destination or its event's
+// subscription (sub: its pauses, nil for an event published to the
+// destination) was paused between from and to, a time both were paused
 // counted once.
-func (d *Destination) PausedBetweenWith(other func(from, to time.Time) time.Duration, from, to time.Time) time.Duration {
-	if other == nil {
-		return d.PausedBetween(from, to)
-	}
-	total := d.PausedBetween(from, to) + other(from, to)
-	for _, p := range d.pauses {
-		end := p.end
-		if end.IsZero() || end.After(to) {
-			end = to
-		}
-		start := p.start
-		if start.Before(from) {
-			start = from
-		}
-		if end.After(start) {
-			total -= other(start, end) // paused by both: counted once
-		}
-	}
-	return total
+func (d *Destination) PausedBetweenWith(sub retry.Pauses, from, to time.Time) time.Duration {
+	return d.Pauses.Union(sub, from, to)
 }
 
 // Endpoint is where and how one event to a destination goes.
@@ -231,20 +199,8 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 		Class:   classFromProto(pb.GetPriorityClass()),
 		Weights: pb.GetCustomerWeights(),
 		Paused:  pb.GetPaused(),
-		pauses:  pausesFromProto(pb.GetPauses()),
+		Pauses:  retry.PausesFromProto(pb.GetPauses()),
 	}, nil
-}
-
-func pausesFromProto(list []*rivorav1.PauseInterval) []pause {
-	out := make([]pause, 0, len(list))
-	for _, p := range list {
-		var end time.Time
-		if p.GetEnd() != nil {
-			end = p.GetEnd().AsTime()
-		}
-		out = append(out, pause{start: p.GetStart().AsTime(), end: end})
-	}
-	return out
 }
 
 func classFromProto(c rivorav1.PriorityClass) limits.Class {

@@ -99,7 +99,7 @@ func TestPausedBetweenWithASubscription(t *testing.T) {
 		{30, 40, 0},
 	} {
 		from, to := t0.Add(time.Duration(tc.from)*time.Minute), t0.Add(time.Duration(tc.to)*time.Minute)
-		if got := d.PausedBetweenWith(sub.PausedBetween, from, to); got != tc.want {
+		if got := d.PausedBetweenWith(sub.Pauses, from, to); got != tc.want {
 			t.Errorf("PausedBetweenWith(%d, %d) = %v, want %v", tc.from, tc.to, got, tc.want)
 		}
 	}

@@ -99,10 +99,10 @@ func (o *Partition) gather(f *verdict.Facts, ev *rivorav1.Event) (destinations.E
 // pausedBetween is what holds an event's window: its destination's
 // pauses, and its subscription's for an event one routed.
 func (o *Partition) pausedBetween(dest *destinations.Destination, ev *rivorav1.Event) func(from, to time.Time) time.Duration {
-	var subPaused func(from, to time.Time) time.Duration
+	var subPaused retry.Pauses
 	if id := ev.GetSubscriptionId(); id != "" {
 		if sub, ok := o.deps.Subscriptions.Get(id); ok {
-			subPaused = sub.PausedBetween
+			subPaused = sub.Pauses
 		}
 	}
 	return func(from, to time.Time) time.Duration { return dest.PausedBetweenWith(subPaused, from, to) }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rivora/rivora/agent/retry"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/routing"
 	"github.com/rivora/rivora/sdk/webhook"
@@ -33,29 +34,14 @@ type Subscription struct {
 	// not to be modified).
 	Headers http.Header
 	Paused  bool
-	pauses  []pause
+	// Pauses are its recent pauses (PausedBetween).
+	Pauses retry.Pauses
 }
-
-type pause struct{ start, end time.Time } // end zero: still paused
 
 // PausedBetween is how long the subscription was paused between from and
 // to: time that does not count against an event's window.
 func (s *Subscription) PausedBetween(from, to time.Time) time.Duration {
-	var total time.Duration
-	for _, p := range s.pauses {
-		end := p.end
-		if end.IsZero() || end.After(to) {
-			end = to
-		}
-		start := from
-		if p.start.After(from) {
-			start = p.start
-		}
-		if end.After(start) {
-			total += end.Sub(start)
-		}
-	}
-	return total
+	return s.Pauses.Between(from, to)
 }
 
 // Matches tells whether an event of the subscription's customer matches
@@ -182,12 +168,6 @@ func FromProto(pb *rivorav1.Subscription) (*Subscription, error) {
 			s.Headers[http.CanonicalHeaderKey(h.GetName())] = []string{h.GetValue()}
 		}
 	}
-	for _, p := range pb.GetPauses() {
-		var end time.Time
-		if p.GetEnd() != nil {
-			end = p.GetEnd().AsTime()
-		}
-		s.pauses = append(s.pauses, pause{start: p.GetStart().AsTime(), end: end})
-	}
+	s.Pauses = retry.PausesFromProto(pb.GetPauses())
 	return s, nil
 }

@@ -1,0 +1,64 @@
+package retry
+
+import (
+	"time"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// Pause is one interval in which a destination or a subscription was
+// paused: time that does not count against an event's window. End is zero
+// while it lasts.
+type Pause struct{ Start, End time.Time }
+
+// Pauses are a destination's or a subscription's recent pauses.
+type Pauses []Pause
+
+// PausesFromProto is the control plane's pause intervals.
+func PausesFromProto(list []*rivorav1.PauseInterval) Pauses {
+	out := make(Pauses, 0, len(list))
+	for _, p := range list {
+		var end time.Time
+		if p.GetEnd() != nil {
+			end = p.GetEnd().AsTime()
+		}
+		out = append(out, Pause{Start: p.GetStart().AsTime(), End: end})
+	}
+	return out
+}
+
+// within is the part of p inside [from, to] (ok false: none).
+func (p Pause) within(from, to time.Time) (start, end time.Time, ok bool) {
+	start, end = p.Start, p.End
+	if end.IsZero() || end.After(to) {
+		end = to
+	}
+	if start.Before(from) {
+		start = from
+	}
+	return start, end, end.After(start)
+}
+
+// Between is how long ps paused between from and to.
+func (ps Pauses) Between(from, to time.Time) time.Duration {
+	var total time.Duration
+	for _, p := range ps {
+		if start, end, ok := p.within(from, to); ok {
+			total += end.Sub(start)
+		}
+	}
+	return total
+}
+
+// Union is how long ps or other paused between from and to, a time both
+// paused counted once (an event routed by a paused subscription of a
+// paused destination).
+func (ps Pauses) Union(other Pauses, from, to time.Time) time.Duration {
+	total := ps.Between(from, to) + other.Between(from, to)
+	for _, p := range ps {
+		if start, end, ok := p.within(from, to); ok {
+			total -= other.Between(start, end)
+		}
+	}
+	return total
+}
