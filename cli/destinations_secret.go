@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -42,40 +43,61 @@ func (e *env) rotateSecret(c *ucli.Context) error {
 		return err
 	}
 	id := c.Args().First()
-	req := &rivorav1.RotateDestinationSecretRequest{DestinationId: id}
-	if c.IsSet("secret") {
-		if err := checkSecret(c.String("secret")); err != nil {
-			return err
-		}
-		req.Secret = c.String("secret")
-	}
-	if c.IsSet("grace") {
-		g := c.Duration("grace")
-		if g < 0 {
-			return usagef("--grace %s: want 0 (no overlap) up to 168h", g)
-		}
-		req.Grace = durationpb.New(g)
+	secret, grace, err := rotationFlags(c)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := callContext(c)
 	defer cancel()
-	resp, err := e.admin().RotateDestinationSecret(ctx, connect.NewRequest(req))
+	resp, err := e.admin().RotateDestinationSecret(ctx, connect.NewRequest(&rivorav1.RotateDestinationSecretRequest{DestinationId: id, Secret: secret, Grace: grace}))
 	if err != nil {
 		return callFailed(fmt.Sprintf("rotate the secret of destination %q", id), err, notFoundHint)
 	}
 	d := resp.Msg.GetDestination()
+	return e.printRotated(c, d, rotated{d.GetId(), d.GetSecret(), d.GetPreviousSecretFingerprint(), d.GetPreviousSecretExpiresAt()}, resp.Msg.GetVersion())
+}
+
+// rotationFlags reads rotate-secret's --secret (empty: generated) and
+// --grace (nil: the server's default).
+func rotationFlags(c *ucli.Context) (secret string, grace *durationpb.Duration, err error) {
+	if c.IsSet("secret") {
+		if err := checkSecret(c.String("secret")); err != nil {
+			return "", nil, err
+		}
+		secret = c.String("secret")
+	}
+	if c.IsSet("grace") {
+		g := c.Duration("grace")
+		if g < 0 {
+			return "", nil, usagef("--grace %s: want 0 (no overlap) up to 168h", g)
+		}
+		grace = durationpb.New(g)
+	}
+	return secret, grace, nil
+}
+
+// rotated is what a rotate-secret answer shows of the object rotated.
+type rotated struct {
+	id, secret, previousFingerprint string
+	previousExpires                 *timestamppb.Timestamp
+}
+
+// printRotated prints a rotate-secret answer — the whole object with -o
+// json, else its new secret, once — then waits for the change with --wait.
+func (e *env) printRotated(c *ucli.Context, answer proto.Message, r rotated, version uint64) error {
 	if e.output == "json" {
-		if err := writeJSON(e.out, d); err != nil {
+		if err := writeJSON(e.out, answer); err != nil {
 			return err
 		}
-		return e.afterChange(c, resp.Msg.GetVersion())
+		return e.afterChange(c, version)
 	}
-	if err := fields(e.out, "ID", d.GetId(), "SECRET", d.GetSecret(), "OLD SECRET", previousSecretText(d.GetPreviousSecretFingerprint(), d.GetPreviousSecretExpiresAt())); err != nil {
+	if err := fields(e.out, "ID", r.id, "SECRET", r.secret, "OLD SECRET", previousSecretText(r.previousFingerprint, r.previousExpires)); err != nil {
 		return err
 	}
 	if _, err := fmt.Fprintf(e.out, "\nSECRET is shown only this once: store it with the receiver now.\n"); err != nil {
 		return err
 	}
-	return e.afterChange(c, resp.Msg.GetVersion())
+	return e.afterChange(c, version)
 }
 
 // previousSecretText says whether a rotation's previous secret still

@@ -9,7 +9,6 @@ import (
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -124,40 +123,18 @@ func (e *env) rotateSubscriptionSecret(c *ucli.Context) error {
 		return err
 	}
 	id := c.Args().First()
-	req := &rivorav1.RotateSubscriptionSecretRequest{Id: id}
-	if c.IsSet("secret") {
-		if err := checkSecret(c.String("secret")); err != nil {
-			return err
-		}
-		req.Secret = c.String("secret")
-	}
-	if c.IsSet("grace") {
-		g := c.Duration("grace")
-		if g < 0 {
-			return usagef("--grace %s: want 0 (no overlap) up to 168h", g)
-		}
-		req.Grace = durationpb.New(g)
+	secret, grace, err := rotationFlags(c)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := callContext(c)
 	defer cancel()
-	resp, err := e.subscriptions().RotateSubscriptionSecret(ctx, connect.NewRequest(req))
+	resp, err := e.subscriptions().RotateSubscriptionSecret(ctx, connect.NewRequest(&rivorav1.RotateSubscriptionSecretRequest{Id: id, Secret: secret, Grace: grace}))
 	if err != nil {
 		return callFailed(fmt.Sprintf("rotate the secret of subscription %q", id), err, subscriptionNotFoundHint)
 	}
 	s := resp.Msg.GetSubscription()
-	if e.output == "json" {
-		if err := writeJSON(e.out, s); err != nil {
-			return err
-		}
-		return e.afterChange(c, resp.Msg.GetVersion())
-	}
-	if err := fields(e.out, "ID", s.GetId(), "SECRET", s.GetSecret(), "OLD SECRET", previousSecretText(s.GetPreviousSecretFingerprint(), s.GetPreviousSecretExpiresAt())); err != nil {
-		return err
-	}
-	if _, err := fmt.Fprintf(e.out, "\nSECRET is shown only this once: store it with the receiver now.\n"); err != nil {
-		return err
-	}
-	return e.afterChange(c, resp.Msg.GetVersion())
+	return e.printRotated(c, s, rotated{s.GetId(), s.GetSecret(), s.GetPreviousSecretFingerprint(), s.GetPreviousSecretExpiresAt()}, resp.Msg.GetVersion())
 }
 
 // writeSubscription prints one subscription as aligned fields; pending is
