@@ -205,15 +205,3 @@ func encodeChanges[M proto.Message](changes map[string]M) (put []json.RawMessage
 	}
 	return put, deleted, nil
 }
-
-// changedIDs lists, sorted, the ids a delta puts and those it deletes.
-func changedIDs(changes map[string]*rivorav1.Destination) (put, deleted []string) {
-	for _, id := range sortedKeys(changes) {
-		if changes[id] != nil {
-			put = append(put, id)
-		} else {
-			deleted = append(deleted, id)
-		}
-	}
-	return put, deleted
-}
