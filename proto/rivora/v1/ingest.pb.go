@@ -48,7 +48,12 @@ type PublishRequest struct {
 	// another payload, type, lane or content type is refused with
 	// AlreadyExists. Another customer's same key is another event. The event
 	// id is derived from the three (the Go SDK's EventID). Keys starting
-	// with "replay:" or "resend:" are reserved.
+	// with "replay:" or "resend:" are reserved. Without destination_id (a
+	// fan-out, or a test event to subscription_id) the key names one
+	// publish of its customer: a repeat answers the routes the first one
+	// chose and stores nothing new, even if subscriptions changed in
+	// between; each delivery's id is derived from (subscription, customer,
+	// key) (the Go SDK's SubscriptionEventID).
 	IdempotencyKey string `protobuf:"bytes,7,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// data is the body as any JSON value, for clients that would rather not
 	// base64 a JSON payload: it is delivered as compact JSON (object keys

@@ -72,7 +72,12 @@ export type PublishRequest = Message<"rivora.v1.PublishRequest"> & {
    * another payload, type, lane or content type is refused with
    * AlreadyExists. Another customer's same key is another event. The event
    * id is derived from the three (the Go SDK's EventID). Keys starting
-   * with "replay:" or "resend:" are reserved.
+   * with "replay:" or "resend:" are reserved. Without destination_id (a
+   * fan-out, or a test event to subscription_id) the key names one
+   * publish of its customer: a repeat answers the routes the first one
+   * chose and stores nothing new, even if subscriptions changed in
+   * between; each delivery's id is derived from (subscription, customer,
+   * key) (the Go SDK's SubscriptionEventID).
    *
    * @generated from field: string idempotency_key = 7;
    */
