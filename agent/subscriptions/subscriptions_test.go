@@ -1,6 +1,7 @@
 package subscriptions
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +86,56 @@ func TestCatalogue(t *testing.T) {
 	}
 	if err := c.Check("other", []byte(`{}`), true); err == nil || !strings.Contains(err.Error(), "strict") {
 		t.Fatalf("unknown type in a strict catalogue: %v", err)
+	}
+}
+
+func TestTableUpdatesOnlyWhatChanged(t *testing.T) {
+	tab := NewTable()
+	if err := tab.Replace([]*rivorav1.Subscription{
+		{Id: "sub_1", CustomerId: "c1", Types: []string{"*"}},
+		{Id: "sub_2", CustomerId: "c1", Types: []string{"a"}},
+		{Id: "sub_3", CustomerId: "c2", Types: []string{"*"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before := tab.ForCustomer("c1")
+	// sub_2 changes types, sub_4 is new for c1, sub_3 moves to c3, sub_1 goes.
+	if err := tab.Update([]*rivorav1.Subscription{
+		{Id: "sub_2", CustomerId: "c1", Types: []string{"b"}},
+		{Id: "sub_4", CustomerId: "c1", Types: []string{"*"}},
+		{Id: "sub_3", CustomerId: "c3", Types: []string{"*"}},
+	}, []string{"sub_1"}); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(list []*Subscription) (out []string) {
+		for _, s := range list {
+			out = append(out, s.ID)
+		}
+		return out
+	}
+	if got := ids(tab.ForCustomer("c1")); !slices.Equal(got, []string{"sub_2", "sub_4"}) {
+		t.Fatalf("c1 = %v, want [sub_2 sub_4]", got)
+	}
+	if s, _ := tab.Get("sub_2"); !slices.Equal(s.Types, []string{"b"}) {
+		t.Fatalf("sub_2's types = %v, want the update's", s.Types)
+	}
+	if got := ids(tab.ForCustomer("c2")); len(got) != 0 {
+		t.Fatalf("c2 = %v, want none (sub_3 moved)", got)
+	}
+	if got := ids(tab.ForCustomer("c3")); !slices.Equal(got, []string{"sub_3"}) {
+		t.Fatalf("c3 = %v", got)
+	}
+	if got := ids(before); !slices.Equal(got, []string{"sub_1", "sub_2"}) || !slices.Equal(before[1].Types, []string{"a"}) {
+		t.Fatalf("a list read before the update changed under its reader: %v", got)
+	}
+	if tab.Len() != 3 {
+		t.Fatalf("Len = %d, want 3", tab.Len())
+	}
+	// A bad subscription leaves the table as it was.
+	if err := tab.Update([]*rivorav1.Subscription{{Id: "sub_5", CustomerId: "c1", Types: []string{"*"}, Filter: "data >"}}, []string{"sub_2"}); err == nil {
+		t.Fatal("a filter that does not compile was applied")
+	}
+	if _, ok := tab.Get("sub_2"); !ok || tab.Len() != 3 {
+		t.Fatal("a failed update changed the table")
 	}
 }
