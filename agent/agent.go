@@ -240,14 +240,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	a.parts = partitions.New(partitions.Config{
 		Name: cfg.Name, Locker: a.locker, Upstream: a.upstream, Configure: a.configurePartition, Log: log,
 		Deps: owner.Deps{
-			JS: js, Scheduler: a.sched, Registry: a.registry, Subscriptions: a.subs, History: a.history, Archive: arch,
+			JS: js, Scheduler: a.sched, Registry: a.registry, Subscriptions: a.subs, Applied: a.applied.Load, History: a.history, Archive: arch,
 			Clock: clock.Real{}, Log: base.With("component", "owner"), DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
 		},
 	})
 	if err := create("INGEST", func() (err error) {
 		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{
 			MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
-			Local: a.parts, Partitions: a.parts, Subscriptions: a.subs, Catalogue: a.catalogue,
+			Local: a.parts, Partitions: a.parts, Subscriptions: a.subs, Catalogue: a.catalogue, Applied: a.applied.Load,
 		}, base.With("component", "ingest"))
 		return err
 	}); err != nil {

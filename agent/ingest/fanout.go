@@ -196,6 +196,7 @@ func withRoute(base *rivorav1.Event, id, destination, subscription string) *rivo
 		Payload:        base.GetPayload(),
 		ContentType:    base.GetContentType(),
 		AcceptedAt:     base.GetAcceptedAt(),
+		ConfigVersion:  base.GetConfigVersion(),
 	}
 }
 

@@ -683,3 +683,25 @@ func TestIdempotencyBucketGrowsOnUpgrade(t *testing.T) {
 		t.Fatalf("keyed fan-out to 50 subscriptions after the upgrade: %v", err)
 	}
 }
+
+// Every stored event carries the config version the gateway had applied,
+// direct or fanned out, so that an owner behind it waits for it.
+func TestEventsCarryTheAppliedConfigVersion(t *testing.T) {
+	f := newFixture(t)
+	f.withSubscriptions(t, acmeSubscriptions...)
+	f.gw = f.with(t, ingest.Config{Applied: func() uint64 { return 42 }})
+	direct, err := publish(f, &rivorav1.PublishRequest{DestinationId: "orders", CustomerId: "acme", LaneKey: "u", Type: "order.created", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	routed, err := publish(f, fanOut("order.updated", `{}`))
+	if err != nil || len(routed.GetRoutes()) == 0 {
+		t.Fatalf("fan-out: %v routes, %v", len(routed.GetRoutes()), err)
+	}
+	stored := f.storedByID(t)
+	for _, id := range []string{direct.GetEventId(), routed.GetRoutes()[0].GetEventId()} {
+		if v := stored[id].GetConfigVersion(); v != 42 {
+			t.Fatalf("event %s was stored with config version %d, want 42", id, v)
+		}
+	}
+}

@@ -62,6 +62,10 @@ type Config struct {
 	// Catalogue is the cell's event types: every publish is checked
 	// against it (nil: none is).
 	Catalogue *subscriptions.Catalogue
+	// Applied is the config version this agent has applied (nil: 0),
+	// stamped on every event: an owner behind it waits for it before
+	// taking the event's destination or subscription for deleted.
+	Applied func() uint64
 }
 
 // Defaults.
@@ -92,6 +96,15 @@ type Gateway struct {
 	claims     *claims
 	subs       *subscriptions.Table
 	catalogue  *subscriptions.Catalogue
+	applied    func() uint64
+}
+
+// configVersion is the config version this agent has applied (0 unknown).
+func (g *Gateway) configVersion() uint64 {
+	if g.applied == nil {
+		return 0
+	}
+	return g.applied()
 }
 
 // PartitionCount tells the cell's partition count: 0 until it is known.
@@ -147,7 +160,7 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	log.Info("ingest ready", "stream", lanes.IngestStream, "dedup_window", cfg.DedupWindow, "max_payload", cfg.MaxPayload)
 	return &Gateway{
 		js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims,
-		subs: cfg.Subscriptions, catalogue: cfg.Catalogue,
+		subs: cfg.Subscriptions, catalogue: cfg.Catalogue, applied: cfg.Applied,
 	}, nil
 }
 
@@ -532,12 +545,13 @@ func (g *Gateway) content(req *rivorav1.PublishRequest) (*rivorav1.Event, string
 		}
 	}
 	return &rivorav1.Event{
-		CustomerId:  req.GetCustomerId(),
-		LaneKey:     req.GetLaneKey(),
-		Type:        req.GetType(),
-		Payload:     payload,
-		ContentType: contentType,
-		AcceptedAt:  timestamppb.New(g.now()),
+		CustomerId:    req.GetCustomerId(),
+		LaneKey:       req.GetLaneKey(),
+		Type:          req.GetType(),
+		Payload:       payload,
+		ContentType:   contentType,
+		AcceptedAt:    timestamppb.New(g.now()),
+		ConfigVersion: g.configVersion(),
 	}, key, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,15 +68,17 @@ func newPartner(t *testing.T, status int, fail func(id string, n int) bool) *par
 // ---- node: one set of partition owners over one embedded server -------------
 
 type node struct {
-	t      *testing.T
-	srv    *natsd.Server
-	reg    *destinations.Registry
-	subs   *subscriptions.Table
-	sched  *scheduler.Scheduler
-	gw     *ingest.Gateway
-	parts  []*owner.Partition
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	t     *testing.T
+	srv   *natsd.Server
+	reg   *destinations.Registry
+	subs  *subscriptions.Table
+	sched *scheduler.Scheduler
+	gw    *ingest.Gateway
+	parts []*owner.Partition
+	// applied is the config version the node has applied (Deps.Applied).
+	applied atomic.Uint64
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // open starts an embedded server on dir and opens (rebuilds) every
@@ -102,7 +105,7 @@ func open(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Dest
 		fail(err)
 	}
 	runHistory(t, hist)
-	deps := owner.Deps{JS: js, Scheduler: n.sched, Registry: n.reg, Subscriptions: n.subs, History: hist, Archive: arch, Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow}
+	deps := owner.Deps{JS: js, Scheduler: n.sched, Registry: n.reg, Subscriptions: n.subs, Applied: n.applied.Load, History: hist, Archive: arch, Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow}
 	locker := ownership.NewLocal()
 	for p := range partitions {
 		lease, err := locker.TryAcquire(ctx, p)

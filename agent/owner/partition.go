@@ -51,10 +51,14 @@ type Deps struct {
 	// routed is delivered with its URL, secret and headers, held while it
 	// is paused, and dead-lettered (reason deleted) once it is gone.
 	Subscriptions *subscriptions.Table
-	History       *history.History
-	Archive       archive.Archive
-	Clock         clock.Clock
-	Log           *slog.Logger
+	// Applied is the config version this agent has applied (nil: 0): an
+	// event accepted under a newer one waits for it before its
+	// destination or subscription is taken for deleted.
+	Applied func() uint64
+	History *history.History
+	Archive archive.Archive
+	Clock   clock.Clock
+	Log     *slog.Logger
 	// DedupWindow is the lane store's duplicate window (a crash between
 	// moving an event and acking INGEST stores it once).
 	DedupWindow time.Duration

@@ -21,11 +21,17 @@ const subSecret = "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo="
 // storeRouted stores an event a subscription routed (as the fan-out
 // does: its own event id, the subscription's destination and id).
 func (n *node) storeRouted(id, subscription, destination, lane string) string {
+	return n.storeRoutedUnder(0, id, subscription, destination, lane)
+}
+
+// storeRoutedUnder is storeRouted for an event accepted under config
+// version v.
+func (n *node) storeRoutedUnder(v uint64, id, subscription, destination, lane string) string {
 	n.t.Helper()
 	ev := &rivorav1.Event{
 		EventId: id, DestinationId: destination, CustomerId: "acme", LaneKey: lane, Type: "order.created",
 		Payload: []byte(`{"n":"` + id + `"}`), ContentType: "application/json", SubscriptionId: subscription,
-		AcceptedAt: timestamppb.Now(),
+		AcceptedAt: timestamppb.Now(), ConfigVersion: v,
 	}
 	if _, dup, err := n.gw.Resend(context.Background(), ev, "test:"+id); err != nil || dup {
 		n.t.Fatalf("store %s: duplicate %v, %v", id, dup, err)
@@ -183,4 +189,27 @@ func TestSubscriptionPauseResumeArchiveAndDelete(t *testing.T) {
 	if len(bySub) != 2 {
 		t.Errorf("dead letters of %d subscriptions (%v), want sub_gone's and sub_archived's only", len(bySub), bySub)
 	}
+}
+
+// An event accepted under a config version this agent has not applied
+// yet, routed by a subscription it has not heard of, is not taken for a
+// deleted subscription's: it waits, unsent and not dead-lettered, and is
+// delivered once the config (with the subscription) arrives.
+func TestAnEventOfANewerConfigWaitsForIt(t *testing.T) {
+	p := newPartner(t, http.StatusOK, nil)
+	archRoot := t.TempDir()
+	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 5)})
+	n.applied.Store(4)
+	id := n.storeRoutedUnder(7, "evt_new", "sub_new", "orders", "l")
+	n.run(true)
+	poll.True(t, "the owner judged the event and let it wait", 10*time.Second, func() bool {
+		loc, ok := n.sched.Find(id)
+		return ok && !loc.Head.NotBefore.IsZero()
+	})
+	if p.Sent(id) != 0 || len(findObjects(t, archRoot)) != 0 {
+		t.Fatalf("the event was sent (%d) or archived before its config arrived", p.Sent(id))
+	}
+	n.setSubscriptions(&rivorav1.Subscription{Id: "sub_new", CustomerId: "acme", DestinationId: "orders"})
+	n.applied.Store(7)
+	p.WaitDelivered(t, []string{id}, 15*time.Second)
 }

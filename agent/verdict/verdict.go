@@ -111,6 +111,10 @@ type Facts struct {
 	// SubscriptionMissing: the event was routed by a subscription that is
 	// not in the config (deleted, with --force, while it was pending).
 	SubscriptionMissing bool
+	// ConfigBehind: the agent has not yet applied the config version the
+	// event was accepted under, so a destination or subscription it does
+	// not know may be one it has not heard of yet, not a deleted one.
+	ConfigBehind bool
 	// SubscriptionPaused: the event's subscription is paused.
 	SubscriptionPaused bool
 	// EndpointErr: the destination's endpoint cannot be built yet (e.g.
@@ -154,6 +158,10 @@ func Decide(f Facts) Verdict {
 		return wait(a.Head, f.Now.Add(OpeningDelay))
 	case f.LoadErr != nil:
 		return Verdict{Kind: Skip}
+	case (!f.DestinationKnown || f.SubscriptionMissing) && f.ConfigBehind:
+		// Created after this agent's config: not deleted, just not here
+		// yet. Not sent, not charged; try again once the config arrives.
+		return wait(a.Head, f.Now.Add(EndpointDelay))
 	case !f.DestinationKnown:
 		// Deleted (with --force) while this attempt was out: archived
 		// like the rest of the destination's pending events.

@@ -129,6 +129,15 @@ func TestDecide(t *testing.T) {
 		{"subscription deleted while paused", with(ready(attempt(1)), func(f *verdict.Facts) {
 			f.SubscriptionMissing, f.SubscriptionPaused = true, true
 		}), verdict.Verdict{Kind: dead, Head: attempt(1).Head, Reason: deleted, ArchiveSubscriptionRest: true}},
+		{"subscription unknown to an agent behind the event's config: not deleted, not yet here", with(ready(attempt(1)), func(f *verdict.Facts) {
+			f.SubscriptionMissing, f.ConfigBehind = true, true
+		}), verdict.Verdict{Kind: verdict.Wait, Head: scheduler.Head{NotBefore: now.Add(verdict.EndpointDelay)}}},
+		{"destination unknown to an agent behind the event's config", with(ready(attempt(1)), func(f *verdict.Facts) {
+			f.DestinationKnown, f.ConfigBehind = false, true
+		}), verdict.Verdict{Kind: verdict.Wait, Head: scheduler.Head{NotBefore: now.Add(verdict.EndpointDelay)}}},
+		{"behind the event's config, but destination and subscription known: sent", with(ready(attempt(1)), func(f *verdict.Facts) {
+			f.ConfigBehind = true
+		}), verdict.Verdict{Kind: verdict.Send}},
 		{"held until its window closed", with(ready(expired), func(f *verdict.Facts) { f.Now = windowEnd }),
 			verdict.Verdict{Kind: dead, Head: expired.Head, Reason: window}},
 		{"held, and a pause moved its window on", with(ready(expired), func(f *verdict.Facts) {

@@ -159,8 +159,12 @@ type Event struct {
 	// (destination, customer, lane_key, subscription) and its deliveries
 	// use the subscription's path, secret and headers.
 	SubscriptionId string `protobuf:"bytes,13,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// config_version is the config version the accepting agent had applied:
+	// a partition owner that has not applied it yet does not judge the
+	// event's destination or subscription missing (deleted) before it has.
+	ConfigVersion uint64 `protobuf:"varint,14,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Event) Reset() {
@@ -282,6 +286,13 @@ func (x *Event) GetSubscriptionId() string {
 		return x.SubscriptionId
 	}
 	return ""
+}
+
+func (x *Event) GetConfigVersion() uint64 {
+	if x != nil {
+		return x.ConfigVersion
+	}
+	return 0
 }
 
 // Attempt is one delivery attempt of one event.
@@ -808,7 +819,7 @@ var File_rivora_v1_event_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x15rivora/v1/event.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x03\n" +
+	"\x15rivora/v1/event.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x03\n" +
 	"\x05Event\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x1f\n" +
@@ -827,7 +838,8 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"\n" +
 	"tracestate\x18\f \x01(\tR\n" +
 	"tracestate\x12'\n" +
-	"\x0fsubscription_id\x18\r \x01(\tR\x0esubscriptionId\"\xbb\x01\n" +
+	"\x0fsubscription_id\x18\r \x01(\tR\x0esubscriptionId\x12%\n" +
+	"\x0econfig_version\x18\x0e \x01(\x04R\rconfigVersion\"\xbb\x01\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1f\n" +
