@@ -10,6 +10,7 @@ package natsd
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -55,6 +56,20 @@ type Config struct {
 	// TLS, and the routes over mutual TLS: each server presents TLS.Cert and
 	// verifies its peers' certificates with TLS.CA (required then).
 	TLS tlsconf.Files
+	// LeafListen (host:port), when set, accepts leaf-node connections
+	// from edges (the cell side of `rivora edge`). With LeafPassword
+	// every edge must present it (as user User); with TLS files the leaf
+	// port is served over TLS.
+	LeafListen   string
+	LeafPassword string
+	// Domain is this server's JetStream domain: an edge has its own (its
+	// streams stay its own across the leaf connection, and the cell
+	// reaches them as "$JS.<domain>.API"); "" for a cell's agents.
+	Domain string
+	// LeafRemotes (nats-leaf://HOST:PORT), when set, connect this server
+	// to a cell as a leaf node (the edge side), trying them in turn and
+	// reconnecting for ever; LeafPassword is presented to the cell.
+	LeafRemotes []string
 }
 
 // User is the NATS user of a server with a Password.
@@ -146,6 +161,9 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 			opts.Routes = append(opts.Routes, u)
 		}
 	}
+	if err := leafOptions(opts, cfg); err != nil {
+		return nil, err
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
@@ -176,6 +194,53 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 	log.Info("embedded nats ready", "store", opts.StoreDir, "client_url", clientURL(ns, cfg.ClientListen), "sync_always", cfg.SyncAlways,
 		"password", cfg.Password != "", "tls", cfg.TLS.Enabled())
 	return &Server{ns: ns, password: cfg.Password, nc: nc, js: js}, nil
+}
+
+// leafOptions sets the leaf-node side of opts: a listener for edges
+// (the cell), or the remotes to a cell (an edge), and the JetStream
+// domain.
+func leafOptions(opts *server.Options, cfg Config) error {
+	opts.JetStreamDomain = cfg.Domain
+	if cfg.LeafListen != "" {
+		host, port, err := splitHostPort("nats leaf", cfg.LeafListen)
+		if err != nil {
+			return err
+		}
+		opts.LeafNode.Host, opts.LeafNode.Port = host, port
+		if cfg.LeafPassword != "" {
+			opts.LeafNode.Username, opts.LeafNode.Password = User, cfg.LeafPassword
+		}
+		if cfg.TLS.Enabled() {
+			if opts.LeafNode.TLSConfig, err = tlsconf.Server(cfg.TLS.Cert, cfg.TLS.Key); err != nil {
+				return fmt.Errorf("nats leaf port: %w", err)
+			}
+			opts.LeafNode.TLSTimeout = tlsTimeout
+		}
+	}
+	if len(cfg.LeafRemotes) == 0 {
+		return nil
+	}
+	remote := &server.RemoteLeafOpts{}
+	for _, r := range cfg.LeafRemotes {
+		u, err := url.Parse(r)
+		if err != nil || (u.Scheme != "nats-leaf" && u.Scheme != "tls") || u.Host == "" || u.User != nil {
+			return fmt.Errorf("cell leaf %q: want nats-leaf://HOST:PORT (the credential comes from the cell token)", r)
+		}
+		if cfg.LeafPassword != "" {
+			u.User = url.UserPassword(User, cfg.LeafPassword)
+		}
+		remote.URLs = append(remote.URLs, u)
+	}
+	if cfg.TLS.CA != "" {
+		roots, err := tlsconf.Pool(cfg.TLS.CA)
+		if err != nil {
+			return fmt.Errorf("cell leaf: %w", err)
+		}
+		remote.TLS, remote.TLSConfig, remote.TLSTimeout = true, &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}, tlsTimeout
+	}
+	opts.LeafNode.Remotes = []*server.RemoteLeafOpts{remote}
+	opts.LeafNode.ReconnectInterval = time.Second
+	return nil
 }
 
 // credential is the connect option passing password ("" = none).
