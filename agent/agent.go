@@ -90,6 +90,10 @@ type Config struct {
 	// mutual TLS.
 	NATSPassword string
 	NATSTLS      tlsconf.Files
+	// LeafListen (host:port), when set, accepts NATS leaf-node
+	// connections from edge servers, which must present the credential
+	// LeafPassword derives from the cell token (TLS with NATSTLS).
+	LeafListen string
 	// Replicas is the stream replica count; 0 means min(3, cell size),
 	// the cell size being this agent plus its distinct routes.
 	Replicas int
@@ -189,6 +193,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if a.nats, err = natsd.Start(natsd.Config{
 		DataDir: cfg.DataDir, ClientListen: cfg.NATSListen, SyncAlways: cfg.SyncAlways, Name: cfg.Name,
 		ClusterListen: cfg.NATSCluster, Routes: cfg.NATSRoutes, Password: cfg.NATSPassword, TLS: cfg.NATSTLS,
+		LeafListen: cfg.LeafListen, LeafPassword: LeafPassword(cfg.Keys.Cell()),
 	}, base.With("component", "nats")); err != nil {
 		return nil, err
 	}
@@ -395,6 +400,16 @@ func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []str
 		}
 	}
 	return nil
+}
+
+// LeafPassword is the credential an edge's NATS server presents to a
+// cell's leaf port, derived from the cell token ("" without one: the leaf
+// port is open, as the rest of an --insecure cell).
+func LeafPassword(cell auth.CellToken) string {
+	if cell.IsZero() {
+		return ""
+	}
+	return cell.Derive("leaf")
 }
 
 // applySubscriptions installs changed subscriptions, in place: nothing

@@ -23,18 +23,24 @@ type DevOptions struct {
 	// the agent's control plane and advertised URLs (both the listener's).
 	ControlPlane controlplane.Config
 	Agent        agent.Config
+	// Cell is the cell token (zero: one made in memory at start). Edges
+	// joining the agent's leaf port derive their credential from it.
+	Cell auth.CellToken
 }
 
 // RunDev runs the control plane and one agent in one process, both served
 // on opts.HTTP.Listen, until ctx ends.
 func RunDev(ctx context.Context, opts DevOptions) error {
 	log, cpCfg, agCfg := opts.Log, opts.ControlPlane, opts.Agent
-	// One process is its own cell: a cell token in memory, and keys of
-	// its own for each of the control plane and the agent (the agent's
-	// API tokens come over Watch, as in a cell).
-	cell, err := auth.NewCellToken()
-	if err != nil {
-		return err
+	// One process is its own cell: a cell token (made in memory unless
+	// given), and keys of its own for each of the control plane and the
+	// agent (the agent's API tokens come over Watch, as in a cell).
+	cell := opts.Cell
+	if cell.IsZero() {
+		var err error
+		if cell, err = auth.NewCellToken(); err != nil {
+			return err
+		}
 	}
 	cpCfg.Keys = auth.NewKeys(cell)
 	if addr := agCfg.NATSListen; addr != "" && !loopbackAddr(addr) {

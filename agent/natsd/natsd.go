@@ -336,3 +336,7 @@ func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
 }
+
+// LeafConnections counts the leaf-node connections: on a cell's server the
+// edges connected now, on an edge's server 1 while it reaches the cell.
+func (s *Server) LeafConnections() int { return s.ns.NumLeafNodes() }

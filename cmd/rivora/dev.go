@@ -16,6 +16,7 @@ import (
 	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/controlplane"
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/httpurl"
 	"github.com/rivora/rivora/internal/tlsconf"
 	"github.com/rivora/rivora/server"
@@ -38,7 +39,9 @@ Every call needs a token (Authorization: Bearer). The first start writes an
 admin token named "bootstrap" to DATA_DIR/admin.token (mode 0600): give it
 to rivoractl with --token-file DATA_DIR/admin.token. The
 control plane and the agent talk with a cell token made in memory at
-start (no --cell-token-file: one process is its own cell).
+start (one process is its own cell), or with --cell-token-file's, which
+--leaf-listen needs: edge servers joining as NATS leaf nodes authenticate
+with a credential derived from it.
 
 Durability: an ack means the event reached the OS (it survives a crash or
 kill -9 of this process; a power loss can lose the last unsynced seconds).
@@ -59,6 +62,8 @@ Example:
 			&cli.StringFlag{Name: "limits", EnvVars: []string{"RIVORA_LIMITS"}, Usage: "reviewed limits `FILE` (YAML), reloaded when it changes"},
 			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores); fixed for a data dir"},
 			allowDestinationFlag(true),
+			&cli.StringFlag{Name: "cell-token-file", EnvVars: []string{"RIVORA_CELL_TOKEN_FILE"}, Usage: "`FILE` holding a cell token (at least 32 characters, e.g. `openssl rand -hex 32`) to use instead of one made in memory at start: " +
+				"needed with --leaf-listen, for edges derive their leaf credential from it"},
 		}, append(agentFlags(), append(append(append(operatorFlags(), capacityFlags()...), catalogueFlags()...), tlsFlags()...)...)...),
 		Action: runDev,
 	}
@@ -74,6 +79,7 @@ func agentFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "dedup-window", Value: ingest.DefaultDedupWindow, EnvVars: []string{"RIVORA_DEDUP_WINDOW"}, Usage: "how long an idempotency key names one event of its customer on its destination: a repeat within it returns the first event id and stores nothing, the key reused for another payload, type, lane or content type is refused (AlreadyExists)"},
 		&cli.StringFlag{Name: "history-retention", Value: "7d", EnvVars: []string{"RIVORA_HISTORY_RETENTION"}, Usage: "how long the history behind `events get/list/resend` is kept (`DURATION`: 7d, 36h): every attempt's outcome, and every delivered event whole, payload included, so it can be resent. Disk: about the delivered events' size over the period (1,000 events/s of 1 KiB is ~600 GiB a week) plus ~200 B per attempt; memory does not grow with it"},
 		&cli.StringFlag{Name: "nats-listen", EnvVars: []string{"RIVORA_NATS_LISTEN"}, Usage: "expose the embedded NATS client port on `HOST:PORT` (default: in-process only)"},
+		&cli.StringFlag{Name: "leaf-listen", EnvVars: []string{"RIVORA_LEAF_LISTEN"}, Usage: "accept edge servers as NATS leaf nodes on `HOST:PORT`; each must present the credential derived from the cell token (TLS with --tls-cert). Costs one more listener; an edge's buffered events flow in through it when its link returns"},
 		&cli.BoolFlag{Name: "fsync", EnvVars: []string{"RIVORA_FSYNC"}, Usage: "fsync every write before acknowledging it (survives power loss; much slower)"},
 		&cli.StringFlag{Name: "s3-endpoint", EnvVars: []string{"RIVORA_S3_ENDPOINT"}, Usage: "archive dead letters to S3/MinIO at `HOST:PORT` instead of DATA_DIR/archive"},
 		&cli.StringFlag{Name: "s3-bucket", Value: "rivora", EnvVars: []string{"RIVORA_S3_BUCKET"}, Usage: "S3 `BUCKET` (created if missing)"},
@@ -145,6 +151,7 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 		AdvertiseURL:    advertiseURL,
 		Workers:         c.Int("workers"),
 		NATSListen:      c.String("nats-listen"),
+		LeafListen:      c.String("leaf-listen"),
 		SyncAlways:      c.Bool("fsync"),
 		MaxPayload:      c.Int("max-payload"),
 		MaxBatch:        c.Int("max-batch"),
@@ -189,6 +196,23 @@ func absDir(flag, dir string) (string, error) {
 	return abs, nil
 }
 
+// devCellToken is --cell-token-file's token (zero: rivora dev makes one
+// in memory); --leaf-listen needs it, since edges authenticate with it.
+func devCellToken(c *cli.Context) (auth.CellToken, error) {
+	path := c.String("cell-token-file")
+	if path == "" {
+		if c.String("leaf-listen") != "" {
+			return auth.CellToken{}, cli.Exit("rivora dev: --leaf-listen needs --cell-token-file FILE: edges authenticate with a credential derived from that cell token", 2)
+		}
+		return auth.CellToken{}, nil
+	}
+	cell, err := auth.LoadCellToken(path)
+	if err != nil {
+		return auth.CellToken{}, cli.Exit("--cell-token-file: "+err.Error(), 2)
+	}
+	return cell, nil
+}
+
 func runDev(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
@@ -224,6 +248,9 @@ func runDev(c *cli.Context) error {
 		return err
 	}
 	opts := server.DevOptions{Log: log, HTTP: server.HTTP{Listen: c.String("listen"), Pprof: c.Bool("pprof")}, ControlPlane: cfg}
+	if opts.Cell, err = devCellToken(c); err != nil {
+		return err
+	}
 	if opts.HTTP.MetricsToken, err = metricsToken(c); err != nil {
 		return err
 	}
