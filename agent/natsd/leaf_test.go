@@ -16,26 +16,37 @@ import (
 )
 
 // The mechanics an edge rests on: an edge server with its own JetStream
-// domain, joined to a cell as a leaf node, keeps a stream of its own; a
-// cell stream sources it across the leaf connection (its API reached as
+// domain, joined to a cell as a leaf node, keeps a stream of its own, and
+// a cell stream sources it across the leaf connection (its API reached as
 // "$JS.<domain>.API", its subjects rewritten into the cell's), in order,
-// also after the cell was down while the edge kept accepting; and a
-// message id the cell has already stored (a client that published the
-// same event to the cell) is stored once.
+// also after the cell was down while the edge kept accepting. With
+// durable sourcing (nats-server 2.14+) the edge's stream keeps only what
+// the cell has not yet taken: its work-queue retention and a durable
+// consumer acked by flow control let the cell's source remove each message
+// once stored, so the edge's buffer is exactly its unforwarded events. A
+// message id the cell already holds (a client that published the same
+// event to the cell) is stored once. (An ephemeral source, without the
+// durable consumer, also resumes after a cell restart, but only after
+// nats-server's source back-off, about 35 s; the durable one within
+// seconds.)
 func TestACellSourcesAnEdgeStreamAcrossALeafConnection(t *testing.T) {
 	leafAddr := freeAddrs(t, 1)[0]
-	leafPassword := password + "-leaf"
-	cellDir := t.TempDir()
-	cellCfg := natsd.Config{Name: "cell", DataDir: cellDir, LeafListen: leafAddr, LeafPassword: leafPassword}
+	cellCfg := natsd.Config{Name: "cell", DataDir: t.TempDir(), LeafListen: leafAddr, LeafPassword: password}
 	cell, err := natsd.Start(cellCfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	edge := start(t, natsd.Config{Name: "edge-a", Domain: "edge-a", LeafRemotes: []string{"nats-leaf://" + leafAddr}, LeafPassword: leafPassword})
+	edge := start(t, natsd.Config{Name: "edge-a", Domain: "edge-a", LeafRemotes: []string{"nats-leaf://" + leafAddr}, LeafPassword: password})
 	ctx := context.Background()
-
-	if _, err := edge.JetStream().CreateStream(ctx, jetstream.StreamConfig{
-		Name: "EDGE", Subjects: []string{"edge.a.ingest.>"}, Storage: jetstream.FileStorage, Duplicates: time.Minute,
+	buffer, err := edge.JetStream().CreateStream(ctx, jetstream.StreamConfig{
+		Name: "EDGE", Subjects: []string{"edge.a.ingest.>"}, Storage: jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := edge.JetStream().CreateOrUpdatePushConsumer(ctx, "EDGE", jetstream.ConsumerConfig{
+		Durable: "TO_CELL", DeliverSubject: "edge.a.forward", AckPolicy: jetstream.AckFlowControlPolicy,
+		FlowControl: true, IdleHeartbeat: time.Second,
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +56,8 @@ func TestACellSourcesAnEdgeStreamAcrossALeafConnection(t *testing.T) {
 			Name: "SINK", Subjects: []string{"ingest.>"}, Storage: jetstream.FileStorage, Duplicates: time.Minute,
 			Sources: []*jetstream.StreamSource{{
 				Name:              "EDGE",
-				External:          &jetstream.ExternalStream{APIPrefix: "$JS.edge-a.API", DeliverPrefix: "rivora.edge-a.deliver"},
+				External:          &jetstream.ExternalStream{APIPrefix: "$JS.edge-a.API"},
+				Consumer:          &jetstream.StreamConsumerSource{Name: "TO_CELL", DeliverSubject: "edge.a.forward"},
 				SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: "edge.a.ingest.>", Destination: "ingest.>"}},
 			}},
 		}); err != nil {
@@ -56,7 +68,7 @@ func TestACellSourcesAnEdgeStreamAcrossALeafConnection(t *testing.T) {
 	publish := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {
-			msg := nats.NewMsg("edge.a.ingest.3.d1")
+			msg := nats.NewMsg("edge.a.ingest.1.d1")
 			msg.Data = []byte(strconv.Itoa(i))
 			msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("evt-%d", i))
 			if _, err := edge.JetStream().PublishMsg(ctx, msg); err != nil {
@@ -64,49 +76,44 @@ func TestACellSourcesAnEdgeStreamAcrossALeafConnection(t *testing.T) {
 			}
 		}
 	}
-	inSink := func(js jetstream.JetStream, want int) {
+	state := func(s jetstream.Stream) uint64 {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return ^uint64(0)
+		}
+		return info.State.Msgs
+	}
+	settled := func(js jetstream.JetStream, want uint64) {
 		t.Helper()
-		poll.True(t, fmt.Sprintf("%d messages sourced into the cell", want), 120*time.Second, func() bool {
+		poll.True(t, fmt.Sprintf("%d in the cell and an empty edge buffer", want), 120*time.Second, func() bool {
 			s, err := js.Stream(ctx, "SINK")
-			if err != nil {
-				return false
-			}
-			info, err := s.Info(ctx)
-			return err == nil && info.State.Msgs == uint64(want)
+			return err == nil && state(s) == want && state(buffer) == 0
 		})
 	}
 	publish(0, 100)
-	inSink(cell.JetStream(), 100)
-
-	// The cell goes away; the edge keeps accepting on its own. Once the
-	// cell is back, the source resumes by itself where it stopped, but
-	// only after nats-server's source retry back-off: about 35 s here
-	// (the edge's leaf reconnects within a second).
+	settled(cell.JetStream(), 100)
 	cell.Shutdown()
-	publish(100, 200)
+	publish(100, 150)
+	if n := state(buffer); n != 50 {
+		t.Fatalf("the edge buffers %d events while the cell is down, want 50", n)
+	}
 	cell, err = natsd.Start(cellCfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cell.Shutdown)
-	inSink(cell.JetStream(), 200)
-
-	// In order, with the cell's subjects.
+	settled(cell.JetStream(), 150)
 	s, err := cell.JetStream().Stream(ctx, "SINK")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for seq := uint64(1); seq <= 200; seq++ {
+	for seq := uint64(1); seq <= 150; seq++ {
 		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Subject != "ingest.3.d1" || string(m.Data) != strconv.Itoa(int(seq-1)) {
-			t.Fatalf("seq %d: %s %q, want ingest.3.d1 %q", seq, m.Subject, m.Data, strconv.Itoa(int(seq-1)))
+		if err != nil || m.Subject != "ingest.1.d1" || string(m.Data) != strconv.Itoa(int(seq-1)) {
+			t.Fatalf("seq %d: %v %v, want ingest.1.d1 %d in order", seq, m, err, seq-1)
 		}
 	}
-	// The same event published to the cell directly is a duplicate.
-	msg := nats.NewMsg("ingest.3.d1")
+	msg := nats.NewMsg("ingest.1.d1")
 	msg.Header.Set(jetstream.MsgIDHeader, "evt-7")
 	ack, err := cell.JetStream().PublishMsg(ctx, msg)
 	if err != nil || !ack.Duplicate {
