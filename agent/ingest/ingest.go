@@ -140,7 +140,11 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	if cfg.DedupWindow <= 0 {
 		cfg.DedupWindow = DefaultDedupWindow
 	}
-	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	sources, err := ingestSources(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        lanes.IngestStream,
 		Description: "Tier 1: accepted events waiting to move into their partition's lanes.",
 		Subjects:    []string{"ingest.>"},
@@ -149,6 +153,7 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 		Replicas:    max(cfg.Replicas, 1),
 		Duplicates:  cfg.DedupWindow,
 		MaxMsgSize:  int32(cfg.MaxPayload + eventOverhead),
+		Sources:     sources,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create %s stream: %w", lanes.IngestStream, err)
@@ -162,6 +167,23 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 		js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims,
 		subs: cfg.Subscriptions, catalogue: cfg.Catalogue, applied: cfg.Applied,
 	}, nil
+}
+
+// ingestSources are the sources INGEST has now (edges' buffers, package
+// edge): an agent's start keeps them, for they are not its to drop.
+func ingestSources(ctx context.Context, js jetstream.JetStream) ([]*jetstream.StreamSource, error) {
+	s, err := js.Stream(ctx, lanes.IngestStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s stream: %w", lanes.IngestStream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read %s stream: %w", lanes.IngestStream, err)
+	}
+	return info.Config.Sources, nil
 }
 
 func newEventID() (string, error) {

@@ -1,0 +1,203 @@
+// Package edge holds what an edge keeps and how the cell takes it: an
+// edge's buffer of accepted events not yet forwarded (a work-queue stream
+// in the edge's own JetStream domain, read by one durable consumer), and
+// the source on the cell's INGEST stream that forwards it across the leaf
+// connection. docs/architecture.md ("Edges") gives the design and its
+// reasons. The `rivora edge` process (issue 25) is being built on it.
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rivora/rivora/internal/ids"
+	"github.com/rivora/rivora/lanes"
+)
+
+// Names in an edge's domain. Each edge has its own domain, so they need
+// not differ between edges; its subjects do (Subject).
+const (
+	// StreamName is the edge's buffer.
+	StreamName = "EDGE_BUFFER"
+	// ConsumerName is the durable consumer the cell's source reads.
+	ConsumerName = "TO_CELL"
+)
+
+// Config shapes an edge's buffer.
+type Config struct {
+	// Name is the edge's name: its JetStream domain and its subject
+	// prefix (an id: letters, digits, '_', '-').
+	Name string
+	// MaxBytes bounds the unforwarded events (--max-buffer): past it a
+	// store is refused (IsFull), nothing stored is dropped.
+	MaxBytes int64
+	// MaxAge is --buffer-max-age (0: none).
+	MaxAge time.Duration
+	// DedupWindow is how long an event id is remembered at the edge.
+	DedupWindow time.Duration
+	// Replicas is the buffer's replica count (0 means 1).
+	Replicas int
+}
+
+// Domain is an edge's JetStream domain.
+func Domain(name string) string { return name }
+
+// prefix is the subject prefix of an edge: no cell stream listens under
+// it, so a publish at the edge is never captured across the leaf by the
+// cell's INGEST (a false ack), nor by another edge's buffer.
+func prefix(name string) string { return "edge." + name + "." }
+
+// Subject is where an edge stores an event for destination d in partition
+// p: the cell's INGEST subject under the edge's prefix.
+func Subject(name string, p int, destination string) string {
+	return prefix(name) + lanes.IngestSubject(p, destination)
+}
+
+// forwardSubject is where the durable consumer delivers to the cell.
+func forwardSubject(name string) string { return prefix(name) + "forward" }
+
+// Buffer is an edge's buffer.
+type Buffer struct {
+	stream jetstream.Stream
+}
+
+// Open creates the edge's buffer and its durable consumer, or opens them
+// as they are. It never deletes or recreates the stream: the cell's
+// source follows this stream's sequence, and a recreated stream would
+// stall it silently.
+func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Buffer, error) {
+	if err := ids.Validate("edge name", cfg.Name); err != nil {
+		return nil, err
+	}
+	if cfg.MaxBytes <= 0 {
+		return nil, errors.New("edge buffer: MaxBytes must be positive (--max-buffer)")
+	}
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamName,
+		Description: "Events this edge accepted and the cell has not yet taken.",
+		Subjects:    []string{prefix(cfg.Name) + "ingest.>"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Discard:     jetstream.DiscardNew,
+		MaxBytes:    cfg.MaxBytes,
+		MaxAge:      cfg.MaxAge,
+		Duplicates:  cfg.DedupWindow,
+		Replicas:    max(cfg.Replicas, 1),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create %s stream: %w", StreamName, err)
+	}
+	// The cell's source acks by flow control (durable sourcing): each
+	// event leaves the buffer once the cell stored it.
+	if _, err := js.CreateOrUpdatePushConsumer(ctx, StreamName, jetstream.ConsumerConfig{
+		Durable:        ConsumerName,
+		DeliverSubject: forwardSubject(cfg.Name),
+		AckPolicy:      jetstream.AckFlowControlPolicy,
+		FlowControl:    true,
+		IdleHeartbeat:  time.Second,
+	}); err != nil {
+		return nil, fmt.Errorf("create the %s consumer: %w", ConsumerName, err)
+	}
+	return &Buffer{stream: s}, nil
+}
+
+// Stats is what a buffer holds: the events not yet forwarded.
+type Stats struct {
+	Events uint64
+	Bytes  uint64
+	// Oldest is when the oldest of them was stored (zero when empty).
+	Oldest time.Time
+}
+
+// Stats reads the buffer's state.
+func (b *Buffer) Stats(ctx context.Context) (Stats, error) {
+	info, err := b.stream.Info(ctx)
+	if err != nil {
+		return Stats{}, err
+	}
+	st := Stats{Events: info.State.Msgs, Bytes: info.State.Bytes}
+	if st.Events > 0 {
+		st.Oldest = info.State.FirstTime
+	}
+	return st, nil
+}
+
+// storeFailed is JetStream's error code for a message a stream could not
+// store (JSStreamStoreFailedF): with DiscardNew, "maximum bytes exceeded".
+const storeFailed jetstream.ErrorCode = 10077
+
+// IsFull tells whether a store was refused because the buffer holds
+// MaxBytes of unforwarded events.
+func IsFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == storeFailed && strings.Contains(apiErr.Description, "maximum bytes")
+}
+
+// Source is the entry of the cell's INGEST stream that forwards edge
+// name's buffer: through the edge's domain API, from its durable consumer,
+// its subjects rewritten into INGEST's.
+func Source(name string) *jetstream.StreamSource {
+	return &jetstream.StreamSource{
+		Name:              StreamName,
+		External:          &jetstream.ExternalStream{APIPrefix: "$JS." + Domain(name) + ".API"},
+		Consumer:          &jetstream.StreamConsumerSource{Name: ConsumerName, DeliverSubject: forwardSubject(name)},
+		SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: prefix(name) + "ingest.>", Destination: "ingest.>"}},
+	}
+}
+
+// AddSource makes the cell's INGEST stream forward edge name's buffer
+// (nothing to do when it does already).
+func AddSource(ctx context.Context, js jetstream.JetStream, name string) error {
+	return updateSources(ctx, js, func(sources []*jetstream.StreamSource) []*jetstream.StreamSource {
+		if slices.ContainsFunc(sources, func(s *jetstream.StreamSource) bool { return isSourceOf(s, name) }) {
+			return nil
+		}
+		return append(sources, Source(name))
+	})
+}
+
+// RemoveSource stops forwarding edge name's buffer.
+func RemoveSource(ctx context.Context, js jetstream.JetStream, name string) error {
+	return updateSources(ctx, js, func(sources []*jetstream.StreamSource) []*jetstream.StreamSource {
+		kept := slices.DeleteFunc(slices.Clone(sources), func(s *jetstream.StreamSource) bool { return isSourceOf(s, name) })
+		if len(kept) == len(sources) {
+			return nil
+		}
+		return kept
+	})
+}
+
+func isSourceOf(s *jetstream.StreamSource, name string) bool {
+	return s.External != nil && s.External.APIPrefix == "$JS."+Domain(name)+".API"
+}
+
+// updateSources changes INGEST's sources with change (nil: no change).
+func updateSources(ctx context.Context, js jetstream.JetStream, change func([]*jetstream.StreamSource) []*jetstream.StreamSource) error {
+	s, err := js.Stream(ctx, lanes.IngestStream)
+	if err != nil {
+		return fmt.Errorf("%s stream: %w", lanes.IngestStream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("%s stream: %w", lanes.IngestStream, err)
+	}
+	cfg := info.Config
+	next := change(cfg.Sources)
+	if next == nil {
+		return nil
+	}
+	cfg.Sources = next
+	if len(cfg.Sources) == 0 {
+		cfg.Sources = nil
+	}
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("update %s's sources: %w", lanes.IngestStream, err)
+	}
+	return nil
+}
