@@ -86,6 +86,9 @@ var Policies = map[string]Rule{
 	rivorav1connect.AdminServiceDiffLimitsProcedure:           read,
 	rivorav1connect.AdminServiceListAuditProcedure:            read,
 	rivorav1connect.AdminServiceGetConfigStatusProcedure:      read,
+	rivorav1connect.AdminServiceListEdgesProcedure:            read,
+	rivorav1connect.AdminServiceGetEdgeProcedure:              read,
+	rivorav1connect.AdminServiceRemoveEdgeProcedure:           adminsOf,
 	rivorav1connect.AdminServiceSetPriorityProcedure:          steer,
 	rivorav1connect.AdminServicePauseDestinationProcedure:     steer,
 	rivorav1connect.AdminServiceResumeDestinationProcedure:    steer,
@@ -221,11 +224,14 @@ var Policies = map[string]Rule{
 
 	// The cell's own services: agents follow and report to the control
 	// plane; the control plane asks agents about their partitions.
-	rivorav1connect.AgentServiceWatchProcedure:              cell,
-	rivorav1connect.AgentServiceReportAppliedProcedure:      cell,
-	rivorav1connect.AgentServiceReportOwnedProcedure:        cell,
-	rivorav1connect.AgentServiceReportGoneProcedure:         cell,
-	rivorav1connect.AgentServiceRecordAuditProcedure:        cell,
+	rivorav1connect.AgentServiceWatchProcedure:         cell,
+	rivorav1connect.AgentServiceReportAppliedProcedure: cell,
+	rivorav1connect.AgentServiceReportOwnedProcedure:   cell,
+	rivorav1connect.AgentServiceReportGoneProcedure:    cell,
+	rivorav1connect.AgentServiceRecordAuditProcedure:   cell,
+	// Edges follow the control plane with the cell token, as agents.
+	rivorav1connect.EdgeServiceWatchEdgeProcedure:           cell,
+	rivorav1connect.EdgeServiceReportEdgeProcedure:          cell,
 	rivorav1connect.PartitionServiceCountPendingProcedure:   cell,
 	rivorav1connect.PartitionServiceArchivePendingProcedure: cell,
 	rivorav1connect.PartitionServiceGetHealthProcedure:      cell,

@@ -3247,9 +3247,11 @@ func (*GetConfigStatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type GetConfigStatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Agents        []*AgentStatus         `protobuf:"bytes,2,rep,name=agents,proto3" json:"agents,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Agents  []*AgentStatus         `protobuf:"bytes,2,rep,name=agents,proto3" json:"agents,omitempty"`
+	// edges are the registered edges, sorted by name.
+	Edges         []*EdgeStatus `protobuf:"bytes,3,rep,name=edges,proto3" json:"edges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3294,6 +3296,13 @@ func (x *GetConfigStatusResponse) GetVersion() uint64 {
 func (x *GetConfigStatusResponse) GetAgents() []*AgentStatus {
 	if x != nil {
 		return x.Agents
+	}
+	return nil
+}
+
+func (x *GetConfigStatusResponse) GetEdges() []*EdgeStatus {
+	if x != nil {
+		return x.Edges
 	}
 	return nil
 }
@@ -3419,6 +3428,527 @@ func (x *AgentStatus) GetAssignedPartitions() []uint32 {
 		return x.AssignedPartitions
 	}
 	return nil
+}
+
+// EdgeBuffer is an edge's own account of its buffer and its link to the
+// cell.
+type EdgeBuffer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cell_connected: the edge's leaf connection to the cell is up.
+	CellConnected bool `protobuf:"varint,1,opt,name=cell_connected,json=cellConnected,proto3" json:"cell_connected,omitempty"`
+	// disconnected_since is when the leaf connection was last lost (unset
+	// while connected, or before it was ever up).
+	DisconnectedSince *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=disconnected_since,json=disconnectedSince,proto3" json:"disconnected_since,omitempty"`
+	BufferedEvents    uint64                 `protobuf:"varint,3,opt,name=buffered_events,json=bufferedEvents,proto3" json:"buffered_events,omitempty"`
+	BufferedBytes     uint64                 `protobuf:"varint,4,opt,name=buffered_bytes,json=bufferedBytes,proto3" json:"buffered_bytes,omitempty"`
+	// oldest_buffered is when the oldest unforwarded event was stored
+	// (unset when nothing waits).
+	OldestBuffered *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=oldest_buffered,json=oldestBuffered,proto3" json:"oldest_buffered,omitempty"`
+	// forwarded_total counts the events the cell took from the buffer since
+	// the edge started.
+	ForwardedTotal uint64               `protobuf:"varint,6,opt,name=forwarded_total,json=forwardedTotal,proto3" json:"forwarded_total,omitempty"`
+	MaxBufferBytes uint64               `protobuf:"varint,7,opt,name=max_buffer_bytes,json=maxBufferBytes,proto3" json:"max_buffer_bytes,omitempty"`
+	BufferMaxAge   *durationpb.Duration `protobuf:"bytes,8,opt,name=buffer_max_age,json=bufferMaxAge,proto3" json:"buffer_max_age,omitempty"`
+	AppliedVersion uint64               `protobuf:"varint,9,opt,name=applied_version,json=appliedVersion,proto3" json:"applied_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *EdgeBuffer) Reset() {
+	*x = EdgeBuffer{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EdgeBuffer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EdgeBuffer) ProtoMessage() {}
+
+func (x *EdgeBuffer) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EdgeBuffer.ProtoReflect.Descriptor instead.
+func (*EdgeBuffer) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *EdgeBuffer) GetCellConnected() bool {
+	if x != nil {
+		return x.CellConnected
+	}
+	return false
+}
+
+func (x *EdgeBuffer) GetDisconnectedSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DisconnectedSince
+	}
+	return nil
+}
+
+func (x *EdgeBuffer) GetBufferedEvents() uint64 {
+	if x != nil {
+		return x.BufferedEvents
+	}
+	return 0
+}
+
+func (x *EdgeBuffer) GetBufferedBytes() uint64 {
+	if x != nil {
+		return x.BufferedBytes
+	}
+	return 0
+}
+
+func (x *EdgeBuffer) GetOldestBuffered() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OldestBuffered
+	}
+	return nil
+}
+
+func (x *EdgeBuffer) GetForwardedTotal() uint64 {
+	if x != nil {
+		return x.ForwardedTotal
+	}
+	return 0
+}
+
+func (x *EdgeBuffer) GetMaxBufferBytes() uint64 {
+	if x != nil {
+		return x.MaxBufferBytes
+	}
+	return 0
+}
+
+func (x *EdgeBuffer) GetBufferMaxAge() *durationpb.Duration {
+	if x != nil {
+		return x.BufferMaxAge
+	}
+	return nil
+}
+
+func (x *EdgeBuffer) GetAppliedVersion() uint64 {
+	if x != nil {
+		return x.AppliedVersion
+	}
+	return 0
+}
+
+// EdgeStatus is what the control plane knows of one edge.
+type EdgeStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// connected: the edge reported its leaf connection up, and reported
+	// recently (within three report intervals).
+	Connected bool `protobuf:"varint,2,opt,name=connected,proto3" json:"connected,omitempty"`
+	// watching: the edge's config Watch is open.
+	Watching     bool                   `protobuf:"varint,3,opt,name=watching,proto3" json:"watching,omitempty"`
+	LastSeen     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	RegisteredAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
+	// buffer is the edge's last report (unset before its first).
+	Buffer        *EdgeBuffer `protobuf:"bytes,6,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EdgeStatus) Reset() {
+	*x = EdgeStatus{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EdgeStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EdgeStatus) ProtoMessage() {}
+
+func (x *EdgeStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EdgeStatus.ProtoReflect.Descriptor instead.
+func (*EdgeStatus) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *EdgeStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EdgeStatus) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+func (x *EdgeStatus) GetWatching() bool {
+	if x != nil {
+		return x.Watching
+	}
+	return false
+}
+
+func (x *EdgeStatus) GetLastSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeen
+	}
+	return nil
+}
+
+func (x *EdgeStatus) GetRegisteredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RegisteredAt
+	}
+	return nil
+}
+
+func (x *EdgeStatus) GetBuffer() *EdgeBuffer {
+	if x != nil {
+		return x.Buffer
+	}
+	return nil
+}
+
+// Edge is the control plane's record of a registered edge: kept until an
+// operator removes it, so the cell forwards the edge's buffer across
+// restarts of the control plane and cuts of the edge's link.
+type Edge struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	RegisteredAt  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Edge) Reset() {
+	*x = Edge{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Edge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Edge) ProtoMessage() {}
+
+func (x *Edge) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Edge.ProtoReflect.Descriptor instead.
+func (*Edge) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *Edge) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Edge) GetRegisteredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RegisteredAt
+	}
+	return nil
+}
+
+type ListEdgesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEdgesRequest) Reset() {
+	*x = ListEdgesRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEdgesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEdgesRequest) ProtoMessage() {}
+
+func (x *ListEdgesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEdgesRequest.ProtoReflect.Descriptor instead.
+func (*ListEdgesRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+type ListEdgesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// edges are sorted by name.
+	Edges         []*EdgeStatus `protobuf:"bytes,1,rep,name=edges,proto3" json:"edges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEdgesResponse) Reset() {
+	*x = ListEdgesResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEdgesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEdgesResponse) ProtoMessage() {}
+
+func (x *ListEdgesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEdgesResponse.ProtoReflect.Descriptor instead.
+func (*ListEdgesResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ListEdgesResponse) GetEdges() []*EdgeStatus {
+	if x != nil {
+		return x.Edges
+	}
+	return nil
+}
+
+type GetEdgeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEdgeRequest) Reset() {
+	*x = GetEdgeRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEdgeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEdgeRequest) ProtoMessage() {}
+
+func (x *GetEdgeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEdgeRequest.ProtoReflect.Descriptor instead.
+func (*GetEdgeRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *GetEdgeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetEdgeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Edge          *EdgeStatus            `protobuf:"bytes,1,opt,name=edge,proto3" json:"edge,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEdgeResponse) Reset() {
+	*x = GetEdgeResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEdgeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEdgeResponse) ProtoMessage() {}
+
+func (x *GetEdgeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEdgeResponse.ProtoReflect.Descriptor instead.
+func (*GetEdgeResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *GetEdgeResponse) GetEdge() *EdgeStatus {
+	if x != nil {
+		return x.Edge
+	}
+	return nil
+}
+
+type RemoveEdgeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// force removes an edge that reported unforwarded events (they stay in
+	// its buffer, no longer forwarded: lost to the cell unless the edge
+	// registers again).
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveEdgeRequest) Reset() {
+	*x = RemoveEdgeRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveEdgeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveEdgeRequest) ProtoMessage() {}
+
+func (x *RemoveEdgeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveEdgeRequest.ProtoReflect.Descriptor instead.
+func (*RemoveEdgeRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *RemoveEdgeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RemoveEdgeRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type RemoveEdgeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveEdgeResponse) Reset() {
+	*x = RemoveEdgeResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveEdgeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveEdgeResponse) ProtoMessage() {}
+
+func (x *RemoveEdgeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveEdgeResponse.ProtoReflect.Descriptor instead.
+func (*RemoveEdgeResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 var File_rivora_v1_admin_proto protoreflect.FileDescriptor
@@ -3688,10 +4218,11 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\"D\n" +
 	"\x11ListAuditResponse\x12/\n" +
 	"\aentries\x18\x01 \x03(\v2\x15.rivora.v1.AuditEntryR\aentries\"\x18\n" +
-	"\x16GetConfigStatusRequest\"c\n" +
+	"\x16GetConfigStatusRequest\"\x90\x01\n" +
 	"\x17GetConfigStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12.\n" +
-	"\x06agents\x18\x02 \x03(\v2\x16.rivora.v1.AgentStatusR\x06agents\"\xe5\x02\n" +
+	"\x06agents\x18\x02 \x03(\v2\x16.rivora.v1.AgentStatusR\x06agents\x12+\n" +
+	"\x05edges\x18\x03 \x03(\v2\x15.rivora.v1.EdgeStatusR\x05edges\"\xe5\x02\n" +
 	"\vAgentStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1c\n" +
@@ -3705,12 +4236,45 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\rhealth_reason\x18\b \x01(\tR\fhealthReason\x12\x18\n" +
 	"\asession\x18\t \x01(\tR\asession\x12/\n" +
 	"\x13assigned_partitions\x18\n" +
-	" \x03(\rR\x12assignedPartitions*{\n" +
+	" \x03(\rR\x12assignedPartitions\"\xd0\x03\n" +
+	"\n" +
+	"EdgeBuffer\x12%\n" +
+	"\x0ecell_connected\x18\x01 \x01(\bR\rcellConnected\x12I\n" +
+	"\x12disconnected_since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x11disconnectedSince\x12'\n" +
+	"\x0fbuffered_events\x18\x03 \x01(\x04R\x0ebufferedEvents\x12%\n" +
+	"\x0ebuffered_bytes\x18\x04 \x01(\x04R\rbufferedBytes\x12C\n" +
+	"\x0foldest_buffered\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0eoldestBuffered\x12'\n" +
+	"\x0fforwarded_total\x18\x06 \x01(\x04R\x0eforwardedTotal\x12(\n" +
+	"\x10max_buffer_bytes\x18\a \x01(\x04R\x0emaxBufferBytes\x12?\n" +
+	"\x0ebuffer_max_age\x18\b \x01(\v2\x19.google.protobuf.DurationR\fbufferMaxAge\x12'\n" +
+	"\x0fapplied_version\x18\t \x01(\x04R\x0eappliedVersion\"\x83\x02\n" +
+	"\n" +
+	"EdgeStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x1a\n" +
+	"\bwatching\x18\x03 \x01(\bR\bwatching\x127\n" +
+	"\tlast_seen\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12?\n" +
+	"\rregistered_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\x12-\n" +
+	"\x06buffer\x18\x06 \x01(\v2\x15.rivora.v1.EdgeBufferR\x06buffer\"[\n" +
+	"\x04Edge\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12?\n" +
+	"\rregistered_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\"\x12\n" +
+	"\x10ListEdgesRequest\"@\n" +
+	"\x11ListEdgesResponse\x12+\n" +
+	"\x05edges\x18\x01 \x03(\v2\x15.rivora.v1.EdgeStatusR\x05edges\"$\n" +
+	"\x0eGetEdgeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"<\n" +
+	"\x0fGetEdgeResponse\x12)\n" +
+	"\x04edge\x18\x01 \x01(\v2\x15.rivora.v1.EdgeStatusR\x04edge\"=\n" +
+	"\x11RemoveEdgeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x14\n" +
+	"\x12RemoveEdgeResponse*{\n" +
 	"\rPriorityClass\x12\x1e\n" +
 	"\x1aPRIORITY_CLASS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13PRIORITY_CLASS_HIGH\x10\x01\x12\x19\n" +
 	"\x15PRIORITY_CLASS_NORMAL\x10\x02\x12\x16\n" +
-	"\x12PRIORITY_CLASS_LOW\x10\x032\xe6\v\n" +
+	"\x12PRIORITY_CLASS_LOW\x10\x032\xc5\r\n" +
 	"\fAdminService\x12^\n" +
 	"\x11CreateDestination\x12#.rivora.v1.CreateDestinationRequest\x1a$.rivora.v1.CreateDestinationResponse\x12Z\n" +
 	"\x0eGetDestination\x12 .rivora.v1.GetDestinationRequest\x1a!.rivora.v1.GetDestinationResponse\"\x03\x90\x02\x01\x12`\n" +
@@ -3727,7 +4291,11 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x13ClearLimitsOverride\x12%.rivora.v1.ClearLimitsOverrideRequest\x1a&.rivora.v1.ClearLimitsOverrideResponse\x12N\n" +
 	"\n" +
 	"DiffLimits\x12\x1c.rivora.v1.DiffLimitsRequest\x1a\x1d.rivora.v1.DiffLimitsResponse\"\x03\x90\x02\x01\x12K\n" +
-	"\tListAudit\x12\x1b.rivora.v1.ListAuditRequest\x1a\x1c.rivora.v1.ListAuditResponse\"\x03\x90\x02\x01\x12]\n" +
+	"\tListAudit\x12\x1b.rivora.v1.ListAuditRequest\x1a\x1c.rivora.v1.ListAuditResponse\"\x03\x90\x02\x01\x12K\n" +
+	"\tListEdges\x12\x1b.rivora.v1.ListEdgesRequest\x1a\x1c.rivora.v1.ListEdgesResponse\"\x03\x90\x02\x01\x12E\n" +
+	"\aGetEdge\x12\x19.rivora.v1.GetEdgeRequest\x1a\x1a.rivora.v1.GetEdgeResponse\"\x03\x90\x02\x01\x12I\n" +
+	"\n" +
+	"RemoveEdge\x12\x1c.rivora.v1.RemoveEdgeRequest\x1a\x1d.rivora.v1.RemoveEdgeResponse\x12]\n" +
 	"\x0fGetConfigStatus\x12!.rivora.v1.GetConfigStatusRequest\x1a\".rivora.v1.GetConfigStatusResponse\"\x03\x90\x02\x01B3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
 
 var (
@@ -3743,7 +4311,7 @@ func file_rivora_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_rivora_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_rivora_v1_admin_proto_goTypes = []any{
 	(PriorityClass)(0),                      // 0: rivora.v1.PriorityClass
 	(*Limits)(nil),                          // 1: rivora.v1.Limits
@@ -3791,109 +4359,134 @@ var file_rivora_v1_admin_proto_goTypes = []any{
 	(*GetConfigStatusRequest)(nil),          // 43: rivora.v1.GetConfigStatusRequest
 	(*GetConfigStatusResponse)(nil),         // 44: rivora.v1.GetConfigStatusResponse
 	(*AgentStatus)(nil),                     // 45: rivora.v1.AgentStatus
-	nil,                                     // 46: rivora.v1.Destination.CustomerWeightsEntry
-	nil,                                     // 47: rivora.v1.GetLimitsResponse.SourcesEntry
-	(*durationpb.Duration)(nil),             // 48: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),           // 49: google.protobuf.Timestamp
+	(*EdgeBuffer)(nil),                      // 46: rivora.v1.EdgeBuffer
+	(*EdgeStatus)(nil),                      // 47: rivora.v1.EdgeStatus
+	(*Edge)(nil),                            // 48: rivora.v1.Edge
+	(*ListEdgesRequest)(nil),                // 49: rivora.v1.ListEdgesRequest
+	(*ListEdgesResponse)(nil),               // 50: rivora.v1.ListEdgesResponse
+	(*GetEdgeRequest)(nil),                  // 51: rivora.v1.GetEdgeRequest
+	(*GetEdgeResponse)(nil),                 // 52: rivora.v1.GetEdgeResponse
+	(*RemoveEdgeRequest)(nil),               // 53: rivora.v1.RemoveEdgeRequest
+	(*RemoveEdgeResponse)(nil),              // 54: rivora.v1.RemoveEdgeResponse
+	nil,                                     // 55: rivora.v1.Destination.CustomerWeightsEntry
+	nil,                                     // 56: rivora.v1.GetLimitsResponse.SourcesEntry
+	(*durationpb.Duration)(nil),             // 57: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),           // 58: google.protobuf.Timestamp
 }
 var file_rivora_v1_admin_proto_depIdxs = []int32{
-	48, // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
-	48, // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
+	57, // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
+	57, // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
 	1,  // 2: rivora.v1.Destination.limits:type_name -> rivora.v1.Limits
-	49, // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
-	49, // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
+	58, // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
+	58, // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: rivora.v1.Destination.priority_class:type_name -> rivora.v1.PriorityClass
-	46, // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
+	55, // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
 	5,  // 7: rivora.v1.Destination.pauses:type_name -> rivora.v1.PauseInterval
 	4,  // 8: rivora.v1.Destination.override:type_name -> rivora.v1.LimitsOverride
 	1,  // 9: rivora.v1.Destination.configured:type_name -> rivora.v1.Limits
 	3,  // 10: rivora.v1.Destination.headers:type_name -> rivora.v1.Header
-	49, // 11: rivora.v1.Destination.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	58, // 11: rivora.v1.Destination.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 12: rivora.v1.LimitsOverride.limits:type_name -> rivora.v1.Limits
-	49, // 13: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
-	49, // 14: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
-	49, // 15: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
-	49, // 16: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
+	58, // 13: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
+	58, // 14: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
+	58, // 15: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
+	58, // 16: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
 	1,  // 17: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
 	3,  // 18: rivora.v1.CreateDestinationRequest.headers:type_name -> rivora.v1.Header
 	2,  // 19: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
 	2,  // 20: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
 	2,  // 21: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
-	48, // 22: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
-	48, // 23: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
+	57, // 22: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
+	57, // 23: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 24: rivora.v1.UpdateDestinationRequest.set_headers:type_name -> rivora.v1.Header
 	2,  // 25: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	48, // 26: rivora.v1.RotateDestinationSecretRequest.grace:type_name -> google.protobuf.Duration
+	57, // 26: rivora.v1.RotateDestinationSecretRequest.grace:type_name -> google.protobuf.Duration
 	2,  // 27: rivora.v1.RotateDestinationSecretResponse.destination:type_name -> rivora.v1.Destination
 	0,  // 28: rivora.v1.SetPriorityRequest.class:type_name -> rivora.v1.PriorityClass
 	2,  // 29: rivora.v1.SetPriorityResponse.destination:type_name -> rivora.v1.Destination
 	24, // 30: rivora.v1.GetDestinationHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
-	49, // 31: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
+	58, // 31: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
 	23, // 32: rivora.v1.DestinationHealth.customers:type_name -> rivora.v1.CustomerBacklog
 	22, // 33: rivora.v1.DestinationHealth.last_transition:type_name -> rivora.v1.HealthTransition
-	49, // 34: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
+	58, // 34: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
 	0,  // 35: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
-	48, // 36: rivora.v1.DestinationHealth.drain_time:type_name -> google.protobuf.Duration
+	57, // 36: rivora.v1.DestinationHealth.drain_time:type_name -> google.protobuf.Duration
 	25, // 37: rivora.v1.DestinationHealth.rate_history:type_name -> rivora.v1.RateSample
-	48, // 38: rivora.v1.DestinationHealth.oldest_pending_age:type_name -> google.protobuf.Duration
+	57, // 38: rivora.v1.DestinationHealth.oldest_pending_age:type_name -> google.protobuf.Duration
 	22, // 39: rivora.v1.DestinationHealth.transitions:type_name -> rivora.v1.HealthTransition
-	49, // 40: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
+	58, // 40: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
 	2,  // 41: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
 	2,  // 42: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
-	49, // 43: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
+	58, // 43: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 44: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
-	47, // 45: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
+	56, // 45: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
 	1,  // 46: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
-	48, // 47: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
-	48, // 48: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
-	48, // 49: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	57, // 47: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
+	57, // 48: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
+	57, // 49: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
 	32, // 50: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	48, // 51: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
+	57, // 51: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
 	32, // 52: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
 	30, // 53: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
 	38, // 54: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
-	49, // 55: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	58, // 55: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
 	40, // 56: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
 	45, // 57: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
-	49, // 58: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	30, // 59: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
-	6,  // 60: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
-	8,  // 61: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
-	10, // 62: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
-	12, // 63: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
-	14, // 64: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
-	16, // 65: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
-	18, // 66: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
-	20, // 67: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
-	26, // 68: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
-	28, // 69: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
-	31, // 70: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
-	33, // 71: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
-	35, // 72: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
-	37, // 73: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
-	41, // 74: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
-	43, // 75: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
-	7,  // 76: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
-	9,  // 77: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
-	11, // 78: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
-	13, // 79: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
-	15, // 80: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
-	17, // 81: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
-	19, // 82: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
-	21, // 83: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
-	27, // 84: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
-	29, // 85: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
-	32, // 86: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
-	34, // 87: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
-	36, // 88: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
-	39, // 89: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
-	42, // 90: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
-	44, // 91: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
-	76, // [76:92] is the sub-list for method output_type
-	60, // [60:76] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	47, // 58: rivora.v1.GetConfigStatusResponse.edges:type_name -> rivora.v1.EdgeStatus
+	58, // 59: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	58, // 60: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
+	58, // 61: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
+	57, // 62: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
+	58, // 63: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	58, // 64: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
+	46, // 65: rivora.v1.EdgeStatus.buffer:type_name -> rivora.v1.EdgeBuffer
+	58, // 66: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
+	47, // 67: rivora.v1.ListEdgesResponse.edges:type_name -> rivora.v1.EdgeStatus
+	47, // 68: rivora.v1.GetEdgeResponse.edge:type_name -> rivora.v1.EdgeStatus
+	30, // 69: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
+	6,  // 70: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
+	8,  // 71: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
+	10, // 72: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
+	12, // 73: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
+	14, // 74: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
+	16, // 75: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
+	18, // 76: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
+	20, // 77: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
+	26, // 78: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
+	28, // 79: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
+	31, // 80: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
+	33, // 81: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
+	35, // 82: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
+	37, // 83: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
+	41, // 84: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
+	49, // 85: rivora.v1.AdminService.ListEdges:input_type -> rivora.v1.ListEdgesRequest
+	51, // 86: rivora.v1.AdminService.GetEdge:input_type -> rivora.v1.GetEdgeRequest
+	53, // 87: rivora.v1.AdminService.RemoveEdge:input_type -> rivora.v1.RemoveEdgeRequest
+	43, // 88: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
+	7,  // 89: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
+	9,  // 90: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
+	11, // 91: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
+	13, // 92: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
+	15, // 93: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
+	17, // 94: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
+	19, // 95: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
+	21, // 96: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
+	27, // 97: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
+	29, // 98: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
+	32, // 99: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
+	34, // 100: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
+	36, // 101: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
+	39, // 102: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
+	42, // 103: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
+	50, // 104: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
+	52, // 105: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
+	54, // 106: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
+	44, // 107: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
+	89, // [89:108] is the sub-list for method output_type
+	70, // [70:89] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_admin_proto_init() }
@@ -3910,7 +4503,7 @@ func file_rivora_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_admin_proto_rawDesc), len(file_rivora_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   47,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

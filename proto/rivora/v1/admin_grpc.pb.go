@@ -34,6 +34,9 @@ const (
 	AdminService_ClearLimitsOverride_FullMethodName     = "/rivora.v1.AdminService/ClearLimitsOverride"
 	AdminService_DiffLimits_FullMethodName              = "/rivora.v1.AdminService/DiffLimits"
 	AdminService_ListAudit_FullMethodName               = "/rivora.v1.AdminService/ListAudit"
+	AdminService_ListEdges_FullMethodName               = "/rivora.v1.AdminService/ListEdges"
+	AdminService_GetEdge_FullMethodName                 = "/rivora.v1.AdminService/GetEdge"
+	AdminService_RemoveEdge_FullMethodName              = "/rivora.v1.AdminService/RemoveEdge"
 	AdminService_GetConfigStatus_FullMethodName         = "/rivora.v1.AdminService/GetConfigStatus"
 )
 
@@ -82,6 +85,14 @@ type AdminServiceClient interface {
 	DiffLimits(ctx context.Context, in *DiffLimitsRequest, opts ...grpc.CallOption) (*DiffLimitsResponse, error)
 	// ListAudit lists configuration changes, newest last.
 	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
+	// ListEdges and GetEdge tell what the control plane knows of the edges:
+	// registration, the link to the cell, the buffer as last reported.
+	ListEdges(ctx context.Context, in *ListEdgesRequest, opts ...grpc.CallOption) (*ListEdgesResponse, error)
+	GetEdge(ctx context.Context, in *GetEdgeRequest, opts ...grpc.CallOption) (*GetEdgeResponse, error)
+	// RemoveEdge forgets an edge: the cell stops forwarding its buffer.
+	// Refused (failed_precondition) while the edge reports unforwarded
+	// events, unless force.
+	RemoveEdge(ctx context.Context, in *RemoveEdgeRequest, opts ...grpc.CallOption) (*RemoveEdgeResponse, error)
 	// GetConfigStatus reports the config version and which agents applied it.
 	GetConfigStatus(ctx context.Context, in *GetConfigStatusRequest, opts ...grpc.CallOption) (*GetConfigStatusResponse, error)
 }
@@ -244,6 +255,36 @@ func (c *adminServiceClient) ListAudit(ctx context.Context, in *ListAuditRequest
 	return out, nil
 }
 
+func (c *adminServiceClient) ListEdges(ctx context.Context, in *ListEdgesRequest, opts ...grpc.CallOption) (*ListEdgesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListEdgesResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListEdges_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetEdge(ctx context.Context, in *GetEdgeRequest, opts ...grpc.CallOption) (*GetEdgeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetEdgeResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetEdge_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RemoveEdge(ctx context.Context, in *RemoveEdgeRequest, opts ...grpc.CallOption) (*RemoveEdgeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveEdgeResponse)
+	err := c.cc.Invoke(ctx, AdminService_RemoveEdge_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) GetConfigStatus(ctx context.Context, in *GetConfigStatusRequest, opts ...grpc.CallOption) (*GetConfigStatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetConfigStatusResponse)
@@ -299,6 +340,14 @@ type AdminServiceServer interface {
 	DiffLimits(context.Context, *DiffLimitsRequest) (*DiffLimitsResponse, error)
 	// ListAudit lists configuration changes, newest last.
 	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
+	// ListEdges and GetEdge tell what the control plane knows of the edges:
+	// registration, the link to the cell, the buffer as last reported.
+	ListEdges(context.Context, *ListEdgesRequest) (*ListEdgesResponse, error)
+	GetEdge(context.Context, *GetEdgeRequest) (*GetEdgeResponse, error)
+	// RemoveEdge forgets an edge: the cell stops forwarding its buffer.
+	// Refused (failed_precondition) while the edge reports unforwarded
+	// events, unless force.
+	RemoveEdge(context.Context, *RemoveEdgeRequest) (*RemoveEdgeResponse, error)
 	// GetConfigStatus reports the config version and which agents applied it.
 	GetConfigStatus(context.Context, *GetConfigStatusRequest) (*GetConfigStatusResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
@@ -355,6 +404,15 @@ func (UnimplementedAdminServiceServer) DiffLimits(context.Context, *DiffLimitsRe
 }
 func (UnimplementedAdminServiceServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
+}
+func (UnimplementedAdminServiceServer) ListEdges(context.Context, *ListEdgesRequest) (*ListEdgesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListEdges not implemented")
+}
+func (UnimplementedAdminServiceServer) GetEdge(context.Context, *GetEdgeRequest) (*GetEdgeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetEdge not implemented")
+}
+func (UnimplementedAdminServiceServer) RemoveEdge(context.Context, *RemoveEdgeRequest) (*RemoveEdgeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveEdge not implemented")
 }
 func (UnimplementedAdminServiceServer) GetConfigStatus(context.Context, *GetConfigStatusRequest) (*GetConfigStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetConfigStatus not implemented")
@@ -650,6 +708,60 @@ func _AdminService_ListAudit_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ListEdges_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListEdgesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListEdges(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListEdges_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListEdges(ctx, req.(*ListEdgesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetEdge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetEdgeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetEdge(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetEdge_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetEdge(ctx, req.(*GetEdgeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RemoveEdge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveEdgeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RemoveEdge(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RemoveEdge_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RemoveEdge(ctx, req.(*RemoveEdgeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_GetConfigStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetConfigStatusRequest)
 	if err := dec(in); err != nil {
@@ -734,6 +846,18 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAudit",
 			Handler:    _AdminService_ListAudit_Handler,
+		},
+		{
+			MethodName: "ListEdges",
+			Handler:    _AdminService_ListEdges_Handler,
+		},
+		{
+			MethodName: "GetEdge",
+			Handler:    _AdminService_GetEdge_Handler,
+		},
+		{
+			MethodName: "RemoveEdge",
+			Handler:    _AdminService_RemoveEdge_Handler,
 		},
 		{
 			MethodName: "GetConfigStatus",

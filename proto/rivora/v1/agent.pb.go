@@ -208,8 +208,13 @@ type WatchResponse struct {
 	EventTypes        []*EventType `protobuf:"bytes,11,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
 	EventTypesChanged bool         `protobuf:"varint,12,opt,name=event_types_changed,json=eventTypesChanged,proto3" json:"event_types_changed,omitempty"`
 	StrictEventTypes  bool         `protobuf:"varint,13,opt,name=strict_event_types,json=strictEventTypes,proto3" json:"strict_event_types,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// edges are the names of the registered edges, sent on the snapshot and
+	// whenever they change (edges_changed): the agent that runs partition 0
+	// keeps INGEST's sources equal to them (one per edge).
+	Edges         []string `protobuf:"bytes,14,rep,name=edges,proto3" json:"edges,omitempty"`
+	EdgesChanged  bool     `protobuf:"varint,15,opt,name=edges_changed,json=edgesChanged,proto3" json:"edges_changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchResponse) Reset() {
@@ -329,6 +334,20 @@ func (x *WatchResponse) GetEventTypesChanged() bool {
 func (x *WatchResponse) GetStrictEventTypes() bool {
 	if x != nil {
 		return x.StrictEventTypes
+	}
+	return false
+}
+
+func (x *WatchResponse) GetEdges() []string {
+	if x != nil {
+		return x.Edges
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetEdgesChanged() bool {
+	if x != nil {
+		return x.EdgesChanged
 	}
 	return false
 }
@@ -959,7 +978,7 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12'\n" +
 	"\x0fapplied_version\x18\x03 \x01(\x04R\x0eappliedVersion\x12\x18\n" +
-	"\asession\x18\x04 \x01(\tR\asession\"\xe4\x04\n" +
+	"\asession\x18\x04 \x01(\tR\asession\"\x9f\x05\n" +
 	"\rWatchResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\bR\bsnapshot\x12:\n" +
@@ -977,7 +996,9 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\vevent_types\x18\v \x03(\v2\x14.rivora.v1.EventTypeR\n" +
 	"eventTypes\x12.\n" +
 	"\x13event_types_changed\x18\f \x01(\bR\x11eventTypesChanged\x12,\n" +
-	"\x12strict_event_types\x18\r \x01(\bR\x10strictEventTypes\"O\n" +
+	"\x12strict_event_types\x18\r \x01(\bR\x10strictEventTypes\x12\x14\n" +
+	"\x05edges\x18\x0e \x03(\tR\x05edges\x12#\n" +
+	"\redges_changed\x18\x0f \x01(\bR\fedgesChanged\"O\n" +
 	"\x14ReportAppliedRequest\x12\x1d\n" +
 	"\n" +
 	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +

@@ -75,6 +75,12 @@ const (
 	AdminServiceDiffLimitsProcedure = "/rivora.v1.AdminService/DiffLimits"
 	// AdminServiceListAuditProcedure is the fully-qualified name of the AdminService's ListAudit RPC.
 	AdminServiceListAuditProcedure = "/rivora.v1.AdminService/ListAudit"
+	// AdminServiceListEdgesProcedure is the fully-qualified name of the AdminService's ListEdges RPC.
+	AdminServiceListEdgesProcedure = "/rivora.v1.AdminService/ListEdges"
+	// AdminServiceGetEdgeProcedure is the fully-qualified name of the AdminService's GetEdge RPC.
+	AdminServiceGetEdgeProcedure = "/rivora.v1.AdminService/GetEdge"
+	// AdminServiceRemoveEdgeProcedure is the fully-qualified name of the AdminService's RemoveEdge RPC.
+	AdminServiceRemoveEdgeProcedure = "/rivora.v1.AdminService/RemoveEdge"
 	// AdminServiceGetConfigStatusProcedure is the fully-qualified name of the AdminService's
 	// GetConfigStatus RPC.
 	AdminServiceGetConfigStatusProcedure = "/rivora.v1.AdminService/GetConfigStatus"
@@ -121,6 +127,14 @@ type AdminServiceClient interface {
 	DiffLimits(context.Context, *connect.Request[v1.DiffLimitsRequest]) (*connect.Response[v1.DiffLimitsResponse], error)
 	// ListAudit lists configuration changes, newest last.
 	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
+	// ListEdges and GetEdge tell what the control plane knows of the edges:
+	// registration, the link to the cell, the buffer as last reported.
+	ListEdges(context.Context, *connect.Request[v1.ListEdgesRequest]) (*connect.Response[v1.ListEdgesResponse], error)
+	GetEdge(context.Context, *connect.Request[v1.GetEdgeRequest]) (*connect.Response[v1.GetEdgeResponse], error)
+	// RemoveEdge forgets an edge: the cell stops forwarding its buffer.
+	// Refused (failed_precondition) while the edge reports unforwarded
+	// events, unless force.
+	RemoveEdge(context.Context, *connect.Request[v1.RemoveEdgeRequest]) (*connect.Response[v1.RemoveEdgeResponse], error)
 	// GetConfigStatus reports the config version and which agents applied it.
 	GetConfigStatus(context.Context, *connect.Request[v1.GetConfigStatusRequest]) (*connect.Response[v1.GetConfigStatusResponse], error)
 }
@@ -232,6 +246,26 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		listEdges: connect.NewClient[v1.ListEdgesRequest, v1.ListEdgesResponse](
+			httpClient,
+			baseURL+AdminServiceListEdgesProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListEdges")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		getEdge: connect.NewClient[v1.GetEdgeRequest, v1.GetEdgeResponse](
+			httpClient,
+			baseURL+AdminServiceGetEdgeProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetEdge")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		removeEdge: connect.NewClient[v1.RemoveEdgeRequest, v1.RemoveEdgeResponse](
+			httpClient,
+			baseURL+AdminServiceRemoveEdgeProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RemoveEdge")),
+			connect.WithClientOptions(opts...),
+		),
 		getConfigStatus: connect.NewClient[v1.GetConfigStatusRequest, v1.GetConfigStatusResponse](
 			httpClient,
 			baseURL+AdminServiceGetConfigStatusProcedure,
@@ -259,6 +293,9 @@ type adminServiceClient struct {
 	clearLimitsOverride     *connect.Client[v1.ClearLimitsOverrideRequest, v1.ClearLimitsOverrideResponse]
 	diffLimits              *connect.Client[v1.DiffLimitsRequest, v1.DiffLimitsResponse]
 	listAudit               *connect.Client[v1.ListAuditRequest, v1.ListAuditResponse]
+	listEdges               *connect.Client[v1.ListEdgesRequest, v1.ListEdgesResponse]
+	getEdge                 *connect.Client[v1.GetEdgeRequest, v1.GetEdgeResponse]
+	removeEdge              *connect.Client[v1.RemoveEdgeRequest, v1.RemoveEdgeResponse]
 	getConfigStatus         *connect.Client[v1.GetConfigStatusRequest, v1.GetConfigStatusResponse]
 }
 
@@ -337,6 +374,21 @@ func (c *adminServiceClient) ListAudit(ctx context.Context, req *connect.Request
 	return c.listAudit.CallUnary(ctx, req)
 }
 
+// ListEdges calls rivora.v1.AdminService.ListEdges.
+func (c *adminServiceClient) ListEdges(ctx context.Context, req *connect.Request[v1.ListEdgesRequest]) (*connect.Response[v1.ListEdgesResponse], error) {
+	return c.listEdges.CallUnary(ctx, req)
+}
+
+// GetEdge calls rivora.v1.AdminService.GetEdge.
+func (c *adminServiceClient) GetEdge(ctx context.Context, req *connect.Request[v1.GetEdgeRequest]) (*connect.Response[v1.GetEdgeResponse], error) {
+	return c.getEdge.CallUnary(ctx, req)
+}
+
+// RemoveEdge calls rivora.v1.AdminService.RemoveEdge.
+func (c *adminServiceClient) RemoveEdge(ctx context.Context, req *connect.Request[v1.RemoveEdgeRequest]) (*connect.Response[v1.RemoveEdgeResponse], error) {
+	return c.removeEdge.CallUnary(ctx, req)
+}
+
 // GetConfigStatus calls rivora.v1.AdminService.GetConfigStatus.
 func (c *adminServiceClient) GetConfigStatus(ctx context.Context, req *connect.Request[v1.GetConfigStatusRequest]) (*connect.Response[v1.GetConfigStatusResponse], error) {
 	return c.getConfigStatus.CallUnary(ctx, req)
@@ -383,6 +435,14 @@ type AdminServiceHandler interface {
 	DiffLimits(context.Context, *connect.Request[v1.DiffLimitsRequest]) (*connect.Response[v1.DiffLimitsResponse], error)
 	// ListAudit lists configuration changes, newest last.
 	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
+	// ListEdges and GetEdge tell what the control plane knows of the edges:
+	// registration, the link to the cell, the buffer as last reported.
+	ListEdges(context.Context, *connect.Request[v1.ListEdgesRequest]) (*connect.Response[v1.ListEdgesResponse], error)
+	GetEdge(context.Context, *connect.Request[v1.GetEdgeRequest]) (*connect.Response[v1.GetEdgeResponse], error)
+	// RemoveEdge forgets an edge: the cell stops forwarding its buffer.
+	// Refused (failed_precondition) while the edge reports unforwarded
+	// events, unless force.
+	RemoveEdge(context.Context, *connect.Request[v1.RemoveEdgeRequest]) (*connect.Response[v1.RemoveEdgeResponse], error)
 	// GetConfigStatus reports the config version and which agents applied it.
 	GetConfigStatus(context.Context, *connect.Request[v1.GetConfigStatusRequest]) (*connect.Response[v1.GetConfigStatusResponse], error)
 }
@@ -490,6 +550,26 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceListEdgesHandler := connect.NewUnaryHandler(
+		AdminServiceListEdgesProcedure,
+		svc.ListEdges,
+		connect.WithSchema(adminServiceMethods.ByName("ListEdges")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetEdgeHandler := connect.NewUnaryHandler(
+		AdminServiceGetEdgeProcedure,
+		svc.GetEdge,
+		connect.WithSchema(adminServiceMethods.ByName("GetEdge")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRemoveEdgeHandler := connect.NewUnaryHandler(
+		AdminServiceRemoveEdgeProcedure,
+		svc.RemoveEdge,
+		connect.WithSchema(adminServiceMethods.ByName("RemoveEdge")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminServiceGetConfigStatusHandler := connect.NewUnaryHandler(
 		AdminServiceGetConfigStatusProcedure,
 		svc.GetConfigStatus,
@@ -529,6 +609,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceDiffLimitsHandler.ServeHTTP(w, r)
 		case AdminServiceListAuditProcedure:
 			adminServiceListAuditHandler.ServeHTTP(w, r)
+		case AdminServiceListEdgesProcedure:
+			adminServiceListEdgesHandler.ServeHTTP(w, r)
+		case AdminServiceGetEdgeProcedure:
+			adminServiceGetEdgeHandler.ServeHTTP(w, r)
+		case AdminServiceRemoveEdgeProcedure:
+			adminServiceRemoveEdgeHandler.ServeHTTP(w, r)
 		case AdminServiceGetConfigStatusProcedure:
 			adminServiceGetConfigStatusHandler.ServeHTTP(w, r)
 		default:
@@ -598,6 +684,18 @@ func (UnimplementedAdminServiceHandler) DiffLimits(context.Context, *connect.Req
 
 func (UnimplementedAdminServiceHandler) ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.ListAudit is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListEdges(context.Context, *connect.Request[v1.ListEdgesRequest]) (*connect.Response[v1.ListEdgesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.ListEdges is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetEdge(context.Context, *connect.Request[v1.GetEdgeRequest]) (*connect.Response[v1.GetEdgeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.GetEdge is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RemoveEdge(context.Context, *connect.Request[v1.RemoveEdgeRequest]) (*connect.Response[v1.RemoveEdgeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.RemoveEdge is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) GetConfigStatus(context.Context, *connect.Request[v1.GetConfigStatusRequest]) (*connect.Response[v1.GetConfigStatusResponse], error) {
