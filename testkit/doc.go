@@ -7,6 +7,8 @@
 //   - testkit/partner: the one partner endpoint (verify signatures or not,
 //     a per-request answer gate, a delay, record every request or only
 //     count).
+//   - testkit/cutproxy: a TCP proxy whose link is cut silently (nothing
+//     closed, bytes held) and restored, as a broken WAN.
 //   - testkit/rig: the in-process `rivora dev` (control plane and agent)
 //     of the agent, control plane and CLI tests; it sits above what it
 //     starts.
