@@ -61,6 +61,21 @@ func startClusterCell(t testing.TB, n, partitions int, cpArgs ...string) *cluste
 // partition is owned.
 func startCluster(t testing.TB, controlPlanes, n, partitions int, cpArgs ...string) *clusterCell {
 	t.Helper()
+	return startClusterWith(t, clusterOptions{ControlPlanes: controlPlanes, Agents: n, Partitions: partitions, CPArgs: cpArgs})
+}
+
+// clusterOptions shape startClusterWith.
+type clusterOptions struct {
+	ControlPlanes, Agents, Partitions int
+	CPArgs                            []string
+	// AgentArgs, when set, are more flags for agent name (a1, a2, …).
+	AgentArgs func(name string) []string
+}
+
+// startClusterWith is startCluster with every option.
+func startClusterWith(t testing.TB, o clusterOptions) *clusterCell {
+	t.Helper()
+	controlPlanes, n, partitions, cpArgs := o.ControlPlanes, o.Agents, o.Partitions, o.CPArgs
 	c := &clusterCell{t: t, consul: consultest.Start(t), agents: map[string]*proc{}, natsURLs: map[string]string{}, args: map[string][]string{}, partitions: partitions}
 	var cpURLs, stateDirs []string
 	for i := range controlPlanes {
@@ -98,6 +113,9 @@ func startCluster(t testing.TB, controlPlanes, n, partitions int, cpArgs ...stri
 		c.args[name] = append(c.args[name], cellArgs()...)
 		c.args[name] = append(c.args[name], allowLoopback()...)
 		c.args[name] = append(c.args[name], tlsArgs()...)
+		if o.AgentArgs != nil {
+			c.args[name] = append(c.args[name], o.AgentArgs(name)...)
+		}
 		c.agents[name] = launchProc(t, "agent "+name, addr, c.args[name])
 	}
 	token := readAdminToken(t, stateDirs...)

@@ -10,6 +10,7 @@
 //	go run ./e2e/bench lanes    # ListLanes over 1M pending lanes, and delivery p99 elsewhere while it runs
 //	go run ./e2e/bench history  # memory per retained event after a restart; events get p50/p99 at 1M and 10M
 //	go run ./e2e/bench fanout   # PublishBatch fanning out to 1, 3 and 10 subscriptions vs the direct path; memory and match cost per subscription
+//	go run ./e2e/bench edge     # an edge's Publish/PublishBatch vs raw JetStream; forwarding 1M events buffered during a cut; a bystander's p99 meanwhile
 //
 // Progress goes to stderr; a table and, as the last line, one JSON object go
 // to stdout. It exits non-zero with a message when anything fails or a phase
@@ -71,6 +72,8 @@ func main() {
 		err = runHistory(args)
 	case "fanout":
 		err = runFanout(args)
+	case "edge":
+		err = runEdge(args)
 	default:
 		usage()
 		os.Exit(2)
@@ -82,7 +85,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver|gameday|rebuild|failover|lanes|history|fanout [flags]  (-h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver|gameday|rebuild|failover|lanes|history|fanout|edge [flags]  (-h for flags)")
 }
 
 func progress(format string, args ...any) {
@@ -101,6 +104,8 @@ type common struct {
 	keep       bool
 	// pprof serves /debug/pprof (a mode that reads the heap sets it).
 	pprof bool
+	// devArgs are more flags for rivora dev (a mode sets them).
+	devArgs []string
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -152,6 +157,7 @@ func (c *common) startDev() (d *dev, err error) {
 	if c.pprof {
 		args = append(args, "--pprof")
 	}
+	args = append(args, c.devArgs...)
 	if d.proc, err = startProc(bin, "rivora dev", addr, filepath.Join(dir, "rivora.log"), args, false); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
