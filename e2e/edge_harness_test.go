@@ -11,6 +11,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -181,6 +183,52 @@ func (e *edgeProc) SDK() *sdk.Client { return sdk.New(e.URL(), sdk.WithHTTPClien
 
 func (e *edgeProc) Ingest() rivorav1connect.IngestServiceClient {
 	return rivorav1connect.NewIngestServiceClient(authedHTTP, e.URL())
+}
+
+// metric reads one unlabelled sample of the edge's /metrics (0 when the
+// series is not exported).
+func (e *edgeProc) metric(series string) (float64, error) {
+	resp, err := authedHTTP.Get(e.URL() + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		}
+	}
+	return 0, nil
+}
+
+// waitMetrics polls the edge's /metrics until cond holds for the link
+// (rivora_edge_cell_connected) and the buffer (rivora_edge_buffered_events).
+func (e *edgeProc) waitMetrics(what string, timeout time.Duration, cond func(connected, buffered float64) bool) {
+	e.t.Helper()
+	err := poll.Check(timeout, 100*time.Millisecond, func() error {
+		connected, err := e.metric("rivora_edge_cell_connected")
+		if err != nil {
+			return err
+		}
+		buffered, err := e.metric("rivora_edge_buffered_events")
+		if err != nil {
+			return err
+		}
+		if !cond(connected, buffered) {
+			return fmt.Errorf("rivora_edge_cell_connected %v, rivora_edge_buffered_events %v", connected, buffered)
+		}
+		return nil
+	})
+	if err != nil {
+		e.t.Fatalf("edge /metrics: not %s within %s (last: %v)", what, timeout, err)
+	}
 }
 
 // ---------------------------------------------------------------------------

@@ -153,6 +153,8 @@ func (w *edgeWorld) cutKillRestart() {
 	rp := w.startPublishing()
 	e := waitEdgeListed(t, w.r.adminURL, w.name, "disconnected during the cut", 30*time.Second, func(e edgeJSON) bool { return !e.Connected })
 	t.Logf("%s after the cut: edges list shows %s", time.Since(cutAt).Round(time.Millisecond), e)
+	w.e.waitMetrics("cut off from the cell, holding events", 30*time.Second, func(connected, buffered float64) bool { return connected == 0 && buffered > 0 })
+	t.Logf("%s after the cut: the edge's metrics show it cut off", time.Since(cutAt).Round(time.Millisecond))
 
 	poll.True(t, "40 rounds published through the edge during the cut", 60*time.Second, func() bool { return rp.Rounds() >= w.round+40 })
 	w.stopPublishing(rp)
@@ -163,6 +165,7 @@ func (w *edgeWorld) cutKillRestart() {
 	<-time.After(time.Until(cutAt.Add(edgeCut))) // the cut's length is the scenario, not a wait for an event
 	w.stopPublishing(rp)
 	w.heldDuringCut(delivered)
+	w.e.waitMetrics("cut off after its restart, holding events", 10*time.Second, func(connected, buffered float64) bool { return connected == 0 && buffered > 0 })
 	if e := waitEdgeListed(t, w.r.adminURL, w.name, "listed", 10*time.Second, func(edgeJSON) bool { return true }); e.Connected {
 		t.Fatalf("edges list at the end of the cut: %s; want disconnected", e)
 	}
@@ -172,6 +175,7 @@ func (w *edgeWorld) cutKillRestart() {
 	restoredAt := time.Now()
 	w.publishRounds(5)
 	w.waitForwarded(3 * time.Minute)
+	w.e.waitMetrics("connected with an empty buffer", 30*time.Second, func(connected, buffered float64) bool { return connected == 1 && buffered == 0 })
 	t.Logf("everything delivered %s after the link returned", time.Since(restoredAt).Round(time.Millisecond))
 }
 
