@@ -25,10 +25,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -103,6 +106,7 @@ type edgeRig struct {
 type edgeResult struct {
 	raw, pub, bat, cellBat, fill row
 	forward, drain               time.Duration
+	bytesPerEvent                float64 // the edge's buffer, on disk, per event
 	idle, catchup                latencies
 }
 
@@ -335,7 +339,51 @@ func (f *edgeFlags) ingestPhases(ctx context.Context, r *edgeRig, res *edgeResul
 	res.fill = row{name: "edge PublishBatch (fill)", events: rest, elapsed: time.Since(start),
 		note: fmt.Sprintf("the buffer growing from %d to %d events", f.n+f.batchN, f.backlog)}
 	progress("filled: %.0f events/s", res.fill.rate())
-	return nil
+	return f.bufferSize(ctx, r, res)
+}
+
+// bufferSize reads what the full buffer holds per event (its report
+// comes through the cut link, so the edge's own metrics tell it).
+func (f *edgeFlags) bufferSize(ctx context.Context, r *edgeRig, res *edgeResult) error {
+	return until(ctx, 30*time.Second, 200*time.Millisecond, "the edge's metrics counting the backlog", func() error {
+		events, err := r.edgeMetric(ctx, "rivora_edge_buffered_events")
+		if err != nil {
+			return err
+		}
+		bytes, err := r.edgeMetric(ctx, "rivora_edge_buffered_bytes")
+		if err != nil {
+			return err
+		}
+		if int(events) != f.backlog {
+			return fmt.Errorf("rivora_edge_buffered_events %v, want %d", events, f.backlog)
+		}
+		res.bytesPerEvent = bytes / events
+		progress("the edge's buffer holds %d events in %.0f MiB (%.0f B per event of %d B payload)", f.backlog, bytes/(1<<20), res.bytesPerEvent, f.size)
+		return nil
+	})
+}
+
+// edgeMetric reads one unlabelled sample of the edge's /metrics.
+func (r *edgeRig) edgeMetric(ctx context.Context, series string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.edge.url()+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		}
+	}
+	return 0, fmt.Errorf("the edge's /metrics has no %s", series)
 }
 
 // catchUp restores the WAN and measures how long the edge takes to
@@ -477,11 +525,12 @@ func (f *edgeFlags) report(res *edgeResult) error {
 		"cell_batch_per_s":         round(res.cellBat.rate(), 0),
 		"edge_vs_cell_batch":       round(res.bat.rate()/res.cellBat.rate(), 3),
 		"backlog_events":           float64(f.backlog),
+		"buffer_bytes_per_event":   round(res.bytesPerEvent, 0),
 		"forward_per_s":            round(float64(f.backlog)/res.forward.Seconds(), 0),
 		"forward_seconds":          round(res.forward.Seconds(), 1),
 		"lanes_seconds":            round(res.drain.Seconds(), 1),
 		"bystander_idle_p99_ms":    round(ms(res.idle.p99), 2),
 		"bystander_catchup_p99_ms": round(ms(res.catchup.p99), 2),
 	}, []string{"raw_async_per_s", "edge_publish_per_s", "edge_batch_per_s", "publish_ratio", "batch_ratio", "cell_batch_per_s", "edge_vs_cell_batch",
-		"backlog_events", "forward_per_s", "forward_seconds", "lanes_seconds", "bystander_idle_p99_ms", "bystander_catchup_p99_ms"})
+		"backlog_events", "buffer_bytes_per_event", "forward_per_s", "forward_seconds", "lanes_seconds", "bystander_idle_p99_ms", "bystander_catchup_p99_ms"})
 }
