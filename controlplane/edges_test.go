@@ -218,7 +218,7 @@ func (d *dev) configVersion() uint64 {
 // partitions and no edge names; it keeps the API tokens' hashes (the edge
 // authenticates publishers) and the partition count (its subjects name
 // the partition). The agents' feed keeps the secrets, and the edge's
-// deltas stay deltas (the feed compares what it sent before redaction).
+// deltas stay deltas.
 func TestEdgeConfigIsRedacted(t *testing.T) {
 	t.Parallel()
 	d := startDev(t, t.TempDir(), false)
@@ -321,7 +321,9 @@ func TestAgentsFeedCarriesEdges(t *testing.T) {
 		t.Fatalf("snapshot edges %v (changed %v), want none, changed", s.GetEdges(), s.GetEdgesChanged())
 	}
 	d.watchEdge("oslo").next(t, "oslo's snapshot")
-	agent.until(t, "the agent gets [oslo]", func(m *rivorav1.WatchResponse) bool { return m.GetEdgesChanged() && slices.Equal(m.GetEdges(), []string{"oslo"}) })
+	agent.until(t, "the agent gets [oslo]", func(m *rivorav1.WatchResponse) bool {
+		return m.GetEdgesChanged() && slices.Equal(m.GetEdges(), []string{"oslo"})
+	})
 	bergen := d.watchEdge("bergen")
 	bergen.next(t, "bergen's snapshot")
 	agent.until(t, "the agent gets [bergen oslo]", func(m *rivorav1.WatchResponse) bool {
@@ -337,7 +339,9 @@ func TestAgentsFeedCarriesEdges(t *testing.T) {
 	if _, err := d.Admin.RemoveEdge(context.Background(), connect.NewRequest(&rivorav1.RemoveEdgeRequest{Name: "bergen"})); err != nil {
 		t.Fatalf("RemoveEdge(bergen): %v", err)
 	}
-	agent.until(t, "the agent gets [oslo] again", func(m *rivorav1.WatchResponse) bool { return m.GetEdgesChanged() && slices.Equal(m.GetEdges(), []string{"oslo"}) })
+	agent.until(t, "the agent gets [oslo] again", func(m *rivorav1.WatchResponse) bool {
+		return m.GetEdgesChanged() && slices.Equal(m.GetEdges(), []string{"oslo"})
+	})
 	bergen.ended(t, "bergen's watch after its removal")
 }
 
