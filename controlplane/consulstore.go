@@ -548,6 +548,13 @@ func (s *ConsulStore) Edges() []*rivorav1.Edge {
 	return sortedCopies(s.state.edges, nil)
 }
 
+// Edge returns a registered edge.
+func (s *ConsulStore) Edge(name string) (*rivorav1.Edge, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return getCopy(s.state.edges, name)
+}
+
 // UpdateEdges is Update for the registered edges: like UpdateTokens, a
 // fenced check-and-set write of the meta key alone.
 func (s *ConsulStore) UpdateEdges(fn func(edges map[string]*rivorav1.Edge) error) (uint64, error) {

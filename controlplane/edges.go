@@ -160,6 +160,9 @@ func (cp *ControlPlane) registerEdge(name string) error {
 	if err := validateEdgeName("edge_name", name); err != nil {
 		return err
 	}
+	if _, known := cp.store.Edge(name); known {
+		return nil // a reconnect: nothing to write
+	}
 	known := false
 	version, err := cp.changeEdges(func(edges map[string]*rivorav1.Edge) error {
 		if _, ok := edges[name]; ok {
@@ -244,12 +247,11 @@ func (cp *ControlPlane) edgeStatuses() []*rivorav1.EdgeStatus {
 // edgeStatus is what is known of edge name (ErrNotFound if it is not
 // registered).
 func (cp *ControlPlane) edgeStatus(name string) (*rivorav1.EdgeStatus, error) {
-	for _, s := range cp.edgeStatuses() {
-		if s.GetName() == name {
-			return s, nil
-		}
+	rec, ok := cp.store.Edge(name)
+	if !ok {
+		return nil, edgeNotFound(name)
 	}
-	return nil, edgeNotFound(name)
+	return cp.edges.status([]*rivorav1.Edge{rec}, cp.now())[0], nil
 }
 
 // reportEdge keeps a registered edge's report of its buffer. A report of
@@ -264,11 +266,7 @@ func (cp *ControlPlane) reportEdge(name string, buffer *rivorav1.EdgeBuffer) err
 	if buffer == nil {
 		return errorf(ErrInvalid, "buffer is required")
 	}
-	registered := false
-	for _, e := range cp.store.Edges() {
-		registered = registered || e.GetName() == name
-	}
-	if !registered {
+	if _, registered := cp.store.Edge(name); !registered {
 		return errorf(ErrNotFound, "edge %q is not registered with this control plane: an edge registers with its first WatchEdge (open it, then report)", name)
 	}
 	cp.edges.report(name, buffer, cp.now())

@@ -69,8 +69,16 @@ func TestFileStoreKeepsEdges(t *testing.T) {
 	}); err == nil || storedEdges(s) != want {
 		t.Fatalf("a refused change: %v, edges %s", err, storedEdges(s))
 	}
-	// Copies: editing what Edges returns changes nothing stored.
+	if _, ok := s.Edge("bergen"); ok {
+		t.Fatal("Edge finds the removed bergen")
+	}
+	// Copies: editing what Edges and Edge return changes nothing stored.
 	s.Edges()[0].Name = "mutated"
+	if e, ok := s.Edge("tromso"); !ok || e.GetRegisteredAt().GetSeconds() != 1_700_000_002 {
+		t.Fatalf("Edge(tromso) = %v, %v", e, ok)
+	} else {
+		e.Name = "mutated"
+	}
 
 	fromLog, err := controlplane.OpenStore(dir)
 	if err != nil {

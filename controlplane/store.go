@@ -54,6 +54,8 @@ type Store interface {
 	UpdateTokens(fn func(tokens map[string]*rivorav1.ApiToken) error) (uint64, error)
 	// Edges returns copies of the registered edges, sorted by name.
 	Edges() []*rivorav1.Edge
+	// Edge returns a copy of a registered edge.
+	Edge(name string) (*rivorav1.Edge, bool)
 	// UpdateEdges is Update for the registered edges (by name): like the
 	// tokens, they are few and kept whole beside the version.
 	UpdateEdges(fn func(edges map[string]*rivorav1.Edge) error) (uint64, error)
@@ -759,6 +761,13 @@ func (s *FileStore) Edges() []*rivorav1.Edge {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return sortedCopies(s.state.edges, nil)
+}
+
+// Edge returns a registered edge.
+func (s *FileStore) Edge(name string) (*rivorav1.Edge, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return getCopy(s.state.edges, name)
 }
 
 // UpdateEdges is Update for the registered edges.
