@@ -3,7 +3,9 @@
 // in the edge's own JetStream domain, read by one durable consumer), and
 // the source on the cell's INGEST stream that forwards it across the leaf
 // connection. docs/architecture.md ("Edges") gives the design and its
-// reasons. The `rivora edge` process (issue 25) is being built on it.
+// reasons. The `rivora edge` process runs on it (package edge/edged); the
+// gateway in edge mode (agent/ingest) stores under Subject, Header and
+// MsgID. It stays a leaf: agent packages import it.
 package edge
 
 import (

@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 		return fail(err)
 	}
 	log.Info("edge ready", "cell_leaf", cfg.CellLeaf, "max_buffer", cfg.MaxBuffer, "buffer_max_age", cfg.BufferMaxAge,
-		"config_version", e.applied.Load(), "buffered_events", e.monitor.status().Buffer.Events)
+		"config_version", e.applied.Load(), "buffered_events", e.monitor.status().Buffer.Events, "cell_connected", e.monitor.status().CellConnected)
 	return e, nil
 }
 

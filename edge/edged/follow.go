@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -28,16 +29,25 @@ const silentWatch = 25 * time.Second
 func (e *Edge) follow(ctx context.Context) {
 	httpClient := e.upstream.HTTPClient(0) // no overall timeout: the stream is long-lived
 	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+	quiet := false // a cut lasts: one warning, then debug lines until a watch works again
 	for ctx.Err() == nil {
 		url := e.upstream.URL()
-		err := e.watch(ctx, e.client(httpClient, url))
+		received, err := e.watch(ctx, e.client(httpClient, url))
 		if ctx.Err() != nil {
 			return
 		}
+		if received {
+			quiet = false
+		}
 		e.upstream.Next(url)
 		wait := retry.Next()
-		e.log.Warn("config watch ended; reconnecting (the edge keeps accepting by the config it applied)",
+		level := slog.LevelWarn
+		if quiet {
+			level = slog.LevelDebug
+		}
+		e.log.Log(ctx, level, "config watch ended; reconnecting (the edge keeps accepting by the config it applied; logged again once a watch works)",
 			"controlplane", url, "next", e.upstream.URL(), "retry_in", wait, "applied_version", e.applied.Load(), "error", err)
+		quiet = true
 		if !backoff.Sleep(ctx, wait) {
 			return
 		}
@@ -50,14 +60,16 @@ func (e *Edge) client(httpClient *http.Client, url string) rivorav1connect.EdgeS
 	return rivorav1connect.NewEdgeServiceClient(httpClient, url, connect.WithInterceptors(auth.Bearer(e.cfg.Keys.Cell().String())))
 }
 
-func (e *Edge) watch(ctx context.Context, client rivorav1connect.EdgeServiceClient) error {
+// watch follows one WatchEdge stream until it ends; received tells
+// whether it brought a config.
+func (e *Edge) watch(ctx context.Context, client rivorav1connect.EdgeServiceClient) (received bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
 	stream, err := client.WatchEdge(ctx, connect.NewRequest(&rivorav1.WatchEdgeRequest{EdgeName: e.cfg.Name, AppliedVersion: e.applied.Load()}))
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer stream.Close()
 	alive := make(chan struct{}, 1)
@@ -72,13 +84,17 @@ func (e *Edge) watch(ctx context.Context, client rivorav1connect.EdgeServiceClie
 			continue
 		}
 		if err := e.apply(msg); err != nil {
-			return fmt.Errorf("apply config version %d: %w", msg.GetVersion(), err)
+			return received, fmt.Errorf("apply config version %d: %w", msg.GetVersion(), err)
 		}
+		if !received {
+			e.log.Info("following the control plane", "version", msg.GetVersion())
+		}
+		received = true
 	}
 	if err := stream.Err(); err != nil {
-		return err
+		return received, err
 	}
-	return errors.New("control plane closed the stream")
+	return received, errors.New("control plane closed the stream")
 }
 
 // watchSilence cancels a watch that has received nothing (alive) for
