@@ -128,7 +128,7 @@ func (g *Gateway) count() int {
 	return g.partitions.Count()
 }
 
-var errNoConfig = errkind.Errorf(errkind.Unavailable, "this agent has no configuration from the control plane yet; retry shortly")
+var errNoConfig = errkind.Errorf(errkind.Unavailable, "this agent (or edge) has no configuration from the control plane yet; retry shortly")
 
 // New creates (or updates) the INGEST stream and returns the gateway; at
 // an edge (Config.Edge) it creates no stream: the edge's buffer is open

@@ -39,6 +39,8 @@ const (
 type controlPlane struct {
 	rivorav1connect.UnimplementedEdgeServiceHandler
 	config *rivorav1.WatchResponse
+	// deltas are sent to the open WatchEdge after the snapshot.
+	deltas chan *rivorav1.WatchResponse
 
 	mu      sync.Mutex
 	reports []*rivorav1.EdgeBuffer
@@ -62,8 +64,16 @@ func (c *controlPlane) WatchEdge(ctx context.Context, req *connect.Request[rivor
 	if err := stream.Send(&rivorav1.WatchEdgeResponse{Config: c.config}); err != nil {
 		return err
 	}
-	<-ctx.Done()
-	return nil
+	for {
+		select {
+		case delta := <-c.deltas:
+			if err := stream.Send(&rivorav1.WatchEdgeResponse{Config: delta}); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
 }
 
 func (c *controlPlane) ReportEdge(_ context.Context, req *connect.Request[rivorav1.ReportEdgeRequest]) (*connect.Response[rivorav1.ReportEdgeResponse], error) {
@@ -90,7 +100,7 @@ func (c *controlPlane) lastReport() *rivorav1.EdgeBuffer {
 // customer acme.
 func startControlPlane(t *testing.T) (*controlPlane, *httptest.Server) {
 	t.Helper()
-	cp := &controlPlane{config: &rivorav1.WatchResponse{
+	cp := &controlPlane{deltas: make(chan *rivorav1.WatchResponse, 1), config: &rivorav1.WatchResponse{
 		Version: 3, Snapshot: true, PartitionCount: 4,
 		Destinations: []*rivorav1.Destination{{Id: "orders", Url: "https://partner.example/hook"}},
 		Tokens: []*rivorav1.ApiToken{{
@@ -315,4 +325,30 @@ func TestEdgeRefusesWhenFullOrOverAge(t *testing.T) {
 	poll.True(t, "the buffer keeps every acknowledged event, over age", 5*time.Second, func() bool {
 		return e.Status().Buffer.Events == uint64(accepted)
 	})
+}
+
+// A delta from the control plane applies at once (a revoked token is
+// refused) and is kept: restarted cut off, the edge still refuses it.
+func TestEdgeAppliesAndKeepsDeltas(t *testing.T) {
+	cp, cpServer := startControlPlane(t)
+	cfg := edged.Config{
+		Name: "edge-3", DataDir: t.TempDir(), CellLeaf: []string{"nats-leaf://" + freeAddr(t)}, ControlPlanes: []string{cpServer.URL},
+		MaxBuffer: 1 << 20, BufferMaxAge: time.Hour,
+	}
+	e := startEdge(t, cfg)
+	poll.True(t, "the edge applied the control plane's config", 10*time.Second, func() bool { return e.Healthy() == nil })
+	if _, err := e.publish(publisherToken, "user-1", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	cp.deltas <- &rivorav1.WatchResponse{Version: 4, Tokens: nil, TokensChanged: true}
+	poll.True(t, "the revoked token is refused", 10*time.Second, func() bool {
+		_, err := e.publish(publisherToken, "user-1", []byte(`{}`))
+		return connect.CodeOf(err) == connect.CodeUnauthenticated
+	})
+	e.stop()
+	cpServer.Close()
+	e = startEdge(t, cfg)
+	if _, err := e.publish(publisherToken, "user-1", []byte(`{}`)); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("restarted cut off, a token revoked before: %v, want unauthenticated", err)
+	}
 }
