@@ -135,7 +135,12 @@ type runningEdge struct {
 
 func startEdge(t *testing.T, cfg edged.Config) *runningEdge {
 	t.Helper()
-	cfg.Keys = auth.NewKeys(auth.CellTokenOf(cellSecret))
+	return startEdgeWithKeys(t, cfg, auth.NewKeys(auth.CellTokenOf(cellSecret)))
+}
+
+func startEdgeWithKeys(t *testing.T, cfg edged.Config, keys *auth.Keys) *runningEdge {
+	t.Helper()
+	cfg.Keys = keys
 	e, err := edged.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
