@@ -363,7 +363,7 @@ func waitEdgeApplied(t testing.TB, r *rig, name string) {
 func publisherToken(t testing.TB, r *rig, name string) string {
 	t.Helper()
 	tokens := rivorav1connect.NewTokenServiceClient(authedHTTP, r.adminURL)
-	resp, err := tokens.CreateToken(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.CreateTokenRequest{Name: name, Role: rivorav1.Role_ROLE_PUBLISHER}))
+	resp, err := tokens.CreateToken(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.CreateTokenRequest{Name: name, Role: rivorav1.Role_ROLE_PUBLISHER, Customers: []string{"*"}}))
 	if err != nil {
 		t.Fatalf("create publisher token %s: %v", name, err)
 	}

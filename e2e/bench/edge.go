@@ -192,7 +192,7 @@ func (f *edgeFlags) start(ctx context.Context) (*edgeRig, error) {
 		return r, err
 	}
 	tokens := rivorav1connect.NewTokenServiceClient(hc, r.d.url())
-	tok, err := tokens.CreateToken(ctx, connect.NewRequest(&rivorav1.CreateTokenRequest{Name: "bench-edge-publisher", Role: rivorav1.Role_ROLE_PUBLISHER}))
+	tok, err := tokens.CreateToken(ctx, connect.NewRequest(&rivorav1.CreateTokenRequest{Name: "bench-edge-publisher", Role: rivorav1.Role_ROLE_PUBLISHER, Customers: []string{"*"}}))
 	if err != nil {
 		return r, fmt.Errorf("create a publisher token: %w", err)
 	}
