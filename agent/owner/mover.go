@@ -267,12 +267,12 @@ func (m *mover) markConflict(it *Item, edgeName, why string) {
 		m.log.Error("mark an edge's conflicting copy", "event_id", ev.GetEventId(), "error", err)
 		return
 	}
-	it.Event, it.Data, it.MsgID = ev, data, ConflictMsgID(edgeName, ev.GetEventId())
+	it.Event, it.Data, it.MsgID = ev, data, conflictMsgID(edgeName, ev.GetEventId())
 	m.log.Warn("an edge's copy conflicts with the cell's idempotency record; it becomes a dead letter at its turn", "edge", edgeName, "event_id", ev.GetEventId(), "destination", ev.GetDestinationId(), "reason", why)
 }
 
-// ConflictMsgID is the lanes' dedup id of edge edgeName's conflicting
+// conflictMsgID is the lanes' dedup id of edge edgeName's conflicting
 // copy of event id: its own, so that the cell's copy (dedup id: the
 // event id) does not make it a duplicate, and stable, so that moving it
 // again after a crash stores it once.
-func ConflictMsgID(edgeName, id string) string { return "edge-conflict:" + edgeName + ":" + id }
+func conflictMsgID(edgeName, id string) string { return "edge-conflict:" + edgeName + ":" + id }
