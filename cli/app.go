@@ -155,6 +155,7 @@ of the customer's matching subscriptions gets its own delivery:
 			e.limitsCommand(),
 			e.auditCommand(),
 			e.agentsCommand(),
+			e.edgesCommand(),
 			e.dlqCommand(),
 			e.replayCommand(),
 			e.tokensCommand(),

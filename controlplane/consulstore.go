@@ -27,7 +27,8 @@ const (
 	// meta key; see ConsulStore for the layout.
 	ConsulStatePrefix = "rivora/controlplane/state/"
 	// ConsulStateMetaKey holds the global part of the state: the config
-	// version and the API tokens. Every write checks-and-sets it.
+	// version, the API tokens and the registered edges. Every write
+	// checks-and-sets it.
 	ConsulStateMetaKey = ConsulStatePrefix + "meta"
 	// ConsulDestinationsPrefix holds one protojson Destination per key,
 	// named by its path-escaped id.
@@ -91,18 +92,19 @@ type consulError struct {
 func (e *consulError) Error() string { return e.op + ": consul: " + e.err.Error() }
 func (e *consulError) Unwrap() error { return e.err }
 
-// consulMeta is the value of ConsulStateMetaKey. Its version and tokens
-// read as a storeFile (decodeState) too.
+// consulMeta is the value of ConsulStateMetaKey. Its version, tokens and
+// edges read as a storeFile (decodeState) too.
 type consulMeta struct {
 	Version uint64            `json:"version"`
 	Tokens  []json.RawMessage `json:"tokens,omitempty"`
+	Edges   []json.RawMessage `json:"edges,omitempty"`
 	// Pending, when not 0, is the version whose change is staged under
 	// pending/<Pending>/ and not yet all moved into destinations/.
 	Pending uint64 `json:"pending,omitempty"`
 }
 
 // ConsulStore keeps the state in Consul KV under ConsulStatePrefix: the
-// meta key (version, tokens) and one key per destination, subscription
+// meta key (version, tokens, edges) and one key per destination, subscription
 // and event type, so a change writes only the records it changes. Every write is one
 // transaction that checks-and-sets the meta key on the ModifyIndex the
 // store last read, so a control plane that missed a newer state can never
@@ -230,7 +232,7 @@ func (s *ConsulStore) reloadLocked(ctx context.Context) error {
 	if err := json.Unmarshal(meta.Value, &m); err != nil {
 		return fmt.Errorf("parse Consul key %s: %w", ConsulStateMetaKey, err)
 	}
-	st, err := decodeState(meta.Value) // the version and the tokens
+	st, err := decodeState(meta.Value) // the version, the tokens and the edges
 	if err != nil {
 		return fmt.Errorf("parse Consul key %s: %w", ConsulStateMetaKey, err)
 	}
@@ -532,11 +534,42 @@ func (s *ConsulStore) UpdateTokens(fn func(tokens map[string]*rivorav1.ApiToken)
 	if err := s.finishPendingLocked(ctx); err != nil {
 		return 0, err
 	}
-	next := cloneTokens(s.state.tokens)
+	next := cloneRecords(s.state.tokens)
 	if err := fn(next); err != nil {
 		return 0, err
 	}
-	return s.saveLocked(ctx, delta{tokens: tokenChanges(s.state.tokens, next)})
+	return s.saveLocked(ctx, delta{tokens: wholeChanges(s.state.tokens, next)})
+}
+
+// Edges returns the registered edges, sorted by name.
+func (s *ConsulStore) Edges() []*rivorav1.Edge {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sortedCopies(s.state.edges, nil)
+}
+
+// Edge returns a registered edge.
+func (s *ConsulStore) Edge(name string) (*rivorav1.Edge, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return getCopy(s.state.edges, name)
+}
+
+// UpdateEdges is Update for the registered edges: like UpdateTokens, a
+// fenced check-and-set write of the meta key alone.
+func (s *ConsulStore) UpdateEdges(fn func(edges map[string]*rivorav1.Edge) error) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), consulTimeout)
+	defer cancel()
+	if err := s.finishPendingLocked(ctx); err != nil {
+		return 0, err
+	}
+	next := cloneRecords(s.state.edges)
+	if err := fn(next); err != nil {
+		return 0, err
+	}
+	return s.saveLocked(ctx, delta{edges: wholeChanges(s.state.edges, next)})
 }
 
 // Update applies fn to the destinations and writes what it changed as
@@ -595,7 +628,7 @@ func (s *ConsulStore) everyDestinationLocked(d delta) delta {
 
 // metaAfter is the meta key's value once d is applied.
 func (s *ConsulStore) metaAfter(d delta, pending uint64) ([]byte, error) {
-	return encodeMeta(state{version: d.version, tokens: d.tokensAfter(s.state.tokens)}, pending)
+	return encodeMeta(state{version: d.version, tokens: recordsAfter(s.state.tokens, d.tokens), edges: recordsAfter(s.state.edges, d.edges)}, pending)
 }
 
 // writeLocked writes d, which holds what differs from what Consul holds:
@@ -612,7 +645,7 @@ func (s *ConsulStore) writeLocked(ctx context.Context, d delta) error {
 		return err
 	}
 	if len(meta) > consulMaxValueBytes {
-		return fmt.Errorf("save state: the version and API tokens take %d bytes, over the %d a Consul transaction carries", len(meta), consulMaxValueBytes)
+		return fmt.Errorf("save state: the version, API tokens and edges take %d bytes, over the %d a Consul transaction carries", len(meta), consulMaxValueBytes)
 	}
 	ops := s.guardOps(false)
 	if s.garbage {
@@ -812,6 +845,10 @@ func encodeMeta(st state, pending uint64) ([]byte, error) {
 			return nil, err
 		}
 		m.Tokens = append(m.Tokens, raw)
+	}
+	var err error
+	if m.Edges, err = encodeRecords(st.edges); err != nil {
+		return nil, err
 	}
 	return json.MarshalIndent(m, "", "  ")
 }

@@ -122,6 +122,9 @@ type ControlPlane struct {
 	election *election
 	limits   atomic.Pointer[LimitsFile]
 	agents   *agentRegistry
+	// edges is what this control plane saw of the registered edges
+	// (their watches and reports); which are registered is the store's.
+	edges *edgeRegistry
 	// operator routes the agents' operator services (HandleOperator).
 	operator *operatorRouter
 	// keys are what every call is checked against (Config.Keys), their
@@ -189,6 +192,7 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 			return nil
 		})
 	}
+	cp.edges = newEdgeRegistry()
 	cp.agents = newAgentRegistry(cp.consul, cfg.Transport, cfg.Keys.Cell(), log)
 	if cfg.RejoinDelay > 0 {
 		cp.agents.rejoinDelay = cfg.RejoinDelay
@@ -264,17 +268,18 @@ func checkHTTPURL(what, raw string) error {
 var (
 	Services = []string{
 		rivorav1connect.AdminServiceName, rivorav1connect.TokenServiceName, rivorav1connect.AgentServiceName,
-		rivorav1connect.SubscriptionServiceName, rivorav1connect.EventTypeServiceName,
+		rivorav1connect.SubscriptionServiceName, rivorav1connect.EventTypeServiceName, rivorav1connect.EdgeServiceName,
 	}
 	OperatorServices = []string{rivorav1connect.EventServiceName, rivorav1connect.LaneServiceName, rivorav1connect.ArchiveServiceName}
 )
 
-// Handle registers the admin, token, subscription, event-type and agent
-// services on mux, behind the
+// Handle registers the admin, token, subscription, event-type, agent and
+// edge services on mux, behind the
 // gates every call passes: only the leader answers (leaderInterceptor),
 // the caller must be let in by auth.Policies (auth.Interceptor), and
 // domain errors become Connect codes in one place (errorInterceptor).
-// Agent streams also end when the leadership term they began in ends.
+// Agent and edge streams also end when the leadership term they began in
+// ends.
 func (cp *ControlPlane) Handle(mux *http.ServeMux, opts ...connect.HandlerOption) {
 	cp.handle(mux, cp.leaderOnly, opts...)
 }
@@ -293,6 +298,11 @@ func (cp *ControlPlane) handle(mux *http.ServeMux, gate func() error, opts ...co
 		agents = cp.election.scope(agents)
 	}
 	handle(path, agents)
+	path, edges := rivorav1connect.NewEdgeServiceHandler(&edgeHandler{cp: cp}, opts...)
+	if cp.election != nil {
+		edges = cp.election.scope(edges)
+	}
+	handle(path, edges)
 }
 
 // gated puts the gates every call passes in front of opts, outermost

@@ -35,6 +35,7 @@ func TestFollowerRefusesEveryProcedure(t *testing.T) {
 		rivorav1.File_rivora_v1_admin_proto.Services().ByName("AdminService"),
 		rivorav1.File_rivora_v1_agent_proto.Services().ByName("AgentService"),
 		rivorav1.File_rivora_v1_tokens_proto.Services().ByName("TokenService"),
+		rivorav1.File_rivora_v1_edges_proto.Services().ByName("EdgeService"),
 	}
 	procedures := 0
 	for _, svc := range services {
@@ -49,8 +50,8 @@ func TestFollowerRefusesEveryProcedure(t *testing.T) {
 			procedures++
 		}
 	}
-	if procedures < 21 {
-		t.Fatalf("checked %d procedures; the admin, agent and token services have at least 21", procedures)
+	if procedures < 23 {
+		t.Fatalf("checked %d procedures; the admin, agent, token and edge services have at least 23", procedures)
 	}
 	if _, dests := cp.store.Snapshot(); len(dests) != 0 {
 		t.Fatalf("a refused call changed the state: %v", dests)

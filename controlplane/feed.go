@@ -16,13 +16,25 @@ const keepalive = 10 * time.Second
 
 // feed sends agent name its config until ctx ends or send fails: the
 // snapshot first, then a delta whenever the destinations, subscriptions,
-// catalogue, tokens or the agent's partitions change, and a keepalive
-// after keepalive of silence. The destinations and subscriptions keep
-// their secrets and header values (the agents sign with them; only the
-// cell token opens Watch); the API tokens, as hashes, and the event-type
-// catalogue go whole on the snapshot and whenever they change.
+// catalogue, tokens, registered edges or the agent's partitions change,
+// and a keepalive after keepalive of silence. The destinations and
+// subscriptions keep their secrets and header values (the agents sign
+// with them; only the cell token opens Watch); the API tokens, as hashes,
+// the event-type catalogue and the edges' names go whole on the snapshot
+// and whenever they change.
 func (cp *ControlPlane) feed(ctx context.Context, name string, send func(*rivorav1.WatchResponse) error) error {
-	f := &configFeed{partitionCount: uint32(cp.cfg.Partitions), strict: cp.cfg.StrictEventTypes}
+	return cp.follow(ctx, &configFeed{partitionCount: uint32(cp.cfg.Partitions), strict: cp.cfg.StrictEventTypes}, name, send)
+}
+
+// feedEdge is feed for edge name: the same config, never a partition
+// (an edge is not in the agents' registry, so never in their rendezvous
+// either). send redacts it (forEdge).
+func (cp *ControlPlane) feedEdge(ctx context.Context, name string, send func(*rivorav1.WatchResponse) error) error {
+	return cp.follow(ctx, &configFeed{partitionCount: uint32(cp.cfg.Partitions), strict: cp.cfg.StrictEventTypes, edge: true}, name, send)
+}
+
+// follow sends f's follower its config until ctx ends or send fails.
+func (cp *ControlPlane) follow(ctx context.Context, f *configFeed, name string, send func(*rivorav1.WatchResponse) error) error {
 	ticker := time.NewTicker(keepalive)
 	defer ticker.Stop()
 	for {
@@ -55,7 +67,10 @@ func (cp *ControlPlane) feed(ctx context.Context, name string, send func(*rivora
 // back that far.
 func (cp *ControlPlane) nextConfig(f *configFeed, name string) (*rivorav1.WatchResponse, func()) {
 	limits := cp.limits.Load()
-	u := feedUpdate{tokens: cp.store.Tokens(), partitions: cp.agents.partitionsFor(name, cp.cfg.Partitions)}
+	u := feedUpdate{tokens: cp.store.Tokens(), edges: edgeNames(cp.store.Edges())}
+	if !f.edge {
+		u.partitions = cp.agents.partitionsFor(name, cp.cfg.Partitions)
+	}
 	if f.dests != nil && f.limits == limits {
 		if c, ok := cp.store.ChangedSince(f.version); ok {
 			u.version, u.deletedDests, u.subs, u.deletedSubs = c.Version, c.DeletedDestinations, c.Subscriptions, c.DeletedSubscriptions
@@ -84,7 +99,8 @@ func (cp *ControlPlane) nextConfig(f *configFeed, name string) (*rivorav1.WatchR
 // feedUpdate is the config an agent should have now: whole (every
 // destination and subscription; any other one it was sent is gone) or
 // in part (those changed, and the ids of those deleted, since the version
-// last sent). The catalogue, tokens and partitions are always whole.
+// last sent). The catalogue, tokens, edges and partitions are always
+// whole.
 type feedUpdate struct {
 	version      uint64
 	whole        bool
@@ -94,6 +110,7 @@ type feedUpdate struct {
 	deletedSubs  []string
 	types        []*rivorav1.EventType
 	tokens       []*rivorav1.ApiToken
+	edges        []string
 	partitions   []uint32
 }
 
@@ -101,12 +118,15 @@ type feedUpdate struct {
 // next response is the delta. Until the snapshot went out, dests is nil.
 type configFeed struct {
 	partitionCount uint32
+	// edge: the follower is an edge, which owns no partition.
+	edge bool
 	// strict is --strict-event-types, sent with the catalogue.
 	strict     bool
 	dests      map[string]*rivorav1.Destination  // by id, as last sent
 	subs       map[string]*rivorav1.Subscription // by id, as last sent
 	types      []*rivorav1.EventType             // as last sent
 	tokens     []*rivorav1.ApiToken              // as last sent
+	edges      []string                          // as last sent
 	partitions []uint32                          // as last sent
 	// version is the config version dests are at, limits the limits
 	// file they were rendered with.
@@ -128,10 +148,14 @@ func (f *configFeed) response(u feedUpdate) *rivorav1.WatchResponse {
 	if first || !slices.EqualFunc(u.types, f.types, equalMessages) {
 		resp.EventTypes, resp.EventTypesChanged = u.types, true
 	}
+	if first || !slices.Equal(u.edges, f.edges) {
+		resp.Edges, resp.EdgesChanged = u.edges, true
+	}
 	resp.Destinations, resp.RemovedDestinationIds = diffRecords(first, u.whole, f.dests, u.dests, u.deletedDests)
 	resp.Subscriptions, resp.RemovedSubscriptionIds = diffRecords(first, u.whole, f.subs, u.subs, u.deletedSubs)
 	if !first && len(resp.Destinations) == 0 && len(resp.RemovedDestinationIds) == 0 && len(resp.Subscriptions) == 0 &&
-		len(resp.RemovedSubscriptionIds) == 0 && !resp.TokensChanged && !resp.EventTypesChanged && slices.Equal(u.partitions, f.partitions) {
+		len(resp.RemovedSubscriptionIds) == 0 && !resp.TokensChanged && !resp.EventTypesChanged && !resp.EdgesChanged &&
+		slices.Equal(u.partitions, f.partitions) {
 		return nil
 	}
 	return resp
@@ -199,7 +223,7 @@ func (f *configFeed) sent(u feedUpdate, limits *LimitsFile, resp *rivorav1.Watch
 	if resp.GetEventTypesChanged() {
 		f.types = resp.GetEventTypes()
 	}
-	f.tokens, f.partitions = u.tokens, u.partitions
+	f.tokens, f.edges, f.partitions = u.tokens, u.edges, u.partitions
 }
 
 // keepalive is an empty delta at the current version.

@@ -15,7 +15,7 @@ import (
 
 // changeLog is FileStore's change log: one JSON line per config version
 // after the snapshot, holding only what that version changed (the
-// destinations and tokens put, the ids deleted). A line is appended and
+// records put, the ids deleted). A line is appended and
 // fsynced before the change is answered. A torn last line (a crash while
 // appending, before the change was answered) is dropped on open; any other
 // damage is an error naming the file and line.
@@ -38,6 +38,8 @@ type logRecord struct {
 	DelTypes  []string          `json:"delete_event_types,omitempty"`
 	PutTokens []json.RawMessage `json:"put_tokens,omitempty"`
 	DelTokens []string          `json:"delete_tokens,omitempty"`
+	PutEdges  []json.RawMessage `json:"put_edges,omitempty"`
+	DelEdges  []string          `json:"delete_edges,omitempty"`
 }
 
 // minCompactBytes keeps a small state from being compacted on every
@@ -118,6 +120,9 @@ func applyRecord(st *state, rec *logRecord) error {
 	if err := replayRecords("put_tokens", rec.PutTokens, rec.DelTokens, st.tokens, (*rivorav1.ApiToken).GetId); err != nil {
 		return err
 	}
+	if err := replayRecords("put_edges", rec.PutEdges, rec.DelEdges, st.edges, (*rivorav1.Edge).GetName); err != nil {
+		return err
+	}
 	st.version = rec.Version
 	return nil
 }
@@ -147,6 +152,9 @@ func (l *changeLog) append(d delta) error {
 		return err
 	}
 	if rec.PutTokens, rec.DelTokens, err = encodeChanges(d.tokens); err != nil {
+		return err
+	}
+	if rec.PutEdges, rec.DelEdges, err = encodeChanges(d.edges); err != nil {
 		return err
 	}
 	line, err := json.Marshal(rec)

@@ -18,7 +18,7 @@ import (
 
 // Store holds the control plane's state: the registered destinations, the
 // subscriptions, the event-type catalogue, the API tokens (hashes, never
-// tokens) and the config version. FileStore keeps it in a file for a
+// tokens), the registered edges and the config version. FileStore keeps it in a file for a
 // single control plane; ConsulStore keeps it in Consul KV, shared by
 // several of which one leads.
 type Store interface {
@@ -52,6 +52,13 @@ type Store interface {
 	Tokens() []*rivorav1.ApiToken
 	// UpdateTokens is Update for the API tokens (by id).
 	UpdateTokens(fn func(tokens map[string]*rivorav1.ApiToken) error) (uint64, error)
+	// Edges returns copies of the registered edges, sorted by name.
+	Edges() []*rivorav1.Edge
+	// Edge returns a copy of a registered edge.
+	Edge(name string) (*rivorav1.Edge, bool)
+	// UpdateEdges is Update for the registered edges (by name): like the
+	// tokens, they are few and kept whole beside the version.
+	UpdateEdges(fn func(edges map[string]*rivorav1.Edge) error) (uint64, error)
 }
 
 // Contents is the state the agents' feed sends on a snapshot: copies,
@@ -83,6 +90,7 @@ type state struct {
 	subs   map[string]*rivorav1.Subscription
 	types  map[string]*rivorav1.EventType
 	tokens map[string]*rivorav1.ApiToken
+	edges  map[string]*rivorav1.Edge
 	// subsPerCustomer counts each customer's subscriptions, for the bound
 	// on them: apply keeps it, a state loaded whole counts once
 	// (countSubscriptions).
@@ -147,7 +155,7 @@ func emptyState() state {
 	return state{
 		dests: make(map[string]*rivorav1.Destination), subs: make(map[string]*rivorav1.Subscription),
 		types: make(map[string]*rivorav1.EventType), tokens: make(map[string]*rivorav1.ApiToken),
-		subsPerCustomer: make(map[string]int),
+		edges: make(map[string]*rivorav1.Edge), subsPerCustomer: make(map[string]int),
 	}
 }
 
@@ -161,7 +169,7 @@ func (st *state) countSubscriptions() {
 }
 
 // delta is what one change does to the state: the destinations,
-// subscriptions, event types and API tokens it puts (new or edited) and
+// subscriptions, event types, API tokens and edges it puts (new or edited) and
 // deletes (nil), by id (event types by name); nothing else. Both stores
 // write only these, and apply them in place, so a change costs what it
 // changes.
@@ -171,6 +179,7 @@ type delta struct {
 	subs    map[string]*rivorav1.Subscription
 	types   map[string]*rivorav1.EventType
 	tokens  map[string]*rivorav1.ApiToken
+	edges   map[string]*rivorav1.Edge
 }
 
 // apply makes d part of st.
@@ -190,6 +199,7 @@ func (st *state) apply(d delta) {
 	applyRecords(st.subs, d.subs)
 	applyRecords(st.types, d.types)
 	applyRecords(st.tokens, d.tokens)
+	applyRecords(st.edges, d.edges)
 	switch {
 	case d.version != st.version+1:
 		// Not the next version (a migration rewrites the current one):
@@ -218,39 +228,41 @@ func applyRecords[M proto.Message](dst, changes map[string]M) {
 // deleted reports whether m stands for a deleted record (nil).
 func deleted(m proto.Message) bool { return m == nil || !m.ProtoReflect().IsValid() }
 
-// tokensAfter is tokens as d leaves them (a new map; the tokens are
-// shared).
-func (d delta) tokensAfter(tokens map[string]*rivorav1.ApiToken) map[string]*rivorav1.ApiToken {
-	out := make(map[string]*rivorav1.ApiToken, len(tokens))
-	for id, t := range tokens {
-		out[id] = t
+// recordsAfter is records as changes leave them (a new map; the records
+// are shared): the tokens or edges a delta leaves.
+func recordsAfter[M proto.Message](records, changes map[string]M) map[string]M {
+	out := make(map[string]M, len(records))
+	for id, m := range records {
+		out[id] = m
 	}
-	applyRecords(out, d.tokens)
+	applyRecords(out, changes)
 	return out
 }
 
-// cloneTokens copies tokens deeply, for UpdateTokens to work on (there
-// are few).
-func cloneTokens(tokens map[string]*rivorav1.ApiToken) map[string]*rivorav1.ApiToken {
-	out := make(map[string]*rivorav1.ApiToken, len(tokens))
-	for id, t := range tokens {
-		out[id] = proto.Clone(t).(*rivorav1.ApiToken)
+// cloneRecords copies records deeply, for UpdateTokens and UpdateEdges
+// to work on (there are few).
+func cloneRecords[M proto.Message](records map[string]M) map[string]M {
+	out := make(map[string]M, len(records))
+	for id, m := range records {
+		out[id] = proto.Clone(m).(M)
 	}
 	return out
 }
 
-// tokenChanges is the tokens part of a delta from prev to next: the new
-// or changed ones, and nil for the deleted.
-func tokenChanges(prev, next map[string]*rivorav1.ApiToken) map[string]*rivorav1.ApiToken {
-	out := make(map[string]*rivorav1.ApiToken)
-	for id, t := range next {
-		if p, ok := prev[id]; !ok || !proto.Equal(p, t) {
-			out[id] = t
+// wholeChanges is the part of a delta from prev to next of a kind kept
+// whole (tokens, edges): the new or changed records, and nil for the
+// deleted.
+func wholeChanges[M proto.Message](prev, next map[string]M) map[string]M {
+	out := make(map[string]M)
+	for id, m := range next {
+		if p, ok := prev[id]; !ok || !proto.Equal(p, m) {
+			out[id] = m
 		}
 	}
 	for id := range prev {
 		if _, ok := next[id]; !ok {
-			out[id] = nil
+			var none M
+			out[id] = none
 		}
 	}
 	return out
@@ -479,6 +491,8 @@ type storeFile struct {
 	EventTypes    []json.RawMessage `json:"event_types,omitempty"`
 	// Tokens are the API tokens: their hashes, never the tokens.
 	Tokens []json.RawMessage `json:"tokens,omitempty"`
+	// Edges are the registered edges, sorted by name.
+	Edges []json.RawMessage `json:"edges,omitempty"`
 }
 
 // OpenStore loads (or creates) the state under dir: the snapshot, then
@@ -525,6 +539,9 @@ func decodeState(data []byte) (state, error) {
 		return state{}, err
 	}
 	if err := decodeRecords("tokens", f.Tokens, st.tokens, (*rivorav1.ApiToken).GetId); err != nil {
+		return state{}, err
+	}
+	if err := decodeRecords("edges", f.Edges, st.edges, (*rivorav1.Edge).GetName); err != nil {
 		return state{}, err
 	}
 	st.countSubscriptions()
@@ -580,6 +597,9 @@ func encodeState(st state) ([]byte, error) {
 			return nil, err
 		}
 		f.Tokens = append(f.Tokens, raw)
+	}
+	if f.Edges, err = encodeRecords(st.edges); err != nil {
+		return nil, err
 	}
 	return json.MarshalIndent(f, "", "  ")
 }
@@ -729,11 +749,36 @@ func (s *FileStore) Update(fn func(tx *DestinationTx) error) (uint64, error) {
 func (s *FileStore) UpdateTokens(fn func(tokens map[string]*rivorav1.ApiToken) error) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	next := cloneTokens(s.state.tokens)
+	next := cloneRecords(s.state.tokens)
 	if err := fn(next); err != nil {
 		return 0, err
 	}
-	return s.saveLocked(delta{tokens: tokenChanges(s.state.tokens, next)})
+	return s.saveLocked(delta{tokens: wholeChanges(s.state.tokens, next)})
+}
+
+// Edges returns the registered edges, sorted by name.
+func (s *FileStore) Edges() []*rivorav1.Edge {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sortedCopies(s.state.edges, nil)
+}
+
+// Edge returns a registered edge.
+func (s *FileStore) Edge(name string) (*rivorav1.Edge, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return getCopy(s.state.edges, name)
+}
+
+// UpdateEdges is Update for the registered edges.
+func (s *FileStore) UpdateEdges(fn func(edges map[string]*rivorav1.Edge) error) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := cloneRecords(s.state.edges)
+	if err := fn(next); err != nil {
+		return 0, err
+	}
+	return s.saveLocked(delta{edges: wholeChanges(s.state.edges, next)})
 }
 
 // saveLocked logs d as the next version, then applies it.

@@ -554,6 +554,17 @@ func (cp *ControlPlane) answerSubscriptions(ctx context.Context, subs []*rivorav
 	return out
 }
 
+// withoutSubscriptionSecrets replaces s's signing secrets (the previous
+// one of a rotation too) and its custom header values by their
+// fingerprints.
+func withoutSubscriptionSecrets(s *rivorav1.Subscription) {
+	s.SecretFingerprint = auth.Fingerprint(s.GetSecret())
+	s.Secret = ""
+	s.PreviousSecretFingerprint = auth.Fingerprint(s.GetPreviousSecret())
+	s.PreviousSecret = ""
+	maskHeaderValues(s.GetHeaders())
+}
+
 // answerSubscription is a stored subscription as an API answer shows it:
 // its secrets and header values replaced by their fingerprints (but for
 // the secret itself with showSecret: the answers to create and rotate),
@@ -561,13 +572,10 @@ func (cp *ControlPlane) answerSubscriptions(ctx context.Context, subs []*rivorav
 // own, and destination_state state.
 func (cp *ControlPlane) answerSubscription(s *rivorav1.Subscription, state string, showSecret bool) *rivorav1.Subscription {
 	out := cloneSubscription(s)
-	out.SecretFingerprint = auth.Fingerprint(out.GetSecret())
-	if !showSecret {
-		out.Secret = ""
+	withoutSubscriptionSecrets(out)
+	if showSecret {
+		out.Secret = s.GetSecret()
 	}
-	out.PreviousSecretFingerprint = auth.Fingerprint(out.GetPreviousSecret())
-	out.PreviousSecret = ""
-	maskHeaderValues(out.GetHeaders())
 	if out.GetDeliveryUrl() == "" {
 		if d, ok := cp.store.Get(out.GetDestinationId()); ok {
 			out.DeliveryUrl = d.GetUrl()

@@ -3,7 +3,9 @@
 // in the edge's own JetStream domain, read by one durable consumer), and
 // the source on the cell's INGEST stream that forwards it across the leaf
 // connection. docs/architecture.md ("Edges") gives the design and its
-// reasons. The `rivora edge` process (issue 25) is being built on it.
+// reasons. The `rivora edge` process runs on it (package edge/edged); the
+// gateway in edge mode (agent/ingest) stores under Subject, Header and
+// MsgID. It stays a leaf: agent packages import it.
 package edge
 
 import (
@@ -35,15 +37,38 @@ type Config struct {
 	// prefix (an id: letters, digits, '_', '-').
 	Name string
 	// MaxBytes bounds the unforwarded events (--max-buffer): past it a
-	// store is refused (IsFull), nothing stored is dropped.
+	// store is refused (IsFull), nothing stored is dropped. There is no
+	// age limit on the stream: --buffer-max-age refuses new events once
+	// the oldest unforwarded one is older (the edge's gateway), for an
+	// age limit would discard events the edge acknowledged.
 	MaxBytes int64
-	// MaxAge is --buffer-max-age (0: none).
-	MaxAge time.Duration
 	// DedupWindow is how long an event id is remembered at the edge.
 	DedupWindow time.Duration
 	// Replicas is the buffer's replica count (0 means 1).
 	Replicas int
 }
+
+// Header names the edge that stored an event, on every message of its
+// buffer (and so in INGEST once forwarded): the partition owner's mover
+// treats such an event as forwarded (it strips MsgIDPrefix and checks the
+// cell's idempotency record).
+const Header = "Rivora-Edge"
+
+// MsgIDPrefix starts the dedup id (Nats-Msg-Id) of every event an edge
+// stores: "edge:<event id>". INGEST's duplicate window would otherwise
+// drop an edge's copy of an event id the cell holds already, silently,
+// even when it is another event (a key reused with another payload);
+// the mover strips it, so that the lanes' dedup by event id still makes
+// an event published through an edge and through the cell one event.
+const MsgIDPrefix = "edge:"
+
+// MsgID is the dedup id an edge stores an event under.
+func MsgID(id string) string { return MsgIDPrefix + id }
+
+// IdempotencyBucket is the key-value bucket of an edge's idempotency
+// records: of the edge's own name, never the cell's IDEMPOTENCY, whose
+// subjects a record written at the edge would reach across the leaf.
+func IdempotencyBucket(name string) string { return "EDGE_" + name + "_IDEMPOTENCY" }
 
 // Domain is an edge's JetStream domain.
 func Domain(name string) string { return name }
@@ -86,7 +111,6 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Buffer, err
 		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardNew,
 		MaxBytes:    cfg.MaxBytes,
-		MaxAge:      cfg.MaxAge,
 		Duplicates:  cfg.DedupWindow,
 		Replicas:    max(cfg.Replicas, 1),
 	})
@@ -113,7 +137,14 @@ type Stats struct {
 	Bytes  uint64
 	// Oldest is when the oldest of them was stored (zero when empty).
 	Oldest time.Time
+	// Stored counts the events ever stored in the buffer (its last
+	// sequence): Stored − Events have been forwarded to the cell.
+	Stored uint64
 }
+
+// Forwarded is how many events the cell has taken from the buffer since
+// it was created.
+func (s Stats) Forwarded() uint64 { return s.Stored - s.Events }
 
 // Stats reads the buffer's state.
 func (b *Buffer) Stats(ctx context.Context) (Stats, error) {
@@ -121,7 +152,7 @@ func (b *Buffer) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	st := Stats{Events: info.State.Msgs, Bytes: info.State.Bytes}
+	st := Stats{Events: info.State.Msgs, Bytes: info.State.Bytes, Stored: info.State.LastSeq}
 	if st.Events > 0 {
 		st.Oldest = info.State.FirstTime
 	}

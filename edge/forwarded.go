@@ -9,27 +9,11 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
-// How an event an edge stored is told apart once its source forwarded it
-// into the cell's INGEST: the edge's gateway sets these on every event it
-// stores, and the cell's partition owner reads them (ReadForwarded).
-const (
-	// Header names the edge that accepted the event.
-	Header = "Rivora-Edge"
-	// KeyHeader carries the event's idempotency key, when it had one (the
-	// cell needs it only to find a fan-out's record; a direct event's
-	// record is under its event id).
-	KeyHeader = "Rivora-Idempotency-Key"
-	// MsgIDPrefix starts the dedup id (Nats-Msg-Id) of an edge's copy: the
-	// usual dedup id (the event id) behind it. INGEST's duplicate window
-	// therefore never drops an edge's copy for the cell's own copy of the
-	// same event id: the partition owner strips the prefix, checks the
-	// copy against the cell's idempotency record, and the lanes' dedup by
-	// event id makes the two copies one event.
-	MsgIDPrefix = "edge:"
-)
-
-// MsgID is the dedup id an edge gives an event whose usual dedup id is id.
-func MsgID(id string) string { return MsgIDPrefix + id }
+// KeyHeader carries the idempotency key of an event an edge stored, when
+// it had one (beside Header and the dedup id MsgID): the cell needs it
+// only to find a fan-out's record, a direct event's being under its
+// event id.
+const KeyHeader = "Rivora-Idempotency-Key"
 
 // Forwarded is an event an edge accepted, as the cell's partition owner
 // reads it from INGEST.

@@ -6,7 +6,7 @@
 // (--max-inflight-requests), /healthz, /metrics and /debug/pprof/, and
 // tracing setup. It sits above agent and controlplane and below
 // cmd/rivora, whose commands only turn flags into the Options each entry
-// point here takes (RunAgent, RunControlPlane, RunDev).
+// point here takes (RunAgent, RunControlPlane, RunDev, RunEdge).
 package server
 
 import (

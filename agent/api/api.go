@@ -81,19 +81,12 @@ type server struct {
 // MaxPayload, PublishBatch to the batch limits, the rest to
 // bounds.DefaultMessage, after decompression and on the wire.
 func Handle(mux *http.ServeMux, cfg Config, opts ...connect.HandlerOption) {
+	HandleIngest(mux, cfg.Keys, cfg.Gateway, opts...)
 	opts = append([]connect.HandlerOption{connect.WithInterceptors(errkind.Interceptor(), auth.NewInterceptor(cfg.Keys), bounds.Interceptor())}, opts...)
-	// Ingest answers are event ids: compressing them costs more than it
-	// saves on the networks agents sit on.
-	ingestOpts := append([]connect.HandlerOption{connect.WithCompressMinBytes(1 << 20)}, opts...)
-	publish, batch := cfg.Gateway.RequestLimits()
-	path, batchHandler := rivorav1connect.NewIngestServiceHandler(cfg.Gateway, slices.Concat(ingestOpts, []connect.HandlerOption{bounds.ReadMax(batch)})...)
-	_, publishHandler := rivorav1connect.NewIngestServiceHandler(cfg.Gateway, slices.Concat(ingestOpts, []connect.HandlerOption{bounds.ReadMax(publish)})...)
 	// The door checks the caller from the headers, before a body is read.
 	guarded := func(limit int, h http.Handler) http.Handler {
 		return auth.Door(cfg.Keys, nil, bounds.Handler(limit, h))
 	}
-	mux.Handle(path, guarded(batch, batchHandler))
-	mux.Handle(rivorav1connect.IngestServicePublishProcedure, guarded(publish, publishHandler))
 	opts = append(opts, bounds.ReadMax(bounds.DefaultMessage))
 	handle := func(path string, h http.Handler) { mux.Handle(path, guarded(bounds.DefaultMessage, h)) }
 	srv := &server{
@@ -104,6 +97,24 @@ func Handle(mux *http.ServeMux, cfg Config, opts ...connect.HandlerOption) {
 	handle(rivorav1connect.NewLaneServiceHandler(&laneService{srv}, opts...))
 	handle(rivorav1connect.NewPartitionServiceHandler(&partitionService{srv}, opts...))
 	handle(rivorav1connect.NewArchiveServiceHandler(cfg.DeadLetters, opts...))
+}
+
+// HandleIngest registers IngestService (Publish, PublishBatch) of
+// gateway on mux, as Handle does for an agent (an edge serves it alone):
+// behind the door and the auth interceptor (keys), the error mapping and
+// the bounds, Publish to one event of MaxPayload and PublishBatch to the
+// batch limits.
+func HandleIngest(mux *http.ServeMux, keys *auth.Keys, gateway *ingest.Gateway, opts ...connect.HandlerOption) {
+	opts = append([]connect.HandlerOption{connect.WithInterceptors(errkind.Interceptor(), auth.NewInterceptor(keys), bounds.Interceptor())}, opts...)
+	// Ingest answers are event ids: compressing them costs more than it
+	// saves on the networks agents sit on.
+	ingestOpts := append([]connect.HandlerOption{connect.WithCompressMinBytes(1 << 20)}, opts...)
+	publish, batch := gateway.RequestLimits()
+	path, batchHandler := rivorav1connect.NewIngestServiceHandler(gateway, slices.Concat(ingestOpts, []connect.HandlerOption{bounds.ReadMax(batch)})...)
+	_, publishHandler := rivorav1connect.NewIngestServiceHandler(gateway, slices.Concat(ingestOpts, []connect.HandlerOption{bounds.ReadMax(publish)})...)
+	// The door checks the caller from the headers, before a body is read.
+	mux.Handle(path, auth.Door(keys, nil, bounds.Handler(batch, batchHandler)))
+	mux.Handle(rivorav1connect.IngestServicePublishProcedure, auth.Door(keys, nil, bounds.Handler(publish, publishHandler)))
 }
 
 // ownedDestination returns the partition of a destination this agent

@@ -61,7 +61,7 @@ func NewForwardedCheck(ctx context.Context, js jetstream.JetStream, window time.
 	if window <= 0 {
 		window = DefaultDedupWindow
 	}
-	c, err := newClaims(ctx, js, window, replicas)
+	c, err := newClaims(ctx, js, IdempotencyBucket, window, replicas)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +115,7 @@ func (f *ForwardedCheck) CheckForwarded(ctx context.Context, events []edge.Forwa
 func (c *claims) recordEach(ctx context.Context, writes []recordWrite) ([]int, error) {
 	futures := make([]jetstream.PubAckFuture, len(writes))
 	for i := range writes {
-		msg := nats.NewMsg("$KV." + IdempotencyBucket + "." + writes[i].key)
+		msg := nats.NewMsg(c.subject + writes[i].key)
 		msg.Data = writes[i].value
 		f, err := c.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(0))
 		if err != nil {

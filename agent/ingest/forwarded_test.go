@@ -2,14 +2,20 @@ package ingest_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/ingest"
+	"github.com/rivora/rivora/agent/natsd"
+	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/edge"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/eventid"
@@ -113,5 +119,68 @@ func TestForwardedConflictText(t *testing.T) {
 	}
 	if got := ingest.ForwardedConflict(edge.Forwarded{Event: ev, Edge: "edge-paris"}); !strings.HasPrefix(got, "the idempotency key of event evt-1 ") {
 		t.Errorf("without the key: %q", got)
+	}
+}
+
+// An edge's gateway sends the cell each event's idempotency key
+// (edge.KeyHeader), a fan-out's deliveries included: the cell finds a
+// fan-out's record by it. An event without a key has none.
+func TestEdgeModeSendsTheKey(t *testing.T) {
+	ctx := context.Background()
+	srv, err := natsd.Start(natsd.Config{DataDir: t.TempDir(), Name: "edge-k", Domain: edge.Domain("edge-k")}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	js := srv.JetStream()
+	if _, err := edge.Open(ctx, js, edge.Config{Name: "edge-k", MaxBytes: 1 << 20, DedupWindow: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	reg := destinations.NewRegistry()
+	if _, err := reg.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret}}); err != nil {
+		t.Fatal(err)
+	}
+	subs := subscriptions.NewTable()
+	if err := subs.Replace([]*rivorav1.Subscription{{Id: "sub_a", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}}}); err != nil {
+		t.Fatal(err)
+	}
+	gw, err := ingest.New(ctx, js, reg, ingest.Config{
+		Partitions: ingest.FixedCount(partitions), Subscriptions: subs, Edge: &ingest.EdgeTarget{Name: "edge-k"},
+	}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{} // event id → key
+	for _, req := range []*rivorav1.PublishRequest{
+		{DestinationId: "orders", CustomerId: "acme", LaneKey: "l", Type: "t", Payload: []byte(`{}`), IdempotencyKey: "direct-1"},
+		{CustomerId: "acme", LaneKey: "l", Type: "t", Payload: []byte(`{}`), IdempotencyKey: "fan-1"},
+		{DestinationId: "orders", CustomerId: "acme", LaneKey: "l", Type: "t", Payload: []byte(`{}`)},
+	} {
+		resp, err := gw.Publish(ctx, connect.NewRequest(req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := resp.Msg.GetEventId()
+		if resp.Msg.GetFannedOut() {
+			id = resp.Msg.GetRoutes()[0].GetEventId()
+		}
+		want[id] = req.GetIdempotencyKey()
+	}
+	buffer, err := js.Stream(ctx, edge.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= uint64(len(want)); seq++ {
+		m, err := buffer.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := &rivorav1.Event{}
+		if err := proto.Unmarshal(m.Data, ev); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Header.Get(edge.KeyHeader); got != want[ev.GetEventId()] {
+			t.Errorf("event %s (subscription %q): %s %q, want %q", ev.GetEventId(), ev.GetSubscriptionId(), edge.KeyHeader, got, want[ev.GetEventId()])
+		}
 	}
 }

@@ -42,6 +42,8 @@ var reservedKeyPrefixes = []string{"replay:", "resend:"}
 type claims struct {
 	js jetstream.JetStream
 	kv jetstream.KeyValue
+	// subject prefixes a record's key: "$KV.<bucket>.".
+	subject string
 }
 
 // idempotencyValueSize bounds one record: a fingerprint, or a fan-out's
@@ -49,9 +51,11 @@ type claims struct {
 // for the headers NATS counts.
 const idempotencyValueSize = 128 << 10
 
-func newClaims(ctx context.Context, js jetstream.JetStream, window time.Duration, replicas int) (*claims, error) {
+// newClaims opens the idempotency records in bucket: IdempotencyBucket in
+// a cell, the edge's own at an edge (EdgeTarget).
+func newClaims(ctx context.Context, js jetstream.JetStream, bucket string, window time.Duration, replicas int) (*claims, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:       IdempotencyBucket,
+		Bucket:       bucket,
 		Description:  "What each idempotency key was first used for, for the dedup window.",
 		TTL:          window,
 		History:      1,
@@ -60,9 +64,9 @@ func newClaims(ctx context.Context, js jetstream.JetStream, window time.Duration
 		Replicas:     max(replicas, 1),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create %s bucket: %w", IdempotencyBucket, err)
+		return nil, fmt.Errorf("create %s bucket: %w", bucket, err)
 	}
-	return &claims{js: js, kv: kv}, nil
+	return &claims{js: js, kv: kv, subject: "$KV." + bucket + "."}, nil
 }
 
 // fingerprint is what must match for a repeated key to be the same
@@ -147,7 +151,7 @@ func (c *claims) record(ctx context.Context, writes []recordWrite, inBatch bool)
 	var inAir []pending
 	for i := range writes {
 		w := &writes[i]
-		msg := nats.NewMsg("$KV." + IdempotencyBucket + "." + w.key)
+		msg := nats.NewMsg(c.subject + w.key)
 		msg.Data = w.value
 		f, err := c.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(0))
 		if err != nil {

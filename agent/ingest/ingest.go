@@ -19,7 +19,6 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -66,6 +65,9 @@ type Config struct {
 	// stamped on every event: an owner behind it waits for it before
 	// taking the event's destination or subscription for deleted.
 	Applied func() uint64
+	// Edge, when set, makes this an edge's gateway (EdgeTarget): events
+	// go into the edge's buffer, not INGEST (Local and Replicas unused).
+	Edge *EdgeTarget
 }
 
 // Defaults.
@@ -97,6 +99,8 @@ type Gateway struct {
 	subs       *subscriptions.Table
 	catalogue  *subscriptions.Catalogue
 	applied    func() uint64
+	// edge is set at an edge (Config.Edge).
+	edge *EdgeTarget
 }
 
 // configVersion is the config version this agent has applied (0 unknown).
@@ -124,9 +128,11 @@ func (g *Gateway) count() int {
 	return g.partitions.Count()
 }
 
-var errNoConfig = errkind.Errorf(errkind.Unavailable, "this agent has no configuration from the control plane yet; retry shortly")
+var errNoConfig = errkind.Errorf(errkind.Unavailable, "this agent (or edge) has no configuration from the control plane yet; retry shortly")
 
-// New creates (or updates) the INGEST stream and returns the gateway.
+// New creates (or updates) the INGEST stream and returns the gateway; at
+// an edge (Config.Edge) it creates no stream: the edge's buffer is open
+// already (edge.Open).
 func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry, cfg Config, log *slog.Logger) (*Gateway, error) {
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = DefaultMaxPayload
@@ -140,9 +146,35 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	if cfg.DedupWindow <= 0 {
 		cfg.DedupWindow = DefaultDedupWindow
 	}
-	sources, err := ingestSources(ctx, js)
+	if err := cfg.Edge.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Edge != nil {
+		cfg.Local, cfg.Replicas = nil, 1
+	} else if err := createIngest(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	claims, err := newClaims(ctx, js, cfg.Edge.bucket(), cfg.DedupWindow, cfg.Replicas)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Edge != nil {
+		log.Info("ingest ready at the edge", "edge", cfg.Edge.Name, "bucket", cfg.Edge.bucket(), "dedup_window", cfg.DedupWindow, "max_payload", cfg.MaxPayload)
+	} else {
+		log.Info("ingest ready", "stream", lanes.IngestStream, "dedup_window", cfg.DedupWindow, "max_payload", cfg.MaxPayload)
+	}
+	return &Gateway{
+		js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims,
+		subs: cfg.Subscriptions, catalogue: cfg.Catalogue, applied: cfg.Applied, edge: cfg.Edge,
+	}, nil
+}
+
+// createIngest creates (or updates) the INGEST stream, keeping its
+// sources.
+func createIngest(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	sources, err := ingestSources(ctx, js)
+	if err != nil {
+		return err
 	}
 	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        lanes.IngestStream,
@@ -156,17 +188,9 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 		Sources:     sources,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create %s stream: %w", lanes.IngestStream, err)
+		return fmt.Errorf("create %s stream: %w", lanes.IngestStream, err)
 	}
-	claims, err := newClaims(ctx, js, cfg.DedupWindow, cfg.Replicas)
-	if err != nil {
-		return nil, err
-	}
-	log.Info("ingest ready", "stream", lanes.IngestStream, "dedup_window", cfg.DedupWindow, "max_payload", cfg.MaxPayload)
-	return &Gateway{
-		js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims,
-		subs: cfg.Subscriptions, catalogue: cfg.Catalogue, applied: cfg.Applied,
-	}, nil
+	return nil
 }
 
 // ingestSources are the sources INGEST has now (edges' buffers, package
@@ -253,6 +277,10 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 		accepted.WithLabelValues("invalid").Add(float64(len(reqs)))
 		return nil, err
 	}
+	if err := g.edge.admit(); err != nil {
+		accepted.WithLabelValues("failed").Add(float64(len(reqs)))
+		return nil, err
+	}
 	writes, err := recordWrites(pubs)
 	if err != nil {
 		return nil, err
@@ -273,7 +301,7 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 	if err != nil {
 		g.claims.releaseUnstored(claimed)
 		accepted.WithLabelValues("failed").Add(float64(len(events)))
-		return nil, storeError(ctx, err)
+		return nil, g.storeErrorOf(ctx, err)
 	}
 	return answers(pubs, dups), nil
 }
@@ -385,7 +413,9 @@ type prepared struct {
 	event     *rivorav1.Event
 	data      []byte
 	msgID     string
-	// key and fingerprint are set for an event with an idempotency key.
+	// key is the publish's idempotency key ("": none): an edge sends it
+	// to the cell (edge.KeyHeader). fingerprint is set for an event
+	// published to a destination by name with a key (its record's).
 	key         string
 	fingerprint []byte
 }
@@ -446,11 +476,7 @@ func (g *Gateway) storeGroup(ctx context.Context, batch []*prepared, idx []int, 
 	}
 	futures := make([]jetstream.PubAckFuture, len(idx))
 	for j, i := range idx {
-		p := batch[i]
-		msg := nats.NewMsg(lanes.IngestSubject(p.partition, p.event.GetDestinationId()))
-		msg.Data = p.data
-		msg.Header.Set(jetstream.MsgIDHeader, p.msgID)
-		f, err := g.js.PublishMsgAsync(msg)
+		f, err := g.js.PublishMsgAsync(g.edge.message(batch[i]))
 		if err != nil {
 			return fmt.Errorf("events[%d]: %w", i, err)
 		}

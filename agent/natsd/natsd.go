@@ -70,6 +70,12 @@ type Config struct {
 	// to a cell as a leaf node (the edge side), trying them in turn and
 	// reconnecting for ever; LeafPassword is presented to the cell.
 	LeafRemotes []string
+	// PingInterval (0: nats-server's 2 minutes) is how often the server
+	// pings its connections, the leaf connection to a cell included: a
+	// silent cut (a WAN that drops packets, closing nothing) is found
+	// after about three intervals. An edge sets a few seconds, so that
+	// it knows soon that it is cut off.
+	PingInterval time.Duration
 }
 
 // User is the NATS user of a server with a Password.
@@ -105,7 +111,8 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 		NoSigs:     true,
 		NoLog:      true,
 		// Large batches of PubAcks and purges are normal here.
-		MaxPending: 256 << 20,
+		MaxPending:   256 << 20,
+		PingInterval: cfg.PingInterval,
 	}
 	clientListen := cfg.ClientListen
 	if clientListen == "" && cfg.ClusterListen != "" {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/agent/archive"
-	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/httpurl"
@@ -71,12 +70,8 @@ Example:
 
 // agentFlags are the flags an agent shares with `rivora dev`.
 func agentFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.IntFlag{Name: "workers", Value: agent.DefaultWorkers, EnvVars: []string{"RIVORA_WORKERS"}, Usage: "concurrent delivery attempts"},
-		&cli.IntFlag{Name: "max-payload", Value: ingest.DefaultMaxPayload, EnvVars: []string{"RIVORA_MAX_PAYLOAD"}, Usage: "largest accepted payload in `BYTES`"},
-		&cli.IntFlag{Name: "max-batch", Value: ingest.DefaultMaxBatch, EnvVars: []string{"RIVORA_MAX_BATCH"}, Usage: "most events one PublishBatch may carry (`N`); a larger batch is refused with InvalidArgument, nothing of it stored: split it"},
-		&cli.IntFlag{Name: "max-batch-bytes", Value: ingest.DefaultMaxBatchBytes, EnvVars: []string{"RIVORA_MAX_BATCH_BYTES"}, Usage: "largest PublishBatch request in `BYTES` after decompression (ResourceExhausted above it); one batch costs the server about three times this in memory. Publish is bounded to one event of --max-payload"},
-		&cli.DurationFlag{Name: "dedup-window", Value: ingest.DefaultDedupWindow, EnvVars: []string{"RIVORA_DEDUP_WINDOW"}, Usage: "how long an idempotency key names one event of its customer on its destination: a repeat within it returns the first event id and stores nothing, the key reused for another payload, type, lane or content type is refused (AlreadyExists)"},
 		&cli.StringFlag{Name: "history-retention", Value: "7d", EnvVars: []string{"RIVORA_HISTORY_RETENTION"}, Usage: "how long the history behind `events get/list/resend` is kept (`DURATION`: 7d, 36h): every attempt's outcome, and every delivered event whole, payload included, so it can be resent. Disk: about the delivered events' size over the period (1,000 events/s of 1 KiB is ~600 GiB a week) plus ~200 B per attempt; memory does not grow with it"},
 		&cli.StringFlag{Name: "nats-listen", EnvVars: []string{"RIVORA_NATS_LISTEN"}, Usage: "expose the embedded NATS client port on `HOST:PORT` (default: in-process only)"},
 		&cli.StringFlag{Name: "leaf-listen", EnvVars: []string{"RIVORA_LEAF_LISTEN"}, Usage: "accept edge servers as NATS leaf nodes on `HOST:PORT`; each must present the credential derived from the cell token (TLS with --tls-cert). Costs one more listener; an edge's buffered events flow in through it when its link returns"},
@@ -92,7 +87,7 @@ func agentFlags() []cli.Flag {
 		maxInflightFlag,
 		metricsTokenFlag,
 		logLevelFlag,
-	}
+	}, ingestFlags()...)
 }
 
 // agentConfig checks the agent flags `rivora dev` and `rivora agent`
@@ -123,10 +118,8 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 			return agent.Config{}, cli.Exit(fmt.Sprintf("--consul %q: want an http:// or https:// URL such as http://127.0.0.1:8500", consul), 2)
 		}
 	}
-	for _, flag := range []string{"max-payload", "max-batch", "max-batch-bytes"} {
-		if c.Int(flag) < 1 {
-			return agent.Config{}, cli.Exit(fmt.Sprintf("--%s %d: want at least 1", flag, c.Int(flag)), 2)
-		}
+	if err := checkIngestFlags(c); err != nil {
+		return agent.Config{}, err
 	}
 	retention, err := parseRetention(c.String("history-retention"))
 	if err != nil {

@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/internal/tlsconf"
 	"github.com/rivora/rivora/server"
 )
@@ -30,6 +33,53 @@ var (
 			"(HTTP 429) at once, which the SDKs retry with back-off. Each call in flight may hold its request (up to --max-batch-bytes for PublishBatch) in memory. " +
 			"Callers without a valid token never count: they are refused from their headers first. /healthz, /metrics and the gRPC health check are never refused"}
 )
+
+// ingestFlags are the ingest gateway's bounds, which agents, `rivora
+// dev` and edges share.
+func ingestFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "max-payload", Value: ingest.DefaultMaxPayload, EnvVars: []string{"RIVORA_MAX_PAYLOAD"}, Usage: "largest accepted payload in `BYTES`"},
+		&cli.IntFlag{Name: "max-batch", Value: ingest.DefaultMaxBatch, EnvVars: []string{"RIVORA_MAX_BATCH"}, Usage: "most events one PublishBatch may carry (`N`); a larger batch is refused with InvalidArgument, nothing of it stored: split it"},
+		&cli.IntFlag{Name: "max-batch-bytes", Value: ingest.DefaultMaxBatchBytes, EnvVars: []string{"RIVORA_MAX_BATCH_BYTES"}, Usage: "largest PublishBatch request in `BYTES` after decompression (ResourceExhausted above it); one batch costs the server about three times this in memory. Publish is bounded to one event of --max-payload"},
+		&cli.DurationFlag{Name: "dedup-window", Value: ingest.DefaultDedupWindow, EnvVars: []string{"RIVORA_DEDUP_WINDOW"}, Usage: "how long an idempotency key names one event of its customer on its destination: a repeat within it returns the first event id and stores nothing, the key reused for another payload, type, lane or content type is refused (AlreadyExists)"},
+	}
+}
+
+// checkIngestFlags checks the ingestFlags' values.
+func checkIngestFlags(c *cli.Context) error {
+	for _, flag := range []string{"max-payload", "max-batch", "max-batch-bytes"} {
+		if c.Int(flag) < 1 {
+			return cli.Exit(fmt.Sprintf("--%s %d: want at least 1", flag, c.Int(flag)), 2)
+		}
+	}
+	return nil
+}
+
+// parseBytes reads a size: a number of bytes, or a number with a unit,
+// binary (KiB, MiB, GiB, TiB) or decimal (KB, MB, GB, TB): 512MiB, 1GiB,
+// 1073741824.
+func parseBytes(flag, v string) (int64, error) {
+	units := []struct {
+		suffix string
+		factor int64
+	}{
+		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1},
+	}
+	s := strings.TrimSpace(v)
+	factor := int64(1)
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, factor = strings.TrimSpace(num), u.factor
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/factor {
+		return 0, fmt.Errorf("--%s %q: want a size in bytes, such as 1073741824, 512MiB or 1GiB", flag, v)
+	}
+	return n * factor, nil
+}
 
 // tracingHelp ends the --help of every server command.
 const tracingHelp = `

@@ -1,6 +1,7 @@
 // Command rivora runs Rivora's servers: `rivora dev` runs the control plane
 // and one agent in one process on embedded defaults; `rivora controlplane`
-// and `rivora agent` run them apart.
+// and `rivora agent` run them apart; `rivora edge` accepts events beside
+// the publishing apps and forwards them to a cell.
 package main
 
 import (
@@ -31,6 +32,7 @@ func newApp() *cli.App {
 			devCommand(),
 			controlPlaneCommand(),
 			agentCommand(),
+			edgeCommand(),
 		},
 	}
 }

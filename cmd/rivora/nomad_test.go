@@ -29,6 +29,8 @@ const interpolated = "0"
 type rivoraTask struct {
 	where string   // file:task, for messages
 	args  []string // config.args, interpolations replaced
+	// jobType is the job's type ("service", "system", …).
+	jobType string
 	// env names the variables a template with env = true sets.
 	env []string
 	// writesCellToken: a template (not env) writes a file from a Nomad
@@ -46,8 +48,10 @@ func TestNomadJobsMatchFlags(t *testing.T) {
 	for _, file := range files {
 		for _, task := range rivoraTasks(t, file) {
 			checkTask(t, app, task)
+			checkTaskRequired(t, app, task)
 			checkTaskArchive(t, task)
 			checkTaskCellToken(t, task)
+			checkTaskEdge(t, task)
 			checked++
 		}
 	}
@@ -94,6 +98,48 @@ func checkTask(t *testing.T, app *cli.App, task rivoraTask) {
 	}
 }
 
+// checkTaskRequired: every flag the subcommand requires is given, in the
+// args or by a template's variable (a flag parse alone does not check it).
+func checkTaskRequired(t *testing.T, app *cli.App, task rivoraTask) {
+	t.Helper()
+	if len(task.args) == 0 || app.Command(task.args[0]) == nil {
+		return
+	}
+	for _, f := range app.Command(task.args[0]).Flags {
+		r, ok := f.(cli.RequiredFlag)
+		if !ok || !r.IsRequired() {
+			continue
+		}
+		given := false
+		for _, name := range f.Names() {
+			given = given || slices.Contains(task.args, "--"+name)
+		}
+		if ev, ok := f.(interface{ GetEnvVars() []string }); ok {
+			for _, name := range ev.GetEnvVars() {
+				given = given || slices.Contains(task.env, name)
+			}
+		}
+		if !given {
+			t.Errorf("%s: rivora %s requires --%s, which neither the args nor a template's variables give", task.where, task.args[0], f.Names()[0])
+		}
+	}
+}
+
+// checkTaskEdge: an edge task runs in a system job (one edge on every
+// client node, beside the apps that publish), with its data on a volume.
+func checkTaskEdge(t *testing.T, task rivoraTask) {
+	t.Helper()
+	if len(task.args) == 0 || task.args[0] != "edge" {
+		return
+	}
+	if task.jobType != "system" {
+		t.Errorf("%s: rivora edge runs in a %q job, want a system job (one edge per client node)", task.where, task.jobType)
+	}
+	if !slices.Contains(task.args, "--data-dir") {
+		t.Errorf("%s: rivora edge without --data-dir keeps its buffer in the task's own directory, lost with the allocation", task.where)
+	}
+}
+
 // checkTaskArchive: an agent task has the cell's archive (--s3-endpoint, or
 // RIVORA_S3_ENDPOINT from a template) or says a local one is meant
 // (--allow-local-archive); otherwise the agent refuses to start, which
@@ -109,13 +155,13 @@ func checkTaskArchive(t *testing.T, task rivoraTask) {
 	t.Errorf("%s: rivora agent without --s3-endpoint (or --allow-local-archive) refuses to start", task.where)
 }
 
-// checkTaskCellToken: a control plane or agent task has the cell token
+// checkTaskCellToken: a control plane, agent or edge task has the cell token
 // (--cell-token-file, or RIVORA_CELL_TOKEN_FILE from a template), which
 // a template must write (a file under secrets/ or local/); otherwise it
 // refuses to start.
 func checkTaskCellToken(t *testing.T, task rivoraTask) {
 	t.Helper()
-	if len(task.args) == 0 || (task.args[0] != "agent" && task.args[0] != "controlplane") {
+	if len(task.args) == 0 || !slices.Contains([]string{"agent", "controlplane", "edge"}, task.args[0]) {
 		return
 	}
 	if !slices.Contains(task.args, "--cell-token-file") && !slices.Contains(task.env, "RIVORA_CELL_TOKEN_FILE") {
@@ -137,6 +183,10 @@ func rivoraTasks(t *testing.T, file string) []rivoraTask {
 	}
 	var tasks []rivoraTask
 	for _, job := range blocks(f.Body.(*hclsyntax.Body), "job") {
+		jobType := "service" // Nomad's default
+		if typ, ok := job.Body.Attributes["type"]; ok {
+			jobType = stringValue(t, filepath.Base(file), typ.Expr)
+		}
 		for _, group := range blocks(job.Body, "group") {
 			for _, task := range blocks(group.Body, "task") {
 				where := filepath.Base(file) + ":" + strings.Join(task.Labels, "")
@@ -145,7 +195,7 @@ func rivoraTasks(t *testing.T, file string) []rivoraTask {
 					if !ok || filepath.Base(stringValue(t, where, command.Expr)) != "rivora" {
 						continue
 					}
-					rt := rivoraTask{where: where, env: templateEnv(t, where, task.Body), writesCellToken: writesCellToken(t, where, task.Body)}
+					rt := rivoraTask{where: where, jobType: jobType, env: templateEnv(t, where, task.Body), writesCellToken: writesCellToken(t, where, task.Body)}
 					if args, ok := config.Body.Attributes["args"]; ok {
 						rt.args = listValue(t, where, args.Expr)
 					}

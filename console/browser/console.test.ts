@@ -3,7 +3,8 @@
 // watches a failing destination degrade, pauses it, sets an override with a
 // reason, replays its dead letters in lane order, and a viewer sees no
 // action. Screenshots of each page go to console/test-artifacts/.
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { randomBytes } from "node:crypto";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
@@ -30,6 +31,28 @@ const lanes = ["user-1", "user-2", "user-3"];
 const perLane = 4;
 const published = new Map<string, string[]>(); // lane → event ids in publish order
 const pageErrors: string[] = [];
+// The cell token rivora dev runs with, so the test can follow the control
+// plane as an edge does (EdgeService).
+const cellToken = randomBytes(32).toString("hex");
+
+// registerEdge opens an edge's WatchEdge (Connect's streaming JSON
+// envelope), which registers it, and closes it after the first message.
+async function registerEdge(name: string): Promise<void> {
+  const json = new TextEncoder().encode(JSON.stringify({ edgeName: name }));
+  const body = new Uint8Array(5 + json.length);
+  new DataView(body.buffer).setUint32(1, json.length);
+  body.set(json, 5);
+  const abort = new AbortController();
+  const res = await fetch(`${dev.url}/rivora.v1.EdgeService/WatchEdge`, {
+    method: "POST",
+    headers: { "Content-Type": "application/connect+json", Authorization: `Bearer ${cellToken}` },
+    body,
+    signal: abort.signal,
+  });
+  if (!res.ok || !res.body) throw new Error(`WatchEdge ${name}: ${res.status} ${await res.text()}`);
+  await res.body.getReader().read();
+  abort.abort();
+}
 
 async function shot(name: string): Promise<void> {
   await page.screenshot({ path: join(artifacts, name), fullPage: true });
@@ -50,7 +73,9 @@ beforeAll(async () => {
   await mkdir(artifacts, { recursive: true });
   binDir = await mkdtemp(join(tmpdir(), "rivora-console-bin-"));
   bins = await buildBinaries(binDir);
-  dev = await startDev(bins.rivora);
+  const cellTokenFile = join(binDir, "cell.token");
+  await writeFile(cellTokenFile, cellToken, { mode: 0o600 });
+  dev = await startDev(bins.rivora, ["--cell-token-file", cellTokenFile]);
   noisy = await startPartner({ status: 503 });
   quiet = await startPartner({ status: 200 });
   await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "create", "noisy", "--url", noisy.url, "--max-attempts", "2", "--window", "10s");
@@ -223,8 +248,19 @@ describe("console in Chromium against rivora dev", () => {
     await page.getByRole("button", { name: "List events" }).click();
     await page.getByTestId("lane-events").locator("tbody tr").first().waitFor();
     await shot("events.png");
+    await registerEdge("lyon-edge");
+    await rpc(dev, cellToken, "rivora.v1.EdgeService/ReportEdge", {
+      edgeName: "lyon-edge",
+      buffer: { cellConnected: true, bufferedEvents: "1234", bufferedBytes: String(3 * 2 ** 20), oldestBuffered: new Date(Date.now() - 90_000).toISOString(), forwardedTotal: "99" },
+    });
     await page.getByRole("link", { name: "Agents", exact: true }).click();
     await page.getByTestId("agents").getByText("healthy").first().waitFor();
+    const edge = page.getByTestId("edges").locator('tr[data-edge="lyon-edge"]');
+    await edge.waitFor();
+    const cells = await edge.locator("td").allTextContents();
+    expect(cells[0]).toBe("lyon-edge");
+    expect(cells[1]).toBe("yes");
+    expect(cells.slice(4)).toEqual(["1234", "3.0 MiB", expect.stringMatching(/^1m 3\ds$/), "99"]);
     await shot("agents.png");
   });
 

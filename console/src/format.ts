@@ -90,6 +90,19 @@ export function formatCount(n: number | bigint): string {
   return Number(n).toLocaleString("en-US");
 }
 
+/** A byte count in IEC units, as rivoractl prints it: "0 B", "512 B", "1.5 MiB". */
+export function formatBytes(n: number): string {
+  if (!Number.isFinite(n) || n < 1024) return `${Math.max(0, Math.floor(Number.isFinite(n) ? n : 0))} B`;
+  const units = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+  let v = n / 1024;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${v.toFixed(1)} ${units[i]}`;
+}
+
 function trim(n: number, digits: number): string {
   return String(Number(n.toFixed(digits)));
 }

@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import {
   can,
   displayState,
+  formatBytes,
   formatDuration,
   formatRate,
   formatShare,
@@ -27,6 +28,14 @@ const row = (id: string, o: Partial<DestinationRow> = {}): DestinationRow => ({
 });
 
 describe("formatting", () => {
+  it("bytes", () => {
+    expect(formatBytes(0)).toBe("0 B");
+    expect(formatBytes(1023)).toBe("1023 B");
+    expect(formatBytes(1024)).toBe("1.0 KiB");
+    expect(formatBytes(1536)).toBe("1.5 KiB");
+    expect(formatBytes(3 * 2 ** 20)).toBe("3.0 MiB");
+    expect(formatBytes(2 ** 30)).toBe("1.0 GiB");
+  });
   it("rates", () => {
     expect(formatRate(0)).toBe("0");
     expect(formatRate(-1)).toBe("0");

@@ -1,6 +1,9 @@
-// Agents: the cell as the control plane sees it.
-import { admin, errorText, when } from "../api.js";
+// Agents: the cell as the control plane sees it, and the edges that
+// forward events into it.
+import type { EdgeStatus } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
+import { admin, date, errorText, when } from "../api.js";
 import { h, replace, status, table } from "../dom.js";
+import { formatBytes, formatDuration } from "../format.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 
@@ -16,11 +19,43 @@ export function ranges(ps: number[]): string {
   return out.join(", ") || "none";
 }
 
+/** How long the edge's oldest unforwarded event has waited, in seconds (0: none waits). */
+export function oldestBufferedAge(e: EdgeStatus, now: Date): number {
+  const oldest = date(e.buffer?.oldestBuffered);
+  if (!e.buffer || e.buffer.bufferedEvents === 0n || oldest === undefined) return 0;
+  return Math.max(0, (now.getTime() - oldest.getTime()) / 1000);
+}
+
+/** Whether the edge's link to the cell is up, and if not why, as rivoractl says it. */
+export function edgeConnected(e: EdgeStatus): string {
+  if (e.connected) return "yes";
+  if (!e.buffer) return "no (no report yet)";
+  if (!e.buffer.cellConnected) {
+    const since = when(e.buffer.disconnectedSince);
+    return since ? `no (link down since ${since})` : "no (link down)";
+  }
+  return "no (no recent report)";
+}
+
+function edgesTable(edges: EdgeStatus[], now: Date): HTMLElement {
+  return table(`${edges.length} edges`, [
+    { label: "Edge", cell: (e) => e.name },
+    { label: "Connected", cell: (e) => h("span", { class: e.connected ? "state state-healthy" : "state state-parked" }, edgeConnected(e)) },
+    { label: "Watching", cell: (e) => (e.watching ? "yes" : "no") },
+    { label: "Last seen", cell: (e) => when(e.lastSeen) || "not since the control plane started" },
+    { label: "Buffered events", cell: (e) => String(e.buffer?.bufferedEvents ?? 0n), className: "num" },
+    { label: "Buffered bytes", cell: (e) => formatBytes(Number(e.buffer?.bufferedBytes ?? 0n)), className: "num" },
+    { label: "Oldest buffered", cell: (e) => formatDuration(oldestBufferedAge(e, now)), className: "num" },
+    { label: "Forwarded", cell: (e) => String(e.buffer?.forwardedTotal ?? 0n), className: "num" },
+  ], edges, (e) => ({ "data-edge": e.name }), "No edge has registered (`rivora edge` registers on its first connection).");
+}
+
 export const agentsPage: Page = (main) => {
   const st = status();
   const body = h("div", { "data-testid": "agents" });
+  const edges = h("div", { "data-testid": "edges" });
   const version = h("p");
-  replace(main, h("h1", {}, "Agents"), version, st.el, body);
+  replace(main, h("h1", {}, "Agents"), version, st.el, body, h("h2", {}, "Edges"), edges);
   const p = poll(async () => {
     try {
       const r = await admin.getConfigStatus({});
@@ -39,6 +74,7 @@ export const agentsPage: Page = (main) => {
           { label: "Last seen", cell: (a) => when(a.lastSeen) },
         ], r.agents, undefined, "No agent has connected."),
       );
+      replace(edges, edgesTable(r.edges, new Date()));
       st.clear();
     } catch (err) {
       st.error(`Could not load agents: ${errorText(err)}`);

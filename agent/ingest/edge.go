@@ -1,0 +1,107 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rivora/rivora/edge"
+	"github.com/rivora/rivora/internal/errkind"
+	"github.com/rivora/rivora/lanes"
+)
+
+// EdgeTarget makes the gateway an edge's (`rivora edge`, package edge):
+// every event is stored into the edge's buffer, at
+// edge.Subject(Name, partition, destination), with the header
+// edge.Header naming the edge, edge.KeyHeader its idempotency key (when
+// it has one) and the dedup id edge.MsgID(event id). No
+// INGEST is created and nothing goes into lanes: the cell's INGEST
+// sources the buffer across the leaf connection. Idempotency records go
+// to the edge's own bucket (edge.IdempotencyBucket). Everything else —
+// validation, bounds, fan-out, the catalogue, idempotency conflicts, the
+// config version stamped on each event — is the agent's.
+type EdgeTarget struct {
+	// Name is the edge's name (--name).
+	Name string
+	// Admit, when set, is asked before a request records or stores
+	// anything: an error refuses the request as it is (the edge answers
+	// errkind.Exhausted once its oldest unforwarded event is older than
+	// --buffer-max-age). Nil admits every request.
+	Admit func() error
+	// Full, when set, is the answer when the buffer refused a store for
+	// lack of room (edge.IsFull): an errkind.Exhausted error saying how
+	// much is unforwarded and since when the cell is unreachable. Nil
+	// answers a shorter errkind.Exhausted error naming the buffer.
+	Full func() error
+}
+
+// bucket is the idempotency bucket of a gateway with edge target e (nil:
+// an agent's, IdempotencyBucket).
+func (e *EdgeTarget) bucket() string {
+	if e == nil {
+		return IdempotencyBucket
+	}
+	return edge.IdempotencyBucket(e.Name)
+}
+
+// admit asks Admit whether the edge takes a request now.
+func (e *EdgeTarget) admit() error {
+	if e == nil || e.Admit == nil {
+		return nil
+	}
+	return e.Admit()
+}
+
+// full is the answer to a store the edge's buffer refused for lack of
+// room; nil when err is not that (or this is not an edge).
+func (e *EdgeTarget) full(err error) error {
+	if e == nil || !edge.IsFull(err) {
+		return nil
+	}
+	if e.Full != nil {
+		return e.Full()
+	}
+	return errkind.Errorf(errkind.Exhausted, "%s of edge %s is full: it holds as many unforwarded events as --max-buffer allows; they leave it once the cell takes them (is the link to the cell up?)", edge.StreamName, e.Name)
+}
+
+// message is the message storing p: into the edge's buffer for an edge
+// (its header and prefixed dedup id), else into INGEST.
+func (e *EdgeTarget) message(p *prepared) *nats.Msg {
+	if e == nil {
+		msg := nats.NewMsg(lanes.IngestSubject(p.partition, p.event.GetDestinationId()))
+		msg.Data = p.data
+		msg.Header.Set(jetstream.MsgIDHeader, p.msgID)
+		return msg
+	}
+	msg := nats.NewMsg(edge.Subject(e.Name, p.partition, p.event.GetDestinationId()))
+	msg.Data = p.data
+	msg.Header.Set(jetstream.MsgIDHeader, edge.MsgID(p.msgID))
+	msg.Header.Set(edge.Header, e.Name)
+	if p.key != "" {
+		// The cell finds a fan-out's idempotency record by it.
+		msg.Header.Set(edge.KeyHeader, p.key)
+	}
+	return msg
+}
+
+// validate checks an edge target before the gateway starts.
+func (e *EdgeTarget) validate() error {
+	if e == nil {
+		return nil
+	}
+	if e.Name == "" {
+		return errors.New("ingest: an edge target needs the edge's name")
+	}
+	return nil
+}
+
+// storeErrorOf is the answer to a failed store: the edge's full buffer's
+// own (resource_exhausted), else storeError's.
+func (g *Gateway) storeErrorOf(ctx context.Context, err error) error {
+	if full := g.edge.full(err); full != nil {
+		return full
+	}
+	return storeError(ctx, err)
+}

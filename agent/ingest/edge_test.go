@@ -1,0 +1,181 @@
+package ingest_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/ingest"
+	"github.com/rivora/rivora/agent/natsd"
+	"github.com/rivora/rivora/agent/subscriptions"
+	"github.com/rivora/rivora/edge"
+	"github.com/rivora/rivora/internal/errkind"
+	"github.com/rivora/rivora/lanes"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk/eventid"
+)
+
+// edgeFixture is a gateway in edge mode on an edge's own server and
+// buffer of bufferBytes.
+type edgeFixture struct {
+	srv    *natsd.Server
+	gw     gateway
+	buffer jetstream.Stream
+	// refuse, when set, is what Admit answers.
+	refuse atomic.Pointer[error]
+}
+
+const edgeName = "edge-x"
+
+func newEdgeFixture(t *testing.T, bufferBytes int64) *edgeFixture {
+	t.Helper()
+	ctx := context.Background()
+	srv, err := natsd.Start(natsd.Config{DataDir: t.TempDir(), Name: edgeName, Domain: edge.Domain(edgeName)}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	if _, err := edge.Open(ctx, srv.JetStream(), edge.Config{Name: edgeName, MaxBytes: bufferBytes, DedupWindow: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	reg := destinations.NewRegistry()
+	if _, err := reg.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret}}); err != nil {
+		t.Fatal(err)
+	}
+	f := &edgeFixture{srv: srv}
+	gw, err := ingest.New(ctx, srv.JetStream(), reg, ingest.Config{
+		MaxPayload: 16 << 10, Partitions: ingest.FixedCount(partitions), Subscriptions: subscriptions.NewTable(), Catalogue: subscriptions.NewCatalogue(),
+		Applied: func() uint64 { return 7 },
+		Edge: &ingest.EdgeTarget{
+			Name: edgeName,
+			Admit: func() error {
+				if err := f.refuse.Load(); err != nil {
+					return *err
+				}
+				return nil
+			},
+			Full: func() error { return errkind.Errorf(errkind.Exhausted, "the test's full buffer") },
+		},
+	}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.gw = gateway{gw}
+	if f.buffer, err = srv.JetStream().Stream(ctx, edge.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// An edge's gateway stores into the edge's buffer, under the edge's
+// subject, with the edge's header and an "edge:" dedup id; it creates
+// neither INGEST nor the cell's IDEMPOTENCY bucket (its records are in
+// its own), and keeps the agent's rules: idempotency, conflicts, the
+// config version.
+func TestEdgeModeStoresIntoTheBuffer(t *testing.T) {
+	ctx := context.Background()
+	f := newEdgeFixture(t, 1<<20)
+	req := valid()
+	req.IdempotencyKey = "order-1"
+	resp, err := f.gw.Publish(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := eventid.FromKey("orders", "acme", "order-1")
+	if resp.Msg.GetEventId() != id || resp.Msg.GetDuplicate() {
+		t.Fatalf("answer %v, want event %s, not a duplicate", resp.Msg, id)
+	}
+	again, err := f.gw.Publish(ctx, connect.NewRequest(req))
+	if err != nil || !again.Msg.GetDuplicate() || again.Msg.GetEventId() != id {
+		t.Fatalf("the same key again: %v, %v; want a duplicate of %s", again, err, id)
+	}
+	other := valid()
+	other.IdempotencyKey, other.Payload = "order-1", []byte(`{"order":2}`)
+	if _, err := f.gw.Publish(ctx, connect.NewRequest(other)); connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Fatalf("the key reused for another payload: %v, want already_exists", err)
+	}
+
+	info, err := f.buffer.Info(ctx)
+	if err != nil || info.State.Msgs != 1 {
+		t.Fatalf("buffer holds %+v, %v; want 1 event", info.State, err)
+	}
+	m, err := f.buffer.GetMsg(ctx, info.State.FirstSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := edge.Subject(edgeName, lanes.Partition("orders", partitions), "orders"); m.Subject != want {
+		t.Fatalf("stored on %q, want %q", m.Subject, want)
+	}
+	if got := m.Header.Get(edge.Header); got != edgeName {
+		t.Fatalf("header %s = %q, want %q", edge.Header, got, edgeName)
+	}
+	if got := m.Header.Get(jetstream.MsgIDHeader); got != "edge:"+id {
+		t.Fatalf("dedup id %q, want edge:%s", got, id)
+	}
+	ev := &rivorav1.Event{}
+	if err := proto.Unmarshal(m.Data, ev); err != nil || ev.GetEventId() != id || ev.GetConfigVersion() != 7 {
+		t.Fatalf("stored event %v (%v): want id %s, config version 7", ev, err, id)
+	}
+
+	js := f.srv.JetStream()
+	if _, err := js.Stream(ctx, lanes.IngestStream); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("INGEST at the edge: %v, want none", err)
+	}
+	if _, err := js.KeyValue(ctx, ingest.IdempotencyBucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Fatalf("the cell's %s bucket at the edge: %v, want none", ingest.IdempotencyBucket, err)
+	}
+	kv, err := js.KeyValue(ctx, edge.IdempotencyBucket(edgeName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, id); err != nil {
+		t.Fatalf("the key's record in %s: %v", edge.IdempotencyBucket(edgeName), err)
+	}
+}
+
+// Refused by Admit (over age), a request records and stores nothing and
+// answers Admit's error; a full buffer answers Full's, resource_exhausted.
+func TestEdgeModeRefusals(t *testing.T) {
+	ctx := context.Background()
+	f := newEdgeFixture(t, 64<<10)
+	overAge := errkind.Errorf(errkind.Exhausted, "over age")
+	f.refuse.Store(&overAge)
+	req := valid()
+	req.IdempotencyKey = "k-1"
+	_, err := f.gw.Publish(ctx, connect.NewRequest(req))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "over age") {
+		t.Fatalf("refused by Admit: %v, want resource_exhausted: over age", err)
+	}
+	kv, err := f.srv.JetStream().KeyValue(ctx, edge.IdempotencyBucket(edgeName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, eventid.FromKey("orders", "acme", "k-1")); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("a refused request's idempotency record: %v, want none", err)
+	}
+	f.refuse.Store(nil)
+
+	big := valid()
+	big.Payload = []byte(`"` + strings.Repeat("x", 8<<10) + `"`)
+	for i := range 20 {
+		_, err = f.gw.Publish(ctx, connect.NewRequest(big))
+		if err != nil {
+			break
+		}
+		if i == 19 {
+			t.Fatal("160 KiB accepted into a 64 KiB buffer")
+		}
+	}
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "the test's full buffer") {
+		t.Fatalf("publish into a full buffer: %v, want resource_exhausted with Full's message", err)
+	}
+}

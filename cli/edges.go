@@ -1,0 +1,251 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// edgesAbout is what `rivoractl edges --help` teaches first.
+const edgesAbout = `An edge is a ` + "`rivora edge`" + ` process beside the apps that publish, far
+from the cell or behind a link that breaks: it acknowledges each event once
+it is stored in its own buffer, and the cell takes the buffer over the link
+(a NATS leaf connection) whenever the link is up. It never delivers. An edge
+registers with the control plane on its first connection and stays
+registered, and forwarded, until it is removed here.`
+
+// edgesColumns explains the columns of list and the fields of get.
+const edgesColumns = `Columns (and -o json keys):
+   NAME (name)                 the edge's --name
+   CONNECTED (connected)       its link to the cell is up, as its last report
+                               (every 2s) says, and that report is at most 6s
+                               old; when false, why
+   WATCHING (watching)         its config stream to the control plane is open
+   LAST SEEN (lastSeen)        when the control plane last heard from it
+                               (RFC 3339; "-", null in JSON, if not since the
+                               control plane started)
+   BUFFERED (bufferedEvents)   events it acknowledged that the cell has not
+                               taken yet
+   BYTES (bufferedBytes)       their size
+   OLDEST (oldestBufferedAge)  how long the oldest of them has waited ("0s":
+                               nothing waits)
+   FORWARDED (forwardedTotal)  events the cell took since the edge started
+JSON also has registeredAt, disconnectedSince (when its link went
+down), maxBufferBytes (its --max-buffer) and bufferMaxAge (its
+--buffer-max-age).`
+
+func (e *env) edgesCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:        "edges",
+		Usage:       "see and remove the edges (`rivora edge`) that forward events into the cell",
+		Description: edgesAbout,
+		Action:      parentAction,
+		Subcommands: []*ucli.Command{e.edgesList(), e.edgesGet(), e.edgesRemove()},
+	}
+}
+
+func (e *env) edgesList() *ucli.Command {
+	return &ucli.Command{
+		Name:        "list",
+		Usage:       "list the registered edges: link to the cell, unforwarded events, forwarded total",
+		UsageText:   "rivoractl edges list [-o json]",
+		Description: edgesAbout + "\n\n" + edgesColumns + "\n\n-o json prints a JSON array of those objects.",
+		Action: func(c *ucli.Context) error {
+			if err := exactArgs(c, 0, "no arguments"); err != nil {
+				return err
+			}
+			ctx, cancel := callContext(c)
+			defer cancel()
+			resp, err := e.admin().ListEdges(ctx, connect.NewRequest(&rivorav1.ListEdgesRequest{}))
+			if err != nil {
+				return callFailed("list edges", err, nil)
+			}
+			now := time.Now()
+			if e.output == "json" {
+				out := make([]edgeJSON, 0, len(resp.Msg.GetEdges()))
+				for _, s := range resp.Msg.GetEdges() {
+					out = append(out, newEdgeJSON(s, now))
+				}
+				return writeIndentedJSON(e.out, out)
+			}
+			return writeEdges(e.out, resp.Msg.GetEdges(), now)
+		},
+	}
+}
+
+func (e *env) edgesGet() *ucli.Command {
+	return &ucli.Command{
+		Name:        "get",
+		Usage:       "show one edge",
+		ArgsUsage:   "NAME",
+		UsageText:   "rivoractl edges get NAME [-o json]",
+		Description: edgesAbout + "\n\n" + edgesColumns + "\n\n-o json prints one such object.",
+		Action: func(c *ucli.Context) error {
+			if err := exactArgs(c, 1, "one edge NAME"); err != nil {
+				return err
+			}
+			name := c.Args().First()
+			ctx, cancel := callContext(c)
+			defer cancel()
+			resp, err := e.admin().GetEdge(ctx, connect.NewRequest(&rivorav1.GetEdgeRequest{Name: name}))
+			if err != nil {
+				return callFailed(fmt.Sprintf("get edge %q", name), err, nil)
+			}
+			j := newEdgeJSON(resp.Msg.GetEdge(), time.Now())
+			if e.output == "json" {
+				return writeIndentedJSON(e.out, j)
+			}
+			return fields(e.out,
+				"NAME", j.Name,
+				"CONNECTED", connectedText(resp.Msg.GetEdge(), time.Now()),
+				"WATCHING", fmt.Sprint(j.Watching),
+				"LAST SEEN", fmtTime(resp.Msg.GetEdge().GetLastSeen()),
+				"REGISTERED", fmtTime(resp.Msg.GetEdge().GetRegisteredAt()),
+				"BUFFERED", fmt.Sprintf("%d events, %s", j.BufferedEvents, fmtBytes(j.BufferedBytes)),
+				"OLDEST", j.OldestBufferedAge,
+				"FORWARDED", fmt.Sprint(j.ForwardedTotal),
+				"MAX BUFFER", maxBufferText(j),
+			)
+		},
+	}
+}
+
+func (e *env) edgesRemove() *ucli.Command {
+	return &ucli.Command{
+		Name:      "remove",
+		Aliases:   []string{"rm"},
+		Usage:     "forget an edge: the cell stops forwarding its buffer",
+		ArgsUsage: "NAME",
+		UsageText: "rivoractl edges remove NAME [--force]",
+		Description: `Removes edge NAME: the cell no longer takes its buffer (the agent that
+runs partition 0 drops its source from INGEST). Stop the edge first: a
+running edge registers again when it next connects. Refused while the
+edge's last report counts unforwarded events, unless --force: those events
+stay in the edge's buffer and never reach the cell (unless the edge
+registers again).
+
+Examples:
+   rivoractl edges remove lyon
+   rivoractl edges remove lyon --force`,
+		Flags: []ucli.Flag{
+			&ucli.BoolFlag{Name: "force", Usage: "remove it even though it reported unforwarded events (they are not forwarded any more)"},
+		},
+		Action: func(c *ucli.Context) error {
+			if err := exactArgs(c, 1, "one edge NAME"); err != nil {
+				return err
+			}
+			name := c.Args().First()
+			ctx, cancel := callContext(c)
+			defer cancel()
+			if _, err := e.admin().RemoveEdge(ctx, connect.NewRequest(&rivorav1.RemoveEdgeRequest{Name: name, Force: c.Bool("force")})); err != nil {
+				return callFailed(fmt.Sprintf("remove edge %q", name), err, map[connect.Code]string{
+					connect.CodeFailedPrecondition: "wait until the cell took them (`rivoractl edges get " + name + "`), or pass --force to give them up",
+				})
+			}
+			_, err := fmt.Fprintf(e.out, "Removed edge %s; the cell no longer forwards its buffer.\n", name)
+			return err
+		},
+	}
+}
+
+// edgeJSON is one edge as `edges list|get -o json` print it (the keys are
+// a contract).
+type edgeJSON struct {
+	Name              string  `json:"name"`
+	Connected         bool    `json:"connected"`
+	Watching          bool    `json:"watching"`
+	LastSeen          *string `json:"lastSeen"`
+	RegisteredAt      *string `json:"registeredAt"`
+	DisconnectedSince *string `json:"disconnectedSince,omitempty"`
+	BufferedEvents    uint64  `json:"bufferedEvents"`
+	BufferedBytes     uint64  `json:"bufferedBytes"`
+	OldestBufferedAge string  `json:"oldestBufferedAge"`
+	ForwardedTotal    uint64  `json:"forwardedTotal"`
+	MaxBufferBytes    uint64  `json:"maxBufferBytes"`
+	BufferMaxAge      string  `json:"bufferMaxAge,omitempty"`
+}
+
+func newEdgeJSON(s *rivorav1.EdgeStatus, now time.Time) edgeJSON {
+	b := s.GetBuffer()
+	j := edgeJSON{
+		Name: s.GetName(), Connected: s.GetConnected(), Watching: s.GetWatching(),
+		LastSeen: rfc3339(s.GetLastSeen()), RegisteredAt: rfc3339(s.GetRegisteredAt()), DisconnectedSince: rfc3339(b.GetDisconnectedSince()),
+		BufferedEvents: b.GetBufferedEvents(), BufferedBytes: b.GetBufferedBytes(), ForwardedTotal: b.GetForwardedTotal(),
+		OldestBufferedAge: oldestAge(b, now).String(), MaxBufferBytes: b.GetMaxBufferBytes(),
+	}
+	if b.GetBufferMaxAge() != nil {
+		j.BufferMaxAge = shortDuration(b.GetBufferMaxAge().AsDuration())
+	}
+	return j
+}
+
+// oldestAge is how long the oldest unforwarded event has waited, to the
+// second (0 when none waits, or a clock ahead of ours).
+func oldestAge(b *rivorav1.EdgeBuffer, now time.Time) time.Duration {
+	if b.GetBufferedEvents() == 0 || b.GetOldestBuffered() == nil {
+		return 0
+	}
+	return max(0, now.Sub(b.GetOldestBuffered().AsTime()).Truncate(time.Second))
+}
+
+// connectedText is CONNECTED: true, or false and why.
+func connectedText(s *rivorav1.EdgeStatus, now time.Time) string {
+	b := s.GetBuffer()
+	switch {
+	case s.GetConnected():
+		return "true"
+	case b == nil:
+		return "false (no report yet)"
+	case !b.GetCellConnected() && b.GetDisconnectedSince() != nil:
+		return "false (link to the cell down since " + fmtTime(b.GetDisconnectedSince()) + ")"
+	case !b.GetCellConnected():
+		return "false (link to the cell down)"
+	default:
+		return fmt.Sprintf("false (no report for %s)", now.Sub(s.GetLastSeen().AsTime()).Truncate(time.Second))
+	}
+}
+
+func maxBufferText(j edgeJSON) string {
+	if j.MaxBufferBytes == 0 && j.BufferMaxAge == "" {
+		return "-"
+	}
+	return fmt.Sprintf("%s, %s", fmtBytes(j.MaxBufferBytes), dash(j.BufferMaxAge))
+}
+
+func writeEdges(w io.Writer, edges []*rivorav1.EdgeStatus, now time.Time) error {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "NAME\tCONNECTED\tWATCHING\tLAST SEEN\tBUFFERED\tBYTES\tOLDEST\tFORWARDED\n")
+	for _, s := range edges {
+		j := newEdgeJSON(s, now)
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%d\t%s\t%s\t%d\n", j.Name, connectedText(s, now), j.Watching, fmtTime(s.GetLastSeen()),
+			j.BufferedEvents, fmtBytes(j.BufferedBytes), j.OldestBufferedAge, j.ForwardedTotal)
+	}
+	return tw.Flush()
+}
+
+// fmtBytes prints a byte count in IEC units ("0 B", "512 B", "1.5 MiB").
+func fmtBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// writeIndentedJSON prints v as indented JSON, as agents list does.
+func writeIndentedJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,279 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/internal/ids"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// The edges (`rivora edge`, issue 25) as the control plane knows them.
+// Which edges are registered is part of the state (Store.Edges: kept
+// across restarts and leader changes, since the cell forwards each
+// registered edge's buffer through an INGEST source the agent running
+// partition 0 keeps equal to them). How each one is doing — watching,
+// last seen, its last buffer report — is this control plane's memory
+// (edgeRegistry), rebuilt from the edges' next calls after a restart or a
+// leader change, like the agents'. edge_endpoint.go serves EdgeService,
+// edges_endpoint.go the admin RPCs.
+
+// EdgeReportInterval is how often an edge reports its buffer
+// (ReportEdge). An edge is connected while its last report said its link
+// to the cell was up and is at most edgeStaleAfter old.
+const EdgeReportInterval = 2 * time.Second
+
+// edgeStaleAfter is how old an edge's last report may be for it to count
+// as connected: three report intervals, so one late or lost report does
+// not flap it.
+const edgeStaleAfter = 3 * EdgeReportInterval
+
+// maxEdges caps the registered edges: each is an INGEST source in the
+// cell and a name in every agent's feed.
+const maxEdges = 1000
+
+// edgeRegistry is what this control plane saw of each edge since it
+// started: its open WatchEdge streams and its last report. It keeps no
+// edge the store does not (status joins the two by name).
+type edgeRegistry struct {
+	mu    sync.Mutex
+	edges map[string]*edgeState
+}
+
+// edgeState is one edge's calls: its open streams (each with the cancel
+// that ends it when the edge is removed), when it was last heard from,
+// and its last report (nil before the first).
+type edgeState struct {
+	streams    map[*context.CancelFunc]struct{}
+	lastSeen   time.Time
+	reportedAt time.Time
+	buffer     *rivorav1.EdgeBuffer
+}
+
+func newEdgeRegistry() *edgeRegistry {
+	return &edgeRegistry{edges: make(map[string]*edgeState)}
+}
+
+func (r *edgeRegistry) stateLocked(name string) *edgeState {
+	e := r.edges[name]
+	if e == nil {
+		e = &edgeState{streams: make(map[*context.CancelFunc]struct{})}
+		r.edges[name] = e
+	}
+	return e
+}
+
+// watch notes an open WatchEdge stream of name, ended by cancel if the
+// edge is removed; the func it returns notes the stream's end.
+func (r *edgeRegistry) watch(name string, cancel context.CancelFunc, now time.Time) (done func(now time.Time)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.stateLocked(name)
+	key := &cancel
+	e.streams[key] = struct{}{}
+	e.lastSeen = now
+	return func(now time.Time) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.edges[name] != e {
+			return // removed meanwhile
+		}
+		delete(e.streams, key)
+		e.lastSeen = now
+	}
+}
+
+// report keeps an edge's report of its buffer.
+func (r *edgeRegistry) report(name string, buffer *rivorav1.EdgeBuffer, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.stateLocked(name)
+	e.buffer, e.reportedAt, e.lastSeen = proto.Clone(buffer).(*rivorav1.EdgeBuffer), now, now
+}
+
+// forget drops what is known of a removed edge and ends its streams.
+func (r *edgeRegistry) forget(name string) {
+	r.mu.Lock()
+	e := r.edges[name]
+	delete(r.edges, name)
+	r.mu.Unlock()
+	if e == nil {
+		return
+	}
+	for cancel := range e.streams {
+		(*cancel)()
+	}
+}
+
+// status is what is known of the registered edges, in their order.
+func (r *edgeRegistry) status(registered []*rivorav1.Edge, now time.Time) []*rivorav1.EdgeStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*rivorav1.EdgeStatus, 0, len(registered))
+	for _, rec := range registered {
+		s := &rivorav1.EdgeStatus{Name: rec.GetName(), RegisteredAt: rec.GetRegisteredAt()}
+		if e := r.edges[rec.GetName()]; e != nil {
+			s.Watching = len(e.streams) > 0
+			s.LastSeen = timestamppb.New(e.lastSeen)
+			if e.buffer != nil {
+				s.Buffer = proto.Clone(e.buffer).(*rivorav1.EdgeBuffer)
+				s.Connected = e.buffer.GetCellConnected() && now.Sub(e.reportedAt) <= edgeStaleAfter
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// edgeNames lists edges' names, in their order (the store's: sorted).
+func edgeNames(edges []*rivorav1.Edge) []string {
+	if len(edges) == 0 {
+		return nil
+	}
+	names := make([]string, len(edges))
+	for i, e := range edges {
+		names[i] = e.GetName()
+	}
+	return names
+}
+
+// validateEdgeName checks an edge's name: it is the edge's JetStream
+// domain and a token of its subjects, so an id (ids.Validate).
+func validateEdgeName(what, name string) error {
+	if err := ids.Validate(what, name); err != nil {
+		return tag(ErrInvalid, err)
+	}
+	return nil
+}
+
+// registerEdge records edge name on its first WatchEdge (a known name
+// changes nothing): a new config version, audited, that the agents'
+// feed carries (the agent running partition 0 adds the edge's INGEST
+// source).
+func (cp *ControlPlane) registerEdge(name string) error {
+	if err := validateEdgeName("edge_name", name); err != nil {
+		return err
+	}
+	if _, known := cp.store.Edge(name); known {
+		return nil // a reconnect: nothing to write
+	}
+	known := false
+	version, err := cp.changeEdges(func(edges map[string]*rivorav1.Edge) error {
+		if _, ok := edges[name]; ok {
+			known = true
+			return errNothingToDo
+		}
+		if len(edges) >= maxEdges {
+			return errorf(ErrExhausted, "the cell has %d edges registered, the most it takes (%d): remove unused ones (`rivoractl edges remove NAME`)", len(edges), maxEdges)
+		}
+		edges[name] = &rivorav1.Edge{Name: name, RegisteredAt: timestamppb.New(cp.now())}
+		return nil
+	})
+	if known {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	who := actor{name: "edge " + name}
+	cp.record("edge.register", "", who, fmt.Sprintf("edge %s registered on its first watch: the cell forwards its buffer", name), version)
+	cp.log.Info("edge registered", "edge", name, "version", version)
+	return nil
+}
+
+// removeEdge forgets edge name: the agents' feed drops it and the agent
+// running partition 0 removes its INGEST source. Refused while the edge's
+// last report counts unforwarded events, unless force (they stay in the
+// edge's buffer, no longer forwarded). Its open watches end: an edge
+// still running registers again on its next one.
+func (cp *ControlPlane) removeEdge(name string, force bool, who actor) error {
+	if err := validateEdgeName("name", name); err != nil {
+		return err
+	}
+	status, err := cp.edgeStatus(name)
+	if err != nil {
+		return err
+	}
+	buffered := status.GetBuffer().GetBufferedEvents()
+	if buffered > 0 && !force {
+		return errorf(ErrPrecondition, "edge %s reported %d unforwarded events (%d bytes) in its buffer: wait until the cell has them (`rivoractl edges get %s` shows 0), or remove it with --force and they are no longer forwarded", name, buffered, status.GetBuffer().GetBufferedBytes(), name)
+	}
+	version, err := cp.changeEdges(func(edges map[string]*rivorav1.Edge) error {
+		if _, ok := edges[name]; !ok {
+			return edgeNotFound(name)
+		}
+		delete(edges, name)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	cp.edges.forget(name)
+	detail := fmt.Sprintf("edge %s removed: the cell no longer forwards its buffer", name)
+	if buffered > 0 {
+		detail += fmt.Sprintf(" (forced: it last reported %d unforwarded events)", buffered)
+	}
+	cp.record("edge.remove", "", who, detail, version)
+	cp.log.Info("edge removed", "edge", name, "author", who.name, "token_id", who.tokenID, "version", version, "unforwarded_events", buffered)
+	return nil
+}
+
+// changeEdges applies fn to the registered edges as one new config
+// version and wakes every feed (the agents follow the set of edges).
+func (cp *ControlPlane) changeEdges(fn func(edges map[string]*rivorav1.Edge) error) (uint64, error) {
+	version, err := cp.store.UpdateEdges(fn)
+	if err != nil {
+		if errors.Is(err, ErrConflict) {
+			cp.reloaded()
+		}
+		return 0, err
+	}
+	cp.broadcast()
+	return version, nil
+}
+
+// edgeStatuses is what is known of every registered edge, sorted by
+// name.
+func (cp *ControlPlane) edgeStatuses() []*rivorav1.EdgeStatus {
+	return cp.edges.status(cp.store.Edges(), cp.now())
+}
+
+// edgeStatus is what is known of edge name (ErrNotFound if it is not
+// registered).
+func (cp *ControlPlane) edgeStatus(name string) (*rivorav1.EdgeStatus, error) {
+	rec, ok := cp.store.Edge(name)
+	if !ok {
+		return nil, edgeNotFound(name)
+	}
+	return cp.edges.status([]*rivorav1.Edge{rec}, cp.now())[0], nil
+}
+
+// reportEdge keeps a registered edge's report of its buffer. A report of
+// an edge that is not registered is refused (ErrNotFound): an edge
+// registers with its first WatchEdge. One that is registered is kept even
+// while its watch is not open (after a leader change the two reconnect in
+// either order).
+func (cp *ControlPlane) reportEdge(name string, buffer *rivorav1.EdgeBuffer) error {
+	if err := validateEdgeName("edge_name", name); err != nil {
+		return err
+	}
+	if buffer == nil {
+		return errorf(ErrInvalid, "buffer is required")
+	}
+	if _, registered := cp.store.Edge(name); !registered {
+		return errorf(ErrNotFound, "edge %q is not registered with this control plane: an edge registers with its first WatchEdge (open it, then report)", name)
+	}
+	cp.edges.report(name, buffer, cp.now())
+	return nil
+}
+
+// edgeNotFound is the error for an edge name that is not registered.
+func edgeNotFound(name string) error {
+	return errorf(ErrNotFound, "edge %q is not registered; see `rivoractl edges list`", name)
+}

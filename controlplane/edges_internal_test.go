@@ -1,0 +1,63 @@
+package controlplane
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// An edge is connected while its last report said the link was up and is
+// at most edgeStaleAfter old; watching while a stream is open.
+func TestEdgeRegistryConnectedAndWatching(t *testing.T) {
+	r := newEdgeRegistry()
+	t0 := time.Unix(1_700_000_000, 0)
+	registered := []*rivorav1.Edge{{Name: "a"}, {Name: "b"}}
+	status := func(now time.Time) (a, b *rivorav1.EdgeStatus) {
+		s := r.status(registered, now)
+		return s[0], s[1]
+	}
+
+	if a, b := status(t0); a.GetConnected() || a.GetWatching() || a.GetLastSeen() != nil || b.GetName() != "b" {
+		t.Fatalf("before any call: %v, %v", a, b)
+	}
+	_, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := r.watch("a", cancel, t0)
+	r.report("a", &rivorav1.EdgeBuffer{CellConnected: true, BufferedEvents: 3}, t0)
+	r.report("b", &rivorav1.EdgeBuffer{CellConnected: false}, t0)
+	a, b := status(t0.Add(edgeStaleAfter))
+	if !a.GetConnected() || !a.GetWatching() || a.GetBuffer().GetBufferedEvents() != 3 || !a.GetLastSeen().AsTime().Equal(t0) {
+		t.Fatalf("a reported connected %v ago: %v", edgeStaleAfter, a)
+	}
+	if b.GetConnected() || b.GetWatching() {
+		t.Fatalf("b reported its link down: %v", b)
+	}
+	if a, _ := status(t0.Add(edgeStaleAfter + time.Millisecond)); a.GetConnected() {
+		t.Fatalf("a's report is stale after %v, yet it counts as connected", edgeStaleAfter)
+	}
+	done(t0.Add(time.Second))
+	if a, _ := status(t0.Add(time.Second)); a.GetWatching() || !a.GetConnected() || !a.GetLastSeen().AsTime().Equal(t0.Add(time.Second)) {
+		t.Fatalf("a's watch ended: %v; want not watching, still connected by its report", a)
+	}
+	if edgeStaleAfter != 3*EdgeReportInterval {
+		t.Fatalf("staleness %v, want three report intervals", edgeStaleAfter)
+	}
+}
+
+// forget ends the removed edge's open watches.
+func TestEdgeRegistryForgetEndsWatches(t *testing.T) {
+	r := newEdgeRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := r.watch("a", cancel, time.Now())
+	r.forget("a")
+	if ctx.Err() == nil {
+		t.Fatal("forget left the edge's watch open")
+	}
+	done(time.Now()) // the stream's end after its edge is gone changes nothing
+	if s := r.status([]*rivorav1.Edge{{Name: "a"}}, time.Now()); s[0].GetWatching() || s[0].GetLastSeen() != nil {
+		t.Fatalf("a forgotten edge has state: %v", s[0])
+	}
+}

@@ -1,0 +1,359 @@
+package edged_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rivora/rivora/agent"
+	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/ingest"
+	"github.com/rivora/rivora/agent/natsd"
+	"github.com/rivora/rivora/edge"
+	"github.com/rivora/rivora/edge/edged"
+	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/lanes"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/poll"
+)
+
+const (
+	cellSecret     = "a-cell-token-of-at-least-32-characters"
+	publisherToken = "publisher-token-for-acme"
+)
+
+// controlPlane stands in for the control plane's EdgeService (served
+// over real HTTP): it sends one snapshot to each WatchEdge and records
+// the reports. It checks the cell token as the real one does.
+type controlPlane struct {
+	rivorav1connect.UnimplementedEdgeServiceHandler
+	config *rivorav1.WatchResponse
+	// deltas are sent to the open WatchEdge after the snapshot.
+	deltas chan *rivorav1.WatchResponse
+
+	mu      sync.Mutex
+	reports []*rivorav1.EdgeBuffer
+	watches int
+}
+
+func (c *controlPlane) authorized(h http.Header) error {
+	if h.Get("Authorization") != "Bearer "+cellSecret {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("not the cell token"))
+	}
+	return nil
+}
+
+func (c *controlPlane) WatchEdge(ctx context.Context, req *connect.Request[rivorav1.WatchEdgeRequest], stream *connect.ServerStream[rivorav1.WatchEdgeResponse]) error {
+	if err := c.authorized(req.Header()); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.watches++
+	c.mu.Unlock()
+	if err := stream.Send(&rivorav1.WatchEdgeResponse{Config: c.config}); err != nil {
+		return err
+	}
+	for {
+		select {
+		case delta := <-c.deltas:
+			if err := stream.Send(&rivorav1.WatchEdgeResponse{Config: delta}); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func (c *controlPlane) ReportEdge(_ context.Context, req *connect.Request[rivorav1.ReportEdgeRequest]) (*connect.Response[rivorav1.ReportEdgeResponse], error) {
+	if err := c.authorized(req.Header()); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.reports = append(c.reports, req.Msg.GetBuffer())
+	c.mu.Unlock()
+	return connect.NewResponse(&rivorav1.ReportEdgeResponse{}), nil
+}
+
+func (c *controlPlane) lastReport() *rivorav1.EdgeBuffer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.reports) == 0 {
+		return nil
+	}
+	return c.reports[len(c.reports)-1]
+}
+
+// startControlPlane serves a control plane stand-in whose config knows
+// destination "orders" (redacted: no secret) and a publisher token for
+// customer acme.
+func startControlPlane(t *testing.T) (*controlPlane, *httptest.Server) {
+	t.Helper()
+	cp := &controlPlane{deltas: make(chan *rivorav1.WatchResponse, 1), config: &rivorav1.WatchResponse{
+		Version: 3, Snapshot: true, PartitionCount: 4,
+		Destinations: []*rivorav1.Destination{{Id: "orders", Url: "https://partner.example/hook"}},
+		Tokens: []*rivorav1.ApiToken{{
+			Id: "tok_1", Name: "acme-publisher", Role: rivorav1.Role_ROLE_PUBLISHER, Customers: []string{"acme"}, Hash: auth.Hash(publisherToken),
+		}},
+		TokensChanged: true,
+	}}
+	mux := http.NewServeMux()
+	mux.Handle(rivorav1connect.NewEdgeServiceHandler(cp))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return cp, srv
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// runningEdge is an edge started by edged.New, run until stop, its API
+// served over real HTTP.
+type runningEdge struct {
+	*edged.Edge
+	api  *httptest.Server
+	stop func()
+}
+
+func startEdge(t *testing.T, cfg edged.Config) *runningEdge {
+	t.Helper()
+	return startEdgeWithKeys(t, cfg, auth.NewKeys(auth.CellTokenOf(cellSecret)))
+}
+
+func startEdgeWithKeys(t *testing.T, cfg edged.Config, keys *auth.Keys) *runningEdge {
+	t.Helper()
+	cfg.Keys = keys
+	e, err := edged.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = e.Run(ctx)
+	}()
+	mux := http.NewServeMux()
+	e.Handle(mux)
+	api := httptest.NewServer(mux)
+	r := &runningEdge{Edge: e, api: api}
+	var once sync.Once
+	r.stop = func() {
+		once.Do(func() {
+			api.Close()
+			cancel()
+			<-done
+		})
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+// publish publishes one event to orders for acme through the edge's API,
+// with token.
+func (r *runningEdge) publish(token, lane string, payload []byte) (*rivorav1.PublishResponse, error) {
+	client := rivorav1connect.NewIngestServiceClient(http.DefaultClient, r.api.URL, connect.WithInterceptors(auth.Bearer(token)))
+	resp, err := client.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{
+		DestinationId: "orders", CustomerId: "acme", LaneKey: lane, Type: "order.created", Payload: payload,
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+func startCell(t *testing.T, leaf, dataDir string) *natsd.Server {
+	t.Helper()
+	cell, err := natsd.Start(natsd.Config{
+		Name: "cell", DataDir: dataDir, LeafListen: leaf, LeafPassword: agent.LeafPassword(auth.CellTokenOf(cellSecret)),
+	}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cell.Shutdown)
+	if _, err := ingest.New(context.Background(), cell.JetStream(), destinations.NewRegistry(), ingest.Config{}, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	return cell
+}
+
+// An edge accepts while the cell is down, reports its buffer, forwards
+// everything into the cell's INGEST once its source exists, and, restarted
+// on its data dir with neither cell nor control plane reachable, accepts
+// at once by the config it kept, authenticating publishers by its tokens.
+func TestEdgeAcceptsForwardsAndRestartsCutOff(t *testing.T) {
+	ctx := context.Background()
+	cp, cpServer := startControlPlane(t)
+	leaf, dataDir := freeAddr(t), t.TempDir()
+	cfg := edged.Config{
+		Name: "edge-1", DataDir: dataDir, CellLeaf: []string{"nats-leaf://" + leaf}, ControlPlanes: []string{cpServer.URL},
+		MaxBuffer: 1 << 20, BufferMaxAge: time.Hour,
+	}
+	e := startEdge(t, cfg)
+	poll.True(t, "the edge applied the control plane's config", 10*time.Second, func() bool { return e.Healthy() == nil })
+
+	// The cell is down: every publish is acknowledged at the edge.
+	ids := map[string]bool{}
+	for i := range 5 {
+		resp, err := e.publish(publisherToken, "user-1", []byte(`{"n":`+string(rune('0'+i))+`}`))
+		if err != nil {
+			t.Fatalf("publish %d with the cell down: %v", i, err)
+		}
+		ids[resp.GetEventId()] = true
+	}
+	if _, err := e.publish("not-a-token", "user-1", []byte(`{}`)); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("publish with an unknown token: %v, want unauthenticated", err)
+	}
+	poll.True(t, "the edge reported 5 buffered events, cut off from the cell", 10*time.Second, func() bool {
+		r := cp.lastReport()
+		return r != nil && r.GetBufferedEvents() == 5 && !r.GetCellConnected() && r.GetAppliedVersion() == 3 && r.GetMaxBufferBytes() == 1<<20
+	})
+
+	// The cell comes up and forwards the buffer through the edge's source.
+	cell := startCell(t, leaf, t.TempDir())
+	if err := edge.AddSource(ctx, cell.JetStream(), "edge-1"); err != nil {
+		t.Fatal(err)
+	}
+	ingestStream, err := cell.JetStream().Stream(ctx, lanes.IngestStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.True(t, "the cell took the 5 events and the edge's buffer emptied", 30*time.Second, func() bool {
+		info, err := ingestStream.Info(ctx)
+		st := e.Status()
+		return err == nil && info.State.Msgs == 5 && st.CellConnected && st.Buffer.Events == 0 && st.Buffer.Forwarded() == 5
+	})
+	checkForwarded(t, ingestStream, "edge-1", ids)
+	poll.True(t, "the edge reported itself connected, all forwarded", 10*time.Second, func() bool {
+		r := cp.lastReport()
+		return r.GetCellConnected() && r.GetBufferedEvents() == 0 && r.GetForwardedTotal() == 5
+	})
+
+	// Cut off from both: the edge restarts on its data dir and accepts
+	// at once, by the config it kept.
+	e.stop()
+	cell.Shutdown()
+	cpServer.Close()
+	e = startEdge(t, cfg)
+	if err := e.Healthy(); err != nil {
+		t.Fatalf("restarted cut off, the edge is not healthy: %v", err)
+	}
+	if _, err := e.publish(publisherToken, "user-1", []byte(`{"after":"restart"}`)); err != nil {
+		t.Fatalf("publish after a restart cut off: %v", err)
+	}
+	if _, err := e.publish("not-a-token", "user-1", []byte(`{}`)); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("publish with an unknown token after the restart: %v, want unauthenticated", err)
+	}
+	poll.True(t, "the restarted edge's buffer holds the new event, 5 forwarded before", 5*time.Second, func() bool {
+		st := e.Status()
+		return st.Buffer.Events == 1 && st.Buffer.Forwarded() == 5 && !st.CellConnected
+	})
+}
+
+// checkForwarded checks INGEST's messages: the events published (ids),
+// on INGEST's subjects, each with the edge's header and its dedup id
+// "edge:<event id>".
+func checkForwarded(t *testing.T, s jetstream.Stream, name string, ids map[string]bool) {
+	t.Helper()
+	ctx := context.Background()
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, ok := strings.CutPrefix(m.Header.Get(jetstream.MsgIDHeader), edge.MsgIDPrefix)
+		if !ok || !ids[id] || m.Header.Get(edge.Header) != name || !strings.HasPrefix(m.Subject, "ingest.") {
+			t.Fatalf("INGEST message %d: subject %s, headers %v; want an event of %s on ingest.> with its header and an edge: dedup id", seq, m.Subject, m.Header, name)
+		}
+	}
+}
+
+// A full buffer refuses (resource_exhausted) naming the buffer, how much
+// is unforwarded and since when the cell is unreachable; so does a buffer
+// whose oldest event is older than --buffer-max-age. Nothing is dropped.
+func TestEdgeRefusesWhenFullOrOverAge(t *testing.T) {
+	_, cpServer := startControlPlane(t)
+	e := startEdge(t, edged.Config{
+		Name: "edge-2", DataDir: t.TempDir(), CellLeaf: []string{"nats-leaf://" + freeAddr(t)}, ControlPlanes: []string{cpServer.URL},
+		MaxBuffer: 64 << 10, BufferMaxAge: 3 * time.Second,
+	})
+	poll.True(t, "the edge applied the control plane's config", 10*time.Second, func() bool { return e.Healthy() == nil })
+	big := []byte(`"` + strings.Repeat("x", 8<<10) + `"`)
+	var err error
+	accepted := 0
+	for range 20 {
+		if _, err = e.publish(publisherToken, "user-1", big); err != nil {
+			break
+		}
+		accepted++
+	}
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("publish into a full buffer: %v, want resource_exhausted", err)
+	}
+	t.Logf("full: %v", err)
+	for _, want := range []string{"EDGE_BUFFER of edge edge-2 is full", "events (", "bytes) not yet forwarded", "unreachable since"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("full buffer's answer %q does not say %q", err, want)
+		}
+	}
+	// Small events still fit, until the oldest is too old.
+	poll.True(t, "a publish is refused once the oldest event is older than --buffer-max-age", 10*time.Second, func() bool {
+		_, err = e.publish(publisherToken, "user-1", []byte(`{}`))
+		if err == nil {
+			accepted++
+		}
+		return connect.CodeOf(err) == connect.CodeResourceExhausted && strings.Contains(err.Error(), "older than --buffer-max-age")
+	})
+	t.Logf("over age: %v", err)
+	poll.True(t, "the buffer keeps every acknowledged event, over age", 5*time.Second, func() bool {
+		return e.Status().Buffer.Events == uint64(accepted)
+	})
+}
+
+// A delta from the control plane applies at once (a revoked token is
+// refused) and is kept: restarted cut off, the edge still refuses it.
+func TestEdgeAppliesAndKeepsDeltas(t *testing.T) {
+	cp, cpServer := startControlPlane(t)
+	cfg := edged.Config{
+		Name: "edge-3", DataDir: t.TempDir(), CellLeaf: []string{"nats-leaf://" + freeAddr(t)}, ControlPlanes: []string{cpServer.URL},
+		MaxBuffer: 1 << 20, BufferMaxAge: time.Hour,
+	}
+	e := startEdge(t, cfg)
+	poll.True(t, "the edge applied the control plane's config", 10*time.Second, func() bool { return e.Healthy() == nil })
+	if _, err := e.publish(publisherToken, "user-1", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	cp.deltas <- &rivorav1.WatchResponse{Version: 4, Tokens: nil, TokensChanged: true}
+	poll.True(t, "the revoked token is refused", 10*time.Second, func() bool {
+		_, err := e.publish(publisherToken, "user-1", []byte(`{}`))
+		return connect.CodeOf(err) == connect.CodeUnauthenticated
+	})
+	e.stop()
+	cpServer.Close()
+	e = startEdge(t, cfg)
+	if _, err := e.publish(publisherToken, "user-1", []byte(`{}`)); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("restarted cut off, a token revoked before: %v, want unauthenticated", err)
+	}
+}

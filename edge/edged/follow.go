@@ -1,0 +1,189 @@
+package edged
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/backoff"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+)
+
+// silentWatch is how long a WatchEdge stream may stay silent before the
+// edge takes it for dead: twice the control plane's keepalive, as an
+// agent's Watch.
+const silentWatch = 25 * time.Second
+
+// follow keeps a WatchEdge open on the control plane and applies every
+// snapshot and delta in order, as an agent follows Watch: it reconnects
+// with backoff, moving on to the next control plane when one fails (only
+// the leader serves).
+func (e *Edge) follow(ctx context.Context) {
+	httpClient := e.upstream.HTTPClient(0) // no overall timeout: the stream is long-lived
+	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+	quiet := false // a cut lasts: one warning, then debug lines until a watch works again
+	for ctx.Err() == nil {
+		url := e.upstream.URL()
+		received, err := e.watch(ctx, e.client(httpClient, url))
+		if ctx.Err() != nil {
+			return
+		}
+		if received {
+			quiet = false
+		}
+		e.upstream.Next(url)
+		wait := retry.Next()
+		level := slog.LevelWarn
+		if quiet {
+			level = slog.LevelDebug
+		}
+		e.log.Log(ctx, level, "config watch ended; reconnecting (the edge keeps accepting by the config it applied; logged again once a watch works)",
+			"controlplane", url, "next", e.upstream.URL(), "retry_in", wait, "applied_version", e.applied.Load(), "error", err)
+		quiet = true
+		if !backoff.Sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+// client is an EdgeService client of the control plane at url, with the
+// cell token.
+func (e *Edge) client(httpClient *http.Client, url string) rivorav1connect.EdgeServiceClient {
+	return rivorav1connect.NewEdgeServiceClient(httpClient, url, connect.WithInterceptors(auth.Bearer(e.cfg.Keys.Cell().String())))
+}
+
+// watch follows one WatchEdge stream until it ends; received tells
+// whether it brought a config.
+func (e *Edge) watch(ctx context.Context, client rivorav1connect.EdgeServiceClient) (received bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	stream, err := client.WatchEdge(ctx, connect.NewRequest(&rivorav1.WatchEdgeRequest{EdgeName: e.cfg.Name, AppliedVersion: e.applied.Load()}))
+	if err != nil {
+		return false, err
+	}
+	defer stream.Close()
+	alive := make(chan struct{}, 1)
+	wg.Go(func() { watchSilence(ctx, cancel, alive) })
+	for stream.Receive() {
+		select {
+		case alive <- struct{}{}:
+		default:
+		}
+		msg := stream.Msg().GetConfig()
+		if msg == nil {
+			continue
+		}
+		if err := e.apply(msg); err != nil {
+			return received, fmt.Errorf("apply config version %d: %w", msg.GetVersion(), err)
+		}
+		if !received {
+			e.log.Info("following the control plane", "version", msg.GetVersion())
+		}
+		received = true
+	}
+	if err := stream.Err(); err != nil {
+		return received, err
+	}
+	return received, errors.New("control plane closed the stream")
+}
+
+// watchSilence cancels a watch that has received nothing (alive) for
+// silentWatch: a stream cut silently never ends by itself.
+func watchSilence(ctx context.Context, cancel func(), alive <-chan struct{}) {
+	t := time.NewTimer(silentWatch)
+	defer t.Stop()
+	for {
+		select {
+		case <-alive:
+			t.Reset(silentWatch)
+		case <-t.C:
+			cancel()
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// loadConfig applies the config kept on disk, if any (New).
+func (e *Edge) loadConfig() error {
+	whole, err := e.config.load()
+	if err != nil || whole == nil {
+		return err
+	}
+	if err := e.install(whole); err != nil {
+		return fmt.Errorf("apply the config kept at %s: %w", e.config.path, err)
+	}
+	e.config.whole = whole
+	e.log.Info("applied the config kept on disk", "version", whole.GetVersion(), "destinations", len(whole.GetDestinations()), "tokens", len(whole.GetTokens()))
+	return nil
+}
+
+// apply folds one config message into the whole config, installs it and
+// keeps it on disk. A config that cannot be kept is still applied (the
+// edge accepts by it now) and logged: a restart would start from the
+// one kept before.
+func (e *Edge) apply(msg *rivorav1.WatchResponse) error {
+	whole := e.config.fold(msg)
+	if err := e.install(whole); err != nil {
+		return err
+	}
+	if err := e.config.keep(whole); err != nil {
+		e.log.Error("config applied but not kept on disk: a restart while cut off from the control plane would use an older one", "version", whole.GetVersion(), "error", err)
+	}
+	return nil
+}
+
+// install makes whole (a snapshot) the config the gateway accepts by:
+// subscriptions and event types, then API tokens and destinations, then
+// the partition count, which opens ingest (as an agent's apply orders
+// them).
+func (e *Edge) install(whole *rivorav1.WatchResponse) error {
+	if err := e.subs.Replace(unsignedSubscriptions(whole.GetSubscriptions())); err != nil {
+		return err
+	}
+	if err := e.catalogue.Replace(whole.GetEventTypes(), whole.GetStrictEventTypes()); err != nil {
+		return err
+	}
+	// A revoked token is refused from here on.
+	e.cfg.Keys.SetTokens(whole.GetTokens())
+	if _, err := e.registry.Replace(unsigned(whole.GetDestinations())); err != nil {
+		return err
+	}
+	if n := whole.GetPartitionCount(); n > 0 {
+		e.partitions.n.Store(int64(n))
+	}
+	e.applied.Store(whole.GetVersion())
+	e.warnWindows()
+	return nil
+}
+
+// warnWindows warns, once per destination and window, when
+// --buffer-max-age is shorter than a destination's window: in a cut
+// longer than the max age the edge refuses that destination's new
+// events, though the cell would have kept them for the whole window.
+func (e *Edge) warnWindows() {
+	maxAge := e.cfg.BufferMaxAge
+	if maxAge <= 0 {
+		return
+	}
+	for _, d := range e.registry.All() {
+		window := d.Retry.Window
+		if window <= maxAge || e.warnings[d.ID] == window {
+			continue
+		}
+		e.warnings[d.ID] = window
+		e.log.Warn("--buffer-max-age is shorter than a destination's window: in a cut longer than the max age this edge refuses its new events (resource_exhausted) while the cell would have retried them for the whole window; raise --buffer-max-age (and --max-buffer) to cover the window",
+			"destination", d.ID, "window", window, "buffer_max_age", maxAge)
+	}
+}

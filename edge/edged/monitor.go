@@ -1,0 +1,141 @@
+package edged
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/rivora/rivora/agent/natsd"
+	"github.com/rivora/rivora/edge"
+	"github.com/rivora/rivora/internal/errkind"
+)
+
+// sampleEvery is how often the monitor samples the link and the buffer:
+// the over-age refusal starts at most this late, the metrics and the
+// reports are at most this old.
+const sampleEvery = time.Second
+
+// Status is the edge's link to the cell and its buffer, as last sampled.
+type Status struct {
+	// CellConnected: the leaf connection to the cell is up.
+	CellConnected bool
+	// DisconnectedSince is when the leaf connection was last lost (zero
+	// while connected, or when it has not been up since the edge
+	// started).
+	DisconnectedSince time.Time
+	// Buffer is what the buffer holds: the unforwarded events.
+	Buffer edge.Stats
+	// At is when this was sampled.
+	At time.Time
+}
+
+// monitor samples the leaf connection and the buffer's state each
+// second, and answers from the last sample: the gateway's admission (the
+// over-age refusal) and full-buffer message, the reports and the
+// metrics. It owns the link's history (when it was lost).
+type monitor struct {
+	name      string
+	maxBuffer int64
+	maxAge    time.Duration
+	nats      *natsd.Server
+	buffer    *edge.Buffer
+	started   time.Time
+	now       func() time.Time
+
+	mu   sync.Mutex
+	last Status
+}
+
+func newMonitor(cfg Config, nats *natsd.Server, buffer *edge.Buffer, started time.Time) *monitor {
+	return &monitor{name: cfg.Name, maxBuffer: cfg.MaxBuffer, maxAge: cfg.BufferMaxAge, nats: nats, buffer: buffer, started: started, now: time.Now}
+}
+
+// run samples every sampleEvery until ctx ends, logging the link's
+// changes.
+func (m *monitor) run(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(sampleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		before := m.status().CellConnected
+		st := m.sample(ctx)
+		switch {
+		case st.CellConnected && !before:
+			log.Info("connected to the cell: it takes the buffered events", "buffered_events", st.Buffer.Events)
+		case !st.CellConnected && before:
+			log.Warn("the link to the cell is down: events are acknowledged here and kept until it returns", "buffered_events", st.Buffer.Events)
+		}
+	}
+}
+
+// sample reads the link and the buffer now; a buffer that cannot be read
+// keeps its last known state.
+func (m *monitor) sample(ctx context.Context) Status {
+	connected := m.nats.LeafConnections() > 0
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	stats, err := m.buffer.Stats(ctx)
+	cancel()
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err == nil {
+		m.last.Buffer = stats
+	}
+	switch {
+	case connected:
+		m.last.DisconnectedSince = time.Time{}
+	case m.last.CellConnected:
+		m.last.DisconnectedSince = now
+	}
+	m.last.CellConnected, m.last.At = connected, now
+	return m.last
+}
+
+func (m *monitor) status() Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.last
+}
+
+// admit is the gateway's admission: refused (resource_exhausted) once
+// the oldest unforwarded event is older than --buffer-max-age, so that
+// nothing acknowledged is ever discarded for age.
+func (m *monitor) admit() error {
+	if m.maxAge <= 0 {
+		return nil
+	}
+	st := m.status()
+	oldest := st.Buffer.Oldest
+	if oldest.IsZero() || m.now().Sub(oldest) <= m.maxAge {
+		return nil
+	}
+	return errkind.Errorf(errkind.Exhausted, "%s of edge %s holds events older than --buffer-max-age %s (the oldest stored %s ago), so it takes no more: %s; nothing it acknowledged is discarded, and it accepts again once the cell has taken the oldest",
+		edge.StreamName, m.name, m.maxAge, m.now().Sub(oldest).Round(time.Second), m.unforwarded(st))
+}
+
+// full is the answer to a store the buffer refused for lack of room,
+// from a fresh sample.
+func (m *monitor) full() error {
+	st := m.sample(context.Background())
+	return errkind.Errorf(errkind.Exhausted, "%s of edge %s is full (--max-buffer %d bytes): %s; nothing it acknowledged is discarded, and it accepts again as the cell takes events",
+		edge.StreamName, m.name, m.maxBuffer, m.unforwarded(st))
+}
+
+// unforwarded says how much the buffer holds and how the link is.
+func (m *monitor) unforwarded(st Status) string {
+	held := fmt.Sprintf("%d events (%d bytes) not yet forwarded to the cell", st.Buffer.Events, st.Buffer.Bytes)
+	switch {
+	case st.CellConnected:
+		return held + "; the cell is connected and taking them"
+	case !st.DisconnectedSince.IsZero():
+		return fmt.Sprintf("%s, which is unreachable since %s", held, st.DisconnectedSince.UTC().Format(time.RFC3339))
+	default:
+		return fmt.Sprintf("%s, which is unreachable since this edge started at %s", held, m.started.UTC().Format(time.RFC3339))
+	}
+}
