@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rivora/rivora/internal/durable"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -809,43 +810,8 @@ func (s *FileStore) compactLocked() error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(s.path, data); err != nil {
+	if err := durable.WriteFile(s.path, data); err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
 	return s.log.reset(int64(len(data)))
-}
-
-// writeFileAtomic replaces path with data: temp file, fsync, rename, then
-// fsync of the directory so the rename survives a crash.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rivora/rivora/internal/durable"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 )
@@ -100,41 +100,10 @@ func (s *configStore) keep(whole *rivorav1.WatchResponse) error {
 	if err != nil {
 		return fmt.Errorf("encode the config: %w", err)
 	}
-	if err := writeFileAtomic(s.path, data); err != nil {
+	if err := durable.WriteFile(s.path, data); err != nil {
 		return fmt.Errorf("keep the config at %s: %w", s.path, err)
 	}
 	return nil
-}
-
-// writeFileAtomic replaces path with data (mode 0600: the config holds
-// the API tokens' hashes).
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // noSecret stands in for the signing secrets the edge's config leaves
