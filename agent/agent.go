@@ -158,6 +158,8 @@ type Agent struct {
 	applied atomic.Uint64
 	// gone holds the destinations stopped here after a 410.
 	gone *gone.Holds
+	// edges keeps INGEST's sources equal to the registered edges (edges.go).
+	edges *edgeSources
 }
 
 // New starts the embedded NATS server and creates the shared streams.
@@ -214,6 +216,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		a.locker = ownership.NewLocal()
 	}
 	js := a.nats.JetStream()
+	a.edges = newEdgeSources(js, edgeSourcesRepair, base.With("component", "edges"))
 	// In a fresh cell, creating a replicated stream can time out while its
 	// peers catch up with the cluster: retry for a while.
 	create := func(what string, fn func() error) error {
@@ -242,11 +245,22 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 			return fail(err)
 		}
 	}
+	// The owners check the events edges forward against the idempotency
+	// records the gateway keeps (the bucket is the gateway's: created
+	// here first, as the gateway creates it).
+	var forwarded *ingest.ForwardedCheck
+	if err := create(ingest.IdempotencyBucket, func() (err error) {
+		forwarded, err = ingest.NewForwardedCheck(ctx, js, cfg.DedupWindow, cfg.Replicas)
+		return err
+	}); err != nil {
+		return fail(err)
+	}
 	a.parts = partitions.New(partitions.Config{
 		Name: cfg.Name, Locker: a.locker, Upstream: a.upstream, Configure: a.configurePartition, Log: log,
 		Deps: owner.Deps{
 			JS: js, Scheduler: a.sched, Registry: a.registry, Subscriptions: a.subs, Applied: a.applied.Load, History: a.history, Archive: arch,
 			Clock: clock.Real{}, Log: base.With("component", "owner"), DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
+			Forwarded: forwarded,
 		},
 	})
 	if err := create("INGEST", func() (err error) {
@@ -309,6 +323,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	loops.Go(func() { a.follow(ctx) })
 	loops.Go(func() { _ = a.parts.Run(ctx) })
 	loops.Go(func() { _ = a.gone.Run(ctx) })
+	loops.Go(func() { _ = a.edges.Run(ctx) })
 	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.upstream.URL())
 	<-ctx.Done()
 	a.log.Info("draining: waiting for attempts in flight")

@@ -109,9 +109,10 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 
 // apply installs one config message: subscriptions and event types, then
 // partition count, API tokens, destinations, then the partitions this
-// agent owns. Subscriptions and event types come before the partition
-// count, which opens ingest: a fan-out accepted on the first config must
-// see them (an empty table would answer 0 routes and store nothing).
+// agent owns and the registered edges (INGEST's sources). Subscriptions
+// and event types come before the partition count, which opens ingest: a
+// fan-out accepted on the first config must see them (an empty table
+// would answer 0 routes and store nothing).
 // Partitions live as long as the agent runs, not as long as one stream.
 func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 	if msg.GetSnapshot() || len(msg.GetSubscriptions()) > 0 || len(msg.GetRemovedSubscriptionIds()) > 0 {
@@ -145,5 +146,8 @@ func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 	// backlog: the partition set does it beside the Watch, so later
 	// changes still apply.
 	a.parts.Assign(want)
+	// The registered edges, and whether this agent keeps INGEST's sources
+	// for them (partition 0's): set beside the Watch too.
+	a.edges.follow(msg)
 	return nil
 }

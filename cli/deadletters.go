@@ -30,7 +30,7 @@ func filterFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "subscription", Usage: "only those routed by subscription `ID`"},
 		&ucli.StringFlag{Name: "since", Usage: "only those that died at or after `TIME` (RFC 3339, or a duration ago such as 2h)"},
 		&ucli.StringFlag{Name: "until", Usage: "only those that died before `TIME` (RFC 3339, or a duration ago)"},
-		&ucli.StringFlag{Name: "reason", Usage: "only those that died for `REASON`: max_attempts, window, deleted or manual"},
+		&ucli.StringFlag{Name: "reason", Usage: "only those that died for `REASON`: max_attempts, window, deleted, manual or idempotency_conflict (an edge's copy of a key the cell had used for another event)"},
 	}
 }
 
@@ -60,7 +60,7 @@ func filterFrom(c *ucli.Context) (*rivorav1.DeadLetterFilter, error) {
 	if r := c.String("reason"); r != "" {
 		v, ok := rivorav1.DeadReason_value["DEAD_REASON_"+strings.ToUpper(r)]
 		if !ok || v == 0 {
-			return nil, usagef("--reason %q: use max_attempts, window, deleted or manual", r)
+			return nil, usagef("--reason %q: use max_attempts, window, deleted, manual or idempotency_conflict", r)
 		}
 		f.Reason = rivorav1.DeadReason(v)
 	}

@@ -89,7 +89,7 @@ func checkFilter(f *rivorav1.DeadLetterFilter) error {
 		}
 	}
 	if _, known := rivorav1.DeadReason_name[int32(f.GetReason())]; err == nil && !known {
-		err = fmt.Errorf("filter.reason %d is not a dead-letter reason (max_attempts, window, deleted, manual)", f.GetReason())
+		err = fmt.Errorf("filter.reason %d is not a dead-letter reason (max_attempts, window, deleted, manual, idempotency_conflict)", f.GetReason())
 	}
 	if err == nil && f.GetSince() != nil && f.GetUntil() != nil && !f.GetSince().AsTime().Before(f.GetUntil().AsTime()) {
 		err = fmt.Errorf("filter.since (%s) must be before filter.until (%s)", f.GetSince().AsTime().Format(time.RFC3339), f.GetUntil().AsTime().Format(time.RFC3339))

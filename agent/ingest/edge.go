@@ -15,7 +15,8 @@ import (
 // EdgeTarget makes the gateway an edge's (`rivora edge`, package edge):
 // every event is stored into the edge's buffer, at
 // edge.Subject(Name, partition, destination), with the header
-// edge.Header naming the edge and the dedup id edge.MsgID(event id). No
+// edge.Header naming the edge, edge.KeyHeader its idempotency key (when
+// it has one) and the dedup id edge.MsgID(event id). No
 // INGEST is created and nothing goes into lanes: the cell's INGEST
 // sources the buffer across the leaf connection. Idempotency records go
 // to the edge's own bucket (edge.IdempotencyBucket). Everything else —
@@ -78,6 +79,10 @@ func (e *EdgeTarget) message(p *prepared) *nats.Msg {
 	msg.Data = p.data
 	msg.Header.Set(jetstream.MsgIDHeader, edge.MsgID(p.msgID))
 	msg.Header.Set(edge.Header, e.Name)
+	if p.key != "" {
+		// The cell finds a fan-out's idempotency record by it.
+		msg.Header.Set(edge.KeyHeader, p.key)
+	}
 	return msg
 }
 

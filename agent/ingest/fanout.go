@@ -178,7 +178,7 @@ func (g *Gateway) settle(r *routed) error {
 		if err != nil {
 			return fmt.Errorf("encode event: %w", err)
 		}
-		r.deliveries[i] = &prepared{partition: lanes.Partition(rt.Destination, n), event: ev, data: data, msgID: rt.EventID}
+		r.deliveries[i] = &prepared{partition: lanes.Partition(rt.Destination, n), event: ev, data: data, msgID: rt.EventID, key: r.key}
 	}
 	return nil
 }

@@ -413,7 +413,9 @@ type prepared struct {
 	event     *rivorav1.Event
 	data      []byte
 	msgID     string
-	// key and fingerprint are set for an event with an idempotency key.
+	// key is the publish's idempotency key ("": none): an edge sends it
+	// to the cell (edge.KeyHeader). fingerprint is set for an event
+	// published to a destination by name with a key (its record's).
 	key         string
 	fingerprint []byte
 }

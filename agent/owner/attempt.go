@@ -78,6 +78,7 @@ func (w Worker) Attempt(ctx context.Context, part *Partition, a *scheduler.Attem
 // its destination, its subscription (for an event one routed) and the
 // partition's lease; it returns where and how to send it.
 func (o *Partition) gather(f *verdict.Facts, ev *rivorav1.Event) (destinations.Endpoint, time.Duration) {
+	f.Conflict = ev.GetIdempotencyConflict()
 	f.Owned = o.Owned()
 	f.ConfigBehind = o.deps.Applied != nil && o.deps.Applied() < ev.GetConfigVersion()
 	var sub *subscriptions.Subscription

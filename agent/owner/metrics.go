@@ -57,6 +57,8 @@ func reasonLabel(r rivorav1.DeadReason) string {
 		return "window"
 	case rivorav1.DeadReason_DEAD_REASON_DELETED:
 		return "deleted"
+	case rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT:
+		return "idempotency_conflict"
 	default:
 		return "manual"
 	}

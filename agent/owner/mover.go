@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rivora/rivora/edge"
 	"github.com/rivora/rivora/internal/backoff"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -37,7 +38,9 @@ type mover struct {
 	p      int
 	ingest jetstream.Consumer
 	writer *laneWriter
-	log    *slog.Logger
+	// check judges edges' copies (Deps.Forwarded; nil: stored unchecked).
+	check ForwardedCheck
+	log   *slog.Logger
 }
 
 func (m *mover) run(ctx context.Context) error {
@@ -150,7 +153,10 @@ func (m *mover) openDirect(ctx context.Context) bool {
 // moveBatch hands a batch of INGEST messages to the writer and acks those
 // it stored; the rest are retried (dedup ids make retries harmless).
 func (m *mover) moveBatch(ctx context.Context, batch []jetstream.Msg) {
-	items, ins := m.decode(batch)
+	items, ins, fwd := m.decode(batch)
+	if !m.judgeForwarded(ctx, items, fwd) {
+		return // stopping: INGEST redelivers them
+	}
 	wait := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	for len(items) > 0 {
 		res := m.writer.submit(ctx, items)
@@ -174,10 +180,12 @@ func (m *mover) moveBatch(ctx context.Context, batch []jetstream.Msg) {
 }
 
 // decode turns INGEST messages into items for the writer, with the
-// message of each; an undecodable message is dropped.
-func (m *mover) decode(batch []jetstream.Msg) ([]Item, []jetstream.Msg) {
+// message of each, and the edges' copies among them (forwarded: their
+// positions in items); an undecodable message is dropped.
+func (m *mover) decode(batch []jetstream.Msg) ([]Item, []jetstream.Msg, []forwarded) {
 	items := make([]Item, 0, len(batch))
 	ins := make([]jetstream.Msg, 0, len(batch))
+	var fwd []forwarded
 	for _, msg := range batch {
 		ev := &rivorav1.Event{}
 		if err := proto.Unmarshal(msg.Data(), ev); err != nil {
@@ -185,13 +193,86 @@ func (m *mover) decode(batch []jetstream.Msg) ([]Item, []jetstream.Msg) {
 			_ = msg.Term()
 			continue
 		}
-		// The same dedup id as in INGEST (a replayed event has its own).
-		id := msg.Headers().Get(jetstream.MsgIDHeader)
+		// The same dedup id as in INGEST (a replayed event has its own),
+		// but an edge's copy's without its prefix: the lanes dedupe it
+		// with the cell's copy of the same event.
+		edgeName, key, id, isEdge := edge.ReadForwarded(msg.Headers())
 		if id == "" {
 			id = ev.GetEventId()
+		}
+		if isEdge {
+			fwd = append(fwd, forwarded{at: len(items), Forwarded: edge.Forwarded{Event: ev, Edge: edgeName, Key: key}})
 		}
 		items = append(items, Item{Event: ev, Data: msg.Data(), MsgID: id})
 		ins = append(ins, msg)
 	}
-	return items, ins
+	return items, ins, fwd
 }
+
+// forwarded is an edge's copy among a batch's items.
+type forwarded struct {
+	edge.Forwarded
+	at int // its index in the items
+}
+
+// ForwardedCheck judges the copies edges forwarded against the cell's
+// idempotency records (ingest.ForwardedCheck): per event "" to store it,
+// else why its idempotency key names another event at the cell.
+type ForwardedCheck interface {
+	CheckForwarded(ctx context.Context, events []edge.Forwarded) ([]string, error)
+}
+
+// judgeForwarded checks the edges' copies of a batch (fwd) before they
+// are stored, retrying until the check answers (the batch waits: it
+// moves in INGEST order). A copy that conflicts is not dropped: it is
+// stored marked (Event.idempotency_conflict) under a dedup id of its own,
+// so that the cell's copy in the lanes does not swallow it, and becomes a
+// dead letter at its turn without being sent (verdict.Facts.Conflict).
+// It returns false when ctx ended first.
+func (m *mover) judgeForwarded(ctx context.Context, items []Item, fwd []forwarded) bool {
+	if len(fwd) == 0 || m.check == nil {
+		return true
+	}
+	events := make([]edge.Forwarded, len(fwd))
+	for i, f := range fwd {
+		events[i] = f.Forwarded
+	}
+	wait := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+	for {
+		conflicts, err := m.check.CheckForwarded(ctx, events)
+		if err == nil {
+			for i, why := range conflicts {
+				if why != "" {
+					m.markConflict(&items[fwd[i].at], fwd[i].Edge, why)
+				}
+			}
+			return true
+		}
+		d := wait.Next()
+		m.log.Warn("checking edges' events against the cell's idempotency records failed; retrying", "error", err, "retry_in", d)
+		if !backoff.Sleep(ctx, d) {
+			return false
+		}
+	}
+}
+
+// markConflict makes an item the marked copy of a conflicting event.
+func (m *mover) markConflict(it *Item, edgeName, why string) {
+	ev := proto.Clone(it.Event).(*rivorav1.Event)
+	ev.IdempotencyConflict = why
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		// Cannot happen for a message just decoded; store it unmarked
+		// rather than lose it.
+		m.log.Error("mark an edge's conflicting copy", "event_id", ev.GetEventId(), "error", err)
+		return
+	}
+	it.Event, it.Data, it.MsgID = ev, data, conflictMsgID(edgeName, ev.GetEventId())
+	m.log.Warn("an edge's copy conflicts with the cell's idempotency record; it becomes a dead letter at its turn", "edge", edgeName, "event_id", ev.GetEventId(), "destination", ev.GetDestinationId(), "reason", why)
+}
+
+// conflictMsgID is the lanes' dedup id of edge edgeName's conflicting
+// copy of event id: its own, so that the cell's copy (dedup id: the
+// event id) does not make it a duplicate, and stable, so that moving it
+// again after a crash stores it once.
+func conflictMsgID(edgeName, id string) string { return "edge-conflict:" + edgeName + ":" + id }

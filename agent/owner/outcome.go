@@ -41,6 +41,13 @@ func (o *Partition) registered(destinationID string) bool {
 }
 
 func (o *Partition) deadLetter(ev *rivorav1.Event, seq uint64, head scheduler.Head, reason rivorav1.DeadReason) *rivorav1.DeadLetter {
+	if ev.GetIdempotencyConflict() != "" {
+		// Why it died is the dead letter's (reason, last error); the
+		// archived event is unmarked, so that an operator's replay
+		// delivers it.
+		ev = proto.Clone(ev).(*rivorav1.Event)
+		ev.IdempotencyConflict = ""
+	}
 	dl := &rivorav1.DeadLetter{
 		Event:      ev,
 		Attempts:   int32(head.Attempts),

@@ -97,7 +97,7 @@ func open(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Dest
 		t.Fatal(err)
 	}
 	js := srv.JetStream()
-	if n.gw, err = ingest.New(ctx, js, n.reg, ingest.Config{Partitions: ingest.FixedCount(partitions)}, log); err != nil {
+	if n.gw, err = ingest.New(ctx, js, n.reg, ingest.Config{Partitions: ingest.FixedCount(partitions), Subscriptions: n.subs}, log); err != nil {
 		fail(err)
 	}
 	hist, err := history.New(ctx, js, history.Config{}, slog.New(slog.DiscardHandler))
@@ -105,7 +105,11 @@ func open(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Dest
 		fail(err)
 	}
 	runHistory(t, hist)
-	deps := owner.Deps{JS: js, Scheduler: n.sched, Registry: n.reg, Subscriptions: n.subs, Applied: n.applied.Load, History: hist, Archive: arch, Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow}
+	fwd, err := ingest.NewForwardedCheck(ctx, js, ingest.DefaultDedupWindow, 1)
+	if err != nil {
+		fail(err)
+	}
+	deps := owner.Deps{JS: js, Scheduler: n.sched, Registry: n.reg, Subscriptions: n.subs, Applied: n.applied.Load, History: hist, Archive: arch, Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow, Forwarded: fwd}
 	locker := ownership.NewLocal()
 	for p := range partitions {
 		lease, err := locker.TryAcquire(ctx, p)

@@ -64,6 +64,10 @@ type Deps struct {
 	DedupWindow time.Duration
 	// Replicas is the partition streams' replica count in a cell.
 	Replicas int
+	// Forwarded checks the events edges forwarded into INGEST against the
+	// cell's idempotency records before they are moved (nil: moved
+	// unchecked).
+	Forwarded ForwardedCheck
 }
 
 // Partition owns partition p's pending store. It holds no state of its
@@ -123,7 +127,7 @@ func Open(ctx context.Context, p int, deps Deps, lease *ownership.Lease) (*Parti
 // wire creates the parts, once the streams exist.
 func (o *Partition) wire(ingest jetstream.Consumer) {
 	o.writer = newLaneWriter(o.p, o.deps.JS, o.fence, o.deps.Scheduler, o.cache, o.log)
-	o.mover = &mover{p: o.p, ingest: ingest, writer: o.writer, log: o.log}
+	o.mover = &mover{p: o.p, ingest: ingest, writer: o.writer, check: o.deps.Forwarded, log: o.log}
 	o.reclaim = newReclaimer(o.p, o.lanes, o.ledger, o.fence, o.deps.Scheduler, o.writer.registered, o.log)
 	o.dead = newDeadLetters(o.p, o.ledger, o.fence, o.deps.Archive, o.log)
 }

@@ -7,6 +7,10 @@
 // The partition owner applies it (owner.Settle): the ledger, the history,
 // the dead letter, then exactly one call to the scheduler.
 //
+// An edge's copy of an event whose idempotency key the cell had used for
+// another event (Facts.Conflict) dies at its turn without being sent
+// (reason idempotency_conflict).
+//
 // Decide is called twice per attempt that is sent: before sending (the
 // verdict is Send unless something ends the attempt first: the partition
 // is not open, the destination was deleted or paused, the window closed
@@ -103,6 +107,10 @@ type Facts struct {
 	PartitionOpen bool
 	// LoadErr: the event could not be loaded from the lane store.
 	LoadErr error
+	// Conflict: the event is an edge's copy whose idempotency key the
+	// cell had used for another event (Event.idempotency_conflict): why
+	// it is not delivered.
+	Conflict string
 	// DestinationKnown: the destination is in the config (it may have
 	// been deleted while the attempt was handed out).
 	DestinationKnown bool
@@ -158,6 +166,12 @@ func Decide(f Facts) Verdict {
 		return wait(a.Head, f.Now.Add(OpeningDelay))
 	case f.LoadErr != nil:
 		return Verdict{Kind: Skip}
+	case f.Conflict != "":
+		// Never sent, whatever its destination's state: it dies at its
+		// turn (its lane's order kept), with why in its last error.
+		head := a.Head
+		head.LastError = f.Conflict
+		return Verdict{Kind: Dead, Head: head, Reason: rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT}
 	case (!f.DestinationKnown || f.SubscriptionMissing) && f.ConfigBehind:
 		// Created after this agent's config: not deleted, just not here
 		// yet. Not sent, not charged; try again once the config arrives.

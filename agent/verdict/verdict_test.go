@@ -112,6 +112,12 @@ func TestDecide(t *testing.T) {
 			verdict.Verdict{Kind: verdict.Wait, Head: scheduler.Head{NotBefore: now.Add(verdict.OpeningDelay)}}},
 		{"event cannot be loaded", with(ready(attempt(1)), func(f *verdict.Facts) { f.LoadErr = errors.New("no message found") }),
 			verdict.Verdict{Kind: verdict.Skip}},
+		{"an edge's copy whose key the cell used for another event: dead, never sent, why in its last error", with(ready(attempt(1)), func(f *verdict.Facts) {
+			f.Conflict = "idempotency key \"k\" was used at the cell for another event"
+		}), verdict.Verdict{Kind: dead, Head: scheduler.Head{LastError: "idempotency key \"k\" was used at the cell for another event"}, Reason: rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT}},
+		{"an edge's conflicting copy of a paused, deleted destination: dead as a conflict", with(ready(attempt(1)), func(f *verdict.Facts) {
+			f.Conflict, f.Paused, f.DestinationKnown = "conflict", true, false
+		}), verdict.Verdict{Kind: dead, Head: scheduler.Head{LastError: "conflict"}, Reason: rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT}},
 		{"destination deleted", with(ready(attempt(2)), func(f *verdict.Facts) { f.DestinationKnown = false }),
 			verdict.Verdict{Kind: dead, Head: attempt(2).Head, Reason: deleted, ArchiveRest: true}},
 		{"paused", with(ready(attempt(2)), func(f *verdict.Facts) { f.Paused = true }),

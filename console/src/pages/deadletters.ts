@@ -33,6 +33,7 @@ export const reasonNames: Record<number, string> = {
   [DeadReason.WINDOW]: "window",
   [DeadReason.DELETED]: "deleted",
   [DeadReason.MANUAL]: "manual",
+  [DeadReason.IDEMPOTENCY_CONFLICT]: "idempotency conflict",
 };
 
 // #/dead-letters opens on where the dead letters are (per destination; for
@@ -50,7 +51,7 @@ export const deadLettersPage: Page = (main, me, args) => {
     "select",
     { name: "reason" },
     h("option", { value: "" }, "any"),
-    ...[DeadReason.MAX_ATTEMPTS, DeadReason.WINDOW, DeadReason.DELETED, DeadReason.MANUAL].map((r) => h("option", { value: String(r) }, reasonNames[r]!)),
+    ...[DeadReason.MAX_ATTEMPTS, DeadReason.WINDOW, DeadReason.DELETED, DeadReason.MANUAL, DeadReason.IDEMPOTENCY_CONFLICT].map((r) => h("option", { value: String(r) }, reasonNames[r]!)),
   );
   const since = h("input", { type: "datetime-local", name: "since" });
   const until = h("input", { type: "datetime-local", name: "until" });

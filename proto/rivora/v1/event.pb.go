@@ -32,6 +32,9 @@ const (
 	DeadReason_DEAD_REASON_WINDOW       DeadReason = 2
 	DeadReason_DEAD_REASON_DELETED      DeadReason = 3
 	DeadReason_DEAD_REASON_MANUAL       DeadReason = 4
+	// An edge's copy of an event whose idempotency key the cell had used for
+	// another event (Event.idempotency_conflict); never sent.
+	DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT DeadReason = 5
 )
 
 // Enum value maps for DeadReason.
@@ -42,13 +45,15 @@ var (
 		2: "DEAD_REASON_WINDOW",
 		3: "DEAD_REASON_DELETED",
 		4: "DEAD_REASON_MANUAL",
+		5: "DEAD_REASON_IDEMPOTENCY_CONFLICT",
 	}
 	DeadReason_value = map[string]int32{
-		"DEAD_REASON_UNSPECIFIED":  0,
-		"DEAD_REASON_MAX_ATTEMPTS": 1,
-		"DEAD_REASON_WINDOW":       2,
-		"DEAD_REASON_DELETED":      3,
-		"DEAD_REASON_MANUAL":       4,
+		"DEAD_REASON_UNSPECIFIED":          0,
+		"DEAD_REASON_MAX_ATTEMPTS":         1,
+		"DEAD_REASON_WINDOW":               2,
+		"DEAD_REASON_DELETED":              3,
+		"DEAD_REASON_MANUAL":               4,
+		"DEAD_REASON_IDEMPOTENCY_CONFLICT": 5,
 	}
 )
 
@@ -163,8 +168,16 @@ type Event struct {
 	// a partition owner that has not applied it yet does not judge the
 	// event's destination or subscription missing (deleted) before it has.
 	ConfigVersion uint64 `protobuf:"varint,14,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// idempotency_conflict is set by the cell's partition owner on a copy
+	// an edge forwarded whose idempotency key the cell had already recorded
+	// for another event (the edge could not tell while it was cut off): why
+	// this copy is not delivered. The copy is kept in its lane and, at its
+	// turn, becomes a dead letter (reason idempotency_conflict) without
+	// being sent; the dead letter's event has it cleared (a replay
+	// delivers it).
+	IdempotencyConflict string `protobuf:"bytes,15,opt,name=idempotency_conflict,json=idempotencyConflict,proto3" json:"idempotency_conflict,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Event) Reset() {
@@ -293,6 +306,13 @@ func (x *Event) GetConfigVersion() uint64 {
 		return x.ConfigVersion
 	}
 	return 0
+}
+
+func (x *Event) GetIdempotencyConflict() string {
+	if x != nil {
+		return x.IdempotencyConflict
+	}
+	return ""
 }
 
 // Attempt is one delivery attempt of one event.
@@ -819,7 +839,7 @@ var File_rivora_v1_event_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x15rivora/v1/event.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x03\n" +
+	"\x15rivora/v1/event.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8c\x04\n" +
 	"\x05Event\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x1f\n" +
@@ -839,7 +859,8 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"tracestate\x18\f \x01(\tR\n" +
 	"tracestate\x12'\n" +
 	"\x0fsubscription_id\x18\r \x01(\tR\x0esubscriptionId\x12%\n" +
-	"\x0econfig_version\x18\x0e \x01(\x04R\rconfigVersion\"\xbb\x01\n" +
+	"\x0econfig_version\x18\x0e \x01(\x04R\rconfigVersion\x121\n" +
+	"\x14idempotency_conflict\x18\x0f \x01(\tR\x13idempotencyConflict\"\xbb\x01\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1f\n" +
@@ -903,14 +924,15 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"\fHistoryBatch\x123\n" +
 	"\boutcomes\x18\x01 \x03(\v2\x17.rivora.v1.EventOutcomeR\boutcomes\x12(\n" +
 	"\x06events\x18\x02 \x03(\v2\x10.rivora.v1.EventR\x06events\x12#\n" +
-	"\routcome_times\x18\x03 \x03(\x03R\foutcomeTimes*\x90\x01\n" +
+	"\routcome_times\x18\x03 \x03(\x03R\foutcomeTimes*\xb6\x01\n" +
 	"\n" +
 	"DeadReason\x12\x1b\n" +
 	"\x17DEAD_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18DEAD_REASON_MAX_ATTEMPTS\x10\x01\x12\x16\n" +
 	"\x12DEAD_REASON_WINDOW\x10\x02\x12\x17\n" +
 	"\x13DEAD_REASON_DELETED\x10\x03\x12\x16\n" +
-	"\x12DEAD_REASON_MANUAL\x10\x04B3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
+	"\x12DEAD_REASON_MANUAL\x10\x04\x12$\n" +
+	" DEAD_REASON_IDEMPOTENCY_CONFLICT\x10\x05B3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
 
 var (
 	file_rivora_v1_event_proto_rawDescOnce sync.Once

@@ -1,0 +1,139 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/rivora/rivora/edge"
+	"github.com/rivora/rivora/internal/ids"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// edgeSourcesRepair is how often the keeper of INGEST's edge sources sets
+// them again although nothing changed: an update that failed, or one
+// another agent's start raced (ingest.New writes INGEST's config with the
+// sources it read), is repaired within it.
+const edgeSourcesRepair = 30 * time.Second
+
+var edgeSourcesGauge = promauto.NewGauge(prometheus.GaugeOpts{
+	Name: "rivora_edge_sources",
+	Help: "Edges whose buffer INGEST sources, as this agent last set them (only the agent assigned partition 0 keeps them; 0 on the others).",
+})
+
+// edgeSources keeps the cell's INGEST sources equal to the registered
+// edges: one source per edge (edge.Source), and no other edge's. The
+// control plane's feed names the edges (WatchResponse.edges); only the
+// agent assigned partition 0 writes INGEST's config, so that one writer
+// does. Sources that are not edges' are never touched.
+//
+// Invariant: nothing is written before the control plane has named the
+// edges (a snapshot), so an agent that has not heard of an edge yet
+// never removes its source.
+type edgeSources struct {
+	js    jetstream.JetStream
+	log   *slog.Logger
+	every time.Duration
+	// kick wakes Run when what it should do changed.
+	kick chan struct{}
+
+	mu     sync.Mutex
+	names  []string // the registered edges, sorted
+	known  bool     // the control plane has named them
+	keeper bool     // this agent is assigned partition 0
+}
+
+func newEdgeSources(js jetstream.JetStream, every time.Duration, log *slog.Logger) *edgeSources {
+	return &edgeSources{js: js, log: log, every: every, kick: make(chan struct{}, 1)}
+}
+
+// follow takes from one config message the registered edges (on a
+// snapshot, or when they changed) and whether this agent keeps INGEST's
+// sources (it is assigned partition 0; every message carries the full
+// assignment). Run acts on a change.
+func (e *edgeSources) follow(msg *rivorav1.WatchResponse) {
+	e.mu.Lock()
+	changed := false
+	if msg.GetSnapshot() || msg.GetEdgesChanged() {
+		names := e.valid(msg.GetEdges())
+		changed = !e.known || !slices.Equal(names, e.names)
+		e.names, e.known = names, true
+	}
+	if keeper := slices.Contains(msg.GetPartitions(), 0); keeper != e.keeper {
+		e.keeper, changed = keeper, true
+	}
+	e.mu.Unlock()
+	if changed {
+		select {
+		case e.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// valid are the names sorted, without repeats, and without a name that
+// cannot be an edge's (the control plane validates them: logged, never
+// made a source).
+func (e *edgeSources) valid(names []string) []string {
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if err := ids.Validate("edge name", n); err != nil {
+			e.log.Error("ignoring an edge the control plane names", "edge", n, "error", err)
+			continue
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Run sets INGEST's edge sources on every change and every e.every, until
+// ctx ends.
+func (e *edgeSources) Run(ctx context.Context) error {
+	t := time.NewTicker(e.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-e.kick:
+		case <-t.C:
+		}
+		e.reconcile(ctx)
+	}
+}
+
+// reconcile sets INGEST's edge sources to the registered edges, when this
+// agent keeps them and the edges are known.
+func (e *edgeSources) reconcile(ctx context.Context) {
+	e.mu.Lock()
+	names, known, keeper := e.names, e.known, e.keeper
+	e.mu.Unlock()
+	if !keeper {
+		edgeSourcesGauge.Set(0)
+		return
+	}
+	if !known {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	added, removed, err := edge.SetSources(ctx, e.js, names)
+	if err != nil {
+		e.log.Warn("set INGEST's edge sources; retrying", "edges", names, "retry_in", e.every, "error", err)
+		return
+	}
+	for _, n := range added {
+		e.log.Info("INGEST sources an edge's buffer now", "edge", n)
+	}
+	for _, n := range removed {
+		e.log.Info("INGEST no longer sources an edge's buffer (the edge is not registered)", "edge", n)
+	}
+	edgeSourcesGauge.Set(float64(len(names)))
+}

@@ -1,0 +1,170 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/ingest"
+	"github.com/rivora/rivora/agent/natsd"
+	"github.com/rivora/rivora/edge"
+	"github.com/rivora/rivora/lanes"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
+)
+
+// startIngest is an embedded server with the cell's INGEST stream, which
+// sources a stream that is not an edge's (OTHER) and a stale edge's
+// buffer ("gone").
+func startIngest(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	ctx := context.Background()
+	srv, err := natsd.Start(natsd.Config{DataDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	js := srv.JetStream()
+	if _, err := ingest.New(ctx, js, destinations.NewRegistry(), ingest.Config{}, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, lanes.IngestStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.Sources = []*jetstream.StreamSource{{Name: "OTHER"}}
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := edge.AddSource(ctx, js, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// ingestSources are INGEST's sources: "edge:NAME" for an edge's, else the
+// stream's name.
+func ingestSources(t *testing.T, js jetstream.JetStream) []string {
+	t.Helper()
+	s, err := js.Stream(context.Background(), lanes.IngestStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, src := range info.Config.Sources {
+		if name, ok := edge.SourceEdge(src); ok {
+			out = append(out, "edge:"+name)
+		} else {
+			out = append(out, src.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func wantSources(t *testing.T, js jetstream.JetStream, step string, want ...string) {
+	t.Helper()
+	slices.Sort(want)
+	if got := ingestSources(t, js); !slices.Equal(got, want) {
+		t.Fatalf("%s: INGEST sources %v, want %v", step, got, want)
+	}
+}
+
+// The agent assigned partition 0 sets INGEST's edge sources to exactly the
+// registered edges, on the snapshot and on each change of them; it never
+// touches a source that is not an edge's; an agent not assigned partition
+// 0, or one the control plane has not yet named the edges to, writes
+// nothing.
+func TestIngestSourcesFollowTheRegisteredEdges(t *testing.T) {
+	ctx := context.Background()
+	js := startIngest(t)
+	e := newEdgeSources(js, time.Hour, slog.New(slog.DiscardHandler))
+
+	e.follow(&rivorav1.WatchResponse{Partitions: []uint32{0, 1}})
+	e.reconcile(ctx)
+	wantSources(t, js, "before the control plane named the edges", "OTHER", "edge:gone")
+
+	e.follow(&rivorav1.WatchResponse{Snapshot: true, Edges: []string{"b", "a", "b"}, Partitions: []uint32{0, 1}})
+	e.reconcile(ctx)
+	wantSources(t, js, "snapshot naming a and b", "OTHER", "edge:a", "edge:b")
+	if got := gaugeValue(t); got != 2 {
+		t.Fatalf("rivora_edge_sources = %v, want 2", got)
+	}
+
+	e.follow(&rivorav1.WatchResponse{Partitions: []uint32{0}})
+	e.reconcile(ctx)
+	wantSources(t, js, "a delta that does not change the edges", "OTHER", "edge:a", "edge:b")
+
+	e.follow(&rivorav1.WatchResponse{EdgesChanged: true, Edges: []string{"b", "c"}, Partitions: []uint32{0}})
+	e.reconcile(ctx)
+	wantSources(t, js, "a removed, c registered", "OTHER", "edge:b", "edge:c")
+
+	e.follow(&rivorav1.WatchResponse{EdgesChanged: true, Partitions: []uint32{0}})
+	e.reconcile(ctx)
+	wantSources(t, js, "no edge registered", "OTHER")
+	if got := gaugeValue(t); got != 0 {
+		t.Fatalf("rivora_edge_sources = %v, want 0", got)
+	}
+
+	// Partition 0 moved to another agent: this one writes nothing.
+	e.follow(&rivorav1.WatchResponse{EdgesChanged: true, Edges: []string{"d"}, Partitions: []uint32{1}})
+	e.reconcile(ctx)
+	wantSources(t, js, "not partition 0's agent", "OTHER")
+}
+
+// The keeper sets the sources again by itself: one removed behind its back
+// (a failed update, another agent's start racing) comes back within the
+// repair interval, with no config change.
+func TestIngestEdgeSourcesAreRepaired(t *testing.T) {
+	js := startIngest(t)
+	e := newEdgeSources(js, 50*time.Millisecond, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	e.follow(&rivorav1.WatchResponse{Snapshot: true, Edges: []string{"a"}, Partitions: []uint32{0}})
+	poll.True(t, "a's source added, gone's removed", 10*time.Second, func() bool {
+		return slices.Equal(ingestSources(t, js), []string{"OTHER", "edge:a"})
+	})
+	if err := edge.RemoveSource(context.Background(), js, "a"); err != nil {
+		t.Fatal(err)
+	}
+	poll.True(t, "a's source back", 10*time.Second, func() bool {
+		return slices.Equal(ingestSources(t, js), []string{"OTHER", "edge:a"})
+	})
+}
+
+// An agent's start (ingest.New) keeps INGEST's sources, edges' and
+// others'.
+func TestAnAgentsStartKeepsIngestSources(t *testing.T) {
+	js := startIngest(t)
+	if _, err := ingest.New(context.Background(), js, destinations.NewRegistry(), ingest.Config{}, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	wantSources(t, js, "after a second start", "OTHER", "edge:gone")
+}
+
+// gaugeValue is rivora_edge_sources now.
+func gaugeValue(t *testing.T) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := edgeSourcesGauge.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
+}
