@@ -74,7 +74,9 @@ func (w *edgeWorld) join(opts edgeOptions) {
 	t := w.t
 	t.Helper()
 	w.p = newPartner(t)
-	w.r.createDestination(t, w.dest, w.p, nil)
+	// An open budget: the tests wait for deliveries, not for the default
+	// 50/s.
+	w.r.createDestination(t, w.dest, w.p, &rivorav1.Limits{RatePerSecond: 5000, Burst: 5000, MaxInFlight: 64})
 	opts.Name, opts.WAN = w.name, w.w
 	w.e = startEdge(t, opts, publisherToken(t, w.r, "edge-publisher"))
 	waitEdgeApplied(t, w.r, w.name)
@@ -173,8 +175,11 @@ func (w *edgeWorld) cutKillRestart() {
 	w.w.Restore()
 	t.Logf("restored after %s: %d events published, %d delivered", time.Since(cutAt).Round(time.Millisecond), len(w.pub.all()), delivered)
 	restoredAt := time.Now()
+	w.e.waitMetrics("connected again", 3*time.Minute, func(connected, _ float64) bool { return connected == 1 })
+	t.Logf("the edge's leaf connection is up %s after the restore", time.Since(restoredAt).Round(time.Millisecond))
 	w.publishRounds(5)
 	w.waitForwarded(3 * time.Minute)
+	t.Logf("first delivery %s after the restore", firstAt(w.p.Requests(), func(r partner.Request) bool { return r.At.After(restoredAt) }).Sub(restoredAt).Round(time.Millisecond))
 	w.e.waitMetrics("connected with an empty buffer", 30*time.Second, func(connected, buffered float64) bool { return connected == 1 && buffered == 0 })
 	t.Logf("everything delivered %s after the link returned", time.Since(restoredAt).Round(time.Millisecond))
 }
