@@ -208,21 +208,32 @@ func (e *edgeProc) metric(series string) (float64, error) {
 	return 0, nil
 }
 
-// waitMetrics polls the edge's /metrics until cond holds for the link
-// (rivora_edge_cell_connected) and the buffer (rivora_edge_buffered_events).
-func (e *edgeProc) waitMetrics(what string, timeout time.Duration, cond func(connected, buffered float64) bool) {
+// edgeMetrics is the edge's account of its link and buffer, from its
+// /metrics (sampled by the edge every second).
+type edgeMetrics struct {
+	Connected bool    // rivora_edge_cell_connected
+	Buffered  float64 // rivora_edge_buffered_events
+	Forwarded float64 // rivora_edge_forwarded_total
+}
+
+// waitMetrics polls the edge's /metrics until cond holds.
+func (e *edgeProc) waitMetrics(what string, timeout time.Duration, cond func(edgeMetrics) bool) {
 	e.t.Helper()
+	var m edgeMetrics
 	err := poll.Check(timeout, 100*time.Millisecond, func() error {
 		connected, err := e.metric("rivora_edge_cell_connected")
 		if err != nil {
 			return err
 		}
-		buffered, err := e.metric("rivora_edge_buffered_events")
-		if err != nil {
+		if m.Buffered, err = e.metric("rivora_edge_buffered_events"); err != nil {
 			return err
 		}
-		if !cond(connected, buffered) {
-			return fmt.Errorf("rivora_edge_cell_connected %v, rivora_edge_buffered_events %v", connected, buffered)
+		if m.Forwarded, err = e.metric("rivora_edge_forwarded_total"); err != nil {
+			return err
+		}
+		m.Connected = connected == 1
+		if !cond(m) {
+			return fmt.Errorf("%+v", m)
 		}
 		return nil
 	})

@@ -155,7 +155,7 @@ func (w *edgeWorld) cutKillRestart() {
 	rp := w.startPublishing()
 	e := waitEdgeListed(t, w.r.adminURL, w.name, "disconnected during the cut", 30*time.Second, func(e edgeJSON) bool { return !e.Connected })
 	t.Logf("%s after the cut: edges list shows %s", time.Since(cutAt).Round(time.Millisecond), e)
-	w.e.waitMetrics("cut off from the cell, holding events", 30*time.Second, func(connected, buffered float64) bool { return connected == 0 && buffered > 0 })
+	w.e.waitMetrics("cut off from the cell, holding events", 30*time.Second, func(m edgeMetrics) bool { return !m.Connected && m.Buffered > 0 })
 	t.Logf("%s after the cut: the edge's metrics show it cut off", time.Since(cutAt).Round(time.Millisecond))
 
 	poll.True(t, "40 rounds published through the edge during the cut", 60*time.Second, func() bool { return rp.Rounds() >= w.round+40 })
@@ -167,7 +167,7 @@ func (w *edgeWorld) cutKillRestart() {
 	<-time.After(time.Until(cutAt.Add(edgeCut))) // the cut's length is the scenario, not a wait for an event
 	w.stopPublishing(rp)
 	w.heldDuringCut(delivered)
-	w.e.waitMetrics("cut off after its restart, holding events", 10*time.Second, func(connected, buffered float64) bool { return connected == 0 && buffered > 0 })
+	w.e.waitMetrics("cut off after its restart, holding events", 10*time.Second, func(m edgeMetrics) bool { return !m.Connected && m.Buffered > 0 })
 	if e := waitEdgeListed(t, w.r.adminURL, w.name, "listed", 10*time.Second, func(edgeJSON) bool { return true }); e.Connected {
 		t.Fatalf("edges list at the end of the cut: %s; want disconnected", e)
 	}
@@ -175,12 +175,12 @@ func (w *edgeWorld) cutKillRestart() {
 	w.w.Restore()
 	t.Logf("restored after %s: %d events published, %d delivered", time.Since(cutAt).Round(time.Millisecond), len(w.pub.all()), delivered)
 	restoredAt := time.Now()
-	w.e.waitMetrics("connected again", 3*time.Minute, func(connected, _ float64) bool { return connected == 1 })
+	w.e.waitMetrics("connected again", 3*time.Minute, func(m edgeMetrics) bool { return m.Connected })
 	t.Logf("the edge's leaf connection is up %s after the restore", time.Since(restoredAt).Round(time.Millisecond))
 	w.publishRounds(5)
 	w.waitForwarded(3 * time.Minute)
 	t.Logf("first delivery %s after the restore", firstAt(w.p.Requests(), func(r partner.Request) bool { return r.At.After(restoredAt) }).Sub(restoredAt).Round(time.Millisecond))
-	w.e.waitMetrics("connected with an empty buffer", 30*time.Second, func(connected, buffered float64) bool { return connected == 1 && buffered == 0 })
+	w.e.waitMetrics("connected with an empty buffer", 30*time.Second, func(m edgeMetrics) bool { return m.Connected && m.Buffered == 0 })
 	t.Logf("everything delivered %s after the link returned", time.Since(restoredAt).Round(time.Millisecond))
 }
 
@@ -194,24 +194,80 @@ func TestEdgeClusterCutKillRestart(t *testing.T) {
 	w.cutKillRestart()
 }
 
-// The cell restarted (kill -9), not the edge, while the edge holds
+// The cell restarted (SIGTERM), not the edge, while the edge holds
 // unforwarded events and keeps accepting: forwarding resumes by itself,
 // nothing lost or doubled.
 func TestEdgeCellRestart(t *testing.T) {
 	w := newDevEdgeWorld(t, "edge-restart", edgeOptions{})
+	w.cellDownWhileHolding(func() {
+		if err := w.dev.Stop(30 * time.Second); err != nil {
+			t.Fatalf("rivora dev did not stop cleanly: %v", err)
+		}
+	})
+	w.waitForwarded(2 * time.Minute)
+}
+
+// The same with the cell killed (kill -9): nothing lost, lanes in order,
+// and every event the edge held is delivered once. (An event the cell
+// had stored but not yet acknowledged to the edge, about a second, would
+// be forwarded again after the restart, and a restarted cell no longer
+// knows the ids of what it moved out of INGEST: it may be delivered
+// again, at-least-once, docs/edges.md. The scenario waits until the edge
+// counts its first events taken, so none is; a repeat of any event fails
+// it unless the cell had delivered it before the kill.)
+func TestEdgeCellKill9(t *testing.T) {
+	w := newDevEdgeWorld(t, "edge-kill9", edgeOptions{})
+	before := w.cellDownWhileHolding(w.dev.Kill9)
+	ids := w.pub.all()
+	if err := w.p.AwaitDelivered(ids, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitEdgeListed(t, w.r.adminURL, w.name, "connected with nothing buffered", 30*time.Second, func(e edgeJSON) bool {
+		return e.Connected && e.BufferedEvents == 0
+	})
+	checkLaneOrder(t, w.p, w.pub.ByLane, w.pub.Payloads, nil)
+	again := 0
+	for _, id := range ids {
+		if n := w.p.OK(id); n > 1 {
+			if !before[id] {
+				t.Errorf("event %s, held by the edge through the crash, was delivered %d times", id, n)
+			}
+			again++
+		}
+	}
+	t.Logf("%d events delivered; %d of the %d delivered before the kill were delivered again after it", len(ids), again, len(before))
+}
+
+// cellDownWhileHolding publishes through the edge and waits for the
+// deliveries; cuts the link and publishes (the edge holds them); stops
+// the cell with down; restores the link while the cell is down and
+// publishes more; restarts the cell and publishes more. It returns the
+// events delivered before the cell went down.
+func (w *edgeWorld) cellDownWhileHolding(down func()) map[string]bool {
+	t := w.t
+	t.Helper()
 	w.publishRounds(5)
 	w.p.WaitDelivered(t, w.pub.all(), 60*time.Second)
-	delivered := w.p.Delivered()
+	// The cell acknowledges what it took to the edge up to a second or
+	// so after it stored it (flow control); only then is it out of the
+	// edge's buffer. The cell goes down holding none of them.
+	forwarded := float64(len(w.pub.all()))
+	w.e.waitMetrics("emptied by the cell", 30*time.Second, func(m edgeMetrics) bool { return m.Buffered == 0 && m.Forwarded == forwarded })
+	before := map[string]bool{}
+	for _, id := range w.pub.all() {
+		before[id] = true
+	}
 
 	w.w.Cut()
 	w.publishRounds(20)
-	w.dev.Kill9()
+	down()
 	w.w.Restore() // the link is up, the cell is not
 	w.publishRounds(20)
-	w.heldDuringCut(delivered)
+	w.heldDuringCut(len(before))
+	w.e.waitMetrics("holding the events", 10*time.Second, func(m edgeMetrics) bool { return m.Buffered == 800 })
 	w.dev.Restart()
 	w.publishRounds(5)
-	w.waitForwarded(2 * time.Minute)
+	return before
 }
 
 // A full edge refuses with resource_exhausted, naming its buffer, how
