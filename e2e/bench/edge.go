@@ -146,10 +146,7 @@ func (f *edgeFlags) run(ctx context.Context) error {
 		return err
 	}
 	res.idle = summarize(idle)
-	if err := f.catchUp(ctx, r, bystander, res); err != nil {
-		return err
-	}
-	if err := f.checkBacklog(ctx, r, backlogPartner); err != nil {
+	if err := f.catchUp(ctx, r, backlogPartner, bystander, res); err != nil {
 		return err
 	}
 	return f.report(res)
@@ -389,7 +386,7 @@ func (r *edgeRig) edgeMetric(ctx context.Context, series string) (float64, error
 // catchUp restores the WAN and measures how long the edge takes to
 // forward its buffer and the cell to move it into lanes, while the
 // bystander publishes.
-func (f *edgeFlags) catchUp(ctx context.Context, r *edgeRig, bystander *partner.Partner, res *edgeResult) error {
+func (f *edgeFlags) catchUp(ctx context.Context, r *edgeRig, backlog, bystander *partner.Partner, res *edgeResult) error {
 	byCtx, stopBystander := context.WithCancel(ctx)
 	var lat []time.Duration
 	var byErr error
@@ -402,32 +399,36 @@ func (f *edgeFlags) catchUp(ctx context.Context, r *edgeRig, bystander *partner.
 	start := time.Now()
 	progress("WAN restored: forwarding %d events", f.backlog)
 	last := start
+	// The edge's own metrics (sampled every second) tell it sooner than
+	// its reports to the control plane (every 2 s).
 	err := until(ctx, f.forwardLimit, 100*time.Millisecond, "the edge's buffer forwarded", func() error {
-		e, err := r.status(ctx)
+		connected, err := r.edgeMetric(ctx, "rivora_edge_cell_connected")
 		if err != nil {
 			return err
 		}
-		b := e.GetBuffer()
-		// A report from before the restore may still say 0 forwarded;
-		// only a connected edge's empty buffer counts.
-		if e.GetConnected() && b.GetBufferedEvents() == 0 && b.GetForwardedTotal() > 0 {
+		buffered, err := r.edgeMetric(ctx, "rivora_edge_buffered_events")
+		if err != nil {
+			return err
+		}
+		if connected == 1 && buffered == 0 {
 			return nil
 		}
 		if time.Since(last) >= 5*time.Second {
 			last = time.Now()
-			progress("forwarding: %d events buffered at the edge, %d forwarded", b.GetBufferedEvents(), b.GetForwardedTotal())
+			progress("forwarding: %.0f events buffered at the edge", buffered)
 		}
-		return fmt.Errorf("%d events still buffered", b.GetBufferedEvents())
+		return fmt.Errorf("%.0f events still buffered", buffered)
 	})
 	if err != nil {
 		return err
 	}
 	res.forward = time.Since(start)
 	progress("the edge's buffer is empty %s after the restore (%.0f events/s)", res.forward.Round(time.Millisecond), float64(f.backlog)/res.forward.Seconds())
-	if err := waitIdle(r.nc, f.forwardLimit); err != nil {
+	if err := f.checkBacklog(ctx, r, backlog); err != nil {
 		return err
 	}
 	res.drain = time.Since(start)
+	progress("every event is in its lane %s after the restore", res.drain.Round(time.Millisecond))
 	stopBystander()
 	wg.Wait()
 	if byErr != nil {
@@ -487,12 +488,12 @@ func bystanderLatencies(p *partner.Partner, sent []bystanderEvent) ([]time.Durat
 	return lat, err
 }
 
-// checkBacklog checks that the backlog's destination counts every event
+// checkBacklog waits until the backlog's destination counts every event
 // published to it (through the edge and the cell) as pending or
-// delivered: nothing lost, nothing doubled.
+// delivered, exactly: nothing lost, nothing doubled.
 func (f *edgeFlags) checkBacklog(ctx context.Context, r *edgeRig, p *partner.Partner) error {
 	want := int64(f.backlog + f.batchN)
-	return until(ctx, time.Minute, 500*time.Millisecond, "the backlog counted at the cell", func() error {
+	return until(ctx, f.forwardLimit, 100*time.Millisecond, "the backlog counted at the cell", func() error {
 		resp, err := r.admin.GetDestination(ctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "backlog"}))
 		if err != nil {
 			return poll.GiveUp(err)
