@@ -214,6 +214,12 @@ func leafOptions(opts *server.Options, cfg Config) error {
 			return err
 		}
 		opts.LeafNode.Host, opts.LeafNode.Port = host, port
+		// Edges reach the cell at the addresses they are given
+		// (--cell-leaf): a load balancer, a NAT, a tunnel. Advertised,
+		// the cell's own leaf addresses would be tried first on every
+		// reconnect, addresses an edge may not reach, or reach around
+		// the path the operator chose.
+		opts.LeafNode.NoAdvertise = true
 		if cfg.LeafPassword != "" {
 			opts.LeafNode.Username, opts.LeafNode.Password = User, cfg.LeafPassword
 		}

@@ -394,6 +394,10 @@ func (f *edgeFlags) catchUp(ctx context.Context, r *edgeRig, backlog, bystander 
 	wg.Go(func() { lat, byErr = f.runBystander(byCtx, r, bystander, 1<<20) })
 	defer func() { stopBystander(); wg.Wait() }()
 
+	// The cut must have held: the edge still holds the whole backlog.
+	if held, err := r.edgeMetric(ctx, "rivora_edge_buffered_events"); err != nil || int(held) != f.backlog {
+		return fmt.Errorf("before the restore the edge holds %v events (%v), want %d: the cut did not hold", held, err, f.backlog)
+	}
 	r.leaf.Restore()
 	r.cp.Restore()
 	start := time.Now()
