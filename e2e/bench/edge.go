@@ -245,7 +245,8 @@ func (f *edgeFlags) destinations(ctx context.Context, r *edgeRig) (*partner.Part
 	if err := createDestination(ctx, r.admin, "backlog", backlog.URL(), &rivorav1.Limits{RatePerSecond: 0.001, Burst: 1}); err != nil {
 		return backlog, bystander, err
 	}
-	if err := createDestination(ctx, r.admin, "bystander", bystander.URL(), nil); err != nil {
+	// Open: its latency is the cell's, not the default budget's (50/s).
+	if err := createDestination(ctx, r.admin, "bystander", bystander.URL(), &rivorav1.Limits{RatePerSecond: 5000, Burst: 5000, MaxInFlight: 64}); err != nil {
 		return backlog, bystander, err
 	}
 	st, err := r.admin.GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
