@@ -86,7 +86,8 @@ func TestTheCellSourcesARegisteredEdge(t *testing.T) {
 	}
 	t.Cleanup(srv.Shutdown)
 	poll.True(t, "the edge joined the cell", 20*time.Second, func() bool { return srv.LeafConnections() == 1 })
-	if _, err := edge.Open(ctx, srv.JetStream(), edge.Config{Name: name, MaxBytes: 1 << 20, DedupWindow: time.Minute}); err != nil {
+	buf, err := edge.Open(ctx, srv.JetStream(), edge.Config{Name: name, MaxBytes: 1 << 20, DedupWindow: time.Minute})
+	if err != nil {
 		t.Fatal(err)
 	}
 	reg := destinations.NewRegistry()
@@ -94,7 +95,7 @@ func TestTheCellSourcesARegisteredEdge(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw, err := ingest.New(ctx, srv.JetStream(), reg, ingest.Config{
-		Partitions: ingest.FixedCount(4), Subscriptions: subscriptions.NewTable(), Edge: &ingest.EdgeTarget{Name: name},
+		Partitions: ingest.FixedCount(4), Subscriptions: subscriptions.NewTable(), Edge: &ingest.EdgeTarget{Name: name, Buffer: buf.Incarnation()},
 	}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -90,6 +91,13 @@ func forwardSubject(name string) string { return prefix(name) + "forward" }
 // Buffer is an edge's buffer.
 type Buffer struct {
 	stream jetstream.Stream
+}
+
+// Incarnation tells this buffer from any other the edge's name had or
+// will have: its stream's creation time, in nanoseconds (BufferHeader).
+// It stays across restarts on the same data dir.
+func (b *Buffer) Incarnation() string {
+	return strconv.FormatInt(b.stream.CachedInfo().Created.UnixNano(), 10)
 }
 
 // Open creates the edge's buffer and its durable consumer, or opens them

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -36,4 +37,44 @@ func ReadForwarded(h nats.Header) (edgeName, key, msgID string, ok bool) {
 		return "", "", msgID, false
 	}
 	return edgeName, h.Get(KeyHeader), strings.TrimPrefix(msgID, MsgIDPrefix), true
+}
+
+// BufferHeader carries the incarnation of the buffer that stored an
+// event (Buffer.Incarnation): with the sequence the cell's source stamps
+// on each message it took (Nats-Stream-Source), it places the event in
+// its edge's buffer for good — a buffer recreated under the same name (a
+// lost data dir) starts another incarnation, its sequences anew.
+const BufferHeader = "Rivora-Edge-Buffer"
+
+// sourceHeader is the header a stream's source stamps on each message it
+// stores: "<source id> <origin stream sequence> …".
+const sourceHeader = "Nats-Stream-Source"
+
+// Origin is where in which edge's buffer a forwarded event was stored.
+type Origin struct {
+	// Edge and Buffer (its incarnation) name the buffer.
+	Edge, Buffer string
+	// Seq is the event's sequence in that buffer.
+	Seq uint64
+}
+
+// Mark is the name of the buffer an Origin is in: the key of how far the
+// cell has taken it.
+func (o Origin) Mark() string { return o.Edge + "." + o.Buffer }
+
+// ReadOrigin reads an INGEST message's Origin: ok when an edge stored it
+// (Header, BufferHeader) and the cell's source took it (the origin
+// sequence in Nats-Stream-Source).
+func ReadOrigin(h nats.Header) (o Origin, ok bool) {
+	o.Edge, o.Buffer = h.Get(Header), h.Get(BufferHeader)
+	fields := strings.Fields(h.Get(sourceHeader))
+	if o.Edge == "" || o.Buffer == "" || len(fields) < 2 {
+		return Origin{}, false
+	}
+	seq, err := strconv.ParseUint(fields[1], 10, 64)
+	if err != nil || seq == 0 {
+		return Origin{}, false
+	}
+	o.Seq = seq
+	return o, true
 }

@@ -25,6 +25,11 @@ import (
 type EdgeTarget struct {
 	// Name is the edge's name (--name).
 	Name string
+	// Buffer is the buffer's incarnation (edge.Buffer.Incarnation),
+	// stamped on every event (edge.BufferHeader): with the sequence the
+	// cell's source stamps, the cell's movers know an event they took
+	// already when the edge forwards it again.
+	Buffer string
 	// Admit, when set, is asked before a request records or stores
 	// anything: an error refuses the request as it is (the edge answers
 	// errkind.Exhausted once its oldest unforwarded event is older than
@@ -79,6 +84,7 @@ func (e *EdgeTarget) message(p *prepared) *nats.Msg {
 	msg.Data = p.data
 	msg.Header.Set(jetstream.MsgIDHeader, edge.MsgID(p.msgID))
 	msg.Header.Set(edge.Header, e.Name)
+	msg.Header.Set(edge.BufferHeader, e.Buffer)
 	if p.key != "" {
 		// The cell finds a fan-out's idempotency record by it.
 		msg.Header.Set(edge.KeyHeader, p.key)
@@ -91,8 +97,8 @@ func (e *EdgeTarget) validate() error {
 	if e == nil {
 		return nil
 	}
-	if e.Name == "" {
-		return errors.New("ingest: an edge target needs the edge's name")
+	if e.Name == "" || e.Buffer == "" {
+		return errors.New("ingest: an edge target needs the edge's name and its buffer's incarnation")
 	}
 	return nil
 }

@@ -56,7 +56,7 @@ func newEdgeFixture(t *testing.T, bufferBytes int64) *edgeFixture {
 		MaxPayload: 16 << 10, Partitions: ingest.FixedCount(partitions), Subscriptions: subscriptions.NewTable(), Catalogue: subscriptions.NewCatalogue(),
 		Applied: func() uint64 { return 7 },
 		Edge: &ingest.EdgeTarget{
-			Name: edgeName,
+			Name: edgeName, Buffer: "1",
 			Admit: func() error {
 				if err := f.refuse.Load(); err != nil {
 					return *err

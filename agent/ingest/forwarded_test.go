@@ -145,7 +145,7 @@ func TestEdgeModeSendsTheKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw, err := ingest.New(ctx, js, reg, ingest.Config{
-		Partitions: ingest.FixedCount(partitions), Subscriptions: subs, Edge: &ingest.EdgeTarget{Name: "edge-k"},
+		Partitions: ingest.FixedCount(partitions), Subscriptions: subs, Edge: &ingest.EdgeTarget{Name: "edge-k", Buffer: "1"},
 	}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package owner_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/edge"
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/lanes"
@@ -211,4 +213,102 @@ func archived(t *testing.T, root string) []*rivorav1.DeadLetter {
 		out = append(out, readObject(t, o)...)
 	}
 	return out
+}
+
+// edgeBuffer stands in for an edge's buffer in the cell's own server: a
+// stream under prefix (edge.<x>.ingest.>) that INGEST sources, its
+// subjects rewritten into INGEST's, so that the cell's source stamps
+// what it takes (Nats-Stream-Source) as it does across a leaf.
+func (n *node) edgeBuffer(stream, prefix string) {
+	n.t.Helper()
+	if _, err := n.srv.JetStream().CreateStream(context.Background(), jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + "ingest.>"}}); err != nil {
+		n.t.Fatal(err)
+	}
+	n.sourceFrom(stream, prefix, 0)
+}
+
+// sourceFrom makes INGEST source stream (under prefix) from sequence
+// start (0: where it stands), replacing any source of it.
+func (n *node) sourceFrom(stream, prefix string, start uint64) {
+	n.t.Helper()
+	ctx := context.Background()
+	js := n.srv.JetStream()
+	s, err := js.Stream(ctx, lanes.IngestStream)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.Sources = slices.DeleteFunc(cfg.Sources, func(src *jetstream.StreamSource) bool { return src.Name == stream })
+	if start > 0 { // a removed source is forgotten only once INGEST knows it gone
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			n.t.Fatal(err)
+		}
+	}
+	cfg.Sources = append(cfg.Sources, &jetstream.StreamSource{
+		Name: stream, OptStartSeq: start, SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: prefix + "ingest.>", Destination: "ingest.>"}},
+	})
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// storeAtEdge stores ev under prefix as edge edgeName's gateway does,
+// its buffer's incarnation buffer; it returns the event id.
+func (n *node) storeAtEdge(prefix, edgeName, buffer string, ev *rivorav1.Event) string {
+	n.t.Helper()
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	msg := nats.NewMsg(prefix + lanes.IngestSubject(lanes.Partition(ev.GetDestinationId(), partitions), ev.GetDestinationId()))
+	msg.Data = data
+	msg.Header.Set(jetstream.MsgIDHeader, edge.MsgID(ev.GetEventId()))
+	msg.Header.Set(edge.Header, edgeName)
+	msg.Header.Set(edge.BufferHeader, buffer)
+	if _, err := n.srv.JetStream().PublishMsg(context.Background(), msg); err != nil {
+		n.t.Fatalf("store %s at the edge: %v", ev.GetEventId(), err)
+	}
+	return ev.GetEventId()
+}
+
+// A cell restarted in the second after it took an edge's events takes
+// them again (the edge had not yet heard they were taken), and by then
+// neither INGEST nor the delivered lanes remember their ids: the mover's
+// mark of the buffer drops them, so each is delivered once. (Here the
+// restarted cell's source is set to take the stand-in buffer's events
+// from its start again.) A buffer
+// recreated under the edge's name (another incarnation) starts from
+// sequence 1 again and is not mistaken for a copy.
+func TestAnEdgesEventsTakenAgainAfterACellRestartAreDeliveredOnce(t *testing.T) {
+	p := newPartner(t, http.StatusOK, nil)
+	dir, arch := t.TempDir(), mustDir(t, t.TempDir())
+	dests := []*rivorav1.Destination{dest("orders", p.URL(), 50)}
+	n := open(t, dir, arch, dests)
+	n.edgeBuffer("EDGE_OLD", "edge.old.")
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, n.storeAtEdge("edge.old.", "edge-a", "100", edgeEvent(uuid.NewString(), "orders", "", "u9", fmt.Sprintf(`{"v":%d}`, i))))
+	}
+	n.run(true)
+	p.WaitDelivered(t, ids, 15*time.Second)
+	n.waitDrained()
+	n.stop()
+
+	dropped := owner.Reforwarded()
+	n = open(t, dir, arch, dests)
+	n.sourceFrom("EDGE_OLD", "edge.old.", 1)
+	later := n.storeAtEdge("edge.old.", "edge-a", "100", edgeEvent(uuid.NewString(), "orders", "", "u9", `{"v":3}`))
+	n.run(true)
+	p.WaitDelivered(t, []string{later}, 15*time.Second)
+	n.waitDrained()
+	n.edgeBuffer("EDGE_NEW", "edge.new.")
+	fresh := n.storeAtEdge("edge.new.", "edge-a", "200", edgeEvent(uuid.NewString(), "orders", "", "u9", `{"v":"new buffer"}`))
+	p.WaitDelivered(t, []string{fresh}, 15*time.Second)
+	n.waitDrained()
+	if got, want := p.DeliveredByLane()["u9"], append(slices.Clone(ids), later, fresh); !slices.Equal(got, want) {
+		t.Fatalf("lane u9 delivered %v, want %v: each event once, in order", got, want)
+	}
+	if got := owner.Reforwarded() - dropped; got != 3 {
+		t.Fatalf("%v events dropped as taken again, want the 3 taken before the restart", got)
+	}
 }

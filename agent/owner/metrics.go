@@ -33,6 +33,10 @@ var (
 		Name: "rivora_deadletters_unarchived",
 		Help: "Dead letters held in the ledgers, waiting for the archive.",
 	})
+	reforwardedTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "rivora_edge_reforwarded_events_total",
+		Help: "Edges' events the cell took again (forwarded anew after a cell restart) and dropped, for they were stored already.",
+	})
 	movedTotal = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "rivora_lanes_moved_events_total",
 		Help: "Events moved from INGEST into lanes.",

@@ -40,6 +40,8 @@ type mover struct {
 	writer *laneWriter
 	// check judges edges' copies (Deps.Forwarded; nil: stored unchecked).
 	check ForwardedCheck
+	// marks know the edges' events stored already (forwardmarks.go).
+	marks *forwardMarks
 	log   *slog.Logger
 }
 
@@ -153,18 +155,21 @@ func (m *mover) openDirect(ctx context.Context) bool {
 // moveBatch hands a batch of INGEST messages to the writer and acks those
 // it stored; the rest are retried (dedup ids make retries harmless).
 func (m *mover) moveBatch(ctx context.Context, batch []jetstream.Msg) {
-	items, ins, fwd := m.decode(batch)
+	items, ins, origins, fwd := m.decode(ctx, batch)
 	if !m.judgeForwarded(ctx, items, fwd) {
 		return // stopping: INGEST redelivers them
 	}
 	wait := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	for len(items) > 0 {
 		res := m.writer.submit(ctx, items)
+		// Marked before INGEST forgets them: a mark is never ahead of the
+		// lanes, nor behind INGEST.
+		m.marks.advance(ctx, origins[:res.stored])
 		for _, msg := range ins[:res.stored] {
 			_ = msg.Ack()
 		}
 		movedTotal.Add(float64(res.stored))
-		items, ins = items[res.stored:], ins[res.stored:]
+		items, ins, origins = items[res.stored:], ins[res.stored:], origins[res.stored:]
 		if len(items) == 0 {
 			return
 		}
@@ -180,13 +185,22 @@ func (m *mover) moveBatch(ctx context.Context, batch []jetstream.Msg) {
 }
 
 // decode turns INGEST messages into items for the writer, with the
-// message of each, and the edges' copies among them (forwarded: their
-// positions in items); an undecodable message is dropped.
-func (m *mover) decode(batch []jetstream.Msg) ([]Item, []jetstream.Msg, []forwarded) {
+// message and the edge origin (zero: none) of each, and the edges' copies
+// among them (forwarded: their positions in items); an undecodable
+// message is dropped, and so is an edge's event stored already (its edge
+// forwarded it again, forwardMarks).
+func (m *mover) decode(ctx context.Context, batch []jetstream.Msg) ([]Item, []jetstream.Msg, []edge.Origin, []forwarded) {
 	items := make([]Item, 0, len(batch))
 	ins := make([]jetstream.Msg, 0, len(batch))
+	origins := make([]edge.Origin, 0, len(batch))
 	var fwd []forwarded
 	for _, msg := range batch {
+		origin, fromEdge := edge.ReadOrigin(msg.Headers())
+		if fromEdge && m.marks.taken(ctx, origin) {
+			_ = msg.Ack()
+			reforwardedTotal.Inc()
+			continue
+		}
 		ev := &rivorav1.Event{}
 		if err := proto.Unmarshal(msg.Data(), ev); err != nil {
 			m.log.Error("dropping undecodable INGEST message", "subject", msg.Subject(), "error", err)
@@ -205,8 +219,9 @@ func (m *mover) decode(batch []jetstream.Msg) ([]Item, []jetstream.Msg, []forwar
 		}
 		items = append(items, Item{Event: ev, Data: msg.Data(), MsgID: id})
 		ins = append(ins, msg)
+		origins = append(origins, origin)
 	}
-	return items, ins, fwd
+	return items, ins, origins, fwd
 }
 
 // forwarded is an edge's copy among a batch's items.

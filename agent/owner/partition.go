@@ -127,7 +127,9 @@ func Open(ctx context.Context, p int, deps Deps, lease *ownership.Lease) (*Parti
 // wire creates the parts, once the streams exist.
 func (o *Partition) wire(ingest jetstream.Consumer) {
 	o.writer = newLaneWriter(o.p, o.deps.JS, o.fence, o.deps.Scheduler, o.cache, o.log)
-	o.mover = &mover{p: o.p, ingest: ingest, writer: o.writer, check: o.deps.Forwarded, log: o.log}
+	o.mover = &mover{
+		p: o.p, ingest: ingest, writer: o.writer, check: o.deps.Forwarded, marks: newForwardMarks(o.p, o.deps.JS, o.deps.Replicas, o.log), log: o.log,
+	}
 	o.reclaim = newReclaimer(o.p, o.lanes, o.ledger, o.fence, o.deps.Scheduler, o.writer.registered, o.log)
 	o.dead = newDeadLetters(o.p, o.ledger, o.fence, o.deps.Archive, o.log)
 }

@@ -161,7 +161,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 	if e.gateway, err = ingest.New(ctx, js, e.registry, ingest.Config{
 		MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow,
 		Partitions: &e.partitions, Subscriptions: e.subs, Catalogue: e.catalogue, Applied: e.applied.Load,
-		Edge: &ingest.EdgeTarget{Name: cfg.Name, Admit: e.monitor.admit, Full: e.monitor.full},
+		Edge: &ingest.EdgeTarget{Name: cfg.Name, Buffer: e.buffer.Incarnation(), Admit: e.monitor.admit, Full: e.monitor.full},
 	}, base.With("component", "ingest")); err != nil {
 		return fail(err)
 	}
