@@ -120,9 +120,10 @@ func (m *monitor) admit() error {
 }
 
 // full is the answer to a store the buffer refused for lack of room,
-// from a fresh sample.
+// from the last sample (at most sampleEvery old): a flood of refused
+// publishes costs no request to the buffer each.
 func (m *monitor) full() error {
-	st := m.sample(context.Background())
+	st := m.status()
 	return errkind.Errorf(errkind.Exhausted, "%s of edge %s is full (--max-buffer %d bytes): %s; nothing it acknowledged is discarded, and it accepts again as the cell takes events",
 		edge.StreamName, m.name, m.maxBuffer, m.unforwarded(st))
 }
