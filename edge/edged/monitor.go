@@ -119,11 +119,18 @@ func (m *monitor) admit() error {
 		edge.StreamName, m.name, m.maxAge, m.now().Sub(oldest).Round(time.Second), m.unforwarded(st))
 }
 
-// full is the answer to a store the buffer refused for lack of room,
-// from the last sample (at most sampleEvery old): a flood of refused
-// publishes costs no request to the buffer each.
+// fullFresh is how old a sample full may answer from: fresh enough that
+// the counts it names are the buffer's (a full buffer at a high publish
+// rate changes within a second), while a flood of refused publishes
+// costs at most one request to the buffer per this.
+const fullFresh = 100 * time.Millisecond
+
+// full is the answer to a store the buffer refused for lack of room.
 func (m *monitor) full() error {
 	st := m.status()
+	if m.now().Sub(st.At) > fullFresh {
+		st = m.sample(context.Background())
+	}
 	return errkind.Errorf(errkind.Exhausted, "%s of edge %s is full (--max-buffer %d bytes): %s; nothing it acknowledged is discarded, and it accepts again as the cell takes events",
 		edge.StreamName, m.name, m.maxBuffer, m.unforwarded(st))
 }
