@@ -229,6 +229,9 @@ func (w *authWorld) cases() map[string]rpcCase {
 		rivorav1connect.AdminServiceDiffLimitsProcedure:           {at: cp, body: `{}`, allow: "admin,operator,viewer"},
 		rivorav1connect.AdminServiceListAuditProcedure:            {at: cp, body: `{}`, allow: "admin,operator,viewer"},
 		rivorav1connect.AdminServiceGetConfigStatusProcedure:      {at: cp, body: `{}`, allow: "admin,operator,viewer"},
+		rivorav1connect.AdminServiceListEdgesProcedure:            {at: cp, body: `{}`, allow: "admin,operator,viewer"},
+		rivorav1connect.AdminServiceGetEdgeProcedure:              {at: cp, body: `{"name":"nope"}`, allow: "admin,operator,viewer"},
+		rivorav1connect.AdminServiceRemoveEdgeProcedure:           {at: cp, body: `{"name":"nope"}`, allow: "admin"},
 		rivorav1connect.AdminServiceSetPriorityProcedure:          {at: cp, body: `{"destinationId":"nope"}`, allow: "admin,operator"},
 		rivorav1connect.AdminServicePauseDestinationProcedure:     {at: cp, body: `{"destinationId":"nope","reason":"x"}`, allow: "admin,operator"},
 		rivorav1connect.AdminServiceResumeDestinationProcedure:    {at: cp, body: `{"destinationId":"nope"}`, allow: "admin,operator"},
@@ -276,6 +279,9 @@ func (w *authWorld) cases() map[string]rpcCase {
 		rivorav1connect.AgentServiceReportOwnedProcedure:   {at: cp, body: `{"agentName":"ghost"}`, allow: "cell"},
 		rivorav1connect.AgentServiceReportGoneProcedure:    {at: cp, body: `{"agentName":"ghost","destinationId":"nope"}`, allow: "cell"},
 		rivorav1connect.AgentServiceRecordAuditProcedure:   {at: cp, body: `{"entry":{"action":"e2e.probe","detail":"access matrix"}}`, allow: "cell"},
+		// An edge's name that cannot be one: let in, WatchEdge registers nothing.
+		rivorav1connect.EdgeServiceReportEdgeProcedure: {at: cp, body: `{"edgeName":"ghost-edge"}`, allow: "cell"},
+		rivorav1connect.EdgeServiceWatchEdgeProcedure:  {at: cp, body: `{"edgeName":"not an edge"}`, allow: "cell", stream: true},
 		// Watch last: let in, it registers an agent "ghost".
 		rivorav1connect.AgentServiceWatchProcedure: {at: cp, body: `{"agentName":"ghost","address":"http://127.0.0.1:1"}`, allow: "cell", stream: true},
 
@@ -540,6 +546,17 @@ func streamAs(ctx context.Context, server, proc string, rc rpcCase, token string
 		if err = e; err == nil {
 			if s.Receive() {
 				first = fmt.Sprint(len(s.Msg().GetDestinations()), " destinations")
+			}
+			err = s.Err()
+			s.Close()
+		}
+	case rivorav1connect.EdgeServiceWatchEdgeProcedure:
+		req := &rivorav1.WatchEdgeRequest{}
+		must(jsonInto(rc.body, req))
+		s, e := rivorav1connect.NewEdgeServiceClient(plainHTTP, server, opts...).WatchEdge(ctx, connect.NewRequest(req))
+		if err = e; err == nil {
+			if s.Receive() {
+				first = fmt.Sprint(len(s.Msg().GetConfig().GetDestinations()), " destinations")
 			}
 			err = s.Err()
 			s.Close()
