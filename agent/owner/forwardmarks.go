@@ -111,10 +111,17 @@ func (f *forwardMarks) load(ctx context.Context, mark string) (uint64, error) {
 // edge's). A mark that cannot be written stays behind: at worst a copy
 // forwarded again is stored again.
 func (f *forwardMarks) advance(ctx context.Context, stored []edge.Origin) {
-	highest := make(map[string]uint64)
+	var highest map[string]uint64
 	for _, o := range stored {
-		if o.Seq > highest[o.Mark()] && o.Seq > f.marks[o.Mark()] {
-			highest[o.Mark()] = o.Seq
+		if o.Seq == 0 {
+			continue // not an edge's: most events, at no cost
+		}
+		mark := o.Mark()
+		if o.Seq > highest[mark] && o.Seq > f.marks[mark] {
+			if highest == nil {
+				highest = make(map[string]uint64)
+			}
+			highest[mark] = o.Seq
 		}
 	}
 	for mark, seq := range highest {
