@@ -24,10 +24,13 @@ package main
 //     destinations of their own (10 events per lane, 100 lanes each),
 //     -small-rounds times: pause them, publish -small events, wait until
 //     they are all pending, resume them and let them drain to another fast
-//     partner. The rate is deliveries / (last 2xx - first 2xx) summed over
-//     the rounds, so the resume's own latency is not in it. This runs
-//     before the big fill, on the same process and the same paused
-//     destinations.
+//     partner. The rate is that of each drain's middle eight tenths (from
+//     the request that makes a tenth to the one that makes nine tenths),
+//     summed over the rounds: like the full backlog's window it leaves out
+//     the resume and the drain's tail, where fewer lanes are left than
+//     workers. The whole drains' rate is reported beside it. This runs
+//     before the big fill, on the same process, the scale destinations
+//     paused.
 //  3. fill: publish -pending events with PublishBatch (the fill rate is
 //     events acked per second), wait until the health API counts them all
 //     pending, then until the last ack is -age old (older than the stores'
@@ -176,7 +179,6 @@ type scaleRun struct {
 	ingest  rivorav1connect.IngestServiceClient
 	lanes   rivorav1connect.LaneServiceClient
 	events  rivorav1connect.EventServiceClient
-	parts   rivorav1connect.PartitionServiceClient
 
 	big      string
 	rest     []string // every destination but big
@@ -187,13 +189,50 @@ type scaleRun struct {
 	main, bigP, smallP *partner.Partner
 	bigLast            atomic.Int64 // UnixNano of the last request big's partner received
 	bigFirst           atomic.Int64 // UnixNano of the first request big's partner received since reset to 0
-	smallFirst         atomic.Int64 // UnixNano of the first 2xx of the current small drain
-	smallLast          atomic.Int64 // UnixNano of the last 2xx of the current small drain
-	run                string       // idempotency key prefix, unique per run
-	version            uint64       // the newest config version the bench made
+	smallClock         drainClock
+	run                string // idempotency key prefix, unique per run
+	version            uint64 // the newest config version the bench made
 	samples            []sampledEvent
 	res                scaleResult
 }
+
+// drainClock times one drain from its partner's requests (no request
+// arrives before it is reset: the destinations are paused): the first
+// and the last, and those that cross a tenth and nine tenths of n.
+type drainClock struct {
+	lo, hi                  atomic.Int64 // request counts whose arrival is kept
+	seen                    atomic.Int64
+	first, last, atLo, atHi atomic.Int64 // UnixNano
+}
+
+func (c *drainClock) reset(n int) {
+	c.lo.Store(int64(n / 10))
+	c.hi.Store(int64(n - n/10))
+	for _, v := range []*atomic.Int64{&c.seen, &c.first, &c.last, &c.atLo, &c.atHi} {
+		v.Store(0)
+	}
+}
+
+func (c *drainClock) saw(at time.Time) {
+	n, t := c.seen.Add(1), at.UnixNano()
+	c.first.CompareAndSwap(0, t)
+	c.last.Store(t)
+	switch n {
+	case c.lo.Load():
+		c.atLo.Store(t)
+	case c.hi.Load():
+		c.atHi.Store(t)
+	}
+}
+
+// middle is the time from a tenth to nine tenths of the drain, and how
+// many requests it spans.
+func (c *drainClock) middle() (time.Duration, int) {
+	return time.Duration(c.atHi.Load() - c.atLo.Load()), int(c.hi.Load() - c.lo.Load())
+}
+
+// whole is the time from the first request to the last.
+func (c *drainClock) whole() time.Duration { return time.Duration(c.last.Load() - c.first.Load()) }
 
 // sampledEvent is an event whose id was kept for GetEvent.
 type sampledEvent struct {
@@ -202,10 +241,14 @@ type sampledEvent struct {
 }
 
 type scaleResult struct {
-	create, pause                time.Duration
-	baselineInuse, baselineRSS   uint64
+	create, pause              time.Duration
+	baselineInuse, baselineRSS uint64
+	// the small drains: the middle eight tenths of each (requests and
+	// time, summed), and each whole drain's time, summed.
+	smallMiddle                  int
+	smallMiddleTime              time.Duration
+	smallWholeTime               time.Duration
 	smallDelivered               int
-	smallElapsed                 time.Duration
 	publish, toPending           time.Duration
 	fillInuse, fillRSS           uint64
 	shutdown                     time.Duration
@@ -302,8 +345,7 @@ func (r *scaleRun) startPartners() error {
 		return err
 	}
 	r.smallP, err = partner.Start(partner.Options{CountOnly: true, Answer: func(rq partner.Request) int {
-		r.smallFirst.CompareAndSwap(0, rq.At.UnixNano())
-		r.smallLast.Store(rq.At.UnixNano())
+		r.smallClock.saw(rq.At)
 		return 0
 	}})
 	return err
@@ -343,7 +385,6 @@ func (r *scaleRun) start(ctx context.Context, logName string) error {
 	r.ingest = rivorav1connect.NewIngestServiceClient(r.hc, base)
 	r.lanes = rivorav1connect.NewLaneServiceClient(r.hc, base)
 	r.events = rivorav1connect.NewEventServiceClient(r.hc, base)
-	r.parts = rivorav1connect.NewPartitionServiceClient(r.hc, base)
 	return nil
 }
 
@@ -600,7 +641,7 @@ func (r *scaleRun) smallDrains(ctx context.Context) error {
 			return err
 		}
 		before := r.smallP.Delivered()
-		r.smallFirst.Store(0)
+		r.smallClock.reset(f.small)
 		if err := r.setPaused(ctx, r.smalls, false); err != nil {
 			return err
 		}
@@ -613,14 +654,17 @@ func (r *scaleRun) smallDrains(ctx context.Context) error {
 		}); err != nil {
 			return err
 		}
-		took := time.Duration(r.smallLast.Load() - r.smallFirst.Load())
+		middle, middleN := r.smallClock.middle()
+		whole := r.smallClock.whole()
 		if dup := r.smallP.Count() - r.smallP.Delivered(); dup > 0 {
 			progress("round %d: the small partner saw %d requests beyond the distinct events", round+1, dup)
 		}
 		r.res.smallDelivered += f.small
-		r.res.smallElapsed += took
-		progress("small backlog, round %d/%d: %d events drained in %s (first to last 2xx) = %.0f/s",
-			round+1, f.smallRounds, f.small, took.Round(time.Millisecond), float64(f.small)/took.Seconds())
+		r.res.smallWholeTime += whole
+		r.res.smallMiddle += middleN
+		r.res.smallMiddleTime += middle
+		progress("small backlog, round %d/%d: %d events drained in %s (first to last request) = %.0f/s; its middle eight tenths %.0f/s",
+			round+1, f.smallRounds, f.small, whole.Round(time.Millisecond), float64(f.small)/whole.Seconds(), float64(middleN)/middle.Seconds())
 	}
 	return nil
 }
@@ -926,10 +970,10 @@ func (r *scaleRun) deliverFull(ctx context.Context) error {
 func (r *scaleRun) pauseResumeBig(ctx context.Context) error {
 	f := r.f
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	n, err := r.parts.CountPending(cctx, connect.NewRequest(&rivorav1.CountPendingRequest{DestinationId: r.big}))
+	n, err := r.admin.GetDestination(cctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: r.big}))
 	cancel()
 	if err != nil {
-		return fmt.Errorf("CountPending(%s): %w", r.big, err)
+		return fmt.Errorf("get destination %s: %w", r.big, err)
 	}
 	r.res.bigPendingAtPause = n.Msg.GetPending()
 	if r.bigP.Count() == 0 {
@@ -1001,7 +1045,8 @@ func (r *scaleRun) report() error {
 	perEvent := (float64(res.settledInuse) - float64(res.baselineInuse)) / float64(f.pending)
 	rssPerEvent := (float64(res.settledRSS) - float64(res.baselineRSS)) / float64(f.pending)
 	fillRate := float64(f.pending) / res.publish.Seconds()
-	at10k := float64(res.smallDelivered) / res.smallElapsed.Seconds()
+	at10k := float64(res.smallMiddle) / res.smallMiddleTime.Seconds()
+	at10kWhole := float64(res.smallDelivered) / res.smallWholeTime.Seconds()
 	atFull := float64(res.fullDelivered) / res.fullWindow.Seconds()
 	listBig99, listOther99 := percentile(res.listBig, 0.99), percentile(res.listOther, 0.99)
 
@@ -1024,8 +1069,8 @@ func (r *scaleRun) report() error {
 	fmt.Fprintf(tw, "lanes list, big\tp50 %.1f ms, p99 %.1f ms\t%d calls, limit 100, %d lanes matched\n", ms(percentile(res.listBig, 0.5)), ms(listBig99), len(res.listBig), f.bigLanes())
 	fmt.Fprintf(tw, "lanes list, others\tp50 %.1f ms, p99 %.1f ms\t%d calls on random destinations of ~%d lanes\n", ms(percentile(res.listOther, 0.5)), ms(listOther99), len(res.listOther), (f.lanes-f.bigLanes())/len(r.rest))
 	fmt.Fprintf(tw, "events get\tp50 %.2f ms, p99 %.2f ms\t%d random pending events, max %.2f ms\n", ms(percentile(res.gets, 0.5)), ms(percentile(res.gets, 0.99)), len(res.gets), ms(res.gets[len(res.gets)-1]))
-	fmt.Fprintf(tw, "deliver at %d pending\t%.0f/s\t%d rounds: %d events on %d destinations of their own drained, first to last 2xx, before the fill\n",
-		f.small, at10k, f.smallRounds, f.small, f.smallDests)
+	fmt.Fprintf(tw, "deliver at %d pending\t%.0f/s\t%d rounds before the fill: %d events on %d destinations of their own drained; their middle eight tenths (%.0f/s first to last request)\n",
+		f.small, at10k, f.smallRounds, f.small, f.smallDests, at10kWhole)
 	fmt.Fprintf(tw, "resume every destination\t%.1f s\t%d calls, until applied\n", res.resumeAll.Seconds(), f.dests)
 	fmt.Fprintf(tw, "deliver at full\t%.0f/s\t%d delivered in %.1f s, backlog %d → %d, nothing published meanwhile\n",
 		atFull, res.fullDelivered, res.fullWindow.Seconds(), res.backlogAtStart, res.backlogAtEnd)
@@ -1045,31 +1090,32 @@ func (r *scaleRun) report() error {
 			f.small, verdict(atFull >= 0.8*at10k), verdict(res.rebuilt <= 30*time.Second), verdict(perEvent <= 300))
 	}
 	out := map[string]float64{
-		"pending":                 float64(f.pending),
-		"lanes":                   float64(f.lanes),
-		"destinations":            float64(f.dests),
-		"fill_per_s":              round(fillRate, 0),
-		"bytes_per_pending_event": round(perEvent, 0),
-		"rss_per_pending_event":   round(rssPerEvent, 0),
-		"ready_s":                 round(res.ready.Seconds(), 2),
-		"rebuild_s":               round(res.rebuilt.Seconds(), 2),
-		"rebuild_events_per_s":    round(float64(f.pending)/res.rebuilt.Seconds(), 0),
-		"deliver_per_s_at_10k":    round(at10k, 0),
-		"deliver_per_s_at_full":   round(atFull, 0),
-		"deliver_ratio":           round(atFull/at10k, 3),
-		"lanes_list_p50_ms":       round(ms(percentile(res.listBig, 0.5)), 2),
-		"lanes_list_p99_ms":       round(ms(listBig99), 2),
-		"lanes_list_other_p99_ms": round(ms(listOther99), 2),
-		"events_get_p50_ms":       round(ms(percentile(res.gets, 0.5)), 2),
-		"events_get_p99_ms":       round(ms(percentile(res.gets, 0.99)), 2),
-		"pause_take_effect_ms":    round(ms(res.pauseEffect), 1),
-		"resume_take_effect_ms":   round(ms(res.resumeEffect), 1),
-		"big_pending_at_pause":    float64(res.bigPendingAtPause),
-		"small_backlog":           float64(f.small),
-		"payload_bytes":           float64(f.payload),
+		"pending":                    float64(f.pending),
+		"lanes":                      float64(f.lanes),
+		"destinations":               float64(f.dests),
+		"fill_per_s":                 round(fillRate, 0),
+		"bytes_per_pending_event":    round(perEvent, 0),
+		"rss_per_pending_event":      round(rssPerEvent, 0),
+		"ready_s":                    round(res.ready.Seconds(), 2),
+		"rebuild_s":                  round(res.rebuilt.Seconds(), 2),
+		"rebuild_events_per_s":       round(float64(f.pending)/res.rebuilt.Seconds(), 0),
+		"deliver_per_s_at_10k":       round(at10k, 0),
+		"deliver_per_s_at_full":      round(atFull, 0),
+		"deliver_ratio":              round(atFull/at10k, 3),
+		"lanes_list_p50_ms":          round(ms(percentile(res.listBig, 0.5)), 2),
+		"lanes_list_p99_ms":          round(ms(listBig99), 2),
+		"lanes_list_other_p99_ms":    round(ms(listOther99), 2),
+		"events_get_p50_ms":          round(ms(percentile(res.gets, 0.5)), 2),
+		"events_get_p99_ms":          round(ms(percentile(res.gets, 0.99)), 2),
+		"pause_take_effect_ms":       round(ms(res.pauseEffect), 1),
+		"resume_take_effect_ms":      round(ms(res.resumeEffect), 1),
+		"big_pending_at_pause":       float64(res.bigPendingAtPause),
+		"deliver_per_s_at_10k_whole": round(at10kWhole, 0),
+		"small_backlog":              float64(f.small),
+		"payload_bytes":              float64(f.payload),
 	}
 	return printJSON(out, []string{"pending", "lanes", "destinations", "fill_per_s", "bytes_per_pending_event", "rss_per_pending_event",
-		"ready_s", "rebuild_s", "rebuild_events_per_s", "deliver_per_s_at_10k", "deliver_per_s_at_full", "deliver_ratio",
+		"ready_s", "rebuild_s", "rebuild_events_per_s", "deliver_per_s_at_10k", "deliver_per_s_at_10k_whole", "deliver_per_s_at_full", "deliver_ratio",
 		"lanes_list_p50_ms", "lanes_list_p99_ms", "lanes_list_other_p99_ms", "events_get_p50_ms", "events_get_p99_ms",
 		"pause_take_effect_ms", "resume_take_effect_ms", "big_pending_at_pause", "small_backlog", "payload_bytes"})
 }
