@@ -46,13 +46,16 @@ package main
 //     calls (limit 100) on big, and as many on random other destinations;
 //     -lookups GetEvent calls on random pending events (ids sampled while
 //     filling), each checked to answer pending on its destination.
-//  6. delivery at full: resume every destination (-admin-c calls at a
+//  6. resume and pause big (its own partner), every other destination
+//     still paused: resume — from the call to the first request big's
+//     partner receives; pause, once it delivers at full pace (2000
+//     requests) — from the call to the last request its partner receives
+//     (it must then stay quiet for -quiet). Measured while the others
+//     deliver, big would get too small a share of the workers (one
+//     destination of 10k) for its last request to time the pause.
+//  7. delivery at full: resume every destination (-admin-c calls at a
 //     time), then count the partners' deliveries over -window while the
 //     backlog is still about -pending; nothing is published meanwhile.
-//  7. pause and resume big (its own partner) while every other destination
-//     delivers: pause — from the call to the last request big's partner
-//     receives (it must then stay quiet for -quiet); resume — from the call
-//     to the first request it receives.
 //
 // The backlog is not drained: the process is stopped at the end. Progress
 // goes to stderr; a table and, as the last line, one JSON object go to
@@ -126,7 +129,7 @@ func runScale(args []string) error {
 	fs.DurationVar(&f.setupLimit, "setup-timeout", 10*time.Minute, "limit of creating and pausing the destinations, and of the baseline restart")
 	fs.DurationVar(&f.fillLimit, "fill-timeout", 45*time.Minute, "limit of the fill: publishing and the health API counting every event pending")
 	fs.DurationVar(&f.rebuildLimit, "rebuild-timeout", 5*time.Minute, "limit of the restart: process start to every event pending again")
-	fs.DurationVar(&f.phaseLimit, "phase-timeout", 5*time.Minute, "limit of each other phase (small drains, lookups, resuming every destination, pause/resume of big)")
+	fs.DurationVar(&f.phaseLimit, "phase-timeout", 10*time.Minute, "limit of each other phase (small drains, lookups, resuming every destination, pause/resume of big)")
 	fs.Parse(args)
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -188,7 +191,7 @@ type scaleRun struct {
 	// big's; smallP the small backlog's.
 	main, bigP, smallP *partner.Partner
 	bigLast            atomic.Int64 // UnixNano of the last request big's partner received
-	bigFirst           atomic.Int64 // UnixNano of the first request big's partner received since reset to 0
+	bigFirst           atomic.Int64 // UnixNano of the first request big's partner received
 	smallClock         drainClock
 	run                string // idempotency key prefix, unique per run
 	version            uint64 // the newest config version the bench made
@@ -261,7 +264,7 @@ type scaleResult struct {
 	fullDelivered                int
 	fullWindow                   time.Duration
 	backlogAtStart, backlogAtEnd int64
-	bigPendingAtPause            int64
+	bigPending                   int64
 	pauseApplied, pauseEffect    time.Duration
 	pauseLate                    int
 	resumeApplied, resumeEffect  time.Duration
@@ -301,8 +304,8 @@ func (f *scaleFlags) run(ctx context.Context) error {
 		{"fill", f.fillLimit, r.fill},
 		{"restart", f.rebuildLimit, r.restart},
 		{"lookups", f.phaseLimit, r.lookups},
+		{"resume and pause big", f.phaseLimit, r.pauseResumeBig},
 		{"delivery at the full backlog", f.phaseLimit + f.window, r.deliverFull},
-		{"pause and resume big", f.phaseLimit, r.pauseResumeBig},
 	}
 	for _, s := range steps {
 		if err := phase(ctx, s.name, s.limit, s.run); err != nil {
@@ -367,7 +370,10 @@ func (r *scaleRun) start(ctx context.Context, logName string) error {
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	args := []string{"dev", "--listen", addr, "--data-dir", r.dataDir, "--pprof",
-		"--partitions", strconv.Itoa(r.f.partitions), "--workers", strconv.Itoa(r.f.workers)}
+		"--partitions", strconv.Itoa(r.f.partitions), "--workers", strconv.Itoa(r.f.workers),
+		// The small backlog's destinations come on top of -destinations
+		// (whose default is the cap's).
+		"--max-destinations", strconv.Itoa(r.f.dests + r.f.smallDests)}
 	if r.f.fsync {
 		args = append(args, "--fsync")
 	}
@@ -475,11 +481,27 @@ func (r *scaleRun) setup(ctx context.Context) error {
 func (r *scaleRun) eachDestination(ctx context.Context, ids []string, what string, call func(context.Context, string) (uint64, error)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var next atomic.Int64
+	var next, done atomic.Int64
 	var newest atomic.Uint64
 	var firstErr error
 	var once sync.Once
 	var wg sync.WaitGroup
+	if len(ids) >= 1000 {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			tick := time.NewTicker(5 * time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-tick.C:
+					progress("%s: %d/%d", what, done.Load(), len(ids))
+				case <-stop:
+					return
+				}
+			}
+		}()
+	}
 	for range min(r.f.adminConc, len(ids)) {
 		wg.Go(func() {
 			for {
@@ -494,6 +516,7 @@ func (r *scaleRun) eachDestination(ctx context.Context, ids []string, what strin
 				}
 				for old := newest.Load(); v > old && !newest.CompareAndSwap(old, v); old = newest.Load() {
 				}
+				done.Add(1)
 			}
 		})
 	}
@@ -709,7 +732,9 @@ func (r *scaleRun) fill(ctx context.Context) error {
 	}
 	r.res.toPending = time.Since(t0)
 	progress("the health API counts all %d pending %s after the first publish", f.pending, r.res.toPending.Round(time.Millisecond))
-	if inuse, err := r.settledHeap(ctx); err == nil {
+	// One forced GC: the filled heap is informative, and a forced GC of
+	// a heap this size takes long on a shared machine.
+	if inuse, _, err := r.p.heap(ctx, ""); err == nil {
 		r.res.fillInuse, r.res.fillRSS = inuse, r.p.rss()
 		progress("filled process: heap in use %.1f MB, RSS %.1f MB", mb(inuse), mb(r.res.fillRSS))
 	}
@@ -813,6 +838,9 @@ func (r *scaleRun) restart(ctx context.Context) error {
 	if err := r.start(ctx, "restart.log"); err != nil {
 		return err
 	}
+	// The data dir holds the admin token since the first start: the health
+	// API is polled before /healthz answers.
+	registerAdminToken(r.dataDir, r.p.url())
 	readyErr := make(chan error, 1)
 	go func() {
 		d, err := r.p.waitHealthy(ctx, 0, 10*time.Millisecond)
@@ -834,11 +862,11 @@ func (r *scaleRun) restart(ctx context.Context) error {
 	}
 	progress("the health API counts all %d pending %s after the process started (%.0f events/s)",
 		f.pending, r.res.rebuilt.Round(time.Millisecond), float64(f.pending)/r.res.rebuilt.Seconds())
-	if r.res.rebuiltInuse, err = r.settledHeap(ctx); err != nil {
+	if r.res.rebuiltInuse, _, err = r.p.heap(ctx, ""); err != nil {
 		return err
 	}
 	r.res.rebuiltRSS = r.p.rss()
-	progress("right after the rebuild: heap in use %.1f MB, RSS %.1f MB; settling %s", mb(r.res.rebuiltInuse), mb(r.res.rebuiltRSS), f.settle)
+	progress("right after the rebuild (one forced GC): heap in use %.1f MB, RSS %.1f MB; settling %s", mb(r.res.rebuiltInuse), mb(r.res.rebuiltRSS), f.settle)
 	select {
 	case <-time.After(f.settle):
 	case <-ctx.Done():
@@ -970,17 +998,53 @@ func (r *scaleRun) deliverFull(ctx context.Context) error {
 func (r *scaleRun) pauseResumeBig(ctx context.Context) error {
 	f := r.f
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	n, err := r.admin.GetDestination(cctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: r.big}))
+	got, err := r.admin.GetDestination(cctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: r.big}))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("get destination %s: %w", r.big, err)
 	}
-	r.res.bigPendingAtPause = n.Msg.GetPending()
-	if r.bigP.Count() == 0 {
-		return errors.New("big received nothing while every destination delivered: nothing to pause")
-	}
-	progress("pausing %s (%d pending) while the others deliver", r.big, r.res.bigPendingAtPause)
+	r.res.bigPending = got.Msg.GetPending()
+
+	// big's partner has received nothing yet (checked after the fill), so
+	// its first request follows the resume.
+	progress("resuming %s (%d pending), every other destination paused", r.big, r.res.bigPending)
 	t0 := time.Now()
+	rresp, err := r.admin.ResumeDestination(ctx, connect.NewRequest(&rivorav1.ResumeDestinationRequest{DestinationId: r.big, Author: "bench"}))
+	if err != nil {
+		return fmt.Errorf("resume %s: %w", r.big, err)
+	}
+	appliedErr := make(chan error, 1)
+	go func() {
+		err := waitApplied(ctx, r.admin, rresp.Msg.GetVersion())
+		r.res.resumeApplied = time.Since(t0)
+		appliedErr <- err
+	}()
+	if err := until(ctx, time.Minute, time.Millisecond, fmt.Sprintf("a request to %s after the resume", r.big), func() error {
+		if r.bigFirst.Load() == 0 {
+			return errors.New("none yet")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	r.res.resumeEffect = time.Unix(0, r.bigFirst.Load()).Sub(t0)
+	if err := <-appliedErr; err != nil {
+		return err
+	}
+	progress("resume: applied after %s, first request %s after the call", r.res.resumeApplied.Round(time.Millisecond), r.res.resumeEffect.Round(time.Millisecond))
+
+	// Pause it while it delivers at full pace.
+	pace := int(min(2000, r.res.bigPending/2))
+	if err := until(ctx, time.Minute, 10*time.Millisecond, fmt.Sprintf("%d requests to %s", pace, r.big), func() error {
+		if n := r.bigP.Count(); n < pace {
+			return fmt.Errorf("%d so far", n)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	progress("pausing %s while it delivers (%d requests so far)", r.big, r.bigP.Count())
+	t0 = time.Now()
 	resp, err := r.admin.PauseDestination(ctx, connect.NewRequest(&rivorav1.PauseDestinationRequest{
 		DestinationId: r.big, Reason: "bench scale: pause take-effect", Author: "bench"}))
 	if err != nil {
@@ -1006,34 +1070,6 @@ func (r *scaleRun) pauseResumeBig(ctx context.Context) error {
 	r.res.pauseLate = r.bigP.Count() - countAtApplied
 	progress("pause: applied after %s, last request %s after the call (%d requests after it was applied)",
 		r.res.pauseApplied.Round(time.Millisecond), r.res.pauseEffect.Round(time.Millisecond), r.res.pauseLate)
-
-	// Nothing reaches big's partner while paused (it was quiet for
-	// -quiet), so the first request from now on follows the resume.
-	r.bigFirst.Store(0)
-	t0 = time.Now()
-	rresp, err := r.admin.ResumeDestination(ctx, connect.NewRequest(&rivorav1.ResumeDestinationRequest{DestinationId: r.big, Author: "bench"}))
-	if err != nil {
-		return fmt.Errorf("resume %s: %w", r.big, err)
-	}
-	appliedErr := make(chan error, 1)
-	go func() {
-		err := waitApplied(ctx, r.admin, rresp.Msg.GetVersion())
-		r.res.resumeApplied = time.Since(t0)
-		appliedErr <- err
-	}()
-	if err := until(ctx, time.Minute, time.Millisecond, fmt.Sprintf("a request to %s after the resume", r.big), func() error {
-		if r.bigFirst.Load() == 0 {
-			return errors.New("none yet")
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	r.res.resumeEffect = time.Unix(0, r.bigFirst.Load()).Sub(t0)
-	if err := <-appliedErr; err != nil {
-		return err
-	}
-	progress("resume: applied after %s, first request %s after the call", r.res.resumeApplied.Round(time.Millisecond), r.res.resumeEffect.Round(time.Millisecond))
 	return nil
 }
 
@@ -1075,9 +1111,10 @@ func (r *scaleRun) report() error {
 	fmt.Fprintf(tw, "deliver at full\t%.0f/s\t%d delivered in %.1f s, backlog %d → %d, nothing published meanwhile\n",
 		atFull, res.fullDelivered, res.fullWindow.Seconds(), res.backlogAtStart, res.backlogAtEnd)
 	fmt.Fprintf(tw, "ratio full / small\t%.2f\t(target ≥ 0.8)\n", atFull/at10k)
-	fmt.Fprintf(tw, "pause big\t%.0f ms\tcall to the last request big's partner received (%d pending; applied after %.0f ms; %d requests after that)\n",
-		ms(res.pauseEffect), res.bigPendingAtPause, ms(res.pauseApplied), res.pauseLate)
-	fmt.Fprintf(tw, "resume big\t%.0f ms\tcall to the first request big's partner received (applied after %.0f ms)\n", ms(res.resumeEffect), ms(res.resumeApplied))
+	fmt.Fprintf(tw, "resume big\t%.0f ms\tcall to the first request big's partner received (%d pending, the others paused; applied after %.0f ms)\n",
+		ms(res.resumeEffect), res.bigPending, ms(res.resumeApplied))
+	fmt.Fprintf(tw, "pause big\t%.0f ms\tcall to the last request big's partner received, while it delivered (applied after %.0f ms; %d requests after that)\n",
+		ms(res.pauseEffect), ms(res.pauseApplied), res.pauseLate)
 	tw.Flush()
 	if f.pending >= 10_000_000 {
 		verdict := func(ok bool) string {
@@ -1109,7 +1146,7 @@ func (r *scaleRun) report() error {
 		"events_get_p99_ms":          round(ms(percentile(res.gets, 0.99)), 2),
 		"pause_take_effect_ms":       round(ms(res.pauseEffect), 1),
 		"resume_take_effect_ms":      round(ms(res.resumeEffect), 1),
-		"big_pending_at_pause":       float64(res.bigPendingAtPause),
+		"big_pending":                float64(res.bigPending),
 		"deliver_per_s_at_10k_whole": round(at10kWhole, 0),
 		"small_backlog":              float64(f.small),
 		"payload_bytes":              float64(f.payload),
@@ -1117,5 +1154,5 @@ func (r *scaleRun) report() error {
 	return printJSON(out, []string{"pending", "lanes", "destinations", "fill_per_s", "bytes_per_pending_event", "rss_per_pending_event",
 		"ready_s", "rebuild_s", "rebuild_events_per_s", "deliver_per_s_at_10k", "deliver_per_s_at_10k_whole", "deliver_per_s_at_full", "deliver_ratio",
 		"lanes_list_p50_ms", "lanes_list_p99_ms", "lanes_list_other_p99_ms", "events_get_p50_ms", "events_get_p99_ms",
-		"pause_take_effect_ms", "resume_take_effect_ms", "big_pending_at_pause", "small_backlog", "payload_bytes"})
+		"pause_take_effect_ms", "resume_take_effect_ms", "big_pending", "small_backlog", "payload_bytes"})
 }
