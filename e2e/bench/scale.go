@@ -128,7 +128,7 @@ func runScale(args []string) error {
 	fs.DurationVar(&f.timeout, "timeout", 90*time.Minute, "fail when the whole bench takes longer")
 	fs.DurationVar(&f.setupLimit, "setup-timeout", 10*time.Minute, "limit of creating and pausing the destinations, and of the baseline restart")
 	fs.DurationVar(&f.fillLimit, "fill-timeout", 45*time.Minute, "limit of the fill: publishing and the health API counting every event pending")
-	fs.DurationVar(&f.rebuildLimit, "rebuild-timeout", 5*time.Minute, "limit of the restart: process start to every event pending again")
+	fs.DurationVar(&f.rebuildLimit, "rebuild-timeout", 15*time.Minute, "limit of the restart: process start to every event pending again")
 	fs.DurationVar(&f.phaseLimit, "phase-timeout", 10*time.Minute, "limit of each other phase (small drains, lookups, resuming every destination, pause/resume of big)")
 	fs.Parse(args)
 	if fs.NArg() > 0 {
@@ -1094,12 +1094,12 @@ func (r *scaleRun) report() error {
 	fmt.Fprintf(tw, "fill\t%.0f events/s\t%d events acked in %.1f s (PublishBatch of %d, %d concurrent); all pending after %.1f s\n",
 		fillRate, f.pending, res.publish.Seconds(), f.batch, f.conc, res.toPending.Seconds())
 	fmt.Fprintf(tw, "heap baseline\t%.1f MB in use, RSS %.1f MB\trestarted, every destination paused, nothing pending; two forced GCs\n", mb(res.baselineInuse), mb(res.baselineRSS))
-	fmt.Fprintf(tw, "heap filled\t%.1f MB in use, RSS %.1f MB\tthe filling process, all pending\n", mb(res.fillInuse), mb(res.fillRSS))
+	fmt.Fprintf(tw, "heap filled\t%.1f MB in use, RSS %.1f MB\tthe filling process, all pending, one forced GC\n", mb(res.fillInuse), mb(res.fillRSS))
 	fmt.Fprintf(tw, "graceful stop\t%.1f s\tSIGTERM to exit 0\n", res.shutdown.Seconds())
 	fmt.Fprintf(tw, "ready_s\t%.2f s\tprocess start to /healthz 200\n", res.ready.Seconds())
 	fmt.Fprintf(tw, "rebuild_s\t%.2f s\tprocess start to the health API counting all %d pending: %.0f events/s; server CPU %.1f s\n",
 		res.rebuilt.Seconds(), f.pending, float64(f.pending)/res.rebuilt.Seconds(), res.rebuildCPU.Seconds())
-	fmt.Fprintf(tw, "heap rebuilt\t%.1f MB in use, RSS %.1f MB\tright after the rebuild\n", mb(res.rebuiltInuse), mb(res.rebuiltRSS))
+	fmt.Fprintf(tw, "heap rebuilt\t%.1f MB in use, RSS %.1f MB\tright after the rebuild, one forced GC\n", mb(res.rebuiltInuse), mb(res.rebuiltRSS))
 	fmt.Fprintf(tw, "heap settled\t%.1f MB in use, RSS %.1f MB\t%s after the rebuild\n", mb(res.settledInuse), mb(res.settledRSS), f.settle)
 	fmt.Fprintf(tw, "per pending event\t%.0f B heap, %.0f B RSS\t(settled - baseline) / pending; payloads are in the store\n", perEvent, rssPerEvent)
 	fmt.Fprintf(tw, "lanes list, big\tp50 %.1f ms, p99 %.1f ms\t%d calls, limit 100, %d lanes matched\n", ms(percentile(res.listBig, 0.5)), ms(listBig99), len(res.listBig), f.bigLanes())
