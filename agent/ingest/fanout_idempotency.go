@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/rivora/rivora/internal/fingerprint"
 	"github.com/rivora/rivora/internal/ids"
 )
 
@@ -59,7 +60,7 @@ func routedFingerprint(r *routed) []byte {
 	if r.test != "" {
 		target = "test:" + r.test
 	}
-	return fingerprint(r.base, []byte(target))
+	return fingerprint.Of(r.base, []byte(target))
 }
 
 // fanoutRecord is what the IDEMPOTENCY bucket holds for a keyed routed

@@ -215,7 +215,7 @@ func (m *mover) decode(ctx context.Context, batch []jetstream.Msg) ([]Item, []je
 			id = ev.GetEventId()
 		}
 		if isEdge {
-			fwd = append(fwd, forwarded{at: len(items), Forwarded: edge.Forwarded{Event: ev, Edge: edgeName, Key: key}})
+			fwd = append(fwd, forwarded{at: len(items), Forwarded: edge.Forwarded{Event: ev, Edge: edgeName, Key: key, Partition: m.p}})
 		}
 		items = append(items, Item{Event: ev, Data: msg.Data(), MsgID: id})
 		ins = append(ins, msg)
