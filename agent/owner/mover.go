@@ -12,6 +12,7 @@ import (
 
 	"github.com/rivora/rivora/edge"
 	"github.com/rivora/rivora/internal/backoff"
+	"github.com/rivora/rivora/internal/fingerprint"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -217,7 +218,9 @@ func (m *mover) decode(ctx context.Context, batch []jetstream.Msg) ([]Item, []je
 		if isEdge {
 			fwd = append(fwd, forwarded{at: len(items), Forwarded: edge.Forwarded{Event: ev, Edge: edgeName, Key: key, Partition: m.p}})
 		}
-		items = append(items, Item{Event: ev, Data: msg.Data(), MsgID: id})
+		// The fingerprint goes with the event into its lane: a later
+		// duplicate is compared with it there (ingest's originals).
+		items = append(items, Item{Event: ev, Data: msg.Data(), MsgID: id, Fingerprint: fingerprint.FromHeader(msg.Headers())})
 		ins = append(ins, msg)
 		origins = append(origins, origin)
 	}
