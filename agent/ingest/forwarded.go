@@ -170,6 +170,14 @@ func (f *ForwardedCheck) originalsOf(ctx context.Context, events []edge.Forwarde
 	return found, nil
 }
 
+// SameAsOriginal tells whether ev (fingerprint fp), which the lanes of
+// partition p answered as a duplicate of the event at seq of stream, is
+// that event (the partition owner's mover asks: owner.ForwardedCheck).
+// An original found nowhere to compare counts as the same (originals.go).
+func (f *ForwardedCheck) SameAsOriginal(ctx context.Context, p int, ev *rivorav1.Event, fp []byte, stream string, seq uint64) (bool, error) {
+	return f.originals.same(ctx, Stored{Stream: stream, Seq: seq, Duplicate: true}, p, ev, fp, nil)
+}
+
 // recordEach makes each create-only record of writes, or reads the one
 // there, all in flight at once; it returns the index (recordWrite.index)
 // of each write whose key holds another event's record. Nothing is ever
