@@ -30,6 +30,7 @@ func (s *Scheduler) laneBySubject(partition int, id lanes.ID, subject string) *L
 		l = &Lane{ID: id, Partition: partition, Subject: subject, heapIdx: -1, dest: d, cust: c, pos: len(d.order)}
 		d.lanes[subject] = l
 		d.order = append(d.order, laneSlot{lane: l, born: s.born, cust: c})
+		d.peakLanes = max(d.peakLanes, len(d.lanes))
 		c.lanes++
 	}
 	return l
@@ -52,7 +53,7 @@ func (s *Scheduler) AppendAll(partition int, appends []LaneAppend) {
 	for _, a := range appends {
 		l := s.laneBySubject(partition, a.ID, a.Subject)
 		empty := len(l.entries) == 0
-		l.entries = append(l.entries, a.Entries...)
+		l.push(a.Entries)
 		if empty && len(l.entries) > 0 {
 			l.newHead(now)
 		}
@@ -81,7 +82,7 @@ func (s *Scheduler) Restore(partition int, id lanes.ID, entries []Entry, head He
 			l.headSince = entries[0].AcceptedAt
 		}
 	}
-	l.entries = append(l.entries, entries...)
+	l.push(entries)
 	l.dest.pending += len(entries)
 	l.head = head
 	l.reslot()
@@ -196,9 +197,8 @@ func (s *Scheduler) TakeDestination(destinationID string) map[*Lane][]Entry {
 			l.cust.retries.remove(l)
 			d.due--
 		}
-		taken[l] = l.entries
 		d.pending -= len(l.entries)
-		l.entries = nil
+		taken[l] = l.takeEntries()
 		s.forget(l)
 	}
 	d.active = d.active[:0]
@@ -253,15 +253,16 @@ type DestinationState struct {
 // Find looks a pending event up by id. It scans every lane: an operator's
 // query, not a hot path.
 func (s *Scheduler) Find(eventID string) (Location, bool) {
+	compact, isCompact := compactID(eventID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, d := range s.dests {
 		for _, l := range d.lanes {
-			for i, e := range l.entries {
-				if e.EventID != eventID {
+			for i := range l.entries {
+				if !l.hasEventID(&l.entries[i], eventID, compact, isCompact) {
 					continue
 				}
-				loc := Location{Lane: l.ID, Partition: l.Partition, Entry: e, Ahead: i, Destination: d.state(), SubscriptionPaused: l.state == laneSubPaused}
+				loc := Location{Lane: l.ID, Partition: l.Partition, Entry: l.entry(i), Ahead: i, Destination: d.state(), SubscriptionPaused: l.state == laneSubPaused}
 				if i == 0 {
 					loc.Head = l.head
 					loc.InFlight = l.state == laneInFlight
