@@ -83,7 +83,54 @@ func (s *Scheduler) Restore(partition int, id lanes.ID, entries []Entry, head He
 		}
 	}
 	l.push(entries)
-	l.dest.pending += len(entries)
+	s.restored(l, len(entries), head, hasLedger)
+}
+
+// Restored collects one lane's pending events for RestoreLane as
+// compactly as the lane keeps them: a rebuild of millions of events makes
+// no Entry, and no event id string, per event.
+type Restored struct {
+	list entryList
+}
+
+// Add appends an event: its lane-store sequence, its event id (as
+// stored) and when it was accepted, in Unix nanoseconds.
+func (r *Restored) Add(seq uint64, eventID []byte, acceptedAt int64) {
+	addEntry(&r.list, seq, eventID, acceptedAt, nil)
+}
+
+// Len is how many events were added.
+func (r *Restored) Len() int { return len(r.list.entries) }
+
+// FirstSeq is the sequence of the first event added (0: none).
+func (r *Restored) FirstSeq() uint64 {
+	if r.Len() == 0 {
+		return 0
+	}
+	return r.list.entries[0].Seq
+}
+
+// RestoreLane is Restore for the events collected in r, which it takes
+// over: r must not be used again.
+func (s *Scheduler) RestoreLane(partition int, id lanes.ID, r *Restored, head Head, hasLedger bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lane(partition, id)
+	n := r.Len()
+	if len(l.entries) == 0 && n > 0 {
+		l.headSince = head.FirstAttemptAt
+		if l.headSince.IsZero() {
+			l.headSince = fromUnixNanos(r.list.entries[0].acceptedAt)
+		}
+	}
+	l.pushList(&r.list)
+	r.list = entryList{}
+	s.restored(l, n, head, hasLedger)
+}
+
+// restored schedules a lane that Restore gave n more entries.
+func (s *Scheduler) restored(l *Lane, n int, head Head, hasLedger bool) {
+	l.dest.pending += n
 	l.head = head
 	l.reslot()
 	l.hasLedger = l.hasLedger || hasLedger

@@ -159,3 +159,44 @@ func TestPendingEventHeapIsSmall(t *testing.T) {
 	}
 	runtime.KeepAlive(s)
 }
+
+// RestoreLane keeps what Restore keeps, from a rebuild's compact record,
+// also onto a lane that already has entries.
+func TestRestoreLaneMatchesRestore(t *testing.T) {
+	s, _ := newSched()
+	s.SetLimits("d1", 0, unlimited)
+	id := lid("d1", "c1", "k")
+	v7 := uuid.Must(uuid.NewV7()).String()
+	want := []Entry{
+		{Seq: 7, EventID: v7, AcceptedAt: t0.Add(time.Second)},
+		{Seq: 9, EventID: "ev-9", AcceptedAt: time.Unix(0, 0).UTC()},
+		{Seq: 12, EventID: "ev-12", AcceptedAt: t0},
+	}
+	var first, second Restored
+	first.Add(7, []byte(v7), t0.Add(time.Second).UnixNano())
+	first.Add(9, []byte("ev-9"), 0)
+	second.Add(12, []byte("ev-12"), t0.UnixNano())
+	if first.Len() != 2 || first.FirstSeq() != 7 {
+		t.Fatalf("Restored: %d entries from seq %d, want 2 from 7", first.Len(), first.FirstSeq())
+	}
+	s.RestoreLane(0, id, &first, Head{}, false)
+	s.RestoreLane(0, id, &second, Head{}, false)
+	if got := s.Pending("d1"); got != len(want) {
+		t.Fatalf("pending %d, want %d", got, len(want))
+	}
+	if ls := s.ListLanes("d1", LaneFilter{Limit: 1}).Lanes[0]; !ls.HeadSince.Equal(want[0].AcceptedAt) || ls.Depth != 3 {
+		t.Fatalf("lane summary %+v: want depth 3, head since its acceptance %v", ls, want[0].AcceptedAt)
+	}
+	for i, w := range want {
+		if loc, ok := s.Find(w.EventID); !ok || loc.Entry != w || loc.Ahead != i {
+			t.Fatalf("Find(%q) = %+v, %v", w.EventID, loc, ok)
+		}
+	}
+	for _, w := range want {
+		a := mustPick(t, s)
+		if a.Entry != w {
+			t.Fatalf("attempt entry %+v, want %+v", a.Entry, w)
+		}
+		s.Succeeded(a)
+	}
+}

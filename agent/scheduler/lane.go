@@ -58,7 +58,7 @@ func fromUnixNanos(ns int64) time.Time {
 // form (lower-case hex, 8-4-4-4-12), which is exactly what formatting the
 // bytes gives back; false for any other id (and for the nil UUID, the
 // zero id that marks an odd one).
-func compactID(id string) (uuid.UUID, bool) {
+func compactID[ID string | []byte](id ID) (uuid.UUID, bool) {
 	var u uuid.UUID
 	if len(id) != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' || id[23] != '-' {
 		return u, false
@@ -90,25 +90,48 @@ func lowerHex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// keep is how l keeps e.
-func (l *Lane) keep(e Entry) entry {
-	k := entry{Seq: e.Seq, acceptedAt: unixNanos(e.AcceptedAt), event: e.Event}
-	if id, ok := compactID(e.EventID); ok {
-		k.id = id
+// entryList is a lane's entries: its Lane's, or a rebuild's (Restored).
+type entryList struct {
+	entries []entry
+	// oddIDs holds the event ids of entries that are not UUIDs, by
+	// sequence (nil: none).
+	oddIDs map[uint64]string
+}
+
+// add appends an entry, its event id given as a string or as bytes.
+func addEntry[ID string | []byte](el *entryList, seq uint64, eventID ID, acceptedAt int64, event *rivorav1.Event) {
+	e := entry{Seq: seq, acceptedAt: acceptedAt, event: event}
+	if id, ok := compactID(eventID); ok {
+		e.id = id
 	} else {
-		if l.oddIDs == nil {
-			l.oddIDs = make(map[uint64]string)
+		if el.oddIDs == nil {
+			el.oddIDs = make(map[uint64]string)
 		}
-		l.oddIDs[e.Seq] = e.EventID
+		el.oddIDs[seq] = string(eventID)
 	}
-	return k
+	el.entries = append(el.entries, e)
 }
 
 // push appends entries at l's tail.
 func (l *Lane) push(entries []Entry) {
 	l.entries = slices.Grow(l.entries, len(entries))
 	for _, e := range entries {
-		l.entries = append(l.entries, l.keep(e))
+		addEntry(&l.entryList, e.Seq, e.EventID, unixNanos(e.AcceptedAt), e.Event)
+	}
+}
+
+// pushList appends a rebuild's entries at l's tail.
+func (l *Lane) pushList(el *entryList) {
+	if len(l.entries) == 0 && l.oddIDs == nil {
+		l.entryList = *el // most lanes: no copy
+		return
+	}
+	l.entries = append(l.entries, el.entries...)
+	for seq, id := range el.oddIDs {
+		if l.oddIDs == nil {
+			l.oddIDs = make(map[uint64]string)
+		}
+		l.oddIDs[seq] = id
 	}
 }
 
@@ -201,10 +224,7 @@ type Lane struct {
 	Partition int
 	Subject   string
 
-	entries []entry
-	// oddIDs holds the event ids of entries that are not UUIDs, by
-	// sequence (nil: none).
-	oddIDs  map[uint64]string
+	entryList
 	head    Head
 	heapIdx int
 	state   laneState
