@@ -54,8 +54,9 @@ package main
 //     deliver, big would get too small a share of the workers (one
 //     destination of 10k) for its last request to time the pause.
 //  7. delivery at full: resume every destination (-admin-c calls at a
-//     time), then count the partners' deliveries over -window while the
-//     backlog is still about -pending; nothing is published meanwhile.
+//     time), wait -warmup, then count the partners' deliveries over
+//     -window while the backlog is still about -pending; nothing is
+//     published meanwhile.
 //
 // The backlog is not drained: the process is stopped at the end. Progress
 // goes to stderr; a table and, as the last line, one JSON object go to
@@ -93,7 +94,7 @@ type scaleFlags struct {
 	keys                  bool
 	small, smallDests     int
 	smallRounds           int
-	window, quiet         time.Duration
+	window, warmup, quiet time.Duration
 	age, settle           time.Duration
 	lookups, lists        int
 	adminConc             int
@@ -119,10 +120,11 @@ func runScale(args []string) error {
 	fs.IntVar(&f.smallDests, "small-dests", 10, "destinations of the small backlog (their own, outside -destinations)")
 	fs.IntVar(&f.smallRounds, "small-rounds", 5, "drains of the small backlog (their deliveries and times are summed)")
 	fs.DurationVar(&f.window, "window", 30*time.Second, "how long deliveries are counted at the full backlog")
+	fs.DurationVar(&f.warmup, "warmup", 5*time.Second, "after every destination was resumed, wait this long before counting deliveries")
 	fs.DurationVar(&f.quiet, "quiet", 3*time.Second, "after pausing big, how long its partner must receive nothing for the pause to count as in effect")
 	fs.DurationVar(&f.age, "age", 2*time.Minute, "restart only once the last ack is this old (the stores' duplicate window; 0: at once)")
 	fs.DurationVar(&f.settle, "settle", 20*time.Second, "wait after the rebuild before the settled heap reading (the embedded NATS server drops block caches after ~10 s)")
-	fs.IntVar(&f.lookups, "lookups", 1000, "GetEvent calls on random pending events")
+	fs.IntVar(&f.lookups, "lookups", 500, "GetEvent calls on random pending events")
 	fs.IntVar(&f.lists, "lists", 200, "ListLanes calls on big, and as many on random other destinations")
 	fs.IntVar(&f.adminConc, "admin-c", 16, "concurrent admin calls (create, pause, resume of every destination)")
 	fs.DurationVar(&f.timeout, "timeout", 90*time.Minute, "fail when the whole bench takes longer")
@@ -305,7 +307,7 @@ func (f *scaleFlags) run(ctx context.Context) error {
 		{"restart", f.rebuildLimit, r.restart},
 		{"lookups", f.phaseLimit, r.lookups},
 		{"resume and pause big", f.phaseLimit, r.pauseResumeBig},
-		{"delivery at the full backlog", f.phaseLimit + f.window, r.deliverFull},
+		{"delivery at the full backlog", f.phaseLimit + f.warmup + f.window, r.deliverFull},
 	}
 	for _, s := range steps {
 		if err := phase(ctx, s.name, s.limit, s.run); err != nil {
@@ -962,9 +964,21 @@ func (r *scaleRun) deliverFull(ctx context.Context) error {
 	}
 	r.res.resumeAll = time.Since(t0)
 	delivered := func() int { return r.main.Delivered() + r.bigP.Delivered() }
+	// As the small drains leave out their first tenth, the window leaves
+	// out the first seconds after the resume (the agent applying its
+	// last config versions).
+	progress("resumed in %s (%d delivered meanwhile); warming up for %s", r.res.resumeAll.Round(time.Millisecond), delivered(), f.warmup)
+	select {
+	case <-time.After(f.warmup):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	start, atStart := time.Now(), delivered()
 	r.res.backlogAtStart = int64(f.pending - atStart)
-	progress("resumed in %s (%d delivered meanwhile); counting deliveries for %s", r.res.resumeAll.Round(time.Millisecond), atStart, f.window)
+	if r.res.backlogAtStart < int64(f.pending)/2 {
+		return fmt.Errorf("%d of the %d events were delivered during the resume and the warm-up: too few are left to measure delivery at the full backlog (a larger -pending, or a shorter -warmup)", atStart, f.pending)
+	}
+	progress("counting deliveries for %s (%d delivered so far)", f.window, atStart)
 	end := start.Add(f.window)
 	lastLog, lastN := start, atStart
 	for time.Now().Before(end) {
