@@ -329,3 +329,36 @@ func bucketEnd(subject string) time.Time {
 	}
 	return time.Unix((w+1)*int64(width/time.Second), 0)
 }
+
+// IndexedBatch is a stored batch of a subject as its index lists it: its
+// sequence and its records' event ids.
+type IndexedBatch struct {
+	Seq uint64
+	IDs []string
+}
+
+// EncodeIndex is the index a writer appends to a subject whose other
+// messages are exactly batches, once its bucket is over: for tools that
+// write a history as the agent does (e2e/bench fills one).
+func EncodeIndex(batches []IndexedBatch) []byte {
+	ix := index{covered: uint64(len(batches))}
+	for _, b := range batches {
+		hashes := make([]uint32, len(b.IDs))
+		for i, id := range b.IDs {
+			hashes[i] = idHash(id)
+		}
+		ix.batches = append(ix.batches, indexedBatch{seq: b.Seq, hashes: hashes})
+	}
+	return ix.encode()
+}
+
+// IndexDue is when a writer indexes a history subject: its bucket's end
+// plus a grace for records on their way (zero for a subject that is not
+// one of the history's).
+func IndexDue(subject string) time.Time {
+	end := bucketEnd(subject)
+	if end.IsZero() {
+		return end
+	}
+	return end.Add(indexGrace)
+}

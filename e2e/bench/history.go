@@ -464,12 +464,31 @@ type filler struct {
 	round   int64
 	batches map[string]*fillBatch
 	order   []*fillBatch
+	// unindexed is the subjects whose index is not written yet, by
+	// subject, and per stream in the order their first batch was
+	// published (their buckets' order).
+	unindexed map[string]*fillSubject
+	dueOrder  map[string][]*fillSubject
 }
 
 type fillBatch struct {
 	subject string
 	batch   rivorav1.HistoryBatch
 	bytes   int
+	ids     []string
+}
+
+// fillSubject is one subject's published batches, indexed (as the agent's
+// writer indexes them) once its bucket is over.
+type fillSubject struct {
+	subject string
+	due     time.Time
+	batches []fillPublished
+}
+
+type fillPublished struct {
+	ack jetstream.PubAckFuture
+	ids []string
 }
 
 func (fl *filler) at(i int) time.Time { return fl.base.Add(time.Duration(i) * fl.every) }
@@ -499,6 +518,11 @@ func (fl *filler) fill(ctx context.Context, n int) error {
 	if err := fl.publishAll(); err != nil {
 		return err
 	}
+	// The agent has indexed every subject whose bucket ended (and its
+	// grace) before now.
+	if err := fl.index(time.Now()); err != nil {
+		return err
+	}
 	select {
 	case <-fl.js.PublishAsyncComplete():
 	case <-ctx.Done():
@@ -513,6 +537,9 @@ func (fl *filler) write(i int, body []byte) error {
 	delivered := accepted.Add(30 * time.Millisecond)
 	if round := delivered.UnixNano() / int64(history.DefaultFlushInterval); round != fl.round {
 		if err := fl.publishAll(); err != nil {
+			return err
+		}
+		if err := fl.index(delivered); err != nil {
 			return err
 		}
 		fl.round = round
@@ -530,12 +557,14 @@ func (fl *filler) write(i int, body []byte) error {
 	b.batch.Outcomes = append(b.batch.Outcomes, o)
 	b.batch.OutcomeTimes = append(b.batch.OutcomeTimes, delivered.UnixNano())
 	b.bytes += proto.Size(o)
+	b.ids = append(b.ids, id)
 	if err := fl.bound(b); err != nil {
 		return err
 	}
 	b = fl.batch(history.BodySubject(delivered, id, accepted))
 	b.batch.Events = append(b.batch.Events, ev)
 	b.bytes += proto.Size(ev)
+	b.ids = append(b.ids, id)
 	return fl.bound(b)
 }
 
@@ -559,7 +588,7 @@ func (fl *filler) bound(b *fillBatch) error {
 	}
 	delete(fl.batches, b.subject)
 	err := fl.publish(b)
-	b.batch = rivorav1.HistoryBatch{} // publishAll skips it
+	b.batch, b.ids = rivorav1.HistoryBatch{}, nil // publishAll skips it
 	return err
 }
 
@@ -583,7 +612,56 @@ func (fl *filler) publish(b *fillBatch) error {
 	}
 	// A long stall wait: the server may fall behind for a moment (block
 	// rolls, fsyncs), and a filler has nothing better to do.
-	if _, err := fl.js.PublishAsync(b.subject, data, jetstream.WithStallWait(time.Minute)); err != nil {
+	ack, err := fl.js.PublishAsync(b.subject, data, jetstream.WithStallWait(time.Minute))
+	if err != nil {
+		return err
+	}
+	fl.msgs++
+	if fl.unindexed == nil {
+		fl.unindexed = make(map[string]*fillSubject)
+	}
+	s := fl.unindexed[b.subject]
+	if s == nil {
+		s = &fillSubject{subject: b.subject, due: history.IndexDue(b.subject)}
+		fl.unindexed[b.subject] = s
+		if fl.dueOrder == nil {
+			fl.dueOrder = make(map[string][]*fillSubject)
+		}
+		stream := b.subject[:len("history.o")]
+		fl.dueOrder[stream] = append(fl.dueOrder[stream], s)
+	}
+	s.batches = append(s.batches, fillPublished{ack: ack, ids: b.ids})
+	return nil
+}
+
+// index writes the index of every subject due by now (write time), as
+// the agent's history writer does: its batches' sequences and ids.
+func (fl *filler) index(now time.Time) error {
+	for stream, order := range fl.dueOrder {
+		for len(order) > 0 && !now.Before(order[0].due) {
+			if err := fl.writeIndex(order[0]); err != nil {
+				return err
+			}
+			order = order[1:]
+		}
+		fl.dueOrder[stream] = order
+	}
+	return nil
+}
+
+// writeIndex appends s's index, once every batch of it is stored.
+func (fl *filler) writeIndex(s *fillSubject) error {
+	delete(fl.unindexed, s.subject)
+	batches := make([]history.IndexedBatch, 0, len(s.batches))
+	for _, p := range s.batches {
+		select {
+		case ack := <-p.ack.Ok():
+			batches = append(batches, history.IndexedBatch{Seq: ack.Sequence, IDs: p.ids})
+		case err := <-p.ack.Err():
+			return fmt.Errorf("publish a batch of %s: %w", s.subject, err)
+		}
+	}
+	if _, err := fl.js.PublishAsync(s.subject, history.EncodeIndex(batches), jetstream.WithStallWait(time.Minute)); err != nil {
 		return err
 	}
 	fl.msgs++
