@@ -34,7 +34,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -128,6 +130,10 @@ type histLookup struct {
 	list            time.Duration
 	listed          int
 	diskBytes       uint64
+	// indexed and whole are the subjects the lookups read through their
+	// index and whole (rivora_history_lookup_subjects_total; -1 when the
+	// agent has no such metric, an older rivora).
+	indexed, whole float64
 }
 
 func (f *historyFlags) run(ctx context.Context, sizes []int) error {
@@ -717,7 +723,7 @@ func (f *historyFlags) lookupPhase(ctx context.Context, root string, sizes []int
 		}
 		res := histLookup{size: size, fill: time.Since(start), diskBytes: bytes}
 		progress("filled in %s (%.1f MB in the stream)", res.fill.Round(time.Millisecond), mb(bytes))
-		if err := f.measureLookups(ctx, events, fl, &res, size == largest); err != nil {
+		if err := f.measureLookups(ctx, p.url(), events, fl, &res, size == largest); err != nil {
 			return nil, err
 		}
 		out = append(out, res)
@@ -727,7 +733,15 @@ func (f *historyFlags) lookupPhase(ctx context.Context, root string, sizes []int
 
 // measureLookups times GetEvent of random retained ids, and (last: the
 // newest event was accepted now) one ListEvents.
-func (f *historyFlags) measureLookups(ctx context.Context, events rivorav1connect.EventServiceClient, fl *filler, res *histLookup, last bool) error {
+func (f *historyFlags) measureLookups(ctx context.Context, base string, events rivorav1connect.EventServiceClient, fl *filler, res *histLookup, last bool) error {
+	indexed0, whole0 := lookupReads(ctx, base)
+	defer func() {
+		indexed1, whole1 := lookupReads(ctx, base)
+		res.indexed, res.whole = indexed1-indexed0, whole1-whole0
+		if indexed0 < 0 || indexed1 < 0 {
+			res.indexed, res.whole = -1, -1
+		}
+	}()
 	rng := rand.New(rand.NewPCG(7, uint64(res.size)))
 	lat := make([]time.Duration, 0, f.lookups)
 	for range f.lookups {
@@ -775,6 +789,38 @@ func (f *historyFlags) measureLookups(ctx context.Context, events rivorav1connec
 	return nil
 }
 
+// lookupReads is the agent's rivora_history_lookup_subjects_total: the
+// subjects lookups read through their index, and whole (-1, -1 when it
+// has no such series).
+func lookupReads(ctx context.Context, base string) (indexed, whole float64) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return -1, -1
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1, -1
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return -1, -1
+	}
+	indexed, whole = -1, 0
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, `rivora_history_lookup_subjects_total{read="index"} `); ok {
+			indexed, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+		if v, ok := strings.CutPrefix(line, `rivora_history_lookup_subjects_total{read="scan"} `); ok {
+			whole, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	if indexed < 0 {
+		return -1, -1
+	}
+	return indexed, whole
+}
+
 func (f *historyFlags) report(mem *histMemory, looks []histLookup) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "history: %d-byte payloads, %d partitions\n", f.payload, f.partitions)
@@ -798,6 +844,11 @@ func (f *historyFlags) report(mem *histMemory, looks []histLookup) {
 		k := strconv.Itoa(l.size)
 		out["get_p50_ms_"+k], out["get_p99_ms_"+k] = round(ms(l.p50), 2), round(ms(l.p99), 2)
 		order = append(order, "get_p50_ms_"+k, "get_p99_ms_"+k)
+		if l.indexed >= 0 {
+			fmt.Fprintf(tw, "subjects read, %d retained\t%.0f via their index, %.0f whole\tby the lookups (rivora_history_lookup_subjects_total); whole: no complete index (the newest buckets, history from before the index)\n", l.size, l.indexed, l.whole)
+			out["indexed_reads_"+k], out["whole_reads_"+k] = l.indexed, l.whole
+			order = append(order, "indexed_reads_"+k, "whole_reads_"+k)
+		}
 		if l.listed > 0 {
 			fmt.Fprintf(tw, "events list, %d retained\t%.1f ms\tdelivered, limit 100 (the newest bucket)\n", l.size, ms(l.list))
 			out["list_ms_"+k] = round(ms(l.list), 1)
