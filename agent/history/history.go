@@ -52,12 +52,12 @@
 // first and last message to read it, and a subject spanning hours would
 // load hours of blocks. That is why w is in the subject, and a alone
 // (retries come hours after acceptance) is not enough. Reading a subject
-// still walks, message by message, every message written in its bucket
-// (all shards interleave in the blocks): that walk (~250 ns a message)
-// and the messages returned (~1.5 µs each, read without headers, then
-// searched for the id's bytes before a record is decoded) are a lookup's
-// cost. So buckets are short, and the bodies, which lookups never read,
-// have their own stream. The subject count is about retention /
+// whole still walks, message by message, every message written in its
+// bucket (all shards interleave in the blocks): that walk (~250 ns a
+// message) and the messages returned (~1.5 µs each, read without
+// headers, then searched for the id's bytes before a record is decoded)
+// are the cost of a lookup without an index. So buckets are short, and
+// the bodies, which lookups never read, have their own stream. The subject count is about retention /
 // BucketWidth × Shards (× the acceptance buckets drained together in a
 // backlog), ~200 B of memory each however many events they hold; the
 // bodies' 1-minute buckets add ~40k subjects a week (e2e/bench history
@@ -66,8 +66,13 @@
 // A lookup by id lists the subjects history.o.*.*.<a>.<s> (typically one
 // or two: the acceptance bucket and the next, more when it was retried)
 // and, for a UUIDv7 id, history.o.*.*.u.<s> (empty unless keys' times
-// were far from their acceptance, or events were resent or replayed),
-// and reads each with a direct-get batch. A listing orders records by the
+// were far from their acceptance, or events were resent or replayed).
+// A subject whose bucket is over carries an index as its last message
+// (index.go): the lookup gets it, then only the batches it names that
+// may hold the id — a few direct gets instead of the walk above. A
+// subject without a complete index (its bucket still open, written
+// before the index, a crash before its index) is read whole with a
+// direct-get batch. A listing orders records by the
 // time each was recorded, which its batch carries
 // (HistoryBatch.outcome_times): the records of one flush interval sit in
 // several subjects' batches, so the messages' times would not do.
@@ -449,12 +454,14 @@ func eachRecord(batch []byte, field protowire.Number, each func([]byte) error) e
 
 // Lookup returns an event's outcomes, oldest first (nil when none). It
 // reads the subjects of the event's acceptance bucket and shard, one per
-// bucket its records were written in; each read walks that bucket's
-// records. For an id that is not a UUIDv7 (Keyed) it reads the shard of
-// every bucket a keyed event was written in, so its cost grows with the
-// keyed events retained; a UUIDv7 id's lookup also reads the Unbucketed
-// subjects of its shard, whose cost grows with the events retained whose
-// id's time was not their acceptance's.
+// bucket its records were written in: through the subject's index (its
+// last message, then the batches it names that may hold the id), or,
+// without a complete index, walking that bucket's records. For an id
+// that is not a UUIDv7 (Keyed) it reads the shard of every bucket a keyed
+// event was written in, so its cost grows with the buckets holding keyed
+// events retained; a UUIDv7 id's lookup also reads the Unbucketed
+// subjects of its shard, whose count grows with the buckets retained that
+// hold events whose id's time was not their acceptance's.
 func (h *History) Lookup(ctx context.Context, eventID string) ([]*rivorav1.EventOutcome, error) {
 	var out []*rivorav1.EventOutcome
 	err := h.readID(ctx, h.stream, outcomePrefix, BucketWidth, outcomesField, eventID, func(data []byte) error {

@@ -20,11 +20,14 @@ package main
 // filled directly over NATS, as a real agent writes it: per event an
 // outcome (delivered) and the delivered event (-payload bytes), batched
 // per subject and flush interval as the agent's writer batches them, ids
-// UUIDv7 accepted at -rate events/s, the newest accepted now. At each of
+// UUIDv7 accepted at -rate events/s, the newest accepted now; each
+// subject gets its index once its bucket is over, as the agent's writer
+// appends it (so the newest seconds are read whole). At each of
 // -sizes retained events, -lookups random ids are looked up one after
 // another through the API (GetEvent, checked to answer delivered); at the
 // last size (its newest event accepted now) one ListEvents (delivered,
-// limit 100) is timed.
+// limit 100) is timed. The agent's rivora_history_lookup_subjects_total
+// tells how many subjects the lookups read through their index and whole.
 //
 // Progress goes to stderr; a table and, as the last line, one JSON object
 // go to stdout. It exits non-zero when anything fails or -timeout passes.
