@@ -162,7 +162,7 @@ func (s *Scheduler) advance(a *Attempt, died bool) Outcome {
 	if d.dropped {
 		return Outcome{}
 	}
-	l.entries = l.entries[1:]
+	l.pop()
 	d.pending--
 	l.head = Head{}
 	l.state = laneIdle
@@ -209,8 +209,8 @@ func (s *Scheduler) holdNext(a *Attempt, l *Lane) {
 	if b := l.dest.budget; b == nil || b.State() == budget.Healthy || !a.Head.HeldByDestination || a.Head.WindowEnd.IsZero() {
 		return
 	}
-	next := l.entries[0]
-	l.setHead(Head{HeldByDestination: true, WindowEnd: a.Head.WindowEnd.Add(next.AcceptedAt.Sub(a.Entry.AcceptedAt))})
+	nextAccepted := fromUnixNanos(l.entries[0].acceptedAt)
+	l.setHead(Head{HeldByDestination: true, WindowEnd: a.Head.WindowEnd.Add(nextAccepted.Sub(a.Entry.AcceptedAt))})
 }
 
 // forget removes an empty lane, and its customer once it has no lanes.
@@ -222,6 +222,7 @@ func (s *Scheduler) forget(l *Lane) {
 	if c.lanes == 0 && !c.active {
 		delete(d.customers, c.id)
 	}
+	d.shrink()
 }
 
 // Settlement is what the partition owner tells the scheduler about a
