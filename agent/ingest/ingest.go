@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/internal/tracing"
@@ -68,6 +69,10 @@ type Config struct {
 	// Edge, when set, makes this an edge's gateway (EdgeTarget): events
 	// go into the edge's buffer, not INGEST (Local and Replicas unused).
 	Edge *EdgeTarget
+	// Durable is the store's group commit (--fsync): every answer waits
+	// for a sync begun after its writes. Nil: an answer means the writes
+	// reached the OS.
+	Durable *natsd.Syncer
 }
 
 // Defaults.
@@ -101,6 +106,8 @@ type Gateway struct {
 	applied    func() uint64
 	// edge is set at an edge (Config.Edge).
 	edge *EdgeTarget
+	// durable is the store's group commit (Config.Durable).
+	durable *natsd.Syncer
 }
 
 // configVersion is the config version this agent has applied (0 unknown).
@@ -165,7 +172,7 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	}
 	return &Gateway{
 		js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims,
-		subs: cfg.Subscriptions, catalogue: cfg.Catalogue, applied: cfg.Applied, edge: cfg.Edge,
+		subs: cfg.Subscriptions, catalogue: cfg.Catalogue, applied: cfg.Applied, edge: cfg.Edge, durable: cfg.Durable,
 	}, nil
 }
 
@@ -424,14 +431,26 @@ type prepared struct {
 type LocalStore interface {
 	// AppendLocal stores events straight into partition p's lanes when
 	// this agent owns p (owned false: it does not, use INGEST). It answers
-	// once they are durable, with a duplicate flag per event.
+	// once the store acknowledged them (Config.Durable's sync then covers
+	// them), with a duplicate flag per event.
 	AppendLocal(ctx context.Context, p int, events []*rivorav1.Event, data [][]byte, msgIDs []string) (duplicates []bool, owned bool, err error)
 }
 
 // store makes a batch durable, partition by partition in parallel: into
 // the lanes when this agent owns the partition, else into INGEST for its
-// owner to move. It returns a duplicate flag per event.
+// owner to move; with --fsync, one sync shared with concurrent requests
+// then covers these writes and the idempotency records written before
+// them. It returns a duplicate flag per event.
 func (g *Gateway) store(ctx context.Context, batch []*prepared) ([]bool, error) {
+	dups, err := g.write(ctx, batch)
+	if err != nil {
+		return dups, err
+	}
+	return dups, g.durable.Commit(ctx)
+}
+
+// write stores a batch (see store), each partition's events in one go.
+func (g *Gateway) write(ctx context.Context, batch []*prepared) ([]bool, error) {
 	groups := make(map[int][]int)
 	var order []int
 	for i, p := range batch {
