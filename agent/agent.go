@@ -271,7 +271,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{
 			MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
 			Local: a.parts, Partitions: a.parts, Subscriptions: a.subs, Catalogue: a.catalogue, Applied: a.applied.Load,
-			Durable: a.nats.Syncer(),
+			Delivered: a.history, Durable: a.nats.Syncer(),
 		}, base.With("component", "ingest"))
 		return err
 	}); err != nil {

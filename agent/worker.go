@@ -9,6 +9,8 @@ import (
 
 // work is one delivery worker.
 func (a *Agent) work(ctx context.Context) {
+	// An attempt that started finishes even while draining.
+	attemptCtx := context.WithoutCancel(ctx)
 	for {
 		var att *scheduler.Attempt
 		select {
@@ -16,8 +18,7 @@ func (a *Agent) work(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		// An attempt that started finishes even while draining.
-		a.attempt(context.WithoutCancel(ctx), att)
+		a.attempt(attemptCtx, att)
 	}
 }
 

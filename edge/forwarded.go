@@ -25,6 +25,9 @@ type Forwarded struct {
 	// Key is its idempotency key ("": none, or an edge that did not send
 	// it).
 	Key string
+	// Partition is the cell partition it is moved into: the cell's copy
+	// of the same event may be in that partition's lanes.
+	Partition int
 }
 
 // ReadForwarded tells whether an INGEST message is an edge's copy (it

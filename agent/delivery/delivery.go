@@ -84,20 +84,28 @@ func (r Result) DestinationFault() bool {
 // operator resumes it, and the attempt is not counted against the event.
 func (r Result) Gone() bool { return r.Status == http.StatusGone }
 
+// StatusClasses are the attempt outcome classes for metrics, in the
+// order of ClassIndex: "error" when no response arrived, else the HTTP
+// status class.
+var StatusClasses = [...]string{"error", "2xx", "3xx", "4xx", "5xx"}
+
 // StatusClass is the attempt's outcome class for metrics: "2xx", "3xx",
 // "4xx", "5xx", or "error" when no response arrived.
-func (r Result) StatusClass() string {
+func (r Result) StatusClass() string { return StatusClasses[r.ClassIndex()] }
+
+// ClassIndex is the index of the attempt's StatusClass in StatusClasses.
+func (r Result) ClassIndex() int {
 	switch {
 	case r.Status == 0:
-		return "error"
+		return 0
 	case r.Status < 300:
-		return "2xx"
+		return 1
 	case r.Status < 400:
-		return "3xx"
+		return 2
 	case r.Status < 500:
-		return "4xx"
+		return 3
 	default:
-		return "5xx"
+		return 4
 	}
 }
 
@@ -146,32 +154,36 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 	if err != nil {
 		return Result{Err: fmt.Errorf("build request: %w", err), NotSent: true}
 	}
-	// Canonical keys assigned directly: this runs once per attempt.
-	h := hreq.Header
+	// Sized once for Rivora's headers and the destination's: growing the
+	// map as it fills costs more than filling it. Canonical keys assigned
+	// directly: this runs once per attempt.
+	h := make(http.Header, len(ownHeaderValues{}.v)+len(req.Endpoint.Headers))
+	hreq.Header = h
 	setCustomHeaders(h, req.Endpoint.Headers)
-	h["Content-Type"] = []string{ev.GetContentType()}
-	h["User-Agent"] = []string{s.userAgent}
-	h["Webhook-Id"] = []string{ev.GetEventId()}
+	own := new(ownHeaderValues)
+	own.set(h, "Content-Type", ev.GetContentType())
+	own.set(h, "User-Agent", s.userAgent)
+	own.set(h, "Webhook-Id", ev.GetEventId())
 	// Marks the POST replayable, so the transport re-sends it on a fresh
 	// connection when a pooled one turns out closed, instead of failing the
 	// attempt (and cutting the destination's budget) for nothing.
-	h["Idempotency-Key"] = []string{ev.GetEventId()}
-	h["Webhook-Timestamp"] = []string{strconv.FormatInt(ts, 10)}
-	h["Webhook-Signature"] = []string{req.Endpoint.Signer.Sign(ev.GetEventId(), ts, ev.GetPayload())}
-	h["Rivora-Customer"] = []string{ev.GetCustomerId()}
-	h["Rivora-Lane"] = []string{headerSafe(ev.GetLaneKey())}
-	h["Rivora-Attempt"] = []string{strconv.Itoa(req.Attempt)}
-	h["Rivora-Event-Type"] = []string{headerSafe(ev.GetType())}
+	own.set(h, "Idempotency-Key", ev.GetEventId())
+	own.set(h, "Webhook-Timestamp", strconv.FormatInt(ts, 10))
+	own.set(h, "Webhook-Signature", req.Endpoint.Signer.Sign(ev.GetEventId(), ts, ev.GetPayload()))
+	own.set(h, "Rivora-Customer", ev.GetCustomerId())
+	own.set(h, "Rivora-Lane", headerSafe(ev.GetLaneKey()))
+	own.set(h, "Rivora-Attempt", strconv.Itoa(req.Attempt))
+	own.set(h, "Rivora-Event-Type", headerSafe(ev.GetType()))
 	if ev.GetReplayed() {
-		h["Rivora-Replay"] = []string{"true"}
+		own.set(h, "Rivora-Replay", "true")
 	}
 	if ev.GetResent() {
-		h["Rivora-Resend"] = []string{"1"}
+		own.set(h, "Rivora-Resend", "1")
 	}
 	if traceparent != "" {
-		h[tracing.TraceparentHeader] = []string{traceparent}
+		own.set(h, tracing.TraceparentHeader, traceparent)
 		if tracestate != "" {
-			h[tracing.TracestateHeader] = []string{tracestate}
+			own.set(h, tracing.TracestateHeader, tracestate)
 		} else {
 			delete(h, tracing.TracestateHeader)
 		}
@@ -209,6 +221,21 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 	}
 	res.Err = errors.New(msg)
 	return res
+}
+
+// ownHeaderValues holds the values of the headers Rivora sets on one
+// attempt (at most 14), in one allocation instead of one per header.
+type ownHeaderValues struct {
+	v [14]string
+	n int
+}
+
+// set gives header name (canonical) the single value v, a one-element
+// window on own's array that an append cannot spill into the next one.
+func (own *ownHeaderValues) set(h http.Header, name, v string) {
+	own.v[own.n] = v
+	h[name] = own.v[own.n : own.n+1 : own.n+1]
+	own.n++
 }
 
 // headerSafe returns v unless it holds control characters, which a header

@@ -86,6 +86,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -325,15 +326,24 @@ func acceptedAt(ts *timestamppb.Timestamp) time.Time {
 }
 
 func (h *History) add(it item, m proto.Message) {
-	// Encoded here, not in the writer: the caller may reuse m.
-	data, err := proto.Marshal(m)
-	if err != nil {
+	// Encoded here, not in the writer: the caller may reuse m. Into a
+	// scratch buffer: the writer copies the record into its batch.
+	scratch := encodeBufs.Get().(*[]byte)
+	data, err := proto.MarshalOptions{}.MarshalAppend((*scratch)[:0], m)
+	if err == nil {
+		it.data = data
+		h.w.add(it)
+	} else {
 		recordErrors.Inc()
-		return
 	}
-	it.data = data
-	h.w.add(it)
+	if cap(data) <= 64<<10 {
+		*scratch = data[:0]
+		encodeBufs.Put(scratch)
+	}
 }
+
+// encodeBufs are scratch buffers for encoding records.
+var encodeBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // eachOutcome calls each with every outcome of a batch and when it was
 // recorded (at, the batch's time, when the batch has no times), oldest

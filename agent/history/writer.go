@@ -99,6 +99,10 @@ type writer struct {
 	nextAck uint64
 	// settled is signalled (with mu) when batches leave inAir.
 	settled *sync.Cond
+	// free is the buffers of batches the stream acked, for the next
+	// round's batches (guarded by mu): a fresh buffer per batch, grown
+	// record by record, cost delivery more than the records in it.
+	free [][]byte
 
 	// ackPrefix is the reply subject prefix the stream's acks come to.
 	ackPrefix string
@@ -162,7 +166,7 @@ func (w *writer) add(it item) {
 func (w *writer) appendLocked(it item) bool {
 	p := w.cur.bySubject[it.subject]
 	if p == nil {
-		p = &pending{subject: it.subject, buf: make([]byte, 0, min(w.maxBytes, 4<<10))}
+		p = &pending{subject: it.subject, buf: w.newBufLocked()}
 		w.cur.bySubject[it.subject] = p
 		w.cur.order = append(w.cur.order, p)
 	}
@@ -183,6 +187,20 @@ func (w *writer) appendLocked(it item) bool {
 	p.full = true
 	w.cur.full = append(w.cur.full, p)
 	return true
+}
+
+// maxFreeBufs bounds the buffers kept for reuse.
+const maxFreeBufs = 64
+
+// newBufLocked returns an empty buffer for a batch, a reused one when
+// there is one (with mu held).
+func (w *writer) newBufLocked() []byte {
+	if n := len(w.free); n > 0 {
+		buf := w.free[n-1]
+		w.free = w.free[:n-1]
+		return buf
+	}
+	return make([]byte, 0, min(w.maxBytes, 4<<10))
 }
 
 // take removes the full batches, and with all every batch, from the
@@ -228,7 +246,8 @@ func (w *writer) unsettled(match func(subject string) bool) [][]byte {
 	slices.SortFunc(air, func(x, y *pending) int { return cmp.Compare(x.ack, y.ack) })
 	out := make([][]byte, 0, len(air))
 	for _, p := range air {
-		out = append(out, p.buf) // not written after take
+		// Copied too: its buffer is reused once the stream acks it.
+		out = append(out, slices.Clone(p.buf))
 	}
 	for _, p := range w.cur.full {
 		if match(p.subject) {
@@ -374,6 +393,10 @@ func (w *writer) settle(ack uint64, failed bool) {
 	w.mu.Lock()
 	p := w.inAir[ack]
 	delete(w.inAir, ack)
+	if p != nil && len(w.free) < maxFreeBufs && cap(p.buf) <= 2*w.maxBytes {
+		// Published (NATS copied it) and out of the readers' sight.
+		w.free = append(w.free, p.buf[:0])
+	}
 	w.settled.Broadcast()
 	w.mu.Unlock()
 	if p == nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rivora/rivora/edge"
 	"github.com/rivora/rivora/internal/errkind"
+	"github.com/rivora/rivora/internal/fingerprint"
 	"github.com/rivora/rivora/lanes"
 )
 
@@ -78,6 +79,7 @@ func (e *EdgeTarget) message(p *prepared) *nats.Msg {
 		msg := nats.NewMsg(lanes.IngestSubject(p.partition, p.event.GetDestinationId()))
 		msg.Data = p.data
 		msg.Header.Set(jetstream.MsgIDHeader, p.msgID)
+		fingerprint.Set(msg, p.fingerprint)
 		return msg
 	}
 	msg := nats.NewMsg(edge.Subject(e.Name, p.partition, p.event.GetDestinationId()))

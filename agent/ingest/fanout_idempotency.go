@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/rivora/rivora/internal/fingerprint"
 	"github.com/rivora/rivora/internal/ids"
 )
 
@@ -27,11 +28,13 @@ import (
 // the loser takes the winner's routes. The record is not released when the
 // store fails (claim.keep): part of its deliveries may be stored.
 //
-// The next issue replaces the IDEMPOTENCY record (a second durable write
-// per keyed event) with a cheaper design. Whatever replaces it must keep
-// this rule, through this file's three functions: fanoutRecordKey (the
-// scope), routedFingerprint (what "the same publish" means) and
-// (*routed).record (decide the routes once, adopt them on a retry).
+// An event published to a destination by name needs no record at the
+// cell (direct_idempotency.go: its stream answers, one write); a fan-out
+// keeps its record, for it is also where the routes the first publish
+// chose are kept. The rule lives in this file's three functions:
+// fanoutRecordKey (the scope), routedFingerprint (what "the same publish"
+// means) and (*routed).record (decide the routes once, adopt them on a
+// retry).
 
 // fanoutRecordPrefix starts a fan-out's record key. Direct events' records
 // are keyed by their event id, a UUID, which never holds a '.': the two
@@ -59,7 +62,7 @@ func routedFingerprint(r *routed) []byte {
 	if r.test != "" {
 		target = "test:" + r.test
 	}
-	return fingerprint(r.base, []byte(target))
+	return fingerprint.Of(r.base, []byte(target))
 }
 
 // fanoutRecord is what the IDEMPOTENCY bucket holds for a keyed routed

@@ -244,12 +244,14 @@ func TestFanOutKeyedRetry(t *testing.T) {
 // partitions' events go to INGEST.
 type partitionStore struct{ failing int }
 
-func (s partitionStore) AppendLocal(_ context.Context, p int, _ []*rivorav1.Event, _ [][]byte, _ []string) ([]bool, bool, error) {
+func (s partitionStore) AppendLocal(_ context.Context, p int, _ []ingest.LocalEvent) ([]ingest.Stored, bool, error) {
 	if p != s.failing {
 		return nil, false, nil
 	}
 	return nil, true, errors.New("disk full")
 }
+
+func (s partitionStore) Owns(p int) bool { return p == s.failing }
 
 // A keyed fan-out whose store failed midway keeps its record: the retry
 // stores exactly the routes the first try chose (completing it, even

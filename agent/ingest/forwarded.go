@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rivora/rivora/edge"
+	"github.com/rivora/rivora/internal/fingerprint"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -23,13 +24,17 @@ import (
 //
 // The rule, per event:
 //   - an event published to a destination by name (no subscription_id):
-//     as the gateway does, a create-only record of its fingerprint under
-//     its event id. No record → recorded now (a later publish of the key
-//     at the cell with another payload is refused, as for any event the
-//     cell stored). The same fingerprint → the same event: stored, and
-//     the lanes' dedup by event id keeps one copy. Another fingerprint →
-//     a conflict. An event published without a key has a fresh UUIDv7
-//     id: its record is new by construction and costs one KV write.
+//     compared with the cell's own copy of the event when the cell stored
+//     one (found by a probe of INGEST and of the partition's lanes:
+//     originals.go; the cell's gateway writes no record for it), and
+//     held to a create-only record of its fingerprint under its event id
+//     (the cell's copy's fingerprint when there is one). No record →
+//     recorded now (a later publish of the key at the cell with another
+//     payload is refused: the gateway reads these records). The same
+//     fingerprint → the same event: stored, and the lanes' dedup by event
+//     id keeps one copy. Another fingerprint → a conflict. An event
+//     published without a key has a fresh UUIDv7 id: its record is new by
+//     construction and costs one KV write.
 //   - a delivery of a fan-out (or of a test event; subscription_id set):
 //     its publish's record is under (customer, key) and holds the
 //     fingerprint of the whole publish and all its routes, which one
@@ -52,7 +57,8 @@ import (
 // idempotency records. It shares the IDEMPOTENCY bucket with the
 // gateway (and creates it if the gateway has not yet).
 type ForwardedCheck struct {
-	claims *claims
+	claims    *claims
+	originals *originals
 }
 
 // NewForwardedCheck opens the IDEMPOTENCY bucket as the gateway does
@@ -65,7 +71,7 @@ func NewForwardedCheck(ctx context.Context, js jetstream.JetStream, window time.
 	if err != nil {
 		return nil, err
 	}
-	return &ForwardedCheck{claims: c}, nil
+	return &ForwardedCheck{claims: c, originals: newOriginals(js, c, replicas)}, nil
 }
 
 // CheckForwarded answers, per event, "" when it may be stored as the
@@ -74,6 +80,10 @@ func NewForwardedCheck(ctx context.Context, js jetstream.JetStream, window time.
 // again.
 func (f *ForwardedCheck) CheckForwarded(ctx context.Context, events []edge.Forwarded) ([]string, error) {
 	conflicts := make([]string, len(events))
+	originals, err := f.originalsOf(ctx, events)
+	if err != nil {
+		return nil, err
+	}
 	var direct []recordWrite
 	for i, fw := range events {
 		ev := fw.Event
@@ -90,8 +100,17 @@ func (f *ForwardedCheck) CheckForwarded(ctx context.Context, events []edge.Forwa
 		if !validRecordKey(ev.GetEventId()) {
 			continue // never an id a gateway gives (UUIDs): nothing to look up
 		}
-		fp := fingerprint(ev)
-		direct = append(direct, recordWrite{index: i, key: ev.GetEventId(), value: fp, same: func(existing []byte) error {
+		fp := fingerprint.Of(ev)
+		record := fp
+		if orig, ok := originals[i]; ok {
+			// The cell's copy is stored: it is the original, and what the
+			// record keeps.
+			record = orig
+			if !bytes.Equal(orig, fp) {
+				conflicts[i] = ForwardedConflict(fw)
+			}
+		}
+		direct = append(direct, recordWrite{index: i, key: ev.GetEventId(), value: record, same: func(existing []byte) error {
 			if bytes.Equal(existing, fp) {
 				return nil
 			}
@@ -106,6 +125,57 @@ func (f *ForwardedCheck) CheckForwarded(ctx context.Context, events []edge.Forwa
 		conflicts[i] = ForwardedConflict(events[i])
 	}
 	return conflicts, nil
+}
+
+// originalsOf finds, for each direct copy (by index in events), the
+// fingerprint of the cell's own copy of its event, when the cell stored
+// one: in INGEST (not moved yet) or in the lanes of its partition. A
+// key's record alone would not tell: the cell's gateway records no direct
+// event (direct_idempotency.go).
+func (f *ForwardedCheck) originalsOf(ctx context.Context, events []edge.Forwarded) (map[int][]byte, error) {
+	var probes []probe
+	var of []int
+	for i, fw := range events {
+		ev := fw.Event
+		if ev.GetSubscriptionId() != "" || !validRecordKey(ev.GetEventId()) {
+			continue
+		}
+		probes = append(probes, lanesProbe(fw.Partition, ev, ev.GetEventId()), ingestProbe(fw.Partition, ev, ev.GetEventId()))
+		of = append(of, i, i)
+	}
+	if len(probes) == 0 {
+		return nil, nil
+	}
+	got, err := f.originals.probeAll(ctx, probes)
+	if err != nil {
+		return nil, err
+	}
+	var found map[int][]byte
+	for k, at := range got {
+		i := of[k]
+		if _, done := found[i]; done || !at.Duplicate {
+			continue
+		}
+		fp, ok, err := f.originals.fingerprintOf(ctx, at, events[i].Partition, events[i].Event, nil)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			if found == nil {
+				found = make(map[int][]byte)
+			}
+			found[i] = fp
+		}
+	}
+	return found, nil
+}
+
+// SameAsOriginal tells whether ev (fingerprint fp), which the lanes of
+// partition p answered as a duplicate of the event at seq of stream, is
+// that event (the partition owner's mover asks: owner.ForwardedCheck).
+// An original found nowhere to compare counts as the same (originals.go).
+func (f *ForwardedCheck) SameAsOriginal(ctx context.Context, p int, ev *rivorav1.Event, fp []byte, stream string, seq uint64) (bool, error) {
+	return f.originals.same(ctx, Stored{Stream: stream, Seq: seq, Duplicate: true}, p, ev, fp, nil)
 }
 
 // recordEach makes each create-only record of writes, or reads the one

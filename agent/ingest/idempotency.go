@@ -3,8 +3,6 @@ package ingest
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rivora/rivora/internal/errkind"
-	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 // IdempotencyBucket is the key-value bucket that remembers, for the dedup
@@ -25,12 +22,16 @@ const IdempotencyBucket = "IDEMPOTENCY"
 // (replays, resends); a client key may not look like one.
 var reservedKeyPrefixes = []string{"replay:", "resend:"}
 
-// claims enforces Stripe's rule for idempotency keys: within the dedup
-// window a key names one event. The first publish with a key records the
-// event's fingerprint under the event id (derived from the key and its
-// scope); a later publish with the key and the same fingerprint is the
-// same event (stored once: the streams dedupe on the event id), one with
-// another fingerprint is refused (errkind.Exists: AlreadyExists).
+// claims enforces Stripe's rule for idempotency keys with create-only
+// records in a key-value bucket: within the dedup window a key names one
+// event. The first publish with a key records the event's fingerprint
+// under the event id (derived from the key and its scope); a later
+// publish with the key and the same fingerprint is the same event (stored
+// once: the streams dedupe on the event id), one with another fingerprint
+// is refused (errkind.Exists: AlreadyExists). It is the rule of a fan-out
+// (fanout_idempotency.go), of an edge's gateway, and of the edges' copies
+// at the cell (forwarded.go); the cell's gateway keeps a direct event's
+// rule without a record, in one write (direct_idempotency.go).
 //
 // The record is written before the event is stored, so of two racing
 // publishes with one key and different payloads exactly one can win. A
@@ -67,22 +68,6 @@ func newClaims(ctx context.Context, js jetstream.JetStream, bucket string, windo
 		return nil, fmt.Errorf("create %s bucket: %w", bucket, err)
 	}
 	return &claims{js: js, kv: kv, subject: "$KV." + bucket + "."}, nil
-}
-
-// fingerprint is what must match for a repeated key to be the same
-// event: its type, lane, content type and payload (the destination and
-// customer are in the id), then any further parts the caller's scope
-// needs (a fan-out's target).
-func fingerprint(ev *rivorav1.Event, more ...[]byte) []byte {
-	h := sha256.New()
-	parts := append([][]byte{[]byte(ev.GetType()), []byte(ev.GetLaneKey()), []byte(ev.GetContentType()), ev.GetPayload()}, more...)
-	for _, part := range parts {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
-		h.Write(n[:])
-		h.Write(part)
-	}
-	return h.Sum(nil)
 }
 
 // recordWrite is one idempotency record a publish makes, create-only.

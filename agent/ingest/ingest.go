@@ -30,6 +30,7 @@ import (
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/internal/errkind"
+	"github.com/rivora/rivora/internal/fingerprint"
 	"github.com/rivora/rivora/internal/tracing"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -69,6 +70,10 @@ type Config struct {
 	// Edge, when set, makes this an edge's gateway (EdgeTarget): events
 	// go into the edge's buffer, not INGEST (Local and Replicas unused).
 	Edge *EdgeTarget
+	// Delivered finds a delivered event by id (the history): where the
+	// idempotency check finds an original that left its lane (nil: it
+	// is not looked for there; originals.go).
+	Delivered Bodies
 	// Durable is the store's group commit (--fsync): every answer waits
 	// for a sync begun after its writes. Nil: an answer means the writes
 	// reached the OS.
@@ -83,6 +88,11 @@ const (
 	maxTypeLen         = 128
 	defaultContentType = "application/json"
 )
+
+var unverified = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "rivora_ingest_idempotency_unverified_total",
+	Help: "Publishes a stream answered as duplicates of an original that was found nowhere to compare (dead-lettered, or its history record lost): answered as the original's duplicate.",
+})
 
 var accepted = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "rivora_ingest_events_total",
@@ -101,6 +111,8 @@ type Gateway struct {
 	partitions PartitionCount
 	local      LocalStore
 	claims     *claims
+	originals  *originals
+	delivered  Bodies
 	subs       *subscriptions.Table
 	catalogue  *subscriptions.Catalogue
 	applied    func() uint64
@@ -172,7 +184,8 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	}
 	return &Gateway{
 		js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims,
-		subs: cfg.Subscriptions, catalogue: cfg.Catalogue, applied: cfg.Applied, edge: cfg.Edge, durable: cfg.Durable,
+		originals: newOriginals(js, claims, cfg.Replicas), delivered: cfg.Delivered, subs: cfg.Subscriptions, catalogue: cfg.Catalogue, applied: cfg.Applied, edge: cfg.Edge,
+		durable: cfg.Durable,
 	}, nil
 }
 
@@ -288,7 +301,10 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 		accepted.WithLabelValues("failed").Add(float64(len(reqs)))
 		return nil, err
 	}
-	writes, err := recordWrites(pubs)
+	// At an edge a keyed direct event is recorded (the edge's buffer has
+	// no owner to compare with); at the cell it is stored once and
+	// compared only when a stream answers it is a duplicate (originals.go).
+	writes, err := recordWrites(pubs, g.edge != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -301,16 +317,24 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 		g.claims.release(claimed)
 		return nil, err
 	}
+	known, err := g.precheck(ctx, events, inBatch)
+	if err != nil {
+		g.claims.release(claimed)
+		return nil, claimError(ctx, err)
+	}
 	tr.annotate(pubs, events, inBatch)
 	storeCtx, span := tr.startStore(ctx, len(events))
-	dups, err := g.store(storeCtx, events)
+	at, err := g.storeNew(storeCtx, events, known)
 	endSpan(span, err)
 	if err != nil {
 		g.claims.releaseUnstored(claimed)
 		accepted.WithLabelValues("failed").Add(float64(len(events)))
 		return nil, g.storeErrorOf(ctx, err)
 	}
-	return answers(pubs, dups), nil
+	if err := g.verify(ctx, events, at, known, inBatch); err != nil {
+		return nil, claimError(ctx, err)
+	}
+	return answers(pubs, duplicates(at)), nil
 }
 
 // refused is the answer to a request refused before anything was stored
@@ -339,12 +363,14 @@ type publication struct {
 	routed *routed
 }
 
-// recordWrites are the idempotency records of a request's keyed events.
-func recordWrites(pubs []publication) ([]recordWrite, error) {
+// recordWrites are the idempotency records of a request's keyed events:
+// its routed publishes', and, when direct is set (an edge), its direct
+// events'.
+func recordWrites(pubs []publication, direct bool) ([]recordWrite, error) {
 	var writes []recordWrite
 	for i, pub := range pubs {
 		switch {
-		case pub.direct != nil && pub.direct.fingerprint != nil:
+		case direct && pub.direct != nil && pub.direct.fingerprint != nil:
 			writes = append(writes, directRecord(pub.direct, i))
 		case pub.routed != nil && pub.routed.key != "":
 			w, err := pub.routed.record(i)
@@ -372,6 +398,7 @@ func (g *Gateway) deliveries(tr *ingestTrace, pubs []publication, inBatch bool) 
 			mine = pub.routed.deliveries
 		}
 		for _, p := range mine {
+			p.index = i
 			if err := tr.stamp(p); err != nil {
 				return nil, refused(err, i, len(pubs), inBatch)
 			}
@@ -422,35 +449,60 @@ type prepared struct {
 	msgID     string
 	// key is the publish's idempotency key ("": none): an edge sends it
 	// to the cell (edge.KeyHeader). fingerprint is set for an event
-	// published to a destination by name with a key (its record's).
+	// published to a destination by name with a key: stamped on its
+	// stored copies (fingerprint.Header), compared with a duplicate's.
 	key         string
 	fingerprint []byte
+	// index is the event's publication's in its request, for errors.
+	index int
+}
+
+// LocalEvent is one event for LocalStore.AppendLocal.
+type LocalEvent struct {
+	Event *rivorav1.Event
+	// Data is the encoded Event; MsgID its dedup id.
+	Data  []byte
+	MsgID string
+	// Fingerprint, when set, is stamped on the stored copy.
+	Fingerprint []byte
 }
 
 // LocalStore is the pending store of the partitions this agent owns.
 type LocalStore interface {
 	// AppendLocal stores events straight into partition p's lanes when
 	// this agent owns p (owned false: it does not, use INGEST). It answers
-	// once the store acknowledged them (Config.Durable's sync then covers
-	// them), with a duplicate flag per event.
-	AppendLocal(ctx context.Context, p int, events []*rivorav1.Event, data [][]byte, msgIDs []string) (duplicates []bool, owned bool, err error)
+	// once they are durable, with where each is (a duplicate: where its
+	// original is).
+	AppendLocal(ctx context.Context, p int, events []LocalEvent) (stored []Stored, owned bool, err error)
+	// Owns tells whether this agent owns partition p now.
+	Owns(p int) bool
+}
+
+// duplicates is the duplicate flag of each stored event.
+func duplicates(at []Stored) []bool {
+	dups := make([]bool, len(at))
+	for i, a := range at {
+		dups[i] = a.Duplicate
+	}
+	return dups
 }
 
 // store makes a batch durable, partition by partition in parallel: into
 // the lanes when this agent owns the partition, else into INGEST for its
 // owner to move; with --fsync, one sync shared with concurrent requests
-// then covers these writes and the idempotency records written before
-// them. It returns a duplicate flag per event.
-func (g *Gateway) store(ctx context.Context, batch []*prepared) ([]bool, error) {
-	dups, err := g.write(ctx, batch)
+// then covers these writes and whatever was stored before them (the
+// idempotency records, a duplicate's original). It returns where each
+// event is.
+func (g *Gateway) store(ctx context.Context, batch []*prepared) ([]Stored, error) {
+	at, err := g.write(ctx, batch)
 	if err != nil {
-		return dups, err
+		return at, err
 	}
-	return dups, g.durable.Commit(ctx)
+	return at, g.durable.Commit(ctx)
 }
 
 // write stores a batch (see store), each partition's events in one go.
-func (g *Gateway) write(ctx context.Context, batch []*prepared) ([]bool, error) {
+func (g *Gateway) write(ctx context.Context, batch []*prepared) ([]Stored, error) {
 	groups := make(map[int][]int)
 	var order []int
 	for i, p := range batch {
@@ -459,13 +511,13 @@ func (g *Gateway) write(ctx context.Context, batch []*prepared) ([]bool, error) 
 		}
 		groups[p.partition] = append(groups[p.partition], i)
 	}
-	dups := make([]bool, len(batch))
+	at := make([]Stored, len(batch))
 	if len(order) == 1 {
-		return dups, g.storeGroup(ctx, batch, groups[order[0]], dups)
+		return at, g.storeGroup(ctx, batch, groups[order[0]], at)
 	}
 	errs := make(chan error, len(order))
 	for _, part := range order {
-		go func() { errs <- g.storeGroup(ctx, batch, groups[part], dups) }()
+		go func() { errs <- g.storeGroup(ctx, batch, groups[part], at) }()
 	}
 	var firstErr error
 	for range order {
@@ -473,22 +525,20 @@ func (g *Gateway) write(ctx context.Context, batch []*prepared) ([]bool, error) 
 			firstErr = err
 		}
 	}
-	return dups, firstErr
+	return at, firstErr
 }
 
 // storeGroup stores the events batch[idx] of one partition.
-func (g *Gateway) storeGroup(ctx context.Context, batch []*prepared, idx []int, dups []bool) error {
+func (g *Gateway) storeGroup(ctx context.Context, batch []*prepared, idx []int, at []Stored) error {
 	if g.local != nil {
-		events := make([]*rivorav1.Event, len(idx))
-		data := make([][]byte, len(idx))
-		msgIDs := make([]string, len(idx))
+		events := make([]LocalEvent, len(idx))
 		for j, i := range idx {
-			events[j], data[j], msgIDs[j] = batch[i].event, batch[i].data, batch[i].msgID
+			events[j] = LocalEvent{Event: batch[i].event, Data: batch[i].data, MsgID: batch[i].msgID, Fingerprint: batch[i].fingerprint}
 		}
-		d, owned, err := g.local.AppendLocal(ctx, batch[idx[0]].partition, events, data, msgIDs)
+		stored, owned, err := g.local.AppendLocal(ctx, batch[idx[0]].partition, events)
 		if owned {
-			for j, i := range idx[:len(d)] {
-				dups[i] = d[j]
+			for j, i := range idx[:len(stored)] {
+				at[i] = stored[j]
 			}
 			return err
 		}
@@ -504,7 +554,7 @@ func (g *Gateway) storeGroup(ctx context.Context, batch []*prepared, idx []int, 
 	for j, f := range futures {
 		select {
 		case ack := <-f.Ok():
-			dups[idx[j]] = ack.Duplicate
+			at[idx[j]] = Stored{Stream: ack.Stream, Seq: ack.Sequence, Duplicate: ack.Duplicate}
 		case err := <-f.Err():
 			return fmt.Errorf("events[%d]: %w", idx[j], err)
 		case <-ctx.Done():
@@ -643,7 +693,7 @@ func (g *Gateway) prepareDirect(base *rivorav1.Event, key, dest string) (*prepar
 	}
 	p := &prepared{partition: lanes.Partition(dest, g.count()), event: ev, data: data, msgID: id}
 	if key != "" {
-		p.key, p.fingerprint = key, fingerprint(ev)
+		p.key, p.fingerprint = key, fingerprint.Of(ev)
 	}
 	return p, nil
 }
@@ -681,12 +731,12 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 			msgID: ReplayDedupID(dl),
 		})
 	}
-	dups, err := g.store(ctx, batch)
+	at, err := g.store(ctx, batch)
 	if err != nil {
 		return 0, 0, storeError(ctx, err)
 	}
-	for _, d := range dups {
-		if d {
+	for _, a := range at {
+		if a.Duplicate {
 			duplicates++
 		} else {
 			stored++
@@ -719,11 +769,11 @@ func (g *Gateway) Resend(ctx context.Context, original *rivorav1.Event, dedupID 
 		return nil, false, fmt.Errorf("encode event %s: %w", ev.GetEventId(), err)
 	}
 	p := &prepared{partition: lanes.Partition(ev.GetDestinationId(), n), event: ev, data: data, msgID: dedupID}
-	dups, err := g.store(ctx, []*prepared{p})
+	at, err := g.store(ctx, []*prepared{p})
 	if err != nil {
 		return nil, false, resendStoreError(ctx, err)
 	}
-	if dups[0] {
+	if at[0].Duplicate {
 		return ev, true, nil
 	}
 	accepted.WithLabelValues("resent").Inc()

@@ -706,9 +706,11 @@ func TestResendIsStoredOncePerDedupID(t *testing.T) {
 // failingStore owns every partition and fails every write.
 type failingStore struct{}
 
-func (failingStore) AppendLocal(context.Context, int, []*rivorav1.Event, [][]byte, []string) ([]bool, bool, error) {
+func (failingStore) AppendLocal(context.Context, int, []ingest.LocalEvent) ([]ingest.Stored, bool, error) {
 	return nil, true, errors.New("disk full")
 }
+
+func (failingStore) Owns(int) bool { return true }
 
 // A key binds only an event that was stored: after a failed store, a
 // retry may carry a rebuilt payload.

@@ -3,7 +3,6 @@ package owner
 import (
 	"context"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/rivora/rivora/agent/clock"
@@ -121,12 +120,8 @@ func windowStart(ev *rivorav1.Event, pausedBetween func(from, to time.Time) time
 // answered; it returns whether the destination is otherwise healthy (the
 // scheduler answers in the same call).
 func (o *Partition) observe(a *scheduler.Attempt, ev *rivorav1.Event, res delivery.Result) bool {
-	if o.registered(ev.GetDestinationId()) {
-		attemptsTotal.WithLabelValues(ev.GetDestinationId(), res.StatusClass()).Inc()
-		attemptSeconds.WithLabelValues(ev.GetDestinationId()).Observe(res.Duration.Seconds())
-		if res.Status == http.StatusTooManyRequests {
-			throttledTotal.WithLabelValues(ev.GetDestinationId()).Inc()
-		}
+	if dest, ok := o.deps.Registry.Get(ev.GetDestinationId()); ok {
+		metricsFor(dest).count(res)
 	}
 	cause := ""
 	if res.Err != nil {

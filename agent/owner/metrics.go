@@ -1,8 +1,14 @@
 package owner
 
 import (
+	"net/http"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/rivora/rivora/agent/delivery"
+	"github.com/rivora/rivora/agent/destinations"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -46,6 +52,7 @@ var (
 // ForgetDestinationMetrics deletes every series labelled with a deleted
 // destination, so /metrics does not keep it until a restart.
 func ForgetDestinationMetrics(destinationID string) {
+	attemptMetricsOf.Delete(destinationID)
 	labels := prometheus.Labels{"destination": destinationID}
 	attemptsTotal.DeletePartialMatch(labels)
 	throttledTotal.DeletePartialMatch(labels)
@@ -65,5 +72,53 @@ func reasonLabel(r rivorav1.DeadReason) string {
 		return "idempotency_conflict"
 	default:
 		return "manual"
+	}
+}
+
+// attemptMetrics are one destination's series an attempt updates, each
+// looked up by its label values once (on its first use, so that a series
+// appears when it counts something, as before) rather than on every
+// attempt.
+type attemptMetrics struct {
+	// dest is the destination they were looked up for: a destination
+	// deleted and made again is another, whose series
+	// ForgetDestinationMetrics deleted in between.
+	dest      *destinations.Destination
+	seconds   prometheus.Observer
+	byClass   [len(delivery.StatusClasses)]lazyCounter
+	throttled lazyCounter
+}
+
+// lazyCounter is a series looked up on its first use.
+type lazyCounter struct {
+	once sync.Once
+	c    prometheus.Counter
+}
+
+func (l *lazyCounter) inc(vec *prometheus.CounterVec, labels ...string) {
+	l.once.Do(func() { l.c = vec.WithLabelValues(labels...) })
+	l.c.Inc()
+}
+
+// attemptMetricsOf holds an *attemptMetrics by destination id.
+var attemptMetricsOf sync.Map
+
+// metricsFor returns dest's attempt series.
+func metricsFor(dest *destinations.Destination) *attemptMetrics {
+	if m, ok := attemptMetricsOf.Load(dest.ID); ok && m.(*attemptMetrics).dest == dest {
+		return m.(*attemptMetrics)
+	}
+	m := &attemptMetrics{dest: dest, seconds: attemptSeconds.WithLabelValues(dest.ID)}
+	attemptMetricsOf.Store(dest.ID, m)
+	return m
+}
+
+// count counts one attempt's result.
+func (m *attemptMetrics) count(res delivery.Result) {
+	class := res.ClassIndex()
+	m.byClass[class].inc(attemptsTotal, m.dest.ID, delivery.StatusClasses[class])
+	m.seconds.Observe(res.Duration.Seconds())
+	if res.Status == http.StatusTooManyRequests {
+		m.throttled.inc(throttledTotal, m.dest.ID)
 	}
 }

@@ -2,6 +2,7 @@ package owner
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/edge"
 	"github.com/rivora/rivora/internal/backoff"
+	"github.com/rivora/rivora/internal/fingerprint"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -165,6 +167,11 @@ func (m *mover) moveBatch(ctx context.Context, batch []jetstream.Msg) {
 	wait := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	for len(items) > 0 {
 		res := m.writer.submit(ctx, items)
+		// A copy the lanes took for a duplicate is compared with the
+		// original before INGEST forgets it.
+		if !m.keepConflicts(ctx, items[:res.stored], res.at) {
+			return // stopping: INGEST redelivers them
+		}
 		if res.stored > 0 {
 			// With --fsync the lanes' copies must survive a power loss
 			// before INGEST forgets its own: else the move loses them.
@@ -226,9 +233,11 @@ func (m *mover) decode(ctx context.Context, batch []jetstream.Msg) ([]Item, []je
 			id = ev.GetEventId()
 		}
 		if isEdge {
-			fwd = append(fwd, forwarded{at: len(items), Forwarded: edge.Forwarded{Event: ev, Edge: edgeName, Key: key}})
+			fwd = append(fwd, forwarded{at: len(items), Forwarded: edge.Forwarded{Event: ev, Edge: edgeName, Key: key, Partition: m.p}})
 		}
-		items = append(items, Item{Event: ev, Data: msg.Data(), MsgID: id})
+		// The fingerprint goes with the event into its lane: a later
+		// duplicate is compared with it there (ingest's originals).
+		items = append(items, Item{Event: ev, Data: msg.Data(), MsgID: id, Fingerprint: fingerprint.FromHeader(msg.Headers())})
 		ins = append(ins, msg)
 		origins = append(origins, origin)
 	}
@@ -243,9 +252,12 @@ type forwarded struct {
 
 // ForwardedCheck judges the copies edges forwarded against the cell's
 // idempotency records (ingest.ForwardedCheck): per event "" to store it,
-// else why its idempotency key names another event at the cell.
+// else why its idempotency key names another event at the cell. It also
+// judges a keyed copy the lanes took for a duplicate (SameAsOriginal:
+// whether the original at seq of stream is the same event).
 type ForwardedCheck interface {
 	CheckForwarded(ctx context.Context, events []edge.Forwarded) ([]string, error)
+	SameAsOriginal(ctx context.Context, p int, ev *rivorav1.Event, fp []byte, stream string, seq uint64) (bool, error)
 }
 
 // judgeForwarded checks the edges' copies of a batch (fwd) before they
@@ -282,6 +294,72 @@ func (m *mover) judgeForwarded(ctx context.Context, items []Item, fwd []forwarde
 	}
 }
 
+// keepConflicts compares each keyed item the lanes answered as a
+// duplicate (at: where its original is) with that original. One whose key
+// names another event there is not dropped: an agent that did not own the
+// partition put it into INGEST while the owner stored the original
+// straight into the lanes (the gateway's probe refuses that at publish,
+// but not when the two publishes race). It is stored marked, as an edge's
+// conflicting copy is, and becomes a dead letter (idempotency_conflict) at
+// its turn. It returns false when ctx ended first.
+func (m *mover) keepConflicts(ctx context.Context, items []Item, at []Stored) bool {
+	if m.check == nil {
+		return true
+	}
+	var marked []Item
+	wait := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+	for i := 0; i < len(items) && i < len(at); i++ {
+		it := items[i]
+		if !at[i].Duplicate || it.Fingerprint == nil || it.Event.GetIdempotencyConflict() != "" {
+			continue
+		}
+		for {
+			same, err := m.check.SameAsOriginal(ctx, m.p, it.Event, it.Fingerprint, at[i].Stream, at[i].Seq)
+			if err == nil {
+				if !same {
+					marked = append(marked, it)
+					m.markConflict(&marked[len(marked)-1], "", cellConflict(it.Event))
+				}
+				break
+			}
+			d := wait.Next()
+			m.log.Warn("comparing a duplicate with its original failed; retrying", "event_id", it.Event.GetEventId(), "error", err, "retry_in", d)
+			if !backoff.Sleep(ctx, d) {
+				return false
+			}
+		}
+	}
+	for len(marked) > 0 {
+		res := m.writer.submit(ctx, marked)
+		marked = marked[res.stored:]
+		if len(marked) == 0 {
+			break
+		}
+		if errors.Is(res.err, ErrNotOwned) {
+			return false
+		}
+		d := wait.Next()
+		if !backoff.Sleep(ctx, d) {
+			return false
+		}
+	}
+	return true
+}
+
+// cellConflict is why a copy accepted at the cell is not delivered: its
+// idempotency key named another event stored first.
+func cellConflict(ev *rivorav1.Event) string {
+	return fmt.Sprintf("the idempotency key of event %s was used for another event (a different payload, type, lane or content type) stored first in its lane; this copy (customer %s, destination %s), accepted through another agent at %s while the first was stored, was not delivered",
+		ev.GetEventId(), ev.GetCustomerId(), ev.GetDestinationId(), acceptedAt(ev))
+}
+
+func acceptedAt(ev *rivorav1.Event) string {
+	if ev.GetAcceptedAt() == nil {
+		return "an unknown time"
+	}
+	return ev.GetAcceptedAt().AsTime().UTC().Format(time.RFC3339Nano)
+}
+
 // markConflict makes an item the marked copy of a conflicting event.
 func (m *mover) markConflict(it *Item, edgeName, why string) {
 	ev := proto.Clone(it.Event).(*rivorav1.Event)
@@ -293,6 +371,11 @@ func (m *mover) markConflict(it *Item, edgeName, why string) {
 		m.log.Error("mark an edge's conflicting copy", "event_id", ev.GetEventId(), "error", err)
 		return
 	}
+	if edgeName == "" {
+		it.Event, it.Data, it.MsgID, it.Fingerprint = ev, data, cellConflictMsgID(ev.GetEventId(), it.Fingerprint), nil
+		m.log.Warn("a copy accepted through another agent conflicts with the event its key names in the lanes; it becomes a dead letter at its turn", "event_id", ev.GetEventId(), "destination", ev.GetDestinationId())
+		return
+	}
 	it.Event, it.Data, it.MsgID = ev, data, conflictMsgID(edgeName, ev.GetEventId())
 	m.log.Warn("an edge's copy conflicts with the cell's idempotency record; it becomes a dead letter at its turn", "edge", edgeName, "event_id", ev.GetEventId(), "destination", ev.GetDestinationId(), "reason", why)
 }
@@ -302,3 +385,9 @@ func (m *mover) markConflict(it *Item, edgeName, why string) {
 // event id) does not make it a duplicate, and stable, so that moving it
 // again after a crash stores it once.
 func conflictMsgID(edgeName, id string) string { return "edge-conflict:" + edgeName + ":" + id }
+
+// cellConflictMsgID is conflictMsgID for a conflicting copy accepted at
+// the cell: the event id and the copy's fingerprint (one per content).
+func cellConflictMsgID(id string, fp []byte) string {
+	return "conflict:" + id + ":" + hex.EncodeToString(fp[:8])
+}

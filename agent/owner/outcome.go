@@ -141,11 +141,16 @@ func deadOutcome(ev *rivorav1.Event, head scheduler.Head, reason rivorav1.DeadRe
 }
 
 func outcome(ev *rivorav1.Event, kind rivorav1.EventOutcome_Kind, a *rivorav1.Attempt) *rivorav1.EventOutcome {
-	return &rivorav1.EventOutcome{
-		Kind: kind, EventId: ev.GetEventId(), DestinationId: ev.GetDestinationId(), CustomerId: ev.GetCustomerId(),
-		LaneKey: ev.GetLaneKey(), Type: ev.GetType(), AcceptedAt: ev.GetAcceptedAt(), Attempt: a,
-		SubscriptionId: ev.GetSubscriptionId(),
-	}
+	o := &rivorav1.EventOutcome{}
+	setOutcome(o, ev, kind, a)
+	return o
+}
+
+// setOutcome fills a zero outcome in: an event's record of kind.
+func setOutcome(o *rivorav1.EventOutcome, ev *rivorav1.Event, kind rivorav1.EventOutcome_Kind, a *rivorav1.Attempt) {
+	o.Kind, o.EventId, o.DestinationId, o.CustomerId = kind, ev.GetEventId(), ev.GetDestinationId(), ev.GetCustomerId()
+	o.LaneKey, o.Type, o.AcceptedAt, o.Attempt = ev.GetLaneKey(), ev.GetType(), ev.GetAcceptedAt(), a
+	o.SubscriptionId = ev.GetSubscriptionId()
 }
 
 // cacheBudget bounds the bytes of events a partition keeps in memory.

@@ -74,6 +74,7 @@ type node struct {
 	subs  *subscriptions.Table
 	sched *scheduler.Scheduler
 	gw    *ingest.Gateway
+	hist  *history.History
 	parts []*owner.Partition
 	// applied is the config version the node has applied (Deps.Applied).
 	applied atomic.Uint64
@@ -105,6 +106,7 @@ func open(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Dest
 		fail(err)
 	}
 	runHistory(t, hist)
+	n.hist = hist
 	fwd, err := ingest.NewForwardedCheck(ctx, js, ingest.DefaultDedupWindow, 1)
 	if err != nil {
 		fail(err)

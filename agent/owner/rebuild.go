@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rivora/rivora/agent/scheduler"
@@ -47,7 +48,7 @@ type rebuildState struct {
 
 type rebuiltLane struct {
 	id      lanes.ID
-	entries []scheduler.Entry
+	entries scheduler.Restored
 }
 
 func newRebuild(o *Partition) *rebuildState {
@@ -167,17 +168,82 @@ func (r *rebuildState) laneEntry(msg jetstream.Msg, meta *jetstream.MsgMetadata)
 		r.o.reclaim.noteDone(subject, seq)
 		return nil
 	}
-	ev := &rivorav1.Event{}
-	if err := proto.Unmarshal(msg.Data(), ev); err != nil {
+	id, acceptedAt, err := eventKey(msg.Data())
+	if err != nil {
 		return fmt.Errorf("decode event at seq %d: %w", seq, err)
 	}
 	lane, err := r.lane(subject)
 	if err != nil {
 		return err
 	}
-	lane.entries = append(lane.entries, scheduler.Entry{Seq: seq, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Event: r.o.cache.keep(ev)})
+	lane.entries.Add(seq, id, acceptedAt)
 	r.events++
 	return nil
+}
+
+// eventKey reads what the scheduler keeps of a stored event, its id and
+// when it was accepted (Unix ns, as AcceptedAt.AsTime() gives it: the
+// epoch when unset), and skips the rest: decoding whole events (payload,
+// strings, a Timestamp each) made a rebuild's time and garbage. Delivery
+// loads the event by sequence.
+func eventKey(data []byte) (id []byte, acceptedAt int64, err error) {
+	const eventIDField, acceptedAtField = 1, 8
+	var secs, nanos int64
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return nil, 0, protowire.ParseError(n)
+		}
+		data = data[n:]
+		if typ == protowire.BytesType && (num == eventIDField || num == acceptedAtField) {
+			v, n := protowire.ConsumeBytes(data)
+			if n < 0 {
+				return nil, 0, protowire.ParseError(n)
+			}
+			data = data[n:]
+			if num == eventIDField {
+				id = v
+			} else if secs, nanos, err = timestampFields(v); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, data); n < 0 {
+			return nil, 0, protowire.ParseError(n)
+		}
+		data = data[n:]
+	}
+	return id, secs*int64(time.Second) + nanos, nil
+}
+
+// timestampFields reads a google.protobuf.Timestamp's seconds and nanos.
+func timestampFields(data []byte) (secs, nanos int64, err error) {
+	const secondsField, nanosField = 1, 2
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return 0, 0, protowire.ParseError(n)
+		}
+		data = data[n:]
+		if typ == protowire.VarintType && (num == secondsField || num == nanosField) {
+			v, n := protowire.ConsumeVarint(data)
+			if n < 0 {
+				return 0, 0, protowire.ParseError(n)
+			}
+			data = data[n:]
+			if num == secondsField {
+				secs = int64(v)
+			} else {
+				nanos = int64(int32(v))
+			}
+			continue
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, data); n < 0 {
+			return 0, 0, protowire.ParseError(n)
+		}
+		data = data[n:]
+	}
+	return secs, nanos, nil
 }
 
 // lane returns the rebuilt lane of a subject, found now if it is new.
@@ -203,10 +269,10 @@ func (r *rebuildState) install() {
 		l := r.found[subject]
 		var head scheduler.Head
 		h, hasLedger := r.heads[subject]
-		if hasLedger && h.GetSeq() == l.entries[0].Seq {
+		if hasLedger && h.GetSeq() == l.entries.FirstSeq() {
 			head = headFromProto(h)
 		}
-		o.deps.Scheduler.Restore(o.p, l.id, l.entries, head, hasLedger)
+		o.deps.Scheduler.RestoreLane(o.p, l.id, &l.entries, head, hasLedger)
 		delete(r.heads, subject)
 	}
 	for subject := range r.heads {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"sync"
+
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -36,7 +38,7 @@ func settle(ctx context.Context, sched *scheduler.Scheduler, part *Partition, a 
 	case verdict.Delivered:
 		// Recorded before the lane lets go, so `events get` never finds
 		// the event in neither place.
-		part.deps.History.Record(outcome(ev, rivorav1.EventOutcome_KIND_DELIVERED, attemptRecord(a, res)))
+		part.recordAttempt(ev, rivorav1.EventOutcome_KIND_DELIVERED, a, res)
 		part.deps.History.RecordBody(ev)
 		st = scheduler.Settlement{Kind: scheduler.Advance}
 	case verdict.Skip:
@@ -119,22 +121,43 @@ func (o *Partition) SkipHead(ctx context.Context, a *scheduler.Attempt) (remaini
 	return out.Remaining, nil
 }
 
-// attemptRecord is the history's record of an attempt sent.
-func attemptRecord(a *scheduler.Attempt, res delivery.Result) *rivorav1.Attempt {
-	rec := &rivorav1.Attempt{
-		Number:     int32(a.Number),
-		At:         timestamppb.New(a.StartedAt),
-		StatusCode: int32(res.Status),
-		Duration:   durationpb.New(res.Duration),
-	}
+// attemptOutcome is the history's record of an attempt sent, in one
+// piece, reused: History.Record encodes a record before it returns, and
+// an attempt's records cost delivery as much as the rest of its
+// bookkeeping.
+type attemptOutcome struct {
+	outcome rivorav1.EventOutcome
+	attempt rivorav1.Attempt
+	at      timestamppb.Timestamp
+	took    durationpb.Duration
+}
+
+var attemptOutcomes = sync.Pool{New: func() any { return new(attemptOutcome) }}
+
+// recordAttempt records an attempt sent (kind: delivered, or failed).
+func (o *Partition) recordAttempt(ev *rivorav1.Event, kind rivorav1.EventOutcome_Kind, a *scheduler.Attempt, res delivery.Result) {
+	rec := attemptOutcomes.Get().(*attemptOutcome)
+	defer func() {
+		// Cleared for the next, holding on to none of this event's.
+		rec.outcome.Reset()
+		rec.attempt.Reset()
+		attemptOutcomes.Put(rec)
+	}()
+	setOutcome(&rec.outcome, ev, kind, &rec.attempt)
+	rec.at.Seconds, rec.at.Nanos = a.StartedAt.Unix(), int32(a.StartedAt.Nanosecond())
+	rec.took.Seconds, rec.took.Nanos = int64(res.Duration/time.Second), int32(res.Duration%time.Second)
+	rec.attempt.Number = int32(a.Number)
+	rec.attempt.At = &rec.at
+	rec.attempt.StatusCode = int32(res.Status)
+	rec.attempt.Duration = &rec.took
 	if res.Err != nil {
-		rec.Error = res.Err.Error()
+		rec.attempt.Error = res.Err.Error()
 	}
-	return rec
+	o.deps.History.Record(&rec.outcome)
 }
 
 func (o *Partition) recordFailedAttempt(ev *rivorav1.Event, a *scheduler.Attempt, res delivery.Result) {
-	o.deps.History.Record(outcome(ev, rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, attemptRecord(a, res)))
+	o.recordAttempt(ev, rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, a, res)
 }
 
 // appendHead writes a head's new state to the ledger. Appended, not

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/internal/fingerprint"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -23,6 +24,19 @@ type Item struct {
 	Data []byte
 	// MsgID is the dedup id: the event id, or a replay's own id.
 	MsgID string
+	// Fingerprint, when set, is stamped on the stored copy
+	// (fingerprint.Header): a keyed event's, for comparing a later
+	// duplicate with it.
+	Fingerprint []byte
+}
+
+// Stored is where Append put an event: the stream and sequence of its
+// copy, the original's when it was a duplicate (the idempotency check
+// reads it there).
+type Stored struct {
+	Stream    string
+	Seq       uint64
+	Duplicate bool
 }
 
 // ErrNotOwned: the partition is not running here (released or stopping).
@@ -95,9 +109,9 @@ type appendReq struct {
 }
 
 type appendResult struct {
-	stored     int    // items[:stored] are stored and registered
-	duplicates []bool // per stored item: it was already there
-	err        error  // why items[stored:] were not
+	stored int      // items[:stored] are stored and registered
+	at     []Stored // per stored item: where (a duplicate: where the original is)
+	err    error    // why items[stored:] were not
 }
 
 // Append stores events accepted by this agent for this partition. Once the
@@ -105,12 +119,12 @@ type appendResult struct {
 // lanes, one write instead of INGEST then a move. Until then (just after
 // the partition opened, while INGEST may still hold older events of the
 // same lanes) they go through INGEST, behind those. It returns once they
-// are durable, with a duplicate flag per event.
-func (o *Partition) Append(ctx context.Context, items []Item) ([]bool, error) {
+// are durable, with where each is (Stored: a duplicate's original).
+func (o *Partition) Append(ctx context.Context, items []Item) ([]Stored, error) {
 	return o.writer.append(ctx, items)
 }
 
-func (w *laneWriter) append(ctx context.Context, items []Item) ([]bool, error) {
+func (w *laneWriter) append(ctx context.Context, items []Item) ([]Stored, error) {
 	if w.gate.beginForward() {
 		defer w.gate.endForward()
 		return w.forward(ctx, items)
@@ -118,38 +132,39 @@ func (w *laneWriter) append(ctx context.Context, items []Item) ([]bool, error) {
 	res := w.submit(ctx, items)
 	if res.err != nil {
 		if res.stored > 0 && !errors.Is(res.err, ErrNotOwned) {
-			return res.duplicates, fmt.Errorf("stored %d of %d: %w", res.stored, len(items), res.err)
+			return res.at, fmt.Errorf("stored %d of %d: %w", res.stored, len(items), res.err)
 		}
-		return res.duplicates, res.err
+		return res.at, res.err
 	}
-	return res.duplicates, nil
+	return res.at, nil
 }
 
 // forward stores events in INGEST, for the mover.
-func (w *laneWriter) forward(ctx context.Context, items []Item) ([]bool, error) {
+func (w *laneWriter) forward(ctx context.Context, items []Item) ([]Stored, error) {
 	futures := make([]jetstream.PubAckFuture, len(items))
 	for i, it := range items {
 		msg := nats.NewMsg(lanes.IngestSubject(w.p, it.Event.GetDestinationId()))
 		msg.Data = it.Data
 		msg.Header.Set(jetstream.MsgIDHeader, it.MsgID)
+		fingerprint.Set(msg, it.Fingerprint)
 		f, err := w.js.PublishMsgAsync(msg)
 		if err != nil {
 			return nil, err
 		}
 		futures[i] = f
 	}
-	dups := make([]bool, len(items))
+	at := make([]Stored, len(items))
 	for i, f := range futures {
 		select {
 		case ack := <-f.Ok():
-			dups[i] = ack.Duplicate
+			at[i] = Stored{Stream: lanes.IngestStream, Seq: ack.Sequence, Duplicate: ack.Duplicate}
 		case err := <-f.Err():
-			return dups[:i], err
+			return at[:i], err
 		case <-ctx.Done():
-			return dups[:i], ctx.Err()
+			return at[:i], ctx.Err()
 		}
 	}
-	return dups, nil
+	return at, nil
 }
 
 // submit hands items to the writer and waits for its answer.
@@ -251,6 +266,7 @@ func (w *laneWriter) publish(batch []*appendReq) *flight {
 			msg := nats.NewMsg(subject)
 			msg.Data = it.Data
 			msg.Header.Set(jetstream.MsgIDHeader, it.MsgID)
+			fingerprint.Set(msg, it.Fingerprint)
 			fut, err := w.js.PublishMsgAsync(msg)
 			if err != nil {
 				f.err = err
@@ -296,7 +312,7 @@ func (w *laneWriter) settle(f *flight) error {
 		f.fail()
 		return err
 	}
-	f.answer(acks)
+	f.answer(lanes.LanesStream(w.p), acks)
 	return nil
 }
 
@@ -325,14 +341,14 @@ func (f *flight) wait() ([][]storedAck, error) {
 	return acks, nil
 }
 
-// answer tells every caller of a registered group its duplicates.
-func (f *flight) answer(acks [][]storedAck) {
+// answer tells every caller of a registered group where its events are.
+func (f *flight) answer(stream string, acks [][]storedAck) {
 	for r, req := range f.reqs {
-		dups := make([]bool, len(acks[r]))
+		at := make([]Stored, len(acks[r]))
 		for i, a := range acks[r] {
-			dups[i] = a.dup
+			at[i] = Stored{Stream: stream, Seq: a.seq, Duplicate: a.dup}
 		}
-		req.done <- appendResult{stored: len(req.items), duplicates: dups}
+		req.done <- appendResult{stored: len(req.items), at: at}
 	}
 }
 

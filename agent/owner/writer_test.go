@@ -93,8 +93,8 @@ func TestRegisterExactNextSequences(t *testing.T) {
 	if _, ok := sched.Find("old"); ok {
 		t.Error("a duplicate below the mark was registered again")
 	}
-	f.answer(acks)
-	if res := <-f.reqs[0].done; res.stored != 2 || res.err != nil || !res.duplicates[1] || res.duplicates[0] {
+	f.answer("LANES_0", acks)
+	if res := <-f.reqs[0].done; res.stored != 2 || res.err != nil || !res.at[1].Duplicate || res.at[0].Duplicate {
 		t.Errorf("first caller answered %+v, want 2 stored, the second a duplicate", res)
 	}
 }

@@ -14,12 +14,12 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/agent/upstream"
 	"github.com/rivora/rivora/lanes"
-	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 // Config is what the set needs.
@@ -164,21 +164,28 @@ func (s *Set) Attempting(p int) (part *owner.Partition, done func(), ok bool) {
 // AppendLocal stores events of a partition this agent owns straight into
 // its lanes (the ingest gateway's fast path, ingest.LocalStore); owned is
 // false when it does not own p, or the partition is being released.
-func (s *Set) AppendLocal(ctx context.Context, p int, events []*rivorav1.Event, data [][]byte, msgIDs []string) ([]bool, bool, error) {
+func (s *Set) AppendLocal(ctx context.Context, p int, events []ingest.LocalEvent) ([]ingest.Stored, bool, error) {
 	part := s.Partition(p)
 	if part == nil {
 		return nil, false, nil
 	}
 	items := make([]owner.Item, len(events))
-	for i := range events {
-		items[i] = owner.Item{Event: events[i], Data: data[i], MsgID: msgIDs[i]}
+	for i, ev := range events {
+		items[i] = owner.Item{Event: ev.Event, Data: ev.Data, MsgID: ev.MsgID, Fingerprint: ev.Fingerprint}
 	}
-	dups, err := part.Append(ctx, items)
-	if errors.Is(err, owner.ErrNotOwned) && len(dups) == 0 {
+	at, err := part.Append(ctx, items)
+	if errors.Is(err, owner.ErrNotOwned) && len(at) == 0 {
 		return nil, false, nil
 	}
-	return dups, true, err
+	stored := make([]ingest.Stored, len(at))
+	for i, a := range at {
+		stored[i] = ingest.Stored{Stream: a.Stream, Seq: a.Seq, Duplicate: a.Duplicate}
+	}
+	return stored, true, err
 }
+
+// Owns tells whether partition p runs here now (ingest.LocalStore).
+func (s *Set) Owns(p int) bool { return s.Partition(p) != nil }
 
 // ArchivePending dead-letters a destination's pending events (reason
 // "deleted"), or only those of one of its subscriptions (subscriptionID

@@ -30,6 +30,7 @@ func (s *Scheduler) laneBySubject(partition int, id lanes.ID, subject string) *L
 		l = &Lane{ID: id, Partition: partition, Subject: subject, heapIdx: -1, dest: d, cust: c, pos: len(d.order)}
 		d.lanes[subject] = l
 		d.order = append(d.order, laneSlot{lane: l, born: s.born, cust: c})
+		d.peakLanes = max(d.peakLanes, len(d.lanes))
 		c.lanes++
 	}
 	return l
@@ -52,7 +53,7 @@ func (s *Scheduler) AppendAll(partition int, appends []LaneAppend) {
 	for _, a := range appends {
 		l := s.laneBySubject(partition, a.ID, a.Subject)
 		empty := len(l.entries) == 0
-		l.entries = append(l.entries, a.Entries...)
+		l.push(a.Entries)
 		if empty && len(l.entries) > 0 {
 			l.newHead(now)
 		}
@@ -81,8 +82,55 @@ func (s *Scheduler) Restore(partition int, id lanes.ID, entries []Entry, head He
 			l.headSince = entries[0].AcceptedAt
 		}
 	}
-	l.entries = append(l.entries, entries...)
-	l.dest.pending += len(entries)
+	l.push(entries)
+	s.restored(l, len(entries), head, hasLedger)
+}
+
+// Restored collects one lane's pending events for RestoreLane as
+// compactly as the lane keeps them: a rebuild of millions of events makes
+// no Entry, and no event id string, per event.
+type Restored struct {
+	list entryList
+}
+
+// Add appends an event: its lane-store sequence, its event id (as
+// stored) and when it was accepted, in Unix nanoseconds.
+func (r *Restored) Add(seq uint64, eventID []byte, acceptedAt int64) {
+	addEntry(&r.list, seq, eventID, acceptedAt, nil)
+}
+
+// Len is how many events were added.
+func (r *Restored) Len() int { return len(r.list.entries) }
+
+// FirstSeq is the sequence of the first event added (0: none).
+func (r *Restored) FirstSeq() uint64 {
+	if r.Len() == 0 {
+		return 0
+	}
+	return r.list.entries[0].Seq
+}
+
+// RestoreLane is Restore for the events collected in r, which it takes
+// over: r must not be used again.
+func (s *Scheduler) RestoreLane(partition int, id lanes.ID, r *Restored, head Head, hasLedger bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lane(partition, id)
+	n := r.Len()
+	if len(l.entries) == 0 && n > 0 {
+		l.headSince = head.FirstAttemptAt
+		if l.headSince.IsZero() {
+			l.headSince = fromUnixNanos(r.list.entries[0].acceptedAt)
+		}
+	}
+	l.pushList(&r.list)
+	r.list = entryList{}
+	s.restored(l, n, head, hasLedger)
+}
+
+// restored schedules a lane that Restore gave n more entries.
+func (s *Scheduler) restored(l *Lane, n int, head Head, hasLedger bool) {
+	l.dest.pending += n
 	l.head = head
 	l.reslot()
 	l.hasLedger = l.hasLedger || hasLedger
@@ -196,9 +244,8 @@ func (s *Scheduler) TakeDestination(destinationID string) map[*Lane][]Entry {
 			l.cust.retries.remove(l)
 			d.due--
 		}
-		taken[l] = l.entries
 		d.pending -= len(l.entries)
-		l.entries = nil
+		taken[l] = l.takeEntries()
 		s.forget(l)
 	}
 	d.active = d.active[:0]
@@ -253,15 +300,16 @@ type DestinationState struct {
 // Find looks a pending event up by id. It scans every lane: an operator's
 // query, not a hot path.
 func (s *Scheduler) Find(eventID string) (Location, bool) {
+	compact, isCompact := compactID(eventID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, d := range s.dests {
 		for _, l := range d.lanes {
-			for i, e := range l.entries {
-				if e.EventID != eventID {
+			for i := range l.entries {
+				if !l.hasEventID(&l.entries[i], eventID, compact, isCompact) {
 					continue
 				}
-				loc := Location{Lane: l.ID, Partition: l.Partition, Entry: e, Ahead: i, Destination: d.state(), SubscriptionPaused: l.state == laneSubPaused}
+				loc := Location{Lane: l.ID, Partition: l.Partition, Entry: l.entry(i), Ahead: i, Destination: d.state(), SubscriptionPaused: l.state == laneSubPaused}
 				if i == 0 {
 					loc.Head = l.head
 					loc.InFlight = l.state == laneInFlight

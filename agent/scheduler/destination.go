@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/rivora/rivora/agent/budget"
@@ -34,6 +36,8 @@ type destination struct {
 	due       int
 	pending   int
 	inRing    bool
+	// peakLanes is the most lanes d had since it last shrank.
+	peakLanes int
 	// dropped: DropPartition forgot this destination; outcomes of its
 	// attempts still in flight must not put its lanes back in play.
 	dropped bool
@@ -82,6 +86,33 @@ func (s *Scheduler) destination(id string, partition int) *destination {
 		s.dests[id] = d
 	}
 	return d
+}
+
+// shrinkFrom is the fewest lanes a destination must have had for shrink
+// to bother.
+const shrinkFrom = 64
+
+// shrink gives back the memory of lanes that drained once at most a
+// quarter of the most lanes d had are left: Go maps and slices keep their
+// capacity, so a destination that once had a million lanes would keep
+// ~100 B per lane long after they drained. Copying at a quarter keeps the
+// cost per drained lane constant.
+func (d *destination) shrink() {
+	if d.peakLanes < shrinkFrom || len(d.lanes) > d.peakLanes/4 {
+		return
+	}
+	d.lanes = resized(d.lanes)
+	d.customers = resized(d.customers)
+	d.order = slices.Clone(d.order)
+	d.peakLanes = len(d.lanes)
+}
+
+// resized copies m into a map made for its size (maps.Clone would copy
+// its capacity too).
+func resized[V any](m map[string]V) map[string]V {
+	out := make(map[string]V, len(m))
+	maps.Copy(out, m)
+	return out
 }
 
 // SetLimits configures a destination; until it is configured its lanes are

@@ -104,7 +104,7 @@ func (s *Scheduler) pickExpired(now time.Time) *Attempt {
 		s.expired = append(s.expired[:i], s.expired[i+1:]...)
 		l.state = laneInFlight
 		l.dest.inFlight++
-		return &Attempt{Lane: l, Entry: l.entries[0], Head: l.head, Number: l.head.Attempts + 1, StartedAt: now, Expired: true}
+		return &Attempt{Lane: l, Entry: l.entry(0), Head: l.head, Number: l.head.Attempts + 1, StartedAt: now, Expired: true}
 	}
 	return nil
 }
@@ -168,7 +168,7 @@ func (s *Scheduler) pickProbe(now time.Time, soonest func(time.Duration)) *Attem
 		heap.Remove(&s.waiting, probe.heapIdx)
 		probe.state = laneInFlight
 		d.inFlight++
-		return &Attempt{Lane: probe, Entry: probe.entries[0], Head: probe.head, Number: probe.head.Attempts + 1, StartedAt: now, EarlyProbe: true}
+		return &Attempt{Lane: probe, Entry: probe.entry(0), Head: probe.head, Number: probe.head.Attempts + 1, StartedAt: now, EarlyProbe: true}
 	}
 	return nil
 }
@@ -197,7 +197,7 @@ func (s *Scheduler) pickClass(now time.Time, class limits.Class, soonest func(ti
 		}
 		l.state = laneInFlight
 		d.inFlight++
-		return &Attempt{Lane: l, Entry: l.entries[0], Head: l.head, Number: l.head.Attempts + 1, StartedAt: now, BudgetWait: max(time.Duration(now.UnixNano()-l.dueSince), 0)}
+		return &Attempt{Lane: l, Entry: l.entry(0), Head: l.head, Number: l.head.Attempts + 1, StartedAt: now, BudgetWait: max(time.Duration(now.UnixNano()-l.dueSince), 0)}
 	}
 	return nil
 }

@@ -1,13 +1,18 @@
 package scheduler
 
 import (
+	"math"
+	"slices"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
-// Entry is one pending event in a lane.
+// Entry is one pending event in a lane, as the scheduler takes it in and
+// hands it out. A lane keeps it smaller (entry).
 type Entry struct {
 	// Seq is the event's sequence in its partition's lane store.
 	Seq        uint64
@@ -16,6 +21,170 @@ type Entry struct {
 	// Event is the stored event when it is kept in memory; nil means the
 	// delivery worker loads it from the lane store by Seq.
 	Event *rivorav1.Event
+}
+
+// entry is how a lane keeps a pending event: 40 bytes and nothing else
+// on the heap, where an Entry costs 56 bytes and its event id string 48
+// more (the pending state of 10M events is mostly entries). The event id
+// is kept as the 16 bytes of its UUID, which every id the agent makes is;
+// another id (zero id) is kept in its lane's oddIDs.
+type entry struct {
+	Seq        uint64
+	acceptedAt int64 // Unix ns; noTime for a zero AcceptedAt
+	id         uuid.UUID
+	// event is Entry.Event: nil unless the owner's bounded cache keeps it.
+	event *rivorav1.Event
+}
+
+// noTime stands for a zero time.Time, whose Unix nanoseconds do not fit
+// an int64.
+const noTime = math.MinInt64
+
+func unixNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return noTime
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNanos(ns int64) time.Time {
+	if ns == noTime {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+// compactID returns id's 16 bytes when id is a UUID in its canonical
+// form (lower-case hex, 8-4-4-4-12), which is exactly what formatting the
+// bytes gives back; false for any other id (and for the nil UUID, the
+// zero id that marks an odd one).
+func compactID[ID string | []byte](id ID) (uuid.UUID, bool) {
+	var u uuid.UUID
+	if len(id) != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' || id[23] != '-' {
+		return u, false
+	}
+	j := 0
+	for i := 0; i < len(id); i += 2 {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			i-- // the dash: the next pair starts right after it
+			continue
+		}
+		hi, ok1 := lowerHex(id[i])
+		lo, ok2 := lowerHex(id[i+1])
+		if !ok1 || !ok2 {
+			return u, false
+		}
+		u[j] = hi<<4 | lo
+		j++
+	}
+	return u, u != uuid.Nil
+}
+
+func lowerHex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+// entryList is a lane's entries: its Lane's, or a rebuild's (Restored).
+type entryList struct {
+	entries []entry
+	// oddIDs holds the event ids of entries that are not UUIDs, by
+	// sequence (nil: none).
+	oddIDs map[uint64]string
+}
+
+// add appends an entry, its event id given as a string or as bytes.
+func addEntry[ID string | []byte](el *entryList, seq uint64, eventID ID, acceptedAt int64, event *rivorav1.Event) {
+	e := entry{Seq: seq, acceptedAt: acceptedAt, event: event}
+	if id, ok := compactID(eventID); ok {
+		e.id = id
+	} else {
+		if el.oddIDs == nil {
+			el.oddIDs = make(map[uint64]string)
+		}
+		el.oddIDs[seq] = string(eventID)
+	}
+	el.entries = append(el.entries, e)
+}
+
+// push appends entries at l's tail.
+func (l *Lane) push(entries []Entry) {
+	l.entries = slices.Grow(l.entries, len(entries))
+	for _, e := range entries {
+		addEntry(&l.entryList, e.Seq, e.EventID, unixNanos(e.AcceptedAt), e.Event)
+	}
+}
+
+// pushList appends a rebuild's entries at l's tail.
+func (l *Lane) pushList(el *entryList) {
+	if len(l.entries) == 0 && l.oddIDs == nil {
+		l.entryList = *el // most lanes: no copy
+		if spare := cap(l.entries) - len(l.entries); spare > len(l.entries)/4 {
+			// A rebuild appended one entry at a time: up to half of
+			// the slice is spare room a restored lane may never use.
+			l.entries = slices.Clone(l.entries)
+		}
+		return
+	}
+	l.entries = append(l.entries, el.entries...)
+	for seq, id := range el.oddIDs {
+		if l.oddIDs == nil {
+			l.oddIDs = make(map[uint64]string)
+		}
+		l.oddIDs[seq] = id
+	}
+}
+
+// pop drops l's head entry.
+func (l *Lane) pop() {
+	if l.oddIDs != nil {
+		delete(l.oddIDs, l.entries[0].Seq)
+	}
+	l.entries[0] = entry{} // let a cached event go
+	l.entries = l.entries[1:]
+}
+
+// entry returns l's entry i as an Entry.
+func (l *Lane) entry(i int) Entry {
+	e := &l.entries[i]
+	return Entry{Seq: e.Seq, EventID: l.eventID(e), AcceptedAt: fromUnixNanos(e.acceptedAt), Event: e.event}
+}
+
+// eventID formats e's event id; a cached event's own id string costs no
+// allocation.
+func (l *Lane) eventID(e *entry) string {
+	if e.id == uuid.Nil {
+		return l.oddIDs[e.Seq]
+	}
+	if e.event != nil {
+		if id, ok := compactID(e.event.GetEventId()); ok && id == e.id {
+			return e.event.GetEventId()
+		}
+	}
+	return e.id.String()
+}
+
+// hasEventID reports whether e's event id is id (parsed by compactID).
+func (l *Lane) hasEventID(e *entry, id string, compact uuid.UUID, isCompact bool) bool {
+	if e.id == uuid.Nil {
+		return !isCompact && l.oddIDs[e.Seq] == id
+	}
+	return isCompact && e.id == compact
+}
+
+// takeEntries empties l and returns its entries.
+func (l *Lane) takeEntries() []Entry {
+	out := make([]Entry, len(l.entries))
+	for i := range l.entries {
+		out[i] = l.entry(i)
+	}
+	l.entries, l.oddIDs = nil, nil
+	return out
 }
 
 // Head is the attempt state of a lane's head event.
@@ -60,7 +229,7 @@ type Lane struct {
 	Partition int
 	Subject   string
 
-	entries []Entry
+	entryList
 	head    Head
 	heapIdx int
 	state   laneState

@@ -215,7 +215,7 @@ func (w *LaneWalk) Result() LaneList {
 // summary describes a pending lane. Called under the lock.
 func (s *Scheduler) summary(l *Lane) LaneSummary {
 	ls := LaneSummary{
-		ID: l.ID, Depth: len(l.entries), HeadEventID: l.entries[0].EventID, Head: l.head,
+		ID: l.ID, Depth: len(l.entries), HeadEventID: l.eventID(&l.entries[0]), Head: l.head,
 		HeadSince: l.headSince, headSeq: l.entries[0].Seq, since: l.headSince.UnixNano(),
 	}
 	switch l.state {

@@ -40,11 +40,13 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 	before := lastTransition(d.budget)
 	d.statuses.add(status)
 	now := s.clock.Now()
+	released := false
 	switch {
 	case status >= 200 && status < 300:
 		d.lastSuccess = now
 		if d.budget.Succeeded(now) {
 			s.releaseHeld(d, now)
+			released = true
 		}
 	case destinationFault:
 		d.faults.add(a.Lane, now)
@@ -56,10 +58,15 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 	} else {
 		delete(s.parked, d)
 	}
-	s.wake()
 	obs := Observation{OtherwiseHealthy: s.otherwiseHealthy(a)}
 	if after := lastTransition(d.budget); after != before {
 		obs.Transition, obs.Changed = after, true
+	}
+	if released || obs.Changed {
+		// Lanes became due, or the destination's health moved: dispatch
+		// now. Otherwise the attempt's Settle, which follows every
+		// Observe, wakes the dispatcher: one wake-up per attempt, not two.
+		s.wake()
 	}
 	return obs
 }
@@ -162,7 +169,7 @@ func (s *Scheduler) advance(a *Attempt, died bool) Outcome {
 	if d.dropped {
 		return Outcome{}
 	}
-	l.entries = l.entries[1:]
+	l.pop()
 	d.pending--
 	l.head = Head{}
 	l.state = laneIdle
@@ -209,8 +216,8 @@ func (s *Scheduler) holdNext(a *Attempt, l *Lane) {
 	if b := l.dest.budget; b == nil || b.State() == budget.Healthy || !a.Head.HeldByDestination || a.Head.WindowEnd.IsZero() {
 		return
 	}
-	next := l.entries[0]
-	l.setHead(Head{HeldByDestination: true, WindowEnd: a.Head.WindowEnd.Add(next.AcceptedAt.Sub(a.Entry.AcceptedAt))})
+	nextAccepted := fromUnixNanos(l.entries[0].acceptedAt)
+	l.setHead(Head{HeldByDestination: true, WindowEnd: a.Head.WindowEnd.Add(nextAccepted.Sub(a.Entry.AcceptedAt))})
 }
 
 // forget removes an empty lane, and its customer once it has no lanes.
@@ -222,6 +229,7 @@ func (s *Scheduler) forget(l *Lane) {
 	if c.lanes == 0 && !c.active {
 		delete(d.customers, c.id)
 	}
+	d.shrink()
 }
 
 // Settlement is what the partition owner tells the scheduler about a

@@ -161,18 +161,18 @@ func (h *pendingHeap) offerLane(l *Lane, f PendingFilter) (matched, looked int) 
 	}
 	for i := from; i >= 0; i-- {
 		looked++
-		e := l.entries[i]
-		if (!f.Since.IsZero() && e.AcceptedAt.Before(f.Since)) || (!f.Until.IsZero() && e.AcceptedAt.After(f.Until)) {
+		at := fromUnixNanos(l.entries[i].acceptedAt)
+		if (!f.Since.IsZero() && at.Before(f.Since)) || (!f.Until.IsZero() && at.After(f.Until)) {
 			continue
 		}
 		matched++
 		if h.Len() == f.Limit {
-			if !e.AcceptedAt.After((*h)[0].Entry.AcceptedAt) {
+			if !at.After((*h)[0].Entry.AcceptedAt) {
 				return matched, looked
 			}
 			heap.Pop(h)
 		}
-		pe := PendingEvent{Lane: l.ID, Partition: l.Partition, Entry: e, IsHead: i == 0}
+		pe := PendingEvent{Lane: l.ID, Partition: l.Partition, Entry: l.entry(i), IsHead: i == 0}
 		if i == 0 {
 			pe.Head, pe.InFlight = l.head, l.state == laneInFlight
 		}

@@ -36,13 +36,13 @@ func (s *Scheduler) TakeHead(id lanes.ID, expectEventID string) (*Attempt, error
 		return nil, ErrNoLane
 	case l.state == laneInFlight:
 		return nil, ErrHeadInFlight
-	case expectEventID != "" && l.entries[0].EventID != expectEventID:
+	case expectEventID != "" && l.eventID(&l.entries[0]) != expectEventID:
 		return nil, ErrHeadMoved
 	}
 	s.unplay(l)
 	l.state = laneInFlight
 	d.inFlight++
-	return &Attempt{Lane: l, Entry: l.entries[0], Head: l.head, Number: l.head.Attempts + 1, StartedAt: s.clock.Now()}, nil
+	return &Attempt{Lane: l, Entry: l.entry(0), Head: l.head, Number: l.head.Attempts + 1, StartedAt: s.clock.Now()}, nil
 }
 
 // unplay takes a lane that is not in flight out of its queue.

@@ -75,7 +75,7 @@ func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
 			}
 			c.Pending += len(l.entries)
 			if len(l.entries) > 0 {
-				if at := l.entries[0].AcceptedAt; snap.OldestPending.IsZero() || at.Before(snap.OldestPending) {
+				if at := fromUnixNanos(l.entries[0].acceptedAt); snap.OldestPending.IsZero() || at.Before(snap.OldestPending) {
 					snap.OldestPending = at
 				}
 			}

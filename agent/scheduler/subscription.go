@@ -143,9 +143,8 @@ func (s *Scheduler) TakeSubscription(destinationID, subscriptionID string) map[*
 		}
 		s.unplay(l)
 		l.state = laneIdle
-		taken[l] = l.entries
 		d.pending -= len(l.entries)
-		l.entries = nil
+		taken[l] = l.takeEntries()
 		s.forget(l)
 	}
 	s.removeIfIdle(d)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,4 +97,56 @@ func (bp *batchPublish) send(ctx context.Context, ingest rivorav1connect.IngestS
 	}
 	bp.acked.Add(int64(len(events)))
 	return nil
+}
+
+// pacedPublishPhase offers n Publish calls at rate per second, open loop:
+// call i is due at start + i/rate whatever the earlier ones did, and its
+// latency runs from when it was due (a slow server's queueing counts, as
+// it would for a publisher producing at that rate). At most maxConc calls
+// are in flight; a call that finds none free waits, and that wait counts.
+func pacedPublishPhase(ctx context.Context, ingest rivorav1connect.IngestServiceClient, n int, rate float64, maxConc int, limit time.Duration, req func(int) *rivorav1.PublishRequest) (row, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var firstErr error
+	var errOnce sync.Once
+	lat := make([]time.Duration, n)
+	slots := make(chan struct{}, maxConc)
+	var wg sync.WaitGroup
+	start := time.Now()
+	interval := time.Duration(float64(time.Second) / rate)
+	for i := range n {
+		due := start.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if _, err := ingest.Publish(ctx, connect.NewRequest(req(i))); err != nil {
+				errOnce.Do(func() { firstErr = fmt.Errorf("event %d: %w", i, err); cancel() })
+				return
+			}
+			lat[i] = time.Since(due)
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return row{}, firstErr
+	}
+	if ctx.Err() != nil {
+		return row{}, fmt.Errorf("paced publish: not done within %s", limit)
+	}
+	slices.Sort(lat)
+	return row{name: fmt.Sprintf("rivora Publish at %.0f/s offered", rate), events: n, elapsed: elapsed, p50: percentile(lat, 0.5), p99: percentile(lat, 0.99),
+		note: fmt.Sprintf("open loop, at most %d in flight; latency from when each call was due", maxConc)}, nil
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"hash"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,7 +80,7 @@ func NewSigner(secret string) (*Signer, error) {
 		return nil, err
 	}
 	s := &Signer{key: key}
-	s.macs.New = func() any { return hmac.New(sha256.New, key) }
+	s.macs.New = func() any { return &macState{h: hmac.New(sha256.New, key)} }
 	return s, nil
 }
 
@@ -87,23 +88,45 @@ func NewSigner(secret string) (*Signer, error) {
 // "v1,<signature>", and while a rotation's grace lasts (timestamp before
 // its end) "v1,<new> v1,<previous>".
 func (s *Signer) Sign(id string, timestamp int64, body []byte) string {
-	sig := "v1," + base64.StdEncoding.EncodeToString(s.mac(id, timestamp, body))
+	st := s.macs.Get().(*macState)
+	defer s.macs.Put(st)
+	st.out = append(st.out[:0], "v1,"...)
+	st.out = base64.StdEncoding.AppendEncode(st.out, st.sum(id, timestamp, body))
 	if s.previous != nil && time.Unix(timestamp, 0).Before(s.previousUntil) {
-		sig += " v1," + base64.StdEncoding.EncodeToString(s.previous.mac(id, timestamp, body))
+		prev := s.previous.macs.Get().(*macState)
+		st.out = append(st.out, " v1,"...)
+		st.out = base64.StdEncoding.AppendEncode(st.out, prev.sum(id, timestamp, body))
+		s.previous.macs.Put(prev)
 	}
-	return sig
+	return string(st.out)
 }
 
 func (s *Signer) mac(id string, timestamp int64, body []byte) []byte {
-	h := s.macs.Get().(hash.Hash)
-	defer s.macs.Put(h)
-	h.Reset()
-	h.Write([]byte(id))
-	h.Write([]byte{'.'})
-	h.Write(strconv.AppendInt(nil, timestamp, 10))
-	h.Write([]byte{'.'})
-	h.Write(body)
-	return h.Sum(nil)
+	st := s.macs.Get().(*macState)
+	defer s.macs.Put(st)
+	return slices.Clone(st.sum(id, timestamp, body))
+}
+
+// macState is a keyed HMAC with the scratch space one signature needs, so
+// that signing allocates only the header value it returns.
+type macState struct {
+	h hash.Hash
+	// in is the signed prefix (id "." timestamp "."); digest and out hold
+	// the MAC and the header value being built.
+	in, digest, out []byte
+}
+
+// sum is the MAC of id "." timestamp "." body, valid until st's next use.
+func (st *macState) sum(id string, timestamp int64, body []byte) []byte {
+	st.h.Reset()
+	st.in = append(st.in[:0], id...)
+	st.in = append(st.in, '.')
+	st.in = strconv.AppendInt(st.in, timestamp, 10)
+	st.in = append(st.in, '.')
+	st.h.Write(st.in)
+	st.h.Write(body)
+	st.digest = st.h.Sum(st.digest[:0])
+	return st.digest
 }
 
 // Errors returned by Verify; wrap-checked with errors.Is.

@@ -1,0 +1,79 @@
+package agent_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk/eventid"
+	"github.com/rivora/rivora/testkit/partner"
+	"github.com/rivora/rivora/testkit/poll"
+)
+
+// A key names one event for the whole dedup window, also once its event
+// was delivered and its lane let it go (the lane store purged it: only
+// the stream's dedup window and the history remember it). The same
+// payload again is answered as the original, another is refused naming
+// the original, and neither is delivered again.
+func TestKeyReusedAfterTheOriginalWasDeliveredAndPurged(t *testing.T) {
+	t.Parallel()
+	p := newPartner(t, func(partner.Request) int { return http.StatusOK })
+	ag := startAgent(t, t.TempDir())
+	ag.create(destination("orders", p.URL(), 5))
+	ctx := context.Background()
+	keyed := func(payload string) *rivorav1.PublishRequest {
+		return &rivorav1.PublishRequest{
+			DestinationId: "orders", CustomerId: "acme", LaneKey: "main", Type: "test.event", Payload: []byte(payload), IdempotencyKey: "order-77",
+		}
+	}
+	first, err := ag.Ingest.Publish(ctx, connect.NewRequest(keyed(`{"v":"first"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := first.Msg.GetEventId()
+	if id != eventid.FromKey("orders", "acme", "order-77") {
+		t.Fatalf("event id %s, want the key's", id)
+	}
+	p.WaitDelivered(t, []string{id}, 15*time.Second)
+	poll.True(t, "the delivered event purged from its lane", 15*time.Second, func() bool {
+		return lanesHold(t, ag) == 0
+	})
+
+	_, err = ag.Ingest.Publish(ctx, connect.NewRequest(keyed(`{"v":"second"}`)))
+	if connect.CodeOf(err) != connect.CodeAlreadyExists || !strings.Contains(err.Error(), `idempotency key "order-77" was already used`) || !strings.Contains(err.Error(), id) {
+		t.Fatalf("the key again with another payload after its event was delivered and purged: %v; want already_exists naming event %s", err, id)
+	}
+	again, err := ag.Ingest.Publish(ctx, connect.NewRequest(keyed(`{"v":"first"}`)))
+	if err != nil || again.Msg.GetEventId() != id || !again.Msg.GetDuplicate() {
+		t.Fatalf("the key again with its payload: %v, %v; want event %s as a duplicate", again, err, id)
+	}
+	// A later event of the lane is delivered, and the keyed one was not
+	// sent again.
+	next := ag.publish("orders", "acme", "main")
+	p.WaitDelivered(t, []string{next}, 15*time.Second)
+	if n := p.Sent(id); n != 1 {
+		t.Fatalf("event %s sent %d times, want once", id, n)
+	}
+}
+
+// lanesHold is how many messages every partition's lane store holds.
+func lanesHold(t *testing.T, ag *running) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	var n uint64
+	streams := ag.Agent.JetStream().ListStreams(ctx)
+	for info := range streams.Info() {
+		if strings.HasPrefix(info.Config.Name, "LANES_") {
+			n += info.State.Msgs
+		}
+	}
+	if err := streams.Err(); err != nil {
+		t.Fatalf("list streams: %v", err)
+	}
+	return n
+}

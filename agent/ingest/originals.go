@@ -1,0 +1,350 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rivora/rivora/internal/fingerprint"
+	"github.com/rivora/rivora/lanes"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// This file is how a keyed event published to a destination by name
+// costs one durable write: the event is stored once, its fingerprint in
+// a header (fingerprint.Header), and only when a stream answers that its
+// id is a duplicate is the original read and compared. The streams
+// (INGEST and every LANES_p) dedupe on the event id within the dedup
+// window, and a duplicate's ack names the original's sequence.
+//
+// Where the original is, in the order it is looked for:
+//   - at the sequence the duplicate's ack named, in that stream;
+//   - gone from INGEST: moved into its partition's lanes (the mover keeps
+//     its dedup id and fingerprint there), found by a probe of LANES_p;
+//   - gone from its lane (delivered, then its space reclaimed): the
+//     history keeps the delivered event, payload included (Bodies);
+//   - the IDEMPOTENCY record under its id, which an edge's copy that
+//     reached the cell first wrote (forwarded.go).
+//
+// Found nowhere (a dead-lettered original, a history record dropped
+// under load), the stream's answer stands: the publish is answered as the
+// original's duplicate. docs/architecture.md lists these limits.
+
+// Stored is where an event was stored: its stream and sequence, the
+// original's when the stream answered it was a duplicate.
+type Stored struct {
+	Stream    string
+	Seq       uint64
+	Duplicate bool
+}
+
+// Bodies finds a delivered event by id, payload included (the history:
+// history.History).
+type Bodies interface {
+	Body(ctx context.Context, eventID string) (*rivorav1.Event, error)
+}
+
+// originals finds the fingerprint of the original of a duplicate.
+type originals struct {
+	js jetstream.JetStream
+	kv jetstream.KeyValue
+	// clustered: the streams have several replicas, which changes how a
+	// probe asks (see probe).
+	clustered bool
+	// streams caches stream handles by name (a handle is a name and its
+	// config; reading by sequence costs one request either way).
+	streams sync.Map
+	// records is the IDEMPOTENCY bucket's stream and its keys' prefix.
+	recordStream, recordPrefix string
+}
+
+func newOriginals(js jetstream.JetStream, c *claims, replicas int) *originals {
+	return &originals{js: js, kv: c.kv, clustered: replicas > 1, recordStream: "KV_" + c.kv.Bucket(), recordPrefix: c.subject}
+}
+
+// recorded reads the IDEMPOTENCY records under ids, in one direct-get
+// request: by id, the record's value (ids without one, or whose record
+// was released, are not in the map). The cell's gateway writes no record
+// for a direct event; an edge's copy that reached the cell before any
+// copy of the cell's own did (forwarded.go) leaves one.
+func (o *originals) recorded(ctx context.Context, ids []string) (map[string][]byte, error) {
+	subjects := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if validRecordKey(id) {
+			subjects = append(subjects, o.recordPrefix+id)
+		}
+	}
+	if len(subjects) == 0 {
+		return nil, nil
+	}
+	req, err := json.Marshal(struct {
+		MultiLast []string `json:"multi_last"`
+		Batch     int      `json:"batch"`
+	}{subjects, len(subjects)})
+	if err != nil {
+		return nil, err
+	}
+	nc := o.js.Conn()
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("read idempotency records: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+o.recordStream, inbox, req); err != nil {
+		return nil, fmt.Errorf("read idempotency records: %w", err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	var out map[string][]byte
+	for {
+		msg, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read idempotency records: %w", err)
+		}
+		switch status := msg.Header.Get("Status"); status {
+		case "":
+		case "404", "204":
+			return out, nil
+		default:
+			return nil, fmt.Errorf("read idempotency records: status %s %s", status, msg.Header.Get("Description"))
+		}
+		if msg.Header.Get(kvOperationHeader) != "" {
+			continue // a released record: a delete marker
+		}
+		if out == nil {
+			out = make(map[string][]byte)
+		}
+		out[strings.TrimPrefix(msg.Header.Get(jetstream.SubjectHeader), o.recordPrefix)] = msg.Data
+	}
+}
+
+// kvOperationHeader marks a key-value delete or purge marker.
+const kvOperationHeader = "KV-Operation"
+
+// probeMark is the value of the header that makes a probe fail when its
+// id is new: never a stream's last message id, nor a stream name (it has
+// spaces, which no dedup id or stream name may hold).
+const probeMark = "rivora idempotency probe"
+
+// streamSourceHeader is JetStream's header of a sourced message, which a
+// publisher may not set: a probe carries it in a clustered stream.
+const streamSourceHeader = "Nats-Stream-Source"
+
+// probe is one dedup question: is msgID a duplicate in stream (whose
+// subject space holds subject)?
+type probe struct {
+	stream, subject, msgID string
+}
+
+// probeAll asks each probe's stream whether its id is a duplicate,
+// without storing anything (sendProbes, then collectProbes).
+func (o *originals) probeAll(ctx context.Context, probes []probe) ([]Stored, error) {
+	futures, err := o.sendProbes(probes)
+	if err != nil {
+		return nil, err
+	}
+	return collectProbes(ctx, probes, futures)
+}
+
+// sendProbes sends the probes without waiting. The answer is a Duplicate
+// ack naming the original's sequence, or, for a new id, the refusal the
+// probe's extra header provokes: JetStream checks the dedup window first
+// and refuses such a header after (R1: a wrong Nats-Expected-Last-Msg-Id;
+// a replicated stream checks that one only once the message went through
+// its log, and would hold the id as "in process", so there the probe
+// carries the stream-source header publishers may not set, refused before
+// the log). TestProbeStoresNothing pins this on the server in go.mod.
+func (o *originals) sendProbes(probes []probe) ([]jetstream.PubAckFuture, error) {
+	futures := make([]jetstream.PubAckFuture, len(probes))
+	for i, pr := range probes {
+		msg := nats.NewMsg(pr.subject)
+		msg.Header.Set(jetstream.MsgIDHeader, pr.msgID)
+		if o.clustered {
+			msg.Header.Set(streamSourceHeader, probeMark)
+		} else {
+			msg.Header.Set(jetstream.ExpectedLastMsgIDHeader, probeMark)
+		}
+		f, err := o.js.PublishMsgAsync(msg)
+		if err != nil {
+			return nil, fmt.Errorf("probe dedup id: %w", err)
+		}
+		futures[i] = f
+	}
+	return futures, nil
+}
+
+// collectProbes waits for every probe's answer.
+func collectProbes(ctx context.Context, probes []probe, futures []jetstream.PubAckFuture) ([]Stored, error) {
+	out := make([]Stored, len(probes))
+	var firstErr error
+	for i, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			if !ack.Duplicate && firstErr == nil {
+				// Cannot happen on the server this was tested with: say so
+				// loudly rather than take a stored probe for an answer.
+				firstErr = fmt.Errorf("probe of dedup id %s was stored in %s at %d", probes[i].msgID, ack.Stream, ack.Sequence)
+			}
+			out[i] = Stored{Stream: probes[i].stream, Seq: ack.Sequence, Duplicate: ack.Duplicate}
+		case err := <-f.Err():
+			// No stream at all (a partition whose lanes were never
+			// opened): nothing there to be a duplicate of.
+			if !isProbeRefusal(err) && !errors.Is(err, jetstream.ErrNoStreamResponse) && firstErr == nil {
+				firstErr = fmt.Errorf("probe dedup id: %w", err)
+			}
+			out[i] = Stored{Stream: probes[i].stream}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return out, firstErr
+}
+
+// JetStream's error codes for the refusals probeAll provokes.
+const (
+	errCodeWrongLastMsgID        jetstream.ErrorCode = 10070
+	errCodeSourceHeaderForbidden jetstream.ErrorCode = 10227
+)
+
+func isProbeRefusal(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == errCodeWrongLastMsgID || apiErr.ErrorCode == errCodeSourceHeaderForbidden)
+}
+
+// lanesProbe is the probe of partition p's lanes for an event's id.
+func lanesProbe(p int, ev *rivorav1.Event, msgID string) probe {
+	return probe{stream: lanes.LanesStream(p), subject: lanes.EventLane(ev).Subject(p), msgID: msgID}
+}
+
+// ingestProbe is the probe of INGEST for an event's id.
+func ingestProbe(p int, ev *rivorav1.Event, msgID string) probe {
+	return probe{stream: lanes.IngestStream, subject: lanes.IngestSubject(p, ev.GetDestinationId()), msgID: msgID}
+}
+
+// findRetries bound the wait for an original in motion: between INGEST and
+// its lane, or between its lane and the history (a record is visible
+// once its batch is flushed, ~10 ms, on another agent).
+var findRetries = []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond}
+
+// fingerprintOf finds the fingerprint of the original of a duplicate of
+// event eventID (partition p), whose ack named at. found is false when
+// it is nowhere any more (see the file comment).
+func (o *originals) fingerprintOf(ctx context.Context, at Stored, p int, ev *rivorav1.Event, bodies Bodies) (fp []byte, found bool, err error) {
+	for attempt := 0; ; attempt++ {
+		fp, found, err = o.find(ctx, at, p, ev, bodies)
+		if err != nil || found || attempt == len(findRetries) {
+			return fp, found, err
+		}
+		select {
+		case <-time.After(findRetries[attempt]):
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+}
+
+func (o *originals) find(ctx context.Context, at Stored, p int, ev *rivorav1.Event, bodies Bodies) ([]byte, bool, error) {
+	id := ev.GetEventId()
+	fp, found, err := o.at(ctx, at.Stream, at.Seq, id)
+	if err != nil || found {
+		return fp, found, err
+	}
+	if at.Stream == lanes.IngestStream {
+		// Moved into its lane: the lanes know its id too.
+		got, err := o.probeAll(ctx, []probe{lanesProbe(p, ev, id)})
+		if err != nil {
+			return nil, false, err
+		}
+		if got[0].Duplicate {
+			if fp, found, err := o.at(ctx, got[0].Stream, got[0].Seq, id); err != nil || found {
+				return fp, found, err
+			}
+		}
+	}
+	if bodies != nil {
+		body, err := bodies.Body(ctx, id)
+		if err != nil {
+			return nil, false, fmt.Errorf("read the history of event %s: %w", id, err)
+		}
+		if body != nil {
+			return fingerprint.Of(body), true, nil
+		}
+	}
+	if validRecordKey(id) {
+		entry, err := o.kv.Get(ctx, id)
+		switch {
+		case err == nil:
+			return entry.Value(), true, nil
+		case !errors.Is(err, jetstream.ErrKeyNotFound):
+			return nil, false, fmt.Errorf("read idempotency key: %w", err)
+		}
+	}
+	return nil, false, nil
+}
+
+// at reads the message at seq of stream: the fingerprint of the event it
+// holds, when it is eventID's (found false: the sequence is gone, or
+// holds another event, which a stream's dedup never answers).
+func (o *originals) at(ctx context.Context, stream string, seq uint64, eventID string) ([]byte, bool, error) {
+	if seq == 0 {
+		return nil, false, nil
+	}
+	st, err := o.stream(ctx, stream)
+	if err != nil {
+		return nil, false, err
+	}
+	msg, err := st.GetMsg(ctx, seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("read %s message %d: %w", stream, seq, err)
+	}
+	if fp := fingerprint.FromHeader(msg.Header); fp != nil {
+		return fp, true, nil
+	}
+	ev := &rivorav1.Event{}
+	if err := proto.Unmarshal(msg.Data, ev); err != nil || ev.GetEventId() != eventID {
+		return nil, false, nil
+	}
+	return fingerprint.Of(ev), true, nil
+}
+
+func (o *originals) stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	if st, ok := o.streams.Load(name); ok {
+		return st.(jetstream.Stream), nil
+	}
+	st, err := o.js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("open stream %s: %w", name, err)
+	}
+	o.streams.Store(name, st)
+	return st, nil
+}
+
+// same tells whether the original of a duplicate of ev (fingerprint fp)
+// is the same event: true when it is, or when it is nowhere to compare.
+func (o *originals) same(ctx context.Context, at Stored, p int, ev *rivorav1.Event, fp []byte, bodies Bodies) (bool, error) {
+	orig, found, err := o.fingerprintOf(ctx, at, p, ev, bodies)
+	if err != nil {
+		return false, err
+	}
+	if !found {
+		unverified.Inc()
+		return true, nil
+	}
+	return bytes.Equal(orig, fp), nil
+}
