@@ -40,11 +40,13 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 	before := lastTransition(d.budget)
 	d.statuses.add(status)
 	now := s.clock.Now()
+	released := false
 	switch {
 	case status >= 200 && status < 300:
 		d.lastSuccess = now
 		if d.budget.Succeeded(now) {
 			s.releaseHeld(d, now)
+			released = true
 		}
 	case destinationFault:
 		d.faults.add(a.Lane, now)
@@ -56,10 +58,15 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 	} else {
 		delete(s.parked, d)
 	}
-	s.wake()
 	obs := Observation{OtherwiseHealthy: s.otherwiseHealthy(a)}
 	if after := lastTransition(d.budget); after != before {
 		obs.Transition, obs.Changed = after, true
+	}
+	if released || obs.Changed {
+		// Lanes became due, or the destination's health moved: dispatch
+		// now. Otherwise the attempt's Settle, which follows every
+		// Observe, wakes the dispatcher: one wake-up per attempt, not two.
+		s.wake()
 	}
 	return obs
 }
