@@ -153,7 +153,8 @@ func (g *Gateway) storeNew(ctx context.Context, events []*prepared, known map[in
 		where = append(where, i)
 	}
 	if len(fresh) == 0 {
-		return at, nil
+		// Stored by an earlier request, maybe not yet synced (--fsync).
+		return at, g.durable.Commit(ctx)
 	}
 	got, err := g.store(ctx, fresh)
 	for k, a := range got {

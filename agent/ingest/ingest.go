@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/internal/fingerprint"
@@ -73,6 +74,10 @@ type Config struct {
 	// idempotency check finds an original that left its lane (nil: it
 	// is not looked for there; originals.go).
 	Delivered Bodies
+	// Durable is the store's group commit (--fsync): every answer waits
+	// for a sync begun after its writes. Nil: an answer means the writes
+	// reached the OS.
+	Durable *natsd.Syncer
 }
 
 // Defaults.
@@ -113,6 +118,8 @@ type Gateway struct {
 	applied    func() uint64
 	// edge is set at an edge (Config.Edge).
 	edge *EdgeTarget
+	// durable is the store's group commit (Config.Durable).
+	durable *natsd.Syncer
 }
 
 // configVersion is the config version this agent has applied (0 unknown).
@@ -178,6 +185,7 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	return &Gateway{
 		js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims,
 		originals: newOriginals(js, claims, cfg.Replicas), delivered: cfg.Delivered, subs: cfg.Subscriptions, catalogue: cfg.Catalogue, applied: cfg.Applied, edge: cfg.Edge,
+		durable: cfg.Durable,
 	}, nil
 }
 
@@ -481,8 +489,20 @@ func duplicates(at []Stored) []bool {
 
 // store makes a batch durable, partition by partition in parallel: into
 // the lanes when this agent owns the partition, else into INGEST for its
-// owner to move. It returns where each event is.
+// owner to move; with --fsync, one sync shared with concurrent requests
+// then covers these writes and whatever was stored before them (the
+// idempotency records, a duplicate's original). It returns where each
+// event is.
 func (g *Gateway) store(ctx context.Context, batch []*prepared) ([]Stored, error) {
+	at, err := g.write(ctx, batch)
+	if err != nil {
+		return at, err
+	}
+	return at, g.durable.Commit(ctx)
+}
+
+// write stores a batch (see store), each partition's events in one go.
+func (g *Gateway) write(ctx context.Context, batch []*prepared) ([]Stored, error) {
 	groups := make(map[int][]int)
 	var order []int
 	for i, p := range batch {

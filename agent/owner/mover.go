@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/edge"
 	"github.com/rivora/rivora/internal/backoff"
 	"github.com/rivora/rivora/internal/fingerprint"
@@ -44,7 +45,9 @@ type mover struct {
 	check ForwardedCheck
 	// marks know the edges' events stored already (forwardmarks.go).
 	marks *forwardMarks
-	log   *slog.Logger
+	// durable is the store's group commit (Deps.Durable; nil: none).
+	durable *natsd.Syncer
+	log     *slog.Logger
 }
 
 func (m *mover) run(ctx context.Context) error {
@@ -168,6 +171,14 @@ func (m *mover) moveBatch(ctx context.Context, batch []jetstream.Msg) {
 		// original before INGEST forgets it.
 		if !m.keepConflicts(ctx, items[:res.stored], res.at) {
 			return // stopping: INGEST redelivers them
+		}
+		if res.stored > 0 {
+			// With --fsync the lanes' copies must survive a power loss
+			// before INGEST forgets its own: else the move loses them.
+			if err := m.durable.Commit(ctx); err != nil {
+				m.log.Warn("syncing moved events failed; INGEST keeps them", "error", err)
+				return // INGEST redelivers them; the lanes dedupe the copies
+			}
 		}
 		// Marked before INGEST forgets them: a mark is never ahead of the
 		// lanes, nor behind INGEST.

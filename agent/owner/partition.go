@@ -35,6 +35,7 @@ import (
 	"github.com/rivora/rivora/agent/clock"
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/history"
+	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/agent/subscriptions"
@@ -68,6 +69,10 @@ type Deps struct {
 	// cell's idempotency records before they are moved (nil: moved
 	// unchecked).
 	Forwarded ForwardedCheck
+	// Durable is the store's group commit (--fsync; nil: none): a move
+	// syncs the lanes' copies before INGEST forgets its own, and reclaim
+	// syncs the ledger's dead letters before it purges their lane events.
+	Durable *natsd.Syncer
 }
 
 // Partition owns partition p's pending store. It holds no state of its
@@ -128,9 +133,10 @@ func Open(ctx context.Context, p int, deps Deps, lease *ownership.Lease) (*Parti
 func (o *Partition) wire(ingest jetstream.Consumer) {
 	o.writer = newLaneWriter(o.p, o.deps.JS, o.fence, o.deps.Scheduler, o.cache, o.log)
 	o.mover = &mover{
-		p: o.p, ingest: ingest, writer: o.writer, check: o.deps.Forwarded, marks: newForwardMarks(o.p, o.deps.JS, o.deps.Replicas, o.log), log: o.log,
+		p: o.p, ingest: ingest, writer: o.writer, check: o.deps.Forwarded, marks: newForwardMarks(o.p, o.deps.JS, o.deps.Replicas, o.log),
+		durable: o.deps.Durable, log: o.log,
 	}
-	o.reclaim = newReclaimer(o.p, o.lanes, o.ledger, o.fence, o.deps.Scheduler, o.writer.registered, o.log)
+	o.reclaim = newReclaimer(o.p, o.lanes, o.ledger, o.fence, o.deps.Scheduler, o.writer.registered, o.deps.Durable, o.log)
 	o.dead = newDeadLetters(o.p, o.ledger, o.fence, o.deps.Archive, o.log)
 }
 

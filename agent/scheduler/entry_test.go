@@ -103,20 +103,22 @@ func TestTakeHeadComparesCompactIDs(t *testing.T) {
 }
 
 // pendingHeapBytes is the heap the scheduler keeps for nLanes lanes of
-// perLane events each (UUID ids, as the agent makes them), per event.
+// perLane events each (UUID ids, as the agent makes them), restored as a
+// rebuild restores them, per event.
 func pendingHeapBytes(nLanes, perLane int) (perEvent float64, s *Scheduler, baseline uint64) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	s, _ = newSched()
 	seq := uint64(0)
-	entries := make([]Entry, perLane)
 	for l := range nLanes {
-		for i := range entries {
+		var r Restored
+		for range perLane {
 			seq++
-			entries[i] = Entry{Seq: seq, EventID: uuid.Must(uuid.NewV7()).String(), AcceptedAt: t0.Add(time.Duration(seq))}
+			id := uuid.Must(uuid.NewV7())
+			r.Add(seq, []byte(id.String()), t0.Add(time.Duration(seq)).UnixNano())
 		}
-		s.Restore(0, lanes.ID{Destination: fmt.Sprintf("d%d", l%4), Customer: "c", Key: fmt.Sprintf("lane-%d", l)}, entries, Head{}, false)
+		s.RestoreLane(0, lanes.ID{Destination: fmt.Sprintf("d%d", l%4), Customer: "c", Key: fmt.Sprintf("lane-%d", l)}, &r, Head{}, false)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)

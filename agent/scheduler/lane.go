@@ -98,7 +98,7 @@ type entryList struct {
 	oddIDs map[uint64]string
 }
 
-// add appends an entry, its event id given as a string or as bytes.
+// addEntry appends an entry, its event id given as a string or as bytes.
 func addEntry[ID string | []byte](el *entryList, seq uint64, eventID ID, acceptedAt int64, event *rivorav1.Event) {
 	e := entry{Seq: seq, acceptedAt: acceptedAt, event: event}
 	if id, ok := compactID(eventID); ok {
@@ -124,6 +124,11 @@ func (l *Lane) push(entries []Entry) {
 func (l *Lane) pushList(el *entryList) {
 	if len(l.entries) == 0 && l.oddIDs == nil {
 		l.entryList = *el // most lanes: no copy
+		if spare := cap(l.entries) - len(l.entries); spare > len(l.entries)/4 {
+			// A rebuild appended one entry at a time: up to half of
+			// the slice is spare room a restored lane may never use.
+			l.entries = slices.Clone(l.entries)
+		}
 		return
 	}
 	l.entries = append(l.entries, el.entries...)

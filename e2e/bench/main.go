@@ -11,6 +11,7 @@
 //	go run ./e2e/bench history  # memory per retained event after a restart; events get p50/p99 at 1M and 10M
 //	go run ./e2e/bench fanout   # PublishBatch fanning out to 1, 3 and 10 subscriptions vs the direct path; memory and match cost per subscription
 //	go run ./e2e/bench edge     # an edge's Publish/PublishBatch vs raw JetStream; forwarding 1M events buffered during a cut; a bystander's p99 meanwhile
+//	go run ./e2e/bench scale    # 10M pending events over 1M lanes and 10k destinations: fill, memory, rebuild, lookups, delivery at 10M vs 10k pending, pause/resume
 //
 // Progress goes to stderr; a table and, as the last line, one JSON object go
 // to stdout. It exits non-zero with a message when anything fails or a phase
@@ -74,6 +75,8 @@ func main() {
 		err = runFanout(args)
 	case "edge":
 		err = runEdge(args)
+	case "scale":
+		err = runScale(args)
 	default:
 		usage()
 		os.Exit(2)
@@ -85,7 +88,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver|gameday|rebuild|failover|lanes|history|fanout|edge [flags]  (-h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver|gameday|rebuild|failover|lanes|history|fanout|edge|scale [flags]  (-h for flags)")
 }
 
 func progress(format string, args ...any) {

@@ -16,7 +16,9 @@ package main
 // lines are summed and their maximum reported. Memory: heap in use after a
 // forced GC (GET /debug/pprof/heap?gc=1, so the server runs with --pprof)
 // after the rebuild, minus the same on an empty restarted server with the
-// same destinations (the baseline), divided by lanes and by events.
+// same destinations (the baseline), divided by lanes and by events; the
+// heap profiles taken with it split the per-event bytes between the
+// embedded NATS server (stacks through nats-server) and Rivora (the rest).
 // -age restarts only once the events are older than the lane store's
 // duplicate window: within it, the embedded NATS server rebuilds its dedup
 // ids at start-up (time and memory counted here).
@@ -45,6 +47,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/pprof/profile"
 
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -109,17 +112,20 @@ type rbProc struct {
 
 type rbResult struct {
 	baselineInuse, baselineAlloc uint64
-	afterPublishInuse            uint64
-	publish                      time.Duration
-	pendingWait                  time.Duration
-	shutdown                     time.Duration
-	listen, owned                time.Duration // from the restart's log
-	ready, rebuilt               time.Duration
-	parts                        []partRebuild
-	serverCPU                    time.Duration
-	inuse, alloc, rss            uint64
-	healthCall                   time.Duration
-	warnings                     []string
+	// Live heap by owner, from the heap profiles: the embedded NATS
+	// server's (a stack with a nats-server frame) and the rest (Rivora's).
+	baselineShares, shares heapShares
+	afterPublishInuse      uint64
+	publish                time.Duration
+	pendingWait            time.Duration
+	shutdown               time.Duration
+	listen, owned          time.Duration // from the restart's log
+	ready, rebuilt         time.Duration
+	parts                  []partRebuild
+	serverCPU              time.Duration
+	inuse, alloc, rss      uint64
+	healthCall             time.Duration
+	warnings               []string
 }
 
 type partRebuild struct {
@@ -393,8 +399,12 @@ func (f *rebuildFlags) measureBaseline(ctx context.Context, root string, dests [
 	}
 	// Let start-up garbage and timers settle, as after the real rebuild.
 	time.Sleep(time.Second)
-	res.baselineInuse, res.baselineAlloc, err = p.heap(ctx, "")
+	profile := filepath.Join(root, "baseline-heap.pprof")
+	res.baselineInuse, res.baselineAlloc, err = p.heap(ctx, profile)
 	if err != nil {
+		return err
+	}
+	if res.baselineShares, err = readHeapShares(profile); err != nil {
 		return err
 	}
 	progress("baseline (empty restart, %d paused destinations): heap in use %.1f MB, live %.1f MB, RSS %.1f MB",
@@ -505,11 +515,14 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 	res.healthCall = time.Since(t0)
 
 	time.Sleep(time.Second)
-	heapProfile := ""
+	heapProfile := filepath.Join(root, "rebuild-heap.pprof")
 	if f.profileDir != "" {
 		heapProfile = filepath.Join(f.profileDir, "rebuild-heap.pprof")
 	}
 	if res.inuse, res.alloc, err = p.heap(ctx, heapProfile); err != nil {
+		return err
+	}
+	if res.shares, err = readHeapShares(heapProfile); err != nil {
 		return err
 	}
 	res.rss = p.rss()
@@ -660,6 +673,57 @@ func (r *rbResult) parseLog(path string, started time.Time) error {
 
 func mb(b uint64) float64 { return float64(b) / (1 << 20) }
 
+// heapShares splits a heap profile's live bytes (inuse_space, as the
+// profile estimates them from its samples) between the embedded NATS
+// server and the rest of the process.
+type heapShares struct {
+	nats, rest float64
+}
+
+// natsServerFrame marks a sample allocated by the embedded NATS server.
+const natsServerFrame = "github.com/nats-io/nats-server/"
+
+func readHeapShares(path string) (heapShares, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return heapShares{}, err
+	}
+	defer fh.Close()
+	prof, err := profile.Parse(fh)
+	if err != nil {
+		return heapShares{}, fmt.Errorf("parse heap profile %s: %w", path, err)
+	}
+	inuse := -1
+	for i, st := range prof.SampleType {
+		if st.Type == "inuse_space" {
+			inuse = i
+		}
+	}
+	if inuse < 0 {
+		return heapShares{}, fmt.Errorf("heap profile %s has no inuse_space", path)
+	}
+	var sh heapShares
+	for _, s := range prof.Sample {
+		if allocatedBy(s, natsServerFrame) {
+			sh.nats += float64(s.Value[inuse])
+		} else {
+			sh.rest += float64(s.Value[inuse])
+		}
+	}
+	return sh, nil
+}
+
+func allocatedBy(s *profile.Sample, prefix string) bool {
+	for _, loc := range s.Location {
+		for _, line := range loc.Line {
+			if line.Function != nil && strings.HasPrefix(line.Function.Name, prefix) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (f *rebuildFlags) report(r *rbResult) {
 	var sum, maxTook time.Duration
 	for _, p := range r.parts {
@@ -705,6 +769,10 @@ func (f *rebuildFlags) report(r *rbResult) {
 	fmt.Fprintf(tw, "heap after rebuild\t%.1f MB in use, %.1f MB live\tafter a forced GC (GET /debug/pprof/heap?gc=1); RSS %.1f MB\n", mb(r.inuse), mb(r.alloc), mb(r.rss))
 	fmt.Fprintf(tw, "per pending lane\t%.0f B\t%s / lanes; live bytes give %.0f B\n", perLane, basis, liveDelta/float64(f.lanes))
 	fmt.Fprintf(tw, "per pending event\t%.0f B\t%s / events; live bytes give %.0f B; includes the embedded NATS server's share\n", perEvent, basis, liveDelta/float64(f.events))
+	natsPerEvent := (r.shares.nats - r.baselineShares.nats) / float64(f.events)
+	restPerEvent := (r.shares.rest - r.baselineShares.rest) / float64(f.events)
+	fmt.Fprintf(tw, "  of it, embedded NATS\t%.0f B\tper event, live bytes the heap profile's stacks put in nats-server (dedup ids of events younger than the lane store's duplicate window (-age), per-block subject state), minus the baseline's\n", natsPerEvent)
+	fmt.Fprintf(tw, "  of it, Rivora\t%.0f B\tper event, the rest of the profile's live bytes, minus the baseline's\n", restPerEvent)
 	fmt.Fprintf(tw, "restart log warnings\t%d\tWARN/ERROR lines (on stderr)\n", len(r.warnings))
 	tw.Flush()
 	if f.events >= 1_000_000 {
@@ -726,8 +794,10 @@ func (f *rebuildFlags) report(r *rbResult) {
 		"baseline_heap_mb":        round(mb(r.baselineInuse), 1),
 		"bytes_per_lane":          round(perLane, 0),
 		"bytes_per_event":         round(perEvent, 0),
+		"nats_bytes_per_event":    round(natsPerEvent, 0),
+		"rivora_bytes_per_event":  round(restPerEvent, 0),
 		"payload_bytes":           float64(f.payload),
 		"server_cpu_s":            round(r.serverCPU.Seconds(), 2),
 	}, []string{"events", "lanes", "ready_s", "rebuild_s", "partition_rebuild_max_s", "partition_rebuild_sum_s",
-		"heap_mb", "baseline_heap_mb", "bytes_per_lane", "bytes_per_event", "payload_bytes", "server_cpu_s"})
+		"heap_mb", "baseline_heap_mb", "bytes_per_lane", "bytes_per_event", "nats_bytes_per_event", "rivora_bytes_per_event", "payload_bytes", "server_cpu_s"})
 }
