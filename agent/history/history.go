@@ -558,8 +558,12 @@ func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string
 		return eachRecord(r.data, field, emit(r.subject))
 	}
 	hash := idHash(eventID)
+	last, err := h.lastMessages(ctx, st, subjects, unbucketed)
+	if err != nil {
+		return err
+	}
 	for _, s := range subjects {
-		seqs, ok, err := h.indexed(ctx, st, s, hash)
+		seqs, ok, err := h.indexed(ctx, st, s, last, hash)
 		if err != nil {
 			return err
 		}
@@ -590,13 +594,12 @@ func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string
 		if !indexed {
 			continue
 		}
-		found, ok, err := h.indexed(ctx, st, s, hash)
+		found, ok, err := h.indexed(ctx, st, s, last, hash)
 		if err != nil {
 			return err
 		}
 		seqs, indexed = append(seqs, found...), ok
 	}
-	var err error
 	if indexed {
 		readByIndex.Add(float64(len(unbucketed)))
 		slices.Sort(seqs)
@@ -628,16 +631,13 @@ func (h *History) readUnsettled(unsettled [][]byte, id []byte, field protowire.N
 // hold records of the id with hash h, when s's newest message is an index
 // that accounts for every other message of s (ok false otherwise: read s
 // whole).
-func (h *History) indexed(ctx context.Context, st jetstream.Stream, s subjectCount, hash uint32) (seqs []uint64, ok bool, err error) {
-	if s.count < 2 {
+func (h *History) indexed(ctx context.Context, st jetstream.Stream, s subjectCount, last map[string][]byte, hash uint32) (seqs []uint64, ok bool, err error) {
+	data, found := last[s.name]
+	if s.count < 2 || !found {
 		return nil, false, nil
 	}
 	name := st.CachedInfo().Config.Name
-	r, found, err := getMsg(ctx, h.nc, name, directGet{LastFor: s.name, NoHeaders: true})
-	if err != nil || !found {
-		return nil, false, err
-	}
-	ix, ok := decodeIndex(r.data)
+	ix, ok := decodeIndex(data)
 	if !ok || ix.covered != s.count-1 {
 		return nil, false, nil
 	}
@@ -655,6 +655,36 @@ func (h *History) indexed(ctx context.Context, st jetstream.Stream, s subjectCou
 	}
 	slices.Sort(seqs)
 	return seqs, true, nil
+}
+
+// lastMessages gets the newest message of each subject that may have an
+// index (two messages at least), in one request.
+func (h *History) lastMessages(ctx context.Context, st jetstream.Stream, subjects ...[]subjectCount) (map[string][]byte, error) {
+	var names []string
+	for _, list := range subjects {
+		for _, s := range list {
+			if s.count >= 2 {
+				names = append(names, s.name)
+			}
+		}
+	}
+	last := make(map[string][]byte, len(names))
+	if len(names) == 0 {
+		return last, nil
+	}
+	name := st.CachedInfo().Config.Name
+	// A request answers at most 1024 subjects (a keyed id's lookup may
+	// list more) and maxBatchBytes; a subject not answered is read whole.
+	for chunk := range slices.Chunk(names, 256) {
+		_, _, _, err := h.batch(ctx, directGet{MultiLastFor: chunk, Batch: len(chunk), MaxBytes: maxBatchBytes}, name, func(r record) error {
+			last[r.subject] = r.data
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read the indexes of %d %s subjects: %w", len(chunk), name, err)
+		}
+	}
+	return last, nil
 }
 
 // readSeqs calls each with the batches at seqs (of subject, for errors),
@@ -730,11 +760,12 @@ type record struct {
 // directGet is a JetStream direct-get request: by sequence, the last of
 // a subject, or a batch.
 type directGet struct {
-	Seq      uint64 `json:"seq,omitempty"`
-	LastFor  string `json:"last_by_subj,omitempty"`
-	NextFor  string `json:"next_by_subj,omitempty"`
-	Batch    int    `json:"batch,omitempty"`
-	MaxBytes int    `json:"max_bytes,omitempty"`
+	Seq          uint64   `json:"seq,omitempty"`
+	LastFor      string   `json:"last_by_subj,omitempty"`
+	MultiLastFor []string `json:"multi_last,omitempty"`
+	NextFor      string   `json:"next_by_subj,omitempty"`
+	Batch        int      `json:"batch,omitempty"`
+	MaxBytes     int      `json:"max_bytes,omitempty"`
 	// NoHeaders: payloads only. The per-message headers (stream,
 	// subject, sequence, time) cost more to format, send and parse than
 	// the records themselves; without them a lookup is ~3x faster.

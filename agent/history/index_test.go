@@ -276,3 +276,29 @@ func TestCellWritersChainTheirIndexes(t *testing.T) {
 		t.Fatalf("%s holds %d messages, want 4 (two batches, two chained indexes)", subject, n)
 	}
 }
+
+// A keyed event's records sit in a subject per bucket it was written in:
+// a lookup gets the indexes of all of them, in requests of a bounded
+// number of subjects, and reads each through its index.
+func TestLookupThroughManyIndexes(t *testing.T) {
+	r := newRigWith(t, history.Config{FlushInterval: time.Hour})
+	const buckets = 1100 // more subjects than one multi-last request may ask for (1024)
+	for i := 1; i <= buckets; i++ {
+		r.record(failed("order-42", int32(i)))
+		r.record(failed("order-43", int32(i)))
+		r.stored()
+		r.later(history.BucketWidth + 3*time.Second) // the next round indexes this bucket
+	}
+	r.record(failed("ev-later", 1))
+	r.stored()
+	indexed, whole := lookupReads(func() {
+		got, err := r.h.Lookup(context.Background(), "order-42")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantAttempts(t, got, "order-42", buckets)
+	})
+	if indexed != buckets || whole != 0 {
+		t.Fatalf("lookup read %v subjects through an index and %v whole, want %d and 0", indexed, whole, buckets)
+	}
+}
