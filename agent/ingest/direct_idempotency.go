@@ -14,11 +14,15 @@ import (
 // write per accepted event: the event itself, its fingerprint in a header.
 //
 //   - precheck, before anything is stored: two events of one request with
-//     one key and different fingerprints are a conflict; so is a key
-//     whose IDEMPOTENCY record (an edge's copy left it, forwarded.go)
-//     holds another fingerprint (one direct-get request); and where the
+//     one key and different fingerprints are a conflict; and where the
 //     store alone could not tell a duplicate before storing, a probe asks
-//     the streams (originals.probeAll: no write). Probed are the lanes of
+//     the streams (originals.probeAll: no write). While the probes are
+//     out, the IDEMPOTENCY records of the keys are read (one direct-get
+//     request): a record an edge's copy left (forwarded.go) with another
+//     fingerprint is a conflict too. A single event into this agent's own
+//     lanes skips both, its store being its only round trip: an edge's
+//     copy of its key, recorded but not yet in the lanes, then finds the
+//     cell's event there and becomes the dead letter (the mover's check). Probed are the lanes of
 //     the event's partition when the event goes into INGEST (this agent
 //     does not own the partition: an original its owner stored straight
 //     into the lanes is unknown to INGEST's dedup), and, for a request of
@@ -72,6 +76,11 @@ func (g *Gateway) precheck(ctx context.Context, events []*prepared, inBatch bool
 			probes = append(probes, ingestProbe(p.partition, p.event, p.msgID))
 			of = append(of, i)
 		}
+	}
+	if len(probes) == 0 {
+		// A single event into this agent's own lanes: its store is the
+		// only round trip (see the file comment for an edge's record).
+		return nil, nil
 	}
 	futures, err := g.originals.sendProbes(probes)
 	if err != nil {

@@ -303,7 +303,8 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 	}
 	// At an edge a keyed direct event is recorded (the edge's buffer has
 	// no owner to compare with); at the cell it is stored once and
-	// compared only when a stream answers it is a duplicate (originals.go).
+	// compared only when a stream answers it is a duplicate
+	// (direct_idempotency.go).
 	writes, err := recordWrites(pubs, g.edge != nil)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/edge"
 	"github.com/rivora/rivora/internal/fingerprint"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -28,6 +29,9 @@ type Item struct {
 	// (fingerprint.Header): a keyed event's, for comparing a later
 	// duplicate with it.
 	Fingerprint []byte
+	// forwarded is set for an edge's copy the mover moves (its conflict
+	// is told as an edge's).
+	forwarded *edge.Forwarded
 }
 
 // Stored is where Append put an event: the stream and sequence of its

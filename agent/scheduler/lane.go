@@ -98,7 +98,7 @@ type entryList struct {
 	oddIDs map[uint64]string
 }
 
-// add appends an entry, its event id given as a string or as bytes.
+// addEntry appends an entry, its event id given as a string or as bytes.
 func addEntry[ID string | []byte](el *entryList, seq uint64, eventID ID, acceptedAt int64, event *rivorav1.Event) {
 	e := entry{Seq: seq, acceptedAt: acceptedAt, event: event}
 	if id, ok := compactID(eventID); ok {
