@@ -548,14 +548,15 @@ func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string
 	}
 	hash := idHash(eventID)
 	filters := idSubjects(prefix, width, eventID)
-	if ok, err := h.fromIndexes(ctx, st, filters, "."+Unbucketed+shard, hash, eachBatch); err != nil || ok {
-		if err != nil {
-			return err
-		}
+	read, err := h.fromIndexes(ctx, st, filters, "."+Unbucketed+shard, hash, eachBatch)
+	if err != nil {
+		return err
+	}
+	if read {
 		return h.readUnsettled(unsettled, id, field, emit)
 	}
 	var subjects, unbucketed []subjectCount
-	for _, filter := range idSubjects(prefix, width, eventID) {
+	for _, filter := range filters {
 		found, err := subjectsOf(ctx, st, filter)
 		if err != nil {
 			return err
