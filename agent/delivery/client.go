@@ -69,7 +69,7 @@ func dial(dialer *net.Dialer, tlsConfig *tls.Config, useTLS bool, addr string, t
 		return nil, err
 	}
 	if !useTLS {
-		return &trackedConn{Conn: conn, raw: conn}, nil
+		return &trackedConn{Conn: conn, raw: newPeeker(conn)}, nil
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -86,7 +86,7 @@ func dial(dialer *net.Dialer, tlsConfig *tls.Config, useTLS bool, addr string, t
 		conn.Close()
 		return nil, err
 	}
-	return &trackedTLSConn{trackedConn{Conn: tc, raw: conn}}, nil
+	return &trackedTLSConn{trackedConn{Conn: tc, raw: newPeeker(conn)}}, nil
 }
 
 // trackedConn finds, before a request goes out on a pooled connection,
@@ -97,8 +97,8 @@ func dial(dialer *net.Dialer, tlsConfig *tls.Config, useTLS bool, addr string, t
 // attempt. fasthttp uses a connection for one request at a time.
 type trackedConn struct {
 	net.Conn
-	// raw is the TCP connection (under TLS for https).
-	raw net.Conn
+	// raw looks at the TCP connection (under TLS for https).
+	raw *peeker
 	// used: a request went out on the connection; answering: its answer
 	// is being read, so the next write begins another request.
 	used, answering bool
@@ -124,7 +124,7 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 // closedWhileIdle is the connection's end (or bytes nobody asked for)
 // found without waiting; nil while it is open and quiet.
 func (c *trackedConn) closedWhileIdle() error {
-	pending, err := peek(c.raw)
+	pending, err := c.raw.peek()
 	if err != nil || !pending {
 		return err
 	}

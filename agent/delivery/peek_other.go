@@ -4,5 +4,9 @@ package delivery
 
 import "net"
 
-// peek cannot look at a connection here: an idle one counts as open.
-func peek(net.Conn) (pending bool, err error) { return false, nil }
+// peeker cannot look at a connection here: an idle one counts as open.
+type peeker struct{}
+
+func newPeeker(net.Conn) *peeker { return &peeker{} }
+
+func (*peeker) peek() (pending bool, err error) { return false, nil }

@@ -9,32 +9,48 @@ import (
 	"syscall"
 )
 
-// peek reports, without waiting or consuming anything, whether bytes wait
-// on conn; io.EOF (or the error) when the partner closed it.
-func peek(conn net.Conn) (pending bool, err error) {
+// peeker looks at a connection's socket without waiting or consuming
+// anything. Made once per connection, it allocates nothing per look.
+type peeker struct {
+	rc   syscall.RawConn
+	buf  [1]byte
+	n    int
+	err  error
+	recv func(fd uintptr) bool
+}
+
+func newPeeker(conn net.Conn) *peeker {
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
-		return false, nil
+		return &peeker{}
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return false, err
+		return &peeker{}
 	}
-	var buf [1]byte
-	var n int
-	var recvErr error
-	if err := rc.Read(func(fd uintptr) bool {
-		n, _, recvErr = syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	p := &peeker{rc: rc}
+	p.recv = func(fd uintptr) bool {
+		p.n, _, p.err = syscall.Recvfrom(int(fd), p.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		return true // done, whatever it found: never wait
-	}); err != nil {
+	}
+	return p
+}
+
+// peek reports whether bytes wait on the connection; io.EOF (or the
+// error) when the partner closed it.
+func (p *peeker) peek() (pending bool, err error) {
+	if p.rc == nil {
+		return false, nil
+	}
+	if err := p.rc.Read(p.recv); err != nil {
 		return false, err
 	}
 	switch {
-	case errors.Is(recvErr, syscall.EAGAIN) || errors.Is(recvErr, syscall.EWOULDBLOCK):
+	case errors.Is(p.err, syscall.EAGAIN) || errors.Is(p.err, syscall.EWOULDBLOCK):
 		return false, nil
-	case recvErr != nil:
-		return false, recvErr
-	case n == 0:
+	case p.err != nil:
+		return false, p.err
+	case p.n == 0:
 		return false, io.EOF
 	}
 	return true, nil

@@ -68,11 +68,13 @@
 // and, for a UUIDv7 id, history.o.*.*.u.<s> (empty unless keys' times
 // were far from their acceptance, or events were resent or replayed).
 // A subject whose bucket is over carries an index as its last message
-// (index.go): the lookup gets it, then only the batches it names that
-// may hold the id — a few direct gets instead of the walk above. A
-// subject without a complete index (its bucket still open, written
-// before the index, a crash before its index) is read whole with a
-// direct-get batch. A listing orders records by the
+// (index.go): a lookup first gets the last message of every subject
+// matching those filters in one multi-last request and, when each is a
+// complete index, gets only the batches they name that may hold the id
+// — two requests instead of the walk above. Otherwise it lists the
+// subjects with their counts; a subject without a complete index (its
+// bucket still open, written before the index, a crash before its
+// index) is read whole with a direct-get batch. A listing orders records by the
 // time each was recorded, which its batch carries
 // (HistoryBatch.outcome_times): the records of one flush interval sit in
 // several subjects' batches, so the messages' times would not do.
@@ -226,7 +228,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logg
 	if h.bodies, err = create(BodiesStream, bodyPrefix+">", "Delivered events by write bucket, for `rivoractl events resend`."); err != nil {
 		return nil, err
 	}
-	h.w = newWriter(h.nc, cfg, func() time.Time { return h.now() })
+	h.w = newWriter(h.nc, cfg, func() time.Time { return h.now() }, h.countSubject)
 	return h, nil
 }
 
@@ -523,19 +525,6 @@ func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string
 		}
 		return false
 	})
-	var subjects, unbucketed []subjectCount
-	for _, filter := range idSubjects(prefix, width, eventID) {
-		found, err := subjectsOf(ctx, st, filter)
-		if err != nil {
-			return err
-		}
-		if strings.HasSuffix(filter, "."+Unbucketed+shard) {
-			unbucketed = found
-		} else {
-			subjects = append(subjects, found...)
-		}
-	}
-	sortSubjects(subjects)
 	id := []byte(eventID)
 	// A batch read from the stream may also be among the unsettled ones.
 	seen := make(map[string]bool)
@@ -558,6 +547,27 @@ func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string
 		return eachRecord(r.data, field, emit(r.subject))
 	}
 	hash := idHash(eventID)
+	filters := idSubjects(prefix, width, eventID)
+	read, err := h.fromIndexes(ctx, st, filters, "."+Unbucketed+shard, hash, eachBatch)
+	if err != nil {
+		return err
+	}
+	if read {
+		return h.readUnsettled(unsettled, id, field, emit)
+	}
+	var subjects, unbucketed []subjectCount
+	for _, filter := range filters {
+		found, err := subjectsOf(ctx, st, filter)
+		if err != nil {
+			return err
+		}
+		if strings.HasSuffix(filter, "."+Unbucketed+shard) {
+			unbucketed = found
+		} else {
+			subjects = append(subjects, found...)
+		}
+	}
+	sortSubjects(subjects)
 	last, err := h.lastMessages(ctx, st, subjects, unbucketed)
 	if err != nil {
 		return err
@@ -655,6 +665,80 @@ func (h *History) indexed(ctx context.Context, st jetstream.Stream, s subjectCou
 	}
 	slices.Sort(seqs)
 	return seqs, true, nil
+}
+
+// maxMultiLast is the subjects fromIndexes asks the last messages of in
+// its one request (JetStream answers at most 1024).
+const maxMultiLast = 1000
+
+// errTooManySubjects is a multi-last request's answer when more subjects
+// match than it may answer.
+var errTooManySubjects = errors.New("direct get: too many subjects match")
+
+// fromIndexes reads the batches that may hold the records of the id with
+// hash when every subject matching filters ends with a complete index
+// (one whose writer counted every other message of the subject as it
+// stored it): one multi-last request for the subjects' last messages,
+// then a direct get per batch named. Subjects come oldest bucket first,
+// those ending in unbucketed (in stored order) last. ok is false, with
+// nothing read, when a subject has no complete index or too many match:
+// the caller lists the subjects and reads them.
+func (h *History) fromIndexes(ctx context.Context, st jetstream.Stream, filters []string, unbucketed string, hash uint32, each func(record) error) (ok bool, err error) {
+	name := st.CachedInfo().Config.Name
+	var lasts []record
+	_, _, more, err := h.batch(ctx, directGet{MultiLastFor: filters, Batch: maxMultiLast, MaxBytes: maxBatchBytes}, name, func(r record) error {
+		lasts = append(lasts, r)
+		return nil
+	})
+	switch {
+	case errors.Is(err, errTooManySubjects):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read the indexes of %s: %w", strings.Join(filters, ", "), err)
+	case more:
+		return false, nil
+	}
+	type hits struct {
+		subjectCount
+		seqs []uint64
+	}
+	var bucketed []hits
+	var late []uint64
+	for _, r := range lasts {
+		ix, ok := decodeIndex(r.data)
+		if !ok || !ix.complete() {
+			return false, nil
+		}
+		seqs := ix.seqsOf(hash, nil)
+		for _, seq := range ix.seeAlso {
+			earlier, found, err := getMsg(ctx, h.nc, name, directGet{Seq: seq, NoHeaders: true})
+			if err != nil {
+				return false, err
+			}
+			ex, ok := decodeIndex(earlier.data)
+			if !found || !ok {
+				return false, nil
+			}
+			seqs = ex.seqsOf(hash, seqs)
+		}
+		slices.Sort(seqs)
+		if strings.HasSuffix(r.subject, unbucketed) {
+			late = append(late, seqs...)
+			continue
+		}
+		bucketed = append(bucketed, hits{subjectCount{name: r.subject, bucket: writeBucket(r.subject)}, seqs})
+	}
+	slices.SortFunc(bucketed, func(x, y hits) int {
+		return cmp.Or(cmp.Compare(x.bucket, y.bucket), strings.Compare(x.name, y.name))
+	})
+	readByIndex.Add(float64(len(lasts)))
+	for _, b := range bucketed {
+		if err := h.readSeqs(ctx, st, b.name, b.seqs, each); err != nil {
+			return true, err
+		}
+	}
+	slices.Sort(late)
+	return true, h.readSeqs(ctx, st, "the unbucketed subjects", late, each)
 }
 
 // lastMessages gets the newest message of each subject that may have an
@@ -831,6 +915,8 @@ func (h *History) batch(ctx context.Context, dg directGet, stream string, each f
 		case "":
 		case "404":
 			return got, next, false, nil
+		case "413":
+			return got, next, false, errTooManySubjects
 		case "204":
 			if last, err := strconv.ParseUint(msg.Header.Get(jetstream.LastSequenceHeader), 10, 64); err == nil && last > 0 {
 				next = last + 1
@@ -863,6 +949,19 @@ func decodeRecord(msg *nats.Msg) (record, error) {
 		return record{}, fmt.Errorf("direct get: bad %s header: %w", jetstream.TimeStampHeaer, err)
 	}
 	return record{subject: msg.Header.Get(jetstream.SubjectHeader), seq: seq, at: at, data: msg.Data}, nil
+}
+
+// countSubject is the count of messages of a history subject.
+func (h *History) countSubject(ctx context.Context, subject string) (uint64, error) {
+	st := h.stream
+	if streamOf(subject) == BodiesStream {
+		st = h.bodies
+	}
+	found, err := subjectsOf(ctx, st, subject)
+	if err != nil || len(found) == 0 {
+		return 0, err
+	}
+	return found[0].count, nil
 }
 
 // streamOf is the stream a history subject is in.

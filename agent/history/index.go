@@ -16,14 +16,20 @@ package history
 // the bucket: it is the subject's newest message.
 //
 // An index is trusted only when it accounts for every other message of
-// its subject: covered == the subject's message count - 1 (the count
-// comes with the subject listing a lookup makes anyway). Anything else —
-// no index (history written before it, or a crash between the batches
-// and their index), a batch stored after the index, an index chain
-// another agent broke, messages expired — makes the lookup read the whole
-// subject, as before the index. So the index is never wrong, only
-// sometimes absent.
-//
+// its subject. Its writer counts the subject's messages just before it
+// stores it (total; the store then refuses it if another message came
+// since the one it expected last), so a lookup can tell from the index
+// alone: it gets the last messages of all the subjects that may hold its
+// id in one multi-last request, and when each is a complete index
+// (covered == total) it gets only the batches they name — two requests
+// in all. Otherwise (a subject with no index: its bucket open, history
+// written before the index, a crash between the batches and their index;
+// a batch stored after the index; an index chain another agent broke) it
+// lists the subjects with their counts, reads through an index that
+// covers count - 1 messages (one written before total, say), and reads
+// every other subject whole, as before the index. So the index is never
+// wrong, only sometimes absent.
+
 // In a cell several agents write the same subjects. Each writer publishes
 // its index expecting the subject's last message to be its own last
 // batch (Nats-Expected-Last-Subject-Sequence); when another writer's
@@ -59,6 +65,11 @@ const (
 	// indexSeeAlsoField is the sequences of earlier index messages of the
 	// subject whose batches a lookup reads as well (packed varint).
 	indexSeeAlsoField protowire.Number = 20
+	// indexTotalField is the count of the subject's messages before the
+	// index, as its writer counted them (its publish expected the last of
+	// them to be the last): covered == total makes the index complete
+	// without a count at read time.
+	indexTotalField protowire.Number = 21
 )
 
 // indexGrace is how long after a bucket ends its subjects are indexed: a
@@ -101,6 +112,9 @@ type index struct {
 	covered uint64
 	batches []indexedBatch
 	seeAlso []uint64
+	// total is the subject's messages before it, counted by its writer
+	// (0: not counted).
+	total uint64
 }
 
 func (ix *index) encode() []byte {
@@ -134,7 +148,12 @@ func (ix *index) encode() []byte {
 	for _, s := range ix.seeAlso {
 		packed = protowire.AppendVarint(packed, s)
 	}
-	return appendPackedField(buf, indexSeeAlsoField, packed)
+	buf = appendPackedField(buf, indexSeeAlsoField, packed)
+	if ix.total > 0 {
+		buf = protowire.AppendTag(buf, indexTotalField, protowire.VarintType)
+		buf = protowire.AppendVarint(buf, ix.total)
+	}
+	return buf
 }
 
 func appendPackedField(buf []byte, field protowire.Number, packed []byte) []byte {
@@ -153,11 +172,11 @@ func isIndex(data []byte) bool {
 
 // decodedIndex is an index as a lookup reads it: the hashes stay encoded.
 type decodedIndex struct {
-	covered uint64
-	seqs    []uint64
-	counts  []uint64
-	hashes  []byte
-	seeAlso []uint64
+	covered, total uint64
+	seqs           []uint64
+	counts         []uint64
+	hashes         []byte
+	seeAlso        []uint64
 }
 
 // decodeIndex decodes an index message (ok false when data is not one).
@@ -174,6 +193,8 @@ func decodeIndex(data []byte) (ix decodedIndex, ok bool) {
 		switch {
 		case num == indexCoveredField && typ == protowire.VarintType:
 			ix.covered, n = protowire.ConsumeVarint(data)
+		case num == indexTotalField && typ == protowire.VarintType:
+			ix.total, n = protowire.ConsumeVarint(data)
 		case typ == protowire.BytesType:
 			var v []byte
 			if v, n = protowire.ConsumeBytes(data); n < 0 {
@@ -224,6 +245,11 @@ func appendVarints(out []uint64, packed []byte) ([]uint64, error) {
 	}
 	return out, nil
 }
+
+// complete reports whether the index accounted for every message of its
+// subject before it when it was stored (a message after it is not one of
+// those: then the subject's last message is not this index).
+func (ix decodedIndex) complete() bool { return ix.total > 0 && ix.covered == ix.total }
 
 // seqsOf appends the sequences of the batches that may hold records of
 // the id with hash h.
@@ -280,6 +306,11 @@ type subjectIndex struct {
 	rereadAt time.Time
 	retry    *index
 	tries    int
+	// count: the subject's messages are to be counted before its next
+	// index message; total is that count (valid while counted).
+	count   bool
+	counted bool
+	total   uint64
 }
 
 // prevIndex is what a new index message keeps of the one before it.
@@ -293,7 +324,7 @@ type prevIndex struct {
 // published at now (the writer also checks that no batch of it waits in
 // the round).
 func (s *subjectIndex) dueLocked(now time.Time) bool {
-	return s.sending == nil && !s.reread && s.unsettled == 0 && !now.Before(s.due)
+	return s.sending == nil && !s.reread && !s.count && s.unsettled == 0 && !now.Before(s.due)
 }
 
 // nextChunk takes the next index message to publish: as many acked
@@ -307,8 +338,9 @@ func (s *subjectIndex) nextChunk() *index {
 		}
 		k++
 	}
-	ix := &index{batches: s.batches[:k:k], covered: uint64(k)}
+	ix := &index{batches: s.batches[:k:k], covered: uint64(k), total: s.total}
 	s.batches = s.batches[k:]
+	s.counted = false
 	if s.prev != nil {
 		ix.covered += s.prev.covered + 1
 		ix.seeAlso = append(slices.Clone(s.prev.seeAlso), s.prev.seq)
@@ -338,10 +370,11 @@ type IndexedBatch struct {
 }
 
 // EncodeIndex is the index a writer appends to a subject whose other
-// messages are exactly batches, once its bucket is over: for tools that
+// messages are exactly batches (its only writer), once its bucket is
+// over: for tools that
 // write a history as the agent does (e2e/bench fills one).
 func EncodeIndex(batches []IndexedBatch) []byte {
-	ix := index{covered: uint64(len(batches))}
+	ix := index{covered: uint64(len(batches)), total: uint64(len(batches))}
 	for _, b := range batches {
 		hashes := make([]uint32, len(b.IDs))
 		for i, id := range b.IDs {

@@ -302,3 +302,39 @@ func TestLookupThroughManyIndexes(t *testing.T) {
 		t.Fatalf("lookup read %v subjects through an index and %v whole, want %d and 0", indexed, whole, buckets)
 	}
 }
+
+// A batch stored in a subject after its index (a record that took its
+// subject before the bucket ended and reached the stream after the
+// index) is found: the index no longer ends the subject, so the lookup
+// reads the subject whole.
+func TestLookupFindsABatchAfterTheIndex(t *testing.T) {
+	r := newRigWith(t, history.Config{FlushInterval: time.Hour})
+	accepted := r.now
+	target := v7At(t, accepted)
+	subject := history.OutcomeSubject(accepted, target, accepted)
+	r.record(acceptedFailed(target, 1, accepted))
+	r.stored()
+	r.later(history.BucketWidth + 3*time.Second)
+	r.record(failed("ev-later", 1))
+	r.stored()
+	if !history.IsIndex(lastMessage(t, r.srv, history.Stream, subject)) {
+		t.Fatalf("%s is not indexed (the test relies on it)", subject)
+	}
+	data, err := proto.Marshal(&rivorav1.HistoryBatch{Outcomes: []*rivorav1.EventOutcome{acceptedFailed(target, 2, accepted)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.srv.JetStream().Publish(context.Background(), subject, data); err != nil {
+		t.Fatal(err)
+	}
+	indexed, whole := lookupReads(func() {
+		got, err := r.h.Lookup(context.Background(), target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantAttempts(t, got, target, 2)
+	})
+	if indexed != 0 || whole != 1 {
+		t.Fatalf("lookup read %v subjects through an index and %v whole, want 0 and 1", indexed, whole)
+	}
+}

@@ -98,7 +98,9 @@ type pending struct {
 type writer struct {
 	nc *nats.Conn
 	// now is the history's clock: a subject's bucket is by it.
-	now                  func() time.Time
+	now func() time.Time
+	// countSubject is the count of a subject's messages in its stream.
+	countSubject         func(ctx context.Context, subject string) (uint64, error)
 	every                time.Duration
 	maxBytes, maxRecords int
 	maxQueued            int64
@@ -135,9 +137,9 @@ type writer struct {
 }
 
 // newWriter makes a writer; run starts it.
-func newWriter(nc *nats.Conn, cfg Config, now func() time.Time) *writer {
+func newWriter(nc *nats.Conn, cfg Config, now func() time.Time, countSubject func(context.Context, string) (uint64, error)) *writer {
 	w := &writer{
-		nc: nc, now: now, every: orDefault(cfg.FlushInterval, DefaultFlushInterval),
+		nc: nc, now: now, countSubject: countSubject, every: orDefault(cfg.FlushInterval, DefaultFlushInterval),
 		maxBytes: orDefault(cfg.MaxBatchBytes, DefaultMaxBatchBytes), maxRecords: orDefault(cfg.MaxBatchRecords, DefaultMaxBatchRecords),
 		maxQueued: int64(orDefault(cfg.MaxQueuedBytes, DefaultMaxQueuedBytes)),
 		cur:       round{bySubject: make(map[string]*pending)},
@@ -281,6 +283,10 @@ func (w *writer) dueIndexesLocked(out []*pending) []*pending {
 			delete(w.indexes, subject) // indexed (or nothing stored)
 			continue
 		}
+		if !s.counted {
+			s.count = true // countAll, then the next round
+			continue
+		}
 		ix := s.nextChunk()
 		p := &pending{subject: subject, buf: ix.encode(), index: s, chunk: ix, expect: s.expect}
 		s.sending = p
@@ -330,7 +336,7 @@ func (w *writer) unsettled(match func(subject string) bool) [][]byte {
 // over, every batch acked): it publishes those too, so that nothing is
 // left to publish when it returns unless more is recorded or time moves.
 func (w *writer) Flush() {
-	for range 4 { // an index in chunks takes a round per chunk
+	for range 8 { // a count, then an index message (per chunk), a round each
 		ack := make(chan struct{})
 		select {
 		case w.flush <- ack:
@@ -350,11 +356,39 @@ func (w *writer) indexDue() bool {
 	defer w.mu.Unlock()
 	now := w.now()
 	for subject, s := range w.indexes {
-		if s.dueLocked(now) && w.cur.bySubject[subject] == nil && len(s.batches) > 0 {
+		if (s.count || s.dueLocked(now)) && w.cur.bySubject[subject] == nil && len(s.batches) > 0 {
 			return true
 		}
 	}
 	return false
+}
+
+// countAll counts the messages of each subject whose index message is
+// due next, for its total (outside the lock: a stream request). A
+// failed count leaves the subject without a complete index.
+func (w *writer) countAll() {
+	w.mu.Lock()
+	var todo []*subjectIndex
+	for _, s := range w.indexes {
+		if s.count {
+			todo = append(todo, s)
+		}
+	}
+	w.mu.Unlock()
+	for _, s := range todo {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		n, err := w.countSubject(ctx, s.subject)
+		cancel()
+		w.mu.Lock()
+		s.count = false
+		if err == nil {
+			s.counted, s.total = true, n
+		} else {
+			delete(w.indexes, s.subject)
+			indexErrors.Inc()
+		}
+		w.mu.Unlock()
+	}
 }
 
 // waitSettled waits until every batch taken so far is acked, at most
@@ -412,6 +446,7 @@ func (w *writer) run(ctx context.Context) error {
 			full, more := w.take(false)
 			w.publishAll(full)
 			w.rereadAll()
+			w.countAll()
 			if more && !armed {
 				timer.Reset(w.every)
 				armed = true
@@ -420,9 +455,11 @@ func (w *writer) run(ctx context.Context) error {
 			armed = false
 			w.publishAll(w.takeAll())
 			w.rereadAll()
+			w.countAll()
 		case ack := <-w.flush:
 			w.publishAll(w.takeAll())
 			w.rereadAll()
+			w.countAll()
 			close(ack)
 		case <-ctx.Done():
 			w.mu.Lock()

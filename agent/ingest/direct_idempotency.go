@@ -27,7 +27,10 @@ import (
 //     does not own the partition: an original its owner stored straight
 //     into the lanes is unknown to INGEST's dedup), and, for a request of
 //     several events, the streams they go into (a duplicate found only by
-//     the store would come after the request's other events were stored).
+//     the store would come after the request's other events were stored),
+//     but for an event of a partition this agent owns whose lanes' writer
+//     knows the id is new there (LocalStore.MayHold: the writer is the
+//     lanes' only one and remembers a window's ids).
 //     A probe's duplicate is compared now: a conflict refuses the request,
 //     the same event is answered as a duplicate and not stored again.
 //   - store, then verify: the store's answer for each event; a duplicate
@@ -69,6 +72,9 @@ func (g *Gateway) precheck(ctx context.Context, events []*prepared, inBatch bool
 		local := g.local != nil && g.local.Owns(p.partition)
 		if single && local {
 			continue // the store into its lanes answers before anything else is stored
+		}
+		if local && !g.local.MayHold(p.partition, p.msgID) {
+			continue // the owner's writer knows the id is new to its lanes
 		}
 		probes = append(probes, lanesProbe(p.partition, p.event, p.msgID))
 		of = append(of, i)

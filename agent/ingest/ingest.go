@@ -477,6 +477,10 @@ type LocalStore interface {
 	AppendLocal(ctx context.Context, p int, events []LocalEvent) (stored []Stored, owned bool, err error)
 	// Owns tells whether this agent owns partition p now.
 	Owns(p int) bool
+	// MayHold is false only when this agent owns partition p and its
+	// lanes certainly did not store msgID within the dedup window (the
+	// idempotency check then needs no probe there).
+	MayHold(p int, msgID string) bool
 }
 
 // duplicates is the duplicate flag of each stored event.

@@ -137,12 +137,27 @@ func Open(ctx context.Context, p int, deps Deps, lease *ownership.Lease) (*Parti
 // wire creates the parts, once the streams exist.
 func (o *Partition) wire(ingest jetstream.Consumer) {
 	o.writer = newLaneWriter(o.p, o.deps.JS, o.fence, o.deps.Scheduler, o.cache, o.log)
+	o.writer.recent = newRecentIDs(o.deps.DedupWindow, o.lastWrite(), o.deps.Clock.Now)
 	o.mover = &mover{
 		p: o.p, ingest: ingest, writer: o.writer, check: o.deps.Forwarded, marks: newForwardMarks(o.p, o.deps.JS, o.deps.Replicas, o.log),
 		durable: o.deps.Durable, log: o.log,
 	}
 	o.reclaim = newReclaimer(o.p, o.lanes, o.ledger, o.fence, o.deps.Scheduler, o.writer.registered, o.deps.Durable, o.log)
 	o.dead = newDeadLetters(o.p, o.ledger, o.fence, o.deps.Archive, o.log)
+}
+
+// lastWrite is when the lane store was last written before this owner
+// (zero: never): the ids the stream's dedup window holds from before are
+// at most that recent.
+func (o *Partition) lastWrite() time.Time {
+	info := o.lanes.CachedInfo()
+	if info == nil || info.State.LastSeq == 0 {
+		return time.Time{}
+	}
+	if info.State.LastTime.IsZero() {
+		return o.deps.Clock.Now() // unknown: as if just written
+	}
+	return info.State.LastTime
 }
 
 // apiTimeout and consumerTimeout bound one JetStream API call while a

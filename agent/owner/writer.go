@@ -86,6 +86,9 @@ type laneWriter struct {
 	registeredThrough atomic.Uint64
 
 	gate gate
+	// recent are the dedup ids stored in the last dedup window
+	// (recent.go).
+	recent *recentIDs
 
 	appendCh   chan *appendReq
 	writerDone chan struct{}
@@ -117,6 +120,11 @@ type appendResult struct {
 	at     []Stored // per stored item: where (a duplicate: where the original is)
 	err    error    // why items[stored:] were not
 }
+
+// MayHold is false only when the partition's lanes certainly did not
+// store msgID within the dedup window (recent.go): the ingest gateway then
+// needs no probe to know a batch's event is new there.
+func (o *Partition) MayHold(msgID string) bool { return o.writer.recent.mayHold(msgID) }
 
 // Append stores events accepted by this agent for this partition. Once the
 // partition is open for it, that is the fast path: straight into the
@@ -316,6 +324,7 @@ func (w *laneWriter) settle(f *flight) error {
 		f.fail()
 		return err
 	}
+	w.recent.add(f.reqs)
 	f.answer(lanes.LanesStream(w.p), acks)
 	return nil
 }
