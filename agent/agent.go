@@ -264,7 +264,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		Deps: owner.Deps{
 			JS: js, Scheduler: a.sched, Registry: a.registry, Subscriptions: a.subs, Applied: a.applied.Load, History: a.history, Archive: arch,
 			Clock: clock.Real{}, Log: base.With("component", "owner"), DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
-			Forwarded: forwarded, Durable: a.nats.Syncer(),
+			Forwarded: forwarded, Durable: a.nats.Syncer(), SnapshotDir: snapshotDir(cfg.DataDir),
 		},
 	})
 	if err := create("INGEST", func() (err error) {
@@ -524,4 +524,13 @@ func cellSize(clusterListen string, routes []string) int {
 		}
 	}
 	return 1 + len(others)
+}
+
+// snapshotDir is where partition owners keep their pending snapshots
+// ("": no data dir, no snapshots).
+func snapshotDir(dataDir string) string {
+	if dataDir == "" {
+		return ""
+	}
+	return filepath.Join(dataDir, "snapshots")
 }

@@ -73,6 +73,9 @@ type Deps struct {
 	// syncs the lanes' copies before INGEST forgets its own, and reclaim
 	// syncs the ledger's dead letters before it purges their lane events.
 	Durable *natsd.Syncer
+	// SnapshotDir holds the pending snapshots a clean stop writes, one
+	// file per partition (snapshot.go; "": none, every start scans).
+	SnapshotDir string
 }
 
 // Partition owns partition p's pending store. It holds no state of its
@@ -93,6 +96,8 @@ type Partition struct {
 	mover   *mover
 	reclaim *reclaimer
 	dead    *deadLetters
+
+	snap snapshotTaker
 }
 
 // Open creates the partition's streams and rebuilds the scheduler's view
@@ -258,7 +263,11 @@ func (o *Partition) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	close(errs)
-	return errors.Join(collect(errs)...)
+	err := errors.Join(collect(errs)...)
+	if err == nil {
+		o.saveSnapshot(ctx)
+	}
+	return err
 }
 
 func collect(ch <-chan error) []error {
@@ -274,6 +283,7 @@ func collect(ch <-chan error) []error {
 // for a partition that runs: its space reclaim must know that the
 // scheduler's low water no longer covers its events.
 func (o *Partition) Detach() {
+	o.takeSnapshot()
 	o.reclaim.detach()
 	o.deps.Scheduler.DropPartition(o.p)
 }

@@ -19,6 +19,11 @@ package main
 // same destinations (the baseline), divided by lanes and by events; the
 // heap profiles taken with it split the per-event bytes between the
 // embedded NATS server (stacks through nats-server) and Rivora (the rest).
+// A SIGTERM lets each partition owner write a pending snapshot, and the
+// restart rebuilds from it (the log says `partition rebuilt from
+// snapshot`); -scan removes the snapshots before the restart, so it
+// measures the full scan of the lane store, as after a kill -9. The
+// report counts the partitions rebuilt each way.
 // -age restarts only once the events are older than the lane store's
 // duplicate window: within it, the embedded NATS server rebuilds its dedup
 // ids at start-up (time and memory counted here).
@@ -64,6 +69,7 @@ type rebuildFlags struct {
 	poll                 time.Duration
 	age                  time.Duration
 	baseline             bool
+	scan                 bool
 	profileDir           string
 	profileSeconds       int
 	hc                   *http.Client
@@ -82,6 +88,7 @@ func runRebuild(args []string) error {
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "fail when the whole bench takes longer")
 	fs.DurationVar(&f.poll, "poll", 100*time.Millisecond, "GetDestinationHealth poll interval during the rebuild (each call walks every lane)")
 	fs.DurationVar(&f.age, "age", 0, "wait this long with all events pending before the restart (older than the lane store's 2m dedup window, NATS does not rebuild their dedup ids)")
+	fs.BoolVar(&f.scan, "scan", false, "remove the pending snapshots the graceful stop wrote before the restart: measure the full scan (as after kill -9)")
 	fs.BoolVar(&f.baseline, "baseline", true, "measure an empty restarted server for the memory baseline")
 	fs.StringVar(&f.profileDir, "profile-dir", "", "write a CPU profile of the restart and a heap profile after it into `DIR`")
 	fs.IntVar(&f.profileSeconds, "profile-seconds", 15, "length of the restart CPU profile")
@@ -131,6 +138,7 @@ type rbResult struct {
 type partRebuild struct {
 	partition, lanes, events int
 	took                     time.Duration
+	fromSnapshot             bool // `partition rebuilt from snapshot`, not a scan
 }
 
 func (f *rebuildFlags) run(ctx context.Context) error {
@@ -462,6 +470,12 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 		return err
 	}
 	progress("stopped gracefully in %s", res.shutdown.Round(time.Millisecond))
+	if f.scan {
+		if err := os.RemoveAll(filepath.Join(dataDir, "snapshots")); err != nil {
+			return err
+		}
+		progress("removed the pending snapshots (-scan): the restart scans the lane stores")
+	}
 
 	// Restart on the same data dir.
 	p, err = f.start(dataDir, "restart.log")
@@ -654,8 +668,8 @@ func (r *rbResult) parseLog(path string, started time.Time) error {
 			r.listen = at(m)
 		case m["msg"] == "partitions owned" && r.owned == 0:
 			r.owned = at(m)
-		case m["msg"] == "partition rebuilt":
-			var pr partRebuild
+		case m["msg"] == "partition rebuilt" || m["msg"] == "partition rebuilt from snapshot":
+			pr := partRebuild{fromSnapshot: m["msg"] == "partition rebuilt from snapshot"}
 			pr.partition, _ = strconv.Atoi(m["partition"])
 			pr.lanes, _ = strconv.Atoi(m["lanes"])
 			pr.events, _ = strconv.Atoi(m["events"])
@@ -726,9 +740,13 @@ func allocatedBy(s *profile.Sample, prefix string) bool {
 
 func (f *rebuildFlags) report(r *rbResult) {
 	var sum, maxTook time.Duration
+	fromSnapshot := 0
 	for _, p := range r.parts {
 		sum += p.took
 		maxTook = max(maxTook, p.took)
+		if p.fromSnapshot {
+			fromSnapshot++
+		}
 	}
 	delta := float64(r.inuse) - float64(r.baselineInuse)
 	liveDelta := float64(r.alloc) - float64(r.baselineAlloc)
@@ -755,8 +773,13 @@ func (f *rebuildFlags) report(r *rbResult) {
 	fmt.Fprintf(tw, "ready_s\t%.2f s\tprocess start to /healthz 200\n", r.ready.Seconds())
 	fmt.Fprintf(tw, "rebuild_s\t%.2f s\tprocess start to the health API reporting all %d pending (polled every %s)\n", r.rebuilt.Seconds(), f.events, f.poll)
 	fmt.Fprintf(tw, "partition rebuilds\t%.2f s sum, %.2f s max\t%d `partition rebuilt` lines; partitions open one after another\n", sum.Seconds(), maxTook.Seconds(), len(r.parts))
+	fmt.Fprintf(tw, "rebuild path\t%d of %d from snapshot\tthe others scanned their lane store (-scan, kill -9, or a store changed since the stop)\n", fromSnapshot, len(r.parts))
 	for _, p := range r.parts {
-		fmt.Fprintf(tw, "  partition %d\t%.2f s\t%d lanes, %d events, %.0f events/s\n", p.partition, p.took.Seconds(), p.lanes, p.events, float64(p.events)/p.took.Seconds())
+		path := "scan"
+		if p.fromSnapshot {
+			path = "snapshot"
+		}
+		fmt.Fprintf(tw, "  partition %d\t%.2f s\t%d lanes, %d events, %.0f events/s, %s\n", p.partition, p.took.Seconds(), p.lanes, p.events, float64(p.events)/p.took.Seconds(), path)
 	}
 	fmt.Fprintf(tw, "server CPU to rebuilt\t%.2f s\tuser+system of the restarted process up to rebuild_s (steadier than wall time on a shared machine)\n", r.serverCPU.Seconds())
 	fmt.Fprintf(tw, "health call\t%.1f ms\tone GetDestinationHealth after the rebuild (walks every lane)\n", ms(r.healthCall))
@@ -784,20 +807,22 @@ func (f *rebuildFlags) report(r *rbResult) {
 		fmt.Printf("  rule 3 target (1M pending events rebuilt in under 10 s): %s\n", verdict)
 	}
 	printJSON(map[string]float64{
-		"events":                  float64(f.events),
-		"lanes":                   float64(f.lanes),
-		"ready_s":                 round(r.ready.Seconds(), 3),
-		"rebuild_s":               round(r.rebuilt.Seconds(), 3),
-		"partition_rebuild_max_s": round(maxTook.Seconds(), 3),
-		"partition_rebuild_sum_s": round(sum.Seconds(), 3),
-		"heap_mb":                 round(mb(r.inuse), 1),
-		"baseline_heap_mb":        round(mb(r.baselineInuse), 1),
-		"bytes_per_lane":          round(perLane, 0),
-		"bytes_per_event":         round(perEvent, 0),
-		"nats_bytes_per_event":    round(natsPerEvent, 0),
-		"rivora_bytes_per_event":  round(restPerEvent, 0),
-		"payload_bytes":           float64(f.payload),
-		"server_cpu_s":            round(r.serverCPU.Seconds(), 2),
+		"events":                   float64(f.events),
+		"lanes":                    float64(f.lanes),
+		"ready_s":                  round(r.ready.Seconds(), 3),
+		"rebuild_s":                round(r.rebuilt.Seconds(), 3),
+		"partition_rebuild_max_s":  round(maxTook.Seconds(), 3),
+		"partition_rebuild_sum_s":  round(sum.Seconds(), 3),
+		"heap_mb":                  round(mb(r.inuse), 1),
+		"baseline_heap_mb":         round(mb(r.baselineInuse), 1),
+		"bytes_per_lane":           round(perLane, 0),
+		"bytes_per_event":          round(perEvent, 0),
+		"nats_bytes_per_event":     round(natsPerEvent, 0),
+		"rivora_bytes_per_event":   round(restPerEvent, 0),
+		"payload_bytes":            float64(f.payload),
+		"server_cpu_s":             round(r.serverCPU.Seconds(), 2),
+		"partitions_from_snapshot": float64(fromSnapshot),
+		"partitions_rebuilt":       float64(len(r.parts)),
 	}, []string{"events", "lanes", "ready_s", "rebuild_s", "partition_rebuild_max_s", "partition_rebuild_sum_s",
-		"heap_mb", "baseline_heap_mb", "bytes_per_lane", "bytes_per_event", "nats_bytes_per_event", "rivora_bytes_per_event", "payload_bytes", "server_cpu_s"})
+		"heap_mb", "baseline_heap_mb", "bytes_per_lane", "bytes_per_event", "nats_bytes_per_event", "rivora_bytes_per_event", "payload_bytes", "server_cpu_s", "partitions_from_snapshot", "partitions_rebuilt"})
 }
