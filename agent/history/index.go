@@ -369,12 +369,13 @@ type IndexedBatch struct {
 	IDs []string
 }
 
-// EncodeIndex is the index a writer appends to a subject whose other
-// messages are exactly batches (its only writer), once its bucket is
-// over: for tools that
+// EncodeIndex is the index a writer appends to a subject once its bucket
+// is over, listing batches (its own), total being the count of the
+// subject's messages before it (the index is complete, and a lookup
+// trusts it alone, when that is the batches listed): for tools that
 // write a history as the agent does (e2e/bench fills one).
-func EncodeIndex(batches []IndexedBatch) []byte {
-	ix := index{covered: uint64(len(batches)), total: uint64(len(batches))}
+func EncodeIndex(batches []IndexedBatch, total uint64) []byte {
+	ix := index{covered: uint64(len(batches)), total: total}
 	for _, b := range batches {
 		hashes := make([]uint32, len(b.IDs))
 		for i, id := range b.IDs {

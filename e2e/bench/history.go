@@ -478,6 +478,10 @@ type filler struct {
 	// published (their buckets' order).
 	unindexed map[string]*fillSubject
 	dueOrder  map[string][]*fillSubject
+	// subjectMsgs counts the messages published to each subject: an
+	// index's total, as the agent's writer counts it (a subject written
+	// on after its index, across two fills, gets an incomplete one).
+	subjectMsgs map[string]uint64
 }
 
 type fillBatch struct {
@@ -628,7 +632,9 @@ func (fl *filler) publish(b *fillBatch) error {
 	fl.msgs++
 	if fl.unindexed == nil {
 		fl.unindexed = make(map[string]*fillSubject)
+		fl.subjectMsgs = make(map[string]uint64)
 	}
+	fl.subjectMsgs[b.subject]++
 	s := fl.unindexed[b.subject]
 	if s == nil {
 		s = &fillSubject{subject: b.subject, due: history.IndexDue(b.subject)}
@@ -670,10 +676,11 @@ func (fl *filler) writeIndex(s *fillSubject) error {
 			return fmt.Errorf("publish a batch of %s: %w", s.subject, err)
 		}
 	}
-	if _, err := fl.js.PublishAsync(s.subject, history.EncodeIndex(batches), jetstream.WithStallWait(time.Minute)); err != nil {
+	if _, err := fl.js.PublishAsync(s.subject, history.EncodeIndex(batches, fl.subjectMsgs[s.subject]), jetstream.WithStallWait(time.Minute)); err != nil {
 		return err
 	}
 	fl.msgs++
+	fl.subjectMsgs[s.subject]++
 	return nil
 }
 
