@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"mime"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -98,6 +99,14 @@ var accepted = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "rivora_ingest_events_total",
 	Help: "Events answered by the ingest gateway, by result (accepted, duplicate, invalid, conflict (an idempotency key reused for another event), failed; replayed and resent for operators' re-ingests).",
 }, []string{"result"})
+
+// storedCounter and duplicateCounter are accepted's two per-event series,
+// looked up once (a label lookup hashes and locks) and only when first
+// counted, so that a series appears on /metrics as before: once it counts.
+var (
+	storedCounter    = sync.OnceValue(func() prometheus.Counter { return accepted.WithLabelValues("accepted") })
+	duplicateCounter = sync.OnceValue(func() prometheus.Counter { return accepted.WithLabelValues("duplicate") })
+)
 
 // Gateway implements rivora.v1.IngestService.
 type Gateway struct {
@@ -412,18 +421,17 @@ func (g *Gateway) deliveries(tr *ingestTrace, pubs []publication, inBatch bool) 
 // answers answers each publication, given the store's duplicate flag of
 // each of its events (in deliveries' order), and counts them.
 func answers(pubs []publication, dups []bool) []*rivorav1.PublishResponse {
+	countStored(dups)
 	out := make([]*rivorav1.PublishResponse, len(pubs))
 	at := 0
 	for i, pub := range pubs {
 		if pub.direct != nil {
 			out[i] = &rivorav1.PublishResponse{EventId: pub.direct.event.GetEventId(), Duplicate: dups[at]}
-			countStored(dups[at : at+1])
 			at++
 			continue
 		}
 		r := pub.routed
 		out[i] = r.answer(dups[at : at+len(r.deliveries)])
-		countStored(dups[at : at+len(r.deliveries)])
 		at += len(r.deliveries)
 		if len(r.routes) == 0 && !r.retry {
 			unrouted.Inc()
@@ -432,13 +440,22 @@ func answers(pubs []publication, dups []bool) []*rivorav1.PublishResponse {
 	return out
 }
 
+// countStored counts stored events as accepted and duplicates as
+// duplicate: one add per series and call, not a label lookup per event.
 func countStored(dups []bool) {
+	stored, duplicate := 0, 0
 	for _, d := range dups {
-		result := "accepted"
 		if d {
-			result = "duplicate"
+			duplicate++
+		} else {
+			stored++
 		}
-		accepted.WithLabelValues(result).Inc()
+	}
+	if stored > 0 {
+		storedCounter().Add(float64(stored))
+	}
+	if duplicate > 0 {
+		duplicateCounter().Add(float64(duplicate))
 	}
 }
 
@@ -517,15 +534,20 @@ func (g *Gateway) write(ctx context.Context, batch []*prepared) ([]Stored, error
 		groups[p.partition] = append(groups[p.partition], i)
 	}
 	at := make([]Stored, len(batch))
+	if len(order) == 0 {
+		return at, nil // nothing to store (a fan-out that matched nothing)
+	}
 	if len(order) == 1 {
 		return at, g.storeGroup(ctx, batch, groups[order[0]], at)
 	}
-	errs := make(chan error, len(order))
-	for _, part := range order {
+	// The first partition's group is stored on this goroutine: one
+	// goroutine fewer per request.
+	errs := make(chan error, len(order)-1)
+	for _, part := range order[1:] {
 		go func() { errs <- g.storeGroup(ctx, batch, groups[part], at) }()
 	}
-	var firstErr error
-	for range order {
+	firstErr := g.storeGroup(ctx, batch, groups[order[0]], at)
+	for range order[1:] {
 		if err := <-errs; err != nil && firstErr == nil {
 			firstErr = err
 		}

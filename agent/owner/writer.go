@@ -369,7 +369,12 @@ func (f *flight) answer(stream string, acks [][]storedAck) {
 // registered mark past them; nothing of the group when a write is not the
 // exact next sequence (see nextSequence).
 func (w *laneWriter) register(f *flight, acks [][]storedAck) error {
-	var batch laneBatch
+	items := 0
+	for _, req := range f.reqs {
+		items += len(req.items)
+	}
+	// Sized for the group up front: no map growth per new lane.
+	batch := laneBatch{byLane: make(map[string]int, items)}
 	through := w.registeredThrough.Load()
 	for r, req := range f.reqs {
 		for i, a := range acks[r] {
