@@ -98,7 +98,12 @@ func (o *originals) recorded(ctx context.Context, ids []string) (map[string][]by
 	}
 	nc := o.js.Conn()
 	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	// The answer is at most one message per subject and the end marker: a
+	// channel of that size never drops one, and costs far less than
+	// SubscribeSync's default 64k-message channel (half a megabyte per
+	// call).
+	replies := make(chan *nats.Msg, len(subjects)+1)
+	sub, err := nc.ChanSubscribe(inbox, replies)
 	if err != nil {
 		return nil, fmt.Errorf("read idempotency records: %w", err)
 	}
@@ -113,9 +118,11 @@ func (o *originals) recorded(ctx context.Context, ids []string) (map[string][]by
 	}
 	var out map[string][]byte
 	for {
-		msg, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read idempotency records: %w", err)
+		var msg *nats.Msg
+		select {
+		case msg = <-replies:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read idempotency records: %w", ctx.Err())
 		}
 		switch status := msg.Header.Get("Status"); status {
 		case "":
