@@ -103,6 +103,10 @@ type Config struct {
 	// SessionTTL and LockDelay tune the Consul session (defaults 10s, 5s).
 	SessionTTL time.Duration
 	LockDelay  time.Duration
+	// SyncAlways makes every acknowledgement survive a power loss
+	// (--fsync): natsd.Config.Fsync, with the group commit's barrier
+	// before every ingest answer, every move's INGEST ack and every purge
+	// of dead-lettered lane events.
 	SyncAlways bool
 	MaxPayload int
 	// MaxBatch and MaxBatchBytes bound one PublishBatch: its events, and
@@ -193,7 +197,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	})
 	var err error
 	if a.nats, err = natsd.Start(natsd.Config{
-		DataDir: cfg.DataDir, ClientListen: cfg.NATSListen, SyncAlways: cfg.SyncAlways, Name: cfg.Name,
+		DataDir: cfg.DataDir, ClientListen: cfg.NATSListen, Fsync: cfg.SyncAlways, Name: cfg.Name,
 		ClusterListen: cfg.NATSCluster, Routes: cfg.NATSRoutes, Password: cfg.NATSPassword, TLS: cfg.NATSTLS,
 		LeafListen: cfg.LeafListen, LeafPassword: LeafPassword(cfg.Keys.Cell()),
 	}, base.With("component", "nats")); err != nil {
@@ -260,14 +264,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		Deps: owner.Deps{
 			JS: js, Scheduler: a.sched, Registry: a.registry, Subscriptions: a.subs, Applied: a.applied.Load, History: a.history, Archive: arch,
 			Clock: clock.Real{}, Log: base.With("component", "owner"), DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
-			Forwarded: forwarded,
+			Forwarded: forwarded, Durable: a.nats.Syncer(), SnapshotDir: snapshotDir(cfg.DataDir),
 		},
 	})
 	if err := create("INGEST", func() (err error) {
 		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{
 			MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
 			Local: a.parts, Partitions: a.parts, Subscriptions: a.subs, Catalogue: a.catalogue, Applied: a.applied.Load,
-			Delivered: a.history,
+			Delivered: a.history, Durable: a.nats.Syncer(),
 		}, base.With("component", "ingest"))
 		return err
 	}); err != nil {
@@ -520,4 +524,13 @@ func cellSize(clusterListen string, routes []string) int {
 		}
 	}
 	return 1 + len(others)
+}
+
+// snapshotDir is where partition owners keep their pending snapshots
+// ("": no data dir, no snapshots).
+func snapshotDir(dataDir string) string {
+	if dataDir == "" {
+		return ""
+	}
+	return filepath.Join(dataDir, "snapshots")
 }

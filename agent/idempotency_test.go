@@ -77,3 +77,34 @@ func lanesHold(t *testing.T, ag *running) uint64 {
 	}
 	return n
 }
+
+// At the partition's owner (a batch goes straight into its lanes), a
+// batch reusing a stored key for another payload is refused and stores
+// nothing: its other event is accepted alone afterwards, as new.
+func TestKeyReusedInABatchAtTheOwnerStoresNothing(t *testing.T) {
+	t.Parallel()
+	p := newPartner(t, func(partner.Request) int { return http.StatusOK })
+	ag := startAgent(t, t.TempDir())
+	ag.create(destination("orders", p.URL(), 5))
+	ctx := context.Background()
+	keyed := func(key, payload string) *rivorav1.PublishRequest {
+		return &rivorav1.PublishRequest{
+			DestinationId: "orders", CustomerId: "acme", LaneKey: "main", Type: "test.event", Payload: []byte(payload), IdempotencyKey: key,
+		}
+	}
+	first, err := ag.Ingest.Publish(ctx, connect.NewRequest(keyed("order-1", `{"v":1}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ag.Ingest.PublishBatch(ctx, connect.NewRequest(&rivorav1.PublishBatchRequest{Events: []*rivorav1.PublishRequest{
+		keyed("order-2", `{"v":2}`), keyed("order-1", `{"v":"other"}`),
+	}}))
+	if connect.CodeOf(err) != connect.CodeAlreadyExists || !strings.Contains(err.Error(), "events[1]") || !strings.Contains(err.Error(), "nothing in this batch was stored") || !strings.Contains(err.Error(), first.Msg.GetEventId()) {
+		t.Fatalf("a batch reusing order-1 for another payload: %v; want already_exists for events[1], naming %s", err, first.Msg.GetEventId())
+	}
+	alone, err := ag.Ingest.Publish(ctx, connect.NewRequest(keyed("order-2", `{"v":2}`)))
+	if err != nil || alone.Msg.GetDuplicate() {
+		t.Fatalf("the refused batch's other event alone: %v, %v; want stored as new", alone, err)
+	}
+	p.WaitDelivered(t, []string{first.Msg.GetEventId(), alone.Msg.GetEventId()}, 15*time.Second)
+}

@@ -3,11 +3,9 @@
 package delivery
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/rivora/rivora/agent/destinations"
@@ -111,9 +110,10 @@ func (r Result) ClassIndex() int {
 
 // Sender posts events. It is safe for concurrent use.
 type Sender struct {
-	transport *http.Transport
-	userAgent string
-	now       func() time.Time
+	// plain and secure are the clients of http and https URLs.
+	plain, secure *fasthttp.Client
+	userAgent     string
+	now           func() time.Time
 }
 
 // NewSender returns a sender whose requests carry userAgent and whose
@@ -123,15 +123,11 @@ func NewSender(userAgent string, guard *ssrf.Guard, opts ...Option) *Sender {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	transport := &http.Transport{
-		Proxy:               nil,
-		DialContext:         o.dialer(guard).DialContext,
-		MaxIdleConns:        4096,
-		MaxIdleConnsPerHost: 512,
-		IdleConnTimeout:     90 * time.Second,
-		ForceAttemptHTTP2:   true,
+	dialer := o.dialer(guard)
+	return &Sender{
+		plain: newClient(dialer, o.tls, false), secure: newClient(dialer, o.tls, true),
+		userAgent: userAgent, now: time.Now,
 	}
-	return &Sender{transport: transport, userAgent: userAgent, now: time.Now}
 }
 
 // Send makes one attempt. Its request carries the event's trace context:
@@ -145,76 +141,48 @@ func (s *Sender) Send(ctx context.Context, req Request) Result {
 }
 
 func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate string) Result {
-	ev := req.Event
-	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
-	defer cancel()
 	start := s.now()
-	ts := start.Unix()
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, req.Endpoint.URL, bytes.NewReader(ev.GetPayload()))
+	deadline := start.Add(req.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	u, err := url.Parse(req.Endpoint.URL)
 	if err != nil {
 		return Result{Err: fmt.Errorf("build request: %w", err), NotSent: true}
 	}
-	// Sized once for Rivora's headers and the destination's: growing the
-	// map as it fills costs more than filling it. Canonical keys assigned
-	// directly: this runs once per attempt.
-	h := make(http.Header, len(ownHeaderValues{}.v)+len(req.Endpoint.Headers))
-	hreq.Header = h
-	setCustomHeaders(h, req.Endpoint.Headers)
-	own := new(ownHeaderValues)
-	own.set(h, "Content-Type", ev.GetContentType())
-	own.set(h, "User-Agent", s.userAgent)
-	own.set(h, "Webhook-Id", ev.GetEventId())
-	// Marks the POST replayable, so the transport re-sends it on a fresh
-	// connection when a pooled one turns out closed, instead of failing the
-	// attempt (and cutting the destination's budget) for nothing.
-	own.set(h, "Idempotency-Key", ev.GetEventId())
-	own.set(h, "Webhook-Timestamp", strconv.FormatInt(ts, 10))
-	own.set(h, "Webhook-Signature", req.Endpoint.Signer.Sign(ev.GetEventId(), ts, ev.GetPayload()))
-	own.set(h, "Rivora-Customer", ev.GetCustomerId())
-	own.set(h, "Rivora-Lane", headerSafe(ev.GetLaneKey()))
-	own.set(h, "Rivora-Attempt", strconv.Itoa(req.Attempt))
-	own.set(h, "Rivora-Event-Type", headerSafe(ev.GetType()))
-	if ev.GetReplayed() {
-		own.set(h, "Rivora-Replay", "true")
+	client := s.plain
+	if u.Scheme == "https" {
+		client = s.secure
 	}
-	if ev.GetResent() {
-		own.set(h, "Rivora-Resend", "1")
-	}
-	if traceparent != "" {
-		own.set(h, tracing.TraceparentHeader, traceparent)
-		if tracestate != "" {
-			own.set(h, tracing.TracestateHeader, tracestate)
-		} else {
-			delete(h, tracing.TracestateHeader)
-		}
-	}
-	if err := checkHeaders(h); err != nil {
-		// The transport would refuse it before dialling, and its error
-		// would read as a connection error (the destination's fault).
+	hreq, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(hreq)
+	defer fasthttp.ReleaseResponse(resp)
+	if err := s.build(hreq, req, start.Unix(), traceparent, tracestate); err != nil {
+		// The client would send it as it is, or refuse it in a way that
+		// reads as a connection error (the destination's fault).
 		return Result{Err: fmt.Errorf("build request: %w", err), NotSent: true}
 	}
-	// The transport directly, not an http.Client: a redirect is never
-	// followed (it would re-send a signed payload to an address nobody
-	// registered; a 3xx is a failed attempt), and the client's per-request
-	// redirect bookkeeping is the largest cost after the HTTP exchange.
-	resp, err := s.transport.RoundTrip(hreq)
+	// No redirect is ever followed (Do does not): it would re-send a
+	// signed payload to an address nobody registered; a 3xx is a failed
+	// attempt.
+	err = client.DoDeadline(hreq, resp, deadline)
 	elapsed := s.now().Sub(start)
-	if err != nil {
+	if err != nil && !errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		if refused := ssrf.Refusal(err); refused != nil {
 			return Result{Err: refused, NotSent: true, Duration: elapsed}
 		}
 		return Result{Err: describeTransportError(err, req.Timeout), Duration: elapsed}
 	}
-	defer resp.Body.Close()
-	res := Result{Status: resp.StatusCode, Duration: elapsed}
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	// With ErrBodyTooLarge the status and headers arrived; the body is
+	// not read past maxAnswerBody.
+	res := Result{Status: resp.StatusCode(), Duration: elapsed}
+	if res.Status >= 200 && res.Status < 300 {
 		return res
 	}
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	res.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), s.now())
-	msg := fmt.Sprintf("HTTP %d", resp.StatusCode)
+	snippet := resp.Body()
+	snippet = snippet[:min(len(snippet), 256)]
+	res.RetryAfter = parseRetryAfter(string(resp.Header.Peek("Retry-After")), s.now())
+	msg := fmt.Sprintf("HTTP %d", res.Status)
 	// One line, whatever the partner sent: it ends up in tables and logs.
 	if body := strings.Join(strings.Fields(string(snippet)), " "); body != "" {
 		msg += ": " + strings.ToValidUTF8(body, "?")
@@ -223,19 +191,82 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 	return res
 }
 
-// ownHeaderValues holds the values of the headers Rivora sets on one
-// attempt (at most 14), in one allocation instead of one per header.
-type ownHeaderValues struct {
-	v [14]string
-	n int
+// build makes hreq the attempt's signed POST: the destination's custom
+// headers, then Rivora's own, which win over a custom one of the same
+// name. It refuses a header HTTP cannot carry.
+func (s *Sender) build(hreq *fasthttp.Request, req Request, ts int64, traceparent, tracestate string) error {
+	ev := req.Event
+	hreq.SetRequestURI(req.Endpoint.URL)
+	hreq.Header.SetMethod(http.MethodPost)
+	hreq.Header.DisableNormalizing()
+	hreq.Header.SetNoDefaultContentType(true)
+	for name, values := range req.Endpoint.Headers {
+		if ownHeader(name, traceparent != "") {
+			continue
+		}
+		for _, v := range values {
+			if err := checkHeader(name, v); err != nil {
+				return err
+			}
+			hreq.Header.Add(name, v)
+		}
+	}
+	own := [...][2]string{
+		{"Content-Type", ev.GetContentType()},
+		{"User-Agent", s.userAgent},
+		{"Webhook-Id", ev.GetEventId()},
+		// Marks the POST as safe to send again; the client does so on a
+		// fresh connection when a pooled one turns out closed, instead of
+		// failing the attempt (and cutting the destination's budget) for
+		// nothing.
+		{"Idempotency-Key", ev.GetEventId()},
+		{"Webhook-Timestamp", strconv.FormatInt(ts, 10)},
+		{"Webhook-Signature", req.Endpoint.Signer.Sign(ev.GetEventId(), ts, ev.GetPayload())},
+		{"Rivora-Customer", ev.GetCustomerId()},
+		{"Rivora-Lane", headerSafe(ev.GetLaneKey())},
+		{"Rivora-Attempt", strconv.Itoa(req.Attempt)},
+		{"Rivora-Event-Type", headerSafe(ev.GetType())},
+	}
+	for _, h := range own {
+		if err := checkHeader(h[0], h[1]); err != nil {
+			return err
+		}
+		hreq.Header.Set(h[0], h[1])
+	}
+	if ev.GetReplayed() {
+		hreq.Header.Set("Rivora-Replay", "true")
+	}
+	if ev.GetResent() {
+		hreq.Header.Set("Rivora-Resend", "1")
+	}
+	if traceparent != "" {
+		for _, h := range [...][2]string{{tracing.TraceparentHeader, traceparent}, {tracing.TracestateHeader, tracestate}} {
+			if h[1] == "" {
+				continue
+			}
+			if err := checkHeader(h[0], h[1]); err != nil {
+				return err
+			}
+			hreq.Header.Set(h[0], h[1])
+		}
+	}
+	hreq.SetBodyRaw(ev.GetPayload())
+	return nil
 }
 
-// set gives header name (canonical) the single value v, a one-element
-// window on own's array that an append cannot spill into the next one.
-func (own *ownHeaderValues) set(h http.Header, name, v string) {
-	own.v[own.n] = v
-	h[name] = own.v[own.n : own.n+1 : own.n+1]
-	own.n++
+// ownHeader reports a name Rivora sets itself (the trace context's when
+// it sends one), or that HTTP/1.1 framing owns: a custom header of that
+// name is left out.
+func ownHeader(name string, traced bool) bool {
+	switch name {
+	case "Content-Type", "User-Agent", "Webhook-Id", "Idempotency-Key", "Webhook-Timestamp", "Webhook-Signature",
+		"Rivora-Customer", "Rivora-Lane", "Rivora-Attempt", "Rivora-Event-Type", "Rivora-Replay", "Rivora-Resend",
+		"Host", "Content-Length", "Transfer-Encoding", "Trailer":
+		return true
+	case tracing.TraceparentHeader, tracing.TracestateHeader:
+		return traced
+	}
+	return false
 }
 
 // headerSafe returns v unless it holds control characters, which a header
@@ -250,27 +281,23 @@ func headerSafe(v string) string {
 	return v
 }
 
-// checkHeaders applies the rule the HTTP/1.1 and HTTP/2 transports apply
-// before they send a request (httpguts): a name is a token, a value has no
-// control character but tab. It names the header, never its value (a
-// custom header may hold a credential).
-func checkHeaders(h http.Header) error {
-	for name, values := range h {
-		if !httpguts.ValidHeaderFieldName(name) {
-			return fmt.Errorf("header name %q is not a valid HTTP token", name)
-		}
-		for _, v := range values {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return fmt.Errorf("the %s header's value has a control character, which HTTP does not allow", name)
-			}
-		}
+// checkHeader applies the rule HTTP transports apply before they send a
+// request (httpguts): a name is a token, a value has no control character
+// but tab. It names the header, never its value (a custom header may hold
+// a credential).
+func checkHeader(name, value string) error {
+	if !httpguts.ValidHeaderFieldName(name) {
+		return fmt.Errorf("header name %q is not a valid HTTP token", name)
+	}
+	if !httpguts.ValidHeaderFieldValue(value) {
+		return fmt.Errorf("the %s header's value has a control character, which HTTP does not allow", name)
 	}
 	return nil
 }
 
 func describeTransportError(err error, timeout time.Duration) error {
 	var netErr net.Error
-	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
 		return fmt.Errorf("timeout after %s", timeout)
 	}
 	return fmt.Errorf("connection error: %w", err)

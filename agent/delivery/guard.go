@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"crypto/tls"
 	"net"
 	"time"
 
@@ -12,6 +13,14 @@ type Option func(*options)
 
 type options struct {
 	resolver *net.Resolver
+	tls      *tls.Config
+}
+
+// WithTLSConfig makes https connections with cfg (its roots, say, for a
+// private CA) instead of the system's defaults; the server name is
+// always the URL's host.
+func WithTLSConfig(cfg *tls.Config) Option {
+	return func(o *options) { o.tls = cfg }
 }
 
 // WithResolver resolves destination host names with r instead of the

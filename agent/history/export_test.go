@@ -55,3 +55,20 @@ func Stop(h *History) {
 		stop.(func())()
 	}
 }
+
+// LookupReads is rivora_history_lookup_subjects_total: the subjects
+// lookups read through their index, and whole.
+func LookupReads() (indexed, whole float64) {
+	var m dto.Metric
+	if err := readByIndex.Write(&m); err != nil {
+		panic(err)
+	}
+	indexed = m.GetCounter().GetValue()
+	if err := readWhole.Write(&m); err != nil {
+		panic(err)
+	}
+	return indexed, m.GetCounter().GetValue()
+}
+
+// IsIndex reports whether a history message is an index.
+func IsIndex(data []byte) bool { return isIndex(data) }

@@ -52,12 +52,12 @@
 // first and last message to read it, and a subject spanning hours would
 // load hours of blocks. That is why w is in the subject, and a alone
 // (retries come hours after acceptance) is not enough. Reading a subject
-// still walks, message by message, every message written in its bucket
-// (all shards interleave in the blocks): that walk (~250 ns a message)
-// and the messages returned (~1.5 µs each, read without headers, then
-// searched for the id's bytes before a record is decoded) are a lookup's
-// cost. So buckets are short, and the bodies, which lookups never read,
-// have their own stream. The subject count is about retention /
+// whole still walks, message by message, every message written in its
+// bucket (all shards interleave in the blocks): that walk (~250 ns a
+// message) and the messages returned (~1.5 µs each, read without
+// headers, then searched for the id's bytes before a record is decoded)
+// are the cost of a lookup without an index. So buckets are short, and
+// the bodies, which lookups never read, have their own stream. The subject count is about retention /
 // BucketWidth × Shards (× the acceptance buckets drained together in a
 // backlog), ~200 B of memory each however many events they hold; the
 // bodies' 1-minute buckets add ~40k subjects a week (e2e/bench history
@@ -66,8 +66,15 @@
 // A lookup by id lists the subjects history.o.*.*.<a>.<s> (typically one
 // or two: the acceptance bucket and the next, more when it was retried)
 // and, for a UUIDv7 id, history.o.*.*.u.<s> (empty unless keys' times
-// were far from their acceptance, or events were resent or replayed),
-// and reads each with a direct-get batch. A listing orders records by the
+// were far from their acceptance, or events were resent or replayed).
+// A subject whose bucket is over carries an index as its last message
+// (index.go): a lookup first gets the last message of every subject
+// matching those filters in one multi-last request and, when each is a
+// complete index, gets only the batches they name that may hold the id
+// — two requests instead of the walk above. Otherwise it lists the
+// subjects with their counts; a subject without a complete index (its
+// bucket still open, written before the index, a crash before its
+// index) is read whole with a direct-get batch. A listing orders records by the
 // time each was recorded, which its batch carries
 // (HistoryBatch.outcome_times): the records of one flush interval sit in
 // several subjects' batches, so the messages' times would not do.
@@ -82,7 +89,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -146,6 +152,23 @@ var recordErrors = promauto.NewCounter(prometheus.CounterOpts{
 	Help: "Event outcomes or delivered events that could not be written to the HISTORY stream.",
 })
 
+var indexErrors = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "rivora_history_index_errors_total",
+	Help: "History subjects left without a complete index (another writer's record after it, a refused publish): their lookups read the whole subject.",
+})
+
+// lookupReads counts the subjects lookups read, by how: through the
+// subject's index, or whole (no complete index).
+var lookupReads = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "rivora_history_lookup_subjects_total",
+	Help: "History subjects read by event lookups, by how (read=index: through its index; read=scan: whole, it has no complete index).",
+}, []string{"read"})
+
+var (
+	readByIndex = lookupReads.WithLabelValues("index")
+	readWhole   = lookupReads.WithLabelValues("scan")
+)
+
 // History owns the HISTORY and HISTORY_BODIES streams.
 type History struct {
 	nc     *nats.Conn
@@ -205,7 +228,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logg
 	if h.bodies, err = create(BodiesStream, bodyPrefix+">", "Delivered events by write bucket, for `rivoractl events resend`."); err != nil {
 		return nil, err
 	}
-	h.w = newWriter(h.nc, cfg)
+	h.w = newWriter(h.nc, cfg, func() time.Time { return h.now() }, h.countSubject)
 	return h, nil
 }
 
@@ -309,12 +332,12 @@ func idSubjects(prefix string, width time.Duration, eventID string) []string {
 // people, and must not slow delivery down.
 func (h *History) Record(o *rivorav1.EventOutcome) {
 	now := h.now()
-	h.add(item{subject: OutcomeSubject(now, o.GetEventId(), acceptedAt(o.GetAcceptedAt())), field: outcomesField, at: now.UnixNano()}, o)
+	h.add(item{subject: OutcomeSubject(now, o.GetEventId(), acceptedAt(o.GetAcceptedAt())), field: outcomesField, at: now.UnixNano(), hash: idHash(o.GetEventId())}, o)
 }
 
 // RecordBody keeps a delivered event, payload included, for a resend.
 func (h *History) RecordBody(ev *rivorav1.Event) {
-	h.add(item{subject: BodySubject(h.now(), ev.GetEventId(), acceptedAt(ev.GetAcceptedAt())), field: eventsField}, ev)
+	h.add(item{subject: BodySubject(h.now(), ev.GetEventId(), acceptedAt(ev.GetAcceptedAt())), field: eventsField, hash: idHash(ev.GetEventId())}, ev)
 }
 
 // acceptedAt is a record's acceptance time (zero when it has none).
@@ -443,12 +466,14 @@ func eachRecord(batch []byte, field protowire.Number, each func([]byte) error) e
 
 // Lookup returns an event's outcomes, oldest first (nil when none). It
 // reads the subjects of the event's acceptance bucket and shard, one per
-// bucket its records were written in; each read walks that bucket's
-// records. For an id that is not a UUIDv7 (Keyed) it reads the shard of
-// every bucket a keyed event was written in, so its cost grows with the
-// keyed events retained; a UUIDv7 id's lookup also reads the Unbucketed
-// subjects of its shard, whose cost grows with the events retained whose
-// id's time was not their acceptance's.
+// bucket its records were written in: through the subject's index (its
+// last message, then the batches it names that may hold the id), or,
+// without a complete index, walking that bucket's records. For an id
+// that is not a UUIDv7 (Keyed) it reads the shard of every bucket a keyed
+// event was written in, so its cost grows with the buckets holding keyed
+// events retained; a UUIDv7 id's lookup also reads the Unbucketed
+// subjects of its shard, whose count grows with the buckets retained that
+// hold events whose id's time was not their acceptance's.
 func (h *History) Lookup(ctx context.Context, eventID string) ([]*rivorav1.EventOutcome, error) {
 	var out []*rivorav1.EventOutcome
 	err := h.readID(ctx, h.stream, outcomePrefix, BucketWidth, outcomesField, eventID, func(data []byte) error {
@@ -500,29 +525,6 @@ func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string
 		}
 		return false
 	})
-	var subjects []subjectCount
-	for _, filter := range idSubjects(prefix, width, eventID) {
-		found, err := subjectsOf(ctx, st, filter)
-		if err != nil {
-			return err
-		}
-		if !strings.HasSuffix(filter, "."+Unbucketed+shard) {
-			subjects = append(subjects, found...)
-			continue
-		}
-		// Unbucketed subjects span the retention: read them as one
-		// filter, in the order stored, with one request for all rather
-		// than one per subject. An event with records in both has its
-		// latest here (a resend, a replay), so they come last.
-		all := subjectCount{name: filter, bucket: math.MaxInt64}
-		for _, f := range found {
-			all.count += f.count
-		}
-		if all.count > 0 {
-			subjects = append(subjects, all)
-		}
-	}
-	sortSubjects(subjects)
 	id := []byte(eventID)
 	// A batch read from the stream may also be among the unsettled ones.
 	seen := make(map[string]bool)
@@ -538,22 +540,251 @@ func (h *History) readID(ctx context.Context, st jetstream.Stream, prefix string
 			return nil
 		}
 	}
+	eachBatch := func(r record) error {
+		if !bytes.Contains(r.data, id) {
+			return nil
+		}
+		return eachRecord(r.data, field, emit(r.subject))
+	}
+	hash := idHash(eventID)
+	filters := idSubjects(prefix, width, eventID)
+	read, err := h.fromIndexes(ctx, st, filters, "."+Unbucketed+shard, hash, eachBatch)
+	if err != nil {
+		return err
+	}
+	if read {
+		return h.readUnsettled(unsettled, id, field, emit)
+	}
+	var subjects, unbucketed []subjectCount
+	for _, filter := range filters {
+		found, err := subjectsOf(ctx, st, filter)
+		if err != nil {
+			return err
+		}
+		if strings.HasSuffix(filter, "."+Unbucketed+shard) {
+			unbucketed = found
+		} else {
+			subjects = append(subjects, found...)
+		}
+	}
+	sortSubjects(subjects)
+	last, err := h.lastMessages(ctx, st, subjects, unbucketed)
+	if err != nil {
+		return err
+	}
 	for _, s := range subjects {
-		err := h.read(ctx, st, s.name, s.count, false, func(r record) error {
-			if !bytes.Contains(r.data, id) {
-				return nil
-			}
-			return eachRecord(r.data, field, emit(r.subject))
-		})
+		seqs, ok, err := h.indexed(ctx, st, s, last, hash)
+		if err != nil {
+			return err
+		}
+		if ok {
+			readByIndex.Inc()
+			err = h.readSeqs(ctx, st, s.name, seqs, eachBatch)
+		} else {
+			readWhole.Inc()
+			err = h.read(ctx, st, s.name, s.count, false, eachBatch)
+		}
 		if err != nil {
 			return err
 		}
 	}
+	// Unbucketed subjects span the retention. An event with records in
+	// both has its latest here (a resend, a replay), so they come last,
+	// in the order stored: through their indexes when each has one, else
+	// read as one filter, with one request for all rather than one per
+	// subject.
+	if len(unbucketed) == 0 {
+		return h.readUnsettled(unsettled, id, field, emit)
+	}
+	var seqs []uint64
+	all := subjectCount{name: prefix + "*.*." + Unbucketed + shard}
+	indexed := true
+	for _, s := range unbucketed {
+		all.count += s.count
+		if !indexed {
+			continue
+		}
+		found, ok, err := h.indexed(ctx, st, s, last, hash)
+		if err != nil {
+			return err
+		}
+		seqs, indexed = append(seqs, found...), ok
+	}
+	if indexed {
+		readByIndex.Add(float64(len(unbucketed)))
+		slices.Sort(seqs)
+		err = h.readSeqs(ctx, st, all.name, seqs, eachBatch)
+	} else {
+		readWhole.Add(float64(len(unbucketed)))
+		err = h.read(ctx, st, all.name, all.count, false, eachBatch)
+	}
+	if err != nil {
+		return err
+	}
+	return h.readUnsettled(unsettled, id, field, emit)
+}
+
+// readUnsettled hands emit the unsettled batches' records.
+func (h *History) readUnsettled(unsettled [][]byte, id []byte, field protowire.Number, emit func(string) func([]byte) error) error {
 	for _, batch := range unsettled {
 		if !bytes.Contains(batch, id) {
 			continue
 		}
 		if err := eachRecord(batch, field, emit("a batch not yet stored")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// indexed returns the sequences of the batches of subject s that may
+// hold records of the id with hash h, when s's newest message is an index
+// that accounts for every other message of s (ok false otherwise: read s
+// whole).
+func (h *History) indexed(ctx context.Context, st jetstream.Stream, s subjectCount, last map[string][]byte, hash uint32) (seqs []uint64, ok bool, err error) {
+	data, found := last[s.name]
+	if s.count < 2 || !found {
+		return nil, false, nil
+	}
+	name := st.CachedInfo().Config.Name
+	ix, ok := decodeIndex(data)
+	if !ok || ix.covered != s.count-1 {
+		return nil, false, nil
+	}
+	seqs = ix.seqsOf(hash, nil)
+	for _, seq := range ix.seeAlso {
+		r, found, err := getMsg(ctx, h.nc, name, directGet{Seq: seq, NoHeaders: true})
+		if err != nil || !found {
+			return nil, false, err
+		}
+		earlier, ok := decodeIndex(r.data)
+		if !ok {
+			return nil, false, nil
+		}
+		seqs = earlier.seqsOf(hash, seqs)
+	}
+	slices.Sort(seqs)
+	return seqs, true, nil
+}
+
+// maxMultiLast is the subjects fromIndexes asks the last messages of in
+// its one request (JetStream answers at most 1024).
+const maxMultiLast = 1000
+
+// errTooManySubjects is a multi-last request's answer when more subjects
+// match than it may answer.
+var errTooManySubjects = errors.New("direct get: too many subjects match")
+
+// fromIndexes reads the batches that may hold the records of the id with
+// hash when every subject matching filters ends with a complete index
+// (one whose writer counted every other message of the subject as it
+// stored it): one multi-last request for the subjects' last messages,
+// then a direct get per batch named. Subjects come oldest bucket first,
+// those ending in unbucketed (in stored order) last. ok is false, with
+// nothing read, when a subject has no complete index or too many match:
+// the caller lists the subjects and reads them.
+func (h *History) fromIndexes(ctx context.Context, st jetstream.Stream, filters []string, unbucketed string, hash uint32, each func(record) error) (ok bool, err error) {
+	name := st.CachedInfo().Config.Name
+	var lasts []record
+	_, _, more, err := h.batch(ctx, directGet{MultiLastFor: filters, Batch: maxMultiLast, MaxBytes: maxBatchBytes}, name, func(r record) error {
+		lasts = append(lasts, r)
+		return nil
+	})
+	switch {
+	case errors.Is(err, errTooManySubjects):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read the indexes of %s: %w", strings.Join(filters, ", "), err)
+	case more:
+		return false, nil
+	}
+	type hits struct {
+		subjectCount
+		seqs []uint64
+	}
+	var bucketed []hits
+	var late []uint64
+	for _, r := range lasts {
+		ix, ok := decodeIndex(r.data)
+		if !ok || !ix.complete() {
+			return false, nil
+		}
+		seqs := ix.seqsOf(hash, nil)
+		for _, seq := range ix.seeAlso {
+			earlier, found, err := getMsg(ctx, h.nc, name, directGet{Seq: seq, NoHeaders: true})
+			if err != nil {
+				return false, err
+			}
+			ex, ok := decodeIndex(earlier.data)
+			if !found || !ok {
+				return false, nil
+			}
+			seqs = ex.seqsOf(hash, seqs)
+		}
+		slices.Sort(seqs)
+		if strings.HasSuffix(r.subject, unbucketed) {
+			late = append(late, seqs...)
+			continue
+		}
+		bucketed = append(bucketed, hits{subjectCount{name: r.subject, bucket: writeBucket(r.subject)}, seqs})
+	}
+	slices.SortFunc(bucketed, func(x, y hits) int {
+		return cmp.Or(cmp.Compare(x.bucket, y.bucket), strings.Compare(x.name, y.name))
+	})
+	readByIndex.Add(float64(len(lasts)))
+	for _, b := range bucketed {
+		if err := h.readSeqs(ctx, st, b.name, b.seqs, each); err != nil {
+			return true, err
+		}
+	}
+	slices.Sort(late)
+	return true, h.readSeqs(ctx, st, "the unbucketed subjects", late, each)
+}
+
+// lastMessages gets the newest message of each subject that may have an
+// index (two messages at least), in one request.
+func (h *History) lastMessages(ctx context.Context, st jetstream.Stream, subjects ...[]subjectCount) (map[string][]byte, error) {
+	var names []string
+	for _, list := range subjects {
+		for _, s := range list {
+			if s.count >= 2 {
+				names = append(names, s.name)
+			}
+		}
+	}
+	last := make(map[string][]byte, len(names))
+	if len(names) == 0 {
+		return last, nil
+	}
+	name := st.CachedInfo().Config.Name
+	// A request answers at most 1024 subjects (a keyed id's lookup may
+	// list more) and maxBatchBytes; a subject not answered is read whole.
+	for chunk := range slices.Chunk(names, 256) {
+		_, _, _, err := h.batch(ctx, directGet{MultiLastFor: chunk, Batch: len(chunk), MaxBytes: maxBatchBytes}, name, func(r record) error {
+			last[r.subject] = r.data
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read the indexes of %d %s subjects: %w", len(chunk), name, err)
+		}
+	}
+	return last, nil
+}
+
+// readSeqs calls each with the batches at seqs (of subject, for errors),
+// in order; a batch gone since its index was read (expired) is skipped.
+func (h *History) readSeqs(ctx context.Context, st jetstream.Stream, subject string, seqs []uint64, each func(record) error) error {
+	name := st.CachedInfo().Config.Name
+	for _, seq := range seqs {
+		r, found, err := getMsg(ctx, h.nc, name, directGet{Seq: seq, NoHeaders: true})
+		if err != nil {
+			return fmt.Errorf("read %s: %w", subject, err)
+		}
+		if !found {
+			continue
+		}
+		r.subject = subject
+		if err := each(r); err != nil {
 			return err
 		}
 	}
@@ -610,12 +841,15 @@ type record struct {
 	data    []byte
 }
 
-// directGet is a JetStream direct-get request (batch form).
+// directGet is a JetStream direct-get request: by sequence, the last of
+// a subject, or a batch.
 type directGet struct {
-	Seq      uint64 `json:"seq,omitempty"`
-	NextFor  string `json:"next_by_subj"`
-	Batch    int    `json:"batch"`
-	MaxBytes int    `json:"max_bytes,omitempty"`
+	Seq          uint64   `json:"seq,omitempty"`
+	LastFor      string   `json:"last_by_subj,omitempty"`
+	MultiLastFor []string `json:"multi_last,omitempty"`
+	NextFor      string   `json:"next_by_subj,omitempty"`
+	Batch        int      `json:"batch,omitempty"`
+	MaxBytes     int      `json:"max_bytes,omitempty"`
 	// NoHeaders: payloads only. The per-message headers (stream,
 	// subject, sequence, time) cost more to format, send and parse than
 	// the records themselves; without them a lookup is ~3x faster.
@@ -681,6 +915,8 @@ func (h *History) batch(ctx context.Context, dg directGet, stream string, each f
 		case "":
 		case "404":
 			return got, next, false, nil
+		case "413":
+			return got, next, false, errTooManySubjects
 		case "204":
 			if last, err := strconv.ParseUint(msg.Header.Get(jetstream.LastSequenceHeader), 10, 64); err == nil && last > 0 {
 				next = last + 1
@@ -713,4 +949,55 @@ func decodeRecord(msg *nats.Msg) (record, error) {
 		return record{}, fmt.Errorf("direct get: bad %s header: %w", jetstream.TimeStampHeaer, err)
 	}
 	return record{subject: msg.Header.Get(jetstream.SubjectHeader), seq: seq, at: at, data: msg.Data}, nil
+}
+
+// countSubject is the count of messages of a history subject.
+func (h *History) countSubject(ctx context.Context, subject string) (uint64, error) {
+	st := h.stream
+	if streamOf(subject) == BodiesStream {
+		st = h.bodies
+	}
+	found, err := subjectsOf(ctx, st, subject)
+	if err != nil || len(found) == 0 {
+		return 0, err
+	}
+	return found[0].count, nil
+}
+
+// streamOf is the stream a history subject is in.
+func streamOf(subject string) string {
+	if strings.HasPrefix(subject, bodyPrefix) {
+		return BodiesStream
+	}
+	return Stream
+}
+
+// getMsg sends one (not batch) direct-get request; found is false when no
+// message matches. With NoHeaders the record carries only its data.
+func getMsg(ctx context.Context, nc *nats.Conn, stream string, dg directGet) (r record, found bool, err error) {
+	req, err := json.Marshal(dg)
+	if err != nil {
+		return record{}, false, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	msg, err := nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, req)
+	if err != nil {
+		return record{}, false, fmt.Errorf("direct get from %s: %w", stream, err)
+	}
+	switch status := msg.Header.Get("Status"); status {
+	case "":
+	case "404":
+		return record{}, false, nil
+	default:
+		return record{}, false, fmt.Errorf("direct get from %s: status %s %s", stream, status, msg.Header.Get("Description"))
+	}
+	if dg.NoHeaders {
+		return record{data: msg.Data}, true, nil
+	}
+	r, err = decodeRecord(msg)
+	return r, err == nil, err
 }

@@ -110,6 +110,7 @@ func (h *History) scanHour(ctx context.Context, s *scan, hour, first, last int64
 		return err
 	}
 	counts := make(map[int64]uint64)
+	perBucket := make(map[int64]int)
 	var buckets []int64
 	for _, sc := range subjects {
 		if sc.bucket < first || sc.bucket > last {
@@ -119,10 +120,11 @@ func (h *History) scanHour(ctx context.Context, s *scan, hour, first, last int64
 			buckets = append(buckets, sc.bucket)
 		}
 		counts[sc.bucket] += sc.count
+		perBucket[sc.bucket]++
 	}
 	slices.Sort(buckets)
 	for i := len(buckets) - 1; i >= 0 && !s.done; i-- {
-		if err := h.scanBucket(ctx, s, hour, buckets[i], counts[buckets[i]]); err != nil {
+		if err := h.scanBucket(ctx, s, hour, buckets[i], counts[buckets[i]], perBucket[buckets[i]]); err != nil {
 			return err
 		}
 	}
@@ -133,9 +135,11 @@ func (h *History) scanHour(ctx context.Context, s *scan, hour, first, last int64
 // first. It reads the bucket in one pass (a wildcard read walks its
 // blocks once; one read per subject would walk them once per subject).
 // A bucket that takes the records read past MaxRecords is not added (the
-// count of records is known only once it is read; messages, before).
-func (h *History) scanBucket(ctx context.Context, s *scan, hour, w int64, messages uint64) error {
-	if s.read > 0 && s.read+int(messages) > s.f.MaxRecords {
+// count of records is known only once it is read; before, that it holds
+// at least a record per subject, and at least its messages less one index
+// per subject).
+func (h *History) scanBucket(ctx context.Context, s *scan, hour, w int64, messages uint64, subjects int) error {
+	if atLeast := max(subjects, int(messages)-subjects); s.read > 0 && s.read+atLeast > s.f.MaxRecords {
 		return s.stopAt(w)
 	}
 	var found []Finished

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -45,6 +46,8 @@ type item struct {
 	data    []byte
 	// at is when an outcome was recorded (unix ns).
 	at int64
+	// hash is the record's event id's idHash, for the subject's index.
+	hash uint32
 }
 
 // round is the batches built since the last flush.
@@ -69,6 +72,14 @@ type pending struct {
 	// when it was taken to be published (both set under writer.mu).
 	ack  uint64
 	sent time.Time
+	// hashes is the records' id hashes, in order (a batch).
+	hashes []uint32
+	// index is the subject's index this message is a chunk of (nil for
+	// a batch); chunk is what it lists, expect the subject's last
+	// sequence it is published against.
+	index  *subjectIndex
+	chunk  *index
+	expect uint64
 }
 
 // writer coalesces records per subject and publishes each subject's
@@ -85,7 +96,11 @@ type pending struct {
 // and counted in rivora_history_record_errors_total, so delivery never
 // waits for the history and its memory is bounded.
 type writer struct {
-	nc                   *nats.Conn
+	nc *nats.Conn
+	// now is the history's clock: a subject's bucket is by it.
+	now func() time.Time
+	// countSubject is the count of a subject's messages in its stream.
+	countSubject         func(ctx context.Context, subject string) (uint64, error)
 	every                time.Duration
 	maxBytes, maxRecords int
 	maxQueued            int64
@@ -104,6 +119,10 @@ type writer struct {
 	// record by record, cost delivery more than the records in it.
 	free [][]byte
 
+	// indexes is the subjects being indexed (guarded by mu): those with
+	// batches published, until their index is stored (index.go).
+	indexes map[string]*subjectIndex
+
 	// ackPrefix is the reply subject prefix the stream's acks come to.
 	ackPrefix string
 
@@ -118,13 +137,14 @@ type writer struct {
 }
 
 // newWriter makes a writer; run starts it.
-func newWriter(nc *nats.Conn, cfg Config) *writer {
+func newWriter(nc *nats.Conn, cfg Config, now func() time.Time, countSubject func(context.Context, string) (uint64, error)) *writer {
 	w := &writer{
-		nc: nc, every: orDefault(cfg.FlushInterval, DefaultFlushInterval),
+		nc: nc, now: now, countSubject: countSubject, every: orDefault(cfg.FlushInterval, DefaultFlushInterval),
 		maxBytes: orDefault(cfg.MaxBatchBytes, DefaultMaxBatchBytes), maxRecords: orDefault(cfg.MaxBatchRecords, DefaultMaxBatchRecords),
 		maxQueued: int64(orDefault(cfg.MaxQueuedBytes, DefaultMaxQueuedBytes)),
 		cur:       round{bySubject: make(map[string]*pending)},
 		inAir:     make(map[uint64]*pending),
+		indexes:   make(map[string]*subjectIndex),
 		ackPrefix: nc.NewRespInbox() + ".",
 		kick:      make(chan struct{}, 1), flush: make(chan chan struct{}), done: make(chan struct{}),
 	}
@@ -179,6 +199,7 @@ func (w *writer) appendLocked(it item) bool {
 		p.buf = protowire.AppendVarint(p.buf, uint64(it.at))
 	}
 	p.records++
+	p.hashes = append(p.hashes, it.hash)
 	p.data += int64(len(it.data))
 	if len(p.buf) < w.maxBytes && p.records < w.maxRecords {
 		return false
@@ -220,6 +241,10 @@ func (w *writer) take(all bool) (out []*pending, more bool) {
 	} else {
 		w.cur.order = slices.DeleteFunc(w.cur.order, func(p *pending) bool { return p.full })
 	}
+	for _, p := range out {
+		w.publishingLocked(p)
+	}
+	out = w.dueIndexesLocked(out)
 	// In the air from here, in the same critical section: a reader never
 	// sees a batch in neither place.
 	now := time.Now()
@@ -229,6 +254,45 @@ func (w *writer) take(all bool) (out []*pending, more bool) {
 		w.inAir[p.ack] = p
 	}
 	return out, len(w.cur.bySubject) > 0
+}
+
+// publishingLocked counts batch p as unsettled in its subject's index.
+func (w *writer) publishingLocked(p *pending) {
+	s := w.indexes[p.subject]
+	if s == nil {
+		end := bucketEnd(p.subject)
+		if end.IsZero() {
+			return
+		}
+		s = &subjectIndex{subject: p.subject, due: end.Add(indexGrace)}
+		w.indexes[p.subject] = s
+	}
+	s.unsettled++
+}
+
+// dueIndexesLocked appends the next index message of each subject whose
+// bucket is over (by indexGrace), every batch acked, none waiting in the
+// round, and no index message of it in the air or to be reread.
+func (w *writer) dueIndexesLocked(out []*pending) []*pending {
+	now := w.now()
+	for subject, s := range w.indexes {
+		if !s.dueLocked(now) || w.cur.bySubject[subject] != nil {
+			continue
+		}
+		if len(s.batches) == 0 {
+			delete(w.indexes, subject) // indexed (or nothing stored)
+			continue
+		}
+		if !s.counted {
+			s.count = true // countAll, then the next round
+			continue
+		}
+		ix := s.nextChunk()
+		p := &pending{subject: subject, buf: ix.encode(), index: s, chunk: ix, expect: s.expect}
+		s.sending = p
+		out = append(out, p)
+	}
+	return out
 }
 
 // unsettled returns the batches of the subjects match accepts that are
@@ -246,8 +310,10 @@ func (w *writer) unsettled(match func(subject string) bool) [][]byte {
 	slices.SortFunc(air, func(x, y *pending) int { return cmp.Compare(x.ack, y.ack) })
 	out := make([][]byte, 0, len(air))
 	for _, p := range air {
-		// Copied too: its buffer is reused once the stream acks it.
-		out = append(out, slices.Clone(p.buf))
+		if p.index == nil {
+			// Copied too: its buffer is reused once the stream acks it.
+			out = append(out, slices.Clone(p.buf))
+		}
 	}
 	for _, p := range w.cur.full {
 		if match(p.subject) {
@@ -265,14 +331,64 @@ func (w *writer) unsettled(match func(subject string) bool) [][]byte {
 // Flush publishes every record added before it was called, and returns
 // when the stream has acked them (or ackTimeout passed). It waits for
 // run to publish them: call it while run runs (or after it returned).
+//
+// The batches it stores can make their subjects' indexes due (a bucket
+// over, every batch acked): it publishes those too, so that nothing is
+// left to publish when it returns unless more is recorded or time moves.
 func (w *writer) Flush() {
-	ack := make(chan struct{})
-	select {
-	case w.flush <- ack:
-		<-ack
-	case <-w.done:
+	for range 8 { // a count, then an index message (per chunk), a round each
+		ack := make(chan struct{})
+		select {
+		case w.flush <- ack:
+			<-ack
+		case <-w.done:
+		}
+		w.waitSettled()
+		if !w.indexDue() {
+			return
+		}
 	}
-	w.waitSettled()
+}
+
+// indexDue reports whether a subject's next index message is due.
+func (w *writer) indexDue() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := w.now()
+	for subject, s := range w.indexes {
+		if (s.count || s.dueLocked(now)) && w.cur.bySubject[subject] == nil && len(s.batches) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// countAll counts the messages of each subject whose index message is
+// due next, for its total (outside the lock: a stream request). A
+// failed count leaves the subject without a complete index.
+func (w *writer) countAll() {
+	w.mu.Lock()
+	var todo []*subjectIndex
+	for _, s := range w.indexes {
+		if s.count {
+			todo = append(todo, s)
+		}
+	}
+	w.mu.Unlock()
+	for _, s := range todo {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		n, err := w.countSubject(ctx, s.subject)
+		cancel()
+		w.mu.Lock()
+		s.count = false
+		if err == nil {
+			s.counted, s.total = true, n
+		} else {
+			delete(w.indexes, s.subject)
+			indexErrors.Inc()
+		}
+		w.mu.Unlock()
+	}
 }
 
 // waitSettled waits until every batch taken so far is acked, at most
@@ -329,6 +445,8 @@ func (w *writer) run(ctx context.Context) error {
 		case <-w.kick:
 			full, more := w.take(false)
 			w.publishAll(full)
+			w.rereadAll()
+			w.countAll()
 			if more && !armed {
 				timer.Reset(w.every)
 				armed = true
@@ -336,8 +454,12 @@ func (w *writer) run(ctx context.Context) error {
 		case <-timer.C:
 			armed = false
 			w.publishAll(w.takeAll())
+			w.rereadAll()
+			w.countAll()
 		case ack := <-w.flush:
 			w.publishAll(w.takeAll())
+			w.rereadAll()
+			w.countAll()
 			close(ack)
 		case <-ctx.Done():
 			w.mu.Lock()
@@ -361,12 +483,64 @@ func (w *writer) publishAll(batches []*pending) {
 	}
 }
 
+// rereadAll reads, for each subject whose index message found another
+// message after the one it expected (or whose ack was lost), the
+// subject's last message. An index (another agent's, or its own stored
+// though its ack was lost) is chained to. Another agent's batch means
+// that agent has not written its index yet: it is read again a little
+// later (the agent whose batch is last stores its index first, and the
+// others chain to it), at most maxIndexTries times in all; then, or on
+// an error, the subject is left without a complete index (its lookups
+// read it whole).
+func (w *writer) rereadAll() {
+	now := time.Now()
+	w.mu.Lock()
+	var todo []*subjectIndex
+	for _, s := range w.indexes {
+		if s.reread && !now.Before(s.rereadAt) {
+			todo = append(todo, s)
+		}
+	}
+	w.mu.Unlock()
+	for _, s := range todo {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		r, found, err := getMsg(ctx, w.nc, streamOf(s.subject), directGet{LastFor: s.subject})
+		cancel()
+		ix, isIx := decodedIndex{}, false
+		if err == nil && found {
+			ix, isIx = decodeIndex(r.data)
+		}
+		w.mu.Lock()
+		if s.retry != nil && !ix.lists(s.retry) {
+			// Not stored: its batches go first in the next chunk.
+			s.batches = append(slices.Clip(s.retry.batches), s.batches...)
+		}
+		s.retry = nil
+		switch {
+		case isIx:
+			s.reread = false
+			s.prev = &prevIndex{seq: r.seq, covered: ix.covered, seeAlso: ix.seeAlso}
+			s.expect = r.seq
+		case err == nil && found && s.tries < maxIndexTries:
+			s.tries++
+			s.rereadAt = now.Add(indexRetryDelay)
+		default:
+			delete(w.indexes, s.subject)
+			indexErrors.Inc()
+		}
+		w.mu.Unlock()
+	}
+}
+
 // publish sends one batch without waiting for the store's ack (onAck
 // settles it): history is for people, and must not slow delivery down.
 func (w *writer) publish(p *pending) {
 	msg := &nats.Msg{Subject: p.subject, Reply: w.ackPrefix + strconv.FormatUint(p.ack, 10), Data: p.buf}
+	if p.index != nil {
+		msg.Header = nats.Header{jetstream.ExpectedLastSubjSeqHeader: []string{strconv.FormatUint(p.expect, 10)}}
+	}
 	if err := w.nc.PublishMsg(msg); err != nil {
-		w.settle(p.ack, true)
+		w.settle(p.ack, ackAnswer{failed: true})
 		return
 	}
 	w.published.Add(1)
@@ -379,33 +553,51 @@ func (w *writer) onAck(msg *nats.Msg) {
 		return
 	}
 	var answer struct {
+		Seq   uint64 `json:"seq"`
 		Error *struct {
+			ErrCode     int    `json:"err_code"`
 			Description string `json:"description"`
 		} `json:"error"`
 	}
 	failed := json.Unmarshal(msg.Data, &answer) != nil || answer.Error != nil
-	w.settle(ack, failed)
+	wrongLast := answer.Error != nil && answer.Error.ErrCode == errCodeWrongLastSequence
+	w.settle(ack, ackAnswer{seq: answer.Seq, failed: failed, wrongLast: wrongLast})
 }
 
-// settle ends a batch's time in the air; a failed one's records are
+// errCodeWrongLastSequence is JetStream's answer to a publish whose
+// expected last subject sequence is not the subject's last.
+const errCodeWrongLastSequence = 10071
+
+// ackAnswer is what the stream answered to a publish: its sequence, or
+// that it failed (wrongLast: its expected last sequence was not). Zero
+// for an ack lost.
+type ackAnswer struct {
+	seq               uint64
+	failed, wrongLast bool
+}
+
+// settle ends a message's time in the air; a failed batch's records are
 // counted as errors.
-func (w *writer) settle(ack uint64, failed bool) {
+func (w *writer) settle(ack uint64, a ackAnswer) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	p := w.inAir[ack]
-	delete(w.inAir, ack)
-	if p != nil && len(w.free) < maxFreeBufs && cap(p.buf) <= 2*w.maxBytes {
-		// Published (NATS copied it) and out of the readers' sight.
-		w.free = append(w.free, p.buf[:0])
-	}
-	w.settled.Broadcast()
-	w.mu.Unlock()
 	if p == nil {
 		return
 	}
+	delete(w.inAir, ack)
+	if p.index == nil && len(w.free) < maxFreeBufs && cap(p.buf) <= 2*w.maxBytes {
+		// Published (NATS copied it) and out of the readers' sight.
+		w.free = append(w.free, p.buf[:0])
+	}
+	// Counted before the waiters wake: Flush and Run return settled
+	// batches fully accounted.
 	w.queued.Add(-p.data)
-	if failed {
+	if a.failed {
 		recordErrors.Add(float64(p.records))
 	}
+	w.settledLocked(p, a)
+	w.settled.Broadcast()
 }
 
 // forgetUnacked stops waiting for acks of batches sent before cutoff: the
@@ -421,6 +613,41 @@ func (w *writer) forgetUnacked(cutoff time.Time) {
 	}
 	w.mu.Unlock()
 	for _, ack := range late {
-		w.settle(ack, false)
+		w.settle(ack, ackAnswer{})
 	}
+}
+
+// settledLocked applies a message's ack to its subject's index: a stored
+// batch is listed; a stored index message is the next one's predecessor;
+// an index message refused because another message came after the one it
+// expected, or whose ack was lost, has the subject's last message reread.
+func (w *writer) settledLocked(p *pending, a ackAnswer) {
+	if p.index == nil {
+		if s := w.indexes[p.subject]; s != nil {
+			s.unsettled--
+			if !a.failed && a.seq > 0 {
+				s.batches = append(s.batches, indexedBatch{seq: a.seq, hashes: p.hashes})
+				s.expect = max(s.expect, a.seq)
+			}
+		}
+		return
+	}
+	s := p.index
+	s.sending = nil
+	if w.indexes[s.subject] != s {
+		return // given up
+	}
+	if !a.failed && a.seq > 0 {
+		s.prev = &prevIndex{seq: a.seq, covered: p.chunk.covered, seeAlso: p.chunk.seeAlso}
+		s.expect = a.seq
+		return
+	}
+	// Not stored, or not known to be (its ack lost): the reread tells.
+	if (a.wrongLast || !a.failed) && s.tries < maxIndexTries {
+		s.reread, s.retry, s.rereadAt = true, p.chunk, time.Time{}
+		s.tries++
+		return
+	}
+	delete(w.indexes, s.subject)
+	indexErrors.Inc()
 }

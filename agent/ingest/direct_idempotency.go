@@ -14,16 +14,23 @@ import (
 // write per accepted event: the event itself, its fingerprint in a header.
 //
 //   - precheck, before anything is stored: two events of one request with
-//     one key and different fingerprints are a conflict; so is a key
-//     whose IDEMPOTENCY record (an edge's copy left it, forwarded.go)
-//     holds another fingerprint (one direct-get request); and where the
+//     one key and different fingerprints are a conflict; and where the
 //     store alone could not tell a duplicate before storing, a probe asks
-//     the streams (originals.probeAll: no write). Probed are the lanes of
+//     the streams (originals.probeAll: no write). While the probes are
+//     out, the IDEMPOTENCY records of the keys are read (one direct-get
+//     request): a record an edge's copy left (forwarded.go) with another
+//     fingerprint is a conflict too. A single event into this agent's own
+//     lanes skips both, its store being its only round trip: an edge's
+//     copy of its key, recorded but not yet in the lanes, then finds the
+//     cell's event there and becomes the dead letter (the mover's check). Probed are the lanes of
 //     the event's partition when the event goes into INGEST (this agent
 //     does not own the partition: an original its owner stored straight
 //     into the lanes is unknown to INGEST's dedup), and, for a request of
 //     several events, the streams they go into (a duplicate found only by
-//     the store would come after the request's other events were stored).
+//     the store would come after the request's other events were stored),
+//     but for an event of a partition this agent owns whose lanes' writer
+//     knows the id is new there (LocalStore.MayHold: the writer is the
+//     lanes' only one and remembers a window's ids).
 //     A probe's duplicate is compared now: a conflict refuses the request,
 //     the same event is answered as a duplicate and not stored again.
 //   - store, then verify: the store's answer for each event; a duplicate
@@ -66,12 +73,20 @@ func (g *Gateway) precheck(ctx context.Context, events []*prepared, inBatch bool
 		if single && local {
 			continue // the store into its lanes answers before anything else is stored
 		}
+		if local && !g.local.MayHold(p.partition, p.msgID) {
+			continue // the owner's writer knows the id is new to its lanes
+		}
 		probes = append(probes, lanesProbe(p.partition, p.event, p.msgID))
 		of = append(of, i)
 		if !single && !local {
 			probes = append(probes, ingestProbe(p.partition, p.event, p.msgID))
 			of = append(of, i)
 		}
+	}
+	if len(probes) == 0 {
+		// A single event into this agent's own lanes: its store is the
+		// only round trip (see the file comment for an edge's record).
+		return nil, nil
 	}
 	futures, err := g.originals.sendProbes(probes)
 	if err != nil {
@@ -153,7 +168,8 @@ func (g *Gateway) storeNew(ctx context.Context, events []*prepared, known map[in
 		where = append(where, i)
 	}
 	if len(fresh) == 0 {
-		return at, nil
+		// Stored by an earlier request, maybe not yet synced (--fsync).
+		return at, g.durable.Commit(ctx)
 	}
 	got, err := g.store(ctx, fresh)
 	for k, a := range got {

@@ -253,6 +253,8 @@ func (s partitionStore) AppendLocal(_ context.Context, p int, _ []ingest.LocalEv
 
 func (s partitionStore) Owns(p int) bool { return p == s.failing }
 
+func (partitionStore) MayHold(int, string) bool { return true }
+
 // A keyed fan-out whose store failed midway keeps its record: the retry
 // stores exactly the routes the first try chose (completing it, even
 // though a new subscription matches now), and the key cannot be reused

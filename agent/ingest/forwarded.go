@@ -170,12 +170,25 @@ func (f *ForwardedCheck) originalsOf(ctx context.Context, events []edge.Forwarde
 	return found, nil
 }
 
-// SameAsOriginal tells whether ev (fingerprint fp), which the lanes of
-// partition p answered as a duplicate of the event at seq of stream, is
-// that event (the partition owner's mover asks: owner.ForwardedCheck).
-// An original found nowhere to compare counts as the same (originals.go).
-func (f *ForwardedCheck) SameAsOriginal(ctx context.Context, p int, ev *rivorav1.Event, fp []byte, stream string, seq uint64) (bool, error) {
-	return f.originals.same(ctx, Stored{Stream: stream, Seq: seq, Duplicate: true}, p, ev, fp, nil)
+// DuplicateConflict tells why copy (fingerprint fp), which the lanes of
+// its partition answered as a duplicate of the event at seq of stream, is
+// not delivered: "" when it is that event (the partition owner's mover
+// asks: owner.ForwardedCheck). copy.Edge is the edge that accepted it, ""
+// for a copy accepted at the cell. An original found nowhere to compare
+// counts as the same (originals.go).
+func (f *ForwardedCheck) DuplicateConflict(ctx context.Context, copy edge.Forwarded, fp []byte, stream string, seq uint64) (string, error) {
+	same, err := f.originals.same(ctx, Stored{Stream: stream, Seq: seq, Duplicate: true}, copy.Partition, copy.Event, fp, nil)
+	switch {
+	case err != nil:
+		return "", err
+	case same:
+		return "", nil
+	case copy.Edge != "":
+		return ForwardedConflict(copy), nil
+	}
+	ev := copy.Event
+	return fmt.Sprintf("the idempotency key of event %s was used for another event (a different payload, type, lane or content type) stored first in its lane; this copy (customer %s, destination %s), accepted through another agent at %s while the first was stored, was not delivered",
+		ev.GetEventId(), ev.GetCustomerId(), ev.GetDestinationId(), acceptedAt(ev)), nil
 }
 
 // recordEach makes each create-only record of writes, or reads the one

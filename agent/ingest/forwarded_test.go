@@ -184,3 +184,58 @@ func TestEdgeModeSendsTheKey(t *testing.T) {
 		}
 	}
 }
+
+// A batch at the cell reads the records edges' copies left for all its
+// keys in one request (several records answered): one with other content
+// refuses the whole batch; with the same content it is stored, each event
+// under its key's id.
+func TestBatchHeldToEdgesRecords(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	check, err := ingest.NewForwardedCheck(ctx, f.srv.JetStream(), 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"rec-1", "rec-2", "rec-3"}
+	ids := make([]string, len(keys))
+	copies := make([]edge.Forwarded, len(keys))
+	for i, k := range keys {
+		ids[i] = eventid.FromKey("orders", "acme", k)
+		copies[i] = edge.Forwarded{Event: copyOf(ids[i], "orders", "", `{"v":1}`), Edge: "e1", Key: k}
+	}
+	got, err := check.CheckForwarded(ctx, copies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range got {
+		if g != "" {
+			t.Fatalf("copy %d: conflict %q, want it recorded", i, g)
+		}
+	}
+	batch := func(payloadOfLast string) *rivorav1.PublishBatchRequest {
+		req := &rivorav1.PublishBatchRequest{}
+		for i, k := range keys {
+			payload := `{"v":1}`
+			if i == len(keys)-1 {
+				payload = payloadOfLast
+			}
+			req.Events = append(req.Events, &rivorav1.PublishRequest{DestinationId: "orders", CustomerId: "acme", LaneKey: "user-42", Type: "t", Payload: []byte(payload), IdempotencyKey: k})
+		}
+		return req
+	}
+	if _, err := f.gw.PublishBatch(ctx, connect.NewRequest(batch(`{"v":2}`))); connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Fatalf("batch whose last key an edge recorded with other content: %v, want already_exists", err)
+	}
+	resp, err := f.gw.PublishBatch(ctx, connect.NewRequest(batch(`{"v":1}`)))
+	if err != nil {
+		t.Fatalf("batch with the content the edges recorded: %v", err)
+	}
+	for i, id := range resp.Msg.GetEventIds() {
+		if id != ids[i] {
+			t.Errorf("event %d: id %s, want %s", i, id, ids[i])
+		}
+	}
+	if len(resp.Msg.GetEventIds()) != len(keys) {
+		t.Fatalf("%d ids, want %d", len(resp.Msg.GetEventIds()), len(keys))
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"mime"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -27,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/internal/fingerprint"
@@ -73,6 +75,10 @@ type Config struct {
 	// idempotency check finds an original that left its lane (nil: it
 	// is not looked for there; originals.go).
 	Delivered Bodies
+	// Durable is the store's group commit (--fsync): every answer waits
+	// for a sync begun after its writes. Nil: an answer means the writes
+	// reached the OS.
+	Durable *natsd.Syncer
 }
 
 // Defaults.
@@ -94,6 +100,14 @@ var accepted = promauto.NewCounterVec(prometheus.CounterOpts{
 	Help: "Events answered by the ingest gateway, by result (accepted, duplicate, invalid, conflict (an idempotency key reused for another event), failed; replayed and resent for operators' re-ingests).",
 }, []string{"result"})
 
+// storedCounter and duplicateCounter are accepted's two per-event series,
+// looked up once (a label lookup hashes and locks) and only when first
+// counted, so that a series appears on /metrics as before: once it counts.
+var (
+	storedCounter    = sync.OnceValue(func() prometheus.Counter { return accepted.WithLabelValues("accepted") })
+	duplicateCounter = sync.OnceValue(func() prometheus.Counter { return accepted.WithLabelValues("duplicate") })
+)
+
 // Gateway implements rivora.v1.IngestService.
 type Gateway struct {
 	js    jetstream.JetStream
@@ -113,6 +127,8 @@ type Gateway struct {
 	applied    func() uint64
 	// edge is set at an edge (Config.Edge).
 	edge *EdgeTarget
+	// durable is the store's group commit (Config.Durable).
+	durable *natsd.Syncer
 }
 
 // configVersion is the config version this agent has applied (0 unknown).
@@ -178,6 +194,7 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	return &Gateway{
 		js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims,
 		originals: newOriginals(js, claims, cfg.Replicas), delivered: cfg.Delivered, subs: cfg.Subscriptions, catalogue: cfg.Catalogue, applied: cfg.Applied, edge: cfg.Edge,
+		durable: cfg.Durable,
 	}, nil
 }
 
@@ -295,7 +312,8 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 	}
 	// At an edge a keyed direct event is recorded (the edge's buffer has
 	// no owner to compare with); at the cell it is stored once and
-	// compared only when a stream answers it is a duplicate (originals.go).
+	// compared only when a stream answers it is a duplicate
+	// (direct_idempotency.go).
 	writes, err := recordWrites(pubs, g.edge != nil)
 	if err != nil {
 		return nil, err
@@ -403,18 +421,17 @@ func (g *Gateway) deliveries(tr *ingestTrace, pubs []publication, inBatch bool) 
 // answers answers each publication, given the store's duplicate flag of
 // each of its events (in deliveries' order), and counts them.
 func answers(pubs []publication, dups []bool) []*rivorav1.PublishResponse {
+	countStored(dups)
 	out := make([]*rivorav1.PublishResponse, len(pubs))
 	at := 0
 	for i, pub := range pubs {
 		if pub.direct != nil {
 			out[i] = &rivorav1.PublishResponse{EventId: pub.direct.event.GetEventId(), Duplicate: dups[at]}
-			countStored(dups[at : at+1])
 			at++
 			continue
 		}
 		r := pub.routed
 		out[i] = r.answer(dups[at : at+len(r.deliveries)])
-		countStored(dups[at : at+len(r.deliveries)])
 		at += len(r.deliveries)
 		if len(r.routes) == 0 && !r.retry {
 			unrouted.Inc()
@@ -423,13 +440,22 @@ func answers(pubs []publication, dups []bool) []*rivorav1.PublishResponse {
 	return out
 }
 
+// countStored counts stored events as accepted and duplicates as
+// duplicate: one add per series and call, not a label lookup per event.
 func countStored(dups []bool) {
+	stored, duplicate := 0, 0
 	for _, d := range dups {
-		result := "accepted"
 		if d {
-			result = "duplicate"
+			duplicate++
+		} else {
+			stored++
 		}
-		accepted.WithLabelValues(result).Inc()
+	}
+	if stored > 0 {
+		storedCounter().Add(float64(stored))
+	}
+	if duplicate > 0 {
+		duplicateCounter().Add(float64(duplicate))
 	}
 }
 
@@ -468,6 +494,10 @@ type LocalStore interface {
 	AppendLocal(ctx context.Context, p int, events []LocalEvent) (stored []Stored, owned bool, err error)
 	// Owns tells whether this agent owns partition p now.
 	Owns(p int) bool
+	// MayHold is false only when this agent owns partition p and its
+	// lanes certainly did not store msgID within the dedup window (the
+	// idempotency check then needs no probe there).
+	MayHold(p int, msgID string) bool
 }
 
 // duplicates is the duplicate flag of each stored event.
@@ -481,8 +511,20 @@ func duplicates(at []Stored) []bool {
 
 // store makes a batch durable, partition by partition in parallel: into
 // the lanes when this agent owns the partition, else into INGEST for its
-// owner to move. It returns where each event is.
+// owner to move; with --fsync, one sync shared with concurrent requests
+// then covers these writes and whatever was stored before them (the
+// idempotency records, a duplicate's original). It returns where each
+// event is.
 func (g *Gateway) store(ctx context.Context, batch []*prepared) ([]Stored, error) {
+	at, err := g.write(ctx, batch)
+	if err != nil {
+		return at, err
+	}
+	return at, g.durable.Commit(ctx)
+}
+
+// write stores a batch (see store), each partition's events in one go.
+func (g *Gateway) write(ctx context.Context, batch []*prepared) ([]Stored, error) {
 	groups := make(map[int][]int)
 	var order []int
 	for i, p := range batch {
@@ -492,15 +534,20 @@ func (g *Gateway) store(ctx context.Context, batch []*prepared) ([]Stored, error
 		groups[p.partition] = append(groups[p.partition], i)
 	}
 	at := make([]Stored, len(batch))
+	if len(order) == 0 {
+		return at, nil // nothing to store (a fan-out that matched nothing)
+	}
 	if len(order) == 1 {
 		return at, g.storeGroup(ctx, batch, groups[order[0]], at)
 	}
-	errs := make(chan error, len(order))
-	for _, part := range order {
+	// The first partition's group is stored on this goroutine: one
+	// goroutine fewer per request.
+	errs := make(chan error, len(order)-1)
+	for _, part := range order[1:] {
 		go func() { errs <- g.storeGroup(ctx, batch, groups[part], at) }()
 	}
-	var firstErr error
-	for range order {
+	firstErr := g.storeGroup(ctx, batch, groups[order[0]], at)
+	for range order[1:] {
 		if err := <-errs; err != nil && firstErr == nil {
 			firstErr = err
 		}

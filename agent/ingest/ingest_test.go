@@ -712,6 +712,8 @@ func (failingStore) AppendLocal(context.Context, int, []ingest.LocalEvent) ([]in
 
 func (failingStore) Owns(int) bool { return true }
 
+func (failingStore) MayHold(int, string) bool { return true }
+
 // A key binds only an event that was stored: after a failed store, a
 // retry may carry a rebuilt payload.
 func TestIdempotencyKeyFreeAfterAFailedStore(t *testing.T) {

@@ -86,6 +86,9 @@ func (o *originals) recorded(ctx context.Context, ids []string) (map[string][]by
 	if len(subjects) == 0 {
 		return nil, nil
 	}
+	if len(subjects) == 1 {
+		return o.recordedOne(ctx, subjects[0])
+	}
 	req, err := json.Marshal(struct {
 		MultiLast []string `json:"multi_last"`
 		Batch     int      `json:"batch"`
@@ -95,7 +98,12 @@ func (o *originals) recorded(ctx context.Context, ids []string) (map[string][]by
 	}
 	nc := o.js.Conn()
 	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	// The answer is at most one message per subject and the end marker: a
+	// channel of that size never drops one, and costs far less than
+	// SubscribeSync's default 64k-message channel (half a megabyte per
+	// call).
+	replies := make(chan *nats.Msg, len(subjects)+1)
+	sub, err := nc.ChanSubscribe(inbox, replies)
 	if err != nil {
 		return nil, fmt.Errorf("read idempotency records: %w", err)
 	}
@@ -110,9 +118,11 @@ func (o *originals) recorded(ctx context.Context, ids []string) (map[string][]by
 	}
 	var out map[string][]byte
 	for {
-		msg, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read idempotency records: %w", err)
+		var msg *nats.Msg
+		select {
+		case msg = <-replies:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read idempotency records: %w", ctx.Err())
 		}
 		switch status := msg.Header.Get("Status"); status {
 		case "":
@@ -129,6 +139,37 @@ func (o *originals) recorded(ctx context.Context, ids []string) (map[string][]by
 		}
 		out[strings.TrimPrefix(msg.Header.Get(jetstream.SubjectHeader), o.recordPrefix)] = msg.Data
 	}
+}
+
+// recordedOne is recorded for one key: a plain direct get, whose one
+// answer comes through the connection's shared reply subscription (a
+// subscription per call would cost the server a subscribe and an
+// unsubscribe per publish).
+func (o *originals) recordedOne(ctx context.Context, subject string) (map[string][]byte, error) {
+	req, err := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	msg, err := o.js.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET."+o.recordStream, req)
+	if err != nil {
+		return nil, fmt.Errorf("read idempotency record: %w", err)
+	}
+	switch status := msg.Header.Get("Status"); {
+	case status == "404":
+		return nil, nil
+	case status != "":
+		return nil, fmt.Errorf("read idempotency record: status %s %s", status, msg.Header.Get("Description"))
+	case msg.Header.Get(kvOperationHeader) != "":
+		return nil, nil // a released record: a delete marker
+	}
+	return map[string][]byte{strings.TrimPrefix(subject, o.recordPrefix): msg.Data}, nil
 }
 
 // kvOperationHeader marks a key-value delete or purge marker.
@@ -177,7 +218,9 @@ func (o *originals) sendProbes(probes []probe) ([]jetstream.PubAckFuture, error)
 		} else {
 			msg.Header.Set(jetstream.ExpectedLastMsgIDHeader, probeMark)
 		}
-		f, err := o.js.PublishMsgAsync(msg)
+		// No retry when no stream answers (a partition whose lanes were
+		// never opened): that is an answer.
+		f, err := o.js.PublishMsgAsync(msg, jetstream.WithRetryAttempts(0))
 		if err != nil {
 			return nil, fmt.Errorf("probe dedup id: %w", err)
 		}

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -33,10 +34,17 @@ type Config struct {
 	// ClientListen, when set (host:port), exposes the NATS client port over
 	// TCP; otherwise the server is reachable only in process.
 	ClientListen string
-	// SyncAlways fsyncs every write before it is acknowledged. Without it an
-	// ack means the write reached the OS: it survives a process crash or
-	// kill -9, and a power loss may lose the last unsynced seconds.
-	SyncAlways bool
+	// Fsync makes an acknowledgement survive a power loss (--fsync).
+	// Without it an ack means the write reached the OS: it survives a
+	// process crash or kill -9, and a power loss may lose the last
+	// unsynced seconds. A single node syncs in groups: its streams run
+	// without JetStream's SyncAlways, and every caller that acknowledges
+	// a write to its own client (or removes a moved event's source copy)
+	// first waits for Server.Syncer's Commit, so one sync answers all the
+	// acknowledgements that arrived while the previous one ran. A cluster
+	// member keeps JetStream's own SyncAlways (relaxed by NATS to a sync
+	// per Raft flush), and so does a system without syncfs(2).
+	Fsync bool
 	// Name is the server name (the agent's name); unique in a cell.
 	Name string
 	// ClusterListen (host:port), when set, joins a JetStream cluster: the
@@ -98,6 +106,10 @@ type Server struct {
 	password string
 	nc       *nats.Conn
 	js       jetstream.JetStream
+	// syncer is the group commit (nil: none, see Config.Fsync) and
+	// closeStore the close of the directory it syncs.
+	syncer     *Syncer
+	closeStore func() error
 }
 
 // Start starts the server, waits until it accepts connections and connects
@@ -107,7 +119,6 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 		ServerName: cfg.Name,
 		JetStream:  true,
 		StoreDir:   filepath.Join(cfg.DataDir, "jetstream"),
-		SyncAlways: cfg.SyncAlways,
 		NoSigs:     true,
 		NoLog:      true,
 		// Large batches of PubAcks and purges are normal here.
@@ -171,6 +182,48 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 	if err := leafOptions(opts, cfg); err != nil {
 		return nil, err
 	}
+	syncStore, closeStore, err := groupCommit(cfg, opts.StoreDir, log)
+	if err != nil {
+		return nil, err
+	}
+	opts.SyncAlways = cfg.Fsync && syncStore == nil
+	srv, err := start(opts, cfg, log)
+	if err != nil {
+		if closeStore != nil {
+			_ = closeStore()
+		}
+		return nil, err
+	}
+	if syncStore != nil {
+		srv.syncer, srv.closeStore = newSyncer(syncStore), closeStore
+	}
+	log.Info("embedded nats ready", "store", opts.StoreDir, "client_url", clientURL(srv.ns, cfg.ClientListen), "fsync", cfg.Fsync,
+		"group_commit", syncStore != nil, "password", cfg.Password != "", "tls", cfg.TLS.Enabled())
+	return srv, nil
+}
+
+// groupCommit opens the sync of the store a single node with Fsync
+// commits in groups (Syncer), and the close of what that sync holds
+// open; nil, nil where there is no group commit (no Fsync, a cluster
+// member, or no syncfs(2)): Start then keeps Fsync with JetStream's
+// SyncAlways.
+func groupCommit(cfg Config, storeDir string, log *slog.Logger) (syncStore, closeStore func() error, err error) {
+	if !cfg.Fsync || cfg.ClusterListen != "" {
+		return nil, nil, nil
+	}
+	if err := os.MkdirAll(storeDir, 0o750); err != nil {
+		return nil, nil, fmt.Errorf("create the store directory %s: %w", storeDir, err)
+	}
+	syncStore, closeStore, err = storeSync(storeDir)
+	if err != nil {
+		log.Warn("no group commit: every write is synced on its own (JetStream SyncAlways)", "error", err)
+		return nil, nil, nil
+	}
+	return syncStore, closeStore, nil
+}
+
+// start starts the server and connects to it in process.
+func start(opts *server.Options, cfg Config, log *slog.Logger) (*Server, error) {
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
@@ -198,8 +251,6 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 	}
-	log.Info("embedded nats ready", "store", opts.StoreDir, "client_url", clientURL(ns, cfg.ClientListen), "sync_always", cfg.SyncAlways,
-		"password", cfg.Password != "", "tls", cfg.TLS.Enabled())
 	return &Server{ns: ns, password: cfg.Password, nc: nc, js: js}, nil
 }
 
@@ -340,6 +391,11 @@ func (s *Server) ClusterAddr() string {
 	return ""
 }
 
+// Syncer is the store's group commit: nil without Fsync (its Commit then
+// returns at once), and nil where JetStream's SyncAlways keeps Fsync (a
+// cluster member), whose acknowledgements are synced already.
+func (s *Server) Syncer() *Syncer { return s.syncer }
+
 // Shutdown drains the connection and stops the server.
 func (s *Server) Shutdown() {
 	if s.nc != nil {
@@ -348,6 +404,10 @@ func (s *Server) Shutdown() {
 	}
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
+	s.syncer.close()
+	if s.closeStore != nil {
+		_ = s.closeStore()
+	}
 }
 
 // LeafConnections counts the leaf-node connections: on a cell's server the

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/edge"
 	"github.com/rivora/rivora/internal/backoff"
 	"github.com/rivora/rivora/internal/fingerprint"
@@ -44,7 +45,9 @@ type mover struct {
 	check ForwardedCheck
 	// marks know the edges' events stored already (forwardmarks.go).
 	marks *forwardMarks
-	log   *slog.Logger
+	// durable is the store's group commit (Deps.Durable; nil: none).
+	durable *natsd.Syncer
+	log     *slog.Logger
 }
 
 func (m *mover) run(ctx context.Context) error {
@@ -169,6 +172,14 @@ func (m *mover) moveBatch(ctx context.Context, batch []jetstream.Msg) {
 		if !m.keepConflicts(ctx, items[:res.stored], res.at) {
 			return // stopping: INGEST redelivers them
 		}
+		if res.stored > 0 {
+			// With --fsync the lanes' copies must survive a power loss
+			// before INGEST forgets its own: else the move loses them.
+			if err := m.durable.Commit(ctx); err != nil {
+				m.log.Warn("syncing moved events failed; INGEST keeps them", "error", err)
+				return // INGEST redelivers them; the lanes dedupe the copies
+			}
+		}
 		// Marked before INGEST forgets them: a mark is never ahead of the
 		// lanes, nor behind INGEST.
 		m.marks.advance(ctx, origins[:res.stored])
@@ -221,12 +232,19 @@ func (m *mover) decode(ctx context.Context, batch []jetstream.Msg) ([]Item, []je
 		if id == "" {
 			id = ev.GetEventId()
 		}
-		if isEdge {
-			fwd = append(fwd, forwarded{at: len(items), Forwarded: edge.Forwarded{Event: ev, Edge: edgeName, Key: key, Partition: m.p}})
-		}
 		// The fingerprint goes with the event into its lane: a later
-		// duplicate is compared with it there (ingest's originals).
-		items = append(items, Item{Event: ev, Data: msg.Data(), MsgID: id, Fingerprint: fingerprint.FromHeader(msg.Headers())})
+		// duplicate is compared with it there (ingest's originals), and
+		// this copy with the original when the lanes take it for one.
+		it := Item{Event: ev, Data: msg.Data(), MsgID: id, Fingerprint: fingerprint.FromHeader(msg.Headers())}
+		if isEdge {
+			fw := edge.Forwarded{Event: ev, Edge: edgeName, Key: key, Partition: m.p}
+			fwd = append(fwd, forwarded{at: len(items), Forwarded: fw})
+			it.forwarded = &fw
+			if it.Fingerprint == nil && ev.GetSubscriptionId() == "" && id == ev.GetEventId() {
+				it.Fingerprint = fingerprint.Of(ev) // an edge stamps none
+			}
+		}
+		items = append(items, it)
 		ins = append(ins, msg)
 		origins = append(origins, origin)
 	}
@@ -242,11 +260,12 @@ type forwarded struct {
 // ForwardedCheck judges the copies edges forwarded against the cell's
 // idempotency records (ingest.ForwardedCheck): per event "" to store it,
 // else why its idempotency key names another event at the cell. It also
-// judges a keyed copy the lanes took for a duplicate (SameAsOriginal:
-// whether the original at seq of stream is the same event).
+// judges a keyed copy the lanes took for a duplicate (DuplicateConflict:
+// "" when the original at seq of stream is the same event, else why the
+// copy is not delivered; copy.Edge is "" for a copy accepted at the cell).
 type ForwardedCheck interface {
 	CheckForwarded(ctx context.Context, events []edge.Forwarded) ([]string, error)
-	SameAsOriginal(ctx context.Context, p int, ev *rivorav1.Event, fp []byte, stream string, seq uint64) (bool, error)
+	DuplicateConflict(ctx context.Context, copy edge.Forwarded, fp []byte, stream string, seq uint64) (string, error)
 }
 
 // judgeForwarded checks the edges' copies of a batch (fwd) before they
@@ -303,11 +322,15 @@ func (m *mover) keepConflicts(ctx context.Context, items []Item, at []Stored) bo
 			continue
 		}
 		for {
-			same, err := m.check.SameAsOriginal(ctx, m.p, it.Event, it.Fingerprint, at[i].Stream, at[i].Seq)
+			copy := edge.Forwarded{Event: it.Event, Partition: m.p}
+			if it.forwarded != nil {
+				copy = *it.forwarded
+			}
+			why, err := m.check.DuplicateConflict(ctx, copy, it.Fingerprint, at[i].Stream, at[i].Seq)
 			if err == nil {
-				if !same {
+				if why != "" {
 					marked = append(marked, it)
-					m.markConflict(&marked[len(marked)-1], "", cellConflict(it.Event))
+					m.markConflict(&marked[len(marked)-1], copy.Edge, why)
 				}
 				break
 			}
@@ -333,20 +356,6 @@ func (m *mover) keepConflicts(ctx context.Context, items []Item, at []Stored) bo
 		}
 	}
 	return true
-}
-
-// cellConflict is why a copy accepted at the cell is not delivered: its
-// idempotency key named another event stored first.
-func cellConflict(ev *rivorav1.Event) string {
-	return fmt.Sprintf("the idempotency key of event %s was used for another event (a different payload, type, lane or content type) stored first in its lane; this copy (customer %s, destination %s), accepted through another agent at %s while the first was stored, was not delivered",
-		ev.GetEventId(), ev.GetCustomerId(), ev.GetDestinationId(), acceptedAt(ev))
-}
-
-func acceptedAt(ev *rivorav1.Event) string {
-	if ev.GetAcceptedAt() == nil {
-		return "an unknown time"
-	}
-	return ev.GetAcceptedAt().AsTime().UTC().Format(time.RFC3339Nano)
 }
 
 // markConflict makes an item the marked copy of a conflicting event.

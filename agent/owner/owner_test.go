@@ -86,8 +86,14 @@ type node struct {
 // partition. Nothing runs until run.
 func open(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Destination) *node {
 	t.Helper()
+	return openWith(t, dir, arch, dests, "", slog.New(slog.DiscardHandler))
+}
+
+// openWith is open with the owners' pending snapshots kept in snapshotDir
+// ("": none) and their log on log.
+func openWith(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Destination, snapshotDir string, log *slog.Logger) *node {
+	t.Helper()
 	ctx := context.Background()
-	log := slog.New(slog.DiscardHandler)
 	srv, err := natsd.Start(natsd.Config{DataDir: dir}, log)
 	if err != nil {
 		t.Fatalf("start embedded nats: %v", err)
@@ -111,7 +117,7 @@ func open(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Dest
 	if err != nil {
 		fail(err)
 	}
-	deps := owner.Deps{JS: js, Scheduler: n.sched, Registry: n.reg, Subscriptions: n.subs, Applied: n.applied.Load, History: hist, Archive: arch, Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow, Forwarded: fwd}
+	deps := owner.Deps{JS: js, Scheduler: n.sched, Registry: n.reg, Subscriptions: n.subs, Applied: n.applied.Load, History: hist, Archive: arch, Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow, Forwarded: fwd, SnapshotDir: snapshotDir}
 	locker := ownership.NewLocal()
 	for p := range partitions {
 		lease, err := locker.TryAcquire(ctx, p)

@@ -35,6 +35,7 @@ import (
 	"github.com/rivora/rivora/agent/clock"
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/history"
+	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/agent/subscriptions"
@@ -68,6 +69,13 @@ type Deps struct {
 	// cell's idempotency records before they are moved (nil: moved
 	// unchecked).
 	Forwarded ForwardedCheck
+	// Durable is the store's group commit (--fsync; nil: none): a move
+	// syncs the lanes' copies before INGEST forgets its own, and reclaim
+	// syncs the ledger's dead letters before it purges their lane events.
+	Durable *natsd.Syncer
+	// SnapshotDir holds the pending snapshots a clean stop writes, one
+	// file per partition (snapshot.go; "": none, every start scans).
+	SnapshotDir string
 }
 
 // Partition owns partition p's pending store. It holds no state of its
@@ -88,6 +96,8 @@ type Partition struct {
 	mover   *mover
 	reclaim *reclaimer
 	dead    *deadLetters
+
+	snap snapshotTaker
 }
 
 // Open creates the partition's streams and rebuilds the scheduler's view
@@ -127,11 +137,27 @@ func Open(ctx context.Context, p int, deps Deps, lease *ownership.Lease) (*Parti
 // wire creates the parts, once the streams exist.
 func (o *Partition) wire(ingest jetstream.Consumer) {
 	o.writer = newLaneWriter(o.p, o.deps.JS, o.fence, o.deps.Scheduler, o.cache, o.log)
+	o.writer.recent = newRecentIDs(o.deps.DedupWindow, o.lastWrite(), o.deps.Clock.Now)
 	o.mover = &mover{
-		p: o.p, ingest: ingest, writer: o.writer, check: o.deps.Forwarded, marks: newForwardMarks(o.p, o.deps.JS, o.deps.Replicas, o.log), log: o.log,
+		p: o.p, ingest: ingest, writer: o.writer, check: o.deps.Forwarded, marks: newForwardMarks(o.p, o.deps.JS, o.deps.Replicas, o.log),
+		durable: o.deps.Durable, log: o.log,
 	}
-	o.reclaim = newReclaimer(o.p, o.lanes, o.ledger, o.fence, o.deps.Scheduler, o.writer.registered, o.log)
+	o.reclaim = newReclaimer(o.p, o.lanes, o.ledger, o.fence, o.deps.Scheduler, o.writer.registered, o.deps.Durable, o.log)
 	o.dead = newDeadLetters(o.p, o.ledger, o.fence, o.deps.Archive, o.log)
+}
+
+// lastWrite is when the lane store was last written before this owner
+// (zero: never): the ids the stream's dedup window holds from before are
+// at most that recent.
+func (o *Partition) lastWrite() time.Time {
+	info := o.lanes.CachedInfo()
+	if info == nil || info.State.LastSeq == 0 {
+		return time.Time{}
+	}
+	if info.State.LastTime.IsZero() {
+		return o.deps.Clock.Now() // unknown: as if just written
+	}
+	return info.State.LastTime
 }
 
 // apiTimeout and consumerTimeout bound one JetStream API call while a
@@ -237,7 +263,11 @@ func (o *Partition) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	close(errs)
-	return errors.Join(collect(errs)...)
+	err := errors.Join(collect(errs)...)
+	if err == nil {
+		o.saveSnapshot(ctx)
+	}
+	return err
 }
 
 func collect(ch <-chan error) []error {
@@ -253,6 +283,7 @@ func collect(ch <-chan error) []error {
 // for a partition that runs: its space reclaim must know that the
 // scheduler's low water no longer covers its events.
 func (o *Partition) Detach() {
+	o.takeSnapshot()
 	o.reclaim.detach()
 	o.deps.Scheduler.DropPartition(o.p)
 }

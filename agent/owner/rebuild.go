@@ -21,8 +21,10 @@ func (o *Partition) rebuild(ctx context.Context) error {
 	if err := r.readLedger(ctx); err != nil {
 		return fmt.Errorf("read ledger: %w", err)
 	}
-	if err := r.scanLanes(ctx); err != nil {
-		return err
+	if !r.fromSnapshot(ctx) {
+		if err := r.scanLanes(ctx); err != nil {
+			return err
+		}
 	}
 	r.install()
 	return nil
@@ -44,6 +46,9 @@ type rebuildState struct {
 	found   map[string]*rebuiltLane // lane subject → its pending entries
 	order   []string                // lane subjects, in the order first found
 	events  int
+	// snapshot: the lanes came from a pending snapshot (snapshot.go), not
+	// a scan of the lane store.
+	snapshot bool
 }
 
 type rebuiltLane struct {
@@ -284,7 +289,9 @@ func (r *rebuildState) install() {
 	}
 	o.writer.restored(r.lastSeq)
 	o.dead.queue.push(r.dead...)
-	if r.events > 0 || len(r.dead) > 0 {
+	if r.snapshot {
+		o.log.Info("partition rebuilt from snapshot", "lanes", len(r.order), "events", r.events, "dead_unarchived", len(r.dead), "took", time.Since(r.start).Round(time.Millisecond))
+	} else if r.events > 0 || len(r.dead) > 0 {
 		o.log.Info("partition rebuilt", "lanes", len(r.order), "events", r.events, "dead_unarchived", len(r.dead), "took", time.Since(r.start).Round(time.Millisecond))
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/lanes"
 )
@@ -49,7 +50,9 @@ type reclaimer struct {
 	fence      *fence
 	sched      *scheduler.Scheduler
 	registered func() uint64 // the writer's registered mark
-	log        *slog.Logger
+	// durable is the store's group commit (Deps.Durable; nil: none).
+	durable *natsd.Syncer
+	log     *slog.Logger
 
 	// detached is set once the scheduler is told to forget the partition
 	// (Detach); from then on, reclaim purges nothing below "low water".
@@ -62,8 +65,8 @@ type reclaimer struct {
 	doneRecords []doneRecord
 }
 
-func newReclaimer(p int, lanes, ledger jetstream.Stream, f *fence, sched *scheduler.Scheduler, registered func() uint64, log *slog.Logger) *reclaimer {
-	return &reclaimer{p: p, lanes: lanes, ledger: ledger, fence: f, sched: sched, registered: registered, log: log}
+func newReclaimer(p int, lanes, ledger jetstream.Stream, f *fence, sched *scheduler.Scheduler, registered func() uint64, durable *natsd.Syncer, log *slog.Logger) *reclaimer {
+	return &reclaimer{p: p, lanes: lanes, ledger: ledger, fence: f, sched: sched, registered: registered, durable: durable, log: log}
 }
 
 // noteDone records that the event at seq on a lane subject was delivered or
@@ -199,6 +202,12 @@ func (r *reclaimer) run(ctx context.Context) error {
 
 func (r *reclaimer) tick(ctx context.Context, s *sweep) {
 	if !r.recordDone(ctx) || r.fence.check() != nil {
+		return
+	}
+	// With --fsync a dead letter's ledger record must survive a power
+	// loss before its lane event is purged: else the purge loses it.
+	if err := r.durable.Commit(ctx); err != nil {
+		r.log.Warn("syncing the ledger failed; nothing purged this tick", "error", err)
 		return
 	}
 	dirty, ledger := r.book.takeDirty()

@@ -143,7 +143,7 @@ type reclaimRig struct {
 func newReclaimRig(t *testing.T) *reclaimRig {
 	rig := &reclaimRig{sched: scheduler.New(clock.NewManual(time.Unix(0, 0))), js: &fakeJS{}, lanes: &fakeStream{}, ledger: &fakeStream{}}
 	f, _ := testFence(t, 0, rig.js)
-	rig.r = newReclaimer(0, rig.lanes, rig.ledger, f, rig.sched, func() uint64 { return rig.registered }, discardLog())
+	rig.r = newReclaimer(0, rig.lanes, rig.ledger, f, rig.sched, func() uint64 { return rig.registered }, nil, discardLog())
 	return rig
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/edge"
 	"github.com/rivora/rivora/internal/fingerprint"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -28,6 +29,9 @@ type Item struct {
 	// (fingerprint.Header): a keyed event's, for comparing a later
 	// duplicate with it.
 	Fingerprint []byte
+	// forwarded is set for an edge's copy the mover moves (its conflict
+	// is told as an edge's).
+	forwarded *edge.Forwarded
 }
 
 // Stored is where Append put an event: the stream and sequence of its
@@ -82,6 +86,9 @@ type laneWriter struct {
 	registeredThrough atomic.Uint64
 
 	gate gate
+	// recent are the dedup ids stored in the last dedup window
+	// (recent.go).
+	recent *recentIDs
 
 	appendCh   chan *appendReq
 	writerDone chan struct{}
@@ -113,6 +120,11 @@ type appendResult struct {
 	at     []Stored // per stored item: where (a duplicate: where the original is)
 	err    error    // why items[stored:] were not
 }
+
+// MayHold is false only when the partition's lanes certainly did not
+// store msgID within the dedup window (recent.go): the ingest gateway then
+// needs no probe to know a batch's event is new there.
+func (o *Partition) MayHold(msgID string) bool { return o.writer.recent.mayHold(msgID) }
 
 // Append stores events accepted by this agent for this partition. Once the
 // partition is open for it, that is the fast path: straight into the
@@ -312,6 +324,7 @@ func (w *laneWriter) settle(f *flight) error {
 		f.fail()
 		return err
 	}
+	w.recent.add(f.reqs)
 	f.answer(lanes.LanesStream(w.p), acks)
 	return nil
 }
@@ -356,7 +369,12 @@ func (f *flight) answer(stream string, acks [][]storedAck) {
 // registered mark past them; nothing of the group when a write is not the
 // exact next sequence (see nextSequence).
 func (w *laneWriter) register(f *flight, acks [][]storedAck) error {
-	var batch laneBatch
+	items := 0
+	for _, req := range f.reqs {
+		items += len(req.items)
+	}
+	// Sized for the group up front: no map growth per new lane.
+	batch := laneBatch{byLane: make(map[string]int, items)}
 	through := w.registeredThrough.Load()
 	for r, req := range f.reqs {
 		for i, a := range acks[r] {

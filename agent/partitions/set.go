@@ -187,6 +187,14 @@ func (s *Set) AppendLocal(ctx context.Context, p int, events []ingest.LocalEvent
 // Owns tells whether partition p runs here now (ingest.LocalStore).
 func (s *Set) Owns(p int) bool { return s.Partition(p) != nil }
 
+// MayHold is false only when partition p runs here and its lanes
+// certainly did not store msgID within the dedup window
+// (ingest.LocalStore).
+func (s *Set) MayHold(p int, msgID string) bool {
+	part := s.Partition(p)
+	return part == nil || part.MayHold(msgID)
+}
+
 // ArchivePending dead-letters a destination's pending events (reason
 // "deleted"), or only those of one of its subscriptions (subscriptionID
 // not ""), and returns how many; 0 when its partition is not here.

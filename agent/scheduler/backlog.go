@@ -90,24 +90,33 @@ func (s *Scheduler) Restore(partition int, id lanes.ID, entries []Entry, head He
 // compactly as the lane keeps them: a rebuild of millions of events makes
 // no Entry, and no event id string, per event.
 type Restored struct {
-	list entryList
+	entries []entry
+	// odd holds the event ids that are not UUIDs, by sequence.
+	odd map[uint64]string
 }
 
 // Add appends an event: its lane-store sequence, its event id (as
 // stored) and when it was accepted, in Unix nanoseconds.
 func (r *Restored) Add(seq uint64, eventID []byte, acceptedAt int64) {
-	addEntry(&r.list, seq, eventID, acceptedAt, nil)
+	r.entries = append(r.entries, newEntry(seq, eventID, acceptedAt, nil, r.setOdd))
+}
+
+func (r *Restored) setOdd(seq uint64, id string) {
+	if r.odd == nil {
+		r.odd = make(map[uint64]string)
+	}
+	r.odd[seq] = id
 }
 
 // Len is how many events were added.
-func (r *Restored) Len() int { return len(r.list.entries) }
+func (r *Restored) Len() int { return len(r.entries) }
 
 // FirstSeq is the sequence of the first event added (0: none).
 func (r *Restored) FirstSeq() uint64 {
 	if r.Len() == 0 {
 		return 0
 	}
-	return r.list.entries[0].Seq
+	return r.entries[0].Seq
 }
 
 // RestoreLane is Restore for the events collected in r, which it takes
@@ -120,11 +129,11 @@ func (s *Scheduler) RestoreLane(partition int, id lanes.ID, r *Restored, head He
 	if len(l.entries) == 0 && n > 0 {
 		l.headSince = head.FirstAttemptAt
 		if l.headSince.IsZero() {
-			l.headSince = fromUnixNanos(r.list.entries[0].acceptedAt)
+			l.headSince = fromUnixNanos(r.entries[0].acceptedAt)
 		}
 	}
-	l.pushList(&r.list)
-	r.list = entryList{}
+	l.pushRestored(r)
+	*r = Restored{}
 	s.restored(l, n, head, hasLedger)
 }
 

@@ -38,6 +38,9 @@ type destination struct {
 	inRing    bool
 	// peakLanes is the most lanes d had since it last shrank.
 	peakLanes int
+	// oddIDs are the event ids of its lanes' entries that are not UUIDs
+	// (see entry).
+	oddIDs map[oddKey]string
 	// dropped: DropPartition forgot this destination; outcomes of its
 	// attempts still in flight must not put its lanes back in play.
 	dropped bool
@@ -89,8 +92,11 @@ func (s *Scheduler) destination(id string, partition int) *destination {
 }
 
 // shrinkFrom is the fewest lanes a destination must have had for shrink
-// to bother.
-const shrinkFrom = 64
+// to bother: below it what drained lanes leave is at most ~100 KB, and a
+// destination whose few hundred lanes drain and fill again all the time
+// (BenchmarkDeliveryCycle) would otherwise regrow its map and slice on
+// every round.
+const shrinkFrom = 1024
 
 // shrink gives back the memory of lanes that drained once at most a
 // quarter of the most lanes d had are left: Go maps and slices keep their
@@ -104,6 +110,9 @@ func (d *destination) shrink() {
 	d.lanes = resized(d.lanes)
 	d.customers = resized(d.customers)
 	d.order = slices.Clone(d.order)
+	if len(d.oddIDs) == 0 {
+		d.oddIDs = nil
+	}
 	d.peakLanes = len(d.lanes)
 }
 

@@ -27,7 +27,7 @@ type Entry struct {
 // on the heap, where an Entry costs 56 bytes and its event id string 48
 // more (the pending state of 10M events is mostly entries). The event id
 // is kept as the 16 bytes of its UUID, which every id the agent makes is;
-// another id (zero id) is kept in its lane's oddIDs.
+// another id (zero id) is kept in its destination's oddIDs.
 type entry struct {
 	Seq        uint64
 	acceptedAt int64 // Unix ns; noTime for a zero AcceptedAt
@@ -90,63 +90,72 @@ func lowerHex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// entryList is a lane's entries: its Lane's, or a rebuild's (Restored).
-type entryList struct {
-	entries []entry
-	// oddIDs holds the event ids of entries that are not UUIDs, by
-	// sequence (nil: none).
-	oddIDs map[uint64]string
+// oddKey names an entry whose event id is not a UUID: its lane and
+// sequence.
+type oddKey struct {
+	lane *Lane
+	seq  uint64
 }
 
-// add appends an entry, its event id given as a string or as bytes.
-func addEntry[ID string | []byte](el *entryList, seq uint64, eventID ID, acceptedAt int64, event *rivorav1.Event) {
+// newEntry makes an entry, its event id given as a string or as bytes;
+// an id that is not a UUID goes to odd, under the sequence.
+func newEntry[ID string | []byte](seq uint64, eventID ID, acceptedAt int64, event *rivorav1.Event, odd func(seq uint64, id string)) entry {
 	e := entry{Seq: seq, acceptedAt: acceptedAt, event: event}
 	if id, ok := compactID(eventID); ok {
 		e.id = id
 	} else {
-		if el.oddIDs == nil {
-			el.oddIDs = make(map[uint64]string)
-		}
-		el.oddIDs[seq] = string(eventID)
+		odd(seq, string(eventID))
 	}
-	el.entries = append(el.entries, e)
+	return e
+}
+
+// setOdd keeps the event id of l's entry seq, which is not a UUID, in
+// its destination: a map per destination, not per lane, so a lane made
+// and drained per event (a lane's usual life) makes no map.
+func (l *Lane) setOdd(seq uint64, id string) {
+	d := l.dest
+	if d.oddIDs == nil {
+		d.oddIDs = make(map[oddKey]string)
+	}
+	d.oddIDs[oddKey{l, seq}] = id
 }
 
 // push appends entries at l's tail.
 func (l *Lane) push(entries []Entry) {
 	l.entries = slices.Grow(l.entries, len(entries))
 	for _, e := range entries {
-		addEntry(&l.entryList, e.Seq, e.EventID, unixNanos(e.AcceptedAt), e.Event)
+		l.entries = append(l.entries, newEntry(e.Seq, e.EventID, unixNanos(e.AcceptedAt), e.Event, l.setOdd))
 	}
 }
 
-// pushList appends a rebuild's entries at l's tail.
-func (l *Lane) pushList(el *entryList) {
-	if len(l.entries) == 0 && l.oddIDs == nil {
-		l.entryList = *el // most lanes: no copy
+// pushRestored appends a rebuild's entries at l's tail.
+func (l *Lane) pushRestored(r *Restored) {
+	if len(l.entries) == 0 {
+		l.entries = r.entries // most lanes: no copy
 		if spare := cap(l.entries) - len(l.entries); spare > len(l.entries)/4 {
 			// A rebuild appended one entry at a time: up to half of
 			// the slice is spare room a restored lane may never use.
 			l.entries = slices.Clone(l.entries)
 		}
-		return
+	} else {
+		l.entries = append(l.entries, r.entries...)
 	}
-	l.entries = append(l.entries, el.entries...)
-	for seq, id := range el.oddIDs {
-		if l.oddIDs == nil {
-			l.oddIDs = make(map[uint64]string)
-		}
-		l.oddIDs[seq] = id
+	for seq, id := range r.odd {
+		l.setOdd(seq, id)
 	}
 }
 
 // pop drops l's head entry.
 func (l *Lane) pop() {
-	if l.oddIDs != nil {
-		delete(l.oddIDs, l.entries[0].Seq)
-	}
+	l.forgetOdd(&l.entries[0])
 	l.entries[0] = entry{} // let a cached event go
 	l.entries = l.entries[1:]
+}
+
+func (l *Lane) forgetOdd(e *entry) {
+	if e.id == uuid.Nil {
+		delete(l.dest.oddIDs, oddKey{l, e.Seq})
+	}
 }
 
 // entry returns l's entry i as an Entry.
@@ -159,7 +168,7 @@ func (l *Lane) entry(i int) Entry {
 // allocation.
 func (l *Lane) eventID(e *entry) string {
 	if e.id == uuid.Nil {
-		return l.oddIDs[e.Seq]
+		return l.dest.oddIDs[oddKey{l, e.Seq}]
 	}
 	if e.event != nil {
 		if id, ok := compactID(e.event.GetEventId()); ok && id == e.id {
@@ -172,7 +181,7 @@ func (l *Lane) eventID(e *entry) string {
 // hasEventID reports whether e's event id is id (parsed by compactID).
 func (l *Lane) hasEventID(e *entry, id string, compact uuid.UUID, isCompact bool) bool {
 	if e.id == uuid.Nil {
-		return !isCompact && l.oddIDs[e.Seq] == id
+		return !isCompact && l.dest.oddIDs[oddKey{l, e.Seq}] == id
 	}
 	return isCompact && e.id == compact
 }
@@ -182,8 +191,9 @@ func (l *Lane) takeEntries() []Entry {
 	out := make([]Entry, len(l.entries))
 	for i := range l.entries {
 		out[i] = l.entry(i)
+		l.forgetOdd(&l.entries[i])
 	}
-	l.entries, l.oddIDs = nil, nil
+	l.entries = nil
 	return out
 }
 
@@ -229,7 +239,7 @@ type Lane struct {
 	Partition int
 	Subject   string
 
-	entryList
+	entries []entry
 	head    Head
 	heapIdx int
 	state   laneState

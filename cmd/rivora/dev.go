@@ -44,7 +44,10 @@ with a credential derived from it.
 
 Durability: an ack means the event reached the OS (it survives a crash or
 kill -9 of this process; a power loss can lose the last unsynced seconds).
---fsync syncs every write before acking, at a large cost in throughput.
+--fsync makes an ack survive a power loss too: it waits for a sync of the
+store that began after the write, and the acks that wait meanwhile share the
+next sync (group commit), so it costs far less than a sync per write
+(docs/benchmarks.md).
 
 Destinations on this machine (127.0.0.0/8, ::1) are allowed, so a receiver
 started for the tour works; the SSRF guard refuses other internal addresses
@@ -75,7 +78,7 @@ func agentFlags() []cli.Flag {
 		&cli.StringFlag{Name: "history-retention", Value: "7d", EnvVars: []string{"RIVORA_HISTORY_RETENTION"}, Usage: "how long the history behind `events get/list/resend` is kept (`DURATION`: 7d, 36h): every attempt's outcome, and every delivered event whole, payload included, so it can be resent. Disk: about the delivered events' size over the period (1,000 events/s of 1 KiB is ~600 GiB a week) plus ~200 B per attempt; memory does not grow with it"},
 		&cli.StringFlag{Name: "nats-listen", EnvVars: []string{"RIVORA_NATS_LISTEN"}, Usage: "expose the embedded NATS client port on `HOST:PORT` (default: in-process only)"},
 		&cli.StringFlag{Name: "leaf-listen", EnvVars: []string{"RIVORA_LEAF_LISTEN"}, Usage: "accept edge servers as NATS leaf nodes on `HOST:PORT`; each must present the credential derived from the cell token (TLS with --tls-cert). Costs one more listener; an edge's buffered events flow in through it when its link returns"},
-		&cli.BoolFlag{Name: "fsync", EnvVars: []string{"RIVORA_FSYNC"}, Usage: "fsync every write before acknowledging it (survives power loss; much slower)"},
+		&cli.BoolFlag{Name: "fsync", EnvVars: []string{"RIVORA_FSYNC"}, Usage: "acknowledge only once a sync of the store covers the write (survives a power loss); concurrent acknowledgements share one sync. Without it an ack survives a crash or kill -9"},
 		&cli.StringFlag{Name: "s3-endpoint", EnvVars: []string{"RIVORA_S3_ENDPOINT"}, Usage: "archive dead letters to S3/MinIO at `HOST:PORT` instead of DATA_DIR/archive"},
 		&cli.StringFlag{Name: "s3-bucket", Value: "rivora", EnvVars: []string{"RIVORA_S3_BUCKET"}, Usage: "S3 `BUCKET` (created if missing)"},
 		&cli.StringFlag{Name: "s3-access-key", EnvVars: []string{"RIVORA_S3_ACCESS_KEY"}, Usage: "S3 access `KEY`"},

@@ -73,7 +73,7 @@ Example:
 				"Past it Publish is refused (resource_exhausted) until the cell takes events. Size it as your publish rate × the longest cut to ride out (1,000 events/s of 1 KiB for 24h is ~85 GiB)"},
 			&cli.DurationFlag{Name: "buffer-max-age", Value: edged.DefaultBufferMaxAge, EnvVars: []string{"RIVORA_EDGE_BUFFER_MAX_AGE"}, Usage: "once the oldest unforwarded event is older than this (`DURATION`), Publish is refused (resource_exhausted) until the cell takes it: the longest cut the edge rides out. " +
 				"Nothing is discarded for age. Shorter than a destination's window, the edge warns at start: it refuses that destination's events in a cut the cell would have kept retrying through"},
-			&cli.BoolFlag{Name: "fsync", EnvVars: []string{"RIVORA_FSYNC"}, Usage: "fsync every write before acknowledging it (survives power loss; much slower). Without it an ack survives a crash or kill -9 of the edge"},
+			&cli.BoolFlag{Name: "fsync", EnvVars: []string{"RIVORA_FSYNC"}, Usage: "acknowledge only once a sync of the store covers the write (survives a power loss); concurrent acknowledgements share one sync. Without it an ack survives a crash or kill -9 of the edge"},
 			pprofFlag,
 			maxConnsFlag,
 			maxInflightFlag,

@@ -20,11 +20,14 @@ package main
 // filled directly over NATS, as a real agent writes it: per event an
 // outcome (delivered) and the delivered event (-payload bytes), batched
 // per subject and flush interval as the agent's writer batches them, ids
-// UUIDv7 accepted at -rate events/s, the newest accepted now. At each of
+// UUIDv7 accepted at -rate events/s, the newest accepted now; each
+// subject gets its index once its bucket is over, as the agent's writer
+// appends it (so the newest seconds are read whole). At each of
 // -sizes retained events, -lookups random ids are looked up one after
 // another through the API (GetEvent, checked to answer delivered); at the
 // last size (its newest event accepted now) one ListEvents (delivered,
-// limit 100) is timed.
+// limit 100) is timed. The agent's rivora_history_lookup_subjects_total
+// tells how many subjects the lookups read through their index and whole.
 //
 // Progress goes to stderr; a table and, as the last line, one JSON object
 // go to stdout. It exits non-zero when anything fails or -timeout passes.
@@ -34,7 +37,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -128,6 +133,10 @@ type histLookup struct {
 	list            time.Duration
 	listed          int
 	diskBytes       uint64
+	// indexed and whole are the subjects the lookups read through their
+	// index and whole (rivora_history_lookup_subjects_total; -1 when the
+	// agent has no such metric, an older rivora).
+	indexed, whole float64
 }
 
 func (f *historyFlags) run(ctx context.Context, sizes []int) error {
@@ -464,12 +473,35 @@ type filler struct {
 	round   int64
 	batches map[string]*fillBatch
 	order   []*fillBatch
+	// unindexed is the subjects whose index is not written yet, by
+	// subject, and per stream in the order their first batch was
+	// published (their buckets' order).
+	unindexed map[string]*fillSubject
+	dueOrder  map[string][]*fillSubject
+	// subjectMsgs counts the messages published to each subject: an
+	// index's total, as the agent's writer counts it (a subject written
+	// on after its index, across two fills, gets an incomplete one).
+	subjectMsgs map[string]uint64
 }
 
 type fillBatch struct {
 	subject string
 	batch   rivorav1.HistoryBatch
 	bytes   int
+	ids     []string
+}
+
+// fillSubject is one subject's published batches, indexed (as the agent's
+// writer indexes them) once its bucket is over.
+type fillSubject struct {
+	subject string
+	due     time.Time
+	batches []fillPublished
+}
+
+type fillPublished struct {
+	ack jetstream.PubAckFuture
+	ids []string
 }
 
 func (fl *filler) at(i int) time.Time { return fl.base.Add(time.Duration(i) * fl.every) }
@@ -499,6 +531,11 @@ func (fl *filler) fill(ctx context.Context, n int) error {
 	if err := fl.publishAll(); err != nil {
 		return err
 	}
+	// The agent has indexed every subject whose bucket ended (and its
+	// grace) before now.
+	if err := fl.index(time.Now()); err != nil {
+		return err
+	}
 	select {
 	case <-fl.js.PublishAsyncComplete():
 	case <-ctx.Done():
@@ -513,6 +550,9 @@ func (fl *filler) write(i int, body []byte) error {
 	delivered := accepted.Add(30 * time.Millisecond)
 	if round := delivered.UnixNano() / int64(history.DefaultFlushInterval); round != fl.round {
 		if err := fl.publishAll(); err != nil {
+			return err
+		}
+		if err := fl.index(delivered); err != nil {
 			return err
 		}
 		fl.round = round
@@ -530,12 +570,14 @@ func (fl *filler) write(i int, body []byte) error {
 	b.batch.Outcomes = append(b.batch.Outcomes, o)
 	b.batch.OutcomeTimes = append(b.batch.OutcomeTimes, delivered.UnixNano())
 	b.bytes += proto.Size(o)
+	b.ids = append(b.ids, id)
 	if err := fl.bound(b); err != nil {
 		return err
 	}
 	b = fl.batch(history.BodySubject(delivered, id, accepted))
 	b.batch.Events = append(b.batch.Events, ev)
 	b.bytes += proto.Size(ev)
+	b.ids = append(b.ids, id)
 	return fl.bound(b)
 }
 
@@ -559,7 +601,7 @@ func (fl *filler) bound(b *fillBatch) error {
 	}
 	delete(fl.batches, b.subject)
 	err := fl.publish(b)
-	b.batch = rivorav1.HistoryBatch{} // publishAll skips it
+	b.batch, b.ids = rivorav1.HistoryBatch{}, nil // publishAll skips it
 	return err
 }
 
@@ -583,10 +625,62 @@ func (fl *filler) publish(b *fillBatch) error {
 	}
 	// A long stall wait: the server may fall behind for a moment (block
 	// rolls, fsyncs), and a filler has nothing better to do.
-	if _, err := fl.js.PublishAsync(b.subject, data, jetstream.WithStallWait(time.Minute)); err != nil {
+	ack, err := fl.js.PublishAsync(b.subject, data, jetstream.WithStallWait(time.Minute))
+	if err != nil {
 		return err
 	}
 	fl.msgs++
+	if fl.unindexed == nil {
+		fl.unindexed = make(map[string]*fillSubject)
+		fl.subjectMsgs = make(map[string]uint64)
+	}
+	fl.subjectMsgs[b.subject]++
+	s := fl.unindexed[b.subject]
+	if s == nil {
+		s = &fillSubject{subject: b.subject, due: history.IndexDue(b.subject)}
+		fl.unindexed[b.subject] = s
+		if fl.dueOrder == nil {
+			fl.dueOrder = make(map[string][]*fillSubject)
+		}
+		stream := b.subject[:len("history.o")]
+		fl.dueOrder[stream] = append(fl.dueOrder[stream], s)
+	}
+	s.batches = append(s.batches, fillPublished{ack: ack, ids: b.ids})
+	return nil
+}
+
+// index writes the index of every subject due by now (write time), as
+// the agent's history writer does: its batches' sequences and ids.
+func (fl *filler) index(now time.Time) error {
+	for stream, order := range fl.dueOrder {
+		for len(order) > 0 && !now.Before(order[0].due) {
+			if err := fl.writeIndex(order[0]); err != nil {
+				return err
+			}
+			order = order[1:]
+		}
+		fl.dueOrder[stream] = order
+	}
+	return nil
+}
+
+// writeIndex appends s's index, once every batch of it is stored.
+func (fl *filler) writeIndex(s *fillSubject) error {
+	delete(fl.unindexed, s.subject)
+	batches := make([]history.IndexedBatch, 0, len(s.batches))
+	for _, p := range s.batches {
+		select {
+		case ack := <-p.ack.Ok():
+			batches = append(batches, history.IndexedBatch{Seq: ack.Sequence, IDs: p.ids})
+		case err := <-p.ack.Err():
+			return fmt.Errorf("publish a batch of %s: %w", s.subject, err)
+		}
+	}
+	if _, err := fl.js.PublishAsync(s.subject, history.EncodeIndex(batches, fl.subjectMsgs[s.subject]), jetstream.WithStallWait(time.Minute)); err != nil {
+		return err
+	}
+	fl.msgs++
+	fl.subjectMsgs[s.subject]++
 	return nil
 }
 
@@ -639,7 +733,7 @@ func (f *historyFlags) lookupPhase(ctx context.Context, root string, sizes []int
 		}
 		res := histLookup{size: size, fill: time.Since(start), diskBytes: bytes}
 		progress("filled in %s (%.1f MB in the stream)", res.fill.Round(time.Millisecond), mb(bytes))
-		if err := f.measureLookups(ctx, events, fl, &res, size == largest); err != nil {
+		if err := f.measureLookups(ctx, p.url(), events, fl, &res, size == largest); err != nil {
 			return nil, err
 		}
 		out = append(out, res)
@@ -649,7 +743,15 @@ func (f *historyFlags) lookupPhase(ctx context.Context, root string, sizes []int
 
 // measureLookups times GetEvent of random retained ids, and (last: the
 // newest event was accepted now) one ListEvents.
-func (f *historyFlags) measureLookups(ctx context.Context, events rivorav1connect.EventServiceClient, fl *filler, res *histLookup, last bool) error {
+func (f *historyFlags) measureLookups(ctx context.Context, base string, events rivorav1connect.EventServiceClient, fl *filler, res *histLookup, last bool) error {
+	indexed0, whole0 := lookupReads(ctx, base)
+	defer func() {
+		indexed1, whole1 := lookupReads(ctx, base)
+		res.indexed, res.whole = indexed1-indexed0, whole1-whole0
+		if indexed0 < 0 || indexed1 < 0 {
+			res.indexed, res.whole = -1, -1
+		}
+	}()
 	rng := rand.New(rand.NewPCG(7, uint64(res.size)))
 	lat := make([]time.Duration, 0, f.lookups)
 	for range f.lookups {
@@ -697,6 +799,38 @@ func (f *historyFlags) measureLookups(ctx context.Context, events rivorav1connec
 	return nil
 }
 
+// lookupReads is the agent's rivora_history_lookup_subjects_total: the
+// subjects lookups read through their index, and whole (-1, -1 when it
+// has no such series).
+func lookupReads(ctx context.Context, base string) (indexed, whole float64) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return -1, -1
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1, -1
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return -1, -1
+	}
+	indexed, whole = -1, 0
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, `rivora_history_lookup_subjects_total{read="index"} `); ok {
+			indexed, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+		if v, ok := strings.CutPrefix(line, `rivora_history_lookup_subjects_total{read="scan"} `); ok {
+			whole, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	if indexed < 0 {
+		return -1, -1
+	}
+	return indexed, whole
+}
+
 func (f *historyFlags) report(mem *histMemory, looks []histLookup) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "history: %d-byte payloads, %d partitions\n", f.payload, f.partitions)
@@ -720,6 +854,11 @@ func (f *historyFlags) report(mem *histMemory, looks []histLookup) {
 		k := strconv.Itoa(l.size)
 		out["get_p50_ms_"+k], out["get_p99_ms_"+k] = round(ms(l.p50), 2), round(ms(l.p99), 2)
 		order = append(order, "get_p50_ms_"+k, "get_p99_ms_"+k)
+		if l.indexed >= 0 {
+			fmt.Fprintf(tw, "subjects read, %d retained\t%.0f via their index, %.0f whole\tby the lookups (rivora_history_lookup_subjects_total); whole: no complete index (the newest buckets, history from before the index)\n", l.size, l.indexed, l.whole)
+			out["indexed_reads_"+k], out["whole_reads_"+k] = l.indexed, l.whole
+			order = append(order, "indexed_reads_"+k, "whole_reads_"+k)
+		}
 		if l.listed > 0 {
 			fmt.Fprintf(tw, "events list, %d retained\t%.1f ms\tdelivered, limit 100 (the newest bucket)\n", l.size, ms(l.list))
 			out["list_ms_"+k] = round(ms(l.list), 1)

@@ -115,7 +115,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.bin, "bin", "", "rivora binary to run (default: go build ./cmd/rivora into a temp dir)")
 	fs.IntVar(&c.partitions, "partitions", 16, "rivora dev --partitions")
 	fs.IntVar(&c.workers, "workers", 64, "rivora dev --workers")
-	fs.BoolVar(&c.fsync, "fsync", false, "run rivora dev with --fsync")
+	fs.BoolVar(&c.fsync, "fsync", false, "run rivora dev with --fsync (ingest: run its Publish and PublishBatch phases without --fsync, then with it, and compare)")
 	fs.BoolVar(&c.h2c, "h2c", false, "talk to rivora over h2c instead of HTTP/1.1 with many connections")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temp data dir and log")
 }
@@ -361,6 +361,12 @@ func runIngest(args []string) error {
 	pacedRate := fs.Float64("paced-rate", 10000, "Publish calls per second offered in the open-loop phase (its p99 is publish_p99_ms_at_rate)")
 	pacedN := fs.Int("paced-n", 30000, "events for the open-loop Publish phase")
 	fs.Parse(args)
+	if c.fsync {
+		// The same phases without --fsync and with it, back to back
+		// (publish.go).
+		return fsyncBench{common: c, n: *n, conc: *conc, batchN: *batchN, batchSize: *batchSize, batchConc: *batchConc,
+			size: *size, dests: *dests, lanes: *lanes, limit: *limit, keyed: *keyed}.run()
+	}
 
 	fmt.Fprintf(os.Stderr, "bench ingest: GOMAXPROCS=%d NumCPU=%d payload=%dB\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), *size)
 	d, err := c.startDev()

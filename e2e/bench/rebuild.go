@@ -16,7 +16,14 @@ package main
 // lines are summed and their maximum reported. Memory: heap in use after a
 // forced GC (GET /debug/pprof/heap?gc=1, so the server runs with --pprof)
 // after the rebuild, minus the same on an empty restarted server with the
-// same destinations (the baseline), divided by lanes and by events.
+// same destinations (the baseline), divided by lanes and by events; the
+// heap profiles taken with it split the per-event bytes between the
+// embedded NATS server (stacks through nats-server) and Rivora (the rest).
+// A SIGTERM lets each partition owner write a pending snapshot, and the
+// restart rebuilds from it (the log says `partition rebuilt from
+// snapshot`); -scan removes the snapshots before the restart, so it
+// measures the full scan of the lane store, as after a kill -9. The
+// report counts the partitions rebuilt each way.
 // -age restarts only once the events are older than the lane store's
 // duplicate window: within it, the embedded NATS server rebuilds its dedup
 // ids at start-up (time and memory counted here).
@@ -45,6 +52,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/pprof/profile"
 
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -61,6 +69,7 @@ type rebuildFlags struct {
 	poll                 time.Duration
 	age                  time.Duration
 	baseline             bool
+	scan                 bool
 	profileDir           string
 	profileSeconds       int
 	hc                   *http.Client
@@ -79,6 +88,7 @@ func runRebuild(args []string) error {
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "fail when the whole bench takes longer")
 	fs.DurationVar(&f.poll, "poll", 100*time.Millisecond, "GetDestinationHealth poll interval during the rebuild (each call walks every lane)")
 	fs.DurationVar(&f.age, "age", 0, "wait this long with all events pending before the restart (older than the lane store's 2m dedup window, NATS does not rebuild their dedup ids)")
+	fs.BoolVar(&f.scan, "scan", false, "remove the pending snapshots the graceful stop wrote before the restart: measure the full scan (as after kill -9)")
 	fs.BoolVar(&f.baseline, "baseline", true, "measure an empty restarted server for the memory baseline")
 	fs.StringVar(&f.profileDir, "profile-dir", "", "write a CPU profile of the restart and a heap profile after it into `DIR`")
 	fs.IntVar(&f.profileSeconds, "profile-seconds", 15, "length of the restart CPU profile")
@@ -109,22 +119,26 @@ type rbProc struct {
 
 type rbResult struct {
 	baselineInuse, baselineAlloc uint64
-	afterPublishInuse            uint64
-	publish                      time.Duration
-	pendingWait                  time.Duration
-	shutdown                     time.Duration
-	listen, owned                time.Duration // from the restart's log
-	ready, rebuilt               time.Duration
-	parts                        []partRebuild
-	serverCPU                    time.Duration
-	inuse, alloc, rss            uint64
-	healthCall                   time.Duration
-	warnings                     []string
+	// Live heap by owner, from the heap profiles: the embedded NATS
+	// server's (a stack with a nats-server frame) and the rest (Rivora's).
+	baselineShares, shares heapShares
+	afterPublishInuse      uint64
+	publish                time.Duration
+	pendingWait            time.Duration
+	shutdown               time.Duration
+	listen, owned          time.Duration // from the restart's log
+	ready, rebuilt         time.Duration
+	parts                  []partRebuild
+	serverCPU              time.Duration
+	inuse, alloc, rss      uint64
+	healthCall             time.Duration
+	warnings               []string
 }
 
 type partRebuild struct {
 	partition, lanes, events int
 	took                     time.Duration
+	fromSnapshot             bool // `partition rebuilt from snapshot`, not a scan
 }
 
 func (f *rebuildFlags) run(ctx context.Context) error {
@@ -393,8 +407,12 @@ func (f *rebuildFlags) measureBaseline(ctx context.Context, root string, dests [
 	}
 	// Let start-up garbage and timers settle, as after the real rebuild.
 	time.Sleep(time.Second)
-	res.baselineInuse, res.baselineAlloc, err = p.heap(ctx, "")
+	profile := filepath.Join(root, "baseline-heap.pprof")
+	res.baselineInuse, res.baselineAlloc, err = p.heap(ctx, profile)
 	if err != nil {
+		return err
+	}
+	if res.baselineShares, err = readHeapShares(profile); err != nil {
 		return err
 	}
 	progress("baseline (empty restart, %d paused destinations): heap in use %.1f MB, live %.1f MB, RSS %.1f MB",
@@ -452,6 +470,12 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 		return err
 	}
 	progress("stopped gracefully in %s", res.shutdown.Round(time.Millisecond))
+	if f.scan {
+		if err := os.RemoveAll(filepath.Join(dataDir, "snapshots")); err != nil {
+			return err
+		}
+		progress("removed the pending snapshots (-scan): the restart scans the lane stores")
+	}
 
 	// Restart on the same data dir.
 	p, err = f.start(dataDir, "restart.log")
@@ -505,11 +529,14 @@ func (f *rebuildFlags) measureRebuild(ctx context.Context, root string, dests []
 	res.healthCall = time.Since(t0)
 
 	time.Sleep(time.Second)
-	heapProfile := ""
+	heapProfile := filepath.Join(root, "rebuild-heap.pprof")
 	if f.profileDir != "" {
 		heapProfile = filepath.Join(f.profileDir, "rebuild-heap.pprof")
 	}
 	if res.inuse, res.alloc, err = p.heap(ctx, heapProfile); err != nil {
+		return err
+	}
+	if res.shares, err = readHeapShares(heapProfile); err != nil {
 		return err
 	}
 	res.rss = p.rss()
@@ -641,8 +668,8 @@ func (r *rbResult) parseLog(path string, started time.Time) error {
 			r.listen = at(m)
 		case m["msg"] == "partitions owned" && r.owned == 0:
 			r.owned = at(m)
-		case m["msg"] == "partition rebuilt":
-			var pr partRebuild
+		case m["msg"] == "partition rebuilt" || m["msg"] == "partition rebuilt from snapshot":
+			pr := partRebuild{fromSnapshot: m["msg"] == "partition rebuilt from snapshot"}
 			pr.partition, _ = strconv.Atoi(m["partition"])
 			pr.lanes, _ = strconv.Atoi(m["lanes"])
 			pr.events, _ = strconv.Atoi(m["events"])
@@ -660,11 +687,66 @@ func (r *rbResult) parseLog(path string, started time.Time) error {
 
 func mb(b uint64) float64 { return float64(b) / (1 << 20) }
 
+// heapShares splits a heap profile's live bytes (inuse_space, as the
+// profile estimates them from its samples) between the embedded NATS
+// server and the rest of the process.
+type heapShares struct {
+	nats, rest float64
+}
+
+// natsServerFrame marks a sample allocated by the embedded NATS server.
+const natsServerFrame = "github.com/nats-io/nats-server/"
+
+func readHeapShares(path string) (heapShares, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return heapShares{}, err
+	}
+	defer fh.Close()
+	prof, err := profile.Parse(fh)
+	if err != nil {
+		return heapShares{}, fmt.Errorf("parse heap profile %s: %w", path, err)
+	}
+	inuse := -1
+	for i, st := range prof.SampleType {
+		if st.Type == "inuse_space" {
+			inuse = i
+		}
+	}
+	if inuse < 0 {
+		return heapShares{}, fmt.Errorf("heap profile %s has no inuse_space", path)
+	}
+	var sh heapShares
+	for _, s := range prof.Sample {
+		if allocatedBy(s, natsServerFrame) {
+			sh.nats += float64(s.Value[inuse])
+		} else {
+			sh.rest += float64(s.Value[inuse])
+		}
+	}
+	return sh, nil
+}
+
+func allocatedBy(s *profile.Sample, prefix string) bool {
+	for _, loc := range s.Location {
+		for _, line := range loc.Line {
+			if line.Function != nil && strings.HasPrefix(line.Function.Name, prefix) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (f *rebuildFlags) report(r *rbResult) {
 	var sum, maxTook time.Duration
+	fromSnapshot := 0
 	for _, p := range r.parts {
 		sum += p.took
 		maxTook = max(maxTook, p.took)
+		if p.fromSnapshot {
+			fromSnapshot++
+		}
 	}
 	delta := float64(r.inuse) - float64(r.baselineInuse)
 	liveDelta := float64(r.alloc) - float64(r.baselineAlloc)
@@ -691,8 +773,13 @@ func (f *rebuildFlags) report(r *rbResult) {
 	fmt.Fprintf(tw, "ready_s\t%.2f s\tprocess start to /healthz 200\n", r.ready.Seconds())
 	fmt.Fprintf(tw, "rebuild_s\t%.2f s\tprocess start to the health API reporting all %d pending (polled every %s)\n", r.rebuilt.Seconds(), f.events, f.poll)
 	fmt.Fprintf(tw, "partition rebuilds\t%.2f s sum, %.2f s max\t%d `partition rebuilt` lines; partitions open one after another\n", sum.Seconds(), maxTook.Seconds(), len(r.parts))
+	fmt.Fprintf(tw, "rebuild path\t%d of %d from snapshot\tthe others scanned their lane store (-scan, kill -9, or a store changed since the stop)\n", fromSnapshot, len(r.parts))
 	for _, p := range r.parts {
-		fmt.Fprintf(tw, "  partition %d\t%.2f s\t%d lanes, %d events, %.0f events/s\n", p.partition, p.took.Seconds(), p.lanes, p.events, float64(p.events)/p.took.Seconds())
+		path := "scan"
+		if p.fromSnapshot {
+			path = "snapshot"
+		}
+		fmt.Fprintf(tw, "  partition %d\t%.2f s\t%d lanes, %d events, %.0f events/s, %s\n", p.partition, p.took.Seconds(), p.lanes, p.events, float64(p.events)/p.took.Seconds(), path)
 	}
 	fmt.Fprintf(tw, "server CPU to rebuilt\t%.2f s\tuser+system of the restarted process up to rebuild_s (steadier than wall time on a shared machine)\n", r.serverCPU.Seconds())
 	fmt.Fprintf(tw, "health call\t%.1f ms\tone GetDestinationHealth after the rebuild (walks every lane)\n", ms(r.healthCall))
@@ -705,6 +792,10 @@ func (f *rebuildFlags) report(r *rbResult) {
 	fmt.Fprintf(tw, "heap after rebuild\t%.1f MB in use, %.1f MB live\tafter a forced GC (GET /debug/pprof/heap?gc=1); RSS %.1f MB\n", mb(r.inuse), mb(r.alloc), mb(r.rss))
 	fmt.Fprintf(tw, "per pending lane\t%.0f B\t%s / lanes; live bytes give %.0f B\n", perLane, basis, liveDelta/float64(f.lanes))
 	fmt.Fprintf(tw, "per pending event\t%.0f B\t%s / events; live bytes give %.0f B; includes the embedded NATS server's share\n", perEvent, basis, liveDelta/float64(f.events))
+	natsPerEvent := (r.shares.nats - r.baselineShares.nats) / float64(f.events)
+	restPerEvent := (r.shares.rest - r.baselineShares.rest) / float64(f.events)
+	fmt.Fprintf(tw, "  of it, embedded NATS\t%.0f B\tper event, live bytes the heap profile's stacks put in nats-server (dedup ids of events younger than the lane store's duplicate window (-age), per-block subject state), minus the baseline's\n", natsPerEvent)
+	fmt.Fprintf(tw, "  of it, Rivora\t%.0f B\tper event, the rest of the profile's live bytes, minus the baseline's\n", restPerEvent)
 	fmt.Fprintf(tw, "restart log warnings\t%d\tWARN/ERROR lines (on stderr)\n", len(r.warnings))
 	tw.Flush()
 	if f.events >= 1_000_000 {
@@ -716,18 +807,22 @@ func (f *rebuildFlags) report(r *rbResult) {
 		fmt.Printf("  rule 3 target (1M pending events rebuilt in under 10 s): %s\n", verdict)
 	}
 	printJSON(map[string]float64{
-		"events":                  float64(f.events),
-		"lanes":                   float64(f.lanes),
-		"ready_s":                 round(r.ready.Seconds(), 3),
-		"rebuild_s":               round(r.rebuilt.Seconds(), 3),
-		"partition_rebuild_max_s": round(maxTook.Seconds(), 3),
-		"partition_rebuild_sum_s": round(sum.Seconds(), 3),
-		"heap_mb":                 round(mb(r.inuse), 1),
-		"baseline_heap_mb":        round(mb(r.baselineInuse), 1),
-		"bytes_per_lane":          round(perLane, 0),
-		"bytes_per_event":         round(perEvent, 0),
-		"payload_bytes":           float64(f.payload),
-		"server_cpu_s":            round(r.serverCPU.Seconds(), 2),
+		"events":                   float64(f.events),
+		"lanes":                    float64(f.lanes),
+		"ready_s":                  round(r.ready.Seconds(), 3),
+		"rebuild_s":                round(r.rebuilt.Seconds(), 3),
+		"partition_rebuild_max_s":  round(maxTook.Seconds(), 3),
+		"partition_rebuild_sum_s":  round(sum.Seconds(), 3),
+		"heap_mb":                  round(mb(r.inuse), 1),
+		"baseline_heap_mb":         round(mb(r.baselineInuse), 1),
+		"bytes_per_lane":           round(perLane, 0),
+		"bytes_per_event":          round(perEvent, 0),
+		"nats_bytes_per_event":     round(natsPerEvent, 0),
+		"rivora_bytes_per_event":   round(restPerEvent, 0),
+		"payload_bytes":            float64(f.payload),
+		"server_cpu_s":             round(r.serverCPU.Seconds(), 2),
+		"partitions_from_snapshot": float64(fromSnapshot),
+		"partitions_rebuilt":       float64(len(r.parts)),
 	}, []string{"events", "lanes", "ready_s", "rebuild_s", "partition_rebuild_max_s", "partition_rebuild_sum_s",
-		"heap_mb", "baseline_heap_mb", "bytes_per_lane", "bytes_per_event", "payload_bytes", "server_cpu_s"})
+		"heap_mb", "baseline_heap_mb", "bytes_per_lane", "bytes_per_event", "nats_bytes_per_event", "rivora_bytes_per_event", "payload_bytes", "server_cpu_s", "partitions_from_snapshot", "partitions_rebuilt"})
 }

@@ -80,7 +80,9 @@ type Config struct {
 	MaxPayload    int
 	MaxBatch      int
 	MaxBatchBytes int
-	// SyncAlways fsyncs every write before it is acknowledged.
+	// SyncAlways makes every acknowledgement survive a power loss
+	// (--fsync): natsd.Config.Fsync, with the group commit's barrier
+	// before every ingest answer.
 	SyncAlways bool
 }
 
@@ -142,7 +144,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 	}
 	var err error
 	if e.nats, err = natsd.Start(natsd.Config{
-		DataDir: cfg.DataDir, Name: cfg.Name, SyncAlways: cfg.SyncAlways, Domain: edge.Domain(cfg.Name),
+		DataDir: cfg.DataDir, Name: cfg.Name, Fsync: cfg.SyncAlways, Domain: edge.Domain(cfg.Name),
 		LeafRemotes: cfg.CellLeaf, LeafPassword: agent.LeafPassword(cfg.Keys.Cell()), TLS: leafTLS(cfg.LeafCA),
 		PingInterval: pingInterval,
 	}, base.With("component", "nats")); err != nil {
@@ -161,7 +163,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 	if e.gateway, err = ingest.New(ctx, js, e.registry, ingest.Config{
 		MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow,
 		Partitions: &e.partitions, Subscriptions: e.subs, Catalogue: e.catalogue, Applied: e.applied.Load,
-		Edge: &ingest.EdgeTarget{Name: cfg.Name, Buffer: e.buffer.Incarnation(), Admit: e.monitor.admit, Full: e.monitor.full},
+		Edge:    &ingest.EdgeTarget{Name: cfg.Name, Buffer: e.buffer.Incarnation(), Admit: e.monitor.admit, Full: e.monitor.full},
+		Durable: e.nats.Syncer(),
 	}, base.With("component", "ingest")); err != nil {
 		return fail(err)
 	}

@@ -920,11 +920,11 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13KIND_ATTEMPT_FAILED\x10\x01\x12\x12\n" +
 	"\x0eKIND_DELIVERED\x10\x02\x12\r\n" +
-	"\tKIND_DEAD\x10\x03\"\x92\x01\n" +
+	"\tKIND_DEAD\x10\x03\"\x98\x01\n" +
 	"\fHistoryBatch\x123\n" +
 	"\boutcomes\x18\x01 \x03(\v2\x17.rivora.v1.EventOutcomeR\boutcomes\x12(\n" +
 	"\x06events\x18\x02 \x03(\v2\x10.rivora.v1.EventR\x06events\x12#\n" +
-	"\routcome_times\x18\x03 \x03(\x03R\foutcomeTimes*\xb6\x01\n" +
+	"\routcome_times\x18\x03 \x03(\x03R\foutcomeTimesJ\x04\b\x10\x10\x16*\xb6\x01\n" +
 	"\n" +
 	"DeadReason\x12\x1b\n" +
 	"\x17DEAD_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +

@@ -1,0 +1,176 @@
+package delivery
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The HTTP client is fasthttp's: the caller's goroutine writes the
+// request and reads the answer on a pooled connection, where net/http's
+// transport hands each request to a writer and a reader goroutine and
+// allocates ~50 times; a delivery costs about half the CPU. It speaks
+// HTTP/1.1 (over TLS for https), which every webhook receiver accepts.
+
+const (
+	// maxAnswerBody is how much of an answer is read: a 2xx's body is
+	// not looked at, a refusal's first bytes go into the attempt's error.
+	// Past it the connection is closed, not drained.
+	maxAnswerBody = 64 << 10
+	// answerBuffer bounds an answer's status line and headers.
+	answerBuffer = 64 << 10
+	// idleTimeout is how long an unused connection stays pooled.
+	idleTimeout = 90 * time.Second
+	// maxConnsPerHost is far above what a destination's max_in_flight
+	// allows (the scheduler bounds attempts in flight, not the client).
+	maxConnsPerHost = 1 << 16
+	// sendTries is how often a request is sent when pooled connections
+	// turn out closed by the partner while they sat idle.
+	sendTries = 3
+)
+
+// newClient returns a client for one scheme (tls: https) whose
+// connections go through dialer (and its SSRF guard).
+func newClient(dialer *net.Dialer, tlsConfig *tls.Config, useTLS bool) *fasthttp.Client {
+	return &fasthttp.Client{
+		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
+			return dial(dialer, tlsConfig, useTLS, addr, timeout)
+		},
+		NoDefaultUserAgentHeader:      true,
+		DisableHeaderNamesNormalizing: true, // canonical already
+		DisablePathNormalizing:        true, // the URL as registered
+		MaxConnsPerHost:               maxConnsPerHost,
+		MaxIdleConnDuration:           idleTimeout,
+		MaxResponseBodySize:           maxAnswerBody,
+		ReadBufferSize:                answerBuffer,
+		MaxIdemponentCallAttempts:     sendTries,
+		RetryIfErr:                    retryIdleClosed,
+	}
+}
+
+// dial opens a connection to addr within timeout (at most the dialer's
+// own), and for TLS completes the handshake, so that what the partner
+// sends and answers is counted above TLS (trackedConn).
+func dial(dialer *net.Dialer, tlsConfig *tls.Config, useTLS bool, addr string, timeout time.Duration) (net.Conn, error) {
+	d := *dialer
+	if timeout > 0 && timeout < d.Timeout {
+		d.Timeout = timeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
+	defer cancel()
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if !useTLS {
+		return &trackedConn{Conn: conn, raw: newPeeker(conn)}, nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	cfg := tlsConfig.Clone()
+	if cfg == nil {
+		cfg = &tls.Config{}
+	}
+	cfg.ServerName = host
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return &trackedTLSConn{trackedConn{Conn: tc, raw: newPeeker(conn)}}, nil
+}
+
+// trackedConn finds, before a request goes out on a pooled connection,
+// whether the partner closed it while it sat idle (a race any pool loses
+// now and then; net/http's reader goroutine notices it the same way): the
+// request then goes out on a fresh connection, as net/http does for a
+// request it may replay. A partner that hangs up on a request fails the
+// attempt. fasthttp uses a connection for one request at a time.
+type trackedConn struct {
+	net.Conn
+	// raw looks at the TCP connection (under TLS for https).
+	raw *peeker
+	// used: a request went out on the connection; answering: its answer
+	// is being read, so the next write begins another request.
+	used, answering bool
+	probe           [1]byte
+}
+
+func (c *trackedConn) Write(p []byte) (int, error) {
+	if c.answering {
+		c.answering = false
+		if err := c.closedWhileIdle(); err != nil {
+			return 0, &idleClosedError{err}
+		}
+	}
+	c.used = true
+	return c.Conn.Write(p)
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	c.answering = c.used
+	return c.Conn.Read(p)
+}
+
+// closedWhileIdle is the connection's end (or bytes nobody asked for)
+// found without waiting; nil while it is open and quiet.
+func (c *trackedConn) closedWhileIdle() error {
+	pending, err := c.raw.peek()
+	if err != nil || !pending {
+		return err
+	}
+	tc, ok := c.Conn.(*tls.Conn)
+	if !ok {
+		return errors.New("the partner sent bytes on an idle connection")
+	}
+	// Over TLS they may be the partner's close_notify: read them (at once,
+	// they are there) and see.
+	if err := tc.SetReadDeadline(time.Now().Add(idleProbeWait)); err != nil {
+		return err
+	}
+	n, err := tc.Read(c.probe[:])
+	if reset := tc.SetReadDeadline(time.Time{}); reset != nil {
+		return reset
+	}
+	switch {
+	case n > 0:
+		return errors.New("the partner sent bytes on an idle connection")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil // a TLS record without data (a session ticket)
+	case err == nil:
+		return io.ErrNoProgress
+	}
+	return err
+}
+
+// trackedTLSConn is a trackedConn over TLS; Handshake tells fasthttp the
+// handshake is done (it would wrap it in TLS again).
+type trackedTLSConn struct{ trackedConn }
+
+func (c *trackedTLSConn) Handshake() error { return c.Conn.(*tls.Conn).Handshake() }
+
+// idleProbeWait bounds the read of bytes found on an idle TLS connection.
+const idleProbeWait = 5 * time.Millisecond
+
+// idleClosedError is a pooled connection's failure before any answer
+// came: the partner closed it while it sat idle.
+type idleClosedError struct{ err error }
+
+func (e *idleClosedError) Error() string { return e.err.Error() }
+func (e *idleClosedError) Unwrap() error { return e.err }
+
+// retryIdleClosed sends a request again only when its pooled connection
+// was closed while idle: any other failure is the attempt's.
+func retryIdleClosed(_ *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
+	var idle *idleClosedError
+	return false, errors.As(err, &idle)
+}
