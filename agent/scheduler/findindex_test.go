@@ -46,6 +46,14 @@ func TestFindFollowsEntriesThroughTheirLife(t *testing.T) {
 			t.Fatalf("Find(%s) = %+v, want not pending", id, loc)
 		}
 	}
+	// The index holds exactly the pending UUID ids: no leftovers.
+	indexed := func(want int) {
+		t.Helper()
+		if n := len(s.byEventID.lanes); n != want {
+			t.Fatalf("%d ids in the index, want %d", n, want)
+		}
+	}
+	indexed(5)
 	for i, id := range idsA {
 		expect(id, a, i)
 	}
@@ -55,6 +63,7 @@ func TestFindFollowsEntriesThroughTheirLife(t *testing.T) {
 
 	s.Succeeded(mustPick(t, s)) // a's head, delivered
 	missing(idsA[0])
+	indexed(4)
 	expect(idsA[1], a, 0)
 	expect(idsA[2], a, 1)
 
@@ -63,15 +72,14 @@ func TestFindFollowsEntriesThroughTheirLife(t *testing.T) {
 	}
 	missing(idsB[0])
 	missing(idsB[1])
+	indexed(2)
 
 	s.DropPartition(1)
 	missing("odd-id")
 	expect(idsA[2], a, 1)
 	s.DropPartition(0)
 	missing(idsA[1])
-	if n := len(s.byEventID.lanes); n != 0 {
-		t.Fatalf("%d ids left in the index once nothing is pending", n)
-	}
+	indexed(0)
 }
 
 // BenchmarkFind looks events up among 1M pending (10 per lane): the
@@ -96,5 +104,42 @@ func BenchmarkFind(b *testing.B) {
 		if _, ok := s.Find(ids[(i*7919)%len(ids)]); !ok {
 			b.Fatal("not found")
 		}
+	}
+}
+
+// Two pending ids that share an index key (64 of their 128 bits folded)
+// are both found, in their own lanes, and the one left after the other
+// is delivered still is.
+func TestFindSharedIndexKey(t *testing.T) {
+	s, _ := newSched()
+	s.SetLimits("d1", 0, unlimited)
+	first := uuid.Must(uuid.NewV7())
+	second := first
+	second[0] ^= 0x5a
+	second[8] ^= 0x5a // the same change in both halves: the same key
+	if first == second || indexKey(first) != indexKey(second) {
+		t.Fatalf("ids %v and %v: want distinct ids with one key", first, second)
+	}
+	a, b := lid("d1", "c1", "a"), lid("d1", "c1", "b")
+	s.AppendAll(0, []LaneAppend{
+		{ID: a, Subject: a.Subject(0), Entries: []Entry{{Seq: 1, EventID: first.String(), AcceptedAt: t0}}},
+		{ID: b, Subject: b.Subject(0), Entries: []Entry{{Seq: 2, EventID: second.String(), AcceptedAt: t0}}},
+	})
+	for id, lane := range map[string]lanes.ID{first.String(): a, second.String(): b} {
+		if loc, ok := s.Find(id); !ok || loc.Lane != lane {
+			t.Fatalf("Find(%s) = %+v, %v; want lane %v", id, loc, ok, lane)
+		}
+	}
+	att := mustPick(t, s)
+	s.Succeeded(att)
+	left, leftLane := second.String(), b
+	if att.Entry.EventID == second.String() {
+		left, leftLane = first.String(), a
+	}
+	if _, ok := s.Find(att.Entry.EventID); ok {
+		t.Fatalf("Find(%s) found the delivered event", att.Entry.EventID)
+	}
+	if loc, ok := s.Find(left); !ok || loc.Lane != leftLane {
+		t.Fatalf("Find(%s) = %+v, %v; want lane %v", left, loc, ok, leftLane)
 	}
 }
