@@ -5,6 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/lanes"
 )
@@ -54,6 +56,7 @@ func (s *Scheduler) AppendAll(partition int, appends []LaneAppend) {
 		l := s.laneBySubject(partition, a.ID, a.Subject)
 		empty := len(l.entries) == 0
 		l.push(a.Entries)
+		s.byEventID.add(l, len(l.entries)-len(a.Entries))
 		if empty && len(l.entries) > 0 {
 			l.newHead(now)
 		}
@@ -83,6 +86,7 @@ func (s *Scheduler) Restore(partition int, id lanes.ID, entries []Entry, head He
 		}
 	}
 	l.push(entries)
+	s.byEventID.add(l, len(l.entries)-len(entries))
 	s.restored(l, len(entries), head, hasLedger)
 }
 
@@ -133,6 +137,7 @@ func (s *Scheduler) RestoreLane(partition int, id lanes.ID, r *Restored, head He
 		}
 	}
 	l.pushRestored(r)
+	s.byEventID.add(l, len(l.entries)-n)
 	*r = Restored{}
 	s.restored(l, n, head, hasLedger)
 }
@@ -219,6 +224,9 @@ func (s *Scheduler) remove(d *destination) {
 	d.dropped = true
 	delete(s.parked, d)
 	for _, l := range d.lanes {
+		// Its entries stay with the lane (an attempt in flight still
+		// holds it) but are pending here no more.
+		s.byEventID.removeAll(l)
 		switch l.state {
 		case laneWaiting:
 			heap.Remove(&s.waiting, l.heapIdx)
@@ -254,6 +262,7 @@ func (s *Scheduler) TakeDestination(destinationID string) map[*Lane][]Entry {
 			d.due--
 		}
 		d.pending -= len(l.entries)
+		s.byEventID.removeAll(l)
 		taken[l] = l.takeEntries()
 		s.forget(l)
 	}
@@ -306,28 +315,62 @@ type DestinationState struct {
 	Paused bool
 }
 
-// Find looks a pending event up by id. It scans every lane: an operator's
-// query, not a hot path.
+// Find looks a pending event up by id: the index names its lane (an id
+// that is not a UUID is looked for among its destinations' few such ids),
+// so the lock is held for a look at one lane, not at every lane.
 func (s *Scheduler) Find(eventID string) (Location, bool) {
 	compact, isCompact := compactID(eventID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var l *Lane
+	if isCompact {
+		l = s.byEventID.lookup(compact)
+	} else {
+		l = s.laneOfOddID(eventID)
+	}
+	if l == ambiguous {
+		for _, d := range s.dests {
+			for _, l := range d.lanes {
+				if loc, ok := l.find(eventID, compact, isCompact); ok {
+					return loc, true
+				}
+			}
+		}
+		return Location{}, false
+	}
+	if l == nil || l.dest.dropped {
+		return Location{}, false
+	}
+	return l.find(eventID, compact, isCompact)
+}
+
+// find looks for the event in l's entries.
+func (l *Lane) find(eventID string, compact uuid.UUID, isCompact bool) (Location, bool) {
+	for i := range l.entries {
+		if !l.hasEventID(&l.entries[i], eventID, compact, isCompact) {
+			continue
+		}
+		loc := Location{Lane: l.ID, Partition: l.Partition, Entry: l.entry(i), Ahead: i, Destination: l.dest.state(), SubscriptionPaused: l.state == laneSubPaused}
+		if i == 0 {
+			loc.Head = l.head
+			loc.InFlight = l.state == laneInFlight
+		}
+		return loc, true
+	}
+	return Location{}, false
+}
+
+// laneOfOddID returns the lane holding the event whose id is id, not a
+// UUID (nil: none).
+func (s *Scheduler) laneOfOddID(id string) *Lane {
 	for _, d := range s.dests {
-		for _, l := range d.lanes {
-			for i := range l.entries {
-				if !l.hasEventID(&l.entries[i], eventID, compact, isCompact) {
-					continue
-				}
-				loc := Location{Lane: l.ID, Partition: l.Partition, Entry: l.entry(i), Ahead: i, Destination: d.state(), SubscriptionPaused: l.state == laneSubPaused}
-				if i == 0 {
-					loc.Head = l.head
-					loc.InFlight = l.state == laneInFlight
-				}
-				return loc, true
+		for k, odd := range d.oddIDs {
+			if odd == id {
+				return k.lane
 			}
 		}
 	}
-	return Location{}, false
+	return nil
 }
 
 func (d *destination) state() DestinationState {

@@ -30,8 +30,8 @@ func (s *Scheduler) expireDeadlines(now time.Time) {
 	for len(s.deadlines) > 0 && !s.deadlines[0].at.After(now) {
 		dl := heap.Pop(&s.deadlines).(deadline)
 		l := dl.lane
-		if l.deadlineAt.Equal(dl.at) {
-			l.deadlineAt = time.Time{}
+		if l.deadlineAt == dl.at.UnixNano() {
+			l.deadlineAt = 0
 		}
 		if l.dest.dropped || len(l.entries) == 0 || l.entries[0].Seq != dl.seq || !l.head.HeldByDestination || !l.head.WindowEnd.Equal(dl.at) {
 			continue // stale: the lane moved on or its head changed
@@ -53,10 +53,10 @@ func (s *Scheduler) expireDeadlines(now time.Time) {
 // heap (once per head and window end).
 func (s *Scheduler) watchDeadline(l *Lane) {
 	at := l.head.WindowEnd
-	if !l.head.HeldByDestination || at.IsZero() || at.Equal(l.deadlineAt) {
+	if !l.head.HeldByDestination || at.IsZero() || at.UnixNano() == l.deadlineAt {
 		return
 	}
-	l.deadlineAt = at
+	l.deadlineAt = at.UnixNano()
 	heap.Push(&s.deadlines, deadline{at: at, lane: l, seq: l.entries[0].Seq})
 }
 

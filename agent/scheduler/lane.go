@@ -216,8 +216,7 @@ type Head struct {
 	WindowEnd time.Time
 }
 
-// laneState is a byte, so that it packs with hasLedger: a Lane fits the
-// 352-byte size class.
+// laneState is a byte, so that it packs with hasLedger.
 type laneState uint8
 
 const (
@@ -250,8 +249,10 @@ type Lane struct {
 	// its WindowEnd while its destination holds it (parked).
 	wake time.Time
 	// deadlineAt is the window end this lane last put in the deadline
-	// heap (zero: none pending).
-	deadlineAt time.Time
+	// heap, in Unix nanoseconds (0: none pending); not a time.Time, so
+	// that a lane fits the 352-byte size class (with the event index,
+	// TestPendingEventHeapIsSmall).
+	deadlineAt int64
 	// dueSince is when the lane last became due, in Unix nanoseconds
 	// (Attempt.BudgetWait); not a time.Time, to keep a lane small.
 	dueSince int64

@@ -169,6 +169,7 @@ func (s *Scheduler) advance(a *Attempt, died bool) Outcome {
 	if d.dropped {
 		return Outcome{}
 	}
+	s.byEventID.remove(l, &l.entries[0])
 	l.pop()
 	d.pending--
 	l.head = Head{}

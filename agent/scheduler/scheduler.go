@@ -94,6 +94,8 @@ type Scheduler struct {
 	// pausedSubs are the paused subscriptions, each with its destination
 	// (subscription.go).
 	pausedSubs map[string]string
+	// byEventID: which lane holds each pending event (Find).
+	byEventID eventIndex
 }
 
 // New returns an empty scheduler.
