@@ -222,8 +222,31 @@ type Destination struct {
 	// URL: only that customer may subscribe to it (operators see and steer
 	// it like any other).
 	OwnerCustomer string `protobuf:"bytes,20,opt,name=owner_customer,json=ownerCustomer,proto3" json:"owner_customer,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// signature_scheme is which Standard Webhooks signatures deliveries
+	// carry in webhook-signature: "v1" (HMAC-SHA256 with secret; the
+	// default, also when empty), "v1a" (ed25519 with signing_key) or
+	// "both" (one of each).
+	SignatureScheme string `protobuf:"bytes,40,opt,name=signature_scheme,json=signatureScheme,proto3" json:"signature_scheme,omitempty"`
+	// signing_key is the ed25519 secret key of v1a signatures: "whsk_" +
+	// base64 of the 64-byte key (seed and public key). Only on the agents'
+	// feed: answers carry signing_key_fingerprint, never the key.
+	SigningKey            string `protobuf:"bytes,41,opt,name=signing_key,json=signingKey,proto3" json:"signing_key,omitempty"`
+	SigningKeyFingerprint string `protobuf:"bytes,42,opt,name=signing_key_fingerprint,json=signingKeyFingerprint,proto3" json:"signing_key_fingerprint,omitempty"`
+	// public_key is signing_key's public half, "whpk_" + base64 of the
+	// 32-byte key: what receivers verify v1a signatures with. Not a secret:
+	// every answer carries it.
+	PublicKey string `protobuf:"bytes,43,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	// previous_signing_key is the key a rotation replaced; it signs too
+	// until previous_signing_key_expires_at. Only on the agents' feed;
+	// answers carry previous_public_key.
+	PreviousSigningKey          string                 `protobuf:"bytes,44,opt,name=previous_signing_key,json=previousSigningKey,proto3" json:"previous_signing_key,omitempty"`
+	PreviousPublicKey           string                 `protobuf:"bytes,45,opt,name=previous_public_key,json=previousPublicKey,proto3" json:"previous_public_key,omitempty"`
+	PreviousSigningKeyExpiresAt *timestamppb.Timestamp `protobuf:"bytes,46,opt,name=previous_signing_key_expires_at,json=previousSigningKeyExpiresAt,proto3" json:"previous_signing_key_expires_at,omitempty"`
+	// legacy_signature is a partner's existing signature contract, sent
+	// beside (or instead of) webhook-signature; unset when none.
+	LegacySignature *LegacySignature `protobuf:"bytes,47,opt,name=legacy_signature,json=legacySignature,proto3" json:"legacy_signature,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Destination) Reset() {
@@ -396,6 +419,179 @@ func (x *Destination) GetOwnerCustomer() string {
 	return ""
 }
 
+func (x *Destination) GetSignatureScheme() string {
+	if x != nil {
+		return x.SignatureScheme
+	}
+	return ""
+}
+
+func (x *Destination) GetSigningKey() string {
+	if x != nil {
+		return x.SigningKey
+	}
+	return ""
+}
+
+func (x *Destination) GetSigningKeyFingerprint() string {
+	if x != nil {
+		return x.SigningKeyFingerprint
+	}
+	return ""
+}
+
+func (x *Destination) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
+}
+
+func (x *Destination) GetPreviousSigningKey() string {
+	if x != nil {
+		return x.PreviousSigningKey
+	}
+	return ""
+}
+
+func (x *Destination) GetPreviousPublicKey() string {
+	if x != nil {
+		return x.PreviousPublicKey
+	}
+	return ""
+}
+
+func (x *Destination) GetPreviousSigningKeyExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PreviousSigningKeyExpiresAt
+	}
+	return nil
+}
+
+func (x *Destination) GetLegacySignature() *LegacySignature {
+	if x != nil {
+		return x.LegacySignature
+	}
+	return nil
+}
+
+// LegacySignature is a signature header in a partner's pre-existing
+// format (a migration aid): an HMAC of a template over the delivery, in
+// a header of its own. It has no timestamp unless the template includes
+// one, so without {timestamp} it gives no replay protection.
+type LegacySignature struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// header is the header's name (X-Signature, say); not one Rivora sets.
+	Header string `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// template is the signed content: literal text with the placeholders
+	// {body} (the payload as sent), {id} (webhook-id) and {timestamp}
+	// (webhook-timestamp, Unix seconds); default "{body}".
+	Template string `protobuf:"bytes,2,opt,name=template,proto3" json:"template,omitempty"`
+	// algorithm: "hmac-sha256" (default), "hmac-sha512" or "hmac-sha1".
+	Algorithm string `protobuf:"bytes,3,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	// encoding of the MAC: "hex" (lower case, default) or "base64".
+	Encoding string `protobuf:"bytes,4,opt,name=encoding,proto3" json:"encoding,omitempty"`
+	// prefix is literal text before the encoded MAC ("sha256=", say).
+	Prefix string `protobuf:"bytes,5,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// secret is the HMAC key, its bytes as given (the partner's existing
+	// secret). Only in requests and on the agents' feed: answers carry
+	// secret_fingerprint.
+	Secret            string `protobuf:"bytes,6,opt,name=secret,proto3" json:"secret,omitempty"`
+	SecretFingerprint string `protobuf:"bytes,7,opt,name=secret_fingerprint,json=secretFingerprint,proto3" json:"secret_fingerprint,omitempty"`
+	// replace_standard leaves webhook-signature out (webhook-id and
+	// webhook-timestamp are still sent): for a partner that cannot be
+	// told to ignore an unknown header.
+	ReplaceStandard bool `protobuf:"varint,8,opt,name=replace_standard,json=replaceStandard,proto3" json:"replace_standard,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *LegacySignature) Reset() {
+	*x = LegacySignature{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LegacySignature) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LegacySignature) ProtoMessage() {}
+
+func (x *LegacySignature) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LegacySignature.ProtoReflect.Descriptor instead.
+func (*LegacySignature) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *LegacySignature) GetHeader() string {
+	if x != nil {
+		return x.Header
+	}
+	return ""
+}
+
+func (x *LegacySignature) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *LegacySignature) GetAlgorithm() string {
+	if x != nil {
+		return x.Algorithm
+	}
+	return ""
+}
+
+func (x *LegacySignature) GetEncoding() string {
+	if x != nil {
+		return x.Encoding
+	}
+	return ""
+}
+
+func (x *LegacySignature) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *LegacySignature) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *LegacySignature) GetSecretFingerprint() string {
+	if x != nil {
+		return x.SecretFingerprint
+	}
+	return ""
+}
+
+func (x *LegacySignature) GetReplaceStandard() bool {
+	if x != nil {
+		return x.ReplaceStandard
+	}
+	return false
+}
+
 // Header is one custom HTTP header of a destination.
 type Header struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -417,7 +613,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	mi := &file_rivora_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +625,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	mi := &file_rivora_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +638,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Header) GetName() string {
@@ -482,7 +678,7 @@ type LimitsOverride struct {
 
 func (x *LimitsOverride) Reset() {
 	*x = LimitsOverride{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[3]
+	mi := &file_rivora_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +690,7 @@ func (x *LimitsOverride) String() string {
 func (*LimitsOverride) ProtoMessage() {}
 
 func (x *LimitsOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[3]
+	mi := &file_rivora_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,7 +703,7 @@ func (x *LimitsOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsOverride.ProtoReflect.Descriptor instead.
 func (*LimitsOverride) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LimitsOverride) GetLimits() *Limits {
@@ -558,7 +754,7 @@ type PauseInterval struct {
 
 func (x *PauseInterval) Reset() {
 	*x = PauseInterval{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[4]
+	mi := &file_rivora_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +766,7 @@ func (x *PauseInterval) String() string {
 func (*PauseInterval) ProtoMessage() {}
 
 func (x *PauseInterval) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[4]
+	mi := &file_rivora_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +779,7 @@ func (x *PauseInterval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseInterval.ProtoReflect.Descriptor instead.
 func (*PauseInterval) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PauseInterval) GetStart() *timestamppb.Timestamp {
@@ -628,13 +824,21 @@ type CreateDestinationRequest struct {
 	// owner_customer makes the destination the customer's own (required
 	// for a customer token, which may not set limits).
 	OwnerCustomer string `protobuf:"bytes,7,opt,name=owner_customer,json=ownerCustomer,proto3" json:"owner_customer,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// signature_scheme: "v1" (default), "v1a" or "both" (Destination).
+	SignatureScheme string `protobuf:"bytes,20,opt,name=signature_scheme,json=signatureScheme,proto3" json:"signature_scheme,omitempty"`
+	// signing_key is the ed25519 key of v1a signatures ("whsk_" + base64
+	// of the 32-byte seed or 64-byte key); generated when the scheme needs
+	// one and none is given.
+	SigningKey string `protobuf:"bytes,21,opt,name=signing_key,json=signingKey,proto3" json:"signing_key,omitempty"`
+	// legacy_signature adds a partner's existing signature header.
+	LegacySignature *LegacySignature `protobuf:"bytes,22,opt,name=legacy_signature,json=legacySignature,proto3" json:"legacy_signature,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CreateDestinationRequest) Reset() {
 	*x = CreateDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[5]
+	mi := &file_rivora_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +850,7 @@ func (x *CreateDestinationRequest) String() string {
 func (*CreateDestinationRequest) ProtoMessage() {}
 
 func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[5]
+	mi := &file_rivora_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +863,7 @@ func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestinationRequest.ProtoReflect.Descriptor instead.
 func (*CreateDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateDestinationRequest) GetAuthor() string {
@@ -711,6 +915,27 @@ func (x *CreateDestinationRequest) GetOwnerCustomer() string {
 	return ""
 }
 
+func (x *CreateDestinationRequest) GetSignatureScheme() string {
+	if x != nil {
+		return x.SignatureScheme
+	}
+	return ""
+}
+
+func (x *CreateDestinationRequest) GetSigningKey() string {
+	if x != nil {
+		return x.SigningKey
+	}
+	return ""
+}
+
+func (x *CreateDestinationRequest) GetLegacySignature() *LegacySignature {
+	if x != nil {
+		return x.LegacySignature
+	}
+	return nil
+}
+
 type CreateDestinationResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
@@ -721,7 +946,7 @@ type CreateDestinationResponse struct {
 
 func (x *CreateDestinationResponse) Reset() {
 	*x = CreateDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[6]
+	mi := &file_rivora_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +958,7 @@ func (x *CreateDestinationResponse) String() string {
 func (*CreateDestinationResponse) ProtoMessage() {}
 
 func (x *CreateDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[6]
+	mi := &file_rivora_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +971,7 @@ func (x *CreateDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestinationResponse.ProtoReflect.Descriptor instead.
 func (*CreateDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateDestinationResponse) GetDestination() *Destination {
@@ -772,7 +997,7 @@ type GetDestinationRequest struct {
 
 func (x *GetDestinationRequest) Reset() {
 	*x = GetDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[7]
+	mi := &file_rivora_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +1009,7 @@ func (x *GetDestinationRequest) String() string {
 func (*GetDestinationRequest) ProtoMessage() {}
 
 func (x *GetDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[7]
+	mi := &file_rivora_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +1022,7 @@ func (x *GetDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationRequest.ProtoReflect.Descriptor instead.
 func (*GetDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetDestinationRequest) GetId() string {
@@ -818,7 +1043,7 @@ type GetDestinationResponse struct {
 
 func (x *GetDestinationResponse) Reset() {
 	*x = GetDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[8]
+	mi := &file_rivora_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +1055,7 @@ func (x *GetDestinationResponse) String() string {
 func (*GetDestinationResponse) ProtoMessage() {}
 
 func (x *GetDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[8]
+	mi := &file_rivora_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +1068,7 @@ func (x *GetDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationResponse.ProtoReflect.Descriptor instead.
 func (*GetDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetDestinationResponse) GetDestination() *Destination {
@@ -868,7 +1093,7 @@ type ListDestinationsRequest struct {
 
 func (x *ListDestinationsRequest) Reset() {
 	*x = ListDestinationsRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[9]
+	mi := &file_rivora_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1105,7 @@ func (x *ListDestinationsRequest) String() string {
 func (*ListDestinationsRequest) ProtoMessage() {}
 
 func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[9]
+	mi := &file_rivora_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1118,7 @@ func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsRequest.ProtoReflect.Descriptor instead.
 func (*ListDestinationsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 type ListDestinationsResponse struct {
@@ -905,7 +1130,7 @@ type ListDestinationsResponse struct {
 
 func (x *ListDestinationsResponse) Reset() {
 	*x = ListDestinationsResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[10]
+	mi := &file_rivora_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +1142,7 @@ func (x *ListDestinationsResponse) String() string {
 func (*ListDestinationsResponse) ProtoMessage() {}
 
 func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[10]
+	mi := &file_rivora_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +1155,7 @@ func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsResponse.ProtoReflect.Descriptor instead.
 func (*ListDestinationsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListDestinationsResponse) GetDestinations() []*Destination {
@@ -960,13 +1185,23 @@ type UpdateDestinationRequest struct {
 	// grace period.
 	SetHeaders    []*Header `protobuf:"bytes,11,rep,name=set_headers,json=setHeaders,proto3" json:"set_headers,omitempty"`
 	RemoveHeaders []string  `protobuf:"bytes,12,rep,name=remove_headers,json=removeHeaders,proto3" json:"remove_headers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// signature_scheme changes the scheme ("v1", "v1a" or "both"); a key
+	// pair is generated when v1a needs one and the destination has none.
+	SignatureScheme *string `protobuf:"bytes,20,opt,name=signature_scheme,json=signatureScheme,proto3,oneof" json:"signature_scheme,omitempty"`
+	// signing_key replaces the ed25519 key at once (no overlap;
+	// RotateDestinationSecret keeps the old one signing for a grace).
+	SigningKey *string `protobuf:"bytes,21,opt,name=signing_key,json=signingKey,proto3,oneof" json:"signing_key,omitempty"`
+	// legacy_signature sets (replaces) the legacy signature;
+	// remove_legacy_signature drops it.
+	LegacySignature       *LegacySignature `protobuf:"bytes,22,opt,name=legacy_signature,json=legacySignature,proto3" json:"legacy_signature,omitempty"`
+	RemoveLegacySignature bool             `protobuf:"varint,23,opt,name=remove_legacy_signature,json=removeLegacySignature,proto3" json:"remove_legacy_signature,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *UpdateDestinationRequest) Reset() {
 	*x = UpdateDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[11]
+	mi := &file_rivora_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1213,7 @@ func (x *UpdateDestinationRequest) String() string {
 func (*UpdateDestinationRequest) ProtoMessage() {}
 
 func (x *UpdateDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[11]
+	mi := &file_rivora_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1226,7 @@ func (x *UpdateDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDestinationRequest.ProtoReflect.Descriptor instead.
 func (*UpdateDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateDestinationRequest) GetAuthor() string {
@@ -1078,6 +1313,34 @@ func (x *UpdateDestinationRequest) GetRemoveHeaders() []string {
 	return nil
 }
 
+func (x *UpdateDestinationRequest) GetSignatureScheme() string {
+	if x != nil && x.SignatureScheme != nil {
+		return *x.SignatureScheme
+	}
+	return ""
+}
+
+func (x *UpdateDestinationRequest) GetSigningKey() string {
+	if x != nil && x.SigningKey != nil {
+		return *x.SigningKey
+	}
+	return ""
+}
+
+func (x *UpdateDestinationRequest) GetLegacySignature() *LegacySignature {
+	if x != nil {
+		return x.LegacySignature
+	}
+	return nil
+}
+
+func (x *UpdateDestinationRequest) GetRemoveLegacySignature() bool {
+	if x != nil {
+		return x.RemoveLegacySignature
+	}
+	return false
+}
+
 type UpdateDestinationResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
@@ -1088,7 +1351,7 @@ type UpdateDestinationResponse struct {
 
 func (x *UpdateDestinationResponse) Reset() {
 	*x = UpdateDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[12]
+	mi := &file_rivora_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1363,7 @@ func (x *UpdateDestinationResponse) String() string {
 func (*UpdateDestinationResponse) ProtoMessage() {}
 
 func (x *UpdateDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[12]
+	mi := &file_rivora_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1376,7 @@ func (x *UpdateDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDestinationResponse.ProtoReflect.Descriptor instead.
 func (*UpdateDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateDestinationResponse) GetDestination() *Destination {
@@ -1139,14 +1402,19 @@ type RotateDestinationSecretRequest struct {
 	Secret string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
 	// grace is how long the previous secret keeps signing too: unset means
 	// 24h, 0 no overlap; at most 7 days.
-	Grace         *durationpb.Duration `protobuf:"bytes,3,opt,name=grace,proto3" json:"grace,omitempty"`
+	Grace *durationpb.Duration `protobuf:"bytes,3,opt,name=grace,proto3" json:"grace,omitempty"`
+	// signing_key is the new ed25519 key for a destination whose scheme
+	// is v1a or both (generated when empty): its key rotates with the same
+	// grace, the previous one signing too. A v1-only destination rotates
+	// only its secret, a v1a-only one only its key.
+	SigningKey    string `protobuf:"bytes,5,opt,name=signing_key,json=signingKey,proto3" json:"signing_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RotateDestinationSecretRequest) Reset() {
 	*x = RotateDestinationSecretRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[13]
+	mi := &file_rivora_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1426,7 @@ func (x *RotateDestinationSecretRequest) String() string {
 func (*RotateDestinationSecretRequest) ProtoMessage() {}
 
 func (x *RotateDestinationSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[13]
+	mi := &file_rivora_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1439,7 @@ func (x *RotateDestinationSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateDestinationSecretRequest.ProtoReflect.Descriptor instead.
 func (*RotateDestinationSecretRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RotateDestinationSecretRequest) GetAuthor() string {
@@ -1202,6 +1470,13 @@ func (x *RotateDestinationSecretRequest) GetGrace() *durationpb.Duration {
 	return nil
 }
 
+func (x *RotateDestinationSecretRequest) GetSigningKey() string {
+	if x != nil {
+		return x.SigningKey
+	}
+	return ""
+}
+
 type RotateDestinationSecretResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// destination carries the new secret: the one answer that shows it.
@@ -1213,7 +1488,7 @@ type RotateDestinationSecretResponse struct {
 
 func (x *RotateDestinationSecretResponse) Reset() {
 	*x = RotateDestinationSecretResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[14]
+	mi := &file_rivora_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1500,7 @@ func (x *RotateDestinationSecretResponse) String() string {
 func (*RotateDestinationSecretResponse) ProtoMessage() {}
 
 func (x *RotateDestinationSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[14]
+	mi := &file_rivora_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1513,7 @@ func (x *RotateDestinationSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateDestinationSecretResponse.ProtoReflect.Descriptor instead.
 func (*RotateDestinationSecretResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RotateDestinationSecretResponse) GetDestination() *Destination {
@@ -1266,7 +1541,7 @@ type DeleteDestinationRequest struct {
 
 func (x *DeleteDestinationRequest) Reset() {
 	*x = DeleteDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[15]
+	mi := &file_rivora_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1553,7 @@ func (x *DeleteDestinationRequest) String() string {
 func (*DeleteDestinationRequest) ProtoMessage() {}
 
 func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[15]
+	mi := &file_rivora_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1566,7 @@ func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteDestinationRequest) GetAuthor() string {
@@ -1326,7 +1601,7 @@ type DeleteDestinationResponse struct {
 
 func (x *DeleteDestinationResponse) Reset() {
 	*x = DeleteDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[16]
+	mi := &file_rivora_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1613,7 @@ func (x *DeleteDestinationResponse) String() string {
 func (*DeleteDestinationResponse) ProtoMessage() {}
 
 func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[16]
+	mi := &file_rivora_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1626,7 @@ func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteDestinationResponse) GetArchived() int64 {
@@ -1383,7 +1658,7 @@ type SetPriorityRequest struct {
 
 func (x *SetPriorityRequest) Reset() {
 	*x = SetPriorityRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[17]
+	mi := &file_rivora_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1670,7 @@ func (x *SetPriorityRequest) String() string {
 func (*SetPriorityRequest) ProtoMessage() {}
 
 func (x *SetPriorityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[17]
+	mi := &file_rivora_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1683,7 @@ func (x *SetPriorityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPriorityRequest.ProtoReflect.Descriptor instead.
 func (*SetPriorityRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetPriorityRequest) GetDestinationId() string {
@@ -1456,7 +1731,7 @@ type SetPriorityResponse struct {
 
 func (x *SetPriorityResponse) Reset() {
 	*x = SetPriorityResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[18]
+	mi := &file_rivora_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1743,7 @@ func (x *SetPriorityResponse) String() string {
 func (*SetPriorityResponse) ProtoMessage() {}
 
 func (x *SetPriorityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[18]
+	mi := &file_rivora_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1756,7 @@ func (x *SetPriorityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPriorityResponse.ProtoReflect.Descriptor instead.
 func (*SetPriorityResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetPriorityResponse) GetDestination() *Destination {
@@ -1511,7 +1786,7 @@ type GetDestinationHealthRequest struct {
 
 func (x *GetDestinationHealthRequest) Reset() {
 	*x = GetDestinationHealthRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[19]
+	mi := &file_rivora_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1798,7 @@ func (x *GetDestinationHealthRequest) String() string {
 func (*GetDestinationHealthRequest) ProtoMessage() {}
 
 func (x *GetDestinationHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[19]
+	mi := &file_rivora_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1811,7 @@ func (x *GetDestinationHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationHealthRequest.ProtoReflect.Descriptor instead.
 func (*GetDestinationHealthRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetDestinationHealthRequest) GetDestinationId() string {
@@ -1562,7 +1837,7 @@ type GetDestinationHealthResponse struct {
 
 func (x *GetDestinationHealthResponse) Reset() {
 	*x = GetDestinationHealthResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[20]
+	mi := &file_rivora_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1849,7 @@ func (x *GetDestinationHealthResponse) String() string {
 func (*GetDestinationHealthResponse) ProtoMessage() {}
 
 func (x *GetDestinationHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[20]
+	mi := &file_rivora_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1862,7 @@ func (x *GetDestinationHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationHealthResponse.ProtoReflect.Descriptor instead.
 func (*GetDestinationHealthResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetDestinationHealthResponse) GetDestinations() []*DestinationHealth {
@@ -1610,7 +1885,7 @@ type HealthTransition struct {
 
 func (x *HealthTransition) Reset() {
 	*x = HealthTransition{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[21]
+	mi := &file_rivora_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1897,7 @@ func (x *HealthTransition) String() string {
 func (*HealthTransition) ProtoMessage() {}
 
 func (x *HealthTransition) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[21]
+	mi := &file_rivora_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1910,7 @@ func (x *HealthTransition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthTransition.ProtoReflect.Descriptor instead.
 func (*HealthTransition) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HealthTransition) GetAt() *timestamppb.Timestamp {
@@ -1682,7 +1957,7 @@ type CustomerBacklog struct {
 
 func (x *CustomerBacklog) Reset() {
 	*x = CustomerBacklog{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[22]
+	mi := &file_rivora_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1969,7 @@ func (x *CustomerBacklog) String() string {
 func (*CustomerBacklog) ProtoMessage() {}
 
 func (x *CustomerBacklog) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[22]
+	mi := &file_rivora_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1982,7 @@ func (x *CustomerBacklog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomerBacklog.ProtoReflect.Descriptor instead.
 func (*CustomerBacklog) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CustomerBacklog) GetCustomerId() string {
@@ -1816,7 +2091,7 @@ type DestinationHealth struct {
 
 func (x *DestinationHealth) Reset() {
 	*x = DestinationHealth{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[23]
+	mi := &file_rivora_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2103,7 @@ func (x *DestinationHealth) String() string {
 func (*DestinationHealth) ProtoMessage() {}
 
 func (x *DestinationHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[23]
+	mi := &file_rivora_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2116,7 @@ func (x *DestinationHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestinationHealth.ProtoReflect.Descriptor instead.
 func (*DestinationHealth) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DestinationHealth) GetDestinationId() string {
@@ -2046,7 +2321,7 @@ type RateSample struct {
 
 func (x *RateSample) Reset() {
 	*x = RateSample{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[24]
+	mi := &file_rivora_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2333,7 @@ func (x *RateSample) String() string {
 func (*RateSample) ProtoMessage() {}
 
 func (x *RateSample) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[24]
+	mi := &file_rivora_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2346,7 @@ func (x *RateSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateSample.ProtoReflect.Descriptor instead.
 func (*RateSample) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RateSample) GetStart() *timestamppb.Timestamp {
@@ -2134,7 +2409,7 @@ type PauseDestinationRequest struct {
 
 func (x *PauseDestinationRequest) Reset() {
 	*x = PauseDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[25]
+	mi := &file_rivora_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2421,7 @@ func (x *PauseDestinationRequest) String() string {
 func (*PauseDestinationRequest) ProtoMessage() {}
 
 func (x *PauseDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[25]
+	mi := &file_rivora_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2434,7 @@ func (x *PauseDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseDestinationRequest.ProtoReflect.Descriptor instead.
 func (*PauseDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PauseDestinationRequest) GetDestinationId() string {
@@ -2193,7 +2468,7 @@ type PauseDestinationResponse struct {
 
 func (x *PauseDestinationResponse) Reset() {
 	*x = PauseDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[26]
+	mi := &file_rivora_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2480,7 @@ func (x *PauseDestinationResponse) String() string {
 func (*PauseDestinationResponse) ProtoMessage() {}
 
 func (x *PauseDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[26]
+	mi := &file_rivora_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2493,7 @@ func (x *PauseDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseDestinationResponse.ProtoReflect.Descriptor instead.
 func (*PauseDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PauseDestinationResponse) GetDestination() *Destination {
@@ -2245,7 +2520,7 @@ type ResumeDestinationRequest struct {
 
 func (x *ResumeDestinationRequest) Reset() {
 	*x = ResumeDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[27]
+	mi := &file_rivora_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2532,7 @@ func (x *ResumeDestinationRequest) String() string {
 func (*ResumeDestinationRequest) ProtoMessage() {}
 
 func (x *ResumeDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[27]
+	mi := &file_rivora_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2545,7 @@ func (x *ResumeDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeDestinationRequest.ProtoReflect.Descriptor instead.
 func (*ResumeDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ResumeDestinationRequest) GetDestinationId() string {
@@ -2297,7 +2572,7 @@ type ResumeDestinationResponse struct {
 
 func (x *ResumeDestinationResponse) Reset() {
 	*x = ResumeDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[28]
+	mi := &file_rivora_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2584,7 @@ func (x *ResumeDestinationResponse) String() string {
 func (*ResumeDestinationResponse) ProtoMessage() {}
 
 func (x *ResumeDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[28]
+	mi := &file_rivora_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2597,7 @@ func (x *ResumeDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeDestinationResponse.ProtoReflect.Descriptor instead.
 func (*ResumeDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResumeDestinationResponse) GetDestination() *Destination {
@@ -2355,7 +2630,7 @@ type LimitSource struct {
 
 func (x *LimitSource) Reset() {
 	*x = LimitSource{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[29]
+	mi := &file_rivora_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2642,7 @@ func (x *LimitSource) String() string {
 func (*LimitSource) ProtoMessage() {}
 
 func (x *LimitSource) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[29]
+	mi := &file_rivora_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2655,7 @@ func (x *LimitSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitSource.ProtoReflect.Descriptor instead.
 func (*LimitSource) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LimitSource) GetSource() string {
@@ -2420,7 +2695,7 @@ type GetLimitsRequest struct {
 
 func (x *GetLimitsRequest) Reset() {
 	*x = GetLimitsRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[30]
+	mi := &file_rivora_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2707,7 @@ func (x *GetLimitsRequest) String() string {
 func (*GetLimitsRequest) ProtoMessage() {}
 
 func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[30]
+	mi := &file_rivora_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2720,7 @@ func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsRequest.ProtoReflect.Descriptor instead.
 func (*GetLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetLimitsRequest) GetDestinationId() string {
@@ -2470,7 +2745,7 @@ type GetLimitsResponse struct {
 
 func (x *GetLimitsResponse) Reset() {
 	*x = GetLimitsResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[31]
+	mi := &file_rivora_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2757,7 @@ func (x *GetLimitsResponse) String() string {
 func (*GetLimitsResponse) ProtoMessage() {}
 
 func (x *GetLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[31]
+	mi := &file_rivora_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2770,7 @@ func (x *GetLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsResponse.ProtoReflect.Descriptor instead.
 func (*GetLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetLimitsResponse) GetDestinationId() string {
@@ -2550,7 +2825,7 @@ type SetLimitsOverrideRequest struct {
 
 func (x *SetLimitsOverrideRequest) Reset() {
 	*x = SetLimitsOverrideRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[32]
+	mi := &file_rivora_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +2837,7 @@ func (x *SetLimitsOverrideRequest) String() string {
 func (*SetLimitsOverrideRequest) ProtoMessage() {}
 
 func (x *SetLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[32]
+	mi := &file_rivora_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +2850,7 @@ func (x *SetLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimitsOverrideRequest.ProtoReflect.Descriptor instead.
 func (*SetLimitsOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetLimitsOverrideRequest) GetDestinationId() string {
@@ -2671,7 +2946,7 @@ type SetLimitsOverrideResponse struct {
 
 func (x *SetLimitsOverrideResponse) Reset() {
 	*x = SetLimitsOverrideResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[33]
+	mi := &file_rivora_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2958,7 @@ func (x *SetLimitsOverrideResponse) String() string {
 func (*SetLimitsOverrideResponse) ProtoMessage() {}
 
 func (x *SetLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[33]
+	mi := &file_rivora_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2971,7 @@ func (x *SetLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimitsOverrideResponse.ProtoReflect.Descriptor instead.
 func (*SetLimitsOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetLimitsOverrideResponse) GetLimits() *GetLimitsResponse {
@@ -2745,7 +3020,7 @@ type ClearLimitsOverrideRequest struct {
 
 func (x *ClearLimitsOverrideRequest) Reset() {
 	*x = ClearLimitsOverrideRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[34]
+	mi := &file_rivora_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +3032,7 @@ func (x *ClearLimitsOverrideRequest) String() string {
 func (*ClearLimitsOverrideRequest) ProtoMessage() {}
 
 func (x *ClearLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[34]
+	mi := &file_rivora_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +3045,7 @@ func (x *ClearLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearLimitsOverrideRequest.ProtoReflect.Descriptor instead.
 func (*ClearLimitsOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ClearLimitsOverrideRequest) GetDestinationId() string {
@@ -2804,7 +3079,7 @@ type ClearLimitsOverrideResponse struct {
 
 func (x *ClearLimitsOverrideResponse) Reset() {
 	*x = ClearLimitsOverrideResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[35]
+	mi := &file_rivora_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +3091,7 @@ func (x *ClearLimitsOverrideResponse) String() string {
 func (*ClearLimitsOverrideResponse) ProtoMessage() {}
 
 func (x *ClearLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[35]
+	mi := &file_rivora_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +3104,7 @@ func (x *ClearLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearLimitsOverrideResponse.ProtoReflect.Descriptor instead.
 func (*ClearLimitsOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ClearLimitsOverrideResponse) GetLimits() *GetLimitsResponse {
@@ -2854,7 +3129,7 @@ type DiffLimitsRequest struct {
 
 func (x *DiffLimitsRequest) Reset() {
 	*x = DiffLimitsRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[36]
+	mi := &file_rivora_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +3141,7 @@ func (x *DiffLimitsRequest) String() string {
 func (*DiffLimitsRequest) ProtoMessage() {}
 
 func (x *DiffLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[36]
+	mi := &file_rivora_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +3154,7 @@ func (x *DiffLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffLimitsRequest.ProtoReflect.Descriptor instead.
 func (*DiffLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 // LimitsDrift is one field where the effective limit is not the file's.
@@ -2896,7 +3171,7 @@ type LimitsDrift struct {
 
 func (x *LimitsDrift) Reset() {
 	*x = LimitsDrift{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[37]
+	mi := &file_rivora_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +3183,7 @@ func (x *LimitsDrift) String() string {
 func (*LimitsDrift) ProtoMessage() {}
 
 func (x *LimitsDrift) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[37]
+	mi := &file_rivora_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +3196,7 @@ func (x *LimitsDrift) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsDrift.ProtoReflect.Descriptor instead.
 func (*LimitsDrift) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LimitsDrift) GetDestinationId() string {
@@ -2968,7 +3243,7 @@ type DiffLimitsResponse struct {
 
 func (x *DiffLimitsResponse) Reset() {
 	*x = DiffLimitsResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[38]
+	mi := &file_rivora_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3255,7 @@ func (x *DiffLimitsResponse) String() string {
 func (*DiffLimitsResponse) ProtoMessage() {}
 
 func (x *DiffLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[38]
+	mi := &file_rivora_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3268,7 @@ func (x *DiffLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffLimitsResponse.ProtoReflect.Descriptor instead.
 func (*DiffLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DiffLimitsResponse) GetDrifts() []*LimitsDrift {
@@ -3029,7 +3304,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[39]
+	mi := &file_rivora_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3041,7 +3316,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[39]
+	mi := &file_rivora_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3054,7 +3329,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AuditEntry) GetAt() *timestamppb.Timestamp {
@@ -3124,7 +3399,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[40]
+	mi := &file_rivora_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3136,7 +3411,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[40]
+	mi := &file_rivora_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3149,7 +3424,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListAuditRequest) GetLimit() int32 {
@@ -3175,7 +3450,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[41]
+	mi := &file_rivora_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3187,7 +3462,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[41]
+	mi := &file_rivora_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3200,7 +3475,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -3218,7 +3493,7 @@ type GetConfigStatusRequest struct {
 
 func (x *GetConfigStatusRequest) Reset() {
 	*x = GetConfigStatusRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[42]
+	mi := &file_rivora_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3230,7 +3505,7 @@ func (x *GetConfigStatusRequest) String() string {
 func (*GetConfigStatusRequest) ProtoMessage() {}
 
 func (x *GetConfigStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[42]
+	mi := &file_rivora_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3243,7 +3518,7 @@ func (x *GetConfigStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigStatusRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 type GetConfigStatusResponse struct {
@@ -3258,7 +3533,7 @@ type GetConfigStatusResponse struct {
 
 func (x *GetConfigStatusResponse) Reset() {
 	*x = GetConfigStatusResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[43]
+	mi := &file_rivora_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3270,7 +3545,7 @@ func (x *GetConfigStatusResponse) String() string {
 func (*GetConfigStatusResponse) ProtoMessage() {}
 
 func (x *GetConfigStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[43]
+	mi := &file_rivora_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3283,7 +3558,7 @@ func (x *GetConfigStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetConfigStatusResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetConfigStatusResponse) GetVersion() uint64 {
@@ -3332,7 +3607,7 @@ type AgentStatus struct {
 
 func (x *AgentStatus) Reset() {
 	*x = AgentStatus{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[44]
+	mi := &file_rivora_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3344,7 +3619,7 @@ func (x *AgentStatus) String() string {
 func (*AgentStatus) ProtoMessage() {}
 
 func (x *AgentStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[44]
+	mi := &file_rivora_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3357,7 +3632,7 @@ func (x *AgentStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStatus.ProtoReflect.Descriptor instead.
 func (*AgentStatus) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AgentStatus) GetName() string {
@@ -3456,7 +3731,7 @@ type EdgeBuffer struct {
 
 func (x *EdgeBuffer) Reset() {
 	*x = EdgeBuffer{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[45]
+	mi := &file_rivora_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3743,7 @@ func (x *EdgeBuffer) String() string {
 func (*EdgeBuffer) ProtoMessage() {}
 
 func (x *EdgeBuffer) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[45]
+	mi := &file_rivora_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3756,7 @@ func (x *EdgeBuffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EdgeBuffer.ProtoReflect.Descriptor instead.
 func (*EdgeBuffer) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *EdgeBuffer) GetCellConnected() bool {
@@ -3566,7 +3841,7 @@ type EdgeStatus struct {
 
 func (x *EdgeStatus) Reset() {
 	*x = EdgeStatus{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[46]
+	mi := &file_rivora_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3578,7 +3853,7 @@ func (x *EdgeStatus) String() string {
 func (*EdgeStatus) ProtoMessage() {}
 
 func (x *EdgeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[46]
+	mi := &file_rivora_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3591,7 +3866,7 @@ func (x *EdgeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EdgeStatus.ProtoReflect.Descriptor instead.
 func (*EdgeStatus) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *EdgeStatus) GetName() string {
@@ -3649,7 +3924,7 @@ type Edge struct {
 
 func (x *Edge) Reset() {
 	*x = Edge{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[47]
+	mi := &file_rivora_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3661,7 +3936,7 @@ func (x *Edge) String() string {
 func (*Edge) ProtoMessage() {}
 
 func (x *Edge) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[47]
+	mi := &file_rivora_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3674,7 +3949,7 @@ func (x *Edge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edge.ProtoReflect.Descriptor instead.
 func (*Edge) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Edge) GetName() string {
@@ -3699,7 +3974,7 @@ type ListEdgesRequest struct {
 
 func (x *ListEdgesRequest) Reset() {
 	*x = ListEdgesRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[48]
+	mi := &file_rivora_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +3986,7 @@ func (x *ListEdgesRequest) String() string {
 func (*ListEdgesRequest) ProtoMessage() {}
 
 func (x *ListEdgesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[48]
+	mi := &file_rivora_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +3999,7 @@ func (x *ListEdgesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEdgesRequest.ProtoReflect.Descriptor instead.
 func (*ListEdgesRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 type ListEdgesResponse struct {
@@ -3737,7 +4012,7 @@ type ListEdgesResponse struct {
 
 func (x *ListEdgesResponse) Reset() {
 	*x = ListEdgesResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[49]
+	mi := &file_rivora_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3749,7 +4024,7 @@ func (x *ListEdgesResponse) String() string {
 func (*ListEdgesResponse) ProtoMessage() {}
 
 func (x *ListEdgesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[49]
+	mi := &file_rivora_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3762,7 +4037,7 @@ func (x *ListEdgesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEdgesResponse.ProtoReflect.Descriptor instead.
 func (*ListEdgesResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListEdgesResponse) GetEdges() []*EdgeStatus {
@@ -3781,7 +4056,7 @@ type GetEdgeRequest struct {
 
 func (x *GetEdgeRequest) Reset() {
 	*x = GetEdgeRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[50]
+	mi := &file_rivora_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3793,7 +4068,7 @@ func (x *GetEdgeRequest) String() string {
 func (*GetEdgeRequest) ProtoMessage() {}
 
 func (x *GetEdgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[50]
+	mi := &file_rivora_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3806,7 +4081,7 @@ func (x *GetEdgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEdgeRequest.ProtoReflect.Descriptor instead.
 func (*GetEdgeRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetEdgeRequest) GetName() string {
@@ -3825,7 +4100,7 @@ type GetEdgeResponse struct {
 
 func (x *GetEdgeResponse) Reset() {
 	*x = GetEdgeResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[51]
+	mi := &file_rivora_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3837,7 +4112,7 @@ func (x *GetEdgeResponse) String() string {
 func (*GetEdgeResponse) ProtoMessage() {}
 
 func (x *GetEdgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[51]
+	mi := &file_rivora_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3850,7 +4125,7 @@ func (x *GetEdgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEdgeResponse.ProtoReflect.Descriptor instead.
 func (*GetEdgeResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetEdgeResponse) GetEdge() *EdgeStatus {
@@ -3873,7 +4148,7 @@ type RemoveEdgeRequest struct {
 
 func (x *RemoveEdgeRequest) Reset() {
 	*x = RemoveEdgeRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[52]
+	mi := &file_rivora_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3885,7 +4160,7 @@ func (x *RemoveEdgeRequest) String() string {
 func (*RemoveEdgeRequest) ProtoMessage() {}
 
 func (x *RemoveEdgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[52]
+	mi := &file_rivora_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3898,7 +4173,7 @@ func (x *RemoveEdgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveEdgeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveEdgeRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RemoveEdgeRequest) GetName() string {
@@ -3923,7 +4198,7 @@ type RemoveEdgeResponse struct {
 
 func (x *RemoveEdgeResponse) Reset() {
 	*x = RemoveEdgeResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[53]
+	mi := &file_rivora_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3935,7 +4210,7 @@ func (x *RemoveEdgeResponse) String() string {
 func (*RemoveEdgeResponse) ProtoMessage() {}
 
 func (x *RemoveEdgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[53]
+	mi := &file_rivora_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3948,7 +4223,7 @@ func (x *RemoveEdgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveEdgeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveEdgeResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 var File_rivora_v1_admin_proto protoreflect.FileDescriptor
@@ -3962,7 +4237,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x03 \x01(\x05R\vmaxAttempts\x121\n" +
 	"\x06window\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06window\x123\n" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\"\n" +
-	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xfd\a\n" +
+	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xab\v\n" +
 	"\vDestination\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
@@ -3988,10 +4263,29 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x0fprevious_secret\x18\x11 \x01(\tR\x0epreviousSecret\x12W\n" +
 	"\x1aprevious_secret_expires_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\x17previousSecretExpiresAt\x12>\n" +
 	"\x1bprevious_secret_fingerprint\x18\x13 \x01(\tR\x19previousSecretFingerprint\x12%\n" +
-	"\x0eowner_customer\x18\x14 \x01(\tR\rownerCustomer\x1aB\n" +
+	"\x0eowner_customer\x18\x14 \x01(\tR\rownerCustomer\x12)\n" +
+	"\x10signature_scheme\x18( \x01(\tR\x0fsignatureScheme\x12\x1f\n" +
+	"\vsigning_key\x18) \x01(\tR\n" +
+	"signingKey\x126\n" +
+	"\x17signing_key_fingerprint\x18* \x01(\tR\x15signingKeyFingerprint\x12\x1d\n" +
+	"\n" +
+	"public_key\x18+ \x01(\tR\tpublicKey\x120\n" +
+	"\x14previous_signing_key\x18, \x01(\tR\x12previousSigningKey\x12.\n" +
+	"\x13previous_public_key\x18- \x01(\tR\x11previousPublicKey\x12`\n" +
+	"\x1fprevious_signing_key_expires_at\x18. \x01(\v2\x1a.google.protobuf.TimestampR\x1bpreviousSigningKeyExpiresAt\x12E\n" +
+	"\x10legacy_signature\x18/ \x01(\v2\x1a.rivora.v1.LegacySignatureR\x0flegacySignature\x1aB\n" +
 	"\x14CustomerWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"_\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x89\x02\n" +
+	"\x0fLegacySignature\x12\x16\n" +
+	"\x06header\x18\x01 \x01(\tR\x06header\x12\x1a\n" +
+	"\btemplate\x18\x02 \x01(\tR\btemplate\x12\x1c\n" +
+	"\talgorithm\x18\x03 \x01(\tR\talgorithm\x12\x1a\n" +
+	"\bencoding\x18\x04 \x01(\tR\bencoding\x12\x16\n" +
+	"\x06prefix\x18\x05 \x01(\tR\x06prefix\x12\x16\n" +
+	"\x06secret\x18\x06 \x01(\tR\x06secret\x12-\n" +
+	"\x12secret_fingerprint\x18\a \x01(\tR\x11secretFingerprint\x12)\n" +
+	"\x10replace_standard\x18\b \x01(\bR\x0freplaceStandard\"_\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12+\n" +
@@ -4007,7 +4301,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x16\n" +
-	"\x06author\x18\x04 \x01(\tR\x06author\"\xeb\x01\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\"\xfe\x02\n" +
 	"\x18CreateDestinationRequest\x12\x16\n" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
@@ -4015,7 +4309,11 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x06secret\x18\x03 \x01(\tR\x06secret\x12)\n" +
 	"\x06limits\x18\x04 \x01(\v2\x11.rivora.v1.LimitsR\x06limits\x12+\n" +
 	"\aheaders\x18\x06 \x03(\v2\x11.rivora.v1.HeaderR\aheaders\x12%\n" +
-	"\x0eowner_customer\x18\a \x01(\tR\rownerCustomer\"o\n" +
+	"\x0eowner_customer\x18\a \x01(\tR\rownerCustomer\x12)\n" +
+	"\x10signature_scheme\x18\x14 \x01(\tR\x0fsignatureScheme\x12\x1f\n" +
+	"\vsigning_key\x18\x15 \x01(\tR\n" +
+	"signingKey\x12E\n" +
+	"\x10legacy_signature\x18\x16 \x01(\v2\x1a.rivora.v1.LegacySignatureR\x0flegacySignature\"o\n" +
 	"\x19CreateDestinationResponse\x128\n" +
 	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"'\n" +
@@ -4026,7 +4324,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\apending\x18\x02 \x01(\x03R\apending\"\x19\n" +
 	"\x17ListDestinationsRequest\"V\n" +
 	"\x18ListDestinationsResponse\x12:\n" +
-	"\fdestinations\x18\x01 \x03(\v2\x16.rivora.v1.DestinationR\fdestinations\"\xa6\x04\n" +
+	"\fdestinations\x18\x01 \x03(\v2\x16.rivora.v1.DestinationR\fdestinations\"\xa0\x06\n" +
 	"\x18UpdateDestinationRequest\x12\x16\n" +
 	"\x06author\x18\n" +
 	" \x01(\tR\x06author\x12\x0e\n" +
@@ -4041,21 +4339,30 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\rmax_in_flight\x18\t \x01(\x05H\x05R\vmaxInFlight\x88\x01\x01\x122\n" +
 	"\vset_headers\x18\v \x03(\v2\x11.rivora.v1.HeaderR\n" +
 	"setHeaders\x12%\n" +
-	"\x0eremove_headers\x18\f \x03(\tR\rremoveHeadersB\x06\n" +
+	"\x0eremove_headers\x18\f \x03(\tR\rremoveHeaders\x12.\n" +
+	"\x10signature_scheme\x18\x14 \x01(\tH\x06R\x0fsignatureScheme\x88\x01\x01\x12$\n" +
+	"\vsigning_key\x18\x15 \x01(\tH\aR\n" +
+	"signingKey\x88\x01\x01\x12E\n" +
+	"\x10legacy_signature\x18\x16 \x01(\v2\x1a.rivora.v1.LegacySignatureR\x0flegacySignature\x126\n" +
+	"\x17remove_legacy_signature\x18\x17 \x01(\bR\x15removeLegacySignatureB\x06\n" +
 	"\x04_urlB\t\n" +
 	"\a_secretB\x12\n" +
 	"\x10_rate_per_secondB\b\n" +
 	"\x06_burstB\x0f\n" +
 	"\r_max_attemptsB\x10\n" +
-	"\x0e_max_in_flight\"o\n" +
+	"\x0e_max_in_flightB\x13\n" +
+	"\x11_signature_schemeB\x0e\n" +
+	"\f_signing_key\"o\n" +
 	"\x19UpdateDestinationResponse\x128\n" +
 	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa8\x01\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xc9\x01\n" +
 	"\x1eRotateDestinationSecretRequest\x12\x16\n" +
 	"\x06author\x18\x04 \x01(\tR\x06author\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\tR\x06secret\x12/\n" +
-	"\x05grace\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05grace\"u\n" +
+	"\x05grace\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05grace\x12\x1f\n" +
+	"\vsigning_key\x18\x05 \x01(\tR\n" +
+	"signingKey\"u\n" +
 	"\x1fRotateDestinationSecretResponse\x128\n" +
 	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"X\n" +
@@ -4311,182 +4618,187 @@ func file_rivora_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_rivora_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_rivora_v1_admin_proto_goTypes = []any{
 	(PriorityClass)(0),                      // 0: rivora.v1.PriorityClass
 	(*Limits)(nil),                          // 1: rivora.v1.Limits
 	(*Destination)(nil),                     // 2: rivora.v1.Destination
-	(*Header)(nil),                          // 3: rivora.v1.Header
-	(*LimitsOverride)(nil),                  // 4: rivora.v1.LimitsOverride
-	(*PauseInterval)(nil),                   // 5: rivora.v1.PauseInterval
-	(*CreateDestinationRequest)(nil),        // 6: rivora.v1.CreateDestinationRequest
-	(*CreateDestinationResponse)(nil),       // 7: rivora.v1.CreateDestinationResponse
-	(*GetDestinationRequest)(nil),           // 8: rivora.v1.GetDestinationRequest
-	(*GetDestinationResponse)(nil),          // 9: rivora.v1.GetDestinationResponse
-	(*ListDestinationsRequest)(nil),         // 10: rivora.v1.ListDestinationsRequest
-	(*ListDestinationsResponse)(nil),        // 11: rivora.v1.ListDestinationsResponse
-	(*UpdateDestinationRequest)(nil),        // 12: rivora.v1.UpdateDestinationRequest
-	(*UpdateDestinationResponse)(nil),       // 13: rivora.v1.UpdateDestinationResponse
-	(*RotateDestinationSecretRequest)(nil),  // 14: rivora.v1.RotateDestinationSecretRequest
-	(*RotateDestinationSecretResponse)(nil), // 15: rivora.v1.RotateDestinationSecretResponse
-	(*DeleteDestinationRequest)(nil),        // 16: rivora.v1.DeleteDestinationRequest
-	(*DeleteDestinationResponse)(nil),       // 17: rivora.v1.DeleteDestinationResponse
-	(*SetPriorityRequest)(nil),              // 18: rivora.v1.SetPriorityRequest
-	(*SetPriorityResponse)(nil),             // 19: rivora.v1.SetPriorityResponse
-	(*GetDestinationHealthRequest)(nil),     // 20: rivora.v1.GetDestinationHealthRequest
-	(*GetDestinationHealthResponse)(nil),    // 21: rivora.v1.GetDestinationHealthResponse
-	(*HealthTransition)(nil),                // 22: rivora.v1.HealthTransition
-	(*CustomerBacklog)(nil),                 // 23: rivora.v1.CustomerBacklog
-	(*DestinationHealth)(nil),               // 24: rivora.v1.DestinationHealth
-	(*RateSample)(nil),                      // 25: rivora.v1.RateSample
-	(*PauseDestinationRequest)(nil),         // 26: rivora.v1.PauseDestinationRequest
-	(*PauseDestinationResponse)(nil),        // 27: rivora.v1.PauseDestinationResponse
-	(*ResumeDestinationRequest)(nil),        // 28: rivora.v1.ResumeDestinationRequest
-	(*ResumeDestinationResponse)(nil),       // 29: rivora.v1.ResumeDestinationResponse
-	(*LimitSource)(nil),                     // 30: rivora.v1.LimitSource
-	(*GetLimitsRequest)(nil),                // 31: rivora.v1.GetLimitsRequest
-	(*GetLimitsResponse)(nil),               // 32: rivora.v1.GetLimitsResponse
-	(*SetLimitsOverrideRequest)(nil),        // 33: rivora.v1.SetLimitsOverrideRequest
-	(*SetLimitsOverrideResponse)(nil),       // 34: rivora.v1.SetLimitsOverrideResponse
-	(*ClearLimitsOverrideRequest)(nil),      // 35: rivora.v1.ClearLimitsOverrideRequest
-	(*ClearLimitsOverrideResponse)(nil),     // 36: rivora.v1.ClearLimitsOverrideResponse
-	(*DiffLimitsRequest)(nil),               // 37: rivora.v1.DiffLimitsRequest
-	(*LimitsDrift)(nil),                     // 38: rivora.v1.LimitsDrift
-	(*DiffLimitsResponse)(nil),              // 39: rivora.v1.DiffLimitsResponse
-	(*AuditEntry)(nil),                      // 40: rivora.v1.AuditEntry
-	(*ListAuditRequest)(nil),                // 41: rivora.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),               // 42: rivora.v1.ListAuditResponse
-	(*GetConfigStatusRequest)(nil),          // 43: rivora.v1.GetConfigStatusRequest
-	(*GetConfigStatusResponse)(nil),         // 44: rivora.v1.GetConfigStatusResponse
-	(*AgentStatus)(nil),                     // 45: rivora.v1.AgentStatus
-	(*EdgeBuffer)(nil),                      // 46: rivora.v1.EdgeBuffer
-	(*EdgeStatus)(nil),                      // 47: rivora.v1.EdgeStatus
-	(*Edge)(nil),                            // 48: rivora.v1.Edge
-	(*ListEdgesRequest)(nil),                // 49: rivora.v1.ListEdgesRequest
-	(*ListEdgesResponse)(nil),               // 50: rivora.v1.ListEdgesResponse
-	(*GetEdgeRequest)(nil),                  // 51: rivora.v1.GetEdgeRequest
-	(*GetEdgeResponse)(nil),                 // 52: rivora.v1.GetEdgeResponse
-	(*RemoveEdgeRequest)(nil),               // 53: rivora.v1.RemoveEdgeRequest
-	(*RemoveEdgeResponse)(nil),              // 54: rivora.v1.RemoveEdgeResponse
-	nil,                                     // 55: rivora.v1.Destination.CustomerWeightsEntry
-	nil,                                     // 56: rivora.v1.GetLimitsResponse.SourcesEntry
-	(*durationpb.Duration)(nil),             // 57: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),           // 58: google.protobuf.Timestamp
+	(*LegacySignature)(nil),                 // 3: rivora.v1.LegacySignature
+	(*Header)(nil),                          // 4: rivora.v1.Header
+	(*LimitsOverride)(nil),                  // 5: rivora.v1.LimitsOverride
+	(*PauseInterval)(nil),                   // 6: rivora.v1.PauseInterval
+	(*CreateDestinationRequest)(nil),        // 7: rivora.v1.CreateDestinationRequest
+	(*CreateDestinationResponse)(nil),       // 8: rivora.v1.CreateDestinationResponse
+	(*GetDestinationRequest)(nil),           // 9: rivora.v1.GetDestinationRequest
+	(*GetDestinationResponse)(nil),          // 10: rivora.v1.GetDestinationResponse
+	(*ListDestinationsRequest)(nil),         // 11: rivora.v1.ListDestinationsRequest
+	(*ListDestinationsResponse)(nil),        // 12: rivora.v1.ListDestinationsResponse
+	(*UpdateDestinationRequest)(nil),        // 13: rivora.v1.UpdateDestinationRequest
+	(*UpdateDestinationResponse)(nil),       // 14: rivora.v1.UpdateDestinationResponse
+	(*RotateDestinationSecretRequest)(nil),  // 15: rivora.v1.RotateDestinationSecretRequest
+	(*RotateDestinationSecretResponse)(nil), // 16: rivora.v1.RotateDestinationSecretResponse
+	(*DeleteDestinationRequest)(nil),        // 17: rivora.v1.DeleteDestinationRequest
+	(*DeleteDestinationResponse)(nil),       // 18: rivora.v1.DeleteDestinationResponse
+	(*SetPriorityRequest)(nil),              // 19: rivora.v1.SetPriorityRequest
+	(*SetPriorityResponse)(nil),             // 20: rivora.v1.SetPriorityResponse
+	(*GetDestinationHealthRequest)(nil),     // 21: rivora.v1.GetDestinationHealthRequest
+	(*GetDestinationHealthResponse)(nil),    // 22: rivora.v1.GetDestinationHealthResponse
+	(*HealthTransition)(nil),                // 23: rivora.v1.HealthTransition
+	(*CustomerBacklog)(nil),                 // 24: rivora.v1.CustomerBacklog
+	(*DestinationHealth)(nil),               // 25: rivora.v1.DestinationHealth
+	(*RateSample)(nil),                      // 26: rivora.v1.RateSample
+	(*PauseDestinationRequest)(nil),         // 27: rivora.v1.PauseDestinationRequest
+	(*PauseDestinationResponse)(nil),        // 28: rivora.v1.PauseDestinationResponse
+	(*ResumeDestinationRequest)(nil),        // 29: rivora.v1.ResumeDestinationRequest
+	(*ResumeDestinationResponse)(nil),       // 30: rivora.v1.ResumeDestinationResponse
+	(*LimitSource)(nil),                     // 31: rivora.v1.LimitSource
+	(*GetLimitsRequest)(nil),                // 32: rivora.v1.GetLimitsRequest
+	(*GetLimitsResponse)(nil),               // 33: rivora.v1.GetLimitsResponse
+	(*SetLimitsOverrideRequest)(nil),        // 34: rivora.v1.SetLimitsOverrideRequest
+	(*SetLimitsOverrideResponse)(nil),       // 35: rivora.v1.SetLimitsOverrideResponse
+	(*ClearLimitsOverrideRequest)(nil),      // 36: rivora.v1.ClearLimitsOverrideRequest
+	(*ClearLimitsOverrideResponse)(nil),     // 37: rivora.v1.ClearLimitsOverrideResponse
+	(*DiffLimitsRequest)(nil),               // 38: rivora.v1.DiffLimitsRequest
+	(*LimitsDrift)(nil),                     // 39: rivora.v1.LimitsDrift
+	(*DiffLimitsResponse)(nil),              // 40: rivora.v1.DiffLimitsResponse
+	(*AuditEntry)(nil),                      // 41: rivora.v1.AuditEntry
+	(*ListAuditRequest)(nil),                // 42: rivora.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),               // 43: rivora.v1.ListAuditResponse
+	(*GetConfigStatusRequest)(nil),          // 44: rivora.v1.GetConfigStatusRequest
+	(*GetConfigStatusResponse)(nil),         // 45: rivora.v1.GetConfigStatusResponse
+	(*AgentStatus)(nil),                     // 46: rivora.v1.AgentStatus
+	(*EdgeBuffer)(nil),                      // 47: rivora.v1.EdgeBuffer
+	(*EdgeStatus)(nil),                      // 48: rivora.v1.EdgeStatus
+	(*Edge)(nil),                            // 49: rivora.v1.Edge
+	(*ListEdgesRequest)(nil),                // 50: rivora.v1.ListEdgesRequest
+	(*ListEdgesResponse)(nil),               // 51: rivora.v1.ListEdgesResponse
+	(*GetEdgeRequest)(nil),                  // 52: rivora.v1.GetEdgeRequest
+	(*GetEdgeResponse)(nil),                 // 53: rivora.v1.GetEdgeResponse
+	(*RemoveEdgeRequest)(nil),               // 54: rivora.v1.RemoveEdgeRequest
+	(*RemoveEdgeResponse)(nil),              // 55: rivora.v1.RemoveEdgeResponse
+	nil,                                     // 56: rivora.v1.Destination.CustomerWeightsEntry
+	nil,                                     // 57: rivora.v1.GetLimitsResponse.SourcesEntry
+	(*durationpb.Duration)(nil),             // 58: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),           // 59: google.protobuf.Timestamp
 }
 var file_rivora_v1_admin_proto_depIdxs = []int32{
-	57, // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
-	57, // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
+	58, // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
+	58, // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
 	1,  // 2: rivora.v1.Destination.limits:type_name -> rivora.v1.Limits
-	58, // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
-	58, // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
+	59, // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
+	59, // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: rivora.v1.Destination.priority_class:type_name -> rivora.v1.PriorityClass
-	55, // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
-	5,  // 7: rivora.v1.Destination.pauses:type_name -> rivora.v1.PauseInterval
-	4,  // 8: rivora.v1.Destination.override:type_name -> rivora.v1.LimitsOverride
+	56, // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
+	6,  // 7: rivora.v1.Destination.pauses:type_name -> rivora.v1.PauseInterval
+	5,  // 8: rivora.v1.Destination.override:type_name -> rivora.v1.LimitsOverride
 	1,  // 9: rivora.v1.Destination.configured:type_name -> rivora.v1.Limits
-	3,  // 10: rivora.v1.Destination.headers:type_name -> rivora.v1.Header
-	58, // 11: rivora.v1.Destination.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 12: rivora.v1.LimitsOverride.limits:type_name -> rivora.v1.Limits
-	58, // 13: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
-	58, // 14: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
-	58, // 15: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
-	58, // 16: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
-	1,  // 17: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
-	3,  // 18: rivora.v1.CreateDestinationRequest.headers:type_name -> rivora.v1.Header
-	2,  // 19: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,  // 20: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,  // 21: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
-	57, // 22: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
-	57, // 23: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
-	3,  // 24: rivora.v1.UpdateDestinationRequest.set_headers:type_name -> rivora.v1.Header
-	2,  // 25: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	57, // 26: rivora.v1.RotateDestinationSecretRequest.grace:type_name -> google.protobuf.Duration
-	2,  // 27: rivora.v1.RotateDestinationSecretResponse.destination:type_name -> rivora.v1.Destination
-	0,  // 28: rivora.v1.SetPriorityRequest.class:type_name -> rivora.v1.PriorityClass
-	2,  // 29: rivora.v1.SetPriorityResponse.destination:type_name -> rivora.v1.Destination
-	24, // 30: rivora.v1.GetDestinationHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
-	58, // 31: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
-	23, // 32: rivora.v1.DestinationHealth.customers:type_name -> rivora.v1.CustomerBacklog
-	22, // 33: rivora.v1.DestinationHealth.last_transition:type_name -> rivora.v1.HealthTransition
-	58, // 34: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
-	0,  // 35: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
-	57, // 36: rivora.v1.DestinationHealth.drain_time:type_name -> google.protobuf.Duration
-	25, // 37: rivora.v1.DestinationHealth.rate_history:type_name -> rivora.v1.RateSample
-	57, // 38: rivora.v1.DestinationHealth.oldest_pending_age:type_name -> google.protobuf.Duration
-	22, // 39: rivora.v1.DestinationHealth.transitions:type_name -> rivora.v1.HealthTransition
-	58, // 40: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
-	2,  // 41: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,  // 42: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
-	58, // 43: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 44: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
-	56, // 45: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
-	1,  // 46: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
-	57, // 47: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
-	57, // 48: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
-	57, // 49: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 50: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	57, // 51: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
-	32, // 52: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	30, // 53: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
-	38, // 54: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
-	58, // 55: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	40, // 56: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
-	45, // 57: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
-	47, // 58: rivora.v1.GetConfigStatusResponse.edges:type_name -> rivora.v1.EdgeStatus
-	58, // 59: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	58, // 60: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
-	58, // 61: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
-	57, // 62: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
-	58, // 63: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
-	58, // 64: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
-	46, // 65: rivora.v1.EdgeStatus.buffer:type_name -> rivora.v1.EdgeBuffer
-	58, // 66: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
-	47, // 67: rivora.v1.ListEdgesResponse.edges:type_name -> rivora.v1.EdgeStatus
-	47, // 68: rivora.v1.GetEdgeResponse.edge:type_name -> rivora.v1.EdgeStatus
-	30, // 69: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
-	6,  // 70: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
-	8,  // 71: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
-	10, // 72: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
-	12, // 73: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
-	14, // 74: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
-	16, // 75: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
-	18, // 76: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
-	20, // 77: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
-	26, // 78: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
-	28, // 79: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
-	31, // 80: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
-	33, // 81: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
-	35, // 82: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
-	37, // 83: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
-	41, // 84: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
-	49, // 85: rivora.v1.AdminService.ListEdges:input_type -> rivora.v1.ListEdgesRequest
-	51, // 86: rivora.v1.AdminService.GetEdge:input_type -> rivora.v1.GetEdgeRequest
-	53, // 87: rivora.v1.AdminService.RemoveEdge:input_type -> rivora.v1.RemoveEdgeRequest
-	43, // 88: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
-	7,  // 89: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
-	9,  // 90: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
-	11, // 91: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
-	13, // 92: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
-	15, // 93: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
-	17, // 94: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
-	19, // 95: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
-	21, // 96: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
-	27, // 97: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
-	29, // 98: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
-	32, // 99: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
-	34, // 100: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
-	36, // 101: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
-	39, // 102: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
-	42, // 103: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
-	50, // 104: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
-	52, // 105: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
-	54, // 106: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
-	44, // 107: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
-	89, // [89:108] is the sub-list for method output_type
-	70, // [70:89] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	4,  // 10: rivora.v1.Destination.headers:type_name -> rivora.v1.Header
+	59, // 11: rivora.v1.Destination.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	59, // 12: rivora.v1.Destination.previous_signing_key_expires_at:type_name -> google.protobuf.Timestamp
+	3,  // 13: rivora.v1.Destination.legacy_signature:type_name -> rivora.v1.LegacySignature
+	1,  // 14: rivora.v1.LimitsOverride.limits:type_name -> rivora.v1.Limits
+	59, // 15: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
+	59, // 16: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
+	59, // 17: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
+	59, // 18: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
+	1,  // 19: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
+	4,  // 20: rivora.v1.CreateDestinationRequest.headers:type_name -> rivora.v1.Header
+	3,  // 21: rivora.v1.CreateDestinationRequest.legacy_signature:type_name -> rivora.v1.LegacySignature
+	2,  // 22: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,  // 23: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,  // 24: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
+	58, // 25: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
+	58, // 26: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
+	4,  // 27: rivora.v1.UpdateDestinationRequest.set_headers:type_name -> rivora.v1.Header
+	3,  // 28: rivora.v1.UpdateDestinationRequest.legacy_signature:type_name -> rivora.v1.LegacySignature
+	2,  // 29: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
+	58, // 30: rivora.v1.RotateDestinationSecretRequest.grace:type_name -> google.protobuf.Duration
+	2,  // 31: rivora.v1.RotateDestinationSecretResponse.destination:type_name -> rivora.v1.Destination
+	0,  // 32: rivora.v1.SetPriorityRequest.class:type_name -> rivora.v1.PriorityClass
+	2,  // 33: rivora.v1.SetPriorityResponse.destination:type_name -> rivora.v1.Destination
+	25, // 34: rivora.v1.GetDestinationHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
+	59, // 35: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
+	24, // 36: rivora.v1.DestinationHealth.customers:type_name -> rivora.v1.CustomerBacklog
+	23, // 37: rivora.v1.DestinationHealth.last_transition:type_name -> rivora.v1.HealthTransition
+	59, // 38: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
+	0,  // 39: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
+	58, // 40: rivora.v1.DestinationHealth.drain_time:type_name -> google.protobuf.Duration
+	26, // 41: rivora.v1.DestinationHealth.rate_history:type_name -> rivora.v1.RateSample
+	58, // 42: rivora.v1.DestinationHealth.oldest_pending_age:type_name -> google.protobuf.Duration
+	23, // 43: rivora.v1.DestinationHealth.transitions:type_name -> rivora.v1.HealthTransition
+	59, // 44: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
+	2,  // 45: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,  // 46: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
+	59, // 47: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 48: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
+	57, // 49: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
+	1,  // 50: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
+	58, // 51: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
+	58, // 52: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
+	58, // 53: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 54: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	58, // 55: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
+	33, // 56: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	31, // 57: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
+	39, // 58: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
+	59, // 59: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	41, // 60: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
+	46, // 61: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
+	48, // 62: rivora.v1.GetConfigStatusResponse.edges:type_name -> rivora.v1.EdgeStatus
+	59, // 63: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	59, // 64: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
+	59, // 65: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
+	58, // 66: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
+	59, // 67: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	59, // 68: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
+	47, // 69: rivora.v1.EdgeStatus.buffer:type_name -> rivora.v1.EdgeBuffer
+	59, // 70: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
+	48, // 71: rivora.v1.ListEdgesResponse.edges:type_name -> rivora.v1.EdgeStatus
+	48, // 72: rivora.v1.GetEdgeResponse.edge:type_name -> rivora.v1.EdgeStatus
+	31, // 73: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
+	7,  // 74: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
+	9,  // 75: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
+	11, // 76: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
+	13, // 77: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
+	15, // 78: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
+	17, // 79: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
+	19, // 80: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
+	21, // 81: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
+	27, // 82: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
+	29, // 83: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
+	32, // 84: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
+	34, // 85: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
+	36, // 86: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
+	38, // 87: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
+	42, // 88: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
+	50, // 89: rivora.v1.AdminService.ListEdges:input_type -> rivora.v1.ListEdgesRequest
+	52, // 90: rivora.v1.AdminService.GetEdge:input_type -> rivora.v1.GetEdgeRequest
+	54, // 91: rivora.v1.AdminService.RemoveEdge:input_type -> rivora.v1.RemoveEdgeRequest
+	44, // 92: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
+	8,  // 93: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
+	10, // 94: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
+	12, // 95: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
+	14, // 96: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
+	16, // 97: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
+	18, // 98: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
+	20, // 99: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
+	22, // 100: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
+	28, // 101: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
+	30, // 102: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
+	33, // 103: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
+	35, // 104: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
+	37, // 105: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
+	40, // 106: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
+	43, // 107: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
+	51, // 108: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
+	53, // 109: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
+	55, // 110: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
+	45, // 111: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
+	93, // [93:112] is the sub-list for method output_type
+	74, // [74:93] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_admin_proto_init() }
@@ -4494,16 +4806,16 @@ func file_rivora_v1_admin_proto_init() {
 	if File_rivora_v1_admin_proto != nil {
 		return
 	}
-	file_rivora_v1_admin_proto_msgTypes[11].OneofWrappers = []any{}
-	file_rivora_v1_admin_proto_msgTypes[17].OneofWrappers = []any{}
-	file_rivora_v1_admin_proto_msgTypes[32].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[12].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[18].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[33].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_admin_proto_rawDesc), len(file_rivora_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   56,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
