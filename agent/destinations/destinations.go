@@ -13,6 +13,7 @@ import (
 	"github.com/rivora/rivora/agent/limits"
 	"github.com/rivora/rivora/agent/retry"
 	"github.com/rivora/rivora/agent/subscriptions"
+	"github.com/rivora/rivora/internal/legacysig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 )
@@ -33,6 +34,10 @@ type Destination struct {
 	Paused  bool
 	// Pauses are its recent pauses (PausedBetween).
 	Pauses retry.Pauses
+	// Legacy signs a partner's pre-existing signature header (nil: none);
+	// with LegacyOnly, webhook-signature is left out.
+	Legacy     *legacysig.Signer
+	LegacyOnly bool
 }
 
 // PausedBetween is how long the destination was paused between from and
@@ -56,6 +61,9 @@ type Endpoint struct {
 	// Headers are custom headers for every attempt; shared, not to be
 	// modified.
 	Headers http.Header
+	// Legacy and LegacyOnly are the destination's legacy signature.
+	Legacy     *legacysig.Signer
+	LegacyOnly bool
 }
 
 // Registry is the current set of destinations. Reads are lock-free; the
@@ -136,7 +144,7 @@ func (r *Registry) Endpoint(destinationID string, sub *subscriptions.Subscriptio
 
 // Endpoint is where and how an event to d goes (see Registry.Endpoint).
 func (d *Destination) Endpoint(sub *subscriptions.Subscription) Endpoint {
-	e := Endpoint{URL: d.URL, Signer: d.Signer, Headers: d.Headers}
+	e := Endpoint{URL: d.URL, Signer: d.Signer, Headers: d.Headers, Legacy: d.Legacy, LegacyOnly: d.LegacyOnly}
 	if sub == nil {
 		return e
 	}
@@ -172,6 +180,10 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 	if err != nil {
 		return nil, fmt.Errorf("destination %q: %w", pb.GetId(), err)
 	}
+	legacy, err := legacyFromProto(pb.GetLegacySignature())
+	if err != nil {
+		return nil, fmt.Errorf("destination %q: %w", pb.GetId(), err)
+	}
 	lim := pb.GetLimits()
 	policy := retry.DefaultPolicy()
 	if n := lim.GetMaxAttempts(); n > 0 {
@@ -200,6 +212,7 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 		Weights: pb.GetCustomerWeights(),
 		Paused:  pb.GetPaused(),
 		Pauses:  retry.PausesFromProto(pb.GetPauses()),
+		Legacy:  legacy, LegacyOnly: legacy != nil && pb.GetLegacySignature().GetReplaceStandard(),
 	}, nil
 }
 
