@@ -135,7 +135,7 @@ func TestParseSigningKey(t *testing.T) {
 		"whsk_" + base64.StdEncoding.EncodeToString(bad):      "not the public key",
 		"whsk_" + base64.StdEncoding.EncodeToString(raw[:20]): "is 20 bytes",
 		"whsec_" + base64.StdEncoding.EncodeToString(raw):     `must start with "whsk_"`,
-		"whsk_not base64":                                      "must be base64",
+		"whsk_not base64": "must be base64",
 	} {
 		if _, err := webhook.ParseSigningKey(key); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseSigningKey(%.12s…) = %v, want an error saying %q", key, err, want)
