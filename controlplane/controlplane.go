@@ -535,6 +535,7 @@ func withoutSecret(d *rivorav1.Destination) *rivorav1.Destination {
 	d.Secret = ""
 	withoutPreviousSecret(d)
 	withoutHeaderValues(d)
+	withoutSigningSecrets(d)
 	return d
 }
 
