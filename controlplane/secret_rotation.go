@@ -34,8 +34,14 @@ func (h *adminHandler) RotateDestinationSecret(ctx context.Context, req *connect
 	if err != nil {
 		return nil, err
 	}
-	// Like create's, the one answer that shows the (new) secret.
-	return connect.NewResponse(&rivorav1.RotateDestinationSecretResponse{Destination: scopeOf(ctx).shown(h.cp.answerWithSecret(d)), Version: version}), nil
+	// Like create's, the one answer that shows the (new) secret; a
+	// destination signing v1a alone rotated only its ed25519 key, whose
+	// public key every answer shows, and its unchanged secret stays hidden.
+	answer := h.cp.answer(d)
+	if signsV1(d.GetSignatureScheme()) {
+		answer = h.cp.answerWithSecret(d)
+	}
+	return connect.NewResponse(&rivorav1.RotateDestinationSecretResponse{Destination: scopeOf(ctx).shown(answer), Version: version}), nil
 }
 
 // rotateSecret makes secret (generated when empty) the destination's
