@@ -142,3 +142,25 @@ func TestParseSigningKey(t *testing.T) {
 		}
 	}
 }
+
+// The v1a vector the TypeScript SDK's tests verify: the spec's id,
+// timestamp and body, signed with the key whose seed is bytes 1 to 32
+// (ed25519 signatures are deterministic).
+const (
+	v1aVectorKey       = "whsk_AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyB5tVYuj+ZU+UB4sRLoqYunkB+FOuaVvtfg45ELrQSWZA=="
+	v1aVectorPublic    = "whpk_ebVWLo/mVPlAeLES6KmLp5AfhTrmlb7X4OORC60ElmQ="
+	v1aVectorSignature = "v1a,OVJuLC0iOuaBuQulpz9A/zDgvqV8z8miLUJk2j15ZMONwDNhOvPJ3rO4owAHFyjFq80+pUUjrNfTHAZs1RQnDw=="
+)
+
+func TestEd25519Vector(t *testing.T) {
+	if pk, err := webhook.PublicKeyOf(v1aVectorKey); err != nil || pk != v1aVectorPublic {
+		t.Fatalf("PublicKeyOf = %q, %v; want %q", pk, err, v1aVectorPublic)
+	}
+	s, err := webhook.NewEd25519Signer(v1aVectorKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Sign(vectorID, vectorTimestamp, []byte(vectorBody)); got != v1aVectorSignature {
+		t.Fatalf("Sign = %q, want %q", got, v1aVectorSignature)
+	}
+}

@@ -159,8 +159,12 @@ type Verifier struct {
 }
 
 // NewVerifier returns a verifier for a "whsec_…" secret with the default
-// timestamp tolerance.
+// timestamp tolerance; given a "whpk_…" public key it is
+// NewPublicKeyVerifier (Standard Webhooks: the prefix tells the scheme).
 func NewVerifier(secret string) (*Verifier, error) {
+	if strings.HasPrefix(secret, PublicKeyPrefix) {
+		return NewPublicKeyVerifier(secret)
+	}
 	s, err := NewSigner(secret)
 	if err != nil {
 		return nil, err
