@@ -6,6 +6,8 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -32,8 +34,9 @@ type tlsClients struct {
 }
 
 type keyedClient struct {
-	key    string
-	client *fasthttp.Client
+	key      string
+	client   *fasthttp.Client
+	refusals *tlsRefusals
 }
 
 func newTLSClients(dialer *net.Dialer, base *tls.Config) *tlsClients {
@@ -42,7 +45,7 @@ func newTLSClients(dialer *net.Dialer, base *tls.Config) *tlsClients {
 
 // client returns the https client of c, slot 0 for a destination's
 // current settings, 1 for its fallback.
-func (t *tlsClients) client(c *destinations.ClientTLS, slot int) *fasthttp.Client {
+func (t *tlsClients) client(c *destinations.ClientTLS, slot int) keyedClient {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	pair := t.byDest[c.DestinationID]
@@ -51,9 +54,43 @@ func (t *tlsClients) client(c *destinations.ClientTLS, slot int) *fasthttp.Clien
 		t.byDest[c.DestinationID] = pair
 	}
 	if pair[slot].client == nil || pair[slot].key != c.Key {
-		pair[slot] = keyedClient{key: c.Key, client: newClient(t.dialer, c.Config(t.base), true)}
+		refusals := &tlsRefusals{}
+		pair[slot] = keyedClient{key: c.Key, client: newClient(t.dialer, c.Config(t.base), true, refusals), refusals: refusals}
 	}
-	return pair[slot].client
+	return pair[slot]
+}
+
+// tlsRefusals remembers the last TLS alert the partner sent on a client's
+// connections. fasthttp reports a connection the partner closed before
+// answering as such, whatever the reason; with TLS 1.3 a refused client
+// certificate is exactly that (the alert comes on the first read), so
+// the attempt's error is taken from here.
+type tlsRefusals struct {
+	last atomic.Pointer[refusal]
+}
+
+type refusal struct {
+	err error
+	at  time.Time
+}
+
+// record keeps err if it is the partner's TLS alert. Safe on nil.
+func (r *tlsRefusals) record(err error) {
+	if r != nil && refusedHandshake(err) {
+		r.last.Store(&refusal{err: err, at: time.Now()})
+	}
+}
+
+// since is the last alert recorded at or after t (nil: none). Safe on
+// nil.
+func (r *tlsRefusals) since(t time.Time) error {
+	if r == nil {
+		return nil
+	}
+	if last := r.last.Load(); last != nil && !last.at.Before(t) {
+		return last.err
+	}
+	return nil
 }
 
 // refusedHandshake reports a TLS alert from the partner: it refused the

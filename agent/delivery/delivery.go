@@ -113,7 +113,9 @@ type Sender struct {
 	// plain and secure are the clients of http and https URLs; withTLS
 	// those of https URLs of destinations with their own TLS settings.
 	plain, secure *fasthttp.Client
-	withTLS       *tlsClients
+	// secureRefusals are the partners' TLS alerts on secure's connections.
+	secureRefusals *tlsRefusals
+	withTLS        *tlsClients
 	// tokens are the OAuth2 tokens of destinations that use them.
 	tokens    *tokens
 	userAgent string
@@ -128,8 +130,9 @@ func NewSender(userAgent string, guard *ssrf.Guard, opts ...Option) *Sender {
 		opt(&o)
 	}
 	dialer := o.dialer(guard)
+	refusals := &tlsRefusals{}
 	return &Sender{
-		plain: newClient(dialer, o.tls, false), secure: newClient(dialer, o.tls, true),
+		plain: newClient(dialer, o.tls, false, nil), secure: newClient(dialer, o.tls, true, refusals), secureRefusals: refusals,
 		withTLS: newTLSClients(dialer, o.tls), tokens: newTokens(dialer, o.tls, time.Now),
 		userAgent: userAgent, now: time.Now,
 	}
@@ -156,6 +159,8 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 		return Result{Err: fmt.Errorf("build request: %w", err), NotSent: true}
 	}
 	client, fallback := s.client(u, req.Endpoint, start)
+	// Wall-clock time (s.now may be a test's): when TLS alerts came.
+	sent := time.Now()
 	var bearer string
 	var tokens *tokenSource
 	if o := req.Endpoint.OAuth2; o != nil {
@@ -180,12 +185,12 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 	// No redirect is ever followed (Do does not): it would re-send a
 	// signed payload to an address nobody registered; a 3xx is a failed
 	// attempt.
-	err = client.DoDeadline(hreq, resp, deadline)
+	err = client.do(hreq, resp, deadline, sent)
 	if err != nil && fallback != nil && refusedHandshake(err) {
 		// A rotation's overlap: the partner does not take the new
 		// certificate yet; the same attempt goes with the previous one.
 		resp.Reset()
-		err = s.withTLS.client(fallback, 1).DoDeadline(hreq, resp, deadline)
+		err = s.withTLS.client(fallback, 1).do(hreq, resp, deadline, time.Now())
 	}
 	elapsed := s.now().Sub(start)
 	if err != nil && !errors.Is(err, fasthttp.ErrBodyTooLarge) {
@@ -324,14 +329,26 @@ func checkHeader(name, value string) error {
 
 // client is the client of an attempt to u, and the fallback
 // certificate's settings while a rotation's overlap lasts (nil: none).
-func (s *Sender) client(u *url.URL, e destinations.Endpoint, now time.Time) (*fasthttp.Client, *destinations.ClientTLS) {
+func (s *Sender) client(u *url.URL, e destinations.Endpoint, now time.Time) (keyedClient, *destinations.ClientTLS) {
 	switch {
 	case u.Scheme != "https":
-		return s.plain, nil
+		return keyedClient{client: s.plain}, nil
 	case e.TLS == nil:
-		return s.secure, nil
+		return keyedClient{client: s.secure, refusals: s.secureRefusals}, nil
 	}
 	return s.withTLS.client(e.TLS, 0), e.TLS.FallbackAt(now)
+}
+
+// do sends hreq; a failure is the partner's TLS alert when one came on
+// the client's connections since sent.
+func (k keyedClient) do(hreq *fasthttp.Request, resp *fasthttp.Response, deadline, sent time.Time) error {
+	err := k.client.DoDeadline(hreq, resp, deadline)
+	if err != nil && !refusedHandshake(err) {
+		if refused := k.refusals.since(sent); refused != nil {
+			return refused
+		}
+	}
+	return err
 }
 
 func describeTransportError(err error, timeout time.Duration) error {
