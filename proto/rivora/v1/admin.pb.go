@@ -3951,6 +3951,150 @@ func (*RemoveEdgeResponse) Descriptor() ([]byte, []int) {
 	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
+type VerifyDeliveryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	// The delivery's webhook-id, webhook-timestamp and webhook-signature
+	// headers, as received.
+	WebhookId        string `protobuf:"bytes,2,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
+	WebhookTimestamp string `protobuf:"bytes,3,opt,name=webhook_timestamp,json=webhookTimestamp,proto3" json:"webhook_timestamp,omitempty"`
+	WebhookSignature string `protobuf:"bytes,4,opt,name=webhook_signature,json=webhookSignature,proto3" json:"webhook_signature,omitempty"`
+	// body is the request body as received (at most 4 MiB).
+	Body          []byte `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyDeliveryRequest) Reset() {
+	*x = VerifyDeliveryRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyDeliveryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyDeliveryRequest) ProtoMessage() {}
+
+func (x *VerifyDeliveryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyDeliveryRequest.ProtoReflect.Descriptor instead.
+func (*VerifyDeliveryRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *VerifyDeliveryRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *VerifyDeliveryRequest) GetWebhookId() string {
+	if x != nil {
+		return x.WebhookId
+	}
+	return ""
+}
+
+func (x *VerifyDeliveryRequest) GetWebhookTimestamp() string {
+	if x != nil {
+		return x.WebhookTimestamp
+	}
+	return ""
+}
+
+func (x *VerifyDeliveryRequest) GetWebhookSignature() string {
+	if x != nil {
+		return x.WebhookSignature
+	}
+	return ""
+}
+
+func (x *VerifyDeliveryRequest) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+type VerifyDeliveryResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Verified bool                   `protobuf:"varint,1,opt,name=verified,proto3" json:"verified,omitempty"`
+	// reason says why not, e.g. "no signature matches the destination's
+	// secret" or "webhook-timestamp is 9m0s old (tolerance 5m0s)"; empty
+	// when verified.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// secret_fingerprint names the secret that verified it (current, or the
+	// previous one during a rotation's grace).
+	SecretFingerprint string `protobuf:"bytes,3,opt,name=secret_fingerprint,json=secretFingerprint,proto3" json:"secret_fingerprint,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *VerifyDeliveryResponse) Reset() {
+	*x = VerifyDeliveryResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyDeliveryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyDeliveryResponse) ProtoMessage() {}
+
+func (x *VerifyDeliveryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyDeliveryResponse.ProtoReflect.Descriptor instead.
+func (*VerifyDeliveryResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *VerifyDeliveryResponse) GetVerified() bool {
+	if x != nil {
+		return x.Verified
+	}
+	return false
+}
+
+func (x *VerifyDeliveryResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *VerifyDeliveryResponse) GetSecretFingerprint() string {
+	if x != nil {
+		return x.SecretFingerprint
+	}
+	return ""
+}
+
 var File_rivora_v1_admin_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_admin_proto_rawDesc = "" +
@@ -4269,12 +4413,23 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x11RemoveEdgeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"\x14\n" +
-	"\x12RemoveEdgeResponse*{\n" +
+	"\x12RemoveEdgeResponse\"\xcb\x01\n" +
+	"\x15VerifyDeliveryRequest\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1d\n" +
+	"\n" +
+	"webhook_id\x18\x02 \x01(\tR\twebhookId\x12+\n" +
+	"\x11webhook_timestamp\x18\x03 \x01(\tR\x10webhookTimestamp\x12+\n" +
+	"\x11webhook_signature\x18\x04 \x01(\tR\x10webhookSignature\x12\x12\n" +
+	"\x04body\x18\x05 \x01(\fR\x04body\"{\n" +
+	"\x16VerifyDeliveryResponse\x12\x1a\n" +
+	"\bverified\x18\x01 \x01(\bR\bverified\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12-\n" +
+	"\x12secret_fingerprint\x18\x03 \x01(\tR\x11secretFingerprint*{\n" +
 	"\rPriorityClass\x12\x1e\n" +
 	"\x1aPRIORITY_CLASS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13PRIORITY_CLASS_HIGH\x10\x01\x12\x19\n" +
 	"\x15PRIORITY_CLASS_NORMAL\x10\x02\x12\x16\n" +
-	"\x12PRIORITY_CLASS_LOW\x10\x032\xc5\r\n" +
+	"\x12PRIORITY_CLASS_LOW\x10\x032\xa1\x0e\n" +
 	"\fAdminService\x12^\n" +
 	"\x11CreateDestination\x12#.rivora.v1.CreateDestinationRequest\x1a$.rivora.v1.CreateDestinationResponse\x12Z\n" +
 	"\x0eGetDestination\x12 .rivora.v1.GetDestinationRequest\x1a!.rivora.v1.GetDestinationResponse\"\x03\x90\x02\x01\x12`\n" +
@@ -4296,7 +4451,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\aGetEdge\x12\x19.rivora.v1.GetEdgeRequest\x1a\x1a.rivora.v1.GetEdgeResponse\"\x03\x90\x02\x01\x12I\n" +
 	"\n" +
 	"RemoveEdge\x12\x1c.rivora.v1.RemoveEdgeRequest\x1a\x1d.rivora.v1.RemoveEdgeResponse\x12]\n" +
-	"\x0fGetConfigStatus\x12!.rivora.v1.GetConfigStatusRequest\x1a\".rivora.v1.GetConfigStatusResponse\"\x03\x90\x02\x01B3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
+	"\x0fGetConfigStatus\x12!.rivora.v1.GetConfigStatusRequest\x1a\".rivora.v1.GetConfigStatusResponse\"\x03\x90\x02\x01\x12Z\n" +
+	"\x0eVerifyDelivery\x12 .rivora.v1.VerifyDeliveryRequest\x1a!.rivora.v1.VerifyDeliveryResponse\"\x03\x90\x02\x01B3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
 
 var (
 	file_rivora_v1_admin_proto_rawDescOnce sync.Once
@@ -4311,7 +4467,7 @@ func file_rivora_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_rivora_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_rivora_v1_admin_proto_goTypes = []any{
 	(PriorityClass)(0),                      // 0: rivora.v1.PriorityClass
 	(*Limits)(nil),                          // 1: rivora.v1.Limits
@@ -4368,79 +4524,81 @@ var file_rivora_v1_admin_proto_goTypes = []any{
 	(*GetEdgeResponse)(nil),                 // 52: rivora.v1.GetEdgeResponse
 	(*RemoveEdgeRequest)(nil),               // 53: rivora.v1.RemoveEdgeRequest
 	(*RemoveEdgeResponse)(nil),              // 54: rivora.v1.RemoveEdgeResponse
-	nil,                                     // 55: rivora.v1.Destination.CustomerWeightsEntry
-	nil,                                     // 56: rivora.v1.GetLimitsResponse.SourcesEntry
-	(*durationpb.Duration)(nil),             // 57: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),           // 58: google.protobuf.Timestamp
+	(*VerifyDeliveryRequest)(nil),           // 55: rivora.v1.VerifyDeliveryRequest
+	(*VerifyDeliveryResponse)(nil),          // 56: rivora.v1.VerifyDeliveryResponse
+	nil,                                     // 57: rivora.v1.Destination.CustomerWeightsEntry
+	nil,                                     // 58: rivora.v1.GetLimitsResponse.SourcesEntry
+	(*durationpb.Duration)(nil),             // 59: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),           // 60: google.protobuf.Timestamp
 }
 var file_rivora_v1_admin_proto_depIdxs = []int32{
-	57, // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
-	57, // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
+	59, // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
+	59, // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
 	1,  // 2: rivora.v1.Destination.limits:type_name -> rivora.v1.Limits
-	58, // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
-	58, // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
+	60, // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
+	60, // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: rivora.v1.Destination.priority_class:type_name -> rivora.v1.PriorityClass
-	55, // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
+	57, // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
 	5,  // 7: rivora.v1.Destination.pauses:type_name -> rivora.v1.PauseInterval
 	4,  // 8: rivora.v1.Destination.override:type_name -> rivora.v1.LimitsOverride
 	1,  // 9: rivora.v1.Destination.configured:type_name -> rivora.v1.Limits
 	3,  // 10: rivora.v1.Destination.headers:type_name -> rivora.v1.Header
-	58, // 11: rivora.v1.Destination.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	60, // 11: rivora.v1.Destination.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 12: rivora.v1.LimitsOverride.limits:type_name -> rivora.v1.Limits
-	58, // 13: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
-	58, // 14: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
-	58, // 15: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
-	58, // 16: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
+	60, // 13: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
+	60, // 14: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
+	60, // 15: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
+	60, // 16: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
 	1,  // 17: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
 	3,  // 18: rivora.v1.CreateDestinationRequest.headers:type_name -> rivora.v1.Header
 	2,  // 19: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
 	2,  // 20: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
 	2,  // 21: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
-	57, // 22: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
-	57, // 23: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
+	59, // 22: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
+	59, // 23: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 24: rivora.v1.UpdateDestinationRequest.set_headers:type_name -> rivora.v1.Header
 	2,  // 25: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	57, // 26: rivora.v1.RotateDestinationSecretRequest.grace:type_name -> google.protobuf.Duration
+	59, // 26: rivora.v1.RotateDestinationSecretRequest.grace:type_name -> google.protobuf.Duration
 	2,  // 27: rivora.v1.RotateDestinationSecretResponse.destination:type_name -> rivora.v1.Destination
 	0,  // 28: rivora.v1.SetPriorityRequest.class:type_name -> rivora.v1.PriorityClass
 	2,  // 29: rivora.v1.SetPriorityResponse.destination:type_name -> rivora.v1.Destination
 	24, // 30: rivora.v1.GetDestinationHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
-	58, // 31: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
+	60, // 31: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
 	23, // 32: rivora.v1.DestinationHealth.customers:type_name -> rivora.v1.CustomerBacklog
 	22, // 33: rivora.v1.DestinationHealth.last_transition:type_name -> rivora.v1.HealthTransition
-	58, // 34: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
+	60, // 34: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
 	0,  // 35: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
-	57, // 36: rivora.v1.DestinationHealth.drain_time:type_name -> google.protobuf.Duration
+	59, // 36: rivora.v1.DestinationHealth.drain_time:type_name -> google.protobuf.Duration
 	25, // 37: rivora.v1.DestinationHealth.rate_history:type_name -> rivora.v1.RateSample
-	57, // 38: rivora.v1.DestinationHealth.oldest_pending_age:type_name -> google.protobuf.Duration
+	59, // 38: rivora.v1.DestinationHealth.oldest_pending_age:type_name -> google.protobuf.Duration
 	22, // 39: rivora.v1.DestinationHealth.transitions:type_name -> rivora.v1.HealthTransition
-	58, // 40: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
+	60, // 40: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
 	2,  // 41: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
 	2,  // 42: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
-	58, // 43: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
+	60, // 43: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 44: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
-	56, // 45: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
+	58, // 45: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
 	1,  // 46: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
-	57, // 47: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
-	57, // 48: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
-	57, // 49: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	59, // 47: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
+	59, // 48: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
+	59, // 49: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
 	32, // 50: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	57, // 51: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
+	59, // 51: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
 	32, // 52: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
 	30, // 53: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
 	38, // 54: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
-	58, // 55: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	60, // 55: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
 	40, // 56: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
 	45, // 57: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
 	47, // 58: rivora.v1.GetConfigStatusResponse.edges:type_name -> rivora.v1.EdgeStatus
-	58, // 59: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	58, // 60: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
-	58, // 61: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
-	57, // 62: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
-	58, // 63: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
-	58, // 64: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
+	60, // 59: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	60, // 60: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
+	60, // 61: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
+	59, // 62: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
+	60, // 63: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	60, // 64: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
 	46, // 65: rivora.v1.EdgeStatus.buffer:type_name -> rivora.v1.EdgeBuffer
-	58, // 66: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
+	60, // 66: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
 	47, // 67: rivora.v1.ListEdgesResponse.edges:type_name -> rivora.v1.EdgeStatus
 	47, // 68: rivora.v1.GetEdgeResponse.edge:type_name -> rivora.v1.EdgeStatus
 	30, // 69: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
@@ -4463,27 +4621,29 @@ var file_rivora_v1_admin_proto_depIdxs = []int32{
 	51, // 86: rivora.v1.AdminService.GetEdge:input_type -> rivora.v1.GetEdgeRequest
 	53, // 87: rivora.v1.AdminService.RemoveEdge:input_type -> rivora.v1.RemoveEdgeRequest
 	43, // 88: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
-	7,  // 89: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
-	9,  // 90: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
-	11, // 91: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
-	13, // 92: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
-	15, // 93: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
-	17, // 94: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
-	19, // 95: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
-	21, // 96: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
-	27, // 97: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
-	29, // 98: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
-	32, // 99: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
-	34, // 100: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
-	36, // 101: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
-	39, // 102: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
-	42, // 103: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
-	50, // 104: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
-	52, // 105: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
-	54, // 106: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
-	44, // 107: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
-	89, // [89:108] is the sub-list for method output_type
-	70, // [70:89] is the sub-list for method input_type
+	55, // 89: rivora.v1.AdminService.VerifyDelivery:input_type -> rivora.v1.VerifyDeliveryRequest
+	7,  // 90: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
+	9,  // 91: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
+	11, // 92: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
+	13, // 93: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
+	15, // 94: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
+	17, // 95: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
+	19, // 96: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
+	21, // 97: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
+	27, // 98: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
+	29, // 99: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
+	32, // 100: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
+	34, // 101: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
+	36, // 102: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
+	39, // 103: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
+	42, // 104: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
+	50, // 105: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
+	52, // 106: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
+	54, // 107: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
+	44, // 108: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
+	56, // 109: rivora.v1.AdminService.VerifyDelivery:output_type -> rivora.v1.VerifyDeliveryResponse
+	90, // [90:110] is the sub-list for method output_type
+	70, // [70:90] is the sub-list for method input_type
 	70, // [70:70] is the sub-list for extension type_name
 	70, // [70:70] is the sub-list for extension extendee
 	0,  // [0:70] is the sub-list for field type_name
@@ -4503,7 +4663,7 @@ func file_rivora_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_admin_proto_rawDesc), len(file_rivora_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   56,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
