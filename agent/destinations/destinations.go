@@ -34,6 +34,10 @@ type Destination struct {
 	Paused  bool
 	// Pauses are its recent pauses (PausedBetween).
 	Pauses retry.Pauses
+	// TLS (nil: defaults) and OAuth2 (nil: none) authenticate the agent
+	// to the partner; an event a subscription routed uses them too.
+	TLS    *ClientTLS
+	OAuth2 *OAuth2
 	// Legacy signs a partner's pre-existing signature header (nil: none);
 	// with LegacyOnly, webhook-signature is left out.
 	Legacy     *legacysig.Signer
@@ -61,6 +65,9 @@ type Endpoint struct {
 	// Headers are custom headers for every attempt; shared, not to be
 	// modified.
 	Headers http.Header
+	// TLS and OAuth2 are the destination's (nil: none); shared.
+	TLS    *ClientTLS
+	OAuth2 *OAuth2
 	// Legacy and LegacyOnly are the destination's legacy signature.
 	Legacy     *legacysig.Signer
 	LegacyOnly bool
@@ -144,7 +151,7 @@ func (r *Registry) Endpoint(destinationID string, sub *subscriptions.Subscriptio
 
 // Endpoint is where and how an event to d goes (see Registry.Endpoint).
 func (d *Destination) Endpoint(sub *subscriptions.Subscription) Endpoint {
-	e := Endpoint{URL: d.URL, Signer: d.Signer, Headers: d.Headers, Legacy: d.Legacy, LegacyOnly: d.LegacyOnly}
+	e := Endpoint{URL: d.URL, Signer: d.Signer, Headers: d.Headers, TLS: d.TLS, OAuth2: d.OAuth2, Legacy: d.Legacy, LegacyOnly: d.LegacyOnly}
 	if sub == nil {
 		return e
 	}
@@ -180,6 +187,10 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 	if err != nil {
 		return nil, fmt.Errorf("destination %q: %w", pb.GetId(), err)
 	}
+	clientTLS, err := clientTLSFromProto(pb)
+	if err != nil {
+		return nil, fmt.Errorf("destination %q: %w", pb.GetId(), err)
+	}
 	legacy, err := legacyFromProto(pb.GetLegacySignature())
 	if err != nil {
 		return nil, fmt.Errorf("destination %q: %w", pb.GetId(), err)
@@ -212,6 +223,8 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 		Weights: pb.GetCustomerWeights(),
 		Paused:  pb.GetPaused(),
 		Pauses:  retry.PausesFromProto(pb.GetPauses()),
+		TLS:     clientTLS,
+		OAuth2:  oauth2FromProto(pb),
 		Legacy:  legacy, LegacyOnly: legacy != nil && pb.GetLegacySignature().GetReplaceStandard(),
 	}, nil
 }
