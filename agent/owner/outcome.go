@@ -21,13 +21,6 @@ func (o *Partition) Load(ctx context.Context, a *scheduler.Attempt) (*rivorav1.E
 	if a.Entry.Event != nil {
 		return a.Entry.Event, nil
 	}
-	// A first attempt reads ahead (readahead.go); a retry's event is
-	// seldom followed by the next in the store, so it is read alone.
-	if o.ahead != nil && a.Number == 1 {
-		if ev, ok := o.ahead.load(ctx, a.Entry.Seq); ok {
-			return ev, nil
-		}
-	}
 	raw, err := o.lanes.GetMsg(ctx, a.Entry.Seq)
 	if err != nil {
 		return nil, fmt.Errorf("load event %s (seq %d): %w", a.Entry.EventID, a.Entry.Seq, err)

@@ -92,7 +92,6 @@ type Partition struct {
 	ledger jetstream.Stream
 
 	cache   *eventCache
-	ahead   *readAhead // events fetched ahead of their attempts (readahead.go)
 	writer  *laneWriter
 	mover   *mover
 	reclaim *reclaimer
@@ -137,7 +136,6 @@ func Open(ctx context.Context, p int, deps Deps, lease *ownership.Lease) (*Parti
 
 // wire creates the parts, once the streams exist.
 func (o *Partition) wire(ingest jetstream.Consumer) {
-	o.ahead = newReadAhead(o.deps.JS, lanes.LanesStream(o.p))
 	o.writer = newLaneWriter(o.p, o.deps.JS, o.fence, o.deps.Scheduler, o.cache, o.log)
 	o.writer.recent = newRecentIDs(o.deps.DedupWindow, o.lastWrite(), o.deps.Clock.Now)
 	o.mover = &mover{
