@@ -3,8 +3,13 @@ package e2e
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -241,6 +246,129 @@ func TestDestinationClientCertificate(t *testing.T) {
 		for _, k := range keys {
 			if strings.Contains(text, k) {
 				t.Errorf("%s carries a client certificate's private key", where)
+			}
+		}
+	}
+}
+
+// tokenEndpoint is a partner's OAuth2 token endpoint (client-credentials
+// grant): it issues "tok-N" for an hour to the client whose HTTP Basic
+// credentials match, and 401 invalid_client to any other.
+type tokenEndpoint struct {
+	srv          *httptest.Server
+	id, secret   string
+	issued       atomic.Int64
+	refused      atomic.Int64
+	currentToken atomic.Value // string
+}
+
+func newTokenEndpoint(t *testing.T, id, secret string) *tokenEndpoint {
+	te := &tokenEndpoint{id: id, secret: secret}
+	te.currentToken.Store("")
+	te.srv = listenLocal(t, "token endpoint", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotID, gotSecret, ok := r.BasicAuth()
+		if err := r.ParseForm(); err != nil || r.Method != http.MethodPost || r.PostForm.Get("grant_type") != "client_credentials" {
+			http.Error(w, `{"error":"invalid_request"}`, http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if !ok || gotID != te.id || gotSecret != te.secret {
+			te.refused.Add(1)
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"error":"invalid_client"}`)
+			return
+		}
+		token := fmt.Sprintf("tok-%d", te.issued.Add(1))
+		te.currentToken.Store(token)
+		fmt.Fprintf(w, `{"access_token":%q,"token_type":"Bearer","expires_in":3600,"scope":%q}`, token, r.PostForm.Get("scope"))
+	}))
+	return te
+}
+
+// A partner behind an OAuth2 token endpoint gets every delivery with a
+// valid bearer, the token fetched once for its lifetime, not per
+// attempt; a token endpoint answering 401 is the destination's lastError
+// and holds its events (token requests paced, not one per attempt) until
+// the credentials are fixed; a token URL the SSRF guard denies is
+// refused. No answer, audit entry or log line carries the client secret.
+func TestDestinationOAuth2(t *testing.T) {
+	if rivoractlBuild != nil {
+		t.Fatalf("rivoractl did not build: %v", rivoractlBuild)
+	}
+	d := startDev(t, devOptions{})
+	const goodSecret, badSecret = "oauth-secret-that-works-1", "oauth-secret-revoked-2"
+	te := newTokenEndpoint(t, "rivora", goodSecret)
+	p := partner.New(t, partner.Options{Verify: true, Answer: func(r partner.Request) int {
+		if r.Header.Get("Authorization") != "Bearer "+te.currentToken.Load().(string) {
+			return http.StatusUnauthorized
+		}
+		return 0
+	}})
+	p.SetAlive(d.diedErr)
+	created := ctlDestination(t, d, "destinations", "create", "erp", "--url", p.URL(),
+		"--oauth2-token-url", te.srv.URL+"/token", "--oauth2-client-id", "rivora", "--oauth2-client-secret", goodSecret, "--oauth2-scope", "webhooks")
+	if o := created.GetOauth2(); o.GetClientSecret() != "" || !strings.HasPrefix(o.GetClientSecretFingerprint(), "sha256:") || o.GetTokenUrl() != te.srv.URL+"/token" {
+		t.Fatalf("create answered OAuth2 settings %v; want the secret as a fingerprint only", o)
+	}
+	if err := p.SetSecret(created.GetSecret()); err != nil {
+		t.Fatal(err)
+	}
+	fetches := func(result string) float64 {
+		return metricValue(t, d, `rivora_oauth2_token_fetches_total{destination="erp",result="`+result+`"}`)
+	}
+
+	var ids []string
+	for lane := range 4 {
+		ids = append(ids, publishN(t, d.SDK(), "erp", fmt.Sprintf("l%d", lane), 5)...)
+	}
+	p.WaitDelivered(t, ids, 30*time.Second)
+	firstAttemptsOnly(t, p, ids, "with a valid bearer")
+	if n, ok := te.issued.Load(), fetches("ok"); n != 1 || ok != 1 {
+		t.Fatalf("%d deliveries took %d tokens from the endpoint (metric: %v), want 1 for the token's lifetime", len(ids), n, ok)
+	}
+
+	// The endpoint refuses the credentials: the destination's fault.
+	ctlDestination(t, d, "destinations", "update", "erp", "--oauth2-client-secret", badSecret)
+	var held []string
+	for lane := range 4 {
+		held = append(held, publishN(t, d.SDK(), "erp", fmt.Sprintf("h%d", lane), 1)...)
+	}
+	waitAttemptError(t, d, held[0], "oauth2 token endpoint: 401 invalid_client")
+	waitHealthCause(t, d, "erp", "oauth2 token endpoint: 401 invalid_client")
+	attemptErrors := func() float64 {
+		return metricValue(t, d, `rivora_delivery_attempts_total{class="error",destination="erp"}`)
+	}
+	poll.True(t, "12 failed attempts to erp", 30*time.Second, func() bool { return attemptErrors() >= 12 })
+	if refused, failed, attempts := te.refused.Load(), fetches("error"), attemptErrors(); refused > 5 || float64(refused) != failed || float64(refused) >= attempts/2 {
+		t.Fatalf("the failing token endpoint got %d requests (metric: %v) for %v failed attempts; want them paced (at most 5, under half the attempts)", refused, failed, attempts)
+	} else {
+		t.Logf("the failing token endpoint got %d requests for %v failed attempts", refused, attempts)
+	}
+	for _, id := range held {
+		if n := p.Sent(id); n != 0 {
+			t.Fatalf("event %s reached the partner %d times without a token", id, n)
+		}
+	}
+	ctlDestination(t, d, "destinations", "update", "erp", "--oauth2-client-secret", goodSecret)
+	p.WaitDelivered(t, held, 30*time.Second)
+	if n := te.issued.Load(); n != 2 {
+		t.Fatalf("the token endpoint issued %d tokens, want 2 (one per credentials)", n)
+	}
+
+	// A token endpoint the SSRF guard denies is refused up front.
+	if _, errOut, err := runRivoractl(d, "destinations", "update", "erp", "--oauth2-token-url", "http://169.254.169.254/token"); err == nil || !strings.Contains(errOut, "169.254.169.254") {
+		t.Fatalf("a metadata token URL: err %v, stderr %q; want it refused by the SSRF guard", err, errOut)
+	}
+
+	texts := map[string]string{
+		"destinations get": rivoractl(t, d, "destinations", "get", "erp", "-o", "json"),
+		"audit":            rivoractl(t, d, "audit", "--destination", "erp", "-o", "json"),
+		"the server's log": d.Tail(1 << 20),
+	}
+	for where, text := range texts {
+		for _, s := range []string{goodSecret, badSecret} {
+			if strings.Contains(text, s) {
+				t.Errorf("%s carries an OAuth2 client secret", where)
 			}
 		}
 	}
