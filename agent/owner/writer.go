@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -92,6 +93,10 @@ type laneWriter struct {
 
 	appendCh   chan *appendReq
 	writerDone chan struct{}
+	// abandon, when closed, ends the wait for acks still out: the store
+	// stalled (watchStore), and what they stored is for the next owner's
+	// rebuild to find. Nil: wait for every ack.
+	abandon <-chan struct{}
 }
 
 func newLaneWriter(p int, js jetstream.JetStream, f *fence, sched *scheduler.Scheduler, cache *eventCache, log *slog.Logger) *laneWriter {
@@ -316,7 +321,7 @@ func (w *laneWriter) settle(f *flight) error {
 		f.fail()
 		return f.err
 	}
-	acks, err := f.wait()
+	acks, err := f.wait(w.abandon)
 	if err == nil {
 		err = w.register(f, acks)
 	}
@@ -324,6 +329,7 @@ func (w *laneWriter) settle(f *flight) error {
 		f.fail()
 		return err
 	}
+	w.fence.confirm(time.Now())
 	w.recent.add(f.reqs)
 	f.answer(lanes.LanesStream(w.p), acks)
 	return nil
@@ -336,9 +342,12 @@ func (f *flight) fail() {
 	}
 }
 
+// errAbandoned: the store stalled while a group's writes were out.
+var errAbandoned = errors.New("store stalled; writes in flight abandoned")
+
 // wait collects the store's answer to every write of the group, in order;
-// the first refusal ends it.
-func (f *flight) wait() ([][]storedAck, error) {
+// the first refusal, or abandon closing, ends it.
+func (f *flight) wait(abandon <-chan struct{}) ([][]storedAck, error) {
 	acks := make([][]storedAck, len(f.reqs))
 	for r, req := range f.reqs {
 		acks[r] = make([]storedAck, len(req.items))
@@ -348,6 +357,8 @@ func (f *flight) wait() ([][]storedAck, error) {
 				acks[r][i] = storedAck{seq: ack.Sequence, dup: ack.Duplicate}
 			case err := <-fut.Err():
 				return nil, err
+			case <-abandon:
+				return nil, errAbandoned
 			}
 		}
 	}
