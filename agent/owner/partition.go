@@ -116,11 +116,11 @@ type Partition struct {
 // it and carries its epoch, and the partition stops when it is lost.
 func Open(ctx context.Context, p int, deps Deps, lease *ownership.Lease) (*Partition, error) {
 	o := &Partition{
-		p:     p,
-		lease: lease,
-		deps:  deps,
-		log:   deps.Log.With("partition", p),
-		fence: &fence{p: p, lease: lease, js: deps.JS},
+		p:       p,
+		lease:   lease,
+		deps:    deps,
+		log:     deps.Log.With("partition", p),
+		fence:   &fence{p: p, lease: lease, js: deps.JS},
 		cache:   &eventCache{},
 		stalled: make(chan struct{}),
 	}
