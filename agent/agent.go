@@ -84,6 +84,9 @@ type Config struct {
 	// the embedded server to the cell's JetStream cluster.
 	NATSCluster string
 	NATSRoutes  []string
+	// NATSClusterAdvertise (host:port, "" = none) is the route address
+	// gossiped to the cell's other agents (natsd.Config.ClusterAdvertise).
+	NATSClusterAdvertise string
 	// NATSPassword ("" = none) is required of every client and route of
 	// the embedded NATS server (natsd.Config.Password); NATSTLS, with a
 	// certificate, serves its client port over TLS and its routes over
@@ -202,7 +205,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	var err error
 	if a.nats, err = natsd.Start(natsd.Config{
 		DataDir: cfg.DataDir, ClientListen: cfg.NATSListen, Fsync: cfg.SyncAlways, Name: cfg.Name,
-		ClusterListen: cfg.NATSCluster, Routes: cfg.NATSRoutes, Password: cfg.NATSPassword, TLS: cfg.NATSTLS,
+		ClusterListen: cfg.NATSCluster, ClusterAdvertise: cfg.NATSClusterAdvertise, Routes: cfg.NATSRoutes, Password: cfg.NATSPassword, TLS: cfg.NATSTLS,
 		LeafListen: cfg.LeafListen, LeafPassword: LeafPassword(cfg.Keys.Cell()),
 	}, base.With("component", "nats")); err != nil {
 		return nil, err

@@ -22,6 +22,7 @@ import (
 	"github.com/rivora/rivora/e2e/jsdump"
 	"github.com/rivora/rivora/lanes"
 	"github.com/rivora/rivora/sdk"
+	"github.com/rivora/rivora/testkit/faultnet"
 	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
@@ -47,6 +48,8 @@ type clusterCell struct {
 	// cps are all the control planes (cp is the first; with several, any
 	// of them may lead).
 	cps []*proc
+	// net, when set, carries the links inside the cell (clusterOptions.Net).
+	net *faultnet.Net
 }
 
 // startClusterCell starts Consul, a control plane and n agents, and waits
@@ -70,19 +73,22 @@ type clusterOptions struct {
 	CPArgs                            []string
 	// AgentArgs, when set, are more flags for agent name (a1, a2, …).
 	AgentArgs func(name string) []string
+	// Net, when set, carries every link inside the cell through its own
+	// proxy, so a test can cut any one (faultcell_test.go has the wiring).
+	Net *faultnet.Net
 }
 
 // startClusterWith is startCluster with every option.
 func startClusterWith(t testing.TB, o clusterOptions) *clusterCell {
 	t.Helper()
 	controlPlanes, n, partitions, cpArgs := o.ControlPlanes, o.Agents, o.Partitions, o.CPArgs
-	c := &clusterCell{t: t, consul: consultest.Start(t), agents: map[string]*proc{}, natsURLs: map[string]string{}, args: map[string][]string{}, partitions: partitions}
+	c := &clusterCell{t: t, consul: consultest.Start(t), agents: map[string]*proc{}, natsURLs: map[string]string{}, args: map[string][]string{}, partitions: partitions, net: o.Net}
 	var cpURLs, stateDirs []string
 	for i := range controlPlanes {
 		cpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 		stateDir := t.TempDir()
 		args := append([]string{"controlplane", "--listen", cpAddr, "--state-dir", stateDir,
-			"--partitions", strconv.Itoa(partitions), "--consul", c.consul.URL()}, cellArgs()...)
+			"--partitions", strconv.Itoa(partitions), "--consul", c.via(cpNode(i), "consul", c.consul.URL())}, cellArgs()...)
 		args = append(args, allowLoopback()...)
 		args = append(args, tlsArgs()...)
 		cp := startProc(t, "controlplane "+strconv.Itoa(i+1), cpAddr, append(args, cpArgs...))
@@ -104,12 +110,20 @@ func startClusterWith(t testing.TB, o clusterOptions) *clusterCell {
 		addr := "127.0.0.1:" + strconv.Itoa(p.api)
 		c.names = append(c.names, name)
 		c.natsURLs[name] = "nats://127.0.0.1:" + strconv.Itoa(p.client)
+		agentRoutes, cps := routes, cpURLs
+		if c.net != nil {
+			agentRoutes, cps = c.netRoutes(name, routes), c.netControlPlanes(name, cpURLs)
+		}
 		c.args[name] = []string{"agent", "--name", name, "--listen", addr,
-			"--controlplane", strings.Join(cpURLs, ","), "--consul", c.consul.URL(), "--data-dir", t.TempDir(),
+			"--controlplane", strings.Join(cps, ","), "--consul", c.via(name, "consul", c.consul.URL()), "--data-dir", t.TempDir(),
 			"--nats-listen", "127.0.0.1:" + strconv.Itoa(p.client), "--nats-cluster", "127.0.0.1:" + strconv.Itoa(p.cluster),
-			"--nats-routes", strings.Join(routes, ","),
+			"--nats-routes", strings.Join(agentRoutes, ","),
 			"--session-ttl", clusterTTL.String(), "--lock-delay", clusterLockDelay.String()}
 		c.args[name] = append(c.args[name], c.minio.DevArgs("rivora-cell")...)
+		if c.net != nil {
+			// After DevArgs: its --s3-endpoint is replaced (the last wins).
+			c.args[name] = append(c.args[name], c.netAgentArgs(name, addr)...)
+		}
 		c.args[name] = append(c.args[name], cellArgs()...)
 		c.args[name] = append(c.args[name], allowLoopback()...)
 		c.args[name] = append(c.args[name], tlsArgs()...)

@@ -53,6 +53,13 @@ type Config struct {
 	// Routes are the other agents' cluster URLs (nats://host:port); this
 	// server's own address may be among them.
 	Routes []string
+	// ClusterAdvertise (host:port), when set, is the route address this
+	// server tells its peers about, which they pass on (gossip) to
+	// servers that have no route to it yet: set it when the peers reach
+	// this server through an address other than ClusterListen (a NAT, a
+	// proxy per link). "" advertises the address a peer's route came
+	// from, with ClusterListen's port.
+	ClusterAdvertise string
 	// Password, when set, is required of every connection: of clients as
 	// user User (the agent's own in-process connections pass it), and of
 	// routes, whose URLs this server dials with it. The agents of a cell
@@ -155,7 +162,12 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		opts.Cluster = server.ClusterOpts{Name: ClusterName, Host: host, Port: port}
+		opts.Cluster = server.ClusterOpts{Name: ClusterName, Host: host, Port: port, Advertise: cfg.ClusterAdvertise}
+		if cfg.ClusterAdvertise != "" {
+			if _, _, err := splitHostPort("nats cluster advertise", cfg.ClusterAdvertise); err != nil {
+				return nil, err
+			}
+		}
 		if cfg.Password != "" {
 			// Routes dialled to this server must present it; the ones
 			// it dials carry it in their URLs (and the routes it learns

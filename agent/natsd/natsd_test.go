@@ -219,3 +219,10 @@ func TestRouteWithAWrongCredentialIsRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestClusterAdvertiseMustBeHostPort(t *testing.T) {
+	_, err := natsd.Start(natsd.Config{DataDir: t.TempDir(), Name: "n", ClusterListen: "127.0.0.1:0", ClusterAdvertise: "no-port"}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "nats cluster advertise") {
+		t.Fatalf("Start with ClusterAdvertise \"no-port\": %v; want an error naming the advertise address", err)
+	}
+}

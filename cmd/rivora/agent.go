@@ -65,6 +65,7 @@ Examples:
 			&cli.StringFlag{Name: "data-dir", Value: "./data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for streams and the archive"},
 			&cli.StringFlag{Name: "consul", EnvVars: []string{"RIVORA_CONSUL"}, Usage: "Consul HTTP API `URL` granting partition ownership (sessions and locks); without it this agent owns what it is assigned in process (one-agent cells only)"},
 			&cli.StringFlag{Name: "nats-cluster", EnvVars: []string{"RIVORA_NATS_CLUSTER"}, Usage: "`HOST:PORT` the cell's other agents route to (joins the JetStream cluster)"},
+			&cli.StringFlag{Name: "nats-cluster-advertise", EnvVars: []string{"RIVORA_NATS_CLUSTER_ADVERTISE"}, Usage: "`HOST:PORT` of this agent's routes as the other agents reach it, when not --nats-cluster (a NAT, a proxy): the address its peers pass on to each other (default: the address a route came from)"},
 			&cli.StringFlag{Name: "nats-routes", EnvVars: []string{"RIVORA_NATS_ROUTES"}, Usage: "the cell's cluster addresses, comma-separated `nats://HOST:PORT,…` (this agent's own may be included)"},
 			&cli.IntFlag{Name: "replicas", EnvVars: []string{"RIVORA_REPLICAS"}, Usage: "stream replicas `N` (default: min(3, cell size))"},
 			&cli.DurationFlag{Name: "session-ttl", Value: ownership.DefaultTTL, EnvVars: []string{"RIVORA_SESSION_TTL"}, Usage: "Consul session TTL (10s is Consul's minimum)"},

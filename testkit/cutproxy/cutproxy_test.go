@@ -228,3 +228,96 @@ func TestCloseEndsEverything(t *testing.T) {
 		t.Fatalf("a second Close: %v", err)
 	}
 }
+
+// One direction cut: the client's bytes reach the target, the answers are
+// held until Restore, and nothing is closed.
+func TestCutDownDeliversRequestsHoldsAnswers(t *testing.T) {
+	e := startEcho(t)
+	p := cutproxy.New(t, e.l.Addr().String())
+	c := dial(t, p)
+	roundTrip(t, c, []byte("before"))
+
+	p.CutDirection(cutproxy.Down)
+	if up, down := p.Cuts(); up || !down || !p.IsCut() {
+		t.Fatalf("Cuts() = %v, %v, IsCut %v after CutDirection(Down); want false, true, true", up, down, p.IsCut())
+	}
+	before := e.received.Load()
+	if _, err := c.Write([]byte("request")); err != nil {
+		t.Fatal(err)
+	}
+	poll.True(t, "the target receives the request", 5*time.Second, func() bool { return e.received.Load() == before+7 })
+	silent(t, c, "the answer while the down direction is cut")
+
+	// A new connection is dialed (its request arrives too), its answer held.
+	late := dial(t, p)
+	if _, err := late.Write([]byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	poll.True(t, "the target receives the new connection's request", 5*time.Second, func() bool { return e.received.Load() == before+11 })
+	silent(t, late, "the new connection's answer")
+
+	p.Restore()
+	readBack(t, c, []byte("request"), 5*time.Second)
+	readBack(t, late, []byte("late"), 5*time.Second)
+}
+
+// The up direction cut: nothing reaches the target; answers could flow
+// but there are none; a new connection is not dialed.
+func TestCutUpHoldsRequests(t *testing.T) {
+	e := startEcho(t)
+	p := cutproxy.New(t, e.l.Addr().String())
+	c := dial(t, p)
+	roundTrip(t, c, []byte("x"))
+	p.CutDirection(cutproxy.Up)
+	before := e.received.Load()
+	if _, err := c.Write([]byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	late := dial(t, p)
+	poll.True(t, "the proxy accepted the second connection", 5*time.Second, func() bool { return p.Accepted() == 2 })
+	silent(t, c, "an open connection whose requests are held")
+	if got := e.received.Load(); got != before {
+		t.Fatalf("the target received %d bytes while the up direction was cut", got-before)
+	}
+	if n := e.accepted.Load(); n != 1 {
+		t.Fatalf("the target saw %d connections, want 1: a connection made with the up direction cut is not dialed", n)
+	}
+	p.Restore()
+	readBack(t, c, []byte("held"), 5*time.Second)
+	roundTrip(t, late, []byte("late"))
+}
+
+// Latency delays each direction by the amount set, keeps order, and does
+// not cap throughput at one chunk per delay.
+func TestLatencyDelaysEachDirection(t *testing.T) {
+	e := startEcho(t)
+	p := cutproxy.New(t, e.l.Addr().String())
+	c := dial(t, p)
+	roundTrip(t, c, []byte("warm"))
+	const latency = 150 * time.Millisecond
+	p.SetLatency(latency)
+	if p.Latency() != latency {
+		t.Fatalf("Latency() = %s, want %s", p.Latency(), latency)
+	}
+	start := time.Now()
+	roundTrip(t, c, []byte("ping"))
+	if rtt := time.Since(start); rtt < 2*latency || rtt > 2*latency+time.Second {
+		t.Fatalf("round trip took %s with %s latency each way; want about %s", rtt, latency, 2*latency)
+	}
+	// 4 MiB (128 chunks) round trip: at one chunk per delay it would take
+	// 128 × 300 ms; pipelined it takes little more than the delay.
+	big := make([]byte, 4<<20)
+	rand.Read(big)
+	start = time.Now()
+	go c.Write(big)
+	readBack(t, c, big, 20*time.Second)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("4 MiB took %s through a proxy with %s latency; the latency caps throughput", took, latency)
+	}
+	p.SetLatency(0)
+	start = time.Now()
+	roundTrip(t, c, []byte("fast"))
+	if rtt := time.Since(start); rtt >= latency {
+		t.Fatalf("round trip took %s after SetLatency(0)", rtt)
+	}
+}

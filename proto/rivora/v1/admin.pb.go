@@ -222,8 +222,48 @@ type Destination struct {
 	// URL: only that customer may subscribe to it (operators see and steer
 	// it like any other).
 	OwnerCustomer string `protobuf:"bytes,20,opt,name=owner_customer,json=ownerCustomer,proto3" json:"owner_customer,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// client_certificate is the mTLS client certificate the agents present
+	// to the partner (on https URLs). Its key_pem is only on the agents'
+	// feed: answers show the certificate's summary and key_fingerprint.
+	ClientCertificate *Certificate `protobuf:"bytes,21,opt,name=client_certificate,json=clientCertificate,proto3" json:"client_certificate,omitempty"`
+	// previous_client_certificate is the one an update replaced, kept until
+	// its overlap_until: when the partner refuses the new certificate in a
+	// handshake, the attempt is made again at once with this one (not a
+	// failed attempt). Its key_pem is only on the agents' feed.
+	PreviousClientCertificate *Certificate `protobuf:"bytes,22,opt,name=previous_client_certificate,json=previousClientCertificate,proto3" json:"previous_client_certificate,omitempty"`
+	// server_ca pins the partner's CA: its server certificate must chain
+	// to it (instead of the system roots). Not secret.
+	ServerCa *Certificate `protobuf:"bytes,23,opt,name=server_ca,json=serverCa,proto3" json:"server_ca,omitempty"`
+	// oauth2 makes the agents send `Authorization: Bearer <token>`, the
+	// token fetched (client-credentials grant) and cached per destination.
+	// Its client_secret is only on the agents' feed: answers carry
+	// client_secret_fingerprint instead.
+	Oauth2 *OAuth2ClientCredentials `protobuf:"bytes,24,opt,name=oauth2,proto3" json:"oauth2,omitempty"`
+	// signature_scheme is which Standard Webhooks signatures deliveries
+	// carry in webhook-signature: "v1" (HMAC-SHA256 with secret; the
+	// default, also when empty), "v1a" (ed25519 with signing_key) or
+	// "both" (one of each).
+	SignatureScheme string `protobuf:"bytes,40,opt,name=signature_scheme,json=signatureScheme,proto3" json:"signature_scheme,omitempty"`
+	// signing_key is the ed25519 secret key of v1a signatures: "whsk_" +
+	// base64 of the 64-byte key (seed and public key). Only on the agents'
+	// feed: answers carry signing_key_fingerprint, never the key.
+	SigningKey            string `protobuf:"bytes,41,opt,name=signing_key,json=signingKey,proto3" json:"signing_key,omitempty"`
+	SigningKeyFingerprint string `protobuf:"bytes,42,opt,name=signing_key_fingerprint,json=signingKeyFingerprint,proto3" json:"signing_key_fingerprint,omitempty"`
+	// public_key is signing_key's public half, "whpk_" + base64 of the
+	// 32-byte key: what receivers verify v1a signatures with. Not a secret:
+	// every answer carries it.
+	PublicKey string `protobuf:"bytes,43,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	// previous_signing_key is the key a rotation replaced; it signs too
+	// until previous_signing_key_expires_at. Only on the agents' feed;
+	// answers carry previous_public_key.
+	PreviousSigningKey          string                 `protobuf:"bytes,44,opt,name=previous_signing_key,json=previousSigningKey,proto3" json:"previous_signing_key,omitempty"`
+	PreviousPublicKey           string                 `protobuf:"bytes,45,opt,name=previous_public_key,json=previousPublicKey,proto3" json:"previous_public_key,omitempty"`
+	PreviousSigningKeyExpiresAt *timestamppb.Timestamp `protobuf:"bytes,46,opt,name=previous_signing_key_expires_at,json=previousSigningKeyExpiresAt,proto3" json:"previous_signing_key_expires_at,omitempty"`
+	// legacy_signature is a partner's existing signature contract, sent
+	// beside (or instead of) webhook-signature; unset when none.
+	LegacySignature *LegacySignature `protobuf:"bytes,47,opt,name=legacy_signature,json=legacySignature,proto3" json:"legacy_signature,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Destination) Reset() {
@@ -396,6 +436,420 @@ func (x *Destination) GetOwnerCustomer() string {
 	return ""
 }
 
+func (x *Destination) GetClientCertificate() *Certificate {
+	if x != nil {
+		return x.ClientCertificate
+	}
+	return nil
+}
+
+func (x *Destination) GetPreviousClientCertificate() *Certificate {
+	if x != nil {
+		return x.PreviousClientCertificate
+	}
+	return nil
+}
+
+func (x *Destination) GetServerCa() *Certificate {
+	if x != nil {
+		return x.ServerCa
+	}
+	return nil
+}
+
+func (x *Destination) GetOauth2() *OAuth2ClientCredentials {
+	if x != nil {
+		return x.Oauth2
+	}
+	return nil
+}
+
+func (x *Destination) GetSignatureScheme() string {
+	if x != nil {
+		return x.SignatureScheme
+	}
+	return ""
+}
+
+func (x *Destination) GetSigningKey() string {
+	if x != nil {
+		return x.SigningKey
+	}
+	return ""
+}
+
+func (x *Destination) GetSigningKeyFingerprint() string {
+	if x != nil {
+		return x.SigningKeyFingerprint
+	}
+	return ""
+}
+
+func (x *Destination) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
+}
+
+func (x *Destination) GetPreviousSigningKey() string {
+	if x != nil {
+		return x.PreviousSigningKey
+	}
+	return ""
+}
+
+func (x *Destination) GetPreviousPublicKey() string {
+	if x != nil {
+		return x.PreviousPublicKey
+	}
+	return ""
+}
+
+func (x *Destination) GetPreviousSigningKeyExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PreviousSigningKeyExpiresAt
+	}
+	return nil
+}
+
+func (x *Destination) GetLegacySignature() *LegacySignature {
+	if x != nil {
+		return x.LegacySignature
+	}
+	return nil
+}
+
+// Certificate is an X.509 certificate in PEM (a client certificate with
+// its private key, or a CA), and what answers show of it.
+type Certificate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// certificate_pem: the certificate (a client certificate's chain, leaf
+	// first), PEM. Not secret: answers carry it.
+	CertificatePem string `protobuf:"bytes,1,opt,name=certificate_pem,json=certificatePem,proto3" json:"certificate_pem,omitempty"`
+	// key_pem: a client certificate's private key, PEM (PKCS#1, PKCS#8 or
+	// EC). Only in requests and on the agents' feed.
+	KeyPem string `protobuf:"bytes,2,opt,name=key_pem,json=keyPem,proto3" json:"key_pem,omitempty"`
+	// subject, issuer: the (leaf) certificate's distinguished names.
+	Subject   string                 `protobuf:"bytes,3,opt,name=subject,proto3" json:"subject,omitempty"`
+	Issuer    string                 `protobuf:"bytes,4,opt,name=issuer,proto3" json:"issuer,omitempty"`
+	NotBefore *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	NotAfter  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	// fingerprint: "sha256:" + hex SHA-256 of the (leaf) certificate's DER.
+	Fingerprint string `protobuf:"bytes,7,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// key_fingerprint identifies the private key without revealing it, in
+	// answers: "sha256:" + the first 16 hex digits of SHA-256 of key_pem.
+	KeyFingerprint string `protobuf:"bytes,8,opt,name=key_fingerprint,json=keyFingerprint,proto3" json:"key_fingerprint,omitempty"`
+	// overlap_until: on a previous_client_certificate, when it stops being
+	// used as the fallback.
+	OverlapUntil  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=overlap_until,json=overlapUntil,proto3" json:"overlap_until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Certificate) Reset() {
+	*x = Certificate{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Certificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Certificate) ProtoMessage() {}
+
+func (x *Certificate) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
+func (*Certificate) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Certificate) GetCertificatePem() string {
+	if x != nil {
+		return x.CertificatePem
+	}
+	return ""
+}
+
+func (x *Certificate) GetKeyPem() string {
+	if x != nil {
+		return x.KeyPem
+	}
+	return ""
+}
+
+func (x *Certificate) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *Certificate) GetIssuer() string {
+	if x != nil {
+		return x.Issuer
+	}
+	return ""
+}
+
+func (x *Certificate) GetNotBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotBefore
+	}
+	return nil
+}
+
+func (x *Certificate) GetNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotAfter
+	}
+	return nil
+}
+
+func (x *Certificate) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *Certificate) GetKeyFingerprint() string {
+	if x != nil {
+		return x.KeyFingerprint
+	}
+	return ""
+}
+
+func (x *Certificate) GetOverlapUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OverlapUntil
+	}
+	return nil
+}
+
+// OAuth2ClientCredentials is an OAuth2 client-credentials grant (RFC 6749
+// section 4.4) against the partner's token endpoint.
+type OAuth2ClientCredentials struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// token_url: the token endpoint, an absolute http(s) URL; the agents'
+	// SSRF guard applies to it as to a destination's URL.
+	TokenUrl string `protobuf:"bytes,1,opt,name=token_url,json=tokenUrl,proto3" json:"token_url,omitempty"`
+	ClientId string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// client_secret: only in requests and on the agents' feed.
+	ClientSecret string `protobuf:"bytes,3,opt,name=client_secret,json=clientSecret,proto3" json:"client_secret,omitempty"`
+	// client_secret_fingerprint identifies the secret in answers: "sha256:"
+	// + the first 16 hex digits of SHA-256 of it.
+	ClientSecretFingerprint string `protobuf:"bytes,4,opt,name=client_secret_fingerprint,json=clientSecretFingerprint,proto3" json:"client_secret_fingerprint,omitempty"`
+	// scopes are sent space-separated as "scope"; audience as "audience"
+	// (Auth0 and others want it).
+	Scopes        []string `protobuf:"bytes,5,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	Audience      string   `protobuf:"bytes,6,opt,name=audience,proto3" json:"audience,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OAuth2ClientCredentials) Reset() {
+	*x = OAuth2ClientCredentials{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OAuth2ClientCredentials) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OAuth2ClientCredentials) ProtoMessage() {}
+
+func (x *OAuth2ClientCredentials) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OAuth2ClientCredentials.ProtoReflect.Descriptor instead.
+func (*OAuth2ClientCredentials) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *OAuth2ClientCredentials) GetTokenUrl() string {
+	if x != nil {
+		return x.TokenUrl
+	}
+	return ""
+}
+
+func (x *OAuth2ClientCredentials) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *OAuth2ClientCredentials) GetClientSecret() string {
+	if x != nil {
+		return x.ClientSecret
+	}
+	return ""
+}
+
+func (x *OAuth2ClientCredentials) GetClientSecretFingerprint() string {
+	if x != nil {
+		return x.ClientSecretFingerprint
+	}
+	return ""
+}
+
+func (x *OAuth2ClientCredentials) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+func (x *OAuth2ClientCredentials) GetAudience() string {
+	if x != nil {
+		return x.Audience
+	}
+	return ""
+}
+
+// LegacySignature is a signature header in a partner's pre-existing
+// format (a migration aid): an HMAC of a template over the delivery, in
+// a header of its own. It has no timestamp unless the template includes
+// one, so without {timestamp} it gives no replay protection.
+type LegacySignature struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// header is the header's name (X-Signature, say); not one Rivora sets.
+	Header string `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// template is the signed content: literal text with the placeholders
+	// {body} (the payload as sent), {id} (webhook-id) and {timestamp}
+	// (webhook-timestamp, Unix seconds); default "{body}".
+	Template string `protobuf:"bytes,2,opt,name=template,proto3" json:"template,omitempty"`
+	// algorithm: "hmac-sha256" (default), "hmac-sha512" or "hmac-sha1".
+	Algorithm string `protobuf:"bytes,3,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	// encoding of the MAC: "hex" (lower case, default) or "base64".
+	Encoding string `protobuf:"bytes,4,opt,name=encoding,proto3" json:"encoding,omitempty"`
+	// prefix is literal text before the encoded MAC ("sha256=", say).
+	Prefix string `protobuf:"bytes,5,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// secret is the HMAC key, its bytes as given (the partner's existing
+	// secret). Only in requests and on the agents' feed: answers carry
+	// secret_fingerprint.
+	Secret            string `protobuf:"bytes,6,opt,name=secret,proto3" json:"secret,omitempty"`
+	SecretFingerprint string `protobuf:"bytes,7,opt,name=secret_fingerprint,json=secretFingerprint,proto3" json:"secret_fingerprint,omitempty"`
+	// replace_standard leaves webhook-signature out (webhook-id and
+	// webhook-timestamp are still sent): for a partner that cannot be
+	// told to ignore an unknown header.
+	ReplaceStandard bool `protobuf:"varint,8,opt,name=replace_standard,json=replaceStandard,proto3" json:"replace_standard,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *LegacySignature) Reset() {
+	*x = LegacySignature{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LegacySignature) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LegacySignature) ProtoMessage() {}
+
+func (x *LegacySignature) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LegacySignature.ProtoReflect.Descriptor instead.
+func (*LegacySignature) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LegacySignature) GetHeader() string {
+	if x != nil {
+		return x.Header
+	}
+	return ""
+}
+
+func (x *LegacySignature) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *LegacySignature) GetAlgorithm() string {
+	if x != nil {
+		return x.Algorithm
+	}
+	return ""
+}
+
+func (x *LegacySignature) GetEncoding() string {
+	if x != nil {
+		return x.Encoding
+	}
+	return ""
+}
+
+func (x *LegacySignature) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *LegacySignature) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *LegacySignature) GetSecretFingerprint() string {
+	if x != nil {
+		return x.SecretFingerprint
+	}
+	return ""
+}
+
+func (x *LegacySignature) GetReplaceStandard() bool {
+	if x != nil {
+		return x.ReplaceStandard
+	}
+	return false
+}
+
 // Header is one custom HTTP header of a destination.
 type Header struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -417,7 +871,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	mi := &file_rivora_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +883,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[2]
+	mi := &file_rivora_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +896,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Header) GetName() string {
@@ -482,7 +936,7 @@ type LimitsOverride struct {
 
 func (x *LimitsOverride) Reset() {
 	*x = LimitsOverride{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[3]
+	mi := &file_rivora_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +948,7 @@ func (x *LimitsOverride) String() string {
 func (*LimitsOverride) ProtoMessage() {}
 
 func (x *LimitsOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[3]
+	mi := &file_rivora_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,7 +961,7 @@ func (x *LimitsOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsOverride.ProtoReflect.Descriptor instead.
 func (*LimitsOverride) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LimitsOverride) GetLimits() *Limits {
@@ -558,7 +1012,7 @@ type PauseInterval struct {
 
 func (x *PauseInterval) Reset() {
 	*x = PauseInterval{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[4]
+	mi := &file_rivora_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +1024,7 @@ func (x *PauseInterval) String() string {
 func (*PauseInterval) ProtoMessage() {}
 
 func (x *PauseInterval) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[4]
+	mi := &file_rivora_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +1037,7 @@ func (x *PauseInterval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseInterval.ProtoReflect.Descriptor instead.
 func (*PauseInterval) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PauseInterval) GetStart() *timestamppb.Timestamp {
@@ -628,13 +1082,29 @@ type CreateDestinationRequest struct {
 	// owner_customer makes the destination the customer's own (required
 	// for a customer token, which may not set limits).
 	OwnerCustomer string `protobuf:"bytes,7,opt,name=owner_customer,json=ownerCustomer,proto3" json:"owner_customer,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// client_certificate (certificate_pem and key_pem) makes the agents
+	// present it to the partner (mTLS); server_ca (certificate_pem) pins the
+	// partner's CA; oauth2 sends a bearer token from the partner's token
+	// endpoint. Only the PEM and credential fields are read: the summary
+	// fields are computed.
+	ClientCertificate *Certificate             `protobuf:"bytes,8,opt,name=client_certificate,json=clientCertificate,proto3" json:"client_certificate,omitempty"`
+	ServerCa          *Certificate             `protobuf:"bytes,9,opt,name=server_ca,json=serverCa,proto3" json:"server_ca,omitempty"`
+	Oauth2            *OAuth2ClientCredentials `protobuf:"bytes,10,opt,name=oauth2,proto3" json:"oauth2,omitempty"`
+	// signature_scheme: "v1" (default), "v1a" or "both" (Destination).
+	SignatureScheme string `protobuf:"bytes,20,opt,name=signature_scheme,json=signatureScheme,proto3" json:"signature_scheme,omitempty"`
+	// signing_key is the ed25519 key of v1a signatures ("whsk_" + base64
+	// of the 32-byte seed or 64-byte key); generated when the scheme needs
+	// one and none is given.
+	SigningKey string `protobuf:"bytes,21,opt,name=signing_key,json=signingKey,proto3" json:"signing_key,omitempty"`
+	// legacy_signature adds a partner's existing signature header.
+	LegacySignature *LegacySignature `protobuf:"bytes,22,opt,name=legacy_signature,json=legacySignature,proto3" json:"legacy_signature,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CreateDestinationRequest) Reset() {
 	*x = CreateDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[5]
+	mi := &file_rivora_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +1116,7 @@ func (x *CreateDestinationRequest) String() string {
 func (*CreateDestinationRequest) ProtoMessage() {}
 
 func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[5]
+	mi := &file_rivora_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +1129,7 @@ func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestinationRequest.ProtoReflect.Descriptor instead.
 func (*CreateDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateDestinationRequest) GetAuthor() string {
@@ -711,6 +1181,48 @@ func (x *CreateDestinationRequest) GetOwnerCustomer() string {
 	return ""
 }
 
+func (x *CreateDestinationRequest) GetClientCertificate() *Certificate {
+	if x != nil {
+		return x.ClientCertificate
+	}
+	return nil
+}
+
+func (x *CreateDestinationRequest) GetServerCa() *Certificate {
+	if x != nil {
+		return x.ServerCa
+	}
+	return nil
+}
+
+func (x *CreateDestinationRequest) GetOauth2() *OAuth2ClientCredentials {
+	if x != nil {
+		return x.Oauth2
+	}
+	return nil
+}
+
+func (x *CreateDestinationRequest) GetSignatureScheme() string {
+	if x != nil {
+		return x.SignatureScheme
+	}
+	return ""
+}
+
+func (x *CreateDestinationRequest) GetSigningKey() string {
+	if x != nil {
+		return x.SigningKey
+	}
+	return ""
+}
+
+func (x *CreateDestinationRequest) GetLegacySignature() *LegacySignature {
+	if x != nil {
+		return x.LegacySignature
+	}
+	return nil
+}
+
 type CreateDestinationResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
@@ -721,7 +1233,7 @@ type CreateDestinationResponse struct {
 
 func (x *CreateDestinationResponse) Reset() {
 	*x = CreateDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[6]
+	mi := &file_rivora_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +1245,7 @@ func (x *CreateDestinationResponse) String() string {
 func (*CreateDestinationResponse) ProtoMessage() {}
 
 func (x *CreateDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[6]
+	mi := &file_rivora_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +1258,7 @@ func (x *CreateDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestinationResponse.ProtoReflect.Descriptor instead.
 func (*CreateDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateDestinationResponse) GetDestination() *Destination {
@@ -772,7 +1284,7 @@ type GetDestinationRequest struct {
 
 func (x *GetDestinationRequest) Reset() {
 	*x = GetDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[7]
+	mi := &file_rivora_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +1296,7 @@ func (x *GetDestinationRequest) String() string {
 func (*GetDestinationRequest) ProtoMessage() {}
 
 func (x *GetDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[7]
+	mi := &file_rivora_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +1309,7 @@ func (x *GetDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationRequest.ProtoReflect.Descriptor instead.
 func (*GetDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetDestinationRequest) GetId() string {
@@ -818,7 +1330,7 @@ type GetDestinationResponse struct {
 
 func (x *GetDestinationResponse) Reset() {
 	*x = GetDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[8]
+	mi := &file_rivora_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +1342,7 @@ func (x *GetDestinationResponse) String() string {
 func (*GetDestinationResponse) ProtoMessage() {}
 
 func (x *GetDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[8]
+	mi := &file_rivora_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +1355,7 @@ func (x *GetDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationResponse.ProtoReflect.Descriptor instead.
 func (*GetDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetDestinationResponse) GetDestination() *Destination {
@@ -868,7 +1380,7 @@ type ListDestinationsRequest struct {
 
 func (x *ListDestinationsRequest) Reset() {
 	*x = ListDestinationsRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[9]
+	mi := &file_rivora_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1392,7 @@ func (x *ListDestinationsRequest) String() string {
 func (*ListDestinationsRequest) ProtoMessage() {}
 
 func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[9]
+	mi := &file_rivora_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1405,7 @@ func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsRequest.ProtoReflect.Descriptor instead.
 func (*ListDestinationsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 type ListDestinationsResponse struct {
@@ -905,7 +1417,7 @@ type ListDestinationsResponse struct {
 
 func (x *ListDestinationsResponse) Reset() {
 	*x = ListDestinationsResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[10]
+	mi := &file_rivora_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +1429,7 @@ func (x *ListDestinationsResponse) String() string {
 func (*ListDestinationsResponse) ProtoMessage() {}
 
 func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[10]
+	mi := &file_rivora_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +1442,7 @@ func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsResponse.ProtoReflect.Descriptor instead.
 func (*ListDestinationsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListDestinationsResponse) GetDestinations() []*Destination {
@@ -960,13 +1472,38 @@ type UpdateDestinationRequest struct {
 	// grace period.
 	SetHeaders    []*Header `protobuf:"bytes,11,rep,name=set_headers,json=setHeaders,proto3" json:"set_headers,omitempty"`
 	RemoveHeaders []string  `protobuf:"bytes,12,rep,name=remove_headers,json=removeHeaders,proto3" json:"remove_headers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// client_certificate replaces the mTLS client certificate (both PEMs);
+	// the one it replaces stays as the handshake fallback for
+	// client_certificate_overlap (unset: 24h, 0: none, at most 7 days).
+	// remove_client_certificate drops both.
+	ClientCertificate        *Certificate         `protobuf:"bytes,13,opt,name=client_certificate,json=clientCertificate,proto3" json:"client_certificate,omitempty"`
+	ClientCertificateOverlap *durationpb.Duration `protobuf:"bytes,14,opt,name=client_certificate_overlap,json=clientCertificateOverlap,proto3" json:"client_certificate_overlap,omitempty"`
+	RemoveClientCertificate  bool                 `protobuf:"varint,15,opt,name=remove_client_certificate,json=removeClientCertificate,proto3" json:"remove_client_certificate,omitempty"`
+	// server_ca replaces the pinned partner CA; remove_server_ca unpins it.
+	ServerCa       *Certificate `protobuf:"bytes,16,opt,name=server_ca,json=serverCa,proto3" json:"server_ca,omitempty"`
+	RemoveServerCa bool         `protobuf:"varint,17,opt,name=remove_server_ca,json=removeServerCa,proto3" json:"remove_server_ca,omitempty"`
+	// oauth2 sets the OAuth2 client credentials: the fields set replace
+	// those stored (scopes as a whole); a destination without OAuth2 needs
+	// token_url, client_id and client_secret. remove_oauth2 drops them.
+	Oauth2       *OAuth2ClientCredentials `protobuf:"bytes,18,opt,name=oauth2,proto3" json:"oauth2,omitempty"`
+	RemoveOauth2 bool                     `protobuf:"varint,19,opt,name=remove_oauth2,json=removeOauth2,proto3" json:"remove_oauth2,omitempty"`
+	// signature_scheme changes the scheme ("v1", "v1a" or "both"); a key
+	// pair is generated when v1a needs one and the destination has none.
+	SignatureScheme *string `protobuf:"bytes,20,opt,name=signature_scheme,json=signatureScheme,proto3,oneof" json:"signature_scheme,omitempty"`
+	// signing_key replaces the ed25519 key at once (no overlap;
+	// RotateDestinationSecret keeps the old one signing for a grace).
+	SigningKey *string `protobuf:"bytes,21,opt,name=signing_key,json=signingKey,proto3,oneof" json:"signing_key,omitempty"`
+	// legacy_signature sets (replaces) the legacy signature;
+	// remove_legacy_signature drops it.
+	LegacySignature       *LegacySignature `protobuf:"bytes,22,opt,name=legacy_signature,json=legacySignature,proto3" json:"legacy_signature,omitempty"`
+	RemoveLegacySignature bool             `protobuf:"varint,23,opt,name=remove_legacy_signature,json=removeLegacySignature,proto3" json:"remove_legacy_signature,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *UpdateDestinationRequest) Reset() {
 	*x = UpdateDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[11]
+	mi := &file_rivora_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1515,7 @@ func (x *UpdateDestinationRequest) String() string {
 func (*UpdateDestinationRequest) ProtoMessage() {}
 
 func (x *UpdateDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[11]
+	mi := &file_rivora_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1528,7 @@ func (x *UpdateDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDestinationRequest.ProtoReflect.Descriptor instead.
 func (*UpdateDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateDestinationRequest) GetAuthor() string {
@@ -1078,6 +1615,83 @@ func (x *UpdateDestinationRequest) GetRemoveHeaders() []string {
 	return nil
 }
 
+func (x *UpdateDestinationRequest) GetClientCertificate() *Certificate {
+	if x != nil {
+		return x.ClientCertificate
+	}
+	return nil
+}
+
+func (x *UpdateDestinationRequest) GetClientCertificateOverlap() *durationpb.Duration {
+	if x != nil {
+		return x.ClientCertificateOverlap
+	}
+	return nil
+}
+
+func (x *UpdateDestinationRequest) GetRemoveClientCertificate() bool {
+	if x != nil {
+		return x.RemoveClientCertificate
+	}
+	return false
+}
+
+func (x *UpdateDestinationRequest) GetServerCa() *Certificate {
+	if x != nil {
+		return x.ServerCa
+	}
+	return nil
+}
+
+func (x *UpdateDestinationRequest) GetRemoveServerCa() bool {
+	if x != nil {
+		return x.RemoveServerCa
+	}
+	return false
+}
+
+func (x *UpdateDestinationRequest) GetOauth2() *OAuth2ClientCredentials {
+	if x != nil {
+		return x.Oauth2
+	}
+	return nil
+}
+
+func (x *UpdateDestinationRequest) GetRemoveOauth2() bool {
+	if x != nil {
+		return x.RemoveOauth2
+	}
+	return false
+}
+
+func (x *UpdateDestinationRequest) GetSignatureScheme() string {
+	if x != nil && x.SignatureScheme != nil {
+		return *x.SignatureScheme
+	}
+	return ""
+}
+
+func (x *UpdateDestinationRequest) GetSigningKey() string {
+	if x != nil && x.SigningKey != nil {
+		return *x.SigningKey
+	}
+	return ""
+}
+
+func (x *UpdateDestinationRequest) GetLegacySignature() *LegacySignature {
+	if x != nil {
+		return x.LegacySignature
+	}
+	return nil
+}
+
+func (x *UpdateDestinationRequest) GetRemoveLegacySignature() bool {
+	if x != nil {
+		return x.RemoveLegacySignature
+	}
+	return false
+}
+
 type UpdateDestinationResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
@@ -1088,7 +1702,7 @@ type UpdateDestinationResponse struct {
 
 func (x *UpdateDestinationResponse) Reset() {
 	*x = UpdateDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[12]
+	mi := &file_rivora_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1714,7 @@ func (x *UpdateDestinationResponse) String() string {
 func (*UpdateDestinationResponse) ProtoMessage() {}
 
 func (x *UpdateDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[12]
+	mi := &file_rivora_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1727,7 @@ func (x *UpdateDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDestinationResponse.ProtoReflect.Descriptor instead.
 func (*UpdateDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateDestinationResponse) GetDestination() *Destination {
@@ -1139,14 +1753,19 @@ type RotateDestinationSecretRequest struct {
 	Secret string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
 	// grace is how long the previous secret keeps signing too: unset means
 	// 24h, 0 no overlap; at most 7 days.
-	Grace         *durationpb.Duration `protobuf:"bytes,3,opt,name=grace,proto3" json:"grace,omitempty"`
+	Grace *durationpb.Duration `protobuf:"bytes,3,opt,name=grace,proto3" json:"grace,omitempty"`
+	// signing_key is the new ed25519 key for a destination whose scheme
+	// is v1a or both (generated when empty): its key rotates with the same
+	// grace, the previous one signing too. A v1-only destination rotates
+	// only its secret, a v1a-only one only its key.
+	SigningKey    string `protobuf:"bytes,5,opt,name=signing_key,json=signingKey,proto3" json:"signing_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RotateDestinationSecretRequest) Reset() {
 	*x = RotateDestinationSecretRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[13]
+	mi := &file_rivora_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1777,7 @@ func (x *RotateDestinationSecretRequest) String() string {
 func (*RotateDestinationSecretRequest) ProtoMessage() {}
 
 func (x *RotateDestinationSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[13]
+	mi := &file_rivora_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1790,7 @@ func (x *RotateDestinationSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateDestinationSecretRequest.ProtoReflect.Descriptor instead.
 func (*RotateDestinationSecretRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RotateDestinationSecretRequest) GetAuthor() string {
@@ -1202,6 +1821,13 @@ func (x *RotateDestinationSecretRequest) GetGrace() *durationpb.Duration {
 	return nil
 }
 
+func (x *RotateDestinationSecretRequest) GetSigningKey() string {
+	if x != nil {
+		return x.SigningKey
+	}
+	return ""
+}
+
 type RotateDestinationSecretResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// destination carries the new secret: the one answer that shows it.
@@ -1213,7 +1839,7 @@ type RotateDestinationSecretResponse struct {
 
 func (x *RotateDestinationSecretResponse) Reset() {
 	*x = RotateDestinationSecretResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[14]
+	mi := &file_rivora_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1851,7 @@ func (x *RotateDestinationSecretResponse) String() string {
 func (*RotateDestinationSecretResponse) ProtoMessage() {}
 
 func (x *RotateDestinationSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[14]
+	mi := &file_rivora_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1864,7 @@ func (x *RotateDestinationSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateDestinationSecretResponse.ProtoReflect.Descriptor instead.
 func (*RotateDestinationSecretResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RotateDestinationSecretResponse) GetDestination() *Destination {
@@ -1266,7 +1892,7 @@ type DeleteDestinationRequest struct {
 
 func (x *DeleteDestinationRequest) Reset() {
 	*x = DeleteDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[15]
+	mi := &file_rivora_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1904,7 @@ func (x *DeleteDestinationRequest) String() string {
 func (*DeleteDestinationRequest) ProtoMessage() {}
 
 func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[15]
+	mi := &file_rivora_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1917,7 @@ func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteDestinationRequest) GetAuthor() string {
@@ -1326,7 +1952,7 @@ type DeleteDestinationResponse struct {
 
 func (x *DeleteDestinationResponse) Reset() {
 	*x = DeleteDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[16]
+	mi := &file_rivora_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1964,7 @@ func (x *DeleteDestinationResponse) String() string {
 func (*DeleteDestinationResponse) ProtoMessage() {}
 
 func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[16]
+	mi := &file_rivora_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1977,7 @@ func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteDestinationResponse) GetArchived() int64 {
@@ -1383,7 +2009,7 @@ type SetPriorityRequest struct {
 
 func (x *SetPriorityRequest) Reset() {
 	*x = SetPriorityRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[17]
+	mi := &file_rivora_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +2021,7 @@ func (x *SetPriorityRequest) String() string {
 func (*SetPriorityRequest) ProtoMessage() {}
 
 func (x *SetPriorityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[17]
+	mi := &file_rivora_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +2034,7 @@ func (x *SetPriorityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPriorityRequest.ProtoReflect.Descriptor instead.
 func (*SetPriorityRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetPriorityRequest) GetDestinationId() string {
@@ -1456,7 +2082,7 @@ type SetPriorityResponse struct {
 
 func (x *SetPriorityResponse) Reset() {
 	*x = SetPriorityResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[18]
+	mi := &file_rivora_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +2094,7 @@ func (x *SetPriorityResponse) String() string {
 func (*SetPriorityResponse) ProtoMessage() {}
 
 func (x *SetPriorityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[18]
+	mi := &file_rivora_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +2107,7 @@ func (x *SetPriorityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPriorityResponse.ProtoReflect.Descriptor instead.
 func (*SetPriorityResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetPriorityResponse) GetDestination() *Destination {
@@ -1511,7 +2137,7 @@ type GetDestinationHealthRequest struct {
 
 func (x *GetDestinationHealthRequest) Reset() {
 	*x = GetDestinationHealthRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[19]
+	mi := &file_rivora_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +2149,7 @@ func (x *GetDestinationHealthRequest) String() string {
 func (*GetDestinationHealthRequest) ProtoMessage() {}
 
 func (x *GetDestinationHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[19]
+	mi := &file_rivora_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +2162,7 @@ func (x *GetDestinationHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationHealthRequest.ProtoReflect.Descriptor instead.
 func (*GetDestinationHealthRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetDestinationHealthRequest) GetDestinationId() string {
@@ -1562,7 +2188,7 @@ type GetDestinationHealthResponse struct {
 
 func (x *GetDestinationHealthResponse) Reset() {
 	*x = GetDestinationHealthResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[20]
+	mi := &file_rivora_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +2200,7 @@ func (x *GetDestinationHealthResponse) String() string {
 func (*GetDestinationHealthResponse) ProtoMessage() {}
 
 func (x *GetDestinationHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[20]
+	mi := &file_rivora_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +2213,7 @@ func (x *GetDestinationHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationHealthResponse.ProtoReflect.Descriptor instead.
 func (*GetDestinationHealthResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetDestinationHealthResponse) GetDestinations() []*DestinationHealth {
@@ -1610,7 +2236,7 @@ type HealthTransition struct {
 
 func (x *HealthTransition) Reset() {
 	*x = HealthTransition{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[21]
+	mi := &file_rivora_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +2248,7 @@ func (x *HealthTransition) String() string {
 func (*HealthTransition) ProtoMessage() {}
 
 func (x *HealthTransition) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[21]
+	mi := &file_rivora_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +2261,7 @@ func (x *HealthTransition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthTransition.ProtoReflect.Descriptor instead.
 func (*HealthTransition) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HealthTransition) GetAt() *timestamppb.Timestamp {
@@ -1682,7 +2308,7 @@ type CustomerBacklog struct {
 
 func (x *CustomerBacklog) Reset() {
 	*x = CustomerBacklog{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[22]
+	mi := &file_rivora_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +2320,7 @@ func (x *CustomerBacklog) String() string {
 func (*CustomerBacklog) ProtoMessage() {}
 
 func (x *CustomerBacklog) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[22]
+	mi := &file_rivora_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +2333,7 @@ func (x *CustomerBacklog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomerBacklog.ProtoReflect.Descriptor instead.
 func (*CustomerBacklog) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CustomerBacklog) GetCustomerId() string {
@@ -1809,14 +2435,19 @@ type DestinationHealth struct {
 	OldestPendingAge *durationpb.Duration `protobuf:"bytes,26,opt,name=oldest_pending_age,json=oldestPendingAge,proto3" json:"oldest_pending_age,omitempty"`
 	// transitions are the destination's last health transitions (up to
 	// 32, oldest first), with rate_history.
-	Transitions   []*HealthTransition `protobuf:"bytes,27,rep,name=transitions,proto3" json:"transitions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Transitions []*HealthTransition `protobuf:"bytes,27,rep,name=transitions,proto3" json:"transitions,omitempty"`
+	// client_certificate_not_after is when the destination's mTLS client
+	// certificate expires (unset: none); client_certificate_expiring is set
+	// from the control plane's --cert-expiry-warning before that.
+	ClientCertificateNotAfter *timestamppb.Timestamp `protobuf:"bytes,28,opt,name=client_certificate_not_after,json=clientCertificateNotAfter,proto3" json:"client_certificate_not_after,omitempty"`
+	ClientCertificateExpiring bool                   `protobuf:"varint,29,opt,name=client_certificate_expiring,json=clientCertificateExpiring,proto3" json:"client_certificate_expiring,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *DestinationHealth) Reset() {
 	*x = DestinationHealth{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[23]
+	mi := &file_rivora_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2459,7 @@ func (x *DestinationHealth) String() string {
 func (*DestinationHealth) ProtoMessage() {}
 
 func (x *DestinationHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[23]
+	mi := &file_rivora_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2472,7 @@ func (x *DestinationHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestinationHealth.ProtoReflect.Descriptor instead.
 func (*DestinationHealth) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DestinationHealth) GetDestinationId() string {
@@ -2026,6 +2657,20 @@ func (x *DestinationHealth) GetTransitions() []*HealthTransition {
 	return nil
 }
 
+func (x *DestinationHealth) GetClientCertificateNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ClientCertificateNotAfter
+	}
+	return nil
+}
+
+func (x *DestinationHealth) GetClientCertificateExpiring() bool {
+	if x != nil {
+		return x.ClientCertificateExpiring
+	}
+	return false
+}
+
 // RateSample is one 10-second bucket of a destination's recent history.
 type RateSample struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2046,7 +2691,7 @@ type RateSample struct {
 
 func (x *RateSample) Reset() {
 	*x = RateSample{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[24]
+	mi := &file_rivora_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2703,7 @@ func (x *RateSample) String() string {
 func (*RateSample) ProtoMessage() {}
 
 func (x *RateSample) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[24]
+	mi := &file_rivora_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2716,7 @@ func (x *RateSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateSample.ProtoReflect.Descriptor instead.
 func (*RateSample) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RateSample) GetStart() *timestamppb.Timestamp {
@@ -2134,7 +2779,7 @@ type PauseDestinationRequest struct {
 
 func (x *PauseDestinationRequest) Reset() {
 	*x = PauseDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[25]
+	mi := &file_rivora_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2791,7 @@ func (x *PauseDestinationRequest) String() string {
 func (*PauseDestinationRequest) ProtoMessage() {}
 
 func (x *PauseDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[25]
+	mi := &file_rivora_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2804,7 @@ func (x *PauseDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseDestinationRequest.ProtoReflect.Descriptor instead.
 func (*PauseDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PauseDestinationRequest) GetDestinationId() string {
@@ -2193,7 +2838,7 @@ type PauseDestinationResponse struct {
 
 func (x *PauseDestinationResponse) Reset() {
 	*x = PauseDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[26]
+	mi := &file_rivora_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2850,7 @@ func (x *PauseDestinationResponse) String() string {
 func (*PauseDestinationResponse) ProtoMessage() {}
 
 func (x *PauseDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[26]
+	mi := &file_rivora_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2863,7 @@ func (x *PauseDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseDestinationResponse.ProtoReflect.Descriptor instead.
 func (*PauseDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PauseDestinationResponse) GetDestination() *Destination {
@@ -2245,7 +2890,7 @@ type ResumeDestinationRequest struct {
 
 func (x *ResumeDestinationRequest) Reset() {
 	*x = ResumeDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[27]
+	mi := &file_rivora_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2902,7 @@ func (x *ResumeDestinationRequest) String() string {
 func (*ResumeDestinationRequest) ProtoMessage() {}
 
 func (x *ResumeDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[27]
+	mi := &file_rivora_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2915,7 @@ func (x *ResumeDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeDestinationRequest.ProtoReflect.Descriptor instead.
 func (*ResumeDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResumeDestinationRequest) GetDestinationId() string {
@@ -2297,7 +2942,7 @@ type ResumeDestinationResponse struct {
 
 func (x *ResumeDestinationResponse) Reset() {
 	*x = ResumeDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[28]
+	mi := &file_rivora_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2954,7 @@ func (x *ResumeDestinationResponse) String() string {
 func (*ResumeDestinationResponse) ProtoMessage() {}
 
 func (x *ResumeDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[28]
+	mi := &file_rivora_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2967,7 @@ func (x *ResumeDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeDestinationResponse.ProtoReflect.Descriptor instead.
 func (*ResumeDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResumeDestinationResponse) GetDestination() *Destination {
@@ -2355,7 +3000,7 @@ type LimitSource struct {
 
 func (x *LimitSource) Reset() {
 	*x = LimitSource{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[29]
+	mi := &file_rivora_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +3012,7 @@ func (x *LimitSource) String() string {
 func (*LimitSource) ProtoMessage() {}
 
 func (x *LimitSource) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[29]
+	mi := &file_rivora_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +3025,7 @@ func (x *LimitSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitSource.ProtoReflect.Descriptor instead.
 func (*LimitSource) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LimitSource) GetSource() string {
@@ -2420,7 +3065,7 @@ type GetLimitsRequest struct {
 
 func (x *GetLimitsRequest) Reset() {
 	*x = GetLimitsRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[30]
+	mi := &file_rivora_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +3077,7 @@ func (x *GetLimitsRequest) String() string {
 func (*GetLimitsRequest) ProtoMessage() {}
 
 func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[30]
+	mi := &file_rivora_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +3090,7 @@ func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsRequest.ProtoReflect.Descriptor instead.
 func (*GetLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetLimitsRequest) GetDestinationId() string {
@@ -2470,7 +3115,7 @@ type GetLimitsResponse struct {
 
 func (x *GetLimitsResponse) Reset() {
 	*x = GetLimitsResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[31]
+	mi := &file_rivora_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +3127,7 @@ func (x *GetLimitsResponse) String() string {
 func (*GetLimitsResponse) ProtoMessage() {}
 
 func (x *GetLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[31]
+	mi := &file_rivora_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +3140,7 @@ func (x *GetLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsResponse.ProtoReflect.Descriptor instead.
 func (*GetLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetLimitsResponse) GetDestinationId() string {
@@ -2550,7 +3195,7 @@ type SetLimitsOverrideRequest struct {
 
 func (x *SetLimitsOverrideRequest) Reset() {
 	*x = SetLimitsOverrideRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[32]
+	mi := &file_rivora_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +3207,7 @@ func (x *SetLimitsOverrideRequest) String() string {
 func (*SetLimitsOverrideRequest) ProtoMessage() {}
 
 func (x *SetLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[32]
+	mi := &file_rivora_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +3220,7 @@ func (x *SetLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimitsOverrideRequest.ProtoReflect.Descriptor instead.
 func (*SetLimitsOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetLimitsOverrideRequest) GetDestinationId() string {
@@ -2671,7 +3316,7 @@ type SetLimitsOverrideResponse struct {
 
 func (x *SetLimitsOverrideResponse) Reset() {
 	*x = SetLimitsOverrideResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[33]
+	mi := &file_rivora_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +3328,7 @@ func (x *SetLimitsOverrideResponse) String() string {
 func (*SetLimitsOverrideResponse) ProtoMessage() {}
 
 func (x *SetLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[33]
+	mi := &file_rivora_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +3341,7 @@ func (x *SetLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimitsOverrideResponse.ProtoReflect.Descriptor instead.
 func (*SetLimitsOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetLimitsOverrideResponse) GetLimits() *GetLimitsResponse {
@@ -2745,7 +3390,7 @@ type ClearLimitsOverrideRequest struct {
 
 func (x *ClearLimitsOverrideRequest) Reset() {
 	*x = ClearLimitsOverrideRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[34]
+	mi := &file_rivora_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +3402,7 @@ func (x *ClearLimitsOverrideRequest) String() string {
 func (*ClearLimitsOverrideRequest) ProtoMessage() {}
 
 func (x *ClearLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[34]
+	mi := &file_rivora_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +3415,7 @@ func (x *ClearLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearLimitsOverrideRequest.ProtoReflect.Descriptor instead.
 func (*ClearLimitsOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ClearLimitsOverrideRequest) GetDestinationId() string {
@@ -2804,7 +3449,7 @@ type ClearLimitsOverrideResponse struct {
 
 func (x *ClearLimitsOverrideResponse) Reset() {
 	*x = ClearLimitsOverrideResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[35]
+	mi := &file_rivora_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +3461,7 @@ func (x *ClearLimitsOverrideResponse) String() string {
 func (*ClearLimitsOverrideResponse) ProtoMessage() {}
 
 func (x *ClearLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[35]
+	mi := &file_rivora_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +3474,7 @@ func (x *ClearLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearLimitsOverrideResponse.ProtoReflect.Descriptor instead.
 func (*ClearLimitsOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ClearLimitsOverrideResponse) GetLimits() *GetLimitsResponse {
@@ -2854,7 +3499,7 @@ type DiffLimitsRequest struct {
 
 func (x *DiffLimitsRequest) Reset() {
 	*x = DiffLimitsRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[36]
+	mi := &file_rivora_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +3511,7 @@ func (x *DiffLimitsRequest) String() string {
 func (*DiffLimitsRequest) ProtoMessage() {}
 
 func (x *DiffLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[36]
+	mi := &file_rivora_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +3524,7 @@ func (x *DiffLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffLimitsRequest.ProtoReflect.Descriptor instead.
 func (*DiffLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 // LimitsDrift is one field where the effective limit is not the file's.
@@ -2896,7 +3541,7 @@ type LimitsDrift struct {
 
 func (x *LimitsDrift) Reset() {
 	*x = LimitsDrift{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[37]
+	mi := &file_rivora_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +3553,7 @@ func (x *LimitsDrift) String() string {
 func (*LimitsDrift) ProtoMessage() {}
 
 func (x *LimitsDrift) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[37]
+	mi := &file_rivora_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +3566,7 @@ func (x *LimitsDrift) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsDrift.ProtoReflect.Descriptor instead.
 func (*LimitsDrift) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LimitsDrift) GetDestinationId() string {
@@ -2968,7 +3613,7 @@ type DiffLimitsResponse struct {
 
 func (x *DiffLimitsResponse) Reset() {
 	*x = DiffLimitsResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[38]
+	mi := &file_rivora_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3625,7 @@ func (x *DiffLimitsResponse) String() string {
 func (*DiffLimitsResponse) ProtoMessage() {}
 
 func (x *DiffLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[38]
+	mi := &file_rivora_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3638,7 @@ func (x *DiffLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffLimitsResponse.ProtoReflect.Descriptor instead.
 func (*DiffLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DiffLimitsResponse) GetDrifts() []*LimitsDrift {
@@ -3029,7 +3674,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[39]
+	mi := &file_rivora_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3041,7 +3686,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[39]
+	mi := &file_rivora_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3054,7 +3699,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AuditEntry) GetAt() *timestamppb.Timestamp {
@@ -3124,7 +3769,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[40]
+	mi := &file_rivora_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3136,7 +3781,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[40]
+	mi := &file_rivora_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3149,7 +3794,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListAuditRequest) GetLimit() int32 {
@@ -3175,7 +3820,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[41]
+	mi := &file_rivora_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3187,7 +3832,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[41]
+	mi := &file_rivora_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3200,7 +3845,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -3218,7 +3863,7 @@ type GetConfigStatusRequest struct {
 
 func (x *GetConfigStatusRequest) Reset() {
 	*x = GetConfigStatusRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[42]
+	mi := &file_rivora_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3230,7 +3875,7 @@ func (x *GetConfigStatusRequest) String() string {
 func (*GetConfigStatusRequest) ProtoMessage() {}
 
 func (x *GetConfigStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[42]
+	mi := &file_rivora_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3243,7 +3888,7 @@ func (x *GetConfigStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigStatusRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 type GetConfigStatusResponse struct {
@@ -3258,7 +3903,7 @@ type GetConfigStatusResponse struct {
 
 func (x *GetConfigStatusResponse) Reset() {
 	*x = GetConfigStatusResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[43]
+	mi := &file_rivora_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3270,7 +3915,7 @@ func (x *GetConfigStatusResponse) String() string {
 func (*GetConfigStatusResponse) ProtoMessage() {}
 
 func (x *GetConfigStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[43]
+	mi := &file_rivora_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3283,7 +3928,7 @@ func (x *GetConfigStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetConfigStatusResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetConfigStatusResponse) GetVersion() uint64 {
@@ -3336,7 +3981,7 @@ type AgentStatus struct {
 
 func (x *AgentStatus) Reset() {
 	*x = AgentStatus{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[44]
+	mi := &file_rivora_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3348,7 +3993,7 @@ func (x *AgentStatus) String() string {
 func (*AgentStatus) ProtoMessage() {}
 
 func (x *AgentStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[44]
+	mi := &file_rivora_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3361,7 +4006,7 @@ func (x *AgentStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStatus.ProtoReflect.Descriptor instead.
 func (*AgentStatus) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AgentStatus) GetName() string {
@@ -3467,7 +4112,7 @@ type EdgeBuffer struct {
 
 func (x *EdgeBuffer) Reset() {
 	*x = EdgeBuffer{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[45]
+	mi := &file_rivora_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3479,7 +4124,7 @@ func (x *EdgeBuffer) String() string {
 func (*EdgeBuffer) ProtoMessage() {}
 
 func (x *EdgeBuffer) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[45]
+	mi := &file_rivora_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3492,7 +4137,7 @@ func (x *EdgeBuffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EdgeBuffer.ProtoReflect.Descriptor instead.
 func (*EdgeBuffer) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *EdgeBuffer) GetCellConnected() bool {
@@ -3577,7 +4222,7 @@ type EdgeStatus struct {
 
 func (x *EdgeStatus) Reset() {
 	*x = EdgeStatus{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[46]
+	mi := &file_rivora_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3589,7 +4234,7 @@ func (x *EdgeStatus) String() string {
 func (*EdgeStatus) ProtoMessage() {}
 
 func (x *EdgeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[46]
+	mi := &file_rivora_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3602,7 +4247,7 @@ func (x *EdgeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EdgeStatus.ProtoReflect.Descriptor instead.
 func (*EdgeStatus) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *EdgeStatus) GetName() string {
@@ -3660,7 +4305,7 @@ type Edge struct {
 
 func (x *Edge) Reset() {
 	*x = Edge{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[47]
+	mi := &file_rivora_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3672,7 +4317,7 @@ func (x *Edge) String() string {
 func (*Edge) ProtoMessage() {}
 
 func (x *Edge) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[47]
+	mi := &file_rivora_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3685,7 +4330,7 @@ func (x *Edge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edge.ProtoReflect.Descriptor instead.
 func (*Edge) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Edge) GetName() string {
@@ -3710,7 +4355,7 @@ type ListEdgesRequest struct {
 
 func (x *ListEdgesRequest) Reset() {
 	*x = ListEdgesRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[48]
+	mi := &file_rivora_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3722,7 +4367,7 @@ func (x *ListEdgesRequest) String() string {
 func (*ListEdgesRequest) ProtoMessage() {}
 
 func (x *ListEdgesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[48]
+	mi := &file_rivora_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3735,7 +4380,7 @@ func (x *ListEdgesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEdgesRequest.ProtoReflect.Descriptor instead.
 func (*ListEdgesRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 type ListEdgesResponse struct {
@@ -3748,7 +4393,7 @@ type ListEdgesResponse struct {
 
 func (x *ListEdgesResponse) Reset() {
 	*x = ListEdgesResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[49]
+	mi := &file_rivora_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3760,7 +4405,7 @@ func (x *ListEdgesResponse) String() string {
 func (*ListEdgesResponse) ProtoMessage() {}
 
 func (x *ListEdgesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[49]
+	mi := &file_rivora_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3773,7 +4418,7 @@ func (x *ListEdgesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEdgesResponse.ProtoReflect.Descriptor instead.
 func (*ListEdgesResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListEdgesResponse) GetEdges() []*EdgeStatus {
@@ -3792,7 +4437,7 @@ type GetEdgeRequest struct {
 
 func (x *GetEdgeRequest) Reset() {
 	*x = GetEdgeRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[50]
+	mi := &file_rivora_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3804,7 +4449,7 @@ func (x *GetEdgeRequest) String() string {
 func (*GetEdgeRequest) ProtoMessage() {}
 
 func (x *GetEdgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[50]
+	mi := &file_rivora_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3817,7 +4462,7 @@ func (x *GetEdgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEdgeRequest.ProtoReflect.Descriptor instead.
 func (*GetEdgeRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetEdgeRequest) GetName() string {
@@ -3836,7 +4481,7 @@ type GetEdgeResponse struct {
 
 func (x *GetEdgeResponse) Reset() {
 	*x = GetEdgeResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[51]
+	mi := &file_rivora_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3848,7 +4493,7 @@ func (x *GetEdgeResponse) String() string {
 func (*GetEdgeResponse) ProtoMessage() {}
 
 func (x *GetEdgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[51]
+	mi := &file_rivora_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3861,7 +4506,7 @@ func (x *GetEdgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEdgeResponse.ProtoReflect.Descriptor instead.
 func (*GetEdgeResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetEdgeResponse) GetEdge() *EdgeStatus {
@@ -3884,7 +4529,7 @@ type RemoveEdgeRequest struct {
 
 func (x *RemoveEdgeRequest) Reset() {
 	*x = RemoveEdgeRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[52]
+	mi := &file_rivora_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3896,7 +4541,7 @@ func (x *RemoveEdgeRequest) String() string {
 func (*RemoveEdgeRequest) ProtoMessage() {}
 
 func (x *RemoveEdgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[52]
+	mi := &file_rivora_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3909,7 +4554,7 @@ func (x *RemoveEdgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveEdgeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveEdgeRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RemoveEdgeRequest) GetName() string {
@@ -3934,7 +4579,7 @@ type RemoveEdgeResponse struct {
 
 func (x *RemoveEdgeResponse) Reset() {
 	*x = RemoveEdgeResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[53]
+	mi := &file_rivora_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3946,7 +4591,7 @@ func (x *RemoveEdgeResponse) String() string {
 func (*RemoveEdgeResponse) ProtoMessage() {}
 
 func (x *RemoveEdgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[53]
+	mi := &file_rivora_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3959,7 +4604,7 @@ func (x *RemoveEdgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveEdgeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveEdgeResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 var File_rivora_v1_admin_proto protoreflect.FileDescriptor
@@ -3973,7 +4618,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x03 \x01(\x05R\vmaxAttempts\x121\n" +
 	"\x06window\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06window\x123\n" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\"\n" +
-	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xfd\a\n" +
+	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xbb\r\n" +
 	"\vDestination\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
@@ -3999,10 +4644,51 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x0fprevious_secret\x18\x11 \x01(\tR\x0epreviousSecret\x12W\n" +
 	"\x1aprevious_secret_expires_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\x17previousSecretExpiresAt\x12>\n" +
 	"\x1bprevious_secret_fingerprint\x18\x13 \x01(\tR\x19previousSecretFingerprint\x12%\n" +
-	"\x0eowner_customer\x18\x14 \x01(\tR\rownerCustomer\x1aB\n" +
+	"\x0eowner_customer\x18\x14 \x01(\tR\rownerCustomer\x12E\n" +
+	"\x12client_certificate\x18\x15 \x01(\v2\x16.rivora.v1.CertificateR\x11clientCertificate\x12V\n" +
+	"\x1bprevious_client_certificate\x18\x16 \x01(\v2\x16.rivora.v1.CertificateR\x19previousClientCertificate\x123\n" +
+	"\tserver_ca\x18\x17 \x01(\v2\x16.rivora.v1.CertificateR\bserverCa\x12:\n" +
+	"\x06oauth2\x18\x18 \x01(\v2\".rivora.v1.OAuth2ClientCredentialsR\x06oauth2\x12)\n" +
+	"\x10signature_scheme\x18( \x01(\tR\x0fsignatureScheme\x12\x1f\n" +
+	"\vsigning_key\x18) \x01(\tR\n" +
+	"signingKey\x126\n" +
+	"\x17signing_key_fingerprint\x18* \x01(\tR\x15signingKeyFingerprint\x12\x1d\n" +
+	"\n" +
+	"public_key\x18+ \x01(\tR\tpublicKey\x120\n" +
+	"\x14previous_signing_key\x18, \x01(\tR\x12previousSigningKey\x12.\n" +
+	"\x13previous_public_key\x18- \x01(\tR\x11previousPublicKey\x12`\n" +
+	"\x1fprevious_signing_key_expires_at\x18. \x01(\v2\x1a.google.protobuf.TimestampR\x1bpreviousSigningKeyExpiresAt\x12E\n" +
+	"\x10legacy_signature\x18/ \x01(\v2\x1a.rivora.v1.LegacySignatureR\x0flegacySignature\x1aB\n" +
 	"\x14CustomerWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"_\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x81\x03\n" +
+	"\vCertificate\x12'\n" +
+	"\x0fcertificate_pem\x18\x01 \x01(\tR\x0ecertificatePem\x12\x17\n" +
+	"\akey_pem\x18\x02 \x01(\tR\x06keyPem\x12\x18\n" +
+	"\asubject\x18\x03 \x01(\tR\asubject\x12\x16\n" +
+	"\x06issuer\x18\x04 \x01(\tR\x06issuer\x129\n" +
+	"\n" +
+	"not_before\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x127\n" +
+	"\tnot_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x12 \n" +
+	"\vfingerprint\x18\a \x01(\tR\vfingerprint\x12'\n" +
+	"\x0fkey_fingerprint\x18\b \x01(\tR\x0ekeyFingerprint\x12?\n" +
+	"\roverlap_until\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\foverlapUntil\"\xe8\x01\n" +
+	"\x17OAuth2ClientCredentials\x12\x1b\n" +
+	"\ttoken_url\x18\x01 \x01(\tR\btokenUrl\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12#\n" +
+	"\rclient_secret\x18\x03 \x01(\tR\fclientSecret\x12:\n" +
+	"\x19client_secret_fingerprint\x18\x04 \x01(\tR\x17clientSecretFingerprint\x12\x16\n" +
+	"\x06scopes\x18\x05 \x03(\tR\x06scopes\x12\x1a\n" +
+	"\baudience\x18\x06 \x01(\tR\baudience\"\x89\x02\n" +
+	"\x0fLegacySignature\x12\x16\n" +
+	"\x06header\x18\x01 \x01(\tR\x06header\x12\x1a\n" +
+	"\btemplate\x18\x02 \x01(\tR\btemplate\x12\x1c\n" +
+	"\talgorithm\x18\x03 \x01(\tR\talgorithm\x12\x1a\n" +
+	"\bencoding\x18\x04 \x01(\tR\bencoding\x12\x16\n" +
+	"\x06prefix\x18\x05 \x01(\tR\x06prefix\x12\x16\n" +
+	"\x06secret\x18\x06 \x01(\tR\x06secret\x12-\n" +
+	"\x12secret_fingerprint\x18\a \x01(\tR\x11secretFingerprint\x12)\n" +
+	"\x10replace_standard\x18\b \x01(\bR\x0freplaceStandard\"_\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12+\n" +
@@ -4018,7 +4704,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x16\n" +
-	"\x06author\x18\x04 \x01(\tR\x06author\"\xeb\x01\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\"\xb6\x04\n" +
 	"\x18CreateDestinationRequest\x12\x16\n" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
@@ -4026,7 +4712,15 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x06secret\x18\x03 \x01(\tR\x06secret\x12)\n" +
 	"\x06limits\x18\x04 \x01(\v2\x11.rivora.v1.LimitsR\x06limits\x12+\n" +
 	"\aheaders\x18\x06 \x03(\v2\x11.rivora.v1.HeaderR\aheaders\x12%\n" +
-	"\x0eowner_customer\x18\a \x01(\tR\rownerCustomer\"o\n" +
+	"\x0eowner_customer\x18\a \x01(\tR\rownerCustomer\x12E\n" +
+	"\x12client_certificate\x18\b \x01(\v2\x16.rivora.v1.CertificateR\x11clientCertificate\x123\n" +
+	"\tserver_ca\x18\t \x01(\v2\x16.rivora.v1.CertificateR\bserverCa\x12:\n" +
+	"\x06oauth2\x18\n" +
+	" \x01(\v2\".rivora.v1.OAuth2ClientCredentialsR\x06oauth2\x12)\n" +
+	"\x10signature_scheme\x18\x14 \x01(\tR\x0fsignatureScheme\x12\x1f\n" +
+	"\vsigning_key\x18\x15 \x01(\tR\n" +
+	"signingKey\x12E\n" +
+	"\x10legacy_signature\x18\x16 \x01(\v2\x1a.rivora.v1.LegacySignatureR\x0flegacySignature\"o\n" +
 	"\x19CreateDestinationResponse\x128\n" +
 	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"'\n" +
@@ -4037,7 +4731,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\apending\x18\x02 \x01(\x03R\apending\"\x19\n" +
 	"\x17ListDestinationsRequest\"V\n" +
 	"\x18ListDestinationsResponse\x12:\n" +
-	"\fdestinations\x18\x01 \x03(\v2\x16.rivora.v1.DestinationR\fdestinations\"\xa6\x04\n" +
+	"\fdestinations\x18\x01 \x03(\v2\x16.rivora.v1.DestinationR\fdestinations\"\xbc\t\n" +
 	"\x18UpdateDestinationRequest\x12\x16\n" +
 	"\x06author\x18\n" +
 	" \x01(\tR\x06author\x12\x0e\n" +
@@ -4052,21 +4746,37 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\rmax_in_flight\x18\t \x01(\x05H\x05R\vmaxInFlight\x88\x01\x01\x122\n" +
 	"\vset_headers\x18\v \x03(\v2\x11.rivora.v1.HeaderR\n" +
 	"setHeaders\x12%\n" +
-	"\x0eremove_headers\x18\f \x03(\tR\rremoveHeadersB\x06\n" +
+	"\x0eremove_headers\x18\f \x03(\tR\rremoveHeaders\x12E\n" +
+	"\x12client_certificate\x18\r \x01(\v2\x16.rivora.v1.CertificateR\x11clientCertificate\x12W\n" +
+	"\x1aclient_certificate_overlap\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\x18clientCertificateOverlap\x12:\n" +
+	"\x19remove_client_certificate\x18\x0f \x01(\bR\x17removeClientCertificate\x123\n" +
+	"\tserver_ca\x18\x10 \x01(\v2\x16.rivora.v1.CertificateR\bserverCa\x12(\n" +
+	"\x10remove_server_ca\x18\x11 \x01(\bR\x0eremoveServerCa\x12:\n" +
+	"\x06oauth2\x18\x12 \x01(\v2\".rivora.v1.OAuth2ClientCredentialsR\x06oauth2\x12#\n" +
+	"\rremove_oauth2\x18\x13 \x01(\bR\fremoveOauth2\x12.\n" +
+	"\x10signature_scheme\x18\x14 \x01(\tH\x06R\x0fsignatureScheme\x88\x01\x01\x12$\n" +
+	"\vsigning_key\x18\x15 \x01(\tH\aR\n" +
+	"signingKey\x88\x01\x01\x12E\n" +
+	"\x10legacy_signature\x18\x16 \x01(\v2\x1a.rivora.v1.LegacySignatureR\x0flegacySignature\x126\n" +
+	"\x17remove_legacy_signature\x18\x17 \x01(\bR\x15removeLegacySignatureB\x06\n" +
 	"\x04_urlB\t\n" +
 	"\a_secretB\x12\n" +
 	"\x10_rate_per_secondB\b\n" +
 	"\x06_burstB\x0f\n" +
 	"\r_max_attemptsB\x10\n" +
-	"\x0e_max_in_flight\"o\n" +
+	"\x0e_max_in_flightB\x13\n" +
+	"\x11_signature_schemeB\x0e\n" +
+	"\f_signing_key\"o\n" +
 	"\x19UpdateDestinationResponse\x128\n" +
 	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa8\x01\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xc9\x01\n" +
 	"\x1eRotateDestinationSecretRequest\x12\x16\n" +
 	"\x06author\x18\x04 \x01(\tR\x06author\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\tR\x06secret\x12/\n" +
-	"\x05grace\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05grace\"u\n" +
+	"\x05grace\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05grace\x12\x1f\n" +
+	"\vsigning_key\x18\x05 \x01(\tR\n" +
+	"signingKey\"u\n" +
 	"\x1fRotateDestinationSecretResponse\x128\n" +
 	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"X\n" +
@@ -4105,7 +4815,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\tdue_lanes\x18\x03 \x01(\x03R\bdueLanes\x12#\n" +
 	"\rwaiting_lanes\x18\x04 \x01(\x03R\fwaitingLanes\x12\x1b\n" +
 	"\tin_flight\x18\x05 \x01(\x03R\binFlight\x12%\n" +
-	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xa8\t\n" +
+	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xc5\n" +
+	"\n" +
 	"\x11DestinationHealth\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12'\n" +
@@ -4135,7 +4846,9 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x12server_error_share\x18\x18 \x01(\x01R\x10serverErrorShare\x128\n" +
 	"\frate_history\x18\x19 \x03(\v2\x15.rivora.v1.RateSampleR\vrateHistory\x12G\n" +
 	"\x12oldest_pending_age\x18\x1a \x01(\v2\x19.google.protobuf.DurationR\x10oldestPendingAge\x12=\n" +
-	"\vtransitions\x18\x1b \x03(\v2\x1b.rivora.v1.HealthTransitionR\vtransitions\"\x87\x02\n" +
+	"\vtransitions\x18\x1b \x03(\v2\x1b.rivora.v1.HealthTransitionR\vtransitions\x12[\n" +
+	"\x1cclient_certificate_not_after\x18\x1c \x01(\v2\x1a.google.protobuf.TimestampR\x19clientCertificateNotAfter\x12>\n" +
+	"\x1bclient_certificate_expiring\x18\x1d \x01(\bR\x19clientCertificateExpiring\"\x87\x02\n" +
 	"\n" +
 	"RateSample\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12'\n" +
@@ -4323,182 +5036,204 @@ func file_rivora_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_rivora_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_rivora_v1_admin_proto_goTypes = []any{
 	(PriorityClass)(0),                      // 0: rivora.v1.PriorityClass
 	(*Limits)(nil),                          // 1: rivora.v1.Limits
 	(*Destination)(nil),                     // 2: rivora.v1.Destination
-	(*Header)(nil),                          // 3: rivora.v1.Header
-	(*LimitsOverride)(nil),                  // 4: rivora.v1.LimitsOverride
-	(*PauseInterval)(nil),                   // 5: rivora.v1.PauseInterval
-	(*CreateDestinationRequest)(nil),        // 6: rivora.v1.CreateDestinationRequest
-	(*CreateDestinationResponse)(nil),       // 7: rivora.v1.CreateDestinationResponse
-	(*GetDestinationRequest)(nil),           // 8: rivora.v1.GetDestinationRequest
-	(*GetDestinationResponse)(nil),          // 9: rivora.v1.GetDestinationResponse
-	(*ListDestinationsRequest)(nil),         // 10: rivora.v1.ListDestinationsRequest
-	(*ListDestinationsResponse)(nil),        // 11: rivora.v1.ListDestinationsResponse
-	(*UpdateDestinationRequest)(nil),        // 12: rivora.v1.UpdateDestinationRequest
-	(*UpdateDestinationResponse)(nil),       // 13: rivora.v1.UpdateDestinationResponse
-	(*RotateDestinationSecretRequest)(nil),  // 14: rivora.v1.RotateDestinationSecretRequest
-	(*RotateDestinationSecretResponse)(nil), // 15: rivora.v1.RotateDestinationSecretResponse
-	(*DeleteDestinationRequest)(nil),        // 16: rivora.v1.DeleteDestinationRequest
-	(*DeleteDestinationResponse)(nil),       // 17: rivora.v1.DeleteDestinationResponse
-	(*SetPriorityRequest)(nil),              // 18: rivora.v1.SetPriorityRequest
-	(*SetPriorityResponse)(nil),             // 19: rivora.v1.SetPriorityResponse
-	(*GetDestinationHealthRequest)(nil),     // 20: rivora.v1.GetDestinationHealthRequest
-	(*GetDestinationHealthResponse)(nil),    // 21: rivora.v1.GetDestinationHealthResponse
-	(*HealthTransition)(nil),                // 22: rivora.v1.HealthTransition
-	(*CustomerBacklog)(nil),                 // 23: rivora.v1.CustomerBacklog
-	(*DestinationHealth)(nil),               // 24: rivora.v1.DestinationHealth
-	(*RateSample)(nil),                      // 25: rivora.v1.RateSample
-	(*PauseDestinationRequest)(nil),         // 26: rivora.v1.PauseDestinationRequest
-	(*PauseDestinationResponse)(nil),        // 27: rivora.v1.PauseDestinationResponse
-	(*ResumeDestinationRequest)(nil),        // 28: rivora.v1.ResumeDestinationRequest
-	(*ResumeDestinationResponse)(nil),       // 29: rivora.v1.ResumeDestinationResponse
-	(*LimitSource)(nil),                     // 30: rivora.v1.LimitSource
-	(*GetLimitsRequest)(nil),                // 31: rivora.v1.GetLimitsRequest
-	(*GetLimitsResponse)(nil),               // 32: rivora.v1.GetLimitsResponse
-	(*SetLimitsOverrideRequest)(nil),        // 33: rivora.v1.SetLimitsOverrideRequest
-	(*SetLimitsOverrideResponse)(nil),       // 34: rivora.v1.SetLimitsOverrideResponse
-	(*ClearLimitsOverrideRequest)(nil),      // 35: rivora.v1.ClearLimitsOverrideRequest
-	(*ClearLimitsOverrideResponse)(nil),     // 36: rivora.v1.ClearLimitsOverrideResponse
-	(*DiffLimitsRequest)(nil),               // 37: rivora.v1.DiffLimitsRequest
-	(*LimitsDrift)(nil),                     // 38: rivora.v1.LimitsDrift
-	(*DiffLimitsResponse)(nil),              // 39: rivora.v1.DiffLimitsResponse
-	(*AuditEntry)(nil),                      // 40: rivora.v1.AuditEntry
-	(*ListAuditRequest)(nil),                // 41: rivora.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),               // 42: rivora.v1.ListAuditResponse
-	(*GetConfigStatusRequest)(nil),          // 43: rivora.v1.GetConfigStatusRequest
-	(*GetConfigStatusResponse)(nil),         // 44: rivora.v1.GetConfigStatusResponse
-	(*AgentStatus)(nil),                     // 45: rivora.v1.AgentStatus
-	(*EdgeBuffer)(nil),                      // 46: rivora.v1.EdgeBuffer
-	(*EdgeStatus)(nil),                      // 47: rivora.v1.EdgeStatus
-	(*Edge)(nil),                            // 48: rivora.v1.Edge
-	(*ListEdgesRequest)(nil),                // 49: rivora.v1.ListEdgesRequest
-	(*ListEdgesResponse)(nil),               // 50: rivora.v1.ListEdgesResponse
-	(*GetEdgeRequest)(nil),                  // 51: rivora.v1.GetEdgeRequest
-	(*GetEdgeResponse)(nil),                 // 52: rivora.v1.GetEdgeResponse
-	(*RemoveEdgeRequest)(nil),               // 53: rivora.v1.RemoveEdgeRequest
-	(*RemoveEdgeResponse)(nil),              // 54: rivora.v1.RemoveEdgeResponse
-	nil,                                     // 55: rivora.v1.Destination.CustomerWeightsEntry
-	nil,                                     // 56: rivora.v1.GetLimitsResponse.SourcesEntry
-	(*durationpb.Duration)(nil),             // 57: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),           // 58: google.protobuf.Timestamp
+	(*Certificate)(nil),                     // 3: rivora.v1.Certificate
+	(*OAuth2ClientCredentials)(nil),         // 4: rivora.v1.OAuth2ClientCredentials
+	(*LegacySignature)(nil),                 // 5: rivora.v1.LegacySignature
+	(*Header)(nil),                          // 6: rivora.v1.Header
+	(*LimitsOverride)(nil),                  // 7: rivora.v1.LimitsOverride
+	(*PauseInterval)(nil),                   // 8: rivora.v1.PauseInterval
+	(*CreateDestinationRequest)(nil),        // 9: rivora.v1.CreateDestinationRequest
+	(*CreateDestinationResponse)(nil),       // 10: rivora.v1.CreateDestinationResponse
+	(*GetDestinationRequest)(nil),           // 11: rivora.v1.GetDestinationRequest
+	(*GetDestinationResponse)(nil),          // 12: rivora.v1.GetDestinationResponse
+	(*ListDestinationsRequest)(nil),         // 13: rivora.v1.ListDestinationsRequest
+	(*ListDestinationsResponse)(nil),        // 14: rivora.v1.ListDestinationsResponse
+	(*UpdateDestinationRequest)(nil),        // 15: rivora.v1.UpdateDestinationRequest
+	(*UpdateDestinationResponse)(nil),       // 16: rivora.v1.UpdateDestinationResponse
+	(*RotateDestinationSecretRequest)(nil),  // 17: rivora.v1.RotateDestinationSecretRequest
+	(*RotateDestinationSecretResponse)(nil), // 18: rivora.v1.RotateDestinationSecretResponse
+	(*DeleteDestinationRequest)(nil),        // 19: rivora.v1.DeleteDestinationRequest
+	(*DeleteDestinationResponse)(nil),       // 20: rivora.v1.DeleteDestinationResponse
+	(*SetPriorityRequest)(nil),              // 21: rivora.v1.SetPriorityRequest
+	(*SetPriorityResponse)(nil),             // 22: rivora.v1.SetPriorityResponse
+	(*GetDestinationHealthRequest)(nil),     // 23: rivora.v1.GetDestinationHealthRequest
+	(*GetDestinationHealthResponse)(nil),    // 24: rivora.v1.GetDestinationHealthResponse
+	(*HealthTransition)(nil),                // 25: rivora.v1.HealthTransition
+	(*CustomerBacklog)(nil),                 // 26: rivora.v1.CustomerBacklog
+	(*DestinationHealth)(nil),               // 27: rivora.v1.DestinationHealth
+	(*RateSample)(nil),                      // 28: rivora.v1.RateSample
+	(*PauseDestinationRequest)(nil),         // 29: rivora.v1.PauseDestinationRequest
+	(*PauseDestinationResponse)(nil),        // 30: rivora.v1.PauseDestinationResponse
+	(*ResumeDestinationRequest)(nil),        // 31: rivora.v1.ResumeDestinationRequest
+	(*ResumeDestinationResponse)(nil),       // 32: rivora.v1.ResumeDestinationResponse
+	(*LimitSource)(nil),                     // 33: rivora.v1.LimitSource
+	(*GetLimitsRequest)(nil),                // 34: rivora.v1.GetLimitsRequest
+	(*GetLimitsResponse)(nil),               // 35: rivora.v1.GetLimitsResponse
+	(*SetLimitsOverrideRequest)(nil),        // 36: rivora.v1.SetLimitsOverrideRequest
+	(*SetLimitsOverrideResponse)(nil),       // 37: rivora.v1.SetLimitsOverrideResponse
+	(*ClearLimitsOverrideRequest)(nil),      // 38: rivora.v1.ClearLimitsOverrideRequest
+	(*ClearLimitsOverrideResponse)(nil),     // 39: rivora.v1.ClearLimitsOverrideResponse
+	(*DiffLimitsRequest)(nil),               // 40: rivora.v1.DiffLimitsRequest
+	(*LimitsDrift)(nil),                     // 41: rivora.v1.LimitsDrift
+	(*DiffLimitsResponse)(nil),              // 42: rivora.v1.DiffLimitsResponse
+	(*AuditEntry)(nil),                      // 43: rivora.v1.AuditEntry
+	(*ListAuditRequest)(nil),                // 44: rivora.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),               // 45: rivora.v1.ListAuditResponse
+	(*GetConfigStatusRequest)(nil),          // 46: rivora.v1.GetConfigStatusRequest
+	(*GetConfigStatusResponse)(nil),         // 47: rivora.v1.GetConfigStatusResponse
+	(*AgentStatus)(nil),                     // 48: rivora.v1.AgentStatus
+	(*EdgeBuffer)(nil),                      // 49: rivora.v1.EdgeBuffer
+	(*EdgeStatus)(nil),                      // 50: rivora.v1.EdgeStatus
+	(*Edge)(nil),                            // 51: rivora.v1.Edge
+	(*ListEdgesRequest)(nil),                // 52: rivora.v1.ListEdgesRequest
+	(*ListEdgesResponse)(nil),               // 53: rivora.v1.ListEdgesResponse
+	(*GetEdgeRequest)(nil),                  // 54: rivora.v1.GetEdgeRequest
+	(*GetEdgeResponse)(nil),                 // 55: rivora.v1.GetEdgeResponse
+	(*RemoveEdgeRequest)(nil),               // 56: rivora.v1.RemoveEdgeRequest
+	(*RemoveEdgeResponse)(nil),              // 57: rivora.v1.RemoveEdgeResponse
+	nil,                                     // 58: rivora.v1.Destination.CustomerWeightsEntry
+	nil,                                     // 59: rivora.v1.GetLimitsResponse.SourcesEntry
+	(*durationpb.Duration)(nil),             // 60: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),           // 61: google.protobuf.Timestamp
 }
 var file_rivora_v1_admin_proto_depIdxs = []int32{
-	57, // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
-	57, // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
-	1,  // 2: rivora.v1.Destination.limits:type_name -> rivora.v1.Limits
-	58, // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
-	58, // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
-	0,  // 5: rivora.v1.Destination.priority_class:type_name -> rivora.v1.PriorityClass
-	55, // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
-	5,  // 7: rivora.v1.Destination.pauses:type_name -> rivora.v1.PauseInterval
-	4,  // 8: rivora.v1.Destination.override:type_name -> rivora.v1.LimitsOverride
-	1,  // 9: rivora.v1.Destination.configured:type_name -> rivora.v1.Limits
-	3,  // 10: rivora.v1.Destination.headers:type_name -> rivora.v1.Header
-	58, // 11: rivora.v1.Destination.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 12: rivora.v1.LimitsOverride.limits:type_name -> rivora.v1.Limits
-	58, // 13: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
-	58, // 14: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
-	58, // 15: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
-	58, // 16: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
-	1,  // 17: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
-	3,  // 18: rivora.v1.CreateDestinationRequest.headers:type_name -> rivora.v1.Header
-	2,  // 19: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,  // 20: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,  // 21: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
-	57, // 22: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
-	57, // 23: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
-	3,  // 24: rivora.v1.UpdateDestinationRequest.set_headers:type_name -> rivora.v1.Header
-	2,  // 25: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	57, // 26: rivora.v1.RotateDestinationSecretRequest.grace:type_name -> google.protobuf.Duration
-	2,  // 27: rivora.v1.RotateDestinationSecretResponse.destination:type_name -> rivora.v1.Destination
-	0,  // 28: rivora.v1.SetPriorityRequest.class:type_name -> rivora.v1.PriorityClass
-	2,  // 29: rivora.v1.SetPriorityResponse.destination:type_name -> rivora.v1.Destination
-	24, // 30: rivora.v1.GetDestinationHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
-	58, // 31: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
-	23, // 32: rivora.v1.DestinationHealth.customers:type_name -> rivora.v1.CustomerBacklog
-	22, // 33: rivora.v1.DestinationHealth.last_transition:type_name -> rivora.v1.HealthTransition
-	58, // 34: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
-	0,  // 35: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
-	57, // 36: rivora.v1.DestinationHealth.drain_time:type_name -> google.protobuf.Duration
-	25, // 37: rivora.v1.DestinationHealth.rate_history:type_name -> rivora.v1.RateSample
-	57, // 38: rivora.v1.DestinationHealth.oldest_pending_age:type_name -> google.protobuf.Duration
-	22, // 39: rivora.v1.DestinationHealth.transitions:type_name -> rivora.v1.HealthTransition
-	58, // 40: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
-	2,  // 41: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,  // 42: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
-	58, // 43: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 44: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
-	56, // 45: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
-	1,  // 46: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
-	57, // 47: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
-	57, // 48: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
-	57, // 49: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 50: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	57, // 51: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
-	32, // 52: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	30, // 53: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
-	38, // 54: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
-	58, // 55: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	40, // 56: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
-	45, // 57: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
-	47, // 58: rivora.v1.GetConfigStatusResponse.edges:type_name -> rivora.v1.EdgeStatus
-	58, // 59: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	58, // 60: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
-	58, // 61: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
-	57, // 62: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
-	58, // 63: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
-	58, // 64: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
-	46, // 65: rivora.v1.EdgeStatus.buffer:type_name -> rivora.v1.EdgeBuffer
-	58, // 66: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
-	47, // 67: rivora.v1.ListEdgesResponse.edges:type_name -> rivora.v1.EdgeStatus
-	47, // 68: rivora.v1.GetEdgeResponse.edge:type_name -> rivora.v1.EdgeStatus
-	30, // 69: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
-	6,  // 70: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
-	8,  // 71: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
-	10, // 72: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
-	12, // 73: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
-	14, // 74: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
-	16, // 75: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
-	18, // 76: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
-	20, // 77: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
-	26, // 78: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
-	28, // 79: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
-	31, // 80: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
-	33, // 81: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
-	35, // 82: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
-	37, // 83: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
-	41, // 84: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
-	49, // 85: rivora.v1.AdminService.ListEdges:input_type -> rivora.v1.ListEdgesRequest
-	51, // 86: rivora.v1.AdminService.GetEdge:input_type -> rivora.v1.GetEdgeRequest
-	53, // 87: rivora.v1.AdminService.RemoveEdge:input_type -> rivora.v1.RemoveEdgeRequest
-	43, // 88: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
-	7,  // 89: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
-	9,  // 90: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
-	11, // 91: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
-	13, // 92: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
-	15, // 93: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
-	17, // 94: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
-	19, // 95: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
-	21, // 96: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
-	27, // 97: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
-	29, // 98: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
-	32, // 99: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
-	34, // 100: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
-	36, // 101: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
-	39, // 102: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
-	42, // 103: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
-	50, // 104: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
-	52, // 105: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
-	54, // 106: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
-	44, // 107: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
-	89, // [89:108] is the sub-list for method output_type
-	70, // [70:89] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	60,  // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
+	60,  // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
+	1,   // 2: rivora.v1.Destination.limits:type_name -> rivora.v1.Limits
+	61,  // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
+	61,  // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
+	0,   // 5: rivora.v1.Destination.priority_class:type_name -> rivora.v1.PriorityClass
+	58,  // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
+	8,   // 7: rivora.v1.Destination.pauses:type_name -> rivora.v1.PauseInterval
+	7,   // 8: rivora.v1.Destination.override:type_name -> rivora.v1.LimitsOverride
+	1,   // 9: rivora.v1.Destination.configured:type_name -> rivora.v1.Limits
+	6,   // 10: rivora.v1.Destination.headers:type_name -> rivora.v1.Header
+	61,  // 11: rivora.v1.Destination.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	3,   // 12: rivora.v1.Destination.client_certificate:type_name -> rivora.v1.Certificate
+	3,   // 13: rivora.v1.Destination.previous_client_certificate:type_name -> rivora.v1.Certificate
+	3,   // 14: rivora.v1.Destination.server_ca:type_name -> rivora.v1.Certificate
+	4,   // 15: rivora.v1.Destination.oauth2:type_name -> rivora.v1.OAuth2ClientCredentials
+	61,  // 16: rivora.v1.Destination.previous_signing_key_expires_at:type_name -> google.protobuf.Timestamp
+	5,   // 17: rivora.v1.Destination.legacy_signature:type_name -> rivora.v1.LegacySignature
+	61,  // 18: rivora.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
+	61,  // 19: rivora.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	61,  // 20: rivora.v1.Certificate.overlap_until:type_name -> google.protobuf.Timestamp
+	1,   // 21: rivora.v1.LimitsOverride.limits:type_name -> rivora.v1.Limits
+	61,  // 22: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
+	61,  // 23: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
+	61,  // 24: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
+	61,  // 25: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
+	1,   // 26: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
+	6,   // 27: rivora.v1.CreateDestinationRequest.headers:type_name -> rivora.v1.Header
+	3,   // 28: rivora.v1.CreateDestinationRequest.client_certificate:type_name -> rivora.v1.Certificate
+	3,   // 29: rivora.v1.CreateDestinationRequest.server_ca:type_name -> rivora.v1.Certificate
+	4,   // 30: rivora.v1.CreateDestinationRequest.oauth2:type_name -> rivora.v1.OAuth2ClientCredentials
+	5,   // 31: rivora.v1.CreateDestinationRequest.legacy_signature:type_name -> rivora.v1.LegacySignature
+	2,   // 32: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,   // 33: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,   // 34: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
+	60,  // 35: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
+	60,  // 36: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
+	6,   // 37: rivora.v1.UpdateDestinationRequest.set_headers:type_name -> rivora.v1.Header
+	3,   // 38: rivora.v1.UpdateDestinationRequest.client_certificate:type_name -> rivora.v1.Certificate
+	60,  // 39: rivora.v1.UpdateDestinationRequest.client_certificate_overlap:type_name -> google.protobuf.Duration
+	3,   // 40: rivora.v1.UpdateDestinationRequest.server_ca:type_name -> rivora.v1.Certificate
+	4,   // 41: rivora.v1.UpdateDestinationRequest.oauth2:type_name -> rivora.v1.OAuth2ClientCredentials
+	5,   // 42: rivora.v1.UpdateDestinationRequest.legacy_signature:type_name -> rivora.v1.LegacySignature
+	2,   // 43: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
+	60,  // 44: rivora.v1.RotateDestinationSecretRequest.grace:type_name -> google.protobuf.Duration
+	2,   // 45: rivora.v1.RotateDestinationSecretResponse.destination:type_name -> rivora.v1.Destination
+	0,   // 46: rivora.v1.SetPriorityRequest.class:type_name -> rivora.v1.PriorityClass
+	2,   // 47: rivora.v1.SetPriorityResponse.destination:type_name -> rivora.v1.Destination
+	27,  // 48: rivora.v1.GetDestinationHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
+	61,  // 49: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
+	26,  // 50: rivora.v1.DestinationHealth.customers:type_name -> rivora.v1.CustomerBacklog
+	25,  // 51: rivora.v1.DestinationHealth.last_transition:type_name -> rivora.v1.HealthTransition
+	61,  // 52: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
+	0,   // 53: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
+	60,  // 54: rivora.v1.DestinationHealth.drain_time:type_name -> google.protobuf.Duration
+	28,  // 55: rivora.v1.DestinationHealth.rate_history:type_name -> rivora.v1.RateSample
+	60,  // 56: rivora.v1.DestinationHealth.oldest_pending_age:type_name -> google.protobuf.Duration
+	25,  // 57: rivora.v1.DestinationHealth.transitions:type_name -> rivora.v1.HealthTransition
+	61,  // 58: rivora.v1.DestinationHealth.client_certificate_not_after:type_name -> google.protobuf.Timestamp
+	61,  // 59: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
+	2,   // 60: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,   // 61: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
+	61,  // 62: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
+	1,   // 63: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
+	59,  // 64: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
+	1,   // 65: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
+	60,  // 66: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
+	60,  // 67: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
+	60,  // 68: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	35,  // 69: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	60,  // 70: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
+	35,  // 71: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	33,  // 72: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
+	41,  // 73: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
+	61,  // 74: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	43,  // 75: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
+	48,  // 76: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
+	50,  // 77: rivora.v1.GetConfigStatusResponse.edges:type_name -> rivora.v1.EdgeStatus
+	61,  // 78: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	61,  // 79: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
+	61,  // 80: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
+	60,  // 81: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
+	61,  // 82: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	61,  // 83: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
+	49,  // 84: rivora.v1.EdgeStatus.buffer:type_name -> rivora.v1.EdgeBuffer
+	61,  // 85: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
+	50,  // 86: rivora.v1.ListEdgesResponse.edges:type_name -> rivora.v1.EdgeStatus
+	50,  // 87: rivora.v1.GetEdgeResponse.edge:type_name -> rivora.v1.EdgeStatus
+	33,  // 88: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
+	9,   // 89: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
+	11,  // 90: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
+	13,  // 91: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
+	15,  // 92: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
+	17,  // 93: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
+	19,  // 94: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
+	21,  // 95: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
+	23,  // 96: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
+	29,  // 97: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
+	31,  // 98: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
+	34,  // 99: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
+	36,  // 100: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
+	38,  // 101: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
+	40,  // 102: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
+	44,  // 103: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
+	52,  // 104: rivora.v1.AdminService.ListEdges:input_type -> rivora.v1.ListEdgesRequest
+	54,  // 105: rivora.v1.AdminService.GetEdge:input_type -> rivora.v1.GetEdgeRequest
+	56,  // 106: rivora.v1.AdminService.RemoveEdge:input_type -> rivora.v1.RemoveEdgeRequest
+	46,  // 107: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
+	10,  // 108: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
+	12,  // 109: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
+	14,  // 110: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
+	16,  // 111: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
+	18,  // 112: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
+	20,  // 113: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
+	22,  // 114: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
+	24,  // 115: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
+	30,  // 116: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
+	32,  // 117: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
+	35,  // 118: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
+	37,  // 119: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
+	39,  // 120: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
+	42,  // 121: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
+	45,  // 122: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
+	53,  // 123: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
+	55,  // 124: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
+	57,  // 125: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
+	47,  // 126: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
+	108, // [108:127] is the sub-list for method output_type
+	89,  // [89:108] is the sub-list for method input_type
+	89,  // [89:89] is the sub-list for extension type_name
+	89,  // [89:89] is the sub-list for extension extendee
+	0,   // [0:89] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_admin_proto_init() }
@@ -4506,16 +5241,16 @@ func file_rivora_v1_admin_proto_init() {
 	if File_rivora_v1_admin_proto != nil {
 		return
 	}
-	file_rivora_v1_admin_proto_msgTypes[11].OneofWrappers = []any{}
-	file_rivora_v1_admin_proto_msgTypes[17].OneofWrappers = []any{}
-	file_rivora_v1_admin_proto_msgTypes[32].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[14].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[20].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[35].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_admin_proto_rawDesc), len(file_rivora_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   56,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
