@@ -77,7 +77,7 @@ func (o *Partition) watchStore(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		if time.Now().Sub(o.fence.lastConfirmed()) < every {
+		if time.Since(o.fence.lastConfirmed()) < every {
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, min(writeProbeTimeout, timeout/2))
