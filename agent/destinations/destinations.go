@@ -33,6 +33,10 @@ type Destination struct {
 	Paused  bool
 	// Pauses are its recent pauses (PausedBetween).
 	Pauses retry.Pauses
+	// TLS (nil: defaults) and OAuth2 (nil: none) authenticate the agent
+	// to the partner; an event a subscription routed uses them too.
+	TLS    *ClientTLS
+	OAuth2 *OAuth2
 }
 
 // PausedBetween is how long the destination was paused between from and
@@ -56,6 +60,9 @@ type Endpoint struct {
 	// Headers are custom headers for every attempt; shared, not to be
 	// modified.
 	Headers http.Header
+	// TLS and OAuth2 are the destination's (nil: none); shared.
+	TLS    *ClientTLS
+	OAuth2 *OAuth2
 }
 
 // Registry is the current set of destinations. Reads are lock-free; the
@@ -136,7 +143,7 @@ func (r *Registry) Endpoint(destinationID string, sub *subscriptions.Subscriptio
 
 // Endpoint is where and how an event to d goes (see Registry.Endpoint).
 func (d *Destination) Endpoint(sub *subscriptions.Subscription) Endpoint {
-	e := Endpoint{URL: d.URL, Signer: d.Signer, Headers: d.Headers}
+	e := Endpoint{URL: d.URL, Signer: d.Signer, Headers: d.Headers, TLS: d.TLS, OAuth2: d.OAuth2}
 	if sub == nil {
 		return e
 	}
@@ -172,6 +179,10 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 	if err != nil {
 		return nil, fmt.Errorf("destination %q: %w", pb.GetId(), err)
 	}
+	clientTLS, err := clientTLSFromProto(pb)
+	if err != nil {
+		return nil, fmt.Errorf("destination %q: %w", pb.GetId(), err)
+	}
 	lim := pb.GetLimits()
 	policy := retry.DefaultPolicy()
 	if n := lim.GetMaxAttempts(); n > 0 {
@@ -200,6 +211,8 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 		Weights: pb.GetCustomerWeights(),
 		Paused:  pb.GetPaused(),
 		Pauses:  retry.PausesFromProto(pb.GetPauses()),
+		TLS:     clientTLS,
+		OAuth2:  oauth2FromProto(pb),
 	}, nil
 }
 

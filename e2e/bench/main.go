@@ -360,7 +360,14 @@ func runIngest(args []string) error {
 	keyed := fs.Bool("keys", true, "give every event its own idempotency key, as the SDKs do (the server then checks it is not reused for another event)")
 	pacedRate := fs.Float64("paced-rate", 10000, "Publish calls per second offered in the open-loop phase (its p99 is publish_p99_ms_at_rate)")
 	pacedN := fs.Int("paced-n", 30000, "events for the open-loop Publish phase")
+	profileDir := fs.String("profile-dir", "", "write CPU profiles of the server during the Publish (publish.pprof, its first seconds) and PublishBatch (batch.pprof) phases into `DIR`")
 	fs.Parse(args)
+	if *profileDir != "" {
+		c.pprof = true
+		if err := os.MkdirAll(*profileDir, 0o755); err != nil {
+			return err
+		}
+	}
 	if c.fsync {
 		// The same phases without --fsync and with it, back to back
 		// (publish.go).
@@ -444,11 +451,15 @@ func runIngest(args []string) error {
 
 	progress("Publish: %d events, %d concurrent", *n, *conc)
 	cpu0 = d.cpu()
+	profiled := phaseProfile(ctx, d, *profileDir, "publish", 4)
 	pub, err := publishPhase(ctx, ingest, *n, *conc, *limit, req)
 	if err != nil {
 		return fmt.Errorf("publish phase: %w", err)
 	}
 	pub.serverCPU = d.cpu() - cpu0
+	if err := profiled(); err != nil {
+		return err
+	}
 	progress("Publish: %.0f events/s, p50 %.2f ms, p99 %.2f ms", pub.rate(), ms(pub.p50), ms(pub.p99))
 	if err := waitIdle(nc, *limit); err != nil {
 		return err
@@ -468,11 +479,15 @@ func runIngest(args []string) error {
 
 	progress("PublishBatch: %d events in batches of %d, %d concurrent", *batchN, *batchSize, *batchConc)
 	cpu0 = d.cpu()
+	profiled = phaseProfile(ctx, d, *profileDir, "batch", 4)
 	bat, err := batchPhase(ctx, ingest, *batchN, *batchSize, *batchConc, *limit, req)
 	if err != nil {
 		return fmt.Errorf("PublishBatch phase: %w", err)
 	}
 	bat.serverCPU = d.cpu() - cpu0
+	if err := profiled(); err != nil {
+		return err
+	}
 	progress("PublishBatch: %.0f events/s, batch p50 %.2f ms, p99 %.2f ms", bat.rate(), ms(bat.p50), ms(bat.p99))
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -359,3 +359,41 @@ func devMetric(ctx context.Context, hc *http.Client, base, series string) (float
 	// counted.
 	return 0, nil
 }
+
+// phaseProfile records a CPU profile of the server for seconds into
+// dir/name.pprof while a phase runs (-profile-dir); wait returns its
+// error once the phase is over. dir "" records nothing.
+func phaseProfile(ctx context.Context, d *dev, dir, name string, seconds int) (wait func() error) {
+	if dir == "" {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			hc := &http.Client{Transport: withBearer(nil)}
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", d.url(), seconds), nil)
+			if err != nil {
+				return err
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b, _ := io.ReadAll(resp.Body)
+				return fmt.Errorf("CPU profile: %s: %s", resp.Status, b)
+			}
+			out, err := os.Create(filepath.Join(dir, name+".pprof"))
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(out, resp.Body); err != nil {
+				out.Close()
+				return err
+			}
+			return out.Close()
+		}()
+	}()
+	return func() error { return <-done }
+}

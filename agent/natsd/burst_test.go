@@ -1,0 +1,175 @@
+package natsd_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rivora/rivora/agent/natsd"
+)
+
+func burstStream(t *testing.T) (*natsd.Server, *natsd.Publisher) {
+	t.Helper()
+	srv := start(t, natsd.Config{})
+	if _, err := srv.JetStream().CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: "BURST", Subjects: []string{"burst.>"}, Storage: jetstream.FileStorage, Duplicates: time.Minute,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := natsd.NewPublisher(srv.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pub.Close)
+	return srv, pub
+}
+
+func msgID(id string) nats.Header { return nats.Header{jetstream.MsgIDHeader: []string{id}} }
+
+// A burst answers each message's sequence in the stream, and flags a
+// duplicate with its original's sequence, as a JetStream future would.
+func TestBurstAnswersEachMessagesSequence(t *testing.T) {
+	srv, pub := burstStream(t)
+	const n = 3000 // more than one socket buffer of acknowledgements
+	b, err := pub.Start(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		id := "id-" + strconv.Itoa(i)
+		if i == n-1 {
+			id = "id-7" // the same id as message 7: a duplicate
+		}
+		if err := b.Publish(i, "burst."+strconv.Itoa(i%5), msgID(id), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acks, err := b.Wait(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acks) != n {
+		t.Fatalf("%d acks for %d messages", len(acks), n)
+	}
+	for i, a := range acks[:n-1] {
+		if a != (natsd.Ack{Seq: uint64(i + 1)}) {
+			t.Fatalf("message %d answered %+v, want sequence %d, not a duplicate", i, a, i+1)
+		}
+	}
+	if last := acks[n-1]; last != (natsd.Ack{Seq: 8, Duplicate: true}) {
+		t.Fatalf("the repeated id answered %+v, want a duplicate of sequence 8", last)
+	}
+	info, err := srv.JetStream().Stream(context.Background(), "BURST")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.CachedInfo().State.Msgs; got != n-1 {
+		t.Fatalf("stream holds %d messages, want %d", got, n-1)
+	}
+}
+
+// A refusal ends the answer at the first refused message, with the
+// stream's reason; a subject no stream takes answers no responders.
+func TestBurstStopsAtTheFirstRefusal(t *testing.T) {
+	_, pub := burstStream(t)
+	b, err := pub.Start(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := nats.Header{jetstream.ExpectedLastMsgIDHeader: []string{"not-the-last"}}
+	for i, h := range []nats.Header{msgID("a"), msgID("b"), refused, msgID("c")} {
+		if err := b.Publish(i, "burst.x", h, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acks, err := b.Wait(10 * time.Second)
+	var apiErr *natsd.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10070 {
+		t.Fatalf("err %v, want the stream's wrong-last-msg-id refusal (10070)", err)
+	}
+	if len(acks) != 2 || acks[0].Seq != 1 || acks[1].Seq != 2 {
+		t.Fatalf("acks %+v, want the two before the refusal", acks)
+	}
+
+	nobody, err := pub.Start(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nobody.Publish(0, "nobody.listens", nil, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nobody.Wait(10 * time.Second); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("err %v, want no responders", err)
+	}
+}
+
+// A burst whose publishing failed part way answers once the messages sent
+// were acknowledged; one whose acknowledgements never come gives up at the
+// timeout; Close answers the bursts still waiting.
+func TestBurstAbandonTimeoutAndClose(t *testing.T) {
+	_, pub := burstStream(t)
+	b, err := pub.Start(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(0, "burst.x", msgID("p0"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	failure := errors.New("connection closed")
+	b.Abandon(1, failure)
+	acks, err := b.Wait(10 * time.Second)
+	if !errors.Is(err, failure) || len(acks) != 1 || acks[0].Seq != 1 {
+		t.Fatalf("abandoned burst answered %+v, %v; want the first message's ack and the failure", acks, err)
+	}
+
+	// No message sent: nothing will answer.
+	silent, err := pub.Start(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if acks, err := silent.Wait(50 * time.Millisecond); err == nil || len(acks) != 0 {
+		t.Fatalf("a burst nobody answered returned %+v, %v; want a timeout", acks, err)
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Fatalf("gave up after %s, before the timeout", waited)
+	}
+
+	waiting, err := pub.Start(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub.Close()
+	if _, err := waiting.Wait(10 * time.Second); !errors.Is(err, natsd.ErrPublisherClosed) {
+		t.Fatalf("err %v after Close, want ErrPublisherClosed", err)
+	}
+	if _, err := pub.Start(1); !errors.Is(err, natsd.ErrPublisherClosed) {
+		t.Fatalf("Start after Close: %v, want ErrPublisherClosed", err)
+	}
+}
+
+func TestParseAck(t *testing.T) {
+	for _, tc := range []struct {
+		data string
+		want natsd.Ack
+		bad  bool
+	}{
+		{data: `{"stream":"LANES_3","seq":42}`, want: natsd.Ack{Seq: 42}},
+		{data: `{"stream":"LANES_3","domain":"hub","seq":7,"duplicate": true}`, want: natsd.Ack{Seq: 7, Duplicate: true}},
+		{data: `{"stream":"S", "seq": 9, "duplicate":false}`, want: natsd.Ack{Seq: 9}},
+		{data: `{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 3"},"stream":"S","seq":0}`, bad: true},
+		{data: `{"stream":"S"}`, bad: true},
+		{data: `{"stream":"S","seq":0}`, bad: true},
+		{data: `{"stream":"S","seq":99999999999999999999999}`, bad: true},
+	} {
+		got, err := natsd.ParseAck(&nats.Msg{Data: []byte(tc.data)})
+		if (err != nil) != tc.bad || (!tc.bad && got != tc.want) {
+			t.Errorf("ParseAck(%s) = %+v, %v; want %+v (error %v)", tc.data, got, err, tc.want, tc.bad)
+		}
+	}
+}
