@@ -179,9 +179,12 @@ func (e *egressDialer) resolveChecked(ctx context.Context, host string) (netip.A
 	}
 	var refused error
 	for _, a := range addrs {
+		// The resolver answers IPv4 in its IPv6-mapped form; the guard
+		// names it, and the proxy dials it, as the IPv4 address it is.
+		a = a.Unmap()
 		err := e.guard.CheckAddr(a)
 		if err == nil {
-			return a.Unmap(), nil
+			return a, nil
 		}
 		if refused == nil {
 			refused = err

@@ -20,8 +20,9 @@ type Proxy struct {
 	wg sync.WaitGroup
 
 	mu      sync.Mutex
-	targets []string
-	conns   map[net.Conn]bool
+	targets   []string
+	upstreams map[string]bool
+	conns     map[net.Conn]bool
 }
 
 // Start starts a proxy on 127.0.0.1; it stops when the test ends.
@@ -31,7 +32,7 @@ func Start(t testing.TB) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{l: l, conns: map[net.Conn]bool{}}
+	p := &Proxy{l: l, conns: map[net.Conn]bool{}, upstreams: map[string]bool{}}
 	p.wg.Add(1)
 	go p.serve()
 	t.Cleanup(p.Close)
@@ -46,6 +47,15 @@ func (p *Proxy) Targets() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.targets...)
+}
+
+// Tunnelled reports whether a server's peer address (a request's
+// RemoteAddr as the server saw it) is one of the proxy's own upstream
+// connections: the request came through the proxy.
+func (p *Proxy) Tunnelled(remote string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.upstreams[remote]
 }
 
 // Close stops the proxy and its tunnels.
@@ -112,6 +122,9 @@ func (p *Proxy) tunnel(c net.Conn) {
 	if !p.track(up) {
 		return
 	}
+	p.mu.Lock()
+	p.upstreams[up.LocalAddr().String()] = true
+	p.mu.Unlock()
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection Established\r\n\r\n"); err != nil {
 		return
 	}
