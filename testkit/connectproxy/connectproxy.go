@@ -19,7 +19,7 @@ type Proxy struct {
 	l  net.Listener
 	wg sync.WaitGroup
 
-	mu      sync.Mutex
+	mu        sync.Mutex
 	targets   []string
 	upstreams map[string]bool
 	conns     map[net.Conn]bool
