@@ -161,6 +161,7 @@ of the customer's matching subscriptions gets its own delivery:
 			e.tokensCommand(),
 			e.subscriptionsCommand(),
 			e.eventTypesCommand(),
+			e.listenCommand(),
 		},
 		Before:      e.before,
 		Action:      rootAction,

@@ -68,7 +68,7 @@ func (e *env) destinationsCreate() *ucli.Command {
 		Name:      "create",
 		Usage:     "register a destination and print it, with its signing secret",
 		ArgsUsage: "ID",
-		UsageText: "rivoractl destinations create ID --url URL [--owner-customer C] [--secret whsec_…] [--header 'Name: value']... [--rate R] [--burst B] [--max-attempts N] [--window 72h] [--timeout 10s] [--max-in-flight N]",
+		UsageText: "rivoractl destinations create ID --url URL [--owner-customer C] [--secret whsec_…] [--header 'Name: value']... [--rate R] [--burst B] [--max-attempts N] [--window 72h] [--timeout 10s] [--max-in-flight N] [--client-cert FILE --client-key FILE] [--server-ca FILE] [--oauth2-token-url URL --oauth2-client-id ID --oauth2-client-secret SECRET [--oauth2-scope S]... [--oauth2-audience A]]",
 		Description: `Registers destination ID. Rivora signs every delivery with the destination's
 secret; the receiver verifies the webhook-signature header with it (the Go SDK:
 sdk.VerifyRequest(secret, r)). Omit --secret to have one generated. The
@@ -78,6 +78,8 @@ answer (get, list, update) carries only its fingerprint; to change it, use
 --header adds a custom header to every attempt (a gateway's Authorization,
 say); its value is kept like the secret: answers show only a fingerprint.
 
+` + endpointAuthHelp + `
+
 --owner-customer C makes it customer C's own endpoint: only C's
 subscriptions may route to it (operators see and steer it like any other).
 A customer token creates only such destinations, for its own customers, and
@@ -86,12 +88,17 @@ with the default limits.
 Examples:
    rivoractl destinations create orders --url https://example.com/hooks --rate 50 --window 24h
    rivoractl destinations create billing --url https://gw.example.com/in --header 'Authorization: Bearer abc'
-   rivoractl destinations create acme-hooks --url https://hooks.acme.example/rivora --owner-customer acme`,
+   rivoractl destinations create acme-hooks --url https://hooks.acme.example/rivora --owner-customer acme
+   rivoractl destinations create bank --url https://bank.example/hooks --client-cert rivora.pem --client-key rivora.key --server-ca bank-ca.pem
+   rivoractl destinations create erp --url https://erp.example/hooks --oauth2-token-url https://erp.example/oauth/token --oauth2-client-id rivora --oauth2-client-secret "$SECRET" --oauth2-scope webhooks
+   rivoractl destinations create bank --url https://bank.example/in --signature-scheme v1a
+   rivoractl destinations create legacy --url https://old.example/hook --legacy-signature-header X-Signature --legacy-signature-secret "$OLD_SECRET" --legacy-signature-encoding sha256=hex
+` + signingHelp,
 		Flags: append(append([]ucli.Flag{
 			&ucli.StringFlag{Name: "url", Usage: "`URL` events are POSTed to (http or https); required"},
 			&ucli.StringFlag{Name: "owner-customer", Usage: "make it customer `ID`'s own destination: only that customer's subscriptions may use it"},
 			waitFlag,
-		}, limitFlags("server default", "generated")...), headerFlags(false)...),
+		}, limitFlags("server default", "generated")...), append(append(headerFlags(false), endpointAuthFlags(false)...), signingFlags(false)...)...),
 		Action: e.createDestination,
 	}
 }
@@ -119,6 +126,15 @@ func (e *env) createDestination(c *ucli.Context) error {
 	}
 	l := req.Limits
 	var err error
+	if req.SignatureScheme, err = schemeFlag(c); err != nil {
+		return err
+	}
+	if req.SigningKey, err = signingKeyFlag(c); err != nil {
+		return err
+	}
+	if req.LegacySignature, err = legacyFlags(c); err != nil {
+		return err
+	}
 	if req.Headers, err = headersFlag(c); err != nil {
 		return err
 	}
@@ -140,6 +156,12 @@ func (e *env) createDestination(c *ucli.Context) error {
 	if l.MaxInFlight, err = countFlag(c, "max-in-flight"); err != nil {
 		return err
 	}
+	if req.ClientCertificate, req.ServerCa, err = certificateFlags(c); err != nil {
+		return err
+	}
+	if req.Oauth2, err = oauth2Flags(c, true); err != nil {
+		return err
+	}
 
 	ctx, cancel := callContext(c)
 	defer cancel()
@@ -159,7 +181,7 @@ func (e *env) createDestination(c *ucli.Context) error {
 	if err := writeDestination(e.out, d, nil); err != nil {
 		return err
 	}
-	if _, err = fmt.Fprintf(e.out, "\nReceivers verify each delivery's webhook-signature with SECRET (Go: sdk.VerifyRequest).\nSECRET is shown only this once: store it with the receiver now.\n"); err != nil {
+	if _, err = fmt.Fprintf(e.out, "\n%s\n", verifyHint(d)); err != nil {
 		return err
 	}
 	return e.afterChange(c, resp.Msg.GetVersion())
@@ -240,23 +262,29 @@ func (e *env) getDestination(c *ucli.Context) error {
 func (e *env) destinationsUpdate() *ucli.Command {
 	return &ucli.Command{
 		Name:      "update",
-		Usage:     "change a destination's URL, secret or limits",
+		Usage:     "change a destination's URL, secret, headers, limits, client certificate or OAuth2 credentials",
 		ArgsUsage: "ID",
-		UsageText: "rivoractl destinations update ID [--url URL] [--secret whsec_…] [--header 'Name: value']... [--remove-header NAME]... [--rate R] [--burst B] [--max-attempts N] [--window 72h] [--timeout 10s] [--max-in-flight N]",
+		UsageText: "rivoractl destinations update ID [--url URL] [--secret whsec_…] [--header 'Name: value']... [--remove-header NAME]... [--rate R] [--burst B] [--max-attempts N] [--window 72h] [--timeout 10s] [--max-in-flight N] [--client-cert FILE --client-key FILE [--client-cert-overlap 24h]] [--server-ca FILE] [--oauth2-… flags] [--remove-client-cert] [--remove-server-ca] [--remove-oauth2]",
 		Description: `Changes only what you pass; everything else stays as it is. Pending events
 stay where they are and are delivered under the new settings. --secret
 replaces the signing secret at once; ` + "`destinations rotate-secret ID`" + ` keeps the old
 one signing for a grace period. --header sets a custom header (replacing
 one of the same name), --remove-header drops one.
 
+` + endpointAuthHelp + `
+
 Examples:
    rivoractl destinations update orders --rate 5 --burst 5
    rivoractl destinations update orders --url https://new.example.com/hooks
-   rivoractl destinations update orders --header 'X-Tenant: 42' --remove-header Authorization`,
+   rivoractl destinations update orders --header 'X-Tenant: 42' --remove-header Authorization
+   rivoractl destinations update bank --client-cert new.pem --client-key new.key --client-cert-overlap 48h
+   rivoractl destinations update erp --oauth2-client-secret "$NEW_SECRET"
+   rivoractl destinations update orders --signature-scheme both
+` + signingHelp,
 		Flags: append(append([]ucli.Flag{
 			&ucli.StringFlag{Name: "url", Usage: "new `URL` events are POSTed to", DefaultText: "unchanged"},
 			waitFlag,
-		}, limitFlags("unchanged", "unchanged")...), headerFlags(true)...),
+		}, limitFlags("unchanged", "unchanged")...), append(append(headerFlags(true), endpointAuthFlags(true)...), signingFlags(true)...)...),
 		Action: e.updateDestination,
 	}
 }
@@ -286,6 +314,11 @@ func (e *env) updateDestination(c *ucli.Context) error {
 	}
 	req.SetHeaders, req.RemoveHeaders = headers, flagValues(c, "remove-header")
 	set = set || len(req.SetHeaders) > 0 || len(req.RemoveHeaders) > 0
+	if signingSet, err := updateSigningFlags(c, req); err != nil {
+		return err
+	} else if signingSet {
+		set = true
+	}
 	if c.IsSet("rate") {
 		r, err := rateFlag(c)
 		if err != nil {
@@ -319,8 +352,12 @@ func (e *env) updateDestination(c *ucli.Context) error {
 		}
 		*f.dst, set = d, true
 	}
-	if !set {
-		return usagef("nothing to update: pass at least one of --url, --secret, --header, --remove-header, --rate, --burst, --max-attempts, --window, --timeout, --max-in-flight")
+	authSet, err := updateEndpointAuthFlags(c, req)
+	if err != nil {
+		return err
+	}
+	if !set && !authSet {
+		return usagef("nothing to update: pass at least one of --url, --secret, --header, --remove-header, --signature-scheme, --signing-key, --legacy-signature-*, --rate, --burst, --max-attempts, --window, --timeout, --max-in-flight, --client-cert/--client-key, --server-ca, --oauth2-*, --remove-client-cert, --remove-server-ca, --remove-oauth2")
 	}
 
 	ctx, cancel := callContext(c)

@@ -31,9 +31,16 @@ delivery attempt.
 				ArgsUsage: "EVENT_ID",
 				UsageText: "rivoractl events get EVENT_ID [-o json]",
 				Description: `Shows the event's state, its destination, customer and lane, when it was
-accepted, every attempt (number, time, HTTP status, error, duration), the next
-attempt and how many events are ahead of it in its lane while pending, and
-why it died when dead. EVENT_ID is what publish printed.
+accepted, every try (its number, the attempt it used or why it used none,
+time, HTTP status, duration, error), the next attempt and how many events
+are ahead of it in its lane while pending, and why it died when dead.
+EVENT_ID is what publish printed.
+
+Each try sent has its own number (TRY). ATTEMPT is the one of the event's
+max attempts it used, or "not charged: destination down" (or throttling
+(429), gone (410)) for one that used none; -o json has them as try, number,
+charged and notChargedReason on each of attempts. Records written before
+Rivora recorded whether a try was charged show its number with a "?".
 
 While pending, WAITING says why it is not being delivered now, e.g.
    held: destination parked since 2026-12-01T09:12:03Z; 2 of 8 attempts used
@@ -229,7 +236,10 @@ func (e *env) getEvent(c *ucli.Context) error {
 		"LANE", ev.GetLaneKey(),
 		"TYPE", ev.GetType(),
 		"ACCEPTED", fmtTime(ev.GetAcceptedAt()),
-		"ATTEMPTS", strconv.Itoa(len(ev.GetAttempts())),
+		"TRIES", strconv.Itoa(len(ev.GetAttempts())),
+	}
+	if ev.GetMaxAttempts() > 0 {
+		kv = append(kv, "ATTEMPTS USED", fmt.Sprintf("%d of %d", ev.GetAttemptsUsed(), ev.GetMaxAttempts()))
 	}
 	if ev.GetNextAttemptAt() != nil {
 		kv = append(kv, "NEXT ATTEMPT", fmtTime(ev.GetNextAttemptAt()))
@@ -254,16 +264,39 @@ func (e *env) getEvent(c *ucli.Context) error {
 	}
 	fmt.Fprintln(e.out)
 	t := newTable(e.out)
-	fmt.Fprintln(t, "#\tTIME\tSTATUS\tDURATION\tERROR")
-	for _, a := range ev.GetAttempts() {
+	fmt.Fprintln(t, "TRY\tATTEMPT\tTIME\tSTATUS\tDURATION\tERROR")
+	for i, a := range ev.GetAttempts() {
 		status := statusText(a.GetStatusCode())
 		errText := a.GetError()
 		if errText == "" {
 			errText = "-"
 		}
-		fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\n", a.GetNumber(), fmtTime(a.GetAt()), status, fmtDuration(a.GetDuration()), oneLine(errText))
+		try := int(a.GetTry())
+		if try == 0 { // a server that does not number tries
+			try = i + 1
+		}
+		fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%s\n", try, attemptUsed(a), fmtTime(a.GetAt()), status, fmtDuration(a.GetDuration()), oneLine(errText))
 	}
-	return t.Flush()
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(e.out, "\nTRY counts every request sent; ATTEMPT is the one of the event's max attempts it used: a try that failed\nwhile its destination was down or throttling used none (the event waits for its destination instead).")
+	return err
+}
+
+// attemptUsed says which of the event's attempts a try used: its number,
+// or "not charged: <why>". A record written before Rivora recorded it
+// shows the number it was sent as (rivora-attempt) with a question mark.
+func attemptUsed(a *rivorav1.Attempt) string {
+	switch {
+	case a.Charged == nil:
+		return fmt.Sprintf("%d?", a.GetNumber())
+	case a.GetCharged():
+		return strconv.Itoa(int(a.GetNumber()))
+	case a.GetNotChargedReason() != "":
+		return "not charged: " + a.GetNotChargedReason()
+	}
+	return "not charged"
 }
 
 // stateName prints EVENT_STATE_IN_FLIGHT as "in flight".

@@ -104,3 +104,57 @@ func TestEventsResend(t *testing.T) {
 		t.Fatalf("%d resend requests reached the server; usage errors must not", len(f.resent))
 	}
 }
+
+// events get numbers every try and says which of the event's attempts
+// each used, or why none: ten tries of a held event do not all read "1".
+func TestEventsGetNumbersTriesAndSaysWhichWereCharged(t *testing.T) {
+	f, url := startFake(t)
+	f.events["evt-held"] = &rivorav1.GetEventResponse{
+		EventId: "evt-held", DestinationId: "orders", CustomerId: "acme", LaneKey: "user-42", Type: "order.created",
+		State: rivorav1.EventState_EVENT_STATE_PENDING, AcceptedAt: fixedTime, AttemptsUsed: 1, MaxAttempts: 8,
+		Attempts: []*rivorav1.Attempt{
+			{Try: 1, Number: 1, At: fixedTime, StatusCode: 400, Error: "HTTP 400", Charged: proto.Bool(true)},
+			{Try: 2, Number: 2, At: fixedTime, StatusCode: 503, Error: "HTTP 503", Charged: proto.Bool(false), NotChargedReason: "destination down"},
+			{Try: 3, Number: 2, At: fixedTime, StatusCode: 429, Error: "HTTP 429", Charged: proto.Bool(false), NotChargedReason: "destination throttling (429)"},
+		},
+	}
+	r := mustSucceed(t, run(t, url, "", "events", "get", "evt-held"))
+	lines := strings.Split(r.stdout, "\n")
+	find := func(prefix string) string {
+		for _, l := range lines {
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		}
+		t.Fatalf("no line starting %q in:\n%s", prefix, r.stdout)
+		return ""
+	}
+	for prefix, want := range map[string]string{
+		"TRY ": "ATTEMPT", "1 ": "HTTP 400", "2 ": "not charged: destination down", "3 ": "not charged: destination throttling (429)",
+		"TRIES ": "3", "ATTEMPTS USED ": "1 of 8",
+	} {
+		if l := find(prefix); !strings.Contains(l, want) {
+			t.Errorf("line %q lacks %q:\n%s", l, want, r.stdout)
+		}
+	}
+	if l := find("1 "); strings.Contains(l, "not charged") || !strings.Contains(l, " 1 ") {
+		t.Errorf("the charged try reads %q, want its attempt number 1", l)
+	}
+	r = mustSucceed(t, run(t, url, "", "events", "get", "evt-held", "-o", "json"))
+	for _, want := range []string{`"try": 2`, `"charged": false`, `"notChargedReason": "destination down"`, `"try": 1`, `"charged": true`} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("events get -o json lacks %s:\n%s", want, r.stdout)
+		}
+	}
+
+	// A record from before Rivora recorded it: the number it was sent
+	// as, marked unknown; tries numbered by position when the server
+	// does not number them.
+	f.events["evt-old"] = &rivorav1.GetEventResponse{EventId: "evt-old", State: rivorav1.EventState_EVENT_STATE_DELIVERED,
+		Attempts: []*rivorav1.Attempt{{Number: 1, At: fixedTime, StatusCode: 503}, {Number: 1, At: fixedTime, StatusCode: 200}}}
+	r = mustSucceed(t, run(t, url, "", "events", "get", "evt-old"))
+	lines = strings.Split(r.stdout, "\n")
+	if l := find("2 "); !strings.Contains(l, "1?") {
+		t.Errorf("an old record's try 2 reads %q, want its number with a ?:\n%s", l, r.stdout)
+	}
+}

@@ -78,6 +78,10 @@ type Config struct {
 	OperatorWebhook       string
 	OperatorWebhookSecret string
 	NotifyParkedAfter     time.Duration
+	// CertExpiryWarning is how long before a destination's client
+	// certificate expires that health marks it expiring and an operator
+	// notice goes out (default 14 days).
+	CertExpiryWarning time.Duration
 	// Keys (required) are what every call is checked against: the cell
 	// token and the API tokens, kept equal to the stored tokens.
 	Keys *auth.Keys
@@ -535,6 +539,8 @@ func withoutSecret(d *rivorav1.Destination) *rivorav1.Destination {
 	d.Secret = ""
 	withoutPreviousSecret(d)
 	withoutHeaderValues(d)
+	withoutEndpointAuthSecrets(d)
+	withoutSigningSecrets(d)
 	return d
 }
 

@@ -85,6 +85,12 @@ type notifier struct {
 	// marked is the notice marks, advanced as notices are accepted.
 	marked map[string]time.Time
 	wake   chan struct{}
+
+	// certWarning is --cert-expiry-warning; warned holds the client
+	// certificates (destination + fingerprint) notified as expiring (poll
+	// loop only).
+	certWarning time.Duration
+	warned      map[string]bool
 }
 
 func newNotifier(cp *ControlPlane, url, secret string, parkedAfter time.Duration) *notifier {
@@ -95,6 +101,7 @@ func newNotifier(cp *ControlPlane, url, secret string, parkedAfter time.Duration
 		cp: cp, url: url, secret: secret,
 		episodes: notices.NewEpisodes(parkedAfter), batcher: notices.NewBatcher(notices.DefaultBatchEvery, notices.DefaultGather),
 		marks: newNoticeMarks(cp), marked: map[string]time.Time{}, wake: make(chan struct{}, 1),
+		certWarning: cp.certExpiryWarning(), warned: map[string]bool{},
 	}
 }
 
@@ -173,6 +180,7 @@ func (n *notifier) run(ctx context.Context) {
 			started = true
 		}
 		n.pollHealth(ctx)
+		n.checkCertificates()
 		n.pollDeadLetters(ctx)
 		n.enqueue(n.batcher.Due(n.cp.now())...)
 	}
@@ -246,6 +254,25 @@ func (n *notifier) pollHealth(ctx context.Context) {
 	for _, id := range n.episodes.Tracked() {
 		if !known[id] {
 			n.episodes.Forget(id)
+		}
+	}
+}
+
+// checkCertificates notices each client certificate that expires within
+// the warning, once per certificate while this control plane runs (a
+// restart re-derives it under the same idempotency key).
+func (n *notifier) checkCertificates() {
+	now := n.cp.now()
+	_, dests := n.cp.store.Snapshot()
+	for _, d := range dests {
+		c := d.GetClientCertificate()
+		if c == nil || !certificateExpiring(c, now, n.certWarning) {
+			continue
+		}
+		mark := d.GetId() + " " + c.GetFingerprint()
+		if !n.warned[mark] {
+			n.warned[mark] = true
+			n.enqueue(notices.Expiring(d.GetId(), c.GetFingerprint(), c.GetNotAfter().AsTime(), now))
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -19,8 +20,10 @@ import (
 
 	"github.com/rivora/rivora/e2e/creds"
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/tlsconf/tlstest"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/sdk/webhook"
 	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
@@ -79,8 +82,9 @@ func (c rpcCase) expected(caller string) string {
 // serves it, as each kind of caller, and checks the answer is the
 // expected 401, 403 or "let in" (any other answer: the handler ran). The
 // table must name every RPC the protos define. Along the way: no answer
-// but CreateDestination's carries a signing secret, and the audit names
-// the token whatever the request's author says.
+// but CreateDestination's carries a signing secret, none at all a client
+// certificate's private key or an OAuth2 client secret (d2 has both), and
+// the audit names the token whatever the request's author says.
 func TestAuthMatrix(t *testing.T) {
 	ctx, w := newAuthWorld(t)
 	cases := w.cases()
@@ -150,11 +154,29 @@ func newAuthWorld(t *testing.T) (context.Context, *authWorld) {
 		t.Fatalf("CreateDestination d2: %v", err)
 	}
 	secrets := []string{secret, d2.Msg.GetDestination().GetSecret()}
+	// d3 signs ed25519 too and keeps a partner's legacy signature: its
+	// secret key and the legacy secret join the secrets no answer carries
+	// (not even create's).
+	signingKey, _, err := webhook.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const legacySecret = "legacy-probe-s3cret"
+	d3, err := adminC.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "d3", Url: p.URL(), SignatureScheme: "both", SigningKey: signingKey,
+		LegacySignature: &rivorav1.LegacySignature{Header: "X-Signature", Secret: legacySecret}}))
+	if err != nil {
+		t.Fatalf("CreateDestination d3: %v", err)
+	}
+	if answer := protojson.Format(d3.Msg); strings.Contains(answer, signingKey) || strings.Contains(answer, legacySecret) || d3.Msg.GetDestination().GetPublicKey() == "" {
+		t.Fatalf("CreateDestination d3 answered a secret key or legacy secret, or no public key: %s", answer)
+	}
+	secrets = append(secrets, d3.Msg.GetDestination().GetSecret(), signingKey, legacySecret)
 	pause, err := adminC.PauseDestination(ctx, connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: "d2", Reason: "hold for the dead letter"}))
 	if err != nil {
 		t.Fatalf("pause d2: %v", err)
 	}
 	r.waitApplied(t, pause.Msg.GetVersion())
+	secrets = append(secrets, endpointAuthSecrets(ctx, t, adminC)...)
 
 	tokens := map[string]string{
 		"admin":      admin,
@@ -229,6 +251,7 @@ func (w *authWorld) cases() map[string]rpcCase {
 		rivorav1connect.AdminServiceDiffLimitsProcedure:           {at: cp, body: `{}`, allow: "admin,operator,viewer"},
 		rivorav1connect.AdminServiceListAuditProcedure:            {at: cp, body: `{}`, allow: "admin,operator,viewer"},
 		rivorav1connect.AdminServiceGetConfigStatusProcedure:      {at: cp, body: `{}`, allow: "admin,operator,viewer"},
+		rivorav1connect.AdminServiceVerifyDeliveryProcedure:       {at: cp, body: `{"destinationId":"c1-own"}`, allow: "admin,operator,viewer,customer", scoped: true, hidden: true},
 		rivorav1connect.AdminServiceListEdgesProcedure:            {at: cp, body: `{}`, allow: "admin,operator,viewer"},
 		rivorav1connect.AdminServiceGetEdgeProcedure:              {at: cp, body: `{"name":"nope"}`, allow: "admin,operator,viewer"},
 		rivorav1connect.AdminServiceRemoveEdgeProcedure:           {at: cp, body: `{"name":"nope"}`, allow: "admin"},
@@ -679,4 +702,42 @@ func TestWhoAmI(t *testing.T) {
 	if _, err := tokenClient(d.URL(), "rvk_not-a-token").WhoAmI(ctxTimeout(t, 10*time.Second), connect.NewRequest(&rivorav1.WhoAmIRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Fatalf("WhoAmI with a wrong token: %v; want Unauthenticated", err)
 	}
+}
+
+// endpointAuthSecrets gives the paused d2 a client certificate and OAuth2
+// credentials and returns what would show if an answer carried them: a
+// line of the private key and the client secret. Neither the answer to
+// the update nor any answer of the matrix may (the matrix's
+// CreateDestination makes a destination without them).
+func endpointAuthSecrets(ctx context.Context, t *testing.T, adminC rivorav1connect.AdminServiceClient) []string {
+	t.Helper()
+	dir := t.TempDir()
+	_, certFile, keyFile := tlstest.Write(t, dir)
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const clientSecret = "probe-oauth2-client-secret-7f3a"
+	upd, err := adminC.UpdateDestination(ctx, connect.NewRequest(&rivorav1.UpdateDestinationRequest{Id: "d2",
+		ClientCertificate: &rivorav1.Certificate{CertificatePem: string(certPEM), KeyPem: string(keyPEM)},
+		Oauth2:            &rivorav1.OAuth2ClientCredentials{TokenUrl: "http://127.0.0.1:9/token", ClientId: "probe", ClientSecret: clientSecret},
+	}))
+	if err != nil {
+		t.Fatalf("give d2 a client certificate and OAuth2 credentials: %v", err)
+	}
+	keyLine := strings.Split(string(keyPEM), "\n")[1]
+	out, err := protojson.Marshal(upd.Msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{keyLine, clientSecret} {
+		if strings.Contains(string(out), s) {
+			t.Fatalf("UpdateDestination answered a client key or OAuth2 secret: %s", out)
+		}
+	}
+	return []string{keyLine, clientSecret}
 }

@@ -61,6 +61,7 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 			resp.DeadReason = o.GetDeadReason()
 		}
 	}
+	numberTries(resp.Attempts)
 	if pending {
 		resp.DestinationId, resp.CustomerId, resp.LaneKey = loc.Lane.Destination, loc.Lane.Customer, loc.Lane.Key
 		resp.SubscriptionId = loc.Lane.Subscription
@@ -79,6 +80,21 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 		s.explainWaiting(resp, loc)
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// numberTries gives each of an event's recorded attempts its place among
+// all of them (Attempt.try), oldest first. Attempt.number is the attempt
+// of max_attempts a try was sent as, which stays put while its
+// destination is down (those tries are not charged); the try number is
+// what tells ten of them apart. It is counted here, from the history,
+// rather than kept by the scheduler: a held lane's probes write no ledger
+// record, so a count kept there would restart after a failover, and
+// records written before the field existed are numbered the same way.
+func numberTries(attempts []*rivorav1.Attempt) {
+	slices.SortStableFunc(attempts, func(a, b *rivorav1.Attempt) int { return a.GetAt().AsTime().Compare(b.GetAt().AsTime()) })
+	for i, a := range attempts {
+		a.Try = int32(i + 1)
+	}
 }
 
 // explainWaiting fills in why a pending event waits, its attempts used

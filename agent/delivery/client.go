@@ -37,10 +37,11 @@ const (
 
 // newClient returns a client for one scheme (tls: https) whose
 // connections go through dialer (and its SSRF guard).
-func newClient(dialer *net.Dialer, tlsConfig *tls.Config, useTLS bool) *fasthttp.Client {
+// refusals (nil for plain http) records the partner's TLS alerts.
+func newClient(dialer *net.Dialer, tlsConfig *tls.Config, useTLS bool, refusals *tlsRefusals) *fasthttp.Client {
 	return &fasthttp.Client{
 		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
-			return dial(dialer, tlsConfig, useTLS, addr, timeout)
+			return dial(dialer, tlsConfig, useTLS, addr, timeout, refusals)
 		},
 		NoDefaultUserAgentHeader:      true,
 		DisableHeaderNamesNormalizing: true, // canonical already
@@ -57,7 +58,7 @@ func newClient(dialer *net.Dialer, tlsConfig *tls.Config, useTLS bool) *fasthttp
 // dial opens a connection to addr within timeout (at most the dialer's
 // own), and for TLS completes the handshake, so that what the partner
 // sends and answers is counted above TLS (trackedConn).
-func dial(dialer *net.Dialer, tlsConfig *tls.Config, useTLS bool, addr string, timeout time.Duration) (net.Conn, error) {
+func dial(dialer *net.Dialer, tlsConfig *tls.Config, useTLS bool, addr string, timeout time.Duration, refusals *tlsRefusals) (net.Conn, error) {
 	d := *dialer
 	if timeout > 0 && timeout < d.Timeout {
 		d.Timeout = timeout
@@ -84,9 +85,10 @@ func dial(dialer *net.Dialer, tlsConfig *tls.Config, useTLS bool, addr string, t
 	tc := tls.Client(conn, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		conn.Close()
+		refusals.record(err)
 		return nil, err
 	}
-	return &trackedTLSConn{trackedConn{Conn: tc, raw: newPeeker(conn)}}, nil
+	return &trackedTLSConn{trackedConn{Conn: tc, raw: newPeeker(conn), refusals: refusals}}, nil
 }
 
 // trackedConn finds, before a request goes out on a pooled connection,
@@ -103,6 +105,8 @@ type trackedConn struct {
 	// is being read, so the next write begins another request.
 	used, answering bool
 	probe           [1]byte
+	// refusals records a TLS alert read (nil: plain http).
+	refusals *tlsRefusals
 }
 
 func (c *trackedConn) Write(p []byte) (int, error) {
@@ -118,7 +122,11 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 
 func (c *trackedConn) Read(p []byte) (int, error) {
 	c.answering = c.used
-	return c.Conn.Read(p)
+	n, err := c.Conn.Read(p)
+	if err != nil {
+		c.refusals.record(err)
+	}
+	return n, err
 }
 
 // closedWhileIdle is the connection's end (or bytes nobody asked for)

@@ -110,10 +110,16 @@ func (r Result) ClassIndex() int {
 
 // Sender posts events. It is safe for concurrent use.
 type Sender struct {
-	// plain and secure are the clients of http and https URLs.
+	// plain and secure are the clients of http and https URLs; withTLS
+	// those of https URLs of destinations with their own TLS settings.
 	plain, secure *fasthttp.Client
-	userAgent     string
-	now           func() time.Time
+	// secureRefusals are the partners' TLS alerts on secure's connections.
+	secureRefusals *tlsRefusals
+	withTLS        *tlsClients
+	// tokens are the OAuth2 tokens of destinations that use them.
+	tokens    *tokens
+	userAgent string
+	now       func() time.Time
 }
 
 // NewSender returns a sender whose requests carry userAgent and whose
@@ -124,8 +130,10 @@ func NewSender(userAgent string, guard *ssrf.Guard, opts ...Option) *Sender {
 		opt(&o)
 	}
 	dialer := o.dialer(guard)
+	refusals := &tlsRefusals{}
 	return &Sender{
-		plain: newClient(dialer, o.tls, false), secure: newClient(dialer, o.tls, true),
+		plain: newClient(dialer, o.tls, false, nil), secure: newClient(dialer, o.tls, true, refusals), secureRefusals: refusals,
+		withTLS: newTLSClients(dialer, o.tls), tokens: newTokens(dialer, o.tls, time.Now),
 		userAgent: userAgent, now: time.Now,
 	}
 }
@@ -150,14 +158,26 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 	if err != nil {
 		return Result{Err: fmt.Errorf("build request: %w", err), NotSent: true}
 	}
-	client := s.plain
-	if u.Scheme == "https" {
-		client = s.secure
+	client, fallback := s.client(u, req.Endpoint, start)
+	// Wall-clock time (s.now may be a test's): when TLS alerts came.
+	sent := time.Now()
+	var bearer string
+	var tokens *tokenSource
+	if o := req.Endpoint.OAuth2; o != nil {
+		// The token endpoint's failure is the destination's (Status 0):
+		// its events are held like in an outage.
+		tokens = s.tokens.source(o)
+		if bearer, err = tokens.Token(ctx); err != nil {
+			return Result{Err: err, Duration: s.now().Sub(start)}
+		}
+		if !httpguts.ValidHeaderFieldValue(bearer) {
+			return Result{Err: errors.New("oauth2 token endpoint: its access token has characters an HTTP header cannot carry"), Duration: s.now().Sub(start)}
+		}
 	}
 	hreq, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(hreq)
 	defer fasthttp.ReleaseResponse(resp)
-	if err := s.build(hreq, req, start.Unix(), traceparent, tracestate); err != nil {
+	if err := s.build(hreq, req, start.Unix(), traceparent, tracestate, bearer); err != nil {
 		// The client would send it as it is, or refuse it in a way that
 		// reads as a connection error (the destination's fault).
 		return Result{Err: fmt.Errorf("build request: %w", err), NotSent: true}
@@ -165,7 +185,13 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 	// No redirect is ever followed (Do does not): it would re-send a
 	// signed payload to an address nobody registered; a 3xx is a failed
 	// attempt.
-	err = client.DoDeadline(hreq, resp, deadline)
+	err = client.do(hreq, resp, deadline, sent)
+	if err != nil && fallback != nil && refusedHandshake(err) {
+		// A rotation's overlap: the partner does not take the new
+		// certificate yet; the same attempt goes with the previous one.
+		resp.Reset()
+		err = s.withTLS.client(fallback, 1).do(hreq, resp, deadline, time.Now())
+	}
 	elapsed := s.now().Sub(start)
 	if err != nil && !errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		if refused := ssrf.Refusal(err); refused != nil {
@@ -178,6 +204,9 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 	res := Result{Status: resp.StatusCode(), Duration: elapsed}
 	if res.Status >= 200 && res.Status < 300 {
 		return res
+	}
+	if res.Status == http.StatusUnauthorized && tokens != nil {
+		tokens.Rejected(bearer)
 	}
 	snippet := resp.Body()
 	snippet = snippet[:min(len(snippet), 256)]
@@ -194,14 +223,14 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 // build makes hreq the attempt's signed POST: the destination's custom
 // headers, then Rivora's own, which win over a custom one of the same
 // name. It refuses a header HTTP cannot carry.
-func (s *Sender) build(hreq *fasthttp.Request, req Request, ts int64, traceparent, tracestate string) error {
+func (s *Sender) build(hreq *fasthttp.Request, req Request, ts int64, traceparent, tracestate, bearer string) error {
 	ev := req.Event
 	hreq.SetRequestURI(req.Endpoint.URL)
 	hreq.Header.SetMethod(http.MethodPost)
 	hreq.Header.DisableNormalizing()
 	hreq.Header.SetNoDefaultContentType(true)
 	for name, values := range req.Endpoint.Headers {
-		if ownHeader(name, traceparent != "") {
+		if ownHeader(name, traceparent != "") || (bearer != "" && name == "Authorization") {
 			continue
 		}
 		for _, v := range values {
@@ -221,7 +250,6 @@ func (s *Sender) build(hreq *fasthttp.Request, req Request, ts int64, traceparen
 		// nothing.
 		{"Idempotency-Key", ev.GetEventId()},
 		{"Webhook-Timestamp", strconv.FormatInt(ts, 10)},
-		{"Webhook-Signature", req.Endpoint.Signer.Sign(ev.GetEventId(), ts, ev.GetPayload())},
 		{"Rivora-Customer", ev.GetCustomerId()},
 		{"Rivora-Lane", headerSafe(ev.GetLaneKey())},
 		{"Rivora-Attempt", strconv.Itoa(req.Attempt)},
@@ -232,6 +260,12 @@ func (s *Sender) build(hreq *fasthttp.Request, req Request, ts int64, traceparen
 			return err
 		}
 		hreq.Header.Set(h[0], h[1])
+	}
+	if err := signatureHeaders(hreq, req.Endpoint, ev, ts); err != nil {
+		return err
+	}
+	if bearer != "" {
+		hreq.Header.Set("Authorization", "Bearer "+bearer) // checked by send
 	}
 	if ev.GetReplayed() {
 		hreq.Header.Set("Rivora-Replay", "true")
@@ -251,6 +285,23 @@ func (s *Sender) build(hreq *fasthttp.Request, req Request, ts int64, traceparen
 		}
 	}
 	hreq.SetBodyRaw(ev.GetPayload())
+	return nil
+}
+
+// signatureHeaders sets webhook-signature (unless the destination's
+// legacy signature replaces it) and the legacy signature's header.
+func signatureHeaders(hreq *fasthttp.Request, e destinations.Endpoint, ev *rivorav1.Event, ts int64) error {
+	if !e.LegacyOnly {
+		hreq.Header.Set("Webhook-Signature", e.Signer.Sign(ev.GetEventId(), ts, ev.GetPayload()))
+	}
+	if e.Legacy == nil {
+		return nil
+	}
+	name, value := e.Legacy.Header(), e.Legacy.Sign(ev.GetEventId(), ts, ev.GetPayload())
+	if err := checkHeader(name, value); err != nil {
+		return err
+	}
+	hreq.Header.Set(name, value)
 	return nil
 }
 
@@ -295,7 +346,34 @@ func checkHeader(name, value string) error {
 	return nil
 }
 
+// client is the client of an attempt to u, and the fallback
+// certificate's settings while a rotation's overlap lasts (nil: none).
+func (s *Sender) client(u *url.URL, e destinations.Endpoint, now time.Time) (keyedClient, *destinations.ClientTLS) {
+	switch {
+	case u.Scheme != "https":
+		return keyedClient{client: s.plain}, nil
+	case e.TLS == nil:
+		return keyedClient{client: s.secure, refusals: s.secureRefusals}, nil
+	}
+	return s.withTLS.client(e.TLS, 0), e.TLS.FallbackAt(now)
+}
+
+// do sends hreq; a failure is the partner's TLS alert when one came on
+// the client's connections since sent.
+func (k keyedClient) do(hreq *fasthttp.Request, resp *fasthttp.Response, deadline, sent time.Time) error {
+	err := k.client.DoDeadline(hreq, resp, deadline)
+	if err != nil && !refusedHandshake(err) {
+		if refused := k.refusals.since(sent); refused != nil {
+			return refused
+		}
+	}
+	return err
+}
+
 func describeTransportError(err error, timeout time.Duration) error {
+	if refusedHandshake(err) {
+		return fmt.Errorf("TLS handshake refused by the partner (check the destination's client certificate, --client-cert): %w", err)
+	}
 	var netErr net.Error
 	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
 		return fmt.Errorf("timeout after %s", timeout)

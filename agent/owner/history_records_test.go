@@ -3,11 +3,13 @@ package owner_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
 
@@ -83,4 +85,73 @@ func TestAttemptRecordsInHistory(t *testing.T) {
 		{rivorav1.EventOutcome_KIND_DELIVERED, 2, http.StatusOK, ""},
 	})
 	check(clean, "b", []attempt{{rivorav1.EventOutcome_KIND_DELIVERED, 1, http.StatusOK, ""}})
+}
+
+// A try that fails while its destination fails everything uses none of
+// the event's attempts, and its record says so, with why; the try that
+// delivers it, and a 4xx (the event's own failure), each use one.
+func TestAttemptRecordsSayWhetherCharged(t *testing.T) {
+	var mu sync.Mutex
+	statusOf := map[string]int{}
+	p := partner.New(t, partner.Options{RefusalBody: "boom\n", Answer: func(r partner.Request) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.Sent <= 2 {
+			return statusOf[r.ID]
+		}
+		return 0
+	}})
+	n := open(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{dest("orders", p.URL(), 5)})
+	down := n.publish("orders", "a")
+	mu.Lock()
+	statusOf[down] = http.StatusServiceUnavailable
+	mu.Unlock()
+	n.run(true)
+
+	type try struct {
+		kind    rivorav1.EventOutcome_Kind
+		number  int32
+		charged bool
+		reason  string
+	}
+	recordsOf := func(id string) []try {
+		n.hist.Flush()
+		got, err := n.hist.Lookup(context.Background(), id)
+		if err != nil {
+			t.Fatalf("lookup %s: %v", id, err)
+		}
+		var out []try
+		for _, o := range got {
+			a := o.GetAttempt()
+			if a.Charged == nil {
+				t.Fatalf("record %v says nothing of whether it was charged", o)
+			}
+			out = append(out, try{o.GetKind(), a.GetNumber(), a.GetCharged(), a.GetNotChargedReason()})
+		}
+		return out
+	}
+	poll.True(t, "the held event delivered and recorded", 30*time.Second, func() bool { return len(recordsOf(down)) == 3 })
+	want := []try{
+		{rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, 1, false, "destination down"},
+		{rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, 1, false, "destination down"},
+		{rivorav1.EventOutcome_KIND_DELIVERED, 1, true, ""},
+	}
+	if got := recordsOf(down); !slices.Equal(got, want) {
+		t.Fatalf("records of an event its down destination held = %+v, want %+v", got, want)
+	}
+
+	// Now that the destination answers, a 400 is the event's own failure.
+	poison := n.publish("orders", "b")
+	mu.Lock()
+	statusOf[poison] = http.StatusBadRequest
+	mu.Unlock()
+	poll.True(t, "the 400 event retried and delivered", 30*time.Second, func() bool { return len(recordsOf(poison)) == 3 })
+	want = []try{
+		{rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, 1, true, ""},
+		{rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, 2, true, ""},
+		{rivorav1.EventOutcome_KIND_DELIVERED, 3, true, ""},
+	}
+	if got := recordsOf(poison); !slices.Equal(got, want) {
+		t.Fatalf("records of an event answered 400 twice = %+v, want %+v", got, want)
+	}
 }

@@ -38,14 +38,14 @@ func settle(ctx context.Context, sched *scheduler.Scheduler, part *Partition, a 
 	case verdict.Delivered:
 		// Recorded before the lane lets go, so `events get` never finds
 		// the event in neither place.
-		part.recordAttempt(ev, rivorav1.EventOutcome_KIND_DELIVERED, a, res)
+		part.recordAttempt(ev, rivorav1.EventOutcome_KIND_DELIVERED, a, res, "")
 		part.deps.History.RecordBody(ev)
 		st = scheduler.Settlement{Kind: scheduler.Advance}
 	case verdict.Skip:
 		st = scheduler.Settlement{Kind: scheduler.Advance}
 	case verdict.Retry, verdict.Hold, verdict.Wait:
 		if v.Sent {
-			part.recordFailedAttempt(ev, a, res)
+			part.recordFailedAttempt(ev, a, res, v.NotCharged(res))
 		}
 		if v.Ledger {
 			part.appendHead(ctx, a, v.Head)
@@ -55,7 +55,7 @@ func settle(ctx context.Context, sched *scheduler.Scheduler, part *Partition, a 
 		st = scheduler.Settlement{Kind: scheduler.Release}
 	case verdict.Dead:
 		if v.Sent {
-			part.recordFailedAttempt(ev, a, res)
+			part.recordFailedAttempt(ev, a, res, v.NotCharged(res))
 		}
 		st = scheduler.Settlement{Kind: scheduler.AdvanceDead}
 		if err := part.recordDead(ctx, a, ev, v.Head, v.Reason); err != nil {
@@ -130,12 +130,15 @@ type attemptOutcome struct {
 	attempt rivorav1.Attempt
 	at      timestamppb.Timestamp
 	took    durationpb.Duration
+	charged bool
 }
 
 var attemptOutcomes = sync.Pool{New: func() any { return new(attemptOutcome) }}
 
-// recordAttempt records an attempt sent (kind: delivered, or failed).
-func (o *Partition) recordAttempt(ev *rivorav1.Event, kind rivorav1.EventOutcome_Kind, a *scheduler.Attempt, res delivery.Result) {
+// recordAttempt records an attempt sent (kind: delivered, or failed);
+// notCharged says why it used none of the event's attempts ("": it used
+// one).
+func (o *Partition) recordAttempt(ev *rivorav1.Event, kind rivorav1.EventOutcome_Kind, a *scheduler.Attempt, res delivery.Result, notCharged string) {
 	rec := attemptOutcomes.Get().(*attemptOutcome)
 	defer func() {
 		// Cleared for the next, holding on to none of this event's.
@@ -150,14 +153,17 @@ func (o *Partition) recordAttempt(ev *rivorav1.Event, kind rivorav1.EventOutcome
 	rec.attempt.At = &rec.at
 	rec.attempt.StatusCode = int32(res.Status)
 	rec.attempt.Duration = &rec.took
+	rec.charged = notCharged == ""
+	rec.attempt.Charged = &rec.charged
+	rec.attempt.NotChargedReason = notCharged
 	if res.Err != nil {
 		rec.attempt.Error = res.Err.Error()
 	}
 	o.deps.History.Record(&rec.outcome)
 }
 
-func (o *Partition) recordFailedAttempt(ev *rivorav1.Event, a *scheduler.Attempt, res delivery.Result) {
-	o.recordAttempt(ev, rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, a, res)
+func (o *Partition) recordFailedAttempt(ev *rivorav1.Event, a *scheduler.Attempt, res delivery.Result, notCharged string) {
+	o.recordAttempt(ev, rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, a, res, notCharged)
 }
 
 // appendHead writes a head's new state to the ledger. Appended, not

@@ -97,6 +97,27 @@ type Verdict struct {
 	Disable bool
 }
 
+// NotCharged says why an attempt that was sent (Sent), whose partner
+// answered res, used none of the event's attempts: "destination down",
+// "destination throttling (429)" (held: the failure was the destination's
+// while it failed the other lanes too, Hold or a Dead that closed its
+// window while held) or "destination gone (410)". Empty when it used one;
+// the history records it with the attempt.
+func (v Verdict) NotCharged(res delivery.Result) string {
+	switch {
+	case !v.Sent:
+		return ""
+	case v.Disable:
+		return "destination gone (410)"
+	case v.Kind == Hold, v.Kind == Dead && v.Head.HeldByDestination:
+		if res.Status == 429 {
+			return "destination throttling (429)"
+		}
+		return "destination down"
+	}
+	return ""
+}
+
 // Facts are what Decide needs to know about one attempt, gathered by the
 // worker that holds it.
 type Facts struct {

@@ -229,3 +229,39 @@ func TestDecideJitter(t *testing.T) {
 		t.Errorf("retry with Retry-After at %v, want now+1m", got.Sub(now))
 	}
 }
+
+// Whether a sent attempt used one of the event's attempts, and why not,
+// as the history records it.
+func TestNotCharged(t *testing.T) {
+	late := ready(attempt(2))
+	late.Now = windowEnd.Add(time.Second)
+	late.Result = ptr(failed(503, "HTTP 503"))
+	gone := failed(410, "HTTP 410")
+	cases := []struct {
+		name string
+		f    verdict.Facts
+		want string
+	}{
+		{"delivered", sent(attempt(1), delivery.Result{Status: 200}, false), ""},
+		{"5xx on a destination failing every lane", sent(attempt(1), failed(503, "HTTP 503"), false), "destination down"},
+		{"timeout on a destination failing every lane", sent(attempt(1), failed(0, "timeout after 30s"), false), "destination down"},
+		{"429 on a destination failing every lane", sent(attempt(1), failed(429, "HTTP 429"), false), "destination throttling (429)"},
+		{"5xx while other lanes get 2xx", sent(attempt(1), failed(503, "HTTP 503"), true), ""},
+		{"400: the event's own failure", sent(attempt(1), failed(400, "HTTP 400"), false), ""},
+		{"410 Gone", sent(attempt(1), gone, false), "destination gone (410)"},
+		{"held until its window closed", late, "destination down"},
+		{"not sent: partition not open", verdict.Facts{Attempt: attempt(1), Now: now}, ""},
+	}
+	for _, c := range cases {
+		v := verdict.Decide(c.f)
+		res := delivery.Result{}
+		if c.f.Result != nil {
+			res = *c.f.Result
+		}
+		if got := v.NotCharged(res); got != c.want {
+			t.Errorf("%s: verdict %s NotCharged = %q, want %q", c.name, v.Kind, got, c.want)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -150,10 +150,11 @@ Examples:
 func operatorFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "operator-webhook", EnvVars: []string{"RIVORA_OPERATOR_WEBHOOK"}, Usage: "`URL` that receives operator notices, signed Standard Webhooks POSTs of JSON {type, destinationId, at, message, …}: " +
-			"destination.parked, destination.recovered, destination.disabled, deadletter.created (batched, at most one a minute per destination), override.expired. " +
+			"destination.parked, destination.recovered, destination.disabled, deadletter.created (batched, at most one a minute per destination), override.expired, destination.certificate_expiring. " +
 			"Delivered like any event through the reserved destination " + notices.DestinationID},
 		&cli.StringFlag{Name: "operator-webhook-secret", EnvVars: []string{"RIVORA_OPERATOR_WEBHOOK_SECRET"}, Usage: "`SECRET` (whsec_…) signing operator notices (default: the one stored, or a new one, written to <state-dir>/operator-webhook.secret, mode 0600; <data-dir>/… for rivora dev)"},
 		&cli.DurationFlag{Name: "notify-parked-after", Value: notices.DefaultParkedAfter, EnvVars: []string{"RIVORA_NOTIFY_PARKED_AFTER"}, Usage: "send destination.parked once a destination has been parked this long (once per episode)"},
+		&cli.DurationFlag{Name: "cert-expiry-warning", Value: notices.DefaultCertExpiryWarning, EnvVars: []string{"RIVORA_CERT_EXPIRY_WARNING"}, Usage: "this long before a destination's mTLS client certificate expires, its health shows it as expiring and destination.certificate_expiring is sent (once per certificate)"},
 	}
 }
 
@@ -176,6 +177,10 @@ func operatorConfig(c *cli.Context, cfg *controlplane.Config) error {
 	if d := c.Duration("notify-parked-after"); d <= 0 {
 		return cli.Exit(fmt.Sprintf("--notify-parked-after must be positive, got %s", d), 2)
 	}
+	if d := c.Duration("cert-expiry-warning"); d <= 0 {
+		return cli.Exit(fmt.Sprintf("--cert-expiry-warning must be positive, got %s (336h is 14 days)", d), 2)
+	}
+	cfg.CertExpiryWarning = c.Duration("cert-expiry-warning")
 	if u, err := httpurl.Parse(url); err == nil {
 		if err := cfg.Guard.CheckHost(u.Hostname()); err != nil {
 			return cli.Exit(fmt.Sprintf("--operator-webhook %q %v", url, err), 2)

@@ -14,6 +14,8 @@
 //   - destination.recovered: once, when a destination that was notified
 //     parked is no longer parked; an episode that ends before it was
 //     notified produces nothing.
+//   - destination.certificate_expiring: once per client certificate
+//     (keyed by its fingerprint), when it expires within the warning.
 //   - deadletter.created: per destination, at most one notice per
 //     Batcher.Every, carrying the count since the last notice and up to
 //     MaxEventIDs event ids; the first dead letter after a quiet period is
@@ -43,7 +45,13 @@ const (
 	DestinationRecovered = "destination.recovered"
 	DeadLetterCreated    = "deadletter.created"
 	OverrideExpired      = "override.expired"
+	CertificateExpiring  = "destination.certificate_expiring"
 )
+
+// DefaultCertExpiryWarning is how long before a client certificate
+// expires that destination.certificate_expiring is sent
+// (--cert-expiry-warning).
+const DefaultCertExpiryWarning = 14 * 24 * time.Hour
 
 // MaxEventIDs bounds the event ids a deadletter.created notice lists.
 const MaxEventIDs = 10
@@ -60,6 +68,9 @@ type Notice struct {
 	// Count and EventIDs (at most MaxEventIDs) of deadletter.created.
 	Count    int      `json:"count,omitempty"`
 	EventIDs []string `json:"eventIds,omitempty"`
+	// NotAfter: when the certificate of destination.certificate_expiring
+	// expires.
+	NotAfter *time.Time `json:"notAfter,omitempty"`
 	// Key identifies the notice across retries and restarts (it becomes
 	// the event's idempotency key, so a notice derived twice is stored
 	// once within the dedup window).
@@ -107,4 +118,24 @@ func Expired(destination string, version uint64, at time.Time) Notice {
 		Message: fmt.Sprintf("the limits override of destination %s expired; the limits file and the destination's settings apply again (`rivoractl limits get %s`)", destination, destination),
 		Key:     key(OverrideExpired, destination, version),
 	}
+}
+
+// Expiring is the notice for a destination's mTLS client certificate
+// (fingerprint) that expires at notAfter; it is keyed by the certificate,
+// so each certificate is notified once.
+func Expiring(destination, fingerprint string, notAfter, at time.Time) Notice {
+	expires := notAfter.UTC()
+	return Notice{
+		Type: CertificateExpiring, DestinationID: destination, At: at, NotAfter: &expires,
+		Message: fmt.Sprintf("the mTLS client certificate %s of destination %s expires at %s; give it a new one with `rivoractl destinations update %s --client-cert FILE --client-key FILE`",
+			fingerprint, destination, expires.Format(time.RFC3339), destination),
+		Key: key(CertificateExpiring, destination, shortFingerprint(fingerprint)),
+	}
+}
+
+// shortFingerprint is the first 16 hex digits of a "sha256:<hex>"
+// fingerprint, enough to tell certificates apart in a key.
+func shortFingerprint(fingerprint string) string {
+	hex := strings.TrimPrefix(fingerprint, "sha256:")
+	return hex[:min(len(hex), 16)]
 }

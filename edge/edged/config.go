@@ -119,6 +119,8 @@ func unsigned(list []*rivorav1.Destination) []*rivorav1.Destination {
 	for i, d := range list {
 		d = proto.CloneOf(d)
 		d.Secret, d.PreviousSecret, d.PreviousSecretExpiresAt = noSecret, "", nil
+		// An edge never delivers: it gets no client key or OAuth2 secret.
+		d.ClientCertificate, d.PreviousClientCertificate, d.Oauth2 = nil, nil, nil
 		out[i] = d
 	}
 	return out

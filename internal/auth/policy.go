@@ -99,6 +99,11 @@ var Policies = map[string]Rule{
 	// its own destinations).
 	rivorav1connect.AdminServiceRotateDestinationSecretProcedure: ownAdmin,
 
+	// Verifying a delivery against a destination's secrets reveals no
+	// secret (yes or no, and a fingerprint): whoever may read the
+	// destination may ask (`rivoractl listen --destination`).
+	rivorav1connect.AdminServiceVerifyDeliveryProcedure: ownRead,
+
 	rivorav1connect.TokenServiceCreateTokenProcedure: adminsOf,
 	rivorav1connect.TokenServiceListTokensProcedure:  adminsOf,
 	rivorav1connect.TokenServiceRevokeTokenProcedure: adminsOf,

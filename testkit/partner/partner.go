@@ -14,6 +14,7 @@
 package partner
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -79,6 +80,10 @@ type Options struct {
 	// CountOnly keeps no request log (Requests is empty), only counts and
 	// each id's first 2xx.
 	CountOnly bool
+	// TLS serves https with this configuration (its certificate, and
+	// ClientAuth with ClientCAs for a partner that demands a client
+	// certificate); Base is then https://HOST:PORT.
+	TLS *tls.Config
 }
 
 // byID is what the partner keeps per event id.
@@ -123,7 +128,12 @@ func Start(o Options) (*Partner, error) {
 	p.srv = httptest.NewUnstartedServer(p)
 	p.srv.Listener.Close()
 	p.srv.Listener = l
-	p.srv.Start()
+	if o.TLS != nil {
+		p.srv.TLS = o.TLS
+		p.srv.StartTLS()
+	} else {
+		p.srv.Start()
+	}
 	p.base = p.srv.URL
 	return p, nil
 }
@@ -154,7 +164,7 @@ func (p *Partner) Close() {
 	p.srv.Close()
 }
 
-// Base is http://HOST:PORT.
+// Base is http://HOST:PORT (https with Options.TLS).
 func (p *Partner) Base() string { return p.base }
 
 // URL is the partner's webhook address, Base + "/hook".
@@ -164,7 +174,8 @@ func (p *Partner) URL() string { return p.base + "/hook" }
 // its requests' Dest and Lane name it.
 func (p *Partner) DestURL(dest string) string { return p.base + "/d/" + dest }
 
-// SetSecret makes the partner verify signatures with secret from now on.
+// SetSecret makes the partner verify signatures with secret from now on
+// (a "whpk_" public key: v1a signatures).
 func (p *Partner) SetSecret(secret string) error {
 	v, err := webhook.NewVerifier(secret)
 	if err != nil {

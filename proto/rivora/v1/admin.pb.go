@@ -3971,8 +3971,12 @@ type AgentStatus struct {
 	Session string `protobuf:"bytes,9,opt,name=session,proto3" json:"session,omitempty"`
 	// assigned_partitions are the partitions the control plane assigns it.
 	AssignedPartitions []uint32 `protobuf:"varint,10,rep,packed,name=assigned_partitions,json=assignedPartitions,proto3" json:"assigned_partitions,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// cut_partitions are the partitions the agent reported it cannot write
+	// (cut off from their streams' quorum): assigned to other agents until
+	// it can again.
+	CutPartitions []uint32 `protobuf:"varint,11,rep,packed,name=cut_partitions,json=cutPartitions,proto3" json:"cut_partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AgentStatus) Reset() {
@@ -4071,6 +4075,13 @@ func (x *AgentStatus) GetSession() string {
 func (x *AgentStatus) GetAssignedPartitions() []uint32 {
 	if x != nil {
 		return x.AssignedPartitions
+	}
+	return nil
+}
+
+func (x *AgentStatus) GetCutPartitions() []uint32 {
+	if x != nil {
+		return x.CutPartitions
 	}
 	return nil
 }
@@ -4596,6 +4607,150 @@ func (*RemoveEdgeResponse) Descriptor() ([]byte, []int) {
 	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
+type VerifyDeliveryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	// The delivery's webhook-id, webhook-timestamp and webhook-signature
+	// headers, as received.
+	WebhookId        string `protobuf:"bytes,2,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
+	WebhookTimestamp string `protobuf:"bytes,3,opt,name=webhook_timestamp,json=webhookTimestamp,proto3" json:"webhook_timestamp,omitempty"`
+	WebhookSignature string `protobuf:"bytes,4,opt,name=webhook_signature,json=webhookSignature,proto3" json:"webhook_signature,omitempty"`
+	// body is the request body as received (at most 4 MiB).
+	Body          []byte `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyDeliveryRequest) Reset() {
+	*x = VerifyDeliveryRequest{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyDeliveryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyDeliveryRequest) ProtoMessage() {}
+
+func (x *VerifyDeliveryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyDeliveryRequest.ProtoReflect.Descriptor instead.
+func (*VerifyDeliveryRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *VerifyDeliveryRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *VerifyDeliveryRequest) GetWebhookId() string {
+	if x != nil {
+		return x.WebhookId
+	}
+	return ""
+}
+
+func (x *VerifyDeliveryRequest) GetWebhookTimestamp() string {
+	if x != nil {
+		return x.WebhookTimestamp
+	}
+	return ""
+}
+
+func (x *VerifyDeliveryRequest) GetWebhookSignature() string {
+	if x != nil {
+		return x.WebhookSignature
+	}
+	return ""
+}
+
+func (x *VerifyDeliveryRequest) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+type VerifyDeliveryResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Verified bool                   `protobuf:"varint,1,opt,name=verified,proto3" json:"verified,omitempty"`
+	// reason says why not, e.g. "no signature matches the destination's
+	// secret" or "webhook-timestamp is 9m0s old (tolerance 5m0s)"; empty
+	// when verified.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// secret_fingerprint names the secret that verified it (current, or the
+	// previous one during a rotation's grace).
+	SecretFingerprint string `protobuf:"bytes,3,opt,name=secret_fingerprint,json=secretFingerprint,proto3" json:"secret_fingerprint,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *VerifyDeliveryResponse) Reset() {
+	*x = VerifyDeliveryResponse{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyDeliveryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyDeliveryResponse) ProtoMessage() {}
+
+func (x *VerifyDeliveryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyDeliveryResponse.ProtoReflect.Descriptor instead.
+func (*VerifyDeliveryResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *VerifyDeliveryResponse) GetVerified() bool {
+	if x != nil {
+		return x.Verified
+	}
+	return false
+}
+
+func (x *VerifyDeliveryResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *VerifyDeliveryResponse) GetSecretFingerprint() string {
+	if x != nil {
+		return x.SecretFingerprint
+	}
+	return ""
+}
+
 var File_rivora_v1_admin_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_admin_proto_rawDesc = "" +
@@ -4935,7 +5090,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x17GetConfigStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12.\n" +
 	"\x06agents\x18\x02 \x03(\v2\x16.rivora.v1.AgentStatusR\x06agents\x12+\n" +
-	"\x05edges\x18\x03 \x03(\v2\x15.rivora.v1.EdgeStatusR\x05edges\"\xe5\x02\n" +
+	"\x05edges\x18\x03 \x03(\v2\x15.rivora.v1.EdgeStatusR\x05edges\"\x8c\x03\n" +
 	"\vAgentStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1c\n" +
@@ -4949,7 +5104,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\rhealth_reason\x18\b \x01(\tR\fhealthReason\x12\x18\n" +
 	"\asession\x18\t \x01(\tR\asession\x12/\n" +
 	"\x13assigned_partitions\x18\n" +
-	" \x03(\rR\x12assignedPartitions\"\xd0\x03\n" +
+	" \x03(\rR\x12assignedPartitions\x12%\n" +
+	"\x0ecut_partitions\x18\v \x03(\rR\rcutPartitions\"\xd0\x03\n" +
 	"\n" +
 	"EdgeBuffer\x12%\n" +
 	"\x0ecell_connected\x18\x01 \x01(\bR\rcellConnected\x12I\n" +
@@ -4982,12 +5138,23 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x11RemoveEdgeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"\x14\n" +
-	"\x12RemoveEdgeResponse*{\n" +
+	"\x12RemoveEdgeResponse\"\xcb\x01\n" +
+	"\x15VerifyDeliveryRequest\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1d\n" +
+	"\n" +
+	"webhook_id\x18\x02 \x01(\tR\twebhookId\x12+\n" +
+	"\x11webhook_timestamp\x18\x03 \x01(\tR\x10webhookTimestamp\x12+\n" +
+	"\x11webhook_signature\x18\x04 \x01(\tR\x10webhookSignature\x12\x12\n" +
+	"\x04body\x18\x05 \x01(\fR\x04body\"{\n" +
+	"\x16VerifyDeliveryResponse\x12\x1a\n" +
+	"\bverified\x18\x01 \x01(\bR\bverified\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12-\n" +
+	"\x12secret_fingerprint\x18\x03 \x01(\tR\x11secretFingerprint*{\n" +
 	"\rPriorityClass\x12\x1e\n" +
 	"\x1aPRIORITY_CLASS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13PRIORITY_CLASS_HIGH\x10\x01\x12\x19\n" +
 	"\x15PRIORITY_CLASS_NORMAL\x10\x02\x12\x16\n" +
-	"\x12PRIORITY_CLASS_LOW\x10\x032\xc5\r\n" +
+	"\x12PRIORITY_CLASS_LOW\x10\x032\xa1\x0e\n" +
 	"\fAdminService\x12^\n" +
 	"\x11CreateDestination\x12#.rivora.v1.CreateDestinationRequest\x1a$.rivora.v1.CreateDestinationResponse\x12Z\n" +
 	"\x0eGetDestination\x12 .rivora.v1.GetDestinationRequest\x1a!.rivora.v1.GetDestinationResponse\"\x03\x90\x02\x01\x12`\n" +
@@ -5009,7 +5176,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\aGetEdge\x12\x19.rivora.v1.GetEdgeRequest\x1a\x1a.rivora.v1.GetEdgeResponse\"\x03\x90\x02\x01\x12I\n" +
 	"\n" +
 	"RemoveEdge\x12\x1c.rivora.v1.RemoveEdgeRequest\x1a\x1d.rivora.v1.RemoveEdgeResponse\x12]\n" +
-	"\x0fGetConfigStatus\x12!.rivora.v1.GetConfigStatusRequest\x1a\".rivora.v1.GetConfigStatusResponse\"\x03\x90\x02\x01B3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
+	"\x0fGetConfigStatus\x12!.rivora.v1.GetConfigStatusRequest\x1a\".rivora.v1.GetConfigStatusResponse\"\x03\x90\x02\x01\x12Z\n" +
+	"\x0eVerifyDelivery\x12 .rivora.v1.VerifyDeliveryRequest\x1a!.rivora.v1.VerifyDeliveryResponse\"\x03\x90\x02\x01B3Z1github.com/rivora/rivora/proto/rivora/v1;rivorav1b\x06proto3"
 
 var (
 	file_rivora_v1_admin_proto_rawDescOnce sync.Once
@@ -5024,7 +5192,7 @@ func file_rivora_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_rivora_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_rivora_v1_admin_proto_goTypes = []any{
 	(PriorityClass)(0),                      // 0: rivora.v1.PriorityClass
 	(*Limits)(nil),                          // 1: rivora.v1.Limits
@@ -5084,38 +5252,40 @@ var file_rivora_v1_admin_proto_goTypes = []any{
 	(*GetEdgeResponse)(nil),                 // 55: rivora.v1.GetEdgeResponse
 	(*RemoveEdgeRequest)(nil),               // 56: rivora.v1.RemoveEdgeRequest
 	(*RemoveEdgeResponse)(nil),              // 57: rivora.v1.RemoveEdgeResponse
-	nil,                                     // 58: rivora.v1.Destination.CustomerWeightsEntry
-	nil,                                     // 59: rivora.v1.GetLimitsResponse.SourcesEntry
-	(*durationpb.Duration)(nil),             // 60: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),           // 61: google.protobuf.Timestamp
+	(*VerifyDeliveryRequest)(nil),           // 58: rivora.v1.VerifyDeliveryRequest
+	(*VerifyDeliveryResponse)(nil),          // 59: rivora.v1.VerifyDeliveryResponse
+	nil,                                     // 60: rivora.v1.Destination.CustomerWeightsEntry
+	nil,                                     // 61: rivora.v1.GetLimitsResponse.SourcesEntry
+	(*durationpb.Duration)(nil),             // 62: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),           // 63: google.protobuf.Timestamp
 }
 var file_rivora_v1_admin_proto_depIdxs = []int32{
-	60,  // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
-	60,  // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
+	62,  // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
+	62,  // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
 	1,   // 2: rivora.v1.Destination.limits:type_name -> rivora.v1.Limits
-	61,  // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
-	61,  // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
+	63,  // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
+	63,  // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
 	0,   // 5: rivora.v1.Destination.priority_class:type_name -> rivora.v1.PriorityClass
-	58,  // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
+	60,  // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
 	8,   // 7: rivora.v1.Destination.pauses:type_name -> rivora.v1.PauseInterval
 	7,   // 8: rivora.v1.Destination.override:type_name -> rivora.v1.LimitsOverride
 	1,   // 9: rivora.v1.Destination.configured:type_name -> rivora.v1.Limits
 	6,   // 10: rivora.v1.Destination.headers:type_name -> rivora.v1.Header
-	61,  // 11: rivora.v1.Destination.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	63,  // 11: rivora.v1.Destination.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	3,   // 12: rivora.v1.Destination.client_certificate:type_name -> rivora.v1.Certificate
 	3,   // 13: rivora.v1.Destination.previous_client_certificate:type_name -> rivora.v1.Certificate
 	3,   // 14: rivora.v1.Destination.server_ca:type_name -> rivora.v1.Certificate
 	4,   // 15: rivora.v1.Destination.oauth2:type_name -> rivora.v1.OAuth2ClientCredentials
-	61,  // 16: rivora.v1.Destination.previous_signing_key_expires_at:type_name -> google.protobuf.Timestamp
+	63,  // 16: rivora.v1.Destination.previous_signing_key_expires_at:type_name -> google.protobuf.Timestamp
 	5,   // 17: rivora.v1.Destination.legacy_signature:type_name -> rivora.v1.LegacySignature
-	61,  // 18: rivora.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
-	61,  // 19: rivora.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	61,  // 20: rivora.v1.Certificate.overlap_until:type_name -> google.protobuf.Timestamp
+	63,  // 18: rivora.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
+	63,  // 19: rivora.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	63,  // 20: rivora.v1.Certificate.overlap_until:type_name -> google.protobuf.Timestamp
 	1,   // 21: rivora.v1.LimitsOverride.limits:type_name -> rivora.v1.Limits
-	61,  // 22: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
-	61,  // 23: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
-	61,  // 24: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
-	61,  // 25: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
+	63,  // 22: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
+	63,  // 23: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
+	63,  // 24: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
+	63,  // 25: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
 	1,   // 26: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
 	6,   // 27: rivora.v1.CreateDestinationRequest.headers:type_name -> rivora.v1.Header
 	3,   // 28: rivora.v1.CreateDestinationRequest.client_certificate:type_name -> rivora.v1.Certificate
@@ -5125,57 +5295,57 @@ var file_rivora_v1_admin_proto_depIdxs = []int32{
 	2,   // 32: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
 	2,   // 33: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
 	2,   // 34: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
-	60,  // 35: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
-	60,  // 36: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
+	62,  // 35: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
+	62,  // 36: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
 	6,   // 37: rivora.v1.UpdateDestinationRequest.set_headers:type_name -> rivora.v1.Header
 	3,   // 38: rivora.v1.UpdateDestinationRequest.client_certificate:type_name -> rivora.v1.Certificate
-	60,  // 39: rivora.v1.UpdateDestinationRequest.client_certificate_overlap:type_name -> google.protobuf.Duration
+	62,  // 39: rivora.v1.UpdateDestinationRequest.client_certificate_overlap:type_name -> google.protobuf.Duration
 	3,   // 40: rivora.v1.UpdateDestinationRequest.server_ca:type_name -> rivora.v1.Certificate
 	4,   // 41: rivora.v1.UpdateDestinationRequest.oauth2:type_name -> rivora.v1.OAuth2ClientCredentials
 	5,   // 42: rivora.v1.UpdateDestinationRequest.legacy_signature:type_name -> rivora.v1.LegacySignature
 	2,   // 43: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	60,  // 44: rivora.v1.RotateDestinationSecretRequest.grace:type_name -> google.protobuf.Duration
+	62,  // 44: rivora.v1.RotateDestinationSecretRequest.grace:type_name -> google.protobuf.Duration
 	2,   // 45: rivora.v1.RotateDestinationSecretResponse.destination:type_name -> rivora.v1.Destination
 	0,   // 46: rivora.v1.SetPriorityRequest.class:type_name -> rivora.v1.PriorityClass
 	2,   // 47: rivora.v1.SetPriorityResponse.destination:type_name -> rivora.v1.Destination
 	27,  // 48: rivora.v1.GetDestinationHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
-	61,  // 49: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
+	63,  // 49: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
 	26,  // 50: rivora.v1.DestinationHealth.customers:type_name -> rivora.v1.CustomerBacklog
 	25,  // 51: rivora.v1.DestinationHealth.last_transition:type_name -> rivora.v1.HealthTransition
-	61,  // 52: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
+	63,  // 52: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
 	0,   // 53: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
-	60,  // 54: rivora.v1.DestinationHealth.drain_time:type_name -> google.protobuf.Duration
+	62,  // 54: rivora.v1.DestinationHealth.drain_time:type_name -> google.protobuf.Duration
 	28,  // 55: rivora.v1.DestinationHealth.rate_history:type_name -> rivora.v1.RateSample
-	60,  // 56: rivora.v1.DestinationHealth.oldest_pending_age:type_name -> google.protobuf.Duration
+	62,  // 56: rivora.v1.DestinationHealth.oldest_pending_age:type_name -> google.protobuf.Duration
 	25,  // 57: rivora.v1.DestinationHealth.transitions:type_name -> rivora.v1.HealthTransition
-	61,  // 58: rivora.v1.DestinationHealth.client_certificate_not_after:type_name -> google.protobuf.Timestamp
-	61,  // 59: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
+	63,  // 58: rivora.v1.DestinationHealth.client_certificate_not_after:type_name -> google.protobuf.Timestamp
+	63,  // 59: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
 	2,   // 60: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
 	2,   // 61: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
-	61,  // 62: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
+	63,  // 62: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
 	1,   // 63: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
-	59,  // 64: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
+	61,  // 64: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
 	1,   // 65: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
-	60,  // 66: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
-	60,  // 67: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
-	60,  // 68: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	62,  // 66: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
+	62,  // 67: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
+	62,  // 68: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
 	35,  // 69: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	60,  // 70: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
+	62,  // 70: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
 	35,  // 71: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
 	33,  // 72: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
 	41,  // 73: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
-	61,  // 74: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	63,  // 74: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
 	43,  // 75: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
 	48,  // 76: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
 	50,  // 77: rivora.v1.GetConfigStatusResponse.edges:type_name -> rivora.v1.EdgeStatus
-	61,  // 78: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	61,  // 79: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
-	61,  // 80: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
-	60,  // 81: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
-	61,  // 82: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
-	61,  // 83: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
+	63,  // 78: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	63,  // 79: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
+	63,  // 80: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
+	62,  // 81: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
+	63,  // 82: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	63,  // 83: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
 	49,  // 84: rivora.v1.EdgeStatus.buffer:type_name -> rivora.v1.EdgeBuffer
-	61,  // 85: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
+	63,  // 85: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
 	50,  // 86: rivora.v1.ListEdgesResponse.edges:type_name -> rivora.v1.EdgeStatus
 	50,  // 87: rivora.v1.GetEdgeResponse.edge:type_name -> rivora.v1.EdgeStatus
 	33,  // 88: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
@@ -5198,27 +5368,29 @@ var file_rivora_v1_admin_proto_depIdxs = []int32{
 	54,  // 105: rivora.v1.AdminService.GetEdge:input_type -> rivora.v1.GetEdgeRequest
 	56,  // 106: rivora.v1.AdminService.RemoveEdge:input_type -> rivora.v1.RemoveEdgeRequest
 	46,  // 107: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
-	10,  // 108: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
-	12,  // 109: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
-	14,  // 110: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
-	16,  // 111: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
-	18,  // 112: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
-	20,  // 113: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
-	22,  // 114: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
-	24,  // 115: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
-	30,  // 116: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
-	32,  // 117: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
-	35,  // 118: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
-	37,  // 119: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
-	39,  // 120: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
-	42,  // 121: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
-	45,  // 122: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
-	53,  // 123: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
-	55,  // 124: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
-	57,  // 125: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
-	47,  // 126: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
-	108, // [108:127] is the sub-list for method output_type
-	89,  // [89:108] is the sub-list for method input_type
+	58,  // 108: rivora.v1.AdminService.VerifyDelivery:input_type -> rivora.v1.VerifyDeliveryRequest
+	10,  // 109: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
+	12,  // 110: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
+	14,  // 111: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
+	16,  // 112: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
+	18,  // 113: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
+	20,  // 114: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
+	22,  // 115: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
+	24,  // 116: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
+	30,  // 117: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
+	32,  // 118: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
+	35,  // 119: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
+	37,  // 120: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
+	39,  // 121: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
+	42,  // 122: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
+	45,  // 123: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
+	53,  // 124: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
+	55,  // 125: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
+	57,  // 126: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
+	47,  // 127: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
+	59,  // 128: rivora.v1.AdminService.VerifyDelivery:output_type -> rivora.v1.VerifyDeliveryResponse
+	109, // [109:129] is the sub-list for method output_type
+	89,  // [89:109] is the sub-list for method input_type
 	89,  // [89:89] is the sub-list for extension type_name
 	89,  // [89:89] is the sub-list for extension extendee
 	0,   // [0:89] is the sub-list for field type_name
@@ -5238,7 +5410,7 @@ func file_rivora_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_admin_proto_rawDesc), len(file_rivora_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   59,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

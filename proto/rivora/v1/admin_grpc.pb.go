@@ -38,6 +38,7 @@ const (
 	AdminService_GetEdge_FullMethodName                 = "/rivora.v1.AdminService/GetEdge"
 	AdminService_RemoveEdge_FullMethodName              = "/rivora.v1.AdminService/RemoveEdge"
 	AdminService_GetConfigStatus_FullMethodName         = "/rivora.v1.AdminService/GetConfigStatus"
+	AdminService_VerifyDelivery_FullMethodName          = "/rivora.v1.AdminService/VerifyDelivery"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -95,6 +96,14 @@ type AdminServiceClient interface {
 	RemoveEdge(ctx context.Context, in *RemoveEdgeRequest, opts ...grpc.CallOption) (*RemoveEdgeResponse, error)
 	// GetConfigStatus reports the config version and which agents applied it.
 	GetConfigStatus(ctx context.Context, in *GetConfigStatusRequest, opts ...grpc.CallOption) (*GetConfigStatusResponse, error)
+	// VerifyDelivery checks one delivery a receiver got (its Standard
+	// Webhooks headers and body) against the destination's signing secrets
+	// — the current one, and the previous one during a rotation's grace —
+	// and answers whether it verifies and, if not, why. The secrets never
+	// leave the control plane: `rivoractl listen --destination D` verifies
+	// without a secret on its command line. Whoever may read the
+	// destination may call it.
+	VerifyDelivery(ctx context.Context, in *VerifyDeliveryRequest, opts ...grpc.CallOption) (*VerifyDeliveryResponse, error)
 }
 
 type adminServiceClient struct {
@@ -295,6 +304,16 @@ func (c *adminServiceClient) GetConfigStatus(ctx context.Context, in *GetConfigS
 	return out, nil
 }
 
+func (c *adminServiceClient) VerifyDelivery(ctx context.Context, in *VerifyDeliveryRequest, opts ...grpc.CallOption) (*VerifyDeliveryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VerifyDeliveryResponse)
+	err := c.cc.Invoke(ctx, AdminService_VerifyDelivery_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -350,6 +369,14 @@ type AdminServiceServer interface {
 	RemoveEdge(context.Context, *RemoveEdgeRequest) (*RemoveEdgeResponse, error)
 	// GetConfigStatus reports the config version and which agents applied it.
 	GetConfigStatus(context.Context, *GetConfigStatusRequest) (*GetConfigStatusResponse, error)
+	// VerifyDelivery checks one delivery a receiver got (its Standard
+	// Webhooks headers and body) against the destination's signing secrets
+	// — the current one, and the previous one during a rotation's grace —
+	// and answers whether it verifies and, if not, why. The secrets never
+	// leave the control plane: `rivoractl listen --destination D` verifies
+	// without a secret on its command line. Whoever may read the
+	// destination may call it.
+	VerifyDelivery(context.Context, *VerifyDeliveryRequest) (*VerifyDeliveryResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -416,6 +443,9 @@ func (UnimplementedAdminServiceServer) RemoveEdge(context.Context, *RemoveEdgeRe
 }
 func (UnimplementedAdminServiceServer) GetConfigStatus(context.Context, *GetConfigStatusRequest) (*GetConfigStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetConfigStatus not implemented")
+}
+func (UnimplementedAdminServiceServer) VerifyDelivery(context.Context, *VerifyDeliveryRequest) (*VerifyDeliveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method VerifyDelivery not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -780,6 +810,24 @@ func _AdminService_GetConfigStatus_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_VerifyDelivery_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VerifyDeliveryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).VerifyDelivery(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_VerifyDelivery_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).VerifyDelivery(ctx, req.(*VerifyDeliveryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -862,6 +910,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetConfigStatus",
 			Handler:    _AdminService_GetConfigStatus_Handler,
+		},
+		{
+			MethodName: "VerifyDelivery",
+			Handler:    _AdminService_VerifyDelivery_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -323,10 +323,23 @@ type Attempt struct {
 	// status_code is the partner's HTTP status; 0 when no response arrived.
 	StatusCode int32 `protobuf:"varint,3,opt,name=status_code,json=statusCode,proto3" json:"status_code,omitempty"`
 	// error is empty on success; otherwise why the attempt failed.
-	Error         string               `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
-	Duration      *durationpb.Duration `protobuf:"bytes,5,opt,name=duration,proto3" json:"duration,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Error    string               `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Duration *durationpb.Duration `protobuf:"bytes,5,opt,name=duration,proto3" json:"duration,omitempty"`
+	// try is this try's place among every request sent for the event,
+	// 1-based, oldest first: unlike number, it counts the tries that used
+	// none of the event's attempts. Set in answers (GetEvent numbers the
+	// event's recorded tries); not stored.
+	Try int32 `protobuf:"varint,6,opt,name=try,proto3" json:"try,omitempty"`
+	// charged: this try used one of the event's max_attempts (number is
+	// that attempt). False for a failure that was the destination's while
+	// it was down or throttling, and for a 410 Gone; unset on records
+	// written before it was recorded (not known).
+	Charged *bool `protobuf:"varint,7,opt,name=charged,proto3,oneof" json:"charged,omitempty"`
+	// not_charged_reason says why a try used none of the event's attempts,
+	// e.g. "destination down" or "destination throttling (429)".
+	NotChargedReason string `protobuf:"bytes,8,opt,name=not_charged_reason,json=notChargedReason,proto3" json:"not_charged_reason,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Attempt) Reset() {
@@ -392,6 +405,27 @@ func (x *Attempt) GetDuration() *durationpb.Duration {
 		return x.Duration
 	}
 	return nil
+}
+
+func (x *Attempt) GetTry() int32 {
+	if x != nil {
+		return x.Try
+	}
+	return 0
+}
+
+func (x *Attempt) GetCharged() bool {
+	if x != nil && x.Charged != nil {
+		return *x.Charged
+	}
+	return false
+}
+
+func (x *Attempt) GetNotChargedReason() string {
+	if x != nil {
+		return x.NotChargedReason
+	}
+	return ""
 }
 
 // LaneHead is the ledger's record of a lane head that has failed at least
@@ -860,14 +894,19 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"tracestate\x12'\n" +
 	"\x0fsubscription_id\x18\r \x01(\tR\x0esubscriptionId\x12%\n" +
 	"\x0econfig_version\x18\x0e \x01(\x04R\rconfigVersion\x121\n" +
-	"\x14idempotency_conflict\x18\x0f \x01(\tR\x13idempotencyConflict\"\xbb\x01\n" +
+	"\x14idempotency_conflict\x18\x0f \x01(\tR\x13idempotencyConflict\"\xa6\x02\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1f\n" +
 	"\vstatus_code\x18\x03 \x01(\x05R\n" +
 	"statusCode\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x125\n" +
-	"\bduration\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\x88\x03\n" +
+	"\bduration\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x10\n" +
+	"\x03try\x18\x06 \x01(\x05R\x03try\x12\x1d\n" +
+	"\acharged\x18\a \x01(\bH\x00R\acharged\x88\x01\x01\x12,\n" +
+	"\x12not_charged_reason\x18\b \x01(\tR\x10notChargedReasonB\n" +
+	"\n" +
+	"\b_charged\"\x88\x03\n" +
 	"\bLaneHead\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12\x1a\n" +
@@ -990,6 +1029,7 @@ func file_rivora_v1_event_proto_init() {
 	if File_rivora_v1_event_proto != nil {
 		return
 	}
+	file_rivora_v1_event_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -84,6 +84,9 @@ const (
 	// AdminServiceGetConfigStatusProcedure is the fully-qualified name of the AdminService's
 	// GetConfigStatus RPC.
 	AdminServiceGetConfigStatusProcedure = "/rivora.v1.AdminService/GetConfigStatus"
+	// AdminServiceVerifyDeliveryProcedure is the fully-qualified name of the AdminService's
+	// VerifyDelivery RPC.
+	AdminServiceVerifyDeliveryProcedure = "/rivora.v1.AdminService/VerifyDelivery"
 )
 
 // AdminServiceClient is a client for the rivora.v1.AdminService service.
@@ -137,6 +140,14 @@ type AdminServiceClient interface {
 	RemoveEdge(context.Context, *connect.Request[v1.RemoveEdgeRequest]) (*connect.Response[v1.RemoveEdgeResponse], error)
 	// GetConfigStatus reports the config version and which agents applied it.
 	GetConfigStatus(context.Context, *connect.Request[v1.GetConfigStatusRequest]) (*connect.Response[v1.GetConfigStatusResponse], error)
+	// VerifyDelivery checks one delivery a receiver got (its Standard
+	// Webhooks headers and body) against the destination's signing secrets
+	// — the current one, and the previous one during a rotation's grace —
+	// and answers whether it verifies and, if not, why. The secrets never
+	// leave the control plane: `rivoractl listen --destination D` verifies
+	// without a secret on its command line. Whoever may read the
+	// destination may call it.
+	VerifyDelivery(context.Context, *connect.Request[v1.VerifyDeliveryRequest]) (*connect.Response[v1.VerifyDeliveryResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the rivora.v1.AdminService service. By default, it
@@ -273,6 +284,13 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		verifyDelivery: connect.NewClient[v1.VerifyDeliveryRequest, v1.VerifyDeliveryResponse](
+			httpClient,
+			baseURL+AdminServiceVerifyDeliveryProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("VerifyDelivery")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -297,6 +315,7 @@ type adminServiceClient struct {
 	getEdge                 *connect.Client[v1.GetEdgeRequest, v1.GetEdgeResponse]
 	removeEdge              *connect.Client[v1.RemoveEdgeRequest, v1.RemoveEdgeResponse]
 	getConfigStatus         *connect.Client[v1.GetConfigStatusRequest, v1.GetConfigStatusResponse]
+	verifyDelivery          *connect.Client[v1.VerifyDeliveryRequest, v1.VerifyDeliveryResponse]
 }
 
 // CreateDestination calls rivora.v1.AdminService.CreateDestination.
@@ -394,6 +413,11 @@ func (c *adminServiceClient) GetConfigStatus(ctx context.Context, req *connect.R
 	return c.getConfigStatus.CallUnary(ctx, req)
 }
 
+// VerifyDelivery calls rivora.v1.AdminService.VerifyDelivery.
+func (c *adminServiceClient) VerifyDelivery(ctx context.Context, req *connect.Request[v1.VerifyDeliveryRequest]) (*connect.Response[v1.VerifyDeliveryResponse], error) {
+	return c.verifyDelivery.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the rivora.v1.AdminService service.
 type AdminServiceHandler interface {
 	CreateDestination(context.Context, *connect.Request[v1.CreateDestinationRequest]) (*connect.Response[v1.CreateDestinationResponse], error)
@@ -445,6 +469,14 @@ type AdminServiceHandler interface {
 	RemoveEdge(context.Context, *connect.Request[v1.RemoveEdgeRequest]) (*connect.Response[v1.RemoveEdgeResponse], error)
 	// GetConfigStatus reports the config version and which agents applied it.
 	GetConfigStatus(context.Context, *connect.Request[v1.GetConfigStatusRequest]) (*connect.Response[v1.GetConfigStatusResponse], error)
+	// VerifyDelivery checks one delivery a receiver got (its Standard
+	// Webhooks headers and body) against the destination's signing secrets
+	// — the current one, and the previous one during a rotation's grace —
+	// and answers whether it verifies and, if not, why. The secrets never
+	// leave the control plane: `rivoractl listen --destination D` verifies
+	// without a secret on its command line. Whoever may read the
+	// destination may call it.
+	VerifyDelivery(context.Context, *connect.Request[v1.VerifyDeliveryRequest]) (*connect.Response[v1.VerifyDeliveryResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -577,6 +609,13 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceVerifyDeliveryHandler := connect.NewUnaryHandler(
+		AdminServiceVerifyDeliveryProcedure,
+		svc.VerifyDelivery,
+		connect.WithSchema(adminServiceMethods.ByName("VerifyDelivery")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/rivora.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateDestinationProcedure:
@@ -617,6 +656,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceRemoveEdgeHandler.ServeHTTP(w, r)
 		case AdminServiceGetConfigStatusProcedure:
 			adminServiceGetConfigStatusHandler.ServeHTTP(w, r)
+		case AdminServiceVerifyDeliveryProcedure:
+			adminServiceVerifyDeliveryHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -700,4 +741,8 @@ func (UnimplementedAdminServiceHandler) RemoveEdge(context.Context, *connect.Req
 
 func (UnimplementedAdminServiceHandler) GetConfigStatus(context.Context, *connect.Request[v1.GetConfigStatusRequest]) (*connect.Response[v1.GetConfigStatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.GetConfigStatus is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) VerifyDelivery(context.Context, *connect.Request[v1.VerifyDeliveryRequest]) (*connect.Response[v1.VerifyDeliveryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AdminService.VerifyDelivery is not implemented"))
 }

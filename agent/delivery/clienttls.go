@@ -1,0 +1,106 @@
+package delivery
+
+import (
+	"crypto/tls"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/rivora/rivora/agent/destinations"
+)
+
+// Destinations with their own TLS settings (an mTLS client certificate,
+// a pinned CA) get their own https client, one per settings key: a
+// connection made with one certificate is never reused with another, and
+// a rotation's new certificate is used from the next attempt on. A
+// destination keeps at most two (its current certificate and its
+// fallback); a replaced client's idle connections close after
+// idleTimeout.
+
+// tlsClients holds the clients of destinations with their own TLS.
+type tlsClients struct {
+	dialer *net.Dialer
+	base   *tls.Config
+
+	mu sync.Mutex
+	// byDest holds, per destination id, the clients of its current
+	// settings and of its fallback, each with its key.
+	byDest map[string]*[2]keyedClient
+}
+
+type keyedClient struct {
+	key      string
+	client   *fasthttp.Client
+	refusals *tlsRefusals
+}
+
+func newTLSClients(dialer *net.Dialer, base *tls.Config) *tlsClients {
+	return &tlsClients{dialer: dialer, base: base, byDest: map[string]*[2]keyedClient{}}
+}
+
+// client returns the https client of c, slot 0 for a destination's
+// current settings, 1 for its fallback.
+func (t *tlsClients) client(c *destinations.ClientTLS, slot int) keyedClient {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pair := t.byDest[c.DestinationID]
+	if pair == nil {
+		pair = &[2]keyedClient{}
+		t.byDest[c.DestinationID] = pair
+	}
+	if pair[slot].client == nil || pair[slot].key != c.Key {
+		refusals := &tlsRefusals{}
+		pair[slot] = keyedClient{key: c.Key, client: newClient(t.dialer, c.Config(t.base), true, refusals), refusals: refusals}
+	}
+	return pair[slot]
+}
+
+// tlsRefusals remembers the last TLS alert the partner sent on a client's
+// connections. fasthttp reports a connection the partner closed before
+// answering as such, whatever the reason; with TLS 1.3 a refused client
+// certificate is exactly that (the alert comes on the first read), so
+// the attempt's error is taken from here.
+type tlsRefusals struct {
+	last atomic.Pointer[refusal]
+}
+
+type refusal struct {
+	err error
+	at  time.Time
+}
+
+// record keeps err if it is the partner's TLS alert. Safe on nil.
+func (r *tlsRefusals) record(err error) {
+	if r != nil && refusedHandshake(err) {
+		r.last.Store(&refusal{err: err, at: time.Now()})
+	}
+}
+
+// since is the last alert recorded at or after t (nil: none). Safe on
+// nil.
+func (r *tlsRefusals) since(t time.Time) error {
+	if r == nil {
+		return nil
+	}
+	if last := r.last.Load(); last != nil && !last.at.Before(t) {
+		return last.err
+	}
+	return nil
+}
+
+// refusedHandshake reports a TLS alert from the partner: it refused the
+// handshake (with TLS 1.3 the alert for a refused client certificate
+// arrives on the first read, after the client's side of the handshake
+// completed).
+func refusedHandshake(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" {
+		return true
+	}
+	return err != nil && strings.Contains(err.Error(), "remote error: tls:")
+}

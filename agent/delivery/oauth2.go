@@ -1,0 +1,208 @@
+package delivery
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/clientcredentials"
+
+	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/internal/ssrf"
+)
+
+// OAuth2 client credentials: one token per destination (per settings),
+// fetched when first needed, reused by every attempt until shortly before
+// it expires, and fetched again then. A failing token endpoint is
+// retried with a growing pause, never once per attempt: attempts in the
+// pause fail at once with the endpoint's last error, which is the
+// destination's (its lastError, its health), so its events are held.
+
+var tokenFetches = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "rivora_oauth2_token_fetches_total",
+	Help: "OAuth2 token requests to destinations' token endpoints, by destination and result (ok, error).",
+}, []string{"destination", "result"})
+
+const (
+	// tokenFetchTimeout bounds one token request.
+	tokenFetchTimeout = 10 * time.Second
+	// tokenRetryMin and tokenRetryMax bound the pause after a failed
+	// token request (doubling from min).
+	tokenRetryMin = time.Second
+	tokenRetryMax = 30 * time.Second
+	// tokenRefreshMax is the most a token is refreshed ahead of its
+	// expiry (a fifth of its lifetime when that is less).
+	tokenRefreshMax = 5 * time.Minute
+	// tokenRejectedSpacing is how old a token must be before a partner's
+	// 401 makes the next attempt fetch a new one: a partner that refuses
+	// every token does not get a token request per attempt.
+	tokenRejectedSpacing = 10 * time.Second
+)
+
+// tokens holds a token source per destination.
+type tokens struct {
+	client *http.Client
+	now    func() time.Time
+
+	mu      sync.Mutex
+	sources map[string]*tokenSource // by destination id
+}
+
+// newTokens returns token sources whose requests dial through dialer
+// (its SSRF guard) and verify TLS with tlsConfig (nil: the defaults).
+func newTokens(dialer *net.Dialer, tlsConfig *tls.Config, now func() time.Time) *tokens {
+	transport := &http.Transport{
+		DialContext: dialer.DialContext, TLSClientConfig: tlsConfig, ForceAttemptHTTP2: true,
+		MaxIdleConnsPerHost: 2, IdleConnTimeout: idleTimeout, TLSHandshakeTimeout: tokenFetchTimeout,
+	}
+	client := &http.Client{
+		Transport: transport, Timeout: tokenFetchTimeout,
+		// A token endpoint's redirect is not followed: the guard decided
+		// on the registered address, not on where it points.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return &tokens{client: client, now: now, sources: map[string]*tokenSource{}}
+}
+
+// source returns the token source of o, a new one when o's settings
+// changed.
+func (t *tokens) source(o *destinations.OAuth2) *tokenSource {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.sources[o.DestinationID]
+	if s == nil || s.key != o.Key {
+		s = newTokenSource(o, t.client, t.now)
+		t.sources[o.DestinationID] = s
+	}
+	return s
+}
+
+// tokenSource caches one destination's token; its mutex is held during a
+// fetch, so concurrent attempts wait for one request instead of each
+// making one.
+type tokenSource struct {
+	key    string
+	dest   string
+	config clientcredentials.Config
+	client *http.Client
+	now    func() time.Time
+
+	mu sync.Mutex
+	// token is the cached token (nil: none); fetchedAt when it came;
+	// expiry when it expires (zero: never said), on s.now's clock;
+	// refreshAt when the next attempt fetches a new one.
+	token     *oauth2.Token
+	fetchedAt time.Time
+	expiry    time.Time
+	refreshAt time.Time
+	// failed is the last fetch's error, in force until retryAt; pause is
+	// the pause after the next failure.
+	failed  error
+	retryAt time.Time
+	pause   time.Duration
+}
+
+func newTokenSource(o *destinations.OAuth2, client *http.Client, now func() time.Time) *tokenSource {
+	// The credentials go in HTTP Basic (RFC 6749 2.3.1: every server
+	// supports it); auto-detection would send each failing request twice.
+	cfg := clientcredentials.Config{ClientID: o.ClientID, ClientSecret: o.ClientSecret, TokenURL: o.TokenURL, Scopes: o.Scopes, AuthStyle: oauth2.AuthStyleInHeader}
+	if o.Audience != "" {
+		cfg.EndpointParams = url.Values{"audience": {o.Audience}}
+	}
+	return &tokenSource{key: o.Key, dest: o.DestinationID, config: cfg, client: client, now: now, pause: tokenRetryMin}
+}
+
+// Token is the access token for an attempt: the cached one, or a new one
+// when it is due for refresh. While a failed fetch's pause lasts it is
+// that failure (or the cached token, if it has not expired yet).
+func (s *tokenSource) Token(ctx context.Context) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if s.token != nil && now.Before(s.refreshAt) {
+		return s.token.AccessToken, nil
+	}
+	if s.failed != nil && now.Before(s.retryAt) {
+		return s.stillValid(now, s.failed)
+	}
+	ctx, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, s.client), tokenFetchTimeout)
+	defer cancel()
+	tok, err := s.config.Token(ctx)
+	now = s.now()
+	if err != nil {
+		tokenFetches.WithLabelValues(s.dest, "error").Inc()
+		s.failed, s.retryAt, s.pause = describeTokenError(err), now.Add(s.pause), min(2*s.pause, tokenRetryMax)
+		return s.stillValid(now, s.failed)
+	}
+	tokenFetches.WithLabelValues(s.dest, "ok").Inc()
+	s.token, s.fetchedAt, s.expiry = tok, now, time.Time{}
+	if !tok.Expiry.IsZero() {
+		// The library sets Expiry from expires_in on the wall clock.
+		s.expiry = now.Add(time.Until(tok.Expiry))
+	}
+	s.refreshAt = refreshTime(s.expiry, now)
+	s.failed, s.pause = nil, tokenRetryMin
+	return tok.AccessToken, nil
+}
+
+// stillValid is the cached token while it has not expired, else err.
+func (s *tokenSource) stillValid(now time.Time, err error) (string, error) {
+	if s.token != nil && (s.expiry.IsZero() || now.Before(s.expiry)) {
+		return s.token.AccessToken, nil
+	}
+	return "", err
+}
+
+// Rejected tells the source the partner refused token (a 401): the next
+// attempt fetches a new one, unless the token is fresh.
+func (s *tokenSource) Rejected(token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.token != nil && s.token.AccessToken == token && s.now().Sub(s.fetchedAt) >= tokenRejectedSpacing {
+		s.refreshAt = s.now()
+	}
+}
+
+// refreshTime is when a token fetched at now that expires at expiry is
+// replaced: ahead of its expiry by a fifth of its lifetime, at most
+// tokenRefreshMax; never for a token without expiry.
+func refreshTime(expiry, now time.Time) time.Time {
+	if expiry.IsZero() {
+		return now.Add(100 * 365 * 24 * time.Hour)
+	}
+	life := expiry.Sub(now)
+	return expiry.Add(-min(life/5, tokenRefreshMax))
+}
+
+// describeTokenError says what went wrong with a token request, prefixed
+// "oauth2 token endpoint:": the status and the OAuth2 error code ("401
+// invalid_client"), the SSRF guard's refusal, or the transport error.
+func describeTokenError(err error) error {
+	var re *oauth2.RetrieveError
+	if errors.As(err, &re) && re.Response != nil {
+		msg := fmt.Sprintf("oauth2 token endpoint: %d", re.Response.StatusCode)
+		if re.ErrorCode != "" {
+			msg += " " + re.ErrorCode
+		} else if body := strings.Join(strings.Fields(string(re.Body)), " "); body != "" {
+			msg += ": " + strings.ToValidUTF8(body[:min(len(body), 200)], "?")
+		}
+		if re.ErrorDescription != "" {
+			msg += " (" + re.ErrorDescription + ")"
+		}
+		return errors.New(msg)
+	}
+	if refused := ssrf.Refusal(err); refused != nil {
+		return fmt.Errorf("oauth2 token endpoint: %w", refused)
+	}
+	return fmt.Errorf("oauth2 token endpoint: %w", err)
+}

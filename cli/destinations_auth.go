@@ -1,0 +1,172 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// How a destination authenticates Rivora to its partner beyond the
+// signature: --client-cert/--client-key (mTLS), --server-ca (a pinned
+// CA), --oauth2-* (client credentials). rivoractl reads the PEM files and
+// passes them on; the server checks them. The private key and the client
+// secret are kept like signing secrets: answers show fingerprints.
+
+// endpointAuthFlags are create's and update's flags (update adds the
+// overlap and the --remove-* flags).
+func endpointAuthFlags(update bool) []ucli.Flag {
+	flags := []ucli.Flag{
+		&ucli.StringFlag{Name: "client-cert", Usage: "mTLS client certificate `FILE` (PEM, leaf first) presented to the partner on https; needs --client-key"},
+		&ucli.StringFlag{Name: "client-key", Usage: "private key `FILE` (PEM) of --client-cert; kept like a secret: answers show only a fingerprint"},
+		&ucli.StringFlag{Name: "server-ca", Usage: "CA certificate `FILE` (PEM) the partner's server certificate must chain to, instead of the system's roots"},
+		&ucli.StringFlag{Name: "oauth2-token-url", Usage: "the partner's OAuth2 token endpoint `URL` (client-credentials grant); Rivora sends Authorization: Bearer with the token"},
+		&ucli.StringFlag{Name: "oauth2-client-id", Usage: "OAuth2 client `ID`"},
+		&ucli.StringFlag{Name: "oauth2-client-secret", EnvVars: []string{"RIVORA_OAUTH2_CLIENT_SECRET"}, Usage: "OAuth2 client `SECRET` (the environment keeps it out of process lists); answers show only a fingerprint"},
+		&ucli.StringSliceFlag{Name: "oauth2-scope", Usage: "OAuth2 `SCOPE` to ask for (repeat for several)"},
+		&ucli.StringFlag{Name: "oauth2-audience", Usage: "OAuth2 `AUDIENCE` parameter (Auth0 and others want it)"},
+	}
+	if update {
+		flags = append(flags,
+			&ucli.DurationFlag{Name: "client-cert-overlap", Usage: "with a new --client-cert: how long the replaced certificate stays the fallback when the partner refuses the new one in a handshake (0: none; at most 168h)", DefaultText: "24h"},
+			&ucli.BoolFlag{Name: "remove-client-cert", Usage: "stop presenting a client certificate"},
+			&ucli.BoolFlag{Name: "remove-server-ca", Usage: "stop pinning the partner's CA (use the system's roots)"},
+			&ucli.BoolFlag{Name: "remove-oauth2", Usage: "stop sending an OAuth2 bearer token"},
+		)
+	}
+	return flags
+}
+
+// endpointAuthHelp explains the flags in create's and update's help.
+const endpointAuthHelp = `--client-cert FILE --client-key FILE makes Rivora present that client
+certificate to the partner (mTLS, https URLs only). On update, the replaced
+certificate stays a fallback for --client-cert-overlap (default 24h): when the
+partner refuses the new one in the handshake, the attempt is made again at once
+with the old one. --server-ca FILE pins the partner's CA. --oauth2-token-url,
+--oauth2-client-id and --oauth2-client-secret make Rivora fetch a token
+(client-credentials grant, cached until shortly before it expires) and send
+Authorization: Bearer TOKEN. A refused handshake or a failing token endpoint is
+the destination's fault: its events are held, as in an outage, and its health
+and the events' last error say why.`
+
+// readPEMFlag reads the PEM file a flag names ("" when not set).
+func readPEMFlag(c *ucli.Context, name string) (string, error) {
+	path := c.String(name)
+	if path == "" {
+		return "", nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", usagef("--%s: %v", name, err)
+	}
+	if !strings.Contains(string(data), "-----BEGIN ") {
+		return "", usagef("--%s %s: not a PEM file (want -----BEGIN …-----)", name, path)
+	}
+	return string(data), nil
+}
+
+// certificateFlags reads --client-cert/--client-key and --server-ca.
+func certificateFlags(c *ucli.Context) (client, ca *rivorav1.Certificate, err error) {
+	if c.IsSet("client-cert") != c.IsSet("client-key") {
+		return nil, nil, usagef("--client-cert and --client-key go together: give the certificate and its private key")
+	}
+	if c.IsSet("client-cert") {
+		client = &rivorav1.Certificate{}
+		if client.CertificatePem, err = readPEMFlag(c, "client-cert"); err != nil {
+			return nil, nil, err
+		}
+		if client.KeyPem, err = readPEMFlag(c, "client-key"); err != nil {
+			return nil, nil, err
+		}
+	}
+	if c.IsSet("server-ca") {
+		ca = &rivorav1.Certificate{}
+		if ca.CertificatePem, err = readPEMFlag(c, "server-ca"); err != nil {
+			return nil, nil, err
+		}
+	}
+	return client, ca, nil
+}
+
+// oauth2Flags reads the --oauth2-* flags (nil when none is set). create
+// needs the URL, id and secret; update may change any of them.
+func oauth2Flags(c *ucli.Context, create bool) (*rivorav1.OAuth2ClientCredentials, error) {
+	names := []string{"oauth2-token-url", "oauth2-client-id", "oauth2-client-secret", "oauth2-scope", "oauth2-audience"}
+	given := false
+	for _, n := range names {
+		given = given || c.IsSet(n)
+	}
+	if !given {
+		return nil, nil
+	}
+	o := &rivorav1.OAuth2ClientCredentials{
+		TokenUrl: c.String("oauth2-token-url"), ClientId: c.String("oauth2-client-id"), ClientSecret: c.String("oauth2-client-secret"),
+		Scopes: c.StringSlice("oauth2-scope"), Audience: c.String("oauth2-audience"),
+	}
+	if create && (o.TokenUrl == "" || o.ClientId == "" || o.ClientSecret == "") {
+		return nil, usagef("OAuth2 needs --oauth2-token-url, --oauth2-client-id and --oauth2-client-secret together")
+	}
+	if o.TokenUrl != "" {
+		if err := checkURL(o.TokenUrl); err != nil {
+			return nil, usagef("--oauth2-token-url: %v", err)
+		}
+	}
+	return o, nil
+}
+
+// updateEndpointAuthFlags fills an update request from the flags and
+// reports whether any was set.
+func updateEndpointAuthFlags(c *ucli.Context, req *rivorav1.UpdateDestinationRequest) (bool, error) {
+	var err error
+	if req.ClientCertificate, req.ServerCa, err = certificateFlags(c); err != nil {
+		return false, err
+	}
+	if req.Oauth2, err = oauth2Flags(c, false); err != nil {
+		return false, err
+	}
+	if c.IsSet("client-cert-overlap") {
+		if !c.IsSet("client-cert") {
+			return false, usagef("--client-cert-overlap goes with a new --client-cert and --client-key")
+		}
+		req.ClientCertificateOverlap = durationpb.New(c.Duration("client-cert-overlap"))
+	}
+	req.RemoveClientCertificate, req.RemoveServerCa, req.RemoveOauth2 = c.Bool("remove-client-cert"), c.Bool("remove-server-ca"), c.Bool("remove-oauth2")
+	return req.ClientCertificate != nil || req.ServerCa != nil || req.Oauth2 != nil ||
+		req.RemoveClientCertificate || req.RemoveServerCa || req.RemoveOauth2, nil
+}
+
+// endpointAuthFields are the lines `destinations get` shows for a
+// destination's client certificate, pinned CA and OAuth2 settings.
+func endpointAuthFields(d *rivorav1.Destination) []string {
+	var kv []string
+	if c := d.GetClientCertificate(); c != nil {
+		kv = append(kv, "CLIENT CERT", certificateText(c), "CLIENT KEY", dash(c.GetKeyFingerprint())+" (fingerprint)")
+	}
+	if c := d.GetPreviousClientCertificate(); c != nil {
+		kv = append(kv, "PREVIOUS CERT", fmt.Sprintf("%s, fallback until %s", certificateText(c), fmtTime(c.GetOverlapUntil())))
+	}
+	if c := d.GetServerCa(); c != nil {
+		kv = append(kv, "SERVER CA", certificateText(c))
+	}
+	if o := d.GetOauth2(); o != nil {
+		text := fmt.Sprintf("token URL %s, client id %s, secret %s (fingerprint)", o.GetTokenUrl(), o.GetClientId(), dash(o.GetClientSecretFingerprint()))
+		if len(o.GetScopes()) > 0 {
+			text += ", scopes " + strings.Join(o.GetScopes(), " ")
+		}
+		if o.GetAudience() != "" {
+			text += ", audience " + o.GetAudience()
+		}
+		kv = append(kv, "OAUTH2", text)
+	}
+	return kv
+}
+
+// certificateText is a certificate's summary on one line.
+func certificateText(c *rivorav1.Certificate) string {
+	return fmt.Sprintf("subject %q, issuer %q, not after %s, %s", c.GetSubject(), c.GetIssuer(), c.GetNotAfter().AsTime().UTC().Format(time.RFC3339), c.GetFingerprint())
+}

@@ -1,0 +1,371 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk/webhook"
+)
+
+// listenMaxBody bounds a request body listen reads (and sends to
+// VerifyDelivery, whose messages are bounded to 4 MiB).
+const listenMaxBody = 4<<20 - 64<<10
+
+// listenFailStatus is what --fail-first answers: a server error, which
+// Rivora retries.
+const listenFailStatus = http.StatusInternalServerError
+
+// listenMaxTracked bounds the webhook-ids --fail-first remembers; past it
+// they are forgotten all at once (a development tool, not a ledger).
+const listenMaxTracked = 100_000
+
+func (e *env) listenCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "listen",
+		Usage:     "receive webhooks locally and show each one as it arrives, with its signature checked (for development)",
+		UsageText: "rivoractl listen [--listen 127.0.0.1:9000] [--destination D | --secret whsec_…] [--status CODE] [--fail-first N] [--delay DUR] [-o json]",
+		Description: `A webhook receiver for development: point a destination at it and watch
+Rivora's deliveries arrive. Every request prints one line as it arrives:
+time, webhook-id, event type, customer, lane, rivora-attempt, payload size,
+whether its signature verifies (and why not), and the status answered.
+
+   rivoractl destinations create orders --url http://127.0.0.1:9000/hook
+   rivoractl listen --destination orders
+
+It answers every request, whatever its path, with 200, or:
+   --status 503       every request: watch Rivora hold a destination that is
+                      down, and deliver the held events once it answers 2xx
+   --status 400       every request: watch a poison event use up its attempts
+   --fail-first 2     500 to the first 2 tries of each event (by webhook-id),
+                      then --status: watch retries
+   --delay 2s         wait before answering: a slow receiver
+
+--destination D checks signatures with D's secrets without them leaving
+Rivora: each delivery's signature headers and body are sent to Rivora
+(AdminService.VerifyDelivery), which answers verified or not and why. Any
+token that may read D may do this; the secret is never shown (secrets are
+shown once, at create or rotation). --secret whsec_… (or
+RIVORA_WEBHOOK_SECRET) checks locally instead, with no call to Rivora: for
+a subscription's own secret, or when Rivora is elsewhere. With neither,
+requests are shown NOT VERIFIED.
+
+It listens on loopback (127.0.0.1:9000) unless --listen says otherwise;
+Ctrl-C stops it. -o json prints one JSON object per request, one per line:
+{"time", "method", "path", "webhookId", "type", "customer", "lane",
+"attempt", "bytes", "verified", "notVerified", "answered", "resend",
+"replay"}.`,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9000", Usage: "`ADDRESS` to listen on (host:port; loopback unless you say otherwise)"},
+			&ucli.StringFlag{Name: "destination", Usage: "check signatures with destination `ID`'s secrets, asking Rivora (the secret stays there)"},
+			&ucli.StringFlag{Name: "secret", EnvVars: []string{"RIVORA_WEBHOOK_SECRET"}, Usage: "check signatures locally with `SECRET` (whsec_…); prefer RIVORA_WEBHOOK_SECRET: a flag shows in the process list"},
+			&ucli.IntFlag{Name: "status", Value: http.StatusOK, Usage: "answer every request with HTTP `CODE` (200–599)"},
+			&ucli.IntFlag{Name: "fail-first", Usage: "answer 500 to the first `N` tries of each event (by webhook-id), then --status"},
+			&ucli.DurationFlag{Name: "delay", Usage: "wait `DURATION` before answering each request"},
+		},
+		Action: e.listen,
+	}
+}
+
+// receiver is listen's HTTP handler: it checks, prints and answers each
+// request.
+type receiver struct {
+	out       io.Writer
+	json      bool
+	status    int
+	failFirst int
+	delay     time.Duration
+	// verify checks a request's signature: "" when it verifies, else why
+	// not.
+	verify func(ctx context.Context, h http.Header, body []byte) string
+
+	mu    sync.Mutex // printing, and tries
+	tries map[string]int
+}
+
+func (e *env) listen(c *ucli.Context) error {
+	if err := exactArgs(c, 0, "no arguments (options are flags)"); err != nil {
+		return err
+	}
+	r := &receiver{out: e.out, json: e.output == "json", status: c.Int("status"), failFirst: c.Int("fail-first"), delay: c.Duration("delay"), tries: map[string]int{}}
+	switch {
+	case r.status < 200 || r.status > 599:
+		return usagef("--status %d: answer with an HTTP status from 200 to 599", r.status)
+	case r.failFirst < 0:
+		return usagef("--fail-first %d: want 0 or more tries to fail", r.failFirst)
+	case r.delay < 0:
+		return usagef("--delay %s: want 0 or more", r.delay)
+	}
+	destination, secret := c.String("destination"), c.String("secret")
+	var checking string
+	switch {
+	case destination != "" && secret != "":
+		return usagef("--destination and --secret both given: check with the destination's secrets (--destination, nothing secret on the command line) or with a secret you hold (--secret), not both")
+	case secret != "":
+		v, err := webhook.NewVerifier(secret)
+		if err != nil {
+			return usagef("--secret: %v (want whsec_ and base64, as `destinations create` printed)", err)
+		}
+		r.verify = func(_ context.Context, h http.Header, body []byte) string { return localCheck(v, h, body) }
+		checking = "checking signatures with the secret given"
+	case destination != "":
+		d, err := e.destinationToListenFor(c, destination)
+		if err != nil {
+			return err
+		}
+		r.verify = e.remoteCheck(destination)
+		checking = fmt.Sprintf("checking signatures with destination %s's secrets at %s", destination, e.server)
+		if !pointsAt(d.GetUrl(), c.String("listen")) {
+			checking += fmt.Sprintf("\n  note: destination %s sends to %s, not here (rivoractl destinations update %s --url http://%s/hook)", destination, d.GetUrl(), destination, c.String("listen"))
+		}
+	default:
+		r.verify = func(context.Context, http.Header, []byte) string {
+			return "no secret to check with: pass --destination or --secret"
+		}
+		checking = "not checking signatures (no --destination or --secret)"
+	}
+	ln, err := net.Listen("tcp", c.String("listen"))
+	if err != nil {
+		return usagef("--listen %s: %v (is something else listening there? pick another address with --listen)", c.String("listen"), err)
+	}
+	answer := fmt.Sprintf("answering %d", r.status)
+	if r.failFirst > 0 {
+		answer = fmt.Sprintf("answering %d to the first %d tries of each event, then %d", listenFailStatus, r.failFirst, r.status)
+	}
+	if r.delay > 0 {
+		answer += " after " + r.delay.String()
+	}
+	fmt.Fprintf(e.errOut, "Listening on http://%s (any path); %s; %s. Ctrl-C stops.\n", ln.Addr(), checking, answer)
+	if !r.json {
+		r.printHeader()
+	}
+	return serveUntilDone(c.Context, ln, r)
+}
+
+// destinationToListenFor reads destination id, so that a mistyped id or a
+// token that may not read it fails now, not at the first delivery.
+func (e *env) destinationToListenFor(c *ucli.Context, id string) (*rivorav1.Destination, error) {
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.admin().GetDestination(ctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: id}))
+	if err != nil {
+		return nil, callFailed(fmt.Sprintf("listen for destination %q", id), err, map[connect.Code]string{
+			connect.CodeNotFound:         "create it first: rivoractl destinations create " + id + " --url http://127.0.0.1:9000/hook",
+			connect.CodePermissionDenied: "or check with a secret you hold: --secret whsec_…",
+		})
+	}
+	return resp.Msg.GetDestination(), nil
+}
+
+// remoteCheck asks Rivora whether a request verifies against destination
+// id's secrets (AdminService.VerifyDelivery).
+func (e *env) remoteCheck(id string) func(ctx context.Context, h http.Header, body []byte) string {
+	admin := e.admin()
+	return func(ctx context.Context, h http.Header, body []byte) string {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		resp, err := admin.VerifyDelivery(ctx, connect.NewRequest(&rivorav1.VerifyDeliveryRequest{
+			DestinationId: id, Body: body,
+			WebhookId: h.Get(webhook.HeaderID), WebhookTimestamp: h.Get(webhook.HeaderTimestamp), WebhookSignature: h.Get(webhook.HeaderSignature),
+		}))
+		if err != nil {
+			return "could not ask Rivora: " + describe(callFailed("verify", err, nil), e.server, e.tokenSource)
+		}
+		if resp.Msg.GetVerified() {
+			return ""
+		}
+		return resp.Msg.GetReason()
+	}
+}
+
+// localCheck verifies a request with a secret held here.
+func localCheck(v *webhook.Verifier, h http.Header, body []byte) string {
+	err := v.Verify(h, body)
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, webhook.ErrMissingHeaders):
+		return "missing webhook-id, webhook-timestamp or webhook-signature header: not sent by Rivora"
+	case errors.Is(err, webhook.ErrNoMatch):
+		return "no signature matches the secret given: forged, altered, or signed with another secret"
+	}
+	return strings.TrimPrefix(err.Error(), "webhook: ")
+}
+
+// pointsAt reports whether a destination URL's host:port is the listen
+// address (a wrong port is the usual mistake; a name for the same
+// address is taken as pointing here).
+func pointsAt(destURL, listen string) bool {
+	u, err := url.Parse(destURL)
+	if err != nil {
+		return false
+	}
+	_, wantPort, err := net.SplitHostPort(listen)
+	if err != nil {
+		return true // net.Listen judges the address
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return port == wantPort
+}
+
+// serveUntilDone serves h on ln until ctx ends (Ctrl-C), then shuts down:
+// requests being answered get a few seconds to finish.
+func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("listen: %w", err)
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		srv.Close()
+	}
+	<-served
+	return nil
+}
+
+// delivery is one request as -o json prints it.
+type delivery struct {
+	Time        time.Time `json:"time"`
+	Method      string    `json:"method"`
+	Path        string    `json:"path"`
+	WebhookID   string    `json:"webhookId"`
+	Type        string    `json:"type"`
+	Customer    string    `json:"customer"`
+	Lane        string    `json:"lane"`
+	Attempt     int       `json:"attempt"`
+	Bytes       int       `json:"bytes"`
+	Verified    bool      `json:"verified"`
+	NotVerified string    `json:"notVerified,omitempty"`
+	Answered    int       `json:"answered"`
+	Resend      bool      `json:"resend,omitempty"`
+	Replay      bool      `json:"replay,omitempty"`
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	d := delivery{Time: time.Now().UTC(), Method: req.Method, Path: req.URL.Path,
+		WebhookID: req.Header.Get(webhook.HeaderID), Type: req.Header.Get("rivora-event-type"), Customer: req.Header.Get("rivora-customer"),
+		Lane: req.Header.Get("rivora-lane"), Resend: req.Header.Get("rivora-resend") == "1", Replay: req.Header.Get("rivora-replay") == "true"}
+	d.Attempt, _ = strconv.Atoi(req.Header.Get("rivora-attempt"))
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, listenMaxBody))
+	d.Bytes = len(body)
+	switch {
+	case err != nil:
+		d.NotVerified = fmt.Sprintf("body not read: %v", err)
+		d.Answered = http.StatusRequestEntityTooLarge
+	default:
+		d.NotVerified = r.verify(req.Context(), req.Header, body)
+		d.Answered = r.answerFor(d.WebhookID)
+	}
+	d.Verified = d.NotVerified == ""
+	r.print(d)
+	if r.delay > 0 {
+		select {
+		case <-time.After(r.delay):
+		case <-req.Context().Done():
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(d.Answered)
+	fmt.Fprintf(w, "rivoractl listen: %d\n", d.Answered)
+}
+
+// answerFor is the status for this try of event id: listenFailStatus for
+// its first failFirst tries, then status.
+func (r *receiver) answerFor(id string) int {
+	if r.failFirst == 0 {
+		return r.status
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.tries) >= listenMaxTracked {
+		clear(r.tries)
+	}
+	r.tries[id]++
+	if r.tries[id] <= r.failFirst {
+		return listenFailStatus
+	}
+	return r.status
+}
+
+func (r *receiver) printHeader() {
+	fmt.Fprintf(r.out, "%-12s  %-36s  %-16s  %-10s  %-10s  %-7s  %8s  %-12s  %s\n", "TIME", "WEBHOOK-ID", "TYPE", "CUSTOMER", "LANE", "ATTEMPT", "SIZE", "SIGNATURE", "ANSWERED")
+}
+
+// print writes one request's line (or JSON object) as it arrives.
+func (r *receiver) print(d delivery) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.json {
+		b, err := json.Marshal(d)
+		if err == nil {
+			fmt.Fprintf(r.out, "%s\n", b)
+		}
+		return
+	}
+	signature := "verified"
+	if !d.Verified {
+		signature = "NOT VERIFIED (" + shown(d.NotVerified) + ")"
+	}
+	attempt := "-"
+	if d.Attempt > 0 {
+		attempt = strconv.Itoa(d.Attempt)
+	}
+	extra := ""
+	if d.Method != http.MethodPost {
+		extra = " (" + shown(d.Method+" "+d.Path) + ")"
+	}
+	if d.Resend {
+		extra += " (resend)"
+	}
+	if d.Replay {
+		extra += " (replay)"
+	}
+	fmt.Fprintf(r.out, "%-12s  %-36s  %-16s  %-10s  %-10s  %-7s  %8s  %-12s  %d%s\n", d.Time.Local().Format("15:04:05.000"), dash(shown(d.WebhookID)), dash(shown(d.Type)),
+		dash(shown(d.Customer)), dash(shown(d.Lane)), attempt, byteSize(d.Bytes), signature, d.Answered, extra)
+}
+
+// shown makes what a request carries safe to print on a terminal: anyone
+// can send one, and control characters could rewrite the screen. Long
+// values are cut.
+func shown(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return '?'
+		}
+		return r
+	}, s)
+	if r := []rune(s); len(r) > maxErrorCell {
+		return string(r[:maxErrorCell-1]) + "…"
+	}
+	return s
+}
+
+func byteSize(n int) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f KiB", float64(n)/1024)
+}

@@ -1,0 +1,361 @@
+package controlplane
+
+import (
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/controlplane/notices"
+	"github.com/rivora/rivora/internal/auth"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// How a destination's partner authenticates Rivora beyond the signature:
+// an mTLS client certificate (with a pinned server CA, optionally) and
+// OAuth2 client credentials. The private key and the client secret are
+// kept like signing secrets: stored, carried on the agents' feed, and
+// replaced by fingerprints in every answer, audit entry and log line.
+
+const (
+	// maxPEM bounds a certificate chain or key as given.
+	maxPEM = 64 << 10
+	// DefaultCertificateOverlap is how long a replaced client certificate
+	// stays the handshake fallback when the request does not say.
+	DefaultCertificateOverlap = DefaultRotationGrace
+	// maxOAuth2Field bounds the OAuth2 strings (client id, secret,
+	// audience, each scope).
+	maxOAuth2Field = 4 << 10
+	// maxOAuth2Scopes bounds the scopes.
+	maxOAuth2Scopes = 32
+)
+
+// clientCertificate checks a client certificate and its key as given
+// and returns them with their summary (subject, issuer, validity,
+// fingerprints) filled in.
+func clientCertificate(c *rivorav1.Certificate, now time.Time) (*rivorav1.Certificate, error) {
+	certPEM, keyPEM := c.GetCertificatePem(), c.GetKeyPem()
+	if certPEM == "" || keyPEM == "" {
+		return nil, errorf(ErrInvalid, "client certificate: give both the certificate and its private key (PEM)")
+	}
+	if len(certPEM) > maxPEM || len(keyPEM) > maxPEM {
+		return nil, errorf(ErrInvalid, "client certificate: certificate and key are at most %d KiB each", maxPEM>>10)
+	}
+	pair, err := tls.X509KeyPair([]byte(certPEM), []byte(keyPEM))
+	if err != nil {
+		return nil, errorf(ErrInvalid, "client certificate: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, errorf(ErrInvalid, "client certificate: %w", err)
+	}
+	if !now.Before(leaf.NotAfter) {
+		return nil, errorf(ErrInvalid, "client certificate %s expired at %s: give a valid one", leaf.Subject, leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	out := summarize509(leaf)
+	out.CertificatePem, out.KeyPem = certPEM, keyPEM
+	return out, nil
+}
+
+// serverCA checks a pinned CA bundle (one or more PEM certificates) and
+// returns it with the first certificate's summary.
+func serverCA(c *rivorav1.Certificate) (*rivorav1.Certificate, error) {
+	raw := c.GetCertificatePem()
+	if c.GetKeyPem() != "" {
+		return nil, errorf(ErrInvalid, "server CA: give only the CA's certificate, never a private key")
+	}
+	if len(raw) > maxPEM {
+		return nil, errorf(ErrInvalid, "server CA: at most %d KiB", maxPEM>>10)
+	}
+	var first *x509.Certificate
+	rest := []byte(raw)
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			return nil, errorf(ErrInvalid, "server CA: a %s block where a CERTIFICATE was expected", block.Type)
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, errorf(ErrInvalid, "server CA: %w", err)
+		}
+		if first == nil {
+			first = cert
+		}
+	}
+	if first == nil {
+		return nil, errorf(ErrInvalid, "server CA: no PEM certificate found")
+	}
+	out := summarize509(first)
+	out.CertificatePem = raw
+	return out, nil
+}
+
+// summarize509 is what answers show of a certificate.
+func summarize509(cert *x509.Certificate) *rivorav1.Certificate {
+	sum := sha256.Sum256(cert.Raw)
+	return &rivorav1.Certificate{
+		Subject: cert.Subject.String(), Issuer: cert.Issuer.String(),
+		NotBefore: timestamppb.New(cert.NotBefore), NotAfter: timestamppb.New(cert.NotAfter),
+		Fingerprint: "sha256:" + hex.EncodeToString(sum[:]),
+	}
+}
+
+// describeCertificate is a certificate in an audit detail: never its key.
+func describeCertificate(c *rivorav1.Certificate) string {
+	return fmt.Sprintf("%s (subject %q, not after %s)", c.GetFingerprint(), c.GetSubject(), c.GetNotAfter().AsTime().UTC().Format(time.RFC3339))
+}
+
+// certificateOverlap is a request's overlap for a replaced client
+// certificate: DefaultCertificateOverlap when unset, 0 to
+// MaxRotationGrace otherwise.
+func certificateOverlap(g *durationpb.Duration) (time.Duration, error) {
+	if g == nil {
+		return DefaultCertificateOverlap, nil
+	}
+	if err := g.CheckValid(); err != nil {
+		return 0, errorf(ErrInvalid, "client certificate overlap: %w", err)
+	}
+	overlap := g.AsDuration()
+	if overlap < 0 || overlap > MaxRotationGrace {
+		return 0, errorf(ErrInvalid, "client certificate overlap %s: want 0 (the replaced certificate is dropped at once) up to %s (7 days)", overlap, MaxRotationGrace)
+	}
+	return overlap, nil
+}
+
+// applyEndpointAuthCreate sets a new destination's client certificate,
+// server CA and OAuth2 credentials from its create request, and describes
+// them for the audit detail.
+func (cp *ControlPlane) applyEndpointAuthCreate(d *rivorav1.Destination, m *rivorav1.CreateDestinationRequest) (string, error) {
+	var detail []string
+	if c := m.GetClientCertificate(); c != nil {
+		cert, err := clientCertificate(c, cp.now())
+		if err != nil {
+			return "", err
+		}
+		d.ClientCertificate = cert
+		detail = append(detail, "client certificate "+describeCertificate(cert))
+	}
+	if c := m.GetServerCa(); c != nil {
+		ca, err := serverCA(c)
+		if err != nil {
+			return "", err
+		}
+		d.ServerCa = ca
+		detail = append(detail, "server CA "+describeCertificate(ca))
+	}
+	if o := m.GetOauth2(); o != nil {
+		merged, err := cp.oauth2Credentials(nil, o)
+		if err != nil {
+			return "", err
+		}
+		d.Oauth2 = merged
+		detail = append(detail, describeOAuth2(merged))
+	}
+	if len(detail) == 0 {
+		return "", nil
+	}
+	return ", " + strings.Join(detail, ", "), nil
+}
+
+// updateEndpointAuth applies an update's client certificate, server CA
+// and OAuth2 changes to d and describes them.
+func (cp *ControlPlane) updateEndpointAuth(d *rivorav1.Destination, m *rivorav1.UpdateDestinationRequest) ([]string, error) {
+	var changes []string
+	certChange, err := cp.updateClientCertificate(d, m)
+	if err != nil {
+		return nil, err
+	}
+	changes = append(changes, certChange...)
+	switch {
+	case m.GetServerCa() != nil && m.GetRemoveServerCa():
+		return nil, errorf(ErrInvalid, "set the server CA or remove it, not both")
+	case m.GetServerCa() != nil:
+		ca, err := serverCA(m.GetServerCa())
+		if err != nil {
+			return nil, err
+		}
+		d.ServerCa = ca
+		changes = append(changes, "server CA "+describeCertificate(ca))
+	case m.GetRemoveServerCa():
+		if d.GetServerCa() == nil {
+			return nil, errorf(ErrInvalid, "destination %q pins no server CA", d.GetId())
+		}
+		d.ServerCa = nil
+		changes = append(changes, "server CA unpinned")
+	}
+	switch {
+	case m.GetOauth2() != nil && m.GetRemoveOauth2():
+		return nil, errorf(ErrInvalid, "set OAuth2 credentials or remove them, not both")
+	case m.GetOauth2() != nil:
+		merged, err := cp.oauth2Credentials(d.GetOauth2(), m.GetOauth2())
+		if err != nil {
+			return nil, err
+		}
+		d.Oauth2 = merged
+		changes = append(changes, describeOAuth2(merged))
+	case m.GetRemoveOauth2():
+		if d.GetOauth2() == nil {
+			return nil, errorf(ErrInvalid, "destination %q has no OAuth2 credentials", d.GetId())
+		}
+		d.Oauth2 = nil
+		changes = append(changes, "OAuth2 removed")
+	}
+	return changes, nil
+}
+
+// updateClientCertificate replaces (keeping the old one as the handshake
+// fallback for the overlap) or removes d's client certificate.
+func (cp *ControlPlane) updateClientCertificate(d *rivorav1.Destination, m *rivorav1.UpdateDestinationRequest) ([]string, error) {
+	now := cp.now()
+	switch {
+	case m.GetClientCertificate() != nil && m.GetRemoveClientCertificate():
+		return nil, errorf(ErrInvalid, "set a client certificate or remove it, not both")
+	case m.GetRemoveClientCertificate():
+		if d.GetClientCertificate() == nil {
+			return nil, errorf(ErrInvalid, "destination %q has no client certificate", d.GetId())
+		}
+		d.ClientCertificate, d.PreviousClientCertificate = nil, nil
+		return []string{"client certificate removed"}, nil
+	case m.GetClientCertificate() == nil:
+		if m.GetClientCertificateOverlap() != nil {
+			return nil, errorf(ErrInvalid, "client certificate overlap: it applies to a new client certificate; give --client-cert and --client-key too")
+		}
+		return nil, nil
+	}
+	overlap, err := certificateOverlap(m.GetClientCertificateOverlap())
+	if err != nil {
+		return nil, err
+	}
+	cert, err := clientCertificate(m.GetClientCertificate(), now)
+	if err != nil {
+		return nil, err
+	}
+	old := d.GetClientCertificate()
+	if old.GetFingerprint() == cert.GetFingerprint() && old.GetKeyPem() == cert.GetKeyPem() {
+		return nil, errorf(ErrInvalid, "client certificate: that is destination %q's current certificate and key", d.GetId())
+	}
+	d.ClientCertificate, d.PreviousClientCertificate = cert, nil
+	change := "client certificate " + describeCertificate(cert)
+	if old != nil && overlap > 0 {
+		prev := proto.Clone(old).(*rivorav1.Certificate)
+		prev.OverlapUntil = timestamppb.New(now.Add(overlap))
+		d.PreviousClientCertificate = prev
+		change += fmt.Sprintf("; previous %s stays the handshake fallback until %s", old.GetFingerprint(), now.Add(overlap).UTC().Format(time.RFC3339))
+	} else if old != nil {
+		change += fmt.Sprintf("; previous %s dropped (no overlap)", old.GetFingerprint())
+	}
+	return []string{change}, nil
+}
+
+// oauth2Credentials merges set over stored (nil: none yet) and checks
+// the result.
+func (cp *ControlPlane) oauth2Credentials(stored, set *rivorav1.OAuth2ClientCredentials) (*rivorav1.OAuth2ClientCredentials, error) {
+	out := &rivorav1.OAuth2ClientCredentials{}
+	if stored != nil {
+		out = proto.Clone(stored).(*rivorav1.OAuth2ClientCredentials)
+	}
+	if set.GetTokenUrl() != "" {
+		out.TokenUrl = set.GetTokenUrl()
+	}
+	if set.GetClientId() != "" {
+		out.ClientId = set.GetClientId()
+	}
+	if set.GetClientSecret() != "" {
+		out.ClientSecret = set.GetClientSecret()
+	}
+	if len(set.GetScopes()) > 0 {
+		out.Scopes = set.GetScopes()
+	}
+	if set.GetAudience() != "" {
+		out.Audience = set.GetAudience()
+	}
+	out.ClientSecretFingerprint = ""
+	if out.TokenUrl == "" || out.ClientId == "" || out.ClientSecret == "" {
+		return nil, errorf(ErrInvalid, "oauth2: give the token URL, client id and client secret (--oauth2-token-url, --oauth2-client-id, --oauth2-client-secret)")
+	}
+	if err := validateURL(out.TokenUrl); err != nil {
+		return nil, fmt.Errorf("oauth2 token %w", err)
+	}
+	if err := cp.guardURL(out.TokenUrl); err != nil {
+		return nil, fmt.Errorf("oauth2 token %w", err)
+	}
+	if len(out.Scopes) > maxOAuth2Scopes {
+		return nil, errorf(ErrInvalid, "oauth2: at most %d scopes", maxOAuth2Scopes)
+	}
+	fields := append([]string{out.ClientId, out.ClientSecret, out.Audience}, out.Scopes...)
+	for _, f := range fields {
+		if len(f) > maxOAuth2Field || strings.ContainsAny(f, "\x00\r\n") {
+			return nil, errorf(ErrInvalid, "oauth2: client id, secret, audience and scopes are at most %d KiB each, without CR, LF or NUL", maxOAuth2Field>>10)
+		}
+	}
+	for _, s := range out.Scopes {
+		if s == "" || strings.ContainsAny(s, " \t") {
+			return nil, errorf(ErrInvalid, "oauth2: scope %q: one scope per flag, without spaces", s)
+		}
+	}
+	return out, nil
+}
+
+// describeOAuth2 is OAuth2 credentials in an audit detail: the secret as
+// its fingerprint.
+func describeOAuth2(o *rivorav1.OAuth2ClientCredentials) string {
+	s := fmt.Sprintf("OAuth2 token URL %s, client id %s, client secret %s", o.GetTokenUrl(), o.GetClientId(), auth.Fingerprint(o.GetClientSecret()))
+	if len(o.GetScopes()) > 0 {
+		s += ", scopes " + strings.Join(o.GetScopes(), " ")
+	}
+	if o.GetAudience() != "" {
+		s += ", audience " + o.GetAudience()
+	}
+	return s
+}
+
+// withoutEndpointAuthSecrets replaces d's client keys and OAuth2 client
+// secret by their fingerprints, for answers.
+func withoutEndpointAuthSecrets(d *rivorav1.Destination) {
+	for _, c := range []*rivorav1.Certificate{d.GetClientCertificate(), d.GetPreviousClientCertificate()} {
+		if c != nil {
+			c.KeyFingerprint = auth.Fingerprint(c.GetKeyPem())
+			c.KeyPem = ""
+		}
+	}
+	if o := d.GetOauth2(); o != nil {
+		o.ClientSecretFingerprint = auth.Fingerprint(o.GetClientSecret())
+		o.ClientSecret = ""
+	}
+}
+
+// certExpiryWarning is Config.CertExpiryWarning or its default.
+func (cp *ControlPlane) certExpiryWarning() time.Duration {
+	if cp.cfg.CertExpiryWarning > 0 {
+		return cp.cfg.CertExpiryWarning
+	}
+	return notices.DefaultCertExpiryWarning
+}
+
+// certificateExpiring reports a certificate that expires within warning
+// of now (or has expired).
+func certificateExpiring(c *rivorav1.Certificate, now time.Time, warning time.Duration) bool {
+	return c.GetNotAfter() != nil && !now.Add(warning).Before(c.GetNotAfter().AsTime())
+}
+
+// certificateHealth adds d's client certificate expiry to its health.
+func (cp *ControlPlane) certificateHealth(h *rivorav1.DestinationHealth, d *rivorav1.Destination) {
+	c := d.GetClientCertificate()
+	if c == nil {
+		return
+	}
+	h.ClientCertificateNotAfter = c.GetNotAfter()
+	h.ClientCertificateExpiring = certificateExpiring(c, cp.now(), cp.certExpiryWarning())
+}
