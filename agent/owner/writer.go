@@ -386,7 +386,7 @@ func (f *flight) fail() {
 // wait collects the store's answer to every write of the group, in order;
 // the first refusal ends it.
 func (f *flight) wait() ([][]storedAck, error) {
-	all, err := f.burst.Wait(ackTimeout)
+	all, err := f.burst.Wait(context.Background(), ackTimeout)
 	if err != nil {
 		return nil, err
 	}
