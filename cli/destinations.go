@@ -90,12 +90,15 @@ Examples:
    rivoractl destinations create billing --url https://gw.example.com/in --header 'Authorization: Bearer abc'
    rivoractl destinations create acme-hooks --url https://hooks.acme.example/rivora --owner-customer acme
    rivoractl destinations create bank --url https://bank.example/hooks --client-cert rivora.pem --client-key rivora.key --server-ca bank-ca.pem
-   rivoractl destinations create erp --url https://erp.example/hooks --oauth2-token-url https://erp.example/oauth/token --oauth2-client-id rivora --oauth2-client-secret "$SECRET" --oauth2-scope webhooks`,
+   rivoractl destinations create erp --url https://erp.example/hooks --oauth2-token-url https://erp.example/oauth/token --oauth2-client-id rivora --oauth2-client-secret "$SECRET" --oauth2-scope webhooks
+   rivoractl destinations create bank --url https://bank.example/in --signature-scheme v1a
+   rivoractl destinations create legacy --url https://old.example/hook --legacy-signature-header X-Signature --legacy-signature-secret "$OLD_SECRET" --legacy-signature-encoding sha256=hex
+` + signingHelp,
 		Flags: append(append([]ucli.Flag{
 			&ucli.StringFlag{Name: "url", Usage: "`URL` events are POSTed to (http or https); required"},
 			&ucli.StringFlag{Name: "owner-customer", Usage: "make it customer `ID`'s own destination: only that customer's subscriptions may use it"},
 			waitFlag,
-		}, limitFlags("server default", "generated")...), append(headerFlags(false), endpointAuthFlags(false)...)...),
+		}, limitFlags("server default", "generated")...), append(append(headerFlags(false), endpointAuthFlags(false)...), signingFlags(false)...)...),
 		Action: e.createDestination,
 	}
 }
@@ -123,6 +126,15 @@ func (e *env) createDestination(c *ucli.Context) error {
 	}
 	l := req.Limits
 	var err error
+	if req.SignatureScheme, err = schemeFlag(c); err != nil {
+		return err
+	}
+	if req.SigningKey, err = signingKeyFlag(c); err != nil {
+		return err
+	}
+	if req.LegacySignature, err = legacyFlags(c); err != nil {
+		return err
+	}
 	if req.Headers, err = headersFlag(c); err != nil {
 		return err
 	}
@@ -169,7 +181,7 @@ func (e *env) createDestination(c *ucli.Context) error {
 	if err := writeDestination(e.out, d, nil); err != nil {
 		return err
 	}
-	if _, err = fmt.Fprintf(e.out, "\nReceivers verify each delivery's webhook-signature with SECRET (Go: sdk.VerifyRequest).\nSECRET is shown only this once: store it with the receiver now.\n"); err != nil {
+	if _, err = fmt.Fprintf(e.out, "\n%s\n", verifyHint(d)); err != nil {
 		return err
 	}
 	return e.afterChange(c, resp.Msg.GetVersion())
@@ -266,11 +278,13 @@ Examples:
    rivoractl destinations update orders --url https://new.example.com/hooks
    rivoractl destinations update orders --header 'X-Tenant: 42' --remove-header Authorization
    rivoractl destinations update bank --client-cert new.pem --client-key new.key --client-cert-overlap 48h
-   rivoractl destinations update erp --oauth2-client-secret "$NEW_SECRET"`,
+   rivoractl destinations update erp --oauth2-client-secret "$NEW_SECRET"
+   rivoractl destinations update orders --signature-scheme both
+` + signingHelp,
 		Flags: append(append([]ucli.Flag{
 			&ucli.StringFlag{Name: "url", Usage: "new `URL` events are POSTed to", DefaultText: "unchanged"},
 			waitFlag,
-		}, limitFlags("unchanged", "unchanged")...), append(headerFlags(true), endpointAuthFlags(true)...)...),
+		}, limitFlags("unchanged", "unchanged")...), append(append(headerFlags(true), endpointAuthFlags(true)...), signingFlags(true)...)...),
 		Action: e.updateDestination,
 	}
 }
@@ -300,6 +314,11 @@ func (e *env) updateDestination(c *ucli.Context) error {
 	}
 	req.SetHeaders, req.RemoveHeaders = headers, flagValues(c, "remove-header")
 	set = set || len(req.SetHeaders) > 0 || len(req.RemoveHeaders) > 0
+	if signingSet, err := updateSigningFlags(c, req); err != nil {
+		return err
+	} else if signingSet {
+		set = true
+	}
 	if c.IsSet("rate") {
 		r, err := rateFlag(c)
 		if err != nil {
@@ -338,7 +357,7 @@ func (e *env) updateDestination(c *ucli.Context) error {
 		return err
 	}
 	if !set && !authSet {
-		return usagef("nothing to update: pass at least one of --url, --secret, --header, --remove-header, --rate, --burst, --max-attempts, --window, --timeout, --max-in-flight, --client-cert/--client-key, --server-ca, --oauth2-*, --remove-client-cert, --remove-server-ca, --remove-oauth2")
+		return usagef("nothing to update: pass at least one of --url, --secret, --header, --remove-header, --signature-scheme, --signing-key, --legacy-signature-*, --rate, --burst, --max-attempts, --window, --timeout, --max-in-flight, --client-cert/--client-key, --server-ca, --oauth2-*, --remove-client-cert, --remove-server-ca, --remove-oauth2")
 	}
 
 	ctx, cancel := callContext(c)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk/webhook"
 )
 
 func (e *env) destinationsRotateSecret() *ucli.Command {
@@ -27,10 +28,17 @@ receiver can switch whenever it likes; after it, only the new one. --grace 0
 stops the old secret at once; at most 168h (7 days). Rotating again during a
 grace period drops the oldest secret: only the last two sign.
 
-Example:
-   rivoractl destinations rotate-secret orders --grace 48h --wait`,
+A destination signing v1a (ed25519) rotates its key pair the same way: both
+keys sign during the grace ("v1a,<new> v1a,<old>"); the new public key is
+printed (the secret key never is), give it to receivers. One signing v1a
+alone keeps its v1 secret unchanged; one signing both rotates both.
+
+Examples:
+   rivoractl destinations rotate-secret orders --grace 48h --wait
+   rivoractl destinations rotate-secret bank --signing-key "$(cat bank.whsk)"`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "secret", Usage: "the new signing `SECRET` (whsec_ + base64 key of at least 16 bytes)", DefaultText: "generated"},
+			&ucli.StringFlag{Name: "signing-key", Usage: "the new ed25519 `KEY` of a v1a or both destination (whsk_…)", DefaultText: "generated"},
 			&ucli.DurationFlag{Name: "grace", Usage: "how long the previous secret keeps signing too (`DURATION`, 0 to 168h)", Value: 24 * time.Hour},
 			waitFlag,
 		},
@@ -49,11 +57,23 @@ func (e *env) rotateSecret(c *ucli.Context) error {
 	}
 	ctx, cancel := callContext(c)
 	defer cancel()
-	resp, err := e.admin().RotateDestinationSecret(ctx, connect.NewRequest(&rivorav1.RotateDestinationSecretRequest{DestinationId: id, Secret: secret, Grace: grace}))
+	key, err := signingKeyFlag(c)
+	if err != nil {
+		return err
+	}
+	resp, err := e.admin().RotateDestinationSecret(ctx, connect.NewRequest(&rivorav1.RotateDestinationSecretRequest{DestinationId: id, Secret: secret, Grace: grace, SigningKey: key}))
 	if err != nil {
 		return callFailed(fmt.Sprintf("rotate the secret of destination %q", id), err, notFoundHint)
 	}
 	d := resp.Msg.GetDestination()
+	if d.GetSignatureScheme() == webhook.SchemeV1a {
+		return e.printRotatedKey(c, d, resp.Msg.GetVersion())
+	}
+	if d.GetSignatureScheme() == webhook.SchemeBoth && e.output != "json" {
+		if err := fields(e.out, "PUBLIC KEY", d.GetPublicKey(), "OLD PUBLIC KEY", previousKeyText(d)); err != nil {
+			return err
+		}
+	}
 	return e.printRotated(c, d, rotated{d.GetId(), d.GetSecret(), d.GetPreviousSecretFingerprint(), d.GetPreviousSecretExpiresAt()}, resp.Msg.GetVersion())
 }
 
@@ -111,4 +131,31 @@ func previousSecretText(fp string, until *timestamppb.Timestamp) string {
 	default:
 		return fmt.Sprintf("%s signs too until %s", fp, fmtTime(until))
 	}
+}
+
+// printRotatedKey prints the answer to rotating a v1a destination's key:
+// the new public key (not a secret) and until when the old one signs.
+func (e *env) printRotatedKey(c *ucli.Context, d *rivorav1.Destination, version uint64) error {
+	if e.output == "json" {
+		if err := writeJSON(e.out, d); err != nil {
+			return err
+		}
+		return e.afterChange(c, version)
+	}
+	if err := fields(e.out, "ID", d.GetId(), "PUBLIC KEY", d.GetPublicKey(), "OLD PUBLIC KEY", previousKeyText(d)); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(e.out, "\nGive PUBLIC KEY to the receivers (it is not a secret).\n"); err != nil {
+		return err
+	}
+	return e.afterChange(c, version)
+}
+
+// previousKeyText says whether a rotation's previous ed25519 key still
+// signs: its public key and until when.
+func previousKeyText(d *rivorav1.Destination) string {
+	if d.GetPreviousPublicKey() == "" {
+		return "- (only the current key signs)"
+	}
+	return fmt.Sprintf("%s signs too until %s", d.GetPreviousPublicKey(), fmtTime(d.GetPreviousSigningKeyExpiresAt()))
 }

@@ -117,6 +117,13 @@ func (e *env) showHealth(c *ucli.Context) error {
 		if h.GetHoldUntil() != nil {
 			fmt.Fprintf(tw, "HELD UNTIL\t%s (Retry-After)\n", fmtTime(h.GetHoldUntil()))
 		}
+		if na := h.GetClientCertificateNotAfter(); na != nil {
+			note := ""
+			if h.GetClientCertificateExpiring() {
+				note = "; EXPIRING: replace it with `rivoractl destinations update " + h.GetDestinationId() + " --client-cert FILE --client-key FILE`"
+			}
+			fmt.Fprintf(tw, "CLIENT CERT\texpires %s%s\n", fmtTime(na), note)
+		}
 		if st := h.GetLastStatuses(); len(st) > 0 {
 			parts := make([]string, len(st))
 			for i, s := range st {

@@ -142,7 +142,7 @@ func writeDestination(w io.Writer, d *rivorav1.Destination, pending *int64) erro
 		"UPDATED", fmtTime(d.GetUpdatedAt()),
 	}
 	// After SECRET (the first four pairs).
-	kv = slices.Insert(kv, 8, append(rotationAndHeaders(d), endpointAuthFields(d)...)...)
+	kv = slices.Insert(kv, 8, append(append(rotationAndHeaders(d), endpointAuthFields(d)...), signingRows(d)...)...)
 	if d.GetOwnerCustomer() != "" {
 		// After URL: whose own endpoint it is.
 		kv = slices.Insert(kv, 4, "OWNER", "customer "+d.GetOwnerCustomer())

@@ -540,6 +540,7 @@ func withoutSecret(d *rivorav1.Destination) *rivorav1.Destination {
 	withoutPreviousSecret(d)
 	withoutHeaderValues(d)
 	withoutEndpointAuthSecrets(d)
+	withoutSigningSecrets(d)
 	return d
 }
 

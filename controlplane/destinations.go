@@ -108,6 +108,10 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 	if err != nil {
 		return nil, 0, err
 	}
+	signing, err := createSignatures(d, m)
+	if err != nil {
+		return nil, 0, err
+	}
 	version, err := cp.change("destination.create", d.Id, who, "", func(tx *DestinationTx) (string, error) {
 		if tx.Has(d.Id) {
 			return "", errorf(ErrExists, "destination %q already exists; change it with `rivoractl destinations update %s`", d.Id, d.Id)
@@ -116,7 +120,7 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 			return "", err
 		}
 		tx.Put(d)
-		detail := "url " + d.Url + describeHeaders(d.Headers) + authDetail
+		detail := "url " + d.Url + describeHeaders(d.Headers) + authDetail + signing
 		if d.OwnerCustomer != "" {
 			detail += ", owned by customer " + d.OwnerCustomer
 		}
@@ -210,6 +214,11 @@ func (cp *ControlPlane) updateDestinationFields(d *rivorav1.Destination, m *rivo
 		return nil, err
 	}
 	changes = append(changes, authChanges...)
+	signing, err := updateSignatures(d, m)
+	if err != nil {
+		return nil, err
+	}
+	changes = append(changes, signing...)
 	set := &rivorav1.Limits{RatePerSecond: m.GetRatePerSecond(), Burst: m.GetBurst(), MaxAttempts: m.GetMaxAttempts(), Window: m.GetWindow(), Timeout: m.GetTimeout(), MaxInFlight: m.GetMaxInFlight()}
 	if err := checkLimits(set); err != nil {
 		return nil, err
@@ -219,7 +228,7 @@ func (cp *ControlPlane) updateDestinationFields(d *rivorav1.Destination, m *rivo
 	}
 	changes = append(changes, copySetFields(d.Configured, set)...)
 	if len(changes) == 0 {
-		return nil, tag(ErrInvalid, errors.New("nothing to update: set --url, --secret, --header, --remove-header, a limit, --client-cert/--client-key, --server-ca, --oauth2-* or a --remove-* flag"))
+		return nil, tag(ErrInvalid, errors.New("nothing to update: set --url, --secret, --header, --remove-header, a limit, --signature-scheme, --signing-key, a legacy signature, --client-cert/--client-key, --server-ca, --oauth2-* or a --remove-* flag"))
 	}
 	d.UpdatedAt = timestamppb.New(cp.now())
 	return changes, nil

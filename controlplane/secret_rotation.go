@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -33,12 +34,20 @@ func (h *adminHandler) RotateDestinationSecret(ctx context.Context, req *connect
 	if err != nil {
 		return nil, err
 	}
-	// Like create's, the one answer that shows the (new) secret.
-	return connect.NewResponse(&rivorav1.RotateDestinationSecretResponse{Destination: scopeOf(ctx).shown(h.cp.answerWithSecret(d)), Version: version}), nil
+	// Like create's, the one answer that shows the (new) secret; a
+	// destination signing v1a alone rotated only its ed25519 key, whose
+	// public key every answer shows, and its unchanged secret stays hidden.
+	answer := h.cp.answer(d)
+	if signsV1(d.GetSignatureScheme()) {
+		answer = h.cp.answerWithSecret(d)
+	}
+	return connect.NewResponse(&rivorav1.RotateDestinationSecretResponse{Destination: scopeOf(ctx).shown(answer), Version: version}), nil
 }
 
 // rotateSecret makes secret (generated when empty) the destination's
-// signing secret and keeps the current one signing for the grace period.
+// signing secret and keeps the current one signing for the grace period;
+// a destination signing v1a rotates its ed25519 key the same way (and
+// only that key when it signs v1a alone).
 // A previous secret still in its grace is dropped: only the last two
 // secrets sign.
 func (cp *ControlPlane) rotateSecret(m *rivorav1.RotateDestinationSecretRequest, who actor, sc scope) (*rivorav1.Destination, uint64, error) {
@@ -50,22 +59,40 @@ func (cp *ControlPlane) rotateSecret(m *rivorav1.RotateDestinationSecretRequest,
 	if err != nil {
 		return nil, 0, err
 	}
-	secret, err := secretOrNew(m.GetSecret())
-	if err != nil {
-		return nil, 0, err
-	}
 	return cp.changeDestination("destination.rotate_secret", id, who, "", func(d *rivorav1.Destination) (string, error) {
 		if !sc.destination(d) {
 			return "", notFound(id)
 		}
-		if secret == d.GetSecret() {
-			return "", errorf(ErrInvalid, "secret: that is destination %q's current secret; pass another one, or none to have one generated", id)
+		scheme := d.GetSignatureScheme()
+		if m.GetSigningKey() != "" && !signsV1a(scheme) {
+			return "", errorf(ErrInvalid, "signing key: destination %q signs v1 (HMAC) only; set its signature scheme to v1a or both first", id)
+		}
+		if m.GetSecret() != "" && !signsV1(scheme) {
+			return "", errorf(ErrInvalid, "secret: destination %q signs v1a (ed25519) only; rotate its key (--signing-key, or none to have one generated), or set its scheme to v1 or both first", id)
 		}
 		now := cp.now()
-		r := rotate(d.GetSecret(), secret, grace, now)
-		d.Secret, d.PreviousSecret, d.PreviousSecretExpiresAt = secret, r.previous, r.until
+		var details []string
+		if signsV1(scheme) {
+			secret, err := secretOrNew(m.GetSecret())
+			if err != nil {
+				return "", err
+			}
+			if secret == d.GetSecret() {
+				return "", errorf(ErrInvalid, "secret: that is destination %q's current secret; pass another one, or none to have one generated", id)
+			}
+			r := rotate(d.GetSecret(), secret, grace, now)
+			d.Secret, d.PreviousSecret, d.PreviousSecretExpiresAt = secret, r.previous, r.until
+			details = append(details, r.detail)
+		}
+		if signsV1a(scheme) {
+			detail, err := rotateSigningKey(d, m.GetSigningKey(), grace, now)
+			if err != nil {
+				return "", err
+			}
+			details = append(details, detail)
+		}
 		d.UpdatedAt = timestamppb.New(now)
-		return r.detail, nil
+		return strings.Join(details, "; "), nil
 	})
 }
 

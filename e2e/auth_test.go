@@ -23,6 +23,7 @@ import (
 	"github.com/rivora/rivora/internal/tlsconf/tlstest"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/sdk/webhook"
 	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
 )
@@ -153,6 +154,23 @@ func newAuthWorld(t *testing.T) (context.Context, *authWorld) {
 		t.Fatalf("CreateDestination d2: %v", err)
 	}
 	secrets := []string{secret, d2.Msg.GetDestination().GetSecret()}
+	// d3 signs ed25519 too and keeps a partner's legacy signature: its
+	// secret key and the legacy secret join the secrets no answer carries
+	// (not even create's).
+	signingKey, _, err := webhook.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const legacySecret = "legacy-probe-s3cret"
+	d3, err := adminC.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "d3", Url: p.URL(), SignatureScheme: "both", SigningKey: signingKey,
+		LegacySignature: &rivorav1.LegacySignature{Header: "X-Signature", Secret: legacySecret}}))
+	if err != nil {
+		t.Fatalf("CreateDestination d3: %v", err)
+	}
+	if answer := protojson.Format(d3.Msg); strings.Contains(answer, signingKey) || strings.Contains(answer, legacySecret) || d3.Msg.GetDestination().GetPublicKey() == "" {
+		t.Fatalf("CreateDestination d3 answered a secret key or legacy secret, or no public key: %s", answer)
+	}
+	secrets = append(secrets, d3.Msg.GetDestination().GetSecret(), signingKey, legacySecret)
 	pause, err := adminC.PauseDestination(ctx, connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: "d2", Reason: "hold for the dead letter"}))
 	if err != nil {
 		t.Fatalf("pause d2: %v", err)

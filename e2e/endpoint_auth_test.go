@@ -373,3 +373,36 @@ func TestDestinationOAuth2(t *testing.T) {
 		}
 	}
 }
+
+// A client certificate that expires within --cert-expiry-warning is
+// notified to the operator webhook once per certificate, with its
+// not-after.
+func TestCertificateExpiryNotice(t *testing.T) {
+	if rivoractlBuild != nil {
+		t.Fatalf("rivoractl did not build: %v", rivoractlBuild)
+	}
+	op := newOperatorEndpoint(t)
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	op.setSecret(t, secret)
+	d := startDev(t, devOptions{Args: []string{"--operator-webhook", op.url, "--operator-webhook-secret", secret, "--cert-expiry-warning", "48h"}})
+	first, second := newPKI(t), newPKI(t) // valid for a day
+	ctlDestination(t, d, "destinations", "create", "bank", "--url", "https://127.0.0.1:9/hook", "--client-cert", first.cert, "--client-key", first.key)
+	poll.True(t, "destination.certificate_expiring for bank", 30*time.Second, func() bool {
+		return len(op.accepted("destination.certificate_expiring", "bank")) == 1
+	})
+	n := op.accepted("destination.certificate_expiring", "bank")[0]
+	if at, err := time.Parse(time.RFC3339, fmt.Sprint(n["notAfter"])); err != nil || time.Until(at) > 25*time.Hour || !strings.Contains(fmt.Sprint(n["message"]), "--client-cert") {
+		t.Fatalf("notice %v: want the certificate's not-after (a day from now) and how to replace it", n)
+	}
+	// Another certificate is notified; bank's is not again.
+	ctlDestination(t, d, "destinations", "create", "bank2", "--url", "https://127.0.0.1:9/hook", "--client-cert", second.cert, "--client-key", second.key)
+	poll.True(t, "destination.certificate_expiring for bank2", 30*time.Second, func() bool {
+		return len(op.accepted("destination.certificate_expiring", "bank2")) == 1
+	})
+	if got := op.attempted("destination.certificate_expiring", "bank"); got != 1 {
+		t.Fatalf("bank's certificate was notified %d times, want once", got)
+	}
+}

@@ -250,7 +250,6 @@ func (s *Sender) build(hreq *fasthttp.Request, req Request, ts int64, traceparen
 		// nothing.
 		{"Idempotency-Key", ev.GetEventId()},
 		{"Webhook-Timestamp", strconv.FormatInt(ts, 10)},
-		{"Webhook-Signature", req.Endpoint.Signer.Sign(ev.GetEventId(), ts, ev.GetPayload())},
 		{"Rivora-Customer", ev.GetCustomerId()},
 		{"Rivora-Lane", headerSafe(ev.GetLaneKey())},
 		{"Rivora-Attempt", strconv.Itoa(req.Attempt)},
@@ -261,6 +260,9 @@ func (s *Sender) build(hreq *fasthttp.Request, req Request, ts int64, traceparen
 			return err
 		}
 		hreq.Header.Set(h[0], h[1])
+	}
+	if err := signatureHeaders(hreq, req.Endpoint, ev, ts); err != nil {
+		return err
 	}
 	if bearer != "" {
 		hreq.Header.Set("Authorization", "Bearer "+bearer) // checked by send
@@ -283,6 +285,23 @@ func (s *Sender) build(hreq *fasthttp.Request, req Request, ts int64, traceparen
 		}
 	}
 	hreq.SetBodyRaw(ev.GetPayload())
+	return nil
+}
+
+// signatureHeaders sets webhook-signature (unless the destination's
+// legacy signature replaces it) and the legacy signature's header.
+func signatureHeaders(hreq *fasthttp.Request, e destinations.Endpoint, ev *rivorav1.Event, ts int64) error {
+	if !e.LegacyOnly {
+		hreq.Header.Set("Webhook-Signature", e.Signer.Sign(ev.GetEventId(), ts, ev.GetPayload()))
+	}
+	if e.Legacy == nil {
+		return nil
+	}
+	name, value := e.Legacy.Header(), e.Legacy.Sign(ev.GetEventId(), ts, ev.GetPayload())
+	if err := checkHeader(name, value); err != nil {
+		return err
+	}
+	hreq.Header.Set(name, value)
 	return nil
 }
 

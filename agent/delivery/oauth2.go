@@ -99,9 +99,11 @@ type tokenSource struct {
 
 	mu sync.Mutex
 	// token is the cached token (nil: none); fetchedAt when it came;
+	// expiry when it expires (zero: never said), on s.now's clock;
 	// refreshAt when the next attempt fetches a new one.
 	token     *oauth2.Token
 	fetchedAt time.Time
+	expiry    time.Time
 	refreshAt time.Time
 	// failed is the last fetch's error, in force until retryAt; pause is
 	// the pause after the next failure.
@@ -143,14 +145,19 @@ func (s *tokenSource) Token(ctx context.Context) (string, error) {
 		return s.stillValid(now, s.failed)
 	}
 	tokenFetches.WithLabelValues(s.dest, "ok").Inc()
-	s.token, s.fetchedAt, s.refreshAt = tok, now, refreshTime(tok, now)
+	s.token, s.fetchedAt, s.expiry = tok, now, time.Time{}
+	if !tok.Expiry.IsZero() {
+		// The library sets Expiry from expires_in on the wall clock.
+		s.expiry = now.Add(time.Until(tok.Expiry))
+	}
+	s.refreshAt = refreshTime(s.expiry, now)
 	s.failed, s.pause = nil, tokenRetryMin
 	return tok.AccessToken, nil
 }
 
 // stillValid is the cached token while it has not expired, else err.
 func (s *tokenSource) stillValid(now time.Time, err error) (string, error) {
-	if s.token != nil && (s.token.Expiry.IsZero() || now.Before(s.token.Expiry)) {
+	if s.token != nil && (s.expiry.IsZero() || now.Before(s.expiry)) {
 		return s.token.AccessToken, nil
 	}
 	return "", err
@@ -166,15 +173,15 @@ func (s *tokenSource) Rejected(token string) {
 	}
 }
 
-// refreshTime is when a token fetched at now is replaced: ahead of its
-// expiry by a fifth of its lifetime, at most tokenRefreshMax; never for a
-// token without expiry.
-func refreshTime(tok *oauth2.Token, now time.Time) time.Time {
-	if tok.Expiry.IsZero() {
+// refreshTime is when a token fetched at now that expires at expiry is
+// replaced: ahead of its expiry by a fifth of its lifetime, at most
+// tokenRefreshMax; never for a token without expiry.
+func refreshTime(expiry, now time.Time) time.Time {
+	if expiry.IsZero() {
 		return now.Add(100 * 365 * 24 * time.Hour)
 	}
-	life := tok.Expiry.Sub(now)
-	return tok.Expiry.Add(-min(life/5, tokenRefreshMax))
+	life := expiry.Sub(now)
+	return expiry.Add(-min(life/5, tokenRefreshMax))
 }
 
 // describeTokenError says what went wrong with a token request, prefixed

@@ -13,6 +13,7 @@ import (
 	"github.com/rivora/rivora/agent/limits"
 	"github.com/rivora/rivora/agent/retry"
 	"github.com/rivora/rivora/agent/subscriptions"
+	"github.com/rivora/rivora/internal/legacysig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 )
@@ -37,6 +38,10 @@ type Destination struct {
 	// to the partner; an event a subscription routed uses them too.
 	TLS    *ClientTLS
 	OAuth2 *OAuth2
+	// Legacy signs a partner's pre-existing signature header (nil: none);
+	// with LegacyOnly, webhook-signature is left out.
+	Legacy     *legacysig.Signer
+	LegacyOnly bool
 }
 
 // PausedBetween is how long the destination was paused between from and
@@ -63,6 +68,9 @@ type Endpoint struct {
 	// TLS and OAuth2 are the destination's (nil: none); shared.
 	TLS    *ClientTLS
 	OAuth2 *OAuth2
+	// Legacy and LegacyOnly are the destination's legacy signature.
+	Legacy     *legacysig.Signer
+	LegacyOnly bool
 }
 
 // Registry is the current set of destinations. Reads are lock-free; the
@@ -143,7 +151,7 @@ func (r *Registry) Endpoint(destinationID string, sub *subscriptions.Subscriptio
 
 // Endpoint is where and how an event to d goes (see Registry.Endpoint).
 func (d *Destination) Endpoint(sub *subscriptions.Subscription) Endpoint {
-	e := Endpoint{URL: d.URL, Signer: d.Signer, Headers: d.Headers, TLS: d.TLS, OAuth2: d.OAuth2}
+	e := Endpoint{URL: d.URL, Signer: d.Signer, Headers: d.Headers, TLS: d.TLS, OAuth2: d.OAuth2, Legacy: d.Legacy, LegacyOnly: d.LegacyOnly}
 	if sub == nil {
 		return e
 	}
@@ -183,6 +191,10 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 	if err != nil {
 		return nil, fmt.Errorf("destination %q: %w", pb.GetId(), err)
 	}
+	legacy, err := legacyFromProto(pb.GetLegacySignature())
+	if err != nil {
+		return nil, fmt.Errorf("destination %q: %w", pb.GetId(), err)
+	}
 	lim := pb.GetLimits()
 	policy := retry.DefaultPolicy()
 	if n := lim.GetMaxAttempts(); n > 0 {
@@ -213,6 +225,7 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 		Pauses:  retry.PausesFromProto(pb.GetPauses()),
 		TLS:     clientTLS,
 		OAuth2:  oauth2FromProto(pb),
+		Legacy:  legacy, LegacyOnly: legacy != nil && pb.GetLegacySignature().GetReplaceStandard(),
 	}, nil
 }
 

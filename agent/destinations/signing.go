@@ -3,23 +3,51 @@ package destinations
 import (
 	"net/http"
 
+	"github.com/rivora/rivora/internal/legacysig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 )
 
-// signerFromProto is the destination's signer: its secret, and while a
-// rotation's grace lasts its previous secret too. The signer checks the
-// grace's end against each delivery's timestamp, so the control plane
-// pushes nothing when it passes.
+// signerFromProto is the destination's signer for its signature scheme:
+// v1 with its secret, v1a with its ed25519 key, or both; and while a
+// rotation's grace lasts the previous secret or key too. The signer
+// checks the grace's end against each delivery's timestamp, so the
+// control plane pushes nothing when it passes.
 func signerFromProto(pb *rivorav1.Destination) (*webhook.Signer, error) {
-	signer, err := webhook.NewSigner(pb.GetSecret())
+	scheme := pb.GetSignatureScheme()
+	var signer *webhook.Signer
+	var err error
+	if scheme == webhook.SchemeV1a {
+		signer, err = webhook.NewEd25519Signer(pb.GetSigningKey())
+	} else {
+		signer, err = webhook.NewSigner(pb.GetSecret())
+		if err == nil && pb.GetPreviousSecret() != "" && pb.GetPreviousSecretExpiresAt() != nil {
+			signer, err = signer.WithPrevious(pb.GetPreviousSecret(), pb.GetPreviousSecretExpiresAt().AsTime())
+		}
+		if err == nil && scheme == webhook.SchemeBoth {
+			signer, err = signer.WithEd25519(pb.GetSigningKey())
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	if pb.GetPreviousSecret() == "" || pb.GetPreviousSecretExpiresAt() == nil {
+	if scheme != webhook.SchemeV1a && scheme != webhook.SchemeBoth {
 		return signer, nil
 	}
-	return signer.WithPrevious(pb.GetPreviousSecret(), pb.GetPreviousSecretExpiresAt().AsTime())
+	if pb.GetPreviousSigningKey() == "" || pb.GetPreviousSigningKeyExpiresAt() == nil {
+		return signer, nil
+	}
+	return signer.WithPreviousEd25519(pb.GetPreviousSigningKey(), pb.GetPreviousSigningKeyExpiresAt().AsTime())
+}
+
+// legacyFromProto is the destination's legacy signer (nil when it has
+// none).
+func legacyFromProto(pb *rivorav1.LegacySignature) (*legacysig.Signer, error) {
+	if pb == nil {
+		return nil, nil
+	}
+	return legacysig.New(legacysig.Contract{Header: pb.GetHeader(), Template: pb.GetTemplate(), Algorithm: pb.GetAlgorithm(),
+		Encoding: pb.GetEncoding(), Prefix: pb.GetPrefix(), Secret: pb.GetSecret()})
 }
 
 // headersFromProto is the destination's custom headers, as the control

@@ -17,7 +17,10 @@ func (s *Signer) WithPrevious(previous string, until time.Time) (*Signer, error)
 	if err != nil {
 		return nil, fmt.Errorf("previous secret: %w", err)
 	}
-	out := &Signer{key: s.key, previous: p, previousUntil: until}
-	out.macs.New = s.macs.New
+	if s.key == nil {
+		return nil, fmt.Errorf("previous secret: the signer does not sign v1")
+	}
+	out := s.clone()
+	out.previous, out.previousUntil = p, until
 	return out, nil
 }

@@ -2,10 +2,13 @@
 // Rivora signs every delivery with: the sender computes
 // base64(HMAC-SHA256(key, id + "." + timestamp + "." + body)) and sends it as
 // "v1,<signature>" in the webhook-signature header; the receiver recomputes it
-// and checks the timestamp is recent.
+// and checks the timestamp is recent. A destination may sign with ed25519
+// instead, or as well ("v1a,<signature>", ed25519.go): receivers verify
+// those with a public key.
 package webhook
 
 import (
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -71,6 +74,9 @@ type Signer struct {
 	// previousUntil.
 	previous      *Signer
 	previousUntil time.Time
+	// ed, when set, signs v1a (ed25519) too; key is nil for a signer of
+	// v1a alone.
+	ed *edKeys
 }
 
 // NewSigner returns a signer for a "whsec_…" secret.
@@ -86,8 +92,12 @@ func NewSigner(secret string) (*Signer, error) {
 
 // Sign returns the webhook-signature header value for one delivery:
 // "v1,<signature>", and while a rotation's grace lasts (timestamp before
-// its end) "v1,<new> v1,<previous>".
+// its end) "v1,<new> v1,<previous>"; then, for a signer of v1a too, its
+// "v1a,<signature>" entries the same way.
 func (s *Signer) Sign(id string, timestamp int64, body []byte) string {
+	if s.key == nil {
+		return string(s.ed.appendEd25519(nil, id, timestamp, body))
+	}
 	st := s.macs.Get().(*macState)
 	defer s.macs.Put(st)
 	st.out = append(st.out[:0], "v1,"...)
@@ -97,6 +107,9 @@ func (s *Signer) Sign(id string, timestamp int64, body []byte) string {
 		st.out = append(st.out, " v1,"...)
 		st.out = base64.StdEncoding.AppendEncode(st.out, prev.sum(id, timestamp, body))
 		s.previous.macs.Put(prev)
+	}
+	if s.ed != nil {
+		st.out = s.ed.appendEd25519(st.out, id, timestamp, body)
 	}
 	return string(st.out)
 }
@@ -136,16 +149,22 @@ var (
 	ErrNoMatch          = errors.New("webhook: no matching signature")
 )
 
-// Verifier checks signed requests for one secret.
+// Verifier checks signed requests for one secret (v1), or for one public
+// key (v1a, NewPublicKeyVerifier).
 type Verifier struct {
 	signer    *Signer
+	public    ed25519.PublicKey
 	tolerance time.Duration
 	now       func() time.Time
 }
 
 // NewVerifier returns a verifier for a "whsec_…" secret with the default
-// timestamp tolerance.
+// timestamp tolerance; given a "whpk_…" public key it is
+// NewPublicKeyVerifier (Standard Webhooks: the prefix tells the scheme).
 func NewVerifier(secret string) (*Verifier, error) {
+	if strings.HasPrefix(secret, PublicKeyPrefix) {
+		return NewPublicKeyVerifier(secret)
+	}
 	s, err := NewSigner(secret)
 	if err != nil {
 		return nil, err
@@ -161,8 +180,9 @@ func (v *Verifier) WithTolerance(d time.Duration) *Verifier {
 }
 
 // Verify checks the Standard Webhooks headers of a request against its body.
-// The signature header may carry several space-separated "v1,…" entries
-// (secret rotation); one match is enough.
+// The signature header may carry several space-separated entries (secret
+// rotation, or v1 and v1a side by side); one match of the verifier's
+// scheme is enough: v1 for a secret, v1a for a public key.
 func (v *Verifier) Verify(h http.Header, body []byte) error {
 	id, ts, sigs := h.Get(HeaderID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
 	if id == "" || ts == "" || sigs == "" {
@@ -175,17 +195,25 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 	if d := v.now().Sub(time.Unix(timestamp, 0)); d > v.tolerance || d < -v.tolerance {
 		return fmt.Errorf("%w: off by %s", ErrInvalidTimestamp, d.Round(time.Second))
 	}
-	want := v.signer.mac(id, timestamp, body)
+	var want, content []byte
+	if v.signer != nil {
+		want = v.signer.mac(id, timestamp, body)
+	} else {
+		content = signedContent(id, timestamp, body)
+	}
 	for _, entry := range strings.Fields(sigs) {
 		version, sig, ok := strings.Cut(entry, ",")
-		if !ok || version != "v1" {
+		if !ok {
 			continue
 		}
 		got, err := base64.StdEncoding.DecodeString(sig)
 		if err != nil {
 			continue
 		}
-		if hmac.Equal(got, want) {
+		switch {
+		case version == "v1" && v.signer != nil && hmac.Equal(got, want):
+			return nil
+		case version == "v1a" && v.public != nil && ed25519.Verify(v.public, content, got):
 			return nil
 		}
 	}

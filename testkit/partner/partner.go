@@ -174,7 +174,8 @@ func (p *Partner) URL() string { return p.base + "/hook" }
 // its requests' Dest and Lane name it.
 func (p *Partner) DestURL(dest string) string { return p.base + "/d/" + dest }
 
-// SetSecret makes the partner verify signatures with secret from now on.
+// SetSecret makes the partner verify signatures with secret from now on
+// (a "whpk_" public key: v1a signatures).
 func (p *Partner) SetSecret(secret string) error {
 	v, err := webhook.NewVerifier(secret)
 	if err != nil {

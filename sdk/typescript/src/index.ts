@@ -37,6 +37,7 @@ export {
   HEADER_SIGNATURE,
   HEADER_TIMESTAMP,
   SECRET_PREFIX,
+  PUBLIC_KEY_PREFIX,
   type VerifiedWebhook,
   type VerifyWebhookOptions,
   type WebhookBody,

@@ -1,7 +1,8 @@
 // Standard Webhooks verification, as Rivora signs every delivery (the Go
 // package sdk/webhook): base64(HMAC-SHA256(key, `${id}.${timestamp}.${body}`))
 // sent as "v1,<signature>" in webhook-signature, several space-separated
-// during a secret rotation. WebCrypto only, so it runs in Node >= 20, browsers
+// during a secret rotation; or, for a destination signing ed25519, the same
+// content signed with its key, sent as "v1a,<signature>". WebCrypto only, so it runs in Node >= 20, browsers
 // and edge runtimes alike.
 
 /** Header names of the Standard Webhooks scheme. */
@@ -11,6 +12,13 @@ export const HEADER_SIGNATURE = "webhook-signature";
 
 /** Every secret is "whsec_" + base64 of its key bytes. */
 export const SECRET_PREFIX = "whsec_";
+
+/**
+ * A destination signing ed25519 (Standard Webhooks "v1a") has a public key
+ * "whpk_" + base64 of its 32 bytes: receivers verify with it, and it is not
+ * a secret.
+ */
+export const PUBLIC_KEY_PREFIX = "whpk_";
 
 /** How far webhook-timestamp may be from now, by default (5 minutes). */
 export const DEFAULT_TOLERANCE_SECONDS = 300;
@@ -76,7 +84,9 @@ const utf8 = new TextEncoder();
 /**
  * verifyWebhook checks a delivery's Standard Webhooks headers against its raw
  * body with the destination's secret ("whsec_…", as printed by `rivoractl
- * destinations create`). One matching "v1," signature is enough (rotation).
+ * destinations create`), checking "v1," signatures, or with its public key
+ * ("whpk_…", a destination signing ed25519), checking "v1a," signatures. One
+ * matching signature is enough (rotation, or both schemes side by side).
  * It resolves with the webhook's id and timestamp, and rejects with a
  * {@link WebhookVerificationError} otherwise; the comparison is WebCrypto's
  * constant-time HMAC verify.
@@ -87,7 +97,10 @@ export async function verifyWebhook(
   body: WebhookBody,
   options: VerifyWebhookOptions = {},
 ): Promise<VerifiedWebhook> {
-  const key = await importKey(secret, "verify");
+  const asymmetric = typeof secret === "string" && secret.startsWith(PUBLIC_KEY_PREFIX);
+  const key = asymmetric ? await importPublicKey(secret) : await importKey(secret, "verify");
+  const version = asymmetric ? "v1a" : "v1";
+  const algorithm = asymmetric ? "Ed25519" : "HMAC";
   const tolerance = options.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS;
   if (typeof tolerance !== "number" || Number.isNaN(tolerance) || tolerance < 0) {
     // NaN would pass every timestamp: a replay check must not turn off by accident.
@@ -120,10 +133,10 @@ export async function verifyWebhook(
   // repeated header lines with ", ".
   for (const entry of sigs.split(/\s+/).map((e) => e.replace(/,+$/, ""))) {
     const comma = entry.indexOf(",");
-    if (comma < 0 || entry.slice(0, comma) !== "v1") continue;
+    if (comma < 0 || entry.slice(0, comma) !== version) continue;
     const sig = decodeBase64(entry.slice(comma + 1));
     if (sig === undefined) continue;
-    if (await globalThis.crypto.subtle.verify("HMAC", key, sig, content)) {
+    if (await globalThis.crypto.subtle.verify(algorithm, key, sig, content)) {
       return { id, timestamp: Number(timestamp) };
     }
   }
@@ -156,6 +169,17 @@ async function importKey(secret: string, usage: "sign" | "verify"): Promise<Cryp
     throw new TypeError(`rivora: webhook secret key is ${raw.length} bytes; use at least 16`);
   }
   return globalThis.crypto.subtle.importKey("raw", raw, { name: "HMAC", hash: "SHA-256" }, false, [usage]);
+}
+
+async function importPublicKey(publicKey: string): Promise<CryptoKey> {
+  const raw = decodeBase64(publicKey.slice(PUBLIC_KEY_PREFIX.length));
+  if (raw === undefined) {
+    throw new TypeError(`rivora: webhook public key after "${PUBLIC_KEY_PREFIX}" must be base64`);
+  }
+  if (raw.length !== 32) {
+    throw new TypeError(`rivora: webhook public key is ${raw.length} bytes; an ed25519 public key is 32`);
+  }
+  return globalThis.crypto.subtle.importKey("raw", raw, { name: "Ed25519" }, false, ["verify"]);
 }
 
 function header(headers: WebhookHeaders, name: string): string {

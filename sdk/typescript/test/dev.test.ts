@@ -107,6 +107,22 @@ describe("against rivora dev", () => {
     await expect(verifyWebhook(secret, d.headers, d.body)).resolves.toMatchObject({ id });
   });
 
+  it("verifies ed25519 (v1a) deliveries of a destination signing both schemes", async () => {
+    const res = await rpc<{ destination?: { secret?: string; publicKey?: string; signatureScheme?: string; signingKey?: string } }>(
+      dev, dev.token, "rivora.v1.AdminService/CreateDestination", { id: "ed", url: partner.url, signatureScheme: "both", author: "sdk-ts-test" });
+    const d = res.destination ?? {};
+    expect(d.signatureScheme).toBe("both");
+    expect(d.publicKey).toMatch(/^whpk_/);
+    expect(d.signingKey ?? "").toBe(""); // the secret key is never answered
+    const { eventId: id } = await client.publish(ev({ destinationId: "ed", payload: '{"signed":"twice"}' }));
+    const got = await delivered(id);
+    expect(got.headers["webhook-signature"]).toMatch(/^v1,\S+ v1a,\S+$/);
+    await expect(verifyWebhook(d.publicKey!, got.headers, got.body)).resolves.toMatchObject({ id });
+    await expect(verifyWebhook(d.secret!, got.headers, got.body)).resolves.toMatchObject({ id });
+    const tampered = Buffer.from('{"signed":"twice!"}');
+    await expect(verifyWebhook(d.publicKey!, got.headers, tampered)).rejects.toBeInstanceOf(WebhookVerificationError);
+  });
+
   it("a publish rides out a restart of rivora dev, and is delivered once", async () => {
     await dev.stop();
     let tries = 0;

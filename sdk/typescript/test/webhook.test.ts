@@ -111,6 +111,32 @@ describe("verifyWebhook", () => {
   });
 });
 
+// The Go signer's v1a vector (sdk/webhook TestEd25519Vector): the spec's id,
+// timestamp and body signed with ed25519, verified with the public key.
+const publicKey = "whpk_ebVWLo/mVPlAeLES6KmLp5AfhTrmlb7X4OORC60ElmQ=";
+const goV1a = "v1a,OVJuLC0iOuaBuQulpz9A/zDgvqV8z8miLUJk2j15ZMONwDNhOvPJ3rO4owAHFyjFq80+pUUjrNfTHAZs1RQnDw==";
+
+describe("verifyWebhook with a public key (v1a, ed25519)", () => {
+  it("accepts the Go signer's v1a signature, alone and beside a v1 one", async () => {
+    const want = { id, timestamp: ts };
+    await expect(verifyWebhook(publicKey, headers(goV1a), body, { now })).resolves.toEqual(want);
+    await expect(verifyWebhook(publicKey, headers(`${goSignature} ${goV1a}`), body, { now })).resolves.toEqual(want);
+    // The secret checks the v1 entry of the same header.
+    await expect(verifyWebhook(secret, headers(`${goSignature} ${goV1a}`), body, { now })).resolves.toEqual(want);
+  });
+
+  it("refuses a changed body, a v1 signature alone, another key", async () => {
+    expect(await reason(verifyWebhook(publicKey, headers(goV1a), body + " ", { now }))).toBe("bad_signature");
+    expect(await reason(verifyWebhook(publicKey, headers(goSignature), body, { now }))).toBe("bad_signature");
+    const other = "whpk_" + Buffer.alloc(32, 7).toString("base64");
+    expect(await reason(verifyWebhook(other, headers(goV1a), body, { now }))).toBe("bad_signature");
+  });
+
+  it("throws a TypeError for a malformed public key", async () => {
+    await expect(verifyWebhook("whpk_AAAA", headers(goV1a), body, { now })).rejects.toThrow(/32/);
+  });
+});
+
 describe("standardwebhooks cross-check", () => {
   const wh = new Webhook(secret);
 

@@ -1,0 +1,248 @@
+package delivery_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rivora/rivora/agent/delivery"
+	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/internal/ssrf"
+	"github.com/rivora/rivora/internal/tlsconf/tlstest"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// testPKI is a CA and a certificate it signed, as PEM.
+type testPKI struct{ ca, cert, key string }
+
+func newTestPKI(t *testing.T) testPKI {
+	t.Helper()
+	caFile, certFile, keyFile := tlstest.Write(t, t.TempDir())
+	read := func(path string) string {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	return testPKI{ca: read(caFile), cert: read(certFile), key: read(keyFile)}
+}
+
+// mtlsServer serves https with server's certificate and takes client
+// certificates signed by the CAs of clients only; it counts requests.
+func mtlsServer(t *testing.T, server testPKI, clients ...testPKI) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	cert, err := tls.X509KeyPair([]byte(server.cert), []byte(server.key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	for _, c := range clients {
+		pool.AppendCertsFromPEM([]byte(c.ca))
+	}
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv, &n
+}
+
+// tlsEndpoint is the endpoint of a destination at url presenting cert
+// (with prev as the fallback until prevUntil, when set) and pinning ca.
+func tlsEndpoint(t *testing.T, url string, ca, cert testPKI, prev *testPKI, prevUntil time.Time) destinations.Endpoint {
+	t.Helper()
+	pb := &rivorav1.Destination{Id: "bank", Url: url, Secret: secret,
+		ClientCertificate: &rivorav1.Certificate{CertificatePem: cert.cert, KeyPem: cert.key, Fingerprint: fingerprint(t, cert.cert)},
+		ServerCa:          &rivorav1.Certificate{CertificatePem: ca.ca, Fingerprint: "sha256:ca"},
+	}
+	if prev != nil {
+		pb.PreviousClientCertificate = &rivorav1.Certificate{CertificatePem: prev.cert, KeyPem: prev.key, Fingerprint: fingerprint(t, prev.cert), OverlapUntil: timestamppb.New(prevUntil)}
+	}
+	d, err := destinations.FromProto(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Endpoint(nil)
+}
+
+// fingerprint is what the control plane computes: SHA-256 of the DER.
+func fingerprint(t *testing.T, certPEM string) string {
+	t.Helper()
+	block, _ := pem.Decode([]byte(certPEM))
+	if block == nil {
+		t.Fatal("no PEM certificate")
+	}
+	sum := sha256.Sum256(block.Bytes)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func TestSendClientCertificate(t *testing.T) {
+	server, good, other := newTestPKI(t), newTestPKI(t), newTestPKI(t)
+	srv, requests := mtlsServer(t, server, good)
+	s := delivery.NewSender("rivora/test (agent-1)", loopbackOnly)
+	send := func(e destinations.Endpoint) delivery.Result {
+		return s.Send(context.Background(), delivery.Request{Endpoint: e, Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+	}
+
+	if res := send(tlsEndpoint(t, srv.URL, server, good, nil, time.Time{})); !res.OK() {
+		t.Fatalf("with the certificate the partner takes: %+v, want 204", res)
+	}
+	// The partner refuses the certificate: the destination's fault, and
+	// the error says what happened.
+	res := send(tlsEndpoint(t, srv.URL, server, other, nil, time.Time{}))
+	if res.OK() || !res.DestinationFault() || res.NotSent || !strings.Contains(res.Err.Error(), "TLS handshake refused by the partner") {
+		t.Fatalf("with a certificate the partner refuses: %+v, want the destination's fault naming the refused handshake", res)
+	}
+	// During an overlap the previous certificate is used for the same
+	// attempt; after it, not.
+	if res := send(tlsEndpoint(t, srv.URL, server, other, &good, time.Now().Add(time.Hour))); !res.OK() {
+		t.Fatalf("a refused certificate with the previous one as fallback: %+v, want 204 in one attempt", res)
+	}
+	if res := send(tlsEndpoint(t, srv.URL, server, other, &good, time.Now().Add(-time.Second))); res.OK() {
+		t.Fatalf("the fallback was used after its overlap ended")
+	}
+	// A pinned CA that did not sign the partner's certificate.
+	if res := send(tlsEndpoint(t, srv.URL, other, good, nil, time.Time{})); res.OK() || !res.DestinationFault() || !strings.Contains(res.Err.Error(), "certificate") {
+		t.Fatalf("with a pinned CA that did not sign the partner's certificate: %+v, want a failed handshake", res)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Fatalf("the partner answered %d requests, want 2 (the refused handshakes never reach it)", n)
+	}
+}
+
+// tokenServer is an OAuth2 token endpoint answering status (200: a
+// token "tok-N" good for lifetime) and counting requests.
+type tokenServer struct {
+	*httptest.Server
+	requests atomic.Int64
+	status   atomic.Int64
+	lifetime time.Duration
+	mu       sync.Mutex
+	forms    []string
+}
+
+func newTokenServer(t *testing.T, lifetime time.Duration) *tokenServer {
+	ts := &tokenServer{lifetime: lifetime}
+	ts.status.Store(http.StatusOK)
+	ts.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := ts.requests.Add(1)
+		id, sec, _ := r.BasicAuth()
+		body, _ := io.ReadAll(r.Body)
+		ts.mu.Lock()
+		ts.forms = append(ts.forms, id+":"+sec+" "+string(body))
+		ts.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if st := int(ts.status.Load()); st != http.StatusOK {
+			w.WriteHeader(st)
+			io.WriteString(w, `{"error":"invalid_client","error_description":"unknown client"}`)
+			return
+		}
+		fmt.Fprintf(w, `{"access_token":"tok-%d","token_type":"Bearer","expires_in":%d}`, n, int(ts.lifetime.Seconds()))
+	}))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func oauth2Endpoint(t *testing.T, url, tokenURL, clientSecret string) destinations.Endpoint {
+	t.Helper()
+	d, err := destinations.FromProto(&rivorav1.Destination{Id: "erp", Url: url, Secret: secret,
+		Headers: []*rivorav1.Header{{Name: "Authorization", Value: "Basic custom"}},
+		Oauth2:  &rivorav1.OAuth2ClientCredentials{TokenUrl: tokenURL, ClientId: "rivora", ClientSecret: clientSecret, Scopes: []string{"a", "b"}, Audience: "https://erp"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Endpoint(nil)
+}
+
+func TestSendOAuth2Bearer(t *testing.T) {
+	ts := newTokenServer(t, time.Hour)
+	srv, got := partner(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	s := delivery.NewSender("rivora/test (agent-1)", loopbackOnly)
+	e := oauth2Endpoint(t, srv.URL, ts.URL+"/token", "s3cret")
+
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if res := s.Send(context.Background(), delivery.Request{Endpoint: e, Event: event(), Attempt: 1, Timeout: 5 * time.Second}); !res.OK() {
+				t.Errorf("Send = %+v, want 204", res)
+			}
+		})
+	}
+	wg.Wait()
+	for range 8 {
+		if h := (<-got).header.Get("Authorization"); h != "Bearer tok-1" {
+			t.Fatalf("Authorization = %q, want the token (over the custom header)", h)
+		}
+	}
+	if n := ts.requests.Load(); n != 1 {
+		t.Fatalf("8 concurrent attempts made %d token requests, want 1", n)
+	}
+	form := ts.forms[0]
+	for _, want := range []string{"rivora:s3cret ", "grant_type=client_credentials", "scope=a+b", "audience=https%3A%2F%2Ferp"} {
+		if !strings.Contains(form, want) {
+			t.Fatalf("token request %q lacks %q", form, want)
+		}
+	}
+
+	// Changed credentials fetch a new token at once.
+	e2 := oauth2Endpoint(t, srv.URL, ts.URL+"/token", "s3cret-2")
+	if res := s.Send(context.Background(), delivery.Request{Endpoint: e2, Event: event(), Attempt: 1, Timeout: 5 * time.Second}); !res.OK() {
+		t.Fatalf("Send = %+v", res)
+	}
+	if h := (<-got).header.Get("Authorization"); h != "Bearer tok-2" {
+		t.Fatalf("after a credentials change Authorization = %q, want a new token", h)
+	}
+}
+
+func TestSendOAuth2TokenEndpointFails(t *testing.T) {
+	ts := newTokenServer(t, time.Hour)
+	ts.status.Store(http.StatusUnauthorized)
+	srv, _ := partner(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	s := delivery.NewSender("rivora/test (agent-1)", loopbackOnly)
+	e := oauth2Endpoint(t, srv.URL, ts.URL+"/token", "wrong")
+	for range 5 {
+		res := s.Send(context.Background(), delivery.Request{Endpoint: e, Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+		if res.OK() || !res.DestinationFault() || res.NotSent || res.Err.Error() != "oauth2 token endpoint: 401 invalid_client (unknown client)" {
+			t.Fatalf("Send = %+v, want the destination's fault: oauth2 token endpoint: 401 invalid_client (unknown client)", res)
+		}
+	}
+	if n := ts.requests.Load(); n != 1 {
+		t.Fatalf("5 attempts within a second made %d token requests, want 1 (paced)", n)
+	}
+}
+
+func TestSendOAuth2TokenURLGuarded(t *testing.T) {
+	ts := newTokenServer(t, time.Hour)
+	srv, _ := partner(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	// A guard that denies loopback: the token is fetched before the
+	// delivery, so it is the token request the guard refuses.
+	s := delivery.NewSender("rivora/test (agent-1)", ssrf.New(nil))
+	e := oauth2Endpoint(t, srv.URL, ts.URL+"/token", "s3cret")
+	res := s.Send(context.Background(), delivery.Request{Endpoint: e, Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+	if res.OK() || !strings.HasPrefix(res.Err.Error(), "oauth2 token endpoint: ") || !strings.Contains(res.Err.Error(), "127.0.0.1") {
+		t.Fatalf("Send = %+v, want the token request refused by the SSRF guard", res)
+	}
+	if n := ts.requests.Load(); n != 0 {
+		t.Fatalf("the guarded token endpoint got %d requests", n)
+	}
+}

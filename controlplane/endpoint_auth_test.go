@@ -1,0 +1,138 @@
+package controlplane_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/tlsconf/tlstest"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// pemPair is a certificate (signed by its own throwaway CA) and its key.
+type pemPair struct{ ca, cert, key string }
+
+func newPEMPair(t *testing.T) pemPair {
+	t.Helper()
+	ca, cert, key := tlstest.Write(t, t.TempDir())
+	read := func(p string) string {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	return pemPair{read(ca), read(cert), read(key)}
+}
+
+func (p pemPair) client() *rivorav1.Certificate {
+	return &rivorav1.Certificate{CertificatePem: p.cert, KeyPem: p.key}
+}
+
+func (d *dev) update(req *rivorav1.UpdateDestinationRequest) (*rivorav1.Destination, error) {
+	resp, err := d.Admin.UpdateDestination(context.Background(), connect.NewRequest(req))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.GetDestination(), nil
+}
+
+// Client certificates and OAuth2 credentials are checked, summarized in
+// answers with their key and secret as fingerprints only, carried whole
+// on the agents' feed, audited without them; a replaced certificate stays
+// the fallback for the overlap.
+func TestEndpointAuth(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), false)
+	a, b := newPEMPair(t), newPEMPair(t)
+	const clientSecret = "oauth2-client-secret-unit"
+	created := d.create(&rivorav1.CreateDestinationRequest{Id: "bank", Url: "https://example.com/hook",
+		ClientCertificate: a.client(), ServerCa: &rivorav1.Certificate{CertificatePem: a.ca},
+		Oauth2: &rivorav1.OAuth2ClientCredentials{TokenUrl: "https://auth.example.com/token", ClientId: "rivora", ClientSecret: clientSecret, Scopes: []string{"hooks"}},
+	}).GetDestination()
+	cc := created.GetClientCertificate()
+	if cc.GetKeyPem() != "" || cc.GetKeyFingerprint() != auth.Fingerprint(a.key) || cc.GetSubject() != "CN=127.0.0.1" || cc.GetIssuer() != "CN=rivora test CA" ||
+		len(cc.GetFingerprint()) != len("sha256:")+64 || cc.GetNotAfter().AsTime().Before(time.Now()) || cc.GetCertificatePem() != a.cert {
+		t.Fatalf("create answered client certificate %v", cc)
+	}
+	if o := created.GetOauth2(); o.GetClientSecret() != "" || o.GetClientSecretFingerprint() != auth.Fingerprint(clientSecret) || o.GetClientId() != "rivora" {
+		t.Fatalf("create answered OAuth2 %v", o)
+	}
+	if created.GetServerCa().GetSubject() != "CN=rivora test CA" {
+		t.Fatalf("create answered server CA %v", created.GetServerCa())
+	}
+
+	// Rotation keeps the previous certificate for the overlap.
+	before := time.Now()
+	upd, err := d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: b.client(), ClientCertificateOverlap: durationpb.New(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := upd.GetPreviousClientCertificate()
+	if prev.GetFingerprint() != cc.GetFingerprint() || prev.GetKeyPem() != "" || prev.GetOverlapUntil().AsTime().Before(before.Add(time.Hour-time.Second)) {
+		t.Fatalf("update kept previous certificate %v, want the replaced one until an hour from now, without its key", prev)
+	}
+
+	feed := watchOnce(t, d).GetDestinations()
+	if len(feed) != 1 || feed[0].GetClientCertificate().GetKeyPem() != b.key || feed[0].GetPreviousClientCertificate().GetKeyPem() != a.key || feed[0].GetOauth2().GetClientSecret() != clientSecret {
+		t.Fatalf("the agents' feed lacks the keys or the client secret: %v", feed)
+	}
+
+	for _, c := range []struct {
+		name string
+		req  *rivorav1.UpdateDestinationRequest
+		want string
+	}{
+		{"key of another certificate", &rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: &rivorav1.Certificate{CertificatePem: a.cert, KeyPem: b.key}}, "private key does not match"},
+		{"certificate without key", &rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: &rivorav1.Certificate{CertificatePem: a.cert}}, "both the certificate and its private key"},
+		{"the current one again", &rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: b.client()}, "current certificate"},
+		{"overlap too long", &rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: a.client(), ClientCertificateOverlap: durationpb.New(200 * time.Hour)}, "7 days"},
+		{"overlap without certificate", &rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificateOverlap: durationpb.New(time.Hour)}, "--client-cert"},
+		{"server CA with a key", &rivorav1.UpdateDestinationRequest{Id: "bank", ServerCa: &rivorav1.Certificate{CertificatePem: a.ca, KeyPem: a.key}}, "never a private key"},
+		{"server CA not PEM", &rivorav1.UpdateDestinationRequest{Id: "bank", ServerCa: &rivorav1.Certificate{CertificatePem: "nope"}}, "no PEM certificate"},
+		{"token URL of the metadata service", &rivorav1.UpdateDestinationRequest{Id: "bank", Oauth2: &rivorav1.OAuth2ClientCredentials{TokenUrl: "http://169.254.169.254/token"}}, "169.254.169.254"},
+		{"token URL with credentials", &rivorav1.UpdateDestinationRequest{Id: "bank", Oauth2: &rivorav1.OAuth2ClientCredentials{TokenUrl: "https://u:p@auth.example.com/token"}}, "credentials"},
+		{"scope with a space", &rivorav1.UpdateDestinationRequest{Id: "bank", Oauth2: &rivorav1.OAuth2ClientCredentials{Scopes: []string{"a b"}}}, "one scope per flag"},
+	} {
+		_, err := d.update(c.req)
+		wantCode(t, c.name, err, connect.CodeInvalidArgument, c.want)
+	}
+	if _, err := d.Admin.CreateDestination(context.Background(), connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "half", Url: "https://example.com/h",
+		Oauth2: &rivorav1.OAuth2ClientCredentials{TokenUrl: "https://auth.example.com/token", ClientId: "x"}})); err == nil {
+		t.Fatalf("OAuth2 without a client secret was accepted")
+	} else {
+		wantCode(t, "OAuth2 without a secret", err, connect.CodeInvalidArgument, "--oauth2-client-secret")
+	}
+
+	// A secret alone changes only the secret; removal drops them.
+	upd, err = d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", Oauth2: &rivorav1.OAuth2ClientCredentials{ClientSecret: "new-secret"}})
+	if err != nil || upd.GetOauth2().GetTokenUrl() != "https://auth.example.com/token" || upd.GetOauth2().GetClientSecretFingerprint() != auth.Fingerprint("new-secret") {
+		t.Fatalf("update of the client secret alone: %v, %v", upd.GetOauth2(), err)
+	}
+	upd, err = d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", RemoveClientCertificate: true, RemoveOauth2: true, RemoveServerCa: true})
+	if err != nil || upd.GetClientCertificate() != nil || upd.GetPreviousClientCertificate() != nil || upd.GetOauth2() != nil || upd.GetServerCa() != nil {
+		t.Fatalf("removal left %v, %v", upd, err)
+	}
+
+	audit, err := d.Admin.ListAudit(context.Background(), connect.NewRequest(&rivorav1.ListAuditRequest{DestinationId: "bank"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := protojson.Marshal(audit.Msg)
+	keyLine := strings.Split(a.key, "\n")[1]
+	for _, s := range []string{keyLine, strings.Split(b.key, "\n")[1], clientSecret, "new-secret"} {
+		if strings.Contains(string(text), s) {
+			t.Fatalf("the audit log carries a key or client secret: %s", text)
+		}
+	}
+	if !strings.Contains(string(text), cc.GetFingerprint()) || !strings.Contains(string(text), auth.Fingerprint(clientSecret)) {
+		t.Fatalf("the audit log does not name the certificate and secret by fingerprint: %s", text)
+	}
+}
