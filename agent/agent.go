@@ -106,6 +106,10 @@ type Config struct {
 	// SessionTTL and LockDelay tune the Consul session (defaults 10s, 5s).
 	SessionTTL time.Duration
 	LockDelay  time.Duration
+	// StoreStallTimeout is how long a partition may go without a
+	// confirmed write before this agent gives it up (0:
+	// owner.DefaultStoreStallTimeout).
+	StoreStallTimeout time.Duration
 	// SyncAlways makes every acknowledgement survive a power loss
 	// (--fsync): natsd.Config.Fsync, with the group commit's barrier
 	// before every ingest answer, every move's INGEST ack and every purge
@@ -267,7 +271,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		Deps: owner.Deps{
 			JS: js, Scheduler: a.sched, Registry: a.registry, Subscriptions: a.subs, Applied: a.applied.Load, History: a.history, Archive: arch,
 			Clock: clock.Real{}, Log: base.With("component", "owner"), DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
-			Forwarded: forwarded, Durable: a.nats.Syncer(), SnapshotDir: snapshotDir(cfg.DataDir),
+			StoreStallTimeout: cfg.StoreStallTimeout, Forwarded: forwarded, Durable: a.nats.Syncer(), SnapshotDir: snapshotDir(cfg.DataDir),
 		},
 	})
 	if err := create("INGEST", func() (err error) {

@@ -50,8 +50,12 @@ func (s *agentHandler) ReportApplied(ctx context.Context, req *connect.Request[r
 }
 
 func (s *agentHandler) ReportOwned(ctx context.Context, req *connect.Request[rivorav1.ReportOwnedRequest]) (*connect.Response[rivorav1.ReportOwnedResponse], error) {
-	if err := s.cp.agents.owned(req.Msg.GetAgentName(), req.Msg.GetSession(), req.Msg.GetPartitions(), s.cp.now()); err != nil {
+	cutChanged, err := s.cp.agents.owned(req.Msg.GetAgentName(), req.Msg.GetSession(), req.Msg.GetPartitions(), req.Msg.GetCut(), s.cp.now())
+	if err != nil {
 		return nil, tag(ErrPrecondition, errors.Join(err, errors.New("open a Watch first")))
+	}
+	if cutChanged {
+		s.cp.broadcast() // its cut partitions move to other agents, or back
 	}
 	return connect.NewResponse(&rivorav1.ReportOwnedResponse{}), nil
 }

@@ -80,6 +80,9 @@ type agentState struct {
 	eligibleAt  time.Time
 	partition   []uint32 // assigned
 	owned       []uint32 // as the agent reported
+	// cut are the partitions the agent reported it cannot write (cut off
+	// from their streams' quorum): assigned to others while they are.
+	cut []uint32
 }
 
 func newAgentRegistry(consul *api.Client, transport http.RoundTripper, cell auth.CellToken, log *slog.Logger) *agentRegistry {
@@ -118,7 +121,7 @@ func (r *agentRegistry) connect(name, address, session string, now time.Time) {
 			a.eligibleAt = now.Add(r.rejoinDelay)
 			r.log.Info("agent rejoined with a new session; it owns partitions again after the rejoin delay", "agent", name, "session", session, "eligible_at", a.eligibleAt)
 		}
-		a.session, a.sessionLost, a.owned = session, time.Time{}, nil
+		a.session, a.sessionLost, a.owned, a.cut = session, time.Time{}, nil, nil
 	}
 	a.streams++
 	a.lastSeen = now
@@ -205,6 +208,10 @@ func (r *agentRegistry) healthyLocked(a *agentState, now time.Time) (bool, strin
 // is computed from the same inputs, so adding or removing one agent moves
 // only the partitions it gains or loses.
 //
+// A partition an agent reported cut (it cannot write its streams) goes to
+// the best of the other healthy agents; if every one reported it cut, the
+// reports are ignored for it (nobody is better placed).
+//
 // Without Consul a cell has one owner: the longest-connected agent owns
 // every partition.
 func (r *agentRegistry) partitionsFor(name string, count int) []uint32 {
@@ -236,12 +243,27 @@ func (r *agentRegistry) partitionsFor(name string, count int) []uint32 {
 		}
 	} else {
 		for p := range count {
-			if rendezvousOwner(p, healthy) == me {
+			if rendezvousOwner(p, notCut(healthy, uint32(p))) == me {
 				out = append(out, uint32(p))
 			}
 		}
 	}
 	me.partition = out
+	return out
+}
+
+// notCut returns the agents that did not report p cut, or all of them if
+// every one did.
+func notCut(agents []*agentState, p uint32) []*agentState {
+	var out []*agentState
+	for _, a := range agents {
+		if !slices.Contains(a.cut, p) {
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 {
+		return agents
+	}
 	return out
 }
 
@@ -354,7 +376,7 @@ func (r *agentRegistry) status() []*rivorav1.AgentStatus {
 		healthy, reason := r.healthyLocked(a, now)
 		out = append(out, &rivorav1.AgentStatus{
 			Name: a.name, Address: a.address, Connected: a.streams > 0, AppliedVersion: a.applied,
-			LastSeen: timestamppb.New(a.lastSeen), Partitions: a.owned, AssignedPartitions: a.partition,
+			LastSeen: timestamppb.New(a.lastSeen), Partitions: a.owned, AssignedPartitions: a.partition, CutPartitions: a.cut,
 			Healthy: healthy, HealthReason: reason, Session: a.session,
 		})
 	}
@@ -513,19 +535,26 @@ func (r *agentRegistry) behind(version uint64) bool {
 	return false
 }
 
-// owned records the partitions an agent holds the locks of.
-func (r *agentRegistry) owned(name, session string, partitions []uint32, now time.Time) error {
+// owned records the partitions an agent holds the locks of, and those it
+// reported cut; cutChanged tells the caller to assign again.
+func (r *agentRegistry) owned(name, session string, partitions, cut []uint32, now time.Time) (cutChanged bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a := r.agents[name]
 	if a == nil {
-		return fmt.Errorf("agent %q is not watching this control plane", name)
+		return false, fmt.Errorf("agent %q is not watching this control plane", name)
 	}
 	if session != a.session {
-		return fmt.Errorf("agent %q reported for session %q, but watches with session %q", name, session, a.session)
+		return false, fmt.Errorf("agent %q reported for session %q, but watches with session %q", name, session, a.session)
 	}
 	a.owned = slices.Clone(partitions)
 	slices.Sort(a.owned)
+	cut = slices.Clone(cut)
+	slices.Sort(cut)
+	if !slices.Equal(cut, a.cut) {
+		r.log.Warn("agent reports partitions it cannot write (cut off from their streams' quorum); assigning them elsewhere while it does", "agent", name, "cut", cut)
+		a.cut, cutChanged = cut, true
+	}
 	a.lastSeen = now
-	return nil
+	return cutChanged, nil
 }

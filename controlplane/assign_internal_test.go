@@ -441,3 +441,94 @@ func TestAssignFollowsConsulSessions(t *testing.T) {
 		t.Fatalf("after its rejoin delay agent-2 got a different share: %v, before %v", shares(again), shares(before))
 	}
 }
+
+// A partition an agent reports cut (it cannot write its streams) goes to
+// another healthy agent, and only it moves; it comes back once the report
+// is withdrawn; a partition every agent reports cut stays where
+// rendezvous hashing puts it. A new session forgets the report.
+func TestAssignMovesPartitionsAnAgentCannotWrite(t *testing.T) {
+	const count = 32
+	r := assignRegistry(t)
+	now := time.Now()
+	names := []string{"a1", "a2", "a3"}
+	for _, name := range names {
+		join(r, name, now)
+	}
+	before := assignment(t, r, names, count)
+	var mine []uint32
+	for p, owner := range before {
+		if owner == "a1" {
+			mine = append(mine, uint32(p))
+		}
+	}
+	slices.Sort(mine)
+	if len(mine) < 2 {
+		t.Fatalf("a1 owns %v, want at least 2 partitions", mine)
+	}
+	cut := mine[:2]
+	if changed, err := r.owned("a1", "session-a1", nil, cut, now); err != nil || !changed {
+		t.Fatalf("report cut %v: changed %v, %v; want changed", cut, changed, err)
+	}
+	if changed, _ := r.owned("a1", "session-a1", nil, []uint32{cut[1], cut[0]}, now); changed {
+		t.Fatal("the same cut partitions reported again (in another order) count as a change")
+	}
+	after := assignment(t, r, names, count)
+	for p := range count {
+		switch {
+		case slices.Contains(cut, uint32(p)):
+			if after[p] == "a1" || after[p] == "" {
+				t.Errorf("partition %d reported cut by a1 is assigned to %q, want another agent", p, after[p])
+			}
+		case after[p] != before[p]:
+			t.Errorf("partition %d moved from %s to %s though nobody reported it cut", p, before[p], after[p])
+		}
+	}
+	r.mu.Lock()
+	status := r.agents["a1"].cut
+	r.mu.Unlock()
+	if !slices.Equal(status, cut) {
+		t.Errorf("a1's cut partitions recorded as %v, want %v", status, cut)
+	}
+
+	// Every agent reports the first one cut: it stays with a1, its
+	// rendezvous owner (nobody is better placed).
+	for _, name := range []string{"a2", "a3"} {
+		if _, err := r.owned(name, "session-"+name, nil, cut[:1], now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := assignment(t, r, names, count)[int(cut[0])]; got != "a1" {
+		t.Errorf("partition %d reported cut by every agent is assigned to %s, want a1", cut[0], got)
+	}
+
+	// a1 can write them again: they come back.
+	if changed, err := r.owned("a1", "session-a1", nil, nil, now); err != nil || !changed {
+		t.Fatalf("withdraw the cut report: changed %v, %v", changed, err)
+	}
+	for _, name := range []string{"a2", "a3"} {
+		if _, err := r.owned(name, "session-"+name, nil, nil, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if back := assignment(t, r, names, count); !maps.Equal(back, before) {
+		t.Errorf("after the cut report was withdrawn the assignment is %v, want the first one %v", back, before)
+	}
+
+	// A report of another session is refused; a new session starts clean.
+	if _, err := r.owned("a1", "session-old", nil, cut, now); err == nil {
+		t.Error("a cut report for another session was accepted")
+	}
+	if _, err := r.owned("a1", "session-a1", nil, cut, now); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.liveSessions["session-a1-2"] = true
+	r.mu.Unlock()
+	r.connect("a1", "http://a1.invalid:7070", "session-a1-2", now)
+	r.mu.Lock()
+	left := r.agents["a1"].cut
+	r.mu.Unlock()
+	if left != nil {
+		t.Errorf("a new session kept the old one's cut report %v", left)
+	}
+}

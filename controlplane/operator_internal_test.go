@@ -214,7 +214,7 @@ func (c *routeCell) agent(name string, partitions ...uint32) *routeAgent {
 	}))
 	c.t.Cleanup(a.srv.Close)
 	c.cp.agents.connect(name, a.srv.URL, "", time.Now())
-	if err := c.cp.agents.owned(name, "", partitions, time.Now()); err != nil {
+	if _, err := c.cp.agents.owned(name, "", partitions, nil, time.Now()); err != nil {
 		c.t.Fatal(err)
 	}
 	c.agents[name] = a

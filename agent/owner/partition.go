@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -76,6 +77,10 @@ type Deps struct {
 	// SnapshotDir holds the pending snapshots a clean stop writes, one
 	// file per partition (snapshot.go; "": none, every start scans).
 	SnapshotDir string
+	// StoreStallTimeout is how long the partition may go without a
+	// confirmed write before Run gives up with ErrStoreStalled (0:
+	// DefaultStoreStallTimeout; see stall.go).
+	StoreStallTimeout time.Duration
 }
 
 // Partition owns partition p's pending store. It holds no state of its
@@ -98,6 +103,10 @@ type Partition struct {
 	dead    *deadLetters
 
 	snap snapshotTaker
+
+	// stalled is closed when watchStore gave the store up: the writer
+	// stops waiting for acks that will not come.
+	stalled chan struct{}
 }
 
 // Open creates the partition's streams and rebuilds the scheduler's view
@@ -107,12 +116,13 @@ type Partition struct {
 // it and carries its epoch, and the partition stops when it is lost.
 func Open(ctx context.Context, p int, deps Deps, lease *ownership.Lease) (*Partition, error) {
 	o := &Partition{
-		p:     p,
-		lease: lease,
-		deps:  deps,
-		log:   deps.Log.With("partition", p),
-		fence: &fence{p: p, lease: lease, js: deps.JS},
-		cache: &eventCache{},
+		p:       p,
+		lease:   lease,
+		deps:    deps,
+		log:     deps.Log.With("partition", p),
+		fence:   &fence{p: p, lease: lease, js: deps.JS},
+		cache:   &eventCache{},
+		stalled: make(chan struct{}),
 	}
 	if err := o.createLaneStore(ctx); err != nil {
 		return nil, fmt.Errorf("partition %d: create lane store: %w", p, err)
@@ -137,6 +147,7 @@ func Open(ctx context.Context, p int, deps Deps, lease *ownership.Lease) (*Parti
 // wire creates the parts, once the streams exist.
 func (o *Partition) wire(ingest jetstream.Consumer) {
 	o.writer = newLaneWriter(o.p, o.deps.JS, o.fence, o.deps.Scheduler, o.cache, o.log)
+	o.writer.abandon = o.stalled
 	o.writer.recent = newRecentIDs(o.deps.DedupWindow, o.lastWrite(), o.deps.Clock.Now)
 	o.mover = &mover{
 		p: o.p, ingest: ingest, writer: o.writer, check: o.deps.Forwarded, marks: newForwardMarks(o.p, o.deps.JS, o.deps.Replicas, o.log),
@@ -243,12 +254,12 @@ func (o *Partition) createMoverConsumer(ctx context.Context) (ingest jetstream.C
 // Run moves events and reclaims space until ctx ends. The scheduler and
 // delivery workers run beside it (owned by the agent).
 //
-// The first loop to fail (a failed write, a lost lease) stops the others,
-// and Run returns its error.
+// The first loop to fail (a failed write, a lost lease, a store that
+// stalled: ErrStoreStalled) stops the others, and Run returns its error.
 func (o *Partition) Run(ctx context.Context) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	loops := []func(context.Context) error{o.writer.run, o.mover.run, o.reclaim.run, o.dead.run, o.holdLease}
+	loops := []func(context.Context) error{o.writer.run, o.mover.run, o.reclaim.run, o.dead.run, o.holdLease, o.watchStore}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(loops))
 	for _, loop := range loops {
@@ -315,13 +326,24 @@ const EpochHeader = "Rivora-Epoch"
 // fence is the partition's lease as the store's writes see it: a write
 // goes out only while the lease is valid, and a ledger write carries the
 // lease's epoch, so that a rebuild can tell (and ignore) the late writes
-// of an owner fenced off by a newer one. It holds no state: the lease
-// decides.
+// of an owner fenced off by a newer one. The lease decides; the fence
+// keeps one fact beside it: when the store last confirmed a write
+// (watchStore judges a stall by it).
 type fence struct {
 	p     int
 	lease *ownership.Lease
 	js    jetstream.JetStream
+
+	// confirmedAt is when the store last took a write of this owner's
+	// (Unix ns), or watchStore found it writable.
+	confirmedAt atomic.Int64
 }
+
+// confirm records that the store took a write at now.
+func (f *fence) confirm(now time.Time) { f.confirmedAt.Store(now.UnixNano()) }
+
+// lastConfirmed is when the store last took a write.
+func (f *fence) lastConfirmed() time.Time { return time.Unix(0, f.confirmedAt.Load()) }
 
 // check returns ErrFenced once the lease is no longer valid.
 func (f *fence) check() error {
@@ -342,7 +364,11 @@ func (f *fence) publish(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, 
 		return nil, err
 	}
 	f.stamp(msg)
-	return f.js.PublishMsg(ctx, msg)
+	ack, err := f.js.PublishMsg(ctx, msg)
+	if err == nil {
+		f.confirm(time.Now())
+	}
+	return ack, err
 }
 
 // appendLedger writes m to the ledger and returns the write's ledger

@@ -94,6 +94,10 @@ type laneWriter struct {
 
 	appendCh   chan *appendReq
 	writerDone chan struct{}
+	// abandon, when closed, ends the wait for acks still out: the store
+	// stalled (watchStore), and what they stored is for the next owner's
+	// rebuild to find. Nil: wait for every ack (up to ackTimeout).
+	abandon <-chan struct{}
 }
 
 func newLaneWriter(p int, js jetstream.JetStream, f *fence, sched *scheduler.Scheduler, cache *eventCache, log *slog.Logger) *laneWriter {
@@ -236,6 +240,18 @@ func (w *laneWriter) run(ctx context.Context) error {
 		return err
 	}
 	defer pub.Close()
+	// A stalled store answers nothing: closing the publisher answers every
+	// burst still waiting (ErrPublisherClosed), so the partition stops now
+	// rather than after ackTimeout.
+	running := make(chan struct{})
+	defer close(running)
+	go func() {
+		select {
+		case <-w.abandon:
+			pub.Close()
+		case <-running:
+		}
+	}()
 	flights := make(chan *flight, 32)
 	failed := make(chan struct{})
 	ackDone := make(chan error, 1)
@@ -354,6 +370,7 @@ func (w *laneWriter) settle(f *flight) error {
 		f.fail()
 		return err
 	}
+	w.fence.confirm(time.Now())
 	w.recent.add(f.reqs)
 	f.answer(lanes.LanesStream(w.p), acks)
 	return nil
@@ -369,7 +386,7 @@ func (f *flight) fail() {
 // wait collects the store's answer to every write of the group, in order;
 // the first refusal ends it.
 func (f *flight) wait() ([][]storedAck, error) {
-	all, err := f.burst.Wait(ackTimeout)
+	all, err := f.burst.Wait(context.Background(), ackTimeout)
 	if err != nil {
 		return nil, err
 	}

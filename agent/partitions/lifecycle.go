@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
@@ -31,6 +32,17 @@ import (
 //	                   │                                open fenced                  │
 //	                   └───────────────── handed off (its lock released) ────────────┘
 //
+// A partition whose store cannot be written from here (store stalled: no
+// write confirmed for the store stall timeout while running, or opens
+// failing that long while locked) is given up the same ways: a running
+// one is handed off (runStalled), a locked one released (openFailed). It
+// is then marked cut: assigned here or not, it is not locked here again
+// until its store has been writable from here (Writable, asked by
+// cutLoop) for the stall timeout without a break, and the control plane,
+// told which partitions are cut here, assigns them elsewhere meanwhile.
+// The mark outlives the assignment, so a partition withdrawn from here
+// is not handed straight back while this agent is still cut off.
+//
 // After "released" and "handed off" a partition is assigned again if it is
 // wanted again meanwhile, else forgotten; withdrawn while assigned, it is
 // forgotten at once. lockLoop releases the locks of releasing partitions; a
@@ -53,10 +65,21 @@ import (
 //     while running, so a handoff, which leaves running under mu, waits for
 //     every attempt it must;
 //   - the partitions reported owned are the locked, opening and running
-//     ones: their lock is held and not being given back.
+//     ones: their lock is held and not being given back;
+//   - a partition marked cut is not locked, opening or running: no lock
+//     is taken for it until the mark is gone.
 type lifecycle struct {
 	mu sync.Mutex
 	m  map[int]*partitionState
+	// cut marks the partitions given up here because their store could
+	// not be written (see above), until it is writable again.
+	cut map[int]*cutMark
+	// stallTimeout is how long a partition may go without a confirmed
+	// write before it is given up, and how long its store must be
+	// writable again before it is taken again.
+	stallTimeout time.Duration
+	// now is the clock (time.Now; tests move it).
+	now func() time.Time
 
 	// wakeLock and wakeOpen ask lockLoop and openLoop to look again;
 	// ownedChanged asks the reporter to tell the control plane.
@@ -86,6 +109,9 @@ type partitionState struct {
 	wanted bool // the control plane assigns it here
 	lease  *ownership.Lease
 	run    *partitionRun
+	// storeOK is when the partition's store last took a write here (or
+	// answered an open): a lock held this long without it is given up.
+	storeOK time.Time
 	// trouble says why the partition stopped running, or that its latest
 	// open failed, until it runs again: /healthz reports it. It names no
 	// error: /healthz is open to all, and errors can carry paths; the
@@ -107,9 +133,20 @@ type partitionRun struct {
 	inFlight sync.WaitGroup
 }
 
-func newLifecycle() *lifecycle {
+// cutMark is a partition given up because its store could not be
+// written from here.
+type cutMark struct {
+	since time.Time
+	// writableSince is when cutLoop's checks began to find the store
+	// writable without a break (zero: not writable at the last check).
+	writableSince time.Time
+}
+
+const cutTrouble = "its store could not be written from here (cut off from the cell's NATS peers?); given up to another agent until it can"
+
+func newLifecycle(stallTimeout time.Duration) *lifecycle {
 	return &lifecycle{
-		m:        make(map[int]*partitionState),
+		m: make(map[int]*partitionState), cut: make(map[int]*cutMark), stallTimeout: stallTimeout, now: time.Now,
 		wakeLock: make(chan struct{}, 1), wakeOpen: make(chan struct{}, 1), ownedChanged: make(chan struct{}, 1),
 	}
 }
@@ -187,8 +224,20 @@ func (ps *lifecycle) lockReleased(lease *ownership.Lease) {
 	ps.forgetOrReassign(lease.P, st)
 }
 
-// toLock lists the partitions waiting for their lock, lowest first.
-func (ps *lifecycle) toLock() []int { return ps.inPhase(assigned) }
+// toLock lists the partitions waiting for their lock, lowest first; not
+// those marked cut.
+func (ps *lifecycle) toLock() []int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var out []int
+	for p, st := range ps.m {
+		if st.phase == assigned && ps.cut[p] == nil {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // lockTaken: lockLoop took lease. It reports false if the partition is no
 // longer waiting for a lock (withdrawn meanwhile): give lease back.
@@ -196,10 +245,11 @@ func (ps *lifecycle) lockTaken(lease *ownership.Lease) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	st := ps.m[lease.P]
-	if st == nil || st.phase != assigned {
+	if st == nil || st.phase != assigned || ps.cut[lease.P] != nil {
 		return false
 	}
 	st.lease = lease
+	st.storeOK = ps.now()
 	ps.set(st, locked)
 	ps.wake(false, true)
 	return true
@@ -225,8 +275,10 @@ func (ps *lifecycle) startOpen(p int) (*ownership.Lease, bool) {
 }
 
 // openFailed: owner.Open failed under lease. The partition keeps its lock
-// and is opened again shortly (its streams may be electing leaders), unless
-// the lease was lost or the open was fenced: then the lock goes back.
+// and is opened again shortly (its streams may be electing leaders),
+// unless the lease was lost or the open was fenced, or its store took
+// nothing for the stall timeout (it is cut off: marked cut): then the
+// lock goes back.
 func (ps *lifecycle) openFailed(lease *ownership.Lease, fenced bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -234,7 +286,11 @@ func (ps *lifecycle) openFailed(lease *ownership.Lease, fenced bool) {
 	if st == nil || st.phase != opening || st.lease != lease {
 		return
 	}
-	if fenced || !lease.Valid() {
+	stalled := !fenced && lease.Valid() && ps.now().Sub(st.storeOK) >= ps.stallTimeout
+	if stalled {
+		ps.markCut(lease.P, st)
+	}
+	if fenced || stalled || !lease.Valid() {
 		ps.set(st, releasing)
 		ps.wake(true, false)
 		return
@@ -259,6 +315,7 @@ func (ps *lifecycle) opened(run *partitionRun) bool {
 	}
 	st.run = run
 	st.trouble = ""
+	st.storeOK = ps.now()
 	ps.set(st, running)
 	return true
 }
@@ -268,7 +325,7 @@ func (ps *lifecycle) opened(run *partitionRun) bool {
 func (ps *lifecycle) troubled(p int, why string) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if st := ps.m[p]; st != nil && st.wanted && st.phase != running {
+	if st := ps.m[p]; st != nil && st.wanted && st.phase != running && ps.cut[p] == nil {
 		st.trouble = why
 	}
 }
@@ -291,8 +348,9 @@ func (ps *lifecycle) runLost(run *partitionRun) {
 
 // runFailed: run stopped on an error of its own (a write failed). It is
 // opened again from the store under the same lock if the lease holds,
-// else it waits for a new lock.
-func (ps *lifecycle) runFailed(run *partitionRun) {
+// else it waits for a new lock. storeConfirmed is when its store last
+// took a write: the stall timeout of the reopens runs from there.
+func (ps *lifecycle) runFailed(run *partitionRun, storeConfirmed time.Time) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	st := ps.m[run.p]
@@ -300,6 +358,7 @@ func (ps *lifecycle) runFailed(run *partitionRun) {
 		return
 	}
 	st.run = nil
+	st.storeOK = storeConfirmed
 	if !run.lease.Valid() {
 		st.lease = nil
 		ps.set(st, assigned)
@@ -307,6 +366,27 @@ func (ps *lifecycle) runFailed(run *partitionRun) {
 		ps.set(st, locked)
 	}
 	ps.wake(true, true)
+}
+
+// runStalled: run stopped because its store took no write for the stall
+// timeout. It is marked cut and handed off like a withdrawn partition
+// (the attempts in flight end, the lock goes back): true if the caller
+// is to start that handoff, false if run is no longer running (withdrawn
+// meanwhile, its handoff under way; the mark is set all the same).
+func (ps *lifecycle) runStalled(run *partitionRun) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	st := ps.m[run.p]
+	if st == nil || st.run != run || (st.phase != running && st.phase != handingOff) {
+		return false
+	}
+	ps.markCut(run.p, st)
+	if st.phase != running {
+		return false
+	}
+	ps.set(st, handingOff)
+	ps.wake(true, true)
+	return true
 }
 
 // handedOff: the handoff of run ended with its lock released.
@@ -318,6 +398,48 @@ func (ps *lifecycle) handedOff(run *partitionRun) {
 		return
 	}
 	ps.forgetOrReassign(run.p, st)
+}
+
+// ---- cutLoop --------------------------------------------------------------------
+
+// cutPartitions lists the partitions marked cut, lowest first.
+func (ps *lifecycle) cutPartitions() []int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	out := make([]int, 0, len(ps.cut))
+	for p := range ps.cut {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// writableCheck records whether partition p's store was writable from
+// here at cutLoop's latest check. The cut mark goes once it was, without
+// a break, for the stall timeout: a link that flaps does not bring the
+// partition back only to stall again.
+func (ps *lifecycle) writableCheck(p int, writable bool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	m := ps.cut[p]
+	switch {
+	case m == nil:
+		return
+	case !writable:
+		m.writableSince = time.Time{}
+		return
+	case m.writableSince.IsZero():
+		m.writableSince = ps.now()
+	}
+	if ps.now().Sub(m.writableSince) < ps.stallTimeout {
+		return
+	}
+	delete(ps.cut, p)
+	if st := ps.m[p]; st != nil && st.trouble == cutTrouble {
+		st.trouble = ""
+	}
+	signal(ps.ownedChanged)
+	ps.wake(true, false)
 }
 
 // ---- queries ------------------------------------------------------------------
@@ -394,7 +516,25 @@ func (ps *lifecycle) owned() []uint32 {
 	return out
 }
 
+// cutList lists the partitions marked cut, for the control plane.
+func (ps *lifecycle) cutList() []uint32 {
+	var out []uint32
+	for _, p := range ps.cutPartitions() {
+		out = append(out, uint32(p))
+	}
+	return out
+}
+
 // ---- helpers (mu held) --------------------------------------------------------
+
+// markCut marks p cut (see lifecycle) and tells the reporter.
+func (ps *lifecycle) markCut(p int, st *partitionState) {
+	st.trouble = cutTrouble
+	if ps.cut[p] == nil {
+		ps.cut[p] = &cutMark{since: ps.now()}
+		signal(ps.ownedChanged)
+	}
+}
 
 func isOwned(ph phase) bool { return ph == locked || ph == opening || ph == running }
 

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/rivora/rivora/agent/ownership"
 )
@@ -26,7 +28,12 @@ type lifecycleRig struct {
 	opening  map[int]*ownership.Lease
 	handoffs []int // partitions assign or stop handed off, in order
 	released []int // partitions whose lock lockLoop gave back, in order
+	// clock is the lifecycle's now; steps move it.
+	clock time.Time
 }
+
+// testStallTimeout is the store stall timeout of the rig's lifecycle.
+const testStallTimeout = 15 * time.Second
 
 type step struct {
 	name string
@@ -34,10 +41,13 @@ type step struct {
 }
 
 func newLifecycleRig(t *testing.T) *lifecycleRig {
-	return &lifecycleRig{
-		t: t, ps: newLifecycle(), locker: ownership.NewLocal(),
+	r := &lifecycleRig{
+		t: t, ps: newLifecycle(testStallTimeout), locker: ownership.NewLocal(),
 		leases: map[int][]*ownership.Lease{}, runs: map[int][]*partitionRun{}, opening: map[int]*ownership.Lease{},
+		clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 	}
+	r.ps.now = func() time.Time { return r.clock }
+	return r
 }
 
 func (r *lifecycleRig) lease(p int) *ownership.Lease { return r.leases[p][len(r.leases[p])-1] }
@@ -151,8 +161,53 @@ func runFenced(p, run int) step {
 	return step{fmt.Sprintf("run %d of %d fenced", run, p), func(r *lifecycleRig) { r.ps.runLost(r.runs[p][run]) }}
 }
 
+// runStalled reports that p's run number i stopped because its store took
+// nothing for the stall timeout; want is whether a handoff is to start.
+func runStalled(p, i int, want bool) step {
+	return step{fmt.Sprintf("run %d of %d: store stalled", i, p), func(r *lifecycleRig) {
+		if got := r.ps.runStalled(r.runs[p][i]); got != want {
+			r.t.Fatalf("runStalled(%d) = %v, want %v", p, got, want)
+		}
+	}}
+}
+
+// runFailedConfirmed reports that p's run number i failed, its store's
+// last confirmed write ago before now.
+func runFailedConfirmed(p, i int, ago time.Duration) step {
+	return step{fmt.Sprintf("run %d of %d failed, last write %s ago", i, p, ago), func(r *lifecycleRig) {
+		r.ps.runFailed(r.runs[p][i], r.clock.Add(-ago))
+	}}
+}
+
+func advance(d time.Duration) step {
+	return step{fmt.Sprintf("%s pass", d), func(r *lifecycleRig) { r.clock = r.clock.Add(d) }}
+}
+
+// writable is one of cutLoop's checks of p's store.
+func writable(p int, ok bool) step {
+	return step{fmt.Sprintf("store of %d writable: %v", p, ok), func(r *lifecycleRig) { r.ps.writableCheck(p, ok) }}
+}
+
+func wantCut(ps ...int) step { return wantList("cut", (*lifecycle).cutPartitions, ps...) }
+
+// wantBroken checks that p is reported broken with a reason containing
+// why ("" = not reported).
+func wantBroken(p int, why string) step {
+	return step{fmt.Sprintf("%d broken: %q", p, why), func(r *lifecycleRig) {
+		var got string
+		for _, b := range r.ps.broken() {
+			if strings.HasPrefix(b, fmt.Sprintf("partition %d ", p)) {
+				got = b
+			}
+		}
+		if (why == "") != (got == "") || !strings.Contains(got, why) {
+			r.t.Fatalf("broken report of %d = %q, want one with %q", p, got, why)
+		}
+	}}
+}
+
 func runFailed(p, run int) step {
-	return step{fmt.Sprintf("run %d of %d failed", run, p), func(r *lifecycleRig) { r.ps.runFailed(r.runs[p][run]) }}
+	return step{fmt.Sprintf("run %d of %d failed", run, p), func(r *lifecycleRig) { r.ps.runFailed(r.runs[p][run], r.ps.now()) }}
 }
 
 // handedOff ends the handoff of p's run number i: its lease is released,
@@ -417,6 +472,43 @@ func TestPartitionLifecycle(t *testing.T) {
 			assign(), lateHandedOff(1, 0), want(1, handingOff), handedOff(1, 1), lateHandedOff(1, 1), gone(1),
 			runFailed(1, 1), runFenced(1, 1), gone(1),
 		}},
+		{"store stalled while running: handed off, marked cut, taken again only once writable for the stall timeout", []step{
+			runningOn(1),
+			drainWakes(), runStalled(1, 0, true), want(1, handingOff), wantCut(1), wantOwned(), woken(true, true, true),
+			wantAttempt(1, false), wantBroken(1, "could not be written"),
+			handedOff(1, 0), want(1, assigned), wantToLock(), lockPass(), want(1, assigned), wantOwned(),
+			writable(1, true), advance(testStallTimeout - time.Millisecond), writable(1, true), wantCut(1), wantToLock(),
+			// A flapping link: one failed check starts the wait again.
+			writable(1, false), advance(time.Second), writable(1, true), advance(testStallTimeout - time.Millisecond), writable(1, true), wantCut(1),
+			drainWakes(), advance(time.Millisecond), writable(1, true), wantCut(), woken(true, false, true), wantBroken(1, ""),
+			wantToLock(1), lockPass(), want(1, locked), holds(1, 1), startOpen(1, true), opened(1, true), want(1, running),
+		}},
+		{"opens failing for the stall timeout since the lock: the lock goes back, marked cut", []step{
+			assign(1), lockPass(), startOpen(1, true), openFailed(1, false), want(1, locked),
+			advance(testStallTimeout - time.Millisecond), startOpen(1, true), openFailed(1, false), want(1, locked), wantCut(),
+			advance(time.Millisecond), startOpen(1, true), openFailed(1, false), want(1, releasing), wantCut(1), wantOwned(),
+			wantBroken(1, "could not be written"),
+			releasePass(), wantReleased(1), want(1, assigned), wantToLock(), takeLock(1, false),
+		}},
+		{"a failed run's reopens stall from its last confirmed write, not from the lock", []step{
+			runningOn(1), advance(time.Hour),
+			runFailedConfirmed(1, 0, time.Second), startOpen(1, true), openFailed(1, false), want(1, locked), wantCut(),
+			startOpen(1, true), opened(1, true), want(1, running),
+			runFailedConfirmed(1, 1, testStallTimeout), startOpen(1, true), openFailed(1, false), want(1, releasing), wantCut(1),
+		}},
+		{"the cut mark outlives the assignment: not handed straight back", []step{
+			runningOn(1), runStalled(1, 0, true), assign(), want(1, handingOff), handedOff(1, 0), gone(1), wantCut(1),
+			assign(1), want(1, assigned), wantToLock(), lockPass(), want(1, assigned),
+			writable(1, true), advance(testStallTimeout), writable(1, true), wantCut(), wantToLock(1),
+		}},
+		{"stalled while its handoff is under way: the handoff goes on, marked cut", []step{
+			runningOn(1), assign(), want(1, handingOff), wantHandoffs(1),
+			runStalled(1, 0, false), want(1, handingOff), wantCut(1), handedOff(1, 0), gone(1), wantCut(1),
+		}},
+		{"a late stall report of an old run changes nothing", []step{
+			runningOn(1), runFailed(1, 0), startOpen(1, true), opened(1, true),
+			runStalled(1, 0, false), want(1, running), wantCut(),
+		}},
 		{"stop hands off what runs and leaves held locks to the locker", []step{
 			runningOn(1), assign(1, 2, 3), takeLock(2, true),
 			stop(), wantHandoffs(1), want(1, handingOff), want(2, releasing), gone(3), wantOwned(), wantSettled(true),
@@ -488,7 +580,7 @@ func TestPartitionLifecycleRandom(t *testing.T) {
 			},
 			func() {
 				if run := anyRun(pick()); run != nil {
-					r.ps.runFailed(run)
+					r.ps.runFailed(run, r.ps.now())
 				}
 			},
 			func() {
@@ -498,6 +590,13 @@ func TestPartitionLifecycleRandom(t *testing.T) {
 				}
 			},
 			func() { r.ps.stop() },
+			func() { r.clock = r.clock.Add(time.Duration(rng.IntN(20)) * time.Second) },
+			func() {
+				if run := anyRun(pick()); run != nil && r.ps.runStalled(run) {
+					r.handoffs = append(r.handoffs, run.p)
+				}
+			},
+			func() { r.ps.writableCheck(pick(), rng.IntN(3) > 0) },
 		}
 		for range 300 {
 			actions[rng.IntN(len(actions))]()
@@ -524,6 +623,11 @@ func checkInvariants(t *testing.T, ps *lifecycle) {
 	t.Helper()
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
+	for p := range ps.cut {
+		if st := ps.m[p]; st != nil && isOwned(st.phase) {
+			t.Errorf("partition %d marked cut but %s", p, st.phase)
+		}
+	}
 	for p, st := range ps.m {
 		hasLease := st.phase != assigned
 		hasRun := st.phase == running || st.phase == handingOff

@@ -35,6 +35,11 @@ const (
 	// flight; after it the lock is released anyway and their outcomes are
 	// not recorded (the new owner sends those events again).
 	handoffWait = 15 * time.Second
+
+	// cutCheckEvery is how often cutLoop asks whether a cut partition's
+	// store is writable again; cutCheckTimeout bounds one question.
+	cutCheckEvery   = time.Second
+	cutCheckTimeout = 2 * time.Second
 )
 
 // lockLoop takes the locks of the partitions assigned here, as soon as
@@ -161,6 +166,13 @@ func (s *Set) runPartition(ctx context.Context, run *partitionRun) {
 	switch {
 	case err == nil || ctx.Err() != nil:
 		// Handed off: the handoff waits for done.
+	case errors.Is(err, owner.ErrStoreStalled):
+		// Cut off from the store's quorum: give the partition up, as a
+		// handoff does, so an agent that reaches the quorum takes it.
+		s.log.Warn("partition store unreachable; giving the partition up until it can be written again", "partition", run.p, "error", err)
+		if s.states.runStalled(run) {
+			s.handOff(run)
+		}
 	case errors.Is(err, owner.ErrFenced):
 		// Lost: stop at once; nothing more is written or sent here.
 		s.log.Warn("partition ownership lost; stopped", "partition", run.p, "error", err)
@@ -170,8 +182,35 @@ func (s *Set) runPartition(ctx context.Context, run *partitionRun) {
 		// A write failed: rebuild the partition from its store.
 		s.log.Error("partition failed; reopening it", "partition", run.p, "error", err)
 		run.part.Detach()
-		s.states.runFailed(run)
+		s.states.runFailed(run, run.part.StoreConfirmed())
 		s.states.troubled(run.p, "a write failed; reopening (the agent's log has the error)")
+	}
+}
+
+// cutLoop asks, every cutCheckEvery, whether the store of each partition
+// given up here as cut can be written from here again (owner.Writable);
+// the lifecycle lifts the mark once it could for the stall timeout.
+func (s *Set) cutLoop(ctx context.Context) {
+	t := time.NewTicker(cutCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		for _, p := range s.states.cutPartitions() {
+			cctx, cancel := context.WithTimeout(ctx, cutCheckTimeout)
+			writable := owner.Writable(cctx, s.deps.JS, p)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			s.states.writableCheck(p, writable)
+			if writable && !slices.Contains(s.states.cutPartitions(), p) {
+				s.log.Info("partition store writable again from here; the partition may be taken again", "partition", p)
+			}
+		}
 	}
 }
 
@@ -228,7 +267,7 @@ func (s *Set) reportOwned(ctx context.Context) {
 		}
 		client := s.cfg.Upstream.Client(httpClient, s.cfg.Upstream.URL())
 		_, err := client.ReportOwned(ctx, connect.NewRequest(&rivorav1.ReportOwnedRequest{
-			AgentName: s.cfg.Name, Session: s.locker.Session(), Partitions: s.states.owned(),
+			AgentName: s.cfg.Name, Session: s.locker.Session(), Partitions: s.states.owned(), Cut: s.states.cutList(),
 		}))
 		if err != nil && ctx.Err() == nil {
 			s.log.Debug("report owned partitions", "error", err)

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/agent/owner"
@@ -65,7 +66,7 @@ type Set struct {
 func New(cfg Config) *Set {
 	return &Set{
 		cfg: cfg, log: cfg.Log, locker: cfg.Locker, deps: cfg.Deps, sched: cfg.Deps.Scheduler,
-		states: newLifecycle(),
+		states: newLifecycle(stallTimeout(cfg.Deps)),
 	}
 }
 
@@ -78,6 +79,7 @@ func (s *Set) Run(ctx context.Context) error {
 	loops.Go(func() { s.lockLoop(ctx) })
 	loops.Go(func() { s.openLoop(ctx) })
 	loops.Go(func() { s.reportOwned(ctx) })
+	loops.Go(func() { s.cutLoop(ctx) })
 	<-ctx.Done()
 	s.ready.Store(false)
 	loops.Wait()
@@ -95,6 +97,18 @@ func (s *Set) Shutdown() {
 	}
 	s.running.Wait()
 }
+
+// stallTimeout is the store stall timeout the partitions run with.
+func stallTimeout(deps owner.Deps) time.Duration {
+	if deps.StoreStallTimeout > 0 {
+		return deps.StoreStallTimeout
+	}
+	return owner.DefaultStoreStallTimeout
+}
+
+// Cut lists the partitions given up here because their store could not be
+// written from here, until it can (lifecycle), lowest first.
+func (s *Set) Cut() []uint32 { return s.states.cutList() }
 
 // FixCount records the cell's partition count from the control plane's
 // config. Partitions are fixed for a cell: a count other than the one

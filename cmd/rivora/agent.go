@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/internal/httpurl"
 	"github.com/rivora/rivora/server"
@@ -69,6 +70,7 @@ Examples:
 			&cli.IntFlag{Name: "replicas", EnvVars: []string{"RIVORA_REPLICAS"}, Usage: "stream replicas `N` (default: min(3, cell size))"},
 			&cli.DurationFlag{Name: "session-ttl", Value: ownership.DefaultTTL, EnvVars: []string{"RIVORA_SESSION_TTL"}, Usage: "Consul session TTL (10s is Consul's minimum)"},
 			&cli.DurationFlag{Name: "lock-delay", Value: ownership.DefaultLockDelay, EnvVars: []string{"RIVORA_LOCK_DELAY"}, Usage: "Consul lock-delay: how long a lost owner's locks stay untaken"},
+			&cli.DurationFlag{Name: "store-stall-timeout", Value: owner.DefaultStoreStallTimeout, EnvVars: []string{"RIVORA_STORE_STALL_TIMEOUT"}, Usage: "how long a partition may go without a confirmed write to its streams (this agent cut off from their replicas' quorum, while it still holds the partition's lock) before the agent gives the partition up to an agent that can write it; it takes it again once its streams have been writable from here that long. Keep it above a stream's leader change (about 10s)"},
 			&cli.BoolFlag{Name: "allow-local-archive", EnvVars: []string{"RIVORA_ALLOW_LOCAL_ARCHIVE"}, Usage: "without --s3-endpoint, archive dead letters under DATA_DIR/archive: for single-agent setups only (in a cell each agent would keep its own dead letters, invisible to the others and to the control plane); without this flag or --s3-endpoint the agent refuses to start"},
 			allowDestinationFlag(false),
 		}, append(append(cellFlags(), agentFlags()...), tlsFlags()...)...),

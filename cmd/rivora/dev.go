@@ -157,6 +157,10 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 		Version:              version,
 	}
 	cfg.HistoryRetention = retention
+	cfg.StoreStallTimeout = c.Duration("store-stall-timeout")
+	if c.IsSet("store-stall-timeout") && cfg.StoreStallTimeout < time.Second {
+		return agent.Config{}, cli.Exit(fmt.Sprintf("--store-stall-timeout %s: want at least 1s (keep it above a stream's leader change, about 10s)", cfg.StoreStallTimeout), 2)
+	}
 	return cfg, nil
 }
 

@@ -3971,8 +3971,12 @@ type AgentStatus struct {
 	Session string `protobuf:"bytes,9,opt,name=session,proto3" json:"session,omitempty"`
 	// assigned_partitions are the partitions the control plane assigns it.
 	AssignedPartitions []uint32 `protobuf:"varint,10,rep,packed,name=assigned_partitions,json=assignedPartitions,proto3" json:"assigned_partitions,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// cut_partitions are the partitions the agent reported it cannot write
+	// (cut off from their streams' quorum): assigned to other agents until
+	// it can again.
+	CutPartitions []uint32 `protobuf:"varint,11,rep,packed,name=cut_partitions,json=cutPartitions,proto3" json:"cut_partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AgentStatus) Reset() {
@@ -4071,6 +4075,13 @@ func (x *AgentStatus) GetSession() string {
 func (x *AgentStatus) GetAssignedPartitions() []uint32 {
 	if x != nil {
 		return x.AssignedPartitions
+	}
+	return nil
+}
+
+func (x *AgentStatus) GetCutPartitions() []uint32 {
+	if x != nil {
+		return x.CutPartitions
 	}
 	return nil
 }
@@ -5079,7 +5090,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x17GetConfigStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12.\n" +
 	"\x06agents\x18\x02 \x03(\v2\x16.rivora.v1.AgentStatusR\x06agents\x12+\n" +
-	"\x05edges\x18\x03 \x03(\v2\x15.rivora.v1.EdgeStatusR\x05edges\"\xe5\x02\n" +
+	"\x05edges\x18\x03 \x03(\v2\x15.rivora.v1.EdgeStatusR\x05edges\"\x8c\x03\n" +
 	"\vAgentStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1c\n" +
@@ -5093,7 +5104,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\rhealth_reason\x18\b \x01(\tR\fhealthReason\x12\x18\n" +
 	"\asession\x18\t \x01(\tR\asession\x12/\n" +
 	"\x13assigned_partitions\x18\n" +
-	" \x03(\rR\x12assignedPartitions\"\xd0\x03\n" +
+	" \x03(\rR\x12assignedPartitions\x12%\n" +
+	"\x0ecut_partitions\x18\v \x03(\rR\rcutPartitions\"\xd0\x03\n" +
 	"\n" +
 	"EdgeBuffer\x12%\n" +
 	"\x0ecell_connected\x18\x01 \x01(\bR\rcellConnected\x12I\n" +

@@ -441,10 +441,15 @@ func (*ReportAppliedResponse) Descriptor() ([]byte, []int) {
 }
 
 type ReportOwnedRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AgentName     string                 `protobuf:"bytes,1,opt,name=agent_name,json=agentName,proto3" json:"agent_name,omitempty"`
-	Session       string                 `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
-	Partitions    []uint32               `protobuf:"varint,3,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	AgentName  string                 `protobuf:"bytes,1,opt,name=agent_name,json=agentName,proto3" json:"agent_name,omitempty"`
+	Session    string                 `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	Partitions []uint32               `protobuf:"varint,3,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	// cut are the partitions the agent gave up because it could not write
+	// their streams (cut off from a quorum of their replicas) and will not
+	// take again until it can: the control plane assigns them to others
+	// meanwhile.
+	Cut           []uint32 `protobuf:"varint,4,rep,packed,name=cut,proto3" json:"cut,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -496,6 +501,13 @@ func (x *ReportOwnedRequest) GetSession() string {
 func (x *ReportOwnedRequest) GetPartitions() []uint32 {
 	if x != nil {
 		return x.Partitions
+	}
+	return nil
+}
+
+func (x *ReportOwnedRequest) GetCut() []uint32 {
+	if x != nil {
+		return x.Cut
 	}
 	return nil
 }
@@ -1003,14 +1015,15 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\x17\n" +
-	"\x15ReportAppliedResponse\"m\n" +
+	"\x15ReportAppliedResponse\"\x7f\n" +
 	"\x12ReportOwnedRequest\x12\x1d\n" +
 	"\n" +
 	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x03 \x03(\rR\n" +
-	"partitions\"\x15\n" +
+	"partitions\x12\x10\n" +
+	"\x03cut\x18\x04 \x03(\rR\x03cut\"\x15\n" +
 	"\x13ReportOwnedResponse\"\xb8\x01\n" +
 	"\x11ReportGoneRequest\x12\x1d\n" +
 	"\n" +
