@@ -93,6 +93,14 @@ func (r *tlsRefusals) since(t time.Time) error {
 	return nil
 }
 
+// forget drops a destination's clients (their idle connections close
+// after idleTimeout).
+func (t *tlsClients) forget(destination string) {
+	t.mu.Lock()
+	delete(t.byDest, destination)
+	t.mu.Unlock()
+}
+
 // refusedHandshake reports a TLS alert from the partner: it refused the
 // handshake (with TLS 1.3 the alert for a refused client certificate
 // arrives on the first read, after the client's side of the handshake

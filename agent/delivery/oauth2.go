@@ -87,6 +87,14 @@ func (t *tokens) source(o *destinations.OAuth2) *tokenSource {
 	return s
 }
 
+// forget drops a destination's token source and its metric series.
+func (t *tokens) forget(destination string) {
+	t.mu.Lock()
+	delete(t.sources, destination)
+	t.mu.Unlock()
+	tokenFetches.DeletePartialMatch(prometheus.Labels{"destination": destination})
+}
+
 // tokenSource caches one destination's token; its mutex is held during a
 // fetch, so concurrent attempts wait for one request instead of each
 // making one.
