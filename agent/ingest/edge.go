@@ -74,24 +74,23 @@ func (e *EdgeTarget) full(err error) error {
 
 // message is the message storing p: into the edge's buffer for an edge
 // (its header and prefixed dedup id), else into INGEST.
-func (e *EdgeTarget) message(p *prepared) *nats.Msg {
+func (e *EdgeTarget) message(p *prepared) (subject string, h nats.Header) {
 	if e == nil {
-		msg := nats.NewMsg(lanes.IngestSubject(p.partition, p.event.GetDestinationId()))
-		msg.Data = p.data
-		msg.Header.Set(jetstream.MsgIDHeader, p.msgID)
-		fingerprint.Set(msg, p.fingerprint)
-		return msg
+		h = nats.Header{jetstream.MsgIDHeader: []string{p.msgID}}
+		if len(p.fingerprint) > 0 {
+			h[fingerprint.Header] = []string{fingerprint.Encode(p.fingerprint)}
+		}
+		return lanes.IngestSubject(p.partition, p.event.GetDestinationId()), h
 	}
-	msg := nats.NewMsg(edge.Subject(e.Name, p.partition, p.event.GetDestinationId()))
-	msg.Data = p.data
-	msg.Header.Set(jetstream.MsgIDHeader, edge.MsgID(p.msgID))
-	msg.Header.Set(edge.Header, e.Name)
-	msg.Header.Set(edge.BufferHeader, e.Buffer)
+	h = nats.Header{}
+	h.Set(jetstream.MsgIDHeader, edge.MsgID(p.msgID))
+	h.Set(edge.Header, e.Name)
+	h.Set(edge.BufferHeader, e.Buffer)
 	if p.key != "" {
 		// The cell finds a fan-out's idempotency record by it.
-		msg.Header.Set(edge.KeyHeader, p.key)
+		h.Set(edge.KeyHeader, p.key)
 	}
-	return msg
+	return edge.Subject(e.Name, p.partition, p.event.GetDestinationId()), h
 }
 
 // validate checks an edge target before the gateway starts.

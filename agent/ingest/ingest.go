@@ -129,6 +129,9 @@ type Gateway struct {
 	edge *EdgeTarget
 	// durable is the store's group commit (Config.Durable).
 	durable *natsd.Syncer
+	// bursts publishes a group of events into INGEST (or an edge's
+	// buffer).
+	bursts *natsd.Publisher
 }
 
 // configVersion is the config version this agent has applied (0 unknown).
@@ -186,6 +189,10 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	if err != nil {
 		return nil, err
 	}
+	bursts, err := natsd.NewPublisher(js.Conn())
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Edge != nil {
 		log.Info("ingest ready at the edge", "edge", cfg.Edge.Name, "bucket", cfg.Edge.bucket(), "dedup_window", cfg.DedupWindow, "max_payload", cfg.MaxPayload)
 	} else {
@@ -194,7 +201,7 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	return &Gateway{
 		js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims,
 		originals: newOriginals(js, claims, cfg.Replicas), delivered: cfg.Delivered, subs: cfg.Subscriptions, catalogue: cfg.Catalogue, applied: cfg.Applied, edge: cfg.Edge,
-		durable: cfg.Durable,
+		durable: cfg.Durable, bursts: bursts,
 	}, nil
 }
 
@@ -570,26 +577,36 @@ func (g *Gateway) storeGroup(ctx context.Context, batch []*prepared, idx []int, 
 			return err
 		}
 	}
-	futures := make([]jetstream.PubAckFuture, len(idx))
+	// One burst of core NATS publishes whose acks come back to one
+	// subscription (natsd.Publisher), not a JetStream future per event.
+	burst, err := g.bursts.Start(len(idx))
+	if err != nil {
+		return err
+	}
 	for j, i := range idx {
-		f, err := g.js.PublishMsgAsync(g.edge.message(batch[i]))
-		if err != nil {
+		subject, h := g.edge.message(batch[i])
+		if err := burst.Publish(j, subject, h, batch[i].data); err != nil {
+			burst.Abandon(j, err)
 			return fmt.Errorf("events[%d]: %w", i, err)
 		}
-		futures[j] = f
 	}
-	for j, f := range futures {
-		select {
-		case ack := <-f.Ok():
-			at[idx[j]] = Stored{Stream: ack.Stream, Seq: ack.Sequence, Duplicate: ack.Duplicate}
-		case err := <-f.Err():
-			return fmt.Errorf("events[%d]: %w", idx[j], err)
-		case <-ctx.Done():
+	acks, err := burst.Wait(ctx, storeTimeout)
+	for j, ack := range acks {
+		at[idx[j]] = Stored{Stream: ack.Stream, Seq: ack.Seq, Duplicate: ack.Duplicate}
+	}
+	if err != nil {
+		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		return fmt.Errorf("events[%d]: %w", idx[len(acks)], err)
 	}
 	return nil
 }
+
+// storeTimeout bounds the wait for a stream's acks when the caller set no
+// deadline: the store is in this process (or this cell), so none for
+// this long means the connection lost them.
+const storeTimeout = time.Minute
 
 // claimError is the answer when the idempotency check refused a batch
 // (errkind.Exists) or could not run.

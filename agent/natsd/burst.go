@@ -2,6 +2,7 @@ package natsd
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Publisher publishes groups of messages to JetStream streams as bursts of
@@ -37,10 +39,16 @@ type Publisher struct {
 	next   uint64
 	bursts map[uint64]*Burst
 	closed bool
+	// stream is the last stream name an acknowledgement named: the next
+	// one most likely names it too, and shares the string (acks are read
+	// on the subscription's one goroutine).
+	stream string
 }
 
 // Ack is a stream's answer to one message of a burst.
 type Ack struct {
+	// Stream is the stream that stored the message.
+	Stream    string
 	Seq       uint64
 	Duplicate bool
 }
@@ -149,12 +157,15 @@ func (b *Burst) Abandon(sent int, err error) {
 // Wait returns every message's Ack once all are in. When a stream refused
 // a message (or a Publish failed), it returns the Acks before the first
 // refused message and the refusal, as a per-message future's first error
-// would. After timeout it gives up (the messages may still be stored).
-func (b *Burst) Wait(timeout time.Duration) ([]Ack, error) {
+// would. When ctx ends, or after timeout, it gives up (the messages may
+// still be stored).
+func (b *Burst) Wait(ctx context.Context, timeout time.Duration) ([]Ack, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-b.done:
+	case <-ctx.Done():
+		b.finish(ctx.Err())
 	case <-t.C:
 		b.finish(fmt.Errorf("no acknowledgement from the stream within %s", timeout))
 	}
@@ -215,7 +226,10 @@ func (p *Publisher) acked(m *nats.Msg) {
 	if b == nil || i < 0 || i >= len(b.acks) {
 		return // a burst already answered (Wait timed out, or Close)
 	}
-	ack, refusal := ParseAck(m)
+	ack, refusal := parseAck(m, p.stream)
+	if ack.Stream != "" {
+		p.stream = ack.Stream
+	}
 	b.mu.Lock()
 	if b.got[i] {
 		b.mu.Unlock()
@@ -241,12 +255,16 @@ func (p *Publisher) acked(m *nats.Msg) {
 // listens on the subject). It reads seq and duplicate without
 // encoding/json, which costs more than the rest of the acknowledgement's
 // way; errors, rare, are decoded in full.
-func ParseAck(m *nats.Msg) (Ack, error) {
+func ParseAck(m *nats.Msg) (Ack, error) { return parseAck(m, "") }
+
+// parseAck is ParseAck, the stream's name shared with known when it is
+// that one.
+func parseAck(m *nats.Msg, known string) (Ack, error) {
 	data := m.Data
 	if len(data) == 0 {
 		if status := m.Header.Get("Status"); status != "" {
 			if status == "503" {
-				return Ack{}, nats.ErrNoResponders
+				return Ack{}, fmt.Errorf("%w: %w", jetstream.ErrNoStreamResponse, nats.ErrNoResponders)
 			}
 			return Ack{}, fmt.Errorf("publish answered status %s %s", status, m.Header.Get("Description"))
 		}
@@ -259,12 +277,23 @@ func ParseAck(m *nats.Msg) (Ack, error) {
 	if !ok || seq == 0 {
 		return Ack{}, fmt.Errorf("unreadable publish acknowledgement %q", data)
 	}
+	stream := ""
+	if k := bytes.Index(data, []byte(`"stream":"`)); k >= 0 {
+		v := data[k+len(`"stream":"`):]
+		if end := bytes.IndexByte(v, '"'); end >= 0 {
+			if string(v[:end]) == known {
+				stream = known
+			} else {
+				stream = string(v[:end])
+			}
+		}
+	}
 	dup := false
 	if k := bytes.Index(data, []byte(`"duplicate":`)); k >= 0 {
 		v := bytes.TrimLeft(data[k+len(`"duplicate":`):], " ")
 		dup = bytes.HasPrefix(v, []byte("true"))
 	}
-	return Ack{Seq: seq, Duplicate: dup}, nil
+	return Ack{Stream: stream, Seq: seq, Duplicate: dup}, nil
 }
 
 // jsonUint reads the unsigned number after key in data.
@@ -285,20 +314,11 @@ func jsonUint(data []byte, key string) (uint64, bool) {
 	return n, digits > 0 && digits < 20
 }
 
-// APIError is a stream's refusal of a publish.
-type APIError struct {
-	Code        int    `json:"code"`
-	ErrorCode   int    `json:"err_code"`
-	Description string `json:"description"`
-}
-
-func (e *APIError) Error() string {
-	return fmt.Sprintf("stream refused the publish: %s (code %d, error code %d)", e.Description, e.Code, e.ErrorCode)
-}
-
+// ackError is a stream's refusal: a *jetstream.APIError, as a JetStream
+// future answers it (errors.Is with jetstream's errors holds).
 func ackError(data []byte) error {
 	var resp struct {
-		Error *APIError `json:"error"`
+		Error *jetstream.APIError `json:"error"`
 	}
 	if err := json.Unmarshal(data, &resp); err != nil || resp.Error == nil {
 		return fmt.Errorf("unreadable publish acknowledgement %q", data)

@@ -49,7 +49,7 @@ func TestBurstAnswersEachMessagesSequence(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	acks, err := b.Wait(10 * time.Second)
+	acks, err := b.Wait(context.Background(), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,11 +57,11 @@ func TestBurstAnswersEachMessagesSequence(t *testing.T) {
 		t.Fatalf("%d acks for %d messages", len(acks), n)
 	}
 	for i, a := range acks[:n-1] {
-		if a != (natsd.Ack{Seq: uint64(i + 1)}) {
+		if a != (natsd.Ack{Stream: "BURST", Seq: uint64(i + 1)}) {
 			t.Fatalf("message %d answered %+v, want sequence %d, not a duplicate", i, a, i+1)
 		}
 	}
-	if last := acks[n-1]; last != (natsd.Ack{Seq: 8, Duplicate: true}) {
+	if last := acks[n-1]; last != (natsd.Ack{Stream: "BURST", Seq: 8, Duplicate: true}) {
 		t.Fatalf("the repeated id answered %+v, want a duplicate of sequence 8", last)
 	}
 	info, err := srv.JetStream().Stream(context.Background(), "BURST")
@@ -87,8 +87,8 @@ func TestBurstStopsAtTheFirstRefusal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	acks, err := b.Wait(10 * time.Second)
-	var apiErr *natsd.APIError
+	acks, err := b.Wait(context.Background(), 10*time.Second)
+	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10070 {
 		t.Fatalf("err %v, want the stream's wrong-last-msg-id refusal (10070)", err)
 	}
@@ -103,7 +103,7 @@ func TestBurstStopsAtTheFirstRefusal(t *testing.T) {
 	if err := nobody.Publish(0, "nobody.listens", nil, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nobody.Wait(10 * time.Second); !errors.Is(err, nats.ErrNoResponders) {
+	if _, err := nobody.Wait(context.Background(), 10*time.Second); !errors.Is(err, nats.ErrNoResponders) || !errors.Is(err, jetstream.ErrNoStreamResponse) {
 		t.Fatalf("err %v, want no responders", err)
 	}
 }
@@ -122,7 +122,7 @@ func TestBurstAbandonTimeoutAndClose(t *testing.T) {
 	}
 	failure := errors.New("connection closed")
 	b.Abandon(1, failure)
-	acks, err := b.Wait(10 * time.Second)
+	acks, err := b.Wait(context.Background(), 10*time.Second)
 	if !errors.Is(err, failure) || len(acks) != 1 || acks[0].Seq != 1 {
 		t.Fatalf("abandoned burst answered %+v, %v; want the first message's ack and the failure", acks, err)
 	}
@@ -133,7 +133,7 @@ func TestBurstAbandonTimeoutAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if acks, err := silent.Wait(50 * time.Millisecond); err == nil || len(acks) != 0 {
+	if acks, err := silent.Wait(context.Background(), 50*time.Millisecond); err == nil || len(acks) != 0 {
 		t.Fatalf("a burst nobody answered returned %+v, %v; want a timeout", acks, err)
 	}
 	if waited := time.Since(start); waited < 50*time.Millisecond {
@@ -145,7 +145,7 @@ func TestBurstAbandonTimeoutAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub.Close()
-	if _, err := waiting.Wait(10 * time.Second); !errors.Is(err, natsd.ErrPublisherClosed) {
+	if _, err := waiting.Wait(context.Background(), 10*time.Second); !errors.Is(err, natsd.ErrPublisherClosed) {
 		t.Fatalf("err %v after Close, want ErrPublisherClosed", err)
 	}
 	if _, err := pub.Start(1); !errors.Is(err, natsd.ErrPublisherClosed) {
@@ -159,9 +159,9 @@ func TestParseAck(t *testing.T) {
 		want natsd.Ack
 		bad  bool
 	}{
-		{data: `{"stream":"LANES_3","seq":42}`, want: natsd.Ack{Seq: 42}},
-		{data: `{"stream":"LANES_3","domain":"hub","seq":7,"duplicate": true}`, want: natsd.Ack{Seq: 7, Duplicate: true}},
-		{data: `{"stream":"S", "seq": 9, "duplicate":false}`, want: natsd.Ack{Seq: 9}},
+		{data: `{"stream":"LANES_3","seq":42}`, want: natsd.Ack{Stream: "LANES_3", Seq: 42}},
+		{data: `{"stream":"LANES_3","domain":"hub","seq":7,"duplicate": true}`, want: natsd.Ack{Stream: "LANES_3", Seq: 7, Duplicate: true}},
+		{data: `{"stream":"S", "seq": 9, "duplicate":false}`, want: natsd.Ack{Stream: "S", Seq: 9}},
 		{data: `{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 3"},"stream":"S","seq":0}`, bad: true},
 		{data: `{"stream":"S"}`, bad: true},
 		{data: `{"stream":"S","seq":0}`, bad: true},

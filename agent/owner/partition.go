@@ -95,6 +95,8 @@ type Partition struct {
 	fence  *fence
 	lanes  jetstream.Stream
 	ledger jetstream.Stream
+	// directGet is the lane store's direct get subject (loadStored).
+	directGet string
 
 	cache   *eventCache
 	writer  *laneWriter
@@ -146,6 +148,7 @@ func Open(ctx context.Context, p int, deps Deps, lease *ownership.Lease) (*Parti
 
 // wire creates the parts, once the streams exist.
 func (o *Partition) wire(ingest jetstream.Consumer) {
+	o.directGet = directGetSubject(o.deps.JS, lanes.LanesStream(o.p))
 	o.writer = newLaneWriter(o.p, o.deps.JS, o.fence, o.deps.Scheduler, o.cache, o.log)
 	o.writer.abandon = o.stalled
 	o.writer.ackWait = o.ackWait()

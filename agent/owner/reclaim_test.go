@@ -257,3 +257,41 @@ func TestReclaimFencedWritesNothing(t *testing.T) {
 		t.Fatalf("book holds %v after a refused done record, want 3 back", seqs)
 	}
 }
+
+// While events are pending, the lane store is purged below the low water
+// at most once per purgeEvery (each purge rewrites the stream's state);
+// done records are still written every tick, and a partition with
+// nothing pending is purged at once.
+func TestReclaimSpacesPurgesWhileEventsArePending(t *testing.T) {
+	rig := newReclaimRig(t)
+	ctx := context.Background()
+	lane := lanes.ID{Destination: "orders", Customer: "acme", Key: "u1"}
+	subject := lane.Subject(0)
+	rig.pending(lane, 5, 6)
+	rig.registered = 8
+	s := &sweep{garbage: make(map[string]uint64), purgeEvery: time.Hour}
+
+	rig.r.noteDone(subject, 3)
+	rig.r.tick(ctx, s)
+	if got := lanePurgesBelow(rig.lanes.takePurges()); !slices.Equal(got, []uint64{5}) {
+		t.Fatalf("first tick purged below %v, want below 5", got)
+	}
+	// The low water moves on (5 delivered), but within purgeEvery.
+	rig.sched.DropPartition(0)
+	rig.pending(lane, 6)
+	rig.r.noteDone(subject, 5)
+	rig.r.tick(ctx, s)
+	if got := lanePurgesBelow(rig.lanes.takePurges()); len(got) != 0 {
+		t.Fatalf("purged below %v within purgeEvery while events are pending", got)
+	}
+	if n := len(rig.js.published()); n != 2 {
+		t.Fatalf("%d done records after two ticks, want one each", n)
+	}
+	// Nothing pending: purged at once, within purgeEvery too.
+	rig.sched.DropPartition(0)
+	rig.r.noteDone(subject, 6)
+	rig.r.tick(ctx, s)
+	if got := lanePurgesBelow(rig.lanes.takePurges()); !slices.Equal(got, []uint64{9}) {
+		t.Fatalf("with nothing pending purged below %v, want below 9 (the registered mark + 1)", got)
+	}
+}

@@ -397,7 +397,7 @@ func (f *flight) fail() {
 // wait collects the store's answer to every write of the group, in order;
 // the first refusal, or timeout without every ack, ends it.
 func (f *flight) wait(timeout time.Duration) ([][]storedAck, error) {
-	all, err := f.burst.Wait(timeout)
+	all, err := f.burst.Wait(context.Background(), timeout)
 	if err != nil {
 		return nil, err
 	}

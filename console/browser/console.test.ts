@@ -3,10 +3,12 @@
 // watches a failing destination degrade, pauses it, sets an override with a
 // reason, replays its dead letters in lane order, and a viewer sees no
 // action. Screenshots of each page go to console/test-artifacts/.
+import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { promisify } from "node:util";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventually, rpc, startDev, startPartner, type Dev, type Partner } from "../../testkit/ts/index.js";
@@ -321,6 +323,46 @@ describe("console in Chromium against rivora dev", () => {
     });
     await eventually("polling again when visible", () => calls > 0, 5_000);
     page.off("request", count);
+  });
+
+  it("an admin sets a client certificate and OAuth2 credentials; the page shows their summary, never the key or secret", async () => {
+    // A throwaway certificate (openssl, as an operator would make one).
+    const cert = join(binDir, "console-cert.pem");
+    const key = join(binDir, "console-key.pem");
+    await promisify(execFile)("openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=console-test"]);
+    const keyPem = await readFile(key, "utf8");
+    const keyLine = keyPem.split("\n")[1]!;
+    const secret = "console-oauth2-secret-5d1e";
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await page.getByLabel("Token").waitFor();
+    await page.getByLabel("Token").fill(dev.token);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByTestId("who").waitFor();
+    await page.goto(`${dev.url}/console/#/destination/quiet`);
+    await page.getByTestId("endpoint-auth").getByText("Signature only").waitFor();
+    await page.locator('input[name="oauth2-token-url"]').fill("http://127.0.0.1:9/token");
+    await page.locator('input[name="oauth2-client-id"]').fill("console-client");
+    await page.locator('input[name="oauth2-client-secret"]').fill(secret);
+    await page.locator('input[name="oauth2-scopes"]').fill("hooks read");
+    await page.getByRole("button", { name: "Set OAuth2", exact: true }).click();
+    await page.getByTestId("endpoint-auth").getByText("console-client").waitFor({ timeout: 10_000 });
+    await page.locator('textarea[name="client-cert"]').fill(await readFile(cert, "utf8"));
+    await page.locator('textarea[name="client-key"]').fill(keyPem);
+    await page.getByRole("button", { name: "Set certificate", exact: true }).click();
+    await page.getByTestId("endpoint-auth").getByText(/CN=console-test/).first().waitFor({ timeout: 10_000 });
+    const shown = (await page.getByTestId("endpoint-auth").textContent()) ?? "";
+    expect(shown).toMatch(/OAuth2 client secret\s*sha256:[0-9a-f]{16}/);
+    expect(shown).toMatch(/Client key\s*sha256:[0-9a-f]{16}/);
+    expect(await page.content()).not.toContain(secret);
+    expect(await page.content()).not.toContain(keyLine);
+    const got = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "get", "quiet", "-o", "json")) as {
+      destination: { oauth2?: { clientId?: string; clientSecret?: string; scopes?: string[] }; clientCertificate?: { subject?: string; keyPem?: string } };
+    };
+    expect(got.destination.oauth2).toMatchObject({ clientId: "console-client", scopes: ["hooks", "read"] });
+    expect(got.destination.oauth2?.clientSecret).toBeUndefined();
+    expect(got.destination.clientCertificate?.subject).toBe("CN=console-test");
+    expect(got.destination.clientCertificate?.keyPem).toBeUndefined();
+    await shot("destination-auth.png");
   });
 
   it("logged no error in the page", () => {

@@ -10,6 +10,7 @@ import { can, displayState, formatCount, formatDuration, formatRate, formatShare
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 import { rateChart, series } from "./chart.js";
+import { endpointAuthSection } from "./destinationauth.js";
 
 const classNames: Record<number, string> = {
   [PriorityClass.UNSPECIFIED]: "normal",
@@ -45,6 +46,8 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
   const limitsBody = h("div");
   limitsBox.appendChild(limitsBody);
 
+  const authBox = endpointAuthSection(id, can(me.role, "admin"), () => p.now());
+
   let health: DestinationHealth | undefined;
   let dest: Destination | undefined;
   const skipReason = h("input", { type: "text", name: "skip-reason", placeholder: "why skip the head" });
@@ -65,6 +68,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     h("div", { class: "grid2" }, transitions, backlog),
     lanesBox,
     limitsBox,
+    authBox.el,
   );
 
   const tick = async (): Promise<void> => {
@@ -83,6 +87,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       drawBacklog();
       drawLanes(lr.lanes, Number(lr.matched));
       drawLimits(lim);
+      authBox.draw(dest, health);
       act.update();
       st.clear();
     } catch (err) {
