@@ -139,6 +139,9 @@ type Config struct {
 	// dials (--allow-destination-cidr); nil denies by default (loopback,
 	// private ranges, metadata, …) and allows nothing more.
 	Guard *ssrf.Guard
+	// EgressProxy, when set, carries deliveries and OAuth2 token fetches
+	// (--egress-proxy); the guard still judges each destination's address.
+	EgressProxy *delivery.EgressProxy
 }
 
 // DefaultWorkers is the default number of delivery workers.
@@ -291,16 +294,27 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}); err != nil {
 		return fail(err)
 	}
-	a.sender = delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name), cfg.Guard)
+	a.sender = delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name), cfg.Guard, senderOptions(cfg)...)
 	a.worker = owner.Worker{
 		Scheduler: a.sched, Sender: a.sender,
 		Clock: clock.Real{}, Log: base.With("component", "delivery"), Disable: a.gone.Hold,
 	}
 	base.Info("deliveries pass the SSRF guard", "component", "delivery", "guard", cfg.Guard.String())
+	if cfg.EgressProxy != nil {
+		base.Info("deliveries go out through the egress proxy", "component", "delivery", "proxy", cfg.EgressProxy.String())
+	}
 	if err := registerMetrics(a.sched); err != nil {
 		return fail(err)
 	}
 	return a, nil
+}
+
+// senderOptions are the delivery options cfg asks for.
+func senderOptions(cfg Config) []delivery.Option {
+	if cfg.EgressProxy == nil {
+		return nil
+	}
+	return []delivery.Option{delivery.WithEgressProxy(cfg.EgressProxy)}
 }
 
 // Run follows the control plane and delivers until ctx ends, then drains:

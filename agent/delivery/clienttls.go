@@ -24,7 +24,7 @@ import (
 
 // tlsClients holds the clients of destinations with their own TLS.
 type tlsClients struct {
-	dialer *net.Dialer
+	dialer *egressDialer
 	base   *tls.Config
 
 	mu sync.Mutex
@@ -39,7 +39,7 @@ type keyedClient struct {
 	refusals *tlsRefusals
 }
 
-func newTLSClients(dialer *net.Dialer, base *tls.Config) *tlsClients {
+func newTLSClients(dialer *egressDialer, base *tls.Config) *tlsClients {
 	return &tlsClients{dialer: dialer, base: base, byDest: map[string]*[2]keyedClient{}}
 }
 

@@ -266,6 +266,40 @@ describe("console in Chromium against rivora dev", () => {
     await shot("agents.png");
   });
 
+  // Issue 29: ten tries of a held event no longer all read "1".
+  it("numbers an event's tries and says which used one of its attempts", async () => {
+    const id = published.get("user-1")![0]!;
+    await page.goto(`${dev.url}/console/#/events/${id}`);
+    const tries = page.getByTestId("event").locator("tbody tr[data-try]");
+    await tries.first().waitFor();
+    const numbers = await tries.evaluateAll((rows) => rows.map((r) => r.getAttribute("data-try")));
+    expect(numbers.length).toBeGreaterThanOrEqual(2);
+    expect(numbers).toEqual(numbers.map((_, i) => String(i + 1)));
+    // noisy answered 503 to every lane until it was resumed and replayed:
+    // none of its 503s used an attempt.
+    const cells = await tries.evaluateAll((rows) => rows.map((r) => [...r.querySelectorAll("td")].map((td) => td.textContent ?? "")));
+    const failed = cells.filter((c) => c[3] === "503");
+    expect(failed.length).toBeGreaterThanOrEqual(2);
+    for (const c of failed) expect(c[1]).toBe("not charged: destination down");
+    expect(cells[1]![0]).toBe("try 2");
+    await shot("event-tries.png");
+  });
+
+  it("draws a destination's rate chart from when it was created, not 15 minutes back", async () => {
+    await page.goto(`${dev.url}/console/#/destination/quiet`);
+    const chart = page.locator("svg.chart");
+    await chart.waitFor();
+    const span = (await chart.getAttribute("data-span")) ?? "";
+    // quiet was created when this file started, minutes ago at most.
+    expect(span).toMatch(/^(\d+s|\d+m( \d+s)?)$/);
+    expect(span).not.toBe("15m");
+    expect(await page.locator("figure.chart-box figcaption").textContent()).toContain("(since it was created)");
+    const points = ((await chart.locator("polyline.line-delivered").getAttribute("points")) ?? "").trim().split(" ");
+    expect(points.length).toBeLessThan(90);
+    expect(await chart.locator("text.axis").filter({ hasText: `-${span}` }).count()).toBe(1);
+    await shot("destination-young-chart.png");
+  });
+
   // Issue 22: a malformed %-escape in the hash threw URIError out of the
   // router and the console stopped redrawing.
   it("a malformed address shows Bad address and the console keeps working", async () => {

@@ -9,7 +9,7 @@ import { field, h, replace, status, table } from "../dom.js";
 import { can, displayState, formatCount, formatDuration, formatRate, formatShare, parseDuration } from "../format.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
-import { rateChart, series } from "./chart.js";
+import { chartSamples, chartSpan, rateChart, series } from "./chart.js";
 import { endpointAuthSection } from "./destinationauth.js";
 
 const classNames: Record<number, string> = {
@@ -122,11 +122,12 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
   }
 
   function drawChart(): void {
-    const samples = health?.rateHistory ?? [];
+    const created = dest?.createdAt ? new Date(Number(dest.createdAt.seconds) * 1000) : undefined;
+    const samples = chartSamples(health?.rateHistory ?? [], created);
     replace(
       chart,
       samples.length ? rateChart(samples) : h("p", { class: "muted" }, "No rate history yet (no agent owns this destination)."),
-      h("figcaption", {}, "Last 15 minutes: ", ...series.map((s) => h("span", { class: `key key-${s.key}` }, s.label))),
+      h("figcaption", {}, `Last ${chartSpan(samples)}${samples.length < (health?.rateHistory.length ?? 0) ? " (since it was created)" : ""}: `, ...series.map((s) => h("span", { class: `key key-${s.key}` }, s.label))),
     );
   }
 
