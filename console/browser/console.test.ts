@@ -399,6 +399,23 @@ describe("console in Chromium against rivora dev", () => {
     await shot("destination-auth.png");
   });
 
+  it("an admin switches a destination to ed25519 (v1a); the page shows the public key, never the secret key", async () => {
+    await page.goto(`${dev.url}/console/#/destination/quiet`);
+    await page.getByTestId("signing").getByText("v1", { exact: true }).waitFor();
+    await page.locator('select[name="signature-scheme"]').selectOption("v1a");
+    await page.getByRole("button", { name: "Set scheme", exact: true }).click();
+    await page.getByTestId("signing").getByText(/^whpk_/).waitFor({ timeout: 10_000 });
+    const shown = (await page.getByTestId("signing").textContent()) ?? "";
+    const got = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "get", "quiet", "-o", "json")) as {
+      destination: { signatureScheme?: string; publicKey?: string; signingKey?: string; signingKeyFingerprint?: string };
+    };
+    expect(got.destination.signatureScheme).toBe("v1a");
+    expect(got.destination.signingKey).toBeUndefined();
+    expect(shown).toContain(got.destination.publicKey!);
+    expect(shown).toContain(got.destination.signingKeyFingerprint!);
+    expect(await page.content()).not.toContain("whsk_");
+  });
+
   it("logged no error in the page", () => {
     expect(pageErrors).toEqual([]);
   });

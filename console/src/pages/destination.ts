@@ -11,6 +11,7 @@ import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 import { chartSamples, chartSpan, rateChart, series } from "./chart.js";
 import { endpointAuthSection } from "./destinationauth.js";
+import { signingSection } from "./destinationsigning.js";
 
 const classNames: Record<number, string> = {
   [PriorityClass.UNSPECIFIED]: "normal",
@@ -47,6 +48,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
   limitsBox.appendChild(limitsBody);
 
   const authBox = endpointAuthSection(id, can(me.role, "admin"), () => p.now());
+  const signingBox = signingSection(id, can(me.role, "admin"), () => p.now());
 
   let health: DestinationHealth | undefined;
   let dest: Destination | undefined;
@@ -69,6 +71,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     lanesBox,
     limitsBox,
     authBox.el,
+    signingBox.el,
   );
 
   const tick = async (): Promise<void> => {
@@ -88,6 +91,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       drawLanes(lr.lanes, Number(lr.matched));
       drawLimits(lim);
       authBox.draw(dest, health);
+      signingBox.draw(dest);
       act.update();
       st.clear();
     } catch (err) {
