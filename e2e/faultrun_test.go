@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,8 +218,35 @@ func (r *faultRun) finish(t *testing.T, scenario string, faultFrom, heal time.Ti
 	t.Logf("report %s", b)
 	if err := v.OK(); err != nil {
 		t.Errorf("checker: %v", err)
+		r.explainReorders(t, v, acked)
 	}
 	return v
+}
+
+// explainReorders logs every request of the lanes the checker found
+// reordered, with each event's place in its lane.
+func (r *faultRun) explainReorders(t *testing.T, v checker.Verdict, acked []checker.Publish) {
+	t.Helper()
+	seq := map[string]int{}
+	for _, a := range acked {
+		seq[a.ID] = a.Seq
+	}
+	for _, pr := range v.Problems {
+		rest, ok := strings.CutPrefix(pr, "reordered: lane ")
+		if !ok {
+			continue
+		}
+		lane, _, _ := strings.Cut(rest, ":")
+		dest, custLane, _ := strings.Cut(lane, "/")
+		var lines []string
+		for _, rq := range r.partners[dest].Requests() {
+			if rq.Lane == custLane {
+				s, known := seq[rq.ID]
+				lines = append(lines, fmt.Sprintf("%s #%d(%v) %s attempt %d → %d by %s", rq.At.Format("15:04:05.000"), s, known, rq.ID[:8], rq.Attempt, rq.Status, rq.Agent))
+			}
+		}
+		t.Logf("lane %s (partition %d): %s", lane, lanes.Partition(dest, r.c.partitions), strings.Join(lines, "; "))
+	}
 }
 
 // archived lists the dead letters' event ids (the cell's archive).
