@@ -164,6 +164,13 @@ func (m *mover) moveBatch(ctx context.Context, batch []jetstream.Msg) {
 	if !m.judgeForwarded(ctx, items, fwd) {
 		return // stopping: INGEST redelivers them
 	}
+	// Once every message of the batch is stored or dropped, the direct
+	// path need not wait for any of them (laneWriter.lookIngest).
+	defer func() {
+		if len(items) == 0 {
+			m.writer.moved(streamSeq(batch[len(batch)-1]))
+		}
+	}()
 	wait := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	for len(items) > 0 {
 		res := m.writer.submit(ctx, items)
@@ -186,6 +193,9 @@ func (m *mover) moveBatch(ctx context.Context, batch []jetstream.Msg) {
 		for _, msg := range ins[:res.stored] {
 			_ = msg.Ack()
 		}
+		if res.stored > 0 {
+			m.writer.moved(streamSeq(ins[res.stored-1]))
+		}
 		movedTotal.Add(float64(res.stored))
 		items, ins, origins = items[res.stored:], ins[res.stored:], origins[res.stored:]
 		if len(items) == 0 {
@@ -200,6 +210,16 @@ func (m *mover) moveBatch(ctx context.Context, batch []jetstream.Msg) {
 			return
 		}
 	}
+}
+
+// streamSeq is an INGEST message's stream sequence (0: unknown; the
+// mover checked every message's metadata before, ingestOrder).
+func streamSeq(msg jetstream.Msg) uint64 {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return 0
+	}
+	return meta.Sequence.Stream
 }
 
 // decode turns INGEST messages into items for the writer, with the

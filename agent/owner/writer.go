@@ -88,6 +88,14 @@ type laneWriter struct {
 	registeredThrough atomic.Uint64
 
 	gate gate
+	// movedThrough is the INGEST stream sequence through which the mover
+	// has handled every message for this partition (stored in the lanes,
+	// or dropped); ingestLook compares INGEST's last one with it.
+	movedThrough atomic.Uint64
+	// ingestLook coalesces the direct path's looks at INGEST.
+	ingestLook ingestLook
+	ingestMu   sync.Mutex
+	ingest     jetstream.Stream // INGEST's handle, once read (ingestStream)
 	// recent are the dedup ids stored in the last dedup window
 	// (recent.go).
 	recent *recentIDs
@@ -149,6 +157,16 @@ func (w *laneWriter) append(ctx context.Context, items []Item) ([]Stored, error)
 		defer w.gate.endForward()
 		return w.forward(ctx, items)
 	}
+	// Another agent may have stored an earlier event of these lanes in
+	// INGEST (and acknowledged it) that the mover has not moved yet: then
+	// these go through INGEST too, behind it. Unsure (INGEST did not
+	// answer): the same, INGEST's answer then decides.
+	if ahead, err := w.ingestLook.ahead(ctx, w.lookIngest); ahead || err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return w.forward(ctx, items)
+	}
 	res := w.submit(ctx, items)
 	if res.err != nil {
 		if res.stored > 0 && !errors.Is(res.err, ErrNotOwned) {
@@ -157,6 +175,108 @@ func (w *laneWriter) append(ctx context.Context, items []Item) ([]Stored, error)
 		return res.at, res.err
 	}
 	return res.at, nil
+}
+
+// ingestLookTimeout bounds one look at INGEST (lookIngest).
+const ingestLookTimeout = 5 * time.Second
+
+// lookIngest reports whether INGEST holds a message for this partition
+// the mover has not handled yet: its last one for the partition, read
+// from the stream's leader, is past movedThrough. INGEST is a work queue,
+// so what the mover acked is gone and a partition with nothing waiting
+// has no last message.
+func (w *laneWriter) lookIngest(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, ingestLookTimeout)
+	defer cancel()
+	stream, err := w.ingestStream(ctx)
+	if err != nil {
+		return false, err
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, lanes.IngestFilter(w.p))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read INGEST's last message for partition %d: %w", w.p, err)
+	}
+	return last.Sequence > w.movedThrough.Load(), nil
+}
+
+// ingestStream is INGEST's handle, read once.
+func (w *laneWriter) ingestStream(ctx context.Context) (jetstream.Stream, error) {
+	w.ingestMu.Lock()
+	defer w.ingestMu.Unlock()
+	if w.ingest != nil {
+		return w.ingest, nil
+	}
+	stream, err := w.js.Stream(ctx, lanes.IngestStream)
+	if err != nil {
+		return nil, fmt.Errorf("read %s stream: %w", lanes.IngestStream, err)
+	}
+	w.ingest = stream
+	return stream, nil
+}
+
+// moved records that the mover handled every INGEST message for this
+// partition through stream sequence seq.
+func (w *laneWriter) moved(seq uint64) {
+	if seq > w.movedThrough.Load() { // only the mover writes it
+		w.movedThrough.Store(seq)
+	}
+}
+
+// ingestLook coalesces concurrent looks at INGEST: one look serves every
+// caller that asked before it began. A caller never shares a look begun
+// before it asked, for that look may predate the INGEST acknowledgement
+// of the caller's earlier event (a client publishes its lane's next event
+// only once the previous one was acknowledged).
+type ingestLook struct {
+	mu      sync.Mutex
+	next    *lookRound // the round that begins next; callers join it
+	running bool       // a goroutine is running rounds
+}
+
+type lookRound struct {
+	done  chan struct{}
+	ahead bool
+	err   error
+}
+
+// ahead joins the next round of look and waits for its answer.
+func (l *ingestLook) ahead(ctx context.Context, look func(context.Context) (bool, error)) (bool, error) {
+	l.mu.Lock()
+	if l.next == nil {
+		l.next = &lookRound{done: make(chan struct{})}
+	}
+	r := l.next
+	if !l.running {
+		l.running = true
+		go l.run(look)
+	}
+	l.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.ahead, r.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// run runs rounds while callers wait for one.
+func (l *ingestLook) run(look func(context.Context) (bool, error)) {
+	for {
+		l.mu.Lock()
+		r := l.next
+		l.next = nil
+		if r == nil {
+			l.running = false
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		r.ahead, r.err = look(context.Background())
+		close(r.done)
+	}
 }
 
 // forward stores events in INGEST, for the mover.
