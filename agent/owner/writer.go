@@ -159,12 +159,12 @@ func (w *laneWriter) append(ctx context.Context, items []Item) ([]Stored, error)
 	}
 	// Another agent may have stored an earlier event of these lanes in
 	// INGEST (and acknowledged it) that the mover has not moved yet: then
-	// these go through INGEST too, behind it. Unsure (INGEST did not
-	// answer): the same, INGEST's answer then decides.
-	if ahead, err := w.ingestLook.ahead(ctx, w.lookIngest); ahead || err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
+	// these go through INGEST too, behind it.
+	ahead, err := w.ingestLook.ahead(ctx, w.writerDone, w.lookIngest)
+	if err != nil {
+		return nil, err
+	}
+	if ahead {
 		return w.forward(ctx, items)
 	}
 	res := w.submit(ctx, items)
@@ -242,8 +242,9 @@ type lookRound struct {
 	err   error
 }
 
-// ahead joins the next round of look and waits for its answer.
-func (l *ingestLook) ahead(ctx context.Context, look func(context.Context) (bool, error)) (bool, error) {
+// ahead joins the next round of look and waits for its answer; once
+// stopped is closed (the writer stopped), ErrNotOwned.
+func (l *ingestLook) ahead(ctx context.Context, stopped <-chan struct{}, look func(context.Context) (bool, error)) (bool, error) {
 	l.mu.Lock()
 	if l.next == nil {
 		l.next = &lookRound{done: make(chan struct{})}
@@ -257,6 +258,8 @@ func (l *ingestLook) ahead(ctx context.Context, look func(context.Context) (bool
 	select {
 	case <-r.done:
 		return r.ahead, r.err
+	case <-stopped:
+		return false, ErrNotOwned
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
