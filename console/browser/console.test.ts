@@ -422,10 +422,15 @@ describe("console in Chromium against rivora dev", () => {
     const publicKey = "whpk_ebVWLo/mVPlAeLES6KmLp5AfhTrmlb7X4OORC60ElmQ=";
     const legacySecret = "console-legacy-secret-8c2f";
     await page.goto(`${dev.url}/console/#/destination/quiet`);
+    // The OAuth2 token URL set above answers nothing: remove it (and the certificate) so deliveries reach quiet.
+    await page.getByRole("button", { name: "Remove OAuth2", exact: true }).click();
+    await page.getByText("OAuth2 credentials of quiet removed.").waitFor({ timeout: 10_000 });
+    await page.getByRole("button", { name: "Remove certificate", exact: true }).click();
+    await page.getByTestId("endpoint-auth").getByText("Signature only").waitFor({ timeout: 10_000 });
     await page.getByTestId("signing").getByText(/^whpk_/).waitFor();
-    await page.locator('input[name="signing-key"]').fill("whsk_not-base64!");
+    await page.locator('input[name="signing-key"]').fill("sk_not-a-key");
     await page.getByRole("button", { name: "Set scheme", exact: true }).click();
-    await page.getByRole("alert").getByText(/Set scheme failed: .*signing key/).waitFor({ timeout: 10_000 });
+    await page.getByRole("alert").getByText(/Set scheme failed: the signing key must start with "whsk_"/).waitFor();
     await page.locator('select[name="signature-scheme"]').selectOption("both");
     await page.locator('input[name="signing-key"]').fill(signingKey);
     await page.getByRole("button", { name: "Set scheme", exact: true }).click();
