@@ -139,6 +139,9 @@ type Config struct {
 	// dials (--allow-destination-cidr); nil denies by default (loopback,
 	// private ranges, metadata, …) and allows nothing more.
 	Guard *ssrf.Guard
+	// EgressProxy, when set, carries deliveries and OAuth2 token fetches
+	// (--egress-proxy); the guard still judges each destination's address.
+	EgressProxy *delivery.EgressProxy
 }
 
 // DefaultWorkers is the default number of delivery workers.
@@ -159,6 +162,7 @@ type Agent struct {
 	gateway   *ingest.Gateway
 	history   *history.History
 	worker    owner.Worker
+	sender    *delivery.Sender
 	locker    ownership.Locker
 	upstream  *upstream.Planes
 
@@ -290,15 +294,27 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	}); err != nil {
 		return fail(err)
 	}
+	a.sender = delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name), cfg.Guard, senderOptions(cfg)...)
 	a.worker = owner.Worker{
-		Scheduler: a.sched, Sender: delivery.NewSender(fmt.Sprintf("rivora/%s (%s)", cfg.Version, cfg.Name), cfg.Guard),
+		Scheduler: a.sched, Sender: a.sender,
 		Clock: clock.Real{}, Log: base.With("component", "delivery"), Disable: a.gone.Hold,
 	}
 	base.Info("deliveries pass the SSRF guard", "component", "delivery", "guard", cfg.Guard.String())
+	if cfg.EgressProxy != nil {
+		base.Info("deliveries go out through the egress proxy", "component", "delivery", "proxy", cfg.EgressProxy.String())
+	}
 	if err := registerMetrics(a.sched); err != nil {
 		return fail(err)
 	}
 	return a, nil
+}
+
+// senderOptions are the delivery options cfg asks for.
+func senderOptions(cfg Config) []delivery.Option {
+	if cfg.EgressProxy == nil {
+		return nil
+	}
+	return []delivery.Option{delivery.WithEgressProxy(cfg.EgressProxy)}
 }
 
 // Run follows the control plane and delivers until ctx ends, then drains:
@@ -474,13 +490,14 @@ func (a *Agent) applySubscriptions(changed []*rivorav1.Subscription, removed []s
 // forgetDestination forgets a deleted destination everywhere the agent
 // keeps something of it: the scheduler (budget, rate history, weights,
 // lanes: so health and the console no longer show it), a 410 hold, the
-// partition's dead-letter counts and every metric series labelled with
-// it. Called when the config that deletes it is applied, before the
+// partition's dead-letter counts, its TLS connection pools and OAuth2
+// token, and every metric series labelled with it. Called when the config that deletes it is applied, before the
 // agent reports that version applied.
 func (a *Agent) forgetDestination(id string) {
 	a.sched.ForgetDestination(id)
 	a.gone.Forget(id)
 	owner.ForgetDestinationMetrics(id)
+	a.sender.ForgetDestination(id)
 	if part := a.parts.OfDestination(id); part != nil {
 		part.ForgetDestination(id)
 	}

@@ -106,7 +106,8 @@ API. Every call carries an API token (Authorization: Bearer): pass it with
 <data-dir>/admin.token (./data/admin.token by default), then:
 
    export RIVORA_TOKEN=$(cat ./data/admin.token)
-   rivoractl destinations create orders --url https://example.com/hooks
+   rivoractl destinations create orders --url http://127.0.0.1:9000/hook
+   rivoractl listen --destination orders    # a local receiver: each delivery as it arrives, verified
    rivoractl publish --destination orders --customer acme --lane user-42 \
        --type order.created --data '{"order": 1}'
    rivoractl events get EVENT_ID

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -37,31 +38,47 @@ func (h *adminHandler) VerifyDelivery(ctx context.Context, req *connect.Request[
 	return connect.NewResponse(verifyDelivery(d, m, time.Now())), nil
 }
 
-// verifyDelivery checks m against d's current secret and, while a
-// rotation's grace lasts for m's timestamp, its previous one (the agents
-// sign with both until then).
+// verifyDelivery checks m against what d signs with: its HMAC secret (v1)
+// and its ed25519 public key (v1a), as its scheme says, each with the
+// previous one while a rotation's grace lasts for m's timestamp (the
+// agents sign with both until then).
 func verifyDelivery(d *rivorav1.Destination, m *rivorav1.VerifyDeliveryRequest, now time.Time) *rivorav1.VerifyDeliveryResponse {
 	headers := http.Header{}
 	headers.Set(webhook.HeaderID, m.GetWebhookId())
 	headers.Set(webhook.HeaderTimestamp, m.GetWebhookTimestamp())
 	headers.Set(webhook.HeaderSignature, m.GetWebhookSignature())
-	secrets := []string{d.GetSecret()}
-	if prev, until := d.GetPreviousSecret(), d.GetPreviousSecretExpiresAt(); prev != "" && until != nil {
-		if ts, err := strconv.ParseInt(m.GetWebhookTimestamp(), 10, 64); err == nil && time.Unix(ts, 0).Before(until.AsTime()) {
-			secrets = append(secrets, prev)
+	inGrace := func(until *timestamppb.Timestamp) bool {
+		ts, err := strconv.ParseInt(m.GetWebhookTimestamp(), 10, 64)
+		return until != nil && err == nil && time.Unix(ts, 0).Before(until.AsTime())
+	}
+	type key struct {
+		value string
+		make  func(string) (*webhook.Verifier, error)
+	}
+	var keys []key
+	if signsV1(d.GetSignatureScheme()) {
+		keys = append(keys, key{d.GetSecret(), webhook.NewVerifier})
+		if d.GetPreviousSecret() != "" && inGrace(d.GetPreviousSecretExpiresAt()) {
+			keys = append(keys, key{d.GetPreviousSecret(), webhook.NewVerifier})
 		}
 	}
-	var err error
-	for _, secret := range secrets {
-		var v *webhook.Verifier
-		if v, err = webhook.NewVerifier(secret); err != nil {
-			return &rivorav1.VerifyDeliveryResponse{Reason: fmt.Sprintf("destination %s has no usable secret: %v", d.GetId(), err)}
+	if signsV1a(d.GetSignatureScheme()) {
+		keys = append(keys, key{d.GetPublicKey(), webhook.NewPublicKeyVerifier})
+		if d.GetPreviousPublicKey() != "" && inGrace(d.GetPreviousSigningKeyExpiresAt()) {
+			keys = append(keys, key{d.GetPreviousPublicKey(), webhook.NewPublicKeyVerifier})
+		}
+	}
+	err := webhook.ErrNoMatch
+	for _, k := range keys {
+		v, verr := k.make(k.value)
+		if verr != nil {
+			return &rivorav1.VerifyDeliveryResponse{Reason: fmt.Sprintf("destination %s has no usable signing key: %v", d.GetId(), verr)}
 		}
 		if err = v.WithClock(func() time.Time { return now }).Verify(headers, m.GetBody()); err == nil {
-			return &rivorav1.VerifyDeliveryResponse{Verified: true, SecretFingerprint: auth.Fingerprint(secret)}
+			return &rivorav1.VerifyDeliveryResponse{Verified: true, SecretFingerprint: auth.Fingerprint(k.value)}
 		}
 		if !errors.Is(err, webhook.ErrNoMatch) {
-			break // missing headers or a stale timestamp: no other secret helps
+			break // missing headers or a stale timestamp: no other key helps
 		}
 	}
 	return &rivorav1.VerifyDeliveryResponse{Reason: notVerifiedReason(err, d.GetId())}

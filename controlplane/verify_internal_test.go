@@ -58,3 +58,28 @@ func mustSecret(t *testing.T) string {
 	}
 	return s
 }
+
+// A destination that signs v1a (ed25519) is checked with its public key;
+// one that signs only v1a has no HMAC secret to try.
+func TestVerifyDeliveryEd25519(t *testing.T) {
+	signingKey, publicKey, err := webhook.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := webhook.NewEd25519Signer(signingKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	body := []byte(`{"order":1}`)
+	req := &rivorav1.VerifyDeliveryRequest{DestinationId: "orders", WebhookId: "evt_1", WebhookTimestamp: strconv.FormatInt(now.Unix(), 10),
+		WebhookSignature: signer.Sign("evt_1", now.Unix(), body), Body: body}
+	d := &rivorav1.Destination{Id: "orders", SignatureScheme: webhook.SchemeV1a, PublicKey: publicKey}
+	if got := verifyDelivery(d, req, now); !got.GetVerified() {
+		t.Fatalf("a v1a delivery against its destination's public key: %v", got)
+	}
+	req.Body = []byte(`{"order":2}`)
+	if got := verifyDelivery(d, req, now); got.GetVerified() || !strings.Contains(got.GetReason(), "no signature matches") {
+		t.Fatalf("an altered v1a delivery: %v, want not verified", got)
+	}
+}

@@ -59,6 +59,10 @@ type cellOptions struct {
 	Limits     string   // limits file path ("" = none)
 	AgentName  string   // default "a1"
 	CPArgs     []string // extra control plane flags
+	AgentArgs  []string // extra agent flags
+	// AgentGuard replaces the agent's --allow-destination-cidr (default
+	// loopback, as the control plane's).
+	AgentGuard []string
 }
 
 // cell is `rivora controlplane` plus one `rivora agent`, two processes.
@@ -90,8 +94,12 @@ func startCell(t testing.TB, opts cellOptions) *cell {
 	c.cp = startProc(t, "controlplane", cpAddr, cpArgs)
 	agAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	creds.Register(readAdminToken(t, stateDir), c.cp.URL(), "http://"+agAddr)
+	agentGuard := allowLoopback()
+	if opts.AgentGuard != nil {
+		agentGuard = opts.AgentGuard
+	}
 	c.agent = startProc(t, "agent "+opts.AgentName, agAddr, append([]string{"agent", "--name", opts.AgentName, "--listen", agAddr,
-		"--controlplane", c.cp.URL(), "--data-dir", t.TempDir(), "--allow-local-archive"}, append(cellArgs(), allowLoopback()...)...)) // one agent: its archive may be local
+		"--controlplane", c.cp.URL(), "--data-dir", t.TempDir(), "--allow-local-archive"}, append(append(cellArgs(), agentGuard...), opts.AgentArgs...)...)) // one agent: its archive may be local
 	r := c.rig()
 	st, err := r.Admin().GetConfigStatus(ctxTimeout(t, 5*time.Second), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
 	if err != nil {

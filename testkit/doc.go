@@ -9,6 +9,8 @@
 //     count).
 //   - testkit/cutproxy: a TCP proxy whose link is cut silently (nothing
 //     closed, bytes held) and restored, as a broken WAN.
+//   - testkit/connectproxy: an HTTP CONNECT proxy that records the
+//     targets it tunnels to (egress through a proxy).
 //   - testkit/rig: the in-process `rivora dev` (control plane and agent)
 //     of the agent, control plane and CLI tests; it sits above what it
 //     starts.

@@ -38,7 +38,7 @@ const (
 // newClient returns a client for one scheme (tls: https) whose
 // connections go through dialer (and its SSRF guard).
 // refusals (nil for plain http) records the partner's TLS alerts.
-func newClient(dialer *net.Dialer, tlsConfig *tls.Config, useTLS bool, refusals *tlsRefusals) *fasthttp.Client {
+func newClient(dialer *egressDialer, tlsConfig *tls.Config, useTLS bool, refusals *tlsRefusals) *fasthttp.Client {
 	return &fasthttp.Client{
 		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
 			return dial(dialer, tlsConfig, useTLS, addr, timeout, refusals)
@@ -58,14 +58,14 @@ func newClient(dialer *net.Dialer, tlsConfig *tls.Config, useTLS bool, refusals 
 // dial opens a connection to addr within timeout (at most the dialer's
 // own), and for TLS completes the handshake, so that what the partner
 // sends and answers is counted above TLS (trackedConn).
-func dial(dialer *net.Dialer, tlsConfig *tls.Config, useTLS bool, addr string, timeout time.Duration, refusals *tlsRefusals) (net.Conn, error) {
-	d := *dialer
-	if timeout > 0 && timeout < d.Timeout {
-		d.Timeout = timeout
+func dial(dialer *egressDialer, tlsConfig *tls.Config, useTLS bool, addr string, timeout time.Duration, refusals *tlsRefusals) (net.Conn, error) {
+	limit := dialer.timeout()
+	if timeout > 0 && timeout < limit {
+		limit = timeout
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	conn, err := dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ import (
 
 // tlsClients holds the clients of destinations with their own TLS.
 type tlsClients struct {
-	dialer *net.Dialer
+	dialer *egressDialer
 	base   *tls.Config
 
 	mu sync.Mutex
@@ -39,7 +39,7 @@ type keyedClient struct {
 	refusals *tlsRefusals
 }
 
-func newTLSClients(dialer *net.Dialer, base *tls.Config) *tlsClients {
+func newTLSClients(dialer *egressDialer, base *tls.Config) *tlsClients {
 	return &tlsClients{dialer: dialer, base: base, byDest: map[string]*[2]keyedClient{}}
 }
 
@@ -91,6 +91,14 @@ func (r *tlsRefusals) since(t time.Time) error {
 		return last.err
 	}
 	return nil
+}
+
+// forget drops a destination's clients (their idle connections close
+// after idleTimeout).
+func (t *tlsClients) forget(destination string) {
+	t.mu.Lock()
+	delete(t.byDest, destination)
+	t.mu.Unlock()
 }
 
 // refusedHandshake reports a TLS alert from the partner: it refused the

@@ -138,6 +138,13 @@ func NewSender(userAgent string, guard *ssrf.Guard, opts ...Option) *Sender {
 	}
 }
 
+// ForgetDestination drops a deleted destination's TLS clients, its cached
+// OAuth2 token and its token-fetch metric series.
+func (s *Sender) ForgetDestination(id string) {
+	s.withTLS.forget(id)
+	s.tokens.forget(id)
+}
+
 // Send makes one attempt. Its request carries the event's trace context:
 // the rivora.attempt span's when tracing, else the stored one as stored.
 func (s *Sender) Send(ctx context.Context, req Request) Result {

@@ -27,6 +27,7 @@ type received struct {
 	header http.Header
 	body   []byte
 	method string
+	host   string // the Host header
 }
 
 // partner is a real HTTP endpoint on 127.0.0.1 that records what it got
@@ -39,7 +40,7 @@ func partner(t *testing.T, handler func(w http.ResponseWriter, r *http.Request))
 		if err != nil {
 			t.Errorf("partner read body: %v", err)
 		}
-		got <- received{header: r.Header.Clone(), body: body, method: r.Method}
+		got <- received{header: r.Header.Clone(), body: body, method: r.Method, host: r.Host}
 		handler(w, r)
 	}))
 	t.Cleanup(srv.Close)

@@ -14,6 +14,7 @@ type Option func(*options)
 type options struct {
 	resolver *net.Resolver
 	tls      *tls.Config
+	proxy    *EgressProxy
 }
 
 // WithTLSConfig makes https connections with cfg (its roots, say, for a
@@ -33,6 +34,12 @@ func WithResolver(r *net.Resolver) Option {
 // denied address after the name is resolved, on each address it tries,
 // so neither a name that resolves inside the network nor one that
 // changes its answer gets through (a redirect is never followed either).
-func (o options) dialer(guard *ssrf.Guard) *net.Dialer {
-	return &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Resolver: o.resolver, Control: guard.Control}
+// Through an egress proxy the guard checks the resolved address before
+// the CONNECT (egress.go).
+func (o options) dialer(guard *ssrf.Guard) *egressDialer {
+	return &egressDialer{
+		direct:  &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Resolver: o.resolver, Control: guard.Control},
+		toProxy: &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
+		proxy:   o.proxy, guard: guard, resolver: o.resolver,
+	}
 }

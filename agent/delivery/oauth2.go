@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -60,7 +59,7 @@ type tokens struct {
 
 // newTokens returns token sources whose requests dial through dialer
 // (its SSRF guard) and verify TLS with tlsConfig (nil: the defaults).
-func newTokens(dialer *net.Dialer, tlsConfig *tls.Config, now func() time.Time) *tokens {
+func newTokens(dialer *egressDialer, tlsConfig *tls.Config, now func() time.Time) *tokens {
 	transport := &http.Transport{
 		DialContext: dialer.DialContext, TLSClientConfig: tlsConfig, ForceAttemptHTTP2: true,
 		MaxIdleConnsPerHost: 2, IdleConnTimeout: idleTimeout, TLSHandshakeTimeout: tokenFetchTimeout,
@@ -85,6 +84,14 @@ func (t *tokens) source(o *destinations.OAuth2) *tokenSource {
 		t.sources[o.DestinationID] = s
 	}
 	return s
+}
+
+// forget drops a destination's token source and its metric series.
+func (t *tokens) forget(destination string) {
+	t.mu.Lock()
+	delete(t.sources, destination)
+	t.mu.Unlock()
+	tokenFetches.DeletePartialMatch(prometheus.Labels{"destination": destination})
 }
 
 // tokenSource caches one destination's token; its mutex is held during a

@@ -151,6 +151,7 @@ func (o *Partition) wire(ingest jetstream.Consumer) {
 	o.directGet = directGetSubject(o.deps.JS, lanes.LanesStream(o.p))
 	o.writer = newLaneWriter(o.p, o.deps.JS, o.fence, o.deps.Scheduler, o.cache, o.log)
 	o.writer.abandon = o.stalled
+	o.writer.ackWait = o.ackWait()
 	o.writer.recent = newRecentIDs(o.deps.DedupWindow, o.lastWrite(), o.deps.Clock.Now)
 	o.mover = &mover{
 		p: o.p, ingest: ingest, writer: o.writer, check: o.deps.Forwarded, marks: newForwardMarks(o.p, o.deps.JS, o.deps.Replicas, o.log),

@@ -57,6 +57,20 @@ func (o *Partition) stallTimeout() time.Duration {
 	return DefaultStoreStallTimeout
 }
 
+// probeEvery and probeTimeout are watchStore's probe interval and bound.
+func (o *Partition) probeEvery() time.Duration   { return min(storeProbeEvery, o.stallTimeout()/4) }
+func (o *Partition) probeTimeout() time.Duration { return min(writeProbeTimeout, o.stallTimeout()/2) }
+
+// ackWait bounds the writer's wait for a group's acks: a second more than
+// watchStore can take to judge a store stalled, so an unreachable store is
+// judged stalled (and the partition given up) first, while an ack lost on
+// a reachable store (a write on its way to a leader that died or was cut
+// off) restarts the partition soon after, well before INGEST's AckWait
+// (30 s) would hand the mover's events out again.
+func (o *Partition) ackWait() time.Duration {
+	return min(ackTimeout, o.stallTimeout()+o.probeEvery()+o.probeTimeout()+time.Second)
+}
+
 // watchStore is the partition's loop that notices a store it can no longer
 // write. Busy partitions prove their store with every write (the writer and
 // every ledger write confirm through the fence); an idle one is asked
@@ -66,8 +80,7 @@ func (o *Partition) stallTimeout() time.Duration {
 // really is unreachable. Before returning it closes o.stalled, so the
 // writer stops waiting for acks that will not come.
 func (o *Partition) watchStore(ctx context.Context) error {
-	timeout := o.stallTimeout()
-	every := min(storeProbeEvery, timeout/4)
+	timeout, every := o.stallTimeout(), o.probeEvery()
 	o.fence.confirm(time.Now())
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -80,7 +93,7 @@ func (o *Partition) watchStore(ctx context.Context) error {
 		if time.Since(o.fence.lastConfirmed()) < every {
 			continue
 		}
-		pctx, cancel := context.WithTimeout(ctx, min(writeProbeTimeout, timeout/2))
+		pctx, cancel := context.WithTimeout(ctx, o.probeTimeout())
 		ok := Writable(pctx, o.deps.JS, o.p)
 		cancel()
 		if ctx.Err() != nil {

@@ -96,8 +96,10 @@ type laneWriter struct {
 	writerDone chan struct{}
 	// abandon, when closed, ends the wait for acks still out: the store
 	// stalled (watchStore), and what they stored is for the next owner's
-	// rebuild to find. Nil: wait for every ack (up to ackTimeout).
+	// rebuild to find. Nil: wait for every ack (up to ackWait).
 	abandon <-chan struct{}
+	// ackWait bounds the wait for one group's acks (0: ackTimeout).
+	ackWait time.Duration
 }
 
 func newLaneWriter(p int, js jetstream.JetStream, f *fence, sched *scheduler.Scheduler, cache *eventCache, log *slog.Logger) *laneWriter {
@@ -224,6 +226,11 @@ type storedAck struct {
 // in this process, so none for this long means the connection lost them;
 // the partition then restarts (ErrWriteFailed) and its rebuild registers
 // what was stored.
+//
+// In a cell the lane store's leader may be another agent's server: a
+// write on its way to a leader that dies or is cut off is lost, and its
+// ack never comes. The partition then waits about its store stall
+// timeout (Partition.ackWait), not the minute.
 const ackTimeout = time.Minute
 
 // run is the lane store's single writer. It batches concurrent appends
@@ -362,7 +369,11 @@ func (w *laneWriter) settle(f *flight) error {
 		f.fail()
 		return f.err
 	}
-	acks, err := f.wait()
+	wait := w.ackWait
+	if wait <= 0 {
+		wait = ackTimeout
+	}
+	acks, err := f.wait(wait)
 	if err == nil {
 		err = w.register(f, acks)
 	}
@@ -384,9 +395,9 @@ func (f *flight) fail() {
 }
 
 // wait collects the store's answer to every write of the group, in order;
-// the first refusal ends it.
-func (f *flight) wait() ([][]storedAck, error) {
-	all, err := f.burst.Wait(context.Background(), ackTimeout)
+// the first refusal, or timeout without every ack, ends it.
+func (f *flight) wait(timeout time.Duration) ([][]storedAck, error) {
+	all, err := f.burst.Wait(context.Background(), timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -74,6 +74,7 @@ Example:
 // agentFlags are the flags an agent shares with `rivora dev`.
 func agentFlags() []cli.Flag {
 	return append([]cli.Flag{
+		egressProxyFlag, egressNoProxyFlag,
 		&cli.IntFlag{Name: "workers", Value: agent.DefaultWorkers, EnvVars: []string{"RIVORA_WORKERS"}, Usage: "concurrent delivery attempts"},
 		&cli.StringFlag{Name: "history-retention", Value: "7d", EnvVars: []string{"RIVORA_HISTORY_RETENTION"}, Usage: "how long the history behind `events get/list/resend` is kept (`DURATION`: 7d, 36h): every attempt's outcome, and every delivered event whole, payload included, so it can be resent. Disk: about the delivered events' size over the period (1,000 events/s of 1 KiB is ~600 GiB a week) plus ~200 B per attempt; memory does not grow with it"},
 		&cli.StringFlag{Name: "nats-listen", EnvVars: []string{"RIVORA_NATS_LISTEN"}, Usage: "expose the embedded NATS client port on `HOST:PORT` (default: in-process only)"},
@@ -132,8 +133,13 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 	if err != nil {
 		return agent.Config{}, err
 	}
+	egress, err := egressProxy(c)
+	if err != nil {
+		return agent.Config{}, err
+	}
 	cfg := agent.Config{
 		Guard:                guard,
+		EgressProxy:          egress,
 		NATSCluster:          c.String("nats-cluster"),
 		NATSRoutes:           routes,
 		NATSClusterAdvertise: c.String("nats-cluster-advertise"),

@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/rivora/rivora/agent/delivery"
 	"github.com/rivora/rivora/internal/ssrf"
 )
 
@@ -48,4 +49,31 @@ func prefixStrings(ps []netip.Prefix) []string {
 		s[i] = p.String()
 	}
 	return s
+}
+
+// The egress proxy flags (agent and dev): deliveries and OAuth2 token
+// fetches leave through an HTTP CONNECT proxy, so partners see known
+// source addresses; the SSRF guard still judges each destination's own
+// resolved address before the CONNECT.
+var (
+	egressProxyFlag = &cli.StringFlag{Name: "egress-proxy", EnvVars: []string{"RIVORA_EGRESS_PROXY"},
+		Usage: "send deliveries (and OAuth2 token requests) through the HTTP CONNECT proxy at `URL` (http://[user:password@]HOST:PORT), so partners see its static addresses. " +
+			"The agent resolves each destination itself, the SSRF guard (--allow-destination-cidr) judges that address, and the proxy is asked to CONNECT to the address, never the name (see docs/security.md). Default: direct"}
+	egressNoProxyFlag = &cli.StringSliceFlag{Name: "egress-no-proxy", EnvVars: []string{"RIVORA_EGRESS_NO_PROXY"},
+		Usage: "destinations to reach directly despite --egress-proxy: host `NAMES` (covering their subdomains), addresses and CIDRs, comma-separated or repeated"}
+)
+
+// egressProxy is the proxy --egress-proxy asks for (nil: none).
+func egressProxy(c *cli.Context) (*delivery.EgressProxy, error) {
+	if c.String("egress-proxy") == "" {
+		if c.IsSet("egress-no-proxy") {
+			return nil, cli.Exit("--egress-no-proxy needs --egress-proxy: without a proxy every destination is reached directly", 2)
+		}
+		return nil, nil
+	}
+	p, err := delivery.ParseEgressProxy(c.String("egress-proxy"), c.StringSlice("egress-no-proxy"))
+	if err != nil {
+		return nil, cli.Exit(err.Error(), 2)
+	}
+	return p, nil
 }

@@ -3,10 +3,12 @@
 // watches a failing destination degrade, pauses it, sets an override with a
 // reason, replays its dead letters in lane order, and a viewer sees no
 // action. Screenshots of each page go to console/test-artifacts/.
+import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { promisify } from "node:util";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventually, rpc, startDev, startPartner, type Dev, type Partner } from "../../testkit/ts/index.js";
@@ -264,6 +266,40 @@ describe("console in Chromium against rivora dev", () => {
     await shot("agents.png");
   });
 
+  // Issue 29: ten tries of a held event no longer all read "1".
+  it("numbers an event's tries and says which used one of its attempts", async () => {
+    const id = published.get("user-1")![0]!;
+    await page.goto(`${dev.url}/console/#/events/${id}`);
+    const tries = page.getByTestId("event").locator("tbody tr[data-try]");
+    await tries.first().waitFor();
+    const numbers = await tries.evaluateAll((rows) => rows.map((r) => r.getAttribute("data-try")));
+    expect(numbers.length).toBeGreaterThanOrEqual(2);
+    expect(numbers).toEqual(numbers.map((_, i) => String(i + 1)));
+    // noisy answered 503 to every lane until it was resumed and replayed:
+    // none of its 503s used an attempt.
+    const cells = await tries.evaluateAll((rows) => rows.map((r) => [...r.querySelectorAll("td")].map((td) => td.textContent ?? "")));
+    const failed = cells.filter((c) => c[3] === "503");
+    expect(failed.length).toBeGreaterThanOrEqual(2);
+    for (const c of failed) expect(c[1]).toBe("not charged: destination down");
+    expect(cells[1]![0]).toBe("try 2");
+    await shot("event-tries.png");
+  });
+
+  it("draws a destination's rate chart from when it was created, not 15 minutes back", async () => {
+    await page.goto(`${dev.url}/console/#/destination/quiet`);
+    const chart = page.locator("svg.chart");
+    await chart.waitFor();
+    const span = (await chart.getAttribute("data-span")) ?? "";
+    // quiet was created when this file started, minutes ago at most.
+    expect(span).toMatch(/^(\d+s|\d+m( \d+s)?)$/);
+    expect(span).not.toBe("15m");
+    expect(await page.locator("figure.chart-box figcaption").textContent()).toContain("(since it was created)");
+    const points = ((await chart.locator("polyline.line-delivered").getAttribute("points")) ?? "").trim().split(" ");
+    expect(points.length).toBeLessThan(90);
+    expect(await chart.locator("text.axis").filter({ hasText: `-${span}` }).count()).toBe(1);
+    await shot("destination-young-chart.png");
+  });
+
   // Issue 22: a malformed %-escape in the hash threw URIError out of the
   // router and the console stopped redrawing.
   it("a malformed address shows Bad address and the console keeps working", async () => {
@@ -321,6 +357,63 @@ describe("console in Chromium against rivora dev", () => {
     });
     await eventually("polling again when visible", () => calls > 0, 5_000);
     page.off("request", count);
+  });
+
+  it("an admin sets a client certificate and OAuth2 credentials; the page shows their summary, never the key or secret", async () => {
+    // A throwaway certificate (openssl, as an operator would make one).
+    const cert = join(binDir, "console-cert.pem");
+    const key = join(binDir, "console-key.pem");
+    await promisify(execFile)("openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=console-test"]);
+    const keyPem = await readFile(key, "utf8");
+    const keyLine = keyPem.split("\n")[1]!;
+    const secret = "console-oauth2-secret-5d1e";
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await page.getByLabel("Token").waitFor();
+    await page.getByLabel("Token").fill(dev.token);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByTestId("who").waitFor();
+    await page.goto(`${dev.url}/console/#/destination/quiet`);
+    await page.getByTestId("endpoint-auth").getByText("Signature only").waitFor();
+    await page.locator('input[name="oauth2-token-url"]').fill("http://127.0.0.1:9/token");
+    await page.locator('input[name="oauth2-client-id"]').fill("console-client");
+    await page.locator('input[name="oauth2-client-secret"]').fill(secret);
+    await page.locator('input[name="oauth2-scopes"]').fill("hooks read");
+    await page.getByRole("button", { name: "Set OAuth2", exact: true }).click();
+    await page.getByTestId("endpoint-auth").getByText("console-client").waitFor({ timeout: 10_000 });
+    await page.locator('textarea[name="client-cert"]').fill(await readFile(cert, "utf8"));
+    await page.locator('textarea[name="client-key"]').fill(keyPem);
+    await page.getByRole("button", { name: "Set certificate", exact: true }).click();
+    await page.getByTestId("endpoint-auth").getByText(/CN=console-test/).first().waitFor({ timeout: 10_000 });
+    const shown = (await page.getByTestId("endpoint-auth").textContent()) ?? "";
+    expect(shown).toMatch(/OAuth2 client secret\s*sha256:[0-9a-f]{16}/);
+    expect(shown).toMatch(/Client key\s*sha256:[0-9a-f]{16}/);
+    expect(await page.content()).not.toContain(secret);
+    expect(await page.content()).not.toContain(keyLine);
+    const got = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "get", "quiet", "-o", "json")) as {
+      destination: { oauth2?: { clientId?: string; clientSecret?: string; scopes?: string[] }; clientCertificate?: { subject?: string; keyPem?: string } };
+    };
+    expect(got.destination.oauth2).toMatchObject({ clientId: "console-client", scopes: ["hooks", "read"] });
+    expect(got.destination.oauth2?.clientSecret).toBeUndefined();
+    expect(got.destination.clientCertificate?.subject).toBe("CN=console-test");
+    expect(got.destination.clientCertificate?.keyPem).toBeUndefined();
+    await shot("destination-auth.png");
+  });
+
+  it("an admin switches a destination to ed25519 (v1a); the page shows the public key, never the secret key", async () => {
+    await page.goto(`${dev.url}/console/#/destination/quiet`);
+    await page.getByTestId("signing").getByText("v1", { exact: true }).waitFor();
+    await page.locator('select[name="signature-scheme"]').selectOption("v1a");
+    await page.getByRole("button", { name: "Set scheme", exact: true }).click();
+    await page.getByTestId("signing").getByText(/^whpk_/).waitFor({ timeout: 10_000 });
+    const shown = (await page.getByTestId("signing").textContent()) ?? "";
+    const got = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "get", "quiet", "-o", "json")) as {
+      destination: { signatureScheme?: string; publicKey?: string; signingKey?: string; signingKeyFingerprint?: string };
+    };
+    expect(got.destination.signatureScheme).toBe("v1a");
+    expect(got.destination.signingKey).toBeUndefined();
+    expect(shown).toContain(got.destination.publicKey!);
+    expect(shown).toContain(got.destination.signingKeyFingerprint!);
+    expect(await page.content()).not.toContain("whsk_");
   });
 
   it("logged no error in the page", () => {

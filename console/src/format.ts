@@ -175,3 +175,22 @@ export function noisiest(rows: DestinationRow[]): string | undefined {
   for (const r of rows) if (noise(r) > 0 && (!best || noise(r) > noise(best))) best = r;
   return best?.id;
 }
+
+/** What one try of an event shows (events page): its number among all the
+ * event's tries, and the one of its attempts it used or why none. */
+export interface TryView {
+  try: number;
+  used: string;
+}
+
+/** tryView reads an Attempt: `try` numbers every request sent (0 from a
+ * server that does not number them: the place in the list); `charged` is
+ * unset on records from before Rivora recorded it, shown with a "?". */
+export function tryView(a: { try: number; number: number; charged?: boolean; notChargedReason: string }, index: number): TryView {
+  const n = a.try || index + 1;
+  let used: string;
+  if (a.charged === undefined) used = `attempt ${a.number}?`;
+  else if (a.charged) used = `attempt ${a.number}`;
+  else used = a.notChargedReason ? `not charged: ${a.notChargedReason}` : "not charged";
+  return { try: n, used };
+}

@@ -167,3 +167,18 @@ time=2026-12-03T12:00:09.000Z level=INFO msg="partition owned" component=agent a
 		}
 	}
 }
+
+func TestRecovery(t *testing.T) {
+	h := clean() // heal at 10.5: u1-c moves at 12, u2-c at 13
+	took, slowest, stuck := checker.Recovery(h, at(10.5), nil)
+	if took != 2500*time.Millisecond || slowest != "d/c/u2" || stuck != "" {
+		t.Fatalf("Recovery = %s, %q, %q; want 2.5s, d/c/u2, none", took, slowest, stuck)
+	}
+	h.Acked = append(h.Acked, checker.Publish{ID: "z", Destination: "e", Customer: "c", Lane: "u9"})
+	if _, _, stuck := checker.Recovery(h, at(10.5), nil); stuck != "e/c/u9" {
+		t.Fatalf("a lane that never moved: stuck %q", stuck)
+	}
+	if _, _, stuck := checker.Recovery(h, at(10.5), map[string]bool{"e": true}); stuck != "" {
+		t.Fatalf("a skipped destination's lane: stuck %q", stuck)
+	}
+}

@@ -17,6 +17,10 @@ const (
 	msgLost    = `msg="partition ownership lost; stopped"`
 	msgHandoff = `msg="partition reassigned; handing it off"`
 	msgFailed  = `msg="partition failed; reopening it"`
+	// msgStalled: its store could not be written (cut off from its
+	// quorum); no attempt starts from here on, and the lock goes back
+	// once those in flight ended.
+	msgStalled = `msg="partition store unreachable; giving the partition up until it can be written again"`
 	runMarker  = "==== run " // e2e/process starts each run's output with it
 )
 
@@ -62,7 +66,8 @@ func ParseTerms(agent string, log io.Reader) ([]Term, error) {
 			}
 			open[p] = len(terms)
 			terms = append(terms, Term{Partition: p, Agent: agent, Epoch: epoch, From: at})
-		case strings.Contains(line, msgLost), strings.Contains(line, msgHandoff), strings.Contains(line, msgFailed):
+		case strings.Contains(line, msgLost), strings.Contains(line, msgHandoff), strings.Contains(line, msgFailed),
+			strings.Contains(line, msgStalled):
 			if i, ok := open[p]; ok {
 				terms[i].To = at
 				delete(open, p)

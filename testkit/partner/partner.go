@@ -52,6 +52,7 @@ type Request struct {
 	Resend    bool   // rivora-resend: 1 (an operator's events resend)
 	Payload   []byte // recorded requests only
 	Header    http.Header
+	Remote    string // the connection's remote address (host:port)
 }
 
 // Options shape a partner. The zero value verifies nothing, answers 200 at
@@ -84,6 +85,8 @@ type Options struct {
 	// ClientAuth with ClientCAs for a partner that demands a client
 	// certificate); Base is then https://HOST:PORT.
 	TLS *tls.Config
+	// Listen is the address to listen on (default 127.0.0.1:0).
+	Listen string
 }
 
 // byID is what the partner keeps per event id.
@@ -121,7 +124,11 @@ func Start(o Options) (*Partner, error) {
 			return nil, err
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := o.Listen
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("partner listen: %w", err)
 	}
@@ -317,7 +324,7 @@ func (p *Partner) settled(st *byID, rq Request) {
 func (p *Partner) received(r *http.Request, body []byte) Request {
 	h := r.Header
 	rq := Request{ID: h.Get(webhook.HeaderID), Customer: h.Get("rivora-customer"), LaneKey: h.Get("rivora-lane"),
-		At: time.Now(), UserAgent: h.Get("user-agent"), Resend: h.Get("rivora-resend") == "1"}
+		At: time.Now(), UserAgent: h.Get("user-agent"), Resend: h.Get("rivora-resend") == "1", Remote: r.RemoteAddr}
 	rq.Attempt, _ = strconv.Atoi(h.Get("rivora-attempt"))
 	rq.Path = r.URL.RequestURI()
 	rq.Lane = rq.Customer + "/" + rq.LaneKey

@@ -1,7 +1,8 @@
-// A small SVG line chart of a destination's last 15 minutes (10 s buckets):
-// configured and current rate, and per-second delivered and throttled.
+// A small SVG line chart of a destination's last 15 minutes (10 s buckets),
+// or of its life so far when it is younger (chartSamples): configured and
+// current rate, and per-second delivered and throttled.
 import type { RateSample } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
-import { formatRate } from "../format.js";
+import { formatDuration, formatRate } from "../format.js";
 
 const ns = "http://www.w3.org/2000/svg";
 const W = 640;
@@ -22,10 +23,33 @@ function el<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string, 
   return e;
 }
 
+function startMillis(s: RateSample): number {
+  return Number(s.start?.seconds ?? 0n) * 1000 + (s.start?.nanos ?? 0) / 1e6;
+}
+
+/** chartSamples keeps the samples from where the destination's data
+ * starts: the bucket it was created in (createdAt), so that a destination
+ * created a minute ago is drawn over its minute, not over fifteen minutes of
+ * flat history before it existed. A line needs two points: at least two are
+ * kept. */
+export function chartSamples(samples: RateSample[], createdAt: Date | undefined): RateSample[] {
+  if (!createdAt || samples.length <= 2) return samples;
+  const born = createdAt.getTime();
+  let from = samples.findIndex((s) => startMillis(s) + bucket * 1000 > born);
+  if (from < 0) from = samples.length;
+  return samples.slice(Math.min(from, samples.length - 2));
+}
+
+/** chartSpan is how long the samples cover, as the chart labels it ("15m",
+ * "1m 20s"). */
+export function chartSpan(samples: RateSample[]): string {
+  return formatDuration(samples.length * bucket);
+}
+
 export function rateChart(samples: RateSample[]): SVGSVGElement {
-  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img" });
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "data-span": chartSpan(samples) });
   const title = el("title", {});
-  title.textContent = "Rate over the last 15 minutes: configured, current, delivered and throttled per second";
+  title.textContent = `Rate over the last ${chartSpan(samples)}: configured, current, delivered and throttled per second`;
   svg.appendChild(title);
   const n = Math.max(samples.length, 2);
   const max = Math.max(1, ...samples.flatMap((s) => series.map((x) => x.value(s))));
@@ -37,7 +61,7 @@ export function rateChart(samples: RateSample[]): SVGSVGElement {
     t.textContent = formatRate(max * f);
     svg.appendChild(t);
   }
-  for (const [label, at] of [["-15m", 0], ["now", n - 1]] as const) {
+  for (const [label, at] of [[`-${chartSpan(samples)}`, 0], ["now", n - 1]] as const) {
     const t = el("text", { x: x(at), y: H - 4, class: "axis", "text-anchor": at === 0 ? "start" : "end" });
     t.textContent = label;
     svg.appendChild(t);

@@ -9,7 +9,9 @@ import { field, h, replace, status, table } from "../dom.js";
 import { can, displayState, formatCount, formatDuration, formatRate, formatShare, parseDuration } from "../format.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
-import { rateChart, series } from "./chart.js";
+import { chartSamples, chartSpan, rateChart, series } from "./chart.js";
+import { endpointAuthSection } from "./destinationauth.js";
+import { signingSection } from "./destinationsigning.js";
 
 const classNames: Record<number, string> = {
   [PriorityClass.UNSPECIFIED]: "normal",
@@ -45,6 +47,9 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
   const limitsBody = h("div");
   limitsBox.appendChild(limitsBody);
 
+  const authBox = endpointAuthSection(id, can(me.role, "admin"), () => p.now());
+  const signingBox = signingSection(id, can(me.role, "admin"), () => p.now());
+
   let health: DestinationHealth | undefined;
   let dest: Destination | undefined;
   const skipReason = h("input", { type: "text", name: "skip-reason", placeholder: "why skip the head" });
@@ -65,6 +70,8 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     h("div", { class: "grid2" }, transitions, backlog),
     lanesBox,
     limitsBox,
+    authBox.el,
+    signingBox.el,
   );
 
   const tick = async (): Promise<void> => {
@@ -83,6 +90,8 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       drawBacklog();
       drawLanes(lr.lanes, Number(lr.matched));
       drawLimits(lim);
+      authBox.draw(dest, health);
+      signingBox.draw(dest);
       act.update();
       st.clear();
     } catch (err) {
@@ -117,11 +126,12 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
   }
 
   function drawChart(): void {
-    const samples = health?.rateHistory ?? [];
+    const created = dest?.createdAt ? new Date(Number(dest.createdAt.seconds) * 1000) : undefined;
+    const samples = chartSamples(health?.rateHistory ?? [], created);
     replace(
       chart,
       samples.length ? rateChart(samples) : h("p", { class: "muted" }, "No rate history yet (no agent owns this destination)."),
-      h("figcaption", {}, "Last 15 minutes: ", ...series.map((s) => h("span", { class: `key key-${s.key}` }, s.label))),
+      h("figcaption", {}, `Last ${chartSpan(samples)}${samples.length < (health?.rateHistory.length ?? 0) ? " (since it was created)" : ""}: `, ...series.map((s) => h("span", { class: `key key-${s.key}` }, s.label))),
     );
   }
 

@@ -2,7 +2,7 @@
 import { EventState, type GetEventResponse } from "../../../sdk/typescript/src/gen/rivora/v1/events_pb.js";
 import { errorText, events, when } from "../api.js";
 import { field, h, replace, status, table } from "../dom.js";
-import { formatDuration } from "../format.js";
+import { formatDuration, tryView } from "../format.js";
 import type { Page } from "../main.js";
 import { seconds } from "../api.js";
 import { reasonNames } from "./deadletters.js";
@@ -40,13 +40,14 @@ export function eventDetail(e: GetEventResponse): Node[] {
         ] as const
       ).flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
     ),
-    table("Attempts, oldest first", [
-      { label: "#", cell: (a) => String(a.number), className: "num" },
+    table("Tries, oldest first: each request sent, and the one of the event's attempts it used (a try that failed while its destination was down or throttling used none)", [
+      { label: "Try", cell: (a) => `try ${tryView(a, e.attempts.indexOf(a)).try}`, className: "num" },
+      { label: "Attempt used", cell: (a) => tryView(a, e.attempts.indexOf(a)).used },
       { label: "At", cell: (a) => when(a.at) },
       { label: "Status", cell: (a) => (a.statusCode ? String(a.statusCode) : "no response") },
       { label: "Took", cell: (a) => formatDuration(seconds(a.duration)) },
       { label: "Error", cell: (a) => a.error },
-    ], e.attempts, undefined, "No attempt yet."),
+    ], e.attempts, (a) => ({ "data-try": String(tryView(a, e.attempts.indexOf(a)).try) }), "No attempt yet."),
   ];
 }
 

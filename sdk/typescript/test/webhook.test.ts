@@ -153,6 +153,15 @@ describe("standardwebhooks cross-check", () => {
     expect(() => wh.verify('{"a":2}', h)).toThrow();
   });
 
+  it("a both-schemes header (v1 then v1a) verifies with standardwebhooks, which checks v1 only", async () => {
+    const t = Math.floor(Date.now() / 1000);
+    const sig = await signWebhook(secret, { id: "msg_3", timestamp: t, body: '{"a":3}' });
+    const h = { "webhook-id": "msg_3", "webhook-timestamp": String(t), "webhook-signature": `${sig} ${goV1a}` };
+    expect(wh.verify('{"a":3}', h)).toEqual({ a: 3 });
+    // standardwebhooks 1.1.1 has no v1a: a v1a-only header is not for it.
+    expect(() => wh.verify('{"a":3}', { ...h, "webhook-signature": goV1a })).toThrow();
+  });
+
   it("standardwebhooks' signatures verify with verifyWebhook", async () => {
     const t = new Date();
     const payload = '{"order":{"id":42,"note":"ünïcødé"}}';

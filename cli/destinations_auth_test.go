@@ -1,0 +1,52 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// The certificate and OAuth2 flags read the PEM files into the request
+// and refuse what cannot work before calling the server (usage errors,
+// exit 2).
+func TestEndpointAuthFlags(t *testing.T) {
+	f, url := startFake(t)
+	dir := t.TempDir()
+	certFile, keyFile, notPEM := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), filepath.Join(dir, "x.txt")
+	const certPEM, keyPEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n", "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"
+	for path, data := range map[string]string{certFile: certPEM, keyFile: keyPEM, notPEM: "hello"} {
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustSucceed(t, run(t, url, "", "destinations", "create", "bank", "--url", "https://example.com/h", "--client-cert", certFile, "--client-key", keyFile, "--server-ca", certFile,
+		"--oauth2-token-url", "https://auth.example.com/token", "--oauth2-client-id", "rivora", "--oauth2-client-secret", "s", "--oauth2-scope", "a", "--oauth2-scope", "b"))
+	f.mu.Lock()
+	c := f.creates[len(f.creates)-1]
+	f.mu.Unlock()
+	if c.GetClientCertificate().GetCertificatePem() != certPEM || c.GetClientCertificate().GetKeyPem() != keyPEM || c.GetServerCa().GetCertificatePem() != certPEM ||
+		c.GetOauth2().GetClientSecret() != "s" || len(c.GetOauth2().GetScopes()) != 2 {
+		t.Fatalf("create sent %v", c)
+	}
+
+	mustSucceed(t, run(t, url, "", "destinations", "update", "bank", "--client-cert", certFile, "--client-key", keyFile, "--client-cert-overlap", "2h"))
+	f.mu.Lock()
+	u := f.updates[len(f.updates)-1]
+	f.mu.Unlock()
+	if u.GetClientCertificateOverlap().AsDuration() != 2*time.Hour || u.GetClientCertificate().GetKeyPem() != keyPEM {
+		t.Fatalf("update sent %v", u)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"destinations", "create", "b2", "--url", "https://example.com/h", "--client-cert", certFile}, "go together"},
+		{[]string{"destinations", "create", "b2", "--url", "https://example.com/h", "--client-cert", notPEM, "--client-key", keyFile}, "not a PEM file"},
+		{[]string{"destinations", "create", "b2", "--url", "https://example.com/h", "--client-cert", filepath.Join(dir, "missing"), "--client-key", keyFile}, "--client-cert"},
+		{[]string{"destinations", "create", "b2", "--url", "https://example.com/h", "--oauth2-token-url", "https://auth.example.com/token"}, "--oauth2-client-id"},
+		{[]string{"destinations", "update", "bank", "--client-cert-overlap", "1h"}, "--client-cert"},
+	} {
+		assertFailure(t, run(t, url, "", c.args...), 2, c.want)
+	}
+}

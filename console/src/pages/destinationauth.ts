@@ -1,0 +1,100 @@
+// How a destination authenticates Rivora to its partner beyond the
+// signature: its mTLS client certificate (and the previous one during a
+// rotation's overlap), the pinned server CA, OAuth2 client credentials.
+// Everyone who may read the destination sees the summary (the private key
+// and the client secret only as fingerprints: the API never sends them);
+// an admin may set or remove them.
+import type { Certificate, Destination, DestinationHealth } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
+import { admin, duration, errorText, when } from "../api.js";
+import { field, h, replace, status } from "../dom.js";
+import { parseDuration } from "../format.js";
+
+function certText(c: Certificate): string {
+  return `subject ${c.subject}, issuer ${c.issuer}, not after ${when(c.notAfter)}, ${c.fingerprint}`;
+}
+
+/** The section: draw shows the destination's settings; refresh reloads the page's data after a change. */
+export function endpointAuthSection(id: string, isAdmin: boolean, refresh: () => void): { el: HTMLElement; draw: (d: Destination | undefined, hh: DestinationHealth | undefined) => void } {
+  const summary = h("dl", { class: "auth-summary", "data-testid": "endpoint-auth" });
+  const el = h("section", {}, h("h2", {}, "Partner authentication"), summary);
+  if (isAdmin) el.appendChild(form(id, refresh));
+  const draw = (d: Destination | undefined, hh: DestinationHealth | undefined): void => {
+    const rows: [string, string][] = [];
+    if (d?.clientCertificate) {
+      const c = d.clientCertificate;
+      rows.push(["Client certificate", certText(c)], ["Client key", `${c.keyFingerprint} (fingerprint; the key is never shown)`]);
+      if (hh?.clientCertificateExpiring) rows.push(["Expiry", `EXPIRING at ${when(c.notAfter)}: set a new certificate`]);
+    }
+    if (d?.previousClientCertificate) rows.push(["Previous certificate", `${certText(d.previousClientCertificate)}; handshake fallback until ${when(d.previousClientCertificate.overlapUntil)}`]);
+    if (d?.serverCa) rows.push(["Pinned server CA", certText(d.serverCa)]);
+    if (d?.oauth2) {
+      const o = d.oauth2;
+      rows.push(["OAuth2 token URL", o.tokenUrl], ["OAuth2 client id", o.clientId], ["OAuth2 client secret", `${o.clientSecretFingerprint} (fingerprint; the secret is never shown)`]);
+      if (o.scopes.length) rows.push(["OAuth2 scopes", o.scopes.join(" ")]);
+      if (o.audience) rows.push(["OAuth2 audience", o.audience]);
+    }
+    if (rows.length === 0) {
+      replace(summary, h("dt", {}, "None"), h("dd", {}, "Signature only: no client certificate, pinned CA or OAuth2."));
+      return;
+    }
+    replace(summary, ...rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+  };
+  return { el, draw };
+}
+
+// The admin's form: inputs live outside the polled summary, so typing
+// survives a refresh.
+function form(id: string, refresh: () => void): HTMLElement {
+  const st = status();
+  const run = async (what: string, f: () => Promise<string>): Promise<void> => {
+    try {
+      st.ok(await f());
+      refresh();
+    } catch (err) {
+      st.error(`${what} failed: ${err instanceof Error && !("code" in err) ? err.message : errorText(err)}`);
+    }
+  };
+  const cert = h("textarea", { name: "client-cert", rows: 4, placeholder: "-----BEGIN CERTIFICATE-----" });
+  const key = h("textarea", { name: "client-key", rows: 4, placeholder: "-----BEGIN PRIVATE KEY-----", autocomplete: "off" });
+  const overlap = h("input", { type: "text", name: "client-cert-overlap", placeholder: "24h (0: none)" });
+  const setCert = h("button", { type: "button" }, "Set certificate");
+  const removeCert = h("button", { type: "button" }, "Remove certificate");
+  setCert.addEventListener("click", () => {
+    void run("Set certificate", async () => {
+      if (!cert.value.includes("-----BEGIN") || !key.value.includes("-----BEGIN")) throw new Error("paste the certificate and its private key, both PEM");
+      const o = overlap.value.trim() ? parseDuration(overlap.value) : undefined;
+      if (overlap.value.trim() && o === undefined) throw new Error(`overlap "${overlap.value}": use e.g. 0s, 30m, 24h`);
+      await admin.updateDestination({ id, clientCertificate: { certificatePem: cert.value, keyPem: key.value }, clientCertificateOverlap: o === undefined ? undefined : duration(o) });
+      key.value = "";
+      return `Client certificate of ${id} set.`;
+    });
+  });
+  removeCert.addEventListener("click", () => void run("Remove certificate", async () => (await admin.updateDestination({ id, removeClientCertificate: true }), `Client certificate of ${id} removed.`)));
+
+  const tokenUrl = h("input", { type: "url", name: "oauth2-token-url", placeholder: "https://auth.partner.example/token" });
+  const clientId = h("input", { type: "text", name: "oauth2-client-id" });
+  const clientSecret = h("input", { type: "password", name: "oauth2-client-secret", autocomplete: "off" });
+  const scopes = h("input", { type: "text", name: "oauth2-scopes", placeholder: "space-separated" });
+  const audience = h("input", { type: "text", name: "oauth2-audience" });
+  const setOAuth2 = h("button", { type: "button" }, "Set OAuth2");
+  const removeOAuth2 = h("button", { type: "button" }, "Remove OAuth2");
+  setOAuth2.addEventListener("click", () => {
+    void run("Set OAuth2", async () => {
+      await admin.updateDestination({
+        id,
+        oauth2: { tokenUrl: tokenUrl.value.trim(), clientId: clientId.value.trim(), clientSecret: clientSecret.value, scopes: scopes.value.split(/\s+/).filter(Boolean), audience: audience.value.trim() },
+      });
+      clientSecret.value = "";
+      return `OAuth2 credentials of ${id} set.`;
+    });
+  });
+  removeOAuth2.addEventListener("click", () => void run("Remove OAuth2", async () => (await admin.updateDestination({ id, removeOauth2: true }), `OAuth2 credentials of ${id} removed.`)));
+
+  return h(
+    "div",
+    { class: "actions" },
+    h("fieldset", {}, h("legend", {}, "Client certificate (mTLS)"), field("Certificate (PEM)", cert), field("Private key (PEM)", key), field("Overlap", overlap), setCert, removeCert),
+    h("fieldset", {}, h("legend", {}, "OAuth2 client credentials"), field("Token URL", tokenUrl), field("Client id", clientId), field("Client secret", clientSecret), field("Scopes", scopes), field("Audience", audience), setOAuth2, removeOAuth2),
+    st.el,
+  );
+}
