@@ -4,7 +4,7 @@
 // reason, replays its dead letters in lane order, and a viewer sees no
 // action. Screenshots of each page go to console/test-artifacts/.
 import { execFile } from "node:child_process";
-import { randomBytes } from "node:crypto";
+import { createHmac, randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -414,6 +414,65 @@ describe("console in Chromium against rivora dev", () => {
     expect(shown).toContain(got.destination.publicKey!);
     expect(shown).toContain(got.destination.signingKeyFingerprint!);
     expect(await page.content()).not.toContain("whsk_");
+  });
+
+  it("an admin gives the ed25519 key and a legacy signature; the partner gets it, the page shows fingerprints only", async () => {
+    // The SDK's v1a test vector: the key whose seed is bytes 1 to 32 and its public key.
+    const signingKey = "whsk_AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyB5tVYuj+ZU+UB4sRLoqYunkB+FOuaVvtfg45ELrQSWZA==";
+    const publicKey = "whpk_ebVWLo/mVPlAeLES6KmLp5AfhTrmlb7X4OORC60ElmQ=";
+    const legacySecret = "console-legacy-secret-8c2f";
+    await page.goto(`${dev.url}/console/#/destination/quiet`);
+    // The OAuth2 token URL set above answers nothing: remove it (and the certificate) so deliveries reach quiet.
+    await page.getByRole("button", { name: "Remove OAuth2", exact: true }).click();
+    await page.getByText("OAuth2 credentials of quiet removed.").waitFor({ timeout: 10_000 });
+    await page.getByRole("button", { name: "Remove certificate", exact: true }).click();
+    await page.getByTestId("endpoint-auth").getByText("Signature only").waitFor({ timeout: 10_000 });
+    await page.getByTestId("signing").getByText(/^whpk_/).waitFor();
+    await page.locator('input[name="signing-key"]').fill("sk_not-a-key");
+    await page.getByRole("button", { name: "Set scheme", exact: true }).click();
+    await page.getByRole("alert").getByText(/Set scheme failed: the signing key must start with "whsk_"/).waitFor();
+    await page.locator('select[name="signature-scheme"]').selectOption("both");
+    await page.locator('input[name="signing-key"]').fill(signingKey);
+    await page.getByRole("button", { name: "Set scheme", exact: true }).click();
+    await page.getByTestId("signing").getByText(publicKey).waitFor({ timeout: 10_000 });
+    expect(await page.locator('input[name="signing-key"]').inputValue()).toBe("");
+
+    await page.getByRole("button", { name: "Set legacy signature", exact: true }).click();
+    await page.getByRole("alert").getByText(/needs the header name and the partner's secret/).waitFor();
+    await page.locator('input[name="legacy-signature-header"]').fill("X-Partner-Sig");
+    await page.locator('input[name="legacy-signature-template"]').fill("{timestamp}.{body}");
+    await page.locator('select[name="legacy-signature-algorithm"]').selectOption("hmac-sha512");
+    await page.locator('select[name="legacy-signature-encoding"]').selectOption("base64");
+    await page.locator('input[name="legacy-signature-prefix"]').fill("sha512=");
+    await page.locator('input[name="legacy-signature-secret"]').fill(legacySecret);
+    await page.getByRole("button", { name: "Set legacy signature", exact: true }).click();
+    await page.getByTestId("signing").getByText(/^X-Partner-Sig: /).waitFor({ timeout: 10_000 });
+    const shown = (await page.getByTestId("signing").textContent()) ?? "";
+    const got = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "get", "quiet", "-o", "json")) as {
+      destination: { signatureScheme?: string; publicKey?: string; signingKey?: string; legacySignature?: Record<string, unknown> };
+    };
+    expect(got.destination).toMatchObject({ signatureScheme: "both", publicKey: publicKey });
+    expect(got.destination.signingKey).toBeUndefined();
+    expect(got.destination.legacySignature).toMatchObject({ header: "X-Partner-Sig", template: "{timestamp}.{body}", algorithm: "hmac-sha512", encoding: "base64", prefix: "sha512=" });
+    expect(got.destination.legacySignature?.secret).toBeUndefined();
+    expect(shown).toContain(String(got.destination.legacySignature?.secretFingerprint));
+    expect(await page.content()).not.toContain(legacySecret);
+    expect(await page.content()).not.toContain("whsk_");
+
+    // The partner gets the legacy header, computed as configured, beside webhook-signature.
+    const before = quiet.received.length;
+    await rpc(dev, dev.token, "rivora.v1.IngestService/Publish", { destinationId: "quiet", customerId: "acme", laneKey: "u", type: "t", data: { legacy: true } });
+    const delivered = await eventually("quiet got an event with the legacy signature", () => quiet.received.slice(before).find((r) => r.headers["x-partner-sig"] !== undefined), 30_000);
+    const want = "sha512=" + createHmac("sha512", legacySecret).update(`${String(delivered.headers["webhook-timestamp"])}.${delivered.text}`).digest("base64");
+    expect(delivered.headers["x-partner-sig"]).toBe(want);
+    expect(String(delivered.headers["webhook-signature"])).toMatch(/v1,.* v1a,|v1a,.* v1,/);
+
+    await page.getByRole("button", { name: "Remove legacy signature", exact: true }).click();
+    await page.getByText(`Legacy signature of quiet removed.`).waitFor({ timeout: 10_000 });
+    await eventually("the summary drops the legacy signature", async () => !((await page.getByTestId("signing").textContent()) ?? "").includes("X-Partner-Sig"), 10_000);
+    const after = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "get", "quiet", "-o", "json")) as { destination: { legacySignature?: unknown } };
+    expect(after.destination.legacySignature).toBeUndefined();
+    await shot("destination-signing.png");
   });
 
   it("logged no error in the page", () => {
