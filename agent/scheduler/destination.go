@@ -146,7 +146,14 @@ func (s *Scheduler) SetLimits(destinationID string, partition int, lim limits.Li
 func (s *Scheduler) SetClass(destinationID string, partition int, class limits.Class) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.destination(destinationID, partition).class = min(max(class, limits.High), limits.Low)
+	d := s.destination(destinationID, partition)
+	if d.inRing {
+		s.ringClass[d.class]--
+	}
+	d.class = min(max(class, limits.High), limits.Low)
+	if d.inRing {
+		s.ringClass[d.class]++
+	}
 	s.wake()
 }
 

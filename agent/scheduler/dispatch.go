@@ -134,6 +134,9 @@ func (s *Scheduler) pick(now time.Time) (*Attempt, time.Duration) {
 		return a, 0
 	}
 	for class := limits.High; class < numClasses; class++ {
+		if s.ringClass[class] == 0 {
+			continue // none due: a pass over a ring of 10k destinations for nothing took 40% of the CPU at 10M pending
+		}
 		if a := s.pickClass(now, class, soonest); a != nil {
 			return a, 0
 		}
@@ -221,6 +224,7 @@ func (s *Scheduler) makeDue(l *Lane, now time.Time) {
 	if !d.inRing {
 		d.inRing = true
 		s.ring = append(s.ring, d)
+		s.ringClass[d.class]++
 	}
 }
 
@@ -228,6 +232,7 @@ func (s *Scheduler) leaveRing(d *destination) {
 	for i, x := range s.ring {
 		if x == d {
 			s.ring = append(s.ring[:i], s.ring[i+1:]...)
+			s.ringClass[d.class]--
 			if s.rr > i {
 				s.rr--
 			}

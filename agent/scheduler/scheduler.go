@@ -80,13 +80,15 @@ type Scheduler struct {
 	kick  chan struct{}
 	out   chan *Attempt
 
-	mu      sync.Mutex
-	dests   map[string]*destination
-	ring    []*destination // destinations with due lanes
-	parked  map[*destination]bool
-	rr      int
-	waiting laneHeap
-	expired []*Lane // lanes in laneExpired, oldest window first
+	mu    sync.Mutex
+	dests map[string]*destination
+	ring  []*destination // destinations with due lanes
+	// ringClass counts ring's destinations per priority class.
+	ringClass [numClasses]int
+	parked    map[*destination]bool
+	rr        int
+	waiting   laneHeap
+	expired   []*Lane // lanes in laneExpired, oldest window first
 	// deadlines: window ends of held heads, whatever their state.
 	deadlines deadlineHeap
 	// born counts the lanes ever made (laneSlot.born).

@@ -123,6 +123,13 @@ func checkInvariants(t *testing.T, s *Scheduler) {
 		}
 	}
 	ringCount := map[*destination]int{}
+	var perClass [numClasses]int
+	for _, d := range s.ring {
+		perClass[d.class]++
+	}
+	if perClass != s.ringClass {
+		t.Fatalf("ring holds %v destinations per class, ringClass counts %v", perClass, s.ringClass)
+	}
 	for _, d := range s.ring {
 		ringCount[d]++
 		if s.dests[d.id] != d {
