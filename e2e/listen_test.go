@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,28 +22,10 @@ import (
 	"github.com/rivora/rivora/testkit/poll"
 )
 
-// syncBuffer is a process's output, read while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // listenProc is a running `rivoractl listen`.
 type listenProc struct {
 	cmd         *exec.Cmd
-	out, errOut *syncBuffer
+	out, errOut *lockedBuffer
 	done        chan error
 }
 
@@ -55,7 +36,7 @@ func startListen(t *testing.T, d *devProc, addr string, args ...string) *listenP
 	if rivoractlBuild != nil {
 		t.Fatalf("rivoractl did not build: %v", rivoractlBuild)
 	}
-	l := &listenProc{out: &syncBuffer{}, errOut: &syncBuffer{}, done: make(chan error, 1)}
+	l := &listenProc{out: &lockedBuffer{}, errOut: &lockedBuffer{}, done: make(chan error, 1)}
 	l.cmd = exec.Command(rivoractlBin, append([]string{"listen", "--listen", addr, "--server", d.URL()}, args...)...)
 	l.cmd.Env = append(os.Environ(), "RIVORA_TOKEN="+creds.For(d.URL()))
 	l.cmd.Stdout, l.cmd.Stderr = l.out, l.errOut

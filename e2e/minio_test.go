@@ -131,6 +131,8 @@ func installMinIO(t testing.TB, gobin, bin string) error {
 	}
 }
 
+// lockedBuffer is a process's output, written by its pipes while a test
+// reads it.
 type lockedBuffer struct {
 	mu  sync.Mutex
 	buf strings.Builder

@@ -224,13 +224,13 @@ func tourRun(t *testing.T, dir string, env []string, line string) string {
 // tourProc is a command that runs until Ctrl-C: rivora dev, listen.
 type tourProc struct {
 	cmd      *exec.Cmd
-	out, err *syncBuffer
+	out, err *lockedBuffer
 	done     chan error
 }
 
 func startTourProc(t *testing.T, dir string, env []string, line string) *tourProc {
 	t.Helper()
-	p := &tourProc{out: &syncBuffer{}, err: &syncBuffer{}, done: make(chan error, 1)}
+	p := &tourProc{out: &lockedBuffer{}, err: &lockedBuffer{}, done: make(chan error, 1)}
 	// exec: the signal reaches the command, not a shell around it.
 	p.cmd = exec.Command("sh", "-c", "exec "+line)
 	p.cmd.Dir, p.cmd.Env = dir, env
