@@ -42,7 +42,7 @@ func loadRig(t testing.TB, n int) (*Partition, jetstream.Stream) {
 			t.Fatal(err)
 		}
 	}
-	return &Partition{deps: Deps{JS: js}, lanes: st, directGet: directGetSubject(js, "LANES_T")}, st
+	return &Partition{deps: Deps{JS: js}, lanes: st, directGet: apiSubject(js, "DIRECT.GET.LANES_T"), msgGet: apiSubject(js, "STREAM.MSG.GET.LANES_T")}, st
 }
 
 // loadStored answers the stored bytes of an event without its headers,
@@ -74,6 +74,44 @@ func TestLoadStoredReadsTheEventWithoutItsHeaders(t *testing.T) {
 	ev, err := o.Load(ctx, &scheduler.Attempt{Entry: scheduler.Entry{Seq: 11, EventID: "ev-11"}})
 	if err != nil || ev.GetEventId() != "ev-11" {
 		t.Fatalf("Load(11) = %v, %v; want ev-11", ev.GetEventId(), err)
+	}
+}
+
+// A direct get may be answered by a replica that has not stored a write
+// the leader acknowledged yet: its "not found" must not make a pending
+// event gone (the dispatcher skips an event that cannot be loaded). The
+// lagging replica is a responder on the direct get subject answering 404
+// to everything; the leader's message get then finds what is stored, and
+// only what is stored.
+func TestLoadStoredAsksTheLeaderWhenAReplicaFindsNothing(t *testing.T) {
+	o, st := loadRig(t, 5)
+	ctx := context.Background()
+	nc := o.deps.JS.Conn()
+	lagging, err := nc.Subscribe("test.lagging.replica", func(m *nats.Msg) {
+		answer := nats.NewMsg(m.Reply)
+		answer.Header.Set("Status", "404")
+		answer.Header.Set("Description", "Message Not Found")
+		_ = nc.PublishMsg(answer)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lagging.Unsubscribe() })
+	o.directGet = "test.lagging.replica"
+
+	data, err := o.loadStored(ctx, 4)
+	if err != nil {
+		t.Fatalf("loadStored(4) with a replica that has not stored it: %v", err)
+	}
+	raw, err := st.GetMsg(ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(data) != string(raw.Data) {
+		t.Fatalf("loadStored(4) = %d bytes unlike the stored %d", len(data), len(raw.Data))
+	}
+	if _, err := o.loadStored(ctx, 6); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("loadStored(6) of no event: %v, want ErrMsgNotFound from the leader", err)
 	}
 }
 

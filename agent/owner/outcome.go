@@ -2,6 +2,8 @@ package owner
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -65,16 +67,49 @@ func (o *Partition) loadStored(ctx context.Context, seq uint64) ([]byte, error) 
 		// Every stored event has bytes: an empty answer is a status.
 		status := msg.Header.Get("Status")
 		if status == "404" {
-			return nil, jetstream.ErrMsgNotFound
+			// Any replica answers a direct get, and one may not have
+			// stored a write the leader acknowledged yet: "not found"
+			// is the leader's to say, or a pending event would be
+			// skipped as gone.
+			return o.leaderGet(ctx, seq)
 		}
 		return nil, fmt.Errorf("direct get: status %q %s", status, msg.Header.Get("Description"))
 	}
 	return msg.Data, nil
 }
 
-// directGetSubject is where a stream answers direct gets, under the
-// client's JetStream API prefix.
-func directGetSubject(js jetstream.JetStream, stream string) string {
+// leaderGet reads the stored event at seq through the STREAM.MSG.GET API,
+// which only the lane store's leader answers: slower than a direct get,
+// asked only when a direct get found nothing.
+func (o *Partition) leaderGet(ctx context.Context, seq uint64) ([]byte, error) {
+	req := []byte(`{"seq":` + strconv.FormatUint(seq, 10) + `}`)
+	msg, err := o.deps.JS.Conn().RequestWithContext(ctx, o.msgGet, req)
+	if err != nil {
+		return nil, fmt.Errorf("get from the lane store's leader: %w", err)
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Data []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, fmt.Errorf("get from the lane store's leader: unreadable answer: %w", err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, jetstream.ErrMsgNotFound
+	case resp.Error != nil:
+		return nil, fmt.Errorf("get from the lane store's leader: %w", resp.Error)
+	case resp.Message == nil:
+		return nil, errors.New("get from the lane store's leader: an answer without a message")
+	}
+	return resp.Message.Data, nil
+}
+
+// apiSubject is a stream's JetStream API subject (for example
+// "DIRECT.GET." + stream) under the client's API prefix.
+func apiSubject(js jetstream.JetStream, subject string) string {
 	prefix := jetstream.DefaultAPIPrefix
 	switch o := js.Options(); {
 	case o.Domain != "":
@@ -82,7 +117,7 @@ func directGetSubject(js jetstream.JetStream, stream string) string {
 	case o.APIPrefix != "":
 		prefix = strings.TrimSuffix(o.APIPrefix, ".") + "."
 	}
-	return prefix + "DIRECT.GET." + stream
+	return prefix + subject
 }
 
 // registered: the destination is in the config. An attempt in flight when

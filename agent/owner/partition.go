@@ -95,8 +95,9 @@ type Partition struct {
 	fence  *fence
 	lanes  jetstream.Stream
 	ledger jetstream.Stream
-	// directGet is the lane store's direct get subject (loadStored).
-	directGet string
+	// directGet and msgGet are the lane store's direct get subject and
+	// its leader's message get subject (loadStored).
+	directGet, msgGet string
 
 	cache   *eventCache
 	writer  *laneWriter
@@ -148,7 +149,8 @@ func Open(ctx context.Context, p int, deps Deps, lease *ownership.Lease) (*Parti
 
 // wire creates the parts, once the streams exist.
 func (o *Partition) wire(ingest jetstream.Consumer) {
-	o.directGet = directGetSubject(o.deps.JS, lanes.LanesStream(o.p))
+	o.directGet = apiSubject(o.deps.JS, "DIRECT.GET."+lanes.LanesStream(o.p))
+	o.msgGet = apiSubject(o.deps.JS, "STREAM.MSG.GET."+lanes.LanesStream(o.p))
 	o.writer = newLaneWriter(o.p, o.deps.JS, o.fence, o.deps.Scheduler, o.cache, o.log)
 	o.writer.abandon = o.stalled
 	o.writer.ackWait = o.ackWait()
