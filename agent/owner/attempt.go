@@ -50,6 +50,7 @@ func (w Worker) Attempt(ctx context.Context, part *Partition, a *scheduler.Attem
 		if f.LoadErr == nil {
 			endpoint, timeout = part.gather(&f, ev)
 		}
+		f.LoadGone = loadGone(f.LoadErr)
 	}
 	v := verdict.Decide(f)
 	var res delivery.Result
@@ -66,8 +67,11 @@ func (w Worker) Attempt(ctx context.Context, part *Partition, a *scheduler.Attem
 	if v.Disable && w.Disable != nil {
 		w.Disable(a, ev, res)
 	}
-	if v.Kind == verdict.Skip {
+	switch {
+	case v.Kind == verdict.Skip:
 		w.Log.Error("skipping an event that cannot be loaded", "event_id", a.Entry.EventID, "lane", a.Lane.ID.String(), "error", f.LoadErr)
+	case f.LoadErr != nil:
+		w.Log.Warn("the lane store did not answer a load; trying the event again", "event_id", a.Entry.EventID, "lane", a.Lane.ID.String(), "error", f.LoadErr)
 	}
 	_, err := settle(ctx, w.Scheduler, part, a, ev, v, res)
 	return v, err

@@ -115,6 +115,38 @@ func TestLoadStoredAsksTheLeaderWhenAReplicaFindsNothing(t *testing.T) {
 	}
 }
 
+// A Load that fails for good (the leader says the event is not there, or
+// its bytes do not decode) is told from one the store did not answer,
+// which the dispatcher must try again rather than skip (verdict.Decide).
+func TestLoadTellsAnEventGoneFromAStoreThatDidNotAnswer(t *testing.T) {
+	o, st := loadRig(t, 3)
+	ctx := context.Background()
+	if _, err := o.deps.JS.Publish(ctx, "lane.t.garbage", []byte{0xff, 0xff, 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteMsg(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	load := func(ctx context.Context, seq uint64) error {
+		_, err := o.Load(ctx, &scheduler.Attempt{Entry: scheduler.Entry{Seq: seq, EventID: "ev"}})
+		return err
+	}
+	if err := load(ctx, 2); err == nil || !loadGone(err) {
+		t.Fatalf("Load of a deleted event: %v, gone %v; want gone", err, loadGone(err))
+	}
+	if err := load(ctx, 4); err == nil || !loadGone(err) {
+		t.Fatalf("Load of undecodable bytes: %v, gone %v; want gone", err, loadGone(err))
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := load(cancelled, 1); err == nil || loadGone(err) {
+		t.Fatalf("Load the store did not answer: %v, gone %v; want an error that is not gone", err, loadGone(err))
+	}
+	if err := load(ctx, 1); err != nil {
+		t.Fatalf("Load of a stored event: %v", err)
+	}
+}
+
 // BenchmarkLoadStored against BenchmarkLoadGetMsg (jetstream's GetMsg,
 // which Load used): the CPU of a deep backlog's load per delivery.
 func BenchmarkLoadStored(b *testing.B) {

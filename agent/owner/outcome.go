@@ -33,9 +33,19 @@ func (o *Partition) Load(ctx context.Context, a *scheduler.Attempt) (*rivorav1.E
 	}
 	ev := &rivorav1.Event{}
 	if err := proto.Unmarshal(data, ev); err != nil {
-		return nil, fmt.Errorf("decode event %s (seq %d): %w", a.Entry.EventID, a.Entry.Seq, err)
+		return nil, fmt.Errorf("decode event %s (seq %d): %w: %w", a.Entry.EventID, a.Entry.Seq, errUndecodable, err)
 	}
 	return ev, nil
+}
+
+// errUndecodable marks a stored event whose bytes do not decode.
+var errUndecodable = errors.New("undecodable")
+
+// loadGone reports whether a Load failed for good: the lane store's
+// leader answered that the event is not there, or its bytes do not
+// decode. Any other failure (a timeout, no leader yet) may pass.
+func loadGone(err error) bool {
+	return errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, errUndecodable)
 }
 
 // loadTimeout bounds a load whose context has no deadline (JetStream's

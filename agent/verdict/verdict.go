@@ -56,8 +56,8 @@ const (
 	// Dead: the event becomes a dead letter with Reason; the lane
 	// advances.
 	Dead
-	// Skip: the event cannot be loaded from the lane store; the lane moves
-	// past it with nothing recorded.
+	// Skip: the event is not in the lane store (or does not decode); the
+	// lane moves past it with nothing recorded.
 	Skip
 )
 
@@ -126,8 +126,12 @@ type Facts struct {
 	// PartitionOpen: the attempt's partition is open here (not still
 	// opening after a rebuild, not being released).
 	PartitionOpen bool
-	// LoadErr: the event could not be loaded from the lane store.
-	LoadErr error
+	// LoadErr: the event could not be loaded from the lane store;
+	// LoadGone: because the store answered that it is not there, or its
+	// bytes do not decode (no later load can succeed). Otherwise the store
+	// did not answer (a timeout, a leader election), and a later load may.
+	LoadErr  error
+	LoadGone bool
 	// Conflict: the event is an edge's copy whose idempotency key the
 	// cell had used for another event (Event.idempotency_conflict): why
 	// it is not delivered.
@@ -173,6 +177,8 @@ const (
 	// EndpointDelay: the endpoint cannot be built yet, or the lease
 	// lapsed (another agent delivers the partition now).
 	EndpointDelay = time.Second
+	// LoadDelay: the lane store did not answer a load.
+	LoadDelay = time.Second
 )
 
 // Decide is what becomes of the attempt f describes. It reads nothing but
@@ -185,8 +191,12 @@ func Decide(f Facts) Verdict {
 		// is installed), or just released: try again shortly rather
 		// than spin.
 		return wait(a.Head, f.Now.Add(OpeningDelay))
-	case f.LoadErr != nil:
+	case f.LoadErr != nil && f.LoadGone:
 		return Verdict{Kind: Skip}
+	case f.LoadErr != nil:
+		// The event is stored but the store did not answer: not sent,
+		// not charged, tried again shortly. Skipping it would lose it.
+		return wait(a.Head, f.Now.Add(LoadDelay))
 	case f.Conflict != "":
 		// Never sent, whatever its destination's state: it dies at its
 		// turn (its lane's order kept), with why in its last error.

@@ -110,8 +110,15 @@ func TestDecide(t *testing.T) {
 		// Before sending.
 		{"partition not open", with(ready(attempt(1)), func(f *verdict.Facts) { *f = verdict.Facts{Attempt: f.Attempt, Now: now} }),
 			verdict.Verdict{Kind: verdict.Wait, Head: scheduler.Head{NotBefore: now.Add(verdict.OpeningDelay)}}},
-		{"event cannot be loaded", with(ready(attempt(1)), func(f *verdict.Facts) { f.LoadErr = errors.New("no message found") }),
+		{"event cannot be loaded", with(ready(attempt(1)), func(f *verdict.Facts) { f.LoadErr, f.LoadGone = errors.New("no message found"), true }),
 			verdict.Verdict{Kind: verdict.Skip}},
+		{"the store did not answer a load: not sent, not charged, tried again", with(ready(attempt(3)), func(f *verdict.Facts) {
+			f.LoadErr = errors.New("load event e (seq 9): context deadline exceeded")
+		}), verdict.Verdict{Kind: verdict.Wait, Head: func() scheduler.Head {
+			h := attempt(3).Head // unchanged: nothing charged, nothing recorded
+			h.NotBefore = now.Add(verdict.LoadDelay)
+			return h
+		}()}},
 		{"an edge's copy whose key the cell used for another event: dead, never sent, why in its last error", with(ready(attempt(1)), func(f *verdict.Facts) {
 			f.Conflict = "idempotency key \"k\" was used at the cell for another event"
 		}), verdict.Verdict{Kind: dead, Head: scheduler.Head{LastError: "idempotency key \"k\" was used at the cell for another event"}, Reason: rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT}},
