@@ -112,6 +112,12 @@ type partitionState struct {
 	// storeOK is when the partition's store last took a write here (or
 	// answered an open): a lock held this long without it is given up.
 	storeOK time.Time
+	// storeConfirmed: storeOK is the store's answer (an open, a write),
+	// not the lock's taking. Until then a stall is timed from the first
+	// failed open (openFailing): the wait for a turn to open and a long
+	// rebuild are not the store being silent.
+	storeConfirmed bool
+	openFailing    time.Time
 	// trouble says why the partition stopped running, or that its latest
 	// open failed, until it runs again: /healthz reports it. It names no
 	// error: /healthz is open to all, and errors can carry paths; the
@@ -249,7 +255,7 @@ func (ps *lifecycle) lockTaken(lease *ownership.Lease) bool {
 		return false
 	}
 	st.lease = lease
-	st.storeOK = ps.now()
+	st.storeOK, st.storeConfirmed, st.openFailing = ps.now(), false, time.Time{}
 	ps.set(st, locked)
 	ps.wake(false, true)
 	return true
@@ -286,7 +292,15 @@ func (ps *lifecycle) openFailed(lease *ownership.Lease, fenced bool) {
 	if st == nil || st.phase != opening || st.lease != lease {
 		return
 	}
-	stalled := !fenced && lease.Valid() && ps.now().Sub(st.storeOK) >= ps.stallTimeout
+	now := ps.now()
+	since := st.storeOK
+	if !st.storeConfirmed {
+		if st.openFailing.IsZero() {
+			st.openFailing = now
+		}
+		since = st.openFailing
+	}
+	stalled := !fenced && lease.Valid() && now.Sub(since) >= ps.stallTimeout
 	if stalled {
 		ps.markCut(lease.P, st)
 	}
@@ -315,7 +329,7 @@ func (ps *lifecycle) opened(run *partitionRun) bool {
 	}
 	st.run = run
 	st.trouble = ""
-	st.storeOK = ps.now()
+	st.storeOK, st.storeConfirmed, st.openFailing = ps.now(), true, time.Time{}
 	ps.set(st, running)
 	return true
 }
@@ -358,7 +372,7 @@ func (ps *lifecycle) runFailed(run *partitionRun, storeConfirmed time.Time) {
 		return
 	}
 	st.run = nil
-	st.storeOK = storeConfirmed
+	st.storeOK, st.storeConfirmed = storeConfirmed, true
 	if !run.lease.Valid() {
 		st.lease = nil
 		ps.set(st, assigned)

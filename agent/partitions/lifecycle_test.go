@@ -483,6 +483,12 @@ func TestPartitionLifecycle(t *testing.T) {
 			drainWakes(), advance(time.Millisecond), writable(1, true), wantCut(), woken(true, false, true), wantBroken(1, ""),
 			wantToLock(1), lockPass(), want(1, locked), holds(1, 1), startOpen(1, true), opened(1, true), want(1, running),
 		}},
+		{"a long wait for a turn to open (or a long rebuild) is not a stall: only failed opens are timed", []step{
+			assign(1), lockPass(), want(1, locked), advance(2 * testStallTimeout),
+			startOpen(1, true), openFailed(1, false), want(1, locked), wantCut(),
+			advance(testStallTimeout - time.Millisecond), startOpen(1, true), openFailed(1, false), want(1, locked), wantCut(),
+			advance(time.Millisecond), startOpen(1, true), openFailed(1, false), want(1, releasing), wantCut(1),
+		}},
 		{"opens failing for the stall timeout since the lock: the lock goes back, marked cut", []step{
 			assign(1), lockPass(), startOpen(1, true), openFailed(1, false), want(1, locked),
 			advance(testStallTimeout - time.Millisecond), startOpen(1, true), openFailed(1, false), want(1, locked), wantCut(),

@@ -166,6 +166,13 @@ func (s *Set) runPartition(ctx context.Context, run *partitionRun) {
 	switch {
 	case err == nil || ctx.Err() != nil:
 		// Handed off: the handoff waits for done.
+	case errors.Is(err, owner.ErrFenced):
+		// Lost (checked first: a stalled store may also have lost its
+		// lease, and then no handoff may wait for attempts): stop at
+		// once; nothing more is written or sent here.
+		s.log.Warn("partition ownership lost; stopped", "partition", run.p, "error", err)
+		run.part.Detach()
+		s.states.runLost(run)
 	case errors.Is(err, owner.ErrStoreStalled):
 		// Cut off from the store's quorum: give the partition up, as a
 		// handoff does, so an agent that reaches the quorum takes it.
@@ -173,11 +180,6 @@ func (s *Set) runPartition(ctx context.Context, run *partitionRun) {
 		if s.states.runStalled(run) {
 			s.handOff(run)
 		}
-	case errors.Is(err, owner.ErrFenced):
-		// Lost: stop at once; nothing more is written or sent here.
-		s.log.Warn("partition ownership lost; stopped", "partition", run.p, "error", err)
-		run.part.Detach()
-		s.states.runLost(run)
 	default:
 		// A write failed: rebuild the partition from its store.
 		s.log.Error("partition failed; reopening it", "partition", run.p, "error", err)
