@@ -37,6 +37,8 @@ type faultRunOptions struct {
 	Rate          float64 // events per second over all lanes, default 250
 	CPArgs        []string
 	AgentArgs     func(name string) []string
+	// DiskLimit: clusterOptions.DiskLimit.
+	DiskLimit func(name string) int64
 }
 
 // The destinations of a fault run: fast ones spread over the partitions,
@@ -76,7 +78,7 @@ func startFaultRun(t *testing.T, o faultRunOptions) *faultRun {
 	}
 	n := newFaultNet(t)
 	c := startClusterWith(t, clusterOptions{ControlPlanes: o.ControlPlanes, Agents: 3, Partitions: o.Partitions,
-		CPArgs: o.CPArgs, AgentArgs: o.AgentArgs, Net: n})
+		CPArgs: o.CPArgs, AgentArgs: o.AgentArgs, Net: n, DiskLimit: o.DiskLimit})
 	r := &faultRun{c: c, net: n, partners: map[string]*partner.Partner{}, expiring: "expiring"}
 	rg := c.rig(c.names[0])
 	add := func(id string, lanesOf int, max int, limits *rivorav1.Limits, shape func(*partner.Partner)) {
