@@ -114,8 +114,8 @@ type openResult struct {
 // openLoop opens the partitions whose lock is held here, up to
 // maxParallelOpens at once, and opens one again openRetry after its open
 // failed (its streams may be electing leaders). It returns once ctx ended
-// and every open it started returned.
-func (s *Set) openLoop(ctx context.Context) {
+// and every open it started returned. open is s.open (tests pass another).
+func (s *Set) openLoop(ctx context.Context, open func(ctx context.Context, p int) error) {
 	lastLog := make(map[int]time.Time) // one warning per partition every 5s
 	retryAt := make(map[int]time.Time) // not opened again before
 	inOpen := make(map[int]bool)       // partitions whose open goroutine runs
@@ -131,7 +131,7 @@ func (s *Set) openLoop(ctx context.Context) {
 				continue
 			}
 			inOpen[p] = true
-			go func() { results <- openResult{p: p, err: s.open(ctx, p)} }()
+			go func() { results <- openResult{p: p, err: open(ctx, p)} }()
 		}
 		if s.states.settled() && s.count.Load() > 0 {
 			s.ready.Store(true)
