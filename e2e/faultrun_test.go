@@ -37,6 +37,11 @@ type faultRunOptions struct {
 	Rate          float64 // events per second over all lanes, default 250
 	CPArgs        []string
 	AgentArgs     func(name string) []string
+	// ExpiringEvery, when set, makes the expiring destination's lanes a
+	// trickle for the whole run (one event per lane every ExpiringEvery)
+	// instead of eventsExpiring at the start: the chaos run archives
+	// throughout its faults.
+	ExpiringEvery time.Duration
 }
 
 // The destinations of a fault run: fast ones spread over the partitions,
@@ -80,6 +85,10 @@ func startFaultRun(t *testing.T, o faultRunOptions) *faultRun {
 	r := &faultRun{c: c, net: n, partners: map[string]*partner.Partner{}, expiring: "expiring"}
 	rg := c.rig(c.names[0])
 	add := func(id string, lanesOf int, max int, limits *rivorav1.Limits, shape func(*partner.Partner)) {
+		every := time.Duration(0)
+		if id == r.expiring && o.ExpiringEvery > 0 {
+			max, every = 0, o.ExpiringEvery
+		}
 		p := newPartner(t)
 		p.SetDelay(5 * time.Millisecond)
 		if shape != nil {
@@ -90,7 +99,7 @@ func startFaultRun(t *testing.T, o faultRunOptions) *faultRun {
 		for k := range lanesOf {
 			customer := fmt.Sprintf("c%d", k%3)
 			r.lanes = append(r.lanes, traffic.Lane{Destination: id, Customer: customer, Key: fmt.Sprintf("u%03d", k),
-				Partition: lanes.Partition(id, o.Partitions), Max: max})
+				Partition: lanes.Partition(id, o.Partitions), Max: max, Every: every})
 		}
 	}
 	for i := range fastDestinations {
@@ -171,6 +180,27 @@ type faultReport struct {
 // healed, faultFrom when the first began.
 func (r *faultRun) finish(t *testing.T, scenario string, faultFrom, heal time.Time) checker.Verdict {
 	t.Helper()
+	h, v := r.drain(t)
+	took, slowest, stuck := checker.Recovery(h, heal, map[string]bool{r.expiring: true})
+	if stuck != "" {
+		t.Errorf("lane %s never moved after the heal", stuck)
+	}
+	p99, during := r.traffic.P99(faultFrom, heal)
+	rep := faultReport{Scenario: scenario, RecoveryS: took.Seconds(), SlowestLane: slowest,
+		P99DuringMS: float64(p99.Microseconds()) / 1000, PublishesDur: during, Faults: len(r.net.Faults())}
+	b, _ := json.Marshal(rep)
+	t.Logf("faults:\n%s", faultnet.Describe(r.net.Faults()))
+	t.Logf("verdict %s", v.JSON())
+	t.Logf("report %s", b)
+	return v
+}
+
+// drain stops the traffic, waits until every acknowledged event is
+// delivered (or, for the expiring destination, archived), and runs the
+// checker: a verdict that is not clean fails the test, with the
+// reordered lanes' requests logged.
+func (r *faultRun) drain(t *testing.T) (checker.History, checker.Verdict) {
+	t.Helper()
 	r.traffic.Stop()
 	acked := r.traffic.Acked()
 	errs, lastErr := r.traffic.Errors()
@@ -205,22 +235,11 @@ func (r *faultRun) finish(t *testing.T, scenario string, faultFrom, heal time.Ti
 	})
 	h := r.history(t, acked, archived, byDest[r.expiring])
 	v := checker.Check(h)
-	took, slowest, stuck := checker.Recovery(h, heal, map[string]bool{r.expiring: true})
-	if stuck != "" {
-		t.Errorf("lane %s never moved after the heal", stuck)
-	}
-	p99, during := r.traffic.P99(faultFrom, heal)
-	rep := faultReport{Scenario: scenario, RecoveryS: took.Seconds(), SlowestLane: slowest,
-		P99DuringMS: float64(p99.Microseconds()) / 1000, PublishesDur: during, Faults: len(r.net.Faults())}
-	b, _ := json.Marshal(rep)
-	t.Logf("faults:\n%s", faultnet.Describe(r.net.Faults()))
-	t.Logf("verdict %s", v.JSON())
-	t.Logf("report %s", b)
 	if err := v.OK(); err != nil {
 		t.Errorf("checker: %v", err)
 		r.explainReorders(t, v, acked)
 	}
-	return v
+	return h, v
 }
 
 // explainReorders logs every request of the lanes the checker found
