@@ -209,16 +209,18 @@ func (r *faultRun) drain(t *testing.T) (checker.History, checker.Verdict) {
 	for _, p := range acked {
 		byDest[p.Destination] = append(byDest[p.Destination], p.ID)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
+	drainFrom := time.Now()
 	for dest, ids := range byDest {
 		if dest == r.expiring {
 			continue
 		}
-		if err := r.partners[dest].AwaitDelivered(ids, time.Until(deadline)); err != nil {
+		if err := r.awaitDrained(dest, ids); err != nil {
 			t.Errorf("%s: %v", dest, err)
 			r.explainMissing(t, dest, ids)
 		}
 	}
+	t.Logf("backlog drained in %s", time.Since(drainFrom).Round(100*time.Millisecond))
+	deadline := time.Now().Add(2 * time.Minute)
 	var archived []string
 	poll.True(t, "the expiring destination's events archived", time.Until(deadline)+expiringWindow, func() bool {
 		archived = r.archived(t)
@@ -240,6 +242,32 @@ func (r *faultRun) drain(t *testing.T) (checker.History, checker.Verdict) {
 		r.explainReorders(t, v, acked)
 	}
 	return h, v
+}
+
+// Draining after the faults: the backlog may take as long as it keeps
+// moving — a wait fails once drainStill passes without one of the
+// destination's missing events delivered, or after drainMax in all.
+const (
+	drainStill = time.Minute
+	drainMax   = 10 * time.Minute
+)
+
+// awaitDrained waits until every id was delivered to dest's partner.
+func (r *faultRun) awaitDrained(dest string, ids []string) error {
+	p := r.partners[dest]
+	from := time.Now()
+	missing := len(p.Missing(ids))
+	for {
+		err := p.AwaitDelivered(ids, drainStill)
+		if err == nil {
+			return nil
+		}
+		now := len(p.Missing(ids))
+		if now == missing || time.Since(from) > drainMax {
+			return fmt.Errorf("%w (%d still missing, %d delivered in the last %s)", err, now, missing-now, drainStill)
+		}
+		missing = now
+	}
 }
 
 // explainReorders logs every request of the lanes the checker found
