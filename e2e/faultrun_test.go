@@ -37,6 +37,8 @@ type faultRunOptions struct {
 	Rate          float64 // events per second over all lanes, default 250
 	CPArgs        []string
 	AgentArgs     func(name string) []string
+	// DiskLimit: clusterOptions.DiskLimit.
+	DiskLimit func(name string) int64
 	// ExpiringEvery, when set, makes the expiring destination's lanes a
 	// trickle for the whole run (one event per lane every ExpiringEvery)
 	// instead of eventsExpiring at the start: the chaos run archives
@@ -81,7 +83,7 @@ func startFaultRun(t *testing.T, o faultRunOptions) *faultRun {
 	}
 	n := newFaultNet(t)
 	c := startClusterWith(t, clusterOptions{ControlPlanes: o.ControlPlanes, Agents: 3, Partitions: o.Partitions,
-		CPArgs: o.CPArgs, AgentArgs: o.AgentArgs, Net: n})
+		CPArgs: o.CPArgs, AgentArgs: o.AgentArgs, Net: n, DiskLimit: o.DiskLimit})
 	r := &faultRun{c: c, net: n, partners: map[string]*partner.Partner{}, expiring: "expiring"}
 	rg := c.rig(c.names[0])
 	add := func(id string, lanesOf int, max int, limits *rivorav1.Limits, shape func(*partner.Partner)) {

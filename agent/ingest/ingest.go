@@ -79,6 +79,11 @@ type Config struct {
 	// for a sync begun after its writes. Nil: an answer means the writes
 	// reached the OS.
 	Durable *natsd.Syncer
+	// StoreDown, when set, is non-nil once this agent's store is gone
+	// (natsd.Server.LostErr: JetStream disabled on a full disk): every
+	// publish is then refused as unavailable at once, so the publisher
+	// goes to another agent instead of waiting out a timeout.
+	StoreDown func() error
 }
 
 // Defaults.
@@ -157,6 +162,18 @@ func (g *Gateway) count() int {
 		return 0
 	}
 	return g.partitions.Count()
+}
+
+// storeDown refuses a publish once this agent's store is gone
+// (Config.StoreDown).
+func (g *Gateway) storeDown() error {
+	if g.cfg.StoreDown == nil {
+		return nil
+	}
+	if err := g.cfg.StoreDown(); err != nil {
+		return errkind.Errorf(errkind.Unavailable, "this agent cannot store events (%v); it is restarting: publish through another agent", err)
+	}
+	return nil
 }
 
 var errNoConfig = errkind.Errorf(errkind.Unavailable, "this agent (or edge) has no configuration from the control plane yet; retry shortly")
@@ -258,6 +275,9 @@ func newEventID() (string, error) {
 // of its customer's matching subscriptions (routes), or, a test event, to
 // the one subscription it names.
 func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.PublishRequest]) (_ *connect.Response[rivorav1.PublishResponse], err error) {
+	if err := g.storeDown(); err != nil {
+		return nil, err
+	}
 	if g.count() == 0 {
 		return nil, errNoConfig
 	}
@@ -274,6 +294,9 @@ func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.Pub
 // nothing: all are validated before any is stored. results[i] answers
 // events[i]; event_ids[i] is its id when it named its destination.
 func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav1.PublishBatchRequest]) (_ *connect.Response[rivorav1.PublishBatchResponse], err error) {
+	if err := g.storeDown(); err != nil {
+		return nil, err
+	}
 	if g.count() == 0 {
 		return nil, errNoConfig
 	}
