@@ -127,11 +127,20 @@ func TestSendLargeAnswerBody(t *testing.T) {
 // with an i/o timeout, and three in a row failed the attempt as "timeout
 // after ..." charged to a partner that answers in milliseconds.
 func TestSendReusesConnectionsIdleLongerThanTheTimeout(t *testing.T) {
+	for _, overTLS := range []bool{false, true} {
+		name := "http"
+		if overTLS {
+			name = "https"
+		}
+		t.Run(name, func(t *testing.T) { sendOnConnectionsIdleLongerThanTheTimeout(t, overTLS) })
+	}
+}
+
+func sendOnConnectionsIdleLongerThanTheTimeout(t *testing.T, overTLS bool) {
 	const pooled = 4
-	var requests atomic.Int32
+	var requests, arrivals atomic.Int32
 	arrived := make(chan struct{})
-	var arrivals atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requests.Add(1)
 		// The first requests wait for each other, so that each has its
 		// own connection and the pool holds several.
@@ -139,9 +148,19 @@ func TestSendReusesConnectionsIdleLongerThanTheTimeout(t *testing.T) {
 			close(arrived)
 		}
 		<-arrived
-	}))
+	})
+	srv := httptest.NewUnstartedServer(handler)
+	var opts []delivery.Option
+	if overTLS {
+		srv.StartTLS()
+		roots := x509.NewCertPool()
+		roots.AddCert(srv.Certificate())
+		opts = append(opts, delivery.WithTLSConfig(&tls.Config{RootCAs: roots}))
+	} else {
+		srv.Start()
+	}
 	defer srv.Close()
-	s := delivery.NewSender("ua", loopbackOnly)
+	s := delivery.NewSender("ua", loopbackOnly, opts...)
 	const firstTimeout = time.Second
 	start := time.Now()
 	results := make(chan delivery.Result, pooled)
@@ -159,8 +178,7 @@ func TestSendReusesConnectionsIdleLongerThanTheTimeout(t *testing.T) {
 	// carried (the condition under test, not a synchronisation).
 	time.Sleep(time.Until(start.Add(firstTimeout + 100*time.Millisecond)))
 	for i := range pooled {
-		res := send(s, t, srv.URL)
-		if !res.OK() {
+		if res := send(s, t, srv.URL); !res.OK() {
 			t.Fatalf("send %d on connections idle longer than the last request's timeout: %+v, want delivered", i, res)
 		}
 	}
