@@ -285,23 +285,45 @@ var findRetries = []time.Duration{20 * time.Millisecond, 100 * time.Millisecond,
 // fingerprintOf finds the fingerprint of the original of a duplicate of
 // event eventID (partition p), whose ack named at. found is false when
 // it is nowhere any more (see the file comment).
+//
+// It looks again (findRetries) only when the original may be in motion
+// to where the next look finds it: out of INGEST into its lane, or out
+// of its lane into the history (bodies). An original gone from its lane
+// with no history to ask (the mover's question, DuplicateConflict) is
+// not coming back: looking again would only cost the ~370 ms of waits per
+// duplicate, and a mover handed a batch of copies whose originals were
+// delivered and reclaimed (INGEST redelivering what a previous owner
+// moved but never acked) sat minutes on one batch, past INGEST's
+// AckWait, and the partition never moved again.
 func (o *originals) fingerprintOf(ctx context.Context, at Stored, p int, ev *rivorav1.Event, bodies Bodies) (fp []byte, found bool, err error) {
+	retries := findRetries
+	settled := at.Stream != lanes.IngestStream && bodies == nil
+	if settled {
+		retries = nil
+	}
 	for attempt := 0; ; attempt++ {
-		fp, found, err = o.find(ctx, at, p, ev, bodies)
-		if err != nil || found || attempt == len(findRetries) {
+		fp, found, err = o.find(ctx, at, p, ev, bodies, settled)
+		if err != nil || found || attempt == len(retries) {
 			return fp, found, err
 		}
 		select {
-		case <-time.After(findRetries[attempt]):
+		case <-time.After(retries[attempt]):
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
 		}
 	}
 }
 
-func (o *originals) find(ctx context.Context, at Stored, p int, ev *rivorav1.Event, bodies Bodies) ([]byte, bool, error) {
+// find looks for the original once. settled: its first read asks the
+// stream's leader (atLeader), whose "gone" is final; fingerprintOf does
+// not look again then.
+func (o *originals) find(ctx context.Context, at Stored, p int, ev *rivorav1.Event, bodies Bodies, settled bool) ([]byte, bool, error) {
 	id := ev.GetEventId()
-	fp, found, err := o.at(ctx, at.Stream, at.Seq, id)
+	read := o.at
+	if settled {
+		read = o.atLeader
+	}
+	fp, found, err := read(ctx, at.Stream, at.Seq, id)
 	if err != nil || found {
 		return fp, found, err
 	}
@@ -356,14 +378,81 @@ func (o *originals) at(ctx context.Context, stream string, seq uint64, eventID s
 	case err != nil:
 		return nil, false, fmt.Errorf("read %s message %d: %w", stream, seq, err)
 	}
-	if fp := fingerprint.FromHeader(msg.Header); fp != nil {
-		return fp, true, nil
+	fp, found := originalIn(msg.Header, msg.Data, eventID)
+	return fp, found, nil
+}
+
+// originalIn is the fingerprint of the stored message (header, data),
+// when it holds event eventID.
+func originalIn(header nats.Header, data []byte, eventID string) ([]byte, bool) {
+	if fp := fingerprint.FromHeader(header); fp != nil {
+		return fp, true
 	}
 	ev := &rivorav1.Event{}
-	if err := proto.Unmarshal(msg.Data, ev); err != nil || ev.GetEventId() != eventID {
+	if err := proto.Unmarshal(data, ev); err != nil || ev.GetEventId() != eventID {
+		return nil, false
+	}
+	return fingerprint.Of(ev), true
+}
+
+// errCodeNoMessageFound is JetStream's error code of a message get whose
+// sequence holds nothing.
+const errCodeNoMessageFound = 10037
+
+// atLeader is at, asked of the stream's leader. A stream that allows
+// direct gets (the lanes do) lets any replica answer Stream.GetMsg, and a
+// replica that has not stored seq yet answers "not found"; the leader
+// stored seq before it acked the duplicate naming it, so its "not found"
+// means the original is gone (delivered and reclaimed).
+func (o *originals) atLeader(ctx context.Context, stream string, seq uint64, eventID string) ([]byte, bool, error) {
+	if seq == 0 {
 		return nil, false, nil
 	}
-	return fingerprint.Of(ev), true, nil
+	req, err := json.Marshal(struct {
+		Seq uint64 `json:"seq"`
+	}{seq})
+	if err != nil {
+		return nil, false, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	reply, err := o.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s message %d: %w", stream, seq, err)
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Header []byte `json:"hdrs"`
+			Data   []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return nil, false, fmt.Errorf("read %s message %d: %w", stream, seq, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == errCodeNoMessageFound:
+		return nil, false, nil
+	case resp.Error != nil:
+		return nil, false, fmt.Errorf("read %s message %d: %s (code %d, error code %d)", stream, seq, resp.Error.Description, resp.Error.Code, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return nil, false, fmt.Errorf("read %s message %d: an answer with neither message nor error", stream, seq)
+	}
+	var header nats.Header
+	if len(resp.Message.Header) > 0 {
+		if header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return nil, false, fmt.Errorf("read %s message %d: %w", stream, seq, err)
+		}
+	}
+	fp, found := originalIn(header, resp.Message.Data, eventID)
+	return fp, found, nil
 }
 
 func (o *originals) stream(ctx context.Context, name string) (jetstream.Stream, error) {

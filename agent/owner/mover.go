@@ -322,6 +322,14 @@ func (m *mover) judgeForwarded(ctx context.Context, items []Item, fwd []forwarde
 	}
 }
 
+// compareTimeout bounds one comparison of a duplicate with its original
+// (a few JetStream requests, each answered in milliseconds when the
+// streams have leaders). Without it a probe of a stream with no leader
+// would wait for the publish-ack timeout (30 s) while the batch's INGEST
+// messages wait unacked: a comparison that does not answer in time is
+// logged and tried again, as one that fails.
+var compareTimeout = 5 * time.Second
+
 // keepConflicts compares each keyed item the lanes answered as a
 // duplicate (at: where its original is) with that original. One whose key
 // names another event there is not dropped: an agent that did not own the
@@ -346,7 +354,9 @@ func (m *mover) keepConflicts(ctx context.Context, items []Item, at []Stored) bo
 			if it.forwarded != nil {
 				copy = *it.forwarded
 			}
-			why, err := m.check.DuplicateConflict(ctx, copy, it.Fingerprint, at[i].Stream, at[i].Seq)
+			cctx, cancel := context.WithTimeout(ctx, compareTimeout)
+			why, err := m.check.DuplicateConflict(cctx, copy, it.Fingerprint, at[i].Stream, at[i].Seq)
+			cancel()
 			if err == nil {
 				if why != "" {
 					marked = append(marked, it)

@@ -1,10 +1,19 @@
 package owner
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rivora/rivora/edge"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 func ingestMeta(consumerSeq, delivered uint64) *jetstream.MsgMetadata {
@@ -33,5 +42,52 @@ func TestIngestOrderRefusesGapsAndRedeliveries(t *testing.T) {
 	var first ingestOrder
 	if err := first.check(ingestMeta(1, 3)); !errors.Is(err, ErrMoveGap) {
 		t.Fatalf("a redelivered first message: %v, want ErrMoveGap", err)
+	}
+}
+
+// stuckCheck is a ForwardedCheck whose first duplicate comparison never
+// answers until its context ends (a probe of a stream with no leader).
+type stuckCheck struct{ calls atomic.Int32 }
+
+func (c *stuckCheck) CheckForwarded(_ context.Context, events []edge.Forwarded) ([]string, error) {
+	return make([]string, len(events)), nil
+}
+
+func (c *stuckCheck) DuplicateConflict(ctx context.Context, _ edge.Forwarded, _ []byte, _ string, _ uint64) (string, error) {
+	if c.calls.Add(1) == 1 {
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return "", nil
+}
+
+// A comparison that does not answer is abandoned after compareTimeout,
+// logged and tried again: it never holds the mover (and its unacked
+// INGEST batch) for as long as the partition runs (issue 27).
+func TestKeepConflictsBoundsAComparisonThatNeverAnswers(t *testing.T) {
+	saved := compareTimeout
+	compareTimeout = 100 * time.Millisecond
+	t.Cleanup(func() { compareTimeout = saved })
+	check := &stuckCheck{}
+	var logged bytes.Buffer
+	m := &mover{p: 6, check: check, log: slog.New(slog.NewTextHandler(&logged, nil))}
+	ev := &rivorav1.Event{EventId: "0cf24cf9-e8e5-8dc7-9fd7-01c8b2580d9c", DestinationId: "fast5"}
+	items := []Item{{Event: ev, MsgID: ev.GetEventId(), Fingerprint: []byte("fp")}}
+	at := []Stored{{Stream: "LANES_6", Seq: 38206, Duplicate: true}}
+	done := make(chan bool, 1)
+	go func() { done <- m.keepConflicts(context.Background(), items, at) }()
+	select {
+	case kept := <-done:
+		if !kept {
+			t.Fatal("keepConflicts returned false with its context alive")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("keepConflicts still waits on a comparison that never answers after 10s")
+	}
+	if got := check.calls.Load(); got != 2 {
+		t.Fatalf("DuplicateConflict called %d times, want the stuck try and one more", got)
+	}
+	if !strings.Contains(logged.String(), "comparing a duplicate with its original failed; retrying") || !strings.Contains(logged.String(), "deadline exceeded") {
+		t.Fatalf("the abandoned comparison was not logged: %q", logged.String())
 	}
 }
