@@ -66,7 +66,10 @@ func (c *clusterCell) fillerPath(name string) string {
 // The agent then stops by itself, with status 1, once its store is
 // disabled (docs/architecture.md, "A full disk on one agent"): that exit
 // is expected from here on (it no longer fails the test), and the caller
-// plays its supervisor with startAgain.
+// plays its supervisor with startAgain. Check ownership (owners,
+// waitOwned) only once it exited: while it drains, the control plane may
+// list a partition it handed off beside its new owner for about a second
+// (until the agent's session is gone), which owners reports as an error.
 func (c *clusterCell) fillDisk(name string) int64 {
 	c.t.Helper()
 	c.agents[name].watchExit = false
@@ -110,7 +113,14 @@ func (c *clusterCell) freeDisk(name string) {
 // agent waits for room before it listens.
 func (c *clusterCell) startAgain(name string) {
 	c.t.Helper()
-	c.agents[name].start()
+	p := c.agents[name]
+	// Never two of it at once: a draining agent exits within its
+	// attempts' and writes' timeouts.
+	poll.True(c.t, name+" exited before it is started again", 60*time.Second, func() bool {
+		_, exited := p.Exited()
+		return exited
+	})
+	p.start()
 }
 
 // diskFree is how many bytes of agent name's filesystem are free.
