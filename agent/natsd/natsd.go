@@ -117,6 +117,9 @@ type Server struct {
 	// closeStore the close of the directory it syncs.
 	syncer     *Syncer
 	closeStore func() error
+	// reach judges from this server's Raft state whether its streams
+	// can take a write (Reach).
+	reach *Reach
 }
 
 // Start starts the server, waits until it accepts connections and connects
@@ -263,7 +266,7 @@ func start(opts *server.Options, cfg Config, log *slog.Logger) (*Server, error) 
 			return nil, err
 		}
 	}
-	return &Server{ns: ns, password: cfg.Password, nc: nc, js: js}, nil
+	return &Server{ns: ns, password: cfg.Password, nc: nc, js: js, reach: &Reach{ns: ns}}, nil
 }
 
 // leafOptions sets the leaf-node side of opts: a listener for edges
