@@ -208,7 +208,7 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	return &Gateway{
 		js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims,
 		originals: newOriginals(js, claims, cfg.Replicas), delivered: cfg.Delivered, subs: cfg.Subscriptions, catalogue: cfg.Catalogue, applied: cfg.Applied, edge: cfg.Edge,
-		durable: cfg.Durable, bursts: bursts, guard: &storeGuard{reach: cfg.Reach, log: log},
+		durable: cfg.Durable, bursts: bursts, guard: newStoreGuard(cfg, log),
 	}, nil
 }
 

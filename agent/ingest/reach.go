@@ -63,6 +63,16 @@ type storeGuard struct {
 	suspectUntil atomic.Int64
 }
 
+// newStoreGuard is the guard of a gateway configured with cfg: it judges
+// only a replicated store (a single node's or an edge's is in process,
+// and answers or fails at once).
+func newStoreGuard(cfg Config, log *slog.Logger) *storeGuard {
+	if cfg.Replicas <= 1 || cfg.Edge != nil {
+		return &storeGuard{log: log}
+	}
+	return &storeGuard{reach: cfg.Reach, log: log}
+}
+
 // storeWatch watches one request's streams while it runs.
 type storeWatch struct {
 	guard *storeGuard
@@ -179,12 +189,14 @@ func (w *storeWatch) stop() {
 	w.cancel(nil)
 }
 
-// storeStreams are the streams storing events waits on: a partition's
-// lanes when this agent owns it, else INGEST and, for a keyed event (its
-// idempotency probe), the partition's lanes.
+// storeStreams are the streams storing events may wait on: a partition's
+// lanes when this agent owns it (and INGEST, which its lane writer reads
+// to keep a lane's order, and may forward into); else INGEST, and for a
+// keyed event its idempotency probe's: the partition's lanes and the
+// idempotency records.
 func (g *Gateway) storeStreams(events []*prepared) []string {
 	var out []string
-	seen := make(map[string]bool, 2)
+	seen := make(map[string]bool, 3)
 	add := func(name string) {
 		if !seen[name] {
 			seen[name] = true
@@ -192,13 +204,14 @@ func (g *Gateway) storeStreams(events []*prepared) []string {
 		}
 	}
 	for _, p := range events {
+		add(lanes.IngestStream)
 		if g.local != nil && g.local.Owns(p.partition) {
 			add(lanes.LanesStream(p.partition))
 			continue
 		}
-		add(lanes.IngestStream)
 		if p.fingerprint != nil {
 			add(lanes.LanesStream(p.partition))
+			add(g.claims.stream())
 		}
 	}
 	return out
