@@ -282,7 +282,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{
 			MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
 			Local: a.parts, Partitions: a.parts, Subscriptions: a.subs, Catalogue: a.catalogue, Applied: a.applied.Load,
-			Delivered: a.history, Durable: a.nats.Syncer(), Reach: a.nats.Reach(),
+			Delivered: a.history, Durable: a.nats.Syncer(), StoreDown: a.nats.LostErr, Reach: a.nats.Reach(),
 		}, base.With("component", "ingest"))
 		return err
 	}); err != nil {
@@ -322,7 +322,25 @@ func senderOptions(cfg Config) []delivery.Option {
 // timeouts), the partitions flush and hand their locks back, and the
 // embedded server stops. Every goroutine it starts has ended when it
 // returns.
+//
+// When the embedded server disables its JetStream by itself (a full disk:
+// natsd.ErrJetStreamDisabled) the agent drains the same way and returns
+// that error, so the process exits non-zero and its supervisor starts it
+// again: nats-server never turns JetStream back on in a running server,
+// and a restart rejoins the cell's streams with the Raft state kept on
+// disk (server.RunAgent first waits for room on the disk).
 func (a *Agent) Run(ctx context.Context) error {
+	ctx, stopAgent := context.WithCancelCause(ctx)
+	defer stopAgent(nil)
+	go func() {
+		select {
+		case <-a.nats.JetStreamLost():
+			a.log.Error("stopping: this agent's store is gone; its partitions go to the other agents, and its supervisor is to start it again",
+				"error", a.nats.LostErr())
+			stopAgent(a.nats.LostErr())
+		case <-ctx.Done():
+		}
+	}()
 	// The history and the locker outlive the partitions, which write the
 	// one and hold leases of the other: they stop last.
 	var history, locker sync.WaitGroup
@@ -369,6 +387,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	cancel()
 	a.gateway.Close()
 	a.nats.Shutdown()
+	if err := context.Cause(ctx); errors.Is(err, natsd.ErrJetStreamDisabled) {
+		a.log.Error("agent stopped: its store was disabled", "error", err)
+		return err
+	}
 	a.log.Info("agent stopped")
 	return nil
 }
@@ -381,6 +403,9 @@ func (a *Agent) Ready() bool { return a.parts.Ready() }
 // draining, or which partitions are broken (they restart by themselves:
 // healthy again once they run).
 func (a *Agent) Healthy() error {
+	if err := a.nats.LostErr(); err != nil {
+		return err
+	}
 	if !a.parts.Ready() {
 		return errors.New("starting or draining")
 	}

@@ -50,6 +50,9 @@ type clusterCell struct {
 	cps []*proc
 	// net, when set, carries the links inside the cell (clusterOptions.Net).
 	net *faultnet.Net
+	// disks are the agents given a small filesystem of their own
+	// (clusterOptions.DiskLimit): name → its mount (disk_test.go).
+	disks map[string]string
 }
 
 // startClusterCell starts Consul, a control plane and n agents, and waits
@@ -76,13 +79,18 @@ type clusterOptions struct {
 	// Net, when set, carries every link inside the cell through its own
 	// proxy, so a test can cut any one (faultcell_test.go has the wiring).
 	Net *faultnet.Net
+	// DiskLimit, when set, is the size in bytes of a filesystem of its
+	// own for agent name's --data-dir (0: an ordinary directory), which
+	// fillDisk can fill (disk_test.go).
+	DiskLimit func(name string) int64
 }
 
 // startClusterWith is startCluster with every option.
 func startClusterWith(t testing.TB, o clusterOptions) *clusterCell {
 	t.Helper()
 	controlPlanes, n, partitions, cpArgs := o.ControlPlanes, o.Agents, o.Partitions, o.CPArgs
-	c := &clusterCell{t: t, consul: consultest.Start(t), agents: map[string]*proc{}, natsURLs: map[string]string{}, args: map[string][]string{}, partitions: partitions, net: o.Net}
+	c := &clusterCell{t: t, consul: consultest.Start(t), agents: map[string]*proc{}, natsURLs: map[string]string{}, args: map[string][]string{}, partitions: partitions, net: o.Net,
+		disks: map[string]string{}}
 	var cpURLs, stateDirs []string
 	for i := range controlPlanes {
 		cpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
@@ -115,7 +123,7 @@ func startClusterWith(t testing.TB, o clusterOptions) *clusterCell {
 			agentRoutes, cps = c.netRoutes(name, routes), c.netControlPlanes(name, cpURLs)
 		}
 		c.args[name] = []string{"agent", "--name", name, "--listen", addr,
-			"--controlplane", strings.Join(cps, ","), "--consul", c.via(name, "consul", c.consul.URL()), "--data-dir", t.TempDir(),
+			"--controlplane", strings.Join(cps, ","), "--consul", c.via(name, "consul", c.consul.URL()), "--data-dir", c.dataDir(t, name, o.DiskLimit),
 			"--nats-listen", "127.0.0.1:" + strconv.Itoa(p.client), "--nats-cluster", "127.0.0.1:" + strconv.Itoa(p.cluster),
 			"--nats-routes", strings.Join(agentRoutes, ","),
 			"--session-ttl", clusterTTL.String(), "--lock-delay", clusterLockDelay.String()}

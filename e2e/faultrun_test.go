@@ -37,6 +37,13 @@ type faultRunOptions struct {
 	Rate          float64 // events per second over all lanes, default 250
 	CPArgs        []string
 	AgentArgs     func(name string) []string
+	// DiskLimit: clusterOptions.DiskLimit.
+	DiskLimit func(name string) int64
+	// ExpiringEvery, when set, makes the expiring destination's lanes a
+	// trickle for the whole run (one event per lane every ExpiringEvery)
+	// instead of eventsExpiring at the start: the chaos run archives
+	// throughout its faults.
+	ExpiringEvery time.Duration
 }
 
 // The destinations of a fault run: fast ones spread over the partitions,
@@ -76,10 +83,14 @@ func startFaultRun(t *testing.T, o faultRunOptions) *faultRun {
 	}
 	n := newFaultNet(t)
 	c := startClusterWith(t, clusterOptions{ControlPlanes: o.ControlPlanes, Agents: 3, Partitions: o.Partitions,
-		CPArgs: o.CPArgs, AgentArgs: o.AgentArgs, Net: n})
+		CPArgs: o.CPArgs, AgentArgs: o.AgentArgs, Net: n, DiskLimit: o.DiskLimit})
 	r := &faultRun{c: c, net: n, partners: map[string]*partner.Partner{}, expiring: "expiring"}
 	rg := c.rig(c.names[0])
 	add := func(id string, lanesOf int, max int, limits *rivorav1.Limits, shape func(*partner.Partner)) {
+		every := time.Duration(0)
+		if id == r.expiring && o.ExpiringEvery > 0 {
+			max, every = 0, o.ExpiringEvery
+		}
 		p := newPartner(t)
 		p.SetDelay(5 * time.Millisecond)
 		if shape != nil {
@@ -90,7 +101,7 @@ func startFaultRun(t *testing.T, o faultRunOptions) *faultRun {
 		for k := range lanesOf {
 			customer := fmt.Sprintf("c%d", k%3)
 			r.lanes = append(r.lanes, traffic.Lane{Destination: id, Customer: customer, Key: fmt.Sprintf("u%03d", k),
-				Partition: lanes.Partition(id, o.Partitions), Max: max})
+				Partition: lanes.Partition(id, o.Partitions), Max: max, Every: every})
 		}
 	}
 	for i := range fastDestinations {
@@ -171,6 +182,27 @@ type faultReport struct {
 // healed, faultFrom when the first began.
 func (r *faultRun) finish(t *testing.T, scenario string, faultFrom, heal time.Time) checker.Verdict {
 	t.Helper()
+	h, v := r.drain(t)
+	took, slowest, stuck := checker.Recovery(h, heal, map[string]bool{r.expiring: true})
+	if stuck != "" {
+		t.Errorf("lane %s never moved after the heal", stuck)
+	}
+	p99, during := r.traffic.P99(faultFrom, heal)
+	rep := faultReport{Scenario: scenario, RecoveryS: took.Seconds(), SlowestLane: slowest,
+		P99DuringMS: float64(p99.Microseconds()) / 1000, PublishesDur: during, Faults: len(r.net.Faults())}
+	b, _ := json.Marshal(rep)
+	t.Logf("faults:\n%s", faultnet.Describe(r.net.Faults()))
+	t.Logf("verdict %s", v.JSON())
+	t.Logf("report %s", b)
+	return v
+}
+
+// drain stops the traffic, waits until every acknowledged event is
+// delivered (or, for the expiring destination, archived), and runs the
+// checker: a verdict that is not clean fails the test, with the
+// reordered lanes' requests logged.
+func (r *faultRun) drain(t *testing.T) (checker.History, checker.Verdict) {
+	t.Helper()
 	r.traffic.Stop()
 	acked := r.traffic.Acked()
 	errs, lastErr := r.traffic.Errors()
@@ -179,16 +211,18 @@ func (r *faultRun) finish(t *testing.T, scenario string, faultFrom, heal time.Ti
 	for _, p := range acked {
 		byDest[p.Destination] = append(byDest[p.Destination], p.ID)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
+	drainFrom := time.Now()
 	for dest, ids := range byDest {
 		if dest == r.expiring {
 			continue
 		}
-		if err := r.partners[dest].AwaitDelivered(ids, time.Until(deadline)); err != nil {
+		if err := r.awaitDrained(dest, ids); err != nil {
 			t.Errorf("%s: %v", dest, err)
 			r.explainMissing(t, dest, ids)
 		}
 	}
+	t.Logf("backlog drained in %s", time.Since(drainFrom).Round(100*time.Millisecond))
+	deadline := time.Now().Add(2 * time.Minute)
 	var archived []string
 	poll.True(t, "the expiring destination's events archived", time.Until(deadline)+expiringWindow, func() bool {
 		archived = r.archived(t)
@@ -205,22 +239,37 @@ func (r *faultRun) finish(t *testing.T, scenario string, faultFrom, heal time.Ti
 	})
 	h := r.history(t, acked, archived, byDest[r.expiring])
 	v := checker.Check(h)
-	took, slowest, stuck := checker.Recovery(h, heal, map[string]bool{r.expiring: true})
-	if stuck != "" {
-		t.Errorf("lane %s never moved after the heal", stuck)
-	}
-	p99, during := r.traffic.P99(faultFrom, heal)
-	rep := faultReport{Scenario: scenario, RecoveryS: took.Seconds(), SlowestLane: slowest,
-		P99DuringMS: float64(p99.Microseconds()) / 1000, PublishesDur: during, Faults: len(r.net.Faults())}
-	b, _ := json.Marshal(rep)
-	t.Logf("faults:\n%s", faultnet.Describe(r.net.Faults()))
-	t.Logf("verdict %s", v.JSON())
-	t.Logf("report %s", b)
 	if err := v.OK(); err != nil {
 		t.Errorf("checker: %v", err)
 		r.explainReorders(t, v, acked)
 	}
-	return v
+	return h, v
+}
+
+// Draining after the faults: the backlog may take as long as it keeps
+// moving — a wait fails once drainStill passes without one of the
+// destination's missing events delivered, or after drainMax in all.
+const (
+	drainStill = time.Minute
+	drainMax   = 10 * time.Minute
+)
+
+// awaitDrained waits until every id was delivered to dest's partner.
+func (r *faultRun) awaitDrained(dest string, ids []string) error {
+	p := r.partners[dest]
+	from := time.Now()
+	missing := len(p.Missing(ids))
+	for {
+		err := p.AwaitDelivered(ids, drainStill)
+		if err == nil {
+			return nil
+		}
+		now := len(p.Missing(ids))
+		if now == missing || time.Since(from) > drainMax {
+			return fmt.Errorf("%w (%d still missing, %d delivered in the last %s)", err, now, missing-now, drainStill)
+		}
+		missing = now
+	}
 }
 
 // explainReorders logs every request of the lanes the checker found

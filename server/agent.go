@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/rivora/rivora/agent"
+	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/introspect"
 )
@@ -25,6 +26,15 @@ type AgentOptions struct {
 // until ctx ends.
 func RunAgent(ctx context.Context, opts AgentOptions) error {
 	log, cfg := opts.Log, opts.Agent
+	// An agent stopped for a full disk (natsd.ErrJetStreamDisabled) and
+	// started again by its supervisor waits here, owning nothing, until
+	// the disk has room: started on a full disk it would take partitions
+	// and fail at its first writes. It listens only after: a publisher
+	// meanwhile is refused at once and goes to another agent, instead of
+	// waiting on a listener nobody serves yet.
+	if err := natsd.AwaitRoom(ctx, cfg.DataDir, natsd.MinFreeToStart, log.With("component", "agent")); err != nil {
+		return err
+	}
 	ln, self, err := listen(log, opts.HTTP.Listen, opts.HTTP.TLS.Server)
 	if err != nil {
 		return err

@@ -210,3 +210,38 @@ func TestAnswersInFlightAtTheCutStillCount(t *testing.T) {
 		t.Fatalf("2xx more than a second after the cut raised the learned ceiling to %v", b.Learned())
 	}
 }
+
+// A partner failing one request in 20 at random (a 503 without
+// Retry-After) while a backlog keeps the budget busy: every failure used
+// to learn what the cut rate let through as the partner's ceiling and cut
+// a tenth below it, ratcheting a 50/s destination down to ~1/s. A failure
+// that is not throttling halves and learns nothing, so the rate stays
+// well up.
+func TestStrayFailuresUnderABacklogDoNotRatchetTheRate(t *testing.T) {
+	run := func(fail func(b *budget.Budget, now time.Time)) *budget.Budget {
+		b := budget.NewBudget(50, 50, budget.DefaultAIMD(), at(0))
+		sent := 0
+		for ms := 0; ms < 120_000; ms += 5 {
+			now := at(ms)
+			if !b.Take(now) { // a backlog: an attempt is always due
+				continue
+			}
+			sent++
+			if sent%20 == 0 {
+				fail(b, now)
+			} else {
+				b.Succeeded(now)
+			}
+		}
+		return b
+	}
+	learning := run(func(b *budget.Budget, now time.Time) { b.Throttled(now, 0, "HTTP 503") })
+	stray := run(func(b *budget.Budget, now time.Time) { b.Failed(now, "HTTP 503") })
+	t.Logf("after 2 min of 5%% stray failures under a backlog: %.2f/s learning from them, %.2f/s not", learning.Rate(), stray.Rate())
+	if learning.Rate() >= 5 {
+		t.Fatalf("the ratchet this test guards against did not happen with learning: rate %.2f/s", learning.Rate())
+	}
+	if stray.Rate() < 10 || stray.Learned() != 0 {
+		t.Fatalf("5%% stray failures under a backlog: rate %.2f/s learned %.2f, want ≥ 10/s and nothing learned", stray.Rate(), stray.Learned())
+	}
+}

@@ -60,12 +60,16 @@ type AIMD struct {
 	// the last cut.
 	Probe         float64
 	ProbeDoubling time.Duration
+	// StrayShare: a failure that is not throttling (Failed) cuts only
+	// when failures are at least this share of the last second's answers;
+	// 0 cuts on every one.
+	StrayShare float64
 }
 
 // DefaultAIMD are the design card's numbers.
 func DefaultAIMD() AIMD {
 	return AIMD{Floor: 0.5, Increase: 0.05, CutEvery: time.Second, ParkAfter: 20 * time.Second, ProbeEvery: time.Second,
-		Approach: 0.9, Probe: 0.01, ProbeDoubling: 30 * time.Second}
+		Approach: 0.9, Probe: 0.01, ProbeDoubling: 30 * time.Second, StrayShare: 0.1}
 }
 
 // Transition records one change of state.
@@ -96,6 +100,7 @@ type Budget struct {
 	transitions  []Transition
 
 	goodput   goodput   // 2xx over the last second
+	failures  goodput   // Failed answers over the last second
 	saturated time.Time // an attempt was last held back (no token, or the in-flight cap)
 	learned   float64   // the partner's ceiling; 0: none remembered
 	learnedAt time.Time // the cut that learned it
@@ -222,12 +227,39 @@ func (b *Budget) Succeeded(now time.Time) (recovered bool) {
 	return false
 }
 
-// Throttled records a failure that is the destination's (429, any 5xx,
-// 408/409/425, timeout, connection error; another 4xx, or a request never
-// sent, is the event's and never comes here): the rate is cut at most once per
-// CutEvery (see cutRate), retryAfter (if any) holds every attempt until it passes, and
-// failure with no success for ParkAfter parks the destination.
+// Throttled records the partner's explicit throttling (a 429, or any
+// failure that came with a Retry-After): the rate is cut at most once per
+// CutEvery, to just below the partner's ceiling when it can be learned
+// (see cutRate), retryAfter (if any) holds every attempt until it passes,
+// and failure with no success for ParkAfter parks the destination.
 func (b *Budget) Throttled(now time.Time, retryAfter time.Duration, cause string) {
+	b.failed(now, retryAfter, cause, true)
+}
+
+// Failed records any other failure that is the destination's (a 5xx
+// without Retry-After, 408/409/425, a timeout, a connection error; another
+// 4xx, or a request never sent, is the event's and never comes here): as
+// Throttled, but the cut halves the rate and learns no ceiling, and it
+// cuts only when failures are at least StrayShare of the answers of the
+// last second. A partner that fails a few requests at random says nothing
+// about the rate it can take: learning from such a failure while a backlog
+// keeps the budget busy took what the cut rate let through for the
+// partner's ceiling, so each stray failure ratcheted the rate down by a
+// tenth (a partner failing 5% of first attempts was held at ~1.3/s of its
+// 50/s after a failover, in the chaos run); halving on each held it at
+// ~5/s.
+func (b *Budget) Failed(now time.Time, cause string) {
+	b.failures.add(now)
+	if f := b.failures.rate(now); b.tune.StrayShare > 0 && f < b.tune.StrayShare*(f+b.goodput.rate(now)) {
+		if b.failingSince.IsZero() {
+			b.failingSince = now
+		}
+		return
+	}
+	b.failed(now, 0, cause, false)
+}
+
+func (b *Budget) failed(now time.Time, retryAfter time.Duration, cause string, learn bool) {
 	if retryAfter > 0 {
 		if until := now.Add(retryAfter); until.After(b.holdUntil) {
 			b.holdUntil = until
@@ -244,7 +276,11 @@ func (b *Budget) Throttled(now time.Time, retryAfter time.Duration, cause string
 	if b.state == Parked || now.Sub(b.lastCut) < b.tune.CutEvery {
 		return
 	}
-	rate := math.Max(b.tune.Floor, b.cutRate(now))
+	rate := b.bucket.Rate() / 2
+	if learn {
+		rate = b.cutRate(now)
+	}
+	rate = math.Max(b.tune.Floor, rate)
 	b.lastCut = now
 	b.bucket.SetLimits(rate, b.burst, now)
 	b.bucket.Cap(rate, now)

@@ -117,3 +117,72 @@ func TestSendLargeAnswerBody(t *testing.T) {
 		}
 	}
 }
+
+// A pooled connection keeps the read deadline of the last request it
+// carried. Connections that sat idle for longer than the timeout of that
+// request (a destination without traffic for a while: its partition
+// moved, or was reopened) still carry the next attempt: the check for a
+// partner's close while idle is not a read, and no deadline of an old
+// request applies to it. Before, each such connection failed at once
+// with an i/o timeout, and three in a row failed the attempt as "timeout
+// after ..." charged to a partner that answers in milliseconds.
+func TestSendReusesConnectionsIdleLongerThanTheTimeout(t *testing.T) {
+	for _, overTLS := range []bool{false, true} {
+		name := "http"
+		if overTLS {
+			name = "https"
+		}
+		t.Run(name, func(t *testing.T) { sendOnConnectionsIdleLongerThanTheTimeout(t, overTLS) })
+	}
+}
+
+func sendOnConnectionsIdleLongerThanTheTimeout(t *testing.T, overTLS bool) {
+	const pooled = 4
+	var requests, arrivals atomic.Int32
+	arrived := make(chan struct{})
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		// The first requests wait for each other, so that each has its
+		// own connection and the pool holds several.
+		if arrivals.Add(1) == pooled {
+			close(arrived)
+		}
+		<-arrived
+	})
+	srv := httptest.NewUnstartedServer(handler)
+	var opts []delivery.Option
+	if overTLS {
+		srv.StartTLS()
+		roots := x509.NewCertPool()
+		roots.AddCert(srv.Certificate())
+		opts = append(opts, delivery.WithTLSConfig(&tls.Config{RootCAs: roots}))
+	} else {
+		srv.Start()
+	}
+	defer srv.Close()
+	s := delivery.NewSender("ua", loopbackOnly, opts...)
+	const firstTimeout = time.Second
+	start := time.Now()
+	results := make(chan delivery.Result, pooled)
+	for range pooled {
+		go func() {
+			results <- s.Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: event(), Attempt: 1, Timeout: firstTimeout})
+		}()
+	}
+	for range pooled {
+		if res := <-results; !res.OK() {
+			t.Fatalf("concurrent send: %+v", res)
+		}
+	}
+	// The connections idle past the read deadline of the requests they
+	// carried (the condition under test, not a synchronisation).
+	time.Sleep(time.Until(start.Add(firstTimeout + 100*time.Millisecond)))
+	for i := range pooled {
+		if res := send(s, t, srv.URL); !res.OK() {
+			t.Fatalf("send %d on connections idle longer than the last request's timeout: %+v, want delivered", i, res)
+		}
+	}
+	if n := requests.Load(); n != 2*pooled {
+		t.Fatalf("partner got %d requests, want %d", n, 2*pooled)
+	}
+}

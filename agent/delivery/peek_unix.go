@@ -16,7 +16,7 @@ type peeker struct {
 	buf  [1]byte
 	n    int
 	err  error
-	recv func(fd uintptr) bool
+	look func(fd uintptr)
 }
 
 func newPeeker(conn net.Conn) *peeker {
@@ -29,20 +29,28 @@ func newPeeker(conn net.Conn) *peeker {
 		return &peeker{}
 	}
 	p := &peeker{rc: rc}
-	p.recv = func(fd uintptr) bool {
+	p.look = func(fd uintptr) {
 		p.n, _, p.err = syscall.Recvfrom(int(fd), p.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		return true // done, whatever it found: never wait
 	}
 	return p
 }
 
 // peek reports whether bytes wait on the connection; io.EOF (or the
 // error) when the partner closed it.
+//
+// It looks through Control, not Read: Read first checks the socket's read
+// deadline, and a pooled connection still carries the one of the last
+// request it read an answer for. Once a connection sat idle for longer
+// than that request's timeout, Read would fail at once with an i/o
+// timeout, the attempt would be sent again on the next pooled connection,
+// fail the same way, and end as "timeout after ..." charged to a partner
+// that never saw it. The recv never waits (MSG_DONTWAIT), so no deadline
+// has anything to bound.
 func (p *peeker) peek() (pending bool, err error) {
 	if p.rc == nil {
 		return false, nil
 	}
-	if err := p.rc.Read(p.recv); err != nil {
+	if err := p.rc.Control(p.look); err != nil {
 		return false, err
 	}
 	switch {

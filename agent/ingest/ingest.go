@@ -84,6 +84,11 @@ type Config struct {
 	// is refused Unavailable within about a second instead of waiting
 	// out its deadline (reach.go). Nil: a publish waits.
 	Reach *natsd.Reach
+	// StoreDown, when set, is non-nil once this agent's store is gone
+	// (natsd.Server.LostErr: JetStream disabled on a full disk): every
+	// publish is then refused as unavailable at once, so the publisher
+	// goes to another agent instead of waiting out a timeout.
+	StoreDown func() error
 }
 
 // Defaults.
@@ -164,6 +169,18 @@ func (g *Gateway) count() int {
 		return 0
 	}
 	return g.partitions.Count()
+}
+
+// storeDown refuses a publish once this agent's store is gone
+// (Config.StoreDown).
+func (g *Gateway) storeDown() error {
+	if g.cfg.StoreDown == nil {
+		return nil
+	}
+	if err := g.cfg.StoreDown(); err != nil {
+		return errkind.Errorf(errkind.Unavailable, "this agent cannot store events (%v); it is restarting: publish through another agent", err)
+	}
+	return nil
 }
 
 var errNoConfig = errkind.Errorf(errkind.Unavailable, "this agent (or edge) has no configuration from the control plane yet; retry shortly")
@@ -271,6 +288,9 @@ func newEventID() (string, error) {
 // of its customer's matching subscriptions (routes), or, a test event, to
 // the one subscription it names.
 func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.PublishRequest]) (_ *connect.Response[rivorav1.PublishResponse], err error) {
+	if err := g.storeDown(); err != nil {
+		return nil, err
+	}
 	if g.count() == 0 {
 		return nil, errNoConfig
 	}
@@ -287,6 +307,9 @@ func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.Pub
 // nothing: all are validated before any is stored. results[i] answers
 // events[i]; event_ids[i] is its id when it named its destination.
 func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav1.PublishBatchRequest]) (_ *connect.Response[rivorav1.PublishBatchResponse], err error) {
+	if err := g.storeDown(); err != nil {
+		return nil, err
+	}
 	if g.count() == 0 {
 		return nil, errNoConfig
 	}

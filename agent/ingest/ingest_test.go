@@ -749,3 +749,39 @@ func TestIdempotencyKeyFreeAfterAFailedStore(t *testing.T) {
 type laterCount struct{ n atomic.Int32 }
 
 func (c *laterCount) Count() int { return int(c.n.Load()) }
+
+// TestPublishWhileTheStoreIsDown: once the agent's store is gone (its
+// embedded server disabled JetStream on a full disk), Publish and
+// PublishBatch are refused at once as Unavailable, naming why, and
+// nothing is stored; before that, and once it is back, they are accepted.
+func TestPublishWhileTheStoreIsDown(t *testing.T) {
+	f := newFixture(t)
+	var down atomic.Pointer[error]
+	gw := f.with(t, ingest.Config{StoreDown: func() error {
+		if p := down.Load(); p != nil {
+			return *p
+		}
+		return nil
+	}})
+	if _, err := gw.Publish(context.Background(), connect.NewRequest(valid())); err != nil {
+		t.Fatalf("Publish with the store up: %v", err)
+	}
+	lost := fmt.Errorf("%w (store /data/jetstream): the disk is full (0 bytes free)", natsd.ErrJetStreamDisabled)
+	down.Store(&lost)
+	before := f.msgs(t)
+	_, err := gw.Publish(context.Background(), connect.NewRequest(valid()))
+	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "disk is full") || !strings.Contains(err.Error(), "another agent") {
+		t.Fatalf("Publish with the store down: %v, want Unavailable saying the disk is full and to publish through another agent", err)
+	}
+	_, err = gw.PublishBatch(context.Background(), connect.NewRequest(&rivorav1.PublishBatchRequest{Events: []*rivorav1.PublishRequest{valid()}}))
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("PublishBatch with the store down: %v, want Unavailable", err)
+	}
+	if n := f.msgs(t); n != before {
+		t.Fatalf("INGEST went from %d to %d messages while the store was down", before, n)
+	}
+	down.Store(nil)
+	if _, err := gw.Publish(context.Background(), connect.NewRequest(valid())); err != nil {
+		t.Fatalf("Publish with the store back: %v", err)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -134,6 +135,13 @@ type Server struct {
 	// reach judges from this server's Raft state whether its streams
 	// can take a write (Reach).
 	reach *Reach
+	// lost is closed, lostErr set, when JetStream turned off by itself
+	// (lost.go); quit stops that watch at Shutdown, watchDone says it
+	// stopped.
+	lost      chan struct{}
+	lostErr   atomic.Pointer[error]
+	quit      chan struct{}
+	watchDone chan struct{}
 }
 
 // Start starts the server, waits until it accepts connections and connects
@@ -281,7 +289,10 @@ func start(opts *server.Options, cfg Config, log *slog.Logger) (*Server, error) 
 			return nil, err
 		}
 	}
-	return &Server{ns: ns, password: cfg.Password, nc: nc, js: js, reach: &Reach{ns: ns}}, nil
+	s := &Server{ns: ns, password: cfg.Password, nc: nc, js: js, reach: &Reach{ns: ns},
+		lost: make(chan struct{}), quit: make(chan struct{}), watchDone: make(chan struct{})}
+	go s.watchJetStream(opts.StoreDir, log)
+	return s, nil
 }
 
 // leafOptions sets the leaf-node side of opts: a listener for edges
@@ -428,6 +439,9 @@ func (s *Server) Syncer() *Syncer { return s.syncer }
 
 // Shutdown drains the connection and stops the server.
 func (s *Server) Shutdown() {
+	// Our own shutdown turns JetStream off too: stop watching first.
+	close(s.quit)
+	<-s.watchDone
 	if s.nc != nil {
 		_ = s.nc.Drain()
 		s.nc.Close()

@@ -45,7 +45,11 @@ func LockKey(p int) string { return "rivora/partitions/" + strconv.Itoa(p) + "/o
 // themselves (after the lock-delay). A session Consul ended is replaced
 // by a new one, announced on SessionChanged; a session merely not renewed
 // in time loses its leases but is kept, and serves again once a renewal
-// is confirmed.
+// is confirmed. Kept in this agent, that is: once unconfirmed for a TTL it
+// asks Consul to destroy it (consullock's DestroyUnconfirmed), because
+// when only Consul's answers are lost its renewals still arrive and would
+// keep its locks from the other agents for as long as that lasts. If
+// Consul was down, the destroy did not arrive and nothing is lost.
 //
 // It owns the current session; Run keeps it alive. The session holds at
 // most one lease per partition.
@@ -122,8 +126,12 @@ func (c *Consul) newSession(ctx context.Context) (*consullock.Session, error) {
 		TTL:        c.cfg.TTL,
 		LockDelay:  c.cfg.LockDelay,
 		NodeHealth: true,
-		Retry:      backoff.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second},
-		Log:        c.log,
+		// Unconfirmed for a TTL, this agent has stopped writing: let
+		// Consul end the session so its partitions move, even when only
+		// the answers are lost (see Consul).
+		DestroyUnconfirmed: true,
+		Retry:              backoff.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second},
+		Log:                c.log,
 	}
 	retry := cfg.Retry
 	for {

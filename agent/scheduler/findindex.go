@@ -50,11 +50,15 @@ func (x *eventIndex) add(l *Lane, from int) {
 		if id == uuid.Nil {
 			continue
 		}
+		// One map operation for a new key, not a lookup then an insert:
+		// at millions of keys each touches a cold slot, and a rebuild
+		// adds every pending event. A key that was there already (the
+		// map did not grow) becomes ambiguous.
 		k := indexKey(id)
-		if _, taken := x.lanes[k]; taken {
+		had := len(x.lanes)
+		x.lanes[k] = l
+		if len(x.lanes) == had {
 			x.lanes[k] = ambiguous
-		} else {
-			x.lanes[k] = l
 		}
 	}
 	x.peak = max(x.peak, len(x.lanes))

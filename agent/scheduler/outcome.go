@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"container/heap"
 	"errors"
+	"net/http"
 	"slices"
 	"time"
 
@@ -50,7 +51,11 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 		}
 	case destinationFault:
 		d.faults.add(a.Lane, now)
-		d.budget.Throttled(now, retryAfter, cause)
+		if status == http.StatusTooManyRequests || retryAfter > 0 {
+			d.budget.Throttled(now, retryAfter, cause)
+		} else {
+			d.budget.Failed(now, cause)
+		}
 	}
 	d.rates.observe(now, status, d.budget.Ceiling(), d.budget.Rate())
 	if d.budget.State() == budget.Parked {

@@ -95,6 +95,17 @@ job "rivora-cell" {
       source = "rivora-data"
     }
 
+    # An agent whose disk fills up exits with status 1 (its store was
+    # disabled; docs/operations.md: A full disk on an agent): start it
+    # again, always. Started on a disk still full it waits for room
+    # itself, so it does not crash-loop.
+    restart {
+      attempts = 10
+      interval = "30m"
+      delay    = "5s"
+      mode     = "delay"
+    }
+
     task "agent" {
       driver = "exec"
 

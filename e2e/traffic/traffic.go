@@ -26,6 +26,9 @@ type Lane struct {
 	Partition                  int
 	// Max, when positive, ends the lane after that many events.
 	Max int
+	// Every, when positive, is this lane's own interval between events
+	// (a trickle beside the load), instead of its share of Config.Rate.
+	Every time.Duration
 }
 
 // Config shapes the load.
@@ -77,8 +80,12 @@ func Start(ctx context.Context, cfg Config) *Traffic {
 	interval := time.Duration(float64(len(cfg.Lanes)) / cfg.Rate * float64(time.Second))
 	for i, l := range cfg.Lanes {
 		t.wg.Go(func() {
-			offset := time.Duration(int64(interval) * int64(i) / int64(len(cfg.Lanes)))
-			t.lane(ctx, i, l, interval, offset)
+			every := interval
+			if l.Every > 0 {
+				every = l.Every
+			}
+			offset := time.Duration(int64(every) * int64(i) / int64(len(cfg.Lanes)))
+			t.lane(ctx, i, l, every, offset)
 		})
 	}
 	return t
@@ -174,10 +181,16 @@ func (t *Traffic) Errors() (int, error) {
 // attempts included) of the publishes acknowledged in [from, to), and
 // how many there were.
 func (t *Traffic) P99(from, to time.Time) (time.Duration, int) {
+	return t.P99Where(func(at time.Time) bool { return !at.Before(from) && at.Before(to) })
+}
+
+// P99Where is P99 over the publishes whose acknowledgement time in
+// passes (several fault windows, say).
+func (t *Traffic) P99Where(in func(time.Time) bool) (time.Duration, int) {
 	t.mu.Lock()
 	var lat []time.Duration
 	for _, s := range t.samples {
-		if !s.At.Before(from) && s.At.Before(to) {
+		if in(s.At) {
 			lat = append(lat, s.Total)
 		}
 	}

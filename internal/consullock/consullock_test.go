@@ -56,7 +56,9 @@ func start(t *testing.T, client *api.Client, cfg consullock.SessionConfig) *hold
 	if cfg.LockDelay == 0 {
 		cfg.LockDelay = time.Second
 	}
-	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := consullock.CreateSession(ctx, client, cfg)

@@ -41,6 +41,19 @@ type SessionConfig struct {
 	// restarted meanwhile), and locks can be taken with it again once a
 	// renewal is confirmed.
 	EndUnconfirmed bool
+	// DestroyUnconfirmed makes KeepAlive, once a TTL passed since the last
+	// confirmed renewal and another renewal went unanswered, ask Consul to
+	// destroy the session (once, instead of the next renewal), then go on
+	// renewing. Every Lease is lost by then. Consul acts on a request whose
+	// answer is lost: a holder whose requests reach Consul but whose
+	// answers do not (a one-way link) would otherwise keep the session and
+	// its locks alive in Consul with renewals it never sees confirmed, and
+	// nobody could take the locks for as long as that lasts. If the
+	// destroy did not take effect (Consul down, or without a leader), the
+	// session serves again once a renewal is confirmed, as without this
+	// option; if it did, the first renewal answered after it reports
+	// ErrGone.
+	DestroyUnconfirmed bool
 	// Retry spaces renewals after a failed one (never past the session's
 	// expiry) and a Lease watcher's failed queries (default 100ms doubling
 	// to 2s).
@@ -150,8 +163,14 @@ func (s *Session) KeepAlive(ctx context.Context) error {
 }
 
 // renewLoop renews every TTL/3 and, after a failure, sooner (Retry, but
-// never past the expiry). It returns nil when ctx ends, ErrGone when
-// Consul answers that the session does not exist.
+// never past the expiry). With DestroyUnconfirmed, the first failure
+// after the expiry is followed by a destroy (see SessionConfig). It
+// returns nil when ctx ends, ErrGone when Consul answers that the session
+// does not exist.
+//
+// The destroy is sent from this loop, after a renewal failed, so that no
+// renewal is in flight then: a slow answer to a renewal sent in time
+// still counts, and a session that is merely slow to confirm is not ended.
 func (s *Session) renewLoop(ctx context.Context) error {
 	r := renewals{s: s, retry: s.cfg.Retry}
 	t := time.NewTimer(s.cfg.TTL / 3)
@@ -168,17 +187,24 @@ func (s *Session) renewLoop(ctx context.Context) error {
 			return nil
 		case errors.Is(err, ErrGone):
 			return ErrGone
+		case err == nil:
+			r.destroySent = false
+		case s.cfg.DestroyUnconfirmed && !r.destroySent && !s.Alive():
+			r.destroySent = true
+			s.askDestroy(ctx)
 		}
 		t.Reset(r.next(err))
 	}
 }
 
-// renewals is renewLoop's state between renewals: its back-off, and
-// whether the last one failed (a streak of failures is logged once).
+// renewals is renewLoop's state between renewals: its back-off, whether
+// the last one failed (a streak of failures is logged once), and whether
+// a destroy was sent since the last confirmed renewal.
 type renewals struct {
-	s       *Session
-	retry   backoff.Backoff
-	failing bool
+	s           *Session
+	retry       backoff.Backoff
+	failing     bool
+	destroySent bool
 }
 
 // next notes the outcome of a renewal and says when to renew again:
@@ -219,6 +245,26 @@ func (s *Session) renew(ctx context.Context) error {
 	}
 	s.confirm(sent)
 	return nil
+}
+
+// askDestroy asks Consul to destroy the session, which was not confirmed
+// for a TTL (one attempt, bounded by TTL/3). Its answer is not needed: a
+// destroy that arrived ends the session in Consul even if the answer is
+// lost, and its locks are free for others after the lock-delay.
+func (s *Session) askDestroy(ctx context.Context) {
+	s.loseAll(ErrNotRenewed) // the expiry check may not have run yet
+	sent := time.Now()
+	dctx, cancel := context.WithTimeout(ctx, s.cfg.TTL/3)
+	defer cancel()
+	_, err := s.client.Session().Destroy(s.id, writeOptions(dctx))
+	switch {
+	case ctx.Err() != nil:
+	case err != nil:
+		s.cfg.Log.Warn("consul session not confirmed for its TTL: asked Consul to destroy it, so that its locks are freed even if only the answers are lost; no answer (if Consul did not get it, the session serves again once a renewal is confirmed)",
+			"session", s.id, "unconfirmed_for", sent.Sub(s.Expires().Add(-s.cfg.TTL)).Round(time.Millisecond), "error", err)
+	default:
+		s.cfg.Log.Warn("consul session not confirmed for its TTL: destroyed it in Consul", "session", s.id)
+	}
 }
 
 // expiryLoop loses every Lease whenever the session is not Alive. With
