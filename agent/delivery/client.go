@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -70,7 +71,7 @@ func dial(dialer *egressDialer, tlsConfig *tls.Config, useTLS bool, addr string,
 		return nil, err
 	}
 	if !useTLS {
-		return &trackedConn{Conn: conn, raw: newPeeker(conn)}, nil
+		return &trackedConn{Conn: conn, raw: newPeeker(conn), unread: dialer.unread}, nil
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -88,7 +89,7 @@ func dial(dialer *egressDialer, tlsConfig *tls.Config, useTLS bool, addr string,
 		refusals.record(err)
 		return nil, err
 	}
-	return &trackedTLSConn{trackedConn{Conn: tc, raw: newPeeker(conn), refusals: refusals}}, nil
+	return &trackedTLSConn{trackedConn{Conn: tc, raw: newPeeker(conn), refusals: refusals, unread: dialer.unread}}, nil
 }
 
 // trackedConn finds, before a request goes out on a pooled connection,
@@ -107,6 +108,8 @@ type trackedConn struct {
 	probe           [1]byte
 	// refusals records a TLS alert read (nil: plain http).
 	refusals *tlsRefusals
+	// unread records a read that timed out with the answer waiting.
+	unread *unreadAnswers
 }
 
 func (c *trackedConn) Write(p []byte) (int, error) {
@@ -125,8 +128,62 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if err != nil {
 		c.refusals.record(err)
+		if isTimeout(err) {
+			if pending, _ := c.raw.peek(); pending {
+				c.unread.record(c.Conn)
+			}
+		}
 	}
 	return n, err
+}
+
+func isTimeout(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) && netErr.Timeout()
+}
+
+// unreadAnswers are the connections whose answer read timed out while the
+// partner's answer sat in the socket, not yet read: the deadline passed
+// while this process was not running (stopped, as by SIGSTOP, or starved
+// of CPU), not while the partner was thinking. A partner that never
+// answers leaves nothing to read, and its timeout stays its own.
+// fasthttp reports every timeout as the same ErrTimeout and closes the
+// connection, so the attempt looks its connection up here by its
+// addresses (the response keeps them) once the request failed.
+type unreadAnswers struct {
+	mu    sync.Mutex
+	conns map[connAddrs]bool
+}
+
+// connAddrs name a connection: the local and remote addresses of a TCP
+// connection are unique while it and its TIME_WAIT last, far longer than
+// the attempt that looks them up.
+type connAddrs struct{ local, remote string }
+
+func (u *unreadAnswers) record(conn net.Conn) {
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.conns == nil {
+		u.conns = map[connAddrs]bool{}
+	}
+	u.conns[connAddrs{conn.LocalAddr().String(), conn.RemoteAddr().String()}] = true
+}
+
+// take reports (and forgets) whether the connection between local and
+// remote timed out with its answer unread.
+func (u *unreadAnswers) take(local, remote net.Addr) bool {
+	if u == nil || local == nil || remote == nil {
+		return false
+	}
+	key := connAddrs{local.String(), remote.String()}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	found := u.conns[key]
+	delete(u.conns, key)
+	return found
 }
 
 // closedWhileIdle is the connection's end (or bytes nobody asked for)

@@ -49,6 +49,13 @@ type Result struct {
 	// sign of the destination's health: it uses one of the event's
 	// attempts and never touches the destination's budget.
 	NotSent bool
+	// AnswerUnread marks a timeout whose partner's answer was waiting,
+	// unread, when this agent noticed its deadline had passed: the agent
+	// was not running (stopped, or starved of CPU), so the failure is its
+	// own and never a sign of the destination's health. It uses one of
+	// the event's attempts (the partner may have acted on the request)
+	// and never touches the destination's budget.
+	AnswerUnread bool
 }
 
 // OK reports a 2xx answer.
@@ -67,7 +74,7 @@ func (r Result) OK() bool { return r.Err == nil }
 // the event's attempts is decided by what the destination did for the
 // other lanes (scheduler.Observation.OtherwiseHealthy), never by the status alone.
 func (r Result) DestinationFault() bool {
-	if r.OK() || r.NotSent {
+	if r.OK() || r.NotSent || r.AnswerUnread {
 		return false
 	}
 	switch r.Status {
@@ -116,6 +123,9 @@ type Sender struct {
 	// secureRefusals are the partners' TLS alerts on secure's connections.
 	secureRefusals *tlsRefusals
 	withTLS        *tlsClients
+	// unread are the connections whose answer was left unread past its
+	// deadline (every client's: they share the dialer).
+	unread *unreadAnswers
 	// tokens are the OAuth2 tokens of destinations that use them.
 	tokens    *tokens
 	userAgent string
@@ -133,7 +143,7 @@ func NewSender(userAgent string, guard *ssrf.Guard, opts ...Option) *Sender {
 	refusals := &tlsRefusals{}
 	return &Sender{
 		plain: newClient(dialer, o.tls, false, nil), secure: newClient(dialer, o.tls, true, refusals), secureRefusals: refusals,
-		withTLS: newTLSClients(dialer, o.tls), tokens: newTokens(dialer, o.tls, time.Now),
+		withTLS: newTLSClients(dialer, o.tls), tokens: newTokens(dialer, o.tls, time.Now), unread: dialer.unread,
 		userAgent: userAgent, now: time.Now,
 	}
 }
@@ -203,6 +213,9 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 	if err != nil && !errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		if refused := ssrf.Refusal(err); refused != nil {
 			return Result{Err: refused, NotSent: true, Duration: elapsed}
+		}
+		if s.unread.take(resp.LocalAddr(), resp.RemoteAddr()) {
+			return Result{Err: fmt.Errorf("timeout after %s with the partner's answer waiting unread: this agent was stopped or starved of CPU", req.Timeout), AnswerUnread: true, Duration: elapsed}
 		}
 		return Result{Err: describeTransportError(err, req.Timeout), Duration: elapsed}
 	}

@@ -133,6 +133,9 @@ type egressDialer struct {
 	proxy    *EgressProxy
 	guard    *ssrf.Guard
 	resolver *net.Resolver
+	// unread are the connections of every client dialed here whose
+	// answer was left unread past its deadline.
+	unread *unreadAnswers
 }
 
 // timeout is the dial timeout, bounding a connection and its CONNECT.
