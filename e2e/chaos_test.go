@@ -93,7 +93,17 @@ const (
 
 // chaosKinds are the kinds of fault the schedule draws from.
 var chaosKinds = []string{"cut", "one-way", "latency", "flap", "isolate", "cp-cut",
-	"kill-9", "sigstop", "consul-restart", "minio-down"}
+	"kill-9", "sigstop", "consul-restart", "minio-down", "disk-full"}
+
+// chaosDiskAgent is the agent whose --data-dir is a filesystem of its own
+// (disk_test.go), so the schedule can fill it: 1 GiB, and 50 MiB more per
+// minute of faults for the streams' growth (a tmpfs takes memory only as
+// it fills).
+const chaosDiskAgent = "a3"
+
+func chaosDisk(duration time.Duration) int64 {
+	return 1<<30 + int64(duration/time.Minute)*(50<<20)
+}
 
 func TestChaos(t *testing.T) {
 	duration := 5 * time.Minute
@@ -115,7 +125,13 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: seed %d, faults for %s", seed, duration)
 
 	r := startFaultRun(t, faultRunOptions{ControlPlanes: 2, ExpiringEvery: 20 * time.Second,
-		CPArgs: []string{"--rejoin-delay", "5s"}})
+		CPArgs: []string{"--rejoin-delay", "5s"},
+		DiskLimit: func(name string) int64 {
+			if name == chaosDiskAgent {
+				return chaosDisk(duration)
+			}
+			return 0
+		}})
 	s := &chaosSchedule{t: t, r: r, rng: rand.New(rand.NewPCG(uint64(seed), 0x5ca1ab1e))}
 	r.waitFlowing(t, 500)
 
@@ -237,6 +253,13 @@ func (s *chaosSchedule) next() {
 		what = "minio"
 		c.minio.Stop()
 		heal = c.minio.Start
+	case "disk-full": // the agent stops itself (its store is disabled); its supervisor restarts it at once
+		what = chaosDiskAgent
+		filled := c.fillDisk(chaosDiskAgent)
+		what = fmt.Sprintf("%s (%d MiB of filler)", chaosDiskAgent, filled>>20)
+		c.startAgain(chaosDiskAgent)
+		p := c.agents[chaosDiskAgent]
+		heal = func() { c.freeDisk(chaosDiskAgent); p.waitHealthy(2 * time.Minute) }
 	default:
 		t.Fatalf("chaos: no fault %q", kind)
 	}

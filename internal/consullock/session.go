@@ -43,8 +43,8 @@ type SessionConfig struct {
 	EndUnconfirmed bool
 	// DestroyUnconfirmed makes KeepAlive, once a TTL passed since the last
 	// confirmed renewal and another renewal went unanswered, ask Consul to
-	// destroy the session (once, instead of the next renewal), then go on
-	// renewing. Every Lease is lost by then. Consul acts on a request whose
+	// destroy the session (once per run of unconfirmed renewals), then go
+	// on renewing. Every Lease is lost before the request goes out. Consul acts on a request whose
 	// answer is lost: a holder whose requests reach Consul but whose
 	// answers do not (a one-way link) would otherwise keep the session and
 	// its locks alive in Consul with renewals it never sees confirmed, and
@@ -144,7 +144,8 @@ func (s *Session) confirm(sent time.Time) {
 // (with EndUnconfirmed) ErrNotRenewed once no renewal was confirmed for a
 // TTL. Meanwhile it loses every Lease as soon as a TTL passed without a
 // confirmed renewal: before Consul can have ended the session and its
-// lock-delay run out. When the session is lost, its Leases are lost and
+// lock-delay run out; with DestroyUnconfirmed it then asks Consul to end
+// the session. When the session is lost, its Leases are lost and
 // their watchers have returned by the time KeepAlive does.
 func (s *Session) KeepAlive(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
