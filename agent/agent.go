@@ -282,7 +282,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{
 			MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
 			Local: a.parts, Partitions: a.parts, Subscriptions: a.subs, Catalogue: a.catalogue, Applied: a.applied.Load,
-			Delivered: a.history, Durable: a.nats.Syncer(), StoreDown: a.nats.LostErr,
+			Delivered: a.history, Durable: a.nats.Syncer(), StoreDown: a.nats.LostErr, Reach: a.nats.Reach(),
 		}, base.With("component", "ingest"))
 		return err
 	}); err != nil {
@@ -385,6 +385,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("release ownership", "error", err)
 	}
 	cancel()
+	a.gateway.Close()
 	a.nats.Shutdown()
 	if err := context.Cause(ctx); errors.Is(err, natsd.ErrJetStreamDisabled) {
 		a.log.Error("agent stopped: its store was disabled", "error", err)

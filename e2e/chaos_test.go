@@ -13,6 +13,7 @@ package e2e
 // run still meets every kind once before any kind comes twice.
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -149,7 +150,11 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	rep.OK = !t.Failed()
-	b, _ := json.Marshal(rep)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // "a1<->a2" as written
+	enc.Encode(rep)
+	b := bytes.TrimSpace(buf.Bytes())
 	t.Logf("chaos network log:\n%s", faultnet.Describe(r.net.Faults()))
 	t.Logf("chaos verdict %s", v.JSON())
 	t.Logf("chaos report %s", b)

@@ -47,6 +47,9 @@ type claims struct {
 	subject string
 }
 
+// stream is the records' stream, which a claim writes.
+func (c *claims) stream() string { return "KV_" + c.kv.Bucket() }
+
 // idempotencyValueSize bounds one record: a fingerprint, or a fan-out's
 // fingerprint and up to MaxFanout routes (fanoutRecordSize), with room
 // for the headers NATS counts.

@@ -79,6 +79,11 @@ type Config struct {
 	// for a sync begun after its writes. Nil: an answer means the writes
 	// reached the OS.
 	Durable *natsd.Syncer
+	// Reach, when set, judges whether this agent can reach a quorum of
+	// the streams a publish writes: a publish that cannot be stored here
+	// is refused Unavailable within about a second instead of waiting
+	// out its deadline (reach.go). Nil: a publish waits.
+	Reach *natsd.Reach
 	// StoreDown, when set, is non-nil once this agent's store is gone
 	// (natsd.Server.LostErr: JetStream disabled on a full disk): every
 	// publish is then refused as unavailable at once, so the publisher
@@ -137,6 +142,8 @@ type Gateway struct {
 	// bursts publishes a group of events into INGEST (or an edge's
 	// buffer).
 	bursts *natsd.Publisher
+	// guard refuses a publish this agent cannot store now (reach.go).
+	guard *storeGuard
 }
 
 // configVersion is the config version this agent has applied (0 unknown).
@@ -218,9 +225,15 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	return &Gateway{
 		js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims,
 		originals: newOriginals(js, claims, cfg.Replicas), delivered: cfg.Delivered, subs: cfg.Subscriptions, catalogue: cfg.Catalogue, applied: cfg.Applied, edge: cfg.Edge,
-		durable: cfg.Durable, bursts: bursts,
+		durable: cfg.Durable, bursts: bursts, guard: newStoreGuard(cfg, log),
 	}, nil
 }
+
+// Close answers the publishes still waiting for their streams'
+// acknowledgements (they fail: the agent is stopping) and stops listening
+// for acknowledgements. The agent closes its gateway after its API
+// stopped serving, before its NATS server stops.
+func (g *Gateway) Close() { g.bursts.Close() }
 
 // createIngest creates (or updates) the INGEST stream, keeping its
 // sources.
@@ -348,19 +361,37 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 	if err != nil {
 		return nil, err
 	}
+	// From here on the request waits on streams: watched, it is refused
+	// once one of them is out of this agent's reach (reach.go).
+	w := g.guard.watch(ctx)
+	defer w.stop()
+	ctx = w.ctx
+	if len(writes) > 0 {
+		if err := w.need(g.claims.stream()); err != nil {
+			accepted.WithLabelValues("failed").Add(float64(len(reqs)))
+			return nil, err
+		}
+	}
 	claimed, err := g.claims.check(ctx, writes, inBatch)
 	if err != nil {
-		return nil, claimError(ctx, err)
+		return nil, w.explain(claimError(ctx, err))
 	}
 	events, err := g.deliveries(tr, pubs, inBatch)
 	if err != nil {
 		g.claims.release(claimed)
 		return nil, err
 	}
+	if w.active() {
+		if err := w.need(g.storeStreams(events)...); err != nil {
+			g.claims.release(claimed)
+			accepted.WithLabelValues("failed").Add(float64(len(events)))
+			return nil, err
+		}
+	}
 	known, err := g.precheck(ctx, events, inBatch)
 	if err != nil {
 		g.claims.release(claimed)
-		return nil, claimError(ctx, err)
+		return nil, w.explain(claimError(ctx, err))
 	}
 	tr.annotate(pubs, events, inBatch)
 	storeCtx, span := tr.startStore(ctx, len(events))
@@ -369,10 +400,10 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 	if err != nil {
 		g.claims.releaseUnstored(claimed)
 		accepted.WithLabelValues("failed").Add(float64(len(events)))
-		return nil, g.storeErrorOf(ctx, err)
+		return nil, w.explain(g.storeErrorOf(ctx, err))
 	}
 	if err := g.verify(ctx, events, at, known, inBatch); err != nil {
-		return nil, claimError(ctx, err)
+		return nil, w.explain(claimError(ctx, err))
 	}
 	return answers(pubs, duplicates(at)), nil
 }
@@ -609,7 +640,11 @@ func (g *Gateway) storeGroup(ctx context.Context, batch []*prepared, idx []int, 
 	for j, i := range idx {
 		subject, h := g.edge.message(batch[i])
 		if err := burst.Publish(j, subject, h, batch[i].data); err != nil {
-			burst.Abandon(j, err)
+			// Nobody waits for the messages sent before: the burst is
+			// dropped (else it would stay in the Publisher until their
+			// acknowledgements came, which a closed connection never
+			// brings).
+			burst.Drop(err)
 			return fmt.Errorf("events[%d]: %w", i, err)
 		}
 	}

@@ -86,9 +86,35 @@ func (o *originals) recorded(ctx context.Context, ids []string) (map[string][]by
 	if len(subjects) == 0 {
 		return nil, nil
 	}
-	if len(subjects) == 1 {
-		return o.recordedOne(ctx, subjects[0])
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 	}
+	read := o.recordedMany
+	if len(subjects) == 1 {
+		read = o.recordedOne
+	}
+	// Any replica answers a direct get (a queue group), within
+	// milliseconds; one that did not answer within directGetTry is asked
+	// again, for the request may have gone to a replica behind a silent
+	// cut whose route is not closed yet: the next try most likely goes to
+	// one that answers.
+	for {
+		tryCtx, cancel := context.WithTimeout(ctx, directGetTry)
+		got, err := read(tryCtx, subjects)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return got, err
+		}
+	}
+}
+
+// directGetTry bounds one try of a direct get of the idempotency records.
+const directGetTry = time.Second
+
+// recordedMany reads the records under several subjects in one request.
+func (o *originals) recordedMany(ctx context.Context, subjects []string) (map[string][]byte, error) {
 	req, err := json.Marshal(struct {
 		MultiLast []string `json:"multi_last"`
 		Batch     int      `json:"batch"`
@@ -110,11 +136,6 @@ func (o *originals) recorded(ctx context.Context, ids []string) (map[string][]by
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+o.recordStream, inbox, req); err != nil {
 		return nil, fmt.Errorf("read idempotency records: %w", err)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
 	}
 	var out map[string][]byte
 	for {
@@ -141,21 +162,17 @@ func (o *originals) recorded(ctx context.Context, ids []string) (map[string][]by
 	}
 }
 
-// recordedOne is recorded for one key: a plain direct get, whose one
+// recordedOne is recordedMany for one key: a plain direct get, whose one
 // answer comes through the connection's shared reply subscription (a
 // subscription per call would cost the server a subscribe and an
 // unsubscribe per publish).
-func (o *originals) recordedOne(ctx context.Context, subject string) (map[string][]byte, error) {
+func (o *originals) recordedOne(ctx context.Context, subjects []string) (map[string][]byte, error) {
+	subject := subjects[0]
 	req, err := json.Marshal(struct {
 		LastBySubject string `json:"last_by_subj"`
 	}{subject})
 	if err != nil {
 		return nil, err
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
 	}
 	msg, err := o.js.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET."+o.recordStream, req)
 	if err != nil {

@@ -154,6 +154,11 @@ func (b *Burst) Abandon(sent int, err error) {
 	}
 }
 
+// Drop gives a burst up that nobody will Wait for (a Publish failed with
+// err and the caller returns at once): it is forgotten now, its
+// acknowledgements still to come ignored.
+func (b *Burst) Drop(err error) { b.finish(err) }
+
 // Wait returns every message's Ack once all are in. When a stream refused
 // a message (or a Publish failed), it returns the Acks before the first
 // refused message and the refusal, as a per-message future's first error

@@ -101,6 +101,20 @@ const User = "rivora"
 // seconds (nats-server's unit).
 const tlsTimeout = 5
 
+// A route to a peer that went silent (a link that drops packets without
+// closing anything) is closed after about routePingInterval ×
+// routeMaxPingsOut without an answer, and dialled again until the link
+// heals. NATS's default is a minute or more, during which requests a
+// queue group answers (a direct get, served by any replica) are still
+// sent, at random, to the silent peer, and wait out their timeout there
+// while a replica that answers is next door. Five seconds is longer than
+// a flapping link's short cuts and than a busy peer's delay, and about
+// when the Raft groups elect leaders on the side that kept a quorum.
+const (
+	routePingInterval = time.Second
+	routeMaxPingsOut  = 4
+)
+
 // ClusterName is the NATS cluster name of a Rivora cell.
 const ClusterName = "rivora"
 
@@ -118,6 +132,9 @@ type Server struct {
 	// closeStore the close of the directory it syncs.
 	syncer     *Syncer
 	closeStore func() error
+	// reach judges from this server's Raft state whether its streams
+	// can take a write (Reach).
+	reach *Reach
 	// lost is closed, lostErr set, when JetStream turned off by itself
 	// (lost.go); quit stops that watch at Shutdown, watchDone says it
 	// stopped.
@@ -170,7 +187,8 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		opts.Cluster = server.ClusterOpts{Name: ClusterName, Host: host, Port: port, Advertise: cfg.ClusterAdvertise}
+		opts.Cluster = server.ClusterOpts{Name: ClusterName, Host: host, Port: port, Advertise: cfg.ClusterAdvertise,
+			PingInterval: routePingInterval, MaxPingsOut: routeMaxPingsOut}
 		if cfg.ClusterAdvertise != "" {
 			if _, _, err := splitHostPort("nats cluster advertise", cfg.ClusterAdvertise); err != nil {
 				return nil, err
@@ -271,7 +289,7 @@ func start(opts *server.Options, cfg Config, log *slog.Logger) (*Server, error) 
 			return nil, err
 		}
 	}
-	s := &Server{ns: ns, password: cfg.Password, nc: nc, js: js,
+	s := &Server{ns: ns, password: cfg.Password, nc: nc, js: js, reach: &Reach{ns: ns},
 		lost: make(chan struct{}), quit: make(chan struct{}), watchDone: make(chan struct{})}
 	go s.watchJetStream(opts.StoreDir, log)
 	return s, nil

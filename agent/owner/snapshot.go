@@ -231,8 +231,9 @@ func (r *rebuildState) restoreLanes(dec *snapshotDecoder) (map[string]*rebuiltLa
 	for range dec.lanes {
 		l := &rebuiltLane{}
 		var subject string
-		err := dec.lane(func(id lanes.ID) {
+		err := dec.lane(func(id lanes.ID, entries int) {
 			l.id, subject = id, id.Subject(r.o.p)
+			l.entries.Grow(entries)
 		}, func(e scheduler.ExportedEntry) {
 			if r.deadSeqs[e.Seq] || r.doneSet[e.Seq] {
 				done = append(done, firstSeq{subject, e.Seq})
@@ -373,8 +374,9 @@ func openSnapshot(data []byte) (*snapshotDecoder, error) {
 	return d, nil
 }
 
-// lane reads the next lane: its id, then each entry.
-func (d *snapshotDecoder) lane(id func(lanes.ID), entry func(scheduler.ExportedEntry)) error {
+// lane reads the next lane: its id and how many entries follow (bounded
+// by what is left of the file), then each entry.
+func (d *snapshotDecoder) lane(id func(lanes.ID, int), entry func(scheduler.ExportedEntry)) error {
 	var strs [4]string
 	for i := range strs {
 		s, err := d.string()
@@ -383,11 +385,13 @@ func (d *snapshotDecoder) lane(id func(lanes.ID), entry func(scheduler.ExportedE
 		}
 		strs[i] = s
 	}
-	id(lanes.ID{Destination: strs[0], Customer: strs[1], Key: strs[2], Subscription: strs[3]})
 	n, err := d.uvarint()
 	if err != nil {
 		return err
 	}
+	// An entry takes at least 3 bytes: a count beyond that is a damaged
+	// file, not an allocation to make.
+	id(lanes.ID{Destination: strs[0], Customer: strs[1], Key: strs[2], Subscription: strs[3]}, int(min(n, uint64(len(d.data)/3))))
 	var seq uint64
 	var at int64
 	for range n {

@@ -43,7 +43,7 @@ func decodeAll(data []byte) (*pendingSnapshot, error) {
 	s := &pendingSnapshot{partition: d.partition, laneStore: d.laneStore, ledger: d.ledger}
 	for range d.lanes {
 		var el scheduler.ExportedLane
-		if err := d.lane(func(id lanes.ID) { el.ID = id }, func(e scheduler.ExportedEntry) { el.Entries = append(el.Entries, e) }); err != nil {
+		if err := d.lane(func(id lanes.ID, _ int) { el.ID = id }, func(e scheduler.ExportedEntry) { el.Entries = append(el.Entries, e) }); err != nil {
 			return nil, err
 		}
 		s.lanes = append(s.lanes, el)
@@ -106,7 +106,7 @@ func BenchmarkSnapshot1M(b *testing.B) {
 			}
 			for range d.lanes {
 				var r scheduler.Restored
-				if err := d.lane(func(lanes.ID) {}, func(e scheduler.ExportedEntry) { r.AddUUID(e.Seq, e.ID, e.AcceptedAt) }); err != nil {
+				if err := d.lane(func(lanes.ID, int) {}, func(e scheduler.ExportedEntry) { r.AddUUID(e.Seq, e.ID, e.AcceptedAt) }); err != nil {
 					b.Fatal(err)
 				}
 			}

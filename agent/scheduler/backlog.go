@@ -99,6 +99,12 @@ type Restored struct {
 	odd map[uint64]string
 }
 
+// Grow makes room for n more events: a rebuild that knows a lane's count
+// (a snapshot's) makes its entries once, at their size, instead of
+// doubling them as it appends and copying them to their size in
+// RestoreLane.
+func (r *Restored) Grow(n int) { r.entries = slices.Grow(r.entries, n) }
+
 // Add appends an event: its lane-store sequence, its event id (as
 // stored) and when it was accepted, in Unix nanoseconds.
 func (r *Restored) Add(seq uint64, eventID []byte, acceptedAt int64) {

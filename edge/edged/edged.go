@@ -217,6 +217,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	e.log.Info("edge running", "controlplane", e.upstream.URL())
 	<-ctx.Done()
 	loops.Wait()
+	e.gateway.Close()
 	e.nats.Shutdown()
 	e.log.Info("edge stopped")
 	return nil

@@ -1,0 +1,46 @@
+package natsd
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// quorum judges a Raft group from one server's view: a leader needs a
+// quorum of replicas heard within heardWithin, a follower its leader
+// heard within it; a group without a leader, or of one replica, is judged
+// at once.
+func TestQuorumFromTheLocalView(t *testing.T) {
+	heard := func(name string, ago time.Duration) *server.PeerInfo {
+		return &server.PeerInfo{Name: name, Active: ago, Current: true}
+	}
+	never := &server.PeerInfo{Name: "a3"} // Active 0: never heard
+	for _, tc := range []struct {
+		name string
+		c    *server.ClusterInfo
+		ok   bool
+	}{
+		{"one replica", &server.ClusterInfo{Leader: "a1"}, true},
+		{"no cluster info", nil, true},
+		{"no leader", &server.ClusterInfo{Replicas: []*server.PeerInfo{heard("a2", time.Second), heard("a3", time.Second)}}, false},
+		{"leader hearing both", &server.ClusterInfo{Leader: "a1", Replicas: []*server.PeerInfo{heard("a2", time.Second), heard("a3", 2*time.Second)}}, true},
+		{"leader hearing one of two", &server.ClusterInfo{Leader: "a1", Replicas: []*server.PeerInfo{heard("a2", time.Second), heard("a3", 20*time.Second)}}, true},
+		{"leader hearing none", &server.ClusterInfo{Leader: "a1", Replicas: []*server.PeerInfo{heard("a2", 4*time.Second), never}}, false},
+		{"leader of five hearing one", &server.ClusterInfo{Leader: "a1", Replicas: []*server.PeerInfo{heard("a2", time.Second), heard("a3", 5*time.Second), heard("a4", 5*time.Second), heard("a5", 5*time.Second)}}, false},
+		{"follower hearing its leader", &server.ClusterInfo{Leader: "a2", Replicas: []*server.PeerInfo{heard("a2", 900*time.Millisecond), never}}, true},
+		{"follower not hearing its leader", &server.ClusterInfo{Leader: "a2", Replicas: []*server.PeerInfo{heard("a2", 3500*time.Millisecond), heard("a3", time.Second)}}, false},
+		{"leader unknown here", &server.ClusterInfo{Leader: "a9", Replicas: []*server.PeerInfo{heard("a2", time.Second)}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := quorum("a1", tc.c)
+			if tc.ok && err != nil {
+				t.Fatalf("judged out of reach: %v", err)
+			}
+			if !tc.ok && !errors.Is(err, ErrUnreachable) {
+				t.Fatalf("judged %v, want ErrUnreachable", err)
+			}
+		})
+	}
+}
