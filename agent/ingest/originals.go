@@ -303,78 +303,78 @@ var findRetries = []time.Duration{20 * time.Millisecond, 100 * time.Millisecond,
 // event eventID (partition p), whose ack named at. found is false when
 // it is nowhere any more (see the file comment).
 //
-// It looks again (findRetries) only when the original may be in motion
-// to where the next look finds it: out of INGEST into its lane, or out
-// of its lane into the history (bodies). An original gone from its lane
-// with no history to ask (the mover's question, DuplicateConflict) is
-// not coming back: looking again would only cost the ~370 ms of waits per
-// duplicate, and a mover handed a batch of copies whose originals were
-// delivered and reclaimed (INGEST redelivering what a previous owner
-// moved but never acked) sat minutes on one batch, past INGEST's
-// AckWait, and the partition never moved again.
+// It looks again (findRetries) only while the original may be in motion
+// to where the next look finds it. Without a history to ask (bodies nil:
+// the mover's questions, DuplicateConflict and CheckForwarded), an
+// original the lanes' leader no longer holds at the sequence the lanes
+// named is not coming back (delivered and reclaimed): find says so, and
+// looking again would only cost the ~370 ms of waits per duplicate. A
+// mover handed a batch of copies of such originals (INGEST redelivering
+// what a previous owner moved but never acked) sat minutes on one batch,
+// past INGEST's AckWait, and its partition never moved again (issue 27).
 func (o *originals) fingerprintOf(ctx context.Context, at Stored, p int, ev *rivorav1.Event, bodies Bodies) (fp []byte, found bool, err error) {
-	retries := findRetries
-	settled := at.Stream != lanes.IngestStream && bodies == nil
-	if settled {
-		retries = nil
-	}
 	for attempt := 0; ; attempt++ {
-		fp, found, err = o.find(ctx, at, p, ev, bodies, settled)
-		if err != nil || found || attempt == len(retries) {
+		var gone bool
+		fp, found, gone, err = o.find(ctx, at, p, ev, bodies)
+		if err != nil || found || gone || attempt == len(findRetries) {
 			return fp, found, err
 		}
 		select {
-		case <-time.After(retries[attempt]):
+		case <-time.After(findRetries[attempt]):
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
 		}
 	}
 }
 
-// find looks for the original once. settled: its first read asks the
-// stream's leader (atLeader), whose "gone" is final; fingerprintOf does
-// not look again then.
-func (o *originals) find(ctx context.Context, at Stored, p int, ev *rivorav1.Event, bodies Bodies, settled bool) ([]byte, bool, error) {
+// find looks for the original once; gone: it is nowhere and cannot
+// appear anywhere it looks (see fingerprintOf).
+func (o *originals) find(ctx context.Context, at Stored, p int, ev *rivorav1.Event, bodies Bodies) (fp []byte, found, gone bool, err error) {
 	id := ev.GetEventId()
+	// With no history to ask, the lanes' leader is what tells "gone":
+	// a replica answering a direct get may not hold the original yet.
+	noHistory := bodies == nil
 	read := o.at
-	if settled {
+	if noHistory {
 		read = o.atLeader
 	}
-	fp, found, err := read(ctx, at.Stream, at.Seq, id)
-	if err != nil || found {
-		return fp, found, err
+	if fp, found, err := read(ctx, at.Stream, at.Seq, id); err != nil || found {
+		return fp, found, false, err
 	}
+	gone = noHistory && at.Stream != lanes.IngestStream
 	if at.Stream == lanes.IngestStream {
 		// Moved into its lane: the lanes know its id too.
 		got, err := o.probeAll(ctx, []probe{lanesProbe(p, ev, id)})
 		if err != nil {
-			return nil, false, err
+			return nil, false, false, err
 		}
 		if got[0].Duplicate {
-			if fp, found, err := o.at(ctx, got[0].Stream, got[0].Seq, id); err != nil || found {
-				return fp, found, err
+			if fp, found, err := read(ctx, got[0].Stream, got[0].Seq, id); err != nil || found {
+				return fp, found, false, err
 			}
+			// Gone from INGEST and from its lane.
+			gone = noHistory
 		}
 	}
 	if bodies != nil {
 		body, err := bodies.Body(ctx, id)
 		if err != nil {
-			return nil, false, fmt.Errorf("read the history of event %s: %w", id, err)
+			return nil, false, false, fmt.Errorf("read the history of event %s: %w", id, err)
 		}
 		if body != nil {
-			return fingerprint.Of(body), true, nil
+			return fingerprint.Of(body), true, false, nil
 		}
 	}
 	if validRecordKey(id) {
 		entry, err := o.kv.Get(ctx, id)
 		switch {
 		case err == nil:
-			return entry.Value(), true, nil
+			return entry.Value(), true, false, nil
 		case !errors.Is(err, jetstream.ErrKeyNotFound):
-			return nil, false, fmt.Errorf("read idempotency key: %w", err)
+			return nil, false, false, fmt.Errorf("read idempotency key: %w", err)
 		}
 	}
-	return nil, false, nil
+	return nil, false, gone, nil
 }
 
 // at reads the message at seq of stream: the fingerprint of the event it

@@ -166,4 +166,43 @@ func TestDuplicateOfAReclaimedOriginalIsAnsweredAtOnce(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("judging %d copies of reclaimed originals took %v, want well under a second (no looking again)", copies, took)
 	}
+
+	// An edge's copy (CheckForwarded) whose cell's copy INGEST named: gone
+	// from INGEST (moved), gone from its lane (delivered, reclaimed).
+	ingestStream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: lanes.IngestStream, Subjects: []string{lanes.IngestFilter(p)}, Duplicates: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moved []*rivorav1.Event
+	for range copies {
+		ev := event(uuid.NewString(), `{"v":1}`)
+		data, err := proto.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := nats.NewMsg(lanes.IngestSubject(p, ev.GetDestinationId()))
+		msg.Data = data
+		msg.Header.Set(jetstream.MsgIDHeader, ev.GetEventId())
+		ack, err := js.PublishMsg(ctx, msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.DeleteMsg(ctx, store(ev, true)); err != nil {
+			t.Fatal(err)
+		}
+		if err := ingestStream.DeleteMsg(ctx, ack.Sequence); err != nil {
+			t.Fatal(err)
+		}
+		moved = append(moved, ev)
+	}
+	start = time.Now()
+	for _, ev := range moved {
+		got, err := check.CheckForwarded(ctx, []edge.Forwarded{{Event: ev, Edge: "edge-1", Partition: p}})
+		if err != nil || got[0] != "" {
+			t.Fatalf("an edge's copy of moved and reclaimed event %s judged %q, %v; want stored", ev.GetEventId(), got, err)
+		}
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("judging %d edges' copies of moved and reclaimed originals took %v, want well under a second (no looking again)", copies, took)
+	}
 }
