@@ -3,11 +3,8 @@ package owner_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,73 +14,14 @@ import (
 	"github.com/rivora/rivora/agent/clock"
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/ingest"
-	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/ownership"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
-	"github.com/rivora/rivora/testkit/faultnet"
+	"github.com/rivora/rivora/testkit/cutcell"
 	"github.com/rivora/rivora/testkit/poll"
 )
-
-// cutCell is a three-server JetStream cluster in process whose every route
-// runs through its own proxy (testkit/faultnet: server aI dialing aJ), so
-// a server can be cut from its peers silently while it lives on. Each
-// advertises the net's sink, so gossip cannot open a route around the
-// proxies.
-type cutCell struct {
-	servers []*natsd.Server
-	net     *faultnet.Net
-}
-
-func startCutCell(t *testing.T) *cutCell {
-	t.Helper()
-	c := &cutCell{net: faultnet.New()}
-	t.Cleanup(c.net.Close)
-	sink, err := c.net.Sink()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var addrs []string
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, ln.Addr().String())
-		ln.Close()
-	}
-	c.servers = make([]*natsd.Server, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i := range 3 {
-		var routes []string
-		for j := range 3 {
-			if i != j {
-				addr, err := c.net.Route(name(i), name(j), addrs[j])
-				if err != nil {
-					t.Fatal(err)
-				}
-				routes = append(routes, "nats://"+addr)
-			}
-		}
-		cfg := natsd.Config{Name: name(i), DataDir: t.TempDir(), ClusterListen: addrs[i], ClusterAdvertise: sink, Routes: routes}
-		wg.Go(func() { c.servers[i], errs[i] = natsd.Start(cfg, slog.New(slog.DiscardHandler)) })
-	}
-	wg.Wait()
-	for i, srv := range c.servers {
-		if srv != nil {
-			t.Cleanup(srv.Shutdown)
-		}
-		if errs[i] != nil {
-			t.Fatalf("start %s: %v", name(i), errs[i])
-		}
-	}
-	return c
-}
-
-func name(i int) string { return fmt.Sprintf("a%d", i+1) }
 
 // An owner cut off from its NATS peers (its lease still valid: it reaches
 // Consul) gives its partitions up within the store stall timeout, busy or
@@ -94,21 +32,21 @@ func name(i int) string { return fmt.Sprintf("a%d", i+1) }
 // partition runs well past the timeout: its probes keep it.
 func TestAnOwnerCutFromItsPeersGivesItsPartitionsUp(t *testing.T) {
 	const stall = 3 * time.Second
-	c := startCutCell(t)
+	c := cutcell.Start(t, 3)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log := slog.New(slog.DiscardHandler)
 	// A fresh cluster answers stream creation once its meta leader is
 	// elected: retry until then.
 	if err := poll.Check(30*time.Second, 250*time.Millisecond, func() error {
-		_, err := ingest.New(ctx, c.servers[0].JetStream(), destinations.NewRegistry(), ingest.Config{Replicas: 3}, log)
+		_, err := ingest.New(ctx, c.Servers[0].JetStream(), destinations.NewRegistry(), ingest.Config{Replicas: 3}, log)
 		return err
 	}); err != nil {
 		t.Fatalf("create INGEST in the cell: %v", err)
 	}
 	depsOn := func(i int) owner.Deps {
 		return owner.Deps{
-			JS: c.servers[i].JetStream(), Scheduler: scheduler.New(clock.Real{}), Registry: destinations.NewRegistry(),
+			JS: c.Servers[i].JetStream(), Scheduler: scheduler.New(clock.Real{}), Registry: destinations.NewRegistry(),
 			Archive: mustDir(t, t.TempDir()), Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow,
 			Replicas: 3, StoreStallTimeout: stall,
 		}
@@ -166,7 +104,7 @@ func TestAnOwnerCutFromItsPeersGivesItsPartitionsUp(t *testing.T) {
 		}
 	}
 
-	c.net.Isolate(name(0))
+	c.Net.Isolate(cutcell.Name(0))
 	cutAt := time.Now()
 	appended := make(chan error, 1)
 	go func() { appended <- appendOne(busy) }()
@@ -189,12 +127,12 @@ func TestAnOwnerCutFromItsPeersGivesItsPartitionsUp(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("an append waiting for a stalled store was not answered once the partition gave up")
 	}
-	if owner.Writable(ctx, c.servers[0].JetStream(), busyP) {
+	if owner.Writable(ctx, c.Servers[0].JetStream(), busyP) {
 		t.Fatal("the cut-off server finds the store writable")
 	}
 
 	// The side with the quorum takes the partition over and writes it.
-	js1 := c.servers[1].JetStream()
+	js1 := c.Servers[1].JetStream()
 	poll.True(t, "the store is writable from the quorum's side", 30*time.Second, func() bool { return owner.Writable(ctx, js1, busyP) })
 	deps1 := depsOn(1)
 	taken := openOn(deps1, busyP, lease(ownership.NewLocal(), busyP))
@@ -209,8 +147,8 @@ func TestAnOwnerCutFromItsPeersGivesItsPartitionsUp(t *testing.T) {
 		t.Fatalf("the new owner's run: %v", err)
 	}
 
-	c.net.Heal()
+	c.Net.Heal()
 	poll.True(t, "the store is writable again from the healed server", 30*time.Second, func() bool {
-		return owner.Writable(ctx, c.servers[0].JetStream(), busyP)
+		return owner.Writable(ctx, c.Servers[0].JetStream(), busyP)
 	})
 }
