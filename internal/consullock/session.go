@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,7 +43,8 @@ type SessionConfig struct {
 	// renewal is confirmed.
 	EndUnconfirmed bool
 	// DestroyUnconfirmed makes KeepAlive, once a TTL passed since the last
-	// confirmed renewal and another renewal went unanswered, ask Consul to
+	// confirmed renewal and another renewal got no answer at all (an
+	// error status from Consul is an answer: see unanswered), ask Consul to
 	// destroy the session (once per run of unconfirmed renewals), then go
 	// on renewing. Every Lease is lost before the request goes out. Consul acts on a request whose
 	// answer is lost: a holder whose requests reach Consul but whose
@@ -164,8 +166,8 @@ func (s *Session) KeepAlive(ctx context.Context) error {
 }
 
 // renewLoop renews every TTL/3 and, after a failure, sooner (Retry, but
-// never past the expiry). With DestroyUnconfirmed, the first failure
-// after the expiry is followed by a destroy (see SessionConfig). It
+// never past the expiry). With DestroyUnconfirmed, the first unanswered
+// renewal after the expiry is followed by a destroy (see SessionConfig). It
 // returns nil when ctx ends, ErrGone when Consul answers that the session
 // does not exist.
 //
@@ -190,12 +192,24 @@ func (s *Session) renewLoop(ctx context.Context) error {
 			return ErrGone
 		case err == nil:
 			r.destroySent = false
-		case s.cfg.DestroyUnconfirmed && !r.destroySent && !s.Alive():
+		case s.cfg.DestroyUnconfirmed && !r.destroySent && !s.Alive() && unanswered(err):
 			r.destroySent = true
 			s.askDestroy(ctx)
 		}
 		t.Reset(r.next(err))
 	}
+}
+
+// unanswered tells a renewal that got no HTTP answer at all (a timeout,
+// a reset, a refused connection: the request may have arrived, its answer
+// did not) from one Consul answered with an error status (500 "No
+// cluster leader"): only the first is the lost-answers case a destroy is
+// for. An answer proves answers get through, and a destroy sent during a
+// Consul election could be applied once a leader is elected, ending
+// every agent's session at once.
+func unanswered(err error) bool {
+	var transport *url.Error
+	return errors.As(err, &transport)
 }
 
 // renewals is renewLoop's state between renewals: its back-off, whether
