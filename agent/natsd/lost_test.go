@@ -70,3 +70,14 @@ func TestAwaitRoom(t *testing.T) {
 		t.Fatalf("AwaitRoom gave up after %s, before its context ended", took)
 	}
 }
+
+// Shutdown twice (the agent's stop, then a test's cleanup) stops the
+// server once and returns.
+func TestShutdownTwiceIsHarmless(t *testing.T) {
+	srv, err := Start(Config{DataDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown()
+	srv.Shutdown()
+}

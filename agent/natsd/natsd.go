@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -138,10 +139,12 @@ type Server struct {
 	// lost is closed, lostErr set, when JetStream turned off by itself
 	// (lost.go); quit stops that watch at Shutdown, watchDone says it
 	// stopped.
-	lost      chan struct{}
-	lostErr   atomic.Pointer[error]
-	quit      chan struct{}
-	watchDone chan struct{}
+	lost    chan struct{}
+	lostErr atomic.Pointer[error]
+	quit    chan struct{}
+	// shutdownOnce makes Shutdown idempotent (quit is closed once).
+	shutdownOnce sync.Once
+	watchDone    chan struct{}
 }
 
 // Start starts the server, waits until it accepts connections and connects
@@ -437,8 +440,11 @@ func (s *Server) ClusterAddr() string {
 // cluster member), whose acknowledgements are synced already.
 func (s *Server) Syncer() *Syncer { return s.syncer }
 
-// Shutdown drains the connection and stops the server.
-func (s *Server) Shutdown() {
+// Shutdown drains the connection and stops the server. Calls after the
+// first do nothing (a test's cleanup may follow the agent's own stop).
+func (s *Server) Shutdown() { s.shutdownOnce.Do(s.shutdown) }
+
+func (s *Server) shutdown() {
 	// Our own shutdown turns JetStream off too: stop watching first.
 	close(s.quit)
 	<-s.watchDone
