@@ -81,8 +81,9 @@ type Config struct {
 	Durable *natsd.Syncer
 	// Reach, when set, judges whether this agent can reach a quorum of
 	// the streams a publish writes: a publish that cannot be stored here
-	// is refused Unavailable within about a second instead of waiting
-	// out its deadline (reach.go). Nil: a publish waits.
+	// is refused Unavailable instead of waiting out its deadline: about
+	// 3 s after the agent was cut off (three seconds without its streams'
+	// heartbeats), at once after that (reach.go). Nil: a publish waits.
 	Reach *natsd.Reach
 	// StoreDown, when set, is non-nil once this agent's store is gone
 	// (natsd.Server.LostErr: JetStream disabled on a full disk): every
@@ -231,8 +232,10 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 
 // Close answers the publishes still waiting for their streams'
 // acknowledgements (they fail: the agent is stopping) and stops listening
-// for acknowledgements. The agent closes its gateway after its API
-// stopped serving, before its NATS server stops.
+// for acknowledgements. The agent closes its gateway when it stops,
+// before its NATS server stops; its API may still be answering then, so
+// a publish in flight can fail although its event was stored (a retry
+// with its idempotency key gets the same id).
 func (g *Gateway) Close() { g.bursts.Close() }
 
 // createIngest creates (or updates) the INGEST stream, keeping its
