@@ -259,7 +259,6 @@ func (s *chaosSchedule) next() {
 		c.minio.Stop()
 		heal = c.minio.Start
 	case "disk-full": // the agent stops itself (its store is disabled); its supervisor restarts it at once
-		what = chaosDiskAgent
 		filled := c.fillDisk(chaosDiskAgent)
 		what = fmt.Sprintf("%s (%d MiB of filler)", chaosDiskAgent, filled>>20)
 		c.startAgain(chaosDiskAgent)
