@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/rivora/rivora/e2e/creds"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/ports"
 )
 
 // Binaries built once by TestMain.
@@ -185,29 +185,16 @@ func (d *devProc) Ingest() rivorav1connect.IngestServiceClient {
 
 func (d *devProc) SDK() *sdk.Client { return sdk.New(d.URL(), sdk.WithHTTPClient(authedHTTP)) }
 
-// handedOut is every port freePort returned in this run: the kernel may
-// hand a closed port out again at once, and two processes of one cell
-// given the same port fail to start (seen: an agent's NATS client port
-// was another's cluster port).
-var handedOut sync.Map
-
-// freePort is a 127.0.0.1 port free now and not returned before in this
-// run.
+// freePort is a 127.0.0.1 port for a process to bind later: free now,
+// outside the kernel's ephemeral range, not returned before in this run
+// (testkit/ports says why).
 func freePort(t testing.TB) int {
 	t.Helper()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("free port: %v", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if _, seen := handedOut.LoadOrStore(port, true); !seen {
-			return port
-		}
+	p, err := ports.Free()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("free port: 100 tries gave ports already handed out")
-	return 0
+	return p
 }
 
 func ctxTimeout(t testing.TB, d time.Duration) context.Context {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -18,16 +17,16 @@ import (
 	"github.com/rivora/rivora/edge"
 	"github.com/rivora/rivora/lanes"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/ports"
 )
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := ports.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 func startNATS(t *testing.T, cfg natsd.Config) *natsd.Server {

@@ -11,6 +11,9 @@
 //     closed, bytes held) and restored, as a broken WAN.
 //   - testkit/connectproxy: an HTTP CONNECT proxy that records the
 //     targets it tunnels to (egress through a proxy).
+//   - testkit/ports: ports for processes a test starts, outside the
+//     kernel's ephemeral range (so no connection or port-0 listener takes
+//     one before its process binds it).
 //   - testkit/rig: the in-process `rivora dev` (control plane and agent)
 //     of the agent, control plane and CLI tests; it sits above what it
 //     starts.

@@ -19,6 +19,7 @@ import (
 	"github.com/rivora/rivora/internal/tlsconf"
 	"github.com/rivora/rivora/internal/tlsconf/tlstest"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/ports"
 )
 
 var password = auth.CellTokenOf(strings.Repeat("c", auth.MinCellTokenBytes)).Derive("nats")
@@ -88,12 +89,11 @@ func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
 	var addrs []string
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, err := ports.FreeAddr()
 		if err != nil {
 			t.Fatal(err)
 		}
-		addrs = append(addrs, ln.Addr().String())
-		ln.Close()
+		addrs = append(addrs, addr)
 	}
 	return addrs
 }

@@ -25,7 +25,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -47,6 +46,7 @@ import (
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/ports"
 )
 
 func main() {
@@ -198,14 +198,8 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(gomod), nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort is a port for a process to bind later (testkit/ports).
+func freePort() (int, error) { return ports.Free() }
 
 func (c *common) httpClient(conns int) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()

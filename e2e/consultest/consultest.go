@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/ports"
 )
 
 // Version is the Consul release the tests run.
@@ -129,7 +130,7 @@ func Launch(dataDir string, logf func(string, ...any)) (*Server, error) {
 	// to another Consul on the machine, e.g. a test's.
 	s := &Server{bin: binPath, dataDir: dataDir, extraArgs: []string{"-grpc-tls-port", "-1"}}
 	for i := range s.ports {
-		p, err := pickPort()
+		p, err := ports.Free()
 		if err != nil {
 			return nil, err
 		}
@@ -258,18 +259,9 @@ func (s *Server) ready(client *http.Client) error {
 
 func freePort(t testing.TB) int {
 	t.Helper()
-	p, err := pickPort()
+	p, err := ports.Free()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
-}
-
-func pickPort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

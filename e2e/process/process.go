@@ -253,7 +253,7 @@ func (p *Proc) Tail(n int) string {
 func (p *Proc) WaitReady(ctx context.Context, limit, interval time.Duration, ready func() error) error {
 	err := poll.Until(ctx, limit, interval, func() error {
 		if err, exited := p.Exited(); exited {
-			return poll.GiveUp(fmt.Errorf("%s exited before it was ready: %v", p.Name, err))
+			return poll.GiveUp(fmt.Errorf("%s exited before it was ready: %v; its last output:\n%s", p.Name, err, p.Tail(800)))
 		}
 		return ready()
 	})
