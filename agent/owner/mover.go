@@ -113,6 +113,7 @@ func (m *mover) loop(ctx context.Context, msgs <-chan jetstream.Msg, closed <-ch
 			if ctx.Err() != nil {
 				return nil
 			}
+			moverStallsTotal.Inc()
 			return fmt.Errorf("%w (partition %d; the consumer's last error: %v)", ErrMoverStopped, m.p, m.lastConsumeErr())
 		case <-drainCheck.C:
 			if m.openDirect(ctx) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,4 +118,60 @@ func TestAMoverWhosePullIsAnsweredConsumerDeletedRestarts(t *testing.T) {
 	}
 }
 
-var _ = slog.New
+// The net under every other way a mover could go quiet (issue 27): INGEST
+// holds an event for the partition, the mover takes nothing (here its
+// consumer is paused: it answers pulls with nothing, as a consumer
+// without a working leader does), and the partition restarts once that
+// has lasted the mover stall timeout, with a warning that says what
+// INGEST holds. The fresh consumer moves the event. An idle partition, or
+// one whose mover keeps up, runs on past the timeout.
+func TestAMoverThatTakesNothingFromIngestRestartsThePartition(t *testing.T) {
+	const stall = 2 * time.Second
+	var logged syncBuffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	n := openTuned(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{dest("orders", "http://127.0.0.1:1", 5)}, log,
+		func(deps *owner.Deps) { deps.MoverStallTimeout = stall })
+	p := lanes.Partition("orders", partitions)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := n.runPartition(ctx, p)
+
+	// Healthy, for twice the timeout: events move, and between them the
+	// partition is idle.
+	started := time.Now()
+	for time.Since(started) < 2*stall {
+		id := n.publish("orders", "u1")
+		poll.True(t, "an event moved", 10*time.Second, func() bool {
+			_, ok := n.sched.Find(id)
+			return ok
+		})
+		select {
+		case err := <-done:
+			t.Fatalf("a partition whose mover keeps up stopped: %v", err)
+		case <-time.After(stall / 2):
+		}
+	}
+
+	js := n.srv.JetStream()
+	if _, err := js.PauseConsumer(ctx, lanes.IngestStream, fmt.Sprintf("mover-%d", p), time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("pause the mover's consumer: %v", err)
+	}
+	held := n.publish("orders", "u1")
+	heldAt := time.Now()
+	err := awaitRunError(t, done, stall+10*time.Second, "INGEST holds an event the mover does not take")
+	if !errors.Is(err, owner.ErrMoverStalled) {
+		t.Fatalf("the partition stopped with %v, want ErrMoverStalled", err)
+	}
+	if took := time.Since(heldAt); took < stall {
+		t.Fatalf("the partition restarted %s after the event waited, before the stall timeout %s", took, stall)
+	}
+	warning := logged.String()
+	if !strings.Contains(warning, "INGEST holds events for this partition that its mover has not taken") || !strings.Contains(warning, "waiting=1") {
+		t.Fatalf("the stall was not logged with what INGEST holds: %q", warning)
+	}
+	n.reopen(p)
+	poll.True(t, "the held event moved after the restart", 10*time.Second, func() bool {
+		_, ok := n.sched.Find(held)
+		return ok
+	})
+}
