@@ -63,7 +63,14 @@ func runMain(m *testing.M) int {
 		rivoractlBuild = fmt.Errorf("go build ./cmd/rivoractl: %v\n%s", err, out)
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", rivoractlBuild)
 	}
-	return m.Run()
+	rc, err := startRecap()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 2
+	}
+	code := m.Run()
+	rc.finish()
+	return code
 }
 
 func moduleRoot() (string, error) {
