@@ -103,8 +103,8 @@ func TestAMoverWhosePullIsAnsweredConsumerDeletedRestarts(t *testing.T) {
 	second := n.publish("orders", "u1")
 
 	err = awaitRunError(t, done, 10*time.Second, "the mover's pull was answered Consumer Deleted")
-	if !errors.Is(err, owner.ErrMoverStopped) {
-		t.Fatalf("the partition stopped with %v, want ErrMoverStopped", err)
+	if !errors.Is(err, owner.ErrMoverStopped) || !strings.Contains(err.Error(), "consumer deleted") {
+		t.Fatalf("the partition stopped with %v, want ErrMoverStopped naming the consumer's answer", err)
 	}
 	n.reopen(p)
 	poll.True(t, "the second event moved after the restart", 10*time.Second, func() bool {
