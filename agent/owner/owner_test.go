@@ -76,6 +76,10 @@ type node struct {
 	gw    *ingest.Gateway
 	hist  *history.History
 	parts []*owner.Partition
+	// deps and leases are what the partitions were opened with (a test
+	// that opens one again uses them).
+	deps   owner.Deps
+	leases []*ownership.Lease
 	// applied is the config version the node has applied (Deps.Applied).
 	applied atomic.Uint64
 	cancel  context.CancelFunc
@@ -118,6 +122,7 @@ func openWith(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.
 		fail(err)
 	}
 	deps := owner.Deps{JS: js, Scheduler: n.sched, Registry: n.reg, Subscriptions: n.subs, Applied: n.applied.Load, History: hist, Archive: arch, Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow, Forwarded: fwd, SnapshotDir: snapshotDir}
+	n.deps = deps
 	locker := ownership.NewLocal()
 	for p := range partitions {
 		lease, err := locker.TryAcquire(ctx, p)
@@ -129,6 +134,7 @@ func openWith(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.
 			fail(err)
 		}
 		n.parts = append(n.parts, part)
+		n.leases = append(n.leases, lease)
 	}
 	list, err := n.reg.Replace(dests)
 	if err != nil {
