@@ -396,6 +396,9 @@ func (m *mover) keepConflicts(ctx context.Context, items []Item, at []Stored) bo
 			why, err := m.check.DuplicateConflict(cctx, copy, it.Fingerprint, at[i].Stream, at[i].Seq)
 			cancel()
 			if err == nil {
+				// Many duplicates in a batch take a while to compare:
+				// each answer is progress (watchMover).
+				m.progress.Add(1)
 				if why != "" {
 					marked = append(marked, it)
 					m.markConflict(&marked[len(marked)-1], copy.Edge, why)
