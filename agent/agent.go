@@ -373,13 +373,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.upstream.URL())
 	<-ctx.Done()
 	a.log.Info("draining: waiting for attempts in flight")
+	drain := a.watchDrain()
+	drain.at("the partition, config and edge loops")
 	loops.Wait()
+	drain.at("attempts in flight")
 	work.Wait()
+	drain.at("the partitions' handoffs")
 	a.parts.Shutdown()
+	drain.at("the history's last records")
 	stopHistory() // the last records stored, before the server stops
 	history.Wait()
+	drain.at("the ownership locker")
 	stopLocker()
 	locker.Wait()
+	drain.done()
 	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := a.locker.Close(closeCtx); err != nil {
 		a.log.Warn("release ownership", "error", err)
@@ -394,6 +401,39 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent stopped")
 	return nil
 }
+
+// drainWatch names the step a drain waits on, and logs it while the
+// drain takes long: a drain that hangs says where.
+type drainWatch struct {
+	step        atomic.Pointer[string]
+	stop, ended chan struct{}
+}
+
+// drainStillEvery is how often a long drain logs the step it waits on.
+const drainStillEvery = 15 * time.Second
+
+func (a *Agent) watchDrain() *drainWatch {
+	w := &drainWatch{stop: make(chan struct{}), ended: make(chan struct{})}
+	w.at("")
+	from := time.Now()
+	go func() {
+		defer close(w.ended)
+		t := time.NewTicker(drainStillEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-t.C:
+				a.log.Warn("draining: still waiting", "for", *w.step.Load(), "after", time.Since(from).Round(time.Second))
+			}
+		}
+	}()
+	return w
+}
+
+func (w *drainWatch) at(step string) { w.step.Store(&step) }
+func (w *drainWatch) done()          { close(w.stop); <-w.ended }
 
 // Ready reports whether the agent is serving.
 func (a *Agent) Ready() bool { return a.parts.Ready() }

@@ -47,6 +47,10 @@ var (
 		Name: "rivora_lanes_moved_events_total",
 		Help: "Events moved from INGEST into lanes.",
 	})
+	moverStallsTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "rivora_lanes_mover_stalls_total",
+		Help: "Partition restarts because the mover took nothing from INGEST while INGEST held events for it (its consumer stopped, or it went quiet for the mover stall timeout).",
+	})
 )
 
 // ForgetDestinationMetrics deletes every series labelled with a deleted

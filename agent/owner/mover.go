@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,6 +22,11 @@ import (
 // ErrMoveGap means INGEST skipped or repeated a message for this
 // partition; the partition restarts to move in order.
 var ErrMoveGap = errors.New("INGEST delivery out of order; restarting the partition")
+
+// ErrMoverStopped means the mover's INGEST consumer stopped handing
+// messages over while the partition ran: the partition restarts, and its
+// fresh consumer hands every unmoved message over again, in order.
+var ErrMoverStopped = errors.New("INGEST consumer stopped delivering to the mover; restarting the partition")
 
 // moveBatch is the most INGEST messages moved in one write.
 const moveBatch = 512
@@ -48,6 +54,14 @@ type mover struct {
 	// durable is the store's group commit (Deps.Durable; nil: none).
 	durable *natsd.Syncer
 	log     *slog.Logger
+
+	// progress counts the INGEST messages the mover took and the batches
+	// it finished: watchMover reads a mover that took nothing while
+	// INGEST holds messages for it as stalled.
+	progress atomic.Uint64
+	// consumeErr is the last error the INGEST consumer reported (nil:
+	// none), for the log when it stops or stalls.
+	consumeErr atomic.Pointer[error]
 }
 
 func (m *mover) run(ctx context.Context) error {
@@ -57,16 +71,32 @@ func (m *mover) run(ctx context.Context) error {
 		case msgs <- msg:
 		case <-ctx.Done():
 		}
-	}, jetstream.PullMaxMessages(2*moveBatch), jetstream.PullExpiry(4*time.Second), jetstream.PullHeartbeat(time.Second))
+	}, jetstream.PullMaxMessages(2*moveBatch), jetstream.PullExpiry(4*time.Second), jetstream.PullHeartbeat(time.Second),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { m.consumeErr.Store(&err) }))
 	if err != nil {
 		return fmt.Errorf("partition %d: consume INGEST: %w", m.p, err)
 	}
 	defer cc.Stop()
-	return m.loop(ctx, msgs)
+	return m.loop(ctx, msgs, cc.Closed())
 }
 
-// loop moves what INGEST hands over, in batches of what is waiting.
-func (m *mover) loop(ctx context.Context, msgs <-chan jetstream.Msg) error {
+// lastConsumeErr is the last error the INGEST consumer reported, or nil.
+func (m *mover) lastConsumeErr() error {
+	if err := m.consumeErr.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// loop moves what INGEST hands over, in batches of what is waiting, until
+// ctx ends or the consumer stops (closed). The client library stops
+// consuming for good, without a word, when a pull is answered "409
+// Consumer Deleted" or "400 Bad Request": in a cell a server whose view
+// lags can answer so for a consumer that lives on, and the mover would
+// then wait for messages that never come while INGEST keeps them (issue
+// 27). So a stopped consumer stops the partition, which restarts with a
+// fresh one.
+func (m *mover) loop(ctx context.Context, msgs <-chan jetstream.Msg, closed <-chan struct{}) error {
 	// Until INGEST is drained, accepted events queue behind it (see Append).
 	drainCheck := time.NewTicker(20 * time.Millisecond)
 	defer drainCheck.Stop()
@@ -79,6 +109,12 @@ func (m *mover) loop(ctx context.Context, msgs <-chan jetstream.Msg) error {
 				return err
 			}
 			batch = append(batch[:0], msg)
+		case <-closed:
+			if ctx.Err() != nil {
+				return nil
+			}
+			moverStallsTotal.Inc()
+			return fmt.Errorf("%w (partition %d; the consumer's last error: %v)", ErrMoverStopped, m.p, m.lastConsumeErr())
 		case <-drainCheck.C:
 			if m.openDirect(ctx) {
 				drainCheck.Stop()
@@ -89,7 +125,9 @@ func (m *mover) loop(ctx context.Context, msgs <-chan jetstream.Msg) error {
 		}
 		var gap error
 		batch, gap = fill(batch, msgs, &order)
+		m.progress.Add(uint64(len(batch)))
 		m.moveBatch(ctx, batch) // what came before a gap is in order
+		m.progress.Add(1)
 		if gap != nil {
 			return gap
 		}
@@ -358,6 +396,9 @@ func (m *mover) keepConflicts(ctx context.Context, items []Item, at []Stored) bo
 			why, err := m.check.DuplicateConflict(cctx, copy, it.Fingerprint, at[i].Stream, at[i].Seq)
 			cancel()
 			if err == nil {
+				// Many duplicates in a batch take a while to compare:
+				// each answer is progress (watchMover).
+				m.progress.Add(1)
 				if why != "" {
 					marked = append(marked, it)
 					m.markConflict(&marked[len(marked)-1], copy.Edge, why)

@@ -76,6 +76,10 @@ type node struct {
 	gw    *ingest.Gateway
 	hist  *history.History
 	parts []*owner.Partition
+	// deps and leases are what the partitions were opened with (a test
+	// reopens one as the agent does after it failed).
+	deps   owner.Deps
+	leases []*ownership.Lease
 	// applied is the config version the node has applied (Deps.Applied).
 	applied atomic.Uint64
 	cancel  context.CancelFunc
@@ -92,6 +96,13 @@ func open(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Dest
 // openWith is open with the owners' pending snapshots kept in snapshotDir
 // ("": none) and their log on log.
 func openWith(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Destination, snapshotDir string, log *slog.Logger) *node {
+	t.Helper()
+	return openTuned(t, dir, arch, dests, log, func(deps *owner.Deps) { deps.SnapshotDir = snapshotDir })
+}
+
+// openTuned is open with the owners' log on log and their deps changed by
+// tune.
+func openTuned(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Destination, log *slog.Logger, tune func(*owner.Deps)) *node {
 	t.Helper()
 	ctx := context.Background()
 	srv, err := natsd.Start(natsd.Config{DataDir: dir}, log)
@@ -117,7 +128,8 @@ func openWith(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.
 	if err != nil {
 		fail(err)
 	}
-	deps := owner.Deps{JS: js, Scheduler: n.sched, Registry: n.reg, Subscriptions: n.subs, Applied: n.applied.Load, History: hist, Archive: arch, Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow, Forwarded: fwd, SnapshotDir: snapshotDir}
+	deps := owner.Deps{JS: js, Scheduler: n.sched, Registry: n.reg, Subscriptions: n.subs, Applied: n.applied.Load, History: hist, Archive: arch, Clock: clock.Real{}, Log: log, DedupWindow: ingest.DefaultDedupWindow, Forwarded: fwd}
+	tune(&deps)
 	locker := ownership.NewLocal()
 	for p := range partitions {
 		lease, err := locker.TryAcquire(ctx, p)
@@ -129,7 +141,9 @@ func openWith(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.
 			fail(err)
 		}
 		n.parts = append(n.parts, part)
+		n.leases = append(n.leases, lease)
 	}
+	n.deps = deps
 	list, err := n.reg.Replace(dests)
 	if err != nil {
 		fail(err)

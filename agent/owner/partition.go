@@ -81,6 +81,10 @@ type Deps struct {
 	// confirmed write before Run gives up with ErrStoreStalled (0:
 	// DefaultStoreStallTimeout; see stall.go).
 	StoreStallTimeout time.Duration
+	// MoverStallTimeout is how long INGEST may hold messages for the
+	// partition that its mover takes none of before Run restarts it with
+	// ErrMoverStalled (0: DefaultMoverStallTimeout; see moverwatch.go).
+	MoverStallTimeout time.Duration
 }
 
 // Partition owns partition p's pending store. It holds no state of its
@@ -265,7 +269,7 @@ func (o *Partition) createMoverConsumer(ctx context.Context) (ingest jetstream.C
 func (o *Partition) Run(ctx context.Context) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	loops := []func(context.Context) error{o.writer.run, o.mover.run, o.reclaim.run, o.dead.run, o.holdLease, o.watchStore}
+	loops := []func(context.Context) error{o.writer.run, o.mover.run, o.reclaim.run, o.dead.run, o.holdLease, o.watchStore, o.watchMover}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(loops))
 	for _, loop := range loops {
@@ -298,10 +302,12 @@ func collect(ch <-chan error) []error {
 // Detach makes the scheduler forget the partition's lanes (no new attempt
 // starts; attempts in flight finish). Use it, not Scheduler.DropPartition,
 // for a partition that runs: its space reclaim must know that the
-// scheduler's low water no longer covers its events.
+// scheduler's low water no longer covers its events, and its writer must
+// register nothing more there.
 func (o *Partition) Detach() {
 	o.takeSnapshot()
 	o.reclaim.detach()
+	o.writer.detach()
 	o.deps.Scheduler.DropPartition(o.p)
 }
 

@@ -220,6 +220,24 @@ func (p *Proc) Kill9(timeout time.Duration) error {
 	}
 }
 
+// Quit sends SIGQUIT, on which a Go program writes every goroutine's
+// stack to its standard error (the log) and exits, and waits up to
+// timeout; then it kills the process.
+func (p *Proc) Quit(timeout time.Duration) {
+	p.markStopping()
+	cmd, done := p.current()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		cmd.Process.Kill()
+		<-done
+	}
+}
+
 // Kill ends the current run, if any, with SIGKILL and waits for it.
 func (p *Proc) Kill() {
 	p.markStopping()
