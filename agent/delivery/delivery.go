@@ -50,11 +50,19 @@ type Result struct {
 	// attempts and never touches the destination's budget.
 	NotSent bool
 	// AnswerUnread marks a timeout whose partner's answer was waiting,
-	// unread, when this agent noticed its deadline had passed: the agent
-	// was not running (stopped, or starved of CPU), so the failure is its
-	// own and never a sign of the destination's health. It uses one of
-	// the event's attempts (the partner may have acted on the request)
-	// and never touches the destination's budget.
+	// unread, when this agent noticed — late — that its deadline had
+	// passed, and again at the end of the one grace such an answer gets:
+	// the agent was not running (stopped, or starved of CPU), so the
+	// failure is its own and never a sign of the destination's health. It
+	// uses one of the event's attempts (the partner may have acted on the
+	// request) and never touches the destination's budget.
+	//
+	// It is rare: an answer found waiting by a late read is usually read
+	// within its grace (client.go), and the attempt's result is then the
+	// partner's real answer (2xx, 4xx, 5xx, Retry-After), so no event is
+	// sent again for a request the partner answered. A read that times
+	// out on time with bytes waiting is a partner trickling its answer:
+	// a timeout that is the destination's, as any other.
 	AnswerUnread bool
 }
 
@@ -215,7 +223,7 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 			return Result{Err: refused, NotSent: true, Duration: elapsed}
 		}
 		if s.unread.take(resp.LocalAddr(), resp.RemoteAddr()) {
-			return Result{Err: fmt.Errorf("timeout after %s with the partner's answer waiting unread: this agent was stopped or starved of CPU", req.Timeout), AnswerUnread: true, Duration: elapsed}
+			return Result{Err: fmt.Errorf("timeout after %s with the partner's answer waiting unread, even after a grace of %s: this agent was stopped or starved of CPU", req.Timeout, answerGrace), AnswerUnread: true, Duration: elapsed}
 		}
 		return Result{Err: describeTransportError(err, req.Timeout), Duration: elapsed}
 	}

@@ -302,10 +302,12 @@ func collect(ch <-chan error) []error {
 // Detach makes the scheduler forget the partition's lanes (no new attempt
 // starts; attempts in flight finish). Use it, not Scheduler.DropPartition,
 // for a partition that runs: its space reclaim must know that the
-// scheduler's low water no longer covers its events.
+// scheduler's low water no longer covers its events, and its writer must
+// register nothing more there.
 func (o *Partition) Detach() {
 	o.takeSnapshot()
 	o.reclaim.detach()
+	o.writer.detach()
 	o.deps.Scheduler.DropPartition(o.p)
 }
 

@@ -270,6 +270,7 @@ func (r *rebuildState) lane(subject string) (*rebuiltLane, error) {
 // to the archive queue; only then is every stored sequence registered.
 func (r *rebuildState) install() {
 	o := r.o
+	r.dropLeftovers()
 	for _, subject := range r.order {
 		l := r.found[subject]
 		var head scheduler.Head
@@ -293,6 +294,19 @@ func (r *rebuildState) install() {
 		o.log.Info("partition rebuilt from snapshot", "lanes", len(r.order), "events", r.events, "dead_unarchived", len(r.dead), "took", time.Since(r.start).Round(time.Millisecond))
 	} else if r.events > 0 || len(r.dead) > 0 {
 		o.log.Info("partition rebuilt", "lanes", len(r.order), "events", r.events, "dead_unarchived", len(r.dead), "took", time.Since(r.start).Round(time.Millisecond))
+	}
+}
+
+// dropLeftovers makes the scheduler forget whatever it still holds of the
+// partition before the rebuild's lanes go in: the rebuild registers
+// exactly what is stored, and a lane left from before (registered by an
+// earlier run here after it was detached) would put its events ahead of
+// their lane, and deliver them twice. Nothing should be left (the writer
+// registers nothing once detached): a leftover is logged.
+func (r *rebuildState) dropLeftovers() {
+	if low := r.o.deps.Scheduler.LowWater(r.o.p); low != 0 {
+		r.o.log.Warn("the scheduler still held lanes of the partition from an earlier run; dropped before the rebuild's", "lowest_seq", low)
+		r.o.deps.Scheduler.DropPartition(r.o.p)
 	}
 }
 

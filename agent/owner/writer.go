@@ -73,7 +73,10 @@ const writeBatch = 2048
 //   - groups are registered in the order they were published, which keeps
 //     every lane FIFO;
 //   - every request handed to the writer is answered exactly once, also
-//     when the writer stops (writerDone is closed only once it has).
+//     when the writer stops (writerDone is closed only once it has);
+//   - once detached, it hands the scheduler nothing: the partition's
+//     lanes there were dropped, and a lane registered after that would be
+//     one of a partition not open here (see detach).
 type laneWriter struct {
 	p     int
 	js    jetstream.JetStream
@@ -83,9 +86,14 @@ type laneWriter struct {
 	log   *slog.Logger
 
 	// registeredThrough is the highest lane-store sequence the scheduler
-	// knows; anything above it is stored but not yet registered and must
-	// never be reclaimed.
+	// knows (or, once detached, would know); anything above it is stored
+	// but not yet registered and must never be reclaimed.
 	registeredThrough atomic.Uint64
+
+	// schedMu orders register's hand-over to the scheduler with detach:
+	// once detached is set, nothing more reaches the scheduler.
+	schedMu  sync.Mutex
+	detached bool
 
 	gate gate
 	// movedThrough is the INGEST stream sequence through which the mover
@@ -572,12 +580,32 @@ func (w *laneWriter) register(f *flight, acks [][]storedAck) error {
 			through = a.seq
 		}
 	}
-	w.sched.AppendAll(w.p, batch.appends)
+	w.schedMu.Lock()
+	if !w.detached {
+		w.sched.AppendAll(w.p, batch.appends)
+	}
+	w.schedMu.Unlock()
 	// Only once the scheduler holds them may reclaim count these sequences
 	// as registered: before, its low-water mark does not see them and a
-	// purge would drop stored, undelivered events.
+	// purge would drop stored, undelivered events. (Once detached, reclaim
+	// purges nothing; the mark still moves so that the next group's
+	// sequences are checked against it.)
 	w.registeredThrough.Store(through)
 	return nil
+}
+
+// detach stops handing stored events to the scheduler, for good; call it
+// before the scheduler drops the partition. A partition being handed off
+// runs (its mover still moves INGEST) until its attempts in flight ended:
+// a lane registered meanwhile would stay in the scheduler, waiting, until
+// this agent took the partition back, and the rebuild would then put the
+// whole lane behind it: its events would go out first, ahead of their
+// lane, and again in their place. What is stored after the detach is for
+// the next owner's rebuild to find.
+func (w *laneWriter) detach() {
+	w.schedMu.Lock()
+	w.detached = true
+	w.schedMu.Unlock()
 }
 
 // nextSequence reports whether a stored write extends the registered mark
