@@ -59,7 +59,9 @@ func (o *Partition) watchMover(ctx context.Context) error {
 	t := time.NewTicker(timeout / 6)
 	defer t.Stop()
 	seen := o.mover.progress.Load()
-	var waitingSince, lastUnreadLog time.Time
+	// waitingSince: since when every check saw messages waiting; unreadSince:
+	// since when every check failed to read the consumer (zero: not so).
+	var waitingSince, unreadSince time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -67,7 +69,7 @@ func (o *Partition) watchMover(ctx context.Context) error {
 		case <-t.C:
 		}
 		if now := o.mover.progress.Load(); now != seen {
-			seen, waitingSince = now, time.Time{}
+			seen, waitingSince, unreadSince = now, time.Time{}, time.Time{}
 			continue
 		}
 		ictx, cancel := context.WithTimeout(ctx, moverInfoTimeout)
@@ -77,11 +79,21 @@ func (o *Partition) watchMover(ctx context.Context) error {
 			return nil
 		}
 		now := time.Now()
+		unreadable := err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound)
+		if !unreadable {
+			unreadSince = time.Time{}
+		}
 		switch {
-		case err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound):
-			if now.Sub(lastUnreadLog) >= timeout {
-				lastUnreadLog = now
-				o.log.Warn("cannot read the mover's INGEST consumer; events accepted by other agents may wait", "error", err, "moved_through", o.writer.movedThrough.Load())
+		case unreadable && unreadSince.IsZero():
+			unreadSince = now
+			continue
+		case unreadable:
+			// A fault's few seconds are every partition's; said once the
+			// consumer could not be read for the timeout, then every
+			// timeout.
+			if quiet := now.Sub(unreadSince); quiet >= timeout {
+				unreadSince = now
+				o.log.Warn("cannot read the mover's INGEST consumer; events accepted by other agents may wait", "error", err, "for", quiet.Round(time.Millisecond), "moved_through", o.writer.movedThrough.Load())
 			}
 			continue
 		case err == nil && info.NumPending == 0 && info.NumAckPending == 0:
