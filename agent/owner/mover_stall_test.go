@@ -118,6 +118,36 @@ func TestAMoverWhosePullIsAnsweredConsumerDeletedRestarts(t *testing.T) {
 	}
 }
 
+// A mover whose consumer is really deleted while the partition runs (the
+// server answers its waiting pull "409 Consumer Deleted") restarts the
+// partition the same way, and the restart's fresh consumer moves what
+// was published meanwhile.
+func TestAMoverWhoseConsumerIsDeletedRestarts(t *testing.T) {
+	n := open(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{dest("orders", "http://127.0.0.1:1", 5)})
+	p := lanes.Partition("orders", partitions)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := n.runPartition(ctx, p)
+	first := n.publish("orders", "u1")
+	poll.True(t, "the first event moved", 10*time.Second, func() bool {
+		_, ok := n.sched.Find(first)
+		return ok
+	})
+	if err := n.srv.JetStream().DeleteConsumer(ctx, lanes.IngestStream, fmt.Sprintf("mover-%d", p)); err != nil {
+		t.Fatalf("delete the mover's consumer: %v", err)
+	}
+	err := awaitRunError(t, done, 10*time.Second, "the mover's consumer was deleted")
+	if !errors.Is(err, owner.ErrMoverStopped) {
+		t.Fatalf("the partition stopped with %v, want ErrMoverStopped", err)
+	}
+	second := n.publish("orders", "u1")
+	n.reopen(p)
+	poll.True(t, "the second event moved after the restart", 10*time.Second, func() bool {
+		_, ok := n.sched.Find(second)
+		return ok
+	})
+}
+
 // The net under every other way a mover could go quiet (issue 27): INGEST
 // holds an event for the partition, the mover takes nothing (here its
 // consumer is paused: it answers pulls with nothing, as a consumer
