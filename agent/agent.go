@@ -386,14 +386,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	drain.at("the ownership locker")
 	stopLocker()
 	locker.Wait()
-	drain.done()
 	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := a.locker.Close(closeCtx); err != nil {
 		a.log.Warn("release ownership", "error", err)
 	}
 	cancel()
+	drain.at("the embedded NATS server's shutdown")
 	a.gateway.Close()
 	a.nats.Shutdown()
+	drain.done()
 	if err := context.Cause(ctx); errors.Is(err, natsd.ErrJetStreamDisabled) {
 		a.log.Error("agent stopped: its store was disabled", "error", err)
 		return err
