@@ -343,7 +343,9 @@ func (m *mover) judgeForwarded(ctx context.Context, items []Item, fwd []forwarde
 	}
 	wait := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
-		conflicts, err := m.check.CheckForwarded(ctx, events)
+		cctx, cancel := context.WithTimeout(ctx, checkForwardedTimeout)
+		conflicts, err := m.check.CheckForwarded(cctx, events)
+		cancel()
 		if err == nil {
 			for i, why := range conflicts {
 				if why != "" {
@@ -352,6 +354,10 @@ func (m *mover) judgeForwarded(ctx context.Context, items []Item, fwd []forwarde
 			}
 			return true
 		}
+		// A mover that retries a store that fails is not stuck: it says
+		// so at each try, and a restart would meet the same store
+		// (watchMover counts each try as progress).
+		m.progress.Add(1)
 		d := wait.Next()
 		m.log.Warn("checking edges' events against the cell's idempotency records failed; retrying", "error", err, "retry_in", d)
 		if !backoff.Sleep(ctx, d) {
@@ -359,6 +365,12 @@ func (m *mover) judgeForwarded(ctx context.Context, items []Item, fwd []forwarde
 		}
 	}
 }
+
+// checkForwardedTimeout bounds one check of an edge batch's copies (it
+// writes their idempotency records): a store without a leader would
+// otherwise hold it for the publish-ack timeout (30 s), longer than the
+// mover stall timeout.
+var checkForwardedTimeout = 10 * time.Second
 
 // compareTimeout bounds one comparison of a duplicate with its original
 // (a few JetStream requests, each answered in milliseconds when the
@@ -405,6 +417,7 @@ func (m *mover) keepConflicts(ctx context.Context, items []Item, at []Stored) bo
 				}
 				break
 			}
+			m.progress.Add(1) // a logged retry, not a stall (as above)
 			d := wait.Next()
 			m.log.Warn("comparing a duplicate with its original failed; retrying", "event_id", it.Event.GetEventId(), "error", err, "retry_in", d)
 			if !backoff.Sleep(ctx, d) {

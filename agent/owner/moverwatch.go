@@ -30,8 +30,10 @@ import (
 // partition that its mover takes none of before the partition restarts.
 // It is longer than any wait a working mover makes with messages at hand:
 // a move whose acks do not come ends within the writer's ack wait (about
-// 19s), and a cut-off store is given up after the store stall timeout
-// (15s); so only a mover that is stuck restarts.
+// 19s), a cut-off store is given up after the store stall timeout (15s),
+// and a check or comparison against the idempotency records ends within
+// its own timeout (10s, 5s) and counts as progress when it is retried; so
+// only a mover that is stuck restarts.
 const DefaultMoverStallTimeout = 30 * time.Second
 
 // ErrMoverStalled means INGEST held messages for the partition that its
@@ -85,12 +87,16 @@ func (o *Partition) watchMover(ctx context.Context) error {
 		}
 		switch {
 		case unreadable && unreadSince.IsZero():
-			unreadSince = now
+			// Only checks that read the consumer judge the mover: what
+			// waited through an outage of INGEST is no sign of a stuck
+			// mover once INGEST answers again.
+			unreadSince, waitingSince = now, time.Time{}
 			continue
 		case unreadable:
 			// A fault's few seconds are every partition's; said once the
 			// consumer could not be read for the timeout, then every
 			// timeout.
+			waitingSince = time.Time{}
 			if quiet := now.Sub(unreadSince); quiet >= timeout {
 				unreadSince = now
 				o.log.Warn("cannot read the mover's INGEST consumer; events accepted by other agents may wait", "error", err, "for", quiet.Round(time.Millisecond), "moved_through", o.writer.movedThrough.Load())

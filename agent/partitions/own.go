@@ -181,11 +181,16 @@ func (s *Set) runPartition(ctx context.Context, run *partitionRun) {
 			s.handOff(run)
 		}
 	default:
-		// A write failed: rebuild the partition from its store.
+		// A write failed, or the mover stopped: rebuild the partition
+		// from its store.
 		s.log.Error("partition failed; reopening it", "partition", run.p, "error", err)
 		run.part.Detach()
 		s.states.runFailed(run, run.part.StoreConfirmed())
-		s.states.troubled(run.p, "a write failed; reopening (the agent's log has the error)")
+		why := "a write failed; reopening (the agent's log has the error)"
+		if errors.Is(err, owner.ErrMoverStopped) || errors.Is(err, owner.ErrMoverStalled) {
+			why = "its mover stopped taking INGEST's events; reopening (the agent's log has the figures)"
+		}
+		s.states.troubled(run.p, why)
 	}
 }
 
