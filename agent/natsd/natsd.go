@@ -145,6 +145,7 @@ type Server struct {
 	// shutdownOnce makes Shutdown idempotent (quit is closed once).
 	shutdownOnce sync.Once
 	watchDone    chan struct{}
+	log          *slog.Logger
 }
 
 // Start starts the server, waits until it accepts connections and connects
@@ -292,7 +293,7 @@ func start(opts *server.Options, cfg Config, log *slog.Logger) (*Server, error) 
 			return nil, err
 		}
 	}
-	s := &Server{ns: ns, password: cfg.Password, nc: nc, js: js, reach: &Reach{ns: ns},
+	s := &Server{ns: ns, password: cfg.Password, nc: nc, js: js, reach: &Reach{ns: ns}, log: log,
 		lost: make(chan struct{}), quit: make(chan struct{}), watchDone: make(chan struct{})}
 	go s.watchJetStream(opts.StoreDir, log)
 	return s, nil
@@ -444,6 +445,17 @@ func (s *Server) Syncer() *Syncer { return s.syncer }
 // first do nothing (a test's cleanup may follow the agent's own stop).
 func (s *Server) Shutdown() { s.shutdownOnce.Do(s.shutdown) }
 
+// lostShutdownWait bounds the server's own shutdown once JetStream turned
+// off by itself. nats-server 2.15.2 can deadlock a stream's store on a
+// full disk: a purge holds the store's lock while it flushes, and the
+// flush's write error takes the same lock again to rebuild the store's
+// state (fileStore.PurgeEx → msgBlock.flushPendingMsgs →
+// fileStore.rebuildState); its Shutdown then waits for that stream's
+// goroutine for ever (seen in the chaos hour: an agent with a full disk
+// never exited). Its store is gone, so nothing is left to flush: the
+// agent exits without it and its supervisor starts it again on its data.
+const lostShutdownWait = 20 * time.Second
+
 func (s *Server) shutdown() {
 	// Our own shutdown turns JetStream off too: stop watching first.
 	close(s.quit)
@@ -452,8 +464,22 @@ func (s *Server) shutdown() {
 		_ = s.nc.Drain()
 		s.nc.Close()
 	}
-	s.ns.Shutdown()
-	s.ns.WaitForShutdown()
+	stopped := make(chan struct{})
+	go func() {
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+		close(stopped)
+	}()
+	if s.LostErr() == nil {
+		<-stopped
+	} else {
+		select {
+		case <-stopped:
+		case <-time.After(lostShutdownWait):
+			s.log.Error("the embedded nats server did not stop within its bound after its store was disabled; going without it (nothing is left to flush)", "bound", lostShutdownWait)
+			return
+		}
+	}
 	s.syncer.close()
 	if s.closeStore != nil {
 		_ = s.closeStore()
