@@ -77,7 +77,7 @@ func New(cfg Config) *Set {
 func (s *Set) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Go(func() { s.lockLoop(ctx) })
-	loops.Go(func() { s.openLoop(ctx) })
+	loops.Go(func() { s.openLoop(ctx, s.open) })
 	loops.Go(func() { s.reportOwned(ctx) })
 	loops.Go(func() { s.cutLoop(ctx) })
 	<-ctx.Done()
