@@ -799,7 +799,11 @@ func (g *Gateway) prepareDirect(base *rivorav1.Event, key, dest string) (*prepar
 			return nil, fmt.Errorf("assign event id: %w", err)
 		}
 	}
-	ev := withRoute(base, id, dest, "")
+	// base is this publish's own (content made it): it becomes the
+	// stored event as it is, without withRoute's copy (a fan-out's base
+	// is shared by its deliveries; a direct event's is not).
+	ev := base
+	ev.EventId, ev.DestinationId = id, dest
 	data, err := proto.Marshal(ev)
 	if err != nil {
 		return nil, fmt.Errorf("encode event: %w", err)
