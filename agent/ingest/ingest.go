@@ -566,9 +566,10 @@ type LocalStore interface {
 	AppendLocal(ctx context.Context, p int, events []LocalEvent) (stored []Stored, owned bool, err error)
 	// Owns tells whether this agent owns partition p now.
 	Owns(p int) bool
-	// MayHold is false only when this agent owns partition p and its
-	// lanes certainly did not store msgID within the dedup window (the
-	// idempotency check then needs no probe there).
+	// MayHold is false only when this agent owns partition p and
+	// certainly did not store msgID within the dedup window: not in its
+	// lanes, and nothing of p waits in INGEST for its mover (the
+	// idempotency check then needs no probe).
 	MayHold(p int, msgID string) bool
 }
 
