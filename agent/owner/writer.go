@@ -231,6 +231,10 @@ func (w *laneWriter) lookIngest(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
+		// The handle's config decides how it reads (a direct get while
+		// INGEST has one replica): read it again next time, in case
+		// INGEST's replicas changed.
+		w.forgetIngestStream()
 		return false, fmt.Errorf("read INGEST's last message for partition %d: %w", w.p, err)
 	}
 	return last.Sequence > w.movedThrough.Load(), nil
@@ -249,6 +253,13 @@ func (w *laneWriter) ingestStream(ctx context.Context) (jetstream.Stream, error)
 	}
 	w.ingest = stream
 	return stream, nil
+}
+
+// forgetIngestStream drops INGEST's handle (ingestStream reads it anew).
+func (w *laneWriter) forgetIngestStream() {
+	w.ingestMu.Lock()
+	w.ingest = nil
+	w.ingestMu.Unlock()
 }
 
 // moved records that the mover handled every INGEST message for this
