@@ -26,11 +26,13 @@ import (
 //     the event's partition when the event goes into INGEST (this agent
 //     does not own the partition: an original its owner stored straight
 //     into the lanes is unknown to INGEST's dedup), and, for a request of
-//     several events, the streams they go into (a duplicate found only by
-//     the store would come after the request's other events were stored),
-//     but for an event of a partition this agent owns whose lanes' writer
-//     knows the id is new there (LocalStore.MayHold: the writer is the
-//     lanes' only one and remembers a window's ids).
+//     several events, both the lanes and INGEST (a duplicate found only by
+//     the store would come after the request's other events were stored;
+//     an owner's append may go through INGEST, and an original may wait
+//     there for the mover), but for an event of a partition this agent
+//     owns whose writer knows the id is new there (LocalStore.MayHold: the
+//     writer is the lanes' only one and remembers a window's ids, and
+//     nothing of the partition waits in INGEST).
 //     A probe's duplicate is compared now: a conflict refuses the request,
 //     the same event is answered as a duplicate and not stored again.
 //   - store, then verify: the store's answer for each event; a duplicate
@@ -78,7 +80,10 @@ func (g *Gateway) precheck(ctx context.Context, events []*prepared, inBatch bool
 		}
 		probes = append(probes, lanesProbe(p.partition, p.event, p.msgID))
 		of = append(of, i)
-		if !single && !local {
+		// An event of a partition owned here may still wait in INGEST
+		// (MayHold: the owner forwarded it, its mover has not moved it);
+		// the store would find it only after the request's other events.
+		if !single {
 			probes = append(probes, ingestProbe(p.partition, p.event, p.msgID))
 			of = append(of, i)
 		}

@@ -100,6 +100,10 @@ type laneWriter struct {
 	// has handled every message for this partition (stored in the lanes,
 	// or dropped); ingestLook compares INGEST's last one with it.
 	movedThrough atomic.Uint64
+	// forwardedThrough is the highest INGEST sequence an append forwarded
+	// there (forward); above movedThrough, it may still wait for the
+	// mover (mayWaitInIngest).
+	forwardedThrough atomic.Uint64
 	// ingestLook coalesces the direct path's looks at INGEST.
 	ingestLook ingestLook
 	ingestMu   sync.Mutex
@@ -145,10 +149,32 @@ type appendResult struct {
 	err    error    // why items[stored:] were not
 }
 
-// MayHold is false only when the partition's lanes certainly did not
-// store msgID within the dedup window (recent.go): the ingest gateway then
-// needs no probe to know a batch's event is new there.
-func (o *Partition) MayHold(msgID string) bool { return o.writer.recent.mayHold(msgID) }
+// MayHold is false only when the partition certainly did not store msgID
+// within the dedup window: not in its lanes (recent.go), and no event of
+// its is waiting in INGEST for the mover. The ingest gateway then needs no
+// probe to know a batch's event is new here.
+//
+// The lanes' filter learns an id only once the event is in the lanes, so
+// while an event the partition took may still wait in INGEST — the fast
+// path's gate is closed (just after the open every append goes through
+// INGEST, behind what a previous owner or another agent left there), or
+// an append forwarded there was not moved yet — every id may be held, and
+// the gateway probes INGEST too. Without this, a batch reusing the key of
+// an event just forwarded was found out only by the store, after the
+// batch's other events were stored.
+func (o *Partition) MayHold(msgID string) bool {
+	return o.writer.mayWaitInIngest() || o.writer.recent.mayHold(msgID)
+}
+
+// mayWaitInIngest reports whether an event of this partition may be in
+// INGEST, not yet moved into the lanes: the gate is closed, or a forward
+// stored one past what the mover has handled.
+func (w *laneWriter) mayWaitInIngest() bool {
+	if _, open, _ := w.gate.observe(); !open {
+		return true
+	}
+	return w.forwardedThrough.Load() > w.movedThrough.Load()
+}
 
 // Append stores events accepted by this agent for this partition. Once the
 // partition is open for it, that is the fast path: straight into the
@@ -205,6 +231,10 @@ func (w *laneWriter) lookIngest(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
+		// The handle's config decides how it reads (a direct get while
+		// INGEST has one replica): read it again next time, in case
+		// INGEST's replicas changed.
+		w.forgetIngestStream()
 		return false, fmt.Errorf("read INGEST's last message for partition %d: %w", w.p, err)
 	}
 	return last.Sequence > w.movedThrough.Load(), nil
@@ -225,11 +255,29 @@ func (w *laneWriter) ingestStream(ctx context.Context) (jetstream.Stream, error)
 	return stream, nil
 }
 
+// forgetIngestStream drops INGEST's handle (ingestStream reads it anew).
+func (w *laneWriter) forgetIngestStream() {
+	w.ingestMu.Lock()
+	w.ingest = nil
+	w.ingestMu.Unlock()
+}
+
 // moved records that the mover handled every INGEST message for this
 // partition through stream sequence seq.
 func (w *laneWriter) moved(seq uint64) {
 	if seq > w.movedThrough.Load() { // only the mover writes it
 		w.movedThrough.Store(seq)
+	}
+}
+
+// forwarded records that a forward stored (or found) an event at INGEST
+// stream sequence seq, before its caller is answered.
+func (w *laneWriter) forwarded(seq uint64) {
+	for {
+		have := w.forwardedThrough.Load()
+		if seq <= have || w.forwardedThrough.CompareAndSwap(have, seq) {
+			return
+		}
 	}
 }
 
@@ -309,6 +357,7 @@ func (w *laneWriter) forward(ctx context.Context, items []Item) ([]Stored, error
 		select {
 		case ack := <-f.Ok():
 			at[i] = Stored{Stream: lanes.IngestStream, Seq: ack.Sequence, Duplicate: ack.Duplicate}
+			w.forwarded(ack.Sequence)
 		case err := <-f.Err():
 			return at[:i], err
 		case <-ctx.Done():

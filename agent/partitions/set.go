@@ -77,7 +77,7 @@ func New(cfg Config) *Set {
 func (s *Set) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Go(func() { s.lockLoop(ctx) })
-	loops.Go(func() { s.openLoop(ctx) })
+	loops.Go(func() { s.openLoop(ctx, s.open) })
 	loops.Go(func() { s.reportOwned(ctx) })
 	loops.Go(func() { s.cutLoop(ctx) })
 	<-ctx.Done()
@@ -201,8 +201,8 @@ func (s *Set) AppendLocal(ctx context.Context, p int, events []ingest.LocalEvent
 // Owns tells whether partition p runs here now (ingest.LocalStore).
 func (s *Set) Owns(p int) bool { return s.Partition(p) != nil }
 
-// MayHold is false only when partition p runs here and its lanes
-// certainly did not store msgID within the dedup window
+// MayHold is false only when partition p runs here and certainly did not
+// store msgID within the dedup window (owner.Partition.MayHold)
 // (ingest.LocalStore).
 func (s *Set) MayHold(p int, msgID string) bool {
 	part := s.Partition(p)

@@ -46,6 +46,11 @@ func ForSubscription(subscription, customer, key string) string {
 	return derive(subscriptionDomain, subscription, customer, key)
 }
 
+// uuidLength tells whether a string of n bytes may be a UUID in one of
+// the forms uuid.Parse reads: 36 (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx,
+// an SDK's key), 45 (urn:uuid:…), 38 ({…}) or 32 (hex digits alone).
+func uuidLength(n int) bool { return n == 36 || n == 45 || n == 38 || n == 32 }
+
 // derive hashes the domain and the three parts, each NUL-terminated (none
 // of them holds a NUL where it matters: the domain is fixed, so two
 // domains' inputs differ in their first part), into a UUID.
@@ -55,12 +60,18 @@ func derive(domain, scope, customer, key string) string {
 		h.Write([]byte(part))
 		h.Write([]byte{0})
 	}
+	// The sum goes into an array on the stack: no allocation per event.
+	var sum [sha256.Size]byte
 	var id uuid.UUID
-	copy(id[:], h.Sum(nil))
+	copy(id[:], h.Sum(sum[:0]))
 	version := byte(8)
-	if k, err := uuid.Parse(key); err == nil && k.Version() == 7 && k.Variant() == uuid.RFC4122 {
-		copy(id[:6], k[:6]) // the key's unix milliseconds
-		version = 7
+	// Only a key of one of the lengths uuid.Parse reads is parsed: its
+	// error for any other would cost an allocation per event.
+	if uuidLength(len(key)) {
+		if k, err := uuid.Parse(key); err == nil && k.Version() == 7 && k.Variant() == uuid.RFC4122 {
+			copy(id[:6], k[:6]) // the key's unix milliseconds
+			version = 7
+		}
 	}
 	id[6] = id[6]&0x0f | version<<4
 	id[8] = id[8]&0x3f | 0x80 // RFC 4122 / 9562 variant

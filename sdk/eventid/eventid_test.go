@@ -1,6 +1,7 @@
 package eventid
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -41,6 +42,24 @@ func TestEventIDOfUUIDv7KeyKeepsItsTime(t *testing.T) {
 	}
 	if id == key {
 		t.Fatal("the id is the key itself: it must depend on the scope")
+	}
+}
+
+// A UUIDv7 key in any form uuid.Parse reads (not only the usual one an
+// SDK sends) keeps its time in the id, as it always did: ids of keys
+// already used must not change.
+func TestEventIDOfUUIDv7KeyInEveryParsedForm(t *testing.T) {
+	key := uuid.Must(uuid.NewV7())
+	plain := key.String()
+	hex := strings.ReplaceAll(plain, "-", "")
+	for _, form := range []string{plain, "urn:uuid:" + plain, "{" + plain + "}", hex} {
+		id := uuid.MustParse(FromKey("orders", "acme", form))
+		if id.Version() != 7 || id.Time() != key.Time() {
+			t.Fatalf("key %q: id version %d time %v, want 7 and the key's time %v", form, id.Version(), id.Time(), key.Time())
+		}
+	}
+	if id := uuid.MustParse(FromKey("orders", "acme", plain+"x")); id.Version() != 8 {
+		t.Fatalf("a key one byte longer than a UUID: id version %d, want 8", id.Version())
 	}
 }
 
