@@ -271,6 +271,7 @@ func (r *rebuildState) lane(subject string) (*rebuiltLane, error) {
 func (r *rebuildState) install() {
 	o := r.o
 	r.dropLeftovers()
+	o.deps.Scheduler.ExpectPending(o.p, r.events)
 	for _, subject := range r.order {
 		l := r.found[subject]
 		var head scheduler.Head

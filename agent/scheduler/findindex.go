@@ -108,3 +108,37 @@ func (x *eventIndex) shrink() {
 func (x *eventIndex) lookup(id uuid.UUID) *Lane {
 	return x.lanes[indexKey(id)]
 }
+
+// indexOf is partition p's id index, made on first use.
+func (s *Scheduler) indexOf(p int) *eventIndex {
+	x := s.byEventID[p]
+	if x == nil {
+		if s.byEventID == nil {
+			s.byEventID = make(map[int]*eventIndex)
+		}
+		x = &eventIndex{}
+		s.byEventID[p] = x
+	}
+	return x
+}
+
+// unindex forgets every entry of l in its partition's index (none once
+// the partition was dropped: its index went with it).
+func (s *Scheduler) unindex(l *Lane) {
+	if x := s.byEventID[l.Partition]; x != nil {
+		x.removeAll(l)
+	}
+}
+
+// ExpectPending sizes partition p's id index for n pending events when it
+// holds none yet: a rebuild that knows how many it restores (a snapshot's
+// count) then grows the map once, not by doubling through a million keys
+// (each growth rehashes every key so far).
+func (s *Scheduler) ExpectPending(p, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.indexOf(p)
+	if len(x.lanes) == 0 && n > 0 {
+		x.lanes = make(map[uint64]*Lane, n)
+	}
+}

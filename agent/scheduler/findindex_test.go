@@ -49,7 +49,11 @@ func TestFindFollowsEntriesThroughTheirLife(t *testing.T) {
 	// The index holds exactly the pending UUID ids: no leftovers.
 	indexed := func(want int) {
 		t.Helper()
-		if n := len(s.byEventID.lanes); n != want {
+		n := 0
+		for _, x := range s.byEventID {
+			n += len(x.lanes)
+		}
+		if n != want {
 			t.Fatalf("%d ids in the index, want %d", n, want)
 		}
 	}
@@ -141,5 +145,34 @@ func TestFindSharedIndexKey(t *testing.T) {
 	}
 	if loc, ok := s.Find(left); !ok || loc.Lane != leftLane {
 		t.Fatalf("Find(%s) = %+v, %v; want lane %v", left, loc, ok, leftLane)
+	}
+}
+
+// Each partition has its own index: two pending ids of different
+// partitions that share an index key are both found, and dropping one
+// partition (its index in one step) leaves the other's id found.
+func TestFindSharedIndexKeyAcrossPartitions(t *testing.T) {
+	s, _ := newSched()
+	first := uuid.Must(uuid.NewV7())
+	second := first
+	second[0] ^= 0x5a
+	second[8] ^= 0x5a // the same change in both halves: the same key
+	a, b := lid("d1", "c1", "a"), lid("d2", "c1", "b")
+	s.ExpectPending(1, 1)
+	s.AppendAll(0, []LaneAppend{{ID: a, Subject: a.Subject(0), Entries: []Entry{{Seq: 1, EventID: first.String(), AcceptedAt: t0}}}})
+	var r Restored
+	r.AddUUID(1, second, t0.UnixNano())
+	s.RestoreLane(1, b, &r, Head{}, false)
+	for id, lane := range map[string]lanes.ID{first.String(): a, second.String(): b} {
+		if loc, ok := s.Find(id); !ok || loc.Lane != lane {
+			t.Fatalf("Find(%s) = %+v, %v; want lane %v", id, loc, ok, lane)
+		}
+	}
+	s.DropPartition(0)
+	if loc, ok := s.Find(first.String()); ok {
+		t.Fatalf("Find(%s) after its partition was dropped = %+v, want not pending", first, loc)
+	}
+	if loc, ok := s.Find(second.String()); !ok || loc.Lane != b {
+		t.Fatalf("Find(%s) after the other partition was dropped = %+v, %v; want lane %v", second, loc, ok, b)
 	}
 }

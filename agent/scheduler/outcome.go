@@ -174,7 +174,9 @@ func (s *Scheduler) advance(a *Attempt, died bool) Outcome {
 	if d.dropped {
 		return Outcome{}
 	}
-	s.byEventID.remove(l, &l.entries[0])
+	if x := s.byEventID[l.Partition]; x != nil {
+		x.remove(l, &l.entries[0])
+	}
 	l.pop()
 	d.pending--
 	l.head = Head{}

@@ -96,8 +96,11 @@ type Scheduler struct {
 	// pausedSubs are the paused subscriptions, each with its destination
 	// (subscription.go).
 	pausedSubs map[string]string
-	// byEventID: which lane holds each pending event (Find).
-	byEventID eventIndex
+	// byEventID: per partition, which lane holds each pending event
+	// (Find). One index per partition, so that dropping a partition (a
+	// handoff, the agent's stop) forgets its millions of ids at once,
+	// not one by one (findindex.go).
+	byEventID map[int]*eventIndex
 }
 
 // New returns an empty scheduler.

@@ -144,7 +144,7 @@ func (s *Scheduler) TakeSubscription(destinationID, subscriptionID string) map[*
 		s.unplay(l)
 		l.state = laneIdle
 		d.pending -= len(l.entries)
-		s.byEventID.removeAll(l)
+		s.unindex(l)
 		taken[l] = l.takeEntries()
 		s.forget(l)
 	}
