@@ -185,6 +185,22 @@ func (s *Scheduler) LowWater(p int) uint64 {
 	return low
 }
 
+// HasPending reports whether partition p has an event pending: what
+// LowWater != 0 says, without walking every lane. It stops at the first
+// destination of p with one, so while p delivers a backlog it looks at a
+// few destinations, not at every lane slot (a reclaimer asks five times a
+// second, under the scheduler's lock).
+func (s *Scheduler) HasPending(p int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range s.dests {
+		if d.partition == p && d.pending > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // DropPartition forgets every lane of partition p (ownership lost or
 // handed off). In-flight attempts finish but their outcomes are ignored by
 // the owner.

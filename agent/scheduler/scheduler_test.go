@@ -104,6 +104,7 @@ func wantAttempt(t *testing.T, a *Attempt, id lanes.ID, seq uint64, number int) 
 // list and every counter agree with the lanes.
 func checkInvariants(t *testing.T, s *Scheduler) {
 	t.Helper()
+	checkHasPending(t, s)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, l := range s.waiting {
@@ -1304,6 +1305,24 @@ func TestDropPartitionThenReacquire(t *testing.T) {
 
 // ---------------------------------------------------------------------------
 // 9. LowWater and Find
+
+// checkHasPending asserts that HasPending says what LowWater != 0 says,
+// for every partition with a destination (the reclaimer asks the cheap
+// one between purges).
+func checkHasPending(t *testing.T, s *Scheduler) {
+	t.Helper()
+	s.mu.Lock()
+	parts := map[int]bool{}
+	for _, d := range s.dests {
+		parts[d.partition] = true
+	}
+	s.mu.Unlock()
+	for p := range parts {
+		if has, low := s.HasPending(p), s.LowWater(p); has != (low != 0) {
+			t.Fatalf("partition %d: HasPending %v, LowWater %d", p, has, low)
+		}
+	}
+}
 
 func TestLowWater(t *testing.T) {
 	s, clk := newSched()
