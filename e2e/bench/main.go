@@ -288,6 +288,10 @@ type row struct {
 	// serverCPU is the rivora process's CPU time during the phase (it
 	// includes moving events into lanes while the phase runs).
 	serverCPU time.Duration
+	// clientCPU is this bench process's CPU time during the phase: the
+	// callers (Connect clients, or the raw NATS publisher) share the
+	// machine's cores with the server.
+	clientCPU time.Duration
 }
 
 func (r row) rate() float64 { return float64(r.events) / r.elapsed.Seconds() }
@@ -295,6 +299,13 @@ func (r row) rate() float64 { return float64(r.events) / r.elapsed.Seconds() }
 func (r row) cpuPerEvent() float64 {
 	return float64(r.serverCPU.Microseconds()) / float64(r.events)
 }
+
+func (r row) clientCPUPerEvent() float64 {
+	return float64(r.clientCPU.Microseconds()) / float64(r.events)
+}
+
+// benchCPU is this process's user+system CPU time so far.
+func benchCPU() time.Duration { return processCPU(os.Getpid()) }
 
 // waitIdle waits until the INGEST stream is empty, so one phase is not
 // charged for moving the previous phase's events into lanes.
@@ -418,20 +429,20 @@ func runIngest(args []string) error {
 
 	// The raw baseline runs first, on a quiet server.
 	progress("raw JetStream async publish: %d messages of %d B, max pending %d", *rawN, *size, *rawPending)
-	cpu0 := d.cpu()
+	cpu0, client0 := d.cpu(), benchCPU()
 	raw, err := rawPhase(ctx, nc, *rawN, *rawPending, *size, *limit, false)
 	if err != nil {
 		return fmt.Errorf("raw JetStream phase: %w", err)
 	}
-	raw.serverCPU = d.cpu() - cpu0
+	raw.serverCPU, raw.clientCPU = d.cpu()-cpu0, benchCPU()-client0
 	progress("raw JetStream: %.0f msgs/s", raw.rate())
 	progress("raw JetStream async publish with Nats-Msg-Id (the baseline of batch_ratio_msgid)")
-	cpu0 = d.cpu()
+	cpu0, client0 = d.cpu(), benchCPU()
 	rawID, err := rawPhase(ctx, nc, *rawN, *rawPending, *size, *limit, true)
 	if err != nil {
 		return fmt.Errorf("raw JetStream phase with Nats-Msg-Id: %w", err)
 	}
-	rawID.serverCPU = d.cpu() - cpu0
+	rawID.serverCPU, rawID.clientCPU = d.cpu()-cpu0, benchCPU()-client0
 	progress("raw JetStream with Nats-Msg-Id: %.0f msgs/s", rawID.rate())
 
 	// Warm up connections and the server.
@@ -444,13 +455,13 @@ func runIngest(args []string) error {
 	}
 
 	progress("Publish: %d events, %d concurrent", *n, *conc)
-	cpu0 = d.cpu()
+	cpu0, client0 = d.cpu(), benchCPU()
 	profiled := phaseProfile(ctx, d, *profileDir, "publish", 4)
 	pub, err := publishPhase(ctx, ingest, *n, *conc, *limit, req)
 	if err != nil {
 		return fmt.Errorf("publish phase: %w", err)
 	}
-	pub.serverCPU = d.cpu() - cpu0
+	pub.serverCPU, pub.clientCPU = d.cpu()-cpu0, benchCPU()-client0
 	if err := profiled(); err != nil {
 		return err
 	}
@@ -460,34 +471,34 @@ func runIngest(args []string) error {
 	}
 
 	progress("Publish at %.0f/s offered: %d events, open loop", *pacedRate, *pacedN)
-	cpu0 = d.cpu()
+	cpu0, client0 = d.cpu(), benchCPU()
 	paced, err := pacedPublishPhase(ctx, ingest, *pacedN, *pacedRate, 512, *limit, func(i int) *rivorav1.PublishRequest { return req(i + 1<<28) })
 	if err != nil {
 		return fmt.Errorf("paced publish phase: %w", err)
 	}
-	paced.serverCPU = d.cpu() - cpu0
+	paced.serverCPU, paced.clientCPU = d.cpu()-cpu0, benchCPU()-client0
 	progress("Publish at %.0f/s offered: %.0f events/s, p50 %.2f ms, p99 %.2f ms", *pacedRate, paced.rate(), ms(paced.p50), ms(paced.p99))
 	if err := waitIdle(nc, *limit); err != nil {
 		return err
 	}
 
 	progress("PublishBatch: %d events in batches of %d, %d concurrent", *batchN, *batchSize, *batchConc)
-	cpu0 = d.cpu()
+	cpu0, client0 = d.cpu(), benchCPU()
 	profiled = phaseProfile(ctx, d, *profileDir, "batch", 4)
 	bat, err := batchPhase(ctx, ingest, *batchN, *batchSize, *batchConc, *limit, req)
 	if err != nil {
 		return fmt.Errorf("PublishBatch phase: %w", err)
 	}
-	bat.serverCPU = d.cpu() - cpu0
+	bat.serverCPU, bat.clientCPU = d.cpu()-cpu0, benchCPU()-client0
 	if err := profiled(); err != nil {
 		return err
 	}
 	progress("PublishBatch: %.0f events/s, batch p50 %.2f ms, p99 %.2f ms", bat.rate(), ms(bat.p50), ms(bat.p99))
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tevents\tseconds\tevents/s\tp50 ms\tp99 ms\tserver CPU µs/event\t")
+	fmt.Fprintln(tw, "path\tevents\tseconds\tevents/s\tp50 ms\tp99 ms\tserver CPU µs/event\tbench client CPU µs/event\t")
 	for _, r := range []row{pub, paced, bat, raw, rawID} {
-		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.1f\t\n", r.name, r.events, r.elapsed.Seconds(), r.rate(), ms(r.p50), ms(r.p99), r.cpuPerEvent())
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.1f\t%.1f\t\n", r.name, r.events, r.elapsed.Seconds(), r.rate(), ms(r.p50), ms(r.p99), r.cpuPerEvent(), r.clientCPUPerEvent())
 	}
 	tw.Flush()
 	for _, r := range []row{pub, paced, bat, raw, rawID} {
@@ -509,8 +520,17 @@ func runIngest(args []string) error {
 		"paced_rate_per_s":       round(*pacedRate, 0),
 		"publish_p99_ms_at_rate": round(ms(paced.p99), 2),
 		"paced_achieved_per_s":   round(paced.rate(), 0),
+		// CPU per event of the server and of the bench's callers: what
+		// an offered rate costs the machine's cores.
+		"publish_server_cpu_us":   round(pub.cpuPerEvent(), 1),
+		"publish_client_cpu_us":   round(pub.clientCPUPerEvent(), 1),
+		"batch_server_cpu_us":     round(bat.cpuPerEvent(), 1),
+		"batch_client_cpu_us":     round(bat.clientCPUPerEvent(), 1),
+		"raw_msgid_server_cpu_us": round(rawID.cpuPerEvent(), 1),
+		"raw_msgid_client_cpu_us": round(rawID.clientCPUPerEvent(), 1),
 	}
-	return printJSON(out, []string{"publish_per_s", "batch_per_s", "raw_async_per_s", "batch_ratio", "publish_p99_ms", "raw_msgid_per_s", "batch_ratio_msgid", "paced_rate_per_s", "publish_p99_ms_at_rate", "paced_achieved_per_s"})
+	return printJSON(out, []string{"publish_per_s", "batch_per_s", "raw_async_per_s", "batch_ratio", "publish_p99_ms", "raw_msgid_per_s", "batch_ratio_msgid", "paced_rate_per_s", "publish_p99_ms_at_rate", "paced_achieved_per_s",
+		"publish_server_cpu_us", "publish_client_cpu_us", "batch_server_cpu_us", "batch_client_cpu_us", "raw_msgid_server_cpu_us", "raw_msgid_client_cpu_us"})
 }
 
 func printJSON(m map[string]float64, order []string) error {
