@@ -64,8 +64,10 @@ package main
 // bench also writes CPU profiles of the server (it runs with --pprof):
 // small.pprof, the small drains merged (one profile per drain, from the
 // resume for about as long as the drain before it took), and full.pprof,
-// the full backlog's counted window; and full-heap.pprof, a heap profile
-// right after that window. Compare them with
+// the full backlog's counted window; small-allocs.pprof and
+// full-allocs.pprof, what the server allocated over the same times; and
+// full-heap.pprof, a heap profile right after that window. Compare them
+// with
 //
 //	go tool pprof -top -diff_base DIR/small.pprof DIR/full.pprof
 //
@@ -148,7 +150,7 @@ func runScale(args []string) error {
 	fs.DurationVar(&f.setupLimit, "setup-timeout", 10*time.Minute, "limit of creating and pausing the destinations, and of the baseline restart")
 	fs.DurationVar(&f.fillLimit, "fill-timeout", 45*time.Minute, "limit of the fill: publishing and the health API counting every event pending")
 	fs.DurationVar(&f.rebuildLimit, "rebuild-timeout", 15*time.Minute, "limit of the restart: process start to every event pending again")
-	fs.StringVar(&f.profileDir, "profile-dir", "", "write CPU profiles of the server during the small drains (small.pprof) and the full backlog's window (full.pprof), and a heap profile after that window (full-heap.pprof), into `DIR`")
+	fs.StringVar(&f.profileDir, "profile-dir", "", "write CPU and allocation profiles of the server during the small drains (small.pprof, small-allocs.pprof) and the full backlog's window (full.pprof, full-allocs.pprof), and a heap profile after that window (full-heap.pprof), into `DIR`")
 	fs.DurationVar(&f.phaseLimit, "phase-timeout", 10*time.Minute, "limit of each other phase (small drains, lookups, resuming every destination, pause/resume of big)")
 	fs.Parse(args)
 	if fs.NArg() > 0 {
@@ -678,7 +680,7 @@ func (r *scaleRun) smallDrains(ctx context.Context) error {
 	for _, id := range r.smalls {
 		smallSet[id] = true
 	}
-	var smallProfiles []*profile.Profile
+	var smallProfiles, smallAllocs []*profile.Profile
 	for round := range f.smallRounds {
 		if round > 0 {
 			if err := r.setPaused(ctx, r.smalls, true); err != nil {
@@ -709,7 +711,8 @@ func (r *scaleRun) smallDrains(ctx context.Context) error {
 		if round > 0 {
 			profileSeconds = max(1, int(math.Ceil(1.2*r.smallClock.lastWhole.Seconds())))
 		}
-		waitProfile := r.startCPUProfile(ctx, profileSeconds)
+		waitProfile := r.startProfile(ctx, "profile", profileSeconds)
+		waitAllocs := r.startProfile(ctx, "allocs", profileSeconds)
 		if err := r.setPaused(ctx, r.smalls, false); err != nil {
 			return err
 		}
@@ -730,6 +733,11 @@ func (r *scaleRun) smallDrains(ctx context.Context) error {
 		} else if p != nil {
 			smallProfiles = append(smallProfiles, p)
 		}
+		if p, err := waitAllocs(); err != nil {
+			return fmt.Errorf("allocation profile of small drain %d: %w", round+1, err)
+		} else if p != nil {
+			smallAllocs = append(smallAllocs, p)
+		}
 		if dup := r.smallP.Count() - r.smallP.Delivered(); dup > 0 {
 			progress("round %d: the small partner saw %d requests beyond the distinct events", round+1, dup)
 		}
@@ -741,6 +749,9 @@ func (r *scaleRun) smallDrains(ctx context.Context) error {
 		progress("small backlog, round %d/%d: %d events drained in %s (first to last request) = %.0f/s; its middle eight tenths %.0f/s, server CPU %.1f µs/delivery",
 			round+1, f.smallRounds, f.small, whole.Round(time.Millisecond), float64(f.small)/whole.Seconds(), float64(middleN)/middle.Seconds(),
 			float64(middleCPU.Microseconds())/float64(middleN))
+	}
+	if err := writeMergedProfile(f.profileDir, "small-allocs.pprof", smallAllocs); err != nil {
+		return err
 	}
 	return writeMergedProfile(f.profileDir, "small.pprof", smallProfiles)
 }
@@ -1030,7 +1041,8 @@ func (r *scaleRun) deliverFull(ctx context.Context) error {
 		return fmt.Errorf("%d of the %d events were delivered during the resume and the warm-up: too few are left to measure delivery at the full backlog (a larger -pending, or a shorter -warmup)", atStart, f.pending)
 	}
 	cpuAtStart := r.p.cpu()
-	waitProfile := r.startCPUProfile(ctx, int(math.Ceil(f.window.Seconds())))
+	waitProfile := r.startProfile(ctx, "profile", int(math.Ceil(f.window.Seconds())))
+	waitAllocs := r.startProfile(ctx, "allocs", int(math.Ceil(f.window.Seconds())))
 	progress("counting deliveries for %s (%d delivered so far)", f.window, atStart)
 	end := start.Add(f.window)
 	lastLog, lastN := start, atStart
@@ -1062,10 +1074,17 @@ func (r *scaleRun) deliverFull(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("CPU profile of the full backlog's window: %w", err)
 	}
+	allocs, err := waitAllocs()
+	if err != nil {
+		return fmt.Errorf("allocation profile of the full backlog's window: %w", err)
+	}
 	if p == nil {
 		return nil
 	}
 	if err := writeMergedProfile(f.profileDir, "full.pprof", []*profile.Profile{p}); err != nil {
+		return err
+	}
+	if err := writeMergedProfile(f.profileDir, "full-allocs.pprof", []*profile.Profile{allocs}); err != nil {
 		return err
 	}
 	// The heap at the full backlog, while it still delivers (the forced
@@ -1073,15 +1092,16 @@ func (r *scaleRun) deliverFull(ctx context.Context) error {
 	if _, _, err := r.p.heap(ctx, filepath.Join(f.profileDir, "full-heap.pprof")); err != nil {
 		return fmt.Errorf("heap profile: %w", err)
 	}
-	progress("profiles: go tool pprof -top -diff_base %s %s   (and full-heap.pprof)",
+	progress("profiles: go tool pprof -top -diff_base %s %s   (and small-allocs.pprof, full-allocs.pprof, full-heap.pprof)",
 		filepath.Join(f.profileDir, "small.pprof"), filepath.Join(f.profileDir, "full.pprof"))
 	return nil
 }
 
-// startCPUProfile starts a CPU profile of the server for seconds
-// (-profile-dir); wait returns it once it is over (nil without
-// -profile-dir).
-func (r *scaleRun) startCPUProfile(ctx context.Context, seconds int) (wait func() (*profile.Profile, error)) {
+// startProfile starts a profile of the server over the next seconds
+// (-profile-dir): kind "profile" is the CPU profile, "allocs" what was
+// allocated meanwhile (a delta). wait returns it once it is over (nil
+// without -profile-dir).
+func (r *scaleRun) startProfile(ctx context.Context, kind string, seconds int) (wait func() (*profile.Profile, error)) {
 	if r.f.profileDir == "" {
 		return func() (*profile.Profile, error) { return nil, nil }
 	}
@@ -1090,7 +1110,7 @@ func (r *scaleRun) startCPUProfile(ctx context.Context, seconds int) (wait func(
 		err error
 	}
 	done := make(chan result, 1)
-	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", r.p.url(), seconds)
+	url := fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", r.p.url(), kind, seconds)
 	go func() {
 		p, err := fetchProfile(ctx, url)
 		done <- result{p, err}
