@@ -500,6 +500,15 @@ func runIngest(args []string) error {
 		return err
 	}
 
+	// The same open loop against a Connect server that does nothing
+	// (floor.go): this machine's limit for one Publish per call.
+	progress("Connect floor: Publish at %.0f/s offered to a no-op Connect server in this process", *pacedRate)
+	floor, err := floorPhase(ctx, hc, *pacedN, *pacedRate, 512, *limit, func(i int) *rivorav1.PublishRequest { return req(i + 1<<27) })
+	if err != nil {
+		return fmt.Errorf("connect floor phase: %w", err)
+	}
+	progress("Connect floor: %.0f calls/s, p99 %.2f ms, %.1f µs CPU per call", floor.rate(), ms(floor.p99), floor.clientCPUPerEvent())
+
 	progress("PublishBatch: %d events in batches of %d, %d concurrent", *batchN, *batchSize, *batchConc)
 	cpu0, client0 = d.cpu(), benchCPU()
 	profiled = phaseProfile(ctx, d, *profileDir, "batch", 4)
@@ -515,11 +524,11 @@ func runIngest(args []string) error {
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "path\tevents\tseconds\tevents/s\tp50 ms\tp99 ms\tserver CPU µs/event\tbench client CPU µs/event\t")
-	for _, r := range []row{pub, paced, bat, raw, rawID, rawLanes} {
+	for _, r := range []row{pub, paced, floor, bat, raw, rawID, rawLanes} {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.1f\t%.1f\t\n", r.name, r.events, r.elapsed.Seconds(), r.rate(), ms(r.p50), ms(r.p99), r.cpuPerEvent(), r.clientCPUPerEvent())
 	}
 	tw.Flush()
-	for _, r := range []row{pub, paced, bat, raw, rawID, rawLanes} {
+	for _, r := range []row{pub, paced, floor, bat, raw, rawID, rawLanes} {
 		if r.note != "" {
 			fmt.Printf("  %s: %s\n", r.name, r.note)
 		}
@@ -551,10 +560,18 @@ func runIngest(args []string) error {
 		"raw_msgid_lanes_per_s":         round(rawLanes.rate(), 0),
 		"batch_ratio_msgid_lanes":       round(bat.rate()/rawLanes.rate(), 3),
 		"raw_msgid_lanes_server_cpu_us": round(rawLanes.cpuPerEvent(), 1),
+		// The paced phase against a no-op Connect server (floor.go):
+		// what the offered rate costs with no server work at all.
+		"paced_client_cpu_us":  round(paced.clientCPUPerEvent(), 1),
+		"paced_server_cpu_us":  round(paced.cpuPerEvent(), 1),
+		"floor_p99_ms_at_rate": round(ms(floor.p99), 2),
+		"floor_achieved_per_s": round(floor.rate(), 0),
+		"floor_cpu_us":         round(floor.clientCPUPerEvent(), 1),
 	}
 	return printJSON(out, []string{"publish_per_s", "batch_per_s", "raw_async_per_s", "batch_ratio", "publish_p99_ms", "raw_msgid_per_s", "batch_ratio_msgid", "paced_rate_per_s", "publish_p99_ms_at_rate", "paced_achieved_per_s",
 		"publish_server_cpu_us", "publish_client_cpu_us", "batch_server_cpu_us", "batch_client_cpu_us", "raw_msgid_server_cpu_us", "raw_msgid_client_cpu_us",
-		"raw_msgid_lanes_per_s", "batch_ratio_msgid_lanes", "raw_msgid_lanes_server_cpu_us"})
+		"raw_msgid_lanes_per_s", "batch_ratio_msgid_lanes", "raw_msgid_lanes_server_cpu_us",
+		"paced_client_cpu_us", "paced_server_cpu_us", "floor_p99_ms_at_rate", "floor_achieved_per_s", "floor_cpu_us"})
 }
 
 func printJSON(m map[string]float64, order []string) error {
