@@ -106,7 +106,23 @@ func (id ID) String() string {
 
 // Subject is the lane's subject in partition p's lane store:
 // "lane.<p>.<destination>.<customer>.<escaped key>[.<subscription>]".
-func (id ID) Subject(p int) string { return fmt.Sprintf("lane.%d.%s", p, id.token()) }
+func (id ID) Subject(p int) string {
+	// Built in one allocation: the lane writer makes one per event.
+	key := EscapeKey(id.Key)
+	var b strings.Builder
+	b.Grow(len("lane.") + 20 + len(id.Destination) + len(id.Customer) + len(key) + len(id.Subscription) + 4)
+	b.WriteString("lane.")
+	b.WriteString(strconv.Itoa(p))
+	for _, part := range [...]string{id.Destination, id.Customer, key} {
+		b.WriteByte('.')
+		b.WriteString(part)
+	}
+	if id.Subscription != "" {
+		b.WriteByte('.')
+		b.WriteString(id.Subscription)
+	}
+	return b.String()
+}
 
 // HeadSubject is the ledger subject holding the lane head's attempt state.
 func (id ID) HeadSubject(p int) string { return fmt.Sprintf("ledger.%d.head.%s", p, id.token()) }

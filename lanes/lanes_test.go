@@ -1,6 +1,7 @@
 package lanes_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -92,4 +93,24 @@ func FuzzEscapeKey(f *testing.F) {
 		// Unescaping arbitrary input never panics.
 		_, _ = lanes.UnescapeKey(key)
 	})
+}
+
+// A lane's subject is the name its events are stored under: built faster,
+// it must stay byte for byte what it was ("lane.<p>.<token>", the token
+// as HeadSubject has it), or a rebuild would not find stored lanes.
+func TestSubjectIsTheStoredName(t *testing.T) {
+	for _, id := range []lanes.ID{
+		{Destination: "orders", Customer: "acme", Key: "main"},
+		{Destination: "orders", Customer: "acme", Key: ""},
+		{Destination: "orders", Customer: "acme", Key: "a.b c*>é"},
+		{Destination: "orders", Customer: "acme", Key: "k", Subscription: "sub_0123456789abcdef"},
+	} {
+		for _, p := range []int{0, 7, 1234} {
+			head := id.HeadSubject(p)
+			token := head[len(fmt.Sprintf("ledger.%d.head.", p)):]
+			if got, want := id.Subject(p), fmt.Sprintf("lane.%d.%s", p, token); got != want {
+				t.Errorf("%+v.Subject(%d) = %q, want %q", id, p, got, want)
+			}
+		}
+	}
 }

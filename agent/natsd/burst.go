@@ -95,6 +95,9 @@ type Burst struct {
 	id    uint64
 	reply string // p.prefix + id + "."
 	acks  []Ack
+	// replyBuf and msg are Publish's scratch space.
+	replyBuf []byte
+	msg      nats.Msg
 
 	mu      sync.Mutex
 	got     []bool // per message: its acknowledgement is in
@@ -127,9 +130,16 @@ func (p *Publisher) Start(n int) (*Burst, error) {
 }
 
 // Publish sends message i of the burst to subject, with the headers h
-// (nil: none). It does not wait for the stream.
+// (nil: none). It does not wait for the stream, and keeps neither h nor
+// data's slice header: h may be reused for the next message. A burst's
+// messages are published by one goroutine.
 func (b *Burst) Publish(i int, subject string, h nats.Header, data []byte) error {
-	return b.p.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: b.reply + strconv.Itoa(i), Header: h, Data: data})
+	// The reply subject is built in the burst's buffer (one string per
+	// message, not two), and the message is the burst's own: PublishMsg
+	// encodes it before it returns.
+	b.replyBuf = strconv.AppendInt(append(b.replyBuf[:0], b.reply...), int64(i), 10)
+	b.msg = nats.Msg{Subject: subject, Reply: string(b.replyBuf), Header: h, Data: data}
+	return b.p.nc.PublishMsg(&b.msg)
 }
 
 // Abandon ends a burst of which only the first sent messages were sent

@@ -498,12 +498,13 @@ func (w *laneWriter) publish(pub *natsd.Publisher, batch []*appendReq) *flight {
 	}
 	f.subjects = make([][]string, len(batch))
 	k := 0
+	var h storedHeader
 	for r, req := range batch {
 		f.subjects[r] = make([]string, len(req.items))
 		for i, it := range req.items {
 			subject := laneOf(it.Event).Subject(w.p)
 			f.subjects[r][i] = subject
-			if err := f.burst.Publish(k, subject, storedHeader(it.MsgID, it.Fingerprint), it.Data); err != nil {
+			if err := f.burst.Publish(k, subject, h.of(it.MsgID, it.Fingerprint), it.Data); err != nil {
 				f.burst.Abandon(k, err)
 				f.err = err
 				return f
@@ -515,12 +516,28 @@ func (w *laneWriter) publish(pub *natsd.Publisher, batch []*appendReq) *flight {
 }
 
 // storedHeader is a stored event's headers: its dedup id, and its
-// fingerprint when it has one (fingerprint.Set).
-func storedHeader(msgID string, fp []byte) nats.Header {
-	if len(fp) == 0 {
-		return nats.Header{jetstream.MsgIDHeader: []string{msgID}}
+// fingerprint when it has one (fingerprint.Set). One is reused for every
+// message of a group, which costs no map and no slices per event: a
+// publish encodes the headers before it returns and keeps none of them.
+type storedHeader struct {
+	h         nats.Header
+	msgID, fp []string
+}
+
+// of is the headers of one message, valid until the next call.
+func (s *storedHeader) of(msgID string, fp []byte) nats.Header {
+	if s.h == nil {
+		s.h, s.msgID, s.fp = make(nats.Header, 2), make([]string, 1), make([]string, 1)
+		s.h[jetstream.MsgIDHeader] = s.msgID
 	}
-	return nats.Header{jetstream.MsgIDHeader: []string{msgID}, fingerprint.Header: []string{fingerprint.Encode(fp)}}
+	s.msgID[0] = msgID
+	if len(fp) == 0 {
+		delete(s.h, fingerprint.Header)
+		return s.h
+	}
+	s.fp[0] = fingerprint.Encode(fp)
+	s.h[fingerprint.Header] = s.fp
+	return s.h
 }
 
 // ackLoop waits for the writes of each group in order, registers what was

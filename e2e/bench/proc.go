@@ -100,8 +100,12 @@ func (p *proc) kill() {
 }
 
 // cpu returns the process's user+system CPU time so far (Linux /proc).
-func (p *proc) cpu() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+func (p *proc) cpu() time.Duration { return processCPU(p.Pid()) }
+
+// processCPU returns process pid's user+system CPU time so far (Linux
+// /proc), 0 when it cannot be read.
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}

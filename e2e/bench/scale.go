@@ -58,6 +58,21 @@ package main
 //     -window while the backlog is still about -pending; nothing is
 //     published meanwhile.
 //
+// The server's CPU per delivery (user+system from /proc/PID/stat) is
+// reported for both delivery phases: over the small drains' middle eight
+// tenths, and over the full backlog's window. With -profile-dir DIR the
+// bench also writes CPU profiles of the server (it runs with --pprof):
+// small.pprof, the small drains merged (one profile per drain, from the
+// resume for about as long as the drain before it took), and full.pprof,
+// the full backlog's counted window; small-allocs.pprof and
+// full-allocs.pprof, what the server allocated over the same times; and
+// full-heap.pprof, a heap profile right after that window. Compare them
+// with
+//
+//	go tool pprof -top -diff_base DIR/small.pprof DIR/full.pprof
+//
+// (normalised per sample: -normalize), or each with -top.
+//
 // The backlog is not drained: the process is stopped at the end. Progress
 // goes to stderr; a table and, as the last line, one JSON object go to
 // stdout. It exits non-zero with a message when anything fails or a phase
@@ -68,6 +83,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -81,6 +98,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/pprof/profile"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -103,6 +121,7 @@ type scaleFlags struct {
 	fillLimit             time.Duration
 	rebuildLimit          time.Duration
 	phaseLimit            time.Duration
+	profileDir            string
 }
 
 func runScale(args []string) error {
@@ -131,6 +150,7 @@ func runScale(args []string) error {
 	fs.DurationVar(&f.setupLimit, "setup-timeout", 10*time.Minute, "limit of creating and pausing the destinations, and of the baseline restart")
 	fs.DurationVar(&f.fillLimit, "fill-timeout", 45*time.Minute, "limit of the fill: publishing and the health API counting every event pending")
 	fs.DurationVar(&f.rebuildLimit, "rebuild-timeout", 15*time.Minute, "limit of the restart: process start to every event pending again")
+	fs.StringVar(&f.profileDir, "profile-dir", "", "write CPU and allocation profiles of the server during the small drains (small.pprof, small-allocs.pprof) and the full backlog's window (full.pprof, full-allocs.pprof), and a heap profile after that window (full-heap.pprof), into `DIR`")
 	fs.DurationVar(&f.phaseLimit, "phase-timeout", 10*time.Minute, "limit of each other phase (small drains, lookups, resuming every destination, pause/resume of big)")
 	fs.Parse(args)
 	if fs.NArg() > 0 {
@@ -138,6 +158,11 @@ func runScale(args []string) error {
 	}
 	if err := f.check(); err != nil {
 		return err
+	}
+	if f.profileDir != "" {
+		if err := os.MkdirAll(f.profileDir, 0o755); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
@@ -194,26 +219,33 @@ type scaleRun struct {
 	main, bigP, smallP *partner.Partner
 	bigLast            atomic.Int64 // UnixNano of the last request big's partner received
 	bigFirst           atomic.Int64 // UnixNano of the first request big's partner received
-	smallClock         drainClock
-	run                string // idempotency key prefix, unique per run
-	version            uint64 // the newest config version the bench made
-	samples            []sampledEvent
-	res                scaleResult
+	smallClock         struct {
+		drainClock
+		lastWhole time.Duration // the previous drain's, for the length of the next one's profile
+	}
+	run     string // idempotency key prefix, unique per run
+	version uint64 // the newest config version the bench made
+	samples []sampledEvent
+	res     scaleResult
 }
 
 // drainClock times one drain from its partner's requests (no request
 // arrives before it is reset: the destinations are paused): the first
-// and the last, and those that cross a tenth and nine tenths of n.
+// and the last, and those that cross a tenth and nine tenths of n; at
+// these two it also reads the server's CPU time.
 type drainClock struct {
 	lo, hi                  atomic.Int64 // request counts whose arrival is kept
+	pid                     atomic.Int64 // the server's, whose CPU is read
 	seen                    atomic.Int64
 	first, last, atLo, atHi atomic.Int64 // UnixNano
+	cpuLo, cpuHi            atomic.Int64 // the server's CPU time (ns) at atLo and atHi
 }
 
-func (c *drainClock) reset(n int) {
+func (c *drainClock) reset(n, serverPid int) {
 	c.lo.Store(int64(n / 10))
 	c.hi.Store(int64(n - n/10))
-	for _, v := range []*atomic.Int64{&c.seen, &c.first, &c.last, &c.atLo, &c.atHi} {
+	c.pid.Store(int64(serverPid))
+	for _, v := range []*atomic.Int64{&c.seen, &c.first, &c.last, &c.atLo, &c.atHi, &c.cpuLo, &c.cpuHi} {
 		v.Store(0)
 	}
 }
@@ -225,15 +257,17 @@ func (c *drainClock) saw(at time.Time) {
 	switch n {
 	case c.lo.Load():
 		c.atLo.Store(t)
+		c.cpuLo.Store(int64(processCPU(int(c.pid.Load()))))
 	case c.hi.Load():
 		c.atHi.Store(t)
+		c.cpuHi.Store(int64(processCPU(int(c.pid.Load()))))
 	}
 }
 
-// middle is the time from a tenth to nine tenths of the drain, and how
-// many requests it spans.
-func (c *drainClock) middle() (time.Duration, int) {
-	return time.Duration(c.atHi.Load() - c.atLo.Load()), int(c.hi.Load() - c.lo.Load())
+// middle is the time from a tenth to nine tenths of the drain, how many
+// requests it spans, and the server's CPU time meanwhile.
+func (c *drainClock) middle() (time.Duration, int, time.Duration) {
+	return time.Duration(c.atHi.Load() - c.atLo.Load()), int(c.hi.Load() - c.lo.Load()), time.Duration(c.cpuHi.Load() - c.cpuLo.Load())
 }
 
 // whole is the time from the first request to the last.
@@ -252,6 +286,7 @@ type scaleResult struct {
 	// time, summed), and each whole drain's time, summed.
 	smallMiddle                  int
 	smallMiddleTime              time.Duration
+	smallMiddleCPU               time.Duration // the server's, over the middles
 	smallWholeTime               time.Duration
 	smallDelivered               int
 	publish, toPending           time.Duration
@@ -265,6 +300,7 @@ type scaleResult struct {
 	resumeAll                    time.Duration
 	fullDelivered                int
 	fullWindow                   time.Duration
+	fullCPU                      time.Duration // the server's, over the window
 	backlogAtStart, backlogAtEnd int64
 	bigPending                   int64
 	pauseApplied, pauseEffect    time.Duration
@@ -644,6 +680,7 @@ func (r *scaleRun) smallDrains(ctx context.Context) error {
 	for _, id := range r.smalls {
 		smallSet[id] = true
 	}
+	var smallProfiles, smallAllocs []*profile.Profile
 	for round := range f.smallRounds {
 		if round > 0 {
 			if err := r.setPaused(ctx, r.smalls, true); err != nil {
@@ -666,7 +703,16 @@ func (r *scaleRun) smallDrains(ctx context.Context) error {
 			return err
 		}
 		before := r.smallP.Delivered()
-		r.smallClock.reset(f.small)
+		r.smallClock.reset(f.small, r.p.Pid())
+		// The profile starts before the resume and lasts about as long
+		// as the drain before it took (the first: 2 s); what follows a
+		// drain within it is the idle process.
+		profileSeconds := 2
+		if round > 0 {
+			profileSeconds = max(1, int(math.Ceil(1.2*r.smallClock.lastWhole.Seconds())))
+		}
+		waitProfile := r.startProfile(ctx, "profile", profileSeconds)
+		waitAllocs := r.startProfile(ctx, "allocs", profileSeconds)
 		if err := r.setPaused(ctx, r.smalls, false); err != nil {
 			return err
 		}
@@ -679,8 +725,19 @@ func (r *scaleRun) smallDrains(ctx context.Context) error {
 		}); err != nil {
 			return err
 		}
-		middle, middleN := r.smallClock.middle()
+		middle, middleN, middleCPU := r.smallClock.middle()
 		whole := r.smallClock.whole()
+		r.smallClock.lastWhole = whole
+		if p, err := waitProfile(); err != nil {
+			return fmt.Errorf("CPU profile of small drain %d: %w", round+1, err)
+		} else if p != nil {
+			smallProfiles = append(smallProfiles, p)
+		}
+		if p, err := waitAllocs(); err != nil {
+			return fmt.Errorf("allocation profile of small drain %d: %w", round+1, err)
+		} else if p != nil {
+			smallAllocs = append(smallAllocs, p)
+		}
 		if dup := r.smallP.Count() - r.smallP.Delivered(); dup > 0 {
 			progress("round %d: the small partner saw %d requests beyond the distinct events", round+1, dup)
 		}
@@ -688,10 +745,15 @@ func (r *scaleRun) smallDrains(ctx context.Context) error {
 		r.res.smallWholeTime += whole
 		r.res.smallMiddle += middleN
 		r.res.smallMiddleTime += middle
-		progress("small backlog, round %d/%d: %d events drained in %s (first to last request) = %.0f/s; its middle eight tenths %.0f/s",
-			round+1, f.smallRounds, f.small, whole.Round(time.Millisecond), float64(f.small)/whole.Seconds(), float64(middleN)/middle.Seconds())
+		r.res.smallMiddleCPU += middleCPU
+		progress("small backlog, round %d/%d: %d events drained in %s (first to last request) = %.0f/s; its middle eight tenths %.0f/s, server CPU %.1f µs/delivery",
+			round+1, f.smallRounds, f.small, whole.Round(time.Millisecond), float64(f.small)/whole.Seconds(), float64(middleN)/middle.Seconds(),
+			float64(middleCPU.Microseconds())/float64(middleN))
 	}
-	return nil
+	if err := writeMergedProfile(f.profileDir, "small-allocs.pprof", smallAllocs); err != nil {
+		return err
+	}
+	return writeMergedProfile(f.profileDir, "small.pprof", smallProfiles)
 }
 
 // ---------------------------------------------------------------------------
@@ -978,6 +1040,9 @@ func (r *scaleRun) deliverFull(ctx context.Context) error {
 	if r.res.backlogAtStart < int64(f.pending)/2 {
 		return fmt.Errorf("%d of the %d events were delivered during the resume and the warm-up: too few are left to measure delivery at the full backlog (a larger -pending, or a shorter -warmup)", atStart, f.pending)
 	}
+	cpuAtStart := r.p.cpu()
+	waitProfile := r.startProfile(ctx, "profile", int(math.Ceil(f.window.Seconds())))
+	waitAllocs := r.startProfile(ctx, "allocs", int(math.Ceil(f.window.Seconds())))
 	progress("counting deliveries for %s (%d delivered so far)", f.window, atStart)
 	end := start.Add(f.window)
 	lastLog, lastN := start, atStart
@@ -995,15 +1060,105 @@ func (r *scaleRun) deliverFull(ctx context.Context) error {
 		lastLog, lastN = now, n
 	}
 	atEnd := delivered()
+	r.res.fullCPU = r.p.cpu() - cpuAtStart
 	r.res.fullWindow = time.Since(start)
 	r.res.fullDelivered = atEnd - atStart
 	r.res.backlogAtEnd = int64(f.pending - atEnd)
 	if r.res.fullDelivered == 0 {
 		return fmt.Errorf("nothing delivered in %s after every destination was resumed", f.window)
 	}
-	progress("at the full backlog (%d → %d pending): %d delivered in %s = %.0f/s", r.res.backlogAtStart, r.res.backlogAtEnd,
-		r.res.fullDelivered, r.res.fullWindow.Round(time.Millisecond), float64(r.res.fullDelivered)/r.res.fullWindow.Seconds())
+	progress("at the full backlog (%d → %d pending): %d delivered in %s = %.0f/s, server CPU %.1f µs/delivery", r.res.backlogAtStart, r.res.backlogAtEnd,
+		r.res.fullDelivered, r.res.fullWindow.Round(time.Millisecond), float64(r.res.fullDelivered)/r.res.fullWindow.Seconds(),
+		float64(r.res.fullCPU.Microseconds())/float64(r.res.fullDelivered))
+	p, err := waitProfile()
+	if err != nil {
+		return fmt.Errorf("CPU profile of the full backlog's window: %w", err)
+	}
+	allocs, err := waitAllocs()
+	if err != nil {
+		return fmt.Errorf("allocation profile of the full backlog's window: %w", err)
+	}
+	if p == nil {
+		return nil
+	}
+	if err := writeMergedProfile(f.profileDir, "full.pprof", []*profile.Profile{p}); err != nil {
+		return err
+	}
+	if err := writeMergedProfile(f.profileDir, "full-allocs.pprof", []*profile.Profile{allocs}); err != nil {
+		return err
+	}
+	// The heap at the full backlog, while it still delivers (the forced
+	// GC makes it the live heap).
+	if _, _, err := r.p.heap(ctx, filepath.Join(f.profileDir, "full-heap.pprof")); err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	progress("profiles: go tool pprof -top -diff_base %s %s   (and small-allocs.pprof, full-allocs.pprof, full-heap.pprof)",
+		filepath.Join(f.profileDir, "small.pprof"), filepath.Join(f.profileDir, "full.pprof"))
 	return nil
+}
+
+// startProfile starts a profile of the server over the next seconds
+// (-profile-dir): kind "profile" is the CPU profile, "allocs" what was
+// allocated meanwhile (a delta). wait returns it once it is over (nil
+// without -profile-dir).
+func (r *scaleRun) startProfile(ctx context.Context, kind string, seconds int) (wait func() (*profile.Profile, error)) {
+	if r.f.profileDir == "" {
+		return func() (*profile.Profile, error) { return nil, nil }
+	}
+	type result struct {
+		p   *profile.Profile
+		err error
+	}
+	done := make(chan result, 1)
+	url := fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", r.p.url(), kind, seconds)
+	go func() {
+		p, err := fetchProfile(ctx, url)
+		done <- result{p, err}
+	}()
+	return func() (*profile.Profile, error) {
+		res := <-done
+		return res.p, res.err
+	}
+}
+
+// fetchProfile GETs a pprof profile from the server's /debug/pprof.
+func fetchProfile(ctx context.Context, url string) (*profile.Profile, error) {
+	hc := &http.Client{Transport: withBearer(nil)}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	return profile.Parse(resp.Body)
+}
+
+// writeMergedProfile writes the merge of profiles (none: nothing) to
+// dir/name.
+func writeMergedProfile(dir, name string, profiles []*profile.Profile) error {
+	if dir == "" || len(profiles) == 0 {
+		return nil
+	}
+	merged, err := profile.Merge(profiles)
+	if err != nil {
+		return fmt.Errorf("merge %s: %w", name, err)
+	}
+	out, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		return err
+	}
+	if err := merged.Write(out); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // ---------------------------------------------------------------------------
@@ -1098,6 +1253,8 @@ func (r *scaleRun) report() error {
 	at10k := float64(res.smallMiddle) / res.smallMiddleTime.Seconds()
 	at10kWhole := float64(res.smallDelivered) / res.smallWholeTime.Seconds()
 	atFull := float64(res.fullDelivered) / res.fullWindow.Seconds()
+	cpuAt10k := float64(res.smallMiddleCPU.Microseconds()) / float64(res.smallMiddle)
+	cpuAtFull := float64(res.fullCPU.Microseconds()) / float64(res.fullDelivered)
 	listBig99, listOther99 := percentile(res.listBig, 0.99), percentile(res.listOther, 0.99)
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
@@ -1125,6 +1282,8 @@ func (r *scaleRun) report() error {
 	fmt.Fprintf(tw, "deliver at full\t%.0f/s\t%d delivered in %.1f s, backlog %d → %d, nothing published meanwhile\n",
 		atFull, res.fullDelivered, res.fullWindow.Seconds(), res.backlogAtStart, res.backlogAtEnd)
 	fmt.Fprintf(tw, "ratio full / small\t%.2f\t(target ≥ 0.8)\n", atFull/at10k)
+	fmt.Fprintf(tw, "server CPU per delivery\t%.1f µs at %d, %.1f µs at full\tuser+system of the process over the small drains' middles and over the full window (/proc)\n",
+		cpuAt10k, f.small, cpuAtFull)
 	fmt.Fprintf(tw, "resume big\t%.0f ms\tcall to the first request big's partner received (%d pending, the others paused; applied after %.0f ms)\n",
 		ms(res.resumeEffect), res.bigPending, ms(res.resumeApplied))
 	fmt.Fprintf(tw, "pause big\t%.0f ms\tcall to the last request big's partner received, while it delivered (applied after %.0f ms; %d requests after that)\n",
@@ -1153,6 +1312,8 @@ func (r *scaleRun) report() error {
 		"deliver_per_s_at_10k":       round(at10k, 0),
 		"deliver_per_s_at_full":      round(atFull, 0),
 		"deliver_ratio":              round(atFull/at10k, 3),
+		"server_cpu_us_at_10k":       round(cpuAt10k, 1),
+		"server_cpu_us_at_full":      round(cpuAtFull, 1),
 		"lanes_list_p50_ms":          round(ms(percentile(res.listBig, 0.5)), 2),
 		"lanes_list_p99_ms":          round(ms(listBig99), 2),
 		"lanes_list_other_p99_ms":    round(ms(listOther99), 2),
@@ -1167,6 +1328,6 @@ func (r *scaleRun) report() error {
 	}
 	return printJSON(out, []string{"pending", "lanes", "destinations", "fill_per_s", "bytes_per_pending_event", "rss_per_pending_event",
 		"ready_s", "rebuild_s", "rebuild_events_per_s", "deliver_per_s_at_10k", "deliver_per_s_at_10k_whole", "deliver_per_s_at_full", "deliver_ratio",
-		"lanes_list_p50_ms", "lanes_list_p99_ms", "lanes_list_other_p99_ms", "events_get_p50_ms", "events_get_p99_ms",
+		"server_cpu_us_at_10k", "server_cpu_us_at_full", "lanes_list_p50_ms", "lanes_list_p99_ms", "lanes_list_other_p99_ms", "events_get_p50_ms", "events_get_p99_ms",
 		"pause_take_effect_ms", "resume_take_effect_ms", "big_pending", "small_backlog", "payload_bytes"})
 }
