@@ -288,6 +288,10 @@ type row struct {
 	// serverCPU is the rivora process's CPU time during the phase (it
 	// includes moving events into lanes while the phase runs).
 	serverCPU time.Duration
+	// clientCPU is this bench process's CPU time during the phase: the
+	// callers (Connect clients, or the raw NATS publisher) share the
+	// machine's cores with the server.
+	clientCPU time.Duration
 }
 
 func (r row) rate() float64 { return float64(r.events) / r.elapsed.Seconds() }
@@ -295,6 +299,20 @@ func (r row) rate() float64 { return float64(r.events) / r.elapsed.Seconds() }
 func (r row) cpuPerEvent() float64 {
 	return float64(r.serverCPU.Microseconds()) / float64(r.events)
 }
+
+func (r row) clientCPUPerEvent() float64 {
+	return float64(r.clientCPU.Microseconds()) / float64(r.events)
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// benchCPU is this process's user+system CPU time so far.
+func benchCPU() time.Duration { return processCPU(os.Getpid()) }
 
 // waitIdle waits until the INGEST stream is empty, so one phase is not
 // charged for moving the previous phase's events into lanes.
@@ -418,21 +436,32 @@ func runIngest(args []string) error {
 
 	// The raw baseline runs first, on a quiet server.
 	progress("raw JetStream async publish: %d messages of %d B, max pending %d", *rawN, *size, *rawPending)
-	cpu0 := d.cpu()
+	cpu0, client0 := d.cpu(), benchCPU()
 	raw, err := rawPhase(ctx, nc, *rawN, *rawPending, *size, *limit, false)
 	if err != nil {
 		return fmt.Errorf("raw JetStream phase: %w", err)
 	}
-	raw.serverCPU = d.cpu() - cpu0
+	raw.serverCPU, raw.clientCPU = d.cpu()-cpu0, benchCPU()-client0
 	progress("raw JetStream: %.0f msgs/s", raw.rate())
 	progress("raw JetStream async publish with Nats-Msg-Id (the baseline of batch_ratio_msgid)")
-	cpu0 = d.cpu()
+	cpu0, client0 = d.cpu(), benchCPU()
 	rawID, err := rawPhase(ctx, nc, *rawN, *rawPending, *size, *limit, true)
 	if err != nil {
 		return fmt.Errorf("raw JetStream phase with Nats-Msg-Id: %w", err)
 	}
-	rawID.serverCPU = d.cpu() - cpu0
+	rawID.serverCPU, rawID.clientCPU = d.cpu()-cpu0, benchCPU()-client0
 	progress("raw JetStream with Nats-Msg-Id: %.0f msgs/s", rawID.rate())
+	// Event i goes to destination i mod dests, lane i mod lanes: the
+	// lanes in use are lcm(dests, lanes) pairs.
+	laneSubjects := *dests / gcd(*dests, *lanes) * *lanes
+	progress("raw JetStream async publish with Nats-Msg-Id over %d subjects (as many as the Rivora phases' lanes)", laneSubjects)
+	cpu0, client0 = d.cpu(), benchCPU()
+	rawLanes, err := rawPhaseOver(ctx, nc, *rawN, *rawPending, *size, *limit, true, laneSubjects)
+	if err != nil {
+		return fmt.Errorf("raw JetStream phase over %d subjects: %w", laneSubjects, err)
+	}
+	rawLanes.serverCPU, rawLanes.clientCPU = d.cpu()-cpu0, benchCPU()-client0
+	progress("raw JetStream with Nats-Msg-Id over %d subjects: %.0f msgs/s", laneSubjects, rawLanes.rate())
 
 	// Warm up connections and the server.
 	progress("warm-up: 2000 Publish calls")
@@ -444,13 +473,13 @@ func runIngest(args []string) error {
 	}
 
 	progress("Publish: %d events, %d concurrent", *n, *conc)
-	cpu0 = d.cpu()
+	cpu0, client0 = d.cpu(), benchCPU()
 	profiled := phaseProfile(ctx, d, *profileDir, "publish", 4)
 	pub, err := publishPhase(ctx, ingest, *n, *conc, *limit, req)
 	if err != nil {
 		return fmt.Errorf("publish phase: %w", err)
 	}
-	pub.serverCPU = d.cpu() - cpu0
+	pub.serverCPU, pub.clientCPU = d.cpu()-cpu0, benchCPU()-client0
 	if err := profiled(); err != nil {
 		return err
 	}
@@ -460,37 +489,46 @@ func runIngest(args []string) error {
 	}
 
 	progress("Publish at %.0f/s offered: %d events, open loop", *pacedRate, *pacedN)
-	cpu0 = d.cpu()
+	cpu0, client0 = d.cpu(), benchCPU()
 	paced, err := pacedPublishPhase(ctx, ingest, *pacedN, *pacedRate, 512, *limit, func(i int) *rivorav1.PublishRequest { return req(i + 1<<28) })
 	if err != nil {
 		return fmt.Errorf("paced publish phase: %w", err)
 	}
-	paced.serverCPU = d.cpu() - cpu0
+	paced.serverCPU, paced.clientCPU = d.cpu()-cpu0, benchCPU()-client0
 	progress("Publish at %.0f/s offered: %.0f events/s, p50 %.2f ms, p99 %.2f ms", *pacedRate, paced.rate(), ms(paced.p50), ms(paced.p99))
 	if err := waitIdle(nc, *limit); err != nil {
 		return err
 	}
 
+	// The same open loop against a Connect server that does nothing
+	// (floor.go): this machine's limit for one Publish per call.
+	progress("Connect floor: Publish at %.0f/s offered to a no-op Connect server in this process", *pacedRate)
+	floor, err := floorPhase(ctx, hc, *pacedN, *pacedRate, 512, *limit, func(i int) *rivorav1.PublishRequest { return req(i + 1<<27) })
+	if err != nil {
+		return fmt.Errorf("connect floor phase: %w", err)
+	}
+	progress("Connect floor: %.0f calls/s, p99 %.2f ms, %.1f µs CPU per call", floor.rate(), ms(floor.p99), floor.clientCPUPerEvent())
+
 	progress("PublishBatch: %d events in batches of %d, %d concurrent", *batchN, *batchSize, *batchConc)
-	cpu0 = d.cpu()
+	cpu0, client0 = d.cpu(), benchCPU()
 	profiled = phaseProfile(ctx, d, *profileDir, "batch", 4)
 	bat, err := batchPhase(ctx, ingest, *batchN, *batchSize, *batchConc, *limit, req)
 	if err != nil {
 		return fmt.Errorf("PublishBatch phase: %w", err)
 	}
-	bat.serverCPU = d.cpu() - cpu0
+	bat.serverCPU, bat.clientCPU = d.cpu()-cpu0, benchCPU()-client0
 	if err := profiled(); err != nil {
 		return err
 	}
 	progress("PublishBatch: %.0f events/s, batch p50 %.2f ms, p99 %.2f ms", bat.rate(), ms(bat.p50), ms(bat.p99))
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tevents\tseconds\tevents/s\tp50 ms\tp99 ms\tserver CPU µs/event\t")
-	for _, r := range []row{pub, paced, bat, raw, rawID} {
-		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.1f\t\n", r.name, r.events, r.elapsed.Seconds(), r.rate(), ms(r.p50), ms(r.p99), r.cpuPerEvent())
+	fmt.Fprintln(tw, "path\tevents\tseconds\tevents/s\tp50 ms\tp99 ms\tserver CPU µs/event\tbench client CPU µs/event\t")
+	for _, r := range []row{pub, paced, floor, bat, raw, rawID, rawLanes} {
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.1f\t%.1f\t\n", r.name, r.events, r.elapsed.Seconds(), r.rate(), ms(r.p50), ms(r.p99), r.cpuPerEvent(), r.clientCPUPerEvent())
 	}
 	tw.Flush()
-	for _, r := range []row{pub, paced, bat, raw, rawID} {
+	for _, r := range []row{pub, paced, floor, bat, raw, rawID, rawLanes} {
 		if r.note != "" {
 			fmt.Printf("  %s: %s\n", r.name, r.note)
 		}
@@ -509,8 +547,31 @@ func runIngest(args []string) error {
 		"paced_rate_per_s":       round(*pacedRate, 0),
 		"publish_p99_ms_at_rate": round(ms(paced.p99), 2),
 		"paced_achieved_per_s":   round(paced.rate(), 0),
+		// CPU per event of the server and of the bench's callers: what
+		// an offered rate costs the machine's cores.
+		"publish_server_cpu_us":   round(pub.cpuPerEvent(), 1),
+		"publish_client_cpu_us":   round(pub.clientCPUPerEvent(), 1),
+		"batch_server_cpu_us":     round(bat.cpuPerEvent(), 1),
+		"batch_client_cpu_us":     round(bat.clientCPUPerEvent(), 1),
+		"raw_msgid_server_cpu_us": round(rawID.cpuPerEvent(), 1),
+		"raw_msgid_client_cpu_us": round(rawID.clientCPUPerEvent(), 1),
+		// The same raw publish over as many subjects as the Rivora
+		// phases' lanes (the server's per-subject state included).
+		"raw_msgid_lanes_per_s":         round(rawLanes.rate(), 0),
+		"batch_ratio_msgid_lanes":       round(bat.rate()/rawLanes.rate(), 3),
+		"raw_msgid_lanes_server_cpu_us": round(rawLanes.cpuPerEvent(), 1),
+		// The paced phase against a no-op Connect server (floor.go):
+		// what the offered rate costs with no server work at all.
+		"paced_client_cpu_us":  round(paced.clientCPUPerEvent(), 1),
+		"paced_server_cpu_us":  round(paced.cpuPerEvent(), 1),
+		"floor_p99_ms_at_rate": round(ms(floor.p99), 2),
+		"floor_achieved_per_s": round(floor.rate(), 0),
+		"floor_cpu_us":         round(floor.clientCPUPerEvent(), 1),
 	}
-	return printJSON(out, []string{"publish_per_s", "batch_per_s", "raw_async_per_s", "batch_ratio", "publish_p99_ms", "raw_msgid_per_s", "batch_ratio_msgid", "paced_rate_per_s", "publish_p99_ms_at_rate", "paced_achieved_per_s"})
+	return printJSON(out, []string{"publish_per_s", "batch_per_s", "raw_async_per_s", "batch_ratio", "publish_p99_ms", "raw_msgid_per_s", "batch_ratio_msgid", "paced_rate_per_s", "publish_p99_ms_at_rate", "paced_achieved_per_s",
+		"publish_server_cpu_us", "publish_client_cpu_us", "batch_server_cpu_us", "batch_client_cpu_us", "raw_msgid_server_cpu_us", "raw_msgid_client_cpu_us",
+		"raw_msgid_lanes_per_s", "batch_ratio_msgid_lanes", "raw_msgid_lanes_server_cpu_us",
+		"paced_client_cpu_us", "paced_server_cpu_us", "floor_p99_ms_at_rate", "floor_achieved_per_s", "floor_cpu_us"})
 }
 
 func printJSON(m map[string]float64, order []string) error {
@@ -646,6 +707,15 @@ func batchPhaseChecked(ctx context.Context, ingest rivorav1connect.IngestService
 // With msgID each message carries a unique Nats-Msg-Id (JetStream dedup),
 // as Rivora's do: the baseline of batch_ratio_msgid (the target).
 func rawPhase(ctx context.Context, nc *nats.Conn, n, maxPending, size int, limit time.Duration, msgID bool) (row, error) {
+	return rawPhaseOver(ctx, nc, n, maxPending, size, limit, msgID, 64)
+}
+
+// rawPhaseOver is rawPhase with its messages spread round robin over
+// subjects subjects (rawPhase: 64). Each of Rivora's lanes is a subject
+// of its partition's stream, and the server keeps state per subject: with
+// as many subjects as the Rivora phases' lanes, the raw publish pays that
+// part of Rivora's store cost too.
+func rawPhaseOver(ctx context.Context, nc *nats.Conn, n, maxPending, size int, limit time.Duration, msgID bool, subjects int) (row, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	var acks, errs atomic.Int64
@@ -665,6 +735,9 @@ func rawPhase(ctx context.Context, nc *nats.Conn, n, maxPending, size int, limit
 	stream, prefix := "BENCH_RAW", "benchraw"
 	if msgID {
 		stream, prefix = "BENCH_RAW_MSGID", "benchrawid"
+	}
+	if subjects != 64 {
+		stream, prefix = stream+"_"+strconv.Itoa(subjects), prefix+strconv.Itoa(subjects)
 	}
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:     stream,
@@ -693,7 +766,7 @@ func rawPhase(ctx context.Context, nc *nats.Conn, n, maxPending, size int, limit
 
 	start := time.Now()
 	for i := range n {
-		msg := &nats.Msg{Subject: prefix + ".p." + strconv.Itoa(i%64), Data: body}
+		msg := &nats.Msg{Subject: prefix + ".p." + strconv.Itoa(i%subjects), Data: body}
 		if msgID {
 			msg.Header = nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprintf("raw-%d-%d", start.UnixNano(), i)}}
 		}
@@ -720,8 +793,11 @@ func rawPhase(ctx context.Context, nc *nats.Conn, n, maxPending, size int, limit
 	if msgID {
 		name += " +Nats-Msg-Id"
 	}
+	if subjects != 64 {
+		name += fmt.Sprintf(" over %d subjects", subjects)
+	}
 	return row{name: name, events: n, elapsed: elapsed,
-		note: fmt.Sprintf("PublishMsgAsync, max %d pending, stream %s file/R1 on the same server", maxPending, stream)}, nil
+		note: fmt.Sprintf("PublishMsgAsync, max %d pending, stream %s file/R1 on the same server, %d subjects", maxPending, stream, subjects)}, nil
 }
 
 // ---------------------------------------------------------------------------
