@@ -32,7 +32,10 @@ import (
 //     there for the mover), but for an event of a partition this agent
 //     owns whose writer knows the id is new there (LocalStore.MayHold: the
 //     writer is the lanes' only one and remembers a window's ids, and
-//     nothing of the partition waits in INGEST).
+//     nothing it forwarded waits in INGEST) and, for a request of several
+//     events, whose partition has nothing waiting in INGEST at all
+//     (LocalStore.WaitsInIngest: one look per partition; another agent's
+//     event there is unknown to the writer).
 //     A probe's duplicate is compared now: a conflict refuses the request,
 //     the same event is answered as a duplicate and not stored again.
 //   - store, then verify: the store's answer for each event; a duplicate
@@ -65,6 +68,23 @@ func (g *Gateway) precheck(ctx context.Context, events []*prepared, inBatch bool
 		return nil, err
 	}
 	single := len(events) == 1
+	// Per partition: whether INGEST may hold an unmoved event of it (one
+	// look each, asked only for a batch's events MayHold calls new).
+	var waits map[int]bool
+	waitsInIngest := func(p int) bool {
+		w, ok := waits[p]
+		if !ok {
+			var err error
+			if w, err = g.local.WaitsInIngest(ctx, p); err != nil {
+				w = true // not known: probe
+			}
+			if waits == nil {
+				waits = make(map[int]bool)
+			}
+			waits[p] = w
+		}
+		return w
+	}
 	var probes []probe
 	var of []int // events index of each probe
 	ids := make([]string, 0, len(keyed))
@@ -75,8 +95,12 @@ func (g *Gateway) precheck(ctx context.Context, events []*prepared, inBatch bool
 		if single && local {
 			continue // the store into its lanes answers before anything else is stored
 		}
-		if local && !g.local.MayHold(p.partition, p.msgID) {
-			continue // the owner's writer knows the id is new to its lanes
+		if local && !g.local.MayHold(p.partition, p.msgID) && !waitsInIngest(p.partition) {
+			// The owner's writer knows the id is new to its lanes, and
+			// nothing of the partition waits in INGEST (another agent's
+			// event there would be found only by the store, after the
+			// request's other events were stored).
+			continue
 		}
 		probes = append(probes, lanesProbe(p.partition, p.event, p.msgID))
 		of = append(of, i)

@@ -253,7 +253,8 @@ func (s partitionStore) AppendLocal(_ context.Context, p int, _ []ingest.LocalEv
 
 func (s partitionStore) Owns(p int) bool { return p == s.failing }
 
-func (partitionStore) MayHold(int, string) bool { return true }
+func (partitionStore) MayHold(int, string) bool                         { return true }
+func (partitionStore) WaitsInIngest(context.Context, int) (bool, error) { return true, nil }
 
 // A keyed fan-out whose store failed midway keeps its record: the retry
 // stores exactly the routes the first try chose (completing it, even

@@ -568,9 +568,14 @@ type LocalStore interface {
 	Owns(p int) bool
 	// MayHold is false only when this agent owns partition p and
 	// certainly did not store msgID within the dedup window: not in its
-	// lanes, and nothing of p waits in INGEST for its mover (the
-	// idempotency check then needs no probe).
+	// lanes, and nothing it forwarded into INGEST waits there for its
+	// mover (with WaitsInIngest false, the idempotency check then needs
+	// no probe).
 	MayHold(p int, msgID string) bool
+	// WaitsInIngest is false only when this agent owns partition p and
+	// INGEST holds no event of p its mover has not moved: an event
+	// another agent stored there is unknown to MayHold.
+	WaitsInIngest(ctx context.Context, p int) (bool, error)
 }
 
 // duplicates is the duplicate flag of each stored event.

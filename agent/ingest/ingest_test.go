@@ -712,7 +712,8 @@ func (failingStore) AppendLocal(context.Context, int, []ingest.LocalEvent) ([]in
 
 func (failingStore) Owns(int) bool { return true }
 
-func (failingStore) MayHold(int, string) bool { return true }
+func (failingStore) MayHold(int, string) bool                         { return true }
+func (failingStore) WaitsInIngest(context.Context, int) (bool, error) { return true, nil }
 
 // A key binds only an event that was stored: after a failed store, a
 // retry may carry a rebuilt payload.

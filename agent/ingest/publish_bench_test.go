@@ -195,4 +195,5 @@ func (s *ownedStore) AppendLocal(_ context.Context, p int, events []ingest.Local
 
 func (*ownedStore) Owns(int) bool { return true }
 
-func (*ownedStore) MayHold(int, string) bool { return false }
+func (*ownedStore) MayHold(int, string) bool                         { return false }
+func (*ownedStore) WaitsInIngest(context.Context, int) (bool, error) { return false, nil }

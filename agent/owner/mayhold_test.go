@@ -69,6 +69,17 @@ func TestMayHoldAnAppendWaitingInIngest(t *testing.T) {
 	poll.True(t, "an id never stored is certainly not held once INGEST is drained", 10*time.Second, func() bool {
 		return !part.MayHold(uuid.NewString())
 	})
+	waits := func() bool {
+		t.Helper()
+		w, err := part.WaitsInIngest(ctx)
+		if err != nil {
+			t.Fatalf("WaitsInIngest: %v", err)
+		}
+		return w
+	}
+	if waits() {
+		t.Fatal("WaitsInIngest with INGEST drained is true")
+	}
 
 	// Another agent's event of the partition waits in INGEST (the mover is
 	// paused): the owner's next append goes there too, behind it.
@@ -83,6 +94,11 @@ func TestMayHoldAnAppendWaitingInIngest(t *testing.T) {
 	if _, err := js.PublishMsg(ctx, msg); err != nil {
 		t.Fatalf("publish into INGEST: %v", err)
 	}
+	// The writer never saw it (MayHold may say "certainly not"): only a
+	// look at INGEST finds it, and a batch's check asks.
+	if !waits() {
+		t.Fatal("WaitsInIngest with another agent's event waiting in INGEST (mover paused) is false")
+	}
 	behind := item()
 	if at := appendOne(behind); at.Stream != lanes.IngestStream {
 		t.Fatalf("an append behind another agent's event in INGEST stored in %s, want INGEST", at.Stream)
@@ -96,6 +112,9 @@ func TestMayHoldAnAppendWaitingInIngest(t *testing.T) {
 	poll.True(t, "once moved, an id never stored is certainly not held again", 10*time.Second, func() bool {
 		return !part.MayHold(uuid.NewString())
 	})
+	if waits() {
+		t.Fatal("WaitsInIngest once the mover moved everything is true")
+	}
 	if !part.MayHold(behind.MsgID) {
 		t.Fatal("MayHold of the forwarded append, moved, is false")
 	}

@@ -166,6 +166,22 @@ func (o *Partition) MayHold(msgID string) bool {
 	return o.writer.mayWaitInIngest() || o.writer.recent.mayHold(msgID)
 }
 
+// WaitsInIngest reports whether INGEST holds an event of this partition
+// its mover has not moved yet: one look at INGEST, shared with the
+// concurrent callers that asked before it began (as the direct path's).
+// MayHold knows only this agent's own forwards; an event another agent
+// stored in INGEST for this partition is seen only by looking. A batch's
+// idempotency check asks once per partition before it skips the probes
+// MayHold would let it skip: that event's key, reused in the batch, would
+// else be found out only by the store, after the batch's other events.
+func (o *Partition) WaitsInIngest(ctx context.Context) (bool, error) {
+	w := o.writer
+	if w.mayWaitInIngest() {
+		return true, nil
+	}
+	return w.ingestLook.ahead(ctx, w.writerDone, w.lookIngest)
+}
+
 // mayWaitInIngest reports whether an event of this partition may be in
 // INGEST, not yet moved into the lanes: the gate is closed, or a forward
 // stored one past what the mover has handled.
@@ -357,7 +373,13 @@ func (w *laneWriter) forward(ctx context.Context, items []Item) ([]Stored, error
 		select {
 		case ack := <-f.Ok():
 			at[i] = Stored{Stream: lanes.IngestStream, Seq: ack.Sequence, Duplicate: ack.Duplicate}
-			w.forwarded(ack.Sequence)
+			if !ack.Duplicate {
+				// A duplicate's sequence is its original's, which may
+				// be one a previous run moved: it would hold MayHold
+				// true until the partition reopens. An original another
+				// agent left unmoved is WaitsInIngest's to see.
+				w.forwarded(ack.Sequence)
+			}
 		case err := <-f.Err():
 			return at[:i], err
 		case <-ctx.Done():

@@ -19,9 +19,11 @@ import (
 // open lets no open finish before maxParallelOpens run together, so opens
 // made one after another never finish and the test fails.
 func TestOpenLoopOpensSeveralPartitionsAtOnce(t *testing.T) {
-	const partitions, failsOnce = 10, 3
+	// More partitions than open at once, on any number of cores
+	// (maxParallelOpens follows GOMAXPROCS).
+	partitions, failsOnce := 2*maxParallelOpens+2, 3
 	s := &Set{log: slog.New(slog.DiscardHandler), states: newLifecycle(testStallTimeout)}
-	s.count.Store(partitions)
+	s.count.Store(int32(partitions))
 	want := map[int]bool{}
 	for p := range partitions {
 		want[p] = true

@@ -209,6 +209,17 @@ func (s *Set) MayHold(p int, msgID string) bool {
 	return part == nil || part.MayHold(msgID)
 }
 
+// WaitsInIngest reports whether INGEST may hold an event of partition p
+// that its owner has not moved into its lanes yet: true when p does not
+// run here (owner.Partition.WaitsInIngest) (ingest.LocalStore).
+func (s *Set) WaitsInIngest(ctx context.Context, p int) (bool, error) {
+	part := s.Partition(p)
+	if part == nil {
+		return true, nil
+	}
+	return part.WaitsInIngest(ctx)
+}
+
 // ArchivePending dead-letters a destination's pending events (reason
 // "deleted"), or only those of one of its subscriptions (subscriptionID
 // not ""), and returns how many; 0 when its partition is not here.
