@@ -522,6 +522,18 @@ func runIngest(args []string) error {
 	}
 	progress("PublishBatch: %.0f events/s, batch p50 %.2f ms, p99 %.2f ms", bat.rate(), ms(bat.p50), ms(bat.p99))
 
+	return reportIngest(ingestRows{pub: pub, paced: paced, floor: floor, bat: bat, raw: raw, rawID: rawID, rawLanes: rawLanes}, *pacedRate)
+}
+
+// ingestRows are the phases of `bench ingest`, for its report.
+type ingestRows struct {
+	pub, paced, floor, bat, raw, rawID, rawLanes row
+}
+
+// reportIngest prints the ingest table, the phases' notes and, last, the
+// JSON line.
+func reportIngest(r ingestRows, pacedRate float64) error {
+	pub, paced, floor, bat, raw, rawID, rawLanes := r.pub, r.paced, r.floor, r.bat, r.raw, r.rawID, r.rawLanes
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "path\tevents\tseconds\tevents/s\tp50 ms\tp99 ms\tserver CPU µs/event\tbench client CPU µs/event\t")
 	for _, r := range []row{pub, paced, floor, bat, raw, rawID, rawLanes} {
@@ -544,7 +556,7 @@ func runIngest(args []string) error {
 		"raw_msgid_per_s":   round(rawID.rate(), 0),
 		"batch_ratio_msgid": round(bat.rate()/rawID.rate(), 3),
 		// Publish latency at a given offered rate (open loop).
-		"paced_rate_per_s":       round(*pacedRate, 0),
+		"paced_rate_per_s":       round(pacedRate, 0),
 		"publish_p99_ms_at_rate": round(ms(paced.p99), 2),
 		"paced_achieved_per_s":   round(paced.rate(), 0),
 		// CPU per event of the server and of the bench's callers: what
