@@ -91,21 +91,18 @@ func TestAttemptRecordsInHistory(t *testing.T) {
 // the event's attempts, and its record says so, with why; the try that
 // delivers it, and a 4xx (the event's own failure), each use one.
 func TestAttemptRecordsSayWhetherCharged(t *testing.T) {
-	var mu sync.Mutex
-	statusOf := map[string]int{}
+	// The partner answers by lane, so each failure is in place before its
+	// event is published (the owner may send an event the moment it is
+	// stored).
+	statusOfLane := map[string]int{"a": http.StatusServiceUnavailable, "b": http.StatusBadRequest}
 	p := partner.New(t, partner.Options{RefusalBody: "boom\n", Answer: func(r partner.Request) int {
-		mu.Lock()
-		defer mu.Unlock()
 		if r.Sent <= 2 {
-			return statusOf[r.ID]
+			return statusOfLane[r.LaneKey]
 		}
 		return 0
 	}})
 	n := open(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{dest("orders", p.URL(), 5)})
 	down := n.publish("orders", "a")
-	mu.Lock()
-	statusOf[down] = http.StatusServiceUnavailable
-	mu.Unlock()
 	n.run(true)
 
 	type try struct {
@@ -142,9 +139,6 @@ func TestAttemptRecordsSayWhetherCharged(t *testing.T) {
 
 	// Now that the destination answers, a 400 is the event's own failure.
 	poison := n.publish("orders", "b")
-	mu.Lock()
-	statusOf[poison] = http.StatusBadRequest
-	mu.Unlock()
 	poll.True(t, "the 400 event retried and delivered", 30*time.Second, func() bool { return len(recordsOf(poison)) == 3 })
 	want = []try{
 		{rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, 1, true, ""},
