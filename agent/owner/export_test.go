@@ -15,3 +15,6 @@ func Reforwarded() float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// Scan is the rebuild's read of a whole stream.
+var Scan = scan

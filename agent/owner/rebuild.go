@@ -2,7 +2,10 @@ package owner
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -93,7 +96,7 @@ func (f *epochFilter) admit(epoch, ledgerSeq uint64) (bool, error) {
 }
 
 func (r *rebuildState) readLedger(ctx context.Context) error {
-	if err := scan(ctx, r.o.ledger, r.ledgerEntry); err != nil {
+	if err := scan(ctx, r.o.deps.JS, r.o.ledger, r.ledgerEntry); err != nil {
 		return err
 	}
 	if r.epochs.stale > 0 {
@@ -153,12 +156,12 @@ func (r *rebuildState) deadEntry(data []byte, laneSeq, ledgerSeq uint64) error {
 }
 
 func (r *rebuildState) scanLanes(ctx context.Context) error {
-	info, err := r.o.lanes.Info(ctx)
+	info, err := leaderInfo(ctx, r.o.lanes)
 	if err != nil {
 		return fmt.Errorf("lane store info: %w", err)
 	}
 	r.lastSeq = info.State.LastSeq
-	if err := scan(ctx, r.o.lanes, r.laneEntry); err != nil {
+	if err := scan(ctx, r.o.deps.JS, r.o.lanes, r.laneEntry); err != nil {
 		return fmt.Errorf("scan lane store: %w", err)
 	}
 	return nil
@@ -311,44 +314,205 @@ func (r *rebuildState) dropLeftovers() {
 	}
 }
 
-// scan calls fn for every message of a stream, in order.
-func scan(ctx context.Context, st jetstream.Stream, fn func(jetstream.Msg, *jetstream.MsgMetadata) error) error {
+// scan calls fn for every message of a stream, in order, through at least
+// the last sequence its leader reported when the scan began.
+//
+// The ordered consumer that reads the stream is placed on any one of its
+// replicas, and a replica may be behind the leader: one that rejoins after
+// a network cut can stay tens of seconds behind while it catches up. Such
+// a replica serves what it has applied, a true prefix of the stream, and
+// then reports nothing pending. Ending there rebuilt a partition without
+// its latest events, and the new owner never delivered them. So the end
+// is the leader's to say: when the replica has nothing more below the
+// leader's last sequence, the scan asks the leader (leaderHasAfter)
+// whether a message follows the last one read. If one does, the scan
+// reads on from there through a new consumer (placed anew, most likely
+// on a replica that is caught up), within scanCatchUp.
+func scan(ctx context.Context, js jetstream.JetStream, st jetstream.Stream, fn func(jetstream.Msg, *jetstream.MsgMetadata) error) error {
 	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
-	info, err := st.Info(cctx)
+	info, err := leaderInfo(cctx, st)
 	if err != nil {
 		return err
 	}
 	if info.State.Msgs == 0 {
 		return nil
 	}
-	cons, err := st.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{})
+	s := &streamScan{js: js, st: st, stream: info.Config.Name, last: info.State.LastSeq, msgs: info.State.Msgs, fn: fn}
+	for {
+		done, err := s.readFrom(ctx)
+		if done || err != nil {
+			return err
+		}
+	}
+}
+
+// streamScan is one scan's progress: read is the last sequence read.
+type streamScan struct {
+	js           jetstream.JetStream
+	st           jetstream.Stream
+	stream       string
+	last, msgs   uint64 // the leader's last sequence and message count
+	placements   int    // consumers placed again because their replica's count differed
+	fn           func(jetstream.Msg, *jetstream.MsgMetadata) error
+	read         uint64
+	waitingSince time.Time // since when nothing came while the leader had more (zero: not waiting)
+}
+
+// readFrom reads from the message after s.read through one ordered
+// consumer until the scan is done (true), or its replica gives nothing
+// while the leader has more (false: read on through a new consumer).
+func (s *streamScan) readFrom(ctx context.Context) (done bool, err error) {
+	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	cfg := jetstream.OrderedConsumerConfig{}
+	if s.read > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, s.read+1
+	}
+	cons, err := s.st.OrderedConsumer(cctx, cfg)
 	if err != nil {
-		return err
+		return false, err
 	}
 	// Short heartbeats: a consumer lost with a dead stream leader is
 	// noticed (and recreated where it left off) in about 2s, not 10s.
 	it, err := cons.Messages(jetstream.PullMaxMessages(4096), jetstream.PullExpiry(4*time.Second), jetstream.PullHeartbeat(time.Second))
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer it.Stop()
+	if s.read == 0 && s.placements < maxPlacements {
+		// A replica whose count differs from the leader's is behind, and
+		// may also hold events purged since (delivered again if read):
+		// place the consumer anew while one is likely to be caught up.
+		if info := cons.CachedInfo(); info != nil && info.NumPending != s.msgs {
+			s.placements++
+			return false, nil
+		}
+	}
 	for {
-		msg, err := it.Next()
+		msg, err := nextWithin(ctx, it, scanWait)
+		if errors.Is(err, errScanWait) {
+			return s.stalled(ctx)
+		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		meta, err := msg.Metadata()
 		if err != nil {
-			return err
+			return false, err
 		}
-		if err := fn(msg, meta); err != nil {
-			return err
+		if err := s.fn(msg, meta); err != nil {
+			return false, err
 		}
-		if meta.NumPending == 0 || meta.Sequence.Stream >= info.State.LastSeq {
-			return nil
+		s.read, s.waitingSince = meta.Sequence.Stream, time.Time{}
+		if s.read >= s.last {
+			return true, nil
+		}
+		if meta.NumPending == 0 {
+			// The replica has nothing more: the end, unless its leader
+			// has more (or cannot say yet): the next wait finds out.
+			if more, err := leaderHasAfter(ctx, s.js, s.stream, s.read, s.last); err == nil && !more {
+				return true, nil
+			}
 		}
 	}
+}
+
+// stalled decides, once nothing came within scanWait, whether the scan is
+// done: the leader has nothing after s.read. An error asking the leader
+// is "not known yet" (a leader being elected). Either way the scan reads
+// on through a new consumer, within scanCatchUp.
+func (s *streamScan) stalled(ctx context.Context) (done bool, err error) {
+	more, err := leaderHasAfter(ctx, s.js, s.stream, s.read, s.last)
+	if err == nil && !more {
+		return true, nil
+	}
+	if s.waitingSince.IsZero() {
+		s.waitingSince = time.Now()
+	} else if time.Since(s.waitingSince) > scanCatchUp {
+		if err != nil {
+			return false, err
+		}
+		return false, fmt.Errorf("%w: stream %s read through seq %d of %d", errReplicaBehind, s.stream, s.read, s.last)
+	}
+	return false, nil
+}
+
+// leaderInfo is the stream's info as its leader answers it. While a
+// replicated stream has no leader, another server may answer with its
+// own replica's state (the answer names no leader), which can be far
+// behind: that answer is an error here, and the caller tries again.
+func leaderInfo(ctx context.Context, st jetstream.Stream) (*jetstream.StreamInfo, error) {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if info.Cluster != nil && info.Cluster.Leader == "" {
+		return nil, fmt.Errorf("%w: stream %s", errNoLeader, info.Config.Name)
+	}
+	return info, nil
+}
+
+// scanWait is how long a scan waits for its consumer's next message before
+// it asks the leader whether one should come; scanCatchUp bounds how long
+// it reads on without progress while the leader has more (the open then
+// fails, and is tried again).
+const (
+	scanWait    = 2 * time.Second
+	scanCatchUp = 20 * time.Second
+	// maxPlacements bounds how many times a scan places its first
+	// consumer anew; then it reads on from a replica that is behind.
+	maxPlacements = 6
+)
+
+var (
+	errNoLeader      = errors.New("no leader answered for the stream (an election is under way)")
+	errScanWait      = errors.New("no message within the scan's wait")
+	errReplicaBehind = errors.New("the replica serving the scan stayed behind its stream's leader")
+)
+
+// nextWithin is the iterator's next message, or errScanWait once wait
+// passed without one.
+func nextWithin(ctx context.Context, it jetstream.MessagesContext, wait time.Duration) (jetstream.Msg, error) {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	msg, err := it.Next(jetstream.NextContext(wctx))
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return nil, errScanWait
+	}
+	return msg, err
+}
+
+// leaderHasAfter asks the stream's leader (STREAM.MSG.GET, which only the
+// leader answers; a direct get may be answered by a replica that is
+// behind) whether it stores a message after sequence read and at most at
+// last.
+func leaderHasAfter(ctx context.Context, js jetstream.JetStream, stream string, read, last uint64) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	req := []byte(`{"seq":` + strconv.FormatUint(read+1, 10) + `,"next_by_subj":">"}`)
+	msg, err := js.Conn().RequestWithContext(ctx, apiSubject(js, "STREAM.MSG.GET."+stream), req)
+	if err != nil {
+		return false, fmt.Errorf("ask the leader of %s for a message after seq %d: %w", stream, read, err)
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Sequence uint64 `json:"seq"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return false, fmt.Errorf("ask the leader of %s for a message after seq %d: unreadable answer: %w", stream, read, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return false, nil
+	case resp.Error != nil:
+		return false, fmt.Errorf("ask the leader of %s for a message after seq %d: %w", stream, read, resp.Error)
+	case resp.Message == nil:
+		return false, fmt.Errorf("ask the leader of %s for a message after seq %d: an answer without a message", stream, read)
+	}
+	return resp.Message.Sequence <= last, nil
 }
 
 func headFromProto(h *rivorav1.LaneHead) scheduler.Head {

@@ -133,7 +133,7 @@ func (o *Partition) saveSnapshot(ctx context.Context) {
 		st  jetstream.Stream
 		out *streamState
 	}{{o.lanes, &snap.laneStore}, {o.ledger, &snap.ledger}} {
-		info, err := s.st.Info(ctx)
+		info, err := leaderInfo(ctx, s.st)
 		if err != nil {
 			o.log.Warn("no pending snapshot: stream info", "error", err)
 			return
@@ -190,12 +190,12 @@ func (r *rebuildState) fromSnapshot(ctx context.Context) bool {
 	}
 	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
-	laneInfo, err := o.lanes.Info(cctx)
+	laneInfo, err := leaderInfo(cctx, o.lanes)
 	if err != nil {
 		o.log.Warn("pending snapshot: lane store info; full scan", "error", err)
 		return false
 	}
-	ledgerInfo, err := o.ledger.Info(cctx)
+	ledgerInfo, err := leaderInfo(cctx, o.ledger)
 	if err != nil {
 		o.log.Warn("pending snapshot: ledger info; full scan", "error", err)
 		return false
