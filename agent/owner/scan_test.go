@@ -3,11 +3,14 @@ package owner_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/testkit/cutcell"
 	"github.com/rivora/rivora/testkit/poll"
@@ -112,5 +115,42 @@ func TestScanReadsPastAReplicaThatIsBehind(t *testing.T) {
 		if read != stored || next != stored+1 {
 			t.Fatalf("scan %d read %d messages through seq %d; the leader stores %d", run, read, next-1, stored)
 		}
+	}
+}
+
+// A scan ends at the last message stored, when the stream's last
+// sequences were deleted since (delivered events purged): the leader
+// says nothing follows, and the scan does not wait for more.
+func TestScanEndsWhereTheLeaderHasNothingMore(t *testing.T) {
+	srv, err := natsd.Start(natsd.Config{DataDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	ctx := context.Background()
+	js := srv.JetStream()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "TAIL", Subjects: []string{"tail.>"}, Storage: jetstream.FileStorage, AllowDirect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 10 {
+		if _, err := js.Publish(ctx, fmt.Sprintf("tail.%d", k%3), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, seq := range []uint64{4, 9, 10} {
+		if err := st.DeleteMsg(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []uint64
+	if err := owner.Scan(ctx, js, st, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
+		got = append(got, meta.Sequence.Stream)
+		return nil
+	}); err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	if want := []uint64{1, 2, 3, 5, 6, 7, 8}; !slices.Equal(got, want) {
+		t.Fatalf("scan read seqs %v, want %v", got, want)
 	}
 }
