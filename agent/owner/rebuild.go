@@ -355,7 +355,8 @@ type streamScan struct {
 	last, msgs   uint64 // the leader's last sequence and message count
 	placements   int    // consumers placed again because their replica's count differed
 	fn           func(jetstream.Msg, *jetstream.MsgMetadata) error
-	read         uint64
+	read         uint64    // the last sequence read
+	count        uint64    // messages read through s.last
 	waitingSince time.Time // since when nothing came while the leader had more (zero: not waiting)
 }
 
@@ -365,7 +366,10 @@ type streamScan struct {
 func (s *streamScan) readFrom(ctx context.Context) (done bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
-	cfg := jetstream.OrderedConsumerConfig{}
+	// A consumer left behind (a re-placement, a stall) ends on the
+	// server soon; a consumer that cannot be recreated ends the scan
+	// (the open is tried again) rather than retrying without end.
+	cfg := jetstream.OrderedConsumerConfig{InactiveThreshold: 15 * time.Second, MaxResetAttempts: 3}
 	if s.read > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, s.read+1
 	}
@@ -373,13 +377,6 @@ func (s *streamScan) readFrom(ctx context.Context) (done bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	// Short heartbeats: a consumer lost with a dead stream leader is
-	// noticed (and recreated where it left off) in about 2s, not 10s.
-	it, err := cons.Messages(jetstream.PullMaxMessages(4096), jetstream.PullExpiry(4*time.Second), jetstream.PullHeartbeat(time.Second))
-	if err != nil {
-		return false, err
-	}
-	defer it.Stop()
 	if s.read == 0 && s.placements < maxPlacements {
 		// A replica whose count differs from the leader's is behind, and
 		// may also hold events purged since (delivered again if read):
@@ -389,6 +386,16 @@ func (s *streamScan) readFrom(ctx context.Context) (done bool, err error) {
 			return false, nil
 		}
 	}
+	// Short heartbeats: a consumer lost with a dead stream leader is
+	// noticed (and recreated where it left off) in about 2s, not 10s.
+	it, err := cons.Messages(jetstream.PullMaxMessages(4096), jetstream.PullExpiry(4*time.Second), jetstream.PullHeartbeat(time.Second))
+	if err != nil {
+		return false, err
+	}
+	defer it.Stop()
+	// The iterator's own recreation of a lost consumer does not watch
+	// Next's context: stopping it when ctx ends (a lost lease) does.
+	defer context.AfterFunc(ctx, it.Stop)()
 	for {
 		msg, err := nextWithin(ctx, it, scanWait)
 		if errors.Is(err, errScanWait) {
@@ -405,17 +412,33 @@ func (s *streamScan) readFrom(ctx context.Context) (done bool, err error) {
 			return false, err
 		}
 		s.read, s.waitingSince = meta.Sequence.Stream, time.Time{}
+		if s.read <= s.last {
+			s.count++
+		}
 		if s.read >= s.last {
-			return true, nil
+			return s.end()
 		}
 		if meta.NumPending == 0 {
 			// The replica has nothing more: the end, unless its leader
 			// has more (or cannot say yet): the next wait finds out.
 			if more, err := leaderHasAfter(ctx, s.js, s.stream, s.read, s.last); err == nil && !more {
-				return true, nil
+				return s.end()
 			}
 		}
 	}
+}
+
+// end checks, once the scan read through the leader's last sequence,
+// that it read as many messages as the leader stores through it: a
+// replica behind the leader may also hold messages the leader deleted
+// since (events delivered and purged), and reading them would deliver
+// them again. Nothing writes or deletes a partition's streams while it
+// opens, so a difference means a stale read: the open is tried again.
+func (s *streamScan) end() (done bool, err error) {
+	if s.count != s.msgs {
+		return false, fmt.Errorf("%w: stream %s: read %d messages through seq %d, its leader stores %d", errStaleRead, s.stream, s.count, s.last, s.msgs)
+	}
+	return true, nil
 }
 
 // stalled decides, once nothing came within scanWait, whether the scan is
@@ -425,7 +448,7 @@ func (s *streamScan) readFrom(ctx context.Context) (done bool, err error) {
 func (s *streamScan) stalled(ctx context.Context) (done bool, err error) {
 	more, err := leaderHasAfter(ctx, s.js, s.stream, s.read, s.last)
 	if err == nil && !more {
-		return true, nil
+		return s.end()
 	}
 	if s.waitingSince.IsZero() {
 		s.waitingSince = time.Now()
@@ -438,16 +461,18 @@ func (s *streamScan) stalled(ctx context.Context) (done bool, err error) {
 	return false, nil
 }
 
-// leaderInfo is the stream's info as its leader answers it. While a
-// replicated stream has no leader, another server may answer with its
-// own replica's state (the answer names no leader), which can be far
-// behind: that answer is an error here, and the caller tries again.
+// leaderInfo is the stream's info as a leader with a quorum behind it
+// answers it. While a replicated stream has no leader, another server may
+// answer with its own replica's state (the answer names no leader), and
+// for a moment after a cut heals a former leader may still answer as one,
+// its replicas long unheard: both can be far behind. Such an answer is
+// an error here, and the caller tries again.
 func leaderInfo(ctx context.Context, st jetstream.Stream) (*jetstream.StreamInfo, error) {
 	info, err := st.Info(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if info.Cluster != nil && info.Cluster.Leader == "" {
+	if !quorumBehind(info) {
 		return nil, fmt.Errorf("%w: stream %s", errNoLeader, info.Config.Name)
 	}
 	return info, nil
@@ -466,9 +491,10 @@ const (
 )
 
 var (
-	errNoLeader      = errors.New("no leader answered for the stream (an election is under way)")
+	errNoLeader      = errors.New("no leader with a quorum answered for the stream (an election is under way)")
 	errScanWait      = errors.New("no message within the scan's wait")
 	errReplicaBehind = errors.New("the replica serving the scan stayed behind its stream's leader")
+	errStaleRead     = errors.New("the scan read another state than its stream's leader stores")
 )
 
 // nextWithin is the iterator's next message, or errScanWait once wait

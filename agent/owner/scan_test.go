@@ -95,20 +95,30 @@ func TestScanReadsPastAReplicaThatIsBehind(t *testing.T) {
 	const stored = 50 + 2000
 	// A scan may fail while the cell elects leaders again (the former
 	// leader rejoins with a higher term): the open that runs it is
-	// tried again. A scan that succeeds must have read everything.
+	// tried again. A scan that succeeds must have read everything, and
+	// no scan may skip or repeat a sequence.
 	for run := range 12 {
 		var read, next uint64
+		var gap error
 		err := poll.Check(time.Minute, 100*time.Millisecond, func() error {
 			read, next = 0, 0
-			return owner.Scan(ctx, js, st, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
+			err := owner.Scan(ctx, js, st, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) error {
 				read++
 				if next != 0 && meta.Sequence.Stream != next {
-					return fmt.Errorf("seq %d after %d", meta.Sequence.Stream, next-1)
+					gap = fmt.Errorf("seq %d after %d", meta.Sequence.Stream, next-1)
+					return gap
 				}
 				next = meta.Sequence.Stream + 1
 				return nil
 			})
+			if gap != nil {
+				return nil // not to be retried
+			}
+			return err
 		})
+		if gap != nil {
+			t.Fatalf("scan %d: %v", run, gap)
+		}
 		if err != nil {
 			t.Fatalf("scan %d: %v", run, err)
 		}
