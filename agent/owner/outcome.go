@@ -88,33 +88,47 @@ func (o *Partition) loadStored(ctx context.Context, seq uint64) ([]byte, error) 
 	return msg.Data, nil
 }
 
-// leaderGet reads the stored event at seq through the STREAM.MSG.GET API,
-// which only the lane store's leader answers: slower than a direct get,
-// asked only when a direct get found nothing.
+// leaderGet reads the stored event at seq from the lane store's leader:
+// slower than a direct get, asked only when a direct get found nothing.
 func (o *Partition) leaderGet(ctx context.Context, seq uint64) ([]byte, error) {
-	req := []byte(`{"seq":` + strconv.FormatUint(seq, 10) + `}`)
-	msg, err := o.deps.JS.Conn().RequestWithContext(ctx, o.msgGet, req)
+	msg, err := getFromLeader(ctx, o.deps.JS, o.msgGet, []byte(`{"seq":`+strconv.FormatUint(seq, 10)+`}`))
 	if err != nil {
-		return nil, fmt.Errorf("get from the lane store's leader: %w", err)
+		return nil, err
+	}
+	return msg.Data, nil
+}
+
+// leaderMsg is a stored message as the STREAM.MSG.GET API answers it.
+type leaderMsg struct {
+	Sequence uint64 `json:"seq"`
+	Data     []byte `json:"data"`
+}
+
+// getFromLeader sends req ({"seq":…} and its options) to msgGet, a
+// stream's STREAM.MSG.GET API subject, which only the stream's leader
+// answers (any replica may answer a direct get, one that is behind
+// included). jetstream.ErrMsgNotFound: the leader stores no such message.
+func getFromLeader(ctx context.Context, js jetstream.JetStream, msgGet string, req []byte) (*leaderMsg, error) {
+	msg, err := js.Conn().RequestWithContext(ctx, msgGet, req)
+	if err != nil {
+		return nil, fmt.Errorf("get from the leader (%s): %w", msgGet, err)
 	}
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`
-		Message *struct {
-			Data []byte `json:"data"`
-		} `json:"message"`
+		Message *leaderMsg          `json:"message"`
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return nil, fmt.Errorf("get from the lane store's leader: unreadable answer: %w", err)
+		return nil, fmt.Errorf("get from the leader (%s): unreadable answer: %w", msgGet, err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
 		return nil, jetstream.ErrMsgNotFound
 	case resp.Error != nil:
-		return nil, fmt.Errorf("get from the lane store's leader: %w", resp.Error)
+		return nil, fmt.Errorf("get from the leader (%s): %w", msgGet, resp.Error)
 	case resp.Message == nil:
-		return nil, errors.New("get from the lane store's leader: an answer without a message")
+		return nil, fmt.Errorf("get from the leader (%s): an answer without a message", msgGet)
 	}
-	return resp.Message.Data, nil
+	return resp.Message, nil
 }
 
 // apiSubject is a stream's JetStream API subject (for example

@@ -2,7 +2,6 @@ package owner
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -509,36 +508,20 @@ func nextWithin(ctx context.Context, it jetstream.MessagesContext, wait time.Dur
 	return msg, err
 }
 
-// leaderHasAfter asks the stream's leader (STREAM.MSG.GET, which only the
-// leader answers; a direct get may be answered by a replica that is
-// behind) whether it stores a message after sequence read and at most at
-// last.
+// leaderHasAfter asks the stream's leader whether it stores a message
+// after sequence read and at most at last.
 func leaderHasAfter(ctx context.Context, js jetstream.JetStream, stream string, read, last uint64) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	req := []byte(`{"seq":` + strconv.FormatUint(read+1, 10) + `,"next_by_subj":">"}`)
-	msg, err := js.Conn().RequestWithContext(ctx, apiSubject(js, "STREAM.MSG.GET."+stream), req)
-	if err != nil {
-		return false, fmt.Errorf("ask the leader of %s for a message after seq %d: %w", stream, read, err)
-	}
-	var resp struct {
-		Error   *jetstream.APIError `json:"error"`
-		Message *struct {
-			Sequence uint64 `json:"seq"`
-		} `json:"message"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return false, fmt.Errorf("ask the leader of %s for a message after seq %d: unreadable answer: %w", stream, read, err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+	msg, err := getFromLeader(ctx, js, apiSubject(js, "STREAM.MSG.GET."+stream), req)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
-	case resp.Error != nil:
-		return false, fmt.Errorf("ask the leader of %s for a message after seq %d: %w", stream, read, resp.Error)
-	case resp.Message == nil:
-		return false, fmt.Errorf("ask the leader of %s for a message after seq %d: an answer without a message", stream, read)
 	}
-	return resp.Message.Sequence <= last, nil
+	if err != nil {
+		return false, err
+	}
+	return msg.Sequence <= last, nil
 }
 
 func headFromProto(h *rivorav1.LaneHead) scheduler.Head {
