@@ -372,7 +372,7 @@ func runIngest(args []string) error {
 	keyed := fs.Bool("keys", true, "give every event its own idempotency key, as the SDKs do (the server then checks it is not reused for another event)")
 	pacedRate := fs.Float64("paced-rate", 10000, "Publish calls per second offered in the open-loop phase (its p99 is publish_p99_ms_at_rate)")
 	pacedN := fs.Int("paced-n", 30000, "events for the open-loop Publish phase")
-	profileDir := fs.String("profile-dir", "", "write CPU profiles of the server during the Publish (publish.pprof, its first seconds) and PublishBatch (batch.pprof) phases into `DIR`")
+	profileDir := fs.String("profile-dir", "", "write CPU profiles of the server during the Publish (publish.pprof, its first seconds), paced Publish (paced.pprof, its first seconds) and PublishBatch (batch.pprof) phases into `DIR`")
 	fs.Parse(args)
 	if *profileDir != "" {
 		c.pprof = true
@@ -490,11 +490,15 @@ func runIngest(args []string) error {
 
 	progress("Publish at %.0f/s offered: %d events, open loop", *pacedRate, *pacedN)
 	cpu0, client0 = d.cpu(), benchCPU()
+	profiled = phaseProfile(ctx, d, *profileDir, "paced", 2)
 	paced, err := pacedPublishPhase(ctx, ingest, *pacedN, *pacedRate, 512, *limit, func(i int) *rivorav1.PublishRequest { return req(i + 1<<28) })
 	if err != nil {
 		return fmt.Errorf("paced publish phase: %w", err)
 	}
 	paced.serverCPU, paced.clientCPU = d.cpu()-cpu0, benchCPU()-client0
+	if err := profiled(); err != nil {
+		return err
+	}
 	progress("Publish at %.0f/s offered: %.0f events/s, p50 %.2f ms, p99 %.2f ms", *pacedRate, paced.rate(), ms(paced.p50), ms(paced.p99))
 	if err := waitIdle(nc, *limit); err != nil {
 		return err
