@@ -30,10 +30,11 @@ import (
 //     checkEvery while it waits; when one of them cannot reach a quorum
 //     from here the request is refused (its context cancelled with the
 //     refusal as cause) — the event may have been stored, which a retry
-//     with the same idempotency key answers as a duplicate;
+//     with the same idempotency key answers as a duplicate, and the
+//     refusal says so (a retry without a key may store it twice);
 //   - for suspectFor after such a refusal, every request checks its
 //     streams before it writes anything, and is refused at once when one
-//     is still out of reach: nothing is stored.
+//     is still out of reach: nothing is stored, and the refusal says that.
 //
 // The Raft view turns against a stream only after heartbeats stopped for
 // a few seconds (natsd's heardWithin), so a busy but reachable store is
@@ -116,7 +117,7 @@ func (w *storeWatch) need(streams ...string) error {
 		return nil
 	}
 	if err := w.guard.reach.Check(streams...); err != nil {
-		return w.refuse(err)
+		return w.refuse(err, false)
 	}
 	return nil
 }
@@ -132,7 +133,7 @@ func (w *storeWatch) check() {
 	streams := append([]string(nil), w.streams...)
 	w.mu.Unlock()
 	if err := w.guard.reach.Check(streams...); err != nil {
-		w.cancel(w.refuse(err))
+		w.cancel(w.refuse(err, true))
 		return
 	}
 	w.mu.Lock()
@@ -143,9 +144,10 @@ func (w *storeWatch) check() {
 }
 
 // refuse records the refusal of the request for err (a stream out of
-// reach) and makes the guard suspicious.
-func (w *storeWatch) refuse(err error) error {
-	refusal := errkind.Errorf(errkind.Unavailable, "this agent cannot reach a quorum of its store (%w); retry on another agent, with the same idempotency key", err)
+// reach) and makes the guard suspicious. mayBeStored: the request was
+// already writing (its event may be stored), else nothing was written.
+func (w *storeWatch) refuse(err error, mayBeStored bool) error {
+	refusal := unreachableRefusal(err, mayBeStored)
 	w.mu.Lock()
 	first := w.refusal == nil
 	if first {
@@ -160,6 +162,16 @@ func (w *storeWatch) refuse(err error) error {
 		}
 	}
 	return refusal
+}
+
+// unreachableRefusal is the answer to a request refused because err (a
+// stream out of reach): it tells the caller whether a retry elsewhere can
+// store the event twice.
+func unreachableRefusal(err error, mayBeStored bool) error {
+	if mayBeStored {
+		return errkind.Errorf(errkind.Unavailable, "this agent cannot reach a quorum of its store (%w); the event may have been stored: retry on another agent with the same idempotency key, which answers a stored event with its id (a retry without a key may store it twice)", err)
+	}
+	return errkind.Errorf(errkind.Unavailable, "this agent cannot reach a quorum of its store (%w); nothing was stored: retry on another agent", err)
 }
 
 // explain is the answer to a request that failed with err: the refusal

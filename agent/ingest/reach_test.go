@@ -80,6 +80,11 @@ func TestPublishToACutOffAgentIsRefusedFast(t *testing.T) {
 		t.Fatalf("publish to the cut-off agent: %v (after %s), want Unavailable: cannot reach a quorum of its store", err, took)
 	}
 	t.Logf("first publish after the cut refused after %s: %v", took.Round(time.Millisecond), err)
+	// Refused while it was writing: the caller must hear that its event
+	// may be stored (a retry without its key could store it twice).
+	if !strings.Contains(err.Error(), "the event may have been stored") {
+		t.Errorf("a refusal in the middle of the writes does not say the event may be stored: %v", err)
+	}
 	// Heartbeats every second, silence judged after 3 s, checked every
 	// 250 ms once a write waited 500 ms.
 	if limit := 5 * time.Second; took > limit {
@@ -89,6 +94,9 @@ func TestPublishToACutOffAgentIsRefusedFast(t *testing.T) {
 		took, err := publish(cut, 30*time.Second)
 		if connect.CodeOf(err) != connect.CodeUnavailable {
 			t.Fatalf("publish to the cut-off agent, known cut off: %v, want Unavailable", err)
+		}
+		if !strings.Contains(err.Error(), "nothing was stored") {
+			t.Errorf("a refusal before any write does not say nothing was stored: %v", err)
 		}
 		if took > 300*time.Millisecond {
 			t.Errorf("a publish to an agent known to be cut off was refused after %s, want at once", took)
