@@ -133,7 +133,9 @@ func (w *storeWatch) check() {
 	streams := append([]string(nil), w.streams...)
 	w.mu.Unlock()
 	if err := w.guard.reach.Check(streams...); err != nil {
-		w.cancel(w.refuse(err, true))
+		if refusal := w.refuse(err, true); refusal != nil {
+			w.cancel(refusal)
+		}
 		return
 	}
 	w.mu.Lock()
@@ -146,9 +148,15 @@ func (w *storeWatch) check() {
 // refuse records the refusal of the request for err (a stream out of
 // reach) and makes the guard suspicious. mayBeStored: the request was
 // already writing (its event may be stored), else nothing was written.
+// It returns nil when the request finished meanwhile (a check's answer
+// came after it): nothing is refused, nor counted.
 func (w *storeWatch) refuse(err error, mayBeStored bool) error {
 	refusal := unreachableRefusal(err, mayBeStored)
 	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return nil
+	}
 	first := w.refusal == nil
 	if first {
 		w.refusal = refusal
