@@ -177,7 +177,7 @@ func (w *storeWatch) refuse(err error, mayBeStored bool) error {
 // store the event twice.
 func unreachableRefusal(err error, mayBeStored bool) error {
 	if mayBeStored {
-		return errkind.Errorf(errkind.Unavailable, "this agent cannot reach a quorum of its store (%w); the event may have been stored: retry on another agent with the same idempotency key, which answers a stored event with its id (a retry without a key may store it twice)", err)
+		return errkind.Errorf(errkind.Unavailable, "this agent cannot reach a quorum of its store (%w); the request's events may have been stored: retry on another agent with the same idempotency keys, which answer a stored event with its id (a retry without a key may store an event twice)", err)
 	}
 	return errkind.Errorf(errkind.Unavailable, "this agent cannot reach a quorum of its store (%w); nothing was stored: retry on another agent", err)
 }
