@@ -236,9 +236,10 @@ func (r *reclaimer) tick(ctx context.Context, s *sweep) {
 	// cost 3 µs per delivery).
 	due := s.purgeEvery == 0 || time.Since(s.lastPurge) >= s.purgeEvery
 	var low uint64
+	var pending int
 	idle := false
 	if due {
-		low = r.sched.LowWater(r.p)
+		low, pending = r.sched.Backlog(r.p)
 		idle = low == 0
 	} else {
 		idle = !r.sched.HasPending(r.p)
@@ -254,9 +255,11 @@ func (r *reclaimer) tick(ctx context.Context, s *sweep) {
 		r.compactDone(ctx, s.purgedBelow)
 		if due {
 			s.lastPurge = time.Now()
-			sweepLanes(s.garbage, s.purgedBelow, func(subject string, seq uint64) bool {
-				return r.purgeLane(ctx, subject, seq)
-			})
+			purge := func(subject string, seq uint64) bool { return r.purgeLane(ctx, subject, seq) }
+			if !doneOutweighsPending(registered, s.purgedBelow, pending) {
+				purge = nil
+			}
+			sweepLanes(s.garbage, s.purgedBelow, purge)
 		}
 	}
 	r.purgeLedger(ctx, ledger)
@@ -305,9 +308,32 @@ func (r *reclaimer) purgeBelow(ctx context.Context, s *sweep, floor uint64) {
 	s.purgedBelow = floor - 1
 }
 
+// doneOutweighsPending reports whether the lane store holds more done
+// events above its purge floor than pending ones: only then are done
+// events freed lane by lane. Everything stored above the floor is at
+// most registered − purgedBelow events (lanes already freed one by one
+// count as stored: an overestimate, so this errs towards freeing).
+//
+// While a deep backlog drains, every lane holds a few done events above
+// the low-water mark, yet the mark follows them (the drain delivers each
+// lane's oldest first): at 1M lanes, lane purges — an API call each,
+// loading the lane's blocks, that frees one or two events — cost ~2 µs
+// per delivery and freed what the next purge below the mark would. A
+// lane stuck behind a failing destination holds the mark while the
+// others deliver: their done events soon outnumber the pending ones, and
+// lane purges free them as before.
+func doneOutweighsPending(registered, purgedBelow uint64, pending int) bool {
+	if registered <= purgedBelow {
+		return false
+	}
+	stored := registered - purgedBelow
+	return stored > 2*uint64(pending)
+}
+
 // sweepLanes forgets lanes whose done events are all below purgedBelow
 // and, only while at least reclaimPressure lanes hold done events, frees
-// up to reclaimLanesPerTick of them with purge (which reports success).
+// up to reclaimLanesPerTick of them with purge (which reports success;
+// nil: forget only, free none).
 func sweepLanes(garbage map[string]uint64, purgedBelow uint64, purge func(subject string, seq uint64) bool) {
 	purged := 0
 	for subject, seq := range garbage {
@@ -315,7 +341,7 @@ func sweepLanes(garbage map[string]uint64, purgedBelow uint64, purge func(subjec
 			delete(garbage, subject)
 			continue
 		}
-		if len(garbage) < reclaimPressure || purged >= reclaimLanesPerTick {
+		if purge == nil || len(garbage) < reclaimPressure || purged >= reclaimLanesPerTick {
 			continue
 		}
 		if !purge(subject, seq) {

@@ -295,3 +295,36 @@ func TestReclaimSpacesPurgesWhileEventsArePending(t *testing.T) {
 		t.Fatalf("with nothing pending purged below %v, want below 9 (the registered mark + 1)", got)
 	}
 }
+
+// Lane purges wait until the done events above the purge floor outnumber
+// the pending ones: a draining backlog's mark follows its done events.
+func TestLanePurgesOnlyWhenDoneOutweighsPending(t *testing.T) {
+	for _, c := range []struct {
+		registered, purgedBelow uint64
+		pending                 int
+		want                    bool
+	}{
+		{registered: 0, purgedBelow: 0, pending: 0, want: false},
+		{registered: 100, purgedBelow: 100, pending: 0, want: false},
+		{registered: 10_000_000, purgedBelow: 0, pending: 9_000_000, want: false}, // a deep backlog draining
+		{registered: 2_000, purgedBelow: 0, pending: 1_000, want: false},          // as many done as pending
+		{registered: 2_001, purgedBelow: 0, pending: 1_000, want: true},
+		{registered: 1_000_100, purgedBelow: 100, pending: 1, want: true}, // one lane stuck, the rest delivered
+		{registered: 50, purgedBelow: 100, pending: 0, want: false},       // purged past the registered mark
+	} {
+		if got := doneOutweighsPending(c.registered, c.purgedBelow, c.pending); got != c.want {
+			t.Errorf("registered %d, purged below %d, %d pending: %v, want %v", c.registered, c.purgedBelow, c.pending, got, c.want)
+		}
+	}
+
+	// Without a purge, the sweep frees nothing and still forgets the
+	// lanes the purge below the mark freed.
+	garbage := make(map[string]uint64)
+	for i := range reclaimPressure + 100 {
+		garbage["lane-"+strconv.Itoa(i)] = uint64(i)
+	}
+	sweepLanes(garbage, 99, nil)
+	if len(garbage) != reclaimPressure {
+		t.Fatalf("%d lanes left, want %d (those at or below 99 forgotten, none freed)", len(garbage), reclaimPressure)
+	}
+}

@@ -169,20 +169,27 @@ func (s *Scheduler) restored(l *Lane, n int, head Head, hasLedger bool) {
 // five times a second, under the scheduler's lock, and walking a million
 // lanes through their map and pointers took a core at 10M pending.
 func (s *Scheduler) LowWater(p int) uint64 {
+	low, _ := s.Backlog(p)
+	return low
+}
+
+// Backlog is LowWater and, from the same walk, how many events are
+// pending in partition p.
+func (s *Scheduler) Backlog(p int) (low uint64, pending int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var low uint64
 	for _, d := range s.dests {
 		if d.partition != p {
 			continue
 		}
+		pending += d.pending
 		for i := range d.order {
 			if seq := d.order[i].seq; seq != 0 && (low == 0 || seq < low) {
 				low = seq
 			}
 		}
 	}
-	return low
+	return low, pending
 }
 
 // HasPending reports whether partition p has an event pending: what

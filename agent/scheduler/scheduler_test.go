@@ -1346,6 +1346,12 @@ func TestLowWater(t *testing.T) {
 	if got := s.LowWater(7); got != 0 {
 		t.Fatalf("LowWater(7) = %d, want 0", got)
 	}
+	if low, pending := s.Backlog(0); low != 3 || pending != 5 {
+		t.Fatalf("Backlog(0) = %d, %d; want 3, 5", low, pending)
+	}
+	if low, pending := s.Backlog(7); low != 0 || pending != 0 {
+		t.Fatalf("Backlog(7) = %d, %d; want 0, 0", low, pending)
+	}
 	byLane := map[lanes.ID]*Attempt{}
 	for {
 		a, _ := step(s)
@@ -1361,6 +1367,9 @@ func TestLowWater(t *testing.T) {
 	s.Succeeded(byLane[B])
 	if got := s.LowWater(0); got != 5 {
 		t.Fatalf("LowWater(0) = %d, want 5", got)
+	}
+	if _, pending := s.Backlog(0); pending != 4 {
+		t.Fatalf("Backlog(0) after a success: %d pending, want 4", pending)
 	}
 	s.Succeeded(byLane[A])
 	if got := s.LowWater(0); got != 7 {
