@@ -292,9 +292,23 @@ type row struct {
 	// callers (Connect clients, or the raw NATS publisher) share the
 	// machine's cores with the server.
 	clientCPU time.Duration
+	// windows and slowWindows (an open-loop phase): its calls grouped by
+	// when each was due into windows of stallWindow, and how many of
+	// those had a median latency above stallMedian — stalls, when every
+	// call waits, rather than a slow tail.
+	windows, slowWindows int
 }
 
 func (r row) rate() float64 { return float64(r.events) / r.elapsed.Seconds() }
+
+// stalledShare is the share of an open-loop phase's windows that stalled
+// (0 for a phase without windows).
+func (r row) stalledShare() float64 {
+	if r.windows == 0 {
+		return 0
+	}
+	return float64(r.slowWindows) / float64(r.windows)
+}
 
 func (r row) cpuPerEvent() float64 {
 	return float64(r.serverCPU.Microseconds()) / float64(r.events)
@@ -490,16 +504,26 @@ func runIngest(args []string) error {
 
 	progress("Publish at %.0f/s offered: %d events, open loop", *pacedRate, *pacedN)
 	cpu0, client0 = d.cpu(), benchCPU()
+	gc0, err := devMetric(ctx, hc, d.url(), gcCyclesSeries)
+	if err != nil {
+		return err
+	}
 	profiled = phaseProfile(ctx, d, *profileDir, "paced", 2)
 	paced, err := pacedPublishPhase(ctx, ingest, *pacedN, *pacedRate, 512, *limit, func(i int) *rivorav1.PublishRequest { return req(i + 1<<28) })
 	if err != nil {
 		return fmt.Errorf("paced publish phase: %w", err)
 	}
 	paced.serverCPU, paced.clientCPU = d.cpu()-cpu0, benchCPU()-client0
+	gc1, err := devMetric(ctx, hc, d.url(), gcCyclesSeries)
+	if err != nil {
+		return err
+	}
+	pacedGC := gc1 - gc0
 	if err := profiled(); err != nil {
 		return err
 	}
-	progress("Publish at %.0f/s offered: %.0f events/s, p50 %.2f ms, p99 %.2f ms", *pacedRate, paced.rate(), ms(paced.p50), ms(paced.p99))
+	progress("Publish at %.0f/s offered: %.0f events/s, p50 %.2f ms, p99 %.2f ms; %d of %d windows of %s stalled (median above %s), %.0f server GC cycles",
+		*pacedRate, paced.rate(), ms(paced.p50), ms(paced.p99), paced.slowWindows, paced.windows, stallWindow, stallMedian, pacedGC)
 	if err := waitIdle(nc, *limit); err != nil {
 		return err
 	}
@@ -526,12 +550,18 @@ func runIngest(args []string) error {
 	}
 	progress("PublishBatch: %.0f events/s, batch p50 %.2f ms, p99 %.2f ms", bat.rate(), ms(bat.p50), ms(bat.p99))
 
-	return reportIngest(ingestRows{pub: pub, paced: paced, floor: floor, bat: bat, raw: raw, rawID: rawID, rawLanes: rawLanes}, *pacedRate)
+	return reportIngest(ingestRows{pub: pub, paced: paced, floor: floor, bat: bat, raw: raw, rawID: rawID, rawLanes: rawLanes, pacedGC: pacedGC}, *pacedRate)
 }
+
+// gcCyclesSeries counts the server's completed GC cycles (/metrics).
+const gcCyclesSeries = "go_gc_duration_seconds_count"
 
 // ingestRows are the phases of `bench ingest`, for its report.
 type ingestRows struct {
 	pub, paced, floor, bat, raw, rawID, rawLanes row
+	// pacedGC is how many GC cycles the server completed during the
+	// paced phase.
+	pacedGC float64
 }
 
 // reportIngest prints the ingest table, the phases' notes and, last, the
@@ -583,11 +613,18 @@ func reportIngest(r ingestRows, pacedRate float64) error {
 		"floor_p99_ms_at_rate": round(ms(floor.p99), 2),
 		"floor_achieved_per_s": round(floor.rate(), 0),
 		"floor_cpu_us":         round(floor.clientCPUPerEvent(), 1),
+		// What sets the paced p99: the share of the phase's windows in
+		// which the median call stalled, and the server's GC cycles
+		// meanwhile (the same share for the floor, for comparison).
+		"paced_stalled_window_share": round(paced.stalledShare(), 3),
+		"paced_server_gc_cycles":     r.pacedGC,
+		"floor_stalled_window_share": round(floor.stalledShare(), 3),
 	}
 	return printJSON(out, []string{"publish_per_s", "batch_per_s", "raw_async_per_s", "batch_ratio", "publish_p99_ms", "raw_msgid_per_s", "batch_ratio_msgid", "paced_rate_per_s", "publish_p99_ms_at_rate", "paced_achieved_per_s",
 		"publish_server_cpu_us", "publish_client_cpu_us", "batch_server_cpu_us", "batch_client_cpu_us", "raw_msgid_server_cpu_us", "raw_msgid_client_cpu_us",
 		"raw_msgid_lanes_per_s", "batch_ratio_msgid_lanes", "raw_msgid_lanes_server_cpu_us",
-		"paced_client_cpu_us", "paced_server_cpu_us", "floor_p99_ms_at_rate", "floor_achieved_per_s", "floor_cpu_us"})
+		"paced_client_cpu_us", "paced_server_cpu_us", "floor_p99_ms_at_rate", "floor_achieved_per_s", "floor_cpu_us",
+		"paced_stalled_window_share", "paced_server_gc_cycles", "floor_stalled_window_share"})
 }
 
 func printJSON(m map[string]float64, order []string) error {

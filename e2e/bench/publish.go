@@ -155,9 +155,36 @@ func pacedPublishPhase(ctx context.Context, ingest rivorav1connect.IngestService
 	if ctx.Err() != nil {
 		return row{}, fmt.Errorf("paced publish: not done within %s", limit)
 	}
+	windows, slow := stalls(lat, rate)
 	slices.Sort(lat)
 	return row{name: fmt.Sprintf("rivora Publish at %.0f/s offered", rate), events: n, elapsed: elapsed, p50: percentile(lat, 0.5), p99: percentile(lat, 0.99),
-		note: fmt.Sprintf("open loop, at most %d in flight; latency from when each call was due", maxConc)}, nil
+		note:    fmt.Sprintf("open loop, at most %d in flight; latency from when each call was due", maxConc),
+		windows: windows, slowWindows: slow}, nil
+}
+
+// An open-loop phase's calls are grouped by when each was due into
+// windows of stallWindow; a window whose median call took longer than
+// stallMedian stalled: nearly every call in it waited, as behind a GC
+// cycle that took the cores an already busy server needed, rather than a
+// few slow calls.
+const (
+	stallWindow = 50 * time.Millisecond
+	stallMedian = 5 * time.Millisecond
+)
+
+// stalls counts the windows of lat (by call index, calls due at rate per
+// second) and those that stalled.
+func stalls(lat []time.Duration, rate float64) (windows, stalled int) {
+	per := max(1, int(rate*stallWindow.Seconds()))
+	for start := 0; start < len(lat); start += per {
+		w := slices.Clone(lat[start:min(len(lat), start+per)])
+		slices.Sort(w)
+		windows++
+		if w[len(w)/2] > stallMedian {
+			stalled++
+		}
+	}
+	return windows, stalled
 }
 
 // fsyncBench is `bench ingest -fsync`: the Publish phase (conc concurrent
