@@ -293,7 +293,7 @@ func start(opts *server.Options, cfg Config, log *slog.Logger) (*Server, error) 
 			return nil, err
 		}
 	}
-	s := &Server{ns: ns, password: cfg.Password, nc: nc, js: js, reach: &Reach{ns: ns}, log: log,
+	s := &Server{ns: ns, password: cfg.Password, nc: nc, js: js, reach: newReach(ns), log: log,
 		lost: make(chan struct{}), quit: make(chan struct{}), watchDone: make(chan struct{})}
 	go s.watchJetStream(opts.StoreDir, log)
 	return s, nil

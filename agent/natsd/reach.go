@@ -25,19 +25,40 @@ import (
 // nothing against it. Outside a cluster every stream is reachable.
 //
 // The view is read at most every viewMaxAge and shared by every caller,
-// so a burst of refusals costs one read of the server's state.
+// so a burst of refusals costs one read of the server's state. The read
+// (the server's JetStream state, under its own locks) runs without
+// Reach's lock held: while one caller reads a new view, the others
+// answer from the last one rather than queue behind the read, so a
+// server slow to report its state delays one check, not every publish.
 type Reach struct {
 	ns *server.Server
 
+	// read takes a view (readView; a test's own).
+	read func() *reachView
+
 	mu sync.Mutex
+	// view is the last view read (nil: none yet); reading is closed when
+	// the read under way ends (nil: none under way).
+	view    *reachView
+	reading chan struct{}
+}
+
+// newReach is the judge of ns's streams.
+func newReach(ns *server.Server) *Reach {
+	return &Reach{ns: ns, read: func() *reachView { return readView(ns) }}
+}
+
+// reachView is one read of the server's state.
+type reachView struct {
+	ns *server.Server
 	at time.Time
 	// streams is, per stream with a replica here, why a write cannot be
-	// committed from here (nil: it can); meta is the meta group's.
+	// committed from here (nil: it can).
 	streams map[string]error
-	meta    error
-	// metaRead: meta is this view's (it is read only when asked for: a
+	// meta is the meta group's, read once and only when asked for (a
 	// stream without a replica here).
-	metaRead bool
+	metaOnce sync.Once
+	meta     error
 }
 
 // ErrUnreachable is the cause Reach.Check wraps: this server cannot
@@ -50,8 +71,14 @@ var ErrUnreachable = errors.New("no quorum of its replicas within reach")
 // itself stops counting a replica as current only after ten).
 const heardWithin = 3 * time.Second
 
-// viewMaxAge bounds how old a view Check answers from may be.
+// viewMaxAge bounds how old a view Check answers from may be, but for
+// the one a read under way replaces.
 const viewMaxAge = 200 * time.Millisecond
+
+// firstReadWait bounds how long a caller waits for the first view,
+// which another caller is reading; then nothing is held against a
+// stream.
+const firstReadWait = time.Second
 
 // Reach is this server's judge of its streams' reach (one per server:
 // its callers share its view).
@@ -65,15 +92,14 @@ func (r *Reach) Check(streams ...string) error {
 	if r == nil || !r.ns.JetStreamIsClustered() {
 		return nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if time.Since(r.at) > viewMaxAge {
-		r.read()
+	v := r.current()
+	if v == nil {
+		return nil
 	}
 	for _, name := range streams {
-		err, hosted := r.streams[name]
+		err, hosted := v.streams[name]
 		if !hosted {
-			err = r.metaQuorum()
+			err = v.metaQuorum()
 		}
 		if err != nil {
 			return fmt.Errorf("stream %s: %w", name, err)
@@ -82,32 +108,66 @@ func (r *Reach) Check(streams ...string) error {
 	return nil
 }
 
-// read takes a new view of the server's streams and meta group.
-func (r *Reach) read() {
-	r.at = time.Now()
-	r.streams = map[string]error{}
-	r.meta, r.metaRead = nil, false
-	if acc, err := r.ns.JszAccount(&server.JSzOptions{Account: server.DEFAULT_GLOBAL_ACCOUNT, Streams: true}); err == nil {
+// current returns a view at most viewMaxAge old, reading a new one when
+// needed; while another caller reads one, the last view (nil when there
+// is none yet and the first read took longer than firstReadWait).
+func (r *Reach) current() *reachView {
+	r.mu.Lock()
+	v, reading := r.view, r.reading
+	if v != nil && time.Since(v.at) <= viewMaxAge {
+		r.mu.Unlock()
+		return v
+	}
+	if reading != nil {
+		r.mu.Unlock()
+		if v != nil {
+			return v
+		}
+		t := time.NewTimer(firstReadWait)
+		defer t.Stop()
+		select {
+		case <-reading:
+		case <-t.C:
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.view
+	}
+	done := make(chan struct{})
+	r.reading = done
+	r.mu.Unlock()
+	v = r.read()
+	r.mu.Lock()
+	r.view, r.reading = v, nil
+	r.mu.Unlock()
+	close(done)
+	return v
+}
+
+// readView takes a view of the server's streams (the meta group's is
+// read when first asked for).
+func readView(ns *server.Server) *reachView {
+	v := &reachView{ns: ns, at: time.Now(), streams: map[string]error{}}
+	if acc, err := ns.JszAccount(&server.JSzOptions{Account: server.DEFAULT_GLOBAL_ACCOUNT, Streams: true}); err == nil {
 		for _, st := range acc.Streams {
-			r.streams[st.Name] = quorum(r.ns.Name(), st.Cluster)
+			v.streams[st.Name] = quorum(ns.Name(), st.Cluster)
 		}
 	}
+	return v
 }
 
 // metaQuorum is the meta group's reach in this view.
-func (r *Reach) metaQuorum() error {
-	if r.metaRead {
-		return r.meta
-	}
-	r.metaRead = true
-	info, err := r.ns.Jsz(nil)
-	if err != nil || info.Meta == nil {
-		return nil
-	}
-	if err := quorum(r.ns.Name(), &server.ClusterInfo{Leader: info.Meta.Leader, Replicas: info.Meta.Replicas}); err != nil {
-		r.meta = fmt.Errorf("JetStream meta group: %w", err)
-	}
-	return r.meta
+func (v *reachView) metaQuorum() error {
+	v.metaOnce.Do(func() {
+		info, err := v.ns.Jsz(nil)
+		if err != nil || info.Meta == nil {
+			return
+		}
+		if err := quorum(v.ns.Name(), &server.ClusterInfo{Leader: info.Meta.Leader, Replicas: info.Meta.Replicas}); err != nil {
+			v.meta = fmt.Errorf("JetStream meta group: %w", err)
+		}
+	})
+	return v.meta
 }
 
 // quorum judges one Raft group as this server sees it: its leader, when

@@ -2,6 +2,7 @@ package natsd
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -42,5 +43,47 @@ func TestQuorumFromTheLocalView(t *testing.T) {
 				t.Fatalf("judged %v, want ErrUnreachable", err)
 			}
 		})
+	}
+}
+
+// While one caller reads a new view, the others answer from the last one
+// at once instead of waiting for the read; the first view is waited for.
+func TestAViewBeingReadHoldsNoCallerBack(t *testing.T) {
+	release := make(chan struct{})
+	reads := make(chan int, 10)
+	n := 0
+	r := &Reach{read: func() *reachView {
+		n++
+		reads <- n
+		if n == 2 {
+			<-release // the second read hangs until released
+		}
+		return &reachView{at: time.Now(), streams: map[string]error{"S": fmt.Errorf("read %d", n)}}
+	}}
+	if v := r.current(); v == nil || v.streams["S"].Error() != "read 1" {
+		t.Fatalf("first view: %+v", v)
+	}
+	<-reads
+	r.mu.Lock()
+	r.view.at = time.Now().Add(-time.Second) // stale: the next caller reads
+	r.mu.Unlock()
+	slow := make(chan *reachView)
+	go func() { slow <- r.current() }()
+	if got := <-reads; got != 2 {
+		t.Fatalf("read %d, want the second", got)
+	}
+	// The second read hangs; another caller gets the first view at once.
+	if v := r.current(); v == nil || v.streams["S"].Error() != "read 1" {
+		t.Fatalf("a caller during the read got %+v, want the last view", v)
+	}
+	close(release)
+	if v := <-slow; v.streams["S"].Error() != "read 2" {
+		t.Fatalf("the reader got %+v, want its own view", v)
+	}
+	if v := r.current(); v.streams["S"].Error() != "read 2" {
+		t.Fatalf("after the read: %+v, want the new view", v)
+	}
+	if len(reads) != 0 {
+		t.Fatalf("%d more reads; the new view was fresh", len(reads))
 	}
 }
