@@ -170,10 +170,13 @@ type trickleConn struct {
 	*net.TCPConn
 	gap      time.Duration
 	deadline time.Time
+	// deadlines are the read deadlines set on the connection, in order.
+	deadlines []time.Time
 }
 
 func (c *trickleConn) SetReadDeadline(t time.Time) error {
 	c.deadline = t
+	c.deadlines = append(c.deadlines, t)
 	return c.TCPConn.SetReadDeadline(t)
 }
 
@@ -229,7 +232,11 @@ func TestSendTricklingAnswerIsTheDestinationsTimeout(t *testing.T) {
 		}
 	}()
 	s := NewSender("ua", ssrf.New(ssrf.Loopback))
-	dialThrough(s, func(tcp *net.TCPConn) net.Conn { return &trickleConn{TCPConn: tcp, gap: gap} })
+	var conn *trickleConn
+	dialThrough(s, func(tcp *net.TCPConn) net.Conn {
+		conn = &trickleConn{TCPConn: tcp, gap: gap}
+		return conn
+	})
 	res := s.Send(context.Background(), unreadRequest(t, "http://"+ln.Addr().String(), 300*time.Millisecond))
 	if res.OK() || res.Status != 0 || res.AnswerUnread || !res.DestinationFault() {
 		t.Fatalf("send whose answer trickled across the deadline: %+v, want a timeout that is the destination's fault", res)
@@ -239,6 +246,17 @@ func TestSendTricklingAnswerIsTheDestinationsTimeout(t *testing.T) {
 	}
 	if n := requests.Load(); n != 1 {
 		t.Fatalf("partner got %d requests, want 1", n)
+	}
+	// No grace: the answer's bytes were read as they came, so nothing
+	// extends the client's deadline (a grace is a second read deadline).
+	var set []time.Time
+	for _, d := range conn.deadlines {
+		if !d.IsZero() {
+			set = append(set, d)
+		}
+	}
+	if len(set) != 1 {
+		t.Fatalf("read deadlines set: %v, want 1 (the client's, no grace)", set)
 	}
 	t.Logf("timed out after %v", res.Duration)
 }
