@@ -800,6 +800,17 @@ func rawPhaseOver(ctx context.Context, nc *nats.Conn, n, maxPending, size int, l
 	}); err != nil {
 		return row{}, fmt.Errorf("create raw stream: %w", err)
 	}
+	// The stream goes once measured: its messages and, for two minutes,
+	// the dedup ids of its Nats-Msg-Ids would stay in the server's heap
+	// (hundreds of thousands of small objects every GC cycle of the
+	// rivora process marks) while the phases after it run.
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer dcancel()
+		if err := js.DeleteStream(dctx, stream); err != nil {
+			progress("delete raw stream %s: %v", stream, err)
+		}
+	}()
 	body := payload(size, 2)
 	// At max pending, block until an ack frees room (default: fail after
 	// 200ms, which a loaded machine hits).
