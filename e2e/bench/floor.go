@@ -40,7 +40,11 @@ func startFloor() (url string, stop func(), err error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(rivorav1connect.NewIngestServiceHandler(floorIngest{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// HTTP/1.1 and h2c, as rivora serves: -h2c callers talk h2c to it too.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, Protocols: &protocols}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
