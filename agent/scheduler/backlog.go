@@ -108,7 +108,7 @@ func (r *Restored) Grow(n int) { r.entries = slices.Grow(r.entries, n) }
 // Add appends an event: its lane-store sequence, its event id (as
 // stored) and when it was accepted, in Unix nanoseconds.
 func (r *Restored) Add(seq uint64, eventID []byte, acceptedAt int64) {
-	r.entries = append(r.entries, newEntry(seq, eventID, acceptedAt, nil, r.setOdd))
+	r.entries = append(r.entries, newEntry(seq, eventID, acceptedAt, r.setOdd))
 }
 
 func (r *Restored) setOdd(seq uint64, id string) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/limits"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 // numClasses is one past the lowest priority class.
@@ -40,7 +41,10 @@ type destination struct {
 	peakLanes int
 	// oddIDs are the event ids of its lanes' entries that are not UUIDs
 	// (see entry).
-	oddIDs map[oddKey]string
+	oddIDs map[entryKey]string
+	// cached are the events the owner's bounded cache keeps for its
+	// lanes' entries (see entry).
+	cached map[entryKey]*rivorav1.Event
 	// dropped: DropPartition forgot this destination; outcomes of its
 	// attempts still in flight must not put its lanes back in play.
 	dropped bool
@@ -112,6 +116,9 @@ func (d *destination) shrink() {
 	d.order = slices.Clone(d.order)
 	if len(d.oddIDs) == 0 {
 		d.oddIDs = nil
+	}
+	if len(d.cached) == 0 {
+		d.cached = nil
 	}
 	d.peakLanes = len(d.lanes)
 }

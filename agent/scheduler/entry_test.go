@@ -202,3 +202,44 @@ func TestRestoreLaneMatchesRestore(t *testing.T) {
 		s.Succeeded(a)
 	}
 }
+
+// An entry holds no pointer: a cached event is kept beside it, in its
+// destination, and goes when the entry goes (delivered, or taken).
+func TestCachedEventsLeaveWithTheirEntries(t *testing.T) {
+	s, _ := newSched()
+	s.SetLimits("d1", 0, unlimited)
+	id, other := lid("d1", "c1", "k"), lid("d1", "c1", "other")
+	cached := func(seq uint64) Entry {
+		e := &rivorav1.Event{EventId: uuid.Must(uuid.NewV7()).String()}
+		return Entry{Seq: seq, EventID: e.EventId, AcceptedAt: t0, Event: e}
+	}
+	in := []Entry{cached(1), cached(2), ev(3)}
+	appendTo(s, 0, id, in...)
+	appendTo(s, 0, other, cached(4))
+	if n := len(s.dests["d1"].cached); n != 3 {
+		t.Fatalf("%d cached events kept, want 3", n)
+	}
+	a := mustPick(t, s)
+	if a.Entry != in[0] || a.Entry.Event == nil {
+		t.Fatalf("attempt: entry %+v, want %+v with its event", a.Entry, in[0])
+	}
+	s.Succeeded(a)
+	if n := len(s.dests["d1"].cached); n != 2 {
+		t.Fatalf("%d cached events kept after a delivery, want 2", n)
+	}
+	taken := s.TakeDestination("d1")
+	events := 0
+	for _, tl := range taken {
+		for _, e := range tl {
+			if e.Event != nil {
+				events++
+			}
+		}
+	}
+	if events != 2 {
+		t.Fatalf("TakeDestination handed %d cached events, want 2", events)
+	}
+	if d := s.dests["d1"]; d != nil && len(d.cached) != 0 {
+		t.Fatalf("%d cached events kept after the destination's lanes were taken", len(d.cached))
+	}
+}

@@ -43,7 +43,7 @@ func (s *Scheduler) ExportPartition(p int) []ExportedLane {
 			for i, e := range l.entries {
 				el.Entries[i] = ExportedEntry{Seq: e.Seq, AcceptedAt: e.acceptedAt, ID: e.id}
 				if e.id == uuid.Nil {
-					el.Entries[i].OddID = d.oddIDs[oddKey{l, e.Seq}]
+					el.Entries[i].OddID = d.oddIDs[entryKey{l, e.Seq}]
 				}
 			}
 			out = append(out, el)

@@ -23,17 +23,19 @@ type Entry struct {
 	Event *rivorav1.Event
 }
 
-// entry is how a lane keeps a pending event: 40 bytes and nothing else
+// entry is how a lane keeps a pending event: 32 bytes and nothing else
 // on the heap, where an Entry costs 56 bytes and its event id string 48
 // more (the pending state of 10M events is mostly entries). The event id
 // is kept as the 16 bytes of its UUID, which every id the agent makes is;
-// another id (zero id) is kept in its destination's oddIDs.
+// another id (zero id) is kept in its destination's oddIDs. The event
+// the owner's bounded cache keeps (Entry.Event) is in its destination's
+// cached, not in the entry: a pointer in every entry cost 8 bytes per
+// pending event (80 MB at 10M) for the few the cache holds, and made the
+// garbage collector look at every entry's slot.
 type entry struct {
 	Seq        uint64
 	acceptedAt int64 // Unix ns; noTime for a zero AcceptedAt
 	id         uuid.UUID
-	// event is Entry.Event: nil unless the owner's bounded cache keeps it.
-	event *rivorav1.Event
 }
 
 // noTime stands for a zero time.Time, whose Unix nanoseconds do not fit
@@ -90,17 +92,17 @@ func lowerHex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// oddKey names an entry whose event id is not a UUID: its lane and
-// sequence.
-type oddKey struct {
+// entryKey names one of a destination's entries (one whose event id is
+// not a UUID, or whose event is cached): its lane and sequence.
+type entryKey struct {
 	lane *Lane
 	seq  uint64
 }
 
 // newEntry makes an entry, its event id given as a string or as bytes;
 // an id that is not a UUID goes to odd, under the sequence.
-func newEntry[ID string | []byte](seq uint64, eventID ID, acceptedAt int64, event *rivorav1.Event, odd func(seq uint64, id string)) entry {
-	e := entry{Seq: seq, acceptedAt: acceptedAt, event: event}
+func newEntry[ID string | []byte](seq uint64, eventID ID, acceptedAt int64, odd func(seq uint64, id string)) entry {
+	e := entry{Seq: seq, acceptedAt: acceptedAt}
 	if id, ok := compactID(eventID); ok {
 		e.id = id
 	} else {
@@ -115,16 +117,37 @@ func newEntry[ID string | []byte](seq uint64, eventID ID, acceptedAt int64, even
 func (l *Lane) setOdd(seq uint64, id string) {
 	d := l.dest
 	if d.oddIDs == nil {
-		d.oddIDs = make(map[oddKey]string)
+		d.oddIDs = make(map[entryKey]string)
 	}
-	d.oddIDs[oddKey{l, seq}] = id
+	d.oddIDs[entryKey{l, seq}] = id
+}
+
+// setCached keeps the event of l's entry seq, which the owner's cache
+// holds, in its destination (a map per destination, as oddIDs).
+func (l *Lane) setCached(seq uint64, ev *rivorav1.Event) {
+	d := l.dest
+	if d.cached == nil {
+		d.cached = make(map[entryKey]*rivorav1.Event)
+	}
+	d.cached[entryKey{l, seq}] = ev
+}
+
+// cachedEvent is the event kept for l's entry seq (nil: none).
+func (l *Lane) cachedEvent(seq uint64) *rivorav1.Event {
+	if len(l.dest.cached) == 0 {
+		return nil
+	}
+	return l.dest.cached[entryKey{l, seq}]
 }
 
 // push appends entries at l's tail.
 func (l *Lane) push(entries []Entry) {
 	l.entries = slices.Grow(l.entries, len(entries))
 	for _, e := range entries {
-		l.entries = append(l.entries, newEntry(e.Seq, e.EventID, unixNanos(e.AcceptedAt), e.Event, l.setOdd))
+		l.entries = append(l.entries, newEntry(e.Seq, e.EventID, unixNanos(e.AcceptedAt), l.setOdd))
+		if e.Event != nil {
+			l.setCached(e.Seq, e.Event)
+		}
 	}
 }
 
@@ -147,32 +170,45 @@ func (l *Lane) pushRestored(r *Restored) {
 
 // pop drops l's head entry.
 func (l *Lane) pop() {
-	l.forgetOdd(&l.entries[0])
-	l.entries[0] = entry{} // let a cached event go
+	l.forget(&l.entries[0])
 	l.entries = l.entries[1:]
 }
 
-func (l *Lane) forgetOdd(e *entry) {
+// forget drops what l's destination keeps for entry e: its odd id, its
+// cached event.
+func (l *Lane) forget(e *entry) {
 	if e.id == uuid.Nil {
-		delete(l.dest.oddIDs, oddKey{l, e.Seq})
+		delete(l.dest.oddIDs, entryKey{l, e.Seq})
+	}
+	if len(l.dest.cached) > 0 {
+		delete(l.dest.cached, entryKey{l, e.Seq})
 	}
 }
 
 // entry returns l's entry i as an Entry.
 func (l *Lane) entry(i int) Entry {
 	e := &l.entries[i]
-	return Entry{Seq: e.Seq, EventID: l.eventID(e), AcceptedAt: fromUnixNanos(e.acceptedAt), Event: e.event}
+	ev := l.cachedEvent(e.Seq)
+	return Entry{Seq: e.Seq, EventID: l.eventIDOf(e, ev), AcceptedAt: fromUnixNanos(e.acceptedAt), Event: ev}
 }
 
 // eventID formats e's event id; a cached event's own id string costs no
 // allocation.
 func (l *Lane) eventID(e *entry) string {
 	if e.id == uuid.Nil {
-		return l.dest.oddIDs[oddKey{l, e.Seq}]
+		return l.eventIDOf(e, nil)
 	}
-	if e.event != nil {
-		if id, ok := compactID(e.event.GetEventId()); ok && id == e.id {
-			return e.event.GetEventId()
+	return l.eventIDOf(e, l.cachedEvent(e.Seq))
+}
+
+// eventIDOf is eventID given e's cached event ev (nil: none).
+func (l *Lane) eventIDOf(e *entry, ev *rivorav1.Event) string {
+	if e.id == uuid.Nil {
+		return l.dest.oddIDs[entryKey{l, e.Seq}]
+	}
+	if ev != nil {
+		if id, ok := compactID(ev.GetEventId()); ok && id == e.id {
+			return ev.GetEventId()
 		}
 	}
 	return e.id.String()
@@ -181,7 +217,7 @@ func (l *Lane) eventID(e *entry) string {
 // hasEventID reports whether e's event id is id (parsed by compactID).
 func (l *Lane) hasEventID(e *entry, id string, compact uuid.UUID, isCompact bool) bool {
 	if e.id == uuid.Nil {
-		return !isCompact && l.dest.oddIDs[oddKey{l, e.Seq}] == id
+		return !isCompact && l.dest.oddIDs[entryKey{l, e.Seq}] == id
 	}
 	return isCompact && e.id == compact
 }
@@ -191,7 +227,7 @@ func (l *Lane) takeEntries() []Entry {
 	out := make([]Entry, len(l.entries))
 	for i := range l.entries {
 		out[i] = l.entry(i)
-		l.forgetOdd(&l.entries[i])
+		l.forget(&l.entries[i])
 	}
 	l.entries = nil
 	return out
