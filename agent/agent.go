@@ -490,9 +490,20 @@ func (a *Agent) Health(_ context.Context, destinationID string, withRates bool) 
 // applyDestinations installs changed destinations in the registry and the
 // scheduler, in place: nothing pending moves.
 func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []string, snapshot bool) error {
+	// The destinations that may go: every one before a snapshot, the
+	// removed ones before a change (a change costs what it changes, not
+	// a walk of every destination: resuming 10k destinations one by one
+	// is 10k changes).
+	var mayGo []string
+	if snapshot {
+		for _, d := range a.registry.All() {
+			mayGo = append(mayGo, d.ID)
+		}
+	} else {
+		mayGo = removed
+	}
 	var dests []*destinations.Destination
 	var err error
-	before := a.registry.All()
 	if snapshot {
 		dests, err = a.registry.Replace(changed)
 	} else {
@@ -504,9 +515,9 @@ func (a *Agent) applyDestinations(changed []*rivorav1.Destination, removed []str
 	for _, d := range dests {
 		a.configure(d)
 	}
-	for _, d := range before {
-		if _, ok := a.registry.Get(d.ID); !ok {
-			a.forgetDestination(d.ID)
+	for _, id := range mayGo {
+		if _, ok := a.registry.Get(id); !ok {
+			a.forgetDestination(id)
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ package destinations
 
 import (
 	"fmt"
+	"hash/maphash"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -73,65 +74,100 @@ type Endpoint struct {
 	LegacyOnly bool
 }
 
-// Registry is the current set of destinations. Reads are lock-free; the
-// whole set is replaced on every config change.
+// Registry is the current set of destinations. Reads are lock-free: the
+// set is immutable once published, and a config change publishes a new
+// one. The set is split into registryShards maps by id, and a change
+// copies only the shards it touches: copying the whole set on every
+// change made resuming each of 10k destinations (an operator ending an
+// incident) cost a copy of all 10k, ten thousand times over (36 s of
+// applying, and 2.8 GB of garbage, measured by bench scale).
 type Registry struct {
-	current atomic.Pointer[map[string]*Destination]
+	current atomic.Pointer[registrySet]
 }
+
+// registryShards is how many maps the set is split into.
+const registryShards = 256
+
+// registrySet is one published set: destinations by id, in the shard
+// shardOf names. Never modified once published.
+type registrySet [registryShards]map[string]*Destination
+
+// shardSeed seeds shardOf's hash (one per process).
+var shardSeed = maphash.MakeSeed()
+
+// shardOf is the shard of the destination id.
+func shardOf(id string) int { return int(maphash.String(shardSeed, id) % registryShards) }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
 	r := &Registry{}
-	empty := map[string]*Destination{}
-	r.current.Store(&empty)
+	r.current.Store(&registrySet{})
 	return r
 }
 
 // Replace installs a new set of destinations.
 func (r *Registry) Replace(list []*rivorav1.Destination) ([]*Destination, error) {
-	return r.apply(map[string]*Destination{}, list, nil)
+	return r.apply(&registrySet{}, list, nil)
 }
 
 // Update changes and adds the listed destinations and removes the removed
 // ones, keeping the rest.
 func (r *Registry) Update(changed []*rivorav1.Destination, removed []string) ([]*Destination, error) {
-	next := make(map[string]*Destination)
-	for id, d := range *r.current.Load() {
-		next[id] = d
-	}
-	return r.apply(next, changed, removed)
+	next := *r.current.Load() // the shards' maps are shared until copied
+	return r.apply(&next, changed, removed)
 }
 
-func (r *Registry) apply(next map[string]*Destination, changed []*rivorav1.Destination, removed []string) ([]*Destination, error) {
+// apply makes the changes in next, whose shards may be a published set's
+// (each is copied before its first change), and publishes next.
+func (r *Registry) apply(next *registrySet, changed []*rivorav1.Destination, removed []string) ([]*Destination, error) {
+	var copied [registryShards]bool
+	shard := func(id string) map[string]*Destination {
+		i := shardOf(id)
+		if !copied[i] {
+			copied[i] = true
+			m := make(map[string]*Destination, len(next[i])+1)
+			for k, d := range next[i] {
+				m[k] = d
+			}
+			next[i] = m
+		}
+		return next[i]
+	}
 	out := make([]*Destination, 0, len(changed))
 	for _, pb := range changed {
 		d, err := FromProto(pb)
 		if err != nil {
 			return nil, err
 		}
-		next[d.ID] = d
+		shard(d.ID)[d.ID] = d
 		out = append(out, d)
 	}
 	for _, id := range removed {
-		delete(next, id)
+		delete(shard(id), id)
 	}
-	r.current.Store(&next)
+	r.current.Store(next)
 	return out, nil
 }
 
 // All returns every destination.
 func (r *Registry) All() []*Destination {
-	cur := *r.current.Load()
-	out := make([]*Destination, 0, len(cur))
-	for _, d := range cur {
-		out = append(out, d)
+	cur := r.current.Load()
+	n := 0
+	for _, m := range cur {
+		n += len(m)
+	}
+	out := make([]*Destination, 0, n)
+	for _, m := range cur {
+		for _, d := range m {
+			out = append(out, d)
+		}
 	}
 	return out
 }
 
 // Get returns a destination by id.
 func (r *Registry) Get(id string) (*Destination, bool) {
-	d, ok := (*r.current.Load())[id]
+	d, ok := r.current.Load()[shardOf(id)][id]
 	return d, ok
 }
 
