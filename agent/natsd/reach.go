@@ -56,7 +56,8 @@ type reachView struct {
 	// committed from here (nil: it can).
 	streams map[string]error
 	// meta is the meta group's, read once and only when asked for (a
-	// stream without a replica here).
+	// stream without a replica here): the callers asking for it wait for
+	// that one read.
 	metaOnce sync.Once
 	meta     error
 }
@@ -136,12 +137,19 @@ func (r *Reach) current() *reachView {
 	done := make(chan struct{})
 	r.reading = done
 	r.mu.Unlock()
-	v = r.read()
-	r.mu.Lock()
-	r.view, r.reading = v, nil
-	r.mu.Unlock()
-	close(done)
-	return v
+	var read *reachView
+	defer func() {
+		// Even when the read panicked: the next caller reads again.
+		r.mu.Lock()
+		if read != nil {
+			r.view = read
+		}
+		r.reading = nil
+		r.mu.Unlock()
+		close(done)
+	}()
+	read = r.read()
+	return read
 }
 
 // readView takes a view of the server's streams (the meta group's is

@@ -55,10 +55,12 @@ func TestAViewBeingReadHoldsNoCallerBack(t *testing.T) {
 	r := &Reach{read: func() *reachView {
 		n++
 		reads <- n
+		at := time.Now()
 		if n == 2 {
-			<-release // the second read hangs until released
+			<-release              // the second read hangs until released
+			at = at.Add(time.Hour) // and stays fresh for the rest of the test
 		}
-		return &reachView{at: time.Now(), streams: map[string]error{"S": fmt.Errorf("read %d", n)}}
+		return &reachView{at: at, streams: map[string]error{"S": fmt.Errorf("read %d", n)}}
 	}}
 	if v := r.current(); v == nil || v.streams["S"].Error() != "read 1" {
 		t.Fatalf("first view: %+v", v)
@@ -85,5 +87,24 @@ func TestAViewBeingReadHoldsNoCallerBack(t *testing.T) {
 	}
 	if len(reads) != 0 {
 		t.Fatalf("%d more reads; the new view was fresh", len(reads))
+	}
+}
+
+// A read that panics leaves no read under way: the next caller reads.
+func TestAReadThatPanickedIsReadAgain(t *testing.T) {
+	reads := 0
+	r := &Reach{read: func() *reachView {
+		reads++
+		if reads == 1 {
+			panic("the server's state could not be read")
+		}
+		return &reachView{at: time.Now(), streams: map[string]error{}}
+	}}
+	func() {
+		defer func() { _ = recover() }()
+		r.current()
+	}()
+	if v := r.current(); v == nil || reads != 2 {
+		t.Fatalf("after a read panicked: view %v, %d reads; want a view from a second read", v, reads)
 	}
 }

@@ -22,8 +22,9 @@ const (
 	reclaimEvery = 200 * time.Millisecond
 	// Above the low-water mark, space of done events is freed lane by lane
 	// only when this many lanes hold some (a lane stuck behind a failing
-	// destination keeps the mark low), and at most reclaimLanesPerTick at
-	// a time.
+	// destination keeps the mark low) and done events outnumber pending
+	// ones there (doneOutweighsPending), and at most reclaimLanesPerTick
+	// at a time.
 	reclaimPressure     = 10_000
 	reclaimLanesPerTick = 200
 	// purgeBelowEvery spaces the lane store's purges while events are
@@ -196,7 +197,8 @@ type sweep struct {
 // dead-lettered since the last (a restart skips them), purges the lane
 // store below the partition's low-water mark in one operation, drops done
 // records that only list purged sequences, and — only when many lanes
-// above the mark hold done events — frees those lane by lane. A crash
+// above the mark hold done events, more of them than pending ones — frees
+// those lane by lane. A crash
 // loses at most one tick: those events are delivered again
 // (at-least-once), never lost.
 func (r *reclaimer) run(ctx context.Context) error {

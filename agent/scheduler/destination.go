@@ -43,8 +43,10 @@ type destination struct {
 	// (see entry).
 	oddIDs map[entryKey]string
 	// cached are the events the owner's bounded cache keeps for its
-	// lanes' entries (see entry).
-	cached map[entryKey]*rivorav1.Event
+	// lanes' entries (see entry); cachedPeak is the most it held since it
+	// last shrank.
+	cached     map[entryKey]*rivorav1.Event
+	cachedPeak int
 	// dropped: DropPartition forgot this destination; outcomes of its
 	// attempts still in flight must not put its lanes back in play.
 	dropped bool
@@ -117,10 +119,26 @@ func (d *destination) shrink() {
 	if len(d.oddIDs) == 0 {
 		d.oddIDs = nil
 	}
+	d.peakLanes = len(d.lanes)
+}
+
+// shrinkCached gives back the memory of cached events delivered, as
+// shrink does for lanes: once at most a quarter of the most it held is
+// left (a burst of a hundred thousand cached events leaves a map of
+// megabytes behind), and not below shrinkFrom, so that a shallow backlog,
+// each event cached, delivered and forgotten, makes no map per event.
+func (d *destination) shrinkCached() {
+	if d.cachedPeak < shrinkFrom || len(d.cached) > d.cachedPeak/4 {
+		return
+	}
 	if len(d.cached) == 0 {
 		d.cached = nil
+	} else {
+		m := make(map[entryKey]*rivorav1.Event, len(d.cached))
+		maps.Copy(m, d.cached)
+		d.cached = m
 	}
-	d.peakLanes = len(d.lanes)
+	d.cachedPeak = len(d.cached)
 }
 
 // resized copies m into a map made for its size (maps.Clone would copy

@@ -243,3 +243,34 @@ func TestCachedEventsLeaveWithTheirEntries(t *testing.T) {
 		t.Fatalf("%d cached events kept after the destination's lanes were taken", len(d.cached))
 	}
 }
+
+// The map of cached events gives its memory back once most of what it
+// held was delivered (a map made for what is left), down to a small one
+// that a shallow backlog keeps.
+func TestCachedEventsMapShrinks(t *testing.T) {
+	s, _ := newSched()
+	s.SetLimits("d1", 0, unlimited)
+	id := lid("d1", "c1", "k")
+	in := make([]Entry, 4*shrinkFrom)
+	for i := range in {
+		e := &rivorav1.Event{EventId: uuid.Must(uuid.NewV7()).String()}
+		in[i] = Entry{Seq: uint64(i + 1), EventID: e.EventId, AcceptedAt: t0, Event: e}
+	}
+	appendTo(s, 0, id, in...)
+	d := s.dests["d1"]
+	if d.cachedPeak != len(in) {
+		t.Fatalf("peak %d, want %d", d.cachedPeak, len(in))
+	}
+	for range 3 * shrinkFrom {
+		s.Succeeded(mustPick(t, s))
+	}
+	if len(d.cached) != shrinkFrom || d.cachedPeak != shrinkFrom {
+		t.Fatalf("after three quarters were delivered: %d cached, peak %d; want %d, %d (a map made for what is left)", len(d.cached), d.cachedPeak, shrinkFrom, shrinkFrom)
+	}
+	for range shrinkFrom {
+		s.Succeeded(mustPick(t, s))
+	}
+	if d := s.dests["d1"]; d != nil && (len(d.cached) != 0 || d.cachedPeak > shrinkFrom/4) {
+		t.Fatalf("after the last delivery: %d cached, peak %d; want none in a map made for at most %d", len(d.cached), d.cachedPeak, shrinkFrom/4)
+	}
+}

@@ -130,6 +130,7 @@ func (l *Lane) setCached(seq uint64, ev *rivorav1.Event) {
 		d.cached = make(map[entryKey]*rivorav1.Event)
 	}
 	d.cached[entryKey{l, seq}] = ev
+	d.cachedPeak = max(d.cachedPeak, len(d.cached))
 }
 
 // cachedEvent is the event kept for l's entry seq (nil: none).
@@ -180,8 +181,9 @@ func (l *Lane) forget(e *entry) {
 	if e.id == uuid.Nil {
 		delete(l.dest.oddIDs, entryKey{l, e.Seq})
 	}
-	if len(l.dest.cached) > 0 {
-		delete(l.dest.cached, entryKey{l, e.Seq})
+	if d := l.dest; len(d.cached) > 0 {
+		delete(d.cached, entryKey{l, e.Seq})
+		d.shrinkCached()
 	}
 }
 

@@ -286,7 +286,7 @@ func (f *edgeFlags) rawBaseline(ctx context.Context, r *edgeRig, res *edgeResult
 	}
 	res.raw.serverCPU = r.d.cpu() - cpu0
 	progress("raw JetStream: %.0f msgs/s", res.raw.rate())
-	return nil
+	return dropRawStreams(ctx, r.nc)
 }
 
 // ingestPhases measure the edge's Publish and PublishBatch with its link

@@ -17,7 +17,8 @@ import (
 // The Connect floor: what one Publish call costs the machine when the
 // server does nothing at all. A Connect IngestService in this process
 // answers every Publish at once with a fixed event id, over the same
-// HTTP/1.1 client and the same open-loop pacing as the Rivora phase, so
+// client (HTTP/1.1, or h2c with -h2c) and the same open-loop pacing as
+// the Rivora phase, so
 // the CPU per call (caller and server together, both in this process)
 // and the p99 at the offered rate are this machine's limit for a
 // single-event Publish over Connect, whatever the server does behind it.

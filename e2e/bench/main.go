@@ -476,6 +476,9 @@ func runIngest(args []string) error {
 	}
 	rawLanes.serverCPU, rawLanes.clientCPU = d.cpu()-cpu0, benchCPU()-client0
 	progress("raw JetStream with Nats-Msg-Id over %d subjects: %.0f msgs/s", laneSubjects, rawLanes.rate())
+	if err := dropRawStreams(ctx, nc); err != nil {
+		return err
+	}
 
 	// Warm up connections and the server.
 	progress("warm-up: 2000 Publish calls")
@@ -763,6 +766,36 @@ func rawPhase(ctx context.Context, nc *nats.Conn, n, maxPending, size int, limit
 	return rawPhaseOver(ctx, nc, n, maxPending, size, limit, msgID, 64)
 }
 
+// dropRawStreams deletes the raw phases' streams once they are measured:
+// their messages and, for two minutes, the dedup ids of their
+// Nats-Msg-Ids would stay in the server's heap (hundreds of thousands of
+// small objects every GC cycle of the rivora process marks) while the
+// Rivora phases after them run.
+func dropRawStreams(ctx context.Context, nc *nats.Conn) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	names := js.StreamNames(ctx)
+	var raw []string
+	for name := range names.Name() {
+		if strings.HasPrefix(name, "BENCH_RAW") {
+			raw = append(raw, name)
+		}
+	}
+	if err := names.Err(); err != nil {
+		return fmt.Errorf("list the raw streams: %w", err)
+	}
+	for _, name := range raw {
+		if err := js.DeleteStream(ctx, name); err != nil {
+			return fmt.Errorf("delete raw stream %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // rawPhaseOver is rawPhase with its messages spread round robin over
 // subjects subjects (rawPhase: 64). Each of Rivora's lanes is a subject
 // of its partition's stream, and the server keeps state per subject: with
@@ -800,17 +833,6 @@ func rawPhaseOver(ctx context.Context, nc *nats.Conn, n, maxPending, size int, l
 	}); err != nil {
 		return row{}, fmt.Errorf("create raw stream: %w", err)
 	}
-	// The stream goes once measured: its messages and, for two minutes,
-	// the dedup ids of its Nats-Msg-Ids would stay in the server's heap
-	// (hundreds of thousands of small objects every GC cycle of the
-	// rivora process marks) while the phases after it run.
-	defer func() {
-		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer dcancel()
-		if err := js.DeleteStream(dctx, stream); err != nil {
-			progress("delete raw stream %s: %v", stream, err)
-		}
-	}()
 	body := payload(size, 2)
 	// At max pending, block until an ack frees room (default: fail after
 	// 200ms, which a loaded machine hits).
