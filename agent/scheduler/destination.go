@@ -134,17 +134,15 @@ func (d *destination) shrinkCached() {
 	if len(d.cached) == 0 {
 		d.cached = nil
 	} else {
-		m := make(map[entryKey]*rivorav1.Event, len(d.cached))
-		maps.Copy(m, d.cached)
-		d.cached = m
+		d.cached = resized(d.cached)
 	}
 	d.cachedPeak = len(d.cached)
 }
 
 // resized copies m into a map made for its size (maps.Clone would copy
 // its capacity too).
-func resized[V any](m map[string]V) map[string]V {
-	out := make(map[string]V, len(m))
+func resized[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
 	maps.Copy(out, m)
 	return out
 }
