@@ -14,6 +14,7 @@ import (
 	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
+	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/retry"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/auth"
@@ -66,7 +67,7 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 		resp.DestinationId, resp.CustomerId, resp.LaneKey = loc.Lane.Destination, loc.Lane.Customer, loc.Lane.Key
 		resp.SubscriptionId = loc.Lane.Subscription
 		resp.AcceptedAt = timestamppb.New(loc.Entry.AcceptedAt)
-		if ev := loc.Entry.Event; ev != nil {
+		if ev := owner.Cached(loc.Entry); ev != nil {
 			resp.Type = ev.GetType()
 		}
 		resp.AheadInLane = int32(loc.Ahead)
@@ -324,9 +325,9 @@ func (q listQuery) pendingFilter() scheduler.PendingFilter {
 	}
 }
 
-// pendingSummary describes a pending event. Its type is loaded from the
-// lane store when the scheduler does not hold the event in memory (one
-// direct read by sequence; left empty if that fails).
+// pendingSummary describes a pending event. Its type is decoded from
+// the encoding the scheduler holds in memory or else loaded from the lane
+// store (one direct read by sequence; left empty if that fails).
 func (s *eventService) pendingSummary(ctx context.Context, p scheduler.PendingEvent) *rivorav1.EventSummary {
 	sum := &rivorav1.EventSummary{
 		EventId: p.Entry.EventID, DestinationId: p.Lane.Destination, CustomerId: p.Lane.Customer, LaneKey: p.Lane.Key,
@@ -338,12 +339,12 @@ func (s *eventService) pendingSummary(ctx context.Context, p scheduler.PendingEv
 	if p.IsHead {
 		sum.Attempts, sum.LastStatus, sum.LastError = int32(p.Head.Attempts), int32(p.Head.LastStatus), p.Head.LastError
 	}
-	if ev := p.Entry.Event; ev != nil {
-		sum.Type = ev.GetType()
-	} else if part := s.parts.Partition(p.Partition); part != nil {
+	if part := s.parts.Partition(p.Partition); part != nil {
 		if ev, err := part.Load(ctx, &scheduler.Attempt{Entry: p.Entry}); err == nil {
 			sum.Type = ev.GetType()
 		}
+	} else if ev := owner.Cached(p.Entry); ev != nil {
+		sum.Type = ev.GetType()
 	}
 	return sum
 }

@@ -22,20 +22,37 @@ import (
 // letters of a deleted destination, the records of an outcome, the cache
 // of events kept in memory.
 
-// Load returns the event of an attempt, from memory or the lane store.
+// Load returns the event of an attempt, decoded from memory (the cache
+// keeps its encoding) or from the lane store.
 func (o *Partition) Load(ctx context.Context, a *scheduler.Attempt) (*rivorav1.Event, error) {
-	if a.Entry.Event != nil {
-		return a.Entry.Event, nil
-	}
-	data, err := o.loadStored(ctx, a.Entry.Seq)
-	if err != nil {
-		return nil, fmt.Errorf("load event %s (seq %d): %w", a.Entry.EventID, a.Entry.Seq, err)
+	var data []byte
+	if a.Entry.Data != "" {
+		data = []byte(a.Entry.Data)
+	} else {
+		var err error
+		if data, err = o.loadStored(ctx, a.Entry.Seq); err != nil {
+			return nil, fmt.Errorf("load event %s (seq %d): %w", a.Entry.EventID, a.Entry.Seq, err)
+		}
 	}
 	ev := &rivorav1.Event{}
 	if err := proto.Unmarshal(data, ev); err != nil {
 		return nil, fmt.Errorf("decode event %s (seq %d): %w: %w", a.Entry.EventID, a.Entry.Seq, errUndecodable, err)
 	}
 	return ev, nil
+}
+
+// Cached is e's event when the cache keeps it (nil: it does not, or its
+// bytes do not decode): what a reader that must not touch the lane store
+// can tell about a pending event.
+func Cached(e scheduler.Entry) *rivorav1.Event {
+	if e.Data == "" {
+		return nil
+	}
+	ev := &rivorav1.Event{}
+	if proto.Unmarshal([]byte(e.Data), ev) != nil {
+		return nil
+	}
+	return ev
 }
 
 // errUndecodable marks a stored event whose bytes do not decode.
@@ -272,47 +289,46 @@ const cacheBudget = 64 << 20
 // scheduler entries; above cacheBudget entries keep only their sequence
 // and delivery loads the event from the lane store.
 //
-// Invariant: bytes is the sum of cachedSize over the events keep returned
-// and forget has not given back. Only one goroutine keeps at a time (the
-// rebuild, then the writer's ackLoop), so bytes never exceeds cacheBudget.
+// It keeps each event as its encoding (a string: one object the garbage
+// collector never looks into), not decoded: a decoded event is a dozen
+// objects with pointers, and 64 MiB of them per partition made marking
+// them a quarter of PublishBatch's CPU (issue 26). Delivery decodes the
+// event it sends, as it does one loaded from the lane store.
+//
+// Invariant: bytes is the sum of cachedSize over the encodings keep
+// returned and forget has not given back. Only one goroutine keeps at a
+// time (the writer's ackLoop), so bytes never exceeds cacheBudget.
 type eventCache struct {
 	bytes atomic.Int64
 }
 
-// eventOverhead is what a decoded event costs on the heap besides the
-// bytes of its strings and payload: its Event (248 B, in the 256-B size
-// class) and its accepted_at Timestamp (56 B, in the 64-B class), and
-// the rounding up of its ten or so small allocations to their size
-// classes (measured: TestEventCacheCountsTheHeapItsEventsTake).
-const eventOverhead = 256 + 64 + 32
+// entryOverhead is what a cached encoding costs besides its bytes: its
+// slot in its destination's map of cached events (key and string
+// header, 32 B, at the map's load factor) and the rounding of the
+// string to its size class (measured: TestEventCacheCountsTheHeapItsEventsTake).
+const entryOverhead = 48
 
-// cachedSize is what ev costs on the heap, decoded: its fixed overhead
-// and its variable-length fields, with a sixteenth for the size-class
-// rounding of a large payload. Counting only the payload (and 128 B)
-// let a cache of small events take 4x its budget. It reads nothing that
-// changes while ev is cached, so forget gives back what keep counted.
-func cachedSize(ev *rivorav1.Event) int64 {
-	n := len(ev.GetPayload()) + len(ev.GetEventId()) + len(ev.GetDestinationId()) + len(ev.GetCustomerId()) +
-		len(ev.GetLaneKey()) + len(ev.GetType()) + len(ev.GetContentType()) + len(ev.GetTraceparent()) +
-		len(ev.GetTracestate()) + len(ev.GetSubscriptionId()) + len(ev.GetIdempotencyConflict())
-	return int64(eventOverhead + n + n/16)
-}
+// cachedSize is what an encoding of n bytes costs on the heap: a
+// sixteenth more for its size class.
+func cachedSize(n int) int64 { return int64(entryOverhead + n + n/16) }
 
-// keep returns ev to hold in its scheduler entry while the cache has room,
-// else nil (delivery then loads it by sequence): a large backlog costs
-// memory per lane and entry, not per payload byte.
-func (c *eventCache) keep(ev *rivorav1.Event) *rivorav1.Event {
-	size := cachedSize(ev)
-	if c.bytes.Load()+size > cacheBudget {
-		return nil
+// keep returns a copy of data (an event's encoding) to hold in its
+// scheduler entry while the cache has room, else "" (delivery then loads
+// it by sequence): a large backlog costs memory per lane and entry, not
+// per payload byte. The copy is the cache's own: data may share its
+// array with what the caller keeps or reuses (a message's headers).
+func (c *eventCache) keep(data []byte) string {
+	size := cachedSize(len(data))
+	if len(data) == 0 || c.bytes.Load()+size > cacheBudget {
+		return ""
 	}
 	c.bytes.Add(size)
-	return ev
+	return string(data)
 }
 
 // forget gives an entry's cached bytes back.
 func (c *eventCache) forget(e scheduler.Entry) {
-	if e.Event != nil {
-		c.bytes.Add(-cachedSize(e.Event))
+	if e.Data != "" {
+		c.bytes.Add(-cachedSize(len(e.Data)))
 	}
 }

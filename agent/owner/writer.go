@@ -664,7 +664,7 @@ func (w *laneWriter) register(f *flight, acks [][]storedAck) error {
 				continue // already registered (or delivered)
 			}
 			ev := req.items[i].Event
-			batch.add(f.subjects[r][i], ev, scheduler.Entry{Seq: a.seq, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Event: w.cache.keep(ev)})
+			batch.add(f.subjects[r][i], ev, scheduler.Entry{Seq: a.seq, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Data: w.cache.keep(req.items[i].Data)})
 			through = a.seq
 		}
 	}

@@ -171,21 +171,27 @@ func TestGateOpensOnlyWithNoForwardSinceObserved(t *testing.T) {
 
 func TestEventCacheStaysWithinBudget(t *testing.T) {
 	var c eventCache
-	big := &rivorav1.Event{Payload: make([]byte, cacheBudget/2)}
-	if c.keep(big) == nil {
+	big := make([]byte, cacheBudget/2)
+	kept := c.keep(big)
+	if kept == "" {
 		t.Fatal("an empty cache refused an event")
 	}
-	if c.keep(big) != nil {
+	if c.keep(big) != "" {
 		t.Fatal("the cache kept an event beyond its budget")
 	}
-	small := &rivorav1.Event{Payload: []byte("x")}
-	if c.keep(small) == nil {
-		t.Fatal("the cache refused a small event within its budget")
+	small := []byte("x")
+	keptSmall := c.keep(small)
+	if keptSmall != "x" {
+		t.Fatalf("the cache kept %q of a small event within its budget, want %q", keptSmall, small)
 	}
-	c.forget(scheduler.Entry{Event: big})
-	c.forget(scheduler.Entry{Event: small})
+	small[0] = 'y' // the caller's bytes are not the cache's
+	c.forget(scheduler.Entry{Data: kept})
+	c.forget(scheduler.Entry{Data: keptSmall})
 	c.forget(scheduler.Entry{}) // not cached: nothing to give back
 	if got := c.bytes.Load(); got != 0 {
 		t.Fatalf("%d bytes left after every event was forgotten", got)
+	}
+	if keptSmall != "x" {
+		t.Fatalf("the cached event changed with its caller's bytes: %q", keptSmall)
 	}
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/limits"
-	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 // numClasses is one past the lowest priority class.
@@ -42,10 +41,10 @@ type destination struct {
 	// oddIDs are the event ids of its lanes' entries that are not UUIDs
 	// (see entry).
 	oddIDs map[entryKey]string
-	// cached are the events the owner's bounded cache keeps for its
+	// cached are the encoded events the owner's bounded cache keeps for its
 	// lanes' entries (see entry); cachedPeak is the most it held since it
 	// last shrank.
-	cached     map[entryKey]*rivorav1.Event
+	cached     map[entryKey]string
 	cachedPeak int
 	// dropped: DropPartition forgot this destination; outcomes of its
 	// attempts still in flight must not put its lanes back in play.

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rivora/rivora/lanes"
-	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 func TestCompactIDTakesExactlyCanonicalUUIDs(t *testing.T) {
@@ -43,13 +42,12 @@ func TestEntriesRoundTripUUIDAndOtherIDs(t *testing.T) {
 	s, _ := newSched()
 	s.SetLimits("d1", 0, unlimited)
 	id := lid("d1", "c1", "k")
-	cached := &rivorav1.Event{EventId: uuid.Must(uuid.NewV7()).String()}
 	in := []Entry{
 		{Seq: 1, EventID: uuid.Must(uuid.NewV7()).String(), AcceptedAt: t0.Add(time.Nanosecond)},
 		{Seq: 2, EventID: "ev-2", AcceptedAt: t0.Add(2 * time.Millisecond)},
 		{Seq: 3, EventID: strings.ToUpper(uuid.NewString())},
-		{Seq: 4, EventID: cached.EventId, AcceptedAt: t0, Event: cached},
-		{Seq: 5, EventID: "not-the-cached-event's-id", AcceptedAt: t0, Event: cached},
+		{Seq: 4, EventID: uuid.Must(uuid.NewV7()).String(), AcceptedAt: t0, Data: "event 4, encoded"},
+		{Seq: 5, EventID: "ev-5", AcceptedAt: t0, Data: "event 5, encoded"},
 	}
 	s.Restore(0, id, in[:2], Head{}, false)
 	appendTo(s, 0, id, in[2:]...)
@@ -210,8 +208,7 @@ func TestCachedEventsLeaveWithTheirEntries(t *testing.T) {
 	s.SetLimits("d1", 0, unlimited)
 	id, other := lid("d1", "c1", "k"), lid("d1", "c1", "other")
 	cached := func(seq uint64) Entry {
-		e := &rivorav1.Event{EventId: uuid.Must(uuid.NewV7()).String()}
-		return Entry{Seq: seq, EventID: e.EventId, AcceptedAt: t0, Event: e}
+		return Entry{Seq: seq, EventID: uuid.Must(uuid.NewV7()).String(), AcceptedAt: t0, Data: fmt.Sprintf("event %d, encoded", seq)}
 	}
 	in := []Entry{cached(1), cached(2), ev(3)}
 	appendTo(s, 0, id, in...)
@@ -220,7 +217,7 @@ func TestCachedEventsLeaveWithTheirEntries(t *testing.T) {
 		t.Fatalf("%d cached events kept, want 3", n)
 	}
 	a := mustPick(t, s)
-	if a.Entry != in[0] || a.Entry.Event == nil {
+	if a.Entry != in[0] || a.Entry.Data == "" {
 		t.Fatalf("attempt: entry %+v, want %+v with its event", a.Entry, in[0])
 	}
 	s.Succeeded(a)
@@ -231,7 +228,7 @@ func TestCachedEventsLeaveWithTheirEntries(t *testing.T) {
 	events := 0
 	for _, tl := range taken {
 		for _, e := range tl {
-			if e.Event != nil {
+			if e.Data != "" {
 				events++
 			}
 		}
@@ -253,8 +250,7 @@ func TestCachedEventsMapShrinks(t *testing.T) {
 	id := lid("d1", "c1", "k")
 	in := make([]Entry, 4*shrinkFrom)
 	for i := range in {
-		e := &rivorav1.Event{EventId: uuid.Must(uuid.NewV7()).String()}
-		in[i] = Entry{Seq: uint64(i + 1), EventID: e.EventId, AcceptedAt: t0, Event: e}
+		in[i] = Entry{Seq: uint64(i + 1), EventID: uuid.Must(uuid.NewV7()).String(), AcceptedAt: t0, Data: "encoded"}
 	}
 	appendTo(s, 0, id, in...)
 	d := s.dests["d1"]

@@ -8,7 +8,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rivora/rivora/lanes"
-	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 // Entry is one pending event in a lane, as the scheduler takes it in and
@@ -18,9 +17,12 @@ type Entry struct {
 	Seq        uint64
 	EventID    string
 	AcceptedAt time.Time
-	// Event is the stored event when it is kept in memory; nil means the
-	// delivery worker loads it from the lane store by Seq.
-	Event *rivorav1.Event
+	// Data is the stored event's encoding when the owner's cache keeps it
+	// in memory; "" means the delivery worker loads it from the lane
+	// store by Seq. Encoded rather than decoded: a decoded event is a
+	// dozen objects the garbage collector walks on every cycle for as
+	// long as it is cached, its encoding one it never looks into.
+	Data string
 }
 
 // entry is how a lane keeps a pending event: 32 bytes and nothing else
@@ -28,7 +30,7 @@ type Entry struct {
 // more (the pending state of 10M events is mostly entries). The event id
 // is kept as the 16 bytes of its UUID, which every id the agent makes is;
 // another id (zero id) is kept in its destination's oddIDs. The event
-// the owner's bounded cache keeps (Entry.Event) is in its destination's
+// the owner's bounded cache keeps (Entry.Data) is in its destination's
 // cached, not in the entry: a pointer in every entry cost 8 bytes per
 // pending event (80 MB at 10M) for the few the cache holds, and made the
 // garbage collector look at every entry's slot.
@@ -122,21 +124,21 @@ func (l *Lane) setOdd(seq uint64, id string) {
 	d.oddIDs[entryKey{l, seq}] = id
 }
 
-// setCached keeps the event of l's entry seq, which the owner's cache
-// holds, in its destination (a map per destination, as oddIDs).
-func (l *Lane) setCached(seq uint64, ev *rivorav1.Event) {
+// setCached keeps the encoded event of l's entry seq, which the owner's
+// cache holds, in its destination (a map per destination, as oddIDs).
+func (l *Lane) setCached(seq uint64, data string) {
 	d := l.dest
 	if d.cached == nil {
-		d.cached = make(map[entryKey]*rivorav1.Event)
+		d.cached = make(map[entryKey]string)
 	}
-	d.cached[entryKey{l, seq}] = ev
+	d.cached[entryKey{l, seq}] = data
 	d.cachedPeak = max(d.cachedPeak, len(d.cached))
 }
 
-// cachedEvent is the event kept for l's entry seq (nil: none).
-func (l *Lane) cachedEvent(seq uint64) *rivorav1.Event {
+// cachedData is the encoded event kept for l's entry seq ("": none).
+func (l *Lane) cachedData(seq uint64) string {
 	if len(l.dest.cached) == 0 {
-		return nil
+		return ""
 	}
 	return l.dest.cached[entryKey{l, seq}]
 }
@@ -146,8 +148,8 @@ func (l *Lane) push(entries []Entry) {
 	l.entries = slices.Grow(l.entries, len(entries))
 	for _, e := range entries {
 		l.entries = append(l.entries, newEntry(e.Seq, e.EventID, unixNanos(e.AcceptedAt), l.setOdd))
-		if e.Event != nil {
-			l.setCached(e.Seq, e.Event)
+		if e.Data != "" {
+			l.setCached(e.Seq, e.Data)
 		}
 	}
 }
@@ -190,28 +192,13 @@ func (l *Lane) forget(e *entry) {
 // entry returns l's entry i as an Entry.
 func (l *Lane) entry(i int) Entry {
 	e := &l.entries[i]
-	ev := l.cachedEvent(e.Seq)
-	return Entry{Seq: e.Seq, EventID: l.eventIDOf(e, ev), AcceptedAt: fromUnixNanos(e.acceptedAt), Event: ev}
+	return Entry{Seq: e.Seq, EventID: l.eventID(e), AcceptedAt: fromUnixNanos(e.acceptedAt), Data: l.cachedData(e.Seq)}
 }
 
-// eventID formats e's event id; a cached event's own id string costs no
-// allocation.
+// eventID formats e's event id.
 func (l *Lane) eventID(e *entry) string {
 	if e.id == uuid.Nil {
-		return l.eventIDOf(e, nil)
-	}
-	return l.eventIDOf(e, l.cachedEvent(e.Seq))
-}
-
-// eventIDOf is eventID given e's cached event ev (nil: none).
-func (l *Lane) eventIDOf(e *entry, ev *rivorav1.Event) string {
-	if e.id == uuid.Nil {
 		return l.dest.oddIDs[entryKey{l, e.Seq}]
-	}
-	if ev != nil {
-		if id, ok := compactID(ev.GetEventId()); ok && id == e.id {
-			return ev.GetEventId()
-		}
 	}
 	return e.id.String()
 }
