@@ -291,9 +291,10 @@ const cacheBudget = 64 << 20
 //
 // It keeps each event as its encoding (a string: one object the garbage
 // collector never looks into), not decoded: a decoded event is a dozen
-// objects with pointers, and 64 MiB of them per partition made marking
-// them a quarter of PublishBatch's CPU (issue 26). Delivery decodes the
-// event it sends, as it does one loaded from the lane store.
+// objects with pointers, and marking 64 MiB of them per partition on
+// every cycle cost PublishBatch about a fifth of its server CPU (issue
+// 26). Delivery decodes the event it sends, as it does one loaded from
+// the lane store.
 //
 // Invariant: bytes is the sum of cachedSize over the encodings keep
 // returned and forget has not given back. Only one goroutine keeps at a
