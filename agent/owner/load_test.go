@@ -170,3 +170,32 @@ func BenchmarkLoadGetMsg(b *testing.B) {
 		}
 	}
 }
+
+// A cached event is decoded from the entry's encoding, without a read of
+// the lane store (this partition has none); an encoding that does not
+// decode fails for good, as a stored one would.
+func TestLoadDecodesACachedEncoding(t *testing.T) {
+	ev := &rivorav1.Event{EventId: "ev-1", DestinationId: "orders", Type: "order.created", Payload: []byte(`{"id":1}`)}
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o Partition
+	got, err := o.Load(context.Background(), &scheduler.Attempt{Entry: scheduler.Entry{Seq: 1, EventID: "ev-1", Data: string(data)}})
+	if err != nil || !proto.Equal(got, ev) {
+		t.Fatalf("Load = %v, %v; want %v", got, err, ev)
+	}
+	if c := Cached(scheduler.Entry{Data: string(data)}); !proto.Equal(c, ev) {
+		t.Fatalf("Cached = %v, want %v", c, ev)
+	}
+	if c := Cached(scheduler.Entry{Seq: 1}); c != nil {
+		t.Fatalf("Cached of an entry with nothing cached = %v, want nil", c)
+	}
+	garbled := scheduler.Entry{Seq: 1, EventID: "ev-1", Data: "\xff\xff\xff"}
+	if _, err := o.Load(context.Background(), &scheduler.Attempt{Entry: garbled}); !loadGone(err) {
+		t.Fatalf("Load of an undecodable encoding: %v, want a failure for good", err)
+	}
+	if c := Cached(garbled); c != nil {
+		t.Fatalf("Cached of an undecodable encoding = %v, want nil", c)
+	}
+}

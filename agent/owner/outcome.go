@@ -305,8 +305,8 @@ type eventCache struct {
 
 // entryOverhead is what a cached encoding costs besides its bytes: its
 // slot in its destination's map of cached events (key and string
-// header, 32 B, at the map's load factor) and the rounding of the
-// string to its size class (measured: TestEventCacheCountsTheHeapItsEventsTake).
+// header, 32 B, at the map's load factor; measured:
+// TestEventCacheCountsTheHeapItsEventsTake).
 const entryOverhead = 48
 
 // cachedSize is what an encoding of n bytes costs on the heap: a

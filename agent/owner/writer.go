@@ -664,12 +664,21 @@ func (w *laneWriter) register(f *flight, acks [][]storedAck) error {
 				continue // already registered (or delivered)
 			}
 			ev := req.items[i].Event
-			batch.add(f.subjects[r][i], ev, scheduler.Entry{Seq: a.seq, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime(), Data: w.cache.keep(req.items[i].Data)})
+			// A duplicate's stored copy is the original's, not this
+			// item's: delivery loads it.
+			var data []byte
+			if !a.dup {
+				data = req.items[i].Data
+			}
+			batch.add(f.subjects[r][i], ev, scheduler.Entry{Seq: a.seq, EventID: ev.GetEventId(), AcceptedAt: ev.GetAcceptedAt().AsTime()}, data)
 			through = a.seq
 		}
 	}
 	w.schedMu.Lock()
 	if !w.detached {
+		// Cached only now that the whole group is registered: a group
+		// refused above, or one a detached writer stored, keeps nothing.
+		batch.keep(w.cache)
 		w.sched.AppendAll(w.p, batch.appends)
 	}
 	w.schedMu.Unlock()
@@ -722,9 +731,12 @@ func nextSequence(through uint64, a storedAck) (bool, error) {
 type laneBatch struct {
 	byLane  map[string]int // subject → index in appends
 	appends []scheduler.LaneAppend
+	// data is, beside each entry of appends, its event's stored encoding
+	// (nil: not to be cached).
+	data [][][]byte
 }
 
-func (b *laneBatch) add(subject string, ev *rivorav1.Event, e scheduler.Entry) {
+func (b *laneBatch) add(subject string, ev *rivorav1.Event, e scheduler.Entry, data []byte) {
 	if b.byLane == nil {
 		b.byLane = make(map[string]int)
 	}
@@ -733,8 +745,20 @@ func (b *laneBatch) add(subject string, ev *rivorav1.Event, e scheduler.Entry) {
 		k = len(b.appends)
 		b.byLane[subject] = k
 		b.appends = append(b.appends, scheduler.LaneAppend{ID: laneOf(ev), Subject: subject})
+		b.data = append(b.data, nil)
 	}
 	b.appends[k].Entries = append(b.appends[k].Entries, e)
+	b.data[k] = append(b.data[k], data)
+}
+
+// keep gives each entry the cache's copy of its encoding while the cache
+// has room.
+func (b *laneBatch) keep(c *eventCache) {
+	for k, entries := range b.appends {
+		for j := range entries.Entries {
+			entries.Entries[j].Data = c.keep(b.data[k][j])
+		}
+	}
 }
 
 // gate is the fast-path gate: appends go straight into the lanes (direct)

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/rivora/rivora/agent/clock"
 	"github.com/rivora/rivora/agent/scheduler"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -48,7 +50,11 @@ func testFlight(p int, reqs ...[]*rivorav1.Event) *flight {
 		req := &appendReq{done: make(chan appendResult, 1)}
 		var subjects []string
 		for _, ev := range evs {
-			req.items = append(req.items, Item{Event: ev, MsgID: ev.GetEventId()})
+			data, err := proto.Marshal(ev)
+			if err != nil {
+				panic(err)
+			}
+			req.items = append(req.items, Item{Event: ev, Data: data, MsgID: ev.GetEventId()})
 			subjects = append(subjects, laneOf(ev).Subject(p))
 		}
 		f.reqs = append(f.reqs, req)
@@ -93,6 +99,23 @@ func TestRegisterExactNextSequences(t *testing.T) {
 	if _, ok := sched.Find("old"); ok {
 		t.Error("a duplicate below the mark was registered again")
 	}
+	// Each registered entry carries the cache's copy of what was stored.
+	var counted int64
+	for r, req := range f.reqs {
+		for i, it := range req.items {
+			if acks[r][i].dup {
+				continue
+			}
+			loc, _ := sched.Find(it.Event.GetEventId())
+			if loc.Entry.Data != string(it.Data) {
+				t.Errorf("%s: cached %d bytes, want its %d stored ones", it.Event.GetEventId(), len(loc.Entry.Data), len(it.Data))
+			}
+			counted += cachedSize(len(it.Data))
+		}
+	}
+	if got := w.cache.bytes.Load(); got != counted {
+		t.Errorf("the cache counts %d bytes, want %d (the three registered events, not the duplicate)", got, counted)
+	}
 	f.answer("LANES_0", acks)
 	if res := <-f.reqs[0].done; res.stored != 2 || res.err != nil || !res.at[1].Duplicate || res.at[0].Duplicate {
 		t.Errorf("first caller answered %+v, want 2 stored, the second a duplicate", res)
@@ -112,6 +135,9 @@ func TestRegisterRefusesAGap(t *testing.T) {
 	if got := w.registered(); got != 5 {
 		t.Fatalf("registered through %d after a refused group, want 5", got)
 	}
+	if got := w.cache.bytes.Load(); got != 0 {
+		t.Errorf("a refused group left %d bytes counted in the cache", got)
+	}
 	for _, id := range []string{"a1", "a2", "b1"} {
 		if _, ok := sched.Find(id); ok {
 			t.Errorf("%s of a refused group is scheduled", id)
@@ -125,6 +151,33 @@ func TestRegisterRefusesAGap(t *testing.T) {
 		if res := <-req.done; !errors.Is(res.err, ErrWriteFailed) || res.stored != 0 {
 			t.Errorf("caller %d answered %+v, want ErrWriteFailed", i, res)
 		}
+	}
+}
+
+// A duplicate stored at the next sequence is the original's copy (a
+// fenced-off owner's late write): it is registered, but its entry caches
+// nothing, so that delivery loads what is stored rather than the item
+// that was refused as a duplicate. A detached writer registers and caches
+// nothing.
+func TestRegisterCachesOnlyWhatItStored(t *testing.T) {
+	sched := scheduler.New(clock.NewManual(time.Unix(0, 0)))
+	w := testWriter(sched)
+	w.restored(5)
+	if err := w.register(testFlight(0, []*rivorav1.Event{testEvent("dup", "a")}), [][]storedAck{{{seq: 6, dup: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if loc, ok := sched.Find("dup"); !ok || loc.Entry.Seq != 6 || loc.Entry.Data != "" {
+		t.Fatalf("the duplicate at the next sequence: %+v (found %v), want seq 6 with nothing cached", loc.Entry, ok)
+	}
+	w.detach()
+	if err := w.register(testFlight(0, []*rivorav1.Event{testEvent("late", "a")}), [][]storedAck{{{seq: 7}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sched.Find("late"); ok {
+		t.Error("a detached writer registered an event")
+	}
+	if got := w.cache.bytes.Load(); got != 0 {
+		t.Errorf("the cache counts %d bytes, want 0: nothing it holds was cached", got)
 	}
 }
 

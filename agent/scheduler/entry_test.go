@@ -230,6 +230,9 @@ func TestCachedEventsLeaveWithTheirEntries(t *testing.T) {
 		for _, e := range tl {
 			if e.Data != "" {
 				events++
+				if want := fmt.Sprintf("event %d, encoded", e.Seq); e.Data != want {
+					t.Errorf("TakeDestination handed seq %d with %q, want %q", e.Seq, e.Data, want)
+				}
 			}
 		}
 	}

@@ -26,14 +26,14 @@ type Entry struct {
 }
 
 // entry is how a lane keeps a pending event: 32 bytes and nothing else
-// on the heap, where an Entry costs 56 bytes and its event id string 48
+// on the heap, where an Entry costs 64 bytes and its event id string 48
 // more (the pending state of 10M events is mostly entries). The event id
 // is kept as the 16 bytes of its UUID, which every id the agent makes is;
 // another id (zero id) is kept in its destination's oddIDs. The event
 // the owner's bounded cache keeps (Entry.Data) is in its destination's
-// cached, not in the entry: a pointer in every entry cost 8 bytes per
-// pending event (80 MB at 10M) for the few the cache holds, and made the
-// garbage collector look at every entry's slot.
+// cached, not in the entry: a string in every entry would cost 16 bytes
+// per pending event (160 MB at 10M) for the few the cache holds, and make
+// the garbage collector look at every entry's slot.
 type entry struct {
 	Seq        uint64
 	acceptedAt int64 // Unix ns; noTime for a zero AcceptedAt
