@@ -302,10 +302,15 @@ func (w *laneWriter) forwarded(seq uint64) {
 // before it asked, for that look may predate the INGEST acknowledgement
 // of the caller's earlier event (a client publishes its lane's next event
 // only once the previous one was acknowledged).
+//
+// A caller that finds nobody looking looks itself, on its own goroutine:
+// a lone Publish (the SDKs' usual call) then hands nothing to another
+// goroutine and back. Callers that ask while a look is under way wait
+// for the next round, which one goroutine runs for all of them.
 type ingestLook struct {
 	mu      sync.Mutex
 	next    *lookRound // the round that begins next; callers join it
-	running bool       // a goroutine is running rounds
+	running bool       // a look is under way (a caller's, or run's rounds)
 }
 
 type lookRound struct {
@@ -314,18 +319,27 @@ type lookRound struct {
 	err   error
 }
 
-// ahead joins the next round of look and waits for its answer; once
-// stopped is closed (the writer stopped), ErrNotOwned.
+// ahead answers from a look begun after the call: its own when nobody is
+// looking, else the next round's. Once stopped is closed (the writer
+// stopped), ErrNotOwned.
 func (l *ingestLook) ahead(ctx context.Context, stopped <-chan struct{}, look func(context.Context) (bool, error)) (bool, error) {
+	select {
+	case <-stopped:
+		return false, ErrNotOwned
+	default:
+	}
 	l.mu.Lock()
+	if !l.running {
+		l.running = true
+		l.mu.Unlock()
+		ahead, err := look(ctx)
+		l.handOver(look)
+		return ahead, err
+	}
 	if l.next == nil {
 		l.next = &lookRound{done: make(chan struct{})}
 	}
 	r := l.next
-	if !l.running {
-		l.running = true
-		go l.run(look)
-	}
 	l.mu.Unlock()
 	select {
 	case <-r.done:
@@ -335,6 +349,18 @@ func (l *ingestLook) ahead(ctx context.Context, stopped <-chan struct{}, look fu
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
+}
+
+// handOver ends a caller's own look: the callers that asked meanwhile
+// get their round from run.
+func (l *ingestLook) handOver(look func(context.Context) (bool, error)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.next == nil {
+		l.running = false
+		return
+	}
+	go l.run(look)
 }
 
 // run runs rounds while callers wait for one.
