@@ -60,7 +60,7 @@ func startFloor() (url string, stop func(), err error) {
 }
 
 // floorPhase runs the open-loop Publish phase against the floor server.
-func floorPhase(ctx context.Context, hc *http.Client, n int, rate float64, maxConc int, limit time.Duration, req func(int) *rivorav1.PublishRequest) (row, error) {
+func floorPhase(ctx context.Context, hc *http.Client, lean bool, n int, rate float64, maxConc int, limit time.Duration, req func(int) *rivorav1.PublishRequest) (row, error) {
 	url, stop, err := startFloor()
 	if err != nil {
 		return row{}, err
@@ -72,7 +72,13 @@ func floorPhase(ctx context.Context, hc *http.Client, n int, rate float64, maxCo
 		return row{}, fmt.Errorf("warm-up: %w", err)
 	}
 	cpu0 := benchCPU()
-	r, err := pacedPublishPhase(ctx, client, n, rate, maxConc, limit, req)
+	publish := connectCaller(client)
+	if lean {
+		if publish, err = leanCaller(url, maxConc); err != nil {
+			return row{}, err
+		}
+	}
+	r, err := pacedPublishPhase(ctx, publish, n, rate, maxConc, limit, req)
 	if err != nil {
 		return row{}, err
 	}

@@ -384,9 +384,9 @@ func runIngest(args []string) error {
 	lanes := fs.Int("lanes", 2000, "lane keys to spread events over")
 	limit := fs.Duration("phase-timeout", 90*time.Second, "fail when a phase takes longer")
 	keyed := fs.Bool("keys", true, "give every event its own idempotency key, as the SDKs do (the server then checks it is not reused for another event)")
-	pacedRate := fs.Float64("paced-rate", 10000, "Publish calls per second offered in the open-loop phase (its p99 is publish_p99_ms_at_rate)")
-	pacedN := fs.Int("paced-n", 30000, "events for the open-loop Publish phase")
-	profileDir := fs.String("profile-dir", "", "write CPU profiles of the server during the Publish (publish.pprof, its first seconds), paced Publish (paced.pprof, its first seconds) and PublishBatch (batch.pprof) phases into `DIR`")
+	pacedRate := fs.Float64("paced-rate", 10000, "Publish calls per second offered in the open-loop phases: by the generated Connect client (its p99 is publish_p99_ms_at_rate), then by the lean caller (publish_p99_ms_at_rate_lean)")
+	pacedN := fs.Int("paced-n", 30000, "events for each open-loop Publish phase")
+	profileDir := fs.String("profile-dir", "", "write CPU profiles of the server during the Publish (publish.pprof, its first seconds), paced Publish (paced.pprof and paced-lean.pprof, their first seconds) and PublishBatch (batch.pprof) phases into `DIR`")
 	fs.Parse(args)
 	if *profileDir != "" {
 		c.pprof = true
@@ -505,40 +505,10 @@ func runIngest(args []string) error {
 		return err
 	}
 
-	progress("Publish at %.0f/s offered: %d events, open loop", *pacedRate, *pacedN)
-	cpu0, client0 = d.cpu(), benchCPU()
-	gc0, err := devMetric(ctx, hc, d.url(), gcCyclesSeries)
+	paced, err := pacedPhases(ctx, d, hc, nc, ingest, *pacedN, *pacedRate, *limit, *profileDir, req)
 	if err != nil {
 		return err
 	}
-	profiled = phaseProfile(ctx, d, *profileDir, "paced", 2)
-	paced, err := pacedPublishPhase(ctx, ingest, *pacedN, *pacedRate, 512, *limit, func(i int) *rivorav1.PublishRequest { return req(i + 1<<28) })
-	if err != nil {
-		return fmt.Errorf("paced publish phase: %w", err)
-	}
-	paced.serverCPU, paced.clientCPU = d.cpu()-cpu0, benchCPU()-client0
-	gc1, err := devMetric(ctx, hc, d.url(), gcCyclesSeries)
-	if err != nil {
-		return err
-	}
-	pacedGC := gc1 - gc0
-	if err := profiled(); err != nil {
-		return err
-	}
-	progress("Publish at %.0f/s offered: %.0f events/s, p50 %.2f ms, p99 %.2f ms; %d of %d windows of %s stalled (median above %s), %.0f server GC cycles",
-		*pacedRate, paced.rate(), ms(paced.p50), ms(paced.p99), paced.slowWindows, paced.windows, stallWindow, stallMedian, pacedGC)
-	if err := waitIdle(nc, *limit); err != nil {
-		return err
-	}
-
-	// The same open loop against a Connect server that does nothing
-	// (floor.go): this machine's limit for one Publish per call.
-	progress("Connect floor: Publish at %.0f/s offered to a no-op Connect server in this process", *pacedRate)
-	floor, err := floorPhase(ctx, hc, *pacedN, *pacedRate, 512, *limit, func(i int) *rivorav1.PublishRequest { return req(i + 1<<27) })
-	if err != nil {
-		return fmt.Errorf("connect floor phase: %w", err)
-	}
-	progress("Connect floor: %.0f calls/s, p99 %.2f ms, %.1f µs CPU per call", floor.rate(), ms(floor.p99), floor.clientCPUPerEvent())
 
 	progress("PublishBatch: %d events in batches of %d, %d concurrent", *batchN, *batchSize, *batchConc)
 	cpu0, client0 = d.cpu(), benchCPU()
@@ -553,7 +523,7 @@ func runIngest(args []string) error {
 	}
 	progress("PublishBatch: %.0f events/s, batch p50 %.2f ms, p99 %.2f ms", bat.rate(), ms(bat.p50), ms(bat.p99))
 
-	return reportIngest(ingestRows{pub: pub, paced: paced, floor: floor, bat: bat, raw: raw, rawID: rawID, rawLanes: rawLanes, pacedGC: pacedGC}, *pacedRate)
+	return reportIngest(ingestRows{pub: pub, paced: paced, bat: bat, raw: raw, rawID: rawID, rawLanes: rawLanes}, *pacedRate)
 }
 
 // gcCyclesSeries counts the server's completed GC cycles (/metrics).
@@ -561,23 +531,100 @@ const gcCyclesSeries = "go_gc_duration_seconds_count"
 
 // ingestRows are the phases of `bench ingest`, for its report.
 type ingestRows struct {
-	pub, paced, floor, bat, raw, rawID, rawLanes row
-	// pacedGC is how many GC cycles the server completed during the
-	// paced phase.
-	pacedGC float64
+	pub, bat, raw, rawID, rawLanes row
+	paced                          pacedRows
+}
+
+// pacedRows are the open-loop phases: Rivora and the Connect floor, each
+// called by the generated Connect client (the Go SDK's) and by the lean
+// caller (leanclient.go).
+type pacedRows struct {
+	sdk, lean, floor, floorLean row
+	// gc, gcLean: the server's completed GC cycles during each Rivora
+	// phase.
+	gc, gcLean float64
+}
+
+// pacedPhases offers n Publish calls at rate per second to Rivora, open
+// loop, first with the generated Connect client, then with the lean
+// caller; then the same two to the Connect floor (floor.go): this
+// machine's limit for one Publish per call.
+func pacedPhases(ctx context.Context, d *dev, hc *http.Client, nc *nats.Conn, ingest rivorav1connect.IngestServiceClient, n int, rate float64, limit time.Duration, profileDir string, req func(int) *rivorav1.PublishRequest) (pacedRows, error) {
+	var out pacedRows
+	lean, err := leanCaller(d.url(), 512)
+	if err != nil {
+		return out, err
+	}
+	phases := []struct {
+		name    string
+		caller  publishCaller
+		offset  int
+		profile string
+		row     *row
+		gc      *float64
+	}{
+		{"the Connect client", connectCaller(ingest), 1 << 28, "paced", &out.sdk, &out.gc},
+		{"the lean caller", lean, 1<<28 + n, "paced-lean", &out.lean, &out.gcLean},
+	}
+	for _, ph := range phases {
+		progress("Publish at %.0f/s offered by %s: %d events, open loop", rate, ph.name, n)
+		cpu0, client0 := d.cpu(), benchCPU()
+		gc0, err := devMetric(ctx, hc, d.url(), gcCyclesSeries)
+		if err != nil {
+			return out, err
+		}
+		profiled := phaseProfile(ctx, d, profileDir, ph.profile, 2)
+		r, err := pacedPublishPhase(ctx, ph.caller, n, rate, 512, limit, func(i int) *rivorav1.PublishRequest { return req(i + ph.offset) })
+		if err != nil {
+			return out, fmt.Errorf("paced publish phase (%s): %w", ph.name, err)
+		}
+		r.serverCPU, r.clientCPU = d.cpu()-cpu0, benchCPU()-client0
+		gc1, err := devMetric(ctx, hc, d.url(), gcCyclesSeries)
+		if err != nil {
+			return out, err
+		}
+		*ph.gc = gc1 - gc0
+		if err := profiled(); err != nil {
+			return out, err
+		}
+		r.name += " by " + ph.name
+		*ph.row = r
+		progress("Publish at %.0f/s offered by %s: %.0f events/s, p50 %.2f ms, p99 %.2f ms; %d of %d windows of %s stalled (median above %s), %.0f server GC cycles",
+			rate, ph.name, r.rate(), ms(r.p50), ms(r.p99), r.slowWindows, r.windows, stallWindow, stallMedian, *ph.gc)
+		if err := waitIdle(nc, limit); err != nil {
+			return out, err
+		}
+	}
+	for _, byLean := range []bool{false, true} {
+		progress("Connect floor: Publish at %.0f/s offered to a no-op Connect server in this process (lean caller: %v)", rate, byLean)
+		floor, err := floorPhase(ctx, hc, byLean, n, rate, 512, limit, func(i int) *rivorav1.PublishRequest { return req(i + 1<<27) })
+		if err != nil {
+			return out, fmt.Errorf("connect floor phase: %w", err)
+		}
+		progress("Connect floor: %.0f calls/s, p99 %.2f ms, %.1f µs CPU per call", floor.rate(), ms(floor.p99), floor.clientCPUPerEvent())
+		if byLean {
+			floor.name += " by the lean caller"
+			out.floorLean = floor
+		} else {
+			floor.name += " by the Connect client"
+			out.floor = floor
+		}
+	}
+	return out, nil
 }
 
 // reportIngest prints the ingest table, the phases' notes and, last, the
 // JSON line.
 func reportIngest(r ingestRows, pacedRate float64) error {
-	pub, paced, floor, bat, raw, rawID, rawLanes := r.pub, r.paced, r.floor, r.bat, r.raw, r.rawID, r.rawLanes
+	pub, bat, raw, rawID, rawLanes := r.pub, r.bat, r.raw, r.rawID, r.rawLanes
+	paced, lean, floor, floorLean := r.paced.sdk, r.paced.lean, r.paced.floor, r.paced.floorLean
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "path\tevents\tseconds\tevents/s\tp50 ms\tp99 ms\tserver CPU µs/event\tbench client CPU µs/event\t")
-	for _, r := range []row{pub, paced, floor, bat, raw, rawID, rawLanes} {
+	for _, r := range []row{pub, paced, lean, floor, floorLean, bat, raw, rawID, rawLanes} {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f\t%.2f\t%.2f\t%.1f\t%.1f\t\n", r.name, r.events, r.elapsed.Seconds(), r.rate(), ms(r.p50), ms(r.p99), r.cpuPerEvent(), r.clientCPUPerEvent())
 	}
 	tw.Flush()
-	for _, r := range []row{pub, paced, floor, bat, raw, rawID, rawLanes} {
+	for _, r := range []row{pub, paced, lean, floor, floorLean, bat, raw, rawID, rawLanes} {
 		if r.note != "" {
 			fmt.Printf("  %s: %s\n", r.name, r.note)
 		}
@@ -620,14 +667,27 @@ func reportIngest(r ingestRows, pacedRate float64) error {
 		// which the median call stalled, and the server's GC cycles
 		// meanwhile (the same share for the floor, for comparison).
 		"paced_stalled_window_share": round(paced.stalledShare(), 3),
-		"paced_server_gc_cycles":     r.pacedGC,
+		"paced_server_gc_cycles":     r.paced.gc,
 		"floor_stalled_window_share": round(floor.stalledShare(), 3),
+		// The same open loop by the lean caller (leanclient.go), which
+		// leaves the server the cores the Connect client takes, and the
+		// floor by it.
+		"publish_p99_ms_at_rate_lean":     round(ms(lean.p99), 2),
+		"paced_lean_achieved_per_s":       round(lean.rate(), 0),
+		"paced_lean_server_cpu_us":        round(lean.cpuPerEvent(), 1),
+		"paced_lean_client_cpu_us":        round(lean.clientCPUPerEvent(), 1),
+		"paced_lean_stalled_window_share": round(lean.stalledShare(), 3),
+		"paced_lean_server_gc_cycles":     r.paced.gcLean,
+		"floor_p99_ms_at_rate_lean":       round(ms(floorLean.p99), 2),
+		"floor_lean_cpu_us":               round(floorLean.clientCPUPerEvent(), 1),
 	}
 	return printJSON(out, []string{"publish_per_s", "batch_per_s", "raw_async_per_s", "batch_ratio", "publish_p99_ms", "raw_msgid_per_s", "batch_ratio_msgid", "paced_rate_per_s", "publish_p99_ms_at_rate", "paced_achieved_per_s",
 		"publish_server_cpu_us", "publish_client_cpu_us", "batch_server_cpu_us", "batch_client_cpu_us", "raw_msgid_server_cpu_us", "raw_msgid_client_cpu_us",
 		"raw_msgid_lanes_per_s", "batch_ratio_msgid_lanes", "raw_msgid_lanes_server_cpu_us",
 		"paced_client_cpu_us", "paced_server_cpu_us", "floor_p99_ms_at_rate", "floor_achieved_per_s", "floor_cpu_us",
-		"paced_stalled_window_share", "paced_server_gc_cycles", "floor_stalled_window_share"})
+		"paced_stalled_window_share", "paced_server_gc_cycles", "floor_stalled_window_share",
+		"publish_p99_ms_at_rate_lean", "paced_lean_achieved_per_s", "paced_lean_server_cpu_us", "paced_lean_client_cpu_us",
+		"paced_lean_stalled_window_share", "paced_lean_server_gc_cycles", "floor_p99_ms_at_rate_lean", "floor_lean_cpu_us"})
 }
 
 func printJSON(m map[string]float64, order []string) error {

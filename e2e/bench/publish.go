@@ -113,7 +113,7 @@ func (bp *batchPublish) send(ctx context.Context, ingest rivorav1connect.IngestS
 // latency runs from when it was due (a slow server's queueing counts, as
 // it would for a publisher producing at that rate). At most maxConc calls
 // are in flight; a call that finds none free waits, and that wait counts.
-func pacedPublishPhase(ctx context.Context, ingest rivorav1connect.IngestServiceClient, n int, rate float64, maxConc int, limit time.Duration, req func(int) *rivorav1.PublishRequest) (row, error) {
+func pacedPublishPhase(ctx context.Context, publish publishCaller, n int, rate float64, maxConc int, limit time.Duration, req func(int) *rivorav1.PublishRequest) (row, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	var firstErr error
@@ -140,7 +140,7 @@ func pacedPublishPhase(ctx context.Context, ingest rivorav1connect.IngestService
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			if _, err := ingest.Publish(ctx, connect.NewRequest(req(i))); err != nil {
+			if err := publish(ctx, req(i)); err != nil {
 				errOnce.Do(func() { firstErr = fmt.Errorf("event %d: %w", i, err); cancel() })
 				return
 			}
