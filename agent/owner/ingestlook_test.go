@@ -2,10 +2,16 @@ package owner
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/ingest"
+	"github.com/rivora/rivora/agent/natsd"
+	"github.com/rivora/rivora/lanes"
 )
 
 // roundLook is a look at INGEST whose answers tell the rounds apart: the
@@ -132,4 +138,56 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+func TestLookIngestSeesWhatWaitsForTheMover(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	srv, err := natsd.Start(natsd.Config{DataDir: t.TempDir()}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	js := srv.JetStream()
+	ctx := t.Context()
+	if _, err := ingest.New(ctx, js, destinations.NewRegistry(), ingest.Config{Partitions: ingest.FixedCount(2)}, log); err != nil {
+		t.Fatal(err)
+	}
+	w := newLaneWriter(1, js, nil, nil, nil, log)
+	look := func(want bool) {
+		t.Helper()
+		ahead, err := w.lookIngest(ctx)
+		if err != nil || ahead != want {
+			t.Fatalf("look: ahead %v, %v; want %v", ahead, err, want)
+		}
+	}
+	look(false) // INGEST is empty
+
+	if _, err := js.Publish(ctx, lanes.IngestSubject(0, "orders"), []byte("another partition's")); err != nil {
+		t.Fatal(err)
+	}
+	look(false)
+
+	ack, err := js.Publish(ctx, lanes.IngestSubject(1, "orders"), []byte("waits for the mover"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	look(true)
+	// The direct read answers the sequence the jetstream client reads.
+	stream, err := js.Stream(ctx, lanes.IngestStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.CachedInfo().Config.AllowDirect {
+		t.Fatal("INGEST with one replica allows no direct get: the look's direct read is not tested")
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, lanes.IngestFilter(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := w.lastInIngestDirect(ctx); err != nil || got != ack.Sequence || got != last.Sequence {
+		t.Fatalf("direct read: seq %d, %v; want %d (the jetstream client read %d)", got, err, ack.Sequence, last.Sequence)
+	}
+
+	w.moved(ack.Sequence)
+	look(false) // the mover handled it
 }
