@@ -110,6 +110,43 @@ func TestIngestLookNeverSharesALookBegunBeforeTheCall(t *testing.T) {
 	})
 }
 
+func TestIngestLookServesWaitersAfterAPanickingLook(t *testing.T) {
+	var l ingestLook
+	var began atomic.Int64
+	release := make(chan struct{})
+	look := func(context.Context) (bool, error) {
+		if began.Add(1) == 1 {
+			<-release
+			panic("the first look fails")
+		}
+		return true, nil
+	}
+	go func() {
+		defer func() { _ = recover() }()
+		_, _ = l.ahead(context.Background(), nil, look)
+	}()
+	waitFor(t, "the first look to begin", func() bool { return began.Load() == 1 })
+	answered := make(chan bool, 1)
+	go func() {
+		ahead, _ := l.ahead(context.Background(), nil, look)
+		answered <- ahead
+	}()
+	waitFor(t, "a caller to wait for the next round", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.next != nil
+	})
+	close(release)
+	select {
+	case ahead := <-answered:
+		if !ahead {
+			t.Fatal("the waiting caller got no look of its own")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a caller waits for ever behind a look that panicked")
+	}
+}
+
 func TestIngestLookWaiterStopsWithTheWriter(t *testing.T) {
 	var l ingestLook
 	r := &roundLook{hold: true, release: make(chan struct{})}

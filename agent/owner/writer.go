@@ -243,8 +243,8 @@ const ingestLookTimeout = 5 * time.Second
 // from the stream's leader, is past movedThrough. INGEST is a work queue,
 // so what the mover acked is gone and a partition with nothing waiting
 // has no last message.
-func (w *laneWriter) lookIngest(ctx context.Context) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, ingestLookTimeout)
+func (w *laneWriter) lookIngest(callerCtx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(callerCtx, ingestLookTimeout)
 	defer cancel()
 	stream, err := w.ingestStream(ctx)
 	if err != nil {
@@ -265,8 +265,11 @@ func (w *laneWriter) lookIngest(ctx context.Context) (bool, error) {
 	if err != nil {
 		// The handle's config decides how it reads (a direct get while
 		// INGEST allows one): read it again next time, in case INGEST's
-		// config changed.
-		w.forgetIngestStream()
+		// config changed. Not when the caller gave up (a client gone or
+		// out of time), which says nothing about INGEST.
+		if callerCtx.Err() == nil {
+			w.forgetIngestStream()
+		}
 		return false, fmt.Errorf("read INGEST's last message for partition %d: %w", w.p, err)
 	}
 	return last > w.movedThrough.Load(), nil
@@ -363,9 +366,11 @@ type lookRound struct {
 }
 
 // ahead answers from a look begun after the call: its own when nobody is
-// looking, else the next round's. Once stopped is closed (the writer
-// stopped), ErrNotOwned.
-func (l *ingestLook) ahead(ctx context.Context, stopped <-chan struct{}, look func(context.Context) (bool, error)) (bool, error) {
+// looking, else the next round's. When stopped is closed (the writer
+// stopped) before the call, or while it waits for a round, ErrNotOwned; a
+// caller's own look, bounded by ctx and ingestLookTimeout, ends first
+// (what it appends next finds the writer stopped).
+func (l *ingestLook) ahead(ctx context.Context, stopped <-chan struct{}, look func(context.Context) (bool, error)) (ahead bool, err error) {
 	select {
 	case <-stopped:
 		return false, ErrNotOwned
@@ -375,9 +380,10 @@ func (l *ingestLook) ahead(ctx context.Context, stopped <-chan struct{}, look fu
 	if !l.running {
 		l.running = true
 		l.mu.Unlock()
-		ahead, err := look(ctx)
-		l.handOver(look)
-		return ahead, err
+		// Deferred: should look ever panic, the callers that asked
+		// meanwhile still get their round.
+		defer l.handOver(look)
+		return look(ctx)
 	}
 	if l.next == nil {
 		l.next = &lookRound{done: make(chan struct{})}

@@ -40,7 +40,10 @@ func startFloor() (url string, stop func(), err error) {
 		return "", nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle(rivorav1connect.NewIngestServiceHandler(floorIngest{}))
+	// Uncompressed answers, as rivora's ingest gives them
+	// (agent/api): a Go Connect client accepts gzip, and connect would
+	// otherwise compress every answer to it.
+	mux.Handle(rivorav1connect.NewIngestServiceHandler(floorIngest{}, connect.WithCompressMinBytes(1<<20)))
 	// HTTP/1.1 and h2c, as rivora serves: -h2c callers talk h2c to it too.
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
@@ -66,18 +69,18 @@ func floorPhase(ctx context.Context, hc *http.Client, lean bool, n int, rate flo
 		return row{}, err
 	}
 	defer stop()
-	client := rivorav1connect.NewIngestServiceClient(hc, url)
-	// Warmed up as the Rivora phases are (2000 calls, 64 at a time).
-	if _, err := publishPhase(ctx, client, 2000, 64, limit, req); err != nil {
-		return row{}, fmt.Errorf("warm-up: %w", err)
-	}
-	cpu0 := benchCPU()
-	publish := connectCaller(client)
+	publish := connectCaller(rivorav1connect.NewIngestServiceClient(hc, url))
 	if lean {
 		if publish, err = leanCaller(url, maxConc); err != nil {
 			return row{}, err
 		}
 	}
+	// Warmed up as the Rivora phases are (2000 calls, 64 at a time), by
+	// the caller the phase uses.
+	if _, err := publishPhaseBy(ctx, publish, 2000, 64, limit, req); err != nil {
+		return row{}, fmt.Errorf("warm-up: %w", err)
+	}
+	cpu0 := benchCPU()
 	r, err := pacedPublishPhase(ctx, publish, n, rate, maxConc, limit, req)
 	if err != nil {
 		return row{}, err
