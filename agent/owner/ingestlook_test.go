@@ -12,63 +12,73 @@ import (
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/lanes"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
-// roundLook is a look at INGEST whose answers tell the rounds apart: the
-// n-th look answers ahead = (n is even), and records which round began
-// after which caller asked.
-type roundLook struct {
-	began   atomic.Int64 // looks begun
-	release chan struct{}
-	// hold, when set, makes the first look wait for release.
-	hold bool
+// testLook is a look at INGEST whose answers tell its first look from
+// the later ones.
+type testLook struct {
+	began   atomic.Int64  // looks begun
+	release chan struct{} // the first look waits for it (nil: no wait)
+	panics  bool          // the first look panics once released
+	first   bool          // the first look's answer
+	later   bool          // every later look's answer
 }
 
-func (r *roundLook) look(context.Context) (bool, error) {
-	n := r.began.Add(1)
-	if n == 1 && r.hold {
-		<-r.release
+func (tl *testLook) look(context.Context) (bool, error) {
+	if tl.began.Add(1) > 1 {
+		return tl.later, nil
 	}
-	return n%2 == 0, nil
+	if tl.release != nil {
+		<-tl.release
+	}
+	if tl.panics {
+		panic("the first look fails")
+	}
+	return tl.first, nil
+}
+
+// waiting reports whether a caller waits for l's next round.
+func waiting(l *ingestLook) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.next != nil
+}
+
+// idle reports whether l has no look under way and nobody waiting.
+func idle(l *ingestLook) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.running && l.next == nil
 }
 
 func TestIngestLookAloneLooksEachTime(t *testing.T) {
 	var l ingestLook
-	r := &roundLook{}
+	tl := &testLook{first: false, later: true}
 	for i := 1; i <= 3; i++ {
-		ahead, err := l.ahead(context.Background(), nil, r.look)
+		ahead, err := l.ahead(context.Background(), nil, tl.look)
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Each call made a look of its own: the i-th answers the i-th.
-		if want := i%2 == 0; ahead != want || r.began.Load() != int64(i) {
-			t.Fatalf("call %d: ahead %v after %d looks, want %v after %d", i, ahead, r.began.Load(), want, i)
+		// Each call made a look of its own.
+		if want := i > 1; ahead != want || tl.began.Load() != int64(i) {
+			t.Fatalf("call %d: ahead %v after %d looks, want %v after %d", i, ahead, tl.began.Load(), want, i)
 		}
-	}
-	if l.running || l.next != nil {
-		t.Fatalf("after lone calls: running %v, next %v; want neither", l.running, l.next)
+		if !idle(&l) {
+			t.Fatalf("call %d: a lone call left a look running or a round waiting", i)
+		}
 	}
 }
 
 func TestIngestLookNeverSharesALookBegunBeforeTheCall(t *testing.T) {
 	var l ingestLook
-	// The first look, held until released, answers ahead; every later
-	// one answers not ahead.
-	var began atomic.Int64
-	release := make(chan struct{})
-	look := func(context.Context) (bool, error) {
-		if began.Add(1) == 1 {
-			<-release
-			return true, nil
-		}
-		return false, nil
-	}
+	tl := &testLook{release: make(chan struct{}), first: true, later: false}
 	first := make(chan bool, 1)
 	go func() {
-		ahead, _ := l.ahead(context.Background(), nil, look)
+		ahead, _ := l.ahead(context.Background(), nil, tl.look)
 		first <- ahead
 	}()
-	waitFor(t, "the first look to begin", func() bool { return began.Load() == 1 })
+	poll.True(t, "the first look to begin", 10*time.Second, func() bool { return tl.began.Load() == 1 })
 
 	// These ask while the first look is under way: none may be answered
 	// by it, only by a look begun after.
@@ -77,19 +87,15 @@ func TestIngestLookNeverSharesALookBegunBeforeTheCall(t *testing.T) {
 	answers := make(chan bool, callers)
 	for range callers {
 		wg.Go(func() {
-			ahead, err := l.ahead(context.Background(), nil, look)
+			ahead, err := l.ahead(context.Background(), nil, tl.look)
 			if err != nil {
 				t.Error(err)
 			}
 			answers <- ahead
 		})
 	}
-	waitFor(t, "a caller to wait for the next round", func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.next != nil
-	})
-	close(release)
+	poll.True(t, "a caller to wait for the next round", 10*time.Second, func() bool { return waiting(&l) })
+	close(tl.release)
 	wg.Wait()
 	close(answers)
 	if !<-first {
@@ -100,43 +106,27 @@ func TestIngestLookNeverSharesALookBegunBeforeTheCall(t *testing.T) {
 			t.Fatal("a caller that asked during the first look got that look's answer")
 		}
 	}
-	if n := began.Load(); n < 2 || n > 1+callers {
+	if n := tl.began.Load(); n < 2 || n > 1+callers {
 		t.Fatalf("%d looks for 1+%d callers", n, callers)
 	}
-	waitFor(t, "the rounds to end", func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return !l.running && l.next == nil
-	})
+	poll.True(t, "the rounds to end", 10*time.Second, func() bool { return idle(&l) })
 }
 
 func TestIngestLookServesWaitersAfterAPanickingLook(t *testing.T) {
 	var l ingestLook
-	var began atomic.Int64
-	release := make(chan struct{})
-	look := func(context.Context) (bool, error) {
-		if began.Add(1) == 1 {
-			<-release
-			panic("the first look fails")
-		}
-		return true, nil
-	}
+	tl := &testLook{release: make(chan struct{}), panics: true, later: true}
 	go func() {
 		defer func() { _ = recover() }()
-		_, _ = l.ahead(context.Background(), nil, look)
+		_, _ = l.ahead(context.Background(), nil, tl.look)
 	}()
-	waitFor(t, "the first look to begin", func() bool { return began.Load() == 1 })
+	poll.True(t, "the first look to begin", 10*time.Second, func() bool { return tl.began.Load() == 1 })
 	answered := make(chan bool, 1)
 	go func() {
-		ahead, _ := l.ahead(context.Background(), nil, look)
+		ahead, _ := l.ahead(context.Background(), nil, tl.look)
 		answered <- ahead
 	}()
-	waitFor(t, "a caller to wait for the next round", func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.next != nil
-	})
-	close(release)
+	poll.True(t, "a caller to wait for the next round", 10*time.Second, func() bool { return waiting(&l) })
+	close(tl.release)
 	select {
 	case ahead := <-answered:
 		if !ahead {
@@ -149,31 +139,19 @@ func TestIngestLookServesWaitersAfterAPanickingLook(t *testing.T) {
 
 func TestIngestLookWaiterStopsWithTheWriter(t *testing.T) {
 	var l ingestLook
-	r := &roundLook{hold: true, release: make(chan struct{})}
-	defer close(r.release)
-	go l.ahead(context.Background(), nil, r.look) //nolint:errcheck // held until the test ends
-	waitFor(t, "the first look to begin", func() bool { return r.began.Load() == 1 })
+	tl := &testLook{release: make(chan struct{})}
+	defer close(tl.release)
+	go l.ahead(context.Background(), nil, tl.look) //nolint:errcheck // held until the test ends
+	poll.True(t, "the first look to begin", 10*time.Second, func() bool { return tl.began.Load() == 1 })
 	stopped := make(chan struct{})
 	close(stopped)
-	if _, err := l.ahead(context.Background(), stopped, r.look); err != ErrNotOwned {
+	if _, err := l.ahead(context.Background(), stopped, tl.look); err != ErrNotOwned {
 		t.Fatalf("waiting behind a look once the writer stopped: %v, want ErrNotOwned", err)
 	}
 	// Nobody looking: a caller does not look for a stopped writer either.
-	var idle ingestLook
-	if _, err := idle.ahead(context.Background(), stopped, r.look); err != ErrNotOwned || r.began.Load() != 1 {
-		t.Fatalf("asking a stopped writer with nobody looking: %v after %d looks, want ErrNotOwned after 1", err, r.began.Load())
-	}
-}
-
-// waitFor polls cond (a state another goroutine reaches without telling).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
+	var quiet ingestLook
+	if _, err := quiet.ahead(context.Background(), stopped, tl.look); err != ErrNotOwned || tl.began.Load() != 1 {
+		t.Fatalf("asking a stopped writer with nobody looking: %v after %d looks, want ErrNotOwned after 1", err, tl.began.Load())
 	}
 }
 
