@@ -537,6 +537,8 @@ func (w *laneWriter) run(ctx context.Context) error {
 		}
 	}()
 	flights := make(chan *flight, 32)
+	// The headers of every message this writer publishes, reused.
+	var header storedHeader
 	failed := make(chan struct{})
 	ackDone := make(chan error, 1)
 	go func() { ackDone <- w.ackLoop(flights, failed) }()
@@ -555,7 +557,7 @@ func (w *laneWriter) run(ctx context.Context) error {
 			stop()
 			return nil
 		}
-		flights <- w.publish(pub, w.group(first))
+		flights <- w.publish(pub, &header, w.group(first))
 	}
 }
 
@@ -580,8 +582,8 @@ func (w *laneWriter) group(first *appendReq) []*appendReq {
 func laneOf(ev *rivorav1.Event) lanes.ID { return lanes.EventLane(ev) }
 
 // publish sends every item of a group to the lane store as one burst,
-// without waiting.
-func (w *laneWriter) publish(pub *natsd.Publisher, batch []*appendReq) *flight {
+// without waiting; h is run's, reused for every message.
+func (w *laneWriter) publish(pub *natsd.Publisher, h *storedHeader, batch []*appendReq) *flight {
 	f := &flight{reqs: batch}
 	if f.err = w.fence.check(); f.err != nil {
 		return f
@@ -595,7 +597,6 @@ func (w *laneWriter) publish(pub *natsd.Publisher, batch []*appendReq) *flight {
 	}
 	f.subjects = make([][]string, len(batch))
 	k := 0
-	var h storedHeader
 	for r, req := range batch {
 		f.subjects[r] = make([]string, len(req.items))
 		for i, it := range req.items {
@@ -613,9 +614,10 @@ func (w *laneWriter) publish(pub *natsd.Publisher, batch []*appendReq) *flight {
 }
 
 // storedHeader is a stored event's headers: its dedup id, and its
-// fingerprint when it has one (fingerprint.Set). One is reused for every
-// message of a group, which costs no map and no slices per event: a
-// publish encodes the headers before it returns and keeps none of them.
+// fingerprint when it has one (fingerprint.Set). The writer reuses one
+// for every message it publishes, which costs no map and no slices per
+// event or per group (a lone Publish is a group): a publish encodes the
+// headers before it returns and keeps none of them.
 type storedHeader struct {
 	h         nats.Header
 	msgID, fp []string

@@ -386,7 +386,7 @@ func runIngest(args []string) error {
 	keyed := fs.Bool("keys", true, "give every event its own idempotency key, as the SDKs do (the server then checks it is not reused for another event)")
 	pacedRate := fs.Float64("paced-rate", 10000, "Publish calls per second offered in the open-loop phases: by the generated Connect client (its p99 is publish_p99_ms_at_rate), then by the lean caller (publish_p99_ms_at_rate_lean)")
 	pacedN := fs.Int("paced-n", 30000, "events for each open-loop Publish phase")
-	profileDir := fs.String("profile-dir", "", "write CPU profiles of the server during the Publish (publish.pprof, its first seconds), paced Publish (paced.pprof and paced-lean.pprof, their first seconds) and PublishBatch (batch.pprof) phases into `DIR`")
+	profileDir := fs.String("profile-dir", "", "write CPU profiles of the server during the raw publish over the lanes' subjects (raw-msgid-lanes.pprof, its first second), Publish (publish.pprof, its first seconds), paced Publish (paced.pprof and paced-lean.pprof, their first seconds) and PublishBatch (batch.pprof) phases, and beside each what the server allocated meanwhile (NAME-allocs.pprof), into `DIR`")
 	fs.Parse(args)
 	if *profileDir != "" {
 		c.pprof = true
@@ -470,11 +470,15 @@ func runIngest(args []string) error {
 	laneSubjects := *dests / gcd(*dests, *lanes) * *lanes
 	progress("raw JetStream async publish with Nats-Msg-Id over %d subjects (as many as the Rivora phases' lanes)", laneSubjects)
 	cpu0, client0 = d.cpu(), benchCPU()
+	profiled := phaseProfile(ctx, d, *profileDir, "raw-msgid-lanes", 1)
 	rawLanes, err := rawPhaseOver(ctx, nc, *rawN, *rawPending, *size, *limit, true, laneSubjects)
 	if err != nil {
 		return fmt.Errorf("raw JetStream phase over %d subjects: %w", laneSubjects, err)
 	}
 	rawLanes.serverCPU, rawLanes.clientCPU = d.cpu()-cpu0, benchCPU()-client0
+	if err := profiled(); err != nil {
+		return err
+	}
 	progress("raw JetStream with Nats-Msg-Id over %d subjects: %.0f msgs/s", laneSubjects, rawLanes.rate())
 	if err := dropRawStreams(ctx, nc); err != nil {
 		return err
@@ -491,7 +495,7 @@ func runIngest(args []string) error {
 
 	progress("Publish: %d events, %d concurrent", *n, *conc)
 	cpu0, client0 = d.cpu(), benchCPU()
-	profiled := phaseProfile(ctx, d, *profileDir, "publish", 4)
+	profiled = phaseProfile(ctx, d, *profileDir, "publish", 4)
 	pub, err := publishPhase(ctx, ingest, *n, *conc, *limit, req)
 	if err != nil {
 		return fmt.Errorf("publish phase: %w", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/pprof/profile"
 	"github.com/nats-io/nats.go"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -388,39 +390,24 @@ func devMetric(ctx context.Context, hc *http.Client, base, series string) (float
 }
 
 // phaseProfile records a CPU profile of the server for seconds into
-// dir/name.pprof while a phase runs (-profile-dir); wait returns its
+// dir/name.pprof while a phase runs (-profile-dir), and what it
+// allocated meanwhile into dir/name-allocs.pprof; wait returns their
 // error once the phase is over. dir "" records nothing.
 func phaseProfile(ctx context.Context, d *dev, dir, name string, seconds int) (wait func() error) {
 	if dir == "" {
 		return func() error { return nil }
 	}
-	done := make(chan error, 1)
-	go func() {
-		done <- func() error {
-			hc := &http.Client{Transport: withBearer(nil)}
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", d.url(), seconds), nil)
-			if err != nil {
-				return err
+	record := func(kind, file string) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			p, err := fetchProfile(ctx, fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", d.url(), kind, seconds))
+			if err == nil {
+				err = writeMergedProfile(dir, file, []*profile.Profile{p})
 			}
-			resp, err := hc.Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				b, _ := io.ReadAll(resp.Body)
-				return fmt.Errorf("CPU profile: %s: %s", resp.Status, b)
-			}
-			out, err := os.Create(filepath.Join(dir, name+".pprof"))
-			if err != nil {
-				return err
-			}
-			if _, err := io.Copy(out, resp.Body); err != nil {
-				out.Close()
-				return err
-			}
-			return out.Close()
+			done <- err
 		}()
-	}()
-	return func() error { return <-done }
+		return done
+	}
+	cpu, allocs := record("profile", name+".pprof"), record("allocs", name+"-allocs.pprof")
+	return func() error { return errors.Join(<-cpu, <-allocs) }
 }
