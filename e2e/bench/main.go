@@ -288,6 +288,11 @@ type row struct {
 	// serverCPU is the rivora process's CPU time during the phase (it
 	// includes moving events into lanes while the phase runs).
 	serverCPU time.Duration
+	// serverSystemCPU is the part of serverCPU spent in the kernel (the
+	// stores' write system calls, page faults): where a noisy machine's
+	// spread between runs mostly shows (set for the PublishBatch phase
+	// and its raw baseline).
+	serverSystemCPU time.Duration
 	// clientCPU is this bench process's CPU time during the phase: the
 	// callers (Connect clients, or the raw NATS publisher) share the
 	// machine's cores with the server.
@@ -312,6 +317,10 @@ func (r row) stalledShare() float64 {
 
 func (r row) cpuPerEvent() float64 {
 	return float64(r.serverCPU.Microseconds()) / float64(r.events)
+}
+
+func (r row) systemCPUPerEvent() float64 {
+	return float64(r.serverSystemCPU.Microseconds()) / float64(r.events)
 }
 
 func (r row) clientCPUPerEvent() float64 {
@@ -458,12 +467,12 @@ func runIngest(args []string) error {
 	raw.serverCPU, raw.clientCPU = d.cpu()-cpu0, benchCPU()-client0
 	progress("raw JetStream: %.0f msgs/s", raw.rate())
 	progress("raw JetStream async publish with Nats-Msg-Id (the baseline of batch_ratio_msgid)")
-	cpu0, client0 = d.cpu(), benchCPU()
+	cpu0, sys0, client0 := d.cpu(), d.systemCPU(), benchCPU()
 	rawID, err := rawPhase(ctx, nc, *rawN, *rawPending, *size, *limit, true)
 	if err != nil {
 		return fmt.Errorf("raw JetStream phase with Nats-Msg-Id: %w", err)
 	}
-	rawID.serverCPU, rawID.clientCPU = d.cpu()-cpu0, benchCPU()-client0
+	rawID.serverCPU, rawID.serverSystemCPU, rawID.clientCPU = d.cpu()-cpu0, d.systemCPU()-sys0, benchCPU()-client0
 	progress("raw JetStream with Nats-Msg-Id: %.0f msgs/s", rawID.rate())
 	// Event i goes to destination i mod dests, lane i mod lanes: the
 	// lanes in use are lcm(dests, lanes) pairs.
@@ -515,13 +524,13 @@ func runIngest(args []string) error {
 	}
 
 	progress("PublishBatch: %d events in batches of %d, %d concurrent", *batchN, *batchSize, *batchConc)
-	cpu0, client0 = d.cpu(), benchCPU()
+	cpu0, sys0, client0 = d.cpu(), d.systemCPU(), benchCPU()
 	profiled = phaseProfile(ctx, d, *profileDir, "batch", 4)
 	bat, err := batchPhase(ctx, ingest, *batchN, *batchSize, *batchConc, *limit, req)
 	if err != nil {
 		return fmt.Errorf("PublishBatch phase: %w", err)
 	}
-	bat.serverCPU, bat.clientCPU = d.cpu()-cpu0, benchCPU()-client0
+	bat.serverCPU, bat.serverSystemCPU, bat.clientCPU = d.cpu()-cpu0, d.systemCPU()-sys0, benchCPU()-client0
 	if err := profiled(); err != nil {
 		return err
 	}
@@ -661,6 +670,11 @@ func reportIngest(r ingestRows, pacedRate float64) error {
 		"batch_client_cpu_us":     round(bat.clientCPUPerEvent(), 1),
 		"raw_msgid_server_cpu_us": round(rawID.cpuPerEvent(), 1),
 		"raw_msgid_client_cpu_us": round(rawID.clientCPUPerEvent(), 1),
+		// The kernel's part of the server's CPU per event (system
+		// time: the stores' writes, page faults), which moves the most
+		// between runs on a shared machine.
+		"batch_server_sys_cpu_us":     round(bat.systemCPUPerEvent(), 1),
+		"raw_msgid_server_sys_cpu_us": round(rawID.systemCPUPerEvent(), 1),
 		// The same raw publish over as many subjects as the Rivora
 		// phases' lanes (the server's per-subject state included).
 		"raw_msgid_lanes_per_s":         round(rawLanes.rate(), 0),
@@ -695,6 +709,7 @@ func reportIngest(r ingestRows, pacedRate float64) error {
 	}
 	return printJSON(out, []string{"publish_per_s", "batch_per_s", "raw_async_per_s", "batch_ratio", "publish_p99_ms", "raw_msgid_per_s", "batch_ratio_msgid", "paced_rate_per_s", "publish_p99_ms_at_rate", "paced_achieved_per_s",
 		"publish_server_cpu_us", "publish_client_cpu_us", "batch_server_cpu_us", "batch_client_cpu_us", "raw_msgid_server_cpu_us", "raw_msgid_client_cpu_us",
+		"batch_server_sys_cpu_us", "raw_msgid_server_sys_cpu_us",
 		"raw_msgid_lanes_per_s", "batch_ratio_msgid_lanes", "raw_msgid_lanes_server_cpu_us",
 		"paced_client_cpu_us", "paced_server_cpu_us", "floor_p99_ms_at_rate", "floor_achieved_per_s", "floor_cpu_us",
 		"paced_stalled_window_share", "paced_server_gc_cycles", "floor_stalled_window_share",

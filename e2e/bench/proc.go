@@ -102,12 +102,26 @@ func (p *proc) kill() {
 // cpu returns the process's user+system CPU time so far (Linux /proc).
 func (p *proc) cpu() time.Duration { return processCPU(p.Pid()) }
 
+// systemCPU returns the process's CPU time in the kernel so far: its
+// system calls (the stores' writes among them) and page faults.
+func (p *proc) systemCPU() time.Duration {
+	_, system := processTimes(p.Pid())
+	return system
+}
+
 // processCPU returns process pid's user+system CPU time so far (Linux
 // /proc), 0 when it cannot be read.
 func processCPU(pid int) time.Duration {
+	user, system := processTimes(pid)
+	return user + system
+}
+
+// processTimes returns process pid's user and system CPU time so far
+// (Linux /proc), zeros when they cannot be read.
+func processTimes(pid int) (user, system time.Duration) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	// Fields after the command name, which is in parentheses.
 	s := string(b)
@@ -116,12 +130,12 @@ func processCPU(pid int) time.Duration {
 	}
 	f := strings.Fields(s)
 	if len(f) < 13 {
-		return 0
+		return 0, 0
 	}
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	const clkTck = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / clkTck
+	return time.Duration(utime) * time.Second / clkTck, time.Duration(stime) * time.Second / clkTck
 }
 
 // until is poll.Until for the benchmarks: what names the awaited
