@@ -339,7 +339,17 @@ func TestDestinationOAuth2(t *testing.T) {
 		return metricValue(t, d, `rivora_delivery_attempts_total{class="error",destination="erp"}`)
 	}
 	poll.True(t, "12 failed attempts to erp", 30*time.Second, func() bool { return attemptErrors() >= 12 })
-	if refused, failed, attempts := te.refused.Load(), fetches("error"), attemptErrors(); refused > 5 || float64(refused) != failed || float64(refused) >= attempts/2 {
+	// The endpoint counts a refusal before it answers, the agent's metric
+	// once it read the answer: compare the two between fetches.
+	var refused int64
+	var failed float64
+	if poll.Within(10*time.Second, func() bool {
+		refused, failed = te.refused.Load(), fetches("error")
+		return float64(refused) == failed
+	}) != nil {
+		t.Fatalf("the failing token endpoint got %d requests, the agent counted %v failed fetches", refused, failed)
+	}
+	if attempts := attemptErrors(); refused > 5 || float64(refused) >= attempts/2 {
 		t.Fatalf("the failing token endpoint got %d requests (metric: %v) for %v failed attempts; want them paced (at most 5, under half the attempts)", refused, failed, attempts)
 	} else {
 		t.Logf("the failing token endpoint got %d requests for %v failed attempts", refused, attempts)
