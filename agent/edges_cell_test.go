@@ -3,7 +3,6 @@ package agent_test
 import (
 	"context"
 	"log/slog"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/ports"
 	"github.com/rivora/rivora/testkit/rig"
 )
 
@@ -50,12 +50,10 @@ func edgeSourced(t *testing.T, a *agent.Agent, name string) bool {
 // the edge's events of a lane are delivered in publish order.
 func TestTheCellSourcesARegisteredEdge(t *testing.T) {
 	ctx := context.Background()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	leaf, err := ports.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf := l.Addr().String()
-	l.Close()
 	d := rig.StartDev(t, t.TempDir(), rig.Options{Agent: func(c *agent.Config) { c.LeafListen = leaf }})
 	p := partner.New(t, partner.Options{})
 	d.Create(&rivorav1.CreateDestinationRequest{Id: "orders", Url: p.URL()})

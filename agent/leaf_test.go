@@ -2,25 +2,23 @@ package agent_test
 
 import (
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/ports"
 	"github.com/rivora/rivora/testkit/rig"
 )
 
 // An agent with LeafListen accepts an edge's NATS server as a leaf node
 // when it presents the credential derived from the cell token.
 func TestAnEdgeJoinsTheAgentsLeafPort(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := ports.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
 	d := rig.StartDev(t, t.TempDir(), rig.Options{Agent: func(c *agent.Config) { c.LeafListen = addr }})
 	edge, err := natsd.Start(natsd.Config{
 		Name: "edge-a", Domain: "edge-a", DataDir: t.TempDir(),

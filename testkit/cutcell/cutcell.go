@@ -8,12 +8,12 @@ package cutcell
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/testkit/faultnet"
+	"github.com/rivora/rivora/testkit/ports"
 )
 
 // Cell is the running cluster: Servers[i] is named Name(i).
@@ -37,12 +37,13 @@ func Start(t *testing.T, n int) *Cell {
 	}
 	var addrs []string
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		// Outside the kernel's ephemeral range, where no connection or
+		// listen on port 0 takes it before the server binds it.
+		addr, err := ports.FreeAddr()
 		if err != nil {
 			t.Fatal(err)
 		}
-		addrs = append(addrs, ln.Addr().String())
-		ln.Close()
+		addrs = append(addrs, addr)
 	}
 	c.Servers = make([]*natsd.Server, n)
 	errs := make([]error, n)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rivora/rivora/testkit/cutproxy"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/ports"
 )
 
 // echo is a target that sends back what it receives and counts what it
@@ -190,12 +191,10 @@ func TestCloseDuringCutReachesPeerOnRestore(t *testing.T) {
 }
 
 func TestTargetDownEndsTheConnection(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	target, err := ports.FreeAddr() // nothing listens there
 	if err != nil {
 		t.Fatal(err)
 	}
-	target := l.Addr().String()
-	l.Close()
 	p := cutproxy.New(t, target)
 	c := dial(t, p)
 	c.SetReadDeadline(time.Now().Add(15 * time.Second))
