@@ -60,7 +60,7 @@ func readAdminToken(t testing.TB, dirs ...string) string {
 // cellTokenFile is the cell token every cell process of this run reads
 // (--cell-token-file); made by the first test that needs it.
 var cellTokenFile = sync.OnceValue(func() string {
-	dir, err := os.MkdirTemp("", "rivora-e2e-cell-")
+	dir, err := os.MkdirTemp(runDir, "cell-")
 	if err != nil {
 		panic(err)
 	}

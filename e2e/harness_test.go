@@ -29,29 +29,39 @@ import (
 	"github.com/rivora/rivora/testkit/ports"
 )
 
-// Binaries built once by TestMain.
+// Binaries built once by TestMain, in runDir.
 var (
 	rivoraBin      string
 	rivoractlBin   string
 	rivoractlBuild error // a rivoractl build failure fails only the CLI test
 )
 
+// runDir holds what the whole run shares (the binaries, the run's TLS
+// files and cell token); TestMain removes it when the run ends.
+var runDir string
+
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
 }
 
 func runMain(m *testing.M) int {
+	if os.Getenv(holdEnv) != "" || os.Getenv(tricklerEnv) != "" {
+		// A child run of a helper test (startChild): it only dials,
+		// so it builds nothing.
+		return m.Run()
+	}
 	root, err := moduleRoot()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 2
 	}
-	dir, err := os.MkdirTemp("", "rivora-e2e-bin-")
+	dir, err := os.MkdirTemp("", "rivora-e2e-run-")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 2
 	}
 	defer os.RemoveAll(dir)
+	runDir = dir
 
 	rivoraBin = filepath.Join(dir, "rivora")
 	if out, err := goBuild(root, rivoraBin, "./cmd/rivora"); err != nil {

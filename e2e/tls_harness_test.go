@@ -23,7 +23,7 @@ type testPKI struct {
 }
 
 var runPKI = sync.OnceValue(func() *testPKI {
-	dir, err := os.MkdirTemp("", "rivora-e2e-tls-")
+	dir, err := os.MkdirTemp(runDir, "tls-")
 	if err != nil {
 		panic(err)
 	}

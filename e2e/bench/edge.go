@@ -92,6 +92,7 @@ func runEdge(args []string) error {
 // edgeRig is the cell, the WAN and the edge.
 type edgeRig struct {
 	d        *dev
+	tokenDir string // the cell token's (removed by stop)
 	cell     auth.CellToken
 	leaf, cp *cutproxy.Proxy
 	edge     *proc
@@ -160,6 +161,7 @@ func (f *edgeFlags) start(ctx context.Context) (*edgeRig, error) {
 	if err != nil {
 		return r, err
 	}
+	r.tokenDir = tokenDir
 	tokenPath, err := creds.WriteCellToken(tokenDir)
 	if err != nil {
 		return r, err
@@ -228,6 +230,9 @@ func (r *edgeRig) stop() {
 		}
 	}
 	r.d.stop()
+	if r.tokenDir != "" {
+		os.RemoveAll(r.tokenDir)
+	}
 }
 
 // destinations creates the backlog's destination (an almost empty
