@@ -166,6 +166,9 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := fixPartitions(cfg.StateDir, cfg.Partitions); err != nil {
+			return nil, err
+		}
 		audit, err := OpenAuditLog(cfg.StateDir)
 		if err != nil {
 			return nil, err

@@ -69,7 +69,7 @@ Examples:
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7300", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve the admin and agent APIs on"},
 			&cli.StringFlag{Name: "state-dir", Value: "./controlplane", EnvVars: []string{"RIVORA_STATE_DIR"}, Usage: "`DIR` for the control plane's state and audit log (with --consul they are in Consul), and admin.token, the bootstrap admin token the first start writes"},
 			&cli.StringFlag{Name: "limits", EnvVars: []string{"RIVORA_LIMITS"}, Usage: "reviewed limits `FILE` (YAML), reloaded when it changes"},
-			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores) of the cell"},
+			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores) of the cell; fixed for the cell (without --consul the state dir records it, and a start with another count is refused)"},
 			&cli.DurationFlag{Name: "rejoin-delay", Value: 30 * time.Second, EnvVars: []string{"RIVORA_REJOIN_DELAY"}, Usage: "with --consul: how long an agent that lost its session (frozen, cut off) waits once back before it owns partitions again"},
 			&cli.StringFlag{Name: "consul", EnvVars: []string{"RIVORA_CONSUL"}, Usage: "Consul HTTP API `URL` keeping the state and electing one leader among several control planes (default: state under --state-dir, one control plane)"},
 			&cli.StringFlag{Name: "advertise", EnvVars: []string{"RIVORA_ADVERTISE"}, Usage: "`URL` the other control planes name this one by while it leads; set it when --listen is 0.0.0.0 (default: http://<listen address>, https:// with --tls-cert)"},
@@ -100,6 +100,9 @@ Examples:
 			advertise := c.String("advertise")
 			if advertise != "" && !isBaseURL(advertise) {
 				return cli.Exit(fmt.Sprintf("--advertise %q: want an http:// or https:// URL such as http://10.0.0.5:7300", advertise), 2)
+			}
+			if err := checkAtLeastOne(c, "partitions"); err != nil {
+				return err
 			}
 			cfg := controlplane.Config{LimitsPath: c.String("limits"), Partitions: c.Int("partitions"), ConsulURL: consul, RejoinDelay: c.Duration("rejoin-delay"), AdvertiseURL: advertise}
 			if cfg.Guard, err = destinationGuard(c); err != nil {

@@ -62,7 +62,7 @@ Example:
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7400", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve the API, /healthz and /metrics on"},
 			&cli.StringFlag{Name: "data-dir", Value: "./data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for streams, control-plane state and the archive"},
 			&cli.StringFlag{Name: "limits", EnvVars: []string{"RIVORA_LIMITS"}, Usage: "reviewed limits `FILE` (YAML), reloaded when it changes"},
-			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores); fixed for a data dir"},
+			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores); fixed for a data dir (it records the count of its first start, and a start with another count is refused)"},
 			allowDestinationFlag(true),
 			&cli.StringFlag{Name: "cell-token-file", EnvVars: []string{"RIVORA_CELL_TOKEN_FILE"}, Usage: "`FILE` holding a cell token (at least 32 characters, e.g. `openssl rand -hex 32`) to use instead of one made in memory at start: " +
 				"needed with --leaf-listen, for edges derive their leaf credential from it"},
@@ -123,6 +123,9 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 		}
 	}
 	if err := checkIngestFlags(c); err != nil {
+		return agent.Config{}, err
+	}
+	if err := checkAtLeastOne(c, "workers"); err != nil {
 		return agent.Config{}, err
 	}
 	retention, err := parseRetention(c.String("history-retention"))
@@ -235,6 +238,9 @@ func runDev(c *cli.Context) error {
 	defer flush()
 	dataDir, err := absDir("data-dir", c.String("data-dir"))
 	if err != nil {
+		return err
+	}
+	if err := checkAtLeastOne(c, "partitions"); err != nil {
 		return err
 	}
 	cfg := controlplane.Config{

@@ -47,7 +47,19 @@ func ingestFlags() []cli.Flag {
 
 // checkIngestFlags checks the ingestFlags' values.
 func checkIngestFlags(c *cli.Context) error {
-	for _, flag := range []string{"max-payload", "max-batch", "max-batch-bytes"} {
+	if err := checkAtLeastOne(c, "max-payload", "max-batch", "max-batch-bytes"); err != nil {
+		return err
+	}
+	if d := c.Duration("dedup-window"); d <= 0 {
+		return cli.Exit(fmt.Sprintf("--dedup-window %s: want a positive duration (default %s)", d, ingest.DefaultDedupWindow), 2)
+	}
+	return nil
+}
+
+// checkAtLeastOne refuses a whole-number flag below 1: further in, 0
+// would be taken for "unset" and silently become the default.
+func checkAtLeastOne(c *cli.Context, flags ...string) error {
+	for _, flag := range flags {
 		if c.Int(flag) < 1 {
 			return cli.Exit(fmt.Sprintf("--%s %d: want at least 1", flag, c.Int(flag)), 2)
 		}
