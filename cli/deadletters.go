@@ -85,7 +85,7 @@ S3/MinIO). Replay them with ` + "`rivoractl replay`" + `.
 		Subcommands: []*ucli.Command{
 			{
 				Name:      "list",
-				Usage:     "list dead letters (without payloads), oldest first",
+				Usage:     "list dead letters (without payloads): destination by destination, each one's in the order they were recorded, oldest hour first",
 				UsageText: "rivoractl dlq list [--destination D] [--customer C] [--lane L] [--since T] [--until T] [--limit N] [-o json]",
 				Description: `-o json prints a JSON array, one object per event: eventId, destinationId,
 customerId, laneKey, type, attempts, lastStatus, lastError, reason, deadAt.`,

@@ -32,8 +32,10 @@ const (
 // ArchiveService reads the dead-letter archive (tier 3) and replays it
 // through ingest. It is served by agents (and so by `rivora dev`).
 type ArchiveServiceClient interface {
-	// ListDeadLetters lists archived dead letters matching a filter, oldest
-	// first (payloads left out).
+	// ListDeadLetters lists archived dead letters matching a filter
+	// (payloads left out), destination by destination, each
+	// destination's in the order they were recorded: hour by hour, oldest
+	// first.
 	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
 	// GetDeadLetter returns one dead letter with its payload.
 	GetDeadLetter(ctx context.Context, in *GetDeadLetterRequest, opts ...grpc.CallOption) (*GetDeadLetterResponse, error)
@@ -110,8 +112,10 @@ type ArchiveService_ReplayClient = grpc.ServerStreamingClient[ReplayResponse]
 // ArchiveService reads the dead-letter archive (tier 3) and replays it
 // through ingest. It is served by agents (and so by `rivora dev`).
 type ArchiveServiceServer interface {
-	// ListDeadLetters lists archived dead letters matching a filter, oldest
-	// first (payloads left out).
+	// ListDeadLetters lists archived dead letters matching a filter
+	// (payloads left out), destination by destination, each
+	// destination's in the order they were recorded: hour by hour, oldest
+	// first.
 	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
 	// GetDeadLetter returns one dead letter with its payload.
 	GetDeadLetter(context.Context, *GetDeadLetterRequest) (*GetDeadLetterResponse, error)

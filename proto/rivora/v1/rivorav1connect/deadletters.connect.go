@@ -48,8 +48,10 @@ const (
 
 // ArchiveServiceClient is a client for the rivora.v1.ArchiveService service.
 type ArchiveServiceClient interface {
-	// ListDeadLetters lists archived dead letters matching a filter, oldest
-	// first (payloads left out).
+	// ListDeadLetters lists archived dead letters matching a filter
+	// (payloads left out), destination by destination, each
+	// destination's in the order they were recorded: hour by hour, oldest
+	// first.
 	ListDeadLetters(context.Context, *connect.Request[v1.ListDeadLettersRequest]) (*connect.Response[v1.ListDeadLettersResponse], error)
 	// GetDeadLetter returns one dead letter with its payload.
 	GetDeadLetter(context.Context, *connect.Request[v1.GetDeadLetterRequest]) (*connect.Response[v1.GetDeadLetterResponse], error)
@@ -133,8 +135,10 @@ func (c *archiveServiceClient) Replay(ctx context.Context, req *connect.Request[
 
 // ArchiveServiceHandler is an implementation of the rivora.v1.ArchiveService service.
 type ArchiveServiceHandler interface {
-	// ListDeadLetters lists archived dead letters matching a filter, oldest
-	// first (payloads left out).
+	// ListDeadLetters lists archived dead letters matching a filter
+	// (payloads left out), destination by destination, each
+	// destination's in the order they were recorded: hour by hour, oldest
+	// first.
 	ListDeadLetters(context.Context, *connect.Request[v1.ListDeadLettersRequest]) (*connect.Response[v1.ListDeadLettersResponse], error)
 	// GetDeadLetter returns one dead letter with its payload.
 	GetDeadLetter(context.Context, *connect.Request[v1.GetDeadLetterRequest]) (*connect.Response[v1.GetDeadLetterResponse], error)

@@ -373,8 +373,10 @@ export const ReplayResponseSchema: GenMessage<ReplayResponse> = /*@__PURE__*/
  */
 export const ArchiveService: GenService<{
   /**
-   * ListDeadLetters lists archived dead letters matching a filter, oldest
-   * first (payloads left out).
+   * ListDeadLetters lists archived dead letters matching a filter
+   * (payloads left out), destination by destination, each
+   * destination's in the order they were recorded: hour by hour, oldest
+   * first.
    *
    * @generated from rpc rivora.v1.ArchiveService.ListDeadLetters
    */
