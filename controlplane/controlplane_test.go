@@ -101,6 +101,8 @@ func TestCreateValidation(t *testing.T) {
 		{"url without host", func(r *rivorav1.CreateDestinationRequest) { r.Url = "http://" }, []string{"absolute"}},
 		{"unparsable url", func(r *rivorav1.CreateDestinationRequest) { r.Url = "http://a b/%zz" }, []string{"url"}},
 		{"url with credentials", func(r *rivorav1.CreateDestinationRequest) { r.Url = "https://user:pass@example.com/hook" }, []string{"credentials (user:password@)"}},
+		{"url with port 0", func(r *rivorav1.CreateDestinationRequest) { r.Url = "http://127.0.0.1:0/hook" }, []string{"port 0", "from 1 to 65535"}},
+		{"url with a port over 65535", func(r *rivorav1.CreateDestinationRequest) { r.Url = "http://[::1]:99999/hook" }, []string{"port 99999", "from 1 to 65535"}},
 		{"secret without prefix", func(r *rivorav1.CreateDestinationRequest) { r.Secret = "hunter2" }, []string{"secret", "whsec_"}},
 		{"secret not base64", func(r *rivorav1.CreateDestinationRequest) { r.Secret = "whsec_!!!" }, []string{"secret", "base64"}},
 		{"secret too short", func(r *rivorav1.CreateDestinationRequest) { r.Secret = "whsec_c2hvcnQ=" }, []string{"secret", "at least 16"}},

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -477,6 +478,11 @@ func validateURL(raw string) error {
 	if u, err := httpurl.Parse(raw); err == nil {
 		if u.User != nil {
 			return errorf(ErrInvalid, "url carries credentials (user:password@): they would show in every answer, log and audit entry; give the receiver a URL without them, and the credentials as a custom header (--header 'Authorization: Basic …')")
+		}
+		if p := u.Port(); p != "" {
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+				return errorf(ErrInvalid, "url %q has port %s: want a port from 1 to 65535 (or none, for the scheme's own)", raw, p)
+			}
 		}
 		return nil
 	}
