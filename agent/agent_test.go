@@ -554,6 +554,52 @@ func TestArchivePendingAndBacklog(t *testing.T) {
 	}
 }
 
+// A lane's head that was tried before its destination's pending events
+// were archived keeps its tries in its dead letter (attempts, last status
+// and error); the event behind it was never tried.
+func TestArchivedHeadKeepsItsAttempts(t *testing.T) {
+	t.Parallel()
+	p := newPartner(t, func(partner.Request) int { return 400 })
+	dir := t.TempDir()
+	ag := startAgent(t, dir)
+	ag.create(destination("refusing", p.URL(), 100))
+	head := ag.publish("refusing", "acme", "l1")
+	behind := ag.publish("refusing", "acme", "l1")
+	ag.waitEvent(head, "head tried", func(r *rivorav1.GetEventResponse) bool { return len(r.GetAttempts()) >= 1 })
+
+	// A lane whose head is in flight is not taken: archive until both are.
+	var archived int64
+	poll.True(t, "both events archived", 15*time.Second, func() bool {
+		n, err := ag.Agent.ArchivePending(context.Background(), "refusing")
+		if err != nil {
+			t.Fatalf("ArchivePending: %v", err)
+		}
+		archived += n
+		return archived == 2
+	})
+	var letters []*rivorav1.DeadLetter
+	poll.True(t, "2 dead letters archived", 15*time.Second, func() bool {
+		_, letters = deadLetters(t, dir, "refusing")
+		return len(letters) >= 2
+	})
+	byID := map[string]*rivorav1.DeadLetter{}
+	for _, dl := range letters {
+		byID[dl.GetEvent().GetEventId()] = dl
+	}
+	if dl := byID[head]; dl.GetAttempts() < 1 || dl.GetLastStatus() != 400 || dl.GetLastError() != "HTTP 400: partner says no" || dl.GetFirstAttemptAt() == nil {
+		t.Errorf("the tried head's dead letter = %v; want its attempts (>= 1), last status 400 and error", dl)
+	}
+	if dl := byID[behind]; dl == nil || dl.GetAttempts() != 0 || dl.GetLastStatus() != 0 || dl.GetLastError() != "" {
+		t.Errorf("the untried event's dead letter = %v; want no attempts", dl)
+	}
+	dead := ag.waitEvent(head, "head dead", func(r *rivorav1.GetEventResponse) bool {
+		return r.GetState() == rivorav1.EventState_EVENT_STATE_DEAD
+	})
+	if dead.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_DELETED {
+		t.Errorf("the head after archiving = %v, want dead (deleted)", dead)
+	}
+}
+
 func TestGetEventErrors(t *testing.T) {
 	t.Parallel()
 	ag := startAgent(t, t.TempDir())

@@ -223,8 +223,12 @@ func (o *Partition) archiveTakenLanes(ctx context.Context, destinationID string,
 	n := 0
 	var firstErr error
 	for lane, entries := range taken {
-		for _, e := range entries {
-			if err := o.archiveTaken(ctx, destinationID, lane, e); err != nil {
+		for i, e := range entries {
+			var head scheduler.Head // the head's tries; the entries behind it had none
+			if i == 0 {
+				head = lane.TakenHead()
+			}
+			if err := o.archiveTaken(ctx, destinationID, lane, e, head); err != nil {
 				firstErr = cmpErr(firstErr, err)
 				continue
 			}
@@ -236,19 +240,19 @@ func (o *Partition) archiveTakenLanes(ctx context.Context, destinationID string,
 }
 
 // archiveTaken dead-letters one entry taken from its lane (reason
-// "deleted").
-func (o *Partition) archiveTaken(ctx context.Context, destinationID string, lane *scheduler.Lane, e scheduler.Entry) error {
+// "deleted"), with head its attempt state.
+func (o *Partition) archiveTaken(ctx context.Context, destinationID string, lane *scheduler.Lane, e scheduler.Entry, head scheduler.Head) error {
 	o.cache.forget(e)
 	ev, err := o.Load(ctx, &scheduler.Attempt{Lane: lane, Entry: e})
 	if err != nil {
 		return err
 	}
-	dl := o.deadLetter(ev, e.Seq, scheduler.Head{}, rivorav1.DeadReason_DEAD_REASON_DELETED)
+	dl := o.deadLetter(ev, e.Seq, head, rivorav1.DeadReason_DEAD_REASON_DELETED)
 	if err := o.dead.record(ctx, dl); err != nil {
 		return err
 	}
 	o.reclaim.noteDone(lane.Subject, e.Seq)
-	o.deps.History.Record(deadOutcome(ev, scheduler.Head{}, dl.Reason))
+	o.deps.History.Record(deadOutcome(ev, head, dl.Reason))
 	deadTotal.WithLabelValues(destinationID, reasonLabel(dl.Reason)).Inc()
 	return nil
 }

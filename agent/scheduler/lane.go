@@ -222,6 +222,13 @@ func (l *Lane) takeEntries() []Entry {
 	return out
 }
 
+// TakenHead is the attempt state of a taken lane's first entry (zero
+// when it was never tried). A lane TakeDestination or TakeSubscription
+// returned is the taker's alone: it reads this when it dead-letters the
+// entries, so that the head's dead letter says how often it was tried
+// and how it last failed.
+func (l *Lane) TakenHead() Head { return l.head }
+
 // Head is the attempt state of a lane's head event.
 type Head struct {
 	Attempts       int
