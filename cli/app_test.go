@@ -702,3 +702,21 @@ func TestRateFlagsHaveTheFloor(t *testing.T) {
 		})
 	}
 }
+
+// An override of 0 is a usage error naming the flag: the server reads 0
+// as "not overridden", and answered "nothing to override" although a
+// limit was given.
+func TestLimitsSetRefusesZero(t *testing.T) {
+	_, url := startFake(t)
+	for _, flag := range []string{"--burst", "--max-attempts", "--max-in-flight"} {
+		assertFailure(t, run(t, url, "", "limits", "set", "orders", flag, "0", "--reason", "probe"), exitUsage, flag+" 0: an override needs a whole number from 1")
+	}
+}
+
+// An https:// --server that answers plain HTTP is named as such, not as
+// "unavailable; try again shortly" (a retry cannot help).
+func TestHTTPSServerThatAnswersHTTP(t *testing.T) {
+	_, url := startFake(t)
+	https := strings.Replace(url, "http://", "https://", 1)
+	assertFailure(t, run(t, https, "", "destinations", "list"), exitError, "answers plain HTTP, not HTTPS: use an http:// URL")
+}

@@ -56,7 +56,9 @@ func describe(err error, server, tokenSource string) string {
 	var text string
 	switch code {
 	case connect.CodeUnavailable:
-		if isTransport(ae.err) {
+		if strings.Contains(msg, "server gave HTTP response to HTTPS client") {
+			text = fmt.Sprintf("Rivora at %s answers plain HTTP, not HTTPS: use an http:// URL in --server (or RIVORA_SERVER)", server)
+		} else if isTransport(ae.err) {
 			text = fmt.Sprintf("cannot reach Rivora at %s: is `rivora dev` running? (set --server or RIVORA_SERVER to point elsewhere; %s)", server, msg)
 		} else {
 			text = fmt.Sprintf("Rivora at %s is unavailable: %s; try again shortly", server, msg)

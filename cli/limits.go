@@ -178,6 +178,10 @@ func (e *env) setLimits(c *ucli.Context) error {
 			if err != nil {
 				return err
 			}
+			if n == 0 {
+				// The server reads 0 as "not overridden".
+				return usagef("--%s 0: an override needs a whole number from 1 (`rivoractl limits clear` drops an override)", f.name)
+			}
 			*f.dst, any = ptr(n), true
 		}
 	}
