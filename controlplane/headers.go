@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/ids"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -62,7 +63,7 @@ func validateHeaderName(name string) error {
 		if !isTokenChar(name[i]) {
 			// Only what precedes the bad character: a value typed
 			// without its colon would otherwise be echoed back.
-			return errorf(ErrInvalid, "header name %q… has character %q at byte %d, which is not allowed (letters, digits and !#$%%&'*+-.^_`|~ only; give 'Name: value')", name[:i], name[i], i)
+			return errorf(ErrInvalid, "header name %q… has character %s at byte %d, which is not allowed (letters, digits and !#$%%&'*+-.^_`|~ only; give 'Name: value')", name[:i], ids.CharAt(name, i), i)
 		}
 	}
 	lower := strings.ToLower(name)

@@ -304,7 +304,7 @@ func ValidateEventID(what, id string) error {
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; !plainByte(c) && c != ':' {
-			return fmt.Errorf("%s %q has %q at byte %d; use letters, digits, '_', '-' and ':'", what, id, c, i)
+			return fmt.Errorf("%s %q has %s at byte %d; use letters, digits, '_', '-' and ':'", what, id, ids.CharAt(id, i), i)
 		}
 	}
 	return nil

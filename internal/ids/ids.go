@@ -3,7 +3,11 @@
 // plane when a destination is created, and they must agree.
 package ids
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
 
 // MaxLen bounds an id, in bytes.
 const MaxLen = 64
@@ -25,8 +29,19 @@ func Validate(what, id string) error {
 	}
 	for i := 0; i < len(id); i++ {
 		if !Plain(id[i]) {
-			return fmt.Errorf("%s %q has %q at byte %d; use letters, digits, '_' and '-'", what, id, id[i], i)
+			return fmt.Errorf("%s %q has %s at byte %d; use letters, digits, '_' and '-'", what, id, CharAt(id, i), i)
 		}
 	}
 	return nil
+}
+
+// CharAt quotes the character that starts at byte i of s, for an error
+// that points at it: the whole character ('é', not the 'Ã' of its first
+// byte), or the byte in hex when s is not UTF-8 there.
+func CharAt(s string, i int) string {
+	r, size := utf8.DecodeRuneInString(s[i:])
+	if r == utf8.RuneError && size <= 1 {
+		return fmt.Sprintf(`'\x%02x'`, s[i])
+	}
+	return strconv.QuoteRune(r)
 }

@@ -25,3 +25,20 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// An error points at the whole character, not at the first byte of its
+// encoding read as a character of its own; a byte that is not UTF-8 is
+// shown in hex.
+func TestValidateNamesTheWholeCharacter(t *testing.T) {
+	for _, tc := range []struct{ id, want string }{
+		{"ünï", `'ü' at byte 0`},
+		{"ab😀", `'😀' at byte 2`},
+		{"a\xffb", `'\xff' at byte 1`},
+		{"a b", `' ' at byte 1`},
+	} {
+		err := Validate("id", tc.id)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%q) = %v, want it to say %s", tc.id, err, tc.want)
+		}
+	}
+}
