@@ -188,6 +188,9 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 		cp.consul, cp.store, cp.audit = client, store, NewConsulAuditLog(client)
 		cp.election = newElection(client, cfg.AdvertiseURL, log, func(ctx context.Context, session string) error {
 			store.fence(ConsulLeaderKey, session)
+			if err := fixPartitionsConsul(ctx, client.KV(), cfg.Partitions); err != nil {
+				return err
+			}
 			if err := store.Reload(ctx); err != nil {
 				return err
 			}

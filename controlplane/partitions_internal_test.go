@@ -1,11 +1,16 @@
 package controlplane
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/rivora/rivora/e2e/consultest"
 )
 
 // A state dir keeps the partition count of its first start: a later
@@ -48,5 +53,32 @@ func TestPartitionCountIsFixedForAStateDir(t *testing.T) {
 	}
 	if err := start(8); err == nil || !strings.Contains(err.Error(), "not a partition count") {
 		t.Fatalf("start with a damaged count record: %v", err)
+	}
+}
+
+// On Consul the first leader records the count; a control plane with
+// another count is refused (it gives the leader lock back), naming the
+// recorded one and where it is.
+func TestPartitionCountIsFixedForACellOnConsul(t *testing.T) {
+	client, err := newConsulClient(consultest.Start(t).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := fixPartitionsConsul(ctx, client.KV(), 16); err != nil {
+		t.Fatalf("first leader: %v", err)
+	}
+	if err := fixPartitionsConsul(ctx, client.KV(), 16); err != nil {
+		t.Fatalf("a leader with the same count: %v", err)
+	}
+	err = fixPartitionsConsul(ctx, client.KV(), 5)
+	if err == nil || !strings.Contains(err.Error(), "made with 16 partitions, not 5") || !strings.Contains(err.Error(), ConsulPartitionsKey) {
+		t.Fatalf("a leader with 5 partitions in a 16-partition cell: %v; want it refused, naming 16 and the key", err)
+	}
+	if _, err := client.KV().Put(&api.KVPair{Key: ConsulPartitionsKey, Value: []byte("sixteen")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := fixPartitionsConsul(ctx, client.KV(), 16); err == nil || !strings.Contains(err.Error(), "not a partition count") {
+		t.Fatalf("a damaged count record: %v", err)
 	}
 }
