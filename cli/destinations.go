@@ -119,7 +119,7 @@ func (e *env) createDestination(c *ucli.Context) error {
 		return usagef("--owner-customer is blank: name the customer whose endpoint this is")
 	}
 	if c.IsSet("secret") {
-		if err := checkSecret(c.String("secret")); err != nil {
+		if err := checkSecret(c.String("secret"), "omit --secret to have one generated"); err != nil {
 			return err
 		}
 		req.Secret = c.String("secret")
@@ -303,7 +303,7 @@ func (e *env) updateDestination(c *ucli.Context) error {
 		req.Url, set = ptr(c.String("url")), true
 	}
 	if c.IsSet("secret") {
-		if err := checkSecret(c.String("secret")); err != nil {
+		if err := checkSecret(c.String("secret"), "use rotate-secret to have one generated"); err != nil {
 			return err
 		}
 		req.Secret, set = ptr(c.String("secret")), true
@@ -437,9 +437,12 @@ func checkURL(raw string) error {
 	return nil
 }
 
-func checkSecret(s string) error {
+// checkSecret checks a --secret flag; otherwise says what the command
+// does without it (shown after the error, e.g. "omit --secret to have
+// one generated").
+func checkSecret(s, otherwise string) error {
 	if _, err := webhook.Key(s); err != nil {
-		return usagef("--secret: %v (or omit --secret on create to have one generated)", err)
+		return usagef("--secret: %v (or %s)", err, otherwise)
 	}
 	return nil
 }

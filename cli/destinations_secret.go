@@ -81,7 +81,7 @@ func (e *env) rotateSecret(c *ucli.Context) error {
 // --grace (nil: the server's default).
 func rotationFlags(c *ucli.Context) (secret string, grace *durationpb.Duration, err error) {
 	if c.IsSet("secret") {
-		if err := checkSecret(c.String("secret")); err != nil {
+		if err := checkSecret(c.String("secret"), "omit --secret to have one generated"); err != nil {
 			return "", nil, err
 		}
 		secret = c.String("secret")

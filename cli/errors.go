@@ -84,10 +84,24 @@ func describe(err error, server, tokenSource string) string {
 	default:
 		text = fmt.Sprintf("server error (%s): %s", code, msg)
 	}
-	if hint := ae.hints[code]; hint != "" && !strings.Contains(text, "rivoractl ") {
+	if hint := ae.hints[code]; hint != "" && !alreadySays(text, hint) {
 		text += "; " + hint
 	}
 	return ae.op + ": " + text
+}
+
+// alreadySays reports whether the server's message already tells what to
+// do: it names a rivoractl command, or a flag the hint names.
+func alreadySays(text, hint string) bool {
+	if strings.Contains(text, "rivoractl ") {
+		return true
+	}
+	for _, word := range strings.Fields(hint) {
+		if flag := strings.TrimRight(word, ",.;:)"); strings.HasPrefix(flag, "--") && strings.Contains(text, flag) {
+			return true
+		}
+	}
+	return false
 }
 
 // tokenHint says how to authenticate after the server refused the call as
@@ -101,7 +115,10 @@ func tokenHint(tokenSource, msg string) string {
 	if tokenSource == "" {
 		return how
 	}
-	refused := "the token from " + tokenSource + " was refused (mistyped, revoked or expired?)"
+	refused := "the token from " + tokenSource + " was refused"
+	if !strings.Contains(msg, "mistyped") {
+		refused += " (mistyped, revoked or expired?)"
+	}
 	if how == "" {
 		return refused
 	}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode"
 
@@ -110,6 +111,9 @@ func (e *env) listen(c *ucli.Context) error {
 	case r.delay < 0:
 		return usagef("--delay %s: want 0 or more", r.delay)
 	}
+	if _, _, err := net.SplitHostPort(c.String("listen")); err != nil {
+		return usagef("--listen %q: want HOST:PORT, e.g. 127.0.0.1:9000 (%v)", c.String("listen"), err)
+	}
 	destination, secret := c.String("destination"), c.String("secret")
 	var checking string
 	switch {
@@ -140,7 +144,10 @@ func (e *env) listen(c *ucli.Context) error {
 	}
 	ln, err := net.Listen("tcp", c.String("listen"))
 	if err != nil {
-		return usagef("--listen %s: %v (is something else listening there? pick another address with --listen)", c.String("listen"), err)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return usagef("--listen %s: %v (something else is listening there: pick another address with --listen)", c.String("listen"), err)
+		}
+		return usagef("--listen %s: %v", c.String("listen"), err)
 	}
 	answer := fmt.Sprintf("answering %d", r.status)
 	if r.failFirst > 0 {

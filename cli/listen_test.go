@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -217,6 +218,17 @@ func TestListenRefusesBadFlags(t *testing.T) {
 	assertFailure(t, run(t, url, "", "listen", "--secret", mustNewSecret(t), "--destination", "orders"), exitUsage, "both given")
 	assertFailure(t, run(t, url, "", "listen", "--destination", "nope", "--listen", "127.0.0.1:0"), exitError, "rivoractl destinations create nope")
 	assertFailure(t, run(t, url, "", "listen", "extra"), exitUsage, "no arguments")
+	r := run(t, url, "", "listen", "--listen", "bogus")
+	assertFailure(t, r, exitUsage, `--listen "bogus": want HOST:PORT`)
+	if strings.Contains(r.stderr, "something else is listening") {
+		t.Fatalf("a malformed address is blamed on another listener: %s", r.stderr)
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	assertFailure(t, run(t, url, "", "listen", "--listen", taken.Addr().String()), exitUsage, "something else is listening there")
 }
 
 func mustNewSecret(t *testing.T) string {

@@ -134,7 +134,7 @@ func createSubscriptionRequest(c *ucli.Context) (*rivorav1.CreateSubscriptionReq
 		if c.Bool("generate-secret") {
 			return nil, usagef("--secret and --generate-secret: pass one (your secret, or one generated for you)")
 		}
-		if err := checkSecret(c.String("secret")); err != nil {
+		if err := checkSecret(c.String("secret"), "omit --secret to sign with the destination's secret, or pass --generate-secret"); err != nil {
 			return nil, err
 		}
 		req.Secret = c.String("secret")

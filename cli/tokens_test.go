@@ -385,9 +385,12 @@ func TestAuthErrors(t *testing.T) {
 	assertFailure(t, run(t, srv.URL, "", "tokens", "list"), exitError, "(unauthenticated)")
 	assertFailure(t, run(t, srv.URL, "", "tokens", "list"), exitError, "--token, RIVORA_TOKEN or --token-file")
 	r := run(t, srv.URL, "", "--token", "rvk_mistyped", "destinations", "list")
-	assertFailure(t, r, exitError, "the token from --token was refused (mistyped, revoked or expired?)")
+	assertFailure(t, r, exitError, "token not recognised: revoked, expired long ago, or mistyped (unauthenticated); the token from --token was refused: pass --token")
 	if strings.Contains(r.stderr, "rvk_mistyped") {
 		t.Fatalf("the error repeats the token: %s", r.stderr)
+	}
+	if strings.Count(r.stderr, "revoked") != 1 {
+		t.Fatalf("the error says twice why a token may be refused: %s", r.stderr)
 	}
 	r = run(t, srv.URL, "", "--token", viewer, "tokens", "create", "--name", "x", "--role", "admin")
 	assertFailure(t, r, exitError, "has role viewer, which may not call /rivora.v1.TokenService/CreateToken (allowed: admin) (permission_denied)")

@@ -690,7 +690,7 @@ func TestEventTypes(t *testing.T) {
 		mentions []string
 	}{
 		{"empty name", &rivorav1.CreateEventTypeRequest{}, []string{"1–128 bytes"}},
-		{"bad name", &rivorav1.CreateEventTypeRequest{Name: "order created"}, []string{`byte ' '`}},
+		{"bad name", &rivorav1.CreateEventTypeRequest{Name: "order created"}, []string{`' ' at byte 5`}},
 		{"schema not JSON", &rivorav1.CreateEventTypeRequest{Name: "a", Schema: "{"}, []string{"schema"}},
 		{"schema with an unknown type", &rivorav1.CreateEventTypeRequest{Name: "a", Schema: `{"type":"banana"}`}, []string{"schema"}},
 		{"schema with an external ref", &rivorav1.CreateEventTypeRequest{Name: "a", Schema: `{"$ref":"https://example.com/s.json"}`}, []string{"schema"}},

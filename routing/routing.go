@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/rivora/rivora/internal/ids"
 )
 
 // Bounds.
@@ -28,7 +30,7 @@ func ValidateType(name string) error {
 	}
 	for i := 0; i < len(name); i++ {
 		if !typeByte(name[i]) {
-			return fmt.Errorf("event type %q: byte %q is not allowed (letters, digits and \"._-:\")", name, name[i])
+			return fmt.Errorf("event type %q has %s at byte %d: use letters, digits and \"._-:\" (e.g. \"order.created\")", name, ids.CharAt(name, i), i)
 		}
 	}
 	return nil
@@ -55,7 +57,7 @@ func ValidatePatterns(patterns []string) error {
 		}
 		for i := 0; i < len(p); i++ {
 			if p[i] != '*' && !typeByte(p[i]) {
-				return fmt.Errorf("type pattern %q: byte %q is not allowed (letters, digits, \"._-:\" and \"*\")", p, p[i])
+				return fmt.Errorf("type pattern %q has %s at byte %d: use letters, digits, \"._-:\" and \"*\"", p, ids.CharAt(p, i), i)
 			}
 		}
 		if seen[p] {

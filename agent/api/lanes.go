@@ -166,13 +166,14 @@ func validateSkip(m *rivorav1.SkipLaneHeadRequest) error {
 
 // takeHeadError words TakeHead's refusals for the operator.
 func takeHeadError(id lanes.ID, expect string, err error) error {
+	var moved *scheduler.HeadMovedError
 	switch {
 	case errors.Is(err, scheduler.ErrNoLane):
 		return errkind.Errorf(errkind.NotFound, "lane %s: %w (nothing pending; see rivoractl lanes list --destination %s)", id, err, id.Destination)
 	case errors.Is(err, scheduler.ErrHeadInFlight):
 		return errkind.Errorf(errkind.Precondition, "lane %s: %w; try again once its attempt ends", id, err)
-	case errors.Is(err, scheduler.ErrHeadMoved):
-		return errkind.Errorf(errkind.Precondition, "lane %s: head is no longer %s (delivered, dead or skipped meanwhile): %w; list the lane again", id, expect, err)
+	case errors.As(err, &moved):
+		return errkind.Errorf(errkind.Precondition, "lane %s: its head is %s, not %s (delivered, dead or skipped meanwhile, or never in this lane); list the lane again", id, moved.Head, expect)
 	}
 	return errkind.Tag(internal, err)
 }

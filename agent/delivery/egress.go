@@ -93,7 +93,15 @@ func redactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		return u.Redacted()
 	}
-	return "(unparsable URL)"
+	at := strings.LastIndex(raw, "@")
+	if at < 0 {
+		return raw
+	}
+	scheme := ""
+	if i := strings.Index(raw, "://"); i >= 0 && i < at {
+		scheme = raw[:i+3]
+	}
+	return scheme + "xxxxx" + raw[at:] // what is before @ may be a password
 }
 
 // bypassHost reports a host the no-proxy list names.

@@ -65,11 +65,20 @@ func TestEgressProxy(t *testing.T) {
 // TestParseEgressProxy refuses what is not an http://HOST:PORT proxy, and
 // never echoes a password.
 func TestParseEgressProxy(t *testing.T) {
-	for _, raw := range []string{"https://proxy:3128", "proxy:3128", "http://proxy", "http://user:hunter2@proxy/x"} {
+	for _, raw := range []string{"https://proxy:3128", "proxy:3128", "http://proxy", "http://user:hunter2@proxy/x", "http://user:hunter2@proxy:3128/%zz", "::bad"} {
 		_, err := delivery.ParseEgressProxy(raw, nil)
 		if err == nil || strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("ParseEgressProxy(%q) = %v, want a refusal without the password", raw, err)
 		}
+	}
+	// What cannot be parsed is shown as given, but for a password.
+	_, err := delivery.ParseEgressProxy("::bad", nil)
+	if err == nil || !strings.Contains(err.Error(), `"::bad"`) {
+		t.Errorf("ParseEgressProxy(::bad) = %v, want the value shown", err)
+	}
+	_, err = delivery.ParseEgressProxy("http://user:hunter2@proxy:3128/%zz", nil)
+	if err == nil || !strings.Contains(err.Error(), "proxy:3128") {
+		t.Errorf("ParseEgressProxy(unparsable with a password) = %v, want the host shown", err)
 	}
 	if _, err := delivery.ParseEgressProxy("http://proxy:3128", []string{"10.0.0.0/33"}); err == nil {
 		t.Error("a bad no-proxy CIDR was accepted")

@@ -35,6 +35,7 @@ import (
 	"github.com/rivora/rivora/internal/tracing"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/routing"
 	"github.com/rivora/rivora/sdk/eventid"
 )
 
@@ -97,7 +98,6 @@ const (
 	DefaultMaxPayload  = 256 << 10
 	DefaultMaxBatch    = 1_000
 	DefaultDedupWindow = 2 * time.Minute
-	maxTypeLen         = 128
 	defaultContentType = "application/json"
 )
 
@@ -750,8 +750,8 @@ func (g *Gateway) content(req *rivorav1.PublishRequest) (*rivorav1.Event, string
 	if err := lanes.ValidateLaneKey(req.GetLaneKey()); err != nil {
 		return nil, "", err
 	}
-	if t := req.GetType(); t == "" || len(t) > maxTypeLen {
-		return nil, "", fmt.Errorf("type must be 1–%d bytes (e.g. \"order.created\"), got %d bytes", maxTypeLen, len(t))
+	if err := routing.ValidateType(req.GetType()); err != nil {
+		return nil, "", err
 	}
 	payload, contentType, err := body(req, g.cfg.MaxPayload)
 	if err != nil {

@@ -360,6 +360,8 @@ func TestPublishValidation(t *testing.T) {
 		{"long lane key", func(r *rivorav1.PublishRequest) { r.LaneKey = strings.Repeat("k", 257) }, []string{"lane_key is 257 bytes", "limit is 256"}},
 		{"empty type", func(r *rivorav1.PublishRequest) { r.Type = "" }, []string{"type must be 1–128 bytes", "order.created", "got 0 bytes"}},
 		{"long type", func(r *rivorav1.PublishRequest) { r.Type = strings.Repeat("t", 129) }, []string{"type must be", "got 129 bytes"}},
+		{"type with a space", func(r *rivorav1.PublishRequest) { r.Type = "order created" }, []string{`event type "order created" has ' ' at byte 5`, "._-:"}},
+		{"type with a letter outside ASCII", func(r *rivorav1.PublishRequest) { r.Type = "bestellung.geändert" }, []string{`'ä' at byte 13`}},
 		{"payload over the limit", func(r *rivorav1.PublishRequest) { r.Payload = make([]byte, maxPayload+1) }, []string{fmt.Sprintf("payload is %d bytes; the limit is %d", maxPayload+1, maxPayload)}},
 		{"idempotency key with a space", func(r *rivorav1.PublishRequest) { r.IdempotencyKey = "order 1" }, []string{"idempotency_key", `' '`, "use letters, digits, '_', '-' and ':'"}},
 		{"idempotency key with a dot", func(r *rivorav1.PublishRequest) { r.IdempotencyKey = "order.1" }, []string{"idempotency_key", `'.'`}},

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -91,8 +92,8 @@ func TestTakeHeadComparesCompactIDs(t *testing.T) {
 	id := lid("d1", "c1", "k")
 	first, second := uuid.Must(uuid.NewV7()).String(), uuid.Must(uuid.NewV7()).String()
 	s.Restore(0, id, []Entry{{Seq: 1, EventID: first}, {Seq: 2, EventID: second}}, Head{}, false)
-	if _, err := s.TakeHead(id, second); err != ErrHeadMoved {
-		t.Fatalf("TakeHead(second) = %v, want ErrHeadMoved", err)
+	if _, err := s.TakeHead(id, second); !errors.Is(err, ErrHeadMoved) || !strings.Contains(err.Error(), first) {
+		t.Fatalf("TakeHead(second) = %v, want ErrHeadMoved naming the head %s", err, first)
 	}
 	a, err := s.TakeHead(id, first)
 	if err != nil || a.Entry.EventID != first {

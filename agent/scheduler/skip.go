@@ -13,9 +13,19 @@ var (
 	ErrNoLane = errors.New("lane has no pending events here")
 	// ErrHeadInFlight: the head is being attempted; its outcome decides.
 	ErrHeadInFlight = errors.New("lane head is in flight")
-	// ErrHeadMoved: the head is not the event the caller expected.
-	ErrHeadMoved = errors.New("lane head is no longer the expected event")
+	// ErrHeadMoved: the head is not the event the caller expected (the
+	// error returned is a *HeadMovedError, which names the head).
+	ErrHeadMoved = errors.New("lane head is not the expected event")
 )
+
+// HeadMovedError is TakeHead's refusal when the lane's head is another
+// event than the one expected.
+type HeadMovedError struct{ Head string }
+
+func (e *HeadMovedError) Error() string { return "lane head is " + e.Head + ", not the expected event" }
+
+// Is makes errors.Is(err, ErrHeadMoved) hold.
+func (e *HeadMovedError) Is(target error) bool { return target == ErrHeadMoved }
 
 // TakeHead takes a lane's head out of play as if it were handed out, so
 // an operator can skip it: nothing is sent; the caller dead-letters it and
@@ -37,7 +47,7 @@ func (s *Scheduler) TakeHead(id lanes.ID, expectEventID string) (*Attempt, error
 	case l.state == laneInFlight:
 		return nil, ErrHeadInFlight
 	case expectEventID != "" && l.eventID(&l.entries[0]) != expectEventID:
-		return nil, ErrHeadMoved
+		return nil, &HeadMovedError{Head: l.eventID(&l.entries[0])}
 	}
 	s.unplay(l)
 	l.state = laneInFlight

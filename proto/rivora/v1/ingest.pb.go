@@ -36,7 +36,10 @@ type PublishRequest struct {
 	// lane_key) are delivered one at a time, in acceptance order. Usually the
 	// end user's id.
 	LaneKey string `protobuf:"bytes,3,opt,name=lane_key,json=laneKey,proto3" json:"lane_key,omitempty"`
-	Type    string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
+	// type names the event, e.g. order.created: 1–128 bytes of letters,
+	// digits and "._-:", the names the event-type catalogue and
+	// subscriptions' type patterns use.
+	Type string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
 	// payload is the body delivered, as is. Set payload or data, not both.
 	Payload []byte `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
 	// content_type defaults to application/json. With data it must be

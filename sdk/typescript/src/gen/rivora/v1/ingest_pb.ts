@@ -46,6 +46,10 @@ export type PublishRequest = Message<"rivora.v1.PublishRequest"> & {
   laneKey: string;
 
   /**
+   * type names the event, e.g. order.created: 1–128 bytes of letters,
+   * digits and "._-:", the names the event-type catalogue and
+   * subscriptions' type patterns use.
+   *
    * @generated from field: string type = 4;
    */
   type: string;
