@@ -20,9 +20,14 @@ import (
 //     out, the IDEMPOTENCY records of the keys are read (one direct-get
 //     request): a record an edge's copy left (forwarded.go) with another
 //     fingerprint is a conflict too. A single event into this agent's own
-//     lanes skips both, its store being its only round trip: an edge's
-//     copy of its key, recorded but not yet in the lanes, then finds the
-//     cell's event there and becomes the dead letter (the mover's check). Probed are the lanes of
+//     lanes whose id the writer certainly never stored (MayHold false)
+//     skips both, its store being its only round trip: an edge's copy of
+//     its key, recorded but not yet in the lanes, then finds the cell's
+//     event there and becomes the dead letter (the mover's check). One
+//     the writer may have stored is probed: its store may go through
+//     INGEST (the partition just opened, or another agent's event waits
+//     there), whose dedup window forgot, if the server restarted, what
+//     its mover moved. Probed are the lanes of
 //     the event's partition when the event goes into INGEST (this agent
 //     does not own the partition: an original its owner stored straight
 //     into the lanes is unknown to INGEST's dedup), and, for a request of
@@ -92,8 +97,14 @@ func (g *Gateway) precheck(ctx context.Context, events []*prepared, inBatch bool
 		p := events[i]
 		ids = append(ids, p.msgID)
 		local := g.local != nil && g.local.Owns(p.partition)
-		if single && local {
-			continue // the store into its lanes answers before anything else is stored
+		if single && local && !g.local.MayHold(p.partition, p.msgID) {
+			// New to its lanes: the store is the only round trip. An id
+			// the writer may have stored is probed first, for the store
+			// may go through INGEST (the partition just opened, or
+			// another agent's event of it waits there), whose dedup
+			// window forgot what its mover moved once the server
+			// restarted.
+			continue
 		}
 		if local && !g.local.MayHold(p.partition, p.msgID) && !waitsInIngest(p.partition) {
 			// The owner's writer knows the id is new to its lanes, and

@@ -30,7 +30,7 @@ import (
 func TestACopyRacingTheOwnersOriginalBecomesADeadLetter(t *testing.T) {
 	p := newPartner(t, http.StatusOK, nil)
 	archRoot := t.TempDir()
-	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 5)})
+	n := openDraining(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 5)})
 	n.run(true)
 	ctx := context.Background()
 	part := lanes.Partition("orders", partitions)

@@ -89,7 +89,7 @@ func (n *node) waitDrained() {
 func TestAnEventThroughAnEdgeAndTheCellIsOneEvent(t *testing.T) {
 	p := newPartner(t, http.StatusOK, nil)
 	archRoot := t.TempDir()
-	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 5)})
+	n := openDraining(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 5)})
 	id, err := n.publishKeyed("orders", "order-1", "u1", `{"v":"a"}`)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func TestAnEventThroughAnEdgeAndTheCellIsOneEvent(t *testing.T) {
 func TestAnEdgesConflictingCopyBecomesADeadLetter(t *testing.T) {
 	p := newPartner(t, http.StatusOK, nil)
 	archRoot := t.TempDir()
-	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 5)})
+	n := openDraining(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 5)})
 	id, err := n.publishKeyed("orders", "order-2", "u2", `{"v":"cell"}`)
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func TestAnEdgesCopyRecordsItsKeyAtTheCell(t *testing.T) {
 func TestAnEdgesFanOutCopyIsCheckedAgainstTheCellsRecord(t *testing.T) {
 	p := newPartner(t, http.StatusOK, nil)
 	archRoot := t.TempDir()
-	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 5)})
+	n := openDraining(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 5)})
 	n.setSubscriptions(&rivorav1.Subscription{Id: "sub_a", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}})
 	same, err := n.publishKeyed("", "fan-1", "f1", `{"v":"cell"}`)
 	if err != nil {
@@ -283,7 +283,7 @@ func TestAnEdgesEventsTakenAgainAfterACellRestartAreDeliveredOnce(t *testing.T) 
 	p := newPartner(t, http.StatusOK, nil)
 	dir, arch := t.TempDir(), mustDir(t, t.TempDir())
 	dests := []*rivorav1.Destination{dest("orders", p.URL(), 50)}
-	n := open(t, dir, arch, dests)
+	n := openDraining(t, dir, arch, dests)
 	n.edgeBuffer("EDGE_OLD", "edge.old.")
 	var ids []string
 	for i := range 3 {
@@ -295,7 +295,7 @@ func TestAnEdgesEventsTakenAgainAfterACellRestartAreDeliveredOnce(t *testing.T) 
 	n.stop()
 
 	dropped := owner.Reforwarded()
-	n = open(t, dir, arch, dests)
+	n = openDraining(t, dir, arch, dests)
 	n.sourceFrom("EDGE_OLD", "edge.old.", 1)
 	later := n.storeAtEdge("edge.old.", "edge-a", "100", edgeEvent(uuid.NewString(), "orders", "", "u9", `{"v":3}`))
 	n.run(true)

@@ -100,6 +100,17 @@ func openWith(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.
 	return openTuned(t, dir, arch, dests, log, func(deps *owner.Deps) { deps.SnapshotDir = snapshotDir })
 }
 
+// openDraining is open with a short duplicate window for the lane
+// stores: they keep done events for their window (dedupKeep), and a test
+// that waits for the pending store to empty would wait two minutes.
+func openDraining(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Destination) *node {
+	t.Helper()
+	return openTuned(t, dir, arch, dests, slog.New(slog.DiscardHandler), func(deps *owner.Deps) { deps.DedupWindow = drainingWindow })
+}
+
+// drainingWindow is openDraining's duplicate window.
+const drainingWindow = 2 * time.Second
+
 // openTuned is open with the owners' log on log and their deps changed by
 // tune.
 func openTuned(t *testing.T, dir string, arch archive.Archive, dests []*rivorav1.Destination, log *slog.Logger, tune func(*owner.Deps)) *node {
@@ -267,7 +278,7 @@ func TestMoveDeliverReclaim(t *testing.T) {
 		defer mu.Unlock()
 		return id == slowHead && n == 1
 	})
-	n := open(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{dest("orders", p.URL(), 5), dest("billing", p.URL(), 5)})
+	n := openDraining(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{dest("orders", p.URL(), 5), dest("billing", p.URL(), 5)})
 	want := make(map[string][]string)
 	for i := range 4 {
 		for _, l := range []struct{ dest, lane string }{{"orders", "slow"}, {"orders", "u1"}, {"billing", "u2"}} {
@@ -302,7 +313,7 @@ func TestMoveDeliverReclaim(t *testing.T) {
 	poll.True(t, "scheduler empty", 10*time.Second, func() bool {
 		return n.sched.Pending("orders")+n.sched.Pending("billing") == 0
 	})
-	poll.True(t, "pending store emptied", 10*time.Second, func() bool {
+	poll.True(t, "pending store emptied once the duplicate window passed", 20*time.Second, func() bool {
 		return n.streamMsgs(lanes.IngestStream) == 0 && n.totalMsgs(lanes.LanesStream) == 0 && n.totalMsgs(lanes.LedgerStream) == 0
 	})
 }
@@ -396,7 +407,7 @@ func TestDeadLetterWaitsForArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	dests := []*rivorav1.Destination{dest("orders", p.URL(), 2)}
-	n := open(t, dir, arch, dests)
+	n := openDraining(t, dir, arch, dests)
 	mu.Lock()
 	deadID = n.publish("orders", "u1")
 	mu.Unlock()
@@ -426,7 +437,7 @@ func TestDeadLetterWaitsForArchive(t *testing.T) {
 	}
 	n.stop()
 
-	n2 := open(t, dir, arch, dests)
+	n2 := openDraining(t, dir, arch, dests)
 	if _, ok := n2.sched.Find(deadID); ok {
 		t.Fatal("dead event is pending again after a restart")
 	}

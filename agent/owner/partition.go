@@ -164,6 +164,7 @@ func (o *Partition) wire(ingest jetstream.Consumer) {
 		durable: o.deps.Durable, log: o.log,
 	}
 	o.reclaim = newReclaimer(o.p, o.lanes, o.ledger, o.fence, o.deps.Scheduler, o.writer.registered, o.deps.Durable, o.log)
+	o.reclaim.keep = newDedupKeep(o.deps.DedupWindow, o.lastSeq(), o.lastWrite())
 	o.dead = newDeadLetters(o.p, o.ledger, o.fence, o.deps.Archive, o.log)
 }
 
@@ -179,6 +180,14 @@ func (o *Partition) lastWrite() time.Time {
 		return o.deps.Clock.Now() // unknown: as if just written
 	}
 	return info.State.LastTime
+}
+
+// lastSeq is the lane store's last sequence before this owner (0: none).
+func (o *Partition) lastSeq() uint64 {
+	if info := o.lanes.CachedInfo(); info != nil {
+		return info.State.LastSeq
+	}
+	return 0
 }
 
 // apiTimeout and consumerTimeout bound one JetStream API call while a

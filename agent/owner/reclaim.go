@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -74,6 +75,10 @@ type reclaimer struct {
 	// doneRecords are the done records in the ledger, oldest first. Only
 	// the rebuild (before run) and run touch them.
 	doneRecords []doneRecord
+
+	// keep is how run holds back purges within the lane store's duplicate
+	// window (dedupKeep); nil: it does not (tests of the other rules).
+	keep *dedupKeep
 }
 
 func newReclaimer(p int, lanes, ledger jetstream.Stream, f *fence, sched *scheduler.Scheduler, registered func() uint64, durable *natsd.Syncer, log *slog.Logger) *reclaimer {
@@ -190,6 +195,75 @@ type sweep struct {
 	// while something is pending (0: every tick); lastPurge is the last.
 	purgeEvery time.Duration
 	lastPurge  time.Time
+	// held is set when the last purge stopped short at the duplicate
+	// window (dedupKeep): done events wait for it to pass, and the loop
+	// keeps ticking for them while nothing else happens.
+	held bool
+}
+
+// dedupKeep holds back the purge of what the lane store stored within its
+// duplicate window, done or not. JetStream rebuilds a stream's duplicate
+// detection at start from the messages the stream still holds: an event
+// delivered and purged within the window would be forgotten by a restart,
+// and a publish repeating its idempotency key would be stored and
+// delivered again. Kept until the window has passed, a done event is
+// still there for a restart's duplicate detection (and its done record
+// keeps it out of the scheduler). The cost is disk: one window of
+// deliveries (--dedup-window, 2 min by default).
+//
+// Which sequences are old enough it learns from marks: at each tick the
+// writer's registered mark and the time; every sequence up to a mark was
+// stored by the mark's time.
+type dedupKeep struct {
+	window time.Duration
+	marks  []storedBy // oldest first, sequences increasing
+}
+
+// storedBy says every lane-store sequence up to seq was stored by at.
+type storedBy struct {
+	at  time.Time
+	seq uint64
+}
+
+// newDedupKeep starts with what the store held before this owner: up to
+// lastSeq, stored by lastTime.
+func newDedupKeep(window time.Duration, lastSeq uint64, lastTime time.Time) *dedupKeep {
+	if window <= 0 {
+		window = 2 * time.Minute // JetStream's default duplicate window
+	}
+	k := &dedupKeep{window: window}
+	k.note(lastTime, lastSeq)
+	return k
+}
+
+// note records that every sequence up to seq was stored by at.
+func (k *dedupKeep) note(at time.Time, seq uint64) {
+	if k == nil || seq == 0 {
+		return
+	}
+	if n := len(k.marks); n > 0 && k.marks[n-1].seq >= seq {
+		return // nothing new: the older mark says as much, earlier
+	}
+	k.marks = append(k.marks, storedBy{at: at, seq: seq})
+}
+
+// floor is the lowest sequence that may have been stored within the
+// window before now: purges stay below it. Marks it no longer needs are
+// dropped. A nil keep has no floor.
+func (k *dedupKeep) floor(now time.Time) uint64 {
+	if k == nil {
+		return math.MaxUint64
+	}
+	cut := now.Add(-k.window)
+	old := 0 // marks at or before cut
+	for old < len(k.marks) && !k.marks[old].at.After(cut) {
+		old++
+	}
+	if old == 0 {
+		return 1 // nothing known to be old enough
+	}
+	k.marks = k.marks[old-1:]
+	return k.marks[0].seq + 1
 }
 
 // run makes "delivered" durable without a store operation per event:
@@ -205,6 +279,7 @@ func (r *reclaimer) run(ctx context.Context) error {
 	t := time.NewTicker(reclaimEvery)
 	defer t.Stop()
 	s := &sweep{garbage: make(map[string]uint64), purgeEvery: purgeBelowEvery}
+	s.held = r.keep != nil // what the store held before may still be in its window
 	for {
 		select {
 		case <-ctx.Done():
@@ -217,7 +292,13 @@ func (r *reclaimer) run(ctx context.Context) error {
 }
 
 func (r *reclaimer) tick(ctx context.Context, s *sweep) {
-	if !r.recordDone(ctx) || r.fence.check() != nil {
+	now := time.Now() // JetStream's duplicate window runs on the real clock
+	r.keep.note(now, r.registered())
+	due := s.purgeEvery == 0 || now.Sub(s.lastPurge) >= s.purgeEvery
+	worked := r.recordDone(ctx)
+	// With nothing new, only done events the duplicate window held back
+	// bring a tick further, at the pace of due purges.
+	if (!worked && !(s.held && due)) || r.fence.check() != nil {
 		return
 	}
 	// With --fsync a dead letter's ledger record must survive a power
@@ -236,7 +317,6 @@ func (r *reclaimer) tick(ctx context.Context, s *sweep) {
 	// a purge runs only when nothing is pending, which HasPending answers
 	// from a few destinations (at 200k lanes the walk five times a second
 	// cost 3 µs per delivery).
-	due := s.purgeEvery == 0 || time.Since(s.lastPurge) >= s.purgeEvery
 	var low uint64
 	var pending int
 	idle := false
@@ -252,12 +332,16 @@ func (r *reclaimer) tick(ctx context.Context, s *sweep) {
 		return
 	}
 	s.addGarbage(dirty)
-	if due || idle {
-		r.purgeBelow(ctx, s, purgeFloor(registered, low))
+	// A partition with nothing pending purges at once, but what the
+	// duplicate window holds back waits for the next due purge.
+	if due || (idle && !s.held) {
+		floor, keep := purgeFloor(registered, low), r.keep.floor(now)
+		s.held = keep < floor
+		r.purgeBelow(ctx, s, min(floor, keep))
 		r.compactDone(ctx, s.purgedBelow)
 		if due {
 			s.lastPurge = time.Now()
-			purge := func(subject string, seq uint64) bool { return r.purgeLane(ctx, subject, seq) }
+			purge := func(subject string, seq uint64) bool { return seq < keep && r.purgeLane(ctx, subject, seq) }
 			if !doneOutweighsPending(registered, s.purgedBelow, pending) {
 				purge = nil
 			}

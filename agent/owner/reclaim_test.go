@@ -2,6 +2,7 @@ package owner
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -326,5 +327,70 @@ func TestLanePurgesOnlyWhenDoneOutweighsPending(t *testing.T) {
 	sweepLanes(garbage, 99, nil)
 	if len(garbage) != reclaimPressure {
 		t.Fatalf("%d lanes left, want %d (those at or below 99 forgotten, none freed)", len(garbage), reclaimPressure)
+	}
+}
+
+// What the lane store stored within its duplicate window stays, done or
+// not, so that a restart's duplicate detection still finds it; once the
+// window has passed it goes, with no other work to bring the loop there.
+func TestReclaimKeepsTheDuplicateWindow(t *testing.T) {
+	rig := newReclaimRig(t)
+	ctx := context.Background()
+	subject := lanes.ID{Destination: "orders", Customer: "acme", Key: "u1"}.Subject(0)
+	rig.registered = 8
+	now := time.Now()
+	rig.r.keep = newDedupKeep(time.Minute, 3, now.Add(-2*time.Minute)) // 1..3 stored before the window
+	rig.r.keep.note(now.Add(-10*time.Second), 6)                       // 4..6 within it
+	for seq := uint64(1); seq <= 8; seq++ {
+		rig.r.noteDone(subject, seq)
+	}
+	s := &sweep{garbage: make(map[string]uint64)}
+	rig.r.tick(ctx, s)
+	if got := lanePurgesBelow(rig.lanes.takePurges()); !slices.Equal(got, []uint64{4}) {
+		t.Fatalf("lane store purged below %v, want below 4 (what the window holds stays)", got)
+	}
+	if !s.held {
+		t.Fatal("the sweep does not know done events wait for the window")
+	}
+	// Nothing else happens; the window passes for everything noted.
+	for i := range rig.r.keep.marks {
+		rig.r.keep.marks[i].at = now.Add(-2 * time.Minute)
+	}
+	rig.r.tick(ctx, s)
+	if got := lanePurgesBelow(rig.lanes.takePurges()); !slices.Equal(got, []uint64{9}) {
+		t.Fatalf("lane store purged below %v once the window passed, want below 9", got)
+	}
+	if s.held {
+		t.Fatal("the sweep still waits with nothing held back")
+	}
+	// Idle and nothing held: the loop rests.
+	rig.r.tick(ctx, s)
+	if p := rig.lanes.takePurges(); len(p) != 0 {
+		t.Fatalf("an idle tick purged %+v", p)
+	}
+}
+
+func TestDedupKeepFloor(t *testing.T) {
+	now := time.Now()
+	k := newDedupKeep(time.Minute, 0, time.Time{})
+	if f := k.floor(now); f != 1 {
+		t.Fatalf("floor of an empty keep = %d, want 1 (nothing known old)", f)
+	}
+	k.note(now.Add(-90*time.Second), 10)
+	k.note(now.Add(-70*time.Second), 10) // nothing new: ignored
+	k.note(now.Add(-61*time.Second), 20)
+	k.note(now.Add(-30*time.Second), 30)
+	if f := k.floor(now); f != 21 {
+		t.Fatalf("floor = %d, want 21 (one above the newest mark a window old)", f)
+	}
+	if len(k.marks) != 2 {
+		t.Fatalf("keep holds %d marks, want 2 (the newest old one and the one after)", len(k.marks))
+	}
+	if f := k.floor(now.Add(time.Minute)); f != 31 {
+		t.Fatalf("a minute later floor = %d, want 31", f)
+	}
+	var none *dedupKeep
+	if f := none.floor(now); f != math.MaxUint64 {
+		t.Fatalf("a nil keep's floor = %d, want none", f)
 	}
 }
