@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -338,23 +337,13 @@ func (e *env) replay(c *ucli.Context) error {
 		if _, err := fmt.Fprintf(e.out, "%d match; %d already replayed by an earlier run\n", last.GetTotal(), last.GetSkipped()); err != nil {
 			return err
 		}
-		return e.warnUnregistered(c.Context, c.String("destination"))
-	}
-	_, err = fmt.Fprintf(e.out, "Replayed %d of %d dead letters in %s (%d skipped: already replayed).\n", last.GetReplayed(), last.GetTotal(), time.Since(start).Round(time.Millisecond), last.GetSkipped())
-	return err
-}
-
-// warnUnregistered says, after a dry run, that replaying to destination
-// would be refused because it is not registered (a deleted destination's
-// dead letters stay in the archive). It says nothing when the server
-// cannot tell (an agent without the admin API, a call that failed): the
-// dry run's count stands either way.
-func (e *env) warnUnregistered(ctx context.Context, destination string) error {
-	_, err := e.admin().GetDestination(ctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: destination}))
-	if connect.CodeOf(err) != connect.CodeNotFound {
+		if why := last.GetRefused(); why != "" {
+			_, err := fmt.Fprintf(e.out, "a replay would be refused: %s\n", why)
+			return err
+		}
 		return nil
 	}
-	_, err = fmt.Fprintf(e.out, "destination %q is not registered: a replay would be refused until it is created (rivoractl destinations create %s --url URL)\n", destination, destination)
+	_, err = fmt.Fprintf(e.out, "Replayed %d of %d dead letters in %s (%d skipped: already replayed).\n", last.GetReplayed(), last.GetTotal(), time.Since(start).Round(time.Millisecond), last.GetSkipped())
 	return err
 }
 

@@ -14,37 +14,41 @@ import (
 )
 
 // countingArchive answers every replay as a dry run counting 3 dead
-// letters of the destination asked for.
+// letters of the destination asked for; one named "deleted" would be
+// refused, as the agent says of a destination not registered.
 type countingArchive struct {
 	rivorav1connect.UnimplementedArchiveServiceHandler
 }
 
 func (countingArchive) Replay(_ context.Context, req *connect.Request[rivorav1.ReplayRequest], stream *connect.ServerStream[rivorav1.ReplayResponse]) error {
 	dest := req.Msg.GetFilter().GetDestinationId()
-	return stream.Send(&rivorav1.ReplayResponse{Total: 3, Done: true, Counts: []*rivorav1.DeadLetterCount{{DestinationId: dest, CustomerId: "acme", Count: 3}}})
+	resp := &rivorav1.ReplayResponse{Total: 3, Done: true, Counts: []*rivorav1.DeadLetterCount{{DestinationId: dest, CustomerId: "acme", Count: 3}}}
+	if dest == "deleted" {
+		resp.Refused = `destination "deleted" is not registered; create it before replaying its dead letters`
+	}
+	return stream.Send(resp)
 }
 
-// TestReplayDryRunSaysTheDestinationIsGone: a dry run's count stands, and
-// when the destination is not registered (deleted, its dead letters kept)
-// it also says the replay itself would be refused, and how to fix it;
-// for a registered destination it says nothing more.
-func TestReplayDryRunSaysTheDestinationIsGone(t *testing.T) {
-	f, fake := newFake()
-	mux := http.NewServeMux()
-	mux.Handle(rivorav1connect.NewArchiveServiceHandler(countingArchive{}))
-	mux.Handle("/", fake)
-	srv := httptest.NewServer(mux)
+// TestReplayDryRunSaysWhyTheReplayWouldBeRefused: a dry run's count
+// stands, and when the agent says the replay itself would be refused (a
+// deleted destination or subscription, its dead letters kept) it says so;
+// otherwise it says nothing more.
+func TestReplayDryRunSaysWhyTheReplayWouldBeRefused(t *testing.T) {
+	srv := httptest.NewServer(http.Handler(func() *http.ServeMux {
+		mux := http.NewServeMux()
+		mux.Handle(rivorav1connect.NewArchiveServiceHandler(countingArchive{}))
+		return mux
+	}()))
 	t.Cleanup(srv.Close)
-	f.dests["orders"] = &rivorav1.Destination{Id: "orders", Url: "https://example.com/hooks"}
 
 	gone := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "deleted", "--dry-run"))
-	for _, want := range []string{"3 match", `destination "deleted" is not registered`, "rivoractl destinations create deleted"} {
+	for _, want := range []string{"3 match", `a replay would be refused: destination "deleted" is not registered`} {
 		if !strings.Contains(gone.stdout, want) {
 			t.Errorf("dry run for an unregistered destination lacks %q:\n%s", want, gone.stdout)
 		}
 	}
 	kept := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "orders", "--dry-run"))
-	if !strings.Contains(kept.stdout, "3 match") || strings.Contains(kept.stdout, "not registered") {
+	if !strings.Contains(kept.stdout, "3 match") || strings.Contains(kept.stdout, "refused") {
 		t.Errorf("dry run for a registered destination:\n%s\nwant its count and no warning", kept.stdout)
 	}
 }

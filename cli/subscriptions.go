@@ -414,8 +414,9 @@ func (e *env) subscriptionsDelete() *ucli.Command {
 		UsageText: "rivoractl subscriptions delete ID [--force] [--wait] [-o json]",
 		Description: `Deletes subscription ID: the customer's new events no longer go there. Refused
 while events routed by it are pending, unless --force: then they are archived
-as dead letters (reason "deleted"), from where they can be replayed. Nothing
-is dropped silently.
+as dead letters (reason "deleted"), which dlq list and dlq show keep. A replay
+refuses them: the subscription's URL, secret and headers went with it. To
+hold its events for later instead, pause it. Nothing is dropped silently.
 
 Examples:
    rivoractl subscriptions delete sub_0123456789abcdef

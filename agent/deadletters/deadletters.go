@@ -30,6 +30,9 @@ import (
 // Reingester accepts dead letters again (the ingest gateway).
 type Reingester interface {
 	Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (stored, duplicates int, err error)
+	// Replayable says why a dead letter cannot be re-ingested now (its
+	// destination or subscription is gone), nil when it can.
+	Replayable(dl *rivorav1.DeadLetter) error
 }
 
 // Service implements rivora.v1.ArchiveService: list, show and count
@@ -375,7 +378,7 @@ func (s *Service) Replay(ctx context.Context, req *connect.Request[rivorav1.Repl
 func progressMessage(p Progress) *rivorav1.ReplayResponse {
 	return &rivorav1.ReplayResponse{
 		Total: p.Total, Replayed: p.Replayed, Skipped: p.Skipped, RatePerSecond: p.RatePerSecond,
-		Counts: p.Counts, Done: p.Done,
+		Counts: p.Counts, Done: p.Done, Refused: p.Refused,
 	}
 }
 

@@ -71,6 +71,9 @@ type Progress struct {
 	// and with Done.
 	Counts []*rivorav1.DeadLetterCount
 	Done   bool
+	// Refused (dry run) is why the replay itself would be refused before
+	// re-ingesting anything; "" when it would go ahead.
+	Refused string
 }
 
 // reportEvery spaces the progress reports while replaying.
@@ -166,6 +169,16 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 			if run.cp.done(k, i) {
 				run.p.Skipped++
 				continue
+			}
+			// A replay that would be refused midway is refused before
+			// anything is re-ingested; a dry run says so.
+			if err := run.ingest.Replayable(dl); err != nil {
+				if !run.req.DryRun {
+					return nil, err
+				}
+				if run.p.Refused == "" {
+					run.p.Refused = err.Error()
+				}
 			}
 			counts.add(dl, false)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,6 +48,15 @@ type reingest struct {
 	fail func(n int) error
 	// dup answers these event ids as already present.
 	dup map[string]bool
+	// gone refuses the dead letters routed by these subscriptions.
+	gone map[string]bool
+}
+
+func (r *reingest) Replayable(dl *rivorav1.DeadLetter) error {
+	if sub := dl.GetEvent().GetSubscriptionId(); r.gone[sub] {
+		return errkind.Errorf(errkind.Precondition, "subscription %q was deleted", sub)
+	}
+	return nil
 }
 
 func (r *reingest) Reingest(_ context.Context, dls []*rivorav1.DeadLetter) (stored, duplicates int, err error) {
@@ -240,6 +250,30 @@ func TestReplayDryRun(t *testing.T) {
 	}
 	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}}, nil); err != nil || end.Replayed != 4 {
 		t.Fatalf("replay after a dry run: %+v, %v; want all 4 replayed", end, err)
+	}
+}
+
+// A replay some of whose dead letters cannot be re-ingested (their
+// subscription was deleted) is refused before anything is re-ingested,
+// and leaves no checkpoint: they are not "replayed". A replay narrowed to
+// the others goes ahead.
+func TestReplayRefusedUpFrontWhenSomeCannotBeReplayed(t *testing.T) {
+	rg := newReplayRig(t)
+	gone := dead("s-1", "acme", rivorav1.DeadReason_DEAD_REASON_DELETED)
+	gone.Event.SubscriptionId = "sub_gone"
+	rg.put(t, "orders", 0, 1, time.Hour, append(deads("a", 3), gone)...)
+	rg.ingest.gone = map[string]bool{"sub_gone": true}
+	all := &rivorav1.DeadLetterFilter{DestinationId: "orders"}
+	_, end, err := rg.run(context.Background(), ReplayRequest{Filter: all}, nil)
+	if !errors.Is(err, errkind.Precondition) || !strings.Contains(err.Error(), "sub_gone") || end.Replayed != 0 || len(rg.ingest.ids()) != 0 {
+		t.Fatalf("replay with a deleted subscription's dead letter: %+v, %v, re-ingested %v; want precondition naming it, nothing re-ingested", end, err, rg.ingest.ids())
+	}
+	if reports, _, err := rg.run(context.Background(), ReplayRequest{Filter: all, DryRun: true}, nil); err != nil || reports[0].Total != 4 || reports[0].Skipped != 0 || !strings.Contains(reports[0].Refused, "sub_gone") {
+		t.Fatalf("dry run after the refusal: %+v, %v; want 4 matching, none replayed before, and why a replay is refused", reports, err)
+	}
+	rg.ingest.gone = nil // the subscription is back (in this test's world)
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: all}, nil); err != nil || end.Replayed != 4 {
+		t.Fatalf("replay once it can: %+v, %v; want all 4", end, err)
 	}
 }
 

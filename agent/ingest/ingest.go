@@ -835,10 +835,10 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 	now := timestamppb.New(g.now())
 	batch := make([]*prepared, 0, len(dls))
 	for _, dl := range dls {
-		ev := proto.Clone(dl.GetEvent()).(*rivorav1.Event)
-		if _, ok := g.reg.Get(ev.GetDestinationId()); !ok {
-			return 0, 0, errkind.Errorf(errkind.Precondition, "destination %q is not registered; create it before replaying its dead letters", ev.GetDestinationId())
+		if err := g.Replayable(dl); err != nil {
+			return 0, 0, err
 		}
+		ev := proto.Clone(dl.GetEvent()).(*rivorav1.Event)
 		ev.Replayed = true
 		ev.AcceptedAt = now
 		// The archive is outside Rivora's hands: its trace context is
@@ -867,6 +867,24 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 	}
 	accepted.WithLabelValues("replayed").Add(float64(stored))
 	return stored, duplicates, nil
+}
+
+// Replayable says why a dead letter cannot be re-ingested now
+// (errkind.Precondition), nil when it can: its destination is not
+// registered, or the subscription that routed it was deleted — its URL,
+// path, secret and headers went with it, and re-ingested it would only
+// die again.
+func (g *Gateway) Replayable(dl *rivorav1.DeadLetter) error {
+	ev := dl.GetEvent()
+	if _, ok := g.reg.Get(ev.GetDestinationId()); !ok {
+		return errkind.Errorf(errkind.Precondition, "destination %q is not registered; create it before replaying its dead letters", ev.GetDestinationId())
+	}
+	if sub := ev.GetSubscriptionId(); sub != "" && g.subs != nil {
+		if _, ok := g.subs.Get(sub); !ok {
+			return errkind.Errorf(errkind.Precondition, "subscription %q, which routed event %s, was deleted: its dead letters cannot be delivered as it would have (its URL, secret and headers went with it), so nothing is replayed; narrow the replay (--customer, --lane, --subscription of one that exists) or leave them in the archive", sub, ev.GetEventId())
+		}
+	}
+	return nil
 }
 
 // Resend accepts a delivered or dead-lettered event again for an

@@ -627,6 +627,10 @@ type ReplayResponse struct {
 	// counts (dry run, or with done) per destination and customer.
 	Counts        []*DeadLetterCount `protobuf:"bytes,5,rep,name=counts,proto3" json:"counts,omitempty"`
 	RatePerSecond float64            `protobuf:"fixed64,6,opt,name=rate_per_second,json=ratePerSecond,proto3" json:"rate_per_second,omitempty"`
+	// refused (dry run) says why the replay itself would be refused before
+	// re-ingesting anything (a destination not registered, a subscription
+	// deleted); empty when it would go ahead.
+	Refused       string `protobuf:"bytes,7,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -703,6 +707,13 @@ func (x *ReplayResponse) GetRatePerSecond() float64 {
 	return 0
 }
 
+func (x *ReplayResponse) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
 var File_rivora_v1_deadletters_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_deadletters_proto_rawDesc = "" +
@@ -751,14 +762,15 @@ const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\x0frate_per_second\x18\x02 \x01(\x01H\x00R\rratePerSecond\x88\x01\x01\x12\x17\n" +
 	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x12\x18\n" +
 	"\arestart\x18\x04 \x01(\bR\arestartB\x12\n" +
-	"\x10_rate_per_second\"\xcc\x01\n" +
+	"\x10_rate_per_second\"\xe6\x01\n" +
 	"\x0eReplayResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x03R\x05total\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\x03R\breplayed\x12\x18\n" +
 	"\askipped\x18\x03 \x01(\x03R\askipped\x12\x12\n" +
 	"\x04done\x18\x04 \x01(\bR\x04done\x122\n" +
 	"\x06counts\x18\x05 \x03(\v2\x1a.rivora.v1.DeadLetterCountR\x06counts\x12&\n" +
-	"\x0frate_per_second\x18\x06 \x01(\x01R\rratePerSecond2\xe8\x02\n" +
+	"\x0frate_per_second\x18\x06 \x01(\x01R\rratePerSecond\x12\x18\n" +
+	"\arefused\x18\a \x01(\tR\arefused2\xe8\x02\n" +
 	"\x0eArchiveService\x12]\n" +
 	"\x0fListDeadLetters\x12!.rivora.v1.ListDeadLettersRequest\x1a\".rivora.v1.ListDeadLettersResponse\"\x03\x90\x02\x01\x12W\n" +
 	"\rGetDeadLetter\x12\x1f.rivora.v1.GetDeadLetterRequest\x1a .rivora.v1.GetDeadLetterResponse\"\x03\x90\x02\x01\x12]\n" +
