@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rivora/rivora/internal/httpurl"
@@ -161,6 +162,9 @@ func (e *env) createDestination(c *ucli.Context) error {
 	}
 	if req.Oauth2, err = oauth2Flags(c, true); err != nil {
 		return err
+	}
+	if proto.Equal(l, &rivorav1.Limits{}) {
+		req.Limits = nil // none given: the defaults (all a customer token may ask for)
 	}
 
 	ctx, cancel := callContext(c)

@@ -206,8 +206,8 @@ func (e *env) skipLane(c *ucli.Context) error {
 	if e.output == "json" {
 		return writeJSON(e.out, resp.Msg)
 	}
-	_, err = fmt.Fprintf(e.out, "Skipped %s: now a dead letter (reason manual; replay it with `rivoractl replay`).\n%d %s left in lane %s/%s.\n",
-		resp.Msg.GetEventId(), resp.Msg.GetRemaining(), plural(int(resp.Msg.GetRemaining()), "event"), c.String("customer"), c.String("lane"))
+	_, err = fmt.Fprintf(e.out, "Skipped %s: now a dead letter (reason manual). It reaches the archive within a few seconds; then `rivoractl dlq list --destination %s` shows it and `rivoractl replay` can send it again.\n%d %s left in lane %s/%s.\n",
+		resp.Msg.GetEventId(), dest, resp.Msg.GetRemaining(), plural(int(resp.Msg.GetRemaining()), "event"), c.String("customer"), c.String("lane"))
 	return err
 }
 

@@ -143,6 +143,11 @@ func writeDestination(w io.Writer, d *rivorav1.Destination, pending *int64) erro
 	}
 	// After SECRET (the first four pairs).
 	kv = slices.Insert(kv, 8, append(append(rotationAndHeaders(d), endpointAuthFields(d)...), signingRows(d)...)...)
+	if o := d.GetOverride(); o != nil {
+		// After MAX IN FLIGHT: the values above include it.
+		at := slices.Index(kv, "MAX IN FLIGHT") + 2
+		kv = slices.Insert(kv, at, "OVERRIDE", overrideText(o, d.GetConfigured(), d.GetId()))
+	}
 	if d.GetOwnerCustomer() != "" {
 		// After URL: whose own endpoint it is.
 		kv = slices.Insert(kv, 4, "OWNER", "customer "+d.GetOwnerCustomer())
@@ -151,6 +156,33 @@ func writeDestination(w io.Writer, d *rivorav1.Destination, pending *int64) erro
 		kv = append(kv, "PENDING", strconv.FormatInt(*pending, 10))
 	}
 	return fields(w, kv...)
+}
+
+// overrideText says which limits a runtime override sets (the values
+// printed above include them), who set it and until when, and what the
+// destination's own values are, which it returns to.
+func overrideText(o *rivorav1.LimitsOverride, configured *rivorav1.Limits, id string) string {
+	var set, own []string
+	for _, f := range limitFieldNames {
+		if limitText(o.GetLimits(), f) == limitText(&rivorav1.Limits{}, f) {
+			continue // not overridden
+		}
+		name := strings.ReplaceAll(f, "_", " ")
+		set = append(set, name+" "+limitText(o.GetLimits(), f))
+		ownValue := "default"
+		if limitText(configured, f) != limitText(&rivorav1.Limits{}, f) {
+			ownValue = limitText(configured, f)
+		}
+		own = append(own, name+" "+ownValue)
+	}
+	text := strings.Join(set, ", ") + " by " + o.GetAuthor()
+	if o.GetReason() != "" {
+		text += " (" + o.GetReason() + ")"
+	}
+	if o.GetExpiresAt() != nil {
+		text += " until " + fmtTime(o.GetExpiresAt())
+	}
+	return text + "; the destination's own: " + strings.Join(own, ", ") + " (rivoractl limits clear " + id + " ends the override)"
 }
 
 // secretText is the signing secret where the server sends it (the answer

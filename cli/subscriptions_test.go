@@ -335,6 +335,11 @@ func TestDestinationsOwnerCustomer(t *testing.T) {
 	if f.creates[0].GetOwnerCustomer() != "acme" || !strings.Contains(r.stdout, "OWNER          customer acme\n") {
 		t.Fatalf("create sent %v, printed:\n%s", f.creates[0], r.stdout)
 	}
+	// No limit flag: no limits sent, which is all a customer token may
+	// send (it gets the defaults).
+	if f.creates[0].Limits != nil {
+		t.Fatalf("create without a limit flag sent limits %v", f.creates[0].GetLimits())
+	}
 	mustSucceed(t, run(t, url, "", "destinations", "create", "orders", "--url", "https://orders.example/in"))
 	r = mustSucceed(t, run(t, url, "", "destinations", "list"))
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")

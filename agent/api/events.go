@@ -69,6 +69,8 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 		resp.AcceptedAt = timestamppb.New(loc.Entry.AcceptedAt)
 		if ev := owner.Cached(loc.Entry); ev != nil {
 			resp.Type = ev.GetType()
+		} else if resp.Type == "" {
+			resp.Type = s.storedType(ctx, loc)
 		}
 		resp.AheadInLane = int32(loc.Ahead)
 		resp.State = rivorav1.EventState_EVENT_STATE_PENDING
@@ -81,6 +83,24 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 		s.explainWaiting(resp, loc)
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// storedType reads a pending event's type from its lane store, for one
+// neither the cache nor its history can tell (after a restart, before its
+// first attempt); "" when the store cannot be read here.
+func (s *eventService) storedType(ctx context.Context, loc scheduler.Location) string {
+	if s.parts == nil {
+		return ""
+	}
+	part := s.parts.OfDestination(loc.Lane.Destination)
+	if part == nil {
+		return ""
+	}
+	ev, err := part.Load(ctx, &scheduler.Attempt{Entry: loc.Entry})
+	if err != nil {
+		return ""
+	}
+	return ev.GetType()
 }
 
 // numberTries gives each of an event's recorded attempts its place among

@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// A destination under a runtime override says so: which limits it sets,
+// who set it, until when, and the destination's own values, which an
+// update changes and the destination returns to.
+func TestDestinationShowsItsOverride(t *testing.T) {
+	d := &rivorav1.Destination{
+		Id: "slow", Url: "https://example.com/hook",
+		Limits:     &rivorav1.Limits{RatePerSecond: 10, Burst: 20},
+		Configured: &rivorav1.Limits{RatePerSecond: 4},
+		Override: &rivorav1.LimitsOverride{
+			Limits: &rivorav1.Limits{RatePerSecond: 10}, Author: "alice", Reason: "INC-7",
+			ExpiresAt: timestamppb.Now(),
+		},
+	}
+	var out strings.Builder
+	if err := writeDestination(&out, d, nil); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{"RATE           10/s", "OVERRIDE       rate per second 10/s by alice (INC-7) until", "the destination's own: rate per second 4/s", "rivoractl limits clear slow"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("destination output lacks %q:\n%s", want, text)
+		}
+	}
+	if i, j := strings.Index(text, "MAX IN FLIGHT"), strings.Index(text, "OVERRIDE"); i < 0 || j < i {
+		t.Errorf("OVERRIDE is not after MAX IN FLIGHT:\n%s", text)
+	}
+	d.Override = nil
+	out.Reset()
+	if err := writeDestination(&out, d, nil); err != nil || strings.Contains(out.String(), "OVERRIDE") {
+		t.Fatalf("a destination without an override shows one (%v):\n%s", err, out.String())
+	}
+}
