@@ -38,7 +38,8 @@ These commands show which lanes are stuck, behind what, and let you move one on.
 				Description: `Shows each pending lane: its customer and key, DEPTH (pending events, head
 included), the HEAD event, its ATTEMPTS and LAST STATUS (- before any
 response), WAITING (how long the head has been the lane's head), NEXT ATTEMPT
-(its retry time, while it waits for one) and its LAST ERROR. A lane whose head
+(its retry time while it waits for one; "held: destination paused" and the
+like while a pause holds it) and its LAST ERROR. A lane whose head
 keeps failing while the lanes around it are delivered holds a poison event:
 look at it with ` + "`rivoractl events get HEAD`" + `, and skip it with
 ` + "`rivoractl lanes skip`" + ` if it will never succeed.
@@ -47,7 +48,8 @@ look at it with ` + "`rivoractl events get HEAD`" + `, and skip it with
 restart, WAITING counts from the head's first attempt (or its acceptance).
 
 -o json prints the response: lanes (customerId, laneKey, depth, headEventId,
-headAttempts, lastStatus, lastError, headSince, nextAttemptAt, state, held),
+headAttempts, lastStatus, lastError, headSince, nextAttemptAt, state, held,
+paused),
 matched (how many lanes matched, --limit aside) and truncated.
 
 Example:
@@ -172,6 +174,8 @@ func nextAttempt(l *rivorav1.LaneSummary) string {
 	switch {
 	case l.GetState() == rivorav1.LaneState_LANE_STATE_IN_FLIGHT:
 		return "in flight"
+	case l.GetPaused() != "":
+		return "held: " + l.GetPaused()
 	case l.GetNextAttemptAt() != nil:
 		return fmtTime(l.GetNextAttemptAt())
 	case l.GetHeld():

@@ -118,3 +118,19 @@ func TestLanesSkip(t *testing.T) {
 		t.Fatalf("a refused command line still called the server: %v", f.skips)
 	}
 }
+
+// NEXT ATTEMPT says what holds a paused lane rather than "due".
+func TestNextAttemptOfAPausedLane(t *testing.T) {
+	due := &rivorav1.LaneSummary{State: rivorav1.LaneState_LANE_STATE_DUE}
+	if got := nextAttempt(due); got != "due" {
+		t.Errorf("a due lane: %q", got)
+	}
+	due.Paused = "destination paused"
+	if got := nextAttempt(due); got != "held: destination paused" {
+		t.Errorf("a due lane of a paused destination: %q, want held: destination paused", got)
+	}
+	due.State = rivorav1.LaneState_LANE_STATE_IN_FLIGHT
+	if got := nextAttempt(due); got != "in flight" {
+		t.Errorf("an attempt in flight when the pause came: %q, want in flight", got)
+	}
+}

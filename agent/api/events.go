@@ -140,7 +140,21 @@ func (s *eventService) explainWaiting(resp *rivorav1.GetEventResponse, loc sched
 	if loc.Ahead == 0 {
 		resp.AttemptsUsed = int32(loc.Head.Attempts)
 	}
-	resp.Waiting = waitingReason(loc, maxAttempts)
+	resp.Waiting = waitingReason(loc, maxAttempts, s.destinationHold(loc.Lane.Destination))
+}
+
+// destinationHold says, in words, why a destination holds its lanes
+// ("" when it does not, as far as its config says): an operator's pause,
+// or Rivora's after its partner answered 410 Gone.
+func (s *server) destinationHold(id string) string {
+	d, ok := s.registry.Get(id)
+	switch {
+	case !ok || !d.Paused:
+		return ""
+	case d.Disabled:
+		return "destination disabled: its partner answered 410 Gone (rivoractl destinations resume " + id + " sends again)"
+	}
+	return "destination paused"
 }
 
 // heldByParked: the head waits for its parked destination, not for its
@@ -151,7 +165,7 @@ func heldByParked(loc scheduler.Location) bool {
 
 // waitingReason says, in one line, why a pending event is not being
 // delivered now ("" while in flight).
-func waitingReason(loc scheduler.Location, maxAttempts int) string {
+func waitingReason(loc scheduler.Location, maxAttempts int, hold string) string {
 	switch {
 	case loc.InFlight:
 		return ""
@@ -164,8 +178,12 @@ func waitingReason(loc scheduler.Location, maxAttempts int) string {
 	}
 	dest := loc.Destination
 	switch {
+	case dest.Paused && hold != "":
+		return "held: " + hold + "; " + used
 	case dest.Paused:
-		return "held: destination paused; " + used
+		// Held here before the config says so: a 410 Gone stops the
+		// destination at once, and the control plane is told.
+		return "held: its partner answered 410 Gone; the destination is being disabled; " + used
 	case loc.SubscriptionPaused:
 		return "held: subscription " + loc.Lane.Subscription + " paused; " + used
 	case loc.Head.HeldByDestination && dest.Health != budget.Healthy:

@@ -30,8 +30,18 @@ func TestWaitingReason(t *testing.T) {
 		{"event's fault", scheduler.Location{Head: scheduler.Head{Attempts: 1, LastStatus: 400, LastAttemptAt: parkedAt, NotBefore: later}},
 			"retry at " + later.Format(time.RFC3339) + " after HTTP 400; 1 of 8 attempts used"},
 	} {
-		if got := waitingReason(c.loc, 8); got != c.want {
+		if got := waitingReason(c.loc, 8, "destination paused"); got != c.want {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
+	}
+	// A pause that is Rivora's after a 410 Gone says so, also before the
+	// config does (the agent holds the destination at once).
+	held := scheduler.Location{Head: failed, Destination: scheduler.DestinationState{Paused: true}}
+	disabled := "destination disabled: its partner answered 410 Gone (rivoractl destinations resume orders sends again)"
+	if got, want := waitingReason(held, 8, disabled), "held: "+disabled+"; 2 of 8 attempts used"; got != want {
+		t.Errorf("disabled: %q, want %q", got, want)
+	}
+	if got, want := waitingReason(held, 8, ""), "held: its partner answered 410 Gone; the destination is being disabled; 2 of 8 attempts used"; got != want {
+		t.Errorf("held after a 410, not yet disabled: %q, want %q", got, want)
 	}
 }

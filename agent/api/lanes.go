@@ -47,10 +47,34 @@ func (s *laneService) ListLanes(ctx context.Context, req *connect.Request[rivora
 	}
 	list := w.Result()
 	resp := &rivorav1.ListLanesResponse{Matched: int64(list.Matched), Truncated: list.Matched > len(list.Lanes)}
+	destinationPaused := s.lanePause(m.GetDestinationId(), "")
 	for _, ls := range list.Lanes {
-		resp.Lanes = append(resp.Lanes, laneToProto(m.GetDestinationId(), ls))
+		l := laneToProto(m.GetDestinationId(), ls)
+		if l.Paused = destinationPaused; l.Paused == "" && ls.ID.Subscription != "" {
+			l.Paused = s.lanePause("", ls.ID.Subscription)
+		}
+		resp.Lanes = append(resp.Lanes, l)
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// lanePause says, for a lane listing, whether a destination's config
+// pauses it (destinationID set) or a subscription is paused
+// (subscriptionID set): LaneSummary.paused.
+func (s *laneService) lanePause(destinationID, subscriptionID string) string {
+	if subscriptionID != "" {
+		if sub, ok := s.subs.Get(subscriptionID); ok && sub.Paused {
+			return "subscription paused"
+		}
+		return ""
+	}
+	switch d, ok := s.registry.Get(destinationID); {
+	case !ok || !d.Paused:
+		return ""
+	case d.Disabled:
+		return "destination disabled (410 Gone)"
+	}
+	return "destination paused"
 }
 
 func laneLimit(limit int32) (int, error) {

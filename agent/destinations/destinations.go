@@ -33,6 +33,8 @@ type Destination struct {
 	// Weights are customers' shares of the budget (unlisted: 1).
 	Weights map[string]float64
 	Paused  bool
+	// Disabled: the pause is Rivora's, after its partner answered 410 Gone.
+	Disabled bool
 	// Pauses are its recent pauses (PausedBetween).
 	Pauses retry.Pauses
 	// TLS (nil: defaults) and OAuth2 (nil: none) authenticate the agent
@@ -255,13 +257,14 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 			Burst:         int(lim.GetBurst()),
 			MaxInFlight:   int(lim.GetMaxInFlight()),
 		},
-		Class:   classFromProto(pb.GetPriorityClass()),
-		Weights: pb.GetCustomerWeights(),
-		Paused:  pb.GetPaused(),
-		Pauses:  retry.PausesFromProto(pb.GetPauses()),
-		TLS:     clientTLS,
-		OAuth2:  oauth2FromProto(pb),
-		Legacy:  legacy, LegacyOnly: legacy != nil && pb.GetLegacySignature().GetReplaceStandard(),
+		Class:    classFromProto(pb.GetPriorityClass()),
+		Weights:  pb.GetCustomerWeights(),
+		Paused:   pb.GetPaused(),
+		Disabled: pb.GetDisabled(),
+		Pauses:   retry.PausesFromProto(pb.GetPauses()),
+		TLS:      clientTLS,
+		OAuth2:   oauth2FromProto(pb),
+		Legacy:   legacy, LegacyOnly: legacy != nil && pb.GetLegacySignature().GetReplaceStandard(),
 	}, nil
 }
 

@@ -182,8 +182,12 @@ type LaneSummary struct {
 	// the destination rather than for its own retry time.
 	Held           bool   `protobuf:"varint,12,opt,name=held,proto3" json:"held,omitempty"`
 	SubscriptionId string `protobuf:"bytes,13,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// paused says who holds the lane whatever its head's state, in words:
+	// "destination paused", "destination disabled (410 Gone)" or
+	// "subscription paused"; empty when nothing does.
+	Paused        string `protobuf:"bytes,14,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LaneSummary) Reset() {
@@ -303,6 +307,13 @@ func (x *LaneSummary) GetHeld() bool {
 func (x *LaneSummary) GetSubscriptionId() string {
 	if x != nil {
 		return x.SubscriptionId
+	}
+	return ""
+}
+
+func (x *LaneSummary) GetPaused() string {
+	if x != nil {
+		return x.Paused
 	}
 	return ""
 }
@@ -531,7 +542,7 @@ const file_rivora_v1_lanes_proto_rawDesc = "" +
 	"customerId\x12\x14\n" +
 	"\x05stuck\x18\x03 \x01(\bR\x05stuck\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12'\n" +
-	"\x0fsubscription_id\x18\x05 \x01(\tR\x0esubscriptionId\"\xf7\x03\n" +
+	"\x0fsubscription_id\x18\x05 \x01(\tR\x0esubscriptionId\"\x8f\x04\n" +
 	"\vLaneSummary\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
@@ -550,7 +561,8 @@ const file_rivora_v1_lanes_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\x12*\n" +
 	"\x05state\x18\v \x01(\x0e2\x14.rivora.v1.LaneStateR\x05state\x12\x12\n" +
 	"\x04held\x18\f \x01(\bR\x04held\x12'\n" +
-	"\x0fsubscription_id\x18\r \x01(\tR\x0esubscriptionId\"y\n" +
+	"\x0fsubscription_id\x18\r \x01(\tR\x0esubscriptionId\x12\x16\n" +
+	"\x06paused\x18\x0e \x01(\tR\x06paused\"y\n" +
 	"\x11ListLanesResponse\x12,\n" +
 	"\x05lanes\x18\x01 \x03(\v2\x16.rivora.v1.LaneSummaryR\x05lanes\x12\x18\n" +
 	"\amatched\x18\x02 \x01(\x03R\amatched\x12\x1c\n" +
