@@ -54,6 +54,9 @@ func TestKeyReusedAfterTheOriginalWasDeliveredAndTheAgentRestarted(t *testing.T)
 	reuse := func(ag *running, when string) {
 		t.Helper()
 		_, err := ag.Ingest.Publish(ctx, connect.NewRequest(keyed(`{"v":"second"}`)))
+		if connect.CodeOf(err) != connect.CodeAlreadyExists || !strings.Contains(err.Error(), `idempotency key "order-77" was already used`) || !strings.Contains(err.Error(), id) {
+			t.Fatalf("the key again with another payload %s: %v; want already_exists naming event %s", when, err, id)
+		}
 		again, err := ag.Ingest.Publish(ctx, connect.NewRequest(keyed(`{"v":"first"}`)))
 		if err != nil || again.Msg.GetEventId() != id || !again.Msg.GetDuplicate() {
 			t.Fatalf("the key again with its payload %s: %v, %v; want event %s as a duplicate", when, again, err, id)
