@@ -221,7 +221,11 @@ func (f *fakeRivora) Publish(_ context.Context, req *connect.Request[rivorav1.Pu
 	if _, ok := f.dests[req.Msg.GetDestinationId()]; !ok {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("destination %q not found", req.Msg.GetDestinationId()))
 	}
-	return connect.NewResponse(&rivorav1.PublishResponse{EventId: req.Msg.GetIdempotencyKey()}), nil
+	dup := false // a key published before to the destination
+	for _, earlier := range f.publishs[:len(f.publishs)-1] {
+		dup = dup || (earlier.GetDestinationId() == req.Msg.GetDestinationId() && earlier.GetIdempotencyKey() == req.Msg.GetIdempotencyKey())
+	}
+	return connect.NewResponse(&rivorav1.PublishResponse{EventId: req.Msg.GetIdempotencyKey(), Duplicate: dup}), nil
 }
 
 func (f *fakeRivora) GetEvent(_ context.Context, req *connect.Request[rivorav1.GetEventRequest]) (*connect.Response[rivorav1.GetEventResponse], error) {
@@ -528,9 +532,15 @@ func TestPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = mustSucceed(t, run(t, url, "", "publish", "-d", "orders", "-c", "acme", "-l", "u", "-t", "x", "--data", "@"+path, "--idempotency-key", "order-2"))
-	if r.stdout != "order-2\n" || string(f.publishs[1].GetPayload()) != `{"order": 2}` {
-		t.Fatalf("publish from file: stdout %q, payload %q", r.stdout, f.publishs[1].GetPayload())
+	if r.stdout != "order-2\n" || string(f.publishs[1].GetPayload()) != `{"order": 2}` || r.stderr != "" {
+		t.Fatalf("publish from file: stdout %q, stderr %q, payload %q", r.stdout, r.stderr, f.publishs[1].GetPayload())
 	}
+	// The key again: the id, and on stderr that nothing new was stored.
+	r = mustSucceed(t, run(t, url, "", "publish", "-d", "orders", "-c", "acme", "-l", "u", "-t", "x", "--data", "@"+path, "--idempotency-key", "order-2"))
+	if r.stdout != "order-2\n" || !strings.Contains(r.stderr, "duplicate: this idempotency key had already been published") {
+		t.Fatalf("publish of a key again: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	f.publishs = slices.Delete(f.publishs, 2, 3) // the indexes below count the first publish of each
 
 	// From stdin, not JSON.
 	mustSucceed(t, run(t, url, "plain text", "publish", "-d", "orders", "-c", "acme", "-l", "u", "-t", "x", "--data", "@-", "--content-type", "text/plain"))

@@ -167,7 +167,7 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 	fmt.Fprintf(tw, "DEAD AT\tEVENT\tDESTINATION\tCUSTOMER\tLANE\tATTEMPTS\tLAST STATUS\tREASON\tLAST ERROR\n")
 	for _, dl := range dls {
 		j := flatDeadLetter(dl)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", fmtTime(dl.GetDeadAt()), j.EventID, j.DestinationID, j.CustomerID, j.LaneKey, j.Attempts, j.LastStatus, j.Reason, dash(oneLine(j.LastError)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", fmtTime(dl.GetDeadAt()), j.EventID, j.DestinationID, j.CustomerID, j.LaneKey, j.Attempts, statusText(j.LastStatus), j.Reason, dash(oneLine(j.LastError)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -201,7 +201,7 @@ func (e *env) showDeadLetter(c *ucli.Context) error {
 	if err := fields(e.out,
 		"EVENT", j.EventID, "DESTINATION", j.DestinationID, "CUSTOMER", j.CustomerID, "LANE", j.LaneKey, "TYPE", j.Type,
 		"ACCEPTED", fmtTime(ev.GetAcceptedAt()), "FIRST ATTEMPT", fmtTime(dl.GetFirstAttemptAt()), "LAST ATTEMPT", fmtTime(dl.GetLastAttemptAt()),
-		"DEAD AT", fmtTime(dl.GetDeadAt()), "REASON", j.Reason, "ATTEMPTS", fmt.Sprint(j.Attempts), "LAST STATUS", fmt.Sprint(j.LastStatus),
+		"DEAD AT", fmtTime(dl.GetDeadAt()), "REASON", j.Reason, "ATTEMPTS", fmt.Sprint(j.Attempts), "LAST STATUS", statusText(j.LastStatus),
 		"LAST ERROR", dash(j.LastError), "CONTENT TYPE", ev.GetContentType(), "OBJECT", resp.Msg.GetObject(),
 	); err != nil {
 		return err

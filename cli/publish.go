@@ -114,7 +114,10 @@ func (e *env) publish(c *ucli.Context) error {
 		return writeJSON(e.out, publishResponse(res))
 	}
 	if !res.FannedOut {
-		_, err = fmt.Fprintln(e.out, res.EventID)
+		if _, err := fmt.Fprintln(e.out, res.EventID); err != nil || !res.Duplicate {
+			return err
+		}
+		_, err = fmt.Fprintln(e.errOut, "duplicate: this idempotency key had already been published; nothing new was stored")
 		return err
 	}
 	return writeRoutes(e.out, e.errOut, res, c.String("customer"), c.String("type"))
