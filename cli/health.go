@@ -54,8 +54,11 @@ func drainText(d *durationpb.Duration) string {
 }
 
 func noDrainCause(h *rivorav1.DestinationHealth) string {
-	if h.GetPaused() || h.GetDisabled() {
+	switch {
+	case h.GetPaused() || h.GetDisabled():
 		return destinationState(h.GetPaused(), h.GetDisabled(), h.GetPauseReason())
+	case h.GetState() == "parked":
+		return "parked: only probes go out until the partner answers"
 	}
 	return "its rate is 0"
 }

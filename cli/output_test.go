@@ -41,3 +41,19 @@ func TestDestinationShowsItsOverride(t *testing.T) {
 		t.Fatalf("a destination without an override shows one (%v):\n%s", err, out.String())
 	}
 }
+
+// A destination that does not drain at its current rate says why.
+func TestNoDrainCause(t *testing.T) {
+	for _, c := range []struct {
+		h    *rivorav1.DestinationHealth
+		want string
+	}{
+		{&rivorav1.DestinationHealth{State: "parked"}, "parked: only probes go out until the partner answers"},
+		{&rivorav1.DestinationHealth{State: "parked", Paused: true, PauseReason: "maintenance"}, "paused"},
+		{&rivorav1.DestinationHealth{State: "healthy"}, "its rate is 0"},
+	} {
+		if got := noDrainCause(c.h); !strings.Contains(got, c.want) {
+			t.Errorf("%v: %q, want it to say %q", c.h, got, c.want)
+		}
+	}
+}

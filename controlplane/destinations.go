@@ -319,7 +319,9 @@ func (cp *ControlPlane) destinationHealth(ctx context.Context, id string, withRa
 			h.Paused, h.Disabled, h.PauseReason = d.GetPaused(), d.GetDisabled(), openPauseReason(d)
 			cp.certificateHealth(h, d)
 		}
-		if !h.GetPaused() && !h.GetDisabled() {
+		// Paused, or parked (only probes go out until the partner answers),
+		// it does not drain at its current rate.
+		if !h.GetPaused() && !h.GetDisabled() && h.GetState() != "parked" {
 			h.DrainTime = drainTime(h.GetPendingEvents(), h.GetCurrentRate())
 		}
 		if sc.limited() {

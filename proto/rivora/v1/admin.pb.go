@@ -2420,7 +2420,8 @@ type DestinationHealth struct {
 	ArchivedDeadLetters int64 `protobuf:"varint,20,opt,name=archived_dead_letters,json=archivedDeadLetters,proto3" json:"archived_dead_letters,omitempty"`
 	// drain_time is how long the pending events take at current_rate
 	// (pending_events / current_rate): 0 with nothing pending; unset when
-	// they do not drain at all (paused, disabled, or no rate).
+	// they do not drain at that rate (paused, disabled, parked: only probes
+	// go out, or no rate).
 	DrainTime *durationpb.Duration `protobuf:"bytes,21,opt,name=drain_time,json=drainTime,proto3" json:"drain_time,omitempty"`
 	// Over the last minute: the attempts made, and the share of them the
 	// partner answered 429, and 5xx (0 with no attempt).

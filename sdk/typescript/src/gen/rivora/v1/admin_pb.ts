@@ -1459,7 +1459,8 @@ export type DestinationHealth = Message<"rivora.v1.DestinationHealth"> & {
   /**
    * drain_time is how long the pending events take at current_rate
    * (pending_events / current_rate): 0 with nothing pending; unset when
-   * they do not drain at all (paused, disabled, or no rate).
+   * they do not drain at that rate (paused, disabled, parked: only probes
+   * go out, or no rate).
    *
    * @generated from field: google.protobuf.Duration drain_time = 21;
    */
