@@ -35,7 +35,12 @@ restarts and show as drift from the file.
 				Usage:     "show effective limits and where each comes from",
 				ArgsUsage: "DESTINATION",
 				UsageText: "rivoractl limits get DESTINATION [-o json]",
-				Action:    e.getLimits,
+				Description: `Shows, per limit, the EFFECTIVE value, the DESTINATION's own (set with
+destinations create or update; - when unset), what the limits FILE gives,
+and the SOURCE of the effective value (an override names its author, reason
+and expiry). Once an override ends, a limit returns to the destination's
+own value, else the file's.`,
+				Action: e.getLimits,
 			},
 			{
 				Name:      "set",
@@ -146,9 +151,13 @@ func sourceText(s *rivorav1.LimitSource) string {
 
 func (e *env) writeLimits(l *rivorav1.GetLimitsResponse) error {
 	tw := newTable(e.out)
-	fmt.Fprintf(tw, "LIMIT\tEFFECTIVE\tFILE\tSOURCE\n")
+	fmt.Fprintf(tw, "LIMIT\tEFFECTIVE\tDESTINATION\tFILE\tSOURCE\n")
 	for _, f := range limitFieldNames {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f, limitText(l.GetEffective(), f), limitText(l.GetFile(), f), sourceText(l.GetSources()[f]))
+		own := "-" // unset: the file's (or the default)
+		if v := limitText(l.GetDestination(), f); v != limitText(&rivorav1.Limits{}, f) {
+			own = v
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f, limitText(l.GetEffective(), f), own, limitText(l.GetFile(), f), sourceText(l.GetSources()[f]))
 	}
 	return tw.Flush()
 }

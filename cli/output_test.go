@@ -57,3 +57,29 @@ func TestNoDrainCause(t *testing.T) {
 		}
 	}
 }
+
+// limits get shows the destination's own value beside the effective one,
+// so an override does not hide what an update changed.
+func TestLimitsShowTheDestinationsOwn(t *testing.T) {
+	var out strings.Builder
+	e := &env{out: &out}
+	err := e.writeLimits(&rivorav1.GetLimitsResponse{
+		Effective:   &rivorav1.Limits{RatePerSecond: 10, Burst: 20},
+		Destination: &rivorav1.Limits{RatePerSecond: 4},
+		File:        &rivorav1.Limits{RatePerSecond: 100, Burst: 20},
+		Sources:     map[string]*rivorav1.LimitSource{"rate_per_second": {Source: "override", Author: "alice"}, "burst": {Source: "file"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out.String(), "\n")
+	if f := strings.Fields(lines[0]); len(f) != 5 || f[2] != "DESTINATION" {
+		t.Fatalf("header %q, want LIMIT EFFECTIVE DESTINATION FILE SOURCE", lines[0])
+	}
+	if f := strings.Fields(lines[1]); f[0] != "rate_per_second" || f[1] != "10/s" || f[2] != "4/s" || f[3] != "100/s" || f[4] != "override" {
+		t.Errorf("rate row %q, want effective 10/s, destination 4/s, file 100/s, override", lines[1])
+	}
+	if f := strings.Fields(lines[2]); f[0] != "burst" || f[2] != "-" {
+		t.Errorf("burst row %q, want the destination's own unset (-)", lines[2])
+	}
+}

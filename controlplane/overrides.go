@@ -20,7 +20,7 @@ import (
 // from, and what the defaults and the limits file alone give.
 func (cp *ControlPlane) limitsView(d *rivorav1.Destination) *rivorav1.GetLimitsResponse {
 	eff, sources := cp.effective(d)
-	return &rivorav1.GetLimitsResponse{DestinationId: d.GetId(), Effective: eff, Sources: sources, File: cp.fileLimits(d.GetId())}
+	return &rivorav1.GetLimitsResponse{DestinationId: d.GetId(), Effective: eff, Sources: sources, File: cp.fileLimits(d.GetId()), Destination: d.GetConfigured()}
 }
 
 func (cp *ControlPlane) destinationLimits(id string) (*rivorav1.GetLimitsResponse, error) {

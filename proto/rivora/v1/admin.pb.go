@@ -3109,7 +3109,10 @@ type GetLimitsResponse struct {
 	// timeout, max_in_flight) to its source.
 	Sources map[string]*LimitSource `protobuf:"bytes,3,rep,name=sources,proto3" json:"sources,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// file is what the limits file alone gives (its defaults and its entry).
-	File          *Limits `protobuf:"bytes,4,opt,name=file,proto3" json:"file,omitempty"`
+	File *Limits `protobuf:"bytes,4,opt,name=file,proto3" json:"file,omitempty"`
+	// destination is the destination's own limits, set with create and
+	// update (unset: 0): what it returns to once an override ends.
+	Destination   *Limits `protobuf:"bytes,5,opt,name=destination,proto3" json:"destination,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3168,6 +3171,13 @@ func (x *GetLimitsResponse) GetSources() map[string]*LimitSource {
 func (x *GetLimitsResponse) GetFile() *Limits {
 	if x != nil {
 		return x.File
+	}
+	return nil
+}
+
+func (x *GetLimitsResponse) GetDestination() *Limits {
+	if x != nil {
+		return x.Destination
 	}
 	return nil
 }
@@ -5023,12 +5033,13 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"9\n" +
 	"\x10GetLimitsRequest\x12%\n" +
-	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"\xab\x02\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"\xe0\x02\n" +
 	"\x11GetLimitsResponse\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12/\n" +
 	"\teffective\x18\x02 \x01(\v2\x11.rivora.v1.LimitsR\teffective\x12C\n" +
 	"\asources\x18\x03 \x03(\v2).rivora.v1.GetLimitsResponse.SourcesEntryR\asources\x12%\n" +
-	"\x04file\x18\x04 \x01(\v2\x11.rivora.v1.LimitsR\x04file\x1aR\n" +
+	"\x04file\x18\x04 \x01(\v2\x11.rivora.v1.LimitsR\x04file\x123\n" +
+	"\vdestination\x18\x05 \x01(\v2\x11.rivora.v1.LimitsR\vdestination\x1aR\n" +
 	"\fSourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
 	"\x05value\x18\x02 \x01(\v2\x16.rivora.v1.LimitSourceR\x05value:\x028\x01\"\xf9\x03\n" +
@@ -5327,74 +5338,75 @@ var file_rivora_v1_admin_proto_depIdxs = []int32{
 	1,   // 63: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
 	61,  // 64: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
 	1,   // 65: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
-	62,  // 66: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
-	62,  // 67: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
-	62,  // 68: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	35,  // 69: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	62,  // 70: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
-	35,  // 71: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	33,  // 72: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
-	41,  // 73: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
-	63,  // 74: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	43,  // 75: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
-	48,  // 76: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
-	50,  // 77: rivora.v1.GetConfigStatusResponse.edges:type_name -> rivora.v1.EdgeStatus
-	63,  // 78: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	63,  // 79: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
-	63,  // 80: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
-	62,  // 81: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
-	63,  // 82: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
-	63,  // 83: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
-	49,  // 84: rivora.v1.EdgeStatus.buffer:type_name -> rivora.v1.EdgeBuffer
-	63,  // 85: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
-	50,  // 86: rivora.v1.ListEdgesResponse.edges:type_name -> rivora.v1.EdgeStatus
-	50,  // 87: rivora.v1.GetEdgeResponse.edge:type_name -> rivora.v1.EdgeStatus
-	33,  // 88: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
-	9,   // 89: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
-	11,  // 90: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
-	13,  // 91: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
-	15,  // 92: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
-	17,  // 93: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
-	19,  // 94: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
-	21,  // 95: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
-	23,  // 96: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
-	29,  // 97: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
-	31,  // 98: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
-	34,  // 99: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
-	36,  // 100: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
-	38,  // 101: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
-	40,  // 102: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
-	44,  // 103: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
-	52,  // 104: rivora.v1.AdminService.ListEdges:input_type -> rivora.v1.ListEdgesRequest
-	54,  // 105: rivora.v1.AdminService.GetEdge:input_type -> rivora.v1.GetEdgeRequest
-	56,  // 106: rivora.v1.AdminService.RemoveEdge:input_type -> rivora.v1.RemoveEdgeRequest
-	46,  // 107: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
-	58,  // 108: rivora.v1.AdminService.VerifyDelivery:input_type -> rivora.v1.VerifyDeliveryRequest
-	10,  // 109: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
-	12,  // 110: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
-	14,  // 111: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
-	16,  // 112: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
-	18,  // 113: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
-	20,  // 114: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
-	22,  // 115: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
-	24,  // 116: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
-	30,  // 117: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
-	32,  // 118: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
-	35,  // 119: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
-	37,  // 120: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
-	39,  // 121: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
-	42,  // 122: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
-	45,  // 123: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
-	53,  // 124: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
-	55,  // 125: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
-	57,  // 126: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
-	47,  // 127: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
-	59,  // 128: rivora.v1.AdminService.VerifyDelivery:output_type -> rivora.v1.VerifyDeliveryResponse
-	109, // [109:129] is the sub-list for method output_type
-	89,  // [89:109] is the sub-list for method input_type
-	89,  // [89:89] is the sub-list for extension type_name
-	89,  // [89:89] is the sub-list for extension extendee
-	0,   // [0:89] is the sub-list for field type_name
+	1,   // 66: rivora.v1.GetLimitsResponse.destination:type_name -> rivora.v1.Limits
+	62,  // 67: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
+	62,  // 68: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
+	62,  // 69: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	35,  // 70: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	62,  // 71: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
+	35,  // 72: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	33,  // 73: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
+	41,  // 74: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
+	63,  // 75: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	43,  // 76: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
+	48,  // 77: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
+	50,  // 78: rivora.v1.GetConfigStatusResponse.edges:type_name -> rivora.v1.EdgeStatus
+	63,  // 79: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	63,  // 80: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
+	63,  // 81: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
+	62,  // 82: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
+	63,  // 83: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	63,  // 84: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
+	49,  // 85: rivora.v1.EdgeStatus.buffer:type_name -> rivora.v1.EdgeBuffer
+	63,  // 86: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
+	50,  // 87: rivora.v1.ListEdgesResponse.edges:type_name -> rivora.v1.EdgeStatus
+	50,  // 88: rivora.v1.GetEdgeResponse.edge:type_name -> rivora.v1.EdgeStatus
+	33,  // 89: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
+	9,   // 90: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
+	11,  // 91: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
+	13,  // 92: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
+	15,  // 93: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
+	17,  // 94: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
+	19,  // 95: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
+	21,  // 96: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
+	23,  // 97: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
+	29,  // 98: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
+	31,  // 99: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
+	34,  // 100: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
+	36,  // 101: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
+	38,  // 102: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
+	40,  // 103: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
+	44,  // 104: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
+	52,  // 105: rivora.v1.AdminService.ListEdges:input_type -> rivora.v1.ListEdgesRequest
+	54,  // 106: rivora.v1.AdminService.GetEdge:input_type -> rivora.v1.GetEdgeRequest
+	56,  // 107: rivora.v1.AdminService.RemoveEdge:input_type -> rivora.v1.RemoveEdgeRequest
+	46,  // 108: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
+	58,  // 109: rivora.v1.AdminService.VerifyDelivery:input_type -> rivora.v1.VerifyDeliveryRequest
+	10,  // 110: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
+	12,  // 111: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
+	14,  // 112: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
+	16,  // 113: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
+	18,  // 114: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
+	20,  // 115: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
+	22,  // 116: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
+	24,  // 117: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
+	30,  // 118: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
+	32,  // 119: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
+	35,  // 120: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
+	37,  // 121: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
+	39,  // 122: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
+	42,  // 123: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
+	45,  // 124: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
+	53,  // 125: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
+	55,  // 126: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
+	57,  // 127: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
+	47,  // 128: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
+	59,  // 129: rivora.v1.AdminService.VerifyDelivery:output_type -> rivora.v1.VerifyDeliveryResponse
+	110, // [110:130] is the sub-list for method output_type
+	90,  // [90:110] is the sub-list for method input_type
+	90,  // [90:90] is the sub-list for extension type_name
+	90,  // [90:90] is the sub-list for extension extendee
+	0,   // [0:90] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_admin_proto_init() }
