@@ -561,6 +561,10 @@ func runDeadLetterReplay(t *testing.T, d *devProc, dest string) {
 			break
 		}
 	}
+	// Delivered by the replay, an event is dead no more.
+	if ev := waitEventState(t, d, ids[0], rivorav1.EventState_EVENT_STATE_DELIVERED, 20*time.Second); ev.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED {
+		t.Errorf("events get %s after its replay was delivered: dead reason %v, want none", ids[0], ev.GetDeadReason())
+	}
 }
 
 // ---------------------------------------------------------------------------

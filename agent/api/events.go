@@ -56,7 +56,8 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 		resp.Type, resp.AcceptedAt, resp.SubscriptionId = o.GetType(), o.GetAcceptedAt(), o.GetSubscriptionId()
 		switch o.GetKind() {
 		case rivorav1.EventOutcome_KIND_DELIVERED:
-			resp.State = rivorav1.EventState_EVENT_STATE_DELIVERED
+			// Delivered after it died (replayed, resent): dead no more.
+			resp.State, resp.DeadReason = rivorav1.EventState_EVENT_STATE_DELIVERED, rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED
 		case rivorav1.EventOutcome_KIND_DEAD:
 			resp.State = rivorav1.EventState_EVENT_STATE_DEAD
 			resp.DeadReason = o.GetDeadReason()
@@ -73,7 +74,7 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 			resp.Type = s.storedType(ctx, loc)
 		}
 		resp.AheadInLane = int32(loc.Ahead)
-		resp.State = rivorav1.EventState_EVENT_STATE_PENDING
+		resp.State, resp.DeadReason = rivorav1.EventState_EVENT_STATE_PENDING, rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED // replayed: dead no more
 		if loc.InFlight {
 			resp.State = rivorav1.EventState_EVENT_STATE_IN_FLIGHT
 		}
