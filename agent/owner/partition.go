@@ -193,8 +193,9 @@ func (o *Partition) lastSeq() uint64 {
 // apiTimeout and consumerTimeout bound one JetStream API call while a
 // partition opens.
 const (
-	apiTimeout      = 3 * time.Second
-	consumerTimeout = 15 * time.Second
+	apiTimeout       = 3 * time.Second
+	consumerTimeout  = 15 * time.Second
+	deleteTryTimeout = 4 * time.Second
 )
 
 // bounded runs one call under its own timeout: in a cell, a stream whose
@@ -245,14 +246,25 @@ func moverName(p int) string { return fmt.Sprintf("mover-%d", p) }
 // owner is the mover's only user, so it starts from a fresh consumer:
 // INGEST (a work queue) keeps every unacked message, and they all come
 // again, in order, now.
+//
+// A delete is answered by the consumer's leader. When that leader sits on
+// the server the partition is being taken from (cut off from the cell),
+// the delete is done but never answered: so each try is short, and the
+// next one finds the consumer gone.
 func (o *Partition) resetMoverConsumer(ctx context.Context) error {
-	return bounded(ctx, consumerTimeout, func(ctx context.Context) error {
-		err := o.deps.JS.DeleteConsumer(ctx, lanes.IngestStream, moverName(o.p))
-		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	ctx, cancel := context.WithTimeout(ctx, consumerTimeout)
+	defer cancel()
+	for {
+		err := bounded(ctx, deleteTryTimeout, func(ctx context.Context) error {
+			return o.deps.JS.DeleteConsumer(ctx, lanes.IngestStream, moverName(o.p))
+		})
+		if err == nil || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil
+		}
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 			return err
 		}
-		return nil
-	})
+	}
 }
 
 func (o *Partition) createMoverConsumer(ctx context.Context) (ingest jetstream.Consumer, err error) {

@@ -2,12 +2,15 @@ package owner_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -53,7 +56,10 @@ func TestAnOwnerCutFromItsPeersGivesItsPartitionsUp(t *testing.T) {
 	}
 	openOn := func(deps owner.Deps, p int, lease *ownership.Lease) *owner.Partition {
 		var part *owner.Partition
-		if err := poll.Check(30*time.Second, 250*time.Millisecond, func() (err error) {
+		// A takeover waits for the quorum's side to elect leaders for
+		// the streams and consumers the cut server led: seconds, more
+		// on a loaded machine.
+		if err := poll.Check(60*time.Second, 250*time.Millisecond, func() (err error) {
 			part, err = owner.Open(ctx, p, deps, lease)
 			return err
 		}); err != nil {
@@ -104,6 +110,11 @@ func TestAnOwnerCutFromItsPeersGivesItsPartitionsUp(t *testing.T) {
 		}
 	}
 
+	// The hard case for the takeover below: the mover consumer's leader
+	// is on the server about to be cut, so deleting the consumer is done
+	// by the quorum's side but answered by no one.
+	leadMoverFrom(t, ctx, c.Servers[0].JetStream(), busyP, cutcell.Name(0))
+
 	c.Net.Isolate(cutcell.Name(0))
 	cutAt := time.Now()
 	appended := make(chan error, 1)
@@ -135,7 +146,9 @@ func TestAnOwnerCutFromItsPeersGivesItsPartitionsUp(t *testing.T) {
 	js1 := c.Servers[1].JetStream()
 	poll.True(t, "the store is writable from the quorum's side", 30*time.Second, func() bool { return owner.Writable(ctx, js1, busyP) })
 	deps1 := depsOn(1)
+	takeoverAt := time.Now()
 	taken := openOn(deps1, busyP, lease(ownership.NewLocal(), busyP))
+	t.Logf("the quorum's side opened the partition in %s", time.Since(takeoverAt).Round(time.Millisecond))
 	takenCtx, stopTaken := context.WithCancel(ctx)
 	takenDone := make(chan error, 1)
 	go func() { takenDone <- taken.Run(takenCtx) }()
@@ -151,4 +164,42 @@ func TestAnOwnerCutFromItsPeersGivesItsPartitionsUp(t *testing.T) {
 	poll.True(t, "the store is writable again from the healed server", 30*time.Second, func() bool {
 		return owner.Writable(ctx, c.Servers[0].JetStream(), busyP)
 	})
+}
+
+// leadMoverFrom moves the leadership of partition p's mover consumer to
+// the named server (a leader stepdown with that server preferred).
+func leadMoverFrom(t *testing.T, ctx context.Context, js jetstream.JetStream, p int, server string) {
+	t.Helper()
+	consumer := owner.MoverName(p)
+	// "" while unknown: an info request goes unanswered during the
+	// consumer's election.
+	leader := func() string {
+		c, err := js.Consumer(ctx, lanes.IngestStream, consumer)
+		if err != nil || c.CachedInfo().Cluster == nil {
+			return ""
+		}
+		return c.CachedInfo().Cluster.Leader
+	}
+	if leader() == server {
+		return
+	}
+	req, err := json.Marshal(map[string]any{"placement": map[string]string{"preferred": server}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := fmt.Sprintf("$JS.API.CONSUMER.LEADER.STEPDOWN.%s.%s", lanes.IngestStream, consumer)
+	var resp struct {
+		Error *struct{ Description string } `json:"error"`
+	}
+	msg, err := js.Conn().RequestWithContext(ctx, subject, req)
+	if err == nil {
+		err = json.Unmarshal(msg.Data, &resp)
+	}
+	if err == nil && resp.Error != nil {
+		err = errors.New(resp.Error.Description)
+	}
+	if err != nil {
+		t.Fatalf("move the mover's leadership to %s: %v", server, err)
+	}
+	poll.True(t, "the mover's leader is "+server, 10*time.Second, func() bool { return leader() == server })
 }
