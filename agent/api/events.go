@@ -141,21 +141,42 @@ func (s *eventService) explainWaiting(resp *rivorav1.GetEventResponse, loc sched
 	if loc.Ahead == 0 {
 		resp.AttemptsUsed = int32(loc.Head.Attempts)
 	}
-	resp.Waiting = waitingReason(loc, maxAttempts, s.destinationHold(loc.Lane.Destination))
+	dest := loc.Lane.Destination
+	resp.Waiting = waitingReason(loc, maxAttempts, holdText(s.destinationHold(dest), dest))
 }
 
-// destinationHold says, in words, why a destination holds its lanes
-// ("" when it does not, as far as its config says): an operator's pause,
-// or Rivora's after its partner answered 410 Gone.
-func (s *server) destinationHold(id string) string {
+// configHold is why a destination's config holds its lanes.
+type configHold int
+
+const (
+	notHeld      configHold = iota
+	holdPaused              // an operator's pause
+	holdDisabled            // Rivora's, after its partner answered 410 Gone
+)
+
+// destinationHold is how destination id's config holds its lanes
+// (notHeld for an unknown id).
+func (s *server) destinationHold(id string) configHold {
 	d, ok := s.registry.Get(id)
 	switch {
 	case !ok || !d.Paused:
-		return ""
+		return notHeld
 	case d.Disabled:
+		return holdDisabled
+	}
+	return holdPaused
+}
+
+// holdText says, in words, why destination id's config holds an event
+// ("" when it does not).
+func holdText(hold configHold, id string) string {
+	switch hold {
+	case holdPaused:
+		return "destination paused"
+	case holdDisabled:
 		return "destination disabled: its partner answered 410 Gone (rivoractl destinations resume " + id + " sends again)"
 	}
-	return "destination paused"
+	return ""
 }
 
 // heldByParked: the head waits for its parked destination, not for its

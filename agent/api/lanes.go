@@ -68,13 +68,13 @@ func (s *laneService) lanePause(destinationID, subscriptionID string) string {
 		}
 		return ""
 	}
-	switch d, ok := s.registry.Get(destinationID); {
-	case !ok || !d.Paused:
-		return ""
-	case d.Disabled:
+	switch s.destinationHold(destinationID) {
+	case holdPaused:
+		return "destination paused"
+	case holdDisabled:
 		return "destination disabled (410 Gone)"
 	}
-	return "destination paused"
+	return ""
 }
 
 func laneLimit(limit int32) (int, error) {
