@@ -66,8 +66,8 @@ fuzz:
 # Real servers the e2e tests start: MinIO and Consul (v1.14.11, the last
 # open-source line, pinned in the nested module tools/consul) are built from
 # their Go modules (no download sites here); the first builds take 5–20
-# minutes each on 2 cores, then they are cached in GOPATH/bin. The tests install it themselves too, if run
-# directly.
+# minutes each on 2 cores, then they are cached in GOPATH/bin. The e2e
+# tests build them the same way when run directly.
 MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 GOBIN_DIR      = $(shell $(GO) env GOPATH)/bin
 
