@@ -90,6 +90,7 @@ func forwardSubject(name string) string { return prefix(name) + "forward" }
 
 // Buffer is an edge's buffer.
 type Buffer struct {
+	name   string
 	stream jetstream.Stream
 }
 
@@ -136,15 +137,26 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Buffer, err
 	}); err != nil {
 		return nil, fmt.Errorf("create the %s consumer: %w", ConsumerName, err)
 	}
-	return &Buffer{stream: s}, nil
+	return &Buffer{name: cfg.Name, stream: s}, nil
 }
 
-// Stats is what a buffer holds: the events not yet forwarded.
+// Stats is what a buffer holds: the events the cell has not confirmed.
+//
+// The cell confirms what its source took by flow control, which its
+// consumer asks for only every MaxAckPending (1,000) events, past half
+// its pending bytes, or after a second with nothing to send: under
+// steady traffic, events the cell already stored stay here (Events,
+// Oldest) for a while. Waiting and OldestWaiting are the events not yet
+// even sent, the backlog while the link is up.
 type Stats struct {
 	Events uint64
 	Bytes  uint64
 	// Oldest is when the oldest of them was stored (zero when empty).
 	Oldest time.Time
+	// Waiting counts the events not yet sent to the cell; OldestWaiting
+	// is when the oldest of them was stored (zero when none).
+	Waiting       uint64
+	OldestWaiting time.Time
 	// Stored counts the events ever stored in the buffer (its last
 	// sequence): Stored − Events have been forwarded to the cell.
 	Stored uint64
@@ -161,9 +173,24 @@ func (b *Buffer) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, err
 	}
 	st := Stats{Events: info.State.Msgs, Bytes: info.State.Bytes, Stored: info.State.LastSeq}
-	if st.Events > 0 {
-		st.Oldest = info.State.FirstTime
+	if st.Events == 0 {
+		return st, nil
 	}
+	st.Oldest = info.State.FirstTime
+	consumer, err := b.stream.PushConsumer(ctx, ConsumerName)
+	if err != nil {
+		return Stats{}, fmt.Errorf("the %s consumer: %w", ConsumerName, err)
+	}
+	ci := consumer.CachedInfo()
+	if st.Waiting = ci.NumPending; st.Waiting == 0 {
+		return st, nil
+	}
+	sent := ci.Delivered.Stream
+	next, err := b.stream.GetMsg(ctx, sent+1, jetstream.WithGetMsgSubject(prefix(b.name)+"ingest.>"))
+	if err != nil {
+		return Stats{}, fmt.Errorf("the oldest event not yet sent (after sequence %d): %w", sent, err)
+	}
+	st.OldestWaiting = next.Time
 	return st, nil
 }
 

@@ -331,6 +331,48 @@ func TestEdgeRefusesWhenFullOrOverAge(t *testing.T) {
 	})
 }
 
+// Under steady traffic on a healthy link, the cell confirms what it took
+// only in bulk (every 1,000 events, or after a second with nothing to
+// send), so the buffer holds events the cell already stored. They are not
+// over age: an edge whose publishes never pause a second is not refused
+// by --buffer-max-age while the cell takes everything.
+func TestEdgeUnderSteadyTrafficIsNotOverAge(t *testing.T) {
+	ctx := context.Background()
+	_, cpServer := startControlPlane(t)
+	leaf := freeAddr(t)
+	cell := startCell(t, leaf, t.TempDir())
+	if err := edge.AddSource(ctx, cell.JetStream(), "edge-steady"); err != nil {
+		t.Fatal(err)
+	}
+	const maxAge = 2 * time.Second
+	e := startEdge(t, edged.Config{
+		Name: "edge-steady", DataDir: t.TempDir(), CellLeaf: []string{"nats-leaf://" + leaf}, ControlPlanes: []string{cpServer.URL},
+		MaxBuffer: 1 << 20, BufferMaxAge: maxAge,
+	})
+	poll.True(t, "the edge applied the control plane's config and reached the cell", 10*time.Second, func() bool {
+		return e.Healthy() == nil && e.Status().CellConnected
+	})
+	ingestStream, err := cell.JetStream().Stream(ctx, lanes.IngestStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for start := time.Now(); time.Since(start) < 3*maxAge; <-tick.C {
+		resp, err := e.publish(publisherToken, "user-1", []byte(`{}`))
+		if err != nil {
+			t.Fatalf("publish %d, %s into steady traffic with the cell taking everything: %v (buffer %+v)", len(ids), time.Since(start).Round(time.Millisecond), err, e.Status().Buffer)
+		}
+		ids[resp.GetEventId()] = true
+	}
+	poll.True(t, "the cell took every event", 10*time.Second, func() bool {
+		info, err := ingestStream.Info(ctx)
+		return err == nil && info.State.Msgs == uint64(len(ids))
+	})
+	checkForwarded(t, ingestStream, "edge-steady", ids)
+}
+
 // A delta from the control plane applies at once (a revoked token is
 // refused) and is kept: restarted cut off, the edge still refuses it.
 func TestEdgeAppliesAndKeepsDeltas(t *testing.T) {

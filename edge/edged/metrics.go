@@ -43,8 +43,8 @@ func (c *edgeCollector) Collect(ch chan<- prometheus.Metric) {
 	if st.CellConnected {
 		connected = 1
 	}
-	if !st.Buffer.Oldest.IsZero() {
-		oldest = max(0, m.now().Sub(st.Buffer.Oldest).Seconds())
+	if at := st.OldestUnforwarded(); !at.IsZero() {
+		oldest = max(0, m.now().Sub(at).Seconds())
 	}
 	ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(st.Buffer.Events))
 	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(st.Buffer.Bytes))

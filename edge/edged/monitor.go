@@ -97,6 +97,18 @@ func (m *monitor) sample(ctx context.Context) Status {
 	return m.last
 }
 
+// OldestUnforwarded is when the oldest event the cell has not taken was
+// stored (zero when none). While the link is up, of the events not yet
+// sent: those sent and not yet confirmed are on their way, and the cell
+// confirms them in bulk (edge.Stats). While it is down, of every event
+// the buffer holds.
+func (s Status) OldestUnforwarded() time.Time {
+	if s.CellConnected {
+		return s.Buffer.OldestWaiting
+	}
+	return s.Buffer.Oldest
+}
+
 func (m *monitor) status() Status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -111,7 +123,7 @@ func (m *monitor) admit() error {
 		return nil
 	}
 	st := m.status()
-	oldest := st.Buffer.Oldest
+	oldest := st.OldestUnforwarded()
 	if oldest.IsZero() || m.now().Sub(oldest) <= m.maxAge {
 		return nil
 	}
@@ -140,7 +152,7 @@ func (m *monitor) unforwarded(st Status) string {
 	held := fmt.Sprintf("%d events (%d bytes) not yet forwarded to the cell", st.Buffer.Events, st.Buffer.Bytes)
 	switch {
 	case st.CellConnected:
-		return held + "; the cell is connected and taking them"
+		return fmt.Sprintf("%d events (%d bytes) the cell has not confirmed, %d of them not yet sent; the leaf connection to the cell is up", st.Buffer.Events, st.Buffer.Bytes, st.Buffer.Waiting)
 	case !st.DisconnectedSince.IsZero():
 		return fmt.Sprintf("%s, which is unreachable since %s", held, st.DisconnectedSince.UTC().Format(time.RFC3339))
 	default:

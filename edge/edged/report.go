@@ -62,8 +62,8 @@ func (e *Edge) bufferReport() *rivorav1.EdgeBuffer {
 	if !st.DisconnectedSince.IsZero() {
 		b.DisconnectedSince = timestamppb.New(st.DisconnectedSince)
 	}
-	if !st.Buffer.Oldest.IsZero() {
-		b.OldestBuffered = timestamppb.New(st.Buffer.Oldest)
+	if at := st.OldestUnforwarded(); !at.IsZero() {
+		b.OldestBuffered = timestamppb.New(at)
 	}
 	if e.cfg.BufferMaxAge > 0 {
 		b.BufferMaxAge = durationpb.New(e.cfg.BufferMaxAge)

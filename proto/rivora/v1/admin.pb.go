@@ -4106,10 +4106,16 @@ type EdgeBuffer struct {
 	// disconnected_since is when the leaf connection was last lost (unset
 	// while connected, or before it was ever up).
 	DisconnectedSince *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=disconnected_since,json=disconnectedSince,proto3" json:"disconnected_since,omitempty"`
-	BufferedEvents    uint64                 `protobuf:"varint,3,opt,name=buffered_events,json=bufferedEvents,proto3" json:"buffered_events,omitempty"`
-	BufferedBytes     uint64                 `protobuf:"varint,4,opt,name=buffered_bytes,json=bufferedBytes,proto3" json:"buffered_bytes,omitempty"`
-	// oldest_buffered is when the oldest unforwarded event was stored
-	// (unset when nothing waits).
+	// buffered_events and buffered_bytes are what the buffer holds: the
+	// events the cell has not confirmed. The cell confirms in bulk (every
+	// 1,000 events, or after a second with nothing to send), so under
+	// steady traffic some it already stored are counted here.
+	BufferedEvents uint64 `protobuf:"varint,3,opt,name=buffered_events,json=bufferedEvents,proto3" json:"buffered_events,omitempty"`
+	BufferedBytes  uint64 `protobuf:"varint,4,opt,name=buffered_bytes,json=bufferedBytes,proto3" json:"buffered_bytes,omitempty"`
+	// oldest_buffered is when the oldest unforwarded event was stored:
+	// while the edge is connected, of the events not yet sent to the cell;
+	// while it is cut off, of every event it holds (unset when nothing
+	// waits). Past buffer_max_age, the edge refuses publishes.
 	OldestBuffered *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=oldest_buffered,json=oldestBuffered,proto3" json:"oldest_buffered,omitempty"`
 	// forwarded_total counts the events the cell took from the buffer since
 	// the edge started.

@@ -2270,6 +2270,11 @@ export type EdgeBuffer = Message<"rivora.v1.EdgeBuffer"> & {
   disconnectedSince?: Timestamp | undefined;
 
   /**
+   * buffered_events and buffered_bytes are what the buffer holds: the
+   * events the cell has not confirmed. The cell confirms in bulk (every
+   * 1,000 events, or after a second with nothing to send), so under
+   * steady traffic some it already stored are counted here.
+   *
    * @generated from field: uint64 buffered_events = 3;
    */
   bufferedEvents: bigint;
@@ -2280,8 +2285,10 @@ export type EdgeBuffer = Message<"rivora.v1.EdgeBuffer"> & {
   bufferedBytes: bigint;
 
   /**
-   * oldest_buffered is when the oldest unforwarded event was stored
-   * (unset when nothing waits).
+   * oldest_buffered is when the oldest unforwarded event was stored:
+   * while the edge is connected, of the events not yet sent to the cell;
+   * while it is cut off, of every event it holds (unset when nothing
+   * waits). Past buffer_max_age, the edge refuses publishes.
    *
    * @generated from field: google.protobuf.Timestamp oldest_buffered = 5;
    */
