@@ -245,7 +245,7 @@ func (e *env) readToken(c *ucli.Context) error {
 		if e.token == "" {
 			return usagef("%s is blank: pass an API token", e.tokenSource)
 		}
-		return nil
+		return e.checkTokenText()
 	}
 	if path == "" {
 		return nil
@@ -259,7 +259,19 @@ func (e *env) readToken(c *ucli.Context) error {
 	if e.token == "" {
 		return usagef("%s is empty: it should hold an API token (`rivoractl tokens create` prints one)", e.tokenSource)
 	}
-	return nil
+	return e.checkTokenText()
+}
+
+// checkTokenText refuses a token no server could be sent: one with a
+// space, a line break or another control character inside (two tokens
+// pasted together, a file of several lines). Sent anyway, the HTTP
+// client refuses the header, which would read as a server that is down.
+func (e *env) checkTokenText() error {
+	i := strings.IndexFunc(e.token, func(r rune) bool { return r <= ' ' || r == 0x7f })
+	if i < 0 {
+		return nil
+	}
+	return usagef("%s has a space, line break or control character inside (at byte %d): a token is one word on one line, as `rivoractl tokens create` printed it", e.tokenSource, i)
 }
 
 // onLine reports whether global flag name is on the command line

@@ -363,6 +363,14 @@ func TestTokenSourcesConflict(t *testing.T) {
 	assertFailure(t, run(t, url, "", "--token-file", empty, "tokens", "list"), exitUsage, "--token-file "+empty+" is empty")
 	assertFailure(t, run(t, url, "", "--token-file", "/does/not/exist", "tokens", "list"), exitUsage, "--token-file /does/not/exist")
 	assertFailure(t, run(t, url, "", "--token", " ", "tokens", "list"), exitUsage, "--token is blank")
+	// A token no header can carry is the user's to fix, not a server
+	// that is down.
+	twoLines := filepath.Join(t.TempDir(), "two-lines")
+	if err := os.WriteFile(twoLines, []byte("rvk_first\nrvk_second\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	assertFailure(t, run(t, url, "", "--token-file", twoLines, "tokens", "list"), exitUsage, "--token-file "+twoLines+" has a space, line break or control character inside (at byte 9)")
+	assertFailure(t, run(t, url, "", "--token", "rvk_a rvk_b", "tokens", "list"), exitUsage, "--token has a space")
 }
 
 // TestAuthErrors runs against the real auth interceptor: an unauthenticated
