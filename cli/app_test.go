@@ -45,6 +45,8 @@ type fakeRivora struct {
 	// (subscriptions_test.go); Publish without a destination fans out
 	// to its subscriptions.
 	subs *fakeSubscriptions
+	// edges answers ListEdges.
+	edges []*rivorav1.EdgeStatus
 
 	mu       sync.Mutex
 	dests    map[string]*rivorav1.Destination
@@ -729,4 +731,10 @@ func TestHTTPSServerThatAnswersHTTP(t *testing.T) {
 	_, url := startFake(t)
 	https := strings.Replace(url, "http://", "https://", 1)
 	assertFailure(t, run(t, https, "", "destinations", "list"), exitError, "answers plain HTTP, not HTTPS: use an http:// URL")
+}
+
+func (f *fakeRivora) ListEdges(context.Context, *connect.Request[rivorav1.ListEdgesRequest]) (*connect.Response[rivorav1.ListEdgesResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return connect.NewResponse(&rivorav1.ListEdgesResponse{Edges: f.edges}), nil
 }

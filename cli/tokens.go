@@ -339,6 +339,7 @@ func (e *env) revokeToken(c *ucli.Context) error {
 		if err := writeJSONValue(e.out, out); err != nil {
 			return err
 		}
+		e.warnEdgesBehind(ctx, resp.Msg.GetVersion())
 		return e.afterChange(c, resp.Msg.GetVersion())
 	}
 	what := "token " + id
@@ -348,7 +349,26 @@ func (e *env) revokeToken(c *ucli.Context) error {
 	if _, err := fmt.Fprintf(e.out, "revoked %s: refused from now on, on every agent within a second\n", what); err != nil {
 		return err
 	}
+	e.warnEdgesBehind(ctx, resp.Msg.GetVersion())
 	return e.afterChange(c, resp.Msg.GetVersion())
+}
+
+// warnEdgesBehind warns, on stderr, of each edge that cannot have the
+// revocation yet: its config watch is down, and it goes on accepting the
+// token by the config it kept until it follows the control plane again.
+func (e *env) warnEdgesBehind(ctx context.Context, version uint64) {
+	resp, err := e.admin().ListEdges(ctx, connect.NewRequest(&rivorav1.ListEdgesRequest{}))
+	if err != nil {
+		fmt.Fprintf(e.errOut, "warning: could not check the edges (%v): an edge cut off from the control plane accepts the token until it reconnects\n", err)
+		return
+	}
+	for _, edge := range resp.Msg.GetEdges() {
+		if edge.GetWatching() || edge.GetBuffer().GetAppliedVersion() >= version {
+			continue
+		}
+		fmt.Fprintf(e.errOut, "warning: edge %s does not follow the control plane now (last seen %s): it accepts this token until it reconnects; if the token leaked, stop the edge or its publishers\n",
+			edge.GetName(), fmtTime(edge.GetLastSeen()))
+	}
 }
 
 // findToken returns the token with id, or nil when it is not listed (the

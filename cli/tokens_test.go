@@ -275,7 +275,27 @@ func TestTokensRevoke(t *testing.T) {
 		t.Fatalf("revokes sent %v, tokens left %v", f.tokens.revokes, f.tokens.tokens)
 	}
 
+	if r.stderr != "" {
+		t.Fatalf("revoke with no edge warned: %q", r.stderr)
+	}
+
 	assertFailure(t, run(t, url, "", "tokens", "revoke", "tok_0000000000000002"), exitError, "rivoractl tokens list")
+
+	// An edge cut off from the control plane accepts the token until it
+	// reconnects: the revoke says so (an edge that follows, or already
+	// applied the version, is not named).
+	f.edges = []*rivorav1.EdgeStatus{
+		{Name: "lyon", Watching: false, LastSeen: fixedTime, Buffer: &rivorav1.EdgeBuffer{AppliedVersion: 7}},
+		{Name: "oslo", Watching: true, Buffer: &rivorav1.EdgeBuffer{AppliedVersion: 7}},
+		{Name: "rome", Watching: false, Buffer: &rivorav1.EdgeBuffer{AppliedVersion: 43}},
+	}
+	f.tokens.tokens = []*rivorav1.ApiToken{{Id: "tok_0000000000000004", Name: "leaked", Role: rivorav1.Role_ROLE_PUBLISHER}}
+	r = mustSucceed(t, run(t, url, "", "tokens", "revoke", "tok_0000000000000004"))
+	if !strings.Contains(r.stderr, "warning: edge lyon does not follow the control plane now") || !strings.Contains(r.stderr, "accepts this token until it reconnects") ||
+		strings.Contains(r.stderr, "oslo") || strings.Contains(r.stderr, "rome") {
+		t.Fatalf("revoke with a cut-off edge: stderr %q", r.stderr)
+	}
+	f.edges = nil
 
 	f.tokens.tokens = []*rivorav1.ApiToken{{Id: "tok_0000000000000003", Name: "dash", Role: rivorav1.Role_ROLE_VIEWER}}
 	r = mustSucceed(t, run(t, url, "", "tokens", "revoke", "tok_0000000000000003", "-o", "json"))
