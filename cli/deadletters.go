@@ -258,6 +258,11 @@ true) and gets a fresh retry window. Lanes keep their original order.
 Replaying into a paused or failing destination is fine: the events wait in
 their lanes.
 
+One exception to the ids: a dead letter of reason idempotency_conflict (an
+edge's copy of a key the cell had used for another payload) died under the
+id of that other event, so it is delivered under an id of its own, with
+the header rivora-replay-of naming the old one; the replay lists each.
+
 Ctrl-C stops cleanly; running the same command again resumes after what was
 already re-accepted (a checkpoint per filter). --restart ignores it.
 
@@ -300,8 +305,10 @@ func (e *env) replay(c *ucli.Context) error {
 	tty := isTerminal(e.out) && e.output != "json"
 	start := time.Now()
 	var last *rivorav1.ReplayResponse
+	var renamed []*rivorav1.ReplayRename
 	for stream.Receive() {
 		last = stream.Msg()
+		renamed = append(renamed, last.GetRenamed()...)
 		if c.Bool("dry-run") || e.output == "json" {
 			continue
 		}
@@ -319,6 +326,7 @@ func (e *env) replay(c *ucli.Context) error {
 	if last == nil {
 		return fmt.Errorf("replay: the server ended without a report")
 	}
+	last.Renamed = renamed
 	if e.output == "json" {
 		return writeJSON(e.out, last)
 	}
@@ -343,8 +351,30 @@ func (e *env) replay(c *ucli.Context) error {
 		}
 		return nil
 	}
-	_, err = fmt.Fprintf(e.out, "Replayed %d of %d dead letters in %s (%d skipped: already replayed).\n", last.GetReplayed(), last.GetTotal(), time.Since(start).Round(time.Millisecond), last.GetSkipped())
-	return err
+	if _, err := fmt.Fprintf(e.out, "Replayed %d of %d dead letters in %s (%d skipped: already replayed).\n", last.GetReplayed(), last.GetTotal(), time.Since(start).Round(time.Millisecond), last.GetSkipped()); err != nil {
+		return err
+	}
+	return e.showRenamed(renamed)
+}
+
+// maxRenamedShown bounds the renamed dead letters a replay lists in a
+// table (-o json lists them all).
+const maxRenamedShown = 20
+
+// showRenamed lists the idempotency_conflict dead letters a replay
+// delivered under ids of their own.
+func (e *env) showRenamed(renamed []*rivorav1.ReplayRename) error {
+	if len(renamed) == 0 {
+		return nil
+	}
+	fmt.Fprintf(e.out, "%d of them died as idempotency conflicts: their ids name other payloads, which receivers dedupe on, so each is delivered under an id of its own:\n", len(renamed))
+	for _, r := range renamed[:min(len(renamed), maxRenamedShown)] {
+		fmt.Fprintf(e.out, "  %s replayed as %s\n", r.GetEventId(), r.GetReplayedAs())
+	}
+	if n := len(renamed) - maxRenamedShown; n > 0 {
+		fmt.Fprintf(e.out, "  … and %d more (-o json lists them all)\n", n)
+	}
+	return nil
 }
 
 func (e *env) showProgress(p *rivorav1.ReplayResponse, start time.Time, tty bool) {

@@ -22,6 +22,9 @@ type countingArchive struct {
 
 func (countingArchive) Replay(_ context.Context, req *connect.Request[rivorav1.ReplayRequest], stream *connect.ServerStream[rivorav1.ReplayResponse]) error {
 	dest := req.Msg.GetFilter().GetDestinationId()
+	if dest == "conflicts" && !req.Msg.GetDryRun() {
+		return replayTwoConflicts(stream)
+	}
 	resp := &rivorav1.ReplayResponse{Total: 3, Done: true, Counts: []*rivorav1.DeadLetterCount{{DestinationId: dest, CustomerId: "acme", Count: 3}}}
 	if dest == "deleted" {
 		resp.Refused = `destination "deleted" is not registered; create it before replaying its dead letters`
@@ -50,5 +53,42 @@ func TestReplayDryRunSaysWhyTheReplayWouldBeRefused(t *testing.T) {
 	kept := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "orders", "--dry-run"))
 	if !strings.Contains(kept.stdout, "3 match") || strings.Contains(kept.stdout, "refused") {
 		t.Errorf("dry run for a registered destination:\n%s\nwant its count and no warning", kept.stdout)
+	}
+}
+
+// replayTwoConflicts answers a replay of 3 dead letters, two of them
+// idempotency conflicts renamed, in two progress reports.
+func replayTwoConflicts(stream *connect.ServerStream[rivorav1.ReplayResponse]) error {
+	for _, resp := range []*rivorav1.ReplayResponse{
+		{Total: 3, Replayed: 2, Renamed: []*rivorav1.ReplayRename{{EventId: "old-1", ReplayedAs: "new-1"}}},
+		{Total: 3, Replayed: 3, Done: true, Renamed: []*rivorav1.ReplayRename{{EventId: "old-2", ReplayedAs: "new-2"}}},
+	} {
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestReplayListsTheConflictsItRenamed: every rename the progress
+// reports carried is listed at the end (and in -o json), not only the
+// last report's.
+func TestReplayListsTheConflictsItRenamed(t *testing.T) {
+	srv := httptest.NewServer(http.Handler(func() *http.ServeMux {
+		mux := http.NewServeMux()
+		mux.Handle(rivorav1connect.NewArchiveServiceHandler(countingArchive{}))
+		return mux
+	}()))
+	t.Cleanup(srv.Close)
+
+	r := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "conflicts"))
+	for _, want := range []string{"Replayed 3 of 3", "2 of them died as idempotency conflicts", "old-1 replayed as new-1", "old-2 replayed as new-2"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("replay output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	j := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "conflicts", "-o", "json"))
+	if !strings.Contains(j.stdout, `"old-1"`) || !strings.Contains(j.stdout, `"new-2"`) {
+		t.Errorf("replay -o json lacks a rename:\n%s", j.stdout)
 	}
 }

@@ -378,7 +378,7 @@ func (s *Service) Replay(ctx context.Context, req *connect.Request[rivorav1.Repl
 func progressMessage(p Progress) *rivorav1.ReplayResponse {
 	return &rivorav1.ReplayResponse{
 		Total: p.Total, Replayed: p.Replayed, Skipped: p.Skipped, RatePerSecond: p.RatePerSecond,
-		Counts: p.Counts, Done: p.Done, Refused: p.Refused,
+		Counts: p.Counts, Done: p.Done, Refused: p.Refused, Renamed: p.Renamed,
 	}
 }
 

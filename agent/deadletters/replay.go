@@ -12,12 +12,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/agent/clock"
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk/eventid"
 )
 
 // Replay is the replay engine: it re-ingests the dead letters a filter
@@ -74,6 +76,9 @@ type Progress struct {
 	// Refused (dry run) is why the replay itself would be refused before
 	// re-ingesting anything; "" when it would go ahead.
 	Refused string
+	// Renamed are the dead letters re-accepted since the last report
+	// under an id of their own (replayedAs).
+	Renamed []*rivorav1.ReplayRename
 }
 
 // reportEvery spaces the progress reports while replaying.
@@ -223,12 +228,14 @@ func (run *replayRun) object(ctx context.Context, k string) error {
 		if err := run.pace.wait(ctx, len(batch)); err != nil {
 			return run.stop(ctx, err)
 		}
+		batch, renamed := replayedAs(batch)
 		stored, dups, err := run.ingest.Reingest(ctx, batch)
 		run.p.Replayed += int64(stored)
 		run.p.Skipped += int64(dups)
 		if err != nil {
 			return run.stop(ctx, err)
 		}
+		run.p.Renamed = append(run.p.Renamed, renamed...)
 		i = end
 		run.cp.Current, run.cp.Line = k, i
 		if err := run.save(ctx); err != nil {
@@ -267,7 +274,33 @@ func (run *replayRun) progress(force bool) error {
 	if secs := now.Sub(run.start).Seconds(); secs > 0 {
 		run.p.RatePerSecond = float64(run.p.Replayed) / secs
 	}
-	return run.report(run.p)
+	err := run.report(run.p)
+	run.p.Renamed = nil
+	return err
+}
+
+// replayedAs gives each idempotency_conflict dead letter of batch the id
+// it is replayed under. It died under an id that names another payload
+// (its key's first use, which receivers may have had): replayed under it,
+// every receiver that dedupes on webhook-id would drop it. Its own id is
+// derived from the old one and its payload, so a re-run of the replay
+// derives the same (and its dedup id stores it once); Event.replay_of
+// keeps the old one.
+func replayedAs(batch []*rivorav1.DeadLetter) ([]*rivorav1.DeadLetter, []*rivorav1.ReplayRename) {
+	var renamed []*rivorav1.ReplayRename
+	for i, dl := range batch {
+		if dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT || dl.GetEvent().GetReplayOf() != "" {
+			continue
+		}
+		dl = proto.Clone(dl).(*rivorav1.DeadLetter)
+		ev := dl.GetEvent()
+		payload := sha256.Sum256(ev.GetPayload())
+		ev.ReplayOf = ev.GetEventId()
+		ev.EventId = eventid.FromKey(ev.GetDestinationId(), ev.GetCustomerId(), "rivora-replay-of:"+ev.GetEventId()+":"+hex.EncodeToString(payload[:16]))
+		renamed = append(renamed, &rivorav1.ReplayRename{EventId: ev.GetReplayOf(), ReplayedAs: ev.GetEventId()})
+		batch[i] = dl
+	}
+	return batch, renamed
 }
 
 func (run *replayRun) save(ctx context.Context) error {

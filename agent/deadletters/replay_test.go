@@ -19,6 +19,7 @@ import (
 	"github.com/rivora/rivora/agent/clock"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/internal/errkind"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -44,6 +45,8 @@ type reingest struct {
 	mu    sync.Mutex
 	calls [][]string
 	at    []time.Time
+	// events are the events re-ingested, in order.
+	events []*rivorav1.Event
 	// fail, when set, answers call n (1-based) with its error.
 	fail func(n int) error
 	// dup answers these event ids as already present.
@@ -71,6 +74,7 @@ func (r *reingest) Reingest(_ context.Context, dls []*rivorav1.DeadLetter) (stor
 	}
 	var ids []string
 	for _, dl := range dls {
+		r.events = append(r.events, dl.GetEvent())
 		ids = append(ids, dl.GetEvent().GetEventId())
 		if r.dup[dl.GetEvent().GetEventId()] {
 			duplicates++
@@ -226,6 +230,48 @@ func TestReplayFilter(t *testing.T) {
 		if end.Total != n || end.Replayed != n || end.Skipped != 0 || !end.Done || reports[len(reports)-1].Replayed != n {
 			t.Errorf("%s: ended at %+v (last report %+v), want %d of %d replayed, done", tc.name, end, reports[len(reports)-1], n, n)
 		}
+	}
+}
+
+// An idempotency conflict's copy died under the id of the event its key
+// was first used for: it is replayed under an id of its own (the same in
+// every run), naming the old one (replay_of), and the progress lists it.
+// The other dead letters keep their ids, and the archive is unchanged.
+func TestReplayGivesAConflictsCopyAnIDOfItsOwn(t *testing.T) {
+	rg := newReplayRig(t)
+	conflict := dead("0190d3c2-0000-7000-8000-000000000001", "acme", rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT)
+	conflict.Event.Payload = []byte(`{"n":7001}`)
+	rg.put(t, "orders", 0, 1, time.Hour, dead("a1", "acme", rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS), conflict)
+	var renamed []*rivorav1.ReplayRename
+	replayAll := func(restart bool) string {
+		t.Helper()
+		rg.ingest.calls, rg.ingest.events, renamed = nil, nil, nil
+		_, end, err := rg.run(context.Background(), ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}, Restart: restart}, func(p Progress) error {
+			renamed = append(renamed, p.Renamed...)
+			return nil
+		})
+		if err != nil || end.Replayed != 2 {
+			t.Fatalf("replay: %+v, %v; want 2 replayed", end, err)
+		}
+		ids := rg.ingest.ids()
+		if len(ids) != 2 || ids[0] != "a1" || ids[1] == conflict.Event.EventId || lanes.ValidateEventID("event_id", ids[1]) != nil {
+			t.Fatalf("re-ingested %v: want a1 as it was, then the conflict's copy under a valid id of its own", ids)
+		}
+		if of := rg.ingest.events[1].GetReplayOf(); of != conflict.Event.EventId || rg.ingest.events[0].GetReplayOf() != "" {
+			t.Fatalf("replay_of %q and %q: want none, then %s", rg.ingest.events[0].GetReplayOf(), of, conflict.Event.EventId)
+		}
+		if len(renamed) != 1 || renamed[0].GetEventId() != conflict.Event.EventId || renamed[0].GetReplayedAs() != ids[1] {
+			t.Fatalf("progress renamed %v: want %s replayed as %s", renamed, conflict.Event.EventId, ids[1])
+		}
+		return ids[1]
+	}
+	first := replayAll(false)
+	if again := replayAll(true); again != first {
+		t.Fatalf("a second replay gave the copy id %s, the first %s: want the same", again, first)
+	}
+	dls, err := rg.arch.Get(context.Background(), archive.Key("orders", rg.now.Add(-time.Hour), 0, 1, 2))
+	if err != nil || dls[1].GetEvent().GetEventId() != conflict.Event.EventId || dls[1].GetEvent().GetReplayOf() != "" {
+		t.Fatalf("archived copy after the replays: %v, %v; want it unchanged", dls, err)
 	}
 }
 

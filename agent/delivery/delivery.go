@@ -298,6 +298,15 @@ func (s *Sender) build(hreq *fasthttp.Request, req Request, ts int64, traceparen
 	if ev.GetReplayed() {
 		hreq.Header.Set("Rivora-Replay", "true")
 	}
+	if of := ev.GetReplayOf(); of != "" {
+		// The id an idempotency conflict's copy died under, replayed
+		// under its own: it names the event the copy conflicted with.
+		// It came through the archive, so it is checked as a header.
+		if err := checkHeader("Rivora-Replay-Of", of); err != nil {
+			return err
+		}
+		hreq.Header.Set("Rivora-Replay-Of", of)
+	}
 	if ev.GetResent() {
 		hreq.Header.Set("Rivora-Resend", "1")
 	}

@@ -130,8 +130,18 @@ func TestSendReplayedMark(t *testing.T) {
 	if !res.OK() || res.Status != 200 {
 		t.Fatalf("Send = %+v", res)
 	}
-	if r := <-got; r.header.Get("Rivora-Replay") != "true" {
-		t.Fatalf("rivora-replay = %q, want true", r.header.Get("Rivora-Replay"))
+	if r := <-got; r.header.Get("Rivora-Replay") != "true" || r.header.Get("Rivora-Replay-Of") != "" {
+		t.Fatalf("rivora-replay = %q, rivora-replay-of %q; want true and none", r.header.Get("Rivora-Replay"), r.header.Get("Rivora-Replay-Of"))
+	}
+
+	// An idempotency conflict's copy, replayed under an id of its own,
+	// names the id it died under.
+	ev.ReplayOf = "0190d3c2-0000-7000-8000-000000000001"
+	if res := delivery.NewSender("ua", loopbackOnly).Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: ev, Attempt: 1, Timeout: 5 * time.Second}); !res.OK() {
+		t.Fatalf("Send = %+v", res)
+	}
+	if r := <-got; r.header.Get("Rivora-Replay-Of") != ev.ReplayOf {
+		t.Fatalf("rivora-replay-of = %q, want %s", r.header.Get("Rivora-Replay-Of"), ev.ReplayOf)
 	}
 }
 

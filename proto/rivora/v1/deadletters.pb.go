@@ -630,7 +630,10 @@ type ReplayResponse struct {
 	// refused (dry run) says why the replay itself would be refused before
 	// re-ingesting anything (a destination not registered, a subscription
 	// deleted); empty when it would go ahead.
-	Refused       string `protobuf:"bytes,7,opt,name=refused,proto3" json:"refused,omitempty"`
+	Refused string `protobuf:"bytes,7,opt,name=refused,proto3" json:"refused,omitempty"`
+	// renamed are the idempotency_conflict dead letters re-accepted since
+	// the last report under an id of their own (Event.replay_of says why).
+	Renamed       []*ReplayRename `protobuf:"bytes,8,rep,name=renamed,proto3" json:"renamed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -714,6 +717,68 @@ func (x *ReplayResponse) GetRefused() string {
 	return ""
 }
 
+func (x *ReplayResponse) GetRenamed() []*ReplayRename {
+	if x != nil {
+		return x.Renamed
+	}
+	return nil
+}
+
+// ReplayRename is one dead letter replayed under a new id.
+type ReplayRename struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// event_id is the id it died under; replayed_as the id it is
+	// delivered under.
+	EventId       string `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	ReplayedAs    string `protobuf:"bytes,2,opt,name=replayed_as,json=replayedAs,proto3" json:"replayed_as,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayRename) Reset() {
+	*x = ReplayRename{}
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayRename) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayRename) ProtoMessage() {}
+
+func (x *ReplayRename) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayRename.ProtoReflect.Descriptor instead.
+func (*ReplayRename) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReplayRename) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *ReplayRename) GetReplayedAs() string {
+	if x != nil {
+		return x.ReplayedAs
+	}
+	return ""
+}
+
 var File_rivora_v1_deadletters_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_deadletters_proto_rawDesc = "" +
@@ -762,7 +827,7 @@ const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\x0frate_per_second\x18\x02 \x01(\x01H\x00R\rratePerSecond\x88\x01\x01\x12\x17\n" +
 	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x12\x18\n" +
 	"\arestart\x18\x04 \x01(\bR\arestartB\x12\n" +
-	"\x10_rate_per_second\"\xe6\x01\n" +
+	"\x10_rate_per_second\"\x99\x02\n" +
 	"\x0eReplayResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x03R\x05total\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\x03R\breplayed\x12\x18\n" +
@@ -770,7 +835,12 @@ const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\x04done\x18\x04 \x01(\bR\x04done\x122\n" +
 	"\x06counts\x18\x05 \x03(\v2\x1a.rivora.v1.DeadLetterCountR\x06counts\x12&\n" +
 	"\x0frate_per_second\x18\x06 \x01(\x01R\rratePerSecond\x12\x18\n" +
-	"\arefused\x18\a \x01(\tR\arefused2\xe8\x02\n" +
+	"\arefused\x18\a \x01(\tR\arefused\x121\n" +
+	"\arenamed\x18\b \x03(\v2\x17.rivora.v1.ReplayRenameR\arenamed\"J\n" +
+	"\fReplayRename\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1f\n" +
+	"\vreplayed_as\x18\x02 \x01(\tR\n" +
+	"replayedAs2\xe8\x02\n" +
 	"\x0eArchiveService\x12]\n" +
 	"\x0fListDeadLetters\x12!.rivora.v1.ListDeadLettersRequest\x1a\".rivora.v1.ListDeadLettersResponse\"\x03\x90\x02\x01\x12W\n" +
 	"\rGetDeadLetter\x12\x1f.rivora.v1.GetDeadLetterRequest\x1a .rivora.v1.GetDeadLetterResponse\"\x03\x90\x02\x01\x12]\n" +
@@ -789,7 +859,7 @@ func file_rivora_v1_deadletters_proto_rawDescGZIP() []byte {
 	return file_rivora_v1_deadletters_proto_rawDescData
 }
 
-var file_rivora_v1_deadletters_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_rivora_v1_deadletters_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_rivora_v1_deadletters_proto_goTypes = []any{
 	(*DeadLetterFilter)(nil),        // 0: rivora.v1.DeadLetterFilter
 	(*ListDeadLettersRequest)(nil),  // 1: rivora.v1.ListDeadLettersRequest
@@ -801,37 +871,39 @@ var file_rivora_v1_deadletters_proto_goTypes = []any{
 	(*DeadLetterStatsResponse)(nil), // 7: rivora.v1.DeadLetterStatsResponse
 	(*ReplayRequest)(nil),           // 8: rivora.v1.ReplayRequest
 	(*ReplayResponse)(nil),          // 9: rivora.v1.ReplayResponse
-	(*timestamppb.Timestamp)(nil),   // 10: google.protobuf.Timestamp
-	(DeadReason)(0),                 // 11: rivora.v1.DeadReason
-	(*DeadLetter)(nil),              // 12: rivora.v1.DeadLetter
+	(*ReplayRename)(nil),            // 10: rivora.v1.ReplayRename
+	(*timestamppb.Timestamp)(nil),   // 11: google.protobuf.Timestamp
+	(DeadReason)(0),                 // 12: rivora.v1.DeadReason
+	(*DeadLetter)(nil),              // 13: rivora.v1.DeadLetter
 }
 var file_rivora_v1_deadletters_proto_depIdxs = []int32{
-	10, // 0: rivora.v1.DeadLetterFilter.since:type_name -> google.protobuf.Timestamp
-	10, // 1: rivora.v1.DeadLetterFilter.until:type_name -> google.protobuf.Timestamp
-	11, // 2: rivora.v1.DeadLetterFilter.reason:type_name -> rivora.v1.DeadReason
+	11, // 0: rivora.v1.DeadLetterFilter.since:type_name -> google.protobuf.Timestamp
+	11, // 1: rivora.v1.DeadLetterFilter.until:type_name -> google.protobuf.Timestamp
+	12, // 2: rivora.v1.DeadLetterFilter.reason:type_name -> rivora.v1.DeadReason
 	0,  // 3: rivora.v1.ListDeadLettersRequest.filter:type_name -> rivora.v1.DeadLetterFilter
-	12, // 4: rivora.v1.ListDeadLettersResponse.dead_letters:type_name -> rivora.v1.DeadLetter
-	12, // 5: rivora.v1.GetDeadLetterResponse.dead_letter:type_name -> rivora.v1.DeadLetter
+	13, // 4: rivora.v1.ListDeadLettersResponse.dead_letters:type_name -> rivora.v1.DeadLetter
+	13, // 5: rivora.v1.GetDeadLetterResponse.dead_letter:type_name -> rivora.v1.DeadLetter
 	0,  // 6: rivora.v1.DeadLetterStatsRequest.filter:type_name -> rivora.v1.DeadLetterFilter
-	11, // 7: rivora.v1.DeadLetterCount.reason:type_name -> rivora.v1.DeadReason
-	10, // 8: rivora.v1.DeadLetterCount.oldest:type_name -> google.protobuf.Timestamp
-	10, // 9: rivora.v1.DeadLetterCount.newest:type_name -> google.protobuf.Timestamp
+	12, // 7: rivora.v1.DeadLetterCount.reason:type_name -> rivora.v1.DeadReason
+	11, // 8: rivora.v1.DeadLetterCount.oldest:type_name -> google.protobuf.Timestamp
+	11, // 9: rivora.v1.DeadLetterCount.newest:type_name -> google.protobuf.Timestamp
 	6,  // 10: rivora.v1.DeadLetterStatsResponse.counts:type_name -> rivora.v1.DeadLetterCount
 	0,  // 11: rivora.v1.ReplayRequest.filter:type_name -> rivora.v1.DeadLetterFilter
 	6,  // 12: rivora.v1.ReplayResponse.counts:type_name -> rivora.v1.DeadLetterCount
-	1,  // 13: rivora.v1.ArchiveService.ListDeadLetters:input_type -> rivora.v1.ListDeadLettersRequest
-	3,  // 14: rivora.v1.ArchiveService.GetDeadLetter:input_type -> rivora.v1.GetDeadLetterRequest
-	5,  // 15: rivora.v1.ArchiveService.DeadLetterStats:input_type -> rivora.v1.DeadLetterStatsRequest
-	8,  // 16: rivora.v1.ArchiveService.Replay:input_type -> rivora.v1.ReplayRequest
-	2,  // 17: rivora.v1.ArchiveService.ListDeadLetters:output_type -> rivora.v1.ListDeadLettersResponse
-	4,  // 18: rivora.v1.ArchiveService.GetDeadLetter:output_type -> rivora.v1.GetDeadLetterResponse
-	7,  // 19: rivora.v1.ArchiveService.DeadLetterStats:output_type -> rivora.v1.DeadLetterStatsResponse
-	9,  // 20: rivora.v1.ArchiveService.Replay:output_type -> rivora.v1.ReplayResponse
-	17, // [17:21] is the sub-list for method output_type
-	13, // [13:17] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	10, // 13: rivora.v1.ReplayResponse.renamed:type_name -> rivora.v1.ReplayRename
+	1,  // 14: rivora.v1.ArchiveService.ListDeadLetters:input_type -> rivora.v1.ListDeadLettersRequest
+	3,  // 15: rivora.v1.ArchiveService.GetDeadLetter:input_type -> rivora.v1.GetDeadLetterRequest
+	5,  // 16: rivora.v1.ArchiveService.DeadLetterStats:input_type -> rivora.v1.DeadLetterStatsRequest
+	8,  // 17: rivora.v1.ArchiveService.Replay:input_type -> rivora.v1.ReplayRequest
+	2,  // 18: rivora.v1.ArchiveService.ListDeadLetters:output_type -> rivora.v1.ListDeadLettersResponse
+	4,  // 19: rivora.v1.ArchiveService.GetDeadLetter:output_type -> rivora.v1.GetDeadLetterResponse
+	7,  // 20: rivora.v1.ArchiveService.DeadLetterStats:output_type -> rivora.v1.DeadLetterStatsResponse
+	9,  // 21: rivora.v1.ArchiveService.Replay:output_type -> rivora.v1.ReplayResponse
+	18, // [18:22] is the sub-list for method output_type
+	14, // [14:18] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_deadletters_proto_init() }
@@ -847,7 +919,7 @@ func file_rivora_v1_deadletters_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_deadletters_proto_rawDesc), len(file_rivora_v1_deadletters_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -174,10 +174,17 @@ type Event struct {
 	// this copy is not delivered. The copy is kept in its lane and, at its
 	// turn, becomes a dead letter (reason idempotency_conflict) without
 	// being sent; the dead letter's event has it cleared (a replay
-	// delivers it).
+	// delivers it, under an id of its own: replay_of).
 	IdempotencyConflict string `protobuf:"bytes,15,opt,name=idempotency_conflict,json=idempotencyConflict,proto3" json:"idempotency_conflict,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// replay_of is set on a replayed idempotency_conflict dead letter: the
+	// id it died under, which names another payload (the event its key was
+	// first used for). Replayed under that id, it would be dropped by every
+	// receiver that dedupes on webhook-id, so it is delivered under an id
+	// of its own, derived from the old id and its payload (a re-run of the
+	// replay derives the same).
+	ReplayOf      string `protobuf:"bytes,16,opt,name=replay_of,json=replayOf,proto3" json:"replay_of,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Event) Reset() {
@@ -311,6 +318,13 @@ func (x *Event) GetConfigVersion() uint64 {
 func (x *Event) GetIdempotencyConflict() string {
 	if x != nil {
 		return x.IdempotencyConflict
+	}
+	return ""
+}
+
+func (x *Event) GetReplayOf() string {
+	if x != nil {
+		return x.ReplayOf
 	}
 	return ""
 }
@@ -873,7 +887,7 @@ var File_rivora_v1_event_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x15rivora/v1/event.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8c\x04\n" +
+	"\x15rivora/v1/event.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa9\x04\n" +
 	"\x05Event\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x1f\n" +
@@ -894,7 +908,8 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"tracestate\x12'\n" +
 	"\x0fsubscription_id\x18\r \x01(\tR\x0esubscriptionId\x12%\n" +
 	"\x0econfig_version\x18\x0e \x01(\x04R\rconfigVersion\x121\n" +
-	"\x14idempotency_conflict\x18\x0f \x01(\tR\x13idempotencyConflict\"\xa6\x02\n" +
+	"\x14idempotency_conflict\x18\x0f \x01(\tR\x13idempotencyConflict\x12\x1b\n" +
+	"\treplay_of\x18\x10 \x01(\tR\breplayOf\"\xa6\x02\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1f\n" +
