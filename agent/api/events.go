@@ -48,6 +48,7 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 		return nil, auth.EventNotFound(id)
 	}
 	resp := &rivorav1.GetEventResponse{EventId: id}
+	outcomes, resp.ConflictingCopyDead = withoutConflictingCopy(outcomes, pending)
 	for _, o := range outcomes {
 		if o.GetAttempt() != nil {
 			resp.Attempts = append(resp.Attempts, o.GetAttempt())
@@ -84,6 +85,25 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 		s.explainWaiting(resp, loc)
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// withoutConflictingCopy takes out of an event's outcomes the death of a
+// copy of another payload under its id (reason idempotency_conflict): not
+// this event's end, nor its lane or type. Kept when nothing else of the
+// event is known here (its own records gone, and not pending). dead says
+// whether there was one.
+func withoutConflictingCopy(outcomes []*rivorav1.EventOutcome, pending bool) (kept []*rivorav1.EventOutcome, dead bool) {
+	for _, o := range outcomes {
+		if o.GetKind() == rivorav1.EventOutcome_KIND_DEAD && o.GetDeadReason() == rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT {
+			dead = true
+			continue
+		}
+		kept = append(kept, o)
+	}
+	if len(kept) == 0 && !pending {
+		return outcomes, dead
+	}
+	return kept, dead
 }
 
 // storedType reads a pending event's type from its lane store, for one

@@ -1,11 +1,13 @@
 package api
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/scheduler"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 // What `rivoractl events get` says about a pending event.
@@ -43,5 +45,34 @@ func TestWaitingReason(t *testing.T) {
 	}
 	if got, want := waitingReason(held, 8, ""), "held: its partner answered 410 Gone; the destination is being disabled; 2 of 8 attempts used"; got != want {
 		t.Errorf("held after a 410, not yet disabled: %q, want %q", got, want)
+	}
+}
+
+// The death of a copy of another payload under an event's id (an edge's
+// copy whose key the cell had used) is not the event's end: its own
+// outcomes stand, and the copy is only flagged. With nothing else of the
+// event known, the copy's death is what there is.
+func TestWithoutConflictingCopy(t *testing.T) {
+	delivered := &rivorav1.EventOutcome{Kind: rivorav1.EventOutcome_KIND_DELIVERED, LaneKey: "u1"}
+	copyDead := &rivorav1.EventOutcome{Kind: rivorav1.EventOutcome_KIND_DEAD, DeadReason: rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT, LaneKey: "u2"}
+	windowDead := &rivorav1.EventOutcome{Kind: rivorav1.EventOutcome_KIND_DEAD, DeadReason: rivorav1.DeadReason_DEAD_REASON_WINDOW}
+	cases := []struct {
+		name     string
+		in       []*rivorav1.EventOutcome
+		pending  bool
+		want     []*rivorav1.EventOutcome
+		wantDead bool
+	}{
+		{"delivered, then the copy died", []*rivorav1.EventOutcome{delivered, copyDead}, false, []*rivorav1.EventOutcome{delivered}, true},
+		{"the copy died, then delivered", []*rivorav1.EventOutcome{copyDead, delivered}, false, []*rivorav1.EventOutcome{delivered}, true},
+		{"pending, the copy died", []*rivorav1.EventOutcome{copyDead}, true, nil, true},
+		{"only the copy known", []*rivorav1.EventOutcome{copyDead}, false, []*rivorav1.EventOutcome{copyDead}, true},
+		{"dead of its own", []*rivorav1.EventOutcome{windowDead}, false, []*rivorav1.EventOutcome{windowDead}, false},
+	}
+	for _, tc := range cases {
+		got, dead := withoutConflictingCopy(tc.in, tc.pending)
+		if !slices.Equal(got, tc.want) || dead != tc.wantDead {
+			t.Errorf("%s: kept %v, copy dead %t; want %v, %t", tc.name, got, dead, tc.want, tc.wantDead)
+		}
 	}
 }

@@ -153,8 +153,14 @@ type GetEventResponse struct {
 	// (pending only).
 	WindowEndsAt   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=window_ends_at,json=windowEndsAt,proto3" json:"window_ends_at,omitempty"`
 	SubscriptionId string                 `protobuf:"bytes,16,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// conflicting_copy_dead: a copy of another payload under this id (its
+	// idempotency key reused, caught only once an edge's copy reached the
+	// cell) became a dead letter, reason idempotency_conflict, never sent.
+	// It does not change this event's state; `rivoractl dlq get` shows it,
+	// and a replay delivers it under an id of its own.
+	ConflictingCopyDead bool `protobuf:"varint,17,opt,name=conflicting_copy_dead,json=conflictingCopyDead,proto3" json:"conflicting_copy_dead,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *GetEventResponse) Reset() {
@@ -297,6 +303,13 @@ func (x *GetEventResponse) GetSubscriptionId() string {
 		return x.SubscriptionId
 	}
 	return ""
+}
+
+func (x *GetEventResponse) GetConflictingCopyDead() bool {
+	if x != nil {
+		return x.ConflictingCopyDead
+	}
+	return false
 }
 
 type ListEventsRequest struct {
@@ -760,7 +773,7 @@ const file_rivora_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"\x16rivora/v1/events.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/event.proto\",\n" +
 	"\x0fGetEventRequest\x12\x19\n" +
-	"\bevent_id\x18\x01 \x01(\tR\aeventId\"\xab\x05\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\"\xdf\x05\n" +
 	"\x10GetEventResponse\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x1f\n" +
@@ -781,7 +794,8 @@ const file_rivora_v1_events_proto_rawDesc = "" +
 	"\rattempts_used\x18\r \x01(\x05R\fattemptsUsed\x12!\n" +
 	"\fmax_attempts\x18\x0e \x01(\x05R\vmaxAttempts\x12@\n" +
 	"\x0ewindow_ends_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\fwindowEndsAt\x12'\n" +
-	"\x0fsubscription_id\x18\x10 \x01(\tR\x0esubscriptionId\"\xc6\x02\n" +
+	"\x0fsubscription_id\x18\x10 \x01(\tR\x0esubscriptionId\x122\n" +
+	"\x15conflicting_copy_dead\x18\x11 \x01(\bR\x13conflictingCopyDead\"\xc6\x02\n" +
 	"\x11ListEventsRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
