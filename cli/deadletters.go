@@ -256,7 +256,8 @@ func (e *env) replayCommand() *ucli.Command {
 (receivers dedupe on webhook-id), is marked replayed (header rivora-replay:
 true) and gets a fresh retry window. Lanes keep their original order.
 Replaying into a paused or failing destination is fine: the events wait in
-their lanes.
+their lanes. An event that was replayed before and died again has a dead
+letter per death; a replay re-accepts it once, at its first.
 
 One exception to the ids: a dead letter of reason idempotency_conflict (an
 edge's copy of a key the cell had used for another payload) died under the
@@ -342,7 +343,7 @@ func (e *env) replay(c *ucli.Context) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		if _, err := fmt.Fprintf(e.out, "%d match; %d already replayed by an earlier run\n", last.GetTotal(), last.GetSkipped()); err != nil {
+		if _, err := fmt.Fprintf(e.out, "%d match; %d skipped: already replayed by an earlier run, or a later death of an event that is replayed once\n", last.GetTotal(), last.GetSkipped()); err != nil {
 			return err
 		}
 		if why := last.GetRefused(); why != "" {

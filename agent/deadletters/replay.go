@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"time"
 
@@ -64,8 +65,9 @@ type Progress struct {
 	Total int64
 	// Replayed were re-accepted by this run.
 	Replayed int64
-	// Skipped were re-accepted by an earlier run (checkpoint) or were
-	// already present (duplicate).
+	// Skipped were re-accepted by an earlier run (checkpoint), were
+	// already present (duplicate), or are a later death of an event this
+	// replay re-accepts at its first (repeats).
 	Skipped int64
 	// RatePerSecond is this run's replay rate so far.
 	RatePerSecond float64
@@ -155,12 +157,45 @@ type replayRun struct {
 	// start is when re-ingest began, lastReport when progress was last
 	// reported.
 	start, lastReport time.Time
+	// repeats are the lines, per archive object, that this replay skips:
+	// an event replayed before that died again has a dead letter per
+	// death, and is re-accepted once, at its first (count finds them).
+	repeats map[string]map[int]bool
+}
+
+// idKey is an event id as count remembers it: a 128-bit hash, a fixed
+// few bytes per dead letter however long the ids.
+type idKey [16]byte
+
+func keyOf(id string) idKey {
+	h := fnv.New128a()
+	h.Write([]byte(id))
+	var k idKey
+	h.Sum(k[:0])
+	return k
+}
+
+// repeat tells whether dl is a later death of an event seen before in
+// this replay (seen holds the ids of those before it). Only a death of a
+// replayed or resent event can be one; an idempotency conflict's copy is
+// another event under the same id (replayedAs).
+func repeat(dl *rivorav1.DeadLetter, seen map[idKey]struct{}) bool {
+	k := keyOf(dl.GetEvent().GetEventId())
+	_, before := seen[k]
+	seen[k] = struct{}{}
+	ev := dl.GetEvent()
+	return before && (ev.GetReplayed() || ev.GetResent()) && dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT
 }
 
 // count is the first pass: how many dead letters match, how many of them
 // an earlier run replayed, and the rest grouped (Progress.Counts).
+//
+// It also finds the repeats, reading every match in archive order, done
+// ones included, so that a resumed run skips the same lines.
 func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error) {
 	counts := newCounter()
+	seen := map[idKey]struct{}{}
+	run.repeats = map[string]map[int]bool{}
 	for _, k := range keys {
 		dls, err := run.archive.Get(ctx, k)
 		if err != nil {
@@ -171,6 +206,14 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 				continue
 			}
 			run.p.Total++
+			if repeat(dl, seen) {
+				if run.repeats[k] == nil {
+					run.repeats[k] = map[int]bool{}
+				}
+				run.repeats[k][i] = true
+				run.p.Skipped++
+				continue
+			}
 			if run.cp.done(k, i) {
 				run.p.Skipped++
 				continue
@@ -224,18 +267,20 @@ func (run *replayRun) object(ctx context.Context, k string) error {
 		first = run.cp.Line
 	}
 	for i := first; i < len(dls); {
-		batch, end := run.batch(dls, i)
+		batch, end := run.batch(k, dls, i)
 		if err := run.pace.wait(ctx, len(batch)); err != nil {
 			return run.stop(ctx, err)
 		}
-		batch, renamed := replayedAs(batch)
-		stored, dups, err := run.ingest.Reingest(ctx, batch)
-		run.p.Replayed += int64(stored)
-		run.p.Skipped += int64(dups)
-		if err != nil {
-			return run.stop(ctx, err)
+		if len(batch) > 0 {
+			batch, renamed := replayedAs(batch)
+			stored, dups, err := run.ingest.Reingest(ctx, batch)
+			run.p.Replayed += int64(stored)
+			run.p.Skipped += int64(dups)
+			if err != nil {
+				return run.stop(ctx, err)
+			}
+			run.p.Renamed = append(run.p.Renamed, renamed...)
 		}
-		run.p.Renamed = append(run.p.Renamed, renamed...)
 		i = end
 		run.cp.Current, run.cp.Line = k, i
 		if err := run.save(ctx); err != nil {
@@ -252,11 +297,11 @@ func (run *replayRun) object(ctx context.Context, k string) error {
 
 // batch is the next batch of matches from dls[i:], as large as the pace
 // allows, and where the one after it starts.
-func (run *replayRun) batch(dls []*rivorav1.DeadLetter, i int) ([]*rivorav1.DeadLetter, int) {
+func (run *replayRun) batch(k string, dls []*rivorav1.DeadLetter, i int) ([]*rivorav1.DeadLetter, int) {
 	batch := make([]*rivorav1.DeadLetter, 0, run.pace.batch())
 	end := i
 	for ; end < len(dls) && len(batch) < cap(batch); end++ {
-		if matches(run.req.Filter, dls[end]) {
+		if matches(run.req.Filter, dls[end]) && !run.repeats[k][end] {
 			batch = append(batch, dls[end])
 		}
 	}

@@ -409,6 +409,55 @@ func TestReplayResumesFromCheckpoint(t *testing.T) {
 	}
 }
 
+// An event replayed before that died again has a dead letter per death:
+// one replay re-accepts it once, at its first death (lane order), and
+// skips the later ones, also when it resumes. An idempotency conflict's
+// copy under the same id is another event, not a repeat.
+func TestReplayReacceptsAnEventThatDiedTwiceOnce(t *testing.T) {
+	rg := newReplayRig(t)
+	again := func(dl *rivorav1.DeadLetter) *rivorav1.DeadLetter { dl.Event.Replayed = true; return dl }
+	const maxAttempts = rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS
+	rg.put(t, "orders", 0, 1, 3*time.Hour, deads("a", 3)...)
+	// a-00 and a-02 were replayed, and died again; a-01's conflicting
+	// copy died too.
+	rg.put(t, "orders", 0, 4, 2*time.Hour, again(dead("a-00", "acme", maxAttempts)), again(dead("a-02", "acme", maxAttempts)))
+	rg.put(t, "orders", 0, 6, time.Hour, dead("a-01", "acme", rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT), dead("b-00", "acme", maxAttempts))
+	orders := &rivorav1.DeadLetterFilter{DestinationId: "orders"}
+
+	reports, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := rg.ingest.ids()
+	if len(ids) != 5 || !slices.Equal(ids[:3], []string{"a-00", "a-01", "a-02"}) || ids[3] == "a-01" || ids[4] != "b-00" {
+		t.Fatalf("re-ingested %v: want a-00 a-01 a-02 once each, in order, then a-01's conflicting copy under its own id, then b-00", ids)
+	}
+	if reports[0].Total != 7 || reports[0].Skipped != 2 || end.Replayed != 5 || end.Skipped != 2 {
+		t.Fatalf("first report %+v, end %+v: want 7 matching, the 2 later deaths skipped, 5 replayed", reports[0], end)
+	}
+
+	// Resumed after the second object (its two lines both later
+	// deaths, nothing to re-ingest): they are still skipped.
+	rg.ingest.calls, rg.ingest.events = nil, nil
+	rg.ingest.fail = func(n int) error {
+		if n == 2 {
+			return errors.New("INGEST stream unreachable")
+		}
+		return nil
+	}
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders, Restart: true}, nil); err == nil || end.Replayed != 3 {
+		t.Fatalf("replay with ingest failing at the third object: %+v, %v; want the first object's 3 replayed", end, err)
+	}
+	rg.ingest.fail = nil
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders}, nil); err != nil || end.Replayed != 2 || end.Skipped != 5 {
+		t.Fatalf("resumed: %+v, %v; want the last object's 2 replayed, 5 skipped (3 done, 2 later deaths)", end, err)
+	}
+	ids = rg.ingest.ids()
+	if len(ids) != 5 || !slices.Equal(ids[:3], []string{"a-00", "a-01", "a-02"}) || ids[4] != "b-00" {
+		t.Fatalf("re-ingested over the runs %v: want each once", ids)
+	}
+}
+
 // Within an object, the checkpoint is per batch: a paced replay whose
 // caller leaves mid-object resumes at the next line; its error is
 // Canceled, saying how to resume. Duplicates count as skipped.
