@@ -76,7 +76,7 @@ func (s *agentHandler) ReportGone(ctx context.Context, req *connect.Request[rivo
 
 // agentAuditActions are the audit actions agents may record: operator
 // actions carried out by the agent that owns the lane or the event.
-var agentAuditActions = map[string]bool{"lane.skip": true, "event.resend": true, "deadletters.replay": true}
+var agentAuditActions = map[string]bool{"lane.skip": true, "event.resend": true, "deadletters.replay.began": true, "deadletters.replay": true}
 
 // RecordAudit appends an operator action an agent carried out to the audit
 // log, stamped with the time and the config version in force.

@@ -540,6 +540,11 @@ func runDeadLetterReplay(t *testing.T, d *devProc, dest string) {
 	}); i < 0 || audit[i].DestinationID != dest || !strings.Contains(audit[i].Detail, "30 of 30 matching dead letters replayed") || audit[i].Author == "" {
 		t.Errorf("audit has no deadletters.replay entry for %s with \"30 of 30\" and an author: %+v", dest, audit)
 	}
+	if !slices.ContainsFunc(audit, func(e struct{ Action, DestinationID, Detail, Author string }) bool {
+		return e.Action == "deadletters.replay.began" && e.DestinationID == dest && strings.Contains(e.Detail, "replaying 30 matching dead letters") && e.Author != ""
+	}) {
+		t.Errorf("audit has no deadletters.replay.began entry for %s (recorded as the replay begins, so that a replay whose agent dies is on record): %+v", dest, audit)
+	}
 	recovered.WaitDelivered(t, ids, 60*time.Second)
 	time.Sleep(500 * time.Millisecond) // let a stray duplicate show
 	rep := checkLaneOrder(t, recovered, pub.ByLane, pub.Payloads, nil)

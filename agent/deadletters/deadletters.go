@@ -50,9 +50,10 @@ type Service struct {
 const CheckpointBucket = "REPLAY_CHECKPOINTS"
 
 // New returns the service, creating the checkpoint bucket if needed.
-// audit (nil: none) makes every replay (not a dry run) an audit entry,
-// recorded when it ends: what it replayed, and how it ended. replicas is
-// the bucket's replica count in a cell (0 means 1).
+// audit (nil: none) makes every replay (not a dry run) two audit
+// entries: as it begins (deadletters.replay.began: what matches) and when
+// it ends (deadletters.replay: what it replayed, and how it ended).
+// replicas is the bucket's replica count in a cell (0 means 1).
 func New(ctx context.Context, js jetstream.JetStream, arch archive.Archive, ingest Reingester, audit func(ctx context.Context, e *rivorav1.AuditEntry) error, replicas int, log *slog.Logger) (*Service, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      CheckpointBucket,
@@ -366,7 +367,10 @@ func (s *Service) Replay(ctx context.Context, req *connect.Request[rivorav1.Repl
 		if err := stream.Send(progressMessage(p)); err != nil {
 			return err
 		}
-		began = !r.DryRun
+		if !began && !r.DryRun {
+			began = true
+			s.auditBegan(ctx, r, p)
+		}
 		return nil
 	})
 	if began {
@@ -395,6 +399,40 @@ func (s *Service) audited(ctx context.Context, r ReplayRequest, progress Progres
 	if err != nil {
 		detail += "; stopped: " + errkind.CodeOf(err).String()
 	}
+	detail += replayScope(r)
+	auditCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	aerr := s.audit(auditCtx, &rivorav1.AuditEntry{Action: "deadletters.replay", DestinationId: f.GetDestinationId(), Detail: detail})
+	if aerr != nil {
+		s.log.Warn("replay not audited", "destination", f.GetDestinationId(), "err", aerr)
+		if err == nil {
+			return errkind.Tag(errkind.Unavailable, aerr)
+		}
+	}
+	return err
+}
+
+// auditBegan records a replay as it begins (deadletters.replay.began):
+// one whose agent dies midway is not recorded when it ends, and what it
+// re-accepted meanwhile is delivered all the same. A failed record is
+// logged; the record of its end says whether it could be written.
+func (s *Service) auditBegan(ctx context.Context, r ReplayRequest, p Progress) {
+	if s.audit == nil {
+		return
+	}
+	detail := fmt.Sprintf("replaying %d matching dead letters (%d skipped)%s", p.Total, p.Skipped, replayScope(r))
+	auditCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := s.audit(auditCtx, &rivorav1.AuditEntry{Action: "deadletters.replay.began", DestinationId: r.Filter.GetDestinationId(), Detail: detail}); err != nil {
+		s.log.Warn("replay's start not audited", "destination", r.Filter.GetDestinationId(), "err", err)
+	}
+}
+
+// replayScope is a replay's filter and options beyond its destination,
+// as its audit records say them: " (customer acme, reason window, …)",
+// or "" when there are none.
+func replayScope(r ReplayRequest) string {
+	f := r.Filter
 	var scope []string
 	for _, kv := range [][2]string{{"customer", f.GetCustomerId()}, {"lane", f.GetLaneKey()}, {"subscription", f.GetSubscriptionId()}} {
 		if kv[1] != "" {
@@ -407,20 +445,17 @@ func (s *Service) audited(ctx context.Context, r ReplayRequest, progress Progres
 	if f.GetUntil() != nil {
 		scope = append(scope, "until "+f.GetUntil().AsTime().UTC().Format(time.RFC3339))
 	}
+	if f.GetReason() != rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED {
+		scope = append(scope, "reason "+strings.ToLower(strings.TrimPrefix(f.GetReason().String(), "DEAD_REASON_")))
+	}
 	if r.Rate != nil {
 		scope = append(scope, fmt.Sprintf("at %g/s", *r.Rate))
 	}
-	if len(scope) > 0 {
-		detail += " (" + strings.Join(scope, ", ") + ")"
+	if r.Restart {
+		scope = append(scope, "restarted: the checkpoint ignored")
 	}
-	auditCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	aerr := s.audit(auditCtx, &rivorav1.AuditEntry{Action: "deadletters.replay", DestinationId: f.GetDestinationId(), Detail: detail})
-	if aerr != nil {
-		s.log.Warn("replay not audited", "destination", f.GetDestinationId(), "err", aerr)
-		if err == nil {
-			return errkind.Tag(errkind.Unavailable, aerr)
-		}
+	if len(scope) == 0 {
+		return ""
 	}
-	return err
+	return " (" + strings.Join(scope, ", ") + ")"
 }
