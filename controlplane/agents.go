@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -19,6 +20,7 @@ import (
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/backoff"
 	"github.com/rivora/rivora/internal/consullock"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -503,6 +505,48 @@ func (r *agentRegistry) health(ctx context.Context, destinationID string, withRa
 		return nil, err
 	}
 	return slices.Concat(answers...), nil
+}
+
+// ownersHealth is health as the owners see it: of each destination, the
+// view of the agent that owns its partition (partitions in the cell). The
+// other agents hold none of its lanes and see it idle: healthy, nothing
+// pending. While a partition is between owners and several agents are
+// connected, it is Unavailable, as a call routed to an owner is; a lone
+// agent's view is its own.
+func (r *agentRegistry) ownersHealth(ctx context.Context, destinationID string, withRates bool, partitions int) ([]*rivorav1.DestinationHealth, error) {
+	type views struct {
+		agent *agentState
+		of    []*rivorav1.DestinationHealth
+	}
+	answers, err := askAll(r, func(a *agentState) (views, error) {
+		resp, err := a.client.GetHealth(ctx, connect.NewRequest(&rivorav1.GetHealthRequest{DestinationId: destinationID, RateHistory: withRates}))
+		if err != nil {
+			return views{}, err
+		}
+		return views{a, resp.Msg.GetDestinations()}, nil
+	})
+	var out []*rivorav1.DestinationHealth
+	unowned := map[uint32]string{} // a destination of each partition without an owner
+	for _, answer := range answers {
+		for _, h := range answer.of {
+			p := uint32(lanes.Partition(h.GetDestinationId(), partitions))
+			owner, owned := r.ownerOf(p)
+			switch {
+			case owned && owner == answer.agent, !owned && len(answers) == 1:
+				out = append(out, h)
+			case !owned:
+				unowned[p] = h.GetDestinationId()
+			}
+		}
+	}
+	if err != nil {
+		return out, err
+	}
+	if len(unowned) > 0 {
+		p := slices.Min(slices.Collect(maps.Keys(unowned)))
+		return nil, errorf(ErrUnavailable, "partition %d has no owner right now; retry (destination %q is in it; see `rivoractl agents list`)", p, unowned[p])
+	}
+	return out, nil
 }
 
 // awaitApplied waits until every connected agent applied version, or up to

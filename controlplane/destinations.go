@@ -308,7 +308,7 @@ func (cp *ControlPlane) destinationHealth(ctx context.Context, id string, withRa
 			return nil, notFound(id)
 		}
 	}
-	health, err := cp.agents.health(ctx, id, withRates)
+	health, err := cp.agents.ownersHealth(ctx, id, withRates, cp.cfg.Partitions)
 	kept := health[:0]
 	for _, h := range health {
 		d, ok := cp.store.Get(h.GetDestinationId())
