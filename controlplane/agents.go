@@ -376,10 +376,21 @@ func (r *agentRegistry) status() []*rivorav1.AgentStatus {
 	out := make([]*rivorav1.AgentStatus, 0, len(r.agents))
 	for _, a := range r.agents {
 		healthy, reason := r.healthyLocked(a, now)
+		// What an agent was assigned while healthy, and the session it
+		// had, are not its now: an unhealthy agent is assigned nothing
+		// (partitionsFor counts healthy agents only), a lost session
+		// is gone.
+		assigned, session := a.partition, a.session
+		if !healthy {
+			assigned = nil
+		}
+		if !a.sessionLost.IsZero() || (r.liveSessions != nil && !r.liveSessions[a.session]) {
+			session = ""
+		}
 		out = append(out, &rivorav1.AgentStatus{
 			Name: a.name, Address: a.address, Connected: a.streams > 0, AppliedVersion: a.applied,
-			LastSeen: timestamppb.New(a.lastSeen), Partitions: a.owned, AssignedPartitions: a.partition, CutPartitions: a.cut,
-			Healthy: healthy, HealthReason: reason, Session: a.session,
+			LastSeen: timestamppb.New(a.lastSeen), Partitions: a.owned, AssignedPartitions: assigned, CutPartitions: a.cut,
+			Healthy: healthy, HealthReason: reason, Session: session,
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

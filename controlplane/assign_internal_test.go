@@ -410,6 +410,13 @@ func TestAssignFollowsConsulSessions(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the session watch saw a session end without calling onChange")
 	}
+	// Listed as it is now (agents list), before anything asks for its
+	// share again: no session, nothing assigned.
+	for _, a := range r.status() {
+		if a.GetName() == "agent-2" && (a.GetSession() != "" || len(a.GetAssignedPartitions()) != 0 || a.GetHealthy()) {
+			t.Fatalf("agent-2 listed with session %q, assigned %v, healthy %t after its session ended; want none, none, false", a.GetSession(), a.GetAssignedPartitions(), a.GetHealthy())
+		}
+	}
 	after := assignment(t, r, names, count)
 	if len(after) != count {
 		t.Fatalf("%d of %d partitions assigned after agent-2's session ended", len(after), count)

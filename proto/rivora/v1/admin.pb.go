@@ -3978,9 +3978,11 @@ type AgentStatus struct {
 	Healthy bool `protobuf:"varint,7,opt,name=healthy,proto3" json:"healthy,omitempty"`
 	// health_reason says why an agent is not healthy.
 	HealthReason string `protobuf:"bytes,8,opt,name=health_reason,json=healthReason,proto3" json:"health_reason,omitempty"`
-	// session is the agent's Consul session ("" without Consul).
+	// session is the agent's live Consul session ("" without Consul, and
+	// once its session is gone).
 	Session string `protobuf:"bytes,9,opt,name=session,proto3" json:"session,omitempty"`
-	// assigned_partitions are the partitions the control plane assigns it.
+	// assigned_partitions are the partitions the control plane assigns it:
+	// none while it is not healthy.
 	AssignedPartitions []uint32 `protobuf:"varint,10,rep,packed,name=assigned_partitions,json=assignedPartitions,proto3" json:"assigned_partitions,omitempty"`
 	// cut_partitions are the partitions the agent reported it cannot write
 	// (cut off from their streams' quorum): assigned to other agents until

@@ -2217,14 +2217,16 @@ export type AgentStatus = Message<"rivora.v1.AgentStatus"> & {
   healthReason: string;
 
   /**
-   * session is the agent's Consul session ("" without Consul).
+   * session is the agent's live Consul session ("" without Consul, and
+   * once its session is gone).
    *
    * @generated from field: string session = 9;
    */
   session: string;
 
   /**
-   * assigned_partitions are the partitions the control plane assigns it.
+   * assigned_partitions are the partitions the control plane assigns it:
+   * none while it is not healthy.
    *
    * @generated from field: repeated uint32 assigned_partitions = 10;
    */
