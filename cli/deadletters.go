@@ -322,7 +322,7 @@ func (e *env) replay(c *ucli.Context) error {
 		if c.Context.Err() != nil {
 			return fmt.Errorf("replay interrupted; run the same command again to resume")
 		}
-		return callFailed("replay", err, nil)
+		return callFailed("replay", err, resumeHints(last, c.Bool("dry-run")))
 	}
 	if last == nil {
 		return fmt.Errorf("replay: the server ended without a report")
@@ -356,6 +356,20 @@ func (e *env) replay(c *ucli.Context) error {
 		return err
 	}
 	return e.showRenamed(renamed)
+}
+
+// resumeHints tell, for a replay that stopped after it began (the agent
+// serving it went away, say), how far it got and that it resumes.
+func resumeHints(last *rivorav1.ReplayResponse, dryRun bool) map[connect.Code]string {
+	if last == nil || dryRun {
+		return nil
+	}
+	hint := fmt.Sprintf("%d of %d done before it stopped; run the same command again to resume (a checkpoint keeps what was re-accepted)", last.GetReplayed()+last.GetSkipped(), last.GetTotal())
+	hints := map[connect.Code]string{}
+	for _, code := range []connect.Code{connect.CodeInternal, connect.CodeUnknown, connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeAborted} {
+		hints[code] = hint
+	}
+	return hints
 }
 
 // maxRenamedShown bounds the renamed dead letters a replay lists in a

@@ -61,7 +61,10 @@ func describe(err error, server, tokenSource string) string {
 		} else if isTransport(ae.err) {
 			text = fmt.Sprintf("cannot reach Rivora at %s: is `rivora dev` running? (set --server or RIVORA_SERVER to point elsewhere; %s)", server, msg)
 		} else {
-			text = fmt.Sprintf("Rivora at %s is unavailable: %s; try again shortly", server, msg)
+			text = fmt.Sprintf("Rivora at %s is unavailable: %s", server, msg)
+			if !saysRetry(msg) {
+				text += "; try again shortly"
+			}
 		}
 	case connect.CodeDeadlineExceeded:
 		text = fmt.Sprintf("Rivora at %s did not answer in time: %s; check that it is healthy and try again", server, msg)
@@ -88,6 +91,13 @@ func describe(err error, server, tokenSource string) string {
 		text += "; " + hint
 	}
 	return ae.op + ": " + text
+}
+
+// saysRetry reports whether the server's message already says to try
+// again ("retry", "try again").
+func saysRetry(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "retry") || strings.Contains(m, "try again")
 }
 
 // alreadySays reports whether the server's message already tells what to

@@ -28,3 +28,22 @@ func TestHintIsNotRepeated(t *testing.T) {
 		}
 	}
 }
+
+// An unavailable server's message that already says to retry is not told
+// to "try again shortly" on top; one that does not is.
+func TestUnavailableSaysRetryOnce(t *testing.T) {
+	cases := []struct {
+		server string
+		added  bool
+	}{
+		{"partition 3 has no owner right now; retry (destination \"d2\" is in it; see `rivoractl agents list`)", false},
+		{"the archive did not answer; try again in a minute", false},
+		{"no agent is connected", true},
+	}
+	for _, c := range cases {
+		got := describe(callFailed("list lanes", connect.NewError(connect.CodeUnavailable, errors.New(c.server)), nil), "http://127.0.0.1:7300", "")
+		if strings.Contains(got, "try again shortly") != c.added {
+			t.Errorf("server says %q: rivoractl prints %q; want \"try again shortly\" added: %v", c.server, got, c.added)
+		}
+	}
+}

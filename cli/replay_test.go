@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -24,6 +25,13 @@ func (countingArchive) Replay(_ context.Context, req *connect.Request[rivorav1.R
 	dest := req.Msg.GetFilter().GetDestinationId()
 	if dest == "conflicts" && !req.Msg.GetDryRun() {
 		return replayTwoConflicts(stream)
+	}
+	if dest == "breaks" && !req.Msg.GetDryRun() {
+		// The agent serving it goes away after its first report.
+		if err := stream.Send(&rivorav1.ReplayResponse{Total: 20, Replayed: 10}); err != nil {
+			return err
+		}
+		return connect.NewError(connect.CodeInternal, errors.New("protocol error: incomplete envelope: unexpected EOF"))
 	}
 	resp := &rivorav1.ReplayResponse{Total: 3, Done: true, Counts: []*rivorav1.DeadLetterCount{{DestinationId: dest, CustomerId: "acme", Count: 3}}}
 	if dest == "deleted" {
@@ -91,4 +99,16 @@ func TestReplayListsTheConflictsItRenamed(t *testing.T) {
 	if !strings.Contains(j.stdout, `"old-1"`) || !strings.Contains(j.stdout, `"new-2"`) {
 		t.Errorf("replay -o json lacks a rename:\n%s", j.stdout)
 	}
+}
+
+// TestReplayThatStopsSaysItResumes: a replay whose stream breaks after
+// it began says how far it got and that running it again resumes.
+func TestReplayThatStopsSaysItResumes(t *testing.T) {
+	srv := httptest.NewServer(http.Handler(func() *http.ServeMux {
+		mux := http.NewServeMux()
+		mux.Handle(rivorav1connect.NewArchiveServiceHandler(countingArchive{}))
+		return mux
+	}()))
+	t.Cleanup(srv.Close)
+	assertFailure(t, run(t, srv.URL, "", "replay", "--destination", "breaks"), exitError, "10 of 20 done before it stopped; run the same command again to resume")
 }
