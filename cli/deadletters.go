@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/internal/bounds"
+	"github.com/rivora/rivora/internal/durations"
 	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -42,10 +43,10 @@ func parseWhen(flag, v string) (*timestamppb.Timestamp, error) {
 	if t, err := time.Parse(time.RFC3339, v); err == nil {
 		return timestamppb.New(t), nil
 	}
-	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+	if d, err := durations.Parse(v); err == nil && d >= 0 {
 		return timestamppb.New(time.Now().Add(-d)), nil
 	}
-	return nil, usagef("--%s %q: use RFC 3339 (2026-11-29T10:00:00Z) or a duration ago (90m)", flag, v)
+	return nil, usagef("--%s %q: use RFC 3339 (%s) or a duration ago (90m, 36h, 7d)", flag, v, time.Now().UTC().Add(-time.Hour).Truncate(time.Hour).Format(time.RFC3339))
 }
 
 func filterFrom(c *ucli.Context) (*rivorav1.DeadLetterFilter, error) {
@@ -143,9 +144,12 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
+	if n := c.Int("limit"); n < 1 || n > bounds.DeadLetterList {
+		return usagef("--limit %d: use 1 to %d (the archive answers at most %d at a time: narrow the filter for more)", n, bounds.DeadLetterList, bounds.DeadLetterList)
+	}
 	ctx, cancel := callContext(c)
 	defer cancel()
-	resp, err := e.archive().ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: f, Limit: int32(min(max(c.Int("limit"), 0), bounds.DeadLetterList))}))
+	resp, err := e.archive().ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: f, Limit: int32(c.Int("limit"))}))
 	if err != nil {
 		return callFailed("list dead letters", err, nil)
 	}

@@ -80,6 +80,16 @@ func TestEventsList(t *testing.T) {
 	if len(f.listed) != 2 {
 		t.Fatalf("%d list requests reached the server; usage errors must not", len(f.listed))
 	}
+	// Days, as --history-retention takes them.
+	before = time.Now()
+	mustSucceed(t, run(t, url, "", "events", "list", "--destination", "orders", "--since", "2d"))
+	if since := f.listed[2].GetSince().AsTime(); since.Before(before.Add(-48*time.Hour-time.Second)) || since.After(time.Now().Add(-48*time.Hour)) {
+		t.Fatalf("--since 2d sent %v, want two days ago", since)
+	}
+	// A dead-letter list asks for 1 to 1000.
+	for _, n := range []string{"0", "-1", "5000"} {
+		assertFailure(t, run(t, url, "", "dlq", "list", "--limit", n), exitUsage, "--limit "+n+": use 1 to 1000")
+	}
 }
 
 func TestEventsResend(t *testing.T) {

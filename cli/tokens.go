@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/durations"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -143,17 +143,9 @@ func createTokenRequest(c *ucli.Context) (*rivorav1.CreateTokenRequest, error) {
 // parseTTL reads a Go duration or whole days ("90d"); zero means the token
 // does not expire.
 func parseTTL(v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
+	d, err := durations.Parse(v)
 	if err != nil {
-		days, found := strings.CutSuffix(v, "d")
-		n, nerr := strconv.Atoi(days)
-		if !found || nerr != nil {
-			return 0, usagef("--ttl %q: want a duration such as 720h, 30m or 90d", v)
-		}
-		if n > 100*365 || n < -100*365 {
-			return 0, usagef("--ttl %q: at most 100 years (omit --ttl for a token that does not expire)", v)
-		}
-		d = time.Duration(n) * 24 * time.Hour
+		return 0, usagef("--ttl %q: want a duration such as 720h, 30m or 90d, at most 100 years (omit --ttl for a token that does not expire)", v)
 	}
 	if d < 0 {
 		return 0, usagef("--ttl %s is negative: want a positive duration such as 90d (omit --ttl for a token that does not expire)", v)

@@ -16,6 +16,7 @@ import (
 	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/durations"
 	"github.com/rivora/rivora/internal/httpurl"
 	"github.com/rivora/rivora/internal/tlsconf"
 	"github.com/rivora/rivora/server"
@@ -175,13 +176,7 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 
 // parseRetention reads a Go duration or a number of days ("7d").
 func parseRetention(v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
-	if days, ok := strings.CutSuffix(v, "d"); ok {
-		var n int
-		if _, serr := fmt.Sscanf(days, "%d", &n); serr == nil && fmt.Sprint(n) == days {
-			d, err = time.Duration(n)*24*time.Hour, nil
-		}
-	}
+	d, err := durations.Parse(v)
 	if err != nil || d < time.Minute {
 		return 0, fmt.Errorf("--history-retention %q: want a duration of at least 1m, such as 7d or 36h", v)
 	}

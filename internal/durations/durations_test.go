@@ -1,0 +1,19 @@
+package durations
+
+import (
+	"testing"
+	"time"
+)
+
+func TestParse(t *testing.T) {
+	for v, want := range map[string]time.Duration{"90m": 90 * time.Minute, "36h": 36 * time.Hour, "7d": 7 * 24 * time.Hour, "0d": 0, "-2d": -48 * time.Hour, "1h30m": 90 * time.Minute} {
+		if got, err := Parse(v); err != nil || got != want {
+			t.Errorf("Parse(%q) = %v, %v; want %v", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"", "d", "7", "1.5d", "7 d", "7days", "36501d", "abc"} {
+		if got, err := Parse(v); err == nil {
+			t.Errorf("Parse(%q) = %v, want an error", v, got)
+		}
+	}
+}
