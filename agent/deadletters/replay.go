@@ -231,6 +231,17 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 			counts.add(dl, false)
 		}
 	}
+	if run.p.Total == 0 {
+		// Nothing matches: say so of a destination that does not exist
+		// (a typo), rather than answer an empty archive.
+		probe := &rivorav1.DeadLetter{Event: &rivorav1.Event{DestinationId: run.req.Filter.GetDestinationId()}}
+		if err := run.ingest.Replayable(probe); err != nil {
+			if !run.req.DryRun {
+				return nil, err
+			}
+			run.p.Refused = err.Error()
+		}
+	}
 	return counts, nil
 }
 

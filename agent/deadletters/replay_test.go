@@ -53,9 +53,14 @@ type reingest struct {
 	dup map[string]bool
 	// gone refuses the dead letters routed by these subscriptions.
 	gone map[string]bool
+	// unknown destinations are not registered.
+	unknown map[string]bool
 }
 
 func (r *reingest) Replayable(dl *rivorav1.DeadLetter) error {
+	if dest := dl.GetEvent().GetDestinationId(); r.unknown[dest] {
+		return errkind.Errorf(errkind.Precondition, "destination %q is not registered", dest)
+	}
 	if sub := dl.GetEvent().GetSubscriptionId(); r.gone[sub] {
 		return errkind.Errorf(errkind.Precondition, "subscription %q was deleted", sub)
 	}
@@ -296,6 +301,28 @@ func TestReplayDryRun(t *testing.T) {
 	}
 	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}}, nil); err != nil || end.Replayed != 4 {
 		t.Fatalf("replay after a dry run: %+v, %v; want all 4 replayed", end, err)
+	}
+}
+
+// A replay of a destination that is not registered and has no dead
+// letters (a typo) says so, instead of "0 match": the dry run in Refused,
+// the replay as its error.
+func TestReplayOfAnUnknownDestinationSaysSo(t *testing.T) {
+	rg := newReplayRig(t)
+	rg.put(t, "orders", 0, 1, time.Hour, deads("a", 2)...)
+	rg.ingest.unknown = map[string]bool{"ordres": true}
+	typo := &rivorav1.DeadLetterFilter{DestinationId: "ordres"}
+	reports, _, err := rg.run(context.Background(), ReplayRequest{Filter: typo, DryRun: true}, nil)
+	if err != nil || len(reports) != 1 || reports[0].Total != 0 || !strings.Contains(reports[0].Refused, `destination "ordres" is not registered`) {
+		t.Fatalf("dry run of an unknown destination: %+v, %v; want 0 matching, refused naming it", reports, err)
+	}
+	if _, _, err := rg.run(context.Background(), ReplayRequest{Filter: typo}, nil); errkind.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("replay of an unknown destination: %v, want failed_precondition", err)
+	}
+	// A registered destination with nothing to replay is just empty.
+	reports, _, err = rg.run(context.Background(), ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders", CustomerId: "initech"}, DryRun: true}, nil)
+	if err != nil || reports[0].Total != 0 || reports[0].Refused != "" {
+		t.Fatalf("dry run matching nothing: %+v, %v; want 0 matching, not refused", reports, err)
 	}
 }
 
