@@ -150,6 +150,9 @@ func parseTTL(v string) (time.Duration, error) {
 	if d < 0 {
 		return 0, usagef("--ttl %s is negative: want a positive duration such as 90d (omit --ttl for a token that does not expire)", v)
 	}
+	if d > 0 && d < time.Minute {
+		return 0, usagef("--ttl %s: at least 1m (a token that expires before it can be copied is of no use)", v)
+	}
 	return d, nil
 }
 

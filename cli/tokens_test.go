@@ -176,6 +176,7 @@ func TestTokensCreateValidatesLocally(t *testing.T) {
 		{[]string{"--name", "x", "--role", "admin", "--ttl", "-1h"}, "--ttl -1h is negative"},
 		{[]string{"--name", "x", "--role", "admin", "--ttl", "-3d"}, "--ttl -3d is negative"},
 		{[]string{"--name", "x", "--role", "admin", "--ttl", "soon"}, `--ttl "soon"`},
+		{[]string{"--name", "x", "--role", "admin", "--ttl", "1ms"}, "--ttl 1ms: at least 1m"},
 		{[]string{"--name", "x", "--role", "admin", "extra"}, "takes no arguments"},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

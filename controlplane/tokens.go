@@ -177,7 +177,7 @@ func (cp *ControlPlane) revokeToken(id string, who actor) (uint64, error) {
 	return cp.changeTokens("token.revoke", who, func(all map[string]*rivorav1.ApiToken) (string, error) {
 		t, ok := all[id]
 		if !ok {
-			return "", errorf(ErrNotFound, "token %q does not exist; see `rivoractl tokens list`", id)
+			return "", errorf(ErrNotFound, "token %q does not exist (revoked already, or never created); see `rivoractl tokens list`", id)
 		}
 		if usableAdmin(t, now) {
 			others := 0
