@@ -120,6 +120,11 @@ type Edge struct {
 	warnings map[string]time.Duration
 	monitor  *monitor
 	started  time.Time
+	// followLost is when the config watch last ended after it had
+	// brought a config (unix nanoseconds; 0 while it follows, or when
+	// no watch has worked since the edge started): follow.go's.
+	followLost atomic.Int64
+	following  atomic.Bool
 }
 
 // partitionCount is the cell's partition count, as ingest reads it.
@@ -174,6 +179,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 	if err := registerMetrics(e.monitor); err != nil {
 		return fail(err)
 	}
+	cfg.Keys.SetStaleNote(e.tokensNote)
 	log.Info("edge ready", "cell_leaf", cfg.CellLeaf, "max_buffer", cfg.MaxBuffer, "buffer_max_age", cfg.BufferMaxAge,
 		"config_version", e.applied.Load(), "buffered_events", e.monitor.status().Buffer.Events, "cell_connected", e.monitor.status().CellConnected)
 	return e, nil

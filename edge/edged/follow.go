@@ -88,13 +88,31 @@ func (e *Edge) watch(ctx context.Context, client rivorav1connect.EdgeServiceClie
 		}
 		if !received {
 			e.log.Info("following the control plane", "version", msg.GetVersion())
+			e.following.Store(true)
 		}
 		received = true
+	}
+	if received {
+		e.following.Store(false)
+		e.followLost.Store(time.Now().UnixNano())
 	}
 	if err := stream.Err(); err != nil {
 		return received, err
 	}
 	return received, errors.New("control plane closed the stream")
+}
+
+// tokensNote says, for a publisher's token the edge does not know, why it
+// may be one created since the edge last heard from its control plane
+// ("" while it follows it).
+func (e *Edge) tokensNote() string {
+	if e.following.Load() {
+		return ""
+	}
+	if lost := e.followLost.Load(); lost != 0 {
+		return fmt.Sprintf("edge %s has not heard from its control plane since %s, and knows no token created after", e.cfg.Name, time.Unix(0, lost).UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("edge %s has not reached its control plane since it started at %s, and knows only the tokens of the config it kept", e.cfg.Name, e.started.UTC().Format(time.RFC3339))
 }
 
 // watchSilence cancels a watch that has received nothing (alive) for

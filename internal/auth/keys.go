@@ -23,7 +23,17 @@ type Keys struct {
 	now  func() time.Time
 	// tokens is nil until the first SetTokens.
 	tokens atomic.Pointer[map[string]*rivorav1.ApiToken]
+	// staleNote, when set, says why a token this process does not know
+	// may still be good ("" when there is no reason to think so): an
+	// edge cut off from its control plane has not had the tokens
+	// created since.
+	staleNote atomic.Pointer[func() string]
 }
+
+// SetStaleNote sets what a refusal of an unknown token adds: note says,
+// at the time of the call, why the token may be newer than the tokens
+// this process has ("" when there is no reason to think so).
+func (k *Keys) SetStaleNote(note func() string) { k.staleNote.Store(&note) }
 
 // NewKeys returns keys with the cell token (zero: --insecure, the cell
 // services open to anyone) and no API token yet.
@@ -61,10 +71,21 @@ var errNoBearer = errors.New("missing `Authorization: Bearer <token>` (rivoractl
 // bearer is the token of an Authorization header.
 func bearer(header string) (string, error) {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if ok && !strings.EqualFold(scheme, "Bearer") {
+		return "", connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("the Authorization header uses the %q scheme: send `Authorization: Bearer <token>` (rivoractl: --token, RIVORA_TOKEN or --token-file)", oneWord(scheme)))
+	}
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return "", connect.NewError(connect.CodeUnauthenticated, errNoBearer)
 	}
 	return strings.TrimSpace(token), nil
+}
+
+// oneWord bounds a caller's scheme name for an error message.
+func oneWord(s string) string {
+	if len(s) > 20 {
+		return s[:20] + "…"
+	}
+	return s
 }
 
 // user authenticates an API token; the cell token only where cellToo.
@@ -80,7 +101,13 @@ func (k *Keys) user(token string, cellToo bool) (*Principal, error) {
 	}
 	t, ok := k.byHash()[Hash(token)]
 	if !ok {
-		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("token not recognised: revoked, expired long ago, or mistyped"))
+		msg := "token not recognised: revoked, expired long ago, or mistyped"
+		if note := k.staleNote.Load(); note != nil {
+			if why := (*note)(); why != "" {
+				msg += "; or created since: " + why
+			}
+		}
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New(msg))
 	}
 	if exp := t.GetExpiresAt(); exp != nil && !k.now().Before(exp.AsTime()) {
 		return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("token %s (%s) expired at %s", t.GetId(), t.GetName(), exp.AsTime().UTC().Format(time.RFC3339)))

@@ -1,6 +1,8 @@
 package auth
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -30,5 +32,28 @@ func TestKeysBeforeAndAfterTheFirstTokens(t *testing.T) {
 	k.SetTokens(nil) // every token revoked: still loaded
 	if _, err := k.user(token, false); connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Fatalf("a revoked token: %v, want unauthenticated", err)
+	}
+}
+
+// A process that may be behind its control plane (an edge cut off from
+// it) says so when it does not know a token; one that is not, does not.
+// A header of another scheme is named as such, not as a missing one.
+func TestUnknownTokenAndWrongScheme(t *testing.T) {
+	k := NewKeys(CellTokenOf("0123456789abcdef0123456789abcdef"))
+	k.SetTokens(nil)
+	stale := ""
+	k.SetStaleNote(func() string { return stale })
+	if _, err := k.user(TokenPrefix+"new", false); connect.CodeOf(err) != connect.CodeUnauthenticated || strings.Contains(err.Error(), "created since") {
+		t.Fatalf("an unknown token, keys current: %v", err)
+	}
+	stale = "edge lyon has not heard from its control plane since 2026-12-05T21:00:00Z"
+	if _, err := k.user(TokenPrefix+"new", false); connect.CodeOf(err) != connect.CodeUnauthenticated || !strings.Contains(err.Error(), "or created since: edge lyon has not heard") {
+		t.Fatalf("an unknown token, keys maybe behind: %v", err)
+	}
+	if _, err := bearer("Basic dXNlcjpwYXNz"); connect.CodeOf(err) != connect.CodeUnauthenticated || !strings.Contains(err.Error(), `uses the "Basic" scheme: send`) {
+		t.Fatalf("a Basic header: %v", err)
+	}
+	if _, err := bearer(""); !strings.Contains(fmt.Sprint(err), "missing `Authorization: Bearer") {
+		t.Fatalf("no header: %v", err)
 	}
 }
