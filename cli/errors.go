@@ -119,6 +119,10 @@ func alreadySays(text, hint string) bool {
 // or expired. What the server already said (msg) is not repeated.
 func tokenHint(tokenSource, msg string) string {
 	how := "pass --token, RIVORA_TOKEN or --token-file (rivora dev wrote an admin token to <data-dir>/admin.token, ./data/admin.token by default)"
+	if strings.HasSuffix(tokenSource, "admin.token") {
+		// The one rivora dev wrote was refused: it was revoked.
+		how = "pass --token, RIVORA_TOKEN or --token-file with another token (an admin token rivora dev wrote stops working once revoked; another admin creates one with `rivoractl tokens create --role admin`)"
+	}
 	if strings.Contains(msg, "--token-file") {
 		how = ""
 	}

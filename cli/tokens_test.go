@@ -447,6 +447,17 @@ func TestUnauthenticatedHint(t *testing.T) {
 	t.Setenv("RIVORA_TOKEN", "rvk_old")
 	assertFailure(t, run(t, srv.URL, "", "destinations", "list"), exitError,
 		"the token from RIVORA_TOKEN was refused (mistyped, revoked or expired?): pass --token, RIVORA_TOKEN or --token-file")
+	// rivora dev's own admin token, revoked: not pointed back at it.
+	t.Setenv("RIVORA_TOKEN", "")
+	adminToken := filepath.Join(t.TempDir(), "admin.token")
+	if err := os.WriteFile(adminToken, []byte("rvk_revoked\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, srv.URL, "", "--token-file", adminToken, "destinations", "list")
+	assertFailure(t, r, exitError, "with another token (an admin token rivora dev wrote stops working once revoked")
+	if strings.Contains(r.stderr, "rivora dev wrote an admin token to <data-dir>/admin.token") {
+		t.Fatalf("a refused admin.token is answered with advice to use admin.token: %s", r.stderr)
+	}
 }
 
 // TestCAFile talks HTTP/2 over TLS to a server whose certificate only the
