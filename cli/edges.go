@@ -25,16 +25,20 @@ const edgesColumns = `Columns (and -o json keys):
    NAME (name)                 the edge's --name
    CONNECTED (connected)       its link to the cell is up, as its last report
                                (every 2s) says, and that report is at most 6s
-                               old; when false, why
+                               old; when false, why; "unknown" when its
+                               reports stopped with the link up
    WATCHING (watching)         its config stream to the control plane is open
    LAST SEEN (lastSeen)        when the control plane last heard from it
                                (RFC 3339; "-", null in JSON, if not since the
                                control plane started)
    BUFFERED (bufferedEvents)   events it acknowledged that the cell has not
-                               taken yet
+                               confirmed yet (the cell confirms in bulk: up
+                               to ~1,000 it already stored may be counted)
    BYTES (bufferedBytes)       their size
-   OLDEST (oldestBufferedAge)  how long the oldest of them has waited ("0s":
-                               nothing waits)
+   OLDEST (oldestBufferedAge)  how long the oldest unforwarded event has
+                               waited: of those not yet sent while the link
+                               is up, of all while it is down ("0s": nothing
+                               waits)
    FORWARDED (forwardedTotal)  events the cell took since the edge started
 JSON also has registeredAt, disconnectedSince (when its link went
 down), maxBufferBytes (its --max-buffer) and bufferMaxAge (its
@@ -194,7 +198,7 @@ func oldestAge(b *rivorav1.EdgeBuffer, now time.Time) time.Duration {
 	return max(0, now.Sub(b.GetOldestBuffered().AsTime()).Truncate(time.Second))
 }
 
-// connectedText is CONNECTED: true, or false and why.
+// connectedText is CONNECTED: true, false and why, or unknown.
 func connectedText(s *rivorav1.EdgeStatus, now time.Time) string {
 	b := s.GetBuffer()
 	switch {
@@ -207,7 +211,9 @@ func connectedText(s *rivorav1.EdgeStatus, now time.Time) string {
 	case !b.GetCellConnected():
 		return "false (link to the cell down)"
 	default:
-		return fmt.Sprintf("false (no report for %s)", now.Sub(s.GetLastSeen().AsTime()).Truncate(time.Second))
+		// Its last report had the link up; it may still be: only the
+		// edge's reports to the control plane stopped.
+		return fmt.Sprintf("unknown (no report for %s; the last had the link up)", now.Sub(s.GetLastSeen().AsTime()).Truncate(time.Second))
 	}
 }
 
