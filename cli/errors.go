@@ -71,7 +71,7 @@ func describe(err error, server, tokenSource string) string {
 	case connect.CodeCanceled:
 		text = "interrupted before Rivora answered"
 	case connect.CodeUnimplemented:
-		text = fmt.Sprintf("the server at %s does not serve this Rivora API (%s): check --server points at a Rivora control plane or agent", server, msg)
+		text = fmt.Sprintf("the server at %s does not serve this Rivora API (%s): check --server points at a Rivora control plane or agent (an edge serves publish only)", server, msg)
 	case connect.CodeInvalidArgument:
 		text = "invalid request: " + msg
 	case connect.CodeNotFound, connect.CodeAlreadyExists, connect.CodeFailedPrecondition:
