@@ -257,7 +257,7 @@ func (e *env) getEvent(c *ucli.Context) error {
 		kv = append(kv, "DEAD REASON", deadReasonName(ev.GetDeadReason()))
 	}
 	if ev.GetConflictingCopyDead() && ev.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT {
-		kv = append(kv, "CONFLICTING COPY", "a copy of another payload under this id (its idempotency key reused) is a dead letter, never sent: rivoractl dlq get "+ev.GetEventId())
+		kv = append(kv, "CONFLICTING COPY", "a copy of another payload under this id (its idempotency key reused) is a dead letter, never sent: rivoractl dlq show "+ev.GetEventId())
 	}
 	if err := fields(e.out, kv...); err != nil {
 		return err

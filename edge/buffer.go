@@ -187,10 +187,15 @@ func (b *Buffer) Stats(ctx context.Context) (Stats, error) {
 	}
 	sent := ci.Delivered.Stream
 	next, err := b.stream.GetMsg(ctx, sent+1, jetstream.WithGetMsgSubject(prefix(b.name)+"ingest.>"))
-	if err != nil {
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		// Sent and taken since the consumer's state was read.
+		st.Waiting = 0
+	case err != nil:
 		return Stats{}, fmt.Errorf("the oldest event not yet sent (after sequence %d): %w", sent, err)
+	default:
+		st.OldestWaiting = next.Time
 	}
-	st.OldestWaiting = next.Time
 	return st, nil
 }
 

@@ -120,11 +120,11 @@ type Edge struct {
 	warnings map[string]time.Duration
 	monitor  *monitor
 	started  time.Time
-	// followLost is when the config watch last ended after it had
-	// brought a config (unix nanoseconds; 0 while it follows, or when
-	// no watch has worked since the edge started): follow.go's.
-	followLost atomic.Int64
+	// following is true while a config watch that brought a config is
+	// open; followLost is when the last such watch ended (unix
+	// nanoseconds; 0 if none has since the edge started): follow.go's.
 	following  atomic.Bool
+	followLost atomic.Int64
 }
 
 // partitionCount is the cell's partition count, as ingest reads it.

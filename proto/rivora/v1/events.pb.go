@@ -156,7 +156,7 @@ type GetEventResponse struct {
 	// conflicting_copy_dead: a copy of another payload under this id (its
 	// idempotency key reused, caught only once an edge's copy reached the
 	// cell) became a dead letter, reason idempotency_conflict, never sent.
-	// It does not change this event's state; `rivoractl dlq get` shows it,
+	// It does not change this event's state; `rivoractl dlq show` shows it,
 	// and a replay delivers it under an id of its own.
 	ConflictingCopyDead bool `protobuf:"varint,17,opt,name=conflicting_copy_dead,json=conflictingCopyDead,proto3" json:"conflicting_copy_dead,omitempty"`
 	unknownFields       protoimpl.UnknownFields

@@ -139,7 +139,7 @@ export type GetEventResponse = Message<"rivora.v1.GetEventResponse"> & {
    * conflicting_copy_dead: a copy of another payload under this id (its
    * idempotency key reused, caught only once an edge's copy reached the
    * cell) became a dead letter, reason idempotency_conflict, never sent.
-   * It does not change this event's state; `rivoractl dlq get` shows it,
+   * It does not change this event's state; `rivoractl dlq show` shows it,
    * and a replay delivers it under an id of its own.
    *
    * @generated from field: bool conflicting_copy_dead = 17;
