@@ -607,6 +607,13 @@ func TestEventsGet(t *testing.T) {
 		t.Fatalf("dead event output:\n%s", r.stdout)
 	}
 
+	// Delivered, while a copy of another payload under its id died.
+	f.events["evt-3"] = &rivorav1.GetEventResponse{EventId: "evt-3", State: rivorav1.EventState_EVENT_STATE_DELIVERED, ConflictingCopyDead: true}
+	r = mustSucceed(t, run(t, url, "", "events", "get", "evt-3"))
+	if !strings.Contains(r.stdout, "delivered") || !strings.Contains(r.stdout, "CONFLICTING COPY") || !strings.Contains(r.stdout, "rivoractl dlq show evt-3") || strings.Contains(r.stdout, "DEAD REASON") {
+		t.Fatalf("delivered event with a conflicting copy dead:\n%s", r.stdout)
+	}
+
 	assertFailure(t, run(t, url, "", "events", "get", "evt-404"), exitError, "not found")
 	assertFailure(t, run(t, url, "", "events", "get"), exitUsage, "takes one event ID")
 }
