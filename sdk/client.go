@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -133,6 +134,9 @@ type config struct {
 	attemptTimeout time.Duration
 	grpc           bool
 	protoJSON      bool
+	// badURL is why the base URL cannot work (nil when it can): every
+	// call answers it at once, as InvalidArgument, never retried.
+	badURL error
 }
 
 // Option configures a Client. Options are created only by this package's
@@ -223,6 +227,7 @@ func newConfig(baseURL string, opts []Option) (config, string) {
 		o.apply(&cfg)
 	}
 	baseURL = strings.TrimRight(baseURL, "/")
+	cfg.badURL = checkBaseURL(baseURL)
 	if cfg.httpClient == nil {
 		cfg.httpClient = defaultHTTPClient(cfg.grpc && strings.HasPrefix(baseURL, "http://"), cfg.tlsConfig)
 	}
@@ -402,10 +407,23 @@ func newKey() (string, error) {
 	return id.String(), nil
 }
 
+// checkBaseURL tells why baseURL cannot reach a Rivora server: it must be
+// http:// or https:// with a host ("127.0.0.1:7400" alone is not).
+func checkBaseURL(baseURL string) error {
+	u, err := url.Parse(baseURL)
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		return nil
+	}
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("rivora: base URL %q: want http://HOST:PORT or https://HOST:PORT", baseURL))
+}
+
 // retry runs call until it succeeds, fails for good, runs out of attempts or
 // ctx ends. Every try sends the same request, so the idempotency key set
 // before the first try makes a retry of an already stored event harmless.
 func (cfg *config) retry(ctx context.Context, call func(context.Context) error) error {
+	if cfg.badURL != nil {
+		return cfg.badURL
+	}
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = cfg.try(ctx, call)
@@ -454,6 +472,12 @@ func (cfg *config) backoff(attempt int) time.Duration {
 	return half + rand.N(d-half+1)
 }
 
+// tooLarge tells a request refused for its size (connect's read limit,
+// which answers resource_exhausted) from an overloaded server.
+func tooLarge(err error) bool {
+	return strings.Contains(err.Error(), "larger than configured max")
+}
+
 func contextCode(err error) connect.Code {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return connect.CodeDeadlineExceeded
@@ -463,8 +487,11 @@ func contextCode(err error) connect.Code {
 
 func retryable(err error) bool {
 	switch connect.CodeOf(err) {
-	case connect.CodeUnavailable, connect.CodeDeadlineExceeded,
-		connect.CodeResourceExhausted, connect.CodeAborted:
+	case connect.CodeResourceExhausted:
+		// The server's overload, but not a request over its size limit:
+		// sent again, it is refused again.
+		return !tooLarge(err)
+	case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeAborted:
 		return true
 	case connect.CodeCanceled:
 		// connect-go reports a connection reset or broken pipe (the server

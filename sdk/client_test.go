@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -422,5 +424,38 @@ func TestPublishConcurrent(t *testing.T) {
 	}
 	if calls, _ := srv.snapshot(); calls != n {
 		t.Fatalf("server saw %d calls, want %d", calls, n)
+	}
+}
+
+// A batch over the server's size limit is refused (connect answers
+// resource_exhausted, as for an overloaded server) and not sent again:
+// it would be refused again.
+func TestPublishBatchTooLargeNotRetried(t *testing.T) {
+	var requests atomic.Int32
+	srv := &ingestServer{}
+	path, h := rivorav1connect.NewIngestServiceHandler(srv, connect.WithReadMaxBytes(1024))
+	mux := http.NewServeMux()
+	mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		h.ServeHTTP(w, r)
+	}))
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	big := testEvent
+	big.Payload = []byte(`"` + strings.Repeat("x", 4096) + `"`)
+	_, err := sdk.New(ts.URL, fastRetry()).PublishBatch(t.Context(), []sdk.Event{big, big})
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || requests.Load() != 1 {
+		t.Fatalf("over-size batch: %v after %d requests; want resource_exhausted after 1", err, requests.Load())
+	}
+}
+
+// A base URL without a scheme cannot work: every call says so at once, as
+// invalid_argument, and nothing is sent or retried.
+func TestBaseURLWithoutSchemeIsInvalid(t *testing.T) {
+	for _, u := range []string{"127.0.0.1:7400", "localhost:7400", "ftp://example.test", ""} {
+		_, err := sdk.New(u, fastRetry()).Publish(t.Context(), testEvent)
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "want http://HOST:PORT") {
+			t.Errorf("base URL %q: %v, want invalid_argument naming the form", u, err)
+		}
 	}
 }
