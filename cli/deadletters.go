@@ -144,12 +144,17 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	if n := c.Int("limit"); n < 1 || n > bounds.DeadLetterList {
-		return usagef("--limit %d: use 1 to %d (the archive answers at most %d at a time: narrow the filter for more)", n, bounds.DeadLetterList, bounds.DeadLetterList)
+	limit := c.Int("limit")
+	switch {
+	case limit < 1:
+		return usagef("--limit %d: use 1 to %d", limit, bounds.DeadLetterList)
+	case limit > bounds.DeadLetterList:
+		fmt.Fprintf(e.errOut, "--limit %d: showing at most %d, the most the archive answers at a time (narrow the filter for more)\n", limit, bounds.DeadLetterList)
+		limit = bounds.DeadLetterList
 	}
 	ctx, cancel := callContext(c)
 	defer cancel()
-	resp, err := e.archive().ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: f, Limit: int32(c.Int("limit"))}))
+	resp, err := e.archive().ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: f, Limit: int32(limit)}))
 	if err != nil {
 		return callFailed("list dead letters", err, nil)
 	}
