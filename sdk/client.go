@@ -68,6 +68,13 @@ type Event struct {
 	// too. The event id is EventID(Destination, Customer, key). A fan-out
 	// is stored once per key: a retry stores nothing twice, whatever
 	// subscriptions were created since.
+	//
+	// A key names one event forever: never reuse it for another. A reuse
+	// with another payload is refused only within the dedup window (2
+	// minutes by default); after it, it is stored under the same event id,
+	// the webhook-id receivers dedupe on, and they drop it. Key each event
+	// of an order on its own ("order-123:paid"). A key is 1 to 128 bytes
+	// of letters, digits, '_', '-' and ':'.
 	IdempotencyKey string
 }
 

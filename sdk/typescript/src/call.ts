@@ -169,14 +169,18 @@ function traceHeaders(what: string, ctx: Context, options: CallOptions): Headers
 }
 
 // retryable mirrors the Go SDK: Unavailable, DeadlineExceeded (of one try),
-// ResourceExhausted and Aborted, and transport failures. The caller's own
+// ResourceExhausted (unless the request is over the server's size limit)
+// and Aborted, and transport failures. The caller's own
 // cancellation is checked before.
 function retryable(err: unknown): boolean {
   const ce = ConnectError.from(err);
   switch (ce.code) {
+    case Code.ResourceExhausted:
+      // The server's overload, but not a request over its size limit:
+      // sent again, it is refused again.
+      return !ce.rawMessage.includes("larger than configured max");
     case Code.Unavailable:
     case Code.DeadlineExceeded:
-    case Code.ResourceExhausted:
     case Code.Aborted:
     case Code.Canceled:
       return true;

@@ -12,9 +12,12 @@ export { DEFAULT_BASE_BACKOFF_MS, DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_MS, type
 
 /**
  * A payload is delivered as the webhook's body: a string as its UTF-8 bytes
- * and a Uint8Array (or ArrayBuffer) as is, with `contentType` (default
- * application/json); anything else as JSON (what JSON.stringify makes of
- * it), compact, with content type application/json.
+ * and bytes (a Uint8Array or Buffer, any other typed array or DataView, an
+ * ArrayBuffer) as they are, with `contentType` (default application/json);
+ * anything else as JSON (what JSON.stringify makes of it), compact, with
+ * content type application/json. An object JSON.stringify would turn into
+ * `{}` without being a plain empty object (a Map, a Set, a Blob) is
+ * refused: its content would be lost.
  */
 export type Payload = string | Uint8Array | ArrayBuffer | JsonValue | object;
 
@@ -139,6 +142,16 @@ function resultOf(res: PublishResponse): PublishResult {
   };
 }
 
+// plainObject: an object literal (or Object.create(null)), which is `{}`
+// in JSON only when it is empty.
+function plainObject(p: unknown): boolean {
+  if (typeof p !== "object" || p === null) {
+    return false;
+  }
+  const proto: unknown = Object.getPrototypeOf(p);
+  return proto === Object.prototype || proto === null;
+}
+
 function toRequest(e: PublishEvent, what: string): PublishRequest {
   const req = create(PublishRequestSchema, {
     destinationId: e.destinationId ?? "",
@@ -154,7 +167,9 @@ function toRequest(e: PublishEvent, what: string): PublishRequest {
     req.payload = new TextEncoder().encode(p);
   } else if (p instanceof Uint8Array) {
     req.payload = p;
-  } else if (p instanceof ArrayBuffer) {
+  } else if (ArrayBuffer.isView(p)) {
+    req.payload = new Uint8Array(p.buffer, p.byteOffset, p.byteLength);
+  } else if (p instanceof ArrayBuffer || (typeof SharedArrayBuffer !== "undefined" && p instanceof SharedArrayBuffer)) {
     req.payload = new Uint8Array(p);
   } else {
     let json: string | undefined;
@@ -165,6 +180,10 @@ function toRequest(e: PublishEvent, what: string): PublishRequest {
     }
     if (json === undefined) {
       throw new RivoraError(Code.InvalidArgument, `${what}: payload ${typeof p} has no JSON form; pass a string, bytes or a JSON value`);
+    }
+    if (json === "{}" && !plainObject(p)) {
+      const kind = (p as object).constructor?.name ?? "object";
+      throw new RivoraError(Code.InvalidArgument, `${what}: payload is a ${kind}, which JSON.stringify turns into {} (its content lost); pass a plain object (for a Map: Object.fromEntries(map)), an array, a string or bytes`);
     }
     req.data = fromJson(ValueSchema, JSON.parse(json) as JsonValue);
   }

@@ -32,10 +32,10 @@ function ok(req: Received, res: http.ServerResponse): void {
   }
 }
 
-function fail(res: http.ServerResponse, status: number, code: string): void {
+function fail(res: http.ServerResponse, status: number, code: string, message = `test says ${code}`): void {
   res.statusCode = status;
   res.setHeader("content-type", "application/json");
-  res.end(JSON.stringify({ code, message: `test says ${code}` }));
+  res.end(JSON.stringify({ code, message }));
 }
 
 // failFirst answers the first n requests with a Connect error, then ok.
@@ -133,6 +133,21 @@ describe("RivoraClient on the wire", () => {
       expect(err.message).toMatch(/payload/);
     }
     expect(s.received).toHaveLength(7);
+
+    // Any typed array or DataView is bytes, as they are in memory.
+    await client.publish({ ...event, payload: new Uint16Array([1, 2]) });
+    expect(Array.from(sent().payload)).toEqual(Array.from(new Uint8Array(new Uint16Array([1, 2]).buffer)));
+    await client.publish({ ...event, payload: new DataView(new Uint8Array([9, 8, 7]).buffer, 1, 2) });
+    expect(Array.from(sent().payload)).toEqual([8, 7]);
+    // An empty plain object is {}; a Map or a Set would lose its content.
+    await client.publish({ ...event, payload: {} });
+    expect(toJson(ValueSchema, sent().data!)).toEqual({});
+    for (const lossy of [new Map([["a", 1]]), new Set([1])]) {
+      const err = await rejection(client.publish({ ...event, payload: lossy }));
+      expect(err.code).toBe(Code.InvalidArgument);
+      expect(err.message).toMatch(/turns into \{\}/);
+    }
+    expect(s.received).toHaveLength(10);
   });
 
   it("assigns a UUIDv7 idempotency key per event, keeps a given one, and batches", async () => {
@@ -184,6 +199,14 @@ describe("RivoraClient retries", () => {
     await new RivoraClient({ baseUrl: b.base, baseBackoffMs: 1 }).publishBatch([event, event]);
     expect(b.received).toHaveLength(2);
     expect(b.received[0]!.body).toEqual(b.received[1]!.body);
+  });
+
+  it("does not retry a request over the server's size limit", async () => {
+    const s = await server((_, res) => fail(res, 429, "resource_exhausted", "message size 9000000 is larger than configured max 8388608"));
+    const err = await rejection(new RivoraClient({ baseUrl: s.base, baseBackoffMs: 1 }).publishBatch([event, event]));
+    expect(err.code).toBe(Code.ResourceExhausted);
+    expect(err.attempts).toBe(1);
+    expect(s.received).toHaveLength(1);
   });
 
   it("does not retry what retrying cannot fix, and says why", async () => {
