@@ -45,12 +45,7 @@ func (countingArchive) Replay(_ context.Context, req *connect.Request[rivorav1.R
 // deleted destination or subscription, its dead letters kept) it says so;
 // otherwise it says nothing more.
 func TestReplayDryRunSaysWhyTheReplayWouldBeRefused(t *testing.T) {
-	srv := httptest.NewServer(http.Handler(func() *http.ServeMux {
-		mux := http.NewServeMux()
-		mux.Handle(rivorav1connect.NewArchiveServiceHandler(countingArchive{}))
-		return mux
-	}()))
-	t.Cleanup(srv.Close)
+	srv := startCountingArchive(t)
 
 	gone := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "deleted", "--dry-run"))
 	for _, want := range []string{"3 match", `a replay would be refused: destination "deleted" is not registered`} {
@@ -82,12 +77,7 @@ func replayTwoConflicts(stream *connect.ServerStream[rivorav1.ReplayResponse]) e
 // reports carried is listed at the end (and in -o json), not only the
 // last report's.
 func TestReplayListsTheConflictsItRenamed(t *testing.T) {
-	srv := httptest.NewServer(http.Handler(func() *http.ServeMux {
-		mux := http.NewServeMux()
-		mux.Handle(rivorav1connect.NewArchiveServiceHandler(countingArchive{}))
-		return mux
-	}()))
-	t.Cleanup(srv.Close)
+	srv := startCountingArchive(t)
 
 	r := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "conflicts"))
 	for _, want := range []string{"Replayed 3 of 3", "2 of them died as idempotency conflicts", "old-1 replayed as new-1", "old-2 replayed as new-2"} {
@@ -104,11 +94,15 @@ func TestReplayListsTheConflictsItRenamed(t *testing.T) {
 // TestReplayThatStopsSaysItResumes: a replay whose stream breaks after
 // it began says how far it got and that running it again resumes.
 func TestReplayThatStopsSaysItResumes(t *testing.T) {
-	srv := httptest.NewServer(http.Handler(func() *http.ServeMux {
-		mux := http.NewServeMux()
-		mux.Handle(rivorav1connect.NewArchiveServiceHandler(countingArchive{}))
-		return mux
-	}()))
-	t.Cleanup(srv.Close)
+	srv := startCountingArchive(t)
 	assertFailure(t, run(t, srv.URL, "", "replay", "--destination", "breaks"), exitError, "10 of 20 done before it stopped; run the same command again to resume")
+}
+
+// startCountingArchive serves countingArchive over HTTP until the test ends.
+func startCountingArchive(t *testing.T) *httptest.Server {
+	mux := http.NewServeMux()
+	mux.Handle(rivorav1connect.NewArchiveServiceHandler(countingArchive{}))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
 }
