@@ -142,7 +142,7 @@ type config struct {
 	grpc           bool
 	protoJSON      bool
 	// badURL is why the base URL cannot work (nil when it can): every
-	// call answers it at once, as InvalidArgument, never retried.
+	// try answers it at once, as InvalidArgument, which is not retried.
 	badURL error
 }
 
@@ -428,9 +428,6 @@ func checkBaseURL(baseURL string) error {
 // ctx ends. Every try sends the same request, so the idempotency key set
 // before the first try makes a retry of an already stored event harmless.
 func (cfg *config) retry(ctx context.Context, call func(context.Context) error) error {
-	if cfg.badURL != nil {
-		return cfg.badURL
-	}
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = cfg.try(ctx, call)
@@ -454,6 +451,9 @@ func (cfg *config) retry(ctx context.Context, call func(context.Context) error) 
 }
 
 func (cfg *config) try(ctx context.Context, call func(context.Context) error) error {
+	if cfg.badURL != nil {
+		return cfg.badURL // invalid_argument: never retried
+	}
 	if cfg.attemptTimeout <= 0 {
 		return call(ctx)
 	}

@@ -457,5 +457,9 @@ func TestBaseURLWithoutSchemeIsInvalid(t *testing.T) {
 		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "want http://HOST:PORT") {
 			t.Errorf("base URL %q: %v, want invalid_argument naming the form", u, err)
 		}
+		_, err = sdk.NewSubscriptionClient(u, fastRetry()).Pause(t.Context(), "sub-1", "probe")
+		if connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("subscription client, base URL %q: %v, want invalid_argument", u, err)
+		}
 	}
 }
