@@ -115,6 +115,7 @@ func (e *env) edgesGet() *ucli.Command {
 				"OLDEST", j.OldestBufferedAge,
 				"FORWARDED", fmt.Sprint(j.ForwardedTotal),
 				"MAX BUFFER", maxBufferText(j),
+				"ACCEPTING", acceptingText(resp.Msg.GetEdge().GetBuffer(), time.Now()),
 			)
 		},
 	}
@@ -215,6 +216,25 @@ func connectedText(s *rivorav1.EdgeStatus, now time.Time) string {
 		// edge's reports to the control plane stopped.
 		return fmt.Sprintf("unknown (no report for %s; the last had the link up)", now.Sub(s.GetLastSeen().AsTime()).Truncate(time.Second))
 	}
+}
+
+// fullShare is how full a buffer is, by its last report, when a publish
+// may no longer fit: an event is refused whole when it does not.
+const fullShare = 0.99
+
+// acceptingText says whether the edge takes publishes, by its last
+// report: it refuses them (resource_exhausted) once its buffer is full or
+// its oldest unforwarded event is older than --buffer-max-age.
+func acceptingText(b *rivorav1.EdgeBuffer, now time.Time) string {
+	switch {
+	case b == nil:
+		return "- (no report yet)"
+	case b.GetMaxBufferBytes() > 0 && float64(b.GetBufferedBytes()) >= fullShare*float64(b.GetMaxBufferBytes()):
+		return fmt.Sprintf("no: its buffer is full (%s of %s): publishes are refused until the cell takes events", fmtBytes(b.GetBufferedBytes()), fmtBytes(b.GetMaxBufferBytes()))
+	case b.GetBufferMaxAge() != nil && b.GetOldestBuffered() != nil && now.Sub(b.GetOldestBuffered().AsTime()) > b.GetBufferMaxAge().AsDuration():
+		return fmt.Sprintf("no: its oldest unforwarded event is older than --buffer-max-age %s: publishes are refused until the cell takes it", fmtDuration(b.GetBufferMaxAge()))
+	}
+	return "yes"
 }
 
 func maxBufferText(j edgeJSON) string {

@@ -136,12 +136,31 @@ func TestEdgesListTable(t *testing.T) {
 }
 
 func TestEdgesGet(t *testing.T) {
-	_, srv := startFakeEdges(t)
+	f, srv := startFakeEdges(t)
 	r := mustSucceed(t, run(t, srv, "", "edges", "get", "lyon"))
 	for _, s := range []string{"NAME", "lyon", "CONNECTED", "true", "BUFFERED", "1234 events, 3.0 MiB", "OLDEST", "1m4s", "FORWARDED", "99", "MAX BUFFER", "1.0 GiB, 72h"} {
 		if !strings.Contains(r.stdout, s) {
 			t.Errorf("edges get lyon lacks %q:\n%s", s, r.stdout)
 		}
+	}
+	if !strings.Contains(r.stdout, "ACCEPTING") || !strings.Contains(r.stdout, "yes") {
+		t.Errorf("edges get lyon does not say it accepts:\n%s", r.stdout)
+	}
+	// Full, by its last report: it refuses publishes, and says so.
+	f.mu.Lock()
+	f.edges[0].Buffer.BufferedBytes = f.edges[0].Buffer.MaxBufferBytes
+	f.mu.Unlock()
+	r = mustSucceed(t, run(t, srv, "", "edges", "get", "lyon"))
+	if !strings.Contains(r.stdout, "no: its buffer is full (1.0 GiB of 1.0 GiB)") {
+		t.Errorf("edges get of a full edge:\n%s", r.stdout)
+	}
+	// Over --buffer-max-age (its oldest is 64.5s old).
+	f.mu.Lock()
+	f.edges[0].Buffer.BufferedBytes, f.edges[0].Buffer.BufferMaxAge = 3<<20, durationpb.New(time.Minute)
+	f.mu.Unlock()
+	r = mustSucceed(t, run(t, srv, "", "edges", "get", "lyon"))
+	if !strings.Contains(r.stdout, "no: its oldest unforwarded event is older than --buffer-max-age 1m") {
+		t.Errorf("edges get of an edge over its max age:\n%s", r.stdout)
 	}
 	r = mustSucceed(t, run(t, srv, "", "edges", "get", "oslo", "-o", "json"))
 	var got map[string]any
