@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -374,6 +376,39 @@ func TestEdgeUnderSteadyTrafficIsNotOverAge(t *testing.T) {
 		return err == nil && info.State.Msgs == uint64(len(ids))
 	})
 	checkForwarded(t, ingestStream, "edge-steady", ids)
+}
+
+// An edge restarted during a cut still knows since when its link is
+// down (kept in its data dir), and forgets it once the link is back.
+func TestEdgeRestartedDuringACutKnowsSinceWhen(t *testing.T) {
+	_, cpServer := startControlPlane(t)
+	leaf := freeAddr(t)
+	cellDir := t.TempDir()
+	cell := startCell(t, leaf, cellDir)
+	cfg := edged.Config{
+		Name: "edge-lost", DataDir: t.TempDir(), CellLeaf: []string{"nats-leaf://" + leaf}, ControlPlanes: []string{cpServer.URL},
+		MaxBuffer: 1 << 20, BufferMaxAge: time.Hour,
+	}
+	e := startEdge(t, cfg)
+	poll.True(t, "the edge reached the cell", 10*time.Second, func() bool { return e.Status().CellConnected })
+	cell.Shutdown()
+	poll.True(t, "the edge saw its link go down", 30*time.Second, func() bool { return !e.Status().DisconnectedSince.IsZero() })
+	lost := e.Status().DisconnectedSince
+
+	e.stop()
+	e = startEdge(t, cfg)
+	if st := e.Status(); st.CellConnected || !st.DisconnectedSince.Equal(lost) {
+		t.Fatalf("restarted during the cut: connected %t, down since %v; want down since %v", st.CellConnected, st.DisconnectedSince, lost)
+	}
+
+	startCell(t, leaf, cellDir)
+	poll.True(t, "the edge reached the cell again, its cut forgotten", 30*time.Second, func() bool {
+		st := e.Status()
+		return st.CellConnected && st.DisconnectedSince.IsZero()
+	})
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, edged.LinkLostFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s after the link came back: %v, want it gone", edged.LinkLostFile, err)
+	}
 }
 
 // A delta from the control plane applies at once (a revoked token is

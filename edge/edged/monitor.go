@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,13 +46,28 @@ type monitor struct {
 	buffer    *edge.Buffer
 	started   time.Time
 	now       func() time.Time
+	// lostFile keeps when the link was lost across a restart of the
+	// edge during the cut (LinkLostFile in the data dir).
+	lostFile string
 
 	mu   sync.Mutex
 	last Status
 }
 
+// LinkLostFile, in the edge's data dir, holds when its link to the cell
+// was lost (RFC 3339), while it is down: a restart during a cut still
+// says since when.
+const LinkLostFile = "link-lost-at"
+
 func newMonitor(cfg Config, nats *natsd.Server, buffer *edge.Buffer, started time.Time) *monitor {
-	return &monitor{name: cfg.Name, maxBuffer: cfg.MaxBuffer, maxAge: cfg.BufferMaxAge, nats: nats, buffer: buffer, started: started, now: time.Now}
+	m := &monitor{name: cfg.Name, maxBuffer: cfg.MaxBuffer, maxAge: cfg.BufferMaxAge, nats: nats, buffer: buffer, started: started, now: time.Now,
+		lostFile: filepath.Join(cfg.DataDir, LinkLostFile)}
+	if data, err := os.ReadFile(m.lostFile); err == nil {
+		if at, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(data))); err == nil {
+			m.last.DisconnectedSince = at
+		}
+	}
+	return m
 }
 
 // run samples every sampleEvery until ctx ends, logging the link's
@@ -88,10 +106,14 @@ func (m *monitor) sample(ctx context.Context) Status {
 		m.last.Buffer = stats
 	}
 	switch {
-	case connected:
+	case connected && !m.last.DisconnectedSince.IsZero():
 		m.last.DisconnectedSince = time.Time{}
-	case m.last.CellConnected:
+		_ = os.Remove(m.lostFile) // best effort: a stale one is replaced at the next loss
+	case !connected && m.last.CellConnected:
 		m.last.DisconnectedSince = now
+		// Best effort: without it, a restart during the cut says
+		// "unreachable since this edge started" instead.
+		_ = os.WriteFile(m.lostFile, []byte(now.UTC().Format(time.RFC3339Nano)), 0o600)
 	}
 	m.last.CellConnected, m.last.At = connected, now
 	return m.last
