@@ -374,7 +374,10 @@ func onUsageError(c *ucli.Context, err error, _ bool) error {
 	if c.Command != nil && c.Command.HelpName != "" {
 		name = c.Command.HelpName
 	}
-	return usagef("%v: see `%s --help`", err, name)
+	// The flag package names a flag with one dash ("flag -rate"); the
+	// help and every example use two.
+	msg := strings.Replace(err.Error(), "for flag -", "for flag --", 1)
+	return usagef("%s: see `%s --help`", msg, name)
 }
 
 func setUsageErrorHandlers(cmds []*ucli.Command) {

@@ -745,3 +745,10 @@ func (f *fakeRivora) ListEdges(context.Context, *connect.Request[rivorav1.ListEd
 	defer f.mu.Unlock()
 	return connect.NewResponse(&rivorav1.ListEdgesResponse{Edges: f.edges}), nil
 }
+
+// A flag's value that does not parse names the flag as the help does,
+// with two dashes.
+func TestBadFlagValueNamesTheFlag(t *testing.T) {
+	_, url := startFake(t)
+	assertFailure(t, run(t, url, "", "replay", "--destination", "orders", "--rate", "abc"), exitUsage, `invalid value "abc" for flag --rate`)
+}
