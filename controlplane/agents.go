@@ -199,7 +199,7 @@ func (r *agentRegistry) healthyLocked(a *agentState, now time.Time) (bool, strin
 	case r.liveSessions != nil && !r.liveSessions[a.session]:
 		return false, "consul session not alive"
 	case now.Before(a.eligibleAt):
-		return false, "rejoined recently; eligible at " + a.eligibleAt.Format(time.RFC3339)
+		return false, "rejoined recently: given partitions again at " + a.eligibleAt.Format(time.RFC3339) + " (--rejoin-delay; it accepts publishes meanwhile)"
 	}
 	return true, ""
 }
