@@ -9,7 +9,11 @@ import { Code, ConnectError } from "@connectrpc/connect";
 export class RivoraError extends Error {
   override readonly name = "RivoraError";
   readonly code: Code;
-  /** The server's (or transport's) message, without the code prefix. */
+  /**
+   * The message without the `[code]` prefix: what the call was, then the
+   * server's (or transport's) words, e.g. "rivora publish: destination
+   * \"orders\" is not registered".
+   */
   readonly rawMessage: string;
   /** Tries made before giving up (0 when the call was refused before any). */
   readonly attempts: number;
