@@ -11,8 +11,8 @@ export class RivoraError extends Error {
   readonly code: Code;
   /**
    * The message without the `[code]` prefix: what the call was, then the
-   * server's (or transport's) words, e.g. "rivora publish: destination
-   * \"orders\" is not registered".
+   * server's (or transport's) words, e.g. `rivora publish: destination
+   * "orders" is not registered`.
    */
   readonly rawMessage: string;
   /** Tries made before giving up (0 when the call was refused before any). */
