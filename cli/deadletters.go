@@ -316,12 +316,15 @@ func (e *env) replay(c *ucli.Context) error {
 	start := time.Now()
 	var last *rivorav1.ReplayResponse
 	var renamed []*rivorav1.ReplayRename
+	shown := int64(-1) // dead letters done, as last shown
 	for stream.Receive() {
 		last = stream.Msg()
 		renamed = append(renamed, last.GetRenamed()...)
-		if c.Bool("dry-run") || e.output == "json" {
-			continue
+		done := last.GetReplayed() + last.GetSkipped()
+		if c.Bool("dry-run") || e.output == "json" || done == shown {
+			continue // the final report repeats the last batch's
 		}
+		shown = done
 		e.showProgress(last, start, tty)
 	}
 	if err := stream.Err(); err != nil {

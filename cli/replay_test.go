@@ -60,11 +60,12 @@ func TestReplayDryRunSaysWhyTheReplayWouldBeRefused(t *testing.T) {
 }
 
 // replayTwoConflicts answers a replay of 3 dead letters, two of them
-// idempotency conflicts renamed, in two progress reports.
+// idempotency conflicts renamed, in three progress reports.
 func replayTwoConflicts(stream *connect.ServerStream[rivorav1.ReplayResponse]) error {
 	for _, resp := range []*rivorav1.ReplayResponse{
 		{Total: 3, Replayed: 2, Renamed: []*rivorav1.ReplayRename{{EventId: "old-1", ReplayedAs: "new-1"}}},
-		{Total: 3, Replayed: 3, Done: true, Renamed: []*rivorav1.ReplayRename{{EventId: "old-2", ReplayedAs: "new-2"}}},
+		{Total: 3, Replayed: 3, Renamed: []*rivorav1.ReplayRename{{EventId: "old-2", ReplayedAs: "new-2"}}},
+		{Total: 3, Replayed: 3, Done: true}, // the final report repeats the last batch's
 	} {
 		if err := stream.Send(resp); err != nil {
 			return err
@@ -84,6 +85,9 @@ func TestReplayListsTheConflictsItRenamed(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("replay output lacks %q:\n%s", want, r.stdout)
 		}
+	}
+	if n := strings.Count(r.stdout, "replay: 3/3"); n != 1 {
+		t.Errorf("the progress line 3/3 shown %d times, want once:\n%s", n, r.stdout)
 	}
 	j := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "conflicts", "-o", "json"))
 	if !strings.Contains(j.stdout, `"old-1"`) || !strings.Contains(j.stdout, `"new-2"`) {
