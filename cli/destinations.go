@@ -224,7 +224,7 @@ func (e *env) listDestinations(c *ucli.Context) error {
 		return writeJSONArray(e.out, ds)
 	}
 	if len(ds) == 0 {
-		_, err := fmt.Fprintln(e.out, "No destinations yet. Create one: rivoractl destinations create ID --url URL")
+		_, err := fmt.Fprintln(e.out, "No destinations yet. Create one: rivoractl destinations create ID --url URL (with a customer token, add --owner-customer CUSTOMER)")
 		return err
 	}
 	return writeDestinations(e.out, ds)
