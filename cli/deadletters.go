@@ -273,8 +273,10 @@ edge's copy of a key the cell had used for another payload) died under the
 id of that other event, so it is delivered under an id of its own, with
 the header rivora-replay-of naming the old one; the replay lists each.
 
-Ctrl-C stops cleanly; running the same command again resumes after what was
-already re-accepted (a checkpoint per filter). --restart ignores it.
+A dead letter is sent by one replay only: each is marked once re-accepted,
+and a later replay skips it, whatever its filter. So Ctrl-C stops cleanly,
+and running the same command again resumes after what was already
+re-accepted. --restart sends the marked ones again.
 
 Examples:
    rivoractl replay --destination orders --dry-run
@@ -282,7 +284,7 @@ Examples:
 		Flags: append(filterFlags(),
 			&ucli.Float64Flag{Name: "rate", Usage: "re-ingest at most `N` events per second, 0.001 to 1e6 (default: as fast as ingest takes them)"},
 			&ucli.BoolFlag{Name: "dry-run", Usage: "only count what would be replayed, per destination and customer"},
-			&ucli.BoolFlag{Name: "restart", Usage: "ignore the checkpoint of an earlier run with the same filter"},
+			&ucli.BoolFlag{Name: "restart", Usage: "send again what earlier replays, with any filter, already re-accepted"},
 		),
 		Action: e.replay,
 	}
@@ -376,7 +378,7 @@ func resumeHints(last *rivorav1.ReplayResponse, dryRun bool) map[connect.Code]st
 	if last == nil || dryRun {
 		return nil
 	}
-	hint := fmt.Sprintf("%d of %d done before it stopped; run the same command again to resume (a checkpoint keeps what was re-accepted)", last.GetReplayed()+last.GetSkipped(), last.GetTotal())
+	hint := fmt.Sprintf("%d of %d done before it stopped; run the same command again to resume (each dead letter re-accepted is marked)", last.GetReplayed()+last.GetSkipped(), last.GetTotal())
 	hints := map[connect.Code]string{}
 	for _, code := range []connect.Code{connect.CodeInternal, connect.CodeUnknown, connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeAborted} {
 		hints[code] = hint

@@ -313,7 +313,7 @@ func (r *operatorRouter) DeadLetterStats(ctx context.Context, req *connect.Reque
 // Replay forwards one agent's replay stream, message by message; the
 // caller's cancellation (ctx) ends the agent's stream. Only an agent that
 // failed before its first report is passed over: after one, the replay
-// has begun there (a re-run resumes from its checkpoint).
+// has begun there (a re-run resumes after what it marked re-accepted).
 func (r *operatorRouter) Replay(ctx context.Context, req *connect.Request[rivorav1.ReplayRequest], out *connect.ServerStream[rivorav1.ReplayResponse]) error {
 	return r.anyAgent(ctx, func(ctx context.Context, a *agentState) (bool, error) {
 		stream, err := r.archive(a).Replay(ctx, connect.NewRequest(req.Msg))

@@ -1,7 +1,8 @@
 // Package deadletters serves the archive (tier 3) to people: list, show and
-// count dead letters, and replay them through ingest with a checkpoint so
-// an interrupted replay resumes where it stopped. The replay itself is an
-// engine (Replay: filter, pacing, checkpoints, progress) that knows nothing
+// count dead letters, and replay them through ingest, marking each dead
+// letter re-accepted so that no replay sends it again and an interrupted
+// replay resumes where it stopped. The replay itself is an engine (Replay:
+// filter, pacing, marks, progress) that knows nothing
 // of Connect; the Service's handlers map requests to it and return errors
 // tagged with their kind (internal/errkind).
 package deadletters
@@ -46,10 +47,12 @@ type Service struct {
 	audit func(ctx context.Context, e *rivorav1.AuditEntry) error
 }
 
-// CheckpointBucket is the KV bucket holding replay checkpoints.
+// CheckpointBucket is the KV bucket holding the replay marks: which lines
+// of each archive object a replay handled (replayMarks). Its name is from
+// when it held one checkpoint per filter.
 const CheckpointBucket = "REPLAY_CHECKPOINTS"
 
-// New returns the service, creating the checkpoint bucket if needed.
+// New returns the service, creating the marks bucket if needed.
 // audit (nil: none) makes every replay (not a dry run) two audit
 // entries: as it begins (deadletters.replay.began: what matches) and when
 // it ends (deadletters.replay: what it replayed, and how it ended).
@@ -57,7 +60,7 @@ const CheckpointBucket = "REPLAY_CHECKPOINTS"
 func New(ctx context.Context, js jetstream.JetStream, arch archive.Archive, ingest Reingester, audit func(ctx context.Context, e *rivorav1.AuditEntry) error, replicas int, log *slog.Logger) (*Service, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      CheckpointBucket,
-		Description: "Where each replay (by filter) got to, so a re-run resumes.",
+		Description: "Which dead letters a replay re-accepted, by archive object and line: no replay sends one again, and a re-run resumes.",
 		Storage:     jetstream.FileStorage,
 		Replicas:    max(replicas, 1),
 	})
@@ -452,7 +455,7 @@ func replayScope(r ReplayRequest) string {
 		scope = append(scope, fmt.Sprintf("at %g/s", *r.Rate))
 	}
 	if r.Restart {
-		scope = append(scope, "restarted: the checkpoint ignored")
+		scope = append(scope, "restarted: sending again what earlier replays re-accepted")
 	}
 	if len(scope) == 0 {
 		return ""

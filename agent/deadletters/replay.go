@@ -4,15 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rivora/rivora/agent/archive"
@@ -24,24 +20,25 @@ import (
 )
 
 // Replay is the replay engine: it re-ingests the dead letters a filter
-// matches, in archive order (lane order), paced to a rate, saving a
-// checkpoint after every batch so that a re-run with the same filter
+// matches, in archive order (lane order), paced to a rate, marking after
+// every batch which dead letters it handled (replayMarks), so that no
+// replay, whatever its filter, sends one of them again and a re-run
 // resumes where one stopped, and reports its progress through a callback.
 // It knows nothing of Connect: Service.Replay maps a request to it and its
 // progress onto a stream.
 type Replay struct {
-	archive     archive.Archive
-	ingest      Reingester
-	checkpoints jetstream.KeyValue
-	clock       clock.Clock
-	log         *slog.Logger
+	archive archive.Archive
+	ingest  Reingester
+	marks   jetstream.KeyValue
+	clock   clock.Clock
+	log     *slog.Logger
 }
 
 // NewReplay returns an engine that reads arch, re-ingests through ingest
-// and keeps its checkpoints in the checkpoints bucket (CheckpointBucket);
-// clk paces it and times its progress reports.
-func NewReplay(arch archive.Archive, ingest Reingester, checkpoints jetstream.KeyValue, clk clock.Clock, log *slog.Logger) *Replay {
-	return &Replay{archive: arch, ingest: ingest, checkpoints: checkpoints, clock: clk, log: log}
+// and keeps its marks in the marks bucket (CheckpointBucket); clk paces
+// it and times its progress reports.
+func NewReplay(arch archive.Archive, ingest Reingester, marks jetstream.KeyValue, clk clock.Clock, log *slog.Logger) *Replay {
+	return &Replay{archive: arch, ingest: ingest, marks: marks, clock: clk, log: log}
 }
 
 // ReplayRequest says what to replay, and how.
@@ -54,7 +51,7 @@ type ReplayRequest struct {
 	// DryRun counts what would be replayed (Progress.Counts), replaying
 	// nothing.
 	DryRun bool
-	// Restart ignores the checkpoint of an earlier run with the filter.
+	// Restart replays again what earlier replays handled (their marks).
 	Restart bool
 }
 
@@ -65,9 +62,10 @@ type Progress struct {
 	Total int64
 	// Replayed were re-accepted by this run.
 	Replayed int64
-	// Skipped were re-accepted by an earlier run (checkpoint), were
-	// already present (duplicate), or are a later death of an event this
-	// replay re-accepts at its first (repeats).
+	// Skipped were handled by an earlier replay, with this filter or
+	// another (replayMarks), were already present (duplicate), or are a
+	// later death of an event this replay re-accepts at its first
+	// (repeats).
 	Skipped int64
 	// RatePerSecond is this run's replay rate so far.
 	RatePerSecond float64
@@ -91,7 +89,7 @@ const reportEvery = 200 * time.Millisecond
 // reportEvery or so, and last with Done. An error progress returns stops
 // the replay. Run returns where the replay got to, and why it stopped: a
 // request that is wrong (errkind.Invalid), the archive, ingest or the
-// checkpoint bucket failing (their kind, else errkind.Unavailable), ctx
+// marks bucket failing (their kind, else errkind.Unavailable), ctx
 // ending (errkind.Canceled: a re-run resumes).
 func (r *Replay) Run(ctx context.Context, req ReplayRequest, progress func(Progress) error) (Progress, error) {
 	if err := req.check(); err != nil {
@@ -102,12 +100,7 @@ func (r *Replay) Run(ctx context.Context, req ReplayRequest, progress func(Progr
 	if err != nil {
 		return Progress{}, err
 	}
-	run := &replayRun{Replay: r, req: req, cpKey: checkpointKey(f), cp: newCheckpoint(), report: progress}
-	if !req.Restart {
-		if run.cp, err = r.loadCheckpoint(ctx, run.cpKey); err != nil {
-			return Progress{}, errkind.Tag(errkind.Unavailable, err)
-		}
-	}
+	run := &replayRun{Replay: r, req: req, marked: newReplayMarks(r.marks), report: progress}
 	counts, err := run.count(ctx, keys)
 	if err != nil {
 		return run.p, err
@@ -145,12 +138,11 @@ func (req ReplayRequest) check() error {
 	return nil
 }
 
-// replayRun is one run of a replay: its checkpoint, progress and pace.
+// replayRun is one run of a replay: its marks, progress and pace.
 type replayRun struct {
 	*Replay
 	req    ReplayRequest
-	cpKey  string
-	cp     *checkpoint
+	marked *replayMarks
 	p      Progress
 	report func(Progress) error
 	pace   *pacer
@@ -161,6 +153,8 @@ type replayRun struct {
 	// an event replayed before that died again has a dead letter per
 	// death, and is re-accepted once, at its first (count finds them).
 	repeats map[string]map[int]bool
+	// todo counts, per archive object, the lines this run re-ingests.
+	todo map[string]int
 }
 
 // idKey is an event id as count remembers it: a 128-bit hash, a fixed
@@ -188,14 +182,14 @@ func repeat(dl *rivorav1.DeadLetter, seen map[idKey]struct{}) bool {
 }
 
 // count is the first pass: how many dead letters match, how many of them
-// an earlier run replayed, and the rest grouped (Progress.Counts).
+// an earlier replay handled, and the rest grouped (Progress.Counts).
 //
-// It also finds the repeats, reading every match in archive order, done
+// It also finds the repeats, reading every match in archive order, marked
 // ones included, so that a resumed run skips the same lines.
 func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error) {
 	counts := newCounter()
 	seen := map[idKey]struct{}{}
-	run.repeats = map[string]map[int]bool{}
+	run.repeats, run.todo = map[string]map[int]bool{}, map[string]int{}
 	for _, k := range keys {
 		dls, err := run.archive.Get(ctx, k)
 		if err != nil {
@@ -204,6 +198,9 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 		for i, dl := range dls {
 			if !matches(run.req.Filter, dl) {
 				continue
+			}
+			if _, err := run.marked.load(ctx, k); err != nil {
+				return nil, errkind.Tag(errkind.Unavailable, err)
 			}
 			run.p.Total++
 			if repeat(dl, seen) {
@@ -214,7 +211,7 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 				run.p.Skipped++
 				continue
 			}
-			if run.cp.done(k, i) {
+			if run.handledBefore(k, i) {
 				run.p.Skipped++
 				continue
 			}
@@ -229,6 +226,7 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 				}
 			}
 			counts.add(dl, false)
+			run.todo[k]++
 		}
 	}
 	if run.p.Total == 0 {
@@ -245,8 +243,14 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 	return counts, nil
 }
 
-// replay is the second pass: it re-ingests what the checkpoint does not
-// say is done, object by object.
+// handledBefore reports whether an earlier replay handled line i of
+// object k, unless this one is a restart.
+func (run *replayRun) handledBefore(k string, i int) bool {
+	return !run.req.Restart && run.marked.has(k, i)
+}
+
+// replay is the second pass: it re-ingests, object by object, what count
+// found to do.
 func (run *replayRun) replay(ctx context.Context, keys []string) error {
 	var rate float64
 	if run.req.Rate != nil {
@@ -256,7 +260,7 @@ func (run *replayRun) replay(ctx context.Context, keys []string) error {
 	run.start = run.clock.Now()
 	run.lastReport = run.start
 	for _, k := range keys {
-		if run.cp.Done[k] {
+		if run.todo[k] == 0 {
 			continue
 		}
 		if err := run.object(ctx, k); err != nil {
@@ -267,18 +271,15 @@ func (run *replayRun) replay(ctx context.Context, keys []string) error {
 }
 
 // object re-ingests the matches of one archive object in paced batches,
-// from where the checkpoint says, saving the checkpoint after each.
+// those an earlier replay handled left out, marking after each what it
+// handled.
 func (run *replayRun) object(ctx context.Context, k string) error {
 	dls, err := run.archive.Get(ctx, k)
 	if err != nil {
 		return errkind.Tag(errkind.Unavailable, err)
 	}
-	first := 0
-	if k == run.cp.Current {
-		first = run.cp.Line
-	}
-	for i := first; i < len(dls); {
-		batch, end := run.batch(k, dls, i)
+	for i := 0; i < len(dls); {
+		batch, handled, end := run.batch(k, dls, i)
 		if err := run.pace.wait(ctx, len(batch)); err != nil {
 			return run.stop(ctx, err)
 		}
@@ -293,30 +294,32 @@ func (run *replayRun) object(ctx context.Context, k string) error {
 			run.p.Renamed = append(run.p.Renamed, renamed...)
 		}
 		i = end
-		run.cp.Current, run.cp.Line = k, i
-		if err := run.save(ctx); err != nil {
-			return err
+		if err := run.marked.mark(ctx, k, handled); err != nil {
+			return errkind.Tag(errkind.Unavailable, err)
 		}
 		if err := run.progress(false); err != nil {
 			return err
 		}
 	}
-	run.cp.Done[k] = true
-	run.cp.Current, run.cp.Line = "", 0
-	return run.save(ctx)
+	return nil
 }
 
-// batch is the next batch of matches from dls[i:], as large as the pace
-// allows, and where the one after it starts.
-func (run *replayRun) batch(k string, dls []*rivorav1.DeadLetter, i int) ([]*rivorav1.DeadLetter, int) {
-	batch := make([]*rivorav1.DeadLetter, 0, run.pace.batch())
-	end := i
-	for ; end < len(dls) && len(batch) < cap(batch); end++ {
-		if matches(run.req.Filter, dls[end]) && !run.repeats[k][end] {
+// batch is the next batch of matches from dls[i:] to re-ingest, as large
+// as the pace allows; the lines it handles (the batch's, and the repeats
+// among them); and where the batch after it starts.
+func (run *replayRun) batch(k string, dls []*rivorav1.DeadLetter, i int) (batch []*rivorav1.DeadLetter, handled []int, end int) {
+	batch = make([]*rivorav1.DeadLetter, 0, run.pace.batch())
+	for end = i; end < len(dls) && len(batch) < cap(batch); end++ {
+		switch {
+		case !matches(run.req.Filter, dls[end]) || run.handledBefore(k, end):
+		case run.repeats[k][end]:
+			handled = append(handled, end)
+		default:
 			batch = append(batch, dls[end])
+			handled = append(handled, end)
 		}
 	}
-	return batch, end
+	return batch, handled, end
 }
 
 // progress reports where the run is: when forced, else at most every
@@ -359,73 +362,17 @@ func replayedAs(batch []*rivorav1.DeadLetter) ([]*rivorav1.DeadLetter, []*rivora
 	return batch, renamed
 }
 
-func (run *replayRun) save(ctx context.Context) error {
-	if err := run.saveCheckpoint(ctx, run.cpKey, run.cp); err != nil {
-		return errkind.Errorf(errkind.Unavailable, "save replay checkpoint: %w", err)
-	}
-	return nil
-}
-
-// stop ends an interrupted run; the checkpoint already says where. An
-// error of ingest keeps its kind; one without is Unavailable.
+// stop ends an interrupted run; its marks already say where. An error of
+// ingest keeps its kind; one without is Unavailable.
 func (run *replayRun) stop(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		run.log.Info("replay interrupted; a re-run resumes", "checkpoint", run.cpKey, "object", run.cp.Current, "line", run.cp.Line)
+		run.log.Info("replay interrupted; a re-run resumes", "destination", run.req.Filter.GetDestinationId(), "replayed", run.p.Replayed)
 		return errkind.Errorf(errkind.Canceled, "replay interrupted; run it again to resume")
 	}
 	if errkind.Coded(err) {
 		return err
 	}
 	return errkind.Tag(errkind.Unavailable, err)
-}
-
-// checkpoint is where a replay got to: objects fully replayed, and within
-// the current object how many lines.
-type checkpoint struct {
-	Done    map[string]bool `json:"done"`
-	Current string          `json:"current,omitempty"`
-	Line    int             `json:"line,omitempty"`
-}
-
-func newCheckpoint() *checkpoint { return &checkpoint{Done: map[string]bool{}} }
-
-// done reports whether line i of object k was replayed.
-func (cp *checkpoint) done(k string, i int) bool {
-	return cp.Done[k] || (k == cp.Current && i < cp.Line)
-}
-
-// checkpointKey names a replay by its filter.
-func checkpointKey(f *rivorav1.DeadLetterFilter) string {
-	canon, _ := protojson.MarshalOptions{UseProtoNames: true}.Marshal(f)
-	sum := sha256.Sum256(canon)
-	return hex.EncodeToString(sum[:16])
-}
-
-func (r *Replay) loadCheckpoint(ctx context.Context, key string) (*checkpoint, error) {
-	cp := newCheckpoint()
-	entry, err := r.checkpoints.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return cp, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(entry.Value(), cp); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", key, err)
-	}
-	if cp.Done == nil {
-		cp.Done = map[string]bool{}
-	}
-	return cp, nil
-}
-
-func (r *Replay) saveCheckpoint(ctx context.Context, key string, cp *checkpoint) error {
-	data, err := json.Marshal(cp)
-	if err != nil {
-		return err
-	}
-	_, err = r.checkpoints.Put(ctx, key, data)
-	return err
 }
 
 // pacer spreads re-ingest over time at a rate (0: unpaced).

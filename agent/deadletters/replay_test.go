@@ -24,7 +24,7 @@ import (
 )
 
 // The replay engine's tests: no Connect stream, a real archive directory
-// and checkpoint bucket, a recording ingest and a manual clock.
+// and marks bucket, a recording ingest and a manual clock.
 
 // waitClock is a manual clock that says when the code under test waits
 // on it, so a test advances it exactly when and by what the code waits.
@@ -201,13 +201,19 @@ func rate(r float64) *float64 { return &r }
 // The filter picks what is replayed, in archive (lane) order; what it
 // matches is counted before anything is re-ingested.
 func TestReplayFilter(t *testing.T) {
-	rg := newReplayRig(t)
 	const maxAttempts, window = rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS, rivorav1.DeadReason_DEAD_REASON_WINDOW
-	// Put out of order: the archive's key order is the replay's order.
-	rg.put(t, "orders", 1, 1, time.Hour, dead("b1", "acme", maxAttempts), dead("b2", "globex", maxAttempts))
-	rg.put(t, "orders", 0, 1, 3*time.Hour, dead("a1", "acme", maxAttempts), dead("a2", "acme", window), dead("a3", "acme", maxAttempts))
-	rg.put(t, "orders", 0, 4, time.Hour, dead("c1", "acme", maxAttempts))
-	rg.put(t, "billing", 0, 1, time.Hour, dead("x1", "acme", maxAttempts))
+	// Each case replays an archive of its own: a replay does not send
+	// again what another replay sent.
+	archived := func() *replayRig {
+		rg := newReplayRig(t)
+		// Put out of order: the archive's key order is the replay's order.
+		rg.put(t, "orders", 1, 1, time.Hour, dead("b1", "acme", maxAttempts), dead("b2", "globex", maxAttempts))
+		rg.put(t, "orders", 0, 1, 3*time.Hour, dead("a1", "acme", maxAttempts), dead("a2", "acme", window), dead("a3", "acme", maxAttempts))
+		rg.put(t, "orders", 0, 4, time.Hour, dead("c1", "acme", maxAttempts))
+		rg.put(t, "billing", 0, 1, time.Hour, dead("x1", "acme", maxAttempts))
+		return rg
+	}
+	now := archived().now
 	cases := []struct {
 		name   string
 		filter *rivorav1.DeadLetterFilter
@@ -215,12 +221,12 @@ func TestReplayFilter(t *testing.T) {
 	}{
 		{"destination", &rivorav1.DeadLetterFilter{DestinationId: "orders"}, []string{"a1", "a2", "a3", "c1", "b1", "b2"}},
 		{"customer and reason", &rivorav1.DeadLetterFilter{DestinationId: "orders", CustomerId: "acme", Reason: maxAttempts}, []string{"a1", "a3", "c1", "b1"}},
-		{"since", &rivorav1.DeadLetterFilter{DestinationId: "orders", Since: timestamppb.New(rg.now.Add(-2 * time.Hour))}, []string{"c1", "b1", "b2"}},
-		{"until", &rivorav1.DeadLetterFilter{DestinationId: "orders", Until: timestamppb.New(rg.now.Add(-2 * time.Hour))}, []string{"a1", "a2", "a3"}},
+		{"since", &rivorav1.DeadLetterFilter{DestinationId: "orders", Since: timestamppb.New(now.Add(-2 * time.Hour))}, []string{"c1", "b1", "b2"}},
+		{"until", &rivorav1.DeadLetterFilter{DestinationId: "orders", Until: timestamppb.New(now.Add(-2 * time.Hour))}, []string{"a1", "a2", "a3"}},
 		{"nothing", &rivorav1.DeadLetterFilter{DestinationId: "orders", CustomerId: "initech"}, nil},
 	}
 	for _, tc := range cases {
-		rg.ingest.calls = nil
+		rg := archived()
 		reports, end, err := rg.run(context.Background(), ReplayRequest{Filter: tc.filter}, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
@@ -430,9 +436,69 @@ func TestReplayResumesFromCheckpoint(t *testing.T) {
 	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders, Restart: true}, nil); err != nil || end.Replayed != 6 {
 		t.Errorf("restart: %+v, %v; want 6 replayed", end, err)
 	}
-	// Another filter has its own checkpoint.
-	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders", CustomerId: "acme"}}, nil); err != nil || end.Replayed != 6 {
-		t.Errorf("another filter: %+v, %v; want 6 replayed", end, err)
+}
+
+// What one replay handled, another with another filter does not send
+// again: after the stream's dedup window receivers would see the same
+// webhook-id twice. Restart does.
+func TestReplayDoesNotResendWhatAnotherFilterReplayed(t *testing.T) {
+	rg := newReplayRig(t)
+	rg.put(t, "orders", 0, 1, 2*time.Hour, dead("a-acme", "acme", rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS), dead("a-globex", "globex", rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS))
+	rg.put(t, "orders", 0, 3, time.Hour, dead("b-acme", "acme", rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS), dead("b-globex", "globex", rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS))
+	acme := &rivorav1.DeadLetterFilter{DestinationId: "orders", CustomerId: "acme"}
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: acme}, nil); err != nil || end.Replayed != 2 {
+		t.Fatalf("replay of acme's: %+v, %v; want 2 replayed", end, err)
+	}
+	reports, end, err := rg.run(context.Background(), ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a-acme", "b-acme", "a-globex", "b-globex"}; !slices.Equal(rg.ingest.ids(), want) {
+		t.Errorf("re-ingested %v over both replays, want each once: %v", rg.ingest.ids(), want)
+	}
+	if reports[0].Total != 4 || reports[0].Skipped != 2 || end.Replayed != 2 || end.Skipped != 2 {
+		t.Errorf("the whole destination's replay: first report %+v, end %+v; want 4 matching, acme's 2 skipped, 2 replayed", reports[0], end)
+	}
+	// A dry run counts them as skipped too.
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: acme, DryRun: true}, nil); err != nil || end.Total != 2 || end.Skipped != 2 {
+		t.Errorf("dry run of acme's again: %+v, %v; want 2 matching, both skipped", end, err)
+	}
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: acme, Restart: true}, nil); err != nil || end.Replayed != 2 {
+		t.Errorf("restarted replay of acme's: %+v, %v; want 2 replayed again", end, err)
+	}
+}
+
+// Two replays marking lines of one object at once keep each other's
+// marks.
+func TestReplayMarksOfConcurrentReplaysAddUp(t *testing.T) {
+	rg := newReplayRig(t)
+	ctx := context.Background()
+	one, other := newReplayMarks(rg.kv), newReplayMarks(rg.kv)
+	const object = "deadletter/orders/2026/12/06/00/p0-1-20.ndjson.gz"
+	for _, m := range []*replayMarks{one, other} {
+		if _, err := m.load(ctx, object); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := one.mark(ctx, object, []int{0, 1, 9}); err != nil {
+		t.Fatal(err)
+	}
+	// other read the object's marks before one wrote them.
+	if err := other.mark(ctx, object, []int{2, 17}); err != nil {
+		t.Fatal(err)
+	}
+	fresh := newReplayMarks(rg.kv)
+	if _, err := fresh.load(ctx, object); err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for i := range 24 {
+		if fresh.has(object, i) {
+			got = append(got, i)
+		}
+	}
+	if want := []int{0, 1, 2, 9, 17}; !slices.Equal(got, want) {
+		t.Errorf("marked lines %v, want both replays' %v", got, want)
 	}
 }
 
@@ -441,14 +507,18 @@ func TestReplayResumesFromCheckpoint(t *testing.T) {
 // skips the later ones, also when it resumes. An idempotency conflict's
 // copy under the same id is another event, not a repeat.
 func TestReplayReacceptsAnEventThatDiedTwiceOnce(t *testing.T) {
-	rg := newReplayRig(t)
 	again := func(dl *rivorav1.DeadLetter) *rivorav1.DeadLetter { dl.Event.Replayed = true; return dl }
 	const maxAttempts = rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS
-	rg.put(t, "orders", 0, 1, 3*time.Hour, deads("a", 3)...)
-	// a-00 and a-02 were replayed, and died again; a-01's conflicting
-	// copy died too.
-	rg.put(t, "orders", 0, 4, 2*time.Hour, again(dead("a-00", "acme", maxAttempts)), again(dead("a-02", "acme", maxAttempts)))
-	rg.put(t, "orders", 0, 6, time.Hour, dead("a-01", "acme", rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT), dead("b-00", "acme", maxAttempts))
+	archived := func() *replayRig {
+		rg := newReplayRig(t)
+		rg.put(t, "orders", 0, 1, 3*time.Hour, deads("a", 3)...)
+		// a-00 and a-02 were replayed, and died again; a-01's
+		// conflicting copy died too.
+		rg.put(t, "orders", 0, 4, 2*time.Hour, again(dead("a-00", "acme", maxAttempts)), again(dead("a-02", "acme", maxAttempts)))
+		rg.put(t, "orders", 0, 6, time.Hour, dead("a-01", "acme", rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT), dead("b-00", "acme", maxAttempts))
+		return rg
+	}
+	rg := archived()
 	orders := &rivorav1.DeadLetterFilter{DestinationId: "orders"}
 
 	reports, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders}, nil)
@@ -465,14 +535,14 @@ func TestReplayReacceptsAnEventThatDiedTwiceOnce(t *testing.T) {
 
 	// Resumed after the second object (its two lines both later
 	// deaths, nothing to re-ingest): they are still skipped.
-	rg.ingest.calls, rg.ingest.events = nil, nil
+	rg = archived()
 	rg.ingest.fail = func(n int) error {
 		if n == 2 {
 			return errors.New("INGEST stream unreachable")
 		}
 		return nil
 	}
-	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders, Restart: true}, nil); err == nil || end.Replayed != 3 {
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders}, nil); err == nil || end.Replayed != 3 {
 		t.Fatalf("replay with ingest failing at the third object: %+v, %v; want the first object's 3 replayed", end, err)
 	}
 	rg.ingest.fail = nil

@@ -548,7 +548,7 @@ type ReplayRequest struct {
 	RatePerSecond *float64 `protobuf:"fixed64,2,opt,name=rate_per_second,json=ratePerSecond,proto3,oneof" json:"rate_per_second,omitempty"`
 	// dry_run counts what would be replayed, per destination and customer.
 	DryRun bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	// restart ignores the checkpoint of an earlier run with the same filter.
+	// restart replays again what earlier replays (with any filter) handled.
 	Restart       bool `protobuf:"varint,4,opt,name=restart,proto3" json:"restart,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -620,8 +620,10 @@ type ReplayResponse struct {
 	Total int64 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
 	// replayed were re-accepted by this run.
 	Replayed int64 `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
-	// skipped were re-accepted by an earlier run (checkpoint) or already
-	// present (duplicate).
+	// skipped were handled by an earlier replay, with this filter or
+	// another (each dead letter is marked once re-accepted), already
+	// present (duplicate), or are a later death of an event this replay
+	// re-accepts at its first.
 	Skipped int64 `protobuf:"varint,3,opt,name=skipped,proto3" json:"skipped,omitempty"`
 	Done    bool  `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
 	// counts (dry run, or with done) per destination and customer.

@@ -297,7 +297,7 @@ export type ReplayRequest = Message<"rivora.v1.ReplayRequest"> & {
   dryRun: boolean;
 
   /**
-   * restart ignores the checkpoint of an earlier run with the same filter.
+   * restart replays again what earlier replays (with any filter) handled.
    *
    * @generated from field: bool restart = 4;
    */
@@ -333,8 +333,10 @@ export type ReplayResponse = Message<"rivora.v1.ReplayResponse"> & {
   replayed: bigint;
 
   /**
-   * skipped were re-accepted by an earlier run (checkpoint) or already
-   * present (duplicate).
+   * skipped were handled by an earlier replay, with this filter or
+   * another (each dead letter is marked once re-accepted), already
+   * present (duplicate), or are a later death of an event this replay
+   * re-accepts at its first.
    *
    * @generated from field: int64 skipped = 3;
    */
