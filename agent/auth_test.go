@@ -116,6 +116,44 @@ func TestPublisherScope(t *testing.T) {
 	}
 }
 
+// A customer's own destination takes that customer's events only. To a
+// caller limited to other customers, publishing to it answers word for
+// word as for an absent destination; an operator is told whose it is.
+func TestOwnDestinationTakesOnlyItsCustomersEvents(t *testing.T) {
+	r := startAgent(t, t.TempDir())
+	p := newPartner(t, func(partner.Request) int { return 200 })
+	own := destination("acme-hooks", p.URL(), 3)
+	own.OwnerCustomer = "acme"
+	r.create(own)
+	ctx := context.Background()
+	event := func(dest, customer string) *rivorav1.PublishRequest {
+		return &rivorav1.PublishRequest{DestinationId: dest, CustomerId: customer, LaneKey: "u1", Type: "t", Payload: []byte(`{}`)}
+	}
+	as := func(role rivorav1.Role, customer string) rivorav1connect.IngestServiceClient {
+		return rivorav1connect.NewIngestServiceClient(r.HTTPClient(), r.URL, r.As(r.Token(role, customer)))
+	}
+	if _, err := as(rivorav1.Role_ROLE_CUSTOMER, "acme").Publish(ctx, connect.NewRequest(event("acme-hooks", "acme"))); err != nil {
+		t.Fatalf("acme publishing to its own destination: %v", err)
+	}
+	for _, role := range []rivorav1.Role{rivorav1.Role_ROLE_CUSTOMER, rivorav1.Role_ROLE_PUBLISHER} {
+		globex := as(role, "globex")
+		_, absent := globex.Publish(ctx, connect.NewRequest(event("acme-hooks-absent", "globex")))
+		_, err := globex.Publish(ctx, connect.NewRequest(event("acme-hooks", "globex")))
+		want := strings.ReplaceAll(absent.Error(), "acme-hooks-absent", "acme-hooks")
+		if err == nil || connect.CodeOf(err) != connect.CodeOf(absent) || err.Error() != want {
+			t.Errorf("%v for globex publishing to acme's own destination: %v; want the absent destination's answer %q", role, err, want)
+		}
+		_, err = globex.PublishBatch(ctx, connect.NewRequest(&rivorav1.PublishBatchRequest{Events: []*rivorav1.PublishRequest{event("acme-hooks", "globex")}}))
+		if err == nil || connect.CodeOf(err) != connect.CodeOf(absent) {
+			t.Errorf("%v for globex publishing a batch to acme's own destination: %v; want %v", role, err, connect.CodeOf(absent))
+		}
+	}
+	_, err := r.Ingest.Publish(ctx, connect.NewRequest(event("acme-hooks", "globex")))
+	if err == nil || !strings.Contains(err.Error(), `destination "acme-hooks" is customer "acme"'s own`) {
+		t.Errorf("the admin publishing globex's event to acme's own destination: %v; want it refused, naming whose it is", err)
+	}
+}
+
 // The agent's PartitionService takes only the cell token.
 func TestPartitionServiceTakesOnlyTheCellToken(t *testing.T) {
 	r := startAgent(t, t.TempDir())

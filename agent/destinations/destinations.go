@@ -32,7 +32,10 @@ type Destination struct {
 	Class   limits.Class
 	// Weights are customers' shares of the budget (unlisted: 1).
 	Weights map[string]float64
-	Paused  bool
+	// OwnerCustomer is set on a customer's own destination: it takes
+	// that customer's events only (TakesEventsOf).
+	OwnerCustomer string
+	Paused        bool
 	// Disabled: the pause is Rivora's, after its partner answered 410 Gone.
 	Disabled bool
 	// Pauses are its recent pauses (PausedBetween).
@@ -45,6 +48,13 @@ type Destination struct {
 	// with LegacyOnly, webhook-signature is left out.
 	Legacy     *legacysig.Signer
 	LegacyOnly bool
+}
+
+// TakesEventsOf reports whether the destination takes customer's events:
+// a customer's own destination takes only its owner's, any other takes
+// every customer's.
+func (d *Destination) TakesEventsOf(customer string) bool {
+	return d.OwnerCustomer == "" || d.OwnerCustomer == customer
 }
 
 // PausedBetween is how long the destination was paused between from and
@@ -257,14 +267,15 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 			Burst:         int(lim.GetBurst()),
 			MaxInFlight:   int(lim.GetMaxInFlight()),
 		},
-		Class:    classFromProto(pb.GetPriorityClass()),
-		Weights:  pb.GetCustomerWeights(),
-		Paused:   pb.GetPaused(),
-		Disabled: pb.GetDisabled(),
-		Pauses:   retry.PausesFromProto(pb.GetPauses()),
-		TLS:      clientTLS,
-		OAuth2:   oauth2FromProto(pb),
-		Legacy:   legacy, LegacyOnly: legacy != nil && pb.GetLegacySignature().GetReplaceStandard(),
+		Class:         classFromProto(pb.GetPriorityClass()),
+		Weights:       pb.GetCustomerWeights(),
+		OwnerCustomer: pb.GetOwnerCustomer(),
+		Paused:        pb.GetPaused(),
+		Disabled:      pb.GetDisabled(),
+		Pauses:        retry.PausesFromProto(pb.GetPauses()),
+		TLS:           clientTLS,
+		OAuth2:        oauth2FromProto(pb),
+		Legacy:        legacy, LegacyOnly: legacy != nil && pb.GetLegacySignature().GetReplaceStandard(),
 	}, nil
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/subscriptions"
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/internal/fingerprint"
 	"github.com/rivora/rivora/internal/tracing"
@@ -350,7 +351,7 @@ func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav
 func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.PublishRequest, inBatch bool) ([]*rivorav1.PublishResponse, error) {
 	pubs := make([]publication, len(reqs))
 	for i, req := range reqs {
-		pub, err := g.prepare(req)
+		pub, err := g.prepare(ctx, req)
 		if err != nil {
 			return nil, refused(err, i, len(reqs), inBatch)
 		}
@@ -714,7 +715,7 @@ func resendStoreError(ctx context.Context, err error) error {
 
 // prepare validates one event and plans it: a direct event encoded, or
 // a routed one with its routes.
-func (g *Gateway) prepare(req *rivorav1.PublishRequest) (publication, error) {
+func (g *Gateway) prepare(ctx context.Context, req *rivorav1.PublishRequest) (publication, error) {
 	dest, test := req.GetDestinationId(), req.GetSubscriptionId()
 	if dest != "" && test != "" {
 		return publication{}, errors.New("set destination_id (an event to that destination) or subscription_id (a test event to that subscription), not both")
@@ -723,8 +724,8 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (publication, error) {
 		if err := lanes.ValidateID("destination_id", dest); err != nil {
 			return publication{}, err
 		}
-		if _, ok := g.reg.Get(dest); !ok {
-			return publication{}, fmt.Errorf("destination %q is not registered; create it with `rivoractl destinations create %s --url URL`", dest, dest)
+		if err := g.takes(ctx, dest, req.GetCustomerId()); err != nil {
+			return publication{}, err
 		}
 	}
 	base, key, err := g.content(req)
@@ -737,6 +738,26 @@ func (g *Gateway) prepare(req *rivorav1.PublishRequest) (publication, error) {
 	}
 	p, err := g.prepareDirect(base, key, dest)
 	return publication{direct: p}, err
+}
+
+// takes refuses an event for customer to destination dest that is not
+// registered, or is another customer's own (Destination.TakesEventsOf):
+// else any customer could send events, signed with its secret, to
+// another customer's endpoint. To a caller limited to some customers that
+// answer is word for word an absent destination's, so that it does not
+// learn another customer's destination exists.
+func (g *Gateway) takes(ctx context.Context, dest, customer string) error {
+	d, ok := g.reg.Get(dest)
+	if ok && !d.TakesEventsOf(customer) {
+		if p := auth.FromContext(ctx); p == nil || !p.Scoped() {
+			return fmt.Errorf("destination %q is customer %q's own: it takes that customer's events only, not customer %q's", dest, d.OwnerCustomer, customer)
+		}
+		ok = false
+	}
+	if !ok {
+		return fmt.Errorf("destination %q is not registered; create it with `rivoractl destinations create %s --url URL`", dest, dest)
+	}
+	return nil
 }
 
 // content validates what every event has — customer, lane, type, body,
