@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -30,7 +31,7 @@ paused does not count against their retry window. Resume with
 Example:
    rivoractl subscriptions pause sub_0123456789abcdef --reason "customer migrating its endpoint"`,
 		Flags: []ucli.Flag{
-			&ucli.StringFlag{Name: "reason", Usage: "why, for the audit log and `subscriptions get`"},
+			&ucli.StringFlag{Name: "reason", Usage: "why, for the audit log and subscriptions get"},
 			waitFlag,
 		},
 		Action: func(c *ucli.Context) error {
@@ -105,7 +106,8 @@ every delivery carries two signatures (the new and the old secret; a
 receiver checking either accepts it), so the receiver can switch whenever it
 likes. --grace 0 stops the old secret at once; at most 168h (7 days). A
 subscription signed with its destination's secret gets its own secret this
-way.
+way: the destination's secret is then the old one, signing too for the
+grace (the subscription never holds it; OLD SECRET says so).
 
 Example:
    rivoractl subscriptions rotate-secret sub_0123456789abcdef --grace 48h`,
@@ -134,7 +136,8 @@ func (e *env) rotateSubscriptionSecret(c *ucli.Context) error {
 		return callFailed(fmt.Sprintf("rotate the secret of subscription %q", id), err, subscriptionNotFoundHint)
 	}
 	s := resp.Msg.GetSubscription()
-	return e.printRotated(c, s, rotated{s.GetId(), s.GetSecret(), s.GetPreviousSecretFingerprint(), s.GetPreviousSecretExpiresAt()}, resp.Msg.GetVersion())
+	previous, until := subscriptionPrevious(s)
+	return e.printRotated(c, s, rotated{s.GetId(), s.GetSecret(), previous, until}, resp.Msg.GetVersion())
 }
 
 // writeSubscription prints one subscription as aligned fields; pending is
@@ -149,8 +152,8 @@ func writeSubscription(w io.Writer, s *rivorav1.Subscription, pending *int64) er
 		"DELIVERS TO", deliveryText(s),
 		"SECRET", subscriptionSecretText(s),
 	}
-	if s.GetPreviousSecretFingerprint() != "" {
-		kv = append(kv, "OLD SECRET", previousSecretText(s.GetPreviousSecretFingerprint(), s.GetPreviousSecretExpiresAt()))
+	if previous, until := subscriptionPrevious(s); previous != "" {
+		kv = append(kv, "OLD SECRET", previousSecretText(previous, until))
 	}
 	if len(s.GetHeaders()) > 0 {
 		kv = append(kv, "HEADERS", headersText(s.GetHeaders()))
@@ -216,4 +219,18 @@ func subscriptionState(s *rivorav1.Subscription) string {
 		reason = ps[len(ps)-1].GetReason()
 	}
 	return destinationState(true, false, oneLine(reason))
+}
+
+// subscriptionPrevious is what signs a subscription's deliveries beside
+// its secret after a rotation, and until when: the previous secret (its
+// fingerprint) or, after its first own secret, its destination's secret
+// ("" : nothing).
+func subscriptionPrevious(s *rivorav1.Subscription) (string, *timestamppb.Timestamp) {
+	if fp := s.GetPreviousSecretFingerprint(); fp != "" {
+		return fp, s.GetPreviousSecretExpiresAt()
+	}
+	if until := s.GetDestinationSecretUntil(); until != nil {
+		return "the destination's secret", until
+	}
+	return "", nil
 }

@@ -439,8 +439,10 @@ func (cp *ControlPlane) resumeSubscription(id string, who actor, sc scope) (*riv
 // subscription's signing secret, the current one signing too for the
 // grace period, as a destination's rotation does (rotate). A
 // subscription signed by its destination's secret until now gets its
-// own, with no overlap: the destination's secret is not the
-// subscription's to keep.
+// own, and the destination's secret keeps signing its deliveries for the
+// grace (destination_secret_until): the agents add it as they sign, so
+// the subscription never holds a copy of it, and a rotation of the
+// destination's secret meanwhile is followed.
 func (cp *ControlPlane) rotateSubscriptionSecret(m *rivorav1.RotateSubscriptionSecretRequest, who actor, sc scope) (*rivorav1.Subscription, uint64, error) {
 	grace, err := rotationGrace(m.GetGrace())
 	if err != nil {
@@ -454,8 +456,16 @@ func (cp *ControlPlane) rotateSubscriptionSecret(m *rivorav1.RotateSubscriptionS
 		if secret == s.GetSecret() {
 			return "", errorf(ErrInvalid, "secret: that is subscription %q's current secret; pass another one, or none to have one generated", s.GetId())
 		}
-		r := rotate(s.GetSecret(), secret, grace, cp.now())
+		now := cp.now()
+		r := rotate(s.GetSecret(), secret, grace, now)
+		first := s.GetSecret() == ""
 		s.Secret, s.PreviousSecret, s.PreviousSecretExpiresAt = secret, r.previous, r.until
+		s.DestinationSecretUntil = nil
+		if first && grace > 0 {
+			until := now.Add(grace)
+			s.DestinationSecretUntil = timestamppb.New(until)
+			return fmt.Sprintf("secret set to %s; its destination's secret signs too until %s (grace %s)", auth.Fingerprint(secret), until.UTC().Format(time.RFC3339), grace), nil
+		}
 		return r.detail, nil
 	})
 }

@@ -368,6 +368,47 @@ func TestSubscriptionUpdatePauseRotate(t *testing.T) {
 	}
 }
 
+// A subscription signed with its destination's secret that gets its own
+// keeps the destination's signing for the grace (destination_secret_until,
+// the secret itself never copied); with no grace, or at its next
+// rotation, that ends.
+func TestSubscriptionsFirstOwnSecretKeepsTheDestinationsForTheGrace(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), false)
+	d.create(&rivorav1.CreateDestinationRequest{Id: "erp", Url: "https://erp.example.com/ingest"})
+	ops := d.Token(rivorav1.Role_ROLE_OPERATOR)
+	c := d.subs(ops)
+	ctx := context.Background()
+	rotate := func(grace time.Duration) *rivorav1.Subscription {
+		s := d.subscribe(ops, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"order.*"}})
+		rot, err := c.RotateSubscriptionSecret(ctx, connect.NewRequest(&rivorav1.RotateSubscriptionSecretRequest{Id: s.GetId(), Grace: durationpb.New(grace)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rot.Msg.GetSubscription()
+	}
+	before := time.Now()
+	rs := rotate(time.Hour)
+	until := rs.GetDestinationSecretUntil().AsTime()
+	if rs.GetPreviousSecret() != "" || rs.GetPreviousSecretFingerprint() != "" || until.Before(before.Add(time.Hour)) || until.After(time.Now().Add(time.Hour)) {
+		t.Fatalf("first own secret with a grace of 1h: %v; want destination_secret_until an hour on, no previous secret", rs)
+	}
+	audit, err := d.Admin.ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{DestinationId: "erp"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := audit.Msg.GetEntries()[len(audit.Msg.GetEntries())-1]; !strings.Contains(last.GetDetail(), "its destination's secret signs too until") {
+		t.Errorf("audited %q, want it to say the destination's secret signs too", last.GetDetail())
+	}
+	again, err := c.RotateSubscriptionSecret(ctx, connect.NewRequest(&rivorav1.RotateSubscriptionSecretRequest{Id: rs.GetId(), Grace: durationpb.New(time.Hour)}))
+	if err != nil || again.Msg.GetSubscription().GetDestinationSecretUntil() != nil || again.Msg.GetSubscription().GetPreviousSecretFingerprint() != auth.Fingerprint(rs.GetSecret()) {
+		t.Fatalf("next rotation: %v, %v; want the subscription's previous secret signing, not the destination's", again.Msg.GetSubscription(), err)
+	}
+	if rs := rotate(0); rs.GetDestinationSecretUntil() != nil {
+		t.Fatalf("first own secret without grace: %v; want the destination's secret to stop at once", rs)
+	}
+}
+
 // A customer token reaches only its customers' subscriptions and the
 // destinations they own; another customer's answer not_found, word for
 // word as an absent id's.

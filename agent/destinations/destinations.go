@@ -32,6 +32,10 @@ type Destination struct {
 	Class   limits.Class
 	// Weights are customers' shares of the budget (unlisted: 1).
 	Weights map[string]float64
+	// secret is the current v1 (HMAC) signing secret ("" : none), which
+	// also signs a subscription's deliveries for the grace of its first
+	// own secret (Endpoint).
+	secret string
 	// OwnerCustomer is set on a customer's own destination: it takes
 	// that customer's events only (TakesEventsOf).
 	OwnerCustomer string
@@ -207,12 +211,31 @@ func (d *Destination) Endpoint(sub *subscriptions.Subscription) Endpoint {
 		e.URL = sub.URL
 	}
 	if sub.Signer != nil {
-		e.Signer = sub.Signer
+		e.Signer = d.subscriptionSigner(sub)
 	}
 	if len(sub.Headers) > 0 {
 		e.Headers = overlay(d.Headers, sub.Headers)
 	}
 	return e
+}
+
+// subscriptionSigner is what signs an event sub routed, which has a
+// secret of its own: that, and, until sub.DestinationSecretUntil, d's
+// current secret too (a rotation's grace: until then the receiver may
+// still verify with the destination's). The grace is checked against
+// the real clock only to skip building the pair once it is over; the
+// pair itself signs with d's secret only before until (WithPrevious).
+func (d *Destination) subscriptionSigner(sub *subscriptions.Subscription) *webhook.Signer {
+	if d.secret == "" || sub.DestinationSecretUntil.IsZero() || time.Now().After(sub.DestinationSecretUntil) {
+		return sub.Signer
+	}
+	pair, err := sub.Signer.WithPrevious(d.secret, sub.DestinationSecretUntil)
+	if err != nil {
+		// Both secrets were checked as they came; a signer that cannot
+		// take d's signs with the subscription's alone.
+		return sub.Signer
+	}
+	return pair
 }
 
 // overlay is base's headers with over's replacing them name by name (both
@@ -269,6 +292,7 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 		},
 		Class:         classFromProto(pb.GetPriorityClass()),
 		Weights:       pb.GetCustomerWeights(),
+		secret:        v1Secret(pb),
 		OwnerCustomer: pb.GetOwnerCustomer(),
 		Paused:        pb.GetPaused(),
 		Disabled:      pb.GetDisabled(),

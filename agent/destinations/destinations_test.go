@@ -2,6 +2,7 @@ package destinations_test
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/limits"
 	"github.com/rivora/rivora/agent/retry"
+	"github.com/rivora/rivora/agent/subscriptions"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 )
@@ -175,5 +177,45 @@ func TestPausedBetween(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("PausedBetween(%d, %d) = %v, want %v", tc.from, tc.to, got, tc.want)
 		}
+	}
+}
+
+// After a rotation gave a subscription signed with its destination's
+// secret one of its own, the destination's secret signs its deliveries
+// too for the grace, so its receiver may switch without refusing any;
+// after the grace, only the subscription's.
+func TestSubscriptionsFirstOwnSecretOverlapsTheDestinations(t *testing.T) {
+	const subSecret = "whsec_c3Vic2NyaXB0aW9uLW93bi1zZWNyZXQtMTIzNA=="
+	d, err := destinations.FromProto(&rivorav1.Destination{Id: "erp", Url: "https://example.com/hook", Secret: secret, Limits: &rivorav1.Limits{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Hour).Truncate(time.Second)
+	table := subscriptions.NewTable()
+	if err := table.Replace([]*rivorav1.Subscription{{
+		Id: "sub_0123456789abcdef", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"},
+		Secret: subSecret, DestinationSecretUntil: timestamppb.New(until),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	sub, _ := table.Get("sub_0123456789abcdef")
+	signer := d.Endpoint(sub).Signer
+	verifies := func(secret string, at time.Time) bool {
+		v, err := webhook.NewVerifier(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := http.Header{}
+		h.Set(webhook.HeaderID, "e1")
+		h.Set(webhook.HeaderTimestamp, strconv.FormatInt(at.Unix(), 10))
+		h.Set(webhook.HeaderSignature, signer.Sign("e1", at.Unix(), []byte("body")))
+		return v.WithClock(func() time.Time { return at }).Verify(h, []byte("body")) == nil
+	}
+	during, after := until.Add(-time.Minute), until.Add(time.Minute)
+	if !verifies(subSecret, during) || !verifies(secret, during) {
+		t.Errorf("during the grace: verifies with the subscription's secret %v, the destination's %v; want both", verifies(subSecret, during), verifies(secret, during))
+	}
+	if !verifies(subSecret, after) || verifies(secret, after) {
+		t.Errorf("after the grace: verifies with the subscription's secret %v, the destination's %v; want the subscription's only", verifies(subSecret, after), verifies(secret, after))
 	}
 }

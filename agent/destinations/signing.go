@@ -8,6 +8,15 @@ import (
 	"github.com/rivora/rivora/sdk/webhook"
 )
 
+// v1Secret is pb's current v1 (HMAC) secret, "" when it signs v1a
+// (ed25519) only.
+func v1Secret(pb *rivorav1.Destination) string {
+	if pb.GetSignatureScheme() == webhook.SchemeV1a {
+		return ""
+	}
+	return pb.GetSecret()
+}
+
 // signerFromProto is the destination's signer for its signature scheme:
 // v1 with its secret, v1a with its ed25519 key, or both; and while a
 // rotation's grace lasts the previous secret or key too. The signer

@@ -31,6 +31,10 @@ type Subscription struct {
 	URL string
 	// Signer signs deliveries (nil: the destination's signer).
 	Signer *webhook.Signer
+	// DestinationSecretUntil (zero: never) is the end of the grace of
+	// the rotation that gave the subscription its own secret: until then
+	// its destination's secret signs too (Destination.Endpoint).
+	DestinationSecretUntil time.Time
 	// Headers are added over the destination's (canonical names; shared,
 	// not to be modified).
 	Headers http.Header
@@ -221,6 +225,9 @@ func FromProto(pb *rivorav1.Subscription) (*Subscription, error) {
 			}
 		}
 		s.Signer = signer
+		if until := pb.GetDestinationSecretUntil(); until != nil {
+			s.DestinationSecretUntil = until.AsTime()
+		}
 	}
 	if len(pb.GetHeaders()) > 0 {
 		s.Headers = make(http.Header, len(pb.GetHeaders()))

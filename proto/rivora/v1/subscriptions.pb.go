@@ -73,8 +73,14 @@ type Subscription struct {
 	// customer may see it: "healthy", "degraded", "down", "paused" or
 	// "unknown" (answers only).
 	DestinationState string `protobuf:"bytes,20,opt,name=destination_state,json=destinationState,proto3" json:"destination_state,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// destination_secret_until is set when a rotation gave a subscription
+	// signed with its destination's secret one of its own, with a grace:
+	// the destination's current secret signs its deliveries too until then,
+	// so that its receiver can switch without refusing any (the
+	// subscription never holds that secret; previous_secret stays empty).
+	DestinationSecretUntil *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=destination_secret_until,json=destinationSecretUntil,proto3" json:"destination_secret_until,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Subscription) Reset() {
@@ -245,6 +251,13 @@ func (x *Subscription) GetDestinationState() string {
 		return x.DestinationState
 	}
 	return ""
+}
+
+func (x *Subscription) GetDestinationSecretUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DestinationSecretUntil
+	}
+	return nil
 }
 
 type CreateSubscriptionRequest struct {
@@ -1808,7 +1821,7 @@ var File_rivora_v1_subscriptions_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_subscriptions_proto_rawDesc = "" +
 	"\n" +
-	"\x1drivora/v1/subscriptions.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/admin.proto\"\xa2\x06\n" +
+	"\x1drivora/v1/subscriptions.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/admin.proto\"\xf8\x06\n" +
 	"\fSubscription\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
@@ -1833,7 +1846,8 @@ const file_rivora_v1_subscriptions_proto_rawDesc = "" +
 	"created_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12+\n" +
-	"\x11destination_state\x18\x14 \x01(\tR\x10destinationState\"\xc7\x02\n" +
+	"\x11destination_state\x18\x14 \x01(\tR\x10destinationState\x12T\n" +
+	"\x18destination_secret_until\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\x16destinationSecretUntil\"\xc7\x02\n" +
 	"\x19CreateSubscriptionRequest\x12\x1f\n" +
 	"\vcustomer_id\x18\x01 \x01(\tR\n" +
 	"customerId\x12%\n" +
@@ -2019,54 +2033,55 @@ var file_rivora_v1_subscriptions_proto_depIdxs = []int32{
 	30, // 2: rivora.v1.Subscription.pauses:type_name -> rivora.v1.PauseInterval
 	28, // 3: rivora.v1.Subscription.created_at:type_name -> google.protobuf.Timestamp
 	28, // 4: rivora.v1.Subscription.updated_at:type_name -> google.protobuf.Timestamp
-	29, // 5: rivora.v1.CreateSubscriptionRequest.headers:type_name -> rivora.v1.Header
-	0,  // 6: rivora.v1.CreateSubscriptionResponse.subscription:type_name -> rivora.v1.Subscription
-	0,  // 7: rivora.v1.GetSubscriptionResponse.subscription:type_name -> rivora.v1.Subscription
-	0,  // 8: rivora.v1.ListSubscriptionsResponse.subscriptions:type_name -> rivora.v1.Subscription
-	29, // 9: rivora.v1.UpdateSubscriptionRequest.set_headers:type_name -> rivora.v1.Header
-	0,  // 10: rivora.v1.UpdateSubscriptionResponse.subscription:type_name -> rivora.v1.Subscription
-	0,  // 11: rivora.v1.PauseSubscriptionResponse.subscription:type_name -> rivora.v1.Subscription
-	0,  // 12: rivora.v1.ResumeSubscriptionResponse.subscription:type_name -> rivora.v1.Subscription
-	31, // 13: rivora.v1.RotateSubscriptionSecretRequest.grace:type_name -> google.protobuf.Duration
-	0,  // 14: rivora.v1.RotateSubscriptionSecretResponse.subscription:type_name -> rivora.v1.Subscription
-	28, // 15: rivora.v1.EventType.created_at:type_name -> google.protobuf.Timestamp
-	28, // 16: rivora.v1.EventType.updated_at:type_name -> google.protobuf.Timestamp
-	17, // 17: rivora.v1.CreateEventTypeResponse.event_type:type_name -> rivora.v1.EventType
-	17, // 18: rivora.v1.GetEventTypeResponse.event_type:type_name -> rivora.v1.EventType
-	17, // 19: rivora.v1.ListEventTypesResponse.event_types:type_name -> rivora.v1.EventType
-	17, // 20: rivora.v1.UpdateEventTypeResponse.event_type:type_name -> rivora.v1.EventType
-	17, // 21: rivora.v1.DeprecateEventTypeResponse.event_type:type_name -> rivora.v1.EventType
-	1,  // 22: rivora.v1.SubscriptionService.CreateSubscription:input_type -> rivora.v1.CreateSubscriptionRequest
-	3,  // 23: rivora.v1.SubscriptionService.GetSubscription:input_type -> rivora.v1.GetSubscriptionRequest
-	5,  // 24: rivora.v1.SubscriptionService.ListSubscriptions:input_type -> rivora.v1.ListSubscriptionsRequest
-	7,  // 25: rivora.v1.SubscriptionService.UpdateSubscription:input_type -> rivora.v1.UpdateSubscriptionRequest
-	9,  // 26: rivora.v1.SubscriptionService.PauseSubscription:input_type -> rivora.v1.PauseSubscriptionRequest
-	11, // 27: rivora.v1.SubscriptionService.ResumeSubscription:input_type -> rivora.v1.ResumeSubscriptionRequest
-	13, // 28: rivora.v1.SubscriptionService.RotateSubscriptionSecret:input_type -> rivora.v1.RotateSubscriptionSecretRequest
-	15, // 29: rivora.v1.SubscriptionService.DeleteSubscription:input_type -> rivora.v1.DeleteSubscriptionRequest
-	18, // 30: rivora.v1.EventTypeService.CreateEventType:input_type -> rivora.v1.CreateEventTypeRequest
-	20, // 31: rivora.v1.EventTypeService.GetEventType:input_type -> rivora.v1.GetEventTypeRequest
-	22, // 32: rivora.v1.EventTypeService.ListEventTypes:input_type -> rivora.v1.ListEventTypesRequest
-	24, // 33: rivora.v1.EventTypeService.UpdateEventType:input_type -> rivora.v1.UpdateEventTypeRequest
-	26, // 34: rivora.v1.EventTypeService.DeprecateEventType:input_type -> rivora.v1.DeprecateEventTypeRequest
-	2,  // 35: rivora.v1.SubscriptionService.CreateSubscription:output_type -> rivora.v1.CreateSubscriptionResponse
-	4,  // 36: rivora.v1.SubscriptionService.GetSubscription:output_type -> rivora.v1.GetSubscriptionResponse
-	6,  // 37: rivora.v1.SubscriptionService.ListSubscriptions:output_type -> rivora.v1.ListSubscriptionsResponse
-	8,  // 38: rivora.v1.SubscriptionService.UpdateSubscription:output_type -> rivora.v1.UpdateSubscriptionResponse
-	10, // 39: rivora.v1.SubscriptionService.PauseSubscription:output_type -> rivora.v1.PauseSubscriptionResponse
-	12, // 40: rivora.v1.SubscriptionService.ResumeSubscription:output_type -> rivora.v1.ResumeSubscriptionResponse
-	14, // 41: rivora.v1.SubscriptionService.RotateSubscriptionSecret:output_type -> rivora.v1.RotateSubscriptionSecretResponse
-	16, // 42: rivora.v1.SubscriptionService.DeleteSubscription:output_type -> rivora.v1.DeleteSubscriptionResponse
-	19, // 43: rivora.v1.EventTypeService.CreateEventType:output_type -> rivora.v1.CreateEventTypeResponse
-	21, // 44: rivora.v1.EventTypeService.GetEventType:output_type -> rivora.v1.GetEventTypeResponse
-	23, // 45: rivora.v1.EventTypeService.ListEventTypes:output_type -> rivora.v1.ListEventTypesResponse
-	25, // 46: rivora.v1.EventTypeService.UpdateEventType:output_type -> rivora.v1.UpdateEventTypeResponse
-	27, // 47: rivora.v1.EventTypeService.DeprecateEventType:output_type -> rivora.v1.DeprecateEventTypeResponse
-	35, // [35:48] is the sub-list for method output_type
-	22, // [22:35] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	28, // 5: rivora.v1.Subscription.destination_secret_until:type_name -> google.protobuf.Timestamp
+	29, // 6: rivora.v1.CreateSubscriptionRequest.headers:type_name -> rivora.v1.Header
+	0,  // 7: rivora.v1.CreateSubscriptionResponse.subscription:type_name -> rivora.v1.Subscription
+	0,  // 8: rivora.v1.GetSubscriptionResponse.subscription:type_name -> rivora.v1.Subscription
+	0,  // 9: rivora.v1.ListSubscriptionsResponse.subscriptions:type_name -> rivora.v1.Subscription
+	29, // 10: rivora.v1.UpdateSubscriptionRequest.set_headers:type_name -> rivora.v1.Header
+	0,  // 11: rivora.v1.UpdateSubscriptionResponse.subscription:type_name -> rivora.v1.Subscription
+	0,  // 12: rivora.v1.PauseSubscriptionResponse.subscription:type_name -> rivora.v1.Subscription
+	0,  // 13: rivora.v1.ResumeSubscriptionResponse.subscription:type_name -> rivora.v1.Subscription
+	31, // 14: rivora.v1.RotateSubscriptionSecretRequest.grace:type_name -> google.protobuf.Duration
+	0,  // 15: rivora.v1.RotateSubscriptionSecretResponse.subscription:type_name -> rivora.v1.Subscription
+	28, // 16: rivora.v1.EventType.created_at:type_name -> google.protobuf.Timestamp
+	28, // 17: rivora.v1.EventType.updated_at:type_name -> google.protobuf.Timestamp
+	17, // 18: rivora.v1.CreateEventTypeResponse.event_type:type_name -> rivora.v1.EventType
+	17, // 19: rivora.v1.GetEventTypeResponse.event_type:type_name -> rivora.v1.EventType
+	17, // 20: rivora.v1.ListEventTypesResponse.event_types:type_name -> rivora.v1.EventType
+	17, // 21: rivora.v1.UpdateEventTypeResponse.event_type:type_name -> rivora.v1.EventType
+	17, // 22: rivora.v1.DeprecateEventTypeResponse.event_type:type_name -> rivora.v1.EventType
+	1,  // 23: rivora.v1.SubscriptionService.CreateSubscription:input_type -> rivora.v1.CreateSubscriptionRequest
+	3,  // 24: rivora.v1.SubscriptionService.GetSubscription:input_type -> rivora.v1.GetSubscriptionRequest
+	5,  // 25: rivora.v1.SubscriptionService.ListSubscriptions:input_type -> rivora.v1.ListSubscriptionsRequest
+	7,  // 26: rivora.v1.SubscriptionService.UpdateSubscription:input_type -> rivora.v1.UpdateSubscriptionRequest
+	9,  // 27: rivora.v1.SubscriptionService.PauseSubscription:input_type -> rivora.v1.PauseSubscriptionRequest
+	11, // 28: rivora.v1.SubscriptionService.ResumeSubscription:input_type -> rivora.v1.ResumeSubscriptionRequest
+	13, // 29: rivora.v1.SubscriptionService.RotateSubscriptionSecret:input_type -> rivora.v1.RotateSubscriptionSecretRequest
+	15, // 30: rivora.v1.SubscriptionService.DeleteSubscription:input_type -> rivora.v1.DeleteSubscriptionRequest
+	18, // 31: rivora.v1.EventTypeService.CreateEventType:input_type -> rivora.v1.CreateEventTypeRequest
+	20, // 32: rivora.v1.EventTypeService.GetEventType:input_type -> rivora.v1.GetEventTypeRequest
+	22, // 33: rivora.v1.EventTypeService.ListEventTypes:input_type -> rivora.v1.ListEventTypesRequest
+	24, // 34: rivora.v1.EventTypeService.UpdateEventType:input_type -> rivora.v1.UpdateEventTypeRequest
+	26, // 35: rivora.v1.EventTypeService.DeprecateEventType:input_type -> rivora.v1.DeprecateEventTypeRequest
+	2,  // 36: rivora.v1.SubscriptionService.CreateSubscription:output_type -> rivora.v1.CreateSubscriptionResponse
+	4,  // 37: rivora.v1.SubscriptionService.GetSubscription:output_type -> rivora.v1.GetSubscriptionResponse
+	6,  // 38: rivora.v1.SubscriptionService.ListSubscriptions:output_type -> rivora.v1.ListSubscriptionsResponse
+	8,  // 39: rivora.v1.SubscriptionService.UpdateSubscription:output_type -> rivora.v1.UpdateSubscriptionResponse
+	10, // 40: rivora.v1.SubscriptionService.PauseSubscription:output_type -> rivora.v1.PauseSubscriptionResponse
+	12, // 41: rivora.v1.SubscriptionService.ResumeSubscription:output_type -> rivora.v1.ResumeSubscriptionResponse
+	14, // 42: rivora.v1.SubscriptionService.RotateSubscriptionSecret:output_type -> rivora.v1.RotateSubscriptionSecretResponse
+	16, // 43: rivora.v1.SubscriptionService.DeleteSubscription:output_type -> rivora.v1.DeleteSubscriptionResponse
+	19, // 44: rivora.v1.EventTypeService.CreateEventType:output_type -> rivora.v1.CreateEventTypeResponse
+	21, // 45: rivora.v1.EventTypeService.GetEventType:output_type -> rivora.v1.GetEventTypeResponse
+	23, // 46: rivora.v1.EventTypeService.ListEventTypes:output_type -> rivora.v1.ListEventTypesResponse
+	25, // 47: rivora.v1.EventTypeService.UpdateEventType:output_type -> rivora.v1.UpdateEventTypeResponse
+	27, // 48: rivora.v1.EventTypeService.DeprecateEventType:output_type -> rivora.v1.DeprecateEventTypeResponse
+	36, // [36:49] is the sub-list for method output_type
+	23, // [23:36] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_subscriptions_proto_init() }
