@@ -9,8 +9,19 @@ import (
 )
 
 // GetConfigStatus is the config version and, per agent, what it applied
-// and owns, and what is known of each registered edge.
+// and owns, and what is known of each registered edge. A customer token
+// (its --wait after a change) is told per agent only whether it is
+// connected and what it applied: nothing of the cell's agents' names,
+// addresses, partitions or health, nor of its edges.
 func (h *adminHandler) GetConfigStatus(ctx context.Context, req *connect.Request[rivorav1.GetConfigStatusRequest]) (*connect.Response[rivorav1.GetConfigStatusResponse], error) {
 	version, _ := h.cp.store.Snapshot()
-	return connect.NewResponse(&rivorav1.GetConfigStatusResponse{Version: version, Agents: h.cp.agents.status(), Edges: h.cp.edgeStatuses()}), nil
+	agents := h.cp.agents.status()
+	if !scopeOf(ctx).limited() {
+		return connect.NewResponse(&rivorav1.GetConfigStatusResponse{Version: version, Agents: agents, Edges: h.cp.edgeStatuses()}), nil
+	}
+	applied := make([]*rivorav1.AgentStatus, len(agents))
+	for i, a := range agents {
+		applied[i] = &rivorav1.AgentStatus{Connected: a.GetConnected(), AppliedVersion: a.GetAppliedVersion()}
+	}
+	return connect.NewResponse(&rivorav1.GetConfigStatusResponse{Version: version, Agents: applied}), nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rivora/rivora/controlplane"
@@ -406,6 +407,30 @@ func TestSubscriptionsFirstOwnSecretKeepsTheDestinationsForTheGrace(t *testing.T
 	}
 	if rs := rotate(0); rs.GetDestinationSecretUntil() != nil {
 		t.Fatalf("first own secret without grace: %v; want the destination's secret to stop at once", rs)
+	}
+}
+
+// A customer token's --wait reads the config status: whether each agent
+// is connected and what it applied, nothing of who the agents are, what
+// they own, or the edges.
+func TestCustomerTokenSeesOnlyWhatTheAgentsApplied(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), true)
+	ctx := context.Background()
+	c1 := d.adminAs(d.Token(rivorav1.Role_ROLE_CUSTOMER, "c1"))
+	version := d.create(&rivorav1.CreateDestinationRequest{Id: "c1-own", Url: "https://c1.example.com/hook", OwnerCustomer: "c1"}).GetVersion()
+	d.WaitApplied(version)
+	full, err := d.Admin.GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+	if err != nil || len(full.Msg.GetAgents()) != 1 || full.Msg.GetAgents()[0].GetName() == "" {
+		t.Fatalf("the admin's config status: %v, %v; want the agent, named", full.Msg, err)
+	}
+	st, err := c1.GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+	if err != nil {
+		t.Fatalf("a customer token's config status: %v", err)
+	}
+	want := &rivorav1.GetConfigStatusResponse{Version: full.Msg.GetVersion(), Agents: []*rivorav1.AgentStatus{{Connected: true, AppliedVersion: full.Msg.GetAgents()[0].GetAppliedVersion()}}}
+	if !proto.Equal(st.Msg, want) || st.Msg.GetAgents()[0].GetAppliedVersion() < version {
+		t.Fatalf("a customer token's config status: %v; want only %v", st.Msg, want)
 	}
 }
 

@@ -250,7 +250,7 @@ func (w *authWorld) cases() map[string]rpcCase {
 		rivorav1connect.AdminServiceGetLimitsProcedure:            {at: cp, body: `{"destinationId":"d1"}`, allow: "admin,operator,viewer"},
 		rivorav1connect.AdminServiceDiffLimitsProcedure:           {at: cp, body: `{}`, allow: "admin,operator,viewer"},
 		rivorav1connect.AdminServiceListAuditProcedure:            {at: cp, body: `{}`, allow: "admin,operator,viewer"},
-		rivorav1connect.AdminServiceGetConfigStatusProcedure:      {at: cp, body: `{}`, allow: "admin,operator,viewer"},
+		rivorav1connect.AdminServiceGetConfigStatusProcedure:      {at: cp, body: `{}`, allow: "admin,operator,viewer,customer"},
 		rivorav1connect.AdminServiceVerifyDeliveryProcedure:       {at: cp, body: `{"destinationId":"c1-own"}`, allow: "admin,operator,viewer,customer", scoped: true, hidden: true},
 		rivorav1connect.AdminServiceListEdgesProcedure:            {at: cp, body: `{}`, allow: "admin,operator,viewer"},
 		rivorav1connect.AdminServiceGetEdgeProcedure:              {at: cp, body: `{"name":"nope"}`, allow: "admin,operator,viewer"},

@@ -16,14 +16,15 @@ import (
 // Every RPC that lets a customer token in either checks its request or
 // answer against the token's customers, or is Owned (its handler scopes):
 // a customer token never reaches an unscoped RPC. And it never reaches
-// tokens (but WhoAmI), the audit, limits, priorities, the config status,
-// pauses of destinations or the lanes' skip.
+// tokens (but WhoAmI), the audit, limits, priorities, pauses of
+// destinations or the lanes' skip. (The config status it reaches scoped:
+// whether the agents applied a change, for its --wait.)
 func TestCustomerRoleIsAlwaysScoped(t *testing.T) {
 	never := []string{
 		rivorav1connect.TokenServiceCreateTokenProcedure, rivorav1connect.TokenServiceListTokensProcedure, rivorav1connect.TokenServiceRevokeTokenProcedure,
 		rivorav1connect.AdminServiceListAuditProcedure, rivorav1connect.AdminServiceGetLimitsProcedure, rivorav1connect.AdminServiceDiffLimitsProcedure,
 		rivorav1connect.AdminServiceSetLimitsOverrideProcedure, rivorav1connect.AdminServiceClearLimitsOverrideProcedure, rivorav1connect.AdminServiceSetPriorityProcedure,
-		rivorav1connect.AdminServiceGetConfigStatusProcedure, rivorav1connect.AdminServicePauseDestinationProcedure, rivorav1connect.AdminServiceResumeDestinationProcedure,
+		rivorav1connect.AdminServicePauseDestinationProcedure, rivorav1connect.AdminServiceResumeDestinationProcedure,
 		rivorav1connect.AdminServiceUpdateDestinationProcedure, rivorav1connect.LaneServiceSkipLaneHeadProcedure,
 		rivorav1connect.EventTypeServiceCreateEventTypeProcedure, rivorav1connect.EventTypeServiceUpdateEventTypeProcedure, rivorav1connect.EventTypeServiceDeprecateEventTypeProcedure,
 	}

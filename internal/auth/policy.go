@@ -85,15 +85,17 @@ var Policies = map[string]Rule{
 	rivorav1connect.AdminServiceGetLimitsProcedure:            read,
 	rivorav1connect.AdminServiceDiffLimitsProcedure:           read,
 	rivorav1connect.AdminServiceListAuditProcedure:            read,
-	rivorav1connect.AdminServiceGetConfigStatusProcedure:      read,
-	rivorav1connect.AdminServiceListEdgesProcedure:            read,
-	rivorav1connect.AdminServiceGetEdgeProcedure:              read,
-	rivorav1connect.AdminServiceRemoveEdgeProcedure:           adminsOf,
-	rivorav1connect.AdminServiceSetPriorityProcedure:          steer,
-	rivorav1connect.AdminServicePauseDestinationProcedure:     steer,
-	rivorav1connect.AdminServiceResumeDestinationProcedure:    steer,
-	rivorav1connect.AdminServiceSetLimitsOverrideProcedure:    steer,
-	rivorav1connect.AdminServiceClearLimitsOverrideProcedure:  steer,
+	// A customer token sees only whether the agents applied a change
+	// (its --wait), not who they are or what they own.
+	rivorav1connect.AdminServiceGetConfigStatusProcedure:     ownRead,
+	rivorav1connect.AdminServiceListEdgesProcedure:           read,
+	rivorav1connect.AdminServiceGetEdgeProcedure:             read,
+	rivorav1connect.AdminServiceRemoveEdgeProcedure:          adminsOf,
+	rivorav1connect.AdminServiceSetPriorityProcedure:         steer,
+	rivorav1connect.AdminServicePauseDestinationProcedure:    steer,
+	rivorav1connect.AdminServiceResumeDestinationProcedure:   steer,
+	rivorav1connect.AdminServiceSetLimitsOverrideProcedure:   steer,
+	rivorav1connect.AdminServiceClearLimitsOverrideProcedure: steer,
 
 	// Secret rotation is an admin's, like update (and a customer's, of
 	// its own destinations).
