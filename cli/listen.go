@@ -76,7 +76,7 @@ Ctrl-C stops it. -o json prints one JSON object per request, one per line:
 			&ucli.StringFlag{Name: "secret", EnvVars: []string{"RIVORA_WEBHOOK_SECRET"}, Usage: "check signatures locally with `SECRET` (whsec_…); prefer RIVORA_WEBHOOK_SECRET: a flag shows in the process list"},
 			&ucli.IntFlag{Name: "status", Value: http.StatusOK, Usage: "answer every request with HTTP `CODE` (200–599)"},
 			&ucli.IntFlag{Name: "fail-first", Usage: "answer 500 to the first `N` tries of each event (by webhook-id), then --status"},
-			&ucli.DurationFlag{Name: "delay", Usage: "wait `DURATION` before answering each request"},
+			&ucli.DurationFlag{Name: "delay", Usage: "wait `DURATION` before answering each request (its line is printed once answered, or says Rivora hung up first)"},
 		},
 		Action: e.listen,
 	}
@@ -132,7 +132,7 @@ func (e *env) listen(c *ucli.Context) error {
 			return err
 		}
 		r.verify = e.remoteCheck(destination)
-		checking = fmt.Sprintf("checking signatures with destination %s's secrets at %s", destination, e.server)
+		checking = fmt.Sprintf("checking signatures with the secrets of destination %s at %s", destination, e.server)
 		if !pointsAt(d.GetUrl(), c.String("listen")) {
 			checking += fmt.Sprintf("\n  note: destination %s sends to %s, not here (rivoractl destinations update %s --url http://%s/hook)", destination, d.GetUrl(), destination, c.String("listen"))
 		}
@@ -156,7 +156,7 @@ func (e *env) listen(c *ucli.Context) error {
 	if r.delay > 0 {
 		answer += " after " + r.delay.String()
 	}
-	fmt.Fprintf(e.errOut, "Listening on http://%s (any path); %s; %s. Ctrl-C stops.\n", ln.Addr(), checking, answer)
+	fmt.Fprintf(e.errOut, "Listening on %s (any path); %s; %s. Ctrl-C stops.\n", listeningURL(ln.Addr()), checking, answer)
 	if !r.json {
 		r.printHeader()
 	}
@@ -266,8 +266,11 @@ type delivery struct {
 	Verified    bool      `json:"verified"`
 	NotVerified string    `json:"notVerified,omitempty"`
 	Answered    int       `json:"answered"`
-	Resend      bool      `json:"resend,omitempty"`
-	Replay      bool      `json:"replay,omitempty"`
+	// Unanswered: Rivora hung up during --delay (its --timeout), so
+	// Answered was never sent; the try counts as a timeout.
+	Unanswered bool `json:"unanswered,omitempty"`
+	Resend     bool `json:"resend,omitempty"`
+	Replay     bool `json:"replay,omitempty"`
 }
 
 func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -286,14 +289,18 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		d.Answered = r.answerFor(d.WebhookID)
 	}
 	d.Verified = d.NotVerified == ""
-	r.print(d)
+	// With --delay the line is printed once answered: a request Rivora
+	// gave up on meanwhile was never answered, and says so.
 	if r.delay > 0 {
 		select {
 		case <-time.After(r.delay):
 		case <-req.Context().Done():
+			d.Unanswered = true
+			r.print(d)
 			return
 		}
 	}
+	r.print(d)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(d.Answered)
 	fmt.Fprintf(w, "rivoractl listen: %d\n", d.Answered)
@@ -350,8 +357,12 @@ func (r *receiver) print(d delivery) {
 	if d.Replay {
 		extra += " (replay)"
 	}
-	fmt.Fprintf(r.out, "%-12s  %-36s  %-16s  %-10s  %-10s  %-7s  %8s  %-12s  %d%s\n", d.Time.Local().Format("15:04:05.000"), dash(shown(d.WebhookID)), dash(shown(d.Type)),
-		dash(shown(d.Customer)), dash(shown(d.Lane)), attempt, byteSize(d.Bytes), signature, d.Answered, extra)
+	answered := strconv.Itoa(d.Answered)
+	if d.Unanswered {
+		answered = fmt.Sprintf("none: Rivora hung up during --delay (its timeout), would have been %d", d.Answered)
+	}
+	fmt.Fprintf(r.out, "%-12s  %-36s  %-16s  %-10s  %-10s  %-7s  %8s  %-12s  %s%s\n", d.Time.Local().Format("15:04:05.000"), dash(shown(d.WebhookID)), dash(shown(d.Type)),
+		dash(shown(d.Customer)), dash(shown(d.Lane)), attempt, byteSize(d.Bytes), signature, answered, extra)
 }
 
 // shown makes what a request carries safe to print on a terminal: anyone
@@ -375,4 +386,15 @@ func byteSize(n int) string {
 		return fmt.Sprintf("%d B", n)
 	}
 	return fmt.Sprintf("%.1f KiB", float64(n)/1024)
+}
+
+// listeningURL is the URL to give Rivora for a listener on addr: one
+// bound to every interface ("0.0.0.0:9000", shown by Go as "[::]:9000")
+// is reached at 127.0.0.1 from this machine.
+func listeningURL(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return "http://" + addr.String()
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d (every interface)", tcp.Port)
 }

@@ -204,7 +204,7 @@ func TestListenForADestinationAsksRivora(t *testing.T) {
 	if !regexp.MustCompile(`evt_1 .* verified `).MatchString(out) || !strings.Contains(out, "NOT VERIFIED (fake: webhook: no matching signature)") {
 		t.Fatalf("listen --destination output:\n%s", out)
 	}
-	if banner := l.errOut.String(); !strings.Contains(banner, "destination orders's secrets") || !strings.Contains(banner, "sends to http://127.0.0.1:9999/hook, not here") {
+	if banner := l.errOut.String(); !strings.Contains(banner, "the secrets of destination orders") || !strings.Contains(banner, "sends to http://127.0.0.1:9999/hook, not here") {
 		t.Fatalf("banner %q: want how it checks, and that orders points elsewhere", banner)
 	}
 }
@@ -238,4 +238,28 @@ func mustNewSecret(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// With --delay a request is printed once answered; one Rivora hung up on
+// during the delay (its timeout) says it was never answered.
+func TestListenWithADelaySaysWhatWasNeverAnswered(t *testing.T) {
+	secret := mustNewSecret(t)
+	l := startListen(t, DefaultServer, "--secret", secret, "--delay", "1h")
+	req, err := http.NewRequest(http.MethodPost, l.url+"/hook", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("webhook-id", "evt_late")
+	// Rivora's side: it gives up after its timeout.
+	if resp, err := (&http.Client{Timeout: 300 * time.Millisecond}).Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the request was answered %d, want it cut off by the caller's timeout", resp.StatusCode)
+	}
+	poll.True(t, "listen prints the unanswered request", 10*time.Second, func() bool {
+		return strings.Contains(l.out.String(), "evt_late")
+	})
+	if out := l.out.String(); !strings.Contains(out, "none: Rivora hung up during --delay") || strings.Contains(out, "  200") {
+		t.Errorf("listen printed %q; want the request shown as never answered", out)
+	}
+	l.stop()
 }
