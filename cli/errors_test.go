@@ -1,11 +1,16 @@
 package cli
 
 import (
+	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
+
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
 
 // A hint is added only when the server's message does not already say
@@ -45,5 +50,23 @@ func TestUnavailableSaysRetryOnce(t *testing.T) {
 		if strings.Contains(got, "try again shortly") != c.added {
 			t.Errorf("server says %q: rivoractl prints %q; want \"try again shortly\" added: %v", c.server, got, c.added)
 		}
+	}
+}
+
+// A request over the server's read limit is refused by connect before
+// Rivora reads it, as resource_exhausted: rivoractl says it is too large
+// and what bounds it, not that the server is overloaded.
+func TestTooLargeRequestSaysSo(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.Handle(rivorav1connect.NewIngestServiceHandler(rivorav1connect.UnimplementedIngestServiceHandler{}, connect.WithReadMaxBytes(1024)))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	var out, errOut strings.Builder
+	args := []string{"rivoractl", "--server", srv.URL, "--token", "rv_test", "publish", "--destination", "orders", "--customer", "acme", "--lane", "u1", "--type", "t", "--data", `{"x":"` + strings.Repeat("a", 4096) + `"}`}
+	if code := RunContext(context.Background(), args, strings.NewReader(""), &out, &errOut); code == 0 {
+		t.Fatalf("publish of 4 KiB to a server reading 1 KiB: exit 0, out %q", out.String())
+	}
+	if got := errOut.String(); !strings.Contains(got, "the request is larger than Rivora at "+srv.URL+" reads") || !strings.Contains(got, "--max-payload") {
+		t.Errorf("rivoractl said %q; want that the request is too large, naming --max-payload", got)
 	}
 }
