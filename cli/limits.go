@@ -243,6 +243,8 @@ func (e *env) setLimits(c *ucli.Context) error {
 func (e *env) writeDrain(m *rivorav1.SetLimitsOverrideResponse) {
 	rate := m.GetLimits().GetEffective().GetRatePerSecond()
 	switch {
+	case m.GetNoDrainReason() != "":
+		fmt.Fprintf(e.out, "%d pending events do not drain now: %s\n", m.GetPendingEvents(), m.GetNoDrainReason())
 	case m.GetProjectedDrainTime() != nil:
 		fmt.Fprintf(e.out, "%d pending events drain in %s at %s/s\n", m.GetPendingEvents(), drainText(m.GetProjectedDrainTime()), strconv.FormatFloat(rate, 'g', 4, 64))
 	case m.GetPendingEvents() > 0:

@@ -27,9 +27,9 @@ func (h *adminHandler) SetLimitsOverride(ctx context.Context, req *connect.Reque
 		if err != nil {
 			return nil, errorf(ErrUnavailable, "count the pending events of %q for the projected drain time: %w; retry", m.GetDestinationId(), err)
 		}
-		return connect.NewResponse(&rivorav1.SetLimitsOverrideResponse{
-			Limits: view, DryRun: true, PendingEvents: pending, ProjectedDrainTime: drainTime(pending, view.GetEffective().GetRatePerSecond()),
-		}), nil
+		resp := &rivorav1.SetLimitsOverrideResponse{Limits: view, DryRun: true}
+		h.cp.projectDrain(ctx, resp, m.GetDestinationId(), pending)
+		return connect.NewResponse(resp), nil
 	}
 	view, version, err := h.cp.setOverride(m, caller(ctx))
 	if err != nil {
@@ -39,9 +39,27 @@ func (h *adminHandler) SetLimitsOverride(ctx context.Context, req *connect.Reque
 	// The change is made; its drain time is a courtesy, left out when the
 	// agents cannot count now.
 	if pending, err := h.cp.agents.pending(ctx, m.GetDestinationId(), ""); err == nil {
-		resp.PendingEvents, resp.ProjectedDrainTime = pending, drainTime(pending, view.GetEffective().GetRatePerSecond())
+		h.cp.projectDrain(ctx, resp, m.GetDestinationId(), pending)
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// projectDrain says in resp how long destination id's pending events take
+// at the override's rate, or, while it is paused or parked, that they do
+// not drain now whatever the rate (as its health says).
+func (cp *ControlPlane) projectDrain(ctx context.Context, resp *rivorav1.SetLimitsOverrideResponse, id string, pending int64) {
+	resp.PendingEvents = pending
+	if pending > 0 {
+		switch cp.destinationStates(ctx, []string{id})[id] {
+		case "paused":
+			resp.NoDrainReason = "the destination is paused: nothing goes out until it is resumed"
+			return
+		case "down":
+			resp.NoDrainReason = "the destination is parked: only probes go out until its partner answers"
+			return
+		}
+	}
+	resp.ProjectedDrainTime = drainTime(pending, resp.GetLimits().GetEffective().GetRatePerSecond())
 }
 
 func (h *adminHandler) ClearLimitsOverride(ctx context.Context, req *connect.Request[rivorav1.ClearLimitsOverrideRequest]) (*connect.Response[rivorav1.ClearLimitsOverrideResponse], error) {

@@ -122,4 +122,8 @@ func TestDrainTimeAndLimitsDryRun(t *testing.T) {
 	if table := rivoractl(t, d, "destinations", "health", "slow"); !strings.Contains(table, "DRAIN TIME") || !strings.Contains(table, "never: no attempt goes out (paused") {
 		t.Fatalf("health of a paused destination does not say it never drains:\n%s", table)
 	}
+	// Nor does a limit change promise a drain time then.
+	if out := rivoractl(t, d, "limits", "set", "slow", "--rate", "8", "--dry-run"); !strings.Contains(out, "20 pending events do not drain now: the destination is paused") || strings.Contains(out, "drain in") {
+		t.Fatalf("limits set --dry-run on a paused destination printed:\n%s\nwant that its events do not drain now", out)
+	}
 }

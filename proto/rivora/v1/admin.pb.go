@@ -3321,8 +3321,12 @@ type SetLimitsOverrideResponse struct {
 	PendingEvents      int64                `protobuf:"varint,3,opt,name=pending_events,json=pendingEvents,proto3" json:"pending_events,omitempty"`
 	ProjectedDrainTime *durationpb.Duration `protobuf:"bytes,4,opt,name=projected_drain_time,json=projectedDrainTime,proto3" json:"projected_drain_time,omitempty"`
 	DryRun             bool                 `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// no_drain_reason, set instead of projected_drain_time, says why the
+	// pending events do not drain now whatever the rate: the destination
+	// is paused, or parked (only probes go out until its partner answers).
+	NoDrainReason string `protobuf:"bytes,6,opt,name=no_drain_reason,json=noDrainReason,proto3" json:"no_drain_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetLimitsOverrideResponse) Reset() {
@@ -3388,6 +3392,13 @@ func (x *SetLimitsOverrideResponse) GetDryRun() bool {
 		return x.DryRun
 	}
 	return false
+}
+
+func (x *SetLimitsOverrideResponse) GetNoDrainReason() string {
+	if x != nil {
+		return x.NoDrainReason
+	}
+	return ""
 }
 
 type ClearLimitsOverrideRequest struct {
@@ -5067,13 +5078,14 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x10_rate_per_secondB\b\n" +
 	"\x06_burstB\x0f\n" +
 	"\r_max_attemptsB\x10\n" +
-	"\x0e_max_in_flight\"\xf8\x01\n" +
+	"\x0e_max_in_flight\"\xa0\x02\n" +
 	"\x19SetLimitsOverrideResponse\x124\n" +
 	"\x06limits\x18\x01 \x01(\v2\x1c.rivora.v1.GetLimitsResponseR\x06limits\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12%\n" +
 	"\x0epending_events\x18\x03 \x01(\x03R\rpendingEvents\x12K\n" +
 	"\x14projected_drain_time\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x12projectedDrainTime\x12\x17\n" +
-	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"s\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x12&\n" +
+	"\x0fno_drain_reason\x18\x06 \x01(\tR\rnoDrainReason\"s\n" +
 	"\x1aClearLimitsOverrideRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12\x16\n" +
