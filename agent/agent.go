@@ -362,6 +362,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	var work, loops sync.WaitGroup
+	a.sched.LimitWorkers(a.cfg.Workers)
 	work.Go(func() { _ = a.sched.Run(ctx) })
 	for range a.cfg.Workers {
 		work.Go(func() { a.work(ctx) })

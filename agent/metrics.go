@@ -14,28 +14,34 @@ type destinationCollector struct {
 	sched *scheduler.Scheduler
 
 	rate, ceiling, learned, state, inFlight, tokens, backlog *prometheus.Desc
+	workers, workersBusy                                     *prometheus.Desc
 }
 
 func newDestinationCollector(s *scheduler.Scheduler) *destinationCollector {
 	return &destinationCollector{
-		sched:    s,
-		rate:     prometheus.NewDesc("rivora_destination_rate_per_second", "Current refill rate of the destination's budget (after AIMD).", []string{"destination"}, nil),
-		ceiling:  prometheus.NewDesc("rivora_destination_configured_rate_per_second", "Configured rate of the destination's budget.", []string{"destination"}, nil),
-		learned:  prometheus.NewDesc("rivora_destination_learned_rate_per_second", "The partner's ceiling as the budget learned it from throttling (the rate_per_second to configure); 0 when none is remembered.", []string{"destination"}, nil),
-		state:    prometheus.NewDesc("rivora_destination_state", "Health state: 0 healthy, 1 degraded, 2 parked.", []string{"destination"}, nil),
-		inFlight: prometheus.NewDesc("rivora_destination_in_flight", "Attempts in flight.", []string{"destination"}, nil),
-		tokens:   prometheus.NewDesc("rivora_destination_tokens", "Tokens in the destination's bucket.", []string{"destination"}, nil),
-		backlog:  prometheus.NewDesc("rivora_lane_backlog", "Pending events by destination, customer and lane state (due, waiting, in_flight: lanes; pending: events).", []string{"destination", "customer", "kind"}, nil),
+		sched:       s,
+		rate:        prometheus.NewDesc("rivora_destination_rate_per_second", "Current refill rate of the destination's budget (after AIMD).", []string{"destination"}, nil),
+		ceiling:     prometheus.NewDesc("rivora_destination_configured_rate_per_second", "Configured rate of the destination's budget.", []string{"destination"}, nil),
+		learned:     prometheus.NewDesc("rivora_destination_learned_rate_per_second", "The partner's ceiling as the budget learned it from throttling (the rate_per_second to configure); 0 when none is remembered.", []string{"destination"}, nil),
+		state:       prometheus.NewDesc("rivora_destination_state", "Health state: 0 healthy, 1 degraded, 2 parked.", []string{"destination"}, nil),
+		inFlight:    prometheus.NewDesc("rivora_destination_in_flight", "Attempts in flight.", []string{"destination"}, nil),
+		tokens:      prometheus.NewDesc("rivora_destination_tokens", "Tokens in the destination's bucket.", []string{"destination"}, nil),
+		backlog:     prometheus.NewDesc("rivora_lane_backlog", "Pending events by destination, customer and lane state (due, waiting, in_flight: lanes; pending: events).", []string{"destination", "customer", "kind"}, nil),
+		workers:     prometheus.NewDesc("rivora_delivery_workers", "Delivery workers (--workers), shared by every destination.", nil, nil),
+		workersBusy: prometheus.NewDesc("rivora_delivery_workers_busy", "Delivery workers holding an attempt. At --workers minus an eighth, only destinations with nothing in flight get one.", nil, nil),
 	}
 }
 
 func (c *destinationCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.rate, c.ceiling, c.learned, c.state, c.inFlight, c.tokens, c.backlog} {
+	for _, d := range []*prometheus.Desc{c.rate, c.ceiling, c.learned, c.state, c.inFlight, c.tokens, c.backlog, c.workers, c.workersBusy} {
 		ch <- d
 	}
 }
 
 func (c *destinationCollector) Collect(ch chan<- prometheus.Metric) {
+	workers, busy := c.sched.Workers()
+	ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(workers))
+	ch <- prometheus.MustNewConstMetric(c.workersBusy, prometheus.GaugeValue, float64(busy))
 	for _, s := range c.sched.Snapshot("") {
 		ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, s.CurrentRate, s.ID)
 		ch <- prometheus.MustNewConstMetric(c.ceiling, prometheus.GaugeValue, s.ConfiguredRate, s.ID)

@@ -19,6 +19,7 @@ func (a *Agent) work(ctx context.Context) {
 			return
 		}
 		a.attempt(attemptCtx, att)
+		a.sched.Done(att)
 	}
 }
 

@@ -130,6 +130,9 @@ func (s *Scheduler) pick(now time.Time) (*Attempt, time.Duration) {
 	if len(s.deadlines) > 0 {
 		soonest(s.deadlines[0].at.Sub(now))
 	}
+	if s.workers > 0 && s.busy >= s.workers {
+		return nil, wait // every worker is busy: Done kicks
+	}
 	if a := s.pickExpired(now); a != nil {
 		return a, 0
 	}
@@ -152,7 +155,7 @@ func (s *Scheduler) pick(now time.Time) (*Attempt, time.Duration) {
 // when the destination is back even while every lane is in backoff.
 func (s *Scheduler) pickProbe(now time.Time, soonest func(time.Duration)) *Attempt {
 	for d := range s.parked {
-		if d.inRing || !d.configured || d.paused || d.dropped || d.inFlight >= d.limits.MaxInFlight || d.budget.State() != budget.Parked {
+		if d.inRing || !d.configured || d.paused || d.dropped || d.inFlight >= d.limits.MaxInFlight || s.workersReserved(d) || d.budget.State() != budget.Parked {
 			continue
 		}
 		var probe *Lane
@@ -188,6 +191,9 @@ func (s *Scheduler) pickClass(now time.Time, class limits.Class, soonest func(ti
 		if d.inFlight >= d.limits.MaxInFlight {
 			d.budget.Saturated(now)
 			continue
+		}
+		if s.workersReserved(d) {
+			continue // Done kicks
 		}
 		if !d.budget.Take(now) {
 			soonest(d.budget.Wait(now))

@@ -9,8 +9,11 @@
 //     only itself;
 //   - no token in the destination's budget, no attempt: the dispatcher sleeps
 //     until the next token instead of polling;
-//   - a destination never has more than max_in_flight attempts out, so a slow
-//     destination cannot hold every worker;
+//   - a destination never has more than max_in_flight attempts out, and
+//     when the delivery workers are counted (LimitWorkers) no more attempts
+//     are handed out than there are workers, the last few kept for
+//     destinations with none in flight: however many destinations are
+//     slow, every other one has an attempt out at once (workers.go);
 //   - within a destination, customers with due lanes share attempts by weight
 //     (deficit round robin), and within a customer due first attempts go
 //     before due retries, oldest first;
@@ -71,6 +74,9 @@ type Attempt struct {
 	BudgetWait time.Duration
 	// settled: Settle ended this attempt (guarded by the scheduler's mu).
 	settled bool
+	// worker: handed out on Attempts, so it holds a delivery worker until
+	// Done (guarded by the scheduler's mu).
+	worker bool
 }
 
 // Scheduler is safe for concurrent use. Run dispatches attempts on the
@@ -96,6 +102,9 @@ type Scheduler struct {
 	// pausedSubs are the paused subscriptions, each with its destination
 	// (subscription.go).
 	pausedSubs map[string]string
+	// workers counts the delivery workers (0: not counted); busy the
+	// attempts handed out on Attempts and not Done (workers.go).
+	workers, busy int
 	// byEventID: per partition, which lane holds each pending event
 	// (Find). One index per partition, so that dropping a partition (a
 	// handoff, the agent's stop) forgets its millions of ids at once,
@@ -117,7 +126,8 @@ func New(clk clock.Clock) *Scheduler {
 }
 
 // Attempts is where Run hands out attempts; each must be settled exactly
-// once (Settle).
+// once (Settle), and, when workers are counted (LimitWorkers), ended by
+// Done once its worker is free.
 func (s *Scheduler) Attempts() <-chan *Attempt { return s.out }
 
 func (s *Scheduler) wake() {
@@ -134,11 +144,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			s.releaseUnsent()
 			return nil
 		}
-		s.mu.Lock()
-		now := s.clock.Now()
-		s.promote(now)
-		a, wait := s.pick(now)
-		s.mu.Unlock()
+		a, wait := s.next()
 		if a != nil {
 			select {
 			case s.out <- a:
@@ -170,6 +176,22 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 }
 
+// next makes due what is due and picks the attempt to hand out, counting
+// the worker it will hold; else it says how long Run may sleep (0: until
+// kicked).
+func (s *Scheduler) next() (*Attempt, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	s.promote(now)
+	a, wait := s.pick(now)
+	if a != nil {
+		a.worker = true
+		s.busy++
+	}
+	return a, wait
+}
+
 // giveBack settles an attempt that was never handed to a worker:
 // released, its lane due again unchanged.
 func (s *Scheduler) giveBack(a *Attempt) {
@@ -177,6 +199,7 @@ func (s *Scheduler) giveBack(a *Attempt) {
 	defer s.mu.Unlock()
 	a.settled = true
 	s.release(a)
+	s.freeWorker(a)
 	s.wake()
 }
 
