@@ -139,7 +139,7 @@ func publishResponse(r sdk.Result) *rivorav1.PublishResponse {
 // per route.
 func writeRoutes(w, note io.Writer, r sdk.Result, customer, typ string) error {
 	if len(r.Routes) == 0 {
-		_, err := fmt.Fprintf(w, "0 subscriptions matched: nothing was stored (customer %s has no active subscription for type %s; see `rivoractl subscriptions list --customer %s`)\n", customer, typ, customer)
+		_, err := fmt.Fprintf(w, "0 subscriptions matched: nothing was stored (no subscription of customer %s takes type %s with a filter that says yes to this event; see `rivoractl subscriptions list --customer %s`)\n", customer, typ, customer)
 		return err
 	}
 	t := newTable(w)

@@ -3,6 +3,7 @@ package routing
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/checker"
@@ -50,6 +51,10 @@ func mustEnv() *cel.Env {
 		cel.Variable("type", cel.StringType),
 		cel.Variable("customer", cel.StringType),
 		cel.Variable("lane", cel.StringType),
+		// A literal that can never work (a regex that does not compile,
+		// a bad duration or timestamp) is refused when the filter is
+		// made, not found out on every event.
+		cel.ASTValidators(cel.ValidateRegexLiterals(), cel.ValidateDurationLiterals(), cel.ValidateTimestampLiterals()),
 	)
 	if err != nil {
 		panic(fmt.Sprintf("routing: CEL environment: %v", err))
@@ -118,4 +123,13 @@ func (sizeEstimator) EstimateSize(checker.AstNode) *checker.SizeEstimate {
 
 func (sizeEstimator) EstimateCallCost(function, overloadID string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
 	return nil
+}
+
+// MissingField reports whether a filter's evaluation error (Match) is a
+// field the event's data lacks: the ordinary way a filter says no, as
+// opposed to a filter that fails whatever the event (a division by zero,
+// a comparison of mismatched types, an answer that is not a boolean).
+func MissingField(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "no such key") || strings.HasPrefix(msg, "no such attribute")
 }

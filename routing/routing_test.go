@@ -93,6 +93,8 @@ func TestFilterRefused(t *testing.T) {
 		`nosuchvar > 1`:                     "does not compile",
 		strings.Repeat("x", MaxFilterLen+1): "limit",
 		`data.a.all(x, data.b.all(y, data.c.all(z, x == y && y == z)))`: "cost",
+		`lane.matches("[")`:                "invalid matches argument",
+		`data.at < timestamp("yesterday")`: "invalid timestamp",
 	} {
 		_, err := CompileFilter(src)
 		switch {
@@ -108,6 +110,31 @@ func TestFilterRefused(t *testing.T) {
 	}
 	if ok, _ := f.Match(Input{Data: decode(t, `{"flag": 1}`)}); ok {
 		t.Fatal("a non-boolean result matched")
+	}
+}
+
+// A field the data lacks is the ordinary way a filter says no; a filter
+// that fails for another reason fails whatever the event.
+func TestFilterMissingFieldIsNotAFailure(t *testing.T) {
+	for src, missing := range map[string]bool{
+		`data.amount > 100`:    true,
+		`data.order.id == "1"`: true,
+		`data.amount / 0 > 1`:  false,
+		`data.amount`:          false, // not a boolean
+		`data.amount > "x"`:    false, // mismatched types
+	} {
+		f, err := CompileFilter(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := `{"amount": 180}`
+		if missing {
+			data = `{"other": 1}`
+		}
+		ok, err := f.Match(Input{Data: decode(t, data)})
+		if ok || err == nil || MissingField(err) != missing {
+			t.Errorf("%s on %s: match %v, err %v; want no match and an error that is a missing field: %v", src, data, ok, err, missing)
+		}
 	}
 }
 

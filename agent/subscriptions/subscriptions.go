@@ -13,6 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
 	"github.com/rivora/rivora/agent/retry"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/routing"
@@ -58,9 +61,20 @@ func (s *Subscription) Matches(typ string, input func() routing.Input) bool {
 	if s.Filter == nil {
 		return true
 	}
-	ok, _ := s.Filter.Match(input())
+	ok, err := s.Filter.Match(input())
+	if err != nil && !routing.MissingField(err) {
+		filterErrors.WithLabelValues(s.ID).Inc()
+	}
 	return ok
 }
+
+// filterErrors counts, per subscription, events its filter failed on for
+// another reason than a missing field: each is an event the subscription
+// did not get, most often because the filter is wrong for every event.
+var filterErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "rivora_subscription_filter_errors_total",
+	Help: "Events a subscription's filter failed on (not a missing field: a division by zero, mismatched types, an answer that is not a boolean); each is an event the subscription did not get.",
+}, []string{"subscription"})
 
 // Table is the current set of subscriptions. A change touches only what
 // it changes: with 100k subscriptions, one more costs the agent as little
