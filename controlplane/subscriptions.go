@@ -70,13 +70,15 @@ func subscriptionIDs(subs []*rivorav1.Subscription) string {
 }
 
 // checkSubscriptionFields checks what create and update set: the type
-// patterns, the filter (compiled: refused when it does not compile, is
-// not boolean or may cost too much) and the description.
-func (cp *ControlPlane) checkSubscriptionFields(types []string, filter, description string) error {
+// patterns (those not among had, the subscription's before, offered by
+// the catalogue, read through eventType), the filter (compiled: refused
+// when it does not compile, is not boolean or may cost too much) and the
+// description.
+func (cp *ControlPlane) checkSubscriptionFields(types, had []string, eventType func(string) (*rivorav1.EventType, bool), filter, description string) error {
 	if err := routing.ValidatePatterns(types); err != nil {
 		return tag(ErrInvalid, err)
 	}
-	if err := cp.checkTypesKnown(types); err != nil {
+	if err := cp.checkTypesOffered(types, had, eventType); err != nil {
 		return err
 	}
 	if filter != "" {
@@ -90,17 +92,22 @@ func (cp *ControlPlane) checkSubscriptionFields(types []string, filter, descript
 	return nil
 }
 
-// checkTypesKnown refuses, with --strict-event-types, an exact type (no
-// "*") that is not in the catalogue: no event of it could be published.
-func (cp *ControlPlane) checkTypesKnown(types []string) error {
-	if !cp.cfg.StrictEventTypes {
-		return nil
-	}
+// checkTypesOffered refuses an exact type (no "*") the subscription did
+// not have (had) that the catalogue does not offer: a deprecated one, no
+// longer offered for new subscriptions, or, with --strict-event-types,
+// one it does not list (no event of it could be published). A type the
+// subscription had stays: deprecating a type, or removing it from the
+// catalogue, never blocks other edits of the subscriptions that take it.
+func (cp *ControlPlane) checkTypesOffered(types, had []string, eventType func(string) (*rivorav1.EventType, bool)) error {
 	for _, t := range types {
-		if strings.Contains(t, "*") {
+		if strings.Contains(t, "*") || slices.Contains(had, t) {
 			continue
 		}
-		if _, ok := cp.store.GetEventType(t); !ok {
+		et, ok := eventType(t)
+		switch {
+		case ok && et.GetDeprecated():
+			return errorf(ErrInvalid, "type %q is deprecated: it is no longer offered for new subscriptions (see `rivoractl event-types list`)", t)
+		case !ok && cp.cfg.StrictEventTypes:
 			return errorf(ErrInvalid, "type %q is not in the event-type catalogue, and this cell refuses events of types it does not list (--strict-event-types): see `rivoractl event-types list`", t)
 		}
 	}
@@ -133,7 +140,7 @@ func (cp *ControlPlane) createSubscription(m *rivorav1.CreateSubscriptionRequest
 	if !sc.customer(m.GetCustomerId()) {
 		return nil, 0, errorf(ErrDenied, "this token may not act for customer %q", m.GetCustomerId())
 	}
-	if err := cp.checkSubscriptionFields(m.GetTypes(), m.GetFilter(), m.GetDescription()); err != nil {
+	if err := cp.checkSubscriptionFields(m.GetTypes(), nil, cp.store.GetEventType, m.GetFilter(), m.GetDescription()); err != nil {
 		return nil, 0, err
 	}
 	secret, err := subscriptionSecret(m.GetSecret(), m.GetGenerateSecret())
@@ -360,6 +367,13 @@ func (cp *ControlPlane) changeSubscription(action, id string, who actor, reason 
 }
 
 func (cp *ControlPlane) updateSubscription(m *rivorav1.UpdateSubscriptionRequest, who actor, sc scope) (*rivorav1.Subscription, uint64, error) {
+	// The catalogue is read before the change: the store is locked
+	// throughout it.
+	catalogue := map[string]*rivorav1.EventType{}
+	for _, et := range cp.store.EventTypes() {
+		catalogue[et.GetName()] = et
+	}
+	eventType := func(name string) (*rivorav1.EventType, bool) { et, ok := catalogue[name]; return et, ok }
 	return cp.changeSubscription("subscription.update", m.GetId(), who, "", sc, func(s *rivorav1.Subscription, d *rivorav1.Destination) (string, error) {
 		var changes []string
 		types, filter, description := s.GetTypes(), s.GetFilter(), s.GetDescription()
@@ -375,7 +389,7 @@ func (cp *ControlPlane) updateSubscription(m *rivorav1.UpdateSubscriptionRequest
 			description = m.GetDescription()
 			changes = append(changes, "description")
 		}
-		if err := cp.checkSubscriptionFields(types, filter, description); err != nil {
+		if err := cp.checkSubscriptionFields(types, s.GetTypes(), eventType, filter, description); err != nil {
 			return "", err
 		}
 		s.Types, s.Filter, s.Description = types, filter, description

@@ -691,6 +691,58 @@ func TestSubscriptionDeleteAndStateThroughTheAgents(t *testing.T) {
 	wantCode(t, "its subscription after a forced destination delete", err, connect.CodeNotFound)
 }
 
+// A deprecated type is no longer offered for new subscriptions: naming it
+// exactly is refused, a glob still takes it, and a subscription that had
+// it keeps it through other edits.
+func TestDeprecatedTypeNotOfferedForNewSubscriptions(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), false)
+	ctx := context.Background()
+	d.create(&rivorav1.CreateDestinationRequest{Id: "erp", Url: "https://erp.example.com/ingest"})
+	types := d.types(d.AdminToken)
+	if _, err := types.CreateEventType(ctx, connect.NewRequest(&rivorav1.CreateEventTypeRequest{Name: "order.legacy"})); err != nil {
+		t.Fatal(err)
+	}
+	had := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"order.legacy"}})
+	other := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"order.created"}})
+	if _, err := types.DeprecateEventType(ctx, connect.NewRequest(&rivorav1.DeprecateEventTypeRequest{Name: "order.legacy"})); err != nil {
+		t.Fatal(err)
+	}
+	c := d.subs(d.AdminToken)
+	_, err := c.CreateSubscription(ctx, connect.NewRequest(&rivorav1.CreateSubscriptionRequest{CustomerId: "c2", DestinationId: "erp", Types: []string{"order.legacy"}}))
+	wantCode(t, "a new subscription to a deprecated type", err, connect.CodeInvalidArgument, `"order.legacy" is deprecated`)
+	_, err = c.UpdateSubscription(ctx, connect.NewRequest(&rivorav1.UpdateSubscriptionRequest{Id: other.GetId(), SetTypes: true, Types: []string{"order.created", "order.legacy"}}))
+	wantCode(t, "adding a deprecated type", err, connect.CodeInvalidArgument, `"order.legacy" is deprecated`)
+	if _, err := c.CreateSubscription(ctx, connect.NewRequest(&rivorav1.CreateSubscriptionRequest{CustomerId: "c2", DestinationId: "erp", Types: []string{"order.*"}})); err != nil {
+		t.Fatalf("a glob that takes the deprecated type: %v", err)
+	}
+	up, err := c.UpdateSubscription(ctx, connect.NewRequest(&rivorav1.UpdateSubscriptionRequest{Id: had.GetId(), Description: new("still wanted")}))
+	if err != nil || !slices.Equal(up.Msg.GetSubscription().GetTypes(), []string{"order.legacy"}) {
+		t.Fatalf("editing a subscription that had the deprecated type: %v, %v; want it kept", up.Msg.GetSubscription(), err)
+	}
+}
+
+// With --strict-event-types, updating a subscription checks its new types
+// against the catalogue (this once locked the store for good: the check
+// read the store from within the change).
+func TestStrictCellUpdatesSubscriptions(t *testing.T) {
+	t.Parallel()
+	d := &dev{rigStart(t, func(c *controlplane.Config) { c.StrictEventTypes = true })}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d.create(&rivorav1.CreateDestinationRequest{Id: "erp", Url: "https://erp.example.com/ingest"})
+	if _, err := d.types(d.AdminToken).CreateEventType(ctx, connect.NewRequest(&rivorav1.CreateEventTypeRequest{Name: "order.created"})); err != nil {
+		t.Fatal(err)
+	}
+	s := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"order.created"}})
+	c := d.subs(d.AdminToken)
+	_, err := c.UpdateSubscription(ctx, connect.NewRequest(&rivorav1.UpdateSubscriptionRequest{Id: s.GetId(), SetTypes: true, Types: []string{"order.updated"}}))
+	wantCode(t, "an update to a type not in the catalogue", err, connect.CodeInvalidArgument, `"order.updated" is not in the event-type catalogue`)
+	if _, err := c.UpdateSubscription(ctx, connect.NewRequest(&rivorav1.UpdateSubscriptionRequest{Id: s.GetId(), Description: new("orders")})); err != nil {
+		t.Fatalf("updating a subscription's description in a strict cell: %v", err)
+	}
+}
+
 // The agents' feed: the snapshot carries every subscription with its
 // secrets and header values and the whole catalogue with
 // strict_event_types; a change sends the changed subscription, a delete
