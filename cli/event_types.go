@@ -296,9 +296,11 @@ func (e *env) eventTypesDeprecate() *ucli.Command {
 		ArgsUsage: "NAME",
 		UsageText: "rivoractl event-types deprecate NAME [--undo] [--wait] [-o json]",
 		Description: `Marks event type NAME deprecated: publishers may still send it and existing
-subscriptions still receive it, but it is no longer offered for new
-subscriptions (the portal hides it; event-types list shows it only with
---include-deprecated). --undo clears the mark.
+subscriptions still receive it (and keep it through other edits), but it is
+no longer offered for new subscriptions: naming it in a new subscription,
+or adding it to one, is refused (a glob such as order.* still takes it; the
+portal hides it; event-types list shows it only with --include-deprecated).
+--undo clears the mark.
 
 Examples:
    rivoractl event-types deprecate order.legacy
