@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"github.com/rivora/rivora/controlplane/notices"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 // DefaultMaxDestinations is the default cap on registered destinations
@@ -18,10 +19,28 @@ func (cp *ControlPlane) maxDestinations() int {
 	return DefaultMaxDestinations
 }
 
+// MaxOwnDestinationsPerCustomer bounds the destinations one customer
+// owns (created with a customer token, owner_customer): else one
+// self-service customer could take the whole cell's --max-destinations,
+// and the operators could register no partner.
+const MaxOwnDestinationsPerCustomer = 100
+
 // checkCapacity refuses one more destination once the cap is reached
-// (ErrExhausted). The operator-webhook destination Rivora keeps for
-// itself does not count.
-func (cp *ControlPlane) checkCapacity(tx *DestinationTx) error {
+// (ErrExhausted), and one more of a customer's own (owner: "" for an
+// operator's) once it owns MaxOwnDestinationsPerCustomer. The
+// operator-webhook destination Rivora keeps for itself does not count.
+func (cp *ControlPlane) checkCapacity(tx *DestinationTx, owner string) error {
+	if owner != "" {
+		owned := 0
+		tx.Each(func(d *rivorav1.Destination) {
+			if d.GetOwnerCustomer() == owner {
+				owned++
+			}
+		})
+		if owned >= MaxOwnDestinationsPerCustomer {
+			return errorf(ErrExhausted, "customer %q owns %d destinations, the most one customer may own (%d): delete unused ones (`rivoractl destinations delete ID`)", owner, owned, MaxOwnDestinationsPerCustomer)
+		}
+	}
 	n := tx.Len()
 	if tx.Has(notices.DestinationID) {
 		n--

@@ -117,7 +117,7 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 		if tx.Has(d.Id) {
 			return "", errorf(ErrExists, "destination %q already exists; change it with `rivoractl destinations update %s`", d.Id, d.Id)
 		}
-		if err := cp.checkCapacity(tx); err != nil {
+		if err := cp.checkCapacity(tx, d.OwnerCustomer); err != nil {
 			return "", err
 		}
 		tx.Put(d)

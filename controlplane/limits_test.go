@@ -2,6 +2,7 @@ package controlplane_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -196,5 +197,30 @@ func TestMaxDestinations(t *testing.T) {
 	}
 	if err := create("c"); err != nil {
 		t.Fatalf("create after a delete made room: %v", err)
+	}
+}
+
+// One customer owns at most MaxOwnDestinationsPerCustomer destinations:
+// its self-service cannot take the cell's whole --max-destinations from
+// the operators. Another customer, and an operator, still create.
+func TestOwnDestinationsPerCustomerCapped(t *testing.T) {
+	t.Parallel()
+	d := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true})
+	ctx := context.Background()
+	create := func(id, owner string) error {
+		_, err := d.Admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: id, Url: "https://example.com/" + id, OwnerCustomer: owner}))
+		return err
+	}
+	for i := range controlplane.MaxOwnDestinationsPerCustomer {
+		if err := create(fmt.Sprintf("evil-%03d", i), "evil"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantCode(t, "one more of evil's own", create("evil-more", "evil"), connect.CodeResourceExhausted, `customer "evil" owns 100 destinations`)
+	if err := create("acme-own", "acme"); err != nil {
+		t.Fatalf("another customer's own destination: %v", err)
+	}
+	if err := create("partner", ""); err != nil {
+		t.Fatalf("an operator's destination: %v", err)
 	}
 }
