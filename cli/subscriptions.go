@@ -460,8 +460,8 @@ func archivedText(n int64) string {
 	case 0:
 		return "no pending events were archived"
 	case 1:
-		return "archived 1 pending event as a dead letter"
+		return "archived 1 pending event as a dead letter (`rivoractl dlq list` shows it once written to the archive, within seconds)"
 	default:
-		return fmt.Sprintf("archived %d pending events as dead letters", n)
+		return fmt.Sprintf("archived %d pending events as dead letters (`rivoractl dlq list` shows them once written to the archive, within seconds)", n)
 	}
 }

@@ -265,7 +265,7 @@ func TestSubscriptionsPauseResumeRotateDelete(t *testing.T) {
 	f.subs.mu.Unlock()
 	assertFailure(t, run(t, url, "", "subscriptions", "delete", id), exitError, "pass --force")
 	r = mustSucceed(t, run(t, url, "", "subscriptions", "rm", id, "--force"))
-	if r.stdout != "Deleted subscription "+id+"; archived 3 pending events as dead letters.\n" {
+	if r.stdout != "Deleted subscription "+id+"; archived 3 pending events as dead letters (`rivoractl dlq list` shows them once written to the archive, within seconds).\n" {
 		t.Fatalf("delete --force output = %q", r.stdout)
 	}
 	if got := f.subs.last(); !proto.Equal(got, &rivorav1.DeleteSubscriptionRequest{Id: id, Force: true}) {
