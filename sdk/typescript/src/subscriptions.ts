@@ -175,7 +175,13 @@ function present<T>(m: T | undefined, what: string): T {
   return m;
 }
 
+// duration is a grace in milliseconds as a protobuf Duration. A negative,
+// NaN or infinite grace is refused here, as the server would refuse it:
+// clamping a negative one to 0 stopped the old secret at once.
 function duration(ms: number): { seconds: bigint; nanos: number } {
-  const whole = Math.max(0, Math.floor(ms));
+  if (typeof ms !== "number" || !Number.isFinite(ms) || ms < 0) {
+    throw new RivoraError(Code.InvalidArgument, `rivora: graceMs must be a finite number of milliseconds, 0 or more (0: no overlap), got ${String(ms)}`);
+  }
+  const whole = Math.floor(ms);
   return { seconds: BigInt(Math.floor(whole / 1000)), nanos: (whole % 1000) * 1_000_000 };
 }

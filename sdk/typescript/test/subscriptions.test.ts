@@ -216,6 +216,12 @@ describe("SubscriptionClient", () => {
     expect([rot.secret, rot.grace?.seconds, rot.grace?.nanos]).toEqual(["whsec_mine", 90n, 500_000_000]);
     await subs.rotateSecret("sub_0000000000000001", { graceMs: 0 });
     expect(last(RotateSubscriptionSecretRequestSchema).grace?.seconds).toBe(0n);
+    // A grace the server would refuse is refused here, as a RivoraError.
+    for (const graceMs of [-5, Number.NaN, Number.POSITIVE_INFINITY]) {
+      const err = await rejection(subs.rotateSecret("sub_0000000000000001", { graceMs }));
+      expect(err).toBeInstanceOf(RivoraError);
+      expect([err.code, err.message.includes("graceMs")]).toEqual([Code.InvalidArgument, true]);
+    }
 
     expect((await rejection(subs.delete("sub_0000000000000001"))).code).toBe(Code.FailedPrecondition);
     await expect(subs.delete("sub_0000000000000001", { force: true })).resolves.toEqual({ archived: 3 });
