@@ -24,7 +24,7 @@ moved or copied.
 			Name:      "set",
 			Usage:     "set a destination's class (high|normal|low) and/or a customer's weight",
 			ArgsUsage: "DESTINATION",
-			UsageText: "rivoractl priority set DESTINATION [--class high|normal|low] [--customer C --weight W]",
+			UsageText: "rivoractl priority set DESTINATION [--class high|normal|low] [--customer C --weight W] [--reason TEXT]",
 			Description: `--class orders destinations for the delivery workers: due attempts of a
 higher class go first; each destination's budget still bounds it.
 --customer/--weight share one destination's budget among the customers
@@ -32,13 +32,14 @@ with due events by weight (default 1), not by volume: a customer with
 weight 5 gets five attempts for every one of a customer with weight 1.
 
 Examples:
-   rivoractl priority set orders --customer gold --weight 5
+   rivoractl priority set orders --customer gold --weight 5 --reason "gold plan"
    rivoractl priority set orders --customer bronze --weight 1
    rivoractl priority set billing --class high`,
 			Flags: []ucli.Flag{
 				&ucli.StringFlag{Name: "class", Usage: "priority `CLASS`: high, normal or low"},
 				&ucli.StringFlag{Name: "customer", Usage: "the customer `ID` whose weight to set"},
 				&ucli.Float64Flag{Name: "weight", Usage: "the customer's `WEIGHT` (0.01–10000; default for everyone is 1)"},
+				&ucli.StringFlag{Name: "reason", Usage: "why, for the audit log (`TEXT`)"},
 				waitFlag,
 			},
 			Action: e.setPriority,
@@ -50,7 +51,7 @@ func (e *env) setPriority(c *ucli.Context) error {
 	if err := exactArgs(c, 1, "one destination ID"); err != nil {
 		return err
 	}
-	req := &rivorav1.SetPriorityRequest{DestinationId: c.Args().First()}
+	req := &rivorav1.SetPriorityRequest{DestinationId: c.Args().First(), Reason: c.String("reason")}
 	if c.IsSet("class") {
 		switch strings.ToLower(c.String("class")) {
 		case "high":

@@ -307,9 +307,16 @@ func TestSetPriority(t *testing.T) {
 	if _, err := d.Admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "orders", Class: rivorav1.PriorityClass_PRIORITY_CLASS_HIGH})); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := d.Admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "orders", CustomerId: "acme", Weight: w(4)}))
+	resp, err := d.Admin.SetPriority(context.Background(), connect.NewRequest(&rivorav1.SetPriorityRequest{DestinationId: "orders", CustomerId: "acme", Weight: w(4), Reason: "acme's gold plan"}))
 	if err != nil {
 		t.Fatal(err)
+	}
+	audit, err := d.Admin.ListAudit(context.Background(), connect.NewRequest(&rivorav1.ListAuditRequest{DestinationId: "orders"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := audit.Msg.GetEntries()[len(audit.Msg.GetEntries())-1]; last.GetAction() != "priority.set" || last.GetReason() != "acme's gold plan" {
+		t.Fatalf("last audit entry %v; want priority.set with its reason", last)
 	}
 	got := resp.Msg.GetDestination()
 	if got.GetPriorityClass() != rivorav1.PriorityClass_PRIORITY_CLASS_HIGH || got.GetCustomerWeights()["acme"] != 4 {

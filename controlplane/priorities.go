@@ -18,7 +18,7 @@ func (cp *ControlPlane) setPriority(m *rivorav1.SetPriorityRequest, who actor) (
 		return nil, 0, err
 	}
 	setsClass := m.GetClass() != rivorav1.PriorityClass_PRIORITY_CLASS_UNSPECIFIED
-	return cp.changeDestination("priority.set", m.GetDestinationId(), who, "", func(d *rivorav1.Destination) (string, error) {
+	return cp.changeDestination("priority.set", m.GetDestinationId(), who, m.GetReason(), func(d *rivorav1.Destination) (string, error) {
 		var changes []string
 		if setsClass {
 			d.PriorityClass = m.GetClass()

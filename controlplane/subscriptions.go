@@ -98,6 +98,10 @@ func (cp *ControlPlane) checkSubscriptionFields(types, had []string, eventType f
 // one it does not list (no event of it could be published). A type the
 // subscription had stays: deprecating a type, or removing it from the
 // catalogue, never blocks other edits of the subscriptions that take it.
+//
+// eventType must not read the store from within a change (cp.change):
+// the store is locked throughout it (an update once hung the control
+// plane that way), so a change passes a catalogue read before it.
 func (cp *ControlPlane) checkTypesOffered(types, had []string, eventType func(string) (*rivorav1.EventType, bool)) error {
 	for _, t := range types {
 		if strings.Contains(t, "*") || slices.Contains(had, t) {

@@ -2001,8 +2001,10 @@ type SetPriorityRequest struct {
 	// class, when set, changes the destination's priority class.
 	Class PriorityClass `protobuf:"varint,2,opt,name=class,proto3,enum=rivora.v1.PriorityClass" json:"class,omitempty"`
 	// customer_id and weight, when set, change one customer's weight (> 0).
-	CustomerId    string   `protobuf:"bytes,3,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
-	Weight        *float64 `protobuf:"fixed64,4,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
+	CustomerId string   `protobuf:"bytes,3,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
+	Weight     *float64 `protobuf:"fixed64,4,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
+	// reason says why, for the audit log (optional).
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2070,6 +2072,13 @@ func (x *SetPriorityRequest) GetWeight() float64 {
 		return *x.Weight
 	}
 	return 0
+}
+
+func (x *SetPriorityRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type SetPriorityResponse struct {
@@ -4960,14 +4969,15 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"Q\n" +
 	"\x19DeleteDestinationResponse\x12\x1a\n" +
 	"\barchived\x18\x01 \x01(\x03R\barchived\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"\xcc\x01\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xe4\x01\n" +
 	"\x12SetPriorityRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12.\n" +
 	"\x05class\x18\x02 \x01(\x0e2\x18.rivora.v1.PriorityClassR\x05class\x12\x1f\n" +
 	"\vcustomer_id\x18\x03 \x01(\tR\n" +
 	"customerId\x12\x1b\n" +
-	"\x06weight\x18\x04 \x01(\x01H\x00R\x06weight\x88\x01\x01B\t\n" +
+	"\x06weight\x18\x04 \x01(\x01H\x00R\x06weight\x88\x01\x01\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reasonB\t\n" +
 	"\a_weight\"i\n" +
 	"\x13SetPriorityResponse\x128\n" +
 	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
