@@ -40,7 +40,7 @@ func checkEventTypeFields(description, schema string) error {
 	}
 	if schema != "" {
 		if _, err := routing.CompileSchema(schema); err != nil {
-			return errorf(ErrInvalid, "schema: %w", err)
+			return tag(ErrInvalid, err)
 		}
 	}
 	return nil

@@ -83,7 +83,7 @@ func (cp *ControlPlane) checkSubscriptionFields(types, had []string, eventType f
 	}
 	if filter != "" {
 		if _, err := routing.CompileFilter(filter); err != nil {
-			return errorf(ErrInvalid, "filter: %w", err)
+			return tag(ErrInvalid, err)
 		}
 	}
 	if len(description) > bounds.Text {

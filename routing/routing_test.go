@@ -158,9 +158,15 @@ func TestSchema(t *testing.T) {
 			t.Errorf("Validate(%s) = %v, want an error with %q", data, err, want)
 		}
 	}
-	for _, bad := range []string{`{`, `{"type": 12}`, `{"$ref": "https://example.com/s.json"}`} {
-		if _, err := CompileSchema(bad); err == nil {
-			t.Errorf("CompileSchema(%s) accepted", bad)
+	for bad, want := range map[string]string{
+		`{`:            "not JSON",
+		`{"type": 12}`: "schema at /type is not a valid JSON Schema",
+		`{"properties": {"amount": {"minimum": "0"}}}`: "schema at /properties/amount/minimum is not a valid JSON Schema",
+		`{"$ref": "https://example.com/s.json"}`:       "self-contained",
+	} {
+		_, err := CompileSchema(bad)
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "rivora:///") {
+			t.Errorf("CompileSchema(%s) = %v, want an error with %q (and no internal URL)", bad, err, want)
 		}
 	}
 }

@@ -46,9 +46,24 @@ func CompileSchema(source string) (*Schema, error) {
 	}
 	s, err := c.Compile(url)
 	if err != nil {
-		return nil, fmt.Errorf("schema does not compile: %w", err)
+		return nil, compileError(err)
 	}
 	return &Schema{schema: s}, nil
+}
+
+// compileError says why a schema does not compile. One that breaks the
+// JSON Schema metaschema names where, in the schema, and what is wrong
+// ("schema at /properties/amount/minimum: got string, want number"), not
+// the library's internal document URL.
+func compileError(err error) error {
+	var sve *jsonschema.SchemaValidationError
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &sve) || !errors.As(sve.Err, &ve) {
+		return fmt.Errorf("schema does not compile: %w", err)
+	}
+	leaf := deepest(ve)
+	at := "/" + strings.Join(leaf.InstanceLocation, "/")
+	return fmt.Errorf("schema at %s is not a valid JSON Schema (draft 2020-12): %s", at, leafMessage(leaf))
 }
 
 // Validate checks an event's JSON payload against the schema. The error
