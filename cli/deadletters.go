@@ -357,7 +357,7 @@ func (e *env) replay(c *ucli.Context) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		if _, err := fmt.Fprintf(e.out, "%d match; %d skipped: already replayed by an earlier run, or a later death of an event that is replayed once\n", last.GetTotal(), last.GetSkipped()); err != nil {
+		if _, err := fmt.Fprintf(e.out, "%d match; %d skipped: sent by an earlier replay, or a later death of an event sent once\n", last.GetTotal(), last.GetSkipped()); err != nil {
 			return err
 		}
 		if why := last.GetRefused(); why != "" {
@@ -366,7 +366,7 @@ func (e *env) replay(c *ucli.Context) error {
 		}
 		return nil
 	}
-	if _, err := fmt.Fprintf(e.out, "Replayed %d of %d dead letters in %s (%d skipped: already replayed).\n", last.GetReplayed(), last.GetTotal(), time.Since(start).Round(time.Millisecond), last.GetSkipped()); err != nil {
+	if _, err := fmt.Fprintf(e.out, "Replayed %d of %d dead letters in %s (%d skipped: sent by an earlier replay, stored already within the dedup window, or a later death of an event sent once).\n", last.GetReplayed(), last.GetTotal(), time.Since(start).Round(time.Millisecond), last.GetSkipped()); err != nil {
 		return err
 	}
 	return e.showRenamed(renamed)

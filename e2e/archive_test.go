@@ -284,7 +284,7 @@ func waitUnarchived(t testing.TB, d *devProc, dest string, want int64, timeout t
 }
 
 var (
-	replayDone     = regexp.MustCompile(`Replayed (\d+) of (\d+) dead letters in \S+ \((\d+) skipped: already replayed\)`)
+	replayDone     = regexp.MustCompile(`Replayed (\d+) of (\d+) dead letters in \S+ \((\d+) skipped: [^)]*\)`)
 	replayProgress = regexp.MustCompile(`^replay: (\d+)/(\d+) \((\d+) replayed, (\d+) skipped\)`)
 )
 

@@ -3,19 +3,27 @@ package deadletters
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// replayMarks are which lines of the archive's objects a replay handled:
-// re-accepted, found already stored, or skipped as a later death of an
-// event the replay re-accepted. Every replay shares them, whatever its
-// filter, so that no replay sends a dead letter another one sent (after
-// the stream's dedup window, receivers would see its webhook-id again),
-// and a run that stops resumes where it was.
+// replayMarks are which lines of the archive's objects a replay handled
+// (re-accepted, found already stored, or skipped as a later death of an
+// event the replay re-accepted) and when: when the replay began
+// re-ingesting the batch. Every replay shares them, whatever its filter,
+// so that no replay sends a dead letter another one sent (after the
+// stream's dedup window, receivers would see its webhook-id again), and a
+// run that stops resumes where it was.
+//
+// The time tells a later death of an event apart: one that died before a
+// replay handled the event was covered by that replay (a repeat), one
+// that died after it is the replayed event dying again, to be replayed
+// in its turn.
 //
 // A mark is written after what it marks was re-ingested: a replay that
 // dies in between sends that batch again on the next run, within the
@@ -28,9 +36,11 @@ type replayMarks struct {
 }
 
 // objectMarks are one archive object's handled lines, as the bucket
-// holds them: bit i of lines is line i.
+// holds them (encodeMarks).
 type objectMarks struct {
-	lines []byte
+	// at is, per handled line, when the replay that handled it began
+	// re-ingesting it (Unix milliseconds).
+	at map[int]int64
 	// rev is the bucket entry's revision (0: none yet), so that two
 	// replays marking lines of one object keep each other's marks.
 	rev uint64
@@ -52,34 +62,41 @@ func (m *replayMarks) load(ctx context.Context, object string) (*objectMarks, er
 	if om, ok := m.objects[object]; ok {
 		return om, nil
 	}
-	om := &objectMarks{}
+	om := &objectMarks{at: map[int]int64{}}
 	entry, err := m.kv.Get(ctx, markKey(object))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 	case err != nil:
 		return nil, fmt.Errorf("read the replay marks of %s: %w", object, err)
 	default:
-		om.lines, om.rev = entry.Value(), entry.Revision()
+		if om.at, err = decodeMarks(entry.Value()); err != nil {
+			return nil, fmt.Errorf("read the replay marks of %s: %w", object, err)
+		}
+		om.rev = entry.Revision()
 	}
 	m.objects[object] = om
 	return om, nil
 }
 
-// has reports whether line i of object was handled by a replay (object's
-// marks loaded).
-func (m *replayMarks) has(object string, i int) bool {
+// handledAt is when a replay handled line i of object (Unix
+// milliseconds), and whether one did (object's marks loaded).
+func (m *replayMarks) handledAt(object string, i int) (int64, bool) {
 	om := m.objects[object]
-	return om != nil && i/8 < len(om.lines) && om.lines[i/8]&(1<<(i%8)) != 0
+	if om == nil {
+		return 0, false
+	}
+	at, ok := om.at[i]
+	return at, ok
 }
 
 // markTries bounds the writes of one batch's marks racing another
 // replay's writes to the same object.
 const markTries = 5
 
-// mark records lines of object as handled. Another replay may have marked
-// lines of it since they were read: then its marks are read again and
-// these added to them.
-func (m *replayMarks) mark(ctx context.Context, object string, lines []int) error {
+// mark records lines of object as handled at (Unix milliseconds).
+// Another replay may have marked lines of it since they were read: then
+// its marks are read again and these added to them.
+func (m *replayMarks) mark(ctx context.Context, object string, lines []int, at int64) error {
 	if len(lines) == 0 {
 		return nil
 	}
@@ -89,16 +106,14 @@ func (m *replayMarks) mark(ctx context.Context, object string, lines []int) erro
 	}
 	for try := 1; ; try++ {
 		for _, i := range lines {
-			if need := i/8 + 1; len(om.lines) < need {
-				om.lines = append(om.lines, make([]byte, need-len(om.lines))...)
-			}
-			om.lines[i/8] |= 1 << (i % 8)
+			om.at[i] = at
 		}
+		value := encodeMarks(om.at)
 		var rev uint64
 		if om.rev == 0 {
-			rev, err = m.kv.Create(ctx, markKey(object), om.lines)
+			rev, err = m.kv.Create(ctx, markKey(object), value)
 		} else {
-			rev, err = m.kv.Update(ctx, markKey(object), om.lines, om.rev)
+			rev, err = m.kv.Update(ctx, markKey(object), value, om.rev)
 		}
 		if err == nil {
 			om.rev = rev
@@ -112,4 +127,44 @@ func (m *replayMarks) mark(ctx context.Context, object string, lines []int) erro
 			return err
 		}
 	}
+}
+
+// encodeMarks writes marks in line order as pairs of varints: the line's
+// distance from the one before, and its time's difference from the one
+// before's. Lines of one batch share a time and mostly follow each
+// other: about two bytes a line.
+func encodeMarks(at map[int]int64) []byte {
+	lines := make([]int, 0, len(at))
+	for i := range at {
+		lines = append(lines, i)
+	}
+	slices.Sort(lines)
+	out := make([]byte, 0, 2*len(lines)+binary.MaxVarintLen64)
+	prevLine, prevAt := -1, int64(0)
+	for _, i := range lines {
+		out = binary.AppendUvarint(out, uint64(i-prevLine))
+		out = binary.AppendVarint(out, at[i]-prevAt)
+		prevLine, prevAt = i, at[i]
+	}
+	return out
+}
+
+func decodeMarks(b []byte) (map[int]int64, error) {
+	at := map[int]int64{}
+	line, t := -1, int64(0)
+	for len(b) > 0 {
+		step, n := binary.Uvarint(b)
+		if n <= 0 || step == 0 || step > 1<<31 {
+			return nil, errors.New("marks are corrupt")
+		}
+		b = b[n:]
+		diff, n := binary.Varint(b)
+		if n <= 0 {
+			return nil, errors.New("marks are corrupt")
+		}
+		b = b[n:]
+		line, t = line+int(step), t+diff
+		at[line] = t
+	}
+	return at, nil
 }

@@ -151,7 +151,8 @@ type replayRun struct {
 	start, lastReport time.Time
 	// repeats are the lines, per archive object, that this replay skips:
 	// an event replayed before that died again has a dead letter per
-	// death, and is re-accepted once, at its first (count finds them).
+	// death, and is re-accepted once, at its first death no replay
+	// handled (count finds them).
 	repeats map[string]map[int]bool
 	// todo counts, per archive object, the lines this run re-ingests.
 	todo map[string]int
@@ -169,26 +170,52 @@ func keyOf(id string) idKey {
 	return k
 }
 
-// repeat tells whether dl is a later death of an event seen before in
-// this replay (seen holds the ids of those before it). Only a death of a
-// replayed or resent event can be one; an idempotency conflict's copy is
-// another event under the same id (replayedAs).
-func repeat(dl *rivorav1.DeadLetter, seen map[idKey]struct{}) bool {
+// deaths is what count knows, per event, of the deaths before the one it
+// reads: whether this run re-accepts the event at one of them (seen), and
+// when an earlier replay last handled one of them (handled, Unix ms).
+type deaths struct {
+	seen    map[idKey]struct{}
+	handled map[idKey]int64
+}
+
+// repeat tells whether dl, not handled by an earlier replay, is a later
+// death of an event already sent: this run re-accepts it at an earlier
+// death, or an earlier replay handled an earlier death after dl died (so
+// that replay found dl, and sent the event once). A death after that
+// replay is the replayed event dying again: it is replayed in its turn.
+// Only a death of a replayed or resent event can be a repeat; an
+// idempotency conflict's copy is another event under the same id
+// (replayedAs).
+func (d deaths) repeat(dl *rivorav1.DeadLetter) bool {
 	k := keyOf(dl.GetEvent().GetEventId())
-	_, before := seen[k]
-	seen[k] = struct{}{}
 	ev := dl.GetEvent()
-	return before && (ev.GetReplayed() || ev.GetResent()) && dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT
+	again := (ev.GetReplayed() || ev.GetResent()) && dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT
+	_, sent := d.seen[k]
+	if at, ok := d.handled[k]; ok && dl.GetDeadAt().AsTime().UnixMilli() < at {
+		sent = true
+	}
+	if again && sent {
+		return true
+	}
+	d.seen[k] = struct{}{}
+	return false
+}
+
+// handledAt records that an earlier replay handled a death of dl's event
+// at (Unix ms).
+func (d deaths) handledAt(dl *rivorav1.DeadLetter, at int64) {
+	k := keyOf(dl.GetEvent().GetEventId())
+	d.handled[k] = max(d.handled[k], at)
 }
 
 // count is the first pass: how many dead letters match, how many of them
 // an earlier replay handled, and the rest grouped (Progress.Counts).
 //
 // It also finds the repeats, reading every match in archive order, marked
-// ones included, so that a resumed run skips the same lines.
+// ones included (deaths), so that a resumed run skips the same lines.
 func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error) {
 	counts := newCounter()
-	seen := map[idKey]struct{}{}
+	before := deaths{seen: map[idKey]struct{}{}, handled: map[idKey]int64{}}
 	run.repeats, run.todo = map[string]map[int]bool{}, map[string]int{}
 	for _, k := range keys {
 		dls, err := run.archive.Get(ctx, k)
@@ -203,15 +230,16 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 				return nil, errkind.Tag(errkind.Unavailable, err)
 			}
 			run.p.Total++
-			if repeat(dl, seen) {
+			if at, ok := run.handledBefore(k, i); ok {
+				before.handledAt(dl, at)
+				run.p.Skipped++
+				continue
+			}
+			if before.repeat(dl) {
 				if run.repeats[k] == nil {
 					run.repeats[k] = map[int]bool{}
 				}
 				run.repeats[k][i] = true
-				run.p.Skipped++
-				continue
-			}
-			if run.handledBefore(k, i) {
 				run.p.Skipped++
 				continue
 			}
@@ -244,9 +272,19 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 }
 
 // handledBefore reports whether an earlier replay handled line i of
-// object k, unless this one is a restart.
-func (run *replayRun) handledBefore(k string, i int) bool {
-	return !run.req.Restart && run.marked.has(k, i)
+// object k, and when (Unix ms); never for a restart.
+func (run *replayRun) handledBefore(k string, i int) (int64, bool) {
+	if run.req.Restart {
+		return 0, false
+	}
+	return run.marked.handledAt(k, i)
+}
+
+// handled reports whether an earlier replay handled line i of object k
+// (handledBefore).
+func (run *replayRun) handled(k string, i int) bool {
+	_, ok := run.handledBefore(k, i)
+	return ok
 }
 
 // replay is the second pass: it re-ingests, object by object, what count
@@ -283,6 +321,9 @@ func (run *replayRun) object(ctx context.Context, k string) error {
 		if err := run.pace.wait(ctx, len(batch)); err != nil {
 			return run.stop(ctx, err)
 		}
+		// The mark's time is before the batch is stored: a death of one
+		// of its events comes after it.
+		at := run.clock.Now().UnixMilli()
 		if len(batch) > 0 {
 			batch, renamed := replayedAs(batch)
 			stored, dups, err := run.ingest.Reingest(ctx, batch)
@@ -294,7 +335,7 @@ func (run *replayRun) object(ctx context.Context, k string) error {
 			run.p.Renamed = append(run.p.Renamed, renamed...)
 		}
 		i = end
-		if err := run.marked.mark(ctx, k, handled); err != nil {
+		if err := run.marked.mark(ctx, k, handled, at); err != nil {
 			return errkind.Tag(errkind.Unavailable, err)
 		}
 		if err := run.progress(false); err != nil {
@@ -311,7 +352,7 @@ func (run *replayRun) batch(k string, dls []*rivorav1.DeadLetter, i int) (batch 
 	batch = make([]*rivorav1.DeadLetter, 0, run.pace.batch())
 	for end = i; end < len(dls) && len(batch) < cap(batch); end++ {
 		switch {
-		case !matches(run.req.Filter, dls[end]) || run.handledBefore(k, end):
+		case !matches(run.req.Filter, dls[end]) || run.handled(k, end):
 		case run.repeats[k][end]:
 			handled = append(handled, end)
 		default:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -469,7 +470,7 @@ func TestReplayDoesNotResendWhatAnotherFilterReplayed(t *testing.T) {
 }
 
 // Two replays marking lines of one object at once keep each other's
-// marks.
+// marks, each line with its time.
 func TestReplayMarksOfConcurrentReplaysAddUp(t *testing.T) {
 	rg := newReplayRig(t)
 	ctx := context.Background()
@@ -480,25 +481,53 @@ func TestReplayMarksOfConcurrentReplaysAddUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := one.mark(ctx, object, []int{0, 1, 9}); err != nil {
+	if err := one.mark(ctx, object, []int{0, 1, 9}, 1_000); err != nil {
 		t.Fatal(err)
 	}
 	// other read the object's marks before one wrote them.
-	if err := other.mark(ctx, object, []int{2, 17}); err != nil {
+	if err := other.mark(ctx, object, []int{2, 17}, 2_000); err != nil {
 		t.Fatal(err)
 	}
 	fresh := newReplayMarks(rg.kv)
 	if _, err := fresh.load(ctx, object); err != nil {
 		t.Fatal(err)
 	}
-	var got []int
+	got := map[int]int64{}
 	for i := range 24 {
-		if fresh.has(object, i) {
-			got = append(got, i)
+		if at, ok := fresh.handledAt(object, i); ok {
+			got[i] = at
 		}
 	}
-	if want := []int{0, 1, 2, 9, 17}; !slices.Equal(got, want) {
+	if want := map[int]int64{0: 1_000, 1: 1_000, 2: 2_000, 9: 1_000, 17: 2_000}; !maps.Equal(got, want) {
 		t.Errorf("marked lines %v, want both replays' %v", got, want)
+	}
+}
+
+// An event replayed that died again is replayed again by the next replay,
+// at its new death: it was not sent since. (Its first death, handled,
+// stays skipped.)
+func TestReplayResendsAnEventThatDiedAgainAfterIt(t *testing.T) {
+	rg := newReplayRig(t)
+	rg.put(t, "orders", 0, 1, time.Hour, deads("a", 2)...)
+	orders := &rivorav1.DeadLetterFilter{DestinationId: "orders"}
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders}, nil); err != nil || end.Replayed != 2 {
+		t.Fatalf("first replay: %+v, %v; want 2 replayed", end, err)
+	}
+	// a-01 was delivered; a-00 died again after the replay.
+	rg.clock.Advance(time.Minute)
+	again := dead("a-00", "acme", rivorav1.DeadReason_DEAD_REASON_WINDOW)
+	again.Event.Replayed = true
+	rg.put(t, "orders", 0, 3, -30*time.Second, again)
+	rg.clock.Advance(time.Minute)
+	reports, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a-00", "a-01", "a-00"}; !slices.Equal(rg.ingest.ids(), want) {
+		t.Errorf("re-ingested %v over both replays, want %v: a-00 again at its new death", rg.ingest.ids(), want)
+	}
+	if reports[0].Total != 3 || reports[0].Skipped != 2 || end.Replayed != 1 {
+		t.Errorf("second replay: first report %+v, end %+v; want 3 matching, the 2 handled skipped, 1 replayed", reports[0], end)
 	}
 }
 
