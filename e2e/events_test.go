@@ -114,6 +114,19 @@ func TestEventsListAndResendDelivered(t *testing.T) {
 	})
 	waitListed(t, d, 3, "--destination", "evl", "--state", "delivered")
 
+	// Resent while the partner fails, an event is pending again: not
+	// listed as delivered, which was how it ended before.
+	p.SetStatus(http.StatusServiceUnavailable)
+	rivoractl(t, d, "events", "resend", ids[2], "--reason", "again")
+	poll.True(t, "the resent event failing at the partner", 30*time.Second, func() bool { return len(resends(p, ids[2])) >= 1 })
+	for _, ev := range eventsList(t, d, "--destination", "evl", "--state", "delivered").GetEvents() {
+		if ev.GetEventId() == ids[2] {
+			t.Fatalf("events list --state delivered lists %s, pending again since its resend", ids[2])
+		}
+	}
+	p.SetHealthy()
+	waitListed(t, d, 3, "--destination", "evl", "--state", "delivered")
+
 	if _, errOut, err := runRivoractl(d, "events", "resend", "never-accepted", "--reason", "x"); err == nil || !strings.Contains(errOut, "not found") {
 		t.Fatalf("events resend of an unknown event: err %v, stderr %q; want a not-found failure", err, errOut)
 	}

@@ -300,6 +300,13 @@ func (s *eventService) ListEvents(ctx context.Context, req *connect.Request[rivo
 			resp.SearchedBackTo = timestamppb.New(l.SearchedBackTo)
 		}
 		for _, f := range l.Events {
+			if !q.pending {
+				// Resent or replayed, it is pending again: not how it
+				// ended before.
+				if _, pending := s.sched.Find(f.Outcome.GetEventId()); pending {
+					continue
+				}
+			}
 			all = append(all, listed{at: f.At, summary: finishedSummary(f)})
 		}
 	}

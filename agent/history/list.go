@@ -39,7 +39,8 @@ type Finished struct {
 // Listing is List's answer.
 type Listing struct {
 	// Events, newest first; an event delivered (or dead) more than once
-	// appears once, at its latest.
+	// appears once, at its latest, and only when that latest is of a kind
+	// the filter asks for.
 	Events []Finished
 	// Truncated: more events matched than Limit.
 	Truncated bool
@@ -172,6 +173,11 @@ func (h *History) scanBucket(ctx context.Context, s *scan, hour, w int64, messag
 			continue
 		}
 		s.seen[id] = true
+		// The kind asked for is the event's latest: one that died, was
+		// replayed and then delivered is not listed as dead.
+		if !s.f.wants(fin.Outcome.GetKind()) {
+			continue
+		}
 		if len(s.out.Events) == s.f.Limit {
 			s.out.Truncated, s.done = true, true
 			return nil
@@ -203,8 +209,7 @@ func (s *scan) match(at time.Time, data []byte) (Finished, bool) {
 	case o.GetDestinationId() != f.Destination,
 		f.Customer != "" && o.GetCustomerId() != f.Customer,
 		f.Lane != "" && o.GetLaneKey() != f.Lane,
-		f.Subscription != "" && o.GetSubscriptionId() != f.Subscription,
-		!f.wants(o.GetKind()):
+		f.Subscription != "" && o.GetSubscriptionId() != f.Subscription:
 		return Finished{}, false
 	}
 	return Finished{Outcome: o, At: at}, true

@@ -3,6 +3,7 @@ package history_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -220,6 +221,38 @@ func TestListNewestFirstWithFilters(t *testing.T) {
 	// Until before every record: nothing.
 	if l := list(history.Filter{Until: time.Now().Add(-time.Hour)}); len(l.Events) != 0 {
 		t.Fatalf("List(until an hour ago) = %v, want none", ids(l))
+	}
+}
+
+// An event listed by kind is listed by its latest end: one that died and
+// was then replayed and delivered is delivered, not dead.
+func TestListByKindGoesByTheLatestEnd(t *testing.T) {
+	r := newRig(t)
+	revived := v7At(t, r.now)
+	r.record(terminal(rivorav1.EventOutcome_KIND_DEAD, revived, "d1", "c1", "u1"))
+	stillDead := v7At(t, r.now)
+	r.record(terminal(rivorav1.EventOutcome_KIND_DEAD, stillDead, "d1", "c1", "u2"))
+	r.later(time.Minute)
+	r.record(terminal(rivorav1.EventOutcome_KIND_DELIVERED, revived, "d1", "c1", "u1"))
+	r.stored()
+	ids := func(f history.Filter) []string {
+		t.Helper()
+		f.Destination, f.Limit = "d1", 100
+		l, err := r.h.List(context.Background(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range l.Events {
+			out = append(out, e.Outcome.GetEventId())
+		}
+		return out
+	}
+	if got := ids(history.Filter{Dead: true}); !slices.Equal(got, []string{stillDead}) {
+		t.Errorf("dead events %v, want only %s (the other was delivered since)", got, stillDead)
+	}
+	if got := ids(history.Filter{Delivered: true}); !slices.Equal(got, []string{revived}) {
+		t.Errorf("delivered events %v, want %s", got, revived)
 	}
 }
 
