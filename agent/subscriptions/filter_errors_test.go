@@ -25,7 +25,9 @@ func TestFilterFailuresAreCountedPerSubscription(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"amount": 180}`), &data); err != nil {
 		t.Fatal(err)
 	}
-	input := func() routing.Input { return routing.Input{Data: data, Type: "order.created", Customer: "acme", Lane: "u1"} }
+	input := func() routing.Input {
+		return routing.Input{Data: data, Type: "order.created", Customer: "acme", Lane: "u1"}
+	}
 	broken, picky := filterErrors.WithLabelValues("sub_broken"), filterErrors.WithLabelValues("sub_picky")
 	before := [2]float64{testutil.ToFloat64(broken), testutil.ToFloat64(picky)}
 	for _, id := range []string{"sub_broken", "sub_picky"} {
