@@ -88,8 +88,13 @@ S3/MinIO). Replay them with ` + "`rivoractl replay`" + `.
 				Name:      "list",
 				Usage:     "list dead letters (without payloads): destination by destination, each one's in the order they were recorded, oldest hour first",
 				UsageText: "rivoractl dlq list [--destination D] [--customer C] [--lane L] [--since T] [--until T] [--limit N] [-o json]",
-				Description: `-o json prints a JSON array, one object per event: eventId, destinationId,
-customerId, laneKey, type, attempts, lastStatus, lastError, reason, deadAt.`,
+				Description: `REPLAYED says when a replay handled a dead letter (re-accepted it, or found
+its event already sent); "-" means none has, and the next replay sends it.
+
+-o json prints a JSON array, one object per event: eventId, destinationId,
+subscriptionId, customerId, laneKey, type, attempts, lastStatus, lastError,
+reason, deadAt, replayed (it died as a replay), replayedAt (when a replay
+handled it).`,
 				Flags:  append(filterFlags(), &ucli.IntFlag{Name: "limit", Value: bounds.DeadLetterList, Usage: "show at most `N` (the archive answers at most 1000 at a time: narrow the filter for more)"}),
 				Action: e.listDeadLetters,
 			},
@@ -125,6 +130,9 @@ type deadLetterJSON struct {
 	Reason         string `json:"reason"`
 	DeadAt         string `json:"deadAt"`
 	Replayed       bool   `json:"replayed,omitempty"`
+	// ReplayedAt: when a replay handled this dead letter (none yet: the
+	// next replay sends it).
+	ReplayedAt string `json:"replayedAt,omitempty"`
 }
 
 func flatDeadLetter(dl *rivorav1.DeadLetter) deadLetterJSON {
@@ -133,7 +141,24 @@ func flatDeadLetter(dl *rivorav1.DeadLetter) deadLetterJSON {
 		EventID: ev.GetEventId(), DestinationID: ev.GetDestinationId(), SubscriptionID: ev.GetSubscriptionId(), CustomerID: ev.GetCustomerId(), LaneKey: ev.GetLaneKey(),
 		Type: ev.GetType(), Attempts: dl.GetAttempts(), LastStatus: dl.GetLastStatus(), LastError: dl.GetLastError(),
 		Reason: reasonText(dl.GetReason()), DeadAt: dl.GetDeadAt().AsTime().UTC().Format(time.RFC3339Nano), Replayed: ev.GetReplayed(),
+		ReplayedAt: optionalTime(dl.GetReplayedAt()),
 	}
+}
+
+// optionalTime is t in RFC 3339 for JSON, "" when unset.
+func optionalTime(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return ""
+	}
+	return t.AsTime().UTC().Format(time.RFC3339Nano)
+}
+
+// replayedText says whether, and when, a replay handled a dead letter.
+func replayedText(dl *rivorav1.DeadLetter) string {
+	if dl.GetReplayedAt() == nil {
+		return "-"
+	}
+	return fmtTime(dl.GetReplayedAt())
 }
 
 func (e *env) listDeadLetters(c *ucli.Context) error {
@@ -173,10 +198,10 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 		return err
 	}
 	tw := newTable(e.out)
-	fmt.Fprintf(tw, "DEAD AT\tEVENT\tDESTINATION\tCUSTOMER\tLANE\tATTEMPTS\tLAST STATUS\tREASON\tLAST ERROR\n")
+	fmt.Fprintf(tw, "DEAD AT\tEVENT\tDESTINATION\tCUSTOMER\tLANE\tATTEMPTS\tLAST STATUS\tREASON\tREPLAYED\tLAST ERROR\n")
 	for _, dl := range dls {
 		j := flatDeadLetter(dl)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", fmtTime(dl.GetDeadAt()), j.EventID, j.DestinationID, j.CustomerID, j.LaneKey, j.Attempts, statusText(j.LastStatus), j.Reason, dash(oneLine(j.LastError)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", fmtTime(dl.GetDeadAt()), j.EventID, j.DestinationID, j.CustomerID, j.LaneKey, j.Attempts, statusText(j.LastStatus), j.Reason, replayedText(dl), dash(oneLine(j.LastError)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -211,7 +236,7 @@ func (e *env) showDeadLetter(c *ucli.Context) error {
 		"EVENT", j.EventID, "DESTINATION", j.DestinationID, "CUSTOMER", j.CustomerID, "LANE", j.LaneKey, "TYPE", j.Type,
 		"ACCEPTED", fmtTime(ev.GetAcceptedAt()), "FIRST ATTEMPT", fmtTime(dl.GetFirstAttemptAt()), "LAST ATTEMPT", fmtTime(dl.GetLastAttemptAt()),
 		"DEAD AT", fmtTime(dl.GetDeadAt()), "REASON", j.Reason, "ATTEMPTS", fmt.Sprint(j.Attempts), "LAST STATUS", statusText(j.LastStatus),
-		"LAST ERROR", dash(j.LastError), "CONTENT TYPE", ev.GetContentType(), "OBJECT", resp.Msg.GetObject(),
+		"LAST ERROR", dash(j.LastError), "REPLAYED", replayedText(dl), "CONTENT TYPE", ev.GetContentType(), "OBJECT", resp.Msg.GetObject(),
 	); err != nil {
 		return err
 	}

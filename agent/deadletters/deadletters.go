@@ -210,12 +210,13 @@ func (s *Service) ListDeadLetters(ctx context.Context, req *connect.Request[rivo
 		return nil, err
 	}
 	resp := &rivorav1.ListDeadLettersResponse{}
+	marks := newReplayMarks(s.replay.marks)
 	for _, k := range keys {
 		dls, err := s.archive.Get(ctx, k)
 		if err != nil {
 			return nil, errkind.Tag(errkind.Unavailable, err)
 		}
-		for _, dl := range dls {
+		for i, dl := range dls {
 			if !matches(f, dl) {
 				continue
 			}
@@ -224,6 +225,9 @@ func (s *Service) ListDeadLetters(ctx context.Context, req *connect.Request[rivo
 				return connect.NewResponse(resp), nil
 			}
 			dl.Event.Payload = nil
+			if err := marks.show(ctx, dl, k, i); err != nil {
+				return nil, errkind.Tag(errkind.Unavailable, err)
+			}
 			resp.DeadLetters = append(resp.DeadLetters, dl)
 		}
 	}
@@ -247,21 +251,25 @@ func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivora
 		return nil, err
 	}
 	var found *rivorav1.GetDeadLetterResponse
+	line := 0
 	for _, k := range keys {
 		dls, err := s.archive.Get(ctx, k)
 		if err != nil {
 			return nil, errkind.Tag(errkind.Unavailable, err)
 		}
-		for _, dl := range dls {
+		for i, dl := range dls {
 			// The latest death wins (an event replayed and dead again).
 			if dl.GetEvent().GetEventId() == id {
-				found = &rivorav1.GetDeadLetterResponse{DeadLetter: dl, Object: k}
+				found, line = &rivorav1.GetDeadLetterResponse{DeadLetter: dl, Object: k}, i
 			}
 		}
 	}
 	if found == nil {
 		// The same answer as for another customer's (auth.Policies).
 		return nil, auth.DeadLetterNotFound(id)
+	}
+	if err := newReplayMarks(s.replay.marks).show(ctx, found.GetDeadLetter(), found.GetObject(), line); err != nil {
+		return nil, errkind.Tag(errkind.Unavailable, err)
 	}
 	return connect.NewResponse(found), nil
 }

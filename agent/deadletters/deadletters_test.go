@@ -53,10 +53,8 @@ func TestMatchesReason(t *testing.T) {
 // answer grew with the archive), saying truncated when more match; a
 // smaller limit is kept.
 func TestListDeadLettersLimitIsBounded(t *testing.T) {
-	arch, err := archive.NewDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	rg := newReplayRig(t)
+	arch := rg.arch
 	deadAt := time.Now().Add(-time.Hour)
 	var records []*rivorav1.DeadLetter
 	for i := range bounds.DeadLetterList + 500 {
@@ -68,7 +66,7 @@ func TestListDeadLettersLimitIsBounded(t *testing.T) {
 	if err := arch.Put(context.Background(), archive.Key("orders", deadAt, 0, 1, uint64(len(records))), records); err != nil {
 		t.Fatal(err)
 	}
-	s := &Service{archive: arch}
+	s := &Service{archive: arch, replay: rg.replay}
 	for _, c := range []struct {
 		limit     int32
 		want      int
@@ -84,5 +82,31 @@ func TestListDeadLettersLimitIsBounded(t *testing.T) {
 		if got := len(resp.Msg.GetDeadLetters()); got != c.want || resp.Msg.GetTruncated() != c.truncated {
 			t.Errorf("limit %d: %d dead letters, truncated %v; want %d, %v", c.limit, got, resp.Msg.GetTruncated(), c.want, c.truncated)
 		}
+	}
+}
+
+// The dead letters a replay handled say when (replayed_at), in lists and
+// in show; the others, which the next replay sends, do not.
+func TestDeadLettersSayWhenAReplayHandledThem(t *testing.T) {
+	rg := newReplayRig(t)
+	rg.put(t, "orders", 0, 1, time.Hour, dead("a", "acme", rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS), dead("g", "globex", rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS))
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders", CustomerId: "acme"}}, nil); err != nil || end.Replayed != 1 {
+		t.Fatalf("replay of acme's: %+v, %v", end, err)
+	}
+	s := &Service{archive: rg.arch, replay: rg.replay}
+	list, err := s.ListDeadLetters(context.Background(), connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed := map[string]bool{}
+	for _, dl := range list.Msg.GetDeadLetters() {
+		replayed[dl.GetEvent().GetEventId()] = dl.GetReplayedAt() != nil
+	}
+	if !replayed["a"] || replayed["g"] || len(replayed) != 2 {
+		t.Errorf("listed with replayed_at set: %v; want a's only", replayed)
+	}
+	got, err := s.GetDeadLetter(context.Background(), connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: "a", DestinationId: "orders"}))
+	if err != nil || !got.Msg.GetDeadLetter().GetReplayedAt().AsTime().Equal(rg.now) {
+		t.Errorf("show a: %v, %v; want replayed_at %v (the rig's clock when the replay ran)", got.Msg.GetDeadLetter().GetReplayedAt(), err, rg.now)
 	}
 }

@@ -8,8 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 // replayMarks are which lines of the archive's objects a replay handled
@@ -87,6 +91,18 @@ func (m *replayMarks) handledAt(object string, i int) (int64, bool) {
 	}
 	at, ok := om.at[i]
 	return at, ok
+}
+
+// show sets dl.ReplayedAt, for an answer, from the mark of line i of
+// object (dl).
+func (m *replayMarks) show(ctx context.Context, dl *rivorav1.DeadLetter, object string, i int) error {
+	if _, err := m.load(ctx, object); err != nil {
+		return err
+	}
+	if at, ok := m.handledAt(object, i); ok {
+		dl.ReplayedAt = timestamppb.New(time.UnixMilli(at))
+	}
+	return nil
 }
 
 // markTries bounds the writes of one batch's marks racing another

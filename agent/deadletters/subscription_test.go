@@ -17,10 +17,8 @@ import (
 // per subscription when asked), newest first; a subscription filter keeps
 // that subscription's dead letters, in listings and counts.
 func TestDeadLetterStatsBySubscriptionNewestFirst(t *testing.T) {
-	arch, err := archive.NewDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	rg := newReplayRig(t)
+	arch := rg.arch
 	now := time.Now().Add(-time.Hour).Truncate(time.Second)
 	dead := func(id, dest, sub string, ago time.Duration) *rivorav1.DeadLetter {
 		return &rivorav1.DeadLetter{
@@ -35,7 +33,7 @@ func TestDeadLetterStatsBySubscriptionNewestFirst(t *testing.T) {
 	}
 	put("billing", 1, dead("b1", "billing", "", 3*time.Minute))
 	put("orders", 10, dead("o1", "orders", "sub_a", 5*time.Minute), dead("o2", "orders", "sub_b", time.Minute), dead("o3", "orders", "sub_a", 4*time.Minute))
-	s := &Service{archive: arch}
+	s := &Service{archive: arch, replay: rg.replay}
 	stats := func(f *rivorav1.DeadLetterFilter, bySub bool) []string {
 		t.Helper()
 		resp, err := s.DeadLetterStats(context.Background(), connect.NewRequest(&rivorav1.DeadLetterStatsRequest{Filter: f, BySubscription: bySub}))

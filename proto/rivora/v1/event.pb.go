@@ -568,8 +568,14 @@ type DeadLetter struct {
 	Reason         DeadReason             `protobuf:"varint,8,opt,name=reason,proto3,enum=rivora.v1.DeadReason" json:"reason,omitempty"`
 	Partition      uint32                 `protobuf:"varint,9,opt,name=partition,proto3" json:"partition,omitempty"`
 	LaneSeq        uint64                 `protobuf:"varint,10,opt,name=lane_seq,json=laneSeq,proto3" json:"lane_seq,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// replayed_at is when a replay handled this dead letter: re-accepted
+	// it, or found its event already sent (a later death of an event sent
+	// once). Unset: no replay has, and the next replay sends it. Only in
+	// answers (ListDeadLetters, GetDeadLetter), from the replay marks;
+	// never archived.
+	ReplayedAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=replayed_at,json=replayedAt,proto3" json:"replayed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeadLetter) Reset() {
@@ -670,6 +676,13 @@ func (x *DeadLetter) GetLaneSeq() uint64 {
 		return x.LaneSeq
 	}
 	return 0
+}
+
+func (x *DeadLetter) GetReplayedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReplayedAt
+	}
+	return nil
 }
 
 // EventOutcome is one entry of an event's history (the HISTORY stream).
@@ -934,7 +947,7 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"last_error\x18\x06 \x01(\tR\tlastError\x12D\n" +
 	"\x10first_attempt_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0efirstAttemptAt\x12B\n" +
 	"\x0flast_attempt_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rlastAttemptAt\x12.\n" +
-	"\x13held_by_destination\x18\t \x01(\bR\x11heldByDestination\"\xb7\x03\n" +
+	"\x13held_by_destination\x18\t \x01(\bR\x11heldByDestination\"\xf4\x03\n" +
 	"\n" +
 	"DeadLetter\x12&\n" +
 	"\x05event\x18\x01 \x01(\v2\x10.rivora.v1.EventR\x05event\x12\x1a\n" +
@@ -949,7 +962,9 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"\x06reason\x18\b \x01(\x0e2\x15.rivora.v1.DeadReasonR\x06reason\x12\x1c\n" +
 	"\tpartition\x18\t \x01(\rR\tpartition\x12\x19\n" +
 	"\blane_seq\x18\n" +
-	" \x01(\x04R\alaneSeq\"\xd4\x04\n" +
+	" \x01(\x04R\alaneSeq\x12;\n" +
+	"\vreplayed_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"replayedAt\"\xd4\x04\n" +
 	"\fEventOutcome\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.rivora.v1.EventOutcome.KindR\x04kind\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12%\n" +
@@ -1026,17 +1041,18 @@ var file_rivora_v1_event_proto_depIdxs = []int32{
 	8,  // 8: rivora.v1.DeadLetter.last_attempt_at:type_name -> google.protobuf.Timestamp
 	8,  // 9: rivora.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
 	0,  // 10: rivora.v1.DeadLetter.reason:type_name -> rivora.v1.DeadReason
-	1,  // 11: rivora.v1.EventOutcome.kind:type_name -> rivora.v1.EventOutcome.Kind
-	8,  // 12: rivora.v1.EventOutcome.accepted_at:type_name -> google.protobuf.Timestamp
-	3,  // 13: rivora.v1.EventOutcome.attempt:type_name -> rivora.v1.Attempt
-	0,  // 14: rivora.v1.EventOutcome.dead_reason:type_name -> rivora.v1.DeadReason
-	6,  // 15: rivora.v1.HistoryBatch.outcomes:type_name -> rivora.v1.EventOutcome
-	2,  // 16: rivora.v1.HistoryBatch.events:type_name -> rivora.v1.Event
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	8,  // 11: rivora.v1.DeadLetter.replayed_at:type_name -> google.protobuf.Timestamp
+	1,  // 12: rivora.v1.EventOutcome.kind:type_name -> rivora.v1.EventOutcome.Kind
+	8,  // 13: rivora.v1.EventOutcome.accepted_at:type_name -> google.protobuf.Timestamp
+	3,  // 14: rivora.v1.EventOutcome.attempt:type_name -> rivora.v1.Attempt
+	0,  // 15: rivora.v1.EventOutcome.dead_reason:type_name -> rivora.v1.DeadReason
+	6,  // 16: rivora.v1.HistoryBatch.outcomes:type_name -> rivora.v1.EventOutcome
+	2,  // 17: rivora.v1.HistoryBatch.events:type_name -> rivora.v1.Event
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_event_proto_init() }
