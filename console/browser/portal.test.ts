@@ -196,6 +196,34 @@ describe("customer portal in Chromium against rivora dev", () => {
     await shot("portal-events.png");
   });
 
+  it("a failed look-up says so until the next one, and leaves no other event shown", async () => {
+    // The event shown above stays only while it is the one asked for.
+    await page.locator('input[name="event-id"]').fill("01900000-0000-7000-8000-00000000dead");
+    await page.getByRole("button", { name: "Look up" }).click();
+    const failed = page.getByRole("alert").getByText(/^Look-up failed: .*not found/);
+    await failed.waitFor();
+    expect(await page.getByTestId("event").textContent()).toBe("");
+    // The events list polls beside it: the error outlives its next poll
+    // (which draws the list anew).
+    const drawn = await page.getByTestId("my-events").locator("table").elementHandle();
+    await page.waitForFunction((table) => !table?.isConnected, drawn, { timeout: 20_000 });
+    expect(await failed.count()).toBe(1);
+  });
+
+  it("adds its own endpoint, sees it listed, and deletes it after a confirmation", async () => {
+    await page.getByRole("link", { name: "Subscriptions", exact: true }).click();
+    const box = page.getByTestId("endpoints");
+    await box.getByLabel("Endpoint id").fill("c1-portal-hooks");
+    await box.getByLabel("URL").fill(`${erp.base}/c1-own`);
+    await box.getByRole("button", { name: "Add endpoint" }).click();
+    await box.getByTestId("secret").waitFor();
+    await box.getByRole("row").filter({ hasText: "c1-portal-hooks" }).waitFor();
+    page.once("dialog", (d) => void d.accept());
+    await box.getByRole("row").filter({ hasText: "c1-portal-hooks" }).getByRole("button", { name: "Delete" }).click();
+    await page.getByRole("status").getByText("Endpoint c1-portal-hooks deleted.").waitFor();
+    await eventually("the endpoint gone from the table", async () => (await box.getByRole("row").filter({ hasText: "c1-portal-hooks" }).count()) === 0);
+  });
+
   it("opens Dead letters on its counts per subscription, and lists a row's", async () => {
     await page.getByRole("link", { name: "Dead letters", exact: true }).click();
     const row = page.getByTestId("dead-letter-stats").locator(`tr[data-subscription="${c1Flaky}"]`);
@@ -219,12 +247,21 @@ describe("customer portal in Chromium against rivora dev", () => {
     await page.locator(".actions .status.ok").getByText(/^Test event \S+ \(order\.created\) accepted/).waitFor();
     const held = /^Test event (\S+) /.exec((await page.locator(".actions .status.ok").textContent()) ?? "")![1]!;
     await page.getByTestId("subscription").locator('dd[data-field="Pending"]').getByText("1").waitFor({ timeout: 10_000 });
+    // The browser asks first, naming the subscription.
+    let asked = "";
+    page.once("dialog", (d) => {
+      asked = d.message();
+      void d.accept();
+    });
     await page.getByRole("button", { name: "Delete subscription" }).click();
     await page.getByTestId("delete-confirm").getByRole("button", { name: "Delete anyway" }).waitFor();
+    expect(asked).toContain(`Delete subscription ${subId}?`);
     // Refused: it is still there.
     expect((await listSubscriptions("c1")).some((s) => s.id === subId)).toBe(true);
     await page.getByRole("button", { name: "Delete anyway" }).click();
     await page.getByRole("heading", { name: "Your subscriptions" }).waitFor();
+    // The list says what the delete did.
+    await page.getByRole("status").getByText(`Deleted ${subId}; its 1 pending event went to the dead letters.`).waitFor();
     await eventually("the subscription gone", async () => !(await listSubscriptions("c1")).some((s) => s.id === subId));
     // Its pending event became a dead letter (reason deleted), not dropped.
     await eventually("the held event dead-lettered", async () => {

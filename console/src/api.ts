@@ -25,10 +25,25 @@ export function setToken(t: string | null): void {
   else sessionStorage.setItem(tokenKey, t);
 }
 
-const bearer: Interceptor = (next) => (req) => {
+// signedOut, when set, is told when the server no longer takes the
+// token (revoked, expired) mid-session: the page signs out and says why,
+// rather than leave a page whose every call fails.
+let signedOut: ((why: string) => void) | undefined;
+
+/** onSignedOut registers what to do when the server refuses the session's token. */
+export function onSignedOut(fn: (why: string) => void): void {
+  signedOut = fn;
+}
+
+const bearer: Interceptor = (next) => async (req) => {
   const t = token();
   if (t) req.header.set("Authorization", `Bearer ${t}`);
-  return next(req);
+  try {
+    return await next(req);
+  } catch (err) {
+    if (t && t === token() && isUnauthenticated(err)) signedOut?.(ConnectError.from(err).rawMessage);
+    throw err;
+  }
 };
 
 // Binary protobuf: a 2,000-destination health snapshot is several times
@@ -70,6 +85,7 @@ export function isFailedPrecondition(err: unknown): boolean {
 /** An error in plain words: the server's message, with its code spelled out. */
 export function errorText(err: unknown): string {
   const e = ConnectError.from(err);
+  if (networkError(e)) return "cannot reach Rivora: it may be restarting, or the network is down (the page tries again)";
   const what = Code[e.code]?.replace(/([a-z])([A-Z])/g, "$1 $2").toLowerCase() ?? "error";
   return `${e.rawMessage || "request failed"} (${what})`;
 }
@@ -78,6 +94,12 @@ export function errorText(err: unknown): string {
 export function problemText(err: unknown): string {
   if (err instanceof Error && !(err instanceof ConnectError)) return err.message;
   return errorText(err);
+}
+
+// networkError: the request never got an answer (the browser's fetch
+// failed: server down, connection refused, offline).
+function networkError(e: ConnectError): boolean {
+  return e.code === Code.Unknown && /Failed to fetch|NetworkError|Load failed|fetch failed/i.test(e.rawMessage);
 }
 
 export function isUnauthenticated(err: unknown): boolean {

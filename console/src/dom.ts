@@ -75,3 +75,19 @@ export function status(): { el: HTMLElement; error: (msg: string) => void; ok: (
     },
   };
 }
+
+// A notice for the next page: what an action did when it also left the
+// page (a delete goes back to the list), shown once at the top.
+let notice = "";
+
+/** noticeNext shows msg at the top of the next page. */
+export function noticeNext(msg: string): void {
+  notice = msg;
+}
+
+/** takeNotice is the notice for the page being drawn ("" when none), once. */
+export function takeNotice(): string {
+  const n = notice;
+  notice = "";
+  return n;
+}

@@ -194,3 +194,20 @@ export function tryView(a: { try: number; number: number; charged?: boolean; not
   else used = a.notChargedReason ? `not charged: ${a.notChargedReason}` : "not charged";
   return { try: n, used };
 }
+
+// utcInput reads a datetime-local input's value ("2026-12-06T00:50",
+// seconds optional) as UTC, the zone every time the console shows is in:
+// read as the browser's local time, an operator outside UTC searched (and
+// replayed) another window than the one the page showed. undefined when
+// empty or not a time.
+export function utcInput(value: string): Date | undefined {
+  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?$/.test(value)) return undefined;
+  const d = new Date(value + "Z");
+  return Number.isNaN(d.getTime()) ? undefined : d;
+}
+
+// counted is n and the noun, singular for one: "1 subscription",
+// "2 subscriptions" (the noun's plural adds an s).
+export function counted(n: number | bigint, noun: string): string {
+  return `${formatCount(n)} ${noun}${n === 1 || n === 1n ? "" : "s"}`;
+}

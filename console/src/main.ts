@@ -1,7 +1,7 @@
 // The console's shell: sign in, a navigation bar, hash routes, sign out.
-import { errorText, isUnauthenticated, setToken, token, whoAmI, type Me } from "./api.js";
+import { errorText, isUnauthenticated, onSignedOut, setToken, token, whoAmI, type Me } from "./api.js";
 import { forgetCustomer } from "./customer.js";
-import { h, replace, status } from "./dom.js";
+import { h, replace, status, takeNotice } from "./dom.js";
 import { can } from "./format.js";
 import { agentsPage } from "./pages/agents.js";
 import { auditPage } from "./pages/audit.js";
@@ -93,12 +93,20 @@ function route(): void {
     h("span", { "data-testid": "who" }, `${me.name} (${me.role})`),
     h("button", { type: "button", onclick: signOut }, "Sign out"),
   );
-  replace(app, h("header", {}, h("strong", { class: "brand" }, "Rivora"), nav, who), main);
+  const notice = takeNotice();
+  replace(app, h("header", {}, h("strong", { class: "brand" }, "Rivora"), nav, who), notice ? h("p", { class: "status ok", role: "status" }, notice) : "", main);
   document.title = `${p.title} · Rivora console`;
   stop = p.page(main, me, args);
+  // A new page takes the focus to its heading, so a screen reader says
+  // where the user is.
+  const heading = main.querySelector("h1");
+  if (heading) {
+    heading.tabIndex = -1;
+    heading.focus({ preventScroll: true });
+  }
 }
 
-function signIn(): void {
+function signIn(why = ""): void {
   document.title = "Sign in · Rivora console";
   const input = h("input", { type: "password", name: "token", autocomplete: "off", required: true, id: "token" });
   const st = status();
@@ -112,6 +120,7 @@ function signIn(): void {
     h("button", { type: "submit" }, "Sign in"),
     st.el,
   );
+  if (why) st.error(why);
   form.addEventListener("submit", (e) => {
     e.preventDefault();
     setToken(input.value.trim());
@@ -125,6 +134,7 @@ function signIn(): void {
       .catch((err: unknown) => {
         setToken(null);
         st.error(`Sign-in failed: ${errorText(err)}`);
+        input.focus();
       });
   });
   replace(app, h("main", { id: "main" }, form));
@@ -140,6 +150,17 @@ function signOut(): void {
 }
 
 window.addEventListener("hashchange", route);
+
+// The token was revoked or expired mid-session: sign out, saying why.
+onSignedOut((why) => {
+  if (!me) return; // signing in: the sign-in form says why
+  stop?.();
+  stop = undefined;
+  setToken(null);
+  forgetCustomer();
+  me = undefined;
+  signIn(`Signed out: Rivora no longer takes this token (${why}). Sign in with another.`);
+});
 
 if (token()) {
   whoAmI()

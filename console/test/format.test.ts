@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import {
   can,
+  counted,
   displayState,
   formatBytes,
   formatDuration,
@@ -10,6 +11,7 @@ import {
   parseDuration,
   roleName,
   sortRows,
+  utcInput,
   type DestinationRow,
 } from "../src/format.js";
 
@@ -124,5 +126,20 @@ describe("sorting", () => {
     const before = rows.map((r) => r.id);
     sortRows(rows, "pending", true);
     expect(rows.map((r) => r.id)).toEqual(before);
+  });
+});
+
+describe("utcInput", () => {
+  it("reads a datetime-local value as UTC, whatever the browser's zone", () => {
+    expect(utcInput("2026-12-06T00:50")?.toISOString()).toBe("2026-12-06T00:50:00.000Z");
+    expect(utcInput("2026-12-06T00:50:30")?.toISOString()).toBe("2026-12-06T00:50:30.000Z");
+    expect(utcInput("")).toBeUndefined();
+    expect(utcInput("yesterday")).toBeUndefined();
+  });
+});
+
+describe("counted", () => {
+  it("says one thing, and many", () => {
+    expect([counted(1, "subscription"), counted(0, "agent"), counted(2n, "event"), counted(1n, "event")]).toEqual(["1 subscription", "0 agents", "2 events", "1 event"]);
   });
 });

@@ -3,7 +3,7 @@
 import type { EdgeStatus } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
 import { admin, date, errorText, when } from "../api.js";
 import { h, replace, status, table } from "../dom.js";
-import { formatBytes, formatDuration } from "../format.js";
+import { counted, formatBytes, formatDuration } from "../format.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 
@@ -62,7 +62,7 @@ export const agentsPage: Page = (main) => {
       version.textContent = `Config version ${r.version}.`;
       replace(
         body,
-        table(`${r.agents.length} agents`, [
+        table(`${counted(r.agents.length, "agent")}`, [
           { label: "Agent", cell: (a) => a.name },
           { label: "Address", cell: (a) => a.address },
           { label: "Health", cell: (a) => h("span", { class: a.healthy ? "state state-healthy" : "state state-parked" }, a.healthy ? "healthy" : `unhealthy: ${a.healthReason}`) },

@@ -8,8 +8,14 @@ import { archive, date, errorText, when } from "../api.js";
 import { currentCustomer, customerPicker } from "../customer.js";
 import { foldStats, type StatCount, type StatRow } from "../deadletterstats.js";
 import { field, h, replace, status, table } from "../dom.js";
-import { can, formatCount } from "../format.js";
+import { can, formatCount, utcInput } from "../format.js";
 import type { Page } from "../main.js";
+
+// utcTimestamp is a datetime-local input's value, read as UTC (utcInput).
+function utcTimestamp(value: string): ReturnType<typeof timestampFromDate> | undefined {
+  const d = utcInput(value);
+  return d === undefined ? undefined : timestampFromDate(d);
+}
 
 function statCount(c: DeadLetterCount): StatCount {
   return {
@@ -67,8 +73,8 @@ export const deadLettersPage: Page = (main, me, args) => {
     field("Subscription", sub),
     field("Lane", lane),
     field("Reason", reason),
-    field("Since", since),
-    field("Until", until),
+    field("Since (UTC)", since),
+    field("Until (UTC)", until),
     h("button", { type: "submit" }, "Search"),
   );
   replace(
@@ -89,8 +95,8 @@ export const deadLettersPage: Page = (main, me, args) => {
     customerId: self ? customer : cust.value.trim(),
     subscriptionId: sub.value.trim(),
     laneKey: lane.value.trim(),
-    since: since.value ? timestampFromDate(new Date(since.value)) : undefined,
-    until: until.value ? timestampFromDate(new Date(until.value)) : undefined,
+    since: utcTimestamp(since.value),
+    until: utcTimestamp(until.value),
     reason: reason.value === "" ? DeadReason.UNSPECIFIED : (Number(reason.value) as DeadReason),
   });
 
@@ -120,6 +126,8 @@ export const deadLettersPage: Page = (main, me, args) => {
           { label: "Attempts", cell: (d) => String(d.attempts), className: "num" },
           { label: "Last status", cell: (d) => (d.lastStatus ? String(d.lastStatus) : "none") },
           { label: "Dead at", cell: (d) => when(d.deadAt) },
+          // When a replay handled it; "not yet": the next replay sends it.
+          { label: "Replayed", cell: (d) => when(d.replayedAt) || "not yet" },
         ], rows, undefined, "No dead letter matches."),
       );
       st.clear();

@@ -2,7 +2,7 @@
 import { EventState, type GetEventResponse } from "../../../sdk/typescript/src/gen/rivora/v1/events_pb.js";
 import { errorText, events, when } from "../api.js";
 import { field, h, replace, status, table } from "../dom.js";
-import { formatDuration, tryView } from "../format.js";
+import { counted, formatDuration, tryView } from "../format.js";
 import type { Page } from "../main.js";
 import { seconds } from "../api.js";
 import { reasonNames } from "./deadletters.js";
@@ -33,7 +33,8 @@ export function eventDetail(e: GetEventResponse): Node[] {
           ["Accepted", when(e.acceptedAt)],
           ["Waiting", e.waiting || "—"],
           ["Ahead in lane", String(e.aheadInLane)],
-          ["Attempts used", e.maxAttempts ? `${e.attemptsUsed} of ${e.maxAttempts}` : String(e.attemptsUsed)],
+          // Counted while pending only: a finished event's are in its tries.
+          ["Attempts used", e.state !== EventState.PENDING ? "—" : e.maxAttempts ? `${e.attemptsUsed} of ${e.maxAttempts}` : String(e.attemptsUsed)],
           ["Next attempt", when(e.nextAttemptAt) || "—"],
           ["Window ends", when(e.windowEndsAt) || "—"],
           ["Dead reason", e.state === EventState.DEAD ? (reasonNames[e.deadReason] ?? "") : "—"],
@@ -65,8 +66,15 @@ export const eventsPage: Page = (main, _me, args) => {
   replace(main, h("h1", {}, "Events"), look, st.el, one, h("h2", {}, "A lane's events"), list, many);
 
   const lookup = async (): Promise<void> => {
+    // A failed look-up must not leave the previous event on screen.
+    replace(one);
+    const id = evId.value.trim();
+    if (id === "") {
+      st.error("Look-up needs an event id.");
+      return;
+    }
     try {
-      replace(one, ...eventDetail(await events.getEvent({ eventId: evId.value.trim() })));
+      replace(one, ...eventDetail(await events.getEvent({ eventId: id })));
       st.clear();
     } catch (err) {
       st.error(`Look-up failed: ${errorText(err)}`);
@@ -77,7 +85,7 @@ export const eventsPage: Page = (main, _me, args) => {
       const r = await events.listEvents({ destinationId: dest.value.trim(), customerId: cust.value.trim(), laneKey: lane.value.trim(), limit: 200 });
       replace(
         many,
-        table(`${r.events.length} events${r.truncated ? " (more matched)" : ""}`, [
+        table(`${counted(r.events.length, "event")}${r.truncated ? " (more matched)" : ""}`, [
           { label: "Event", cell: (e) => h("a", { href: `#/events/${encodeURIComponent(e.eventId)}` }, e.eventId) },
           { label: "State", cell: (e) => stateNames[e.state] ?? "" },
           { label: "Customer", cell: (e) => e.customerId },

@@ -7,6 +7,7 @@ import { errorText, events, subscriptions } from "../api.js";
 import { currentCustomer, customerPicker } from "../customer.js";
 import { field, h, replace, status } from "../dom.js";
 import type { Page } from "../main.js";
+import { counted } from "../format.js";
 import { poll } from "../poll.js";
 import { eventDetail, stateNames } from "./events.js";
 import { deliveriesTable } from "./subscription.js";
@@ -14,7 +15,10 @@ import { deliveriesTable } from "./subscription.js";
 // #/events lists a subscription's events; #/events/<id> shows one event.
 export const myEventsPage: Page = (main, me, args) => {
   const customer = currentCustomer(me);
+  // The look-up and the polled listing each have their own status line:
+  // shared, the listing's next poll cleared a failed look-up's error.
   const st = status();
+  const lst = status();
   const evId = h("input", { type: "text", name: "event-id" });
   const look = h("form", { class: "filters" }, field("Event id", evId), h("button", { type: "submit" }, "Look up"));
   const one = h("section", { "data-testid": "event" });
@@ -28,12 +32,20 @@ export const myEventsPage: Page = (main, me, args) => {
   const lane = h("input", { type: "text", name: "lane" });
   const list = h("form", { class: "filters" }, field("Subscription", sub), field("State", state), field("Lane", lane), h("button", { type: "submit" }, "List events"));
   const many = h("section", { "data-testid": "my-events" });
-  replace(main, h("h1", {}, "Your events"), customerPicker(me), look, st.el, one, h("h2", {}, "A subscription's events"), list, many);
+  replace(main, h("h1", {}, "Your events"), customerPicker(me), look, st.el, one, h("h2", {}, "A subscription's events"), list, lst.el, many);
   let subs: Subscription[] | undefined; // until listed
 
   const lookup = async (): Promise<void> => {
+    const id = evId.value.trim();
+    // A failed look-up must not leave the previous event on screen, as
+    // if it were the one asked for.
+    replace(one);
+    if (id === "") {
+      st.error("Look-up needs an event id.");
+      return;
+    }
     try {
-      const e = await events.getEvent({ eventId: evId.value.trim() });
+      const e = await events.getEvent({ eventId: id });
       replace(one, ...eventDetail(e), resendBox(e.eventId, e.state));
       st.clear();
     } catch (err) {
@@ -50,10 +62,10 @@ export const myEventsPage: Page = (main, me, args) => {
     }
     try {
       const r = await events.listEvents({ destinationId: s.destinationId, customerId: customer, subscriptionId: s.id, laneKey: lane.value.trim(), state: Number(state.value) as EventState, limit: 100 });
-      replace(many, deliveriesTable(`${r.events.length} events of ${s.id} (to ${s.destinationId}), newest first${r.truncated ? "; more matched" : ""}`, r.events, "No event matches."));
-      st.clear();
+      replace(many, deliveriesTable(`${counted(r.events.length, "event")} of ${s.id} (to ${s.destinationId}), newest first${r.truncated ? "; more matched" : ""}`, r.events, "No event matches."));
+      lst.clear();
     } catch (err) {
-      st.error(`Listing failed: ${errorText(err)}`);
+      lst.error(`Listing failed: ${errorText(err)}`);
     }
   };
 
@@ -70,7 +82,7 @@ export const myEventsPage: Page = (main, me, args) => {
       replace(sub, ...subs.map((s) => h("option", { value: s.id }, `${s.id} → ${s.destinationId} (${s.types.join(", ")})`)));
       p.now();
     } catch (err) {
-      st.error(`Could not list your subscriptions: ${errorText(err)}`);
+      lst.error(`Could not list your subscriptions: ${errorText(err)}`);
     }
   })();
   return () => p.stop();

@@ -8,6 +8,7 @@ import { admin, errorText, eventTypes, problemText, subscriptions } from "../api
 import { currentCustomer, customerPicker } from "../customer.js";
 import { field, h, replace, status, table } from "../dom.js";
 import type { Page } from "../main.js";
+import { counted } from "../format.js";
 import { poll } from "../poll.js";
 import { createForm, secretOnce } from "./subscriptionforms.js";
 import { destState, routeColumns, signedWith, subLink, subState } from "./subscriptions.js";
@@ -62,7 +63,7 @@ export const portalPage: Page = (main, me) => {
   const drawList = (): void => {
     replace(
       list,
-      table(`${subs.length} subscriptions of ${customer}`, [
+      table(`${counted(subs.length, "subscription")} of ${customer}`, [
         { label: "Subscription", cell: subLink },
         { label: "Destination", cell: (s) => s.destinationId },
         { label: "Destination state", cell: destState },
@@ -88,14 +89,22 @@ export const portalPage: Page = (main, me) => {
     const types = form.querySelector<HTMLInputElement>('input[name="types"]')!;
     types.value = [...types.value.split(/[\s,]+/).filter((t) => t !== "" && t !== name), name].join(", ");
   });
-  void (async () => {
+  // The endpoints are listed again after each add or delete, so the
+  // table and the form's destination suggestions follow.
+  const shownSecret = h("div");
+  const loadEndpoints = async (): Promise<void> => {
     try {
       usable = (await admin.listDestinations({})).destinations.filter((d) => !d.ownerCustomer || d.ownerCustomer === customer);
     } catch {
       usable = []; // not listed to this token: the customer types the id its operator gave it
     }
-    drawEndpoints(endpoints, customer, usable, (msg) => ast.ok(msg), (msg) => ast.error(msg));
-  })();
+    drawEndpoints(endpoints, shownSecret, customer, usable, {
+      ok: (msg) => ast.ok(msg),
+      fail: (msg) => ast.error(msg),
+      changed: () => void loadEndpoints(),
+    });
+  };
+  void loadEndpoints();
 
   const p = poll(tick);
   return () => p.stop();
@@ -119,12 +128,18 @@ async function drawCatalogue(box: HTMLElement, pick: (name: string) => void): Pr
   }
 }
 
-/** The customer's own endpoints: destinations it owns, made for its own URL. */
-function drawEndpoints(box: HTMLElement, customer: string, usable: Destination[], ok: (m: string) => void, fail: (m: string) => void): void {
+/** What the endpoints box reports: an outcome, and that the endpoints changed. */
+interface EndpointEvents {
+  ok: (m: string) => void;
+  fail: (m: string) => void;
+  changed: () => void;
+}
+
+/** The customer's own endpoints: destinations it owns, made for its own URL (a new one's secret shown once in shown). */
+function drawEndpoints(box: HTMLElement, shown: HTMLElement, customer: string, usable: Destination[], on: EndpointEvents): void {
   const own = usable.filter((d) => d.ownerCustomer === customer);
   const id = h("input", { type: "text", name: "endpoint-id", placeholder: `${customer}-hooks` });
   const url = h("input", { type: "url", name: "endpoint-url", placeholder: "https://hooks.example.com/rivora" });
-  const shown = h("div");
   const form = h("form", { class: "filters" }, field("Endpoint id", id), field("URL", url), h("button", { type: "submit" }, "Add endpoint"));
   form.addEventListener("submit", (e) => {
     e.preventDefault();
@@ -132,19 +147,22 @@ function drawEndpoints(box: HTMLElement, customer: string, usable: Destination[]
       try {
         const r = await admin.createDestination({ id: id.value.trim(), url: url.value.trim(), ownerCustomer: customer });
         replace(shown, secretOnce(`Endpoint ${r.destination?.id}'s signing secret`, r.destination?.secret ?? ""));
-        ok(`Endpoint ${r.destination?.id} added: subscribe to it above.`);
-        form.reset();
+        on.ok(`Endpoint ${r.destination?.id} added: subscribe to it above.`);
+        on.changed();
       } catch (err) {
-        fail(`Adding the endpoint failed: ${problemText(err)}`);
+        on.fail(`Adding the endpoint failed: ${problemText(err)}`);
       }
     })();
   });
   const remove = async (d: Destination): Promise<void> => {
+    if (!window.confirm(`Delete endpoint ${d.id} (${d.url})? Its subscriptions stop receiving events.`)) return;
     try {
       await admin.deleteDestination({ id: d.id });
-      ok(`Endpoint ${d.id} deleted.`);
+      replace(shown);
+      on.ok(`Endpoint ${d.id} deleted.`);
+      on.changed();
     } catch (err) {
-      fail(`Deleting ${d.id} failed: ${errorText(err)}`);
+      on.fail(`Deleting ${d.id} failed: ${errorText(err)}`);
     }
   };
   replace(

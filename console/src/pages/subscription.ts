@@ -5,8 +5,8 @@
 import type { EventSummary } from "../../../sdk/typescript/src/gen/rivora/v1/events_pb.js";
 import type { Subscription } from "../../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { errorText, events, isFailedPrecondition, subscriptions, when, type Me } from "../api.js";
-import { h, replace, status, table } from "../dom.js";
-import { can, formatCount } from "../format.js";
+import { h, noticeNext, replace, status, table } from "../dom.js";
+import { can, counted, formatCount } from "../format.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 import { editForm, rotateForm, testEventForm } from "./subscriptionforms.js";
@@ -124,8 +124,8 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
       try {
         const r = await subscriptions.deleteSubscription({ id, force });
         p.stop();
+        noticeNext(`Deleted ${id}${force ? `; its ${counted(r.archived, "pending event")} went to the dead letters` : ""}.`);
         location.hash = "#/subscriptions";
-        ast.ok(`Deleted ${id}${force ? `; ${formatCount(r.archived)} pending events became dead letters` : ""}.`);
       } catch (err) {
         if (!force && isFailedPrecondition(err)) {
           const forceBtn = h("button", { type: "button", class: "danger" }, "Delete anyway");
@@ -141,7 +141,9 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
         ast.error(`Delete failed: ${errorText(err)}`);
       }
     };
-    del.addEventListener("click", () => void remove(false));
+    del.addEventListener("click", () => {
+      if (window.confirm(`Delete subscription ${id}? Its events stop going to its destination.`)) void remove(false);
+    });
     return h("fieldset", {}, h("legend", {}, "Delete"), del, confirmBox);
   }
 

@@ -4,7 +4,7 @@
 import type { Subscription } from "../../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { errorText, subscriptions } from "../api.js";
 import { field, h, replace, status, table, type Child, type Column } from "../dom.js";
-import { can, formatCount } from "../format.js";
+import { can, counted, formatCount } from "../format.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 
@@ -113,12 +113,12 @@ export const subscriptionsPage: Page = (main, me, args) => {
       h(
         "section",
         { "data-group": g },
-        table(`${by} ${g}: ${formatCount(rows.length)} subscriptions, ${formatCount(rows.filter((s) => s.paused).length)} paused`, columns, rows, (s) => ({ "data-id": s.id, "data-paused": String(s.paused) })),
+        table(`${by} ${g}: ${counted(rows.length, "subscription")}, ${formatCount(rows.filter((s) => s.paused).length)} paused`, columns, rows, (s) => ({ "data-id": s.id, "data-paused": String(s.paused) })),
       ),
     );
     replace(
       holder,
-      h("p", { class: "summary" }, `${formatCount(subs.length)} subscriptions${subs.length > maxRows ? ` (the first ${formatCount(maxRows)} shown: narrow with a destination or customer)` : ""}, grouped by ${by}.`),
+      h("p", { class: "summary" }, `${counted(subs.length, "subscription")}${subs.length > maxRows ? ` (the first ${formatCount(maxRows)} shown: narrow with a destination or customer)` : ""}, grouped by ${by}.`),
       ...(tables.length ? tables : [h("p", { class: "empty" }, "No subscription matches (rivoractl subscriptions create, or a customer's portal).")]),
     );
   };
