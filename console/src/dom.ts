@@ -43,10 +43,22 @@ export function table<T>(caption: string, columns: Column<T>[], rows: T[], rowAt
     h("thead", {}, h("tr", {}, ...columns.map((c) => h("th", { scope: "col", class: c.className }, c.label)))),
   );
   const body = h("tbody");
-  for (const r of rows) body.appendChild(h("tr", rowAttrs?.(r) ?? {}, ...columns.map((c) => h("td", { class: c.className }, c.cell(r)))));
+  for (const r of rows) body.appendChild(h("tr", rowAttrs?.(r) ?? {}, ...columns.map((c) => cellOf(c.className, c.cell(r)))));
   if (rows.length === 0) body.appendChild(h("tr", {}, h("td", { colspan: columns.length, class: "empty" }, empty)));
   t.appendChild(body);
   return h("div", { class: "table-wrap" }, t);
+}
+
+// A text longer than this is cut in its cell (style.css: td.long) and
+// shown whole on hover: a 200-character lane key pushed every column
+// after it, buttons included, off the screen.
+const longCell = 48;
+
+function cellOf(className: string | undefined, content: Child): HTMLElement {
+  if (typeof content === "string" && content.length > longCell) {
+    return h("td", { class: [className, "long"].filter(Boolean).join(" "), title: content }, content);
+  }
+  return h("td", { class: className }, content);
 }
 
 /** A labelled input; the label's text is what a person (and a test) finds it by. */

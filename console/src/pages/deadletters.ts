@@ -211,12 +211,23 @@ export const deadLettersPage: Page = (main, me, args) => {
       try {
         const f = filter();
         let total = 0n;
-        for await (const r of archive.replay({ filter: f, dryRun: true })) total = r.total;
-        counted = f as DeadLetterFilter;
-        result.textContent = `${formatCount(total)} dead letters would be replayed.`;
-        progress.max = Math.max(1, Number(total));
+        let skipped = 0n;
+        let refused = "";
+        for await (const r of archive.replay({ filter: f, dryRun: true })) [total, skipped, refused] = [r.total, r.skipped, r.refused];
+        const sent = total - skipped;
+        progress.max = Math.max(1, Number(sent));
         progress.value = 0;
-        replayBtn.disabled = total === 0n;
+        if (refused) {
+          // The replay itself would be refused: say why, and offer none.
+          counted = undefined;
+          replayBtn.disabled = true;
+          result.textContent = `${formatCount(total)} match, but a replay would be refused: ${refused}`;
+          rst.clear();
+          return;
+        }
+        counted = f as DeadLetterFilter;
+        result.textContent = `${formatCount(sent)} dead letters would be replayed${skipped > 0n ? ` (${formatCount(skipped)} more match: sent by an earlier replay, or a later death of an event sent once)` : ""}.`;
+        replayBtn.disabled = sent === 0n;
         rst.clear();
       } catch (err) {
         rst.error(`Count failed: ${errorText(err)}`);
@@ -236,7 +247,7 @@ export const deadLettersPage: Page = (main, me, args) => {
           progress.value = Number(r.replayed + r.skipped);
           result.textContent = `Replaying: ${formatCount(r.replayed)} replayed, ${formatCount(r.skipped)} skipped of ${formatCount(r.total)}.`;
         }
-        result.textContent = `${last.done ? "Done" : "Stopped"}: ${formatCount(last.replayed)} replayed, ${formatCount(last.skipped)} skipped (already replayed) of ${formatCount(last.total)}.`;
+        result.textContent = `${last.done ? "Done" : "Stopped"}: ${formatCount(last.replayed)} replayed, ${formatCount(last.skipped)} skipped (sent by an earlier replay, stored already, or a later death of an event sent once) of ${formatCount(last.total)}.`;
         rst.clear();
         void loadStats();
       } catch (err) {
