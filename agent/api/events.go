@@ -83,6 +83,11 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 			resp.NextAttemptAt = timestamppb.New(loc.Head.NotBefore)
 		}
 		s.explainWaiting(resp, loc)
+		if strings.HasPrefix(resp.GetWaiting(), "held: ") {
+			// Held (a pause, a disabling): no attempt is due at the head's
+			// retry time, which may well be past.
+			resp.NextAttemptAt = nil
+		}
 	}
 	return connect.NewResponse(resp), nil
 }
