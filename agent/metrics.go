@@ -28,7 +28,7 @@ func newDestinationCollector(s *scheduler.Scheduler) *destinationCollector {
 		tokens:      prometheus.NewDesc("rivora_destination_tokens", "Tokens in the destination's bucket.", []string{"destination"}, nil),
 		backlog:     prometheus.NewDesc("rivora_lane_backlog", "Pending events by destination, customer and lane state (due, waiting, in_flight: lanes; pending: events).", []string{"destination", "customer", "kind"}, nil),
 		workers:     prometheus.NewDesc("rivora_delivery_workers", "Delivery workers (--workers), shared by every destination.", nil, nil),
-		workersBusy: prometheus.NewDesc("rivora_delivery_workers_busy", "Delivery workers holding an attempt. At --workers minus an eighth, only destinations with nothing in flight get one.", nil, nil),
+		workersBusy: prometheus.NewDesc("rivora_delivery_workers_busy", "Delivery workers holding an attempt. From --workers minus an eighth on, only destinations with nothing in flight get one.", nil, nil),
 	}
 }
 

@@ -86,7 +86,10 @@ func describe(err error, server, tokenSource string) string {
 		if strings.Contains(msg, "larger than configured max") {
 			// Connect's read limit, before Rivora reads the request: not
 			// an overload, and retrying will not help.
-			text = fmt.Sprintf("the request is larger than Rivora at %s reads (%s): an event's payload may be at most the server's --max-payload (256 KiB by default), a batch its --max-batch-bytes", server, msg)
+			text = fmt.Sprintf("the request is larger than Rivora at %s reads (%s)", server, msg)
+			if strings.Contains(ae.op, "publish") {
+				text += ": an event's payload may be at most the server's --max-payload (256 KiB by default), a batch its --max-batch-bytes"
+			}
 		}
 	case connect.CodePermissionDenied:
 		// The server names the token, its role and what it lacks.

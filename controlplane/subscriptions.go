@@ -457,10 +457,13 @@ func (cp *ControlPlane) resumeSubscription(id string, who actor, sc scope) (*riv
 // subscription's signing secret, the current one signing too for the
 // grace period, as a destination's rotation does (rotate). A
 // subscription signed by its destination's secret until now gets its
-// own, and the destination's secret keeps signing its deliveries for the
-// grace (destination_secret_until): the agents add it as they sign, so
-// the subscription never holds a copy of it, and a rotation of the
-// destination's secret meanwhile is followed.
+// own, and the destination's current v1 secret keeps signing its
+// deliveries for the grace (destination_secret_until): the agents add it
+// as they sign, so the subscription never holds a copy of it, and a
+// rotation of the destination's secret meanwhile is followed (its new
+// secret signs; its previous one, in its own grace, does not). A
+// destination that signs v1a (ed25519) only has no v1 secret to keep:
+// no overlap, as rotate's detail says.
 func (cp *ControlPlane) rotateSubscriptionSecret(m *rivorav1.RotateSubscriptionSecretRequest, who actor, sc scope) (*rivorav1.Subscription, uint64, error) {
 	grace, err := rotationGrace(m.GetGrace())
 	if err != nil {
@@ -470,7 +473,7 @@ func (cp *ControlPlane) rotateSubscriptionSecret(m *rivorav1.RotateSubscriptionS
 	if err != nil {
 		return nil, 0, err
 	}
-	return cp.changeSubscription("subscription.rotate_secret", m.GetId(), who, "", sc, func(s *rivorav1.Subscription, _ *rivorav1.Destination) (string, error) {
+	return cp.changeSubscription("subscription.rotate_secret", m.GetId(), who, "", sc, func(s *rivorav1.Subscription, d *rivorav1.Destination) (string, error) {
 		if secret == s.GetSecret() {
 			return "", errorf(ErrInvalid, "secret: that is subscription %q's current secret; pass another one, or none to have one generated", s.GetId())
 		}
@@ -479,7 +482,9 @@ func (cp *ControlPlane) rotateSubscriptionSecret(m *rivorav1.RotateSubscriptionS
 		first := s.GetSecret() == ""
 		s.Secret, s.PreviousSecret, s.PreviousSecretExpiresAt = secret, r.previous, r.until
 		s.DestinationSecretUntil = nil
-		if first && grace > 0 {
+		// Only a destination's v1 (HMAC) secret can sign beside the
+		// subscription's: one that signs v1a (ed25519) only has none.
+		if first && grace > 0 && signsV1(d.GetSignatureScheme()) {
 			until := now.Add(grace)
 			s.DestinationSecretUntil = timestamppb.New(until)
 			return fmt.Sprintf("secret set to %s; its destination's secret signs too until %s (grace %s)", auth.Fingerprint(secret), until.UTC().Format(time.RFC3339), grace), nil

@@ -127,8 +127,8 @@ func (sizeEstimator) EstimateCallCost(function, overloadID string, target *check
 
 // MissingField reports whether a filter's evaluation error (Match) is a
 // field the event's data lacks: the ordinary way a filter says no, as
-// opposed to a filter that fails whatever the event (a division by zero,
-// a comparison of mismatched types, an answer that is not a boolean).
+// opposed to a filter that fails whatever the event (an operation its
+// types do not allow, an answer that is not a boolean).
 func MissingField(err error) bool {
 	msg := err.Error()
 	return strings.HasPrefix(msg, "no such key") || strings.HasPrefix(msg, "no such attribute")

@@ -225,9 +225,7 @@ func (s *Service) ListDeadLetters(ctx context.Context, req *connect.Request[rivo
 				return connect.NewResponse(resp), nil
 			}
 			dl.Event.Payload = nil
-			if err := marks.show(ctx, dl, k, i); err != nil {
-				return nil, errkind.Tag(errkind.Unavailable, err)
-			}
+			s.showMarks(ctx, marks, dl, k, i)
 			resp.DeadLetters = append(resp.DeadLetters, dl)
 		}
 	}
@@ -268,10 +266,17 @@ func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivora
 		// The same answer as for another customer's (auth.Policies).
 		return nil, auth.DeadLetterNotFound(id)
 	}
-	if err := newReplayMarks(s.replay.marks).show(ctx, found.GetDeadLetter(), found.GetObject(), line); err != nil {
-		return nil, errkind.Tag(errkind.Unavailable, err)
-	}
+	s.showMarks(ctx, newReplayMarks(s.replay.marks), found.GetDeadLetter(), found.GetObject(), line)
 	return connect.NewResponse(found), nil
+}
+
+// showMarks sets dl.ReplayedAt from the replay marks. The marks only add
+// to the answer: when they cannot be read, the dead letter is answered
+// without (and the failure logged).
+func (s *Service) showMarks(ctx context.Context, marks *replayMarks, dl *rivorav1.DeadLetter, object string, line int) {
+	if err := marks.show(ctx, dl, object, line); err != nil {
+		s.log.Warn("dead letter answered without its replay mark", "object", object, "error", err)
+	}
 }
 
 func (s *Service) DeadLetterStats(ctx context.Context, req *connect.Request[rivorav1.DeadLetterStatsRequest]) (*connect.Response[rivorav1.DeadLetterStatsResponse], error) {

@@ -191,7 +191,7 @@ func (d deaths) repeat(dl *rivorav1.DeadLetter) bool {
 	ev := dl.GetEvent()
 	again := (ev.GetReplayed() || ev.GetResent()) && dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT
 	_, sent := d.seen[k]
-	if at, ok := d.handled[k]; ok && dl.GetDeadAt().AsTime().UnixMilli() < at {
+	if at, ok := d.handled[k]; ok && dl.GetDeadAt().AsTime().UnixMilli() < at-clockMargin.Milliseconds() {
 		sent = true
 	}
 	if again && sent {
@@ -200,6 +200,12 @@ func (d deaths) repeat(dl *rivorav1.DeadLetter) bool {
 	d.seen[k] = struct{}{}
 	return false
 }
+
+// clockMargin is how far apart the clocks of the agent that ran a replay
+// and of the one that dead-lettered an event may be: a death within it
+// of the replay is taken for a new one, so a doubt sends the event again
+// rather than never.
+const clockMargin = 2 * time.Second
 
 // handledAt records that an earlier replay handled a death of dl's event
 // at (Unix ms).
@@ -298,7 +304,10 @@ func (run *replayRun) replay(ctx context.Context, keys []string) error {
 	run.start = run.clock.Now()
 	run.lastReport = run.start
 	for _, k := range keys {
-		if run.todo[k] == 0 {
+		// An object with only repeats is visited too: marking them keeps
+		// a later replay with another filter (one that does not match
+		// the earlier death) from sending the event again.
+		if run.todo[k] == 0 && len(run.repeats[k]) == 0 {
 			continue
 		}
 		if err := run.object(ctx, k); err != nil {

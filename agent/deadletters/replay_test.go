@@ -335,7 +335,7 @@ func TestReplayOfAnUnknownDestinationSaysSo(t *testing.T) {
 
 // A replay some of whose dead letters cannot be re-ingested (their
 // subscription was deleted) is refused before anything is re-ingested,
-// and leaves no checkpoint: they are not "replayed". A replay narrowed to
+// and leaves no mark: they are not "replayed". A replay narrowed to
 // the others goes ahead.
 func TestReplayRefusedUpFrontWhenSomeCannotBeReplayed(t *testing.T) {
 	rg := newReplayRig(t)
@@ -396,10 +396,10 @@ func TestReplayPacing(t *testing.T) {
 }
 
 // A replay that stops (ingest fails, the caller leaves) keeps its
-// checkpoint: a re-run with the same filter resumes after what was
+// mark: a re-run with the same filter resumes after what was
 // re-ingested, counting the rest as skipped, and re-ingests nothing twice.
-// Restart ignores the checkpoint.
-func TestReplayResumesFromCheckpoint(t *testing.T) {
+// Restart ignores the marks.
+func TestReplayResumesAfterWhatItMarked(t *testing.T) {
 	rg := newReplayRig(t)
 	rg.put(t, "orders", 0, 1, 2*time.Hour, deads("a", 3)...)
 	rg.put(t, "orders", 0, 4, time.Hour, deads("b", 3)...)
@@ -531,6 +531,28 @@ func TestReplayResendsAnEventThatDiedAgainAfterIt(t *testing.T) {
 	}
 }
 
+// A later death a replay skipped (its event sent at an earlier death) is
+// marked too: a replay whose filter matches only that later death does
+// not send the event again.
+func TestReplayMarksTheLaterDeathsItSkips(t *testing.T) {
+	rg := newReplayRig(t)
+	rg.put(t, "orders", 0, 1, 2*time.Hour, dead("a-00", "acme", rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS))
+	// Resent, it died again, of its window.
+	again := dead("a-00", "acme", rivorav1.DeadReason_DEAD_REASON_WINDOW)
+	again.Event.Resent = true
+	rg.put(t, "orders", 0, 2, time.Hour, again)
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}}, nil); err != nil || end.Replayed != 1 || end.Skipped != 1 {
+		t.Fatalf("replay of the destination: %+v, %v; want a-00 sent once, its later death skipped", end, err)
+	}
+	windowOnly := &rivorav1.DeadLetterFilter{DestinationId: "orders", Reason: rivorav1.DeadReason_DEAD_REASON_WINDOW}
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: windowOnly}, nil); err != nil || end.Replayed != 0 || end.Skipped != 1 {
+		t.Fatalf("replay of the window deaths: %+v, %v; want nothing sent (a-00 was sent by the first replay)", end, err)
+	}
+	if ids := rg.ingest.ids(); !slices.Equal(ids, []string{"a-00"}) {
+		t.Errorf("re-ingested %v, want a-00 once", ids)
+	}
+}
+
 // An event replayed before that died again has a dead letter per death:
 // one replay re-accepts it once, at its first death (lane order), and
 // skips the later ones, also when it resumes. An idempotency conflict's
@@ -584,7 +606,7 @@ func TestReplayReacceptsAnEventThatDiedTwiceOnce(t *testing.T) {
 	}
 }
 
-// Within an object, the checkpoint is per batch: a paced replay whose
+// Within an object, the marks are written per batch: a paced replay whose
 // caller leaves mid-object resumes at the next line; its error is
 // Canceled, saying how to resume. Duplicates count as skipped.
 func TestReplayInterruptedResumesMidObject(t *testing.T) {
@@ -612,7 +634,7 @@ func TestReplayInterruptedResumesMidObject(t *testing.T) {
 }
 
 // An error from the progress callback (the stream is gone) stops the
-// replay; what it re-ingested is checkpointed.
+// replay; what it re-ingested is marked.
 func TestReplayProgressErrorStops(t *testing.T) {
 	rg := newReplayRig(t)
 	rg.put(t, "orders", 0, 1, 2*time.Hour, deads("a", 3)...)
@@ -630,7 +652,7 @@ func TestReplayProgressErrorStops(t *testing.T) {
 		t.Fatalf("last report failing: %v, want the callback's error", err)
 	}
 	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: orders}, nil); err != nil || end.Replayed != 0 || end.Skipped != 3 {
-		t.Errorf("after a run whose last report failed: %+v, %v; want all 3 skipped (checkpointed)", end, err)
+		t.Errorf("after a run whose last report failed: %+v, %v; want all 3 skipped (marked)", end, err)
 	}
 }
 

@@ -749,7 +749,7 @@ func (g *Gateway) prepare(ctx context.Context, req *rivorav1.PublishRequest) (pu
 func (g *Gateway) takes(ctx context.Context, dest, customer string) error {
 	d, ok := g.reg.Get(dest)
 	if ok && !d.TakesEventsOf(customer) {
-		if p := auth.FromContext(ctx); p == nil || !p.Scoped() {
+		if p := auth.FromContext(ctx); p == nil || !p.Scoped() || p.MayActFor(d.OwnerCustomer) {
 			return fmt.Errorf("destination %q is customer %q's own: it takes that customer's events only, not customer %q's", dest, d.OwnerCustomer, customer)
 		}
 		ok = false
@@ -897,8 +897,12 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 // die again.
 func (g *Gateway) Replayable(dl *rivorav1.DeadLetter) error {
 	ev := dl.GetEvent()
-	if _, ok := g.reg.Get(ev.GetDestinationId()); !ok {
+	d, ok := g.reg.Get(ev.GetDestinationId())
+	if !ok {
 		return errkind.Errorf(errkind.Precondition, "destination %q is not registered; create it before replaying its dead letters", ev.GetDestinationId())
+	}
+	if err := othersOwn(d, ev); err != nil {
+		return err
 	}
 	if sub := ev.GetSubscriptionId(); sub != "" && g.subs != nil {
 		if _, ok := g.subs.Get(sub); !ok {
@@ -906,6 +910,16 @@ func (g *Gateway) Replayable(dl *rivorav1.DeadLetter) error {
 		}
 	}
 	return nil
+}
+
+// othersOwn refuses to send ev again to d when d is another customer's
+// own destination (Destination.TakesEventsOf): an event stored there
+// before publishing to one was checked, and never sent again.
+func othersOwn(d *destinations.Destination, ev *rivorav1.Event) error {
+	if d.TakesEventsOf(ev.GetCustomerId()) {
+		return nil
+	}
+	return errkind.Errorf(errkind.Precondition, "destination %q is customer %q's own: event %s of customer %q is not sent to it again", d.ID, d.OwnerCustomer, ev.GetEventId(), ev.GetCustomerId())
 }
 
 // Resend accepts a delivered or dead-lettered event again for an
@@ -921,8 +935,12 @@ func (g *Gateway) Resend(ctx context.Context, original *rivorav1.Event, dedupID 
 		return nil, false, errNoConfig
 	}
 	ev = proto.Clone(original).(*rivorav1.Event)
-	if _, ok := g.reg.Get(ev.GetDestinationId()); !ok {
+	d, ok := g.reg.Get(ev.GetDestinationId())
+	if !ok {
 		return nil, false, errkind.Errorf(errkind.Precondition, "destination %q is not registered; create it before resending its events", ev.GetDestinationId())
+	}
+	if err := othersOwn(d, ev); err != nil {
+		return nil, false, err
 	}
 	ev.Resent, ev.Replayed = true, false
 	ev.AcceptedAt = timestamppb.New(g.now())

@@ -788,3 +788,26 @@ func TestPublishWhileTheStoreIsDown(t *testing.T) {
 		t.Fatalf("Publish with the store back: %v", err)
 	}
 }
+
+// An event of another customer that reached a customer's own destination
+// (stored before publishing to one was checked) is never sent to it
+// again: neither a replay nor a resend takes it.
+func TestOthersEventIsNotSentAgainToACustomersOwnDestination(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.reg.Update([]*rivorav1.Destination{{Id: "acme-hooks", Url: "http://127.0.0.1:1/hook", Secret: secret, OwnerCustomer: "acme"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	theirs := &rivorav1.Event{EventId: "01900000-0000-7000-8000-000000000001", DestinationId: "acme-hooks", CustomerId: "globex", LaneKey: "u", Type: "t", Payload: []byte(`{}`)}
+	err := f.gw.Replayable(&rivorav1.DeadLetter{Event: theirs})
+	if connect.CodeOf(errkind.AsConnect(err)) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), `destination "acme-hooks" is customer "acme"'s own`) {
+		t.Errorf("replaying globex's dead letter to acme's own destination: %v; want refused as acme's own", err)
+	}
+	if _, _, err := f.gw.Resend(context.Background(), theirs, "resend:test"); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("resending globex's event to acme's own destination: %v; want failed_precondition", err)
+	}
+	mine := proto.Clone(theirs).(*rivorav1.Event)
+	mine.CustomerId = "acme"
+	if err := f.gw.Replayable(&rivorav1.DeadLetter{Event: mine}); err != nil {
+		t.Errorf("replaying acme's own dead letter: %v", err)
+	}
+}

@@ -12,8 +12,8 @@
 //   - a destination never has more than max_in_flight attempts out, and
 //     when the delivery workers are counted (LimitWorkers) no more attempts
 //     are handed out than there are workers, the last few kept for
-//     destinations with none in flight: however many destinations are
-//     slow, every other one has an attempt out at once (workers.go);
+//     destinations with none in flight: slow destinations holding many
+//     attempts each cannot starve the others (workers.go);
 //   - within a destination, customers with due lanes share attempts by weight
 //     (deficit round robin), and within a customer due first attempts go
 //     before due retries, oldest first;
@@ -69,7 +69,7 @@ type Attempt struct {
 	Expired bool
 	// BudgetWait is how long the head was due before it was handed out:
 	// waiting for a token of its destination's budget (or a free
-	// in-flight slot, or its customer's turn). 0 for a probe or an
+	// in-flight slot, its customer's turn, or a free delivery worker). 0 for a probe or an
 	// expired head.
 	BudgetWait time.Duration
 	// settled: Settle ended this attempt (guarded by the scheduler's mu).

@@ -8,8 +8,9 @@ package scheduler
 // two. So once the workers are counted, the scheduler hands out no more
 // attempts than there are workers (an attempt never waits for a worker
 // behind slow ones), and keeps the last reserveOf(workers) of them for
-// destinations with nothing in flight: however many partners are slow,
-// any other destination has an attempt out at once.
+// destinations with nothing in flight: slow partners holding many
+// attempts each cannot starve any other destination. (As many slow
+// partners as workers, one attempt each, still fill the pool.)
 
 // LimitWorkers tells the scheduler how many delivery workers take its
 // attempts (0: not counted, as when a test takes them itself). Each

@@ -73,7 +73,7 @@ func (s *Subscription) Matches(typ string, input func() routing.Input) bool {
 // did not get, most often because the filter is wrong for every event.
 var filterErrors = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "rivora_subscription_filter_errors_total",
-	Help: "Events a subscription's filter failed on (not a missing field: a division by zero, mismatched types, an answer that is not a boolean); each is an event the subscription did not get.",
+	Help: "Events a subscription's filter failed on (not a missing field: an operation its types do not allow, an answer that is not a boolean); each is an event the subscription did not get.",
 }, []string{"subscription"})
 
 // Table is the current set of subscriptions. A change touches only what

@@ -85,7 +85,7 @@ export function isFailedPrecondition(err: unknown): boolean {
 /** An error in plain words: the server's message, with its code spelled out. */
 export function errorText(err: unknown): string {
   const e = ConnectError.from(err);
-  if (networkError(e)) return "cannot reach Rivora: it may be restarting, or the network is down (the page tries again)";
+  if (networkError(e)) return "cannot reach Rivora: it may be restarting, or the network is down";
   const what = Code[e.code]?.replace(/([a-z])([A-Z])/g, "$1 $2").toLowerCase() ?? "error";
   return `${e.rawMessage || "request failed"} (${what})`;
 }

@@ -152,14 +152,19 @@ function signOut(): void {
 window.addEventListener("hashchange", route);
 
 // The token was revoked or expired mid-session: sign out, saying why.
+// The control plane itself is asked first: an agent that has not heard of
+// a token made moments ago refuses it for a second or so.
 onSignedOut((why) => {
   if (!me) return; // signing in: the sign-in form says why
-  stop?.();
-  stop = undefined;
-  setToken(null);
-  forgetCustomer();
-  me = undefined;
-  signIn(`Signed out: Rivora no longer takes this token (${why}). Sign in with another.`);
+  whoAmI().catch((err: unknown) => {
+    if (!me || !isUnauthenticated(err)) return;
+    stop?.();
+    stop = undefined;
+    setToken(null);
+    forgetCustomer();
+    me = undefined;
+    signIn(`Signed out: Rivora no longer takes this token (${why}). Sign in with another.`);
+  });
 });
 
 if (token()) {

@@ -158,7 +158,6 @@ function drawEndpoints(box: HTMLElement, shown: HTMLElement, customer: string, u
     if (!window.confirm(`Delete endpoint ${d.id} (${d.url})? Its subscriptions stop receiving events.`)) return;
     try {
       await admin.deleteDestination({ id: d.id });
-      replace(shown);
       on.ok(`Endpoint ${d.id} deleted.`);
       on.changed();
     } catch (err) {
