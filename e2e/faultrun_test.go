@@ -13,6 +13,7 @@ import (
 	"hash/fnv"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -283,6 +284,7 @@ func (r *faultRun) awaitDrained(dest string, ids []string) error {
 func (r *faultRun) explainReorders(t *testing.T, v checker.Verdict, acked []checker.Publish) {
 	t.Helper()
 	seq := map[string]int{}
+	parts := map[int]bool{}
 	for _, a := range acked {
 		seq[a.ID] = a.Seq
 	}
@@ -300,7 +302,34 @@ func (r *faultRun) explainReorders(t *testing.T, v checker.Verdict, acked []chec
 				lines = append(lines, fmt.Sprintf("%s #%d(%v) %s attempt %d → %d by %s", rq.At.Format("15:04:05.000"), s, known, rq.ID[:8], rq.Attempt, rq.Status, rq.Agent))
 			}
 		}
-		t.Logf("lane %s (partition %d): %s", lane, lanes.Partition(dest, r.c.partitions), strings.Join(lines, "; "))
+		part := lanes.Partition(dest, r.c.partitions)
+		t.Logf("lane %s (partition %d): %s", lane, part, strings.Join(lines, "; "))
+		parts[part] = true
+	}
+	for part := range parts {
+		r.logPartition(t, part)
+	}
+}
+
+// logPartition logs what each agent's log says about partition p (its
+// terms, restarts, fast path), the last lines of each.
+func (r *faultRun) logPartition(t *testing.T, p int) {
+	t.Helper()
+	const most, width = 60, 400
+	mark := regexp.MustCompile(fmt.Sprintf(`\bpartition=%d\b`, p))
+	for _, name := range r.c.names {
+		b, err := os.ReadFile(r.c.agents[name].LogPath)
+		if err != nil {
+			t.Logf("%s's log: %v", name, err)
+			continue
+		}
+		var lines []string
+		for line := range strings.Lines(string(b)) {
+			if mark.MatchString(line) {
+				lines = append(lines, strings.TrimSpace(line[:min(len(line), width)]))
+			}
+		}
+		t.Logf("%s's log on partition %d (last %d of %d lines):\n%s", name, p, min(most, len(lines)), len(lines), strings.Join(lines[max(0, len(lines)-most):], "\n"))
 	}
 }
 

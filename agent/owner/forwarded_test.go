@@ -224,7 +224,12 @@ func (n *node) edgeBuffer(stream, prefix string) {
 	if _, err := n.srv.JetStream().CreateStream(context.Background(), jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + "ingest.>"}}); err != nil {
 		n.t.Fatal(err)
 	}
-	n.sourceFrom(stream, prefix, 0)
+	// From its first sequence, as the edge's durable consumer would: a
+	// source with no start of its own, added to a stream that removed
+	// messages already (INGEST, a work queue, after a move), starts at
+	// that stream's last message time (nats-server's guess for a
+	// recovered stream), and would skip what the buffer holds from before.
+	n.sourceFrom(stream, prefix, 1)
 }
 
 // sourceFrom makes INGEST source stream (under prefix) from sequence

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/agent/natsd"
@@ -155,7 +157,10 @@ func TestIngestLookWaiterStopsWithTheWriter(t *testing.T) {
 	}
 }
 
-func TestLookIngestSeesWhatWaitsForTheMover(t *testing.T) {
+// ingestServer is an embedded server with an empty INGEST stream of two
+// partitions.
+func ingestServer(t *testing.T) jetstream.JetStream {
+	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	srv, err := natsd.Start(natsd.Config{DataDir: t.TempDir()}, log)
 	if err != nil {
@@ -163,11 +168,16 @@ func TestLookIngestSeesWhatWaitsForTheMover(t *testing.T) {
 	}
 	t.Cleanup(srv.Shutdown)
 	js := srv.JetStream()
-	ctx := t.Context()
-	if _, err := ingest.New(ctx, js, destinations.NewRegistry(), ingest.Config{Partitions: ingest.FixedCount(2)}, log); err != nil {
+	if _, err := ingest.New(t.Context(), js, destinations.NewRegistry(), ingest.Config{Partitions: ingest.FixedCount(2)}, log); err != nil {
 		t.Fatal(err)
 	}
-	w := newLaneWriter(1, js, nil, nil, nil, log)
+	return js
+}
+
+func TestLookIngestSeesWhatWaitsForTheMover(t *testing.T) {
+	js := ingestServer(t)
+	ctx := t.Context()
+	w := newLaneWriter(1, js, nil, nil, nil, slog.New(slog.DiscardHandler))
 	look := func(want bool) {
 		t.Helper()
 		ahead, err := w.lookIngest(ctx)
@@ -205,4 +215,63 @@ func TestLookIngestSeesWhatWaitsForTheMover(t *testing.T) {
 
 	w.moved(ack.Sequence)
 	look(false) // the mover handled it
+}
+
+// An event this agent forwarded into INGEST keeps the direct path off
+// until the mover moved it, even when a look at INGEST does not see it
+// there: just after a network partition heals, a server that led INGEST
+// before it was cut off may still answer from its stale copy. (Here the
+// look finds INGEST empty, as such a server would answer.)
+func TestDirectPathWaitsForItsOwnForwardsWhateverALookSays(t *testing.T) {
+	js := ingestServer(t)
+	w := newLaneWriter(1, js, nil, nil, nil, slog.New(slog.DiscardHandler))
+	if behind, err := w.behindIngest(t.Context()); err != nil || behind {
+		t.Fatalf("nothing forwarded, INGEST empty: behind %v, %v; want false", behind, err)
+	}
+	w.forwarded(7)
+	if behind, err := w.behindIngest(t.Context()); err != nil || !behind {
+		t.Fatalf("an own forward at INGEST seq 7 not moved yet: behind %v, %v; want true", behind, err)
+	}
+	w.moved(7)
+	if behind, err := w.behindIngest(t.Context()); err != nil || behind {
+		t.Fatalf("the mover moved it: behind %v, %v; want false", behind, err)
+	}
+}
+
+// The mover opens the direct path only once it moved its barrier (every
+// event INGEST acknowledged before it) and every event this agent
+// forwarded, whatever the consumer's count of pending messages says.
+func TestFastPathOpensOnlyPastTheBarrier(t *testing.T) {
+	js := ingestServer(t)
+	w := newLaneWriter(1, js, nil, nil, nil, slog.New(slog.DiscardHandler))
+	m := &mover{p: 1, writer: w, log: slog.New(slog.DiscardHandler)}
+	var seq uint64
+	poll.True(t, "the barrier is stored", 10*time.Second, func() bool {
+		if m.openDirect() {
+			t.Fatal("the fast path opened before the barrier was moved")
+		}
+		seq = m.barrier.seq
+		return seq != 0
+	})
+	stream, err := js.Stream(t.Context(), lanes.IngestStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := stream.GetMsg(t.Context(), seq)
+	if err != nil || msg.Header.Get(barrierHeader) != "1" || len(msg.Data) == 0 || msg.Subject != lanes.IngestSubject(1, "~barrier") {
+		t.Fatalf("the barrier in INGEST: %+v, %v", msg, err)
+	}
+	w.moved(seq - 1)
+	if m.openDirect() {
+		t.Fatal("the fast path opened before the barrier was moved")
+	}
+	w.forwarded(seq + 1)
+	w.moved(seq)
+	if m.openDirect() {
+		t.Fatal("the fast path opened while an own forward waits in INGEST")
+	}
+	w.moved(seq + 1)
+	if !m.openDirect() {
+		t.Fatal("the fast path stayed closed with everything moved")
+	}
 }

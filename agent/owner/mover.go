@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/rivora/rivora/edge"
 	"github.com/rivora/rivora/internal/backoff"
 	"github.com/rivora/rivora/internal/fingerprint"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -41,8 +44,8 @@ const moveBatch = 512
 //     what came before it;
 //   - an INGEST message is acked only once the writer stored and
 //     registered its event (the rest are retried with the same dedup ids);
-//   - it opens the fast path only when INGEST holds nothing for the
-//     partition (see gate).
+//   - it opens the fast path only once it moved every INGEST message for
+//     the partition stored before its barrier (see openDirect).
 type mover struct {
 	p      int
 	ingest jetstream.Consumer
@@ -62,6 +65,69 @@ type mover struct {
 	// consumeErr is the last error the INGEST consumer reported (nil:
 	// none), for the log when it stops or stalls.
 	consumeErr atomic.Pointer[error]
+
+	// barrier is the mark openDirect stores in INGEST (loop's goroutine
+	// only).
+	barrier barrier
+}
+
+// barrier is a message the mover stores in INGEST for its partition
+// before it opens the fast path. Its store goes through the stream's
+// leader and a quorum of its replicas, so every event INGEST
+// acknowledged before it has a lower sequence; the consumer hands
+// messages over in sequence order, so once the mover moved the barrier,
+// it moved them all. A read of INGEST could not promise that: just after
+// a network partition heals, a server that led the stream (or the
+// mover's consumer) before it was cut off may still answer as leader
+// from its stale copy, and the first answer wins.
+type barrier struct {
+	pending jetstream.PubAckFuture // sent, not yet answered
+	sentAt  time.Time
+	seq     uint64 // its INGEST sequence once stored (0: not yet)
+}
+
+// barrierHeader marks a barrier (its value: the partition). It has
+// bytes, as every INGEST message does (lookIngest reads an empty answer
+// as a status).
+const barrierHeader = "Rivora-Ingest-Barrier"
+
+// barrierRetry is how long an unanswered barrier is waited for before
+// another is sent (a lost one is never answered; a late one is moved as
+// any other).
+const barrierRetry = 5 * time.Second
+
+// barrierStored reports the barrier's INGEST sequence once stored, sending it
+// first (again, when the last one failed or went unanswered).
+func (m *mover) barrierStored() (uint64, bool) {
+	b := &m.barrier
+	if b.seq != 0 {
+		return b.seq, true
+	}
+	if b.pending != nil {
+		select {
+		case ack := <-b.pending.Ok():
+			b.seq, b.pending = ack.Sequence, nil
+			return b.seq, true
+		case err := <-b.pending.Err():
+			m.log.Debug("storing the fast path's barrier in INGEST failed; sending another", "error", err)
+			b.pending = nil
+		default:
+			if time.Since(b.sentAt) < barrierRetry {
+				return 0, false
+			}
+			b.pending = nil
+		}
+	}
+	msg := nats.NewMsg(lanes.IngestSubject(m.p, "~barrier"))
+	msg.Header.Set(barrierHeader, strconv.Itoa(m.p))
+	msg.Data = []byte("barrier")
+	f, err := m.writer.js.PublishMsgAsync(msg)
+	if err != nil {
+		m.log.Debug("storing the fast path's barrier in INGEST failed; sending another", "error", err)
+		return 0, false
+	}
+	b.pending, b.sentAt = f, time.Now()
+	return 0, false
 }
 
 func (m *mover) run(ctx context.Context) error {
@@ -116,7 +182,7 @@ func (m *mover) loop(ctx context.Context, msgs <-chan jetstream.Msg, closed <-ch
 			moverStallsTotal.Inc()
 			return fmt.Errorf("%w (partition %d; the consumer's last error: %v)", ErrMoverStopped, m.p, m.lastConsumeErr())
 		case <-drainCheck.C:
-			if m.openDirect(ctx) {
+			if m.openDirect() {
 				drainCheck.Stop()
 			}
 			continue
@@ -180,7 +246,13 @@ func (s *ingestOrder) check(meta *jetstream.MsgMetadata) error {
 // openDirect opens the fast path once nothing for this partition waits in
 // INGEST or is on its way there: from then on an accepted event cannot
 // overtake an earlier one of its lane. It reports whether the path is open.
-func (m *mover) openDirect(ctx context.Context) bool {
+//
+// Nothing waits once the mover moved its barrier (every event stored
+// before it) and every event this agent forwarded since (forwardedThrough),
+// with no forward in flight or begun since observe. An event another
+// agent stores after the barrier is the direct path's look to see
+// (laneWriter.append).
+func (m *mover) openDirect() bool {
 	gen, open, busy := m.writer.gate.observe()
 	if open {
 		return true
@@ -188,11 +260,16 @@ func (m *mover) openDirect(ctx context.Context) bool {
 	if busy {
 		return false
 	}
-	info, err := m.ingest.Info(ctx)
-	if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
+	seq, stored := m.barrierStored()
+	moved := m.writer.movedThrough.Load()
+	if !stored || moved < seq || m.writer.forwardedThrough.Load() > moved {
 		return false
 	}
-	return m.writer.gate.open(gen)
+	if !m.writer.gate.open(gen) {
+		return false
+	}
+	m.log.Info("fast path open: INGEST moved past the barrier", "barrier", seq, "moved_through", moved)
+	return true
 }
 
 // moveBatch hands a batch of INGEST messages to the writer and acks those
@@ -271,6 +348,10 @@ func (m *mover) decode(ctx context.Context, batch []jetstream.Msg) ([]Item, []je
 	origins := make([]edge.Origin, 0, len(batch))
 	var fwd []forwarded
 	for _, msg := range batch {
+		if msg.Headers().Get(barrierHeader) != "" {
+			_ = msg.Ack() // moved: nothing to store (see barrier)
+			continue
+		}
 		origin, fromEdge := edge.ReadOrigin(msg.Headers())
 		if fromEdge && m.marks.taken(ctx, origin) {
 			_ = msg.Ack()

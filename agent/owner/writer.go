@@ -215,10 +215,9 @@ func (w *laneWriter) append(ctx context.Context, items []Item) ([]Stored, error)
 		defer w.gate.endForward()
 		return w.forward(ctx, items)
 	}
-	// Another agent may have stored an earlier event of these lanes in
-	// INGEST (and acknowledged it) that the mover has not moved yet: then
-	// these go through INGEST too, behind it.
-	ahead, err := w.ingestLook.ahead(ctx, w.writerDone, w.lookIngest)
+	// An earlier event of these lanes may wait in INGEST, acknowledged,
+	// for the mover: then these go through INGEST too, behind it.
+	ahead, err := w.behindIngest(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +232,18 @@ func (w *laneWriter) append(ctx context.Context, items []Item) ([]Stored, error)
 		return res.at, res.err
 	}
 	return res.at, nil
+}
+
+// behindIngest reports whether an event of this partition waits in
+// INGEST for the mover: one this agent forwarded there is known without a
+// look (and a look could miss it: just after a network partition heals,
+// a server cut off while it led INGEST may still answer from its stale
+// copy); one another agent stored there is found by a look.
+func (w *laneWriter) behindIngest(ctx context.Context) (bool, error) {
+	if w.forwardedThrough.Load() > w.movedThrough.Load() {
+		return true, nil
+	}
+	return w.ingestLook.ahead(ctx, w.writerDone, w.lookIngest)
 }
 
 // ingestLookTimeout bounds one look at INGEST (lookIngest).
