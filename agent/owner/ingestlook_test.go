@@ -240,38 +240,95 @@ func TestDirectPathWaitsForItsOwnForwardsWhateverALookSays(t *testing.T) {
 
 // The mover opens the direct path only once it moved its barrier (every
 // event INGEST acknowledged before it) and every event this agent
-// forwarded, whatever the consumer's count of pending messages says.
+// forwarded, even when its consumer has nothing pending: a consumer's
+// leader cut off from its peers may still answer from a stale copy just
+// after the heal. (Here the barrier is taken off the consumer by hand,
+// so that it counts nothing pending while the mover has not moved it.)
 func TestFastPathOpensOnlyPastTheBarrier(t *testing.T) {
 	js := ingestServer(t)
+	ctx := t.Context()
+	consumer, err := js.CreateOrUpdateConsumer(ctx, lanes.IngestStream, jetstream.ConsumerConfig{
+		Durable: moverName(1), FilterSubject: lanes.IngestFilter(1), AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	w := newLaneWriter(1, js, nil, nil, nil, slog.New(slog.DiscardHandler))
-	m := &mover{p: 1, writer: w, log: slog.New(slog.DiscardHandler)}
+	m := &mover{p: 1, ingest: consumer, writer: w, log: slog.New(slog.DiscardHandler)}
 	var seq uint64
 	poll.True(t, "the barrier is stored", 10*time.Second, func() bool {
-		if m.openDirect() {
-			t.Fatal("the fast path opened before the barrier was moved")
+		if m.openDirect(ctx) {
+			t.Fatal("the fast path opened before the barrier was stored")
 		}
 		seq = m.barrier.seq
 		return seq != 0
 	})
-	stream, err := js.Stream(t.Context(), lanes.IngestStream)
+	batch, err := consumer.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := stream.GetMsg(t.Context(), seq)
-	if err != nil || msg.Header.Get(barrierHeader) != "1" || len(msg.Data) == 0 || msg.Subject != lanes.IngestSubject(1, "~barrier") {
-		t.Fatalf("the barrier in INGEST: %+v, %v", msg, err)
+	for msg := range batch.Messages() {
+		meta, _ := msg.Metadata()
+		if msg.Headers().Get(barrierHeader) != "1" || len(msg.Data()) == 0 || msg.Subject() != lanes.IngestSubject(1, "~barrier") || meta.Sequence.Stream != seq {
+			t.Fatalf("INGEST's message for partition 1: %s %v %q, want the barrier at %d", msg.Subject(), msg.Headers(), msg.Data(), seq)
+		}
+		if err := msg.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	w.moved(seq - 1)
-	if m.openDirect() {
+	if m.openDirect(ctx) {
 		t.Fatal("the fast path opened before the barrier was moved")
 	}
 	w.forwarded(seq + 1)
 	w.moved(seq)
-	if m.openDirect() {
+	if m.openDirect(ctx) {
 		t.Fatal("the fast path opened while an own forward waits in INGEST")
 	}
 	w.moved(seq + 1)
-	if !m.openDirect() {
+	if !m.openDirect(ctx) {
 		t.Fatal("the fast path stayed closed with everything moved")
+	}
+}
+
+// A message a consumer handed over and nobody acknowledged (a previous
+// mover of the partition took it) keeps the fast path closed past the
+// barrier: it comes back only after the consumer's ack wait.
+func TestFastPathStaysClosedWhileAMessageIsUnacknowledged(t *testing.T) {
+	js := ingestServer(t)
+	ctx := t.Context()
+	consumer, err := js.CreateOrUpdateConsumer(ctx, lanes.IngestStream, jetstream.ConsumerConfig{
+		Durable: moverName(1), FilterSubject: lanes.IngestFilter(1), AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, lanes.IngestSubject(1, "orders"), []byte("taken by a previous mover")); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := consumer.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range taken.Messages() { // handed over, never acknowledged
+	}
+	w := newLaneWriter(1, js, nil, nil, nil, slog.New(slog.DiscardHandler))
+	m := &mover{p: 1, ingest: consumer, writer: w, log: slog.New(slog.DiscardHandler)}
+	poll.True(t, "the barrier is stored", 10*time.Second, func() bool {
+		m.openDirect(ctx)
+		return m.barrier.seq != 0
+	})
+	barrier, err := consumer.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for msg := range barrier.Messages() {
+		if err := msg.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.moved(m.barrier.seq)
+	if m.openDirect(ctx) {
+		t.Fatal("the fast path opened while a message taken before waits unacknowledged")
 	}
 }

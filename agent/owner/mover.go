@@ -182,7 +182,7 @@ func (m *mover) loop(ctx context.Context, msgs <-chan jetstream.Msg, closed <-ch
 			moverStallsTotal.Inc()
 			return fmt.Errorf("%w (partition %d; the consumer's last error: %v)", ErrMoverStopped, m.p, m.lastConsumeErr())
 		case <-drainCheck.C:
-			if m.openDirect() {
+			if m.openDirect(ctx) {
 				drainCheck.Stop()
 			}
 			continue
@@ -249,10 +249,12 @@ func (s *ingestOrder) check(meta *jetstream.MsgMetadata) error {
 //
 // Nothing waits once the mover moved its barrier (every event stored
 // before it) and every event this agent forwarded since (forwardedThrough),
-// with no forward in flight or begun since observe. An event another
-// agent stores after the barrier is the direct path's look to see
-// (laneWriter.append).
-func (m *mover) openDirect() bool {
+// with no forward in flight or begun since observe, and its consumer has
+// nothing pending nor handed over unacknowledged (a message a previous
+// consumer of the same name took would come back only after its ack
+// wait). An event another agent stores after the barrier is the direct
+// path's look to see (laneWriter.append).
+func (m *mover) openDirect(ctx context.Context) bool {
 	gen, open, busy := m.writer.gate.observe()
 	if open {
 		return true
@@ -263,6 +265,10 @@ func (m *mover) openDirect() bool {
 	seq, stored := m.barrierStored()
 	moved := m.writer.movedThrough.Load()
 	if !stored || moved < seq || m.writer.forwardedThrough.Load() > moved {
+		return false
+	}
+	info, err := m.ingest.Info(ctx)
+	if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
 		return false
 	}
 	if !m.writer.gate.open(gen) {
