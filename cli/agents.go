@@ -21,7 +21,12 @@ func (e *env) agentsCommand() *ucli.Command {
 			Usage:     "list agents: address, health, Consul session, applied config version, owned and assigned partitions",
 			UsageText: "rivoractl agents list [-o json]",
 			Description: `-o json prints a JSON array of objects with name, address, healthy
-(connected), appliedVersion, lastSeen and partitions (numbers).`,
+(connected), appliedVersion, lastSeen and partitions (numbers).
+
+A customer's token sees only whether each agent is connected and which
+config version it applied (for --wait); the agents' names, addresses,
+health and partitions are the operator's. It is told so, with how many
+agents applied the latest version.`,
 			Action: func(c *ucli.Context) error {
 				if err := exactArgs(c, 0, "no arguments"); err != nil {
 					return err
@@ -33,6 +38,10 @@ func (e *env) agentsCommand() *ucli.Command {
 					return callFailed("list agents", err, nil)
 				}
 				agents := resp.Msg.GetAgents()
+				if appliedOnly(agents) && e.output != "json" {
+					printAppliedOnly(e, resp.Msg)
+					return nil
+				}
 				if e.output == "json" {
 					type agentJSON struct {
 						Name               string   `json:"name"`
@@ -72,6 +81,33 @@ func (e *env) agentsCommand() *ucli.Command {
 			},
 		}},
 	}
+}
+
+// appliedOnly reports whether the control plane answered a token limited
+// to customers: every agent has a name, but that answer names none.
+func appliedOnly(agents []*rivorav1.AgentStatus) bool {
+	for _, a := range agents {
+		if a.GetName() != "" {
+			return false
+		}
+	}
+	return len(agents) > 0
+}
+
+// printAppliedOnly says what a customer's token may know of the agents.
+func printAppliedOnly(e *env, st *rivorav1.GetConfigStatusResponse) {
+	connected, applied := 0, 0
+	for _, a := range st.GetAgents() {
+		if a.GetConnected() {
+			connected++
+			if a.GetAppliedVersion() >= st.GetVersion() {
+				applied++
+			}
+		}
+	}
+	fmt.Fprintf(e.out, "Agents connected: %d of %d; applied the latest config (version %d): %d.\n",
+		connected, len(st.GetAgents()), st.GetVersion(), applied)
+	fmt.Fprintln(e.out, "This token sees only that: the agents' names, addresses, health and partitions are shown to operators.")
 }
 
 func nonNil(ps []uint32) []uint32 {

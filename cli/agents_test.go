@@ -1,0 +1,52 @@
+package cli
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+)
+
+// fakeConfigStatus answers GetConfigStatus with status.
+type fakeConfigStatus struct {
+	rivorav1connect.UnimplementedAdminServiceHandler
+	status *rivorav1.GetConfigStatusResponse
+}
+
+func (f *fakeConfigStatus) GetConfigStatus(context.Context, *connect.Request[rivorav1.GetConfigStatusRequest]) (*connect.Response[rivorav1.GetConfigStatusResponse], error) {
+	return connect.NewResponse(f.status), nil
+}
+
+func startFakeConfigStatus(t *testing.T, status *rivorav1.GetConfigStatusResponse) string {
+	t.Helper()
+	_, h := rivorav1connect.NewAdminServiceHandler(&fakeConfigStatus{status: status})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// A customer's token is answered whether each agent is connected and
+// what it applied, without names: agents list says that much in words,
+// not as a table of nameless rows.
+func TestAgentsListWithACustomersToken(t *testing.T) {
+	url := startFakeConfigStatus(t, &rivorav1.GetConfigStatusResponse{Version: 12, Agents: []*rivorav1.AgentStatus{
+		{Connected: true, AppliedVersion: 12}, {Connected: true, AppliedVersion: 11}, {AppliedVersion: 12},
+	}})
+	out := mustSucceed(t, run(t, url, "", "agents", "list")).stdout
+	if !strings.Contains(out, "Agents connected: 2 of 3; applied the latest config (version 12): 1.") || !strings.Contains(out, "shown to operators") || strings.Contains(out, "NAME") {
+		t.Fatalf("agents list with a customer's token printed:\n%s", out)
+	}
+
+	url = startFakeConfigStatus(t, &rivorav1.GetConfigStatusResponse{Version: 12, Agents: []*rivorav1.AgentStatus{
+		{Name: "a1", Address: "http://127.0.0.1:8081", Connected: true, Healthy: true, AppliedVersion: 12, Partitions: []uint32{0, 1}},
+	}})
+	out = mustSucceed(t, run(t, url, "", "agents", "list")).stdout
+	if !strings.Contains(out, "NAME") || !strings.Contains(out, "a1") || !strings.Contains(out, "12/12") || !strings.Contains(out, "0,1") {
+		t.Fatalf("agents list with an operator's token printed:\n%s", out)
+	}
+}
