@@ -87,4 +87,12 @@ func TestDeletedDestinationsLeaveNoGhosts(t *testing.T) {
 	if !keptHealth || keptSeries == 0 {
 		t.Fatalf("the destination kept lost its health (%v) or its series (%d)", keptHealth, keptSeries)
 	}
+	// A deleted destination's history stays listed (as events get and
+	// dlq list answer it); a destination never created is not found.
+	if got := eventsList(t, d, "--destination", "ghost-0", "--state", "delivered"); len(got.GetEvents()) != 1 || got.GetEvents()[0].GetState() != rivorav1.EventState_EVENT_STATE_DELIVERED {
+		t.Fatalf("events list of a deleted destination: %v; want its one delivered event", got)
+	}
+	if _, errOut, err := runCtl(d.URL(), "events", "list", "--destination", "never-created", "--state", "delivered"); err == nil || !strings.Contains(errOut, "never-created") {
+		t.Fatalf("events list of a destination never created: %v, %q; want not found", err, errOut)
+	}
 }

@@ -278,9 +278,12 @@ func (s *eventService) ListEvents(ctx context.Context, req *connect.Request[rivo
 	if err != nil {
 		return nil, errkind.Tag(errkind.Invalid, err)
 	}
-	// Only the owner knows the destination's pending events.
-	if _, err := s.ownedDestination(q.destination); err != nil {
-		return nil, err
+	// Only the owner knows the destination's pending events. A deleted
+	// destination has none, and its history stays (as for events get and
+	// dlq list): any agent lists that.
+	_, unknown := s.ownedDestination(q.destination)
+	if unknown != nil && (!errors.Is(unknown, errkind.NotFound) || errors.Is(unknown, errNotOwnedHere) || !(q.history.Delivered || q.history.Dead)) {
+		return nil, unknown
 	}
 	var all []listed
 	resp := &rivorav1.ListEventsResponse{}
@@ -314,6 +317,9 @@ func (s *eventService) ListEvents(ctx context.Context, req *connect.Request[rivo
 			}
 			all = append(all, listed{at: f.At, summary: finishedSummary(f)})
 		}
+	}
+	if unknown != nil && len(all) == 0 {
+		return nil, unknown // never registered, or its history expired
 	}
 	slices.SortStableFunc(all, func(x, y listed) int { return y.at.Compare(x.at) })
 	all = newestPerEvent(all)
