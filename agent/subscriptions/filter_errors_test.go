@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/routing"
@@ -41,5 +43,53 @@ func TestFilterFailuresAreCountedPerSubscription(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(picky) - before[1]; got != 0 {
 		t.Errorf("sub_picky's missing field counted %v, want 0", got)
+	}
+}
+
+// A deleted subscription's failure count leaves /metrics with it (a
+// removal, or a snapshot without it); the others' stay.
+func TestFilterFailureSeriesLeaveWithTheirSubscription(t *testing.T) {
+	table := NewTable()
+	subs := []*rivorav1.Subscription{
+		{Id: "sub_gone1", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.amount / 0 > 1`},
+		{Id: "sub_gone2", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.amount / 0 > 1`},
+		{Id: "sub_stays", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.amount / 0 > 1`},
+	}
+	if err := table.Replace(subs); err != nil {
+		t.Fatal(err)
+	}
+	var data any
+	if err := json.Unmarshal([]byte(`{"amount": 180}`), &data); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"sub_gone1", "sub_gone2", "sub_stays"} {
+		s, _ := table.Get(id)
+		s.Matches("order.created", func() routing.Input { return routing.Input{Data: data, Type: "order.created", Customer: "acme"} })
+	}
+	series := func() map[string]bool {
+		t.Helper()
+		got := map[string]bool{}
+		ch := make(chan prometheus.Metric, 16)
+		go func() { filterErrors.Collect(ch); close(ch) }()
+		for m := range ch {
+			var pb dto.Metric
+			if err := m.Write(&pb); err != nil {
+				t.Fatal(err)
+			}
+			got[pb.GetLabel()[0].GetValue()] = true
+		}
+		return got
+	}
+	if s := series(); !s["sub_gone1"] || !s["sub_gone2"] || !s["sub_stays"] {
+		t.Fatalf("series before: %v", s)
+	}
+	if err := table.Update(nil, []string{"sub_gone1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := table.Replace(subs[2:]); err != nil {
+		t.Fatal(err)
+	}
+	if s := series(); s["sub_gone1"] || s["sub_gone2"] || !s["sub_stays"] {
+		t.Fatalf("series after deleting sub_gone1 (update) and sub_gone2 (snapshot): %v; want sub_stays only", s)
 	}
 }

@@ -111,6 +111,11 @@ func (t *Table) Replace(list []*rivorav1.Subscription) error {
 		sortByID(list)
 	}
 	t.mu.Lock()
+	for id := range t.byID {
+		if _, kept := byID[id]; !kept {
+			filterErrors.DeleteLabelValues(id)
+		}
+	}
 	t.byID, t.byCustomer = byID, byCustomer
 	t.mu.Unlock()
 	return nil
@@ -137,6 +142,7 @@ func (t *Table) Update(changed []*rivorav1.Subscription, removed []string) error
 		if old, ok := t.byID[id]; ok {
 			touch(old.Customer)
 			delete(t.byID, id)
+			filterErrors.DeleteLabelValues(id)
 		}
 	}
 	for _, s := range subs {
