@@ -1,6 +1,6 @@
 // The console's one connection to Rivora: the generated client (shared with
 // the TypeScript SDK) over Connect, with the signed-in token.
-import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
 import { durationFromMs, timestampDate, type Duration, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { AdminService } from "../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
@@ -10,6 +10,7 @@ import { IngestService } from "../../sdk/typescript/src/gen/rivora/v1/ingest_pb.
 import { LaneService } from "../../sdk/typescript/src/gen/rivora/v1/lanes_pb.js";
 import { EventTypeService, SubscriptionService } from "../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { TokenService } from "../../sdk/typescript/src/gen/rivora/v1/tokens_pb.js";
+import { bearerAuth } from "./bearer.js";
 import { roleName, type RoleName } from "./format.js";
 
 // The token lives in sessionStorage only: it ends with the tab, and
@@ -35,16 +36,7 @@ export function onSignedOut(fn: (why: string) => void): void {
   signedOut = fn;
 }
 
-const bearer: Interceptor = (next) => async (req) => {
-  const t = token();
-  if (t) req.header.set("Authorization", `Bearer ${t}`);
-  try {
-    return await next(req);
-  } catch (err) {
-    if (t && t === token() && isUnauthenticated(err)) signedOut?.(ConnectError.from(err).rawMessage);
-    throw err;
-  }
-};
+const bearer = bearerAuth(token, (why) => signedOut?.(why));
 
 // Binary protobuf: a 2,000-destination health snapshot is several times
 // smaller and faster to encode and decode than its JSON.
