@@ -267,19 +267,26 @@ func TestFastPathOpensOnlyPastTheBarrier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var msgs []jetstream.Msg
 	for msg := range batch.Messages() {
 		meta, _ := msg.Metadata()
 		if msg.Headers().Get(barrierHeader) != "1" || len(msg.Data()) == 0 || msg.Subject() != lanes.IngestSubject(1, "~barrier") || meta.Sequence.Stream != seq {
 			t.Fatalf("INGEST's message for partition 1: %s %v %q, want the barrier at %d", msg.Subject(), msg.Headers(), msg.Data(), seq)
 		}
-		if err := msg.DoubleAck(ctx); err != nil {
-			t.Fatal(err)
-		}
+		msgs = append(msgs, msg)
 	}
 	w.moved(seq - 1)
 	if m.openDirect(ctx) {
 		t.Fatal("the fast path opened before the barrier was moved")
 	}
+	// The mover acknowledges a barrier and stores nothing for it.
+	if items, _, _, _ := m.decode(ctx, msgs); len(items) != 0 {
+		t.Fatalf("the barrier decoded as %d events", len(items))
+	}
+	poll.True(t, "the barrier is acknowledged", 5*time.Second, func() bool {
+		info, err := consumer.Info(ctx)
+		return err == nil && info.AckFloor.Stream == seq
+	})
 	w.forwarded(seq + 1)
 	w.moved(seq)
 	if m.openDirect(ctx) {
@@ -288,6 +295,40 @@ func TestFastPathOpensOnlyPastTheBarrier(t *testing.T) {
 	w.moved(seq + 1)
 	if !m.openDirect(ctx) {
 		t.Fatal("the fast path stayed closed with everything moved")
+	}
+
+	// INGEST elected a leader: closed until the one it replaced cannot
+	// answer any more, and then only past a new barrier.
+	m.closeDirect(time.Now().Add(time.Hour))
+	if _, open, _ := w.gate.observe(); open || m.barrier.seq != 0 {
+		t.Fatalf("after an election: gate open %v, barrier %d; want closed, no barrier", open, m.barrier.seq)
+	}
+	var next uint64
+	poll.True(t, "a new barrier is stored", 10*time.Second, func() bool {
+		if m.openDirect(ctx) {
+			t.Fatal("the fast path opened again within the stale leader window")
+		}
+		next = m.barrier.seq
+		return next != 0
+	})
+	again, err := consumer.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for msg := range again.Messages() {
+		m.decode(ctx, []jetstream.Msg{msg})
+	}
+	w.moved(next)
+	poll.True(t, "the new barrier is acknowledged", 5*time.Second, func() bool {
+		info, err := consumer.Info(ctx)
+		return err == nil && info.AckFloor.Stream == next
+	})
+	if m.openDirect(ctx) {
+		t.Fatal("the fast path opened again within the stale leader window")
+	}
+	m.directFrom = time.Now()
+	if !m.openDirect(ctx) {
+		t.Fatal("the fast path stayed closed past the window and the new barrier")
 	}
 }
 

@@ -35,8 +35,9 @@ var ErrMoverStopped = errors.New("INGEST consumer stopped delivering to the move
 const moveBatch = 512
 
 // mover moves the partition's accepted events from INGEST into its lanes,
-// through the lane writer, and opens the writer's fast path once INGEST is
-// drained. It owns the partition's INGEST consumer.
+// through the lane writer, and opens the writer's fast path once it moved
+// what INGEST held for the partition (closing it again for a while when
+// INGEST elects a leader). It owns the partition's INGEST consumer.
 //
 // Invariants:
 //   - it moves in INGEST order or not at all: a gap or a redelivery in the
@@ -45,7 +46,8 @@ const moveBatch = 512
 //   - an INGEST message is acked only once the writer stored and
 //     registered its event (the rest are retried with the same dedup ids);
 //   - it opens the fast path only once it moved every INGEST message for
-//     the partition stored before its barrier (see openDirect).
+//     the partition stored before its barrier, and not within
+//     staleLeaderWindow of an INGEST leader election (see openDirect).
 type mover struct {
 	p      int
 	ingest jetstream.Consumer
@@ -66,20 +68,23 @@ type mover struct {
 	// none), for the log when it stops or stalls.
 	consumeErr atomic.Pointer[error]
 
-	// barrier is the mark openDirect stores in INGEST (loop's goroutine
-	// only).
-	barrier barrier
+	// barrier is the mark openDirect stores in INGEST, and directFrom the
+	// earliest the fast path may open again after INGEST elected a leader
+	// (loop's goroutine only).
+	barrier    barrier
+	directFrom time.Time
 }
 
 // barrier is a message the mover stores in INGEST for its partition
 // before it opens the fast path. Its store goes through the stream's
 // leader and a quorum of its replicas, so every event INGEST
-// acknowledged before it has a lower sequence; the consumer hands
-// messages over in sequence order, so once the mover moved the barrier,
-// it moved them all. A read of INGEST could not promise that: just after
-// a network partition heals, a server that led the stream (or the
-// mover's consumer) before it was cut off may still answer as leader
-// from its stale copy, and the first answer wins.
+// acknowledged before it has a lower sequence, and the consumer hands
+// them over before it; once the consumer's ack floor is past the
+// barrier, every one of them was moved. A read of INGEST could not
+// promise that: a server cut off while it led the stream (or the mover's
+// consumer) still answers as leader, from its stale copy, until it finds
+// it lost its quorum (nats-server: 10–20 s), and a client takes the
+// first answer — just after the cut heals, that may be its.
 type barrier struct {
 	pending jetstream.PubAckFuture // sent, not yet answered
 	sentAt  time.Time
@@ -92,9 +97,20 @@ type barrier struct {
 const barrierHeader = "Rivora-Ingest-Barrier"
 
 // barrierRetry is how long an unanswered barrier is waited for before
-// another is sent (a lost one is never answered; a late one is moved as
-// any other).
+// another is sent (a lost one is answered only by the publish timeout; a
+// late one is moved as any other).
 const barrierRetry = 5 * time.Second
+
+// ingestLeaderElected is the advisory INGEST's new leader sends.
+const ingestLeaderElected = "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED." + lanes.IngestStream
+
+// staleLeaderWindow is how long after INGEST elected a leader the one it
+// replaced may still answer reads as leader: it steps down once it sees
+// it lost its quorum, 10–20 s after it lost it (nats-server's
+// lostQuorumInterval and lostQuorumCheck), which was before the election.
+// The direct path's look at INGEST is such a read: for this long after an
+// election, the fast path closes.
+const staleLeaderWindow = 25 * time.Second
 
 // barrierStored reports the barrier's INGEST sequence once stored, sending it
 // first (again, when the last one failed or went unanswered).
@@ -143,7 +159,18 @@ func (m *mover) run(ctx context.Context) error {
 		return fmt.Errorf("partition %d: consume INGEST: %w", m.p, err)
 	}
 	defer cc.Stop()
-	return m.loop(ctx, msgs, cc.Closed())
+	elected := make(chan struct{}, 1)
+	sub, err := m.writer.js.Conn().Subscribe(ingestLeaderElected, func(*nats.Msg) {
+		select {
+		case elected <- struct{}{}:
+		default: // one pending is enough
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("partition %d: follow INGEST's leader elections: %w", m.p, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	return m.loop(ctx, msgs, cc.Closed(), elected)
 }
 
 // lastConsumeErr is the last error the INGEST consumer reported, or nil.
@@ -162,9 +189,14 @@ func (m *mover) lastConsumeErr() error {
 // then wait for messages that never come while INGEST keeps them (issue
 // 27). So a stopped consumer stops the partition, which restarts with a
 // fresh one.
-func (m *mover) loop(ctx context.Context, msgs <-chan jetstream.Msg, closed <-chan struct{}) error {
-	// Until INGEST is drained, accepted events queue behind it (see Append).
-	drainCheck := time.NewTicker(20 * time.Millisecond)
+//
+// While the fast path is closed, it checks every drainEvery whether it
+// may open (openDirect); once open, every openEvery whether an election
+// closed it (elected: INGEST elected a leader).
+func (m *mover) loop(ctx context.Context, msgs <-chan jetstream.Msg, closed <-chan struct{}, elected <-chan struct{}) error {
+	// Until the fast path opens, accepted events queue behind INGEST's
+	// (see Append).
+	drainCheck := time.NewTicker(drainEvery)
 	defer drainCheck.Stop()
 	batch := make([]jetstream.Msg, 0, moveBatch)
 	var order ingestOrder
@@ -185,6 +217,10 @@ func (m *mover) loop(ctx context.Context, msgs <-chan jetstream.Msg, closed <-ch
 			if m.openDirect(ctx) {
 				drainCheck.Stop()
 			}
+			continue
+		case <-elected:
+			m.closeDirect(time.Now().Add(staleLeaderWindow))
+			drainCheck.Reset(drainEvery)
 			continue
 		case <-ctx.Done():
 			return nil
@@ -243,32 +279,43 @@ func (s *ingestOrder) check(meta *jetstream.MsgMetadata) error {
 	return nil
 }
 
+// drainEvery is how often a closed fast path checks whether it may open.
+const drainEvery = 20 * time.Millisecond
+
 // openDirect opens the fast path once nothing for this partition waits in
 // INGEST or is on its way there: from then on an accepted event cannot
 // overtake an earlier one of its lane. It reports whether the path is open.
 //
-// Nothing waits once the mover moved its barrier (every event stored
-// before it) and every event this agent forwarded since (forwardedThrough),
-// with no forward in flight or begun since observe, and its consumer has
-// nothing pending nor handed over unacknowledged (a message a previous
-// consumer of the same name took would come back only after its ack
-// wait). An event another agent stores after the barrier is the direct
-// path's look to see (laneWriter.append).
+// Nothing waits once the consumer acknowledged every message up to the
+// barrier (every event stored before it: a message a previous consumer
+// of the same name took and never acknowledged holds the floor back),
+// this mover moved the barrier and every event this agent forwarded
+// (forwardedThrough), and no forward is in flight or began since observe.
+// An event another agent stores after the barrier is the direct path's
+// look to see (laneWriter.append): so the path stays closed until
+// directFrom, when no stale leader of INGEST answers any more.
 func (m *mover) openDirect(ctx context.Context) bool {
 	gen, open, busy := m.writer.gate.observe()
 	if open {
 		return true
 	}
-	if busy {
-		return false
-	}
+	// Sent even while forwards are in flight (a steady load may never
+	// leave a gap): what they store after it is forwardedThrough's.
 	seq, stored := m.barrierStored()
-	moved := m.writer.movedThrough.Load()
-	if !stored || moved < seq || m.writer.forwardedThrough.Load() > moved {
+	if busy || !stored || time.Now().Before(m.directFrom) {
 		return false
 	}
-	info, err := m.ingest.Info(ctx)
-	if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
+	moved := m.writer.movedThrough.Load()
+	if moved < seq || m.writer.forwardedThrough.Load() > moved {
+		return false
+	}
+	// A stale answer (a consumer leader cut off) reports a lower floor.
+	var info *jetstream.ConsumerInfo
+	err := bounded(ctx, apiTimeout, func(ctx context.Context) (err error) {
+		info, err = m.ingest.Info(ctx)
+		return err
+	})
+	if err != nil || info.AckFloor.Stream < seq {
 		return false
 	}
 	if !m.writer.gate.open(gen) {
@@ -276,6 +323,17 @@ func (m *mover) openDirect(ctx context.Context) bool {
 	}
 	m.log.Info("fast path open: INGEST moved past the barrier", "barrier", seq, "moved_through", moved)
 	return true
+}
+
+// closeDirect closes the fast path until from at least (INGEST elected a
+// leader: the one it replaced may answer the direct path's looks), and
+// drops the barrier: it opens again past a new one.
+func (m *mover) closeDirect(from time.Time) {
+	if m.writer.gate.close() {
+		m.log.Info("fast path closed: INGEST elected a leader, and the one it replaced may still answer reads", "until", from)
+	}
+	m.barrier = barrier{}
+	m.directFrom = from
 }
 
 // moveBatch hands a batch of INGEST messages to the writer and acks those

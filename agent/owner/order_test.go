@@ -108,3 +108,37 @@ func laneEvents(t *testing.T, js jetstream.JetStream, stream, subject string) []
 	}
 	return ids
 }
+
+// When INGEST elects a leader, the one it replaced may still answer the
+// direct path's look at INGEST from its stale copy (until it sees it lost
+// its quorum): the running partition's appends go through INGEST again.
+// (The advisory is sent here by hand: one server elects no leader.)
+func TestAnIngestLeaderElectionClosesTheFastPath(t *testing.T) {
+	n := open(t, t.TempDir(), mustDir(t, t.TempDir()), []*rivorav1.Destination{dest("orders", "http://127.0.0.1:1", 5)})
+	n.run(false)
+	ctx := context.Background()
+	p := lanes.Partition("orders", partitions)
+	appendOne := func() string {
+		t.Helper()
+		ev := edgeEvent(uuid.NewString(), "orders", "", "L", `{}`)
+		data, err := proto.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := n.parts[p].Append(ctx, []owner.Item{{Event: ev, Data: data, MsgID: ev.GetEventId()}})
+		if err != nil {
+			t.Fatalf("append: %v", err)
+		}
+		return at[0].Stream
+	}
+	poll.True(t, "appends go straight into the lanes", 10*time.Second, func() bool { return appendOne() == lanes.LanesStream(p) })
+	if err := n.srv.JetStream().Conn().Publish("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED."+lanes.IngestStream, []byte(`{"stream":"INGEST"}`)); err != nil {
+		t.Fatal(err)
+	}
+	poll.True(t, "appends go through INGEST after the election", 10*time.Second, func() bool { return appendOne() == lanes.IngestStream })
+	for range 20 {
+		if got := appendOne(); got != lanes.IngestStream {
+			t.Fatalf("an append within the stale leader window went to %s", got)
+		}
+	}
+}

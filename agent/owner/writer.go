@@ -99,7 +99,8 @@ type laneWriter struct {
 	gate gate
 	// movedThrough is the INGEST stream sequence through which the mover
 	// has handled every message for this partition (stored in the lanes,
-	// or dropped); ingestLook compares INGEST's last one with it.
+	// or dropped); ingestLook compares INGEST's last one with it, and
+	// behindIngest and the mover's openDirect forwardedThrough.
 	movedThrough atomic.Uint64
 	// forwardedThrough is the highest INGEST sequence an append forwarded
 	// there (forward); above movedThrough, it may still wait for the
@@ -236,9 +237,10 @@ func (w *laneWriter) append(ctx context.Context, items []Item) ([]Stored, error)
 
 // behindIngest reports whether an event of this partition waits in
 // INGEST for the mover: one this agent forwarded there is known without a
-// look (and a look could miss it: just after a network partition heals,
-// a server cut off while it led INGEST may still answer from its stale
-// copy); one another agent stored there is found by a look.
+// look (a look could miss it: a server cut off while it led INGEST still
+// answers from its stale copy for a while); one another agent stored
+// there is found by a look, which the gate keeps from such a server's
+// answers (mover.closeDirect).
 func (w *laneWriter) behindIngest(ctx context.Context) (bool, error) {
 	if w.forwardedThrough.Load() > w.movedThrough.Load() {
 		return true, nil
@@ -850,13 +852,14 @@ func (b *laneBatch) keep(c *eventCache) {
 }
 
 // gate is the fast-path gate: appends go straight into the lanes (direct)
-// only once INGEST held nothing for this partition while nothing was on
-// its way there; until then they go through INGEST (forward), behind the
-// events it may still hold.
+// only once the mover moved every event INGEST held for this partition
+// while nothing was on its way there (mover.openDirect); until then they
+// go through INGEST (forward), behind the events it may still hold.
 //
-// Invariants: once open, it stays open; it opens only if no forward was in
-// flight, and none began, between the caller's look at INGEST (observe)
-// and open — forwardGen counts every forward begun.
+// Invariants: it opens only if no forward was in flight, and none began,
+// between the mover's checks (observe) and open — forwardGen counts every
+// forward begun; close (INGEST elected a leader) makes every later append
+// forward until it opens again, and an open begun before it fails.
 type gate struct {
 	mu         sync.Mutex
 	direct     bool
@@ -900,4 +903,15 @@ func (g *gate) open(gen uint64) bool {
 		g.direct = true
 	}
 	return g.direct
+}
+
+// close closes the gate; it reports whether it was open. An open whose
+// observe came before it fails.
+func (g *gate) close() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	was := g.direct
+	g.direct = false
+	g.forwardGen++
+	return was
 }
