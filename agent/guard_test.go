@@ -27,7 +27,7 @@ func TestGuardRefusalIsTheEventsFault(t *testing.T) {
 	for i := range 4 {
 		ids = append(ids, ag.publish("internal", fmt.Sprintf("c%d", i), "l"))
 	}
-	want := "refused by SSRF guard: 127.0.0.1 is in 127.0.0.0/8 (loopback); allow it with --allow-destination-cidr"
+	want := "refused by SSRF guard: 127.0.0.1 is in 127.0.0.0/8 (loopback); an operator may allow it with --allow-destination-cidr"
 	for _, id := range ids {
 		dead := ag.waitEvent(id, "dead", func(r *rivorav1.GetEventResponse) bool {
 			return r.GetState() == rivorav1.EventState_EVENT_STATE_DEAD

@@ -68,7 +68,7 @@ func TestCreateRefusesDeniedDestinations(t *testing.T) {
 	for u, rule := range deniedURLs {
 		_, err := d.Admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "bad", Url: u}))
 		wantCode(t, "create "+u, err, connect.CodeInvalidArgument, "refused by SSRF guard: ", rule)
-		if !strings.Contains(rule, "written") && !strings.Contains(err.Error(), "allow it with --allow-destination-cidr") {
+		if !strings.Contains(rule, "written") && !strings.Contains(err.Error(), "an operator may allow it with --allow-destination-cidr") {
 			t.Errorf("create %s: %q does not say how to allow it", u, err)
 		}
 		_, err = d.Admin.UpdateDestination(ctx, connect.NewRequest(&rivorav1.UpdateDestinationRequest{Id: "ok", Url: proto.String(u)}))
@@ -89,12 +89,12 @@ func TestGuardConfig(t *testing.T) {
 	ctx := context.Background()
 	strict := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true, ControlPlane: func(c *controlplane.Config) { c.Guard = nil }})
 	_, err := strict.Admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "local", Url: "http://127.0.0.1:9000/hook"}))
-	wantCode(t, "create on loopback with no guard configured", err, connect.CodeInvalidArgument, "refused by SSRF guard: 127.0.0.1 is in 127.0.0.0/8 (loopback); allow it with --allow-destination-cidr")
+	wantCode(t, "create on loopback with no guard configured", err, connect.CodeInvalidArgument, "refused by SSRF guard: 127.0.0.1 is in 127.0.0.0/8 (loopback); an operator may allow it with --allow-destination-cidr")
 	_, err = strict.Admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "local", Url: "http://localhost:9000/hook"}))
 	wantCode(t, "create on localhost with no guard configured", err, connect.CodeInvalidArgument, "localhost is a loopback name")
 	for _, u := range []string{"http://１２７.０.０.１/", "http://127。0。0。1/", "http://１２７．０．０．１:9000/hook"} {
 		_, err = strict.Admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "local", Url: u}))
-		wantCode(t, "create on "+u+" with no guard configured", err, connect.CodeInvalidArgument, "(read as 127.0.0.1) is in 127.0.0.0/8 (loopback); allow it with --allow-destination-cidr")
+		wantCode(t, "create on "+u+" with no guard configured", err, connect.CodeInvalidArgument, "(read as 127.0.0.1) is in 127.0.0.0/8 (loopback); an operator may allow it with --allow-destination-cidr")
 	}
 
 	open := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true, ControlPlane: func(c *controlplane.Config) {

@@ -18,7 +18,7 @@ func allowLoopback() []string { return []string{"--allow-destination-cidr", "127
 func TestSSRFGuardRefusesMetadata(t *testing.T) {
 	d := startDev(t, devOptions{})
 	for url, want := range map[string]string{
-		"http://169.254.169.254/latest/meta-data/":         "refused by SSRF guard: 169.254.169.254 is in 169.254.0.0/16 (link-local, where cloud metadata services answer on 169.254.169.254); allow it with --allow-destination-cidr",
+		"http://169.254.169.254/latest/meta-data/":         "refused by SSRF guard: 169.254.169.254 is in 169.254.0.0/16 (link-local, where cloud metadata services answer on 169.254.169.254); an operator may allow it with --allow-destination-cidr",
 		"http://[::ffff:169.254.169.254]/latest/":          "::ffff:169.254.169.254 is the IPv4-mapped IPv6 form of 169.254.169.254",
 		"http://metadata.google.internal/computeMetadata/": "metadata.google.internal is the Google Cloud metadata service (169.254.169.254)",
 		"http://10.0.0.5/hook":                             "10.0.0.5 is in 10.0.0.0/8 (private, RFC 1918)",

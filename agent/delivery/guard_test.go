@@ -135,10 +135,10 @@ func TestSendRefusesNamesResolvingToDeniedAddresses(t *testing.T) {
 	}
 
 	deny := delivery.NewSender("ua", nil, delivery.WithResolver(dns.resolver()))
-	refused(send(deny, "loop.rivora.test"), "refused by SSRF guard: 127.0.0.1 is in 127.0.0.0/8 (loopback); allow it with --allow-destination-cidr")
-	refused(send(deny, "internal.rivora.test"), "refused by SSRF guard: 10.0.0.5 is in 10.0.0.0/8 (private, RFC 1918); allow it with --allow-destination-cidr")
-	refused(send(deny, "meta.rivora.test"), "refused by SSRF guard: fd00:ec2::254 is in fc00::/7 (unique local (RFC 4193), where AWS's IPv6 metadata service answers on fd00:ec2::254); allow it with --allow-destination-cidr")
-	refused(send(deny, "127.0.0.1"), "refused by SSRF guard: 127.0.0.1 is in 127.0.0.0/8 (loopback); allow it with --allow-destination-cidr")
+	refused(send(deny, "loop.rivora.test"), "refused by SSRF guard: 127.0.0.1 is in 127.0.0.0/8 (loopback); an operator may allow it with --allow-destination-cidr")
+	refused(send(deny, "internal.rivora.test"), "refused by SSRF guard: 10.0.0.5 is in 10.0.0.0/8 (private, RFC 1918); an operator may allow it with --allow-destination-cidr")
+	refused(send(deny, "meta.rivora.test"), "refused by SSRF guard: fd00:ec2::254 is in fc00::/7 (unique local (RFC 4193), where AWS's IPv6 metadata service answers on fd00:ec2::254); an operator may allow it with --allow-destination-cidr")
+	refused(send(deny, "127.0.0.1"), "refused by SSRF guard: 127.0.0.1 is in 127.0.0.0/8 (loopback); an operator may allow it with --allow-destination-cidr")
 	select {
 	case r := <-got:
 		t.Fatalf("the partner got a request through the guard: %v", r.header)
@@ -152,7 +152,7 @@ func TestSendRefusesNamesResolvingToDeniedAddresses(t *testing.T) {
 		}
 		<-got
 	}
-	refused(send(loopback, "internal.rivora.test"), "refused by SSRF guard: 10.0.0.5 is in 10.0.0.0/8 (private, RFC 1918); allow it with --allow-destination-cidr")
+	refused(send(loopback, "internal.rivora.test"), "refused by SSRF guard: 10.0.0.5 is in 10.0.0.0/8 (private, RFC 1918); an operator may allow it with --allow-destination-cidr")
 }
 
 // TestSendRefusesDeniedLiterals: a URL naming a denied address outright

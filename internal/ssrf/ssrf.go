@@ -107,7 +107,7 @@ type RefusedError struct {
 func (e *RefusedError) Error() string {
 	s := "refused by SSRF guard: " + e.Host + " " + e.Why
 	if e.Allowable {
-		s += "; allow it with " + Flag
+		s += "; an operator may allow it with " + Flag
 	}
 	return s
 }

@@ -15,7 +15,7 @@ var refusedHosts = map[string]string{
 	// IPv4 ranges
 	"0.0.0.0":          "0.0.0.0/8 (unspecified",
 	"0.1.2.3":          "0.0.0.0/8",
-	"10.0.0.5":         "10.0.0.5 is in 10.0.0.0/8 (private, RFC 1918); allow it with --allow-destination-cidr",
+	"10.0.0.5":         "10.0.0.5 is in 10.0.0.0/8 (private, RFC 1918); an operator may allow it with --allow-destination-cidr",
 	"172.16.0.1":       "172.16.0.0/12 (private, RFC 1918)",
 	"172.31.255.255":   "172.16.0.0/12",
 	"192.168.1.1":      "192.168.0.0/16 (private, RFC 1918)",
@@ -66,7 +66,7 @@ var refusedHosts = map[string]string{
 	"2001:0:1:2::f5ff:fffa":    "Teredo (RFC 4380) form of 10.0.0.5",
 	"0000::ffff:192.168.001.1": "ends in a number", // not an address (leading zeros)
 	// metadata and loopback names
-	"metadata.google.internal":   "metadata.google.internal is the Google Cloud metadata service (169.254.169.254); allow it with --allow-destination-cidr",
+	"metadata.google.internal":   "metadata.google.internal is the Google Cloud metadata service (169.254.169.254); an operator may allow it with --allow-destination-cidr",
 	"METADATA.Google.Internal.":  "the Google Cloud metadata service",
 	"metadata.goog":              "the Google Cloud metadata service",
 	"metadata":                   "the Google Cloud metadata service's short name",
