@@ -36,6 +36,10 @@ time, HTTP status, duration, error), the next attempt and how many events
 are ahead of it in its lane while pending, and why it died when dead.
 EVENT_ID is what publish printed.
 
+An event replayed or resent was accepted more than once: EPISODE lists
+each acceptance, oldest first, with its tries and how it ended (ACCEPTED
+and STATE are the latest one's; each has its own max attempts).
+
 Each try sent has its own number (TRY). ATTEMPT is the one of the event's
 max attempts it used, or "not charged: destination down" (or throttling
 (429), gone (410)) for one that used none; -o json has them as try, number,
@@ -227,6 +231,10 @@ func (e *env) getEvent(c *ucli.Context) error {
 		return writeJSON(e.out, ev)
 	}
 
+	accepted := fmtTime(ev.GetAcceptedAt())
+	if n := len(ev.GetEpisodes()); n > 1 {
+		accepted += fmt.Sprintf(" (the latest of %d acceptances: see EPISODE below)", n)
+	}
 	kv := []string{
 		"EVENT", ev.GetEventId(),
 		"STATE", stateName(ev.GetState()),
@@ -235,7 +243,7 @@ func (e *env) getEvent(c *ucli.Context) error {
 		"CUSTOMER", ev.GetCustomerId(),
 		"LANE", ev.GetLaneKey(),
 		"TYPE", ev.GetType(),
-		"ACCEPTED", fmtTime(ev.GetAcceptedAt()),
+		"ACCEPTED", accepted,
 		"TRIES", strconv.Itoa(len(ev.GetAttempts())),
 	}
 	if ev.GetMaxAttempts() > 0 {
@@ -262,6 +270,11 @@ func (e *env) getEvent(c *ucli.Context) error {
 	if err := fields(e.out, kv...); err != nil {
 		return err
 	}
+	if len(ev.GetEpisodes()) > 1 {
+		if err := printEpisodes(e, ev.GetEpisodes()); err != nil {
+			return err
+		}
+	}
 	if len(ev.GetAttempts()) == 0 {
 		return nil
 	}
@@ -285,6 +298,30 @@ func (e *env) getEvent(c *ucli.Context) error {
 	}
 	_, err = fmt.Fprintln(e.out, "\nTRY counts every request sent; ATTEMPT is the one of the event's max attempts it used: a try that failed\nwhile its destination was down or throttling used none (the event waits for its destination instead).")
 	return err
+}
+
+// printEpisodes lists each time the event was accepted (its publish, then
+// each replay or resend), its tries and how it ended.
+func printEpisodes(e *env, episodes []*rivorav1.Episode) error {
+	fmt.Fprintln(e.out)
+	t := newTable(e.out)
+	fmt.Fprintln(t, "EPISODE	ACCEPTED	TRIES	ENDED")
+	for i, ep := range episodes {
+		tries := "-"
+		switch first, last := ep.GetFirstTry(), ep.GetLastTry(); {
+		case first == 0:
+		case first == last:
+			tries = strconv.Itoa(int(first))
+		default:
+			tries = fmt.Sprintf("%d–%d", first, last)
+		}
+		ended := stateName(ep.GetState())
+		if ep.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED {
+			ended += " (" + deadReasonName(ep.GetDeadReason()) + ")"
+		}
+		fmt.Fprintf(t, "%d\t%s\t%s\t%s\n", i+1, fmtTime(ep.GetAcceptedAt()), tries, ended)
+	}
+	return t.Flush()
 }
 
 // attemptUsed says which of the event's attempts a try used: its number,

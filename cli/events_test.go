@@ -169,3 +169,31 @@ func TestEventsGetNumbersTriesAndSaysWhichWereCharged(t *testing.T) {
 		t.Errorf("an old record's try 2 reads %q, want its number with a ?:\n%s", l, r.stdout)
 	}
 }
+
+// A replayed event lists each acceptance with its tries and how it ended.
+func TestEventsGetListsEachAcceptance(t *testing.T) {
+	f, url := startFake(t)
+	later := timestamppb.New(fixedTime.AsTime().Add(time.Hour))
+	f.events["evt-replayed"] = &rivorav1.GetEventResponse{
+		EventId: "evt-replayed", DestinationId: "orders", CustomerId: "acme", LaneKey: "user-42", Type: "order.created",
+		State: rivorav1.EventState_EVENT_STATE_DELIVERED, AcceptedAt: later,
+		Attempts: []*rivorav1.Attempt{
+			{Try: 1, Number: 1, At: fixedTime, StatusCode: 500, Error: "HTTP 500"},
+			{Try: 2, Number: 2, At: fixedTime, StatusCode: 500, Error: "HTTP 500"},
+			{Try: 3, Number: 1, At: later, StatusCode: 200},
+		},
+		Episodes: []*rivorav1.Episode{
+			{AcceptedAt: fixedTime, State: rivorav1.EventState_EVENT_STATE_DEAD, DeadReason: rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS, FirstTry: 1, LastTry: 2},
+			{AcceptedAt: later, State: rivorav1.EventState_EVENT_STATE_DELIVERED, FirstTry: 3, LastTry: 3},
+		},
+	}
+	out := mustSucceed(t, run(t, url, "", "events", "get", "evt-replayed")).stdout
+	for _, want := range []string{"the latest of 2 acceptances", "EPISODE", "1–2", "dead (max attempts)", "delivered"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("events get lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "ACCEPTED") != 2 { // the field and the column
+		t.Errorf("ACCEPTED shown %d times:\n%s", strings.Count(out, "ACCEPTED"), out)
+	}
+}

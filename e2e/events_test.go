@@ -239,5 +239,16 @@ func TestEventsResendDeadLetter(t *testing.T) {
 	if got := resends(p, id); len(got) != 1 || string(got[0].Payload) != `{"dead":true}` {
 		t.Fatalf("partner's resent deliveries of %s = %+v; want one with the original payload", id, got)
 	}
-	waitEventState(t, d, id, rivorav1.EventState_EVENT_STATE_DELIVERED, 20*time.Second)
+	got := waitEventState(t, d, id, rivorav1.EventState_EVENT_STATE_DELIVERED, 20*time.Second)
+	// Two acceptances: the publish (two tries, dead) and the resend (one
+	// try, delivered).
+	eps := got.GetEpisodes()
+	if len(eps) != 2 || eps[0].GetState() != rivorav1.EventState_EVENT_STATE_DEAD || eps[0].GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS ||
+		eps[0].GetFirstTry() != 1 || eps[0].GetLastTry() != 2 || eps[1].GetState() != rivorav1.EventState_EVENT_STATE_DELIVERED || eps[1].GetFirstTry() != 3 ||
+		!eps[1].GetAcceptedAt().AsTime().Equal(got.GetAcceptedAt().AsTime()) {
+		t.Fatalf("events get of the resent event: episodes %v, accepted %v; want the publish (tries 1–2, dead, max attempts) then the resend (try 3, delivered, the latest acceptance)", eps, got.GetAcceptedAt())
+	}
+	if out := rivoractl(t, d, "events", "get", id); !strings.Contains(out, "EPISODE") || !strings.Contains(out, "the latest of 2 acceptances") {
+		t.Fatalf("events get printed:\n%s\nwant its two acceptances", out)
+	}
 }

@@ -89,7 +89,54 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 			resp.NextAttemptAt = nil
 		}
 	}
+	resp.Episodes = episodes(outcomes, resp)
 	return connect.NewResponse(resp), nil
+}
+
+// episodes splits an event's history into its acceptances (its publish,
+// then each replay or resend: each has its own accepted_at), oldest
+// first, with the tries each made (numbered: numberTries) and how each
+// ended; the current one, when pending, is resp's. Nil for an event
+// accepted once.
+func episodes(outcomes []*rivorav1.EventOutcome, resp *rivorav1.GetEventResponse) []*rivorav1.Episode {
+	byAccepted := map[int64]*rivorav1.Episode{}
+	var out []*rivorav1.Episode
+	of := func(at *timestamppb.Timestamp) *rivorav1.Episode {
+		k := at.AsTime().UnixNano()
+		if e, ok := byAccepted[k]; ok {
+			return e
+		}
+		e := &rivorav1.Episode{AcceptedAt: at}
+		byAccepted[k] = e
+		out = append(out, e)
+		return e
+	}
+	for _, o := range outcomes {
+		if o.GetAcceptedAt() == nil {
+			continue // not known which acceptance it belongs to
+		}
+		e := of(o.GetAcceptedAt())
+		if try := o.GetAttempt().GetTry(); try > 0 {
+			if e.FirstTry == 0 || try < e.FirstTry {
+				e.FirstTry = try
+			}
+			e.LastTry = max(e.LastTry, try)
+		}
+		switch o.GetKind() {
+		case rivorav1.EventOutcome_KIND_DELIVERED:
+			e.State, e.DeadReason = rivorav1.EventState_EVENT_STATE_DELIVERED, rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED
+		case rivorav1.EventOutcome_KIND_DEAD:
+			e.State, e.DeadReason = rivorav1.EventState_EVENT_STATE_DEAD, o.GetDeadReason()
+		}
+	}
+	if state := resp.GetState(); state == rivorav1.EventState_EVENT_STATE_PENDING || state == rivorav1.EventState_EVENT_STATE_IN_FLIGHT {
+		of(resp.GetAcceptedAt()).State = state
+	}
+	if len(out) < 2 {
+		return nil
+	}
+	slices.SortStableFunc(out, func(a, b *rivorav1.Episode) int { return a.GetAcceptedAt().AsTime().Compare(b.GetAcceptedAt().AsTime()) })
+	return out
 }
 
 // withoutConflictingCopy takes out of an event's outcomes the death of a

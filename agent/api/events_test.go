@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/scheduler"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -74,5 +77,47 @@ func TestWithoutConflictingCopy(t *testing.T) {
 		if !slices.Equal(got, tc.want) || dead != tc.wantDead {
 			t.Errorf("%s: kept %v, copy dead %t; want %v, %t", tc.name, got, dead, tc.want, tc.wantDead)
 		}
+	}
+}
+
+// An event replayed after it died, then resent and pending again, has
+// three acceptances: each with its own tries and how it ended.
+func TestEpisodesSplitAnEventsAcceptances(t *testing.T) {
+	first, replay, resend := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC), time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC), time.Date(2026, 12, 6, 11, 0, 0, 0, time.UTC)
+	try := func(accepted time.Time, at time.Duration, status int32) *rivorav1.EventOutcome {
+		return &rivorav1.EventOutcome{Kind: rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, AcceptedAt: timestamppb.New(accepted),
+			Attempt: &rivorav1.Attempt{At: timestamppb.New(accepted.Add(at)), StatusCode: status}}
+	}
+	delivered := try(replay, time.Second, 200)
+	delivered.Kind = rivorav1.EventOutcome_KIND_DELIVERED
+	outcomes := []*rivorav1.EventOutcome{
+		try(first, time.Second, 500), try(first, 2*time.Second, 500),
+		{Kind: rivorav1.EventOutcome_KIND_DEAD, AcceptedAt: timestamppb.New(first), DeadReason: rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS},
+		delivered,
+		{Kind: rivorav1.EventOutcome_KIND_ATTEMPT_FAILED, Attempt: &rivorav1.Attempt{At: timestamppb.New(first)}}, // no acceptance known
+	}
+	resp := &rivorav1.GetEventResponse{State: rivorav1.EventState_EVENT_STATE_PENDING, AcceptedAt: timestamppb.New(resend)}
+	for _, o := range outcomes {
+		if o.GetAttempt() != nil {
+			resp.Attempts = append(resp.Attempts, o.GetAttempt())
+		}
+	}
+	numberTries(resp.Attempts)
+	got := episodes(outcomes, resp)
+	want := []*rivorav1.Episode{
+		{AcceptedAt: timestamppb.New(first), State: rivorav1.EventState_EVENT_STATE_DEAD, DeadReason: rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS, FirstTry: 2, LastTry: 3},
+		{AcceptedAt: timestamppb.New(replay), State: rivorav1.EventState_EVENT_STATE_DELIVERED, FirstTry: 4, LastTry: 4},
+		{AcceptedAt: timestamppb.New(resend), State: rivorav1.EventState_EVENT_STATE_PENDING},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("episodes: %v; want %v", got, want)
+	}
+	for i := range want {
+		if !proto.Equal(got[i], want[i]) {
+			t.Errorf("episode %d: %v; want %v", i+1, got[i], want[i])
+		}
+	}
+	if once := episodes(outcomes[:3], &rivorav1.GetEventResponse{State: rivorav1.EventState_EVENT_STATE_DEAD, AcceptedAt: timestamppb.New(first)}); once != nil {
+		t.Errorf("an event accepted once has episodes %v; want none", once)
 	}
 }

@@ -30,7 +30,7 @@ export function eventDetail(e: GetEventResponse): Node[] {
           ["Customer", e.customerId],
           ["Lane", e.laneKey],
           ["Type", e.type],
-          ["Accepted", when(e.acceptedAt)],
+          ["Accepted", e.episodes.length > 1 ? `${when(e.acceptedAt)} (the latest of ${e.episodes.length} acceptances)` : when(e.acceptedAt)],
           ["Waiting", e.waiting || "—"],
           ["Ahead in lane", String(e.aheadInLane)],
           // Counted while pending only: a finished event's are in its tries.
@@ -41,6 +41,18 @@ export function eventDetail(e: GetEventResponse): Node[] {
         ] as const
       ).flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
     ),
+    ...(e.episodes.length > 1
+      ? [
+          table("Acceptances, oldest first: the publish, then each replay or resend, each with its own attempts", [
+            { label: "Accepted", cell: (ep) => when(ep.acceptedAt) },
+            { label: "Tries", cell: (ep) => (ep.firstTry === 0 ? "—" : ep.firstTry === ep.lastTry ? `try ${ep.firstTry}` : `tries ${ep.firstTry}–${ep.lastTry}`) },
+            {
+              label: "Ended",
+              cell: (ep) => (stateNames[ep.state] ?? "") + (ep.state === EventState.DEAD ? ` (${reasonNames[ep.deadReason] ?? ""})` : ""),
+            },
+          ], e.episodes),
+        ]
+      : []),
     table("Tries, oldest first: each request sent, and the one of the event's attempts it used (a try that failed while its destination was down or throttling used none)", [
       { label: "Try", cell: (a) => `try ${tryView(a, e.attempts.indexOf(a)).try}`, className: "num" },
       { label: "Attempt used", cell: (a) => tryView(a, e.attempts.indexOf(a)).used },

@@ -159,8 +159,13 @@ type GetEventResponse struct {
 	// It does not change this event's state; `rivoractl dlq show` shows it,
 	// and a replay delivers it under an id of its own.
 	ConflictingCopyDead bool `protobuf:"varint,17,opt,name=conflicting_copy_dead,json=conflictingCopyDead,proto3" json:"conflicting_copy_dead,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// episodes lists, oldest first, each time the event was accepted (its
+	// publish, then each replay or resend) with its tries and how it ended;
+	// accepted_at, state and dead_reason above are the latest one's. Empty
+	// while it was accepted once.
+	Episodes      []*Episode `protobuf:"bytes,18,rep,name=episodes,proto3" json:"episodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetEventResponse) Reset() {
@@ -312,6 +317,94 @@ func (x *GetEventResponse) GetConflictingCopyDead() bool {
 	return false
 }
 
+func (x *GetEventResponse) GetEpisodes() []*Episode {
+	if x != nil {
+		return x.Episodes
+	}
+	return nil
+}
+
+// Episode is one acceptance of an event (GetEventResponse.episodes).
+type Episode struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	AcceptedAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=accepted_at,json=acceptedAt,proto3" json:"accepted_at,omitempty"`
+	// state is how it ended (delivered, dead), or pending or in flight for
+	// the current one.
+	State      EventState `protobuf:"varint,2,opt,name=state,proto3,enum=rivora.v1.EventState" json:"state,omitempty"`
+	DeadReason DeadReason `protobuf:"varint,3,opt,name=dead_reason,json=deadReason,proto3,enum=rivora.v1.DeadReason" json:"dead_reason,omitempty"`
+	// first_try and last_try bound its tries (Attempt.try); 0 when it made
+	// none.
+	FirstTry      int32 `protobuf:"varint,4,opt,name=first_try,json=firstTry,proto3" json:"first_try,omitempty"`
+	LastTry       int32 `protobuf:"varint,5,opt,name=last_try,json=lastTry,proto3" json:"last_try,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Episode) Reset() {
+	*x = Episode{}
+	mi := &file_rivora_v1_events_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Episode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Episode) ProtoMessage() {}
+
+func (x *Episode) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_events_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Episode.ProtoReflect.Descriptor instead.
+func (*Episode) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_events_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Episode) GetAcceptedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AcceptedAt
+	}
+	return nil
+}
+
+func (x *Episode) GetState() EventState {
+	if x != nil {
+		return x.State
+	}
+	return EventState_EVENT_STATE_UNSPECIFIED
+}
+
+func (x *Episode) GetDeadReason() DeadReason {
+	if x != nil {
+		return x.DeadReason
+	}
+	return DeadReason_DEAD_REASON_UNSPECIFIED
+}
+
+func (x *Episode) GetFirstTry() int32 {
+	if x != nil {
+		return x.FirstTry
+	}
+	return 0
+}
+
+func (x *Episode) GetLastTry() int32 {
+	if x != nil {
+		return x.LastTry
+	}
+	return 0
+}
+
 type ListEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// destination_id is required.
@@ -336,7 +429,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_rivora_v1_events_proto_msgTypes[2]
+	mi := &file_rivora_v1_events_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +441,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_events_proto_msgTypes[2]
+	mi := &file_rivora_v1_events_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +454,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_events_proto_rawDescGZIP(), []int{2}
+	return file_rivora_v1_events_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListEventsRequest) GetDestinationId() string {
@@ -445,7 +538,7 @@ type EventSummary struct {
 
 func (x *EventSummary) Reset() {
 	*x = EventSummary{}
-	mi := &file_rivora_v1_events_proto_msgTypes[3]
+	mi := &file_rivora_v1_events_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +550,7 @@ func (x *EventSummary) String() string {
 func (*EventSummary) ProtoMessage() {}
 
 func (x *EventSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_events_proto_msgTypes[3]
+	mi := &file_rivora_v1_events_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +563,7 @@ func (x *EventSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventSummary.ProtoReflect.Descriptor instead.
 func (*EventSummary) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_events_proto_rawDescGZIP(), []int{3}
+	return file_rivora_v1_events_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EventSummary) GetEventId() string {
@@ -579,7 +672,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_rivora_v1_events_proto_msgTypes[4]
+	mi := &file_rivora_v1_events_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -591,7 +684,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_events_proto_msgTypes[4]
+	mi := &file_rivora_v1_events_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -604,7 +697,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_events_proto_rawDescGZIP(), []int{4}
+	return file_rivora_v1_events_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListEventsResponse) GetEvents() []*EventSummary {
@@ -641,7 +734,7 @@ type ResendEventRequest struct {
 
 func (x *ResendEventRequest) Reset() {
 	*x = ResendEventRequest{}
-	mi := &file_rivora_v1_events_proto_msgTypes[5]
+	mi := &file_rivora_v1_events_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +746,7 @@ func (x *ResendEventRequest) String() string {
 func (*ResendEventRequest) ProtoMessage() {}
 
 func (x *ResendEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_events_proto_msgTypes[5]
+	mi := &file_rivora_v1_events_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +759,7 @@ func (x *ResendEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResendEventRequest.ProtoReflect.Descriptor instead.
 func (*ResendEventRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_events_proto_rawDescGZIP(), []int{5}
+	return file_rivora_v1_events_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ResendEventRequest) GetEventId() string {
@@ -704,7 +797,7 @@ type ResendEventResponse struct {
 
 func (x *ResendEventResponse) Reset() {
 	*x = ResendEventResponse{}
-	mi := &file_rivora_v1_events_proto_msgTypes[6]
+	mi := &file_rivora_v1_events_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +809,7 @@ func (x *ResendEventResponse) String() string {
 func (*ResendEventResponse) ProtoMessage() {}
 
 func (x *ResendEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_events_proto_msgTypes[6]
+	mi := &file_rivora_v1_events_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +822,7 @@ func (x *ResendEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResendEventResponse.ProtoReflect.Descriptor instead.
 func (*ResendEventResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_events_proto_rawDescGZIP(), []int{6}
+	return file_rivora_v1_events_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ResendEventResponse) GetEventId() string {
@@ -773,7 +866,7 @@ const file_rivora_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"\x16rivora/v1/events.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/event.proto\",\n" +
 	"\x0fGetEventRequest\x12\x19\n" +
-	"\bevent_id\x18\x01 \x01(\tR\aeventId\"\xdf\x05\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\"\x8f\x06\n" +
 	"\x10GetEventResponse\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x1f\n" +
@@ -795,7 +888,16 @@ const file_rivora_v1_events_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x0e \x01(\x05R\vmaxAttempts\x12@\n" +
 	"\x0ewindow_ends_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\fwindowEndsAt\x12'\n" +
 	"\x0fsubscription_id\x18\x10 \x01(\tR\x0esubscriptionId\x122\n" +
-	"\x15conflicting_copy_dead\x18\x11 \x01(\bR\x13conflictingCopyDead\"\xc6\x02\n" +
+	"\x15conflicting_copy_dead\x18\x11 \x01(\bR\x13conflictingCopyDead\x12.\n" +
+	"\bepisodes\x18\x12 \x03(\v2\x12.rivora.v1.EpisodeR\bepisodes\"\xe3\x01\n" +
+	"\aEpisode\x12;\n" +
+	"\vaccepted_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"acceptedAt\x12+\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x15.rivora.v1.EventStateR\x05state\x126\n" +
+	"\vdead_reason\x18\x03 \x01(\x0e2\x15.rivora.v1.DeadReasonR\n" +
+	"deadReason\x12\x1b\n" +
+	"\tfirst_try\x18\x04 \x01(\x05R\bfirstTry\x12\x19\n" +
+	"\blast_try\x18\x05 \x01(\x05R\alastTry\"\xc6\x02\n" +
 	"\x11ListEventsRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
@@ -868,48 +970,53 @@ func file_rivora_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_rivora_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rivora_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_rivora_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_rivora_v1_events_proto_goTypes = []any{
 	(EventState)(0),               // 0: rivora.v1.EventState
 	(*GetEventRequest)(nil),       // 1: rivora.v1.GetEventRequest
 	(*GetEventResponse)(nil),      // 2: rivora.v1.GetEventResponse
-	(*ListEventsRequest)(nil),     // 3: rivora.v1.ListEventsRequest
-	(*EventSummary)(nil),          // 4: rivora.v1.EventSummary
-	(*ListEventsResponse)(nil),    // 5: rivora.v1.ListEventsResponse
-	(*ResendEventRequest)(nil),    // 6: rivora.v1.ResendEventRequest
-	(*ResendEventResponse)(nil),   // 7: rivora.v1.ResendEventResponse
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
-	(*Attempt)(nil),               // 9: rivora.v1.Attempt
-	(DeadReason)(0),               // 10: rivora.v1.DeadReason
+	(*Episode)(nil),               // 3: rivora.v1.Episode
+	(*ListEventsRequest)(nil),     // 4: rivora.v1.ListEventsRequest
+	(*EventSummary)(nil),          // 5: rivora.v1.EventSummary
+	(*ListEventsResponse)(nil),    // 6: rivora.v1.ListEventsResponse
+	(*ResendEventRequest)(nil),    // 7: rivora.v1.ResendEventRequest
+	(*ResendEventResponse)(nil),   // 8: rivora.v1.ResendEventResponse
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(*Attempt)(nil),               // 10: rivora.v1.Attempt
+	(DeadReason)(0),               // 11: rivora.v1.DeadReason
 }
 var file_rivora_v1_events_proto_depIdxs = []int32{
 	0,  // 0: rivora.v1.GetEventResponse.state:type_name -> rivora.v1.EventState
-	8,  // 1: rivora.v1.GetEventResponse.accepted_at:type_name -> google.protobuf.Timestamp
-	9,  // 2: rivora.v1.GetEventResponse.attempts:type_name -> rivora.v1.Attempt
-	8,  // 3: rivora.v1.GetEventResponse.next_attempt_at:type_name -> google.protobuf.Timestamp
-	10, // 4: rivora.v1.GetEventResponse.dead_reason:type_name -> rivora.v1.DeadReason
-	8,  // 5: rivora.v1.GetEventResponse.window_ends_at:type_name -> google.protobuf.Timestamp
-	0,  // 6: rivora.v1.ListEventsRequest.state:type_name -> rivora.v1.EventState
-	8,  // 7: rivora.v1.ListEventsRequest.since:type_name -> google.protobuf.Timestamp
-	8,  // 8: rivora.v1.ListEventsRequest.until:type_name -> google.protobuf.Timestamp
-	0,  // 9: rivora.v1.EventSummary.state:type_name -> rivora.v1.EventState
-	8,  // 10: rivora.v1.EventSummary.accepted_at:type_name -> google.protobuf.Timestamp
-	10, // 11: rivora.v1.EventSummary.dead_reason:type_name -> rivora.v1.DeadReason
-	8,  // 12: rivora.v1.EventSummary.finished_at:type_name -> google.protobuf.Timestamp
-	4,  // 13: rivora.v1.ListEventsResponse.events:type_name -> rivora.v1.EventSummary
-	8,  // 14: rivora.v1.ListEventsResponse.searched_back_to:type_name -> google.protobuf.Timestamp
-	0,  // 15: rivora.v1.ResendEventResponse.was:type_name -> rivora.v1.EventState
-	1,  // 16: rivora.v1.EventService.GetEvent:input_type -> rivora.v1.GetEventRequest
-	3,  // 17: rivora.v1.EventService.ListEvents:input_type -> rivora.v1.ListEventsRequest
-	6,  // 18: rivora.v1.EventService.ResendEvent:input_type -> rivora.v1.ResendEventRequest
-	2,  // 19: rivora.v1.EventService.GetEvent:output_type -> rivora.v1.GetEventResponse
-	5,  // 20: rivora.v1.EventService.ListEvents:output_type -> rivora.v1.ListEventsResponse
-	7,  // 21: rivora.v1.EventService.ResendEvent:output_type -> rivora.v1.ResendEventResponse
-	19, // [19:22] is the sub-list for method output_type
-	16, // [16:19] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	9,  // 1: rivora.v1.GetEventResponse.accepted_at:type_name -> google.protobuf.Timestamp
+	10, // 2: rivora.v1.GetEventResponse.attempts:type_name -> rivora.v1.Attempt
+	9,  // 3: rivora.v1.GetEventResponse.next_attempt_at:type_name -> google.protobuf.Timestamp
+	11, // 4: rivora.v1.GetEventResponse.dead_reason:type_name -> rivora.v1.DeadReason
+	9,  // 5: rivora.v1.GetEventResponse.window_ends_at:type_name -> google.protobuf.Timestamp
+	3,  // 6: rivora.v1.GetEventResponse.episodes:type_name -> rivora.v1.Episode
+	9,  // 7: rivora.v1.Episode.accepted_at:type_name -> google.protobuf.Timestamp
+	0,  // 8: rivora.v1.Episode.state:type_name -> rivora.v1.EventState
+	11, // 9: rivora.v1.Episode.dead_reason:type_name -> rivora.v1.DeadReason
+	0,  // 10: rivora.v1.ListEventsRequest.state:type_name -> rivora.v1.EventState
+	9,  // 11: rivora.v1.ListEventsRequest.since:type_name -> google.protobuf.Timestamp
+	9,  // 12: rivora.v1.ListEventsRequest.until:type_name -> google.protobuf.Timestamp
+	0,  // 13: rivora.v1.EventSummary.state:type_name -> rivora.v1.EventState
+	9,  // 14: rivora.v1.EventSummary.accepted_at:type_name -> google.protobuf.Timestamp
+	11, // 15: rivora.v1.EventSummary.dead_reason:type_name -> rivora.v1.DeadReason
+	9,  // 16: rivora.v1.EventSummary.finished_at:type_name -> google.protobuf.Timestamp
+	5,  // 17: rivora.v1.ListEventsResponse.events:type_name -> rivora.v1.EventSummary
+	9,  // 18: rivora.v1.ListEventsResponse.searched_back_to:type_name -> google.protobuf.Timestamp
+	0,  // 19: rivora.v1.ResendEventResponse.was:type_name -> rivora.v1.EventState
+	1,  // 20: rivora.v1.EventService.GetEvent:input_type -> rivora.v1.GetEventRequest
+	4,  // 21: rivora.v1.EventService.ListEvents:input_type -> rivora.v1.ListEventsRequest
+	7,  // 22: rivora.v1.EventService.ResendEvent:input_type -> rivora.v1.ResendEventRequest
+	2,  // 23: rivora.v1.EventService.GetEvent:output_type -> rivora.v1.GetEventResponse
+	6,  // 24: rivora.v1.EventService.ListEvents:output_type -> rivora.v1.ListEventsResponse
+	8,  // 25: rivora.v1.EventService.ResendEvent:output_type -> rivora.v1.ResendEventResponse
+	23, // [23:26] is the sub-list for method output_type
+	20, // [20:23] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_events_proto_init() }
@@ -924,7 +1031,7 @@ func file_rivora_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_events_proto_rawDesc), len(file_rivora_v1_events_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

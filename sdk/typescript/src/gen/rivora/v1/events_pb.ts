@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rivora/v1/events.proto.
  */
 export const file_rivora_v1_events: GenFile = /*@__PURE__*/
-  fileDesc("ChZyaXZvcmEvdjEvZXZlbnRzLnByb3RvEglyaXZvcmEudjEiIwoPR2V0RXZlbnRSZXF1ZXN0EhAKCGV2ZW50X2lkGAEgASgJIpAEChBHZXRFdmVudFJlc3BvbnNlEhAKCGV2ZW50X2lkGAEgASgJEhYKDmRlc3RpbmF0aW9uX2lkGAIgASgJEhMKC2N1c3RvbWVyX2lkGAMgASgJEhAKCGxhbmVfa2V5GAQgASgJEgwKBHR5cGUYBSABKAkSJAoFc3RhdGUYBiABKA4yFS5yaXZvcmEudjEuRXZlbnRTdGF0ZRIvCgthY2NlcHRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJAoIYXR0ZW1wdHMYCCADKAsyEi5yaXZvcmEudjEuQXR0ZW1wdBIzCg9uZXh0X2F0dGVtcHRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWFoZWFkX2luX2xhbmUYCiABKAUSKgoLZGVhZF9yZWFzb24YCyABKA4yFS5yaXZvcmEudjEuRGVhZFJlYXNvbhIPCgd3YWl0aW5nGAwgASgJEhUKDWF0dGVtcHRzX3VzZWQYDSABKAUSFAoMbWF4X2F0dGVtcHRzGA4gASgFEjIKDndpbmRvd19lbmRzX2F0GA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9zdWJzY3JpcHRpb25faWQYECABKAkSHQoVY29uZmxpY3RpbmdfY29weV9kZWFkGBEgASgIIvYBChFMaXN0RXZlbnRzUmVxdWVzdBIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCRITCgtjdXN0b21lcl9pZBgCIAEoCRIQCghsYW5lX2tleRgDIAEoCRIkCgVzdGF0ZRgEIAEoDjIVLnJpdm9yYS52MS5FdmVudFN0YXRlEikKBXNpbmNlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIpCgV1bnRpbBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFbGltaXQYByABKAUSFwoPc3Vic2NyaXB0aW9uX2lkGAggASgJIvUCCgxFdmVudFN1bW1hcnkSEAoIZXZlbnRfaWQYASABKAkSFgoOZGVzdGluYXRpb25faWQYAiABKAkSEwoLY3VzdG9tZXJfaWQYAyABKAkSEAoIbGFuZV9rZXkYBCABKAkSDAoEdHlwZRgFIAEoCRIkCgVzdGF0ZRgGIAEoDjIVLnJpdm9yYS52MS5FdmVudFN0YXRlEi8KC2FjY2VwdGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhdHRlbXB0cxgIIAEoBRITCgtsYXN0X3N0YXR1cxgJIAEoBRISCgpsYXN0X2Vycm9yGAogASgJEioKC2RlYWRfcmVhc29uGAsgASgOMhUucml2b3JhLnYxLkRlYWRSZWFzb24SLwoLZmluaXNoZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD3N1YnNjcmlwdGlvbl9pZBgNIAEoCSKGAQoSTGlzdEV2ZW50c1Jlc3BvbnNlEicKBmV2ZW50cxgBIAMoCzIXLnJpdm9yYS52MS5FdmVudFN1bW1hcnkSEQoJdHJ1bmNhdGVkGAIgASgIEjQKEHNlYXJjaGVkX2JhY2tfdG8YAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkYKElJlc2VuZEV2ZW50UmVxdWVzdBIQCghldmVudF9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkSDgoGYXV0aG9yGAMgASgJIooBChNSZXNlbmRFdmVudFJlc3BvbnNlEhAKCGV2ZW50X2lkGAEgASgJEhYKDmRlc3RpbmF0aW9uX2lkGAIgASgJEhMKC2N1c3RvbWVyX2lkGAMgASgJEhAKCGxhbmVfa2V5GAQgASgJEiIKA3dhcxgFIAEoDjIVLnJpdm9yYS52MS5FdmVudFN0YXRlKo4BCgpFdmVudFN0YXRlEhsKF0VWRU5UX1NUQVRFX1VOU1BFQ0lGSUVEEAASFwoTRVZFTlRfU1RBVEVfUEVORElORxABEhkKFUVWRU5UX1NUQVRFX0lOX0ZMSUdIVBACEhkKFUVWRU5UX1NUQVRFX0RFTElWRVJFRBADEhQKEEVWRU5UX1NUQVRFX0RFQUQQBDL2AQoMRXZlbnRTZXJ2aWNlEkgKCEdldEV2ZW50Ehoucml2b3JhLnYxLkdldEV2ZW50UmVxdWVzdBobLnJpdm9yYS52MS5HZXRFdmVudFJlc3BvbnNlIgOQAgESTgoKTGlzdEV2ZW50cxIcLnJpdm9yYS52MS5MaXN0RXZlbnRzUmVxdWVzdBodLnJpdm9yYS52MS5MaXN0RXZlbnRzUmVzcG9uc2UiA5ACARJMCgtSZXNlbmRFdmVudBIdLnJpdm9yYS52MS5SZXNlbmRFdmVudFJlcXVlc3QaHi5yaXZvcmEudjEuUmVzZW5kRXZlbnRSZXNwb25zZUIzWjFnaXRodWIuY29tL3Jpdm9yYS9yaXZvcmEvcHJvdG8vcml2b3JhL3YxO3Jpdm9yYXYxYgZwcm90bzM", [file_google_protobuf_timestamp, file_rivora_v1_event]);
+  fileDesc("ChZyaXZvcmEvdjEvZXZlbnRzLnByb3RvEglyaXZvcmEudjEiIwoPR2V0RXZlbnRSZXF1ZXN0EhAKCGV2ZW50X2lkGAEgASgJIrYEChBHZXRFdmVudFJlc3BvbnNlEhAKCGV2ZW50X2lkGAEgASgJEhYKDmRlc3RpbmF0aW9uX2lkGAIgASgJEhMKC2N1c3RvbWVyX2lkGAMgASgJEhAKCGxhbmVfa2V5GAQgASgJEgwKBHR5cGUYBSABKAkSJAoFc3RhdGUYBiABKA4yFS5yaXZvcmEudjEuRXZlbnRTdGF0ZRIvCgthY2NlcHRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJAoIYXR0ZW1wdHMYCCADKAsyEi5yaXZvcmEudjEuQXR0ZW1wdBIzCg9uZXh0X2F0dGVtcHRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWFoZWFkX2luX2xhbmUYCiABKAUSKgoLZGVhZF9yZWFzb24YCyABKA4yFS5yaXZvcmEudjEuRGVhZFJlYXNvbhIPCgd3YWl0aW5nGAwgASgJEhUKDWF0dGVtcHRzX3VzZWQYDSABKAUSFAoMbWF4X2F0dGVtcHRzGA4gASgFEjIKDndpbmRvd19lbmRzX2F0GA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9zdWJzY3JpcHRpb25faWQYECABKAkSHQoVY29uZmxpY3RpbmdfY29weV9kZWFkGBEgASgIEiQKCGVwaXNvZGVzGBIgAygLMhIucml2b3JhLnYxLkVwaXNvZGUisQEKB0VwaXNvZGUSLwoLYWNjZXB0ZWRfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiQKBXN0YXRlGAIgASgOMhUucml2b3JhLnYxLkV2ZW50U3RhdGUSKgoLZGVhZF9yZWFzb24YAyABKA4yFS5yaXZvcmEudjEuRGVhZFJlYXNvbhIRCglmaXJzdF90cnkYBCABKAUSEAoIbGFzdF90cnkYBSABKAUi9gEKEUxpc3RFdmVudHNSZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEhMKC2N1c3RvbWVyX2lkGAIgASgJEhAKCGxhbmVfa2V5GAMgASgJEiQKBXN0YXRlGAQgASgOMhUucml2b3JhLnYxLkV2ZW50U3RhdGUSKQoFc2luY2UYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKBXVudGlsGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVsaW1pdBgHIAEoBRIXCg9zdWJzY3JpcHRpb25faWQYCCABKAki9QIKDEV2ZW50U3VtbWFyeRIQCghldmVudF9pZBgBIAEoCRIWCg5kZXN0aW5hdGlvbl9pZBgCIAEoCRITCgtjdXN0b21lcl9pZBgDIAEoCRIQCghsYW5lX2tleRgEIAEoCRIMCgR0eXBlGAUgASgJEiQKBXN0YXRlGAYgASgOMhUucml2b3JhLnYxLkV2ZW50U3RhdGUSLwoLYWNjZXB0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCGF0dGVtcHRzGAggASgFEhMKC2xhc3Rfc3RhdHVzGAkgASgFEhIKCmxhc3RfZXJyb3IYCiABKAkSKgoLZGVhZF9yZWFzb24YCyABKA4yFS5yaXZvcmEudjEuRGVhZFJlYXNvbhIvCgtmaW5pc2hlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPc3Vic2NyaXB0aW9uX2lkGA0gASgJIoYBChJMaXN0RXZlbnRzUmVzcG9uc2USJwoGZXZlbnRzGAEgAygLMhcucml2b3JhLnYxLkV2ZW50U3VtbWFyeRIRCgl0cnVuY2F0ZWQYAiABKAgSNAoQc2VhcmNoZWRfYmFja190bxgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiRgoSUmVzZW5kRXZlbnRSZXF1ZXN0EhAKCGV2ZW50X2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCRIOCgZhdXRob3IYAyABKAkiigEKE1Jlc2VuZEV2ZW50UmVzcG9uc2USEAoIZXZlbnRfaWQYASABKAkSFgoOZGVzdGluYXRpb25faWQYAiABKAkSEwoLY3VzdG9tZXJfaWQYAyABKAkSEAoIbGFuZV9rZXkYBCABKAkSIgoDd2FzGAUgASgOMhUucml2b3JhLnYxLkV2ZW50U3RhdGUqjgEKCkV2ZW50U3RhdGUSGwoXRVZFTlRfU1RBVEVfVU5TUEVDSUZJRUQQABIXChNFVkVOVF9TVEFURV9QRU5ESU5HEAESGQoVRVZFTlRfU1RBVEVfSU5fRkxJR0hUEAISGQoVRVZFTlRfU1RBVEVfREVMSVZFUkVEEAMSFAoQRVZFTlRfU1RBVEVfREVBRBAEMvYBCgxFdmVudFNlcnZpY2USSAoIR2V0RXZlbnQSGi5yaXZvcmEudjEuR2V0RXZlbnRSZXF1ZXN0Ghsucml2b3JhLnYxLkdldEV2ZW50UmVzcG9uc2UiA5ACARJOCgpMaXN0RXZlbnRzEhwucml2b3JhLnYxLkxpc3RFdmVudHNSZXF1ZXN0Gh0ucml2b3JhLnYxLkxpc3RFdmVudHNSZXNwb25zZSIDkAIBEkwKC1Jlc2VuZEV2ZW50Eh0ucml2b3JhLnYxLlJlc2VuZEV2ZW50UmVxdWVzdBoeLnJpdm9yYS52MS5SZXNlbmRFdmVudFJlc3BvbnNlQjNaMWdpdGh1Yi5jb20vcml2b3JhL3Jpdm9yYS9wcm90by9yaXZvcmEvdjE7cml2b3JhdjFiBnByb3RvMw", [file_google_protobuf_timestamp, file_rivora_v1_event]);
 
 /**
  * @generated from message rivora.v1.GetEventRequest
@@ -145,6 +145,16 @@ export type GetEventResponse = Message<"rivora.v1.GetEventResponse"> & {
    * @generated from field: bool conflicting_copy_dead = 17;
    */
   conflictingCopyDead: boolean;
+
+  /**
+   * episodes lists, oldest first, each time the event was accepted (its
+   * publish, then each replay or resend) with its tries and how it ended;
+   * accepted_at, state and dead_reason above are the latest one's. Empty
+   * while it was accepted once.
+   *
+   * @generated from field: repeated rivora.v1.Episode episodes = 18;
+   */
+  episodes: Episode[];
 };
 
 /**
@@ -153,6 +163,51 @@ export type GetEventResponse = Message<"rivora.v1.GetEventResponse"> & {
  */
 export const GetEventResponseSchema: GenMessage<GetEventResponse> = /*@__PURE__*/
   messageDesc(file_rivora_v1_events, 1);
+
+/**
+ * Episode is one acceptance of an event (GetEventResponse.episodes).
+ *
+ * @generated from message rivora.v1.Episode
+ */
+export type Episode = Message<"rivora.v1.Episode"> & {
+  /**
+   * @generated from field: google.protobuf.Timestamp accepted_at = 1;
+   */
+  acceptedAt?: Timestamp | undefined;
+
+  /**
+   * state is how it ended (delivered, dead), or pending or in flight for
+   * the current one.
+   *
+   * @generated from field: rivora.v1.EventState state = 2;
+   */
+  state: EventState;
+
+  /**
+   * @generated from field: rivora.v1.DeadReason dead_reason = 3;
+   */
+  deadReason: DeadReason;
+
+  /**
+   * first_try and last_try bound its tries (Attempt.try); 0 when it made
+   * none.
+   *
+   * @generated from field: int32 first_try = 4;
+   */
+  firstTry: number;
+
+  /**
+   * @generated from field: int32 last_try = 5;
+   */
+  lastTry: number;
+};
+
+/**
+ * Describes the message rivora.v1.Episode.
+ * Use `create(EpisodeSchema)` to create a new message.
+ */
+export const EpisodeSchema: GenMessage<Episode> = /*@__PURE__*/
+  messageDesc(file_rivora_v1_events, 2);
 
 /**
  * @generated from message rivora.v1.ListEventsRequest
@@ -218,7 +273,7 @@ export type ListEventsRequest = Message<"rivora.v1.ListEventsRequest"> & {
  * Use `create(ListEventsRequestSchema)` to create a new message.
  */
 export const ListEventsRequestSchema: GenMessage<ListEventsRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_events, 2);
+  messageDesc(file_rivora_v1_events, 3);
 
 /**
  * EventSummary is one event in a listing (no payload, no attempt list:
@@ -302,7 +357,7 @@ export type EventSummary = Message<"rivora.v1.EventSummary"> & {
  * Use `create(EventSummarySchema)` to create a new message.
  */
 export const EventSummarySchema: GenMessage<EventSummary> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_events, 3);
+  messageDesc(file_rivora_v1_events, 4);
 
 /**
  * @generated from message rivora.v1.ListEventsResponse
@@ -335,7 +390,7 @@ export type ListEventsResponse = Message<"rivora.v1.ListEventsResponse"> & {
  * Use `create(ListEventsResponseSchema)` to create a new message.
  */
 export const ListEventsResponseSchema: GenMessage<ListEventsResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_events, 4);
+  messageDesc(file_rivora_v1_events, 5);
 
 /**
  * @generated from message rivora.v1.ResendEventRequest
@@ -366,7 +421,7 @@ export type ResendEventRequest = Message<"rivora.v1.ResendEventRequest"> & {
  * Use `create(ResendEventRequestSchema)` to create a new message.
  */
 export const ResendEventRequestSchema: GenMessage<ResendEventRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_events, 5);
+  messageDesc(file_rivora_v1_events, 6);
 
 /**
  * @generated from message rivora.v1.ResendEventResponse
@@ -405,7 +460,7 @@ export type ResendEventResponse = Message<"rivora.v1.ResendEventResponse"> & {
  * Use `create(ResendEventResponseSchema)` to create a new message.
  */
 export const ResendEventResponseSchema: GenMessage<ResendEventResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_events, 6);
+  messageDesc(file_rivora_v1_events, 7);
 
 /**
  * @generated from enum rivora.v1.EventState
