@@ -135,7 +135,9 @@ func episodes(outcomes []*rivorav1.EventOutcome, resp *rivorav1.GetEventResponse
 	if len(out) < 2 {
 		return nil
 	}
-	slices.SortStableFunc(out, func(a, b *rivorav1.Episode) int { return a.GetAcceptedAt().AsTime().Compare(b.GetAcceptedAt().AsTime()) })
+	slices.SortStableFunc(out, func(a, b *rivorav1.Episode) int {
+		return a.GetAcceptedAt().AsTime().Compare(b.GetAcceptedAt().AsTime())
+	})
 	return out
 }
 
