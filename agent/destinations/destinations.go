@@ -9,6 +9,7 @@ import (
 	"hash/maphash"
 	"net/http"
 	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/rivora/rivora/agent/limits"
@@ -52,6 +53,17 @@ type Destination struct {
 	// with LegacyOnly, webhook-signature is left out.
 	Legacy     *legacysig.Signer
 	LegacyOnly bool
+
+	// graceSigners caches subscriptionSigner's pairs, by subscription id:
+	// a graceSigner (the pair of the subscription value it was built for;
+	// a changed subscription is a new value). A destination whose secret
+	// changes is a new value too, with an empty cache.
+	graceSigners sync.Map
+}
+
+type graceSigner struct {
+	sub    *subscriptions.Subscription
+	signer *webhook.Signer
 }
 
 // TakesEventsOf reports whether the destination takes customer's events:
@@ -225,16 +237,23 @@ func (d *Destination) Endpoint(sub *subscriptions.Subscription) Endpoint {
 // still verify with the destination's). The grace is checked against
 // the real clock only to skip building the pair once it is over; the
 // pair itself signs with d's secret only before until (WithPrevious).
+//
+// The pair is built once per subscription value: not a key decode per
+// delivery.
 func (d *Destination) subscriptionSigner(sub *subscriptions.Subscription) *webhook.Signer {
 	if d.secret == "" || sub.DestinationSecretUntil.IsZero() || time.Now().After(sub.DestinationSecretUntil) {
 		return sub.Signer
+	}
+	if cached, ok := d.graceSigners.Load(sub.ID); ok && cached.(graceSigner).sub == sub {
+		return cached.(graceSigner).signer
 	}
 	pair, err := sub.Signer.WithPrevious(d.secret, sub.DestinationSecretUntil)
 	if err != nil {
 		// Both secrets were checked as they came; a signer that cannot
 		// take d's signs with the subscription's alone.
-		return sub.Signer
+		pair = sub.Signer
 	}
+	d.graceSigners.Store(sub.ID, graceSigner{sub: sub, signer: pair})
 	return pair
 }
 

@@ -218,4 +218,19 @@ func TestSubscriptionsFirstOwnSecretOverlapsTheDestinations(t *testing.T) {
 	if !verifies(subSecret, after) || verifies(secret, after) {
 		t.Errorf("after the grace: verifies with the subscription's secret %v, the destination's %v; want the subscription's only", verifies(subSecret, after), verifies(secret, after))
 	}
+	// The pair is built once for the subscription as it is, not per
+	// delivery; a changed subscription gets its own.
+	if again := d.Endpoint(sub).Signer; again != signer {
+		t.Error("a second delivery built the signer pair again")
+	}
+	if err := table.Replace([]*rivorav1.Subscription{{
+		Id: "sub_0123456789abcdef", CustomerId: "acme", DestinationId: "erp", Types: []string{"order.*"},
+		Secret: subSecret, DestinationSecretUntil: timestamppb.New(until),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	changed, _ := table.Get("sub_0123456789abcdef")
+	if d.Endpoint(changed).Signer == signer {
+		t.Error("a changed subscription got the pair built for its previous value")
+	}
 }
