@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"hash/maphash"
 	"net/http"
-	"sync/atomic"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rivora/rivora/agent/limits"
