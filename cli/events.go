@@ -316,6 +316,9 @@ func printEpisodes(e *env, episodes []*rivorav1.Episode) error {
 			tries = fmt.Sprintf("%d–%d", first, last)
 		}
 		ended := stateName(ep.GetState())
+		if ep.GetState() == rivorav1.EventState_EVENT_STATE_UNSPECIFIED {
+			ended = "not ended (pending on an agent that did not answer)"
+		}
 		if ep.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED {
 			ended += " (" + deadReasonName(ep.GetDeadReason()) + ")"
 		}

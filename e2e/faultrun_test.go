@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"net/http"
 	"os"
 	"regexp"
@@ -306,7 +307,7 @@ func (r *faultRun) explainReorders(t *testing.T, v checker.Verdict, acked []chec
 		t.Logf("lane %s (partition %d): %s", lane, part, strings.Join(lines, "; "))
 		parts[part] = true
 	}
-	for part := range parts {
+	for _, part := range slices.Sorted(maps.Keys(parts)) {
 		r.logPartition(t, part)
 	}
 }
@@ -326,7 +327,7 @@ func (r *faultRun) logPartition(t *testing.T, p int) {
 		var lines []string
 		for line := range strings.Lines(string(b)) {
 			if mark.MatchString(line) {
-				lines = append(lines, strings.TrimSpace(line[:min(len(line), width)]))
+				lines = append(lines, strings.ToValidUTF8(strings.TrimSpace(line[:min(len(line), width)]), ""))
 			}
 		}
 		t.Logf("%s's log on partition %d (last %d of %d lines):\n%s", name, p, min(most, len(lines)), len(lines), strings.Join(lines[max(0, len(lines)-most):], "\n"))

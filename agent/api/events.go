@@ -89,8 +89,18 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 			resp.NextAttemptAt = nil
 		}
 	}
-	resp.Episodes = episodes(outcomes, resp)
+	withEpisodes(resp, outcomes)
 	return connect.NewResponse(resp), nil
+}
+
+// withEpisodes sets resp's episodes. When the latest acceptance has not
+// ended and is not pending here (an agent that does not own it answers),
+// how an earlier one ended is not the event's state: unknown here.
+func withEpisodes(resp *rivorav1.GetEventResponse, outcomes []*rivorav1.EventOutcome) {
+	resp.Episodes = episodes(outcomes, resp)
+	if n := len(resp.Episodes); n > 0 && resp.Episodes[n-1].GetState() == rivorav1.EventState_EVENT_STATE_UNSPECIFIED {
+		resp.State, resp.DeadReason = rivorav1.EventState_EVENT_STATE_UNSPECIFIED, rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED
+	}
 }
 
 // episodes splits an event's history into its acceptances (its publish,
@@ -367,7 +377,7 @@ func (s *eventService) ListEvents(ctx context.Context, req *connect.Request[rivo
 			all = append(all, listed{at: f.At, summary: finishedSummary(f)})
 		}
 	}
-	if unknown != nil && len(all) == 0 {
+	if unknown != nil && len(all) == 0 && resp.SearchedBackTo == nil {
 		return nil, unknown // never registered, or its history expired
 	}
 	slices.SortStableFunc(all, func(x, y listed) int { return y.at.Compare(x.at) })

@@ -120,4 +120,15 @@ func TestEpisodesSplitAnEventsAcceptances(t *testing.T) {
 	if once := episodes(outcomes[:3], &rivorav1.GetEventResponse{State: rivorav1.EventState_EVENT_STATE_DEAD, AcceptedAt: timestamppb.New(first)}); once != nil {
 		t.Errorf("an event accepted once has episodes %v; want none", once)
 	}
+
+	// Answered by an agent that does not hold it: replayed (one failed
+	// try recorded), not ended, not pending here. Its state is not how the
+	// first acceptance ended.
+	elsewhere := []*rivorav1.EventOutcome{outcomes[0], outcomes[2], try(replay, time.Second, 503)}
+	resp = &rivorav1.GetEventResponse{State: rivorav1.EventState_EVENT_STATE_DEAD, DeadReason: rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS}
+	withEpisodes(resp, elsewhere)
+	if len(resp.GetEpisodes()) != 2 || resp.GetEpisodes()[1].GetState() != rivorav1.EventState_EVENT_STATE_UNSPECIFIED ||
+		resp.GetState() != rivorav1.EventState_EVENT_STATE_UNSPECIFIED || resp.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED {
+		t.Errorf("replayed, not ended, not pending here: state %v (%v), episodes %v; want unspecified, the latest not ended", resp.GetState(), resp.GetDeadReason(), resp.GetEpisodes())
+	}
 }

@@ -241,7 +241,11 @@ func (d *Destination) Endpoint(sub *subscriptions.Subscription) Endpoint {
 // The pair is built once per subscription value: not a key decode per
 // delivery.
 func (d *Destination) subscriptionSigner(sub *subscriptions.Subscription) *webhook.Signer {
-	if d.secret == "" || sub.DestinationSecretUntil.IsZero() || time.Now().After(sub.DestinationSecretUntil) {
+	if d.secret == "" || sub.DestinationSecretUntil.IsZero() {
+		return sub.Signer
+	}
+	if time.Now().After(sub.DestinationSecretUntil) {
+		d.graceSigners.Delete(sub.ID) // the grace is over: its pair is no more
 		return sub.Signer
 	}
 	if cached, ok := d.graceSigners.Load(sub.ID); ok && cached.(graceSigner).sub == sub {

@@ -83,6 +83,7 @@ func TestFilterFailureSeriesLeaveWithTheirSubscription(t *testing.T) {
 	if s := series(); !s["sub_gone1"] || !s["sub_gone2"] || !s["sub_stays"] {
 		t.Fatalf("series before: %v", s)
 	}
+	stale, _ := table.Get("sub_gone1")
 	if err := table.Update(nil, []string{"sub_gone1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -91,5 +92,11 @@ func TestFilterFailureSeriesLeaveWithTheirSubscription(t *testing.T) {
 	}
 	if s := series(); s["sub_gone1"] || s["sub_gone2"] || !s["sub_stays"] {
 		t.Fatalf("series after deleting sub_gone1 (update) and sub_gone2 (snapshot): %v; want sub_stays only", s)
+	}
+	// A reader that took the deleted subscription before the delete
+	// does not bring its series back.
+	stale.Matches("order.created", func() routing.Input { return routing.Input{Data: data, Type: "order.created", Customer: "acme"} })
+	if s := series(); s["sub_gone1"] {
+		t.Fatalf("a stale reader brought back the deleted subscription's series: %v", s)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,10 @@ type Subscription struct {
 	Paused  bool
 	// Pauses are its recent pauses (PausedBetween).
 	Pauses retry.Pauses
+
+	// removed: the table dropped it (a reader may still hold it): its
+	// filter errors are no longer counted, so its series stays deleted.
+	removed atomic.Bool
 }
 
 // PausedBetween is how long the subscription was paused between from and
@@ -62,7 +67,7 @@ func (s *Subscription) Matches(typ string, input func() routing.Input) bool {
 		return true
 	}
 	ok, err := s.Filter.Match(input())
-	if err != nil && !routing.MissingField(err) {
+	if err != nil && !routing.MissingField(err) && !s.removed.Load() {
 		filterErrors.WithLabelValues(s.ID).Inc()
 	}
 	return ok
@@ -111,8 +116,9 @@ func (t *Table) Replace(list []*rivorav1.Subscription) error {
 		sortByID(list)
 	}
 	t.mu.Lock()
-	for id := range t.byID {
+	for id, old := range t.byID {
 		if _, kept := byID[id]; !kept {
+			old.removed.Store(true)
 			filterErrors.DeleteLabelValues(id)
 		}
 	}
@@ -142,6 +148,7 @@ func (t *Table) Update(changed []*rivorav1.Subscription, removed []string) error
 		if old, ok := t.byID[id]; ok {
 			touch(old.Customer)
 			delete(t.byID, id)
+			old.removed.Store(true)
 			filterErrors.DeleteLabelValues(id)
 		}
 	}

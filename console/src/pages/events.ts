@@ -48,7 +48,10 @@ export function eventDetail(e: GetEventResponse): Node[] {
             { label: "Tries", cell: (ep) => (ep.firstTry === 0 ? "—" : ep.firstTry === ep.lastTry ? `try ${ep.firstTry}` : `tries ${ep.firstTry}–${ep.lastTry}`) },
             {
               label: "Ended",
-              cell: (ep) => (stateNames[ep.state] ?? "") + (ep.state === EventState.DEAD ? ` (${reasonNames[ep.deadReason] ?? ""})` : ""),
+              cell: (ep) =>
+                ep.state === EventState.UNSPECIFIED
+                  ? "not ended (pending on an agent that did not answer)"
+                  : (stateNames[ep.state] ?? "") + (ep.state === EventState.DEAD && reasonNames[ep.deadReason] ? ` (${reasonNames[ep.deadReason]})` : ""),
             },
           ], e.episodes),
         ]
