@@ -255,14 +255,7 @@ func TestFastPathOpensOnlyPastTheBarrier(t *testing.T) {
 	}
 	w := newLaneWriter(1, js, nil, nil, nil, slog.New(slog.DiscardHandler))
 	m := &mover{p: 1, ingest: consumer, writer: w, log: slog.New(slog.DiscardHandler)}
-	var seq uint64
-	poll.True(t, "the barrier is stored", 10*time.Second, func() bool {
-		if m.openDirect(ctx) {
-			t.Fatal("the fast path opened before the barrier was stored")
-		}
-		seq = m.barrier.seq
-		return seq != 0
-	})
+	seq := storeBarrier(t, m)
 	batch, err := consumer.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -303,14 +296,7 @@ func TestFastPathOpensOnlyPastTheBarrier(t *testing.T) {
 	if _, open, _ := w.gate.observe(); open || m.barrier.seq != 0 {
 		t.Fatalf("after an election: gate open %v, barrier %d; want closed, no barrier", open, m.barrier.seq)
 	}
-	var next uint64
-	poll.True(t, "a new barrier is stored", 10*time.Second, func() bool {
-		if m.openDirect(ctx) {
-			t.Fatal("the fast path opened again within the stale leader window")
-		}
-		next = m.barrier.seq
-		return next != 0
-	})
+	next := storeBarrier(t, m)
 	again, err := consumer.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -372,4 +358,17 @@ func TestFastPathStaysClosedWhileAMessageIsUnacknowledged(t *testing.T) {
 	if m.openDirect(ctx) {
 		t.Fatal("the fast path opened while a message taken before waits unacknowledged")
 	}
+}
+
+// storeBarrier has the closed fast path store its barrier, and returns
+// its INGEST sequence; the path must not open meanwhile.
+func storeBarrier(t *testing.T, m *mover) uint64 {
+	t.Helper()
+	poll.True(t, "the barrier is stored", 10*time.Second, func() bool {
+		if m.openDirect(t.Context()) {
+			t.Fatal("the fast path opened before its barrier was moved")
+		}
+		return m.barrier.seq != 0
+	})
+	return m.barrier.seq
 }
