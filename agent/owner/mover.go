@@ -272,7 +272,11 @@ func (s *ingestOrder) next(msg jetstream.Msg) error {
 }
 
 func (s *ingestOrder) check(meta *jetstream.MsgMetadata) error {
-	if meta.NumDelivered > 1 || (s.lastSeq != 0 && meta.Sequence.Consumer != s.lastSeq+1) {
+	// The consumer is fresh (resetMoverConsumer): its first message is
+	// consumer sequence 1. Another one is a lost first message, or an old
+	// consumer a stale "not found" left in place, holding messages it
+	// handed over before.
+	if meta.NumDelivered > 1 || meta.Sequence.Consumer != s.lastSeq+1 {
 		return fmt.Errorf("%w: consumer sequence %d after %d (delivery %d of INGEST seq %d)", ErrMoveGap, meta.Sequence.Consumer, s.lastSeq, meta.NumDelivered, meta.Sequence.Stream)
 	}
 	s.lastSeq = meta.Sequence.Consumer

@@ -22,7 +22,7 @@ func ingestMeta(consumerSeq, delivered uint64) *jetstream.MsgMetadata {
 
 func TestIngestOrderRefusesGapsAndRedeliveries(t *testing.T) {
 	var order ingestOrder
-	for _, seq := range []uint64{4, 5, 6} { // a fresh consumer may start anywhere
+	for _, seq := range []uint64{1, 2, 3, 4, 5, 6} {
 		if err := order.check(ingestMeta(seq, 1)); err != nil {
 			t.Fatalf("in-order message %d: %v", seq, err)
 		}
@@ -42,6 +42,12 @@ func TestIngestOrderRefusesGapsAndRedeliveries(t *testing.T) {
 	var first ingestOrder
 	if err := first.check(ingestMeta(1, 3)); !errors.Is(err, ErrMoveGap) {
 		t.Fatalf("a redelivered first message: %v, want ErrMoveGap", err)
+	}
+	// The mover's consumer is fresh: a first message past sequence 1 is
+	// one lost, or an old consumer's.
+	var late ingestOrder
+	if err := late.check(ingestMeta(4, 1)); !errors.Is(err, ErrMoveGap) {
+		t.Fatalf("a fresh consumer's first message at sequence 4: %v, want ErrMoveGap", err)
 	}
 }
 
