@@ -251,4 +251,10 @@ func TestEventsResendDeadLetter(t *testing.T) {
 	if out := rivoractl(t, d, "events", "get", id); !strings.Contains(out, "EPISODE") || !strings.Contains(out, "the latest of 2 acceptances") {
 		t.Fatalf("events get printed:\n%s\nwant its two acceptances", out)
 	}
+	// The resend marked its dead letter handled, as a replay does: no
+	// replay sends it again, whenever it runs.
+	dls, err := dlqList(d, "evd")
+	if err != nil || len(dls) != 1 || !dls[0].keys["replayedAt"] {
+		t.Fatalf("dlq list after the resend: %+v, %v; want its one dead letter marked replayed", dls, err)
+	}
 }

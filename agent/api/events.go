@@ -559,9 +559,17 @@ func (s *eventService) ResendEvent(ctx context.Context, req *connect.Request[riv
 	if _, err := s.ownedDestination(found.event.GetDestinationId()); err != nil {
 		return nil, err
 	}
+	before := time.Now()
 	resent, duplicate, err := s.gateway.Resend(ctx, found.event, found.dedupID)
 	if err != nil {
 		return nil, err
+	}
+	if found.markResent != nil {
+		// Stored now, or by another resend or a replay of the same death
+		// (duplicate): handled either way.
+		if err := found.markResent(context.WithoutCancel(ctx), before); err != nil {
+			s.log.Warn("resent dead letter not marked handled; a replay may send it again", "event_id", id, "error", err)
+		}
 	}
 	if duplicate {
 		return nil, errkind.Errorf(errkind.Exists, "event %s (%s at %s) was already resent; see `rivoractl events get %s`", id, stateWord(found.was), found.endedAt.UTC().Format(time.RFC3339Nano), id)
@@ -591,6 +599,9 @@ type resendFound struct {
 	was     rivorav1.EventState
 	endedAt time.Time
 	dedupID string
+	// markResent, for a dead letter, records that a resend re-accepted
+	// it (deadletters.Service.ForResend).
+	markResent func(ctx context.Context, at time.Time) error
 }
 
 // resendScope is whose events the caller may resend: a customer token
@@ -639,15 +650,14 @@ func (s *eventService) resendable(ctx context.Context, id string, mayResend func
 		f.event, f.dedupID = ev, fmt.Sprintf("resend:%s:%d", id, f.endedAt.UnixNano())
 		return f, nil
 	case rivorav1.EventState_EVENT_STATE_DEAD:
-		dl, err := s.deadLetters.GetDeadLetter(ctx, connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: id, DestinationId: outcomes[0].GetDestinationId()}))
+		d, mark, err := s.deadLetters.ForResend(ctx, id, outcomes[0].GetDestinationId())
 		if connect.CodeOf(err) == connect.CodeNotFound || errors.Is(err, errkind.NotFound) {
 			return f, errkind.Errorf(errkind.Unavailable, "event %s is dead but its dead letter is not in the archive yet; retry in a few seconds", id)
 		}
 		if err != nil {
 			return f, err
 		}
-		d := dl.Msg.GetDeadLetter()
-		f.event, f.endedAt = d.GetEvent(), d.GetDeadAt().AsTime()
+		f.event, f.endedAt, f.markResent = d.GetEvent(), d.GetDeadAt().AsTime(), mark
 		f.dedupID = ingest.ReplayDedupID(d)
 		return f, nil
 	}

@@ -240,23 +240,33 @@ func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivora
 	if err := lanes.ValidateEventID("event_id", id); err != nil {
 		return nil, errkind.Tag(errkind.Invalid, err)
 	}
-	filter := &rivorav1.DeadLetterFilter{DestinationId: req.Msg.GetDestinationId()}
-	if err := checkFilter(filter); err != nil {
+	found, line, err := s.latest(ctx, id, req.Msg.GetDestinationId())
+	if err != nil {
 		return nil, err
+	}
+	s.showMarks(ctx, newReplayMarks(s.replay.marks), found.GetDeadLetter(), found.GetObject(), line)
+	return connect.NewResponse(found), nil
+}
+
+// latest finds event id's latest dead letter in the archive (an event
+// replayed and dead again has one per death), with its object and line.
+func (s *Service) latest(ctx context.Context, id, destinationID string) (*rivorav1.GetDeadLetterResponse, int, error) {
+	filter := &rivorav1.DeadLetterFilter{DestinationId: destinationID}
+	if err := checkFilter(filter); err != nil {
+		return nil, 0, err
 	}
 	keys, err := objects(ctx, s.archive, filter, time.Now())
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var found *rivorav1.GetDeadLetterResponse
 	line := 0
 	for _, k := range keys {
 		dls, err := s.archive.Get(ctx, k)
 		if err != nil {
-			return nil, errkind.Tag(errkind.Unavailable, err)
+			return nil, 0, errkind.Tag(errkind.Unavailable, err)
 		}
 		for i, dl := range dls {
-			// The latest death wins (an event replayed and dead again).
 			if dl.GetEvent().GetEventId() == id {
 				found, line = &rivorav1.GetDeadLetterResponse{DeadLetter: dl, Object: k}, i
 			}
@@ -264,10 +274,26 @@ func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivora
 	}
 	if found == nil {
 		// The same answer as for another customer's (auth.Policies).
-		return nil, auth.DeadLetterNotFound(id)
+		return nil, 0, auth.DeadLetterNotFound(id)
 	}
-	s.showMarks(ctx, newReplayMarks(s.replay.marks), found.GetDeadLetter(), found.GetObject(), line)
-	return connect.NewResponse(found), nil
+	return found, line, nil
+}
+
+// ForResend is event id's latest dead letter, for a resend, and how to
+// record that the resend re-accepted it, as a replay's mark (the REPLAYED
+// column): no later replay sends that death again, and a death of the
+// resent copy is told from it (replay's repeats). Pass mark a time taken
+// before the resend was stored (a death of the resent copy comes after
+// it), once it was stored or found stored already.
+func (s *Service) ForResend(ctx context.Context, id, destinationID string) (*rivorav1.DeadLetter, func(ctx context.Context, at time.Time) error, error) {
+	found, line, err := s.latest(ctx, id, destinationID)
+	if err != nil {
+		return nil, nil, err
+	}
+	mark := func(ctx context.Context, at time.Time) error {
+		return newReplayMarks(s.replay.marks).mark(ctx, found.GetObject(), []int{line}, at.UnixMilli())
+	}
+	return found.GetDeadLetter(), mark, nil
 }
 
 // showMarks sets dl.ReplayedAt from the replay marks. The marks only add

@@ -675,3 +675,40 @@ func TestReplayRefusesBadRequests(t *testing.T) {
 		t.Errorf("%d dead letters re-ingested by refused requests", n)
 	}
 }
+
+// A resend of a dead letter marks it handled, as a replay does: the
+// REPLAYED column says so, no later replay sends that death again, and
+// when the resent copy died too, a replay sends the event at that death
+// (under its own dedup id), not at the death the resend already sent.
+func TestAResendMarksItsDeadLetterHandled(t *testing.T) {
+	rg := newReplayRig(t)
+	ctx := context.Background()
+	rg.put(t, "orders", 0, 1, 2*time.Hour, dead("a-00", "acme", rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS))
+	s := &Service{archive: rg.arch, replay: rg.replay}
+	dl, mark, err := s.ForResend(ctx, "a-00", "orders")
+	if err != nil || dl.GetEvent().GetEventId() != "a-00" {
+		t.Fatalf("for resend: %v, %v", dl, err)
+	}
+	resentAt := rg.now.Add(-90 * time.Minute)
+	if err := mark(ctx, resentAt); err != nil {
+		t.Fatal(err)
+	}
+	shown, err := s.GetDeadLetter(ctx, connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: "a-00", DestinationId: "orders"}))
+	if err != nil || !shown.Msg.GetDeadLetter().GetReplayedAt().AsTime().Equal(resentAt.Truncate(time.Millisecond)) {
+		t.Fatalf("the resent dead letter: replayed_at %v, %v; want %v", shown.Msg.GetDeadLetter().GetReplayedAt(), err, resentAt)
+	}
+	orders := &rivorav1.DeadLetterFilter{DestinationId: "orders"}
+	if _, end, err := rg.run(ctx, ReplayRequest{Filter: orders}, nil); err != nil || end.Replayed != 0 || end.Skipped != 1 {
+		t.Fatalf("replay after the resend: %+v, %v; want the resent dead letter skipped", end, err)
+	}
+	// The resent copy died as well.
+	again := dead("a-00", "acme", rivorav1.DeadReason_DEAD_REASON_WINDOW)
+	again.Event.Resent = true
+	rg.put(t, "orders", 0, 2, time.Hour, again)
+	if _, end, err := rg.run(ctx, ReplayRequest{Filter: orders}, nil); err != nil || end.Replayed != 1 {
+		t.Fatalf("replay after the resent copy died: %+v, %v; want it sent once", end, err)
+	}
+	if evs := rg.ingest.events; len(evs) != 1 || !evs[0].GetResent() {
+		t.Fatalf("re-ingested %v; want the resent copy's death (resent), not the death the resend sent", evs)
+	}
+}
