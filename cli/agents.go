@@ -20,13 +20,15 @@ func (e *env) agentsCommand() *ucli.Command {
 			Name:      "list",
 			Usage:     "list agents: address, health, Consul session, applied config version, owned and assigned partitions",
 			UsageText: "rivoractl agents list [-o json]",
-			Description: `-o json prints a JSON array of objects with name, address, healthy
-(connected), appliedVersion, lastSeen and partitions (numbers).
+			Description: `-o json prints a JSON array of objects with name, address, healthy,
+healthReason, connected, session, appliedVersion, lastSeen, partitions and
+assignedPartitions (numbers).
 
 A customer's token sees only whether each agent is connected and which
 config version it applied (for --wait); the agents' names, addresses,
 health and partitions are the operator's. It is told so, with how many
-agents applied the latest version.`,
+agents applied the latest version (-o json: objects with connected and
+appliedVersion only).`,
 			Action: func(c *ucli.Context) error {
 				if err := exactArgs(c, 0, "no arguments"); err != nil {
 					return err
@@ -38,9 +40,8 @@ agents applied the latest version.`,
 					return callFailed("list agents", err, nil)
 				}
 				agents := resp.Msg.GetAgents()
-				if appliedOnly(agents) && e.output != "json" {
-					printAppliedOnly(e, resp.Msg)
-					return nil
+				if appliedOnly(agents) {
+					return printAppliedOnly(e, resp.Msg)
 				}
 				if e.output == "json" {
 					type agentJSON struct {
@@ -94,8 +95,22 @@ func appliedOnly(agents []*rivorav1.AgentStatus) bool {
 	return len(agents) > 0
 }
 
-// printAppliedOnly says what a customer's token may know of the agents.
-func printAppliedOnly(e *env, st *rivorav1.GetConfigStatusResponse) {
+// printAppliedOnly says what a customer's token may know of the agents
+// (-o json: an array of objects with connected and appliedVersion only).
+func printAppliedOnly(e *env, st *rivorav1.GetConfigStatusResponse) error {
+	if e.output == "json" {
+		type appliedJSON struct {
+			Connected      bool   `json:"connected"`
+			AppliedVersion uint64 `json:"appliedVersion"`
+		}
+		out := make([]appliedJSON, 0, len(st.GetAgents()))
+		for _, a := range st.GetAgents() {
+			out = append(out, appliedJSON{Connected: a.GetConnected(), AppliedVersion: a.GetAppliedVersion()})
+		}
+		enc := json.NewEncoder(e.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
 	connected, applied := 0, 0
 	for _, a := range st.GetAgents() {
 		if a.GetConnected() {
@@ -107,7 +122,8 @@ func printAppliedOnly(e *env, st *rivorav1.GetConfigStatusResponse) {
 	}
 	fmt.Fprintf(e.out, "Agents connected: %d of %d; applied the latest config (version %d): %d.\n",
 		connected, len(st.GetAgents()), st.GetVersion(), applied)
-	fmt.Fprintln(e.out, "This token sees only that: the agents' names, addresses, health and partitions are shown to operators.")
+	_, err := fmt.Fprintln(e.out, "This token sees only that: the agents' names, addresses, health and partitions are shown to operators.")
+	return err
 }
 
 func nonNil(ps []uint32) []uint32 {

@@ -42,6 +42,11 @@ func TestAgentsListWithACustomersToken(t *testing.T) {
 		t.Fatalf("agents list with a customer's token printed:\n%s", out)
 	}
 
+	js := mustSucceed(t, run(t, url, "", "agents", "list", "-o", "json")).stdout
+	if strings.Contains(js, "healthy") || strings.Contains(js, "name") || strings.Count(js, `"appliedVersion"`) != 3 {
+		t.Fatalf("agents list -o json with a customer's token printed:\n%s\nwant connected and appliedVersion only", js)
+	}
+
 	url = startFakeConfigStatus(t, &rivorav1.GetConfigStatusResponse{Version: 12, Agents: []*rivorav1.AgentStatus{
 		{Name: "a1", Address: "http://127.0.0.1:8081", Connected: true, Healthy: true, AppliedVersion: 12, Partitions: []uint32{0, 1}},
 	}})

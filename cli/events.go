@@ -38,7 +38,10 @@ EVENT_ID is what publish printed.
 
 An event replayed or resent was accepted more than once: EPISODE lists
 each acceptance, oldest first, with its tries and how it ended (ACCEPTED
-and STATE are the latest one's; each has its own max attempts).
+and STATE are the latest one's). Each has its own max attempts, so
+ATTEMPT starts at 1 again in each. -o json has them as episodes
+(acceptedAt, state, deadReason, firstTry, lastTry), absent for an event
+accepted once.
 
 Each try sent has its own number (TRY). ATTEMPT is the one of the event's
 max attempts it used, or "not charged: destination down" (or throttling
