@@ -749,20 +749,30 @@ func TestReplayRefusesABadRate(t *testing.T) {
 }
 
 // An event held by a pause has no next attempt to show: its retry time
-// (past, soon) says nothing while the pause holds it.
+// (past, soon) says nothing while the pause holds it. One held by its
+// degraded destination does.
 func TestHeldEventShowsNoNextAttempt(t *testing.T) {
 	t.Parallel()
 	p := newPartner(t, func(partner.Request) int { return http.StatusServiceUnavailable })
 	ag := startAgent(t, t.TempDir())
 	ag.create(destination("orders", p.URL(), 8))
 	id := ag.publish("orders", "acme", "u1")
-	ag.waitEvent(id, "a failed attempt", func(e *rivorav1.GetEventResponse) bool { return len(e.GetAttempts()) > 0 })
+	// Held by its degraded destination, it is tried again at its retry
+	// time: that is shown.
+	degraded := ag.waitEvent(id, "held by its degraded destination", func(e *rivorav1.GetEventResponse) bool {
+		return strings.HasPrefix(e.GetWaiting(), "held: destination degraded")
+	})
+	if degraded.GetNextAttemptAt() == nil {
+		t.Fatalf("event held by its degraded destination (%s) shows no next attempt", degraded.GetWaiting())
+	}
 	pause, err := ag.Admin.PauseDestination(context.Background(), connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: "orders", Reason: "partner maintenance"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ag.WaitApplied(pause.Msg.GetVersion())
-	held := ag.waitEvent(id, "held by the pause", func(e *rivorav1.GetEventResponse) bool { return strings.HasPrefix(e.GetWaiting(), "held: ") })
+	held := ag.waitEvent(id, "held by the pause", func(e *rivorav1.GetEventResponse) bool {
+		return strings.HasPrefix(e.GetWaiting(), "held: ") && strings.Contains(e.GetWaiting(), "destination paused")
+	})
 	if held.GetNextAttemptAt() != nil {
 		t.Fatalf("held event %v shows a next attempt at %v", held.GetWaiting(), held.GetNextAttemptAt().AsTime())
 	}

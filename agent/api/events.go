@@ -83,9 +83,10 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 			resp.NextAttemptAt = timestamppb.New(loc.Head.NotBefore)
 		}
 		s.explainWaiting(resp, loc)
-		if strings.HasPrefix(resp.GetWaiting(), "held: ") {
-			// Held (a pause, a disabling): no attempt is due at the head's
-			// retry time, which may well be past.
+		if loc.Destination.Paused || loc.SubscriptionPaused {
+			// Held by a pause (or a disabling): no attempt is due at the
+			// head's retry time, which may well be past. Held by a
+			// degraded destination, it is tried again then.
 			resp.NextAttemptAt = nil
 		}
 	}
