@@ -191,8 +191,8 @@ func (m *mover) lastConsumeErr() error {
 // fresh one.
 //
 // While the fast path is closed, it checks every drainEvery whether it
-// may open (openDirect); once open, every openEvery whether an election
-// closed it (elected: INGEST elected a leader).
+// may open (openDirect); once open, it checks nothing until an election
+// closes it (elected: INGEST elected a leader).
 func (m *mover) loop(ctx context.Context, msgs <-chan jetstream.Msg, closed <-chan struct{}, elected <-chan struct{}) error {
 	// Until the fast path opens, accepted events queue behind INGEST's
 	// (see Append).
