@@ -11,7 +11,7 @@ import { LaneService } from "../../sdk/typescript/src/gen/rivora/v1/lanes_pb.js"
 import { EventTypeService, SubscriptionService } from "../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { TokenService } from "../../sdk/typescript/src/gen/rivora/v1/tokens_pb.js";
 import { bearerAuth } from "./bearer.js";
-import { roleName, type RoleName } from "./format.js";
+import { roleName, withoutCliHints, type RoleName } from "./format.js";
 
 // The token lives in sessionStorage only: it ends with the tab, and
 // nothing secret is ever written to localStorage.
@@ -79,7 +79,7 @@ export function errorText(err: unknown): string {
   const e = ConnectError.from(err);
   if (networkError(e)) return "cannot reach Rivora: it may be restarting, or the network is down";
   const what = Code[e.code]?.replace(/([a-z])([A-Z])/g, "$1 $2").toLowerCase() ?? "error";
-  return `${e.rawMessage || "request failed"} (${what})`;
+  return `${withoutCliHints(e.rawMessage) || "request failed"} (${what})`;
 }
 
 /** problemText: errorText for the server's errors, the message for the page's own checks. */

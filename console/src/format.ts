@@ -211,3 +211,15 @@ export function utcInput(value: string): Date | undefined {
 export function counted(n: number | bigint, noun: string): string {
   return `${formatCount(n)} ${noun}${n === 1 || n === 1n ? "" : "s"}`;
 }
+
+// A command-line hint in a server message: a backticked `rivoractl …`
+// (or a bare "see rivoractl …"), with the words that lead to it.
+const cliHint = /\s*(?:[;:,]\s*)?\(?(?:(?:see|resume it with|change it with)\s+)?(?:`rivoractl [^`]*`|rivoractl [a-z -]+[a-z])\)?/g;
+
+/**
+ * withoutCliHints is a server message without its command-line hints
+ * ("; see `rivoractl subscriptions list`"): the page has its own buttons.
+ */
+export function withoutCliHints(message: string): string {
+  return message.replace(cliHint, "").replace(/\(\s*\)/g, "").trim();
+}

@@ -12,6 +12,7 @@ import {
   roleName,
   sortRows,
   utcInput,
+  withoutCliHints,
   type DestinationRow,
 } from "../src/format.js";
 
@@ -141,5 +142,23 @@ describe("utcInput", () => {
 describe("counted", () => {
   it("says one thing, and many", () => {
     expect([counted(1, "subscription"), counted(0, "agent"), counted(2n, "event"), counted(1n, "event")]).toEqual(["1 subscription", "0 agents", "2 events", "1 event"]);
+  });
+});
+
+describe("withoutCliHints", () => {
+  it("drops the command-line hints of server messages, and nothing else", () => {
+    const cases: [string, string][] = [
+      ['subscription "s1" does not exist; see `rivoractl subscriptions list`', 'subscription "s1" does not exist'],
+      [
+        'type "a.b" is deprecated: it is no longer offered for new subscriptions (see `rivoractl event-types list`)',
+        'type "a.b" is deprecated: it is no longer offered for new subscriptions',
+      ],
+      ['subscription "s1" is already paused; resume it with `rivoractl subscriptions resume s1`', 'subscription "s1" is already paused'],
+      ['destination "d" already exists; change it with `rivoractl destinations update d`', 'destination "d" already exists'],
+      ["destination d: not found (see rivoractl destinations list)", "destination d: not found"],
+      ["delete unused ones (`rivoractl subscriptions delete ID`) or widen one's types", "delete unused ones or widen one's types"],
+      ["the payload is not valid JSON", "the payload is not valid JSON"],
+    ];
+    for (const [message, want] of cases) expect(withoutCliHints(message), message).toBe(want);
   });
 });
