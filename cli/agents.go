@@ -43,6 +43,12 @@ appliedVersion only).`,
 				if appliedOnly(agents) {
 					return printAppliedOnly(e, resp.Msg)
 				}
+				if len(agents) == 0 && e.output != "json" {
+					// An empty table would not say whether no agent ever
+					// joined or this token may not see them.
+					_, err := fmt.Fprintf(e.out, "No agent follows the control plane yet (config version %d): start one with `rivora agent --controlplane URL`.\n", resp.Msg.GetVersion())
+					return err
+				}
 				if e.output == "json" {
 					type agentJSON struct {
 						Name               string   `json:"name"`

@@ -55,3 +55,17 @@ func TestAgentsListWithACustomersToken(t *testing.T) {
 		t.Fatalf("agents list with an operator's token printed:\n%s", out)
 	}
 }
+
+// With no agent at all, agents list says so rather than printing an empty
+// table (which a customer's token would read as "hidden from me").
+func TestAgentsListWithNoAgent(t *testing.T) {
+	url := startFakeConfigStatus(t, &rivorav1.GetConfigStatusResponse{Version: 3})
+	out := mustSucceed(t, run(t, url, "", "agents", "list")).stdout
+	if !strings.Contains(out, "No agent follows the control plane yet (config version 3)") || strings.Contains(out, "NAME") {
+		t.Fatalf("agents list with no agent printed:\n%s", out)
+	}
+	js := mustSucceed(t, run(t, url, "", "agents", "list", "-o", "json")).stdout
+	if strings.TrimSpace(js) != "[]" {
+		t.Fatalf("agents list -o json with no agent printed %q, want []", js)
+	}
+}
