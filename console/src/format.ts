@@ -221,5 +221,18 @@ const cliHint = /\s*(?:[;:,]\s*)?\(?(?:(?:see|resume it with|change it with)\s+)
  * ("; see `rivoractl subscriptions list`"): the page has its own buttons.
  */
 export function withoutCliHints(message: string): string {
-  return message.replace(cliHint, "").replace(/\(\s*\)/g, "").trim();
+  return message
+    .replace(cliHint, "")
+    .replace(forceClause, "")
+    .replace(flagExample, "")
+    .replace(/\(\s*\)/g, "")
+    .trim();
 }
+
+// ", or delete with --force to archive them as dead letters": the page
+// offers its own "Delete anyway" (or "Remove anyway") after the refusal.
+const forceClause = /,?\s+or (?:delete|remove)\b[^;.]*?--force\b[^;.]*/g;
+
+// "give a path (--path /in/c1)": the flag's example, in parentheses; the
+// form's field has its own label.
+const flagExample = /\s*\(--[a-z][a-z-]*\b[^)]*\)/g;

@@ -158,6 +158,19 @@ describe("withoutCliHints", () => {
       ["destination d: not found (see rivoractl destinations list)", "destination d: not found"],
       ["delete unused ones (`rivoractl subscriptions delete ID`) or widen one's types", "delete unused ones or widen one's types"],
       ["the payload is not valid JSON", "the payload is not valid JSON"],
+      [
+        'subscription "s1" has 5 pending events; wait for them, or delete with --force to archive them as dead letters',
+        'subscription "s1" has 5 pending events; wait for them',
+      ],
+      [
+        'destination "d" has 2 subscriptions (s1, s2): delete them first, or delete the destination with --force to delete them too',
+        'destination "d" has 2 subscriptions (s1, s2): delete them first',
+      ],
+      [
+        'url "http://x/in" is not on destination "d"\'s origin http://y: give a path (--path /in/c1) or subscribe to another destination',
+        'url "http://x/in" is not on destination "d"\'s origin http://y: give a path or subscribe to another destination',
+      ],
+      ["a --force-less message keeps (its parentheses)", "a --force-less message keeps (its parentheses)"],
     ];
     for (const [message, want] of cases) expect(withoutCliHints(message), message).toBe(want);
   });
