@@ -84,7 +84,10 @@ type Result struct {
 	// destination; empty for a fan-out (see Routes).
 	EventID string
 	// Duplicate is true when the event had already been accepted (same
-	// idempotency key).
+	// idempotency key). That includes this call's own first try: when its
+	// answer was lost (a connection reset) and the SDK tried again, the
+	// retry finds the event the first try stored. Either way the event is
+	// stored once.
 	Duplicate bool
 	// FannedOut is true when the event named no destination: Routes then
 	// lists one delivery per matching subscription, and is empty when
@@ -141,9 +144,10 @@ type config struct {
 	attemptTimeout time.Duration
 	grpc           bool
 	protoJSON      bool
-	// badURL is why the base URL cannot work (nil when it can): every
-	// try answers it at once, as InvalidArgument, which is not retried.
-	badURL error
+	// unusable is why the base URL or the token cannot work (nil when
+	// they can): every try answers it at once, as InvalidArgument, which
+	// is not retried.
+	unusable error
 }
 
 // Option configures a Client. Options are created only by this package's
@@ -168,8 +172,11 @@ func WithHTTPClient(hc *http.Client) Option {
 // `Authorization: Bearer <token>`. Rivora refuses calls without one
 // (Unauthenticated), and a publisher token publishes only for the customers
 // it names (PermissionDenied otherwise). It works with WithHTTPClient too.
+// Spaces and line breaks around the token are dropped (a token read from
+// a file ends with one); a token with a control character inside makes
+// every call fail with InvalidArgument.
 func WithToken(token string) Option {
-	return optionFunc(func(c *config) { c.token = token })
+	return optionFunc(func(c *config) { c.token = strings.TrimSpace(token) })
 }
 
 // WithTLSConfig is how the default HTTP client verifies an https:// base
@@ -184,8 +191,12 @@ func WithTLSConfig(cfg *tls.Config) Option {
 // WithRetry bounds retries: at most maxAttempts tries in all (values below 1
 // mean 1, no retry), waiting baseBackoff, then twice that, and so on
 // (jittered, capped at 10s) between tries. A baseBackoff of zero retries
-// immediately. Only Unavailable, DeadlineExceeded of one try,
-// ResourceExhausted and Aborted are retried; the context ends all waiting.
+// immediately. Retried are Unavailable, Aborted, DeadlineExceeded of one
+// try (WithAttemptTimeout), ResourceExhausted (overload; not a request
+// over the server's size limit, which would be refused again), and a
+// connection that broke mid-call (connect reports it as Canceled or
+// Unknown); the caller's context ends all waiting, and nothing else is
+// retried.
 func WithRetry(maxAttempts int, baseBackoff time.Duration) Option {
 	return optionFunc(func(c *config) {
 		c.maxAttempts = max(maxAttempts, 1)
@@ -231,10 +242,15 @@ func newConfig(baseURL string, opts []Option) (config, string) {
 		attemptTimeout: DefaultAttemptTimeout,
 	}
 	for _, o := range opts {
-		o.apply(&cfg)
+		if o != nil { // an option left unset by an if
+			o.apply(&cfg)
+		}
 	}
 	baseURL = strings.TrimRight(baseURL, "/")
-	cfg.badURL = checkBaseURL(baseURL)
+	cfg.unusable = checkBaseURL(baseURL)
+	if cfg.unusable == nil {
+		cfg.unusable = checkToken(cfg.token)
+	}
 	if cfg.httpClient == nil {
 		cfg.httpClient = defaultHTTPClient(cfg.grpc && strings.HasPrefix(baseURL, "http://"), cfg.tlsConfig)
 	}
@@ -276,10 +292,11 @@ func defaultHTTPClient(h2c bool, tlsConfig *tls.Config) *http.Client {
 	return &http.Client{Transport: t}
 }
 
-// Publish accepts one event and returns its id. A nil error means the event
-// is durably stored by Rivora. The id is that of a destination-named event;
-// for an event that fans out (no Destination) it is empty: use
-// PublishResult, which returns one event id per subscription.
+// Publish accepts one event and returns its id. For an event that names
+// its Destination, a nil error means the event is durably stored by
+// Rivora. For an event that fans out (no Destination) the id is empty and
+// a nil error means every delivery to a matching subscription is stored,
+// which may be none: use PublishResult, which lists them with their ids.
 func (c *Client) Publish(ctx context.Context, e Event) (string, error) {
 	r, err := c.PublishResult(ctx, e)
 	if err != nil {
@@ -424,6 +441,17 @@ func checkBaseURL(baseURL string) error {
 	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("rivora: base URL %q: want http://HOST:PORT or https://HOST:PORT", baseURL))
 }
 
+// checkToken refuses a token no HTTP header can carry: net/http would
+// refuse every request, which reads as the server being unavailable.
+func checkToken(token string) error {
+	for _, c := range token {
+		if c < ' ' || c == 0x7f {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("rivora: the token holds a control character (%q): check how it was read", c))
+		}
+	}
+	return nil
+}
+
 // retry runs call until it succeeds, fails for good, runs out of attempts or
 // ctx ends. Every try sends the same request, so the idempotency key set
 // before the first try makes a retry of an already stored event harmless.
@@ -451,8 +479,12 @@ func (cfg *config) retry(ctx context.Context, call func(context.Context) error) 
 }
 
 func (cfg *config) try(ctx context.Context, call func(context.Context) error) error {
-	if cfg.badURL != nil {
-		return cfg.badURL // invalid_argument: never retried
+	if cfg.unusable != nil {
+		return cfg.unusable // invalid_argument: never retried
+	}
+	if cfg.maxAttempts == 0 {
+		// A zero Client (or SubscriptionClient): not made by New.
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New("rivora: the client was not made by sdk.New (or sdk.NewSubscriptionClient)"))
 	}
 	if cfg.attemptTimeout <= 0 {
 		return call(ctx)
@@ -482,7 +514,9 @@ func (cfg *config) backoff(attempt int) time.Duration {
 // tooLarge tells a request refused for its size (connect's read limit,
 // which answers resource_exhausted) from an overloaded server.
 func tooLarge(err error) bool {
-	return strings.Contains(err.Error(), "larger than configured max")
+	msg := err.Error()
+	// connect's message limit, and net/http's body limit (MaxBytesReader).
+	return strings.Contains(msg, "larger than configured max") || strings.Contains(msg, "request body too large") || strings.Contains(msg, "MaxBytesReader limit")
 }
 
 func contextCode(err error) connect.Code {

@@ -463,3 +463,74 @@ func TestBaseURLWithoutSchemeIsInvalid(t *testing.T) {
 		}
 	}
 }
+
+// A token read from a file ends with a line break: it is sent without
+// it. A token that holds a control character inside fails every call at
+// once, as invalid_argument, rather than reading as an unavailable server
+// after the retries.
+func TestTokenIsTrimmedOrRefused(t *testing.T) {
+	var got atomic.Value
+	srv := &ingestServer{}
+	path, h := rivorav1connect.NewIngestServiceHandler(srv)
+	mux := http.NewServeMux()
+	mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Header.Get("Authorization"))
+		h.ServeHTTP(w, r)
+	}))
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+
+	if _, err := sdk.New(ts.URL, sdk.WithToken("tok-123\n"), fastRetry()).Publish(t.Context(), testEvent); err != nil {
+		t.Fatalf("publish with a token ending in a line break: %v", err)
+	}
+	if got.Load() != "Bearer tok-123" {
+		t.Fatalf("Authorization = %q, want %q", got.Load(), "Bearer tok-123")
+	}
+	_, err := sdk.New(ts.URL, sdk.WithToken("tok\n123"), fastRetry()).Publish(t.Context(), testEvent)
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "control character") {
+		t.Fatalf("publish with a line break inside the token: %v, want invalid_argument naming it", err)
+	}
+	if calls, _ := srv.snapshot(); calls != 1 {
+		t.Fatalf("the server saw %d calls, want 1 (the bad token sends nothing)", calls)
+	}
+}
+
+// A nil Option (one left unset) is skipped; a zero Client answers an error
+// rather than panicking.
+func TestNilOptionAndZeroClient(t *testing.T) {
+	srv := &ingestServer{}
+	var unset sdk.Option
+	if _, err := sdk.New(startIngest(t, srv), unset, fastRetry()).Publish(t.Context(), testEvent); err != nil {
+		t.Fatalf("publish with a nil option: %v", err)
+	}
+	var zero sdk.Client
+	if _, err := zero.Publish(t.Context(), testEvent); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("zero Client: %v, want failed_precondition", err)
+	}
+	var zeroSubs sdk.SubscriptionClient
+	if _, err := zeroSubs.Pause(t.Context(), "sub-1", "probe"); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("zero SubscriptionClient: %v, want failed_precondition", err)
+	}
+}
+
+// net/http's body limit ("request body too large") is a request over the
+// size limit too: not retried.
+func TestBodyLimitNotRetried(t *testing.T) {
+	var requests atomic.Int32
+	srv := &ingestServer{}
+	path, h := rivorav1connect.NewIngestServiceHandler(srv)
+	mux := http.NewServeMux()
+	mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		r.Body = http.MaxBytesReader(w, r.Body, 1024)
+		h.ServeHTTP(w, r)
+	}))
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	big := testEvent
+	big.Payload = []byte(`"` + strings.Repeat("x", 4096) + `"`)
+	_, err := sdk.New(ts.URL, fastRetry()).Publish(t.Context(), big)
+	if err == nil || requests.Load() != 1 {
+		t.Fatalf("over-size publish: %v after %d requests; want an error after 1", err, requests.Load())
+	}
+}

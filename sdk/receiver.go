@@ -34,7 +34,7 @@ func VerifyRequest(secret string, r *http.Request) ([]byte, error) {
 }
 
 func verify(v *webhook.Verifier, r *http.Request) ([]byte, error) {
-	if r.Body == nil {
+	if r == nil || r.Body == nil {
 		return nil, fmt.Errorf("webhook: request has no body")
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
@@ -52,9 +52,15 @@ func verify(v *webhook.Verifier, r *http.Request) ([]byte, error) {
 
 // NewHandler returns an http.Handler that verifies every request with secret
 // and passes verified ones to fn, with the body already read (r.Body is
-// reset to it as well). Unsigned, tampered or stale requests get 401, bodies
-// over MaxBodyBytes get 413, and fn is not called. Answer 2xx from fn once
-// the event is handled; anything else makes Rivora retry it.
+// reset to it as well). Rivora delivers with POST: any other method gets
+// 405. Unsigned, tampered or stale requests get 401, bodies over
+// MaxBodyBytes get 413, and fn is not called. Answer 2xx from fn once the
+// event is handled; anything else makes Rivora retry it.
+//
+// Deliveries are at least once, and a verified request can be sent again
+// within the timestamp tolerance (a retry, or a replay by whoever saw it):
+// fn should dedupe on the webhook-id header, which is the same on every
+// copy of one event.
 func NewHandler(secret string, fn func(w http.ResponseWriter, r *http.Request, body []byte)) (http.Handler, error) {
 	v, err := webhook.NewVerifier(secret)
 	if err != nil {
@@ -64,6 +70,11 @@ func NewHandler(secret string, fn func(w http.ResponseWriter, r *http.Request, b
 		return nil, errors.New("sdk.NewHandler: fn is nil")
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "webhooks are delivered with POST", http.StatusMethodNotAllowed)
+			return
+		}
 		body, err := verify(v, r)
 		switch {
 		case errors.Is(err, ErrBodyTooLarge):

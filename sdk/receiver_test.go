@@ -123,13 +123,18 @@ func TestHandler(t *testing.T) {
 		{"wrong secret", signedRequest(t, "whsec_"+strings.Repeat("B", 43)+"=", "evt_3", now, body, body), http.StatusUnauthorized, 0},
 		{"stale", requestWith(vectorID, vectorTimestamp, vectorSignature, vectorBody), http.StatusUnauthorized, 0},
 		{"unsigned", httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body)), http.StatusUnauthorized, 0},
+		{"not a POST", func() *http.Request {
+			r := signedRequest(t, vectorSecret, "evt_5", now, body, body)
+			r.Method = http.MethodGet
+			return r
+		}(), http.StatusMethodNotAllowed, 0},
 		{"too large", signedRequest(t, vectorSecret, "evt_4", now, "", strings.Repeat("x", sdk.MaxBodyBytes+1)), http.StatusRequestEntityTooLarge, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			calls, gotBody, gotReread = 0, nil, nil
 			body, _ := io.ReadAll(tt.req.Body)
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, bytes.NewReader(body))
+			req, err := http.NewRequestWithContext(t.Context(), tt.req.Method, srv.URL, bytes.NewReader(body))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -41,6 +41,12 @@ type Subscription struct {
 	// keeps signing too until PreviousSecretExpiresAt.
 	PreviousSecretFingerprint string
 	PreviousSecretExpiresAt   time.Time
+	// DestinationSecretUntil is set when a rotation gave a subscription
+	// that was signed with its destination's secret one of its own: the
+	// destination's secret signs its deliveries too until then, so its
+	// receiver can switch without refusing any (PreviousSecret… stay
+	// empty: the subscription never held that secret).
+	DestinationSecretUntil time.Time
 	// Headers are custom headers added to deliveries; answers carry only
 	// their values' fingerprints.
 	Headers     []Header
@@ -332,7 +338,8 @@ func subscriptionOf(s *rivorav1.Subscription) Subscription {
 		Filter: s.GetFilter(), Path: s.GetPath(), URL: s.GetUrl(), DeliveryURL: s.GetDeliveryUrl(),
 		Secret: s.GetSecret(), SecretFingerprint: s.GetSecretFingerprint(),
 		PreviousSecretFingerprint: s.GetPreviousSecretFingerprint(), PreviousSecretExpiresAt: timeOf(s.GetPreviousSecretExpiresAt()),
-		Paused: s.GetPaused(), Description: s.GetDescription(), DestinationState: s.GetDestinationState(),
+		DestinationSecretUntil: timeOf(s.GetDestinationSecretUntil()),
+		Paused:                 s.GetPaused(), Description: s.GetDescription(), DestinationState: s.GetDestinationState(),
 		CreatedAt: timeOf(s.GetCreatedAt()), UpdatedAt: timeOf(s.GetUpdatedAt()),
 	}
 	for _, h := range s.GetHeaders() {

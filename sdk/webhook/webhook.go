@@ -95,6 +95,9 @@ func NewSigner(secret string) (*Signer, error) {
 // its end) "v1,<new> v1,<previous>"; then, for a signer of v1a too, its
 // "v1a,<signature>" entries the same way.
 func (s *Signer) Sign(id string, timestamp int64, body []byte) string {
+	if s == nil || (s.key == nil && s.ed == nil) {
+		return "" // not made by NewSigner: no key to sign with
+	}
 	if s.key == nil {
 		return string(s.ed.appendEd25519(nil, id, timestamp, body))
 	}
@@ -149,6 +152,25 @@ var (
 	ErrNoMatch          = errors.New("webhook: no matching signature")
 )
 
+// unixSeconds reads a webhook-timestamp: decimal digits only, as it is
+// signed ("+17…" or "017…" would verify against another text than the
+// one the sender signed).
+func unixSeconds(ts string) (int64, error) {
+	for _, c := range ts {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("%w: %q is not unix seconds", ErrInvalidTimestamp, ts)
+		}
+	}
+	if len(ts) > 1 && ts[0] == '0' {
+		return 0, fmt.Errorf("%w: %q is not unix seconds (leading zero)", ErrInvalidTimestamp, ts)
+	}
+	n, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q is not unix seconds", ErrInvalidTimestamp, ts)
+	}
+	return n, nil
+}
+
 // Verifier checks signed requests for one secret (v1), or for one public
 // key (v1a, NewPublicKeyVerifier).
 type Verifier struct {
@@ -165,34 +187,56 @@ func NewVerifier(secret string) (*Verifier, error) {
 	if strings.HasPrefix(secret, PublicKeyPrefix) {
 		return NewPublicKeyVerifier(secret)
 	}
+	if strings.HasPrefix(secret, SigningKeyPrefix) {
+		return nil, fmt.Errorf("a %q key signs; a receiver verifies with its public key %q (webhook.PublicKeyOf, or the destination's public key in `rivoractl destinations get`)", SigningKeyPrefix, PublicKeyPrefix)
+	}
 	s, err := NewSigner(secret)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (or a %q public key for ed25519)", err, PublicKeyPrefix)
 	}
 	return &Verifier{signer: s, tolerance: DefaultTolerance, now: time.Now}, nil
 }
 
-// WithTolerance returns a copy of v accepting timestamps within d of now.
+// WithTolerance returns a copy of v accepting timestamps within d of now;
+// d of zero or below keeps v's tolerance (it would refuse every request).
 func (v *Verifier) WithTolerance(d time.Duration) *Verifier {
 	c := *v
-	c.tolerance = d
+	if d > 0 {
+		c.tolerance = d
+	}
 	return &c
 }
+
+// ErrNoKey is Verify's answer on a Verifier not made by NewVerifier or
+// NewPublicKeyVerifier (a zero or nil one): it holds no key to check with.
+var ErrNoKey = errors.New("webhook: the Verifier has no key: make it with webhook.NewVerifier")
 
 // Verify checks the Standard Webhooks headers of a request against its body.
 // The signature header may carry several space-separated entries (secret
 // rotation, or v1 and v1a side by side); one match of the verifier's
 // scheme is enough: v1 for a secret, v1a for a public key.
 func (v *Verifier) Verify(h http.Header, body []byte) error {
-	id, ts, sigs := h.Get(HeaderID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
-	if id == "" || ts == "" || sigs == "" {
+	if v == nil || (v.signer == nil && v.public == nil) {
+		return ErrNoKey
+	}
+	// A signature header sent as several lines is one list of entries.
+	id, ts, sigs := h.Get(HeaderID), h.Get(HeaderTimestamp), strings.Join(h.Values(HeaderSignature), " ")
+	if id == "" || ts == "" || strings.TrimSpace(sigs) == "" {
 		return ErrMissingHeaders
 	}
-	timestamp, err := strconv.ParseInt(ts, 10, 64)
+	timestamp, err := unixSeconds(ts)
 	if err != nil {
-		return fmt.Errorf("%w: %q is not unix seconds", ErrInvalidTimestamp, ts)
+		return err
 	}
-	if d := v.now().Sub(time.Unix(timestamp, 0)); d > v.tolerance || d < -v.tolerance {
+	now := time.Now
+	if v.now != nil {
+		now = v.now
+	}
+	tolerance := v.tolerance
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	if d := now().Sub(time.Unix(timestamp, 0)); d > tolerance || d < -tolerance {
 		return fmt.Errorf("%w: off by %s", ErrInvalidTimestamp, d.Round(time.Second))
 	}
 	var want, content []byte

@@ -86,6 +86,16 @@ func TestVerifyRejects(t *testing.T) {
 			h.Set(webhook.HeaderTimestamp, "yesterday")
 			return h
 		}(), vectorBody, webhook.ErrInvalidTimestamp},
+		{"timestamp with a sign", func() http.Header {
+			h := headers(vectorID, 0, vectorSignature)
+			h.Set(webhook.HeaderTimestamp, "+"+strconv.FormatInt(vectorTimestamp, 10))
+			return h
+		}(), vectorBody, webhook.ErrInvalidTimestamp},
+		{"timestamp with a leading zero", func() http.Header {
+			h := headers(vectorID, 0, vectorSignature)
+			h.Set(webhook.HeaderTimestamp, "0"+strconv.FormatInt(vectorTimestamp, 10))
+			return h
+		}(), vectorBody, webhook.ErrInvalidTimestamp},
 		{"missing id", func() http.Header {
 			h := headers(vectorID, vectorTimestamp, vectorSignature)
 			h.Del(webhook.HeaderID)
@@ -175,5 +185,49 @@ func TestKeyRejectsMalformedSecrets(t *testing.T) {
 		if _, err := webhook.NewVerifier(secret); err == nil {
 			t.Errorf("NewVerifier(%q) = nil error, want an error", secret)
 		}
+	}
+}
+
+// A signature header sent as two lines is one list: the match may be on
+// the second line.
+func TestVerifyReadsEverySignatureLine(t *testing.T) {
+	h := headers(vectorID, vectorTimestamp, "v1,bm90LXRoaXMtb25l")
+	h.Add(webhook.HeaderSignature, vectorSignature)
+	if err := vectorVerifier(t).Verify(h, []byte(vectorBody)); err != nil {
+		t.Fatalf("Verify with the match on a second header line = %v", err)
+	}
+}
+
+// A zero or nil Verifier, or a zero Signer, answers rather than panics; a
+// tolerance of zero or below keeps the verifier's own.
+func TestZeroValuesAnswer(t *testing.T) {
+	h := headers(vectorID, vectorTimestamp, vectorSignature)
+	if err := (&webhook.Verifier{}).Verify(h, []byte(vectorBody)); !errors.Is(err, webhook.ErrNoKey) {
+		t.Fatalf("zero Verifier: %v, want ErrNoKey", err)
+	}
+	var nilVerifier *webhook.Verifier
+	if err := nilVerifier.Verify(h, []byte(vectorBody)); !errors.Is(err, webhook.ErrNoKey) {
+		t.Fatalf("nil Verifier: %v, want ErrNoKey", err)
+	}
+	if got := (&webhook.Signer{}).Sign(vectorID, vectorTimestamp, []byte(vectorBody)); got != "" {
+		t.Fatalf("zero Signer signed %q", got)
+	}
+	if err := vectorVerifier(t).WithTolerance(-time.Minute).Verify(h, []byte(vectorBody)); err != nil {
+		t.Fatalf("WithTolerance(-1m) refused the vector at its own time: %v", err)
+	}
+}
+
+// A receiver given the signing key is told to use the public key.
+func TestNewVerifierWithASigningKeyNamesThePublicKey(t *testing.T) {
+	signing, _, err := webhook.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = webhook.NewVerifier(signing)
+	if err == nil || !strings.Contains(err.Error(), webhook.PublicKeyPrefix) {
+		t.Fatalf("NewVerifier(whsk_…) = %v, want an error naming %q", err, webhook.PublicKeyPrefix)
+	}
+	if _, err := webhook.NewVerifier("nope"); err == nil || !strings.Contains(err.Error(), webhook.PublicKeyPrefix) {
+		t.Fatalf("NewVerifier(nope) = %v, want it to name both prefixes", err)
 	}
 }
