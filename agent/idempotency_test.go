@@ -12,6 +12,7 @@ import (
 	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/sdk"
 	"github.com/rivora/rivora/sdk/eventid"
 	"github.com/rivora/rivora/testkit/partner"
 	"github.com/rivora/rivora/testkit/poll"
@@ -56,6 +57,9 @@ func TestKeyReusedAfterTheOriginalWasDeliveredAndTheAgentRestarted(t *testing.T)
 		_, err := ag.Ingest.Publish(ctx, connect.NewRequest(keyed(`{"v":"second"}`)))
 		if connect.CodeOf(err) != connect.CodeAlreadyExists || !strings.Contains(err.Error(), `idempotency key "order-77" was already used`) || !strings.Contains(err.Error(), id) {
 			t.Fatalf("the key again with another payload %s: %v; want already_exists naming event %s", when, err, id)
+		}
+		if orig, index, ok := sdk.KeyReused(err); !ok || orig != id || index != -1 {
+			t.Fatalf("sdk.KeyReused(%v) = %q, %d, %v; want %s, -1, true (the error's ErrorInfo)", err, orig, index, ok, id)
 		}
 		again, err := ag.Ingest.Publish(ctx, connect.NewRequest(keyed(`{"v":"first"}`)))
 		if err != nil || again.Msg.GetEventId() != id || !again.Msg.GetDuplicate() {
@@ -134,6 +138,9 @@ func TestKeyReusedInABatchAtTheOwnerStoresNothing(t *testing.T) {
 	}}))
 	if connect.CodeOf(err) != connect.CodeAlreadyExists || !strings.Contains(err.Error(), "events[1]") || !strings.Contains(err.Error(), "nothing in this batch was stored") || !strings.Contains(err.Error(), first.Msg.GetEventId()) {
 		t.Fatalf("a batch reusing order-1 for another payload: %v; want already_exists for events[1], naming %s", err, first.Msg.GetEventId())
+	}
+	if orig, index, ok := sdk.KeyReused(err); !ok || orig != first.Msg.GetEventId() || index != 1 {
+		t.Fatalf("sdk.KeyReused(%v) = %q, %d, %v; want %s, 1, true", err, orig, index, ok, first.Msg.GetEventId())
 	}
 	alone, err := ag.Ingest.Publish(ctx, connect.NewRequest(keyed("order-2", `{"v":2}`)))
 	if err != nil || alone.Msg.GetDuplicate() {

@@ -16,11 +16,13 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -548,6 +550,43 @@ func retryable(err error) bool {
 		return false
 	}
 }
+
+// KeyReused tells an already_exists answer to a publish that reused an
+// idempotency key for another event (another payload, type, lane or
+// content type) within the dedup window, and names the event the key
+// already names. index is the refused event's place in a PublishBatch
+// (-1 for a single Publish). ok is false for any other error. A fan-out's
+// reused key (a publish without Destination) names no single original:
+// ok is false there too; its message says what happened.
+func KeyReused(err error) (originalEventID string, index int, ok bool) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeAlreadyExists {
+		return "", 0, false
+	}
+	for _, d := range ce.Details() {
+		v, derr := d.Value()
+		info, isInfo := v.(*errdetails.ErrorInfo)
+		if derr != nil || !isInfo || info.GetReason() != keyReusedReason || info.GetDomain() != errorDomain {
+			continue
+		}
+		index = -1
+		if s, found := info.GetMetadata()["index"]; found {
+			if n, perr := strconv.Atoi(s); perr == nil {
+				index = n
+			}
+		}
+		return info.GetMetadata()["original_event_id"], index, true
+	}
+	return "", 0, false
+}
+
+// The ErrorInfo a conflict carries: agent/ingest.KeyReusedReason and
+// internal/errkind.Domain (agent's idempotency tests read the agent's
+// answers with KeyReused).
+const (
+	keyReusedReason = "IDEMPOTENCY_KEY_REUSED"
+	errorDomain     = "rivora.dev"
+)
 
 // EventID is the id Rivora gives an event published with an idempotency
 // key: a function of the destination, the customer and the key, so a

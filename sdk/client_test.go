@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -532,5 +533,26 @@ func TestBodyLimitNotRetried(t *testing.T) {
 	_, err := sdk.New(ts.URL, fastRetry()).Publish(t.Context(), big)
 	if err == nil || requests.Load() != 1 {
 		t.Fatalf("over-size publish: %v after %d requests; want an error after 1", err, requests.Load())
+	}
+}
+
+// KeyReused reads the conflict's ErrorInfo (the agent's own is checked
+// end to end in agent's TestKeyReusedInABatchAtTheOwnerStoresNothing and
+// TestKeyReusedAfterTheOriginalWasDeliveredAndTheAgentRestarted).
+func TestKeyReusedReadsTheErrorInfo(t *testing.T) {
+	ce := connect.NewError(connect.CodeAlreadyExists, errors.New("taken"))
+	detail, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "IDEMPOTENCY_KEY_REUSED", Domain: "rivora.dev", Metadata: map[string]string{"original_event_id": "e1", "index": "3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ce.AddDetail(detail)
+	if orig, index, ok := sdk.KeyReused(fmt.Errorf("rivora publish: %w", ce)); !ok || orig != "e1" || index != 3 {
+		t.Fatalf("KeyReused = %q, %d, %v; want e1, 3, true", orig, index, ok)
+	}
+	if _, _, ok := sdk.KeyReused(connect.NewError(connect.CodeAlreadyExists, errors.New("plain"))); ok {
+		t.Fatal("KeyReused of an already_exists without the ErrorInfo: ok")
+	}
+	if _, _, ok := sdk.KeyReused(errors.New("not connect")); ok {
+		t.Fatal("KeyReused of a plain error: ok")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -238,10 +239,20 @@ func (c *claims) releaseUnstored(made claimed) {
 	c.release(free)
 }
 
+// KeyReusedReason is the ErrorInfo reason of a conflict's already_exists:
+// its metadata names the original event ("original_event_id"), the key
+// ("idempotency_key") and, in a batch, the event's index ("index"), so a
+// client reads them without parsing the message.
+const KeyReusedReason = "IDEMPOTENCY_KEY_REUSED"
+
 func conflictError(p *prepared, i int, inBatch bool) error {
 	msg := fmt.Sprintf("idempotency key %q was already used by customer %s on destination %s for another event (event %s: a different payload, type, lane or content type); a key names one event — use a new key for a new event",
 		p.key, p.event.GetCustomerId(), p.event.GetDestinationId(), p.event.GetEventId())
-	return inBatchConflict(msg, i, inBatch)
+	meta := map[string]string{"original_event_id": p.event.GetEventId(), "idempotency_key": p.key}
+	if inBatch {
+		meta["index"] = strconv.Itoa(i)
+	}
+	return errkind.WithInfo(inBatchConflict(msg, i, inBatch), KeyReusedReason, meta)
 }
 
 func inBatchConflict(msg string, i int, inBatch bool) error {

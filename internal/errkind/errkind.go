@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 )
 
 // Kind is a kind of domain error, answered with one Connect code. Kinds
@@ -93,6 +94,17 @@ func AsConnect(err error, also ...func(error) (connect.Code, bool)) error {
 	if err == nil {
 		return nil
 	}
+	ce := asConnect(err, also)
+	var d *detailed
+	if errors.As(err, &d) {
+		if detail, derr := connect.NewErrorDetail(d.info); derr == nil {
+			ce.AddDetail(detail)
+		}
+	}
+	return ce
+}
+
+func asConnect(err error, also []func(error) (connect.Code, bool)) *connect.Error {
 	var ke *kindError
 	if errors.As(err, &ke) {
 		return connect.NewError(ke.kind.code, err)
@@ -117,6 +129,30 @@ func AsConnect(err error, also ...func(error) (connect.Code, bool)) error {
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	}
 	return connect.NewError(connect.CodeInternal, err)
+}
+
+// Domain is the ErrorInfo domain of Rivora's machine-readable error
+// details (WithInfo).
+const Domain = "rivora.dev"
+
+// detailed is an error with a machine-readable detail, which AsConnect
+// attaches to the Connect error (a client reads it from the error's
+// details rather than from its message).
+type detailed struct {
+	err  error
+	info *errdetails.ErrorInfo
+}
+
+func (d *detailed) Error() string { return d.err.Error() }
+func (d *detailed) Unwrap() error { return d.err }
+
+// WithInfo attaches a google.rpc.ErrorInfo (reason, Domain, metadata) to
+// err; nil stays nil. Its kind, if any, still decides the code.
+func WithInfo(err error, reason string, metadata map[string]string) error {
+	if err == nil {
+		return nil
+	}
+	return &detailed{err: err, info: &errdetails.ErrorInfo{Reason: reason, Domain: Domain, Metadata: metadata}}
 }
 
 // CodeOf is the Connect code AsConnect answers err with (with also), for

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/rivora/rivora/internal/errkind"
 )
@@ -135,5 +136,23 @@ func TestInterceptor(t *testing.T) {
 	done := i.WrapStreamingHandler(func(context.Context, connect.StreamingHandlerConn) error { return nil })
 	if err := done(ctx, nil); err != nil {
 		t.Errorf("streaming success: %v", err)
+	}
+}
+
+// WithInfo's ErrorInfo reaches the Connect error; the kind still decides
+// the code.
+func TestWithInfo(t *testing.T) {
+	err := errkind.AsConnect(fmt.Errorf("publish: %w", errkind.WithInfo(errkind.Errorf(errkind.Exists, "taken"), "REASON", map[string]string{"k": "v"})))
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeAlreadyExists || len(ce.Details()) != 1 {
+		t.Fatalf("AsConnect = %v, want already_exists with one detail", err)
+	}
+	v, derr := ce.Details()[0].Value()
+	info, ok := v.(*errdetails.ErrorInfo)
+	if derr != nil || !ok || info.GetReason() != "REASON" || info.GetDomain() != errkind.Domain || info.GetMetadata()["k"] != "v" {
+		t.Fatalf("detail = %v (%v), want the ErrorInfo", v, derr)
+	}
+	if errkind.WithInfo(nil, "R", nil) != nil {
+		t.Fatal("WithInfo(nil) is not nil")
 	}
 }
