@@ -67,6 +67,20 @@ async function signIn(who: "operator" | "viewer"): Promise<void> {
   await page.getByTestId("who").getByText(tokens[who].name).waitFor();
 }
 
+// signInWith signs out whoever is signed in, then signs in with token.
+async function signInWith(token: string): Promise<void> {
+  await page.goto(`${dev.url}/console/`);
+  await page.getByLabel("Token").or(page.getByRole("button", { name: "Sign out" })).waitFor();
+  if (await page.getByRole("button", { name: "Sign out" }).isVisible()) await page.getByRole("button", { name: "Sign out" }).click();
+  await page.getByLabel("Token").fill(token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  try {
+    await page.getByTestId("who").waitFor({ timeout: 10_000 });
+  } catch (e) {
+    throw new Error(`sign-in did not finish at ${page.url()}; the page says: ${await page.locator("body").innerText()}`, { cause: e });
+  }
+}
+
 function row(id: string) {
   return page.locator(`tr[data-id="${id}"]`);
 }
@@ -156,6 +170,8 @@ describe("console in Chromium against rivora dev", () => {
 
   it("sets an override with a reason after a dry run, audited under the operator's name", async () => {
     await page.locator('input[name="rate"]').fill("5");
+    await page.locator('input[name="burst"]').fill("5");
+    await page.locator('input[name="timeout"]').fill("15s");
     await page.locator('input[name="ttl"]').fill("30m");
     await page.locator('input[name="limit-reason"]').fill("partner asked for 5/s");
     const before = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "audit", "-o", "json")) as unknown[];
@@ -166,6 +182,8 @@ describe("console in Chromium against rivora dev", () => {
     expect(JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "audit", "-o", "json"))).toHaveLength(before.length);
     await page.getByRole("button", { name: "Set limit" }).click();
     await page.locator('tr[data-limit="rate_per_second"]').getByText("override").waitFor({ timeout: 10_000 });
+    await page.locator('tr[data-limit="burst"]').getByText("override").waitFor();
+    expect(await page.locator('tr[data-limit="timeout"]').textContent()).toMatch(/15s[\s\S]*override/);
     await shot("destination.png");
   });
 
@@ -473,6 +491,62 @@ describe("console in Chromium against rivora dev", () => {
     const after = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "get", "quiet", "-o", "json")) as { destination: { legacySignature?: unknown } };
     expect(after.destination.legacySignature).toBeUndefined();
     await shot("destination-signing.png");
+  });
+
+  it("an admin creates a token, shown once, and revokes it; the new viewer has no Tokens page", async () => {
+    await signInWith(dev.token);
+    await page.goto(`${dev.url}/console/#/tokens`);
+    await page.getByRole("heading", { name: "Tokens" }).waitFor();
+    await page.locator('input[name="token-name"]').fill("tina-viewer");
+    await page.locator('select[name="token-role"]').selectOption({ label: "viewer: every read, nothing else" });
+    await page.locator('input[name="token-ttl"]').fill("2h");
+    await page.getByRole("button", { name: "Create token" }).click();
+    const secret = page.locator('input[name="new-token"]');
+    await secret.waitFor();
+    const token = await secret.inputValue();
+    expect(token.length).toBeGreaterThan(20);
+    type Listed = { id: string; name: string; role: string; expiresAt?: string };
+    const listed = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "tokens", "list", "-o", "json")) as Listed[];
+    const tina = listed.find((t) => t.name === "tina-viewer");
+    expect(tina).toMatchObject({ role: "viewer" });
+    expect(tina?.expiresAt).toBeTruthy();
+    await page.locator(`tr[data-token="${tina!.id}"]`).waitFor();
+    await shot("tokens.png");
+
+    // The new token signs in, as a viewer: no Tokens page in its navigation.
+    await signInWith(token);
+    await page.getByTestId("who").getByText("tina-viewer (viewer)").waitFor();
+    expect(await page.getByRole("link", { name: "Tokens", exact: true }).count()).toBe(0);
+
+    // Back as the admin: revoke it (confirmed), and rivoractl no longer lists it.
+    await signInWith(dev.token);
+    await page.getByRole("link", { name: "Tokens", exact: true }).click();
+    page.once("dialog", (d) => void d.accept());
+    await page.locator(`tr[data-token="${tina!.id}"]`).getByRole("button", { name: "Revoke" }).click();
+    await page.getByText(`Revoked ${tina!.id} (tina-viewer).`).waitFor();
+    const after = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "tokens", "list", "-o", "json")) as Listed[];
+    expect(after.map((t) => t.id)).not.toContain(tina!.id);
+  });
+
+  it("an admin adds an event type with a schema and deprecates it; rivoractl agrees", async () => {
+    await signInWith(dev.token);
+    await page.getByRole("link", { name: "Event types", exact: true }).click();
+    await page.getByTestId("catalogue-mode").getByText("Open catalogue").waitFor();
+    await page.locator('input[name="type-name"]').fill("order.shipped");
+    await page.locator('input[name="type-description"]').fill("An order left the warehouse");
+    await page.locator('textarea[name="type-schema"]').fill('{"type": "object", "required": ["order_id"]}');
+    await page.getByRole("button", { name: "Add type" }).click();
+    const row = page.locator('tr[data-type="order.shipped"]');
+    await row.getByText("offered").waitFor();
+    type Listed = { name: string; description?: string; schema?: string; deprecated?: boolean };
+    let listed = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "event-types", "list", "--include-deprecated", "-o", "json")) as Listed[];
+    expect(listed.find((t) => t.name === "order.shipped")).toMatchObject({ description: "An order left the warehouse" });
+    expect(listed.find((t) => t.name === "order.shipped")?.schema).toContain("order_id");
+    await row.getByRole("button", { name: "Deprecate" }).click();
+    await row.getByText("deprecated").waitFor();
+    listed = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "event-types", "list", "--include-deprecated", "-o", "json")) as Listed[];
+    expect(listed.find((t) => t.name === "order.shipped")?.deprecated).toBe(true);
+    await shot("event-types.png");
   });
 
   it("logged no error in the page", () => {

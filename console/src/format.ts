@@ -236,3 +236,8 @@ const forceClause = /,?\s+or (?:delete|remove)\b[^;.]*?--force\b[^;.]*/g;
 // "give a path (--path /in/c1)": the flag's example, in parentheses; the
 // form's field has its own label.
 const flagExample = /\s*\(--[a-z][a-z-]*\b[^)]*\)/g;
+
+/** The customer ids typed in a field: comma- or space-separated, no empties. */
+export function customerList(text: string): string[] {
+  return text.split(/[\s,]+/).filter((c) => c !== "");
+}

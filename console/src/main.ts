@@ -9,16 +9,19 @@ import { deadLettersPage } from "./pages/deadletters.js";
 import { destinationPage } from "./pages/destination.js";
 import { destinationsPage } from "./pages/destinations.js";
 import { eventsPage } from "./pages/events.js";
+import { eventTypesPage } from "./pages/eventtypes.js";
 import { myEventsPage } from "./pages/myevents.js";
 import { portalPage } from "./pages/portal.js";
 import { subscriptionPage } from "./pages/subscription.js";
 import { subscriptionsPage } from "./pages/subscriptions.js";
+import { tokensPage } from "./pages/tokens.js";
 import { parseRoute } from "./route.js";
 
 /** A page draws into main and returns what stops its polling. */
 export type Page = (main: HTMLElement, me: Me, args: string[]) => () => void;
 
-type PageTable = Record<string, { title: string; page: Page; nav: boolean; under?: string }>;
+// admin: only an admin token has the page (the others' calls are refused).
+type PageTable = Record<string, { title: string; page: Page; nav: boolean; under?: string; admin?: boolean }>;
 
 // The operators' console: every destination and customer.
 const operatorPages: PageTable = {
@@ -28,8 +31,10 @@ const operatorPages: PageTable = {
   subscription: { title: "Subscription", page: subscriptionPage, nav: false, under: "subscriptions" },
   "dead-letters": { title: "Dead letters", page: deadLettersPage, nav: true },
   events: { title: "Events", page: eventsPage, nav: true },
+  "event-types": { title: "Event types", page: eventTypesPage, nav: true },
   audit: { title: "Audit", page: auditPage, nav: true },
   agents: { title: "Agents", page: agentsPage, nav: true },
+  tokens: { title: "Tokens", page: tokensPage, nav: true, admin: true },
 };
 
 // The customer portal: the signed-in customer's own subscriptions, events
@@ -43,7 +48,9 @@ const portalPages: PageTable = {
 
 /** The pages a role may open, and the one it lands on. */
 function pagesFor(m: Me): { pages: PageTable; home: string } {
-  return can(m.role, "self-serve") ? { pages: portalPages, home: "subscriptions" } : { pages: operatorPages, home: "destinations" };
+  if (can(m.role, "self-serve")) return { pages: portalPages, home: "subscriptions" };
+  const admin = can(m.role, "admin");
+  return { pages: Object.fromEntries(Object.entries(operatorPages).filter(([, v]) => admin || !v.admin)), home: "destinations" };
 }
 
 // A hash that is not an address (a malformed %-escape) gets a page that

@@ -13,6 +13,7 @@ import {
   sortRows,
   utcInput,
   withoutCliHints,
+  customerList,
   type DestinationRow,
 } from "../src/format.js";
 
@@ -173,5 +174,13 @@ describe("withoutCliHints", () => {
       ["a --force-less message keeps (its parentheses)", "a --force-less message keeps (its parentheses)"],
     ];
     for (const [message, want] of cases) expect(withoutCliHints(message), message).toBe(want);
+  });
+});
+
+describe("customerList", () => {
+  it("splits on commas and spaces and drops empties", () => {
+    expect(customerList(" acme, globex  initech,,")).toEqual(["acme", "globex", "initech"]);
+    expect(customerList("   ")).toEqual([]);
+    expect(customerList("*")).toEqual(["*"]);
   });
 });

@@ -254,20 +254,32 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     // Set limit: a dry run first shows the drain time, then confirm.
     const rate = h("input", { type: "number", name: "rate", min: "0", step: "any" });
     const inflight = h("input", { type: "number", name: "max-in-flight", min: "1", step: "1" });
+    const burst = h("input", { type: "number", name: "burst", min: "1", step: "1" });
+    const attempts = h("input", { type: "number", name: "max-attempts", min: "1", step: "1" });
+    const retryWindow = h("input", { type: "text", name: "window", placeholder: "e.g. 72h" });
+    const attemptTimeout = h("input", { type: "text", name: "timeout", placeholder: "e.g. 10s" });
     const ttl = h("input", { type: "text", name: "ttl", placeholder: "30m (empty: until cleared)" });
     const limReason = h("input", { type: "text", name: "limit-reason" });
     const preview = h("p", { class: "preview", "data-testid": "limit-preview" });
     const checkBtn = h("button", { type: "button" }, "Check");
     const setBtn = h("button", { type: "button", disabled: true }, "Set limit");
     const clearBtn = h("button", { type: "button" }, "Clear limit");
+    // A duration field: empty is unset, anything else must parse.
+    const durationOf = (input: HTMLInputElement, label: string) => {
+      const d = parseDuration(input.value);
+      if (input.value.trim() && d === undefined) throw new Error(`${label} "${input.value}": use e.g. 30s, 15m, 2h`);
+      return d === undefined ? undefined : duration(d);
+    };
     const overrideReq = (dryRun: boolean) => {
-      const t = parseDuration(ttl.value);
-      if (ttl.value.trim() && t === undefined) throw new Error(`TTL "${ttl.value}": use e.g. 30s, 15m, 2h`);
       return {
         destinationId: id,
         ratePerSecond: rate.value ? Number(rate.value) : undefined,
         maxInFlight: inflight.value ? Number(inflight.value) : undefined,
-        ttl: t === undefined ? undefined : duration(t),
+        burst: burst.value ? Number(burst.value) : undefined,
+        maxAttempts: attempts.value ? Number(attempts.value) : undefined,
+        window: durationOf(retryWindow, "Retry window"),
+        timeout: durationOf(attemptTimeout, "Attempt timeout"),
+        ttl: durationOf(ttl, "TTL"),
         reason: limReason.value.trim(),
         dryRun,
       };
@@ -276,7 +288,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       setBtn.disabled = true;
       preview.textContent = "";
     };
-    for (const i of [rate, inflight, ttl, limReason]) i.addEventListener("input", invalidate);
+    for (const i of [rate, inflight, burst, attempts, retryWindow, attemptTimeout, ttl, limReason]) i.addEventListener("input", invalidate);
     checkBtn.addEventListener("click", () => {
       if (!need(limReason, "Set limit")) return;
       void (async () => {
@@ -330,7 +342,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
 
     box.append(
       h("fieldset", {}, h("legend", {}, "Pause or resume"), field("Reason", pauseReason), pauseBtn, resumeBtn),
-      h("fieldset", {}, h("legend", {}, "Limit override"), field("Rate per second", rate), field("Max in flight", inflight), field("TTL", ttl), field("Reason", limReason), checkBtn, setBtn, clearBtn, preview),
+      h("fieldset", {}, h("legend", {}, "Limit override"), field("Rate per second", rate), field("Max in flight", inflight), field("Burst", burst), field("Max attempts", attempts), field("Retry window", retryWindow), field("Attempt timeout", attemptTimeout), field("TTL", ttl), field("Reason", limReason), checkBtn, setBtn, clearBtn, preview),
       h("fieldset", {}, h("legend", {}, "Priority"), field("Class", cls), clsBtn, field("Customer", cust), field("Weight", weight), weightBtn),
       h("fieldset", {}, h("legend", {}, "Resend an event"), field("Event id", evId), field("Reason", evReason), resendBtn),
       ast.el,
