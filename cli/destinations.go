@@ -532,8 +532,14 @@ wants no more webhooks; fix that first, or the next 410 disables it again).
 Its backlog drains in lane order, paced by its budget (no thundering herd);
 nothing was dead-lettered while it was disabled.
 
-Example:
-   rivoractl destinations resume orders --wait`,
+A resume is also "try now": it ends a partner's Retry-After hold (HELD UNTIL
+in destinations health; a Retry-After is held to an hour at most) and makes
+due every lane held back by the partner's failures. To cut a hold short on
+a destination that is not paused, pause it and resume it.
+
+Examples:
+   rivoractl destinations resume orders --wait
+   rivoractl destinations pause orders --reason "partner back, ending its Retry-After" && rivoractl destinations resume orders`,
 		Flags: []ucli.Flag{waitFlag},
 		Action: func(c *ucli.Context) error {
 			if err := exactArgs(c, 1, "one destination ID"); err != nil {

@@ -119,14 +119,23 @@ func NewBudget(rate float64, burst int, tune AIMD, now time.Time) *Budget {
 // one; this is the last line) is held at it: a bucket refilling at 1e-300
 // would hold its events past their window, and stay there after the
 // configured rate is restored.
+//
+// A lower rate applies now: the tokens on hand are capped at one second
+// of it, as an automatic cut caps them. Otherwise an operator's cut from
+// 200/s to 1/s during an incident would first let the burst's tokens (up
+// to 200) through at once.
 func (b *Budget) SetLimits(rate float64, burst int, now time.Time) {
 	rate = math.Max(rate, rates.Min)
+	lowered := rate < b.ceiling
 	b.ceiling, b.burst = rate, burst
 	current := rate
 	if b.state != Healthy {
 		current = math.Min(b.bucket.Rate(), rate)
 	}
 	b.bucket.SetLimits(current, burst, now)
+	if lowered {
+		b.bucket.Cap(current, now)
+	}
 }
 
 // State is the current health state.
@@ -143,6 +152,9 @@ func (b *Budget) Tokens(now time.Time) float64 { return b.bucket.Tokens(now) }
 
 // HoldUntil is the end of a Retry-After hold (zero when none).
 func (b *Budget) HoldUntil() time.Time { return b.holdUntil }
+
+// EndHold ends a Retry-After hold now (an operator's resume).
+func (b *Budget) EndHold() { b.holdUntil = time.Time{} }
 
 // Transitions are the recorded state changes, oldest first (the last 32).
 func (b *Budget) Transitions() []Transition { return b.transitions }

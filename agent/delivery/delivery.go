@@ -418,16 +418,23 @@ func describeTransportError(err error, timeout time.Duration) error {
 	return fmt.Errorf("connection error: %w", err)
 }
 
-// parseRetryAfter reads seconds or an HTTP date; 0 when absent or invalid.
+// MaxRetryAfter bounds how long a partner's Retry-After holds its
+// destination: as long as the longest retry backoff (retry.DefaultCap).
+// A partner answering "come back tomorrow" would otherwise hold every
+// lane for a day, or past its window (the events then die untried).
+const MaxRetryAfter = time.Hour
+
+// parseRetryAfter reads seconds or an HTTP date, at most MaxRetryAfter;
+// 0 when absent or invalid.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if secs, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && secs > 0 {
-		return time.Duration(secs) * time.Second
+	if secs, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && secs > 0 {
+		return min(time.Duration(min(secs, int64(MaxRetryAfter/time.Second)))*time.Second, MaxRetryAfter)
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), MaxRetryAfter)
 	}
 	return 0
 }

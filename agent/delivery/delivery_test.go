@@ -206,6 +206,11 @@ func TestSendRetryAfter(t *testing.T) {
 		{"zero", "0", 0, 0},
 		{"negative", "-5", 0, 0},
 		{"garbage", "soon", 0, 0},
+		// A day is held to MaxRetryAfter (an hour), in either form.
+		{"a day in seconds", "86400", delivery.MaxRetryAfter, delivery.MaxRetryAfter},
+		{"beyond int64 seconds", "99999999999999999999", 0, 0},
+		{"a huge number of seconds", "9223372036854775807", delivery.MaxRetryAfter, delivery.MaxRetryAfter},
+		{"a date a day away", time.Now().Add(24 * time.Hour).UTC().Format(http.TimeFormat), delivery.MaxRetryAfter, delivery.MaxRetryAfter},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -182,10 +182,23 @@ func (s *Scheduler) SetClass(destinationID string, partition int, class limits.C
 // SetPaused stops (or resumes) every attempt to a destination, retries
 // included. Nothing pending moves; on resume each lane goes on from where
 // it was, paced by the budget.
+//
+// A resume (paused, then not) is an operator's "go now": it also ends a
+// Retry-After hold and makes due every lane held back by the
+// destination's failures (their backoffs included; the budget paces
+// them). Without it, a partner's long Retry-After held its lanes with no
+// way out but skipping their heads.
 func (s *Scheduler) SetPaused(destinationID string, partition int, paused bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.destination(destinationID, partition).paused = paused
+	d := s.destination(destinationID, partition)
+	resumed := d.paused && !paused
+	d.paused = paused
+	if resumed && d.budget != nil {
+		now := s.clock.Now()
+		d.budget.EndHold()
+		s.releaseHeld(d, now)
+	}
 	s.wake()
 }
 

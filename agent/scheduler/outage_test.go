@@ -328,3 +328,49 @@ func TestWindowClosesWhileDueWithoutTokens(t *testing.T) {
 		t.Fatalf("at the window end %d heads expired (pending %d), want all 5 at once", n, s.Pending("d"))
 	}
 }
+
+// A partner's long Retry-After holds its destination and its lanes; an
+// operator's resume (pause, then resume) ends the hold and makes the held
+// lanes due at once, oldest head first (a probe found no way out but
+// skipping the heads, which reordered the lanes).
+func TestResumeEndsARetryAfterHold(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("d", 0, outageLimits)
+	ids := laneIDs("d", 2)
+	for i, id := range ids {
+		appendTo(s, 0, id, ev(uint64(i+1)))
+	}
+	var first []*Attempt
+	for range ids {
+		a, _ := step(s)
+		if a == nil {
+			t.Fatal("no attempt handed out")
+		}
+		first = append(first, a)
+	}
+	for _, a := range first {
+		now := clk.Now()
+		s.Observe(a, 429, true, time.Hour, "HTTP 429")
+		h := a.Head
+		h.HeldByDestination, h.LastStatus, h.LastAttemptAt = true, 429, now
+		h.NotBefore, h.WindowEnd = now.Add(time.Hour), now.Add(72*time.Hour)
+		s.Retry(a, h)
+	}
+	clk.Advance(time.Minute)
+	if a, _ := step(s); a != nil {
+		t.Fatalf("attempt %s during the Retry-After hold", a.Lane.ID)
+	}
+	s.SetPaused("d", 0, true)
+	s.SetPaused("d", 0, false)
+	var got []lanes.ID
+	for a, _ := step(s); a != nil; a, _ = step(s) {
+		got = append(got, a.Lane.ID)
+	}
+	if !slices.Equal(got, ids) {
+		t.Fatalf("after the resume: attempts on %v, want %v (every held lane, oldest head first)", got, ids)
+	}
+	if hold := s.Snapshot("d")[0].HoldUntil; !hold.IsZero() {
+		t.Fatalf("hold until %v after the resume, want none", hold)
+	}
+	checkInvariants(t, s)
+}
