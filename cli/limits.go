@@ -51,7 +51,10 @@ own value, else the file's.`,
    rivoractl limits set DESTINATION --rate R [...] --dry-run`,
 				Description: `Overrides the given limits of DESTINATION in every agent, in place (nothing
 pending moves). Fields not given keep their current override, if any.
---reason is required; --ttl makes the override expire by itself.
+--reason is required; --ttl makes the override expire by itself. An override
+has one expiry for all its fields: a change without --ttl keeps the expiry
+of the override in force, and one with --ttl sets it for the fields set
+earlier too (the audit log says which).
 
 It prints the effective limits and how long the destination's pending
 events take to drain at the new rate (a lower bound: the partner's latency

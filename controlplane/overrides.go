@@ -64,16 +64,39 @@ func (cp *ControlPlane) previewOverride(m *rivorav1.SetLimitsOverrideRequest, wh
 }
 
 // applyOverride puts m's override on d and describes it for the audit.
+//
+// An override has one expiry for all its fields. A change that adds
+// fields to an override still in force keeps its expiry unless it gives
+// a ttl of its own, which then applies to the fields set earlier too;
+// the audit says which. (It used to drop the earlier expiry: a second
+// `limits set` made a 30-minute rate cut permanent, and said nothing.)
 func applyOverride(d *rivorav1.Destination, m *rivorav1.SetLimitsOverrideRequest, set *rivorav1.Limits, changes []string, who actor, now time.Time) string {
 	o := &rivorav1.LimitsOverride{Limits: &rivorav1.Limits{}, Author: who.name, Reason: m.GetReason(), SetAt: timestamppb.New(now)}
-	if prev := d.GetOverride(); prev != nil && (prev.GetExpiresAt() == nil || prev.GetExpiresAt().AsTime().After(now)) {
+	var earlier []string // fields of the override in force that m does not set
+	prev := d.GetOverride()
+	if prev != nil && prev.GetExpiresAt() != nil && !prev.GetExpiresAt().AsTime().After(now) {
+		prev = nil // expired
+	}
+	if prev != nil {
 		o.Limits = proto.Clone(prev.GetLimits()).(*rivorav1.Limits)
+		for _, f := range limitFields {
+			if fieldSet(prev.GetLimits(), f) && !fieldSet(set, f) {
+				earlier = append(earlier, f)
+			}
+		}
 	}
 	copySetFields(o.Limits, set)
 	detail := strings.Join(changes, ", ")
-	if ttl := m.GetTtl(); ttl != nil {
+	switch ttl := m.GetTtl(); {
+	case ttl != nil:
 		o.ExpiresAt = timestamppb.New(now.Add(ttl.AsDuration()))
 		detail += fmt.Sprintf(" for %s", ttl.AsDuration())
+		if len(earlier) > 0 {
+			detail += fmt.Sprintf(" (this expiry now ends the fields set earlier too: %s)", strings.Join(earlier, ", "))
+		}
+	case prev != nil && prev.GetExpiresAt() != nil:
+		o.ExpiresAt = prev.GetExpiresAt()
+		detail += fmt.Sprintf(" until %s (the override's expiry, kept)", prev.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
 	}
 	d.Override = o
 	return detail
