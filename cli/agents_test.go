@@ -69,3 +69,19 @@ func TestAgentsListWithNoAgent(t *testing.T) {
 		t.Fatalf("agents list -o json with no agent printed %q, want []", js)
 	}
 }
+
+// --limit out of its range is a usage error naming the range, on every
+// list: not a silent default (0), nor a value cut to 32 bits.
+func TestLimitOutOfRangeIsAUsageError(t *testing.T) {
+	for _, args := range [][]string{
+		{"events", "list", "--destination", "d", "--limit", "0"},
+		{"events", "list", "--destination", "d", "--limit", "4294967397"},
+		{"audit", "--limit", "-1"},
+		{"lanes", "list", "--destination", "d", "--limit", "0"},
+	} {
+		res := run(t, "http://127.0.0.1:1", "", args...)
+		if res.code != 2 || !strings.Contains(res.stderr, "--limit") || !strings.Contains(res.stderr, "use 1 to") {
+			t.Errorf("rivoractl %s: exit %d, stderr %q; want a usage error (2) naming the range", strings.Join(args, " "), res.code, res.stderr)
+		}
+	}
+}

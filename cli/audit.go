@@ -24,15 +24,19 @@ Examples:
    rivoractl audit --destination orders --limit 20`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "destination", Usage: "only changes of destination `ID`"},
-			&ucli.IntFlag{Name: "limit", Value: 100, Usage: "show the newest `N` entries"},
+			&ucli.IntFlag{Name: "limit", Value: 100, Usage: "show the newest `N` entries (1 to 1000000)"},
 		},
 		Action: func(c *ucli.Context) error {
 			if err := exactArgs(c, 0, "no arguments"); err != nil {
 				return err
 			}
+			limit, err := limitFlag(c, 1_000_000)
+			if err != nil {
+				return err
+			}
 			ctx, cancel := callContext(c)
 			defer cancel()
-			resp, err := e.admin().ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{Limit: int32(c.Int("limit")), DestinationId: c.String("destination")}))
+			resp, err := e.admin().ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{Limit: limit, DestinationId: c.String("destination")}))
 			if err != nil {
 				return callFailed("list audit log", err, nil)
 			}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	ucli "github.com/urfave/cli/v2"
 )
 
 // usageError is a mistake on the command line: exit code 2.
@@ -17,6 +18,16 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// limitFlag reads --limit, 1 to most; anything else is a usage error
+// naming the range (never a silent default, never a value cut to 32 bits).
+func limitFlag(c *ucli.Context, most int) (int32, error) {
+	n := c.Int("limit")
+	if n < 1 || n > most {
+		return 0, usagef("--limit %d: use 1 to %d", n, most)
+	}
+	return int32(n), nil
 }
 
 // apiError is a failed call to the server: what was being done, the error,

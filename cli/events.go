@@ -118,12 +118,15 @@ func (e *env) listEvents(c *ucli.Context) error {
 	if err := exactArgs(c, 0, "no arguments (filters are flags)"); err != nil {
 		return err
 	}
+	limit, err := limitFlag(c, 1000)
+	if err != nil {
+		return err
+	}
 	req := &rivorav1.ListEventsRequest{DestinationId: c.String("destination"), CustomerId: c.String("customer"), LaneKey: c.String("lane"),
-		SubscriptionId: c.String("subscription"), Limit: int32(c.Int("limit"))}
+		SubscriptionId: c.String("subscription"), Limit: limit}
 	if req.DestinationId == "" {
 		return usagef("events list needs --destination ID: events are listed per destination")
 	}
-	var err error
 	if req.State, err = parseState(c.String("state")); err != nil {
 		return err
 	}

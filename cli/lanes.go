@@ -106,14 +106,14 @@ func (e *env) listLanes(c *ucli.Context) error {
 	if dest == "" {
 		return usagef("lanes list needs --destination: see `rivoractl lanes list --help`")
 	}
-	limit := c.Int("limit")
-	if limit < 1 || limit > 10000 {
-		return usagef("--limit %d: use 1 to 10000", limit)
+	limit, err := limitFlag(c, 10000)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := callContext(c)
 	defer cancel()
 	resp, err := e.lanes().ListLanes(ctx, connect.NewRequest(&rivorav1.ListLanesRequest{
-		DestinationId: dest, CustomerId: c.String("customer"), SubscriptionId: c.String("subscription"), Stuck: c.Bool("stuck"), Limit: int32(limit),
+		DestinationId: dest, CustomerId: c.String("customer"), SubscriptionId: c.String("subscription"), Stuck: c.Bool("stuck"), Limit: limit,
 	}))
 	if err != nil {
 		return callFailed(fmt.Sprintf("list lanes of %q", dest), err, map[connect.Code]string{
