@@ -93,10 +93,11 @@ func (e *edgeSources) valid(names []string) []string {
 	return slices.Compact(out)
 }
 
-// Run sets INGEST's edge sources on every change and every e.every, until
+// Run sets INGEST's edge sources on every change and every e.every (every
+// second while an edge waits to be reached for its first source), until
 // ctx ends.
 func (e *edgeSources) Run(ctx context.Context) error {
-	t := time.NewTicker(e.every)
+	t := time.NewTimer(e.every)
 	defer t.Stop()
 	for {
 		select {
@@ -105,35 +106,49 @@ func (e *edgeSources) Run(ctx context.Context) error {
 		case <-e.kick:
 		case <-t.C:
 		}
-		e.reconcile(ctx)
+		next := e.every
+		if waiting := e.reconcile(ctx); waiting {
+			next = min(next, edgeReachRetry)
+		}
+		t.Reset(next)
 	}
 }
 
+// edgeReachRetry is how soon the keeper looks again for an edge it could
+// not reach to give it its first source (its leaf connection may come up
+// after its registration).
+const edgeReachRetry = time.Second
+
 // reconcile sets INGEST's edge sources to the registered edges, when this
-// agent keeps them and the edges are known.
-func (e *edgeSources) reconcile(ctx context.Context) {
+// agent keeps them and the edges are known. It reports whether an edge
+// waits to be reached for its first source.
+func (e *edgeSources) reconcile(ctx context.Context) (waiting bool) {
 	e.mu.Lock()
 	names, known, keeper := e.names, e.known, e.keeper
 	e.mu.Unlock()
 	if !keeper {
 		edgeSourcesGauge.Set(0)
-		return
+		return false
 	}
 	if !known {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	added, removed, err := edge.SetSources(ctx, e.js, names)
+	added, removed, replaced, unreached, err := edge.SetSources(ctx, e.js, names)
 	if err != nil {
 		e.log.Warn("set INGEST's edge sources; retrying", "edges", names, "retry_in", e.every, "error", err)
-		return
+		return false
 	}
 	for _, n := range added {
 		e.log.Info("INGEST sources an edge's buffer now", "edge", n)
+	}
+	for _, n := range replaced {
+		e.log.Warn("an edge's buffer is a new one (its data dir was made anew): INGEST sources it from its start; what the old buffer had not forwarded is lost with it", "edge", n)
 	}
 	for _, n := range removed {
 		e.log.Info("INGEST no longer sources an edge's buffer (the edge is not registered)", "edge", n)
 	}
 	edgeSourcesGauge.Set(float64(len(names)))
+	return len(unreached) > 0
 }

@@ -85,8 +85,22 @@ func Subject(name string, p int, destination string) string {
 	return prefix(name) + lanes.IngestSubject(p, destination)
 }
 
-// forwardSubject is where the durable consumer delivers to the cell.
-func forwardSubject(name string) string { return prefix(name) + "forward" }
+// forwardSubject is where the durable consumer of a buffer of the given
+// incarnation delivers to the cell: "edge.<name>.forward.<incarnation>"
+// ("edge.<name>.forward" for a buffer made before incarnations were in
+// it, whose consumer keeps it). A buffer made anew under an old name (a
+// lost data dir) so delivers where the cell's source for the old one
+// does not listen: nothing reaches that source, whose position is the old
+// buffer's (it would take the new buffer's first events for ones it
+// already has, and drop them), until the cell's keeper of sources sees
+// the new consumer's subject and gives INGEST a fresh source for it
+// (SetSources).
+func forwardSubject(name, incarnation string) string {
+	if incarnation == "" {
+		return prefix(name) + "forward"
+	}
+	return prefix(name) + "forward." + incarnation
+}
 
 // Buffer is an edge's buffer.
 type Buffer struct {
@@ -126,18 +140,27 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Buffer, err
 	if err != nil {
 		return nil, fmt.Errorf("create %s stream: %w", StreamName, err)
 	}
+	b := &Buffer{name: cfg.Name, stream: s}
 	// The cell's source acks by flow control (durable sourcing): each
-	// event leaves the buffer once the cell stored it.
+	// event leaves the buffer once the cell stored it. A consumer already
+	// there keeps its deliver subject (the cell's source listens on it);
+	// a new one delivers under this buffer's incarnation.
+	deliver := forwardSubject(cfg.Name, b.Incarnation())
+	if c, err := s.PushConsumer(ctx, ConsumerName); err == nil {
+		deliver = c.CachedInfo().Config.DeliverSubject
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("read the %s consumer: %w", ConsumerName, err)
+	}
 	if _, err := js.CreateOrUpdatePushConsumer(ctx, StreamName, jetstream.ConsumerConfig{
 		Durable:        ConsumerName,
-		DeliverSubject: forwardSubject(cfg.Name),
+		DeliverSubject: deliver,
 		AckPolicy:      jetstream.AckFlowControlPolicy,
 		FlowControl:    true,
 		IdleHeartbeat:  time.Second,
 	}); err != nil {
 		return nil, fmt.Errorf("create the %s consumer: %w", ConsumerName, err)
 	}
-	return &Buffer{name: cfg.Name, stream: s}, nil
+	return b, nil
 }
 
 // Stats is what a buffer holds: the events the cell has not confirmed.
@@ -211,25 +234,57 @@ func IsFull(err error) bool {
 }
 
 // Source is the entry of the cell's INGEST stream that forwards edge
-// name's buffer: through the edge's domain API, from its durable consumer,
-// its subjects rewritten into INGEST's.
-func Source(name string) *jetstream.StreamSource {
+// name's buffer: through the edge's domain API, from its durable consumer
+// delivering on deliver (forwardSubject; DeliverSubject reads it from the
+// edge), its subjects rewritten into INGEST's.
+func Source(name, deliver string) *jetstream.StreamSource {
 	return &jetstream.StreamSource{
 		Name:              StreamName,
 		External:          &jetstream.ExternalStream{APIPrefix: "$JS." + Domain(name) + ".API"},
-		Consumer:          &jetstream.StreamConsumerSource{Name: ConsumerName, DeliverSubject: forwardSubject(name)},
+		Consumer:          &jetstream.StreamConsumerSource{Name: ConsumerName, DeliverSubject: deliver},
 		SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: prefix(name) + "ingest.>", Destination: "ingest.>"}},
 	}
 }
 
+// DeliverSubject reads, across the leaf connection, where edge name's
+// buffer's consumer delivers (forwardSubject): it names the buffer's
+// incarnation. It fails when the edge is not reachable.
+func DeliverSubject(ctx context.Context, js jetstream.JetStream, name string) (string, error) {
+	at, err := jetstream.NewWithDomain(js.Conn(), Domain(name))
+	if err != nil {
+		return "", err
+	}
+	s, err := at.Stream(ctx, StreamName)
+	if err != nil {
+		return "", fmt.Errorf("edge %s's %s stream: %w", name, StreamName, err)
+	}
+	c, err := s.PushConsumer(ctx, ConsumerName)
+	if err != nil {
+		return "", fmt.Errorf("edge %s's %s consumer: %w", name, ConsumerName, err)
+	}
+	subject := c.CachedInfo().Config.DeliverSubject
+	if !strings.HasPrefix(subject, prefix(name)+"forward") {
+		return "", fmt.Errorf("edge %s's %s consumer delivers to %q, not under %sforward", name, ConsumerName, subject, prefix(name))
+	}
+	return subject, nil
+}
+
 // AddSource makes the cell's INGEST stream forward edge name's buffer
-// (nothing to do when it does already).
+// (nothing to do when it does already), reading where its consumer
+// delivers from the edge. An edge it cannot reach gets the subject of a
+// buffer made before incarnations (SetSources replaces it once the edge is reached).
 func AddSource(ctx context.Context, js jetstream.JetStream, name string) error {
+	reach, cancel := context.WithTimeout(ctx, reachTimeout)
+	deliver, err := DeliverSubject(reach, js, name)
+	cancel()
+	if err != nil {
+		deliver = forwardSubject(name, "")
+	}
 	return updateSources(ctx, js, func(sources []*jetstream.StreamSource) []*jetstream.StreamSource {
 		if slices.ContainsFunc(sources, func(s *jetstream.StreamSource) bool { return isSourceOf(s, name) }) {
 			return nil
 		}
-		return append(sources, Source(name))
+		return append(sources, Source(name, deliver))
 	})
 }
 

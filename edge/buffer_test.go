@@ -132,3 +132,78 @@ func TestEdgeBufferForwardsIntoIngest(t *testing.T) {
 		t.Fatalf("INGEST still has %d sources after RemoveSource", len(info.Config.Sources))
 	}
 }
+
+// An edge whose data dir was lost starts a new buffer under its old name:
+// the cell's source for the old one must not take the new buffer's first
+// events for ones it already has. A probe found them acknowledged at the
+// edge and dropped: NATS skips what a source sees at or below the last
+// sequence it stored, and the new buffer's sequences start at 1 again.
+// The new buffer's consumer delivers under its own incarnation, so the
+// old source hears nothing of it; SetSources replaces that source with a
+// fresh one, which forwards the new buffer from its start.
+func TestANewBufferUnderAnOldNameLosesNothing(t *testing.T) {
+	ctx := context.Background()
+	leaf := freeAddr(t)
+	cell := startNATS(t, natsd.Config{Name: "cell", LeafListen: leaf, LeafPassword: "pw"})
+	if _, err := ingest.New(ctx, cell.JetStream(), destinations.NewRegistry(), ingest.Config{}, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	ingestStream, err := cell.JetStream().Stream(ctx, lanes.IngestStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "edge-r"
+	run := func(first int, n int) (*natsd.Server, *edge.Buffer) {
+		t.Helper()
+		srv := startNATS(t, natsd.Config{Name: name, Domain: edge.Domain(name), LeafRemotes: []string{"nats-leaf://" + leaf}, LeafPassword: "pw"})
+		poll.True(t, "the edge joined the cell", 20*time.Second, func() bool { return srv.LeafConnections() == 1 })
+		buf, err := edge.Open(ctx, srv.JetStream(), edge.Config{Name: name, MaxBytes: 1 << 20, DedupWindow: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := first; i < first+n; i++ {
+			msg := nats.NewMsg(edge.Subject(name, 3, "orders"))
+			msg.Data = []byte(strconv.Itoa(i))
+			msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("evt-%d", i))
+			if _, err := srv.JetStream().PublishMsg(ctx, msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return srv, buf
+	}
+	forwarded := func(step string, total uint64, buf *edge.Buffer) {
+		t.Helper()
+		poll.True(t, step, 30*time.Second, func() bool {
+			info, err := ingestStream.Info(ctx)
+			st, serr := buf.Stats(ctx)
+			return err == nil && serr == nil && info.State.Msgs == total && st.Events == 0
+		})
+	}
+
+	old, oldBuf := run(0, 5)
+	if _, _, _, _, err := edge.SetSources(ctx, cell.JetStream(), []string{name}); err != nil {
+		t.Fatal(err)
+	}
+	forwarded("the first buffer forwarded its 5 events", 5, oldBuf)
+	old.Shutdown()
+
+	_, newBuf := run(5, 5) // a fresh data dir: a new buffer, sequences from 1
+	added, removed, replaced, waiting, err := edge.SetSources(ctx, cell.JetStream(), []string{name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(added) != 0 || len(removed) != 0 || len(waiting) != 0 || len(replaced) != 1 || replaced[0] != name {
+		t.Fatalf("SetSources after the new buffer: added %v removed %v replaced %v waiting %v; want %s replaced", added, removed, replaced, waiting, name)
+	}
+	forwarded("the new buffer forwarded its 5 events too", 10, newBuf)
+	for seq := uint64(6); seq <= 10; seq++ {
+		m, err := ingestStream.GetMsg(ctx, seq)
+		if err != nil || string(m.Data) != strconv.Itoa(int(seq)-1) {
+			t.Fatalf("INGEST message %d: %v %v, want event %d of the new buffer", seq, m, err, seq-1)
+		}
+	}
+	// A second call finds the source it made right: nothing to do.
+	if added, removed, replaced, waiting, err := edge.SetSources(ctx, cell.JetStream(), []string{name}); err != nil || len(added)+len(removed)+len(replaced)+len(waiting) != 0 {
+		t.Fatalf("SetSources again: %v %v %v %v %v, want nothing to do", added, removed, replaced, waiting, err)
+	}
+}

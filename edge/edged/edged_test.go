@@ -134,6 +134,23 @@ type runningEdge struct {
 	stop func()
 }
 
+// addSourceOnceReachable gives the cell's INGEST a source for edge name
+// once the cell reaches the edge's buffer across the leaf connection, as
+// the agent's keeper of sources does (edge.SetSources): the source listens
+// where the buffer's consumer delivers, which names the buffer.
+func addSourceOnceReachable(t *testing.T, js jetstream.JetStream, name string) {
+	t.Helper()
+	poll.True(t, "the cell reaches edge "+name+"'s buffer", 30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := edge.DeliverSubject(ctx, js, name)
+		return err == nil
+	})
+	if err := edge.AddSource(context.Background(), js, name); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func startEdge(t *testing.T, cfg edged.Config) *runningEdge {
 	t.Helper()
 	return startEdgeWithKeys(t, cfg, auth.NewKeys(auth.CellTokenOf(cellSecret)))
@@ -230,9 +247,7 @@ func TestEdgeAcceptsForwardsAndRestartsCutOff(t *testing.T) {
 
 	// The cell comes up and forwards the buffer through the edge's source.
 	cell := startCell(t, leaf, t.TempDir())
-	if err := edge.AddSource(ctx, cell.JetStream(), "edge-1"); err != nil {
-		t.Fatal(err)
-	}
+	addSourceOnceReachable(t, cell.JetStream(), "edge-1")
 	ingestStream, err := cell.JetStream().Stream(ctx, lanes.IngestStream)
 	if err != nil {
 		t.Fatal(err)
@@ -346,9 +361,6 @@ func TestEdgeUnderSteadyTrafficIsNotOverAge(t *testing.T) {
 	_, cpServer := startControlPlane(t)
 	leaf := freeAddr(t)
 	cell := startCell(t, leaf, t.TempDir())
-	if err := edge.AddSource(ctx, cell.JetStream(), "edge-steady"); err != nil {
-		t.Fatal(err)
-	}
 	const maxAge = 2 * time.Second
 	e := startEdge(t, edged.Config{
 		Name: "edge-steady", DataDir: t.TempDir(), CellLeaf: []string{"nats-leaf://" + leaf}, ControlPlanes: []string{cpServer.URL},
@@ -357,6 +369,7 @@ func TestEdgeUnderSteadyTrafficIsNotOverAge(t *testing.T) {
 	poll.True(t, "the edge applied the control plane's config and reached the cell", 10*time.Second, func() bool {
 		return e.Healthy() == nil && e.Status().CellConnected
 	})
+	addSourceOnceReachable(t, cell.JetStream(), "edge-steady")
 	ingestStream, err := cell.JetStream().Stream(ctx, lanes.IngestStream)
 	if err != nil {
 		t.Fatal(err)
