@@ -119,7 +119,10 @@ func (r *edgeRegistry) status(registered []*rivorav1.Edge, now time.Time) []*riv
 	for _, rec := range registered {
 		s := &rivorav1.EdgeStatus{Name: rec.GetName(), RegisteredAt: rec.GetRegisteredAt()}
 		if e := r.edges[rec.GetName()]; e != nil {
-			s.Watching = len(e.streams) > 0
+			// A stream cut off silently (no FIN, no RST) stays open on
+			// this side for as long as TCP retransmits: it counts only
+			// while the edge's reports come too.
+			s.Watching = len(e.streams) > 0 && now.Sub(e.lastSeen) <= edgeStaleAfter
 			s.LastSeen = timestamppb.New(e.lastSeen)
 			if e.buffer != nil {
 				s.Buffer = proto.Clone(e.buffer).(*rivorav1.EdgeBuffer)

@@ -4249,7 +4249,8 @@ type EdgeStatus struct {
 	// connected: the edge reported its leaf connection up, and reported
 	// recently (within three report intervals).
 	Connected bool `protobuf:"varint,2,opt,name=connected,proto3" json:"connected,omitempty"`
-	// watching: the edge's config Watch is open.
+	// watching: the edge's config Watch is open and the edge reported
+	// recently (a stream cut off silently stays open on the server).
 	Watching     bool                   `protobuf:"varint,3,opt,name=watching,proto3" json:"watching,omitempty"`
 	LastSeen     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
 	RegisteredAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`

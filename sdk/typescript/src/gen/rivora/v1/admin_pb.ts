@@ -2363,7 +2363,8 @@ export type EdgeStatus = Message<"rivora.v1.EdgeStatus"> & {
   connected: boolean;
 
   /**
-   * watching: the edge's config Watch is open.
+   * watching: the edge's config Watch is open and the edge reported
+   * recently (a stream cut off silently stays open on the server).
    *
    * @generated from field: bool watching = 3;
    */
