@@ -74,7 +74,9 @@ func (e *Edge) watch(ctx context.Context, client rivorav1connect.EdgeServiceClie
 	defer stream.Close()
 	alive := make(chan struct{}, 1)
 	wg.Go(func() { watchSilence(ctx, cancel, alive) })
+	var heard time.Time // the stream's last message, keepalives included
 	for stream.Receive() {
+		heard = time.Now()
 		select {
 		case alive <- struct{}{}:
 		default:
@@ -93,8 +95,11 @@ func (e *Edge) watch(ctx context.Context, client rivorav1connect.EdgeServiceClie
 		received = true
 	}
 	if received {
+		// Since its last message, not since the end was noticed: a
+		// stream cut off silently ends silentWatch later, and a token
+		// created in between is one the edge does not know.
 		e.following.Store(false)
-		e.followLost.Store(time.Now().UnixNano())
+		e.followLost.Store(heard.UnixNano())
 	}
 	if err := stream.Err(); err != nil {
 		return received, err

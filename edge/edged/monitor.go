@@ -75,6 +75,7 @@ func newMonitor(cfg Config, nats *natsd.Server, buffer *edge.Buffer, started tim
 func (m *monitor) run(ctx context.Context, log *slog.Logger) {
 	t := time.NewTicker(sampleEvery)
 	defer t.Stop()
+	everConnected, warnedNever := false, false
 	for {
 		select {
 		case <-ctx.Done():
@@ -83,14 +84,26 @@ func (m *monitor) run(ctx context.Context, log *slog.Logger) {
 		}
 		before := m.status().CellConnected
 		st := m.sample(ctx)
+		everConnected = everConnected || st.CellConnected
 		switch {
 		case st.CellConnected && !before:
 			log.Info("connected to the cell: it takes the buffered events", "buffered_events", st.Buffer.Events)
 		case !st.CellConnected && before:
 			log.Warn("the link to the cell is down: events are acknowledged here and kept until it returns", "buffered_events", st.Buffer.Events)
+		case !everConnected && !warnedNever && m.now().Sub(m.started) >= neverConnectedWarning:
+			// Once: a wrong --cell-leaf, a firewall or a wrong cell
+			// token looks like this from here, and there was no
+			// connection to lose to say so.
+			warnedNever = true
+			log.Warn("the cell has not been reached since this edge started: check --cell-leaf, the network to it and the cell token; events are acknowledged here and kept until it is reached",
+				"since", m.started.UTC().Format(time.RFC3339), "buffered_events", st.Buffer.Events)
 		}
 	}
 }
+
+// neverConnectedWarning is how long after its start an edge that never
+// reached the cell says so.
+const neverConnectedWarning = 30 * time.Second
 
 // sample reads the link and the buffer now; a buffer that cannot be read
 // keeps its last known state.
