@@ -148,10 +148,17 @@ Examples:
 			name := c.Args().First()
 			ctx, cancel := callContext(c)
 			defer cancel()
+			// Whether it runs now (its config stream is open): best effort,
+			// the removal decides.
+			before, _ := e.admin().GetEdge(ctx, connect.NewRequest(&rivorav1.GetEdgeRequest{Name: name}))
 			if _, err := e.admin().RemoveEdge(ctx, connect.NewRequest(&rivorav1.RemoveEdgeRequest{Name: name, Force: c.Bool("force")})); err != nil {
 				return callFailed(fmt.Sprintf("remove edge %q", name), err, map[connect.Code]string{
 					connect.CodeFailedPrecondition: "wait until the cell took them (`rivoractl edges get " + name + "`), or pass --force to give them up",
 				})
+			}
+			if before != nil && before.Msg.GetEdge().GetWatching() {
+				_, err := fmt.Fprintf(e.out, "Removed edge %s, but it is running: it registers again as soon as it reconnects, and the cell forwards its buffer again. Stop the edge to keep it removed.\n", name)
+				return err
 			}
 			_, err := fmt.Fprintf(e.out, "Removed edge %s; the cell no longer forwards its buffer.\n", name)
 			return err

@@ -179,10 +179,14 @@ func TestEdgesRemove(t *testing.T) {
 		t.Errorf("a refused removal does not say --force: %q", r.stderr)
 	}
 	r = mustSucceed(t, run(t, srv, "", "edges", "remove", "lyon", "--force"))
-	if !strings.Contains(r.stdout, "Removed edge lyon") {
-		t.Errorf("stdout %q", r.stdout)
+	// lyon runs (its config stream is open): it registers again at once.
+	if !strings.Contains(r.stdout, "Removed edge lyon, but it is running") || !strings.Contains(r.stdout, "Stop the edge") {
+		t.Errorf("stdout %q, want it to say lyon is running and registers again", r.stdout)
 	}
-	mustSucceed(t, run(t, srv, "", "edges", "rm", "--force", "oslo"))
+	r = mustSucceed(t, run(t, srv, "", "edges", "rm", "--force", "oslo"))
+	if !strings.Contains(r.stdout, "Removed edge oslo; the cell no longer forwards its buffer.") {
+		t.Errorf("stdout %q, want oslo (not running) removed plainly", r.stdout)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.removed) != 4 || !f.removed[2].GetForce() || f.removed[3].GetName() != "oslo" || !f.removed[3].GetForce() {
