@@ -72,7 +72,13 @@ export function transportFor(options: RivoraClientOptions): Transport {
     throw new RivoraError(Code.InvalidArgument, `rivora: baseUrl ${JSON.stringify(options.baseUrl)}: want an http:// or https:// URL`);
   }
   const interceptors: Interceptor[] = [];
-  const token = options.token;
+  // A token read from a file ends with a line break: dropped. One with a
+  // control character inside no header can carry: refused now, rather
+  // than failing every call as if the server were unreachable.
+  const token = options.token?.trim();
+  if (token && /[\u0000-\u001f\u007f]/.test(token)) {
+    throw new RivoraError(Code.InvalidArgument, "rivora: the token holds a control character: check how it was read");
+  }
   if (token) {
     interceptors.push((next) => (req) => {
       req.header.set("Authorization", `Bearer ${token}`);

@@ -87,6 +87,22 @@ describe("RivoraClient on the wire", () => {
     expect(s.received[1]!.headers.traceparent).toBe("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
   });
 
+  it("drops the line break a token read from a file ends with, and refuses one with a control character inside", async () => {
+    const s = await server();
+    await new RivoraClient({ baseUrl: s.base, token: "tok_123\n" }).publish(event);
+    expect(s.received[0]!.headers.authorization).toBe("Bearer tok_123");
+    let err: unknown;
+    try {
+      new RivoraClient({ baseUrl: s.base, token: "tok\n123" });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(RivoraError);
+    expect((err as RivoraError).code).toBe(Code.InvalidArgument);
+    expect(String(err)).toContain("control character");
+    expect(s.received).toHaveLength(1);
+  });
+
   it("sends an explicit traceparent, and none without one or OpenTelemetry", async () => {
     const s = await server();
     const client = new RivoraClient({ baseUrl: s.base });
