@@ -85,3 +85,18 @@ func TestLimitOutOfRangeIsAUsageError(t *testing.T) {
 		}
 	}
 }
+
+// A flag value of the wrong form says which form it wants, not the flag
+// package's bare "parse error".
+func TestBadFlagValuesNameTheirForm(t *testing.T) {
+	for args, want := range map[string]string{
+		"limits set alpha --window 5 --reason x":  "not a duration: use a number with a unit, such as 30s, 5m or 72h",
+		"limits set alpha --burst x --reason x":   "--burst: not a whole number",
+		"limits set alpha --rate fast --reason x": "--rate: not a number",
+	} {
+		res := run(t, "http://127.0.0.1:1", "", strings.Fields(args)...)
+		if res.code != 2 || !strings.Contains(res.stderr, want) || strings.Contains(res.stderr, "parse error") {
+			t.Errorf("rivoractl %s: exit %d, stderr %q; want a usage error saying %q", args, res.code, res.stderr, want)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"time"
 
@@ -377,7 +378,35 @@ func onUsageError(c *ucli.Context, err error, _ bool) error {
 	// The flag package names a flag with one dash ("flag -rate"); the
 	// help and every example use two.
 	msg := strings.Replace(err.Error(), "for flag -", "for flag --", 1)
+	// The flag package's "parse error" says nothing of the form it wants.
+	if want := flagForm(c, msg); want != "" && strings.HasSuffix(msg, ": parse error") {
+		msg = strings.TrimSuffix(msg, "parse error") + want
+	}
 	return usagef("%s: see `%s --help`", msg, name)
+}
+
+// flagForm says what the flag msg names ("invalid value … for flag
+// --NAME: …") wants, by its type ("" when not known).
+func flagForm(c *ucli.Context, msg string) string {
+	_, rest, ok := strings.Cut(msg, "for flag --")
+	if !ok || c.Command == nil {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, ":")
+	for _, f := range c.Command.Flags {
+		if !slices.Contains(f.Names(), name) {
+			continue
+		}
+		switch f.(type) {
+		case *ucli.DurationFlag:
+			return "not a duration: use a number with a unit, such as 30s, 5m or 72h"
+		case *ucli.IntFlag, *ucli.Int64Flag, *ucli.UintFlag, *ucli.Uint64Flag:
+			return "not a whole number"
+		case *ucli.Float64Flag:
+			return "not a number"
+		}
+	}
+	return ""
 }
 
 func setUsageErrorHandlers(cmds []*ucli.Command) {

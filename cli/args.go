@@ -177,7 +177,8 @@ func normalizeArgs(app *ucli.App, args []string) ([]string, error) {
 				if leaf.ArgsUsage == "" {
 					return nil, usagef("unknown flag %s for `%s`: see `%s --help`", f.tokens[0], cmd, cmd)
 				}
-				return nil, usagef("unknown flag %s for `%s`; an argument that starts with '-' goes after \"--\" (`%s [FLAGS] -- %s`); see `%s --help`", f.tokens[0], cmd, cmd, f.tokens[0], cmd)
+				return nil, usagef("unknown flag %s for `%s`, which takes %s as an argument (`%s %s`); an argument that starts with '-' goes after \"--\" (`%s [FLAGS] -- %s`); see `%s --help`",
+					f.tokens[0], cmd, leaf.ArgsUsage, cmd, leaf.ArgsUsage, cmd, f.tokens[0], cmd)
 			}
 		}
 	}

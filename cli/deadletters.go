@@ -87,7 +87,7 @@ S3/MinIO). Replay them with ` + "`rivoractl replay`" + `.
 			{
 				Name:      "list",
 				Usage:     "list dead letters (without payloads): destination by destination, each one's in the order they were recorded, oldest hour first",
-				UsageText: "rivoractl dlq list [--destination D] [--customer C] [--lane L] [--since T] [--until T] [--limit N] [-o json]",
+				UsageText: "rivoractl dlq list [--destination D] [--customer C] [--lane L] [--subscription S] [--reason R] [--since T] [--until T] [--limit N] [-o json]",
 				Description: `REPLAYED says when a replay handled a dead letter (re-accepted it, or found
 its event already sent); "-" means none has, and the next replay sends it.
 
@@ -284,8 +284,8 @@ func (e *env) replayCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "replay",
 		Usage: "re-ingest dead letters of a destination, in lane order, keeping their event ids",
-		UsageText: `rivoractl replay --destination D [--customer C] [--lane L] [--since T] [--until T]
-    [--rate N] [--dry-run] [--restart]`,
+		UsageText: `rivoractl replay --destination D [--customer C] [--lane L] [--subscription S] [--reason R]
+    [--since T] [--until T] [--rate N] [--dry-run] [--restart]`,
 		Description: `Streams matching dead letters back through ingest: each keeps its event id
 (receivers dedupe on webhook-id), is marked replayed (header rivora-replay:
 true) and gets a fresh retry window. Lanes keep their original order.
@@ -307,7 +307,7 @@ Examples:
    rivoractl replay --destination orders --dry-run
    rivoractl replay --destination orders --since 6h --rate 100`,
 		Flags: append(filterFlags(),
-			&ucli.Float64Flag{Name: "rate", Usage: "re-ingest at most `N` events per second, 0.001 to 1e6 (default: as fast as ingest takes them)"},
+			&ucli.Float64Flag{Name: "rate", Usage: "re-ingest at most `N` events per second, 0.001 to 1e6", DefaultText: "as fast as ingest takes them"},
 			&ucli.BoolFlag{Name: "dry-run", Usage: "only count what would be replayed, per destination and customer"},
 			&ucli.BoolFlag{Name: "restart", Usage: "send again what earlier replays, with any filter, already re-accepted"},
 		),
