@@ -322,7 +322,7 @@ func (cp *ControlPlane) destinationHealth(ctx context.Context, id string, withRa
 		// Paused, or parked (only probes go out until the partner answers),
 		// it does not drain at its current rate.
 		if !h.GetPaused() && !h.GetDisabled() && h.GetState() != "parked" {
-			h.DrainTime = drainTime(h.GetPendingEvents(), h.GetCurrentRate())
+			h.DrainTime = heldDrainTime(drainTime(h.GetPendingEvents(), h.GetCurrentRate()), h.GetHoldUntil(), cp.now())
 		}
 		if sc.limited() {
 			h.Customers = slices.DeleteFunc(h.Customers, func(c *rivorav1.CustomerBacklog) bool { return !sc.customer(c.GetCustomerId()) })
@@ -336,6 +336,16 @@ func (cp *ControlPlane) destinationHealth(ctx context.Context, id string, withRa
 // 0 with none pending, nil when they never drain (no rate, or a rate so
 // low it takes more than a century). A bound from below: the partner's
 // latency and max_in_flight can slow it.
+// heldDrainTime adds to a drain time what is left of a partner's
+// Retry-After hold (holdUntil; nil: none), which holds every attempt
+// until it ends. nil (never drains) and 0 (nothing pending) stay.
+func heldDrainTime(drain *durationpb.Duration, holdUntil *timestamppb.Timestamp, now time.Time) *durationpb.Duration {
+	if drain == nil || drain.AsDuration() == 0 || holdUntil == nil || !holdUntil.AsTime().After(now) {
+		return drain
+	}
+	return durationpb.New(drain.AsDuration() + holdUntil.AsTime().Sub(now))
+}
+
 func drainTime(pending int64, rate float64) *durationpb.Duration {
 	const never = 100 * 365 * 24 * time.Hour
 	if pending <= 0 {

@@ -3,6 +3,9 @@ package controlplane
 import (
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 func TestDrainTime(t *testing.T) {
@@ -28,5 +31,27 @@ func TestDrainTime(t *testing.T) {
 		case !tc.never && (got == nil || got.AsDuration() != tc.want):
 			t.Errorf("drainTime(%d, %v) = %v; want %v", tc.pending, tc.rate, got, tc.want)
 		}
+	}
+}
+
+// A partner's Retry-After holds every attempt until it ends: the drain
+// time counts what is left of it (a probe saw "<1s" under a 24 h hold).
+func TestHeldDrainTime(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	drain := durationpb.New(8 * time.Second)
+	if got := heldDrainTime(drain, timestamppb.New(now.Add(time.Hour)), now); got.AsDuration() != time.Hour+8*time.Second {
+		t.Errorf("held for an hour: %v, want 1h0m8s", got.AsDuration())
+	}
+	if got := heldDrainTime(drain, timestamppb.New(now.Add(-time.Second)), now); got.AsDuration() != 8*time.Second {
+		t.Errorf("a hold that ended: %v, want 8s", got.AsDuration())
+	}
+	if got := heldDrainTime(drain, nil, now); got.AsDuration() != 8*time.Second {
+		t.Errorf("no hold: %v, want 8s", got.AsDuration())
+	}
+	if got := heldDrainTime(nil, timestamppb.New(now.Add(time.Hour)), now); got != nil {
+		t.Errorf("never drains, held: %v, want unset", got)
+	}
+	if got := heldDrainTime(durationpb.New(0), timestamppb.New(now.Add(time.Hour)), now); got.AsDuration() != 0 {
+		t.Errorf("nothing pending, held: %v, want 0", got.AsDuration())
 	}
 }

@@ -32,6 +32,8 @@ func TestWaitingReason(t *testing.T) {
 		{"behind", scheduler.Location{Ahead: 3}, "behind 3 earlier events in its lane"},
 		{"in flight", scheduler.Location{InFlight: true}, ""},
 		{"never tried", scheduler.Location{}, "due: waiting for its destination's budget"},
+		{"never tried, partner's Retry-After", scheduler.Location{Destination: scheduler.DestinationState{HoldUntil: later}},
+			"held: its partner asked for no requests until " + later.Format(time.RFC3339) + " (Retry-After; a resume ends it); 0 of 8 attempts used"},
 		{"event's fault", scheduler.Location{Head: scheduler.Head{Attempts: 1, LastStatus: 400, LastAttemptAt: parkedAt, NotBefore: later}},
 			"retry at " + later.Format(time.RFC3339) + " after HTTP 400; 1 of 8 attempts used"},
 	} {

@@ -352,6 +352,9 @@ type DestinationState struct {
 	// Since is when it entered Health (zero: healthy from the start).
 	Since  time.Time
 	Paused bool
+	// HoldUntil is the end of a partner's Retry-After hold (zero: none):
+	// nothing is attempted before it, first attempts included.
+	HoldUntil time.Time
 }
 
 // Find looks a pending event up by id: the index names its lane (an id
@@ -432,6 +435,7 @@ func (d *destination) state() DestinationState {
 	st := DestinationState{Paused: d.paused}
 	if d.budget != nil {
 		st.Health = d.budget.State()
+		st.HoldUntil = d.budget.HoldUntil()
 		if tr := lastTransition(d.budget); tr.To == st.Health {
 			st.Since = tr.At
 		}

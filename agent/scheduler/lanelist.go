@@ -34,7 +34,8 @@ type LaneSummary struct {
 	// HeadSince is when the head became the lane's head (see Restore for
 	// a rebuilt lane).
 	HeadSince time.Time
-	// NextAttemptAt is the head's retry time while it waits for one
+	// NextAttemptAt is the head's retry time while it waits for one, or
+	// the end of its destination's Retry-After hold when that is later
 	// (zero otherwise, and while its parked destination holds it).
 	NextAttemptAt time.Time
 	State         LaneState
@@ -230,6 +231,11 @@ func (s *Scheduler) summary(l *Lane) LaneSummary {
 		ls.State, ls.SubscriptionPaused = LaneWaiting, true
 	default:
 		ls.State = LaneDue
+	}
+	// A partner's Retry-After holds every lane of its destination, due
+	// ones too: none is tried before it ends.
+	if b := l.dest.budget; ls.State != LaneInFlight && b != nil && b.HoldUntil().After(ls.NextAttemptAt) && b.HoldUntil().After(s.clock.Now()) {
+		ls.NextAttemptAt = b.HoldUntil()
 	}
 	return ls
 }

@@ -353,12 +353,20 @@ func TestResumeEndsARetryAfterHold(t *testing.T) {
 		s.Observe(a, 429, true, time.Hour, "HTTP 429")
 		h := a.Head
 		h.HeldByDestination, h.LastStatus, h.LastAttemptAt = true, 429, now
-		h.NotBefore, h.WindowEnd = now.Add(time.Hour), now.Add(72*time.Hour)
+		// Its own backoff is short: the partner's Retry-After holds it.
+		h.NotBefore, h.WindowEnd = now.Add(time.Second), now.Add(72*time.Hour)
 		s.Retry(a, h)
 	}
 	clk.Advance(time.Minute)
 	if a, _ := step(s); a != nil {
 		t.Fatalf("attempt %s during the Retry-After hold", a.Lane.ID)
+	}
+	// lanes list says when the hold lets them go.
+	holdEnd := t0.Add(time.Hour)
+	for _, ls := range s.ListLanes("d", LaneFilter{Limit: 10}).Lanes {
+		if !ls.NextAttemptAt.Equal(holdEnd) {
+			t.Fatalf("lane %s: next attempt %v, want the hold's end %v", ls.ID, ls.NextAttemptAt, holdEnd)
+		}
 	}
 	s.SetPaused("d", 0, true)
 	s.SetPaused("d", 0, false)
