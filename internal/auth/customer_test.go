@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -144,5 +145,25 @@ func TestServerStreamRequestIsChecked(t *testing.T) {
 		if err := replay(c); connect.CodeOf(err) != connect.CodePermissionDenied {
 			t.Errorf("replay with customer %q: %v, want permission_denied", c, err)
 		}
+	}
+}
+
+// A viewer may count what a replay would send (a dry run), not replay.
+func TestAViewerMayDryRunAReplay(t *testing.T) {
+	v := &Principal{TokenID: "tok_v", Name: "victor", Role: viewer}
+	rule := Policies[rivorav1connect.ArchiveServiceReplayProcedure]
+	if !slices.Contains(rule.Roles, viewer) {
+		t.Fatal("a viewer may not call Replay at all")
+	}
+	if err := rule.Request(v, &rivorav1.ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "d"}, DryRun: true}); err != nil {
+		t.Fatalf("a viewer's dry run: %v, want allowed", err)
+	}
+	err := rule.Request(v, &rivorav1.ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "d"}})
+	if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "--dry-run") {
+		t.Fatalf("a viewer's replay: %v, want permission_denied naming --dry-run", err)
+	}
+	op := &Principal{TokenID: "tok_o", Name: "olga", Role: operator}
+	if err := rule.Request(op, &rivorav1.ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "d"}}); err != nil {
+		t.Fatalf("an operator's replay: %v", err)
 	}
 }

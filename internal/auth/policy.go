@@ -216,10 +216,15 @@ var Policies = map[string]Rule{
 	},
 	// Replay streams; its one request is checked (a customer replays only
 	// with a filter naming one of its customers).
+	// A dry run only counts what a replay would send: a viewer may.
 	rivorav1connect.ArchiveServiceReplayProcedure: {
-		Roles: []rivorav1.Role{admin, operator, customer},
+		Roles: []rivorav1.Role{admin, operator, viewer, customer},
 		Request: func(p *Principal, req any) error {
-			return filterFor(p, req.(*rivorav1.ReplayRequest).GetFilter().GetCustomerId())
+			m := req.(*rivorav1.ReplayRequest)
+			if p.Role == viewer && !m.GetDryRun() {
+				return connect.NewError(connect.CodePermissionDenied, errors.New("a viewer token may count what a replay would send (--dry-run), not replay: replaying needs an admin or operator token"))
+			}
+			return filterFor(p, m.GetFilter().GetCustomerId())
 		},
 	},
 
