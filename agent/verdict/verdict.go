@@ -261,8 +261,11 @@ func afterSend(f Facts, res delivery.Result) Verdict {
 		// 410: the partner wants no more webhooks. The destination stops
 		// here (paused until an operator resumes it); the event keeps its
 		// attempts, its schedule and its place at its lane's head, and is
-		// not dead-lettered.
-		return Verdict{Kind: Wait, Head: a.Head, Sent: true, Disable: true}
+		// not dead-lettered. Its last answer is the 410 (lanes list and
+		// events get show it).
+		head := a.Head
+		head.LastStatus, head.LastError, head.LastAttemptAt = res.Status, cause, f.Now
+		return Verdict{Kind: Wait, Head: head, Sent: true, Disable: true}
 	}
 	if res.DestinationFault() && !f.OtherwiseHealthy {
 		return hold(f, res, cause)

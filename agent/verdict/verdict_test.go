@@ -165,8 +165,13 @@ func TestDecide(t *testing.T) {
 
 		// After sending.
 		{"2xx", sent(attempt(1), delivery.Result{Status: 200}, true), verdict.Verdict{Kind: verdict.Delivered, Sent: true}},
+		// Its attempts and schedule kept; its last answer the 410.
 		{"410 gone", sent(attempt(2), failed(410, "HTTP 410"), true),
-			verdict.Verdict{Kind: verdict.Wait, Head: attempt(2).Head, Sent: true, Disable: true}},
+			verdict.Verdict{Kind: verdict.Wait, Head: func() scheduler.Head {
+				h := attempt(2).Head
+				h.LastStatus, h.LastError, h.LastAttemptAt = 410, "HTTP 410", now
+				return h
+			}(), Sent: true, Disable: true}},
 		{"400: the event's own failure", sent(attempt(2), failed(400, "HTTP 400"), true),
 			verdict.Verdict{Kind: retryK, Head: charged(2, 400, "HTTP 400", now.Add(2*time.Second)), Sent: true, Ledger: true}},
 		{"429 while otherwise healthy", sent(attempt(1), failed(429, "HTTP 429"), true),
