@@ -33,6 +33,12 @@ var edgeSourcesGauge = promauto.NewGauge(prometheus.GaugeOpts{
 // agent assigned partition 0 writes INGEST's config, so that one writer
 // does. Sources that are not edges' are never touched.
 //
+// Each source listens where its edge's buffer delivers, which names the
+// buffer (edge.ForwardSubject): the keeper reads it from every edge it can
+// reach, each time it sets the sources, and remembers the last one read.
+// An edge never read gets no source until it is (it forwards nothing
+// while unreachable); one read before keeps its source as it is.
+//
 // Invariant: nothing is written before the control plane has named the
 // edges (a snapshot), so an agent that has not heard of an edge yet
 // never removes its source.
@@ -42,15 +48,21 @@ type edgeSources struct {
 	every time.Duration
 	// kick wakes Run when what it should do changed.
 	kick chan struct{}
+	// read reads the deliver subjects of the edges it can reach
+	// (edge.DeliverSubjects; a test's fake).
+	read func(ctx context.Context, js jetstream.JetStream, names []string) map[string]string
 
 	mu     sync.Mutex
 	names  []string // the registered edges, sorted
 	known  bool     // the control plane has named them
 	keeper bool     // this agent is assigned partition 0
+
+	// subjects are the deliver subjects last read, by edge (Run's alone).
+	subjects map[string]string
 }
 
 func newEdgeSources(js jetstream.JetStream, every time.Duration, log *slog.Logger) *edgeSources {
-	return &edgeSources{js: js, log: log, every: every, kick: make(chan struct{}, 1)}
+	return &edgeSources{js: js, log: log, every: every, kick: make(chan struct{}, 1), read: edge.DeliverSubjects, subjects: map[string]string{}}
 }
 
 // follow takes from one config message the registered edges (on a
@@ -93,30 +105,35 @@ func (e *edgeSources) valid(names []string) []string {
 	return slices.Compact(out)
 }
 
-// Run sets INGEST's edge sources on every change and every e.every (every
-// second while an edge waits to be reached for its first source), until
-// ctx ends.
+// Run sets INGEST's edge sources on every change and every e.every, and
+// sooner while an edge waits to be reached for its first source (after
+// edgeReachRetry, doubling up to e.every), until ctx ends.
 func (e *edgeSources) Run(ctx context.Context) error {
 	t := time.NewTimer(e.every)
 	defer t.Stop()
+	retry := edgeReachRetry
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-e.kick:
+			retry = edgeReachRetry
 		case <-t.C:
 		}
 		next := e.every
-		if waiting := e.reconcile(ctx); waiting {
-			next = min(next, edgeReachRetry)
+		if e.reconcile(ctx) {
+			next = min(retry, e.every)
+			retry = min(2*retry, e.every)
+		} else {
+			retry = edgeReachRetry
 		}
 		t.Reset(next)
 	}
 }
 
-// edgeReachRetry is how soon the keeper looks again for an edge it could
-// not reach to give it its first source (its leaf connection may come up
-// after its registration).
+// edgeReachRetry is how soon the keeper first looks again for an edge it
+// could not reach to give it its first source (its leaf connection may
+// come up just after its registration).
 const edgeReachRetry = time.Second
 
 // reconcile sets INGEST's edge sources to the registered edges, when this
@@ -133,9 +150,27 @@ func (e *edgeSources) reconcile(ctx context.Context) (waiting bool) {
 	if !known {
 		return false
 	}
+	// The reads have their own budget: edges cut off silently answer
+	// nothing until each read's timeout, and must not leave the write
+	// for the others without time.
+	readCtx, cancelRead := context.WithTimeout(ctx, 20*time.Second)
+	read := e.read(readCtx, e.js, names)
+	cancelRead()
+	deliver := make(map[string]string, len(names))
+	for _, n := range names {
+		if d, ok := read[n]; ok {
+			e.subjects[n] = d
+		}
+		deliver[n] = e.subjects[n] // "" when never read
+	}
+	for n := range e.subjects {
+		if _, registered := deliver[n]; !registered {
+			delete(e.subjects, n)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	added, removed, replaced, unreached, err := edge.SetSources(ctx, e.js, names)
+	added, removed, changed, unreached, err := edge.SetSources(ctx, e.js, deliver)
 	if err != nil {
 		e.log.Warn("set INGEST's edge sources; retrying", "edges", names, "retry_in", e.every, "error", err)
 		return false
@@ -143,12 +178,15 @@ func (e *edgeSources) reconcile(ctx context.Context) (waiting bool) {
 	for _, n := range added {
 		e.log.Info("INGEST sources an edge's buffer now", "edge", n)
 	}
-	for _, n := range replaced {
+	for _, n := range changed {
 		e.log.Warn("an edge's buffer is a new one (its data dir was made anew): INGEST sources it from its start; what the old buffer had not forwarded is lost with it", "edge", n)
 	}
 	for _, n := range removed {
 		e.log.Info("INGEST no longer sources an edge's buffer (the edge is not registered)", "edge", n)
 	}
-	edgeSourcesGauge.Set(float64(len(names)))
+	if len(unreached) > 0 {
+		e.log.Debug("edges not reached yet: no source until they are", "edges", unreached)
+	}
+	edgeSourcesGauge.Set(float64(len(names) - len(unreached)))
 	return len(unreached) > 0
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -46,10 +47,22 @@ func startIngest(t *testing.T) jetstream.JetStream {
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if err := edge.AddSource(ctx, js, "gone"); err != nil {
+	if _, _, _, _, err := edge.SetSources(ctx, js, map[string]string{"gone": edge.ForwardSubject("gone", "")}); err != nil {
 		t.Fatal(err)
 	}
 	return js
+}
+
+// reachable is a keeper's reader that reaches every edge of names, whose
+// buffers deliver under incarnation.
+func reachable(incarnation string) func(context.Context, jetstream.JetStream, []string) map[string]string {
+	return func(_ context.Context, _ jetstream.JetStream, names []string) map[string]string {
+		out := map[string]string{}
+		for _, n := range names {
+			out[n] = edge.ForwardSubject(n, incarnation)
+		}
+		return out
+	}
 }
 
 // ingestSources are INGEST's sources: "edge:NAME" for an edge's, else the
@@ -93,6 +106,7 @@ func TestIngestSourcesFollowTheRegisteredEdges(t *testing.T) {
 	ctx := context.Background()
 	js := startIngest(t)
 	e := newEdgeSources(js, time.Hour, slog.New(slog.DiscardHandler))
+	e.read = reachable("1")
 
 	e.follow(&rivorav1.WatchResponse{Partitions: []uint32{0, 1}})
 	e.reconcile(ctx)
@@ -132,6 +146,7 @@ func TestIngestSourcesFollowTheRegisteredEdges(t *testing.T) {
 func TestIngestEdgeSourcesAreRepaired(t *testing.T) {
 	js := startIngest(t)
 	e := newEdgeSources(js, 50*time.Millisecond, slog.New(slog.DiscardHandler))
+	e.read = reachable("1")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
@@ -157,6 +172,68 @@ func TestAnAgentsStartKeepsIngestSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantSources(t, js, "after a second start", "OTHER", "edge:gone")
+}
+
+// An edge the keeper cannot reach gets no source until it can (it forwards
+// nothing meanwhile); one it reached before keeps its source while cut
+// off; a buffer made anew (another incarnation) moves its source to the
+// new subject.
+func TestIngestEdgeSourcesFollowWhereBuffersDeliver(t *testing.T) {
+	ctx := context.Background()
+	js := startIngest(t)
+	e := newEdgeSources(js, time.Hour, slog.New(slog.DiscardHandler))
+	reach := map[string]string{}
+	e.read = func(_ context.Context, _ jetstream.JetStream, names []string) map[string]string {
+		return maps.Clone(reach)
+	}
+	e.follow(&rivorav1.WatchResponse{Snapshot: true, Edges: []string{"a"}, Partitions: []uint32{0}})
+	if waiting := e.reconcile(ctx); !waiting {
+		t.Fatal("an edge never reached: not waiting")
+	}
+	wantSources(t, js, "a not reached yet", "OTHER")
+	if got := gaugeValue(t); got != 0 {
+		t.Fatalf("rivora_edge_sources = %v, want 0", got)
+	}
+
+	reach["a"] = edge.ForwardSubject("a", "1")
+	if waiting := e.reconcile(ctx); waiting {
+		t.Fatal("a reached: still waiting")
+	}
+	wantSources(t, js, "a reached", "OTHER", "edge:a")
+	if got := sourceSubject(t, js, "a"); got != edge.ForwardSubject("a", "1") {
+		t.Fatalf("a's source listens on %q", got)
+	}
+
+	delete(reach, "a") // cut off: its source stays as it is
+	if waiting := e.reconcile(ctx); waiting {
+		t.Fatal("a cut off, with its source: waiting")
+	}
+	wantSources(t, js, "a cut off", "OTHER", "edge:a")
+
+	reach["a"] = edge.ForwardSubject("a", "2") // a new buffer under the name
+	e.reconcile(ctx)
+	if got := sourceSubject(t, js, "a"); got != edge.ForwardSubject("a", "2") {
+		t.Fatalf("after a's new buffer, its source listens on %q, want the new one", got)
+	}
+}
+
+// sourceSubject is where INGEST's source of edge name listens.
+func sourceSubject(t *testing.T, js jetstream.JetStream, name string) string {
+	t.Helper()
+	s, err := js.Stream(context.Background(), lanes.IngestStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range info.Config.Sources {
+		if n, ok := edge.SourceEdge(src); ok && n == name && src.Consumer != nil {
+			return src.Consumer.DeliverSubject
+		}
+	}
+	return ""
 }
 
 // gaugeValue is rivora_edge_sources now.

@@ -85,17 +85,17 @@ func Subject(name string, p int, destination string) string {
 	return prefix(name) + lanes.IngestSubject(p, destination)
 }
 
-// forwardSubject is where the durable consumer of a buffer of the given
+// ForwardSubject is where the durable consumer of a buffer of the given
 // incarnation delivers to the cell: "edge.<name>.forward.<incarnation>"
 // ("edge.<name>.forward" for a buffer made before incarnations were in
 // it, whose consumer keeps it). A buffer made anew under an old name (a
 // lost data dir) so delivers where the cell's source for the old one
 // does not listen: nothing reaches that source, whose position is the old
 // buffer's (it would take the new buffer's first events for ones it
-// already has, and drop them), until the cell's keeper of sources sees
-// the new consumer's subject and gives INGEST a fresh source for it
-// (SetSources).
-func forwardSubject(name, incarnation string) string {
+// already has, and drop them), until the cell's keeper of sources reads
+// the new consumer's subject and points the source at it (SetSources),
+// which NATS then sets up afresh.
+func ForwardSubject(name, incarnation string) string {
 	if incarnation == "" {
 		return prefix(name) + "forward"
 	}
@@ -145,7 +145,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Buffer, err
 	// event leaves the buffer once the cell stored it. A consumer already
 	// there keeps its deliver subject (the cell's source listens on it);
 	// a new one delivers under this buffer's incarnation.
-	deliver := forwardSubject(cfg.Name, b.Incarnation())
+	deliver := ForwardSubject(cfg.Name, b.Incarnation())
 	if c, err := s.PushConsumer(ctx, ConsumerName); err == nil {
 		deliver = c.CachedInfo().Config.DeliverSubject
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -235,7 +235,7 @@ func IsFull(err error) bool {
 
 // Source is the entry of the cell's INGEST stream that forwards edge
 // name's buffer: through the edge's domain API, from its durable consumer
-// delivering on deliver (forwardSubject; DeliverSubject reads it from the
+// delivering on deliver (ForwardSubject; DeliverSubject reads it from the
 // edge), its subjects rewritten into INGEST's.
 func Source(name, deliver string) *jetstream.StreamSource {
 	return &jetstream.StreamSource{
@@ -247,7 +247,7 @@ func Source(name, deliver string) *jetstream.StreamSource {
 }
 
 // DeliverSubject reads, across the leaf connection, where edge name's
-// buffer's consumer delivers (forwardSubject): it names the buffer's
+// buffer's consumer delivers (ForwardSubject): it names the buffer's
 // incarnation. It fails when the edge is not reachable.
 func DeliverSubject(ctx context.Context, js jetstream.JetStream, name string) (string, error) {
 	at, err := jetstream.NewWithDomain(js.Conn(), Domain(name))
@@ -263,22 +263,21 @@ func DeliverSubject(ctx context.Context, js jetstream.JetStream, name string) (s
 		return "", fmt.Errorf("edge %s's %s consumer: %w", name, ConsumerName, err)
 	}
 	subject := c.CachedInfo().Config.DeliverSubject
-	if !strings.HasPrefix(subject, prefix(name)+"forward") {
-		return "", fmt.Errorf("edge %s's %s consumer delivers to %q, not under %sforward", name, ConsumerName, subject, prefix(name))
+	if bare := ForwardSubject(name, ""); subject != bare && !strings.HasPrefix(subject, bare+".") {
+		return "", fmt.Errorf("edge %s's %s consumer delivers to %q, not to %s[.<incarnation>]", name, ConsumerName, subject, bare)
 	}
 	return subject, nil
 }
 
 // AddSource makes the cell's INGEST stream forward edge name's buffer
 // (nothing to do when it does already), reading where its consumer
-// delivers from the edge. An edge it cannot reach gets the subject of a
-// buffer made before incarnations (SetSources replaces it once the edge is reached).
+// delivers from the edge: it fails when the edge cannot be reached.
 func AddSource(ctx context.Context, js jetstream.JetStream, name string) error {
-	reach, cancel := context.WithTimeout(ctx, reachTimeout)
+	reach, cancel := context.WithTimeout(ctx, ReachTimeout)
 	deliver, err := DeliverSubject(reach, js, name)
 	cancel()
 	if err != nil {
-		deliver = forwardSubject(name, "")
+		return err
 	}
 	return updateSources(ctx, js, func(sources []*jetstream.StreamSource) []*jetstream.StreamSource {
 		if slices.ContainsFunc(sources, func(s *jetstream.StreamSource) bool { return isSourceOf(s, name) }) {

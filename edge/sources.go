@@ -31,51 +31,47 @@ func SourceEdge(s *jetstream.StreamSource) (string, bool) {
 	return domain, true
 }
 
-// SetSources makes INGEST's edges' sources exactly one per name (Source),
-// and keeps every other source as it is. It reads from each edge where
-// its buffer's consumer delivers (DeliverSubject), which names the
-// buffer's incarnation:
-//   - a source already there that listens on it is left alone (its
-//     position in the edge's buffer is INGEST's);
+// SetSources makes INGEST's edges' sources exactly one per edge of
+// deliver, in one update, and keeps every other source as it is. deliver
+// gives, per edge, where its buffer's consumer delivers (DeliverSubject,
+// read from the edge), "" when it could not be read:
+//   - a source already there that listens on that subject is left alone
+//     (its position in the edge's buffer is INGEST's);
 //   - one that listens elsewhere follows an older buffer of the name (the
-//     edge's data dir was lost and made anew): it is replaced by a fresh
-//     source, in two updates, removed and then added, for a source
-//     replaced in one update keeps its position, the old buffer's, and
-//     would drop the new buffer's first events as ones it already has;
-//   - an edge that cannot be reached keeps its source as it is; one with
-//     none gets a source on the subject of a buffer made before
-//     incarnations (forwardSubject with none), which is right for such an
-//     edge and is replaced once a newer one is reached.
+//     edge's data dir was lost and made anew, and its consumer delivers
+//     under the new buffer's incarnation): it is changed to listen on the
+//     new subject. NATS then sets the source up again, sees the edge's
+//     stream was recreated and starts it afresh at the new consumer's
+//     position;
+//   - an edge whose subject is unknown keeps its source as it is, and gets
+//     none while it has none (it cannot be reached, so it forwards nothing
+//     anyway): it is waiting.
 //
-// It returns the edges it added, removed and replaced (none: nothing was
-// written), and those waiting: unreachable, with a source that may not be
-// the one their buffer delivers to (call again soon).
-func SetSources(ctx context.Context, js jetstream.JetStream, names []string) (added, removed, replaced, waiting []string, err error) {
-	want := make(map[string]bool, len(names))
-	for _, n := range names {
+// It returns the edges it added, removed and changed (none: nothing was
+// written), and those waiting.
+func SetSources(ctx context.Context, js jetstream.JetStream, deliver map[string]string) (added, removed, changed, waiting []string, err error) {
+	names := make([]string, 0, len(deliver))
+	for n := range deliver {
 		if err := ids.Validate("edge name", n); err != nil {
 			return nil, nil, nil, nil, err
 		}
-		want[n] = true
+		names = append(names, n)
 	}
-	deliver := deliverSubjects(ctx, js, names)
+	slices.Sort(names)
 	err = updateSources(ctx, js, func(sources []*jetstream.StreamSource) []*jetstream.StreamSource {
 		have := make(map[string]bool)
 		next := make([]*jetstream.StreamSource, 0, len(sources)+len(names))
 		for _, s := range sources {
 			name, isEdge := SourceEdge(s)
+			d, wanted := deliver[name]
 			switch {
 			case !isEdge:
 				next = append(next, s)
-			case want[name] && !have[name]:
+			case wanted && !have[name]:
 				have[name] = true
-				d, known := deliver[name]
-				if known && sourceDeliver(s) != d {
-					replaced = append(replaced, name) // dropped now, added below
-					continue
-				}
-				if !known && sourceDeliver(s) == forwardSubject(name, "") {
-					waiting = append(waiting, name)
+				if d != "" && sourceDeliver(s) != d {
+					changed = append(changed, name)
+					s = Source(name, d)
 				}
 				next = append(next, s)
 			default:
@@ -83,41 +79,26 @@ func SetSources(ctx context.Context, js jetstream.JetStream, names []string) (ad
 			}
 		}
 		for _, n := range names {
-			if have[n] {
-				continue
-			}
-			d, known := deliver[n]
-			if !known {
-				d = forwardSubject(n, "")
+			switch d := deliver[n]; {
+			case have[n]:
+			case d == "":
 				waiting = append(waiting, n)
+			default:
+				have[n] = true
+				added = append(added, n)
+				next = append(next, Source(n, d))
 			}
-			have[n] = true
-			added = append(added, n)
-			next = append(next, Source(n, d))
 		}
-		if len(added) == 0 && len(removed) == 0 && len(replaced) == 0 {
+		if len(added) == 0 && len(removed) == 0 && len(changed) == 0 {
 			return nil
 		}
 		return next
 	})
-	if err == nil && len(replaced) > 0 {
-		err = updateSources(ctx, js, func(sources []*jetstream.StreamSource) []*jetstream.StreamSource {
-			for _, n := range replaced {
-				if !slices.ContainsFunc(sources, func(s *jetstream.StreamSource) bool { return isSourceOf(s, n) }) {
-					sources = append(sources, Source(n, deliver[n]))
-				}
-			}
-			return sources
-		})
-	}
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	slices.Sort(added)
 	slices.Sort(removed)
-	slices.Sort(replaced)
-	slices.Sort(waiting)
-	return added, removed, replaced, waiting, nil
+	return added, removed, changed, waiting, nil
 }
 
 // sourceDeliver is where an edge's source listens ("" for none).
@@ -128,16 +109,16 @@ func sourceDeliver(s *jetstream.StreamSource) string {
 	return s.Consumer.DeliverSubject
 }
 
-// deliverSubjects reads DeliverSubject of every edge it can reach, a few
-// at a time, each bounded by reachTimeout: a cut-off edge is left out.
-func deliverSubjects(ctx context.Context, js jetstream.JetStream, names []string) map[string]string {
+// DeliverSubjects reads DeliverSubject of each edge of names, a few at a
+// time, each bounded by ReachTimeout; an edge it cannot read is left out.
+func DeliverSubjects(ctx context.Context, js jetstream.JetStream, names []string) map[string]string {
 	var mu sync.Mutex
 	out := make(map[string]string, len(names))
 	var g errgroup.Group
 	g.SetLimit(8)
 	for _, n := range names {
 		g.Go(func() error {
-			ctx, cancel := context.WithTimeout(ctx, reachTimeout)
+			ctx, cancel := context.WithTimeout(ctx, ReachTimeout)
 			defer cancel()
 			if d, err := DeliverSubject(ctx, js, n); err == nil {
 				mu.Lock()
@@ -151,5 +132,5 @@ func deliverSubjects(ctx context.Context, js jetstream.JetStream, names []string
 	return out
 }
 
-// reachTimeout bounds one read of an edge's consumer across the leaf.
-const reachTimeout = 2 * time.Second
+// ReachTimeout bounds one read of an edge's consumer across the leaf.
+const ReachTimeout = 2 * time.Second
