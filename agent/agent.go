@@ -590,6 +590,7 @@ func (a *Agent) configure(d *destinations.Destination) {
 	a.sched.SetClass(d.ID, p, d.Class)
 	a.sched.SetWeights(d.ID, p, d.Weights)
 	a.gone.Configure(d.ID, p, d.Paused)
+	a.sched.NoteResume(d.ID, p, d.Pauses.LastResume())
 }
 
 // configurePartition configures again the destinations of partition p

@@ -72,7 +72,7 @@ Examples:
 					&ucli.DurationFlag{Name: "timeout", Usage: "bound one attempt to `DURATION`", DefaultText: "unchanged"},
 					&ucli.IntFlag{Name: "max-in-flight", Usage: "at most `N` concurrent attempts", DefaultText: "unchanged"},
 					&ucli.StringFlag{Name: "reason", Usage: "why (required; goes to the audit log)"},
-					&ucli.DurationFlag{Name: "ttl", Usage: "expire the override after `DURATION`", DefaultText: "never"},
+					&ucli.DurationFlag{Name: "ttl", Usage: "expire the override after `DURATION`", DefaultText: "the current override's expiry, else never"},
 					&ucli.BoolFlag{Name: "dry-run", Usage: "check the override and print the limits and drain time it would give; change nothing"},
 					waitFlag,
 				},

@@ -293,10 +293,10 @@ func waitingReason(loc scheduler.Location, maxAttempts int, hold string) string 
 		return "held: its partner answered 410 Gone; the destination is being disabled; " + used
 	case loc.SubscriptionPaused:
 		return "held: subscription " + loc.Lane.Subscription + " paused; " + used
-	case loc.Head.HeldByDestination && dest.Health != budget.Healthy:
-		return fmt.Sprintf("held: destination %s%s; %s", dest.Health, since(dest.Since), used)
 	case dest.HoldUntil.After(time.Now()):
 		return fmt.Sprintf("held: its partner asked for no requests until %s (Retry-After; a resume ends it); %s", dest.HoldUntil.UTC().Format(time.RFC3339), used)
+	case loc.Head.HeldByDestination && dest.Health != budget.Healthy:
+		return fmt.Sprintf("held: destination %s%s; %s", dest.Health, since(dest.Since), used)
 	case loc.Head.LastAttemptAt.IsZero():
 		return "due: waiting for its destination's budget"
 	case loc.Head.NotBefore.After(time.Now()):

@@ -34,6 +34,8 @@ func TestWaitingReason(t *testing.T) {
 		{"never tried", scheduler.Location{}, "due: waiting for its destination's budget"},
 		{"never tried, partner's Retry-After", scheduler.Location{Destination: scheduler.DestinationState{HoldUntil: later}},
 			"held: its partner asked for no requests until " + later.Format(time.RFC3339) + " (Retry-After; a resume ends it); 0 of 8 attempts used"},
+		{"held and degraded, partner's Retry-After", scheduler.Location{Head: failed, Destination: scheduler.DestinationState{Health: budget.Degraded, Since: parkedAt, HoldUntil: later}},
+			"held: its partner asked for no requests until " + later.Format(time.RFC3339) + " (Retry-After; a resume ends it); 2 of 8 attempts used"},
 		{"event's fault", scheduler.Location{Head: scheduler.Head{Attempts: 1, LastStatus: 400, LastAttemptAt: parkedAt, NotBefore: later}},
 			"retry at " + later.Format(time.RFC3339) + " after HTTP 400; 1 of 8 attempts used"},
 	} {

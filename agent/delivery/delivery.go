@@ -430,8 +430,11 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if secs, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && secs > 0 {
-		return min(time.Duration(min(secs, int64(MaxRetryAfter/time.Second)))*time.Second, MaxRetryAfter)
+	digits := strings.TrimSpace(v)
+	if secs, err := strconv.ParseInt(digits, 10, 64); err == nil && secs > 0 {
+		return time.Duration(min(secs, int64(MaxRetryAfter/time.Second))) * time.Second
+	} else if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(digits, "-") {
+		return MaxRetryAfter // more seconds than an int64 holds
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
 		return min(t.Sub(now), MaxRetryAfter)

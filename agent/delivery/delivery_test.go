@@ -208,7 +208,8 @@ func TestSendRetryAfter(t *testing.T) {
 		{"garbage", "soon", 0, 0},
 		// A day is held to MaxRetryAfter (an hour), in either form.
 		{"a day in seconds", "86400", delivery.MaxRetryAfter, delivery.MaxRetryAfter},
-		{"beyond int64 seconds", "99999999999999999999", 0, 0},
+		{"beyond int64 seconds", "99999999999999999999", delivery.MaxRetryAfter, delivery.MaxRetryAfter},
+		{"far below int64 seconds", "-99999999999999999999", 0, 0},
 		{"a huge number of seconds", "9223372036854775807", delivery.MaxRetryAfter, delivery.MaxRetryAfter},
 		{"a date a day away", time.Now().Add(24 * time.Hour).UTC().Format(http.TimeFormat), delivery.MaxRetryAfter, delivery.MaxRetryAfter},
 	}

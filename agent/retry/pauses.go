@@ -27,6 +27,17 @@ func PausesFromProto(list []*rivorav1.PauseInterval) Pauses {
 	return out
 }
 
+// LastResume is when the latest of ps that ended ended (zero: none did).
+func (ps Pauses) LastResume() time.Time {
+	var last time.Time
+	for _, p := range ps {
+		if p.End.After(last) {
+			last = p.End
+		}
+	}
+	return last
+}
+
 // within is the part of p inside [from, to] (ok false: none).
 func (p Pause) within(from, to time.Time) (start, end time.Time, ok bool) {
 	start, end = p.Start, p.End

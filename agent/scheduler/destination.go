@@ -20,10 +20,14 @@ type destination struct {
 	budget     *budget.Budget
 	class      limits.Class
 	paused     bool
-	statuses   statusRing // last attempt statuses
-	rates      rateRing   // the last 15 minutes' attempts and rates
-	inFlight   int
-	lanes      map[string]*Lane
+	// resumedAt is the destination's last resume the scheduler was told
+	// of (NoteResume; resumeNoted: it was told once).
+	resumedAt   time.Time
+	resumeNoted bool
+	statuses    statusRing // last attempt statuses
+	rates       rateRing   // the last 15 minutes' attempts and rates
+	inFlight    int
+	lanes       map[string]*Lane
 	// order holds the same lanes as lanes, in a slice (Lane.pos) that
 	// ListLanes walks in chunks, each with a copy of what the walk sorts
 	// and filters on (laneSlot); walks are the walks under way over it.
@@ -199,6 +203,34 @@ func (s *Scheduler) SetPaused(destinationID string, partition int, paused bool) 
 		d.budget.EndHold()
 		s.releaseHeld(d, now)
 	}
+	s.wake()
+}
+
+// NoteResume gives the scheduler when the destination was last resumed
+// (its config's latest pause interval's end): a later one than it knew,
+// while not paused, is a resume as SetPaused's (it ends a Retry-After
+// hold and makes the held lanes due). A pause and a resume close
+// together may reach an agent as one config change in which the
+// destination never looks paused; the resume's time still moved. The
+// first time a destination's resume is noted only records it: a restart
+// is no resume.
+func (s *Scheduler) NoteResume(destinationID string, partition int, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.destination(destinationID, partition)
+	if !d.resumeNoted {
+		d.resumeNoted, d.resumedAt = true, at
+		return
+	}
+	if !at.After(d.resumedAt) {
+		return
+	}
+	d.resumedAt = at
+	if d.paused || d.budget == nil {
+		return
+	}
+	d.budget.EndHold()
+	s.releaseHeld(d, s.clock.Now())
 	s.wake()
 }
 

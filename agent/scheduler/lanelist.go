@@ -34,9 +34,10 @@ type LaneSummary struct {
 	// HeadSince is when the head became the lane's head (see Restore for
 	// a rebuilt lane).
 	HeadSince time.Time
-	// NextAttemptAt is the head's retry time while it waits for one, or
-	// the end of its destination's Retry-After hold when that is later
-	// (zero otherwise, and while its parked destination holds it).
+	// NextAttemptAt is the head's retry time while it waits for one (not
+	// while its parked destination holds it), or the end of its
+	// destination's Retry-After hold when that is later, due lanes' too;
+	// zero otherwise.
 	NextAttemptAt time.Time
 	State         LaneState
 	// SubscriptionPaused: the lane waits for its subscription's resume.

@@ -329,6 +329,58 @@ func TestWindowClosesWhileDueWithoutTokens(t *testing.T) {
 	}
 }
 
+// holdBehindRetryAfter hands out the head of every lane of ids once and
+// answers each with a 429 and an hour's Retry-After: the destination is
+// held, each head due again a second later by its own back-off.
+func holdBehindRetryAfter(t *testing.T, s *Scheduler, ids []lanes.ID) {
+	t.Helper()
+	var first []*Attempt
+	for range ids {
+		a, _ := step(s)
+		if a == nil {
+			t.Fatal("no attempt handed out")
+		}
+		first = append(first, a)
+	}
+	for _, a := range first {
+		now := s.clock.Now()
+		s.Observe(a, 429, true, time.Hour, "HTTP 429")
+		h := a.Head
+		h.HeldByDestination, h.LastStatus, h.LastAttemptAt = true, 429, now
+		h.NotBefore, h.WindowEnd = now.Add(time.Second), now.Add(72*time.Hour)
+		s.Retry(a, h)
+	}
+}
+
+// A pause and a resume close together may reach an agent as one config
+// change in which the destination never looks paused: the resume's time
+// (its config's latest pause interval's end) still ends the hold. The
+// first resume time noted only records it (a restart is no resume).
+func TestAResumeSeenOnlyInItsTimeEndsAHold(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("d", 0, outageLimits)
+	s.NoteResume("d", 0, t0.Add(-time.Hour)) // the config's, at start
+	ids := laneIDs("d", 2)
+	for i, id := range ids {
+		appendTo(s, 0, id, ev(uint64(i+1)))
+	}
+	holdBehindRetryAfter(t, s, ids)
+	clk.Advance(time.Minute)
+	s.NoteResume("d", 0, t0.Add(-time.Hour)) // the same config again
+	if a, _ := step(s); a != nil {
+		t.Fatalf("attempt %s during the hold, with no new resume", a.Lane.ID)
+	}
+	s.NoteResume("d", 0, clk.Now()) // paused and resumed meanwhile
+	var got []lanes.ID
+	for a, _ := step(s); a != nil; a, _ = step(s) {
+		got = append(got, a.Lane.ID)
+	}
+	if !slices.Equal(got, ids) {
+		t.Fatalf("after the resume: attempts on %v, want %v", got, ids)
+	}
+	checkInvariants(t, s)
+}
+
 // A partner's long Retry-After holds its destination and its lanes; an
 // operator's resume (pause, then resume) ends the hold and makes the held
 // lanes due at once, oldest head first (a probe found no way out but
@@ -340,23 +392,7 @@ func TestResumeEndsARetryAfterHold(t *testing.T) {
 	for i, id := range ids {
 		appendTo(s, 0, id, ev(uint64(i+1)))
 	}
-	var first []*Attempt
-	for range ids {
-		a, _ := step(s)
-		if a == nil {
-			t.Fatal("no attempt handed out")
-		}
-		first = append(first, a)
-	}
-	for _, a := range first {
-		now := clk.Now()
-		s.Observe(a, 429, true, time.Hour, "HTTP 429")
-		h := a.Head
-		h.HeldByDestination, h.LastStatus, h.LastAttemptAt = true, 429, now
-		// Its own backoff is short: the partner's Retry-After holds it.
-		h.NotBefore, h.WindowEnd = now.Add(time.Second), now.Add(72*time.Hour)
-		s.Retry(a, h)
-	}
+	holdBehindRetryAfter(t, s, ids)
 	clk.Advance(time.Minute)
 	if a, _ := step(s); a != nil {
 		t.Fatalf("attempt %s during the Retry-After hold", a.Lane.ID)

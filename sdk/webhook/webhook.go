@@ -200,7 +200,10 @@ func NewVerifier(secret string) (*Verifier, error) {
 // WithTolerance returns a copy of v accepting timestamps within d of now;
 // d of zero or below keeps v's tolerance (it would refuse every request).
 func (v *Verifier) WithTolerance(d time.Duration) *Verifier {
-	c := *v
+	var c Verifier
+	if v != nil {
+		c = *v
+	}
 	if d > 0 {
 		c.tolerance = d
 	}

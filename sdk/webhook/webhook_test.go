@@ -209,6 +209,9 @@ func TestZeroValuesAnswer(t *testing.T) {
 	if err := nilVerifier.Verify(h, []byte(vectorBody)); !errors.Is(err, webhook.ErrNoKey) {
 		t.Fatalf("nil Verifier: %v, want ErrNoKey", err)
 	}
+	if err := nilVerifier.WithTolerance(time.Minute).Verify(h, []byte(vectorBody)); !errors.Is(err, webhook.ErrNoKey) {
+		t.Fatalf("nil Verifier's WithTolerance: %v, want ErrNoKey", err)
+	}
 	if got := (&webhook.Signer{}).Sign(vectorID, vectorTimestamp, []byte(vectorBody)); got != "" {
 		t.Fatalf("zero Signer signed %q", got)
 	}

@@ -270,13 +270,20 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       if (input.value.trim() && d === undefined) throw new Error(`${label} "${input.value}": use e.g. 30s, 15m, 2h`);
       return d === undefined ? undefined : duration(d);
     };
+    // A whole-number field: empty is unset, anything else a whole number.
+    const wholeOf = (input: HTMLInputElement, label: string) => {
+      if (!input.value.trim()) return undefined;
+      const n = Number(input.value);
+      if (!Number.isInteger(n)) throw new Error(`${label} "${input.value}": a whole number, such as 10`);
+      return n;
+    };
     const overrideReq = (dryRun: boolean) => {
       return {
         destinationId: id,
         ratePerSecond: rate.value ? Number(rate.value) : undefined,
-        maxInFlight: inflight.value ? Number(inflight.value) : undefined,
-        burst: burst.value ? Number(burst.value) : undefined,
-        maxAttempts: attempts.value ? Number(attempts.value) : undefined,
+        maxInFlight: wholeOf(inflight, "Max in flight"),
+        burst: wholeOf(burst, "Burst"),
+        maxAttempts: wholeOf(attempts, "Max attempts"),
         window: durationOf(retryWindow, "Retry window"),
         timeout: durationOf(attemptTimeout, "Attempt timeout"),
         ttl: durationOf(ttl, "TTL"),
