@@ -213,6 +213,12 @@ func TestBoundedWhenNATSIsDown(t *testing.T) {
 // listing still orders them as they were recorded, not by batch.
 func TestListOrdersInterleavedBatches(t *testing.T) {
 	r := newRigWith(t, history.Config{FlushInterval: time.Hour})
+	// A second into a bucket: the records' 6 ms never straddle two
+	// buckets' subjects, which would make them three batches (a run at
+	// a bucket's last milliseconds failed so).
+	r.mu.Lock()
+	r.now = r.now.Truncate(history.BucketWidth).Add(time.Second)
+	r.mu.Unlock()
 	var a, b []string // ids of two shards
 	for len(a) < 3 || len(b) < 3 {
 		id := v7At(t, r.now)
