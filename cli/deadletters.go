@@ -260,7 +260,8 @@ func (e *env) deadLetterStats(c *ucli.Context) error {
 		return callFailed("dead letter stats", err, nil)
 	}
 	if e.output == "json" {
-		return writeJSON(e.out, resp.Msg)
+		// int64 counts are strings in protojson.
+		return writeJSONWith(e.out, resp.Msg, map[string]any{"counts": []any{}, "total": "0", "objects": "0"})
 	}
 	tw := newTable(e.out)
 	if bySubscription {

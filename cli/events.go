@@ -143,7 +143,7 @@ func (e *env) listEvents(c *ucli.Context) error {
 		return callFailed("list events", err, nil)
 	}
 	if e.output == "json" {
-		return writeJSON(e.out, resp.Msg)
+		return writeJSONWith(e.out, resp.Msg, map[string]any{"events": []any{}})
 	}
 	return e.printEvents(resp.Msg)
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -19,6 +20,9 @@ func (f *fakeRivora) ListEvents(_ context.Context, req *connect.Request[rivorav1
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.listed = append(f.listed, proto.Clone(req.Msg).(*rivorav1.ListEventsRequest))
+	if req.Msg.GetDestinationId() == "quiet" {
+		return connect.NewResponse(&rivorav1.ListEventsResponse{}), nil
+	}
 	return connect.NewResponse(&rivorav1.ListEventsResponse{
 		Events: []*rivorav1.EventSummary{
 			{EventId: "evt-2", DestinationId: "orders", CustomerId: "acme", LaneKey: "user-42", Type: "order.paid", State: rivorav1.EventState_EVENT_STATE_DEAD,
@@ -195,5 +199,18 @@ func TestEventsGetListsEachAcceptance(t *testing.T) {
 	}
 	if strings.Count(out, "ACCEPTED") != 2 { // the field and the column
 		t.Errorf("ACCEPTED shown %d times:\n%s", strings.Count(out, "ACCEPTED"), out)
+	}
+}
+
+// An empty list keeps its JSON shape: {"events": []}, not {}.
+func TestEventsListEmptyJSON(t *testing.T) {
+	_, url := startFake(t)
+	r := mustSucceed(t, run(t, url, "", "events", "list", "--destination", "quiet", "-o", "json"))
+	var got map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("events list -o json: %v\n%s", err, r.stdout)
+	}
+	if events, ok := got["events"].([]any); !ok || len(events) != 0 {
+		t.Fatalf("events list -o json of nothing = %s, want {\"events\": []}", r.stdout)
 	}
 }

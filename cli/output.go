@@ -32,6 +32,36 @@ func writeJSON(w io.Writer, m proto.Message) error {
 	return writeIndented(w, b)
 }
 
+// writeJSONWith is writeJSON with the top-level fields of always present
+// even when empty (protojson leaves an empty list or a zero out): an empty
+// answer keeps its shape, {"events": []} rather than {}.
+func writeJSONWith(w io.Writer, m proto.Message, always map[string]any) error {
+	b, err := jsonOptions.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode %s as JSON: %w", m.ProtoReflect().Descriptor().Name(), err)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return fmt.Errorf("encode %s as JSON: %w", m.ProtoReflect().Descriptor().Name(), err)
+	}
+	missing := false
+	for name, empty := range always {
+		if _, ok := fields[name]; !ok {
+			raw, err := json.Marshal(empty)
+			if err != nil {
+				return err
+			}
+			fields[name], missing = raw, true
+		}
+	}
+	if missing {
+		if b, err = json.Marshal(fields); err != nil {
+			return err
+		}
+	}
+	return writeIndented(w, b)
+}
+
 // writeJSONArray prints messages as one indented JSON array.
 func writeJSONArray[M proto.Message](w io.Writer, msgs []M) error {
 	var buf bytes.Buffer
