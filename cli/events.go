@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -297,7 +299,7 @@ func (e *env) getEvent(c *ucli.Context) error {
 		if try == 0 { // a server that does not number tries
 			try = i + 1
 		}
-		fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%s\n", try, attemptUsed(a), fmtTime(a.GetAt()), status, fmtDuration(a.GetDuration()), oneLine(errText))
+		fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%s\n", try, attemptUsed(a), fmtTime(a.GetAt()), status, attemptDuration(a.GetDuration()), oneLine(errText))
 	}
 	if err := t.Flush(); err != nil {
 		return err
@@ -373,4 +375,21 @@ func oneLine(s string) string {
 		return string(r[:maxErrorCell-1]) + "…"
 	}
 	return s
+}
+
+// attemptDuration is how long a try took, to a precision worth reading:
+// µs under a millisecond, a tenth of a millisecond under a second, else
+// milliseconds ("20ms" for 20.01187ms, "1.001s" for 1.000557s).
+func attemptDuration(d *durationpb.Duration) string {
+	if d == nil {
+		return "-"
+	}
+	switch v := d.AsDuration(); {
+	case v < time.Millisecond:
+		return v.Round(time.Microsecond).String()
+	case v < time.Second:
+		return v.Round(100 * time.Microsecond).String()
+	default:
+		return v.Round(time.Millisecond).String()
+	}
 }

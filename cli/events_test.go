@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -212,5 +213,21 @@ func TestEventsListEmptyJSON(t *testing.T) {
 	}
 	if events, ok := got["events"].([]any); !ok || len(events) != 0 {
 		t.Fatalf("events list -o json of nothing = %s, want {\"events\": []}", r.stdout)
+	}
+}
+
+func TestAttemptDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		20011870 * time.Nanosecond:   "20ms",
+		1000557063 * time.Nanosecond: "1.001s",
+		412345 * time.Nanosecond:     "412µs",
+		2500 * time.Millisecond:      "2.5s",
+	} {
+		if got := attemptDuration(durationpb.New(d)); got != want {
+			t.Errorf("attemptDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+	if attemptDuration(nil) != "-" {
+		t.Error("attemptDuration(nil) is not -")
 	}
 }
