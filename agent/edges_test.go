@@ -69,16 +69,8 @@ func reachable(incarnation string) func(context.Context, jetstream.JetStream, []
 // stream's name.
 func ingestSources(t *testing.T, js jetstream.JetStream) []string {
 	t.Helper()
-	s, err := js.Stream(context.Background(), lanes.IngestStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for _, src := range info.Config.Sources {
+	for _, src := range ingestSourceConfigs(t, js) {
 		if name, ok := edge.SourceEdge(src); ok {
 			out = append(out, "edge:"+name)
 		} else {
@@ -217,8 +209,8 @@ func TestIngestEdgeSourcesFollowWhereBuffersDeliver(t *testing.T) {
 	}
 }
 
-// sourceSubject is where INGEST's source of edge name listens.
-func sourceSubject(t *testing.T, js jetstream.JetStream, name string) string {
+// ingestSourceConfigs are INGEST's sources as configured.
+func ingestSourceConfigs(t *testing.T, js jetstream.JetStream) []*jetstream.StreamSource {
 	t.Helper()
 	s, err := js.Stream(context.Background(), lanes.IngestStream)
 	if err != nil {
@@ -228,7 +220,13 @@ func sourceSubject(t *testing.T, js jetstream.JetStream, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, src := range info.Config.Sources {
+	return info.Config.Sources
+}
+
+// sourceSubject is where INGEST's source of edge name listens.
+func sourceSubject(t *testing.T, js jetstream.JetStream, name string) string {
+	t.Helper()
+	for _, src := range ingestSourceConfigs(t, js) {
 		if n, ok := edge.SourceEdge(src); ok && n == name && src.Consumer != nil {
 			return src.Consumer.DeliverSubject
 		}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/internal/durations"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -121,16 +122,7 @@ func fmtDuration(d *durationpb.Duration) string {
 	return shortDuration(d.AsDuration())
 }
 
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
+func shortDuration(d time.Duration) string { return durations.Short(d) }
 
 // orDefault prints a limit, or "default" when it is zero (the server's
 // default applies).

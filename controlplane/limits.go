@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rivora/rivora/internal/durations"
 	"github.com/rivora/rivora/internal/ids"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -257,26 +258,13 @@ func fieldText(l *rivorav1.Limits, field string) string {
 	case "max_attempts":
 		return strconv.Itoa(int(l.GetMaxAttempts()))
 	case "window":
-		return compactDuration(l.GetWindow().AsDuration())
+		return durations.Short(l.GetWindow().AsDuration())
 	case "timeout":
-		return compactDuration(l.GetTimeout().AsDuration())
+		return durations.Short(l.GetTimeout().AsDuration())
 	case "max_in_flight":
 		return strconv.Itoa(int(l.GetMaxInFlight()))
 	}
 	return ""
-}
-
-// compactDuration is d as limits get and the limits file write it: "72h",
-// "5m", "1m30s", not time.Duration's "72h0m0s".
-func compactDuration(d time.Duration) string {
-	out := d.String()
-	if strings.HasSuffix(out, "m0s") {
-		out = strings.TrimSuffix(out, "0s")
-	}
-	if strings.HasSuffix(out, "h0m") {
-		out = strings.TrimSuffix(out, "0m")
-	}
-	return out
 }
 
 // layer is one source of limits, lowest precedence first.

@@ -28,3 +28,16 @@ func Parse(v string) (time.Duration, error) {
 	}
 	return time.Duration(n) * 24 * time.Hour, nil
 }
+
+// Short writes d as people write limits: "72h", "5m", "1m30s", not
+// time.Duration's "72h0m0s" (the same as String otherwise).
+func Short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
