@@ -67,6 +67,9 @@ type election struct {
 	epoch    context.Context
 	endEpoch context.CancelFunc
 	orphans  []*consullock.Session // our sessions that could not be ended yet
+	// cannotLead is why this control plane could not lead the last time
+	// it won the lock (nil: it could, or has not tried).
+	cannotLead error
 }
 
 func newElection(client *api.Client, self string, log *slog.Logger, elected func(context.Context, string) error) *election {
@@ -87,6 +90,8 @@ func (e *election) check() error {
 		return errorf(ErrUnavailable, "not the leader: this control plane lost contact with Consul and cannot lead until it renews its session; retry shortly")
 	case e.leader != "" && e.leader != e.self:
 		return errorf(ErrUnavailable, "not the leader; the leader is %s", e.leader)
+	case e.cannotLead != nil:
+		return errorf(ErrUnavailable, "not the leader: this control plane won the leader lock but cannot lead (%v); see its log", e.cannotLead)
 	default:
 		return errorf(ErrUnavailable, "not the leader; no leader yet, retry shortly")
 	}
@@ -228,7 +233,7 @@ func (e *election) campaign(ctx context.Context, s *consullock.Session) {
 	for ctx.Err() == nil {
 		lock, err := e.acquire(ctx, s)
 		if errors.Is(err, consullock.ErrHeld) {
-			if err := e.follow(ctx); err != nil && ctx.Err() == nil {
+			if err := e.follow(ctx, s.ID()); err != nil && ctx.Err() == nil {
 				again("watching the leader lock failed", err)
 				continue
 			}
@@ -246,6 +251,9 @@ func (e *election) campaign(ctx context.Context, s *consullock.Session) {
 				return
 			}
 			e.release(lock)
+			e.mu.Lock()
+			e.cannotLead, e.leader = err, ""
+			e.mu.Unlock()
 			again("won the leader lock but could not load the state; gave the lock back", err)
 			continue
 		}
@@ -269,8 +277,14 @@ func (e *election) release(lock *consullock.Lease) {
 	}
 }
 
-// follow notes who holds the lock and returns once it may be free.
-func (e *election) follow(ctx context.Context) error {
+// follow notes who holds the lock and returns once it may be free. A
+// lock held under this control plane's own URL by another session than
+// own (its current one) is an earlier session of its own: one Consul
+// could not end when it was given up (Consul was down, or restarting),
+// or the previous run's of this process. It is ended now: waiting for
+// Consul to expire it left the cell without a leader for ~30 s after a
+// Consul restart.
+func (e *election) follow(ctx context.Context, own string) error {
 	qctx, cancel := context.WithTimeout(ctx, consulTimeout)
 	pair, meta, err := e.kv.Get(ConsulLeaderKey, (&api.QueryOptions{}).WithContext(qctx))
 	cancel()
@@ -278,6 +292,13 @@ func (e *election) follow(ctx context.Context) error {
 		return err
 	}
 	holder, session := lockHolder(pair)
+	if holder == e.self && session != own && session != "" {
+		e.log.Info("leader election: the leader lock is held by an earlier session of this control plane; ending it", "session", session)
+		dctx, cancel := context.WithTimeout(ctx, consulTimeout)
+		_, err := e.client.Session().Destroy(session, (&api.WriteOptions{}).WithContext(dctx))
+		cancel()
+		return err
+	}
 	e.setLeader(holder)
 	if session == "" {
 		// Free, yet not ours: within the lock-delay after the last
@@ -307,7 +328,7 @@ func (e *election) lead(ctx context.Context, id string) error {
 		return err
 	}
 	e.mu.Lock()
-	e.leading, e.leader = true, e.self
+	e.leading, e.leader, e.cannotLead = true, e.self, nil
 	e.mu.Unlock()
 	e.log.Info("leading: this control plane serves the admin and agent APIs", "advertise", e.self, "session", id)
 	return nil
