@@ -623,13 +623,13 @@ func TestServerErrors(t *testing.T) {
 	deadURL := closed.URL
 	closed.Close()
 	assertFailure(t, run(t, deadURL, "", "destinations", "list"), exitError,
-		"cannot reach Rivora at "+deadURL+": is `rivora dev` running?")
+		"cannot reach Rivora at "+deadURL+": is it running (`rivora dev`, or the control plane or agent --server names)?")
 	assertFailure(t, run(t, deadURL, "", "publish", "-d", "o", "-c", "a", "-l", "u", "-t", "x", "--data", "{}"), exitError,
 		"cannot reach Rivora at "+deadURL)
 
 	notRivora := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(notRivora.Close)
-	assertFailure(t, run(t, notRivora.URL, "", "destinations", "list"), exitError, "does not serve this Rivora API")
+	assertFailure(t, run(t, notRivora.URL, "", "destinations", "list"), exitError, "does not serve this call")
 
 	overloaded := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)

@@ -70,7 +70,7 @@ func describe(err error, server, tokenSource string) string {
 		if strings.Contains(msg, "server gave HTTP response to HTTPS client") {
 			text = fmt.Sprintf("Rivora at %s answers plain HTTP, not HTTPS: use an http:// URL in --server (or RIVORA_SERVER)", server)
 		} else if isTransport(ae.err) {
-			text = fmt.Sprintf("cannot reach Rivora at %s: is `rivora dev` running? (set --server or RIVORA_SERVER to point elsewhere; %s)", server, msg)
+			text = fmt.Sprintf("cannot reach Rivora at %s: is it running (`rivora dev`, or the control plane or agent --server names)? (set --server or RIVORA_SERVER to point elsewhere; %s)", server, msg)
 		} else {
 			text = fmt.Sprintf("Rivora at %s is unavailable: %s", server, msg)
 			if !saysRetry(msg) {
@@ -82,7 +82,7 @@ func describe(err error, server, tokenSource string) string {
 	case connect.CodeCanceled:
 		text = "interrupted before Rivora answered"
 	case connect.CodeUnimplemented:
-		text = fmt.Sprintf("the server at %s does not serve this Rivora API (%s): check --server points at a Rivora control plane or agent (an edge serves publish only)", server, msg)
+		text = fmt.Sprintf("the server at %s does not serve this call (%s): in a cell, publish goes to an agent (or an edge, which serves publish only) and every other command to the control plane; `rivora dev` serves both", server, msg)
 	case connect.CodeInvalidArgument:
 		text = "invalid request: " + msg
 	case connect.CodeNotFound, connect.CodeAlreadyExists, connect.CodeFailedPrecondition:
@@ -139,7 +139,7 @@ func alreadySays(text, hint string) bool {
 // unauthenticated: no token was sent, or the one sent is unknown, revoked
 // or expired. What the server already said (msg) is not repeated.
 func tokenHint(tokenSource, msg string) string {
-	how := "pass --token, RIVORA_TOKEN or --token-file (rivora dev wrote an admin token to <data-dir>/admin.token, ./data/admin.token by default)"
+	how := "pass --token, RIVORA_TOKEN or --token-file (rivora dev wrote an admin token to <data-dir>/admin.token, ./data/admin.token by default; a cell's control plane to <state-dir>/admin.token)"
 	if strings.HasSuffix(tokenSource, "admin.token") {
 		// The one rivora dev wrote was refused: it was revoked.
 		how = "pass --token, RIVORA_TOKEN or --token-file with another token (an admin token rivora dev wrote stops working once revoked; another admin creates one with `rivoractl tokens create --role admin`)"
