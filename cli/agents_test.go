@@ -100,3 +100,17 @@ func TestBadFlagValuesNameTheirForm(t *testing.T) {
 		}
 	}
 }
+
+// --wait names the registered agents that are not connected: they have
+// not applied the change yet.
+func TestAwayNote(t *testing.T) {
+	if got := awayNote(nil); got != "" {
+		t.Errorf("awayNote(none) = %q", got)
+	}
+	if got := awayNote([]string{"a2"}); !strings.Contains(got, "not connected, so not yet: a2") {
+		t.Errorf("awayNote(a2) = %q", got)
+	}
+	if got := awayNote([]string{"", ""}); !strings.Contains(got, "not yet: 2") {
+		t.Errorf("awayNote of two nameless agents (a customer's token) = %q", got)
+	}
+}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -32,8 +33,10 @@ func (e *env) afterChange(c *ucli.Context, version uint64) error {
 			return callFailed("wait for agents", err, nil)
 		}
 		connected, behind := 0, 0
+		var away []string // registered agents not connected: they apply it when they reconnect
 		for _, a := range resp.Msg.GetAgents() {
 			if !a.GetConnected() {
+				away = append(away, a.GetName())
 				continue
 			}
 			connected++
@@ -50,7 +53,7 @@ func (e *env) afterChange(c *ucli.Context, version uint64) error {
 			if connected == 1 {
 				noun = "agent"
 			}
-			fmt.Fprintf(out, "config version %d applied by %d %s in %s\n", version, connected, noun, time.Since(start).Round(time.Millisecond))
+			fmt.Fprintf(out, "config version %d applied by %d %s in %s%s\n", version, connected, noun, time.Since(start).Round(time.Millisecond), awayNote(away))
 			return nil
 		}
 		select {
@@ -62,4 +65,18 @@ func (e *env) afterChange(c *ucli.Context, version uint64) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// awayNote names the registered agents that are not connected ("" when
+// none): they apply the change when they reconnect. A customer's token
+// sees no names, only how many.
+func awayNote(away []string) string {
+	if len(away) == 0 {
+		return ""
+	}
+	names := strings.Join(away, ", ")
+	if strings.Trim(names, ", ") == "" {
+		names = fmt.Sprintf("%d", len(away))
+	}
+	return fmt.Sprintf("; not connected, so not yet: %s (they apply it when they reconnect)", names)
 }
