@@ -144,6 +144,9 @@ func (e *edgeSources) reconcile(ctx context.Context) (waiting bool) {
 	names, known, keeper := e.names, e.known, e.keeper
 	e.mu.Unlock()
 	if !keeper {
+		// Another agent keeps them: what this one read may be stale by
+		// the time it keeps them again.
+		clear(e.subjects)
 		edgeSourcesGauge.Set(0)
 		return false
 	}

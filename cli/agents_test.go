@@ -113,4 +113,7 @@ func TestAwayNote(t *testing.T) {
 	if got := awayNote([]string{"", ""}); !strings.Contains(got, "not yet: 2") {
 		t.Errorf("awayNote of two nameless agents (a customer's token) = %q", got)
 	}
+	if got := awayNote([]string{"", "a2"}); !strings.Contains(got, "not yet: 2 (") {
+		t.Errorf("awayNote of a named and a nameless agent = %q, want a count", got)
+	}
 }

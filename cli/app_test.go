@@ -623,7 +623,7 @@ func TestServerErrors(t *testing.T) {
 	deadURL := closed.URL
 	closed.Close()
 	assertFailure(t, run(t, deadURL, "", "destinations", "list"), exitError,
-		"cannot reach Rivora at "+deadURL+": is it running (`rivora dev`, or the control plane or agent --server names)?")
+		"cannot reach Rivora at "+deadURL+": is it running (`rivora dev`, or the control plane or agent that --server names)?")
 	assertFailure(t, run(t, deadURL, "", "publish", "-d", "o", "-c", "a", "-l", "u", "-t", "x", "--data", "{}"), exitError,
 		"cannot reach Rivora at "+deadURL)
 

@@ -70,7 +70,7 @@ func describe(err error, server, tokenSource string) string {
 		if strings.Contains(msg, "server gave HTTP response to HTTPS client") {
 			text = fmt.Sprintf("Rivora at %s answers plain HTTP, not HTTPS: use an http:// URL in --server (or RIVORA_SERVER)", server)
 		} else if isTransport(ae.err) {
-			text = fmt.Sprintf("cannot reach Rivora at %s: is it running (`rivora dev`, or the control plane or agent --server names)? (set --server or RIVORA_SERVER to point elsewhere; %s)", server, msg)
+			text = fmt.Sprintf("cannot reach Rivora at %s: is it running (`rivora dev`, or the control plane or agent that --server names)? (set --server or RIVORA_SERVER to point elsewhere; %s)", server, msg)
 		} else {
 			text = fmt.Sprintf("Rivora at %s is unavailable: %s", server, msg)
 			if !saysRetry(msg) {
@@ -142,7 +142,7 @@ func tokenHint(tokenSource, msg string) string {
 	how := "pass --token, RIVORA_TOKEN or --token-file (rivora dev wrote an admin token to <data-dir>/admin.token, ./data/admin.token by default; a cell's control plane to <state-dir>/admin.token)"
 	if strings.HasSuffix(tokenSource, "admin.token") {
 		// The one rivora dev wrote was refused: it was revoked.
-		how = "pass --token, RIVORA_TOKEN or --token-file with another token (an admin token rivora dev wrote stops working once revoked; another admin creates one with `rivoractl tokens create --role admin`)"
+		how = "pass --token, RIVORA_TOKEN or --token-file with another token (an admin token rivora dev or a control plane wrote stops working once revoked; another admin creates one with `rivoractl tokens create --role admin`)"
 	}
 	if strings.Contains(msg, "--token-file") {
 		how = ""

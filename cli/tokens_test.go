@@ -454,7 +454,7 @@ func TestUnauthenticatedHint(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := run(t, srv.URL, "", "--token-file", adminToken, "destinations", "list")
-	assertFailure(t, r, exitError, "with another token (an admin token rivora dev wrote stops working once revoked")
+	assertFailure(t, r, exitError, "with another token (an admin token rivora dev or a control plane wrote stops working once revoked")
 	if strings.Contains(r.stderr, "rivora dev wrote an admin token to <data-dir>/admin.token") {
 		t.Fatalf("a refused admin.token is answered with advice to use admin.token: %s", r.stderr)
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,7 +37,9 @@ func (e *env) afterChange(c *ucli.Context, version uint64) error {
 		var away []string // registered agents not connected: they apply it when they reconnect
 		for _, a := range resp.Msg.GetAgents() {
 			if !a.GetConnected() {
-				away = append(away, a.GetName())
+				if a.GetAppliedVersion() < version {
+					away = append(away, a.GetName())
+				}
 				continue
 			}
 			connected++
@@ -74,9 +77,10 @@ func awayNote(away []string) string {
 	if len(away) == 0 {
 		return ""
 	}
-	names := strings.Join(away, ", ")
-	if strings.Trim(names, ", ") == "" {
-		names = fmt.Sprintf("%d", len(away))
+	named := slices.DeleteFunc(slices.Clone(away), func(n string) bool { return n == "" })
+	names := strings.Join(named, ", ")
+	if len(named) < len(away) {
+		names = fmt.Sprintf("%d", len(away)) // a customer's token sees no names
 	}
 	return fmt.Sprintf("; not connected, so not yet: %s (they apply it when they reconnect)", names)
 }

@@ -332,10 +332,6 @@ func (cp *ControlPlane) destinationHealth(ctx context.Context, id string, withRa
 	return kept, err
 }
 
-// drainTime is how long pending events take at rate events per second:
-// 0 with none pending, nil when they never drain (no rate, or a rate so
-// low it takes more than a century). A bound from below: the partner's
-// latency and max_in_flight can slow it.
 // heldDrainTime adds to a drain time what is left of a partner's
 // Retry-After hold (holdUntil; nil: none), which holds every attempt
 // until it ends. nil (never drains) and 0 (nothing pending) stay.
@@ -346,6 +342,10 @@ func heldDrainTime(drain *durationpb.Duration, holdUntil *timestamppb.Timestamp,
 	return durationpb.New(drain.AsDuration() + holdUntil.AsTime().Sub(now))
 }
 
+// drainTime is how long pending events take at rate events per second:
+// 0 with none pending, nil when they never drain (no rate, or a rate so
+// low it takes more than a century). A bound from below: the partner's
+// latency and max_in_flight can slow it.
 func drainTime(pending int64, rate float64) *durationpb.Duration {
 	const never = 100 * 365 * 24 * time.Hour
 	if pending <= 0 {

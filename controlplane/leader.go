@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -220,6 +221,17 @@ func (e *election) endOrphans(ctx context.Context) {
 	}
 }
 
+// isOrphan reports whether session id is one of this control plane's
+// orphans.
+func (e *election) isOrphan(id string) bool {
+	if id == "" {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.ContainsFunc(e.orphans, func(s *consullock.Session) bool { return s.ID() == id })
+}
+
 // campaign tries to take the lock with session s, and waits for it to be
 // free whenever another control plane holds it. Once taken, it leads until
 // the lock is lost or ctx ends, and returns.
@@ -233,7 +245,8 @@ func (e *election) campaign(ctx context.Context, s *consullock.Session) {
 	for ctx.Err() == nil {
 		lock, err := e.acquire(ctx, s)
 		if errors.Is(err, consullock.ErrHeld) {
-			if err := e.follow(ctx, s.ID()); err != nil && ctx.Err() == nil {
+			e.endOrphans(ctx) // one of them may hold it
+			if err := e.follow(ctx); err != nil && ctx.Err() == nil {
 				again("watching the leader lock failed", err)
 				continue
 			}
@@ -278,13 +291,12 @@ func (e *election) release(lock *consullock.Lease) {
 }
 
 // follow notes who holds the lock and returns once it may be free. A
-// lock held under this control plane's own URL by another session than
-// own (its current one) is an earlier session of its own: one Consul
-// could not end when it was given up (Consul was down, or restarting),
-// or the previous run's of this process. It is ended now: waiting for
-// Consul to expire it left the cell without a leader for ~30 s after a
-// Consul restart.
-func (e *election) follow(ctx context.Context, own string) error {
+// lock held by one of this control plane's own orphans (a session it gave
+// up but Consul could not end, as while Consul restarts) is not waited
+// out: follow returns soon, and campaign ends the orphan and tries again.
+// Waiting left the cell without a leader for ~30 s after a Consul
+// restart, until Consul expired the orphan.
+func (e *election) follow(ctx context.Context) error {
 	qctx, cancel := context.WithTimeout(ctx, consulTimeout)
 	pair, meta, err := e.kv.Get(ConsulLeaderKey, (&api.QueryOptions{}).WithContext(qctx))
 	cancel()
@@ -292,12 +304,9 @@ func (e *election) follow(ctx context.Context, own string) error {
 		return err
 	}
 	holder, session := lockHolder(pair)
-	if holder == e.self && session != own && session != "" {
-		e.log.Info("leader election: the leader lock is held by an earlier session of this control plane; ending it", "session", session)
-		dctx, cancel := context.WithTimeout(ctx, consulTimeout)
-		_, err := e.client.Session().Destroy(session, (&api.WriteOptions{}).WithContext(dctx))
-		cancel()
-		return err
+	if e.isOrphan(session) {
+		backoff.Sleep(ctx, leaderLockDelay/4)
+		return nil
 	}
 	e.setLeader(holder)
 	if session == "" {
@@ -372,6 +381,9 @@ func (e *election) setLeader(url string) {
 	e.mu.Lock()
 	changed := e.leader != url
 	e.leader = url
+	if url != "" && url != e.self {
+		e.cannotLead = nil // another leads: whatever kept this one from it may have passed
+	}
 	e.mu.Unlock()
 	if changed && url != "" && url != e.self {
 		e.log.Info("following the leader", "leader", url)

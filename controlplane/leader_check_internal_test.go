@@ -20,4 +20,10 @@ func TestCheckSaysWhyItCannotLead(t *testing.T) {
 	if err := e.check(); err == nil || !strings.Contains(err.Error(), "the leader is http://cp3") {
 		t.Fatalf("check = %v, want it to name the new leader", err)
 	}
+	// That leader gone, the old reason is not given again: it may have
+	// passed (another could lead meanwhile).
+	e.setLeader("")
+	if err := e.check(); err == nil || strings.Contains(err.Error(), "cannot lead") {
+		t.Fatalf("check = %v, want no stale reason", err)
+	}
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/hashicorp/consul/api"
 
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/e2e/consultest"
@@ -57,13 +56,6 @@ func fileBearer(path string) connect.ClientOption {
 
 func startConsulCP(t *testing.T, consulURL, limitsPath string) *consulCP {
 	t.Helper()
-	return startConsulCPWith(t, consulURL, limitsPath, nil)
-}
-
-// startConsulCPWith is startConsulCP, with before (nil: none) run once
-// the control plane's URL is known and before it runs.
-func startConsulCPWith(t *testing.T, consulURL, limitsPath string, before func(url string)) *consulCP {
-	t.Helper()
 	dir, _ := adminTokenDirs.LoadOrStore(consulURL, t.TempDir())
 	adminPath := filepath.Join(dir.(string), "admin.token")
 	mux := http.NewServeMux()
@@ -78,9 +70,6 @@ func startConsulCPWith(t *testing.T, consulURL, limitsPath string, before func(u
 		t.Fatalf("controlplane.New: %v", err)
 	}
 	cp.Handle(mux)
-	if before != nil {
-		before(n.url)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go func() { n.done <- cp.Run(ctx) }()
@@ -292,30 +281,5 @@ func TestLeaderSurvivesConsulRestart(t *testing.T) {
 	list, err := leader.admin.ListDestinations(ctx, connect.NewRequest(&rivorav1.ListDestinationsRequest{}))
 	if err != nil || destIDs(list.Msg.GetDestinations()) != "after,before" || created.Msg.GetVersion() != 3 {
 		t.Fatalf("after the restart: %v, %v (create version %d); want after,before at version 3 (1 is the bootstrap token)", list, err, created.Msg.GetVersion())
-	}
-}
-
-// A leader lock held under a control plane's own URL by a session not its
-// current one (an earlier one of its own: Consul could not end it, or was
-// restarting) is ended at once, not waited out until Consul expires it (a
-// probe found a cell without a leader for ~30 s after a Consul restart).
-// The session here would hold the lock for a day.
-func TestAnEarlierSessionOfItsOwnDoesNotHoldTheLock(t *testing.T) {
-	srv := consultest.Start(t)
-	client := consulClient(t, srv)
-	var earlier string
-	n := startConsulCPWith(t, srv.URL(), "", func(url string) {
-		id, _, err := client.Session().Create(&api.SessionEntry{Name: "rivora-controlplane " + url, TTL: "86400s", LockDelay: time.Millisecond, Behavior: api.SessionBehaviorRelease}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok, _, err := client.KV().Acquire(&api.KVPair{Key: controlplane.ConsulLeaderKey, Value: []byte(url), Session: id}, nil); err != nil || !ok {
-			t.Fatalf("the earlier session takes the lock: %v, %v", ok, err)
-		}
-		earlier = id
-	})
-	awaitLeader(t, n)
-	if info, _, err := client.Session().Info(earlier, nil); err != nil || info != nil {
-		t.Fatalf("the earlier session: %v, %v; want ended", info, err)
 	}
 }

@@ -27,15 +27,14 @@ func PausesFromProto(list []*rivorav1.PauseInterval) Pauses {
 	return out
 }
 
-// LastResume is when the latest of ps that ended ended (zero: none did).
+// LastResume is when the last of ps ended (zero: none, or it lasts).
+// The last in the list, not the latest time: a leader whose clock is
+// behind an earlier one's still records a new resume there.
 func (ps Pauses) LastResume() time.Time {
-	var last time.Time
-	for _, p := range ps {
-		if p.End.After(last) {
-			last = p.End
-		}
+	if len(ps) == 0 {
+		return time.Time{}
 	}
-	return last
+	return ps[len(ps)-1].End
 }
 
 // within is the part of p inside [from, to] (ok false: none).

@@ -77,3 +77,21 @@ func TestHold(t *testing.T) {
 		t.Fatalf("Hold without a window = %+v, want Retry", d)
 	}
 }
+
+// LastResume is the last interval's end, whatever the clocks said: a
+// leader whose clock is behind an earlier one's still records a new
+// resume there. A pause that lasts has none.
+func TestLastResume(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 6, 0, 0, 0, time.UTC)
+	ps := retry.Pauses{{Start: t0, End: t0.Add(time.Hour)}, {Start: t0.Add(2 * time.Hour), End: t0.Add(30 * time.Minute)}}
+	if got := ps.LastResume(); !got.Equal(t0.Add(30 * time.Minute)) {
+		t.Errorf("LastResume = %v, want the last interval's end", got)
+	}
+	ps = append(ps, retry.Pause{Start: t0.Add(3 * time.Hour)})
+	if got := ps.LastResume(); !got.IsZero() {
+		t.Errorf("LastResume while paused = %v, want zero", got)
+	}
+	if got := (retry.Pauses{}).LastResume(); !got.IsZero() {
+		t.Errorf("LastResume of none = %v", got)
+	}
+}

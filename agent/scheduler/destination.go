@@ -207,10 +207,10 @@ func (s *Scheduler) SetPaused(destinationID string, partition int, paused bool) 
 }
 
 // NoteResume gives the scheduler when the destination was last resumed
-// (its config's latest pause interval's end): a later one than it knew,
-// while not paused, is a resume as SetPaused's (it ends a Retry-After
-// hold and makes the held lanes due). A pause and a resume close
-// together may reach an agent as one config change in which the
+// (its config's last pause interval's end; zero while it lasts): another
+// end than it knew, while not paused, is a resume as SetPaused's (it ends
+// a Retry-After hold and makes the held lanes due). A pause and a resume
+// close together may reach an agent as one config change in which the
 // destination never looks paused; the resume's time still moved. The
 // first time a destination's resume is noted only records it: a restart
 // is no resume.
@@ -222,12 +222,12 @@ func (s *Scheduler) NoteResume(destinationID string, partition int, at time.Time
 		d.resumeNoted, d.resumedAt = true, at
 		return
 	}
-	if !at.After(d.resumedAt) {
+	if at.Equal(d.resumedAt) {
 		return
 	}
 	d.resumedAt = at
-	if d.paused || d.budget == nil {
-		return
+	if at.IsZero() || d.paused || d.budget == nil {
+		return // a pause began (its interval has no end yet)
 	}
 	d.budget.EndHold()
 	s.releaseHeld(d, s.clock.Now())
