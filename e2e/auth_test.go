@@ -296,7 +296,9 @@ func (w *authWorld) cases() map[string]rpcCase {
 		rivorav1connect.ArchiveServiceListDeadLettersProcedure: {at: both, body: `{"filter":{"customerId":"c1"}}`, allow: "admin,operator,viewer,publisher,customer,cell", scoped: true},
 		rivorav1connect.ArchiveServiceGetDeadLetterProcedure:   {at: both, body: j(map[string]string{"eventId": w.dead, "destinationId": "d2"}), allow: "admin,operator,viewer,publisher,customer", scoped: true, hidden: true},
 		rivorav1connect.ArchiveServiceDeadLetterStatsProcedure: {at: both, body: `{"filter":{"customerId":"c1"}}`, allow: "admin,operator,viewer,customer", scoped: true},
-		rivorav1connect.ArchiveServiceReplayProcedure:          {at: both, body: `{"filter":{"destinationId":"d2","customerId":"c1"},"dryRun":true}`, allow: "admin,operator,customer", scoped: true, stream: true},
+		// A dry run only counts: a viewer may (a replay itself it may not:
+		// internal/auth's TestAViewerMayDryRunAReplay).
+		rivorav1connect.ArchiveServiceReplayProcedure: {at: both, body: `{"filter":{"destinationId":"d2","customerId":"c1"},"dryRun":true}`, allow: "admin,operator,viewer,customer", scoped: true, stream: true},
 
 		rivorav1connect.AgentServiceReportAppliedProcedure: {at: cp, body: `{"agentName":"ghost","version":1}`, allow: "cell"},
 		rivorav1connect.AgentServiceReportOwnedProcedure:   {at: cp, body: `{"agentName":"ghost"}`, allow: "cell"},
