@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
 	"connectrpc.com/connect"
@@ -41,8 +42,15 @@ Examples:
 				return callFailed("list audit log", err, nil)
 			}
 			entries := resp.Msg.GetEntries()
+			if len(entries) == 0 {
+				e.noteUnknownDestination(ctx, c.String("destination"))
+			}
 			if e.output == "json" {
 				return writeJSONArray(e.out, entries)
+			}
+			if len(entries) == 0 {
+				_, err := fmt.Fprintln(e.out, "No audit entries match.")
+				return err
 			}
 			tw := newTable(e.out)
 			fmt.Fprintf(tw, "TIME\tVERSION\tAUTHOR\tACTION\tDESTINATION\tDETAIL\tREASON\n")
@@ -68,4 +76,20 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// noteUnknownDestination says, on stderr, that a filter named a destination
+// that is not configured, when the list came back empty: a mistyped name
+// would otherwise read as "nothing happened there". A deleted destination
+// keeps its dead letters and audit entries, so the list itself is not
+// refused. Nothing is said when the lookup fails (a role that may not read
+// destinations, say): the empty list stands on its own.
+func (e *env) noteUnknownDestination(ctx context.Context, id string) {
+	if id == "" {
+		return
+	}
+	_, err := e.admin().GetDestination(ctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: id}))
+	if connect.CodeOf(err) == connect.CodeNotFound {
+		fmt.Fprintf(e.errOut, "note: no destination %q is configured (see `rivoractl destinations list`); a deleted destination keeps its dead letters and audit entries\n", id)
+	}
 }

@@ -184,6 +184,9 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 		return callFailed("list dead letters", err, nil)
 	}
 	dls := resp.Msg.GetDeadLetters()
+	if len(dls) == 0 {
+		e.noteUnknownDestination(ctx, f.GetDestinationId())
+	}
 	if e.output == "json" {
 		out := make([]deadLetterJSON, 0, len(dls))
 		for _, dl := range dls {

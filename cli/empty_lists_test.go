@@ -1,0 +1,59 @@
+package cli
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+)
+
+// emptyArchive has no dead letters at all.
+type emptyArchive struct {
+	rivorav1connect.UnimplementedArchiveServiceHandler
+}
+
+func (emptyArchive) ListDeadLetters(context.Context, *connect.Request[rivorav1.ListDeadLettersRequest]) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
+	return connect.NewResponse(&rivorav1.ListDeadLettersResponse{}), nil
+}
+
+// ListAudit: the fake's audit log is empty.
+func (f *fakeRivora) ListAudit(context.Context, *connect.Request[rivorav1.ListAuditRequest]) (*connect.Response[rivorav1.ListAuditResponse], error) {
+	return connect.NewResponse(&rivorav1.ListAuditResponse{}), nil
+}
+
+// TestAnEmptyListNamesAnUnknownDestination: `dlq list` and `audit`
+// filtered by a destination that is not configured (a typo, most often)
+// come back empty, as they must (a deleted destination keeps both), and
+// say on stderr that no such destination is configured; for a configured
+// one they say nothing more. The JSON on stdout stays an empty array.
+func TestAnEmptyListNamesAnUnknownDestination(t *testing.T) {
+	_, fake := newFake()
+	archivePath, archive := rivorav1connect.NewArchiveServiceHandler(emptyArchive{})
+	mux := http.NewServeMux()
+	mux.Handle(archivePath, archive)
+	mux.Handle("/", fake)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	mustSucceed(t, run(t, srv.URL, "", "destinations", "create", "orders", "--url", "https://example.com/hook"))
+
+	for _, verb := range [][]string{{"dlq", "list"}, {"audit"}} {
+		typo := mustSucceed(t, run(t, srv.URL, "", append(verb, "--destination", "ordres")...))
+		if !strings.Contains(typo.stdout, "match.") || !strings.Contains(typo.stderr, `no destination "ordres" is configured`) {
+			t.Errorf("%v for an unknown destination:\nstdout %q\nstderr %q\nwant an empty answer and the note", verb, typo.stdout, typo.stderr)
+		}
+		known := mustSucceed(t, run(t, srv.URL, "", append(verb, "--destination", "orders")...))
+		if !strings.Contains(known.stdout, "match.") || known.stderr != "" {
+			t.Errorf("%v for a configured destination:\nstdout %q\nstderr %q\nwant an empty answer and no note", verb, known.stdout, known.stderr)
+		}
+		asJSON := mustSucceed(t, run(t, srv.URL, "", append(verb, "--destination", "ordres", "-o", "json")...))
+		if strings.TrimSpace(asJSON.stdout) != "[]" || !strings.Contains(asJSON.stderr, "is configured") {
+			t.Errorf("%v -o json for an unknown destination:\nstdout %q\nstderr %q\nwant [] and the note on stderr", verb, asJSON.stdout, asJSON.stderr)
+		}
+	}
+}
