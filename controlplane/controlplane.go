@@ -125,7 +125,10 @@ type ControlPlane struct {
 	// control plane always leads).
 	election *election
 	limits   atomic.Pointer[LimitsFile]
-	agents   *agentRegistry
+	// limitsStamp is the limits file's stamp (fileStamp) when New read
+	// it; Run reloads the file when it differs.
+	limitsStamp string
+	agents      *agentRegistry
 	// edges is what this control plane saw of the registered edges
 	// (their watches and reports); which are registered is the store's.
 	edges *edgeRegistry
@@ -211,6 +214,9 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 	cp.agents.leading = func() bool { return cp.leaderOnly() == nil }
 	cp.operator = newOperatorRouter(cp.agents, cfg.Partitions, cfg.Transport)
 	lf := emptyLimitsFile()
+	// Stamped before it is read: a change made while it is read, or
+	// before Run starts, is reloaded by Run.
+	cp.limitsStamp = fileStamp(cfg.LimitsPath)
 	if cfg.LimitsPath != "" {
 		var err error
 		if lf, err = LoadLimitsFile(cfg.LimitsPath); err != nil {
@@ -374,7 +380,7 @@ func (cp *ControlPlane) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(cp.cfg.ReloadEvery)
 	defer t.Stop()
-	lastStamp := fileStamp(cp.cfg.LimitsPath)
+	lastStamp := cp.limitsStamp
 	for {
 		select {
 		case <-ctx.Done():
