@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/internal/backoff"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -47,6 +48,7 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 	defer cancel()
 	stream, err := client.Watch(ctx, connect.NewRequest(&rivorav1.WatchRequest{
 		AgentName: a.cfg.Name, Address: a.cfg.AdvertiseURL, AppliedVersion: a.applied.Load(), Session: a.locker.Session(),
+		SessionReplacedAt: replacedAt(a.locker.SessionReplacedAt()),
 	}))
 	if err != nil {
 		return err
@@ -150,4 +152,13 @@ func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 	// for them (partition 0's): set beside the Watch too.
 	a.edges.follow(msg)
 	return nil
+}
+
+// replacedAt is a session's replacement time for the control plane (nil
+// for an agent's first session).
+func replacedAt(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -32,7 +33,11 @@ func (s *agentHandler) Watch(ctx context.Context, req *connect.Request[rivorav1.
 	if err := validateURL(address); err != nil {
 		return fmt.Errorf("address: %w", err)
 	}
-	cp.agents.connect(name, address, req.Msg.GetSession(), cp.now())
+	var replacedAt time.Time
+	if t := req.Msg.GetSessionReplacedAt(); t != nil {
+		replacedAt = t.AsTime()
+	}
+	cp.agents.connect(name, address, req.Msg.GetSession(), replacedAt, cp.now())
 	defer func() {
 		cp.agents.disconnect(cp.runContext(), name, cp.now())
 		cp.broadcast() // partitions may move to another agent

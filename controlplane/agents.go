@@ -95,7 +95,10 @@ func newAgentRegistry(consul *api.Client, transport http.RoundTripper, cell auth
 	}
 }
 
-func (r *agentRegistry) connect(name, address, session string, now time.Time) {
+// connect notes a Watch stream of agent name. session is its Consul
+// session; replacedAt, when set, is when that session replaced one Consul
+// ended, as the agent saw it.
+func (r *agentRegistry) connect(name, address, session string, replacedAt, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a := r.agents[name]
@@ -118,10 +121,24 @@ func (r *agentRegistry) connect(name, address, session string, now time.Time) {
 		a.joined = now
 	}
 	if session != a.session {
-		if !a.sessionLost.IsZero() && session != "" {
+		switch {
+		case session == "":
+		case !a.sessionLost.IsZero():
 			// Back with a new session after losing the old one.
 			a.eligibleAt = now.Add(r.rejoinDelay)
 			r.log.Info("agent rejoined with a new session; it owns partitions again after the rejoin delay", "agent", name, "session", session, "eligible_at", a.eligibleAt)
+		case !replacedAt.IsZero():
+			// It lost a session this control plane did not see lost (it
+			// has run or led only since, or had not yet read Consul's
+			// list): the delay runs from the replacement, never longer
+			// than from now (the agent's clock may run ahead).
+			if replacedAt.After(now) {
+				replacedAt = now
+			}
+			if at := replacedAt.Add(r.rejoinDelay); at.After(now) {
+				a.eligibleAt = at
+				r.log.Info("agent replaced a lost consul session recently; it owns partitions again after the rejoin delay", "agent", name, "session", session, "replaced_at", replacedAt, "eligible_at", a.eligibleAt)
+			}
 		}
 		a.session, a.sessionLost, a.owned, a.cut = session, time.Time{}, nil, nil
 	}

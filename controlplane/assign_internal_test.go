@@ -41,7 +41,7 @@ func join(r *agentRegistry, name string, now time.Time) {
 		r.liveSessions[session] = true
 	}
 	r.mu.Unlock()
-	r.connect(name, "http://"+name+".invalid:7070", session, now)
+	r.connect(name, "http://"+name+".invalid:7070", session, time.Time{}, now)
 }
 
 // leave ends an agent's only Watch stream. ctx is already cancelled, so the
@@ -103,9 +103,9 @@ func TestAssignOnlyHealthyAgentsEachPartitionOnce(t *testing.T) {
 	r.agents["rejoining"].sessionLost = now.Add(-time.Second)
 	r.liveSessions["session-rejoining-2"] = true
 	r.mu.Unlock()
-	r.connect("rejoining", "http://rejoining.invalid:7070", "session-rejoining-2", now)
+	r.connect("rejoining", "http://rejoining.invalid:7070", "session-rejoining-2", time.Time{}, now)
 	// no-session: started without --consul.
-	r.connect("no-session", "http://no-session.invalid:7070", "", now)
+	r.connect("no-session", "http://no-session.invalid:7070", "", time.Time{}, now)
 
 	all := []string{"healthy-1", "healthy-2", "healthy-3", "gone", "dead-session", "lost", "rejoining", "no-session"}
 	owners := assignment(t, r, all, count)
@@ -299,9 +299,9 @@ func TestAssignWithoutConsulLongestConnectedOwnsAll(t *testing.T) {
 	r := newAgentRegistry(nil, nil, auth.CellToken{}, slog.New(slog.DiscardHandler))
 	names := []string{"first", "second", "third"}
 	base := time.Now().Add(-time.Hour)
-	r.connect("second", "http://second.invalid:7070", "", base.Add(time.Minute))
-	r.connect("first", "http://first.invalid:7070", "", base)
-	r.connect("third", "http://third.invalid:7070", "", base.Add(2*time.Minute))
+	r.connect("second", "http://second.invalid:7070", "", time.Time{}, base.Add(time.Minute))
+	r.connect("first", "http://first.invalid:7070", "", time.Time{}, base)
+	r.connect("third", "http://third.invalid:7070", "", time.Time{}, base.Add(2*time.Minute))
 	all := func(owner string) {
 		t.Helper()
 		owners := assignment(t, r, names, count)
@@ -316,20 +316,20 @@ func TestAssignWithoutConsulLongestConnectedOwnsAll(t *testing.T) {
 
 	// A second stream of the owner (a reconnect overlapping the old one)
 	// keeps its seniority.
-	r.connect("first", "http://first.invalid:7070", "", time.Now())
+	r.connect("first", "http://first.invalid:7070", "", time.Time{}, time.Now())
 	all("first")
 	leave(r, "first")
 	all("first") // one stream still open
 	leave(r, "first")
 	all("second")
 	// Back, it is the newest: the owner does not change.
-	r.connect("first", "http://first.invalid:7070", "", time.Now())
+	r.connect("first", "http://first.invalid:7070", "", time.Time{}, time.Now())
 	all("second")
 
 	// Joined at the same instant: the name decides, not map order.
 	tie := newAgentRegistry(nil, nil, auth.CellToken{}, slog.New(slog.DiscardHandler))
 	for _, name := range []string{"zeta", "alpha", "mu"} {
-		tie.connect(name, "http://"+name+".invalid:7070", "", base)
+		tie.connect(name, "http://"+name+".invalid:7070", "", time.Time{}, base)
 	}
 	for range 20 {
 		owners := assignment(t, tie, []string{"zeta", "alpha", "mu"}, count)
@@ -375,7 +375,7 @@ func TestAssignFollowsConsulSessions(t *testing.T) {
 	sessions := make(map[string]string)
 	for _, name := range names {
 		sessions[name] = newSession()
-		r.connect(name, "http://"+name+".invalid:7070", sessions[name], time.Now())
+		r.connect(name, "http://"+name+".invalid:7070", sessions[name], time.Time{}, time.Now())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -432,7 +432,7 @@ func TestAssignFollowsConsulSessions(t *testing.T) {
 
 	// Back with a new session: not before the rejoin delay.
 	fresh := newSession()
-	r.connect("agent-2", "http://agent-2.invalid:7070", fresh, time.Now())
+	r.connect("agent-2", "http://agent-2.invalid:7070", fresh, time.Time{}, time.Now())
 	poll.True(t, "agent-2's new session listed", 10*time.Second, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -531,11 +531,59 @@ func TestAssignMovesPartitionsAnAgentCannotWrite(t *testing.T) {
 	r.mu.Lock()
 	r.liveSessions["session-a1-2"] = true
 	r.mu.Unlock()
-	r.connect("a1", "http://a1.invalid:7070", "session-a1-2", now)
+	r.connect("a1", "http://a1.invalid:7070", "session-a1-2", time.Time{}, now)
 	r.mu.Lock()
 	left := r.agents["a1"].cut
 	r.mu.Unlock()
 	if left != nil {
 		t.Errorf("a new session kept the old one's cut report %v", left)
+	}
+}
+
+// TestARejoinDelayOutlivesTheControlPlane: an agent tells when its session
+// replaced a lost one, so a control plane that never saw the loss (it
+// restarted, or leads since) still holds the agent to the rejoin delay,
+// counted from the replacement; an agent's clock running ahead cannot
+// stretch it past the delay from now.
+func TestARejoinDelayOutlivesTheControlPlane(t *testing.T) {
+	r := assignRegistry(t)
+	r.rejoinDelay = 30 * time.Second
+	now := time.Now()
+	cases := []struct {
+		name       string
+		replacedAt time.Time
+		eligibleAt time.Time // zero: eligible now
+	}{
+		{"first-session", time.Time{}, time.Time{}},
+		{"replaced-5s-ago", now.Add(-5 * time.Second), now.Add(25 * time.Second)},
+		{"replaced-long-ago", now.Add(-time.Minute), time.Time{}},
+		{"clock-ahead", now.Add(time.Hour), now.Add(30 * time.Second)},
+	}
+	for _, c := range cases {
+		session := "session-" + c.name
+		r.mu.Lock()
+		r.liveSessions[session] = true
+		r.mu.Unlock()
+		r.connect(c.name, "http://"+c.name+".invalid:7070", session, c.replacedAt, now)
+		r.mu.Lock()
+		a := r.agents[c.name]
+		healthy, reason := r.healthyLocked(a, now)
+		got := a.eligibleAt
+		r.mu.Unlock()
+		if !got.Equal(c.eligibleAt) || healthy != c.eligibleAt.IsZero() {
+			t.Errorf("%s: eligible at %v, healthy %v (%q); want eligible at %v", c.name, got, healthy, reason, c.eligibleAt)
+		}
+	}
+	// The same session announced again (a Watch reconnecting) does not
+	// start the delay over.
+	r.mu.Lock()
+	r.agents["replaced-5s-ago"].eligibleAt = time.Time{}
+	r.mu.Unlock()
+	r.connect("replaced-5s-ago", "http://replaced-5s-ago.invalid:7070", "session-replaced-5s-ago", now.Add(-5*time.Second), now)
+	r.mu.Lock()
+	again := r.agents["replaced-5s-ago"].eligibleAt
+	r.mu.Unlock()
+	if !again.IsZero() {
+		t.Errorf("a reconnect with the same session set the rejoin delay again (eligible at %v)", again)
 	}
 }

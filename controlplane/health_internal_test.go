@@ -48,7 +48,7 @@ func TestDestinationHealthIsTheOwnersView(t *testing.T) {
 		mux.Handle(rivorav1connect.NewPartitionServiceHandler(healthAgent{state: state, dests: []string{dest}}))
 		srv := httptest.NewServer(mux)
 		t.Cleanup(srv.Close)
-		cp.agents.connect(name, srv.URL, "", time.Now())
+		cp.agents.connect(name, srv.URL, "", time.Time{}, time.Now())
 		if _, err := cp.agents.owned(name, "", owned, nil, time.Now()); err != nil {
 			t.Fatal(err)
 		}

@@ -213,7 +213,7 @@ func (c *routeCell) agent(name string, partitions ...uint32) *routeAgent {
 		mux.ServeHTTP(w, r)
 	}))
 	c.t.Cleanup(a.srv.Close)
-	c.cp.agents.connect(name, a.srv.URL, "", time.Now())
+	c.cp.agents.connect(name, a.srv.URL, "", time.Time{}, time.Now())
 	if _, err := c.cp.agents.owned(name, "", partitions, nil, time.Now()); err != nil {
 		c.t.Fatal(err)
 	}

@@ -60,8 +60,11 @@ type Consul struct {
 
 	mu      sync.Mutex
 	session *consullock.Session // nil until Run created the first
-	ready   chan struct{}       // closed once the first session exists
-	changed chan struct{}
+	// replacedAt is when session replaced one Consul ended (zero for
+	// the first).
+	replacedAt time.Time
+	ready      chan struct{} // closed once the first session exists
+	changed    chan struct{}
 }
 
 // NewConsul is the agent's Consul locker. Run creates its session
@@ -116,6 +119,14 @@ func (c *Consul) current() *consullock.Session {
 	return c.session
 }
 
+// SessionReplacedAt is when the current session replaced one Consul
+// ended (zero for the first).
+func (c *Consul) SessionReplacedAt() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.replacedAt
+}
+
 // SessionChanged fires after a lost session was replaced.
 func (c *Consul) SessionChanged() <-chan struct{} { return c.changed }
 
@@ -161,7 +172,7 @@ func (c *Consul) keepAlive(ctx context.Context) {
 			return
 		}
 		c.mu.Lock()
-		c.session = next
+		c.session, c.replacedAt = next, time.Now()
 		c.mu.Unlock()
 		select {
 		case c.changed <- struct{}{}:

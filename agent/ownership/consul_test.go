@@ -84,6 +84,9 @@ func TestConsulLocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if at := a.SessionReplacedAt(); !at.IsZero() {
+		t.Fatalf("first session says it replaced one at %v", at)
+	}
 	destroyed := time.Now()
 	if _, err := client.Session().Destroy(a.Session(), nil); err != nil {
 		t.Fatal(err)
@@ -112,6 +115,10 @@ func TestConsulLocker(t *testing.T) {
 	case <-a.SessionChanged():
 	case <-time.After(10 * time.Second):
 		t.Fatal("a did not replace its lost session")
+	}
+	// The control plane holds it to the rejoin delay from then.
+	if at := a.SessionReplacedAt(); at.Before(destroyed) || at.After(time.Now()) {
+		t.Fatalf("replaced at %v, want between the destroy (%v) and now", at, destroyed)
 	}
 	if _, err := a.TryAcquire(ctx, 5); err != nil {
 		t.Fatalf("a after a new session: %v", err)

@@ -20,6 +20,9 @@ type Locker interface {
 	// SessionChanged is signalled when Session changes (a lost session
 	// was replaced).
 	SessionChanged() <-chan struct{}
+	// SessionReplacedAt is when Session replaced a session that was lost
+	// (zero for the first one, and in process).
+	SessionReplacedAt() time.Time
 	// TryAcquire takes partition p's lock if nobody holds it. It returns
 	// ErrHeld if another holder has it (or Consul's lock-delay still
 	// protects it after a holder died), or if this Locker holds it already
@@ -130,6 +133,9 @@ func (l *Local) Session() string { return "" }
 
 // SessionChanged never fires.
 func (l *Local) SessionChanged() <-chan struct{} { return nil }
+
+// SessionReplacedAt is zero: there is no session to lose.
+func (l *Local) SessionReplacedAt() time.Time { return time.Time{} }
 
 // Ready is closed: there is no session to create.
 func (l *Local) Ready() <-chan struct{} { return closed }

@@ -114,9 +114,15 @@ type WatchRequest struct {
 	// plane treats the agent as healthy only while the session lives, and
 	// destroys it when the agent's Watch is gone (so its locks are freed
 	// after the lock-delay instead of after the session TTL).
-	Session       string `protobuf:"bytes,4,opt,name=session,proto3" json:"session,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Session string `protobuf:"bytes,4,opt,name=session,proto3" json:"session,omitempty"`
+	// session_replaced_at is when the agent's session replaced one Consul
+	// ended (unset for its first session). A control plane that did not
+	// see the loss (it restarted, or leads since) still holds the agent to
+	// the rejoin delay from then, so a flapping agent is not given its
+	// partitions back early.
+	SessionReplacedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=session_replaced_at,json=sessionReplacedAt,proto3" json:"session_replaced_at,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WatchRequest) Reset() {
@@ -175,6 +181,13 @@ func (x *WatchRequest) GetSession() string {
 		return x.Session
 	}
 	return ""
+}
+
+func (x *WatchRequest) GetSessionReplacedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SessionReplacedAt
+	}
+	return nil
 }
 
 type WatchResponse struct {
@@ -984,13 +997,14 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\x15rivora/v1/agent.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/admin.proto\x1a\x1drivora/v1/subscriptions.proto\x1a\x16rivora/v1/tokens.proto\"A\n" +
 	"\x12RecordAuditRequest\x12+\n" +
 	"\x05entry\x18\x01 \x01(\v2\x15.rivora.v1.AuditEntryR\x05entry\"\x15\n" +
-	"\x13RecordAuditResponse\"\x8a\x01\n" +
+	"\x13RecordAuditResponse\"\xd6\x01\n" +
 	"\fWatchRequest\x12\x1d\n" +
 	"\n" +
 	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12'\n" +
 	"\x0fapplied_version\x18\x03 \x01(\x04R\x0eappliedVersion\x12\x18\n" +
-	"\asession\x18\x04 \x01(\tR\asession\"\x9f\x05\n" +
+	"\asession\x18\x04 \x01(\tR\asession\x12J\n" +
+	"\x13session_replaced_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x11sessionReplacedAt\"\x9f\x05\n" +
 	"\rWatchResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\bR\bsnapshot\x12:\n" +
@@ -1093,42 +1107,43 @@ var file_rivora_v1_agent_proto_goTypes = []any{
 	(*GetHealthRequest)(nil),       // 14: rivora.v1.GetHealthRequest
 	(*GetHealthResponse)(nil),      // 15: rivora.v1.GetHealthResponse
 	(*AuditEntry)(nil),             // 16: rivora.v1.AuditEntry
-	(*Destination)(nil),            // 17: rivora.v1.Destination
-	(*ApiToken)(nil),               // 18: rivora.v1.ApiToken
-	(*Subscription)(nil),           // 19: rivora.v1.Subscription
-	(*EventType)(nil),              // 20: rivora.v1.EventType
-	(*timestamppb.Timestamp)(nil),  // 21: google.protobuf.Timestamp
+	(*timestamppb.Timestamp)(nil),  // 17: google.protobuf.Timestamp
+	(*Destination)(nil),            // 18: rivora.v1.Destination
+	(*ApiToken)(nil),               // 19: rivora.v1.ApiToken
+	(*Subscription)(nil),           // 20: rivora.v1.Subscription
+	(*EventType)(nil),              // 21: rivora.v1.EventType
 	(*DestinationHealth)(nil),      // 22: rivora.v1.DestinationHealth
 }
 var file_rivora_v1_agent_proto_depIdxs = []int32{
 	16, // 0: rivora.v1.RecordAuditRequest.entry:type_name -> rivora.v1.AuditEntry
-	17, // 1: rivora.v1.WatchResponse.destinations:type_name -> rivora.v1.Destination
-	18, // 2: rivora.v1.WatchResponse.tokens:type_name -> rivora.v1.ApiToken
-	19, // 3: rivora.v1.WatchResponse.subscriptions:type_name -> rivora.v1.Subscription
-	20, // 4: rivora.v1.WatchResponse.event_types:type_name -> rivora.v1.EventType
-	21, // 5: rivora.v1.ReportGoneRequest.at:type_name -> google.protobuf.Timestamp
-	22, // 6: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
-	2,  // 7: rivora.v1.AgentService.Watch:input_type -> rivora.v1.WatchRequest
-	4,  // 8: rivora.v1.AgentService.ReportApplied:input_type -> rivora.v1.ReportAppliedRequest
-	6,  // 9: rivora.v1.AgentService.ReportOwned:input_type -> rivora.v1.ReportOwnedRequest
-	8,  // 10: rivora.v1.AgentService.ReportGone:input_type -> rivora.v1.ReportGoneRequest
-	0,  // 11: rivora.v1.AgentService.RecordAudit:input_type -> rivora.v1.RecordAuditRequest
-	10, // 12: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
-	12, // 13: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
-	14, // 14: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
-	3,  // 15: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
-	5,  // 16: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
-	7,  // 17: rivora.v1.AgentService.ReportOwned:output_type -> rivora.v1.ReportOwnedResponse
-	9,  // 18: rivora.v1.AgentService.ReportGone:output_type -> rivora.v1.ReportGoneResponse
-	1,  // 19: rivora.v1.AgentService.RecordAudit:output_type -> rivora.v1.RecordAuditResponse
-	11, // 20: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
-	13, // 21: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
-	15, // 22: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
-	15, // [15:23] is the sub-list for method output_type
-	7,  // [7:15] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	17, // 1: rivora.v1.WatchRequest.session_replaced_at:type_name -> google.protobuf.Timestamp
+	18, // 2: rivora.v1.WatchResponse.destinations:type_name -> rivora.v1.Destination
+	19, // 3: rivora.v1.WatchResponse.tokens:type_name -> rivora.v1.ApiToken
+	20, // 4: rivora.v1.WatchResponse.subscriptions:type_name -> rivora.v1.Subscription
+	21, // 5: rivora.v1.WatchResponse.event_types:type_name -> rivora.v1.EventType
+	17, // 6: rivora.v1.ReportGoneRequest.at:type_name -> google.protobuf.Timestamp
+	22, // 7: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
+	2,  // 8: rivora.v1.AgentService.Watch:input_type -> rivora.v1.WatchRequest
+	4,  // 9: rivora.v1.AgentService.ReportApplied:input_type -> rivora.v1.ReportAppliedRequest
+	6,  // 10: rivora.v1.AgentService.ReportOwned:input_type -> rivora.v1.ReportOwnedRequest
+	8,  // 11: rivora.v1.AgentService.ReportGone:input_type -> rivora.v1.ReportGoneRequest
+	0,  // 12: rivora.v1.AgentService.RecordAudit:input_type -> rivora.v1.RecordAuditRequest
+	10, // 13: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
+	12, // 14: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
+	14, // 15: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
+	3,  // 16: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
+	5,  // 17: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
+	7,  // 18: rivora.v1.AgentService.ReportOwned:output_type -> rivora.v1.ReportOwnedResponse
+	9,  // 19: rivora.v1.AgentService.ReportGone:output_type -> rivora.v1.ReportGoneResponse
+	1,  // 20: rivora.v1.AgentService.RecordAudit:output_type -> rivora.v1.RecordAuditResponse
+	11, // 21: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
+	13, // 22: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
+	15, // 23: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
+	16, // [16:24] is the sub-list for method output_type
+	8,  // [8:16] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_agent_proto_init() }
