@@ -64,6 +64,11 @@ type Result struct {
 	// out on time with bytes waiting is a partner trickling its answer:
 	// a timeout that is the destination's, as any other.
 	AnswerUnread bool
+	// TokenRefused marks a 401 answered to a destination's OAuth2 access
+	// token: the partner refused the token (revoked, or its settings
+	// changed), which is the destination's, never the event's. The next
+	// attempt fetches a new token (paced: tokenRejectedSpacing).
+	TokenRefused bool
 }
 
 // OK reports a 2xx answer.
@@ -84,6 +89,9 @@ func (r Result) OK() bool { return r.Err == nil }
 func (r Result) DestinationFault() bool {
 	if r.OK() || r.NotSent || r.AnswerUnread {
 		return false
+	}
+	if r.TokenRefused {
+		return true
 	}
 	switch r.Status {
 	case 0, 408, 409, 425, 429:
@@ -233,13 +241,14 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 	if res.Status >= 200 && res.Status < 300 {
 		return res
 	}
-	if res.Status == http.StatusUnauthorized && tokens != nil {
-		tokens.Rejected(bearer)
-	}
 	snippet := resp.Body()
 	snippet = snippet[:min(len(snippet), 256)]
 	res.RetryAfter = parseRetryAfter(string(resp.Header.Peek("Retry-After")), s.now())
 	msg := fmt.Sprintf("HTTP %d", res.Status)
+	if res.Status == http.StatusUnauthorized && tokens != nil {
+		res.TokenRefused = true
+		msg += " " + tokens.Rejected(bearer)
+	}
 	// One line, whatever the partner sent: it ends up in tables and logs.
 	if body := strings.Join(strings.Fields(string(snippet)), " "); body != "" {
 		msg += ": " + strings.ToValidUTF8(body, "?")

@@ -231,6 +231,29 @@ func TestSendOAuth2TokenEndpointFails(t *testing.T) {
 	}
 }
 
+// A 401 answered to the bearer token is the destination's fault (its
+// events are held, not charged), and says so before the partner's body.
+// A 401 without OAuth2 stays the event's.
+func TestSendOAuth2TokenRefused(t *testing.T) {
+	ts := newTokenServer(t, time.Hour)
+	srv, _ := partner(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		io.WriteString(w, "token revoked")
+	})
+	s := delivery.NewSender("rivora/test (agent-1)", loopbackOnly)
+	res := s.Send(context.Background(), delivery.Request{Endpoint: oauth2Endpoint(t, srv.URL, ts.URL+"/token", "s3cret"), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+	if !res.TokenRefused || !res.DestinationFault() || res.Status != http.StatusUnauthorized {
+		t.Fatalf("Send = %+v, want a refused token: the destination's fault", res)
+	}
+	if msg := res.Err.Error(); !strings.HasPrefix(msg, "HTTP 401 (the partner refused the OAuth2 access token;") || !strings.HasSuffix(msg, ": token revoked") {
+		t.Errorf("error %q: want the refused token named before the partner's body", msg)
+	}
+	plain := s.Send(context.Background(), delivery.Request{Endpoint: endpoint(t, srv.URL), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+	if plain.TokenRefused || plain.DestinationFault() || plain.Err.Error() != "HTTP 401: token revoked" {
+		t.Errorf("Send without OAuth2 = %+v, want the event's 401", plain)
+	}
+}
+
 func TestSendOAuth2TokenURLGuarded(t *testing.T) {
 	ts := newTokenServer(t, time.Hour)
 	srv, _ := partner(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })

@@ -170,14 +170,25 @@ func (s *tokenSource) stillValid(now time.Time, err error) (string, error) {
 	return "", err
 }
 
-// Rejected tells the source the partner refused token (a 401): the next
-// attempt fetches a new one, unless the token is fresh.
-func (s *tokenSource) Rejected(token string) {
+// Rejected tells the source the partner refused token (a 401): an
+// attempt from tokenRejectedSpacing after the token was fetched fetches a
+// new one, so a partner that refuses every token does not get a token
+// request per attempt. It returns what the attempt's error adds, in
+// parentheses.
+func (s *tokenSource) Rejected(token string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.token != nil && s.token.AccessToken == token && s.now().Sub(s.fetchedAt) >= tokenRejectedSpacing {
-		s.refreshAt = s.now()
+	if s.token == nil || s.token.AccessToken != token {
+		return "(the partner refused an OAuth2 access token already replaced)"
 	}
+	at := s.fetchedAt.Add(tokenRejectedSpacing)
+	if now := s.now(); at.Before(now) {
+		at = now
+	}
+	if at.Before(s.refreshAt) {
+		s.refreshAt = at
+	}
+	return fmt.Sprintf("(the partner refused the OAuth2 access token; a new one is fetched for attempts from %s)", at.UTC().Format("15:04:05"))
 }
 
 // refreshTime is when a token fetched at now that expires at expiry is

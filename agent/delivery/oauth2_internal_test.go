@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,4 +70,46 @@ func TestTokenSourceRefreshAndPacing(t *testing.T) {
 	failing.Store(false)
 	now = now.Add(time.Second)
 	token("tok-5")
+}
+
+// A token the partner refused (a 401) is replaced by the first attempt
+// from tokenRejectedSpacing after it was fetched, without waiting for
+// another 401; a refusal of a token already replaced changes nothing.
+func TestTokenSourceReplacesARefusedToken(t *testing.T) {
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"access_token":"tok-%d","token_type":"Bearer","expires_in":3600}`, requests.Add(1))
+	}))
+	t.Cleanup(srv.Close)
+	start := time.Now()
+	now := start
+	src := newTokenSource(&destinations.OAuth2{Key: "k", DestinationID: "erp", TokenURL: srv.URL, ClientID: "id", ClientSecret: "s"}, srv.Client(), func() time.Time { return now })
+	token := func(want string) {
+		t.Helper()
+		if got, err := src.Token(context.Background()); err != nil || got != want {
+			t.Fatalf("at +%s Token = %q, %v; want %q", now.Sub(start), got, err, want)
+		}
+	}
+	token("tok-1")
+	now = start.Add(2 * time.Second)
+	if why := src.Rejected("tok-1"); !strings.Contains(why, "a new one is fetched") {
+		t.Errorf("Rejected says %q", why)
+	}
+	now = start.Add(9 * time.Second)
+	token("tok-1") // fresh: kept until the spacing is over
+	now = start.Add(tokenRejectedSpacing)
+	token("tok-2")
+	now = start.Add(30 * time.Second)
+	if why := src.Rejected("tok-1"); !strings.Contains(why, "already replaced") {
+		t.Errorf("Rejected of a replaced token says %q", why)
+	}
+	token("tok-2")
+	// Refused long after it was fetched: the very next attempt replaces it.
+	now = start.Add(time.Minute)
+	src.Rejected("tok-2")
+	token("tok-3")
+	if n := requests.Load(); n != 3 {
+		t.Fatalf("%d token requests, want 3", n)
+	}
 }
