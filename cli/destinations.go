@@ -160,7 +160,7 @@ func (e *env) createDestination(c *ucli.Context) error {
 	if req.ClientCertificate, req.ServerCa, err = certificateFlags(c); err != nil {
 		return err
 	}
-	if req.Oauth2, err = oauth2Flags(c, true); err != nil {
+	if req.Oauth2, err = e.oauth2Flags(c, true); err != nil {
 		return err
 	}
 	if proto.Equal(l, &rivorav1.Limits{}) {
@@ -356,7 +356,7 @@ func (e *env) updateDestination(c *ucli.Context) error {
 		}
 		*f.dst, set = d, true
 	}
-	authSet, err := updateEndpointAuthFlags(c, req)
+	authSet, err := e.updateEndpointAuthFlags(c, req)
 	if err != nil {
 		return err
 	}

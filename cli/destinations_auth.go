@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -27,7 +30,7 @@ func endpointAuthFlags(update bool) []ucli.Flag {
 		&ucli.StringFlag{Name: "server-ca", Usage: "CA certificate `FILE` (PEM) the partner's server certificate must chain to, instead of the system's roots"},
 		&ucli.StringFlag{Name: "oauth2-token-url", Usage: "the partner's OAuth2 token endpoint `URL` (client-credentials grant); Rivora sends Authorization: Bearer with the token"},
 		&ucli.StringFlag{Name: "oauth2-client-id", Usage: "OAuth2 client `ID`"},
-		&ucli.StringFlag{Name: "oauth2-client-secret", EnvVars: []string{"RIVORA_OAUTH2_CLIENT_SECRET"}, Usage: "OAuth2 client `SECRET` (the environment keeps it out of process lists); answers show only a fingerprint"},
+		&ucli.StringFlag{Name: "oauth2-client-secret", Usage: "OAuth2 client `SECRET`; - reads it from stdin, which keeps it out of process lists (so does $" + oauth2SecretEnv + " on create); answers show only a fingerprint"},
 		&ucli.StringSliceFlag{Name: "oauth2-scope", Usage: "OAuth2 `SCOPE` to ask for (repeat for several)"},
 		&ucli.StringFlag{Name: "oauth2-audience", Usage: "OAuth2 `AUDIENCE` parameter (Auth0 and others want it)"},
 	}
@@ -93,9 +96,15 @@ func certificateFlags(c *ucli.Context) (client, ca *rivorav1.Certificate, err er
 	return client, ca, nil
 }
 
+// oauth2SecretEnv is where create takes the OAuth2 client secret from
+// when OAuth2 flags are given without --oauth2-client-secret. Only
+// create: on update, a secret not given means "unchanged", and one taken
+// from the environment would silently replace another destination's.
+const oauth2SecretEnv = "RIVORA_OAUTH2_CLIENT_SECRET"
+
 // oauth2Flags reads the --oauth2-* flags (nil when none is set). create
 // needs the URL, id and secret; update may change any of them.
-func oauth2Flags(c *ucli.Context, create bool) (*rivorav1.OAuth2ClientCredentials, error) {
+func (e *env) oauth2Flags(c *ucli.Context, create bool) (*rivorav1.OAuth2ClientCredentials, error) {
 	names := []string{"oauth2-token-url", "oauth2-client-id", "oauth2-client-secret", "oauth2-scope", "oauth2-audience"}
 	given := false
 	for _, n := range names {
@@ -107,6 +116,16 @@ func oauth2Flags(c *ucli.Context, create bool) (*rivorav1.OAuth2ClientCredential
 	o := &rivorav1.OAuth2ClientCredentials{
 		TokenUrl: c.String("oauth2-token-url"), ClientId: c.String("oauth2-client-id"), ClientSecret: c.String("oauth2-client-secret"),
 		Scopes: c.StringSlice("oauth2-scope"), Audience: c.String("oauth2-audience"),
+	}
+	switch {
+	case o.ClientSecret == "-":
+		secret, err := readSecretLine(e.in)
+		if err != nil {
+			return nil, usagef("--oauth2-client-secret -: %v", err)
+		}
+		o.ClientSecret = secret
+	case create && !c.IsSet("oauth2-client-secret"):
+		o.ClientSecret = strings.TrimSpace(os.Getenv(oauth2SecretEnv))
 	}
 	if create && (o.TokenUrl == "" || o.ClientId == "" || o.ClientSecret == "") {
 		return nil, usagef("OAuth2 needs --oauth2-token-url, --oauth2-client-id and --oauth2-client-secret together")
@@ -121,12 +140,12 @@ func oauth2Flags(c *ucli.Context, create bool) (*rivorav1.OAuth2ClientCredential
 
 // updateEndpointAuthFlags fills an update request from the flags and
 // reports whether any was set.
-func updateEndpointAuthFlags(c *ucli.Context, req *rivorav1.UpdateDestinationRequest) (bool, error) {
+func (e *env) updateEndpointAuthFlags(c *ucli.Context, req *rivorav1.UpdateDestinationRequest) (bool, error) {
 	var err error
 	if req.ClientCertificate, req.ServerCa, err = certificateFlags(c); err != nil {
 		return false, err
 	}
-	if req.Oauth2, err = oauth2Flags(c, false); err != nil {
+	if req.Oauth2, err = e.oauth2Flags(c, false); err != nil {
 		return false, err
 	}
 	if c.IsSet("client-cert-overlap") {
@@ -169,4 +188,17 @@ func endpointAuthFields(d *rivorav1.Destination) []string {
 // certificateText is a certificate's summary on one line.
 func certificateText(c *rivorav1.Certificate) string {
 	return fmt.Sprintf("subject %q, issuer %q, not after %s, %s", c.GetSubject(), c.GetIssuer(), c.GetNotAfter().AsTime().UTC().Format(time.RFC3339), c.GetFingerprint())
+}
+
+// readSecretLine reads a secret given on stdin: its first line, without
+// the line's end or surrounding spaces.
+func readSecretLine(in io.Reader) (string, error) {
+	line, err := bufio.NewReader(io.LimitReader(in, 64<<10)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("read stdin: %w", err)
+	}
+	if line = strings.TrimSpace(line); line == "" {
+		return "", errors.New("stdin is empty; pipe the secret in (e.g. < secret.txt)")
+	}
+	return line, nil
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 // The certificate and OAuth2 flags read the PEM files into the request
@@ -49,4 +51,47 @@ func TestEndpointAuthFlags(t *testing.T) {
 	} {
 		assertFailure(t, run(t, url, "", c.args...), 2, c.want)
 	}
+}
+
+// RIVORA_OAUTH2_CLIENT_SECRET gives create's secret when OAuth2 flags are
+// given without one, and nothing else: an update (where a secret not
+// given means unchanged) or a create without OAuth2 never takes it. "-"
+// reads the secret from stdin, on create and update.
+func TestOAuth2SecretFromTheEnvironmentOnlyOnCreate(t *testing.T) {
+	f, url := startFake(t)
+	t.Setenv(oauth2SecretEnv, "from-env\n")
+	last := func() (*rivorav1.CreateDestinationRequest, *rivorav1.UpdateDestinationRequest) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		var c *rivorav1.CreateDestinationRequest
+		var u *rivorav1.UpdateDestinationRequest
+		if len(f.creates) > 0 {
+			c = f.creates[len(f.creates)-1]
+		}
+		if len(f.updates) > 0 {
+			u = f.updates[len(f.updates)-1]
+		}
+		return c, u
+	}
+	mustSucceed(t, run(t, url, "", "destinations", "create", "erp", "--url", "https://example.com/h", "--oauth2-token-url", "https://auth.example.com/token", "--oauth2-client-id", "rivora"))
+	if c, _ := last(); c.GetOauth2().GetClientSecret() != "from-env" {
+		t.Fatalf("create with OAuth2 flags sent secret %q, want the environment's", c.GetOauth2().GetClientSecret())
+	}
+	mustSucceed(t, run(t, url, "", "destinations", "create", "plain", "--url", "https://example.com/p"))
+	if c, _ := last(); c.GetOauth2() != nil {
+		t.Fatalf("create without OAuth2 flags sent OAuth2 settings %v", c.GetOauth2())
+	}
+	mustSucceed(t, run(t, url, "", "destinations", "update", "plain", "--max-attempts", "3"))
+	if _, u := last(); u.GetOauth2() != nil {
+		t.Fatalf("an unrelated update sent OAuth2 settings %v", u.GetOauth2())
+	}
+	mustSucceed(t, run(t, url, "", "destinations", "update", "erp", "--oauth2-client-id", "other"))
+	if _, u := last(); u.GetOauth2().GetClientSecret() != "" {
+		t.Fatalf("an update of the client id sent secret %q, want none (unchanged)", u.GetOauth2().GetClientSecret())
+	}
+	mustSucceed(t, run(t, url, "rotated-secret\n", "destinations", "update", "erp", "--oauth2-client-secret", "-"))
+	if _, u := last(); u.GetOauth2().GetClientSecret() != "rotated-secret" {
+		t.Fatalf("--oauth2-client-secret - sent %q, want stdin's first line", u.GetOauth2().GetClientSecret())
+	}
+	assertFailure(t, run(t, url, "", "destinations", "update", "erp", "--oauth2-client-secret", "-"), 2, "stdin is empty")
 }
