@@ -268,7 +268,7 @@ func (e *env) destinationsUpdate() *ucli.Command {
 		Name:      "update",
 		Usage:     "change a destination's URL, secret, headers, limits, client certificate or OAuth2 credentials",
 		ArgsUsage: "ID",
-		UsageText: "rivoractl destinations update ID [--url URL] [--secret whsec_…] [--header 'Name: value']... [--remove-header NAME]... [--rate R] [--burst B] [--max-attempts N] [--window 72h] [--timeout 10s] [--max-in-flight N] [--client-cert FILE --client-key FILE [--client-cert-overlap 24h]] [--server-ca FILE] [--oauth2-… flags] [--remove-client-cert] [--remove-server-ca] [--remove-oauth2]",
+		UsageText: "rivoractl destinations update ID [--url URL] [--secret whsec_…] [--header 'Name: value']... [--remove-header NAME]... [--rate R] [--burst B] [--max-attempts N] [--window 72h] [--timeout 10s] [--max-in-flight N] [--client-cert FILE --client-key FILE [--client-cert-overlap 24h]] [--client-cert-overlap D] [--server-ca FILE] [--oauth2-… flags] [--remove-client-cert] [--remove-server-ca] [--remove-oauth2]",
 		Description: `Changes only what you pass; everything else stays as it is. Pending events
 stay where they are and are delivered under the new settings. --secret
 replaces the signing secret at once; ` + "`destinations rotate-secret ID`" + ` keeps the old

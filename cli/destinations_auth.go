@@ -36,7 +36,7 @@ func endpointAuthFlags(update bool) []ucli.Flag {
 	}
 	if update {
 		flags = append(flags,
-			&ucli.DurationFlag{Name: "client-cert-overlap", Usage: "with a new --client-cert: how long the replaced certificate stays the fallback when the partner refuses the new one in a handshake (0: none; at most 168h)", DefaultText: "24h"},
+			&ucli.DurationFlag{Name: "client-cert-overlap", Usage: "with a new --client-cert: how long the replaced certificate stays the fallback when the partner refuses the new one in a handshake (0: none; at most 168h); alone: end the current overlap that long from now (0: at once)", DefaultText: "24h"},
 			&ucli.BoolFlag{Name: "remove-client-cert", Usage: "stop presenting a client certificate"},
 			&ucli.BoolFlag{Name: "remove-server-ca", Usage: "stop pinning the partner's CA (use the system's roots)"},
 			&ucli.BoolFlag{Name: "remove-oauth2", Usage: "stop sending an OAuth2 bearer token"},
@@ -50,7 +50,8 @@ const endpointAuthHelp = `--client-cert FILE --client-key FILE makes Rivora pres
 certificate to the partner (mTLS, https URLs only). On update, the replaced
 certificate stays a fallback for --client-cert-overlap (default 24h): when the
 partner refuses the new one in the handshake, the attempt is made again at once
-with the old one. --server-ca FILE pins the partner's CA. --oauth2-token-url,
+with the old one (--client-cert-overlap alone moves the end of that overlap;
+0 ends it now). --server-ca FILE pins the partner's CA. --oauth2-token-url,
 --oauth2-client-id and --oauth2-client-secret make Rivora fetch a token
 (client-credentials grant, cached until shortly before it expires) and send
 Authorization: Bearer TOKEN. A refused handshake or a failing token endpoint is
@@ -149,13 +150,10 @@ func (e *env) updateEndpointAuthFlags(c *ucli.Context, req *rivorav1.UpdateDesti
 		return false, err
 	}
 	if c.IsSet("client-cert-overlap") {
-		if !c.IsSet("client-cert") {
-			return false, usagef("--client-cert-overlap goes with a new --client-cert and --client-key")
-		}
 		req.ClientCertificateOverlap = durationpb.New(c.Duration("client-cert-overlap"))
 	}
 	req.RemoveClientCertificate, req.RemoveServerCa, req.RemoveOauth2 = c.Bool("remove-client-cert"), c.Bool("remove-server-ca"), c.Bool("remove-oauth2")
-	return req.ClientCertificate != nil || req.ServerCa != nil || req.Oauth2 != nil ||
+	return req.ClientCertificate != nil || req.ClientCertificateOverlap != nil || req.ServerCa != nil || req.Oauth2 != nil ||
 		req.RemoveClientCertificate || req.RemoveServerCa || req.RemoveOauth2, nil
 }
 

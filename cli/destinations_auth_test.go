@@ -47,7 +47,6 @@ func TestEndpointAuthFlags(t *testing.T) {
 		{[]string{"destinations", "create", "b2", "--url", "https://example.com/h", "--client-cert", notPEM, "--client-key", keyFile}, "not a PEM file"},
 		{[]string{"destinations", "create", "b2", "--url", "https://example.com/h", "--client-cert", filepath.Join(dir, "missing"), "--client-key", keyFile}, "--client-cert"},
 		{[]string{"destinations", "create", "b2", "--url", "https://example.com/h", "--oauth2-token-url", "https://auth.example.com/token"}, "--oauth2-client-id"},
-		{[]string{"destinations", "update", "bank", "--client-cert-overlap", "1h"}, "--client-cert"},
 	} {
 		assertFailure(t, run(t, url, "", c.args...), 2, c.want)
 	}

@@ -127,6 +127,9 @@ func (e *env) showHealth(c *ucli.Context) error {
 			}
 			fmt.Fprintf(tw, "CLIENT CERT\texpires %s%s\n", fmtTime(na), note)
 		}
+		if at := h.GetClientCertificateRefusedAt(); at != nil {
+			fmt.Fprintf(tw, "CERT REFUSED\tthe partner refused the new client certificate (last at %s): attempts go with the replaced one until %s, when its overlap ends; fix the partner's trust or the certificate before then (--client-cert-overlap moves that end)\n", fmtTime(at), fmtTime(h.GetClientCertificateFallbackUntil()))
+		}
 		if st := h.GetLastStatuses(); len(st) > 0 {
 			parts := make([]string, len(st))
 			for i, s := range st {

@@ -229,10 +229,10 @@ func (cp *ControlPlane) updateClientCertificate(d *rivorav1.Destination, m *rivo
 		d.ClientCertificate, d.PreviousClientCertificate = nil, nil
 		return []string{"client certificate removed"}, nil
 	case m.GetClientCertificate() == nil:
-		if m.GetClientCertificateOverlap() != nil {
-			return nil, errorf(ErrInvalid, "client certificate overlap: it applies to a new client certificate; give --client-cert and --client-key too")
+		if m.GetClientCertificateOverlap() == nil {
+			return nil, nil
 		}
-		return nil, nil
+		return cp.changeCertificateOverlap(d, m.GetClientCertificateOverlap())
 	}
 	overlap, err := certificateOverlap(m.GetClientCertificateOverlap())
 	if err != nil {
@@ -257,6 +257,28 @@ func (cp *ControlPlane) updateClientCertificate(d *rivorav1.Destination, m *rivo
 		change += fmt.Sprintf("; previous %s dropped (no overlap)", old.GetFingerprint())
 	}
 	return []string{change}, nil
+}
+
+// changeCertificateOverlap ends the overlap of d's replaced client
+// certificate (0), or sets it to end overlap from now: an operator who
+// learns that the partner refuses the new certificate keeps the old one
+// longer, and one who wants the new one proven ends the fallback at once.
+func (cp *ControlPlane) changeCertificateOverlap(d *rivorav1.Destination, g *durationpb.Duration) ([]string, error) {
+	prev := d.GetPreviousClientCertificate()
+	if prev == nil {
+		return nil, errorf(ErrInvalid, "client certificate overlap: destination %q has no replaced certificate in its overlap; the overlap goes with a new --client-cert and --client-key", d.GetId())
+	}
+	overlap, err := certificateOverlap(g)
+	if err != nil {
+		return nil, err
+	}
+	if overlap == 0 {
+		d.PreviousClientCertificate = nil
+		return []string{fmt.Sprintf("previous client certificate %s dropped: its overlap ended early", prev.GetFingerprint())}, nil
+	}
+	until := cp.now().Add(overlap)
+	prev.OverlapUntil = timestamppb.New(until)
+	return []string{fmt.Sprintf("previous client certificate %s stays the handshake fallback until %s", prev.GetFingerprint(), until.UTC().Format(time.RFC3339))}, nil
 }
 
 // oauth2Credentials merges set over stored (nil: none yet) and checks
@@ -350,12 +372,21 @@ func certificateExpiring(c *rivorav1.Certificate, now time.Time, warning time.Du
 	return c.GetNotAfter() != nil && !now.Add(warning).Before(c.GetNotAfter().AsTime())
 }
 
-// certificateHealth adds d's client certificate expiry to its health.
+// certificateHealth adds d's client certificate expiry to its health, and
+// the end of the fallback the partner's refusals of the new certificate
+// (as the owner saw them) fall back on; a refusal without a fallback
+// left is dropped: the attempts' own errors say it from then on.
 func (cp *ControlPlane) certificateHealth(h *rivorav1.DestinationHealth, d *rivorav1.Destination) {
+	refused := h.GetClientCertificateRefusedAt()
+	h.ClientCertificateRefusedAt = nil
 	c := d.GetClientCertificate()
 	if c == nil {
 		return
 	}
+	now := cp.now()
 	h.ClientCertificateNotAfter = c.GetNotAfter()
-	h.ClientCertificateExpiring = certificateExpiring(c, cp.now(), cp.certExpiryWarning())
+	h.ClientCertificateExpiring = certificateExpiring(c, now, cp.certExpiryWarning())
+	if until := d.GetPreviousClientCertificate().GetOverlapUntil(); refused != nil && until != nil && until.AsTime().After(now) {
+		h.ClientCertificateRefusedAt, h.ClientCertificateFallbackUntil = refused, until
+	}
 }

@@ -80,6 +80,27 @@ func TestEndpointAuth(t *testing.T) {
 		t.Fatalf("update kept previous certificate %v, want the replaced one until an hour from now, without its key", prev)
 	}
 
+	// The overlap alone moves its end, or ends it now (0); with no
+	// replaced certificate left there is none to change.
+	moved, err := d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificateOverlap: durationpb.New(3 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if until := moved.GetPreviousClientCertificate().GetOverlapUntil().AsTime(); until.Before(before.Add(3*time.Hour-time.Second)) || moved.GetClientCertificate().GetFingerprint() != upd.GetClientCertificate().GetFingerprint() {
+		t.Fatalf("overlap moved to %v (current %v), want 3h from now, the current certificate kept", until, moved.GetClientCertificate())
+	}
+	if ended, err := d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificateOverlap: durationpb.New(0)}); err != nil || ended.GetPreviousClientCertificate() != nil {
+		t.Fatalf("overlap 0 alone: %v, %v; want the replaced certificate dropped", ended.GetPreviousClientCertificate(), err)
+	}
+	_, err = d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificateOverlap: durationpb.New(time.Hour)})
+	wantCode(t, "overlap without a replaced certificate", err, connect.CodeInvalidArgument, "no replaced certificate")
+	if upd, err = d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: a.client(), ClientCertificateOverlap: durationpb.New(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if upd, err = d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: b.client(), ClientCertificateOverlap: durationpb.New(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+
 	feed := watchOnce(t, d).GetDestinations()
 	if len(feed) != 1 || feed[0].GetClientCertificate().GetKeyPem() != b.key || feed[0].GetPreviousClientCertificate().GetKeyPem() != a.key || feed[0].GetOauth2().GetClientSecret() != clientSecret {
 		t.Fatalf("the agents' feed lacks the keys or the client secret: %v", feed)
@@ -94,7 +115,6 @@ func TestEndpointAuth(t *testing.T) {
 		{"certificate without key", &rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: &rivorav1.Certificate{CertificatePem: a.cert}}, "both the certificate and its private key"},
 		{"the current one again", &rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: b.client()}, "current certificate"},
 		{"overlap too long", &rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: a.client(), ClientCertificateOverlap: durationpb.New(200 * time.Hour)}, "7 days"},
-		{"overlap without certificate", &rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificateOverlap: durationpb.New(time.Hour)}, "--client-cert"},
 		{"server CA with a key", &rivorav1.UpdateDestinationRequest{Id: "bank", ServerCa: &rivorav1.Certificate{CertificatePem: a.ca, KeyPem: a.key}}, "never a private key"},
 		{"server CA not PEM", &rivorav1.UpdateDestinationRequest{Id: "bank", ServerCa: &rivorav1.Certificate{CertificatePem: "nope"}}, "no PEM certificate"},
 		{"token URL of the metadata service", &rivorav1.UpdateDestinationRequest{Id: "bank", Oauth2: &rivorav1.OAuth2ClientCredentials{TokenUrl: "http://169.254.169.254/token"}}, "169.254.169.254"},

@@ -213,6 +213,11 @@ func TestDestinationClientCertificate(t *testing.T) {
 	if n := errorsOf(); n != 0 {
 		t.Fatalf("%v attempts to bank failed without an answer during rotations with overlap, want 0", n)
 	}
+	// ... and health says that the fallback carries the deliveries, until
+	// when; the overlap alone can be moved.
+	if health := rivoractl(t, d, "destinations", "health", "bank"); !strings.Contains(health, "CERT REFUSED") || !strings.Contains(health, upd.GetPreviousClientCertificate().GetOverlapUntil().AsTime().UTC().Format(time.RFC3339)[:16]) {
+		t.Errorf("health during a refused rotation lacks the refusal and the fallback's end:\n%s", health)
+	}
 
 	// A wrong certificate without overlap: the destination's fault.
 	ctlDestination(t, d, "destinations", "update", "bank", "--client-cert", wrong2.cert, "--client-key", wrong2.key, "--client-cert-overlap", "0s")

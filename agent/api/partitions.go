@@ -104,6 +104,9 @@ func healthToProto(s scheduler.DestinationSnapshot) *rivorav1.DestinationHealth 
 	if !s.HoldUntil.IsZero() && s.HoldUntil.After(time.Now()) {
 		h.HoldUntil = timestamppb.New(s.HoldUntil)
 	}
+	if !s.CertificateRefusedAt.IsZero() {
+		h.ClientCertificateRefusedAt = timestamppb.New(s.CertificateRefusedAt)
+	}
 	if !s.OldestPending.IsZero() {
 		h.OldestPendingAge = durationpb.New(max(time.Since(s.OldestPending), 0).Round(time.Millisecond))
 	}

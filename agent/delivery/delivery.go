@@ -69,6 +69,11 @@ type Result struct {
 	// changed), which is the destination's, never the event's. The next
 	// attempt fetches a new token (paced: tokenRejectedSpacing).
 	TokenRefused bool
+	// CertificateRefused marks an attempt whose partner refused the
+	// destination's new client certificate in the handshake, so it went
+	// again with the replaced one (a rotation's overlap); Status and Err
+	// are that second try's.
+	CertificateRefused bool
 }
 
 // OK reports a 2xx answer.
@@ -219,13 +224,22 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 	// signed payload to an address nobody registered; a 3xx is a failed
 	// attempt.
 	err = client.do(hreq, resp, deadline, sent)
+	certRefused := false
 	if err != nil && fallback != nil && refusedHandshake(err) {
 		// A rotation's overlap: the partner does not take the new
 		// certificate yet; the same attempt goes with the previous one.
+		certRefused = true
 		resp.Reset()
 		err = s.withTLS.client(fallback, 1).do(hreq, resp, deadline, time.Now())
 	}
-	elapsed := s.now().Sub(start)
+	res := s.answer(req, resp, err, tokens, bearer, s.now().Sub(start))
+	res.CertificateRefused = certRefused
+	return res
+}
+
+// answer is an attempt's Result from the partner's answer (resp) or the
+// transport's error.
+func (s *Sender) answer(req Request, resp *fasthttp.Response, err error, tokens *tokenSource, bearer string, elapsed time.Duration) Result {
 	if err != nil && !errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		if refused := ssrf.Refusal(err); refused != nil {
 			return Result{Err: refused, NotSent: true, Duration: elapsed}

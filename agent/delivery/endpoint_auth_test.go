@@ -103,7 +103,7 @@ func TestSendClientCertificate(t *testing.T) {
 		return s.Send(context.Background(), delivery.Request{Endpoint: e, Event: event(), Attempt: 1, Timeout: 5 * time.Second})
 	}
 
-	if res := send(tlsEndpoint(t, srv.URL, server, good, nil, time.Time{})); !res.OK() {
+	if res := send(tlsEndpoint(t, srv.URL, server, good, nil, time.Time{})); !res.OK() || res.CertificateRefused {
 		t.Fatalf("with the certificate the partner takes: %+v, want 204", res)
 	}
 	// The partner refuses the certificate: the destination's fault, and
@@ -114,8 +114,11 @@ func TestSendClientCertificate(t *testing.T) {
 	}
 	// During an overlap the previous certificate is used for the same
 	// attempt; after it, not.
-	if res := send(tlsEndpoint(t, srv.URL, server, other, &good, time.Now().Add(time.Hour))); !res.OK() {
-		t.Fatalf("a refused certificate with the previous one as fallback: %+v, want 204 in one attempt", res)
+	if res := send(tlsEndpoint(t, srv.URL, server, other, &good, time.Now().Add(time.Hour))); !res.OK() || !res.CertificateRefused {
+		t.Fatalf("a refused certificate with the previous one as fallback: %+v, want 204 in one attempt, the refusal marked", res)
+	}
+	if res := send(tlsEndpoint(t, srv.URL, server, good, &other, time.Now().Add(time.Hour))); !res.OK() || res.CertificateRefused {
+		t.Fatalf("a new certificate the partner takes, with a fallback: %+v, want 204, no refusal", res)
 	}
 	if res := send(tlsEndpoint(t, srv.URL, server, other, &good, time.Now().Add(-time.Second))); res.OK() {
 		t.Fatalf("the fallback was used after its overlap ended")
@@ -124,8 +127,8 @@ func TestSendClientCertificate(t *testing.T) {
 	if res := send(tlsEndpoint(t, srv.URL, other, good, nil, time.Time{})); res.OK() || !res.DestinationFault() || !strings.Contains(res.Err.Error(), "certificate") {
 		t.Fatalf("with a pinned CA that did not sign the partner's certificate: %+v, want a failed handshake", res)
 	}
-	if n := requests.Load(); n != 2 {
-		t.Fatalf("the partner answered %d requests, want 2 (the refused handshakes never reach it)", n)
+	if n := requests.Load(); n != 3 {
+		t.Fatalf("the partner answered %d requests, want 3 (the refused handshakes never reach it)", n)
 	}
 }
 

@@ -131,6 +131,9 @@ func (o *Partition) observe(a *scheduler.Attempt, ev *rivorav1.Event, res delive
 	if res.Err != nil {
 		cause = res.Err.Error()
 	}
+	if res.CertificateRefused {
+		o.deps.Scheduler.NoteCertificateRefused(a)
+	}
 	obs := o.deps.Scheduler.Observe(a, res.Status, res.DestinationFault(), res.RetryAfter, cause)
 	if obs.Changed {
 		o.log.Info("destination health changed", "destination", ev.GetDestinationId(), "from", obs.Transition.From.String(), "to", obs.Transition.To.String(), "cause", obs.Transition.Cause)

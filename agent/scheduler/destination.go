@@ -25,9 +25,12 @@ type destination struct {
 	resumedAt   time.Time
 	resumeNoted bool
 	statuses    statusRing // last attempt statuses
-	rates       rateRing   // the last 15 minutes' attempts and rates
-	inFlight    int
-	lanes       map[string]*Lane
+	// certRefusedAt is the last attempt whose partner refused the new
+	// client certificate in the handshake (NoteCertificateRefused).
+	certRefusedAt time.Time
+	rates         rateRing // the last 15 minutes' attempts and rates
+	inFlight      int
+	lanes         map[string]*Lane
 	// order holds the same lanes as lanes, in a slice (Lane.pos) that
 	// ListLanes walks in chunks, each with a copy of what the walk sorts
 	// and filters on (laneSlot); walks are the walks under way over it.

@@ -31,6 +31,16 @@ type Observation struct {
 // recovers, lanes held back only by its failures become due at once,
 // paced by the budget. It answers, in the same call, whether the
 // destination is otherwise healthy after this result.
+// NoteCertificateRefused records that the partner refused the
+// destination's new client certificate in a's handshake, so the attempt
+// went with the replaced one (the fallback of a rotation's overlap):
+// health shows it, since the fallback ends with the overlap.
+func (s *Scheduler) NoteCertificateRefused(a *Attempt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a.Lane.dest.certRefusedAt = s.clock.Now()
+}
+
 func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retryAfter time.Duration, cause string) Observation {
 	s.mu.Lock()
 	defer s.mu.Unlock()

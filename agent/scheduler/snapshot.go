@@ -40,6 +40,9 @@ type DestinationSnapshot struct {
 	// OldestPending is when the oldest pending event was accepted (zero:
 	// none pending).
 	OldestPending time.Time
+	// CertificateRefusedAt is the last attempt whose partner refused the
+	// destination's new client certificate (zero: none).
+	CertificateRefusedAt time.Time
 }
 
 // Snapshot reports one destination ("" = every destination), sorted by id.
@@ -56,6 +59,7 @@ func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
 		snap := DestinationSnapshot{
 			ID: id, Configured: d.configured, Class: d.class, InFlight: d.inFlight,
 			MaxInFlight: d.limits.MaxInFlight, Pending: d.pending, LastStatuses: d.statuses.list(),
+			CertificateRefusedAt: d.certRefusedAt,
 		}
 		snap.LastMinuteAttempts, snap.LastMinuteThrottled, snap.LastMinuteServerErrors = d.rates.lastMinute(now)
 		if b := d.budget; b != nil {
