@@ -31,9 +31,15 @@ const (
 	// maxConnsPerHost is far above what a destination's max_in_flight
 	// allows (the scheduler bounds attempts in flight, not the client).
 	maxConnsPerHost = 1 << 16
-	// sendTries is how often a request is sent when pooled connections
-	// turn out closed by the partner while they sat idle.
-	sendTries = 3
+	// sendTries bounds how often a request is tried when pooled
+	// connections turn out closed by the partner while they sat idle.
+	// Each such one is found before anything is written (closedWhileIdle:
+	// one non-blocking read), and after a burst a partner that ends idle
+	// connections quickly (Node's 5 s keep-alive, gunicorn's 2 s) has
+	// closed as many as the burst opened: every one is passed over, so
+	// the bound is the pool's, not a small count that a burst would use
+	// up (the attempt then failed with "connection error: EOF").
+	sendTries = 4096
 )
 
 // newClient returns a client for one scheme (tls: https) whose

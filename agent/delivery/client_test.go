@@ -45,6 +45,44 @@ func TestSendRetriesAConnectionClosedWhileIdle(t *testing.T) {
 	}
 }
 
+// After a burst, the pool holds many connections; a partner that closes
+// them all while they sit idle (Node's 5 s keep-alive, gunicorn's 2 s)
+// costs the next attempt nothing either: every closed one is passed over,
+// however many there are, before a fresh connection is dialled.
+func TestSendPassesOverEveryConnectionClosedWhileIdle(t *testing.T) {
+	const burst = 40
+	var requests atomic.Int32
+	arrived, release := make(chan struct{}, burst), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1) <= burst {
+			arrived <- struct{}{}
+			<-release // hold the burst's requests so each has its own connection
+		}
+	}))
+	defer srv.Close()
+	s := delivery.NewSender("ua", loopbackOnly)
+	results := make(chan delivery.Result, burst)
+	for range burst {
+		go func() { results <- send(s, t, srv.URL) }()
+	}
+	for range burst {
+		<-arrived
+	}
+	close(release)
+	for range burst {
+		if res := <-results; !res.OK() {
+			t.Fatalf("burst send: %+v", res)
+		}
+	}
+	srv.CloseClientConnections()
+	if res := send(s, t, srv.URL); !res.OK() {
+		t.Fatalf("send after the partner closed %d idle connections: %+v, want delivered", burst, res)
+	}
+	if n := requests.Load(); n != burst+1 {
+		t.Fatalf("partner got %d requests, want %d (one per attempt)", n, burst+1)
+	}
+}
+
 // A partner that reads a request and hangs up without an answer fails the
 // attempt with a connection error, and is not sent it again by the
 // client (the scheduler decides about a retry).
