@@ -60,9 +60,12 @@ type destination struct {
 	// pending or in flight; it is removed when the last of it is gone.
 	deleted bool
 
-	// lastSuccess and faults feed otherwiseHealthy.
-	lastSuccess time.Time
-	faults      faultMarks
+	// lastSuccess and faults feed otherwiseHealthy; customerFaults and
+	// customerSuccesses (by customer id) feed onlyItsCustomers.
+	lastSuccess       time.Time
+	faults            recentMarks[*Lane]
+	customerFaults    recentMarks[string]
+	customerSuccesses recentMarks[string]
 }
 
 // statusRing keeps a destination's last attempt statuses.

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -415,6 +416,69 @@ func TestResumeEndsARetryAfterHold(t *testing.T) {
 	}
 	if hold := s.Snapshot("d")[0].HoldUntil; !hold.IsZero() {
 		t.Fatalf("hold until %v after the resume, want none", hold)
+	}
+	checkInvariants(t, s)
+}
+
+// A destination shared by customers keeps its budget when its failures
+// are one customer's alone, over however many lanes, while another
+// customer's attempts go through: those failures are charged to that
+// customer's events. A destination serving one customer, failing over
+// several lanes, is cut as before: its partner may be overloaded.
+func TestOneCustomersFailuresKeepASharedBudget(t *testing.T) {
+	s, clk := newSched()
+	for _, d := range []string{"shared", "own"} {
+		s.SetLimits(d, 0, outageLimits)
+	}
+	const failing = 10
+	for i := range failing {
+		appendTo(s, 0, lid("shared", "acme", fmt.Sprint("bad", i)), ev(uint64(i+1)))
+		appendTo(s, 0, lid("own", "acme", fmt.Sprint("l", i)), ev(uint64(100+i)))
+	}
+	appendTo(s, 0, lid("shared", "beta", "ok"), ev(50))
+	appendTo(s, 0, lid("own", "acme", "ok"), ev(150))
+	var picked []*Attempt
+	for {
+		a, _ := step(s)
+		if a == nil {
+			break
+		}
+		picked = append(picked, a)
+	}
+	if len(picked) != 2*failing+2 {
+		t.Fatalf("picked %d attempts, want %d", len(picked), 2*failing+2)
+	}
+	clk.Advance(10 * time.Millisecond)
+	// The working lane of each destination answers first.
+	for _, a := range picked {
+		if a.Lane.ID.Key == "ok" {
+			s.Observe(a, 200, false, 0, "")
+			s.Succeeded(a)
+		}
+	}
+	clk.Advance(10 * time.Millisecond)
+	charged := map[string]int{}
+	for _, a := range picked {
+		if a.Lane.ID.Key == "ok" {
+			continue
+		}
+		if s.Observe(a, 503, true, 0, "HTTP 503").OtherwiseHealthy {
+			charged[a.Lane.ID.Destination]++
+		}
+		h := a.Head
+		h.LastAttemptAt, h.NotBefore = clk.Now(), clk.Now().Add(time.Minute)
+		s.Retry(a, h)
+	}
+	// Of its own destination's, only the first failing lane is charged
+	// (one payload the partner refuses): the others see it failing too.
+	if charged["shared"] != failing || charged["own"] != 1 {
+		t.Errorf("failures charged to the events: %v, want all %d of shared's and the first of own's", charged, failing)
+	}
+	for _, snap := range s.Snapshot("") {
+		cut := snap.CurrentRate < snap.ConfiguredRate
+		if want := snap.ID == "own"; cut != want {
+			t.Errorf("%s after %d failing lanes of one customer: rate %v of %v (%s), want cut %v", snap.ID, failing, snap.CurrentRate, snap.ConfiguredRate, snap.State, want)
+		}
 	}
 	checkInvariants(t, s)
 }

@@ -18,8 +18,10 @@ type Observation struct {
 	Transition budget.Transition
 	Changed    bool
 	// OtherwiseHealthy: the destination is healthy apart from the
-	// attempt's own lane (see otherwiseHealthy), which decides whether a
-	// failure that is the destination's is charged to the event.
+	// attempt's own lane (see otherwiseHealthy), or apart from its
+	// customer's lanes while it serves other customers (see
+	// onlyItsCustomers), which decides whether a failure that is the
+	// destination's is charged to the event.
 	OtherwiseHealthy bool
 }
 
@@ -52,15 +54,27 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 	d.statuses.add(status)
 	now := s.clock.Now()
 	released := false
+	customer := a.Lane.ID.Customer
+	ownFault := false
 	switch {
 	case status >= 200 && status < 300:
 		d.lastSuccess = now
+		d.customerSuccesses.add(customer, now)
 		if d.budget.Succeeded(now) {
 			s.releaseHeld(d, now)
 			released = true
 		}
 	case destinationFault:
+		ownFault = s.onlyItsCustomers(a)
 		d.faults.add(a.Lane, now)
+		d.customerFaults.add(customer, now)
+		if ownFault {
+			// Its customer's alone while the others' go through: a
+			// shared destination's budget is not cut for one customer
+			// (a failing path of its subscription, payloads the
+			// partner refuses), and the event is charged.
+			break
+		}
 		if status == http.StatusTooManyRequests || retryAfter > 0 {
 			d.budget.Throttled(now, retryAfter, cause)
 		} else {
@@ -73,7 +87,7 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 	} else {
 		delete(s.parked, d)
 	}
-	obs := Observation{OtherwiseHealthy: s.otherwiseHealthy(a)}
+	obs := Observation{OtherwiseHealthy: ownFault || s.otherwiseHealthy(a)}
 	if after := lastTransition(d.budget); after != before {
 		obs.Transition, obs.Changed = after, true
 	}
@@ -138,30 +152,51 @@ func (s *Scheduler) otherwiseHealthy(a *Attempt) bool {
 	return d.lastSuccess.After(since) && !d.faults.otherSince(a.Lane, since)
 }
 
+// onlyItsCustomers reports whether a failure of a that is the
+// destination's is its customer's alone: since the head's previous
+// attempt (as for otherwiseHealthy), another customer's attempt went
+// through and none of another customer's failed. A destination shared by
+// customers then keeps its budget for the others: one customer's flood of
+// failing events, over as many lanes as it likes, costs only that
+// customer. A destination serving one customer (or one down for all) is
+// never so: its failures cut its budget as before. s.mu is held.
+func (s *Scheduler) onlyItsCustomers(a *Attempt) bool {
+	d := a.Lane.dest
+	if d.budget == nil || d.budget.State() == budget.Parked {
+		return false
+	}
+	since := a.Head.LastAttemptAt
+	if since.IsZero() {
+		since = a.StartedAt.Add(-FirstAttemptLookback)
+	}
+	customer := a.Lane.ID.Customer
+	return d.customerSuccesses.otherSince(customer, since) && !d.customerFaults.otherSince(customer, since)
+}
+
 // FirstAttemptLookback is how far back otherwiseHealthy looks for a
 // head's first attempt, which has no previous attempt to look back to.
 const FirstAttemptLookback = time.Second
 
-// faultMarks remember the destination's latest failure that was its own
-// and, of the lanes other than that one's, the latest: enough to tell
-// whether any lane but a given one failed since a given time.
-type faultMarks struct {
-	lane  *Lane
+// recentMarks remember the latest mark (a failure, a success) and its
+// key (a lane, a customer) and, of the other keys, the latest: enough to
+// tell whether any key but a given one was marked since a given time.
+type recentMarks[K comparable] struct {
+	key   K
 	at    time.Time
-	other time.Time // latest failure of a lane other than lane
+	other time.Time // latest mark of a key other than key
 }
 
-func (f *faultMarks) add(l *Lane, now time.Time) {
-	if l != f.lane {
+func (f *recentMarks[K]) add(k K, now time.Time) {
+	if k != f.key {
 		f.other = f.at
-		f.lane = l
+		f.key = k
 	}
 	f.at = now
 }
 
-// otherSince reports a failure of a lane other than l after since.
-func (f *faultMarks) otherSince(l *Lane, since time.Time) bool {
-	if f.lane != l {
+// otherSince reports a mark of a key other than k after since.
+func (f *recentMarks[K]) otherSince(k K, since time.Time) bool {
+	if f.key != k {
 		return f.at.After(since)
 	}
 	return f.other.After(since)
