@@ -170,6 +170,9 @@ func (cp *ControlPlane) createSubscription(m *rivorav1.CreateSubscriptionRequest
 		if err != nil {
 			return "", err
 		}
+		if err := sharedRouting(d, sc, s.Path != "" || s.Url != "" || len(s.Headers) > 0); err != nil {
+			return "", err
+		}
 		if tx.Subscriptions().Has(s.Id) {
 			return "", errorf(ErrExists, "subscription id %s is taken (a 1 in 2^64 chance): create it again", s.Id)
 		}
@@ -183,6 +186,21 @@ func (cp *ControlPlane) createSubscription(m *rivorav1.CreateSubscriptionRequest
 		return describeSubscription(s), nil
 	})
 	return s, version, err
+}
+
+// sharedRouting refuses a customer token's path, URL or headers
+// (routing: true) on a subscription to a shared destination (one no
+// customer owns): the partner behind it serves every customer, and a path
+// such as /in/other-tenant or a header such as X-Tenant would let one
+// customer speak for another there, or override the operator's headers.
+// A customer chooses which of its events go to a shared destination
+// (types, filter); where and with which headers is its operator's call.
+// On its own destination a customer sets them freely.
+func sharedRouting(d *rivorav1.Destination, sc scope, routing bool) error {
+	if !routing || !sc.limited() || d.GetOwnerCustomer() != "" {
+		return nil
+	}
+	return errorf(ErrDenied, "destination %q is shared by the operators' customers: a customer token may choose which events go to it (types, filter), not a path, URL or headers, which could speak for another customer at its partner; ask an operator to set them, or subscribe a destination your customer owns", d.GetId())
 }
 
 // subscribable is the destination customer may subscribe to: it exists,
@@ -397,6 +415,9 @@ func (cp *ControlPlane) updateSubscription(m *rivorav1.UpdateSubscriptionRequest
 			return "", err
 		}
 		s.Types, s.Filter, s.Description = types, filter, description
+		if err := sharedRouting(d, sc, m.Path != nil || m.Url != nil || len(m.GetSetHeaders()) > 0); err != nil {
+			return "", err
+		}
 		if m.Path != nil || m.Url != nil {
 			delivery, err := cp.resolveDelivery(d, m.GetPath(), m.GetUrl())
 			if err != nil {

@@ -608,6 +608,53 @@ func TestCustomerTokenScope(t *testing.T) {
 }
 
 // A customer's subscriptions are bounded.
+// A customer token chooses which of its events go to a shared destination,
+// not where or with which headers: a path, URL or header there could
+// speak for another customer at the partner. An operator may set them,
+// and a customer may on its own destination.
+func TestACustomerCannotRouteOnASharedDestination(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), false)
+	ctx := context.Background()
+	d.create(&rivorav1.CreateDestinationRequest{Id: "erp", Url: "https://erp.example.com/ingest"})
+	c1 := d.Token(rivorav1.Role_ROLE_CUSTOMER, "c1")
+	if _, err := d.adminAs(c1).CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "c1-own", Url: "https://c1.example.com/hook", OwnerCustomer: "c1"})); err != nil {
+		t.Fatal(err)
+	}
+	routed := map[string]func(*rivorav1.CreateSubscriptionRequest){
+		"path":   func(r *rivorav1.CreateSubscriptionRequest) { r.Path = "/in/c2" },
+		"url":    func(r *rivorav1.CreateSubscriptionRequest) { r.Url = "https://erp.example.com/in/c2" },
+		"header": func(r *rivorav1.CreateSubscriptionRequest) { r.Headers = []*rivorav1.Header{hdr("X-Tenant", "c2")} },
+	}
+	for name, set := range routed {
+		req := &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"order.*"}}
+		set(req)
+		_, err := d.subs(c1).CreateSubscription(ctx, connect.NewRequest(req))
+		wantCode(t, "c1 subscribes to the shared destination with a "+name, err, connect.CodePermissionDenied, "shared")
+		req.DestinationId = "c1-own"
+		if name == "url" {
+			req.Url = "https://c1.example.com/other"
+		}
+		d.subscribe(c1, req)
+		req.DestinationId = "erp"
+		if name == "url" {
+			req.Url = "https://erp.example.com/in/c1"
+		}
+		d.subscribe(d.AdminToken, req)
+	}
+	plain := d.subscribe(c1, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"order.*"}})
+	for name, req := range map[string]*rivorav1.UpdateSubscriptionRequest{
+		"path":   {Id: plain.GetId(), Path: new("/in/c2")},
+		"header": {Id: plain.GetId(), SetHeaders: []*rivorav1.Header{hdr("X-Tenant", "c2")}},
+	} {
+		_, err := d.subs(c1).UpdateSubscription(ctx, connect.NewRequest(req))
+		wantCode(t, "c1 updates its shared subscription's "+name, err, connect.CodePermissionDenied, "shared")
+	}
+	if _, err := d.subs(c1).UpdateSubscription(ctx, connect.NewRequest(&rivorav1.UpdateSubscriptionRequest{Id: plain.GetId(), Filter: new("data.amount > 1")})); err != nil {
+		t.Fatalf("c1 changes its shared subscription's filter: %v", err)
+	}
+}
+
 func TestSubscriptionsPerCustomerBounded(t *testing.T) {
 	t.Parallel()
 	d := startDev(t, t.TempDir(), false)
