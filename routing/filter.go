@@ -1,11 +1,15 @@
 package routing
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"regexp/syntax"
 	"strings"
+	"time"
 
 	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/checker"
 	"github.com/google/cel-go/common/types"
 )
@@ -16,15 +20,27 @@ const (
 	MaxFilterLen = 4096
 	// MaxFilterCost bounds a filter's estimated worst-case cost (CEL cost
 	// units, about one per operation), assuming data holds at most
-	// assumedListSize elements per list or map and strings of at most
-	// assumedStringSize bytes; a filter estimated above it is refused.
+	// assumedListSize elements per list or map; a filter estimated above
+	// it is refused.
 	MaxFilterCost = 100_000
-	// RuntimeCostLimit stops one evaluation: an event whose evaluation
-	// would cost more does not match.
-	RuntimeCostLimit = 1_000_000
+	// EventFilterBudget bounds the time one event's filters may take
+	// together (FilterContext): a filter still running then stops and
+	// does not match (an error, counted). The estimate assumes lists of
+	// assumedListSize, while an event's data may hold a hundred times
+	// more; a comprehension over it is linear, so the budget is what
+	// bounds it. (CEL's runtime cost limit did too, but its tracking
+	// made a comprehension over a large list quadratic: 28 s of CPU for
+	// one event of 100k items.)
+	EventFilterBudget = 50 * time.Millisecond
+	// interruptEvery is how many comprehension iterations run between
+	// checks of the budget.
+	interruptEvery = 64
+	// MaxRegexInstructions bounds a literal regex's compiled program: RE2
+	// matches in time linear in the input but proportional to the
+	// program too, and "a{1000}a{1000}b" over 200 KB takes seconds.
+	MaxRegexInstructions = 2_000
 
-	assumedListSize   = 1_000
-	assumedStringSize = 64 << 10
+	assumedListSize = 1_000
 )
 
 // Input is what a filter sees of an event.
@@ -83,7 +99,10 @@ func CompileFilter(source string) (*Filter, error) {
 	if est.Max > MaxFilterCost {
 		return nil, fmt.Errorf("filter may cost up to %d units per event; the limit is %d (iterate less, e.g. avoid nested comprehensions over data)", est.Max, MaxFilterCost)
 	}
-	prg, err := filterEnv.Program(ast, cel.CostLimit(RuntimeCostLimit))
+	if err := checkRegexes(ast); err != nil {
+		return nil, err
+	}
+	prg, err := filterEnv.Program(ast, cel.InterruptCheckFrequency(interruptEvery))
 	if err != nil {
 		return nil, fmt.Errorf("filter: %w", err)
 	}
@@ -93,12 +112,23 @@ func CompileFilter(source string) (*Filter, error) {
 // Source is the filter's text.
 func (f *Filter) Source() string { return f.source }
 
-// Match evaluates the filter. Anything but true is no match: a field the
-// data lacks, a type mismatch, a cost over the runtime limit. err tells
-// why it did not match when evaluation failed (for counting, not for the
-// publisher: a failed filter is not the publisher's error).
-func (f *Filter) Match(in Input) (bool, error) {
-	out, _, err := f.program.Eval(map[string]any{
+// FilterContext is the context one event's filters run in: ctx (the
+// publish's: a caller that gives up stops them) ending after
+// EventFilterBudget.
+func FilterContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, EventFilterBudget)
+}
+
+// Match evaluates the filter within ctx (FilterContext). Anything but
+// true is no match: a field the data lacks, a type mismatch, ctx ending
+// first. err tells why it did not match when evaluation failed (for
+// counting, not for the publisher: a failed filter is not the
+// publisher's error).
+func (f *Filter) Match(ctx context.Context, in Input) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("filter not run: %w", err)
+	}
+	out, _, err := f.program.ContextEval(ctx, map[string]any{
 		"data":     in.Data,
 		"type":     in.Type,
 		"customer": in.Customer,
@@ -112,6 +142,36 @@ func (f *Filter) Match(in Input) (bool, error) {
 		return false, errors.New("filter did not give a boolean")
 	}
 	return b, nil
+}
+
+// checkRegexes refuses a regex that is not a literal (a pattern from the
+// event's data is compiled for every event, and may be one that takes
+// seconds) and a literal one whose program is past MaxRegexInstructions.
+func checkRegexes(ast *cel.Ast) error {
+	nav := celast.NavigateAST(ast.NativeRep())
+	for _, call := range celast.MatchDescendants(nav, celast.FunctionMatcher("matches")) {
+		args := call.AsCall().Args()
+		pattern := args[len(args)-1]
+		if pattern.Kind() != celast.LiteralKind {
+			return errors.New("filter: matches() needs a literal pattern, such as s.matches('^ord_[0-9]+$'); a pattern taken from the event is not allowed (it is compiled per event and may take seconds)")
+		}
+		re, ok := pattern.AsLiteral().Value().(string)
+		if !ok {
+			continue // the checker refuses it
+		}
+		parsed, err := syntax.Parse(re, syntax.Perl)
+		if err != nil {
+			continue // ValidateRegexLiterals refuses it
+		}
+		prog, err := syntax.Compile(parsed.Simplify())
+		if err != nil {
+			continue
+		}
+		if n := len(prog.Inst); n > MaxRegexInstructions {
+			return fmt.Errorf("filter: the regex %q compiles to %d instructions; the limit is %d (large repeat counts such as a{1000} multiply it)", re, n, MaxRegexInstructions)
+		}
+	}
+	return nil
 }
 
 // sizeEstimator bounds the sizes the cost estimate assumes for data.

@@ -1,9 +1,12 @@
 package routing
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTypeMatches(t *testing.T) {
@@ -69,7 +72,7 @@ func TestFilterMatches(t *testing.T) {
 		{`[1, 2]`, "order.created", false},
 	}
 	for _, c := range cases {
-		got, _ := f.Match(Input{Data: decode(t, c.data), Type: c.typ, Customer: "c1", Lane: "u1"})
+		got, _ := f.Match(context.Background(), Input{Data: decode(t, c.data), Type: c.typ, Customer: "c1", Lane: "u1"})
 		if got != c.want {
 			t.Errorf("%s %s: match %v, want %v", c.data, c.typ, got, c.want)
 		}
@@ -78,7 +81,7 @@ func TestFilterMatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := g.Match(Input{Customer: "c1", Lane: "vip-7"}); !ok || err != nil {
+	if ok, err := g.Match(context.Background(), Input{Customer: "c1", Lane: "vip-7"}); !ok || err != nil {
 		t.Fatalf("customer/lane filter: %v %v", ok, err)
 	}
 }
@@ -93,8 +96,12 @@ func TestFilterRefused(t *testing.T) {
 		`nosuchvar > 1`:                     "does not compile",
 		strings.Repeat("x", MaxFilterLen+1): "limit",
 		`data.a.all(x, data.b.all(y, data.c.all(z, x == y && y == z)))`: "cost",
-		`lane.matches("[")`:                "invalid matches argument",
-		`data.at < timestamp("yesterday")`: "invalid timestamp",
+		`lane.matches("[")`:                 "invalid matches argument",
+		`data.s.matches(data.re)`:           "literal pattern",
+		`matches(lane, type)`:               "literal pattern",
+		`data.s.matches("a{1000}a{1000}b")`: "instructions",
+		`data.s.matches("^ord_[0-9]+$")`:    "",
+		`data.at < timestamp("yesterday")`:  "invalid timestamp",
 	} {
 		_, err := CompileFilter(src)
 		switch {
@@ -108,8 +115,39 @@ func TestFilterRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := f.Match(Input{Data: decode(t, `{"flag": 1}`)}); ok {
+	if ok, _ := f.Match(context.Background(), Input{Data: decode(t, `{"flag": 1}`)}); ok {
 		t.Fatal("a non-boolean result matched")
+	}
+}
+
+// A filter stops when its context ends, even inside a comprehension over
+// a large list (the budget bounds what the cost estimate cannot: data
+// with far more elements than it assumes), and does not match.
+func TestFilterStopsWhenItsContextEnds(t *testing.T) {
+	f, err := CompileFilter(`data.items.exists(i, i == "z")`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := make([]any, 1_000_000)
+	for i := range items {
+		items[i] = float64(1)
+	}
+	in := Input{Data: map[string]any{"items": items}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if ok, err := f.Match(ctx, in); ok || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Match with an ended context = %v, %v; want no match and its end", ok, err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Microsecond)
+	defer cancel()
+	if ok, err := f.Match(ctx, in); ok || !errors.Is(err, context.DeadlineExceeded) || MissingField(err) {
+		t.Fatalf("Match of a million items within a microsecond = %v, %v; want it stopped (deadline exceeded)", ok, err)
+	}
+	small := Input{Data: map[string]any{"items": []any{float64(1), "z"}}}
+	ctx, cancel = FilterContext(context.Background())
+	defer cancel()
+	if ok, err := f.Match(ctx, small); !ok || err != nil {
+		t.Fatalf("Match of two items within the event's budget = %v, %v; want a match", ok, err)
 	}
 }
 
@@ -131,7 +169,7 @@ func TestFilterMissingFieldIsNotAFailure(t *testing.T) {
 		if missing {
 			data = `{"other": 1}`
 		}
-		ok, err := f.Match(Input{Data: decode(t, data)})
+		ok, err := f.Match(context.Background(), Input{Data: decode(t, data)})
 		if ok || err == nil || MissingField(err) != missing {
 			t.Errorf("%s on %s: match %v, err %v; want no match and an error that is a missing field: %v", src, data, ok, err, missing)
 		}

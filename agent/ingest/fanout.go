@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -63,12 +64,12 @@ type route struct {
 
 // prepareRouted plans a publish without destination_id: the
 // subscriptions it goes to, each with its event id.
-func (g *Gateway) prepareRouted(base *rivorav1.Event, key, test string) (*routed, error) {
+func (g *Gateway) prepareRouted(ctx context.Context, base *rivorav1.Event, key, test string) (*routed, error) {
 	if g.subs == nil {
 		return nil, errkind.Errorf(errkind.Precondition, "destination_id is empty, and this gateway routes no publish without one (it has no subscriptions); name destination_id")
 	}
 	r := &routed{base: base, key: key, test: test}
-	subs, err := g.subscriptionsOf(r)
+	subs, err := g.subscriptionsOf(ctx, r)
 	if err != nil {
 		return nil, err
 	}
@@ -98,10 +99,10 @@ func (g *Gateway) prepareRouted(base *rivorav1.Event, key, test string) (*routed
 // a test event names (whatever its types and filter say), or those of its
 // customer that match. A paused subscription is one: its events are
 // stored and held until it resumes.
-func (g *Gateway) subscriptionsOf(r *routed) ([]*subscriptions.Subscription, error) {
+func (g *Gateway) subscriptionsOf(ctx context.Context, r *routed) ([]*subscriptions.Subscription, error) {
 	customer := r.base.GetCustomerId()
 	if r.test == "" {
-		return g.match(r.base), nil
+		return g.match(ctx, r.base), nil
 	}
 	if err := lanes.ValidateID("subscription_id", r.test); err != nil {
 		return nil, err
@@ -117,7 +118,9 @@ func (g *Gateway) subscriptionsOf(r *routed) ([]*subscriptions.Subscription, err
 // match lists the customer's subscriptions the event matches. The
 // event's JSON is decoded at most once, and only when a subscription whose
 // types match has a filter.
-func (g *Gateway) match(ev *rivorav1.Event) []*subscriptions.Subscription {
+func (g *Gateway) match(ctx context.Context, ev *rivorav1.Event) []*subscriptions.Subscription {
+	ctx, cancel := routing.FilterContext(ctx)
+	defer cancel()
 	var input *routing.Input
 	lazy := func() routing.Input {
 		if input == nil {
@@ -127,7 +130,7 @@ func (g *Gateway) match(ev *rivorav1.Event) []*subscriptions.Subscription {
 	}
 	var out []*subscriptions.Subscription
 	for _, s := range g.subs.ForCustomer(ev.GetCustomerId()) {
-		if s.Matches(ev.GetType(), lazy) {
+		if s.Matches(ctx, ev.GetType(), lazy) {
 			out = append(out, s)
 		}
 	}

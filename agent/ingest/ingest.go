@@ -733,7 +733,7 @@ func (g *Gateway) prepare(ctx context.Context, req *rivorav1.PublishRequest) (pu
 		return publication{}, err
 	}
 	if dest == "" {
-		r, err := g.prepareRouted(base, key, test)
+		r, err := g.prepareRouted(ctx, base, key, test)
 		return publication{routed: r}, err
 	}
 	p, err := g.prepareDirect(base, key, dest)

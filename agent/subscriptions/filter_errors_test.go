@@ -1,6 +1,7 @@
 package subscriptions
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 
@@ -34,7 +35,7 @@ func TestFilterFailuresAreCountedPerSubscription(t *testing.T) {
 	before := [2]float64{testutil.ToFloat64(broken), testutil.ToFloat64(picky)}
 	for _, id := range []string{"sub_broken", "sub_picky"} {
 		s, _ := table.Get(id)
-		if s.Matches("order.created", input) {
+		if s.Matches(context.Background(), "order.created", input) {
 			t.Errorf("%s matched an event its filter cannot take", id)
 		}
 	}
@@ -64,7 +65,7 @@ func TestFilterFailureSeriesLeaveWithTheirSubscription(t *testing.T) {
 	}
 	for _, id := range []string{"sub_gone1", "sub_gone2", "sub_stays"} {
 		s, _ := table.Get(id)
-		s.Matches("order.created", func() routing.Input { return routing.Input{Data: data, Type: "order.created", Customer: "acme"} })
+		s.Matches(context.Background(), "order.created", func() routing.Input { return routing.Input{Data: data, Type: "order.created", Customer: "acme"} })
 	}
 	series := func() map[string]bool {
 		t.Helper()
@@ -95,7 +96,7 @@ func TestFilterFailureSeriesLeaveWithTheirSubscription(t *testing.T) {
 	}
 	// A reader that took the deleted subscription before the delete
 	// does not bring its series back.
-	stale.Matches("order.created", func() routing.Input { return routing.Input{Data: data, Type: "order.created", Customer: "acme"} })
+	stale.Matches(context.Background(), "order.created", func() routing.Input { return routing.Input{Data: data, Type: "order.created", Customer: "acme"} })
 	if s := series(); s["sub_gone1"] {
 		t.Fatalf("a stale reader brought back the deleted subscription's series: %v", s)
 	}

@@ -6,6 +6,7 @@
 package subscriptions
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -58,15 +59,16 @@ func (s *Subscription) PausedBetween(from, to time.Time) time.Duration {
 }
 
 // Matches tells whether an event of the subscription's customer matches
-// its types and filter. data is called only when the filter needs it.
-func (s *Subscription) Matches(typ string, input func() routing.Input) bool {
+// its types and filter, the filter run within ctx (routing.FilterContext).
+// input is called only when the filter needs it.
+func (s *Subscription) Matches(ctx context.Context, typ string, input func() routing.Input) bool {
 	if !routing.TypeMatches(s.Types, typ) {
 		return false
 	}
 	if s.Filter == nil {
 		return true
 	}
-	ok, err := s.Filter.Match(input())
+	ok, err := s.Filter.Match(ctx, input())
 	if err != nil && !routing.MissingField(err) && !s.removed.Load() {
 		filterErrors.WithLabelValues(s.ID).Inc()
 	}

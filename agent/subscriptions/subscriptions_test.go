@@ -1,6 +1,7 @@
 package subscriptions
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -29,10 +30,10 @@ func TestTableMatchesByCustomerTypeAndFilter(t *testing.T) {
 	in := func(amount float64) func() routing.Input {
 		return func() routing.Input { return routing.Input{Data: map[string]any{"amount": amount}} }
 	}
-	if !list[0].Matches("order.created", in(150)) || list[0].Matches("order.created", in(50)) || list[0].Matches("order.updated", in(150)) {
+	if !list[0].Matches(context.Background(), "order.created", in(150)) || list[0].Matches(context.Background(), "order.created", in(50)) || list[0].Matches(context.Background(), "order.updated", in(150)) {
 		t.Fatal("sub_a matched wrongly")
 	}
-	if !list[1].Matches("order.updated", in(0)) || list[1].Matches("invoice.paid", in(0)) {
+	if !list[1].Matches(context.Background(), "order.updated", in(0)) || list[1].Matches(context.Background(), "invoice.paid", in(0)) {
 		t.Fatal("sub_b matched wrongly")
 	}
 	if err := tab.Update(nil, []string{"sub_b"}); err != nil {
