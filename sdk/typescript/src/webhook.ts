@@ -65,7 +65,11 @@ export type WebhookHeaders =
 export type WebhookBody = string | Uint8Array | ArrayBuffer;
 
 export interface VerifyWebhookOptions {
-  /** Accept timestamps within this many seconds of now (default 300). */
+  /**
+   * Accept timestamps within this many seconds of now (default 300); 0 or
+   * below keeps the default, as Go's `WithTolerance` does (it would refuse
+   * every request).
+   */
   toleranceSeconds?: number;
   /** The time to check against (default: the clock); a Date or Unix ms. */
   now?: Date | number;
@@ -101,11 +105,12 @@ export async function verifyWebhook(
   const key = asymmetric ? await importPublicKey(secret) : await importKey(secret, "verify");
   const version = asymmetric ? "v1a" : "v1";
   const algorithm = asymmetric ? "Ed25519" : "HMAC";
-  const tolerance = options.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS;
-  if (typeof tolerance !== "number" || Number.isNaN(tolerance) || tolerance < 0) {
+  let tolerance = options.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS;
+  if (typeof tolerance !== "number" || Number.isNaN(tolerance)) {
     // NaN would pass every timestamp: a replay check must not turn off by accident.
-    throw new TypeError(`rivora: toleranceSeconds must be a number ≥ 0 (Infinity to skip the check), got ${String(tolerance)}`);
+    throw new TypeError(`rivora: toleranceSeconds must be a number (Infinity to skip the check), got ${String(tolerance)}`);
   }
+  if (tolerance <= 0) tolerance = DEFAULT_TOLERANCE_SECONDS;
   const now = options.now === undefined ? Date.now() : typeof options.now === "number" ? options.now : options.now.getTime();
   if (!Number.isFinite(now)) {
     throw new TypeError(`rivora: now must be a valid Date or Unix milliseconds, got ${String(options.now)}`);
@@ -113,9 +118,11 @@ export async function verifyWebhook(
   if (typeof body !== "string" && !(body instanceof Uint8Array) && !(body instanceof ArrayBuffer)) {
     throw new TypeError("rivora: verifyWebhook needs the raw body (a string, Uint8Array/Buffer or ArrayBuffer) as received, not a parsed object: the signature covers the exact bytes (with Express, use express.raw())");
   }
-  const id = header(headers, HEADER_ID);
-  const ts = header(headers, HEADER_TIMESTAMP);
-  const sigs = header(headers, HEADER_SIGNATURE);
+  // As Go's verifier: the first line of webhook-id and webhook-timestamp,
+  // and every line of webhook-signature, as one list of entries.
+  const id = headerLines(headers, HEADER_ID)[0] ?? "";
+  const ts = headerLines(headers, HEADER_TIMESTAMP)[0] ?? "";
+  const sigs = headerLines(headers, HEADER_SIGNATURE).join(" ").trim();
   if (!id || !ts || !sigs) {
     const missing = [!id && HEADER_ID, !ts && HEADER_TIMESTAMP, !sigs && HEADER_SIGNATURE].filter(Boolean);
     throw new WebhookVerificationError("missing_header", `webhook: missing ${missing.join(", ")} header`);
@@ -182,9 +189,14 @@ async function importPublicKey(publicKey: string): Promise<CryptoKey> {
   return globalThis.crypto.subtle.importKey("raw", raw, { name: "Ed25519" }, false, ["verify"]);
 }
 
-function header(headers: WebhookHeaders, name: string): string {
+// headerLines is every line of one header, as Go's Header.Values: an array
+// value (Node's req.headersDistinct) as it is, a string as one line (Node's
+// req.headers and fetch's Headers have already joined repeated lines with
+// ", ").
+function headerLines(headers: WebhookHeaders, name: string): readonly string[] {
   if (typeof (headers as { get?: unknown }).get === "function") {
-    return (headers as { get(name: string): string | null }).get(name) ?? "";
+    const value = (headers as { get(name: string): string | null }).get(name);
+    return value === null ? [] : [value];
   }
   const record = headers as Readonly<Record<string, string | readonly string[] | undefined>>;
   let value = record[name];
@@ -192,20 +204,20 @@ function header(headers: WebhookHeaders, name: string): string {
     const key = Object.keys(record).find((k) => k.toLowerCase() === name);
     value = key === undefined ? undefined : record[key];
   }
-  // Several lines of one header: the first counts, as with Go's Header.Get.
-  return (typeof value === "string" ? value : value?.[0]) ?? "";
+  if (value === undefined) return [];
+  return typeof value === "string" ? [value] : value;
 }
 
-const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
 
-// parseTimestamp reads Unix seconds as Go's strconv.ParseInt does (an
-// optional sign, decimal digits, within int64), since the signed content
-// carries the number as Go formats it.
+// parseTimestamp reads Unix seconds as Go's verifier does: decimal digits
+// without sign or leading zero, within int64. The signed content carries
+// the number as the sender formatted it, so "+17…" or "017…" would be
+// checked against another text than the one signed.
 function parseTimestamp(ts: string): bigint {
-  if (/^[+-]?[0-9]+$/.test(ts)) {
+  if (/^(0|[1-9][0-9]*)$/.test(ts)) {
     const n = BigInt(ts);
-    if (n >= INT64_MIN && n <= INT64_MAX) return n;
+    if (n <= INT64_MAX) return n;
   }
   throw new WebhookVerificationError("bad_timestamp", `webhook: timestamp ${JSON.stringify(ts.slice(0, 32))} is not Unix seconds`);
 }

@@ -1,3 +1,6 @@
+import { once } from "node:events";
+import http from "node:http";
+import net from "node:net";
 import { Webhook } from "standardwebhooks";
 import { describe, expect, it } from "vitest";
 import { signWebhook, verifyWebhook, WebhookVerificationError, type WebhookVerificationReason } from "../src/index.js";
@@ -80,8 +83,13 @@ describe("verifyWebhook", () => {
     for (const t of ["1614265330.5", "soon", "0x60", "99999999999999999999", " 1614265330"]) {
       expect(await reason(verifyWebhook(secret, headers(goSignature, { "webhook-timestamp": t }), body, { now }))).toBe("bad_timestamp");
     }
-    // Go's ParseInt takes a sign and leading zeros, and signs the number as it formats it.
-    await expect(verifyWebhook(secret, headers(goSignature, { "webhook-timestamp": "+0" + ts }), body, { now })).resolves.toEqual({ id, timestamp: ts });
+    // As Go's verifier: digits only, no sign, no leading zero ("0" alone
+    // is Unix seconds), within int64. The signed text is the header's, so
+    // "+1614265330" would be checked against another text than was signed.
+    for (const t of ["+" + ts, "0" + ts, "+0" + ts, "-" + ts, "00", "-0", "9223372036854775808"]) {
+      expect(await reason(verifyWebhook(secret, headers(goSignature, { "webhook-timestamp": t }), body, { now })), t).toBe("bad_timestamp");
+    }
+    expect(await reason(verifyWebhook(secret, headers(goSignature, { "webhook-timestamp": "0" }), body, { now }))).toBe("stale");
   });
 
   it("accepts any one of several signatures (secret rotation)", async () => {
@@ -97,8 +105,36 @@ describe("verifyWebhook", () => {
     await expect(verifyWebhook(secret, headers(`v1,${"A".repeat(44)}, ${goSignature}`), body, { now })).resolves.toBeTruthy();
   });
 
+  it("reads every signature of every header line, as Go does", async () => {
+    const forged = "v1," + Buffer.alloc(32, 7).toString("base64");
+    const want = { id, timestamp: ts };
+    // A record holding the lines as an array (Node's req.headersDistinct).
+    await expect(verifyWebhook(secret, { ...headers(""), "webhook-signature": [forged, goSignature] }, body, { now })).resolves.toEqual(want);
+    await expect(verifyWebhook(secret, { ...headers(""), "webhook-signature": [`${forged} v2,x`, `v1a,y ${goSignature}`] }, body, { now })).resolves.toEqual(want);
+    const both = new Headers(headers(forged));
+    both.append("webhook-signature", goSignature);
+    await expect(verifyWebhook(secret, both, body, { now })).resolves.toEqual(want);
+    // Lines that are all blank are no signature at all.
+    expect(await reason(verifyWebhook(secret, { ...headers(""), "webhook-signature": ["", " "] }, body, { now }))).toBe("missing_header");
+    expect(await reason(verifyWebhook(secret, { ...headers(""), "webhook-signature": [forged, forged] }, body, { now }))).toBe("bad_signature");
+
+    // What a Node server is handed for two lines, the good one second.
+    const got = await receiveRaw([`webhook-id: ${id}`, `webhook-timestamp: ${ts}`, `webhook-signature: ${forged}`, `webhook-signature: ${goSignature}`], body);
+    expect(got.distinct["webhook-signature"]).toEqual([forged, goSignature]);
+    await expect(verifyWebhook(secret, got.headers, got.body, { now })).resolves.toEqual(want);
+    await expect(verifyWebhook(secret, got.distinct, got.body, { now })).resolves.toEqual(want);
+  });
+
+  it("keeps the default tolerance for toleranceSeconds of 0 or below, as Go's WithTolerance", async () => {
+    for (const toleranceSeconds of [0, -1, -0, -Infinity]) {
+      await expect(verifyWebhook(secret, headers(goSignature), body, { now: ts * 1000 + 299_000, toleranceSeconds }), String(toleranceSeconds)).resolves.toEqual({ id, timestamp: ts });
+      expect(await reason(verifyWebhook(secret, headers(goSignature), body, { now: ts * 1000 + 301_000, toleranceSeconds }))).toBe("stale");
+      expect(await reason(verifyWebhook(secret, headers(goSignature), body, { now: ts * 1000 - 301_000, toleranceSeconds }))).toBe("future");
+    }
+  });
+
   it("throws a TypeError for options that would skip the timestamp check, and for a parsed body", async () => {
-    for (const opts of [{ now, toleranceSeconds: Number.NaN }, { now, toleranceSeconds: -1 }, { now: new Date("not a date") }, { now: Number.NaN }]) {
+    for (const opts of [{ now, toleranceSeconds: Number.NaN }, { now, toleranceSeconds: "60" as unknown as number }, { now: new Date("not a date") }, { now: Number.NaN }]) {
       await expect(verifyWebhook(secret, headers(goSignature), body, opts)).rejects.toThrow(TypeError);
     }
     await expect(verifyWebhook(secret, headers(goSignature), { order: 1 } as unknown as string, { now })).rejects.toThrow(/raw body/);
@@ -174,3 +210,33 @@ describe("standardwebhooks cross-check", () => {
     expect(await reason(verifyWebhook(secret, h, payload + "x"))).toBe("bad_signature");
   });
 });
+
+// receiveRaw sends one request with exactly these header lines to a Node
+// http server on 127.0.0.1 and resolves what the server was handed:
+// req.headers (repeated lines joined) and req.headersDistinct (arrays).
+async function receiveRaw(lines: string[], body: string): Promise<{ headers: http.IncomingHttpHeaders; distinct: NodeJS.Dict<string[]>; body: Buffer }> {
+  let resolve!: (v: { headers: http.IncomingHttpHeaders; distinct: NodeJS.Dict<string[]>; body: Buffer }) => void;
+  const got = new Promise<{ headers: http.IncomingHttpHeaders; distinct: NodeJS.Dict<string[]>; body: Buffer }>((r) => (resolve = r));
+  const srv = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      resolve({ headers: req.headers, distinct: req.headersDistinct, body: Buffer.concat(chunks) });
+      res.writeHead(204, { connection: "close" }).end();
+    });
+  });
+  srv.listen(0, "127.0.0.1");
+  await once(srv, "listening");
+  const { port } = srv.address() as net.AddressInfo;
+  try {
+    const sock = net.connect(port, "127.0.0.1");
+    await once(sock, "connect");
+    const raw = ["POST /hook HTTP/1.1", "host: 127.0.0.1", "connection: close", ...lines, `content-length: ${Buffer.byteLength(body)}`, "", body].join("\r\n");
+    sock.end(raw);
+    const r = await got;
+    sock.destroy();
+    return r;
+  } finally {
+    srv.close();
+  }
+}
