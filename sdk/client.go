@@ -195,7 +195,8 @@ func WithTLSConfig(cfg *tls.Config) Option {
 // (jittered, capped at 10s) between tries. A baseBackoff of zero retries
 // immediately. Retried are Unavailable, Aborted, DeadlineExceeded of one
 // try (WithAttemptTimeout), ResourceExhausted (overload; not a request
-// over the server's size limit, which would be refused again), and a
+// over one of the server's size limits — the message size, or what a
+// fan-out would store — which would be refused again), and a
 // connection that broke mid-call (connect reports it as Canceled or
 // Unknown); the caller's context ends all waiting, and nothing else is
 // retried.
@@ -513,11 +514,18 @@ func (cfg *config) backoff(attempt int) time.Duration {
 	return half + rand.N(d-half+1)
 }
 
-// tooLarge tells a request refused for its size (connect's read limit,
-// which answers resource_exhausted) from an overloaded server.
+// tooLarge tells a request refused for its size, which sent again is
+// refused again, from back-pressure (--max-inflight-requests, an edge's
+// full buffer), which a retry after a wait may get through: all answer
+// resource_exhausted. Rivora's own size refusals (a fan-out that would
+// store too much) say so in an ErrorInfo; connect's read limit and
+// net/http's body limit (MaxBytesReader), which answer before Rivora's
+// code runs, only in their messages.
 func tooLarge(err error) bool {
+	if errorInfo(err, requestTooLargeReason) != nil {
+		return true
+	}
 	msg := err.Error()
-	// connect's message limit, and net/http's body limit (MaxBytesReader).
 	return strings.Contains(msg, "larger than configured max") || strings.Contains(msg, "request body too large") || strings.Contains(msg, "MaxBytesReader limit")
 }
 
@@ -559,33 +567,47 @@ func retryable(err error) bool {
 // reused key (a publish without Destination) names no single original:
 // ok is false there too; its message says what happened.
 func KeyReused(err error) (originalEventID string, index int, ok bool) {
-	var ce *connect.Error
-	if !errors.As(err, &ce) || ce.Code() != connect.CodeAlreadyExists {
+	if connect.CodeOf(err) != connect.CodeAlreadyExists {
 		return "", 0, false
+	}
+	info := errorInfo(err, keyReusedReason)
+	if info == nil {
+		return "", 0, false
+	}
+	index = -1
+	if s, found := info.GetMetadata()["index"]; found {
+		if n, perr := strconv.Atoi(s); perr == nil {
+			index = n
+		}
+	}
+	return info.GetMetadata()["original_event_id"], index, true
+}
+
+// errorInfo is the ErrorInfo detail of Rivora's domain with this reason
+// that err (a Connect error, wrapped or not) carries, or nil.
+func errorInfo(err error, reason string) *errdetails.ErrorInfo {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil
 	}
 	for _, d := range ce.Details() {
 		v, derr := d.Value()
 		info, isInfo := v.(*errdetails.ErrorInfo)
-		if derr != nil || !isInfo || info.GetReason() != keyReusedReason || info.GetDomain() != errorDomain {
-			continue
+		if derr == nil && isInfo && info.GetReason() == reason && info.GetDomain() == errorDomain {
+			return info
 		}
-		index = -1
-		if s, found := info.GetMetadata()["index"]; found {
-			if n, perr := strconv.Atoi(s); perr == nil {
-				index = n
-			}
-		}
-		return info.GetMetadata()["original_event_id"], index, true
 	}
-	return "", 0, false
+	return nil
 }
 
-// The ErrorInfo a conflict carries: agent/ingest.KeyReusedReason and
-// internal/errkind.Domain (agent's idempotency tests read the agent's
-// answers with KeyReused).
+// The ErrorInfo reasons Rivora's answers carry: agent/ingest's
+// KeyReusedReason (a conflict) and RequestTooLargeReason (a request
+// refused for its size), in internal/errkind.Domain (agent's idempotency
+// tests read the agent's answers with KeyReused).
 const (
-	keyReusedReason = "IDEMPOTENCY_KEY_REUSED"
-	errorDomain     = "rivora.dev"
+	keyReusedReason       = "IDEMPOTENCY_KEY_REUSED"
+	requestTooLargeReason = "REQUEST_TOO_LARGE"
+	errorDomain           = "rivora.dev"
 )
 
 // EventID is the id Rivora gives an event published with an idempotency

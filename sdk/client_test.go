@@ -556,3 +556,57 @@ func TestKeyReusedReadsTheErrorInfo(t *testing.T) {
 		t.Fatal("KeyReused of a plain error: ok")
 	}
 }
+
+// withInfo is a Connect error carrying a google.rpc.ErrorInfo detail.
+func withInfo(t *testing.T, code connect.Code, msg string, info *errdetails.ErrorInfo) *connect.Error {
+	t.Helper()
+	ce := connect.NewError(code, errors.New(msg))
+	detail, err := connect.NewErrorDetail(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ce.AddDetail(detail)
+	return ce
+}
+
+// A resource_exhausted that says, in Rivora's ErrorInfo, that the request
+// is too large (a PublishBatch whose fan-outs would store too much) is not
+// sent again: it would be refused again. One that is back-pressure
+// (--max-inflight-requests, an edge's full buffer, any other detail) is
+// retried.
+func TestResourceExhaustedRetriedUnlessTooLarge(t *testing.T) {
+	tooLarge := withInfo(t, connect.CodeResourceExhausted,
+		"this request would store 408 deliveries, about 98135424 bytes in all (its events fan out to their subscriptions); the limit is 33554432 bytes: publish fewer or smaller events at once",
+		&errdetails.ErrorInfo{Reason: "REQUEST_TOO_LARGE", Domain: "rivora.dev"})
+	srv := &ingestServer{fail: func(context.Context, int) error { return tooLarge }}
+	client := sdk.New(startIngest(t, srv), fastRetry())
+	if _, err := client.PublishBatch(t.Context(), []sdk.Event{testEvent, testEvent}); connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "would store 408 deliveries") {
+		t.Fatalf("too large batch: %v, want resource_exhausted with the server's message", err)
+	}
+	if _, err := client.Publish(t.Context(), testEvent); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("too large publish: %v, want resource_exhausted", err)
+	}
+	if calls, _ := srv.snapshot(); calls != 2 {
+		t.Fatalf("the server saw %d calls, want 2 (one per request, none retried)", calls)
+	}
+
+	for _, busy := range []error{
+		connect.NewError(connect.CodeResourceExhausted, errors.New("this server is at --max-inflight-requests; retry with back-off")),
+		connect.NewError(connect.CodeResourceExhausted, errors.New("INGEST_EDGE of edge e1 is full (--max-buffer 1024 bytes): the cell is unreachable; nothing it acknowledged is discarded, and it accepts again as the cell takes events")),
+		withInfo(t, connect.CodeResourceExhausted, "busy", &errdetails.ErrorInfo{Reason: "SOMETHING_ELSE", Domain: "rivora.dev"}),
+		withInfo(t, connect.CodeResourceExhausted, "busy", &errdetails.ErrorInfo{Reason: "REQUEST_TOO_LARGE", Domain: "example.com"}),
+	} {
+		srv := &ingestServer{fail: func(_ context.Context, call int) error {
+			if call <= 2 {
+				return busy
+			}
+			return nil
+		}}
+		if _, err := sdk.New(startIngest(t, srv), fastRetry()).PublishBatch(t.Context(), []sdk.Event{testEvent, testEvent}); err != nil {
+			t.Fatalf("back-pressure %v: %v, want it retried until accepted", busy, err)
+		}
+		if calls, _ := srv.snapshot(); calls != 3 {
+			t.Fatalf("back-pressure %v: %d calls, want 3", busy, calls)
+		}
+	}
+}

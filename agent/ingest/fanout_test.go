@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/rivora/rivora/agent/ingest"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/subscriptions"
+	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/eventid"
@@ -58,6 +60,22 @@ func (f *fixture) storedByID(t testing.TB) map[string]*rivorav1.Event {
 		out[ev.GetEventId()] = ev
 	}
 	return out
+}
+
+// errorInfo is the google.rpc.ErrorInfo detail of a Connect error, or nil.
+func errorInfo(err error) *errdetails.ErrorInfo {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if info, ok := v.(*errdetails.ErrorInfo); ok {
+				return info
+			}
+		}
+	}
+	return nil
 }
 
 // counter reads a counter without labels from the default registry.
@@ -634,8 +652,14 @@ func TestFanOutBounds(t *testing.T) {
 	small := f.with(t, ingest.Config{MaxBatchBytes: 4096})
 	req := fanOut("order.created", strings.Repeat("x", maxPayload))
 	req.ContentType = "text/plain"
-	if _, err := small.Publish(context.Background(), connect.NewRequest(req)); connect.CodeOf(err) != connect.CodeResourceExhausted {
+	_, err = small.Publish(context.Background(), connect.NewRequest(req))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "would store 100 deliveries") {
 		t.Fatalf("100 deliveries of %d bytes with MaxBatchBytes 4096: %v, want ResourceExhausted", maxPayload, err)
+	}
+	// It says, in a detail clients read, that it is too large (not
+	// back-pressure): the SDKs do not send it again.
+	if info := errorInfo(err); info.GetReason() != ingest.RequestTooLargeReason || info.GetDomain() != errkind.Domain {
+		t.Fatalf("the refusal's ErrorInfo is %v, want reason %s in %s", info, ingest.RequestTooLargeReason, errkind.Domain)
 	}
 	if n := f.msgs(t); n != 0 {
 		t.Fatalf("INGEST holds %d events", n)

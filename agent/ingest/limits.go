@@ -50,6 +50,14 @@ const storedBytesFactor = 4
 // (ids, type, lane, timestamps).
 const routeOverhead = 512
 
+// RequestTooLargeReason is the ErrorInfo reason (errkind.Domain) of a
+// request refused for its size by the gateway itself: resource_exhausted,
+// as connect's own read limit answers, but sent again it is refused
+// again, so the SDKs do not retry it. The other resource_exhausted
+// answers (an edge's full buffer, --max-inflight-requests) are
+// back-pressure, which a retry after a wait may get through.
+const RequestTooLargeReason = "REQUEST_TOO_LARGE"
+
 // checkStoredSize refuses a request whose deliveries would take more than
 // storedBytesFactor × MaxBatchBytes (never less than one full Publish),
 // before any is encoded or any key recorded.
@@ -68,7 +76,8 @@ func (g *Gateway) checkStoredSize(pubs []publication) error {
 		deliveries += n
 	}
 	if total > limit {
-		return errkind.Errorf(errkind.Exhausted, "this request would store %d deliveries, about %d bytes in all (its events fan out to their subscriptions); the limit is %d bytes: publish fewer or smaller events at once", deliveries, total, limit)
+		err := errkind.Errorf(errkind.Exhausted, "this request would store %d deliveries, about %d bytes in all (its events fan out to their subscriptions); the limit is %d bytes: publish fewer or smaller events at once", deliveries, total, limit)
+		return errkind.WithInfo(err, RequestTooLargeReason, nil)
 	}
 	return nil
 }
