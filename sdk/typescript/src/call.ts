@@ -2,7 +2,7 @@ import { Code, ConnectError, type Interceptor, type Transport } from "@connectrp
 import { createConnectTransport } from "@connectrpc/connect-web";
 import { propagation, type Context, type TextMapSetter } from "@opentelemetry/api";
 
-import { isNetworkError, RivoraError, toRivoraError } from "./errors.js";
+import { errorInfo, isNetworkError, REQUEST_TOO_LARGE_REASON, RivoraError, toRivoraError } from "./errors.js";
 
 // How every client of this package talks to Rivora: one transport per
 // client (token, codec, fetch), and one Caller that bounds, retries and
@@ -175,16 +175,16 @@ function traceHeaders(what: string, ctx: Context, options: CallOptions): Headers
 }
 
 // retryable mirrors the Go SDK: Unavailable, DeadlineExceeded (of one try),
-// ResourceExhausted (unless the request is over the server's size limit)
-// and Aborted, and transport failures. The caller's own
+// ResourceExhausted (unless the request is over one of the server's size
+// limits) and Aborted, and transport failures. The caller's own
 // cancellation is checked before.
 function retryable(err: unknown): boolean {
   const ce = ConnectError.from(err);
   switch (ce.code) {
     case Code.ResourceExhausted:
-      // The server's overload, but not a request over its size limit:
-      // sent again, it is refused again.
-      return !ce.rawMessage.includes("larger than configured max");
+      // The server's back-pressure, but not a request over its size
+      // limit: sent again, it is refused again.
+      return !tooLarge(ce);
     case Code.Unavailable:
     case Code.DeadlineExceeded:
     case Code.Aborted:
@@ -195,6 +195,19 @@ function retryable(err: unknown): boolean {
     default:
       return false;
   }
+}
+
+// tooLarge, as the Go SDK's, tells a request refused for its size from
+// back-pressure (--max-inflight-requests, an edge's full buffer), which
+// a retry after a wait may get through: all answer ResourceExhausted.
+// Rivora's own size refusals (a fan-out that would store too much) say
+// so in an ErrorInfo; connect-go's read limit and net/http's body limit
+// (MaxBytesReader), which answer before Rivora's code runs, only in
+// their messages.
+function tooLarge(ce: ConnectError): boolean {
+  if (errorInfo(ce, REQUEST_TOO_LARGE_REASON) !== undefined) return true;
+  const msg = ce.rawMessage;
+  return msg.includes("larger than configured max") || msg.includes("request body too large") || msg.includes("MaxBytesReader limit");
 }
 
 // aborted reports the caller's signal ending the call: DeadlineExceeded for

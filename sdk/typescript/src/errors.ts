@@ -1,3 +1,6 @@
+import { create, createFileRegistry, type Message } from "@bufbuild/protobuf";
+import type { GenMessage } from "@bufbuild/protobuf/codegenv2";
+import { FieldDescriptorProto_Label, FieldDescriptorProto_Type, FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 
 /**
@@ -61,4 +64,74 @@ function causeOf(ce: ConnectError): string {
   if (!isNetworkError(ce)) return "";
   const inner = (ce.cause as { cause?: unknown }).cause;
   return inner instanceof Error ? ` (${inner.message})` : "";
+}
+
+// The ErrorInfo reason Rivora's answers carry, in its domain (the Go
+// server's agent/ingest RequestTooLargeReason and internal/errkind.Domain).
+export const REQUEST_TOO_LARGE_REASON = "REQUEST_TOO_LARGE";
+const ERROR_DOMAIN = "rivora.dev";
+
+/** google.rpc.ErrorInfo, as error_details.proto defines it. */
+export type ErrorInfo = Message<"google.rpc.ErrorInfo"> & {
+  reason: string;
+  domain: string;
+  metadata: { [key: string]: string };
+};
+
+// ErrorInfoSchema describes google.rpc.ErrorInfo, so that findDetails
+// decodes the details of Connect errors. Neither @bufbuild/protobuf nor
+// @connectrpc/connect ship google/rpc's types, and generating them into
+// proto/ would register a second copy of the Go ones: the descriptor is
+// built here, with the proto's names and field numbers.
+export const ErrorInfoSchema = createFileRegistry(
+  create(FileDescriptorProtoSchema, {
+    name: "google/rpc/error_details.proto",
+    package: "google.rpc",
+    syntax: "proto3",
+    messageType: [
+      {
+        name: "ErrorInfo",
+        field: [
+          { name: "reason", jsonName: "reason", number: 1, label: FieldDescriptorProto_Label.OPTIONAL, type: FieldDescriptorProto_Type.STRING },
+          { name: "domain", jsonName: "domain", number: 2, label: FieldDescriptorProto_Label.OPTIONAL, type: FieldDescriptorProto_Type.STRING },
+          {
+            name: "metadata",
+            jsonName: "metadata",
+            number: 3,
+            label: FieldDescriptorProto_Label.REPEATED,
+            type: FieldDescriptorProto_Type.MESSAGE,
+            typeName: ".google.rpc.ErrorInfo.MetadataEntry",
+          },
+        ],
+        nestedType: [
+          {
+            name: "MetadataEntry",
+            field: [
+              { name: "key", jsonName: "key", number: 1, label: FieldDescriptorProto_Label.OPTIONAL, type: FieldDescriptorProto_Type.STRING },
+              { name: "value", jsonName: "value", number: 2, label: FieldDescriptorProto_Label.OPTIONAL, type: FieldDescriptorProto_Type.STRING },
+            ],
+            options: { mapEntry: true },
+          },
+        ],
+      },
+    ],
+  }),
+  () => undefined,
+).getMessage("google.rpc.ErrorInfo") as GenMessage<ErrorInfo>;
+
+/**
+ * errorInfo is the ErrorInfo of Rivora's domain with this reason that err
+ * (a ConnectError, or a RivoraError caused by one) carries, or undefined.
+ */
+export function errorInfo(err: unknown, reason: string): ErrorInfo | undefined {
+  return connectErrorOf(err)
+    ?.findDetails(ErrorInfoSchema)
+    .find((info) => info.reason === reason && info.domain === ERROR_DOMAIN);
+}
+
+// connectErrorOf is the server's (or transport's) error: err itself, or
+// what a RivoraError wraps.
+function connectErrorOf(err: unknown): ConnectError | undefined {
+  const inner = err instanceof RivoraError ? err.cause : err;
+  return inner instanceof ConnectError ? inner : undefined;
 }

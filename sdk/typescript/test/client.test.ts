@@ -14,6 +14,7 @@ import {
   PublishRequestSchema,
   PublishResponseSchema,
 } from "../src/gen/rivora/v1/ingest_pb.js";
+import { ErrorInfoSchema } from "../src/errors.js";
 import { Code, RivoraClient, RivoraError, type PublishEvent } from "../src/index.js";
 import { freePort, startPartner, type Partner, type Received } from "../../../testkit/ts/index.js";
 
@@ -32,10 +33,19 @@ function ok(req: Received, res: http.ServerResponse): void {
   }
 }
 
-function fail(res: http.ServerResponse, status: number, code: string, message = `test says ${code}`): void {
+function fail(res: http.ServerResponse, status: number, code: string, message = `test says ${code}`, details: ErrorInfoInit[] = []): void {
   res.statusCode = status;
   res.setHeader("content-type", "application/json");
-  res.end(JSON.stringify({ code, message }));
+  res.end(JSON.stringify({ code, message, details: details.map(detail) }));
+}
+
+type ErrorInfoInit = { reason: string; domain: string; metadata?: Record<string, string> };
+
+// detail is a google.rpc.ErrorInfo as the Connect protocol carries it in
+// an error: its type name and its binary encoding, base64 without padding.
+function detail(info: ErrorInfoInit): { type: string; value: string } {
+  const bytes = toBinary(ErrorInfoSchema, create(ErrorInfoSchema, info));
+  return { type: "google.rpc.ErrorInfo", value: Buffer.from(bytes).toString("base64").replace(/=+$/, "") };
 }
 
 // failFirst answers the first n requests with a Connect error, then ok.
@@ -223,6 +233,35 @@ describe("RivoraClient retries", () => {
     expect(err.code).toBe(Code.ResourceExhausted);
     expect(err.attempts).toBe(1);
     expect(s.received).toHaveLength(1);
+  });
+
+  it("does not retry what Rivora refuses as too large (its ErrorInfo) nor net/http's body limit, and retries back-pressure", async () => {
+    const wouldStore = "this request would store 408 deliveries, about 98135424 bytes in all (its events fan out to their subscriptions); the limit is 33554432 bytes: publish fewer or smaller events at once";
+    const tooLarge: [string, ErrorInfoInit[]][] = [
+      [wouldStore, [{ reason: "REQUEST_TOO_LARGE", domain: "rivora.dev" }]],
+      ["read first 5 bytes of message: exceeded 1048576 byte http.MaxBytesReader limit", []],
+      ["http: request body too large", []],
+    ];
+    for (const [message, details] of tooLarge) {
+      const s = await server((_, res) => fail(res, 429, "resource_exhausted", message, details));
+      const err = await rejection(new RivoraClient({ baseUrl: s.base, baseBackoffMs: 1 }).publishBatch([event, event]));
+      expect(err.code).toBe(Code.ResourceExhausted);
+      expect(err.rawMessage).toBe(`rivora publish batch: ${message}`);
+      expect(err.attempts).toBe(1);
+      expect(s.received).toHaveLength(1);
+    }
+    const backPressure: [string, ErrorInfoInit[]][] = [
+      ["this server is at --max-inflight-requests; retry with back-off", []],
+      ["INGEST_EDGE of edge e1 is full (--max-buffer 1024 bytes): the cell is unreachable; nothing it acknowledged is discarded, and it accepts again as the cell takes events", []],
+      ["busy", [{ reason: "SOMETHING_ELSE", domain: "rivora.dev" }]],
+      ["busy", [{ reason: "REQUEST_TOO_LARGE", domain: "example.com" }]],
+    ];
+    for (const [message, details] of backPressure) {
+      let n = 0;
+      const s = await server((req, res) => (n++ < 2 ? fail(res, 429, "resource_exhausted", message, details) : ok(req, res)));
+      await new RivoraClient({ baseUrl: s.base, baseBackoffMs: 1 }).publishBatch([event, event]);
+      expect(s.received, message).toHaveLength(3);
+    }
   });
 
   it("does not retry what retrying cannot fix, and says why", async () => {

@@ -8,8 +8,8 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { eventId, RivoraClient, SubscriptionClient, subscriptionEventId, verifyWebhook, WebhookVerificationError, type PublishEvent } from "../src/index.js";
-import { Dev, eventually, freePort, rpc, startPartner, type Partner, type Received } from "../../../testkit/ts/index.js";
+import { Code, eventId, RivoraClient, RivoraError, SubscriptionClient, subscriptionEventId, verifyWebhook, WebhookVerificationError, type PublishEvent } from "../src/index.js";
+import { Dev, eventually, freePort, rpc, startDev, startPartner, type Partner, type Received } from "../../../testkit/ts/index.js";
 
 const pkgDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -147,10 +147,10 @@ describe("against rivora dev", () => {
 });
 
 /** configApplied waits until every connected agent applied the control plane's config (subscriptions included). */
-async function configApplied(): Promise<void> {
+async function configApplied(d: Dev = dev): Promise<void> {
   type Status = { version?: string; agents?: { connected?: boolean; appliedVersion?: string }[] };
   await eventually("every agent applied the control plane's config", async () => {
-    const s = await rpc<Status>(dev, dev.token, "rivora.v1.AdminService/GetConfigStatus", {});
+    const s = await rpc<Status>(d, d.token, "rivora.v1.AdminService/GetConfigStatus", {});
     const agents = (s.agents ?? []).filter((a) => a.connected);
     return agents.length > 0 && agents.every((a) => BigInt(a.appliedVersion ?? "0") >= BigInt(s.version ?? "0"));
   });
@@ -211,3 +211,34 @@ describe("fan-out against rivora dev", () => {
   });
 });
 
+
+describe("size limits against rivora dev", () => {
+  it("a batch whose fan-outs would store too much is refused once, not retried", async () => {
+    // Small limits: a request message of at most 90 112 bytes (one event
+    // of 4 KiB in any encoding), and as much stored by one request.
+    const small = await startDev(inject("rivoraBin"), ["--max-payload", "4096", "--max-batch-bytes", "4096"]);
+    try {
+      await small.createDestination("big-d1", partner.url, "sdk-ts-test");
+      await small.createDestination("big-d2", partner.url, "sdk-ts-test");
+      const subs = new SubscriptionClient({ baseUrl: small.url, token: small.token });
+      await subs.create({ customerId: "big-c", destinationId: "big-d1", types: ["order.*"] });
+      await subs.create({ customerId: "big-c", destinationId: "big-d2", types: ["order.*"] });
+      await configApplied(small);
+
+      const payload = JSON.stringify("x".repeat(4000));
+      const batch = Array.from({ length: 20 }, (): PublishEvent => ({ customerId: "big-c", laneKey: "u1", type: "order.created", payload }));
+      const c = new RivoraClient({ baseUrl: small.url, token: small.token, baseBackoffMs: 1 });
+      const err: unknown = await c.publishBatch(batch).then(() => undefined, (e: unknown) => e);
+      expect(err).toBeInstanceOf(RivoraError);
+      const re = err as RivoraError;
+      expect(re.code).toBe(Code.ResourceExhausted);
+      expect(re.rawMessage).toMatch(/would store 40 deliveries/);
+      expect(re.attempts).toBe(1);
+      // The same events in smaller batches fit.
+      const half = await c.publishBatch(batch.slice(0, 5));
+      expect(half.results.every((r) => r.routes.length === 2)).toBe(true);
+    } finally {
+      await small.stop();
+    }
+  });
+});
