@@ -66,8 +66,43 @@ function causeOf(ce: ConnectError): string {
   return inner instanceof Error ? ` (${inner.message})` : "";
 }
 
-// The ErrorInfo reason Rivora's answers carry, in its domain (the Go
-// server's agent/ingest RequestTooLargeReason and internal/errkind.Domain).
+/** What {@link keyReused} reads from a publish refused for reusing a key. */
+export interface KeyReuse {
+  /** The event the key already names. */
+  originalEventId: string;
+  /** The key that was reused. */
+  idempotencyKey: string;
+  /** The refused event's place in a `publishBatch`; -1 for a `publish`. */
+  index: number;
+}
+
+/**
+ * keyReused tells the `AlreadyExists` answer to a publish that reused an
+ * idempotency key for another event (another payload, type, lane or
+ * content type) within the dedup window, reading the error's
+ * `google.rpc.ErrorInfo` (reason `IDEMPOTENCY_KEY_REUSED`): the event the
+ * key already names, the key, and in a batch the refused event's index.
+ * It is undefined for any other error, and for a fan-out's reused key (a
+ * publish without destination), which names no single original. The Go
+ * SDK's `sdk.KeyReused`.
+ */
+export function keyReused(err: unknown): KeyReuse | undefined {
+  const ce = connectErrorOf(err);
+  if (ce === undefined || ce.code !== Code.AlreadyExists) return undefined;
+  const info = errorInfo(ce, KEY_REUSED_REASON);
+  if (info === undefined) return undefined;
+  const index = info.metadata["index"];
+  return {
+    originalEventId: info.metadata["original_event_id"] ?? "",
+    idempotencyKey: info.metadata["idempotency_key"] ?? "",
+    index: index !== undefined && /^[0-9]+$/.test(index) ? Number(index) : -1,
+  };
+}
+
+// The ErrorInfo reasons Rivora's answers carry, in its domain (the Go
+// server's agent/ingest KeyReusedReason and RequestTooLargeReason, and
+// internal/errkind.Domain).
+const KEY_REUSED_REASON = "IDEMPOTENCY_KEY_REUSED";
 export const REQUEST_TOO_LARGE_REASON = "REQUEST_TOO_LARGE";
 const ERROR_DOMAIN = "rivora.dev";
 

@@ -15,7 +15,8 @@ import {
   PublishResponseSchema,
 } from "../src/gen/rivora/v1/ingest_pb.js";
 import { ErrorInfoSchema } from "../src/errors.js";
-import { Code, RivoraClient, RivoraError, type PublishEvent } from "../src/index.js";
+import { ConnectError } from "@connectrpc/connect";
+import { Code, keyReused, RivoraClient, RivoraError, type PublishEvent } from "../src/index.js";
 import { freePort, startPartner, type Partner, type Received } from "../../../testkit/ts/index.js";
 
 const event: PublishEvent = { destinationId: "orders", customerId: "acme", laneKey: "u1", type: "order.created", payload: "{}" };
@@ -315,5 +316,37 @@ describe("RivoraClient retries", () => {
     const canceled = await rejection(client.publish(event, { signal: ac.signal }));
     expect(canceled.code).toBe(Code.Canceled);
     expect(canceled.attempts).toBe(0);
+  });
+});
+
+describe("keyReused", () => {
+  const reused = (metadata: Record<string, string>): ErrorInfoInit[] => [{ reason: "IDEMPOTENCY_KEY_REUSED", domain: "rivora.dev", metadata }];
+
+  it("reads the ErrorInfo of a key reused for another event, in a publish and in a batch", async () => {
+    const one = await server((_, res) => fail(res, 409, "already_exists", "idempotency key taken", reused({ original_event_id: "e1", idempotency_key: "order-9" })));
+    const err = await rejection(new RivoraClient({ baseUrl: one.base }).publish(event));
+    expect(keyReused(err)).toEqual({ originalEventId: "e1", idempotencyKey: "order-9", index: -1 });
+    expect(keyReused(err.cause)).toEqual({ originalEventId: "e1", idempotencyKey: "order-9", index: -1 });
+
+    const batch = await server((_, res) => fail(res, 409, "already_exists", "events[3]: taken", reused({ original_event_id: "e2", idempotency_key: "k", index: "3" })));
+    const berr = await rejection(new RivoraClient({ baseUrl: batch.base }).publishBatch([event, event, event, event]));
+    expect(keyReused(berr)).toEqual({ originalEventId: "e2", idempotencyKey: "k", index: 3 });
+  });
+
+  it("is undefined for any other error", async () => {
+    const plain = await server((_, res) => fail(res, 409, "already_exists", "exists, no detail"));
+    expect(keyReused(await rejection(new RivoraClient({ baseUrl: plain.base }).publish(event)))).toBeUndefined();
+    // The detail on another code, or of another domain or reason.
+    for (const [status, code, details] of [
+      [400, "invalid_argument", reused({ original_event_id: "e1" })],
+      [409, "already_exists", [{ reason: "IDEMPOTENCY_KEY_REUSED", domain: "example.com", metadata: { original_event_id: "e1" } }]],
+      [409, "already_exists", [{ reason: "OTHER", domain: "rivora.dev", metadata: { original_event_id: "e1" } }]],
+    ] as const) {
+      const s = await server((_, res) => fail(res, status, code, "no", [...details]));
+      expect(keyReused(await rejection(new RivoraClient({ baseUrl: s.base }).publish(event))), `${code} ${JSON.stringify(details)}`).toBeUndefined();
+    }
+    expect(keyReused(new Error("not connect"))).toBeUndefined();
+    expect(keyReused(new ConnectError("bare", Code.AlreadyExists))).toBeUndefined();
+    expect(keyReused(undefined)).toBeUndefined();
   });
 });

@@ -8,7 +8,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { Code, eventId, RivoraClient, RivoraError, SubscriptionClient, subscriptionEventId, verifyWebhook, WebhookVerificationError, type PublishEvent } from "../src/index.js";
+import { Code, eventId, keyReused, RivoraClient, RivoraError, SubscriptionClient, subscriptionEventId, verifyWebhook, WebhookVerificationError, type PublishEvent } from "../src/index.js";
 import { Dev, eventually, freePort, rpc, startDev, startPartner, type Partner, type Received } from "../../../testkit/ts/index.js";
 
 const pkgDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
@@ -83,6 +83,19 @@ describe("against rivora dev", () => {
       const forged = { ...d.headers, "webhook-signature": "v1," + Buffer.alloc(32).toString("base64") };
       await expect(verifyWebhook(secret, forged, d.body)).rejects.toMatchObject({ reason: "bad_signature" });
     }
+  });
+
+  it("names the original event of a key reused for another event (keyReused)", async () => {
+    const key = `reused-${Date.now()}`;
+    const first = await client.publish(ev({ payload: '{"order":1}', idempotencyKey: key }));
+    const again: unknown = await client.publish(ev({ payload: '{"order":2}', idempotencyKey: key })).then(() => undefined, (e: unknown) => e);
+    expect(again).toBeInstanceOf(RivoraError);
+    expect((again as RivoraError).code).toBe(Code.AlreadyExists);
+    expect(keyReused(again)).toEqual({ originalEventId: first.eventId, idempotencyKey: key, index: -1 });
+    const inBatch: unknown = await client
+      .publishBatch([ev({ idempotencyKey: `${key}-other` }), ev({ payload: '{"order":3}', idempotencyKey: key })])
+      .then(() => undefined, (e: unknown) => e);
+    expect(keyReused(inBatch)).toEqual({ originalEventId: first.eventId, idempotencyKey: key, index: 1 });
   });
 
   it("runs the example script: only the built package's public exports", async () => {
