@@ -15,9 +15,10 @@ export { DEFAULT_BASE_BACKOFF_MS, DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_MS, type
  * and bytes (a Uint8Array or Buffer, any other typed array or DataView, an
  * ArrayBuffer) as they are, with `contentType` (default application/json);
  * anything else as JSON (what JSON.stringify makes of it), compact, with
- * content type application/json. An object JSON.stringify would turn into
- * `{}` without being a plain empty object (a Map, a Set, a Blob) is
- * refused: its content would be lost.
+ * content type application/json. What JSON.stringify would change without
+ * a word, anywhere in the value, is refused, naming its path: an object it
+ * turns into `{}` without being a plain empty object (a Map, a Set, a
+ * Blob), NaN and ±Infinity (it sends null), and a BigInt.
  */
 export type Payload = string | Uint8Array | ArrayBuffer | JsonValue | object;
 
@@ -172,20 +173,69 @@ function toRequest(e: PublishEvent, what: string): PublishRequest {
   } else if (p instanceof ArrayBuffer || (typeof SharedArrayBuffer !== "undefined" && p instanceof SharedArrayBuffer)) {
     req.payload = new Uint8Array(p);
   } else {
-    let json: string | undefined;
-    try {
-      json = JSON.stringify(p);
-    } catch (err) {
-      throw new RivoraError(Code.InvalidArgument, `${what}: payload is not JSON: ${String(err)}`, { cause: err });
-    }
-    if (json === undefined) {
-      throw new RivoraError(Code.InvalidArgument, `${what}: payload ${typeof p} has no JSON form; pass a string, bytes or a JSON value`);
-    }
-    if (json === "{}" && !plainObject(p)) {
-      const kind = (p as object).constructor?.name ?? "object";
-      throw new RivoraError(Code.InvalidArgument, `${what}: payload is a ${kind}, which JSON.stringify turns into {} (its content lost); pass a plain object (for a Map: Object.fromEntries(map)), an array, a string or bytes`);
-    }
-    req.data = fromJson(ValueSchema, JSON.parse(json) as JsonValue);
+    req.data = fromJson(ValueSchema, jsonOf(p, what));
   }
   return req;
+}
+
+/**
+ * jsonOf is p as JSON.stringify makes it, refusing what JSON.stringify
+ * would change without a word, wherever it is in p: a number JSON has no
+ * form for (NaN and ±Infinity become null), an object that becomes `{}`
+ * (a Map, a Set, an Error, a Blob), and a BigInt (on which it throws). The
+ * error names the value's path, e.g. `payload.items[2]`.
+ */
+function jsonOf(p: unknown, what: string): JsonValue {
+  const refuse = (msg: string) => new RivoraError(Code.InvalidArgument, `${what}: ${msg}`);
+  // Each object's path, recorded before JSON.stringify walks into it; the
+  // root's holder is one JSON.stringify makes, in no path.
+  const paths = new WeakMap<object, string>();
+  function check(this: unknown, key: string, value: unknown): unknown {
+    const parent = paths.get(this as object);
+    const path = parent === undefined ? "payload" : parent + accessor(this, key);
+    if (typeof value === "number" && !Number.isFinite(value)) {
+      throw refuse(`${path} is ${String(value)}, which JSON has no number for (JSON.stringify sends null); send null or a string yourself`);
+    }
+    if (typeof value === "bigint") {
+      throw refuse(`${path} is a BigInt, which JSON has no form for; send it as a string or a number`);
+    }
+    if (typeof value === "object" && value !== null) {
+      if (lostInJSON(value)) {
+        const kind = (value as { constructor?: { name?: string } }).constructor?.name || "object";
+        throw refuse(
+          `${path} is ${/^[AEIOU]/.test(kind) ? "an" : "a"} ${kind}, which JSON.stringify turns into {} (its content lost); pass a plain object (for a Map: Object.fromEntries(map)), an array (for a Set: [...set]), a string or bytes`,
+        );
+      }
+      paths.set(value, path);
+    }
+    return value;
+  }
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(p, check);
+  } catch (err) {
+    if (err instanceof RivoraError) throw err;
+    throw new RivoraError(Code.InvalidArgument, `${what}: payload is not JSON: ${String(err)}`, { cause: err });
+  }
+  if (json === undefined) {
+    throw refuse(`payload ${typeof p} has no JSON form; pass a string, bytes or a JSON value`);
+  }
+  return JSON.parse(json) as JsonValue;
+}
+
+// accessor is how a path names holder[key]: [2], .name or ["odd key"].
+function accessor(holder: unknown, key: string): string {
+  if (Array.isArray(holder)) return `[${key}]`;
+  return /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(key) ? `.${key}` : `[${JSON.stringify(key)}]`;
+}
+
+// lostInJSON: an object JSON.stringify turns into {} though it holds
+// something: a Map or a Set (whatever else it has), or an object that is
+// neither plain, nor an array, nor a boxed primitive, and has no own
+// enumerable keys (an Error, a Blob, a WeakMap).
+function lostInJSON(value: object): boolean {
+  if (value instanceof Map || value instanceof Set) return true;
+  if (Array.isArray(value) || plainObject(value)) return false;
+  if (value instanceof Number || value instanceof String || value instanceof Boolean) return false;
+  return Object.keys(value).length === 0;
 }

@@ -177,6 +177,52 @@ describe("RivoraClient on the wire", () => {
     expect(s.received).toHaveLength(10);
   });
 
+  it("refuses a JSON payload JSON.stringify would change, anywhere in it, naming where", async () => {
+    const s = await server();
+    const client = new RivoraClient({ baseUrl: s.base });
+    const cases: [unknown, string][] = [
+      [{ order: { tags: new Set(["a"]) } }, "payload.order.tags is a Set, which JSON.stringify turns into {}"],
+      [{ items: [1, new Map([["a", 1]])] }, "payload.items[1] is a Map, which JSON.stringify turns into {}"],
+      [{ at: { "odd key": new Map() } }, 'payload.at["odd key"] is a Map'],
+      [{ failure: new Error("boom") }, "payload.failure is an Error, which JSON.stringify turns into {}"],
+      [{ total: Number.NaN }, "payload.total is NaN, which JSON has no number for (JSON.stringify sends null)"],
+      [[1, [2, Infinity]], "payload[1][1] is Infinity"],
+      [{ a: { b: -Infinity } }, "payload.a.b is -Infinity"],
+      [Number.NaN, "payload is NaN"],
+      [{ n: 10n }, "payload.n is a BigInt, which JSON has no form for"],
+      // What toJSON returns is what is checked.
+      [{ v: { toJSON: () => new Set([1]) } }, "payload.v is a Set"],
+    ];
+    for (const [payload, want] of cases) {
+      const err = await rejection(client.publish({ ...event, payload: payload as object }));
+      expect(err.code).toBe(Code.InvalidArgument);
+      expect(err.rawMessage).toContain(`rivora publish: ${want}`);
+    }
+    const batch = await rejection(client.publishBatch([event, { ...event, payload: { ok: 1, bad: [new Set()] } }]));
+    expect(batch.code).toBe(Code.InvalidArgument);
+    expect(batch.rawMessage).toContain("rivora publish batch: event 1: payload.bad[0] is a Set");
+    expect(s.received).toHaveLength(0);
+
+    // What JSON keeps: plain and null-prototype objects, class instances
+    // with fields, a Date (its toJSON), boxed primitives, an object seen
+    // twice (not a cycle), an empty array or object.
+    class Point {
+      constructor(
+        readonly x: number,
+        readonly y: number,
+      ) {}
+    }
+    const shared = { k: 1 };
+    const fine = { p: new Point(1, 2), at: new Date(0), n: Object.create(null) as object, boxed: [new Number(1), new String("s"), new Boolean(false)], twice: [shared, shared], e: [], o: {}, neg: -0 };
+    await client.publish({ ...event, payload: fine });
+    expect(toJson(ValueSchema, fromBinary(PublishRequestSchema, s.received.at(-1)!.body).data!)).toEqual(JSON.parse(JSON.stringify(fine)));
+    // A cycle is not JSON.
+    const cyclic: { self?: unknown } = {};
+    cyclic.self = cyclic;
+    expect((await rejection(client.publish({ ...event, payload: cyclic }))).rawMessage).toMatch(/payload is not JSON/);
+    expect(s.received).toHaveLength(1);
+  });
+
   it("assigns a UUIDv7 idempotency key per event, keeps a given one, and batches", async () => {
     const s = await server();
     const client = new RivoraClient({ baseUrl: s.base });
