@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -90,7 +91,7 @@ func TestLimitOutOfRangeIsAUsageError(t *testing.T) {
 // package's bare "parse error".
 func TestBadFlagValuesNameTheirForm(t *testing.T) {
 	for args, want := range map[string]string{
-		"limits set alpha --window 5 --reason x":  "not a duration: use a number with a unit, such as 30s, 5m or 72h",
+		"limits set alpha --window 5 --reason x":  "not a duration: use a number with a unit, such as 30s, 5m, 72h or 7d",
 		"limits set alpha --burst x --reason x":   "--burst: not a whole number",
 		"limits set alpha --rate fast --reason x": "--rate: not a number",
 	} {
@@ -115,5 +116,18 @@ func TestAwayNote(t *testing.T) {
 	}
 	if got := awayNote([]string{"", "a2"}); !strings.Contains(got, "not yet: 2 (") {
 		t.Errorf("awayNote of a named and a nameless agent = %q, want a count", got)
+	}
+}
+
+// Every duration flag takes whole days as tokens create --ttl and events
+// list --since do: 3d is 72h.
+func TestDurationFlagsTakeDays(t *testing.T) {
+	f, url := startFake(t)
+	mustSucceed(t, run(t, url, "", "destinations", "create", "a", "--url", "https://x.example", "--window", "3d"))
+	f.mu.Lock()
+	got := f.creates[len(f.creates)-1].GetLimits().GetWindow().AsDuration()
+	f.mu.Unlock()
+	if got != 72*time.Hour {
+		t.Fatalf("--window 3d sent %s, want 72h", got)
 	}
 }

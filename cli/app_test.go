@@ -362,7 +362,7 @@ func TestCreateValidatesLocally(t *testing.T) {
 		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--secret", "hunter2"}, "--secret"},
 		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--rate", "-1"}, "--rate"},
 		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--burst", "-1"}, "--burst"},
-		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--window", "3d"}, "window"},
+		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--window", "3x"}, "window"},
 		{[]string{"destinations", "create", "a", "--url", "https://x.example", "--bogus"}, "unknown flag --bogus for `rivoractl destinations create`, which takes ID as an argument (`rivoractl destinations create ID`); an argument that starts with '-' goes after \"--\""},
 		{[]string{"destinations", "create", "a", "--url"}, "flag needs an argument"},
 	} {

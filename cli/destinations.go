@@ -58,8 +58,8 @@ func limitFlags(unset, secretDefault string) []ucli.Flag {
 		&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second, 0.001 to 1e6 (token bucket refill)", DefaultText: unset},
 		&ucli.IntFlag{Name: "burst", Usage: "`N` deliveries allowed at once above the rate", DefaultText: unset},
 		&ucli.IntFlag{Name: "max-attempts", Usage: "stop retrying an event after `N` attempts", DefaultText: unset},
-		&ucli.DurationFlag{Name: "window", Usage: "stop retrying an event this `DURATION` after it was accepted (e.g. 72h)", DefaultText: unset},
-		&ucli.DurationFlag{Name: "timeout", Usage: "bound one delivery attempt to `DURATION` (e.g. 10s)", DefaultText: unset},
+		durationFlagOf("window", "stop retrying an event this `DURATION` after it was accepted (e.g. 72h)", 0, unset),
+		durationFlagOf("timeout", "bound one delivery attempt to `DURATION` (e.g. 10s)", 0, unset),
 		&ucli.IntFlag{Name: "max-in-flight", Usage: "at most `N` concurrent attempts to this destination", DefaultText: unset},
 	}
 }
@@ -472,7 +472,7 @@ func durationFlag(c *ucli.Context, name string) (*durationpb.Duration, error) {
 	if !c.IsSet(name) {
 		return nil, nil
 	}
-	d := c.Duration(name)
+	d := flagDuration(c, name)
 	if d < 0 {
 		return nil, usagef("--%s %s: want a positive duration such as 72h, 30m or 10s", name, d)
 	}

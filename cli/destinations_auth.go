@@ -36,7 +36,7 @@ func endpointAuthFlags(update bool) []ucli.Flag {
 	}
 	if update {
 		flags = append(flags,
-			&ucli.DurationFlag{Name: "client-cert-overlap", Usage: "with a new --client-cert: how long the replaced certificate stays the fallback when the partner refuses the new one in a handshake (0: none; at most 168h); alone: end the current overlap that long from now (0: at once)", DefaultText: "24h"},
+			durationFlagOf("client-cert-overlap", "with a new --client-cert: how long the replaced certificate stays the fallback when the partner refuses the new one in a handshake (0: none; at most 168h); alone: end the current overlap that long from now (0: at once)", 0, "24h"),
 			&ucli.BoolFlag{Name: "remove-client-cert", Usage: "stop presenting a client certificate"},
 			&ucli.BoolFlag{Name: "remove-server-ca", Usage: "stop pinning the partner's CA (use the system's roots)"},
 			&ucli.BoolFlag{Name: "remove-oauth2", Usage: "stop sending an OAuth2 bearer token"},
@@ -150,7 +150,7 @@ func (e *env) updateEndpointAuthFlags(c *ucli.Context, req *rivorav1.UpdateDesti
 		return false, err
 	}
 	if c.IsSet("client-cert-overlap") {
-		req.ClientCertificateOverlap = durationpb.New(c.Duration("client-cert-overlap"))
+		req.ClientCertificateOverlap = durationpb.New(flagDuration(c, "client-cert-overlap"))
 	}
 	req.RemoveClientCertificate, req.RemoveServerCa, req.RemoveOauth2 = c.Bool("remove-client-cert"), c.Bool("remove-server-ca"), c.Bool("remove-oauth2")
 	return req.ClientCertificate != nil || req.ClientCertificateOverlap != nil || req.ServerCa != nil || req.Oauth2 != nil ||

@@ -39,7 +39,7 @@ Examples:
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "secret", Usage: "the new signing `SECRET` (whsec_ + base64 key of at least 16 bytes)", DefaultText: "generated"},
 			&ucli.StringFlag{Name: "signing-key", Usage: "the new ed25519 `KEY` of a v1a or both destination (whsk_…)", DefaultText: "generated"},
-			&ucli.DurationFlag{Name: "grace", Usage: "how long the previous secret keeps signing too (`DURATION`, 0 to 168h)", Value: 24 * time.Hour},
+			durationFlagOf("grace", "how long the previous secret keeps signing too (`DURATION`, 0 to 168h)", 24*time.Hour, ""),
 			waitFlag,
 		},
 		Action: e.rotateSecret,
@@ -87,7 +87,7 @@ func rotationFlags(c *ucli.Context) (secret string, grace *durationpb.Duration, 
 		secret = c.String("secret")
 	}
 	if c.IsSet("grace") {
-		g := c.Duration("grace")
+		g := flagDuration(c, "grace")
 		if g < 0 {
 			return "", nil, usagef("--grace %s: want 0 (no overlap) up to 168h", g)
 		}

@@ -68,11 +68,11 @@ Examples:
 					&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second, 0.001 to 1e6", DefaultText: "unchanged"},
 					&ucli.IntFlag{Name: "burst", Usage: "`N` deliveries allowed at once above the rate", DefaultText: "unchanged"},
 					&ucli.IntFlag{Name: "max-attempts", Usage: "stop retrying an event after `N` attempts", DefaultText: "unchanged"},
-					&ucli.DurationFlag{Name: "window", Usage: "stop retrying an event this `DURATION` after acceptance", DefaultText: "unchanged"},
-					&ucli.DurationFlag{Name: "timeout", Usage: "bound one attempt to `DURATION`", DefaultText: "unchanged"},
+					durationFlagOf("window", "stop retrying an event this `DURATION` after acceptance", 0, "unchanged"),
+					durationFlagOf("timeout", "bound one attempt to `DURATION`", 0, "unchanged"),
 					&ucli.IntFlag{Name: "max-in-flight", Usage: "at most `N` concurrent attempts", DefaultText: "unchanged"},
 					&ucli.StringFlag{Name: "reason", Usage: "why (required; goes to the audit log)"},
-					&ucli.DurationFlag{Name: "ttl", Usage: "expire the override after `DURATION`", DefaultText: "the current override's expiry, else never"},
+					durationFlagOf("ttl", "expire the override after `DURATION`", 0, "the current override's expiry, else never"),
 					&ucli.BoolFlag{Name: "dry-run", Usage: "check the override and print the limits and drain time it would give; change nothing"},
 					waitFlag,
 				},
@@ -213,10 +213,10 @@ func (e *env) setLimits(c *ucli.Context) error {
 		return usagef("nothing to override: pass at least one of --rate, --burst, --max-attempts, --window, --timeout, --max-in-flight")
 	}
 	if c.IsSet("ttl") {
-		if c.Duration("ttl") <= 0 {
+		if flagDuration(c, "ttl") <= 0 {
 			return usagef("--ttl must be positive")
 		}
-		req.Ttl = durationpb.New(c.Duration("ttl"))
+		req.Ttl = durationpb.New(flagDuration(c, "ttl"))
 	}
 	if req.DryRun && c.Bool("wait") {
 		return usagef("--dry-run changes nothing, so there is nothing to --wait for")

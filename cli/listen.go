@@ -76,7 +76,7 @@ Ctrl-C stops it. -o json prints one JSON object per request, one per line:
 			&ucli.StringFlag{Name: "secret", EnvVars: []string{"RIVORA_WEBHOOK_SECRET"}, Usage: "check signatures locally with `SECRET` (whsec_…); prefer RIVORA_WEBHOOK_SECRET: a flag shows in the process list"},
 			&ucli.IntFlag{Name: "status", Value: http.StatusOK, Usage: "answer every request with HTTP `CODE` (200–599)"},
 			&ucli.IntFlag{Name: "fail-first", Usage: "answer 500 to the first `N` tries of each event (by webhook-id), then --status"},
-			&ucli.DurationFlag{Name: "delay", Usage: "wait `DURATION` before answering each request (its line is printed once answered, or says Rivora hung up first)"},
+			durationFlagOf("delay", "wait `DURATION` before answering each request (its line is printed once answered, or says Rivora hung up first)", 0, ""),
 		},
 		Action: e.listen,
 	}
@@ -102,7 +102,7 @@ func (e *env) listen(c *ucli.Context) error {
 	if err := exactArgs(c, 0, "no arguments (options are flags)"); err != nil {
 		return err
 	}
-	r := &receiver{out: e.out, json: e.output == "json", status: c.Int("status"), failFirst: c.Int("fail-first"), delay: c.Duration("delay"), tries: map[string]int{}}
+	r := &receiver{out: e.out, json: e.output == "json", status: c.Int("status"), failFirst: c.Int("fail-first"), delay: flagDuration(c, "delay"), tries: map[string]int{}}
 	switch {
 	case r.status < 200 || r.status > 599:
 		return usagef("--status %d: answer with an HTTP status from 200 to 599", r.status)

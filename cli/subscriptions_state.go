@@ -113,7 +113,7 @@ Example:
    rivoractl subscriptions rotate-secret sub_0123456789abcdef --grace 48h`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "secret", Usage: "the new signing `SECRET` (whsec_ + base64 key of at least 16 bytes)", DefaultText: "generated"},
-			&ucli.DurationFlag{Name: "grace", Usage: "how long the previous secret keeps signing too (`DURATION`, 0 to 168h)", Value: 24 * time.Hour},
+			durationFlagOf("grace", "how long the previous secret keeps signing too (`DURATION`, 0 to 168h)", 24*time.Hour, ""),
 			waitFlag,
 		},
 		Action: e.rotateSubscriptionSecret,

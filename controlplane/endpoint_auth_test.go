@@ -94,10 +94,10 @@ func TestEndpointAuth(t *testing.T) {
 	}
 	_, err = d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificateOverlap: durationpb.New(time.Hour)})
 	wantCode(t, "overlap without a replaced certificate", err, connect.CodeInvalidArgument, "no replaced certificate")
-	if upd, err = d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: a.client(), ClientCertificateOverlap: durationpb.New(time.Hour)}); err != nil {
+	if _, err = d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: a.client(), ClientCertificateOverlap: durationpb.New(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if upd, err = d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: b.client(), ClientCertificateOverlap: durationpb.New(time.Hour)}); err != nil {
+	if _, err = d.update(&rivorav1.UpdateDestinationRequest{Id: "bank", ClientCertificate: b.client(), ClientCertificateOverlap: durationpb.New(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 
