@@ -110,6 +110,10 @@ type Config struct {
 	// confirmed write before this agent gives it up (0:
 	// owner.DefaultStoreStallTimeout).
 	StoreStallTimeout time.Duration
+	// DrainAttemptsWait bounds how long a stop waits for attempts in
+	// flight (0: 15 s); past it they are abandoned, their events sent
+	// again after the restart.
+	DrainAttemptsWait time.Duration
 	// SyncAlways makes every acknowledgement survive a power loss
 	// (--fsync): natsd.Config.Fsync, with the group commit's barrier
 	// before every ingest answer, every move's INGEST ack and every purge
@@ -318,10 +322,14 @@ func senderOptions(cfg Config) []delivery.Option {
 }
 
 // Run follows the control plane and delivers until ctx ends, then drains:
-// no new attempt starts, attempts in flight finish (bounded by their
-// timeouts), the partitions flush and hand their locks back, and the
+// no new attempt starts, attempts in flight finish (drainAttemptsWait at
+// most), the partitions flush and hand their locks back, and the
 // embedded server stops. Every goroutine it starts has ended when it
-// returns.
+// returns, but the workers of attempts still in flight past
+// drainAttemptsWait: those are abandoned as at a handoff (their outcomes
+// are not recorded; the events go out again from their stream), so one
+// hanging partner with a 5-minute timeout cannot hold a stop past its
+// supervisor's kill timeout (Nomad's kill_timeout is 45 s here).
 //
 // When the embedded server disables its JetStream by itself (a full disk:
 // natsd.ErrJetStreamDisabled) the agent drains the same way and returns
@@ -378,9 +386,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	drain.at("the partition, config and edge loops")
 	loops.Wait()
 	drain.at("attempts in flight")
-	work.Wait()
+	attemptsWait := a.cfg.DrainAttemptsWait
+	if attemptsWait <= 0 {
+		attemptsWait = drainAttemptsWait
+	}
+	handoffWait := attemptsWait // attempts in flight: none, past Wait
+	if !waitAtMost(&work, attemptsWait) {
+		a.log.Warn("draining: attempts still in flight; stopping without their outcomes (their events are sent again)", "waited", attemptsWait)
+		handoffWait = 0 // they were waited for already
+	}
 	drain.at("the partitions' handoffs")
-	a.parts.Shutdown()
+	a.parts.Shutdown(handoffWait)
 	drain.at("the history's last records")
 	stopHistory() // the last records stored, before the server stops
 	history.Wait()
@@ -402,6 +418,27 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("agent stopped")
 	return nil
+}
+
+// drainAttemptsWait bounds how long a drain waits for attempts in
+// flight, as a partition's handoff does (partitions.handoffWait).
+const drainAttemptsWait = 15 * time.Second
+
+// waitAtMost waits for wg, or d; it reports whether wg was done.
+func waitAtMost(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // drainWatch names the step a drain waits on, and logs it while the

@@ -225,7 +225,7 @@ func (s *Set) runPartition(ctx context.Context, run *partitionRun) {
 		// handoff does, so an agent that reaches the quorum takes it.
 		s.log.Warn("partition store unreachable; giving the partition up until it can be written again", "partition", run.p, "error", err)
 		if s.states.runStalled(run) {
-			s.handOff(run)
+			s.handOff(run, handoffWait)
 		}
 	default:
 		// A write failed, or the mover stopped: rebuild the partition
@@ -272,24 +272,29 @@ func (s *Set) cutLoop(ctx context.Context) {
 // handingOff: it is detached from the scheduler at once (no new attempt
 // starts, and its reclaim no longer trusts the scheduler), then handoff
 // runs beside the caller.
-func (s *Set) handOff(run *partitionRun) {
+func (s *Set) handOff(run *partitionRun, inFlightWait time.Duration) {
 	run.part.Detach()
-	s.running.Go(func() { s.handoff(run) })
+	s.running.Go(func() { s.handoff(run, inFlightWait) })
 }
 
-// handoff: attempts in flight finish (handoffWait at most), the partition
-// flushes, and the lock is released; the next owner rebuilds from the
-// stream. Until it ends, the partition is not locked again here.
-func (s *Set) handoff(run *partitionRun) {
+// handoff: attempts in flight finish (inFlightWait at most), the
+// partition flushes, and the lock is released; the next owner rebuilds
+// from the stream. Until it ends, the partition is not locked again here.
+func (s *Set) handoff(run *partitionRun, inFlightWait time.Duration) {
 	drained := make(chan struct{})
-	s.running.Go(func() {
+	// Not one of s.running: past the wait, the attempts are abandoned,
+	// and a Shutdown does not wait for them either. This goroutine ends
+	// with them (their own timeouts bound them).
+	go func() {
 		run.inFlight.Wait()
 		close(drained)
-	})
+	}()
+	t := time.NewTimer(inFlightWait)
+	defer t.Stop()
 	select {
 	case <-drained:
-	case <-time.After(handoffWait):
-		s.log.Warn("handoff: attempts still in flight; releasing anyway", "partition", run.p)
+	case <-t.C:
+		s.log.Warn("handoff: attempts still in flight; releasing anyway (their events are sent again)", "partition", run.p)
 	}
 	run.cancel()
 	<-run.done

@@ -88,12 +88,13 @@ func (s *Set) Run(ctx context.Context) error {
 }
 
 // Shutdown hands off every partition still running (attempts in flight
-// finish, the partition flushes, its lock is released) and waits for
-// every goroutine of the set's partitions. The agent calls it once Run
-// returned and its workers stopped.
-func (s *Set) Shutdown() {
+// finish, inFlightWait at most; the partition flushes, its lock is
+// released) and waits for every goroutine of the set's partitions but
+// those of attempts abandoned in flight. The agent calls it once Run
+// returned and its workers stopped or were waited for long enough.
+func (s *Set) Shutdown(inFlightWait time.Duration) {
 	for _, run := range s.states.stop() {
-		s.handOff(run)
+		s.handOff(run, inFlightWait)
 	}
 	s.running.Wait()
 }
@@ -133,7 +134,7 @@ func (s *Set) Count() int { return int(s.count.Load()) }
 func (s *Set) Assign(want map[int]bool) {
 	for _, run := range s.states.assign(want) {
 		s.log.Info("partition reassigned; handing it off", "partition", run.p)
-		s.handOff(run)
+		s.handOff(run, handoffWait)
 	}
 }
 
