@@ -61,7 +61,7 @@ func (e *env) eventTypesCreate() *ucli.Command {
 		UsageText: "rivoractl event-types create NAME [--description TEXT] [--schema FILE] [--wait] [-o json]",
 		Description: `Adds event type NAME (1–128 letters, digits and "._-:", e.g. order.created)
 to the catalogue. --schema FILE (or - for stdin) is a JSON Schema, draft
-2020-12, without external $refs: from now on every published event of this
+2020-12, without external $refs or reference cycles: from now on every published event of this
 type must have data satisfying it.
 
 Examples:

@@ -33,13 +33,14 @@ func eventTypeNotFound(name string) error {
 }
 
 // checkEventTypeFields checks a description and a schema ("" = none): a
-// schema must compile (JSON Schema draft 2020-12, no external refs).
+// schema must compile (JSON Schema draft 2020-12, no external refs) and
+// hold no reference cycle (routing.CheckSchema).
 func checkEventTypeFields(description, schema string) error {
 	if len(description) > bounds.Text {
 		return errorf(ErrInvalid, "description is %d bytes; the limit is %d", len(description), bounds.Text)
 	}
 	if schema != "" {
-		if _, err := routing.CompileSchema(schema); err != nil {
+		if err := routing.CheckSchema(schema); err != nil {
 			return tag(ErrInvalid, err)
 		}
 	}

@@ -859,6 +859,7 @@ func TestEventTypes(t *testing.T) {
 		{"schema not JSON", &rivorav1.CreateEventTypeRequest{Name: "a", Schema: "{"}, []string{"schema"}},
 		{"schema with an unknown type", &rivorav1.CreateEventTypeRequest{Name: "a", Schema: `{"type":"banana"}`}, []string{"schema"}},
 		{"schema with an external ref", &rivorav1.CreateEventTypeRequest{Name: "a", Schema: `{"$ref":"https://example.com/s.json"}`}, []string{"schema"}},
+		{"schema with a reference cycle", &rivorav1.CreateEventTypeRequest{Name: "a", Schema: `{"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`}, []string{"reference cycle", "#/$defs/a → #/$defs/a"}},
 		{"long description", &rivorav1.CreateEventTypeRequest{Name: "a", Description: strings.Repeat("x", 1025)}, []string{"description"}},
 	} {
 		_, err := c.CreateEventType(ctx, connect.NewRequest(tc.req))
@@ -878,6 +879,8 @@ func TestEventTypes(t *testing.T) {
 	wantCode(t, "empty update", err, connect.CodeInvalidArgument, "nothing to update")
 	_, err = c.UpdateEventType(ctx, connect.NewRequest(&rivorav1.UpdateEventTypeRequest{Name: "order.created", Schema: new(`{"type":1}`)}))
 	wantCode(t, "update to a bad schema", err, connect.CodeInvalidArgument, "schema")
+	_, err = c.UpdateEventType(ctx, connect.NewRequest(&rivorav1.UpdateEventTypeRequest{Name: "order.created", Schema: new(`{"anyOf":[{"type":"string"},{"$ref":"#"}]}`)}))
+	wantCode(t, "update to a schema with a reference cycle", err, connect.CodeInvalidArgument, "reference cycle")
 	up, err := c.UpdateEventType(ctx, connect.NewRequest(&rivorav1.UpdateEventTypeRequest{Name: "order.created", Schema: new("")}))
 	if err != nil || up.Msg.GetEventType().GetSchema() != "" || up.Msg.GetEventType().GetDescription() != "an order was placed" {
 		t.Fatalf("schema removed: %v, %v", up.Msg, err)

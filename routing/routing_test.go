@@ -208,3 +208,35 @@ func TestSchema(t *testing.T) {
 		}
 	}
 }
+
+// A schema with a reference cycle compiles, but every value that reaches
+// the cycle is refused: CheckSchema refuses it, naming the cycle, and
+// takes a recursive schema whose recursion moves into the data.
+func TestCheckSchemaRefusesAReferenceCycle(t *testing.T) {
+	for bad, want := range map[string]string{
+		`{"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`: "#/$defs/a → #/$defs/a",
+		`{"$ref":"#"}`: "# (the root) → # (the root)",
+		`{"$defs":{"a":{"allOf":[{"$ref":"#/$defs/b"}]},"b":{"anyOf":[{"$ref":"#/$defs/a"}]}},"properties":{"x":{"$ref":"#/$defs/a"}}}`: "#/$defs/a → #/$defs/a/allOf/0 → #/$defs/b → #/$defs/b/anyOf/0 → #/$defs/a",
+		`{"anyOf":[{"type":"string"},{"$ref":"#"}]}`:                                 "reference cycle",
+		`{"$defs":{"t":{"if":true,"then":{"$ref":"#/$defs/t"}}},"$ref":"#/$defs/t"}`: "#/$defs/t → #/$defs/t/then → #/$defs/t",
+	} {
+		s, err := CompileSchema(bad)
+		if err != nil {
+			t.Fatalf("CompileSchema(%s) = %v; the library takes it", bad, err)
+		}
+		if s.Validate([]byte(`{"x": null}`)) == nil && s.Validate([]byte(`1`)) == nil {
+			t.Errorf("%s validates; the test wants a schema whose cycle refuses data", bad)
+		}
+		err = CheckSchema(bad)
+		if err == nil || !strings.Contains(err.Error(), "reference cycle") || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "rivora:///") {
+			t.Errorf("CheckSchema(%s) = %v, want a reference cycle naming %q (and no internal URL)", bad, err, want)
+		}
+	}
+	tree := `{"$defs":{"node":{"type":"object","properties":{"children":{"type":"array","items":{"$ref":"#/$defs/node"}}}}},"$ref":"#/$defs/node"}`
+	if err := CheckSchema(tree); err != nil {
+		t.Fatalf("CheckSchema of a tree (recursion through items) = %v, want nil", err)
+	}
+	if err := CheckSchema(`{"type": 12}`); err == nil || !strings.Contains(err.Error(), "not a valid JSON Schema") {
+		t.Fatalf("CheckSchema of a schema that does not compile = %v, want CompileSchema's error", err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -28,7 +30,11 @@ func (noLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("external reference %s: schemas must be self-contained ($ref within the document only)", url)
 }
 
-// CompileSchema compiles a JSON Schema document.
+// schemaURL is the name CompileSchema gives the document (never shown).
+const schemaURL = "rivora:///schema.json"
+
+// CompileSchema compiles a JSON Schema document. A schema that may enter
+// the catalogue passes CheckSchema too.
 func CompileSchema(source string) (*Schema, error) {
 	if len(source) > MaxSchemaLen {
 		return nil, fmt.Errorf("schema is %d bytes; the limit is %d", len(source), MaxSchemaLen)
@@ -40,15 +46,151 @@ func CompileSchema(source string) (*Schema, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(noLoader{})
-	const url = "rivora:///schema.json"
-	if err := c.AddResource(url, doc); err != nil {
+	if err := c.AddResource(schemaURL, doc); err != nil {
 		return nil, fmt.Errorf("schema: %w", err)
 	}
-	s, err := c.Compile(url)
+	s, err := c.Compile(schemaURL)
 	if err != nil {
 		return nil, compileError(err)
 	}
 	return &Schema{schema: s}, nil
+}
+
+// CheckSchema is what a schema must pass to enter the catalogue: it
+// compiles (CompileSchema), and it holds no reference cycle — a "$ref"
+// (or allOf, anyOf, oneOf, not, if/then/else, dependentSchemas) that
+// leads back to where it started without moving into the data, such as
+// {"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}. The validator
+// refuses every value that reaches such a cycle, so a type with that
+// schema would refuse every event of the type. The agents compile with
+// CompileSchema alone, so that a schema stored before this check still
+// loads with the rest of the catalogue.
+func CheckSchema(source string) error {
+	s, err := CompileSchema(source)
+	if err != nil {
+		return err
+	}
+	if cycle := refCycle(s.schema); cycle != nil {
+		return fmt.Errorf("schema has a reference cycle: %s leads back to itself without moving into the data, so validating an event would never end and every event of the type would be refused; make one step of the cycle apply to a property or an item (properties, items), or remove it", strings.Join(cycle, " → "))
+	}
+	return nil
+}
+
+// refCycle is a cycle among the in-place subschemas (those that apply
+// to the value their parent applies to, not to one of its properties or
+// items) of any schema in root, as the schema locations along it, the
+// first repeated last; nil when there is none. It is found in the
+// compiled schema, whatever value is validated: the validator finds a
+// cycle only when a value reaches it (and one under "not" may even let
+// the value pass).
+func refCycle(root *jsonschema.Schema) []string {
+	const (
+		visiting = 1
+		done     = 2
+	)
+	state := map[*jsonschema.Schema]int{}
+	var path []*jsonschema.Schema
+	var cycle []string
+	var visit func(s *jsonschema.Schema) bool
+	visit = func(s *jsonschema.Schema) bool {
+		switch state[s] {
+		case visiting:
+			for _, p := range append(path[slices.Index(path, s):], s) {
+				cycle = append(cycle, location(p))
+			}
+			return true
+		case done:
+			return false
+		}
+		state[s] = visiting
+		path = append(path, s)
+		for _, next := range inPlace(s) {
+			if visit(next) {
+				return true
+			}
+		}
+		path = path[:len(path)-1]
+		state[s] = done
+		return false
+	}
+	for _, s := range reachable(root) {
+		if visit(s) {
+			return cycle
+		}
+	}
+	return nil
+}
+
+// reachable is every schema root leads to, root first.
+func reachable(root *jsonschema.Schema) []*jsonschema.Schema {
+	seen := map[*jsonschema.Schema]bool{root: true}
+	out := []*jsonschema.Schema{root}
+	for i := 0; i < len(out); i++ {
+		for _, next := range slices.Concat(inPlace(out[i]), onParts(out[i])) {
+			if !seen[next] {
+				seen[next] = true
+				out = append(out, next)
+			}
+		}
+	}
+	return out
+}
+
+// onParts are the subschemas of s that apply to parts of its value (its
+// properties, items, property names, decoded content).
+func onParts(s *jsonschema.Schema) []*jsonschema.Schema {
+	out := []*jsonschema.Schema{s.PropertyNames, s.UnevaluatedProperties, s.Contains, s.Items2020, s.UnevaluatedItems, s.ContentSchema}
+	for _, k := range slices.Sorted(maps.Keys(s.Properties)) {
+		out = append(out, s.Properties[k])
+	}
+	for _, v := range s.PatternProperties {
+		out = append(out, v)
+	}
+	out = append(slices.Concat(out, s.PrefixItems), asSchemas(s.AdditionalProperties)...)
+	out = append(append(out, asSchemas(s.Items)...), asSchemas(s.AdditionalItems)...)
+	return slices.DeleteFunc(out, func(x *jsonschema.Schema) bool { return x == nil })
+}
+
+// asSchemas is a keyword value that may hold schemas (a schema, a list
+// of them, or a boolean) as its schemas.
+func asSchemas(v any) []*jsonschema.Schema {
+	switch v := v.(type) {
+	case *jsonschema.Schema:
+		return []*jsonschema.Schema{v}
+	case []*jsonschema.Schema:
+		return v
+	}
+	return nil
+}
+
+// inPlace are the subschemas of s that apply to the same value as s.
+// A dynamic reference is taken to its static target.
+func inPlace(s *jsonschema.Schema) []*jsonschema.Schema {
+	out := []*jsonschema.Schema{s.Ref, s.RecursiveRef, s.Not, s.If, s.Then, s.Else}
+	if s.DynamicRef != nil {
+		out = append(out, s.DynamicRef.Ref)
+	}
+	out = slices.Concat(out, s.AllOf, s.AnyOf, s.OneOf)
+	for _, k := range slices.Sorted(maps.Keys(s.DependentSchemas)) {
+		out = append(out, s.DependentSchemas[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Dependencies)) {
+		if d, ok := s.Dependencies[k].(*jsonschema.Schema); ok {
+			out = append(out, d)
+		}
+	}
+	return slices.DeleteFunc(out, func(x *jsonschema.Schema) bool { return x == nil })
+}
+
+// location is where s is in the schema document, as a JSON pointer
+// fragment ("#/$defs/a"), without the internal URL CompileSchema gives
+// the document.
+func location(s *jsonschema.Schema) string {
+	loc := strings.TrimPrefix(s.Location, schemaURL)
+	if loc == "" || loc == "#" {
+		return "# (the root)"
+	}
+	return loc
 }
 
 // compileError says why a schema does not compile. One that breaks the
