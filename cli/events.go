@@ -104,7 +104,8 @@ webhook-id receivers dedupe on) and the header rivora-resend: 1, so a
 receiver that already processed it can tell a deliberate resend. A delivered
 event is resent as it was delivered (the history keeps it for
 --history-retention); a dead one from the dead-letter archive. A pending
-event is refused: it will be delivered. Audited as event.resend with the
+event is refused: it will be delivered; so is an event whose subscription
+was deleted (it could not be delivered as that subscription would have). Audited as event.resend with the
 reason; the audit names your token.
 
 Example:

@@ -1012,3 +1012,54 @@ func TestDeleteSubscriptionWithPendingRealAgent(t *testing.T) {
 	_, err = d.Admin.DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "orders"}))
 	wantCode(t, "delete the destination of a subscription", err, connect.CodeFailedPrecondition, flowing.GetId())
 }
+
+// A dead letter of a deleted subscription is not resent: the resend is
+// refused before anything is stored, as a replay of it is (the
+// subscription's URL, secret and headers went with it), instead of
+// answering success and dying again at once as a second dead letter.
+func TestResendOfADeletedSubscriptionsEventIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	d := startDev(t, dir, true)
+	ctx := context.Background()
+	d.create(&rivorav1.CreateDestinationRequest{Id: "shared", Url: sink(t).URL})
+	sub := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "acme", DestinationId: "shared", Types: []string{"*"}})
+	c := d.subs(d.AdminToken)
+	pause, err := c.PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: sub.GetId(), Reason: "test"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.WaitApplied(pause.Msg.GetVersion())
+	pub, err := d.Ingest.Publish(ctx, connect.NewRequest(&rivorav1.PublishRequest{CustomerId: "acme", LaneKey: "u1", Type: "order.created", Payload: []byte(`{}`)}))
+	if err != nil || len(pub.Msg.GetRoutes()) != 1 {
+		t.Fatalf("publish: %v, %v; want one route", pub.Msg, err)
+	}
+	id := pub.Msg.GetRoutes()[0].GetEventId()
+	poll.True(t, "the event pending for the paused subscription", 15*time.Second, func() bool {
+		g, err := c.GetSubscription(ctx, connect.NewRequest(&rivorav1.GetSubscriptionRequest{Id: sub.GetId()}))
+		return err == nil && g.Msg.GetPending() == 1
+	})
+	del, err := c.DeleteSubscription(ctx, connect.NewRequest(&rivorav1.DeleteSubscriptionRequest{Id: sub.GetId(), Force: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.WaitApplied(del.Msg.GetVersion())
+	dead := func() (*rivorav1.GetEventResponse, bool) {
+		resp, err := d.Events.GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: id}))
+		if err != nil {
+			return nil, false
+		}
+		ev := resp.Msg
+		return ev, ev.GetState() == rivorav1.EventState_EVENT_STATE_DEAD && ev.GetDeadReason() == rivorav1.DeadReason_DEAD_REASON_DELETED
+	}
+	poll.True(t, "the event dead (deleted), its dead letter archived", 15*time.Second, func() bool {
+		_, ok := dead()
+		return ok && len(archived(t, filepath.Join(dir, "archive", "deadletter", "shared"))) == 1
+	})
+
+	_, err = d.Events.ResendEvent(ctx, connect.NewRequest(&rivorav1.ResendEventRequest{EventId: id, Reason: "x"}))
+	wantCode(t, "resend of a deleted subscription's dead letter", err, connect.CodeFailedPrecondition, sub.GetId(), "was deleted", "not resent")
+	if ev, ok := dead(); !ok || len(ev.GetEpisodes()) != 0 {
+		t.Fatalf("after the refused resend the event is %v; want still dead (deleted), accepted once", ev)
+	}
+}

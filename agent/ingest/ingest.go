@@ -904,12 +904,26 @@ func (g *Gateway) Replayable(dl *rivorav1.DeadLetter) error {
 	if err := othersOwn(d, ev); err != nil {
 		return err
 	}
-	if sub := ev.GetSubscriptionId(); sub != "" && g.subs != nil {
-		if _, ok := g.subs.Get(sub); !ok {
-			return errkind.Errorf(errkind.Precondition, "subscription %q, which routed event %s, was deleted: its dead letters cannot be delivered as it would have (its URL, secret and headers went with it), so nothing is replayed; narrow the replay (--customer, --lane, --subscription of one that exists) or leave them in the archive", sub, ev.GetEventId())
-		}
+	if sub := g.deletedSubscription(ev); sub != "" {
+		return errkind.Errorf(errkind.Precondition, "subscription %q, which routed event %s, was deleted: its dead letters cannot be delivered as it would have (its URL, secret and headers went with it), so nothing is replayed; narrow the replay (--customer, --lane, --subscription of one that exists) or leave them in the archive", sub, ev.GetEventId())
 	}
 	return nil
+}
+
+// deletedSubscription is the subscription that routed ev when it was
+// deleted, "" when ev was published to its destination or its
+// subscription still exists. An event accepted under a config this agent
+// has not applied yet may name a subscription it has not heard of: not
+// taken for deleted (as the owner does not).
+func (g *Gateway) deletedSubscription(ev *rivorav1.Event) string {
+	sub := ev.GetSubscriptionId()
+	if sub == "" || g.subs == nil || ev.GetConfigVersion() > g.configVersion() {
+		return ""
+	}
+	if _, ok := g.subs.Get(sub); ok {
+		return ""
+	}
+	return sub
 }
 
 // othersOwn refuses to send ev again to d when d is another customer's
@@ -928,7 +942,10 @@ func othersOwn(d *destinations.Destination, ev *rivorav1.Event) error {
 // accepted now and goes to the tail of its lane. dedupID is the caller's
 // name for this resend (never the event id alone, so a resend is never
 // taken for the original); a resend whose dedupID was stored within the
-// dedup window is not stored again, and duplicate says so.
+// dedup window is not stored again, and duplicate says so. It is refused
+// (errkind.Precondition), storing nothing, when the event's destination
+// is not registered or is another customer's own, or the subscription
+// that routed it was deleted.
 func (g *Gateway) Resend(ctx context.Context, original *rivorav1.Event, dedupID string) (ev *rivorav1.Event, duplicate bool, err error) {
 	n := g.count()
 	if n == 0 {
@@ -941,6 +958,11 @@ func (g *Gateway) Resend(ctx context.Context, original *rivorav1.Event, dedupID 
 	}
 	if err := othersOwn(d, ev); err != nil {
 		return nil, false, err
+	}
+	// Resent, it would only die again at once, reason deleted: a second
+	// dead letter, and a resend that answered success.
+	if sub := g.deletedSubscription(ev); sub != "" {
+		return nil, false, errkind.Errorf(errkind.Precondition, "subscription %q, which routed event %s, was deleted: the event cannot be delivered as it would have been (its URL, secret and headers went with it), so it is not resent; it stays as it ended (`rivoractl events get %s`)", sub, ev.GetEventId(), ev.GetEventId())
 	}
 	ev.Resent, ev.Replayed = true, false
 	ev.AcceptedAt = timestamppb.New(g.now())
