@@ -180,3 +180,110 @@ func TestNewNeedsKeys(t *testing.T) {
 		t.Fatalf("agent.New without keys: %v, want an error naming Config.Keys", err)
 	}
 }
+
+// replayRefused is what a replay of filter answers the caller of
+// archive: a dry run's Refused, and the replay's error (nil when it ran).
+func replayRefused(t *testing.T, archive rivorav1connect.ArchiveServiceClient, filter *rivorav1.DeadLetterFilter) (refused string, err error) {
+	t.Helper()
+	for _, dry := range []bool{false, true} {
+		stream, e := archive.Replay(context.Background(), connect.NewRequest(&rivorav1.ReplayRequest{Filter: filter, DryRun: dry}))
+		if e == nil {
+			for stream.Receive() {
+				if dry && refused == "" {
+					refused = stream.Msg().GetRefused()
+				}
+			}
+			e = stream.Err()
+			stream.Close()
+		}
+		if !dry {
+			err = e
+		} else if e != nil {
+			t.Fatalf("dry run of %v: %v", filter, e)
+		}
+	}
+	return refused, err
+}
+
+// A replay by a customer token naming another customer's own destination
+// answers word for word as one naming a destination that does not exist,
+// dry run included; an operator is told whose destination it is, in a
+// well-formed sentence, and a replay of it for no customer is just empty.
+func TestReplayAnswersAnotherCustomersDestinationAsAbsent(t *testing.T) {
+	r := startAgent(t, t.TempDir())
+	p := newPartner(t, func(partner.Request) int { return 200 })
+	own := destination("acme-down", p.URL(), 3)
+	own.OwnerCustomer = "acme"
+	r.create(own)
+	beta := rivorav1connect.NewArchiveServiceClient(r.HTTPClient(), r.URL, r.As(r.Token(rivorav1.Role_ROLE_CUSTOMER, "beta")))
+	admin := rivorav1connect.NewArchiveServiceClient(r.HTTPClient(), r.URL, r.As(r.AdminToken))
+
+	absentRefused, absent := replayRefused(t, beta, &rivorav1.DeadLetterFilter{DestinationId: "nonexist", CustomerId: "beta"})
+	refused, err := replayRefused(t, beta, &rivorav1.DeadLetterFilter{DestinationId: "acme-down", CustomerId: "beta"})
+	if absent == nil || !strings.Contains(absent.Error(), `destination "nonexist" is not registered`) {
+		t.Fatalf("beta replaying an absent destination: %v; want refused as not registered", absent)
+	}
+	want := strings.ReplaceAll(absent.Error(), "nonexist", "acme-down")
+	if err == nil || connect.CodeOf(err) != connect.CodeOf(absent) || err.Error() != want {
+		t.Errorf("beta replaying acme's own destination: %v; want the absent destination's answer %q", err, want)
+	}
+	if want := strings.ReplaceAll(absentRefused, "nonexist", "acme-down"); absentRefused == "" || refused != want {
+		t.Errorf("beta's dry run on acme's own destination refused %q; want the absent destination's %q", refused, want)
+	}
+
+	_, err = replayRefused(t, admin, &rivorav1.DeadLetterFilter{DestinationId: "acme-down", CustomerId: "beta"})
+	if err == nil || !strings.Contains(err.Error(), `destination "acme-down" is customer "acme"'s own`) || !strings.Contains(err.Error(), `customer "beta"`) ||
+		strings.Contains(err.Error(), `customer ""`) || strings.Contains(err.Error(), "event  ") {
+		t.Errorf("the admin replaying beta's dead letters of acme's own destination: %v; want refused, naming whose it is, well formed", err)
+	}
+	if refused, err := replayRefused(t, admin, &rivorav1.DeadLetterFilter{DestinationId: "acme-down"}); err != nil || refused != "" {
+		t.Errorf("the admin replaying acme's own destination, nothing archived: %v, refused %q; want an empty replay", err, refused)
+	}
+}
+
+// events resend by a customer token of its own event whose destination
+// id another customer now owns answers word for word as one whose
+// destination is gone. An operator is told whose destination it is.
+func TestResendAnswersOthersEventsAndDestinationsAsAbsent(t *testing.T) {
+	r := startAgent(t, t.TempDir())
+	p := newPartner(t, func(partner.Request) int { return 200 })
+	ctx := context.Background()
+	for _, id := range []string{"acme-tmp", "acme-gone"} {
+		d := destination(id, p.URL(), 3)
+		d.OwnerCustomer = "acme"
+		r.create(d)
+	}
+	tmpEvent, goneEvent := r.publish("acme-tmp", "acme", "u1"), r.publish("acme-gone", "acme", "u1")
+	for _, id := range []string{tmpEvent, goneEvent} {
+		r.waitEvent(id, "delivered", func(e *rivorav1.GetEventResponse) bool {
+			return e.GetState() == rivorav1.EventState_EVENT_STATE_DELIVERED
+		})
+	}
+	events := func(token string) rivorav1connect.EventServiceClient {
+		return rivorav1connect.NewEventServiceClient(r.HTTPClient(), r.URL, r.As(token))
+	}
+	resend := func(c rivorav1connect.EventServiceClient, id string) error {
+		_, err := c.ResendEvent(ctx, connect.NewRequest(&rivorav1.ResendEventRequest{EventId: id, Reason: "test"}))
+		return err
+	}
+	acme := events(r.Token(rivorav1.Role_ROLE_CUSTOMER, "acme"))
+
+	// acme-gone is deleted; acme-tmp is deleted and created again as beta's.
+	for _, id := range []string{"acme-tmp", "acme-gone"} {
+		if _, err := r.Admin.DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: id})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := destination("acme-tmp", p.URL(), 3)
+	again.OwnerCustomer = "beta"
+	r.create(again)
+	gone := resend(acme, goneEvent)
+	err := resend(acme, tmpEvent)
+	want := strings.NewReplacer(goneEvent, tmpEvent, "acme-gone", "acme-tmp").Replace(gone.Error())
+	if gone == nil || err == nil || connect.CodeOf(err) != connect.CodeOf(gone) || err.Error() != want {
+		t.Errorf("acme resending its event to acme-tmp, now beta's: %v; want the answer for a deleted destination %q", err, want)
+	}
+	if err := resend(r.Events, tmpEvent); err == nil || !strings.Contains(err.Error(), `destination "acme-tmp" is customer "beta"'s own`) {
+		t.Errorf("the admin resending acme's event to acme-tmp, now beta's: %v; want refused, naming whose it is", err)
+	}
+}

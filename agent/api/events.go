@@ -558,6 +558,13 @@ func (s *eventService) ResendEvent(ctx context.Context, req *connect.Request[riv
 	if err != nil {
 		return nil, err
 	}
+	// Asked before the destination's owner is looked for, so that a
+	// destination that is gone is answered as Resendable says on any
+	// agent, and another customer's own destination reads word for word
+	// as a gone one to a customer token.
+	if err := s.gateway.Resendable(ctx, found.event); err != nil {
+		return nil, err
+	}
 	// Only the owner of its partition knows whether it is pending again.
 	if _, err := s.ownedDestination(found.event.GetDestinationId()); err != nil {
 		return nil, err

@@ -32,8 +32,10 @@ import (
 type Reingester interface {
 	Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (stored, duplicates int, err error)
 	// Replayable says why a dead letter cannot be re-ingested now (its
-	// destination or subscription is gone), nil when it can.
-	Replayable(dl *rivorav1.DeadLetter) error
+	// destination or subscription is gone, or its destination is another
+	// customer's own), nil when it can; told as the caller of ctx's call
+	// may be told it.
+	Replayable(ctx context.Context, dl *rivorav1.DeadLetter) error
 }
 
 // Service implements rivora.v1.ArchiveService: list, show and count

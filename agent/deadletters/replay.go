@@ -251,7 +251,7 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 			}
 			// A replay that would be refused midway is refused before
 			// anything is re-ingested; a dry run says so.
-			if err := run.ingest.Replayable(dl); err != nil {
+			if err := run.ingest.Replayable(ctx, dl); err != nil {
 				if !run.req.DryRun {
 					return nil, err
 				}
@@ -265,9 +265,11 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 	}
 	if run.p.Total == 0 {
 		// Nothing matches: say so of a destination that does not exist
-		// (a typo), rather than answer an empty archive.
-		probe := &rivorav1.DeadLetter{Event: &rivorav1.Event{DestinationId: run.req.Filter.GetDestinationId()}}
-		if err := run.ingest.Replayable(probe); err != nil {
+		// (a typo), or that does not take the filter's customer's events,
+		// rather than answer an empty archive.
+		f := run.req.Filter
+		probe := &rivorav1.DeadLetter{Event: &rivorav1.Event{DestinationId: f.GetDestinationId(), CustomerId: f.GetCustomerId()}}
+		if err := run.ingest.Replayable(ctx, probe); err != nil {
 			if !run.req.DryRun {
 				return nil, err
 			}

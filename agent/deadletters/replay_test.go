@@ -58,7 +58,7 @@ type reingest struct {
 	unknown map[string]bool
 }
 
-func (r *reingest) Replayable(dl *rivorav1.DeadLetter) error {
+func (r *reingest) Replayable(_ context.Context, dl *rivorav1.DeadLetter) error {
 	if dest := dl.GetEvent().GetDestinationId(); r.unknown[dest] {
 		return errkind.Errorf(errkind.Precondition, "destination %q is not registered", dest)
 	}

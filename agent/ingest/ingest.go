@@ -749,7 +749,7 @@ func (g *Gateway) prepare(ctx context.Context, req *rivorav1.PublishRequest) (pu
 func (g *Gateway) takes(ctx context.Context, dest, customer string) error {
 	d, ok := g.reg.Get(dest)
 	if ok && !d.TakesEventsOf(customer) {
-		if p := auth.FromContext(ctx); p == nil || !p.Scoped() || p.MayActFor(d.OwnerCustomer) {
+		if !auth.OwnerHidden(ctx, d.OwnerCustomer) {
 			return fmt.Errorf("destination %q is customer %q's own: it takes that customer's events only, not customer %q's", dest, d.OwnerCustomer, customer)
 		}
 		ok = false
@@ -856,7 +856,7 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 	now := timestamppb.New(g.now())
 	batch := make([]*prepared, 0, len(dls))
 	for _, dl := range dls {
-		if err := g.Replayable(dl); err != nil {
+		if err := g.Replayable(ctx, dl); err != nil {
 			return 0, 0, err
 		}
 		ev := proto.Clone(dl.GetEvent()).(*rivorav1.Event)
@@ -892,20 +892,57 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 
 // Replayable says why a dead letter cannot be re-ingested now
 // (errkind.Precondition), nil when it can: its destination is not
-// registered, or the subscription that routed it was deleted — its URL,
-// path, secret and headers went with it, and re-ingested it would only
-// die again.
-func (g *Gateway) Replayable(dl *rivorav1.DeadLetter) error {
+// registered or is another customer's own (sendableTo), or the
+// subscription that routed it was deleted — its URL, path, secret and
+// headers went with it, and re-ingested it would only die again. ctx is
+// the replay's call: whom the answer may tell whose a destination is.
+func (g *Gateway) Replayable(ctx context.Context, dl *rivorav1.DeadLetter) error {
 	ev := dl.GetEvent()
-	d, ok := g.reg.Get(ev.GetDestinationId())
-	if !ok {
-		return errkind.Errorf(errkind.Precondition, "destination %q is not registered; create it before replaying its dead letters", ev.GetDestinationId())
-	}
-	if err := othersOwn(d, ev); err != nil {
+	if err := g.sendableTo(ctx, ev, "create it before replaying its dead letters"); err != nil {
 		return err
 	}
 	if sub := g.deletedSubscription(ev); sub != "" {
 		return errkind.Errorf(errkind.Precondition, "subscription %q, which routed event %s, was deleted: its dead letters cannot be delivered as it would have (its URL, secret and headers went with it), so nothing is replayed; narrow the replay (--customer, --lane, --subscription of one that exists) or leave them in the archive", sub, ev.GetEventId())
+	}
+	return nil
+}
+
+// Resendable says why ev cannot be resent now (errkind.Precondition),
+// nil when it can: as Replayable, for the caller of ctx's call. Resend
+// checks it too; ResendEvent asks first, so that its answer for an
+// absent destination is this one, whichever agent answers.
+func (g *Gateway) Resendable(ctx context.Context, ev *rivorav1.Event) error {
+	if err := g.sendableTo(ctx, ev, "create it before resending its events"); err != nil {
+		return err
+	}
+	// Resent, it would only die again at once, reason deleted: a second
+	// dead letter, and a resend that answered success.
+	if sub := g.deletedSubscription(ev); sub != "" {
+		return errkind.Errorf(errkind.Precondition, "subscription %q, which routed event %s, was deleted: the event cannot be delivered as it would have been (its URL, secret and headers went with it), so it is not resent; it stays as it ended (`rivoractl events get %s`)", sub, ev.GetEventId(), ev.GetEventId())
+	}
+	return nil
+}
+
+// sendableTo refuses to send ev again to its destination when that is not
+// registered (hint says what to do), or is another customer's own
+// (Destination.TakesEventsOf): an event stored there before publishing to
+// one was checked is never sent again. As for a publish (takes), a caller
+// limited to customers other than the owner (auth.OwnerHidden) is
+// answered word for word as for a destination that is not registered,
+// and learns neither that it exists nor whose it is. An event of no
+// customer (a replay's probe of a destination, its filter naming none)
+// is any customer's.
+func (g *Gateway) sendableTo(ctx context.Context, ev *rivorav1.Event, hint string) error {
+	id := ev.GetDestinationId()
+	d, ok := g.reg.Get(id)
+	if customer := ev.GetCustomerId(); ok && customer != "" && !d.TakesEventsOf(customer) {
+		if !auth.OwnerHidden(ctx, d.OwnerCustomer) {
+			return errkind.Errorf(errkind.Precondition, "destination %q is customer %q's own: it takes that customer's events only, not customer %q's, so they are not sent to it again", id, d.OwnerCustomer, customer)
+		}
+		ok = false
+	}
+	if !ok {
+		return errkind.Errorf(errkind.Precondition, "destination %q is not registered; %s", id, hint)
 	}
 	return nil
 }
@@ -926,44 +963,23 @@ func (g *Gateway) deletedSubscription(ev *rivorav1.Event) string {
 	return sub
 }
 
-// othersOwn refuses to send ev again to d when d is another customer's
-// own destination (Destination.TakesEventsOf): an event stored there
-// before publishing to one was checked, and never sent again.
-func othersOwn(d *destinations.Destination, ev *rivorav1.Event) error {
-	if d.TakesEventsOf(ev.GetCustomerId()) {
-		return nil
-	}
-	return errkind.Errorf(errkind.Precondition, "destination %q is customer %q's own: event %s of customer %q is not sent to it again", d.ID, d.OwnerCustomer, ev.GetEventId(), ev.GetCustomerId())
-}
-
 // Resend accepts a delivered or dead-lettered event again for an
 // operator (ResendEvent): it keeps its event id (the webhook-id receivers
 // dedupe on), is marked resent (delivered with rivora-resend: 1), is
 // accepted now and goes to the tail of its lane. dedupID is the caller's
 // name for this resend (never the event id alone, so a resend is never
 // taken for the original); a resend whose dedupID was stored within the
-// dedup window is not stored again, and duplicate says so. It is refused
-// (errkind.Precondition), storing nothing, when the event's destination
-// is not registered or is another customer's own, or the subscription
-// that routed it was deleted.
+// dedup window is not stored again, and duplicate says so. It is refused,
+// storing nothing, when the event is not Resendable.
 func (g *Gateway) Resend(ctx context.Context, original *rivorav1.Event, dedupID string) (ev *rivorav1.Event, duplicate bool, err error) {
 	n := g.count()
 	if n == 0 {
 		return nil, false, errNoConfig
 	}
-	ev = proto.Clone(original).(*rivorav1.Event)
-	d, ok := g.reg.Get(ev.GetDestinationId())
-	if !ok {
-		return nil, false, errkind.Errorf(errkind.Precondition, "destination %q is not registered; create it before resending its events", ev.GetDestinationId())
-	}
-	if err := othersOwn(d, ev); err != nil {
+	if err := g.Resendable(ctx, original); err != nil {
 		return nil, false, err
 	}
-	// Resent, it would only die again at once, reason deleted: a second
-	// dead letter, and a resend that answered success.
-	if sub := g.deletedSubscription(ev); sub != "" {
-		return nil, false, errkind.Errorf(errkind.Precondition, "subscription %q, which routed event %s, was deleted: the event cannot be delivered as it would have been (its URL, secret and headers went with it), so it is not resent; it stays as it ended (`rivoractl events get %s`)", sub, ev.GetEventId(), ev.GetEventId())
-	}
+	ev = proto.Clone(original).(*rivorav1.Event)
 	ev.Resent, ev.Replayed = true, false
 	ev.AcceptedAt = timestamppb.New(g.now())
 	data, err := proto.Marshal(ev)

@@ -798,7 +798,7 @@ func TestOthersEventIsNotSentAgainToACustomersOwnDestination(t *testing.T) {
 		t.Fatal(err)
 	}
 	theirs := &rivorav1.Event{EventId: "01900000-0000-7000-8000-000000000001", DestinationId: "acme-hooks", CustomerId: "globex", LaneKey: "u", Type: "t", Payload: []byte(`{}`)}
-	err := f.gw.Replayable(&rivorav1.DeadLetter{Event: theirs})
+	err := f.gw.Replayable(context.Background(), &rivorav1.DeadLetter{Event: theirs})
 	if connect.CodeOf(errkind.AsConnect(err)) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), `destination "acme-hooks" is customer "acme"'s own`) {
 		t.Errorf("replaying globex's dead letter to acme's own destination: %v; want refused as acme's own", err)
 	}
@@ -807,7 +807,7 @@ func TestOthersEventIsNotSentAgainToACustomersOwnDestination(t *testing.T) {
 	}
 	mine := proto.Clone(theirs).(*rivorav1.Event)
 	mine.CustomerId = "acme"
-	if err := f.gw.Replayable(&rivorav1.DeadLetter{Event: mine}); err != nil {
+	if err := f.gw.Replayable(context.Background(), &rivorav1.DeadLetter{Event: mine}); err != nil {
 		t.Errorf("replaying acme's own dead letter: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"fmt"
 
 	"connectrpc.com/connect"
@@ -23,4 +24,14 @@ func EventNotFound(id string) error {
 // caller's customers'.
 func DeadLetterNotFound(id string) error {
 	return connect.NewError(connect.CodeNotFound, fmt.Errorf("no dead letter %q in the archive, or not one of your token's customers' (still pending or delivered? see `rivoractl events get %s`)", id, id))
+}
+
+// OwnerHidden reports whether an item a customer owns (owner: a
+// customer's own destination) must read to the caller of ctx's call as
+// if it did not exist: the caller is limited to some customers
+// (Principal.Scoped) and may not act for owner. Any other caller (an
+// operator; no principal: an in-process call) is told whose it is.
+func OwnerHidden(ctx context.Context, owner string) bool {
+	p := FromContext(ctx)
+	return p != nil && p.Scoped() && !p.MayActFor(owner)
 }
