@@ -241,7 +241,8 @@ func TestReplayAnswersAnotherCustomersDestinationAsAbsent(t *testing.T) {
 	}
 }
 
-// events resend by a customer token of its own event whose destination
+// events resend by a customer token: another customer's event answers
+// word for word as an absent event, and its own event whose destination
 // id another customer now owns answers word for word as one whose
 // destination is gone. An operator is told whose destination it is.
 func TestResendAnswersOthersEventsAndDestinationsAsAbsent(t *testing.T) {
@@ -266,7 +267,14 @@ func TestResendAnswersOthersEventsAndDestinationsAsAbsent(t *testing.T) {
 		_, err := c.ResendEvent(ctx, connect.NewRequest(&rivorav1.ResendEventRequest{EventId: id, Reason: "test"}))
 		return err
 	}
-	acme := events(r.Token(rivorav1.Role_ROLE_CUSTOMER, "acme"))
+	acme, beta := events(r.Token(rivorav1.Role_ROLE_CUSTOMER, "acme")), events(r.Token(rivorav1.Role_ROLE_CUSTOMER, "beta"))
+
+	const absentID = "01900000-0000-7000-8000-0000000000ff"
+	absent := resend(beta, absentID)
+	err := resend(beta, tmpEvent)
+	if want := strings.ReplaceAll(absent.Error(), absentID, tmpEvent); connect.CodeOf(absent) != connect.CodeNotFound || connect.CodeOf(err) != connect.CodeNotFound || err.Error() != want {
+		t.Errorf("beta resending acme's event: %v; want the absent event's answer %q (absent: %v)", err, want, absent)
+	}
 
 	// acme-gone is deleted; acme-tmp is deleted and created again as beta's.
 	for _, id := range []string{"acme-tmp", "acme-gone"} {
@@ -278,7 +286,7 @@ func TestResendAnswersOthersEventsAndDestinationsAsAbsent(t *testing.T) {
 	again.OwnerCustomer = "beta"
 	r.create(again)
 	gone := resend(acme, goneEvent)
-	err := resend(acme, tmpEvent)
+	err = resend(acme, tmpEvent)
 	want := strings.NewReplacer(goneEvent, tmpEvent, "acme-gone", "acme-tmp").Replace(gone.Error())
 	if gone == nil || err == nil || connect.CodeOf(err) != connect.CodeOf(gone) || err.Error() != want {
 		t.Errorf("acme resending its event to acme-tmp, now beta's: %v; want the answer for a deleted destination %q", err, want)

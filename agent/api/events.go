@@ -628,7 +628,9 @@ func resendScope(ctx context.Context) func(customer string) bool {
 
 // resendable finds what to send again: the event as last delivered (the
 // history keeps it) or as it died (the dead-letter archive); an event
-// that is not one of the caller's customers' (mayResend) is absent.
+// that is not one of the caller's customers' (mayResend) is absent, and
+// to a caller limited to some customers an absent event is answered as
+// another customer's is (auth.EventNotFound).
 func (s *eventService) resendable(ctx context.Context, id string, mayResend func(customer string) bool) (resendFound, error) {
 	outcomes, err := s.history.Lookup(ctx, id)
 	if err != nil {
@@ -670,6 +672,11 @@ func (s *eventService) resendable(ctx context.Context, id string, mayResend func
 		f.event, f.endedAt, f.markResent = d.GetEvent(), d.GetDeadAt().AsTime(), mark
 		f.dedupID = ingest.ReplayDedupID(d)
 		return f, nil
+	}
+	if p := auth.FromContext(ctx); p != nil && p.Scoped() {
+		// Word for word the answer for another customer's event, which
+		// it must not tell apart from an absent one.
+		return f, auth.EventNotFound(id)
 	}
 	return f, fmt.Errorf("event %s: %w as delivered or dead here (never accepted, still moving into its lane, or its history expired); see `rivoractl events get %s`", id, errkind.NotFound, id)
 }
