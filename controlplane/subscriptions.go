@@ -483,8 +483,10 @@ func (cp *ControlPlane) resumeSubscription(id string, who actor, sc scope) (*riv
 // as they sign, so the subscription never holds a copy of it, and a
 // rotation of the destination's secret meanwhile is followed (its new
 // secret signs; its previous one, in its own grace, does not). A
-// destination that signs v1a (ed25519) only has no v1 secret to keep:
-// no overlap, as rotate's detail says.
+// destination that signs v1a (ed25519) only has no v1 secret to keep,
+// and needs no overlap: its key keeps signing the subscription's
+// deliveries beside the subscription's secret (the agents add it as
+// they sign).
 func (cp *ControlPlane) rotateSubscriptionSecret(m *rivorav1.RotateSubscriptionSecretRequest, who actor, sc scope) (*rivorav1.Subscription, uint64, error) {
 	grace, err := rotationGrace(m.GetGrace())
 	if err != nil {

@@ -37,6 +37,11 @@ type Destination struct {
 	// also signs a subscription's deliveries for the grace of its first
 	// own secret (Endpoint).
 	secret string
+	// edKey is the ed25519 key when the scheme signs v1a ("": it does
+	// not), with a key rotation's previous one until edPreviousUntil: it
+	// signs the deliveries of a subscription with its own secret too.
+	edKey, edPrevious string
+	edPreviousUntil   time.Time
 	// OwnerCustomer is set on a customer's own destination: it takes
 	// that customer's events only (TakesEventsOf).
 	OwnerCustomer string
@@ -54,15 +59,17 @@ type Destination struct {
 	Legacy     *legacysig.Signer
 	LegacyOnly bool
 
-	// graceSigners caches subscriptionSigner's pairs, by subscription id:
-	// a graceSigner (the pair of the subscription value it was built for;
-	// a changed subscription is a new value). A destination whose secret
-	// changes is a new value too, with an empty cache.
-	graceSigners sync.Map
+	// subSigners caches subscriptionSigner's signers, by subscription id:
+	// a subSigner (the signer of the subscription value it was built
+	// for, with or without the grace; a changed subscription is a new
+	// value). A destination whose secret or key changes is a new value
+	// too, with an empty cache.
+	subSigners sync.Map
 }
 
-type graceSigner struct {
+type subSigner struct {
 	sub    *subscriptions.Subscription
+	grace  bool
 	signer *webhook.Signer
 }
 
@@ -232,33 +239,60 @@ func (d *Destination) Endpoint(sub *subscriptions.Subscription) Endpoint {
 }
 
 // subscriptionSigner is what signs an event sub routed, which has a
-// secret of its own: that, and, until sub.DestinationSecretUntil, d's
-// current secret too (a rotation's grace: until then the receiver may
-// still verify with the destination's). The grace is checked against
-// the real clock only to skip building the pair once it is over; the
-// pair itself signs with d's secret only before until (WithPrevious).
+// secret of its own. That secret takes the place of d's v1 (HMAC) secret
+// only, not of d's scheme: when d signs v1a (ed25519), alone or with v1,
+// d's key signs too (and a key rotation's previous one during its
+// grace), so a receiver that verifies with d's public key, as v1a
+// promises, is not broken by a subscription's secret; and until
+// sub.DestinationSecretUntil d's current v1 secret signs too (the grace
+// of the subscription's first own secret: until then its receiver may
+// still verify with the destination's). The grace is checked against the
+// real clock only to skip building with d's secret once it is over; the
+// signer itself signs with d's secret only before until (WithPrevious).
 //
-// The pair is built once per subscription value: not a key decode per
+// The signer is built once per subscription value: not a key decode per
 // delivery.
 func (d *Destination) subscriptionSigner(sub *subscriptions.Subscription) *webhook.Signer {
-	if d.secret == "" || sub.DestinationSecretUntil.IsZero() {
+	grace := d.secret != "" && !sub.DestinationSecretUntil.IsZero() && !time.Now().After(sub.DestinationSecretUntil)
+	if !grace && d.edKey == "" {
+		if !sub.DestinationSecretUntil.IsZero() {
+			d.subSigners.Delete(sub.ID) // the grace is over: its signer is no more
+		}
 		return sub.Signer
 	}
-	if time.Now().After(sub.DestinationSecretUntil) {
-		d.graceSigners.Delete(sub.ID) // the grace is over: its pair is no more
-		return sub.Signer
+	if cached, ok := d.subSigners.Load(sub.ID); ok && cached.(subSigner).sub == sub && cached.(subSigner).grace == grace {
+		return cached.(subSigner).signer
 	}
-	if cached, ok := d.graceSigners.Load(sub.ID); ok && cached.(graceSigner).sub == sub {
-		return cached.(graceSigner).signer
+	// Replaces one built for the grace once it is over.
+	signer := d.withOwnSigning(sub, grace)
+	d.subSigners.Store(sub.ID, subSigner{sub: sub, grace: grace, signer: signer})
+	return signer
+}
+
+// withOwnSigning is sub's signer with what of d's signs beside it: d's
+// v1 secret until sub.DestinationSecretUntil (with grace), and d's
+// ed25519 keys. Every secret and key was checked as it came; one that
+// does not take now is left out rather than leaving the event unsigned.
+func (d *Destination) withOwnSigning(sub *subscriptions.Subscription, grace bool) *webhook.Signer {
+	signer := sub.Signer
+	if grace {
+		if pair, err := signer.WithPrevious(d.secret, sub.DestinationSecretUntil); err == nil {
+			signer = pair
+		}
 	}
-	pair, err := sub.Signer.WithPrevious(d.secret, sub.DestinationSecretUntil)
+	if d.edKey == "" {
+		return signer
+	}
+	withKey, err := signer.WithEd25519(d.edKey)
 	if err != nil {
-		// Both secrets were checked as they came; a signer that cannot
-		// take d's signs with the subscription's alone.
-		pair = sub.Signer
+		return signer
 	}
-	d.graceSigners.Store(sub.ID, graceSigner{sub: sub, signer: pair})
-	return pair
+	if d.edPrevious != "" {
+		if withPrevious, err := withKey.WithPreviousEd25519(d.edPrevious, d.edPreviousUntil); err == nil {
+			withKey = withPrevious
+		}
+	}
+	return withKey
 }
 
 // overlay is base's headers with over's replacing them name by name (both
@@ -285,6 +319,7 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 	if err != nil {
 		return nil, fmt.Errorf("destination %q: %w", pb.GetId(), err)
 	}
+	key, previousKey, previousUntil := v1aKeys(pb)
 	legacy, err := legacyFromProto(pb.GetLegacySignature())
 	if err != nil {
 		return nil, fmt.Errorf("destination %q: %w", pb.GetId(), err)
@@ -313,9 +348,10 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 			Burst:         int(lim.GetBurst()),
 			MaxInFlight:   int(lim.GetMaxInFlight()),
 		},
-		Class:         classFromProto(pb.GetPriorityClass()),
-		Weights:       pb.GetCustomerWeights(),
-		secret:        v1Secret(pb),
+		Class:   classFromProto(pb.GetPriorityClass()),
+		Weights: pb.GetCustomerWeights(),
+		secret:  v1Secret(pb),
+		edKey:   key, edPrevious: previousKey, edPreviousUntil: previousUntil,
 		OwnerCustomer: pb.GetOwnerCustomer(),
 		Paused:        pb.GetPaused(),
 		Disabled:      pb.GetDisabled(),

@@ -234,3 +234,81 @@ func TestSubscriptionsFirstOwnSecretOverlapsTheDestinations(t *testing.T) {
 		t.Error("a changed subscription got the pair built for its previous value")
 	}
 }
+
+// verifiesAt reports whether signature, signed at at over body "body"
+// with id "e1", verifies with key (a whsec_ secret or a whpk_ public
+// key).
+func verifiesAt(t *testing.T, key, signature string, at time.Time) bool {
+	t.Helper()
+	v, err := webhook.NewVerifier(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{}
+	h.Set(webhook.HeaderID, "e1")
+	h.Set(webhook.HeaderTimestamp, strconv.FormatInt(at.Unix(), 10))
+	h.Set(webhook.HeaderSignature, signature)
+	return v.WithClock(func() time.Time { return at }).Verify(h, []byte("body")) == nil
+}
+
+// A subscription's own secret replaces its destination's v1 (HMAC)
+// secret only: on a destination that signs v1a (ed25519), alone or with
+// v1, its deliveries carry the destination's v1a signature too (with a
+// key rotation's previous key during its grace), so a receiver verifying
+// with the destination's public key accepts them, and one verifying with
+// the subscription's secret too; the destination's own v1 secret does
+// not sign them.
+func TestSubscriptionsOwnSecretKeepsTheDestinationsV1a(t *testing.T) {
+	const subSecret = "whsec_c3Vic2NyaXB0aW9uLW93bi1zZWNyZXQtMTIzNA=="
+	key, public, err := webhook.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldKey, oldPublic, err := webhook.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := subscriptions.NewTable()
+	if err := table.Replace([]*rivorav1.Subscription{{Id: "sub_0123456789abcdef", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Secret: subSecret}}); err != nil {
+		t.Fatal(err)
+	}
+	sub, _ := table.Get("sub_0123456789abcdef")
+	now := time.Now().Truncate(time.Second)
+	until := now.Add(time.Hour)
+	for _, tc := range []struct {
+		scheme, schemes string
+		previous        bool
+	}{
+		{webhook.SchemeV1a, "v1 v1a", false},
+		{webhook.SchemeBoth, "v1 v1a", false},
+		{webhook.SchemeV1a, "v1 v1a v1a", true},
+	} {
+		pb := &rivorav1.Destination{Id: "erp", Url: "https://example.com/hook", Secret: secret, SignatureScheme: tc.scheme, SigningKey: key, PublicKey: public, Limits: &rivorav1.Limits{}}
+		if tc.previous {
+			pb.PreviousSigningKey, pb.PreviousPublicKey, pb.PreviousSigningKeyExpiresAt = oldKey, oldPublic, timestamppb.New(until)
+		}
+		d, err := destinations.FromProto(pb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		signer := d.Endpoint(sub).Signer
+		sig := signer.Sign("e1", now.Unix(), []byte("body"))
+		var got []string
+		for _, entry := range strings.Fields(sig) {
+			got = append(got, strings.SplitN(entry, ",", 2)[0])
+		}
+		if strings.Join(got, " ") != tc.schemes {
+			t.Errorf("%s (previous key %v): the subscription's delivery is signed %q, want %q", tc.scheme, tc.previous, got, tc.schemes)
+		}
+		if !verifiesAt(t, public, sig, now) || !verifiesAt(t, subSecret, sig, now) || verifiesAt(t, secret, sig, now) {
+			t.Errorf("%s: verifies with the public key %v, the subscription's secret %v, the destination's secret %v; want the first two only",
+				tc.scheme, verifiesAt(t, public, sig, now), verifiesAt(t, subSecret, sig, now), verifiesAt(t, secret, sig, now))
+		}
+		if tc.previous && !verifiesAt(t, oldPublic, sig, now) {
+			t.Errorf("during the key rotation's grace the previous public key does not verify the subscription's delivery")
+		}
+		if again := d.Endpoint(sub).Signer; again != signer {
+			t.Errorf("%s: a second delivery built the subscription's signer again", tc.scheme)
+		}
+	}
+}

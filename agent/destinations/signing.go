@@ -2,6 +2,7 @@ package destinations
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/rivora/rivora/internal/legacysig"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -15,6 +16,18 @@ func v1Secret(pb *rivorav1.Destination) string {
 		return ""
 	}
 	return pb.GetSecret()
+}
+
+// v1aKeys are pb's ed25519 key and a rotation's previous one with the
+// end of its grace, when pb signs v1a; "" when it does not.
+func v1aKeys(pb *rivorav1.Destination) (key, previous string, until time.Time) {
+	if scheme := pb.GetSignatureScheme(); scheme != webhook.SchemeV1a && scheme != webhook.SchemeBoth {
+		return "", "", time.Time{}
+	}
+	if pb.GetPreviousSigningKey() != "" && pb.GetPreviousSigningKeyExpiresAt() != nil {
+		previous, until = pb.GetPreviousSigningKey(), pb.GetPreviousSigningKeyExpiresAt().AsTime()
+	}
+	return pb.GetSigningKey(), previous, until
 }
 
 // signerFromProto is the destination's signer for its signature scheme:
