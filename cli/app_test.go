@@ -134,7 +134,14 @@ func (f *fakeRivora) CreateDestination(_ context.Context, req *connect.Request[r
 	if limits.GetWindow() == nil {
 		limits.Window = durationpb.New(72 * time.Hour)
 	}
-	d := &rivorav1.Destination{Id: m.GetId(), Url: m.GetUrl(), Secret: secret, Limits: limits, OwnerCustomer: m.GetOwnerCustomer(), CreatedAt: fixedTime, UpdatedAt: fixedTime}
+	d := &rivorav1.Destination{Id: m.GetId(), Url: m.GetUrl(), Secret: secret, SecretFingerprint: auth.Fingerprint(secret), Limits: limits, OwnerCustomer: m.GetOwnerCustomer(), CreatedAt: fixedTime, UpdatedAt: fixedTime}
+	if scheme := m.GetSignatureScheme(); scheme == webhook.SchemeV1a || scheme == webhook.SchemeBoth {
+		key, public, err := webhook.NewSigningKey()
+		if err != nil {
+			return nil, connect.NewError(connect.CodeInternal, err)
+		}
+		d.SignatureScheme, d.PublicKey, d.SigningKeyFingerprint = scheme, public, auth.Fingerprint(key)
+	}
 	f.dests[d.GetId()] = d
 	return connect.NewResponse(&rivorav1.CreateDestinationResponse{Destination: d}), nil
 }
@@ -324,6 +331,35 @@ func TestCreatePrintsSecret(t *testing.T) {
 	for _, want := range []string{"ID", "orders", "WINDOW", "72h", "RATE", "default"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("create output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// A destination that signs v1a only is created showing what its
+// receivers verify with, its public key, and not its whsec_ secret,
+// which signs nothing while the scheme is v1a (the JSON answer, the API's
+// own, keeps it for a later switch to v1 or both). With both, the
+// secret is shown, and both ways to verify are said.
+func TestCreateV1aPrintsThePublicKeyNotTheSecret(t *testing.T) {
+	f, url := startFake(t)
+	r := mustSucceed(t, run(t, url, "", "destinations", "create", "ed", "--url", "https://example.com/hooks", "--signature-scheme", "v1a"))
+	d := f.dests["ed"]
+	if strings.Contains(r.stdout, d.GetSecret()) || strings.Contains(r.stdout, "with SECRET") || strings.Contains(r.stdout, "store it with the receiver") {
+		t.Errorf("create of a v1a destination shows or suggests its whsec_ secret:\n%s", r.stdout)
+	}
+	for _, want := range []string{"PUBLIC KEY     " + d.GetPublicKey(), d.GetSecretFingerprint() + " (fingerprint; not used: this destination signs v1a only", "Receivers verify v1a signatures with PUBLIC KEY"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("create of a v1a destination does not show %q:\n%s", want, r.stdout)
+		}
+	}
+	r = mustSucceed(t, run(t, url, "", "destinations", "create", "ed2", "--url", "https://example.com/hooks", "--signature-scheme", "v1a", "-o", "json"))
+	if !strings.Contains(r.stdout, f.dests["ed2"].GetSecret()) {
+		t.Errorf("-o json leaves out the answer's secret:\n%s", r.stdout)
+	}
+	r = mustSucceed(t, run(t, url, "", "destinations", "create", "both", "--url", "https://example.com/hooks", "--signature-scheme", "both"))
+	for _, want := range []string{f.dests["both"].GetSecret(), f.dests["both"].GetPublicKey(), "with SECRET", "with PUBLIC KEY"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("create of a destination signing both does not show %q:\n%s", want, r.stdout)
 		}
 	}
 }

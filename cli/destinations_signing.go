@@ -21,7 +21,9 @@ const signingHelp = `
 ("webhook-signature: v1a,<base64>"); receivers verify with the destination's
 public key whpk_…, which every answer shows (it is not a secret: holding it
 does not let anyone sign). Rivora generates the key pair unless --signing-key
-whsk_… is given; the secret key is never shown. --signature-scheme both sends
+whsk_… is given; the secret key is never shown. create then prints the public
+key, not the whsec_ secret, which signs nothing while the scheme is v1a (-o
+json carries it, for a later switch to v1 or both). --signature-scheme both sends
 a v1 and a v1a signature, each verifying on its own: a way to move receivers
 from one to the other. rotate-secret rotates the key with the same grace.
 
@@ -124,6 +126,24 @@ func signingRows(d *rivorav1.Destination) []string {
 		rows = append(rows, "LEGACY SIGNATURE", text)
 	}
 	return rows
+}
+
+// destinationSecretText is a destination's SECRET row: its whsec_
+// secret when the answer carries it (create's), else its fingerprint.
+// A destination that signs v1a only signs nothing with that secret: its
+// row shows the fingerprint and says so, so that no one hands receivers
+// a secret that verifies no delivery (they need PUBLIC KEY). The secret
+// is kept for a switch to v1 or both; -o json prints create's answer
+// whole, secret included.
+func destinationSecretText(d *rivorav1.Destination) string {
+	if d.GetSignatureScheme() != webhook.SchemeV1a {
+		return secretText(d.GetSecret(), d.GetSecretFingerprint())
+	}
+	fp := d.GetSecretFingerprint()
+	if fp == "" {
+		fp = "-"
+	}
+	return fp + " (fingerprint; not used: this destination signs v1a only, and receivers verify with PUBLIC KEY)"
 }
 
 // verifyHint is what create prints under the table: what receivers

@@ -153,7 +153,7 @@ func writeDestination(w io.Writer, d *rivorav1.Destination, pending *int64) erro
 		"ID", d.GetId(),
 		"URL", d.GetUrl(),
 		"STATE", destinationState(d.GetPaused(), d.GetDisabled(), d.GetPauseReason()),
-		"SECRET", secretText(d.GetSecret(), d.GetSecretFingerprint()),
+		"SECRET", destinationSecretText(d),
 		"RATE", orDefault(l.GetRatePerSecond()) + perSecond(l.GetRatePerSecond()),
 		"BURST", orDefault(l.GetBurst()),
 		"MAX ATTEMPTS", orDefault(l.GetMaxAttempts()),
