@@ -192,6 +192,11 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 		for _, dl := range dls {
 			out = append(out, flatDeadLetter(dl))
 		}
+		if resp.Msg.GetTruncated() {
+			// The array is all a script sees: say on stderr that it is
+			// not all there is.
+			fmt.Fprintf(e.errOut, "note: %d dead letters listed; more match (raise --limit, at most %d, or narrow the filter)\n", len(out), bounds.DeadLetterList)
+		}
 		enc := json.NewEncoder(e.out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)

@@ -13,12 +13,16 @@ import (
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
 
-// emptyArchive has no dead letters at all.
+// emptyArchive has no dead letters, but for customer "many": one listed
+// of more that match.
 type emptyArchive struct {
 	rivorav1connect.UnimplementedArchiveServiceHandler
 }
 
-func (emptyArchive) ListDeadLetters(context.Context, *connect.Request[rivorav1.ListDeadLettersRequest]) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
+func (emptyArchive) ListDeadLetters(_ context.Context, req *connect.Request[rivorav1.ListDeadLettersRequest]) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
+	if req.Msg.GetFilter().GetCustomerId() == "many" {
+		return connect.NewResponse(&rivorav1.ListDeadLettersResponse{Truncated: true, DeadLetters: []*rivorav1.DeadLetter{{Event: &rivorav1.Event{EventId: "e1", CustomerId: "many"}}}}), nil
+	}
 	return connect.NewResponse(&rivorav1.ListDeadLettersResponse{}), nil
 }
 
@@ -55,5 +59,10 @@ func TestAnEmptyListNamesAnUnknownDestination(t *testing.T) {
 		if strings.TrimSpace(asJSON.stdout) != "[]" || !strings.Contains(asJSON.stderr, "is configured") {
 			t.Errorf("%v -o json for an unknown destination:\nstdout %q\nstderr %q\nwant [] and the note on stderr", verb, asJSON.stdout, asJSON.stderr)
 		}
+	}
+	// A list cut at its limit says so on stderr in JSON too.
+	cut := mustSucceed(t, run(t, srv.URL, "", "dlq", "list", "--customer", "many", "-o", "json"))
+	if !strings.Contains(cut.stdout, `"e1"`) || !strings.Contains(cut.stderr, "more match") {
+		t.Errorf("dlq list -o json of a cut list:\nstdout %q\nstderr %q\nwant the array and a note that more match", cut.stdout, cut.stderr)
 	}
 }

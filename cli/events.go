@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
@@ -371,6 +372,14 @@ const maxErrorCell = 100
 // oneLine keeps a partner's multi-line error text in its table cell, cut
 // to maxErrorCell characters.
 func oneLine(s string) string {
+	// A partner's words reach here: no control character (a terminal
+	// escape sequence) gets through to the terminal.
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) && !unicode.IsSpace(r) {
+			return '?'
+		}
+		return r
+	}, s)
 	s = strings.Join(strings.Fields(s), " ")
 	if r := []rune(s); len(r) > maxErrorCell {
 		return string(r[:maxErrorCell-1]) + "…"

@@ -83,3 +83,11 @@ func TestLimitsShowTheDestinationsOwn(t *testing.T) {
 		t.Errorf("burst row %q, want the destination's own unset (-)", lines[2])
 	}
 }
+
+// A partner's words shown in a table cell are one line, and no control
+// character reaches the terminal (an ESC would start an escape sequence).
+func TestOneLineKeepsControlCharactersOut(t *testing.T) {
+	if got, want := oneLine("HTTP 500: \x1b[31mred\x1b[0m\n\tnext\x07"), "HTTP 500: ?[31mred?[0m next?"; got != want {
+		t.Fatalf("oneLine = %q, want %q", got, want)
+	}
+}

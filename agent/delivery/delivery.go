@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http/httpguts"
@@ -264,8 +265,8 @@ func (s *Sender) answer(req Request, resp *fasthttp.Response, err error, tokens 
 		msg += " " + tokens.Rejected(bearer)
 	}
 	// One line, whatever the partner sent: it ends up in tables and logs.
-	if body := strings.Join(strings.Fields(string(snippet)), " "); body != "" {
-		msg += ": " + strings.ToValidUTF8(body, "?")
+	if body := printable(string(snippet)); body != "" {
+		msg += ": " + body
 	}
 	res.Err = errors.New(msg)
 	return res
@@ -463,4 +464,17 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		return min(t.Sub(now), MaxRetryAfter)
 	}
 	return 0
+}
+
+// printable is a partner's text as one line fit for a terminal, a log and
+// a table: valid UTF-8, runs of white space one space, and every other
+// control character (an ESC of a terminal escape sequence, say) a "?".
+func printable(s string) string {
+	s = strings.Join(strings.Fields(strings.ToValidUTF8(s, "?")), " ")
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
 }

@@ -171,6 +171,7 @@ func TestSendNon2xx(t *testing.T) {
 		{"404", 404, "no such hook", "HTTP 404: no such hook"},
 		{"long body is cut", 500, strings.Repeat("x", 1000), "HTTP 500: " + strings.Repeat("x", 256)},
 		{"invalid UTF-8 is replaced", 502, "bad \xff\xfe gateway", "HTTP 502: bad ? gateway"},
+		{"control characters are replaced", 500, "\x1b[31mred\x1b[0m \x00end", "HTTP 500: ?[31mred?[0m ?end"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
