@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -163,10 +164,26 @@ func (cp *ControlPlane) applyEndpointAuthCreate(d *rivorav1.Destination, m *rivo
 		d.Oauth2 = merged
 		detail = append(detail, describeOAuth2(merged))
 	}
+	if err := tlsNeedsHTTPS(d); err != nil {
+		return "", err
+	}
 	if len(detail) == 0 {
 		return "", nil
 	}
 	return ", " + strings.Join(detail, ", "), nil
+}
+
+// tlsNeedsHTTPS refuses a client certificate or a pinned server CA on a
+// destination whose URL is plain http: neither would ever be used, and
+// the settings would read as a protection the deliveries do not have.
+func tlsNeedsHTTPS(d *rivorav1.Destination) error {
+	if d.GetClientCertificate() == nil && d.GetServerCa() == nil {
+		return nil
+	}
+	if u, err := url.Parse(d.GetUrl()); err == nil && u.Scheme == "https" {
+		return nil
+	}
+	return errorf(ErrInvalid, "a client certificate or a pinned server CA applies to https URLs only, and destination %q's URL %q is not https: use the partner's https address, or drop them (--remove-client-cert, --remove-server-ca)", d.GetId(), d.GetUrl())
 }
 
 // updateEndpointAuth applies an update's client certificate, server CA
@@ -211,6 +228,13 @@ func (cp *ControlPlane) updateEndpointAuth(d *rivorav1.Destination, m *rivorav1.
 		}
 		d.Oauth2 = nil
 		changes = append(changes, "OAuth2 removed")
+	}
+	// Checked when the URL or the TLS settings change: a destination made
+	// before the check keeps working for unrelated changes.
+	if m.Url != nil || m.GetClientCertificate() != nil || m.GetServerCa() != nil {
+		if err := tlsNeedsHTTPS(d); err != nil {
+			return nil, err
+		}
 	}
 	return changes, nil
 }

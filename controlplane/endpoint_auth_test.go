@@ -120,10 +120,13 @@ func TestEndpointAuth(t *testing.T) {
 		{"token URL of the metadata service", &rivorav1.UpdateDestinationRequest{Id: "bank", Oauth2: &rivorav1.OAuth2ClientCredentials{TokenUrl: "http://169.254.169.254/token"}}, "169.254.169.254"},
 		{"token URL with credentials", &rivorav1.UpdateDestinationRequest{Id: "bank", Oauth2: &rivorav1.OAuth2ClientCredentials{TokenUrl: "https://u:p@auth.example.com/token"}}, "credentials"},
 		{"scope with a space", &rivorav1.UpdateDestinationRequest{Id: "bank", Oauth2: &rivorav1.OAuth2ClientCredentials{Scopes: []string{"a b"}}}, "one scope per flag"},
+		{"an http URL with a client certificate", &rivorav1.UpdateDestinationRequest{Id: "bank", Url: new("http://bank.example.com/h")}, "https URLs only"},
 	} {
 		_, err := d.update(c.req)
 		wantCode(t, c.name, err, connect.CodeInvalidArgument, c.want)
 	}
+	_, err = d.Admin.CreateDestination(context.Background(), connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "plain", Url: "http://example.com/h", ServerCa: &rivorav1.Certificate{CertificatePem: a.ca}}))
+	wantCode(t, "create an http destination pinning a CA", err, connect.CodeInvalidArgument, "https URLs only")
 	if _, err := d.Admin.CreateDestination(context.Background(), connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "half", Url: "https://example.com/h",
 		Oauth2: &rivorav1.OAuth2ClientCredentials{TokenUrl: "https://auth.example.com/token", ClientId: "x"}})); err == nil {
 		t.Fatalf("OAuth2 without a client secret was accepted")
