@@ -312,9 +312,15 @@ func since(t time.Time) string {
 	return " since " + t.UTC().Format(time.RFC3339)
 }
 
+// lastFailure names the head's last failure in a few words: its HTTP
+// status, else its error's first clause ("timeout after 10s",
+// "connection error", the SSRF guard's refusal), else "no response".
 func lastFailure(h scheduler.Head) string {
 	if h.LastStatus != 0 {
 		return fmt.Sprintf("HTTP %d", h.LastStatus)
+	}
+	if first, _, _ := strings.Cut(h.LastError, ": "); first != "" {
+		return first
 	}
 	return "no response"
 }

@@ -433,7 +433,8 @@ func (k keyedClient) do(hreq *fasthttp.Request, resp *fasthttp.Response, deadlin
 
 func describeTransportError(err error, timeout time.Duration) error {
 	if refusedHandshake(err) {
-		return fmt.Errorf("TLS handshake refused by the partner (check the destination's client certificate, --client-cert): %w", err)
+		// The cause first: a table cuts the end of a long error.
+		return fmt.Errorf("TLS handshake refused by the partner: %w (check the destination's client certificate, --client-cert)", err)
 	}
 	var netErr net.Error
 	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
