@@ -66,6 +66,11 @@ type AIMD struct {
 	StrayShare float64
 }
 
+// sparseClimbMax bounds the clean time one success counts for the climb
+// back: a success after a long quiet spell is evidence for a few seconds
+// of health, not for all of the quiet.
+const sparseClimbMax = 10 * time.Second
+
 // DefaultAIMD are the design card's numbers.
 func DefaultAIMD() AIMD {
 	return AIMD{Floor: 0.5, Increase: 0.05, CutEvery: time.Second, ParkAfter: 20 * time.Second, ProbeEvery: time.Second,
@@ -224,7 +229,15 @@ func (b *Budget) Succeeded(now time.Time) (recovered bool) {
 			b.lastRaise = now
 			return false
 		}
-		elapsed := math.Min(now.Sub(b.lastRaise).Seconds(), 1)
+		// The climb is per clean second since the last raise: up to
+		// sparseClimbMax of them when nothing failed in the last second,
+		// so a destination with a success every few seconds climbs back
+		// as fast in time as a busy one (at 1 s per success it stayed
+		// degraded for minutes after its incident).
+		elapsed := math.Min(now.Sub(b.lastRaise).Seconds(), sparseClimbMax.Seconds())
+		if b.failures.rate(now) > 0 {
+			elapsed = math.Min(elapsed, 1)
+		}
 		b.lastRaise = now
 		rate := math.Min(b.ceiling, b.raisedRate(now, elapsed))
 		b.bucket.SetLimits(rate, b.burst, now)

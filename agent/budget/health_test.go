@@ -166,3 +166,30 @@ func TestALowerRateCapsTheTokensOnHand(t *testing.T) {
 		t.Fatalf("tokens after a raise = %v, want %v kept", got, before)
 	}
 }
+
+// A destination with a success every few seconds climbs back from a cut
+// as fast in time as a busy one: each success counts the clean seconds
+// since the last (up to ten), not one.
+func TestSparseSuccessesClimbBackInTime(t *testing.T) {
+	b := budget.NewBudget(50, 50, budget.DefaultAIMD(), at(0))
+	b.Failed(at(0), "HTTP 503")
+	b.Failed(at(1000), "HTTP 503")
+	if b.State() != budget.Degraded || b.Rate() > 13 {
+		t.Fatalf("after two cuts: %s at %v, want degraded at 12.5", b.State(), b.Rate())
+	}
+	// One success every 5 s: 5 clean seconds each, 2.5/s per second.
+	ms := 1000
+	for i := range 4 {
+		ms += 5000
+		b.Succeeded(at(ms))
+		if b.State() == budget.Healthy {
+			if i < 2 {
+				t.Fatalf("healthy after %d sparse successes, want the climb to take 3", i+1)
+			}
+			break
+		}
+	}
+	if b.State() != budget.Healthy || b.Rate() != 50 {
+		t.Fatalf("after 20 clean seconds with a success every 5: %s at %v, want healthy at 50", b.State(), b.Rate())
+	}
+}
