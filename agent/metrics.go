@@ -13,8 +13,8 @@ import (
 type destinationCollector struct {
 	sched *scheduler.Scheduler
 
-	rate, ceiling, learned, state, inFlight, tokens, backlog *prometheus.Desc
-	workers, workersBusy                                     *prometheus.Desc
+	rate, ceiling, learned, state, paused, inFlight, tokens, backlog *prometheus.Desc
+	workers, workersBusy                                             *prometheus.Desc
 }
 
 func newDestinationCollector(s *scheduler.Scheduler) *destinationCollector {
@@ -24,6 +24,7 @@ func newDestinationCollector(s *scheduler.Scheduler) *destinationCollector {
 		ceiling:     prometheus.NewDesc("rivora_destination_configured_rate_per_second", "Configured rate of the destination's budget.", []string{"destination"}, nil),
 		learned:     prometheus.NewDesc("rivora_destination_learned_rate_per_second", "The partner's ceiling as the budget learned it from throttling (the rate_per_second to configure); 0 when none is remembered.", []string{"destination"}, nil),
 		state:       prometheus.NewDesc("rivora_destination_state", "Health state: 0 healthy, 1 degraded, 2 parked.", []string{"destination"}, nil),
+		paused:      prometheus.NewDesc("rivora_destination_paused", "1 while no attempt goes out to the destination: paused by an operator, or disabled by its partner's 410 (its state says how it last answered, not that it is stopped); else 0.", []string{"destination"}, nil),
 		inFlight:    prometheus.NewDesc("rivora_destination_in_flight", "Attempts in flight.", []string{"destination"}, nil),
 		tokens:      prometheus.NewDesc("rivora_destination_tokens", "Tokens in the destination's bucket.", []string{"destination"}, nil),
 		backlog:     prometheus.NewDesc("rivora_lane_backlog", "Pending events by destination, customer and lane state (due, waiting, in_flight: lanes; pending: events).", []string{"destination", "customer", "kind"}, nil),
@@ -33,7 +34,7 @@ func newDestinationCollector(s *scheduler.Scheduler) *destinationCollector {
 }
 
 func (c *destinationCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.rate, c.ceiling, c.learned, c.state, c.inFlight, c.tokens, c.backlog, c.workers, c.workersBusy} {
+	for _, d := range []*prometheus.Desc{c.rate, c.ceiling, c.learned, c.state, c.paused, c.inFlight, c.tokens, c.backlog, c.workers, c.workersBusy} {
 		ch <- d
 	}
 }
@@ -47,6 +48,11 @@ func (c *destinationCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.ceiling, prometheus.GaugeValue, s.ConfiguredRate, s.ID)
 		ch <- prometheus.MustNewConstMetric(c.learned, prometheus.GaugeValue, s.LearnedRate, s.ID)
 		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, float64(s.State), s.ID)
+		paused := 0.0
+		if s.Paused {
+			paused = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, paused, s.ID)
 		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(s.InFlight), s.ID)
 		ch <- prometheus.MustNewConstMetric(c.tokens, prometheus.GaugeValue, s.Tokens, s.ID)
 		for _, cu := range s.Customers {

@@ -20,8 +20,11 @@ type CustomerSnapshot struct {
 
 // DestinationSnapshot is what the scheduler knows of one destination.
 type DestinationSnapshot struct {
-	ID             string
-	Configured     bool
+	ID         string
+	Configured bool
+	// Paused: no attempt goes out (paused by an operator, or disabled by
+	// a partner's 410).
+	Paused         bool
 	Class          limits.Class
 	State          budget.State
 	ConfiguredRate float64
@@ -57,7 +60,7 @@ func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
 			continue
 		}
 		snap := DestinationSnapshot{
-			ID: id, Configured: d.configured, Class: d.class, InFlight: d.inFlight,
+			ID: id, Configured: d.configured, Paused: d.paused, Class: d.class, InFlight: d.inFlight,
 			MaxInFlight: d.limits.MaxInFlight, Pending: d.pending, LastStatuses: d.statuses.list(),
 			CertificateRefusedAt: d.certRefusedAt,
 		}
