@@ -38,9 +38,12 @@ import (
 // (dead letters) too, after each destination's notice mark (the newest
 // dead letter an accepted notice covered, noticemarks.go); health is
 // polled afresh (a parked episode is keyed by the agent's transition
-// time). Re-derived notices carry the same idempotency key where the
-// trigger is the same, so within the dedup window they are stored once;
-// beyond it an operator may get a notice twice.
+// time). The audit's notices are re-derived only after the newest one
+// ingest accepted (its time is kept with the marks, auditMark), so a
+// clean restart repeats none. Re-derived notices carry the same
+// idempotency key where the trigger is the same, so within the dedup
+// window they are stored once; beyond it an operator may get a notice
+// twice (a health episode's, or one accepted just before a crash).
 
 const (
 	// noticePoll is how often the leader polls agents' health (and reads
@@ -202,11 +205,20 @@ func (n *notifier) start() error {
 	n.mu.Unlock()
 	now := n.cp.now()
 	n.scan = notices.NewScan(now.Add(-noticeLookback), archiveSlack, fullScanEvery)
-	n.rederiveFromAudit(now.Add(-noticeLookback))
+	since := now.Add(-noticeLookback)
+	if through, ok := marked[auditMark]; ok && !through.Before(since) {
+		since = through.Add(time.Nanosecond)
+	}
+	n.rederiveFromAudit(since)
 	return nil
 }
 
-// rederiveFromAudit queues the notices of audited changes since since.
+// auditMark is the marks' key (no destination id can be it) of the
+// newest audit entry whose notice ingest accepted.
+const auditMark = "*audit"
+
+// rederiveFromAudit queues the notices of audited changes at or after
+// since.
 func (n *notifier) rederiveFromAudit(since time.Time) {
 	entries, err := n.cp.audit.List(1000, "")
 	if err != nil {
@@ -362,17 +374,23 @@ func (n *notifier) countDead(dl *rivorav1.DeadLetter) {
 }
 
 // advance moves a destination's notice mark once ingest accepted a
-// deadletter.created notice, and saves the marks.
+// deadletter.created notice, or the audit's mark once it accepted a
+// notice re-derived from the audit log, and saves the marks.
 func (n *notifier) advance(nt notices.Notice) {
-	if nt.Type != notices.DeadLetterCreated {
+	key, through := nt.DestinationID, nt.Through
+	switch nt.Type {
+	case notices.DeadLetterCreated:
+	case notices.OverrideExpired, notices.DestinationDisabled:
+		key, through = auditMark, nt.At // re-derived from the audit log
+	default:
 		return
 	}
 	n.mu.Lock()
-	if !nt.Through.After(n.marked[nt.DestinationID]) {
+	if !through.After(n.marked[key]) {
 		n.mu.Unlock()
 		return
 	}
-	n.marked[nt.DestinationID] = nt.Through
+	n.marked[key] = through
 	marks := maps.Clone(n.marked)
 	n.mu.Unlock()
 	if err := n.marks.save(marks); err != nil {

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
@@ -35,5 +36,42 @@ func TestSummarizeHealthAcrossAgents(t *testing.T) {
 	}
 	if archived["orders"] != 5 || archived["billing"] != 1 || len(archived) != 2 {
 		t.Errorf("archived %v, want orders 5, billing 1", archived)
+	}
+}
+
+// A restarted notifier re-derives from the audit log only the notices
+// after the newest one ingest accepted (the audit mark), so a clean
+// restart repeats none: the operator got the same override.expired
+// notice on every restart while it stayed within the lookback.
+func TestRestartedNotifierRepeatsNoAcceptedAuditNotice(t *testing.T) {
+	dir := t.TempDir()
+	cp, err := New(Config{StateDir: dir, Keys: testKeys(t)}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	clock := now.Add(-3 * time.Minute)
+	cp.now = func() time.Time { return clock }
+	cp.record("limits.expire", "orders", systemActor, "override expired", 7)
+	clock = now.Add(-2 * time.Minute)
+	cp.record("limits.expire", "billing", systemActor, "override expired", 8)
+	clock = now
+	first := newNotifier(cp, "https://ops.example.com/hook", "", 0)
+	if err := first.start(); err != nil {
+		t.Fatal(err)
+	}
+	if len(first.queue) != 2 {
+		t.Fatalf("a first start queued %d notices, want both expiries", len(first.queue))
+	}
+	// Ingest accepts the first of them; then the control plane restarts.
+	nt, _ := first.head()
+	first.pop()
+	first.advance(nt)
+	second := newNotifier(cp, "https://ops.example.com/hook", "", 0)
+	if err := second.start(); err != nil {
+		t.Fatal(err)
+	}
+	if len(second.queue) != 1 || second.queue[0].DestinationID != "billing" {
+		t.Fatalf("after a restart the notifier queued %+v, want only billing's (orders' was accepted)", second.queue)
 	}
 }
