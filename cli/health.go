@@ -122,7 +122,10 @@ func (e *env) showHealth(c *ucli.Context) error {
 		}
 		if na := h.GetClientCertificateNotAfter(); na != nil {
 			note := ""
-			if h.GetClientCertificateExpiring() {
+			switch {
+			case !na.AsTime().After(time.Now()):
+				note = "; EXPIRED: the partner refuses it; replace it with `rivoractl destinations update " + h.GetDestinationId() + " --client-cert FILE --client-key FILE`"
+			case h.GetClientCertificateExpiring():
 				note = "; EXPIRING: replace it with `rivoractl destinations update " + h.GetDestinationId() + " --client-cert FILE --client-key FILE`"
 			}
 			fmt.Fprintf(tw, "CLIENT CERT\texpires %s%s\n", fmtTime(na), note)

@@ -61,6 +61,12 @@ func clientCertificate(c *rivorav1.Certificate, now time.Time) (*rivorav1.Certif
 	if !now.Before(leaf.NotAfter) {
 		return nil, errorf(ErrInvalid, "client certificate %s expired at %s: give a valid one", leaf.Subject, leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
+	// It is presented from the next attempt on: one not valid yet would
+	// fail every handshake until then (a clock skew of a minute is let
+	// through).
+	if now.Add(time.Minute).Before(leaf.NotBefore) {
+		return nil, errorf(ErrInvalid, "client certificate %s is not valid before %s: it would be presented at once and refused until then; give it at that time, or one valid now", leaf.Subject, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
 	out := summarize509(leaf)
 	out.CertificatePem, out.KeyPem = certPEM, keyPEM
 	return out, nil
