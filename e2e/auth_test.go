@@ -724,7 +724,9 @@ func endpointAuthSecrets(ctx context.Context, t *testing.T, adminC rivorav1conne
 		t.Fatal(err)
 	}
 	const clientSecret = "probe-oauth2-client-secret-7f3a"
-	upd, err := adminC.UpdateDestination(ctx, connect.NewRequest(&rivorav1.UpdateDestinationRequest{Id: "d2",
+	// A client certificate goes with an https URL; d2 stays paused, so
+	// nothing is sent there.
+	upd, err := adminC.UpdateDestination(ctx, connect.NewRequest(&rivorav1.UpdateDestinationRequest{Id: "d2", Url: proto.String("https://127.0.0.1:9/hook"),
 		ClientCertificate: &rivorav1.Certificate{CertificatePem: string(certPEM), KeyPem: string(keyPEM)},
 		Oauth2:            &rivorav1.OAuth2ClientCredentials{TokenUrl: "http://127.0.0.1:9/token", ClientId: "probe", ClientSecret: clientSecret},
 	}))
