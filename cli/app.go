@@ -24,6 +24,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/buildinfo"
 	"github.com/rivora/rivora/internal/httpurl"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -165,11 +166,11 @@ of the customer's matching subscriptions gets its own delivery:
 			e.eventTypesCommand(),
 			e.listenCommand(),
 		},
-		Before:      e.before,
-		Action:      rootAction,
-		Writer:      stdout,
-		ErrWriter:   stderr,
-		HideVersion: true,
+		Before:    e.before,
+		Action:    rootAction,
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Version:   buildinfo.Version(),
 		// Errors are reported once, by RunContext; never exit from inside.
 		ExitErrHandler: func(*ucli.Context, error) {},
 		OnUsageError:   onUsageError,

@@ -260,7 +260,7 @@ func (cp *ControlPlane) deleteDestination(ctx context.Context, id string, who ac
 	}
 	subs := cp.store.Subscriptions(func(s *rivorav1.Subscription) bool { return s.GetDestinationId() == id })
 	if len(subs) > 0 && !force {
-		return 0, 0, errorf(ErrPrecondition, "destination %q has %d subscriptions (%s): delete them first (`rivoractl subscriptions delete ID`), or delete the destination with --force to delete them too", id, len(subs), subscriptionIDs(subs))
+		return 0, 0, errorf(ErrPrecondition, "destination %q has %d subscription(s) (%s): delete them first (`rivoractl subscriptions delete ID`), or delete the destination with --force to delete them too", id, len(subs), subscriptionIDs(subs))
 	}
 	pending, err := cp.agents.pending(ctx, id, "")
 	if err != nil {
@@ -282,7 +282,7 @@ func (cp *ControlPlane) deleteDestination(ctx context.Context, id string, who ac
 			}
 		})
 		if len(gone) > 0 && !force {
-			return "", errorf(ErrPrecondition, "destination %q has %d subscriptions (%s), made while it was being deleted: delete them first, or delete with --force", id, len(gone), subscriptionIDs(gone))
+			return "", errorf(ErrPrecondition, "destination %q has %d subscription(s) (%s), made while it was being deleted: delete them first, or delete with --force", id, len(gone), subscriptionIDs(gone))
 		}
 		for _, s := range gone {
 			tx.Subscriptions().Delete(s.GetId())

@@ -604,7 +604,7 @@ func TestCustomerTokenScope(t *testing.T) {
 	// The owner's delete of its own destination with a subscription is
 	// refused without force, naming it.
 	_, err = d.adminAs(c1).DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "c1-own"}))
-	wantCode(t, "c1 deletes its destination with a subscription", err, connect.CodeFailedPrecondition, "1 subscriptions (sub_", "--force")
+	wantCode(t, "c1 deletes its destination with a subscription", err, connect.CodeFailedPrecondition, "1 subscription(s) (sub_", "--force")
 }
 
 // A customer's subscriptions are bounded.

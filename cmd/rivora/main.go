@@ -9,10 +9,12 @@ import (
 	"os"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/rivora/rivora/internal/buildinfo"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+// version is the build's (internal/buildinfo).
+var version = buildinfo.Version()
 
 func main() {
 	if err := newApp().Run(os.Args); err != nil {
