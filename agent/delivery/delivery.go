@@ -205,7 +205,9 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 	if o := req.Endpoint.OAuth2; o != nil {
 		// The token endpoint's failure is the destination's (Status 0):
 		// its events are held like in an outage.
-		tokens = s.tokens.source(o)
+		if tokens, err = s.tokens.source(o, req.Endpoint.TLS); err != nil {
+			return Result{Err: err, Duration: s.now().Sub(start)}
+		}
 		if bearer, err = tokens.Token(ctx); err != nil {
 			return Result{Err: err, Duration: s.now().Sub(start)}
 		}

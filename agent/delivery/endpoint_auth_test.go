@@ -257,6 +257,48 @@ func TestSendOAuth2TokenRefused(t *testing.T) {
 	}
 }
 
+// A destination's token endpoint behind its partner's private CA, asking
+// for the client certificate (RFC 8705), gets it, and is trusted through
+// the destination's pinned CA: before, token requests used the agent's
+// TLS settings alone and failed with an unknown authority.
+func TestSendOAuth2TokenEndpointUsesTheDestinationsTLS(t *testing.T) {
+	server, client := newTestPKI(t), newTestPKI(t)
+	var presented atomic.Int64
+	tokenSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			presented.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"access_token":"tok-tls","token_type":"Bearer","expires_in":3600}`)
+	}))
+	cert, err := tls.X509KeyPair([]byte(server.cert), []byte(server.key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCAs := x509.NewCertPool()
+	clientCAs.AppendCertsFromPEM([]byte(client.ca))
+	tokenSrv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCAs}
+	tokenSrv.StartTLS()
+	t.Cleanup(tokenSrv.Close)
+	partnerSrv, requests := mtlsServer(t, server, client)
+
+	d, err := destinations.FromProto(&rivorav1.Destination{Id: "erp", Url: partnerSrv.URL, Secret: secret,
+		ClientCertificate: &rivorav1.Certificate{CertificatePem: client.cert, KeyPem: client.key, Fingerprint: fingerprint(t, client.cert)},
+		ServerCa:          &rivorav1.Certificate{CertificatePem: server.ca, Fingerprint: "sha256:ca"},
+		Oauth2:            &rivorav1.OAuth2ClientCredentials{TokenUrl: tokenSrv.URL + "/token", ClientId: "rivora", ClientSecret: "s3cret"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := delivery.NewSender("rivora/test (agent-1)", loopbackOnly)
+	if res := s.Send(context.Background(), delivery.Request{Endpoint: d.Endpoint(nil), Event: event(), Attempt: 1, Timeout: 5 * time.Second}); !res.OK() {
+		t.Fatalf("Send = %+v, want 204 with a token from the private-CA endpoint", res)
+	}
+	if presented.Load() != 1 || requests.Load() != 1 {
+		t.Fatalf("token requests with a client certificate: %d, partner requests: %d; want 1 and 1", presented.Load(), requests.Load())
+	}
+}
+
 func TestSendOAuth2TokenURLGuarded(t *testing.T) {
 	ts := newTokenServer(t, time.Hour)
 	srv, _ := partner(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })

@@ -50,7 +50,9 @@ const (
 
 // tokens holds a token source per destination.
 type tokens struct {
-	client *http.Client
+	client *http.Client // for destinations without TLS settings of their own
+	dialer *egressDialer
+	base   *tls.Config
 	now    func() time.Time
 
 	mu      sync.Mutex
@@ -60,30 +62,50 @@ type tokens struct {
 // newTokens returns token sources whose requests dial through dialer
 // (its SSRF guard) and verify TLS with tlsConfig (nil: the defaults).
 func newTokens(dialer *egressDialer, tlsConfig *tls.Config, now func() time.Time) *tokens {
+	return &tokens{client: tokenClient(dialer, tlsConfig), dialer: dialer, base: tlsConfig, now: now, sources: map[string]*tokenSource{}}
+}
+
+// tokenClient makes token requests through dialer (its SSRF guard) with
+// tlsConfig.
+func tokenClient(dialer *egressDialer, tlsConfig *tls.Config) *http.Client {
 	transport := &http.Transport{
 		DialContext: dialer.DialContext, TLSClientConfig: tlsConfig, ForceAttemptHTTP2: true,
 		MaxIdleConnsPerHost: 2, IdleConnTimeout: idleTimeout, TLSHandshakeTimeout: tokenFetchTimeout,
 	}
-	client := &http.Client{
+	return &http.Client{
 		Transport: transport, Timeout: tokenFetchTimeout,
 		// A token endpoint's redirect is not followed: the guard decided
 		// on the registered address, not on where it points.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return &tokens{client: client, now: now, sources: map[string]*tokenSource{}}
 }
 
-// source returns the token source of o, a new one when o's settings
-// changed.
-func (t *tokens) source(o *destinations.OAuth2) *tokenSource {
+// source returns the token source of o, a new one when o's settings or
+// the destination's TLS settings (c, nil: none) changed. A destination
+// with TLS settings has its own client: its token endpoint gets its
+// client certificate and trusts its pinned CA too (ClientTLS.TokenConfig).
+func (t *tokens) source(o *destinations.OAuth2, c *destinations.ClientTLS) (*tokenSource, error) {
+	key := o.Key
+	if c != nil {
+		key += "|" + c.Key
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.sources[o.DestinationID]
-	if s == nil || s.key != o.Key {
-		s = newTokenSource(o, t.client, t.now)
+	if s == nil || s.key != key {
+		client := t.client
+		if c != nil {
+			cfg, err := c.TokenConfig(t.base)
+			if err != nil {
+				return nil, fmt.Errorf("oauth2 token endpoint: %w", err)
+			}
+			client = tokenClient(t.dialer, cfg)
+		}
+		s = newTokenSource(o, client, t.now)
+		s.key = key
 		t.sources[o.DestinationID] = s
 	}
-	return s
+	return s, nil
 }
 
 // forget drops a destination's token source and its metric series.

@@ -25,8 +25,10 @@ type ClientTLS struct {
 	DestinationID string
 	// Certificate is presented when the partner asks (nil: none).
 	Certificate *tls.Certificate
-	// Roots pins the partner's CA (nil: the system's roots).
-	Roots *x509.CertPool
+	// Roots pins the partner's CA (nil: the system's roots); RootPEM is
+	// that CA's PEM.
+	Roots   *x509.CertPool
+	RootPEM []byte
 	// Previous is the fallback: used for the same attempt when the partner
 	// refuses Certificate in the handshake, until PreviousUntil.
 	Previous      *ClientTLS
@@ -46,6 +48,39 @@ func (c *ClientTLS) Config(base *tls.Config) *tls.Config {
 		cfg.RootCAs = c.Roots
 	}
 	return cfg
+}
+
+// TokenConfig is the TLS configuration of requests to the destination's
+// OAuth2 token endpoint over base: the client certificate presented when
+// the endpoint asks (RFC 8705 client authentication), and the pinned CA
+// trusted beside the system's roots, not instead of them (the token
+// endpoint is often an identity provider with a public certificate, the
+// partner's own address one its private CA signed).
+func (c *ClientTLS) TokenConfig(base *tls.Config) (*tls.Config, error) {
+	cfg := base.Clone()
+	if cfg == nil {
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if c.Certificate != nil {
+		cfg.Certificates = []tls.Certificate{*c.Certificate}
+	}
+	if len(c.RootPEM) > 0 {
+		pool := cfg.RootCAs
+		if pool == nil {
+			system, err := x509.SystemCertPool()
+			if err != nil {
+				return nil, fmt.Errorf("system roots: %w", err)
+			}
+			pool = system
+		} else {
+			pool = pool.Clone()
+		}
+		if !pool.AppendCertsFromPEM(c.RootPEM) {
+			return nil, errors.New("server CA: no PEM certificate")
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
 }
 
 // FallbackAt is the previous certificate's configuration while the
@@ -90,6 +125,9 @@ func clientTLSFromProto(pb *rivorav1.Destination) (*ClientTLS, error) {
 	current, err := certificateTLS(pb.GetId(), cert, ca, roots)
 	if err != nil {
 		return nil, fmt.Errorf("client certificate: %w", err)
+	}
+	if ca != nil {
+		current.RootPEM = []byte(ca.GetCertificatePem())
 	}
 	if prev := pb.GetPreviousClientCertificate(); prev != nil && cert != nil && prev.GetOverlapUntil() != nil {
 		if current.Previous, err = certificateTLS(pb.GetId(), prev, ca, roots); err != nil {
