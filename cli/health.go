@@ -112,7 +112,7 @@ func (e *env) showHealth(c *ucli.Context) error {
 			fmt.Fprintf(tw, "OLDEST PENDING\t%s ago\n", drainText(age))
 		}
 		if n := h.GetAttemptsLastMinute(); n > 0 {
-			fmt.Fprintf(tw, "LAST MINUTE\t%d attempts: %.0f%% answered 429, %.0f%% 5xx\n", n, 100*h.GetThrottledShare(), 100*h.GetServerErrorShare())
+			fmt.Fprintf(tw, "LAST MINUTE\t%d attempts: %.0f%% answered 429, %.0f%% 5xx, %.0f%% no answer\n", n, 100*h.GetThrottledShare(), 100*h.GetServerErrorShare(), 100*h.GetNoAnswerShare())
 		}
 		if n := h.GetUnarchivedDeadLetters(); n > 0 {
 			fmt.Fprintf(tw, "UNARCHIVED\t%d dead letters wait for the archive\n", n)
@@ -144,7 +144,10 @@ func (e *env) showHealth(c *ucli.Context) error {
 			fmt.Fprintf(tw, "LAST STATUSES\t%s\n", strings.Join(parts, " "))
 		}
 		if t := h.GetLastTransition(); t != nil {
-			fmt.Fprintf(tw, "LAST CHANGE\t%s %s → %s: %s\n", fmtTime(t.GetAt()), t.GetFrom(), t.GetTo(), t.GetCause())
+			fmt.Fprintf(tw, "LAST CHANGE\t%s %s → %s: %s\n", fmtTime(t.GetAt()), t.GetFrom(), t.GetTo(), oneLine(t.GetCause()))
+		}
+		if at := h.GetLastFailureAt(); at != nil && (h.GetLastTransition() == nil || at.AsTime().After(h.GetLastTransition().GetAt().AsTime())) {
+			fmt.Fprintf(tw, "LAST FAILURE\t%s: %s\n", fmtTime(at), oneLine(h.GetLastFailure()))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

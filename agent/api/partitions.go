@@ -114,6 +114,10 @@ func healthToProto(s scheduler.DestinationSnapshot) *rivorav1.DestinationHealth 
 	if s.LastMinuteAttempts > 0 {
 		h.ThrottledShare = float64(s.LastMinuteThrottled) / float64(s.LastMinuteAttempts)
 		h.ServerErrorShare = float64(s.LastMinuteServerErrors) / float64(s.LastMinuteAttempts)
+		h.NoAnswerShare = float64(s.LastMinuteNoAnswer) / float64(s.LastMinuteAttempts)
+	}
+	if f := s.LastFailure; !f.At.IsZero() {
+		h.LastFailure, h.LastFailureAt = f.Cause, timestamppb.New(f.At)
 	}
 	return h
 }

@@ -77,6 +77,17 @@ func DefaultAIMD() AIMD {
 		Approach: 0.9, Probe: 0.01, ProbeDoubling: 30 * time.Second, StrayShare: 0.1}
 }
 
+// Failure is a failure that was the destination's, with its cause.
+type Failure struct {
+	At    time.Time
+	Cause string
+}
+
+// LastFailure is the latest failure recorded (zero: none): its cause may
+// be newer than the last transition's (a degraded destination that
+// fails otherwise now).
+func (b *Budget) LastFailure() Failure { return b.lastFailure }
+
 // Transition records one change of state.
 type Transition struct {
 	At       time.Time
@@ -103,6 +114,8 @@ type Budget struct {
 	failingSince time.Time // first failure since the last success; zero when clean
 	lastProbe    time.Time
 	transitions  []Transition
+
+	lastFailure Failure // the latest Failed or Throttled
 
 	goodput   goodput   // 2xx over the last second
 	failures  goodput   // Failed answers over the last second
@@ -258,6 +271,7 @@ func (b *Budget) Succeeded(now time.Time) (recovered bool) {
 // (see cutRate), retryAfter (if any) holds every attempt until it passes,
 // and failure with no success for ParkAfter parks the destination.
 func (b *Budget) Throttled(now time.Time, retryAfter time.Duration, cause string) {
+	b.lastFailure = Failure{At: now, Cause: cause}
 	b.failed(now, retryAfter, cause, true)
 }
 
@@ -274,6 +288,7 @@ func (b *Budget) Throttled(now time.Time, retryAfter time.Duration, cause string
 // 50/s after a failover, in the chaos run); halving on each held it at
 // ~5/s.
 func (b *Budget) Failed(now time.Time, cause string) {
+	b.lastFailure = Failure{At: now, Cause: cause}
 	b.failures.add(now)
 	if f := b.failures.rate(now); b.tune.StrayShare > 0 && f < b.tune.StrayShare*(f+b.goodput.rate(now)) {
 		if b.failingSince.IsZero() {

@@ -193,3 +193,20 @@ func TestSparseSuccessesClimbBackInTime(t *testing.T) {
 		t.Fatalf("after 20 clean seconds with a success every 5: %s at %v, want healthy at 50", b.State(), b.Rate())
 	}
 }
+
+// The latest failure is kept with its cause, whether it cut the rate or
+// not: a degraded destination that fails otherwise now says so.
+func TestLastFailureKeepsTheNewestCause(t *testing.T) {
+	b := budget.NewBudget(50, 50, budget.DefaultAIMD(), at(0))
+	if f := b.LastFailure(); !f.At.IsZero() {
+		t.Fatalf("a new budget's last failure: %+v, want none", f)
+	}
+	b.Failed(at(0), "connection refused")
+	b.Throttled(at(200), 0, "HTTP 429") // within CutEvery: no cut, still recorded
+	if f := b.LastFailure(); f.Cause != "HTTP 429" || !f.At.Equal(at(200)) {
+		t.Fatalf("last failure = %+v, want the 429 at +200ms", f)
+	}
+	if tr := b.Transitions(); tr[len(tr)-1].Cause != "connection refused" {
+		t.Fatalf("last transition's cause = %q, want the first failure's", tr[len(tr)-1].Cause)
+	}
+}

@@ -36,6 +36,7 @@ type rateSlot struct {
 	rated                   bool // configured and current were sampled
 	attempts, delivered     int32
 	throttled, serverErrors int32
+	noAnswer                int32 // status 0: no answer came
 }
 
 type rateRing struct {
@@ -65,22 +66,31 @@ func (r *rateRing) observe(now time.Time, status int, configured, current float6
 		s.throttled++
 	case status >= 500:
 		s.serverErrors++
+	case status == 0:
+		s.noAnswer++
 	}
 	s.configured, s.current, s.rated = configured, current, true
 }
 
-// lastMinute is the attempts, 429s and 5xx answers of the last minute's
-// buckets (the current one included).
-func (r *rateRing) lastMinute(now time.Time) (attempts, throttled, serverErrors int) {
+// minuteCounts are the last minute's attempts and how they were answered.
+type minuteCounts struct {
+	attempts, throttled, serverErrors, noAnswer int
+}
+
+// lastMinute is the attempts, 429s, 5xx answers and attempts without an
+// answer of the last minute's buckets (the current one included).
+func (r *rateRing) lastMinute(now time.Time) minuteCounts {
+	var c minuteCounts
 	n := slotOf(now)
 	for i := range int64(lastMinuteSlots) {
 		if s := &r.slots[(n-i)%rateBuckets]; s.slot == n-i {
-			attempts += int(s.attempts)
-			throttled += int(s.throttled)
-			serverErrors += int(s.serverErrors)
+			c.attempts += int(s.attempts)
+			c.throttled += int(s.throttled)
+			c.serverErrors += int(s.serverErrors)
+			c.noAnswer += int(s.noAnswer)
 		}
 	}
-	return attempts, throttled, serverErrors
+	return c
 }
 
 // history is the last 15 minutes, oldest first, the current bucket's

@@ -15,9 +15,8 @@ func TestRateRingCountsBucketsAndForgets(t *testing.T) {
 	r.observe(t0.Add(25*time.Second), 200, 10, 6) // two buckets later
 
 	now := t0.Add(29 * time.Second)
-	attempts, throttled, serverErrors := r.lastMinute(now)
-	if attempts != 5 || throttled != 1 || serverErrors != 1 {
-		t.Fatalf("last minute = %d attempts, %d 429, %d 5xx; want 5, 1, 1", attempts, throttled, serverErrors)
+	if m := r.lastMinute(now); m.attempts != 5 || m.throttled != 1 || m.serverErrors != 1 || m.noAnswer != 1 {
+		t.Fatalf("last minute = %+v; want 5 attempts, 1 429, 1 5xx, 1 without an answer", m)
 	}
 	h := r.history(now, 10, 7)
 	if len(h) != rateBuckets {
@@ -45,7 +44,7 @@ func TestRateRingCountsBucketsAndForgets(t *testing.T) {
 
 	// A minute later the last minute is empty; 15 minutes later every
 	// bucket is, though the ring's slots still hold old counts.
-	if a, _, _ := r.lastMinute(now.Add(time.Minute)); a != 0 {
+	if a := r.lastMinute(now.Add(time.Minute)).attempts; a != 0 {
 		t.Fatalf("a minute later, %d attempts in the last minute; want 0", a)
 	}
 	later := r.history(now.Add(15*time.Minute), 10, 10)

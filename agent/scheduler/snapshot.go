@@ -38,8 +38,12 @@ type DestinationSnapshot struct {
 	Customers      []CustomerSnapshot
 	LastStatuses   []int
 	LastTransition *budget.Transition
-	// Over the last minute: attempts, and of them 429 and 5xx answers.
-	LastMinuteAttempts, LastMinuteThrottled, LastMinuteServerErrors int
+	// Over the last minute: attempts, and of them 429 and 5xx answers and
+	// attempts no answer came to (a timeout, a connection or TLS error).
+	LastMinuteAttempts, LastMinuteThrottled, LastMinuteServerErrors, LastMinuteNoAnswer int
+	// LastFailure is the destination's latest failure that was its own
+	// (its cause and when; zero: none since its owner started).
+	LastFailure budget.Failure
 	// OldestPending is when the oldest pending event was accepted (zero:
 	// none pending).
 	OldestPending time.Time
@@ -64,10 +68,12 @@ func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
 			MaxInFlight: d.limits.MaxInFlight, Pending: d.pending, LastStatuses: d.statuses.list(),
 			CertificateRefusedAt: d.certRefusedAt,
 		}
-		snap.LastMinuteAttempts, snap.LastMinuteThrottled, snap.LastMinuteServerErrors = d.rates.lastMinute(now)
+		m := d.rates.lastMinute(now)
+		snap.LastMinuteAttempts, snap.LastMinuteThrottled, snap.LastMinuteServerErrors, snap.LastMinuteNoAnswer = m.attempts, m.throttled, m.serverErrors, m.noAnswer
 		if b := d.budget; b != nil {
 			snap.State, snap.ConfiguredRate, snap.CurrentRate = b.State(), b.Ceiling(), b.Rate()
 			snap.LearnedRate, snap.Tokens, snap.HoldUntil = b.Learned(), b.Tokens(now), b.HoldUntil()
+			snap.LastFailure = b.LastFailure()
 			if tr := b.Transitions(); len(tr) > 0 {
 				last := tr[len(tr)-1]
 				snap.LastTransition = &last

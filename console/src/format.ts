@@ -117,13 +117,15 @@ export interface DestinationRow {
   inFlight: number;
   throttledShare: number;
   serverErrorShare: number;
+  /** Attempts no answer came to (timeouts, connection and TLS errors). */
+  noAnswerShare: number;
   oldestPendingAge: number | undefined;
   drainTime: number | undefined;
 }
 
-/** How noisy a destination is: its 429 and 5xx share over the last minute. */
-export function noise(r: Pick<DestinationRow, "throttledShare" | "serverErrorShare">): number {
-  return r.throttledShare + r.serverErrorShare;
+/** How noisy a destination is: its 429, 5xx and unanswered share over the last minute. */
+export function noise(r: Pick<DestinationRow, "throttledShare" | "serverErrorShare" | "noAnswerShare">): number {
+  return r.throttledShare + r.serverErrorShare + r.noAnswerShare;
 }
 
 const stateRank: Record<DisplayState, number> = { parked: 0, degraded: 1, disabled: 2, paused: 3, healthy: 4 };

@@ -26,6 +26,7 @@ const row = (id: string, o: Partial<DestinationRow> = {}): DestinationRow => ({
   inFlight: 0,
   throttledShare: 0,
   serverErrorShare: 0,
+  noAnswerShare: 0,
   oldestPendingAge: undefined,
   drainTime: 0,
   ...o,
@@ -114,6 +115,8 @@ describe("sorting", () => {
   ];
   it("noise first, then the worse state, then backlog, then id", () => {
     expect(sortRows(rows, "noise", true).map((r) => r.id)).toEqual(["c", "b", "d", "a"]);
+    // Unanswered attempts (a partner that is down) are noise too.
+    expect(sortRows([...rows, row("e", { noAnswerShare: 1, state: "parked" })], "noise", true)[0]!.id).toBe("e");
     expect(noisiest(rows)).toBe("c");
     expect(noisiest([row("x")])).toBeUndefined();
   });

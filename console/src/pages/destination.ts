@@ -116,12 +116,14 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
         stat("In flight", `${hh?.inFlight ?? 0} of ${hh?.maxInFlight ?? 0}`),
         stat("429 share (1 min)", formatShare(hh?.throttledShare ?? 0)),
         stat("5xx share (1 min)", formatShare(hh?.serverErrorShare ?? 0)),
+        stat("No answer (1 min)", formatShare(hh?.noAnswerShare ?? 0)),
         stat("Attempts (1 min)", formatCount(hh?.attemptsLastMinute ?? 0n)),
         stat("Oldest pending", hh?.oldestPendingAge ? formatDuration(seconds(hh.oldestPendingAge)) : "none"),
         stat("Drain time", hh && hh.pendingEvents > 0n ? formatDuration(seconds(hh.drainTime)) : "0s"),
         stat("Priority", classNames[dest?.priorityClass ?? 0] ?? "normal"),
         stat("Last statuses", (hh?.lastStatuses ?? []).slice(-8).map((s) => (s === 0 ? "none" : String(s))).join(" ") || "none"),
       ),
+      hh?.lastFailure ? h("p", { class: "muted", "data-testid": "last-failure" }, `Last failure: ${hh.lastFailure}`) : "",
     );
   }
 

@@ -26,6 +26,7 @@ export function toRow(d: DestinationHealth): DestinationRow {
     inFlight: d.inFlight,
     throttledShare: d.throttledShare,
     serverErrorShare: d.serverErrorShare,
+    noAnswerShare: d.noAnswerShare,
     oldestPendingAge: seconds(d.oldestPendingAge),
     drainTime: d.pendingEvents > 0n ? seconds(d.drainTime) : 0,
   };
@@ -35,7 +36,7 @@ export function toRow(d: DestinationHealth): DestinationRow {
 function listedRow(d: Destination): DestinationRow {
   const state = displayState({ state: "healthy", paused: d.paused, disabled: d.disabled });
   const rate = d.limits?.ratePerSecond ?? 0;
-  return { id: d.id, state, configuredRate: rate, currentRate: 0, pending: 0, inFlight: 0, throttledShare: 0, serverErrorShare: 0, oldestPendingAge: undefined, drainTime: 0 };
+  return { id: d.id, state, configuredRate: rate, currentRate: 0, pending: 0, inFlight: 0, throttledShare: 0, serverErrorShare: 0, noAnswerShare: 0, oldestPendingAge: undefined, drainTime: 0 };
 }
 
 // The destination list changes rarely; health is polled every interval.
@@ -63,6 +64,7 @@ export const destinationsPage: Page = (main) => {
     { label: "In flight", key: "inFlight", cell: (r) => formatCount(r.inFlight), className: "num" },
     { label: "429 share", key: "throttledShare", cell: (r) => formatShare(r.throttledShare), className: "num" },
     { label: "5xx share", key: "serverErrorShare", cell: (r) => formatShare(r.serverErrorShare), className: "num" },
+    { label: "No answer", key: "noAnswerShare", cell: (r) => formatShare(r.noAnswerShare), className: "num" },
     { label: "Oldest pending", key: "oldestPendingAge", cell: (r) => (r.oldestPendingAge === undefined ? "" : formatDuration(r.oldestPendingAge)), className: "num" },
     { label: "Drain time", key: "drainTime", cell: (r) => formatDuration(r.drainTime), className: "num" },
   ];

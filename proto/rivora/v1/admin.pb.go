@@ -2462,8 +2462,16 @@ type DestinationHealth struct {
 	// fail: fix the partner's trust or the certificate before.
 	ClientCertificateRefusedAt     *timestamppb.Timestamp `protobuf:"bytes,30,opt,name=client_certificate_refused_at,json=clientCertificateRefusedAt,proto3" json:"client_certificate_refused_at,omitempty"`
 	ClientCertificateFallbackUntil *timestamppb.Timestamp `protobuf:"bytes,31,opt,name=client_certificate_fallback_until,json=clientCertificateFallbackUntil,proto3" json:"client_certificate_fallback_until,omitempty"`
-	unknownFields                  protoimpl.UnknownFields
-	sizeCache                      protoimpl.SizeCache
+	// no_answer_share is the share of the last minute's attempts no answer
+	// came to (a timeout, a connection, TLS or token endpoint error).
+	NoAnswerShare float64 `protobuf:"fixed64,32,opt,name=no_answer_share,json=noAnswerShare,proto3" json:"no_answer_share,omitempty"`
+	// last_failure is the destination's latest failure that was its own,
+	// and when (unset: none since its owner started): newer than the last
+	// transition's cause when a degraded destination now fails otherwise.
+	LastFailure   string                 `protobuf:"bytes,33,opt,name=last_failure,json=lastFailure,proto3" json:"last_failure,omitempty"`
+	LastFailureAt *timestamppb.Timestamp `protobuf:"bytes,34,opt,name=last_failure_at,json=lastFailureAt,proto3" json:"last_failure_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DestinationHealth) Reset() {
@@ -2702,6 +2710,27 @@ func (x *DestinationHealth) GetClientCertificateRefusedAt() *timestamppb.Timesta
 func (x *DestinationHealth) GetClientCertificateFallbackUntil() *timestamppb.Timestamp {
 	if x != nil {
 		return x.ClientCertificateFallbackUntil
+	}
+	return nil
+}
+
+func (x *DestinationHealth) GetNoAnswerShare() float64 {
+	if x != nil {
+		return x.NoAnswerShare
+	}
+	return 0
+}
+
+func (x *DestinationHealth) GetLastFailure() string {
+	if x != nil {
+		return x.LastFailure
+	}
+	return ""
+}
+
+func (x *DestinationHealth) GetLastFailureAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastFailureAt
 	}
 	return nil
 }
@@ -5025,7 +5054,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\tdue_lanes\x18\x03 \x01(\x03R\bdueLanes\x12#\n" +
 	"\rwaiting_lanes\x18\x04 \x01(\x03R\fwaitingLanes\x12\x1b\n" +
 	"\tin_flight\x18\x05 \x01(\x03R\binFlight\x12%\n" +
-	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\x8b\f\n" +
+	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\x9a\r\n" +
 	"\x11DestinationHealth\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12'\n" +
@@ -5059,7 +5088,10 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x1cclient_certificate_not_after\x18\x1c \x01(\v2\x1a.google.protobuf.TimestampR\x19clientCertificateNotAfter\x12>\n" +
 	"\x1bclient_certificate_expiring\x18\x1d \x01(\bR\x19clientCertificateExpiring\x12]\n" +
 	"\x1dclient_certificate_refused_at\x18\x1e \x01(\v2\x1a.google.protobuf.TimestampR\x1aclientCertificateRefusedAt\x12e\n" +
-	"!client_certificate_fallback_until\x18\x1f \x01(\v2\x1a.google.protobuf.TimestampR\x1eclientCertificateFallbackUntil\"\x87\x02\n" +
+	"!client_certificate_fallback_until\x18\x1f \x01(\v2\x1a.google.protobuf.TimestampR\x1eclientCertificateFallbackUntil\x12&\n" +
+	"\x0fno_answer_share\x18  \x01(\x01R\rnoAnswerShare\x12!\n" +
+	"\flast_failure\x18! \x01(\tR\vlastFailure\x12B\n" +
+	"\x0flast_failure_at\x18\" \x01(\v2\x1a.google.protobuf.TimestampR\rlastFailureAt\"\x87\x02\n" +
 	"\n" +
 	"RateSample\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12'\n" +
@@ -5390,82 +5422,83 @@ var file_rivora_v1_admin_proto_depIdxs = []int32{
 	63,  // 58: rivora.v1.DestinationHealth.client_certificate_not_after:type_name -> google.protobuf.Timestamp
 	63,  // 59: rivora.v1.DestinationHealth.client_certificate_refused_at:type_name -> google.protobuf.Timestamp
 	63,  // 60: rivora.v1.DestinationHealth.client_certificate_fallback_until:type_name -> google.protobuf.Timestamp
-	63,  // 61: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
-	2,   // 62: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,   // 63: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
-	63,  // 64: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
-	1,   // 65: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
-	61,  // 66: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
-	1,   // 67: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
-	1,   // 68: rivora.v1.GetLimitsResponse.destination:type_name -> rivora.v1.Limits
-	62,  // 69: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
-	62,  // 70: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
-	62,  // 71: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	35,  // 72: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	62,  // 73: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
-	35,  // 74: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	33,  // 75: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
-	41,  // 76: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
-	63,  // 77: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	43,  // 78: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
-	48,  // 79: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
-	50,  // 80: rivora.v1.GetConfigStatusResponse.edges:type_name -> rivora.v1.EdgeStatus
-	63,  // 81: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	63,  // 82: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
-	63,  // 83: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
-	62,  // 84: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
-	63,  // 85: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
-	63,  // 86: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
-	49,  // 87: rivora.v1.EdgeStatus.buffer:type_name -> rivora.v1.EdgeBuffer
-	63,  // 88: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
-	50,  // 89: rivora.v1.ListEdgesResponse.edges:type_name -> rivora.v1.EdgeStatus
-	50,  // 90: rivora.v1.GetEdgeResponse.edge:type_name -> rivora.v1.EdgeStatus
-	33,  // 91: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
-	9,   // 92: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
-	11,  // 93: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
-	13,  // 94: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
-	15,  // 95: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
-	17,  // 96: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
-	19,  // 97: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
-	21,  // 98: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
-	23,  // 99: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
-	29,  // 100: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
-	31,  // 101: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
-	34,  // 102: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
-	36,  // 103: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
-	38,  // 104: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
-	40,  // 105: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
-	44,  // 106: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
-	52,  // 107: rivora.v1.AdminService.ListEdges:input_type -> rivora.v1.ListEdgesRequest
-	54,  // 108: rivora.v1.AdminService.GetEdge:input_type -> rivora.v1.GetEdgeRequest
-	56,  // 109: rivora.v1.AdminService.RemoveEdge:input_type -> rivora.v1.RemoveEdgeRequest
-	46,  // 110: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
-	58,  // 111: rivora.v1.AdminService.VerifyDelivery:input_type -> rivora.v1.VerifyDeliveryRequest
-	10,  // 112: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
-	12,  // 113: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
-	14,  // 114: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
-	16,  // 115: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
-	18,  // 116: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
-	20,  // 117: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
-	22,  // 118: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
-	24,  // 119: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
-	30,  // 120: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
-	32,  // 121: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
-	35,  // 122: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
-	37,  // 123: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
-	39,  // 124: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
-	42,  // 125: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
-	45,  // 126: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
-	53,  // 127: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
-	55,  // 128: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
-	57,  // 129: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
-	47,  // 130: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
-	59,  // 131: rivora.v1.AdminService.VerifyDelivery:output_type -> rivora.v1.VerifyDeliveryResponse
-	112, // [112:132] is the sub-list for method output_type
-	92,  // [92:112] is the sub-list for method input_type
-	92,  // [92:92] is the sub-list for extension type_name
-	92,  // [92:92] is the sub-list for extension extendee
-	0,   // [0:92] is the sub-list for field type_name
+	63,  // 61: rivora.v1.DestinationHealth.last_failure_at:type_name -> google.protobuf.Timestamp
+	63,  // 62: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
+	2,   // 63: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,   // 64: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
+	63,  // 65: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
+	1,   // 66: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
+	61,  // 67: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
+	1,   // 68: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
+	1,   // 69: rivora.v1.GetLimitsResponse.destination:type_name -> rivora.v1.Limits
+	62,  // 70: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
+	62,  // 71: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
+	62,  // 72: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	35,  // 73: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	62,  // 74: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
+	35,  // 75: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	33,  // 76: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
+	41,  // 77: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
+	63,  // 78: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	43,  // 79: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
+	48,  // 80: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
+	50,  // 81: rivora.v1.GetConfigStatusResponse.edges:type_name -> rivora.v1.EdgeStatus
+	63,  // 82: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	63,  // 83: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
+	63,  // 84: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
+	62,  // 85: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
+	63,  // 86: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	63,  // 87: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
+	49,  // 88: rivora.v1.EdgeStatus.buffer:type_name -> rivora.v1.EdgeBuffer
+	63,  // 89: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
+	50,  // 90: rivora.v1.ListEdgesResponse.edges:type_name -> rivora.v1.EdgeStatus
+	50,  // 91: rivora.v1.GetEdgeResponse.edge:type_name -> rivora.v1.EdgeStatus
+	33,  // 92: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
+	9,   // 93: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
+	11,  // 94: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
+	13,  // 95: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
+	15,  // 96: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
+	17,  // 97: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
+	19,  // 98: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
+	21,  // 99: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
+	23,  // 100: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
+	29,  // 101: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
+	31,  // 102: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
+	34,  // 103: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
+	36,  // 104: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
+	38,  // 105: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
+	40,  // 106: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
+	44,  // 107: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
+	52,  // 108: rivora.v1.AdminService.ListEdges:input_type -> rivora.v1.ListEdgesRequest
+	54,  // 109: rivora.v1.AdminService.GetEdge:input_type -> rivora.v1.GetEdgeRequest
+	56,  // 110: rivora.v1.AdminService.RemoveEdge:input_type -> rivora.v1.RemoveEdgeRequest
+	46,  // 111: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
+	58,  // 112: rivora.v1.AdminService.VerifyDelivery:input_type -> rivora.v1.VerifyDeliveryRequest
+	10,  // 113: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
+	12,  // 114: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
+	14,  // 115: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
+	16,  // 116: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
+	18,  // 117: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
+	20,  // 118: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
+	22,  // 119: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
+	24,  // 120: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
+	30,  // 121: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
+	32,  // 122: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
+	35,  // 123: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
+	37,  // 124: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
+	39,  // 125: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
+	42,  // 126: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
+	45,  // 127: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
+	53,  // 128: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
+	55,  // 129: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
+	57,  // 130: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
+	47,  // 131: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
+	59,  // 132: rivora.v1.AdminService.VerifyDelivery:output_type -> rivora.v1.VerifyDeliveryResponse
+	113, // [113:133] is the sub-list for method output_type
+	93,  // [93:113] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_admin_proto_init() }
