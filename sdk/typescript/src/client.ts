@@ -182,7 +182,8 @@ function toRequest(e: PublishEvent, what: string): PublishRequest {
  * jsonOf is p as JSON.stringify makes it, refusing what JSON.stringify
  * would change without a word, wherever it is in p: a number JSON has no
  * form for (NaN and ±Infinity become null), an object that becomes `{}`
- * (a Map, a Set, an Error, a Blob), and a BigInt (on which it throws). The
+ * (a Map, a Set, an Error, a Blob), a typed array or ArrayBuffer (an
+ * object of numbered keys, or {}), and a BigInt (on which it throws). The
  * error names the value's path, e.g. `payload.items[2]`.
  */
 function jsonOf(p: unknown, what: string): JsonValue {
@@ -200,6 +201,12 @@ function jsonOf(p: unknown, what: string): JsonValue {
       throw refuse(`${path} is a BigInt, which JSON has no form for; send it as a string or a number`);
     }
     if (typeof value === "object" && value !== null) {
+      if (ArrayBuffer.isView(value) || value instanceof ArrayBuffer) {
+        const kind = value.constructor?.name || "binary buffer";
+        throw refuse(
+          `${path} is ${/^[AEIO]/.test(kind) ? "an" : "a"} ${kind}, which JSON.stringify turns into an object of numbered keys (or {}); pass the bytes as the whole payload, or an array of numbers, or a base64 string`,
+        );
+      }
       if (lostInJSON(value)) {
         const kind = (value as { constructor?: { name?: string } }).constructor?.name || "object";
         throw refuse(

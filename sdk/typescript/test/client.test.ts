@@ -190,6 +190,8 @@ describe("RivoraClient on the wire", () => {
       [{ a: { b: -Infinity } }, "payload.a.b is -Infinity"],
       [Number.NaN, "payload is NaN"],
       [{ n: 10n }, "payload.n is a BigInt, which JSON has no form for"],
+      [{ file: { bytes: new Uint8Array([1, 2]) } }, "payload.file.bytes is a Uint8Array, which JSON.stringify turns into an object of numbered keys"],
+      [{ raw: new ArrayBuffer(4) }, "payload.raw is an ArrayBuffer"],
       // What toJSON returns is what is checked.
       [{ v: { toJSON: () => new Set([1]) } }, "payload.v is a Set"],
     ];
