@@ -434,9 +434,12 @@ func (e *env) deleteDestination(c *ucli.Context) (err error) {
 
 func ptr[T any](v T) *T { return &v }
 
-func checkURL(raw string) error {
+func checkURL(raw string) error { return checkURLFlag("url", raw) }
+
+// checkURLFlag checks the URL flag --name gave.
+func checkURLFlag(name, raw string) error {
 	if _, err := httpurl.Parse(raw); err != nil {
-		return usagef("--url %q: want an absolute http or https URL, e.g. https://example.com/hooks", raw)
+		return usagef("--%s %q: want an absolute http or https URL, e.g. https://example.com/hooks", name, raw)
 	}
 	return nil
 }

@@ -132,8 +132,8 @@ func (e *env) oauth2Flags(c *ucli.Context, create bool) (*rivorav1.OAuth2ClientC
 		return nil, usagef("OAuth2 needs --oauth2-token-url, --oauth2-client-id and --oauth2-client-secret together")
 	}
 	if o.TokenUrl != "" {
-		if err := checkURL(o.TokenUrl); err != nil {
-			return nil, usagef("--oauth2-token-url: %v", err)
+		if err := checkURLFlag("oauth2-token-url", o.TokenUrl); err != nil {
+			return nil, err
 		}
 	}
 	return o, nil

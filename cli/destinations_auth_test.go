@@ -47,6 +47,7 @@ func TestEndpointAuthFlags(t *testing.T) {
 		{[]string{"destinations", "create", "b2", "--url", "https://example.com/h", "--client-cert", notPEM, "--client-key", keyFile}, "not a PEM file"},
 		{[]string{"destinations", "create", "b2", "--url", "https://example.com/h", "--client-cert", filepath.Join(dir, "missing"), "--client-key", keyFile}, "--client-cert"},
 		{[]string{"destinations", "create", "b2", "--url", "https://example.com/h", "--oauth2-token-url", "https://auth.example.com/token"}, "--oauth2-client-id"},
+		{[]string{"destinations", "create", "b2", "--url", "https://example.com/h", "--oauth2-token-url", "ftp://auth.example.com/t", "--oauth2-client-id", "a", "--oauth2-client-secret", "s"}, `--oauth2-token-url "ftp://auth.example.com/t": want an absolute http or https URL`},
 	} {
 		assertFailure(t, run(t, url, "", c.args...), 2, c.want)
 	}

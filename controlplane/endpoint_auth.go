@@ -337,6 +337,11 @@ func (cp *ControlPlane) oauth2Credentials(stored, set *rivorav1.OAuth2ClientCred
 	if out.TokenUrl == "" || out.ClientId == "" || out.ClientSecret == "" {
 		return nil, errorf(ErrInvalid, "oauth2: give the token URL, client id and client secret (--oauth2-token-url, --oauth2-client-id, --oauth2-client-secret)")
 	}
+	if u, err := url.Parse(out.TokenUrl); err == nil && u.User != nil {
+		// The client credentials go in HTTP Basic, from the client id and
+		// secret: not in the URL, where every answer would show them.
+		return nil, errorf(ErrInvalid, "oauth2 token url carries credentials (user:password@): give the URL without them; the client id and secret (--oauth2-client-id, --oauth2-client-secret) are what the token request authenticates with")
+	}
 	if err := validateURL(out.TokenUrl); err != nil {
 		return nil, fmt.Errorf("oauth2 token %w", err)
 	}
