@@ -306,7 +306,7 @@ func (e *env) getEvent(c *ucli.Context) error {
 	if err := t.Flush(); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintln(e.out, "\nTRY counts every request sent; ATTEMPT is the one of the event's max attempts it used: a try that failed\nwhile its destination was down or throttling used none (the event waits for its destination instead).")
+	_, err = fmt.Fprintln(e.out, "\nTRY counts every try (one that failed before sending, such as during its token endpoint's pause, too); ATTEMPT is the one of the event's max attempts it used: a try that failed\nwhile its destination was down or throttling used none (the event waits for its destination instead).")
 	return err
 }
 
