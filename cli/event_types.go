@@ -197,7 +197,7 @@ func (e *env) listEventTypes(c *ucli.Context) error {
 	if err := t.Flush(); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(e.out, "\nStrict: %s.\n", strict)
+	_, err = fmt.Fprintf(e.out, "\nPublishing: %s.\n", strict)
 	return err
 }
 

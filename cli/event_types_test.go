@@ -120,7 +120,7 @@ func TestEventTypesList(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	if len(lines) != 4 || strings.Join(strings.Fields(lines[0]), " ") != "NAME SCHEMA STATE UPDATED DESCRIPTION" ||
 		strings.Join(strings.Fields(lines[1]), " ") != "order.created yes active 2026-03-01T12:00:00.000Z An order was placed" ||
-		lines[3] != "Strict: types not in the catalogue are refused (--strict-event-types)." {
+		lines[3] != "Publishing: types not in the catalogue are refused (--strict-event-types)." {
 		t.Fatalf("list table:\n%s", r.stdout)
 	}
 	if got := f.subs.last(); !proto.Equal(got, &rivorav1.ListEventTypesRequest{}) {
