@@ -142,14 +142,23 @@ func (s *Scheduler) releaseHeld(d *destination, now time.Time) {
 // rest is.
 func (s *Scheduler) otherwiseHealthy(a *Attempt) bool {
 	d := a.Lane.dest
-	if d.budget == nil || d.budget.State() == budget.Parked {
-		return false
+	since, ok := lookback(a)
+	return ok && d.lastSuccess.After(since) && !d.faults.otherSince(a.Lane, since)
+}
+
+// lookback is since when otherwiseHealthy and onlyItsCustomers look at
+// a's destination: the head's previous attempt, or for a first attempt
+// FirstAttemptLookback before it started. ok is false when there is
+// nothing to look at: no budget yet, or parked (down, whatever else).
+func lookback(a *Attempt) (since time.Time, ok bool) {
+	if b := a.Lane.dest.budget; b == nil || b.State() == budget.Parked {
+		return time.Time{}, false
 	}
-	since := a.Head.LastAttemptAt
+	since = a.Head.LastAttemptAt
 	if since.IsZero() {
 		since = a.StartedAt.Add(-FirstAttemptLookback)
 	}
-	return d.lastSuccess.After(since) && !d.faults.otherSince(a.Lane, since)
+	return since, true
 }
 
 // onlyItsCustomers reports whether a failure of a that is the
@@ -161,16 +170,9 @@ func (s *Scheduler) otherwiseHealthy(a *Attempt) bool {
 // customer. A destination serving one customer (or one down for all) is
 // never so: its failures cut its budget as before. s.mu is held.
 func (s *Scheduler) onlyItsCustomers(a *Attempt) bool {
-	d := a.Lane.dest
-	if d.budget == nil || d.budget.State() == budget.Parked {
-		return false
-	}
-	since := a.Head.LastAttemptAt
-	if since.IsZero() {
-		since = a.StartedAt.Add(-FirstAttemptLookback)
-	}
-	customer := a.Lane.ID.Customer
-	return d.customerSuccesses.otherSince(customer, since) && !d.customerFaults.otherSince(customer, since)
+	d, customer := a.Lane.dest, a.Lane.ID.Customer
+	since, ok := lookback(a)
+	return ok && d.customerSuccesses.otherSince(customer, since) && !d.customerFaults.otherSince(customer, since)
 }
 
 // FirstAttemptLookback is how far back otherwiseHealthy looks for a
