@@ -4,14 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"regexp/syntax"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/cel-go/cel"
-	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/checker"
+	celast "github.com/google/cel-go/common/ast"
+	celenv "github.com/google/cel-go/common/env"
+	"github.com/google/cel-go/common/overloads"
 	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
 )
 
 // Filter bounds.
@@ -24,21 +29,29 @@ const (
 	// it is refused.
 	MaxFilterCost = 100_000
 	// EventFilterBudget bounds the time one event's filters may take
-	// together (FilterContext): a filter still running then stops and
-	// does not match (an error, counted). The estimate assumes lists of
+	// together once its data is decoded (FilterContext): past it, the
+	// publish is refused, saying which filter ran out, rather than
+	// stored without the deliveries of the filters not run. The
+	// estimate assumes lists of
 	// assumedListSize, while an event's data may hold a hundred times
 	// more; a comprehension over it is linear, so the budget is what
 	// bounds it. (CEL's runtime cost limit did too, but its tracking
 	// made a comprehension over a large list quadratic: 28 s of CPU for
 	// one event of 100k items.)
-	EventFilterBudget = 50 * time.Millisecond
+	EventFilterBudget = 250 * time.Millisecond
 	// interruptEvery is how many comprehension iterations run between
 	// checks of the budget.
 	interruptEvery = 64
-	// MaxRegexInstructions bounds a literal regex's compiled program: RE2
-	// matches in time linear in the input but proportional to the
-	// program too, and "a{1000}a{1000}b" over 200 KB takes seconds.
-	MaxRegexInstructions = 2_000
+	// MaxRegexInstructions bounds a literal regex's compiled program, and
+	// MaxRegexInput the string a filter's matches() reads (longer: an
+	// error, counted, and no match): RE2 matches in time linear in the
+	// input but proportional to the program too ("a{999}a{990}b" over
+	// 250 KB took 2.8 s), and no interrupt reaches a match under way.
+	// Together they bound one call to a few milliseconds; MaxRegexCalls
+	// bounds the calls of one filter.
+	MaxRegexInstructions = 500
+	MaxRegexInput        = 4 << 10
+	MaxRegexCalls        = 4
 
 	assumedListSize = 1_000
 )
@@ -62,7 +75,12 @@ type Filter struct {
 var filterEnv = mustEnv()
 
 func mustEnv() *cel.Env {
-	env, err := cel.NewEnv(
+	env, err := cel.NewCustomEnv(
+		// The standard library but its matches(), replaced by
+		// boundedMatches (same signatures, same name): no string past
+		// MaxRegexInput reaches a regex.
+		cel.StdLib(cel.StdLibSubset(&celenv.LibrarySubset{ExcludeFunctions: []*celenv.Function{{Name: overloads.Matches}}})),
+		boundedMatches(),
 		cel.Variable("data", cel.DynType),
 		cel.Variable("type", cel.StringType),
 		cel.Variable("customer", cel.StringType),
@@ -144,12 +162,47 @@ func (f *Filter) Match(ctx context.Context, in Input) (bool, error) {
 	return b, nil
 }
 
+// boundedMatches is matches(), as a member and a global function, over
+// strings of at most MaxRegexInput bytes. Patterns are literals
+// (checkRegexes), compiled once each.
+func boundedMatches() cel.EnvOption {
+	var compiled sync.Map // pattern → *regexp.Regexp
+	match := func(s, pattern ref.Val) ref.Val {
+		str, ok := s.(types.String)
+		pat, ok2 := pattern.(types.String)
+		if !ok || !ok2 {
+			return types.MaybeNoSuchOverloadErr(s)
+		}
+		if len(str) > MaxRegexInput {
+			return types.NewErr("matches: the string is %d bytes; a filter's regex reads at most %d", len(str), MaxRegexInput)
+		}
+		re, found := compiled.Load(string(pat))
+		if !found {
+			r, err := regexp.Compile(string(pat))
+			if err != nil {
+				return types.NewErr("matches: %v", err)
+			}
+			re, _ = compiled.LoadOrStore(string(pat), r)
+		}
+		return types.Bool(re.(*regexp.Regexp).MatchString(string(str)))
+	}
+	return cel.Function(overloads.Matches,
+		cel.MemberOverload("rivora_string_matches_bounded", []*cel.Type{cel.StringType, cel.StringType}, cel.BoolType, cel.BinaryBinding(match)),
+		cel.Overload("rivora_matches_bounded", []*cel.Type{cel.StringType, cel.StringType}, cel.BoolType, cel.BinaryBinding(match)),
+	)
+}
+
 // checkRegexes refuses a regex that is not a literal (a pattern from the
 // event's data is compiled for every event, and may be one that takes
-// seconds) and a literal one whose program is past MaxRegexInstructions.
+// seconds), a literal one whose program is past MaxRegexInstructions,
+// and more than MaxRegexCalls of them.
 func checkRegexes(ast *cel.Ast) error {
 	nav := celast.NavigateAST(ast.NativeRep())
-	for _, call := range celast.MatchDescendants(nav, celast.FunctionMatcher("matches")) {
+	calls := celast.MatchDescendants(nav, celast.FunctionMatcher(overloads.Matches))
+	if len(calls) > MaxRegexCalls {
+		return fmt.Errorf("filter: %d matches() calls; the limit is %d (join the patterns into one, a|b)", len(calls), MaxRegexCalls)
+	}
+	for _, call := range calls {
 		args := call.AsCall().Args()
 		pattern := args[len(args)-1]
 		if pattern.Kind() != celast.LiteralKind {

@@ -101,7 +101,9 @@ func TestFilterRefused(t *testing.T) {
 		`matches(lane, type)`:               "literal pattern",
 		`data.s.matches("a{1000}a{1000}b")`: "instructions",
 		`data.s.matches("^ord_[0-9]+$")`:    "",
-		`data.at < timestamp("yesterday")`:  "invalid timestamp",
+		`data.s.matches("a{600}b")`:         "instructions",
+		strings.Repeat(`lane.matches("a") || `, MaxRegexCalls) + `lane.matches("b")`: "matches() calls",
+		`data.at < timestamp("yesterday")`:                                           "invalid timestamp",
 	} {
 		_, err := CompileFilter(src)
 		switch {
@@ -148,6 +150,25 @@ func TestFilterStopsWhenItsContextEnds(t *testing.T) {
 	defer cancel()
 	if ok, err := f.Match(ctx, small); !ok || err != nil {
 		t.Fatalf("Match of two items within the event's budget = %v, %v; want a match", ok, err)
+	}
+}
+
+// matches() reads strings of at most MaxRegexInput bytes, in either form:
+// a longer one is an error (counted, not a missing field) and no match,
+// whatever the pattern, so no regex runs over a payload-sized string.
+func TestFilterRegexReadsBoundedStrings(t *testing.T) {
+	for _, src := range []string{`data.s.matches("^ord_[0-9]+$")`, `matches(data.s, "^ord_[0-9]+$")`} {
+		f, err := CompileFilter(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := f.Match(context.Background(), Input{Data: map[string]any{"s": "ord_42"}}); !ok || err != nil {
+			t.Fatalf("%s on ord_42 = %v, %v; want a match", src, ok, err)
+		}
+		long := "ord_" + strings.Repeat("1", MaxRegexInput)
+		if ok, err := f.Match(context.Background(), Input{Data: map[string]any{"s": long}}); ok || err == nil || MissingField(err) || !strings.Contains(err.Error(), "at most") {
+			t.Fatalf("%s on a %d-byte string = %v, %v; want no match and the bound's error", src, len(long), ok, err)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"mime"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,7 +103,7 @@ func (g *Gateway) prepareRouted(ctx context.Context, base *rivorav1.Event, key, 
 func (g *Gateway) subscriptionsOf(ctx context.Context, r *routed) ([]*subscriptions.Subscription, error) {
 	customer := r.base.GetCustomerId()
 	if r.test == "" {
-		return g.match(ctx, r.base), nil
+		return g.match(ctx, r.base)
 	}
 	if err := lanes.ValidateID("subscription_id", r.test); err != nil {
 		return nil, err
@@ -116,25 +117,46 @@ func (g *Gateway) subscriptionsOf(ctx context.Context, r *routed) ([]*subscripti
 }
 
 // match lists the customer's subscriptions the event matches. The
-// event's JSON is decoded at most once, and only when a subscription whose
-// types match has a filter.
-func (g *Gateway) match(ctx context.Context, ev *rivorav1.Event) []*subscriptions.Subscription {
-	ctx, cancel := routing.FilterContext(ctx)
-	defer cancel()
-	var input *routing.Input
-	lazy := func() routing.Input {
-		if input == nil {
-			input = &routing.Input{Data: jsonData(ev), Type: ev.GetType(), Customer: ev.GetCustomerId(), Lane: ev.GetLaneKey()}
-		}
-		return *input
+// event's JSON is decoded once, and only when a subscription whose types
+// match has a filter; the filters' shared budget
+// (routing.EventFilterBudget) starts after it. A filter the budget ends
+// before it answered refuses the publish: storing the event without the
+// deliveries of the filters not run would drop them without a word.
+func (g *Gateway) match(ctx context.Context, ev *rivorav1.Event) ([]*subscriptions.Subscription, error) {
+	subs := g.subs.ForCustomer(ev.GetCustomerId())
+	filtered := slices.ContainsFunc(subs, func(s *subscriptions.Subscription) bool {
+		return s.Filter != nil && routing.TypeMatches(s.Types, ev.GetType())
+	})
+	var input routing.Input
+	filterCtx := ctx
+	if filtered {
+		input = routing.Input{Data: jsonData(ev), Type: ev.GetType(), Customer: ev.GetCustomerId(), Lane: ev.GetLaneKey()}
+		var cancel context.CancelFunc
+		filterCtx, cancel = routing.FilterContext(ctx)
+		defer cancel()
 	}
+	in := func() routing.Input { return input }
 	var out []*subscriptions.Subscription
-	for _, s := range g.subs.ForCustomer(ev.GetCustomerId()) {
-		if s.Matches(ctx, ev.GetType(), lazy) {
+	for _, s := range subs {
+		ok, err := s.Matches(filterCtx, ev.GetType(), in)
+		if err != nil {
+			return nil, filterBudgetError(ctx, s.ID, err)
+		}
+		if ok {
 			out = append(out, s)
 		}
 	}
-	return out
+	return out, nil
+}
+
+// filterBudgetError is the publish's answer when the filters could not
+// all answer: its caller gone (ctx ended), or the event's filter budget
+// spent before subscription's filter answered.
+func filterBudgetError(ctx context.Context, subscription string, err error) error {
+	if ctx.Err() != nil {
+		return errkind.Errorf(errkind.Canceled, "routing the event to its subscriptions: %w", ctx.Err())
+	}
+	return errkind.Errorf(errkind.Invalid, "subscription %s's filter had not answered when this event's filters had used the %s they share (%v): nothing was stored; make that filter cheaper (iterate less over the data) or send less data", subscription, routing.EventFilterBudget, err)
 }
 
 // jsonData is the event's payload decoded for a filter: nil when it is

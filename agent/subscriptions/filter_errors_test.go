@@ -3,6 +3,7 @@ package subscriptions
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,7 +36,7 @@ func TestFilterFailuresAreCountedPerSubscription(t *testing.T) {
 	before := [2]float64{testutil.ToFloat64(broken), testutil.ToFloat64(picky)}
 	for _, id := range []string{"sub_broken", "sub_picky"} {
 		s, _ := table.Get(id)
-		if s.Matches(context.Background(), "order.created", input) {
+		if matches(s, "order.created", input) {
 			t.Errorf("%s matched an event its filter cannot take", id)
 		}
 	}
@@ -65,7 +66,7 @@ func TestFilterFailureSeriesLeaveWithTheirSubscription(t *testing.T) {
 	}
 	for _, id := range []string{"sub_gone1", "sub_gone2", "sub_stays"} {
 		s, _ := table.Get(id)
-		s.Matches(context.Background(), "order.created", func() routing.Input { return routing.Input{Data: data, Type: "order.created", Customer: "acme"} })
+		matches(s, "order.created", func() routing.Input { return routing.Input{Data: data, Type: "order.created", Customer: "acme"} })
 	}
 	series := func() map[string]bool {
 		t.Helper()
@@ -96,8 +97,36 @@ func TestFilterFailureSeriesLeaveWithTheirSubscription(t *testing.T) {
 	}
 	// A reader that took the deleted subscription before the delete
 	// does not bring its series back.
-	stale.Matches(context.Background(), "order.created", func() routing.Input { return routing.Input{Data: data, Type: "order.created", Customer: "acme"} })
+	matches(stale, "order.created", func() routing.Input { return routing.Input{Data: data, Type: "order.created", Customer: "acme"} })
 	if s := series(); s["sub_gone1"] {
 		t.Fatalf("a stale reader brought back the deleted subscription's series: %v", s)
+	}
+}
+
+// A filter its context ended before (the event's filter budget spent, or
+// its publisher gone) answers an error, not "no": the publish is refused
+// rather than stored without that delivery, and the filter is not counted
+// as failing.
+func TestAFilterNotRunIsNotAnAnswer(t *testing.T) {
+	table := NewTable()
+	if err := table.Replace([]*rivorav1.Subscription{{Id: "sub_late", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.amount > 1`}}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := table.Get("sub_late")
+	counter := filterErrors.WithLabelValues("sub_late")
+	before := testutil.ToFloat64(counter)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	input := func() routing.Input {
+		return routing.Input{Data: map[string]any{"amount": float64(5)}, Type: "order.created"}
+	}
+	if ok, err := s.Matches(ctx, "order.created", input); ok || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Matches with an ended context = %v, %v; want no answer (the context's end)", ok, err)
+	}
+	if got := testutil.ToFloat64(counter) - before; got != 0 {
+		t.Fatalf("a filter not run counted %v failures, want 0", got)
+	}
+	if !matches(s, "order.created", input) {
+		t.Fatal("with time to run, the filter does not match amount 5 > 1")
 	}
 }

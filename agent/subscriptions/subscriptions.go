@@ -60,19 +60,25 @@ func (s *Subscription) PausedBetween(from, to time.Time) time.Duration {
 
 // Matches tells whether an event of the subscription's customer matches
 // its types and filter, the filter run within ctx (routing.FilterContext).
-// input is called only when the filter needs it.
-func (s *Subscription) Matches(ctx context.Context, typ string, input func() routing.Input) bool {
+// input is called only when the filter needs it. err is set only when ctx
+// ended before the filter could answer (the event's filter budget spent,
+// or its publisher gone): the answer is then unknown, not "no", and not
+// a filter error.
+func (s *Subscription) Matches(ctx context.Context, typ string, input func() routing.Input) (bool, error) {
 	if !routing.TypeMatches(s.Types, typ) {
-		return false
+		return false, nil
 	}
 	if s.Filter == nil {
-		return true
+		return true, nil
 	}
 	ok, err := s.Filter.Match(ctx, input())
+	if err != nil && ctx.Err() != nil {
+		return false, ctx.Err()
+	}
 	if err != nil && !routing.MissingField(err) && !s.removed.Load() {
 		filterErrors.WithLabelValues(s.ID).Inc()
 	}
-	return ok
+	return ok, nil
 }
 
 // filterErrors counts, per subscription, events its filter failed on for

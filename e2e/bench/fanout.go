@@ -323,7 +323,7 @@ func matchCost(size int) (byType, withFilter float64) {
 				}
 				n := 0
 				for _, s := range t.ForCustomer(customers[i%len(customers)]) {
-					if s.Matches(context.Background(), "order.created", input) {
+					if ok, _ := s.Matches(context.Background(), "order.created", input); ok {
 						n++
 					}
 				}
