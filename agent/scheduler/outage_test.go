@@ -482,3 +482,58 @@ func TestOneCustomersFailuresKeepASharedBudget(t *testing.T) {
 	}
 	checkInvariants(t, s)
 }
+
+// What is not one customer's alone on a shared destination: timeouts
+// after the partner stopped answering everyone (the other customer's
+// last success came before), and a 429 (the partner's word on the whole
+// destination). Both cut the budget as on any destination, and the
+// timeouts are not charged to the events.
+func TestASharedDestinationsOutageIsNotOneCustomers(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		status int
+		after  time.Duration // from the other customer's last success to the failures
+	}{
+		{"timeouts after the partner stopped answering", 0, 10 * time.Second},
+		{"a 429 right after another customer's success", 429, 100 * time.Millisecond},
+	} {
+		s, clk := newSched()
+		s.SetLimits("shared", 0, outageLimits)
+		const failing = 5
+		for i := range failing {
+			appendTo(s, 0, lid("shared", "acme", fmt.Sprint("l", i)), ev(uint64(i+1)))
+		}
+		appendTo(s, 0, lid("shared", "beta", "ok"), ev(50))
+		var acme []*Attempt
+		for {
+			a, _ := step(s)
+			if a == nil {
+				break
+			}
+			if a.Lane.ID.Customer == "beta" {
+				clk.Advance(10 * time.Millisecond)
+				s.Observe(a, 200, false, 0, "")
+				s.Succeeded(a)
+				continue
+			}
+			acme = append(acme, a)
+		}
+		clk.Advance(c.after)
+		charged := 0
+		for _, a := range acme {
+			if s.Observe(a, c.status, true, 0, "fails").OtherwiseHealthy {
+				charged++
+			}
+			h := a.Head
+			h.LastAttemptAt, h.NotBefore = clk.Now(), clk.Now().Add(time.Minute)
+			s.Retry(a, h)
+		}
+		snap := s.Snapshot("shared")[0]
+		if snap.CurrentRate >= snap.ConfiguredRate {
+			t.Errorf("%s: rate %v of %v, want the budget cut", c.name, snap.CurrentRate, snap.ConfiguredRate)
+		}
+		if c.status == 0 && charged > 1 {
+			t.Errorf("%s: %d of %d charged to their events, want at most the first", c.name, charged, failing)
+		}
+	}
+}

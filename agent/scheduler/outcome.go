@@ -65,7 +65,9 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 			released = true
 		}
 	case destinationFault:
-		ownFault = s.onlyItsCustomers(a)
+		// A 429 or a Retry-After is the partner's word on the whole
+		// destination: it always reaches the budget.
+		ownFault = status != http.StatusTooManyRequests && retryAfter == 0 && s.onlyItsCustomers(a)
 		d.faults.add(a.Lane, now)
 		d.customerFaults.add(customer, now)
 		if ownFault {
@@ -162,17 +164,23 @@ func lookback(a *Attempt) (since time.Time, ok bool) {
 }
 
 // onlyItsCustomers reports whether a failure of a that is the
-// destination's is its customer's alone: since the head's previous
-// attempt (as for otherwiseHealthy), another customer's attempt went
-// through and none of another customer's failed. A destination shared by
-// customers then keeps its budget for the others: one customer's flood of
-// failing events, over as many lanes as it likes, costs only that
-// customer. A destination serving one customer (or one down for all) is
-// never so: its failures cut its budget as before. s.mu is held.
+// destination's is its customer's alone: while a was out, and within the
+// last FirstAttemptLookback, another customer's attempt went through, and
+// since the head's previous attempt (as for otherwiseHealthy) none of
+// another customer's failed. A destination shared by customers then keeps
+// its budget for the others: one customer's flood of failing events, over
+// as many lanes as it likes, costs only that customer. A destination
+// serving one customer, or one that stopped answering everyone (no
+// success in the second before a's timeout), is never so: its failures
+// cut its budget as before. s.mu is held.
 func (s *Scheduler) onlyItsCustomers(a *Attempt) bool {
 	d, customer := a.Lane.dest, a.Lane.ID.Customer
 	since, ok := lookback(a)
-	return ok && d.customerSuccesses.otherSince(customer, since) && !d.customerFaults.otherSince(customer, since)
+	answered := a.StartedAt
+	if recent := s.clock.Now().Add(-FirstAttemptLookback); recent.After(answered) {
+		answered = recent
+	}
+	return ok && d.customerSuccesses.otherSince(customer, answered) && !d.customerFaults.otherSince(customer, since)
 }
 
 // FirstAttemptLookback is how far back otherwiseHealthy looks for a
