@@ -242,13 +242,18 @@ func (b *Budget) Succeeded(now time.Time) (recovered bool) {
 			b.lastRaise = now
 			return false
 		}
-		// The climb is per clean second since the last raise: up to
-		// sparseClimbMax of them when nothing failed in the last second,
-		// so a destination with a success every few seconds climbs back
-		// as fast in time as a busy one (at 1 s per success it stayed
-		// degraded for minutes after its incident).
-		elapsed := math.Min(now.Sub(b.lastRaise).Seconds(), sparseClimbMax.Seconds())
-		if b.failures.rate(now) > 0 {
+		// The climb is per clean second since the last raise or cut,
+		// whichever came later: up to sparseClimbMax of them when no
+		// failure came in the last second, so a destination with a
+		// success every few seconds climbs back as fast in time as a busy
+		// one (at 1 s per success it stayed degraded for minutes after
+		// its incident), and never more than the time since its cut.
+		from := b.lastRaise
+		if b.lastCut.After(from) {
+			from = b.lastCut
+		}
+		elapsed := math.Min(now.Sub(from).Seconds(), sparseClimbMax.Seconds())
+		if now.Sub(b.lastFailure.At) < time.Second {
 			elapsed = math.Min(elapsed, 1)
 		}
 		b.lastRaise = now

@@ -210,3 +210,16 @@ func TestLastFailureKeepsTheNewestCause(t *testing.T) {
 		t.Fatalf("last transition's cause = %q, want the first failure's", tr[len(tr)-1].Cause)
 	}
 }
+
+// A success counts only the clean time since the last cut: one success
+// right after a 429's cut does not undo it.
+func TestOneSuccessDoesNotUndoACut(t *testing.T) {
+	b := budget.NewBudget(50, 50, budget.DefaultAIMD(), at(0))
+	b.Succeeded(at(8000)) // healthy, raises nothing
+	b.Throttled(at(9000), 0, "HTTP 429")
+	cut := b.Rate()
+	b.Succeeded(at(10_000)) // one clean second after the cut
+	if got, want := b.Rate(), cut+0.05*50; got > want+1e-9 || b.State() == budget.Healthy {
+		t.Fatalf("after a 429's cut to %v and one success a second later: %s at %v, want at most %v (one second's climb)", cut, b.State(), got, want)
+	}
+}
