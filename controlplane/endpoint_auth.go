@@ -295,7 +295,10 @@ func (cp *ControlPlane) updateClientCertificate(d *rivorav1.Destination, m *rivo
 // longer, and one who wants the new one proven ends the fallback at once.
 func (cp *ControlPlane) changeCertificateOverlap(d *rivorav1.Destination, g *durationpb.Duration) ([]string, error) {
 	prev := d.GetPreviousClientCertificate()
-	if prev == nil {
+	now := cp.now()
+	if prev == nil || (prev.GetOverlapUntil() != nil && !now.Before(prev.GetOverlapUntil().AsTime())) {
+		// An overlap that ended is not revived: the replaced certificate
+		// may have been replaced because it leaked.
 		return nil, errorf(ErrInvalid, "client certificate overlap: destination %q has no replaced certificate in its overlap; the overlap goes with a new --client-cert and --client-key", d.GetId())
 	}
 	overlap, err := certificateOverlap(g)
@@ -306,7 +309,10 @@ func (cp *ControlPlane) changeCertificateOverlap(d *rivorav1.Destination, g *dur
 		d.PreviousClientCertificate = nil
 		return []string{fmt.Sprintf("previous client certificate %s dropped: its overlap ended early", prev.GetFingerprint())}, nil
 	}
-	until := cp.now().Add(overlap)
+	until := now.Add(overlap)
+	if na := prev.GetNotAfter(); na != nil && na.AsTime().Before(until) {
+		until = na.AsTime() // no fallback past its own expiry
+	}
 	prev.OverlapUntil = timestamppb.New(until)
 	return []string{fmt.Sprintf("previous client certificate %s stays the handshake fallback until %s", prev.GetFingerprint(), until.UTC().Format(time.RFC3339))}, nil
 }

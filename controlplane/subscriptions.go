@@ -415,7 +415,7 @@ func (cp *ControlPlane) updateSubscription(m *rivorav1.UpdateSubscriptionRequest
 			return "", err
 		}
 		s.Types, s.Filter, s.Description = types, filter, description
-		if err := sharedRouting(d, sc, m.Path != nil || m.Url != nil || len(m.GetSetHeaders()) > 0); err != nil {
+		if err := sharedRouting(d, sc, m.Path != nil || m.Url != nil || len(m.GetSetHeaders()) > 0 || len(m.GetRemoveHeaders()) > 0); err != nil {
 			return "", err
 		}
 		if m.Path != nil || m.Url != nil {

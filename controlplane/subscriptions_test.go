@@ -644,8 +644,9 @@ func TestACustomerCannotRouteOnASharedDestination(t *testing.T) {
 	}
 	plain := d.subscribe(c1, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"order.*"}})
 	for name, req := range map[string]*rivorav1.UpdateSubscriptionRequest{
-		"path":   {Id: plain.GetId(), Path: new("/in/c2")},
-		"header": {Id: plain.GetId(), SetHeaders: []*rivorav1.Header{hdr("X-Tenant", "c2")}},
+		"path":           {Id: plain.GetId(), Path: new("/in/c2")},
+		"header":         {Id: plain.GetId(), SetHeaders: []*rivorav1.Header{hdr("X-Tenant", "c2")}},
+		"header removal": {Id: plain.GetId(), RemoveHeaders: []string{"X-Tenant"}},
 	} {
 		_, err := d.subs(c1).UpdateSubscription(ctx, connect.NewRequest(req))
 		wantCode(t, "c1 updates its shared subscription's "+name, err, connect.CodePermissionDenied, "shared")

@@ -25,14 +25,6 @@ type Observation struct {
 	OtherwiseHealthy bool
 }
 
-// Observe feeds one attempt's result into its destination's budget:
-// status is the HTTP status (0: no response); destinationFault marks
-// failures that are the destination's (429, any 5xx, 408/409/425,
-// timeouts, connection errors) as opposed to the event's (another 4xx, a
-// request never sent). Call it before Settle. When the destination
-// recovers, lanes held back only by its failures become due at once,
-// paced by the budget. It answers, in the same call, whether the
-// destination is otherwise healthy after this result.
 // NoteCertificateRefused records that the partner refused the
 // destination's new client certificate in a's handshake, so the attempt
 // went with the replaced one (the fallback of a rotation's overlap):
@@ -43,6 +35,14 @@ func (s *Scheduler) NoteCertificateRefused(a *Attempt) {
 	a.Lane.dest.certRefusedAt = s.clock.Now()
 }
 
+// Observe feeds one attempt's result into its destination's budget:
+// status is the HTTP status (0: no response); destinationFault marks
+// failures that are the destination's (429, any 5xx, 408/409/425,
+// timeouts, connection errors) as opposed to the event's (another 4xx, a
+// request never sent). Call it before Settle. When the destination
+// recovers, lanes held back only by its failures become due at once,
+// paced by the budget. It answers, in the same call, whether the
+// destination is otherwise healthy after this result.
 func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retryAfter time.Duration, cause string) Observation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
