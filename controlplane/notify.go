@@ -38,9 +38,10 @@ import (
 // (dead letters) too, after each destination's notice mark (the newest
 // dead letter an accepted notice covered, noticemarks.go); health is
 // polled afresh (a parked episode is keyed by the agent's transition
-// time). The audit's notices are re-derived only after the newest one
-// ingest accepted (its time is kept with the marks, auditMark), so a
-// clean restart repeats none. Re-derived notices carry the same
+// time). The audit's notices are re-derived only past the config version
+// up to which ingest accepted them all (auditMark), so a clean restart
+// repeats none; one dropped from a full queue is not derived again once
+// later ones were accepted (the drop is logged). Re-derived notices carry the same
 // idempotency key where the trigger is the same, so within the dedup
 // window they are stored once; beyond it an operator may get a notice
 // twice (a health episode's, or one accepted just before a crash).
@@ -205,28 +206,34 @@ func (n *notifier) start() error {
 	n.mu.Unlock()
 	now := n.cp.now()
 	n.scan = notices.NewScan(now.Add(-noticeLookback), archiveSlack, fullScanEvery)
-	since := now.Add(-noticeLookback)
-	if through, ok := marked[auditMark]; ok && !through.Before(since) {
-		since = through.Add(time.Nanosecond)
-	}
-	n.rederiveFromAudit(since)
+	n.rederiveFromAudit(now.Add(-noticeLookback), auditVersion(marked))
 	return nil
 }
 
 // auditMark is the marks' key (no destination id can be it) of the
-// newest audit entry whose notice ingest accepted.
-const auditMark = "*audit"
+// audit's notices: the config version up to which every audited change's
+// notice was accepted by ingest. The marks hold times; this one holds
+// that version as nanoseconds since the epoch (auditVersion).
+const auditMark = "*audit-version"
+
+// auditVersion is the audit mark's version (0: none).
+func auditVersion(marks map[string]time.Time) uint64 {
+	if t, ok := marks[auditMark]; ok && t.UnixNano() > 0 {
+		return uint64(t.UnixNano())
+	}
+	return 0
+}
 
 // rederiveFromAudit queues the notices of audited changes at or after
-// since.
-func (n *notifier) rederiveFromAudit(since time.Time) {
+// since whose config version is past through (the audit mark).
+func (n *notifier) rederiveFromAudit(since time.Time, through uint64) {
 	entries, err := n.cp.audit.List(1000, "")
 	if err != nil {
 		n.cp.log.Warn("operator notices: read the audit log to re-derive notices", "error", err)
 		return
 	}
 	for _, e := range entries {
-		if e.GetAt().AsTime().Before(since) || e.GetDestinationId() == notices.DestinationID {
+		if e.GetAt().AsTime().Before(since) || e.GetVersion() <= through || e.GetDestinationId() == notices.DestinationID {
 			continue
 		}
 		switch {
@@ -381,7 +388,18 @@ func (n *notifier) advance(nt notices.Notice) {
 	switch nt.Type {
 	case notices.DeadLetterCreated:
 	case notices.OverrideExpired, notices.DestinationDisabled:
-		key, through = auditMark, nt.At // re-derived from the audit log
+		// Up to this one's version, but short of any audit notice still
+		// queued: notices do not reach the queue in version order (an
+		// expiry and a 410 race), and one queued must be re-derived.
+		version := nt.AuditVersion
+		n.mu.Lock()
+		for _, q := range n.queue {
+			if q.AuditVersion > 0 && q.AuditVersion <= version {
+				version = q.AuditVersion - 1
+			}
+		}
+		n.mu.Unlock()
+		key, through = auditMark, time.Unix(0, int64(version)).UTC()
 	default:
 		return
 	}

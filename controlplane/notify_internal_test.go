@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/controlplane/notices"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -73,5 +74,30 @@ func TestRestartedNotifierRepeatsNoAcceptedAuditNotice(t *testing.T) {
 	}
 	if len(second.queue) != 1 || second.queue[0].DestinationID != "billing" {
 		t.Fatalf("after a restart the notifier queued %+v, want only billing's (orders' was accepted)", second.queue)
+	}
+}
+
+// Audit notices reach the queue out of version order (an override expiry
+// and a 410 race): the mark stops short of any still queued, which a
+// restart must derive again.
+func TestAuditMarkStopsShortOfAQueuedNotice(t *testing.T) {
+	cp, err := New(Config{StateDir: t.TempDir(), Keys: testKeys(t)}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newNotifier(cp, "https://ops.example.com/hook", "", 0)
+	now := time.Now()
+	n.enqueue(notices.Expired("y", 11, now), notices.Disabled("x", "partner answered 410 Gone", 10, now))
+	y, _ := n.head()
+	n.pop()
+	n.advance(y)
+	if got := auditVersion(n.marked); got != 9 {
+		t.Fatalf("audit mark after accepting version 11 with 10 queued = %d, want 9", got)
+	}
+	x, _ := n.head()
+	n.pop()
+	n.advance(x)
+	if got := auditVersion(n.marked); got != 10 {
+		t.Fatalf("audit mark after accepting version 10 too = %d, want 10 (it does not go back, nor past what was accepted in order)", got)
 	}
 }

@@ -77,6 +77,9 @@ type Notice struct {
 	Key string `json:"-"`
 	// Through is, for deadletter.created, the newest dead_at it covers.
 	Through time.Time `json:"-"`
+	// AuditVersion is, for a notice of an audited change (disabled,
+	// expired), the config version of that change.
+	AuditVersion uint64 `json:"-"`
 }
 
 // Payload is the notice's webhook body (JSON, times in RFC 3339).
@@ -106,7 +109,7 @@ func Disabled(destination, reason string, version uint64, at time.Time) Notice {
 	return Notice{
 		Type: DestinationDisabled, DestinationID: destination, At: at, Reason: reason,
 		Message: fmt.Sprintf("destination %s was disabled: %s; nothing is delivered to it until `rivoractl destinations resume %s`", destination, reason, destination),
-		Key:     key(DestinationDisabled, destination, version),
+		Key:     key(DestinationDisabled, destination, version), AuditVersion: version,
 	}
 }
 
@@ -116,7 +119,7 @@ func Expired(destination string, version uint64, at time.Time) Notice {
 	return Notice{
 		Type: OverrideExpired, DestinationID: destination, At: at,
 		Message: fmt.Sprintf("the limits override of destination %s expired; the limits file and the destination's settings apply again (`rivoractl limits get %s`)", destination, destination),
-		Key:     key(OverrideExpired, destination, version),
+		Key:     key(OverrideExpired, destination, version), AuditVersion: version,
 	}
 }
 
