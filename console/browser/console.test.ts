@@ -390,7 +390,10 @@ describe("console in Chromium against rivora dev", () => {
     await page.getByLabel("Token").fill(dev.token);
     await page.getByRole("button", { name: "Sign in" }).click();
     await page.getByTestId("who").waitFor();
-    await page.goto(`${dev.url}/console/#/destination/quiet`);
+    // A client certificate goes with an https URL: a destination of its own
+    // (nothing is published to it).
+    await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "create", "bank", "--url", "https://127.0.0.1:9/hook");
+    await page.goto(`${dev.url}/console/#/destination/bank`);
     await page.getByTestId("endpoint-auth").getByText("Signature only").waitFor();
     await page.locator('input[name="oauth2-token-url"]').fill("http://127.0.0.1:9/token");
     await page.locator('input[name="oauth2-client-id"]').fill("console-client");
@@ -407,7 +410,7 @@ describe("console in Chromium against rivora dev", () => {
     expect(shown).toMatch(/Client key\s*sha256:[0-9a-f]{16}/);
     expect(await page.content()).not.toContain(secret);
     expect(await page.content()).not.toContain(keyLine);
-    const got = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "get", "quiet", "-o", "json")) as {
+    const got = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "get", "bank", "-o", "json")) as {
       destination: { oauth2?: { clientId?: string; clientSecret?: string; scopes?: string[] }; clientCertificate?: { subject?: string; keyPem?: string } };
     };
     expect(got.destination.oauth2).toMatchObject({ clientId: "console-client", scopes: ["hooks", "read"] });
@@ -439,11 +442,13 @@ describe("console in Chromium against rivora dev", () => {
     const signingKey = "whsk_AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyB5tVYuj+ZU+UB4sRLoqYunkB+FOuaVvtfg45ELrQSWZA==";
     const publicKey = "whpk_ebVWLo/mVPlAeLES6KmLp5AfhTrmlb7X4OORC60ElmQ=";
     const legacySecret = "console-legacy-secret-8c2f";
-    await page.goto(`${dev.url}/console/#/destination/quiet`);
-    // The OAuth2 token URL set above answers nothing: remove it (and the certificate) so deliveries reach quiet.
+    // bank's OAuth2 and certificate go: the page removes them.
+    await page.goto(`${dev.url}/console/#/destination/bank`);
     await page.getByRole("button", { name: "Remove OAuth2", exact: true }).click();
-    await page.getByText("OAuth2 credentials of quiet removed.").waitFor({ timeout: 10_000 });
+    await page.getByText("OAuth2 credentials of bank removed.").waitFor({ timeout: 10_000 });
     await page.getByRole("button", { name: "Remove certificate", exact: true }).click();
+    await page.getByTestId("endpoint-auth").getByText("Signature only").waitFor({ timeout: 10_000 });
+    await page.goto(`${dev.url}/console/#/destination/quiet`);
     await page.getByTestId("endpoint-auth").getByText("Signature only").waitFor({ timeout: 10_000 });
     await page.getByTestId("signing").getByText(/^whpk_/).waitFor();
     await page.locator('input[name="signing-key"]').fill("sk_not-a-key");

@@ -59,6 +59,8 @@ export function formatShare(s: number): string {
 export function formatDuration(seconds: number | undefined): string {
   if (seconds === undefined) return "never";
   if (!Number.isFinite(seconds)) return "never";
+  // Under a second, milliseconds (a try's "41ms", not "0s"; as rivoractl).
+  if (seconds > 0 && seconds < 0.9995) return seconds < 0.001 ? "<1ms" : `${Math.round(seconds * 1000)}ms`;
   let s = Math.max(0, Math.round(seconds));
   if (s < 60) return `${s}s`;
   const d = Math.floor(s / 86400);
@@ -216,7 +218,11 @@ export function counted(n: number | bigint, noun: string): string {
 
 // A command-line hint in a server message: a backticked `rivoractl …`
 // (or a bare "see rivoractl …"), with the words that lead to it.
-const cliHint = /\s*(?:[;:,]\s*)?\(?(?:(?:see|resume it with|change it with)\s+)?(?:`rivoractl [^`]*`|rivoractl [a-z -]+[a-z])\)?/g;
+// A bare one runs to the end of its parenthesis or clause: ids in it
+// have digits and dashes ("see rivoractl lanes list --destination b-500").
+// A parenthesis goes with the hint only when the hint opened it.
+const hintBody = "(?:(?:see|resume it with|change it with)\\s+)?(?:`rivoractl [^`]*`|rivoractl [a-z][^);\\n]*[^);\\n\\s.])";
+const cliHint = new RegExp(`\\s*\\(${hintBody}\\)|\\s*(?:[;:,]\\s*)?${hintBody}`, "g");
 
 /**
  * withoutCliHints is a server message without its command-line hints

@@ -59,6 +59,8 @@ describe("formatting", () => {
   it("durations", () => {
     expect(formatDuration(undefined)).toBe("never");
     expect(formatDuration(0)).toBe("0s");
+    expect(formatDuration(0.0414)).toBe("41ms");
+    expect(formatDuration(0.0000414)).toBe("<1ms");
     expect(formatDuration(44.6)).toBe("45s");
     expect(formatDuration(200)).toBe("3m 20s");
     expect(formatDuration(180)).toBe("3m");
@@ -160,6 +162,7 @@ describe("withoutCliHints", () => {
       ['subscription "s1" is already paused; resume it with `rivoractl subscriptions resume s1`', 'subscription "s1" is already paused'],
       ['destination "d" already exists; change it with `rivoractl destinations update d`', 'destination "d" already exists'],
       ["destination d: not found (see rivoractl destinations list)", "destination d: not found"],
+      ["lane b-500/acme/u1: lane has no pending events here (nothing pending; see rivoractl lanes list --destination billing-500)", "lane b-500/acme/u1: lane has no pending events here (nothing pending)"],
       ["delete unused ones (`rivoractl subscriptions delete ID`) or widen one's types", "delete unused ones or widen one's types"],
       ["the payload is not valid JSON", "the payload is not valid JSON"],
       [

@@ -116,7 +116,7 @@ export const deadLettersPage: Page = (main, me, args) => {
       const rows = res.deadLetters;
       replace(
         results,
-        table(`${formatCount(rows.length)} dead letters${res.truncated ? " (more matched: narrow the filter)" : ""}`, [
+        table(`${deadLetters(rows.length)}${res.truncated ? " (more matched: narrow the filter)" : ""}`, [
           { label: "Event", cell: (d) => h("button", { type: "button", class: "link", onclick: () => void show(d) }, d.event?.eventId ?? "") },
           { label: "Destination", cell: (d) => d.event?.destinationId ?? "" },
           { label: "Customer", cell: (d) => d.event?.customerId ?? "" },
@@ -226,7 +226,7 @@ export const deadLettersPage: Page = (main, me, args) => {
           return;
         }
         counted = f as DeadLetterFilter;
-        result.textContent = `${formatCount(sent)} dead letters would be replayed${skipped > 0n ? ` (${formatCount(skipped)} more match: sent by an earlier replay, or a later death of an event sent once)` : ""}.`;
+        result.textContent = `${deadLetters(sent)} would be replayed${skipped > 0n ? ` (${formatCount(skipped)} more match: sent by an earlier replay, or a later death of an event sent once)` : ""}.`;
         replayBtn.disabled = sent === 0n;
         rst.clear();
       } catch (err) {
@@ -234,6 +234,16 @@ export const deadLettersPage: Page = (main, me, args) => {
       }
     })();
   });
+  // A count holds for the filter it counted: a change of the form asks
+  // for another, so Replay never sends a filter other than the one shown.
+  const stale = (): void => {
+    if (!counted) return;
+    counted = undefined;
+    replayBtn.disabled = true;
+    result.textContent = "The filter changed: count again before replaying.";
+  };
+  form.addEventListener("input", stale);
+  form.addEventListener("change", stale);
   replayBtn.addEventListener("click", () => {
     if (!counted) return;
     replayBtn.disabled = true;
@@ -274,7 +284,7 @@ async function drawStats(box: HTMLElement, self: boolean, customer: string, choo
     replace(
       box,
       h("h2", {}, self ? "Your dead letters, per subscription" : "Dead letters per destination"),
-      table(`${formatCount(r.total)} dead letters, newest first. Choose a row to list them.`, [
+      table(`${deadLetters(r.total)}, newest first. Choose a row to list them.`, [
         ...(self ? [{ label: "Subscription", cell: (x: StatRow) => x.subscriptionId || "none (sent to the destination)" }] : []),
         { label: "Destination", cell: (x) => x.destinationId },
         { label: "Dead letters", cell: (x) => formatCount(x.count), className: "num" },
@@ -289,4 +299,9 @@ async function drawStats(box: HTMLElement, self: boolean, customer: string, choo
   } catch (err) {
     replace(box, h("p", { class: "status error", role: "alert" }, `Could not count the dead letters: ${errorText(err)}`));
   }
+}
+
+/** "1 dead letter", "2 dead letters". */
+function deadLetters(n: number | bigint): string {
+  return `${formatCount(n)} dead letter${n === 1 || n === 1n ? "" : "s"}`;
 }

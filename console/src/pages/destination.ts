@@ -105,7 +105,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     const stat = (label: string, value: string): HTMLElement => h("div", { class: "stat" }, h("span", {}, label), h("strong", {}, value));
     replace(
       head,
-      h("p", {}, h("span", { class: `state state-${state}`, "data-testid": "state" }, state), dest?.pauseReason ? ` Paused: ${dest.pauseReason}` : "", dest?.url ? h("span", { class: "muted" }, `  ${dest.url}`) : ""),
+      h("p", {}, h("span", { class: `state state-${state}`, "data-testid": "state" }, state), dest?.pauseReason ? ` ${dest.disabled ? "Disabled" : "Paused"}: ${dest.pauseReason}` : "", dest?.url ? h("span", { class: "muted" }, `  ${dest.url}`) : ""),
       h(
         "div",
         { class: "stats" },
@@ -119,9 +119,12 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
         stat("No answer (1 min)", formatShare(hh?.noAnswerShare ?? 0)),
         stat("Attempts (1 min)", formatCount(hh?.attemptsLastMinute ?? 0n)),
         stat("Oldest pending", hh?.oldestPendingAge ? formatDuration(seconds(hh.oldestPendingAge)) : "none"),
-        stat("Drain time", hh && hh.pendingEvents > 0n ? formatDuration(seconds(hh.drainTime)) : "0s"),
+        stat("Drain time", hh && hh.pendingEvents > 0n ? drainText(hh) : "0s"),
+        ...(hh?.holdUntil ? [stat("Held until (Retry-After)", when(hh.holdUntil))] : []),
         stat("Priority", classNames[dest?.priorityClass ?? 0] ?? "normal"),
-        stat("Last statuses", (hh?.lastStatuses ?? []).slice(-8).map((s) => (s === 0 ? "none" : String(s))).join(" ") || "none"),
+        // 0: no answer came (a timeout, a connection or TLS error), as
+        // rivoractl's "err"; "none" read as an idle destination.
+        stat("Last statuses", (hh?.lastStatuses ?? []).slice(-8).map((s) => (s === 0 ? "err" : String(s))).join(" ") || "none"),
       ),
       hh?.lastFailure ? h("p", { class: "muted", "data-testid": "last-failure" }, `Last failure: ${hh.lastFailure}`) : "",
     );
@@ -171,6 +174,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       lanesBody,
       table(`Longest-waiting lanes (${ls.length} of ${formatCount(matched)})`, [
         { label: "Customer", cell: (l) => l.customerId },
+        { label: "Subscription", cell: (l) => l.subscriptionId || "-" },
         { label: "Lane", cell: (l) => h("a", { href: `#/events/${encodeURIComponent(id)}/${encodeURIComponent(l.customerId)}/${encodeURIComponent(l.laneKey)}` }, l.laneKey) },
         { label: "Depth", cell: (l) => String(l.depth), className: "num" },
         { label: "Head waiting", cell: (l) => formatDuration((now - (date(l.headSince)?.getTime() ?? now)) / 1000), className: "num" },
@@ -190,7 +194,9 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       return;
     }
     try {
-      const r = await lanes.skipLaneHead({ destinationId: id, customerId: l.customerId, laneKey: l.laneKey, headEventId: l.headEventId, reason: skipReason.value.trim() });
+      // A subscription's lane is named with its subscription, as lanes
+      // list shows it: without it, the skip looked for another lane.
+      const r = await lanes.skipLaneHead({ destinationId: id, customerId: l.customerId, laneKey: l.laneKey, subscriptionId: l.subscriptionId, headEventId: l.headEventId, reason: skipReason.value.trim() });
       lst.ok(`Skipped ${r.eventId} (now a dead letter); ${r.remaining} left in the lane.`);
       p.now();
     } catch (err) {
@@ -346,7 +352,17 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     const resendBtn = h("button", { type: "button" }, "Resend");
     resendBtn.addEventListener("click", () => {
       const reason = need(evReason, "Resend");
-      if (reason && evId.value.trim()) void run("Resend", async () => (await events.resendEvent({ eventId: evId.value.trim(), reason }), `Event ${evId.value.trim()} sent again.`));
+      if (!evId.value.trim()) {
+        ast.error("Resend needs the id of the event to send again.");
+        evId.focus();
+        return;
+      }
+      // The id names the event, whatever destination it is of: say which.
+      if (reason)
+        void run("Resend", async () => {
+          const r = await events.resendEvent({ eventId: evId.value.trim(), reason });
+          return r.destinationId === id ? `Event ${r.eventId} sent again.` : `Event ${r.eventId} sent again to destination ${r.destinationId} (it is that destination's, not ${id}'s).`;
+        });
     });
 
     box.append(
@@ -375,3 +391,12 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
   const p = poll(tick);
   return () => p.stop();
 };
+
+/** The drain time, and when there is none why nothing drains (as rivoractl). */
+function drainText(hh: DestinationHealth): string {
+  if (hh.drainTime) return formatDuration(seconds(hh.drainTime));
+  if (hh.disabled) return "never: disabled (its partner answered 410 Gone)";
+  if (hh.paused) return "never: paused";
+  if (hh.state === "parked") return "never: parked, only probes go out until the partner answers";
+  return "never";
+}

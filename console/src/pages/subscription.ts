@@ -100,7 +100,16 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
       replace(actions, h("p", { class: "muted", "data-testid": "read-only" }, `Signed in as ${me.role}: read only.`));
       return;
     }
-    pauseBtn.addEventListener("click", () => void run("Pause", async () => (await subscriptions.pauseSubscription({ id, reason: pauseReason.value.trim() || "paused from the console" }), `Paused: new events are held until you resume.`)));
+    pauseBtn.addEventListener("click", () => {
+      // A reason, as on every other pause: it goes to the audit log.
+      const reason = pauseReason.value.trim();
+      if (!reason) {
+        ast.error("Pause needs a reason (it goes to the audit log).");
+        pauseReason.focus();
+        return;
+      }
+      void run("Pause", async () => (await subscriptions.pauseSubscription({ id, reason }), `Paused: new events are held until you resume.`));
+    });
     resumeBtn.addEventListener("click", () => void run("Resume", async () => (await subscriptions.resumeSubscription({ id }), `Resumed: held events drain in lane order.`)));
     replace(
       actions,

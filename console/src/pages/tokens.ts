@@ -3,7 +3,7 @@
 // the control plane keeps only its hash.
 import type { ApiToken } from "../../../sdk/typescript/src/gen/rivora/v1/tokens_pb.js";
 import { Role } from "../../../sdk/typescript/src/gen/rivora/v1/tokens_pb.js";
-import { duration, errorText, tokens, when } from "../api.js";
+import { date, duration, errorText, tokens, when } from "../api.js";
 import { field, h, replace, status, table } from "../dom.js";
 import { counted, customerList, parseDuration, roleName } from "../format.js";
 import type { Page } from "../main.js";
@@ -33,8 +33,8 @@ export const tokensPage: Page = (main, me) => {
         { label: "Customers", cell: (t) => t.customers.join(", ") || "—" },
         { label: "Created", cell: (t) => when(t.createdAt) },
         { label: "Created by", cell: (t) => t.createdBy || "bootstrap" },
-        { label: "Expires", cell: (t) => when(t.expiresAt) || "never" },
-        { label: "", cell: (t) => revokeButton(t) },
+        { label: "Expires", cell: (t) => (expired(t) ? `expired ${when(t.expiresAt)}` : when(t.expiresAt) || "never") },
+        { label: "Action", cell: (t) => (expired(t) ? "—" : revokeButton(t)) },
       ], ts, (t) => ({ "data-token": t.id }), "No token."),
     );
   }
@@ -108,3 +108,9 @@ export const tokensPage: Page = (main, me) => {
   });
   return () => p.stop();
 };
+
+/** An expired token opens nothing: it is shown so, with nothing to revoke. */
+function expired(t: ApiToken): boolean {
+  const at = date(t.expiresAt);
+  return at !== undefined && at.getTime() <= Date.now();
+}
