@@ -12,7 +12,7 @@ import { promisify } from "node:util";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventually, rpc, startDev, startPartner, type Dev, type Partner } from "../../testkit/ts/index.js";
-import { buildBinaries, rivoractl } from "./harness.js";
+import { buildBinaries, createToken, rivoractl } from "./harness.js";
 
 const artifacts = resolve(import.meta.dirname, "../test-artifacts");
 const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
@@ -347,6 +347,14 @@ describe("console in Chromium against rivora dev", () => {
     await page.getByRole("button", { name: "Search" }).waitFor();
     expect(await page.getByRole("button", { name: "Replay" }).count()).toBe(0);
     expect(await page.getByRole("button", { name: "Count" }).count()).toBe(0);
+    // An admin's page says it is not the viewer's, above the one it opens.
+    await page.goto(`${dev.url}/console/#/tokens`);
+    await page.getByText("The Tokens page is not open to a viewer's token").waitFor();
+    // A publisher's token opens no console page, and is told so (every
+    // page answered "permission denied").
+    await signInWith(await createToken(dev, "pia-publisher", "ROLE_PUBLISHER", ["acme"]));
+    await page.getByTestId("no-console").waitFor();
+    await signInWith(tokens.viewer.token); // the tests below run as the viewer
   });
 
   it("polls one health snapshot per interval, and none while the tab is hidden", async () => {

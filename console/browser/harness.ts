@@ -46,7 +46,7 @@ export async function signIn(page: Page, dev: Dev, token: string, name: string):
 }
 
 /** Creates an API token as the admin; customers scope a customer (or publisher) token. */
-export async function createToken(dev: Dev, name: string, role: "ROLE_OPERATOR" | "ROLE_VIEWER" | "ROLE_CUSTOMER", customers: string[] = []): Promise<string> {
+export async function createToken(dev: Dev, name: string, role: "ROLE_OPERATOR" | "ROLE_VIEWER" | "ROLE_CUSTOMER" | "ROLE_PUBLISHER", customers: string[] = []): Promise<string> {
   const r = await rpc<{ token: string }>(dev, dev.token, "rivora.v1.TokenService/CreateToken", { name, role, customers });
   return r.token;
 }

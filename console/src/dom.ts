@@ -24,8 +24,28 @@ export function append(el: Node, children: Child[]): void {
 }
 
 export function replace(el: Element, ...children: Child[]): void {
+  // Pages redraw every few seconds: the keyboard's place (a row's link or
+  // button) moves to its counterpart in the new content, not to the body.
+  const focused = document.activeElement;
+  const key = focused instanceof HTMLElement && focused !== el && el.contains(focused) ? focusKey(focused) : undefined;
   el.replaceChildren();
   append(el, children);
+  if (key === undefined) return;
+  for (const candidate of el.querySelectorAll<HTMLElement>("a, button, input, select, textarea")) {
+    if (focusKey(candidate) === key) {
+      candidate.focus({ preventScroll: true });
+      return;
+    }
+  }
+}
+
+// focusKey names a control by what it is and where: its tag, name, link
+// or text, and its row's data attributes (a row of a redrawn table).
+function focusKey(e: HTMLElement): string {
+  const row = e.closest("tr");
+  const rowKey = row ? Object.entries(row.dataset).map(([k, v]) => `${k}=${v}`).join("&") : "";
+  const what = e.getAttribute("name") ?? e.getAttribute("href") ?? (e.title || e.textContent) ?? "";
+  return `${e.tagName}|${what}|${rowKey}`;
 }
 
 export interface Column<T> {
@@ -55,8 +75,11 @@ export function table<T>(caption: string, columns: Column<T>[], rows: T[], rowAt
 const longCell = 48;
 
 function cellOf(className: string | undefined, content: Child): HTMLElement {
-  if (typeof content === "string" && content.length > longCell) {
-    return h("td", { class: [className, "long"].filter(Boolean).join(" "), title: content }, content);
+  // A link's text too: a 200-character lane key's link pushed the row's
+  // buttons 2,800 px to the right.
+  const text = typeof content === "string" ? content : content instanceof Element && !content.querySelector("button") ? (content.textContent ?? "") : "";
+  if (text.length > longCell) {
+    return h("td", { class: [className, "long"].filter(Boolean).join(" "), title: text }, content);
   }
   return h("td", { class: className }, content);
 }

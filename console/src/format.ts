@@ -175,9 +175,10 @@ function cmp(a: number | string, b: number | string): number {
 
 /** The noisiest destination, if any is noisy at all (some 429 or 5xx). */
 export function noisiest(rows: DestinationRow[]): string | undefined {
-  let best: DestinationRow | undefined;
-  for (const r of rows) if (noise(r) > 0 && (!best || noise(r) > noise(best))) best = r;
-  return best?.id;
+  // The first of the noise order, ties broken as the table breaks them:
+  // the mark is on the top row of "noisiest first".
+  const first = sortRows(rows, "noise", true)[0];
+  return first && noise(first) > 0 ? first.id : undefined;
 }
 
 /** What one try of an event shows (events page): its number among all the

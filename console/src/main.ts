@@ -49,6 +49,9 @@ const portalPages: PageTable = {
 /** The pages a role may open, and the one it lands on. */
 function pagesFor(m: Me): { pages: PageTable; home: string } {
   if (can(m.role, "self-serve")) return { pages: portalPages, home: "subscriptions" };
+  // A publisher's token publishes (SDKs, rivoractl publish): no page would
+  // answer it anything but "permission denied".
+  if (!can(m.role, "operate")) return { pages: { none: noConsole }, home: "none" };
   const admin = can(m.role, "admin");
   return { pages: Object.fromEntries(Object.entries(operatorPages).filter(([, v]) => admin || !v.admin)), home: "destinations" };
 }
@@ -63,6 +66,20 @@ const badAddress = {
       h("h1", {}, "Bad address"),
       h("p", { "data-testid": "bad-address" }, `“${location.hash}” is not a console address: it has a malformed %-escape.`),
       h("p", {}, h("a", { href: `#/${pagesFor(m).home}` }, "Go to the start page")),
+    );
+    return () => {};
+  }) satisfies Page,
+};
+
+// The page of a role with no console.
+const noConsole = {
+  title: "No console for this token",
+  nav: false,
+  page: ((main, m) => {
+    replace(
+      main,
+      h("h1", {}, "No console for this token"),
+      h("p", { "data-testid": "no-console" }, `${m.name} is a ${m.role}'s token: it publishes events (the SDKs, rivoractl publish) and reads its customers' events, and opens no console page. Sign out and sign in with an admin's, an operator's, a viewer's or a customer's token.`),
     );
     return () => {};
   }) satisfies Page,
@@ -100,7 +117,9 @@ function route(): void {
     h("span", { "data-testid": "who" }, `${me.name} (${me.role})`),
     h("button", { type: "button", onclick: signOut }, "Sign out"),
   );
-  const notice = takeNotice();
+  // An address of a page this role may not open says so, above the page
+  // it opens instead (a viewer's #/tokens read as the Destinations page).
+  const notice = takeNotice() || (r && name !== r.name && operatorPages[r.name] ? `The ${operatorPages[r.name]!.title} page is not open to a ${me.role}'s token: here is ${p.title}.` : "");
   replace(app, h("header", {}, h("strong", { class: "brand" }, "Rivora"), nav, who), notice ? h("p", { class: "status ok", role: "status" }, notice) : "", main);
   document.title = `${p.title} · Rivora console`;
   stop = p.page(main, me, args);

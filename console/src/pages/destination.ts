@@ -183,7 +183,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
         { label: "Last status", cell: (l) => (l.lastStatus ? String(l.lastStatus) : "") },
         { label: "Last error", cell: (l) => l.lastError },
         ...(steer ? [{ label: "Action", cell: (l: LaneSummary) => h("button", { type: "button", onclick: () => skip(l) }, "Skip head") }] : []),
-      ], ls, undefined, "No pending lane."),
+      ], ls, (l) => ({ "data-lane": `${l.customerId}/${l.laneKey}/${l.subscriptionId}` }), "No pending lane."),
     );
   }
 

@@ -78,7 +78,7 @@ export const destinationsPage: Page = (main) => {
       className: c.className,
     }));
     const t = table(
-      `${rows.length} destinations, sorted by ${key === "noise" ? "429 + 5xx share (noisiest first)" : columns.find((c) => c.key === key)?.label}. Refreshed every ${interval / 1000} s.`,
+      `${rows.length} destinations, sorted by ${key === "noise" ? "429 + 5xx + no-answer share (noisiest first)" : columns.find((c) => c.key === key)?.label}. Refreshed every ${interval / 1000} s.`,
       cols,
       sorted,
       (r) => ({ class: r.id === noisy ? "noisiest" : `row-${r.state}`, "data-id": r.id, "data-state": r.state }),
