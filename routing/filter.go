@@ -8,6 +8,7 @@ import (
 	"regexp/syntax"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/cel-go/cel"
@@ -54,6 +55,8 @@ const (
 	MaxRegexCalls        = 4
 
 	assumedListSize = 1_000
+	// maxCachedPatterns bounds the regexes matches() keeps compiled.
+	maxCachedPatterns = 10_000
 )
 
 // Input is what a filter sees of an event.
@@ -96,10 +99,25 @@ func mustEnv() *cel.Env {
 	return env
 }
 
-// CompileFilter compiles a filter: a CEL expression over data, type,
-// customer and lane that must be boolean and must not be estimated to cost
-// more than MaxFilterCost.
+// CompileFilter compiles a new filter: a CEL expression over data, type,
+// customer and lane that must be boolean, must not be estimated to cost
+// more than MaxFilterCost, and whose regexes are literals within
+// MaxRegexInstructions and MaxRegexCalls. The control plane checks a
+// filter with it when a subscription is made or changed.
 func CompileFilter(source string) (*Filter, error) {
+	return compileFilter(source, true)
+}
+
+// LoadFilter compiles a stored filter, as the agents do: what
+// CompileFilter checks but the shape of its regexes, so that a filter
+// stored before those checks existed still loads (one that failed would
+// stop the agent applying every subscription). matches() reads at most
+// MaxRegexInput bytes whatever the filter.
+func LoadFilter(source string) (*Filter, error) {
+	return compileFilter(source, false)
+}
+
+func compileFilter(source string, checkRegex bool) (*Filter, error) {
 	if len(source) > MaxFilterLen {
 		return nil, fmt.Errorf("filter is %d bytes; the limit is %d", len(source), MaxFilterLen)
 	}
@@ -117,8 +135,10 @@ func CompileFilter(source string) (*Filter, error) {
 	if est.Max > MaxFilterCost {
 		return nil, fmt.Errorf("filter may cost up to %d units per event; the limit is %d (iterate less, e.g. avoid nested comprehensions over data)", est.Max, MaxFilterCost)
 	}
-	if err := checkRegexes(ast); err != nil {
-		return nil, err
+	if checkRegex {
+		if err := checkRegexes(ast); err != nil {
+			return nil, err
+		}
 	}
 	prg, err := filterEnv.Program(ast, cel.InterruptCheckFrequency(interruptEvery))
 	if err != nil {
@@ -166,7 +186,11 @@ func (f *Filter) Match(ctx context.Context, in Input) (bool, error) {
 // strings of at most MaxRegexInput bytes. Patterns are literals
 // (checkRegexes), compiled once each.
 func boundedMatches() cel.EnvOption {
+	// compiled caches patterns, literals in filters CompileFilter made;
+	// a stored filter's pattern from the event's data is not cached past
+	// maxCachedPatterns.
 	var compiled sync.Map // pattern → *regexp.Regexp
+	var cached atomic.Int64
 	match := func(s, pattern ref.Val) ref.Val {
 		str, ok := s.(types.String)
 		pat, ok2 := pattern.(types.String)
@@ -182,7 +206,10 @@ func boundedMatches() cel.EnvOption {
 			if err != nil {
 				return types.NewErr("matches: %v", err)
 			}
-			re, _ = compiled.LoadOrStore(string(pat), r)
+			re = r
+			if cached.Add(1) <= maxCachedPatterns {
+				re, _ = compiled.LoadOrStore(string(pat), r)
+			}
 		}
 		return types.Bool(re.(*regexp.Regexp).MatchString(string(str)))
 	}

@@ -261,3 +261,25 @@ func TestCheckSchemaRefusesAReferenceCycle(t *testing.T) {
 		t.Fatalf("CheckSchema of a schema that does not compile = %v, want CompileSchema's error", err)
 	}
 }
+
+// A filter stored before the regex checks existed still loads on the
+// agents (LoadFilter): one that failed would stop the agent applying any
+// subscription. It runs within the same bounds: matches() reads at most
+// MaxRegexInput bytes.
+func TestLoadFilterTakesWhatCompileFilterNoLongerDoes(t *testing.T) {
+	const stored = `data.s.matches(data.re)`
+	if _, err := CompileFilter(stored); err == nil {
+		t.Fatalf("CompileFilter(%s) accepted a pattern from the data", stored)
+	}
+	f, err := LoadFilter(stored)
+	if err != nil {
+		t.Fatalf("LoadFilter(%s): %v", stored, err)
+	}
+	if ok, err := f.Match(context.Background(), Input{Data: map[string]any{"s": "ord_1", "re": "^ord_"}}); !ok || err != nil {
+		t.Fatalf("the stored filter = %v, %v; want a match", ok, err)
+	}
+	long := Input{Data: map[string]any{"s": strings.Repeat("a", MaxRegexInput+1), "re": "a+b"}}
+	if ok, err := f.Match(context.Background(), long); ok || err == nil {
+		t.Fatalf("the stored filter over a long string = %v, %v; want the bound's error", ok, err)
+	}
+}

@@ -243,7 +243,7 @@ func FromProto(pb *rivorav1.Subscription) (*Subscription, error) {
 		Paused:      pb.GetPaused(),
 	}
 	if f := pb.GetFilter(); f != "" {
-		filter, err := routing.CompileFilter(f)
+		filter, err := routing.LoadFilter(f)
 		if err != nil {
 			return nil, fmt.Errorf("subscription %q: %w", s.ID, err)
 		}
