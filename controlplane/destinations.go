@@ -260,7 +260,7 @@ func (cp *ControlPlane) deleteDestination(ctx context.Context, id string, who ac
 	}
 	subs := cp.store.Subscriptions(func(s *rivorav1.Subscription) bool { return s.GetDestinationId() == id })
 	if len(subs) > 0 && !force {
-		return 0, 0, errorf(ErrPrecondition, "destination %q has %d subscription(s) (%s): delete them first (`rivoractl subscriptions delete ID`), or delete the destination with --force to delete them too", id, len(subs), subscriptionIDs(subs))
+		return 0, 0, errorf(ErrPrecondition, "destination %q has %s (%s): delete them first (`rivoractl subscriptions delete ID`), or delete the destination with --force to delete them too", id, subscriptionCount(len(subs)), subscriptionIDs(subs))
 	}
 	pending, err := cp.agents.pending(ctx, id, "")
 	if err != nil {
@@ -282,7 +282,7 @@ func (cp *ControlPlane) deleteDestination(ctx context.Context, id string, who ac
 			}
 		})
 		if len(gone) > 0 && !force {
-			return "", errorf(ErrPrecondition, "destination %q has %d subscription(s) (%s), made while it was being deleted: delete them first, or delete with --force", id, len(gone), subscriptionIDs(gone))
+			return "", errorf(ErrPrecondition, "destination %q has %s (%s), made while it was being deleted: delete them first, or delete with --force", id, subscriptionCount(len(gone)), subscriptionIDs(gone))
 		}
 		for _, s := range gone {
 			tx.Subscriptions().Delete(s.GetId())
@@ -502,4 +502,12 @@ func validateURL(raw string) error {
 		return errorf(ErrInvalid, "url %q: %w", raw, err)
 	}
 	return errorf(ErrInvalid, "url %q must be an absolute http:// or https:// URL", raw)
+}
+
+// subscriptionCount is "1 subscription", "2 subscriptions".
+func subscriptionCount(n int) string {
+	if n == 1 {
+		return "1 subscription"
+	}
+	return fmt.Sprintf("%d subscriptions", n)
 }

@@ -604,7 +604,7 @@ func TestCustomerTokenScope(t *testing.T) {
 	// The owner's delete of its own destination with a subscription is
 	// refused without force, naming it.
 	_, err = d.adminAs(c1).DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "c1-own"}))
-	wantCode(t, "c1 deletes its destination with a subscription", err, connect.CodeFailedPrecondition, "1 subscription(s) (sub_", "--force")
+	wantCode(t, "c1 deletes its destination with a subscription", err, connect.CodeFailedPrecondition, "1 subscription (sub_", "--force")
 }
 
 // A customer's subscriptions are bounded.
@@ -729,7 +729,7 @@ func TestSubscriptionDeleteAndStateThroughTheAgents(t *testing.T) {
 	})
 
 	_, err = d.Admin.DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "crm"}))
-	wantCode(t, "delete a destination with a subscription", err, connect.CodeFailedPrecondition, "1 subscriptions ("+s2.GetId()+")", "--force")
+	wantCode(t, "delete a destination with a subscription", err, connect.CodeFailedPrecondition, "1 subscription ("+s2.GetId()+")", "--force")
 	f.setPending("crm", "", 2)
 	gone, err := d.Admin.DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "crm", Force: true}))
 	if err != nil || gone.Msg.GetArchived() != 2 {
