@@ -136,6 +136,13 @@ func DeadSubject(p int, seq uint64) string { return fmt.Sprintf("ledger.%d.dead.
 // deliver them again before their space is reclaimed).
 func DoneSubject(p int) string { return fmt.Sprintf("ledger.%d.done", p) }
 
+// BudgetSubject is the ledger subject holding destination's budget as a
+// restart should find it (its health, cut rate and Retry-After hold); the
+// owner writes it with a rollup, so it holds one message.
+func BudgetSubject(p int, destination string) string {
+	return fmt.Sprintf("ledger.%d.budget.%s", p, destination)
+}
+
 // ParseSubject turns a lane subject back into its partition and ID.
 func ParseSubject(subject string) (int, ID, error) {
 	rest, ok := strings.CutPrefix(subject, "lane.")

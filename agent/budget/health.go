@@ -122,6 +122,8 @@ type Budget struct {
 	saturated time.Time // an attempt was last held back (no token, or the in-flight cap)
 	learned   float64   // the partner's ceiling; 0: none remembered
 	learnedAt time.Time // the cut that learned it
+
+	changes uint64 // see Changes
 }
 
 // NewBudget returns a healthy budget at the configured rate (held at
@@ -172,7 +174,12 @@ func (b *Budget) Tokens(now time.Time) float64 { return b.bucket.Tokens(now) }
 func (b *Budget) HoldUntil() time.Time { return b.holdUntil }
 
 // EndHold ends a Retry-After hold now (an operator's resume).
-func (b *Budget) EndHold() { b.holdUntil = time.Time{} }
+func (b *Budget) EndHold() {
+	if !b.holdUntil.IsZero() {
+		b.holdUntil = time.Time{}
+		b.changes++
+	}
+}
 
 // Transitions are the recorded state changes, oldest first (the last 32).
 func (b *Budget) Transitions() []Transition { return b.transitions }
@@ -181,6 +188,7 @@ func (b *Budget) moveTo(s State, now time.Time, cause string) {
 	if s == b.state {
 		return
 	}
+	b.changes++
 	b.transitions = append(b.transitions, Transition{At: now, From: b.state, To: s, Cause: cause})
 	if len(b.transitions) > 32 {
 		b.transitions = b.transitions[len(b.transitions)-32:]
@@ -308,6 +316,7 @@ func (b *Budget) failed(now time.Time, retryAfter time.Duration, cause string, l
 	if retryAfter > 0 {
 		if until := now.Add(retryAfter); until.After(b.holdUntil) {
 			b.holdUntil = until
+			b.changes++
 		}
 	}
 	if b.failingSince.IsZero() {
@@ -327,6 +336,7 @@ func (b *Budget) failed(now time.Time, retryAfter time.Duration, cause string, l
 	}
 	rate = math.Max(b.tune.Floor, rate)
 	b.lastCut = now
+	b.changes++
 	b.bucket.SetLimits(rate, b.burst, now)
 	b.bucket.Cap(rate, now)
 	b.moveTo(Degraded, now, cause)

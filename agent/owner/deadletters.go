@@ -29,6 +29,7 @@ func (o *Partition) Unarchived(destinationID string) int {
 // destination.
 func (o *Partition) ForgetDestination(destinationID string) {
 	o.dead.queue.forget(destinationID)
+	o.budgets.forget(destinationID)
 }
 
 // Archived is how many dead letters of a destination this partition

@@ -108,6 +108,7 @@ type Partition struct {
 	mover   *mover
 	reclaim *reclaimer
 	dead    *deadLetters
+	budgets *budgetKeeper
 
 	snap snapshotTaker
 
@@ -166,6 +167,7 @@ func (o *Partition) wire(ingest jetstream.Consumer) {
 	o.reclaim = newReclaimer(o.p, o.lanes, o.ledger, o.fence, o.deps.Scheduler, o.writer.registered, o.deps.Durable, o.log)
 	o.reclaim.keep = newDedupKeep(o.deps.DedupWindow, o.lastSeq(), o.lastWrite())
 	o.dead = newDeadLetters(o.p, o.ledger, o.fence, o.deps.Archive, o.log)
+	o.budgets = newBudgetKeeper(o.p, o.fence, o.ledger, o.deps.Scheduler, o.log)
 }
 
 // lastWrite is when the lane store was last written before this owner
@@ -290,7 +292,7 @@ func (o *Partition) createMoverConsumer(ctx context.Context) (ingest jetstream.C
 func (o *Partition) Run(ctx context.Context) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	loops := []func(context.Context) error{o.writer.run, o.mover.run, o.reclaim.run, o.dead.run, o.holdLease, o.watchStore, o.watchMover}
+	loops := []func(context.Context) error{o.writer.run, o.mover.run, o.reclaim.run, o.dead.run, o.budgets.run, o.holdLease, o.watchStore, o.watchMover}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(loops))
 	for _, loop := range loops {
@@ -329,6 +331,7 @@ func (o *Partition) Detach() {
 	o.takeSnapshot()
 	o.reclaim.detach()
 	o.writer.detach()
+	o.budgets.collect() // Run's end saves them
 	o.deps.Scheduler.DropPartition(o.p)
 }
 

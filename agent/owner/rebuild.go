@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -43,6 +45,10 @@ type rebuildState struct {
 	deadSeqs map[uint64]bool
 	doneSet  map[uint64]bool
 	dead     []queuedDead
+	// budgets: the destinations' budgets as saved (budgets.go), by
+	// destination; budgetPrefix is their ledger subjects' prefix.
+	budgets      map[string]budget.Saved
+	budgetPrefix string
 
 	lastSeq uint64                  // the lane store's last sequence when its scan began
 	found   map[string]*rebuiltLane // lane subject → its pending entries
@@ -67,6 +73,9 @@ func newRebuild(o *Partition) *rebuildState {
 		deadSeqs: make(map[uint64]bool),
 		doneSet:  make(map[uint64]bool),
 		found:    make(map[string]*rebuiltLane),
+
+		budgets:      make(map[string]budget.Saved),
+		budgetPrefix: lanes.BudgetSubject(o.p, ""),
 	}
 }
 
@@ -110,6 +119,10 @@ func (r *rebuildState) ledgerEntry(msg jetstream.Msg, meta *jetstream.MsgMetadat
 	}
 	if msg.Subject() == lanes.DoneSubject(r.o.p) {
 		return r.doneEntry(msg.Data(), meta.Sequence.Stream)
+	}
+	if dest, ok := strings.CutPrefix(msg.Subject(), r.budgetPrefix); ok {
+		r.budgetEntry(dest, msg.Data())
+		return nil
 	}
 	_, id, isDead, seq, err := lanes.ParseLedgerSubject(msg.Subject())
 	if err != nil {
@@ -290,6 +303,9 @@ func (r *rebuildState) install() {
 		if err == nil {
 			o.reclaim.noteLedgerPurge(id.HeadSubject(o.p))
 		}
+	}
+	for dest, saved := range r.budgets {
+		o.deps.Scheduler.RestoreBudget(dest, o.p, saved)
 	}
 	o.writer.restored(r.lastSeq)
 	o.dead.queue.push(r.dead...)

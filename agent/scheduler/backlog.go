@@ -218,6 +218,8 @@ func (s *Scheduler) DropPartition(p int) {
 	// to forget its lanes' ids from one by one (at the stop of an agent
 	// with 1M pending that was a sixth of its CPU).
 	delete(s.byEventID, p)
+	delete(s.unsavedBudgets, p)
+	delete(s.restoredBudgets, p)
 	for _, d := range s.dests {
 		if d.partition == p {
 			s.remove(d)
@@ -235,6 +237,9 @@ func (s *Scheduler) DropPartition(p int) {
 func (s *Scheduler) ForgetDestination(destinationID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for _, restored := range s.restoredBudgets {
+		delete(restored, destinationID)
+	}
 	d := s.dests[destinationID]
 	if d == nil {
 		return

@@ -18,8 +18,11 @@ type destination struct {
 	configured bool
 	limits     limits.Limits
 	budget     *budget.Budget
-	class      limits.Class
-	paused     bool
+	// budgetUnsaved: the budget changed since its owner last saved it
+	// (budgets.go).
+	budgetUnsaved bool
+	class         limits.Class
+	paused        bool
 	// resumedAt is the destination's last resume the scheduler was told
 	// of (NoteResume; resumeNoted: it was told once).
 	resumedAt   time.Time
@@ -166,6 +169,7 @@ func (s *Scheduler) SetLimits(destinationID string, partition int, lim limits.Li
 	lim.MaxInFlight = max(lim.MaxInFlight, 1)
 	if d.budget == nil {
 		d.budget = budget.NewBudget(lim.RatePerSecond, lim.Burst, budget.DefaultAIMD(), now)
+		s.takeRestoredBudget(d)
 	} else {
 		d.budget.SetLimits(lim.RatePerSecond, lim.Burst, now)
 	}
@@ -206,7 +210,9 @@ func (s *Scheduler) SetPaused(destinationID string, partition int, paused bool) 
 	d.paused = paused
 	if resumed && d.budget != nil {
 		now := s.clock.Now()
+		before := d.budget.Changes()
 		d.budget.EndHold()
+		s.noteBudget(d, before)
 		s.releaseHeld(d, now)
 	}
 	s.wake()
@@ -235,7 +241,9 @@ func (s *Scheduler) NoteResume(destinationID string, partition int, at time.Time
 	if at.IsZero() || d.paused || d.budget == nil {
 		return // a pause began (its interval has no end yet)
 	}
+	before := d.budget.Changes()
 	d.budget.EndHold()
+	s.noteBudget(d, before)
 	s.releaseHeld(d, s.clock.Now())
 	s.wake()
 }

@@ -51,6 +51,7 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 		return Observation{OtherwiseHealthy: s.otherwiseHealthy(a)}
 	}
 	before := lastTransition(d.budget)
+	changes := d.budget.Changes()
 	d.statuses.add(status)
 	now := s.clock.Now()
 	released := false
@@ -89,6 +90,7 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 	} else {
 		delete(s.parked, d)
 	}
+	s.noteBudget(d, changes)
 	obs := Observation{OtherwiseHealthy: ownFault || s.otherwiseHealthy(a)}
 	if after := lastTransition(d.budget); after != before {
 		obs.Transition, obs.Changed = after, true

@@ -44,6 +44,7 @@ package scheduler
 
 import (
 	"context"
+	"github.com/rivora/rivora/agent/budget"
 	"sync"
 	"time"
 
@@ -110,6 +111,12 @@ type Scheduler struct {
 	// handoff, the agent's stop) forgets its millions of ids at once,
 	// not one by one (findindex.go).
 	byEventID map[int]*eventIndex
+	// unsavedBudgets: per partition, the destinations whose budget
+	// changed since its owner last saved them (budgets.go).
+	unsavedBudgets map[int][]*destination
+	// restoredBudgets: per partition, the budgets its rebuild restored
+	// for destinations not configured yet (budgets.go).
+	restoredBudgets map[int]map[string]budget.Saved
 }
 
 // New returns an empty scheduler.

@@ -1,0 +1,86 @@
+package scheduler
+
+import (
+	"github.com/rivora/rivora/agent/budget"
+)
+
+// SavedBudget is a destination's budget as a restart should find it
+// (budget.Saved).
+type SavedBudget struct {
+	Destination string
+	Saved       budget.Saved
+}
+
+// RestoreBudget gives a destination of partition p its budget as saved
+// before the partition last changed hands (a restart, a failover). The
+// partition's rebuild calls it, usually before the destination is
+// configured again: SetLimits takes it up when it makes the budget. A
+// budget made already takes it up at once.
+func (s *Scheduler) RestoreBudget(destinationID string, partition int, saved budget.Saved) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d := s.dests[destinationID]; d != nil && d.budget != nil {
+		s.restoreBudget(d, saved)
+		return
+	}
+	if s.restoredBudgets == nil {
+		s.restoredBudgets = make(map[int]map[string]budget.Saved)
+	}
+	if s.restoredBudgets[partition] == nil {
+		s.restoredBudgets[partition] = make(map[string]budget.Saved)
+	}
+	s.restoredBudgets[partition][destinationID] = saved
+}
+
+// takeRestoredBudget gives a budget just made for d what RestoreBudget
+// kept for it.
+func (s *Scheduler) takeRestoredBudget(d *destination) {
+	saved, ok := s.restoredBudgets[d.partition][d.id]
+	if !ok {
+		return
+	}
+	delete(s.restoredBudgets[d.partition], d.id)
+	s.restoreBudget(d, saved)
+}
+
+func (s *Scheduler) restoreBudget(d *destination, saved budget.Saved) {
+	d.budget.Restore(saved, s.clock.Now())
+	if d.budget.State() == budget.Parked {
+		s.parked[d] = true
+	}
+}
+
+// noteBudget marks d's budget for saving if it changed since it counted
+// before (budget.Budget.Changes).
+func (s *Scheduler) noteBudget(d *destination, before uint64) {
+	if d.budget.Changes() == before || d.budgetUnsaved {
+		return
+	}
+	d.budgetUnsaved = true
+	if s.unsavedBudgets == nil {
+		s.unsavedBudgets = make(map[int][]*destination)
+	}
+	s.unsavedBudgets[d.partition] = append(s.unsavedBudgets[d.partition], d)
+}
+
+// ChangedBudgets returns the budgets of partition p's destinations that
+// changed since the last call, for its owner to save.
+func (s *Scheduler) ChangedBudgets(p int) []SavedBudget {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ds := s.unsavedBudgets[p]
+	if len(ds) == 0 {
+		return nil
+	}
+	delete(s.unsavedBudgets, p)
+	now := s.clock.Now()
+	out := make([]SavedBudget, 0, len(ds))
+	for _, d := range ds {
+		d.budgetUnsaved = false
+		if d.dropped || d.budget == nil {
+			continue
+		}
+		out = append(out, SavedBudget{Destination: d.id, Saved: d.budget.Save(now)})
+	}
+	return out
+}
