@@ -224,8 +224,9 @@ describe("console in Chromium against rivora dev", () => {
 
   it("skips a lane's head and resends an event from the UI", async () => {
     await page.goto(`${dev.url}/console/#/destination/noisy`);
+    // Enter in a form's field submits it (Pause here, Resend below).
     await page.locator('input[name="pause-reason"]').fill("hold lane user-9");
-    await page.getByRole("button", { name: "Pause", exact: true }).click();
+    await page.locator('input[name="pause-reason"]').press("Enter");
     await page.getByTestId("state").getByText("paused").waitFor({ timeout: 10_000 });
     const held = await rpc<{ eventIds: string[] }>(dev, dev.token, "rivora.v1.IngestService/PublishBatch", {
       events: [0, 1].map((i) => ({ destinationId: "noisy", customerId: "acme", laneKey: "user-9", type: "t", data: { lane: "user-9", i } })),

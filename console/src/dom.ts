@@ -89,6 +89,20 @@ export function field(label: string, input: HTMLInputElement | HTMLSelectElement
   return h("label", { class: "field" }, h("span", {}, label), input);
 }
 
+/**
+ * submitForm is a form whose submit (Enter in one of its inputs, or its
+ * submit button) calls onSubmit. Its other buttons are type="button".
+ * novalidate: the page's own checks speak, as they do on a click.
+ */
+export function submitForm(attrs: Attrs, onSubmit: () => void, ...children: Child[]): HTMLFormElement {
+  const f = h("form", { novalidate: true, ...attrs }, ...children);
+  f.addEventListener("submit", (e) => {
+    e.preventDefault();
+    onSubmit();
+  });
+  return f;
+}
+
 /** A status line that shows errors in plain words, and successes. */
 export function status(): { el: HTMLElement; error: (msg: string) => void; ok: (msg: string) => void; clear: () => void } {
   const el = h("p", { class: "status", role: "status", "aria-live": "polite" });

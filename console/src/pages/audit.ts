@@ -1,6 +1,6 @@
 // Audit: every configuration change, newest first, with who made it.
 import { admin, errorText, when } from "../api.js";
-import { field, h, replace, status, table } from "../dom.js";
+import { field, h, replace, status, submitForm, table } from "../dom.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 
@@ -9,7 +9,8 @@ export const auditPage: Page = (main) => {
   const dest = h("input", { type: "text", name: "destination" });
   dest.addEventListener("change", () => p.now());
   const body = h("div", { "data-testid": "audit" });
-  replace(main, h("h1", {}, "Audit"), h("div", { class: "filters" }, field("Destination", dest)), st.el, body);
+  // Enter in the filter shows its changes at once, as leaving the field does.
+  replace(main, h("h1", {}, "Audit"), submitForm({ class: "filters" }, () => p.now(), field("Destination", dest), h("button", { type: "submit" }, "Show")), st.el, body);
   const p = poll(async () => {
     try {
       const r = await admin.listAudit({ limit: 200, destinationId: dest.value.trim() });

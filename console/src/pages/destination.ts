@@ -5,7 +5,7 @@ import { PriorityClass } from "../../../sdk/typescript/src/gen/rivora/v1/admin_p
 import type { Destination } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
 import type { LaneSummary } from "../../../sdk/typescript/src/gen/rivora/v1/lanes_pb.js";
 import { admin, date, duration, errorText, events, lanes, seconds, when } from "../api.js";
-import { field, h, replace, status, table } from "../dom.js";
+import { field, h, replace, status, submitForm, table } from "../dom.js";
 import { can, displayState, formatCount, formatDuration, formatRate, formatShare, parseDuration } from "../format.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
@@ -251,12 +251,14 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
 
     // Pause / Resume
     const pauseReason = h("input", { type: "text", name: "pause-reason" });
-    const pauseBtn = h("button", { type: "button" }, "Pause");
+    // Each action is a form: Enter in its fields does what its first
+    // button does (Pause, Check, Set class, Set weight, Resend).
+    const pauseBtn = h("button", { type: "submit" }, "Pause");
     const resumeBtn = h("button", { type: "button" }, "Resume");
-    pauseBtn.addEventListener("click", () => {
+    const pause = (): void => {
       const reason = need(pauseReason, "Pause");
       if (reason) void run("Pause", async () => (await admin.pauseDestination({ destinationId: id, reason }), `Paused ${id}.`));
-    });
+    };
     resumeBtn.addEventListener("click", () => void run("Resume", async () => (await admin.resumeDestination({ destinationId: id }), `Resumed ${id}.`)));
 
     // Set limit: a dry run first shows the drain time, then confirm.
@@ -269,7 +271,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     const ttl = h("input", { type: "text", name: "ttl", placeholder: "30m (empty: until cleared)" });
     const limReason = h("input", { type: "text", name: "limit-reason" });
     const preview = h("p", { class: "preview", "data-testid": "limit-preview" });
-    const checkBtn = h("button", { type: "button" }, "Check");
+    const checkBtn = h("button", { type: "submit" }, "Check");
     const setBtn = h("button", { type: "button", disabled: true }, "Set limit");
     const clearBtn = h("button", { type: "button" }, "Clear limit");
     // A duration field: empty is unset, anything else must parse.
@@ -304,7 +306,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       preview.textContent = "";
     };
     for (const i of [rate, inflight, burst, attempts, retryWindow, attemptTimeout, ttl, limReason]) i.addEventListener("input", invalidate);
-    checkBtn.addEventListener("click", () => {
+    const check = (): void => {
       if (!need(limReason, "Set limit")) return;
       void (async () => {
         try {
@@ -317,7 +319,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
           ast.error(`Check failed: ${err instanceof Error && !("code" in err) ? err.message : errorText(err)}`);
         }
       })();
-    });
+    };
     setBtn.addEventListener("click", () => {
       if (!need(limReason, "Set limit")) return;
       void run("Set limit", async () => {
@@ -333,24 +335,24 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
 
     // Priority class and customer weights.
     const cls = h("select", { name: "class" }, h("option", { value: String(PriorityClass.HIGH) }, "high"), h("option", { value: String(PriorityClass.NORMAL) }, "normal"), h("option", { value: String(PriorityClass.LOW) }, "low"));
-    const clsBtn = h("button", { type: "button" }, "Set class");
-    clsBtn.addEventListener("click", () => void run("Set class", async () => (await admin.setPriority({ destinationId: id, class: Number(cls.value) as PriorityClass }), `Priority class set to ${classNames[Number(cls.value)]}.`)));
+    const clsBtn = h("button", { type: "submit" }, "Set class");
+    const setClass = (): void => void run("Set class", async () => (await admin.setPriority({ destinationId: id, class: Number(cls.value) as PriorityClass }), `Priority class set to ${classNames[Number(cls.value)]}.`));
     const cust = h("input", { type: "text", name: "customer" });
     const weight = h("input", { type: "number", name: "weight", min: "0", step: "any" });
-    const weightBtn = h("button", { type: "button" }, "Set weight");
-    weightBtn.addEventListener("click", () => {
+    const weightBtn = h("button", { type: "submit" }, "Set weight");
+    const setWeight = (): void => {
       if (!cust.value.trim() || !(Number(weight.value) > 0)) {
         ast.error("Set weight needs a customer and a weight above 0.");
         return;
       }
       void run("Set weight", async () => (await admin.setPriority({ destinationId: id, customerId: cust.value.trim(), weight: Number(weight.value) }), `Weight of ${cust.value.trim()} set to ${weight.value}.`));
-    });
+    };
 
     // Resend one event.
     const evId = h("input", { type: "text", name: "resend-event" });
     const evReason = h("input", { type: "text", name: "resend-reason" });
-    const resendBtn = h("button", { type: "button" }, "Resend");
-    resendBtn.addEventListener("click", () => {
+    const resendBtn = h("button", { type: "submit" }, "Resend");
+    const resend = (): void => {
       const reason = need(evReason, "Resend");
       if (!evId.value.trim()) {
         ast.error("Resend needs the id of the event to send again.");
@@ -363,13 +365,13 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
           const r = await events.resendEvent({ eventId: evId.value.trim(), reason });
           return r.destinationId === id ? `Event ${r.eventId} sent again.` : `Event ${r.eventId} sent again to destination ${r.destinationId} (it is that destination's, not ${id}'s).`;
         });
-    });
+    };
 
     box.append(
-      h("fieldset", {}, h("legend", {}, "Pause or resume"), field("Reason", pauseReason), pauseBtn, resumeBtn),
-      h("fieldset", {}, h("legend", {}, "Limit override"), field("Rate per second", rate), field("Max in flight", inflight), field("Burst", burst), field("Max attempts", attempts), field("Retry window", retryWindow), field("Attempt timeout", attemptTimeout), field("TTL", ttl), field("Reason", limReason), checkBtn, setBtn, clearBtn, preview),
-      h("fieldset", {}, h("legend", {}, "Priority"), field("Class", cls), clsBtn, field("Customer", cust), field("Weight", weight), weightBtn),
-      h("fieldset", {}, h("legend", {}, "Resend an event"), field("Event id", evId), field("Reason", evReason), resendBtn),
+      submitForm({}, pause, h("fieldset", {}, h("legend", {}, "Pause or resume"), field("Reason", pauseReason), pauseBtn, resumeBtn)),
+      submitForm({}, check, h("fieldset", {}, h("legend", {}, "Limit override"), field("Rate per second", rate), field("Max in flight", inflight), field("Burst", burst), field("Max attempts", attempts), field("Retry window", retryWindow), field("Attempt timeout", attemptTimeout), field("TTL", ttl), field("Reason", limReason), checkBtn, setBtn, clearBtn, preview)),
+      h("fieldset", {}, h("legend", {}, "Priority"), submitForm({ class: "inline" }, setClass, field("Class", cls), clsBtn), submitForm({ class: "inline" }, setWeight, field("Customer", cust), field("Weight", weight), weightBtn)),
+      submitForm({}, resend, h("fieldset", {}, h("legend", {}, "Resend an event"), field("Event id", evId), field("Reason", evReason), resendBtn)),
       ast.el,
     );
     let clsSynced = false;

@@ -6,7 +6,7 @@
 // an admin may set or remove them.
 import type { Certificate, Destination, DestinationHealth } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
 import { admin, duration, errorText, when } from "../api.js";
-import { field, h, replace, status } from "../dom.js";
+import { field, h, replace, status, submitForm } from "../dom.js";
 import { parseDuration } from "../format.js";
 
 function certText(c: Certificate): string {
@@ -57,9 +57,9 @@ function form(id: string, refresh: () => void): HTMLElement {
   const cert = h("textarea", { name: "client-cert", rows: 4, placeholder: "-----BEGIN CERTIFICATE-----" });
   const key = h("textarea", { name: "client-key", rows: 4, placeholder: "-----BEGIN PRIVATE KEY-----", autocomplete: "off" });
   const overlap = h("input", { type: "text", name: "client-cert-overlap", placeholder: "24h (0: none)" });
-  const setCert = h("button", { type: "button" }, "Set certificate");
+  const setCert = h("button", { type: "submit" }, "Set certificate");
   const removeCert = h("button", { type: "button" }, "Remove certificate");
-  setCert.addEventListener("click", () => {
+  const setCertificate = (): void => {
     void run("Set certificate", async () => {
       if (!cert.value.includes("-----BEGIN") || !key.value.includes("-----BEGIN")) throw new Error("paste the certificate and its private key, both PEM");
       const o = overlap.value.trim() ? parseDuration(overlap.value) : undefined;
@@ -68,7 +68,7 @@ function form(id: string, refresh: () => void): HTMLElement {
       key.value = "";
       return `Client certificate of ${id} set.`;
     });
-  });
+  };
   removeCert.addEventListener("click", () => void run("Remove certificate", async () => (await admin.updateDestination({ id, removeClientCertificate: true }), `Client certificate of ${id} removed.`)));
 
   const tokenUrl = h("input", { type: "url", name: "oauth2-token-url", placeholder: "https://auth.partner.example/token" });
@@ -76,9 +76,9 @@ function form(id: string, refresh: () => void): HTMLElement {
   const clientSecret = h("input", { type: "password", name: "oauth2-client-secret", autocomplete: "off" });
   const scopes = h("input", { type: "text", name: "oauth2-scopes", placeholder: "space-separated" });
   const audience = h("input", { type: "text", name: "oauth2-audience" });
-  const setOAuth2 = h("button", { type: "button" }, "Set OAuth2");
+  const setOAuth2 = h("button", { type: "submit" }, "Set OAuth2");
   const removeOAuth2 = h("button", { type: "button" }, "Remove OAuth2");
-  setOAuth2.addEventListener("click", () => {
+  const setCredentials = (): void => {
     void run("Set OAuth2", async () => {
       await admin.updateDestination({
         id,
@@ -87,14 +87,15 @@ function form(id: string, refresh: () => void): HTMLElement {
       clientSecret.value = "";
       return `OAuth2 credentials of ${id} set.`;
     });
-  });
+  };
   removeOAuth2.addEventListener("click", () => void run("Remove OAuth2", async () => (await admin.updateDestination({ id, removeOauth2: true }), `OAuth2 credentials of ${id} removed.`)));
 
   return h(
     "div",
     { class: "actions" },
-    h("fieldset", {}, h("legend", {}, "Client certificate (mTLS)"), field("Certificate (PEM)", cert), field("Private key (PEM)", key), field("Overlap", overlap), setCert, removeCert),
-    h("fieldset", {}, h("legend", {}, "OAuth2 client credentials"), field("Token URL", tokenUrl), field("Client id", clientId), field("Client secret", clientSecret), field("Scopes", scopes), field("Audience", audience), setOAuth2, removeOAuth2),
+    // Enter in a field sets what its form sets; Remove is never the default.
+    submitForm({}, setCertificate, h("fieldset", {}, h("legend", {}, "Client certificate (mTLS)"), field("Certificate (PEM)", cert), field("Private key (PEM)", key), field("Overlap", overlap), setCert, removeCert)),
+    submitForm({}, setCredentials, h("fieldset", {}, h("legend", {}, "OAuth2 client credentials"), field("Token URL", tokenUrl), field("Client id", clientId), field("Client secret", clientSecret), field("Scopes", scopes), field("Audience", audience), setOAuth2, removeOAuth2)),
     st.el,
   );
 }

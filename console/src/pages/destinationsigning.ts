@@ -6,7 +6,7 @@
 // generated when v1a needs one), and set or remove the legacy signature.
 import type { Destination } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
 import { admin, errorText, when } from "../api.js";
-import { field, h, replace, status } from "../dom.js";
+import { field, h, replace, status, submitForm } from "../dom.js";
 
 /** The section: draw shows the destination's signing; refresh reloads the page's data after a change. */
 export function signingSection(id: string, isAdmin: boolean, refresh: () => void): { el: HTMLElement; draw: (d: Destination | undefined) => void } {
@@ -47,8 +47,8 @@ function schemeForm(id: string, refresh: () => void): HTMLElement {
 
   const scheme = h("select", { name: "signature-scheme" }, h("option", { value: "v1" }, "v1 (HMAC-SHA256)"), h("option", { value: "v1a" }, "v1a (ed25519)"), h("option", { value: "both" }, "both"));
   const signingKey = h("input", { type: "password", name: "signing-key", placeholder: "empty: a key pair is generated when v1a needs one", autocomplete: "off" });
-  const set = h("button", { type: "button" }, "Set scheme");
-  set.addEventListener("click", () => {
+  const set = h("button", { type: "submit" }, "Set scheme");
+  const setScheme = (): void => {
     void run("Set scheme", async () => {
       const key = signingKey.value.trim();
       if (key && !key.startsWith("whsk_")) throw new Error('the signing key must start with "whsk_" (base64 of the 64-byte ed25519 key or its 32-byte seed); leave it empty to have a key pair generated');
@@ -56,7 +56,7 @@ function schemeForm(id: string, refresh: () => void): HTMLElement {
       signingKey.value = "";
       return `Signature scheme of ${id} set to ${scheme.value}${key ? " with the given signing key" : ""}.`;
     });
-  });
+  };
 
   const header = h("input", { type: "text", name: "legacy-signature-header", placeholder: "X-Signature" });
   const template = h("input", { type: "text", name: "legacy-signature-template", placeholder: "{body} (also {id}, {timestamp} and literal text)" });
@@ -65,9 +65,9 @@ function schemeForm(id: string, refresh: () => void): HTMLElement {
   const prefix = h("input", { type: "text", name: "legacy-signature-prefix", placeholder: "sha256= (optional literal text)" });
   const secret = h("input", { type: "password", name: "legacy-signature-secret", autocomplete: "off" });
   const only = h("input", { type: "checkbox", name: "legacy-signature-only" });
-  const setLegacy = h("button", { type: "button" }, "Set legacy signature");
+  const setLegacy = h("button", { type: "submit" }, "Set legacy signature");
   const removeLegacy = h("button", { type: "button" }, "Remove legacy signature");
-  setLegacy.addEventListener("click", () => {
+  const setLegacySignature = (): void => {
     void run("Set legacy signature", async () => {
       if (!header.value.trim() || !secret.value) throw new Error("a legacy signature needs the header name and the partner's secret");
       await admin.updateDestination({
@@ -85,26 +85,31 @@ function schemeForm(id: string, refresh: () => void): HTMLElement {
       secret.value = "";
       return `Legacy signature of ${id} set.`;
     });
-  });
+  };
   removeLegacy.addEventListener("click", () => void run("Remove legacy signature", async () => (await admin.updateDestination({ id, removeLegacySignature: true }), `Legacy signature of ${id} removed.`)));
 
   return h(
     "div",
     { class: "actions" },
-    h("fieldset", {}, h("legend", {}, "Standard Webhooks signature"), field("Signature scheme", scheme), field("Signing key (v1a)", signingKey), set),
-    h(
-      "fieldset",
+    // Enter in a field sets what its form sets; Remove is never the default.
+    submitForm({}, setScheme, h("fieldset", {}, h("legend", {}, "Standard Webhooks signature"), field("Signature scheme", scheme), field("Signing key (v1a)", signingKey), set)),
+    submitForm(
       {},
-      h("legend", {}, "Legacy signature (a partner's existing contract)"),
-      field("Header", header),
-      field("Template", template),
-      field("Algorithm", algorithm),
-      field("Encoding", encoding),
-      field("Prefix", prefix),
-      field("Partner's secret", secret),
-      field("Instead of webhook-signature", only),
-      setLegacy,
-      removeLegacy,
+      setLegacySignature,
+      h(
+        "fieldset",
+        {},
+        h("legend", {}, "Legacy signature (a partner's existing contract)"),
+        field("Header", header),
+        field("Template", template),
+        field("Algorithm", algorithm),
+        field("Encoding", encoding),
+        field("Prefix", prefix),
+        field("Partner's secret", secret),
+        field("Instead of webhook-signature", only),
+        setLegacy,
+        removeLegacy,
+      ),
     ),
     st.el,
   );

@@ -5,7 +5,7 @@ import { EventState } from "../../../sdk/typescript/src/gen/rivora/v1/events_pb.
 import type { Subscription } from "../../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { errorText, events, subscriptions } from "../api.js";
 import { currentCustomer, customerPicker } from "../customer.js";
-import { field, h, replace, status } from "../dom.js";
+import { field, h, replace, status, submitForm } from "../dom.js";
 import type { Page } from "../main.js";
 import { counted } from "../format.js";
 import { poll } from "../poll.js";
@@ -93,8 +93,8 @@ function resendBox(eventId: string, state: EventState): HTMLElement {
   if (state !== EventState.DELIVERED && state !== EventState.DEAD) return h("p", { class: "muted" }, "A pending event is on its way: nothing to resend.");
   const reason = h("input", { type: "text", name: "resend-reason", placeholder: "why send it again" });
   const rst = status();
-  const btn = h("button", { type: "button" }, "Resend");
-  btn.addEventListener("click", () => {
+  const btn = h("button", { type: "submit" }, "Resend");
+  const resend = (): void => {
     if (!reason.value.trim()) {
       rst.error("Resending needs a reason (it goes to the audit log).");
       return;
@@ -103,6 +103,6 @@ function resendBox(eventId: string, state: EventState): HTMLElement {
       .resendEvent({ eventId, reason: reason.value.trim() })
       .then(() => rst.ok(`Event ${eventId} sent again.`))
       .catch((err: unknown) => rst.error(`Resend failed: ${errorText(err)}`));
-  });
-  return h("fieldset", {}, h("legend", {}, "Send it again"), field("Reason", reason), btn, rst.el);
+  };
+  return submitForm({}, resend, h("fieldset", {}, h("legend", {}, "Send it again"), field("Reason", reason), btn, rst.el));
 }

@@ -5,7 +5,7 @@
 import type { EventSummary } from "../../../sdk/typescript/src/gen/rivora/v1/events_pb.js";
 import type { Subscription } from "../../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { errorText, events, isFailedPrecondition, subscriptions, when, type Me } from "../api.js";
-import { h, noticeNext, replace, status, table } from "../dom.js";
+import { h, noticeNext, replace, status, submitForm, table } from "../dom.js";
 import { can, counted, formatCount } from "../format.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
@@ -46,7 +46,7 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
   let built = false;
   const ast = status();
   const pauseReason = h("input", { type: "text", name: "pause-reason", placeholder: "why (audited)" });
-  const pauseBtn = h("button", { type: "button" }, "Pause");
+  const pauseBtn = h("button", { type: "submit" }, "Pause");
   const resumeBtn = h("button", { type: "button" }, "Resume");
 
   const tick = async (): Promise<void> => {
@@ -100,7 +100,7 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
       replace(actions, h("p", { class: "muted", "data-testid": "read-only" }, `Signed in as ${me.role}: read only.`));
       return;
     }
-    pauseBtn.addEventListener("click", () => {
+    const pause = (): void => {
       // A reason, as on every other pause: it goes to the audit log.
       const reason = pauseReason.value.trim();
       if (!reason) {
@@ -109,13 +109,14 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
         return;
       }
       void run("Pause", async () => (await subscriptions.pauseSubscription({ id, reason }), `Paused: new events are held until you resume.`));
-    });
+    };
     resumeBtn.addEventListener("click", () => void run("Resume", async () => (await subscriptions.resumeSubscription({ id }), `Resumed: held events drain in lane order.`)));
     replace(
       actions,
       h("h2", {}, "Actions"),
       ast.el,
-      h("fieldset", {}, h("legend", {}, "Pause or resume"), h("label", { class: "field" }, h("span", {}, "Reason"), pauseReason), pauseBtn, resumeBtn),
+      // Enter in the reason pauses.
+      submitForm({}, pause, h("fieldset", {}, h("legend", {}, "Pause or resume"), h("label", { class: "field" }, h("span", {}, "Reason"), pauseReason), pauseBtn, resumeBtn)),
       test ? testEventForm(s, (msg) => (ast.ok(msg), p.now()), (msg) => ast.error(msg)) : "",
       editForm(s, (msg) => (ast.ok(msg), p.now()), (msg) => ast.error(msg)),
       rotateForm(s, (msg) => ast.ok(msg), (msg) => ast.error(msg)),

@@ -4,7 +4,7 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { CreateSubscriptionRequestSchema, Subscription, UpdateSubscriptionRequestSchema } from "../../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { duration, errorText, eventTypes, ingest, problemText, subscriptions } from "../api.js";
-import { field, h, replace } from "../dom.js";
+import { field, h, replace, submitForm } from "../dom.js";
 import { parseDuration } from "../format.js";
 import { parseHeaders, parseJSONData, parseTypes, testEventTypes } from "../subscriptions.js";
 
@@ -146,9 +146,9 @@ export function editForm(s: Subscription, ok: Report, fail: Report): HTMLElement
 /** rotateForm replaces the signing secret; the previous one keeps signing for the grace. */
 export function rotateForm(s: Subscription, ok: Report, fail: Report): HTMLElement {
   const grace = h("input", { type: "text", name: "grace", value: "24h", placeholder: "24h (0s: no overlap; at most 7d)" });
-  const btn = h("button", { type: "button" }, "Rotate secret");
+  const btn = h("button", { type: "submit" }, "Rotate secret");
   const shown = h("div");
-  btn.addEventListener("click", () => {
+  const rotate = (): void => {
     void (async () => {
       try {
         const g = parseDuration(grace.value);
@@ -160,8 +160,8 @@ export function rotateForm(s: Subscription, ok: Report, fail: Report): HTMLEleme
         fail(`Rotate failed: ${problemText(err)}`);
       }
     })();
-  });
-  return h("fieldset", {}, h("legend", {}, "Signing secret"), field("Grace for the previous secret", grace), btn, shown);
+  };
+  return submitForm({}, rotate, h("fieldset", {}, h("legend", {}, "Signing secret"), field("Grace for the previous secret", grace), btn, shown));
 }
 
 /**
@@ -177,7 +177,7 @@ export function testEventForm(s: Subscription, ok: Report, fail: Report): HTMLEl
   const otherField = field("Or type", other);
   const lane = h("input", { type: "text", name: "test-lane", value: "test" });
   const data = h("textarea", { name: "test-data", rows: 3 }, '{"test": true}');
-  const send = h("button", { type: "button" }, "Send test event");
+  const send = h("button", { type: "submit" }, "Send test event");
   const note = h("p", { class: "muted" });
   void (async () => {
     try {
@@ -192,7 +192,7 @@ export function testEventForm(s: Subscription, ok: Report, fail: Report): HTMLEl
       note.textContent = `The catalogue could not be read (${errorText(err)}): pick one of the subscription's types or type one.`;
     }
   })();
-  send.addEventListener("click", () => {
+  const sendTest = (): void => {
     void (async () => {
       try {
         const t = other.value.trim() || type.value;
@@ -205,6 +205,6 @@ export function testEventForm(s: Subscription, ok: Report, fail: Report): HTMLEl
         fail(`Test event failed: ${problemText(err)}`);
       }
     })();
-  });
-  return h("fieldset", { "data-testid": "test-event" }, h("legend", {}, "Send a test event"), field("Type", type), otherField, field("Lane", lane), field("Data (JSON)", data), send, note);
+  };
+  return submitForm({}, sendTest, h("fieldset", { "data-testid": "test-event" }, h("legend", {}, "Send a test event"), field("Type", type), otherField, field("Lane", lane), field("Data (JSON)", data), send, note));
 }
