@@ -50,3 +50,26 @@ export async function createToken(dev: Dev, name: string, role: "ROLE_OPERATOR" 
   const r = await rpc<{ token: string }>(dev, dev.token, "rivora.v1.TokenService/CreateToken", { name, role, customers });
   return r.token;
 }
+
+/**
+ * repeatedButtonNames lists the accessible names (aria-label, else the
+ * text) more than one button of the page has: such a name does not say
+ * what its button acts on (ten "Pause" in a table).
+ */
+export async function repeatedButtonNames(page: Page): Promise<string[]> {
+  return page.evaluate(() => {
+    const seen = new Map<string, number>();
+    for (const b of document.querySelectorAll("button")) {
+      const name = (b.getAttribute("aria-label") ?? b.textContent ?? "").trim();
+      seen.set(name, (seen.get(name) ?? 0) + 1);
+    }
+    return [...seen].filter(([, n]) => n > 1).map(([name]) => name);
+  });
+}
+
+/** redrawn waits until what selector matches now (its first match) is replaced by a refresh. */
+export async function redrawn(page: Page, selector: string, timeoutMs = 30_000): Promise<void> {
+  const el = await page.locator(selector).first().elementHandle();
+  if (!el) throw new Error(`redrawn: nothing matches ${selector}`);
+  await page.waitForFunction((e) => !e.isConnected, el, { timeout: timeoutMs });
+}

@@ -12,7 +12,7 @@ import { join, resolve } from "node:path";
 import { chromium, type BrowserContext, type Page, type Response } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventually, rpc, startDev, startPartner, type Dev, type Partner } from "../../testkit/ts/index.js";
-import { buildBinaries, chromiumPath, createToken, rivoractl, signIn } from "./harness.js";
+import { buildBinaries, chromiumPath, createToken, repeatedButtonNames, rivoractl, signIn } from "./harness.js";
 
 const artifacts = resolve(import.meta.dirname, "../test-artifacts");
 
@@ -151,6 +151,10 @@ describe("customer portal in Chromium against rivora dev", () => {
     subId = mine.id;
     await page.locator(`tr[data-id="${subId}"]`).waitFor();
     expect(await page.locator(`tr[data-id="${subId}"]`).textContent()).not.toContain("/in/c1");
+    // Two subscriptions, two Pause buttons: each names its subscription.
+    await page.getByRole("button", { name: `Pause subscription ${c1Flaky}`, exact: true }).waitFor();
+    await page.getByRole("button", { name: `Pause subscription ${subId}`, exact: true }).waitFor();
+    expect(await repeatedButtonNames(page)).toEqual([]);
     await shot("portal-subscriptions.png");
   });
 
@@ -302,6 +306,7 @@ describe("operators' Subscriptions view", () => {
     await flakyGroup.locator(`tr[data-id="${c1Flaky}"]`).waitFor();
     await flakyGroup.locator(`tr[data-id="${c2Subs[1]}"]`).waitFor();
     await page.locator('section[data-group="erp"]').locator(`tr[data-id="${c2Subs[0]}"]`).waitFor();
+    expect(await repeatedButtonNames(page)).toEqual([]);
     await page.getByLabel("Reason for pausing").fill("partner maintenance");
     await flakyGroup.locator(`tr[data-id="${c2Subs[1]}"]`).getByRole("button", { name: "Pause" }).click();
     await page.locator(`tr[data-id="${c2Subs[1]}"][data-paused="true"]`).waitFor({ timeout: 15_000 });

@@ -39,12 +39,14 @@ export function replace(el: Element, ...children: Child[]): void {
   }
 }
 
-// focusKey names a control by what it is and where: its tag, name, link
-// or text, and its row's data attributes (a row of a redrawn table).
+// focusKey names a control by what it is and where: its tag, its key (a
+// data-key that outlives a change of text, such as Pause becoming
+// Resume), name, link, accessible name or text, and its row's data
+// attributes (a row of a redrawn table).
 function focusKey(e: HTMLElement): string {
   const row = e.closest("tr");
   const rowKey = row ? Object.entries(row.dataset).map(([k, v]) => `${k}=${v}`).join("&") : "";
-  const what = e.getAttribute("name") ?? e.getAttribute("href") ?? (e.title || e.textContent) ?? "";
+  const what = e.dataset.key ?? e.getAttribute("name") ?? e.getAttribute("href") ?? e.getAttribute("aria-label") ?? (e.title || e.textContent) ?? "";
   return `${e.tagName}|${what}|${rowKey}`;
 }
 

@@ -182,7 +182,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
         { label: "Attempts", cell: (l) => String(l.headAttempts), className: "num" },
         { label: "Last status", cell: (l) => (l.lastStatus ? String(l.lastStatus) : "") },
         { label: "Last error", cell: (l) => l.lastError },
-        ...(steer ? [{ label: "Action", cell: (l: LaneSummary) => h("button", { type: "button", onclick: () => skip(l) }, "Skip head") }] : []),
+        ...(steer ? [{ label: "Action", cell: (l: LaneSummary) => h("button", { type: "button", "aria-label": `Skip head of lane ${l.laneKey} (customer ${l.customerId}${l.subscriptionId ? `, subscription ${l.subscriptionId}` : ""})`, onclick: () => skip(l) }, "Skip head") }] : []),
       ], ls, (l) => ({ "data-lane": `${l.customerId}/${l.laneKey}/${l.subscriptionId}` }), "No pending lane."),
     );
   }

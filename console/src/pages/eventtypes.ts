@@ -35,7 +35,8 @@ export const eventTypesPage: Page = (main, me) => {
 
   function deprecateButton(t: EventType): HTMLElement {
     const undo = t.deprecated;
-    const b = h("button", { type: "button" }, undo ? "Offer again" : "Deprecate");
+    const what = undo ? "Offer again" : "Deprecate";
+    const b = h("button", { type: "button", "aria-label": `${what} ${t.name}`, "data-key": "deprecate" }, what);
     b.addEventListener("click", () => {
       void (async () => {
         try {

@@ -11,7 +11,7 @@ import type { Page } from "../main.js";
 import { counted } from "../format.js";
 import { poll } from "../poll.js";
 import { createForm, secretOnce } from "./subscriptionforms.js";
-import { destState, routeColumns, signedWith, subLink, subState } from "./subscriptions.js";
+import { destState, pauseButton, routeColumns, signedWith, subLink, subState } from "./subscriptions.js";
 
 export const portalPage: Page = (main, me) => {
   const customer = currentCustomer(me);
@@ -70,7 +70,7 @@ export const portalPage: Page = (main, me) => {
         ...routeColumns(),
         { label: "Signed with", cell: signedWith },
         { label: "State", cell: subState },
-        { label: "Action", cell: (s) => h("button", { type: "button", onclick: () => void act(s, !s.paused) }, s.paused ? "Resume" : "Pause") },
+        { label: "Action", cell: (s) => pauseButton(s, (x, pause) => void act(x, pause)) },
       ], subs, (s) => ({ "data-id": s.id, "data-paused": String(s.paused) }), "No subscription yet: create one below."),
     );
   };

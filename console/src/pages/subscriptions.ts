@@ -32,6 +32,16 @@ export function signedWith(s: Subscription): string {
   return s.secretFingerprint ? `own secret (${s.secretFingerprint})` : "the destination's secret";
 }
 
+/**
+ * pauseButton pauses or resumes s; its accessible name says which
+ * subscription (a table has one per row), its key keeps the keyboard on
+ * it when Pause becomes Resume.
+ */
+export function pauseButton(s: Subscription, act: (s: Subscription, pause: boolean) => void): HTMLElement {
+  const what = s.paused ? "Resume" : "Pause";
+  return h("button", { type: "button", "aria-label": `${what} subscription ${s.id}`, "data-key": "pause-resume", onclick: () => act(s, !s.paused) }, what);
+}
+
 /** The columns every subscription table has, between its two ids and its state. */
 export function routeColumns(): Column<Subscription>[] {
   return [
@@ -107,7 +117,7 @@ export const subscriptionsPage: Page = (main, me, args) => {
       { label: "Signed with", cell: signedWith },
       { label: "Destination state", cell: destState },
       { label: "State", cell: subState },
-      ...(steer ? [{ label: "Action", cell: (s: Subscription) => h("button", { type: "button", onclick: () => void act(s, !s.paused) }, s.paused ? "Resume" : "Pause") }] : []),
+      ...(steer ? [{ label: "Action", cell: (s: Subscription) => pauseButton(s, (x, pause) => void act(x, pause)) }] : []),
     ];
     const tables = [...groups].map(([g, rows]) =>
       h(

@@ -40,7 +40,7 @@ export const tokensPage: Page = (main, me) => {
   }
 
   function revokeButton(t: ApiToken): HTMLElement {
-    const b = h("button", { type: "button", class: "danger" }, "Revoke");
+    const b = h("button", { type: "button", class: "danger", "aria-label": `Revoke token ${t.id} (${t.name})` }, "Revoke");
     b.addEventListener("click", () => {
       const self = t.id === me.id ? " It is the token this console signed in with: you will be signed out." : "";
       if (!window.confirm(`Revoke ${t.id} (${t.name})? Every agent refuses it within a second.${self}`)) return;
