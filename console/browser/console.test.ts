@@ -12,7 +12,7 @@ import { promisify } from "node:util";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventually, rpc, startDev, startPartner, type Dev, type Partner } from "../../testkit/ts/index.js";
-import { buildBinaries, createToken, repeatedButtonNames, rivoractl } from "./harness.js";
+import { buildBinaries, createToken, redrawn, repeatedButtonNames, rivoractl } from "./harness.js";
 
 const artifacts = resolve(import.meta.dirname, "../test-artifacts");
 const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
@@ -268,6 +268,15 @@ describe("console in Chromium against rivora dev", () => {
     await page.getByLabel("Lane").fill("user-1");
     await page.getByRole("button", { name: "List events" }).click();
     await page.getByTestId("lane-events").locator("tbody tr").first().waitFor();
+    // Both refresh, and what is typed meanwhile stays (it is asked for
+    // only when submitted), as do the keyboard's place and the event shown.
+    await page.getByLabel("Lane").fill("user-2");
+    await Promise.all([redrawn(page, '[data-testid="event"] dl', 10_000), redrawn(page, '[data-testid="lane-events"] table', 10_000)]);
+    expect(await page.getByLabel("Lane").inputValue()).toBe("user-2");
+    expect(await page.evaluate(() => document.activeElement?.getAttribute("name"))).toBe("lane");
+    expect(await page.getByTestId("event").getByText(`Event ${id}`).count()).toBe(1);
+    expect(await page.getByTestId("lane-events").locator("tbody tr td:nth-child(4)").allTextContents()).toEqual(expect.arrayContaining(["user-1"]));
+    expect(await page.getByTestId("lane-events").locator("tbody tr td:nth-child(4)").allTextContents()).not.toContain("user-2");
     await shot("events.png");
     await registerEdge("lyon-edge");
     await rpc(dev, cellToken, "rivora.v1.EdgeService/ReportEdge", {

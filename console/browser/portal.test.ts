@@ -331,6 +331,7 @@ describe("operators' Subscriptions view", () => {
     // flaky holds c1's and c2's; erp the one a forced delete archived, the newest.
     expect(await stats.locator('tr[data-destination="flaky"] td.num').first().textContent()).toBe(String(c1Dead + 2));
     expect(await stats.locator("tbody tr").first().getAttribute("data-destination")).toBe("erp");
+    expect(await repeatedButtonNames(page)).toEqual([]);
     await shot("dead-letters-overview.png");
   });
 

@@ -7,9 +7,10 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { archive, date, errorText, when } from "../api.js";
 import { currentCustomer, customerPicker } from "../customer.js";
 import { foldStats, type StatCount, type StatRow } from "../deadletterstats.js";
-import { field, h, replace, status, table } from "../dom.js";
+import { field, h, replace, status, submitForm, table } from "../dom.js";
 import { can, formatCount, utcInput } from "../format.js";
 import type { Page } from "../main.js";
+import { poll } from "../poll.js";
 
 // utcTimestamp is a datetime-local input's value, read as UTC (utcInput).
 function utcTimestamp(value: string): ReturnType<typeof timestampFromDate> | undefined {
@@ -32,6 +33,10 @@ function statCount(c: DeadLetterCount): StatCount {
 function stamp(ms: number | undefined): string {
   return ms === undefined ? "" : new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
 }
+
+// The page reads the archive (every object of the window, for the counts):
+// it refreshes slower than the pages that ask agents' memory.
+const every = 10_000;
 
 export const reasonNames: Record<number, string> = {
   [DeadReason.UNSPECIFIED]: "unknown",
@@ -62,7 +67,9 @@ export const deadLettersPage: Page = (main, me, args) => {
   const since = h("input", { type: "datetime-local", name: "since" });
   const until = h("input", { type: "datetime-local", name: "until" });
   const overview = h("section", { "data-testid": "dead-letter-stats" });
+  const sst = status(); // the counts' refresh
   const results = h("div", { "data-testid": "dead-letters" });
+  // One dead letter, as it was read when chosen: the refresh leaves it be.
   const detail = h("section", { class: "detail", "data-testid": "dead-letter" });
   const replayBox = h("section", { class: "actions" });
   const form = h(
@@ -82,6 +89,7 @@ export const deadLettersPage: Page = (main, me, args) => {
     h("h1", {}, "Dead letters"),
     self ? customerPicker(me) : "",
     st.el,
+    sst.el,
     overview,
     h("h2", {}, "Narrow the search"),
     form,
@@ -100,19 +108,27 @@ export const deadLettersPage: Page = (main, me, args) => {
     reason: reason.value === "" ? DeadReason.UNSPECIFIED : (Number(reason.value) as DeadReason),
   });
 
+  // The filter of the last search: the refresh lists it again, whatever
+  // the form holds while someone types a new one.
+  let searched: ReturnType<typeof filter> | undefined;
+
   // Choosing a row of the overview lists its dead letters.
   const choose = (destination: string, subscription: string): void => {
     dest.value = destination;
     sub.value = subscription;
+    searched = filter();
     void search();
     drawReplay();
   };
 
-  const loadStats = (): Promise<void> => drawStats(overview, self, customer, choose);
+  const loadStats = (): Promise<void> => drawStats(overview, sst, self, customer, choose);
 
   const search = async (): Promise<void> => {
+    const f = searched;
+    if (!f) return;
     try {
-      const res = await archive.listDeadLetters({ filter: filter(), limit: 500 });
+      const res = await archive.listDeadLetters({ filter: f, limit: 500 });
+      if (f !== searched) return; // a newer search answers for the page
       const rows = res.deadLetters;
       replace(
         results,
@@ -128,7 +144,7 @@ export const deadLettersPage: Page = (main, me, args) => {
           { label: "Dead at", cell: (d) => when(d.deadAt) },
           // When a replay handled it; "not yet": the next replay sends it.
           { label: "Replayed", cell: (d) => when(d.replayedAt) || "not yet" },
-        ], rows, undefined, "No dead letter matches."),
+        ], rows, (d) => ({ "data-event": d.event?.eventId ?? "", "data-destination": d.event?.destinationId ?? "" }), "No dead letter matches."),
       );
       st.clear();
     } catch (err) {
@@ -176,6 +192,7 @@ export const deadLettersPage: Page = (main, me, args) => {
 
   form.addEventListener("submit", (e) => {
     e.preventDefault();
+    searched = filter();
     void search();
     drawReplay();
   });
@@ -184,7 +201,8 @@ export const deadLettersPage: Page = (main, me, args) => {
   // Replay: a dry-run count first, then a rate, a progress bar and the result.
   const rate = h("input", { type: "number", name: "replay-rate", min: "0", step: "any", placeholder: "as fast as ingest takes them" });
   const countBtn = h("button", { type: "button" }, "Count");
-  const replayBtn = h("button", { type: "button", disabled: true }, "Replay");
+  // Enter in the rate replays, once counted (a disabled Replay submits nothing).
+  const replayBtn = h("button", { type: "submit", disabled: true }, "Replay");
   const progress = h("progress", { max: 1, value: 0, "aria-label": "Replay progress" });
   const rst = status();
   const result = h("p", { "data-testid": "replay-result" });
@@ -198,12 +216,7 @@ export const deadLettersPage: Page = (main, me, args) => {
       replayBox,
       h("h2", {}, "Replay the filtered set"),
       h("p", { class: "muted" }, "Replays every dead letter of the destination matching the filter (destination required), each lane in its order. Count first."),
-      countBtn,
-      field("Rate per second", rate),
-      replayBtn,
-      progress,
-      rst.el,
-      result,
+      submitForm({}, replay, countBtn, field("Rate per second", rate), replayBtn, progress, rst.el, result),
     );
   };
   countBtn.addEventListener("click", () => {
@@ -244,7 +257,7 @@ export const deadLettersPage: Page = (main, me, args) => {
   };
   form.addEventListener("input", stale);
   form.addEventListener("change", stale);
-  replayBtn.addEventListener("click", () => {
+  function replay(): void {
     if (!counted) return;
     replayBtn.disabled = true;
     void (async () => {
@@ -264,11 +277,17 @@ export const deadLettersPage: Page = (main, me, args) => {
         rst.error(`Replay failed: ${errorText(err)}`);
       }
     })();
-  });
+  }
   drawReplay();
-  void loadStats();
   if (args[0]) choose(args[0], args[1] ?? "");
-  return () => {};
+  // The counts and the last search refresh; the form, the open dead
+  // letter and the replay box stay as they are.
+  let first = true;
+  const p = poll(async () => {
+    await Promise.all([loadStats(), first ? undefined : search()]);
+    first = false;
+  }, every);
+  return () => p.stop();
 };
 
 /**
@@ -276,15 +295,14 @@ export const deadLettersPage: Page = (main, me, args) => {
  * destination (operators) or per subscription (a customer, with its
  * customer filter), newest first; Show calls choose with the row.
  */
-async function drawStats(box: HTMLElement, self: boolean, customer: string, choose: (destination: string, subscription: string) => void): Promise<void> {
+async function drawStats(box: HTMLElement, st: ReturnType<typeof status>, self: boolean, customer: string, choose: (destination: string, subscription: string) => void): Promise<void> {
   try {
     const r = await archive.deadLetterStats({ filter: { customerId: customer }, bySubscription: self });
     const rows = foldStats(r.counts.map(statCount), self ? "subscription" : "destination");
-    const refresh = h("button", { type: "button", onclick: () => void drawStats(box, self, customer, choose) }, "Refresh");
     replace(
       box,
       h("h2", {}, self ? "Your dead letters, per subscription" : "Dead letters per destination"),
-      table(`${deadLetters(r.total)}, newest first. Choose a row to list them.`, [
+      table(`${deadLetters(r.total)}, newest first. Choose a row to list them. Refreshed every ${every / 1000} s.`, [
         ...(self ? [{ label: "Subscription", cell: (x: StatRow) => x.subscriptionId || "none (sent to the destination)" }] : []),
         { label: "Destination", cell: (x) => x.destinationId },
         { label: "Dead letters", cell: (x) => formatCount(x.count), className: "num" },
@@ -292,12 +310,21 @@ async function drawStats(box: HTMLElement, self: boolean, customer: string, choo
         { label: "Reasons", cell: (x) => x.reasons.map(([why, n]) => `${why} ${formatCount(n)}`).join(", ") },
         { label: "Newest", cell: (x) => stamp(x.newestMs) },
         { label: "Oldest", cell: (x) => stamp(x.oldestMs) },
-        { label: "", cell: (x) => h("button", { type: "button", onclick: () => choose(x.destinationId, x.subscriptionId) }, "Show") },
+        {
+          label: "",
+          cell: (x) =>
+            h(
+              "button",
+              { type: "button", "aria-label": x.subscriptionId ? `Show dead letters of subscription ${x.subscriptionId}` : `Show dead letters of destination ${x.destinationId}`, onclick: () => choose(x.destinationId, x.subscriptionId) },
+              "Show",
+            ),
+        },
       ], rows, (x) => ({ "data-destination": x.destinationId, "data-subscription": x.subscriptionId }), "No dead letters: every event was delivered or is still on its way."),
-      refresh,
     );
+    st.clear();
   } catch (err) {
-    replace(box, h("p", { class: "status error", role: "alert" }, `Could not count the dead letters: ${errorText(err)}`));
+    // The last counts stay shown, under the error.
+    st.error(`Could not count the dead letters: ${errorText(err)}`);
   }
 }
 

@@ -1,9 +1,10 @@
 // Events: where one event is and its attempts; a lane's events.
 import { EventState, type GetEventResponse } from "../../../sdk/typescript/src/gen/rivora/v1/events_pb.js";
 import { errorText, events, when } from "../api.js";
-import { field, h, replace, status, table } from "../dom.js";
+import { field, h, replace, status, submitForm, table } from "../dom.js";
 import { counted, formatDuration, tryView } from "../format.js";
 import type { Page } from "../main.js";
+import { poll } from "../poll.js";
 import { seconds } from "../api.js";
 import { reasonNames } from "./deadletters.js";
 
@@ -68,36 +69,72 @@ export function eventDetail(e: GetEventResponse): Node[] {
 }
 
 // #/events/<id> looks an event up; #/events/<dest>/<customer>/<lane> lists a lane.
+// Both refresh (the event shown, the lane listed) while the forms keep
+// what is typed in them.
 export const eventsPage: Page = (main, _me, args) => {
+  // The look-up and the lane listing each have their own status line, so
+  // one's refresh does not clear the other's error.
   const st = status();
+  const lst = status();
   const evId = h("input", { type: "text", name: "event-id" });
-  const look = h("form", { class: "filters" }, field("Event id", evId), h("button", { type: "submit" }, "Look up"));
+  const look = submitForm({ class: "filters" }, () => lookup(), field("Event id", evId), h("button", { type: "submit" }, "Look up"));
   const one = h("section", { "data-testid": "event" });
   const dest = h("input", { type: "text", name: "destination" });
   const cust = h("input", { type: "text", name: "customer" });
   const lane = h("input", { type: "text", name: "lane" });
-  const list = h("form", { class: "filters" }, field("Destination", dest), field("Customer", cust), field("Lane", lane), h("button", { type: "submit" }, "List events"));
+  const list = submitForm({ class: "filters" }, () => listLane(), field("Destination", dest), field("Customer", cust), field("Lane", lane), h("button", { type: "submit" }, "List events"));
   const many = h("section", { "data-testid": "lane-events" });
-  replace(main, h("h1", {}, "Events"), look, st.el, one, h("h2", {}, "A lane's events"), list, many);
+  replace(main, h("h1", {}, "Events"), look, st.el, one, h("h2", {}, "A lane's events"), list, lst.el, many);
 
-  const lookup = async (): Promise<void> => {
+  // What the page shows, as asked (not as the forms hold it now): the
+  // event looked up, once found, and the lane listed.
+  let shown: string | undefined;
+  let asked: string | undefined;
+  let laneAsked: { destinationId: string; customerId: string; laneKey: string } | undefined;
+
+  const lookup = (): void => {
     // A failed look-up must not leave the previous event on screen.
     replace(one);
-    const id = evId.value.trim();
-    if (id === "") {
+    shown = undefined;
+    asked = evId.value.trim();
+    if (asked === "") {
+      asked = undefined;
       st.error("Look-up needs an event id.");
       return;
     }
+    p.now();
+  };
+  const listLane = (): void => {
+    laneAsked = { destinationId: dest.value.trim(), customerId: cust.value.trim(), laneKey: lane.value.trim() };
+    p.now();
+  };
+
+  const drawEvent = async (): Promise<void> => {
+    const id = asked ?? shown;
+    if (id === undefined) return;
     try {
-      replace(one, ...eventDetail(await events.getEvent({ eventId: id })));
+      const e = await events.getEvent({ eventId: id });
+      if (id !== (asked ?? shown)) return; // another look-up since
+      replace(one, ...eventDetail(e));
+      shown = id;
+      asked = undefined;
       st.clear();
     } catch (err) {
-      st.error(`Look-up failed: ${errorText(err)}`);
+      if (id !== (asked ?? shown)) return;
+      if (asked !== undefined) {
+        asked = undefined; // not found stays not found: no retry each tick
+        st.error(`Look-up failed: ${errorText(err)}`);
+      } else {
+        st.error(`Could not refresh event ${id}: ${errorText(err)}`);
+      }
     }
   };
-  const listLane = async (): Promise<void> => {
+  const drawLane = async (): Promise<void> => {
+    const q = laneAsked;
+    if (!q) return;
     try {
-      const r = await events.listEvents({ destinationId: dest.value.trim(), customerId: cust.value.trim(), laneKey: lane.value.trim(), limit: 200 });
+      const r = await events.listEvents({ ...q, limit: 200 });
+      if (q !== laneAsked) return;
       replace(
         many,
         table(`${counted(r.events.length, "event")}${r.truncated ? " (more matched)" : ""}`, [
@@ -110,21 +147,23 @@ export const eventsPage: Page = (main, _me, args) => {
           { label: "Attempts", cell: (e) => String(e.attempts), className: "num" },
           { label: "Last status", cell: (e) => (e.lastStatus ? String(e.lastStatus) : "") },
           { label: "Last error", cell: (e) => e.lastError },
-        ], r.events, undefined, "No event matches."),
+        ], r.events, (e) => ({ "data-event": e.eventId, "data-state": stateNames[e.state] ?? "" }), "No event matches."),
       );
-      st.clear();
+      lst.clear();
     } catch (err) {
-      st.error(`Listing failed: ${errorText(err)}`);
+      lst.error(`Listing failed: ${errorText(err)}`);
     }
   };
-  look.addEventListener("submit", (e) => (e.preventDefault(), void lookup()));
-  list.addEventListener("submit", (e) => (e.preventDefault(), void listLane()));
+
   if (args.length === 1 && args[0]) {
     evId.value = args[0];
-    void lookup();
+    asked = args[0];
   } else if (args.length === 3) {
     [dest.value, cust.value, lane.value] = args as [string, string, string];
-    void listLane();
+    laneAsked = { destinationId: dest.value.trim(), customerId: cust.value.trim(), laneKey: lane.value.trim() };
   }
-  return () => {};
+  const p = poll(async () => {
+    await Promise.all([drawEvent(), drawLane()]);
+  });
+  return () => p.stop();
 };
