@@ -201,8 +201,26 @@ describe("console in Chromium against rivora dev", () => {
     expect(await stats.textContent()).toContain("acme");
     await stats.getByRole("button", { name: "Show" }).click();
     await page.getByTestId("dead-letters").getByText(`${total} dead letters`).waitFor();
-    await page.getByTestId("dead-letters").locator("button.link").first().click();
+    await page.getByTestId("dead-letters").locator("button.link").last().click();
     await page.getByTestId("dead-letter").getByText("Payload").waitFor();
+    // The dead letter opens below the list: it is brought into view, and
+    // the keyboard moves to it.
+    const detailTop = await page.getByTestId("dead-letter").evaluate((e) => e.getBoundingClientRect().top);
+    expect(detailTop).toBeGreaterThanOrEqual(0);
+    expect(detailTop).toBeLessThan(800 / 2);
+    expect(await page.evaluate(() => document.activeElement?.closest('[data-testid="dead-letter"]')?.tagName)).toBe("SECTION");
+    // The page refreshes (counts and list) without taking what is typed,
+    // the keyboard's place, the scroll or the open dead letter.
+    const laneInput = page.locator('input[name="lane"]');
+    await laneInput.fill("user-1");
+    const scrolled = await page.evaluate(() => scrollY);
+    await Promise.all([redrawn(page, '[data-testid="dead-letters"] table'), redrawn(page, '[data-testid="dead-letter-stats"] table')]);
+    expect(await laneInput.inputValue()).toBe("user-1");
+    expect(await page.evaluate(() => document.activeElement?.getAttribute("name"))).toBe("lane");
+    expect(await page.evaluate(() => scrollY)).toBe(scrolled);
+    expect(await page.getByTestId("dead-letter").getByText("Payload").count()).toBe(1);
+    expect(await page.getByTestId("dead-letters").getByText(`${total} dead letters`).count()).toBe(1);
+    await laneInput.fill("");
     await page.getByRole("button", { name: "Count" }).click();
     await page.getByTestId("replay-result").getByText(`${total} dead letters would be replayed`).waitFor();
     await page.getByRole("button", { name: "Replay" }).click();

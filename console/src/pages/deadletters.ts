@@ -159,7 +159,7 @@ export const deadLettersPage: Page = (main, me, args) => {
       const ev = dl.event!;
       replace(
         detail,
-        h("h2", {}, `Dead letter ${ev.eventId}`),
+        h("h2", { tabindex: -1 }, `Dead letter ${ev.eventId}`),
         h(
           "dl",
           {},
@@ -185,6 +185,10 @@ export const deadLettersPage: Page = (main, me, args) => {
         h("h3", {}, `Payload (${ev.contentType || "unknown type"}, ${ev.payload.length} bytes)`),
         h("pre", { class: "payload" }, new TextDecoder("utf-8", { fatal: false }).decode(ev.payload)),
       );
+      // It opens below the list: bring it into view, and the keyboard
+      // (and a screen reader) to its heading.
+      detail.scrollIntoView({ block: "start" });
+      detail.querySelector<HTMLElement>("h2")?.focus({ preventScroll: true });
     } catch (err) {
       st.error(`Could not read the dead letter: ${errorText(err)}`);
     }
