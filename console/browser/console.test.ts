@@ -252,17 +252,41 @@ describe("console in Chromium against rivora dev", () => {
     const laneRow = page.locator("tr", { hasText: "user-9" });
     await laneRow.getByText(held.eventIds[0]!).waitFor({ timeout: 15_000 });
     await page.locator('input[name="skip-reason"]').fill("poison event");
-    await laneRow.getByRole("button", { name: "Skip head" }).click();
+    // The button names its lane: every row has one.
+    await page.getByRole("button", { name: "Skip head of lane user-9 (customer acme)", exact: true }).click();
     await page.getByText(`Skipped ${held.eventIds[0]}`).waitFor();
     await laneRow.getByText(held.eventIds[1]!).waitFor({ timeout: 10_000 });
     const dead = published.get("user-2")![0]!;
     await page.locator('input[name="resend-event"]').fill(dead);
     await page.locator('input[name="resend-reason"]').fill("customer asked");
-    await page.getByRole("button", { name: "Resend" }).click();
+    await page.locator('input[name="resend-reason"]').press("Enter");
     await page.locator(".actions .status.ok, .actions .status.error").getByText(/Resend failed|sent again/).waitFor();
     expect(await page.locator(".actions .status").first().textContent()).toBe(`Event ${dead} sent again.`);
     await page.getByRole("button", { name: "Resume" }).click();
     await page.getByTestId("state").getByText(/healthy|degraded|parked/).waitFor({ timeout: 10_000 });
+  });
+
+  it("shows a destination's lanes 10 at a time, and more on demand", async () => {
+    await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "create", "many", "--url", quiet.url);
+    await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "pause", "many", "--reason", "hold its lanes");
+    await rpc(dev, dev.token, "rivora.v1.IngestService/PublishBatch", {
+      events: [...Array(12).keys()].map((i) => ({ destinationId: "many", customerId: "acme", laneKey: `m-${i}`, type: "t", data: { i } })),
+    });
+    await page.goto(`${dev.url}/console/#/destination/many`);
+    const laneRows = page.locator("tr[data-lane]");
+    await page.locator("caption").getByText("Longest-waiting lanes (10 of 12)").waitFor({ timeout: 15_000 });
+    expect(await laneRows.count()).toBe(10);
+    expect(await page.getByRole("button", { name: "Show the first 10" }).isDisabled()).toBe(true);
+    await page.getByRole("button", { name: "Show 10 more" }).click();
+    await page.locator("caption").getByText("Longest-waiting lanes (12 of 12)").waitFor();
+    expect(await laneRows.count()).toBe(12);
+    expect(await page.getByRole("button", { name: "Show 10 more" }).isDisabled()).toBe(true);
+    // The refresh keeps the longer list.
+    await redrawn(page, "tr[data-lane]", 10_000);
+    expect(await laneRows.count()).toBe(12);
+    await page.getByRole("button", { name: "Show the first 10" }).click();
+    await page.locator("caption").getByText("Longest-waiting lanes (10 of 12)").waitFor();
+    expect(await repeatedButtonNames(page)).toEqual([]);
   });
 
   it("every UI action is in rivoractl audit under the operator's name", async () => {

@@ -20,6 +20,11 @@ const classNames: Record<number, string> = {
   [PriorityClass.LOW]: "low",
 };
 
+// Lanes shown at first, and added by each "Show more"; ListLanes answers
+// at most maxLanes.
+const lanePage = 10;
+const maxLanes = 10_000;
+
 const limitFields: { key: string; label: string; show: (l: GetLimitsResponse) => string }[] = [
   { key: "rate_per_second", label: "Rate", show: (l) => formatRate(l.effective?.ratePerSecond ?? 0) },
   { key: "burst", label: "Burst", show: (l) => String(l.effective?.burst ?? 0) },
@@ -42,7 +47,12 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
   backlog.appendChild(backlogBody);
   const lanesBox = h("section", {}, h("h2", {}, "Longest-waiting lanes"));
   const lanesBody = h("div");
-  lanesBox.appendChild(lanesBody);
+  // ListLanes has no page token: "Show more" asks for a longer list of the
+  // longest-waiting lanes (limit), and the refresh keeps asking for it.
+  let laneLimit = lanePage;
+  const moreLanes = h("button", { type: "button", disabled: true, onclick: () => ((laneLimit = Math.min(laneLimit + lanePage, maxLanes)), p.now()) }, `Show ${lanePage} more`);
+  const fewerLanes = h("button", { type: "button", disabled: true, onclick: () => ((laneLimit = lanePage), p.now()) }, `Show the first ${lanePage}`);
+  lanesBox.append(lanesBody, h("p", { class: "pager" }, moreLanes, " ", fewerLanes));
   const limitsBox = h("section", {}, h("h2", {}, "Limits"));
   const limitsBody = h("div");
   limitsBox.appendChild(limitsBody);
@@ -79,7 +89,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       const [hr, dr, lr, lim] = await Promise.all([
         admin.getDestinationHealth({ destinationId: id, rateHistory: true }),
         admin.getDestination({ id }),
-        lanes.listLanes({ destinationId: id, limit: 10 }),
+        lanes.listLanes({ destinationId: id, limit: laneLimit }),
         admin.getLimits({ destinationId: id }),
       ]);
       health = hr.destinations[0];
@@ -88,7 +98,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       drawChart();
       drawTransitions();
       drawBacklog();
-      drawLanes(lr.lanes, Number(lr.matched));
+      drawLanes(lr.lanes, Number(lr.matched), lr.truncated);
       drawLimits(lim);
       authBox.draw(dest, health);
       signingBox.draw(dest);
@@ -168,8 +178,10 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     );
   }
 
-  function drawLanes(ls: LaneSummary[], matched: number): void {
+  function drawLanes(ls: LaneSummary[], matched: number, truncated: boolean): void {
     const now = Date.now();
+    moreLanes.disabled = !truncated || laneLimit >= maxLanes;
+    fewerLanes.disabled = laneLimit <= lanePage;
     replace(
       lanesBody,
       table(`Longest-waiting lanes (${ls.length} of ${formatCount(matched)})`, [
