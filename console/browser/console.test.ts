@@ -138,6 +138,19 @@ describe("console in Chromium against rivora dev", () => {
     expect(await page.locator("tbody tr").first().getAttribute("data-id")).toBe("noisy");
     await expect(page.locator("table caption").first().textContent()).resolves.toContain("destinations");
     await shot("destinations.png");
+    // Sorting from the keyboard keeps the keyboard on the header pressed
+    // (the table is drawn anew), and again after a refresh.
+    await page.getByRole("button", { name: /^Pending/ }).focus();
+    await page.keyboard.press("Enter");
+    await page.locator('th[aria-sort="descending"]').getByText("Pending").waitFor();
+    const focused = (): Promise<string> => page.evaluate(() => `${document.activeElement?.tagName} ${document.activeElement?.closest("th")?.getAttribute("aria-sort")} ${document.activeElement?.textContent}`);
+    expect(await focused()).toBe("BUTTON descending Pending ▼");
+    await page.keyboard.press("Enter");
+    expect(await focused()).toBe("BUTTON ascending Pending ▲");
+    await redrawn(page, "th[aria-sort=ascending] button", 10_000);
+    expect(await focused()).toBe("BUTTON ascending Pending ▲");
+    await page.getByRole("button", { name: "Sort by noise" }).click();
+    await page.locator('th[aria-sort="none"] button[data-key="sort-pending"]').waitFor();
     await page.setViewportSize({ width: 390, height: 844 });
     await shot("destinations-narrow.png");
     await page.setViewportSize({ width: 1280, height: 800 });

@@ -84,19 +84,21 @@ export const destinationsPage: Page = (main) => {
       (r) => ({ class: r.id === noisy ? "noisiest" : `row-${r.state}`, "data-id": r.id, "data-state": r.state }),
       "No destinations yet (rivoractl destinations create).",
     );
-    // Header cells become sort buttons (keyboard reachable).
+    // Header cells become sort buttons (keyboard reachable). Sorting
+    // draws a new table: the keyboard stays on the header it pressed.
     t.querySelectorAll("th").forEach((th, i) => {
       const c = columns[i]!;
-      const b = h("button", { type: "button", class: "sort", title: `Sort by ${c.label}` }, th.textContent ?? "");
+      const b = h("button", { type: "button", class: "sort", title: `Sort by ${c.label}`, "data-key": `sort-${c.key}` }, th.textContent ?? "");
       b.addEventListener("click", () => {
         desc = key === c.key ? !desc : c.key !== "id";
         key = c.key;
         draw();
+        holder.querySelector<HTMLElement>(`button[data-key="sort-${c.key}"]`)?.focus({ preventScroll: true });
       });
       th.setAttribute("aria-sort", c.key === key ? (desc ? "descending" : "ascending") : "none");
       replace(th, b);
     });
-    const sortNoise = h("button", { type: "button", onclick: () => ((key = "noise"), (desc = true), draw()) }, "Sort by noise");
+    const sortNoise = h("button", { type: "button", "data-key": "sort-noise", onclick: () => ((key = "noise"), (desc = true), draw(), summary.querySelector<HTMLElement>('button[data-key="sort-noise"]')?.focus({ preventScroll: true })) }, "Sort by noise");
     const counts = rows.reduce<Record<string, number>>((m, r) => ((m[r.state] = (m[r.state] ?? 0) + 1), m), {});
     replace(
       summary,
