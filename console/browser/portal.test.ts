@@ -226,11 +226,39 @@ describe("customer portal in Chromium against rivora dev", () => {
     await box.getByLabel("URL").fill(`${erp.base}/c1-own`);
     await box.getByRole("button", { name: "Add endpoint" }).click();
     await box.getByTestId("secret").waitFor();
-    await box.getByRole("row").filter({ hasText: "c1-portal-hooks" }).waitFor();
+    const endpointRow = box.locator('tr[data-endpoint="c1-portal-hooks"]');
+    await endpointRow.waitFor();
+    const deleteUrl = "**/rivora.v1.AdminService/DeleteDestination";
+    // A refused delete: the row leaves at once, and comes back with the error.
+    let refuse!: () => void;
+    const refused = new Promise<void>((r) => (refuse = r));
+    await page.route(deleteUrl, async (route) => {
+      await refused;
+      await route.fulfill({ status: 400, contentType: "application/json", body: JSON.stringify({ code: "failed_precondition", message: "held by the test" }) });
+    });
     page.once("dialog", (d) => void d.accept());
-    await box.getByRole("row").filter({ hasText: "c1-portal-hooks" }).getByRole("button", { name: "Delete" }).click();
+    await box.getByRole("button", { name: "Delete endpoint c1-portal-hooks", exact: true }).click();
+    await endpointRow.waitFor({ state: "detached", timeout: 1_000 });
+    refuse();
+    await page.getByRole("alert").getByText(/^Deleting c1-portal-hooks failed: held by the test/).waitFor();
+    await endpointRow.waitFor();
+    await page.unroute(deleteUrl);
+    // A delete that goes through: the row leaves before the answer, and
+    // does not come back.
+    let answer!: () => void;
+    const answered = new Promise<void>((r) => (answer = r));
+    await page.route(deleteUrl, async (route) => {
+      await answered;
+      await route.continue();
+    });
+    page.once("dialog", (d) => void d.accept());
+    await box.getByRole("button", { name: "Delete endpoint c1-portal-hooks", exact: true }).click();
+    await endpointRow.waitFor({ state: "detached", timeout: 1_000 });
+    answer();
     await page.getByRole("status").getByText("Endpoint c1-portal-hooks deleted.").waitFor();
-    await eventually("the endpoint gone from the table", async () => (await box.getByRole("row").filter({ hasText: "c1-portal-hooks" }).count()) === 0);
+    await page.unroute(deleteUrl);
+    expect(await endpointRow.count()).toBe(0);
+    expect((await rpc<{ destinations?: { id: string }[] }>(dev, dev.token, "rivora.v1.AdminService/ListDestinations", {})).destinations?.map((d) => d.id)).not.toContain("c1-portal-hooks");
   });
 
   it("opens Dead letters on its counts per subscription, and lists a row's", async () => {

@@ -47,6 +47,8 @@ export const destinationsPage: Page = (main) => {
   let desc = true;
   let rows: DestinationRow[] = [];
   let known = new Set<string>();
+  // The ids the last health snapshot named.
+  let reported = new Set<string>();
   // What ListDestinations said, for destinations no agent reports health of.
   let listed = new Map<string, Destination>();
   let listedAt = 0;
@@ -120,9 +122,13 @@ export const destinationsPage: Page = (main) => {
       const res = await admin.getDestinationHealth({});
       const got = new Map(res.destinations.map((d) => [d.destinationId, toRow(d)]));
       // Destinations without health yet (no agent reported) still show; the
-      // list is fetched rarely, or when health names one it does not know.
+      // list is fetched rarely, or when health names one it does not know,
+      // or stops naming one it named (deleted: its listed row would have
+      // stayed until the next listing, up to listEvery).
       const unknown = [...got.keys()].some((id) => !known.has(id));
-      if (first || unknown || Date.now() - listedAt > listEvery) {
+      const vanished = [...reported].some((id) => !got.has(id));
+      reported = new Set(got.keys());
+      if (first || unknown || vanished || Date.now() - listedAt > listEvery) {
         const list = await (first ?? admin.listDestinations({}));
         // Health-only ids (Rivora's reserved notices destination) count as
         // known too, so they cost one listing, not one per tick.

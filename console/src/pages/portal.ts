@@ -6,7 +6,7 @@ import type { Destination } from "../../../sdk/typescript/src/gen/rivora/v1/admi
 import type { EventType, Subscription } from "../../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { admin, errorText, eventTypes, problemText, subscriptions } from "../api.js";
 import { currentCustomer, customerPicker } from "../customer.js";
-import { field, h, replace, status, table } from "../dom.js";
+import { field, h, replace, status, submitForm, table } from "../dom.js";
 import type { Page } from "../main.js";
 import { counted } from "../format.js";
 import { poll } from "../poll.js";
@@ -38,7 +38,7 @@ export const portalPage: Page = (main, me) => {
 
   const form = createForm(
     customer,
-    () => [...new Set([...usable.map((d) => d.id), ...subs.map((s) => s.destinationId)])].sort(),
+    () => [...new Set([...usable.filter((d) => !gone.has(d.id)).map((d) => d.id), ...subs.map((s) => s.destinationId)])].sort(),
     (s) => {
       replace(created, s.secret ? secretOnce(`Subscription ${s.id}'s signing secret`, s.secret) : "");
       ast.ok(`Created ${s.id}.`);
@@ -90,19 +90,38 @@ export const portalPage: Page = (main, me) => {
     types.value = [...types.value.split(/[\s,]+/).filter((t) => t !== "" && t !== name), name].join(", ");
   });
   // The endpoints are listed again after each add or delete, so the
-  // table and the form's destination suggestions follow.
-  const shownSecret = h("div");
+  // table and the form's destination suggestions follow. One deleted here
+  // leaves the table at once (it comes back, with the error, if the delete
+  // fails) and stays out of any listing that still has it.
+  let gone = new Set<string>();
+  const own = endpointsBox(endpoints, customer, {
+    ok: (msg) => ast.ok(msg),
+    fail: (msg) => ast.error(msg),
+    added: (id) => {
+      gone.delete(id);
+      void loadEndpoints();
+    },
+    removing: (id) => {
+      gone.add(id);
+      drawOwn();
+    },
+    removed: () => void loadEndpoints(),
+    kept: (id) => {
+      gone.delete(id);
+      drawOwn();
+    },
+  });
+  const drawOwn = (): void => own.draw(usable.filter((d) => !gone.has(d.id)));
   const loadEndpoints = async (): Promise<void> => {
     try {
-      usable = (await admin.listDestinations({})).destinations.filter((d) => !d.ownerCustomer || d.ownerCustomer === customer);
+      const listed = (await admin.listDestinations({})).destinations.filter((d) => !d.ownerCustomer || d.ownerCustomer === customer);
+      // Once a listing no longer has it, nothing need hide it.
+      gone = new Set([...gone].filter((id) => listed.some((d) => d.id === id)));
+      usable = listed;
     } catch {
       usable = []; // not listed to this token: the customer types the id its operator gave it
     }
-    drawEndpoints(endpoints, shownSecret, customer, usable, {
-      ok: (msg) => ast.ok(msg),
-      fail: (msg) => ast.error(msg),
-      changed: () => void loadEndpoints(),
-    });
+    drawOwn();
   };
   void loadEndpoints();
 
@@ -128,53 +147,65 @@ async function drawCatalogue(box: HTMLElement, pick: (name: string) => void): Pr
   }
 }
 
-/** What the endpoints box reports: an outcome, and that the endpoints changed. */
+/** What the endpoints box reports: an outcome, and the endpoints it adds and deletes. */
 interface EndpointEvents {
   ok: (m: string) => void;
   fail: (m: string) => void;
-  changed: () => void;
+  added: (id: string) => void;
+  /** removing: asked to delete id (the table drops it now). */
+  removing: (id: string) => void;
+  removed: (id: string) => void;
+  /** kept: the delete of id failed (the table shows it again). */
+  kept: (id: string) => void;
 }
 
-/** The customer's own endpoints: destinations it owns, made for its own URL (a new one's secret shown once in shown). */
-function drawEndpoints(box: HTMLElement, shown: HTMLElement, customer: string, usable: Destination[], on: EndpointEvents): void {
-  const own = usable.filter((d) => d.ownerCustomer === customer);
+/**
+ * endpointsBox is the customer's own endpoints: destinations it owns, made
+ * for its own URL (a new one's secret shown once). The form is made once,
+ * so what is typed in it outlives a redraw of the table.
+ */
+function endpointsBox(box: HTMLElement, customer: string, on: EndpointEvents): { draw: (usable: Destination[]) => void } {
   const id = h("input", { type: "text", name: "endpoint-id", placeholder: `${customer}-hooks` });
   const url = h("input", { type: "url", name: "endpoint-url", placeholder: "https://hooks.example.com/rivora" });
-  const form = h("form", { class: "filters" }, field("Endpoint id", id), field("URL", url), h("button", { type: "submit" }, "Add endpoint"));
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    void (async () => {
-      try {
-        const r = await admin.createDestination({ id: id.value.trim(), url: url.value.trim(), ownerCustomer: customer });
-        replace(shown, secretOnce(`Endpoint ${r.destination?.id}'s signing secret`, r.destination?.secret ?? ""));
-        on.ok(`Endpoint ${r.destination?.id} added: subscribe to it above.`);
-        on.changed();
-      } catch (err) {
-        on.fail(`Adding the endpoint failed: ${problemText(err)}`);
-      }
-    })();
-  });
+  const shown = h("div");
+  const list = h("div");
+  const heading = h("h2", { tabindex: -1 }, "Your own endpoints");
+  const form = submitForm({ class: "filters" }, () => void add(), field("Endpoint id", id), field("URL", url), h("button", { type: "submit" }, "Add endpoint"));
+  const add = async (): Promise<void> => {
+    try {
+      const r = await admin.createDestination({ id: id.value.trim(), url: url.value.trim(), ownerCustomer: customer });
+      replace(shown, secretOnce(`Endpoint ${r.destination?.id}'s signing secret`, r.destination?.secret ?? ""));
+      on.ok(`Endpoint ${r.destination?.id} added: subscribe to it above.`);
+      on.added(r.destination?.id ?? "");
+    } catch (err) {
+      on.fail(`Adding the endpoint failed: ${problemText(err)}`);
+    }
+  };
   const remove = async (d: Destination): Promise<void> => {
     if (!window.confirm(`Delete endpoint ${d.id} (${d.url})? Its subscriptions stop receiving events.`)) return;
+    on.removing(d.id);
+    // Its row (and the button) went: the keyboard goes to the section.
+    heading.focus({ preventScroll: true });
     try {
       await admin.deleteDestination({ id: d.id });
       on.ok(`Endpoint ${d.id} deleted.`);
-      on.changed();
+      on.removed(d.id);
     } catch (err) {
+      on.kept(d.id);
       on.fail(`Deleting ${d.id} failed: ${errorText(err)}`);
     }
   };
-  replace(
-    box,
-    h("h2", {}, "Your own endpoints"),
-    h("p", { class: "muted" }, "A destination for a URL of yours, with default limits; only you may subscribe to it."),
-    table<Destination>("Endpoints you own", [
-      { label: "Endpoint", cell: (d) => d.id },
-      { label: "URL", cell: (d) => d.url },
-      { label: "State", cell: (d) => (d.paused ? "paused" : d.disabled ? "disabled" : "active") },
-      { label: "Action", cell: (d) => h("button", { type: "button", onclick: () => void remove(d) }, "Delete") },
-    ], own, undefined, "None yet."),
-    form,
-    shown,
-  );
+  replace(box, heading, h("p", { class: "muted" }, "A destination for a URL of yours, with default limits; only you may subscribe to it."), list, form, shown);
+  return {
+    draw: (usable) =>
+      replace(
+        list,
+        table<Destination>("Endpoints you own", [
+          { label: "Endpoint", cell: (d) => d.id },
+          { label: "URL", cell: (d) => d.url },
+          { label: "State", cell: (d) => (d.paused ? "paused" : d.disabled ? "disabled" : "active") },
+          { label: "Action", cell: (d) => h("button", { type: "button", "aria-label": `Delete endpoint ${d.id}`, onclick: () => void remove(d) }, "Delete") },
+        ], usable.filter((d) => d.ownerCustomer === customer), (d) => ({ "data-endpoint": d.id }), "None yet."),
+      ),
+  };
 }
