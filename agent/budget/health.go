@@ -202,6 +202,14 @@ func (b *Budget) Take(now time.Time) bool {
 	if now.Before(b.holdUntil) {
 		return false
 	}
+	if !b.holdUntil.IsZero() {
+		// The hold is over. The bucket refilled meanwhile, up to the
+		// burst: spent at once, that is a herd at a partner that just
+		// asked to be left alone. As after a cut, one second of the rate
+		// is on hand.
+		b.bucket.Cap(b.bucket.Rate(), now)
+		b.holdUntil = time.Time{}
+	}
 	if b.state == Parked {
 		if !b.lastProbe.IsZero() && now.Sub(b.lastProbe) < b.tune.ProbeEvery {
 			return false

@@ -60,6 +60,20 @@ func TestRetryAfterHoldsTheDestination(t *testing.T) {
 	}
 }
 
+// When a Retry-After hold ends, what the bucket earned meanwhile is not
+// spent at once: one second of the cut rate goes, not the burst.
+func TestAHoldsEndIsNoHerd(t *testing.T) {
+	b := budget.NewBudget(100, 200, budget.DefaultAIMD(), at(0))
+	b.Throttled(at(0), 10*time.Second, "HTTP 429")
+	taken := 0
+	for b.Take(at(10_000)) {
+		taken++
+	}
+	if want := int(b.Rate()); taken != want {
+		t.Fatalf("%d attempts at once when the hold ended, want one second of the cut rate: %d", taken, want)
+	}
+}
+
 func TestParkedProbesOncePerSecondThenRecovers(t *testing.T) {
 	b := budget.NewBudget(50, 50, budget.DefaultAIMD(), at(0))
 	for s := 0; s <= 20; s++ {
