@@ -38,9 +38,9 @@ var (
 // dev` and edges share.
 func ingestFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{Name: "max-payload", Value: ingest.DefaultMaxPayload, EnvVars: []string{"RIVORA_MAX_PAYLOAD"}, Usage: "largest accepted payload in `BYTES`"},
+		&cli.IntFlag{Name: "max-payload", Value: ingest.DefaultMaxPayload, EnvVars: []string{"RIVORA_MAX_PAYLOAD"}, Usage: "largest accepted payload in `BYTES` (a larger one is refused InvalidArgument, naming both sizes). A Publish request is read up to 6 times this plus 64 KiB (a JSON data field can grow that much in binary protobuf): a body over that read limit is refused ResourceExhausted, naming it in bytes"},
 		&cli.IntFlag{Name: "max-batch", Value: ingest.DefaultMaxBatch, EnvVars: []string{"RIVORA_MAX_BATCH"}, Usage: "most events one PublishBatch may carry (`N`); a larger batch is refused with InvalidArgument, nothing of it stored: split it"},
-		&cli.IntFlag{Name: "max-batch-bytes", Value: ingest.DefaultMaxBatchBytes, EnvVars: []string{"RIVORA_MAX_BATCH_BYTES"}, Usage: "largest PublishBatch request in `BYTES` after decompression (ResourceExhausted above it); one batch costs the server about three times this in memory. Publish is bounded to one event of --max-payload"},
+		&cli.IntFlag{Name: "max-batch-bytes", Value: ingest.DefaultMaxBatchBytes, EnvVars: []string{"RIVORA_MAX_BATCH_BYTES"}, Usage: "largest PublishBatch request in `BYTES` after decompression (ResourceExhausted above it, naming the limit in bytes), but never less than one Publish's read limit (see --max-payload), so one full event always fits; one batch costs the server about three times this in memory. A request whose fan-outs would store more than 4 times this (or one Publish's read limit) is refused ResourceExhausted too"},
 		&cli.DurationFlag{Name: "dedup-window", Value: ingest.DefaultDedupWindow, EnvVars: []string{"RIVORA_DEDUP_WINDOW"}, Usage: "how long an idempotency key names one event of its customer on its destination: a repeat within it returns the first event id and stores nothing, the key reused for another payload, type, lane or content type is refused (AlreadyExists)"},
 	}
 }
