@@ -623,11 +623,14 @@ func (a *Agent) forgetDestination(id string) {
 // and pause state.
 func (a *Agent) configure(d *destinations.Destination) {
 	p := lanes.Partition(d.ID, a.parts.Count())
+	// Creation and last resume first: a budget restored from the ledger
+	// (SetLimits makes it) is taken up only if saved after both.
+	a.sched.NoteCreated(d.ID, p, d.CreatedAt)
+	a.sched.NoteResume(d.ID, p, d.Pauses.LastResume())
 	a.sched.SetLimits(d.ID, p, d.Limits)
 	a.sched.SetClass(d.ID, p, d.Class)
 	a.sched.SetWeights(d.ID, p, d.Weights)
 	a.gone.Configure(d.ID, p, d.Paused)
-	a.sched.NoteResume(d.ID, p, d.Pauses.LastResume())
 }
 
 // configurePartition configures again the destinations of partition p

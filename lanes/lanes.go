@@ -138,7 +138,7 @@ func DoneSubject(p int) string { return fmt.Sprintf("ledger.%d.done", p) }
 
 // BudgetSubject is the ledger subject holding destination's budget as a
 // restart should find it (its health, cut rate and Retry-After hold); the
-// owner writes it with a rollup, so it holds one message.
+// owner purges the older records once it wrote a new one.
 func BudgetSubject(p int, destination string) string {
 	return fmt.Sprintf("ledger.%d.budget.%s", p, destination)
 }

@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// MaxHold is the longest Retry-After hold (delivery.MaxRetryAfter: a
+// partner's "come back tomorrow" is held to that).
+const MaxHold = time.Hour
+
 // Saved is what of a budget outlives its process: the health it reached
 // and why, the rate its last cut left, the partner's learned ceiling and a
 // Retry-After hold. The partition's owner keeps it in the partition's
@@ -56,8 +60,14 @@ func (b *Budget) Save(now time.Time) Saved {
 // (capped at the configured one, with one second of it on hand), a parked
 // one probes (the first at once). A healthy record restores only its hold.
 func (b *Budget) Restore(s Saved, now time.Time) {
-	if s.HoldUntil.After(now) && s.HoldUntil.After(b.holdUntil) {
-		b.holdUntil = s.HoldUntil
+	// Another agent's clock may run ahead: a hold is at most as long
+	// as a partner may ask for.
+	hold := s.HoldUntil
+	if longest := now.Add(MaxHold); hold.After(longest) {
+		hold = longest
+	}
+	if hold.After(now) && hold.After(b.holdUntil) {
+		b.holdUntil = hold
 	}
 	b.lastFailure = s.LastFailure
 	if s.State != Degraded && s.State != Parked {
@@ -68,7 +78,13 @@ func (b *Budget) Restore(s Saved, now time.Time) {
 	b.bucket.Cap(rate, now)
 	b.lastCut, b.lastRaise = s.LastCut, now
 	b.learned, b.learnedAt = s.Learned, s.LearnedAt
-	b.failingSince = s.FailingSince
+	if s.State == Parked {
+		// A degraded budget's failures may have been followed by
+		// successes, which do not save it again: the restart is no
+		// evidence of failure, and failing since then would park it at
+		// its next failure.
+		b.failingSince = s.FailingSince
+	}
 	b.lastProbe = time.Time{}
 	last := s.Last
 	if last.To != s.State {

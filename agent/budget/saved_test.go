@@ -100,3 +100,30 @@ func TestARestoredHealthyBudget(t *testing.T) {
 		t.Fatalf("an ended hold was restored: %v", r.HoldUntil())
 	}
 }
+
+// A degraded budget is saved at its cut; the successes after it are not
+// saved (only the climb moves). Restored later, it is not failing since
+// its cut: its next 429 cuts again, it does not park.
+func TestARestoredDegradedBudgetIsNotFailing(t *testing.T) {
+	b := budget.NewBudget(200, 200, budget.DefaultAIMD(), at(0))
+	b.Throttled(at(1000), 0, "HTTP 429")
+	saved := b.Save(at(1000))
+	r := budget.NewBudget(200, 200, budget.DefaultAIMD(), at(40_000))
+	r.Restore(saved, at(40_000))
+	r.Throttled(at(40_100), 0, "HTTP 429")
+	if r.State() != budget.Degraded {
+		t.Fatalf("a restored degraded budget is %s after one 429", r.State())
+	}
+}
+
+// A restored hold is at most as long as a partner may ask for, however
+// far ahead the clock that saved it ran.
+func TestARestoredHoldIsBounded(t *testing.T) {
+	b := budget.NewBudget(100, 100, budget.DefaultAIMD(), at(0))
+	s := b.Save(at(0))
+	s.State, s.HoldUntil = budget.Degraded, at(0).Add(5*time.Hour)
+	b.Restore(s, at(0))
+	if want := at(0).Add(budget.MaxHold); !b.HoldUntil().Equal(want) {
+		t.Fatalf("restored hold until %v, want at most %v", b.HoldUntil(), want)
+	}
+}

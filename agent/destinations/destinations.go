@@ -45,7 +45,9 @@ type Destination struct {
 	// OwnerCustomer is set on a customer's own destination: it takes
 	// that customer's events only (TakesEventsOf).
 	OwnerCustomer string
-	Paused        bool
+	// CreatedAt is when the control plane made it (zero: not known).
+	CreatedAt time.Time
+	Paused    bool
 	// Disabled: the pause is Rivora's, after its partner answered 410 Gone.
 	Disabled bool
 	// Pauses are its recent pauses (PausedBetween).
@@ -336,13 +338,18 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
+	var createdAt time.Time
+	if ts := pb.GetCreatedAt(); ts != nil {
+		createdAt = ts.AsTime()
+	}
 	return &Destination{
-		ID:      pb.GetId(),
-		URL:     pb.GetUrl(),
-		Signer:  signer,
-		Headers: headersFromProto(pb.GetHeaders()),
-		Timeout: timeout,
-		Retry:   policy,
+		ID:        pb.GetId(),
+		CreatedAt: createdAt,
+		URL:       pb.GetUrl(),
+		Signer:    signer,
+		Headers:   headersFromProto(pb.GetHeaders()),
+		Timeout:   timeout,
+		Retry:     policy,
 		Limits: limits.Limits{
 			RatePerSecond: lim.GetRatePerSecond(),
 			Burst:         int(lim.GetBurst()),

@@ -21,7 +21,7 @@ import (
 const saveBudgetsEvery = time.Second
 
 // budgetKeeper keeps the budgets of the partition's destinations in its
-// ledger (lanes.BudgetSubject, one message each by rollup) when they
+// ledger (lanes.BudgetSubject, the latest record of each) when they
 // change, so that the partition's next owner — this agent after a
 // restart, or another one after a failover — takes up a Retry-After hold
 // and a degraded or parked destination where they were, instead of
@@ -127,11 +127,22 @@ func (k *budgetKeeper) write(ctx context.Context, destination string, s budget.S
 	if err != nil {
 		return err
 	}
-	msg := nats.NewMsg(lanes.BudgetSubject(k.p, destination))
+	subject := lanes.BudgetSubject(k.p, destination)
+	msg := nats.NewMsg(subject)
 	msg.Data = data
-	msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	_, err = k.fence.publish(ctx, msg)
-	return err
+	ack, err := k.fence.publish(ctx, msg)
+	if err != nil {
+		return err
+	}
+	// The older records go once this one is stored, and only while this
+	// owner still holds the partition. Not by a rollup: a fenced-off
+	// owner's late write would erase the current owner's record before a
+	// rebuild could compare their epochs (the rebuild keeps the last
+	// record its epoch filter admits).
+	if err := k.fence.check(); err != nil {
+		return err
+	}
+	return k.ledger.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(ack.Sequence))
 }
 
 // budgetEntry is a budget record of the ledger: the scheduler takes it

@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"time"
+
 	"github.com/rivora/rivora/agent/budget"
 )
 
@@ -43,17 +45,37 @@ func (s *Scheduler) takeRestoredBudget(d *destination) {
 	s.restoreBudget(d, saved)
 }
 
+// restoreBudget applies saved to d's budget, unless it is older than d: a
+// destination deleted (while no agent that saw it go owned its partition)
+// and made again under its name starts afresh. An operator's resume since
+// it was saved ends its hold, as it would have ended the hold itself.
 func (s *Scheduler) restoreBudget(d *destination, saved budget.Saved) {
+	if !d.createdAt.IsZero() && saved.At.Before(d.createdAt) {
+		return
+	}
+	if d.resumeNoted && d.resumedAt.After(saved.At) {
+		saved.HoldUntil = time.Time{}
+	}
 	d.budget.Restore(saved, s.clock.Now())
 	if d.budget.State() == budget.Parked {
 		s.parked[d] = true
+	} else {
+		delete(s.parked, d)
 	}
+}
+
+// NoteCreated gives the scheduler when the control plane made a
+// destination (restoreBudget: a budget saved before is another's).
+func (s *Scheduler) NoteCreated(destinationID string, partition int, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.destination(destinationID, partition).createdAt = at
 }
 
 // noteBudget marks d's budget for saving if it changed since it counted
 // before (budget.Budget.Changes).
 func (s *Scheduler) noteBudget(d *destination, before uint64) {
-	if d.budget.Changes() == before || d.budgetUnsaved {
+	if d.budget.Changes() == before || d.budgetUnsaved || !d.configured || d.deleted {
 		return
 	}
 	d.budgetUnsaved = true
@@ -77,7 +99,7 @@ func (s *Scheduler) ChangedBudgets(p int) []SavedBudget {
 	out := make([]SavedBudget, 0, len(ds))
 	for _, d := range ds {
 		d.budgetUnsaved = false
-		if d.dropped || d.budget == nil {
+		if d.dropped || d.deleted || d.budget == nil {
 			continue
 		}
 		out = append(out, SavedBudget{Destination: d.id, Saved: d.budget.Save(now)})

@@ -18,9 +18,10 @@ type destination struct {
 	configured bool
 	limits     limits.Limits
 	budget     *budget.Budget
-	// budgetUnsaved: the budget changed since its owner last saved it
-	// (budgets.go).
+	// budgetUnsaved: the budget changed since its owner last saved it;
+	// createdAt: when the control plane made it (budgets.go).
 	budgetUnsaved bool
+	createdAt     time.Time
 	class         limits.Class
 	paused        bool
 	// resumedAt is the destination's last resume the scheduler was told

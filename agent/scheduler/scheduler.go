@@ -44,10 +44,10 @@ package scheduler
 
 import (
 	"context"
-	"github.com/rivora/rivora/agent/budget"
 	"sync"
 	"time"
 
+	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/clock"
 )
 
