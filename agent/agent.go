@@ -307,7 +307,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if cfg.EgressProxy != nil {
 		base.Info("deliveries go out through the egress proxy", "component", "delivery", "proxy", cfg.EgressProxy.String())
 	}
-	if err := registerMetrics(a.sched); err != nil {
+	owned := func(destinationID string) bool { return a.parts.OfDestination(destinationID) != nil }
+	if err := registerMetrics(a.sched, owned); err != nil {
 		return fail(err)
 	}
 	return a, nil

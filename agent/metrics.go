@@ -9,17 +9,23 @@ import (
 )
 
 // destinationCollector exports the scheduler's per-destination state on
-// each scrape (no bookkeeping on the delivery path).
+// each scrape (no bookkeeping on the delivery path), for the destinations
+// whose partition runs on this agent: every agent of a cell knows every
+// destination's limits, and another's would export its idle defaults (the
+// configured rate, healthy, a full bucket), which a dashboard's max over
+// the cell's agents took for the owner's throttled figures.
 type destinationCollector struct {
 	sched *scheduler.Scheduler
+	owned func(destinationID string) bool
 
 	rate, ceiling, learned, state, paused, inFlight, tokens, backlog *prometheus.Desc
 	workers, workersBusy                                             *prometheus.Desc
 }
 
-func newDestinationCollector(s *scheduler.Scheduler) *destinationCollector {
+func newDestinationCollector(s *scheduler.Scheduler, owned func(destinationID string) bool) *destinationCollector {
 	return &destinationCollector{
 		sched:       s,
+		owned:       owned,
 		rate:        prometheus.NewDesc("rivora_destination_rate_per_second", "Current refill rate of the destination's budget (after AIMD).", []string{"destination"}, nil),
 		ceiling:     prometheus.NewDesc("rivora_destination_configured_rate_per_second", "Configured rate of the destination's budget.", []string{"destination"}, nil),
 		learned:     prometheus.NewDesc("rivora_destination_learned_rate_per_second", "The partner's ceiling as the budget learned it from throttling (the rate_per_second to configure); 0 when none is remembered.", []string{"destination"}, nil),
@@ -44,6 +50,9 @@ func (c *destinationCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(workers))
 	ch <- prometheus.MustNewConstMetric(c.workersBusy, prometheus.GaugeValue, float64(busy))
 	for _, s := range c.sched.Snapshot("") {
+		if !c.owned(s.ID) {
+			continue
+		}
 		ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, s.CurrentRate, s.ID)
 		ch <- prometheus.MustNewConstMetric(c.ceiling, prometheus.GaugeValue, s.ConfiguredRate, s.ID)
 		ch <- prometheus.MustNewConstMetric(c.learned, prometheus.GaugeValue, s.LearnedRate, s.ID)
@@ -65,8 +74,8 @@ func (c *destinationCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // registerMetrics registers the collector once per process.
-func registerMetrics(s *scheduler.Scheduler) error {
-	err := prometheus.Register(newDestinationCollector(s))
+func registerMetrics(s *scheduler.Scheduler, owned func(destinationID string) bool) error {
+	err := prometheus.Register(newDestinationCollector(s, owned))
 	var already prometheus.AlreadyRegisteredError
 	if errors.As(err, &already) {
 		return nil

@@ -22,7 +22,7 @@ func TestPausedDestinationMetric(t *testing.T) {
 	}
 	s.SetPaused("stopped", 0, true)
 	ch := make(chan prometheus.Metric, 64)
-	c := newDestinationCollector(s)
+	c := newDestinationCollector(s, func(string) bool { return true })
 	c.Collect(ch)
 	close(ch)
 	got := map[string]float64{}
@@ -38,5 +38,34 @@ func TestPausedDestinationMetric(t *testing.T) {
 	}
 	if got["running"] != 0 || got["stopped"] != 1 || len(got) != 2 {
 		t.Fatalf("rivora_destination_paused = %v, want running 0, stopped 1", got)
+	}
+}
+
+// A destination whose partition runs on another agent of the cell is not
+// exported here: its idle defaults (the configured rate, healthy) hid the
+// owner's throttled rate from a dashboard's max over the cell.
+func TestOnlyOwnedDestinationsExported(t *testing.T) {
+	s := scheduler.New(clock.NewManual(time.Unix(1_000_000, 0)))
+	for _, id := range []string{"here", "elsewhere"} {
+		s.SetLimits(id, 0, limits.Limits{RatePerSecond: 10, Burst: 10, MaxInFlight: 1})
+	}
+	ch := make(chan prometheus.Metric, 64)
+	c := newDestinationCollector(s, func(id string) bool { return id == "here" })
+	c.Collect(ch)
+	close(ch)
+	got := map[string]bool{}
+	for m := range ch {
+		var out dto.Metric
+		if err := m.Write(&out); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range out.GetLabel() {
+			if l.GetName() == "destination" {
+				got[l.GetValue()] = true
+			}
+		}
+	}
+	if !got["here"] || got["elsewhere"] {
+		t.Fatalf("destinations exported: %v, want here's only", got)
 	}
 }
