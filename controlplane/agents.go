@@ -555,11 +555,14 @@ func (r *agentRegistry) ownersHealth(ctx context.Context, destinationID string, 
 	})
 	var out []*rivorav1.DestinationHealth
 	unowned := map[uint32]string{} // a destination of each partition without an owner
+	opening := map[uint32]string{} // … and of each one its owner is still rebuilding
 	for _, answer := range answers {
 		for _, h := range answer.of {
 			p := uint32(lanes.Partition(h.GetDestinationId(), partitions))
 			owner, owned := r.ownerOf(p)
 			switch {
+			case h.GetState() == stateOpening && (owner == answer.agent || len(answers) == 1):
+				opening[p] = h.GetDestinationId()
 			case owned && owner == answer.agent, !owned && len(answers) == 1:
 				out = append(out, h)
 			case !owned:
@@ -574,8 +577,17 @@ func (r *agentRegistry) ownersHealth(ctx context.Context, destinationID string, 
 		p := slices.Min(slices.Collect(maps.Keys(unowned)))
 		return nil, errorf(ErrUnavailable, "partition %d has no owner right now; retry (destination %q is in it; see `rivoractl agents list`)", p, unowned[p])
 	}
+	if len(opening) > 0 {
+		p := slices.Min(slices.Collect(maps.Keys(opening)))
+		return nil, errorf(ErrUnavailable, "partition %d is opening: its new owner is rebuilding its lanes, and what it would say of its destinations (%q among them) is not known yet; retry shortly", p, opening[p])
+	}
 	return out, nil
 }
+
+// stateOpening is the health state an agent gives a destination whose
+// partition it holds but has not rebuilt yet (agent/api.StateOpening):
+// nothing of its backlog or budget is known.
+const stateOpening = "opening"
 
 // awaitApplied waits until every connected agent applied version, or up to
 // grace.

@@ -256,8 +256,18 @@ func (n *notifier) pollHealth(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	park, archived := summarize(health)
+	_, archived := summarize(health)
 	n.scan.Archived(archived)
+	// Whether a destination is parked is its partition's owner's word
+	// alone. The other agents see it idle, and while a partition has no
+	// owner, or its new owner is still rebuilding it, nobody knows:
+	// judging then took a failover for a recovery (destination.recovered
+	// without a single 2xx). Such a round says nothing.
+	owners, err := n.cp.agents.ownersHealth(ctx, "", false, n.cp.cfg.Partitions)
+	if err != nil {
+		return
+	}
+	park, _ := summarize(owners)
 	now := n.cp.now()
 	_, dests := n.cp.store.Snapshot()
 	known := make(map[string]bool, len(dests))

@@ -48,6 +48,10 @@ func (s *partitionService) GetHealth(_ context.Context, req *connect.Request[riv
 	return connect.NewResponse(&rivorav1.GetHealthResponse{Destinations: h}), nil
 }
 
+// StateOpening is the health state of a destination whose partition this
+// agent holds but has not rebuilt yet: its figures are not known.
+const StateOpening = "opening"
+
 // Health reports destinations' budgets and backlogs ("" = all), with
 // their rate history when withRates.
 func Health(sched *scheduler.Scheduler, parts *partitions.Set, destinationID string, withRates bool) []*rivorav1.DestinationHealth {
@@ -57,6 +61,11 @@ func Health(sched *scheduler.Scheduler, parts *partitions.Set, destinationID str
 			continue
 		}
 		h := healthToProto(snap)
+		if parts.OpeningDestination(snap.ID) {
+			// Its lanes are being rebuilt here: nothing of its backlog
+			// or budget is known yet (PENDING 0 read as drained).
+			h.State = StateOpening
+		}
 		if withRates {
 			rates, transitions := sched.RateHistory(snap.ID)
 			h.RateHistory = rateHistoryToProto(rates)

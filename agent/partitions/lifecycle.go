@@ -468,6 +468,15 @@ func (ps *lifecycle) run(p int) *partitionRun {
 	return nil
 }
 
+// opening reports whether p is locked here but not running yet: its
+// rebuild is under way, or about to be.
+func (ps *lifecycle) opening(p int) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	st := ps.m[p]
+	return st != nil && (st.phase == locked || st.phase == opening)
+}
+
 // attempting returns partition p's run while it is running and counts an
 // attempt in flight on it (call run.inFlight.Done after its outcome is
 // recorded).

@@ -155,6 +155,14 @@ func (s *Set) Partition(p int) *owner.Partition {
 	return nil
 }
 
+// OpeningDestination reports whether the partition of a destination is
+// this agent's but not running yet (its lanes are being rebuilt): what
+// the scheduler shows of the destination meanwhile is not its state.
+func (s *Set) OpeningDestination(destinationID string) bool {
+	n := s.Count()
+	return n > 0 && s.states.opening(lanes.Partition(destinationID, n))
+}
+
 // OfDestination returns the partition of a destination while it runs
 // here, else nil (and nil before the first config).
 func (s *Set) OfDestination(destinationID string) *owner.Partition {
