@@ -53,12 +53,20 @@ func drainText(d *durationpb.Duration) string {
 	}
 }
 
+// arrivalRate is the events per second that joined the destination's
+// lanes over the last minute.
+func arrivalRate(h *rivorav1.DestinationHealth) float64 {
+	return float64(h.GetArrivalsLastMinute()) / 60
+}
+
 func noDrainCause(h *rivorav1.DestinationHealth) string {
 	switch {
 	case h.GetPaused() || h.GetDisabled():
 		return destinationState(h.GetPaused(), h.GetDisabled(), h.GetPauseReason())
 	case h.GetState() == "parked":
 		return "parked: only probes go out until the partner answers"
+	case arrivalRate(h) > 0 && arrivalRate(h) >= h.GetCurrentRate():
+		return fmt.Sprintf("events arrive at %.3g/s, no slower than its rate: the backlog grows", arrivalRate(h))
 	}
 	return "its rate is 0"
 }
@@ -103,16 +111,23 @@ func (e *env) showHealth(c *ucli.Context) error {
 		fmt.Fprintf(tw, "PENDING\t%d events\n", h.GetPendingEvents())
 		switch {
 		case h.GetPendingEvents() == 0:
+		case h.GetDrainTime() != nil && arrivalRate(h) > 0:
+			fmt.Fprintf(tw, "DRAIN TIME\t%s at the current rate, less the %.3g/s arriving\n", drainText(h.GetDrainTime()), arrivalRate(h))
 		case h.GetDrainTime() != nil:
 			fmt.Fprintf(tw, "DRAIN TIME\t%s at the current rate\n", drainText(h.GetDrainTime()))
+		case arrivalRate(h) > 0 && arrivalRate(h) >= h.GetCurrentRate() && !h.GetPaused() && !h.GetDisabled() && h.GetState() != "parked":
+			fmt.Fprintf(tw, "DRAIN TIME\tnever at this rate (%s)\n", noDrainCause(h))
 		default:
 			fmt.Fprintf(tw, "DRAIN TIME\tnever: no attempt goes out (%s)\n", noDrainCause(h))
+		}
+		if n := h.GetArrivalsLastMinute(); n > 0 {
+			fmt.Fprintf(tw, "ARRIVING\t%d events in the last minute (%.3g/s)\n", n, arrivalRate(h))
 		}
 		if age := h.GetOldestPendingAge(); age != nil {
 			fmt.Fprintf(tw, "OLDEST PENDING\t%s ago\n", drainText(age))
 		}
 		if n := h.GetAttemptsLastMinute(); n > 0 {
-			fmt.Fprintf(tw, "LAST MINUTE\t%d attempts: %.0f%% answered 429, %.0f%% 5xx, %.0f%% no answer\n", n, 100*h.GetThrottledShare(), 100*h.GetServerErrorShare(), 100*h.GetNoAnswerShare())
+			fmt.Fprintf(tw, "LAST MINUTE\t%d attempts: %.0f%% answered 429, %.0f%% 5xx, %.0f%% other 4xx (refused events), %.0f%% no answer\n", n, 100*h.GetThrottledShare(), 100*h.GetServerErrorShare(), 100*h.GetClientErrorShare(), 100*h.GetNoAnswerShare())
 		}
 		if n := h.GetUnarchivedDeadLetters(); n > 0 {
 			fmt.Fprintf(tw, "UNARCHIVED\t%d dead letters wait for the archive\n", n)

@@ -322,7 +322,8 @@ func (cp *ControlPlane) destinationHealth(ctx context.Context, id string, withRa
 		// Paused, or parked (only probes go out until the partner answers),
 		// it does not drain at its current rate.
 		if !h.GetPaused() && !h.GetDisabled() && h.GetState() != "parked" {
-			h.DrainTime = heldDrainTime(drainTime(h.GetPendingEvents(), h.GetCurrentRate()), h.GetHoldUntil(), cp.now())
+			arrivals := float64(h.GetArrivalsLastMinute()) / 60
+			h.DrainTime = heldDrainTime(drainTime(h.GetPendingEvents(), h.GetCurrentRate(), arrivals), h.GetHoldUntil(), cp.now())
 		}
 		if sc.limited() {
 			h.Customers = slices.DeleteFunc(h.Customers, func(c *rivorav1.CustomerBacklog) bool { return !sc.customer(c.GetCustomerId()) })
@@ -342,15 +343,17 @@ func heldDrainTime(drain *durationpb.Duration, holdUntil *timestamppb.Timestamp,
 	return durationpb.New(drain.AsDuration() + holdUntil.AsTime().Sub(now))
 }
 
-// drainTime is how long pending events take at rate events per second:
-// 0 with none pending, nil when they never drain (no rate, or a rate so
-// low it takes more than a century). A bound from below: the partner's
-// latency and max_in_flight can slow it.
-func drainTime(pending int64, rate float64) *durationpb.Duration {
+// drainTime is how long pending events take at rate events per second
+// while more arrive at arrivals per second: 0 with none pending, nil when
+// they never drain (no rate, one no faster than the arrivals — the
+// backlog grows —, or so low it takes more than a century). A bound from
+// below: the partner's latency and max_in_flight can slow it.
+func drainTime(pending int64, rate, arrivals float64) *durationpb.Duration {
 	const never = 100 * 365 * 24 * time.Hour
 	if pending <= 0 {
 		return durationpb.New(0)
 	}
+	rate -= max(arrivals, 0)
 	seconds := float64(pending) / rate
 	if rate <= 0 || seconds > never.Seconds() {
 		return nil

@@ -10,10 +10,11 @@ import (
 
 func TestDrainTime(t *testing.T) {
 	for _, tc := range []struct {
-		pending int64
-		rate    float64
-		want    time.Duration
-		never   bool
+		pending  int64
+		rate     float64
+		arrivals float64
+		want     time.Duration
+		never    bool
 	}{
 		{pending: 0, rate: 0, want: 0},
 		{pending: 0, rate: 5, want: 0},
@@ -23,8 +24,11 @@ func TestDrainTime(t *testing.T) {
 		{pending: 10, rate: 0, never: true},
 		{pending: 10, rate: -1, never: true},
 		{pending: 1_000_000, rate: 1e-9, never: true}, // over a century
+		{pending: 20, rate: 5, arrivals: 3, want: 10 * time.Second},
+		{pending: 1900, rate: 5, arrivals: 7.5, never: true}, // the backlog grows (cell probe: "7m15s")
+		{pending: 20, rate: 5, arrivals: 5, never: true},
 	} {
-		got := drainTime(tc.pending, tc.rate)
+		got := drainTime(tc.pending, tc.rate, tc.arrivals)
 		switch {
 		case tc.never && got != nil:
 			t.Errorf("drainTime(%d, %v) = %v; want unset (never drains)", tc.pending, tc.rate, got.AsDuration())

@@ -59,7 +59,7 @@ func (cp *ControlPlane) projectDrain(ctx context.Context, resp *rivorav1.SetLimi
 			return
 		}
 	}
-	resp.ProjectedDrainTime = drainTime(pending, resp.GetLimits().GetEffective().GetRatePerSecond())
+	resp.ProjectedDrainTime = drainTime(pending, resp.GetLimits().GetEffective().GetRatePerSecond(), 0)
 }
 
 func (h *adminHandler) ClearLimitsOverride(ctx context.Context, req *connect.Request[rivorav1.ClearLimitsOverrideRequest]) (*connect.Response[rivorav1.ClearLimitsOverrideResponse], error) {

@@ -120,10 +120,12 @@ func healthToProto(s scheduler.DestinationSnapshot) *rivorav1.DestinationHealth 
 		h.OldestPendingAge = durationpb.New(max(time.Since(s.OldestPending), 0).Round(time.Millisecond))
 	}
 	h.AttemptsLastMinute = int64(s.LastMinuteAttempts)
+	h.ArrivalsLastMinute = int64(s.LastMinuteArrivals)
 	if s.LastMinuteAttempts > 0 {
 		h.ThrottledShare = float64(s.LastMinuteThrottled) / float64(s.LastMinuteAttempts)
 		h.ServerErrorShare = float64(s.LastMinuteServerErrors) / float64(s.LastMinuteAttempts)
 		h.NoAnswerShare = float64(s.LastMinuteNoAnswer) / float64(s.LastMinuteAttempts)
+		h.ClientErrorShare = float64(s.LastMinuteClientErrors) / float64(s.LastMinuteAttempts)
 	}
 	if f := s.LastFailure; !f.At.IsZero() {
 		h.LastFailure, h.LastFailureAt = f.Cause, timestamppb.New(f.At)

@@ -61,6 +61,7 @@ func (s *Scheduler) AppendAll(partition int, appends []LaneAppend) {
 			l.newHead(now)
 		}
 		l.dest.pending += len(a.Entries)
+		l.dest.rates.arrive(now, len(a.Entries))
 		if l.state == laneIdle {
 			s.schedule(l, now)
 		}

@@ -37,6 +37,8 @@ type rateSlot struct {
 	attempts, delivered     int32
 	throttled, serverErrors int32
 	noAnswer                int32 // status 0: no answer came
+	clientErrors            int32 // another 4xx than 429: the partner refused the event
+	arrivals                int32 // events that joined the destination's lanes
 }
 
 type rateRing struct {
@@ -64,6 +66,8 @@ func (r *rateRing) observe(now time.Time, status int, configured, current float6
 		s.delivered++
 	case status == 429:
 		s.throttled++
+	case status >= 400 && status < 500:
+		s.clientErrors++
 	case status >= 500:
 		s.serverErrors++
 	case status == 0:
@@ -72,13 +76,20 @@ func (r *rateRing) observe(now time.Time, status int, configured, current float6
 	s.configured, s.current, s.rated = configured, current, true
 }
 
-// minuteCounts are the last minute's attempts and how they were answered.
-type minuteCounts struct {
-	attempts, throttled, serverErrors, noAnswer int
+// arrive records n events that joined the destination's lanes at now.
+func (r *rateRing) arrive(now time.Time, n int) {
+	r.at(slotOf(now)).arrivals += int32(n)
 }
 
-// lastMinute is the attempts, 429s, 5xx answers and attempts without an
-// answer of the last minute's buckets (the current one included).
+// minuteCounts are the last minute's attempts and how they were answered,
+// and the events that arrived.
+type minuteCounts struct {
+	attempts, throttled, serverErrors, noAnswer, clientErrors, arrivals int
+}
+
+// lastMinute is the attempts, 429s, 5xx answers, other 4xx answers and
+// attempts without an answer of the last minute's buckets (the current one
+// included), and the events that arrived in them.
 func (r *rateRing) lastMinute(now time.Time) minuteCounts {
 	var c minuteCounts
 	n := slotOf(now)
@@ -88,6 +99,8 @@ func (r *rateRing) lastMinute(now time.Time) minuteCounts {
 			c.throttled += int(s.throttled)
 			c.serverErrors += int(s.serverErrors)
 			c.noAnswer += int(s.noAnswer)
+			c.clientErrors += int(s.clientErrors)
+			c.arrivals += int(s.arrivals)
 		}
 	}
 	return c

@@ -54,3 +54,24 @@ func TestRateRingCountsBucketsAndForgets(t *testing.T) {
 		}
 	}
 }
+
+// The last minute counts the events that joined a destination's lanes
+// (its drain time is net of them), and the attempts the partner refused
+// with another 4xx than 429 (a partner refusing everything shows there,
+// its state staying healthy).
+func TestLastMinuteArrivalsAndRefusals(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("orders", 0, unlimited)
+	appendTo(s, 0, lid("orders", "acme", "u1"), evs(1, 2, 3)...)
+	appendTo(s, 0, lid("orders", "acme", "u2"), evs(4)...)
+	a := mustPick(t, s)
+	s.Observe(a, 400, false, 0, "HTTP 400")
+	snap := s.Snapshot("orders")[0]
+	if snap.LastMinuteArrivals != 4 || snap.LastMinuteClientErrors != 1 || snap.LastMinuteAttempts != 1 {
+		t.Fatalf("last minute: %d arrivals, %d refusals of %d attempts; want 4, 1 of 1", snap.LastMinuteArrivals, snap.LastMinuteClientErrors, snap.LastMinuteAttempts)
+	}
+	clk.Advance(2 * time.Minute)
+	if snap := s.Snapshot("orders")[0]; snap.LastMinuteArrivals != 0 {
+		t.Fatalf("%d arrivals two minutes later, want 0", snap.LastMinuteArrivals)
+	}
+}

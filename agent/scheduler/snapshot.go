@@ -41,6 +41,10 @@ type DestinationSnapshot struct {
 	// Over the last minute: attempts, and of them 429 and 5xx answers and
 	// attempts no answer came to (a timeout, a connection or TLS error).
 	LastMinuteAttempts, LastMinuteThrottled, LastMinuteServerErrors, LastMinuteNoAnswer int
+	// LastMinuteClientErrors: attempts answered another 4xx than 429 (the
+	// partner refused the event); LastMinuteArrivals: events that joined
+	// its lanes (stored, not rebuilt).
+	LastMinuteClientErrors, LastMinuteArrivals int
 	// LastFailure is the destination's latest failure that was its own
 	// (its cause and when; zero: none since its owner started).
 	LastFailure budget.Failure
@@ -70,6 +74,7 @@ func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
 		}
 		m := d.rates.lastMinute(now)
 		snap.LastMinuteAttempts, snap.LastMinuteThrottled, snap.LastMinuteServerErrors, snap.LastMinuteNoAnswer = m.attempts, m.throttled, m.serverErrors, m.noAnswer
+		snap.LastMinuteClientErrors, snap.LastMinuteArrivals = m.clientErrors, m.arrivals
 		if b := d.budget; b != nil {
 			snap.State, snap.ConfiguredRate, snap.CurrentRate = b.State(), b.Ceiling(), b.Rate()
 			snap.LearnedRate, snap.Tokens, snap.HoldUntil = b.Learned(), b.Tokens(now), b.HoldUntil()

@@ -127,6 +127,8 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
         stat("429 share (1 min)", formatShare(hh?.throttledShare ?? 0)),
         stat("5xx share (1 min)", formatShare(hh?.serverErrorShare ?? 0)),
         stat("No answer (1 min)", formatShare(hh?.noAnswerShare ?? 0)),
+        stat("Other 4xx (1 min)", formatShare(hh?.clientErrorShare ?? 0)),
+        stat("Arriving (1 min)", formatRate(Number(hh?.arrivalsLastMinute ?? 0n) / 60)),
         stat("Attempts (1 min)", formatCount(hh?.attemptsLastMinute ?? 0n)),
         stat("Oldest pending", hh?.oldestPendingAge ? formatDuration(seconds(hh.oldestPendingAge)) : "none"),
         stat("Drain time", hh && hh.pendingEvents > 0n ? drainText(hh) : "0s"),
@@ -412,5 +414,7 @@ function drainText(hh: DestinationHealth): string {
   if (hh.disabled) return "never: disabled (its partner answered 410 Gone)";
   if (hh.paused) return "never: paused";
   if (hh.state === "parked") return "never: parked, only probes go out until the partner answers";
+  const arriving = Number(hh.arrivalsLastMinute) / 60;
+  if (arriving > 0 && arriving >= hh.currentRate) return `never at this rate: events arrive at ${formatRate(arriving)}, the backlog grows`;
   return "never";
 }

@@ -2430,10 +2430,10 @@ type DestinationHealth struct {
 	// archived since its partition opened here (it restarts from 0): the
 	// control plane reads the archive for operator notices when it moves.
 	ArchivedDeadLetters int64 `protobuf:"varint,20,opt,name=archived_dead_letters,json=archivedDeadLetters,proto3" json:"archived_dead_letters,omitempty"`
-	// drain_time is how long the pending events take at current_rate
-	// (pending_events / current_rate): 0 with nothing pending; unset when
-	// they do not drain at that rate (paused, disabled, parked: only probes
-	// go out, or no rate).
+	// drain_time is how long the pending events take at current_rate, less
+	// the rate events arrive at (arrivals_last_minute): 0 with nothing
+	// pending; unset when they do not drain at that rate (paused, disabled,
+	// parked: only probes go out, no rate, or events arrive as fast).
 	DrainTime *durationpb.Duration `protobuf:"bytes,21,opt,name=drain_time,json=drainTime,proto3" json:"drain_time,omitempty"`
 	// Over the last minute: the attempts made, and the share of them the
 	// partner answered 429, and 5xx (0 with no attempt).
@@ -2470,8 +2470,19 @@ type DestinationHealth struct {
 	// transition's cause when a degraded destination now fails otherwise.
 	LastFailure   string                 `protobuf:"bytes,33,opt,name=last_failure,json=lastFailure,proto3" json:"last_failure,omitempty"`
 	LastFailureAt *timestamppb.Timestamp `protobuf:"bytes,34,opt,name=last_failure_at,json=lastFailureAt,proto3" json:"last_failure_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// client_error_share is the share of the last minute's attempts the
+	// partner answered another 4xx than 429: it refused those events (each
+	// uses one of its attempts; the budget is not cut), so a partner that
+	// refuses everything after a change of its own shows here, not in
+	// state.
+	ClientErrorShare float64 `protobuf:"fixed64,35,opt,name=client_error_share,json=clientErrorShare,proto3" json:"client_error_share,omitempty"`
+	// arrivals_last_minute counts the events that joined the destination's
+	// lanes over the last minute. drain_time counts them: pending events
+	// drain at current_rate less the arrival rate, and never (drain_time
+	// unset) when they arrive at least as fast.
+	ArrivalsLastMinute int64 `protobuf:"varint,36,opt,name=arrivals_last_minute,json=arrivalsLastMinute,proto3" json:"arrivals_last_minute,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *DestinationHealth) Reset() {
@@ -2733,6 +2744,20 @@ func (x *DestinationHealth) GetLastFailureAt() *timestamppb.Timestamp {
 		return x.LastFailureAt
 	}
 	return nil
+}
+
+func (x *DestinationHealth) GetClientErrorShare() float64 {
+	if x != nil {
+		return x.ClientErrorShare
+	}
+	return 0
+}
+
+func (x *DestinationHealth) GetArrivalsLastMinute() int64 {
+	if x != nil {
+		return x.ArrivalsLastMinute
+	}
+	return 0
 }
 
 // RateSample is one 10-second bucket of a destination's recent history.
@@ -5054,7 +5079,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\tdue_lanes\x18\x03 \x01(\x03R\bdueLanes\x12#\n" +
 	"\rwaiting_lanes\x18\x04 \x01(\x03R\fwaitingLanes\x12\x1b\n" +
 	"\tin_flight\x18\x05 \x01(\x03R\binFlight\x12%\n" +
-	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\x9a\r\n" +
+	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xfa\r\n" +
 	"\x11DestinationHealth\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12'\n" +
@@ -5091,7 +5116,9 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"!client_certificate_fallback_until\x18\x1f \x01(\v2\x1a.google.protobuf.TimestampR\x1eclientCertificateFallbackUntil\x12&\n" +
 	"\x0fno_answer_share\x18  \x01(\x01R\rnoAnswerShare\x12!\n" +
 	"\flast_failure\x18! \x01(\tR\vlastFailure\x12B\n" +
-	"\x0flast_failure_at\x18\" \x01(\v2\x1a.google.protobuf.TimestampR\rlastFailureAt\"\x87\x02\n" +
+	"\x0flast_failure_at\x18\" \x01(\v2\x1a.google.protobuf.TimestampR\rlastFailureAt\x12,\n" +
+	"\x12client_error_share\x18# \x01(\x01R\x10clientErrorShare\x120\n" +
+	"\x14arrivals_last_minute\x18$ \x01(\x03R\x12arrivalsLastMinute\"\x87\x02\n" +
 	"\n" +
 	"RateSample\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12'\n" +
