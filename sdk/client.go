@@ -58,7 +58,10 @@ type Event struct {
 	// Type is the event type, e.g. "order.created".
 	Type    string
 	Payload []byte
-	// ContentType defaults to application/json on the server.
+	// ContentType defaults to application/json on the server, which does
+	// not check that Payload is JSON (it costs a parse per event): a body
+	// that is not JSON needs its own content type, or its receiver is
+	// told it is JSON.
 	ContentType string
 	// IdempotencyKey names the event within its (Destination, Customer):
 	// publishing the same key again within the server's dedup window
