@@ -336,7 +336,8 @@ func (c *Client) PublishResult(ctx context.Context, e Event) (Result, error) {
 }
 
 // PublishBatch accepts events all or nothing: when one is invalid, none is
-// stored and the error names its index. eventIDs[i] is the id of events[i]
+// stored and the error names its index (InvalidEvent reads it; KeyReused
+// for a reused key's). eventIDs[i] is the id of events[i]
 // ("" for an event that fans out: use PublishBatchResults). An empty batch
 // sends nothing and returns no ids.
 func (c *Client) PublishBatch(ctx context.Context, events []Event) ([]string, error) {
@@ -604,12 +605,13 @@ func errorInfo(err error, reason string) *errdetails.ErrorInfo {
 }
 
 // The ErrorInfo reasons Rivora's answers carry: agent/ingest's
-// KeyReusedReason (a conflict) and RequestTooLargeReason (a request
-// refused for its size), in internal/errkind.Domain (agent's idempotency
+// KeyReusedReason (a conflict), RequestTooLargeReason (a request refused
+// for its size) and InvalidEventReason (a batch's invalid event), in internal/errkind.Domain (agent's idempotency
 // tests read the agent's answers with KeyReused).
 const (
 	keyReusedReason       = "IDEMPOTENCY_KEY_REUSED"
 	requestTooLargeReason = "REQUEST_TOO_LARGE"
+	invalidEventReason    = "INVALID_EVENT"
 	errorDomain           = "rivora.dev"
 )
 
@@ -641,4 +643,23 @@ func bearer(token string) connect.UnaryInterceptorFunc {
 			return next(ctx, req)
 		}
 	}
+}
+
+// InvalidEvent tells an invalid_argument answer to a PublishBatch refused
+// for one of its events (nothing of the batch was stored), and gives the
+// event's place in the batch; the error's message says what is wrong
+// with it. ok is false for any other error.
+func InvalidEvent(err error) (index int, ok bool) {
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		return 0, false
+	}
+	info := errorInfo(err, invalidEventReason)
+	if info == nil {
+		return 0, false
+	}
+	n, perr := strconv.Atoi(info.GetMetadata()["index"])
+	if perr != nil || n < 0 {
+		return 0, false
+	}
+	return n, true
 }

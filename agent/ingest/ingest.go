@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"mime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -435,9 +436,18 @@ func refused(err error, i, events int, inBatch bool) error {
 	}
 	if inBatch {
 		err = fmt.Errorf("events[%d]: %w (nothing in this batch was stored)", i, err)
+		if errkind.CodeOf(err) == connect.CodeInvalidArgument {
+			// A client reads which event without parsing the message.
+			err = errkind.WithInfo(err, InvalidEventReason, map[string]string{"index": strconv.Itoa(i)})
+		}
 	}
 	return err
 }
+
+// InvalidEventReason is the ErrorInfo reason (errkind.Domain) of a
+// PublishBatch refused invalid_argument for one of its events: its
+// metadata's "index" is the event's place in the batch.
+const InvalidEventReason = "INVALID_EVENT"
 
 // publication is one validated PublishRequest: a direct event (it named
 // its destination) or a routed one (a fan-out or a test event).

@@ -99,10 +99,25 @@ export function keyReused(err: unknown): KeyReuse | undefined {
   };
 }
 
+/**
+ * invalidEvent tells the `InvalidArgument` answer to a `publishBatch`
+ * refused for one of its events (nothing of the batch was stored), reading
+ * the error's `google.rpc.ErrorInfo` (reason `INVALID_EVENT`): the event's
+ * index in the batch. The message says what is wrong with it. It is
+ * undefined for any other error. The Go SDK's `sdk.InvalidEvent`.
+ */
+export function invalidEvent(err: unknown): number | undefined {
+  const ce = connectErrorOf(err);
+  if (ce === undefined || ce.code !== Code.InvalidArgument) return undefined;
+  const index = errorInfo(ce, INVALID_EVENT_REASON)?.metadata["index"];
+  return index !== undefined && /^[0-9]+$/.test(index) ? Number(index) : undefined;
+}
+
 // The ErrorInfo reasons Rivora's answers carry, in its domain (the Go
-// server's agent/ingest KeyReusedReason and RequestTooLargeReason, and
-// internal/errkind.Domain).
+// server's agent/ingest KeyReusedReason, RequestTooLargeReason and
+// InvalidEventReason, and internal/errkind.Domain).
 const KEY_REUSED_REASON = "IDEMPOTENCY_KEY_REUSED";
+const INVALID_EVENT_REASON = "INVALID_EVENT";
 export const REQUEST_TOO_LARGE_REASON = "REQUEST_TOO_LARGE";
 const ERROR_DOMAIN = "rivora.dev";
 

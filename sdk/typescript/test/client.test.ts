@@ -16,7 +16,7 @@ import {
 } from "../src/gen/rivora/v1/ingest_pb.js";
 import { ErrorInfoSchema } from "../src/errors.js";
 import { ConnectError } from "@connectrpc/connect";
-import { Code, keyReused, RivoraClient, RivoraError, type PublishEvent } from "../src/index.js";
+import { Code, invalidEvent, keyReused, RivoraClient, RivoraError, type PublishEvent } from "../src/index.js";
 import { freePort, startPartner, type Partner, type Received } from "../../../testkit/ts/index.js";
 
 const event: PublishEvent = { destinationId: "orders", customerId: "acme", laneKey: "u1", type: "order.created", payload: "{}" };
@@ -364,6 +364,18 @@ describe("RivoraClient retries", () => {
     const canceled = await rejection(client.publish(event, { signal: ac.signal }));
     expect(canceled.code).toBe(Code.Canceled);
     expect(canceled.attempts).toBe(0);
+  });
+});
+
+describe("invalidEvent", () => {
+  it("reads the index of a batch's invalid event, and nothing from another error", async () => {
+    const details: ErrorInfoInit[] = [{ reason: "INVALID_EVENT", domain: "rivora.dev", metadata: { index: "2" } }];
+    const batch = await server((_, res) => fail(res, 400, "invalid_argument", "events[2]: event type must be 1–128 bytes", details));
+    const err = await rejection(new RivoraClient({ baseUrl: batch.base }).publishBatch([event, event, event]));
+    expect(invalidEvent(err)).toBe(2);
+    const plain = await server((_, res) => fail(res, 400, "invalid_argument", "no detail"));
+    expect(invalidEvent(await rejection(new RivoraClient({ baseUrl: plain.base }).publish(event)))).toBeUndefined();
+    expect(invalidEvent(new Error("not connect"))).toBeUndefined();
   });
 });
 
