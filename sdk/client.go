@@ -10,6 +10,7 @@ package sdk
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -196,13 +197,16 @@ func WithTLSConfig(cfg *tls.Config) Option {
 // WithRetry bounds retries: at most maxAttempts tries in all (values below 1
 // mean 1, no retry), waiting baseBackoff, then twice that, and so on
 // (jittered, capped at 10s) between tries. A baseBackoff of zero retries
-// immediately. Retried are Unavailable, Aborted, DeadlineExceeded of one
-// try (WithAttemptTimeout), ResourceExhausted (overload; not a request
-// over one of the server's size limits — the message size, or what a
-// fan-out would store — which would be refused again), and a
-// connection that broke mid-call (connect reports it as Canceled or
-// Unknown); the caller's context ends all waiting, and nothing else is
-// retried.
+// immediately. Retried are Unavailable (not a TLS setup that cannot
+// succeed: an https:// URL for a plain-HTTP server, a certificate not
+// trusted for the host), Aborted, DeadlineExceeded of one try
+// (WithAttemptTimeout), ResourceExhausted (overload; not a request over
+// one of the server's size limits — the message size, or what a fan-out
+// would store — which would be refused again), and a connection that
+// broke mid-call (connect reports it as Canceled or Unknown); the
+// caller's context ends all waiting, and nothing else is retried. When
+// the tries run out, the error says how many were made and wraps the last
+// one, whose code it keeps.
 func WithRetry(maxAttempts int, baseBackoff time.Duration) Option {
 	return optionFunc(func(c *config) {
 		c.maxAttempts = max(maxAttempts, 1)
@@ -469,8 +473,16 @@ func (cfg *config) retry(ctx context.Context, call func(context.Context) error) 
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil || !retryable(err) || attempt >= cfg.maxAttempts {
+		if ctx.Err() != nil || !retryable(err) {
 			return err
+		}
+		if attempt >= cfg.maxAttempts {
+			if attempt == 1 {
+				return err
+			}
+			// Wrapped, not replaced: the code, the details and
+			// errors.Is/As still reach the last try's error.
+			return fmt.Errorf("gave up retrying (after %d attempts; last error: %w)", attempt, err)
 		}
 		if wait := cfg.backoff(attempt); wait > 0 {
 			t := time.NewTimer(wait)
@@ -541,6 +553,9 @@ func contextCode(err error) connect.Code {
 }
 
 func retryable(err error) bool {
+	if misconfigured(err) {
+		return false
+	}
 	switch connect.CodeOf(err) {
 	case connect.CodeResourceExhausted:
 		// The server's overload, but not a request over its size limit:
@@ -561,6 +576,25 @@ func retryable(err error) bool {
 	default:
 		return false
 	}
+}
+
+// misconfigured tells a failure to set up the connection that the same
+// connection set up again meets again, however long the wait: an https://
+// URL for a server that speaks plain HTTP (or not TLS at all), or a
+// certificate this client does not trust for this host. connect answers
+// them Unavailable, as it does a server that is down.
+func misconfigured(err error) bool {
+	var (
+		unknownAuthority x509.UnknownAuthorityError
+		hostname         x509.HostnameError
+		invalid          x509.CertificateInvalidError
+		verification     *tls.CertificateVerificationError
+		recordHeader     tls.RecordHeaderError
+	)
+	return errors.Is(err, http.ErrSchemeMismatch) ||
+		errors.As(err, &unknownAuthority) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &verification) ||
+		errors.As(err, &recordHeader)
 }
 
 // KeyReused tells an already_exists answer to a publish that reused an

@@ -2,8 +2,13 @@ package sdk_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -209,7 +214,98 @@ func TestPublishGivesUpAfterMaxAttempts(t *testing.T) {
 	if calls, _ := srv.snapshot(); calls != 3 {
 		t.Fatalf("server saw %d calls, want 3", calls)
 	}
+	if !strings.Contains(err.Error(), "(after 3 attempts; last error: unavailable: injected failure 3)") {
+		t.Fatalf("error = %v, want it to say the tries were used up and the last one's error", err)
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Message() != "injected failure 3" {
+		t.Fatalf("error = %v, want it to wrap the last try's connect error", err)
+	}
 }
+
+// A TLS setup that cannot succeed fails the same way on every try: it is
+// answered at once, not after the back-off of five tries.
+func TestPublishDoesNotRetryTLSMisconfiguration(t *testing.T) {
+	srv := &ingestServer{}
+	plain := httptest.NewServer(srv.handler())
+	t.Cleanup(plain.Close)
+	untrusted := httptest.NewTLSServer(srv.handler())
+	untrusted.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
+	t.Cleanup(untrusted.Close)
+	wrongHost := httptest.NewTLSServer(srv.handler())
+	wrongHost.Config.ErrorLog = log.New(io.Discard, "", 0)
+	t.Cleanup(wrongHost.Close)
+	notHTTP, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { notHTTP.Close() })
+	go func() {
+		for {
+			conn, err := notHTTP.Accept()
+			if err != nil {
+				return
+			}
+			conn.Write([]byte("SSH-2.0-OpenSSH_9.6\r\n"))
+			conn.Close()
+		}
+	}()
+
+	for _, tc := range []struct {
+		name, url string
+		tls       *tls.Config
+		want      func(error) bool
+	}{
+		{"https to plain HTTP", strings.Replace(plain.URL, "http://", "https://", 1), nil,
+			func(err error) bool { return errors.Is(err, http.ErrSchemeMismatch) }},
+		{"unknown authority", untrusted.URL, nil,
+			func(err error) bool { var e x509.UnknownAuthorityError; return errors.As(err, &e) }},
+		{"wrong host", wrongHost.URL, &tls.Config{RootCAs: rootsOf(wrongHost), ServerName: "rivora.invalid"},
+			func(err error) bool { var e x509.HostnameError; return errors.As(err, &e) }},
+		{"not TLS", "https://" + notHTTP.Addr().String(), nil,
+			func(err error) bool { var e tls.RecordHeaderError; return errors.As(err, &e) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, _ := srv.snapshot()
+			var tries atomic.Int32
+			c := sdk.New(tc.url, sdk.WithRetry(5, time.Millisecond), sdk.WithHTTPClient(countingClient(&tries, tc.tls)))
+			_, err := c.Publish(t.Context(), testEvent)
+			if connect.CodeOf(err) != connect.CodeUnavailable || !tc.want(err) {
+				t.Fatalf("error = %v, want code Unavailable wrapping the TLS failure", err)
+			}
+			if n := tries.Load(); n != 1 {
+				t.Fatalf("%d tries, want 1 (a retry meets the same failure)", n)
+			}
+			if strings.Contains(err.Error(), "attempts") {
+				t.Fatalf("error = %v, want no attempt count after a single try", err)
+			}
+			if after, _ := srv.snapshot(); after != before {
+				t.Fatalf("the service saw a call through a failed TLS setup")
+			}
+		})
+	}
+}
+
+func rootsOf(ts *httptest.Server) *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AddCert(ts.Certificate())
+	return pool
+}
+
+// countingClient is an HTTP client with these TLS settings (nil: the
+// system's roots) that counts its round trips.
+func countingClient(n *atomic.Int32, cfg *tls.Config) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = cfg
+	return &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		n.Add(1)
+		return tr.RoundTrip(r)
+	})}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func TestPublishStopsWaitingWhenContextEnds(t *testing.T) {
 	srv := &ingestServer{fail: failFirst(100, connect.CodeUnavailable)}
@@ -300,6 +396,11 @@ func TestPublishUnreachableIsUnavailable(t *testing.T) {
 	_, err := c.Publish(t.Context(), testEvent)
 	if connect.CodeOf(err) != connect.CodeUnavailable {
 		t.Fatalf("error = %v, want code Unavailable", err)
+	}
+	// Nothing listening may change (a server starting): retried, and said.
+	var opErr *net.OpError
+	if !strings.Contains(err.Error(), "(after 2 attempts; last error: unavailable: ") || !errors.As(err, &opErr) {
+		t.Fatalf("error = %v, want the attempt count and the dial error wrapped", err)
 	}
 }
 
