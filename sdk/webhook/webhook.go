@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -171,6 +172,40 @@ func unixSeconds(ts string) (int64, error) {
 	return n, nil
 }
 
+// Bounds beyond which a webhook-timestamp is taken for another unit than
+// seconds rather than a clock that is off: after the year 9999, or further
+// from now than a time.Duration holds (292 years; "off by" would print the
+// largest Duration instead). The TypeScript SDK's verifyWebhook uses the same.
+const (
+	lastSecondOf9999 = 253402300799
+	farSeconds       = math.MaxInt64 / int64(time.Second)
+)
+
+// notSeconds says why timestamp, refused as outside the tolerance at now,
+// cannot be Unix seconds ("" when it can: a clock off, or a replay),
+// guessing its unit by its size: Unix milliseconds have 13 digits today,
+// microseconds 16, nanoseconds 19.
+func notSeconds(now time.Time, timestamp int64) string {
+	off := now.Unix() - timestamp // no overflow: timestamp is not negative
+	if off >= farSeconds {
+		// Only a clock set centuries ahead gets here.
+		return fmt.Sprintf("timestamp %d is more than 292 years before now", timestamp)
+	}
+	if timestamp <= lastSecondOf9999 && off > -farSeconds {
+		return ""
+	}
+	guess := fmt.Sprintf("year %d?", time.Unix(timestamp, 0).UTC().Year())
+	switch {
+	case timestamp >= 1e17:
+		guess = "nanoseconds?"
+	case timestamp >= 1e14:
+		guess = "microseconds?"
+	case timestamp >= 1e11:
+		guess = "milliseconds?"
+	}
+	return fmt.Sprintf("timestamp %d is not Unix seconds (%s)", timestamp, guess)
+}
+
 // Verifier checks signed requests for one secret (v1), or for one public
 // key (v1a, NewPublicKeyVerifier).
 type Verifier struct {
@@ -239,7 +274,11 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 	if tolerance <= 0 {
 		tolerance = DefaultTolerance
 	}
-	if d := now().Sub(time.Unix(timestamp, 0)); d > tolerance || d < -tolerance {
+	at := now()
+	if d := at.Sub(time.Unix(timestamp, 0)); d > tolerance || d < -tolerance {
+		if why := notSeconds(at, timestamp); why != "" {
+			return fmt.Errorf("%w: %s", ErrInvalidTimestamp, why)
+		}
 		return fmt.Errorf("%w: off by %s", ErrInvalidTimestamp, d.Round(time.Second))
 	}
 	var want, content []byte

@@ -3,6 +3,8 @@ package webhook_test
 import (
 	"encoding/base64"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -232,5 +234,46 @@ func TestNewVerifierWithASigningKeyNamesThePublicKey(t *testing.T) {
 	}
 	if _, err := webhook.NewVerifier("nope"); err == nil || !strings.Contains(err.Error(), webhook.PublicKeyPrefix) {
 		t.Fatalf("NewVerifier(nope) = %v, want it to name both prefixes", err)
+	}
+}
+
+// A timestamp in another unit than seconds is named as such, never as an
+// offset (time.Duration saturates 292 years out: "off by
+// -2562047h47m16.854775808s"); one a clock could be off by keeps its
+// offset.
+func TestVerifyNamesATimestampThatIsNotSeconds(t *testing.T) {
+	now := time.Unix(1765000000, 0)
+	v := vectorVerifier(t).WithClock(func() time.Time { return now })
+	for _, tc := range []struct {
+		ts   int64
+		want string
+	}{
+		{1765000000000, "timestamp 1765000000000 is not Unix seconds (milliseconds?)"},
+		{1765000000000000, "timestamp 1765000000000000 is not Unix seconds (microseconds?)"},
+		{1765000000000000000, "timestamp 1765000000000000000 is not Unix seconds (nanoseconds?)"},
+		{math.MaxInt64, "timestamp 9223372036854775807 is not Unix seconds (nanoseconds?)"},
+		{20000000000, "timestamp 20000000000 is not Unix seconds (year 2603?)"},
+		{253402300800, "timestamp 253402300800 is not Unix seconds (milliseconds?)"}, // year 10000
+		{1765000000 + 3600, "off by -1h0m0s"},
+		{1765000000 - 86400, "off by 24h0m0s"},
+		{0, "off by 490277h46m40s"},
+	} {
+		err := v.Verify(headers(vectorID, tc.ts, vectorSignature), []byte(vectorBody))
+		if !errors.Is(err, webhook.ErrInvalidTimestamp) || !strings.HasSuffix(err.Error(), ": "+tc.want) {
+			t.Errorf("Verify(timestamp %d) = %v, want ErrInvalidTimestamp saying %q", tc.ts, err, tc.want)
+		}
+		if strings.Contains(fmt.Sprint(err), "2562047h") {
+			t.Errorf("Verify(timestamp %d) printed a saturated duration: %v", tc.ts, err)
+		}
+	}
+	// A clock set centuries ahead, as a test's may be.
+	far := vectorVerifier(t).WithClock(func() time.Time { return time.Unix(vectorTimestamp, 0).AddDate(300, 0, 0) })
+	err := far.Verify(headers(vectorID, vectorTimestamp, vectorSignature), []byte(vectorBody))
+	if want := "timestamp 1614265330 is more than 292 years before now"; err == nil || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("Verify 300 years on = %v, want it to say %q", err, want)
+	}
+	// A tolerance that takes in everything still does.
+	if err := far.WithTolerance(math.MaxInt64).Verify(headers(vectorID, vectorTimestamp, vectorSignature), []byte(vectorBody)); err != nil {
+		t.Errorf("Verify 300 years on with the largest tolerance = %v", err)
 	}
 }

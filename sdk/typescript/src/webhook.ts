@@ -27,7 +27,7 @@ export const DEFAULT_TOLERANCE_SECONDS = 300;
 export type WebhookVerificationReason =
   /** webhook-id, webhook-timestamp or webhook-signature is missing or empty. */
   | "missing_header"
-  /** webhook-timestamp is not Unix seconds. */
+  /** webhook-timestamp is not Unix seconds (not a number, or so far ahead it must be milliseconds or finer). */
   | "bad_timestamp"
   /** webhook-timestamp is older than the tolerance (a replay, or a clock off). */
   | "stale"
@@ -133,6 +133,8 @@ export async function verifyWebhook(
     throw new WebhookVerificationError("stale", `webhook: timestamp is ${Math.round(offBy)}s old; the tolerance is ${tolerance}s`);
   }
   if (offBy < -tolerance) {
+    const why = notSeconds(timestamp, offBy);
+    if (why) throw new WebhookVerificationError("bad_timestamp", `webhook: ${why}`);
     throw new WebhookVerificationError("future", `webhook: timestamp is ${Math.round(-offBy)}s ahead; the tolerance is ${tolerance}s`);
   }
   const content = signedContent(id, timestamp, body);
@@ -220,6 +222,25 @@ function parseTimestamp(ts: string): bigint {
     if (n <= INT64_MAX) return n;
   }
   throw new WebhookVerificationError("bad_timestamp", `webhook: timestamp ${JSON.stringify(ts.slice(0, 32))} is not Unix seconds`);
+}
+
+// Bounds beyond which a timestamp ahead of now is taken for another unit
+// than seconds rather than a clock that is off, as Go's verifier: after the
+// year 9999, or further ahead than a Go time.Duration holds (292 years).
+const LAST_SECOND_OF_9999 = 253402300799n;
+const FAR_SECONDS = 9223372036;
+
+// notSeconds says why a timestamp refused as ahead of now by more than the
+// tolerance cannot be Unix seconds ("" when it can: a clock off), guessing
+// its unit by its size: Unix milliseconds have 13 digits today,
+// microseconds 16, nanoseconds 19. Go's verifier words it the same.
+function notSeconds(timestamp: bigint, offBy: number): string {
+  if (timestamp <= LAST_SECOND_OF_9999 && offBy > -FAR_SECONDS) return "";
+  let guess = `year ${new Date(Number(timestamp) * 1000).getUTCFullYear()}?`;
+  if (timestamp >= 10n ** 17n) guess = "nanoseconds?";
+  else if (timestamp >= 10n ** 14n) guess = "microseconds?";
+  else if (timestamp >= 10n ** 11n) guess = "milliseconds?";
+  return `timestamp ${timestamp.toString()} is not Unix seconds (${guess})`;
 }
 
 function signedContent(id: string, timestamp: bigint, body: WebhookBody): Uint8Array<ArrayBuffer> {

@@ -70,6 +70,26 @@ describe("verifyWebhook", () => {
     expect(await reason(verifyWebhook(secret, headers(goSignature), body))).toBe("stale");
   });
 
+  it("names a timestamp far ahead as not Unix seconds, as Go's verifier", async () => {
+    const at = 1765000000;
+    for (const [t, want] of [
+      ["1765000000000", "webhook: timestamp 1765000000000 is not Unix seconds (milliseconds?)"],
+      ["1765000000000000", "webhook: timestamp 1765000000000000 is not Unix seconds (microseconds?)"],
+      ["1765000000000000000", "webhook: timestamp 1765000000000000000 is not Unix seconds (nanoseconds?)"],
+      ["20000000000", "webhook: timestamp 20000000000 is not Unix seconds (year 2603?)"],
+      ["253402300800", "webhook: timestamp 253402300800 is not Unix seconds (milliseconds?)"],
+    ] as const) {
+      const err = await verifyWebhook(secret, headers(goSignature, { "webhook-timestamp": t }), body, { now: at * 1000 }).catch((e: unknown) => e);
+      expect(err, t).toBeInstanceOf(WebhookVerificationError);
+      expect((err as WebhookVerificationError).reason, t).toBe("bad_timestamp");
+      expect((err as Error).message, t).toBe(want);
+    }
+    // An hour ahead is a clock off, not another unit.
+    const err = await verifyWebhook(secret, headers(goSignature, { "webhook-timestamp": String(at + 3600) }), body, { now: at * 1000 }).catch((e: unknown) => e);
+    expect((err as WebhookVerificationError).reason).toBe("future");
+    expect((err as Error).message).toBe("webhook: timestamp is 3600s ahead; the tolerance is 300s");
+  });
+
   it("rejects missing headers and a timestamp that is not Unix seconds", async () => {
     for (const h of ["webhook-id", "webhook-timestamp", "webhook-signature"]) {
       const hs = headers(goSignature);
