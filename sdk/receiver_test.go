@@ -165,3 +165,18 @@ func TestNewHandlerRefusesBadInput(t *testing.T) {
 		t.Fatal("NewHandler accepted a nil fn")
 	}
 }
+
+// A secret read from a file or pasted keeps its newline or space; the
+// verifier does not count it as part of the secret.
+func TestVerifyRequestTrimsTheSecret(t *testing.T) {
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, padded := range []string{secret + " ", " " + secret, secret + "\n", "\t" + secret + "\r\n"} {
+		r := signedRequest(t, secret, "evt_1", time.Now().Unix(), `{"ok":true}`, `{"ok":true}`)
+		if _, err := sdk.VerifyRequest(padded, r); err != nil {
+			t.Errorf("VerifyRequest(%q) = %v", padded, err)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 // "whsk_" key is base64 of the 64-byte ed25519 private key (seed then
 // public key, as Go, NaCl and libsodium hold it); a 32-byte seed is
 // accepted too. A "whpk_" key is base64 of the 32-byte public key.
+// Whitespace around a key, as around a secret, is not part of it.
 
 // A destination's signature schemes: v1 (HMAC-SHA256), v1a (ed25519),
 // or both side by side; "" means v1.
@@ -48,7 +49,7 @@ func NewSigningKey() (signingKey, publicKey string, err error) {
 // ParseSigningKey decodes a "whsk_…" key: base64 of the 64-byte private
 // key (whose public half must match its seed) or of the 32-byte seed.
 func ParseSigningKey(signingKey string) (ed25519.PrivateKey, error) {
-	encoded, ok := strings.CutPrefix(signingKey, SigningKeyPrefix)
+	encoded, ok := strings.CutPrefix(strings.TrimSpace(signingKey), SigningKeyPrefix)
 	if !ok {
 		return nil, fmt.Errorf("signing key must start with %q", SigningKeyPrefix)
 	}
@@ -80,7 +81,7 @@ func PublicKeyOf(signingKey string) (string, error) {
 
 // ParsePublicKey decodes a "whpk_…" key.
 func ParsePublicKey(publicKey string) (ed25519.PublicKey, error) {
-	encoded, ok := strings.CutPrefix(publicKey, PublicKeyPrefix)
+	encoded, ok := strings.CutPrefix(strings.TrimSpace(publicKey), PublicKeyPrefix)
 	if !ok {
 		return nil, fmt.Errorf("public key must start with %q", PublicKeyPrefix)
 	}

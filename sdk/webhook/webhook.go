@@ -47,9 +47,10 @@ func NewSecret() (string, error) {
 	return SecretPrefix + base64.StdEncoding.EncodeToString(key), nil
 }
 
-// Key decodes a "whsec_…" secret into its HMAC key.
+// Key decodes a "whsec_…" secret into its HMAC key. Whitespace around it
+// (a newline from a file or a paste) is not part of it.
 func Key(secret string) ([]byte, error) {
-	encoded, ok := strings.CutPrefix(secret, SecretPrefix)
+	encoded, ok := strings.CutPrefix(strings.TrimSpace(secret), SecretPrefix)
 	if !ok {
 		return nil, fmt.Errorf("secret must start with %q", SecretPrefix)
 	}
@@ -219,6 +220,7 @@ type Verifier struct {
 // timestamp tolerance; given a "whpk_…" public key it is
 // NewPublicKeyVerifier (Standard Webhooks: the prefix tells the scheme).
 func NewVerifier(secret string) (*Verifier, error) {
+	secret = strings.TrimSpace(secret)
 	if strings.HasPrefix(secret, PublicKeyPrefix) {
 		return NewPublicKeyVerifier(secret)
 	}

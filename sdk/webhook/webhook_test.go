@@ -277,3 +277,43 @@ func TestVerifyNamesATimestampThatIsNotSeconds(t *testing.T) {
 		t.Errorf("Verify 300 years on with the largest tolerance = %v", err)
 	}
 }
+
+// Whitespace around a secret or key (a newline from a file, a space from
+// a paste) is not part of it, as around a token.
+func TestSecretsAndKeysAreTrimmed(t *testing.T) {
+	signing, public, err := webhook.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	edSigner, err := webhook.NewEd25519Signer(signing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1a := edSigner.Sign(vectorID, vectorTimestamp, []byte(vectorBody))
+	for _, pad := range []struct{ before, after string }{{"", " "}, {" ", ""}, {"", "\n"}, {"", "\r\n"}, {"\t", "\t"}, {" \n", "\n "}} {
+		secret := pad.before + vectorSecret + pad.after
+		if _, err := webhook.Key(secret); err != nil {
+			t.Errorf("Key(%q) = %v", secret, err)
+		}
+		v, err := webhook.NewVerifier(secret)
+		if err != nil {
+			t.Errorf("NewVerifier(%q) = %v", secret, err)
+		} else if err := v.WithClock(vectorClock).Verify(headers(vectorID, vectorTimestamp, vectorSignature), []byte(vectorBody)); err != nil {
+			t.Errorf("NewVerifier(%q).Verify = %v", secret, err)
+		}
+		pk := pad.before + public + pad.after
+		v, err = webhook.NewVerifier(pk)
+		if err != nil {
+			t.Errorf("NewVerifier(%q) = %v", pk, err)
+		} else if err := v.WithClock(vectorClock).Verify(headers(vectorID, vectorTimestamp, v1a), []byte(vectorBody)); err != nil {
+			t.Errorf("NewVerifier(%q).Verify = %v", pk, err)
+		}
+		if _, err := webhook.ParseSigningKey(pad.before + signing + pad.after); err != nil {
+			t.Errorf("ParseSigningKey(padded) = %v", err)
+		}
+	}
+	// Whitespace inside is still refused.
+	if _, err := webhook.Key(strings.Replace(vectorSecret, "_", "_ ", 1)); err == nil {
+		t.Errorf("Key with a space inside = nil error")
+	}
+}

@@ -101,6 +101,9 @@ export async function verifyWebhook(
   body: WebhookBody,
   options: VerifyWebhookOptions = {},
 ): Promise<VerifiedWebhook> {
+  // Whitespace around a secret or key (a newline from a file or a paste) is
+  // not part of it, as Go's verifier (and this SDK's token) have it.
+  if (typeof secret === "string") secret = secret.trim();
   const asymmetric = typeof secret === "string" && secret.startsWith(PUBLIC_KEY_PREFIX);
   const key = asymmetric ? await importPublicKey(secret) : await importKey(secret, "verify");
   const version = asymmetric ? "v1a" : "v1";
@@ -167,6 +170,7 @@ export async function signWebhook(
 }
 
 async function importKey(secret: string, usage: "sign" | "verify"): Promise<CryptoKey> {
+  if (typeof secret === "string") secret = secret.trim();
   if (typeof secret !== "string" || !secret.startsWith(SECRET_PREFIX)) {
     throw new TypeError(`rivora: webhook secret must start with "${SECRET_PREFIX}"`);
   }
@@ -181,6 +185,7 @@ async function importKey(secret: string, usage: "sign" | "verify"): Promise<Cryp
 }
 
 async function importPublicKey(publicKey: string): Promise<CryptoKey> {
+  publicKey = publicKey.trim();
   const raw = decodeBase64(publicKey.slice(PUBLIC_KEY_PREFIX.length));
   if (raw === undefined) {
     throw new TypeError(`rivora: webhook public key after "${PUBLIC_KEY_PREFIX}" must be base64`);

@@ -160,6 +160,17 @@ describe("verifyWebhook", () => {
     await expect(verifyWebhook(secret, headers(goSignature), { order: 1 } as unknown as string, { now })).rejects.toThrow(/raw body/);
   });
 
+  it("trims whitespace around the secret or public key, as Go's verifier", async () => {
+    const want = { id, timestamp: ts };
+    for (const [before, after] of [["", " "], [" ", ""], ["", "\n"], ["", "\r\n"], ["\t", "\t"], [" \n", "\n "]]) {
+      await expect(verifyWebhook(before + secret + after, headers(goSignature), body, { now })).resolves.toEqual(want);
+      await expect(verifyWebhook(before + publicKey + after, headers(goV1a), body, { now })).resolves.toEqual(want);
+      expect(await signWebhook(before + secret + after, { id, timestamp: ts, body })).toBe(goSignature);
+    }
+    // Whitespace inside is still refused.
+    await expect(verifyWebhook(secret.replace("_", "_ "), headers(goSignature), body, { now })).rejects.toThrow(TypeError);
+  });
+
   it("throws a TypeError (not a verification error) for a bad secret", async () => {
     for (const bad of ["MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_not*base64", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS", "whsec_c2hvcnQ="]) {
       await expect(verifyWebhook(bad, headers(goSignature), body, { now })).rejects.toThrow(TypeError);
