@@ -131,11 +131,14 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 }
 
 // secretOrNew checks a given signing secret, or makes one when none is
-// given.
+// given. The secret kept is the one given without the whitespace around
+// it (webhook.Key ignores it): its fingerprint is the secret's, and a
+// receiver that does not trim verifies with what it is shown.
 func secretOrNew(secret string) (string, error) {
 	if secret == "" {
 		return webhook.NewSecret()
 	}
+	secret = strings.TrimSpace(secret)
 	if _, err := webhook.Key(secret); err != nil {
 		return "", errorf(ErrInvalid, "secret: %w", err)
 	}
@@ -198,10 +201,11 @@ func (cp *ControlPlane) updateDestinationFields(d *rivorav1.Destination, m *rivo
 		changes = append(changes, "url "+d.Url)
 	}
 	if m.Secret != nil {
-		if _, err := webhook.Key(m.GetSecret()); err != nil {
+		secret := strings.TrimSpace(m.GetSecret()) // as secretOrNew
+		if _, err := webhook.Key(secret); err != nil {
 			return nil, errorf(ErrInvalid, "secret: %w", err)
 		}
-		d.Secret = m.GetSecret()
+		d.Secret = secret
 		clearPreviousSecret(d)
 		changes = append(changes, "secret replaced (no grace)")
 	}

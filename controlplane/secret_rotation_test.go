@@ -249,3 +249,47 @@ func TestDeliveriesDuringARotation(t *testing.T) {
 		t.Fatalf("after a rotation without grace the replaced secret still verifies: %q", h.Get(webhook.HeaderSignature))
 	}
 }
+
+// Whitespace around a given secret or signing key (pasted, or read from a
+// file) is not kept: the destination's secret, its fingerprint and its
+// public key are the trimmed key's, on create, update, rotation and a
+// subscription's own secret.
+func TestGivenSecretsAreTrimmed(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), false)
+	signing, public, err := webhook.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := d.create(&rivorav1.CreateDestinationRequest{Id: "orders", Url: sink(t).URL, Secret: " " + secret + "\n",
+		SignatureScheme: webhook.SchemeBoth, SigningKey: "\t" + signing + "\r\n"}).GetDestination()
+	if created.GetSecret() != secret || created.GetSecretFingerprint() != auth.Fingerprint(secret) {
+		t.Errorf("created with secret %q (fingerprint %q), want %q", created.GetSecret(), created.GetSecretFingerprint(), secret)
+	}
+	if created.GetPublicKey() != public || created.GetSigningKeyFingerprint() != auth.Fingerprint(signing) {
+		t.Errorf("created with public key %q, signing key fingerprint %q; want %q and the trimmed key's", created.GetPublicKey(), created.GetSigningKeyFingerprint(), public)
+	}
+	padded := rotated + " "
+	updated, err := d.update(&rivorav1.UpdateDestinationRequest{Id: "orders", Secret: &padded})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if updated.GetSecretFingerprint() != auth.Fingerprint(rotated) {
+		t.Errorf("updated secret fingerprint %q, want the trimmed secret's", updated.GetSecretFingerprint())
+	}
+	// The same secret with a newline is the current one, not a new one.
+	if _, err := d.rotate(&rivorav1.RotateDestinationSecretRequest{DestinationId: "orders", Secret: rotated + "\n"}); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("rotating to the current secret with a newline: %v, want invalid_argument", err)
+	}
+	got, err := d.rotate(&rivorav1.RotateDestinationSecretRequest{DestinationId: "orders", Secret: " " + secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := got.GetDestination(); a.GetSecret() != secret || a.GetSecretFingerprint() != auth.Fingerprint(secret) {
+		t.Errorf("rotated to secret %q (fingerprint %q), want %q", a.GetSecret(), a.GetSecretFingerprint(), secret)
+	}
+	sub := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "orders", Types: []string{"*"}, Secret: rotated + "\n"})
+	if sub.GetSecretFingerprint() != auth.Fingerprint(rotated) {
+		t.Errorf("subscription secret fingerprint %q, want the trimmed secret's", sub.GetSecretFingerprint())
+	}
+}

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -44,6 +45,7 @@ func signingKeyOrNew(key string) (string, string, error) {
 	if key == "" {
 		return webhook.NewSigningKey()
 	}
+	key = strings.TrimSpace(key) // as secretOrNew
 	pub, err := webhook.PublicKeyOf(key)
 	if err != nil {
 		return "", "", errorf(ErrInvalid, "signing key: %w", err)

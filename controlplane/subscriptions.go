@@ -127,6 +127,7 @@ func subscriptionSecret(given string, generate bool) (string, error) {
 	case generate:
 		return webhook.NewSecret()
 	case given != "":
+		given = strings.TrimSpace(given) // as secretOrNew
 		if _, err := webhook.Key(given); err != nil {
 			return "", errorf(ErrInvalid, "secret: %w", err)
 		}
