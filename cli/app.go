@@ -43,21 +43,45 @@ const (
 const requestTimeout = 30 * time.Second
 
 // Run runs rivoractl with os.Args-style args on the process's standard
-// streams and returns the exit code. Ctrl-C cancels the running call.
+// streams and returns the exit code. Ctrl-C cancels the running call; a
+// command that then waits on something (listen, for the answers it is
+// giving) stops at once on a second Ctrl-C.
 func Run(args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	return RunContext(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	again, returned := make(chan struct{}), make(chan struct{})
+	defer close(returned)
+	go func() {
+		for _, stop := range []func(){cancel, func() { close(again) }} {
+			select {
+			case <-sigs:
+				stop()
+			case <-returned:
+				return
+			}
+		}
+	}()
+	return runContext(ctx, again, args, os.Stdin, os.Stdout, os.Stderr)
 }
 
 // RunContext is Run with explicit context and streams. Results go to
 // stdout; a failure is one line on stderr, "rivoractl: <what and what to
 // do>", and a non-zero exit code: 2 for usage errors, 1 otherwise.
 func RunContext(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return runContext(ctx, nil, args, stdin, stdout, stderr)
+}
+
+// runContext is RunContext with a second interrupt: again closes (nil:
+// never) when whatever a command still waits on after ctx ended is to be
+// given up too.
+func runContext(ctx context.Context, again <-chan struct{}, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if stdin == nil {
 		stdin = strings.NewReader("")
 	}
-	e := &env{in: stdin, out: stdout, errOut: stderr, args: args}
+	e := &env{in: stdin, out: stdout, errOut: stderr, args: args, again: again}
 	app := e.newApp(stdout, stderr)
 	args, err := normalizeArgs(app, args)
 	if err == nil {
@@ -91,6 +115,8 @@ type env struct {
 	// args is the command line, to tell a flag from its environment
 	// variable in errors.
 	args []string
+	// again closes at a second Ctrl-C (nil: never).
+	again <-chan struct{}
 }
 
 func (e *env) newApp(stdout, stderr io.Writer) *ucli.App {

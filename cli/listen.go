@@ -31,6 +31,10 @@ const listenMaxBody = 4<<20 - 64<<10
 // Rivora retries.
 const listenFailStatus = http.StatusInternalServerError
 
+// listenDrain bounds how long a Ctrl-C waits for the requests being
+// answered (a --delay) before it cuts them short.
+const listenDrain = 5 * time.Second
+
 // listenMaxTracked bounds the webhook-ids --fail-first remembers; past it
 // they are forgotten all at once (a development tool, not a ledger).
 const listenMaxTracked = 100_000
@@ -65,18 +69,20 @@ RIVORA_WEBHOOK_SECRET) checks locally instead, with no call to Rivora: for
 a subscription's own secret, or when Rivora is elsewhere. With neither,
 requests are shown NOT VERIFIED.
 
-It listens on loopback (127.0.0.1:9000) unless --listen says otherwise;
-Ctrl-C stops it. -o json prints one JSON object per request, one per line:
-{"time", "method", "path", "webhookId", "type", "customer", "lane",
-"attempt", "bytes", "verified", "notVerified", "answered", "resend",
-"replay"}.`,
+It listens on loopback (127.0.0.1:9000) unless --listen says otherwise.
+Ctrl-C stops it: it takes no more requests and gives those being answered
+up to 5s to finish (a --delay); a second Ctrl-C stops at once, and a request
+cut short prints its line, marked interrupted. -o json prints one JSON
+object per request, one per line: {"time", "method", "path", "webhookId",
+"type", "customer", "lane", "attempt", "bytes", "verified", "notVerified",
+"answered", "unanswered", "interrupted", "resend", "replay"}.`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "listen", Value: "127.0.0.1:9000", Usage: "`ADDRESS` to listen on (host:port; loopback unless you say otherwise)"},
 			&ucli.StringFlag{Name: "destination", Usage: "check signatures with destination `ID`'s secrets, asking Rivora (the secret stays there)"},
 			&ucli.StringFlag{Name: "secret", EnvVars: []string{"RIVORA_WEBHOOK_SECRET"}, Usage: "check signatures locally with `SECRET` (whsec_…); prefer RIVORA_WEBHOOK_SECRET: a flag shows in the process list"},
 			&ucli.IntFlag{Name: "status", Value: http.StatusOK, Usage: "answer every request with HTTP `CODE` (200–599)"},
 			&ucli.IntFlag{Name: "fail-first", Usage: "answer 500 to the first `N` tries of each event (by webhook-id), then --status"},
-			durationFlagOf("delay", "wait `DURATION` before answering each request (its line is printed once answered, or says Rivora hung up first)", 0, ""),
+			durationFlagOf("delay", "wait `DURATION` before answering each request (its line is printed once answered, or says Rivora hung up first, or that Ctrl-C cut it short)", 0, ""),
 		},
 		Action: e.listen,
 	}
@@ -96,6 +102,14 @@ type receiver struct {
 
 	mu    sync.Mutex // printing, and tries
 	tries map[string]int
+
+	// stopped ends when listen stops answering (set by serveUntilDone;
+	// nil: never): a request still being answered then is cut short.
+	stopped context.Context
+
+	fmu      sync.Mutex // running and whenIdle
+	running  int        // requests being handled
+	whenIdle chan struct{}
 }
 
 func (e *env) listen(c *ucli.Context) error {
@@ -160,7 +174,7 @@ func (e *env) listen(c *ucli.Context) error {
 	if !r.json {
 		r.printHeader()
 	}
-	return serveUntilDone(c.Context, ln, r)
+	return serveUntilDone(c.Context, e.again, ln, r, e.errOut)
 }
 
 // destinationToListenFor reads destination id, so that a mistyped id or a
@@ -232,10 +246,18 @@ func pointsAt(destURL, listen string) bool {
 	return port == wantPort
 }
 
-// serveUntilDone serves h on ln until ctx ends (Ctrl-C), then shuts down:
-// requests being answered get a few seconds to finish.
-func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+// serveUntilDone serves r on ln until ctx ends (Ctrl-C), then takes no
+// more requests and waits for those being answered: until they are, for
+// listenDrain at most, or until again closes (a second Ctrl-C). What is
+// left is then cut short; each request's line is printed before it
+// returns. Only requests are waited for: a connection between requests,
+// or opened and silent, does not hold the exit.
+func serveUntilDone(ctx context.Context, again <-chan struct{}, ln net.Listener, r *receiver, errOut io.Writer) error {
+	stopped, stop := context.WithCancel(context.Background())
+	defer stop()
+	r.stopped = stopped
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return stopped }}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -243,13 +265,72 @@ func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler) error 
 		return fmt.Errorf("listen: %w", err)
 	case <-ctx.Done():
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil {
-		srv.Close()
+	// Shutdown closes the listener and the idle connections, and ends
+	// keep-alives; its own wait (polled, up to 500 ms late) is not used.
+	shutdownDone := make(chan struct{})
+	go func() {
+		srv.Shutdown(stopped)
+		close(shutdownDone)
+	}()
+	if n := r.inFlight(); n > 0 {
+		fmt.Fprintf(errOut, "Stopping: waiting up to %s for %d %s being answered; Ctrl-C again to stop now.\n", listenDrain, n, plural(n, "request"))
 	}
+	drain := time.NewTimer(listenDrain)
+	defer drain.Stop()
+	select {
+	case <-r.idle():
+	case <-drain.C:
+	case <-again:
+	}
+	stop() // handlers still waiting print their line, marked interrupted
+	srv.Close()
+	<-r.idle()
+	<-shutdownDone
 	<-served
 	return nil
+}
+
+// enter and leave count the requests being handled.
+func (r *receiver) enter() {
+	r.fmu.Lock()
+	defer r.fmu.Unlock()
+	r.running++
+}
+
+func (r *receiver) leave() {
+	r.fmu.Lock()
+	defer r.fmu.Unlock()
+	r.running--
+	if r.running == 0 && r.whenIdle != nil {
+		close(r.whenIdle)
+		r.whenIdle = nil
+	}
+}
+
+func (r *receiver) inFlight() int {
+	r.fmu.Lock()
+	defer r.fmu.Unlock()
+	return r.running
+}
+
+// idle is closed once no request is being handled.
+func (r *receiver) idle() <-chan struct{} {
+	r.fmu.Lock()
+	defer r.fmu.Unlock()
+	if r.running == 0 {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	if r.whenIdle == nil {
+		r.whenIdle = make(chan struct{})
+	}
+	return r.whenIdle
+}
+
+// cutShort reports whether listen stopped before answering.
+func (r *receiver) cutShort() bool {
+	return r.stopped != nil && r.stopped.Err() != nil
 }
 
 // delivery is one request as -o json prints it.
@@ -269,11 +350,16 @@ type delivery struct {
 	// Unanswered: Rivora hung up during --delay (its --timeout), so
 	// Answered was never sent; the try counts as a timeout.
 	Unanswered bool `json:"unanswered,omitempty"`
-	Resend     bool `json:"resend,omitempty"`
-	Replay     bool `json:"replay,omitempty"`
+	// Interrupted: listen stopped (Ctrl-C) before answering, so Answered
+	// was never sent; Rivora retries the try.
+	Interrupted bool `json:"interrupted,omitempty"`
+	Resend      bool `json:"resend,omitempty"`
+	Replay      bool `json:"replay,omitempty"`
 }
 
 func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.enter()
+	defer r.leave()
 	d := delivery{Time: time.Now().UTC(), Method: req.Method, Path: req.URL.Path,
 		WebhookID: req.Header.Get(webhook.HeaderID), Type: req.Header.Get("rivora-event-type"), Customer: req.Header.Get("rivora-customer"),
 		Lane: req.Header.Get("rivora-lane"), Resend: req.Header.Get("rivora-resend") == "1", Replay: req.Header.Get("rivora-replay") == "true"}
@@ -290,20 +376,35 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	d.Verified = d.NotVerified == ""
 	// With --delay the line is printed once answered: a request Rivora
-	// gave up on meanwhile was never answered, and says so.
+	// gave up on meanwhile, or that Ctrl-C cut short, was never answered,
+	// and says so.
 	if r.delay > 0 {
+		t := time.NewTimer(r.delay)
 		select {
-		case <-time.After(r.delay):
-		case <-req.Context().Done():
-			d.Unanswered = true
-			r.print(d)
-			return
+		case <-t.C:
+		case <-req.Context().Done(): // stopped is its base context
+			t.Stop()
 		}
 	}
+	switch {
+	case r.cutShort():
+		d.Interrupted = true
+	case r.delay > 0 && req.Context().Err() != nil:
+		d.Unanswered = true
+	}
+	if d.Interrupted || d.Unanswered {
+		r.print(d)
+		return
+	}
 	r.print(d)
+	// The whole answer is on its way before the handler returns, so a
+	// stop that closes the connection right after does not cut it.
+	answer := fmt.Sprintf("rivoractl listen: %d\n", d.Answered)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
 	w.WriteHeader(d.Answered)
-	fmt.Fprintf(w, "rivoractl listen: %d\n", d.Answered)
+	io.WriteString(w, answer)
+	http.NewResponseController(w).Flush()
 }
 
 // answerFor is the status for this try of event id: listenFailStatus for
@@ -358,7 +459,10 @@ func (r *receiver) print(d delivery) {
 		extra += " (replay)"
 	}
 	answered := strconv.Itoa(d.Answered)
-	if d.Unanswered {
+	switch {
+	case d.Interrupted:
+		answered = fmt.Sprintf("none: interrupted, listen stopped before answering (Rivora retries), would have been %d", d.Answered)
+	case d.Unanswered:
 		answered = fmt.Sprintf("none: Rivora hung up during --delay (its timeout), would have been %d", d.Answered)
 	}
 	fmt.Fprintf(r.out, "%-12s  %-36s  %-16s  %-10s  %-10s  %-7s  %8s  %-12s  %s%s\n", d.Time.Local().Format("15:04:05.000"), dash(shown(d.WebhookID)), dash(shown(d.Type)),

@@ -44,6 +44,9 @@ type listening struct {
 	url         string
 	out, errOut *lockedBuffer
 	stop        func() int // Ctrl-C; returns the exit code
+	interrupt   func()     // Ctrl-C, without waiting for the exit
+	again       func()     // a second Ctrl-C
+	code        chan int   // the exit code, once it exits
 }
 
 var listeningOn = regexp.MustCompile(`Listening on (http://\S+) `)
@@ -53,10 +56,13 @@ func startListen(t *testing.T, server string, args ...string) *listening {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &listening{out: &lockedBuffer{}, errOut: &lockedBuffer{}}
 	full := append([]string{"rivoractl", "--server", server, "listen", "--listen", "127.0.0.1:0"}, args...)
-	code := make(chan int, 1)
-	go func() { code <- RunContext(ctx, full, strings.NewReader(""), l.out, l.errOut) }()
-	l.stop = func() int { cancel(); return <-code }
-	t.Cleanup(func() { cancel() })
+	again := make(chan struct{})
+	var once sync.Once
+	l.code = make(chan int, 1)
+	go func() { l.code <- runContext(ctx, again, full, strings.NewReader(""), l.out, l.errOut) }()
+	l.interrupt, l.again = cancel, func() { once.Do(func() { close(again) }) }
+	l.stop = func() int { cancel(); return <-l.code }
+	t.Cleanup(func() { cancel(); l.again() })
 	poll.True(t, "listen says where it listens", 10*time.Second, func() bool {
 		m := listeningOn.FindStringSubmatch(l.errOut.String())
 		if m != nil {
@@ -262,4 +268,120 @@ func TestListenWithADelaySaysWhatWasNeverAnswered(t *testing.T) {
 		t.Errorf("listen printed %q; want the request shown as never answered", out)
 	}
 	l.stop()
+}
+
+// listenHandling starts a delivery to l that listen holds (--delay) and
+// returns once listen is handling it (it asked the fake to verify it);
+// the channel gets the status answered, or 0 when none was.
+func listenHandling(t *testing.T, f *fakeRivora, l *listening, secret, id string) <-chan int {
+	t.Helper()
+	f.mu.Lock()
+	before := len(f.auths)
+	f.mu.Unlock()
+	status := make(chan int, 1)
+	go func() {
+		req, err := http.NewRequest(http.MethodPost, l.url+"/hook", strings.NewReader(`{}`))
+		if err != nil {
+			status <- 0
+			return
+		}
+		s, _ := webhook.NewSigner(secret)
+		ts := time.Now().Unix()
+		req.Header.Set("webhook-id", id)
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+		req.Header.Set("webhook-signature", s.Sign(id, ts, []byte(`{}`)))
+		resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+		if err != nil {
+			status <- 0
+			return
+		}
+		resp.Body.Close()
+		status <- resp.StatusCode
+	}()
+	poll.True(t, "listen is handling "+id, 10*time.Second, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.auths) > before
+	})
+	return status
+}
+
+func listenForOrders(t *testing.T, args ...string) (*fakeRivora, *listening, string) {
+	t.Helper()
+	f, url := startFake(t)
+	secret := mustNewSecret(t)
+	f.dests["orders"] = &rivorav1.Destination{Id: "orders", Url: "http://127.0.0.1:9999/hook", Secret: secret}
+	return f, startListen(t, url, append([]string{"--destination", "orders"}, args...)...), secret
+}
+
+// Ctrl-C waits for the answers being given: a request held by --delay is
+// answered, and printed, before listen exits.
+func TestListenCtrlCWaitsForTheAnswersBeingGiven(t *testing.T) {
+	f, l, secret := listenForOrders(t, "--delay", "300ms")
+	status := listenHandling(t, f, l, secret, "evt_held")
+	if code := l.stop(); code != 0 {
+		t.Fatalf("Ctrl-C: exit %d, want 0 (stderr %q)", code, l.errOut.String())
+	}
+	if got := <-status; got != http.StatusOK {
+		t.Fatalf("the held request was answered %d, want 200 before listen exits", got)
+	}
+	if out := l.out.String(); !regexp.MustCompile(`evt_held .* 200\n`).MatchString(out) {
+		t.Fatalf("listen printed %q; want the held request's line, answered 200", out)
+	}
+}
+
+// A second Ctrl-C stops at once, and a request it cut short prints its
+// line, saying so; Rivora gets no answer (and retries).
+func TestListenSecondCtrlCStopsAtOnce(t *testing.T) {
+	f, l, secret := listenForOrders(t, "--delay", "1h")
+	status := listenHandling(t, f, l, secret, "evt_cut")
+	start := time.Now()
+	l.interrupt()
+	poll.True(t, "listen says what it waits for", 10*time.Second, func() bool {
+		return strings.Contains(l.errOut.String(), "Stopping: waiting up to 5s for 1 request being answered; Ctrl-C again to stop now.")
+	})
+	select {
+	case code := <-l.code:
+		t.Fatalf("listen exited (%d) at the first Ctrl-C with a request being answered", code)
+	default:
+	}
+	l.again()
+	if code := <-l.code; code != 0 {
+		t.Fatalf("second Ctrl-C: exit %d, want 0 (stderr %q)", code, l.errOut.String())
+	}
+	if waited := time.Since(start); waited >= listenDrain {
+		t.Fatalf("listen exited %s after the first Ctrl-C: the second did not cut the wait short", waited)
+	}
+	if got := <-status; got != 0 {
+		t.Fatalf("the cut request was answered %d, want no answer", got)
+	}
+	out := l.out.String()
+	if !regexp.MustCompile(`evt_cut .* none: interrupted, listen stopped before answering \(Rivora retries\), would have been 200`).MatchString(out) {
+		t.Fatalf("listen printed %q; want the cut request's line, marked interrupted", out)
+	}
+}
+
+// Only requests hold the exit: a connection that Rivora (or anyone)
+// opened and sent nothing on yet does not.
+func TestListenSilentConnectionDoesNotHoldTheExit(t *testing.T) {
+	l := startListen(t, DefaultServer, "--delay", "1h")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(l.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Make sure listen's server has taken the connection.
+	if _, err := conn.Write([]byte("POS")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if code := l.stop(); code != 0 {
+		t.Fatalf("Ctrl-C: exit %d, want 0", code)
+	}
+	if waited := time.Since(start); waited >= listenDrain {
+		t.Fatalf("listen took %s to exit with a silent connection open, want no wait", waited)
+	}
+	if strings.Contains(l.errOut.String(), "Stopping: waiting") {
+		t.Fatalf("listen said it waits for a request with none being handled: %q", l.errOut.String())
+	}
 }
