@@ -9,6 +9,8 @@ import (
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
+
+	"github.com/rivora/rivora/internal/errkind"
 )
 
 // usageError is a mistake on the command line: exit code 2.
@@ -69,6 +71,9 @@ func describe(err error, server, tokenSource string) string {
 	case connect.CodeUnavailable:
 		if strings.Contains(msg, "server gave HTTP response to HTTPS client") {
 			text = fmt.Sprintf("Rivora at %s answers plain HTTP, not HTTPS: use an http:// URL in --server (or RIVORA_SERVER)", server)
+		} else if leader := errkind.Leader(ae.err); leader != "" {
+			// Retrying the follower never succeeds.
+			text = fmt.Sprintf("Rivora at %s is not the leading control plane; the leader is %s: use --server %s (or RIVORA_SERVER)", server, leader, leader)
 		} else if isTransport(ae.err) {
 			text = fmt.Sprintf("cannot reach Rivora at %s: is it running (`rivora dev`, or the control plane or agent that --server names)? (set --server or RIVORA_SERVER to point elsewhere; %s)", server, msg)
 		} else {

@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
 
@@ -50,6 +51,16 @@ func TestUnavailableSaysRetryOnce(t *testing.T) {
 		if strings.Contains(got, "try again shortly") != c.added {
 			t.Errorf("server says %q: rivoractl prints %q; want \"try again shortly\" added: %v", c.server, got, c.added)
 		}
+	}
+}
+
+// A follower's answer names the leader: rivoractl says to send the call
+// there, never to try the follower again.
+func TestFollowerNamesTheLeader(t *testing.T) {
+	follower := errkind.WithInfo(errkind.Errorf(errkind.Unavailable, "not the leader; the leader is http://127.0.0.1:7302"), errkind.NotLeaderReason, map[string]string{"leader": "http://127.0.0.1:7302"})
+	got := describe(callFailed("list lanes", errkind.AsConnect(follower), nil), "http://127.0.0.1:7301", "")
+	if !strings.Contains(got, "use --server http://127.0.0.1:7302") || strings.Contains(got, "try again") {
+		t.Errorf("rivoractl prints %q; want it to say to use --server http://127.0.0.1:7302, not to try again", got)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rivora/rivora/internal/backoff"
 	"github.com/rivora/rivora/internal/consullock"
+	"github.com/rivora/rivora/internal/errkind"
 )
 
 // Several control planes may share one Consul; the one holding the lock
@@ -90,7 +91,10 @@ func (e *election) check() error {
 	case e.leading:
 		return errorf(ErrUnavailable, "not the leader: this control plane lost contact with Consul and cannot lead until it renews its session; retry shortly")
 	case e.leader != "" && e.leader != e.self:
-		return errorf(ErrUnavailable, "not the leader; the leader is %s", e.leader)
+		// Retrying here never succeeds: the answer says where to go,
+		// in words and in a detail agents and rivoractl read.
+		err := errorf(ErrUnavailable, "not the leader; the leader is %s: send the call there (rivoractl --server %s)", e.leader, e.leader)
+		return errkind.WithInfo(err, errkind.NotLeaderReason, map[string]string{"leader": e.leader})
 	case e.cannotLead != nil:
 		return errorf(ErrUnavailable, "not the leader: this control plane won the leader lock but cannot lead (%v); see its log", e.cannotLead)
 	default:

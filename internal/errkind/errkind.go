@@ -155,6 +155,36 @@ func WithInfo(err error, reason string, metadata map[string]string) error {
 	return &detailed{err: err, info: &errdetails.ErrorInfo{Reason: reason, Domain: Domain, Metadata: metadata}}
 }
 
+// NotLeaderReason is the ErrorInfo reason of a follower's Unavailable:
+// its metadata's "leader" is the leading control plane's URL when the
+// follower knows it, so an agent or rivoractl goes there at once rather
+// than retrying the follower.
+const NotLeaderReason = "NOT_LEADER"
+
+// Info is the metadata of the ErrorInfo of Domain with reason that err (a
+// Connect error, wrapped or not) carries; ok false when it has none.
+func Info(err error, reason string) (metadata map[string]string, ok bool) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil, false
+	}
+	for _, d := range ce.Details() {
+		v, derr := d.Value()
+		info, isInfo := v.(*errdetails.ErrorInfo)
+		if derr == nil && isInfo && info.GetReason() == reason && info.GetDomain() == Domain {
+			return info.GetMetadata(), true
+		}
+	}
+	return nil, false
+}
+
+// Leader is the leading control plane's URL that a follower's answer
+// (err) names, or "".
+func Leader(err error) string {
+	md, _ := Info(err, NotLeaderReason)
+	return md["leader"]
+}
+
 // CodeOf is the Connect code AsConnect answers err with (with also), for
 // domain code that records or reports the code an error will reach the
 // client with. nil is CodeUnknown, as for connect.CodeOf.
