@@ -20,19 +20,27 @@ import (
 // backoff; a reconnect starts with a fresh snapshot.
 //
 // With several control planes (ControlPlaneURL lists them, comma-separated)
-// it moves to the next one when a Watch fails: only the leader serves.
+// it moves to the next one when a Watch fails: only the leader serves. A
+// follower that names the leader is followed at once (a wait there added
+// seconds to every failover), but only once in a row, so a named leader
+// that is down is retried with the backoff. A Watch that delivered config
+// starts the backoff over: the wait grows over failures in a row, not
+// over the agent's life.
 func (a *Agent) follow(ctx context.Context) {
 	// No overall timeout: the stream is long-lived.
 	httpClient := a.upstream.HTTPClient(0)
-	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+	next := reconnects{retry: backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}}
 	for ctx.Err() == nil {
 		url := a.upstream.URL()
-		err := a.watch(ctx, a.upstream.Client(httpClient, url))
+		served, err := a.watch(ctx, a.upstream.Client(httpClient, url))
 		if ctx.Err() != nil {
 			return
 		}
-		a.upstream.Next(url)
-		wait := retry.Next()
+		wait := next.after(served, a.upstream.Failed(url, err))
+		if wait == 0 {
+			a.log.Info("config watch: a follower named the leader; connecting to it now", "controlplane", url, "leader", a.upstream.URL())
+			continue
+		}
 		a.log.Warn("config watch ended; reconnecting", "controlplane", url, "next", a.upstream.URL(), "retry_in", wait, "error", err)
 		if !backoff.Sleep(ctx, wait) {
 			return
@@ -40,7 +48,33 @@ func (a *Agent) follow(ctx context.Context) {
 	}
 }
 
-func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceClient) error {
+// reconnects decides the wait before the Watch's next try.
+type reconnects struct {
+	retry backoff.Backoff
+	// jumped: the last try went at once to a leader a follower named.
+	jumped bool
+}
+
+// after is the wait after a Watch ended: 0 (at once) when it moved to a
+// leader a follower named (toLeader), unless the try before did too;
+// otherwise the backoff's next, which starts over after a Watch that
+// served config.
+func (r *reconnects) after(served, toLeader bool) time.Duration {
+	if served {
+		r.retry.Reset()
+		r.jumped = false
+	}
+	if toLeader && !r.jumped {
+		r.jumped = true
+		return 0
+	}
+	r.jumped = false
+	return r.retry.Next()
+}
+
+// watch follows one Watch stream until it ends; served reports whether
+// the control plane sent config on it (it led).
+func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceClient) (served bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	// The goroutines below end with ctx: wait for them after cancel.
 	var wg sync.WaitGroup
@@ -51,7 +85,7 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 		SessionReplacedAt: replacedAt(a.locker.SessionReplacedAt()),
 	}))
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer stream.Close()
 	// A new Consul session (the old one was lost) is announced with a new
@@ -86,9 +120,10 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 		case alive <- struct{}{}:
 		default:
 		}
+		served = true
 		msg := stream.Msg()
 		if err := a.apply(msg); err != nil {
-			return fmt.Errorf("apply config version %d: %w", msg.GetVersion(), err)
+			return served, fmt.Errorf("apply config version %d: %w", msg.GetVersion(), err)
 		}
 		// Applying may take long (a partition rebuild): that is not silence.
 		select {
@@ -104,9 +139,9 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return err
+		return served, err
 	}
-	return errors.New("control plane closed the stream")
+	return served, errors.New("control plane closed the stream")
 }
 
 // apply installs one config message: subscriptions and event types, then

@@ -211,7 +211,7 @@ func (g *Holds) send(ctx context.Context, httpClient *http.Client) bool {
 		default:
 			done = false
 			if code == connect.CodeUnavailable {
-				g.cfg.Upstream.Next(url) // a follower, or down
+				g.cfg.Upstream.Failed(url, err) // a follower, or down
 			}
 			if ctx.Err() == nil {
 				g.log.Warn("report 410 to the control plane; retrying", "destination", req.GetDestinationId(), "controlplane", url, "error", err)

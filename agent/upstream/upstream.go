@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/errkind"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -66,6 +67,24 @@ func (p *Planes) Next(failed string) {
 	}
 }
 
+// Failed moves on from failed after a call to it failed with err: to the
+// leader err names (a follower's answer, errkind.Leader), when it is one
+// of the control planes, else to the next one (unless another caller did
+// already). It reports whether it moved to a named leader, which may be
+// called at once: waiting before it only delays a failover.
+func (p *Planes) Failed(failed string, err error) (toLeader bool) {
+	if leader := strings.TrimRight(errkind.Leader(err), "/"); leader != "" {
+		for i, u := range p.urls {
+			if strings.TrimRight(u, "/") == leader && u != failed {
+				p.index.Store(uint32(i))
+				return true
+			}
+		}
+	}
+	p.Next(failed)
+	return false
+}
+
 // HTTPClient is a client for calls to the control plane, through the
 // transport; timeout 0 is none (streams).
 func (p *Planes) HTTPClient(timeout time.Duration) *http.Client {
@@ -99,7 +118,7 @@ func (p *Planes) Audit(ctx context.Context, e *rivorav1.AuditEntry) error {
 		if connect.CodeOf(err) != connect.CodeUnavailable {
 			break
 		}
-		p.Next(url)
+		p.Failed(url, err)
 	}
 	return fmt.Errorf("%s done, but not audited: %w", e.GetAction(), errors.Join(errs...))
 }
