@@ -204,7 +204,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	a := &Agent{
 		cfg: cfg, log: log, registry: destinations.NewRegistry(), sched: scheduler.New(clock.Real{}),
 		subs: subscriptions.NewTable(), catalogue: subscriptions.NewCatalogue(),
-		upstream: upstream.New(cfg.ControlPlaneURL, cfg.Keys, cfg.Transport),
+		upstream: upstream.New(cfg.ControlPlaneURL, cfg.Keys, cfg.Transport, base.With("component", "upstream", "agent", cfg.Name)),
 	}
 	a.gone = gone.New(gone.Config{
 		Name: cfg.Name, Scheduler: a.sched, Upstream: a.upstream, Destination: a.pauseState, Applied: a.applied.Load,
@@ -379,6 +379,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	loops.Go(func() { a.follow(ctx) })
 	loops.Go(func() { _ = a.parts.Run(ctx) })
 	loops.Go(func() { _ = a.gone.Run(ctx) })
+	loops.Go(func() { _ = a.upstream.Run(ctx) })
 	loops.Go(func() { _ = a.edges.Run(ctx) })
 	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.upstream.URL())
 	<-ctx.Done()

@@ -448,7 +448,7 @@ func (s *Service) audited(ctx context.Context, r ReplayRequest, progress Progres
 	defer cancel()
 	aerr := s.audit(auditCtx, &rivorav1.AuditEntry{Action: "deadletters.replay", DestinationId: f.GetDestinationId(), Detail: detail})
 	if aerr != nil {
-		s.log.Warn("replay not audited", "destination", f.GetDestinationId(), "err", aerr)
+		s.log.Warn("replay's end not audited (the agent retries it unless refused)", "destination", f.GetDestinationId(), "err", aerr)
 		if err == nil {
 			return errkind.Tag(errkind.Unavailable, aerr)
 		}
@@ -468,7 +468,7 @@ func (s *Service) auditBegan(ctx context.Context, r ReplayRequest, p Progress) {
 	auditCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := s.audit(auditCtx, &rivorav1.AuditEntry{Action: "deadletters.replay.began", DestinationId: r.Filter.GetDestinationId(), Detail: detail}); err != nil {
-		s.log.Warn("replay's start not audited", "destination", r.Filter.GetDestinationId(), "err", err)
+		s.log.Warn("replay's start not audited (the agent retries it unless refused)", "destination", r.Filter.GetDestinationId(), "err", err)
 	}
 }
 

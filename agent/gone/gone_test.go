@@ -64,7 +64,7 @@ func TestGoneReportRetriedUntilAnswered(t *testing.T) {
 	registry := destinations.NewRegistry()
 	var applied atomic.Uint64
 	g := New(Config{
-		Name: "a1", Scheduler: scheduler.New(clock.Real{}), Upstream: upstream.New(srv.URL, auth.NewKeys(auth.CellToken{}), nil),
+		Name: "a1", Scheduler: scheduler.New(clock.Real{}), Upstream: upstream.New(srv.URL, auth.NewKeys(auth.CellToken{}), nil, nil),
 		Destination: func(id string) (int, bool, bool) {
 			d, ok := registry.Get(id)
 			if !ok {

@@ -2,13 +2,11 @@
 // several control planes it follows now (the one that leads), clients for
 // the agent's own calls with the cell token, and the audit entries of the
 // operator actions the agent carries out. It owns the choice of control
-// plane; it starts no goroutine.
+// plane and the audit entries not recorded yet; its Run retries those.
 package upstream
 
 import (
-	"context"
-	"errors"
-	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/errkind"
-	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
 
@@ -28,13 +25,19 @@ type Planes struct {
 	keys      *auth.Keys
 	transport http.RoundTripper
 	// index picks the followed control plane among several.
-	index atomic.Uint32
+	index  atomic.Uint32
+	log    *slog.Logger
+	audits *audits
 }
 
 // New follows the control planes of urls ("url,url,…"), calling them with
-// keys' cell token through transport (nil = http.DefaultTransport).
-func New(urls string, keys *auth.Keys, transport http.RoundTripper) *Planes {
-	return &Planes{urls: split(urls), keys: keys, transport: transport}
+// keys' cell token through transport (nil = http.DefaultTransport); log
+// (nil: none) tells of audit entries that could not be recorded.
+func New(urls string, keys *auth.Keys, transport http.RoundTripper, log *slog.Logger) *Planes {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Planes{urls: split(urls), keys: keys, transport: transport, log: log, audits: newAudits()}
 }
 
 // split splits a comma-separated URL list ("url,url,…").
@@ -95,30 +98,4 @@ func (p *Planes) HTTPClient(timeout time.Duration) *http.Client {
 // calls, which the cell token opens.
 func (p *Planes) Client(httpClient *http.Client, url string) rivorav1connect.AgentServiceClient {
 	return rivorav1connect.NewAgentServiceClient(httpClient, url, connect.WithInterceptors(auth.Bearer(p.keys.Cell().String())))
-}
-
-// Audit appends an operator action this agent carried out (lane.skip,
-// event.resend, deadletters.replay) to the control plane's audit log, its
-// author the caller of ctx's call (its token's name and id, whatever e
-// says). It tries each known control plane once, so a follower or a down
-// one does not lose the entry while another serves; the error says the
-// action happened but is not audited.
-func (p *Planes) Audit(ctx context.Context, e *rivorav1.AuditEntry) error {
-	e.Author, e.TokenId = auth.Author(ctx, "unknown")
-	// Bounds each call that records an operator action.
-	httpClient := p.HTTPClient(5 * time.Second)
-	var errs []error
-	for range p.urls {
-		url := p.URL()
-		_, err := p.Client(httpClient, url).RecordAudit(ctx, connect.NewRequest(&rivorav1.RecordAuditRequest{Entry: e}))
-		if err == nil {
-			return nil
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", url, err))
-		if connect.CodeOf(err) != connect.CodeUnavailable {
-			break
-		}
-		p.Failed(url, err)
-	}
-	return fmt.Errorf("%s done, but not audited: %w", e.GetAction(), errors.Join(errs...))
 }

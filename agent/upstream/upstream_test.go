@@ -18,6 +18,7 @@ import (
 	"github.com/rivora/rivora/internal/errkind"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 // controlPlane is a control plane's AgentService as the agent sees it: a
@@ -84,7 +85,7 @@ func (c *controlPlane) actions() []string {
 func TestFailedGoesToTheNamedLeader(t *testing.T) {
 	follower, other, leader := startControlPlane(t), startControlPlane(t), startControlPlane(t)
 	follower.leader = leader.url + "/"
-	p := upstream.New(strings.Join([]string{follower.url, other.url, leader.url}, ","), auth.NewKeys(auth.CellToken{}), nil)
+	p := upstream.New(strings.Join([]string{follower.url, other.url, leader.url}, ","), auth.NewKeys(auth.CellToken{}), nil, nil)
 	client := p.Client(p.HTTPClient(5*time.Second), follower.url)
 
 	stream, err := client.Watch(context.Background(), connect.NewRequest(&rivorav1.WatchRequest{AgentName: "a1"}))
@@ -97,16 +98,54 @@ func TestFailedGoesToTheNamedLeader(t *testing.T) {
 		t.Fatalf("after the follower's Watch answer %v: following %s, want the leader it names, %s", err, p.URL(), leader.url)
 	}
 
-	p = upstream.New(strings.Join([]string{follower.url, other.url, leader.url}, ","), auth.NewKeys(auth.CellToken{}), nil)
+	p = upstream.New(strings.Join([]string{follower.url, other.url, leader.url}, ","), auth.NewKeys(auth.CellToken{}), nil, nil)
 	_, err = client.RecordAudit(context.Background(), connect.NewRequest(&rivorav1.RecordAuditRequest{Entry: &rivorav1.AuditEntry{Action: "lane.skip"}}))
 	if !p.Failed(follower.url, err) || p.URL() != leader.url {
 		t.Fatalf("after the follower's RecordAudit answer %v: following %s, want %s", err, p.URL(), leader.url)
 	}
 
 	follower.leader = "http://elsewhere:7300"
-	p = upstream.New(strings.Join([]string{follower.url, other.url, leader.url}, ","), auth.NewKeys(auth.CellToken{}), nil)
+	p = upstream.New(strings.Join([]string{follower.url, other.url, leader.url}, ","), auth.NewKeys(auth.CellToken{}), nil, nil)
 	_, err = client.RecordAudit(context.Background(), connect.NewRequest(&rivorav1.RecordAuditRequest{Entry: &rivorav1.AuditEntry{Action: "lane.skip"}}))
 	if p.Failed(follower.url, err) || p.URL() != other.url {
 		t.Fatalf("a leader the agent does not know: following %s, want the next one, %s", p.URL(), other.url)
+	}
+}
+
+// An audit entry no control plane records (the leader died, the other
+// is not leading yet) is recorded once a leader answers, after the
+// call that made it returned; entries keep their order (a replay's end
+// after its beginning).
+func TestAuditRetriedUntilALeaderAnswers(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	next := startControlPlane(t)
+	p := upstream.New(dead.URL+","+next.url, auth.NewKeys(auth.CellToken{}), nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		_ = p.Run(ctx)
+	}()
+	defer func() { cancel(); <-ran }()
+
+	for _, action := range []string{"deadletters.replay.began", "deadletters.replay"} {
+		err := p.Audit(context.Background(), &rivorav1.AuditEntry{Action: action, DestinationId: "down"})
+		if err == nil || !strings.Contains(err.Error(), "not audited yet") || !strings.Contains(err.Error(), "retrying") {
+			t.Fatalf("Audit %s with no leader: %v, want that it is not audited yet and retried", action, err)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // a few retries, refused
+	if got := next.actions(); len(got) != 0 {
+		t.Fatalf("recorded %v by a control plane not leading", got)
+	}
+	next.leads.Store(true)
+	poll.True(t, "both entries recorded once a leader answers", 10*time.Second, func() bool { return len(next.actions()) == 2 })
+	if got := strings.Join(next.actions(), ","); got != "deadletters.replay.began,deadletters.replay" {
+		t.Fatalf("recorded %s, want the beginning, then the end", got)
+	}
+	if err := p.Audit(context.Background(), &rivorav1.AuditEntry{Action: "lane.skip"}); err != nil {
+		t.Fatalf("Audit with a leader: %v", err)
 	}
 }

@@ -144,7 +144,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 	log = base.With("component", "edge", "edge", cfg.Name)
 	e := &Edge{
 		cfg: cfg, log: log, registry: destinations.NewRegistry(), subs: subscriptions.NewTable(), catalogue: subscriptions.NewCatalogue(),
-		upstream: upstream.New(strings.Join(cfg.ControlPlanes, ","), cfg.Keys, cfg.Transport),
+		upstream: upstream.New(strings.Join(cfg.ControlPlanes, ","), cfg.Keys, cfg.Transport, log),
 		config:   newConfigStore(filepath.Join(cfg.DataDir, ConfigFile)), warnings: map[string]time.Duration{}, started: time.Now(),
 	}
 	var err error
