@@ -3,9 +3,11 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strings"
+	"syscall"
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
@@ -67,6 +69,28 @@ func describe(err error, server, tokenSource string) string {
 		msg = ce.Message()
 	}
 	var text string
+	switch {
+	case lostConnection(ae.err) && code != connect.CodeCanceled:
+		text = fmt.Sprintf("lost the connection to the control plane (or agent) at %s mid-answer: it stopped or restarted", server)
+	default:
+		text = describeCode(code, msg, ae, server, tokenSource)
+	}
+	if hint := ae.hints[code]; hint != "" && !alreadySays(text, hint) {
+		text += "; " + hint
+	}
+	return ae.op + ": " + text
+}
+
+// lostConnection reports whether err is a connection that broke while
+// the server answered (its process died: the answer ends mid-message),
+// which connect reports as a protocol error.
+func lostConnection(err error) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// describeCode says what a Connect code and the server's message mean.
+func describeCode(code connect.Code, msg string, ae *apiError, server, tokenSource string) string {
+	var text string
 	switch code {
 	case connect.CodeUnavailable:
 		if strings.Contains(msg, "server gave HTTP response to HTTPS client") {
@@ -113,10 +137,7 @@ func describe(err error, server, tokenSource string) string {
 	default:
 		text = fmt.Sprintf("server error (%s): %s", code, msg)
 	}
-	if hint := ae.hints[code]; hint != "" && !alreadySays(text, hint) {
-		text += "; " + hint
-	}
-	return ae.op + ": " + text
+	return text
 }
 
 // saysRetry reports whether the server's message already says to try

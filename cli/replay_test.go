@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -31,7 +30,8 @@ func (countingArchive) Replay(_ context.Context, req *connect.Request[rivorav1.R
 		if err := stream.Send(&rivorav1.ReplayResponse{Total: 20, Replayed: 10}); err != nil {
 			return err
 		}
-		return connect.NewError(connect.CodeInternal, errors.New("protocol error: incomplete envelope: unexpected EOF"))
+		// Its process dies: the response ends mid-stream.
+		panic(http.ErrAbortHandler)
 	}
 	resp := &rivorav1.ReplayResponse{Total: 3, Done: true, Counts: []*rivorav1.DeadLetterCount{{DestinationId: dest, CustomerId: "acme", Count: 3}}}
 	if dest == "deleted" {
@@ -96,10 +96,15 @@ func TestReplayListsTheConflictsItRenamed(t *testing.T) {
 }
 
 // TestReplayThatStopsSaysItResumes: a replay whose stream breaks after
-// it began says how far it got and that running it again resumes.
+// it began (the control plane serving it died) says so, how far it got
+// and that running it again resumes.
 func TestReplayThatStopsSaysItResumes(t *testing.T) {
 	srv := startCountingArchive(t)
-	assertFailure(t, run(t, srv.URL, "", "replay", "--destination", "breaks"), exitError, "10 of 20 done before it stopped; run the same command again to resume")
+	r := run(t, srv.URL, "", "replay", "--destination", "breaks")
+	assertFailure(t, r, exitError, "10 of 20 done before it stopped; run the same command again to resume")
+	if !strings.Contains(r.stderr, "lost the connection to the control plane") || strings.Contains(r.stderr, "protocol error") {
+		t.Errorf("stderr %q: want the cause to read that the connection was lost, not a protocol error", r.stderr)
+	}
 }
 
 // startCountingArchive serves countingArchive over HTTP until the test ends.
