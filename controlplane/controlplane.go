@@ -327,7 +327,7 @@ func (cp *ControlPlane) handle(mux *http.ServeMux, gate func() error, opts ...co
 // and authorization, and the bounds on request strings and sizes.
 func (cp *ControlPlane) gated(gate func() error, opts []connect.HandlerOption) []connect.HandlerOption {
 	return append([]connect.HandlerOption{
-		connect.WithInterceptors(errorInterceptor, leaderInterceptor{gate: gate}, auth.NewInterceptor(cp.keys), bounds.Interceptor()),
+		connect.WithInterceptors(errorInterceptor, noAgentsInterceptor{why: cp.noAgentsWhy}, leaderInterceptor{gate: gate}, auth.NewInterceptor(cp.keys), bounds.Interceptor()),
 		bounds.ReadMax(bounds.DefaultMessage),
 	}, opts...)
 }

@@ -62,6 +62,7 @@ type election struct {
 
 	mu         sync.Mutex
 	leading    bool
+	ledSince   time.Time // when this term began (leading)
 	leader     string    // the leader's advertised URL as last seen; "": none known
 	leaseUntil time.Time // the session is surely alive until then
 	// epoch ends when the current leadership term ends, or the next one
@@ -100,6 +101,16 @@ func (e *election) check() error {
 	default:
 		return errorf(ErrUnavailable, "not the leader; no leader yet, retry shortly")
 	}
+}
+
+// leadingFor is how long this control plane has led (false: it does not).
+func (e *election) leadingFor() (time.Duration, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.leading {
+		return 0, false
+	}
+	return time.Since(e.ledSince), true
 }
 
 // scope ends the requests next serves when the leadership term they were
@@ -341,7 +352,7 @@ func (e *election) lead(ctx context.Context, id string) error {
 		return err
 	}
 	e.mu.Lock()
-	e.leading, e.leader, e.cannotLead = true, e.self, nil
+	e.leading, e.leader, e.cannotLead, e.ledSince = true, e.self, nil, time.Now()
 	e.mu.Unlock()
 	e.log.Info("leading: this control plane serves the admin and agent APIs", "advertise", e.self, "session", id)
 	return nil

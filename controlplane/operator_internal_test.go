@@ -424,6 +424,26 @@ func TestOperatorWithoutAgents(t *testing.T) {
 	wantErr(t, "ListDeadLetters", err, connect.CodeUnavailable, "no agent is connected")
 }
 
+// No agent connected right after this control plane became the leader,
+// or while the agents it knew are gone: they are likely reconnecting, and
+// the answer says so rather than to start one.
+func TestOperatorWithoutAgentsAfterALeaderChange(t *testing.T) {
+	c := startRouteCell(t, func() error { return nil })
+	c.cp.election = newElection(nil, "http://cp1", slog.New(slog.DiscardHandler), nil)
+	c.cp.election.leading, c.cp.election.ledSince = true, time.Now().Add(-4*time.Second)
+	_, err := c.events().GetEvent(ctx(t), connect.NewRequest(&rivorav1.GetEventRequest{EventId: evID}))
+	wantErr(t, "GetEvent 4 s into the term", err, connect.CodeUnavailable, "became the leader 4s ago", "reconnecting after the leader change", "retry shortly")
+
+	c.cp.election.ledSince = time.Now().Add(-time.Minute)
+	_, err = c.archive().ListDeadLetters(ctx(t), connect.NewRequest(&rivorav1.ListDeadLettersRequest{}))
+	wantErr(t, "ListDeadLetters a minute into the term", err, connect.CodeUnavailable, "start one with")
+
+	c.cp.agents.connect("a1", "http://127.0.0.1:1", "", time.Time{}, time.Now())
+	c.cp.agents.disconnect(ctx(t), "a1", time.Now())
+	_, err = c.archive().ListDeadLetters(ctx(t), connect.NewRequest(&rivorav1.ListDeadLettersRequest{}))
+	wantErr(t, "ListDeadLetters with a1 gone", err, connect.CodeUnavailable, "agents it knew (a1) are not connected", "retry shortly")
+}
+
 // ResendEvent goes to the owner of the event's destination, wherever its
 // history was found; an unknown event is NotFound.
 func TestOperatorResendGoesToTheOwner(t *testing.T) {
