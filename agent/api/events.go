@@ -17,6 +17,7 @@ import (
 	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/agent/retry"
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/agent/upstream"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/lanes"
@@ -599,9 +600,10 @@ func (s *eventService) ResendEvent(ctx context.Context, req *connect.Request[riv
 		Action: "event.resend", DestinationId: resent.GetDestinationId(), Reason: reason,
 		Detail: fmt.Sprintf("resent event %s (%s, type %s) to customer %s lane %s", id, stateWord(found.was), resent.GetType(), resent.GetCustomerId(), resent.GetLaneKey()),
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, upstream.ErrAuditQueued) {
 		// Resent: saying so matters more than the audit's failure. Not
-		// Unavailable, which invites a retry.
+		// Unavailable, which invites a retry. One queued for a control
+		// plane's return is no failure.
 		return nil, errkind.Errorf(internal, "event %s was resent (do not resend it again), but: %w", id, err)
 	}
 	return connect.NewResponse(resp), nil

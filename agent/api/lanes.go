@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/agent/upstream"
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -153,7 +154,7 @@ func (s *laneService) SkipLaneHead(ctx context.Context, req *connect.Request[riv
 	}
 	s.log.Info("lane head skipped", "destination", id.Destination, "lane", id.String(), "event_id", att.Entry.EventID, "reason", m.GetReason())
 	resp := &rivorav1.SkipLaneHeadResponse{EventId: att.Entry.EventID, Remaining: int32(remaining)}
-	if err := s.audit(ctx, m, id, att.Entry.EventID); err != nil {
+	if err := s.audit(ctx, m, id, att.Entry.EventID); err != nil && !errors.Is(err, upstream.ErrAuditQueued) {
 		// The skip stands (the event is a dead letter, replayable): say
 		// so, and that the audit log misses it. Not Unavailable: a retry
 		// would skip the next head.

@@ -9,6 +9,7 @@ package deadletters
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/agent/clock"
+	"github.com/rivora/rivora/agent/upstream"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/bounds"
 	"github.com/rivora/rivora/internal/errkind"
@@ -448,8 +450,10 @@ func (s *Service) audited(ctx context.Context, r ReplayRequest, progress Progres
 	defer cancel()
 	aerr := s.audit(auditCtx, &rivorav1.AuditEntry{Action: "deadletters.replay", DestinationId: f.GetDestinationId(), Detail: detail})
 	if aerr != nil {
-		s.log.Warn("replay's end not audited (the agent retries it unless refused)", "destination", f.GetDestinationId(), "err", aerr)
-		if err == nil {
+		s.log.Warn("replay's end not audited yet (the agent retries it unless refused)", "destination", f.GetDestinationId(), "err", aerr)
+		// Queued for a control plane's return: the replay is done, and an
+		// error would invite running it again (which adds audit entries).
+		if err == nil && !errors.Is(aerr, upstream.ErrAuditQueued) {
 			return errkind.Tag(errkind.Unavailable, aerr)
 		}
 	}

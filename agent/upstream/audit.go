@@ -73,8 +73,14 @@ func (p *Planes) Audit(ctx context.Context, e *rivorav1.AuditEntry) error {
 		return fmt.Errorf("%s done, but not audited: %w", e.GetAction(), err)
 	}
 	p.audits.signal()
-	return fmt.Errorf("%s done, but not audited yet: %w; the agent keeps retrying to record it for up to %s", e.GetAction(), err, auditRetryFor)
+	return fmt.Errorf("%s done, but %w: %w; the agent keeps retrying to record it for up to %s", e.GetAction(), ErrAuditQueued, err, auditRetryFor)
 }
+
+// ErrAuditQueued is in Audit's error when no control plane recorded the
+// entry yet and Run retries it: the action is done, and will most likely
+// be audited within seconds (a control plane's failover), so its caller
+// answers success.
+var ErrAuditQueued = errors.New("not audited yet")
 
 // Run records the audit entries Audit could not, retrying with backoff
 // (each known control plane in turn, the leader a follower names first)
