@@ -33,9 +33,10 @@ func TestDrainTimeAndLimitsDryRun(t *testing.T) {
 		}
 	}
 	var health []struct {
-		PendingEvents string  `json:"pendingEvents"`
-		CurrentRate   float64 `json:"currentRate"`
-		DrainTime     string  `json:"drainTime"`
+		PendingEvents      string  `json:"pendingEvents"`
+		ArrivalsLastMinute string  `json:"arrivalsLastMinute"`
+		CurrentRate        float64 `json:"currentRate"`
+		DrainTime          string  `json:"drainTime"`
 	}
 	err := poll.Check(20*time.Second, 50*time.Millisecond, func() error {
 		health = nil
@@ -50,12 +51,13 @@ func TestDrainTimeAndLimitsDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 20 events at 2/s: 10 s.
-	if h := health[0]; h.CurrentRate != 2 || h.DrainTime != "10s" {
-		t.Fatalf("health: current rate %v, drain time %q; want 2 and 10s", h.CurrentRate, h.DrainTime)
+	// 20 events at 2/s, less the 20 that arrived in the last minute
+	// (1/3 per second): 12 s.
+	if h := health[0]; h.CurrentRate != 2 || h.ArrivalsLastMinute != "20" || h.DrainTime != "12s" {
+		t.Fatalf("health: current rate %v, %s arrivals in the last minute, drain time %q; want 2, 20 and 12s", h.CurrentRate, h.ArrivalsLastMinute, h.DrainTime)
 	}
-	if table := rivoractl(t, d, "destinations", "health", "slow"); !strings.Contains(table, "DRAIN TIME") || !strings.Contains(table, "10s at the current rate") || !strings.Contains(table, "OLDEST PENDING") {
-		t.Fatalf("health table has no drain time of 10s:\n%s", table)
+	if table := rivoractl(t, d, "destinations", "health", "slow"); !strings.Contains(table, "DRAIN TIME") || !strings.Contains(table, "12s at the current rate, less the 0.333/s arriving") || !strings.Contains(table, "OLDEST PENDING") {
+		t.Fatalf("health table has no drain time of 12s net of the arrivals:\n%s", table)
 	}
 
 	// The rate history, when asked for: 15 minutes of 10-second buckets.
