@@ -70,6 +70,10 @@ import (
 type Config struct {
 	Name    string
 	DataDir string
+	// DataDirLock is DataDir's lock when the caller took it already
+	// (rivora dev, whose control plane keeps its state in the same dir);
+	// nil: the embedded server takes it (natsd.Config.Lock).
+	DataDirLock *natsd.DirLock
 	// ControlPlaneURL is where the agent watches its configuration; with
 	// several control planes, their URLs comma-separated (the agent
 	// follows whichever leads).
@@ -212,7 +216,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	})
 	var err error
 	if a.nats, err = natsd.Start(natsd.Config{
-		DataDir: cfg.DataDir, ClientListen: cfg.NATSListen, Fsync: cfg.SyncAlways, Name: cfg.Name,
+		DataDir: cfg.DataDir, Lock: cfg.DataDirLock, ClientListen: cfg.NATSListen, Fsync: cfg.SyncAlways, Name: cfg.Name,
 		ClusterListen: cfg.NATSCluster, ClusterAdvertise: cfg.NATSClusterAdvertise, Routes: cfg.NATSRoutes, Password: cfg.NATSPassword, TLS: cfg.NATSTLS,
 		LeafListen: cfg.LeafListen, LeafPassword: LeafPassword(cfg.Keys.Cell()),
 	}, base.With("component", "nats")); err != nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/rivora/rivora/agent"
+	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/console"
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
@@ -47,6 +48,16 @@ func RunDev(ctx context.Context, opts DevOptions) error {
 		log.Warn("rivora dev's embedded NATS has no password: on a non-loopback --nats-listen anyone who reaches it reads every payload; use a cell (rivora agent --cell-token-file) for that", "nats_listen", addr)
 	}
 	cpCfg.Transport = opts.HTTP.TLS.Transport
+	// The data dir is this process's before the control plane opens its
+	// state there: a second rivora dev on a live dir stops here, having
+	// touched nothing. The agent's embedded server keeps the lock (and
+	// releases it as it stops); the release here is for a failure before.
+	lock, err := natsd.LockDataDir(agCfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	agCfg.DataDirLock = lock
 	ln, url, err := listen(log, opts.HTTP.Listen, opts.HTTP.TLS.Server)
 	if err != nil {
 		return err

@@ -93,6 +93,11 @@ type Config struct {
 	// after about three intervals. An edge sets a few seconds, so that
 	// it knows soon that it is cut off.
 	PingInterval time.Duration
+	// Lock is DataDir's lock (LockDataDir) when the caller took it
+	// already (rivora dev, before its control plane opens its state in
+	// the same dir); nil: Start takes it. Either way the Server releases
+	// it at Shutdown, and Start releases it when it fails.
+	Lock *DirLock
 }
 
 // User is the NATS user of a server with a Password.
@@ -144,13 +149,39 @@ type Server struct {
 	quit    chan struct{}
 	// shutdownOnce makes Shutdown idempotent (quit is closed once).
 	shutdownOnce sync.Once
-	watchDone    chan struct{}
-	log          *slog.Logger
+	// lock keeps every other server off the data dir until Shutdown.
+	lock      *DirLock
+	watchDone chan struct{}
+	log       *slog.Logger
 }
 
-// Start starts the server, waits until it accepts connections and connects
-// in process.
+// Start takes the data dir's lock (unless cfg.Lock is held already), starts
+// the server, waits until it accepts connections and connects in process.
+// A data dir another server has open is refused (ErrDataDirInUse): two
+// servers on one store overwrite each other's files, and lose events
+// either acknowledged.
 func Start(cfg Config, log *slog.Logger) (*Server, error) {
+	lock := cfg.Lock
+	if lock == nil {
+		var err error
+		if lock, err = LockDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	} else if filepath.Clean(lock.Dir()) != filepath.Clean(cfg.DataDir) {
+		lock.Release()
+		return nil, fmt.Errorf("embedded nats: the lock given is on %s, not on the data dir %s", lock.Dir(), cfg.DataDir)
+	}
+	srv, err := startLocked(cfg, log)
+	if err != nil {
+		lock.Release()
+		return nil, err
+	}
+	srv.lock = lock
+	return srv, nil
+}
+
+// startLocked is Start, the data dir locked.
+func startLocked(cfg Config, log *slog.Logger) (*Server, error) {
 	opts := &server.Options{
 		ServerName: cfg.Name,
 		JetStream:  true,
@@ -441,8 +472,9 @@ func (s *Server) ClusterAddr() string {
 // cluster member), whose acknowledgements are synced already.
 func (s *Server) Syncer() *Syncer { return s.syncer }
 
-// Shutdown drains the connection and stops the server. Calls after the
-// first do nothing (a test's cleanup may follow the agent's own stop).
+// Shutdown drains the connection, stops the server and releases the data
+// dir's lock: another server may open the dir once it returns. Calls after
+// the first do nothing (a test's cleanup may follow the agent's own stop).
 func (s *Server) Shutdown() { s.shutdownOnce.Do(s.shutdown) }
 
 // lostShutdownWait bounds the server's own shutdown once JetStream turned
@@ -457,6 +489,7 @@ func (s *Server) Shutdown() { s.shutdownOnce.Do(s.shutdown) }
 const lostShutdownWait = 20 * time.Second
 
 func (s *Server) shutdown() {
+	defer s.lock.Release()
 	// Our own shutdown turns JetStream off too: stop watching first.
 	close(s.quit)
 	<-s.watchDone
@@ -476,6 +509,8 @@ func (s *Server) shutdown() {
 		select {
 		case <-stopped:
 		case <-time.After(lostShutdownWait):
+			// Its JetStream is off: it writes no more to the store, and
+			// the lock goes with the rest (the process exits next).
 			s.log.Error("the embedded nats server did not stop within its bound after its store was disabled; going without it (nothing is left to flush)", "bound", lostShutdownWait)
 			return
 		}

@@ -62,7 +62,7 @@ Examples:
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7400", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve ingest, events, /healthz and /metrics on"},
 			&cli.StringFlag{Name: "advertise", EnvVars: []string{"RIVORA_ADVERTISE"}, Usage: "`URL` the control plane calls this agent at (default: http://<listen address>, https:// with --tls-cert)"},
 			&cli.StringFlag{Name: "controlplane", Value: "http://127.0.0.1:7300", EnvVars: []string{"RIVORA_CONTROLPLANE"}, Usage: "control plane `URL`; with several control planes, all their URLs comma-separated (the agent follows the leader)"},
-			&cli.StringFlag{Name: "data-dir", Value: "./data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for streams and the archive"},
+			&cli.StringFlag{Name: "data-dir", Value: "./data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for streams and the archive; one process per data dir (locked, rivora.lock)"},
 			&cli.StringFlag{Name: "consul", EnvVars: []string{"RIVORA_CONSUL"}, Usage: "Consul HTTP API `URL` granting partition ownership (sessions and locks); without it this agent owns what it is assigned in process (one-agent cells only)"},
 			&cli.StringFlag{Name: "nats-cluster", EnvVars: []string{"RIVORA_NATS_CLUSTER"}, Usage: "`HOST:PORT` the cell's other agents route to (joins the JetStream cluster)"},
 			&cli.StringFlag{Name: "nats-cluster-advertise", EnvVars: []string{"RIVORA_NATS_CLUSTER_ADVERTISE"}, Usage: "`HOST:PORT` of this agent's routes as the other agents reach it, when not --nats-cluster (a NAT, a proxy): the address its peers pass on to each other (default: the address a route came from)"},

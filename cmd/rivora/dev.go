@@ -61,7 +61,7 @@ Example:
    rivoractl --token-file ./data/admin.token publish --destination orders --customer acme --lane user_1 --type order.created --data '{"id":1}'` + tracingHelp,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7400", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve the API, /healthz and /metrics on"},
-			&cli.StringFlag{Name: "data-dir", Value: "./data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for streams, control-plane state and the archive"},
+			&cli.StringFlag{Name: "data-dir", Value: "./data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for streams, control-plane state and the archive; one process per data dir (locked, rivora.lock)"},
 			&cli.StringFlag{Name: "limits", EnvVars: []string{"RIVORA_LIMITS"}, Usage: "reviewed limits `FILE` (YAML), reloaded when it changes"},
 			&cli.IntFlag{Name: "partitions", Value: controlplane.DefaultPartitions, EnvVars: []string{"RIVORA_PARTITIONS"}, Usage: "number of partitions (pending stores); fixed for a data dir (it records the count of its first start, and a start with another count is refused)"},
 			allowDestinationFlag(true),
