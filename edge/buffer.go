@@ -163,6 +163,53 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Buffer, err
 	return b, nil
 }
 
+// Owner names the edge whose buffer js holds: "" when js has no buffer.
+// The name an edge is started under must be its buffer's: Open under
+// another name moves the stream to the new name's subjects and keeps the
+// consumer's deliver subject, which names the old one, so the cell's
+// source for the new name never reads it and the events acknowledged from
+// then on never leave. The consumer's deliver subject (ForwardSubject)
+// names the edge the cell forwards the buffer for, so Owner goes by it;
+// by the stream's subjects (prefix) when there is no consumer.
+func Owner(ctx context.Context, js jetstream.JetStream) (string, error) {
+	s, err := js.Stream(ctx, StreamName)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the %s stream: %w", StreamName, err)
+	}
+	c, err := s.PushConsumer(ctx, ConsumerName)
+	switch {
+	case err == nil:
+		if name, ok := edgeIn(c.CachedInfo().Config.DeliverSubject, ".forward"); ok {
+			return name, nil
+		}
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return "", fmt.Errorf("read the %s consumer: %w", ConsumerName, err)
+	}
+	for _, subject := range s.CachedInfo().Config.Subjects {
+		if name, ok := edgeIn(subject, ".ingest.>"); ok {
+			return name, nil
+		}
+	}
+	return "", fmt.Errorf("the %s stream's subjects %q name no edge", StreamName, s.CachedInfo().Config.Subjects)
+}
+
+// edgeIn is the edge name in subject "edge.<name><tail>" (or
+// "edge.<name><tail>.<incarnation>").
+func edgeIn(subject, tail string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, "edge.")
+	if !ok {
+		return "", false
+	}
+	name, after, _ := strings.Cut(rest, ".")
+	if after = "." + after; after != tail && !strings.HasPrefix(after, tail+".") {
+		return "", false
+	}
+	return name, ids.Validate("edge name", name) == nil
+}
+
 // Stats is what a buffer holds: the events the cell has not confirmed.
 //
 // The cell confirms what its source took by flow control, which its

@@ -48,11 +48,14 @@ import (
 // Config configures an edge.
 type Config struct {
 	// Name is the edge's name (--name): its JetStream domain, its
-	// subjects and its registration with the control plane. A lost data
-	// dir means a new name (the cell's source follows the old buffer).
+	// subjects and its registration with the control plane. A data dir
+	// keeps the name it was made under (DataDir/edge-name): New refuses
+	// another. A new data dir may take an old name (a lost dir's): its
+	// buffer is a new incarnation, which the cell's source follows.
 	Name string
-	// DataDir holds the buffer (DataDir/jetstream) and the last config
-	// applied (DataDir/edge-config.pb).
+	// DataDir holds the buffer (DataDir/jetstream), the edge's name
+	// (DataDir/edge-name) and the last config applied
+	// (DataDir/edge-config.pb).
 	DataDir string
 	// CellLeaf are the cell's leaf ports (nats-leaf://HOST:PORT), tried
 	// in turn; the server reconnects for ever.
@@ -160,6 +163,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 		return nil, err
 	}
 	js := e.nats.JetStream()
+	if err := claimDataDir(ctx, cfg.DataDir, cfg.Name, js); err != nil {
+		return fail(err)
+	}
 	if e.buffer, err = edge.Open(ctx, js, edge.Config{Name: cfg.Name, MaxBytes: cfg.MaxBuffer, DedupWindow: cfg.DedupWindow}); err != nil {
 		return fail(err)
 	}
