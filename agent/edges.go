@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -48,21 +50,28 @@ type edgeSources struct {
 	every time.Duration
 	// kick wakes Run when what it should do changed.
 	kick chan struct{}
-	// read reads the deliver subjects of the edges it can reach
-	// (edge.DeliverSubjects; a test's fake).
-	read func(ctx context.Context, js jetstream.JetStream, names []string) map[string]string
+	// read reads the deliver subjects of the edges it can reach, and why
+	// it could not read the others' (edge.DeliverSubjects; a test's fake).
+	read func(ctx context.Context, js jetstream.JetStream, names []string) (map[string]string, map[string]error)
+	// now is the clock of the warnings about unread edges.
+	now func() time.Time
 
 	mu     sync.Mutex
 	names  []string // the registered edges, sorted
 	known  bool     // the control plane has named them
 	keeper bool     // this agent is assigned partition 0
 
-	// subjects are the deliver subjects last read, by edge (Run's alone).
+	// subjects are the deliver subjects last read, by edge; waiting is
+	// since when an edge has waited for its first source, warned when it
+	// was last warned of (warnUnread's). Run's alone.
 	subjects map[string]string
+	waiting  map[string]time.Time
+	warned   map[string]time.Time
 }
 
 func newEdgeSources(js jetstream.JetStream, every time.Duration, log *slog.Logger) *edgeSources {
-	return &edgeSources{js: js, log: log, every: every, kick: make(chan struct{}, 1), read: edge.DeliverSubjects, subjects: map[string]string{}}
+	return &edgeSources{js: js, log: log, every: every, kick: make(chan struct{}, 1), read: edge.DeliverSubjects, now: time.Now,
+		subjects: map[string]string{}, waiting: map[string]time.Time{}, warned: map[string]time.Time{}}
 }
 
 // follow takes from one config message the registered edges (on a
@@ -147,6 +156,8 @@ func (e *edgeSources) reconcile(ctx context.Context) (waiting bool) {
 		// Another agent keeps them: what this one read may be stale by
 		// the time it keeps them again.
 		clear(e.subjects)
+		clear(e.waiting)
+		clear(e.warned)
 		edgeSourcesGauge.Set(0)
 		return false
 	}
@@ -157,7 +168,7 @@ func (e *edgeSources) reconcile(ctx context.Context) (waiting bool) {
 	// nothing until each read's timeout, and must not leave the write
 	// for the others without time.
 	readCtx, cancelRead := context.WithTimeout(ctx, 20*time.Second)
-	read := e.read(readCtx, e.js, names)
+	read, unread := e.read(readCtx, e.js, names)
 	cancelRead()
 	deliver := make(map[string]string, len(names))
 	for _, n := range names {
@@ -187,9 +198,56 @@ func (e *edgeSources) reconcile(ctx context.Context) (waiting bool) {
 	for _, n := range removed {
 		e.log.Info("INGEST no longer sources an edge's buffer (the edge is not registered)", "edge", n)
 	}
-	if len(unreached) > 0 {
-		e.log.Debug("edges not reached yet: no source until they are", "edges", unreached)
-	}
+	e.warnUnread(names, unreached, unread)
 	edgeSourcesGauge.Set(float64(len(names) - len(unreached)))
 	return len(unreached) > 0
+}
+
+// An edge waiting for its first source is warned of once it has waited
+// edgeUnreachedGrace (its leaf connection comes up about when it
+// registers, a few reads earlier), and then every edgeWarnEvery, as is an
+// edge whose buffer is another edge's.
+const (
+	edgeUnreachedGrace = time.Minute
+	edgeWarnEvery      = 10 * time.Minute
+)
+
+// warnUnread logs at Warn, at most every edgeWarnEvery per edge, the
+// registered edges whose events do not reach the cell for want of a read
+// of where their buffer delivers: one still waiting for its first source
+// (unreached) after edgeUnreachedGrace, and one whose buffer is another
+// edge's (edge.ErrOtherEdgesBuffer), which never gets one. An edge cut
+// off after it got its source is not: it keeps the source, and its cut
+// is its own report's (rivoractl edges).
+func (e *edgeSources) warnUnread(names, unreached []string, errs map[string]error) {
+	now := e.now()
+	for _, n := range names {
+		err, waiting := errs[n], slices.Contains(unreached, n)
+		if !waiting {
+			delete(e.waiting, n)
+		} else if _, ok := e.waiting[n]; !ok {
+			e.waiting[n] = now
+		}
+		if !waiting && err == nil {
+			delete(e.warned, n) // reached: a new trouble is told at once
+		}
+		otherBuffer := errors.Is(err, edge.ErrOtherEdgesBuffer)
+		if !otherBuffer && (!waiting || now.Sub(e.waiting[n]) < edgeUnreachedGrace) {
+			continue
+		}
+		if last, ok := e.warned[n]; ok && now.Sub(last) < edgeWarnEvery {
+			continue
+		}
+		e.warned[n] = now
+		if otherBuffer {
+			e.log.Warn("an edge runs on another edge's buffer (started under a new --name on that edge's data dir): nothing it accepts reaches the cell; start it under the name its data dir was made with",
+				"edge", n, "error", err)
+			continue
+		}
+		e.log.Warn("an edge the cell cannot reach has no source in INGEST yet: nothing it buffers is forwarded until it is reached",
+			"edge", n, "waiting", now.Sub(e.waiting[n]).Round(time.Second), "error", err)
+	}
+	gone := func(n string, _ time.Time) bool { return !slices.Contains(names, n) }
+	maps.DeleteFunc(e.warned, gone)
+	maps.DeleteFunc(e.waiting, gone)
 }

@@ -2,9 +2,12 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,13 +58,13 @@ func startIngest(t *testing.T) jetstream.JetStream {
 
 // reachable is a keeper's reader that reaches every edge of names, whose
 // buffers deliver under incarnation.
-func reachable(incarnation string) func(context.Context, jetstream.JetStream, []string) map[string]string {
-	return func(_ context.Context, _ jetstream.JetStream, names []string) map[string]string {
+func reachable(incarnation string) func(context.Context, jetstream.JetStream, []string) (map[string]string, map[string]error) {
+	return func(_ context.Context, _ jetstream.JetStream, names []string) (map[string]string, map[string]error) {
 		out := map[string]string{}
 		for _, n := range names {
 			out[n] = edge.ForwardSubject(n, incarnation)
 		}
-		return out
+		return out, nil
 	}
 }
 
@@ -175,8 +178,8 @@ func TestIngestEdgeSourcesFollowWhereBuffersDeliver(t *testing.T) {
 	js := startIngest(t)
 	e := newEdgeSources(js, time.Hour, slog.New(slog.DiscardHandler))
 	reach := map[string]string{}
-	e.read = func(_ context.Context, _ jetstream.JetStream, names []string) map[string]string {
-		return maps.Clone(reach)
+	e.read = func(_ context.Context, _ jetstream.JetStream, names []string) (map[string]string, map[string]error) {
+		return maps.Clone(reach), nil
 	}
 	e.follow(&rivorav1.WatchResponse{Snapshot: true, Edges: []string{"a"}, Partitions: []uint32{0}})
 	if waiting := e.reconcile(ctx); !waiting {
@@ -242,4 +245,64 @@ func gaugeValue(t *testing.T) float64 {
 		t.Fatal(err)
 	}
 	return m.GetGauge().GetValue()
+}
+
+// An edge the keeper cannot read is warned of (it used to be logged at
+// Debug only): one waiting for its first source once it has waited a
+// minute, one whose buffer is another edge's at once; each at most every
+// ten minutes, and an edge reached again is warned of afresh.
+func TestUnreadEdgesAreWarnedOf(t *testing.T) {
+	ctx := context.Background()
+	js := startIngest(t)
+	var logged strings.Builder
+	e := newEdgeSources(js, time.Hour, slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	now := time.Now()
+	e.now = func() time.Time { return now }
+	reach := map[string]string{}
+	unread := map[string]error{}
+	e.read = func(context.Context, jetstream.JetStream, []string) (map[string]string, map[string]error) {
+		return maps.Clone(reach), maps.Clone(unread)
+	}
+	warnings := func(step, edge string, want int) {
+		t.Helper()
+		if got := strings.Count(logged.String(), "level=WARN msg=\"an edge"); got != want || (want > 0 && !strings.Contains(logged.String(), "edge="+edge)) {
+			t.Fatalf("%s: %d warnings about edges, want %d (of %s); log:\n%s", step, got, want, edge, logged.String())
+		}
+	}
+	unread["far"] = errors.New("no responders")
+	unread["lyonr"] = fmt.Errorf("%w: delivers to edge.lyon.forward.1", edge.ErrOtherEdgesBuffer)
+	e.follow(&rivorav1.WatchResponse{Snapshot: true, Edges: []string{"far", "lyonr"}, Partitions: []uint32{0}})
+	e.reconcile(ctx)
+	warnings("first read", "lyonr", 1)
+	if !strings.Contains(logged.String(), "another edge's buffer") {
+		t.Fatalf("the other buffer's warning does not say what is wrong:\n%s", logged.String())
+	}
+
+	now = now.Add(edgeUnreachedGrace)
+	e.reconcile(ctx)
+	warnings("far waited a minute", "far", 2)
+	if !strings.Contains(logged.String(), "no source in INGEST yet") || !strings.Contains(logged.String(), "no responders") {
+		t.Fatalf("the unreached edge's warning does not say what is wrong:\n%s", logged.String())
+	}
+	now = now.Add(time.Minute)
+	e.reconcile(ctx)
+	warnings("a minute later", "far", 2)
+	now = now.Add(edgeWarnEvery)
+	e.reconcile(ctx)
+	warnings("ten minutes later", "far", 4)
+
+	// far is reached, then lost with its source kept (a cut: not warned
+	// of); lyonr restarted under its data dir's name is reached as well.
+	reach["far"], reach["lyonr"] = edge.ForwardSubject("far", "1"), edge.ForwardSubject("lyonr", "1")
+	clear(unread)
+	e.reconcile(ctx)
+	delete(reach, "far")
+	unread["far"] = errors.New("no responders")
+	now = now.Add(2 * edgeUnreachedGrace)
+	e.reconcile(ctx)
+	warnings("reached", "far", 4)
+	delete(reach, "lyonr")
+	unread["lyonr"] = fmt.Errorf("%w: delivers to edge.lyon.forward.1", edge.ErrOtherEdgesBuffer)
+	e.reconcile(ctx)
+	warnings("lyonr on another buffer again, just after its last warning was cleared", "lyonr", 5)
 }

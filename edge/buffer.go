@@ -293,6 +293,12 @@ func Source(name, deliver string) *jetstream.StreamSource {
 	}
 }
 
+// ErrOtherEdgesBuffer: an edge's buffer delivers under another edge's
+// name. The edge was started on a data dir another name made (before
+// edged refused that): nothing it acknowledged under its own name reaches
+// the cell's source for it, which cannot be pointed at the buffer.
+var ErrOtherEdgesBuffer = errors.New("the edge's buffer is another edge's")
+
 // DeliverSubject reads, across the leaf connection, where edge name's
 // buffer's consumer delivers (ForwardSubject): it names the buffer's
 // incarnation. It fails when the edge is not reachable.
@@ -311,7 +317,7 @@ func DeliverSubject(ctx context.Context, js jetstream.JetStream, name string) (s
 	}
 	subject := c.CachedInfo().Config.DeliverSubject
 	if bare := ForwardSubject(name, ""); subject != bare && !strings.HasPrefix(subject, bare+".") {
-		return "", fmt.Errorf("edge %s's %s consumer delivers to %q, not to %s[.<incarnation>]", name, ConsumerName, subject, bare)
+		return "", fmt.Errorf("%w: edge %s's %s consumer delivers to %q, not to %s[.<incarnation>]", ErrOtherEdgesBuffer, name, ConsumerName, subject, bare)
 	}
 	return subject, nil
 }

@@ -2,9 +2,11 @@ package edge_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,7 +187,7 @@ func TestANewBufferUnderAnOldNameLosesNothing(t *testing.T) {
 	// the source to listen there.
 	setSources := func() (added, removed, changed, waiting []string) {
 		t.Helper()
-		read := edge.DeliverSubjects(ctx, cell.JetStream(), []string{name})
+		read, _ := edge.DeliverSubjects(ctx, cell.JetStream(), []string{name})
 		added, removed, changed, waiting, err := edge.SetSources(ctx, cell.JetStream(), map[string]string{name: read[name]})
 		if err != nil {
 			t.Fatal(err)
@@ -213,5 +215,45 @@ func TestANewBufferUnderAnOldNameLosesNothing(t *testing.T) {
 	// A second call finds the source it made right: nothing to do.
 	if added, removed, changed, waiting := setSources(); len(added)+len(removed)+len(changed)+len(waiting) != 0 {
 		t.Fatalf("SetSources again: %v %v %v %v, want nothing to do", added, removed, changed, waiting)
+	}
+}
+
+// Owner names the edge whose buffer a store holds. A buffer opened again
+// under another name (what edged now refuses) delivers under the old
+// name, where the cell's source for the new one cannot listen: Owner
+// still names the old one, and reading where it delivers says so
+// (ErrOtherEdgesBuffer) rather than nothing.
+func TestABufferUnderAnotherNameIsNamed(t *testing.T) {
+	ctx := context.Background()
+	leaf, dir := freeAddr(t), t.TempDir()
+	cell := startNATS(t, natsd.Config{Name: "cell", LeafListen: leaf, LeafPassword: "pw"})
+	first := startNATS(t, natsd.Config{Name: "lyon", DataDir: dir, Domain: edge.Domain("lyon")})
+	if owner, err := edge.Owner(ctx, first.JetStream()); err != nil || owner != "" {
+		t.Fatalf("Owner of a store without a buffer: %q, %v", owner, err)
+	}
+	if _, err := edge.Open(ctx, first.JetStream(), edge.Config{Name: "lyon", MaxBytes: 1 << 20, DedupWindow: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if owner, err := edge.Owner(ctx, first.JetStream()); err != nil || owner != "lyon" {
+		t.Fatalf("Owner of lyon's buffer: %q, %v", owner, err)
+	}
+	first.Shutdown()
+
+	renamed := startNATS(t, natsd.Config{Name: "lyonr", DataDir: dir, Domain: edge.Domain("lyonr"), LeafRemotes: []string{"nats-leaf://" + leaf}, LeafPassword: "pw"})
+	poll.True(t, "the edge joined the cell", 20*time.Second, func() bool { return renamed.LeafConnections() == 1 })
+	if _, err := edge.Open(ctx, renamed.JetStream(), edge.Config{Name: "lyonr", MaxBytes: 1 << 20, DedupWindow: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if owner, err := edge.Owner(ctx, renamed.JetStream()); err != nil || owner != "lyon" {
+		t.Fatalf("Owner of lyon's buffer opened as lyonr's: %q, %v; want lyon (whose name its consumer delivers under)", owner, err)
+	}
+	var subjects map[string]string
+	var errs map[string]error
+	poll.True(t, "the cell reads lyonr's buffer", 20*time.Second, func() bool {
+		subjects, errs = edge.DeliverSubjects(ctx, cell.JetStream(), []string{"lyonr"})
+		return errors.Is(errs["lyonr"], edge.ErrOtherEdgesBuffer)
+	})
+	if len(subjects) != 0 || !strings.Contains(errs["lyonr"].Error(), `"edge.lyon.forward.`) {
+		t.Fatalf("DeliverSubjects of lyonr on lyon's buffer: %v, %v; want no subject and the old name's", subjects, errs)
 	}
 }

@@ -110,26 +110,31 @@ func sourceDeliver(s *jetstream.StreamSource) string {
 }
 
 // DeliverSubjects reads DeliverSubject of each edge of names, a few at a
-// time, each bounded by ReachTimeout; an edge it cannot read is left out.
-func DeliverSubjects(ctx context.Context, js jetstream.JetStream, names []string) map[string]string {
+// time, each bounded by ReachTimeout. An edge it cannot read is left out
+// of subjects, and its error is in errs: its caller says why an edge gets
+// no source (ErrOtherEdgesBuffer: it never will).
+func DeliverSubjects(ctx context.Context, js jetstream.JetStream, names []string) (subjects map[string]string, errs map[string]error) {
 	var mu sync.Mutex
-	out := make(map[string]string, len(names))
+	subjects, errs = make(map[string]string, len(names)), map[string]error{}
 	var g errgroup.Group
 	g.SetLimit(8)
 	for _, n := range names {
 		g.Go(func() error {
 			ctx, cancel := context.WithTimeout(ctx, ReachTimeout)
 			defer cancel()
-			if d, err := DeliverSubject(ctx, js, n); err == nil {
-				mu.Lock()
-				out[n] = d
-				mu.Unlock()
+			d, err := DeliverSubject(ctx, js, n)
+			mu.Lock()
+			if err == nil {
+				subjects[n] = d
+			} else {
+				errs[n] = err
 			}
+			mu.Unlock()
 			return nil
 		})
 	}
 	_ = g.Wait()
-	return out
+	return subjects, errs
 }
 
 // ReachTimeout bounds one read of an edge's consumer across the leaf.
