@@ -39,7 +39,7 @@ const edgesColumns = `Columns (and -o json keys):
                                waited: of those not yet sent while the link
                                is up, of all while it is down ("0s": nothing
                                waits)
-   FORWARDED (forwardedTotal)  events the cell took since the edge started
+   FORWARDED (forwardedTotal)  events the cell took since its buffer was created
 JSON also has registeredAt, disconnectedSince (when its link went
 down), maxBufferBytes (its --max-buffer) and bufferMaxAge (its
 --buffer-max-age).`

@@ -44,8 +44,14 @@ A full edge refuses, it never drops: past --max-buffer bytes of unforwarded
 events, or once the oldest is older than --buffer-max-age, Publish answers
 resource_exhausted (naming the buffer, what it holds and since when the
 cell is unreachable), and accepts again as the cell takes events. Nothing
-acknowledged is ever discarded. A lost data dir loses what it held: start a
-new edge under a new --name then.
+acknowledged is ever discarded.
+
+A data dir keeps the name it was made under (recorded in DATA_DIR/edge-name):
+the edge refuses to start on it under another --name, since what its buffer
+holds is forwarded only under the old one. A new name needs a new data dir.
+A lost data dir loses what it held; the edge may start again under its old
+name on a new data dir (the cell forwards the new buffer from its start).
+One process per data dir: a second one on a dir in use is refused.
 
 The cell token (--cell-token-file, the cell's own) opens the edge's calls to
 the control plane and its leaf credential. With --tls-cert and --tls-key
@@ -62,15 +68,15 @@ Example:
      --cell-token-file cell.token --tls-ca cell-ca.pem --max-buffer 10GiB --buffer-max-age 72h` + tracingHelp,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "name", EnvVars: []string{"RIVORA_EDGE_NAME"}, Required: true, Usage: "this edge's `NAME` (letters, digits, '_', '-'), unique among the cell's edges: its JetStream domain and its name in `rivoractl edges`. " +
-				"Keep it with its data dir: a new data dir needs a new name"},
+				"An existing data dir keeps its name (a new name needs a new data dir); a new data dir may take a lost one's name"},
 			&cli.StringSliceFlag{Name: "cell-leaf", EnvVars: []string{"RIVORA_EDGE_CELL_LEAF"}, Required: true, Usage: "the cell's leaf port, `nats-leaf://HOST:PORT` (an agent's --leaf-listen); repeat it (or comma-separate) for several agents, tried in turn. " +
 				"Costs one TCP connection, over which the buffered events leave"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7500", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve ingest, /healthz and /metrics on"},
-			&cli.StringFlag{Name: "data-dir", Value: "./edge-data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for the buffer (up to --max-buffer on disk) and the last config (edge-config.pb)"},
+			&cli.StringFlag{Name: "data-dir", Value: "./edge-data", EnvVars: []string{"RIVORA_DATA_DIR"}, Usage: "`DIR` for the buffer (up to --max-buffer on disk), the edge's name (edge-name) and the last config (edge-config.pb); one process per data dir"},
 			&cli.StringSliceFlag{Name: "controlplane", EnvVars: []string{"RIVORA_CONTROLPLANE"}, Required: true, Usage: "control plane `URL`; repeat it (or comma-separate) for several: the edge follows the leader. " +
 				"Unreachable, the edge accepts by the config it kept, and a token revoked meanwhile still works here until it is reachable again"},
 			&cli.StringFlag{Name: "max-buffer", Value: "1GiB", EnvVars: []string{"RIVORA_EDGE_MAX_BUFFER"}, Usage: "most unforwarded events the edge holds, in bytes (`SIZE`: 1073741824, 512MiB, 10GiB): the disk it may take under --data-dir. " +
-				"Past it Publish is refused (resource_exhausted) until the cell takes events. Size it as your publish rate × the longest cut to ride out (1,000 events/s of 1 KiB for 24h is ~85 GiB)"},
+				"Past it Publish is refused (resource_exhausted) until the cell takes events. Size it as your publish rate × the longest cut to ride out × the stored event (payload + ~360 bytes of headers and subject): 1,000 events/s of 1 KiB for 24h is ~112 GiB"},
 			&cli.DurationFlag{Name: "buffer-max-age", Value: edged.DefaultBufferMaxAge, EnvVars: []string{"RIVORA_EDGE_BUFFER_MAX_AGE"}, Usage: "once the oldest unforwarded event is older than this (`DURATION`), Publish is refused (resource_exhausted) until the cell takes it: the longest cut the edge rides out. " +
 				"Nothing is discarded for age. Shorter than a destination's window, the edge warns at start: it refuses that destination's events in a cut the cell would have kept retrying through"},
 			&cli.BoolFlag{Name: "fsync", EnvVars: []string{"RIVORA_FSYNC"}, Usage: "acknowledge only once a sync of the store covers the write (survives a power loss); concurrent acknowledgements share one sync. Without it an ack survives a crash or kill -9 of the edge"},
