@@ -120,11 +120,14 @@ func (a *Agent) watch(ctx context.Context, client rivorav1connect.AgentServiceCl
 		case alive <- struct{}{}:
 		default:
 		}
-		served = true
 		msg := stream.Msg()
 		if err := a.apply(msg); err != nil {
 			return served, fmt.Errorf("apply config version %d: %w", msg.GetVersion(), err)
 		}
+		// Served only once applied: a config that cannot be applied (a
+		// partition count this agent's data refuses) would otherwise
+		// reset the backoff, and the agent reconnect ten times a second.
+		served = true
 		// Applying may take long (a partition rebuild): that is not silence.
 		select {
 		case alive <- struct{}{}:

@@ -538,10 +538,48 @@ func (r *agentRegistry) health(ctx context.Context, destinationID string, withRa
 // ownersHealth is health as the owners see it: of each destination, the
 // view of the agent that owns its partition (partitions in the cell). The
 // other agents hold none of its lanes and see it idle: healthy, nothing
-// pending. While a partition is between owners and several agents are
-// connected, it is Unavailable, as a call routed to an owner is; a lone
-// agent's view is its own.
+// pending. While a partition is between owners, or its new owner is
+// still rebuilding it, and several agents are connected, it is
+// Unavailable, as a call routed to an owner is; a lone agent's view is
+// its own.
 func (r *agentRegistry) ownersHealth(ctx context.Context, destinationID string, withRates bool, partitions int) ([]*rivorav1.DestinationHealth, error) {
+	v, err := r.healthViews(ctx, destinationID, withRates, partitions)
+	if err != nil {
+		return v.owners, err
+	}
+	if len(v.unowned) > 0 {
+		p := slices.Min(slices.Collect(maps.Keys(v.unowned)))
+		return nil, errorf(ErrUnavailable, "partition %d has no owner right now; retry (destination %q is in it; see `rivoractl agents list`)", p, v.unowned[p])
+	}
+	if len(v.opening) > 0 {
+		p := slices.Min(slices.Collect(maps.Keys(v.opening)))
+		return nil, errorf(ErrUnavailable, "partition %d is opening: its new owner is rebuilding its lanes, and what it would say of its destinations (%q among them) is not known yet; retry shortly", p, v.opening[p])
+	}
+	return v.owners, nil
+}
+
+// healthViews are every connected agent's views of destinations' health,
+// sorted out by partition ownership.
+type healthViews struct {
+	all    []*rivorav1.DestinationHealth // every agent's
+	owners []*rivorav1.DestinationHealth // each destination's owner's
+	// unowned and opening: partitions without an owner, or whose new owner
+	// is still rebuilding them, each with one of its destinations; what
+	// their destinations are like is not known.
+	unowned, opening map[uint32]string
+}
+
+// undecided reports whether partition p's destinations have no owner's
+// word (healthViews.unowned, opening).
+func (v healthViews) undecided(p uint32) bool {
+	_, unowned := v.unowned[p]
+	_, opening := v.opening[p]
+	return unowned || opening
+}
+
+// healthViews asks every connected agent for destinations' health in one
+// round (ownersHealth).
+func (r *agentRegistry) healthViews(ctx context.Context, destinationID string, withRates bool, partitions int) (healthViews, error) {
 	type views struct {
 		agent *agentState
 		of    []*rivorav1.DestinationHealth
@@ -553,35 +591,23 @@ func (r *agentRegistry) ownersHealth(ctx context.Context, destinationID string, 
 		}
 		return views{a, resp.Msg.GetDestinations()}, nil
 	})
-	var out []*rivorav1.DestinationHealth
-	unowned := map[uint32]string{} // a destination of each partition without an owner
-	opening := map[uint32]string{} // … and of each one its owner is still rebuilding
+	v := healthViews{unowned: map[uint32]string{}, opening: map[uint32]string{}}
 	for _, answer := range answers {
+		v.all = append(v.all, answer.of...)
 		for _, h := range answer.of {
 			p := uint32(lanes.Partition(h.GetDestinationId(), partitions))
 			owner, owned := r.ownerOf(p)
 			switch {
 			case h.GetState() == stateOpening && (owner == answer.agent || len(answers) == 1):
-				opening[p] = h.GetDestinationId()
+				v.opening[p] = h.GetDestinationId()
 			case owned && owner == answer.agent, !owned && len(answers) == 1:
-				out = append(out, h)
+				v.owners = append(v.owners, h)
 			case !owned:
-				unowned[p] = h.GetDestinationId()
+				v.unowned[p] = h.GetDestinationId()
 			}
 		}
 	}
-	if err != nil {
-		return out, err
-	}
-	if len(unowned) > 0 {
-		p := slices.Min(slices.Collect(maps.Keys(unowned)))
-		return nil, errorf(ErrUnavailable, "partition %d has no owner right now; retry (destination %q is in it; see `rivoractl agents list`)", p, unowned[p])
-	}
-	if len(opening) > 0 {
-		p := slices.Min(slices.Collect(maps.Keys(opening)))
-		return nil, errorf(ErrUnavailable, "partition %d is opening: its new owner is rebuilding its lanes, and what it would say of its destinations (%q among them) is not known yet; retry shortly", p, opening[p])
-	}
-	return out, nil
+	return v, err
 }
 
 // stateOpening is the health state an agent gives a destination whose

@@ -3,7 +3,7 @@ package controlplane
 import (
 	"context"
 	"errors"
-	"strings"
+	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
@@ -95,16 +95,15 @@ func (cp *ControlPlane) noAgentsWhy() error {
 			return errorf(ErrUnavailable, "no agent is connected to this control plane yet: it became the leader %s ago and the agents are reconnecting after the leader change; retry shortly", led.Round(time.Second))
 		}
 	}
-	var known []string
-	for _, a := range cp.agents.status() {
-		known = append(known, a.GetName())
-	}
-	if len(known) == 0 {
+	known := len(cp.agents.status())
+	if known == 0 {
 		return nil
 	}
-	names := strings.Join(known, ", ")
-	if len(known) > 5 {
-		names = strings.Join(known[:5], ", ") + ", …"
+	// How many, not which: any caller may get this (a customer's token
+	// too), and the agents' names are the cell's business.
+	agents := fmt.Sprintf("the %d agents it knew are", known)
+	if known == 1 {
+		agents = "the agent it knew is"
 	}
-	return errorf(ErrUnavailable, "no agent is connected to this control plane right now: the agents it knew (%s) are not connected or not healthy, reconnecting after a restart or a leader change, or down; retry shortly, and see `rivoractl agents list`", names)
+	return errorf(ErrUnavailable, "no agent is connected to this control plane right now: %s not connected or not healthy, reconnecting after a restart or a leader change, or down; retry shortly (operators: `rivoractl agents list`)", agents)
 }

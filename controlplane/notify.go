@@ -14,6 +14,7 @@ import (
 	"github.com/rivora/rivora/controlplane/notices"
 	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/backoff"
+	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk/eventid"
@@ -252,28 +253,28 @@ func (n *notifier) rederiveFromAudit(since time.Time, through uint64) {
 func (n *notifier) pollHealth(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	health, err := n.cp.agents.health(ctx, "", false)
+	views, err := n.cp.agents.healthViews(ctx, "", false, n.cp.cfg.Partitions)
 	if err != nil {
 		return
 	}
-	_, archived := summarize(health)
+	_, archived := summarize(views.all)
 	n.scan.Archived(archived)
 	// Whether a destination is parked is its partition's owner's word
 	// alone. The other agents see it idle, and while a partition has no
 	// owner, or its new owner is still rebuilding it, nobody knows:
 	// judging then took a failover for a recovery (destination.recovered
-	// without a single 2xx). Such a round says nothing.
-	owners, err := n.cp.agents.ownersHealth(ctx, "", false, n.cp.cfg.Partitions)
-	if err != nil {
-		return
-	}
-	park, _ := summarize(owners)
+	// without a single 2xx). Such a partition's destinations are left as
+	// they were this round; the others are judged.
+	park, _ := summarize(views.owners)
 	now := n.cp.now()
 	_, dests := n.cp.store.Snapshot()
 	known := make(map[string]bool, len(dests))
 	for _, d := range dests {
 		if id := d.GetId(); id != notices.DestinationID {
 			known[id] = true
+			if views.undecided(uint32(lanes.Partition(id, n.cp.cfg.Partitions))) {
+				continue
+			}
 			p, isParked := park[id]
 			if nt, ok := n.episodes.Observe(id, isParked, p.since, p.cause, now); ok {
 				n.enqueue(nt)

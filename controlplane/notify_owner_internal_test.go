@@ -23,15 +23,21 @@ import (
 // changes.
 type switchAgent struct {
 	rivorav1connect.UnimplementedPartitionServiceHandler
-	mu    sync.Mutex
-	state string
-	dests []string
+	mu     sync.Mutex
+	states map[string]string // by destination
+	dests  []string
 }
 
-func (a *switchAgent) set(state string) {
+// set sets the state of the agent's view of dests (all: none named).
+func (a *switchAgent) set(state string, dests ...string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.state = state
+	if len(dests) == 0 {
+		dests = a.dests
+	}
+	for _, d := range dests {
+		a.states[d] = state
+	}
 }
 
 func (a *switchAgent) GetHealth(context.Context, *connect.Request[rivorav1.GetHealthRequest]) (*connect.Response[rivorav1.GetHealthResponse], error) {
@@ -39,8 +45,8 @@ func (a *switchAgent) GetHealth(context.Context, *connect.Request[rivorav1.GetHe
 	defer a.mu.Unlock()
 	resp := &rivorav1.GetHealthResponse{}
 	for _, d := range a.dests {
-		h := &rivorav1.DestinationHealth{DestinationId: d, State: a.state}
-		if a.state == "parked" {
+		h := &rivorav1.DestinationHealth{DestinationId: d, State: a.states[d]}
+		if h.State == "parked" {
 			h.LastTransition = &rivorav1.HealthTransition{At: timestamppb.New(time.Now().Add(-time.Hour)), From: "degraded", To: "parked", Cause: "HTTP 503"}
 		}
 		resp.Destinations = append(resp.Destinations, h)
@@ -57,13 +63,15 @@ func TestNoRecoveryNoticeWhileAPartitionMoves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dest := destinationIn(t, 3)
-	if _, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: dest, Url: "https://example.com/hook"}, systemActor); err != nil {
-		t.Fatal(err)
+	dest, other := destinationIn(t, 3), destinationIn(t, 5)
+	for _, id := range []string{dest, other} {
+		if _, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: id, Url: "https://example.com/hook"}, systemActor); err != nil {
+			t.Fatal(err)
+		}
 	}
 	agents := map[string]*switchAgent{}
 	for _, name := range []string{"a1", "a2"} {
-		a := &switchAgent{state: "healthy", dests: []string{dest}}
+		a := &switchAgent{states: map[string]string{dest: "healthy", other: "healthy"}, dests: []string{dest, other}}
 		agents[name] = a
 		mux := http.NewServeMux()
 		mux.Handle(rivorav1connect.NewPartitionServiceHandler(a))
@@ -89,9 +97,9 @@ func TestNoRecoveryNoticeWhileAPartitionMoves(t *testing.T) {
 		return out
 	}
 
-	own("a1", 0, 1)
+	own("a1", 0, 1, 5)
 	own("a2", 3)
-	agents["a2"].set("parked")
+	agents["a2"].set("parked", dest)
 	n.pollHealth(context.Background())
 	if got := types(); len(got) != 1 || got[0] != notices.DestinationParked {
 		t.Fatalf("notices %v, want one %s", got, notices.DestinationParked)
@@ -100,20 +108,27 @@ func TestNoRecoveryNoticeWhileAPartitionMoves(t *testing.T) {
 	own("a2") // a2 gave partition 3 up (its view is idle now); nobody owns it yet
 	agents["a2"].set("healthy")
 	n.pollHealth(context.Background())
-	agents["a1"].set("opening")
-	own("a1", 0, 1, 3) // a1 took it and rebuilds it
+	agents["a1"].set("opening", dest)
+	own("a1", 0, 1, 3, 5) // a1 took it and rebuilds it
 	n.pollHealth(context.Background())
 	if got := types(); len(got) != 1 {
 		t.Fatalf("notices %v while the partition moved, want none new", got)
 	}
+	// Another partition's destination is judged meanwhile.
+	agents["a1"].set("parked", other)
+	n.pollHealth(context.Background())
+	if got := types(); len(got) != 2 || got[1] != notices.DestinationParked {
+		t.Fatalf("notices %v, want the other partition's destination parked meanwhile", got)
+	}
+	agents["a1"].set("healthy", other)
 	_, err = cp.agents.ownersHealth(context.Background(), dest, false, routePartitions)
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "partition 3 is opening") {
 		t.Fatalf("health while the new owner rebuilds: %v; want Unavailable, partition 3 opening", err)
 	}
 
-	agents["a1"].set("healthy") // rebuilt, and a delivery got through
+	agents["a1"].set("healthy", dest) // rebuilt, and a delivery got through
 	n.pollHealth(context.Background())
-	if got := types(); len(got) != 2 || got[1] != notices.DestinationRecovered {
-		t.Fatalf("notices %v, want parked then %s", got, notices.DestinationRecovered)
+	if got := types(); len(got) != 4 || got[2] != notices.DestinationRecovered || got[3] != notices.DestinationRecovered {
+		t.Fatalf("notices %v, want both recovered", got)
 	}
 }

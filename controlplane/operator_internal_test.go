@@ -441,7 +441,7 @@ func TestOperatorWithoutAgentsAfterALeaderChange(t *testing.T) {
 	c.cp.agents.connect("a1", "http://127.0.0.1:1", "", time.Time{}, time.Now())
 	c.cp.agents.disconnect(ctx(t), "a1", time.Now())
 	_, err = c.archive().ListDeadLetters(ctx(t), connect.NewRequest(&rivorav1.ListDeadLettersRequest{}))
-	wantErr(t, "ListDeadLetters with a1 gone", err, connect.CodeUnavailable, "agents it knew (a1) are not connected", "retry shortly")
+	wantErr(t, "ListDeadLetters with a1 gone", err, connect.CodeUnavailable, "the agent it knew is not connected", "retry shortly")
 }
 
 // ResendEvent goes to the owner of the event's destination, wherever its

@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/lanes"
 )
@@ -40,14 +39,14 @@ type budgetKeeper struct {
 	mu sync.Mutex
 	// unsaved: the latest state of each budget not written yet;
 	// forgotten: deleted destinations whose record is to be purged.
-	unsaved   map[string]budget.Saved
+	unsaved   map[string]scheduler.SavedBudget
 	forgotten map[string]bool
 	warnedAt  time.Time
 }
 
 func newBudgetKeeper(p int, f *fence, ledger jetstream.Stream, sched *scheduler.Scheduler, log *slog.Logger) *budgetKeeper {
 	return &budgetKeeper{p: p, fence: f, ledger: ledger, sched: sched, log: log,
-		unsaved: make(map[string]budget.Saved), forgotten: make(map[string]bool)}
+		unsaved: make(map[string]scheduler.SavedBudget), forgotten: make(map[string]bool)}
 }
 
 func (k *budgetKeeper) run(ctx context.Context) error {
@@ -77,7 +76,7 @@ func (k *budgetKeeper) collect() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, c := range changed {
-		k.unsaved[c.Destination] = c.Saved
+		k.unsaved[c.Destination] = c
 	}
 }
 
@@ -94,7 +93,7 @@ func (k *budgetKeeper) forget(destination string) {
 func (k *budgetKeeper) save(ctx context.Context) {
 	k.mu.Lock()
 	unsaved, forgotten := k.unsaved, k.forgotten
-	k.unsaved, k.forgotten = make(map[string]budget.Saved), make(map[string]bool)
+	k.unsaved, k.forgotten = make(map[string]scheduler.SavedBudget), make(map[string]bool)
 	k.mu.Unlock()
 	var failed error
 	for dest, s := range unsaved {
@@ -122,7 +121,7 @@ func (k *budgetKeeper) save(ctx context.Context) {
 	}
 }
 
-func (k *budgetKeeper) write(ctx context.Context, destination string, s budget.Saved) error {
+func (k *budgetKeeper) write(ctx context.Context, destination string, s scheduler.SavedBudget) error {
 	data, err := json.Marshal(s)
 	if err != nil {
 		return err
@@ -150,7 +149,7 @@ func (k *budgetKeeper) write(ctx context.Context, destination string, s budget.S
 // destination starts at its configured rate, as before budgets were
 // saved), never the rebuild's failure.
 func (r *rebuildState) budgetEntry(destination string, data []byte) {
-	var s budget.Saved
+	var s scheduler.SavedBudget
 	if err := json.Unmarshal(data, &s); err != nil {
 		r.o.log.Warn("ignoring a destination budget record that does not decode", "destination", destination, "error", err)
 		return

@@ -12,6 +12,7 @@ import (
 	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/limits"
 	"github.com/rivora/rivora/agent/owner"
+	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/lanes"
 )
 
@@ -19,7 +20,7 @@ import (
 // owner holding that epoch would.
 func (c *fenceCell) writeBudget(s budget.Saved, epoch uint64) {
 	c.t.Helper()
-	data, err := json.Marshal(s)
+	data, err := json.Marshal(scheduler.SavedBudget{Saved: s})
 	if err != nil {
 		c.t.Fatal(err)
 	}

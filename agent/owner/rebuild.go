@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -47,7 +46,7 @@ type rebuildState struct {
 	dead     []queuedDead
 	// budgets: the destinations' budgets as saved (budgets.go), by
 	// destination; budgetPrefix is their ledger subjects' prefix.
-	budgets      map[string]budget.Saved
+	budgets      map[string]scheduler.SavedBudget
 	budgetPrefix string
 
 	lastSeq uint64                  // the lane store's last sequence when its scan began
@@ -74,7 +73,7 @@ func newRebuild(o *Partition) *rebuildState {
 		doneSet:  make(map[uint64]bool),
 		found:    make(map[string]*rebuiltLane),
 
-		budgets:      make(map[string]budget.Saved),
+		budgets:      make(map[string]scheduler.SavedBudget),
 		budgetPrefix: lanes.BudgetSubject(o.p, ""),
 	}
 }

@@ -7,10 +7,15 @@ import (
 )
 
 // SavedBudget is a destination's budget as a restart should find it
-// (budget.Saved).
+// (budget.Saved), with what its config said of the destination then:
+// when it was made and last resumed, both by the control plane's clock,
+// so that a restore compares them with the config's without comparing
+// clocks (restoreBudget).
 type SavedBudget struct {
-	Destination string
-	Saved       budget.Saved
+	Destination string       `json:"-"`
+	Saved       budget.Saved `json:"budget"`
+	Created     time.Time    `json:"created,omitzero"`
+	Resumed     time.Time    `json:"resumed,omitzero"`
 }
 
 // RestoreBudget gives a destination of partition p its budget as saved
@@ -18,7 +23,7 @@ type SavedBudget struct {
 // partition's rebuild calls it, usually before the destination is
 // configured again: SetLimits takes it up when it makes the budget. A
 // budget made already takes it up at once.
-func (s *Scheduler) RestoreBudget(destinationID string, partition int, saved budget.Saved) {
+func (s *Scheduler) RestoreBudget(destinationID string, partition int, saved SavedBudget) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if d := s.dests[destinationID]; d != nil && d.budget != nil {
@@ -26,10 +31,10 @@ func (s *Scheduler) RestoreBudget(destinationID string, partition int, saved bud
 		return
 	}
 	if s.restoredBudgets == nil {
-		s.restoredBudgets = make(map[int]map[string]budget.Saved)
+		s.restoredBudgets = make(map[int]map[string]SavedBudget)
 	}
 	if s.restoredBudgets[partition] == nil {
-		s.restoredBudgets[partition] = make(map[string]budget.Saved)
+		s.restoredBudgets[partition] = make(map[string]SavedBudget)
 	}
 	s.restoredBudgets[partition][destinationID] = saved
 }
@@ -45,18 +50,20 @@ func (s *Scheduler) takeRestoredBudget(d *destination) {
 	s.restoreBudget(d, saved)
 }
 
-// restoreBudget applies saved to d's budget, unless it is older than d: a
-// destination deleted (while no agent that saw it go owned its partition)
-// and made again under its name starts afresh. An operator's resume since
-// it was saved ends its hold, as it would have ended the hold itself.
-func (s *Scheduler) restoreBudget(d *destination, saved budget.Saved) {
-	if !d.createdAt.IsZero() && saved.At.Before(d.createdAt) {
+// restoreBudget applies saved to d's budget, unless it was saved for
+// another destination of the same name (deleted and made again while no
+// agent that saw it go owned its partition): that one starts afresh. A
+// resume since it was saved (the config's last resume is another) ends
+// its hold, as it would have ended the hold itself.
+func (s *Scheduler) restoreBudget(d *destination, saved SavedBudget) {
+	if !saved.Created.Equal(d.createdAt) {
 		return
 	}
-	if d.resumeNoted && d.resumedAt.After(saved.At) {
-		saved.HoldUntil = time.Time{}
+	b := saved.Saved
+	if !saved.Resumed.Equal(d.resumedAt) {
+		b.HoldUntil = time.Time{}
 	}
-	d.budget.Restore(saved, s.clock.Now())
+	d.budget.Restore(b, s.clock.Now())
 	if d.budget.State() == budget.Parked {
 		s.parked[d] = true
 	} else {
@@ -102,7 +109,7 @@ func (s *Scheduler) ChangedBudgets(p int) []SavedBudget {
 		if d.dropped || d.deleted || d.budget == nil {
 			continue
 		}
-		out = append(out, SavedBudget{Destination: d.id, Saved: d.budget.Save(now)})
+		out = append(out, SavedBudget{Destination: d.id, Saved: d.budget.Save(now), Created: d.createdAt, Resumed: d.resumedAt})
 	}
 	return out
 }

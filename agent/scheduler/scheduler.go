@@ -47,7 +47,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/agent/clock"
 )
 
@@ -116,7 +115,7 @@ type Scheduler struct {
 	unsavedBudgets map[int][]*destination
 	// restoredBudgets: per partition, the budgets its rebuild restored
 	// for destinations not configured yet (budgets.go).
-	restoredBudgets map[int]map[string]budget.Saved
+	restoredBudgets map[int]map[string]SavedBudget
 }
 
 // New returns an empty scheduler.

@@ -26,6 +26,9 @@ const (
 	// lateAfter: an entry recorded this long after its action says when
 	// the action was done (the control plane stamps the time it records).
 	lateAfter = 10 * time.Second
+	// finalAuditWait bounds Run's last try to record what waits, once the
+	// agent stops.
+	finalAuditWait = 3 * time.Second
 )
 
 // audits are the audit entries no control plane has recorded yet, in the
@@ -40,6 +43,9 @@ type audits struct {
 
 	mu    sync.Mutex
 	queue []*pendingAudit
+	// closed: Run has ended (the agent is stopping): nothing retries an
+	// entry any more, so none is queued.
+	closed bool
 }
 
 type pendingAudit struct {
@@ -62,8 +68,17 @@ func newAudits() *audits {
 func (p *Planes) Audit(ctx context.Context, e *rivorav1.AuditEntry) error {
 	e.Author, e.TokenId = auth.Author(ctx, "unknown")
 	pa := &pendingAudit{entry: e, done: time.Now()}
-	if !p.audits.add(pa) {
+	switch p.audits.add(pa) {
+	case queueFull:
 		return fmt.Errorf("%s done, but not audited: %d audit entries already wait for a control plane to record them", e.GetAction(), maxPendingAudits)
+	case queueClosed:
+		// The agent is stopping (an action that ends as it stops): one
+		// try, as nothing would retry it.
+		if err := p.record(ctx, pa); err != nil {
+			p.lost(pa, "the agent is stopping")
+			return fmt.Errorf("%s done, but not audited (the agent is stopping): %w", e.GetAction(), err)
+		}
+		return nil
 	}
 	err := p.sendAudits(ctx, pa)
 	switch {
@@ -94,6 +109,11 @@ func (p *Planes) Run(ctx context.Context) error {
 		case <-p.audits.wake:
 		case <-again:
 		case <-ctx.Done():
+			p.audits.close()
+			// One last try, bounded: the agent is stopping.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalAuditWait)
+			_ = p.sendAudits(fctx, nil)
+			cancel()
 			for _, pa := range p.audits.take(time.Time{}) {
 				p.lost(pa, "the agent stopped")
 			}
@@ -183,14 +203,33 @@ func refused(err error) bool {
 	return false
 }
 
-func (a *audits) add(pa *pendingAudit) bool {
+// queueing is what add did with an entry.
+type queueing int
+
+const (
+	queued      queueing = iota
+	queueFull            // maxPendingAudits wait already
+	queueClosed          // Run has ended: nothing would retry it
+)
+
+func (a *audits) add(pa *pendingAudit) queueing {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.queue) >= maxPendingAudits {
-		return false
+	switch {
+	case a.closed:
+		return queueClosed
+	case len(a.queue) >= maxPendingAudits:
+		return queueFull
 	}
 	a.queue = append(a.queue, pa)
-	return true
+	return queued
+}
+
+// close makes add queue nothing more (Run has ended).
+func (a *audits) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closed = true
 }
 
 func (a *audits) head() *pendingAudit {

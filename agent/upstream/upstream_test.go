@@ -149,3 +149,32 @@ func TestAuditRetriedUntilALeaderAnswers(t *testing.T) {
 		t.Fatalf("Audit with a leader: %v", err)
 	}
 }
+
+// Once Run has ended (the agent is stopping), nothing would retry an
+// entry: Audit tries once and says it is not audited, rather than queued
+// (its caller would answer success and the entry be lost unlogged); an
+// entry still queued when Run ends gets one last try.
+func TestAuditAfterRunEndedIsNotQueued(t *testing.T) {
+	cp := startControlPlane(t)
+	p := upstream.New(cp.url, auth.NewKeys(auth.CellToken{}), nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		_ = p.Run(ctx)
+	}()
+	if err := p.Audit(context.Background(), &rivorav1.AuditEntry{Action: "event.resend"}); !errors.Is(err, upstream.ErrAuditQueued) {
+		t.Fatalf("Audit with no leader: %v, want it queued", err)
+	}
+	cp.leads.Store(true) // the leader comes back as the agent stops
+	cancel()
+	<-ran
+	if got := cp.actions(); len(got) != 1 {
+		t.Fatalf("recorded %v; want the queued entry recorded by Run's last try", got)
+	}
+	cp.leads.Store(false)
+	err := p.Audit(context.Background(), &rivorav1.AuditEntry{Action: "lane.skip"})
+	if err == nil || errors.Is(err, upstream.ErrAuditQueued) || !strings.Contains(err.Error(), "the agent is stopping") {
+		t.Fatalf("Audit after Run ended, with no leader: %v; want not audited, not queued", err)
+	}
+}
