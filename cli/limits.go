@@ -162,8 +162,18 @@ func (e *env) writeLimits(l *rivorav1.GetLimitsResponse) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f, limitText(l.GetEffective(), f), own, limitText(l.GetFile(), f), sourceText(l.GetSources()[f]))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if l.GetLimitsFile() == "" {
+		_, err := fmt.Fprintln(e.out, noLimitsFile)
+		return err
+	}
+	return nil
 }
+
+// noLimitsFile says what FILE means when the control plane loaded none.
+const noLimitsFile = "No limits file: FILE is Rivora's built-in defaults (the control plane's --limits loads a reviewed file)."
 
 func (e *env) setLimits(c *ucli.Context) error {
 	if err := exactArgs(c, 1, "one destination ID"); err != nil {
@@ -298,7 +308,11 @@ func (e *env) diffLimits(c *ucli.Context) error {
 		return writeJSONArray(e.out, drifts)
 	}
 	if len(drifts) == 0 {
-		_, err := fmt.Fprintln(e.out, "No drift: every destination runs the limits file's values.")
+		what := "the values of the limits file " + resp.Msg.GetLimitsFile()
+		if resp.Msg.GetLimitsFile() == "" {
+			what = "Rivora's built-in defaults (no limits file: the control plane's --limits loads one)"
+		}
+		_, err := fmt.Fprintf(e.out, "No drift: every destination runs %s.\n", what)
 		return err
 	}
 	sort.SliceStable(drifts, func(i, j int) bool { return drifts[i].GetDestinationId() < drifts[j].GetDestinationId() })
@@ -307,5 +321,12 @@ func (e *env) diffLimits(c *ucli.Context) error {
 	for _, d := range drifts {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.GetDestinationId(), d.GetField(), d.GetFileValue(), d.GetEffectiveValue(), sourceText(d.GetSource()))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if resp.Msg.GetLimitsFile() == "" {
+		_, err := fmt.Fprintln(e.out, noLimitsFile)
+		return err
+	}
+	return nil
 }

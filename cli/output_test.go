@@ -84,6 +84,21 @@ func TestLimitsShowTheDestinationsOwn(t *testing.T) {
 	}
 }
 
+// Without a limits file, limits get says what FILE is then (the built-in
+// defaults): it read as a file's values that nobody wrote.
+func TestLimitsWithoutAFileSaySo(t *testing.T) {
+	for _, file := range []string{"", "limits.yaml"} {
+		var out strings.Builder
+		e := &env{out: &out}
+		if err := e.writeLimits(&rivorav1.GetLimitsResponse{Effective: &rivorav1.Limits{}, File: &rivorav1.Limits{}, LimitsFile: file}); err != nil {
+			t.Fatal(err)
+		}
+		if said := strings.Contains(out.String(), "No limits file"); said != (file == "") {
+			t.Errorf("limits file %q: output says there is none: %v\n%s", file, said, out.String())
+		}
+	}
+}
+
 // A partner's words shown in a table cell are one line, and no control
 // character reaches the terminal (an ESC would start an escape sequence).
 func TestOneLineKeepsControlCharactersOut(t *testing.T) {

@@ -72,5 +72,5 @@ func (h *adminHandler) ClearLimitsOverride(ctx context.Context, req *connect.Req
 }
 
 func (h *adminHandler) DiffLimits(ctx context.Context, req *connect.Request[rivorav1.DiffLimitsRequest]) (*connect.Response[rivorav1.DiffLimitsResponse], error) {
-	return connect.NewResponse(&rivorav1.DiffLimitsResponse{Drifts: h.cp.limitsDrifts()}), nil
+	return connect.NewResponse(&rivorav1.DiffLimitsResponse{Drifts: h.cp.limitsDrifts(), LimitsFile: h.cp.limitsFileName()}), nil
 }

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -20,7 +21,16 @@ import (
 // from, and what the defaults and the limits file alone give.
 func (cp *ControlPlane) limitsView(d *rivorav1.Destination) *rivorav1.GetLimitsResponse {
 	eff, sources := cp.effective(d)
-	return &rivorav1.GetLimitsResponse{DestinationId: d.GetId(), Effective: eff, Sources: sources, File: cp.fileLimits(d.GetId()), Destination: d.GetConfigured()}
+	return &rivorav1.GetLimitsResponse{DestinationId: d.GetId(), Effective: eff, Sources: sources, File: cp.fileLimits(d.GetId()), Destination: d.GetConfigured(), LimitsFile: cp.limitsFileName()}
+}
+
+// limitsFileName is the base name of the limits file (--limits), "" when
+// there is none.
+func (cp *ControlPlane) limitsFileName() string {
+	if cp.cfg.LimitsPath == "" {
+		return ""
+	}
+	return filepath.Base(cp.cfg.LimitsPath)
 }
 
 func (cp *ControlPlane) destinationLimits(id string) (*rivorav1.GetLimitsResponse, error) {

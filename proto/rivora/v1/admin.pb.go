@@ -3200,7 +3200,11 @@ type GetLimitsResponse struct {
 	File *Limits `protobuf:"bytes,4,opt,name=file,proto3" json:"file,omitempty"`
 	// destination is the destination's own limits, set with create and
 	// update (unset: 0): what it returns to once an override ends.
-	Destination   *Limits `protobuf:"bytes,5,opt,name=destination,proto3" json:"destination,omitempty"`
+	Destination *Limits `protobuf:"bytes,5,opt,name=destination,proto3" json:"destination,omitempty"`
+	// limits_file is the name of the reviewed limits file the control
+	// plane loaded (--limits); "": none, and file is Rivora's built-in
+	// defaults.
+	LimitsFile    string `protobuf:"bytes,6,opt,name=limits_file,json=limitsFile,proto3" json:"limits_file,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3268,6 +3272,13 @@ func (x *GetLimitsResponse) GetDestination() *Limits {
 		return x.Destination
 	}
 	return nil
+}
+
+func (x *GetLimitsResponse) GetLimitsFile() string {
+	if x != nil {
+		return x.LimitsFile
+	}
+	return ""
 }
 
 type SetLimitsOverrideRequest struct {
@@ -3715,8 +3726,11 @@ func (x *LimitsDrift) GetSource() *LimitSource {
 }
 
 type DiffLimitsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Drifts        []*LimitsDrift         `protobuf:"bytes,1,rep,name=drifts,proto3" json:"drifts,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Drifts []*LimitsDrift         `protobuf:"bytes,1,rep,name=drifts,proto3" json:"drifts,omitempty"`
+	// limits_file: as in GetLimitsResponse ("": no file; the drifts are
+	// from Rivora's built-in defaults).
+	LimitsFile    string `protobuf:"bytes,2,opt,name=limits_file,json=limitsFile,proto3" json:"limits_file,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3756,6 +3770,13 @@ func (x *DiffLimitsResponse) GetDrifts() []*LimitsDrift {
 		return x.Drifts
 	}
 	return nil
+}
+
+func (x *DiffLimitsResponse) GetLimitsFile() string {
+	if x != nil {
+		return x.LimitsFile
+	}
+	return ""
 }
 
 // AuditEntry is one configuration change.
@@ -5148,13 +5169,15 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"9\n" +
 	"\x10GetLimitsRequest\x12%\n" +
-	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"\xe0\x02\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"\x81\x03\n" +
 	"\x11GetLimitsResponse\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12/\n" +
 	"\teffective\x18\x02 \x01(\v2\x11.rivora.v1.LimitsR\teffective\x12C\n" +
 	"\asources\x18\x03 \x03(\v2).rivora.v1.GetLimitsResponse.SourcesEntryR\asources\x12%\n" +
 	"\x04file\x18\x04 \x01(\v2\x11.rivora.v1.LimitsR\x04file\x123\n" +
-	"\vdestination\x18\x05 \x01(\v2\x11.rivora.v1.LimitsR\vdestination\x1aR\n" +
+	"\vdestination\x18\x05 \x01(\v2\x11.rivora.v1.LimitsR\vdestination\x12\x1f\n" +
+	"\vlimits_file\x18\x06 \x01(\tR\n" +
+	"limitsFile\x1aR\n" +
 	"\fSourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
 	"\x05value\x18\x02 \x01(\v2\x16.rivora.v1.LimitSourceR\x05value:\x028\x01\"\xf9\x03\n" +
@@ -5196,9 +5219,11 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"file_value\x18\x03 \x01(\tR\tfileValue\x12'\n" +
 	"\x0feffective_value\x18\x04 \x01(\tR\x0eeffectiveValue\x12.\n" +
-	"\x06source\x18\x05 \x01(\v2\x16.rivora.v1.LimitSourceR\x06source\"D\n" +
+	"\x06source\x18\x05 \x01(\v2\x16.rivora.v1.LimitSourceR\x06source\"e\n" +
 	"\x12DiffLimitsResponse\x12.\n" +
-	"\x06drifts\x18\x01 \x03(\v2\x16.rivora.v1.LimitsDriftR\x06drifts\"\xf4\x01\n" +
+	"\x06drifts\x18\x01 \x03(\v2\x16.rivora.v1.LimitsDriftR\x06drifts\x12\x1f\n" +
+	"\vlimits_file\x18\x02 \x01(\tR\n" +
+	"limitsFile\"\xf4\x01\n" +
 	"\n" +
 	"AuditEntry\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x18\n" +
