@@ -124,10 +124,10 @@ type Edge struct {
 	monitor  *monitor
 	started  time.Time
 	// following is true while a config watch that brought a config is
-	// open; followLost is when the last such watch ended (unix
+	// open; heard is when a watch last received a message (unix
 	// nanoseconds; 0 if none has since the edge started): follow.go's.
-	following  atomic.Bool
-	followLost atomic.Int64
+	following atomic.Bool
+	heard     atomic.Int64
 }
 
 // partitionCount is the cell's partition count, as ingest reads it.

@@ -449,3 +449,30 @@ func TestEdgeAppliesAndKeepsDeltas(t *testing.T) {
 		t.Fatalf("restarted cut off, a token revoked before: %v, want unauthenticated", err)
 	}
 }
+
+// A cut is silent: the edge's watch stays open for a while after its
+// control plane's last message. A token the edge does not know is then
+// refused with when it last heard from its control plane, at once, not
+// only once the watch is taken for dead.
+func TestEdgeSaysWhenItLastHeardFromItsControlPlane(t *testing.T) {
+	cp, cpServer := startControlPlane(t)
+	cfg := edged.Config{
+		Name: "edge-4", DataDir: t.TempDir(), CellLeaf: []string{"nats-leaf://" + freeAddr(t)}, ControlPlanes: []string{cpServer.URL},
+		MaxBuffer: 1 << 20, BufferMaxAge: time.Hour,
+	}
+	e := startEdge(t, cfg)
+	poll.True(t, "the edge applied the control plane's config", 10*time.Second, func() bool { return e.Healthy() == nil })
+	// The stand-in sends nothing after its snapshot: the watch stays
+	// open and silent, as through a cut.
+	var last error
+	poll.True(t, "an unknown token is refused, saying when the edge last heard from its control plane", 10*time.Second, func() bool {
+		_, last = e.publish("not-a-token", "user-1", []byte(`{}`))
+		return connect.CodeOf(last) == connect.CodeUnauthenticated && strings.Contains(last.Error(), "edge edge-4 has not heard from its control plane since")
+	})
+	cp.mu.Lock()
+	watches := cp.watches
+	cp.mu.Unlock()
+	if watches != 1 {
+		t.Fatalf("%d watches, want the first still open (the note must not wait for the watch to be taken for dead): %v", watches, last)
+	}
+}

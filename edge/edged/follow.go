@@ -74,9 +74,10 @@ func (e *Edge) watch(ctx context.Context, client rivorav1connect.EdgeServiceClie
 	defer stream.Close()
 	alive := make(chan struct{}, 1)
 	wg.Go(func() { watchSilence(ctx, cancel, alive) })
-	var heard time.Time // the stream's last message, keepalives included
 	for stream.Receive() {
-		heard = time.Now()
+		// Every message, keepalives included: a token created since is
+		// one the edge may not know.
+		e.heard.Store(time.Now().UnixNano())
 		select {
 		case alive <- struct{}{}:
 		default:
@@ -94,30 +95,34 @@ func (e *Edge) watch(ctx context.Context, client rivorav1connect.EdgeServiceClie
 		}
 		received = true
 	}
-	if received {
-		// Since its last message, not since the end was noticed: a
-		// stream cut off silently ends silentWatch later, and a token
-		// created in between is one the edge does not know.
-		e.following.Store(false)
-		e.followLost.Store(heard.UnixNano())
-	}
+	e.following.Store(false)
 	if err := stream.Err(); err != nil {
 		return received, err
 	}
 	return received, errors.New("control plane closed the stream")
 }
 
+// heardFresh is how recently the edge must have heard from its control
+// plane, over a watch that is open, for a token it does not know to be
+// taken for mistyped or revoked and nothing more. A cut is silent: the
+// watch ends only silentWatch after the last message, and the control
+// plane's keepalives come every 10 s, so an open watch alone says little;
+// past this the refusal says when the edge last heard.
+const heardFresh = 3 * time.Second
+
 // tokensNote says, for a publisher's token the edge does not know, why it
 // may be one created since the edge last heard from its control plane
-// ("" while it follows it).
+// ("" while a watch is open and heard from within heardFresh).
 func (e *Edge) tokensNote() string {
-	if e.following.Load() {
+	heard := e.heard.Load()
+	if heard == 0 {
+		return fmt.Sprintf("edge %s has not reached its control plane since it started at %s, and knows only the tokens of the config it kept", e.cfg.Name, e.started.UTC().Format(time.RFC3339))
+	}
+	ago := time.Since(time.Unix(0, heard))
+	if e.following.Load() && ago <= heardFresh {
 		return ""
 	}
-	if lost := e.followLost.Load(); lost != 0 {
-		return fmt.Sprintf("edge %s has not heard from its control plane since %s, and knows no token created after", e.cfg.Name, time.Unix(0, lost).UTC().Format(time.RFC3339))
-	}
-	return fmt.Sprintf("edge %s has not reached its control plane since it started at %s, and knows only the tokens of the config it kept", e.cfg.Name, e.started.UTC().Format(time.RFC3339))
+	return fmt.Sprintf("edge %s has not heard from its control plane since %s (%s ago), and knows no token created after", e.cfg.Name, time.Unix(0, heard).UTC().Format(time.RFC3339), ago.Round(time.Second))
 }
 
 // watchSilence cancels a watch that has received nothing (alive) for
