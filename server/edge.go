@@ -32,7 +32,9 @@ func RunEdge(ctx context.Context, opts EdgeOptions) error {
 		ln.Close()
 		return err
 	}
-	mux := baseMux(e.Healthy, opts.HTTP.Pprof, opts.HTTP.MetricsToken)
+	// The edge's own series only: the cell's, in the default registry,
+	// are always 0 here.
+	mux := baseMuxWith(e.Healthy, opts.HTTP.Pprof, opts.HTTP.MetricsToken, e.Metrics())
 	e.Handle(mux)
 	introspect.Handle(mux, cfg.Keys, e.Healthy, edged.Services...)
 	log.Info("rivora edge listening", "addr", self, "name", cfg.Name, "cell_leaf", cfg.CellLeaf, "controlplane", cfg.ControlPlanes)

@@ -93,6 +93,12 @@ func LoadTLS(files tlsconf.Files) (TLS, error) {
 // with its reason), /metrics and, if asked, /debug/pprof/; those two
 // behind metricsToken when it is set.
 func baseMux(healthy func() error, withPprof bool, metricsToken string) *http.ServeMux {
+	return baseMuxWith(healthy, withPprof, metricsToken, promhttp.Handler())
+}
+
+// baseMuxWith is baseMux serving metrics (a registry of the process's
+// own) at /metrics.
+func baseMuxWith(healthy func() error, withPprof bool, metricsToken string, metrics http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := healthy(); err != nil {
@@ -101,7 +107,7 @@ func baseMux(healthy func() error, withPprof bool, metricsToken string) *http.Se
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	mux.Handle("GET /metrics", withToken(metricsToken, promhttp.Handler()))
+	mux.Handle("GET /metrics", withToken(metricsToken, metrics))
 	if withPprof {
 		mux.Handle("/debug/pprof/", withToken(metricsToken, http.HandlerFunc(pprof.Index)))
 		mux.Handle("/debug/pprof/profile", withToken(metricsToken, http.HandlerFunc(pprof.Profile)))

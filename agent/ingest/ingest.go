@@ -103,6 +103,12 @@ const (
 	defaultContentType = "application/json"
 )
 
+// Collectors are the gateway's metrics, registered in the default
+// registry as well: for a process with a registry of its own (an edge).
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{unverified, accepted, unreachableRefusals, unrouted}
+}
+
 var unverified = promauto.NewCounter(prometheus.CounterOpts{
 	Name: "rivora_ingest_idempotency_unverified_total",
 	Help: "Publishes a stream answered as duplicates of an original that was found nowhere to compare (dead-lettered, or its history record lost): answered as the original's duplicate.",

@@ -31,6 +31,12 @@ var (
 	})
 )
 
+// Collectors are the group commit's metrics, registered in the default
+// registry as well: for a process with a registry of its own (an edge).
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{storeSyncs, storeSyncCommits, storeSyncSeconds, storeSyncFailures}
+}
+
 // errSyncerClosed answers a Commit after the server stopped.
 var errSyncerClosed = errors.New("the store is shut down; nothing more can be made durable")
 

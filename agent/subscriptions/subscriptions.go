@@ -89,6 +89,10 @@ var filterErrors = promauto.NewCounterVec(prometheus.CounterOpts{
 	Help: "Events a subscription's filter failed on (not a missing field: an operation its types do not allow, an answer that is not a boolean); each is an event the subscription did not get.",
 }, []string{"subscription"})
 
+// Collectors are this package's metrics, registered in the default
+// registry as well: for a process with a registry of its own (an edge).
+func Collectors() []prometheus.Collector { return []prometheus.Collector{filterErrors} }
+
 // Table is the current set of subscriptions. A change touches only what
 // it changes: with 100k subscriptions, one more costs the agent as little
 // as the first did. A customer's list is replaced, never modified in

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rivora/rivora/agent"
 	"github.com/rivora/rivora/agent/api"
@@ -122,7 +123,9 @@ type Edge struct {
 	// warnings are the window warnings already logged (follow.go's).
 	warnings map[string]time.Duration
 	monitor  *monitor
-	started  time.Time
+	// metrics is the edge's own registry (metrics.go).
+	metrics *prometheus.Registry
+	started time.Time
 	// following is true while a config watch that brought a config is
 	// open; heard is when a watch last received a message (unix
 	// nanoseconds; 0 if none has since the edge started): follow.go's.
@@ -182,7 +185,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 	if err := e.loadConfig(); err != nil {
 		return fail(err)
 	}
-	if err := registerMetrics(e.monitor); err != nil {
+	if e.metrics, err = newRegistry(e.monitor); err != nil {
 		return fail(err)
 	}
 	cfg.Keys.SetStaleNote(e.tokensNote)

@@ -476,3 +476,40 @@ func TestEdgeSaysWhenItLastHeardFromItsControlPlane(t *testing.T) {
 		t.Fatalf("%d watches, want the first still open (the note must not wait for the watch to be taken for dead): %v", watches, last)
 	}
 }
+
+// The edge's /metrics has its own series, ingest's and the process's,
+// not the cell's (lanes, dead letters, history, edge sources), which the
+// packages it links register in the default registry and which are
+// always 0 at an edge.
+func TestEdgeExportsOnlyItsOwnMetrics(t *testing.T) {
+	_, cpServer := startControlPlane(t)
+	e := startEdge(t, edged.Config{
+		Name: "edge-5", DataDir: t.TempDir(), CellLeaf: []string{"nats-leaf://" + freeAddr(t)}, ControlPlanes: []string{cpServer.URL},
+		MaxBuffer: 1 << 20, BufferMaxAge: time.Hour,
+	})
+	poll.True(t, "the edge applied the control plane's config", 10*time.Second, func() bool { return e.Healthy() == nil })
+	if _, err := e.publish(publisherToken, "user-1", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	e.Metrics().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", rec.Code, rec.Body)
+	}
+	exported := map[string]bool{}
+	for line := range strings.Lines(rec.Body.String()) {
+		if name, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			exported[strings.Fields(name)[0]] = true
+		}
+	}
+	for _, want := range []string{"rivora_edge_buffered_events", "rivora_edge_cell_connected", "rivora_edge_forwarded_total", "rivora_ingest_events_total", "rivora_store_syncs_total", "go_goroutines", "process_cpu_seconds_total"} {
+		if !exported[want] {
+			t.Errorf("the edge does not export %s", want)
+		}
+	}
+	for _, cells := range []string{"rivora_edge_sources", "rivora_edge_reforwarded_events_total", "rivora_lanes_moved_events_total", "rivora_deadletters_unarchived", "rivora_history_record_errors_total"} {
+		if exported[cells] {
+			t.Errorf("the edge exports the cell's %s", cells)
+		}
+	}
+}
