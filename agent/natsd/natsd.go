@@ -153,6 +153,9 @@ type Server struct {
 	lock      *DirLock
 	watchDone chan struct{}
 	log       *slog.Logger
+	// leafLog keeps the server's last error about its leaf connection to
+	// a cell (nil without Config.LeafRemotes).
+	leafLog *leafLog
 }
 
 // Start takes the data dir's lock (unless cfg.Lock is held already), starts
@@ -301,6 +304,11 @@ func start(opts *server.Options, cfg Config, log *slog.Logger) (*Server, error) 
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
+	var leaf *leafLog
+	if len(cfg.LeafRemotes) > 0 {
+		leaf = &leafLog{}
+		ns.SetLoggerV2(leaf, false, false, false)
+	}
 	ns.Start()
 	if !ns.ReadyForConnections(30 * time.Second) {
 		ns.Shutdown()
@@ -324,7 +332,7 @@ func start(opts *server.Options, cfg Config, log *slog.Logger) (*Server, error) 
 			return nil, err
 		}
 	}
-	s := &Server{ns: ns, password: cfg.Password, nc: nc, js: js, reach: newReach(ns), log: log,
+	s := &Server{ns: ns, password: cfg.Password, nc: nc, js: js, reach: newReach(ns), log: log, leafLog: leaf,
 		lost: make(chan struct{}), quit: make(chan struct{}), watchDone: make(chan struct{})}
 	go s.watchJetStream(opts.StoreDir, log)
 	return s, nil
@@ -380,6 +388,10 @@ func leafOptions(opts *server.Options, cfg Config) error {
 	}
 	opts.LeafNode.Remotes = []*server.RemoteLeafOpts{remote}
 	opts.LeafNode.ReconnectInterval = time.Second
+	// Every failed attempt is logged (leafLog keeps the last; the edge
+	// rate-limits what it says), not only the first of the first
+	// connection's 3,600.
+	opts.ConnectErrorReports, opts.ReconnectErrorReports = 1, 1
 	return nil
 }
 

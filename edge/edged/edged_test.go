@@ -513,3 +513,54 @@ func TestEdgeExportsOnlyItsOwnMetrics(t *testing.T) {
 		}
 	}
 }
+
+// lockedBuffer is a log's output, read while the edge writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A --cell-leaf that is not the cell's leaf port (here an HTTP port) is
+// said at once, with the NATS server's reason, in the edge's log and its
+// status: it was said by no one for 30 s, then only as a guess.
+func TestEdgeSaysWhyItCannotReachTheCell(t *testing.T) {
+	_, cpServer := startControlPlane(t)
+	httpPort := strings.TrimPrefix(cpServer.URL, "http://")
+	var logs lockedBuffer
+	e, err := edged.New(context.Background(), edged.Config{
+		Name: "edge-6", DataDir: t.TempDir(), CellLeaf: []string{"nats-leaf://" + httpPort}, ControlPlanes: []string{cpServer.URL},
+		MaxBuffer: 1 << 20, BufferMaxAge: time.Hour, Keys: auth.NewKeys(auth.CellTokenOf(cellSecret)),
+	}, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = e.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	poll.True(t, "the edge logged why its leaf connection fails", 15*time.Second, func() bool {
+		return strings.Contains(logs.String(), "cannot connect to the cell's leaf port") && strings.Contains(logs.String(), httpPort)
+	})
+	if st := e.Status(); st.CellConnected || !strings.Contains(st.LinkError, httpPort) {
+		t.Fatalf("status: connected %t, link error %q; want down, naming %s", st.CellConnected, st.LinkError, httpPort)
+	}
+	t.Log(e.Status().LinkError)
+}

@@ -28,6 +28,10 @@ type Status struct {
 	// while connected, or when it has not been up since the edge
 	// started).
 	DisconnectedSince time.Time
+	// LinkError is why the leaf connection is down, as the NATS server
+	// last said it ("" while connected, or when it said nothing: a
+	// silent cut).
+	LinkError string
 	// Buffer is what the buffer holds: the unforwarded events.
 	Buffer edge.Stats
 	// At is when this was sampled.
@@ -52,6 +56,8 @@ type monitor struct {
 
 	mu   sync.Mutex
 	last Status
+	// upAt is the last sample that found the link up.
+	upAt time.Time
 }
 
 // LinkLostFile, in the edge's data dir, holds when its link to the cell
@@ -76,6 +82,7 @@ func (m *monitor) run(ctx context.Context, log *slog.Logger) {
 	t := time.NewTicker(sampleEvery)
 	defer t.Stop()
 	everConnected, warnedNever := false, false
+	var said linkErrors
 	for {
 		select {
 		case <-ctx.Done():
@@ -96,9 +103,56 @@ func (m *monitor) run(ctx context.Context, log *slog.Logger) {
 			// connection to lose to say so.
 			warnedNever = true
 			log.Warn("the cell has not been reached since this edge started: check --cell-leaf, the network to it and the cell token; events are acknowledged here and kept until it is reached",
-				"since", m.started.UTC().Format(time.RFC3339), "buffered_events", st.Buffer.Events)
+				"since", m.started.UTC().Format(time.RFC3339), "buffered_events", st.Buffer.Events, "last_error", st.LinkError)
+		}
+		if !st.CellConnected && said.due(st.LinkError, m.now()) {
+			log.Warn("cannot connect to the cell's leaf port (--cell-leaf): retrying every second; events are acknowledged here and kept until it connects", "error", st.LinkError, "hint", linkHint(st.LinkError))
 		}
 	}
+}
+
+// linkHint says what a leaf connection's error most likely means here.
+func linkHint(msg string) string {
+	switch {
+	case strings.Contains(msg, "Authorization Violation"):
+		return "the cell refused this edge's credential: give the cell's own token (--cell-token-file)"
+	case strings.Contains(msg, "wrong port"):
+		return "that is a NATS client port: give the cell's leaf port (an agent's --leaf-listen)"
+	case strings.Contains(msg, "closed before it was up"):
+		return "the other end hung up before the NATS handshake: is it the cell's leaf port (an agent's --leaf-listen), with TLS (--tls-ca) when the cell serves it over TLS?"
+	case strings.Contains(msg, "connection refused"):
+		return "nothing listens there: is the cell's agent up, and is it its --leaf-listen?"
+	case strings.Contains(strings.ToLower(msg), "tls"), strings.Contains(msg, "x509"):
+		return "a TLS mismatch: --tls-ca must verify the cell's leaf port, and the cell must serve TLS there"
+	}
+	return "check --cell-leaf, the network to it and the cell token"
+}
+
+// linkErrors rate-limits the leaf connection's errors in the edge's log:
+// a new cause at most every linkErrorEvery, the same one again every
+// linkErrorRepeat (the server retries every second).
+type linkErrors struct {
+	cause string
+	at    time.Time
+}
+
+const (
+	linkErrorEvery  = 30 * time.Second
+	linkErrorRepeat = 10 * time.Minute
+)
+
+// due tells whether to log msg now, and if so notes it.
+func (l *linkErrors) due(msg string, now time.Time) bool {
+	if msg == "" {
+		return false
+	}
+	cause := natsd.LeafCause(msg)
+	since := now.Sub(l.at)
+	if !l.at.IsZero() && (since < linkErrorEvery || (cause == l.cause && since < linkErrorRepeat)) {
+		return false
+	}
+	l.cause, l.at = cause, now
+	return true
 }
 
 // neverConnectedWarning is how long after its start an edge that never
@@ -109,6 +163,7 @@ const neverConnectedWarning = 30 * time.Second
 // keeps its last known state.
 func (m *monitor) sample(ctx context.Context) Status {
 	connected := m.nats.LeafConnections() > 0
+	linkErr, errAt := m.nats.LeafError()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	stats, err := m.buffer.Stats(ctx)
 	cancel()
@@ -128,7 +183,13 @@ func (m *monitor) sample(ctx context.Context) Status {
 		// "unreachable since this edge started" instead.
 		_ = os.WriteFile(m.lostFile, []byte(now.UTC().Format(time.RFC3339Nano)), 0o600)
 	}
-	m.last.CellConnected, m.last.At = connected, now
+	if connected {
+		m.upAt = now
+	}
+	if connected || !errAt.After(m.upAt) {
+		linkErr = "" // none, or said before the link was last up
+	}
+	m.last.CellConnected, m.last.LinkError, m.last.At = connected, linkErr, now
 	return m.last
 }
 
