@@ -40,6 +40,9 @@ const edgesColumns = `Columns (and -o json keys):
                                is up, of all while it is down ("0s": nothing
                                waits)
    FORWARDED (forwardedTotal)  events the cell took since its buffer was created
+BUFFERED, BYTES, OLDEST and FORWARDED are from the edge's last report:
+when it is over 6s old and the edge is not known connected, they are
+marked "(stale)" (JSON: "stale": true) and are as of LAST SEEN.
 JSON also has registeredAt, disconnectedSince (when its link went
 down), maxBufferBytes (its --max-buffer) and bufferMaxAge (its
 --buffer-max-age).`
@@ -101,21 +104,22 @@ func (e *env) edgesGet() *ucli.Command {
 			if err != nil {
 				return callFailed(fmt.Sprintf("get edge %q", name), err, nil)
 			}
-			j := newEdgeJSON(resp.Msg.GetEdge(), time.Now())
+			now := time.Now()
+			j := newEdgeJSON(resp.Msg.GetEdge(), now)
 			if e.output == "json" {
 				return writeIndentedJSON(e.out, j)
 			}
 			return fields(e.out,
 				"NAME", j.Name,
-				"CONNECTED", connectedText(resp.Msg.GetEdge(), time.Now()),
+				"CONNECTED", connectedText(resp.Msg.GetEdge(), now),
 				"WATCHING", fmt.Sprint(j.Watching),
 				"LAST SEEN", fmtTime(resp.Msg.GetEdge().GetLastSeen()),
 				"REGISTERED", fmtTime(resp.Msg.GetEdge().GetRegisteredAt()),
-				"BUFFERED", fmt.Sprintf("%d events, %s", j.BufferedEvents, fmtBytes(j.BufferedBytes)),
-				"OLDEST", j.OldestBufferedAge,
-				"FORWARDED", fmt.Sprint(j.ForwardedTotal),
+				"BUFFERED", fmt.Sprintf("%d events, %s%s", j.BufferedEvents, fmtBytes(j.BufferedBytes), asOf(resp.Msg.GetEdge(), now)),
+				"OLDEST", j.OldestBufferedAge+staleMark(j),
+				"FORWARDED", fmt.Sprint(j.ForwardedTotal)+staleMark(j),
 				"MAX BUFFER", maxBufferText(j),
-				"ACCEPTING", acceptingText(resp.Msg.GetEdge().GetBuffer(), time.Now()),
+				"ACCEPTING", acceptingText(resp.Msg.GetEdge().GetBuffer(), now)+staleMark(j),
 			)
 		},
 	}
@@ -181,6 +185,9 @@ type edgeJSON struct {
 	ForwardedTotal    uint64  `json:"forwardedTotal"`
 	MaxBufferBytes    uint64  `json:"maxBufferBytes"`
 	BufferMaxAge      string  `json:"bufferMaxAge,omitempty"`
+	// Stale: the buffer's figures are from a report too old to go by
+	// (as of lastSeen).
+	Stale bool `json:"stale,omitempty"`
 }
 
 func newEdgeJSON(s *rivorav1.EdgeStatus, now time.Time) edgeJSON {
@@ -190,11 +197,48 @@ func newEdgeJSON(s *rivorav1.EdgeStatus, now time.Time) edgeJSON {
 		LastSeen: rfc3339(s.GetLastSeen()), RegisteredAt: rfc3339(s.GetRegisteredAt()), DisconnectedSince: rfc3339(b.GetDisconnectedSince()),
 		BufferedEvents: b.GetBufferedEvents(), BufferedBytes: b.GetBufferedBytes(), ForwardedTotal: b.GetForwardedTotal(),
 		OldestBufferedAge: oldestAge(b, now).String(), MaxBufferBytes: b.GetMaxBufferBytes(),
+		Stale: staleReport(s, now),
 	}
 	if b.GetBufferMaxAge() != nil {
 		j.BufferMaxAge = shortDuration(b.GetBufferMaxAge().AsDuration())
 	}
 	return j
+}
+
+// reportStaleAfter is how old an edge's last report may be and still be
+// taken as its state: the control plane's own limit (three report
+// intervals), past which it no longer counts the edge connected.
+const reportStaleAfter = 6 * time.Second
+
+// staleReport tells whether s's buffer figures are from a report too old
+// to go by: the edge is not known connected (a connected edge reported
+// within reportStaleAfter) and the control plane last heard from it
+// longer ago than that. LAST SEEN counts a config stream's open and end
+// too, so this may take a report for fresh a little longer than it is.
+func staleReport(s *rivorav1.EdgeStatus, now time.Time) bool {
+	if s.GetBuffer() == nil || s.GetConnected() {
+		return false
+	}
+	return s.GetLastSeen() == nil || now.Sub(s.GetLastSeen().AsTime()) > reportStaleAfter
+}
+
+// staleMark is what follows a figure of a stale report in a table.
+func staleMark(j edgeJSON) string {
+	if j.Stale {
+		return " (stale)"
+	}
+	return ""
+}
+
+// asOf is what follows the figures of a stale report in edges get.
+func asOf(s *rivorav1.EdgeStatus, now time.Time) string {
+	switch {
+	case !staleReport(s, now):
+		return ""
+	case s.GetLastSeen() == nil:
+		return " (stale: as of a report before the control plane started)"
+	}
+	return fmt.Sprintf(" (stale: as of its last report, %s, %s ago)", fmtTime(s.GetLastSeen()), now.Sub(s.GetLastSeen().AsTime()).Truncate(time.Second))
 }
 
 // oldestAge is how long the oldest unforwarded event has waited, to the
@@ -256,8 +300,9 @@ func writeEdges(w io.Writer, edges []*rivorav1.EdgeStatus, now time.Time) error 
 	fmt.Fprintf(tw, "NAME\tCONNECTED\tWATCHING\tLAST SEEN\tBUFFERED\tBYTES\tOLDEST\tFORWARDED\n")
 	for _, s := range edges {
 		j := newEdgeJSON(s, now)
-		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%d\t%s\t%s\t%d\n", j.Name, connectedText(s, now), j.Watching, fmtTime(s.GetLastSeen()),
-			j.BufferedEvents, fmtBytes(j.BufferedBytes), j.OldestBufferedAge, j.ForwardedTotal)
+		stale := staleMark(j)
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%d%s\t%s%s\t%s%s\t%d%s\n", j.Name, connectedText(s, now), j.Watching, fmtTime(s.GetLastSeen()),
+			j.BufferedEvents, stale, fmtBytes(j.BufferedBytes), stale, j.OldestBufferedAge, stale, j.ForwardedTotal, stale)
 	}
 	return tw.Flush()
 }

@@ -201,3 +201,39 @@ func TestFmtBytes(t *testing.T) {
 		}
 	}
 }
+
+// An edge whose reports stopped: its buffer's figures are the last
+// report's, and list, get and JSON say they are stale; a connected
+// edge's are not marked.
+func TestEdgesStaleReport(t *testing.T) {
+	f, srv := startFakeEdges(t)
+	f.mu.Lock()
+	f.edges[1] = &rivorav1.EdgeStatus{Name: "oslo", Watching: false, RegisteredAt: fixedTime, LastSeen: timestamppb.New(time.Now().Add(-38 * time.Second)),
+		Buffer: &rivorav1.EdgeBuffer{CellConnected: true, BufferedEvents: 50, BufferedBytes: 2048, ForwardedTotal: 7}}
+	f.mu.Unlock()
+	r := mustSucceed(t, run(t, srv, "", "edges", "list"))
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want a header and 2 rows:\n%s", r.stdout)
+	}
+	if strings.Contains(lines[1], "stale") {
+		t.Errorf("connected lyon's row is marked stale: %q", lines[1])
+	}
+	for _, s := range []string{"unknown (no report for 38s", "50 (stale)", "2.0 KiB (stale)", "0s (stale)", "7 (stale)"} {
+		if !strings.Contains(lines[2], s) {
+			t.Errorf("oslo's row %q lacks %q", lines[2], s)
+		}
+	}
+	r = mustSucceed(t, run(t, srv, "", "edges", "get", "oslo"))
+	if !strings.Contains(r.stdout, "50 events, 2.0 KiB (stale: as of its last report, ") || !strings.Contains(r.stdout, "38s ago)") {
+		t.Errorf("edges get oslo does not say its figures are stale:\n%s", r.stdout)
+	}
+	r = mustSucceed(t, run(t, srv, "", "edges", "list", "-o", "json"))
+	var got []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got[0]["stale"]; ok || got[1]["stale"] != true {
+		t.Errorf("stale: lyon %v, oslo %v; want lyon's absent, oslo's true", got[0]["stale"], got[1]["stale"])
+	}
+}
