@@ -205,7 +205,7 @@ func (cp *ControlPlane) removeEdge(name string, force bool, who actor) error {
 	}
 	buffered := status.GetBuffer().GetBufferedEvents()
 	if buffered > 0 && !force {
-		return errorf(ErrPrecondition, "edge %s reported %d unforwarded events (%d bytes) in its buffer: wait until the cell has them (`rivoractl edges get %s` shows 0), or remove it with --force and they are no longer forwarded", name, buffered, status.GetBuffer().GetBufferedBytes(), name)
+		return errorf(ErrPrecondition, "edge %s reported %s in its buffer: wait until the cell has them (`rivoractl edges get %s` shows 0), or remove it with --force and they are no longer forwarded", name, unforwardedEvents(buffered, status.GetBuffer().GetBufferedBytes()), name)
 	}
 	version, err := cp.changeEdges(func(edges map[string]*rivorav1.Edge) error {
 		if _, ok := edges[name]; !ok {
@@ -220,11 +220,22 @@ func (cp *ControlPlane) removeEdge(name string, force bool, who actor) error {
 	cp.edges.forget(name)
 	detail := fmt.Sprintf("edge %s removed: the cell no longer forwards its buffer", name)
 	if buffered > 0 {
-		detail += fmt.Sprintf(" (forced: it last reported %d unforwarded events)", buffered)
+		detail += fmt.Sprintf(" (forced: it last reported %s)", unforwardedEvents(buffered, status.GetBuffer().GetBufferedBytes()))
 	}
 	cp.record("edge.remove", "", who, detail, version)
 	cp.log.Info("edge removed", "edge", name, "author", who.name, "token_id", who.tokenID, "version", version, "unforwarded_events", buffered)
 	return nil
+}
+
+// unforwardedEvents says how many events (and bytes) an edge reported
+// unforwarded: "1 unforwarded event (310 bytes)", "7 unforwarded events
+// (700 bytes)".
+func unforwardedEvents(events, bytes uint64) string {
+	noun := "events"
+	if events == 1 {
+		noun = "event"
+	}
+	return fmt.Sprintf("%d unforwarded %s (%d bytes)", events, noun, bytes)
 }
 
 // changeEdges applies fn to the registered edges as one new config

@@ -62,3 +62,19 @@ func TestEdgeRegistryForgetEndsWatches(t *testing.T) {
 		t.Fatalf("a forgotten edge has state: %v", s[0])
 	}
 }
+
+// The refusal and the audit entry count an edge's unforwarded events in
+// words: "1 unforwarded event", not "1 unforwarded events".
+func TestUnforwardedEvents(t *testing.T) {
+	for _, tc := range []struct {
+		events, bytes uint64
+		want          string
+	}{
+		{1, 310, "1 unforwarded event (310 bytes)"},
+		{7, 700, "7 unforwarded events (700 bytes)"},
+	} {
+		if got := unforwardedEvents(tc.events, tc.bytes); got != tc.want {
+			t.Errorf("unforwardedEvents(%d, %d) = %q, want %q", tc.events, tc.bytes, got, tc.want)
+		}
+	}
+}
