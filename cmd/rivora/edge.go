@@ -85,7 +85,7 @@ Example:
 			maxInflightFlag,
 			metricsTokenFlag,
 			logLevelFlag,
-		}, append(append(ingestFlags(), cellFlags()...), tlsFlags()...)...),
+		}, append(append(ingestFlags(), edgeCellFlags()...), edgeTLSFlags()...)...),
 		Action: runEdge,
 	}
 }

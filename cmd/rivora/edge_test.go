@@ -72,3 +72,32 @@ func TestParseBytes(t *testing.T) {
 		}
 	}
 }
+
+// An edge serves none of the cell's internal services: its --help and
+// its --insecure warning say what the cell token and TLS do on an edge,
+// not on an agent.
+func TestEdgeHelpIsAnEdges(t *testing.T) {
+	var out strings.Builder
+	app := newApp()
+	app.Writer = &out
+	if err := app.Run([]string{"rivora", "edge", "--help"}); err != nil {
+		t.Fatal(err)
+	}
+	help := out.String()
+	for _, want := range []string{"derives from it its credential on the cell's leaf port", "joins only a cell that runs with --insecure", "serve --listen (ingest, /healthz, /metrics) over HTTPS", "the leaf connection is TLS"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("rivora edge --help lacks %q", want)
+		}
+	}
+	for _, agents := range []string{"PartitionService", "NATS routes", "signing secrets"} {
+		if strings.Contains(help, agents) {
+			t.Errorf("rivora edge --help speaks of an agent's %q", agents)
+		}
+	}
+	if w := insecureWarning("edge"); strings.Contains(w, "PartitionService") || !strings.Contains(w, "this edge presents no credential") {
+		t.Errorf("the edge's --insecure warning: %q", w)
+	}
+	if w := insecureWarning("agent"); !strings.Contains(w, "PartitionService") {
+		t.Errorf("the agent's --insecure warning: %q", w)
+	}
+}

@@ -133,6 +133,18 @@ func tlsFlags() []cli.Flag {
 	}
 }
 
+// edgeTLSFlags are tlsFlags as an edge uses them: it serves ingest, and
+// calls the control plane and the cell's leaf port.
+func edgeTLSFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"RIVORA_TLS_CERT"}, Usage: "serve --listen (ingest, /healthz, /metrics) over HTTPS (HTTP/2 and HTTP/1.1, TLS 1.2+) with this certificate `FILE` (PEM, leaf first, then intermediates), " +
+			"for the publishers. Needs --tls-key. The leaf connection to the cell does not use it (--tls-ca makes it TLS)"},
+		&cli.StringFlag{Name: "tls-key", EnvVars: []string{"RIVORA_TLS_KEY"}, Usage: "the private key `FILE` (PEM) of --tls-cert"},
+		&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"RIVORA_TLS_CA"}, Usage: "CA bundle `FILE` (PEM) the edge verifies the control plane (https://) and the cell's leaf port with; given, the leaf connection is TLS " +
+			"(needed when the cell serves its leaf port over TLS). Default: the system's roots for https://, and a plain leaf connection"},
+	}
+}
+
 // tlsOf reads and checks the --tls-* files, so that a bad one stops the
 // process before anything starts.
 func tlsOf(c *cli.Context) (server.TLS, error) {
