@@ -250,6 +250,15 @@ func oldestAge(b *rivorav1.EdgeBuffer, now time.Time) time.Duration {
 	return max(0, now.Sub(b.GetOldestBuffered().AsTime()).Truncate(time.Second))
 }
 
+// linkError is why the edge said its link to the cell is down ("" when
+// it did not say).
+func linkError(b *rivorav1.EdgeBuffer) string {
+	if b.GetLinkError() == "" {
+		return ""
+	}
+	return ": " + oneLine(b.GetLinkError())
+}
+
 // connectedText is CONNECTED: true, false and why, or unknown.
 func connectedText(s *rivorav1.EdgeStatus, now time.Time) string {
 	b := s.GetBuffer()
@@ -259,9 +268,9 @@ func connectedText(s *rivorav1.EdgeStatus, now time.Time) string {
 	case b == nil:
 		return "false (no report yet)"
 	case !b.GetCellConnected() && b.GetDisconnectedSince() != nil:
-		return "false (link to the cell down since " + fmtTime(b.GetDisconnectedSince()) + ")"
+		return "false (link to the cell down since " + fmtTime(b.GetDisconnectedSince()) + linkError(b) + ")"
 	case !b.GetCellConnected():
-		return "false (link to the cell down)"
+		return "false (link to the cell down" + linkError(b) + ")"
 	default:
 		// Its last report had the link up; it may still be: only the
 		// edge's reports to the control plane stopped.

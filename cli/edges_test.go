@@ -237,3 +237,13 @@ func TestEdgesStaleReport(t *testing.T) {
 		t.Errorf("stale: lyon %v, oslo %v; want lyon's absent, oslo's true", got[0]["stale"], got[1]["stale"])
 	}
 }
+
+// An edge whose link to the cell is down says why, as its NATS server said
+// it, in CONNECTED.
+func TestEdgeLinkErrorShown(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC)
+	s := &rivorav1.EdgeStatus{Name: "oslo", Buffer: &rivorav1.EdgeBuffer{LinkError: "leaf connection 127.0.0.1:7422 closed before it was up: Read Error"}}
+	if got := connectedText(s, now); got != "false (link to the cell down: leaf connection 127.0.0.1:7422 closed before it was up: Read Error)" {
+		t.Fatalf("CONNECTED %q", got)
+	}
+}

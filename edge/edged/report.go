@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/internal/bounds"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -58,6 +59,9 @@ func (e *Edge) bufferReport() *rivorav1.EdgeBuffer {
 		ForwardedTotal: st.Buffer.Forwarded(),
 		MaxBufferBytes: uint64(e.cfg.MaxBuffer),
 		AppliedVersion: e.applied.Load(),
+	}
+	if !st.CellConnected {
+		b.LinkError = bounds.Truncate(st.LinkError, bounds.Text)
 	}
 	if !st.DisconnectedSince.IsZero() {
 		b.DisconnectedSince = timestamppb.New(st.DisconnectedSince)

@@ -4240,13 +4240,16 @@ type EdgeBuffer struct {
 	// waits). Past buffer_max_age, the edge refuses publishes.
 	OldestBuffered *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=oldest_buffered,json=oldestBuffered,proto3" json:"oldest_buffered,omitempty"`
 	// forwarded_total counts the events the cell took from the buffer since
-	// the edge started.
+	// the buffer was created.
 	ForwardedTotal uint64               `protobuf:"varint,6,opt,name=forwarded_total,json=forwardedTotal,proto3" json:"forwarded_total,omitempty"`
 	MaxBufferBytes uint64               `protobuf:"varint,7,opt,name=max_buffer_bytes,json=maxBufferBytes,proto3" json:"max_buffer_bytes,omitempty"`
 	BufferMaxAge   *durationpb.Duration `protobuf:"bytes,8,opt,name=buffer_max_age,json=bufferMaxAge,proto3" json:"buffer_max_age,omitempty"`
 	AppliedVersion uint64               `protobuf:"varint,9,opt,name=applied_version,json=appliedVersion,proto3" json:"applied_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// link_error is why the leaf connection is down, as the edge's NATS
+	// server last said it ("" while connected, or when it said nothing).
+	LinkError     string `protobuf:"bytes,10,opt,name=link_error,json=linkError,proto3" json:"link_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EdgeBuffer) Reset() {
@@ -4340,6 +4343,13 @@ func (x *EdgeBuffer) GetAppliedVersion() uint64 {
 		return x.AppliedVersion
 	}
 	return 0
+}
+
+func (x *EdgeBuffer) GetLinkError() string {
+	if x != nil {
+		return x.LinkError
+	}
+	return ""
 }
 
 // EdgeStatus is what the control plane knows of one edge.
@@ -5258,7 +5268,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\asession\x18\t \x01(\tR\asession\x12/\n" +
 	"\x13assigned_partitions\x18\n" +
 	" \x03(\rR\x12assignedPartitions\x12%\n" +
-	"\x0ecut_partitions\x18\v \x03(\rR\rcutPartitions\"\xd0\x03\n" +
+	"\x0ecut_partitions\x18\v \x03(\rR\rcutPartitions\"\xef\x03\n" +
 	"\n" +
 	"EdgeBuffer\x12%\n" +
 	"\x0ecell_connected\x18\x01 \x01(\bR\rcellConnected\x12I\n" +
@@ -5269,7 +5279,10 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x0fforwarded_total\x18\x06 \x01(\x04R\x0eforwardedTotal\x12(\n" +
 	"\x10max_buffer_bytes\x18\a \x01(\x04R\x0emaxBufferBytes\x12?\n" +
 	"\x0ebuffer_max_age\x18\b \x01(\v2\x19.google.protobuf.DurationR\fbufferMaxAge\x12'\n" +
-	"\x0fapplied_version\x18\t \x01(\x04R\x0eappliedVersion\"\x83\x02\n" +
+	"\x0fapplied_version\x18\t \x01(\x04R\x0eappliedVersion\x12\x1d\n" +
+	"\n" +
+	"link_error\x18\n" +
+	" \x01(\tR\tlinkError\"\x83\x02\n" +
 	"\n" +
 	"EdgeStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
