@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -18,31 +17,13 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/syncbuf"
 )
-
-// lockedBuffer is a bytes.Buffer written by listen's handlers while the
-// test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // listening is a running `rivoractl listen`.
 type listening struct {
 	url         string
-	out, errOut *lockedBuffer
+	out, errOut *syncbuf.Buffer
 	stop        func() int // Ctrl-C; returns the exit code
 	interrupt   func()     // Ctrl-C, without waiting for the exit
 	again       func()     // a second Ctrl-C
@@ -54,7 +35,7 @@ var listeningOn = regexp.MustCompile(`Listening on (http://\S+) `)
 func startListen(t *testing.T, server string, args ...string) *listening {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &listening{out: &lockedBuffer{}, errOut: &lockedBuffer{}}
+	l := &listening{out: &syncbuf.Buffer{}, errOut: &syncbuf.Buffer{}}
 	full := append([]string{"rivoractl", "--server", server, "listen", "--listen", "127.0.0.1:0"}, args...)
 	again := make(chan struct{})
 	var once sync.Once

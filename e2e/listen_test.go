@@ -20,12 +20,13 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/syncbuf"
 )
 
 // listenProc is a running `rivoractl listen`.
 type listenProc struct {
 	cmd         *exec.Cmd
-	out, errOut *lockedBuffer
+	out, errOut *syncbuf.Buffer
 	done        chan error
 }
 
@@ -36,7 +37,7 @@ func startListen(t *testing.T, d *devProc, addr string, args ...string) *listenP
 	if rivoractlBuild != nil {
 		t.Fatalf("rivoractl did not build: %v", rivoractlBuild)
 	}
-	l := &listenProc{out: &lockedBuffer{}, errOut: &lockedBuffer{}, done: make(chan error, 1)}
+	l := &listenProc{out: &syncbuf.Buffer{}, errOut: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	l.cmd = exec.Command(rivoractlBin, append([]string{"listen", "--listen", addr, "--server", d.URL()}, args...)...)
 	l.cmd.Env = append(os.Environ(), "RIVORA_TOKEN="+creds.For(d.URL()))
 	l.cmd.Stdout, l.cmd.Stderr = l.out, l.errOut

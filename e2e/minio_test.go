@@ -23,6 +23,7 @@ import (
 
 	"github.com/rivora/rivora/e2e/process"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/syncbuf"
 )
 
 // minioModule is the MinIO server version installed when `minio` is missing.
@@ -99,7 +100,7 @@ func installMinIO(t testing.TB, gobin, bin string) error {
 	cmd.Dir = work
 	cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=-mod=mod", "GOWORK=off")
 	cmd.WaitDelay = 10 * time.Second
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 
 	start := time.Now()
@@ -129,25 +130,6 @@ func installMinIO(t testing.TB, gobin, bin string) error {
 			t.Logf("still building the MinIO server (%s so far)…", time.Since(start).Round(time.Second))
 		}
 	}
-}
-
-// lockedBuffer is a process's output, written by its pipes while a test
-// reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // minioServer is a MinIO server process on 127.0.0.1 with its data in a

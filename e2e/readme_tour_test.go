@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/syncbuf"
 )
 
 // tourCommand is one command of the README's tour, in the terminal it is
@@ -224,13 +225,13 @@ func tourRun(t *testing.T, dir string, env []string, line string) string {
 // tourProc is a command that runs until Ctrl-C: rivora dev, listen.
 type tourProc struct {
 	cmd      *exec.Cmd
-	out, err *lockedBuffer
+	out, err *syncbuf.Buffer
 	done     chan error
 }
 
 func startTourProc(t *testing.T, dir string, env []string, line string) *tourProc {
 	t.Helper()
-	p := &tourProc{out: &lockedBuffer{}, err: &lockedBuffer{}, done: make(chan error, 1)}
+	p := &tourProc{out: &syncbuf.Buffer{}, err: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	// exec: the signal reaches the command, not a shell around it.
 	p.cmd = exec.Command("sh", "-c", "exec "+line)
 	p.cmd.Dir, p.cmd.Env = dir, env

@@ -4,6 +4,8 @@
 //
 //   - testkit/poll: the one poll loop (wait for a condition another
 //     goroutine or process makes true).
+//   - testkit/syncbuf: the one buffer written by one goroutine (a
+//     process's pipes, a logger) while the test reads it.
 //   - testkit/partner: the one partner endpoint (verify signatures or not,
 //     a per-request answer gate, a delay, record every request or only
 //     count).

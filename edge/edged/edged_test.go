@@ -28,6 +28,7 @@ import (
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/testkit/poll"
 	"github.com/rivora/rivora/testkit/ports"
+	"github.com/rivora/rivora/testkit/syncbuf"
 )
 
 const (
@@ -514,31 +515,13 @@ func TestEdgeExportsOnlyItsOwnMetrics(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log's output, read while the edge writes it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // A --cell-leaf that is not the cell's leaf port (here an HTTP port) is
 // said at once, with the NATS server's reason, in the edge's log and its
 // status: it was said by no one for 30 s, then only as a guess.
 func TestEdgeSaysWhyItCannotReachTheCell(t *testing.T) {
 	_, cpServer := startControlPlane(t)
 	httpPort := strings.TrimPrefix(cpServer.URL, "http://")
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	e, err := edged.New(context.Background(), edged.Config{
 		Name: "edge-6", DataDir: t.TempDir(), CellLeaf: []string{"nats-leaf://" + httpPort}, ControlPlanes: []string{cpServer.URL},
 		MaxBuffer: 1 << 20, BufferMaxAge: time.Hour, Keys: auth.NewKeys(auth.CellTokenOf(cellSecret)),
