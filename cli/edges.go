@@ -115,7 +115,7 @@ func (e *env) edgesGet() *ucli.Command {
 				"WATCHING", fmt.Sprint(j.Watching),
 				"LAST SEEN", fmtTime(resp.Msg.GetEdge().GetLastSeen()),
 				"REGISTERED", fmtTime(resp.Msg.GetEdge().GetRegisteredAt()),
-				"BUFFERED", fmt.Sprintf("%d events, %s%s", j.BufferedEvents, fmtBytes(j.BufferedBytes), asOf(resp.Msg.GetEdge(), now)),
+				"BUFFERED", fmt.Sprintf("%d %s, %s%s", j.BufferedEvents, plural(int(j.BufferedEvents), "event"), fmtBytes(j.BufferedBytes), asOf(resp.Msg.GetEdge(), now)),
 				"OLDEST", j.OldestBufferedAge+staleMark(j),
 				"FORWARDED", fmt.Sprint(j.ForwardedTotal)+staleMark(j),
 				"MAX BUFFER", maxBufferText(j),
@@ -205,21 +205,12 @@ func newEdgeJSON(s *rivorav1.EdgeStatus, now time.Time) edgeJSON {
 	return j
 }
 
-// reportStaleAfter is how old an edge's last report may be and still be
-// taken as its state: the control plane's own limit (three report
-// intervals), past which it no longer counts the edge connected.
-const reportStaleAfter = 6 * time.Second
-
 // staleReport tells whether s's buffer figures are from a report too old
-// to go by: the edge is not known connected (a connected edge reported
-// within reportStaleAfter) and the control plane last heard from it
-// longer ago than that. LAST SEEN counts a config stream's open and end
-// too, so this may take a report for fresh a little longer than it is.
-func staleReport(s *rivorav1.EdgeStatus, now time.Time) bool {
-	if s.GetBuffer() == nil || s.GetConnected() {
-		return false
-	}
-	return s.GetLastSeen() == nil || now.Sub(s.GetLastSeen().AsTime()) > reportStaleAfter
+// to go by, as the control plane judged it by its own clock (an
+// operator's clock ahead of it took every report of a cut-off edge for
+// stale).
+func staleReport(s *rivorav1.EdgeStatus, _ time.Time) bool {
+	return s.GetBuffer() != nil && s.GetReportStale()
 }
 
 // staleMark is what follows a figure of a stale report in a table.

@@ -209,7 +209,7 @@ func TestEdgesStaleReport(t *testing.T) {
 	f, srv := startFakeEdges(t)
 	f.mu.Lock()
 	f.edges[1] = &rivorav1.EdgeStatus{Name: "oslo", Watching: false, RegisteredAt: fixedTime, LastSeen: timestamppb.New(time.Now().Add(-38 * time.Second)),
-		Buffer: &rivorav1.EdgeBuffer{CellConnected: true, BufferedEvents: 50, BufferedBytes: 2048, ForwardedTotal: 7}}
+		Buffer: &rivorav1.EdgeBuffer{CellConnected: true, BufferedEvents: 50, BufferedBytes: 2048, ForwardedTotal: 7}, ReportStale: true}
 	f.mu.Unlock()
 	r := mustSucceed(t, run(t, srv, "", "edges", "list"))
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")

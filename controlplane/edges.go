@@ -126,7 +126,8 @@ func (r *edgeRegistry) status(registered []*rivorav1.Edge, now time.Time) []*riv
 			s.LastSeen = timestamppb.New(e.lastSeen)
 			if e.buffer != nil {
 				s.Buffer = proto.Clone(e.buffer).(*rivorav1.EdgeBuffer)
-				s.Connected = e.buffer.GetCellConnected() && now.Sub(e.reportedAt) <= edgeStaleAfter
+				s.ReportStale = now.Sub(e.reportedAt) > edgeStaleAfter
+				s.Connected = e.buffer.GetCellConnected() && !s.ReportStale
 			}
 		}
 		out = append(out, s)

@@ -35,8 +35,11 @@ func TestEdgeRegistryConnectedAndWatching(t *testing.T) {
 	if b.GetConnected() || b.GetWatching() {
 		t.Fatalf("b reported its link down: %v", b)
 	}
-	if a, _ := status(t0.Add(edgeStaleAfter + time.Millisecond)); a.GetConnected() || a.GetWatching() {
-		t.Fatalf("a's report is stale after %v, yet it counts as connected or watching (its stream may be cut off silently): %v", edgeStaleAfter, a)
+	if a.GetReportStale() || b.GetReportStale() {
+		t.Fatalf("reports %v old taken for stale: %v, %v", edgeStaleAfter, a, b)
+	}
+	if a, _ := status(t0.Add(edgeStaleAfter + time.Millisecond)); a.GetConnected() || a.GetWatching() || !a.GetReportStale() {
+		t.Fatalf("a's report is stale after %v, yet it counts as connected or watching (its stream may be cut off silently), or is not said stale: %v", edgeStaleAfter, a)
 	}
 	done(t0.Add(time.Second))
 	if a, _ := status(t0.Add(time.Second)); a.GetWatching() || !a.GetConnected() || !a.GetLastSeen().AsTime().Equal(t0.Add(time.Second)) {

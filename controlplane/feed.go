@@ -11,8 +11,14 @@ import (
 )
 
 // keepalive bounds how long a Watch stream stays silent, so dead
-// connections are noticed by both sides.
-const keepalive = 10 * time.Second
+// connections are noticed by both sides. An edge's watch has a shorter
+// one, edgeKeepalive: an edge tells a token it does not know from one
+// made while its link to the control plane is cut by how recently it
+// heard from it (edge/edged heardFresh), so it must hear often.
+const (
+	keepalive     = 10 * time.Second
+	edgeKeepalive = 2 * time.Second
+)
 
 // feed sends agent name its config until ctx ends or send fails: the
 // snapshot first, then a delta whenever the destinations, subscriptions,
@@ -35,7 +41,11 @@ func (cp *ControlPlane) feedEdge(ctx context.Context, name string, send func(*ri
 
 // follow sends f's follower its config until ctx ends or send fails.
 func (cp *ControlPlane) follow(ctx context.Context, f *configFeed, name string, send func(*rivorav1.WatchResponse) error) error {
-	ticker := time.NewTicker(keepalive)
+	every := keepalive
+	if f.edge {
+		every = edgeKeepalive
+	}
+	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	for {
 		changed := cp.changes()

@@ -105,10 +105,11 @@ func (e *Edge) watch(ctx context.Context, client rivorav1connect.EdgeServiceClie
 // heardFresh is how recently the edge must have heard from its control
 // plane, over a watch that is open, for a token it does not know to be
 // taken for mistyped or revoked and nothing more. A cut is silent: the
-// watch ends only silentWatch after the last message, and the control
-// plane's keepalives come every 10 s, so an open watch alone says little;
-// past this the refusal says when the edge last heard.
-const heardFresh = 3 * time.Second
+// watch ends only silentWatch after the last message, so an open watch
+// alone says little; the control plane's keepalives to an edge come every
+// 2 s (controlplane edgeKeepalive), so past this the edge missed two and
+// the refusal says when it last heard.
+const heardFresh = 5 * time.Second
 
 // tokensNote says, for a publisher's token the edge does not know, why it
 // may be one created since the edge last heard from its control plane

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/internal/bounds"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -61,7 +62,7 @@ func (e *Edge) bufferReport() *rivorav1.EdgeBuffer {
 		AppliedVersion: e.applied.Load(),
 	}
 	if !st.CellConnected {
-		b.LinkError = bounds.Truncate(st.LinkError, bounds.Text)
+		b.LinkError = bounds.Truncate(natsd.LeafCause(st.LinkError), bounds.Text)
 	}
 	if !st.DisconnectedSince.IsZero() {
 		b.DisconnectedSince = timestamppb.New(st.DisconnectedSince)

@@ -4365,7 +4365,10 @@ type EdgeStatus struct {
 	LastSeen     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
 	RegisteredAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
 	// buffer is the edge's last report (unset before its first).
-	Buffer        *EdgeBuffer `protobuf:"bytes,6,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	Buffer *EdgeBuffer `protobuf:"bytes,6,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	// report_stale: that report is older than three report intervals, by
+	// the control plane's clock: its figures are as of then.
+	ReportStale   bool `protobuf:"varint,7,opt,name=report_stale,json=reportStale,proto3" json:"report_stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4440,6 +4443,13 @@ func (x *EdgeStatus) GetBuffer() *EdgeBuffer {
 		return x.Buffer
 	}
 	return nil
+}
+
+func (x *EdgeStatus) GetReportStale() bool {
+	if x != nil {
+		return x.ReportStale
+	}
+	return false
 }
 
 // Edge is the control plane's record of a registered edge: kept until an
@@ -5282,7 +5292,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x0fapplied_version\x18\t \x01(\x04R\x0eappliedVersion\x12\x1d\n" +
 	"\n" +
 	"link_error\x18\n" +
-	" \x01(\tR\tlinkError\"\x83\x02\n" +
+	" \x01(\tR\tlinkError\"\xa6\x02\n" +
 	"\n" +
 	"EdgeStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
@@ -5290,7 +5300,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\bwatching\x18\x03 \x01(\bR\bwatching\x127\n" +
 	"\tlast_seen\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12?\n" +
 	"\rregistered_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\x12-\n" +
-	"\x06buffer\x18\x06 \x01(\v2\x15.rivora.v1.EdgeBufferR\x06buffer\"[\n" +
+	"\x06buffer\x18\x06 \x01(\v2\x15.rivora.v1.EdgeBufferR\x06buffer\x12!\n" +
+	"\freport_stale\x18\a \x01(\bR\vreportStale\"[\n" +
 	"\x04Edge\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12?\n" +
 	"\rregistered_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\"\x12\n" +
