@@ -7,7 +7,6 @@
 package rig
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -16,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +27,7 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/syncbuf"
 )
 
 // Options shape a Dev; the zero value is an agent named "dev" with 4
@@ -237,27 +236,13 @@ func (d *Dev) WaitApplied(version uint64) {
 	})
 }
 
-// logBuffer collects log lines; they are printed only when the test fails.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
 // Logger is a debug-level logger whose lines are printed, headed by name,
 // only if the test fails.
 func Logger(t testing.TB, name string) *slog.Logger {
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{} // printed only if the test fails
 	t.Cleanup(func() {
 		if t.Failed() {
-			logs.mu.Lock()
-			t.Logf("logs of %s:\n%s", name, logs.buf.String())
-			logs.mu.Unlock()
+			t.Logf("logs of %s:\n%s", name, logs.String())
 		}
 	})
 	return slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
