@@ -96,6 +96,25 @@ func (k *budgetKeeper) save(ctx context.Context) {
 	k.unsaved, k.forgotten = make(map[string]scheduler.SavedBudget), make(map[string]bool)
 	k.mu.Unlock()
 	var failed error
+	// Purges first: a destination deleted and made again under its name
+	// within one tick has the new one's record in unsaved, which a purge
+	// after it would erase (and which waits, if the purge failed, for the
+	// purge's next try).
+	for dest := range forgotten {
+		err := k.ledger.Purge(ctx, jetstream.WithPurgeSubject(lanes.BudgetSubject(k.p, dest)))
+		if err != nil {
+			failed = err
+			k.mu.Lock()
+			k.forgotten[dest] = true
+			if s, ok := unsaved[dest]; ok {
+				if _, newer := k.unsaved[dest]; !newer {
+					k.unsaved[dest] = s
+				}
+				delete(unsaved, dest)
+			}
+			k.mu.Unlock()
+		}
+	}
 	for dest, s := range unsaved {
 		if err := k.write(ctx, dest, s); err != nil {
 			failed = err
@@ -103,15 +122,6 @@ func (k *budgetKeeper) save(ctx context.Context) {
 			if _, newer := k.unsaved[dest]; !newer {
 				k.unsaved[dest] = s
 			}
-			k.mu.Unlock()
-		}
-	}
-	for dest := range forgotten {
-		err := k.ledger.Purge(ctx, jetstream.WithPurgeSubject(lanes.BudgetSubject(k.p, dest)))
-		if err != nil {
-			failed = err
-			k.mu.Lock()
-			k.forgotten[dest] = true
 			k.mu.Unlock()
 		}
 	}
