@@ -104,6 +104,7 @@ func (s *Scheduler) destination(id string, partition int) *destination {
 			lanes:     make(map[string]*Lane),
 			customers: make(map[string]*customer),
 			weights:   make(map[string]float64),
+			rates:     rateRing{since: slotOf(s.clock.Now())},
 		}
 		s.dests[id] = d
 	}

@@ -43,6 +43,10 @@ type rateSlot struct {
 
 type rateRing struct {
 	slots [rateBuckets]rateSlot
+	// since is the bucket this scheduler began to keep the destination
+	// in: history starts there, not before (a restart, or a partition
+	// that came from another agent, knows nothing of the time before).
+	since int64
 }
 
 func slotOf(t time.Time) int64 { return t.UnixNano() / int64(RateBucket) }
@@ -106,17 +110,23 @@ func (r *rateRing) lastMinute(now time.Time) minuteCounts {
 	return c
 }
 
-// history is the last 15 minutes, oldest first, the current bucket's
-// rates being now's (configured, current). A bucket with no attempt
-// carries the rates of the one before it, and those before the first
-// sampled one the first sample's: the budget moves on outcomes (and on
-// recovery toward the configured rate, which the next attempt samples).
+// history is the last 15 minutes, oldest first, or fewer buckets when
+// the ring began (since) within them: what came before is unknown here,
+// not quiet. The current bucket's rates are now's (configured, current).
+// A bucket with no attempt carries the rates of the one before it, and
+// those before the first sampled one the first sample's: the budget
+// moves on outcomes (and on recovery toward the configured rate, which
+// the next attempt samples).
 func (r *rateRing) history(now time.Time, configured, current float64) []RateSample {
 	n := slotOf(now)
-	out := make([]RateSample, rateBuckets)
+	buckets := rateBuckets
+	if known := n - r.since + 1; r.since > 0 && known < int64(buckets) {
+		buckets = int(max(known, 1))
+	}
+	out := make([]RateSample, buckets)
 	first := -1
-	for i := range rateBuckets {
-		slot := n - rateBuckets + 1 + int64(i)
+	for i := range buckets {
+		slot := n - int64(buckets) + 1 + int64(i)
 		sample := RateSample{Start: time.Unix(0, slot*int64(RateBucket))}
 		if s := &r.slots[slot%rateBuckets]; s.slot == slot {
 			sample.Attempts, sample.Delivered = int(s.attempts), int(s.delivered)

@@ -75,3 +75,23 @@ func TestLastMinuteArrivalsAndRefusals(t *testing.T) {
 		t.Fatalf("%d arrivals two minutes later, want 0", snap.LastMinuteArrivals)
 	}
 }
+
+// A destination's history starts where this scheduler began to keep it
+// (after a restart, or a partition's move, what came before is unknown
+// here): it was drawn as 15 quiet minutes at the first sample's rates.
+func TestRateHistoryStartsWhenTheDestinationWasTakenUp(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("orders", 0, unlimited)
+	if rates, _ := s.RateHistory("orders"); len(rates) != 1 {
+		t.Fatalf("just taken up: %d buckets, want 1 (now's)", len(rates))
+	}
+	clk.Advance(3 * RateBucket)
+	rates, _ := s.RateHistory("orders")
+	if len(rates) != 4 || rates[3].Start.After(clk.Now()) || clk.Now().Sub(rates[0].Start) < 3*RateBucket {
+		t.Fatalf("30 s later: %d buckets from %v; want 4, from the bucket it was taken up in", len(rates), rates[0].Start)
+	}
+	clk.Advance(time.Hour)
+	if rates, _ := s.RateHistory("orders"); len(rates) != rateBuckets {
+		t.Fatalf("an hour later: %d buckets, want %d (15 minutes)", len(rates), rateBuckets)
+	}
+}

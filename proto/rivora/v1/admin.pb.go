@@ -2441,7 +2441,10 @@ type DestinationHealth struct {
 	ThrottledShare     float64 `protobuf:"fixed64,23,opt,name=throttled_share,json=throttledShare,proto3" json:"throttled_share,omitempty"`
 	ServerErrorShare   float64 `protobuf:"fixed64,24,opt,name=server_error_share,json=serverErrorShare,proto3" json:"server_error_share,omitempty"`
 	// rate_history is the last 15 minutes in 10-second buckets, oldest
-	// first, when asked for (GetDestinationHealthRequest.rate_history).
+	// first, when asked for (GetDestinationHealthRequest.rate_history):
+	// fewer when the agent took the destination up within them (it was
+	// created, the agent restarted, or its partition moved here), whose
+	// time before is unknown to it.
 	RateHistory []*RateSample `protobuf:"bytes,25,rep,name=rate_history,json=rateHistory,proto3" json:"rate_history,omitempty"`
 	// oldest_pending_age is how long ago the oldest pending event was
 	// accepted (unset with nothing pending).

@@ -1496,7 +1496,10 @@ export type DestinationHealth = Message<"rivora.v1.DestinationHealth"> & {
 
   /**
    * rate_history is the last 15 minutes in 10-second buckets, oldest
-   * first, when asked for (GetDestinationHealthRequest.rate_history).
+   * first, when asked for (GetDestinationHealthRequest.rate_history):
+   * fewer when the agent took the destination up within them (it was
+   * created, the agent restarted, or its partition moved here), whose
+   * time before is unknown to it.
    *
    * @generated from field: repeated rivora.v1.RateSample rate_history = 25;
    */
