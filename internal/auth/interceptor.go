@@ -13,8 +13,9 @@ import (
 
 // Interceptor authenticates and authorizes every call a handler gets,
 // against Policies: the token (API or cell) from the Authorization
-// header, the role, and a scoped caller's customers (a publisher's or a
-// customer token's: Rule.Request and Rule.Answer). The caller is in the
+// header, the role, the request (Rule.Request, for every caller), and a
+// scoped caller's answers (a publisher's or a customer token's:
+// Rule.Answer). The caller is in the
 // handler's context (FromContext). Install it on handlers only, outermost
 // but for error mapping.
 type Interceptor struct {
@@ -74,7 +75,7 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if err != nil {
 			return nil, err
 		}
-		if rule.Request != nil && p.Scoped() {
+		if rule.Request != nil {
 			if err := rule.Request(p, req.Any()); err != nil {
 				return nil, err
 			}
@@ -98,7 +99,7 @@ func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 		if rule.Answer != nil || (rule.Request != nil && conn.Spec().StreamType != connect.StreamTypeServer) {
 			return connect.NewError(connect.CodeInternal, fmt.Errorf("%s: customer scopes are checked on the request of a server stream only (a bug in auth.Policies)", conn.Spec().Procedure))
 		}
-		if rule.Request != nil && p.Scoped() {
+		if rule.Request != nil {
 			conn = &checkedRequest{StreamingHandlerConn: conn, check: func(msg any) error { return rule.Request(p, msg) }}
 		}
 		return next(WithPrincipal(ctx, p), conn)

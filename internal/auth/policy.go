@@ -22,11 +22,11 @@ type Rule struct {
 	CellToo bool
 	// Roles may call it (API tokens).
 	Roles []rivorav1.Role
-	// Request checks a scoped caller's request (a publisher's or a
-	// customer token's: Principal.Scoped) against its customers; Answer
-	// checks what the RPC answered. Only set where Roles has publisher or
-	// customer. On a server stream only Request is allowed: it checks the
-	// one request.
+	// Request checks every caller's request: a scoped caller's
+	// (Principal.Scoped) against its customers, and what a role may ask
+	// beyond the call itself (a viewer's replay only as a dry run).
+	// Answer checks what the RPC answered to a scoped caller. On a server
+	// stream only Request is allowed: it checks the one request.
 	Request func(p *Principal, req any) error
 	Answer  func(p *Principal, resp any) error
 	// Owned: a customer token is let in, and the handler shows and
