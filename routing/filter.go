@@ -1,11 +1,14 @@
 package routing
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"regexp/syntax"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,6 +70,51 @@ type Input struct {
 	Type     string
 	Customer string
 	Lane     string
+}
+
+// DecodeData decodes an event's JSON payload for its filters (Input.Data).
+// A number past a double's range (1e400) is ±infinity, the double
+// nearest it, so a filter orders it as the event type's JSON Schema
+// does: above (below) every other number. encoding/json fails the whole
+// payload on such a number, and an event whose data read as null to
+// every filter lost the deliveries its filters said yes to, without a
+// word. It fails only on a payload that is not JSON.
+func DecodeData(payload []byte) (any, error) {
+	var v any
+	err := json.Unmarshal(payload, &v)
+	var outOfRange *json.UnmarshalTypeError
+	if err == nil {
+		return v, nil
+	}
+	if !errors.As(err, &outOfRange) {
+		return nil, err
+	}
+	// Unmarshal checked the syntax of the whole payload first: only a
+	// number's range can fail here.
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return doubles(v), nil
+}
+
+// doubles is v with its json.Numbers as float64, ±Inf past the range.
+func doubles(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		f, _ := strconv.ParseFloat(string(x), 64) // ±Inf with ErrRange past the range
+		return f
+	case map[string]any:
+		for k, e := range x {
+			x[k] = doubles(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = doubles(e)
+		}
+	}
+	return v
 }
 
 // Filter is a compiled subscription filter.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -281,5 +282,24 @@ func TestLoadFilterTakesWhatCompileFilterNoLongerDoes(t *testing.T) {
 	long := Input{Data: map[string]any{"s": strings.Repeat("a", MaxRegexInput+1), "re": "a+b"}}
 	if ok, err := f.Match(context.Background(), long); ok || err == nil {
 		t.Fatalf("the stored filter over a long string = %v, %v; want the bound's error", ok, err)
+	}
+}
+
+// DecodeData reads a number past a double's range as ±infinity and the
+// rest of the data as sent; only a payload that is not JSON fails.
+func TestDecodeDataReadsNumbersPastADoubleAsInfinity(t *testing.T) {
+	v, err := DecodeData([]byte(`{"big":1e400,"small":-1e400,"tiny":1e-400,"n":[1.5,"s"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := v.(map[string]any)
+	if !math.IsInf(got["big"].(float64), 1) || !math.IsInf(got["small"].(float64), -1) || got["tiny"].(float64) != 0 {
+		t.Fatalf("decoded %v, want +Inf, -Inf and 0", got)
+	}
+	if n := got["n"].([]any); n[0].(float64) != 1.5 || n[1].(string) != "s" {
+		t.Fatalf("the rest decoded as %v", n)
+	}
+	if _, err := DecodeData([]byte(`{"amount": 1`)); err == nil {
+		t.Fatal("a payload that is not JSON decoded")
 	}
 }

@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"mime"
 	"slices"
@@ -165,8 +164,8 @@ func jsonData(ev *rivorav1.Event) any {
 	if !isJSON(ev.GetContentType()) {
 		return nil
 	}
-	var v any
-	if err := json.Unmarshal(ev.GetPayload(), &v); err != nil {
+	v, err := routing.DecodeData(ev.GetPayload())
+	if err != nil {
 		return nil
 	}
 	return v

@@ -173,6 +173,41 @@ func TestFanOutFilterOnNonJSON(t *testing.T) {
 	}
 }
 
+// A number past a double's range (1e400) is infinity to a filter, as the
+// event type's schema orders it: the rest of the data is read as sent.
+// It made the whole payload undecodable, so every filter read null and
+// an event whose amount said yes reached no filtered subscription.
+func TestFanOutFilterOnANumberPastADouble(t *testing.T) {
+	f := newFixture(t)
+	f.withSubscriptions(t, acmeSubscriptions...)
+	if err := f.cat.Replace([]*rivorav1.EventType{
+		{Name: "order.created", Schema: `{"type":"object","properties":{"amount":{"type":"number","exclusiveMinimum":-1e300}}}`},
+	}, false); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		payload string
+		want    []string
+	}{
+		{`{"amount":150,"note":1e400}`, []string{"sub_big>billing", "sub_exact>billing", "sub_glob>orders"}},
+		{`{"amount":1e400}`, []string{"sub_big>billing", "sub_exact>billing", "sub_glob>orders"}},
+		{`{"amount":50,"items":[1e-400,-2e999]}`, []string{"sub_exact>billing", "sub_glob>orders"}},
+	}
+	for _, tc := range cases {
+		resp, err := publish(f, fanOut("order.created", tc.payload))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.payload, err)
+		}
+		if got := routeSet(resp); strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Fatalf("%s: routes %v, want %v", tc.payload, got, tc.want)
+		}
+	}
+	// The schema and the filter agree on -1e400: below every number.
+	if _, err := publish(f, fanOut("order.created", `{"amount":-1e400}`)); connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "exclusiveMinimum") {
+		t.Fatalf("amount -1e400 under exclusiveMinimum -1e300: %v, want InvalidArgument", err)
+	}
+}
+
 // No match is not an error: 0 routes, nothing stored, and counted.
 func TestFanOutNoMatchIsCounted(t *testing.T) {
 	f := newFixture(t)
