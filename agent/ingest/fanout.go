@@ -120,16 +120,21 @@ func (g *Gateway) subscriptionsOf(ctx context.Context, r *routed) ([]*subscripti
 // match has a filter; the filters' shared budget
 // (routing.EventFilterBudget) starts after it. A filter the budget ends
 // before it answered refuses the publish: storing the event without the
-// deliveries of the filters not run would drop them without a word.
+// deliveries of the filters not run would drop them without a word; so
+// does a payload that says it is JSON but is not (jsonData).
 func (g *Gateway) match(ctx context.Context, ev *rivorav1.Event) ([]*subscriptions.Subscription, error) {
 	subs := g.subs.ForCustomer(ev.GetCustomerId())
-	filtered := slices.ContainsFunc(subs, func(s *subscriptions.Subscription) bool {
+	filtered := slices.IndexFunc(subs, func(s *subscriptions.Subscription) bool {
 		return s.Filter != nil && routing.TypeMatches(s.Types, ev.GetType())
 	})
 	var input routing.Input
 	filterCtx := ctx
-	if filtered {
-		input = routing.Input{Data: jsonData(ev), Type: ev.GetType(), Customer: ev.GetCustomerId(), Lane: ev.GetLaneKey()}
+	if filtered >= 0 {
+		data, err := jsonData(ev)
+		if err != nil {
+			return nil, errkind.Errorf(errkind.Invalid, "payload is not valid JSON (%v), though its content type is %s, and subscription %s's filter is to read it: nothing was stored; send valid JSON, or set the payload's own content type", err, ev.GetContentType(), subs[filtered].ID)
+		}
+		input = routing.Input{Data: data, Type: ev.GetType(), Customer: ev.GetCustomerId(), Lane: ev.GetLaneKey()}
 		var cancel context.CancelFunc
 		filterCtx, cancel = routing.FilterContext(ctx)
 		defer cancel()
@@ -158,17 +163,16 @@ func filterBudgetError(ctx context.Context, subscription string, err error) erro
 	return errkind.Errorf(errkind.Invalid, "subscription %s's filter had not answered when this event's filters had used the %s they share (%v): nothing was stored; make that filter cheaper (iterate less over the data) or send less data", subscription, routing.EventFilterBudget, err)
 }
 
-// jsonData is the event's payload decoded for a filter: nil when it is
-// not JSON (a filter reading data then does not match).
-func jsonData(ev *rivorav1.Event) any {
+// jsonData is the event's payload decoded for a filter: nil when its
+// content type is not JSON (a filter reading data then does not match),
+// an error when it says JSON but the payload is not: a filter would read
+// null there too, and the event miss the deliveries its data would have
+// had, without a word.
+func jsonData(ev *rivorav1.Event) (any, error) {
 	if !isJSON(ev.GetContentType()) {
-		return nil
+		return nil, nil
 	}
-	v, err := routing.DecodeData(ev.GetPayload())
-	if err != nil {
-		return nil
-	}
-	return v
+	return routing.DecodeData(ev.GetPayload())
 }
 
 // isJSON tells whether a content type is JSON: application/json or a

@@ -208,6 +208,29 @@ func TestFanOutFilterOnANumberPastADouble(t *testing.T) {
 	}
 }
 
+// A payload that says it is JSON but is not is refused when a filter is
+// to read it, naming the subscription: each filter read null, and the
+// event was stored without the deliveries its data would have had.
+// Without a filter to run, it is delivered as is.
+func TestFanOutFilterOnInvalidJSONIsRefused(t *testing.T) {
+	f := newFixture(t)
+	f.withSubscriptions(t, acmeSubscriptions...)
+	_, err := publish(f, fanOut("order.created", `{"amount": 150`))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "not valid JSON") || !strings.Contains(err.Error(), "sub_big") {
+		t.Fatalf("fan-out of broken JSON to a filter: %v, want InvalidArgument naming sub_big", err)
+	}
+	if n := f.msgs(t); n != 0 {
+		t.Fatalf("INGEST holds %d events", n)
+	}
+	resp, err := publish(f, fanOut("order.updated", `{"amount": 150`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := routeSet(resp); strings.Join(got, ",") != "sub_glob>orders" {
+		t.Fatalf("broken JSON with no filter to run: routes %v", got)
+	}
+}
+
 // No match is not an error: 0 routes, nothing stored, and counted.
 func TestFanOutNoMatchIsCounted(t *testing.T) {
 	f := newFixture(t)
