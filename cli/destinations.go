@@ -487,16 +487,17 @@ func (e *env) destinationsPause() *ucli.Command {
 		Name:      "pause",
 		Usage:     "stop every attempt to a destination; events keep being accepted",
 		ArgsUsage: "ID",
-		UsageText: "rivoractl destinations pause ID [--reason TEXT] [--wait]",
+		UsageText: "rivoractl destinations pause ID --reason TEXT [--wait]",
 		Description: `Stops every delivery attempt to destination ID, scheduled retries included,
 in every agent. New events are still accepted and wait in their lanes, and
 the time spent paused does not count against their retry window. Nothing
 pending moves. Resume with ` + "`rivoractl destinations resume ID`" + `.
+--reason is required: the audit log and destinations get say it.
 
 Example:
    rivoractl destinations pause orders --reason "partner maintenance" --wait`,
 		Flags: []ucli.Flag{
-			&ucli.StringFlag{Name: "reason", Usage: "why, for the audit log"},
+			&ucli.StringFlag{Name: "reason", Usage: "why, as `TEXT` (required; for the audit log and destinations get)"},
 			waitFlag,
 		},
 		Action: func(c *ucli.Context) error {
@@ -504,6 +505,9 @@ Example:
 				return err
 			}
 			id := c.Args().First()
+			if strings.TrimSpace(c.String("reason")) == "" {
+				return usagef("--reason is required: say why the destination's deliveries stop (it goes to the audit log and destinations get)")
+			}
 			ctx, cancel := callContext(c)
 			defer cancel()
 			resp, err := e.admin().PauseDestination(ctx, connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: id, Reason: c.String("reason")}))

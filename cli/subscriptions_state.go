@@ -22,16 +22,17 @@ func (e *env) subscriptionsPause() *ucli.Command {
 		Name:      "pause",
 		Usage:     "hold a subscription's events: they keep being accepted, nothing is dropped",
 		ArgsUsage: "ID",
-		UsageText: "rivoractl subscriptions pause ID [--reason TEXT] [--wait] [-o json]",
+		UsageText: "rivoractl subscriptions pause ID --reason TEXT [--wait] [-o json]",
 		Description: `Stops every delivery attempt of subscription ID's events. New events keep
 being accepted and routed to it and wait in their lanes; the time spent
 paused does not count against their retry window. Resume with
 ` + "`rivoractl subscriptions resume ID`" + `: they drain in lane order.
+--reason is required: the audit log and subscriptions get say it.
 
 Example:
    rivoractl subscriptions pause sub_0123456789abcdef --reason "customer migrating its endpoint"`,
 		Flags: []ucli.Flag{
-			&ucli.StringFlag{Name: "reason", Usage: "why, for the audit log and subscriptions get"},
+			&ucli.StringFlag{Name: "reason", Usage: "why, as `TEXT` (required; for the audit log and subscriptions get)"},
 			waitFlag,
 		},
 		Action: func(c *ucli.Context) error {
@@ -39,6 +40,9 @@ Example:
 				return err
 			}
 			id := c.Args().First()
+			if strings.TrimSpace(c.String("reason")) == "" {
+				return usagef("--reason is required: say why the subscription's events are held (it goes to the audit log and subscriptions get)")
+			}
 			ctx, cancel := callContext(c)
 			defer cancel()
 			resp, err := e.subscriptions().PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: id, Reason: c.String("reason")}))

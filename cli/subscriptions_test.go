@@ -224,6 +224,20 @@ func TestSubscriptionsPauseResumeRotateDelete(t *testing.T) {
 	mustSucceed(t, run(t, url, "", "subscriptions", "create", "-c", "c1", "-d", "d1", "--types", "*", "--secret", subSecret))
 	const id = "sub_0000000000000001"
 
+	// A pause needs a reason, a subscription's as a destination's: said
+	// before any call (exit 2).
+	before := f.subs.count()
+	for _, args := range [][]string{
+		{"subscriptions", "pause", id},
+		{"subscriptions", "pause", id, "--reason", " "},
+		{"destinations", "pause", "d1"},
+		{"destinations", "pause", "d1", "--reason", ""},
+	} {
+		assertFailure(t, run(t, url, "", args...), exitUsage, "--reason is required")
+	}
+	if f.subs.count() != before {
+		t.Fatalf("a pause without a reason reached the server")
+	}
 	r := mustSucceed(t, run(t, url, "", "subscriptions", "pause", id, "--reason", "maintenance"))
 	if got := f.subs.last(); !proto.Equal(got, &rivorav1.PauseSubscriptionRequest{Id: id, Reason: "maintenance"}) {
 		t.Fatalf("PauseSubscription request = %v", got)
@@ -271,7 +285,7 @@ func TestSubscriptionsPauseResumeRotateDelete(t *testing.T) {
 	if got := f.subs.last(); !proto.Equal(got, &rivorav1.DeleteSubscriptionRequest{Id: id, Force: true}) {
 		t.Fatalf("DeleteSubscription request = %v", got)
 	}
-	assertFailure(t, run(t, url, "", "subscriptions", "pause", id), exitError, "rivoractl subscriptions list")
+	assertFailure(t, run(t, url, "", "subscriptions", "pause", id, "--reason", "gone"), exitError, "rivoractl subscriptions list")
 }
 
 // Publishing without --destination fans out: one line per route, "0

@@ -366,6 +366,10 @@ func drainTime(pending int64, rate, arrivals float64) *durationpb.Duration {
 }
 
 func (cp *ControlPlane) pauseDestination(id string, who actor, reason string) (*rivorav1.Destination, uint64, error) {
+	reason, err := pauseReason(reason, "destinations get", "its deliveries stopped")
+	if err != nil {
+		return nil, 0, err
+	}
 	return cp.changeDestination("destination.pause", id, who, reason, func(d *rivorav1.Destination) (string, error) {
 		if d.GetPaused() {
 			return "", errorf(ErrPrecondition, "destination %q is already %s; resume it with `rivoractl destinations resume %s`", d.GetId(), pauseState(d), d.GetId())
@@ -373,6 +377,19 @@ func (cp *ControlPlane) pauseDestination(id string, who actor, reason string) (*
 		openPause(d, cp.now(), reason, who.name)
 		return "paused", nil
 	})
+}
+
+// pauseReason is a pause's reason, trimmed, or the refusal of a blank
+// one: a pause of a destination and of a subscription each needs one,
+// as an override, a skip or a resend does, for the audit log and for
+// whoever finds it paused (get names it, the command given by get). One
+// of them needed it in the console only, the other nowhere.
+func pauseReason(reason, get, what string) (string, error) {
+	reason = strings.TrimSpace(reason)
+	if reason == "" {
+		return "", errorf(ErrInvalid, "a pause needs a reason (--reason \"…\"): the audit log and `rivoractl %s` say why %s", get, what)
+	}
+	return reason, nil
 }
 
 // openPause pauses d from now on.

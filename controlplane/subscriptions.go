@@ -454,6 +454,10 @@ func orDefault(s, def string) string {
 }
 
 func (cp *ControlPlane) pauseSubscription(id string, who actor, reason string, sc scope) (*rivorav1.Subscription, uint64, error) {
+	reason, err := pauseReason(reason, "subscriptions get", "its events are held")
+	if err != nil {
+		return nil, 0, err
+	}
 	return cp.changeSubscription("subscription.pause", id, who, reason, sc, func(s *rivorav1.Subscription, _ *rivorav1.Destination) (string, error) {
 		if s.GetPaused() {
 			return "", errorf(ErrPrecondition, "subscription %q is already paused; resume it with `rivoractl subscriptions resume %s`", s.GetId(), s.GetId())

@@ -324,11 +324,19 @@ func TestSubscriptionUpdatePauseRotate(t *testing.T) {
 		t.Fatalf("path cleared and header removed: %v, %v", up.Msg.GetSubscription(), err)
 	}
 
-	p, err := c.PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: s.GetId(), Reason: "receiver down"}))
+	// A pause needs a reason, as a destination's does (the console asked
+	// for one, the API did not): a blank one is refused.
+	for _, blank := range []string{"", "  \t"} {
+		_, err = c.PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: s.GetId(), Reason: blank}))
+		wantCode(t, fmt.Sprintf("pause with reason %q", blank), err, connect.CodeInvalidArgument, "a pause needs a reason", "--reason")
+		_, err = d.Admin.PauseDestination(ctx, connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: "erp", Reason: blank}))
+		wantCode(t, fmt.Sprintf("pause of its destination with reason %q", blank), err, connect.CodeInvalidArgument, "a pause needs a reason", "--reason")
+	}
+	p, err := c.PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: s.GetId(), Reason: " receiver down\n"}))
 	if err != nil || !p.Msg.GetSubscription().GetPaused() || len(p.Msg.GetSubscription().GetPauses()) != 1 || p.Msg.GetSubscription().GetDestinationState() != "unknown" {
 		t.Fatalf("pause: %v, %v", p.Msg.GetSubscription(), err)
 	}
-	_, err = c.PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: s.GetId()}))
+	_, err = c.PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: s.GetId(), Reason: "again"}))
 	wantCode(t, "pause twice", err, connect.CodeFailedPrecondition, "already paused", "subscriptions resume")
 	r, err := c.ResumeSubscription(ctx, connect.NewRequest(&rivorav1.ResumeSubscriptionRequest{Id: s.GetId()}))
 	if err != nil || r.Msg.GetSubscription().GetPaused() || r.Msg.GetSubscription().GetPauses()[0].GetEnd() == nil || r.Msg.GetSubscription().GetPauses()[0].GetReason() != "receiver down" {
@@ -540,7 +548,7 @@ func TestCustomerTokenScope(t *testing.T) {
 			return err
 		}},
 		{"pause", func(id string) error {
-			_, err := d.subs(c1).PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: id}))
+			_, err := d.subs(c1).PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: id, Reason: "x"}))
 			return err
 		}},
 		{"resume", func(id string) error {
@@ -558,7 +566,7 @@ func TestCustomerTokenScope(t *testing.T) {
 	} {
 		sameAsAbsent("c1: "+call.what+" c2's subscription", call.fn, theirs.GetId(), absent)
 	}
-	if _, err := d.subs(c1).PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: mine.GetId()})); err != nil {
+	if _, err := d.subs(c1).PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: mine.GetId(), Reason: "x"})); err != nil {
 		t.Fatalf("c1 pauses its own subscription: %v", err)
 	}
 	// Never admin state.
@@ -599,7 +607,7 @@ func TestCustomerTokenScope(t *testing.T) {
 	if err != nil || len(all.Msg.GetSubscriptions()) != 3 {
 		t.Fatalf("viewer lists subscriptions: %d, %v; want 3", len(all.Msg.GetSubscriptions()), err)
 	}
-	_, err = d.subs(viewer).PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: theirs.GetId()}))
+	_, err = d.subs(viewer).PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: theirs.GetId(), Reason: "x"}))
 	wantCode(t, "viewer pauses a subscription", err, connect.CodePermissionDenied)
 	// The owner's delete of its own destination with a subscription is
 	// refused without force, naming it.

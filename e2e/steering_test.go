@@ -181,7 +181,7 @@ func limitsScenario(t *testing.T, r *rig, limitsPath, dest string) {
 	r.createDestination(t, dest, p, nil)
 	// Events still pending when the scenario ends must not hit the closed
 	// partner while later checks run (cleanups run last-in, first-out).
-	t.Cleanup(func() { r.ctl(t, "destinations", "pause", dest) })
+	t.Cleanup(func() { r.ctl(t, "destinations", "pause", dest, "--reason", "the scenario ended") })
 	lim := r.limitsJSON(t, dest)
 	if lim.GetEffective().GetRatePerSecond() != 4 || lim.GetEffective().GetBurst() != 1 || lim.GetSources()["rate_per_second"].GetSource() != "file" {
 		t.Fatalf("limits get %s: effective %v, sources %v; want 4/s burst 1 from the file", dest, lim.GetEffective(), lim.GetSources())

@@ -299,7 +299,7 @@ func TestPausedSubscriptionHoldsAndDeleteArchives(t *testing.T) {
 	}
 
 	// Pending events again, then delete.
-	paused, err = api.PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: held.GetId()}))
+	paused, err = api.PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: held.GetId(), Reason: "hold for the delete"}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -232,7 +232,8 @@ func (c *SubscriptionClient) Update(ctx context.Context, id string, ch Subscript
 }
 
 // Pause holds the subscription's events: they keep being accepted and
-// routed to it, nothing is dropped, until Resume.
+// routed to it, nothing is dropped, until Resume. reason is required
+// (a blank one is InvalidArgument): the audit log and Get say it.
 func (c *SubscriptionClient) Pause(ctx context.Context, id, reason string) (Subscription, error) {
 	resp, err := once(ctx, c.cfg, func(ctx context.Context) (*connect.Response[rivorav1.PauseSubscriptionResponse], error) {
 		return c.subs.PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: id, Reason: reason}))

@@ -113,8 +113,11 @@ export class SubscriptionClient {
     return present(res.subscription, "subscription");
   }
 
-  /** pause holds the subscription's events: they keep being accepted and routed to it, nothing is dropped, until `resume`. */
-  async pause(id: string, reason = "", options: CallOptions = {}): Promise<Subscription> {
+  /**
+   * pause holds the subscription's events: they keep being accepted and routed to it, nothing is dropped, until `resume`.
+   * `reason` is required (a blank one rejects with InvalidArgument): the audit log and `get` say it.
+   */
+  async pause(id: string, reason: string, options: CallOptions = {}): Promise<Subscription> {
     const res = await this.#caller.once(`rivora pause subscription ${JSON.stringify(id)}`, context.active(), options, (o) =>
       this.#subs.pauseSubscription({ id, reason }, o),
     );
