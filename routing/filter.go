@@ -171,7 +171,7 @@ func compileFilter(source string, checkRegex bool) (*Filter, error) {
 	}
 	ast, iss := filterEnv.Compile(source)
 	if iss.Err() != nil {
-		return nil, fmt.Errorf("filter does not compile: %w", iss.Err())
+		return nil, filterCompileError(source, iss)
 	}
 	if !ast.OutputType().IsExactType(types.BoolType) && !ast.OutputType().IsExactType(types.DynType) {
 		return nil, fmt.Errorf("filter must be a boolean expression (e.g. data.amount > 100), but %q is of type %s", source, ast.OutputType())

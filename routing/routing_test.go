@@ -303,3 +303,40 @@ func TestDecodeDataReadsNumbersPastADoubleAsInfinity(t *testing.T) {
 		t.Fatal("a payload that is not JSON decoded")
 	}
 }
+
+// A filter that does not compile is refused with where, in the filter's
+// own terms: the column (and line, past one) counted in characters from
+// 1, and the line quoted with a caret under that column as a terminal
+// shows it — a tab stays a tab, a wide character takes two columns, an
+// é one. CEL's text named the filter "<input>", drew dots to the caret,
+// two columns wide under every non-ASCII character (the caret stood right
+// of the error after "café"), and listed its parser's token names.
+func TestFilterCompileErrorPointsAtTheColumn(t *testing.T) {
+	for _, tc := range []struct {
+		src, where, line, caret string
+	}{
+		{`data.amount > `, "at column 15 (the end of the filter): syntax error: the filter ends where it expects a value", `data.amount > `, strings.Repeat(" ", 14) + "^"},
+		{`data.name == "café" && data.x >> 1`, "at column 32: syntax error: extraneous input '>'", `data.name == "café" && data.x >> 1`, strings.Repeat(" ", 31) + "^"},
+		{`"日本" == data.x && data.y >> 1`, "at column 27:", `"日本" == data.x && data.y >> 1`, strings.Repeat(" ", 28) + "^"},
+		{"data.a > 1 &&\n\tdata.b >> 2", "at line 2, column 10:", "\tdata.b >> 2", "\t        ^"},
+		{`dat.amount > 1`, "at column 1: undeclared reference to 'dat': a filter reads data, type, customer and lane", `dat.amount > 1`, "^"},
+		{`data.amount > 1 + 'x'`, "at column 17: found no matching overload for '+' applied to '(int, string)'", `data.amount > 1 + 'x'`, strings.Repeat(" ", 16) + "^"},
+	} {
+		_, err := CompileFilter(tc.src)
+		if err == nil {
+			t.Fatalf("CompileFilter(%q) compiled", tc.src)
+		}
+		got := strings.Split(err.Error(), "\n")
+		if len(got) != 3 || !strings.HasPrefix(got[0], "filter does not compile "+tc.where) ||
+			got[1] != "    "+tc.line || got[2] != "    "+tc.caret {
+			t.Errorf("CompileFilter(%q):\n%v\nwant %q, then the line and its caret:\n    %s\n    %s", tc.src, err, "filter does not compile "+tc.where, tc.line, tc.caret)
+		}
+		if strings.Contains(err.Error(), "<input>") || strings.Contains(err.Error(), "IDENTIFIER") {
+			t.Errorf("CompileFilter(%q) speaks of CEL's parser: %v", tc.src, err)
+		}
+	}
+	_, err := CompileFilter(`data.a >> 1 && data.b >> 2 && data.c >> 3 && data.d >> 4`)
+	if err == nil || !strings.Contains(err.Error(), "\nand at column 24:") || !strings.HasSuffix(err.Error(), "\n(and 1 more)") {
+		t.Errorf("four errors: %v, want the first three, in order, and how many more", err)
+	}
+}
