@@ -12,7 +12,7 @@ import { promisify } from "node:util";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventually, rpc, startDev, startPartner, type Dev, type Partner } from "../../testkit/ts/index.js";
-import { buildBinaries, createToken, redrawn, repeatedButtonNames, rivoractl } from "./harness.js";
+import { buildBinaries, createToken, redrawn, repeatedButtonNames, repeatedFieldNames, rivoractl } from "./harness.js";
 
 const artifacts = resolve(import.meta.dirname, "../test-artifacts");
 const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
@@ -171,7 +171,9 @@ describe("console in Chromium against rivora dev", () => {
     // The health transitions with their causes: healthy → degraded, from the 503s.
     await page.getByTestId("transitions").locator("tbody tr").first().waitFor();
     expect(await page.getByTestId("transitions").textContent()).toMatch(/healthy[\s\S]*degraded[\s\S]*503/);
-    await page.getByLabel("Reason").first().fill("partner down, incident 42");
+    // Each field says which action it is for: three were named "Reason".
+    expect(await repeatedFieldNames(page)).toEqual([]);
+    await page.getByLabel("Reason for pausing").fill("partner down, incident 42");
     await page.getByRole("button", { name: "Pause", exact: true }).click();
     await page.getByTestId("state").getByText("paused").waitFor({ timeout: 10_000 });
     const got = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "get", "noisy", "-o", "json")) as { destination: { paused?: boolean; pauseReason?: string } };

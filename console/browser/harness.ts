@@ -67,6 +67,23 @@ export async function repeatedButtonNames(page: Page): Promise<string[]> {
   });
 }
 
+/**
+ * repeatedFieldNames lists the accessible names (aria-label, else the
+ * text of its label) more than one input, select or textarea of the page
+ * has: three fields named "Reason" do not say which action each is for.
+ */
+export async function repeatedFieldNames(page: Page): Promise<string[]> {
+  return page.evaluate(() => {
+    const seen = new Map<string, number>();
+    for (const f of document.querySelectorAll<HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement>("input, select, textarea")) {
+      if (f instanceof HTMLInputElement && f.type === "hidden") continue;
+      const name = (f.getAttribute("aria-label") ?? f.labels?.[0]?.textContent ?? "").trim();
+      seen.set(name, (seen.get(name) ?? 0) + 1);
+    }
+    return [...seen].filter(([, n]) => n > 1).map(([name]) => name);
+  });
+}
+
 /** redrawn waits until what selector matches now (its first match) is replaced by a refresh. */
 export async function redrawn(page: Page, selector: string, timeoutMs = 30_000): Promise<void> {
   const el = await page.locator(selector).first().elementHandle();

@@ -12,7 +12,7 @@ import { join, resolve } from "node:path";
 import { chromium, type BrowserContext, type Page, type Response } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventually, rpc, startDev, startPartner, type Dev, type Partner } from "../../testkit/ts/index.js";
-import { buildBinaries, chromiumPath, createToken, repeatedButtonNames, rivoractl, signIn } from "./harness.js";
+import { buildBinaries, chromiumPath, createToken, repeatedButtonNames, repeatedFieldNames, rivoractl, signIn } from "./harness.js";
 
 const artifacts = resolve(import.meta.dirname, "../test-artifacts");
 
@@ -155,6 +155,7 @@ describe("customer portal in Chromium against rivora dev", () => {
     await page.getByRole("button", { name: `Pause subscription ${c1Flaky}`, exact: true }).waitFor();
     await page.getByRole("button", { name: `Pause subscription ${subId}`, exact: true }).waitFor();
     expect(await repeatedButtonNames(page)).toEqual([]);
+    expect(await repeatedFieldNames(page)).toEqual([]);
     await shot("portal-subscriptions.png");
   });
 
@@ -280,7 +281,8 @@ describe("customer portal in Chromium against rivora dev", () => {
     await page.goto(`${dev.url}/console/#/subscription/${subId}`);
     await page.getByRole("button", { name: "Pause", exact: true }).click();
     await page.locator(".status.error").getByText("Pause needs a reason").waitFor();
-    await page.locator('input[name="pause-reason"]').fill("hold for the delete test");
+    expect(await repeatedFieldNames(page)).toEqual([]);
+    await page.getByLabel("Reason for pausing").fill("hold for the delete test");
     await page.getByRole("button", { name: "Pause", exact: true }).click();
     await page.getByTestId("subscription").getByText("paused").first().waitFor({ timeout: 10_000 });
     await page.getByTestId("test-event").getByRole("button", { name: "Send test event" }).click();
@@ -335,6 +337,7 @@ describe("operators' Subscriptions view", () => {
     await flakyGroup.locator(`tr[data-id="${c2Subs[1]}"]`).waitFor();
     await page.locator('section[data-group="erp"]').locator(`tr[data-id="${c2Subs[0]}"]`).waitFor();
     expect(await repeatedButtonNames(page)).toEqual([]);
+    expect(await repeatedFieldNames(page)).toEqual([]);
     await page.getByLabel("Reason for pausing").fill("partner maintenance");
     await flakyGroup.locator(`tr[data-id="${c2Subs[1]}"]`).getByRole("button", { name: "Pause" }).click();
     await page.locator(`tr[data-id="${c2Subs[1]}"][data-paused="true"]`).waitFor({ timeout: 15_000 });

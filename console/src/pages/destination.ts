@@ -382,10 +382,10 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     };
 
     box.append(
-      submitForm({}, pause, h("fieldset", {}, h("legend", {}, "Pause or resume"), field("Reason", pauseReason), pauseBtn, resumeBtn)),
-      submitForm({}, check, h("fieldset", {}, h("legend", {}, "Limit override"), field("Rate per second", rate), field("Max in flight", inflight), field("Burst", burst), field("Max attempts", attempts), field("Retry window", retryWindow), field("Attempt timeout", attemptTimeout), field("TTL", ttl), field("Reason", limReason), checkBtn, setBtn, clearBtn, preview)),
+      submitForm({}, pause, h("fieldset", {}, h("legend", {}, "Pause or resume"), field("Reason for pausing", pauseReason), pauseBtn, resumeBtn)),
+      submitForm({}, check, h("fieldset", {}, h("legend", {}, "Limit override"), field("Rate per second", rate), field("Max in flight", inflight), field("Burst", burst), field("Max attempts", attempts), field("Retry window", retryWindow), field("Attempt timeout", attemptTimeout), field("TTL", ttl), field("Reason for the override", limReason), checkBtn, setBtn, clearBtn, preview)),
       h("fieldset", {}, h("legend", {}, "Priority"), submitForm({ class: "inline" }, setClass, field("Class", cls), clsBtn), submitForm({ class: "inline" }, setWeight, field("Customer", cust), field("Weight", weight), weightBtn)),
-      submitForm({}, resend, h("fieldset", {}, h("legend", {}, "Resend an event"), field("Event id", evId), field("Reason", evReason), resendBtn)),
+      submitForm({}, resend, h("fieldset", {}, h("legend", {}, "Resend an event"), field("Event id", evId), field("Reason for resending", evReason), resendBtn)),
       ast.el,
     );
     let clsSynced = false;

@@ -104,5 +104,5 @@ function resendBox(eventId: string, state: EventState): HTMLElement {
       .then(() => rst.ok(`Event ${eventId} sent again.`))
       .catch((err: unknown) => rst.error(`Resend failed: ${errorText(err)}`));
   };
-  return submitForm({}, resend, h("fieldset", {}, h("legend", {}, "Send it again"), field("Reason", reason), btn, rst.el));
+  return submitForm({}, resend, h("fieldset", {}, h("legend", {}, "Send it again"), field("Reason for resending", reason), btn, rst.el));
 }

@@ -5,7 +5,7 @@
 import type { EventSummary } from "../../../sdk/typescript/src/gen/rivora/v1/events_pb.js";
 import type { Subscription } from "../../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { errorText, events, isFailedPrecondition, subscriptions, when, type Me } from "../api.js";
-import { h, noticeNext, replace, status, submitForm, table } from "../dom.js";
+import { field, h, noticeNext, replace, status, submitForm, table } from "../dom.js";
 import { can, counted, formatCount } from "../format.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
@@ -116,7 +116,7 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
       h("h2", {}, "Actions"),
       ast.el,
       // Enter in the reason pauses.
-      submitForm({}, pause, h("fieldset", {}, h("legend", {}, "Pause or resume"), h("label", { class: "field" }, h("span", {}, "Reason"), pauseReason), pauseBtn, resumeBtn)),
+      submitForm({}, pause, h("fieldset", {}, h("legend", {}, "Pause or resume"), field("Reason for pausing", pauseReason), pauseBtn, resumeBtn)),
       test ? testEventForm(s, (msg) => (ast.ok(msg), p.now()), (msg) => ast.error(msg)) : "",
       editForm(s, (msg) => (ast.ok(msg), p.now()), (msg) => ast.error(msg)),
       rotateForm(s, (msg) => ast.ok(msg), (msg) => ast.error(msg)),
