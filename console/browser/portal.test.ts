@@ -137,6 +137,16 @@ describe("customer portal in Chromium against rivora dev", () => {
     const form = page.getByTestId("create-subscription");
     await form.getByLabel("Destination", { exact: true }).fill("erp");
     await form.getByLabel("Event types").fill("order.*");
+    // A filter that does not compile: the column, and the filter quoted
+    // with a caret under it, in a fixed-width font.
+    await form.getByLabel("Filter (CEL)").fill('data.name == "café" && data.amount >> 100');
+    await form.getByRole("button", { name: "Create subscription" }).click();
+    const refusal = page.locator(".status.error");
+    await refusal.getByText(/filter does not compile at column 37: syntax error/).waitFor();
+    const snippet = refusal.locator("code.snippet");
+    expect(await snippet.textContent()).toBe(`    data.name == "café" && data.amount >> 100\n    ${" ".repeat(36)}^`);
+    expect(await snippet.evaluate((e) => getComputedStyle(e).whiteSpace)).toBe("pre");
+    await form.getByLabel("Filter (CEL)").fill("");
     await form.locator('select[name="target"]').selectOption("path");
     await form.getByLabel("Path or URL").fill("/in/c1");
     await form.getByLabel("Sign with a secret of its own").check();

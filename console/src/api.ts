@@ -79,7 +79,10 @@ export function errorText(err: unknown): string {
   const e = ConnectError.from(err);
   if (networkError(e)) return "cannot reach Rivora: it may be restarting, or the network is down";
   const what = Code[e.code]?.replace(/([a-z])([A-Z])/g, "$1 $2").toLowerCase() ?? "error";
-  return `${withoutCliHints(e.rawMessage) || "request failed"} (${what})`;
+  // The code goes with the first line: the lines after it, if any, quote
+  // what the message is about (a filter, with a caret under a column).
+  const [first, ...rest] = (withoutCliHints(e.rawMessage) || "request failed").split("\n");
+  return [`${first} (${what})`, ...rest].join("\n");
 }
 
 /** problemText: errorText for the server's errors, the message for the page's own checks. */

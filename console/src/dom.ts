@@ -105,7 +105,12 @@ export function submitForm(attrs: Attrs, onSubmit: () => void, ...children: Chil
   return f;
 }
 
-/** A status line that shows errors in plain words, and successes. */
+/**
+ * A status line that shows errors in plain words, and successes. An
+ * error's lines after its first (a filter quoted with a caret under the
+ * column at fault) are shown as written, in a fixed-width font, so the
+ * caret stands under that column.
+ */
 export function status(): { el: HTMLElement; error: (msg: string) => void; ok: (msg: string) => void; clear: () => void } {
   const el = h("p", { class: "status", role: "status", "aria-live": "polite" });
   return {
@@ -113,7 +118,8 @@ export function status(): { el: HTMLElement; error: (msg: string) => void; ok: (
     error: (msg) => {
       el.className = "status error";
       el.setAttribute("role", "alert");
-      el.textContent = msg;
+      const [first = "", ...rest] = msg.split("\n");
+      el.replaceChildren(first, ...(rest.length > 0 ? [h("code", { class: "snippet" }, rest.join("\n"))] : []));
     },
     ok: (msg) => {
       el.className = "status ok";
