@@ -231,6 +231,29 @@ func TestSchema(t *testing.T) {
 	}
 }
 
+// A number rule's refusal writes the numbers as JSON has them: exactly,
+// or with an exponent when long. They were doubles in x/text's notation:
+// 1e400 "got ∞", 1000001 "got 1.000001×10⁰⁶, want 1×10⁰⁶", and two
+// integers past 2^53 the same number twice.
+func TestSchemaRefusalWritesNumbersExactly(t *testing.T) {
+	for _, tc := range []struct{ schema, data, want string }{
+		{`{"maximum":1000000}`, `1000001`, `data: maximum: got 1000001, want 1000000 (rule "maximum")`},
+		{`{"maximum":1000000}`, `1e400`, `data: maximum: got 1e+400, want 1000000 (rule "maximum")`},
+		{`{"minimum":-1e300}`, `-1e400`, `data: minimum: got -1e+400, want -1e+300 (rule "minimum")`},
+		{`{"exclusiveMaximum":12345678901234567890}`, `12345678901234567891`, `data: exclusiveMaximum: got 12345678901234567891, want 12345678901234567890 (rule "exclusiveMaximum")`},
+		{`{"minimum":0.5}`, `0.25`, `data: minimum: got 0.25, want 0.5 (rule "minimum")`},
+		{`{"multipleOf":0.01}`, `0.001`, `data: multipleOf: got 0.001, want 0.01 (rule "multipleOf")`},
+	} {
+		s, err := CompileSchema(tc.schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Validate([]byte(tc.data)); err == nil || err.Error() != tc.want {
+			t.Errorf("%s against %s: %v, want %q", tc.data, tc.schema, err, tc.want)
+		}
+	}
+}
+
 // A schema with a reference cycle compiles, but every value that reaches
 // the cycle is refused: CheckSchema refuses it, naming the cycle, and
 // takes a recursive schema whose recursion moves into the data.

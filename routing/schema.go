@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/big"
 	"slices"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 )
@@ -241,8 +243,52 @@ func deepest(ve *jsonschema.ValidationError) *jsonschema.ValidationError {
 	return ve
 }
 
+// leafMessage says what rule failed. A number rule's numbers are written
+// exactly, as JSON has them: the library wrote them as doubles in
+// x/text's notation, so 1e400 was "got ∞", 1000001 against a maximum of
+// 1000000 "got 1.000001×10⁰⁶, want 1×10⁰⁶", and two integers past 2^53
+// that differ by one the same number twice.
 func leafMessage(ve *jsonschema.ValidationError) string {
+	if rule, got, want, ok := numberRule(ve.ErrorKind); ok {
+		return fmt.Sprintf("%s: got %s, want %s", rule, exactNumber(got), exactNumber(want))
+	}
 	return ve.ErrorKind.LocalizedString(english)
+}
+
+// numberRule is a failed rule that compares numbers, with them.
+func numberRule(k jsonschema.ErrorKind) (rule string, got, want *big.Rat, ok bool) {
+	switch k := k.(type) {
+	case *kind.Minimum:
+		return "minimum", k.Got, k.Want, true
+	case *kind.Maximum:
+		return "maximum", k.Got, k.Want, true
+	case *kind.ExclusiveMinimum:
+		return "exclusiveMinimum", k.Got, k.Want, true
+	case *kind.ExclusiveMaximum:
+		return "exclusiveMaximum", k.Got, k.Want, true
+	case *kind.MultipleOf:
+		return "multipleOf", k.Got, k.Want, true
+	}
+	return "", nil, nil, false
+}
+
+// maxExactDigits bounds a number written in full; a longer one is
+// written with an exponent, to 20 significant digits.
+const maxExactDigits = 24
+
+// exactNumber writes a JSON number (a decimal, so exact in full) in
+// full when that is short, else as 1.5e+400.
+func exactNumber(r *big.Rat) string {
+	if r.IsInt() {
+		if s := r.Num().String(); len(s) <= maxExactDigits {
+			return s
+		}
+	} else if places, exact := r.FloatPrec(); exact {
+		if s := r.FloatString(places); len(s) <= maxExactDigits {
+			return s
+		}
+	}
+	return new(big.Float).SetPrec(256).SetRat(r).Text('g', 20)
 }
 
 var english = message.NewPrinter(language.English)
