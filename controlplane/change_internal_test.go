@@ -216,3 +216,13 @@ func TestJournal(t *testing.T) {
 		t.Fatal("after a rewrite at the same version, an older version was answered")
 	}
 }
+
+// A delete's refusal counts pending events in words: "1 pending event",
+// not "1 pending events".
+func TestPendingEvents(t *testing.T) {
+	for n, want := range map[int64]string{1: "1 pending event", 3: "3 pending events"} {
+		if got := pendingEvents(n); got != want {
+			t.Errorf("pendingEvents(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -272,7 +272,7 @@ func (cp *ControlPlane) deleteDestination(ctx context.Context, id string, who ac
 	}
 	if pending > 0 {
 		if !force {
-			return 0, 0, errorf(ErrPrecondition, "destination %q has %d pending events; wait for them, or delete with --force to archive them as dead letters", id, pending)
+			return 0, 0, errorf(ErrPrecondition, "destination %q has %s; wait for them, or delete with --force to archive them as dead letters", id, pendingEvents(pending))
 		}
 		if archived, err = cp.agents.archivePending(ctx, id, ""); err != nil {
 			return 0, 0, fmt.Errorf("archive pending events of %q (%d archived so far): %w", id, archived, err)
@@ -534,4 +534,13 @@ func subscriptionCount(n int) string {
 		return "1 subscription"
 	}
 	return fmt.Sprintf("%d subscriptions", n)
+}
+
+// pendingEvents counts pending events in words: "1 pending event", "3
+// pending events".
+func pendingEvents(n int64) string {
+	if n == 1 {
+		return "1 pending event"
+	}
+	return fmt.Sprintf("%d pending events", n)
 }

@@ -536,7 +536,7 @@ func (cp *ControlPlane) deleteSubscription(ctx context.Context, id string, who a
 	}
 	if pending > 0 {
 		if !force {
-			return 0, 0, errorf(ErrPrecondition, "subscription %q has %d pending events; wait for them, or delete with --force to archive them as dead letters", id, pending)
+			return 0, 0, errorf(ErrPrecondition, "subscription %q has %s; wait for them, or delete with --force to archive them as dead letters", id, pendingEvents(pending))
 		}
 		if archived, err = cp.agents.archivePending(ctx, s.GetDestinationId(), id); err != nil {
 			return 0, 0, fmt.Errorf("archive pending events of subscription %q (%d archived so far): %w", id, archived, err)
