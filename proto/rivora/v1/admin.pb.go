@@ -2863,8 +2863,10 @@ func (x *RateSample) GetServerErrors() int32 {
 type PauseDestinationRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	Author        string                 `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
+	// reason is required (blank is InvalidArgument): why the destination's
+	// deliveries stopped, for the audit log and GetDestination.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Author        string `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -1668,6 +1668,9 @@ export type PauseDestinationRequest = Message<"rivora.v1.PauseDestinationRequest
   destinationId: string;
 
   /**
+   * reason is required (blank is InvalidArgument): why the destination's
+   * deliveries stopped, for the audit log and GetDestination.
+   *
    * @generated from field: string reason = 2;
    */
   reason: string;

@@ -443,6 +443,9 @@ export type PauseSubscriptionRequest = Message<"rivora.v1.PauseSubscriptionReque
   id: string;
 
   /**
+   * reason is required (blank is InvalidArgument): why the subscription's
+   * events are held, for the audit log and GetSubscription.
+   *
    * @generated from field: string reason = 2;
    */
   reason: string;
