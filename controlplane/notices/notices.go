@@ -27,11 +27,14 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/rivora/rivora/internal/auth"
 )
 
 // DestinationID is the reserved destination operator notices are
-// delivered to; no user can create, change or delete it.
-const DestinationID = "rivora-operator"
+// delivered to; no user can create, change or delete it, nor publish to
+// it (the cell token only: internal/auth).
+const DestinationID = auth.OperatorDestination
 
 // Customer is the customer id notices are published under; the lane key
 // is the destination a notice is about, so notices about one destination

@@ -190,3 +190,62 @@ func TestAViewerMayDryRunAReplay(t *testing.T) {
 		t.Fatalf("an operator's replay: %v", err)
 	}
 }
+
+type publishStub struct {
+	rivorav1connect.UnimplementedIngestServiceHandler
+}
+
+func (publishStub) Publish(context.Context, *connect.Request[rivorav1.PublishRequest]) (*connect.Response[rivorav1.PublishResponse], error) {
+	return connect.NewResponse(&rivorav1.PublishResponse{EventId: "e"}), nil
+}
+
+func (publishStub) PublishBatch(context.Context, *connect.Request[rivorav1.PublishBatchRequest]) (*connect.Response[rivorav1.PublishBatchResponse], error) {
+	return connect.NewResponse(&rivorav1.PublishBatchResponse{}), nil
+}
+
+// Only the cell (the control plane's notifier) publishes to the reserved
+// operator destination: its receiver trusts what arrives signed with the
+// operator webhook's secret, and a customer's or an admin's publish there
+// was delivered, signed, as a notice.
+func TestOnlyTheCellPublishesOperatorNotices(t *testing.T) {
+	cell := CellTokenOf(strings.Repeat("c", MinCellTokenBytes))
+	keys := NewKeys(cell)
+	tokens := map[string]string{"cell": cell.String()}
+	var stored []*rivorav1.ApiToken
+	for name, tok := range map[string]*rivorav1.ApiToken{
+		"admin":     {Role: admin},
+		"publisher": {Role: publisher, Customers: []string{"*"}},
+		"customer":  {Role: customer, Customers: []string{OperatorDestination, "acme"}},
+	} {
+		token, id, err := NewToken()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[name] = token
+		tok.Id, tok.Name, tok.Hash = id, name, Hash(token)
+		stored = append(stored, tok)
+	}
+	keys.SetTokens(stored)
+	mux := http.NewServeMux()
+	mux.Handle(rivorav1connect.NewIngestServiceHandler(publishStub{}, connect.WithInterceptors(NewInterceptor(keys))))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	ev := &rivorav1.PublishRequest{DestinationId: OperatorDestination, CustomerId: "acme", LaneKey: "erp", Type: "destination.parked", Payload: []byte(`{}`)}
+	for name, token := range tokens {
+		client := rivorav1connect.NewIngestServiceClient(srv.Client(), srv.URL, connect.WithInterceptors(Bearer(token)))
+		_, err := client.Publish(context.Background(), connect.NewRequest(ev))
+		if name == "cell" {
+			if err != nil {
+				t.Fatalf("the cell's notice: %v", err)
+			}
+			continue
+		}
+		if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "reserved for operator notices") {
+			t.Errorf("%s's publish to %s: %v, want permission_denied (reserved)", name, OperatorDestination, err)
+		}
+		_, err = client.PublishBatch(context.Background(), connect.NewRequest(&rivorav1.PublishBatchRequest{Events: []*rivorav1.PublishRequest{{DestinationId: "d", CustomerId: "acme"}, ev}}))
+		if connect.CodeOf(err) != connect.CodePermissionDenied {
+			t.Errorf("%s's batch with an event to %s: %v, want permission_denied", name, OperatorDestination, err)
+		}
+	}
+}

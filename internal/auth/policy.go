@@ -147,12 +147,21 @@ var Policies = map[string]Rule{
 	rivorav1connect.IngestServicePublishProcedure: {
 		Roles:   []rivorav1.Role{admin, publisher, customer},
 		CellToo: true,
-		Request: func(p *Principal, req any) error { return mayActFor(p, req.(*rivorav1.PublishRequest).GetCustomerId()) },
+		Request: func(p *Principal, req any) error {
+			m := req.(*rivorav1.PublishRequest)
+			if err := publishesTo(p, m.GetDestinationId()); err != nil {
+				return err
+			}
+			return mayActFor(p, m.GetCustomerId())
+		},
 	},
 	rivorav1connect.IngestServicePublishBatchProcedure: {
 		Roles: []rivorav1.Role{admin, publisher, customer},
 		Request: func(p *Principal, req any) error {
 			for _, ev := range req.(*rivorav1.PublishBatchRequest).GetEvents() {
+				if err := publishesTo(p, ev.GetDestinationId()); err != nil {
+					return err
+				}
 				if err := mayActFor(p, ev.GetCustomerId()); err != nil {
 					return err
 				}
@@ -254,6 +263,21 @@ func mayActFor(p *Principal, customer string) error {
 		return nil
 	}
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("token %s (%s) may not act for customer %q: it is scoped to %v", p.TokenID, p.Name, customer, p.Customers))
+}
+
+// OperatorDestination is the reserved destination operator notices are
+// delivered to (controlplane/notices): its receiver trusts what comes
+// signed with the operator webhook's secret, so only the control plane,
+// with the cell token, publishes to it.
+const OperatorDestination = "rivora-operator"
+
+// publishesTo checks a publish's destination: the reserved operator
+// destination takes the cell's notices only.
+func publishesTo(p *Principal, destination string) error {
+	if destination == OperatorDestination && !p.Cell {
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("destination %q is reserved for operator notices: only Rivora's control plane publishes to it", destination))
+	}
+	return nil
 }
 
 // filterFor checks a list's customer filter: a scoped caller must name
