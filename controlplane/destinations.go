@@ -114,7 +114,12 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 		return nil, 0, err
 	}
 	version, err := cp.change("destination.create", d.Id, who, "", func(tx *DestinationTx) (string, error) {
-		if tx.Has(d.Id) {
+		if old, ok := tx.Read(d.Id); ok {
+			if d.OwnerCustomer != "" && old.GetOwnerCustomer() != d.OwnerCustomer {
+				// Ids are one namespace: the id is refused, but a
+				// customer learns nothing of whose it is.
+				return "", errorf(ErrExists, "destination id %q is taken; choose another id", d.Id)
+			}
 			return "", errorf(ErrExists, "destination %q already exists; change it with `rivoractl destinations update %s`", d.Id, d.Id)
 		}
 		if err := cp.checkCapacity(tx, d.OwnerCustomer); err != nil {

@@ -48,12 +48,19 @@ func (s scope) subscription(sub *rivorav1.Subscription) bool { return s.customer
 // shown is destination d (an answer) as the caller may see it: a
 // customer token sees its own destination without the operators'
 // steering (their override, with its author and reason, and what the
-// destination was configured with) and without other customers' weights.
+// destination was configured with), without who paused it (an
+// operator's token name; the reason stays: it is the owner's to read,
+// and Rivora's own "rivora" stays) and without other customers' weights.
 func (s scope) shown(d *rivorav1.Destination) *rivorav1.Destination {
 	if s.p == nil {
 		return d
 	}
 	d.Override, d.Configured = nil, nil
+	for _, p := range d.GetPauses() {
+		if p.GetAuthor() != RivoraAuthor {
+			p.Author = ""
+		}
+	}
 	for c := range d.GetCustomerWeights() {
 		if !s.customer(c) {
 			delete(d.CustomerWeights, c)

@@ -468,6 +468,9 @@ func TestCustomerTokenScope(t *testing.T) {
 	if _, err := d.adminAs(c2).CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "c2-own", Url: "https://c2.example.com/hook", OwnerCustomer: "c2"})); err != nil {
 		t.Fatal(err)
 	}
+	// Ids are one namespace: c1 cannot take c2's, and learns only that.
+	_, err = d.adminAs(c1).CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "c2-own", Url: "https://c1.example.com/hook", OwnerCustomer: "c1"}))
+	wantCode(t, "c1 creates a destination under c2's id", err, connect.CodeAlreadyExists, "is taken; choose another id")
 	// An operator steers c1's destination; c1 does not see how.
 	if _, err := d.Admin.SetLimitsOverride(ctx, connect.NewRequest(&rivorav1.SetLimitsOverrideRequest{DestinationId: "c1-own", Reason: "c1 floods its partner", RatePerSecond: new(5.0)})); err != nil {
 		t.Fatal(err)
@@ -1070,5 +1073,29 @@ func TestResendOfADeletedSubscriptionsEventIsRefused(t *testing.T) {
 	wantCode(t, "resend of a deleted subscription's dead letter", err, connect.CodeFailedPrecondition, sub.GetId(), "was deleted", "not resent")
 	if ev, ok := dead(); !ok || len(ev.GetEpisodes()) != 0 {
 		t.Fatalf("after the refused resend the event is %v; want still dead (deleted), accepted once", ev)
+	}
+}
+
+// A customer token reads why its own destination is paused, not which
+// operator's token paused it (an operator's name is the cell's).
+func TestCustomerTokenSeesAPauseWithoutItsAuthor(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), true)
+	ctx := context.Background()
+	d.create(&rivorav1.CreateDestinationRequest{Id: "c1-own", Url: "https://c1.example.com/hook", OwnerCustomer: "c1"})
+	if _, err := d.Admin.PauseDestination(ctx, connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: "c1-own", Reason: "your endpoint answers slowly", Author: "ops-alice"})); err != nil {
+		t.Fatal(err)
+	}
+	full, err := d.Admin.GetDestination(ctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "c1-own"}))
+	if err != nil || len(full.Msg.GetDestination().GetPauses()) != 1 || full.Msg.GetDestination().GetPauses()[0].GetAuthor() == "" {
+		t.Fatalf("the admin's answer: %v, %v; want the pause with its author", full.Msg.GetDestination().GetPauses(), err)
+	}
+	own, err := d.adminAs(d.Token(rivorav1.Role_ROLE_CUSTOMER, "c1")).GetDestination(ctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "c1-own"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pauses := own.Msg.GetDestination().GetPauses()
+	if len(pauses) != 1 || pauses[0].GetAuthor() != "" || pauses[0].GetReason() != "your endpoint answers slowly" || own.Msg.GetDestination().GetPauseReason() != "your endpoint answers slowly" {
+		t.Fatalf("the owner's answer: pauses %v, pause reason %q; want the reason without the author", pauses, own.Msg.GetDestination().GetPauseReason())
 	}
 }
