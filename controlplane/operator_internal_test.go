@@ -548,6 +548,41 @@ func TestOperatorReplayForwardsCancellation(t *testing.T) {
 	}
 }
 
+// A replay through the control plane outlives no revocation of its
+// token there: the stream ends unauthenticated, saying so, and so does
+// the agent's stream it forwards.
+func TestOperatorReplayEndsWithItsToken(t *testing.T) {
+	c := startRouteCell(t, func() error { return nil })
+	a1 := c.agent("a1")
+	a1.mu.Lock()
+	a1.replays, a1.replayHold = 1, true
+	a1.mu.Unlock()
+	token, info, _, err := c.cp.createToken(&rivorav1.CreateTokenRequest{Name: "night-shift", Role: rivorav1.Role_ROLE_OPERATOR}, actor{name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := rivorav1connect.NewArchiveServiceClient(http.DefaultClient, c.url, connect.WithInterceptors(auth.Bearer(token)))
+	stream, err := archive.Replay(ctx(t), connect.NewRequest(&rivorav1.ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() {
+		t.Fatalf("no first report: %v", stream.Err())
+	}
+	if _, err := c.cp.revokeToken(info.GetId(), actor{name: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+	}
+	wantErr(t, "the replay after its token was revoked", stream.Err(), connect.CodeUnauthenticated, "token "+info.GetId()+" (night-shift) was revoked")
+	select {
+	case <-a1.replayEnded:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent's replay still runs 10s after the token was revoked")
+	}
+}
+
 // A follower answers nothing: only the leader knows the agents.
 func TestOperatorBehindTheLeaderGate(t *testing.T) {
 	c := startRouteCell(t, func() error {

@@ -16,8 +16,10 @@ import (
 // header, the role, the request (Rule.Request, for every caller), and a
 // scoped caller's answers (a publisher's or a customer token's:
 // Rule.Answer). The caller is in the
-// handler's context (FromContext). Install it on handlers only, outermost
-// but for error mapping.
+// handler's context (FromContext). A stream's API token is checked again
+// while it runs, and the stream ends once the token is revoked or
+// expires (standing.go). Install it on handlers only, outermost but for
+// error mapping.
 type Interceptor struct {
 	keys *Keys
 }
@@ -102,7 +104,13 @@ func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 		if rule.Request != nil {
 			conn = &checkedRequest{StreamingHandlerConn: conn, check: func(msg any) error { return rule.Request(p, msg) }}
 		}
-		return next(WithPrincipal(ctx, p), conn)
+		// The token is checked again while the stream runs (standing.go).
+		ctx, stop := i.keys.standing(ctx, conn.Spec().Procedure, p)
+		err = next(WithPrincipal(ctx, p), conn)
+		if cut := stop(); cut != nil {
+			return cut
+		}
+		return err
 	}
 }
 

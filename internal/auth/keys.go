@@ -28,6 +28,9 @@ type Keys struct {
 	// edge cut off from its control plane has not had the tokens
 	// created since.
 	staleNote atomic.Pointer[func() string]
+	// changed is closed, and replaced, by every SetTokens: what a
+	// stream's watch (standing.go) waits on besides its ticker.
+	changed atomic.Pointer[chan struct{}]
 }
 
 // SetStaleNote sets what a refusal of an unknown token adds: note says,
@@ -38,8 +41,14 @@ func (k *Keys) SetStaleNote(note func() string) { k.staleNote.Store(&note) }
 // NewKeys returns keys with the cell token (zero: --insecure, the cell
 // services open to anyone) and no API token yet.
 func NewKeys(cell CellToken) *Keys {
-	return &Keys{cell: cell, now: time.Now}
+	k := &Keys{cell: cell, now: time.Now}
+	changed := make(chan struct{})
+	k.changed.Store(&changed)
+	return k
 }
+
+// changes is closed by the next SetTokens.
+func (k *Keys) changes() <-chan struct{} { return *k.changed.Load() }
 
 // byHash is the tokens in force (none before the first SetTokens).
 func (k *Keys) byHash() map[string]*rivorav1.ApiToken {
@@ -61,6 +70,8 @@ func (k *Keys) SetTokens(tokens []*rivorav1.ApiToken) {
 		}
 	}
 	k.tokens.Store(&m)
+	next := make(chan struct{})
+	close(*k.changed.Swap(&next))
 }
 
 // Count is the number of API tokens in force.
