@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"time"
@@ -346,7 +347,7 @@ func (run *replayRun) object(ctx context.Context, k string) error {
 			run.p.Renamed = append(run.p.Renamed, renamed...)
 		}
 		i = end
-		if err := run.marked.mark(ctx, k, handled, at); err != nil {
+		if err := run.markHandled(ctx, k, handled, at); err != nil {
 			return errkind.Tag(errkind.Unavailable, err)
 		}
 		if err := run.progress(false); err != nil {
@@ -354,6 +355,18 @@ func (run *replayRun) object(ctx context.Context, k string) error {
 		}
 	}
 	return nil
+}
+
+// markTimeout bounds writing a batch's marks once the replay's call ended.
+const markTimeout = 10 * time.Second
+
+// markHandled marks lines of object k handled, at at, even when the
+// call ended meanwhile (its caller hung up, its token was revoked): the
+// batch is stored, and its marks are where a re-run resumes.
+func (run *replayRun) markHandled(ctx context.Context, k string, lines []int, at int64) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
+	return run.marked.mark(ctx, k, lines, at)
 }
 
 // batch is the next batch of matches from dls[i:] to re-ingest, as large
@@ -414,11 +427,17 @@ func replayedAs(batch []*rivorav1.DeadLetter) ([]*rivorav1.DeadLetter, []*rivora
 	return batch, renamed
 }
 
-// stop ends an interrupted run; its marks already say where. An error of
-// ingest keeps its kind; one without is Unavailable.
+// stop ends an interrupted run; its marks already say where. A call
+// ended for a reason of its own (ctx's cause: its token revoked, say)
+// stops with it, and otherwise as Canceled. An error of ingest keeps its
+// kind; one without is Unavailable.
 func (run *replayRun) stop(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		run.log.Info("replay interrupted; a re-run resumes", "destination", run.req.Filter.GetDestinationId(), "replayed", run.p.Replayed)
+		cause := context.Cause(ctx)
+		run.log.Info("replay interrupted; a re-run resumes", "destination", run.req.Filter.GetDestinationId(), "replayed", run.p.Replayed, "cause", cause)
+		if cause != ctx.Err() && errkind.Coded(cause) {
+			return fmt.Errorf("replay interrupted (run it again to resume): %w", cause)
+		}
 		return errkind.Errorf(errkind.Canceled, "replay interrupted; run it again to resume")
 	}
 	if errkind.Coded(err) {
