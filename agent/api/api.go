@@ -120,13 +120,19 @@ func HandleIngest(mux *http.ServeMux, keys *auth.Keys, gateway *ingest.Gateway, 
 // ownedDestination returns the partition of a destination this agent
 // serves, or the error to answer: no config yet, unknown destination, or
 // one whose partition another agent owns (then only the control plane, or
-// that agent, knows its pending events).
-func (s *server) ownedDestination(destinationID string) (int, error) {
+// that agent, knows its pending events). To the caller of ctx's call
+// another customer's own destination is unknown when the caller is
+// limited to other customers (auth.OwnerHidden): the answer is word for
+// word an absent id's, so that it learns neither that the destination
+// exists nor whose it is.
+func (s *server) ownedDestination(ctx context.Context, destinationID string) (int, error) {
 	n := s.parts.Count()
 	if n == 0 {
 		return 0, errkind.Errorf(errkind.Unavailable, "this agent has no configuration from the control plane yet")
 	}
-	if _, ok := s.registry.Get(destinationID); !ok && s.sched.Pending(destinationID) == 0 {
+	d, known := s.registry.Get(destinationID)
+	hidden := known && auth.OwnerHidden(ctx, d.OwnerCustomer)
+	if hidden || (!known && s.sched.Pending(destinationID) == 0) {
 		return 0, errkind.Errorf(errkind.NotFound, "destination %s: %w (see rivoractl destinations list)", destinationID, errkind.NotFound)
 	}
 	p := lanes.Partition(destinationID, n)

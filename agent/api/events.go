@@ -350,7 +350,7 @@ func (s *eventService) ListEvents(ctx context.Context, req *connect.Request[rivo
 	// Only the owner knows the destination's pending events. A deleted
 	// destination has none, and its history stays (as for events get and
 	// dlq list): any agent lists that.
-	_, unknown := s.ownedDestination(q.destination)
+	_, unknown := s.ownedDestination(ctx, q.destination)
 	if unknown != nil && (!errors.Is(unknown, errkind.NotFound) || errors.Is(unknown, errNotOwnedHere) || !(q.history.Delivered || q.history.Dead)) {
 		return nil, unknown
 	}
@@ -573,7 +573,7 @@ func (s *eventService) ResendEvent(ctx context.Context, req *connect.Request[riv
 		return nil, err
 	}
 	// Only the owner of its partition knows whether it is pending again.
-	if _, err := s.ownedDestination(found.event.GetDestinationId()); err != nil {
+	if _, err := s.ownedDestination(ctx, found.event.GetDestinationId()); err != nil {
 		return nil, err
 	}
 	before := time.Now()

@@ -37,7 +37,7 @@ func (s *laneService) ListLanes(ctx context.Context, req *connect.Request[rivora
 	if err := validateLaneFilter(m.GetDestinationId(), m.GetCustomerId(), m.GetSubscriptionId()); err != nil {
 		return nil, errkind.Tag(errkind.Invalid, err)
 	}
-	if _, err := s.ownedDestination(m.GetDestinationId()); err != nil {
+	if _, err := s.ownedDestination(ctx, m.GetDestinationId()); err != nil {
 		return nil, err
 	}
 	w := s.sched.WalkLanes(m.GetDestinationId(), scheduler.LaneFilter{
@@ -129,7 +129,7 @@ func (s *laneService) SkipLaneHead(ctx context.Context, req *connect.Request[riv
 	if err := validateSkip(m); err != nil {
 		return nil, errkind.Tag(errkind.Invalid, err)
 	}
-	p, err := s.ownedDestination(m.GetDestinationId())
+	p, err := s.ownedDestination(ctx, m.GetDestinationId())
 	if err != nil {
 		return nil, err
 	}
