@@ -91,3 +91,56 @@ func TestAnotherCustomersDestinationListsAsAbsent(t *testing.T) {
 		}
 	}
 }
+
+// Every other call a customer token makes naming a destination answers
+// another customer's own destination byte for byte as an absent one, on
+// the agent and the control plane alike (a replay's is
+// TestReplayAnswersAnotherCustomersDestinationAsAbsent's).
+func TestAnotherCustomersDestinationIsAbsentToEveryCall(t *testing.T) {
+	r := startAgent(t, t.TempDir())
+	p := newPartner(t, func(partner.Request) int { return 200 })
+	own := destination("beta-hooks", p.URL(), 3)
+	own.OwnerCustomer = "beta"
+	r.create(own)
+	token := r.Token(rivorav1.Role_ROLE_CUSTOMER, "acme")
+	post := func(procedure, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, r.URL+procedure, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := r.HTTPClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(bytes.TrimSpace(out))
+	}
+	for _, c := range [][2]string{
+		{rivorav1connect.ArchiveServiceListDeadLettersProcedure, `{"filter":{"destinationId":%q,"customerId":"acme"}}`},
+		{rivorav1connect.ArchiveServiceDeadLetterStatsProcedure, `{"filter":{"destinationId":%q,"customerId":"acme"}}`},
+		{rivorav1connect.ArchiveServiceGetDeadLetterProcedure, `{"eventId":"01a24c03-0000-7000-8000-000000000000","destinationId":%q}`},
+		{rivorav1connect.IngestServicePublishProcedure, `{"destinationId":%q,"customerId":"acme","laneKey":"l","type":"t","payload":"e30="}`},
+		{rivorav1connect.IngestServicePublishBatchProcedure, `{"events":[{"destinationId":%q,"customerId":"acme","laneKey":"l","type":"t","payload":"e30="}]}`},
+		{rivorav1connect.AdminServiceGetDestinationProcedure, `{"id":%q}`},
+		{rivorav1connect.AdminServiceGetDestinationHealthProcedure, `{"destinationId":%q}`},
+		{rivorav1connect.AdminServiceVerifyDeliveryProcedure, `{"destinationId":%q}`},
+		{rivorav1connect.AdminServiceRotateDestinationSecretProcedure, `{"destinationId":%q}`},
+		{rivorav1connect.AdminServiceDeleteDestinationProcedure, `{"id":%q}`},
+		{rivorav1connect.SubscriptionServiceCreateSubscriptionProcedure, `{"customerId":"acme","destinationId":%q,"types":["*"]}`},
+		{rivorav1connect.SubscriptionServiceListSubscriptionsProcedure, `{"customerId":"acme","destinationId":%q}`},
+	} {
+		procedure, format := c[0], c[1]
+		absentStatus, absent := post(procedure, fmt.Sprintf(format, "nope-x"))
+		status, got := post(procedure, fmt.Sprintf(format, "beta-hooks"))
+		if want := strings.ReplaceAll(absent, "nope-x", "beta-hooks"); status != absentStatus || got != want {
+			t.Errorf("%s of beta's own destination: %d %s; want the absent destination's answer, %d %s", procedure, status, got, absentStatus, want)
+		}
+	}
+}
