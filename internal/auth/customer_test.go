@@ -249,3 +249,24 @@ func TestOnlyTheCellPublishesOperatorNotices(t *testing.T) {
 		}
 	}
 }
+
+// What a customer owns is hidden from tokens limited to other customers;
+// what no customer owns (a shared destination) from no one: a publisher
+// scoped to acme listing a shared destination's events was told it did
+// not exist.
+func TestOwnerHidden(t *testing.T) {
+	acme := WithPrincipal(context.Background(), &Principal{Role: publisher, Customers: []string{"acme"}})
+	op := WithPrincipal(context.Background(), &Principal{Role: operator})
+	for _, c := range []struct {
+		ctx    context.Context
+		owner  string
+		hidden bool
+	}{
+		{acme, "", false}, {acme, "acme", false}, {acme, "beta", true},
+		{op, "beta", false}, {context.Background(), "beta", false},
+	} {
+		if got := OwnerHidden(c.ctx, c.owner); got != c.hidden {
+			t.Errorf("OwnerHidden(%v, %q) = %v, want %v", FromContext(c.ctx), c.owner, got, c.hidden)
+		}
+	}
+}

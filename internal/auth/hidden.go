@@ -30,8 +30,13 @@ func DeadLetterNotFound(id string) error {
 // customer's own destination) must read to the caller of ctx's call as
 // if it did not exist: the caller is limited to some customers
 // (Principal.Scoped) and may not act for owner. Any other caller (an
-// operator; no principal: an in-process call) is told whose it is.
+// operator; no principal: an in-process call) is told whose it is. An
+// item no customer owns (owner "": a shared destination) is hidden from
+// no one.
 func OwnerHidden(ctx context.Context, owner string) bool {
+	if owner == "" {
+		return false
+	}
 	p := FromContext(ctx)
 	return p != nil && p.Scoped() && !p.MayActFor(owner)
 }
