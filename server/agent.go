@@ -46,7 +46,7 @@ func RunAgent(ctx context.Context, opts AgentOptions) error {
 	ag, err := agent.New(ctx, cfg, log)
 	if err != nil {
 		ln.Close()
-		return err
+		return withPortFlag(err)
 	}
 	mux := baseMux(ag.Healthy, opts.HTTP.Pprof, opts.HTTP.MetricsToken)
 	ag.Handle(mux)

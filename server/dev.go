@@ -73,7 +73,7 @@ func RunDev(ctx context.Context, opts DevOptions) error {
 	ag, err := agent.New(ctx, agCfg, log)
 	if err != nil {
 		ln.Close()
-		return err
+		return withPortFlag(err)
 	}
 	mux := baseMux(ag.Healthy, opts.HTTP.Pprof, opts.HTTP.MetricsToken)
 	cp.Handle(mux)

@@ -144,13 +144,19 @@ func newServer(h http.Handler) *http.Server {
 // --max-connections bounds.
 const maxStreams = 32
 
-// listen opens addr, over TLS with tlsCfg (nil: plain), and returns the
-// listener with its base URL (https:// with TLS). Plain text on an
-// address other hosts reach is logged as a warning.
+// listen opens addr (--listen), over TLS with tlsCfg (nil: plain), and
+// returns the listener with its base URL (https:// with TLS). Plain text
+// on an address other hosts reach is logged as a warning. An address it
+// cannot open is refused naming the flag: "--listen ADDR: bind: address
+// already in use".
 func listen(log *slog.Logger, addr string, tlsCfg *tls.Config) (net.Listener, string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, "", fmt.Errorf("listen on %s: %w", addr, err)
+		var op *net.OpError
+		if errors.As(err, &op) {
+			err = op.Err // without "listen tcp ADDR:", said already
+		}
+		return nil, "", fmt.Errorf("--listen %s: %w", addr, err)
 	}
 	if tlsCfg != nil {
 		return tls.NewListener(ln, tlsCfg), "https://" + ln.Addr().String(), nil

@@ -162,7 +162,9 @@ type Server struct {
 // the server, waits until it accepts connections and connects in process.
 // A data dir another server has open is refused (ErrDataDirInUse): two
 // servers on one store overwrite each other's files, and lose events
-// either acknowledged.
+// either acknowledged. A port it cannot open (one in use) is refused at
+// once, as a *ListenError, and so is any fatal error of the server's own
+// start.
 func Start(cfg Config, log *slog.Logger) (*Server, error) {
 	lock := cfg.Lock
 	if lock == nil {
@@ -185,6 +187,9 @@ func Start(cfg Config, log *slog.Logger) (*Server, error) {
 
 // startLocked is Start, the data dir locked.
 func startLocked(cfg Config, log *slog.Logger) (*Server, error) {
+	if err := checkPorts(cfg); err != nil {
+		return nil, err
+	}
 	opts := &server.Options{
 		ServerName: cfg.Name,
 		JetStream:  true,
@@ -307,12 +312,13 @@ func start(opts *server.Options, cfg Config, log *slog.Logger) (*Server, error) 
 	var leaf *leafLog
 	if len(cfg.LeafRemotes) > 0 {
 		leaf = &leafLog{}
-		ns.SetLoggerV2(leaf, false, false, false)
 	}
+	logger := newServerLog(leaf)
+	ns.SetLoggerV2(logger, false, false, false)
 	ns.Start()
-	if !ns.ReadyForConnections(30 * time.Second) {
+	if err := awaitReady(ns, logger.fatal, opts.StoreDir); err != nil {
 		ns.Shutdown()
-		return nil, fmt.Errorf("embedded nats: not ready after 30s (store %s)", opts.StoreDir)
+		return nil, err
 	}
 	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.Name(cfg.Name), nats.MaxReconnects(-1), credential(cfg.Password))
 	if err != nil {
