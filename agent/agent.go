@@ -71,8 +71,9 @@ type Config struct {
 	Name    string
 	DataDir string
 	// DataDirLock is DataDir's lock when the caller took it already
-	// (rivora dev, whose control plane keeps its state in the same dir);
-	// nil: the embedded server takes it (natsd.Config.Lock).
+	// (rivora dev and agent, which release it only once their HTTP
+	// server has stopped too); it stays the caller's. nil: the embedded
+	// server takes it, and releases it as it stops (natsd.Config.Lock).
 	DataDirLock *natsd.DirLock
 	// ControlPlaneURL is where the agent watches its configuration; with
 	// several control planes, their URLs comma-separated (the agent

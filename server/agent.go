@@ -35,6 +35,15 @@ func RunAgent(ctx context.Context, opts AgentOptions) error {
 	if err := natsd.AwaitRoom(ctx, cfg.DataDir, natsd.MinFreeToStart, log.With("component", "agent")); err != nil {
 		return err
 	}
+	// The data dir is this process's until it returns: released last,
+	// once its HTTP server answers no more (the embedded NATS server
+	// would release it as it stops, before the last answers).
+	lock, err := natsd.LockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	cfg.DataDirLock = lock
 	ln, self, err := listen(log, opts.HTTP.Listen, opts.HTTP.TLS.Server)
 	if err != nil {
 		return err

@@ -50,8 +50,7 @@ func RunDev(ctx context.Context, opts DevOptions) error {
 	cpCfg.Transport = opts.HTTP.TLS.Transport
 	// The data dir is this process's before the control plane opens its
 	// state there: a second rivora dev on a live dir stops here, having
-	// touched nothing. The agent's embedded server keeps the lock (and
-	// releases it as it stops); the release here is for a failure before.
+	// touched nothing. It is released last, once nothing answers from it.
 	lock, err := natsd.LockDataDir(agCfg.DataDir)
 	if err != nil {
 		return err

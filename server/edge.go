@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/edge/edged"
 	"github.com/rivora/rivora/internal/introspect"
 )
@@ -22,6 +23,14 @@ type EdgeOptions struct {
 // ends.
 func RunEdge(ctx context.Context, opts EdgeOptions) error {
 	log, cfg := opts.Log, opts.Edge
+	// The data dir is this process's until it returns: released last,
+	// once its HTTP server answers no more.
+	lock, err := natsd.LockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	cfg.DataDirLock = lock
 	ln, self, err := listen(log, opts.HTTP.Listen, opts.HTTP.TLS.Server)
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -187,10 +188,13 @@ func warnPlainText(log *slog.Logger, addr net.Addr) {
 
 // serveUntil serves until ctx ends, then stops accepting and waits up to
 // 30s for open requests. runners run beside the server; serveUntil returns
-// once all of them have returned.
+// once all of them have returned, and no request is being handled (or
+// handlerWait has passed): the caller may then let the data dir go.
 func serveUntil(ctx context.Context, log *slog.Logger, srv *http.Server, ln net.Listener, runners ...func(context.Context) error) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
+	handlers := &handlerCount{next: srv.Handler}
+	srv.Handler = handlers
 	errs := make(chan error, len(runners))
 	for _, run := range runners {
 		go func() {
@@ -230,7 +234,58 @@ func serveUntil(ctx context.Context, log *slog.Logger, srv *http.Server, ln net.
 	case <-time.After(time.Second):
 		srv.Close()
 	}
+	// Close does not wait for the handlers still running (their
+	// connections closed, their contexts ended).
+	select {
+	case <-handlers.idle():
+	case <-time.After(handlerWait):
+		log.Warn("stopping with requests still being handled", "waited", handlerWait)
+	}
 	return firstErr
+}
+
+// handlerWait bounds serveUntil's wait for the handlers left running
+// once the server is closed.
+const handlerWait = 5 * time.Second
+
+// handlerCount counts the requests being handled by next.
+type handlerCount struct {
+	next    http.Handler
+	mu      sync.Mutex
+	running int
+	// whenIdle, once asked for, is closed when running drops to 0.
+	whenIdle chan struct{}
+}
+
+func (h *handlerCount) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.add(1)
+	defer h.add(-1)
+	h.next.ServeHTTP(w, r)
+}
+
+func (h *handlerCount) add(n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.running += n
+	if h.running == 0 && h.whenIdle != nil {
+		close(h.whenIdle)
+		h.whenIdle = nil
+	}
+}
+
+// idle is closed once no request is being handled.
+func (h *handlerCount) idle() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.running == 0 {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	if h.whenIdle == nil {
+		h.whenIdle = make(chan struct{})
+	}
+	return h.whenIdle
 }
 
 // serve serves mux on ln (newServer, its connections capped by

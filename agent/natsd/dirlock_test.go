@@ -59,9 +59,10 @@ func TestAStoreInUseIsRefused(t *testing.T) {
 	}
 }
 
-// A lock given to Start (rivora dev takes it before its control plane
-// opens the dir) is the server's: Shutdown releases it. A lock on another
-// dir is refused, and released.
+// A lock given to Start (rivora dev, agent and edge take it before
+// anything opens the dir) stays the caller's: Shutdown leaves it held, for
+// the caller releases it last, after its HTTP server has stopped too. A
+// lock on another dir is refused, and left to its caller too.
 func TestStartWithTheCallersLock(t *testing.T) {
 	dir := t.TempDir()
 	lock, err := natsd.LockDataDir(dir)
@@ -76,19 +77,26 @@ func TestStartWithTheCallersLock(t *testing.T) {
 		t.Fatalf("Start with the dir's lock: %v", err)
 	}
 	srv.Shutdown()
-	lock.Release() // a second release does nothing
+	if _, err := natsd.LockDataDir(dir); !errors.Is(err, natsd.ErrDataDirInUse) {
+		t.Fatalf("the caller's lock after Shutdown: %v, want it still held (ErrDataDirInUse)", err)
+	}
+	lock.Release()
+	if l, err := natsd.LockDataDir(dir); err != nil {
+		t.Fatalf("the dir once its caller released the lock: %v", err)
+	} else {
+		l.Release()
+	}
 	other, err := natsd.LockDataDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer other.Release()
 	if srv, err := natsd.Start(natsd.Config{DataDir: dir, Lock: other}, slog.New(slog.DiscardHandler)); err == nil {
 		srv.Shutdown()
 		t.Fatal("Start with another dir's lock")
 	}
-	if l, err := natsd.LockDataDir(other.Dir()); err != nil {
-		t.Fatalf("the refused lock was not released: %v", err)
-	} else {
-		l.Release()
+	if _, err := natsd.LockDataDir(other.Dir()); !errors.Is(err, natsd.ErrDataDirInUse) {
+		t.Fatalf("the refused lock: %v, want it still its caller's (ErrDataDirInUse)", err)
 	}
 }
 

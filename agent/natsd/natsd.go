@@ -94,9 +94,11 @@ type Config struct {
 	// it knows soon that it is cut off.
 	PingInterval time.Duration
 	// Lock is DataDir's lock (LockDataDir) when the caller took it
-	// already (rivora dev, before its control plane opens its state in
-	// the same dir); nil: Start takes it. Either way the Server releases
-	// it at Shutdown, and Start releases it when it fails.
+	// already: then it stays the caller's, who releases it once nothing
+	// of the process uses the dir any more (rivora dev, agent and edge
+	// take it first and release it last, after their HTTP server and
+	// control plane have stopped too). nil: Start takes it, Shutdown
+	// releases it, and so does a Start that fails.
 	Lock *DirLock
 }
 
@@ -149,7 +151,8 @@ type Server struct {
 	quit    chan struct{}
 	// shutdownOnce makes Shutdown idempotent (quit is closed once).
 	shutdownOnce sync.Once
-	// lock keeps every other server off the data dir until Shutdown.
+	// lock, taken by Start (nil: the caller's, Config.Lock), keeps every
+	// other server off the data dir until Shutdown.
 	lock      *DirLock
 	watchDone chan struct{}
 	log       *slog.Logger
@@ -158,7 +161,7 @@ type Server struct {
 	leafLog *leafLog
 }
 
-// Start takes the data dir's lock (unless cfg.Lock is held already), starts
+// Start takes the data dir's lock (unless the caller holds it, cfg.Lock), starts
 // the server, waits until it accepts connections and connects in process.
 // A data dir another server has open is refused (ErrDataDirInUse): two
 // servers on one store overwrite each other's files, and lose events
@@ -166,15 +169,15 @@ type Server struct {
 // once, as a *ListenError, and so is any fatal error of the server's own
 // start.
 func Start(cfg Config, log *slog.Logger) (*Server, error) {
-	lock := cfg.Lock
-	if lock == nil {
-		var err error
-		if lock, err = LockDataDir(cfg.DataDir); err != nil {
-			return nil, err
+	if cfg.Lock != nil {
+		if filepath.Clean(cfg.Lock.Dir()) != filepath.Clean(cfg.DataDir) {
+			return nil, fmt.Errorf("embedded nats: the lock given is on %s, not on the data dir %s", cfg.Lock.Dir(), cfg.DataDir)
 		}
-	} else if filepath.Clean(lock.Dir()) != filepath.Clean(cfg.DataDir) {
-		lock.Release()
-		return nil, fmt.Errorf("embedded nats: the lock given is on %s, not on the data dir %s", lock.Dir(), cfg.DataDir)
+		return startLocked(cfg, log)
+	}
+	lock, err := LockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
 	}
 	srv, err := startLocked(cfg, log)
 	if err != nil {
@@ -491,7 +494,8 @@ func (s *Server) ClusterAddr() string {
 func (s *Server) Syncer() *Syncer { return s.syncer }
 
 // Shutdown drains the connection, stops the server and releases the data
-// dir's lock: another server may open the dir once it returns. Calls after
+// dir's lock if Start took it (a caller's, Config.Lock, stays held):
+// another server may open the dir once it returns. Calls after
 // the first do nothing (a test's cleanup may follow the agent's own stop).
 func (s *Server) Shutdown() { s.shutdownOnce.Do(s.shutdown) }
 

@@ -58,6 +58,11 @@ type Config struct {
 	// (DataDir/edge-name) and the last config applied
 	// (DataDir/edge-config.pb).
 	DataDir string
+	// DataDirLock is DataDir's lock when the caller took it already
+	// (rivora edge, which releases it only once its HTTP server has
+	// stopped too); it stays the caller's. nil: the edge's NATS server
+	// takes it, and releases it as it stops (natsd.Config.Lock).
+	DataDirLock *natsd.DirLock
 	// CellLeaf are the cell's leaf ports (nats-leaf://HOST:PORT), tried
 	// in turn; the server reconnects for ever.
 	CellLeaf []string
@@ -155,7 +160,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 	}
 	var err error
 	if e.nats, err = natsd.Start(natsd.Config{
-		DataDir: cfg.DataDir, Name: cfg.Name, Fsync: cfg.SyncAlways, Domain: edge.Domain(cfg.Name),
+		DataDir: cfg.DataDir, Lock: cfg.DataDirLock, Name: cfg.Name, Fsync: cfg.SyncAlways, Domain: edge.Domain(cfg.Name),
 		LeafRemotes: cfg.CellLeaf, LeafPassword: agent.LeafPassword(cfg.Keys.Cell()), TLS: leafTLS(cfg.LeafCA),
 		PingInterval: pingInterval,
 	}, base.With("component", "nats")); err != nil {
