@@ -43,28 +43,20 @@ const (
 const requestTimeout = 30 * time.Second
 
 // Run runs rivoractl with os.Args-style args on the process's standard
-// streams and returns the exit code. Ctrl-C cancels the running call; a
-// command that then waits on something (listen, for the answers it is
-// giving) stops at once on a second Ctrl-C.
+// streams and returns the exit code. The first Ctrl-C cancels the running
+// call, and a long-running command (listen, replay, --wait) stops
+// gracefully, saying how; a second one stops rivoractl at once
+// (interrupt.go).
 func Run(args []string) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt)
 	defer signal.Stop(sigs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	again, returned := make(chan struct{}), make(chan struct{})
-	defer close(returned)
-	go func() {
-		for _, stop := range []func(){cancel, func() { close(again) }} {
-			select {
-			case <-sigs:
-				stop()
-			case <-returned:
-				return
-			}
-		}
-	}()
-	return runContext(ctx, again, args, os.Stdin, os.Stdout, os.Stderr)
+	intr := newInterrupt()
+	code := make(chan int, 1)
+	go func() { code <- runContext(ctx, intr, args, os.Stdin, os.Stdout, os.Stderr) }()
+	return awaitExit(code, sigs, cancel, intr, os.Stderr)
 }
 
 // RunContext is Run with explicit context and streams. Results go to
@@ -74,14 +66,13 @@ func RunContext(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	return runContext(ctx, nil, args, stdin, stdout, stderr)
 }
 
-// runContext is RunContext with a second interrupt: again closes (nil:
-// never) when whatever a command still waits on after ctx ended is to be
-// given up too.
-func runContext(ctx context.Context, again <-chan struct{}, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+// runContext is RunContext with Run's Ctrl-C: ctx ends at the first, intr
+// (nil: none) tells of the second.
+func runContext(ctx context.Context, intr *interrupt, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if stdin == nil {
 		stdin = strings.NewReader("")
 	}
-	e := &env{in: stdin, out: stdout, errOut: stderr, args: args, again: again}
+	e := &env{in: stdin, out: stdout, errOut: stderr, args: args, intr: intr}
 	app := e.newApp(stdout, stderr)
 	args, err := normalizeArgs(app, args)
 	if err == nil {
@@ -115,8 +106,8 @@ type env struct {
 	// args is the command line, to tell a flag from its environment
 	// variable in errors.
 	args []string
-	// again closes at a second Ctrl-C (nil: never).
-	again <-chan struct{}
+	// intr is Run's second Ctrl-C (nil: none, RunContext).
+	intr *interrupt
 }
 
 func (e *env) newApp(stdout, stderr io.Writer) *ucli.App {
@@ -145,7 +136,12 @@ Customers' events can also fan out: publish without --destination and each
 of the customer's matching subscriptions gets its own delivery:
 
    rivoractl subscriptions create --customer acme --destination orders --types 'order.*'
-   rivoractl publish --customer acme --lane user-42 --type order.created --data '{"order": 1}'`,
+   rivoractl publish --customer acme --lane user-42 --type order.created --data '{"order": 1}'
+
+Ctrl-C stops a command. One that runs on stops gracefully and says how:
+listen waits a few seconds for the requests it is answering, replay says
+how far it got (the same command again resumes), --wait that the change is
+made. A second Ctrl-C stops rivoractl at once (exit code 130).`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{
 				Name:    "server",

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -308,9 +309,10 @@ id of that other event, so it is delivered under an id of its own, with
 the header rivora-replay-of naming the old one; the replay lists each.
 
 A dead letter is sent by one replay only: each is marked once re-accepted,
-and a later replay skips it, whatever its filter. So Ctrl-C stops cleanly,
-and running the same command again resumes after what was already
-re-accepted. --restart sends the marked ones again.
+and a later replay skips it, whatever its filter. So Ctrl-C stops cleanly:
+the replay says how many dead letters it had done, and running the same
+command again resumes after what was already re-accepted. --restart sends
+the marked ones again.
 
 Examples:
    rivoractl replay --destination orders --dry-run
@@ -368,7 +370,7 @@ func (e *env) replay(c *ucli.Context) error {
 			fmt.Fprintln(e.out)
 		}
 		if c.Context.Err() != nil {
-			return fmt.Errorf("replay interrupted; run the same command again to resume")
+			return replayStopped(last, c.Bool("dry-run"))
 		}
 		return callFailed("replay", err, resumeHints(last, c.Bool("dry-run")))
 	}
@@ -404,6 +406,20 @@ func (e *env) replay(c *ucli.Context) error {
 		return err
 	}
 	return e.showRenamed(renamed)
+}
+
+// replayStopped says how far a replay that Ctrl-C stopped got (its last
+// report: the server may have re-accepted a few more since), and that
+// running it again resumes after them.
+func replayStopped(last *rivorav1.ReplayResponse, dryRun bool) error {
+	switch {
+	case dryRun:
+		return errors.New("replay --dry-run stopped (Ctrl-C) before its count; nothing was replayed")
+	case last == nil:
+		return errors.New("replay stopped (Ctrl-C) before its first report; run the same command again to resume (each dead letter re-accepted is marked, and a re-run skips it)")
+	}
+	return fmt.Errorf("replay stopped (Ctrl-C) with %d of %d dead letters done (%d replayed, %d skipped; a few more may have been since its last report); run the same command again to resume (each dead letter re-accepted is marked, and a re-run skips it)",
+		last.GetReplayed()+last.GetSkipped(), last.GetTotal(), last.GetReplayed(), last.GetSkipped())
 }
 
 // resumeHints tell, for a replay that stopped after it began (the agent

@@ -174,7 +174,7 @@ func (e *env) listen(c *ucli.Context) error {
 	if !r.json {
 		r.printHeader()
 	}
-	return serveUntilDone(c.Context, e.again, ln, r, e.errOut)
+	return e.serveUntilDone(c.Context, ln, r)
 }
 
 // destinationToListenFor reads destination id, so that a mistyped id or a
@@ -247,12 +247,12 @@ func pointsAt(destURL, listen string) bool {
 }
 
 // serveUntilDone serves r on ln until ctx ends (Ctrl-C), then takes no
-// more requests and waits for those being answered: until they are, for
-// listenDrain at most, or until again closes (a second Ctrl-C). What is
+// more requests and waits for those being answered (e.stopping): until
+// they are, for listenDrain at most, or until a second Ctrl-C. What is
 // left is then cut short; each request's line is printed before it
 // returns. Only requests are waited for: a connection between requests,
 // or opened and silent, does not hold the exit.
-func serveUntilDone(ctx context.Context, again <-chan struct{}, ln net.Listener, r *receiver, errOut io.Writer) error {
+func (e *env) serveUntilDone(ctx context.Context, ln net.Listener, r *receiver) error {
 	stopped, stop := context.WithCancel(context.Background())
 	defer stop()
 	r.stopped = stopped
@@ -273,14 +273,7 @@ func serveUntilDone(ctx context.Context, again <-chan struct{}, ln net.Listener,
 		close(shutdownDone)
 	}()
 	if n := r.inFlight(); n > 0 {
-		fmt.Fprintf(errOut, "Stopping: waiting up to %s for %d %s being answered; Ctrl-C again to stop now.\n", listenDrain, n, plural(n, "request"))
-	}
-	drain := time.NewTimer(listenDrain)
-	defer drain.Stop()
-	select {
-	case <-r.idle():
-	case <-drain.C:
-	case <-again:
+		e.stopping(fmt.Sprintf("waiting up to %s for %d %s being answered", listenDrain, n, plural(n, "request")), r.idle(), listenDrain)
 	}
 	stop() // handlers still waiting print their line, marked interrupted
 	srv.Close()

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,11 +36,10 @@ func startListen(t *testing.T, server string, args ...string) *listening {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &listening{out: &syncbuf.Buffer{}, errOut: &syncbuf.Buffer{}}
 	full := append([]string{"rivoractl", "--server", server, "listen", "--listen", "127.0.0.1:0"}, args...)
-	again := make(chan struct{})
-	var once sync.Once
+	intr := newInterrupt()
 	l.code = make(chan int, 1)
-	go func() { l.code <- runContext(ctx, again, full, strings.NewReader(""), l.out, l.errOut) }()
-	l.interrupt, l.again = cancel, func() { once.Do(func() { close(again) }) }
+	go func() { l.code <- runContext(ctx, intr, full, strings.NewReader(""), l.out, l.errOut) }()
+	l.interrupt, l.again = cancel, func() { intr.second() }
 	l.stop = func() int { cancel(); return <-l.code }
 	t.Cleanup(func() { cancel(); l.again() })
 	poll.True(t, "listen says where it listens", 10*time.Second, func() bool {

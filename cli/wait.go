@@ -14,7 +14,7 @@ import (
 )
 
 // waitFlag is on every command that changes configuration.
-var waitFlag = &ucli.BoolFlag{Name: "wait", Usage: "return only once every connected agent has applied the change, and say how long that took"}
+var waitFlag = &ucli.BoolFlag{Name: "wait", Usage: "return only once every connected agent has applied the change, and say how long that took (Ctrl-C stops waiting; the change stays made)"}
 
 // waitTimeout bounds --wait.
 const waitTimeout = 30 * time.Second
@@ -30,6 +30,9 @@ func (e *env) afterChange(c *ucli.Context, version uint64) error {
 	defer cancel()
 	for {
 		resp, err := e.admin().GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+		if c.Context.Err() != nil {
+			return waitStopped(version)
+		}
 		if err != nil {
 			return callFailed("wait for agents", err, nil)
 		}
@@ -61,6 +64,9 @@ func (e *env) afterChange(c *ucli.Context, version uint64) error {
 		}
 		select {
 		case <-ctx.Done():
+			if c.Context.Err() != nil {
+				return waitStopped(version)
+			}
 			if connected == 0 {
 				return fmt.Errorf("wait for agents: no agent is connected to the control plane after %s", waitTimeout)
 			}
@@ -68,6 +74,11 @@ func (e *env) afterChange(c *ucli.Context, version uint64) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// waitStopped says that Ctrl-C stopped --wait, not the change.
+func waitStopped(version uint64) error {
+	return fmt.Errorf("stopped waiting (Ctrl-C); the change is made (config version %d), and agents apply it as they receive it: `rivoractl agents list` shows the version each has applied", version)
 }
 
 // awayNote names the registered agents that are not connected ("" when

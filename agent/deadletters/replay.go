@@ -82,12 +82,14 @@ type Progress struct {
 	Renamed []*rivorav1.ReplayRename
 }
 
-// reportEvery spaces the progress reports while replaying.
+// reportEvery spaces the progress reports while replaying; a pace that
+// waits longer between batches reports before each wait.
 const reportEvery = 200 * time.Millisecond
 
 // Run replays req, calling progress with the count of what matches before
 // re-ingesting any (a dry run's only report, with Done), then every
-// reportEvery or so, and last with Done. An error progress returns stops
+// reportEvery or so (and before each wait of a slower pace), and last with
+// Done. An error progress returns stops
 // the replay. Run returns where the replay got to, and why it stopped: a
 // request that is wrong (errkind.Invalid), the archive, ingest or the
 // marks bucket failing (their kind, else errkind.Unavailable), ctx
@@ -148,8 +150,9 @@ type replayRun struct {
 	report func(Progress) error
 	pace   *pacer
 	// start is when re-ingest began, lastReport when progress was last
-	// reported.
+	// reported, and reportedDone how many were done then.
 	start, lastReport time.Time
+	reportedDone      int64
 	// repeats are the lines, per archive object, that this replay skips:
 	// an event replayed before that died again has a dead letter per
 	// death, and is re-accepted once, at its first death no replay
@@ -330,6 +333,14 @@ func (run *replayRun) object(ctx context.Context, k string) error {
 	}
 	for i := 0; i < len(dls); {
 		batch, handled, end := run.batch(k, dls, i)
+		// A slow pace's wait is preceded by a report: what was done
+		// shows before it, and a caller who stops the replay meanwhile
+		// (Ctrl-C) knows where it got.
+		if len(batch) > 0 && run.pace.ahead() > reportEvery && run.p.Replayed+run.p.Skipped != run.reportedDone {
+			if err := run.progress(true); err != nil {
+				return err
+			}
+		}
 		if err := run.pace.wait(ctx, len(batch)); err != nil {
 			return run.stop(ctx, err)
 		}
@@ -394,7 +405,7 @@ func (run *replayRun) progress(force bool) error {
 	if !force && now.Sub(run.lastReport) < reportEvery {
 		return nil
 	}
-	run.lastReport = now
+	run.lastReport, run.reportedDone = now, run.p.Replayed+run.p.Skipped
 	if secs := now.Sub(run.start).Seconds(); secs > 0 {
 		run.p.RatePerSecond = float64(run.p.Replayed) / secs
 	}
@@ -470,6 +481,14 @@ func (p *pacer) batch() int {
 		return 500
 	}
 	return int(min(500, max(1, p.rate/10)))
+}
+
+// ahead is how long the next batch waits (0 or less: none).
+func (p *pacer) ahead() time.Duration {
+	if p.rate <= 0 {
+		return 0
+	}
+	return p.next.Sub(p.clock.Now())
 }
 
 // wait returns when n more events may go: once the previous batch's

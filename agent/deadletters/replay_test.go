@@ -395,6 +395,29 @@ func TestReplayPacing(t *testing.T) {
 	}
 }
 
+// A pace slower than the reports (here 1/s: a batch of one a second)
+// reports before each wait: a replay stopped meanwhile (Ctrl-C) knows
+// what it did. The report after each batch fell within 200 ms of the one
+// before, so the last batch before a long wait was never reported.
+func TestASlowReplayReportsBeforeEachWait(t *testing.T) {
+	rg := newReplayRig(t)
+	rg.put(t, "orders", 0, 1, time.Hour, deads("a", 3)...)
+	reports, end, err := rg.run(context.Background(), ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}, Rate: rate(1)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replayed []int64
+	for _, r := range reports {
+		replayed = append(replayed, r.Replayed)
+	}
+	// The count; the first batch, before the first wait; the second and
+	// third, each after its batch (a second after the report before); the
+	// end. No report repeats the one before but the end's.
+	if want := []int64{0, 1, 2, 3, 3}; !slices.Equal(replayed, want) || !end.Done {
+		t.Fatalf("reports of %v replayed (end %+v), want %v", replayed, end, want)
+	}
+}
+
 // A replay that stops (ingest fails, the caller leaves) keeps its
 // mark: a re-run with the same filter resumes after what was
 // re-ingested, counting the rest as skipped, and re-ingests nothing twice.
