@@ -171,7 +171,7 @@ func (e *env) createDestination(c *ucli.Context) error {
 	defer cancel()
 	resp, err := e.admin().CreateDestination(ctx, connect.NewRequest(req))
 	if err != nil {
-		return callFailed(fmt.Sprintf("create destination %q", id), err, map[connect.Code]string{
+		return limitsRefused(fmt.Sprintf("create destination %q", id), err, map[connect.Code]string{
 			connect.CodeAlreadyExists: "change it with `rivoractl destinations update " + id + "`",
 		})
 	}
@@ -368,7 +368,7 @@ func (e *env) updateDestination(c *ucli.Context) error {
 	defer cancel()
 	resp, err := e.admin().UpdateDestination(ctx, connect.NewRequest(req))
 	if err != nil {
-		return callFailed(fmt.Sprintf("update destination %q", id), err, notFoundHint)
+		return limitsRefused(fmt.Sprintf("update destination %q", id), err, notFoundHint)
 	}
 	if e.output == "json" {
 		err = writeJSON(e.out, resp.Msg.GetDestination())

@@ -84,7 +84,7 @@ func runGameday(args []string) error {
 	fs.DurationVar(&g.baseline, "baseline", 10*time.Second, "waf: bystander-only phase before the burst")
 	fs.IntVar(&g.hardDownEvents, "hard-down-events", 5000, "hard-down: backlog published while the partner is down")
 	fs.Float64Var(&g.hardDownRate, "hard-down-rate", 500, "hard-down: the destination's configured rate_per_second")
-	fs.IntVar(&g.hardDownMax, "hard-down-max-attempts", 3, "hard-down: the destination's max_attempts (back-offs 1+2 s at 3: the outage lasts far longer)")
+	fs.IntVar(&g.hardDownMax, "hard-down-max-attempts", 3, "hard-down: the destination's max attempts (back-offs 1+2 s at 3: the outage lasts far longer)")
 	fs.DurationVar(&g.probeWindow, "probe-window", 10*time.Second, "hard-down: how long to measure probes once parked")
 	fs.DurationVar(&g.scenarioLimit, "limit", 170*time.Second, "fail when the scenario takes longer")
 	fs.Parse(args)
@@ -729,7 +729,7 @@ func (g *gamedayFlags) runHardDown() error {
 	fmt.Fprintf(tw, "probes while parked\t%.2f/s (%d in %.1f s)\n", probeRate, probes, probeTo.Sub(probeFrom).Seconds())
 	fmt.Fprintf(tw, "first 2xx after recovery\t%.2f s\n", recovered.Seconds())
 	fmt.Fprintf(tw, "drain after recovery\t%.1f s (%.0f events/s)\n", drain.Seconds(), float64(g.hardDownEvents)/drain.Seconds())
-	fmt.Fprintf(tw, "failed attempts (503)\t%d (max_attempts %d)\n", failures, g.hardDownMax)
+	fmt.Fprintf(tw, "failed attempts (503)\t%d (max attempts %d)\n", failures, g.hardDownMax)
 	fmt.Fprintf(tw, "dead letters\t%d (want 0)\n", dead)
 	fmt.Fprintf(tw, "lane order violations\t%d\n", violations)
 	for i, tr := range transitions {
