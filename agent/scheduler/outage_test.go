@@ -537,3 +537,73 @@ func TestASharedDestinationsOutageIsNotOneCustomers(t *testing.T) {
 		}
 	}
 }
+
+// A partner that refuses one customer's payloads at once (in a
+// millisecond) is as shared as one that takes its time: another
+// customer's success in the last second, before the failing attempt
+// started, keeps the budget whole. It was judged only by successes
+// while the attempt was out, so one customer's batch of fast refusals
+// cut a shared destination to its floor for everyone.
+func TestOneCustomersFastRefusalsKeepASharedBudget(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("shared", 0, outageLimits)
+	appendTo(s, 0, lid("shared", "beta", "ok"), ev(50))
+	a, _ := step(s)
+	clk.Advance(5 * time.Millisecond)
+	s.Observe(a, 200, false, 0, "")
+	s.Succeeded(a)
+	clk.Advance(100 * time.Millisecond)
+	const failing = 10
+	for i := range failing {
+		appendTo(s, 0, lid("shared", "acme", fmt.Sprint("bad", i)), ev(uint64(i+1)))
+	}
+	charged := 0
+	for {
+		a, _ := step(s)
+		if a == nil {
+			break
+		}
+		clk.Advance(time.Millisecond)
+		if s.Observe(a, 500, true, 0, "HTTP 500").OtherwiseHealthy {
+			charged++
+		}
+		h := a.Head
+		h.LastAttemptAt, h.NotBefore = clk.Now(), clk.Now().Add(time.Minute)
+		s.Retry(a, h)
+	}
+	if charged != failing {
+		t.Errorf("%d of %d fast refusals charged to their events, want all (the destination answers beta)", charged, failing)
+	}
+	if snap := s.Snapshot("shared")[0]; snap.CurrentRate < snap.ConfiguredRate {
+		t.Errorf("after %d fast refusals of acme's: rate %v of %v (%s), want the budget whole", failing, snap.CurrentRate, snap.ConfiguredRate, snap.State)
+	}
+	checkInvariants(t, s)
+}
+
+// A parked destination has one attempt out at a time: a probe that
+// hangs until its timeout holds the next one back (each held a delivery
+// worker: ten hanging probes per parked destination took most of them).
+func TestAParkedDestinationProbesOneAtATime(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("d", 0, outageLimits)
+	ids := laneIDs("d", 4)
+	for i, id := range ids {
+		appendTo(s, 0, id, ev(uint64(i+1)))
+	}
+	outage(t, s, "d", func(lanes.ID) time.Time { return t0.Add(time.Hour) })
+	clk.Advance(time.Second)
+	hanging := mustPick(t, s)
+	appendTo(s, 0, lid("d", "c", "new"), ev(99)) // a first attempt, due at once
+	for range 50 {
+		clk.Advance(100 * time.Millisecond)
+		if a, _ := step(s); a != nil {
+			t.Fatalf("%s handed out while the probe of %s hangs on the parked destination", a.Lane.ID, hanging.Lane.ID)
+		}
+	}
+	failHeld(t, s, hanging, t0.Add(time.Hour))
+	clk.Advance(time.Second)
+	if a, _ := step(s); a == nil {
+		t.Fatal("no attempt once the hanging probe ended")
+	}
+	checkInvariants(t, s)
+}

@@ -166,22 +166,23 @@ func lookback(a *Attempt) (since time.Time, ok bool) {
 }
 
 // onlyItsCustomers reports whether a failure of a that is the
-// destination's is its customer's alone: while a was out, and within the
-// last FirstAttemptLookback, another customer's attempt went through, and
+// destination's is its customer's alone: within the last
+// FirstAttemptLookback another customer's attempt went through, and
 // since the head's previous attempt (as for otherwiseHealthy) none of
 // another customer's failed. A destination shared by customers then keeps
 // its budget for the others: one customer's flood of failing events, over
 // as many lanes as it likes, costs only that customer. A destination
 // serving one customer, or one that stopped answering everyone (no
 // success in the second before a's timeout), is never so: its failures
-// cut its budget as before. s.mu is held.
+// cut its budget as before. The second is the last one, not only the
+// time a was out: a partner refusing one customer's payloads within a
+// millisecond would otherwise rarely have answered anyone else meanwhile,
+// and one customer's batch of them cut the shared budget to its floor.
+// s.mu is held.
 func (s *Scheduler) onlyItsCustomers(a *Attempt) bool {
 	d, customer := a.Lane.dest, a.Lane.ID.Customer
 	since, ok := lookback(a)
-	answered := a.StartedAt
-	if recent := s.clock.Now().Add(-FirstAttemptLookback); recent.After(answered) {
-		answered = recent
-	}
+	answered := s.clock.Now().Add(-FirstAttemptLookback)
 	return ok && d.customerSuccesses.otherSince(customer, answered) && !d.customerFaults.otherSince(customer, since)
 }
 
