@@ -150,12 +150,24 @@ func (s *Scheduler) pick(now time.Time) (*Attempt, time.Duration) {
 	return nil, wait
 }
 
+// inFlightCap is how many attempts d may have out: its max_in_flight, and
+// one while parked. A parked destination's attempts probe whether it is
+// back; one out says as much as ten, and a partner that hangs would hold
+// a delivery worker per probe until its timeout (a customer's own
+// destinations at a hanging endpoint took most of the agent's workers).
+func (d *destination) inFlightCap() int {
+	if d.budget != nil && d.budget.State() == budget.Parked {
+		return 1
+	}
+	return d.limits.MaxInFlight
+}
+
 // pickProbe takes, for a parked destination with nothing due, the held
 // lane that would retry first, so that one probe per second finds out
 // when the destination is back even while every lane is in backoff.
 func (s *Scheduler) pickProbe(now time.Time, soonest func(time.Duration)) *Attempt {
 	for d := range s.parked {
-		if d.inRing || !d.configured || d.paused || d.dropped || d.inFlight >= d.limits.MaxInFlight || s.workersReserved(d) || d.budget.State() != budget.Parked {
+		if d.inRing || !d.configured || d.paused || d.dropped || d.inFlight >= d.inFlightCap() || s.workersReserved(d) || d.budget.State() != budget.Parked {
 			continue
 		}
 		var probe *Lane
@@ -188,8 +200,10 @@ func (s *Scheduler) pickClass(now time.Time, class limits.Class, soonest func(ti
 		if d.class != class || !d.configured || d.paused {
 			continue
 		}
-		if d.inFlight >= d.limits.MaxInFlight {
-			d.budget.Saturated(now)
+		if d.inFlight >= d.inFlightCap() {
+			if d.inFlight >= d.limits.MaxInFlight {
+				d.budget.Saturated(now)
+			}
 			continue
 		}
 		if s.workersReserved(d) {
