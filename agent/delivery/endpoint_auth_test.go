@@ -234,6 +234,26 @@ func TestSendOAuth2TokenEndpointFails(t *testing.T) {
 	}
 }
 
+// A token endpoint's refusal is the destination owner's text, stored with
+// every attempt and printed to operators: it is bounded and has no
+// control characters (a megabyte of description and a terminal escape
+// were stored whole, with every attempt).
+func TestSendOAuth2TokenErrorIsBoundedAndPrintable(t *testing.T) {
+	tokens := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"error":"\u001b]0;PWNED\u0007bad","error_description":"%s"}`, strings.Repeat("x", 100_000))
+	}))
+	t.Cleanup(tokens.Close)
+	srv, _ := partner(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	s := delivery.NewSender("rivora/test (agent-1)", loopbackOnly)
+	res := s.Send(context.Background(), delivery.Request{Endpoint: oauth2Endpoint(t, srv.URL, tokens.URL+"/token", "s3cret"), Event: event(), Attempt: 1, Timeout: 5 * time.Second})
+	msg := res.Err.Error()
+	if res.OK() || len(msg) > 600 || strings.ContainsAny(msg, "\x1b\x07") || !strings.HasPrefix(msg, "oauth2 token endpoint: 400 ?]0;PWNED?bad (xxx") {
+		t.Fatalf("error (%d bytes) %.120q…; want at most 600 bytes, without control characters", len(msg), msg)
+	}
+}
+
 // A 401 answered to the bearer token is the destination's fault (its
 // events are held, not charged), and says so before the partner's body.
 // A 401 without OAuth2 stays the event's.

@@ -227,17 +227,33 @@ func refreshTime(expiry, now time.Time) time.Time {
 // describeTokenError says what went wrong with a token request, prefixed
 // "oauth2 token endpoint:": the status and the OAuth2 error code ("401
 // invalid_client"), the SSRF guard's refusal, or the transport error.
+// tokenErrorText is s as a token error shows it: printable, at most
+// tokenErrorMax bytes of it.
+func tokenErrorText(s string) string {
+	s = printable(s[:min(len(s), 4*tokenErrorMax)])
+	if len(s) > tokenErrorMax {
+		s = strings.ToValidUTF8(s[:tokenErrorMax], "") + "…"
+	}
+	return s
+}
+
+// tokenErrorMax bounds each text a token endpoint's refusal carries.
+const tokenErrorMax = 200
+
 func describeTokenError(err error) error {
 	var re *oauth2.RetrieveError
 	if errors.As(err, &re) && re.Response != nil {
+		// What the endpoint wrote is the destination owner's text, stored
+		// with every attempt and shown to operators: bounded, and without
+		// control characters (a terminal's escapes), like a partner's body.
 		msg := fmt.Sprintf("oauth2 token endpoint: %d", re.Response.StatusCode)
-		if re.ErrorCode != "" {
-			msg += " " + re.ErrorCode
-		} else if body := strings.Join(strings.Fields(string(re.Body)), " "); body != "" {
-			msg += ": " + strings.ToValidUTF8(body[:min(len(body), 200)], "?")
+		if code := tokenErrorText(re.ErrorCode); code != "" {
+			msg += " " + code
+		} else if body := tokenErrorText(string(re.Body)); body != "" {
+			msg += ": " + body
 		}
-		if re.ErrorDescription != "" {
-			msg += " (" + re.ErrorDescription + ")"
+		if desc := tokenErrorText(re.ErrorDescription); desc != "" {
+			msg += " (" + desc + ")"
 		}
 		return errors.New(msg)
 	}
