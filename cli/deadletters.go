@@ -290,12 +290,30 @@ func (e *env) deadLetterStats(c *ucli.Context) error {
 	return err
 }
 
+// subscriptionDestination is the destination of subscription id, for a
+// replay that names only the subscription. A deleted subscription is
+// gone from the API while its dead letters stay: naming its destination
+// replays them.
+func (e *env) subscriptionDestination(c *ucli.Context, id string) (string, error) {
+	ctx, cancel := callContext(c)
+	defer cancel()
+	resp, err := e.subscriptions().GetSubscription(ctx, connect.NewRequest(&rivorav1.GetSubscriptionRequest{Id: id}))
+	if connect.CodeOf(err) == connect.CodeNotFound {
+		return "", fmt.Errorf("subscription %q not found, so its destination is unknown here: a deleted subscription's dead letters stay in the archive, and --destination D --subscription %s names them", id, id)
+	}
+	if err != nil {
+		return "", callFailed(fmt.Sprintf("get subscription %q", id), err, nil)
+	}
+	return resp.Msg.GetSubscription().GetDestinationId(), nil
+}
+
 func (e *env) replayCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "replay",
 		Usage: "re-ingest dead letters of a destination, in lane order, keeping their event ids",
 		UsageText: `rivoractl replay --destination D [--customer C] [--lane L] [--subscription S] [--reason R]
-    [--since T] [--until T] [--rate N] [--dry-run] [--restart]`,
+    [--since T] [--until T] [--rate N] [--dry-run] [--restart]
+   rivoractl replay --subscription S [--customer C] …   (the subscription's destination)`,
 		Description: `Streams matching dead letters back through ingest: each keeps its event id
 (receivers dedupe on webhook-id), is marked replayed (header rivora-replay:
 true) and gets a fresh retry window. Lanes keep their original order.
@@ -316,7 +334,8 @@ the marked ones again.
 
 Examples:
    rivoractl replay --destination orders --dry-run
-   rivoractl replay --destination orders --since 6h --rate 100`,
+   rivoractl replay --destination orders --since 6h --rate 100
+   rivoractl replay --subscription sub_0123456789abcdef --customer acme --dry-run`,
 		Flags: append(filterFlags(),
 			&ucli.Float64Flag{Name: "rate", Usage: "re-ingest at most `N` events per second, 0.001 to 1e6", DefaultText: "as fast as ingest takes them"},
 			&ucli.BoolFlag{Name: "dry-run", Usage: "only count what would be replayed, per destination and customer"},
@@ -330,12 +349,17 @@ func (e *env) replay(c *ucli.Context) error {
 	if err := exactArgs(c, 0, "no arguments (filters are flags)"); err != nil {
 		return err
 	}
-	if c.String("destination") == "" {
-		return usagef("replay needs --destination")
+	if c.String("destination") == "" && c.String("subscription") == "" {
+		return usagef("replay needs --destination (or --subscription, whose destination it then is)")
 	}
 	f, err := filterFrom(c)
 	if err != nil {
 		return err
+	}
+	if f.DestinationId == "" {
+		if f.DestinationId, err = e.subscriptionDestination(c, f.SubscriptionId); err != nil {
+			return err
+		}
 	}
 	if r := c.Float64("rate"); c.IsSet("rate") && !rates.Valid(r) {
 		return usagef("--rate %v: want %s (leave --rate out to replay as fast as ingest takes them)", r, rates.Bound())

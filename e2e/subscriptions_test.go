@@ -346,6 +346,14 @@ func TestPausedSubscriptionHoldsAndDeleteArchives(t *testing.T) {
 	if _, err := api.GetSubscription(ctx, connect.NewRequest(&rivorav1.GetSubscriptionRequest{Id: held.GetId()})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("get of the deleted subscription: %v, want not_found", err)
 	}
+	// A replay may name the subscription alone: its destination is looked
+	// up. A deleted one's is unknown, and the refusal says how to name it.
+	if out, stderr, err := runRivoractl(d, "replay", "--subscription", other.GetId(), "--dry-run"); err != nil {
+		t.Fatalf("replay --subscription %s --dry-run: %v\n%s%s", other.GetId(), err, out, stderr)
+	}
+	if _, stderr, err := runRivoractl(d, "replay", "--subscription", held.GetId(), "--dry-run"); err == nil || !strings.Contains(stderr, "--destination D --subscription "+held.GetId()) {
+		t.Fatalf("replay --subscription of a deleted one: %v\n%s; want a refusal naming --destination D --subscription %s", err, stderr, held.GetId())
+	}
 }
 
 // The catalogue: a publish whose data breaks its type's schema is
