@@ -27,26 +27,9 @@ func TestAnotherCustomersDestinationListsAsAbsent(t *testing.T) {
 	r.publish("beta-hooks", "beta", "b1")
 	r.publish("beta-hooks", "beta", "b2")
 
-	// post calls procedure with a JSON body as curl does, and returns the
-	// status and body.
 	post := func(token, procedure, body string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, r.URL+procedure, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := r.HTTPClient().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		out, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, string(bytes.TrimSpace(out))
+		return postJSON(t, r, token, procedure, body)
 	}
 	calls := map[string][]string{
 		rivorav1connect.EventServiceListEventsProcedure: {
@@ -103,25 +86,7 @@ func TestAnotherCustomersDestinationIsAbsentToEveryCall(t *testing.T) {
 	own.OwnerCustomer = "beta"
 	r.create(own)
 	token := r.Token(rivorav1.Role_ROLE_CUSTOMER, "acme")
-	post := func(procedure, body string) (int, string) {
-		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, r.URL+procedure, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := r.HTTPClient().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		out, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, string(bytes.TrimSpace(out))
-	}
+	post := func(procedure, body string) (int, string) { t.Helper(); return postJSON(t, r, token, procedure, body) }
 	for _, c := range [][2]string{
 		{rivorav1connect.ArchiveServiceListDeadLettersProcedure, `{"filter":{"destinationId":%q,"customerId":"acme"}}`},
 		{rivorav1connect.ArchiveServiceDeadLetterStatsProcedure, `{"filter":{"destinationId":%q,"customerId":"acme"}}`},
@@ -143,4 +108,26 @@ func TestAnotherCustomersDestinationIsAbsentToEveryCall(t *testing.T) {
 			t.Errorf("%s of beta's own destination: %d %s; want the absent destination's answer, %d %s", procedure, status, got, absentStatus, want)
 		}
 	}
+}
+
+// postJSON calls procedure on r with a JSON body as curl does, and
+// returns the status and body.
+func postJSON(t *testing.T, r *running, token, procedure, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, r.URL+procedure, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := r.HTTPClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(bytes.TrimSpace(out))
 }
