@@ -109,27 +109,45 @@ export function submitForm(attrs: Attrs, onSubmit: () => void, ...children: Chil
  * A status line that shows errors in plain words, and successes. An
  * error's lines after its first (a filter quoted with a caret under the
  * column at fault) are shown as written, in a fixed-width font, so the
- * caret stands under that column.
+ * caret stands under that column. An "action" line says what an action
+ * of the page did: only the latest action's outcome shows, so one that
+ * succeeds clears an older one's error in another section (a refused
+ * Remove OAuth2 stayed red under every later success). A "load" line is
+ * a section's refresh.
  */
-export function status(): { el: HTMLElement; error: (msg: string) => void; ok: (msg: string) => void; clear: () => void } {
-  const el = h("p", { class: "status", role: "status", "aria-live": "polite" });
+export function status(kind: "load" | "action" = "load"): { el: HTMLElement; error: (msg: string) => void; ok: (msg: string) => void; clear: () => void } {
+  const el = h("p", { class: "status", role: "status", "aria-live": "polite", "data-status": kind });
+  const clear = (): void => {
+    el.className = "status";
+    el.setAttribute("role", "status");
+    el.textContent = "";
+  };
+  const othersClear = (): void => {
+    if (kind !== "action") return;
+    for (const other of document.querySelectorAll<HTMLElement>('[data-status="action"]')) {
+      if (other !== el && other.textContent) {
+        other.className = "status";
+        other.setAttribute("role", "status");
+        other.textContent = "";
+      }
+    }
+  };
   return {
     el,
     error: (msg) => {
+      othersClear();
       el.className = "status error";
       el.setAttribute("role", "alert");
       const [first = "", ...rest] = msg.split("\n");
       el.replaceChildren(first, ...(rest.length > 0 ? [h("code", { class: "snippet" }, rest.join("\n"))] : []));
     },
     ok: (msg) => {
+      othersClear();
       el.className = "status ok";
       el.setAttribute("role", "status");
       el.textContent = msg;
     },
-    clear: () => {
-      el.className = "status";
-      el.textContent = "";
-    },
+    clear,
   };
 }
 

@@ -5,6 +5,7 @@ import { DeadReason, type DeadLetter } from "../../../sdk/typescript/src/gen/riv
 import type { DeadLetterCount, DeadLetterFilter, DeadLetterFilterSchema } from "../../../sdk/typescript/src/gen/rivora/v1/deadletters_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { archive, date, errorText, when } from "../api.js";
+import { busy, disable, isBusy } from "../busy.js";
 import { currentCustomer, customerPicker } from "../customer.js";
 import { foldStats, type StatCount, type StatRow } from "../deadletterstats.js";
 import { field, h, replace, status, submitForm, table } from "../dom.js";
@@ -208,7 +209,7 @@ export const deadLettersPage: Page = (main, me, args) => {
   // Enter in the rate replays, once counted (a disabled Replay submits nothing).
   const replayBtn = h("button", { type: "submit", disabled: true }, "Replay");
   const progress = h("progress", { max: 1, value: 0, "aria-label": "Replay progress" });
-  const rst = status();
+  const rst = status("action");
   const result = h("p", { "data-testid": "replay-result" });
   let counted: DeadLetterFilter | undefined;
   const drawReplay = (): void => {
@@ -224,7 +225,7 @@ export const deadLettersPage: Page = (main, me, args) => {
     );
   };
   countBtn.addEventListener("click", () => {
-    void (async () => {
+    void busy(countBtn, "Counting…", async () => {
       try {
         const f = filter();
         let total = 0n;
@@ -249,7 +250,7 @@ export const deadLettersPage: Page = (main, me, args) => {
       } catch (err) {
         rst.error(`Count failed: ${errorText(err)}`);
       }
-    })();
+    });
   });
   // A count holds for the filter it counted: a change of the form asks
   // for another, so Replay never sends a filter other than the one shown.
@@ -262,13 +263,13 @@ export const deadLettersPage: Page = (main, me, args) => {
   form.addEventListener("input", stale);
   form.addEventListener("change", stale);
   function replay(): void {
-    if (!counted) return;
-    replayBtn.disabled = true;
-    void (async () => {
+    if (!counted || isBusy(replayBtn)) return;
+    const f = counted;
+    void busy(replayBtn, "Replaying…", async () => {
       try {
         const r0 = rate.value ? Number(rate.value) : undefined;
         let last = { total: 0n, replayed: 0n, skipped: 0n, done: false };
-        for await (const r of archive.replay({ filter: counted, ratePerSecond: r0 })) {
+        for await (const r of archive.replay({ filter: f, ratePerSecond: r0 })) {
           last = r;
           progress.max = Math.max(1, Number(r.total));
           progress.value = Number(r.replayed + r.skipped);
@@ -279,8 +280,14 @@ export const deadLettersPage: Page = (main, me, args) => {
         void loadStats();
       } catch (err) {
         rst.error(`Replay failed: ${errorText(err)}`);
+      } finally {
+        // Replayed once: another replay needs another count (unless one
+        // was made meanwhile). The keyboard goes to Count (a disabled
+        // Replay would drop it to the body).
+        if (!counted) disable(replayBtn, countBtn);
       }
-    })();
+    });
+    counted = undefined;
   }
   drawReplay();
   if (args[0]) choose(args[0], args[1] ?? "");

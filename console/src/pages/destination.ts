@@ -4,7 +4,8 @@ import type { DestinationHealth, GetLimitsResponse, HealthTransition } from "../
 import { PriorityClass } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
 import type { Destination } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
 import type { LaneSummary } from "../../../sdk/typescript/src/gen/rivora/v1/lanes_pb.js";
-import { admin, date, duration, errorText, events, lanes, seconds, when } from "../api.js";
+import { admin, date, duration, errorText, events, lanes, problemText, seconds, when } from "../api.js";
+import { busy, disable, drawnBusy, isBusy, swap } from "../busy.js";
 import { field, h, replace, status, submitForm, table } from "../dom.js";
 import { can, displayState, formatCount, formatDuration, formatRate, formatShare, parseDuration } from "../format.js";
 import type { Page } from "../main.js";
@@ -62,10 +63,13 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
 
   let health: DestinationHealth | undefined;
   let dest: Destination | undefined;
+  // Changes the page made: an answer asked for before the last one is
+  // older than it and is not drawn (a pause's own refresh follows).
+  let changed = 0;
   const skipReason = h("input", { type: "text", name: "skip-reason", placeholder: "why skip the head" });
   const act = actions();
   // The lanes' own status line: the page's is cleared by every refresh.
-  const lst = status();
+  const lst = status("action");
   if (steer) lanesBox.insertBefore(h("div", {}, field("Reason for skipping", skipReason), lst.el), lanesBody);
 
   replace(
@@ -85,6 +89,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
   );
 
   const tick = async (): Promise<void> => {
+    const asked = changed;
     try {
       const [hr, dr, lr, lim] = await Promise.all([
         admin.getDestinationHealth({ destinationId: id, rateHistory: true }),
@@ -92,6 +97,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
         lanes.listLanes({ destinationId: id, limit: laneLimit }),
         admin.getLimits({ destinationId: id }),
       ]);
+      if (asked !== changed) return;
       health = hr.destinations[0];
       dest = dr.destination;
       drawHead(Number(dr.pending));
@@ -196,26 +202,39 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
         { label: "Attempts", cell: (l) => String(l.headAttempts), className: "num" },
         { label: "Last status", cell: (l) => (l.lastStatus ? String(l.lastStatus) : "") },
         { label: "Last error", cell: (l) => l.lastError },
-        ...(steer ? [{ label: "Action", cell: (l: LaneSummary) => h("button", { type: "button", "aria-label": `Skip head of lane ${l.laneKey} (customer ${l.customerId}${l.subscriptionId ? `, subscription ${l.subscriptionId}` : ""})`, onclick: () => skip(l) }, "Skip head") }] : []),
+        ...(steer ? [{ label: "Action", cell: skipButton }] : []),
       ], ls, (l) => ({ "data-lane": `${l.customerId}/${l.laneKey}/${l.subscriptionId}` }), "No pending lane."),
     );
   }
 
-  async function skip(l: LaneSummary): Promise<void> {
+  // A lane's Skip head is drawn anew by each refresh: its call is keyed by the lane.
+  const skipKey = (l: LaneSummary): string => `skip ${id} ${l.customerId}/${l.laneKey}/${l.subscriptionId}`;
+
+  function skipButton(l: LaneSummary): HTMLButtonElement {
+    const b = h("button", { type: "button", "aria-label": `Skip head of lane ${l.laneKey} (customer ${l.customerId}${l.subscriptionId ? `, subscription ${l.subscriptionId}` : ""})` }, "Skip head");
+    b.addEventListener("click", () => void skip(b, l));
+    return drawnBusy(b, skipKey(l));
+  }
+
+  async function skip(b: HTMLButtonElement, l: LaneSummary): Promise<void> {
+    if (isBusy(skipKey(l))) return;
     if (!skipReason.value.trim()) {
       lst.error("Skipping a lane's head needs a reason (it goes to the audit log).");
       skipReason.focus();
       return;
     }
-    try {
-      // A subscription's lane is named with its subscription, as lanes
-      // list shows it: without it, the skip looked for another lane.
-      const r = await lanes.skipLaneHead({ destinationId: id, customerId: l.customerId, laneKey: l.laneKey, subscriptionId: l.subscriptionId, headEventId: l.headEventId, reason: skipReason.value.trim() });
-      lst.ok(`Skipped ${r.eventId} (now a dead letter); ${r.remaining} left in the lane.`);
-      p.now();
-    } catch (err) {
-      lst.error(`Skip failed: ${errorText(err)}`);
-    }
+    await busy(b, "Skipping…", async () => {
+      try {
+        // A subscription's lane is named with its subscription, as lanes
+        // list shows it: without it, the skip looked for another lane.
+        const r = await lanes.skipLaneHead({ destinationId: id, customerId: l.customerId, laneKey: l.laneKey, subscriptionId: l.subscriptionId, headEventId: l.headEventId, reason: skipReason.value.trim() });
+        lst.ok(`Skipped ${r.eventId} (now a dead letter); ${r.remaining} left in the lane.`);
+        changed++;
+        p.now();
+      } catch (err) {
+        lst.error(`Skip failed: ${errorText(err)}`);
+      }
+    }, skipKey(l));
   }
 
   function drawLimits(l: GetLimitsResponse): void {
@@ -244,15 +263,18 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       box.appendChild(h("p", { class: "muted", "data-testid": "read-only" }, `Signed in as ${me.role}: read only.`));
       return { el: box, update: () => {} };
     }
-    const ast = status();
-    const run = async (what: string, f: () => Promise<string>): Promise<void> => {
-      try {
-        ast.ok(await f());
-        p.now();
-      } catch (err) {
-        ast.error(`${what} failed: ${errorText(err)}`);
-      }
-    };
+    const ast = status("action");
+    // run makes one call at a time from button, which says doing meanwhile.
+    const run = (button: HTMLButtonElement, doing: string, what: string, f: () => Promise<string>): Promise<void> =>
+      busy(button, doing, async () => {
+        try {
+          ast.ok(await f());
+          changed++;
+          p.now();
+        } catch (err) {
+          ast.error(`${what} failed: ${problemText(err)}`);
+        }
+      });
     const need = (input: HTMLInputElement, what: string): string | undefined => {
       const v = input.value.trim();
       if (!v) {
@@ -270,10 +292,11 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     const pauseBtn = h("button", { type: "submit" }, "Pause");
     const resumeBtn = h("button", { type: "button" }, "Resume");
     const pause = (): void => {
+      if (isBusy(pauseBtn)) return;
       const reason = need(pauseReason, "Pause");
-      if (reason) void run("Pause", async () => (await admin.pauseDestination({ destinationId: id, reason }), `Paused ${id}.`));
+      if (reason) void run(pauseBtn, "Pausing…", "Pause", async () => (await admin.pauseDestination({ destinationId: id, reason }), `Paused ${id}.`));
     };
-    resumeBtn.addEventListener("click", () => void run("Resume", async () => (await admin.resumeDestination({ destinationId: id }), `Resumed ${id}.`)));
+    resumeBtn.addEventListener("click", () => void run(resumeBtn, "Resuming…", "Resume", async () => (await admin.resumeDestination({ destinationId: id }), `Resumed ${id}.`)));
 
     // Set limit: a dry run first shows the drain time, then confirm.
     const rate = h("input", { type: "number", name: "rate", min: "0", step: "any" });
@@ -316,13 +339,13 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       };
     };
     const invalidate = (): void => {
-      setBtn.disabled = true;
+      disable(setBtn, checkBtn);
       preview.textContent = "";
     };
     for (const i of [rate, inflight, burst, attempts, retryWindow, attemptTimeout, ttl, limReason]) i.addEventListener("input", invalidate);
     const check = (): void => {
-      if (!need(limReason, "Set limit")) return;
-      void (async () => {
+      if (isBusy(checkBtn) || !need(limReason, "Set limit")) return;
+      void busy(checkBtn, "Checking…", async () => {
         try {
           const r = await admin.setLimitsOverride(overrideReq(true));
           const drain = r.pendingEvents > 0n ? formatDuration(seconds(r.projectedDrainTime)) : "0s";
@@ -330,36 +353,39 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
           setBtn.disabled = false;
           ast.clear();
         } catch (err) {
-          ast.error(`Check failed: ${err instanceof Error && !("code" in err) ? err.message : errorText(err)}`);
+          ast.error(`Check failed: ${problemText(err)}`);
         }
-      })();
+      });
     };
     setBtn.addEventListener("click", () => {
-      if (!need(limReason, "Set limit")) return;
-      void run("Set limit", async () => {
+      if (isBusy(setBtn) || !need(limReason, "Set limit")) return;
+      void run(setBtn, "Setting…", "Set limit", async () => {
         const r = await admin.setLimitsOverride(overrideReq(false));
+        // Set again only after another Check: the keyboard goes to Check.
         invalidate();
         return `Limit set (config version ${r.version}).`;
       });
     });
     clearBtn.addEventListener("click", () => {
+      if (isBusy(clearBtn)) return;
       const reason = need(limReason, "Clear limit");
-      if (reason) void run("Clear limit", async () => (await admin.clearLimitsOverride({ destinationId: id, reason }), `Override cleared on ${id}.`));
+      if (reason) void run(clearBtn, "Clearing…", "Clear limit", async () => (await admin.clearLimitsOverride({ destinationId: id, reason }), `Override cleared on ${id}.`));
     });
 
     // Priority class and customer weights.
     const cls = h("select", { name: "class" }, h("option", { value: String(PriorityClass.HIGH) }, "high"), h("option", { value: String(PriorityClass.NORMAL) }, "normal"), h("option", { value: String(PriorityClass.LOW) }, "low"));
     const clsBtn = h("button", { type: "submit" }, "Set class");
-    const setClass = (): void => void run("Set class", async () => (await admin.setPriority({ destinationId: id, class: Number(cls.value) as PriorityClass }), `Priority class set to ${classNames[Number(cls.value)]}.`));
+    const setClass = (): void => void run(clsBtn, "Setting…", "Set class", async () => (await admin.setPriority({ destinationId: id, class: Number(cls.value) as PriorityClass }), `Priority class set to ${classNames[Number(cls.value)]}.`));
     const cust = h("input", { type: "text", name: "customer" });
     const weight = h("input", { type: "number", name: "weight", min: "0", step: "any" });
     const weightBtn = h("button", { type: "submit" }, "Set weight");
     const setWeight = (): void => {
+      if (isBusy(weightBtn)) return;
       if (!cust.value.trim() || !(Number(weight.value) > 0)) {
         ast.error("Set weight needs a customer and a weight above 0.");
         return;
       }
-      void run("Set weight", async () => (await admin.setPriority({ destinationId: id, customerId: cust.value.trim(), weight: Number(weight.value) }), `Weight of ${cust.value.trim()} set to ${weight.value}.`));
+      void run(weightBtn, "Setting…", "Set weight", async () => (await admin.setPriority({ destinationId: id, customerId: cust.value.trim(), weight: Number(weight.value) }), `Weight of ${cust.value.trim()} set to ${weight.value}.`));
     };
 
     // Resend one event.
@@ -367,6 +393,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     const evReason = h("input", { type: "text", name: "resend-reason" });
     const resendBtn = h("button", { type: "submit" }, "Resend");
     const resend = (): void => {
+      if (isBusy(resendBtn)) return;
       const reason = need(evReason, "Resend");
       if (!evId.value.trim()) {
         ast.error("Resend needs the id of the event to send again.");
@@ -375,7 +402,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       }
       // The id names the event, whatever destination it is of: say which.
       if (reason)
-        void run("Resend", async () => {
+        void run(resendBtn, "Resending…", "Resend", async () => {
           const r = await events.resendEvent({ eventId: evId.value.trim(), reason });
           return r.destinationId === id ? `Event ${r.eventId} sent again.` : `Event ${r.eventId} sent again to destination ${r.destinationId} (it is that destination's, not ${id}'s).`;
         });
@@ -392,10 +419,12 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     return {
       el: box,
       update: () => {
-        const paused = dest?.paused ?? false;
-        pauseBtn.disabled = paused;
-        resumeBtn.disabled = !paused;
-        clearBtn.disabled = !dest?.override;
+        // The button a pause or resume disables hands the keyboard to
+        // the other: a disabled button drops it to the body.
+        if (dest?.paused) swap(pauseBtn, resumeBtn);
+        else swap(resumeBtn, pauseBtn);
+        if (dest?.override) clearBtn.disabled = false;
+        else disable(clearBtn, checkBtn);
         if (!clsSynced && dest) {
           cls.value = String(dest.priorityClass || PriorityClass.NORMAL);
           clsSynced = true;

@@ -5,7 +5,8 @@
 // and the client secret only as fingerprints: the API never sends them);
 // an admin may set or remove them.
 import type { Certificate, Destination, DestinationHealth } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
-import { admin, duration, errorText, when } from "../api.js";
+import { admin, duration, problemText, when } from "../api.js";
+import { busy, disable } from "../busy.js";
 import { field, h, replace, status, submitForm } from "../dom.js";
 import { parseDuration } from "../format.js";
 
@@ -17,8 +18,10 @@ function certText(c: Certificate): string {
 export function endpointAuthSection(id: string, isAdmin: boolean, refresh: () => void): { el: HTMLElement; draw: (d: Destination | undefined, hh: DestinationHealth | undefined) => void } {
   const summary = h("dl", { class: "auth-summary", "data-testid": "endpoint-auth" });
   const el = h("section", {}, h("h2", {}, "Partner authentication"), summary);
-  if (isAdmin) el.appendChild(form(id, refresh));
+  const admin = isAdmin ? form(id, refresh) : undefined;
+  if (admin) el.appendChild(admin.el);
   const draw = (d: Destination | undefined, hh: DestinationHealth | undefined): void => {
+    if (d) admin?.update(d);
     const rows: [string, string][] = [];
     if (d?.clientCertificate) {
       const c = d.clientCertificate;
@@ -43,24 +46,25 @@ export function endpointAuthSection(id: string, isAdmin: boolean, refresh: () =>
 }
 
 // The admin's form: inputs live outside the polled summary, so typing
-// survives a refresh.
-function form(id: string, refresh: () => void): HTMLElement {
-  const st = status();
-  const run = async (what: string, f: () => Promise<string>): Promise<void> => {
-    try {
-      st.ok(await f());
-      refresh();
-    } catch (err) {
-      st.error(`${what} failed: ${err instanceof Error && !("code" in err) ? err.message : errorText(err)}`);
-    }
-  };
+// survives a refresh. update offers Remove only for what is set.
+function form(id: string, refresh: () => void): { el: HTMLElement; update: (d: Destination) => void } {
+  const st = status("action");
+  const run = (button: HTMLButtonElement, doing: string, what: string, f: () => Promise<string>): Promise<void> =>
+    busy(button, doing, async () => {
+      try {
+        st.ok(await f());
+        refresh();
+      } catch (err) {
+        st.error(`${what} failed: ${problemText(err)}`);
+      }
+    });
   const cert = h("textarea", { name: "client-cert", rows: 4, placeholder: "-----BEGIN CERTIFICATE-----" });
   const key = h("textarea", { name: "client-key", rows: 4, placeholder: "-----BEGIN PRIVATE KEY-----", autocomplete: "off" });
   const overlap = h("input", { type: "text", name: "client-cert-overlap", placeholder: "24h (0: none)" });
   const setCert = h("button", { type: "submit" }, "Set certificate");
-  const removeCert = h("button", { type: "button" }, "Remove certificate");
+  const removeCert = h("button", { type: "button", disabled: true }, "Remove certificate");
   const setCertificate = (): void => {
-    void run("Set certificate", async () => {
+    void run(setCert, "Setting…", "Set certificate", async () => {
       if (!cert.value.includes("-----BEGIN") || !key.value.includes("-----BEGIN")) throw new Error("paste the certificate and its private key, both PEM");
       const o = overlap.value.trim() ? parseDuration(overlap.value) : undefined;
       if (overlap.value.trim() && o === undefined) throw new Error(`overlap "${overlap.value}": use e.g. 0s, 30m, 24h`);
@@ -69,7 +73,7 @@ function form(id: string, refresh: () => void): HTMLElement {
       return `Client certificate of ${id} set.`;
     });
   };
-  removeCert.addEventListener("click", () => void run("Remove certificate", async () => (await admin.updateDestination({ id, removeClientCertificate: true }), `Client certificate of ${id} removed.`)));
+  removeCert.addEventListener("click", () => void run(removeCert, "Removing…", "Remove certificate", async () => (await admin.updateDestination({ id, removeClientCertificate: true }), `Client certificate of ${id} removed.`)));
 
   const tokenUrl = h("input", { type: "url", name: "oauth2-token-url", placeholder: "https://auth.partner.example/token" });
   const clientId = h("input", { type: "text", name: "oauth2-client-id" });
@@ -77,9 +81,9 @@ function form(id: string, refresh: () => void): HTMLElement {
   const scopes = h("input", { type: "text", name: "oauth2-scopes", placeholder: "space-separated" });
   const audience = h("input", { type: "text", name: "oauth2-audience" });
   const setOAuth2 = h("button", { type: "submit" }, "Set OAuth2");
-  const removeOAuth2 = h("button", { type: "button" }, "Remove OAuth2");
+  const removeOAuth2 = h("button", { type: "button", disabled: true }, "Remove OAuth2");
   const setCredentials = (): void => {
-    void run("Set OAuth2", async () => {
+    void run(setOAuth2, "Setting…", "Set OAuth2", async () => {
       await admin.updateDestination({
         id,
         oauth2: { tokenUrl: tokenUrl.value.trim(), clientId: clientId.value.trim(), clientSecret: clientSecret.value, scopes: scopes.value.split(/\s+/).filter(Boolean), audience: audience.value.trim() },
@@ -88,9 +92,9 @@ function form(id: string, refresh: () => void): HTMLElement {
       return `OAuth2 credentials of ${id} set.`;
     });
   };
-  removeOAuth2.addEventListener("click", () => void run("Remove OAuth2", async () => (await admin.updateDestination({ id, removeOauth2: true }), `OAuth2 credentials of ${id} removed.`)));
+  removeOAuth2.addEventListener("click", () => void run(removeOAuth2, "Removing…", "Remove OAuth2", async () => (await admin.updateDestination({ id, removeOauth2: true }), `OAuth2 credentials of ${id} removed.`)));
 
-  return h(
+  const el = h(
     "div",
     { class: "actions" },
     // Enter in a field sets what its form sets; Remove is never the default.
@@ -98,4 +102,12 @@ function form(id: string, refresh: () => void): HTMLElement {
     submitForm({}, setCredentials, h("fieldset", {}, h("legend", {}, "OAuth2 client credentials"), field("Token URL", tokenUrl), field("Client id", clientId), field("Client secret", clientSecret), field("Scopes", scopes), field("Audience", audience), setOAuth2, removeOAuth2)),
     st.el,
   );
+  // Remove is offered for what is set; once removed, the keyboard goes to its Set.
+  const update = (d: Destination): void => {
+    if (d.clientCertificate) removeCert.disabled = false;
+    else disable(removeCert, setCert);
+    if (d.oauth2) removeOAuth2.disabled = false;
+    else disable(removeOAuth2, setOAuth2);
+  };
+  return { el, update };
 }

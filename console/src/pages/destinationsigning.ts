@@ -5,16 +5,19 @@
 // admin may change the scheme, give the ed25519 key (else a key pair is
 // generated when v1a needs one), and set or remove the legacy signature.
 import type { Destination } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
-import { admin, errorText, when } from "../api.js";
+import { admin, problemText, when } from "../api.js";
+import { busy, disable } from "../busy.js";
 import { field, h, replace, status, submitForm } from "../dom.js";
 
 /** The section: draw shows the destination's signing; refresh reloads the page's data after a change. */
 export function signingSection(id: string, isAdmin: boolean, refresh: () => void): { el: HTMLElement; draw: (d: Destination | undefined) => void } {
   const summary = h("dl", { class: "auth-summary", "data-testid": "signing" });
   const el = h("section", {}, h("h2", {}, "Signatures"), summary);
-  if (isAdmin) el.appendChild(schemeForm(id, refresh));
+  const admin = isAdmin ? schemeForm(id, refresh) : undefined;
+  if (admin) el.appendChild(admin.el);
   const draw = (d: Destination | undefined): void => {
     if (!d) return;
+    admin?.update(d);
     const scheme = d.signatureScheme || "v1";
     const rows: [string, string][] = [["Scheme", scheme]];
     if (scheme !== "v1a") rows.push(["Secret (v1)", `${d.secretFingerprint} (fingerprint)`]);
@@ -34,22 +37,23 @@ export function signingSection(id: string, isAdmin: boolean, refresh: () => void
 // The admin's forms: inputs live outside the polled summary, so typing
 // survives a refresh. Secret inputs are cleared once the API took them;
 // answers carry only fingerprints and the public key.
-function schemeForm(id: string, refresh: () => void): HTMLElement {
-  const st = status();
-  const run = async (what: string, f: () => Promise<string>): Promise<void> => {
-    try {
-      st.ok(await f());
-      refresh();
-    } catch (err) {
-      st.error(`${what} failed: ${err instanceof Error && !("code" in err) ? err.message : errorText(err)}`);
-    }
-  };
+function schemeForm(id: string, refresh: () => void): { el: HTMLElement; update: (d: Destination) => void } {
+  const st = status("action");
+  const run = (button: HTMLButtonElement, doing: string, what: string, f: () => Promise<string>): Promise<void> =>
+    busy(button, doing, async () => {
+      try {
+        st.ok(await f());
+        refresh();
+      } catch (err) {
+        st.error(`${what} failed: ${problemText(err)}`);
+      }
+    });
 
   const scheme = h("select", { name: "signature-scheme" }, h("option", { value: "v1" }, "v1 (HMAC-SHA256)"), h("option", { value: "v1a" }, "v1a (ed25519)"), h("option", { value: "both" }, "both"));
   const signingKey = h("input", { type: "password", name: "signing-key", placeholder: "empty: a key pair is generated when v1a needs one", autocomplete: "off" });
   const set = h("button", { type: "submit" }, "Set scheme");
   const setScheme = (): void => {
-    void run("Set scheme", async () => {
+    void run(set, "Setting…", "Set scheme", async () => {
       const key = signingKey.value.trim();
       if (key && !key.startsWith("whsk_")) throw new Error('the signing key must start with "whsk_" (base64 of the 64-byte ed25519 key or its 32-byte seed); leave it empty to have a key pair generated');
       await admin.updateDestination({ id, signatureScheme: scheme.value, signingKey: key || undefined });
@@ -66,9 +70,9 @@ function schemeForm(id: string, refresh: () => void): HTMLElement {
   const secret = h("input", { type: "password", name: "legacy-signature-secret", autocomplete: "off" });
   const only = h("input", { type: "checkbox", name: "legacy-signature-only" });
   const setLegacy = h("button", { type: "submit" }, "Set legacy signature");
-  const removeLegacy = h("button", { type: "button" }, "Remove legacy signature");
+  const removeLegacy = h("button", { type: "button", disabled: true }, "Remove legacy signature");
   const setLegacySignature = (): void => {
-    void run("Set legacy signature", async () => {
+    void run(setLegacy, "Setting…", "Set legacy signature", async () => {
       if (!header.value.trim() || !secret.value) throw new Error("a legacy signature needs the header name and the partner's secret");
       await admin.updateDestination({
         id,
@@ -86,9 +90,9 @@ function schemeForm(id: string, refresh: () => void): HTMLElement {
       return `Legacy signature of ${id} set.`;
     });
   };
-  removeLegacy.addEventListener("click", () => void run("Remove legacy signature", async () => (await admin.updateDestination({ id, removeLegacySignature: true }), `Legacy signature of ${id} removed.`)));
+  removeLegacy.addEventListener("click", () => void run(removeLegacy, "Removing…", "Remove legacy signature", async () => (await admin.updateDestination({ id, removeLegacySignature: true }), `Legacy signature of ${id} removed.`)));
 
-  return h(
+  const el = h(
     "div",
     { class: "actions" },
     // Enter in a field sets what its form sets; Remove is never the default.
@@ -113,4 +117,10 @@ function schemeForm(id: string, refresh: () => void): HTMLElement {
     ),
     st.el,
   );
+  // Remove is offered when there is a legacy signature; once removed, the keyboard goes to Set.
+  const update = (d: Destination): void => {
+    if (d.legacySignature) removeLegacy.disabled = false;
+    else disable(removeLegacy, setLegacy);
+  };
+  return { el, update };
 }

@@ -3,6 +3,7 @@
 // event's data must satisfy) and deprecates them.
 import type { EventType } from "../../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { errorText, eventTypes, when } from "../api.js";
+import { busy, drawnBusy, isBusy } from "../busy.js";
 import { field, h, replace, status, table } from "../dom.js";
 import { can, counted } from "../format.js";
 import type { Page } from "../main.js";
@@ -10,7 +11,7 @@ import { poll } from "../poll.js";
 
 export const eventTypesPage: Page = (main, me) => {
   const st = status(); // loading the catalogue
-  const ast = status(); // what an action did
+  const ast = status("action"); // what an action did
   const mode = h("p", { "data-testid": "catalogue-mode" });
   const list = h("div", { "data-testid": "event-types" });
   replace(main, h("h1", {}, "Event types"), mode, st.el, list, ast.el, can(me.role, "admin") ? createForm() : "");
@@ -37,8 +38,10 @@ export const eventTypesPage: Page = (main, me) => {
     const undo = t.deprecated;
     const what = undo ? "Offer again" : "Deprecate";
     const b = h("button", { type: "button", "aria-label": `${what} ${t.name}`, "data-key": "deprecate" }, what);
+    // The row is drawn anew by each refresh: the call is keyed by the type.
+    const key = `deprecate type ${t.name}`;
     b.addEventListener("click", () => {
-      void (async () => {
+      void busy(b, undo ? "Offering…" : "Deprecating…", async () => {
         try {
           await eventTypes.deprecateEventType({ name: t.name, undo });
           ast.ok(undo ? `${t.name} is offered again.` : `${t.name} is deprecated: no longer offered for new subscriptions; existing ones keep it.`);
@@ -46,9 +49,9 @@ export const eventTypesPage: Page = (main, me) => {
         } catch (err) {
           ast.error(`${undo ? "Offer again" : "Deprecate"} failed: ${errorText(err)}`);
         }
-      })();
+      }, key);
     });
-    return b;
+    return drawnBusy(b, key);
   }
 
   function createForm(): HTMLElement {
@@ -59,8 +62,9 @@ export const eventTypesPage: Page = (main, me) => {
     const form = h("form", {}, h("fieldset", {}, h("legend", {}, "Add an event type"), field("Type", name), field("Description", description), field("JSON Schema", schema), btn));
     form.addEventListener("submit", (e) => {
       e.preventDefault();
+      if (isBusy(btn)) return;
       if (!name.value.trim()) return ast.error("An event type needs a name, such as order.created.");
-      void (async () => {
+      void busy(btn, "Adding…", async () => {
         try {
           const r = await eventTypes.createEventType({ name: name.value.trim(), description: description.value.trim(), schema: schema.value.trim() });
           ast.ok(`Added ${r.eventType?.name ?? name.value.trim()} (config version ${r.version}).`);
@@ -69,7 +73,7 @@ export const eventTypesPage: Page = (main, me) => {
         } catch (err) {
           ast.error(`Add failed: ${errorText(err)}`);
         }
-      })();
+      });
     });
     return form;
   }

@@ -4,6 +4,7 @@
 import { EventState } from "../../../sdk/typescript/src/gen/rivora/v1/events_pb.js";
 import type { Subscription } from "../../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { errorText, events, subscriptions } from "../api.js";
+import { busy, isBusy } from "../busy.js";
 import { currentCustomer, customerPicker } from "../customer.js";
 import { field, h, replace, status, submitForm } from "../dom.js";
 import type { Page } from "../main.js";
@@ -92,17 +93,20 @@ export const myEventsPage: Page = (main, me, args) => {
 function resendBox(eventId: string, state: EventState): HTMLElement {
   if (state !== EventState.DELIVERED && state !== EventState.DEAD) return h("p", { class: "muted" }, "A pending event is on its way: nothing to resend.");
   const reason = h("input", { type: "text", name: "resend-reason", placeholder: "why send it again" });
-  const rst = status();
+  const rst = status("action");
   const btn = h("button", { type: "submit" }, "Resend");
   const resend = (): void => {
+    if (isBusy(btn)) return;
     if (!reason.value.trim()) {
       rst.error("Resending needs a reason (it goes to the audit log).");
       return;
     }
-    void events
-      .resendEvent({ eventId, reason: reason.value.trim() })
-      .then(() => rst.ok(`Event ${eventId} sent again.`))
-      .catch((err: unknown) => rst.error(`Resend failed: ${errorText(err)}`));
+    void busy(btn, "Resending…", () =>
+      events
+        .resendEvent({ eventId, reason: reason.value.trim() })
+        .then(() => rst.ok(`Event ${eventId} sent again.`))
+        .catch((err: unknown) => rst.error(`Resend failed: ${errorText(err)}`)),
+    );
   };
   return submitForm({}, resend, h("fieldset", {}, h("legend", {}, "Send it again"), field("Reason for resending", reason), btn, rst.el));
 }

@@ -11,12 +11,13 @@ import type { Page } from "../main.js";
 import { counted } from "../format.js";
 import { poll } from "../poll.js";
 import { createForm, secretOnce } from "./subscriptionforms.js";
-import { destState, pauseButton, routeColumns, signedWith, subLink, subState } from "./subscriptions.js";
+import { destState, pauseButton, pauseKey, routeColumns, signedWith, subLink, subState } from "./subscriptions.js";
+import { busy } from "../busy.js";
 
 export const portalPage: Page = (main, me) => {
   const customer = currentCustomer(me);
   const st = status();
-  const ast = status();
+  const ast = status("action");
   const list = h("div", { "data-testid": "my-subscriptions" });
   const created = h("div");
   const catalogue = h("section", { "data-testid": "catalogue" });
@@ -25,16 +26,22 @@ export const portalPage: Page = (main, me) => {
   // Destinations this customer may subscribe to, when the server lists them.
   let usable: Destination[] = [];
 
-  const act = async (s: Subscription, pause: boolean): Promise<void> => {
-    try {
-      if (pause) await subscriptions.pauseSubscription({ id: s.id, reason: "paused from the portal" });
-      else await subscriptions.resumeSubscription({ id: s.id });
-      ast.ok(`${pause ? "Paused" : "Resumed"} ${s.id}.`);
-      p.now();
-    } catch (err) {
-      ast.error(`${pause ? "Pause" : "Resume"} failed: ${errorText(err)}`);
-    }
-  };
+  const act = (b: HTMLButtonElement, s: Subscription, pause: boolean): Promise<void> =>
+    busy(
+      b,
+      pause ? "Pausing…" : "Resuming…",
+      async () => {
+        try {
+          if (pause) await subscriptions.pauseSubscription({ id: s.id, reason: "paused from the portal" });
+          else await subscriptions.resumeSubscription({ id: s.id });
+          ast.ok(`${pause ? "Paused" : "Resumed"} ${s.id}.`);
+          p.now();
+        } catch (err) {
+          ast.error(`${pause ? "Pause" : "Resume"} failed: ${errorText(err)}`);
+        }
+      },
+      pauseKey(s),
+    );
 
   const form = createForm(
     customer,
@@ -70,7 +77,7 @@ export const portalPage: Page = (main, me) => {
         ...routeColumns(),
         { label: "Signed with", cell: signedWith },
         { label: "State", cell: subState },
-        { label: "Action", cell: (s) => pauseButton(s, (x, pause) => void act(x, pause)) },
+        { label: "Action", cell: (s) => pauseButton(s, (b, x, pause) => void act(b, x, pause)) },
       ], subs, (s) => ({ "data-id": s.id, "data-paused": String(s.paused) }), "No subscription yet: create one below."),
     );
   };

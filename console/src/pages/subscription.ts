@@ -5,6 +5,7 @@
 import type { EventSummary } from "../../../sdk/typescript/src/gen/rivora/v1/events_pb.js";
 import type { Subscription } from "../../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { errorText, events, isFailedPrecondition, subscriptions, when, type Me } from "../api.js";
+import { busy, isBusy, swap } from "../busy.js";
 import { field, h, noticeNext, replace, status, submitForm, table } from "../dom.js";
 import { can, counted, formatCount } from "../format.js";
 import type { Page } from "../main.js";
@@ -44,18 +45,23 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
 
   let sub: Subscription | undefined;
   let built = false;
-  const ast = status();
+  // Changes the page made: an answer asked for before the last one is not drawn.
+  let changed = 0;
+  const ast = status("action");
   const pauseReason = h("input", { type: "text", name: "pause-reason", placeholder: "why (audited)" });
   const pauseBtn = h("button", { type: "submit" }, "Pause");
   const resumeBtn = h("button", { type: "button" }, "Resume");
 
   const tick = async (): Promise<void> => {
+    const asked = changed;
     try {
       const r = await subscriptions.getSubscription({ id });
+      if (asked !== changed) return;
       sub = r.subscription!;
       drawSummary(sub, Number(r.pending));
-      pauseBtn.disabled = sub.paused;
-      resumeBtn.disabled = !sub.paused;
+      // The button a pause or resume disables hands the keyboard to the other.
+      if (sub.paused) swap(pauseBtn, resumeBtn);
+      else swap(resumeBtn, pauseBtn);
       if (!built) buildActions(sub);
       const evs = await events.listEvents({ destinationId: sub.destinationId, customerId: sub.customerId, subscriptionId: sub.id, limit: 20 });
       replace(deliveries, h("h2", {}, "Last deliveries"), deliveriesTable(`The subscription's last ${evs.events.length} events, newest first`, evs.events, "No event yet: send a test event."));
@@ -85,13 +91,22 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
     replace(summary, h("dl", {}, ...rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", { "data-field": k }, v)])));
   }
 
-  const run = async (what: string, f: () => Promise<string>): Promise<void> => {
-    try {
-      ast.ok(await f());
-      p.now();
-    } catch (err) {
-      ast.error(`${what} failed: ${errorText(err)}`);
-    }
+  // run makes one call at a time from button, which says doing meanwhile.
+  const run = (button: HTMLButtonElement, doing: string, what: string, f: () => Promise<string>): Promise<void> =>
+    busy(button, doing, async () => {
+      try {
+        ast.ok(await f());
+        changed++;
+        p.now();
+      } catch (err) {
+        ast.error(`${what} failed: ${errorText(err)}`);
+      }
+    });
+  // A form's change reported by subscriptionforms: the page is read again.
+  const done = (msg: string): void => {
+    ast.ok(msg);
+    changed++;
+    p.now();
   };
 
   function buildActions(s: Subscription): void {
@@ -101,6 +116,7 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
       return;
     }
     const pause = (): void => {
+      if (isBusy(pauseBtn)) return;
       // A reason, as on every other pause: it goes to the audit log.
       const reason = pauseReason.value.trim();
       if (!reason) {
@@ -108,17 +124,17 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
         pauseReason.focus();
         return;
       }
-      void run("Pause", async () => (await subscriptions.pauseSubscription({ id, reason }), `Paused: new events are held until you resume.`));
+      void run(pauseBtn, "Pausing…", "Pause", async () => (await subscriptions.pauseSubscription({ id, reason }), `Paused: new events are held until you resume.`));
     };
-    resumeBtn.addEventListener("click", () => void run("Resume", async () => (await subscriptions.resumeSubscription({ id }), `Resumed: held events drain in lane order.`)));
+    resumeBtn.addEventListener("click", () => void run(resumeBtn, "Resuming…", "Resume", async () => (await subscriptions.resumeSubscription({ id }), `Resumed: held events drain in lane order.`)));
     replace(
       actions,
       h("h2", {}, "Actions"),
       ast.el,
       // Enter in the reason pauses.
       submitForm({}, pause, h("fieldset", {}, h("legend", {}, "Pause or resume"), field("Reason for pausing", pauseReason), pauseBtn, resumeBtn)),
-      test ? testEventForm(s, (msg) => (ast.ok(msg), p.now()), (msg) => ast.error(msg)) : "",
-      editForm(s, (msg) => (ast.ok(msg), p.now()), (msg) => ast.error(msg)),
+      test ? testEventForm(s, done, (msg) => ast.error(msg)) : "",
+      editForm(s, done, (msg) => ast.error(msg)),
       rotateForm(s, (msg) => ast.ok(msg), (msg) => ast.error(msg)),
       deleteBox(),
     );
@@ -130,29 +146,36 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
   function deleteBox(): HTMLElement {
     const del = h("button", { type: "button", class: "danger" }, "Delete subscription");
     const confirmBox = h("div", { "data-testid": "delete-confirm" });
-    const remove = async (force: boolean): Promise<void> => {
-      try {
-        const r = await subscriptions.deleteSubscription({ id, force });
-        p.stop();
-        noticeNext(`Deleted ${id}${force ? `; its ${counted(r.archived, "pending event")} went to the dead letters` : ""}.`);
-        location.hash = "#/subscriptions";
-      } catch (err) {
-        if (!force && isFailedPrecondition(err)) {
-          const forceBtn = h("button", { type: "button", class: "danger" }, "Delete anyway");
-          forceBtn.addEventListener("click", () => void remove(true));
-          replace(
-            confirmBox,
-            h("p", { class: "status error", role: "alert" }, `${errorText(err)}`),
-            h("p", {}, "Deleting anyway turns the pending events into dead letters (reason deleted): you can still replay them from Dead letters."),
-            forceBtn,
-          );
-          return;
-        }
-        ast.error(`Delete failed: ${errorText(err)}`);
-      }
-    };
+    const remove = (button: HTMLButtonElement, force: boolean): Promise<void> =>
+      busy(
+        button,
+        "Deleting…",
+        async () => {
+          try {
+            const r = await subscriptions.deleteSubscription({ id, force });
+            p.stop();
+            noticeNext(`Deleted ${id}${force ? `; its ${counted(r.archived, "pending event")} went to the dead letters` : ""}.`);
+            location.hash = "#/subscriptions";
+          } catch (err) {
+            if (!force && isFailedPrecondition(err)) {
+              const forceBtn = h("button", { type: "button", class: "danger" }, "Delete anyway");
+              forceBtn.addEventListener("click", () => void remove(forceBtn, true));
+              replace(
+                confirmBox,
+                h("p", { class: "status error", role: "alert" }, `${errorText(err)}`),
+                h("p", {}, "Deleting anyway turns the pending events into dead letters (reason deleted): you can still replay them from Dead letters."),
+                forceBtn,
+              );
+              return;
+            }
+            ast.error(`Delete failed: ${errorText(err)}`);
+          }
+        },
+        "delete subscription",
+      );
     del.addEventListener("click", () => {
-      if (window.confirm(`Delete subscription ${id}? Its events stop going to its destination.`)) void remove(false);
+      if (isBusy("delete subscription")) return;
+      if (window.confirm(`Delete subscription ${id}? Its events stop going to its destination.`)) void remove(del, false);
     });
     return h("fieldset", {}, h("legend", {}, "Delete"), del, confirmBox);
   }

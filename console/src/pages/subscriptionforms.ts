@@ -7,6 +7,7 @@ import { duration, errorText, eventTypes, ingest, problemText, subscriptions } f
 import { field, h, replace, submitForm } from "../dom.js";
 import { parseDuration } from "../format.js";
 import { parseHeaders, parseJSONData, parseTypes, testEventTypes } from "../subscriptions.js";
+import { busy } from "../busy.js";
 
 type Report = (msg: string) => void;
 
@@ -47,6 +48,7 @@ export function createForm(customer: string, destinations: () => string[], done:
   const dest = h("input", { type: "text", name: "destination", list: "destination-ids", required: true, autocomplete: "off" });
   const destList = h("datalist", { id: "destination-ids" });
   const types = h("input", { type: "text", name: "types", required: true, placeholder: "order.*, invoice.paid" });
+  const createBtn = h("button", { type: "submit" }, "Create subscription");
   const filter = h("input", { type: "text", name: "filter", placeholder: "data.amount > 100 (optional)" });
   const target = targetFields();
   const headers = h("textarea", { name: "headers", rows: 2, placeholder: "X-Example: value (one per line, optional)" });
@@ -63,12 +65,12 @@ export function createForm(customer: string, destinations: () => string[], done:
     field("Headers", headers),
     h("label", { class: "field check" }, ownSecret, h("span", {}, "Sign with a secret of its own")),
     field("Description", description),
-    h("button", { type: "submit" }, "Create subscription"),
+    createBtn,
   );
   dest.addEventListener("focus", () => replace(destList, ...destinations().map((d) => h("option", { value: d }))));
   form.addEventListener("submit", (e) => {
     e.preventDefault();
-    void (async () => {
+    void busy(createBtn, "Creating…", async () => {
       try {
         const req: MessageInitShape<typeof CreateSubscriptionRequestSchema> = {
           customerId: customer,
@@ -87,7 +89,7 @@ export function createForm(customer: string, destinations: () => string[], done:
       } catch (err) {
         fail(`Create failed: ${problemText(err)}`);
       }
-    })();
+    });
   });
   return h("section", {}, h("h2", {}, "New subscription"), form);
 }
@@ -115,7 +117,7 @@ export function editForm(s: Subscription, ok: Report, fail: Report): HTMLElement
   const before = { types: s.types.join(","), filter: s.filter, ...target.value(), description: s.description };
   form.addEventListener("submit", (e) => {
     e.preventDefault();
-    void (async () => {
+    void busy(save, "Saving…", async () => {
       try {
         const req: MessageInitShape<typeof UpdateSubscriptionRequestSchema> = { id: s.id };
         const t = parseTypes(types.value);
@@ -138,7 +140,7 @@ export function editForm(s: Subscription, ok: Report, fail: Report): HTMLElement
       } catch (err) {
         fail(`Save failed: ${problemText(err)}`);
       }
-    })();
+    });
   });
   return h("fieldset", {}, h("legend", {}, "Edit"), form);
 }
@@ -149,7 +151,7 @@ export function rotateForm(s: Subscription, ok: Report, fail: Report): HTMLEleme
   const btn = h("button", { type: "submit" }, "Rotate secret");
   const shown = h("div");
   const rotate = (): void => {
-    void (async () => {
+    void busy(btn, "Rotating…", async () => {
       try {
         const g = parseDuration(grace.value);
         if (g === undefined) throw new Error(`grace "${grace.value}": use e.g. 0s, 30m, 24h, 7d`);
@@ -159,7 +161,7 @@ export function rotateForm(s: Subscription, ok: Report, fail: Report): HTMLEleme
       } catch (err) {
         fail(`Rotate failed: ${problemText(err)}`);
       }
-    })();
+    });
   };
   return submitForm({}, rotate, h("fieldset", {}, h("legend", {}, "Signing secret"), field("Grace for the previous secret", grace), btn, shown));
 }
@@ -193,7 +195,7 @@ export function testEventForm(s: Subscription, ok: Report, fail: Report): HTMLEl
     }
   })();
   const sendTest = (): void => {
-    void (async () => {
+    void busy(send, "Sending…", async () => {
       try {
         const t = other.value.trim() || type.value;
         if (!t) throw new Error("choose an event type");
@@ -204,7 +206,7 @@ export function testEventForm(s: Subscription, ok: Report, fail: Report): HTMLEl
       } catch (err) {
         fail(`Test event failed: ${problemText(err)}`);
       }
-    })();
+    });
   };
   return submitForm({}, sendTest, h("fieldset", { "data-testid": "test-event" }, h("legend", {}, "Send a test event"), field("Type", type), otherField, field("Lane", lane), field("Data (JSON)", data), send, note));
 }

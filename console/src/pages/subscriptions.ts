@@ -3,6 +3,7 @@
 // steer. The pieces every subscription table shows live here too.
 import type { Subscription } from "../../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { errorText, subscriptions } from "../api.js";
+import { busy, drawnBusy, isBusy } from "../busy.js";
 import { field, h, replace, status, table, type Child, type Column } from "../dom.js";
 import { can, counted, formatCount } from "../format.js";
 import type { Page } from "../main.js";
@@ -32,14 +33,21 @@ export function signedWith(s: Subscription): string {
   return s.secretFingerprint ? `own secret (${s.secretFingerprint})` : "the destination's secret";
 }
 
+/** The key of a subscription's pause or resume call (busy.ts): its row's button is drawn anew by each refresh. */
+export function pauseKey(s: Subscription): string {
+  return `pause-resume subscription ${s.id}`;
+}
+
 /**
  * pauseButton pauses or resumes s; its accessible name says which
  * subscription (a table has one per row), its key keeps the keyboard on
- * it when Pause becomes Resume.
+ * it when Pause becomes Resume. Drawn while the call runs, it shows so.
  */
-export function pauseButton(s: Subscription, act: (s: Subscription, pause: boolean) => void): HTMLElement {
+export function pauseButton(s: Subscription, act: (b: HTMLButtonElement, s: Subscription, pause: boolean) => void): HTMLElement {
   const what = s.paused ? "Resume" : "Pause";
-  return h("button", { type: "button", "aria-label": `${what} subscription ${s.id}`, "data-key": "pause-resume", onclick: () => act(s, !s.paused) }, what);
+  const b = h("button", { type: "button", "aria-label": `${what} subscription ${s.id}`, "data-key": "pause-resume" }, what);
+  b.addEventListener("click", () => act(b, s, !s.paused));
+  return drawnBusy(b, pauseKey(s));
 }
 
 /** The columns every subscription table has, between its two ids and its state. */
@@ -67,7 +75,7 @@ export const subscriptionsPage: Page = (main, me, args) => {
   const group = h("select", { name: "group-by" }, h("option", { value: "destination" }, "destination"), h("option", { value: "customer" }, "customer"));
   const form = h("form", { class: "filters" }, field("Destination", dest), field("Customer", cust), field("Group by", group), h("button", { type: "submit" }, "Show"));
   const reason = h("input", { type: "text", name: "pause-reason", placeholder: "why pause (audited)" });
-  const ast = status();
+  const ast = status("action");
   const holder = h("div", { "data-testid": "subscriptions" });
   replace(
     main,
@@ -83,25 +91,33 @@ export const subscriptionsPage: Page = (main, me, args) => {
     group.value = args[0] === "destination" ? "customer" : "destination";
   }
 
-  const act = async (s: Subscription, pause: boolean): Promise<void> => {
-    try {
-      if (pause) {
-        const why = reason.value.trim();
-        if (!why) {
-          ast.error("Pausing a subscription needs a reason (it goes to the audit log).");
-          reason.focus();
-          return;
-        }
-        await subscriptions.pauseSubscription({ id: s.id, reason: why });
-        ast.ok(`Paused ${s.id}: its events are held.`);
-      } else {
-        await subscriptions.resumeSubscription({ id: s.id });
-        ast.ok(`Resumed ${s.id}.`);
-      }
-      p.now();
-    } catch (err) {
-      ast.error(`${pause ? "Pause" : "Resume"} of ${s.id} failed: ${errorText(err)}`);
+  const act = (b: HTMLButtonElement, s: Subscription, pause: boolean): void => {
+    if (isBusy(pauseKey(s))) return;
+    const why = reason.value.trim();
+    if (pause && !why) {
+      ast.error("Pausing a subscription needs a reason (it goes to the audit log).");
+      reason.focus();
+      return;
     }
+    void busy(
+      b,
+      pause ? "Pausing…" : "Resuming…",
+      async () => {
+        try {
+          if (pause) {
+            await subscriptions.pauseSubscription({ id: s.id, reason: why });
+            ast.ok(`Paused ${s.id}: its events are held.`);
+          } else {
+            await subscriptions.resumeSubscription({ id: s.id });
+            ast.ok(`Resumed ${s.id}.`);
+          }
+          p.now();
+        } catch (err) {
+          ast.error(`${pause ? "Pause" : "Resume"} of ${s.id} failed: ${errorText(err)}`);
+        }
+      },
+      pauseKey(s),
+    );
   };
 
   const draw = (subs: Subscription[]): void => {
@@ -117,7 +133,7 @@ export const subscriptionsPage: Page = (main, me, args) => {
       { label: "Signed with", cell: signedWith },
       { label: "Destination state", cell: destState },
       { label: "State", cell: subState },
-      ...(steer ? [{ label: "Action", cell: (s: Subscription) => pauseButton(s, (x, pause) => void act(x, pause)) }] : []),
+      ...(steer ? [{ label: "Action", cell: (s: Subscription) => pauseButton(s, act) }] : []),
     ];
     const tables = [...groups].map(([g, rows]) =>
       h(

@@ -4,6 +4,7 @@
 import type { ApiToken } from "../../../sdk/typescript/src/gen/rivora/v1/tokens_pb.js";
 import { Role } from "../../../sdk/typescript/src/gen/rivora/v1/tokens_pb.js";
 import { date, duration, errorText, tokens, when } from "../api.js";
+import { busy, drawnBusy, isBusy } from "../busy.js";
 import { field, h, replace, status, table } from "../dom.js";
 import { counted, customerList, parseDuration, roleName } from "../format.js";
 import type { Page } from "../main.js";
@@ -19,7 +20,7 @@ const roles: [Role, string][] = [
 
 export const tokensPage: Page = (main, me) => {
   const st = status(); // loading the list
-  const ast = status(); // what a revoke did
+  const ast = status("action"); // what a revoke did
   const list = h("div", { "data-testid": "tokens" });
   replace(main, h("h1", {}, "Tokens"), h("p", {}, "Each call carries one of these. Rivora keeps a token's hash, never the token: a new one is shown once, when it is created."), st.el, list, ast.el, createForm());
 
@@ -41,20 +42,28 @@ export const tokensPage: Page = (main, me) => {
 
   function revokeButton(t: ApiToken): HTMLElement {
     const b = h("button", { type: "button", class: "danger", "aria-label": `Revoke token ${t.id} (${t.name})` }, "Revoke");
+    // The row is drawn anew by each refresh: the call is keyed by the token.
+    const key = `revoke token ${t.id}`;
     b.addEventListener("click", () => {
+      if (isBusy(key)) return;
       const self = t.id === me.id ? " It is the token this console signed in with: you will be signed out." : "";
       if (!window.confirm(`Revoke ${t.id} (${t.name})? Every agent refuses it within a second.${self}`)) return;
-      void (async () => {
-        try {
-          await tokens.revokeToken({ id: t.id });
-          ast.ok(`Revoked ${t.id} (${t.name}).`);
-          p.now();
-        } catch (err) {
-          ast.error(`Revoke failed: ${errorText(err)}`);
-        }
-      })();
+      void busy(
+        b,
+        "Revoking…",
+        async () => {
+          try {
+            await tokens.revokeToken({ id: t.id });
+            ast.ok(`Revoked ${t.id} (${t.name}).`);
+            p.now();
+          } catch (err) {
+            ast.error(`Revoke failed: ${errorText(err)}`);
+          }
+        },
+        key,
+      );
     });
-    return b;
+    return drawnBusy(b, key);
   }
 
   function createForm(): HTMLElement {
@@ -63,15 +72,16 @@ export const tokensPage: Page = (main, me) => {
     const customers = h("input", { type: "text", name: "token-customers", placeholder: "acme, globex (publisher: * for any)" });
     const ttl = h("input", { type: "text", name: "token-ttl", placeholder: "90d (empty: never expires)" });
     const btn = h("button", { type: "submit" }, "Create token");
-    const cst = status();
+    const cst = status("action");
     const secret = h("div", { "data-testid": "new-token" });
     const form = h("form", {}, h("fieldset", {}, h("legend", {}, "Create a token"), field("Name", name), field("Role", role), field("Customers", customers), field("Expires after", ttl), btn), cst.el, secret);
     form.addEventListener("submit", (e) => {
       e.preventDefault();
+      if (isBusy(btn)) return;
       const t = parseDuration(ttl.value);
       if (!name.value.trim()) return cst.error("A token needs a name, for people and the audit log.");
       if (ttl.value.trim() && t === undefined) return cst.error(`Expires after "${ttl.value}": use e.g. 720h, 90d`);
-      void (async () => {
+      void busy(btn, "Creating…", async () => {
         try {
           const r = await tokens.createToken({
             name: name.value.trim(),
@@ -93,7 +103,7 @@ export const tokensPage: Page = (main, me) => {
           replace(secret);
           cst.error(`Create failed: ${errorText(err)}`);
         }
-      })();
+      });
     });
     return form;
   }

@@ -1,0 +1,169 @@
+// The console's actions as a person uses them on a slow network and from
+// the keyboard, in real Chromium against a real `rivora dev` and real
+// partners: a call held by the test (a Playwright route) shows its button
+// busy and takes no second press; pages say they load; Back returns to the
+// row it was left from; the keyboard stays on something after a button
+// disables itself; a destination refusing everything with 400 is noisy;
+// nothing spills off a phone's screen.
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { chromium, type BrowserContext, type Page, type Route } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { eventually, rpc, startDev, startPartner, type Dev, type Partner } from "../../testkit/ts/index.js";
+import { buildBinaries, chromiumPath, signIn } from "./harness.js";
+
+const artifacts = resolve(import.meta.dirname, "../test-artifacts");
+
+let dev: Dev;
+let ok: Partner;
+let rejecting: Partner;
+let ctx: BrowserContext;
+let page: Page;
+let profile: string;
+let binDir: string;
+const pageErrors: string[] = [];
+const fills = 60; // destinations enough to scroll the list
+
+/**
+ * hold routes calls to method and keeps each until release; calls counts
+ * them. Connect calls are POSTs to /<service>/<method>.
+ */
+async function hold(method: string): Promise<{ calls: () => number; release: () => Promise<void> }> {
+  let open!: () => void;
+  const released = new Promise<void>((r) => (open = r));
+  const pattern = `**/rivora.v1.${method}`;
+  const held: Promise<void>[] = [];
+  const handler = (route: Route): Promise<void> => {
+    const p = released.then(() => route.continue());
+    held.push(p);
+    return p;
+  };
+  await page.route(pattern, handler);
+  return {
+    calls: () => held.length,
+    // The held calls go on before the route is removed (unrouting first
+    // would let them through and fail their continue).
+    release: async () => {
+      open();
+      await Promise.all(held);
+      await page.unroute(pattern, handler);
+    },
+  };
+}
+
+const focused = (): Promise<string> => page.evaluate(() => `${document.activeElement?.tagName} ${document.activeElement?.textContent ?? ""}`.trim());
+
+async function publish(destinationId: string, laneKey: string, n = 1): Promise<string[]> {
+  const events = [...Array(n).keys()].map((i) => ({ destinationId, customerId: "acme", laneKey, type: "t", data: { i } }));
+  return (await rpc<{ eventIds: string[] }>(dev, dev.token, "rivora.v1.IngestService/PublishBatch", { events })).eventIds;
+}
+
+beforeAll(async () => {
+  await mkdir(artifacts, { recursive: true });
+  binDir = await mkdtemp(join(tmpdir(), "rivora-steering-bin-"));
+  const bins = await buildBinaries(binDir);
+  dev = await startDev(bins.rivora);
+  ok = await startPartner({ status: 200 });
+  rejecting = await startPartner({ status: 400 });
+  await dev.createDestination("ok", ok.url);
+  await dev.createDestination("rejecting", rejecting.url);
+  for (let i = 0; i < fills; i++) await dev.createDestination(`fill-${String(i).padStart(2, "0")}`, ok.url);
+  profile = await mkdtemp(join(tmpdir(), "rivora-steering-chromium-"));
+  ctx = await chromium.launchPersistentContext(profile, { executablePath: chromiumPath, headless: true, viewport: { width: 1280, height: 800 } });
+  page = ctx.pages()[0] ?? (await ctx.newPage());
+  page.on("pageerror", (e) => pageErrors.push(String(e)));
+  page.on("console", (m) => {
+    if (m.type() === "error") pageErrors.push(m.text());
+  });
+  await signIn(page, dev, dev.token, "bootstrap");
+});
+
+afterAll(async () => {
+  await ctx?.close();
+  await ok?.close();
+  await rejecting?.close();
+  await dev?.stop();
+  if (profile) await rm(profile, { recursive: true, force: true });
+  if (binDir) await rm(binDir, { recursive: true, force: true });
+});
+
+describe("console actions on a slow network and from the keyboard", () => {
+  it("a double-click on Resend sends one call, its button saying Resending… meanwhile", async () => {
+    const [id] = await publish("ok", "r-1");
+    await eventually("the event delivered", () => ok.received.some((r) => r.id === id && r.status === 200));
+    await page.goto(`${dev.url}/console/#/destination/ok`);
+    await page.getByTestId("state").waitFor();
+    const resend = await hold("EventService/ResendEvent");
+    await page.locator('input[name="resend-event"]').fill(id!);
+    await page.locator('input[name="resend-reason"]').fill("partner lost it");
+    await page.getByRole("button", { name: "Resend", exact: true }).dblclick();
+    const busy = page.getByRole("button", { name: "Resending…" });
+    await busy.waitFor();
+    expect(await busy.getAttribute("aria-disabled")).toBe("true");
+    // Enter in its field while the call runs does nothing either.
+    await page.locator('input[name="resend-reason"]').press("Enter");
+    expect(resend.calls()).toBe(1);
+    await resend.release();
+    await page.getByText(`Event ${id} sent again.`).waitFor();
+    expect(resend.calls()).toBe(1);
+    await page.getByRole("button", { name: "Resend", exact: true }).waitFor();
+    // Accepted twice: published, and resent once.
+    const got = await rpc<{ episodes?: unknown[] }>(dev, dev.token, "rivora.v1.EventService/GetEvent", { eventId: id });
+    expect(got.episodes).toHaveLength(2);
+  });
+
+  it("a double Pause pauses once and says nothing failed", async () => {
+    const pause = await hold("AdminService/PauseDestination");
+    await page.locator('input[name="pause-reason"]').fill("slow network pause");
+    await page.getByRole("button", { name: "Pause", exact: true }).dblclick();
+    await page.getByRole("button", { name: "Pausing…" }).waitFor();
+    expect(pause.calls()).toBe(1);
+    await pause.release();
+    await page.getByText("Paused ok.").waitFor();
+    await page.getByTestId("state").getByText("paused").waitFor({ timeout: 10_000 });
+    expect(pause.calls()).toBe(1);
+    expect(await page.getByText(/Pause failed/).count()).toBe(0);
+  });
+
+  it("offers no Remove OAuth2 without OAuth2, and a later success clears an earlier error", async () => {
+    // ok is paused (above): its events wait in a lane with a Skip head.
+    await publish("ok", "held", 3);
+    await page.getByRole("button", { name: /^Skip head of lane held/ }).waitFor({ timeout: 15_000 });
+    expect(await page.getByRole("button", { name: "Remove OAuth2", exact: true }).isDisabled()).toBe(true);
+    expect(await page.getByRole("button", { name: "Remove certificate", exact: true }).isDisabled()).toBe(true);
+    expect(await page.getByRole("button", { name: "Remove legacy signature", exact: true }).isDisabled()).toBe(true);
+    // A Skip head without a reason is refused, in the lanes' section.
+    await page.getByRole("button", { name: /^Skip head of lane held/ }).click();
+    const refused = page.getByRole("alert").getByText("Skipping a lane's head needs a reason");
+    await refused.waitFor();
+    // Another section's action succeeds: the old error goes.
+    await page.locator('select[name="class"]').selectOption({ label: "low" });
+    await page.getByRole("button", { name: "Set class" }).click();
+    await page.getByText("Priority class set to low.").waitFor();
+    expect(await refused.count()).toBe(0);
+    expect(await page.getByRole("alert").count()).toBe(0);
+  });
+
+  it("Resume and Set limit from the keyboard leave it on the button that applies next", async () => {
+    // ok is paused: Resume, pressed with Enter, disables itself.
+    await page.getByRole("button", { name: "Resume", exact: true }).focus();
+    await page.keyboard.press("Enter");
+    await page.getByTestId("state").getByText(/healthy|degraded/).waitFor({ timeout: 10_000 });
+    expect(await focused()).toBe("BUTTON Pause");
+    // Set limit is pressable once checked, and disables itself when done.
+    await page.locator('input[name="rate"]').fill("50");
+    await page.locator('input[name="limit-reason"]').fill("keyboard test");
+    await page.locator('input[name="limit-reason"]').press("Enter");
+    await page.getByTestId("limit-preview").getByText("Nothing changed yet").waitFor();
+    await page.getByRole("button", { name: "Set limit" }).focus();
+    await page.keyboard.press("Enter");
+    await page.getByText(/^Limit set \(config version \d+\)\.$/).waitFor();
+    expect(await focused()).toBe("BUTTON Check");
+  });
+
+  it("logged no error in the page", () => {
+    // The refused and aborted calls the scenario provokes are logged by Chromium as failed resources.
+    expect(pageErrors.filter((e) => !/^Failed to load resource/.test(e))).toEqual([]);
+  });
+});
