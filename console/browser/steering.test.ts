@@ -162,6 +162,26 @@ describe("console actions on a slow network and from the keyboard", () => {
     expect(await focused()).toBe("BUTTON Check");
   });
 
+  it("opens a destination at its top, and Back returns to the row it was opened from", async () => {
+    await page.goto(`${dev.url}/console/#/destinations`);
+    const last = `fill-${fills - 1}`;
+    const link = page.locator(`tr[data-id="${last}"] a`);
+    await link.waitFor();
+    await link.scrollIntoViewIfNeeded();
+    const y = await page.evaluate(() => scrollY);
+    expect(y).toBeGreaterThan(500);
+    await link.click();
+    const heading = page.getByRole("heading", { name: `Destination ${last}` });
+    await heading.waitFor();
+    expect(await page.evaluate(() => scrollY)).toBe(0);
+    expect(await heading.evaluate((e) => e.getBoundingClientRect().top)).toBeGreaterThanOrEqual(0);
+    await page.getByTestId("state").waitFor();
+    await page.goBack();
+    await page.getByRole("heading", { name: "Destinations" }).waitFor();
+    await eventually("the list scrolled back to the row", async () => Math.abs((await page.evaluate(() => scrollY)) - y) <= 1, 10_000);
+    expect(await page.evaluate(() => document.activeElement?.getAttribute("href"))).toBe(`#/destination/${last}`);
+  });
+
   it("logged no error in the page", () => {
     // The refused and aborted calls the scenario provokes are logged by Chromium as failed resources.
     expect(pageErrors.filter((e) => !/^Failed to load resource/.test(e))).toEqual([]);

@@ -89,9 +89,84 @@ const app = document.getElementById("app")!;
 let me: Me | undefined;
 let stop: (() => void) | undefined;
 
+// Where each history entry was left: its scroll and the link followed
+// from it. A new page opens at its top (a destination opened from far
+// down a 1,000-row list opened 1,450 px down its page, its heading above
+// the screen); Back returns to the row it was opened from, not to the
+// list's top. The console restores, not the browser: its pages draw
+// their content after the route, when the browser has restored already.
+history.scrollRestoration = "manual";
+
+/** Where a page was left: its scroll, and the link followed from it with its place on the screen. */
+interface Place {
+  y: number;
+  href: string | undefined;
+  top: number;
+}
+let restoring: (() => void) | undefined;
+
+// A link followed: where its page is left goes into the page's own
+// history entry (its state), before the browser moves to the next entry.
+document.addEventListener(
+  "click",
+  (e) => {
+    const link = e.target instanceof Element ? e.target.closest<HTMLAnchorElement>('a[href^="#"]') : null;
+    if (!link || !me) return;
+    const inPage = link.closest("main") !== null;
+    const place: Place = { y: scrollY, href: inPage ? (link.getAttribute("href") ?? undefined) : undefined, top: inPage ? link.getBoundingClientRect().top : 0 };
+    history.replaceState({ ...(typeof history.state === "object" ? history.state : {}), rivoraPlace: place }, "");
+  },
+  true,
+);
+
+/** placeOf is where the current history entry's page was left, if it was. */
+function placeOf(): Place | undefined {
+  const state: unknown = history.state;
+  if (typeof state !== "object" || state === null || !("rivoraPlace" in state)) return undefined;
+  const p = state.rivoraPlace as Partial<Place>;
+  return typeof p.y === "number" ? { y: p.y, href: typeof p.href === "string" ? p.href : undefined, top: Number(p.top) || 0 } : undefined;
+}
+
+/**
+ * restore brings a page back to where it was left, once its data is drawn
+ * (after the route): the link it was left by at the same height on the
+ * screen, focused (a refreshed list may have moved its row), else the same
+ * scroll. It gives up when the person scrolls, types or clicks first, or
+ * after 10 s.
+ */
+function restore(main: HTMLElement, place: Place): () => void {
+  const user = ["wheel", "keydown", "mousedown", "touchstart"] as const;
+  const finish = (): void => {
+    observer.disconnect();
+    clearTimeout(timer);
+    for (const e of user) removeEventListener(e, finish, true);
+    if (restoring === finish) restoring = undefined;
+  };
+  const attempt = (): void => {
+    const link = place.href === undefined ? undefined : [...main.querySelectorAll<HTMLElement>("a[href]")].find((a) => a.getAttribute("href") === place.href);
+    if (link) {
+      scrollTo(0, scrollY + link.getBoundingClientRect().top - place.top);
+      link.focus({ preventScroll: true });
+      finish();
+      return;
+    }
+    // No link (yet): the same scroll, as far as the page reaches so far.
+    if (document.documentElement.scrollHeight - innerHeight < place.y) return;
+    scrollTo(0, place.y);
+    if (place.href === undefined) finish();
+  };
+  const observer = new ResizeObserver(attempt);
+  observer.observe(main);
+  const timer = setTimeout(finish, 10_000);
+  for (const e of user) addEventListener(e, finish, true);
+  attempt();
+  return finish;
+}
+
 function route(): void {
   stop?.();
   stop = undefined;
+  restoring?.();
   if (!token() || !me) {
     signIn();
     return;
@@ -124,12 +199,16 @@ function route(): void {
   document.title = `${p.title} · Rivora console`;
   stop = p.page(main, me, args);
   // A new page takes the focus to its heading, so a screen reader says
-  // where the user is.
+  // where the user is; it opens at its top. One returned to (Back) opens
+  // where it was left, on the link it was left by.
   const heading = main.querySelector("h1");
   if (heading) {
     heading.tabIndex = -1;
     heading.focus({ preventScroll: true });
   }
+  const place = placeOf();
+  if (place) restoring = restore(main, place);
+  else scrollTo(0, 0);
 }
 
 function signIn(why = ""): void {
