@@ -581,7 +581,8 @@ describe("console in Chromium against rivora dev", () => {
     await page.locator('select[name="token-role"]').selectOption({ label: "viewer: every read, nothing else" });
     await page.locator('input[name="token-ttl"]').fill("2h");
     await page.getByRole("button", { name: "Create token" }).click();
-    const secret = page.locator('input[name="new-token"]');
+    // The token is shown once, in a textbox a screen reader names.
+    const secret = page.getByRole("textbox", { name: "New token tina-viewer (shown once)" });
     await secret.waitFor();
     const token = await secret.inputValue();
     expect(token.length).toBeGreaterThan(20);

@@ -308,12 +308,17 @@ describe("customer portal in Chromium against rivora dev", () => {
     await page.getByRole("button", { name: "Delete subscription" }).click();
     await page.getByTestId("delete-confirm").getByRole("button", { name: "Delete anyway" }).waitFor();
     expect(asked).toContain(`Delete subscription ${subId}?`);
+    // What deleting anyway does, as docs/subscriptions.md says: the dead
+    // letters it makes cannot be replayed.
+    const confirmText = (await page.getByTestId("delete-confirm").textContent()) ?? "";
+    expect(confirmText).toContain("They cannot be replayed or resent");
+    expect(confirmText).not.toContain("you can still replay");
     // Refused: it is still there.
     expect((await listSubscriptions("c1")).some((s) => s.id === subId)).toBe(true);
     await page.getByRole("button", { name: "Delete anyway" }).click();
     await page.getByRole("heading", { name: "Your subscriptions" }).waitFor();
     // The list says what the delete did.
-    await page.getByRole("status").getByText(`Deleted ${subId}; its 1 pending event went to the dead letters.`).waitFor();
+    await page.getByRole("status").getByText(`Deleted ${subId}; its 1 pending event went to the dead letters (reason deleted, not replayable).`).waitFor();
     await eventually("the subscription gone", async () => !(await listSubscriptions("c1")).some((s) => s.id === subId));
     // Its pending event became a dead letter (reason deleted), not dropped.
     await eventually("the held event dead-lettered", async () => {
@@ -374,6 +379,17 @@ describe("operators' Subscriptions view", () => {
     expect(await stats.locator("tbody tr").first().getAttribute("data-destination")).toBe("erp");
     expect(await repeatedButtonNames(page)).toEqual([]);
     await shot("dead-letters-overview.png");
+    // erp's dead letter is the deleted subscription's: a replay refuses it,
+    // and the page says why in its own words (no command-line flags), as
+    // a status a screen reader reads.
+    await stats.locator('tr[data-destination="erp"]').getByRole("button", { name: /^Show/ }).click();
+    await page.getByTestId("dead-letters").getByText("1 dead letter").waitFor();
+    await page.getByRole("button", { name: "Count" }).click();
+    const refusal = page.getByRole("status").filter({ hasText: "a replay would be refused" });
+    await refusal.waitFor();
+    const said = (await refusal.textContent()) ?? "";
+    expect(said).toContain("was deleted");
+    expect(said).not.toMatch(/--[a-z]/);
   });
 
   it("logged no error in the page", () => {

@@ -178,6 +178,10 @@ describe("withoutCliHints", () => {
         'url "http://x/in" is not on destination "d"\'s origin http://y: give a path or subscribe to another destination',
       ],
       ["a --force-less message keeps (its parentheses)", "a --force-less message keeps (its parentheses)"],
+      [
+        'subscription "s1", which routed event e1, was deleted: its dead letters cannot be delivered as it would have (its URL, secret and headers went with it), so nothing is replayed; narrow the replay (--customer, --lane, --subscription of one that exists) or leave them in the archive',
+        'subscription "s1", which routed event e1, was deleted: its dead letters cannot be delivered as it would have (its URL, secret and headers went with it), so nothing is replayed; narrow the replay or leave them in the archive',
+      ],
     ];
     for (const [message, want] of cases) expect(withoutCliHints(message), message).toBe(want);
   });

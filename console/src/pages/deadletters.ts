@@ -9,7 +9,7 @@ import { busy, disable, isBusy } from "../busy.js";
 import { currentCustomer, customerPicker } from "../customer.js";
 import { foldStats, type StatCount, type StatRow } from "../deadletterstats.js";
 import { field, h, replace, status, submitForm, table } from "../dom.js";
-import { can, formatCount, utcInput } from "../format.js";
+import { can, formatCount, utcInput, withoutCliHints } from "../format.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 
@@ -210,7 +210,9 @@ export const deadLettersPage: Page = (main, me, args) => {
   const replayBtn = h("button", { type: "submit", disabled: true }, "Replay");
   const progress = h("progress", { max: 1, value: 0, "aria-label": "Replay progress" });
   const rst = status("action");
-  const result = h("p", { "data-testid": "replay-result" });
+  // What Count and Replay found, said to a screen reader as it changes
+  // (aria-busy while a replay streams its progress: the end is said once).
+  const result = h("p", { "data-testid": "replay-result", role: "status", "aria-live": "polite" });
   let counted: DeadLetterFilter | undefined;
   const drawReplay = (): void => {
     if (!can(me.role, "steer") && !self) return;
@@ -239,7 +241,7 @@ export const deadLettersPage: Page = (main, me, args) => {
           // The replay itself would be refused: say why, and offer none.
           counted = undefined;
           replayBtn.disabled = true;
-          result.textContent = `${formatCount(total)} match, but a replay would be refused: ${refused}`;
+          result.textContent = `${formatCount(total)} match, but a replay would be refused: ${withoutCliHints(refused)}`;
           rst.clear();
           return;
         }
@@ -266,6 +268,7 @@ export const deadLettersPage: Page = (main, me, args) => {
     if (!counted || isBusy(replayBtn)) return;
     const f = counted;
     void busy(replayBtn, "Replaying…", async () => {
+      result.setAttribute("aria-busy", "true");
       try {
         const r0 = rate.value ? Number(rate.value) : undefined;
         let last = { total: 0n, replayed: 0n, skipped: 0n, done: false };
@@ -281,6 +284,7 @@ export const deadLettersPage: Page = (main, me, args) => {
       } catch (err) {
         rst.error(`Replay failed: ${errorText(err)}`);
       } finally {
+        result.removeAttribute("aria-busy");
         // Replayed once: another replay needs another count (unless one
         // was made meanwhile). The keyboard goes to Count (a disabled
         // Replay would drop it to the body).

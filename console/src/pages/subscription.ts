@@ -142,7 +142,9 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
 
   // Delete: refused while events are pending; then a second, explicit
   // confirmation deletes with force (the pending events become dead
-  // letters with reason "deleted", nothing dropped silently).
+  // letters with reason "deleted", nothing dropped silently, and none of
+  // them can be replayed or resent: the subscription's URL, secret and
+  // headers go with it — docs/subscriptions.md).
   function deleteBox(): HTMLElement {
     const del = h("button", { type: "button", class: "danger" }, "Delete subscription");
     const confirmBox = h("div", { "data-testid": "delete-confirm" });
@@ -154,7 +156,7 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
           try {
             const r = await subscriptions.deleteSubscription({ id, force });
             p.stop();
-            noticeNext(`Deleted ${id}${force ? `; its ${counted(r.archived, "pending event")} went to the dead letters` : ""}.`);
+            noticeNext(`Deleted ${id}${force ? `; its ${counted(r.archived, "pending event")} went to the dead letters (reason deleted, not replayable)` : ""}.`);
             location.hash = "#/subscriptions";
           } catch (err) {
             if (!force && isFailedPrecondition(err)) {
@@ -163,7 +165,11 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
               replace(
                 confirmBox,
                 h("p", { class: "status error", role: "alert" }, `${errorText(err)}`),
-                h("p", {}, "Deleting anyway turns the pending events into dead letters (reason deleted): you can still replay them from Dead letters."),
+                h(
+                  "p",
+                  {},
+                  "Deleting anyway turns the pending events into dead letters (reason deleted). They cannot be replayed or resent: the subscription's URL, secret and headers go with it, and a replay refuses them. To keep them, pause the subscription instead.",
+                ),
                 forceBtn,
               );
               return;

@@ -89,11 +89,12 @@ export const tokensPage: Page = (main, me) => {
             customers: customerList(customers.value),
             ttl: t === undefined ? undefined : duration(t),
           });
+          // Labelled: a screen reader named it nothing ("edit text").
           const shown = h("input", { type: "text", readonly: true, value: r.token, name: "new-token", size: 60 });
           replace(
             secret,
             h("p", { class: "status ok", role: "status" }, `Created ${r.tokenInfo?.id ?? ""} (${r.tokenInfo?.name ?? ""}, ${roleName(r.tokenInfo?.role ?? 0)}). Copy the token now: it is not shown again.`),
-            shown,
+            field(`New token ${r.tokenInfo?.name ?? ""} (shown once)`, shown),
           );
           shown.select();
           name.value = customers.value = ttl.value = "";
