@@ -136,6 +136,10 @@ describe("customer portal in Chromium against rivora dev", () => {
   it("creates a subscription with its own secret; a path on a shared destination is refused", async () => {
     const form = page.getByTestId("create-subscription");
     await form.getByLabel("Destination", { exact: true }).fill("erp");
+    // Types are comma-separated: "order created" is not two types.
+    await form.getByLabel("Event types").fill("order created");
+    await form.getByRole("button", { name: "Create subscription" }).click();
+    await page.getByRole("alert").getByText('Create failed: event type "order created" has a space: separate types with commas').waitFor();
     await form.getByLabel("Event types").fill("order.*");
     // A filter that does not compile: the column, and the filter quoted
     // with a caret under it, in a fixed-width font.

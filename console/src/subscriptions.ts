@@ -3,12 +3,27 @@
 // event's type. No DOM, no network, so vitest checks them exactly.
 
 /**
- * parseTypes reads "order.*, invoice.paid" (commas, spaces or new lines)
- * into the list the API takes, without blanks or repeats, in typed order.
+ * parseTypes reads "order.*, invoice.paid" into the list the API takes:
+ * types are comma-separated (as rivoractl's --types), without blanks or
+ * repeats, in typed order. A type has no spaces (the server refuses
+ * them), so a space inside one is a mistake, not a separator: "order
+ * created" was read as the two types "order" and "created", which the
+ * subscription then matched silently. It throws an Error saying so.
  */
 export function parseTypes(text: string): string[] {
+  const types = commaList(text);
+  for (const t of types) {
+    if (/\s/.test(t)) {
+      throw new Error(`event type "${t}" has a space: separate types with commas (order.created, invoice.paid); a type itself has none`);
+    }
+  }
+  return types;
+}
+
+/** commaList reads "a, b,,c" into ["a", "b", "c"]: trimmed, without blanks or repeats, in typed order. */
+export function commaList(text: string): string[] {
   const seen = new Set<string>();
-  for (const t of text.split(/[\s,]+/)) if (t !== "") seen.add(t);
+  for (const t of text.split(",")) if (t.trim() !== "") seen.add(t.trim());
   return [...seen];
 }
 

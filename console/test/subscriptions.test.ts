@@ -1,11 +1,21 @@
 import { describe, expect, it } from "vitest";
-import { isExact, parseHeaders, parseJSONData, parseTypes, testEventTypes, typeMatches } from "../src/subscriptions.js";
+import { commaList, isExact, parseHeaders, parseJSONData, parseTypes, testEventTypes, typeMatches } from "../src/subscriptions.js";
 
 describe("parseTypes", () => {
-  it("splits on commas, spaces and new lines, drops blanks and repeats, keeps order", () => {
+  it("splits on commas, drops blanks and repeats, keeps order", () => {
     expect(parseTypes("order.*, invoice.paid")).toEqual(["order.*", "invoice.paid"]);
-    expect(parseTypes(" a,,b \n c a ")).toEqual(["a", "b", "c"]);
+    expect(parseTypes(" a,,b ,\n c, a ")).toEqual(["a", "b", "c"]);
     expect(parseTypes("  ")).toEqual([]);
+  });
+  it("refuses a type with a space: types are comma-separated, never split on spaces", () => {
+    expect(() => parseTypes("order created")).toThrow('event type "order created" has a space: separate types with commas');
+    expect(() => parseTypes("order.created, invoice paid")).toThrow('"invoice paid"');
+  });
+});
+
+describe("commaList", () => {
+  it("trims, drops blanks and repeats", () => {
+    expect(commaList(" X-A, x-b,,X-A ")).toEqual(["X-A", "x-b"]);
   });
 });
 

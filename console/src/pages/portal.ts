@@ -13,6 +13,7 @@ import { poll } from "../poll.js";
 import { createForm, secretOnce } from "./subscriptionforms.js";
 import { destState, pauseButton, pauseKey, routeColumns, signedWith, subLink, subState } from "./subscriptions.js";
 import { busy } from "../busy.js";
+import { commaList } from "../subscriptions.js";
 
 export const portalPage: Page = (main, me) => {
   const customer = currentCustomer(me);
@@ -94,7 +95,7 @@ export const portalPage: Page = (main, me) => {
 
   void drawCatalogue(catalogue, (name) => {
     const types = form.querySelector<HTMLInputElement>('input[name="types"]')!;
-    types.value = [...types.value.split(/[\s,]+/).filter((t) => t !== "" && t !== name), name].join(", ");
+    types.value = [...commaList(types.value).filter((t) => t !== name), name].join(", ");
   });
   // The endpoints are listed again after each add or delete, so the
   // table and the form's destination suggestions follow. One deleted here

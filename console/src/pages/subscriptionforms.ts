@@ -6,7 +6,7 @@ import type { CreateSubscriptionRequestSchema, Subscription, UpdateSubscriptionR
 import { duration, errorText, eventTypes, ingest, problemText, subscriptions } from "../api.js";
 import { field, h, replace, submitForm } from "../dom.js";
 import { parseDuration } from "../format.js";
-import { parseHeaders, parseJSONData, parseTypes, testEventTypes } from "../subscriptions.js";
+import { commaList, parseHeaders, parseJSONData, parseTypes, testEventTypes } from "../subscriptions.js";
 import { busy } from "../busy.js";
 
 type Report = (msg: string) => void;
@@ -47,7 +47,7 @@ function targetFields(s?: Subscription): { el: HTMLElement; value: () => { path:
 export function createForm(customer: string, destinations: () => string[], done: (s: Subscription) => void, fail: Report): HTMLElement {
   const dest = h("input", { type: "text", name: "destination", list: "destination-ids", required: true, autocomplete: "off" });
   const destList = h("datalist", { id: "destination-ids" });
-  const types = h("input", { type: "text", name: "types", required: true, placeholder: "order.*, invoice.paid" });
+  const types = h("input", { type: "text", name: "types", required: true, placeholder: "order.*, invoice.paid (comma-separated)" });
   const createBtn = h("button", { type: "submit" }, "Create subscription");
   const filter = h("input", { type: "text", name: "filter", placeholder: "data.amount > 100 (optional)" });
   const target = targetFields();
@@ -96,7 +96,7 @@ export function createForm(customer: string, destinations: () => string[], done:
 
 /** editForm changes types, filter, target, headers and description; only what changed is sent. */
 export function editForm(s: Subscription, ok: Report, fail: Report): HTMLElement {
-  const types = h("input", { type: "text", name: "edit-types", value: s.types.join(", ") });
+  const types = h("input", { type: "text", name: "edit-types", value: s.types.join(", "), placeholder: "comma-separated" });
   const filter = h("input", { type: "text", name: "edit-filter", value: s.filter });
   const target = targetFields(s);
   const setHeaders = h("textarea", { name: "set-headers", rows: 2, placeholder: "Name: value (add or replace)" });
@@ -130,7 +130,7 @@ export function editForm(s: Subscription, ok: Report, fail: Report): HTMLElement
         const where = target.value();
         if (where.path !== before.path || where.url !== before.url) (req.path = where.path), (req.url = where.url);
         req.setHeaders = parseHeaders(setHeaders.value);
-        req.removeHeaders = parseTypes(removeHeaders.value);
+        req.removeHeaders = commaList(removeHeaders.value);
         if (description.value.trim() !== before.description) req.description = description.value.trim();
         await subscriptions.updateSubscription(req);
         setHeaders.value = "";
