@@ -192,7 +192,8 @@ describe("console in Chromium against rivora dev", () => {
     const before = JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "audit", "-o", "json")) as unknown[];
     await page.getByRole("button", { name: "Check" }).click();
     await page.getByTestId("limit-preview").getByText("Nothing changed yet").waitFor();
-    expect(await page.getByTestId("limit-preview").textContent()).toMatch(/drain in/);
+    // noisy's events are dead letters by now: nothing of it is pending.
+    expect(await page.getByTestId("limit-preview").textContent()).toMatch(/nothing is pending|pending events? (drains? in|do(es)? not drain now: the destination is paused)/);
     // The dry run changed nothing.
     expect(JSON.parse(await rivoractl(bins.rivoractl, dev, dev.token, "audit", "-o", "json"))).toHaveLength(before.length);
     await page.getByRole("button", { name: "Set limit" }).click();

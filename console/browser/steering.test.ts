@@ -182,6 +182,28 @@ describe("console actions on a slow network and from the keyboard", () => {
     expect(await page.evaluate(() => document.activeElement?.getAttribute("href"))).toBe(`#/destination/${last}`);
   });
 
+  it("the limit preview says why nothing drains, and a 0 is told its real bound", async () => {
+    await rpc(dev, dev.token, "rivora.v1.AdminService/PauseDestination", { destinationId: "ok", reason: "hold for the preview" });
+    await publish("ok", "held-2", 3);
+    await page.goto(`${dev.url}/console/#/destination/ok`);
+    await page.getByTestId("state").getByText("paused").waitFor({ timeout: 10_000 });
+    await page.locator('input[name="limit-reason"]').fill("preview test");
+    await page.locator('input[name="rate"]').fill("0");
+    await page.getByRole("button", { name: "Check" }).click();
+    await page.getByRole("alert").getByText('Check failed: Rate per second "0": a number of events per second from 0.001 (one event in 1,000 s) to 1,000,000; an override cannot set 0').waitFor();
+    await page.locator('input[name="rate"]').fill("");
+    await page.locator('input[name="max-attempts"]').fill("0");
+    await page.getByRole("button", { name: "Check" }).click();
+    await page.getByRole("alert").getByText('Check failed: Max attempts "0": a whole number from 1 to 10,000').waitFor();
+    await page.locator('input[name="max-attempts"]').fill("");
+    await page.locator('input[name="rate"]').fill("5");
+    await page.getByRole("button", { name: "Check" }).click();
+    await page.getByTestId("limit-preview").getByText("Nothing changed yet").waitFor();
+    expect(await page.getByTestId("limit-preview").textContent()).toMatch(
+      /^With these limits \(rate 5\/s\), \d+ pending events do not drain now: the destination is paused: nothing goes out until it is resumed\. Nothing changed yet\.$/,
+    );
+  });
+
   it("logged no error in the page", () => {
     // The refused and aborted calls the scenario provokes are logged by Chromium as failed resources.
     expect(pageErrors.filter((e) => !/^Failed to load resource/.test(e))).toEqual([]);

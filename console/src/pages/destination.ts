@@ -7,7 +7,8 @@ import type { LaneSummary } from "../../../sdk/typescript/src/gen/rivora/v1/lane
 import { admin, date, duration, errorText, events, lanes, problemText, seconds, when } from "../api.js";
 import { busy, disable, drawnBusy, isBusy, swap } from "../busy.js";
 import { field, h, replace, status, submitForm, table } from "../dom.js";
-import { can, displayState, formatCount, formatDuration, formatRate, formatShare, parseDuration } from "../format.js";
+import { bounds, countOf, drainPreview, durationOf, rateOf } from "../limits.js";
+import { can, displayState, formatCount, formatDuration, formatRate, formatShare } from "../format.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 import { chartSamples, chartSpan, rateChart, series } from "./chart.js";
@@ -299,10 +300,10 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     resumeBtn.addEventListener("click", () => void run(resumeBtn, "Resuming…", "Resume", async () => (await admin.resumeDestination({ destinationId: id }), `Resumed ${id}.`)));
 
     // Set limit: a dry run first shows the drain time, then confirm.
-    const rate = h("input", { type: "number", name: "rate", min: "0", step: "any" });
-    const inflight = h("input", { type: "number", name: "max-in-flight", min: "1", step: "1" });
-    const burst = h("input", { type: "number", name: "burst", min: "1", step: "1" });
-    const attempts = h("input", { type: "number", name: "max-attempts", min: "1", step: "1" });
+    const rate = h("input", { type: "number", name: "rate", min: String(bounds.minRate), max: String(bounds.maxRate), step: "any" });
+    const inflight = h("input", { type: "number", name: "max-in-flight", min: "1", max: String(bounds.maxInFlight), step: "1" });
+    const burst = h("input", { type: "number", name: "burst", min: "1", max: String(bounds.maxBurst), step: "1" });
+    const attempts = h("input", { type: "number", name: "max-attempts", min: "1", max: String(bounds.maxAttempts), step: "1" });
     const retryWindow = h("input", { type: "text", name: "window", placeholder: "e.g. 72h" });
     const attemptTimeout = h("input", { type: "text", name: "timeout", placeholder: "e.g. 10s" });
     const ttl = h("input", { type: "text", name: "ttl", placeholder: "30m (empty: until cleared)" });
@@ -311,33 +312,21 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     const checkBtn = h("button", { type: "submit" }, "Check");
     const setBtn = h("button", { type: "button", disabled: true }, "Set limit");
     const clearBtn = h("button", { type: "button" }, "Clear limit");
-    // A duration field: empty is unset, anything else must parse.
-    const durationOf = (input: HTMLInputElement, label: string) => {
-      const d = parseDuration(input.value);
-      if (input.value.trim() && d === undefined) throw new Error(`${label} "${input.value}": use e.g. 30s, 15m, 2h`);
-      return d === undefined ? undefined : duration(d);
-    };
-    // A whole-number field: empty is unset, anything else a whole number.
-    const wholeOf = (input: HTMLInputElement, label: string) => {
-      if (!input.value.trim()) return undefined;
-      const n = Number(input.value);
-      if (!Number.isInteger(n)) throw new Error(`${label} "${input.value}": a whole number, such as 10`);
-      return n;
-    };
-    const overrideReq = (dryRun: boolean) => {
-      return {
-        destinationId: id,
-        ratePerSecond: rate.value ? Number(rate.value) : undefined,
-        maxInFlight: wholeOf(inflight, "Max in flight"),
-        burst: wholeOf(burst, "Burst"),
-        maxAttempts: wholeOf(attempts, "Max attempts"),
-        window: durationOf(retryWindow, "Retry window"),
-        timeout: durationOf(attemptTimeout, "Attempt timeout"),
-        ttl: durationOf(ttl, "TTL"),
-        reason: limReason.value.trim(),
-        dryRun,
-      };
-    };
+    const dur = (s: number | undefined) => (s === undefined ? undefined : duration(s));
+    // Each field against its bound (as the control plane checks it):
+    // empty is unset; 0 is refused here, which the API would read as unset.
+    const overrideReq = (dryRun: boolean) => ({
+      destinationId: id,
+      ratePerSecond: rateOf(rate.value),
+      maxInFlight: countOf(inflight.value, "Max in flight", bounds.maxInFlight),
+      burst: countOf(burst.value, "Burst", bounds.maxBurst),
+      maxAttempts: countOf(attempts.value, "Max attempts", bounds.maxAttempts),
+      window: dur(durationOf(retryWindow.value, "Retry window", 0, bounds.maxWindow)),
+      timeout: dur(durationOf(attemptTimeout.value, "Attempt timeout", bounds.minTimeout, bounds.maxTimeout)),
+      ttl: dur(durationOf(ttl.value, "TTL", 0)),
+      reason: limReason.value.trim(),
+      dryRun,
+    });
     const invalidate = (): void => {
       disable(setBtn, checkBtn);
       preview.textContent = "";
@@ -348,8 +337,8 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       void busy(checkBtn, "Checking…", async () => {
         try {
           const r = await admin.setLimitsOverride(overrideReq(true));
-          const drain = r.pendingEvents > 0n ? formatDuration(seconds(r.projectedDrainTime)) : "0s";
-          preview.textContent = `With these limits (rate ${formatRate(r.limits?.effective?.ratePerSecond ?? 0)}), ${formatCount(r.pendingEvents)} pending events drain in ${drain}. Nothing changed yet.`;
+          const drain = drainPreview({ pending: Number(r.pendingEvents), drainSeconds: seconds(r.projectedDrainTime), noDrainReason: r.noDrainReason });
+          preview.textContent = `With these limits (rate ${formatRate(r.limits?.effective?.ratePerSecond ?? 0)}), ${drain}. Nothing changed yet.`;
           setBtn.disabled = false;
           ast.clear();
         } catch (err) {
