@@ -150,7 +150,7 @@ describe("customer portal in Chromium against rivora dev", () => {
     const snippet = refusal.locator("code.snippet");
     expect(await snippet.textContent()).toBe(`    data.name == "café" && data.amount >> 100\n    ${" ".repeat(36)}^`);
     expect(await snippet.evaluate((e) => getComputedStyle(e).whiteSpace)).toBe("pre");
-    await form.getByLabel("Filter (CEL)").fill("");
+    await form.getByLabel("Filter (CEL)").fill('data.amount > 100 && data.currency == "EUR" || data.priority == "high"');
     await form.locator('select[name="target"]').selectOption("path");
     await form.getByLabel("Path or URL").fill("/in/c1");
     await form.getByLabel("Sign with a secret of its own").check();
@@ -165,6 +165,11 @@ describe("customer portal in Chromium against rivora dev", () => {
     subId = mine.id;
     await page.locator(`tr[data-id="${subId}"]`).waitFor();
     expect(await page.locator(`tr[data-id="${subId}"]`).textContent()).not.toContain("/in/c1");
+    // At 1,280 px the table fits its box: the State column and the
+    // Pause button are on the screen, not scrolled off to the right.
+    const wrap = page.getByTestId("my-subscriptions").locator(".table-wrap");
+    const [inner, box] = await wrap.evaluate((w) => [w.scrollWidth, w.clientWidth]);
+    expect(inner).toBeLessThanOrEqual(box!);
     // Two subscriptions, two Pause buttons: each names its subscription.
     await page.getByRole("button", { name: `Pause subscription ${c1Flaky}`, exact: true }).waitFor();
     await page.getByRole("button", { name: `Pause subscription ${subId}`, exact: true }).waitFor();

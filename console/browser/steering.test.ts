@@ -204,6 +204,23 @@ describe("console actions on a slow network and from the keyboard", () => {
     );
   });
 
+  it("on a phone, the Destination page is no wider than the screen: its tables scroll in their box", async () => {
+    // Paused with an event: a backlog row (six columns) and a lane.
+    await rpc(dev, dev.token, "rivora.v1.AdminService/PauseDestination", { destinationId: "fill-00", reason: "hold a backlog" });
+    await publish("fill-00", "p", 1);
+    await page.setViewportSize({ width: 390, height: 844 });
+    try {
+      await page.goto(`${dev.url}/console/#/destination/fill-00`);
+      await page.locator("tr[data-lane]").waitFor({ timeout: 15_000 });
+      await page.getByText("Pending events per customer").locator("xpath=ancestor::table").locator("tbody td").getByText("acme").waitFor({ timeout: 15_000 });
+      const [scroll, client] = await page.evaluate(() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]);
+      expect(scroll).toBeLessThanOrEqual(client);
+      await page.screenshot({ path: join(artifacts, "destination-phone.png"), fullPage: true });
+    } finally {
+      await page.setViewportSize({ width: 1280, height: 800 });
+    }
+  });
+
   it("logged no error in the page", () => {
     // The refused and aborted calls the scenario provokes are logged by Chromium as failed resources.
     expect(pageErrors.filter((e) => !/^Failed to load resource/.test(e))).toEqual([]);

@@ -76,7 +76,7 @@ export const portalPage: Page = (main, me) => {
         { label: "Destination", cell: (s) => s.destinationId },
         { label: "Destination state", cell: destState },
         ...routeColumns(),
-        { label: "Signed with", cell: signedWith },
+        { label: "Signed with", cell: signedWith, className: "wrap" },
         { label: "State", cell: subState },
         { label: "Action", cell: (s) => pauseButton(s, (b, x, pause) => void act(b, x, pause)) },
       ], subs, (s) => ({ "data-id": s.id, "data-paused": String(s.paused) }), "No subscription yet: create one below."),

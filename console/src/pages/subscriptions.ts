@@ -50,12 +50,17 @@ export function pauseButton(s: Subscription, act: (b: HTMLButtonElement, s: Subs
   return drawnBusy(b, pauseKey(s));
 }
 
-/** The columns every subscription table has, between its two ids and its state. */
+/**
+ * The columns every subscription table has, between its two ids and its
+ * state. Their text wraps (style.css: .wrap): on one line, a URL and a
+ * filter pushed the State column and the Pause button off a 1,280 px
+ * screen.
+ */
 export function routeColumns(): Column<Subscription>[] {
   return [
-    { label: "Types", cell: (s) => s.types.join(", ") },
-    { label: "Filter", cell: (s) => (s.filter ? h("code", {}, s.filter) : "none") },
-    { label: "Delivers to", cell: (s) => deliversTo(s) },
+    { label: "Types", cell: (s) => s.types.join(", "), className: "wrap" },
+    { label: "Filter", cell: (s) => (s.filter ? h("code", {}, s.filter) : "none"), className: "wrap" },
+    { label: "Delivers to", cell: (s) => deliversTo(s), className: "wrap" },
   ];
 }
 
@@ -130,7 +135,7 @@ export const subscriptionsPage: Page = (main, me, args) => {
       { label: "Subscription", cell: subLink },
       { label: other === "customer" ? "Customer" : "Destination", cell: (s) => h("a", { href: `#/subscriptions/${other}/${encodeURIComponent(key(s, other))}` }, key(s, other)) },
       ...routeColumns(),
-      { label: "Signed with", cell: signedWith },
+      { label: "Signed with", cell: signedWith, className: "wrap" },
       { label: "Destination state", cell: destState },
       { label: "State", cell: subState },
       ...(steer ? [{ label: "Action", cell: (s: Subscription) => pauseButton(s, act) }] : []),
