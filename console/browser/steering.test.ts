@@ -204,6 +204,23 @@ describe("console actions on a slow network and from the keyboard", () => {
     );
   });
 
+  it("says it loads, offering no action, until the destination is read", async () => {
+    const get = await hold("AdminService/GetDestination");
+    await page.goto(`${dev.url}/console/#/agents`);
+    await page.getByRole("heading", { name: "Agents" }).waitFor();
+    await page.goto(`${dev.url}/console/#/destination/ok`);
+    await page.getByTestId("loading").getByText("Loading destination ok…").waitFor();
+    for (const name of ["Pause", "Resume", "Clear limit", "Set class"]) expect(await page.getByRole("button", { name, exact: true }).isDisabled(), name).toBe(true);
+    expect(await page.locator('select[name="class"]').isDisabled()).toBe(true);
+    await get.release();
+    await page.getByTestId("state").getByText("paused").waitFor();
+    expect(await page.getByTestId("loading").count()).toBe(0);
+    // The class the destination has (low, set above), not the first option.
+    expect(await page.locator('select[name="class"]').inputValue()).toBe("3");
+    expect(await page.getByRole("button", { name: "Resume", exact: true }).isEnabled()).toBe(true);
+    await rpc(dev, dev.token, "rivora.v1.AdminService/ResumeDestination", { destinationId: "ok" });
+  });
+
   it("on a phone, the Destination page is no wider than the screen: its tables scroll in their box", async () => {
     // Paused with an event: a backlog row (six columns) and a lane.
     await rpc(dev, dev.token, "rivora.v1.AdminService/PauseDestination", { destinationId: "fill-00", reason: "hold a backlog" });
@@ -219,6 +236,29 @@ describe("console actions on a slow network and from the keyboard", () => {
     } finally {
       await page.setViewportSize({ width: 1280, height: 800 });
     }
+  });
+
+  it("signing in says so while it waits, and a second press sends nothing", async () => {
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await page.getByLabel("Token").fill(dev.token);
+    const who = await hold("TokenService/WhoAmI");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("button", { name: "Signing in…" }).waitFor();
+    await page.getByLabel("Token").press("Enter");
+    expect(who.calls()).toBe(1);
+    await who.release();
+    await page.getByTestId("who").waitFor();
+    expect(who.calls()).toBe(1);
+  });
+
+  it("a reload while Rivora cannot be reached says why, keeps the token, and signs in once it answers", async () => {
+    const pattern = "**/rivora.v1.TokenService/WhoAmI";
+    await page.route(pattern, (route) => route.abort("connectionrefused"));
+    await page.reload();
+    await page.getByRole("alert").getByText(/^Could not check the token this tab kept: cannot reach Rivora/).waitFor();
+    expect(await page.evaluate(() => sessionStorage.getItem("rivora.token"))).toBe(dev.token);
+    await page.unroute(pattern);
+    await page.getByTestId("who").waitFor({ timeout: 15_000 });
   });
 
   it("logged no error in the page", () => {

@@ -1,6 +1,7 @@
 // The console's shell: sign in, a navigation bar, hash routes, sign out.
 import { errorText, isUnauthenticated, onSignedOut, setToken, token, whoAmI, type Me } from "./api.js";
 import { forgetCustomer } from "./customer.js";
+import { busy, isBusy } from "./busy.js";
 import { h, replace, status, takeNotice } from "./dom.js";
 import { can } from "./format.js";
 import { agentsPage } from "./pages/agents.js";
@@ -211,10 +212,19 @@ function route(): void {
   else scrollTo(0, 0);
 }
 
-function signIn(why = ""): void {
+/**
+ * signIn draws the sign-in form, saying why when there is a reason.
+ * retry, when given, checks the token this tab kept again (Rivora could
+ * not be reached to check it): every 5 s and on Try again, until it
+ * answers or another token is submitted.
+ */
+function signIn(why = "", retry?: () => Promise<string | undefined>): void {
   document.title = "Sign in · Rivora console";
   const input = h("input", { type: "password", name: "token", autocomplete: "off", required: true, id: "token" });
   const st = status();
+  const submit = h("button", { type: "submit" }, "Sign in");
+  const again = h("button", { type: "button" }, "Try again");
+  let timer: ReturnType<typeof setTimeout> | undefined;
   const form = h(
     "form",
     { class: "sign-in" },
@@ -222,28 +232,77 @@ function signIn(why = ""): void {
     h("p", {}, "Paste an API token (rivoractl tokens create). It is kept in this tab only and forgotten when the tab closes."),
     h("label", { for: "token" }, "Token"),
     input,
-    h("button", { type: "submit" }, "Sign in"),
+    submit,
     st.el,
+    retry ? again : "",
   );
   if (why) st.error(why);
+  // A press while WhoAmI is asked does nothing; the button says it waits.
   form.addEventListener("submit", (e) => {
     e.preventDefault();
-    setToken(input.value.trim());
-    whoAmI()
-      .then((m) => {
+    if (isBusy(submit)) return;
+    clearTimeout(timer);
+    again.remove();
+    void busy(submit, "Signing in…", async () => {
+      setToken(input.value.trim());
+      try {
+        const m = await whoAmI();
         me = m;
         // Changing the hash routes (hashchange); otherwise route here.
         if (!location.hash || location.hash === "#/sign-in") location.hash = `#/${pagesFor(m).home}`;
         else route();
-      })
-      .catch((err: unknown) => {
+      } catch (err) {
         setToken(null);
         st.error(`Sign-in failed: ${errorText(err)}`);
         input.focus();
-      });
+      }
+    });
   });
+  if (retry) {
+    const tryAgain = (): void => {
+      clearTimeout(timer);
+      if (!form.isConnected) return;
+      void busy(again, "Trying…", async () => {
+        const still = await retry();
+        // Not reached yet: say why, and try again (what is typed stays).
+        if (still === undefined || !form.isConnected || !token()) return;
+        st.error(still);
+        timer = setTimeout(tryAgain, 5000);
+      });
+    };
+    again.addEventListener("click", tryAgain);
+    timer = setTimeout(tryAgain, 5000);
+  }
   replace(app, h("main", { id: "main" }, form));
   input.focus();
+}
+
+/**
+ * resume signs in with the token this tab kept (a reload). A token
+ * Rivora refuses is dropped, saying so; when Rivora cannot be reached,
+ * the token is kept and checked again (the page said nothing, and
+ * showed an empty sign-in form).
+ */
+function resume(): void {
+  // check answers why the token could not be checked (Rivora not reached),
+  // or undefined once the page moved on (signed in, or told it is refused).
+  const check = async (): Promise<string | undefined> => {
+    try {
+      me = await whoAmI();
+      route();
+      return undefined;
+    } catch (err) {
+      if (isUnauthenticated(err)) {
+        setToken(null);
+        signIn(`The token this tab kept is no longer taken (${errorText(err)}): sign in again.`);
+        return undefined;
+      }
+      return `Could not check the token this tab kept: ${errorText(err)}. It is kept and checked again every 5 s; or sign in with another.`;
+    }
+  };
+  void check().then((why) => {
+    if (why) signIn(why, check);
+  });
 }
 
 function signOut(): void {
@@ -278,16 +337,5 @@ onSignedOut((why) => {
   });
 });
 
-if (token()) {
-  whoAmI()
-    .then((m) => {
-      me = m;
-      route();
-    })
-    .catch((err: unknown) => {
-      if (isUnauthenticated(err)) setToken(null);
-      signIn();
-    });
-} else {
-  signIn();
-}
+if (token()) resume();
+else signIn();

@@ -39,7 +39,9 @@ const limitFields: { key: string; label: string; show: (l: GetLimitsResponse) =>
 export const destinationPage: Page = (main, me, [id = ""]) => {
   const steer = can(me.role, "steer");
   const st = status();
-  const head = h("div", { class: "dest-head", "data-testid": "dest-head" });
+  // Until the first answer, the page says it is loading (on a slow network
+  // it stood blank, its Pause, Resume and Clear limit pressable).
+  const head = h("div", { class: "dest-head", "data-testid": "dest-head" }, h("p", { class: "muted", "data-testid": "loading" }, `Loading destination ${id}…`));
   const chart = h("figure", { class: "chart-box" });
   const transitions = h("section", {}, h("h2", {}, "Health transitions"));
   const transList = h("div", { "data-testid": "transitions" });
@@ -113,6 +115,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       st.clear();
     } catch (err) {
       st.error(`Could not load destination ${id}: ${errorText(err)}`);
+      if (!dest) replace(head);
     }
   };
 
@@ -286,12 +289,13 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       return v;
     };
 
-    // Pause / Resume
+    // Pause / Resume. Until the destination is read, neither is offered:
+    // the page does not know which applies.
     const pauseReason = h("input", { type: "text", name: "pause-reason" });
     // Each action is a form: Enter in its fields does what its first
     // button does (Pause, Check, Set class, Set weight, Resend).
-    const pauseBtn = h("button", { type: "submit" }, "Pause");
-    const resumeBtn = h("button", { type: "button" }, "Resume");
+    const pauseBtn = h("button", { type: "submit", disabled: true }, "Pause");
+    const resumeBtn = h("button", { type: "button", disabled: true }, "Resume");
     const pause = (): void => {
       if (isBusy(pauseBtn)) return;
       const reason = need(pauseReason, "Pause");
@@ -311,7 +315,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     const preview = h("p", { class: "preview", "data-testid": "limit-preview" });
     const checkBtn = h("button", { type: "submit" }, "Check");
     const setBtn = h("button", { type: "button", disabled: true }, "Set limit");
-    const clearBtn = h("button", { type: "button" }, "Clear limit");
+    const clearBtn = h("button", { type: "button", disabled: true }, "Clear limit");
     const dur = (s: number | undefined) => (s === undefined ? undefined : duration(s));
     // Each field against its bound (as the control plane checks it):
     // empty is unset; 0 is refused here, which the API would read as unset.
@@ -361,9 +365,10 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       if (reason) void run(clearBtn, "Clearing…", "Clear limit", async () => (await admin.clearLimitsOverride({ destinationId: id, reason }), `Override cleared on ${id}.`));
     });
 
-    // Priority class and customer weights.
-    const cls = h("select", { name: "class" }, h("option", { value: String(PriorityClass.HIGH) }, "high"), h("option", { value: String(PriorityClass.NORMAL) }, "normal"), h("option", { value: String(PriorityClass.LOW) }, "low"));
-    const clsBtn = h("button", { type: "submit" }, "Set class");
+    // Priority class and customer weights. The class shown is the
+    // destination's once it is read; until then there is none to set.
+    const cls = h("select", { name: "class", disabled: true }, h("option", { value: String(PriorityClass.HIGH) }, "high"), h("option", { value: String(PriorityClass.NORMAL) }, "normal"), h("option", { value: String(PriorityClass.LOW) }, "low"));
+    const clsBtn = h("button", { type: "submit", disabled: true }, "Set class");
     const setClass = (): void => void run(clsBtn, "Setting…", "Set class", async () => (await admin.setPriority({ destinationId: id, class: Number(cls.value) as PriorityClass }), `Priority class set to ${classNames[Number(cls.value)]}.`));
     const cust = h("input", { type: "text", name: "customer" });
     const weight = h("input", { type: "number", name: "weight", min: "0", step: "any" });
@@ -408,14 +413,16 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     return {
       el: box,
       update: () => {
+        if (!dest) return;
         // The button a pause or resume disables hands the keyboard to
         // the other: a disabled button drops it to the body.
-        if (dest?.paused) swap(pauseBtn, resumeBtn);
+        if (dest.paused) swap(pauseBtn, resumeBtn);
         else swap(resumeBtn, pauseBtn);
-        if (dest?.override) clearBtn.disabled = false;
+        if (dest.override) clearBtn.disabled = false;
         else disable(clearBtn, checkBtn);
-        if (!clsSynced && dest) {
+        if (!clsSynced) {
           cls.value = String(dest.priorityClass || PriorityClass.NORMAL);
+          cls.disabled = clsBtn.disabled = false;
           clsSynced = true;
         }
       },
