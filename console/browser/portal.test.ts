@@ -246,6 +246,10 @@ describe("customer portal in Chromium against rivora dev", () => {
     await box.getByLabel("URL").fill(`${erp.base}/c1-own`);
     await box.getByRole("button", { name: "Add endpoint" }).click();
     await box.getByTestId("secret").waitFor();
+    // Said beside the form, which is ready for another.
+    await box.getByRole("status").getByText("Endpoint c1-portal-hooks added").waitFor();
+    expect(await box.getByLabel("Endpoint id").inputValue()).toBe("");
+    expect(await box.getByLabel("URL").inputValue()).toBe("");
     const endpointRow = box.locator('tr[data-endpoint="c1-portal-hooks"]');
     await endpointRow.waitFor();
     const deleteUrl = "**/rivora.v1.AdminService/DeleteDestination";
@@ -256,11 +260,18 @@ describe("customer portal in Chromium against rivora dev", () => {
       await refused;
       await route.fulfill({ status: 400, contentType: "application/json", body: JSON.stringify({ code: "failed_precondition", message: "held by the test" }) });
     });
-    page.once("dialog", (d) => void d.accept());
+    let asked = "";
+    page.once("dialog", (d) => {
+      asked = d.message();
+      void d.accept();
+    });
     await box.getByRole("button", { name: "Delete endpoint c1-portal-hooks", exact: true }).click();
     await endpointRow.waitFor({ state: "detached", timeout: 1_000 });
+    // The question says what the server does: it refuses while subscriptions deliver there.
+    expect(asked).toContain("Rivora refuses otherwise and says which subscriptions to delete first");
+    expect(asked).not.toContain("stop receiving events");
     refuse();
-    await page.getByRole("alert").getByText(/^Deleting c1-portal-hooks failed: held by the test/).waitFor();
+    await box.getByRole("alert").getByText(/^Deleting c1-portal-hooks failed: held by the test/).waitFor();
     await endpointRow.waitFor();
     await page.unroute(deleteUrl);
     // A delete that goes through: the row leaves before the answer, and

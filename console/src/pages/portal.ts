@@ -103,8 +103,6 @@ export const portalPage: Page = (main, me) => {
   // fails) and stays out of any listing that still has it.
   let gone = new Set<string>();
   const own = endpointsBox(endpoints, customer, {
-    ok: (msg) => ast.ok(msg),
-    fail: (msg) => ast.error(msg),
     added: (id) => {
       gone.delete(id);
       void loadEndpoints();
@@ -155,10 +153,8 @@ async function drawCatalogue(box: HTMLElement, pick: (name: string) => void): Pr
   }
 }
 
-/** What the endpoints box reports: an outcome, and the endpoints it adds and deletes. */
+/** What the endpoints box reports: the endpoints it adds and deletes (it says the outcome itself, beside its form). */
 interface EndpointEvents {
-  ok: (m: string) => void;
-  fail: (m: string) => void;
   added: (id: string) => void;
   /** removing: asked to delete id (the table drops it now). */
   removing: (id: string) => void;
@@ -175,35 +171,45 @@ interface EndpointEvents {
 function endpointsBox(box: HTMLElement, customer: string, on: EndpointEvents): { draw: (usable: Destination[]) => void } {
   const id = h("input", { type: "text", name: "endpoint-id", placeholder: `${customer}-hooks` });
   const url = h("input", { type: "url", name: "endpoint-url", placeholder: "https://hooks.example.com/rivora" });
+  // The box's own status line, beside its form: the page's is at its top,
+  // out of sight of the form.
+  const est = status("action");
   const shown = h("div");
   const list = h("div");
   const heading = h("h2", { tabindex: -1 }, "Your own endpoints");
-  const form = submitForm({ class: "filters" }, () => void add(), field("Endpoint id", id), field("URL", url), h("button", { type: "submit" }, "Add endpoint"));
-  const add = async (): Promise<void> => {
-    try {
-      const r = await admin.createDestination({ id: id.value.trim(), url: url.value.trim(), ownerCustomer: customer });
-      replace(shown, secretOnce(`Endpoint ${r.destination?.id}'s signing secret`, r.destination?.secret ?? ""));
-      on.ok(`Endpoint ${r.destination?.id} added: subscribe to it above.`);
-      on.added(r.destination?.id ?? "");
-    } catch (err) {
-      on.fail(`Adding the endpoint failed: ${problemText(err)}`);
-    }
-  };
+  const addBtn = h("button", { type: "submit" }, "Add endpoint");
+  const form = submitForm({ class: "filters" }, () => void add(), field("Endpoint id", id), field("URL", url), addBtn);
+  const add = (): Promise<void> =>
+    busy(addBtn, "Adding…", async () => {
+      try {
+        const r = await admin.createDestination({ id: id.value.trim(), url: url.value.trim(), ownerCustomer: customer });
+        replace(shown, secretOnce(`Endpoint ${r.destination?.id}'s signing secret`, r.destination?.secret ?? ""));
+        est.ok(`Endpoint ${r.destination?.id} added: subscribe to it above.`);
+        // Added: the form is ready for another (pressing Add again said "already exists").
+        id.value = url.value = "";
+        on.added(r.destination?.id ?? "");
+      } catch (err) {
+        replace(shown);
+        est.error(`Adding the endpoint failed: ${problemText(err)}`);
+      }
+    });
   const remove = async (d: Destination): Promise<void> => {
-    if (!window.confirm(`Delete endpoint ${d.id} (${d.url})? Its subscriptions stop receiving events.`)) return;
+    // What the server does: it refuses while a subscription delivers to
+    // the endpoint or an event is pending there, and says which.
+    if (!window.confirm(`Delete endpoint ${d.id} (${d.url})? Only an endpoint no subscription delivers to and with no pending event is deleted: Rivora refuses otherwise and says which subscriptions to delete first.`)) return;
     on.removing(d.id);
     // Its row (and the button) went: the keyboard goes to the section.
     heading.focus({ preventScroll: true });
     try {
       await admin.deleteDestination({ id: d.id });
-      on.ok(`Endpoint ${d.id} deleted.`);
+      est.ok(`Endpoint ${d.id} deleted.`);
       on.removed(d.id);
     } catch (err) {
       on.kept(d.id);
-      on.fail(`Deleting ${d.id} failed: ${errorText(err)}`);
+      est.error(`Deleting ${d.id} failed: ${errorText(err)}`);
     }
   };
-  replace(box, heading, h("p", { class: "muted" }, "A destination for a URL of yours, with default limits; only you may subscribe to it."), list, form, shown);
+  replace(box, heading, h("p", { class: "muted" }, "A destination for a URL of yours, with default limits; only you may subscribe to it. It can be deleted once no subscription delivers to it."), list, form, est.el, shown);
   return {
     draw: (usable) =>
       replace(
