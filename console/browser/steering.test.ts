@@ -11,7 +11,7 @@ import { join, resolve } from "node:path";
 import { chromium, type BrowserContext, type Page, type Route } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventually, rpc, startDev, startPartner, type Dev, type Partner } from "../../testkit/ts/index.js";
-import { buildBinaries, chromiumPath, signIn } from "./harness.js";
+import { buildBinaries, chromiumPath, redrawn, signIn } from "./harness.js";
 
 const artifacts = resolve(import.meta.dirname, "../test-artifacts");
 
@@ -219,6 +219,31 @@ describe("console actions on a slow network and from the keyboard", () => {
     expect(await page.locator('select[name="class"]').inputValue()).toBe("3");
     expect(await page.getByRole("button", { name: "Resume", exact: true }).isEnabled()).toBe(true);
     await rpc(dev, dev.token, "rivora.v1.AdminService/ResumeDestination", { destinationId: "ok" });
+  });
+
+  it("a destination refusing everything with 400 shows its other 4xx and is the noisiest; a filter narrows the list", async () => {
+    await publish("rejecting", "x", 2);
+    await eventually("rejecting's other 4xx share", async () => {
+      const r = await rpc<{ destinations?: { clientErrorShare?: number }[] }>(dev, dev.token, "rivora.v1.AdminService/GetDestinationHealth", { destinationId: "rejecting" });
+      return (r.destinations?.[0]?.clientErrorShare ?? 0) > 0;
+    });
+    await page.goto(`${dev.url}/console/#/destinations`);
+    const row = page.locator('tr[data-id="rejecting"]');
+    await eventually("rejecting marked noisiest", async () => (await row.getAttribute("class")) === "noisiest", 15_000);
+    const headers = await page.locator("thead th").allTextContents();
+    const col = headers.findIndex((t) => t.startsWith("Other 4xx"));
+    expect(col).toBeGreaterThan(0);
+    expect(await row.locator("td").nth(col).textContent()).toBe("100%");
+    const filter = page.getByRole("searchbox", { name: "Filter by id" });
+    await filter.fill("fill-1");
+    await eventually("the rows of fill-1*", async () => (await page.locator("tbody tr[data-id]").count()) === 10, 5_000);
+    expect(await page.locator("tbody tr[data-id]").evaluateAll((rows) => rows.every((r) => r.getAttribute("data-id")!.startsWith("fill-1")))).toBe(true);
+    expect(await page.locator("caption").first().textContent()).toMatch(/^10 of \d+ destinations \(id contains “fill-1”\)/);
+    // A refresh keeps the filter and what is typed.
+    await redrawn(page, "tbody tr[data-id]", 10_000);
+    expect(await page.locator("tbody tr[data-id]").count()).toBe(10);
+    expect(await filter.inputValue()).toBe("fill-1");
+    await filter.fill("");
   });
 
   it("on a phone, the Destination page is no wider than the screen: its tables scroll in their box", async () => {

@@ -121,13 +121,19 @@ export interface DestinationRow {
   serverErrorShare: number;
   /** Attempts no answer came to (timeouts, connection and TLS errors). */
   noAnswerShare: number;
+  /** Attempts the partner refused with a 4xx other than 429 (it dead-letters them). */
+  clientErrorShare: number;
   oldestPendingAge: number | undefined;
   drainTime: number | undefined;
 }
 
-/** How noisy a destination is: its 429, 5xx and unanswered share over the last minute. */
-export function noise(r: Pick<DestinationRow, "throttledShare" | "serverErrorShare" | "noAnswerShare">): number {
-  return r.throttledShare + r.serverErrorShare + r.noAnswerShare;
+/**
+ * How noisy a destination is: its 429, 5xx, other 4xx and unanswered
+ * share over the last minute. A partner refusing every event with 400
+ * (each one dead-lettered) read healthy and quiet without its 4xx.
+ */
+export function noise(r: Pick<DestinationRow, "throttledShare" | "serverErrorShare" | "noAnswerShare" | "clientErrorShare">): number {
+  return r.throttledShare + r.serverErrorShare + r.noAnswerShare + r.clientErrorShare;
 }
 
 const stateRank: Record<DisplayState, number> = { parked: 0, degraded: 1, disabled: 2, paused: 3, healthy: 4 };
@@ -173,7 +179,7 @@ function cmp(a: number | string, b: number | string): number {
   return String(a) < String(b) ? -1 : 1;
 }
 
-/** The noisiest destination, if any is noisy at all (some 429 or 5xx). */
+/** The noisiest destination, if any is noisy at all (some 429, 5xx, other 4xx or no answer). */
 export function noisiest(rows: DestinationRow[]): string | undefined {
   // The first of the noise order, ties broken as the table breaks them:
   // the mark is on the top row of "noisiest first".

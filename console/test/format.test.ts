@@ -27,6 +27,7 @@ const row = (id: string, o: Partial<DestinationRow> = {}): DestinationRow => ({
   throttledShare: 0,
   serverErrorShare: 0,
   noAnswerShare: 0,
+  clientErrorShare: 0,
   oldestPendingAge: undefined,
   drainTime: 0,
   ...o,
@@ -119,6 +120,9 @@ describe("sorting", () => {
     expect(sortRows(rows, "noise", true).map((r) => r.id)).toEqual(["c", "b", "d", "a"]);
     // Unanswered attempts (a partner that is down) are noise too.
     expect(sortRows([...rows, row("e", { noAnswerShare: 1, state: "parked" })], "noise", true)[0]!.id).toBe("e");
+    // So are other 4xx: a partner answering 400 to everything dead-letters it all.
+    expect(sortRows([...rows, row("f", { clientErrorShare: 1 })], "noise", true)[0]!.id).toBe("f");
+    expect(noisiest([row("x"), row("rejecting", { clientErrorShare: 0.5 })])).toBe("rejecting");
     expect(noisiest(rows)).toBe("c");
     expect(noisiest([row("x")])).toBeUndefined();
   });

@@ -1,7 +1,7 @@
 // Destinations: every destination's health at a glance, noisiest first.
 import type { Destination, DestinationHealth } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
 import { admin, errorText, seconds } from "../api.js";
-import { h, replace, status, table, type Column } from "../dom.js";
+import { field, h, replace, status, table, type Column } from "../dom.js";
 import {
   displayState,
   formatCount,
@@ -27,6 +27,7 @@ export function toRow(d: DestinationHealth): DestinationRow {
     throttledShare: d.throttledShare,
     serverErrorShare: d.serverErrorShare,
     noAnswerShare: d.noAnswerShare,
+    clientErrorShare: d.clientErrorShare,
     oldestPendingAge: seconds(d.oldestPendingAge),
     drainTime: d.pendingEvents > 0n ? seconds(d.drainTime) : 0,
   };
@@ -36,15 +37,20 @@ export function toRow(d: DestinationHealth): DestinationRow {
 function listedRow(d: Destination): DestinationRow {
   const state = displayState({ state: "healthy", paused: d.paused, disabled: d.disabled });
   const rate = d.limits?.ratePerSecond ?? 0;
-  return { id: d.id, state, configuredRate: rate, currentRate: 0, pending: 0, inFlight: 0, throttledShare: 0, serverErrorShare: 0, noAnswerShare: 0, oldestPendingAge: undefined, drainTime: 0 };
+  return { id: d.id, state, configuredRate: rate, currentRate: 0, pending: 0, inFlight: 0, throttledShare: 0, serverErrorShare: 0, noAnswerShare: 0, clientErrorShare: 0, oldestPendingAge: undefined, drainTime: 0 };
 }
 
 // The destination list changes rarely; health is polled every interval.
 const listEvery = 30_000;
 
+// The table's order and filter outlive the page: a destination opened
+// from the list and left with Back finds the list as it was, its row
+// where it was left.
+let key: SortKey = "noise";
+let desc = true;
+let filtered = "";
+
 export const destinationsPage: Page = (main) => {
-  let key: SortKey = "noise";
-  let desc = true;
   let rows: DestinationRow[] = [];
   let known = new Set<string>();
   // The ids the last health snapshot named.
@@ -55,7 +61,14 @@ export const destinationsPage: Page = (main) => {
   const st = status();
   const summary = h("p", { class: "summary", "data-testid": "summary" });
   const holder = h("div", { "data-testid": "destinations" });
-  replace(main, h("h1", {}, "Destinations"), summary, st.el, holder);
+  // A filter by name: 1,000 rows are many to scroll. What is typed stays
+  // across refreshes and is applied as it is typed.
+  const filter = h("input", { type: "search", name: "filter", placeholder: "e.g. billing", autocomplete: "off", value: filtered });
+  filter.addEventListener("input", () => {
+    filtered = filter.value;
+    draw();
+  });
+  replace(main, h("h1", {}, "Destinations"), summary, h("div", { class: "filters", role: "search" }, field("Filter by id", filter)), st.el, holder);
 
   const columns: { label: string; key: SortKey; cell: (r: DestinationRow) => string | Node; className?: string }[] = [
     { label: "Destination", key: "id", cell: (r) => h("a", { href: `#/destination/${encodeURIComponent(r.id)}` }, r.id) },
@@ -67,24 +80,27 @@ export const destinationsPage: Page = (main) => {
     { label: "429 share", key: "throttledShare", cell: (r) => formatShare(r.throttledShare), className: "num" },
     { label: "5xx share", key: "serverErrorShare", cell: (r) => formatShare(r.serverErrorShare), className: "num" },
     { label: "No answer", key: "noAnswerShare", cell: (r) => formatShare(r.noAnswerShare), className: "num" },
+    { label: "Other 4xx", key: "clientErrorShare", cell: (r) => formatShare(r.clientErrorShare), className: "num" },
     { label: "Oldest pending", key: "oldestPendingAge", cell: (r) => (r.oldestPendingAge === undefined ? "" : formatDuration(r.oldestPendingAge)), className: "num" },
     { label: "Drain time", key: "drainTime", cell: (r) => formatDuration(r.drainTime), className: "num" },
   ];
 
   const draw = (): void => {
     const noisy = noisiest(rows);
-    const sorted = sortRows(rows, key, desc);
+    const wanted = filter.value.trim().toLowerCase();
+    const shown = wanted ? rows.filter((r) => r.id.toLowerCase().includes(wanted)) : rows;
+    const sorted = sortRows(shown, key, desc);
     const cols: Column<DestinationRow>[] = columns.map((c) => ({
       label: c.label + (c.key === key ? (desc ? " ▼" : " ▲") : ""),
       cell: c.cell,
       className: c.className,
     }));
     const t = table(
-      `${rows.length} destinations, sorted by ${key === "noise" ? "429 + 5xx + no-answer share (noisiest first)" : columns.find((c) => c.key === key)?.label}. Refreshed every ${interval / 1000} s.`,
+      `${wanted ? `${shown.length} of ${rows.length} destinations (id contains “${filter.value.trim()}”)` : `${rows.length} destinations`}, sorted by ${key === "noise" ? "429 + 5xx + other 4xx + no-answer share (noisiest first)" : columns.find((c) => c.key === key)?.label}. Refreshed every ${interval / 1000} s.`,
       cols,
       sorted,
       (r) => ({ class: r.id === noisy ? "noisiest" : `row-${r.state}`, "data-id": r.id, "data-state": r.state }),
-      "No destinations yet (rivoractl destinations create).",
+      wanted ? `No destination's id contains “${filter.value.trim()}”.` : "No destinations yet (rivoractl destinations create).",
     );
     // Header cells become sort buttons (keyboard reachable). Sorting
     // draws a new table: the keyboard stays on the header it pressed.
