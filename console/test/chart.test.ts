@@ -2,7 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { RateSampleSchema, type RateSample } from "../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
 import { tryView } from "../src/format.js";
-import { chartSamples, chartSpan } from "../src/pages/chart.js";
+import { chartSamples, chartSince, chartSpan } from "../src/pages/chart.js";
 
 // 90 samples of 10 s ending now, as GetDestinationHealth answers.
 const now = Date.UTC(2026, 11, 3, 12, 0, 0);
@@ -27,6 +27,27 @@ describe("the rate chart starts where the destination's data starts", () => {
   });
   it("keeps two samples, a line, for one created this instant", () => {
     expect(chartSamples(samples, new Date(now)).length).toBe(2);
+  });
+});
+
+describe("the rate chart's caption says where a short chart starts", () => {
+  it("says nothing of fifteen minutes", () => {
+    expect(chartSince(samples, new Date(now - 3_600_000))).toBe("");
+    expect(chartSince(samples, undefined)).toBe("");
+  });
+  it("says since it was created when the console cut a full history at its creation", () => {
+    expect(chartSince(chartSamples(samples, new Date(now - 60_000)), new Date(now - 60_000))).toBe(" (since it was created)");
+  });
+  it("says since it was created when the agent's history starts there, as it does for a new destination", () => {
+    // The agent took it up in the bucket after the one it was created in.
+    const young = samples.slice(-4);
+    expect(chartSamples(young, new Date(now - 41_000)).length).toBe(4);
+    expect(chartSince(young, new Date(now - 41_000))).toBe(" (since it was created)");
+  });
+  it("says since its agent took it up when the history starts later (a restart, a moved partition)", () => {
+    const restarted = samples.slice(-4);
+    expect(chartSince(restarted, new Date(now - 3_600_000))).toBe(" (since its agent took it up)");
+    expect(chartSince(restarted, undefined)).toBe(" (since its agent took it up)");
   });
 });
 

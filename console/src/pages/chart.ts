@@ -40,6 +40,17 @@ export function chartSamples(samples: RateSample[], createdAt: Date | undefined)
   return samples.slice(Math.min(from, samples.length - 2));
 }
 
+/** chartSince says where a chart shorter than fifteen minutes starts: at
+ * the destination's creation (the agent's history, or chartSamples, begins
+ * within a bucket of createdAt), or where its agent took it up (restarted,
+ * or its partition moved there), whose time before the agent does not
+ * know. A full chart says nothing. */
+export function chartSince(samples: RateSample[], createdAt: Date | undefined): string {
+  if (samples.length === 0 || samples.length >= (15 * 60) / bucket) return "";
+  if (createdAt && startMillis(samples[0]!) < createdAt.getTime() + bucket * 1000) return " (since it was created)";
+  return " (since its agent took it up)";
+}
+
 /** chartSpan is how long the samples cover, as the chart labels it ("15m",
  * "1m 20s"). */
 export function chartSpan(samples: RateSample[]): string {

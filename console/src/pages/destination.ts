@@ -11,7 +11,7 @@ import { bounds, countOf, drainPreview, durationOf, rateOf } from "../limits.js"
 import { can, displayState, formatCount, formatDuration, formatRate, formatShare } from "../format.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
-import { chartSamples, chartSpan, rateChart, series } from "./chart.js";
+import { chartSamples, chartSince, chartSpan, rateChart, series } from "./chart.js";
 import { endpointAuthSection } from "./destinationauth.js";
 import { signingSection } from "./destinationsigning.js";
 
@@ -158,7 +158,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     replace(
       chart,
       samples.length ? rateChart(samples) : h("p", { class: "muted" }, "No rate history yet (no agent owns this destination)."),
-      h("figcaption", {}, `Last ${chartSpan(samples)}${samples.length < (health?.rateHistory.length ?? 0) ? " (since it was created)" : ""}: `, ...series.map((s) => h("span", { class: `key key-${s.key}` }, s.label))),
+      h("figcaption", {}, `Last ${chartSpan(samples)}${chartSince(samples, created)}: `, ...series.map((s) => h("span", { class: `key key-${s.key}` }, s.label))),
     );
   }
 
