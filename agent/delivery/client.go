@@ -44,11 +44,10 @@ const (
 
 // newClient returns a client for one scheme (tls: https) whose
 // connections go through dialer (and its SSRF guard).
-// refusals (nil for plain http) records the partner's TLS alerts.
-func newClient(dialer *egressDialer, tlsConfig *tls.Config, useTLS bool, refusals *tlsRefusals) *fasthttp.Client {
+func newClient(dialer *egressDialer, tlsConfig *tls.Config, useTLS bool) *fasthttp.Client {
 	return &fasthttp.Client{
 		DialTimeout: func(addr string, timeout time.Duration) (net.Conn, error) {
-			return dial(dialer, tlsConfig, useTLS, addr, timeout, refusals)
+			return dial(dialer, tlsConfig, useTLS, addr, timeout)
 		},
 		NoDefaultUserAgentHeader:      true,
 		DisableHeaderNamesNormalizing: true, // canonical already
@@ -64,8 +63,10 @@ func newClient(dialer *egressDialer, tlsConfig *tls.Config, useTLS bool, refusal
 
 // dial opens a connection to addr within timeout (at most the dialer's
 // own), and for TLS completes the handshake, so that what the partner
-// sends and answers is counted above TLS (trackedConn).
-func dial(dialer *egressDialer, tlsConfig *tls.Config, useTLS bool, addr string, timeout time.Duration, refusals *tlsRefusals) (net.Conn, error) {
+// sends and answers is counted above TLS (trackedConn). A handshake's
+// failure (the partner's alert among them) is the dial's error, which
+// fasthttp returns as the attempt's.
+func dial(dialer *egressDialer, tlsConfig *tls.Config, useTLS bool, addr string, timeout time.Duration) (net.Conn, error) {
 	limit := dialer.timeout()
 	if timeout > 0 && timeout < limit {
 		limit = timeout
@@ -92,10 +93,9 @@ func dial(dialer *egressDialer, tlsConfig *tls.Config, useTLS bool, addr string,
 	tc := tls.Client(conn, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		conn.Close()
-		refusals.record(err)
 		return nil, err
 	}
-	return &trackedTLSConn{trackedConn{Conn: tc, raw: newPeeker(conn), refusals: refusals, unread: dialer.unread}}, nil
+	return &trackedTLSConn{trackedConn{Conn: tc, raw: newPeeker(conn), refusals: dialer.refusals, unread: dialer.unread}}, nil
 }
 
 // trackedConn finds, before a request goes out on a pooled connection,
@@ -112,7 +112,8 @@ type trackedConn struct {
 	// is being read, so the next write begins another request.
 	used, answering bool
 	probe           [1]byte
-	// refusals records a TLS alert read (nil: plain http).
+	// refusals records a TLS alert read on the connection (nil: plain
+	// http).
 	refusals *tlsRefusals
 	// unread records a read that timed out with the answer waiting.
 	unread *unreadAnswers
@@ -184,12 +185,14 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 		if err == nil {
 			return n, nil
 		}
-		c.refusals.record(err)
+		if refusedHandshake(err) {
+			c.refusals.record(c.Conn, err)
+		}
 		if n > 0 || !isTimeout(err) || !c.lateWithAnswerWaiting() {
 			return n, err
 		}
 		if c.graced {
-			c.unread.record(c.Conn)
+			c.unread.record(c.Conn, struct{}{})
 			return n, err
 		}
 		c.graced = true
@@ -221,12 +224,18 @@ func isTimeout(err error) bool {
 // as by SIGSTOP, or starved of CPU), not while the partner was thinking.
 // A partner that never answers leaves nothing to read, one that trickles
 // its answer is read on time, and their timeouts stay their own.
-// fasthttp reports every timeout as the same ErrTimeout and closes the
-// connection, so the attempt looks its connection up here by its
-// addresses (the response keeps them) once the request failed.
-type unreadAnswers struct {
+// fasthttp reports every timeout as the same ErrTimeout.
+type unreadAnswers = connNotes[struct{}]
+
+// connNotes are what a connection's reads found that fasthttp's error
+// does not carry, kept until the attempt whose request went out on the
+// connection takes its own. fasthttp closes a failed request's
+// connection, so the attempt looks its connection up by its addresses
+// (the response keeps them): only what its own connection read is
+// ever an attempt's.
+type connNotes[T any] struct {
 	mu    sync.Mutex
-	conns map[connAddrs]bool
+	conns map[connAddrs]T
 }
 
 // connAddrs name a connection: the local and remote addresses of a TCP
@@ -234,30 +243,32 @@ type unreadAnswers struct {
 // the attempt that looks them up.
 type connAddrs struct{ local, remote string }
 
-func (u *unreadAnswers) record(conn net.Conn) {
-	if u == nil {
+// record notes v for conn. Safe on nil.
+func (n *connNotes[T]) record(conn net.Conn, v T) {
+	if n == nil {
 		return
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.conns == nil {
-		u.conns = map[connAddrs]bool{}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.conns == nil {
+		n.conns = map[connAddrs]T{}
 	}
-	u.conns[connAddrs{conn.LocalAddr().String(), conn.RemoteAddr().String()}] = true
+	n.conns[connAddrs{conn.LocalAddr().String(), conn.RemoteAddr().String()}] = v
 }
 
-// take reports (and forgets) whether the connection between local and
-// remote timed out with its answer unread.
-func (u *unreadAnswers) take(local, remote net.Addr) bool {
-	if u == nil || local == nil || remote == nil {
-		return false
+// take returns (and forgets) what was noted for the connection between
+// local and remote; found is false when nothing was (or when no
+// connection was made: no addresses).
+func (n *connNotes[T]) take(local, remote net.Addr) (v T, found bool) {
+	if n == nil || local == nil || remote == nil {
+		return v, false
 	}
 	key := connAddrs{local.String(), remote.String()}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	found := u.conns[key]
-	delete(u.conns, key)
-	return found
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	v, found = n.conns[key]
+	delete(n.conns, key)
+	return v, found
 }
 
 // closedWhileIdle is the connection's end (or bytes nobody asked for)

@@ -6,8 +6,6 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -34,9 +32,8 @@ type tlsClients struct {
 }
 
 type keyedClient struct {
-	key      string
-	client   *fasthttp.Client
-	refusals *tlsRefusals
+	key    string
+	client *fasthttp.Client
 }
 
 func newTLSClients(dialer *egressDialer, base *tls.Config) *tlsClients {
@@ -54,44 +51,18 @@ func (t *tlsClients) client(c *destinations.ClientTLS, slot int) keyedClient {
 		t.byDest[c.DestinationID] = pair
 	}
 	if pair[slot].client == nil || pair[slot].key != c.Key {
-		refusals := &tlsRefusals{}
-		pair[slot] = keyedClient{key: c.Key, client: newClient(t.dialer, c.Config(t.base), true, refusals), refusals: refusals}
+		pair[slot] = keyedClient{key: c.Key, client: newClient(t.dialer, c.Config(t.base), true)}
 	}
 	return pair[slot]
 }
 
-// tlsRefusals remembers the last TLS alert the partner sent on a client's
-// connections. fasthttp reports a connection the partner closed before
-// answering as such, whatever the reason; with TLS 1.3 a refused client
-// certificate is exactly that (the alert comes on the first read), so
-// the attempt's error is taken from here.
-type tlsRefusals struct {
-	last atomic.Pointer[refusal]
-}
-
-type refusal struct {
-	err error
-	at  time.Time
-}
-
-// record keeps err if it is the partner's TLS alert. Safe on nil.
-func (r *tlsRefusals) record(err error) {
-	if r != nil && refusedHandshake(err) {
-		r.last.Store(&refusal{err: err, at: time.Now()})
-	}
-}
-
-// since is the last alert recorded at or after t (nil: none). Safe on
-// nil.
-func (r *tlsRefusals) since(t time.Time) error {
-	if r == nil {
-		return nil
-	}
-	if last := r.last.Load(); last != nil && !last.at.Before(t) {
-		return last.err
-	}
-	return nil
-}
+// tlsRefusals are the TLS alerts partners sent on connections that had
+// completed their handshake. fasthttp reports a connection the partner
+// closed before answering as such, whatever the reason; with TLS 1.3 a
+// refused client certificate is exactly that (the alert comes on the
+// first read), so the attempt's error is the alert its own connection
+// read. An alert during the handshake is the dial's error already.
+type tlsRefusals = connNotes[error]
 
 // forget drops a destination's clients (their idle connections close
 // after idleTimeout).

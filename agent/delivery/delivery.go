@@ -142,12 +142,12 @@ type Sender struct {
 	// plain and secure are the clients of http and https URLs; withTLS
 	// those of https URLs of destinations with their own TLS settings.
 	plain, secure *fasthttp.Client
-	// secureRefusals are the partners' TLS alerts on secure's connections.
-	secureRefusals *tlsRefusals
-	withTLS        *tlsClients
+	withTLS       *tlsClients
 	// unread are the connections whose answer was left unread past its
-	// deadline (every client's: they share the dialer).
-	unread *unreadAnswers
+	// deadline, refusals those whose partner sent a TLS alert once the
+	// handshake was done (every client's: they share the dialer).
+	unread   *unreadAnswers
+	refusals *tlsRefusals
 	// tokens are the OAuth2 tokens of destinations that use them.
 	tokens    *tokens
 	userAgent string
@@ -162,10 +162,9 @@ func NewSender(userAgent string, guard *ssrf.Guard, opts ...Option) *Sender {
 		opt(&o)
 	}
 	dialer := o.dialer(guard)
-	refusals := &tlsRefusals{}
 	return &Sender{
-		plain: newClient(dialer, o.tls, false, nil), secure: newClient(dialer, o.tls, true, refusals), secureRefusals: refusals,
-		withTLS: newTLSClients(dialer, o.tls), tokens: newTokens(dialer, o.tls, time.Now), unread: dialer.unread,
+		plain: newClient(dialer, o.tls, false), secure: newClient(dialer, o.tls, true),
+		withTLS: newTLSClients(dialer, o.tls), tokens: newTokens(dialer, o.tls, time.Now), unread: dialer.unread, refusals: dialer.refusals,
 		userAgent: userAgent, now: time.Now,
 	}
 }
@@ -198,8 +197,6 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 		return Result{Err: fmt.Errorf("build request: %w", err), NotSent: true}
 	}
 	client, fallback := s.client(u, req.Endpoint, start)
-	// Wall-clock time (s.now may be a test's): when TLS alerts came.
-	sent := time.Now()
 	var bearer string
 	var tokens *tokenSource
 	if o := req.Endpoint.OAuth2; o != nil {
@@ -226,14 +223,14 @@ func (s *Sender) send(ctx context.Context, req Request, traceparent, tracestate 
 	// No redirect is ever followed (Do does not): it would re-send a
 	// signed payload to an address nobody registered; a 3xx is a failed
 	// attempt.
-	err = client.do(hreq, resp, deadline, sent)
+	err = s.do(client, hreq, resp, deadline)
 	certRefused := false
 	if err != nil && fallback != nil && refusedHandshake(err) {
 		// A rotation's overlap: the partner does not take the new
 		// certificate yet; the same attempt goes with the previous one.
 		certRefused = true
 		resp.Reset()
-		err = s.withTLS.client(fallback, 1).do(hreq, resp, deadline, time.Now())
+		err = s.do(s.withTLS.client(fallback, 1).client, hreq, resp, deadline)
 	}
 	res := s.answer(req, resp, err, tokens, bearer, s.now().Sub(start))
 	res.CertificateRefused = certRefused
@@ -247,7 +244,7 @@ func (s *Sender) answer(req Request, resp *fasthttp.Response, err error, tokens 
 		if refused := ssrf.Refusal(err); refused != nil {
 			return Result{Err: refused, NotSent: true, Duration: elapsed}
 		}
-		if s.unread.take(resp.LocalAddr(), resp.RemoteAddr()) {
+		if _, unread := s.unread.take(resp.LocalAddr(), resp.RemoteAddr()); unread {
 			return Result{Err: fmt.Errorf("timeout after %s with the partner's answer waiting unread, even after a grace of %s: this agent was stopped or starved of CPU", req.Timeout, answerGrace), AnswerUnread: true, Duration: elapsed}
 		}
 		return Result{Err: describeTransportError(err, req.Timeout), Duration: elapsed}
@@ -411,24 +408,28 @@ func checkHeader(name, value string) error {
 
 // client is the client of an attempt to u, and the fallback
 // certificate's settings while a rotation's overlap lasts (nil: none).
-func (s *Sender) client(u *url.URL, e destinations.Endpoint, now time.Time) (keyedClient, *destinations.ClientTLS) {
+func (s *Sender) client(u *url.URL, e destinations.Endpoint, now time.Time) (*fasthttp.Client, *destinations.ClientTLS) {
 	switch {
 	case u.Scheme != "https":
-		return keyedClient{client: s.plain}, nil
+		return s.plain, nil
 	case e.TLS == nil:
-		return keyedClient{client: s.secure, refusals: s.secureRefusals}, nil
+		return s.secure, nil
 	}
-	return s.withTLS.client(e.TLS, 0), e.TLS.FallbackAt(now)
+	return s.withTLS.client(e.TLS, 0).client, e.TLS.FallbackAt(now)
 }
 
-// do sends hreq; a failure is the partner's TLS alert when one came on
-// the client's connections since sent.
-func (k keyedClient) do(hreq *fasthttp.Request, resp *fasthttp.Response, deadline, sent time.Time) error {
-	err := k.client.DoDeadline(hreq, resp, deadline)
-	if err != nil && !refusedHandshake(err) {
-		if refused := k.refusals.since(sent); refused != nil {
-			return refused
-		}
+// do sends hreq with client; a failure is the partner's TLS alert when
+// one came on the connection the request went out on (resp keeps its
+// addresses), and only then: never another attempt's, another
+// destination's or another customer's alert.
+func (s *Sender) do(client *fasthttp.Client, hreq *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+	err := client.DoDeadline(hreq, resp, deadline)
+	if err == nil {
+		return nil
+	}
+	// Taken whatever the error, so that no alert outlives its attempt.
+	if refused, found := s.refusals.take(resp.LocalAddr(), resp.RemoteAddr()); found && !refusedHandshake(err) {
+		return refused
 	}
 	return err
 }

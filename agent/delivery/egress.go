@@ -144,6 +144,9 @@ type egressDialer struct {
 	// unread are the connections of every client dialed here whose
 	// answer was left unread past its deadline.
 	unread *unreadAnswers
+	// refusals are the TLS alerts read on the connections of every
+	// https client dialed here.
+	refusals *tlsRefusals
 }
 
 // timeout is the dial timeout, bounding a connection and its CONNECT.

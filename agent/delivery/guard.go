@@ -41,6 +41,6 @@ func (o options) dialer(guard *ssrf.Guard) *egressDialer {
 		direct:  &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Resolver: o.resolver, Control: guard.Control},
 		toProxy: &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
 		proxy:   o.proxy, guard: guard, resolver: o.resolver,
-		unread: &unreadAnswers{},
+		unread: &unreadAnswers{}, refusals: &tlsRefusals{},
 	}
 }
