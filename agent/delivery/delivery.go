@@ -472,11 +472,13 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 
 // printable is a partner's text as one line fit for a terminal, a log and
 // a table: valid UTF-8, runs of white space one space, and every other
-// control character (an ESC of a terminal escape sequence, say) a "?".
+// control character (an ESC of a terminal escape sequence, say) or
+// format character (U+202E, which reverses what follows it on screen; a
+// zero-width space) a "?".
 func printable(s string) string {
 	s = strings.Join(strings.Fields(strings.ToValidUTF8(s, "?")), " ")
 	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
+		if unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) {
 			return '?'
 		}
 		return r

@@ -172,6 +172,7 @@ func TestSendNon2xx(t *testing.T) {
 		{"long body is cut", 500, strings.Repeat("x", 1000), "HTTP 500: " + strings.Repeat("x", 256)},
 		{"invalid UTF-8 is replaced", 502, "bad \xff\xfe gateway", "HTTP 502: bad ? gateway"},
 		{"control characters are replaced", 500, "\x1b[31mred\x1b[0m \x00end", "HTTP 500: ?[31mred?[0m ?end"},
+		{"format characters are replaced", 500, "pay \u202eusd\u200b now\u2028\u2066x", "HTTP 500: pay ?usd? now ?x"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

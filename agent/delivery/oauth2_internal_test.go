@@ -113,3 +113,29 @@ func TestTokenSourceReplacesARefusedToken(t *testing.T) {
 		t.Fatalf("%d token requests, want 3", n)
 	}
 }
+
+// A token endpoint's refusal reaches tables and logs in its own words,
+// but never with a control or format character in them: a terminal
+// escape sequence, a line break or U+202E (which reverses what follows
+// it on screen) in the error code, its description or the body.
+func TestTokenErrorIsPrintable(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{`{"error":"invalid_client\u001b]0;PWN\u0007","error_description":"no\r\nX-Forged: 1 \u202eusd"}`,
+			"oauth2 token endpoint: 401 invalid_client?]0;PWN? (no X-Forged: 1 ?usd)"},
+		{"<h1>denied\x1b[2J</h1>\n<p>\u2066again\u2069</p>", "oauth2 token endpoint: 401: <h1>denied?[2J</h1> <p>?again?</p>"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasPrefix(c.body, "{") {
+				w.Header().Set("Content-Type", "application/json")
+			}
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, c.body)
+		}))
+		src := newTokenSource(&destinations.OAuth2{Key: "k", DestinationID: "erp", TokenURL: srv.URL, ClientID: "id", ClientSecret: "s"}, srv.Client(), time.Now)
+		_, err := src.Token(context.Background())
+		srv.Close()
+		if err == nil || err.Error() != c.want {
+			t.Errorf("token endpoint answering %q: error %q, want %q", c.body, fmt.Sprint(err), c.want)
+		}
+	}
+}
