@@ -75,13 +75,13 @@ appliedVersion only).`,
 					return enc.Encode(out)
 				}
 				tw := newTable(e.out)
-				fmt.Fprintf(tw, "NAME\tADDRESS\tHEALTHY\tSESSION\tAPPLIED\tLAST SEEN\tOWNED\tASSIGNED\n")
+				tw.row("NAME\tADDRESS\tHEALTHY\tSESSION\tAPPLIED\tLAST SEEN\tOWNED\tASSIGNED\n")
 				for _, a := range agents {
 					healthy := fmt.Sprint(a.GetHealthy())
 					if !a.GetHealthy() && a.GetHealthReason() != "" {
 						healthy += " (" + a.GetHealthReason() + ")"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", a.GetName(), a.GetAddress(), healthy, dash(shortSession(a.GetSession())),
+					tw.row("%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", a.GetName(), a.GetAddress(), healthy, dash(shortSession(a.GetSession())),
 						a.GetAppliedVersion(), resp.Msg.GetVersion(), fmtTime(a.GetLastSeen()), dash(joinPartitions(a.GetPartitions())), dash(joinPartitions(a.GetAssignedPartitions())))
 				}
 				return tw.Flush()

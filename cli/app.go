@@ -81,7 +81,8 @@ func runContext(ctx context.Context, intr *interrupt, args []string, stdin io.Re
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "rivoractl: %s\n", describe(err, e.server, e.tokenSource))
+	// The server's words may quote what a customer wrote (visibleText).
+	fmt.Fprintf(stderr, "rivoractl: %s\n", visibleText(describe(err, e.server, e.tokenSource)))
 	var u *usageError
 	if errors.As(err, &u) {
 		return exitUsage

@@ -53,9 +53,9 @@ Examples:
 				return err
 			}
 			tw := newTable(e.out)
-			fmt.Fprintf(tw, "TIME\tVERSION\tAUTHOR\tACTION\tDESTINATION\tDETAIL\tREASON\n")
+			tw.row("TIME\tVERSION\tAUTHOR\tACTION\tDESTINATION\tDETAIL\tREASON\n")
 			for _, a := range entries {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", fmtTime(a.GetAt()), a.GetVersion(), dash(auditAuthor(a)), a.GetAction(), dash(a.GetDestinationId()), dash(a.GetDetail()), dash(a.GetReason()))
+				tw.row("%s\t%d\t%s\t%s\t%s\t%s\t%s\n", fmtTime(a.GetAt()), a.GetVersion(), dash(auditAuthor(a)), a.GetAction(), dash(a.GetDestinationId()), dash(a.GetDetail()), dash(a.GetReason()))
 			}
 			return tw.Flush()
 		},

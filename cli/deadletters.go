@@ -207,10 +207,10 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 		return err
 	}
 	tw := newTable(e.out)
-	fmt.Fprintf(tw, "DEAD AT\tEVENT\tDESTINATION\tCUSTOMER\tLANE\tATTEMPTS\tLAST STATUS\tREASON\tREPLAYED\tLAST ERROR\n")
+	tw.row("DEAD AT\tEVENT\tDESTINATION\tCUSTOMER\tLANE\tATTEMPTS\tLAST STATUS\tREASON\tREPLAYED\tLAST ERROR\n")
 	for _, dl := range dls {
 		j := flatDeadLetter(dl)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", fmtTime(dl.GetDeadAt()), j.EventID, j.DestinationID, j.CustomerID, j.LaneKey, j.Attempts, statusText(j.LastStatus), j.Reason, replayedText(dl), dash(oneLine(j.LastError)))
+		tw.row("%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", fmtTime(dl.GetDeadAt()), j.EventID, j.DestinationID, j.CustomerID, j.LaneKey, j.Attempts, statusText(j.LastStatus), j.Reason, replayedText(dl), dash(oneLine(j.LastError)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -249,7 +249,9 @@ func (e *env) showDeadLetter(c *ucli.Context) error {
 	); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(e.out, "\nPAYLOAD\n%s\n", ev.GetPayload())
+	// The payload's lines as they are; any other control or format
+	// character (a binary payload's bytes) escaped.
+	_, err = fmt.Fprintf(e.out, "\nPAYLOAD\n%s\n", visibleText(string(ev.GetPayload())))
 	return err
 }
 
@@ -274,14 +276,14 @@ func (e *env) deadLetterStats(c *ucli.Context) error {
 	}
 	tw := newTable(e.out)
 	if bySubscription {
-		fmt.Fprint(tw, "SUBSCRIPTION\t")
+		tw.row("SUBSCRIPTION\t")
 	}
-	fmt.Fprintf(tw, "DESTINATION\tCUSTOMER\tREASON\tCOUNT\tOLDEST\tNEWEST\n")
+	tw.row("DESTINATION\tCUSTOMER\tREASON\tCOUNT\tOLDEST\tNEWEST\n")
 	for _, n := range resp.Msg.GetCounts() {
 		if bySubscription {
-			fmt.Fprintf(tw, "%s\t", dash(n.GetSubscriptionId()))
+			tw.row("%s\t", dash(n.GetSubscriptionId()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", n.GetDestinationId(), n.GetCustomerId(), reasonText(n.GetReason()), n.GetCount(), fmtTime(n.GetOldest()), fmtTime(n.GetNewest()))
+		tw.row("%s\t%s\t%s\t%d\t%s\t%s\n", n.GetDestinationId(), n.GetCustomerId(), reasonText(n.GetReason()), n.GetCount(), fmtTime(n.GetOldest()), fmtTime(n.GetNewest()))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -410,9 +412,9 @@ func (e *env) replay(c *ucli.Context) error {
 	}
 	if c.Bool("dry-run") {
 		tw := newTable(e.out)
-		fmt.Fprintf(tw, "DESTINATION\tCUSTOMER\tWOULD REPLAY\n")
+		tw.row("DESTINATION\tCUSTOMER\tWOULD REPLAY\n")
 		for _, n := range last.GetCounts() {
-			fmt.Fprintf(tw, "%s\t%s\t%d\n", n.GetDestinationId(), n.GetCustomerId(), n.GetCount())
+			tw.row("%s\t%s\t%d\n", n.GetDestinationId(), n.GetCustomerId(), n.GetCount())
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -421,8 +423,7 @@ func (e *env) replay(c *ucli.Context) error {
 			return err
 		}
 		if why := last.GetRefused(); why != "" {
-			_, err := fmt.Fprintf(e.out, "a replay would be refused: %s\n", why)
-			return err
+			return say(e.out, "a replay would be refused: %s\n", why)
 		}
 		return nil
 	}
@@ -472,7 +473,7 @@ func (e *env) showRenamed(renamed []*rivorav1.ReplayRename) error {
 	}
 	fmt.Fprintf(e.out, "%d of them died as idempotency conflicts: their ids name other payloads, which receivers dedupe on, so each is delivered under an id of its own:\n", len(renamed))
 	for _, r := range renamed[:min(len(renamed), maxRenamedShown)] {
-		fmt.Fprintf(e.out, "  %s replayed as %s\n", r.GetEventId(), r.GetReplayedAs())
+		say(e.out, "  %s replayed as %s\n", r.GetEventId(), r.GetReplayedAs())
 	}
 	if n := len(renamed) - maxRenamedShown; n > 0 {
 		fmt.Fprintf(e.out, "  … and %d more (-o json lists them all)\n", n)

@@ -428,7 +428,7 @@ func (e *env) deleteDestination(c *ucli.Context) (err error) {
 			err = e.afterChange(c, resp.Msg.GetVersion())
 		}
 	}()
-	_, err = fmt.Fprintf(e.out, "Deleted destination %s; %s.\n", id, archivedText(resp.Msg.GetArchived()))
+	err = say(e.out, "Deleted destination %s; %s.\n", id, archivedText(resp.Msg.GetArchived()))
 	return err
 }
 

@@ -157,7 +157,7 @@ func verifyHint(d *rivorav1.Destination) string {
 		hints = append(hints, "Receivers verify v1a signatures with PUBLIC KEY (Go: webhook.NewPublicKeyVerifier; it is not a secret).")
 	}
 	if d.GetLegacySignature() != nil {
-		hints = append(hints, "The partner verifies "+d.GetLegacySignature().GetHeader()+" with its existing secret, as before.")
+		hints = append(hints, "The partner verifies "+visible(d.GetLegacySignature().GetHeader())+" with its existing secret, as before.")
 	}
 	return strings.Join(hints, "\n")
 }

@@ -297,11 +297,11 @@ func maxBufferText(j edgeJSON) string {
 
 func writeEdges(w io.Writer, edges []*rivorav1.EdgeStatus, now time.Time) error {
 	tw := newTable(w)
-	fmt.Fprintf(tw, "NAME\tCONNECTED\tWATCHING\tLAST SEEN\tBUFFERED\tBYTES\tOLDEST\tFORWARDED\n")
+	tw.row("NAME\tCONNECTED\tWATCHING\tLAST SEEN\tBUFFERED\tBYTES\tOLDEST\tFORWARDED\n")
 	for _, s := range edges {
 		j := newEdgeJSON(s, now)
 		stale := staleMark(j)
-		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%d%s\t%s%s\t%s%s\t%d%s\n", j.Name, connectedText(s, now), j.Watching, fmtTime(s.GetLastSeen()),
+		tw.row("%s\t%s\t%t\t%s\t%d%s\t%s%s\t%s%s\t%d%s\n", j.Name, connectedText(s, now), j.Watching, fmtTime(s.GetLastSeen()),
 			j.BufferedEvents, stale, fmtBytes(j.BufferedBytes), stale, j.OldestBufferedAge, stale, j.ForwardedTotal, stale)
 	}
 	return tw.Flush()

@@ -190,9 +190,9 @@ func (e *env) listEventTypes(c *ucli.Context) error {
 		return err
 	}
 	t := newTable(e.out)
-	fmt.Fprintln(t, "NAME\tSCHEMA\tSTATE\tUPDATED\tDESCRIPTION")
+	t.row("NAME\tSCHEMA\tSTATE\tUPDATED\tDESCRIPTION\n")
 	for _, et := range types {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", et.GetName(), yesNo(et.GetSchema() != ""), eventTypeState(et), fmtTime(et.GetUpdatedAt()), dash(oneLine(et.GetDescription())))
+		t.row("%s\t%s\t%s\t%s\t%s\n", et.GetName(), yesNo(et.GetSchema() != ""), eventTypeState(et), fmtTime(et.GetUpdatedAt()), dash(oneLine(et.GetDescription())))
 	}
 	if err := t.Flush(); err != nil {
 		return err
@@ -344,7 +344,7 @@ func writeEventType(w io.Writer, t *rivorav1.EventType) error {
 		out.Reset()
 		out.WriteString(t.GetSchema())
 	}
-	_, err = fmt.Fprintf(w, "\n%s\n", bytes.TrimSpace(out.Bytes()))
+	_, err = fmt.Fprintf(w, "\n%s\n", visibleText(string(bytes.TrimSpace(out.Bytes()))))
 	return err
 }
 

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
@@ -157,14 +156,14 @@ func (e *env) printEvents(l *rivorav1.ListEventsResponse) error {
 		fmt.Fprintln(e.out, "No events match.")
 	} else {
 		t := newTable(e.out)
-		fmt.Fprintln(t, "EVENT	STATE	CUSTOMER	LANE	TYPE	ACCEPTED	FINISHED	ATTEMPTS	LAST STATUS	LAST ERROR")
+		t.row("EVENT	STATE	CUSTOMER	LANE	TYPE	ACCEPTED	FINISHED	ATTEMPTS	LAST STATUS	LAST ERROR\n")
 		for _, ev := range l.GetEvents() {
 			state := stateName(ev.GetState())
 			if ev.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED {
 				state += " (" + deadReasonName(ev.GetDeadReason()) + ")"
 			}
 			status := statusText(ev.GetLastStatus())
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", ev.GetEventId(), state, ev.GetCustomerId(), ev.GetLaneKey(), dash(ev.GetType()),
+			t.row("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", ev.GetEventId(), state, ev.GetCustomerId(), ev.GetLaneKey(), dash(ev.GetType()),
 				fmtTime(ev.GetAcceptedAt()), fmtTime(ev.GetFinishedAt()), ev.GetAttempts(), status, dash(oneLine(ev.GetLastError())))
 		}
 		if err := t.Flush(); err != nil {
@@ -218,9 +217,8 @@ func (e *env) resendEvent(c *ucli.Context) error {
 	if e.output == "json" {
 		return writeJSON(e.out, r)
 	}
-	_, err = fmt.Fprintf(e.out, "Resent event %s (it was %s) to %s, customer %s, lane %s: at the tail of its lane, with rivora-resend: 1.\n",
+	return say(e.out, "Resent event %s (it was %s) to %s, customer %s, lane %s: at the tail of its lane, with rivora-resend: 1.\n",
 		r.GetEventId(), stateName(r.GetWas()), r.GetDestinationId(), r.GetCustomerId(), r.GetLaneKey())
-	return err
 }
 
 func (e *env) getEvent(c *ucli.Context) error {
@@ -290,7 +288,7 @@ func (e *env) getEvent(c *ucli.Context) error {
 	}
 	fmt.Fprintln(e.out)
 	t := newTable(e.out)
-	fmt.Fprintln(t, "TRY\tATTEMPT\tTIME\tSTATUS\tDURATION\tERROR")
+	t.row("TRY\tATTEMPT\tTIME\tSTATUS\tDURATION\tERROR\n")
 	for i, a := range ev.GetAttempts() {
 		status := statusText(a.GetStatusCode())
 		errText := a.GetError()
@@ -301,7 +299,7 @@ func (e *env) getEvent(c *ucli.Context) error {
 		if try == 0 { // a server that does not number tries
 			try = i + 1
 		}
-		fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%s\n", try, attemptUsed(a), fmtTime(a.GetAt()), status, attemptDuration(a.GetDuration()), oneLine(errText))
+		t.row("%d\t%s\t%s\t%s\t%s\t%s\n", try, attemptUsed(a), fmtTime(a.GetAt()), status, attemptDuration(a.GetDuration()), oneLine(errText))
 	}
 	if err := t.Flush(); err != nil {
 		return err
@@ -315,7 +313,7 @@ func (e *env) getEvent(c *ucli.Context) error {
 func printEpisodes(e *env, episodes []*rivorav1.Episode) error {
 	fmt.Fprintln(e.out)
 	t := newTable(e.out)
-	fmt.Fprintln(t, "EPISODE	ACCEPTED	TRIES	ENDED")
+	t.row("EPISODE	ACCEPTED	TRIES	ENDED\n")
 	for i, ep := range episodes {
 		tries := "-"
 		switch first, last := ep.GetFirstTry(), ep.GetLastTry(); {
@@ -332,7 +330,7 @@ func printEpisodes(e *env, episodes []*rivorav1.Episode) error {
 		if ep.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED {
 			ended += " (" + deadReasonName(ep.GetDeadReason()) + ")"
 		}
-		fmt.Fprintf(t, "%d\t%s\t%s\t%s\n", i+1, fmtTime(ep.GetAcceptedAt()), tries, ended)
+		t.row("%d\t%s\t%s\t%s\n", i+1, fmtTime(ep.GetAcceptedAt()), tries, ended)
 	}
 	return t.Flush()
 }
@@ -369,18 +367,12 @@ func enumWords(name, prefix string) string {
 // be kilobytes of HTML (-o json and `get` show it whole).
 const maxErrorCell = 100
 
-// oneLine keeps a partner's multi-line error text in its table cell, cut
-// to maxErrorCell characters.
+// oneLine keeps a partner's multi-line error text (or a description) in
+// its table cell: runs of white space, line breaks among them, are one
+// space, every other control or format character is escaped (visible),
+// and it is cut to maxErrorCell characters.
 func oneLine(s string) string {
-	// A partner's words reach here: no control character (a terminal
-	// escape sequence) gets through to the terminal.
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) && !unicode.IsSpace(r) {
-			return '?'
-		}
-		return r
-	}, s)
-	s = strings.Join(strings.Fields(s), " ")
+	s = visible(strings.Join(strings.Fields(s), " "))
 	if r := []rune(s); len(r) > maxErrorCell {
 		return string(r[:maxErrorCell-1]) + "…"
 	}

@@ -94,46 +94,46 @@ func (e *env) showHealth(c *ucli.Context) error {
 			fmt.Fprintln(e.out)
 		}
 		tw := newTable(e.out)
-		fmt.Fprintf(tw, "DESTINATION\t%s\n", h.GetDestinationId())
+		tw.row("DESTINATION\t%s\n", h.GetDestinationId())
 		if h.GetPaused() || h.GetDisabled() {
 			// No attempt goes out whatever the budget says.
-			fmt.Fprintf(tw, "STATE\t%s (budget %s); resume with `rivoractl destinations resume %s`\n", destinationState(h.GetPaused(), h.GetDisabled(), h.GetPauseReason()), h.GetState(), h.GetDestinationId())
+			tw.row("STATE\t%s (budget %s); resume with `rivoractl destinations resume %s`\n", destinationState(h.GetPaused(), h.GetDisabled(), h.GetPauseReason()), h.GetState(), h.GetDestinationId())
 		} else {
-			fmt.Fprintf(tw, "STATE\t%s\n", h.GetState())
+			tw.row("STATE\t%s\n", h.GetState())
 		}
-		fmt.Fprintf(tw, "CLASS\t%s\n", className(h.GetPriorityClass()))
-		fmt.Fprintf(tw, "RATE\t%.4g/s of %.4g/s configured\n", h.GetCurrentRate(), h.GetConfiguredRate())
+		tw.row("CLASS\t%s\n", className(h.GetPriorityClass()))
+		tw.row("RATE\t%.4g/s of %.4g/s configured\n", h.GetCurrentRate(), h.GetConfiguredRate())
 		if l := h.GetLearnedRate(); l > 0 {
-			fmt.Fprintf(tw, "LEARNED RATE\t%.4g/s: the partner throttles above this (set rate_per_second to it)\n", l)
+			tw.row("LEARNED RATE\t%.4g/s: the partner throttles above this (set rate_per_second to it)\n", l)
 		}
-		fmt.Fprintf(tw, "TOKENS\t%.1f\n", h.GetTokens())
-		fmt.Fprintf(tw, "IN FLIGHT\t%d of %d\n", h.GetInFlight(), h.GetMaxInFlight())
-		fmt.Fprintf(tw, "PENDING\t%d events\n", h.GetPendingEvents())
+		tw.row("TOKENS\t%.1f\n", h.GetTokens())
+		tw.row("IN FLIGHT\t%d of %d\n", h.GetInFlight(), h.GetMaxInFlight())
+		tw.row("PENDING\t%d events\n", h.GetPendingEvents())
 		switch {
 		case h.GetPendingEvents() == 0:
 		case h.GetDrainTime() != nil && arrivalRate(h) > 0:
-			fmt.Fprintf(tw, "DRAIN TIME\t%s at the current rate, less the %.3g/s arriving\n", drainText(h.GetDrainTime()), arrivalRate(h))
+			tw.row("DRAIN TIME\t%s at the current rate, less the %.3g/s arriving\n", drainText(h.GetDrainTime()), arrivalRate(h))
 		case h.GetDrainTime() != nil:
-			fmt.Fprintf(tw, "DRAIN TIME\t%s at the current rate\n", drainText(h.GetDrainTime()))
+			tw.row("DRAIN TIME\t%s at the current rate\n", drainText(h.GetDrainTime()))
 		case arrivalRate(h) > 0 && arrivalRate(h) >= h.GetCurrentRate() && !h.GetPaused() && !h.GetDisabled() && h.GetState() != "parked":
-			fmt.Fprintf(tw, "DRAIN TIME\tnever at this rate (%s)\n", noDrainCause(h))
+			tw.row("DRAIN TIME\tnever at this rate (%s)\n", noDrainCause(h))
 		default:
-			fmt.Fprintf(tw, "DRAIN TIME\tnever: no attempt goes out (%s)\n", noDrainCause(h))
+			tw.row("DRAIN TIME\tnever: no attempt goes out (%s)\n", noDrainCause(h))
 		}
 		if n := h.GetArrivalsLastMinute(); n > 0 {
-			fmt.Fprintf(tw, "ARRIVING\t%d events in the last minute (%.3g/s)\n", n, arrivalRate(h))
+			tw.row("ARRIVING\t%d events in the last minute (%.3g/s)\n", n, arrivalRate(h))
 		}
 		if age := h.GetOldestPendingAge(); age != nil {
-			fmt.Fprintf(tw, "OLDEST PENDING\t%s ago\n", drainText(age))
+			tw.row("OLDEST PENDING\t%s ago\n", drainText(age))
 		}
 		if n := h.GetAttemptsLastMinute(); n > 0 {
-			fmt.Fprintf(tw, "LAST MINUTE\t%d attempts: %.0f%% answered 429, %.0f%% 5xx, %.0f%% other 4xx (refused events), %.0f%% no answer\n", n, 100*h.GetThrottledShare(), 100*h.GetServerErrorShare(), 100*h.GetClientErrorShare(), 100*h.GetNoAnswerShare())
+			tw.row("LAST MINUTE\t%d attempts: %.0f%% answered 429, %.0f%% 5xx, %.0f%% other 4xx (refused events), %.0f%% no answer\n", n, 100*h.GetThrottledShare(), 100*h.GetServerErrorShare(), 100*h.GetClientErrorShare(), 100*h.GetNoAnswerShare())
 		}
 		if n := h.GetUnarchivedDeadLetters(); n > 0 {
-			fmt.Fprintf(tw, "UNARCHIVED\t%d dead letters wait for the archive\n", n)
+			tw.row("UNARCHIVED\t%d dead letters wait for the archive\n", n)
 		}
 		if h.GetHoldUntil() != nil {
-			fmt.Fprintf(tw, "HELD UNTIL\t%s (Retry-After)\n", fmtTime(h.GetHoldUntil()))
+			tw.row("HELD UNTIL\t%s (Retry-After)\n", fmtTime(h.GetHoldUntil()))
 		}
 		if na := h.GetClientCertificateNotAfter(); na != nil {
 			note := ""
@@ -143,10 +143,10 @@ func (e *env) showHealth(c *ucli.Context) error {
 			case h.GetClientCertificateExpiring():
 				note = "; EXPIRING: replace it with `rivoractl destinations update " + h.GetDestinationId() + " --client-cert FILE --client-key FILE`"
 			}
-			fmt.Fprintf(tw, "CLIENT CERT\texpires %s%s\n", fmtTime(na), note)
+			tw.row("CLIENT CERT\texpires %s%s\n", fmtTime(na), note)
 		}
 		if at := h.GetClientCertificateRefusedAt(); at != nil {
-			fmt.Fprintf(tw, "CERT REFUSED\tthe partner refused the new client certificate (last at %s): attempts go with the replaced one until %s, when its overlap ends; fix the partner's trust or the certificate before then (--client-cert-overlap moves that end)\n", fmtTime(at), fmtTime(h.GetClientCertificateFallbackUntil()))
+			tw.row("CERT REFUSED\tthe partner refused the new client certificate (last at %s): attempts go with the replaced one until %s, when its overlap ends; fix the partner's trust or the certificate before then (--client-cert-overlap moves that end)\n", fmtTime(at), fmtTime(h.GetClientCertificateFallbackUntil()))
 		}
 		if st := h.GetLastStatuses(); len(st) > 0 {
 			parts := make([]string, len(st))
@@ -156,22 +156,22 @@ func (e *env) showHealth(c *ucli.Context) error {
 					parts[i] = "err"
 				}
 			}
-			fmt.Fprintf(tw, "LAST STATUSES\t%s\n", strings.Join(parts, " "))
+			tw.row("LAST STATUSES\t%s\n", strings.Join(parts, " "))
 		}
 		if t := h.GetLastTransition(); t != nil {
-			fmt.Fprintf(tw, "LAST CHANGE\t%s %s → %s: %s\n", fmtTime(t.GetAt()), t.GetFrom(), t.GetTo(), oneLine(t.GetCause()))
+			tw.row("LAST CHANGE\t%s %s → %s: %s\n", fmtTime(t.GetAt()), t.GetFrom(), t.GetTo(), oneLine(t.GetCause()))
 		}
 		if at := h.GetLastFailureAt(); at != nil && (h.GetLastTransition() == nil || at.AsTime().After(h.GetLastTransition().GetAt().AsTime())) {
-			fmt.Fprintf(tw, "LAST FAILURE\t%s: %s\n", fmtTime(at), oneLine(h.GetLastFailure()))
+			tw.row("LAST FAILURE\t%s: %s\n", fmtTime(at), oneLine(h.GetLastFailure()))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 		if len(h.GetCustomers()) > 0 {
 			tw = newTable(e.out)
-			fmt.Fprintln(tw, "  CUSTOMER\tWEIGHT\tDUE LANES\tWAITING LANES\tIN FLIGHT\tPENDING")
+			tw.row("  CUSTOMER\tWEIGHT\tDUE LANES\tWAITING LANES\tIN FLIGHT\tPENDING\n")
 			for _, cu := range h.GetCustomers() {
-				fmt.Fprintf(tw, "  %s\t%g\t%d\t%d\t%d\t%d\n", cu.GetCustomerId(), cu.GetWeight(), cu.GetDueLanes(), cu.GetWaitingLanes(), cu.GetInFlight(), cu.GetPendingEvents())
+				tw.row("  %s\t%g\t%d\t%d\t%d\t%d\n", cu.GetCustomerId(), cu.GetWeight(), cu.GetDueLanes(), cu.GetWaitingLanes(), cu.GetInFlight(), cu.GetPendingEvents())
 			}
 			if err := tw.Flush(); err != nil {
 				return err

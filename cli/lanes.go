@@ -136,14 +136,14 @@ func writeLanes(e *env, resp *rivorav1.ListLanesResponse, now time.Time) error {
 	bySubscription := slices.ContainsFunc(resp.GetLanes(), func(l *rivorav1.LaneSummary) bool { return l.GetSubscriptionId() != "" })
 	tw := newTable(e.out)
 	if bySubscription {
-		fmt.Fprint(tw, "SUBSCRIPTION\t")
+		tw.row("SUBSCRIPTION\t")
 	}
-	fmt.Fprintf(tw, "CUSTOMER\tLANE\tDEPTH\tHEAD\tATTEMPTS\tLAST STATUS\tWAITING\tNEXT ATTEMPT\tLAST ERROR\n")
+	tw.row("CUSTOMER\tLANE\tDEPTH\tHEAD\tATTEMPTS\tLAST STATUS\tWAITING\tNEXT ATTEMPT\tLAST ERROR\n")
 	for _, l := range resp.GetLanes() {
 		if bySubscription {
-			fmt.Fprintf(tw, "%s\t", dash(l.GetSubscriptionId()))
+			tw.row("%s\t", dash(l.GetSubscriptionId()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", l.GetCustomerId(), l.GetLaneKey(), l.GetDepth(), l.GetHeadEventId(),
+		tw.row("%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", l.GetCustomerId(), l.GetLaneKey(), l.GetDepth(), l.GetHeadEventId(),
 			l.GetHeadAttempts(), statusText(l.GetLastStatus()), age(l.GetHeadSince(), now), nextAttempt(l), dash(oneLine(l.GetLastError())))
 	}
 	if err := tw.Flush(); err != nil {
@@ -210,9 +210,8 @@ func (e *env) skipLane(c *ucli.Context) error {
 	if e.output == "json" {
 		return writeJSON(e.out, resp.Msg)
 	}
-	_, err = fmt.Fprintf(e.out, "Skipped %s: now a dead letter (reason manual). It reaches the archive within a few seconds; then `rivoractl dlq list --destination %s` shows it and `rivoractl replay` can send it again.\n%d %s left in lane %s/%s.\n",
+	return say(e.out, "Skipped %s: now a dead letter (reason manual). It reaches the archive within a few seconds; then `rivoractl dlq list --destination %s` shows it and `rivoractl replay` can send it again.\n%d %s left in lane %s/%s.\n",
 		resp.Msg.GetEventId(), dest, resp.Msg.GetRemaining(), plural(int(resp.Msg.GetRemaining()), "event"), c.String("customer"), c.String("lane"))
-	return err
 }
 
 func plural(n int, word string) string {

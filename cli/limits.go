@@ -177,13 +177,13 @@ func sourceText(s *rivorav1.LimitSource) string {
 
 func (e *env) writeLimits(l *rivorav1.GetLimitsResponse) error {
 	tw := newTable(e.out)
-	fmt.Fprintf(tw, "LIMIT\tEFFECTIVE\tDESTINATION\tFILE\tSOURCE\n")
+	tw.row("LIMIT\tEFFECTIVE\tDESTINATION\tFILE\tSOURCE\n")
 	for _, f := range limitFieldNames {
 		own := "-" // unset: the file's (or the default)
 		if v := limitText(l.GetDestination(), f); v != limitText(&rivorav1.Limits{}, f) {
 			own = v
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f, limitText(l.GetEffective(), f), own, limitText(l.GetFile(), f), sourceText(l.GetSources()[f]))
+		tw.row("%s\t%s\t%s\t%s\t%s\n", f, limitText(l.GetEffective(), f), own, limitText(l.GetFile(), f), sourceText(l.GetSources()[f]))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -280,7 +280,7 @@ func (e *env) writeDrain(m *rivorav1.SetLimitsOverrideResponse) {
 	rate := m.GetLimits().GetEffective().GetRatePerSecond()
 	switch {
 	case m.GetNoDrainReason() != "":
-		fmt.Fprintf(e.out, "%d pending events do not drain now: %s\n", m.GetPendingEvents(), m.GetNoDrainReason())
+		say(e.out, "%d pending events do not drain now: %s\n", m.GetPendingEvents(), m.GetNoDrainReason())
 	case m.GetProjectedDrainTime() != nil:
 		fmt.Fprintf(e.out, "%d pending events drain in %s at %s/s\n", m.GetPendingEvents(), drainText(m.GetProjectedDrainTime()), strconv.FormatFloat(rate, 'g', 4, 64))
 	case m.GetPendingEvents() > 0:
@@ -340,9 +340,9 @@ func (e *env) diffLimits(c *ucli.Context) error {
 	}
 	sort.SliceStable(drifts, func(i, j int) bool { return drifts[i].GetDestinationId() < drifts[j].GetDestinationId() })
 	tw := newTable(e.out)
-	fmt.Fprintf(tw, "DESTINATION\tLIMIT\tFILE\tEFFECTIVE\tSOURCE\n")
+	tw.row("DESTINATION\tLIMIT\tFILE\tEFFECTIVE\tSOURCE\n")
 	for _, d := range drifts {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.GetDestinationId(), d.GetField(), d.GetFileValue(), d.GetEffectiveValue(), sourceText(d.GetSource()))
+		tw.row("%s\t%s\t%s\t%s\t%s\n", d.GetDestinationId(), d.GetField(), d.GetFileValue(), d.GetEffectiveValue(), sourceText(d.GetSource()))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unicode"
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
@@ -148,7 +147,7 @@ func (e *env) listen(c *ucli.Context) error {
 		r.verify = e.remoteCheck(destination)
 		checking = fmt.Sprintf("checking signatures with the secrets of destination %s at %s", destination, e.server)
 		if !pointsAt(d.GetUrl(), c.String("listen")) {
-			checking += fmt.Sprintf("\n  note: destination %s sends to %s, not here (rivoractl destinations update %s --url http://%s/hook)", destination, d.GetUrl(), destination, c.String("listen"))
+			checking += fmt.Sprintf("\n  note: destination %s sends to %s, not here (rivoractl destinations update %s --url http://%s/hook)", destination, visible(d.GetUrl()), destination, c.String("listen"))
 		}
 	default:
 		r.verify = func(context.Context, http.Header, []byte) string {
@@ -463,15 +462,10 @@ func (r *receiver) print(d delivery) {
 }
 
 // shown makes what a request carries safe to print on a terminal: anyone
-// can send one, and control characters could rewrite the screen. Long
-// values are cut.
+// can send one, and control or format characters could rewrite the
+// screen (visible escapes them). Long values are cut.
 func shown(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || r == unicode.ReplacementChar {
-			return '?'
-		}
-		return r
-	}, s)
+	s = visible(s)
 	if r := []rune(s); len(r) > maxErrorCell {
 		return string(r[:maxErrorCell-1]) + "…"
 	}

@@ -112,7 +112,7 @@ func TestListenWithASecretVerifiesAndAnswers(t *testing.T) {
 		{"evt_good", "order.created", "acme", "user_42", " 1 ", "11 B", "verified", "500"},
 		{"evt_good", " 2 ", "verified", "200"},
 		{"evt_forged", "NOT VERIFIED (no signature matches the secret given", "500"},
-		{"NOT VERIFIED (missing webhook-id", "(GET /?[2J)"},
+		{"NOT VERIFIED (missing webhook-id", `(GET /\x1b[2J)`},
 	} {
 		for _, w := range want {
 			if !strings.Contains(lines[i+1], w) {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -93,16 +95,111 @@ func writeIndented(w io.Writer, compact []byte) error {
 	return err
 }
 
-// newTable returns a writer aligning tab-separated columns; Flush it.
-func newTable(w io.Writer) *tabwriter.Writer {
-	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+// Human output shows what the server answered, and much of that anyone
+// with a customer token (or a partner) wrote: lane keys, filters, pause
+// reasons, descriptions, a partner's error. A terminal obeys what such
+// text carries: ESC starts an escape sequence (one retitles the window,
+// another clears the screen), CR and LF forge a line or a table row,
+// U+202E reverses what follows it. So every value a table cell, a
+// "KEY  value" field or a line of text shows goes through visible, here:
+// table.row, fields and say escape each argument, and the format around
+// them, the code's own, lays out columns and lines. -o json prints the
+// answer exactly, for programs.
+
+// visible is s with every character that a terminal would obey rather
+// than show written as a Go escape: a control character (\t, \n, \r,
+// \x1b, \u0085), a format character (Unicode Cf: \u202e, \u200b), a
+// line or paragraph separator (\u2028); a byte of invalid UTF-8 as \xff.
+// Nothing else changes (a backslash stays itself), so escaping what is
+// escaped already changes nothing.
+func visible(s string) string { return escape(s, false) }
+
+// visibleText is visible for text shown as lines of its own (a payload,
+// a schema, an error with the line it quotes): its line breaks and tabs
+// stay, every other control or format character is escaped.
+func visibleText(s string) string { return escape(s, true) }
+
+func escape(s string, keepLines bool) string {
+	i := strings.IndexFunc(s, func(r rune) bool { return r == utf8.RuneError || hidden(r) })
+	if i < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.WriteString(s[:i])
+	for i < len(s) {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case keepLines && (r == '\n' || r == '\t'), !hidden(r):
+			b.WriteString(s[i : i+size])
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r < utf8.RuneSelf:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r <= 0xffff:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		}
+		i += size
+	}
+	return b.String()
 }
+
+// hidden reports a character a terminal acts on, or shows as nothing.
+func hidden(r rune) bool {
+	return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp)
+}
+
+// visibleArgs makes args' strings (and errors) visible, in place.
+func visibleArgs(args []any) []any {
+	for i, a := range args {
+		switch v := a.(type) {
+		case string:
+			args[i] = visible(v)
+		case error:
+			args[i] = visible(v.Error())
+		}
+	}
+	return args
+}
+
+// say prints format, the code's own line (or lines), with each string
+// argument made visible: what the server answered shows in it as written,
+// escape sequences and line breaks included, and none takes effect.
+func say(w io.Writer, format string, args ...any) error {
+	_, err := fmt.Fprintf(w, format, visibleArgs(args)...)
+	return err
+}
+
+// table aligns tab-separated columns; Flush it. It is not an io.Writer:
+// every row goes through row, so no value reaches the terminal unescaped.
+type table struct{ tw *tabwriter.Writer }
+
+func newTable(w io.Writer) *table {
+	return &table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+}
+
+// row writes format, whose tabs separate cells and whose newline ends the
+// row, with each string argument made visible: a value's tab, line break
+// or escape sequence stays in its cell, written out.
+func (t *table) row(format string, args ...any) {
+	fmt.Fprintf(t.tw, format, visibleArgs(args)...)
+}
+
+// Flush writes the aligned rows.
+func (t *table) Flush() error { return t.tw.Flush() }
 
 // fields prints aligned "KEY  value" lines.
 func fields(w io.Writer, kv ...string) error {
 	t := newTable(w)
 	for i := 0; i+1 < len(kv); i += 2 {
-		fmt.Fprintf(t, "%s\t%s\n", kv[i], kv[i+1])
+		t.row("%s\t%s\n", kv[i], kv[i+1])
 	}
 	return t.Flush()
 }
@@ -231,10 +328,10 @@ func perSecond(rate float64) string {
 // are left out: `destinations get ID` shows one.
 func writeDestinations(w io.Writer, ds []*rivorav1.Destination) error {
 	t := newTable(w)
-	fmt.Fprintln(t, "ID\tURL\tOWNER\tRATE\tBURST\tMAX ATTEMPTS\tWINDOW\tTIMEOUT\tMAX IN FLIGHT\tCREATED\tSTATE")
+	t.row("ID\tURL\tOWNER\tRATE\tBURST\tMAX ATTEMPTS\tWINDOW\tTIMEOUT\tMAX IN FLIGHT\tCREATED\tSTATE\n")
 	for _, d := range ds {
 		l := d.GetLimits()
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		t.row("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			d.GetId(), d.GetUrl(), dash(d.GetOwnerCustomer()),
 			orDefault(l.GetRatePerSecond())+perSecond(l.GetRatePerSecond()),
 			orDefault(l.GetBurst()), orDefault(l.GetMaxAttempts()),

@@ -100,9 +100,33 @@ func TestLimitsWithoutAFileSaySo(t *testing.T) {
 }
 
 // A partner's words shown in a table cell are one line, and no control
-// character reaches the terminal (an ESC would start an escape sequence).
+// or format character reaches the terminal (an ESC would start an escape
+// sequence, U+202E reverse what follows): each is shown escaped.
 func TestOneLineKeepsControlCharactersOut(t *testing.T) {
-	if got, want := oneLine("HTTP 500: \x1b[31mred\x1b[0m\n\tnext\x07"), "HTTP 500: ?[31mred?[0m next?"; got != want {
+	if got, want := oneLine("HTTP 500: \x1b[31mred\x1b[0m\n\tnext\x07 \u202eusd"), `HTTP 500: \x1b[31mred\x1b[0m next\x07 \u202eusd`; got != want {
 		t.Fatalf("oneLine = %q, want %q", got, want)
+	}
+}
+
+// visible writes out what a terminal would obey, and nothing else: it
+// changes no printable text (a backslash included), so a value escaped
+// twice reads as escaped once.
+func TestVisible(t *testing.T) {
+	for _, c := range []struct{ in, want, text string }{
+		{`lane-1 é/42 \x1b`, `lane-1 é/42 \x1b`, `lane-1 é/42 \x1b`},
+		{"\x1b]0;PWN\x07lane", `\x1b]0;PWN\x07lane`, `\x1b]0;PWN\x07lane`},
+		{"l\r\nX-Injected: 1\tcol", `l\r\nX-Injected: 1\tcol`, "l\\r\nX-Injected: 1\tcol"},
+		{"pay \u202eusd\u200b\u2066\u2028\u0085\x7f", `pay \u202eusd\u200b\u2066\u2028\u0085\x7f`, `pay \u202eusd\u200b\u2066\u2028\u0085\x7f`},
+		{"tag \U000e0041 bad \xff\xfe utf-8 \ufffd", `tag \U000e0041 bad \xff\xfe utf-8 ` + "\ufffd", `tag \U000e0041 bad \xff\xfe utf-8 ` + "\ufffd"},
+	} {
+		if got := visible(c.in); got != c.want {
+			t.Errorf("visible(%q) = %q, want %q", c.in, got, c.want)
+		}
+		if got := visible(visible(c.in)); got != c.want {
+			t.Errorf("visible twice (%q) = %q, want %q", c.in, got, c.want)
+		}
+		if got := visibleText(c.in); got != c.text {
+			t.Errorf("visibleText(%q) = %q, want %q", c.in, got, c.text)
+		}
 	}
 }

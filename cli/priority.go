@@ -87,7 +87,7 @@ func (e *env) setPriority(c *ucli.Context) error {
 		return e.afterChange(c, resp.Msg.GetVersion())
 	}
 	d := resp.Msg.GetDestination()
-	fmt.Fprintf(e.out, "%s: class %s", d.GetId(), className(d.GetPriorityClass()))
+	say(e.out, "%s: class %s", d.GetId(), className(d.GetPriorityClass()))
 	if req.Weight != nil {
 		fmt.Fprintf(e.out, ", customer %s weight %g", req.CustomerId, req.GetWeight())
 	}

@@ -114,7 +114,7 @@ func (e *env) publish(c *ucli.Context) error {
 		return writeJSON(e.out, publishResponse(res))
 	}
 	if !res.FannedOut {
-		if _, err := fmt.Fprintln(e.out, res.EventID); err != nil || !res.Duplicate {
+		if err := say(e.out, "%s\n", res.EventID); err != nil || !res.Duplicate {
 			return err
 		}
 		_, err = fmt.Fprintln(e.errOut, "duplicate: this idempotency key had already been published; nothing new was stored")
@@ -144,7 +144,7 @@ func writeRoutes(w, note io.Writer, r sdk.Result, customer, typ string) error {
 	}
 	t := newTable(w)
 	for _, rt := range r.Routes {
-		fmt.Fprintf(t, "%s\t%s\t%s\n", rt.Subscription, rt.Destination, rt.EventID)
+		t.row("%s\t%s\t%s\n", rt.Subscription, rt.Destination, rt.EventID)
 	}
 	if err := t.Flush(); err != nil {
 		return err

@@ -214,7 +214,7 @@ func (e *env) writeCreatedSubscription(s *rivorav1.Subscription) error {
 	if s.GetSecret() != "" {
 		_, err = fmt.Fprintf(e.out, "\nReceivers verify each delivery's webhook-signature with SECRET (Go: sdk.VerifyRequest), or, when the destination signs v1a, with its public key.\nSECRET is shown only this once: store it with the receiver now.\n")
 	} else {
-		_, err = fmt.Fprintf(e.out, "\nDeliveries are signed as destination %s signs them, with its secret or key (give this subscription its own: `rivoractl subscriptions rotate-secret %s`).\n", s.GetDestinationId(), s.GetId())
+		err = say(e.out, "\nDeliveries are signed as destination %s signs them, with its secret or key (give this subscription its own: `rivoractl subscriptions rotate-secret %s`).\n", s.GetDestinationId(), s.GetId())
 	}
 	return err
 }

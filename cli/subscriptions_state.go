@@ -179,9 +179,9 @@ func writeSubscription(w io.Writer, s *rivorav1.Subscription, pending *int64) er
 // writeSubscriptions prints subscriptions as a table, one per row.
 func writeSubscriptions(w io.Writer, subs []*rivorav1.Subscription) error {
 	t := newTable(w)
-	fmt.Fprintln(t, "ID\tCUSTOMER\tDESTINATION\tTYPES\tFILTER\tDELIVERS TO\tSTATE\tDESTINATION STATE")
+	t.row("ID\tCUSTOMER\tDESTINATION\tTYPES\tFILTER\tDELIVERS TO\tSTATE\tDESTINATION STATE\n")
 	for _, s := range subs {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		t.row("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			s.GetId(), s.GetCustomerId(), s.GetDestinationId(), strings.Join(s.GetTypes(), ","),
 			dash(oneLine(s.GetFilter())), deliveryText(s), subscriptionState(s), dash(s.GetDestinationState()))
 	}

@@ -268,9 +268,9 @@ func (e *env) listTokens(c *ucli.Context) error {
 		return err
 	}
 	tw := newTable(e.out)
-	fmt.Fprintln(tw, "ID\tNAME\tROLE\tCUSTOMERS\tCREATED\tEXPIRES")
+	tw.row("ID\tNAME\tROLE\tCUSTOMERS\tCREATED\tEXPIRES\n")
 	for _, t := range tokens {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.GetId(), oneLine(t.GetName()), auth.RoleName(t.GetRole()),
+		tw.row("%s\t%s\t%s\t%s\t%s\t%s\n", t.GetId(), oneLine(t.GetName()), auth.RoleName(t.GetRole()),
 			dash(strings.Join(t.GetCustomers(), ",")), fmtTime(t.GetCreatedAt()), expiryText(t.GetExpiresAt(), now))
 	}
 	return tw.Flush()
@@ -354,14 +354,14 @@ func (e *env) revokeToken(c *ucli.Context) error {
 func (e *env) warnEdgesBehind(ctx context.Context, version uint64) {
 	resp, err := e.admin().ListEdges(ctx, connect.NewRequest(&rivorav1.ListEdgesRequest{}))
 	if err != nil {
-		fmt.Fprintf(e.errOut, "warning: could not check the edges (%v): an edge cut off from the control plane accepts the token until it reconnects\n", err)
+		say(e.errOut, "warning: could not check the edges (%v): an edge cut off from the control plane accepts the token until it reconnects\n", err)
 		return
 	}
 	for _, edge := range resp.Msg.GetEdges() {
 		if edge.GetWatching() || edge.GetBuffer().GetAppliedVersion() >= version {
 			continue
 		}
-		fmt.Fprintf(e.errOut, "warning: edge %s does not follow the control plane now (last seen %s): it accepts this token until it reconnects; if the token leaked, stop the edge or its publishers\n",
+		say(e.errOut, "warning: edge %s does not follow the control plane now (last seen %s): it accepts this token until it reconnects; if the token leaked, stop the edge or its publishers\n",
 			edge.GetName(), fmtTime(edge.GetLastSeen()))
 	}
 }

@@ -59,7 +59,7 @@ func (e *env) afterChange(c *ucli.Context, version uint64) error {
 			if connected == 1 {
 				noun = "agent"
 			}
-			fmt.Fprintf(out, "config version %d applied by %d %s in %s%s\n", version, connected, noun, time.Since(start).Round(time.Millisecond), awayNote(away))
+			say(out, "config version %d applied by %d %s in %s%s\n", version, connected, noun, time.Since(start).Round(time.Millisecond), awayNote(away))
 			return nil
 		}
 		select {
