@@ -121,7 +121,13 @@ func doubles(v any) any {
 type Filter struct {
 	source  string
 	program cel.Program
+	// readsData: the expression refers to data (the event's JSON); a
+	// filter over type, customer and lane alone needs no decode.
+	readsData bool
 }
+
+// ReadsData reports whether the filter refers to data, the event's JSON.
+func (f *Filter) ReadsData() bool { return f.readsData }
 
 var filterEnv = mustEnv()
 
@@ -192,7 +198,11 @@ func compileFilter(source string, checkRegex bool) (*Filter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("filter: %w", err)
 	}
-	return &Filter{source: source, program: prg}, nil
+	readsData := false
+	for _, ref := range ast.NativeRep().ReferenceMap() {
+		readsData = readsData || ref.Name == "data"
+	}
+	return &Filter{source: source, program: prg, readsData: readsData}, nil
 }
 
 // Source is the filter's text.

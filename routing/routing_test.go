@@ -363,3 +363,22 @@ func TestFilterCompileErrorPointsAtTheColumn(t *testing.T) {
 		t.Errorf("four errors: %v, want the first three, in order, and how many more", err)
 	}
 }
+
+// A filter knows whether it reads data: only then does an event's JSON
+// have to be decoded (and valid) for it.
+func TestFilterReadsData(t *testing.T) {
+	for src, want := range map[string]bool{
+		`data.amount > 100`:                          true,
+		`has(data.x) || lane == "a"`:                 true,
+		`lane.startsWith("user-")`:                   false,
+		`type == "order.created" && customer != "x"`: false,
+	} {
+		f, err := CompileFilter(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.ReadsData() != want {
+			t.Errorf("CompileFilter(%q).ReadsData() = %v, want %v", src, f.ReadsData(), want)
+		}
+	}
+}

@@ -117,7 +117,7 @@ func (g *Gateway) subscriptionsOf(ctx context.Context, r *routed) ([]*subscripti
 
 // match lists the customer's subscriptions the event matches. The
 // event's JSON is decoded once, and only when a subscription whose types
-// match has a filter; the filters' shared budget
+// match has a filter that reads data; the filters' shared budget
 // (routing.EventFilterBudget) starts after it. A filter the budget ends
 // before it answered refuses the publish: storing the event without the
 // deliveries of the filters not run would drop them without a word; so
@@ -127,12 +127,18 @@ func (g *Gateway) match(ctx context.Context, ev *rivorav1.Event) ([]*subscriptio
 	filtered := slices.IndexFunc(subs, func(s *subscriptions.Subscription) bool {
 		return s.Filter != nil && routing.TypeMatches(s.Types, ev.GetType())
 	})
+	reader := slices.IndexFunc(subs, func(s *subscriptions.Subscription) bool {
+		return s.Filter != nil && s.Filter.ReadsData() && routing.TypeMatches(s.Types, ev.GetType())
+	})
 	var input routing.Input
 	filterCtx := ctx
 	if filtered >= 0 {
-		data, err := jsonData(ev)
-		if err != nil {
-			return nil, errkind.Errorf(errkind.Invalid, "payload is not valid JSON (%v), though its content type is %s, and subscription %s's filter is to read it: nothing was stored; send valid JSON, or set the payload's own content type", err, ev.GetContentType(), subs[filtered].ID)
+		var data any
+		if reader >= 0 {
+			var err error
+			if data, err = jsonData(ev); err != nil {
+				return nil, errkind.Errorf(errkind.Invalid, "payload is not valid JSON (%v), though its content type is %s, and subscription %s's filter is to read it: nothing was stored; send valid JSON, or set the payload's own content type", err, ev.GetContentType(), subs[reader].ID)
+			}
 		}
 		input = routing.Input{Data: data, Type: ev.GetType(), Customer: ev.GetCustomerId(), Lane: ev.GetLaneKey()}
 		var cancel context.CancelFunc

@@ -229,6 +229,16 @@ func TestFanOutFilterOnInvalidJSONIsRefused(t *testing.T) {
 	if got := routeSet(resp); strings.Join(got, ",") != "sub_glob>orders" {
 		t.Fatalf("broken JSON with no filter to run: routes %v", got)
 	}
+	// A filter that does not read data runs on broken JSON as on any
+	// payload: it was refused as if the filter read it.
+	f.withSubscriptions(t, &rivorav1.Subscription{Id: "sub_lane", CustomerId: "acme", DestinationId: "orders", Types: []string{"order.*"}, Filter: `lane.startsWith("u")`})
+	resp, err = publish(f, fanOut("order.created", `{"amount": 150`))
+	if err != nil {
+		t.Fatalf("broken JSON to a filter over the lane alone: %v, want it routed", err)
+	}
+	if got := routeSet(resp); strings.Join(got, ",") != "sub_lane>orders" {
+		t.Fatalf("broken JSON to a filter over the lane alone: routes %v, want sub_lane>orders", got)
+	}
 }
 
 // No match is not an error: 0 routes, nothing stored, and counted.
