@@ -104,11 +104,14 @@ func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 		if rule.Request != nil {
 			conn = &checkedRequest{StreamingHandlerConn: conn, check: func(msg any) error { return rule.Request(p, msg) }}
 		}
-		// The token is checked again while the stream runs (standing.go).
+		// The token is checked again while the stream runs (standing.go):
+		// the handler's context ends, and so do its sends and receives,
+		// for a handler that does not watch its context (gRPC
+		// reflection's).
 		ctx, stop := i.keys.standing(ctx, conn.Spec().Procedure, p)
-		err = next(WithPrincipal(ctx, p), conn)
-		if cut := stop(); cut != nil {
-			return cut
+		err = next(WithPrincipal(ctx, p), &standingConn{StreamingHandlerConn: conn, ctx: ctx})
+		if cut := stop(); cut != nil && err != nil {
+			return cut // a stream that ended well as it was cut stays well
 		}
 		return err
 	}

@@ -89,3 +89,31 @@ func (k *Keys) stands(procedure string, p *Principal) error {
 	}
 	return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("token %s (%s) %s while its call %s was streaming: the stream ends here; call again with a valid token", p.TokenID, p.Name, why, procedure))
 }
+
+// standingConn is a stream whose sends and receives fail once its
+// token's watch cut it (the cause of ctx, Unauthenticated).
+type standingConn struct {
+	connect.StreamingHandlerConn
+	ctx context.Context
+}
+
+func (c *standingConn) cut() error {
+	if cause := context.Cause(c.ctx); cause != nil && connect.CodeOf(cause) == connect.CodeUnauthenticated {
+		return cause
+	}
+	return nil
+}
+
+func (c *standingConn) Send(msg any) error {
+	if err := c.cut(); err != nil {
+		return err
+	}
+	return c.StreamingHandlerConn.Send(msg)
+}
+
+func (c *standingConn) Receive(msg any) error {
+	if err := c.cut(); err != nil {
+		return err
+	}
+	return c.StreamingHandlerConn.Receive(msg)
+}

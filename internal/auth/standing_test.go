@@ -25,12 +25,26 @@ type streams struct {
 	rivorav1connect.UnimplementedAgentServiceHandler
 	more  chan struct{}
 	ended chan error
+	// deaf: the handler never looks at its context (as gRPC reflection's
+	// does not): it sends on each value on more, until a send fails.
+	deaf bool
+	// quit ends a deaf handler as the test ends (before its server
+	// closes, which waits for handlers).
+	quit chan struct{}
 }
 
 func (s *streams) serve(ctx context.Context, send func() error) error {
 	for {
 		if err := send(); err != nil {
 			return err
+		}
+		if s.deaf {
+			select {
+			case <-s.more:
+			case <-s.quit:
+				return nil
+			}
+			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -52,7 +66,7 @@ func (s *streams) Watch(ctx context.Context, _ *connect.Request[rivorav1.WatchRe
 // streamServer serves streams behind the door and the interceptor of keys.
 func streamServer(t *testing.T, keys *auth.Keys) (string, *streams) {
 	t.Helper()
-	s := &streams{more: make(chan struct{}), ended: make(chan error, 4)}
+	s := &streams{more: make(chan struct{}), ended: make(chan error, 4), quit: make(chan struct{})}
 	opt := connect.WithInterceptors(auth.NewInterceptor(keys))
 	mux := http.NewServeMux()
 	path, h := rivorav1connect.NewArchiveServiceHandler(s, opt)
@@ -61,6 +75,7 @@ func streamServer(t *testing.T, keys *auth.Keys) (string, *streams) {
 	mux.Handle(path, auth.Door(keys, nil, h))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(s.quit) }) // before srv.Close
 	return srv.URL, s
 }
 
@@ -161,5 +176,33 @@ func TestExpiryEndsAStream(t *testing.T) {
 	}
 	if time.Now().Before(expires) {
 		t.Fatalf("the stream ended before its token expired (%s)", expires.Format(time.RFC3339Nano))
+	}
+}
+
+// A handler that never looks at its context is cut too: its next send
+// fails with the revocation (gRPC reflection's answered on).
+func TestRevocationEndsAStreamWhoseHandlerIgnoresItsContext(t *testing.T) {
+	keys := auth.NewKeys(auth.CellTokenOf(cellSecret))
+	token, info := apiToken(t, rivorav1.Role_ROLE_OPERATOR, time.Time{})
+	keys.SetTokens([]*rivorav1.ApiToken{info})
+	url, s := streamServer(t, keys)
+	s.deaf = true
+	replay := openReplay(t, url, token)
+	keys.SetTokens(nil)
+	// The handler sends on until a send fails (the first may come before
+	// the watch saw the change).
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case s.more <- struct{}{}:
+			case <-done:
+				return
+			}
+		}
+	}()
+	if err := streamEnd(replay); connect.CodeOf(err) != connect.CodeUnauthenticated || !strings.Contains(err.Error(), "was revoked") {
+		t.Fatalf("a deaf handler's stream after its token was revoked: %v; want unauthenticated, saying it was revoked", err)
 	}
 }
