@@ -28,13 +28,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/reserved"
 )
 
 // DestinationID is the reserved destination operator notices are
 // delivered to; no user can create, change or delete it, nor publish to
 // it (the cell token only: internal/auth).
-const DestinationID = auth.OperatorDestination
+const DestinationID = reserved.OperatorDestination
 
 // Customer is the customer id notices are published under; the lane key
 // is the destination a notice is about, so notices about one destination

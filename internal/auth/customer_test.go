@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/rivora/rivora/internal/reserved"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -215,7 +216,7 @@ func TestOnlyTheCellPublishesOperatorNotices(t *testing.T) {
 	for name, tok := range map[string]*rivorav1.ApiToken{
 		"admin":     {Role: admin},
 		"publisher": {Role: publisher, Customers: []string{"*"}},
-		"customer":  {Role: customer, Customers: []string{OperatorDestination, "acme"}},
+		"customer":  {Role: customer, Customers: []string{reserved.OperatorDestination, "acme"}},
 	} {
 		token, id, err := NewToken()
 		if err != nil {
@@ -230,7 +231,7 @@ func TestOnlyTheCellPublishesOperatorNotices(t *testing.T) {
 	mux.Handle(rivorav1connect.NewIngestServiceHandler(publishStub{}, connect.WithInterceptors(NewInterceptor(keys))))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	ev := &rivorav1.PublishRequest{DestinationId: OperatorDestination, CustomerId: "acme", LaneKey: "erp", Type: "destination.parked", Payload: []byte(`{}`)}
+	ev := &rivorav1.PublishRequest{DestinationId: reserved.OperatorDestination, CustomerId: "acme", LaneKey: "erp", Type: "destination.parked", Payload: []byte(`{}`)}
 	for name, token := range tokens {
 		client := rivorav1connect.NewIngestServiceClient(srv.Client(), srv.URL, connect.WithInterceptors(Bearer(token)))
 		_, err := client.Publish(context.Background(), connect.NewRequest(ev))
@@ -241,11 +242,11 @@ func TestOnlyTheCellPublishesOperatorNotices(t *testing.T) {
 			continue
 		}
 		if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "reserved for operator notices") {
-			t.Errorf("%s's publish to %s: %v, want permission_denied (reserved)", name, OperatorDestination, err)
+			t.Errorf("%s's publish to %s: %v, want permission_denied (reserved)", name, reserved.OperatorDestination, err)
 		}
 		_, err = client.PublishBatch(context.Background(), connect.NewRequest(&rivorav1.PublishBatchRequest{Events: []*rivorav1.PublishRequest{{DestinationId: "d", CustomerId: "acme"}, ev}}))
 		if connect.CodeOf(err) != connect.CodePermissionDenied {
-			t.Errorf("%s's batch with an event to %s: %v, want permission_denied", name, OperatorDestination, err)
+			t.Errorf("%s's batch with an event to %s: %v, want permission_denied", name, reserved.OperatorDestination, err)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 
+	"github.com/rivora/rivora/internal/reserved"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 )
@@ -265,16 +266,10 @@ func mayActFor(p *Principal, customer string) error {
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("token %s (%s) may not act for customer %q: it is scoped to %v", p.TokenID, p.Name, customer, p.Customers))
 }
 
-// OperatorDestination is the reserved destination operator notices are
-// delivered to (controlplane/notices): its receiver trusts what comes
-// signed with the operator webhook's secret, so only the control plane,
-// with the cell token, publishes to it.
-const OperatorDestination = "rivora-operator"
-
 // publishesTo checks a publish's destination: the reserved operator
 // destination takes the cell's notices only.
 func publishesTo(p *Principal, destination string) error {
-	if destination == OperatorDestination && !p.Cell {
+	if destination == reserved.OperatorDestination && !p.Cell {
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("destination %q is reserved for operator notices: only Rivora's control plane publishes to it", destination))
 	}
 	return nil
