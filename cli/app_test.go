@@ -29,6 +29,7 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk/webhook"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 // fakeRivora serves the public API rivoractl uses, over real HTTP, keeping
@@ -411,11 +412,25 @@ func TestCreateValidatesLocally(t *testing.T) {
 	}
 }
 
+// A destination id taken: an operator is told to update it, once; a
+// customer token, whose destination it is not, only that it is taken.
 func TestCreateConflict(t *testing.T) {
-	_, url := startFake(t)
-	mustSucceed(t, run(t, url, "", "destinations", "create", "orders", "--url", "https://example.com/hooks"))
-	r := run(t, url, "", "destinations", "create", "orders", "--url", "https://example.com/hooks")
+	t.Parallel()
+	d := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true})
+	create := func(token string, args ...string) result {
+		return run(t, d.URL, "", append([]string{"--token", token, "destinations", "create"}, args...)...)
+	}
+	mustSucceed(t, create(d.AdminToken, "orders", "--url", "https://example.com/hooks", "--owner-customer", "beta"))
+	r := create(d.AdminToken, "orders", "--url", "https://example.com/hooks", "--owner-customer", "beta")
 	assertFailure(t, r, exitError, "rivoractl destinations update orders")
+	if n := strings.Count(r.stderr, "destinations update"); n != 1 {
+		t.Errorf("the update hint appears %d times: %q", n, r.stderr)
+	}
+	r = create(d.Token(rivorav1.Role_ROLE_CUSTOMER, "acme"), "orders", "--url", "https://example.com/hooks", "--owner-customer", "acme")
+	assertFailure(t, r, exitError, `destination id "orders" is taken; choose another id`)
+	if strings.Contains(r.stderr, "update") || strings.Contains(r.stderr, "beta") {
+		t.Errorf("a customer token told more than that the id is taken: %q", r.stderr)
+	}
 }
 
 func TestListDestinations(t *testing.T) {

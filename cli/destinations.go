@@ -171,9 +171,9 @@ func (e *env) createDestination(c *ucli.Context) error {
 	defer cancel()
 	resp, err := e.admin().CreateDestination(ctx, connect.NewRequest(req))
 	if err != nil {
-		return limitsRefused(fmt.Sprintf("create destination %q", id), err, map[connect.Code]string{
-			connect.CodeAlreadyExists: "change it with `rivoractl destinations update " + id + "`",
-		})
+		// The server says whether the id is this caller's to update or
+		// another customer's (then only that it is taken): no hint here.
+		return callFailed(fmt.Sprintf("create destination %q", id), err, nil)
 	}
 	d := resp.Msg.GetDestination()
 	if e.output == "json" {
@@ -368,7 +368,7 @@ func (e *env) updateDestination(c *ucli.Context) error {
 	defer cancel()
 	resp, err := e.admin().UpdateDestination(ctx, connect.NewRequest(req))
 	if err != nil {
-		return limitsRefused(fmt.Sprintf("update destination %q", id), err, notFoundHint)
+		return callFailed(fmt.Sprintf("update destination %q", id), err, notFoundHint)
 	}
 	if e.output == "json" {
 		err = writeJSON(e.out, resp.Msg.GetDestination())

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -117,28 +116,6 @@ func (e *env) getLimits(c *ucli.Context) error {
 }
 
 var limitFieldNames = []string{"rate_per_second", "burst", "max_attempts", "window", "timeout", "max_in_flight"}
-
-// flagOfLimit names the flag that sets each limit field (limitFieldNames,
-// as the limits file and the API spell them).
-var flagOfLimit = map[string]string{
-	"rate_per_second": "--rate", "burst": "--burst", "max_attempts": "--max-attempts",
-	"window": "--window", "timeout": "--timeout", "max_in_flight": "--max-in-flight",
-}
-
-// limitsRefused is callFailed for a call that sets limits from flags
-// (destinations create and update, limits set): a limit the server
-// refuses, which it names as the API and the limits file spell it
-// ("max_attempts must be …"), is named by the flag given ("--max-attempts
-// must be …").
-func limitsRefused(op string, err error, hints map[connect.Code]string) error {
-	var ce *connect.Error
-	if connect.CodeOf(err) == connect.CodeInvalidArgument && errors.As(err, &ce) {
-		if field, rest, ok := strings.Cut(ce.Message(), " must be "); ok && flagOfLimit[field] != "" {
-			err = connect.NewError(connect.CodeInvalidArgument, errors.New(flagOfLimit[field]+" must be "+rest))
-		}
-	}
-	return callFailed(op, err, hints)
-}
 
 func limitText(l *rivorav1.Limits, field string) string {
 	switch field {
@@ -258,7 +235,7 @@ func (e *env) setLimits(c *ucli.Context) error {
 	defer cancel()
 	resp, err := e.admin().SetLimitsOverride(ctx, connect.NewRequest(req))
 	if err != nil {
-		return limitsRefused("set limits override", err, notFoundHint)
+		return callFailed("set limits override", err, notFoundHint)
 	}
 	m := resp.Msg
 	if !req.DryRun {
