@@ -224,9 +224,6 @@ func refreshTime(expiry, now time.Time) time.Time {
 	return expiry.Add(-min(life/5, tokenRefreshMax))
 }
 
-// describeTokenError says what went wrong with a token request, prefixed
-// "oauth2 token endpoint:": the status and the OAuth2 error code ("401
-// invalid_client"), the SSRF guard's refusal, or the transport error.
 // tokenErrorText is s as a token error shows it: printable, at most
 // tokenErrorMax bytes of it.
 func tokenErrorText(s string) string {
@@ -240,6 +237,9 @@ func tokenErrorText(s string) string {
 // tokenErrorMax bounds each text a token endpoint's refusal carries.
 const tokenErrorMax = 200
 
+// describeTokenError says what went wrong with a token request, prefixed
+// "oauth2 token endpoint:": the status and the OAuth2 error code ("401
+// invalid_client"), the SSRF guard's refusal, or the transport error.
 func describeTokenError(err error) error {
 	var re *oauth2.RetrieveError
 	if errors.As(err, &re) && re.Response != nil {

@@ -24,7 +24,8 @@
 //   - a lane held by its parked destination (its head's last failure was the
 //     destination's) waits for the destination, not for its own retry time:
 //     one probe a second is taken from the held lane whose window closes
-//     first; the probe's success releases every held lane at once, oldest
+//     first, and a parked destination has one attempt out at a time
+//     (inFlightCap); the probe's success releases every held lane at once, oldest
 //     head first, paced by the budget; a held lane whose window closes is
 //     handed out at once, without a token, marked Expired;
 //   - an operator's view of many lanes (ListLanes) holds the lock one
