@@ -98,7 +98,7 @@ Examples:
 		Flags: append(append([]ucli.Flag{
 			&ucli.StringFlag{Name: "url", Usage: "`URL` events are POSTed to (http or https); required"},
 			&ucli.StringFlag{Name: "owner-customer", Usage: "make it customer `ID`'s own destination: only that customer's subscriptions may use it"},
-			waitFlag,
+			waitFlag(),
 		}, limitFlags("server default", "generated")...), append(append(headerFlags(false), endpointAuthFlags(false)...), signingFlags(false)...)...),
 		Action: e.createDestination,
 	}
@@ -287,7 +287,7 @@ Examples:
 ` + signingHelp,
 		Flags: append(append([]ucli.Flag{
 			&ucli.StringFlag{Name: "url", Usage: "new `URL` events are POSTed to", DefaultText: "unchanged"},
-			waitFlag,
+			waitFlag(),
 		}, limitFlags("unchanged", "unchanged")...), append(append(headerFlags(true), endpointAuthFlags(true)...), signingFlags(true)...)...),
 		Action: e.updateDestination,
 	}
@@ -397,7 +397,7 @@ Examples:
    rivoractl destinations delete orders --force`,
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "force", Usage: "archive pending events as dead letters and delete anyway"},
-			waitFlag,
+			waitFlag(),
 		},
 		Action: e.deleteDestination,
 	}
@@ -498,7 +498,7 @@ Example:
    rivoractl destinations pause orders --reason "partner maintenance" --wait`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "reason", Usage: "why, as `TEXT` (required; for the audit log and destinations get)"},
-			waitFlag,
+			waitFlag(),
 		},
 		Action: func(c *ucli.Context) error {
 			if err := exactArgs(c, 1, "one destination ID"); err != nil {
@@ -547,7 +547,7 @@ a destination that is not paused, pause it and resume it.
 Examples:
    rivoractl destinations resume orders --wait
    rivoractl destinations pause orders --reason "partner back, ending its Retry-After" && rivoractl destinations resume orders`,
-		Flags: []ucli.Flag{waitFlag},
+		Flags: []ucli.Flag{waitFlag()},
 		Action: func(c *ucli.Context) error {
 			if err := exactArgs(c, 1, "one destination ID"); err != nil {
 				return err

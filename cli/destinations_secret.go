@@ -40,7 +40,7 @@ Examples:
 			&ucli.StringFlag{Name: "secret", Usage: "the new signing `SECRET` (whsec_ + base64 key of at least 16 bytes)", DefaultText: "generated"},
 			&ucli.StringFlag{Name: "signing-key", Usage: "the new ed25519 `KEY` of a v1a or both destination (whsk_…)", DefaultText: "generated"},
 			durationFlagOf("grace", "how long the previous secret keeps signing too (`DURATION`, 0 to 168h)", 24*time.Hour, ""),
-			waitFlag,
+			waitFlag(),
 		},
 		Action: e.rotateSecret,
 	}

@@ -70,7 +70,7 @@ Examples:
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "description", Usage: "what the event means, for publishers and subscribers (`TEXT`)"},
 			&ucli.StringFlag{Name: "schema", Usage: "JSON Schema (draft 2020-12) `FILE` the data must satisfy; - reads stdin"},
-			waitFlag,
+			waitFlag(),
 		},
 		Action: e.createEventType,
 	}
@@ -250,7 +250,7 @@ Examples:
 			&ucli.StringFlag{Name: "description", Usage: "new description (`TEXT`)", DefaultText: "unchanged"},
 			&ucli.StringFlag{Name: "schema", Usage: "new JSON Schema `FILE` (draft 2020-12); - reads stdin", DefaultText: "unchanged"},
 			&ucli.BoolFlag{Name: "remove-schema", Usage: "remove the schema: data is no longer validated"},
-			waitFlag,
+			waitFlag(),
 		},
 		Action: e.updateEventType,
 	}
@@ -307,7 +307,7 @@ Examples:
    rivoractl event-types deprecate order.legacy --undo`,
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "undo", Usage: "clear the deprecation"},
-			waitFlag,
+			waitFlag(),
 		},
 		Action: func(c *ucli.Context) error {
 			if err := exactArgs(c, 1, "one event type NAME"); err != nil {

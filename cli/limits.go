@@ -74,7 +74,7 @@ Examples:
 					&ucli.StringFlag{Name: "reason", Usage: "why (required; goes to the audit log)"},
 					durationFlagOf("ttl", "expire the override after `DURATION`", 0, "the current override's expiry, else never"),
 					&ucli.BoolFlag{Name: "dry-run", Usage: "check the override and print the limits and drain time it would give; change nothing"},
-					waitFlag,
+					waitFlag(),
 				},
 				Action: e.setLimits,
 			},
@@ -85,7 +85,7 @@ Examples:
 				UsageText: "rivoractl limits clear DESTINATION [--reason TEXT] [--wait]",
 				Flags: []ucli.Flag{
 					&ucli.StringFlag{Name: "reason", Usage: "why, for the audit log"},
-					waitFlag,
+					waitFlag(),
 				},
 				Action: e.clearLimits,
 			},

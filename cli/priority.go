@@ -40,7 +40,7 @@ Examples:
 				&ucli.StringFlag{Name: "customer", Usage: "the customer `ID` whose weight to set"},
 				&ucli.Float64Flag{Name: "weight", Usage: "the customer's `WEIGHT` (0.01–10000; default for everyone is 1)"},
 				&ucli.StringFlag{Name: "reason", Usage: "why, for the audit log (`TEXT`)"},
-				waitFlag,
+				waitFlag(),
 			},
 			Action: e.setPriority,
 		}},

@@ -97,7 +97,7 @@ Examples:
 			&ucli.StringFlag{Name: "destination", Aliases: []string{"d"}, Usage: "destination `ID` they go to (required)"},
 			&ucli.StringFlag{Name: "secret", Usage: "this subscription's own signing `SECRET` (whsec_ + base64 key of at least 16 bytes)", DefaultText: "the destination's"},
 			&ucli.BoolFlag{Name: "generate-secret", Usage: "give the subscription its own generated signing secret, printed once"},
-			waitFlag,
+			waitFlag(),
 		}, routeFlags("")...), headerFlags(false)...),
 		Action: e.createSubscription,
 	}
@@ -333,7 +333,7 @@ Examples:
    rivoractl subscriptions update sub_0123456789abcdef --types 'order.*,invoice.*'
    rivoractl subscriptions update sub_0123456789abcdef --filter '' --path /in/acme-v2
    rivoractl subscriptions update sub_0123456789abcdef --header 'X-Tenant: 42' --remove-header Authorization`,
-		Flags:  append(append([]ucli.Flag{waitFlag}, routeFlags("unchanged")...), headerFlags(true)...),
+		Flags:  append(append([]ucli.Flag{waitFlag()}, routeFlags("unchanged")...), headerFlags(true)...),
 		Action: e.updateSubscription,
 	}
 }
@@ -423,7 +423,7 @@ Examples:
    rivoractl subscriptions delete sub_0123456789abcdef --force`,
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "force", Usage: "archive pending events as dead letters and delete anyway"},
-			waitFlag,
+			waitFlag(),
 		},
 		Action: e.deleteSubscription,
 	}

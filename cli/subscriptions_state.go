@@ -33,7 +33,7 @@ Example:
    rivoractl subscriptions pause sub_0123456789abcdef --reason "customer migrating its endpoint"`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "reason", Usage: "why, as `TEXT` (required; for the audit log and subscriptions get)"},
-			waitFlag,
+			waitFlag(),
 		},
 		Action: func(c *ucli.Context) error {
 			if err := exactArgs(c, 1, "one subscription ID"); err != nil {
@@ -66,7 +66,7 @@ order, paced by its destination's budget.
 
 Example:
    rivoractl subscriptions resume sub_0123456789abcdef --wait`,
-		Flags: []ucli.Flag{waitFlag},
+		Flags: []ucli.Flag{waitFlag()},
 		Action: func(c *ucli.Context) error {
 			if err := exactArgs(c, 1, "one subscription ID"); err != nil {
 				return err
@@ -118,7 +118,7 @@ Example:
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "secret", Usage: "the new signing `SECRET` (whsec_ + base64 key of at least 16 bytes)", DefaultText: "generated"},
 			durationFlagOf("grace", "how long the previous secret keeps signing too (`DURATION`, 0 to 168h)", 24*time.Hour, ""),
-			waitFlag,
+			waitFlag(),
 		},
 		Action: e.rotateSubscriptionSecret,
 	}

@@ -90,7 +90,7 @@ Examples:
 			&ucli.StringFlag{Name: "role", Usage: "`ROLE`: " + roleNames + " (required)"},
 			&ucli.StringSliceFlag{Name: "customer", Usage: "publisher and customer tokens: customer `ID` the token may act for (repeat for several; '*' for any, publishers only)"},
 			&ucli.StringFlag{Name: "ttl", Usage: "expire the token after `DURATION` (720h, 90d)", DefaultText: "never"},
-			waitFlag,
+			waitFlag(),
 		},
 		Action: e.createToken,
 	}
@@ -291,7 +291,7 @@ Revoking the token this command runs with is allowed; the next call fails.
 
 Example:
    rivoractl tokens revoke tok_0123456789abcdef`,
-		Flags:  []ucli.Flag{waitFlag},
+		Flags:  []ucli.Flag{waitFlag()},
 		Action: e.revokeToken,
 	}
 }

@@ -13,8 +13,12 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
-// waitFlag is on every command that changes configuration.
-var waitFlag = &ucli.BoolFlag{Name: "wait", Usage: "return only once every connected agent has applied the change, and say how long that took (Ctrl-C stops waiting; the change stays made)"}
+// waitFlag is on every command that changes configuration: a new one for
+// each command, since parsing writes into a flag (one shared by every
+// command raced when two apps parsed at once, as parallel tests do).
+func waitFlag() *ucli.BoolFlag {
+	return &ucli.BoolFlag{Name: "wait", Usage: "return only once every connected agent has applied the change, and say how long that took (Ctrl-C stops waiting; the change stays made)"}
+}
 
 // waitTimeout bounds --wait.
 const waitTimeout = 30 * time.Second
