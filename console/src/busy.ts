@@ -75,3 +75,30 @@ function unmark(b: HTMLButtonElement): void {
   delete b.dataset.idle;
   b.removeAttribute("aria-disabled");
 }
+
+/** Where an action says how it went (dom.ts status). */
+interface Outcome {
+  ok: (msg: string) => void;
+  error: (msg: string) => void;
+}
+
+/**
+ * action makes a page's run: it calls f from button (busy, saying doing
+ * meanwhile), shows f's answer on st, then calls after; or shows "what
+ * failed: " and the error in describe's words.
+ */
+export function action(
+  st: Outcome,
+  describe: (err: unknown) => string,
+  after: () => void,
+): (button: HTMLButtonElement, doing: string, what: string, f: () => Promise<string>) => Promise<void> {
+  return (button, doing, what, f) =>
+    busy(button, doing, async () => {
+      try {
+        st.ok(await f());
+        after();
+      } catch (err) {
+        st.error(`${what} failed: ${describe(err)}`);
+      }
+    });
+}

@@ -5,7 +5,7 @@ import { PriorityClass } from "../../../sdk/typescript/src/gen/rivora/v1/admin_p
 import type { Destination } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
 import type { LaneSummary } from "../../../sdk/typescript/src/gen/rivora/v1/lanes_pb.js";
 import { admin, date, duration, errorText, events, lanes, problemText, seconds, when } from "../api.js";
-import { busy, disable, drawnBusy, isBusy, swap } from "../busy.js";
+import { action, busy, disable, drawnBusy, isBusy, swap } from "../busy.js";
 import { field, h, replace, status, submitForm, table } from "../dom.js";
 import { bounds, countOf, drainPreview, durationOf, rateOf } from "../limits.js";
 import { can, displayState, formatCount, formatDuration, formatRate, formatShare } from "../format.js";
@@ -269,16 +269,10 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     }
     const ast = status("action");
     // run makes one call at a time from button, which says doing meanwhile.
-    const run = (button: HTMLButtonElement, doing: string, what: string, f: () => Promise<string>): Promise<void> =>
-      busy(button, doing, async () => {
-        try {
-          ast.ok(await f());
-          changed++;
-          p.now();
-        } catch (err) {
-          ast.error(`${what} failed: ${problemText(err)}`);
-        }
-      });
+    const run = action(ast, problemText, () => {
+      changed++;
+      p.now();
+    });
     const need = (input: HTMLInputElement, what: string): string | undefined => {
       const v = input.value.trim();
       if (!v) {

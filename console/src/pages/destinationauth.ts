@@ -6,7 +6,7 @@
 // an admin may set or remove them.
 import type { Certificate, Destination, DestinationHealth } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
 import { admin, duration, problemText, when } from "../api.js";
-import { busy, disable } from "../busy.js";
+import { action, disable } from "../busy.js";
 import { field, h, replace, status, submitForm } from "../dom.js";
 import { parseDuration } from "../format.js";
 
@@ -49,15 +49,7 @@ export function endpointAuthSection(id: string, isAdmin: boolean, refresh: () =>
 // survives a refresh. update offers Remove only for what is set.
 function form(id: string, refresh: () => void): { el: HTMLElement; update: (d: Destination) => void } {
   const st = status("action");
-  const run = (button: HTMLButtonElement, doing: string, what: string, f: () => Promise<string>): Promise<void> =>
-    busy(button, doing, async () => {
-      try {
-        st.ok(await f());
-        refresh();
-      } catch (err) {
-        st.error(`${what} failed: ${problemText(err)}`);
-      }
-    });
+  const run = action(st, problemText, refresh);
   const cert = h("textarea", { name: "client-cert", rows: 4, placeholder: "-----BEGIN CERTIFICATE-----" });
   const key = h("textarea", { name: "client-key", rows: 4, placeholder: "-----BEGIN PRIVATE KEY-----", autocomplete: "off" });
   const overlap = h("input", { type: "text", name: "client-cert-overlap", placeholder: "24h (0: none)" });

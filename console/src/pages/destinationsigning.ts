@@ -6,7 +6,7 @@
 // generated when v1a needs one), and set or remove the legacy signature.
 import type { Destination } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
 import { admin, problemText, when } from "../api.js";
-import { busy, disable } from "../busy.js";
+import { action, disable } from "../busy.js";
 import { field, h, replace, status, submitForm } from "../dom.js";
 
 /** The section: draw shows the destination's signing; refresh reloads the page's data after a change. */
@@ -39,15 +39,7 @@ export function signingSection(id: string, isAdmin: boolean, refresh: () => void
 // answers carry only fingerprints and the public key.
 function schemeForm(id: string, refresh: () => void): { el: HTMLElement; update: (d: Destination) => void } {
   const st = status("action");
-  const run = (button: HTMLButtonElement, doing: string, what: string, f: () => Promise<string>): Promise<void> =>
-    busy(button, doing, async () => {
-      try {
-        st.ok(await f());
-        refresh();
-      } catch (err) {
-        st.error(`${what} failed: ${problemText(err)}`);
-      }
-    });
+  const run = action(st, problemText, refresh);
 
   const scheme = h("select", { name: "signature-scheme" }, h("option", { value: "v1" }, "v1 (HMAC-SHA256)"), h("option", { value: "v1a" }, "v1a (ed25519)"), h("option", { value: "both" }, "both"));
   const signingKey = h("input", { type: "password", name: "signing-key", placeholder: "empty: a key pair is generated when v1a needs one", autocomplete: "off" });

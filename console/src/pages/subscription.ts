@@ -5,7 +5,7 @@
 import type { EventSummary } from "../../../sdk/typescript/src/gen/rivora/v1/events_pb.js";
 import type { Subscription } from "../../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { errorText, events, isFailedPrecondition, subscriptions, when, type Me } from "../api.js";
-import { busy, isBusy, swap } from "../busy.js";
+import { action, busy, isBusy, swap } from "../busy.js";
 import { field, h, noticeNext, replace, status, submitForm, table } from "../dom.js";
 import { can, counted, formatCount } from "../format.js";
 import type { Page } from "../main.js";
@@ -92,16 +92,10 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
   }
 
   // run makes one call at a time from button, which says doing meanwhile.
-  const run = (button: HTMLButtonElement, doing: string, what: string, f: () => Promise<string>): Promise<void> =>
-    busy(button, doing, async () => {
-      try {
-        ast.ok(await f());
-        changed++;
-        p.now();
-      } catch (err) {
-        ast.error(`${what} failed: ${errorText(err)}`);
-      }
-    });
+  const run = action(ast, errorText, () => {
+    changed++;
+    p.now();
+  });
   // A form's change reported by subscriptionforms: the page is read again.
   const done = (msg: string): void => {
     ast.ok(msg);
