@@ -747,8 +747,8 @@ read:
 	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
 		t.Errorf("interrupted rivoractl replay exited with %v, want a non-zero status", err)
 	}
-	if !strings.Contains(stderr.String(), "interrupted") {
-		t.Errorf("interrupted rivoractl replay did not say so on stderr:\n%s", stderr.String())
+	if !strings.Contains(stderr.String(), "replay stopped (Ctrl-C)") || !strings.Contains(stderr.String(), "run the same command again to resume") {
+		t.Errorf("interrupted rivoractl replay did not say so, and how to resume, on stderr:\n%s", stderr.String())
 	}
 	if replayDone.MatchString(firstText) {
 		t.Fatalf("the replay finished before SIGINT took effect; stdout:\n%s", firstText)
