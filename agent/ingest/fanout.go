@@ -124,7 +124,7 @@ func (g *Gateway) subscriptionsOf(ctx context.Context, r *routed) ([]*subscripti
 // does a payload that says it is JSON but is not (jsonData).
 func (g *Gateway) match(ctx context.Context, ev *rivorav1.Event) ([]*subscriptions.Subscription, error) {
 	subs := g.subs.ForCustomer(ev.GetCustomerId())
-	filtered := slices.IndexFunc(subs, func(s *subscriptions.Subscription) bool {
+	filtered := slices.ContainsFunc(subs, func(s *subscriptions.Subscription) bool {
 		return s.Filter != nil && routing.TypeMatches(s.Types, ev.GetType())
 	})
 	reader := slices.IndexFunc(subs, func(s *subscriptions.Subscription) bool {
@@ -132,7 +132,7 @@ func (g *Gateway) match(ctx context.Context, ev *rivorav1.Event) ([]*subscriptio
 	})
 	var input routing.Input
 	filterCtx := ctx
-	if filtered >= 0 {
+	if filtered {
 		var data any
 		if reader >= 0 {
 			var err error
