@@ -46,7 +46,6 @@ func interrupted(t *testing.T, d *rig.Dev, until func(stdout string) bool, args 
 // same command resumes: it said only "replay interrupted". The replay run
 // again sends the rest, skipping what the first re-accepted.
 func TestReplayCtrlCSaysWhereItResumes(t *testing.T) {
-	t.Parallel()
 	p := partner.New(t, partner.Options{Answer: func(r partner.Request) int {
 		if r.Header.Get("rivora-replay") == "true" {
 			return 200
@@ -86,7 +85,6 @@ func TestReplayCtrlCSaysWhereItResumes(t *testing.T) {
 // agents: interrupted before Rivora answered", as if the change might not
 // be made.
 func TestWaitCtrlCSaysTheChangeIsMade(t *testing.T) {
-	t.Parallel()
 	d := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true}) // no agent applies anything: --wait waits
 	d.Create(&rivorav1.CreateDestinationRequest{Id: "orders", Url: "http://127.0.0.1:9/hook"})
 	paused := func(out string) bool { return strings.Contains(out, "Paused destination orders") }

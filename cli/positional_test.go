@@ -21,7 +21,6 @@ import (
 // prints help and exits 0 having done nothing. An ID starting with '-'
 // goes after "--".
 func TestPositionalsAreNeverCommands(t *testing.T) {
-	t.Parallel()
 	d := rig.StartDev(t, t.TempDir(), rig.Options{})
 	ctl := func(args ...string) result {
 		t.Helper()
