@@ -282,13 +282,19 @@ func (s *Scheduler) SetWeight(destinationID, customerID string, partition int, w
 	s.wake()
 }
 
-// nextLane picks by deficit round robin over customers with due lanes.
-func (d *destination) nextLane() *Lane {
+// nextLane picks by deficit round robin over customers with due lanes,
+// passing over each customer passOver names (if not nil; it names some of
+// them at most, never all).
+func (d *destination) nextLane(passOver func(customer string) bool) *Lane {
 	for {
 		if d.cursor >= len(d.active) {
 			d.cursor = 0
 		}
 		c := d.active[d.cursor]
+		if passOver != nil && passOver(c.id) {
+			d.cursor++
+			continue
+		}
 		if c.deficit < 1 {
 			c.deficit += c.weight
 			if c.deficit < 1 {

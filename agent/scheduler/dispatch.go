@@ -136,18 +136,45 @@ func (s *Scheduler) pick(now time.Time) (*Attempt, time.Duration) {
 	if a := s.pickExpired(now); a != nil {
 		return a, 0
 	}
-	for class := limits.High; class < numClasses; class++ {
-		if s.ringClass[class] == 0 {
-			continue // none due: a pass over a ring of 10k destinations for nothing took 40% of the CPU at 10M pending
-		}
-		if a := s.pickClass(now, class, soonest); a != nil {
+	if s.othersFirst(now) {
+		// Other customers' attempts go before a big customer's, whatever
+		// their class (workers.go).
+		var othersWait time.Duration
+		a := s.pickClasses(now, func(d time.Duration) {
+			soonest(d)
+			if d > 0 && (othersWait == 0 || d < othersWait) {
+				othersWait = d
+			}
+		}, true)
+		if a != nil {
 			return a, 0
 		}
+		s.othersDue, s.othersAt = false, time.Time{}
+		if othersWait > 0 {
+			s.othersAt = now.Add(othersWait)
+		}
+	}
+	if a := s.pickClasses(now, soonest, false); a != nil {
+		return a, 0
 	}
 	if a := s.pickProbe(now, soonest); a != nil {
 		return a, 0
 	}
 	return nil, wait
+}
+
+// pickClasses hands out the next attempt among due destinations, class
+// by class; with notBig, only to a customer that is not big.
+func (s *Scheduler) pickClasses(now time.Time, soonest func(time.Duration), notBig bool) *Attempt {
+	for class := limits.High; class < numClasses; class++ {
+		if s.ringClass[class] == 0 {
+			continue // none due: a pass over a ring of 10k destinations for nothing took 40% of the CPU at 10M pending
+		}
+		if a := s.pickClass(now, class, soonest, notBig); a != nil {
+			return a
+		}
+	}
+	return nil
 }
 
 // inFlightCap is how many attempts d may have out: its max_in_flight, and
@@ -167,7 +194,7 @@ func (d *destination) inFlightCap() int {
 // when the destination is back even while every lane is in backoff.
 func (s *Scheduler) pickProbe(now time.Time, soonest func(time.Duration)) *Attempt {
 	for d := range s.parked {
-		if d.inRing || !d.configured || d.paused || d.dropped || d.inFlight >= d.inFlightCap() || s.workersReserved(d) || d.budget.State() != budget.Parked {
+		if d.inRing || !d.configured || d.paused || d.dropped || d.inFlight >= d.inFlightCap() || s.workersReserved(d, false) || d.budget.State() != budget.Parked {
 			continue
 		}
 		var probe *Lane
@@ -192,8 +219,13 @@ func (s *Scheduler) pickProbe(now time.Time, soonest func(time.Duration)) *Attem
 }
 
 // pickClass hands out the next attempt among due destinations of one
-// class, round robin.
-func (s *Scheduler) pickClass(now time.Time, class limits.Class, soonest func(time.Duration)) *Attempt {
+// class, round robin; with notBig, only to a customer holding less than
+// half the workers.
+func (s *Scheduler) pickClass(now time.Time, class limits.Class, soonest func(time.Duration), notBig bool) *Attempt {
+	var passOver func(customer string) bool
+	if notBig {
+		passOver = s.big
+	}
 	for i := 0; i < len(s.ring); i++ {
 		idx := (s.rr + i) % len(s.ring)
 		d := s.ring[idx]
@@ -206,14 +238,14 @@ func (s *Scheduler) pickClass(now time.Time, class limits.Class, soonest func(ti
 			}
 			continue
 		}
-		if s.workersReserved(d) {
+		if s.workersReserved(d, notBig) || notBig && s.onlyBig(d) {
 			continue // Done kicks
 		}
 		if !d.budget.Take(now) {
 			soonest(d.budget.Wait(now))
 			continue
 		}
-		l := d.nextLane()
+		l := d.nextLane(passOver)
 		s.rr = idx + 1
 		if d.due == 0 {
 			s.leaveRing(d)
@@ -237,6 +269,9 @@ func (s *Scheduler) makeDue(l *Lane, now time.Time) {
 		c.retries.push(l)
 	}
 	d.due++
+	if !s.big(c.id) {
+		s.othersDue = true
+	}
 	if !c.active {
 		c.active = true
 		d.active = append(d.active, c)

@@ -104,8 +104,16 @@ type Scheduler struct {
 	// (subscription.go).
 	pausedSubs map[string]string
 	// workers counts the delivery workers (0: not counted); busy the
-	// attempts handed out on Attempts and not Done (workers.go).
-	workers, busy int
+	// attempts handed out on Attempts and not Done, customerBusy those
+	// of each customer, bigCustomers how many customers hold half the
+	// workers or more and bigBusy how many workers they hold (workers.go).
+	workers, busy         int
+	customerBusy          map[string]int
+	bigCustomers, bigBusy int
+	// othersDue and othersAt say when pick looks for other customers'
+	// attempts first (othersFirst).
+	othersDue bool
+	othersAt  time.Time
 	// byEventID: per partition, which lane holds each pending event
 	// (Find). One index per partition, so that dropping a partition (a
 	// handoff, the agent's stop) forgets its millions of ids at once,
@@ -127,6 +135,8 @@ func New(clk clock.Clock) *Scheduler {
 		out:    make(chan *Attempt, 16),
 		dests:  make(map[string]*destination),
 		parked: make(map[*destination]bool),
+
+		customerBusy: make(map[string]int),
 
 		pausedSubs: make(map[string]string),
 	}
@@ -193,8 +203,7 @@ func (s *Scheduler) next() (*Attempt, time.Duration) {
 	s.promote(now)
 	a, wait := s.pick(now)
 	if a != nil {
-		a.worker = true
-		s.busy++
+		s.holdWorker(a)
 	}
 	return a, wait
 }

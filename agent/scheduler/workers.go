@@ -1,5 +1,7 @@
 package scheduler
 
+import "time"
+
 // The delivery workers are shared by every destination. Were each free to
 // take workers up to its max_in_flight, two slow partners (32 in flight
 // each by default, 10 s timeouts) would hold all 64 workers, and every
@@ -11,6 +13,18 @@ package scheduler
 // destinations with nothing in flight: slow partners holding many
 // attempts each cannot starve any other destination. (As many slow
 // partners as workers, one attempt each, still fill the pool.)
+//
+// Customers are counted too. One customer's destinations at a hanging
+// endpoint would otherwise hold most workers for their timeouts, and the
+// workers they free would go round robin over destinations, most of them
+// its own: every other customer's deliveries would wait. So while a
+// customer holds half the workers or more (it is "big"), every other
+// customer's due attempt goes before its own, and the workers its hung
+// attempts free go to the others first. It still takes what nobody else
+// is waiting for, so a big customer that alone has work keeps every
+// worker busy; another customer's attempt arriving when every worker is
+// taken waits for the first of them to end. Attempts of events published
+// without a customer are not counted by customer.
 
 // LimitWorkers tells the scheduler how many delivery workers take its
 // attempts (0: not counted, as when a test takes them itself). Each
@@ -19,6 +33,14 @@ func (s *Scheduler) LimitWorkers(workers int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.workers = max(workers, 0)
+	s.bigCustomers, s.bigBusy = 0, 0
+	for _, n := range s.customerBusy {
+		if s.bigAt(n) {
+			s.bigCustomers++
+			s.bigBusy += n
+		}
+	}
+	s.othersDue = true
 	s.wake()
 }
 
@@ -40,7 +62,36 @@ func (s *Scheduler) freeWorker(a *Attempt) bool {
 	}
 	a.worker = false
 	s.busy--
+	if id := a.Lane.ID.Customer; id != "" {
+		n := s.customerBusy[id] - 1
+		switch {
+		case s.bigAt(n+1) && !s.bigAt(n):
+			s.bigCustomers--
+			s.bigBusy -= n + 1
+			s.othersDue = true // its lanes are others' now
+		case s.bigAt(n):
+			s.bigBusy--
+		default:
+			s.othersDue = true // its destination may take another
+		}
+		if n > 0 {
+			s.customerBusy[id] = n
+		} else {
+			delete(s.customerBusy, id)
+		}
+	}
 	return true
+}
+
+// othersFirst reports whether pick looks for an attempt of a customer
+// that is not big before a big customer's: there is a big customer, and
+// since the last look found none another customer's lane became due, an
+// attempt of another customer ended, or the budget wait that look found
+// has passed. (Between these the look would find nothing: it walks every
+// due destination, thousands of a big customer's, for nothing.) s.mu is
+// held.
+func (s *Scheduler) othersFirst(now time.Time) bool {
+	return s.bigCustomers > 0 && (s.othersDue || !s.othersAt.IsZero() && !now.Before(s.othersAt))
 }
 
 // reserveOf is how many of workers only a destination with nothing in
@@ -48,9 +99,57 @@ func (s *Scheduler) freeWorker(a *Attempt) bool {
 func reserveOf(workers int) int { return max(workers/8, 1) }
 
 // workersReserved reports whether d, which has attempts in flight, must
-// leave the free workers to destinations with none. s.mu is held.
-func (s *Scheduler) workersReserved(d *destination) bool {
-	return s.workers > 0 && d.inFlight > 0 && s.busy >= s.workers-reserveOf(s.workers)
+// leave the free workers to destinations with none. With notBig (d is
+// looked at for a customer that is not big), the workers big customers
+// hold are not counted: they go to the others as they end. s.mu is held.
+func (s *Scheduler) workersReserved(d *destination, notBig bool) bool {
+	busy := s.busy
+	if notBig {
+		busy -= s.bigBusy
+	}
+	return s.workers > 0 && d.inFlight > 0 && busy >= s.workers-reserveOf(s.workers)
+}
+
+// bigAt reports whether a customer holding n workers holds half of them
+// or more. s.mu is held.
+func (s *Scheduler) bigAt(n int) bool { return s.workers > 0 && 2*n >= s.workers }
+
+// big reports whether the customer with id holds half the workers or
+// more. s.mu is held.
+func (s *Scheduler) big(id string) bool {
+	return id != "" && s.bigCustomers > 0 && s.bigAt(s.customerBusy[id])
+}
+
+// onlyBig reports whether every customer with a due lane on d is big. At
+// most two customers can hold half the workers each, so this looks at no
+// more than three of d's customers. s.mu is held.
+func (s *Scheduler) onlyBig(d *destination) bool {
+	if s.bigCustomers == 0 {
+		return false
+	}
+	for _, c := range d.active {
+		if !s.big(c.id) {
+			return false
+		}
+	}
+	return true
+}
+
+// holdWorker counts the worker a holds, for its customer too. s.mu is
+// held.
+func (s *Scheduler) holdWorker(a *Attempt) {
+	a.worker = true
+	s.busy++
+	if id := a.Lane.ID.Customer; id != "" {
+		s.customerBusy[id]++
+		switch n := s.customerBusy[id]; {
+		case s.bigAt(n) && !s.bigAt(n-1):
+			s.bigCustomers++
+			s.bigBusy += n
+		case s.bigAt(n):
+			s.bigBusy++
+		}
+	}
 }
 
 // Workers is how many delivery workers there are (0: not counted) and

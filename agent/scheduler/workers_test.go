@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/rivora/rivora/agent/limits"
 )
@@ -75,6 +76,96 @@ func TestSlowDestinationsLeaveAWorkerToOthers(t *testing.T) {
 	s.Done(done)
 	if a, _ := s.next(); a == nil || a.Lane.ID.Destination != "other" {
 		t.Fatalf("after a slow attempt ended, next = %v; want destination other's event", a)
+	}
+	checkInvariants(t, s)
+}
+
+// One customer's destinations at a hanging endpoint, holding half the
+// workers or more, yield to another customer: its due attempts go
+// first, and every worker freed by the greedy customer's hung attempts
+// goes to it while the greedy customer holds half. With nobody else
+// waiting, the greedy customer keeps every worker busy.
+func TestOneCustomersDestinationsLeaveWorkersToOthers(t *testing.T) {
+	s, _ := newSched()
+	const workers = 16
+	s.LimitWorkers(workers)
+	wide := limits.Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: workers}
+	for i := range 2 * workers {
+		d := fmt.Sprintf("hang%02d", i)
+		s.SetLimits(d, 0, wide)
+		appendTo(s, 0, lid(d, "greedy", "k1"), ev(uint64(i+1)))
+		appendTo(s, 0, lid(d, "greedy", "k2"), ev(uint64(2*workers+i+1)))
+	}
+	byCustomer := map[string][]*Attempt{}
+	take := func() int {
+		n := 0
+		for {
+			a, _ := s.next()
+			if a == nil {
+				return n
+			}
+			byCustomer[a.Lane.ID.Customer] = append(byCustomer[a.Lane.ID.Customer], a)
+			n++
+		}
+	}
+	if n := take(); n != workers {
+		t.Fatalf("the greedy customer alone was handed %d attempts, want every worker's (%d)", n, workers)
+	}
+	s.SetLimits("bystander", 0, wide)
+	for i := range workers {
+		appendTo(s, 0, lid("bystander", "other", fmt.Sprintf("k%02d", i)), ev(uint64(100+i)))
+	}
+	// The greedy customer's hung attempts end one by one: each freed
+	// worker goes to the other customer while the greedy one holds half
+	// the workers or more (a destination with nothing in flight first,
+	// then, out of the reserve, one with some).
+	ends := workers / 2
+	for i := range ends {
+		done := byCustomer["greedy"][i]
+		if _, err := s.Settle(done, Settlement{Kind: Advance}); err != nil {
+			t.Fatal(err)
+		}
+		s.Done(done)
+		take()
+	}
+	if greedy, other := len(byCustomer["greedy"]), len(byCustomer["other"]); greedy != workers || other != ends {
+		t.Fatalf("after %d of greedy's attempts ended: greedy was handed %d attempts in all, other %d; want %d and %d", ends, greedy, other, workers, ends)
+	}
+	checkInvariants(t, s)
+}
+
+// While a customer is big, another customer's destination waiting for a
+// budget token does not hold the big customer back, and goes first again
+// once its token comes.
+func TestAnotherCustomersTokenComesFirstWhenItComes(t *testing.T) {
+	s, clk := newSched()
+	const workers = 16
+	s.LimitWorkers(workers)
+	wide := limits.Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: workers}
+	for i := range workers {
+		d := fmt.Sprintf("hang%02d", i)
+		s.SetLimits(d, 0, wide)
+		appendTo(s, 0, lid(d, "greedy", "k1"), ev(uint64(i+1)))
+		appendTo(s, 0, lid(d, "greedy", "k2"), ev(uint64(workers+i+1)))
+	}
+	for range workers / 2 {
+		if a, _ := s.next(); a == nil || a.Lane.ID.Customer != "greedy" {
+			t.Fatalf("next = %v, want one of greedy's", a)
+		}
+	}
+	s.SetLimits("metered", 0, limits.Limits{RatePerSecond: 1, Burst: 1, MaxInFlight: workers})
+	for i := range 3 {
+		appendTo(s, 0, lid("metered", "other", fmt.Sprintf("k%d", i)), ev(uint64(100+i)))
+	}
+	want := []string{"other", "greedy", "greedy"}
+	for i, customer := range want {
+		if a, _ := s.next(); a == nil || a.Lane.ID.Customer != customer {
+			t.Fatalf("pick %d: next = %v, want one of %s's", i, a, customer)
+		}
+	}
+	clk.Advance(time.Second)
+	if a, _ := s.next(); a == nil || a.Lane.ID.Customer != "other" {
+		t.Fatalf("with the other customer's token come: next = %v, want its attempt", a)
 	}
 	checkInvariants(t, s)
 }
