@@ -149,7 +149,7 @@ func (s *Scheduler) pick(now time.Time) (*Attempt, time.Duration) {
 		if a != nil {
 			return a, 0
 		}
-		s.othersDue, s.othersAt = false, time.Time{}
+		s.othersDue, s.othersBy, s.othersAt = false, "", time.Time{}
 		if othersWait > 0 {
 			s.othersAt = now.Add(othersWait)
 		}
@@ -270,7 +270,7 @@ func (s *Scheduler) makeDue(l *Lane, now time.Time) {
 	}
 	d.due++
 	if !s.big(c.id) {
-		s.othersDue = true
+		s.noteOthers(c.id)
 	}
 	if !c.active {
 		c.active = true

@@ -110,9 +110,10 @@ type Scheduler struct {
 	workers, busy         int
 	customerBusy          map[string]int
 	bigCustomers, bigBusy int
-	// othersDue and othersAt say when pick looks for other customers'
-	// attempts first (othersFirst).
+	// othersDue, othersBy and othersAt say when pick looks for other
+	// customers' attempts first (othersFirst, noteOthers).
 	othersDue bool
+	othersBy  string
 	othersAt  time.Time
 	// byEventID: per partition, which lane holds each pending event
 	// (Find). One index per partition, so that dropping a partition (a

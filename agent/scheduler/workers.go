@@ -40,7 +40,7 @@ func (s *Scheduler) LimitWorkers(workers int) {
 			s.bigBusy += n
 		}
 	}
-	s.othersDue = true
+	s.othersDue, s.othersBy = true, ""
 	s.wake()
 }
 
@@ -68,11 +68,11 @@ func (s *Scheduler) freeWorker(a *Attempt) bool {
 		case s.bigAt(n+1) && !s.bigAt(n):
 			s.bigCustomers--
 			s.bigBusy -= n + 1
-			s.othersDue = true // its lanes are others' now
+			s.noteOthers(id) // its lanes are others' now
 		case s.bigAt(n):
 			s.bigBusy--
 		default:
-			s.othersDue = true // its destination may take another
+			s.noteOthers(id) // its destination may take another
 		}
 		if n > 0 {
 			s.customerBusy[id] = n
@@ -92,6 +92,22 @@ func (s *Scheduler) freeWorker(a *Attempt) bool {
 // held.
 func (s *Scheduler) othersFirst(now time.Time) bool {
 	return s.bigCustomers > 0 && (s.othersDue || !s.othersAt.IsZero() && !now.Before(s.othersAt))
+}
+
+// noteOthers notes that something of the customer with id changed that
+// may let pick hand it an attempt (othersFirst). It keeps which customer
+// that was while it is one alone: a customer whose own lanes were all
+// that changed, and which then becomes big, leaves nothing of others to
+// look for (a deployment with one customer, at the edge of half the
+// workers, would otherwise walk its destinations at every crossing).
+// s.mu is held.
+func (s *Scheduler) noteOthers(id string) {
+	switch {
+	case !s.othersDue:
+		s.othersDue, s.othersBy = true, id
+	case s.othersBy != id:
+		s.othersBy = "" // more than one customer, or none named
+	}
 }
 
 // reserveOf is how many of workers only a destination with nothing in
@@ -146,6 +162,9 @@ func (s *Scheduler) holdWorker(a *Attempt) {
 		case s.bigAt(n) && !s.bigAt(n-1):
 			s.bigCustomers++
 			s.bigBusy += n
+			if s.othersBy == id {
+				s.othersDue = false // only its own lanes changed
+			}
 		case s.bigAt(n):
 			s.bigBusy++
 		}
