@@ -435,6 +435,28 @@ func TestCreateConflict(t *testing.T) {
 	}
 }
 
+// A limit the control plane refuses for its bounds is named by the flag
+// the user typed, from the error's details (not by the API's field name,
+// and not by matching the server's words), with the bound and the value.
+func TestRefusedLimitNamesItsFlag(t *testing.T) {
+	d := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true})
+	mustSucceed(t, run(t, d.URL, "", "--token", d.AdminToken, "destinations", "create", "orders", "--url", "https://example.com/hooks"))
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"destinations", "create", "other", "--url", "https://example.com/hooks", "--max-attempts", "20000"}, "invalid request: --max-attempts must be a whole number from 1 to 10000, got 20000"},
+		{[]string{"destinations", "update", "orders", "--max-in-flight", "20000"}, "invalid request: --max-in-flight must be a whole number from 1 to 10000, got 20000"},
+		{[]string{"limits", "set", "orders", "--timeout", "10m", "--reason", "probe"}, "invalid request: --timeout must be a duration from 100ms to 5m0s, such as 10s, got 10m0s"},
+	} {
+		r := run(t, d.URL, "", append([]string{"--token", d.AdminToken}, c.args...)...)
+		assertFailure(t, r, exitError, c.want)
+		if strings.Contains(r.stderr, "max_attempts") || strings.Contains(r.stderr, "max_in_flight") {
+			t.Errorf("%v: the API's field name shown: %q", c.args, r.stderr)
+		}
+	}
+}
+
 func TestListDestinations(t *testing.T) {
 	_, url := startFake(t)
 	r := mustSucceed(t, run(t, url, "", "destinations", "list", "-o", "json"))

@@ -114,6 +114,10 @@ func describeCode(code connect.Code, msg string, ae *apiError, server, tokenSour
 		text = fmt.Sprintf("the server at %s does not serve this call (%s): in a cell, publish goes to an agent (or an edge, which serves publish only) and every other command to the control plane; `rivora dev` serves both", server, msg)
 	case connect.CodeInvalidArgument:
 		text = "invalid request: " + msg
+		if md, ok := errkind.Info(ae.err, errkind.InvalidLimitReason); ok && flagOfLimit[md["field"]] != "" {
+			// The server names the API's field; the user typed a flag.
+			text = fmt.Sprintf("invalid request: %s must be %s, got %s", flagOfLimit[md["field"]], md["bound"], md["got"])
+		}
 	case connect.CodeNotFound, connect.CodeAlreadyExists, connect.CodeFailedPrecondition:
 		text = msg
 	case connect.CodeUnauthenticated:
@@ -194,4 +198,15 @@ func isTransport(err error) bool {
 	var urlErr *url.Error
 	var dnsErr *net.DNSError
 	return errors.As(err, &opErr) || errors.As(err, &urlErr) || errors.As(err, &dnsErr)
+}
+
+// flagOfLimit names the flags of destinations create/update and limits set
+// for the Limits fields a server's InvalidLimitReason names.
+var flagOfLimit = map[string]string{
+	"rate_per_second": "--rate",
+	"burst":           "--burst",
+	"max_attempts":    "--max-attempts",
+	"window":          "--window",
+	"timeout":         "--timeout",
+	"max_in_flight":   "--max-in-flight",
 }

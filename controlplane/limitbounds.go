@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/internal/rates"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -83,7 +84,9 @@ func checkLimit(l *rivorav1.Limits, field string) error {
 		ok = true
 	}
 	if !ok {
-		return errorf(ErrInvalid, "%s must be %s, got %s", field, limitBound(field), got)
+		bound := limitBound(field)
+		err := errorf(ErrInvalid, "%s must be %s, got %s", field, bound, got)
+		return errkind.WithInfo(err, errkind.InvalidLimitReason, map[string]string{"field": field, "bound": bound, "got": got})
 	}
 	return nil
 }

@@ -161,6 +161,12 @@ func WithInfo(err error, reason string, metadata map[string]string) error {
 // than retrying the follower.
 const NotLeaderReason = "NOT_LEADER"
 
+// InvalidLimitReason is the ErrorInfo reason of an InvalidArgument for a
+// destination limit out of its bounds: its metadata's "field" is the
+// Limits field (max_attempts), "bound" what it must be and "got" the
+// value refused, so a client names its own flag or form field for it.
+const InvalidLimitReason = "INVALID_LIMIT"
+
 // Info is the metadata of the ErrorInfo of Domain with reason that err (a
 // Connect error, wrapped or not) carries; ok false when it has none.
 func Info(err error, reason string) (metadata map[string]string, ok bool) {
