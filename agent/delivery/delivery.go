@@ -4,6 +4,7 @@ package delivery
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -443,7 +444,54 @@ func describeTransportError(err error, timeout time.Duration) error {
 	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
 		return fmt.Errorf("timeout after %s", timeout)
 	}
+	if cert := describeCertificateError(err); cert != "" {
+		return &certificateError{text: cert, err: err}
+	}
 	return fmt.Errorf("connection error: %w", err)
+}
+
+// certificateError is a partner's certificate this agent does not accept,
+// said in words with what to do (its cause kept for errors.As).
+type certificateError struct {
+	text string
+	err  error
+}
+
+func (e *certificateError) Error() string { return e.text }
+func (e *certificateError) Unwrap() error { return e.err }
+
+// describeCertificateError says why the partner's certificate was not
+// accepted and what fixes it, or "" when err is not about it.
+func describeCertificateError(err error) string {
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	switch {
+	case errors.As(err, &unknown):
+		issuer := "an unknown issuer"
+		if unknown.Cert != nil {
+			issuer = fmt.Sprintf("%q", printable(unknown.Cert.Issuer.String()))
+		}
+		return fmt.Sprintf("TLS: the partner's certificate is signed by %s, which this agent does not trust: if the partner uses a private CA, give the destination that CA (--server-ca); otherwise the partner must serve its full chain", issuer)
+	case errors.As(err, &host):
+		var names []string
+		if c := host.Certificate; c != nil {
+			names = append(names, c.DNSNames...)
+			for _, ip := range c.IPAddresses {
+				names = append(names, ip.String())
+			}
+		}
+		if len(names) == 0 {
+			names = []string{"no name"}
+		}
+		return fmt.Sprintf("TLS: the partner's certificate is for %s, not %s: check the destination's URL", printable(strings.Join(names, ", ")), printable(host.Host))
+	case errors.As(err, &invalid) && invalid.Reason == x509.Expired && invalid.Cert != nil:
+		return fmt.Sprintf("TLS: the partner's certificate is valid from %s to %s, not now: the partner must renew it (or this agent's clock is wrong)",
+			invalid.Cert.NotBefore.UTC().Format(time.RFC3339), invalid.Cert.NotAfter.UTC().Format(time.RFC3339))
+	case errors.As(err, &invalid):
+		return "TLS: the partner's certificate is not valid: " + printable(invalid.Error())
+	}
+	return ""
 }
 
 // MaxRetryAfter bounds how long a partner's Retry-After holds its
