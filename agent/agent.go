@@ -49,6 +49,7 @@ import (
 	"github.com/rivora/rivora/agent/deadletters"
 	"github.com/rivora/rivora/agent/delivery"
 	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/diskroom"
 	"github.com/rivora/rivora/agent/gone"
 	"github.com/rivora/rivora/agent/history"
 	"github.com/rivora/rivora/agent/ingest"
@@ -151,6 +152,11 @@ type Config struct {
 	// EgressProxy, when set, carries deliveries and OAuth2 token fetches
 	// (--egress-proxy); the guard still judges each destination's address.
 	EgressProxy *delivery.EgressProxy
+	// MinFreeDisk (--min-free-disk) is the free disk of DataDir's
+	// filesystem under which ingest refuses every event, and under twice
+	// which the events of the customers holding most pending ones
+	// (diskroom). 0: diskroom.DefaultMinFree; negative: not watched.
+	MinFreeDisk int64
 }
 
 // DefaultWorkers is the default number of delivery workers.
@@ -169,11 +175,13 @@ type Agent struct {
 	catalogue *subscriptions.Catalogue
 	sched     *scheduler.Scheduler
 	gateway   *ingest.Gateway
-	history   *history.History
-	worker    owner.Worker
-	sender    *delivery.Sender
-	locker    ownership.Locker
-	upstream  *upstream.Planes
+	// room watches DataDir's free disk for the gateway (nil: not watched).
+	room     *diskroom.Watch
+	history  *history.History
+	worker   owner.Worker
+	sender   *delivery.Sender
+	locker   ownership.Locker
+	upstream *upstream.Planes
 
 	deadLetters *deadletters.Service
 	// parts is the partitions assigned here, and the one partition count.
@@ -287,11 +295,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 			StoreStallTimeout: cfg.StoreStallTimeout, Forwarded: forwarded, Durable: a.nats.Syncer(), SnapshotDir: snapshotDir(cfg.DataDir),
 		},
 	})
+	a.room = watchRoom(cfg, a.nats, a.sched, base.With("component", "diskroom"))
 	if err := create("INGEST", func() (err error) {
 		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{
 			MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
 			Local: a.parts, Partitions: a.parts, Subscriptions: a.subs, Catalogue: a.catalogue, Applied: a.applied.Load,
-			Delivered: a.history, Durable: a.nats.Syncer(), StoreDown: a.nats.LostErr, Reach: a.nats.Reach(),
+			Delivered: a.history, Durable: a.nats.Syncer(), StoreDown: a.nats.LostErr, Reach: a.nats.Reach(), Room: a.room,
 		}, base.With("component", "ingest"))
 		return err
 	}); err != nil {
@@ -317,6 +326,19 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return fail(err)
 	}
 	return a, nil
+}
+
+// watchRoom watches the store's room (Config.MinFreeDisk), or returns
+// nil when told not to.
+func watchRoom(cfg Config, nats *natsd.Server, sched *scheduler.Scheduler, log *slog.Logger) *diskroom.Watch {
+	minFree := cfg.MinFreeDisk
+	if minFree < 0 {
+		return nil
+	}
+	if minFree == 0 {
+		minFree = diskroom.DefaultMinFree(nats.StoreCapacity())
+	}
+	return diskroom.New(diskroom.Config{Dir: cfg.DataDir, MinFree: minFree, Room: nats.StoreRoom, Pending: sched.PendingByCustomer, Log: log})
 }
 
 // senderOptions are the delivery options cfg asks for.
@@ -384,6 +406,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	loops.Go(func() { a.follow(ctx) })
 	loops.Go(func() { _ = a.parts.Run(ctx) })
 	loops.Go(func() { _ = a.gone.Run(ctx) })
+	if a.room != nil {
+		loops.Go(func() { a.room.Run(ctx) })
+	}
 	loops.Go(func() { _ = a.upstream.Run(ctx) })
 	loops.Go(func() { _ = a.edges.Run(ctx) })
 	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.upstream.URL())

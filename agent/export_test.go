@@ -1,7 +1,14 @@
 package agent
 
-import "github.com/nats-io/nats.go/jetstream"
+import (
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/rivora/rivora/agent/diskroom"
+)
 
 // JetStream is the embedded server's JetStream, for tests that break a
 // store on purpose.
 func (a *Agent) JetStream() jetstream.JetStream { return a.nats.JetStream() }
+
+// Room is the watch of the store's room (nil: not watched).
+func (a *Agent) Room() *diskroom.Watch { return a.room }

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/agent/destinations"
+	"github.com/rivora/rivora/agent/diskroom"
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/internal/auth"
@@ -93,6 +94,11 @@ type Config struct {
 	// publish is then refused as unavailable at once, so the publisher
 	// goes to another agent instead of waiting out a timeout.
 	StoreDown func() error
+	// Room, when set, refuses events the data directory's disk has no
+	// room for (diskroom: every event when it is full, the customers
+	// holding most pending events' when it is low). Nil: not watched (an
+	// edge, whose buffer has its own bound).
+	Room *diskroom.Watch
 }
 
 // Defaults.
@@ -372,6 +378,10 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 		accepted.WithLabelValues("failed").Add(float64(len(reqs)))
 		return nil, err
 	}
+	if err := g.roomFor(reqs, inBatch); err != nil {
+		accepted.WithLabelValues("failed").Add(float64(len(reqs)))
+		return nil, err
+	}
 	// At an edge a keyed direct event is recorded (the edge's buffer has
 	// no owner to compare with); at the cell it is stored once and
 	// compared only when a stream answers it is a duplicate
@@ -425,6 +435,32 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 		return nil, w.explain(claimError(ctx, err))
 	}
 	return answers(pubs, duplicates(at)), nil
+}
+
+// roomFor refuses a request with an event the data directory's disk has
+// no room for (Config.Room); in a batch it names the event.
+func (g *Gateway) roomFor(reqs []*rivorav1.PublishRequest, inBatch bool) error {
+	if g.cfg.Room == nil {
+		return nil
+	}
+	for i, req := range reqs {
+		if err := g.cfg.Room.Admit(req.GetCustomerId()); err != nil {
+			if inBatch {
+				return fmt.Errorf("events[%d]: %w (nothing in this batch was stored)", i, err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// roomForAny refuses a re-ingest (a replay, a resend) while the data
+// directory's disk is full (Config.Room).
+func (g *Gateway) roomForAny() error {
+	if g.cfg.Room == nil {
+		return nil
+	}
+	return g.cfg.Room.AdmitAny()
 }
 
 // refused is the answer to a request refused before anything was stored
@@ -869,6 +905,9 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 	if n == 0 {
 		return 0, 0, errNoConfig
 	}
+	if err := g.roomForAny(); err != nil {
+		return 0, 0, err
+	}
 	now := timestamppb.New(g.now())
 	batch := make([]*prepared, 0, len(dls))
 	for _, dl := range dls {
@@ -993,6 +1032,9 @@ func (g *Gateway) Resend(ctx context.Context, original *rivorav1.Event, dedupID 
 		return nil, false, errNoConfig
 	}
 	if err := g.Resendable(ctx, original); err != nil {
+		return nil, false, err
+	}
+	if err := g.roomForAny(); err != nil {
 		return nil, false, err
 	}
 	ev = proto.Clone(original).(*rivorav1.Event)

@@ -124,3 +124,35 @@ func AwaitRoom(ctx context.Context, dataDir string, minFree int64, log *slog.Log
 		}
 	}
 }
+
+// StoreCapacity is how many bytes this server's JetStream may store in
+// all: its store limit, which nats-server sets at start to three quarters
+// of the store's free disk (and what it holds already) when none is
+// configured; 0 when JetStream is off.
+func (s *Server) StoreCapacity() int64 {
+	if cfg := s.ns.JetStreamConfig(); cfg != nil {
+		return cfg.MaxStore
+	}
+	return 0
+}
+
+// StoreRoom is how many more bytes this server's JetStream can store: the
+// free disk of its store's filesystem, or what its store limit leaves
+// (StoreCapacity less what it stores) if that is less. Past the limit a
+// write is refused ("insufficient resources"); on a full disk JetStream
+// turns off (ErrJetStreamDisabled).
+func (s *Server) StoreRoom() (int64, error) {
+	free, err := FreeBytes(s.storeDir)
+	if err != nil {
+		return 0, err
+	}
+	capacity := s.StoreCapacity()
+	if capacity <= 0 {
+		return free, nil
+	}
+	jsz, err := s.ns.Jsz(nil)
+	if err != nil || jsz.Disabled {
+		return free, nil
+	}
+	return min(free, capacity-int64(jsz.Store)), nil
+}

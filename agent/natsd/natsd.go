@@ -156,6 +156,8 @@ type Server struct {
 	lock      *DirLock
 	watchDone chan struct{}
 	log       *slog.Logger
+	// storeDir is JetStream's store directory.
+	storeDir string
 	// leafLog keeps the server's last error about its leaf connection to
 	// a cell (nil without Config.LeafRemotes).
 	leafLog *leafLog
@@ -341,7 +343,7 @@ func start(opts *server.Options, cfg Config, log *slog.Logger) (*Server, error) 
 			return nil, err
 		}
 	}
-	s := &Server{ns: ns, password: cfg.Password, nc: nc, js: js, reach: newReach(ns), log: log, leafLog: leaf,
+	s := &Server{ns: ns, password: cfg.Password, nc: nc, js: js, reach: newReach(ns), log: log, leafLog: leaf, storeDir: opts.StoreDir,
 		lost: make(chan struct{}), quit: make(chan struct{}), watchDone: make(chan struct{})}
 	go s.watchJetStream(opts.StoreDir, log)
 	return s, nil

@@ -61,6 +61,7 @@ func (s *Scheduler) AppendAll(partition int, appends []LaneAppend) {
 			l.newHead(now)
 		}
 		l.dest.pending += len(a.Entries)
+		l.cust.pending += len(a.Entries)
 		l.dest.rates.arrive(now, len(a.Entries))
 		if l.state == laneIdle {
 			s.schedule(l, now)
@@ -152,6 +153,7 @@ func (s *Scheduler) RestoreLane(partition int, id lanes.ID, r *Restored, head He
 // restored schedules a lane that Restore gave n more entries.
 func (s *Scheduler) restored(l *Lane, n int, head Head, hasLedger bool) {
 	l.dest.pending += n
+	l.cust.pending += n
 	l.head = head
 	l.reslot()
 	l.hasLedger = l.hasLedger || hasLedger
@@ -307,6 +309,7 @@ func (s *Scheduler) TakeDestination(destinationID string) map[*Lane][]Entry {
 			d.due--
 		}
 		d.pending -= len(l.entries)
+		l.cust.pending -= len(l.entries)
 		s.unindex(l)
 		taken[l] = l.takeEntries()
 		s.forget(l)
@@ -336,6 +339,22 @@ func (s *Scheduler) Pending(destinationID string) int {
 		return d.pending
 	}
 	return 0
+}
+
+// PendingByCustomer is the number of events pending on this scheduler,
+// by customer (those with none left out).
+func (s *Scheduler) PendingByCustomer() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for _, d := range s.dests {
+		for id, c := range d.customers {
+			if c.pending > 0 {
+				out[id] += c.pending
+			}
+		}
+	}
+	return out
 }
 
 // Location is where a pending event sits.

@@ -302,6 +302,7 @@ type customer struct {
 	weight  float64
 	deficit float64
 	lanes   int // lanes of this customer with pending entries
+	pending int // their entries
 	firsts  laneQueue
 	retries laneQueue
 	active  bool

@@ -237,6 +237,7 @@ func (s *Scheduler) advance(a *Attempt, died bool) Outcome {
 	}
 	l.pop()
 	d.pending--
+	l.cust.pending--
 	l.head = Head{}
 	l.state = laneIdle
 	if len(l.entries) > 0 {

@@ -147,6 +147,15 @@ func checkInvariants(t *testing.T, s *Scheduler) {
 		if d.inRing != (d.due > 0) {
 			t.Fatalf("destination %s: inRing %v with due %d", id, d.inRing, d.due)
 		}
+		entriesOf := map[*customer]int{}
+		for _, l := range d.lanes {
+			entriesOf[l.cust] += len(l.entries)
+		}
+		for cid, c := range d.customers {
+			if c.pending != entriesOf[c] {
+				t.Fatalf("destination %s: customer %s counts %d pending, its lanes hold %d", id, cid, c.pending, entriesOf[c])
+			}
+		}
 		queued := map[*Lane]int{}
 		due := 0
 		for cid, c := range d.customers {

@@ -144,6 +144,7 @@ func (s *Scheduler) TakeSubscription(destinationID, subscriptionID string) map[*
 		s.unplay(l)
 		l.state = laneIdle
 		d.pending -= len(l.entries)
+		l.cust.pending -= len(l.entries)
 		s.unindex(l)
 		taken[l] = l.takeEntries()
 		s.forget(l)

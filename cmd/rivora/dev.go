@@ -80,6 +80,8 @@ func agentFlags() []cli.Flag {
 		&cli.StringFlag{Name: "history-retention", Value: "7d", EnvVars: []string{"RIVORA_HISTORY_RETENTION"}, Usage: "how long the history behind events get/list/resend is kept (`DURATION`: 7d, 36h): every attempt's outcome, and every delivered event whole, payload included, so it can be resent. Disk: about the delivered events' size over the period (1,000 events/s of 1 KiB is ~600 GiB a week) plus ~200 B per attempt; memory does not grow with it"},
 		&cli.StringFlag{Name: "nats-listen", EnvVars: []string{"RIVORA_NATS_LISTEN"}, Usage: "expose the embedded NATS client port on `HOST:PORT` (default: in-process only)"},
 		&cli.StringFlag{Name: "leaf-listen", EnvVars: []string{"RIVORA_LEAF_LISTEN"}, Usage: "accept edge servers as NATS leaf nodes on `HOST:PORT`; each must present the credential derived from the cell token (TLS with --tls-cert). Costs one more listener; an edge's buffered events flow in through it when its link returns"},
+		&cli.StringFlag{Name: "min-free-disk", EnvVars: []string{"RIVORA_MIN_FREE_DISK"}, DefaultText: "a tenth of the data dir's disk, at most 256MiB",
+			Usage: "free disk (`SIZE`: 512MiB, 2GiB) under which the agent refuses every new event (resource_exhausted, retried by the SDKs) while its pending ones still go out; under twice it, only the events of customers holding a quarter or more of its pending events. A full disk would stop the agent; 0 turns this off"},
 		&cli.BoolFlag{Name: "fsync", EnvVars: []string{"RIVORA_FSYNC"}, Usage: "acknowledge only once a sync of the store covers the write (survives a power loss); concurrent acknowledgements share one sync. Without it an ack survives a crash or kill -9"},
 		&cli.StringFlag{Name: "s3-endpoint", EnvVars: []string{"RIVORA_S3_ENDPOINT"}, Usage: "archive dead letters to S3/MinIO at `HOST:PORT` instead of DATA_DIR/archive"},
 		&cli.StringFlag{Name: "s3-bucket", Value: "rivora", EnvVars: []string{"RIVORA_S3_BUCKET"}, Usage: "S3 `BUCKET` (created if missing)"},
@@ -167,6 +169,16 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 		Version:              version,
 	}
 	cfg.HistoryRetention = retention
+	if v := c.String("min-free-disk"); v != "" {
+		n, err := parseBytes("min-free-disk", v)
+		if err != nil {
+			return agent.Config{}, cli.Exit(err.Error(), 2)
+		}
+		cfg.MinFreeDisk = n
+		if n == 0 {
+			cfg.MinFreeDisk = -1 // off
+		}
+	}
 	cfg.StoreStallTimeout = c.Duration("store-stall-timeout")
 	if c.IsSet("store-stall-timeout") && cfg.StoreStallTimeout < time.Second {
 		return agent.Config{}, cli.Exit(fmt.Sprintf("--store-stall-timeout %s: want at least 1s (keep it above a stream's leader change, about 10s)", cfg.StoreStallTimeout), 2)
