@@ -47,6 +47,9 @@ type destination struct {
 	due       int
 	pending   int
 	inRing    bool
+	// probedCustomer is the customer whose held lane probed d last, while
+	// parked (probeLane).
+	probedCustomer string
 	// peakLanes is the most lanes d had since it last shrank.
 	peakLanes int
 	// oddIDs are the event ids of its lanes' entries that are not UUIDs

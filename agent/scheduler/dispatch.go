@@ -189,20 +189,15 @@ func (d *destination) inFlightCap() int {
 	return d.limits.MaxInFlight
 }
 
-// pickProbe takes, for a parked destination with nothing due, the held
-// lane that would retry first, so that one probe per second finds out
-// when the destination is back even while every lane is in backoff.
+// pickProbe takes, for a parked destination with nothing due, a held
+// lane (probeLane), so that one probe per second finds out when the
+// destination is back even while every lane is in backoff.
 func (s *Scheduler) pickProbe(now time.Time, soonest func(time.Duration)) *Attempt {
 	for d := range s.parked {
 		if d.inRing || !d.configured || d.paused || d.dropped || d.inFlight >= d.inFlightCap() || s.workersReserved(d, false) || d.budget.State() != budget.Parked {
 			continue
 		}
-		var probe *Lane
-		for _, l := range d.lanes {
-			if l.state == laneWaiting && l.head.HeldByDestination && (probe == nil || l.wake.Before(probe.wake)) {
-				probe = l
-			}
-		}
+		probe := d.probeLane()
 		if probe == nil {
 			continue
 		}
@@ -213,9 +208,48 @@ func (s *Scheduler) pickProbe(now time.Time, soonest func(time.Duration)) *Attem
 		heap.Remove(&s.waiting, probe.heapIdx)
 		probe.state = laneInFlight
 		d.inFlight++
+		d.probedCustomer = probe.ID.Customer
 		return &Attempt{Lane: probe, Entry: probe.entry(0), Head: probe.head, Number: probe.head.Attempts + 1, StartedAt: now, EarlyProbe: true}
 	}
 	return nil
+}
+
+// probeLane is the held lane that probes d next, in one pass over its
+// lanes: the customers with held lanes take turns, in customer id order
+// from the one after the customer that probed last, and within a
+// customer the lane that would retry first goes. So on a shared
+// destination a customer whose events the partner refuses (or whose
+// lanes happen to close first) does not decide alone whether it is back.
+// nil when no lane is held.
+func (d *destination) probeLane() *Lane {
+	var next, first *Lane // of the first customer after the last prober; of the first customer
+	for _, l := range d.lanes {
+		if l.state != laneWaiting || !l.head.HeldByDestination {
+			continue
+		}
+		if probesBefore(l, first) {
+			first = l
+		}
+		if l.ID.Customer > d.probedCustomer && probesBefore(l, next) {
+			next = l
+		}
+	}
+	if next == nil {
+		return first // every customer had its turn: round again
+	}
+	return next
+}
+
+// probesBefore orders held lanes for probeLane: by customer id, then the
+// earlier wake (nil, none yet, goes last).
+func probesBefore(l, than *Lane) bool {
+	switch {
+	case than == nil:
+		return true
+	case l.ID.Customer != than.ID.Customer:
+		return l.ID.Customer < than.ID.Customer
+	}
+	return l.wake.Before(than.wake)
 }
 
 // pickClass hands out the next attempt among due destinations of one

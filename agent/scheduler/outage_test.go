@@ -52,7 +52,7 @@ func outage(t *testing.T, s *Scheduler, dest string, windowEnd func(lanes.ID) ti
 			failHeld(t, s, a, windowEnd(a.Lane.ID))
 		}
 		snap := s.Snapshot(dest)[0]
-		if snap.State == budget.Parked && snap.Customers[0].DueLanes == 0 && snap.InFlight == 0 {
+		if snap.State == budget.Parked && !slices.ContainsFunc(snap.Customers, func(c CustomerSnapshot) bool { return c.DueLanes > 0 }) && snap.InFlight == 0 {
 			checkInvariants(t, s)
 			return made
 		}
@@ -578,6 +578,54 @@ func TestOneCustomersFastRefusalsKeepASharedBudget(t *testing.T) {
 		t.Errorf("after %d fast refusals of acme's: rate %v of %v (%s), want the budget whole", failing, snap.CurrentRate, snap.ConfiguredRate, snap.State)
 	}
 	checkInvariants(t, s)
+}
+
+// A parked destination shared by customers is probed by each customer in
+// turn (by customer id), each time from that customer's held lane whose
+// window closes first: a customer whose events the partner refuses does
+// not decide alone whether the destination is back. acme's lanes close
+// first, so taking the held lane that would retry first probed acme's
+// every time.
+func TestParkedProbesRotateOverCustomers(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("d", 0, outageLimits)
+	customers := []string{"acme", "beta", "gamma"}
+	ends := map[lanes.ID]time.Time{}
+	seq := uint64(0)
+	for ci, c := range customers {
+		for k := range 3 {
+			id := lid("d", c, fmt.Sprint("l", k))
+			seq++
+			appendTo(s, 0, id, ev(seq))
+			// acme's close first; within a customer, l2 closes first.
+			ends[id] = t0.Add(time.Hour + time.Duration(ci)*time.Minute - time.Duration(k)*time.Second)
+		}
+	}
+	end := func(id lanes.ID) time.Time { return ends[id] }
+	outage(t, s, "d", end)
+
+	var got []lanes.ID
+	for range 100 {
+		clk.Advance(100 * time.Millisecond)
+		a, _ := step(s)
+		if a == nil {
+			continue
+		}
+		if !a.EarlyProbe {
+			t.Fatalf("parked: attempt %s not an early probe", a.Lane.ID)
+		}
+		got = append(got, a.Lane.ID)
+		failHeld(t, s, a, end(a.Lane.ID))
+		checkInvariants(t, s)
+	}
+	if len(got) < 9 {
+		t.Fatalf("parked for 10 s: %d probes, want one a second", len(got))
+	}
+	for i, id := range got {
+		if want := lid("d", customers[i%len(customers)], "l2"); id != want {
+			t.Fatalf("probe %d on %s, want %s (probes %v: customers in turn, each its lane closing first)", i, id, want, got)
+		}
+	}
 }
 
 // A parked destination has one attempt out at a time: a probe that

@@ -23,11 +23,12 @@
 //     many subscriptions to a destination give it one share, not many;
 //   - a lane held by its parked destination (its head's last failure was the
 //     destination's) waits for the destination, not for its own retry time:
-//     one probe a second is taken from the held lane whose window closes
-//     first, and a parked destination has one attempt out at a time
-//     (inFlightCap); the probe's success releases every held lane at once, oldest
-//     head first, paced by the budget; a held lane whose window closes is
-//     handed out at once, without a token, marked Expired;
+//     one probe a second is taken, customers with held lanes in turn (each
+//     its held lane whose window closes first: probeLane), and a parked
+//     destination has one attempt out at a time (inFlightCap); the probe's
+//     success releases every held lane at once, oldest head first, paced
+//     by the budget; a held lane whose window closes is handed out at
+//     once, without a token, marked Expired;
 //   - an operator's view of many lanes (ListLanes) holds the lock one
 //     chunk of lanes at a time, so it costs delivery no more than a short
 //     wait however many lanes there are; an operator's skip (TakeHead)
