@@ -68,11 +68,14 @@ type destination struct {
 	deleted bool
 
 	// lastSuccess and faults feed otherwiseHealthy; customerFaults and
-	// customerSuccesses (by customer id) feed onlyItsCustomers.
+	// customerSuccesses (by customer id) feed onlyItsCustomers;
+	// customerGone (the customers answered 410) and customerSuccesses
+	// feed goneOnlyItsCustomers.
 	lastSuccess       time.Time
 	faults            recentMarks[*Lane]
 	customerFaults    recentMarks[string]
 	customerSuccesses recentMarks[string]
+	customerGone      recentMarks[string]
 }
 
 // statusRing keeps a destination's last attempt statuses.

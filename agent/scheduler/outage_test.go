@@ -655,3 +655,68 @@ func TestAParkedDestinationProbesOneAtATime(t *testing.T) {
 	}
 	checkInvariants(t, s)
 }
+
+// A 410 Gone on a destination shared by customers is its customer's
+// alone, however many of its lanes get one, while another customer's
+// attempt went through in the last second and no other customer got a
+// 410 since: then it does not disable the destination (the verdict
+// charges it to the event), and it never touches the budget. Another
+// customer's 410 soon after, a 410 with no other customer's success in
+// the last second, or one on a destination serving one customer, is not.
+func TestOneCustomersGoneOnASharedDestination(t *testing.T) {
+	s, clk := newSched()
+	for _, d := range []string{"shared", "one"} {
+		s.SetLimits(d, 0, outageLimits)
+	}
+	const refused = 5
+	for i := range refused {
+		appendTo(s, 0, lid("shared", "acme", fmt.Sprint("l", i)), ev(uint64(i+1)))
+	}
+	appendTo(s, 0, lid("shared", "beta", "ok"), ev(50))
+	appendTo(s, 0, lid("shared", "gamma", "g"), ev(60))
+	appendTo(s, 0, lid("one", "acme", "x"), ev(70))
+	appendTo(s, 0, lid("one", "acme", "y"), ev(71))
+	byLane := map[lanes.ID]*Attempt{}
+	for a, _ := step(s); a != nil; a, _ = step(s) {
+		byLane[a.Lane.ID] = a
+	}
+	retry := func(a *Attempt) {
+		h := a.Head
+		h.Attempts, h.LastStatus, h.LastAttemptAt, h.NotBefore = a.Number, 410, clk.Now(), clk.Now().Add(time.Second)
+		s.Retry(a, h)
+	}
+	clk.Advance(10 * time.Millisecond)
+	for _, id := range []lanes.ID{lid("shared", "beta", "ok"), lid("one", "acme", "x")} {
+		s.Observe(byLane[id], 200, false, 0, "")
+		s.Succeeded(byLane[id])
+	}
+	clk.Advance(10 * time.Millisecond)
+	for i := range refused {
+		a := byLane[lid("shared", "acme", fmt.Sprint("l", i))]
+		if !s.Observe(a, 410, false, 0, "HTTP 410").GoneOnlyItsCustomers {
+			t.Fatalf("acme's 410 on %s after beta's 2xx: not acme's alone, want acme's", a.Lane.ID)
+		}
+		retry(a)
+	}
+	if snap := s.Snapshot("shared")[0]; snap.State != budget.Healthy || snap.CurrentRate < snap.ConfiguredRate {
+		t.Fatalf("after acme's 410s: %s, rate %v of %v; want healthy, the budget whole", snap.State, snap.CurrentRate, snap.ConfiguredRate)
+	}
+	clk.Advance(10 * time.Millisecond)
+	if g := byLane[lid("shared", "gamma", "g")]; s.Observe(g, 410, false, 0, "HTTP 410").GoneOnlyItsCustomers {
+		t.Fatal("gamma's 410 just after acme's: gamma's alone, want not (two customers refused)")
+	}
+	if y := byLane[lid("one", "acme", "y")]; s.Observe(y, 410, false, 0, "HTTP 410").GoneOnlyItsCustomers {
+		t.Fatal("a 410 on a destination serving one customer: its customer's alone, want not")
+	}
+
+	// No other customer's success in the last second: Rivora cannot tell
+	// a partner that refuses acme from one that is gone.
+	clk.Advance(2 * time.Second)
+	a, _ := step(s)
+	if a == nil || a.Lane.ID.Customer != "acme" {
+		t.Fatalf("attempt %v, want one of acme's retries", a)
+	}
+	if s.Observe(a, 410, false, 0, "HTTP 410").GoneOnlyItsCustomers {
+		t.Fatal("acme's 410 two seconds after beta's last success: acme's alone, want not")
+	}
+}

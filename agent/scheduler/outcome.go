@@ -23,6 +23,11 @@ type Observation struct {
 	// onlyItsCustomers), which decides whether a failure that is the
 	// destination's is charged to the event.
 	OtherwiseHealthy bool
+	// GoneOnlyItsCustomers: the attempt was answered 410 Gone, and the
+	// 410 is its customer's alone (see goneOnlyItsCustomers), which
+	// decides whether a shared destination is disabled for every
+	// customer or the 410 is charged to the event.
+	GoneOnlyItsCustomers bool
 }
 
 // NoteCertificateRefused records that the partner refused the
@@ -56,7 +61,7 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 	now := s.clock.Now()
 	released := false
 	customer := a.Lane.ID.Customer
-	ownFault := false
+	ownFault, goneOwn := false, false
 	switch {
 	case status >= 200 && status < 300:
 		d.lastSuccess = now
@@ -83,6 +88,11 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 		} else {
 			d.budget.Failed(now, cause)
 		}
+	case status == http.StatusGone:
+		// Judged here, acted on by the verdict (a disable, or the
+		// event's failure); never the budget's.
+		goneOwn = s.goneOnlyItsCustomers(a)
+		d.customerGone.add(customer, now)
 	}
 	d.rates.observe(now, status, d.budget.Ceiling(), d.budget.Rate())
 	if d.budget.State() == budget.Parked {
@@ -91,7 +101,7 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 		delete(s.parked, d)
 	}
 	s.noteBudget(d, changes)
-	obs := Observation{OtherwiseHealthy: ownFault || s.otherwiseHealthy(a)}
+	obs := Observation{OtherwiseHealthy: ownFault || s.otherwiseHealthy(a), GoneOnlyItsCustomers: goneOwn}
 	if after := lastTransition(d.budget); after != before {
 		obs.Transition, obs.Changed = after, true
 	}
@@ -182,8 +192,31 @@ func lookback(a *Attempt) (since time.Time, ok bool) {
 func (s *Scheduler) onlyItsCustomers(a *Attempt) bool {
 	d, customer := a.Lane.dest, a.Lane.ID.Customer
 	since, ok := lookback(a)
-	answered := s.clock.Now().Add(-FirstAttemptLookback)
-	return ok && d.customerSuccesses.otherSince(customer, answered) && !d.customerFaults.otherSince(customer, since)
+	return ok && s.othersAnswered(a) && !d.customerFaults.otherSince(customer, since)
+}
+
+// goneOnlyItsCustomers reports whether a 410 Gone answered to a is its
+// customer's alone, as onlyItsCustomers judges a failure: within the last
+// FirstAttemptLookback another customer's attempt went through, and
+// since the head's previous attempt no other customer got a 410. The
+// partner then still takes the others' webhooks and refuses this
+// customer's (its account there closed), so on a destination shared by
+// customers the 410 must not disable it for all of them. Another
+// customer's other failures (a 5xx, a timeout) are not counted against
+// it: they say nothing of whether the partner wants webhooks, and would
+// let one customer's poison payloads turn another's refusal into a
+// disable for everyone. s.mu is held.
+func (s *Scheduler) goneOnlyItsCustomers(a *Attempt) bool {
+	d, customer := a.Lane.dest, a.Lane.ID.Customer
+	since, ok := lookback(a)
+	return ok && s.othersAnswered(a) && !d.customerGone.otherSince(customer, since)
+}
+
+// othersAnswered: within the last FirstAttemptLookback an attempt of
+// another customer than a's went through on a's destination. s.mu is
+// held.
+func (s *Scheduler) othersAnswered(a *Attempt) bool {
+	return a.Lane.dest.customerSuccesses.otherSince(a.Lane.ID.Customer, s.clock.Now().Add(-FirstAttemptLookback))
 }
 
 // FirstAttemptLookback is how far back otherwiseHealthy looks for a
