@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,4 +90,113 @@ func TestGoneDisablesAndResumeDrains(t *testing.T) {
 	if disables != 1 {
 		t.Fatalf("%d destination.disable audit entries, want 1", disables)
 	}
+}
+
+// A partner that answers 410 to one customer's events only, on a
+// destination shared by customers, while it takes another customer's:
+// the 410s are that customer's failures (charged, retried, dead-lettered
+// after max attempts with the 410 as their last answer), the destination
+// is never disabled, and the other customer's events keep flowing. It
+// was disabled for every customer at acme's first 410. On acme's own
+// destination the same 410 still disables it.
+func TestOneCustomersGoneDoesNotDisableASharedDestination(t *testing.T) {
+	t.Parallel()
+	p := newPartner(t, func(r partner.Request) int {
+		if r.Customer == "acme" {
+			return http.StatusGone
+		}
+		return http.StatusOK
+	})
+	dir := t.TempDir()
+	ag := startAgent(t, dir)
+	own := destination("acme-own", p.DestURL("acme-own"), 2)
+	own.OwnerCustomer = "acme"
+	ag.create(destination("shared", p.DestURL("shared"), 2), own)
+	ctx := context.Background()
+
+	// beta's steady traffic, which the partner takes throughout.
+	betaIDs := make(chan []string, 1)
+	stop := make(chan struct{})
+	go func() {
+		var ids []string
+		defer func() { betaIDs <- ids }()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			resp, err := ag.Ingest.Publish(ctx, connect.NewRequest(&rivorav1.PublishRequest{
+				DestinationId: "shared", CustomerId: "beta", LaneKey: "b", Type: "test.event", Payload: []byte(`{}`),
+			}))
+			if err != nil {
+				ids = append(ids, "publish failed: "+err.Error())
+				return
+			}
+			ids = append(ids, resp.Msg.GetEventId())
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	stopBeta := sync.OnceValue(func() []string { close(stop); return <-betaIDs })
+	t.Cleanup(func() { stopBeta() })
+	poll.True(t, "beta's first delivery", 10*time.Second, func() bool { return len(p.DeliveredByLane()["b"]) > 0 })
+
+	refused := []string{ag.publish("shared", "acme", "a"), ag.publish("shared", "acme", "a")}
+	shared := func() *rivorav1.Destination {
+		resp, err := ag.Admin.GetDestination(ctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "shared"}))
+		if err != nil {
+			t.Fatalf("get shared: %v", err)
+		}
+		return resp.Msg.GetDestination()
+	}
+	dead := func(id string) bool {
+		e, err := ag.getEvent(id)
+		return err == nil && e.GetState() == rivorav1.EventState_EVENT_STATE_DEAD
+	}
+	_ = poll.Within(20*time.Second, func() bool {
+		return shared().GetDisabled() || (dead(refused[0]) && dead(refused[1]))
+	})
+	if d := shared(); d.GetDisabled() || d.GetPaused() {
+		t.Fatalf("shared destination after acme's 410s: disabled %v, paused %v (%q); want it serving beta", d.GetDisabled(), d.GetPaused(), d.GetPauseReason())
+	}
+	for _, id := range refused {
+		e := ag.waitEvent(id, "dead after its max attempts", func(e *rivorav1.GetEventResponse) bool {
+			return e.GetState() == rivorav1.EventState_EVENT_STATE_DEAD
+		})
+		if e.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS || p.Sent(id) != 2 {
+			t.Errorf("acme's event %s: dead reason %v, sent %d times; want max attempts, sent twice", id, e.GetDeadReason(), p.Sent(id))
+		}
+	}
+	var letters []*rivorav1.DeadLetter
+	poll.True(t, "acme's dead letters archived", 15*time.Second, func() bool {
+		_, letters = deadLetters(t, dir, "shared")
+		return len(letters) == len(refused)
+	})
+	for _, dl := range letters {
+		if dl.GetLastStatus() != http.StatusGone || dl.GetAttempts() != 2 || dl.GetEvent().GetCustomerId() != "acme" {
+			t.Errorf("dead letter: customer %s, %d attempts, last status %d; want acme's, 2, 410", dl.GetEvent().GetCustomerId(), dl.GetAttempts(), dl.GetLastStatus())
+		}
+	}
+	beta := stopBeta()
+	if len(beta) == 0 || strings.HasPrefix(beta[len(beta)-1], "publish failed") {
+		t.Fatalf("beta's publishes: %v", beta)
+	}
+	poll.True(t, "every beta event delivered", 15*time.Second, func() bool { return allDelivered(p, map[string][]string{"b": beta}) })
+	audit, err := ag.Admin.ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{DestinationId: "shared"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range audit.Msg.GetEntries() {
+		if e.GetAction() == "destination.disable" {
+			t.Fatalf("shared destination disabled: %v", e)
+		}
+	}
+
+	// acme's own destination: its partner wants no more of its webhooks.
+	ag.publish("acme-own", "acme", "a")
+	poll.True(t, "acme's own destination disabled after its 410", 15*time.Second, func() bool {
+		resp, err := ag.Admin.GetDestination(ctx, connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "acme-own"}))
+		return err == nil && resp.Msg.GetDestination().GetDisabled() && resp.Msg.GetPending() == 1
+	})
 }

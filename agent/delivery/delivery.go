@@ -110,7 +110,9 @@ func (r Result) DestinationFault() bool {
 // Gone reports a 410 Gone: in Standard Webhooks the receiver's way of
 // saying it wants no more webhooks. It is neither the event's fault nor a
 // passing one of the destination's: the destination is disabled until an
-// operator resumes it, and the attempt is not counted against the event.
+// operator resumes it, and the attempt is not counted against the event
+// — unless, on a destination shared by customers, it is one customer's
+// alone (agent/verdict): then it is that customer's failure.
 func (r Result) Gone() bool { return r.Status == http.StatusGone }
 
 // StatusClasses are the attempt outcome classes for metrics, in the

@@ -4,6 +4,11 @@
 // until it answers; it disables the destination for every agent, and an
 // operator's resume re-enables it. Holds owns the destinations stopped
 // here and the reports not yet answered; its Run sends them.
+//
+// Which 410 stops a destination is the verdict's to say (agent/verdict,
+// Verdict.Disable): on a destination shared by customers, a 410 that is
+// one customer's alone (the partner takes the others') is that
+// customer's failure, charged to its event, and never reaches Holds.
 package gone
 
 import (

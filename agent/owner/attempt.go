@@ -57,7 +57,8 @@ func (w Worker) Attempt(ctx context.Context, part *Partition, a *scheduler.Attem
 	if v.Kind == verdict.Send {
 		res = w.Sender.Send(ctx, delivery.Request{Endpoint: endpoint, Event: ev, Attempt: a.Number, Timeout: timeout, BudgetWait: a.BudgetWait})
 		f.Result = &res
-		f.OtherwiseHealthy = part.observe(a, ev, res)
+		obs := part.observe(a, ev, res)
+		f.OtherwiseHealthy, f.GoneOnlyItsCustomers = obs.OtherwiseHealthy, obs.GoneOnlyItsCustomers
 		f.Now = w.Clock.Now()
 		if d, ok := part.deps.Registry.Get(ev.GetDestinationId()); ok {
 			f.Policy, f.WindowStart = d.Retry, windowStart(ev, part.pausedBetween(d, ev), f.Now)
@@ -97,6 +98,7 @@ func (o *Partition) gather(f *verdict.Facts, ev *rivorav1.Event) (destinations.E
 		return destinations.Endpoint{}, 0
 	}
 	f.Paused = dest.Paused
+	f.Shared = dest.OwnerCustomer == ""
 	f.Policy, f.WindowStart = dest.Retry, windowStart(ev, o.pausedBetween(dest, ev), f.Now)
 	return dest.Endpoint(sub), dest.Timeout
 }
@@ -121,9 +123,10 @@ func windowStart(ev *rivorav1.Event, pausedBetween func(from, to time.Time) time
 }
 
 // observe counts an attempt and tells the scheduler how its destination
-// answered; it returns whether the destination is otherwise healthy (the
-// scheduler answers in the same call).
-func (o *Partition) observe(a *scheduler.Attempt, ev *rivorav1.Event, res delivery.Result) bool {
+// answered; it returns what the scheduler answers in the same call:
+// whether the destination is otherwise healthy, and whether a 410 is its
+// customer's alone.
+func (o *Partition) observe(a *scheduler.Attempt, ev *rivorav1.Event, res delivery.Result) scheduler.Observation {
 	if dest, ok := o.deps.Registry.Get(ev.GetDestinationId()); ok {
 		metricsFor(dest).count(res)
 	}
@@ -138,5 +141,5 @@ func (o *Partition) observe(a *scheduler.Attempt, ev *rivorav1.Event, res delive
 	if obs.Changed {
 		o.log.Info("destination health changed", "destination", ev.GetDestinationId(), "from", obs.Transition.From.String(), "to", obs.Transition.To.String(), "cause", obs.Transition.Cause)
 	}
-	return obs.OtherwiseHealthy
+	return obs
 }

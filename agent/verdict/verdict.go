@@ -165,6 +165,12 @@ type Facts struct {
 	// attempt's lane (scheduler.Observation), which decides whether a
 	// failure that is the destination's is charged to the event.
 	OtherwiseHealthy bool
+	// Shared: the destination is shared by customers (no customer owns
+	// it), and GoneOnlyItsCustomers: a 410 it answered is the attempt's
+	// customer's alone (scheduler.Observation). Both: the 410 is that
+	// customer's failure, not a disable.
+	Shared               bool
+	GoneOnlyItsCustomers bool
 	// Jitter spreads a nominal back-off (retry.Jittered); nil: none, for
 	// exact tests.
 	Jitter func(time.Duration) time.Duration
@@ -257,12 +263,15 @@ func afterSend(f Facts, res delivery.Result) Verdict {
 		return Verdict{Kind: Delivered, Sent: true}
 	}
 	cause := res.Err.Error()
-	if res.Gone() {
+	if res.Gone() && !(f.Shared && f.GoneOnlyItsCustomers) {
 		// 410: the partner wants no more webhooks. The destination stops
 		// here (paused until an operator resumes it); the event keeps its
 		// attempts, its schedule and its place at its lane's head, and is
 		// not dead-lettered. Its last answer is the 410 (lanes list and
-		// events get show it).
+		// events get show it). On a destination shared by customers, a
+		// 410 that is its customer's alone (the partner takes the
+		// others') does not stop it for them: it is charged to the event
+		// below, as another 4xx is.
 		head := a.Head
 		head.LastStatus, head.LastError, head.LastAttemptAt = res.Status, cause, f.Now
 		return Verdict{Kind: Wait, Head: head, Sent: true, Disable: true}

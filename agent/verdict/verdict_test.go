@@ -172,6 +172,20 @@ func TestDecide(t *testing.T) {
 				h.LastStatus, h.LastError, h.LastAttemptAt = 410, "HTTP 410", now
 				return h
 			}(), Sent: true, Disable: true}},
+		{"410 on a shared destination, not its customer's alone: disabled", with(sent(attempt(2), failed(410, "HTTP 410"), true), func(f *verdict.Facts) {
+			f.Shared = true
+		}), verdict.Verdict{Kind: verdict.Wait, Head: gone410(2), Sent: true, Disable: true}},
+		{"410 on a customer's own destination, even judged its customer's: disabled", with(sent(attempt(2), failed(410, "HTTP 410"), true), func(f *verdict.Facts) {
+			f.GoneOnlyItsCustomers = true
+		}), verdict.Verdict{Kind: verdict.Wait, Head: gone410(2), Sent: true, Disable: true}},
+		// The partner takes the other customers' events: the 410 is this
+		// customer's failure, charged as another 4xx, never a disable.
+		{"410 on a shared destination, its customer's alone: charged, retried", with(sent(attempt(2), failed(410, "HTTP 410"), false), func(f *verdict.Facts) {
+			f.Shared, f.GoneOnlyItsCustomers = true, true
+		}), verdict.Verdict{Kind: retryK, Head: charged(2, 410, "HTTP 410", now.Add(2*time.Second)), Sent: true, Ledger: true}},
+		{"410 on a shared destination, its customer's alone, at max attempts: dead", with(sent(attempt(5), failed(410, "HTTP 410"), false), func(f *verdict.Facts) {
+			f.Shared, f.GoneOnlyItsCustomers = true, true
+		}), verdict.Verdict{Kind: dead, Head: charged(5, 410, "HTTP 410", attempt(5).Head.NotBefore), Reason: maxAtt, Sent: true}},
 		{"400: the event's own failure", sent(attempt(2), failed(400, "HTTP 400"), true),
 			verdict.Verdict{Kind: retryK, Head: charged(2, 400, "HTTP 400", now.Add(2*time.Second)), Sent: true, Ledger: true}},
 		{"429 while otherwise healthy", sent(attempt(1), failed(429, "HTTP 429"), true),
@@ -249,6 +263,7 @@ func TestNotCharged(t *testing.T) {
 	late.Now = windowEnd.Add(time.Second)
 	late.Result = ptr(failed(503, "HTTP 503"))
 	gone := failed(410, "HTTP 410")
+	with := func(f verdict.Facts, change func(*verdict.Facts)) verdict.Facts { change(&f); return f }
 	cases := []struct {
 		name string
 		f    verdict.Facts
@@ -261,6 +276,9 @@ func TestNotCharged(t *testing.T) {
 		{"5xx while other lanes get 2xx", sent(attempt(1), failed(503, "HTTP 503"), true), ""},
 		{"400: the event's own failure", sent(attempt(1), failed(400, "HTTP 400"), false), ""},
 		{"410 Gone", sent(attempt(1), gone, false), "destination gone (410)"},
+		{"410 Gone, its customer's alone on a shared destination", with(sent(attempt(1), gone, false), func(f *verdict.Facts) {
+			f.Shared, f.GoneOnlyItsCustomers = true, true
+		}), ""},
 		{"held until its window closed", late, "destination down"},
 		{"not sent: partition not open", verdict.Facts{Attempt: attempt(1), Now: now}, ""},
 	}
@@ -277,3 +295,12 @@ func TestNotCharged(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// gone410 is the head after the nth attempt was answered 410 by a
+// destination it disables: its attempts and schedule kept, its last
+// answer the 410.
+func gone410(n int) scheduler.Head {
+	h := attempt(n).Head
+	h.LastStatus, h.LastError, h.LastAttemptAt = 410, "HTTP 410", now
+	return h
+}
