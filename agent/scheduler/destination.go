@@ -183,6 +183,7 @@ func (s *Scheduler) SetLimits(destinationID string, partition int, lim limits.Li
 	}
 	d.limits = lim
 	d.configured, d.deleted = true, false
+	s.noteOthers("") // its lanes may go now (workers.go)
 	s.wake()
 }
 
@@ -223,6 +224,7 @@ func (s *Scheduler) SetPaused(destinationID string, partition int, paused bool) 
 		s.noteBudget(d, before)
 		s.releaseHeld(d, now)
 	}
+	s.noteOthers("") // its lanes may go now (workers.go)
 	s.wake()
 }
 

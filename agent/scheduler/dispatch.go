@@ -140,6 +140,7 @@ func (s *Scheduler) pick(now time.Time) (*Attempt, time.Duration) {
 		// Other customers' attempts go before a big customer's, whatever
 		// their class (workers.go).
 		var othersWait time.Duration
+		s.othersWaiting = false
 		a := s.pickClasses(now, func(d time.Duration) {
 			soonest(d)
 			if d > 0 && (othersWait == 0 || d < othersWait) {
@@ -194,7 +195,7 @@ func (d *destination) inFlightCap() int {
 // destination is back even while every lane is in backoff.
 func (s *Scheduler) pickProbe(now time.Time, soonest func(time.Duration)) *Attempt {
 	for d := range s.parked {
-		if d.inRing || !d.configured || d.paused || d.dropped || d.inFlight >= d.inFlightCap() || s.workersReserved(d, false) || d.budget.State() != budget.Parked {
+		if d.inRing || !d.configured || d.paused || d.dropped || d.inFlight >= d.inFlightCap() || s.workersReserved(d) || d.budget.State() != budget.Parked {
 			continue
 		}
 		probe := d.probeLane()
@@ -257,8 +258,11 @@ func probesBefore(l, than *Lane) bool {
 // half the workers.
 func (s *Scheduler) pickClass(now time.Time, class limits.Class, soonest func(time.Duration), notBig bool) *Attempt {
 	var passOver func(customer string) bool
-	if notBig {
+	switch {
+	case notBig:
 		passOver = s.big
+	case s.reservedForOthers():
+		passOver = s.big // the reserve is the others' (workers.go)
 	}
 	for i := 0; i < len(s.ring); i++ {
 		idx := (s.rr + i) % len(s.ring)
@@ -272,7 +276,13 @@ func (s *Scheduler) pickClass(now time.Time, class limits.Class, soonest func(ti
 			}
 			continue
 		}
-		if s.workersReserved(d, notBig) || notBig && s.onlyBig(d) {
+		if notBig && s.onlyBig(d) || !notBig && s.reservedForOthers() && s.onlyBig(d) {
+			continue
+		}
+		if s.workersReserved(d) {
+			if notBig {
+				s.othersWaiting = true
+			}
 			continue // Done kicks
 		}
 		if !d.budget.Take(now) {
@@ -303,7 +313,7 @@ func (s *Scheduler) makeDue(l *Lane, now time.Time) {
 		c.retries.push(l)
 	}
 	d.due++
-	if !s.big(c.id) {
+	if !s.big(c.id) && d.configured && !d.paused && d.inFlight < d.inFlightCap() {
 		s.noteOthers(c.id)
 	}
 	if !c.active {

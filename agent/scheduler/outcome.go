@@ -104,6 +104,7 @@ func (s *Scheduler) Observe(a *Attempt, status int, destinationFault bool, retry
 	obs := Observation{OtherwiseHealthy: ownFault || s.otherwiseHealthy(a), GoneOnlyItsCustomers: goneOwn}
 	if after := lastTransition(d.budget); after != before {
 		obs.Transition, obs.Changed = after, true
+		s.noteOthers("") // its lanes may go now (workers.go)
 	}
 	if released || obs.Changed {
 		// Lanes became due, or the destination's health moved: dispatch

@@ -112,10 +112,13 @@ type Scheduler struct {
 	customerBusy          map[string]int
 	bigCustomers, bigBusy int
 	// othersDue, othersBy and othersAt say when pick looks for other
-	// customers' attempts first (othersFirst, noteOthers).
-	othersDue bool
-	othersBy  string
-	othersAt  time.Time
+	// customers' attempts first (othersFirst, noteOthers); othersWaiting
+	// that the last look found one held back by the reserve
+	// (reservedForOthers).
+	othersDue     bool
+	othersBy      string
+	othersAt      time.Time
+	othersWaiting bool
 	// byEventID: per partition, which lane holds each pending event
 	// (Find). One index per partition, so that dropping a partition (a
 	// handoff, the agent's stop) forgets its millions of ids at once,

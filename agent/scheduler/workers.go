@@ -20,8 +20,11 @@ import "time"
 // its own: every other customer's deliveries would wait. So while a
 // customer holds half the workers or more (it is "big"), every other
 // customer's due attempt goes before its own, and the workers its hung
-// attempts free go to the others first. It still takes what nobody else
-// is waiting for, so a big customer that alone has work keeps every
+// attempts free go to the others first: while another customer's due
+// lane waits for a worker, a big customer takes none of the reserve
+// either (a worker freed into the reserve would go back to it, and the
+// others' destinations with attempts out never grow). It still takes
+// what nobody else is waiting for, so a big customer that alone has work keeps every
 // worker busy; another customer's attempt arriving when every worker is
 // taken waits for the first of them to end. Attempts of events published
 // without a customer are not counted by customer.
@@ -62,6 +65,12 @@ func (s *Scheduler) freeWorker(a *Attempt) bool {
 	}
 	a.worker = false
 	s.busy--
+	if s.othersWaiting || a.Lane.dest.due > 0 && !s.onlyBig(a.Lane.dest) {
+		// Its worker, or its slot (a shared destination at its
+		// in-flight cap), may be what another customer's due lane
+		// waited for.
+		s.noteOthers("")
+	}
 	if id := a.Lane.ID.Customer; id != "" {
 		n := s.customerBusy[id] - 1
 		switch {
@@ -86,8 +95,9 @@ func (s *Scheduler) freeWorker(a *Attempt) bool {
 // othersFirst reports whether pick looks for an attempt of a customer
 // that is not big before a big customer's: there is a big customer, and
 // since the last look found none another customer's lane became due, an
-// attempt of another customer ended, or the budget wait that look found
-// has passed. (Between these the look would find nothing: it walks every
+// attempt ended on a destination where another customer has a due lane
+// (or one of that customer's ended), a destination's limits, pause or
+// health changed, or the budget wait that look found has passed. (Between these the look would find nothing: it walks every
 // due destination, thousands of a big customer's, for nothing.) s.mu is
 // held.
 func (s *Scheduler) othersFirst(now time.Time) bool {
@@ -115,15 +125,22 @@ func (s *Scheduler) noteOthers(id string) {
 func reserveOf(workers int) int { return max(workers/8, 1) }
 
 // workersReserved reports whether d, which has attempts in flight, must
-// leave the free workers to destinations with none. With notBig (d is
-// looked at for a customer that is not big), the workers big customers
-// hold are not counted: they go to the others as they end. s.mu is held.
-func (s *Scheduler) workersReserved(d *destination, notBig bool) bool {
-	busy := s.busy
-	if notBig {
-		busy -= s.bigBusy
-	}
-	return s.workers > 0 && d.inFlight > 0 && busy >= s.workers-reserveOf(s.workers)
+// leave the free workers to destinations with none. s.mu is held.
+func (s *Scheduler) workersReserved(d *destination) bool {
+	return d.inFlight > 0 && s.inReserve()
+}
+
+// inReserve reports whether only the reserve of the workers is free.
+// s.mu is held.
+func (s *Scheduler) inReserve() bool {
+	return s.workers > 0 && s.busy >= s.workers-reserveOf(s.workers)
+}
+
+// reservedForOthers reports whether a big customer must leave the
+// reserve: another customer's due lane waits for a worker (the last look
+// for others found one held back by the reserve). s.mu is held.
+func (s *Scheduler) reservedForOthers() bool {
+	return s.othersWaiting && s.inReserve()
 }
 
 // bigAt reports whether a customer holding n workers holds half of them

@@ -115,10 +115,8 @@ func TestOneCustomersDestinationsLeaveWorkersToOthers(t *testing.T) {
 	for i := range workers {
 		appendTo(s, 0, lid("bystander", "other", fmt.Sprintf("k%02d", i)), ev(uint64(100+i)))
 	}
-	// The greedy customer's hung attempts end one by one: each freed
-	// worker goes to the other customer while the greedy one holds half
-	// the workers or more (a destination with nothing in flight first,
-	// then, out of the reserve, one with some).
+	// The greedy customer's hung attempts end one by one: while it holds
+	// half the workers or more, none goes back to it.
 	ends := workers / 2
 	for i := range ends {
 		done := byCustomer["greedy"][i]
@@ -128,8 +126,15 @@ func TestOneCustomersDestinationsLeaveWorkersToOthers(t *testing.T) {
 		s.Done(done)
 		take()
 	}
-	if greedy, other := len(byCustomer["greedy"]), len(byCustomer["other"]); greedy != workers || other != ends {
-		t.Fatalf("after %d of greedy's attempts ended: greedy was handed %d attempts in all, other %d; want %d and %d", ends, greedy, other, workers, ends)
+	// The first freed worker goes to other's destination (nothing in
+	// flight); the next ones fill the reserve back (other's destination
+	// has one in flight, and the reserve is not greedy's while other
+	// waits); every one after goes to other.
+	if greedy, other := len(byCustomer["greedy"]), len(byCustomer["other"]); greedy != workers || other != ends-reserveOf(workers) {
+		t.Fatalf("after %d of greedy's attempts ended: greedy was handed %d attempts in all, other %d; want %d and %d", ends, greedy, other, workers, ends-reserveOf(workers))
+	}
+	if _, busy := s.Workers(); busy != workers-reserveOf(workers) {
+		t.Fatalf("busy %d, want all but the reserve (%d)", busy, workers-reserveOf(workers))
 	}
 	checkInvariants(t, s)
 }
@@ -168,4 +173,91 @@ func TestAnotherCustomersTokenComesFirstWhenItComes(t *testing.T) {
 		t.Fatalf("with the other customer's token come: next = %v, want its attempt", a)
 	}
 	checkInvariants(t, s)
+}
+
+// Another customer's lane on a shared destination whose in-flight cap
+// the big customer holds goes first when a slot there frees, not the big
+// customer's attempts on its other destinations.
+func TestAnotherCustomersLaneTakesAFreedSlotFirst(t *testing.T) {
+	s, _ := newSched()
+	const workers = 16
+	s.LimitWorkers(workers)
+	wide := limits.Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: workers}
+	s.SetLimits("shared", 0, limits.Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 2})
+	for _, k := range []string{"a", "b", "c"} {
+		appendTo(s, 0, lid("shared", "greedy", k), ev(uint64(len(k)+int(k[0]))))
+	}
+	var shared []*Attempt
+	for range 2 {
+		shared = append(shared, mustNext(t, s))
+	}
+	for i := range 40 {
+		d := fmt.Sprintf("hang%02d", i)
+		s.SetLimits(d, 0, wide)
+		appendTo(s, 0, lid(d, "greedy", "k1"), ev(uint64(100+i)))
+		appendTo(s, 0, lid(d, "greedy", "k2"), ev(uint64(200+i)))
+	}
+	for range 10 {
+		mustNext(t, s)
+	}
+	appendTo(s, 0, lid("shared", "other", "x"), ev(1000))
+	if a, _ := s.next(); a == nil || a.Lane.ID.Customer != "greedy" {
+		t.Fatalf("with shared at its cap: next = %v, want one of greedy's (the others' look found nothing to take)", a)
+	}
+	if _, err := s.Settle(shared[0], Settlement{Kind: Advance}); err != nil {
+		t.Fatal(err)
+	}
+	s.Done(shared[0])
+	if a, _ := s.next(); a == nil || a.Lane.ID.Customer != "other" || a.Lane.ID.Destination != "shared" {
+		t.Fatalf("a slot on shared freed: next = %v, want other's lane there", a)
+	}
+	checkInvariants(t, s)
+}
+
+// With a big customer holding most workers, another customer's slow
+// destination still leaves the reserve to destinations with nothing in
+// flight.
+func TestTheReserveHoldsBesideABigCustomer(t *testing.T) {
+	s, _ := newSched()
+	const workers = 16
+	s.LimitWorkers(workers)
+	wide := limits.Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: workers}
+	for i := range 10 {
+		d := fmt.Sprintf("hang%02d", i)
+		s.SetLimits(d, 0, wide)
+		appendTo(s, 0, lid(d, "greedy", "k1"), ev(uint64(100+i)))
+		mustNext(t, s)
+	}
+	s.SetLimits("slow", 0, wide)
+	for i := range 10 {
+		appendTo(s, 0, lid("slow", "c", fmt.Sprintf("k%d", i)), ev(uint64(300+i)))
+	}
+	n := 0
+	for {
+		a, _ := s.next()
+		if a == nil {
+			break
+		}
+		n++
+	}
+	if n != workers-reserveOf(workers)-10 {
+		t.Fatalf("the slow destination took %d workers beside greedy's 10, want %d (the reserve left)", n, workers-reserveOf(workers)-10)
+	}
+	s.SetLimits("fresh", 0, wide)
+	appendTo(s, 0, lid("fresh", "e", "k"), ev(999))
+	if a, _ := s.next(); a == nil || a.Lane.ID.Destination != "fresh" {
+		t.Fatalf("a destination with nothing in flight: next = %v, want its event (the reserve)", a)
+	}
+	checkInvariants(t, s)
+}
+
+// mustNext is the next attempt, its worker counted (next); the test fails
+// without one.
+func mustNext(t *testing.T, s *Scheduler) *Attempt {
+	t.Helper()
+	a, wait := s.next()
+	if a == nil {
+		t.Fatalf("next: no attempt (wait %v), want one", wait)
+	}
+	return a
 }
