@@ -720,3 +720,49 @@ func TestOneCustomersGoneOnASharedDestination(t *testing.T) {
 		t.Fatal("acme's 410 two seconds after beta's last success: acme's alone, want not")
 	}
 }
+
+// While a shared destination is parked (down for everyone), a 410 to one
+// customer's probe is that customer's as long as another customer has
+// held lanes to probe and none of theirs got a 410 within
+// ParkedGoneLookback; the next customer's 410 is everyone's. With one
+// customer's lanes alone, its 410 is everyone's.
+func TestAParkedDestinationsGoneIsOneCustomersUntilAnotherIsGone(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("shared", 0, outageLimits)
+	appendTo(s, 0, lid("shared", "acme", "a"), ev(1))
+	appendTo(s, 0, lid("shared", "beta", "b"), ev(2))
+	outage(t, s, "shared", func(lanes.ID) time.Time { return t0.Add(time.Hour) })
+	probe := func() *Attempt {
+		t.Helper()
+		clk.Advance(time.Second)
+		a := mustPick(t, s)
+		if !a.EarlyProbe {
+			t.Fatalf("attempt %s while parked is not a probe", a.Lane.ID)
+		}
+		return a
+	}
+	first := probe()
+	if !s.Observe(first, 410, false, 0, "HTTP 410").GoneOnlyItsCustomers {
+		t.Fatalf("the first 410 while parked (%s's probe, another customer's lanes held): not its customer's alone, want its", first.Lane.ID.Customer)
+	}
+	h := first.Head
+	h.Attempts, h.LastStatus, h.LastAttemptAt, h.NotBefore = first.Number, 410, clk.Now(), clk.Now().Add(time.Hour)
+	s.Retry(first, h) // charged: its retry waits
+	second := probe()
+	if second.Lane.ID.Customer == first.Lane.ID.Customer {
+		t.Fatalf("the probes did not go round: %s twice", second.Lane.ID.Customer)
+	}
+	if s.Observe(second, 410, false, 0, "HTTP 410").GoneOnlyItsCustomers {
+		t.Fatal("another customer's 410 within the minute: its customer's alone, want everyone's")
+	}
+
+	s2, clk2 := newSched()
+	s2.SetLimits("alone", 0, outageLimits)
+	appendTo(s2, 0, lid("alone", "acme", "a"), ev(1))
+	appendTo(s2, 0, lid("alone", "acme", "b"), ev(2))
+	outage(t, s2, "alone", func(lanes.ID) time.Time { return t0.Add(time.Hour) })
+	clk2.Advance(time.Second)
+	if a := mustPick(t, s2); s2.Observe(a, 410, false, 0, "HTTP 410").GoneOnlyItsCustomers {
+		t.Fatal("a 410 while parked with one customer's lanes alone: its customer's, want everyone's")
+	}
+}

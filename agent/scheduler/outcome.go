@@ -209,8 +209,33 @@ func (s *Scheduler) onlyItsCustomers(a *Attempt) bool {
 // disable for everyone. s.mu is held.
 func (s *Scheduler) goneOnlyItsCustomers(a *Attempt) bool {
 	d, customer := a.Lane.dest, a.Lane.ID.Customer
+	if d.budget != nil && d.budget.State() == budget.Parked {
+		// Down for everyone as far as Rivora can tell: no success says
+		// the others are still welcome. The probes go round the
+		// customers with held lanes, one a second, so while another
+		// customer has some, its own probe says soon whether the partner
+		// is gone for all: until another customer's 410 within
+		// ParkedGoneLookback, this one is its customer's.
+		return s.otherCustomerPending(d, customer) && !d.customerGone.otherSince(customer, s.clock.Now().Add(-ParkedGoneLookback))
+	}
 	since, ok := lookback(a)
 	return ok && s.othersAnswered(a) && !d.customerGone.otherSince(customer, since)
+}
+
+// ParkedGoneLookback is how far back goneOnlyItsCustomers looks, while
+// the destination is parked, for another customer's 410: long enough for
+// the probes to have gone round the customers with held lanes.
+const ParkedGoneLookback = time.Minute
+
+// otherCustomerPending reports whether another customer than customer has
+// events pending on d. s.mu is held.
+func (s *Scheduler) otherCustomerPending(d *destination, customer string) bool {
+	for id, c := range d.customers {
+		if id != customer && c.pending > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // othersAnswered: within the last FirstAttemptLookback an attempt of
