@@ -152,10 +152,11 @@ type Config struct {
 	// EgressProxy, when set, carries deliveries and OAuth2 token fetches
 	// (--egress-proxy); the guard still judges each destination's address.
 	EgressProxy *delivery.EgressProxy
-	// MinFreeDisk (--min-free-disk) is the free disk of DataDir's
-	// filesystem under which ingest refuses every event, and under twice
-	// which the events of the customers holding most pending ones
-	// (diskroom). 0: diskroom.DefaultMinFree; negative: not watched.
+	// MinFreeDisk (--min-free-disk) is the store's room (natsd
+	// StoreRoom: DataDir's free disk, or what the store's limit leaves)
+	// under which ingest refuses every event, and under twice which the
+	// events of the customers holding most pending ones (diskroom). 0:
+	// diskroom.DefaultMinFree; negative: not watched.
 	MinFreeDisk int64
 }
 
@@ -175,13 +176,15 @@ type Agent struct {
 	catalogue *subscriptions.Catalogue
 	sched     *scheduler.Scheduler
 	gateway   *ingest.Gateway
-	// room watches DataDir's free disk for the gateway (nil: not watched).
-	room     *diskroom.Watch
-	history  *history.History
-	worker   owner.Worker
-	sender   *delivery.Sender
-	locker   ownership.Locker
-	upstream *upstream.Planes
+	// room watches the store's room for the gateway, by the cell's
+	// pending events (cellPending); nil: not watched.
+	room        *diskroom.Watch
+	cellPending *diskroom.Cell
+	history     *history.History
+	worker      owner.Worker
+	sender      *delivery.Sender
+	locker      ownership.Locker
+	upstream    *upstream.Planes
 
 	deadLetters *deadletters.Service
 	// parts is the partitions assigned here, and the one partition count.
@@ -295,7 +298,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 			StoreStallTimeout: cfg.StoreStallTimeout, Forwarded: forwarded, Durable: a.nats.Syncer(), SnapshotDir: snapshotDir(cfg.DataDir),
 		},
 	})
-	a.room = watchRoom(cfg, a.nats, a.sched, base.With("component", "diskroom"))
+	if a.room, a.cellPending, err = watchRoom(cfg, a.nats, a.sched, base.With("component", "diskroom")); err != nil {
+		return fail(err)
+	}
 	if err := create("INGEST", func() (err error) {
 		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{
 			MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
@@ -328,17 +333,21 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	return a, nil
 }
 
-// watchRoom watches the store's room (Config.MinFreeDisk), or returns
-// nil when told not to.
-func watchRoom(cfg Config, nats *natsd.Server, sched *scheduler.Scheduler, log *slog.Logger) *diskroom.Watch {
+// watchRoom watches the store's room (Config.MinFreeDisk) by the cell's
+// pending events, or returns nils when told not to.
+func watchRoom(cfg Config, nats *natsd.Server, sched *scheduler.Scheduler, log *slog.Logger) (*diskroom.Watch, *diskroom.Cell, error) {
 	minFree := cfg.MinFreeDisk
 	if minFree < 0 {
-		return nil
+		return nil, nil, nil
 	}
 	if minFree == 0 {
 		minFree = diskroom.DefaultMinFree(nats.StoreCapacity())
 	}
-	return diskroom.New(diskroom.Config{Dir: cfg.DataDir, MinFree: minFree, Room: nats.StoreRoom, Pending: sched.PendingByCustomer, Log: log})
+	cell, err := diskroom.ShareInCell(nats.Conn(), cfg.Name, sched.PendingByCustomer, log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hear the cell's pending events: %w", err)
+	}
+	return diskroom.New(diskroom.Config{Dir: cfg.DataDir, MinFree: minFree, Room: nats.StoreRoom, Pending: cell.Pending, Log: log}), cell, nil
 }
 
 // senderOptions are the delivery options cfg asks for.
@@ -408,6 +417,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	loops.Go(func() { _ = a.gone.Run(ctx) })
 	if a.room != nil {
 		loops.Go(func() { a.room.Run(ctx) })
+		loops.Go(func() { a.cellPending.Run(ctx) })
 	}
 	loops.Go(func() { _ = a.upstream.Run(ctx) })
 	loops.Go(func() { _ = a.edges.Run(ctx) })

@@ -42,9 +42,9 @@ func TestCertificateErrorsSayWhatToDo(t *testing.T) {
 		url    string
 		want   []string
 	}{
-		{"untrusted issuer", delivery.NewSender("ua", loopbackOnly), untrusted.URL, []string{`signed by "O=Acme Co", which this agent does not trust`, "--server-ca"}},
-		{"another host's", trusting, "https://localhost:" + port, []string{"the partner's certificate is for example.com, *.example.com, 127.0.0.1, ::1, not localhost"}},
-		{"expired", delivery.NewSender("ua", loopbackOnly, delivery.WithTLSConfig(&tls.Config{RootCAs: expiredRoots})), expired.URL, []string{"is valid from 2020-01-01T00:00:00Z to 2021-01-01T00:00:00Z, not now", "renew"}},
+		{"untrusted issuer", delivery.NewSender("ua", loopbackOnly), untrusted.URL, []string{`TLS certificate not trusted: the partner's is signed by "O=Acme Co", which this agent does not trust`, "--server-ca"}},
+		{"another host's", trusting, "https://localhost:" + port, []string{"TLS certificate for another host: the partner's is for example.com, *.example.com, 127.0.0.1, ::1, not localhost"}},
+		{"expired", delivery.NewSender("ua", loopbackOnly, delivery.WithTLSConfig(&tls.Config{RootCAs: expiredRoots})), expired.URL, []string{`TLS certificate expired or not yet valid: "CN=expired partner" in the partner's chain is valid from 2020-01-01T00:00:00Z to 2021-01-01T00:00:00Z`, "renew"}},
 	} {
 		res := send(c.sender, t, c.url+"/hook")
 		if res.OK() {

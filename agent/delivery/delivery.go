@@ -463,7 +463,9 @@ func (e *certificateError) Error() string { return e.text }
 func (e *certificateError) Unwrap() error { return e.err }
 
 // describeCertificateError says why the partner's certificate was not
-// accepted and what fixes it, or "" when err is not about it.
+// accepted and what fixes it, or "" when err is not about it. Its first
+// clause, before ": ", is the cause in a few words (what `events get`
+// shows as the summary).
 func describeCertificateError(err error) string {
 	var unknown x509.UnknownAuthorityError
 	var host x509.HostnameError
@@ -474,26 +476,41 @@ func describeCertificateError(err error) string {
 		if unknown.Cert != nil {
 			issuer = fmt.Sprintf("%q", printable(unknown.Cert.Issuer.String()))
 		}
-		return fmt.Sprintf("TLS: the partner's certificate is signed by %s, which this agent does not trust: if the partner uses a private CA, give the destination that CA (--server-ca); otherwise the partner must serve its full chain", issuer)
+		return fmt.Sprintf("TLS certificate not trusted: the partner's is signed by %s, which this agent does not trust; if the partner uses a private CA, give the destination that CA (--server-ca), otherwise the partner must serve its full chain", issuer)
 	case errors.As(err, &host):
-		var names []string
-		if c := host.Certificate; c != nil {
-			names = append(names, c.DNSNames...)
-			for _, ip := range c.IPAddresses {
-				names = append(names, ip.String())
-			}
-		}
-		if len(names) == 0 {
-			names = []string{"no name"}
-		}
-		return fmt.Sprintf("TLS: the partner's certificate is for %s, not %s: check the destination's URL", printable(strings.Join(names, ", ")), printable(host.Host))
+		return fmt.Sprintf("TLS certificate for another host: the partner's is for %s, not %s; check the destination's URL", certificateNames(host.Certificate), printable(host.Host))
 	case errors.As(err, &invalid) && invalid.Reason == x509.Expired && invalid.Cert != nil:
-		return fmt.Sprintf("TLS: the partner's certificate is valid from %s to %s, not now: the partner must renew it (or this agent's clock is wrong)",
-			invalid.Cert.NotBefore.UTC().Format(time.RFC3339), invalid.Cert.NotAfter.UTC().Format(time.RFC3339))
+		c := invalid.Cert
+		return fmt.Sprintf("TLS certificate expired or not yet valid: %q in the partner's chain is valid from %s to %s; the partner must renew it (or this agent's clock is wrong)",
+			printable(c.Subject.String()), c.NotBefore.UTC().Format(time.RFC3339), c.NotAfter.UTC().Format(time.RFC3339))
 	case errors.As(err, &invalid):
-		return "TLS: the partner's certificate is not valid: " + printable(invalid.Error())
+		return "TLS certificate not valid: " + printable(invalid.Error())
 	}
 	return ""
+}
+
+// maxCertificateNames bounds the names certificateNames lists (a CDN's
+// certificate may carry a hundred, and the text is stored with every
+// attempt).
+const maxCertificateNames = 5
+
+// certificateNames lists a certificate's names (DNS, then IP), the first
+// maxCertificateNames of them.
+func certificateNames(c *x509.Certificate) string {
+	var names []string
+	if c != nil {
+		names = append(names, c.DNSNames...)
+		for _, ip := range c.IPAddresses {
+			names = append(names, ip.String())
+		}
+	}
+	switch {
+	case len(names) == 0:
+		return "no name"
+	case len(names) > maxCertificateNames:
+		return printable(strings.Join(names[:maxCertificateNames], ", ")) + fmt.Sprintf(" and %d more", len(names)-maxCertificateNames)
+	}
+	return printable(strings.Join(names, ", "))
 }
 
 // MaxRetryAfter bounds how long a partner's Retry-After holds its

@@ -10,8 +10,9 @@
 //
 //   - with room (at least twice MinFree): every event is taken;
 //   - low (under twice MinFree): the events of each customer holding a
-//     quarter or more of this agent's pending events are refused, so one
-//     customer's flood stops first and the others' events still go in;
+//     quarter or more of the pending events (the cell's: see Cell) are
+//     refused, so one customer's flood stops first and the others'
+//     events still go in;
 //   - full (under MinFree): every event is refused.
 //
 // A refusal is back-pressure (resource_exhausted, ErrorInfo DiskLowReason):
@@ -33,8 +34,9 @@ import (
 )
 
 // DiskLowReason is the ErrorInfo reason (errkind.Domain) of a publish
-// refused for the agent's disk: its metadata's "free_bytes" is the free
-// disk, "customer" the customer refused when only its events are.
+// refused for the agent's store: its metadata's "room_bytes" is the room
+// left (Config.Room), "customer" the customer refused when only its
+// events are.
 const DiskLowReason = "DISK_LOW"
 
 // DefaultMinFreeCap bounds the default MinFree (DefaultMinFree).
@@ -75,8 +77,9 @@ type Config struct {
 	// of Dir's filesystem, or what the store's own limit leaves, if less
 	// (natsd.Server.StoreRoom).
 	Room func() (int64, error)
-	// Pending tells the events pending on this agent, by customer.
-	Pending func() map[string]int
+	// Pending tells the events pending, by customer and in all: the
+	// cell's (Cell.Pending), or this agent's alone.
+	Pending func() (byCustomer map[string]int, total int)
 	Log     *slog.Logger
 }
 
@@ -93,6 +96,8 @@ type state struct {
 	// events, of total.
 	heavy map[string]int
 	total int
+	// unreadable: the last look could not read the room (logged once).
+	unreadable bool
 }
 
 // New returns a watch that has looked once.
@@ -120,13 +125,18 @@ func (w *Watch) Run(ctx context.Context) {
 // look reads the free disk and decides the level, and while low, who is
 // refused.
 func (w *Watch) look() {
+	prev := w.state.Load()
 	free, err := w.cfg.Room()
 	if err != nil {
-		w.cfg.Log.Warn("cannot read the store's room; events are taken as if it had some", "dir", w.cfg.Dir, "error", err)
-		w.state.Store(&state{})
+		if !prev.unreadable {
+			w.cfg.Log.Warn("cannot read the store's room; events are taken as if it had some until it can be read", "dir", w.cfg.Dir, "error", err)
+		}
+		w.state.Store(&state{unreadable: true})
 		return
 	}
-	prev := w.state.Load()
+	if prev.unreadable {
+		w.cfg.Log.Info("the store's room can be read again", "dir", w.cfg.Dir, "room_bytes", free)
+	}
 	next := &state{level: w.levelAt(free, prev.level), free: free}
 	if next.level == Low {
 		next.heavy, next.total = heavyCustomers(w.cfg.Pending())
@@ -161,12 +171,8 @@ func (w *Watch) levelAt(free int64, prev Level) Level {
 	return Roomy
 }
 
-// heavyCustomers are those holding a quarter or more of pending.
-func heavyCustomers(pending map[string]int) (map[string]int, int) {
-	total := 0
-	for _, n := range pending {
-		total += n
-	}
+// heavyCustomers are those holding a quarter or more of total.
+func heavyCustomers(pending map[string]int, total int) (map[string]int, int) {
 	heavy := map[string]int{}
 	for c, n := range pending {
 		if n > 0 && 4*n >= total {
@@ -185,9 +191,9 @@ func (w *Watch) Admit(customer string) error {
 		return w.full(st)
 	case Low:
 		if n, heavy := st.heavy[customer]; heavy {
-			err := errkind.Errorf(errkind.Exhausted, "this agent's store is low on room (%s left, under twice --min-free-disk %s) and customer %q holds %d of its %d pending events: that customer's events are refused until they drain or room comes back; retry later",
+			err := errkind.Errorf(errkind.Exhausted, "this agent's store is low on room (%s left, under twice --min-free-disk %s) and customer %q holds %d of the %d events pending in the cell: that customer's events are refused until they drain or room comes back; retry later",
 				size(st.free), size(w.cfg.MinFree), customer, n, st.total)
-			return errkind.WithInfo(err, DiskLowReason, map[string]string{"free_bytes": fmt.Sprint(st.free), "customer": customer})
+			return errkind.WithInfo(err, DiskLowReason, map[string]string{"room_bytes": fmt.Sprint(st.free), "customer": customer})
 		}
 	}
 	return nil
@@ -203,9 +209,9 @@ func (w *Watch) AdmitAny() error {
 }
 
 func (w *Watch) full(st *state) error {
-	err := errkind.Errorf(errkind.Exhausted, "this agent's store is nearly full (%s of room left, under --min-free-disk %s): it takes no events until room comes back (its pending events still go out, and delivered ones leave the disk as --history-retention lets them go); retry later, or publish through another agent",
+	err := errkind.Errorf(errkind.Exhausted, "this agent's store is nearly full (%s of room left, under --min-free-disk %s): it takes no events until room comes back (its pending events still go out, and delivered ones leave the disk as --history-retention lets them go); retry later",
 		size(st.free), size(w.cfg.MinFree))
-	return errkind.WithInfo(err, DiskLowReason, map[string]string{"free_bytes": fmt.Sprint(st.free)})
+	return errkind.WithInfo(err, DiskLowReason, map[string]string{"room_bytes": fmt.Sprint(st.free)})
 }
 
 // Level is the disk's level and free bytes at the last look.

@@ -23,7 +23,13 @@ type fakeStore struct {
 
 func (f *fakeStore) watch(minFree int64) *diskroom.Watch {
 	return diskroom.New(diskroom.Config{Dir: "/data", MinFree: minFree, Room: func() (int64, error) { return f.room, f.err },
-		Pending: func() map[string]int { return f.pending }, Log: slog.New(slog.DiscardHandler)})
+		Pending: func() (map[string]int, int) {
+			total := 0
+			for _, n := range f.pending {
+				total += n
+			}
+			return f.pending, total
+		}, Log: slog.New(slog.DiscardHandler)})
 }
 
 // refusedBy is the DiskLowReason detail of a refusal (nil: err is nil),
@@ -61,11 +67,11 @@ func TestLevels(t *testing.T) {
 		t.Fatalf("at 15 MiB of room, min 10 MiB: level %v room %d, want low", level, room)
 	}
 	md := refusedBy(t, w.Admit("flood"))
-	if md == nil || md["customer"] != "flood" || md["free_bytes"] != "15728640" {
+	if md == nil || md["customer"] != "flood" || md["room_bytes"] != "15728640" {
 		t.Fatalf("low: the heavy customer's event is refused with %v, want its customer and the room in the detail", md)
 	}
 	err := w.Admit("flood")
-	for _, want := range []string{"15.0 MiB left", "under twice --min-free-disk 10.0 MiB", `customer "flood" holds 900 of its 1000 pending events`} {
+	for _, want := range []string{"15.0 MiB left", "under twice --min-free-disk 10.0 MiB", `customer "flood" holds 900 of the 1000 events pending in the cell`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("low refusal %q does not say %q", err, want)
 		}

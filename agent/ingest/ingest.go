@@ -362,6 +362,11 @@ func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav
 // keys, stores every delivery they make, all or nothing, and answers each
 // event (in request order).
 func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.PublishRequest, inBatch bool) ([]*rivorav1.PublishResponse, error) {
+	// Before any validation: a refused customer's retries cost little.
+	if err := g.roomFor(reqs, inBatch); err != nil {
+		accepted.WithLabelValues("failed").Add(float64(len(reqs)))
+		return nil, err
+	}
 	pubs := make([]publication, len(reqs))
 	for i, req := range reqs {
 		pub, err := g.prepare(ctx, req)
@@ -375,10 +380,6 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 		return nil, err
 	}
 	if err := g.edge.admit(); err != nil {
-		accepted.WithLabelValues("failed").Add(float64(len(reqs)))
-		return nil, err
-	}
-	if err := g.roomFor(reqs, inBatch); err != nil {
 		accepted.WithLabelValues("failed").Add(float64(len(reqs)))
 		return nil, err
 	}
