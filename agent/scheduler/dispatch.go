@@ -314,7 +314,7 @@ func (s *Scheduler) makeDue(l *Lane, now time.Time) {
 	}
 	d.due++
 	if !s.big(c.id) && d.configured && !d.paused && d.inFlight < d.inFlightCap() {
-		s.noteOthers(c.id)
+		s.noteOthersDue(c.id, d, now)
 	}
 	if !c.active {
 		c.active = true

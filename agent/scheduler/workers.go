@@ -104,6 +104,26 @@ func (s *Scheduler) othersFirst(now time.Time) bool {
 	return s.bigCustomers > 0 && (s.othersDue || !s.othersAt.IsZero() && !now.Before(s.othersAt))
 }
 
+// noteOthersDue notes a lane of the customer with id, not big, due on d,
+// whose in-flight cap has room: the look for others has something to
+// find now, or, while a big customer waits behind it and d has no token,
+// once the token comes (a look now would walk every due destination for
+// nothing). s.mu is held.
+func (s *Scheduler) noteOthersDue(id string, d *destination, now time.Time) {
+	if s.bigCustomers == 0 {
+		s.noteOthers(id)
+		return
+	}
+	wait := d.budget.Wait(now)
+	if wait == 0 {
+		s.noteOthers(id)
+		return
+	}
+	if at := now.Add(wait); s.othersAt.IsZero() || at.Before(s.othersAt) {
+		s.othersAt = at
+	}
+}
+
 // noteOthers notes that something of the customer with id changed that
 // may let pick hand it an attempt (othersFirst). It keeps which customer
 // that was while it is one alone: a customer whose own lanes were all
