@@ -23,11 +23,12 @@ import "time"
 // attempts free go to the others first: while another customer's due
 // lane waits for a worker, a big customer takes none of the reserve
 // either (a worker freed into the reserve would go back to it, and the
-// others' destinations with attempts out never grow). It still takes
-// what nobody else is waiting for, so a big customer that alone has work keeps every
-// worker busy; another customer's attempt arriving when every worker is
-// taken waits for the first of them to end. Attempts of events published
-// without a customer are not counted by customer.
+// others' destinations with attempts out would never grow). It still
+// takes what nobody else is waiting for, so a big customer that alone
+// has work keeps every worker busy; another customer's attempt arriving
+// when every worker is taken waits for the first of them to end.
+// Attempts of events published without a customer are not counted by
+// customer.
 
 // LimitWorkers tells the scheduler how many delivery workers take its
 // attempts (0: not counted, as when a test takes them itself). Each
@@ -65,7 +66,7 @@ func (s *Scheduler) freeWorker(a *Attempt) bool {
 	}
 	a.worker = false
 	s.busy--
-	if s.othersWaiting || a.Lane.dest.due > 0 && !s.onlyBig(a.Lane.dest) {
+	if s.bigCustomers > 0 && (s.othersWaiting || a.Lane.dest.due > 0 && !s.onlyBig(a.Lane.dest)) {
 		// Its worker, or its slot (a shared destination at its
 		// in-flight cap), may be what another customer's due lane
 		// waited for.
@@ -97,8 +98,9 @@ func (s *Scheduler) freeWorker(a *Attempt) bool {
 // since the last look found none another customer's lane became due, an
 // attempt ended on a destination where another customer has a due lane
 // (or one of that customer's ended), a destination's limits, pause or
-// health changed, or the budget wait that look found has passed. (Between these the look would find nothing: it walks every
-// due destination, thousands of a big customer's, for nothing.) s.mu is
+// health changed, or the budget wait that look found has passed.
+// (Between these the look would find nothing: it walks every due
+// destination, thousands of a big customer's, for nothing.) s.mu is
 // held.
 func (s *Scheduler) othersFirst(now time.Time) bool {
 	return s.bigCustomers > 0 && (s.othersDue || !s.othersAt.IsZero() && !now.Before(s.othersAt))
