@@ -4,6 +4,9 @@
 // dev server, the partner and the poll loop are the shared TypeScript test
 // kit's (testkit/ts); what is only the console's is here.
 import { execFile } from "node:child_process";
+import { once } from "node:events";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import type { Page } from "playwright-core";
@@ -38,7 +41,7 @@ export async function rivoractl(bin: string, dev: Dev, token: string, ...args: s
 export const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
 
 /** Signs in with token and waits until the console names the token. */
-export async function signIn(page: Page, dev: Dev, token: string, name: string): Promise<void> {
+export async function signIn(page: Page, dev: { url: string }, token: string, name: string): Promise<void> {
   await page.goto(`${dev.url}/console/`);
   await page.getByLabel("Token").fill(token);
   await page.getByRole("button", { name: "Sign in" }).click();
@@ -89,4 +92,68 @@ export async function redrawn(page: Page, selector: string, timeoutMs = 30_000):
   const el = await page.locator(selector).first().elementHandle();
   if (!el) throw new Error(`redrawn: nothing matches ${selector}`);
   await page.waitForFunction((e) => !e.isConnected, el, { timeout: timeoutMs });
+}
+
+/** A Gate holds the calls it matches at a SlowProxy until released. */
+export interface Gate {
+  /** held counts the calls the gate has held so far. */
+  held(): number;
+  /** release lets every held call (and every later one) through. */
+  release(): void;
+}
+
+/**
+ * SlowProxy is a real HTTP proxy on 127.0.0.1 in front of a server: the
+ * browser loads the console from it, and a gate holds the calls it
+ * names until the test releases them (a slow network, with nothing in the
+ * page mocked). A call whose server does not answer is cut, as a refused
+ * connection is.
+ */
+export interface SlowProxy {
+  url: string;
+  /** hold holds every call whose path matches, until the gate is released. */
+  hold(matches: (path: string) => boolean): Gate;
+  close(): Promise<void>;
+}
+
+export async function startProxy(target: string): Promise<SlowProxy> {
+  const gates: { matches: (path: string) => boolean; open: Promise<void>; count: number }[] = [];
+  const up = new URL(target);
+  const srv = http.createServer((req, res) => {
+    const forward = (): void => {
+      const out = http.request({ host: up.hostname, port: up.port, method: req.method, path: req.url, headers: req.headers }, (answer) => {
+        res.writeHead(answer.statusCode ?? 502, answer.headers);
+        answer.pipe(res);
+      });
+      out.on("error", () => res.destroy());
+      req.pipe(out);
+    };
+    const gate = gates.find((g) => g.matches(req.url ?? ""));
+    if (!gate) return forward();
+    gate.count++;
+    void gate.open.then(forward);
+  });
+  srv.listen(0, "127.0.0.1");
+  await once(srv, "listening");
+  return {
+    url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`,
+    hold(matches) {
+      let release!: () => void;
+      const g = { matches, open: new Promise<void>((r) => (release = r)), count: 0 };
+      gates.push(g);
+      return {
+        held: () => g.count,
+        release: () => {
+          const i = gates.indexOf(g);
+          if (i >= 0) gates.splice(i, 1);
+          release();
+        },
+      };
+    },
+    async close() {
+      srv.closeAllConnections();
+      srv.close();
+      await once(srv, "close");
+    },
+  };
 }

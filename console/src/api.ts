@@ -11,6 +11,7 @@ import { LaneService } from "../../sdk/typescript/src/gen/rivora/v1/lanes_pb.js"
 import { EventTypeService, SubscriptionService } from "../../sdk/typescript/src/gen/rivora/v1/subscriptions_pb.js";
 import { TokenService } from "../../sdk/typescript/src/gen/rivora/v1/tokens_pb.js";
 import { bearerAuth } from "./bearer.js";
+import { unreachable, type Failure } from "./freshness.js";
 import { roleName, withoutCliHints, type RoleName } from "./format.js";
 
 // The token lives in sessionStorage only: it ends with the tab, and
@@ -38,9 +39,12 @@ export function onSignedOut(fn: (why: string) => void): void {
 
 const bearer = bearerAuth(token, (why) => signedOut?.(why));
 
+/** Where Rivora is: the console is served by the server it calls. */
+export const origin = window.location.origin;
+
 // Binary protobuf: a 2,000-destination health snapshot is several times
 // smaller and faster to encode and decode than its JSON.
-const transport = createConnectTransport({ baseUrl: window.location.origin, interceptors: [bearer], useBinaryFormat: true });
+const transport = createConnectTransport({ baseUrl: origin, interceptors: [bearer], useBinaryFormat: true });
 
 export const admin: Client<typeof AdminService> = createClient(AdminService, transport);
 export const archive: Client<typeof ArchiveService> = createClient(ArchiveService, transport);
@@ -77,7 +81,8 @@ export function isFailedPrecondition(err: unknown): boolean {
 /** An error in plain words: the server's message, with its code spelled out. */
 export function errorText(err: unknown): string {
   const e = ConnectError.from(err);
-  if (networkError(e)) return "cannot reach Rivora: it may be restarting, or the network is down";
+  const away = unreachable(e, navigator.onLine);
+  if (away !== undefined) return `cannot reach Rivora at ${origin}: ${away}`;
   const what = Code[e.code]?.replace(/([a-z])([A-Z])/g, "$1 $2").toLowerCase() ?? "error";
   // The code goes with the first line: the lines after it, if any, quote
   // what the message is about (a filter, with a caret under a column).
@@ -91,10 +96,15 @@ export function problemText(err: unknown): string {
   return errorText(err);
 }
 
-// networkError: the request never got an answer (the browser's fetch
-// failed: server down, connection refused, offline).
-function networkError(e: ConnectError): boolean {
-  return e.code === Code.Unknown && /Failed to fetch|NetworkError|Load failed|fetch failed/i.test(e.rawMessage);
+/** isUnreachable: the call got no answer from Rivora (freshness.ts unreachable). */
+export function isUnreachable(err: unknown): boolean {
+  return unreachable(err, navigator.onLine) !== undefined;
+}
+
+/** failureOf: why a read failed, as a view's line says it (freshness.ts). */
+export function failureOf(err: unknown): Failure {
+  const away = unreachable(err, navigator.onLine);
+  return away === undefined ? { unreachable: false, text: errorText(err) } : { unreachable: true, reason: away };
 }
 
 export function isUnauthenticated(err: unknown): boolean {

@@ -1,9 +1,10 @@
 // Agents: the cell as the control plane sees it, and the edges that
 // forward events into it.
 import type { EdgeStatus } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
-import { admin, date, errorText, when } from "../api.js";
-import { h, replace, status, table } from "../dom.js";
+import { admin, date, when } from "../api.js";
+import { h, replace, table } from "../dom.js";
 import { counted, formatBytes, formatDuration } from "../format.js";
+import { loadLine } from "../loadline.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 
@@ -51,11 +52,11 @@ function edgesTable(edges: EdgeStatus[], now: Date): HTMLElement {
 }
 
 export const agentsPage: Page = (main) => {
-  const st = status();
+  const load = loadLine("agents and edges");
   const body = h("div", { "data-testid": "agents" });
   const edges = h("div", { "data-testid": "edges" });
   const version = h("p");
-  replace(main, h("h1", {}, "Agents"), version, st.el, body, h("h2", {}, "Edges"), edges);
+  replace(main, h("h1", {}, "Agents"), version, load.el, body, h("h2", {}, "Edges"), edges);
   const p = poll(async () => {
     try {
       const r = await admin.getConfigStatus({});
@@ -75,9 +76,9 @@ export const agentsPage: Page = (main) => {
         ], r.agents, undefined, "No agent has connected."),
       );
       replace(edges, edgesTable(r.edges, new Date()));
-      st.clear();
+      load.ok();
     } catch (err) {
-      st.error(`Could not load agents: ${errorText(err)}`);
+      load.failed(err);
     }
   });
   return () => p.stop();

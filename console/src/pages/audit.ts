@@ -1,16 +1,17 @@
 // Audit: every configuration change, newest first, with who made it.
-import { admin, errorText, when } from "../api.js";
-import { field, h, replace, status, submitForm, table } from "../dom.js";
+import { admin, when } from "../api.js";
+import { field, h, replace, submitForm, table } from "../dom.js";
+import { loadLine } from "../loadline.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 
 export const auditPage: Page = (main) => {
-  const st = status();
+  const load = loadLine("the audit log");
   const dest = h("input", { type: "text", name: "destination" });
   dest.addEventListener("change", () => p.now());
   const body = h("div", { "data-testid": "audit" });
   // Enter in the filter shows its changes at once, as leaving the field does.
-  replace(main, h("h1", {}, "Audit"), submitForm({ class: "filters" }, () => p.now(), field("Destination", dest), h("button", { type: "submit" }, "Show")), st.el, body);
+  replace(main, h("h1", {}, "Audit"), submitForm({ class: "filters" }, () => p.now(), field("Destination", dest), h("button", { type: "submit" }, "Show")), load.el, body);
   const p = poll(async () => {
     try {
       const r = await admin.listAudit({ limit: 200, destinationId: dest.value.trim() });
@@ -26,9 +27,9 @@ export const auditPage: Page = (main) => {
           { label: "Version", cell: (e) => String(e.version), className: "num" },
         ], [...r.entries].reverse(), undefined, "No change yet."),
       );
-      st.clear();
+      load.ok();
     } catch (err) {
-      st.error(`Could not load the audit log: ${errorText(err)}`);
+      load.failed(err);
     }
   });
   return () => p.stop();

@@ -10,6 +10,7 @@ import { currentCustomer, customerPicker } from "../customer.js";
 import { foldStats, type StatCount, type StatRow } from "../deadletterstats.js";
 import { field, h, replace, status, submitForm, table } from "../dom.js";
 import { can, formatCount, utcInput, withoutCliHints } from "../format.js";
+import { loadLine, type LoadLine } from "../loadline.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 
@@ -54,7 +55,7 @@ export const reasonNames: Record<number, string> = {
 export const deadLettersPage: Page = (main, me, args) => {
   const self = can(me.role, "self-serve");
   const customer = self ? currentCustomer(me) : "";
-  const st = status();
+  const st = status(); // reading one dead letter
   const dest = h("input", { type: "text", name: "destination" });
   const cust = h("input", { type: "text", name: "customer" });
   const sub = h("input", { type: "text", name: "subscription" });
@@ -68,7 +69,9 @@ export const deadLettersPage: Page = (main, me, args) => {
   const since = h("input", { type: "datetime-local", name: "since" });
   const until = h("input", { type: "datetime-local", name: "until" });
   const overview = h("section", { "data-testid": "dead-letter-stats" });
-  const sst = status(); // the counts' refresh
+  const counts = loadLine("the dead-letter counts");
+  // The search's: nothing until a search is made.
+  const found = loadLine("the matching dead letters", { idle: true });
   const results = h("div", { "data-testid": "dead-letters" });
   // One dead letter, as it was read when chosen: the refresh leaves it be.
   const detail = h("section", { class: "detail", "data-testid": "dead-letter" });
@@ -90,10 +93,11 @@ export const deadLettersPage: Page = (main, me, args) => {
     h("h1", {}, "Dead letters"),
     self ? customerPicker(me) : "",
     st.el,
-    sst.el,
+    counts.el,
     overview,
     h("h2", {}, "Narrow the search"),
     form,
+    found.el,
     results,
     detail,
     replayBox,
@@ -113,16 +117,24 @@ export const deadLettersPage: Page = (main, me, args) => {
   // the form holds while someone types a new one.
   let searched: ReturnType<typeof filter> | undefined;
 
-  // Choosing a row of the overview lists its dead letters.
-  const choose = (destination: string, subscription: string): void => {
-    dest.value = destination;
-    sub.value = subscription;
+  // A new search: the last one's list goes (it answered another filter)
+  // and the page says it loads until this one answers.
+  const ask = (): void => {
     searched = filter();
+    replace(results);
+    found.again();
     void search();
     drawReplay();
   };
 
-  const loadStats = (): Promise<void> => drawStats(overview, sst, self, customer, choose);
+  // Choosing a row of the overview lists its dead letters.
+  const choose = (destination: string, subscription: string): void => {
+    dest.value = destination;
+    sub.value = subscription;
+    ask();
+  };
+
+  const loadStats = (): Promise<void> => drawStats(overview, counts, self, customer, choose);
 
   const search = async (): Promise<void> => {
     const f = searched;
@@ -147,9 +159,9 @@ export const deadLettersPage: Page = (main, me, args) => {
           { label: "Replayed", cell: (d) => when(d.replayedAt) || "not yet" },
         ], rows, (d) => ({ "data-event": d.event?.eventId ?? "", "data-destination": d.event?.destinationId ?? "" }), "No dead letter matches."),
       );
-      st.clear();
+      found.ok();
     } catch (err) {
-      st.error(`Search failed: ${errorText(err)}`);
+      if (f === searched) found.failed(err);
     }
   };
 
@@ -186,6 +198,7 @@ export const deadLettersPage: Page = (main, me, args) => {
         h("h3", {}, `Payload (${ev.contentType || "unknown type"}, ${ev.payload.length} bytes)`),
         h("pre", { class: "payload" }, new TextDecoder("utf-8", { fatal: false }).decode(ev.payload)),
       );
+      st.clear();
       // It opens below the list: bring it into view, and the keyboard
       // (and a screen reader) to its heading.
       detail.scrollIntoView({ block: "start" });
@@ -197,9 +210,7 @@ export const deadLettersPage: Page = (main, me, args) => {
 
   form.addEventListener("submit", (e) => {
     e.preventDefault();
-    searched = filter();
-    void search();
-    drawReplay();
+    ask();
   });
 
 
@@ -310,7 +321,7 @@ export const deadLettersPage: Page = (main, me, args) => {
  * destination (operators) or per subscription (a customer, with its
  * customer filter), newest first; Show calls choose with the row.
  */
-async function drawStats(box: HTMLElement, st: ReturnType<typeof status>, self: boolean, customer: string, choose: (destination: string, subscription: string) => void): Promise<void> {
+async function drawStats(box: HTMLElement, load: LoadLine, self: boolean, customer: string, choose: (destination: string, subscription: string) => void): Promise<void> {
   try {
     const r = await archive.deadLetterStats({ filter: { customerId: customer }, bySubscription: self });
     const rows = foldStats(r.counts.map(statCount), self ? "subscription" : "destination");
@@ -336,10 +347,10 @@ async function drawStats(box: HTMLElement, st: ReturnType<typeof status>, self: 
         },
       ], rows, (x) => ({ "data-destination": x.destinationId, "data-subscription": x.subscriptionId }), "No dead letters: every event was delivered or is still on its way."),
     );
-    st.clear();
+    load.ok();
   } catch (err) {
-    // The last counts stay shown, under the error.
-    st.error(`Could not count the dead letters: ${errorText(err)}`);
+    // The last counts stay shown, under the notice.
+    load.failed(err);
   }
 }
 

@@ -7,6 +7,7 @@ import type { LaneSummary } from "../../../sdk/typescript/src/gen/rivora/v1/lane
 import { admin, date, duration, errorText, events, lanes, problemText, seconds, when } from "../api.js";
 import { action, busy, disable, drawnBusy, isBusy, swap } from "../busy.js";
 import { field, h, replace, status, submitForm, table } from "../dom.js";
+import { loadLine } from "../loadline.js";
 import { bounds, countOf, drainPreview, durationOf, rateOf } from "../limits.js";
 import { can, displayState, formatCount, formatDuration, formatRate, formatShare } from "../format.js";
 import type { Page } from "../main.js";
@@ -38,10 +39,10 @@ const limitFields: { key: string; label: string; show: (l: GetLimitsResponse) =>
 
 export const destinationPage: Page = (main, me, [id = ""]) => {
   const steer = can(me.role, "steer");
-  const st = status();
   // Until the first answer, the page says it is loading (on a slow network
   // it stood blank, its Pause, Resume and Clear limit pressable).
-  const head = h("div", { class: "dest-head", "data-testid": "dest-head" }, h("p", { class: "muted", "data-testid": "loading" }, `Loading destination ${id}…`));
+  const load = loadLine(`destination ${id}`);
+  const head = h("div", { class: "dest-head", "data-testid": "dest-head" });
   const chart = h("figure", { class: "chart-box" });
   const transitions = h("section", {}, h("h2", {}, "Health transitions"));
   const transList = h("div", { "data-testid": "transitions" });
@@ -80,7 +81,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
     h("p", {}, h("a", { href: "#/destinations" }, "← Destinations")),
     h("h1", {}, `Destination ${id}`),
     h("p", {}, h("a", { href: `#/subscriptions/destination/${encodeURIComponent(id)}` }, "Subscriptions to it →"), " · ", h("a", { href: `#/dead-letters/${encodeURIComponent(id)}` }, "Its dead-lettered events →")),
-    st.el,
+    load.el,
     head,
     chart,
     act.el,
@@ -112,10 +113,9 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       authBox.draw(dest, health);
       signingBox.draw(dest);
       act.update();
-      st.clear();
+      load.ok();
     } catch (err) {
-      st.error(`Could not load destination ${id}: ${errorText(err)}`);
-      if (!dest) replace(head);
+      load.failed(err);
     }
   };
 

@@ -1,7 +1,7 @@
 // Destinations: every destination's health at a glance, noisiest first.
 import type { Destination, DestinationHealth } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
-import { admin, errorText, seconds } from "../api.js";
-import { field, h, replace, status, table, type Column } from "../dom.js";
+import { admin, seconds } from "../api.js";
+import { field, h, replace, table, type Column } from "../dom.js";
 import {
   displayState,
   formatCount,
@@ -13,6 +13,7 @@ import {
   type DestinationRow,
   type SortKey,
 } from "../format.js";
+import { loadLine } from "../loadline.js";
 import type { Page } from "../main.js";
 import { interval, poll } from "../poll.js";
 
@@ -58,7 +59,7 @@ export const destinationsPage: Page = (main) => {
   // What ListDestinations said, for destinations no agent reports health of.
   let listed = new Map<string, Destination>();
   let listedAt = 0;
-  const st = status();
+  const load = loadLine("destinations");
   const summary = h("p", { class: "summary", "data-testid": "summary" });
   const holder = h("div", { "data-testid": "destinations" });
   // A filter by name: 1,000 rows are many to scroll. What is typed stays
@@ -68,7 +69,7 @@ export const destinationsPage: Page = (main) => {
     filtered = filter.value;
     draw();
   });
-  replace(main, h("h1", {}, "Destinations"), summary, h("div", { class: "filters", role: "search" }, field("Filter by id", filter)), st.el, holder);
+  replace(main, h("h1", {}, "Destinations"), summary, h("div", { class: "filters", role: "search" }, field("Filter by id", filter)), load.el, holder);
 
   const columns: { label: string; key: SortKey; cell: (r: DestinationRow) => string | Node; className?: string }[] = [
     { label: "Destination", key: "id", cell: (r) => h("a", { href: `#/destination/${encodeURIComponent(r.id)}` }, r.id) },
@@ -154,10 +155,10 @@ export const destinationsPage: Page = (main) => {
       }
       for (const [id, d] of listed) if (!got.has(id)) got.set(id, listedRow(d));
       rows = [...got.values()];
-      st.clear();
       draw();
+      load.ok();
     } catch (err) {
-      st.error(`Could not load destinations: ${errorText(err)}`);
+      load.failed(err);
     }
   };
   const p = poll(tick);

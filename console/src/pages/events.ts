@@ -1,8 +1,9 @@
 // Events: where one event is and its attempts; a lane's events.
 import { EventState, type GetEventResponse } from "../../../sdk/typescript/src/gen/rivora/v1/events_pb.js";
-import { errorText, events, when } from "../api.js";
+import { errorText, events, isUnreachable, when } from "../api.js";
 import { field, h, replace, status, submitForm, table } from "../dom.js";
 import { counted, formatDuration, tryView } from "../format.js";
+import { loadLine } from "../loadline.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 import { seconds } from "../api.js";
@@ -72,10 +73,12 @@ export function eventDetail(e: GetEventResponse): Node[] {
 // Both refresh (the event shown, the lane listed) while the forms keep
 // what is typed in them.
 export const eventsPage: Page = (main, _me, args) => {
-  // The look-up and the lane listing each have their own status line, so
-  // one's refresh does not clear the other's error.
+  // The look-up and the lane listing each have their own line, so one's
+  // refresh does not clear the other's error; st says why a look-up is
+  // refused (no id, not found), which is not retried.
   const st = status();
-  const lst = status();
+  const eventLoad = loadLine("the event", { idle: true });
+  const laneLoad = loadLine("the lane's events", { idle: true });
   const evId = h("input", { type: "text", name: "event-id" });
   const look = submitForm({ class: "filters" }, () => lookup(), field("Event id", evId), h("button", { type: "submit" }, "Look up"));
   const one = h("section", { "data-testid": "event" });
@@ -84,7 +87,7 @@ export const eventsPage: Page = (main, _me, args) => {
   const lane = h("input", { type: "text", name: "lane" });
   const list = submitForm({ class: "filters" }, () => listLane(), field("Destination", dest), field("Customer", cust), field("Lane", lane), h("button", { type: "submit" }, "List events"));
   const many = h("section", { "data-testid": "lane-events" });
-  replace(main, h("h1", {}, "Events"), look, st.el, one, h("h2", {}, "A lane's events"), list, lst.el, many);
+  replace(main, h("h1", {}, "Events"), look, st.el, eventLoad.el, one, h("h2", {}, "A lane's events"), list, laneLoad.el, many);
 
   // What the page shows, as asked (not as the forms hold it now): the
   // event looked up, once found, and the lane listed.
@@ -99,13 +102,19 @@ export const eventsPage: Page = (main, _me, args) => {
     asked = evId.value.trim();
     if (asked === "") {
       asked = undefined;
+      eventLoad.idle();
       st.error("Look-up needs an event id.");
       return;
     }
+    st.clear();
+    eventLoad.again(`event ${asked}`);
     p.now();
   };
   const listLane = (): void => {
     laneAsked = { destinationId: dest.value.trim(), customerId: cust.value.trim(), laneKey: lane.value.trim() };
+    // The last lane's list answered another lane.
+    replace(many);
+    laneLoad.again(`the events of lane ${laneAsked.laneKey}`);
     p.now();
   };
 
@@ -118,14 +127,17 @@ export const eventsPage: Page = (main, _me, args) => {
       replace(one, ...eventDetail(e));
       shown = id;
       asked = undefined;
-      st.clear();
+      eventLoad.ok();
     } catch (err) {
       if (id !== (asked ?? shown)) return;
-      if (asked !== undefined) {
+      if (asked !== undefined && !isUnreachable(err)) {
         asked = undefined; // not found stays not found: no retry each tick
+        eventLoad.idle();
         st.error(`Look-up failed: ${errorText(err)}`);
       } else {
-        st.error(`Could not refresh event ${id}: ${errorText(err)}`);
+        // Rivora not reached: the look-up is asked again each tick; an
+        // event shown stays, saying since when.
+        eventLoad.failed(err);
       }
     }
   };
@@ -149,18 +161,20 @@ export const eventsPage: Page = (main, _me, args) => {
           { label: "Last error", cell: (e) => e.lastError },
         ], r.events, (e) => ({ "data-event": e.eventId, "data-state": stateNames[e.state] ?? "" }), "No event matches."),
       );
-      lst.clear();
+      laneLoad.ok();
     } catch (err) {
-      lst.error(`Listing failed: ${errorText(err)}`);
+      if (q === laneAsked) laneLoad.failed(err);
     }
   };
 
   if (args.length === 1 && args[0]) {
     evId.value = args[0];
     asked = args[0];
+    eventLoad.again(`event ${asked}`);
   } else if (args.length === 3) {
     [dest.value, cust.value, lane.value] = args as [string, string, string];
     laneAsked = { destinationId: dest.value.trim(), customerId: cust.value.trim(), laneKey: lane.value.trim() };
+    laneLoad.again(`the events of lane ${laneAsked.laneKey}`);
   }
   const p = poll(async () => {
     await Promise.all([drawEvent(), drawLane()]);

@@ -5,16 +5,17 @@ import type { EventType } from "../../../sdk/typescript/src/gen/rivora/v1/subscr
 import { errorText, eventTypes, when } from "../api.js";
 import { busy, drawnBusy, isBusy } from "../busy.js";
 import { field, h, replace, status, table } from "../dom.js";
+import { loadLine } from "../loadline.js";
 import { can, counted } from "../format.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 
 export const eventTypesPage: Page = (main, me) => {
-  const st = status(); // loading the catalogue
+  const load = loadLine("the event-type catalogue");
   const ast = status("action"); // what an action did
   const mode = h("p", { "data-testid": "catalogue-mode" });
   const list = h("div", { "data-testid": "event-types" });
-  replace(main, h("h1", {}, "Event types"), mode, st.el, list, ast.el, can(me.role, "admin") ? createForm() : "");
+  replace(main, h("h1", {}, "Event types"), mode, load.el, list, ast.el, can(me.role, "admin") ? createForm() : "");
 
   function draw(types: EventType[], strict: boolean): void {
     mode.textContent = strict
@@ -82,9 +83,9 @@ export const eventTypesPage: Page = (main, me) => {
     try {
       const r = await eventTypes.listEventTypes({ includeDeprecated: true });
       draw(r.eventTypes, r.strict);
-      st.clear();
+      load.ok();
     } catch (err) {
-      st.error(`Could not load the catalogue: ${errorText(err)}`);
+      load.failed(err);
     }
   });
   return () => p.stop();

@@ -9,6 +9,7 @@ import { currentCustomer, customerPicker } from "../customer.js";
 import { field, h, replace, status, submitForm } from "../dom.js";
 import type { Page } from "../main.js";
 import { counted } from "../format.js";
+import { loadLine } from "../loadline.js";
 import { poll } from "../poll.js";
 import { eventDetail, stateNames } from "./events.js";
 import { deliveriesTable } from "./subscription.js";
@@ -16,10 +17,11 @@ import { deliveriesTable } from "./subscription.js";
 // #/events lists a subscription's events; #/events/<id> shows one event.
 export const myEventsPage: Page = (main, me, args) => {
   const customer = currentCustomer(me);
-  // The look-up and the polled listing each have their own status line:
-  // shared, the listing's next poll cleared a failed look-up's error.
+  // The look-up and the polled listing each have their own line: shared,
+  // the listing's next poll cleared a failed look-up's error.
   const st = status();
-  const lst = status();
+  const eventLoad = loadLine("the event", { once: true, idle: true });
+  const listLoad = loadLine("your events");
   const evId = h("input", { type: "text", name: "event-id" });
   const look = h("form", { class: "filters" }, field("Event id", evId), h("button", { type: "submit" }, "Look up"));
   const one = h("section", { "data-testid": "event" });
@@ -33,7 +35,7 @@ export const myEventsPage: Page = (main, me, args) => {
   const lane = h("input", { type: "text", name: "lane" });
   const list = h("form", { class: "filters" }, field("Subscription", sub), field("State", state), field("Lane", lane), h("button", { type: "submit" }, "List events"));
   const many = h("section", { "data-testid": "my-events" });
-  replace(main, h("h1", {}, "Your events"), customerPicker(me), look, st.el, one, h("h2", {}, "A subscription's events"), list, lst.el, many);
+  replace(main, h("h1", {}, "Your events"), customerPicker(me), look, st.el, eventLoad.el, one, h("h2", {}, "A subscription's events"), list, listLoad.el, many);
   let subs: Subscription[] | undefined; // until listed
 
   const lookup = async (): Promise<void> => {
@@ -42,31 +44,41 @@ export const myEventsPage: Page = (main, me, args) => {
     // if it were the one asked for.
     replace(one);
     if (id === "") {
+      eventLoad.idle();
       st.error("Look-up needs an event id.");
       return;
     }
+    st.clear();
+    eventLoad.again(`event ${id}`);
     try {
       const e = await events.getEvent({ eventId: id });
       replace(one, ...eventDetail(e), resendBox(e.eventId, e.state));
-      st.clear();
+      eventLoad.ok();
     } catch (err) {
+      eventLoad.idle();
       st.error(`Look-up failed: ${errorText(err)}`);
     }
   };
 
+  // The subscriptions are listed once (the select lists them), and
+  // again on each refresh until that succeeds; then their events.
   const listEvents = async (): Promise<void> => {
-    if (subs === undefined) return;
-    const s = subs.find((x) => x.id === sub.value);
-    if (!s) {
-      replace(many, h("p", { class: "muted" }, "No subscription yet: events are listed per subscription."));
-      return;
-    }
     try {
+      if (subs === undefined) {
+        subs = (await subscriptions.listSubscriptions({ customerId: customer })).subscriptions.filter((s) => s.customerId === customer);
+        replace(sub, ...subs.map((s) => h("option", { value: s.id }, `${s.id} → ${s.destinationId} (${s.types.join(", ")})`)));
+      }
+      const s = subs.find((x) => x.id === sub.value);
+      if (!s) {
+        replace(many, h("p", { class: "muted" }, "No subscription yet: events are listed per subscription."));
+        listLoad.ok();
+        return;
+      }
       const r = await events.listEvents({ destinationId: s.destinationId, customerId: customer, subscriptionId: s.id, laneKey: lane.value.trim(), state: Number(state.value) as EventState, limit: 100 });
       replace(many, deliveriesTable(`${counted(r.events.length, "event")} of ${s.id} (to ${s.destinationId}), newest first${r.truncated ? "; more matched" : ""}`, r.events, "No event matches."));
-      lst.clear();
+      listLoad.ok();
     } catch (err) {
-      lst.error(`Listing failed: ${errorText(err)}`);
+      listLoad.failed(err);
     }
   };
 
@@ -77,15 +89,6 @@ export const myEventsPage: Page = (main, me, args) => {
     void lookup();
   }
   const p = poll(listEvents);
-  void (async () => {
-    try {
-      subs = (await subscriptions.listSubscriptions({ customerId: customer })).subscriptions.filter((s) => s.customerId === customer);
-      replace(sub, ...subs.map((s) => h("option", { value: s.id }, `${s.id} → ${s.destinationId} (${s.types.join(", ")})`)));
-      p.now();
-    } catch (err) {
-      lst.error(`Could not list your subscriptions: ${errorText(err)}`);
-    }
-  })();
   return () => p.stop();
 };
 

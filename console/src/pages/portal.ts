@@ -9,6 +9,7 @@ import { currentCustomer, customerPicker } from "../customer.js";
 import { field, h, replace, status, submitForm, table } from "../dom.js";
 import type { Page } from "../main.js";
 import { counted } from "../format.js";
+import { loadLine, type LoadLine } from "../loadline.js";
 import { poll } from "../poll.js";
 import { createForm, secretOnce } from "./subscriptionforms.js";
 import { destState, pauseButton, pauseKey, routeColumns, signedWith, subLink, subState } from "./subscriptions.js";
@@ -17,7 +18,7 @@ import { commaList } from "../subscriptions.js";
 
 export const portalPage: Page = (main, me) => {
   const customer = currentCustomer(me);
-  const st = status();
+  const load = loadLine("your subscriptions");
   const ast = status("action");
   const list = h("div", { "data-testid": "my-subscriptions" });
   const created = h("div");
@@ -59,7 +60,7 @@ export const portalPage: Page = (main, me) => {
     h("h1", {}, "Your subscriptions"),
     customerPicker(me),
     h("p", { class: "muted" }, "Each subscription sends your events of some types to a destination. A paused subscription holds its events until you resume it."),
-    st.el,
+    load.el,
     list,
     ast.el,
     created,
@@ -87,9 +88,9 @@ export const portalPage: Page = (main, me) => {
     try {
       subs = (await subscriptions.listSubscriptions({ customerId: customer })).subscriptions.filter((s) => s.customerId === customer);
       drawList();
-      st.clear();
+      load.ok();
     } catch (err) {
-      st.error(`Could not list your subscriptions: ${errorText(err)}`);
+      load.failed(err);
     }
   };
 
@@ -118,16 +119,19 @@ export const portalPage: Page = (main, me) => {
     },
   });
   const drawOwn = (): void => own.draw(usable.filter((d) => !gone.has(d.id)));
+  // Listed once, and again after each add or delete: a failed listing
+  // keeps the last one shown (it read "None yet." when it failed).
   const loadEndpoints = async (): Promise<void> => {
     try {
       const listed = (await admin.listDestinations({})).destinations.filter((d) => !d.ownerCustomer || d.ownerCustomer === customer);
       // Once a listing no longer has it, nothing need hide it.
       gone = new Set([...gone].filter((id) => listed.some((d) => d.id === id)));
       usable = listed;
-    } catch {
-      usable = []; // not listed to this token: the customer types the id its operator gave it
+      drawOwn();
+      own.load.ok();
+    } catch (err) {
+      own.load.failed(err);
     }
-    drawOwn();
   };
   void loadEndpoints();
 
@@ -135,21 +139,24 @@ export const portalPage: Page = (main, me) => {
   return () => p.stop();
 };
 
-/** The catalogue: what the customer may subscribe to; choosing a type adds it to the form. */
+/** The catalogue: what the customer may subscribe to; choosing a type adds it to the form. Read once. */
 async function drawCatalogue(box: HTMLElement, pick: (name: string) => void): Promise<void> {
+  const load = loadLine("the event-type catalogue", { once: true });
+  const body = h("div");
+  replace(box, h("h2", {}, "Event types you can subscribe to"), load.el, body);
   try {
     const r = await eventTypes.listEventTypes({});
     replace(
-      box,
-      h("h2", {}, "Event types you can subscribe to"),
+      body,
       table<EventType>(`${r.eventTypes.length} types in the catalogue${r.strict ? " (only these are accepted)" : ""}`, [
         { label: "Type", cell: (t) => h("button", { type: "button", class: "link", title: "Add to the new subscription's types", onclick: () => pick(t.name) }, t.name) },
         { label: "Description", cell: (t) => t.description },
         { label: "Schema", cell: (t) => (t.schema ? "validated" : "any JSON") },
       ], r.eventTypes.filter((t) => !t.deprecated), undefined, "The catalogue is empty: any type (or * for all) may be subscribed to."),
     );
+    load.ok();
   } catch (err) {
-    replace(box, h("p", { class: "muted" }, `The event-type catalogue could not be read: ${errorText(err)}`));
+    load.failed(err);
   }
 }
 
@@ -168,7 +175,7 @@ interface EndpointEvents {
  * for its own URL (a new one's secret shown once). The form is made once,
  * so what is typed in it outlives a redraw of the table.
  */
-function endpointsBox(box: HTMLElement, customer: string, on: EndpointEvents): { draw: (usable: Destination[]) => void } {
+function endpointsBox(box: HTMLElement, customer: string, on: EndpointEvents): { draw: (usable: Destination[]) => void; load: LoadLine } {
   const id = h("input", { type: "text", name: "endpoint-id", placeholder: `${customer}-hooks` });
   const url = h("input", { type: "url", name: "endpoint-url", placeholder: "https://hooks.example.com/rivora" });
   // The box's own status line, beside its form: the page's is at its top,
@@ -176,6 +183,8 @@ function endpointsBox(box: HTMLElement, customer: string, on: EndpointEvents): {
   const est = status("action");
   const shown = h("div");
   const list = h("div");
+  // Listed once, and after each change: a failure does not say it retries.
+  const load = loadLine("your endpoints", { once: true });
   const heading = h("h2", { tabindex: -1 }, "Your own endpoints");
   const addBtn = h("button", { type: "submit" }, "Add endpoint");
   const form = submitForm({ class: "filters" }, () => void add(), field("Endpoint id", id), field("URL", url), addBtn);
@@ -209,8 +218,9 @@ function endpointsBox(box: HTMLElement, customer: string, on: EndpointEvents): {
       est.error(`Deleting ${d.id} failed: ${errorText(err)}`);
     }
   };
-  replace(box, heading, h("p", { class: "muted" }, "A destination for a URL of yours, with default limits; only you may subscribe to it. It can be deleted once no subscription delivers to it."), list, form, est.el, shown);
+  replace(box, heading, h("p", { class: "muted" }, "A destination for a URL of yours, with default limits; only you may subscribe to it. It can be deleted once no subscription delivers to it."), load.el, list, form, est.el, shown);
   return {
+    load,
     draw: (usable) =>
       replace(
         list,

@@ -8,6 +8,7 @@ import { errorText, events, isFailedPrecondition, subscriptions, when, type Me }
 import { action, busy, isBusy, swap } from "../busy.js";
 import { field, h, noticeNext, replace, status, submitForm, table } from "../dom.js";
 import { can, counted, formatCount } from "../format.js";
+import { loadLine } from "../loadline.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 import { editForm, rotateForm, testEventForm } from "./subscriptionforms.js";
@@ -37,11 +38,11 @@ export function deliveriesTable(caption: string, evs: EventSummary[], empty: str
 
 export const subscriptionPage: Page = (main, me, [id = ""]) => {
   const { manage, test } = rights(me);
-  const st = status();
+  const load = loadLine(`subscription ${id}`);
   const summary = h("section", { "data-testid": "subscription" });
   const deliveries = h("section", { "data-testid": "deliveries" });
   const actions = h("section", { class: "actions" });
-  replace(main, h("p", {}, h("a", { href: "#/subscriptions" }, "← Subscriptions")), h("h1", {}, `Subscription ${id}`), st.el, summary, actions, deliveries);
+  replace(main, h("p", {}, h("a", { href: "#/subscriptions" }, "← Subscriptions")), h("h1", {}, `Subscription ${id}`), load.el, summary, actions, deliveries);
 
   let sub: Subscription | undefined;
   let built = false;
@@ -65,9 +66,9 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
       if (!built) buildActions(sub);
       const evs = await events.listEvents({ destinationId: sub.destinationId, customerId: sub.customerId, subscriptionId: sub.id, limit: 20 });
       replace(deliveries, h("h2", {}, "Last deliveries"), deliveriesTable(`The subscription's last ${evs.events.length} events, newest first`, evs.events, "No event yet: send a test event."));
-      st.clear();
+      load.ok();
     } catch (err) {
-      st.error(`Could not load subscription ${id}: ${errorText(err)}`);
+      load.failed(err);
     }
   };
 

@@ -6,6 +6,7 @@ import { errorText, subscriptions } from "../api.js";
 import { busy, drawnBusy, isBusy } from "../busy.js";
 import { field, h, replace, status, table, type Child, type Column } from "../dom.js";
 import { can, counted, formatCount } from "../format.js";
+import { loadLine } from "../loadline.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
 
@@ -74,7 +75,7 @@ type GroupBy = "destination" | "customer";
 // #/subscriptions, #/subscriptions/destination/<id>, #/subscriptions/customer/<id>.
 export const subscriptionsPage: Page = (main, me, args) => {
   const steer = can(me.role, "steer");
-  const st = status();
+  const load = loadLine("subscriptions");
   const dest = h("input", { type: "text", name: "destination" });
   const cust = h("input", { type: "text", name: "customer" });
   const group = h("select", { name: "group-by" }, h("option", { value: "destination" }, "destination"), h("option", { value: "customer" }, "customer"));
@@ -88,7 +89,7 @@ export const subscriptionsPage: Page = (main, me, args) => {
     h("p", { class: "muted" }, "Which customer's events of which types go to which destination. A paused subscription holds its events."),
     form,
     steer ? h("div", {}, field("Reason for pausing", reason), ast.el) : h("p", { class: "muted", "data-testid": "read-only" }, `Signed in as ${me.role}: read only.`),
-    st.el,
+    load.el,
     holder,
   );
   if (args[0] === "destination" || args[0] === "customer") {
@@ -158,9 +159,9 @@ export const subscriptionsPage: Page = (main, me, args) => {
     try {
       const r = await subscriptions.listSubscriptions({ destinationId: dest.value.trim(), customerId: cust.value.trim() });
       draw(r.subscriptions);
-      st.clear();
+      load.ok();
     } catch (err) {
-      st.error(`Could not list subscriptions: ${errorText(err)}`);
+      load.failed(err);
     }
   };
   form.addEventListener("submit", (e) => {

@@ -6,6 +6,7 @@ import { Role } from "../../../sdk/typescript/src/gen/rivora/v1/tokens_pb.js";
 import { date, duration, errorText, tokens, when } from "../api.js";
 import { busy, drawnBusy, isBusy } from "../busy.js";
 import { field, h, replace, status, table } from "../dom.js";
+import { loadLine } from "../loadline.js";
 import { counted, customerList, parseDuration, roleName } from "../format.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
@@ -19,10 +20,10 @@ const roles: [Role, string][] = [
 ];
 
 export const tokensPage: Page = (main, me) => {
-  const st = status(); // loading the list
+  const load = loadLine("tokens");
   const ast = status("action"); // what a revoke did
   const list = h("div", { "data-testid": "tokens" });
-  replace(main, h("h1", {}, "Tokens"), h("p", {}, "Each call carries one of these. Rivora keeps a token's hash, never the token: a new one is shown once, when it is created."), st.el, list, ast.el, createForm());
+  replace(main, h("h1", {}, "Tokens"), h("p", {}, "Each call carries one of these. Rivora keeps a token's hash, never the token: a new one is shown once, when it is created."), load.el, list, ast.el, createForm());
 
   function draw(ts: ApiToken[]): void {
     replace(
@@ -112,9 +113,9 @@ export const tokensPage: Page = (main, me) => {
   const p = poll(async () => {
     try {
       draw((await tokens.listTokens({})).tokens);
-      st.clear();
+      load.ok();
     } catch (err) {
-      st.error(`Could not load tokens: ${errorText(err)}`);
+      load.failed(err);
     }
   });
   return () => p.stop();
