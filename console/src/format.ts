@@ -1,5 +1,6 @@
 // Pure formatting, naming, sorting and role rules: no DOM, no network, so
 // vitest checks them exactly.
+import type { EdgeStatus } from "../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
 
 /** Role names as WhoAmI's enum numbers them (rivora.v1.Role). */
 export type RoleName = "admin" | "operator" | "viewer" | "publisher" | "customer" | "unknown";
@@ -255,4 +256,15 @@ const flagExample = /\s*\(--[a-z][a-z-]*\b[^)]*\)/g;
 /** The customer ids typed in a field: comma- or space-separated, no empties. */
 export function customerList(text: string): string[] {
   return text.split(/[\s,]+/).filter((c) => c !== "");
+}
+
+/**
+ * An edge's buffer figure as the Agents page shows it: "unknown" before
+ * any report, and marked "(stale)" when the control plane judged the
+ * report too old to go by (a cut-off edge keeps what it held, and more),
+ * as rivoractl marks it.
+ */
+export function bufferFigure(e: EdgeStatus, figure: string): string {
+  if (!e.buffer) return "unknown";
+  return e.reportStale ? `${figure} (stale)` : figure;
 }

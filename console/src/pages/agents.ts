@@ -3,7 +3,7 @@
 import type { EdgeStatus } from "../../../sdk/typescript/src/gen/rivora/v1/admin_pb.js";
 import { admin, date, when } from "../api.js";
 import { h, replace, table } from "../dom.js";
-import { counted, formatBytes, formatDuration } from "../format.js";
+import { bufferFigure, counted, formatBytes, formatDuration } from "../format.js";
 import { loadLine } from "../loadline.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
@@ -39,15 +39,15 @@ export function edgeConnected(e: EdgeStatus): string {
 }
 
 function edgesTable(edges: EdgeStatus[], now: Date): HTMLElement {
-  return table(`${edges.length} edges`, [
+  return table(counted(edges.length, "edge"), [
     { label: "Edge", cell: (e) => e.name },
     { label: "Connected", cell: (e) => h("span", { class: e.connected ? "state state-healthy" : "state state-parked" }, edgeConnected(e)) },
     { label: "Watching", cell: (e) => (e.watching ? "yes" : "no") },
     { label: "Last seen", cell: (e) => when(e.lastSeen) || "not since the control plane started" },
-    { label: "Buffered events", cell: (e) => String(e.buffer?.bufferedEvents ?? 0n), className: "num" },
-    { label: "Buffered bytes", cell: (e) => formatBytes(Number(e.buffer?.bufferedBytes ?? 0n)), className: "num" },
-    { label: "Oldest buffered", cell: (e) => formatDuration(oldestBufferedAge(e, now)), className: "num" },
-    { label: "Forwarded", cell: (e) => String(e.buffer?.forwardedTotal ?? 0n), className: "num" },
+    { label: "Buffered events", cell: (e) => bufferFigure(e, String(e.buffer?.bufferedEvents ?? 0n)), className: "num" },
+    { label: "Buffered bytes", cell: (e) => bufferFigure(e, formatBytes(Number(e.buffer?.bufferedBytes ?? 0n))), className: "num" },
+    { label: "Oldest buffered", cell: (e) => bufferFigure(e, formatDuration(oldestBufferedAge(e, now))), className: "num" },
+    { label: "Forwarded", cell: (e) => bufferFigure(e, String(e.buffer?.forwardedTotal ?? 0n)), className: "num" },
   ], edges, (e) => ({ "data-edge": e.name }), "No edge has registered (`rivora edge` registers on its first connection).");
 }
 
