@@ -37,11 +37,14 @@ type Config struct {
 	// Name is the edge's name: its JetStream domain and its subject
 	// prefix (an id: letters, digits, '_', '-').
 	Name string
-	// MaxBytes bounds the unforwarded events (--max-buffer): past it a
-	// store is refused (IsFull), nothing stored is dropped. There is no
-	// age limit on the stream: --buffer-max-age refuses new events once
-	// the oldest unforwarded one is older (the edge's gateway), for an
-	// age limit would discard events the edge acknowledged.
+	// MaxBytes bounds the unforwarded events (--max-buffer): a request
+	// that would take the buffer past it is refused whole (Reserve),
+	// nothing stored is dropped. The stream's own MaxBytes is
+	// StreamMaxBytes(MaxBytes), past which JetStream refuses a store
+	// (IsFull). There is no age limit on the stream: --buffer-max-age
+	// refuses new events once the oldest unforwarded one is older (the
+	// edge's gateway), for an age limit would discard events the edge
+	// acknowledged.
 	MaxBytes int64
 	// DedupWindow is how long an event id is remembered at the edge.
 	DedupWindow time.Duration
@@ -106,6 +109,8 @@ func ForwardSubject(name, incarnation string) string {
 type Buffer struct {
 	name   string
 	stream jetstream.Stream
+	// room admits stores by their bytes (Reserve).
+	room *room
 }
 
 // Incarnation tells this buffer from any other the edge's name had or
@@ -133,14 +138,14 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Buffer, err
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardNew,
-		MaxBytes:    cfg.MaxBytes,
+		MaxBytes:    StreamMaxBytes(cfg.MaxBytes),
 		Duplicates:  cfg.DedupWindow,
 		Replicas:    max(cfg.Replicas, 1),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create %s stream: %w", StreamName, err)
 	}
-	b := &Buffer{name: cfg.Name, stream: s}
+	b := &Buffer{name: cfg.Name, stream: s, room: &room{limit: cfg.MaxBytes, held: int64(s.CachedInfo().State.Bytes)}}
 	// The cell's source acks by flow control (durable sourcing): each
 	// event leaves the buffer once the cell stored it. A consumer already
 	// there keeps its deliver subject (the cell's source listens on it);
@@ -236,9 +241,23 @@ type Stats struct {
 // it was created.
 func (s Stats) Forwarded() uint64 { return s.Stored - s.Events }
 
-// Stats reads the buffer's state.
+// Reserve admits a store of n bytes (the StoredSize of its messages)
+// when the buffer has room for it under MaxBytes, counting what requests
+// in flight reserved: ok false refuses it, and then nothing may be
+// stored. Else done must be called once the store returned, with whether
+// it wrote anything (or may have: a failed store).
+func (b *Buffer) Reserve(n int64) (done func(wrote bool), ok bool) { return b.room.reserve(n) }
+
+// Stats reads the buffer's state (and bases Reserve's count on it).
 func (b *Buffer) Stats(ctx context.Context) (Stats, error) {
-	info, err := b.stream.Info(ctx)
+	var info *jetstream.StreamInfo
+	err := b.room.read(func() (int64, error) {
+		var err error
+		if info, err = b.stream.Info(ctx); err != nil {
+			return 0, err
+		}
+		return int64(info.State.Bytes), nil
+	})
 	if err != nil {
 		return Stats{}, err
 	}
@@ -273,8 +292,9 @@ func (b *Buffer) Stats(ctx context.Context) (Stats, error) {
 // store (JSStreamStoreFailedF): with DiscardNew, "maximum bytes exceeded".
 const storeFailed jetstream.ErrorCode = 10077
 
-// IsFull tells whether a store was refused because the buffer holds
-// MaxBytes of unforwarded events.
+// IsFull tells whether JetStream refused a store because the buffer's
+// stream holds its own MaxBytes (StreamMaxBytes) of unforwarded events:
+// past Reserve, which should have refused the request first.
 func IsFull(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == storeFailed && strings.Contains(apiErr.Description, "maximum bytes")

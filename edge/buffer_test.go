@@ -105,13 +105,15 @@ func TestEdgeBufferForwardsIntoIngest(t *testing.T) {
 		t.Fatalf("INGEST's first message: %v %v, want %s with 0", m, err, lanes.IngestSubject(3, "orders"))
 	}
 
-	// Not forwarded any more: the buffer fills, then refuses.
+	// Not forwarded any more: the buffer fills, then refuses. Stored
+	// past Reserve (as here), a store is refused only at the stream's own
+	// limit, above MaxBytes.
 	if err := edge.RemoveSource(ctx, cell.JetStream(), "edge-a"); err != nil {
 		t.Fatal(err)
 	}
 	big := make([]byte, 8<<10)
 	refused := false
-	for i := range 20 {
+	for i := range 200 {
 		msg := nats.NewMsg(edge.Subject("edge-a", 3, "orders"))
 		msg.Data = big
 		msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("big-%d", i))
@@ -124,10 +126,13 @@ func TestEdgeBufferForwardsIntoIngest(t *testing.T) {
 		}
 	}
 	if !refused {
-		t.Fatal("160 KiB stored into a 64 KiB buffer")
+		t.Fatalf("1.6 MiB stored into a buffer whose stream holds %d bytes", edge.StreamMaxBytes(64<<10))
 	}
-	if st, err := buf.Stats(ctx); err != nil || st.Events == 0 || st.Bytes > 64<<10 {
+	if st, err := buf.Stats(ctx); err != nil || st.Events == 0 || st.Bytes > uint64(edge.StreamMaxBytes(64<<10)) {
 		t.Fatalf("full buffer stats %+v, %v", st, err)
+	}
+	if _, ok := buf.Reserve(1); ok {
+		t.Fatal("Reserve admitted a byte into a full buffer")
 	}
 	info, _ = ingestStream.Info(ctx)
 	if len(info.Config.Sources) != 0 {
@@ -255,5 +260,49 @@ func TestABufferUnderAnotherNameIsNamed(t *testing.T) {
 	})
 	if len(subjects) != 0 || !strings.Contains(errs["lyonr"].Error(), `"edge.lyon.forward.`) {
 		t.Fatalf("DeliverSubjects of lyonr on lyon's buffer: %v, %v; want no subject and the old name's", subjects, errs)
+	}
+}
+
+// StoredSize is what a message takes of the buffer's bytes as JetStream
+// counts them, headers or not, so Reserve's count is the stream's own: a
+// buffer read by Stats admits exactly what is left under MaxBytes.
+func TestStoredSizeIsJetStreamsCount(t *testing.T) {
+	ctx := context.Background()
+	srv := startNATS(t, natsd.Config{Name: "edge-s", Domain: edge.Domain("edge-s")})
+	const maxBytes = 1 << 20
+	buf, err := edge.Open(ctx, srv.JetStream(), edge.Config{Name: "edge-s", MaxBytes: maxBytes, DedupWindow: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want int64
+	for i := range 30 {
+		msg := nats.NewMsg(edge.Subject("edge-s", i%4, "orders"+strings.Repeat("x", i)))
+		msg.Data = []byte(strings.Repeat("d", i*37))
+		if i%3 != 0 {
+			msg.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("evt-%d", i))
+			msg.Header.Set(edge.Header, "edge-s")
+		}
+		if i%5 == 0 {
+			msg.Header.Add("X-Multi", "a")
+			msg.Header.Add("X-Multi", "bb")
+		}
+		if _, err := srv.JetStream().PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+		want += edge.StoredSize(msg.Subject, msg.Header, len(msg.Data))
+	}
+	st, err := buf.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(st.Bytes) != want {
+		t.Fatalf("the stream holds %d bytes; StoredSize counted %d", st.Bytes, want)
+	}
+	left := maxBytes - want
+	if _, ok := buf.Reserve(left + 1); ok {
+		t.Fatalf("Reserve admitted %d bytes with %d of %d held", left+1, want, maxBytes)
+	}
+	if _, ok := buf.Reserve(left); !ok {
+		t.Fatalf("Reserve refused the %d bytes left under MaxBytes", left)
 	}
 }

@@ -640,14 +640,34 @@ func errorInfo(err error, reason string) *errdetails.ErrorInfo {
 
 // The ErrorInfo reasons Rivora's answers carry: agent/ingest's
 // KeyReusedReason (a conflict), RequestTooLargeReason (a request refused
-// for its size) and InvalidEventReason (a batch's invalid event), in internal/errkind.Domain (agent's idempotency
-// tests read the agent's answers with KeyReused).
+// for its size) and InvalidEventReason (a batch's invalid event), edge's
+// BufferFullReason (an edge's full buffer), in internal/errkind.Domain
+// (agent's idempotency tests read the agent's answers with KeyReused).
 const (
 	keyReusedReason       = "IDEMPOTENCY_KEY_REUSED"
 	requestTooLargeReason = "REQUEST_TOO_LARGE"
 	invalidEventReason    = "INVALID_EVENT"
+	edgeBufferFullReason  = "EDGE_BUFFER_FULL"
 	errorDomain           = "rivora.dev"
 )
+
+// EdgeBufferFull tells the resource_exhausted answer of an edge whose
+// buffer has no room for the request (nothing of it was stored), and
+// names the edge. It is back-pressure, retried like any other, but it
+// lasts: the edge takes events again only as the cell takes its buffer,
+// which needs its link to the cell. When the tries run out, publish to
+// the cell instead, or hold the events. ok is false for any other error
+// (an agent's or an edge's ordinary overload included).
+func EdgeBufferFull(err error) (edge string, ok bool) {
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		return "", false
+	}
+	info := errorInfo(err, edgeBufferFullReason)
+	if info == nil {
+		return "", false
+	}
+	return info.GetMetadata()["edge"], true
+}
 
 // EventID is the id Rivora gives an event published with an idempotency
 // key: a function of the destination, the customer and the key, so a

@@ -711,3 +711,28 @@ func TestResourceExhaustedRetriedUnlessTooLarge(t *testing.T) {
 		}
 	}
 }
+
+// An edge's full buffer is told from ordinary overload by its ErrorInfo
+// (EdgeBufferFull), after the retries too; it is retried as back-pressure.
+func TestEdgeBufferFullIsTold(t *testing.T) {
+	full := withInfo(t, connect.CodeResourceExhausted, "EDGE_BUFFER of edge lyon is full (--max-buffer 1048576 bytes): …",
+		&errdetails.ErrorInfo{Reason: "EDGE_BUFFER_FULL", Domain: "rivora.dev", Metadata: map[string]string{"edge": "lyon", "max_buffer_bytes": "1048576"}})
+	srv := &ingestServer{fail: func(context.Context, int) error { return full }}
+	_, err := sdk.New(startIngest(t, srv), fastRetry()).PublishBatch(t.Context(), []sdk.Event{testEvent, testEvent})
+	if edge, ok := sdk.EdgeBufferFull(err); !ok || edge != "lyon" {
+		t.Fatalf("EdgeBufferFull(%v) = %q, %t; want lyon", err, edge, ok)
+	}
+	if calls, _ := srv.snapshot(); calls < 2 {
+		t.Fatalf("the server saw %d calls: a full edge's refusal is back-pressure, retried", calls)
+	}
+	for _, other := range []error{
+		connect.NewError(connect.CodeResourceExhausted, errors.New("this server is at --max-inflight-requests; retry with back-off")),
+		withInfo(t, connect.CodeResourceExhausted, "busy", &errdetails.ErrorInfo{Reason: "DISK_LOW", Domain: "rivora.dev"}),
+		withInfo(t, connect.CodeUnavailable, "busy", &errdetails.ErrorInfo{Reason: "EDGE_BUFFER_FULL", Domain: "rivora.dev"}),
+		errors.New("EDGE_BUFFER_FULL"),
+	} {
+		if _, ok := sdk.EdgeBufferFull(other); ok {
+			t.Errorf("EdgeBufferFull(%v) = true", other)
+		}
+	}
+}

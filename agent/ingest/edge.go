@@ -3,6 +3,8 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,11 +38,56 @@ type EdgeTarget struct {
 	// errkind.Exhausted once its oldest unforwarded event is older than
 	// --buffer-max-age). Nil admits every request.
 	Admit func() error
-	// Full, when set, is the answer when the buffer refused a store for
-	// lack of room (edge.IsFull): an errkind.Exhausted error saying how
-	// much is unforwarded and since when the cell is unreachable. Nil
-	// answers a shorter errkind.Exhausted error naming the buffer.
+	// Reserve, when set, admits a request by the bytes its events take
+	// in the buffer (edge.StoredSize of each), once they are validated
+	// and routed and before any is stored: an error refuses the request,
+	// which stores nothing (the edge answers errkind.Exhausted, reason
+	// edge.BufferFullReason, when the buffer has no room for it). Else
+	// done is called once the store returned, with whether it wrote
+	// anything (or may have). Nil admits every request.
+	Reserve func(bytes int64) (done func(wrote bool), err error)
+	// Full, when set, is the answer when JetStream refused a store for
+	// lack of room (edge.IsFull; Reserve should have refused the request
+	// before): an errkind.Exhausted error saying how much is unforwarded
+	// and since when the cell is unreachable. Nil answers a shorter
+	// errkind.Exhausted error naming the buffer.
 	Full func() error
+}
+
+// reserve asks Reserve for the room events take in the buffer; the
+// returned done (never nil when err is nil) is to be called once the
+// store returned. A request that stores nothing (a fan-out that matched
+// nothing) needs no room.
+func (e *EdgeTarget) reserve(events []*prepared, inBatch bool) (done func(wrote bool), err error) {
+	if e == nil || e.Reserve == nil || len(events) == 0 {
+		return func(bool) {}, nil
+	}
+	var n int64
+	for _, p := range events {
+		subject, h := e.message(p)
+		n += edge.StoredSize(subject, h, len(p.data))
+	}
+	if done, err = e.Reserve(n); err != nil {
+		if inBatch {
+			err = fmt.Errorf("%w (nothing in this batch was stored)", err)
+		}
+		return nil, err
+	}
+	return done, nil
+}
+
+// wrote tells whether a store that returned at (and err) wrote anything,
+// or may have: a failure may have written part of it.
+func wrote(at []Stored, err error) bool {
+	if err != nil {
+		return true
+	}
+	for _, a := range at {
+		if !a.Duplicate {
+			return true
+		}
+	}
+	return false
 }
 
 // bucket is the idempotency bucket of a gateway with edge target e (nil:
@@ -60,16 +107,33 @@ func (e *EdgeTarget) admit() error {
 	return e.Admit()
 }
 
-// full is the answer to a store the edge's buffer refused for lack of
-// room; nil when err is not that (or this is not an edge).
-func (e *EdgeTarget) full(err error) error {
+// full is the answer to a store of events events that JetStream refused
+// for lack of room in the edge's buffer; nil when err is not that (or
+// this is not an edge). Its messages are stored one by one, so a request
+// of several may have been stored in part, and the answer says so.
+func (e *EdgeTarget) full(err error, events int) error {
 	if e == nil || !edge.IsFull(err) {
 		return nil
 	}
+	var full error
 	if e.Full != nil {
-		return e.Full()
+		full = e.Full()
+	} else {
+		full = errkind.WithInfo(errkind.Errorf(errkind.Exhausted, "%s of edge %s is full: it holds as many unforwarded events as --max-buffer allows; they leave it once the cell takes them (is the link to the cell up?)", edge.StreamName, e.Name),
+			edge.BufferFullReason, map[string]string{"edge": e.Name})
 	}
-	return errkind.Errorf(errkind.Exhausted, "%s of edge %s is full: it holds as many unforwarded events as --max-buffer allows; they leave it once the cell takes them (is the link to the cell up?)", edge.StreamName, e.Name)
+	if events > 1 {
+		return fmt.Errorf("%w; some of this request's %s may have been stored: retry with the same idempotency keys, which answer a stored event with its id (a retry without a key may store an event twice)", full, plural(events, "event"))
+	}
+	return full
+}
+
+// plural is "1 event" or "n events".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
 }
 
 // message is the message storing p: into the edge's buffer for an edge
@@ -104,11 +168,11 @@ func (e *EdgeTarget) validate() error {
 	return nil
 }
 
-// storeErrorOf is the answer to a failed store: the edge's full buffer's
-// own (resource_exhausted), else storeError's.
-func (g *Gateway) storeErrorOf(ctx context.Context, err error) error {
-	if full := g.edge.full(err); full != nil {
+// storeErrorOf is the answer to a failed store of events events: the
+// edge's full buffer's own (resource_exhausted), else eventsStoreError's.
+func (g *Gateway) storeErrorOf(ctx context.Context, err error, events int) error {
+	if full := g.edge.full(err, events); full != nil {
 		return full
 	}
-	return storeError(ctx, err)
+	return eventsStoreError(ctx, err)
 }

@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -30,8 +31,11 @@ type edgeFixture struct {
 	srv    *natsd.Server
 	gw     gateway
 	buffer jetstream.Stream
+	buf    *edge.Buffer
 	// refuse, when set, is what Admit answers.
 	refuse atomic.Pointer[error]
+	// reserved counts the bytes Reserve admitted.
+	reserved atomic.Int64
 }
 
 const edgeName = "edge-x"
@@ -44,14 +48,15 @@ func newEdgeFixture(t *testing.T, bufferBytes int64) *edgeFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	if _, err := edge.Open(ctx, srv.JetStream(), edge.Config{Name: edgeName, MaxBytes: bufferBytes, DedupWindow: time.Minute}); err != nil {
+	buf, err := edge.Open(ctx, srv.JetStream(), edge.Config{Name: edgeName, MaxBytes: bufferBytes, DedupWindow: time.Minute})
+	if err != nil {
 		t.Fatal(err)
 	}
 	reg := destinations.NewRegistry()
 	if _, err := reg.Replace([]*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret}}); err != nil {
 		t.Fatal(err)
 	}
-	f := &edgeFixture{srv: srv}
+	f := &edgeFixture{srv: srv, buf: buf}
 	gw, err := ingest.New(ctx, srv.JetStream(), reg, ingest.Config{
 		MaxPayload: 16 << 10, Partitions: ingest.FixedCount(partitions), Subscriptions: subscriptions.NewTable(), Catalogue: subscriptions.NewCatalogue(),
 		Applied: func() uint64 { return 7 },
@@ -62,6 +67,14 @@ func newEdgeFixture(t *testing.T, bufferBytes int64) *edgeFixture {
 					return *err
 				}
 				return nil
+			},
+			Reserve: func(n int64) (func(bool), error) {
+				done, ok := buf.Reserve(n)
+				if !ok {
+					return nil, errkind.WithInfo(errkind.Errorf(errkind.Exhausted, "the test's full buffer"), edge.BufferFullReason, nil)
+				}
+				f.reserved.Add(n)
+				return done, nil
 			},
 			Full: func() error { return errkind.Errorf(errkind.Exhausted, "the test's full buffer") },
 		},
@@ -177,5 +190,84 @@ func TestEdgeModeRefusals(t *testing.T) {
 	}
 	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "the test's full buffer") {
 		t.Fatalf("publish into a full buffer: %v, want resource_exhausted with Full's message", err)
+	}
+}
+
+// A batch the buffer has no room for is refused whole, resource_exhausted
+// with the reason edge.BufferFullReason, and stores nothing: JetStream
+// refuses a full stream's messages one at a time, so a batch that
+// reached --max-buffer was stored up to there. Its idempotency records go
+// too: the same batch is stored whole once there is room. What Reserve
+// admits is what the buffer's stream counts, to the byte.
+func TestEdgeModeRefusesABatchWhole(t *testing.T) {
+	ctx := context.Background()
+	const maxBuffer = 256 << 10
+	f := newEdgeFixture(t, maxBuffer)
+	batch := func(round int) *rivorav1.PublishBatchRequest {
+		req := &rivorav1.PublishBatchRequest{}
+		for i := range 50 {
+			ev := valid()
+			ev.LaneKey = fmt.Sprintf("user-%d", i)
+			ev.Payload = []byte(`"` + strings.Repeat("x", 1000) + `"`)
+			ev.IdempotencyKey = fmt.Sprintf("round-%d-%d", round, i)
+			req.Events = append(req.Events, ev)
+		}
+		return req
+	}
+	held := func() uint64 {
+		t.Helper()
+		info, err := f.buffer.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	acked, round := uint64(0), 0
+	var refusal error
+	for ; refusal == nil; round++ {
+		if round > 20 {
+			t.Fatalf("%d events acknowledged into a %d-byte buffer and none refused", acked, maxBuffer)
+		}
+		if _, refusal = f.gw.PublishBatch(ctx, connect.NewRequest(batch(round))); refusal == nil {
+			acked += 50
+		}
+	}
+	round-- // the refused one
+	if got := held(); got != acked {
+		t.Fatalf("the buffer holds %d events after %d were acknowledged and a batch was refused: %d of the refused batch were stored", got, acked, got-acked)
+	}
+	if connect.CodeOf(refusal) != connect.CodeResourceExhausted || !strings.Contains(refusal.Error(), "nothing in this batch was stored") {
+		t.Fatalf("a batch into a full buffer: %v, want resource_exhausted saying nothing of it was stored", refusal)
+	}
+	if _, ok := errkind.Info(refusal, edge.BufferFullReason); !ok {
+		t.Fatalf("the full buffer's refusal %v carries no %s ErrorInfo", refusal, edge.BufferFullReason)
+	}
+	info, err := f.buffer.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(info.State.Bytes) != f.reserved.Load() || info.State.Bytes > maxBuffer {
+		t.Fatalf("the buffer holds %d bytes; Reserve admitted %d, under %d", info.State.Bytes, f.reserved.Load(), maxBuffer)
+	}
+
+	// The cell takes everything: the refused batch is stored whole, not
+	// taken for a retry of records left behind.
+	if err := f.buffer.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.buf.Stats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.gw.PublishBatch(ctx, connect.NewRequest(batch(round)))
+	if err != nil {
+		t.Fatalf("the refused batch once there is room: %v", err)
+	}
+	for i, r := range resp.Msg.GetResults() {
+		if r.GetDuplicate() {
+			t.Fatalf("event %d of the refused batch, sent again with room: answered a duplicate", i)
+		}
+	}
+	if got := held(); got != 50 {
+		t.Fatalf("the buffer holds %d events, want the batch's 50", got)
 	}
 }

@@ -423,14 +423,23 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 		g.claims.release(claimed)
 		return nil, w.explain(claimError(ctx, err))
 	}
+	// At an edge, the buffer must have room for every event, else none
+	// is stored.
+	done, err := g.edge.reserve(events, inBatch)
+	if err != nil {
+		g.claims.release(claimed)
+		accepted.WithLabelValues("failed").Add(float64(len(events)))
+		return nil, err
+	}
 	tr.annotate(pubs, events, inBatch)
 	storeCtx, span := tr.startStore(ctx, len(events))
 	at, err := g.storeNew(storeCtx, events, known)
+	done(wrote(at, err))
 	endSpan(span, err)
 	if err != nil {
 		g.claims.releaseUnstored(claimed)
 		accepted.WithLabelValues("failed").Add(float64(len(events)))
-		return nil, w.explain(g.storeErrorOf(ctx, err))
+		return nil, w.explain(g.storeErrorOf(ctx, err, len(events)))
 	}
 	if err := g.verify(ctx, events, at, known, inBatch); err != nil {
 		return nil, w.explain(claimError(ctx, err))
@@ -755,6 +764,19 @@ func storeError(ctx context.Context, err error) error {
 		return errkind.Errorf(errkind.Deadline, "store event: %w", err)
 	}
 	return errkind.Errorf(errkind.Unavailable, "store event: %w; retry with the same idempotency key", err)
+}
+
+// eventsStoreError is storeError for a failed store of a request's
+// events: the failure may have come after some of them were written (its
+// messages are stored one by one, partition by partition), or after all
+// were and before their acknowledgements came, so it says they may have
+// been stored.
+func eventsStoreError(ctx context.Context, err error) error {
+	const mayBe = "the request's events may have been stored: retry with the same idempotency keys, which answer a stored event with its id (a retry without a key may store an event twice)"
+	if ctx.Err() != nil {
+		return errkind.Errorf(errkind.Deadline, "store event: %w; %s", err, mayBe)
+	}
+	return errkind.Errorf(errkind.Unavailable, "store event: %w; %s", err, mayBe)
 }
 
 // resendStoreError is storeError for a resend: retrying it is safe (its

@@ -40,11 +40,13 @@ revoked while the edge is cut off from the control plane keeps working here
 until the link returns: revocation reaches a cut-off edge only when it
 reconnects (within seconds of that).
 
-A full edge refuses, it never drops: past --max-buffer bytes of unforwarded
-events, or once the oldest is older than --buffer-max-age, Publish answers
-resource_exhausted (naming the buffer, what it holds and since when the
-cell is unreachable), and accepts again as the cell takes events. Nothing
-acknowledged is ever discarded.
+A full edge refuses, it never drops: a request whose events do not fit
+under --max-buffer bytes of unforwarded events, or any once the oldest is
+older than --buffer-max-age, is answered resource_exhausted (naming the
+buffer, what it holds and since when the cell is unreachable; reason
+EDGE_BUFFER_FULL when it is full), storing nothing of it, and the edge
+accepts again as the cell takes events. Nothing acknowledged is ever
+discarded.
 
 A data dir keeps the name it was made under (recorded in DATA_DIR/edge-name):
 the edge refuses to start on it under another --name, since what its buffer
@@ -76,7 +78,7 @@ Example:
 			&cli.StringSliceFlag{Name: "controlplane", EnvVars: []string{"RIVORA_CONTROLPLANE"}, Required: true, Usage: "control plane `URL`; repeat it (or comma-separate) for several: the edge follows the leader. " +
 				"Unreachable, the edge accepts by the config it kept, and a token revoked meanwhile still works here until it is reachable again"},
 			&cli.StringFlag{Name: "max-buffer", Value: "1GiB", EnvVars: []string{"RIVORA_EDGE_MAX_BUFFER"}, Usage: "most unforwarded events the edge holds, in bytes (`SIZE`, at least 1MiB: 1073741824, 512MiB, 10GiB): the disk it may take under --data-dir. " +
-				"Past it Publish is refused (resource_exhausted) until the cell takes events. Size it as your publish rate × the longest cut to ride out × the stored event (payload + ~360 bytes of headers and subject): 1,000 events/s of 1 KiB for 24h is ~112 GiB"},
+				"A request that does not fit is refused whole (resource_exhausted) until the cell takes events. Size it as your publish rate × the longest cut to ride out × the stored event (payload + ~360 bytes of headers and subject): 1,000 events/s of 1 KiB for 24h is ~112 GiB"},
 			&cli.DurationFlag{Name: "buffer-max-age", Value: edged.DefaultBufferMaxAge, EnvVars: []string{"RIVORA_EDGE_BUFFER_MAX_AGE"}, Usage: "once the oldest unforwarded event is older than this (`DURATION`), Publish is refused (resource_exhausted) until the cell takes it: the longest cut the edge rides out. " +
 				"Nothing is discarded for age. Shorter than a destination's window, the edge warns at start: it refuses that destination's events in a cut the cell would have kept retrying through"},
 			&cli.BoolFlag{Name: "fsync", EnvVars: []string{"RIVORA_FSYNC"}, Usage: "acknowledge only once a sync of the store covers the write (survives a power loss); concurrent acknowledgements share one sync. Without it an ack survives a crash or kill -9 of the edge"},

@@ -41,6 +41,7 @@ import (
 	"github.com/rivora/rivora/agent/upstream"
 	"github.com/rivora/rivora/edge"
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/internal/ids"
 	"github.com/rivora/rivora/internal/tlsconf"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -182,7 +183,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 	if e.gateway, err = ingest.New(ctx, js, e.registry, ingest.Config{
 		MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow,
 		Partitions: &e.partitions, Subscriptions: e.subs, Catalogue: e.catalogue, Applied: e.applied.Load,
-		Edge:    &ingest.EdgeTarget{Name: cfg.Name, Buffer: e.buffer.Incarnation(), Admit: e.monitor.admit, Full: e.monitor.full},
+		Edge: &ingest.EdgeTarget{
+			Name: cfg.Name, Buffer: e.buffer.Incarnation(), Admit: e.monitor.admit, Reserve: e.reserve,
+			Full: func() error { return e.monitor.full(0) },
+		},
 		Durable: e.nats.Syncer(),
 	}, base.With("component", "ingest")); err != nil {
 		return fail(err)
@@ -241,6 +245,27 @@ func (e *Edge) Run(ctx context.Context) error {
 	e.nats.Shutdown()
 	e.log.Info("edge stopped")
 	return nil
+}
+
+// reserve is the gateway's EdgeTarget.Reserve: room in the buffer for a
+// request whose events take n bytes there, or why there is none.
+func (e *Edge) reserve(n int64) (done func(wrote bool), err error) {
+	if done, ok := e.buffer.Reserve(n); ok {
+		return done, nil
+	}
+	if n > e.cfg.MaxBuffer {
+		// Refused again however empty the buffer: not back-pressure.
+		return nil, errkind.WithInfo(errkind.Errorf(errkind.Exhausted, "this request's events take %d bytes in %s, more than edge %s's --max-buffer (%d bytes) holds even when empty: nothing was stored; send them in smaller requests", n, edge.StreamName, e.cfg.Name, e.cfg.MaxBuffer),
+			ingest.RequestTooLargeReason, nil)
+	}
+	// The count goes by the buffer as read up to a second ago, and the
+	// cell may have taken events since: read it again (at most every
+	// fullFresh) before refusing.
+	e.monitor.fresh()
+	if done, ok := e.buffer.Reserve(n); ok {
+		return done, nil
+	}
+	return nil, e.monitor.full(n)
 }
 
 // Healthy is what /healthz answers: nil once the edge accepts events (a

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -233,14 +234,28 @@ func (m *monitor) admit() error {
 // costs at most one request to the buffer per this.
 const fullFresh = 100 * time.Millisecond
 
-// full is the answer to a store the buffer refused for lack of room.
-func (m *monitor) full() error {
-	st := m.status()
-	if m.now().Sub(st.At) > fullFresh {
-		st = m.sample(context.Background())
+// fresh is the last sample, taken anew when it is older than fullFresh
+// (which also brings the buffer's count of what it holds up to date:
+// edge.Buffer.Stats).
+func (m *monitor) fresh() Status {
+	if st := m.status(); m.now().Sub(st.At) <= fullFresh {
+		return st
 	}
-	return errkind.Errorf(errkind.Exhausted, "%s of edge %s is full (--max-buffer %d bytes): %s; nothing it acknowledged is discarded, and it accepts again as the cell takes events",
-		edge.StreamName, m.name, m.maxBuffer, m.unforwarded(st))
+	return m.sample(context.Background())
+}
+
+// full is the answer to a request the buffer has no room for: of need
+// bytes (Reserve refused it), or 0 when JetStream refused a store (the
+// stream holds its own MaxBytes). It carries edge.BufferFullReason.
+func (m *monitor) full(need int64) error {
+	st := m.fresh()
+	room := ""
+	if need > 0 {
+		room = fmt.Sprintf(", no room for this request's %d bytes", need)
+	}
+	err := errkind.Errorf(errkind.Exhausted, "%s of edge %s is full (--max-buffer %d bytes%s): %s; nothing it acknowledged is discarded, and it accepts again as the cell takes events",
+		edge.StreamName, m.name, m.maxBuffer, room, m.unforwarded(st))
+	return errkind.WithInfo(err, edge.BufferFullReason, map[string]string{"edge": m.name, "max_buffer_bytes": strconv.FormatInt(m.maxBuffer, 10)})
 }
 
 // unforwarded says how much the buffer holds and how the link is.
