@@ -52,6 +52,23 @@ type EdgeTarget struct {
 	// and since when the cell is unreachable. Nil answers a shorter
 	// errkind.Exhausted error naming the buffer.
 	Full func() error
+	// Stale, when set, says why the config this edge accepts by may lack
+	// what was created lately ("" when it is fresh): since when the edge
+	// has not heard from its control plane. While it is stale, a publish
+	// to a destination the edge does not know, a test event to a
+	// subscription it does not know and a fan-out that matches none of
+	// the subscriptions it knows are refused errkind.Unavailable with
+	// it, not answered as if they did not exist: each may have been
+	// created since. Nil: never stale.
+	Stale func() string
+}
+
+// stale is Stale's note ("" when fresh, or not an edge).
+func (e *EdgeTarget) stale() string {
+	if e == nil || e.Stale == nil {
+		return ""
+	}
+	return e.Stale()
 }
 
 // reserve asks Reserve for the room events take in the buffer; the

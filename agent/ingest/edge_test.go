@@ -34,6 +34,8 @@ type edgeFixture struct {
 	buf    *edge.Buffer
 	// refuse, when set, is what Admit answers.
 	refuse atomic.Pointer[error]
+	// stale, when set, is what Stale answers.
+	stale atomic.Pointer[string]
 	// reserved counts the bytes Reserve admitted.
 	reserved atomic.Int64
 }
@@ -77,6 +79,12 @@ func newEdgeFixture(t *testing.T, bufferBytes int64) *edgeFixture {
 				return done, nil
 			},
 			Full: func() error { return errkind.Errorf(errkind.Exhausted, "the test's full buffer") },
+			Stale: func() string {
+				if note := f.stale.Load(); note != nil {
+					return *note
+				}
+				return ""
+			},
 		},
 	}, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -269,5 +277,61 @@ func TestEdgeModeRefusesABatchWhole(t *testing.T) {
 	}
 	if got := held(); got != 50 {
 		t.Fatalf("the buffer holds %d events, want the batch's 50", got)
+	}
+}
+
+// While the edge's config is stale (it has not heard from its control
+// plane lately), what it does not know may have been created since: a
+// destination, a test event's subscription, a subscription a fan-out
+// would match. Each is refused unavailable with the edge's note, never
+// invalid_argument or not_found (which a client does not retry), and a
+// fan-out is never answered with no route (stored nowhere). Fresh, the
+// edge answers as an agent does.
+func TestEdgeModeStaleConfigRefusesTheUnknownUnavailable(t *testing.T) {
+	ctx := context.Background()
+	f := newEdgeFixture(t, 1<<20)
+	unknown := valid()
+	unknown.DestinationId = "d4"
+	fanout := valid()
+	fanout.DestinationId = ""
+	test := valid()
+	test.DestinationId, test.SubscriptionId = "", "sub_new"
+
+	if _, err := f.gw.Publish(ctx, connect.NewRequest(unknown)); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("fresh, an unknown destination: %v, want invalid_argument", err)
+	}
+	if resp, err := f.gw.Publish(ctx, connect.NewRequest(fanout)); err != nil || !resp.Msg.GetFannedOut() || len(resp.Msg.GetRoutes()) != 0 {
+		t.Fatalf("fresh, a fan-out matching nothing: %v, %v; want fanned out to no route", resp, err)
+	}
+	if _, err := f.gw.Publish(ctx, connect.NewRequest(test)); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("fresh, a test event to an unknown subscription: %v, want not_found", err)
+	}
+
+	note := "edge edge-x has not heard from its control plane since 2026-01-02T03:04:05Z (1m0s ago)"
+	f.stale.Store(&note)
+	for _, tc := range []struct {
+		name string
+		req  *rivorav1.PublishRequest
+		says string
+	}{
+		{"an unknown destination", unknown, `destination "d4" is not in the config this edge has`},
+		{"a fan-out matching nothing", fanout, "no subscription matching this event"},
+		{"a test event to an unknown subscription", test, `subscription "sub_new" of customer "acme" is not in the config this edge has`},
+	} {
+		_, err := f.gw.Publish(ctx, connect.NewRequest(tc.req))
+		if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), note) {
+			t.Errorf("stale, %s: %v; want unavailable saying %q and the edge's note", tc.name, err, tc.says)
+		}
+		_, err = f.gw.PublishBatch(ctx, connect.NewRequest(&rivorav1.PublishBatchRequest{Events: []*rivorav1.PublishRequest{valid(), tc.req}}))
+		if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "events[1]") {
+			t.Errorf("stale, %s in a batch: %v; want unavailable naming events[1]", tc.name, err)
+		}
+	}
+	if _, err := f.gw.Publish(ctx, connect.NewRequest(valid())); err != nil {
+		t.Fatalf("stale, a destination the edge knows: %v", err)
+	}
+	info, err := f.buffer.Info(ctx)
+	if err != nil || info.State.Msgs != 1 {
+		t.Fatalf("buffer holds %+v, %v; want only the known destination's event", info.State, err)
 	}
 }

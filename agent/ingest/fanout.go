@@ -63,7 +63,10 @@ type route struct {
 }
 
 // prepareRouted plans a publish without destination_id: the
-// subscriptions it goes to, each with its event id.
+// subscriptions it goes to, each with its event id. At an edge these are
+// the subscriptions of the config it last heard of: one whose config is
+// stale (EdgeTarget.Stale) refuses a fan-out that matches none of them,
+// which would otherwise be answered with no route and stored nowhere.
 func (g *Gateway) prepareRouted(ctx context.Context, base *rivorav1.Event, key, test string) (*routed, error) {
 	if g.subs == nil {
 		return nil, errkind.Errorf(errkind.Precondition, "destination_id is empty, and this gateway routes no publish without one (it has no subscriptions); name destination_id")
@@ -72,6 +75,13 @@ func (g *Gateway) prepareRouted(ctx context.Context, base *rivorav1.Event, key, 
 	subs, err := g.subscriptionsOf(ctx, r)
 	if err != nil {
 		return nil, err
+	}
+	if len(subs) == 0 && test == "" {
+		if note := g.edge.stale(); note != "" {
+			// Stored nowhere, it would be lost without a word if a
+			// subscription created since matches it.
+			return nil, errkind.Errorf(errkind.Unavailable, "customer %q has no subscription matching this event (type %q) in the config this edge has, but one may have been created since: %s; nothing was stored: retry later, or publish to the cell, which routes by its current subscriptions", base.GetCustomerId(), base.GetType(), note)
+		}
 	}
 	if len(subs) > MaxFanout {
 		return nil, errkind.Errorf(errkind.Precondition, "customer %s has %d subscriptions matching type %q; one publish reaches at most %d: narrow the subscriptions' types or filters", base.GetCustomerId(), len(subs), base.GetType(), MaxFanout)
@@ -110,6 +120,9 @@ func (g *Gateway) subscriptionsOf(ctx context.Context, r *routed) ([]*subscripti
 	s, ok := g.subs.Get(r.test)
 	if !ok || s.Customer != customer {
 		// Another customer's subscription answers as an absent one does.
+		if note := g.edge.stale(); note != "" {
+			return nil, errkind.Errorf(errkind.Unavailable, "subscription %q of customer %q is not in the config this edge has, but it may have been created since: %s; retry later, or send the test event to the cell", r.test, customer, note)
+		}
 		return nil, errkind.Errorf(errkind.NotFound, "subscription %q of customer %q not found (one created moments ago reaches the agents within seconds: retry then)", r.test, customer)
 	}
 	return []*subscriptions.Subscription{s}, nil

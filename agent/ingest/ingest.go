@@ -820,7 +820,9 @@ func (g *Gateway) prepare(ctx context.Context, req *rivorav1.PublishRequest) (pu
 // else any customer could send events, signed with its secret, to
 // another customer's endpoint. To a caller limited to some customers that
 // answer is word for word an absent destination's, so that it does not
-// learn another customer's destination exists.
+// learn another customer's destination exists. At an edge whose config is
+// stale (EdgeTarget.Stale) an absent destination is refused Unavailable:
+// it may have been created since.
 func (g *Gateway) takes(ctx context.Context, dest, customer string) error {
 	d, ok := g.reg.Get(dest)
 	if ok && !d.TakesEventsOf(customer) {
@@ -830,6 +832,10 @@ func (g *Gateway) takes(ctx context.Context, dest, customer string) error {
 		ok = false
 	}
 	if !ok {
+		if note := g.edge.stale(); note != "" {
+			// Created while the edge was cut off, it may well exist.
+			return errkind.Errorf(errkind.Unavailable, "destination %q is not in the config this edge has, but it may have been created since: %s; retry later, or publish to the cell", dest, note)
+		}
 		return fmt.Errorf("destination %q is not registered; create it with `rivoractl destinations create %s --url URL`", dest, dest)
 	}
 	return nil

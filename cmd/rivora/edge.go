@@ -38,7 +38,11 @@ and authenticates at once. Publisher tokens are checked here against the
 token set it last received; expiry is checked by the edge's clock. A token
 revoked while the edge is cut off from the control plane keeps working here
 until the link returns: revocation reaches a cut-off edge only when it
-reconnects (within seconds of that).
+reconnects (within seconds of that). While it has not heard from the control
+plane for a few seconds, a publish to a destination (or a test event to a
+subscription) it does not know, and a fan-out matching none of the
+subscriptions it knows, are refused unavailable: they may have been created
+since. A fan-out is routed by the subscriptions the edge last heard of.
 
 A full edge refuses, it never drops: a request whose events do not fit
 under --max-buffer bytes of unforwarded events, or any once the oldest is

@@ -119,3 +119,76 @@ func TestEdgeRefusesABatchItHasNoRoomForWhole(t *testing.T) {
 		t.Fatalf("the cell holds %+v (%v) of the edge's events, want the %d acknowledged", info.State, err, acked)
 	}
 }
+
+// A destination, a subscription for a test event, or a subscription a
+// fan-out would match, created on the cell while the edge is cut off from
+// its control plane, is not in the edge's config. While the edge knows
+// its config is stale (a silent cut: nothing heard for a few seconds) it
+// refuses such a publish unavailable, saying since when it has not heard
+// from its control plane: invalid_argument or not_found are not retried
+// by the SDKs, and a fan-out answered with no route is stored nowhere.
+// Fresh again, it answers as before.
+func TestEdgeWithAStaleConfigRefusesWhatItDoesNotKnowUnavailable(t *testing.T) {
+	ctx := context.Background()
+	cp, cpServer := startControlPlane(t)
+	cp.keepalive.Store(int64(200 * time.Millisecond))
+	e := startEdge(t, edged.Config{
+		Name: "edge-stale", DataDir: t.TempDir(), CellLeaf: []string{"nats-leaf://" + freeAddr(t)}, ControlPlanes: []string{cpServer.URL},
+		MaxBuffer: 1 << 20, BufferMaxAge: time.Hour,
+	})
+	poll.True(t, "the edge applied the control plane's config", 10*time.Second, func() bool { return e.Healthy() == nil })
+	client := e.ingestClient()
+	publish := func(req *rivorav1.PublishRequest) (*rivorav1.PublishResponse, error) {
+		resp, err := client.Publish(ctx, connect.NewRequest(req))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg, nil
+	}
+	event := func(dest, sub string) *rivorav1.PublishRequest {
+		return &rivorav1.PublishRequest{DestinationId: dest, SubscriptionId: sub, CustomerId: "acme", LaneKey: "user-1", Type: "order.created", Payload: []byte(`{}`)}
+	}
+	unknown, fanout, test := event("d4", ""), event("", ""), event("", "sub_new")
+
+	// Fresh (keepalives every 200 ms): what the edge does not know does
+	// not exist.
+	if _, err := publish(unknown); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("fresh, an unknown destination: %v, want invalid_argument", err)
+	}
+	if resp, err := publish(fanout); err != nil || !resp.GetFannedOut() || len(resp.GetRoutes()) != 0 {
+		t.Fatalf("fresh, a fan-out matching no subscription: %v, %v; want fanned out to no route", resp, err)
+	}
+
+	// A silent cut: the watch stays open, nothing comes.
+	cp.silent.Store(true)
+	const note = "edge edge-stale has not heard from its control plane since"
+	var err error
+	poll.True(t, "an unknown destination is refused unavailable, saying when the edge last heard from its control plane", 20*time.Second, func() bool {
+		_, err = publish(unknown)
+		return connect.CodeOf(err) == connect.CodeUnavailable
+	})
+	t.Logf("stale, an unknown destination: %v", err)
+	if !strings.Contains(err.Error(), `destination "d4" is not in the config this edge has`) || !strings.Contains(err.Error(), note) ||
+		!strings.Contains(err.Error(), "publish to the cell") {
+		t.Fatalf("stale, an unknown destination: %v; want it said that it may have been created since, with the edge's note", err)
+	}
+	if _, err := publish(fanout); connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "no subscription matching this event") || !strings.Contains(err.Error(), note) {
+		t.Fatalf("stale, a fan-out matching no subscription: %v; want unavailable with the edge's note", err)
+	}
+	if _, err := publish(test); connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), note) {
+		t.Fatalf("stale, a test event to an unknown subscription: %v; want unavailable with the edge's note", err)
+	}
+	if _, err := client.PublishBatch(ctx, connect.NewRequest(&rivorav1.PublishBatchRequest{Events: []*rivorav1.PublishRequest{event("orders", ""), unknown}})); connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "events[1]") {
+		t.Fatalf("stale, a batch with an unknown destination: %v; want unavailable naming events[1]", err)
+	}
+	if _, err := publish(event("orders", "")); err != nil {
+		t.Fatalf("stale, a destination the edge knows: %v", err)
+	}
+
+	// Heard from again: fresh.
+	cp.silent.Store(false)
+	poll.True(t, "an unknown destination is invalid_argument again once the edge hears from its control plane", 10*time.Second, func() bool {
+		_, err = publish(unknown)
+		return connect.CodeOf(err) == connect.CodeInvalidArgument
+	})
+}

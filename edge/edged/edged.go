@@ -185,7 +185,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 		Partitions: &e.partitions, Subscriptions: e.subs, Catalogue: e.catalogue, Applied: e.applied.Load,
 		Edge: &ingest.EdgeTarget{
 			Name: cfg.Name, Buffer: e.buffer.Incarnation(), Admit: e.monitor.admit, Reserve: e.reserve,
-			Full: func() error { return e.monitor.full(0) },
+			Full: func() error { return e.monitor.full(0) }, Stale: e.configNote,
 		},
 		Durable: e.nats.Syncer(),
 	}, base.With("component", "ingest")); err != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,6 +46,12 @@ type controlPlane struct {
 	// deltas are sent to the open WatchEdge after the snapshot.
 	deltas chan *rivorav1.WatchResponse
 
+	// keepalive, when set (nanoseconds), sends an empty message that
+	// often on each WatchEdge, as the control plane does, unless silent
+	// (a silent cut).
+	keepalive atomic.Int64
+	silent    atomic.Bool
+
 	mu      sync.Mutex
 	reports []*rivorav1.EdgeBuffer
 	watches int
@@ -67,10 +74,23 @@ func (c *controlPlane) WatchEdge(ctx context.Context, req *connect.Request[rivor
 	if err := stream.Send(&rivorav1.WatchEdgeResponse{Config: c.config}); err != nil {
 		return err
 	}
+	var keepalive <-chan time.Time
+	if every := time.Duration(c.keepalive.Load()); every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		keepalive = t.C
+	}
 	for {
 		select {
 		case delta := <-c.deltas:
 			if err := stream.Send(&rivorav1.WatchEdgeResponse{Config: delta}); err != nil {
+				return err
+			}
+		case <-keepalive:
+			if c.silent.Load() {
+				continue
+			}
+			if err := stream.Send(&rivorav1.WatchEdgeResponse{}); err != nil {
 				return err
 			}
 		case <-ctx.Done():

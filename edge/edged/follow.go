@@ -103,8 +103,10 @@ func (e *Edge) watch(ctx context.Context, client rivorav1connect.EdgeServiceClie
 }
 
 // heardFresh is how recently the edge must have heard from its control
-// plane, over a watch that is open, for a token it does not know to be
-// taken for mistyped or revoked and nothing more. A cut is silent: the
+// plane, over a watch that is open, for its config to be taken for
+// current: a token it does not know for mistyped or revoked, a
+// destination it does not know for absent, a fan-out that matches none
+// of its subscriptions for one that goes nowhere. A cut is silent: the
 // watch ends only silentWatch after the last message, so an open watch
 // alone says little; the control plane's keepalives to an edge come every
 // 2 s (controlplane edgeKeepalive), so past this the edge missed two and
@@ -113,17 +115,40 @@ const heardFresh = 5 * time.Second
 
 // tokensNote says, for a publisher's token the edge does not know, why it
 // may be one created since the edge last heard from its control plane
-// ("" while a watch is open and heard from within heardFresh).
+// ("" while its config is fresh: staleConfig).
 func (e *Edge) tokensNote() string {
+	note, reached := e.staleConfig()
+	switch {
+	case note == "":
+		return ""
+	case !reached:
+		return note + ", and knows only the tokens of the config it kept"
+	}
+	return note + ", and knows no token created after"
+}
+
+// configNote is the gateway's EdgeTarget.Stale: why the edge's config may
+// lack a destination or subscription created lately ("" while fresh).
+func (e *Edge) configNote() string {
+	note, _ := e.staleConfig()
+	return note
+}
+
+// staleConfig says since when the edge has not heard from its control
+// plane, when that makes its config stale: always when it has not reached
+// it since it started (reached false), else once no watch is open or the
+// last message came over heardFresh ago; "" while a watch is open and
+// heard from within heardFresh.
+func (e *Edge) staleConfig() (note string, reached bool) {
 	heard := e.heard.Load()
 	if heard == 0 {
-		return fmt.Sprintf("edge %s has not reached its control plane since it started at %s, and knows only the tokens of the config it kept", e.cfg.Name, e.started.UTC().Format(time.RFC3339))
+		return fmt.Sprintf("edge %s has not reached its control plane since it started at %s", e.cfg.Name, e.started.UTC().Format(time.RFC3339)), false
 	}
 	ago := time.Since(time.Unix(0, heard))
 	if e.following.Load() && ago <= heardFresh {
-		return ""
+		return "", true
 	}
-	return fmt.Sprintf("edge %s has not heard from its control plane since %s (%s ago), and knows no token created after", e.cfg.Name, time.Unix(0, heard).UTC().Format(time.RFC3339), ago.Round(time.Second))
+	return fmt.Sprintf("edge %s has not heard from its control plane since %s (%s ago)", e.cfg.Name, time.Unix(0, heard).UTC().Format(time.RFC3339), ago.Round(time.Second)), true
 }
 
 // watchSilence cancels a watch that has received nothing (alive) for
