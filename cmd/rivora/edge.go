@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -82,7 +83,8 @@ Example:
 			&cli.StringSliceFlag{Name: "controlplane", EnvVars: []string{"RIVORA_CONTROLPLANE"}, Required: true, Usage: "control plane `URL`; repeat it (or comma-separate) for several: the edge follows the leader. " +
 				"Unreachable, the edge accepts by the config it kept, and a token revoked meanwhile still works here until it is reachable again"},
 			&cli.StringFlag{Name: "max-buffer", Value: "1GiB", EnvVars: []string{"RIVORA_EDGE_MAX_BUFFER"}, Usage: "most unforwarded events the edge holds, in bytes (`SIZE`, at least 1MiB: 1073741824, 512MiB, 10GiB): the disk it may take under --data-dir. " +
-				"A request that does not fit is refused whole (resource_exhausted) until the cell takes events. Size it as your publish rate × the longest cut to ride out × the stored event (payload + ~360 bytes of headers and subject): 1,000 events/s of 1 KiB for 24h is ~112 GiB"},
+				"A request that does not fit is refused whole (resource_exhausted) until the cell takes events. Size it as your publish rate × the longest cut to ride out × the stored event (payload + ~360 bytes of headers and subject): 1,000 events/s of 1 KiB for 24h is ~112 GiB. " +
+				"The data dir needs about 1.33 times as much free (JetStream takes at most three quarters of the free disk): the edge refuses to start otherwise"},
 			&cli.DurationFlag{Name: "buffer-max-age", Value: edged.DefaultBufferMaxAge, EnvVars: []string{"RIVORA_EDGE_BUFFER_MAX_AGE"}, Usage: "once the oldest unforwarded event is older than this (`DURATION`), Publish is refused (resource_exhausted) until the cell takes it: the longest cut the edge rides out. " +
 				"Nothing is discarded for age. Shorter than a destination's window, the edge warns at start: it refuses that destination's events in a cut the cell would have kept retrying through"},
 			&cli.BoolFlag{Name: "fsync", EnvVars: []string{"RIVORA_FSYNC"}, Usage: "acknowledge only once a sync of the store covers the write (survives a power loss); concurrent acknowledgements share one sync. Without it an ack survives a crash or kill -9 of the edge"},
@@ -132,7 +134,12 @@ func runEdge(c *cli.Context) error {
 	defer flush()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return exit(server.RunEdge(ctx, opts))
+	err = server.RunEdge(ctx, opts)
+	if errors.Is(err, edged.ErrMaxBufferTooLarge) {
+		// Found only once the store is open, but a flag's mistake.
+		return cli.Exit(err.Error(), 2)
+	}
+	return exit(err)
 }
 
 // edgeConfig checks the edge's own flags into its configuration (keys,

@@ -34,6 +34,9 @@ func TestEdgeFlagsRefused(t *testing.T) {
 		{"overflowing size", base("--insecure", "--max-buffer", "99999999999TiB"), true, []string{"--max-buffer"}},
 		{"tiny buffer", base("--insecure", "--max-buffer", "64KiB"), true, []string{"--max-buffer", "at least 1MiB"}},
 		{"short max age", base("--insecure", "--buffer-max-age", "10s"), true, []string{"--buffer-max-age", "at least 1m"}},
+		// Found once the store is open (JetStream's limit is three
+		// quarters of the free disk), still a usage error.
+		{"buffer over the disk", base("--insecure", "--max-buffer", "1048576TiB"), true, []string{"--max-buffer 1.0 EiB", "free", "give --max-buffer at most"}},
 		{"bad max payload", base("--insecure", "--max-payload", "0"), true, []string{"--max-payload"}},
 		{"arguments", base("--insecure", "extra"), true, []string{"takes no arguments"}},
 	} {

@@ -14,7 +14,8 @@
 #
 # Build with `make build` and serve bin/rivora from your artifact store
 # (meta.rivora_artifact_url). Each node needs a host volume "rivora-edge-data"
-# of at least --max-buffer.
+# with about 1.33 times --max-buffer free (JetStream stores at most three
+# quarters of the free disk; the edge refuses to start otherwise).
 job "rivora-edge" {
   type = "system"
 

@@ -2,7 +2,9 @@ package edged_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -191,4 +193,29 @@ func TestEdgeWithAStaleConfigRefusesWhatItDoesNotKnowUnavailable(t *testing.T) {
 		_, err = publish(unknown)
 		return connect.CodeOf(err) == connect.CodeInvalidArgument
 	})
+}
+
+// A --max-buffer over what JetStream may store on the data dir's disk
+// (three quarters of its free space) is refused at start, naming
+// --max-buffer, the free disk and the most it may be: JetStream's own
+// refusal ("insufficient storage resources available", code 10047) said
+// none of that.
+func TestEdgeRefusesAMaxBufferOverTheDisk(t *testing.T) {
+	_, cpServer := startControlPlane(t)
+	_, err := edged.New(context.Background(), edged.Config{
+		Name: "edge-disk", DataDir: t.TempDir(), CellLeaf: []string{"nats-leaf://" + freeAddr(t)}, ControlPlanes: []string{cpServer.URL},
+		MaxBuffer: 1 << 60, BufferMaxAge: time.Hour, Keys: auth.NewKeys(auth.CellTokenOf(cellSecret)),
+	}, slog.New(slog.DiscardHandler))
+	if err == nil {
+		t.Fatal("an edge with --max-buffer 1 EiB started")
+	}
+	t.Log(err)
+	if !errors.Is(err, edged.ErrMaxBufferTooLarge) {
+		t.Fatalf("--max-buffer 1 EiB: %v; want ErrMaxBufferTooLarge", err)
+	}
+	for _, want := range []string{"--max-buffer 1.0 EiB", "free", "give --max-buffer at most ", "MiB", "1.33 times"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal %q does not say %q", err, want)
+		}
+	}
 }

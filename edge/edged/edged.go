@@ -175,6 +175,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 	if err := claimDataDir(ctx, cfg.DataDir, cfg.Name, js); err != nil {
 		return fail(err)
 	}
+	if err := checkRoom(ctx, cfg, e.nats, js); err != nil {
+		return fail(err)
+	}
 	if e.buffer, err = edge.Open(ctx, js, edge.Config{Name: cfg.Name, MaxBytes: cfg.MaxBuffer, DedupWindow: cfg.DedupWindow}); err != nil {
 		return fail(err)
 	}
