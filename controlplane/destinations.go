@@ -125,6 +125,10 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 		if err := cp.checkCapacity(tx, d.OwnerCustomer); err != nil {
 			return "", err
 		}
+		// An event accepted under an older version was for a destination
+		// of this id deleted before (an edge's, accepted while cut off):
+		// the agents dead-letter it rather than deliver it here.
+		d.CreatedVersion = tx.Version()
 		tx.Put(d)
 		detail := "url " + d.Url + describeHeaders(d.Headers) + authDetail + signing
 		if d.OwnerCustomer != "" {

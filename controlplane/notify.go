@@ -541,6 +541,7 @@ func (cp *ControlPlane) ensureOperatorDestination(url, secret string) error {
 			CreatedAt: now, UpdatedAt: now, PriorityClass: rivorav1.PriorityClass_PRIORITY_CLASS_NORMAL,
 		}
 		if _, err := cp.change("destination.create", id, rivoraActor, "operator webhook", func(tx *DestinationTx) (string, error) {
+			nd.CreatedVersion = tx.Version()
 			tx.Put(nd)
 			return "operator notices to " + url, nil
 		}); err != nil {

@@ -381,16 +381,24 @@ type DestinationTx struct {
 	types *Records[*rivorav1.EventType]
 	// subsPerCustomer is the store's count (read only).
 	subsPerCustomer map[string]int
+	// version is the config version the change becomes once saved.
+	version uint64
 }
 
+// newDestinationTx is a change of st, saved (if at all) as the version
+// after st's: the store holds its lock from here to the save.
 func newDestinationTx(st *state) *DestinationTx {
 	return &DestinationTx{
 		dests:           newRecords(st.dests, (*rivorav1.Destination).GetId),
 		subs:            newRecords(st.subs, (*rivorav1.Subscription).GetId),
 		types:           newRecords(st.types, (*rivorav1.EventType).GetName),
 		subsPerCustomer: st.subsPerCustomer,
+		version:         st.version + 1,
 	}
 }
+
+// Version is the config version this change becomes once saved.
+func (tx *DestinationTx) Version() uint64 { return tx.version }
 
 // CustomerSubscriptions counts customer's subscriptions as this change
 // leaves them, without looking at every subscription.

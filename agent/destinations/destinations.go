@@ -47,7 +47,11 @@ type Destination struct {
 	OwnerCustomer string
 	// CreatedAt is when the control plane made it (zero: not known).
 	CreatedAt time.Time
-	Paused    bool
+	// CreatedVersion is the config version that made it (0: not known):
+	// an event accepted under an older one was for an earlier
+	// destination of this id, deleted since.
+	CreatedVersion uint64
+	Paused         bool
 	// Disabled: the pause is Rivora's, after its partner answered 410 Gone.
 	Disabled bool
 	// Pauses are its recent pauses (PausedBetween).
@@ -343,13 +347,14 @@ func FromProto(pb *rivorav1.Destination) (*Destination, error) {
 		createdAt = ts.AsTime()
 	}
 	return &Destination{
-		ID:        pb.GetId(),
-		CreatedAt: createdAt,
-		URL:       pb.GetUrl(),
-		Signer:    signer,
-		Headers:   headersFromProto(pb.GetHeaders()),
-		Timeout:   timeout,
-		Retry:     policy,
+		ID:             pb.GetId(),
+		CreatedAt:      createdAt,
+		CreatedVersion: pb.GetCreatedVersion(),
+		URL:            pb.GetUrl(),
+		Signer:         signer,
+		Headers:        headersFromProto(pb.GetHeaders()),
+		Timeout:        timeout,
+		Retry:          policy,
 		Limits: limits.Limits{
 			RatePerSecond: lim.GetRatePerSecond(),
 			Burst:         int(lim.GetBurst()),

@@ -217,10 +217,12 @@ func (g *Gateway) settle(r *routed) error {
 	n := g.count()
 	r.deliveries = make([]*prepared, len(r.routes))
 	for i, rt := range r.routes {
-		if _, ok := g.reg.Get(rt.Destination); !ok {
+		d, ok := g.reg.Get(rt.Destination)
+		if !ok {
 			return unknownDestination(rt.Subscription, rt.Destination)
 		}
 		ev := withRoute(r.base, rt.EventID, rt.Destination, rt.Subscription)
+		ev.ConfigVersion = max(ev.GetConfigVersion(), d.CreatedVersion) // as versionFor
 		data, err := proto.Marshal(ev)
 		if err != nil {
 			return fmt.Errorf("encode event: %w", err)

@@ -169,6 +169,20 @@ func (g *Gateway) configVersion() uint64 {
 	return g.applied()
 }
 
+// versionFor is the config version an event for destination dest is
+// accepted under: applied (this agent's), or the version that created
+// dest when that is newer — the registry has a destination before the
+// config that made it is recorded applied. An owner takes an event
+// accepted under a version older than its destination's creation for
+// one accepted for an earlier destination of that id (deleted since),
+// so the version must never understate it.
+func (g *Gateway) versionFor(applied uint64, dest string) uint64 {
+	if d, ok := g.reg.Get(dest); ok {
+		return max(applied, d.CreatedVersion)
+	}
+	return applied
+}
+
 // PartitionCount tells the cell's partition count: 0 until it is known.
 type PartitionCount interface{ Count() int }
 
@@ -912,6 +926,7 @@ func (g *Gateway) prepareDirect(base *rivorav1.Event, key, dest string) (*prepar
 	// is shared by its deliveries; a direct event's is not).
 	ev := base
 	ev.EventId, ev.DestinationId = id, dest
+	ev.ConfigVersion = g.versionFor(ev.GetConfigVersion(), dest)
 	data, err := proto.Marshal(ev)
 	if err != nil {
 		return nil, fmt.Errorf("encode event: %w", err)
@@ -946,6 +961,9 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 		ev := proto.Clone(dl.GetEvent()).(*rivorav1.Event)
 		ev.Replayed = true
 		ev.AcceptedAt = now
+		// Accepted again, under this config: a dead letter of a
+		// destination deleted and made again goes to the new one.
+		ev.ConfigVersion = g.versionFor(max(ev.GetConfigVersion(), g.configVersion()), ev.GetDestinationId())
 		// The archive is outside Rivora's hands: its trace context is
 		// checked again, as a publisher's is, so a bad one cannot break
 		// every attempt.
@@ -1069,6 +1087,7 @@ func (g *Gateway) Resend(ctx context.Context, original *rivorav1.Event, dedupID 
 	ev = proto.Clone(original).(*rivorav1.Event)
 	ev.Resent, ev.Replayed = true, false
 	ev.AcceptedAt = timestamppb.New(g.now())
+	ev.ConfigVersion = g.versionFor(max(ev.GetConfigVersion(), g.configVersion()), ev.GetDestinationId()) // as Reingest
 	data, err := proto.Marshal(ev)
 	if err != nil {
 		return nil, false, fmt.Errorf("encode event %s: %w", ev.GetEventId(), err)

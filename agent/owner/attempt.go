@@ -97,6 +97,9 @@ func (o *Partition) gather(f *verdict.Facts, ev *rivorav1.Event) (destinations.E
 	if !ok {
 		return destinations.Endpoint{}, 0
 	}
+	// 0: accepted before events carried their version (or by a gateway
+	// that knows none), which says nothing.
+	f.DestinationRecreated = ev.GetConfigVersion() != 0 && dest.CreatedVersion > ev.GetConfigVersion()
 	f.Paused = dest.Paused
 	f.Shared = dest.OwnerCustomer == ""
 	f.Policy, f.WindowStart = dest.Retry, windowStart(ev, o.pausedBetween(dest, ev), f.Now)

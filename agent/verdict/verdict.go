@@ -139,6 +139,12 @@ type Facts struct {
 	// DestinationKnown: the destination is in the config (it may have
 	// been deleted while the attempt was handed out).
 	DestinationKnown bool
+	// DestinationRecreated: the destination in the config was created
+	// after the config version the event was accepted under, so the
+	// event was accepted for an earlier destination of that id, deleted
+	// since (an edge accepted it while cut off from the cell): it is not
+	// this destination's to deliver.
+	DestinationRecreated bool
 	// Paused: the destination is paused.
 	Paused bool
 	// SubscriptionMissing: the event was routed by a subscription that is
@@ -217,6 +223,13 @@ func Decide(f Facts) Verdict {
 		// Deleted (with --force) while this attempt was out: archived
 		// like the rest of the destination's pending events.
 		return Verdict{Kind: Dead, Head: a.Head, Reason: rivorav1.DeadReason_DEAD_REASON_DELETED, ArchiveRest: true}
+	case f.DestinationRecreated:
+		// Accepted for a destination of this id deleted since, maybe
+		// while an edge was cut off: never sent to the one made again (it
+		// may be another customer's). A dead letter (reason deleted) an
+		// operator may replay to it. Not ArchiveRest: the destination's
+		// other events are the new one's.
+		return Verdict{Kind: Dead, Head: a.Head, Reason: rivorav1.DeadReason_DEAD_REASON_DELETED}
 	case f.SubscriptionMissing:
 		// As for a deleted destination: never dropped silently, never
 		// held forever. Its subscription was deleted with --force (which

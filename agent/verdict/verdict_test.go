@@ -127,6 +127,8 @@ func TestDecide(t *testing.T) {
 		}), verdict.Verdict{Kind: dead, Head: scheduler.Head{LastError: "conflict"}, Reason: rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT}},
 		{"destination deleted", with(ready(attempt(2)), func(f *verdict.Facts) { f.DestinationKnown = false }),
 			verdict.Verdict{Kind: dead, Head: attempt(2).Head, Reason: deleted, ArchiveRest: true}},
+		{"destination deleted and made again after the event's config: dead, never sent to the new one", with(ready(attempt(1)), func(f *verdict.Facts) { f.DestinationRecreated = true }),
+			verdict.Verdict{Kind: dead, Head: attempt(1).Head, Reason: deleted}},
 		{"paused", with(ready(attempt(2)), func(f *verdict.Facts) { f.Paused = true }),
 			verdict.Verdict{Kind: verdict.Release}},
 		{"subscription deleted", with(ready(attempt(2)), func(f *verdict.Facts) { f.SubscriptionMissing = true }),

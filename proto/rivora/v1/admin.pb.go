@@ -262,8 +262,15 @@ type Destination struct {
 	// legacy_signature is a partner's existing signature contract, sent
 	// beside (or instead of) webhook-signature; unset when none.
 	LegacySignature *LegacySignature `protobuf:"bytes,47,opt,name=legacy_signature,json=legacySignature,proto3" json:"legacy_signature,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// created_version is the config version that created the destination
+	// (0: created before it was recorded). An event accepted under an
+	// older config version was accepted for an earlier destination of the
+	// same id, deleted since (an edge accepted it while cut off from the
+	// cell): it becomes a dead letter (reason deleted), never delivered to
+	// this one.
+	CreatedVersion uint64 `protobuf:"varint,48,opt,name=created_version,json=createdVersion,proto3" json:"created_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Destination) Reset() {
@@ -518,6 +525,13 @@ func (x *Destination) GetLegacySignature() *LegacySignature {
 		return x.LegacySignature
 	}
 	return nil
+}
+
+func (x *Destination) GetCreatedVersion() uint64 {
+	if x != nil {
+		return x.CreatedVersion
+	}
+	return 0
 }
 
 // Certificate is an X.509 certificate in PEM (a client certificate with
@@ -4927,7 +4941,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x03 \x01(\x05R\vmaxAttempts\x121\n" +
 	"\x06window\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06window\x123\n" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\"\n" +
-	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xbb\r\n" +
+	"\rmax_in_flight\x18\x06 \x01(\x05R\vmaxInFlight\"\xe4\r\n" +
 	"\vDestination\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
@@ -4967,7 +4981,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x14previous_signing_key\x18, \x01(\tR\x12previousSigningKey\x12.\n" +
 	"\x13previous_public_key\x18- \x01(\tR\x11previousPublicKey\x12`\n" +
 	"\x1fprevious_signing_key_expires_at\x18. \x01(\v2\x1a.google.protobuf.TimestampR\x1bpreviousSigningKeyExpiresAt\x12E\n" +
-	"\x10legacy_signature\x18/ \x01(\v2\x1a.rivora.v1.LegacySignatureR\x0flegacySignature\x1aB\n" +
+	"\x10legacy_signature\x18/ \x01(\v2\x1a.rivora.v1.LegacySignatureR\x0flegacySignature\x12'\n" +
+	"\x0fcreated_version\x180 \x01(\x04R\x0ecreatedVersion\x1aB\n" +
 	"\x14CustomerWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x81\x03\n" +
