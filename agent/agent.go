@@ -415,6 +415,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	loops.Go(func() { a.follow(ctx) })
 	loops.Go(func() { _ = a.parts.Run(ctx) })
 	loops.Go(func() { _ = a.gone.Run(ctx) })
+	loops.Go(func() { a.forgetUnknown(ctx) })
 	if a.room != nil {
 		loops.Go(func() { a.room.Run(ctx) })
 		loops.Go(func() { a.cellPending.Run(ctx) })
@@ -658,6 +659,40 @@ func (a *Agent) forgetDestination(id string) {
 	a.sender.ForgetDestination(id)
 	if part := a.parts.OfDestination(id); part != nil {
 		part.ForgetDestination(id)
+	}
+}
+
+// unknownEvery is how often forgetUnknown looks for events of
+// destinations the config does not have.
+const unknownEvery = time.Second
+
+// forgetUnknown hands the scheduler's lanes of destinations the config
+// does not have to their owners, until ctx ends: events that reached the
+// cell after their destination was deleted (an edge's, accepted while it
+// was cut off and forwarded when its link returned), or were pending when
+// it was deleted while this agent was down. Held, they would wait for
+// ever and go to a destination made later under the same id. Handed
+// out, each becomes a dead letter (reason deleted), or waits while it was
+// accepted under a config this agent has not applied (verdict.Decide).
+// Nothing is looked at before the first config.
+func (a *Agent) forgetUnknown(ctx context.Context) {
+	t := time.NewTicker(unknownEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		if a.applied.Load() == 0 {
+			continue
+		}
+		for _, id := range a.sched.Unconfigured() {
+			if _, ok := a.registry.Get(id); !ok {
+				a.log.Info("events pending for a destination the config does not have (deleted): each becomes a dead letter (reason deleted) unless accepted under a newer config", "destination", id)
+				a.sched.ForgetUnknown(id)
+			}
+		}
 	}
 }
 

@@ -122,6 +122,16 @@ func startEdgeCell(t *testing.T) (*rig.Dev, string) {
 	return rig.StartDev(t, t.TempDir(), rig.Options{Agent: func(c *agent.Config) { c.LeafListen = leaf }}), leaf
 }
 
+// configVersion is the control plane's config version now.
+func configVersion(t *testing.T, d *rig.Dev) uint64 {
+	t.Helper()
+	resp, err := d.Admin.GetConfigStatus(context.Background(), connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Msg.GetVersion()
+}
+
 // deleteDestination deletes id at the cell and waits for the agent.
 func deleteDestination(t *testing.T, d *rig.Dev, id string) {
 	t.Helper()
@@ -160,6 +170,53 @@ func awaitDeadDeleted(t *testing.T, d *rig.Dev, ids []string) {
 	}
 }
 
+// An edge accepts events for a destination that was deleted at the cell
+// while the edge was cut off (it still had it in its config). Once the
+// edge's link returns they reach the cell, and each becomes a dead letter
+// with reason deleted, archived: not stranded in lanes nobody delivers,
+// and never delivered to a destination made later under the same id (it
+// may be another customer's). An operator who makes it again on purpose
+// replays them to it.
+func TestEdgeEventsOfADestinationDeletedDuringACutAreDeadLetters(t *testing.T) {
+	d, leaf := startEdgeCell(t)
+	old := partner.New(t, partner.Options{})
+	v := d.Create(&rivorav1.CreateDestinationRequest{Id: "d2", Url: old.URL()})
+	e := startCutEdge(t, d, leaf, "lyon")
+	e.knows(v, "d2", old.URL(), v)
+
+	deleteDestination(t, d, "d2")
+	ids := e.publish("d2", 40)
+	e.register()
+	awaitDeadDeleted(t, d, ids)
+	poll.True(t, "the dead letters archived", 20*time.Second, func() bool {
+		_, letters := deadLetters(t, d.Dir, "d2")
+		return len(letters) == len(ids)
+	})
+
+	fresh := partner.New(t, partner.Options{})
+	d.Create(&rivorav1.CreateDestinationRequest{Id: "d2", Url: fresh.URL()})
+	resp, err := d.Ingest.Publish(context.Background(), connect.NewRequest(&rivorav1.PublishRequest{DestinationId: "d2", CustomerId: "acme", LaneKey: "l0", Type: "t", Payload: []byte(`{}`)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh.WaitDelivered(t, []string{resp.Msg.GetEventId()}, 15*time.Second)
+	if n, m := old.Count(), fresh.Count(); n != 0 || m != 1 {
+		t.Fatalf("the old partner got %d requests, the new one %d: want none of the edge's events anywhere, and the new destination's own", n, m)
+	}
+
+	archive := rivorav1connect.NewArchiveServiceClient(d.HTTPClient(), d.URL, d.As(d.AdminToken))
+	stream, err := archive.Replay(context.Background(), connect.NewRequest(&rivorav1.ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "d2"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	fresh.WaitDelivered(t, ids, 30*time.Second)
+}
+
 // A destination deleted and made again under the same id while an edge
 // was cut off: what the edge accepted under its older config was for
 // the deleted one. It becomes a dead letter (reason deleted); the new
@@ -185,4 +242,29 @@ func TestEdgeEventsOfADestinationMadeAgainDuringACutAreNotDeliveredToIt(t *testi
 	if n, m := old.Count(), fresh.Count(); n != 0 || m != 1 {
 		t.Fatalf("the old partner got %d requests, the new one %d: want none of the edge's events anywhere, and the new destination's own", n, m)
 	}
+}
+
+// An edge's event for a destination the cell has not heard of yet (the
+// edge applied a newer config than the cell's agent: it was made there
+// first) is not taken for a deleted destination's: it waits, judged and
+// not dead, and is delivered once the cell's agent has the config.
+func TestEdgeEventOfADestinationNotKnownYetWaitsForIt(t *testing.T) {
+	d, leaf := startEdgeCell(t)
+	p := partner.New(t, partner.Options{})
+	e := startCutEdge(t, d, leaf, "lyon")
+	e.register()
+	next := configVersion(t, d) + 1
+	e.knows(next, "later", p.URL(), next)
+	ids := e.publish("later", 1)
+	poll.True(t, "the owner judged the event and let it wait", 20*time.Second, func() bool {
+		loc, ok := d.Agent.Scheduler().Find(ids[0])
+		return ok && !loc.Head.NotBefore.IsZero()
+	})
+	if got, err := d.Events.GetEvent(context.Background(), connect.NewRequest(&rivorav1.GetEventRequest{EventId: ids[0]})); err != nil || got.Msg.GetState() != rivorav1.EventState_EVENT_STATE_PENDING {
+		t.Fatalf("events get of the waiting event: %v, %v; want pending", got, err)
+	}
+	if v := d.Create(&rivorav1.CreateDestinationRequest{Id: "later", Url: p.URL()}); v != next {
+		t.Fatalf("the destination was made by config version %d, the test expected %d", v, next)
+	}
+	p.WaitDelivered(t, ids, 15*time.Second)
 }

@@ -228,6 +228,12 @@ func (s *eventService) explainWaiting(resp *rivorav1.GetEventResponse, loc sched
 		resp.AttemptsUsed = int32(loc.Head.Attempts)
 	}
 	dest := loc.Lane.Destination
+	if _, known := s.registry.Get(dest); !known && !loc.InFlight && loc.Ahead == 0 {
+		// Deleted (it is on its way to the archive), or made by a config
+		// this agent has not applied yet: not its budget it waits for.
+		resp.Waiting = "destination " + dest + " is not in the config this agent applied: deleted (the event becomes a dead letter, reason deleted), or made by a newer config it waits for"
+		return
+	}
 	resp.Waiting = waitingReason(loc, maxAttempts, holdText(s.destinationHold(dest), dest))
 }
 

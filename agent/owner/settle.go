@@ -83,15 +83,9 @@ func settle(ctx context.Context, sched *scheduler.Scheduler, part *Partition, a 
 	if st.Kind == scheduler.AdvanceDead && part.registered(ev.GetDestinationId()) {
 		deadTotal.WithLabelValues(ev.GetDestinationId(), reasonLabel(v.Reason)).Inc()
 	}
-	if v.ArchiveRest {
-		// The lane's later events were held back with it while it was in
-		// flight; they follow it to the archive.
-		if _, err := part.ArchiveDestination(ctx, ev.GetDestinationId()); err != nil {
-			part.log.Warn("archive the rest of a deleted destination", "destination", ev.GetDestinationId(), "error", err)
-		}
-	}
 	if v.ArchiveSubscriptionRest {
-		// As for a deleted destination, but only the subscription's lanes.
+		// The subscription's other events were held back with it while
+		// it was in flight; they follow it to the archive.
 		if _, err := part.ArchiveSubscription(ctx, ev.GetDestinationId(), ev.GetSubscriptionId()); err != nil {
 			part.log.Warn("archive the rest of a deleted subscription", "subscription", ev.GetSubscriptionId(), "error", err)
 		}

@@ -235,20 +235,66 @@ func (s *Scheduler) DropPartition(p int) {
 // ForgetDestination forgets a deleted destination: its budget, rate
 // history, weights and lanes, so it is in no snapshot (health, metrics)
 // any more. Its backlog was archived before it was deleted; an event
-// still pending (one in flight then, or published meanwhile) keeps it,
-// unconfigured, its lanes held, until its last lane drains.
+// still pending (one in flight then, or one that arrived since: an
+// edge's, accepted while the edge was cut off) keeps it, unconfigured,
+// until its last lane drains. Those lanes are not held: their heads are
+// handed out without a token (Attempt.Unconfigured) for the owner to
+// dead-letter, or to try again later when the event was accepted under
+// a config the agent has not applied yet.
 func (s *Scheduler) ForgetDestination(destinationID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, restored := range s.restoredBudgets {
 		delete(restored, destinationID)
 	}
-	d := s.dests[destinationID]
-	if d == nil {
-		return
+	if d := s.dests[destinationID]; d != nil {
+		s.forgetLocked(d)
 	}
+}
+
+// ForgetUnknown is ForgetDestination for a destination with events
+// pending that the agent's config does not have (Unconfigured): deleted
+// before they arrived, or before the agent started. Nothing happens if
+// it was configured meanwhile (the config that made it was applied
+// after the caller looked).
+func (s *Scheduler) ForgetUnknown(destinationID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d := s.dests[destinationID]; d != nil && !d.configured && !d.deleted {
+		s.forgetLocked(d)
+	}
+}
+
+// Unconfigured lists the destinations with events pending that were
+// never configured here, nor forgotten: what ForgetUnknown is for once
+// the config is known not to have them.
+func (s *Scheduler) Unconfigured() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for id, d := range s.dests {
+		if !d.configured && !d.deleted && d.pending > 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// forgetLocked marks d deleted and lets its lanes go to the owner: none
+// waits for a retry time or a parked destination's recovery any more.
+func (s *Scheduler) forgetLocked(d *destination) {
 	d.configured, d.deleted = false, true
+	delete(s.parked, d)
+	now := s.clock.Now()
+	for _, l := range d.lanes {
+		if l.state == laneWaiting {
+			heap.Remove(&s.waiting, l.heapIdx)
+			l.head.NotBefore, l.wake = now, now
+			s.makeDue(l, now)
+		}
+	}
 	s.removeIfIdle(d)
+	s.wake()
 }
 
 // removeIfIdle removes d if it was deleted and nothing of it is pending

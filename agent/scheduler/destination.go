@@ -63,8 +63,10 @@ type destination struct {
 	// dropped: DropPartition forgot this destination; outcomes of its
 	// attempts still in flight must not put its lanes back in play.
 	dropped bool
-	// deleted: ForgetDestination was called while something of it was
-	// pending or in flight; it is removed when the last of it is gone.
+	// deleted: ForgetDestination (or ForgetUnknown) was called while
+	// something of it was pending or in flight; its heads go to the owner
+	// without a token (Attempt.Unconfigured), and it is removed when the
+	// last of it is gone.
 	deleted bool
 
 	// lastSuccess and faults feed otherwiseHealthy; customerFaults and
@@ -168,7 +170,8 @@ func resized[K comparable, V any](m map[K]V) map[K]V {
 }
 
 // SetLimits configures a destination; until it is configured its lanes are
-// held. Changes apply in place: nothing pending moves.
+// held (unless it was forgotten: ForgetDestination, ForgetUnknown). Changes
+// apply in place: nothing pending moves.
 func (s *Scheduler) SetLimits(destinationID string, partition int, lim limits.Limits) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

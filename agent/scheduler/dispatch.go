@@ -98,13 +98,13 @@ func (s *Scheduler) ready(l *Lane, now time.Time) {
 // moves their windows on.
 func (s *Scheduler) pickExpired(now time.Time) *Attempt {
 	for i, l := range s.expired {
-		if l.dest.paused || !l.dest.configured {
+		if !l.dest.deleted && (l.dest.paused || !l.dest.configured) {
 			continue
 		}
 		s.expired = append(s.expired[:i], s.expired[i+1:]...)
 		l.state = laneInFlight
 		l.dest.inFlight++
-		return &Attempt{Lane: l, Entry: l.entry(0), Head: l.head, Number: l.head.Attempts + 1, StartedAt: now, Expired: true}
+		return &Attempt{Lane: l, Entry: l.entry(0), Head: l.head, Number: l.head.Attempts + 1, StartedAt: now, Expired: true, Unconfigured: l.dest.deleted}
 	}
 	return nil
 }
@@ -178,12 +178,21 @@ func (s *Scheduler) pickClasses(now time.Time, soonest func(time.Duration), notB
 	return nil
 }
 
+// deletedInFlight is how many heads of a destination that is not in the
+// config (deleted) may be out at once: nothing is sent, each costs the
+// owner a load and, for a dead letter, a ledger write.
+const deletedInFlight = 8
+
 // inFlightCap is how many attempts d may have out: its max_in_flight, and
 // one while parked. A parked destination's attempts probe whether it is
 // back; one out says as much as ten, and a partner that hangs would hold
 // a delivery worker per probe until its timeout (a customer's own
 // destinations at a hanging endpoint took most of the agent's workers).
+// A deleted one's heads are never sent: deletedInFlight.
 func (d *destination) inFlightCap() int {
+	if d.deleted {
+		return deletedInFlight
+	}
 	if d.budget != nil && d.budget.State() == budget.Parked {
 		return 1
 	}
@@ -255,7 +264,9 @@ func probesBefore(l, than *Lane) bool {
 
 // pickClass hands out the next attempt among due destinations of one
 // class, round robin; with notBig, only to a customer holding less than
-// half the workers.
+// half the workers. A deleted destination's heads go without a token
+// (Attempt.Unconfigured); a destination not configured yet holds its
+// lanes.
 func (s *Scheduler) pickClass(now time.Time, class limits.Class, soonest func(time.Duration), notBig bool) *Attempt {
 	var passOver func(customer string) bool
 	switch {
@@ -267,11 +278,11 @@ func (s *Scheduler) pickClass(now time.Time, class limits.Class, soonest func(ti
 	for i := 0; i < len(s.ring); i++ {
 		idx := (s.rr + i) % len(s.ring)
 		d := s.ring[idx]
-		if d.class != class || !d.configured || d.paused {
-			continue
+		if d.class != class || !d.deleted && (!d.configured || d.paused) {
+			continue // a deleted destination's heads go to the owner, paused or not
 		}
 		if d.inFlight >= d.inFlightCap() {
-			if d.inFlight >= d.limits.MaxInFlight {
+			if !d.deleted && d.inFlight >= d.limits.MaxInFlight {
 				d.budget.Saturated(now)
 			}
 			continue
@@ -285,7 +296,7 @@ func (s *Scheduler) pickClass(now time.Time, class limits.Class, soonest func(ti
 			}
 			continue // Done kicks
 		}
-		if !d.budget.Take(now) {
+		if !d.deleted && !d.budget.Take(now) {
 			soonest(d.budget.Wait(now))
 			continue
 		}
@@ -296,7 +307,7 @@ func (s *Scheduler) pickClass(now time.Time, class limits.Class, soonest func(ti
 		}
 		l.state = laneInFlight
 		d.inFlight++
-		return &Attempt{Lane: l, Entry: l.entry(0), Head: l.head, Number: l.head.Attempts + 1, StartedAt: now, BudgetWait: max(time.Duration(now.UnixNano()-l.dueSince), 0)}
+		return &Attempt{Lane: l, Entry: l.entry(0), Head: l.head, Number: l.head.Attempts + 1, StartedAt: now, BudgetWait: max(time.Duration(now.UnixNano()-l.dueSince), 0), Unconfigured: d.deleted}
 	}
 	return nil
 }

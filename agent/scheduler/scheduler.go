@@ -29,6 +29,10 @@
 //     success releases every held lane at once, oldest head first, paced
 //     by the budget; a held lane whose window closes is handed out at
 //     once, without a token, marked Expired;
+//   - a destination not configured yet holds its lanes; one the config
+//     does not have (ForgetDestination, ForgetUnknown) hands its heads
+//     out without a token, at most deletedInFlight at a time, for the
+//     owner to dead-letter (Attempt.Unconfigured): never held for ever;
 //   - an operator's view of many lanes (ListLanes) holds the lock one
 //     chunk of lanes at a time, so it costs delivery no more than a short
 //     wait however many lanes there are; an operator's skip (TakeHead)
@@ -59,6 +63,12 @@ type Attempt struct {
 	Head      Head // state before this attempt
 	Number    int  // 1-based attempt number
 	StartedAt time.Time
+	// Unconfigured: the destination is not in the config this agent
+	// applied (ForgetDestination, ForgetUnknown): the head was handed out
+	// without a token for the owner to judge, never to be sent. Its
+	// event becomes a dead letter (reason deleted) unless it was accepted
+	// under a config this agent has not applied yet.
+	Unconfigured bool
 	// EarlyProbe: the destination is parked and this lane was taken before
 	// its own retry time to probe whether the destination is back. Like
 	// any failure that is the destination's while it is not otherwise

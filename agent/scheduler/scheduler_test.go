@@ -1577,12 +1577,14 @@ func (m *model) act(d modelDest, r int) {
 		m.clk.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
 	case r < 85: // an operator skips a lane's head
 		skipModel(t, s, m.lanes, d.id, m.custs[rng.IntN(len(m.custs))], m.keys[rng.IntN(len(m.keys))], d.part, m.delivered)
-	case r < 93:
+	case r < 92:
 		lim := limits.Limits{RatePerSecond: 1e9, Burst: 1 << 20, MaxInFlight: 1 + rng.IntN(3)}
 		s.SetLimits(d.id, d.part, lim)
 		m.maxIF[d.id] = lim.MaxInFlight
 		delete(m.forgotten, d.id)
-	case r < 96:
+	case r < 94:
+		m.forgetUnknown(d)
+	case r < 97:
 		m.takeDestination(d)
 	default:
 		m.dropPartition(d)
@@ -1660,6 +1662,34 @@ func (m *model) takeDestination(d modelDest) {
 	}
 }
 
+// forgetUnknown tells the scheduler the config does not have d: a no-op
+// unless d has events and was neither configured nor forgotten; else its
+// lanes go at once, without a token.
+func (m *model) forgetUnknown(d modelDest) {
+	_, configured := m.maxIF[d.id]
+	known := len(m.s.Snapshot(d.id)) != 0
+	m.s.ForgetUnknown(d.id)
+	if configured || m.forgotten[d.id] || !known {
+		return
+	}
+	m.forgotten[d.id] = true
+	now := m.clk.Now()
+	for _, ml := range m.lanes {
+		if ml.id.Destination == d.id && ml.out == nil && ml.notBefore.After(now) {
+			ml.notBefore = now
+		}
+	}
+}
+
+// capOf is how many attempts of dest may be out, and whether any may.
+func (m *model) capOf(dest string) (int, bool) {
+	if m.forgotten[dest] {
+		return deletedInFlight, true
+	}
+	lim, configured := m.maxIF[dest]
+	return lim, configured
+}
+
 func (m *model) dropPartition(d modelDest) {
 	s := m.s
 	s.DropPartition(d.part)
@@ -1701,6 +1731,10 @@ func (m *model) check(d modelDest) {
 		if m.forgotten[x.id] && want == 0 && len(s.Snapshot(x.id)) != 0 {
 			t.Fatalf("%s was deleted and has nothing pending, yet is in the snapshot", x.id)
 		}
+		_, configured := m.maxIF[x.id]
+		if listed, unknown := slices.Contains(s.Unconfigured(), x.id), want > 0 && !configured && !m.forgotten[x.id]; listed != unknown {
+			t.Fatalf("Unconfigured() lists %s: %v, want %v (%d pending, configured %v, forgotten %v)", x.id, listed, unknown, want, configured, m.forgotten[x.id])
+		}
 	}
 	for p := range 3 {
 		var want uint64
@@ -1721,6 +1755,7 @@ func (m *model) drain() {
 	for _, x := range m.dests {
 		s.SetLimits(x.id, x.part, unlimited)
 		m.maxIF[x.id] = unlimited.MaxInFlight
+		delete(m.forgotten, x.id)
 	}
 	for range 100000 {
 		for len(m.outstanding) > 0 {
@@ -1785,9 +1820,12 @@ func (m *model) onAttempt(a *Attempt) {
 	if now.Before(ml.notBefore) {
 		t.Fatalf("lane %s attempted at %v before not_before %v", a.Lane.ID, now, ml.notBefore)
 	}
-	lim, configured := m.maxIF[a.Lane.ID.Destination]
+	lim, configured := m.capOf(a.Lane.ID.Destination)
 	if !configured {
 		t.Fatalf("lane %s of an unconfigured destination handed out", a.Lane.ID)
+	}
+	if a.Unconfigured != m.forgotten[a.Lane.ID.Destination] {
+		t.Fatalf("lane %s handed out with Unconfigured %v, its destination forgotten %v", a.Lane.ID, a.Unconfigured, m.forgotten[a.Lane.ID.Destination])
 	}
 	if n := m.inFlight(a.Lane.ID.Destination); n >= lim {
 		t.Fatalf("destination %s: attempt with %d in flight, max %d", a.Lane.ID.Destination, n, lim)
@@ -1816,7 +1854,7 @@ func (m *model) onIdle(wait time.Duration) {
 			}
 			continue
 		}
-		lim, configured := m.maxIF[ml.id.Destination]
+		lim, configured := m.capOf(ml.id.Destination)
 		if configured && m.inFlight(ml.id.Destination) < lim {
 			t.Fatalf("idle while lane %s (head %d) is due", ml.id, ml.seqs[0])
 		}
@@ -2187,4 +2225,72 @@ func TestForgetDestination(t *testing.T) {
 	s.SetLimits("d1", 0, unlimited)
 	appendTo(s, 0, A, ev(3))
 	wantAttempt(t, mustPick(t, s), A, 3, 1)
+}
+
+// A destination the config does not have hands its heads out without a
+// token (Attempt.Unconfigured) for the owner to dead-letter: the ones
+// that arrived after it was deleted (an edge's, forwarded after a cut)
+// and the ones that were waiting for a retry, at most deletedInFlight at
+// a time. One not configured yet holds its lanes until ForgetUnknown says
+// the config does not have it; ForgetUnknown leaves a configured one be.
+func TestForgottenDestinationHandsItsHeadsOut(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("gone", 0, limits.Limits{RatePerSecond: 0.001, Burst: 1, MaxInFlight: 1})
+	A := lid("gone", "c1", "a")
+	appendTo(s, 0, A, ev(1))
+	a := mustPick(t, s) // the only token
+	s.Retry(a, Head{Attempts: 1, NotBefore: clk.Now().Add(time.Hour), LastStatus: 500})
+	s.ForgetDestination("gone")
+	var late []lanes.ID
+	for i := range deletedInFlight + 2 {
+		id := lid("gone", "c1", fmt.Sprint("late", i))
+		late = append(late, id)
+		appendTo(s, 0, id, ev(uint64(10+i)))
+	}
+	var out []*Attempt
+	for range deletedInFlight {
+		a := mustPick(t, s)
+		if !a.Unconfigured {
+			t.Fatalf("%s handed out without Unconfigured", a.Lane.ID)
+		}
+		out = append(out, a)
+	}
+	mustNone(t, s) // deletedInFlight out
+	checkInvariants(t, s)
+	seen := map[string]bool{}
+	for len(out) > 0 {
+		seen[out[0].Lane.ID.Key] = true
+		s.Dead(out[0])
+		out = out[1:]
+		if a, _ := step(s); a != nil {
+			out = append(out, a)
+		}
+	}
+	if len(seen) != len(late)+1 || !seen["a"] {
+		t.Fatalf("handed out %v; want every late lane's head, and at once the one waiting an hour for its retry", seen)
+	}
+	if n := s.Pending("gone"); n != 0 || len(s.Snapshot("gone")) != 0 {
+		t.Fatalf("gone still has %d pending (or a snapshot) once every head died", n)
+	}
+
+	s.AppendAll(0, []LaneAppend{{ID: lid("new", "c1", "k"), Subject: lid("new", "c1", "k").Subject(0), Entries: evs(30)}})
+	s.SetLimits("known", 0, unlimited)
+	appendTo(s, 0, lid("known", "c1", "k"), ev(31))
+	if got := s.Unconfigured(); !slices.Equal(got, []string{"new"}) {
+		t.Fatalf("Unconfigured() = %v, want [new]", got)
+	}
+	s.ForgetUnknown("known") // configured: nothing happens
+	b := mustPick(t, s)
+	if b.Lane.ID.Destination != "known" || b.Unconfigured {
+		t.Fatalf("handed out %s (unconfigured %v), want known's head, configured", b.Lane.ID, b.Unconfigured)
+	}
+	mustNone(t, s) // new's lane is held
+	s.ForgetUnknown("new")
+	if c := mustPick(t, s); c.Lane.ID.Destination != "new" || !c.Unconfigured {
+		t.Fatalf("handed out %s (unconfigured %v), want new's head, unconfigured", c.Lane.ID, c.Unconfigured)
+	}
+	if got := s.Unconfigured(); len(got) != 0 {
+		t.Fatalf("Unconfigured() = %v after ForgetUnknown, want none", got)
+	}
+	checkInvariants(t, s)
 }

@@ -85,9 +85,6 @@ type Verdict struct {
 	// Hold that starts: a head already held changes only its retry time,
 	// which a rebuild does not need).
 	Ledger bool
-	// ArchiveRest: the destination was deleted; the lane's other events
-	// (and the destination's) follow this one to the archive.
-	ArchiveRest bool
 	// ArchiveSubscriptionRest: the event's subscription was deleted; the
 	// subscription's other pending events follow this one to the archive
 	// (the destination's other events stay).
@@ -219,16 +216,17 @@ func Decide(f Facts) Verdict {
 		// Created after this agent's config: not deleted, just not here
 		// yet. Not sent, not charged; try again once the config arrives.
 		return wait(a.Head, f.Now.Add(EndpointDelay))
-	case !f.DestinationKnown:
-		// Deleted (with --force) while this attempt was out: archived
-		// like the rest of the destination's pending events.
-		return Verdict{Kind: Dead, Head: a.Head, Reason: rivorav1.DeadReason_DEAD_REASON_DELETED, ArchiveRest: true}
-	case f.DestinationRecreated:
-		// Accepted for a destination of this id deleted since, maybe
-		// while an edge was cut off: never sent to the one made again (it
-		// may be another customer's). A dead letter (reason deleted) an
-		// operator may replay to it. Not ArchiveRest: the destination's
-		// other events are the new one's.
+	case !f.DestinationKnown || f.DestinationRecreated:
+		// Deleted, in a config at least as new as the one the event was
+		// accepted under: with --force while this attempt was out, or
+		// before the event reached the cell (an edge's, accepted while
+		// it was cut off), maybe made again since under the same id (the
+		// event was not for the new one). As for a deleted subscription:
+		// never held for ever, never sent to a destination made later,
+		// a dead letter (reason deleted) an operator may replay. The
+		// destination's other events are judged each at its turn: one
+		// accepted under a newer config may be for a destination made
+		// again that this agent has not heard of yet.
 		return Verdict{Kind: Dead, Head: a.Head, Reason: rivorav1.DeadReason_DEAD_REASON_DELETED}
 	case f.SubscriptionMissing:
 		// As for a deleted destination: never dropped silently, never
@@ -238,6 +236,12 @@ func Decide(f Facts) Verdict {
 		// deleted, replayable), and the subscription's other pending
 		// events follow it.
 		return Verdict{Kind: Dead, Head: a.Head, Reason: rivorav1.DeadReason_DEAD_REASON_DELETED, ArchiveSubscriptionRest: true}
+	case a.Unconfigured:
+		// Handed out as a deleted destination's (no token), but the
+		// config has it: it was made (again) as the attempt went out.
+		// Never sent without its budget; the scheduler has it configured
+		// by the time it is due again.
+		return wait(a.Head, f.Now.Add(EndpointDelay))
 	case f.Paused || f.SubscriptionPaused:
 		// Picked just before the pause arrived: not sent. The lane waits,
 		// unchanged, with the rest of the destination (or subscription).

@@ -97,6 +97,8 @@ func TestDecide(t *testing.T) {
 	}
 	expired := attempt(3)
 	expired.Expired = true
+	unconfigured := attempt(1)
+	unconfigured.Unconfigured = true
 	alreadyHeld := attempt(3)
 	alreadyHeld.Head.HeldByDestination = true
 	alreadyHeldAfter := held(3, 503, "HTTP 503", now.Add(4*time.Second))
@@ -126,16 +128,25 @@ func TestDecide(t *testing.T) {
 			f.Conflict, f.Paused, f.DestinationKnown = "conflict", true, false
 		}), verdict.Verdict{Kind: dead, Head: scheduler.Head{LastError: "conflict"}, Reason: rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT}},
 		{"destination deleted", with(ready(attempt(2)), func(f *verdict.Facts) { f.DestinationKnown = false }),
-			verdict.Verdict{Kind: dead, Head: attempt(2).Head, Reason: deleted, ArchiveRest: true}},
+			verdict.Verdict{Kind: dead, Head: attempt(2).Head, Reason: deleted}},
+		{"destination deleted, handed out unconfigured: dead", with(ready(unconfigured), func(f *verdict.Facts) { f.DestinationKnown = false }),
+			verdict.Verdict{Kind: dead, Head: unconfigured.Head, Reason: deleted}},
+		{"destination deleted, held until its window closed: dead as deleted", with(ready(expired), func(f *verdict.Facts) { f.Now, f.DestinationKnown = windowEnd, false }),
+			verdict.Verdict{Kind: dead, Head: expired.Head, Reason: deleted}},
 		{"destination deleted and made again after the event's config: dead, never sent to the new one", with(ready(attempt(1)), func(f *verdict.Facts) { f.DestinationRecreated = true }),
 			verdict.Verdict{Kind: dead, Head: attempt(1).Head, Reason: deleted}},
+		{"destination unknown to an agent behind the event's config, handed out unconfigured: waits", with(ready(unconfigured), func(f *verdict.Facts) {
+			f.DestinationKnown, f.ConfigBehind = false, true
+		}), verdict.Verdict{Kind: verdict.Wait, Head: scheduler.Head{NotBefore: now.Add(verdict.EndpointDelay)}}},
+		{"handed out unconfigured, but the config has it now: waits, never sent without a token", ready(unconfigured),
+			verdict.Verdict{Kind: verdict.Wait, Head: scheduler.Head{NotBefore: now.Add(verdict.EndpointDelay)}}},
 		{"paused", with(ready(attempt(2)), func(f *verdict.Facts) { f.Paused = true }),
 			verdict.Verdict{Kind: verdict.Release}},
 		{"subscription deleted", with(ready(attempt(2)), func(f *verdict.Facts) { f.SubscriptionMissing = true }),
 			verdict.Verdict{Kind: dead, Head: attempt(2).Head, Reason: deleted, ArchiveSubscriptionRest: true}},
-		{"destination and subscription deleted: the destination's rest follows", with(ready(attempt(2)), func(f *verdict.Facts) {
+		{"destination and subscription deleted: dead, the rest judged each at its turn", with(ready(attempt(2)), func(f *verdict.Facts) {
 			f.DestinationKnown, f.SubscriptionMissing = false, true
-		}), verdict.Verdict{Kind: dead, Head: attempt(2).Head, Reason: deleted, ArchiveRest: true}},
+		}), verdict.Verdict{Kind: dead, Head: attempt(2).Head, Reason: deleted}},
 		{"subscription paused", with(ready(attempt(2)), func(f *verdict.Facts) { f.SubscriptionPaused = true }),
 			verdict.Verdict{Kind: verdict.Release}},
 		{"subscription paused, even once its window closed: the pause moves it on", with(ready(expired), func(f *verdict.Facts) {
