@@ -42,7 +42,10 @@ const edgesColumns = `Columns (and -o json keys):
    FORWARDED (forwardedTotal)  events the cell took since its buffer was created
 BUFFERED, BYTES, OLDEST and FORWARDED are from the edge's last report:
 when it is over 6s old and the edge is not known connected, they are
-marked "(stale)" (JSON: "stale": true) and are as of LAST SEEN.
+marked "(stale)" (JSON: "stale": true) and are as of LAST SEEN. Before
+the edge's first report since the control plane started (a restart, a
+new leader) they are unknown: BUFFERED "unknown" (JSON: null, as are
+bytes, oldest, forwarded and maxBufferBytes), not 0.
 JSON also has registeredAt, disconnectedSince (when its link went
 down), maxBufferBytes (its --max-buffer) and bufferMaxAge (its
 --buffer-max-age).`
@@ -105,21 +108,38 @@ func (e *env) edgesGet() *ucli.Command {
 				return callFailed(fmt.Sprintf("get edge %q", name), err, nil)
 			}
 			now := time.Now()
-			j := newEdgeJSON(resp.Msg.GetEdge(), now)
+			s := resp.Msg.GetEdge()
+			j := newEdgeJSON(s, now)
 			if e.output == "json" {
 				return writeIndentedJSON(e.out, j)
 			}
+			if s.GetBuffer() == nil {
+				// Nothing reported since the control plane started: the
+				// buffer is unknown, not empty.
+				return fields(e.out,
+					"NAME", j.Name,
+					"CONNECTED", connectedText(s, now),
+					"WATCHING", fmt.Sprint(j.Watching),
+					"LAST SEEN", lastSeenText(s),
+					"REGISTERED", fmtTime(s.GetRegisteredAt()),
+					"BUFFERED", "unknown: no report since the control plane started (it may hold events the cell has not taken)",
+					"OLDEST", "unknown",
+					"FORWARDED", "unknown",
+					"MAX BUFFER", "-",
+					"ACCEPTING", acceptingText(nil, now),
+				)
+			}
 			return fields(e.out,
 				"NAME", j.Name,
-				"CONNECTED", connectedText(resp.Msg.GetEdge(), now),
+				"CONNECTED", connectedText(s, now),
 				"WATCHING", fmt.Sprint(j.Watching),
-				"LAST SEEN", fmtTime(resp.Msg.GetEdge().GetLastSeen()),
-				"REGISTERED", fmtTime(resp.Msg.GetEdge().GetRegisteredAt()),
-				"BUFFERED", fmt.Sprintf("%d %s, %s%s", j.BufferedEvents, plural(int(j.BufferedEvents), "event"), fmtBytes(j.BufferedBytes), asOf(resp.Msg.GetEdge(), now)),
-				"OLDEST", j.OldestBufferedAge+staleMark(j),
-				"FORWARDED", fmt.Sprint(j.ForwardedTotal)+staleMark(j),
+				"LAST SEEN", lastSeenText(s),
+				"REGISTERED", fmtTime(s.GetRegisteredAt()),
+				"BUFFERED", fmt.Sprintf("%d %s, %s%s", *j.BufferedEvents, plural(int(*j.BufferedEvents), "event"), fmtBytes(*j.BufferedBytes), asOf(s, now)),
+				"OLDEST", *j.OldestBufferedAge+staleMark(j),
+				"FORWARDED", fmt.Sprint(*j.ForwardedTotal)+staleMark(j),
 				"MAX BUFFER", maxBufferText(j),
-				"ACCEPTING", acceptingText(resp.Msg.GetEdge().GetBuffer(), now)+staleMark(j),
+				"ACCEPTING", acceptingText(s.GetBuffer(), now)+staleMark(j),
 			)
 		},
 	}
@@ -133,17 +153,27 @@ func (e *env) edgesRemove() *ucli.Command {
 		ArgsUsage: "NAME",
 		UsageText: "rivoractl edges remove NAME [--force]",
 		Description: `Removes edge NAME: the cell no longer takes its buffer (the agent that
-runs partition 0 drops its source from INGEST). Stop the edge first: a
-running edge registers again when it next connects. Refused while the
-edge's last report counts unforwarded events, unless --force: those events
-stay in the edge's buffer and never reach the cell (unless the edge
-registers again).
+runs partition 0 drops its source from INGEST). A running edge registers
+again when it next connects, so stop it for good.
+
+Refused unless the control plane knows the edge's buffer is empty: while
+its last report counts unforwarded events, while that report is stale
+(over 6s old: an edge cut off from the cell keeps accepting, so it may
+hold more than it said) and when it has not reported since the control
+plane started. --force removes it anyway: what it holds stays in its
+buffer and never reaches the cell (unless it registers again).
+
+So, to retire an edge:
+   1. move its publishers elsewhere;
+   2. wait until ` + "`rivoractl edges get NAME`" + ` shows it connected with BUFFERED 0;
+   3. stop the edge (its reports stop too);
+   4. rivoractl edges remove NAME --force
 
 Examples:
    rivoractl edges remove lyon
    rivoractl edges remove lyon --force`,
 		Flags: []ucli.Flag{
-			&ucli.BoolFlag{Name: "force", Usage: "remove it even though it reported unforwarded events (they are not forwarded any more)"},
+			&ucli.BoolFlag{Name: "force", Usage: "remove it even though its buffer may not be empty (it reported unforwarded events, or its report is stale or missing): what it holds is not forwarded any more"},
 		},
 		Action: func(c *ucli.Context) error {
 			if err := exactArgs(c, 1, "one edge NAME"); err != nil {
@@ -157,7 +187,7 @@ Examples:
 			before, _ := e.admin().GetEdge(ctx, connect.NewRequest(&rivorav1.GetEdgeRequest{Name: name}))
 			if _, err := e.admin().RemoveEdge(ctx, connect.NewRequest(&rivorav1.RemoveEdgeRequest{Name: name, Force: c.Bool("force")})); err != nil {
 				return callFailed(fmt.Sprintf("remove edge %q", name), err, map[connect.Code]string{
-					connect.CodeFailedPrecondition: "wait until the cell took them (`rivoractl edges get " + name + "`), or pass --force to give them up",
+					connect.CodeFailedPrecondition: "see `rivoractl edges get " + name + "`; pass --force once the edge is stopped with nothing buffered, or to give up what it holds",
 				})
 			}
 			if before != nil && before.Msg.GetEdge().GetWatching() {
@@ -171,7 +201,8 @@ Examples:
 }
 
 // edgeJSON is one edge as `edges list|get -o json` print it (the keys are
-// a contract).
+// a contract). The buffer's figures are null while the edge has not
+// reported since the control plane started: unknown, not 0.
 type edgeJSON struct {
 	Name              string  `json:"name"`
 	Connected         bool    `json:"connected"`
@@ -179,11 +210,11 @@ type edgeJSON struct {
 	LastSeen          *string `json:"lastSeen"`
 	RegisteredAt      *string `json:"registeredAt"`
 	DisconnectedSince *string `json:"disconnectedSince,omitempty"`
-	BufferedEvents    uint64  `json:"bufferedEvents"`
-	BufferedBytes     uint64  `json:"bufferedBytes"`
-	OldestBufferedAge string  `json:"oldestBufferedAge"`
-	ForwardedTotal    uint64  `json:"forwardedTotal"`
-	MaxBufferBytes    uint64  `json:"maxBufferBytes"`
+	BufferedEvents    *uint64 `json:"bufferedEvents"`
+	BufferedBytes     *uint64 `json:"bufferedBytes"`
+	OldestBufferedAge *string `json:"oldestBufferedAge"`
+	ForwardedTotal    *uint64 `json:"forwardedTotal"`
+	MaxBufferBytes    *uint64 `json:"maxBufferBytes"`
 	BufferMaxAge      string  `json:"bufferMaxAge,omitempty"`
 	// Stale: the buffer's figures are from a report too old to go by
 	// (as of lastSeen).
@@ -195,14 +226,27 @@ func newEdgeJSON(s *rivorav1.EdgeStatus, now time.Time) edgeJSON {
 	j := edgeJSON{
 		Name: s.GetName(), Connected: s.GetConnected(), Watching: s.GetWatching(),
 		LastSeen: rfc3339(s.GetLastSeen()), RegisteredAt: rfc3339(s.GetRegisteredAt()), DisconnectedSince: rfc3339(b.GetDisconnectedSince()),
-		BufferedEvents: b.GetBufferedEvents(), BufferedBytes: b.GetBufferedBytes(), ForwardedTotal: b.GetForwardedTotal(),
-		OldestBufferedAge: oldestAge(b, now).String(), MaxBufferBytes: b.GetMaxBufferBytes(),
 		Stale: staleReport(s, now),
 	}
+	if b == nil {
+		return j
+	}
+	age := oldestAge(b, now).String()
+	j.BufferedEvents, j.BufferedBytes, j.ForwardedTotal = new(b.GetBufferedEvents()), new(b.GetBufferedBytes()), new(b.GetForwardedTotal())
+	j.OldestBufferedAge, j.MaxBufferBytes = &age, new(b.GetMaxBufferBytes())
 	if b.GetBufferMaxAge() != nil {
 		j.BufferMaxAge = shortDuration(b.GetBufferMaxAge().AsDuration())
 	}
 	return j
+}
+
+// lastSeenText is LAST SEEN in edges get: when the control plane last
+// heard from the edge, or that it has not since it started.
+func lastSeenText(s *rivorav1.EdgeStatus) string {
+	if s.GetLastSeen() == nil {
+		return "- (not since the control plane started)"
+	}
+	return fmtTime(s.GetLastSeen())
 }
 
 // staleReport tells whether s's buffer figures are from a report too old
@@ -289,10 +333,10 @@ func acceptingText(b *rivorav1.EdgeBuffer, now time.Time) string {
 }
 
 func maxBufferText(j edgeJSON) string {
-	if j.MaxBufferBytes == 0 && j.BufferMaxAge == "" {
+	if j.MaxBufferBytes == nil || *j.MaxBufferBytes == 0 && j.BufferMaxAge == "" {
 		return "-"
 	}
-	return fmt.Sprintf("%s, %s", fmtBytes(j.MaxBufferBytes), dash(j.BufferMaxAge))
+	return fmt.Sprintf("%s, %s", fmtBytes(*j.MaxBufferBytes), dash(j.BufferMaxAge))
 }
 
 func writeEdges(w io.Writer, edges []*rivorav1.EdgeStatus, now time.Time) error {
@@ -300,9 +344,14 @@ func writeEdges(w io.Writer, edges []*rivorav1.EdgeStatus, now time.Time) error 
 	tw.row("NAME\tCONNECTED\tWATCHING\tLAST SEEN\tBUFFERED\tBYTES\tOLDEST\tFORWARDED\n")
 	for _, s := range edges {
 		j := newEdgeJSON(s, now)
+		if j.BufferedEvents == nil {
+			// No report since the control plane started: unknown, not 0.
+			tw.row("%s\t%s\t%t\t%s\tunknown\t-\t-\t-\n", j.Name, connectedText(s, now), j.Watching, fmtTime(s.GetLastSeen()))
+			continue
+		}
 		stale := staleMark(j)
 		tw.row("%s\t%s\t%t\t%s\t%d%s\t%s%s\t%s%s\t%d%s\n", j.Name, connectedText(s, now), j.Watching, fmtTime(s.GetLastSeen()),
-			j.BufferedEvents, stale, fmtBytes(j.BufferedBytes), stale, j.OldestBufferedAge, stale, j.ForwardedTotal, stale)
+			*j.BufferedEvents, stale, fmtBytes(*j.BufferedBytes), stale, *j.OldestBufferedAge, stale, *j.ForwardedTotal, stale)
 	}
 	return tw.Flush()
 }

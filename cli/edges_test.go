@@ -247,3 +247,38 @@ func TestEdgeLinkErrorShown(t *testing.T) {
 		t.Fatalf("CONNECTED %q", got)
 	}
 }
+
+// An edge that has not reported since the control plane started (a
+// restart, a new leader): its buffer is unknown, and list, get and JSON
+// say so rather than show an empty buffer (an operator removing it
+// would lose what it holds).
+func TestEdgesUnknownBuffer(t *testing.T) {
+	f, srv := startFakeEdges(t)
+	f.mu.Lock()
+	f.edges = append(f.edges, &rivorav1.EdgeStatus{Name: "nice", RegisteredAt: fixedTime})
+	f.mu.Unlock()
+	r := mustSucceed(t, run(t, srv, "", "edges", "get", "nice"))
+	for _, s := range []string{"BUFFERED", "unknown: no report since the control plane started", "LAST SEEN", "- (not since the control plane started)", "OLDEST", "FORWARDED", "false (no report yet)"} {
+		if !strings.Contains(r.stdout, s) {
+			t.Errorf("edges get nice lacks %q:\n%s", s, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "0 events") || strings.Contains(r.stdout, "0 B") {
+		t.Errorf("edges get nice shows an empty buffer it knows nothing of:\n%s", r.stdout)
+	}
+	r = mustSucceed(t, run(t, srv, "", "edges", "list"))
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[3], "nice") || !strings.Contains(lines[3], "unknown") || strings.Contains(lines[3], "0 B") {
+		t.Fatalf("edges list: nice's row should say its buffer is unknown:\n%s", r.stdout)
+	}
+	r = mustSucceed(t, run(t, srv, "", "edges", "list", "-o", "json"))
+	var got []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 3 {
+		t.Fatalf("edges list -o json: %v\n%s", err, r.stdout)
+	}
+	for _, k := range []string{"bufferedEvents", "bufferedBytes", "oldestBufferedAge", "forwardedTotal", "maxBufferBytes"} {
+		if v, ok := got[2][k]; !ok || v != nil {
+			t.Errorf("nice's %s = %v (present %v), want null", k, v, ok)
+		}
+	}
+}

@@ -192,10 +192,14 @@ func (cp *ControlPlane) registerEdge(name string) error {
 }
 
 // removeEdge forgets edge name: the agents' feed drops it and the agent
-// running partition 0 removes its INGEST source. Refused while the edge's
-// last report counts unforwarded events, unless force (they stay in the
-// edge's buffer, no longer forwarded). Its open watches end: an edge
-// still running registers again on its next one.
+// running partition 0 removes its INGEST source. Unless force, it is
+// refused while the control plane cannot tell the edge's buffer is
+// empty: its last report counts unforwarded events, is stale (an edge
+// cut off from the cell keeps accepting: it may hold more than it last
+// said), or never came since this control plane started (after a
+// restart or a leader change, until the edge's next report). Forced,
+// what the edge holds stays in its buffer, no longer forwarded. Its open
+// watches end: an edge still running registers again on its next one.
 func (cp *ControlPlane) removeEdge(name string, force bool, who actor) error {
 	if err := validateEdgeName("name", name); err != nil {
 		return err
@@ -204,9 +208,9 @@ func (cp *ControlPlane) removeEdge(name string, force bool, who actor) error {
 	if err != nil {
 		return err
 	}
-	buffered := status.GetBuffer().GetBufferedEvents()
-	if buffered > 0 && !force {
-		return errorf(ErrPrecondition, "edge %s reported %s in its buffer: wait until the cell has them (`rivoractl edges get %s` shows 0), or remove it with --force and they are no longer forwarded", name, unforwardedEvents(buffered, status.GetBuffer().GetBufferedBytes()), name)
+	why, wait := bufferUnsure(status)
+	if why != "" && !force {
+		return errorf(ErrPrecondition, "edge %s %s; %s, or remove it with --force and whatever it holds is no longer forwarded", name, why, wait)
 	}
 	version, err := cp.changeEdges(func(edges map[string]*rivorav1.Edge) error {
 		if _, ok := edges[name]; !ok {
@@ -220,12 +224,32 @@ func (cp *ControlPlane) removeEdge(name string, force bool, who actor) error {
 	}
 	cp.edges.forget(name)
 	detail := fmt.Sprintf("edge %s removed: the cell no longer forwards its buffer", name)
-	if buffered > 0 {
-		detail += fmt.Sprintf(" (forced: it last reported %s)", unforwardedEvents(buffered, status.GetBuffer().GetBufferedBytes()))
+	if why != "" {
+		detail += " (forced: it " + why + ")"
 	}
 	cp.record("edge.remove", "", who, detail, version)
-	cp.log.Info("edge removed", "edge", name, "author", who.name, "token_id", who.tokenID, "version", version, "unforwarded_events", buffered)
+	cp.log.Info("edge removed", "edge", name, "author", who.name, "token_id", who.tokenID, "version", version,
+		"unforwarded_events", status.GetBuffer().GetBufferedEvents(), "report_stale", status.GetReportStale(), "reported", status.GetBuffer() != nil)
 	return nil
+}
+
+// bufferUnsure says why the control plane cannot tell that an edge's
+// buffer is empty, worded to follow "edge NAME " ("" when it can: a
+// fresh report counting nothing), and what to wait for.
+func bufferUnsure(s *rivorav1.EdgeStatus) (why, wait string) {
+	b, name := s.GetBuffer(), s.GetName()
+	switch {
+	case b == nil:
+		return "has not reported to this control plane since it started (or became the leader): what its buffer holds is unknown, and it may hold events the cell has not taken",
+			fmt.Sprintf("wait for its next report (every %s while it runs: `rivoractl edges get %s`)", EdgeReportInterval, name)
+	case s.GetReportStale():
+		return fmt.Sprintf("has not reported for over %s (its last report, stale, counted %s): what its buffer holds now is unknown, and cut off from the cell an edge keeps accepting events", edgeStaleAfter, unforwardedEvents(b.GetBufferedEvents(), b.GetBufferedBytes())),
+			fmt.Sprintf("wait until it reports again (`rivoractl edges get %s`)", name)
+	case b.GetBufferedEvents() > 0:
+		return fmt.Sprintf("reported %s in its buffer", unforwardedEvents(b.GetBufferedEvents(), b.GetBufferedBytes())),
+			fmt.Sprintf("wait until the cell has them (`rivoractl edges get %s` shows 0)", name)
+	}
+	return "", ""
 }
 
 // unforwardedEvents says how many events (and bytes) an edge reported

@@ -336,6 +336,10 @@ func TestAgentsFeedCarriesEdges(t *testing.T) {
 		t.Fatalf("a destination's delta carries edges %v (changed %v)", m.GetEdges(), m.GetEdgesChanged())
 	}
 
+	// Reported connected with nothing buffered: removed without --force.
+	if err := d.reportEdge("bergen", &rivorav1.EdgeBuffer{CellConnected: true}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := d.Admin.RemoveEdge(context.Background(), connect.NewRequest(&rivorav1.RemoveEdgeRequest{Name: "bergen"})); err != nil {
 		t.Fatalf("RemoveEdge(bergen): %v", err)
 	}
@@ -401,5 +405,71 @@ func TestRemoveEdgeRefusedWithBufferedEvents(t *testing.T) {
 	last := entries[len(entries)-1]
 	if last.GetAction() != "edge.remove" || last.GetAuthor() != controlplane.BootstrapTokenName || !strings.Contains(last.GetDetail(), "paris") || !strings.Contains(last.GetDetail(), "7 unforwarded") {
 		t.Fatalf("last audit entry %v, want edge.remove of paris by the bootstrap token, forced over 7 events", last)
+	}
+}
+
+// RemoveEdge is refused (unless forced) while the control plane cannot
+// tell the edge's buffer is empty, not only while its last report counts
+// unforwarded events: before its first report (a new edge, or any edge
+// after the control plane restarted), and once that report is stale (an
+// edge cut off from the cell keeps accepting: its last "0" says nothing
+// of what it holds now). The refusal says why and that --force removes
+// it anyway; the forced removal's audit entry says what was not known.
+func TestRemoveEdgeRefusedWhileItsBufferIsUnknown(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	d := startDev(t, dir, false)
+	remove := func(d *dev, force bool) error {
+		_, err := d.Admin.RemoveEdge(context.Background(), connect.NewRequest(&rivorav1.RemoveEdgeRequest{Name: "lyon", Force: force}))
+		return err
+	}
+	lyon := d.watchEdge("lyon")
+	lyon.next(t, "lyon's snapshot")
+	wantCode(t, "RemoveEdge before the edge's first report", remove(d, false), connect.CodeFailedPrecondition, "lyon", "has not reported", "--force")
+
+	// Its link to the cell up, nothing buffered; then cut: its reports stop.
+	if err := d.reportEdge("lyon", &rivorav1.EdgeBuffer{CellConnected: true}); err != nil {
+		t.Fatal(err)
+	}
+	lyon.cancel()
+	var status *rivorav1.EdgeStatus
+	poll.True(t, "lyon's report stale", 20*time.Second, func() bool {
+		got, err := d.Admin.GetEdge(context.Background(), connect.NewRequest(&rivorav1.GetEdgeRequest{Name: "lyon"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		status = got.Msg.GetEdge()
+		return status.GetReportStale()
+	})
+	if status.GetBuffer().GetBufferedEvents() != 0 {
+		t.Fatalf("lyon's stale report: %v, want its last figures (0 buffered)", status)
+	}
+	wantCode(t, "RemoveEdge with a stale report of an empty buffer", remove(d, false), connect.CodeFailedPrecondition, "lyon", "stale", "0 unforwarded events", "keeps accepting", "--force")
+
+	// A restart forgets every report: the buffer is unknown, not empty.
+	token := d.AdminToken
+	d.stop()
+	restarted := &dev{rig.StartDev(t, dir, rig.Options{NoAgent: true, Token: token})}
+	got, err := restarted.Admin.GetEdge(context.Background(), connect.NewRequest(&rivorav1.GetEdgeRequest{Name: "lyon"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := got.Msg.GetEdge(); e.GetBuffer() != nil || e.GetLastSeen() != nil || e.GetConnected() {
+		t.Fatalf("lyon after a restart of the control plane: %v; want no report, never seen", e)
+	}
+	wantCode(t, "RemoveEdge after a restart, before the edge's next report", remove(restarted, false), connect.CodeFailedPrecondition, "lyon", "has not reported", "--force")
+	if names := edgeStatusNames(restarted.listEdges()); !slices.Equal(names, []string{"lyon"}) {
+		t.Fatalf("a refused removal changed the edges: %v", names)
+	}
+	if err := remove(restarted, true); err != nil {
+		t.Fatalf("RemoveEdge --force: %v", err)
+	}
+	audit, err := restarted.Admin.ListAudit(context.Background(), connect.NewRequest(&rivorav1.ListAuditRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := audit.Msg.GetEntries()
+	if last := entries[len(entries)-1]; last.GetAction() != "edge.remove" || !strings.Contains(last.GetDetail(), "forced") || !strings.Contains(last.GetDetail(), "has not reported") {
+		t.Fatalf("last audit entry %v, want lyon's forced removal saying its buffer was unknown", last)
 	}
 }
