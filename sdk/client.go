@@ -652,8 +652,10 @@ const (
 )
 
 // EdgeBufferFull tells the resource_exhausted answer of an edge whose
-// buffer has no room for the request (nothing of it was stored), and
-// names the edge. It is back-pressure, retried like any other, but it
+// buffer has no room for the request, and names the edge. Nothing of it
+// was stored unless the answer says its events may have been (the store
+// itself found the buffer full part-way): retrying with the same
+// idempotency keys is safe either way. It is back-pressure, retried like any other, but it
 // lasts: the edge takes events again only as the cell takes its buffer,
 // which needs its link to the cell. When the tries run out, publish to
 // the cell instead, or hold the events. ok is false for any other error

@@ -89,6 +89,13 @@ func (b *Bucket) Take(now time.Time) bool {
 	return true
 }
 
+// Refund gives back a token taken for an attempt that was not made, up to
+// the burst.
+func (b *Bucket) Refund(now time.Time) {
+	b.refill(now)
+	b.tokens = math.Min(b.tokens+1, b.burst)
+}
+
 // Wait is how long from now until a token is available (0 if one is).
 func (b *Bucket) Wait(now time.Time) time.Duration {
 	b.refill(now)

@@ -224,6 +224,14 @@ func (b *Budget) Take(now time.Time) bool {
 	return true
 }
 
+// Refund gives back what Take spent for an attempt that was not made (a
+// token; a probe slot stays spent: probes are paced, not budgeted).
+func (b *Budget) Refund(now time.Time) {
+	if b.state != Parked {
+		b.bucket.Refund(now)
+	}
+}
+
 // Wait is how long from now until Take can succeed.
 func (b *Budget) Wait(now time.Time) time.Duration {
 	var d time.Duration

@@ -57,7 +57,7 @@ func settle(ctx context.Context, sched *scheduler.Scheduler, part *Partition, a 
 		if v.Sent {
 			part.recordFailedAttempt(ev, a, res, v.NotCharged(res))
 		}
-		st = scheduler.Settlement{Kind: scheduler.AdvanceDead}
+		st = scheduler.Settlement{Kind: scheduler.AdvanceDead, Unsent: !v.Sent}
 		if err := part.recordDead(ctx, a, ev, v.Head, v.Reason); err != nil {
 			if v.Reason == rivorav1.DeadReason_DEAD_REASON_MANUAL {
 				failed = fmt.Errorf("skip %s of lane %s: %w", a.Entry.EventID, a.Lane.ID, err)

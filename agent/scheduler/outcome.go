@@ -365,6 +365,11 @@ type Settlement struct {
 	Kind SettlementKind
 	// Head is the lane head's new state (Retry).
 	Head Head
+	// Unsent: the attempt ended without anything sent (a dead letter
+	// judged before sending: its destination deleted, say); the budget
+	// token it took is given back, so that a backlog the partner never
+	// sees costs the destination none of its rate.
+	Unsent bool
 }
 
 // SettlementKind is what the lane does after an attempt.
@@ -399,6 +404,9 @@ func (s *Scheduler) Settle(a *Attempt, st Settlement) (Outcome, error) {
 	}
 	a.settled = true
 	defer s.wake()
+	if d := a.Lane.dest; st.Unsent && d.budget != nil && !a.EarlyProbe && !a.Expired {
+		d.budget.Refund(s.clock.Now())
+	}
 	switch st.Kind {
 	case Advance:
 		return s.advance(a, false), nil

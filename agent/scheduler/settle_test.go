@@ -3,6 +3,8 @@ package scheduler
 import (
 	"errors"
 	"testing"
+
+	"github.com/rivora/rivora/agent/limits"
 )
 
 // Every attempt is settled exactly once: a second settlement of any kind
@@ -39,4 +41,26 @@ func TestSettleTwiceChangesNothing(t *testing.T) {
 			checkInvariants(t, s)
 		}
 	}
+}
+
+// A dead letter judged before anything was sent (its destination deleted,
+// say) gives its budget token back: a backlog the partner never sees
+// costs the destination none of its rate.
+func TestAnUnsentDeadLetterGivesItsTokenBack(t *testing.T) {
+	s, _ := newSched()
+	s.SetLimits("d", 0, limits.Limits{RatePerSecond: 0.001, Burst: 1, MaxInFlight: 10})
+	appendTo(s, 0, lid("d", "c", "a"), ev(1))
+	appendTo(s, 0, lid("d", "c", "b"), ev(2))
+	first := mustPick(t, s)
+	mustNone(t, s) // one token, spent
+	if _, err := s.Settle(first, Settlement{Kind: AdvanceDead, Unsent: true}); err != nil {
+		t.Fatal(err)
+	}
+	second := mustPick(t, s)
+	if _, err := s.Settle(second, Settlement{Kind: AdvanceDead}); err != nil {
+		t.Fatal(err)
+	}
+	appendTo(s, 0, lid("d", "c", "c"), ev(3))
+	mustNone(t, s) // a dead letter sent and refused keeps its token spent
+	checkInvariants(t, s)
 }

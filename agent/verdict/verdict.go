@@ -227,7 +227,12 @@ func Decide(f Facts) Verdict {
 		// destination's other events are judged each at its turn: one
 		// accepted under a newer config may be for a destination made
 		// again that this agent has not heard of yet.
-		return Verdict{Kind: Dead, Head: a.Head, Reason: rivorav1.DeadReason_DEAD_REASON_DELETED}
+		head := a.Head
+		if f.DestinationKnown {
+			// Its destination is live: say why this event is not for it.
+			head.LastError = "its destination was deleted and made again under the same id after this event was accepted: it was for the one deleted"
+		}
+		return Verdict{Kind: Dead, Head: head, Reason: rivorav1.DeadReason_DEAD_REASON_DELETED}
 	case f.SubscriptionMissing:
 		// As for a deleted destination: never dropped silently, never
 		// held forever. Its subscription was deleted with --force (which

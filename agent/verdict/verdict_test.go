@@ -133,8 +133,8 @@ func TestDecide(t *testing.T) {
 			verdict.Verdict{Kind: dead, Head: unconfigured.Head, Reason: deleted}},
 		{"destination deleted, held until its window closed: dead as deleted", with(ready(expired), func(f *verdict.Facts) { f.Now, f.DestinationKnown = windowEnd, false }),
 			verdict.Verdict{Kind: dead, Head: expired.Head, Reason: deleted}},
-		{"destination deleted and made again after the event's config: dead, never sent to the new one", with(ready(attempt(1)), func(f *verdict.Facts) { f.DestinationRecreated = true }),
-			verdict.Verdict{Kind: dead, Head: attempt(1).Head, Reason: deleted}},
+		{"destination deleted and made again after the event's config: dead, never sent to the new one, saying why", with(ready(attempt(1)), func(f *verdict.Facts) { f.DestinationRecreated = true }),
+			verdict.Verdict{Kind: dead, Head: withError(attempt(1).Head, "its destination was deleted and made again under the same id after this event was accepted: it was for the one deleted"), Reason: deleted}},
 		{"destination unknown to an agent behind the event's config, handed out unconfigured: waits", with(ready(unconfigured), func(f *verdict.Facts) {
 			f.DestinationKnown, f.ConfigBehind = false, true
 		}), verdict.Verdict{Kind: verdict.Wait, Head: scheduler.Head{NotBefore: now.Add(verdict.EndpointDelay)}}},
@@ -315,5 +315,11 @@ func ptr[T any](v T) *T { return &v }
 func gone410(n int) scheduler.Head {
 	h := attempt(n).Head
 	h.LastStatus, h.LastError, h.LastAttemptAt = 410, "HTTP 410", now
+	return h
+}
+
+// withError is h with its last error.
+func withError(h scheduler.Head, err string) scheduler.Head {
+	h.LastError = err
 	return h
 }
