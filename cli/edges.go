@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/rivora/rivora/internal/bytesize"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -135,7 +136,7 @@ func (e *env) edgesGet() *ucli.Command {
 				"WATCHING", fmt.Sprint(j.Watching),
 				"LAST SEEN", lastSeenText(s),
 				"REGISTERED", fmtTime(s.GetRegisteredAt()),
-				"BUFFERED", fmt.Sprintf("%d %s, %s%s", *j.BufferedEvents, plural(int(*j.BufferedEvents), "event"), fmtBytes(*j.BufferedBytes), asOf(s, now)),
+				"BUFFERED", fmt.Sprintf("%d %s, %s%s", *j.BufferedEvents, plural(int(*j.BufferedEvents), "event"), bytesize.IEC(int64(*j.BufferedBytes)), asOf(s, now)),
 				"OLDEST", *j.OldestBufferedAge+staleMark(j),
 				"FORWARDED", fmt.Sprint(*j.ForwardedTotal)+staleMark(j),
 				"MAX BUFFER", maxBufferText(j),
@@ -325,7 +326,7 @@ func acceptingText(b *rivorav1.EdgeBuffer, now time.Time) string {
 	case b == nil:
 		return "- (no report yet)"
 	case b.GetMaxBufferBytes() > 0 && float64(b.GetBufferedBytes()) >= fullShare*float64(b.GetMaxBufferBytes()):
-		return fmt.Sprintf("no: its buffer is full (%s of %s): publishes are refused until the cell takes events", fmtBytes(b.GetBufferedBytes()), fmtBytes(b.GetMaxBufferBytes()))
+		return fmt.Sprintf("no: its buffer is full (%s of %s): publishes are refused until the cell takes events", bytesize.IEC(int64(b.GetBufferedBytes())), bytesize.IEC(int64(b.GetMaxBufferBytes())))
 	case b.GetBufferMaxAge() != nil && b.GetOldestBuffered() != nil && now.Sub(b.GetOldestBuffered().AsTime()) > b.GetBufferMaxAge().AsDuration():
 		return fmt.Sprintf("no: its oldest unforwarded event is older than --buffer-max-age %s: publishes are refused until the cell takes it", fmtDuration(b.GetBufferMaxAge()))
 	}
@@ -336,7 +337,7 @@ func maxBufferText(j edgeJSON) string {
 	if j.MaxBufferBytes == nil || *j.MaxBufferBytes == 0 && j.BufferMaxAge == "" {
 		return "-"
 	}
-	return fmt.Sprintf("%s, %s", fmtBytes(*j.MaxBufferBytes), dash(j.BufferMaxAge))
+	return fmt.Sprintf("%s, %s", bytesize.IEC(int64(*j.MaxBufferBytes)), dash(j.BufferMaxAge))
 }
 
 func writeEdges(w io.Writer, edges []*rivorav1.EdgeStatus, now time.Time) error {
@@ -351,23 +352,9 @@ func writeEdges(w io.Writer, edges []*rivorav1.EdgeStatus, now time.Time) error 
 		}
 		stale := staleMark(j)
 		tw.row("%s\t%s\t%t\t%s\t%d%s\t%s%s\t%s%s\t%d%s\n", j.Name, connectedText(s, now), j.Watching, fmtTime(s.GetLastSeen()),
-			*j.BufferedEvents, stale, fmtBytes(*j.BufferedBytes), stale, *j.OldestBufferedAge, stale, *j.ForwardedTotal, stale)
+			*j.BufferedEvents, stale, bytesize.IEC(int64(*j.BufferedBytes)), stale, *j.OldestBufferedAge, stale, *j.ForwardedTotal, stale)
 	}
 	return tw.Flush()
-}
-
-// fmtBytes prints a byte count in IEC units ("0 B", "512 B", "1.5 MiB").
-func fmtBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // writeIndentedJSON prints v as indented JSON, as agents list does.

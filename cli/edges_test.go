@@ -194,14 +194,6 @@ func TestEdgesRemove(t *testing.T) {
 	}
 }
 
-func TestFmtBytes(t *testing.T) {
-	for n, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB", 3 << 20: "3.0 MiB", 1 << 30: "1.0 GiB"} {
-		if got := fmtBytes(n); got != want {
-			t.Errorf("fmtBytes(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 // An edge whose reports stopped: its buffer's figures are the last
 // report's, and list, get and JSON say they are stale; a connected
 // edge's are not marked.

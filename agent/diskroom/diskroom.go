@@ -30,6 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rivora/rivora/internal/bytesize"
 	"github.com/rivora/rivora/internal/errkind"
 )
 
@@ -192,7 +193,7 @@ func (w *Watch) Admit(customer string) error {
 	case Low:
 		if n, heavy := st.heavy[customer]; heavy {
 			err := errkind.Errorf(errkind.Exhausted, "this agent's store is low on room (%s left, under twice --min-free-disk %s) and customer %q holds %d of the %d events pending in the cell: that customer's events are refused until they drain or room comes back; retry later",
-				size(st.free), size(w.cfg.MinFree), customer, n, st.total)
+				bytesize.IEC(st.free), bytesize.IEC(w.cfg.MinFree), customer, n, st.total)
 			return errkind.WithInfo(err, DiskLowReason, map[string]string{"room_bytes": fmt.Sprint(st.free), "customer": customer})
 		}
 	}
@@ -210,7 +211,7 @@ func (w *Watch) AdmitAny() error {
 
 func (w *Watch) full(st *state) error {
 	err := errkind.Errorf(errkind.Exhausted, "this agent's store is nearly full (%s of room left, under --min-free-disk %s): it takes no events until room comes back (its pending events still go out, and delivered ones leave the disk as --history-retention lets them go); retry later",
-		size(st.free), size(w.cfg.MinFree))
+		bytesize.IEC(st.free), bytesize.IEC(w.cfg.MinFree))
 	return errkind.WithInfo(err, DiskLowReason, map[string]string{"room_bytes": fmt.Sprint(st.free)})
 }
 
@@ -218,15 +219,4 @@ func (w *Watch) full(st *state) error {
 func (w *Watch) Level() (Level, int64) {
 	st := w.state.Load()
 	return st.level, st.free
-}
-
-// size is n bytes in MiB (or KiB, or bytes), for messages.
-func size(n int64) string {
-	switch {
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

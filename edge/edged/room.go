@@ -9,6 +9,7 @@ import (
 
 	"github.com/rivora/rivora/agent/natsd"
 	"github.com/rivora/rivora/edge"
+	"github.com/rivora/rivora/internal/bytesize"
 )
 
 // ErrMaxBufferTooLarge: --max-buffer is more than the edge's store may
@@ -53,8 +54,8 @@ func checkRoom(ctx context.Context, cfg Config, srv *natsd.Server, js jetstream.
 	return &bufferTooLarge{msg: fmt.Sprintf("--max-buffer %s is more than this edge may store: the disk of %s has %s free, of which JetStream stores at most %s "+
 		"(three quarters, with what it holds already), and the buffer's stream reserves --max-buffer plus %s of headroom; "+
 		"%s (the data dir needs about 1.33 times --max-buffer free)",
-		iec(cfg.MaxBuffer), cfg.DataDir, iec(free), iec(capacity-others),
-		iec(edge.StreamMaxBytes(cfg.MaxBuffer)-cfg.MaxBuffer), fix)}
+		bytesize.IEC(cfg.MaxBuffer), cfg.DataDir, bytesize.IEC(free), bytesize.IEC(capacity-others),
+		bytesize.IEC(edge.StreamMaxBytes(cfg.MaxBuffer)-cfg.MaxBuffer), fix)}
 }
 
 // reservedByOthers is what the streams other than the buffer reserve of
@@ -71,20 +72,6 @@ func reservedByOthers(ctx context.Context, js jetstream.JetStream) (int64, error
 		return 0, fmt.Errorf("list the store's streams: %w", err)
 	}
 	return n, nil
-}
-
-// iec prints a byte count in IEC units ("512 B", "1.5 GiB").
-func iec(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // mib is n as --max-buffer takes it, rounded down to a MiB ("0MiB" under
