@@ -130,7 +130,11 @@ type Config struct {
 	// its request in bytes after decompression (ingest defaults when 0).
 	MaxBatch      int
 	MaxBatchBytes int
-	DedupWindow   time.Duration
+	// ConcurrentEvents is how many events publishes may hold while they
+	// are accepted, the other calls waiting their customer's turn
+	// (ingest default when 0).
+	ConcurrentEvents int
+	DedupWindow      time.Duration
 	// HistoryRetention is how long events' outcomes and delivered events
 	// are kept for events get/list/resend (history.DefaultRetention when 0).
 	HistoryRetention time.Duration
@@ -304,7 +308,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := create("INGEST", func() (err error) {
 		a.gateway, err = ingest.New(ctx, js, a.registry, ingest.Config{
 			MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow, Replicas: cfg.Replicas,
-			Local: a.parts, Partitions: a.parts, Subscriptions: a.subs, Catalogue: a.catalogue, Applied: a.applied.Load,
+			ConcurrentEvents: cfg.ConcurrentEvents, Local: a.parts, Partitions: a.parts, Subscriptions: a.subs, Catalogue: a.catalogue, Applied: a.applied.Load,
 			Delivered: a.history, Durable: a.nats.Syncer(), StoreDown: a.nats.LostErr, Reach: a.nats.Reach(), Room: a.room,
 		}, base.With("component", "ingest"))
 		return err

@@ -99,6 +99,10 @@ type Config struct {
 	// holding most pending events' when it is low). Nil: not watched (an
 	// edge, whose buffer has its own bound).
 	Room *diskroom.Watch
+	// ConcurrentEvents is how many Publish and PublishBatch calls are
+	// accepted at once; the others wait their customer's turn (turns.go;
+	// 0: DefaultConcurrentEvents).
+	ConcurrentEvents int
 }
 
 // Defaults.
@@ -112,7 +116,7 @@ const (
 // Collectors are the gateway's metrics, registered in the default
 // registry as well: for a process with a registry of its own (an edge).
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{unverified, accepted, unreachableRefusals, unrouted}
+	return []prometheus.Collector{unverified, accepted, unreachableRefusals, unrouted, waitingPublishes}
 }
 
 var unverified = promauto.NewCounter(prometheus.CounterOpts{
@@ -159,6 +163,8 @@ type Gateway struct {
 	bursts *natsd.Publisher
 	// guard refuses a publish this agent cannot store now (reach.go).
 	guard *storeGuard
+	// turns lets publishes in, fairly by customer (turns.go).
+	turns *turns
 }
 
 // configVersion is the config version this agent has applied (0 unknown).
@@ -254,7 +260,7 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	return &Gateway{
 		js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims,
 		originals: newOriginals(js, claims, cfg.Replicas), delivered: cfg.Delivered, subs: cfg.Subscriptions, catalogue: cfg.Catalogue, applied: cfg.Applied, edge: cfg.Edge,
-		durable: cfg.Durable, bursts: bursts, guard: newStoreGuard(cfg, log),
+		durable: cfg.Durable, bursts: bursts, guard: newStoreGuard(cfg, log), turns: newTurns(cfg.ConcurrentEvents),
 	}, nil
 }
 
@@ -335,6 +341,10 @@ func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.Pub
 	}
 	ctx, tr := startIngest(ctx, req.Header())
 	defer func() { tr.end(err) }()
+	if err := g.turns.enter(ctx, req.Msg.GetCustomerId(), 1); err != nil {
+		return nil, err
+	}
+	defer g.turns.leave(1)
 	answers, err := g.accept(ctx, tr, []*rivorav1.PublishRequest{req.Msg}, false)
 	if err != nil {
 		return nil, err
@@ -361,6 +371,12 @@ func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav
 	if len(events) > g.cfg.MaxBatch {
 		return nil, errkind.Errorf(errkind.Invalid, "batch has %d events; the limit is %d", len(events), g.cfg.MaxBatch)
 	}
+	// A batch waits its first event's customer's turn: a batch is
+	// usually one customer's.
+	if err := g.turns.enter(ctx, events[0].GetCustomerId(), len(events)); err != nil {
+		return nil, err
+	}
+	defer g.turns.leave(len(events))
 	answers, err := g.accept(ctx, tr, events, true)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -809,5 +810,47 @@ func TestOthersEventIsNotSentAgainToACustomersOwnDestination(t *testing.T) {
 	mine.CustomerId = "acme"
 	if err := f.gw.Replayable(context.Background(), &rivorav1.DeadLetter{Event: mine}); err != nil {
 		t.Errorf("replaying acme's own dead letter: %v", err)
+	}
+}
+
+// With room for a few events at once, concurrent publishes of several
+// customers, batches larger than the room among them, all wait their
+// turns and are all stored: none is lost or left waiting.
+func TestPublishesTakeTurns(t *testing.T) {
+	f := newFixture(t)
+	gw := f.with(t, ingest.Config{ConcurrentEvents: 3})
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for c := range 4 {
+		for i := range 10 {
+			wg.Go(func() {
+				ev := valid()
+				ev.CustomerId = fmt.Sprintf("customer-%d", c)
+				ev.Payload = fmt.Appendf(nil, `{"c":%d,"i":%d}`, c, i)
+				if i%2 == 0 {
+					_, err := gw.Publish(context.Background(), connect.NewRequest(ev))
+					errs <- err
+					return
+				}
+				batch := []*rivorav1.PublishRequest{ev}
+				for j := range 4 {
+					more := proto.Clone(ev).(*rivorav1.PublishRequest)
+					more.Payload = fmt.Appendf(nil, `{"c":%d,"i":%d,"j":%d}`, c, i, j)
+					batch = append(batch, more)
+				}
+				_, err := gw.PublishBatch(context.Background(), connect.NewRequest(&rivorav1.PublishBatchRequest{Events: batch}))
+				errs <- err
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a publish waiting its turn failed: %v", err)
+		}
+	}
+	if got, want := f.msgs(t), uint64(4*(5*1+5*5)); got != want {
+		t.Fatalf("INGEST holds %d events, want %d", got, want)
 	}
 }

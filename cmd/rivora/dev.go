@@ -165,6 +165,7 @@ func agentConfig(c *cli.Context, name, dataDir, controlPlaneURL, advertiseURL st
 		MaxPayload:           c.Int("max-payload"),
 		MaxBatch:             c.Int("max-batch"),
 		MaxBatchBytes:        c.Int("max-batch-bytes"),
+		ConcurrentEvents:     c.Int("max-concurrent-events"),
 		DedupWindow:          c.Duration("dedup-window"),
 		Version:              version,
 	}

@@ -178,7 +178,7 @@ func edgeConfig(c *cli.Context) (edged.Config, error) {
 		Name: c.String("name"), CellLeaf: leaves, ControlPlanes: planes,
 		MaxBuffer: maxBuffer, BufferMaxAge: c.Duration("buffer-max-age"), DedupWindow: c.Duration("dedup-window"),
 		MaxPayload: c.Int("max-payload"), MaxBatch: c.Int("max-batch"), MaxBatchBytes: c.Int("max-batch-bytes"),
-		SyncAlways: c.Bool("fsync"),
+		ConcurrentEvents: c.Int("max-concurrent-events"), SyncAlways: c.Bool("fsync"),
 	}, nil
 }
 

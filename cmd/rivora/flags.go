@@ -41,13 +41,16 @@ func ingestFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-payload", Value: ingest.DefaultMaxPayload, EnvVars: []string{"RIVORA_MAX_PAYLOAD"}, Usage: "largest accepted payload in `BYTES` (a larger one is refused InvalidArgument, naming both sizes). A Publish request is read up to 6 times this plus 64 KiB (a JSON data field can grow that much in binary protobuf): a body over that read limit is refused ResourceExhausted, naming it in bytes"},
 		&cli.IntFlag{Name: "max-batch", Value: ingest.DefaultMaxBatch, EnvVars: []string{"RIVORA_MAX_BATCH"}, Usage: "most events one PublishBatch may carry (`N`); a larger batch is refused with InvalidArgument, nothing of it stored: split it"},
 		&cli.IntFlag{Name: "max-batch-bytes", Value: ingest.DefaultMaxBatchBytes, EnvVars: []string{"RIVORA_MAX_BATCH_BYTES"}, Usage: "largest PublishBatch request in `BYTES` after decompression (ResourceExhausted above it, naming the limit in bytes), but never less than one Publish's read limit (see --max-payload), so one full event always fits; one batch costs the server about three times this in memory. A request whose fan-outs would store more than 4 times this (or one Publish's read limit) is refused ResourceExhausted too"},
+		&cli.IntFlag{Name: "max-concurrent-events", Value: ingest.DefaultConcurrentEvents, EnvVars: []string{"RIVORA_MAX_CONCURRENT_EVENTS"}, Usage: "most events (`N`) the Publish and PublishBatch calls being accepted may hold in all (a larger batch goes in alone); " +
+			"beyond it a call waits, within its deadline, for its customer's turn, fairly by events: one customer's flood of calls waits behind itself while another customer's call goes in at the next free turn. " +
+			"Higher keeps more writes in flight (larger groups for --fsync); lower bounds what another customer's event waits behind. Every waiting call still counts against --max-inflight-requests (gauge rivora_ingest_waiting_publishes)"},
 		&cli.DurationFlag{Name: "dedup-window", Value: ingest.DefaultDedupWindow, EnvVars: []string{"RIVORA_DEDUP_WINDOW"}, Usage: "how long an idempotency key names one event of its customer on its destination: a repeat within it returns the first event id and stores nothing, the key reused for another payload, type, lane or content type is refused (AlreadyExists)"},
 	}
 }
 
 // checkIngestFlags checks the ingestFlags' values.
 func checkIngestFlags(c *cli.Context) error {
-	if err := checkAtLeastOne(c, "max-payload", "max-batch", "max-batch-bytes"); err != nil {
+	if err := checkAtLeastOne(c, "max-payload", "max-batch", "max-batch-bytes", "max-concurrent-events"); err != nil {
 		return err
 	}
 	if d := c.Duration("dedup-window"); d <= 0 {

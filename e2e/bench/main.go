@@ -12,6 +12,7 @@
 //	go run ./e2e/bench fanout   # PublishBatch fanning out to 1, 3 and 10 subscriptions vs the direct path; memory and match cost per subscription
 //	go run ./e2e/bench edge     # an edge's Publish/PublishBatch vs raw JetStream; forwarding 1M events buffered during a cut; a bystander's p99 meanwhile
 //	go run ./e2e/bench scale    # 10M pending events over 1M lanes and 10k destinations: fill, memory, rebuild, lookups, delivery at 10M vs 10k pending, pause/resume
+//	go run ./e2e/bench flood    # one customer's flood of PublishBatch calls: another customer's Publish latency beside it, with the gateway's turns and without
 //
 // Progress goes to stderr; a table and, as the last line, one JSON object go
 // to stdout. It exits non-zero with a message when anything fails or a phase
@@ -77,6 +78,8 @@ func main() {
 		err = runEdge(args)
 	case "scale":
 		err = runScale(args)
+	case "flood":
+		err = runFlood(args)
 	default:
 		usage()
 		os.Exit(2)
@@ -88,7 +91,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver|gameday|rebuild|failover|lanes|history|fanout|edge|scale [flags]  (-h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: go run ./e2e/bench ingest|deliver|gameday|rebuild|failover|lanes|history|fanout|edge|scale|flood [flags]  (-h for flags)")
 }
 
 func progress(format string, args ...any) {

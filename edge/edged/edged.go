@@ -90,6 +90,10 @@ type Config struct {
 	MaxPayload    int
 	MaxBatch      int
 	MaxBatchBytes int
+	// ConcurrentEvents is how many events publishes may hold while the
+	// edge accepts them, the other calls waiting their customer's turn
+	// (ingest default when 0).
+	ConcurrentEvents int
 	// SyncAlways makes every acknowledgement survive a power loss
 	// (--fsync): natsd.Config.Fsync, with the group commit's barrier
 	// before every ingest answer.
@@ -185,7 +189,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 	e.monitor.sample(ctx)
 	if e.gateway, err = ingest.New(ctx, js, e.registry, ingest.Config{
 		MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow,
-		Partitions: &e.partitions, Subscriptions: e.subs, Catalogue: e.catalogue, Applied: e.applied.Load,
+		ConcurrentEvents: cfg.ConcurrentEvents, Partitions: &e.partitions, Subscriptions: e.subs, Catalogue: e.catalogue, Applied: e.applied.Load,
 		Edge: &ingest.EdgeTarget{
 			Name: cfg.Name, Buffer: e.buffer.Incarnation(), Admit: e.monitor.admit, Reserve: e.reserve,
 			Full: func() error { return e.monitor.full(0) }, Stale: e.configNote,
