@@ -129,3 +129,49 @@ type whoAmIOK struct {
 func (whoAmIOK) WhoAmI(context.Context, *connect.Request[rivorav1.WhoAmIRequest]) (*connect.Response[rivorav1.WhoAmIResponse], error) {
 	return connect.NewResponse(&rivorav1.WhoAmIResponse{}), nil
 }
+
+// One caller holding half the slots may not take the last quarter: its
+// next call is refused while the other callers' calls go in, up to the
+// cap itself.
+func TestInflightCapKeepsAQuarterForOthers(t *testing.T) {
+	svc := &blockingTokens{entered: make(chan struct{}, 8), release: make(chan struct{})}
+	mux := baseMux(func() error { return nil }, false, "")
+	mux.Handle(rivorav1connect.NewTokenServiceHandler(svc))
+	srv := httptest.NewServer(capInflight(8, slog.New(slog.DiscardHandler), mux))
+	defer srv.Close()
+	client := rivorav1connect.NewTokenServiceClient(srv.Client(), srv.URL)
+	call := func(token string) error {
+		req := connect.NewRequest(&rivorav1.WhoAmIRequest{})
+		if token != "" {
+			req.Header().Set("Authorization", "Bearer "+token)
+		}
+		_, err := client.WhoAmI(context.Background(), req)
+		return err
+	}
+	held := make(chan error, 8)
+	hold := func(token string, n int) {
+		for range n {
+			go func() { held <- call(token) }()
+			<-svc.entered
+		}
+	}
+	hold("flood", 4)
+	hold("other", 2) // six of eight taken
+	if err := call("flood"); connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "other callers") {
+		t.Fatalf("the flooding caller's fifth call with six of eight slots taken: %v, want resource_exhausted keeping the rest for other callers", err)
+	}
+	hold("other", 1)
+	hold("", 1) // calls without a token are held to no share
+	if err := call("third"); connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "--max-inflight-requests") {
+		t.Fatalf("a call beyond the cap: %v, want resource_exhausted", err)
+	}
+	close(svc.release)
+	for range 8 {
+		if err := <-held; err != nil {
+			t.Fatalf("a call within the shares: %v", err)
+		}
+	}
+	if err := call("flood"); err != nil {
+		t.Fatalf("the flooding caller once slots are back: %v", err)
+	}
+}

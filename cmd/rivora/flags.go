@@ -31,6 +31,7 @@ var (
 	maxInflightFlag = &cli.IntFlag{Name: "max-inflight-requests", Value: server.DefaultMaxInflight, EnvVars: []string{"RIVORA_MAX_INFLIGHT_REQUESTS"},
 		Usage: "most API calls (Connect, gRPC, gRPC-Web, JSON) this process serves at once (`N`), streams included; beyond it a call is answered resource_exhausted " +
 			"(HTTP 429) at once, which the SDKs retry with back-off. Each call in flight may hold its request (up to --max-batch-bytes for PublishBatch) in memory. " +
+			"One caller (one token) holding half of N or more is refused once three quarters are taken, so a flood of one caller's calls leaves room for the others. " +
 			"Callers without a valid token never count: they are refused from their headers first. /healthz, /metrics and the gRPC health check are never refused"}
 )
 
