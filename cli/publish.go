@@ -136,8 +136,16 @@ func publishResponse(r sdk.Result) *rivorav1.PublishResponse {
 // writeRoutes prints a fan-out: one line per route (subscription,
 // destination, event id), or that no subscription matched. That the
 // publish was a duplicate goes to note (stderr), so stdout stays one line
-// per route.
+// per route; a duplicate of a publish that matched nothing says so on its
+// one line, since the subscriptions of now are not what it was matched
+// against.
 func writeRoutes(w, note io.Writer, r sdk.Result, customer, typ string) error {
+	if len(r.Routes) == 0 && r.Duplicate {
+		// A retry answers the first publish's routes (none), whatever
+		// subscriptions exist now.
+		_, err := fmt.Fprintf(w, "0 subscriptions matched: duplicate of an earlier publish with this idempotency key, which matched no subscription of customer %s then; nothing new was stored (a retry answers the first publish's routes, even if a subscription takes type %s now: publish with another --idempotency-key to fan out to the subscriptions there are now)\n", customer, typ)
+		return err
+	}
 	if len(r.Routes) == 0 {
 		_, err := fmt.Fprintf(w, "0 subscriptions matched: nothing was stored (no subscription of customer %s takes type %s with a filter that says yes to this event; see `rivoractl subscriptions list --customer %s`)\n", customer, typ, customer)
 		return err

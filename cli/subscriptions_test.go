@@ -12,6 +12,7 @@ import (
 
 	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 const subSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -339,6 +340,32 @@ func TestPublishFansOut(t *testing.T) {
 	assertFailure(t, run(t, url, "", "publish", "--customer", "c1", "--data", "{}"), exitUsage, "publish needs --lane, --type")
 	if len(f.publishs) != before {
 		t.Fatalf("invalid publishes reached the server")
+	}
+}
+
+// A retry of a fan-out that matched nothing answers the first publish's
+// (no) routes even once a subscription takes the type: rivoractl says it
+// is a duplicate that stored nothing new, not that nothing takes the type.
+func TestPublishDuplicateOfNoMatch(t *testing.T) {
+	d := rig.StartDev(t, t.TempDir(), rig.Options{})
+	pub := []string{"--token", d.AdminToken, "publish", "--customer", "idc", "--type", "i.a", "--lane", "l", "--data", `{"a":1}`, "--idempotency-key", "k1"}
+	r := mustSucceed(t, run(t, d.URL, "", pub...))
+	if !strings.HasPrefix(r.stdout, "0 subscriptions matched: nothing was stored") {
+		t.Fatalf("first publish, no subscription: %q", r.stdout)
+	}
+	mustSucceed(t, run(t, d.URL, "", "--token", d.AdminToken, "destinations", "create", "dd", "--url", "http://127.0.0.1:9/hook"))
+	mustSucceed(t, run(t, d.URL, "", "--token", d.AdminToken, "subscriptions", "create", "--customer", "idc", "--destination", "dd", "--types", "i.*", "--wait"))
+
+	r = mustSucceed(t, run(t, d.URL, "", pub...))
+	if !strings.Contains(r.stdout, "duplicate of an earlier publish") || !strings.Contains(r.stdout, "nothing new was stored") || strings.Contains(r.stdout, "no subscription of customer idc takes type") {
+		t.Fatalf("retry once a subscription takes the type: stdout %q, stderr %q; want it called a duplicate that stored nothing new", r.stdout, r.stderr)
+	}
+	if strings.Count(r.stdout, "\n") != 1 {
+		t.Fatalf("retry: stdout %q, want one line", r.stdout)
+	}
+	r = mustSucceed(t, run(t, d.URL, "", append(pub, "-o", "json")...))
+	if strings.Join(strings.Fields(r.stdout), "") != `{"duplicate":true,"fannedOut":true}` {
+		t.Fatalf("retry -o json = %s", r.stdout)
 	}
 }
 
