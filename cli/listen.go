@@ -129,6 +129,7 @@ func (e *env) listen(c *ucli.Context) error {
 	}
 	destination, secret := c.String("destination"), c.String("secret")
 	var checking string
+	var dest *rivorav1.Destination // --destination, to say if it sends elsewhere
 	switch {
 	case destination != "" && secret != "":
 		return usagef("--destination and --secret both given: check with the destination's secrets (--destination, nothing secret on the command line) or with a secret you hold (--secret), not both")
@@ -146,9 +147,7 @@ func (e *env) listen(c *ucli.Context) error {
 		}
 		r.verify = e.remoteCheck(destination)
 		checking = fmt.Sprintf("checking signatures with the secrets of destination %s at %s", destination, e.server)
-		if !pointsAt(d.GetUrl(), c.String("listen")) {
-			checking += fmt.Sprintf("\n  note: destination %s sends to %s, not here (rivoractl destinations update %s --url http://%s/hook)", destination, visible(d.GetUrl()), destination, c.String("listen"))
-		}
+		dest = d
 	default:
 		r.verify = func(context.Context, http.Header, []byte) string {
 			return "no secret to check with: pass --destination or --secret"
@@ -161,6 +160,9 @@ func (e *env) listen(c *ucli.Context) error {
 			return usagef("--listen %s: %v (something else is listening there: pick another address with --listen)", c.String("listen"), err)
 		}
 		return usagef("--listen %s: %v", c.String("listen"), err)
+	}
+	if dest != nil && !pointsAt(dest.GetUrl(), ln.Addr().String()) {
+		checking += "\n  note: " + e.elsewhereNote(c, dest, ln.Addr())
 	}
 	answer := fmt.Sprintf("answering %d", r.status)
 	if r.failFirst > 0 {
@@ -189,6 +191,35 @@ func (e *env) destinationToListenFor(c *ucli.Context, id string) (*rivorav1.Dest
 		})
 	}
 	return resp.Msg.GetDestination(), nil
+}
+
+// elsewhereNote says that destination d sends somewhere other than the
+// listener at addr, and how to point it here: UpdateDestination is an
+// admin's, so a token of another role (WhoAmI; unknown counts as not an
+// admin) is told that an admin can.
+func (e *env) elsewhereNote(c *ucli.Context, d *rivorav1.Destination, addr net.Addr) string {
+	update := fmt.Sprintf("rivoractl destinations update %s --url %s/hook", d.GetId(), hookBase(addr))
+	how := "an admin token can point it here: " + update
+	ctx, cancel := callContext(c)
+	defer cancel()
+	if me, err := e.tokens().WhoAmI(ctx, connect.NewRequest(&rivorav1.WhoAmIRequest{})); err == nil && me.Msg.GetToken().GetRole() == rivorav1.Role_ROLE_ADMIN {
+		how = update
+	}
+	return fmt.Sprintf("destination %s sends to %s, not here (%s)", d.GetId(), visible(d.GetUrl()), how)
+}
+
+// hookBase is the http:// origin that reaches a listener on addr from
+// this machine: one bound to every interface (":9000", "0.0.0.0:9000")
+// is reached at 127.0.0.1.
+func hookBase(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return "http://" + addr.String()
+	}
+	if tcp.IP == nil || tcp.IP.IsUnspecified() {
+		return fmt.Sprintf("http://127.0.0.1:%d", tcp.Port)
+	}
+	return "http://" + tcp.String()
 }
 
 // remoteCheck asks Rivora whether a request verifies against destination
@@ -483,9 +514,8 @@ func byteSize(n int) string {
 // bound to every interface ("0.0.0.0:9000", shown by Go as "[::]:9000")
 // is reached at 127.0.0.1 from this machine.
 func listeningURL(addr net.Addr) string {
-	tcp, ok := addr.(*net.TCPAddr)
-	if !ok || !tcp.IP.IsUnspecified() {
-		return "http://" + addr.String()
+	if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+		return hookBase(addr) + " (every interface)"
 	}
-	return fmt.Sprintf("http://127.0.0.1:%d (every interface)", tcp.Port)
+	return hookBase(addr)
 }

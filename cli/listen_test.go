@@ -16,6 +16,7 @@ import (
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
 	"github.com/rivora/rivora/testkit/poll"
+	"github.com/rivora/rivora/testkit/rig"
 	"github.com/rivora/rivora/testkit/syncbuf"
 )
 
@@ -191,6 +192,36 @@ func TestListenForADestinationAsksRivora(t *testing.T) {
 	}
 	if banner := l.errOut.String(); !strings.Contains(banner, "the secrets of destination orders") || !strings.Contains(banner, "sends to http://127.0.0.1:9999/hook, not here") {
 		t.Fatalf("banner %q: want how it checks, and that orders points elsewhere", banner)
+	}
+}
+
+// A destination that sends elsewhere is pointed here by an admin
+// (UpdateDestination is admin's): a customer token is told an admin can,
+// an admin is given the command; the URL names the port listened on, and
+// 127.0.0.1 for a listener on every interface.
+func TestListenSaysWhoCanPointTheDestinationHere(t *testing.T) {
+	d := rig.StartDev(t, t.TempDir(), rig.Options{}) // GetDestination asks the agent for its pending count
+	mustSucceed(t, run(t, d.URL, "", "--token", d.AdminToken, "destinations", "create", "acme-h", "--url", "http://127.0.0.1:9/f", "--owner-customer", "acme"))
+	for _, c := range []struct {
+		token, listen string
+		admin         bool
+	}{
+		{d.Token(rivorav1.Role_ROLE_CUSTOMER, "acme"), "127.0.0.1:0", false},
+		{d.Token(rivorav1.Role_ROLE_OPERATOR), ":0", false},
+		{d.AdminToken, ":0", true},
+	} {
+		t.Setenv("RIVORA_TOKEN", c.token)
+		l := startListen(t, d.URL, "--destination", "acme-h", "--listen", c.listen)
+		l.stop()
+		port := l.url[strings.LastIndex(l.url, ":")+1:]
+		banner := l.errOut.String()
+		update := "rivoractl destinations update acme-h --url http://127.0.0.1:" + port + "/hook"
+		if !strings.Contains(banner, "sends to http://127.0.0.1:9/f, not here") || !strings.Contains(banner, update) {
+			t.Errorf("--listen %s: banner %q; want that acme-h sends elsewhere, and %q", c.listen, banner, update)
+		}
+		if saysAdmin := strings.Contains(banner, "an admin token can point it here: "+update); saysAdmin == c.admin {
+			t.Errorf("--listen %s, admin %v: banner %q; want %q said to be an admin's only for another role", c.listen, c.admin, banner, update)
+		}
 	}
 }
 
