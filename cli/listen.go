@@ -46,7 +46,8 @@ func (e *env) listenCommand() *ucli.Command {
 		Description: `A webhook receiver for development: point a destination at it and watch
 Rivora's deliveries arrive. Every request prints one line as it arrives:
 time, webhook-id, event type, customer, lane, rivora-attempt, payload size,
-whether its signature verifies (and why not), and the status answered.
+whether its signature verifies, and the status answered (then, for one
+that does not verify, why not).
 
    rivoractl destinations create orders --url http://127.0.0.1:9000/hook
    rivoractl listen --destination orders
@@ -65,7 +66,9 @@ Rivora: each delivery's signature headers and body are sent to Rivora
 token that may read D may do this; the secret is never shown (secrets are
 shown once, at create or rotation). --secret whsec_… (or
 RIVORA_WEBHOOK_SECRET) checks locally instead, with no call to Rivora: for
-a subscription's own secret, or when Rivora is elsewhere. With neither,
+a subscription's own secret, or when Rivora is elsewhere. (A subscription
+with a secret of its own signs with it, not with D's: --destination shows
+its deliveries NOT VERIFIED and names the subscription.) With neither,
 requests are shown NOT VERIFIED.
 
 It listens on loopback (127.0.0.1:9000) unless --listen says otherwise.
@@ -239,8 +242,38 @@ func (e *env) remoteCheck(id string) func(ctx context.Context, h http.Header, bo
 		if resp.Msg.GetVerified() {
 			return ""
 		}
-		return resp.Msg.GetReason()
+		reason := resp.Msg.GetReason()
+		if own := e.ownSecretOf(ctx, h.Get(webhook.HeaderID)); own != "" {
+			reason += "; " + own
+		}
+		return reason
 	}
+}
+
+// ownSecretOf says, for a delivery not signed with its destination's
+// secret, that its event is a subscription's that signs with a secret of
+// its own (a delivery names no subscription, so the event is looked up
+// by its webhook-id), and how to check it: "" when it is not, or when
+// Rivora cannot say (an id it does not know: forged).
+func (e *env) ownSecretOf(ctx context.Context, eventID string) string {
+	if eventID == "" {
+		return ""
+	}
+	ev, err := e.events().GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: eventID}))
+	if err != nil || ev.Msg.GetSubscriptionId() == "" {
+		return ""
+	}
+	sub := ev.Msg.GetSubscriptionId()
+	check := "check it with that secret (rivoractl listen --secret, or RIVORA_WEBHOOK_SECRET)"
+	s, err := e.subscriptions().GetSubscription(ctx, connect.NewRequest(&rivorav1.GetSubscriptionRequest{Id: sub}))
+	if err != nil {
+		return fmt.Sprintf("event %s is subscription %s's, which may sign with a secret of its own: %s", visible(eventID), sub, check)
+	}
+	fp := s.Msg.GetSubscription().GetSecretFingerprint()
+	if fp == "" {
+		return "" // it signs with the destination's secret
+	}
+	return fmt.Sprintf("event %s is subscription %s's, which signs with its own secret (%s): %s", visible(eventID), sub, fp, check)
 }
 
 // localCheck verifies a request with a secret held here.
@@ -252,7 +285,7 @@ func localCheck(v *webhook.Verifier, h http.Header, body []byte) string {
 	case errors.Is(err, webhook.ErrMissingHeaders):
 		return "missing webhook-id, webhook-timestamp or webhook-signature header: not sent by Rivora"
 	case errors.Is(err, webhook.ErrNoMatch):
-		return "no signature matches the secret given: forged, altered, or signed with another secret"
+		return "no signature matches the secret given: signed with another secret (a subscription with a secret of its own signs with that one, not its destination's), forged, or altered"
 	}
 	return strings.TrimPrefix(err.Error(), "webhook: ")
 }
@@ -463,9 +496,11 @@ func (r *receiver) print(d delivery) {
 		}
 		return
 	}
-	signature := "verified"
+	// The column holds the verdict; why not goes at the end of the line,
+	// so that a long reason does not push the columns after it.
+	signature, why := "verified", ""
 	if !d.Verified {
-		signature = "NOT VERIFIED (" + shown(d.NotVerified) + ")"
+		signature, why = "NOT VERIFIED", "  (not verified: "+visible(d.NotVerified)+")"
 	}
 	attempt := "-"
 	if d.Attempt > 0 {
@@ -488,8 +523,8 @@ func (r *receiver) print(d delivery) {
 	case d.Unanswered:
 		answered = fmt.Sprintf("none: Rivora hung up during --delay (its timeout), would have been %d", d.Answered)
 	}
-	fmt.Fprintf(r.out, "%-12s  %-36s  %-16s  %-10s  %-10s  %-7s  %8s  %-12s  %s%s\n", d.Time.Local().Format("15:04:05.000"), dash(shown(d.WebhookID)), dash(shown(d.Type)),
-		dash(shown(d.Customer)), dash(shown(d.Lane)), attempt, byteSize(d.Bytes), signature, answered, extra)
+	fmt.Fprintf(r.out, "%-12s  %-36s  %-16s  %-10s  %-10s  %-7s  %8s  %-12s  %s%s%s\n", d.Time.Local().Format("15:04:05.000"), dash(shown(d.WebhookID)), dash(shown(d.Type)),
+		dash(shown(d.Customer)), dash(shown(d.Lane)), attempt, byteSize(d.Bytes), signature, answered, extra, why)
 }
 
 // shown makes what a request carries safe to print on a terminal: anyone

@@ -112,8 +112,8 @@ func TestListenWithASecretVerifiesAndAnswers(t *testing.T) {
 	for i, want := range [][]string{
 		{"evt_good", "order.created", "acme", "user_42", " 1 ", "11 B", "verified", "500"},
 		{"evt_good", " 2 ", "verified", "200"},
-		{"evt_forged", "NOT VERIFIED (no signature matches the secret given", "500"},
-		{"NOT VERIFIED (missing webhook-id", `(GET /\x1b[2J)`},
+		{"evt_forged", "NOT VERIFIED  500  (not verified: no signature matches the secret given"},
+		{"NOT VERIFIED", `(GET /\x1b[2J)  (not verified: missing webhook-id`},
 	} {
 		for _, w := range want {
 			if !strings.Contains(lines[i+1], w) {
@@ -187,7 +187,7 @@ func TestListenForADestinationAsksRivora(t *testing.T) {
 	post(t, l.url, mustNewSecret(t), "evt_2", 1, `{"order":1}`)
 	l.stop()
 	out := l.out.String()
-	if !regexp.MustCompile(`evt_1 .* verified `).MatchString(out) || !strings.Contains(out, "NOT VERIFIED (fake: webhook: no matching signature)") {
+	if !regexp.MustCompile(`evt_1 .* verified `).MatchString(out) || !strings.Contains(out, "NOT VERIFIED  200  (not verified: fake: webhook: no matching signature)") {
 		t.Fatalf("listen --destination output:\n%s", out)
 	}
 	if banner := l.errOut.String(); !strings.Contains(banner, "the secrets of destination orders") || !strings.Contains(banner, "sends to http://127.0.0.1:9999/hook, not here") {
@@ -222,6 +222,38 @@ func TestListenSaysWhoCanPointTheDestinationHere(t *testing.T) {
 		if saysAdmin := strings.Contains(banner, "an admin token can point it here: "+update); saysAdmin == c.admin {
 			t.Errorf("--listen %s, admin %v: banner %q; want %q said to be an admin's only for another role", c.listen, c.admin, banner, update)
 		}
+	}
+}
+
+// A subscription with a secret of its own signs its deliveries with it:
+// listen --destination shows one NOT VERIFIED, naming the subscription
+// and how to check it, and the reason follows the columns, which stay
+// aligned.
+func TestListenNamesASubscriptionsOwnSecret(t *testing.T) {
+	d := rig.StartDev(t, t.TempDir(), rig.Options{})
+	admin := func(args ...string) result {
+		return mustSucceed(t, run(t, d.URL, "", append([]string{"--token", d.AdminToken}, args...)...))
+	}
+	admin("destinations", "create", "lst", "--url", "http://127.0.0.1:9/hook")
+	t.Setenv("RIVORA_TOKEN", d.AdminToken)
+	l := startListen(t, d.URL, "--destination", "lst")
+	admin("destinations", "update", "lst", "--url", l.url+"/hook", "--wait")
+	sub := strings.Fields(admin("subscriptions", "create", "--customer", "lc", "--destination", "lst", "--types", "x.*", "--generate-secret", "--wait").stdout)[1]
+	event := strings.Fields(admin("publish", "--customer", "lc", "--type", "x.a", "--lane", "l", "--data", `{"a":1}`).stdout)[2]
+	poll.True(t, "listen shows the delivery", 10*time.Second, func() bool { return strings.Contains(l.out.String(), event) })
+	l.stop()
+	lines := strings.Split(strings.TrimSpace(l.out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want the header and one delivery:\n%s", l.out.String())
+	}
+	line := lines[1]
+	for _, want := range []string{"NOT VERIFIED  200  (not verified: ", "event " + event + " is subscription " + sub + "'s, which signs with its own secret (sha256:", "rivoractl listen --secret"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("delivery line lacks %q:\n%s", want, line)
+		}
+	}
+	if at := strings.Index(lines[0], "ANSWERED"); at < 0 || !strings.HasPrefix(line[at:], "200  ") {
+		t.Errorf("the ANSWERED column is not aligned with its header:\n%s\n%s", lines[0], line)
 	}
 }
 

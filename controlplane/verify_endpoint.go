@@ -94,7 +94,7 @@ func notVerifiedReason(err error, destination string) string {
 		// "webhook: timestamp outside tolerance: off by 9m0s"
 		return fmt.Sprintf("%s (tolerance %s): a replayed or delayed request", strings.TrimPrefix(err.Error(), "webhook: "), webhook.DefaultTolerance)
 	case errors.Is(err, webhook.ErrNoMatch):
-		return fmt.Sprintf("no signature matches destination %s's secret: forged, altered, or signed with another secret", destination)
+		return fmt.Sprintf("no signature matches destination %s's secret: signed with another secret (a subscription with a secret of its own signs with that one), forged, or altered", destination)
 	}
 	return err.Error()
 }
