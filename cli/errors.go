@@ -126,15 +126,7 @@ func describeCode(code connect.Code, msg string, ae *apiError, server, tokenSour
 			text += "; " + hint
 		}
 	case connect.CodeResourceExhausted:
-		text = fmt.Sprintf("server error (%s): %s", code, msg)
-		if strings.Contains(msg, "larger than configured max") {
-			// Connect's read limit, before Rivora reads the request: not
-			// an overload, and retrying will not help.
-			text = fmt.Sprintf("the request is larger than Rivora at %s reads (%s)", server, msg)
-			if strings.Contains(ae.op, "publish") {
-				text += ": an event's payload may be at most the server's --max-payload (256 KiB by default), a batch its --max-batch-bytes"
-			}
-		}
+		text = describeExhausted(msg, ae, server)
 	case connect.CodePermissionDenied:
 		// The server names the token, its role and what it lacks.
 		text = fmt.Sprintf("%s (%s)", msg, code)
@@ -143,6 +135,36 @@ func describeCode(code connect.Code, msg string, ae *apiError, server, tokenSour
 	}
 	return text
 }
+
+// describeExhausted tells a refusal for a cap (a quota, a size: sent
+// again, it is refused again) from back-pressure (the server is busy,
+// its disk low, an edge's buffer full: it gets through later). Rivora's
+// refusals for a cap carry an ErrorInfo reason; connect's own read limit,
+// answered before Rivora reads the request, only its message.
+func describeExhausted(msg string, ae *apiError, server string) string {
+	_, limit := errkind.Info(ae.err, errkind.LimitReachedReason)
+	_, tooLarge := errkind.Info(ae.err, requestTooLargeReason)
+	switch {
+	case strings.Contains(msg, "larger than configured max"):
+		text := fmt.Sprintf("the request is larger than Rivora at %s reads (%s)", server, msg)
+		if strings.Contains(ae.op, "publish") {
+			text += ": an event's payload may be at most the server's --max-payload (256 KiB by default), a batch its --max-batch-bytes"
+		}
+		return text
+	case limit || tooLarge:
+		return "refused: limit reached (trying again will not help): " + msg
+	}
+	text := fmt.Sprintf("server busy (Rivora at %s): %s", server, msg)
+	if !saysRetry(msg) {
+		text += "; try again later"
+	}
+	return text
+}
+
+// requestTooLargeReason is agent/ingest's RequestTooLargeReason (a
+// request whose deliveries would take too much room), in errkind.Domain;
+// rivoractl does not import the agent.
+const requestTooLargeReason = "REQUEST_TOO_LARGE"
 
 // saysRetry reports whether the server's message already says to try
 // again ("retry", "try again").

@@ -10,8 +10,10 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 // A hint is added only when the server's message does not already say
@@ -79,5 +81,42 @@ func TestTooLargeRequestSaysSo(t *testing.T) {
 	}
 	if got := errOut.String(); !strings.Contains(got, "the request is larger than Rivora at "+srv.URL+" reads") || !strings.Contains(got, "--max-payload") {
 		t.Errorf("rivoractl said %q; want that the request is too large, naming --max-payload", got)
+	}
+}
+
+// A create over a cap the cell keeps (here --max-destinations) is
+// refused as a limit reached, which waiting does not lift, not shown as
+// the server failing or busy.
+func TestLimitReachedIsNotAServerError(t *testing.T) {
+	d := rig.StartDev(t, t.TempDir(), rig.Options{NoAgent: true, ControlPlane: func(c *controlplane.Config) { c.MaxDestinations = 1 }})
+	create := func(id string) result {
+		return run(t, d.URL, "", "--token", d.AdminToken, "destinations", "create", id, "--url", "https://example.com/"+id)
+	}
+	mustSucceed(t, create("one"))
+	r := create("two")
+	assertFailure(t, r, exitError, "refused: limit reached (trying again will not help): the cell has 1 destinations, the most --max-destinations allows (1)")
+	if strings.Contains(r.stderr, "server error") || strings.Contains(r.stderr, "busy") {
+		t.Errorf("a limit reached reads as the server failing or busy: %q", r.stderr)
+	}
+}
+
+// Back-pressure (resource_exhausted without a limit's reason: a busy
+// server, an agent's disk low) says the server is busy and to try again
+// later, once.
+func TestBackPressureSaysBusy(t *testing.T) {
+	for _, c := range []struct {
+		err   error
+		added bool
+	}{
+		{errkind.Errorf(errkind.Exhausted, "this server is at --max-inflight-requests; retry with back-off"), false},
+		{errkind.WithInfo(errkind.Errorf(errkind.Exhausted, "edge e1's buffer is full: it accepts again as the cell takes events"), "EDGE_BUFFER_FULL", nil), true},
+	} {
+		got := describe(callFailed("publish", errkind.AsConnect(c.err), nil), "http://127.0.0.1:7300", "")
+		if !strings.Contains(got, "server busy (Rivora at http://127.0.0.1:7300): ") || strings.Contains(got, "limit") || strings.Contains(got, "server error") {
+			t.Errorf("server says %q: rivoractl prints %q; want it called busy", c.err, got)
+		}
+		if strings.Contains(got, "try again later") != c.added {
+			t.Errorf("server says %q: rivoractl prints %q; want \"try again later\" added: %v", c.err, got, c.added)
+		}
 	}
 }

@@ -38,7 +38,7 @@ func (cp *ControlPlane) checkCapacity(tx *DestinationTx, owner string) error {
 			}
 		})
 		if owned >= MaxOwnDestinationsPerCustomer {
-			return errorf(ErrExhausted, "customer %q owns %d destinations, the most one customer may own (%d): delete unused ones (`rivoractl destinations delete ID`)", owner, owned, MaxOwnDestinationsPerCustomer)
+			return limitReached("destinations_per_customer", MaxOwnDestinationsPerCustomer, "customer %q owns %d destinations, the most one customer may own (%d): delete unused ones (`rivoractl destinations delete ID`)", owner, owned, MaxOwnDestinationsPerCustomer)
 		}
 	}
 	n := tx.Len()
@@ -46,7 +46,7 @@ func (cp *ControlPlane) checkCapacity(tx *DestinationTx, owner string) error {
 		n--
 	}
 	if limit := cp.maxDestinations(); n >= limit {
-		return errorf(ErrExhausted, "the cell has %d destinations, the most --max-destinations allows (%d): delete unused ones (`rivoractl destinations delete ID`) or start the control plane with a higher --max-destinations", n, limit)
+		return limitReached("max_destinations", limit, "the cell has %d destinations, the most --max-destinations allows (%d): delete unused ones (`rivoractl destinations delete ID`) or start the control plane with a higher --max-destinations", n, limit)
 	}
 	return nil
 }

@@ -174,7 +174,7 @@ func (cp *ControlPlane) registerEdge(name string) error {
 			return errNothingToDo
 		}
 		if len(edges) >= maxEdges {
-			return errorf(ErrExhausted, "the cell has %d edges registered, the most it takes (%d): remove unused ones (`rivoractl edges remove NAME`)", len(edges), maxEdges)
+			return limitReached("edges", maxEdges, "the cell has %d edges registered, the most it takes (%d): remove unused ones (`rivoractl edges remove NAME`)", len(edges), maxEdges)
 		}
 		edges[name] = &rivorav1.Edge{Name: name, RegisteredAt: timestamppb.New(cp.now())}
 		return nil

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"errors"
+	"strconv"
 
 	"connectrpc.com/connect"
 
@@ -33,6 +34,13 @@ func tag(kind *errkind.Kind, err error) error { return errkind.Tag(kind, err) }
 // errorf is fmt.Errorf tagged with kind.
 func errorf(kind *errkind.Kind, format string, args ...any) error {
 	return errkind.Errorf(kind, format, args...)
+}
+
+// limitReached is the error for a request over a cap the cell keeps
+// (ErrExhausted, reason LimitReachedReason): limit names the cap, max is
+// its value.
+func limitReached(limit string, max int, format string, args ...any) error {
+	return errkind.WithInfo(errorf(ErrExhausted, format, args...), errkind.LimitReachedReason, map[string]string{"limit": limit, "max": strconv.Itoa(max)})
 }
 
 // notFound is the error for a destination id that is not registered.

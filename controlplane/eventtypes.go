@@ -56,10 +56,10 @@ func checkCatalogueBounds(tx *DestinationTx) error {
 		size += len(t.GetSchema())
 	})
 	if n > MaxEventTypes {
-		return errorf(ErrExhausted, "the catalogue would hold %d event types; the limit is %d", n, MaxEventTypes)
+		return limitReached("event_types", MaxEventTypes, "the catalogue would hold %d event types; the limit is %d", n, MaxEventTypes)
 	}
 	if size > MaxCatalogueSchemaBytes {
-		return errorf(ErrExhausted, "the catalogue's schemas would take %d bytes; the limit is %d (every agent is sent the whole catalogue): shorten schemas or drop unused types", size, MaxCatalogueSchemaBytes)
+		return limitReached("catalogue_schema_bytes", MaxCatalogueSchemaBytes, "the catalogue's schemas would take %d bytes; the limit is %d (every agent is sent the whole catalogue): shorten schemas or drop unused types", size, MaxCatalogueSchemaBytes)
 	}
 	return nil
 }

@@ -178,7 +178,7 @@ func (cp *ControlPlane) createSubscription(m *rivorav1.CreateSubscriptionRequest
 			return "", errorf(ErrExists, "subscription id %s is taken (a 1 in 2^64 chance): create it again", s.Id)
 		}
 		if n := tx.CustomerSubscriptions(s.CustomerId); n >= MaxSubscriptionsPerCustomer {
-			return "", errorf(ErrExhausted, "customer %q has %d subscriptions, the most one customer may have (%d): every subscription an event matches stores one more delivery; delete unused ones (`rivoractl subscriptions delete ID`) or widen one's types", s.CustomerId, n, MaxSubscriptionsPerCustomer)
+			return "", limitReached("subscriptions_per_customer", MaxSubscriptionsPerCustomer, "customer %q has %d subscriptions, the most one customer may have (%d): every subscription an event matches stores one more delivery; delete unused ones (`rivoractl subscriptions delete ID`) or widen one's types", s.CustomerId, n, MaxSubscriptionsPerCustomer)
 		}
 		if s.DeliveryUrl, err = cp.resolveDelivery(d, s.Path, s.Url); err != nil {
 			return "", err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rivora/rivora/controlplane"
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/errkind"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/testkit/poll"
@@ -676,6 +677,10 @@ func TestSubscriptionsPerCustomerBounded(t *testing.T) {
 	}
 	_, err := d.subs(d.AdminToken).CreateSubscription(context.Background(), connect.NewRequest(&rivorav1.CreateSubscriptionRequest{CustomerId: "whale", DestinationId: "erp", Types: []string{"*"}}))
 	wantCode(t, "one subscription over the bound", err, connect.CodeResourceExhausted, `customer "whale" has 100 subscriptions`, "stores one more delivery")
+	// A cap, not back-pressure: the reason tells a client not to retry.
+	if md, ok := errkind.Info(err, errkind.LimitReachedReason); !ok || md["limit"] != "subscriptions_per_customer" || md["max"] != "100" {
+		t.Errorf("the refusal's %s detail: %v (found %v); want limit subscriptions_per_customer, max 100", errkind.LimitReachedReason, md, ok)
+	}
 	d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "minnow", DestinationId: "erp", Types: []string{"*"}})
 }
 

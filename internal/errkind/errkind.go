@@ -167,6 +167,14 @@ const NotLeaderReason = "NOT_LEADER"
 // value refused, so a client names its own flag or form field for it.
 const InvalidLimitReason = "INVALID_LIMIT"
 
+// LimitReachedReason is the ErrorInfo reason of a ResourceExhausted that
+// refuses a request for a cap the cell keeps (a customer's subscriptions,
+// --max-destinations, the catalogue's size, the edges registered), as
+// opposed to back-pressure: waiting does not help, deleting something or
+// raising the cap does. Its metadata's "limit" names the cap and "max" is
+// its value.
+const LimitReachedReason = "LIMIT_REACHED"
+
 // Info is the metadata of the ErrorInfo of Domain with reason that err (a
 // Connect error, wrapped or not) carries; ok false when it has none.
 func Info(err error, reason string) (metadata map[string]string, ok bool) {
