@@ -243,7 +243,7 @@ func (e *env) before(c *ucli.Context) error {
 		}
 		transport.TLSClientConfig = cfg
 	}
-	e.http = &http.Client{Transport: transport}
+	e.http = &http.Client{Transport: apiOnly{next: transport}}
 	return nil
 }
 

@@ -69,7 +69,10 @@ func describe(err error, server, tokenSource string) string {
 		msg = ce.Message()
 	}
 	var text string
+	var notAPI *notAPIError
 	switch {
+	case errors.As(ae.err, &notAPI):
+		text = describeNotAPI(notAPI, server)
 	case lostConnection(ae.err) && code != connect.CodeCanceled:
 		text = fmt.Sprintf("lost the connection to the control plane (or agent) at %s mid-answer: it stopped or restarted", server)
 	default:
@@ -112,6 +115,9 @@ func describeCode(code connect.Code, msg string, ae *apiError, server, tokenSour
 		text = "interrupted before Rivora answered"
 	case connect.CodeUnimplemented:
 		text = fmt.Sprintf("the server at %s does not serve this call (%s): in a cell, publish goes to an agent (or an edge, which serves publish only) and every other command to the control plane; `rivora dev` serves both", server, msg)
+		if root, path := splitPath(server); path != "" {
+			text += fmt.Sprintf("; and Rivora serves its API at the root of its address, not under %s: use --server %s", path, root)
+		}
 	case connect.CodeInvalidArgument:
 		text = "invalid request: " + msg
 		if md, ok := errkind.Info(ae.err, errkind.InvalidLimitReason); ok && flagOfLimit[md["field"]] != "" {

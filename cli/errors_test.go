@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -117,6 +118,33 @@ func TestBackPressureSaysBusy(t *testing.T) {
 		}
 		if strings.Contains(got, "try again later") != c.added {
 			t.Errorf("server says %q: rivoractl prints %q; want \"try again later\" added: %v", c.err, got, c.added)
+		}
+	}
+}
+
+// --server naming something that is not Rivora's API (the console's
+// page, another server on the port) is said to be so, with what answered
+// and what to check, not reported as a server error; a 404 is still
+// Connect's (an agent that does not serve the call).
+func TestNotRivorasAPISaysSo(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /console/", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "<html>console</html>") })
+	mux.HandleFunc("POST /rivora.v1.IngestService/Publish", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello") })
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	for _, c := range []struct {
+		server string
+		args   []string
+		want   string
+	}{
+		{srv.URL + "/console/", []string{"destinations", "list"}, "the server at " + srv.URL + "/console does not answer as Rivora's API (HTTP 405, content type text/plain): Rivora serves its API at the root of its address, not under /console: use --server " + srv.URL},
+		{srv.URL, []string{"publish", "-d", "orders", "-c", "acme", "-l", "u1", "-t", "t", "--data", "{}"}, "the server at " + srv.URL + " does not answer as Rivora's API (HTTP 200, content type text/plain): is --server (or RIVORA_SERVER) the address of `rivora dev`"},
+		{srv.URL, []string{"destinations", "list"}, "the server at " + srv.URL + " does not serve this call (404 Not Found)"},
+	} {
+		r := run(t, c.server, "", append([]string{"--token", "rv_test"}, c.args...)...)
+		assertFailure(t, r, exitError, c.want)
+		if strings.Contains(r.stderr, "server error") {
+			t.Errorf("--server %s %v: %q reads as a server error", c.server, c.args, r.stderr)
 		}
 	}
 }
