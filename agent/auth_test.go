@@ -295,3 +295,61 @@ func TestResendAnswersOthersEventsAndDestinationsAsAbsent(t *testing.T) {
 		t.Errorf("the admin resending acme's event to acme-tmp, now beta's: %v; want refused, naming whose it is", err)
 	}
 }
+
+// Listing one subscription's events, lanes or dead letters with a
+// customer token: another customer's subscription answers word for word
+// as a subscription that does not exist (not_found); its own with nothing
+// to list answers an empty list. An admin is answered an empty list for
+// either.
+func TestListsAnswerAnotherCustomersSubscriptionAsAbsent(t *testing.T) {
+	r := startAgent(t, t.TempDir())
+	p := newPartner(t, func(partner.Request) int { return 200 })
+	r.create(destination("orders", p.URL(), 3))
+	ctx := context.Background()
+	created, err := rivorav1connect.NewSubscriptionServiceClient(r.HTTPClient(), r.URL, r.As(r.AdminToken)).CreateSubscription(ctx,
+		connect.NewRequest(&rivorav1.CreateSubscriptionRequest{CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.WaitApplied(created.Msg.GetVersion())
+	acmeSub := created.Msg.GetSubscription().GetId()
+	const absentSub = "sub_00000000000000ff"
+
+	// list calls the three listings as token, for customer and
+	// subscription, and returns their errors.
+	list := func(token, customer, sub string) []error {
+		as := r.As(token)
+		_, events := rivorav1connect.NewEventServiceClient(r.HTTPClient(), r.URL, as).ListEvents(ctx, connect.NewRequest(&rivorav1.ListEventsRequest{DestinationId: "orders", CustomerId: customer, SubscriptionId: sub}))
+		_, lanes := rivorav1connect.NewLaneServiceClient(r.HTTPClient(), r.URL, as).ListLanes(ctx, connect.NewRequest(&rivorav1.ListLanesRequest{DestinationId: "orders", CustomerId: customer, SubscriptionId: sub}))
+		archive := rivorav1connect.NewArchiveServiceClient(r.HTTPClient(), r.URL, as)
+		filter := &rivorav1.DeadLetterFilter{CustomerId: customer, SubscriptionId: sub}
+		_, stats := archive.DeadLetterStats(ctx, connect.NewRequest(&rivorav1.DeadLetterStatsRequest{Filter: filter}))
+		_, dlq := archive.ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: filter}))
+		return []error{events, lanes, stats, dlq}
+	}
+	calls := []string{"ListEvents", "ListLanes", "DeadLetterStats", "ListDeadLetters"}
+	beta := r.Token(rivorav1.Role_ROLE_CUSTOMER, "beta")
+	absent, others := list(beta, "beta", absentSub), list(beta, "beta", acmeSub)
+	for i, call := range calls {
+		if connect.CodeOf(absent[i]) != connect.CodeNotFound || !strings.Contains(absent[i].Error(), `subscription "`+absentSub+`" does not exist`) {
+			t.Errorf("%s of an absent subscription: %v; want not_found saying it does not exist", call, absent[i])
+			continue
+		}
+		want := strings.ReplaceAll(absent[i].Error(), absentSub, acmeSub)
+		if others[i] == nil || others[i].Error() != want {
+			t.Errorf("%s by beta of acme's subscription: %v; want the absent subscription's answer %q", call, others[i], want)
+		}
+	}
+	for i, err := range list(r.Token(rivorav1.Role_ROLE_CUSTOMER, "acme"), "acme", acmeSub) {
+		if err != nil {
+			t.Errorf("%s by acme of its own subscription, nothing to list: %v; want an empty list", calls[i], err)
+		}
+	}
+	for _, sub := range []string{acmeSub, absentSub} {
+		for i, err := range list(r.AdminToken, "", sub) {
+			if err != nil {
+				t.Errorf("%s by the admin of %s: %v; want an empty list", calls[i], sub, err)
+			}
+		}
+	}
+}

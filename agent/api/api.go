@@ -96,7 +96,7 @@ func Handle(mux *http.ServeMux, cfg Config, opts ...connect.HandlerOption) {
 	handle(rivorav1connect.NewEventServiceHandler(&eventService{srv}, opts...))
 	handle(rivorav1connect.NewLaneServiceHandler(&laneService{srv}, opts...))
 	handle(rivorav1connect.NewPartitionServiceHandler(&partitionService{srv}, opts...))
-	handle(rivorav1connect.NewArchiveServiceHandler(cfg.DeadLetters, opts...))
+	handle(rivorav1connect.NewArchiveServiceHandler(&archiveService{Service: cfg.DeadLetters, srv: srv}, opts...))
 }
 
 // HandleIngest registers IngestService (Publish, PublishBatch) of
@@ -143,6 +143,28 @@ func (s *server) ownedDestination(ctx context.Context, destinationID string) (in
 }
 
 var errNotOwnedHere = errors.New("not owned")
+
+// unknownSubscription is the answer to a listing that keeps subscription
+// id's items and found none, for a caller limited to some customers
+// (Principal.Scoped): when the subscription is another customer's, or
+// not in the cell's table, not_found in the control plane's words for an
+// absent id, so that the answer tells neither that it exists nor whose
+// it is. nil (the empty list stands) for no id, one of the caller's
+// customers' subscriptions, or an unscoped caller (an operator may list
+// a deleted subscription's dead letters before the archive has them).
+// Only an empty listing is refused: a deleted subscription's history and
+// dead letters are still listed; until they are archived, its customer
+// is answered not_found.
+func (s *server) unknownSubscription(ctx context.Context, id string) error {
+	p := auth.FromContext(ctx)
+	if id == "" || p == nil || !p.Scoped() {
+		return nil
+	}
+	if sub, ok := s.subs.Get(id); ok && p.MayActFor(sub.Customer) {
+		return nil
+	}
+	return errkind.Errorf(errkind.NotFound, "subscription %q does not exist; see `rivoractl subscriptions list`", id)
+}
 
 // A lane walk rests listRest after each listBusy of walking, so that
 // ListLanes (or ListEvents) calls back to back take at most about a third

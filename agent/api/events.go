@@ -396,6 +396,11 @@ func (s *eventService) ListEvents(ctx context.Context, req *connect.Request[rivo
 	if unknown != nil && len(all) == 0 && resp.SearchedBackTo == nil {
 		return nil, unknown // never registered, or its history expired
 	}
+	if len(all) == 0 {
+		if err := s.unknownSubscription(ctx, q.subscription); err != nil {
+			return nil, err
+		}
+	}
 	slices.SortStableFunc(all, func(x, y listed) int { return y.at.Compare(x.at) })
 	all = newestPerEvent(all)
 	if len(all) > q.limit {

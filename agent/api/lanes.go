@@ -47,6 +47,11 @@ func (s *laneService) ListLanes(ctx context.Context, req *connect.Request[rivora
 		return nil, err // the caller gave up (Canceled), or its deadline passed
 	}
 	list := w.Result()
+	if list.Matched == 0 {
+		if err := s.unknownSubscription(ctx, m.GetSubscriptionId()); err != nil {
+			return nil, err
+		}
+	}
 	resp := &rivorav1.ListLanesResponse{Matched: int64(list.Matched), Truncated: list.Matched > len(list.Lanes)}
 	destinationPaused := s.lanePause(m.GetDestinationId(), "")
 	for _, ls := range list.Lanes {
