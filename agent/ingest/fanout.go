@@ -51,8 +51,13 @@ type routed struct {
 	routes []route
 	// retry is set when the key's record was there with this fingerprint.
 	retry bool
-	// deliveries are the routes' events, made by settle.
+	// deliveries are the routes' events, made by settle: one per route
+	// but those in gone.
 	deliveries []*prepared
+	// gone (nil: none) marks, on a retry, the recorded routes whose
+	// destination was deleted since the first try (settle): nothing is
+	// stored for them again, and they are answered as recorded.
+	gone []bool
 }
 
 // route is one delivery of a routed publish.
@@ -60,6 +65,13 @@ type route struct {
 	Subscription string `json:"subscription"`
 	Destination  string `json:"destination"`
 	EventID      string `json:"event_id"`
+	// Version is the config version the delivery was accepted under
+	// (its event's config_version: the gateway's applied version, or its
+	// destination's creation when newer), which tells a retry whether a
+	// destination it does not find was deleted since or is not known to
+	// it yet (settle). 0: not known (a record written before routes
+	// carried it, or by a gateway that knows no version).
+	Version uint64 `json:"version,omitempty"`
 }
 
 // prepareRouted plans a publish without destination_id: the
@@ -88,7 +100,8 @@ func (g *Gateway) prepareRouted(ctx context.Context, base *rivorav1.Event, key, 
 	}
 	r.routes = make([]route, len(subs))
 	for i, s := range subs {
-		if _, ok := g.reg.Get(s.Destination); !ok {
+		d, ok := g.reg.Get(s.Destination)
+		if !ok {
 			return nil, unknownDestination(s.ID, s.Destination)
 		}
 		id := ""
@@ -97,7 +110,7 @@ func (g *Gateway) prepareRouted(ctx context.Context, base *rivorav1.Event, key, 
 		} else if id, err = g.newID(); err != nil {
 			return nil, fmt.Errorf("assign event id: %w", err)
 		}
-		r.routes[i] = route{Subscription: s.ID, Destination: s.Destination, EventID: id}
+		r.routes[i] = route{Subscription: s.ID, Destination: s.Destination, EventID: id, Version: max(base.GetConfigVersion(), d.CreatedVersion)}
 	}
 	if key != "" {
 		r.fingerprint = routedFingerprint(r)
@@ -211,13 +224,26 @@ func unknownDestination(subscription, destination string) error {
 // settle makes the routes' events: one per route, each in its lane
 // (destination, customer, lane key, subscription), in its destination's
 // partition, stored under its event id. A route whose destination this
-// agent does not know (a recorded route, on a retry) is refused
-// Unavailable, never dropped.
+// agent does not know is refused Unavailable, never dropped — but on a
+// retry, a recorded route whose destination was deleted since the first
+// try (routeGone) stores nothing again: the first try stored its event
+// (its delivery became a dead letter, reason deleted, with the
+// destination), and the retry answers the recorded routes as a
+// subscription's deletion leaves them.
 func (g *Gateway) settle(r *routed) error {
 	n := g.count()
-	r.deliveries = make([]*prepared, len(r.routes))
+	applied := g.configVersion()
+	r.deliveries = make([]*prepared, 0, len(r.routes))
+	r.gone = nil
 	for i, rt := range r.routes {
 		d, ok := g.reg.Get(rt.Destination)
+		if r.retry && routeGone(rt, d, ok, applied) {
+			if r.gone == nil {
+				r.gone = make([]bool, len(r.routes))
+			}
+			r.gone[i] = true
+			continue
+		}
 		if !ok {
 			return unknownDestination(rt.Subscription, rt.Destination)
 		}
@@ -227,7 +253,7 @@ func (g *Gateway) settle(r *routed) error {
 		if err != nil {
 			return fmt.Errorf("encode event: %w", err)
 		}
-		r.deliveries[i] = &prepared{partition: lanes.Partition(rt.Destination, n), event: ev, data: data, msgID: rt.EventID, key: r.key}
+		r.deliveries = append(r.deliveries, &prepared{partition: lanes.Partition(rt.Destination, n), event: ev, data: data, msgID: rt.EventID, key: r.key})
 	}
 	return nil
 }
@@ -251,12 +277,19 @@ func withRoute(base *rivorav1.Event, id, destination, subscription string) *rivo
 
 // answer is the routed publish's answer, given the store's duplicate flag
 // of each of its deliveries: a duplicate when it is a retry whose every
-// delivery was stored already.
+// delivery was stored already. A route settle found gone (its
+// destination deleted since the first try) is answered as recorded,
+// stored by the first try.
 func (r *routed) answer(dups []bool) *rivorav1.PublishResponse {
 	resp := &rivorav1.PublishResponse{FannedOut: true, Routes: make([]*rivorav1.Route, len(r.routes)), Duplicate: r.retry}
+	stored := 0
 	for i, rt := range r.routes {
 		resp.Routes[i] = &rivorav1.Route{SubscriptionId: rt.Subscription, DestinationId: rt.Destination, EventId: rt.EventID}
-		resp.Duplicate = resp.Duplicate && dups[i]
+		if r.gone != nil && r.gone[i] {
+			continue
+		}
+		resp.Duplicate = resp.Duplicate && dups[stored]
+		stored++
 	}
 	return resp
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/internal/fingerprint"
 	"github.com/rivora/rivora/internal/ids"
 )
@@ -23,7 +24,9 @@ import (
 // again — the streams' msg-id dedup makes that a no-op for those already
 // stored and completes a store that failed midway — and answers them, so a
 // subscription created (or deleted, or changed) after the first publish
-// does not change what the key stored. Another fingerprint is refused
+// does not change what the key stored. A route whose destination was
+// deleted since is answered as recorded, not stored again (settle): its
+// event died with its destination. Another fingerprint is refused
 // (already_exists). Of two racing publishes the create-only write decides:
 // the loser takes the winner's routes. The record is not released when the
 // store fails (claim.keep): part of its deliveries may be stored.
@@ -34,7 +37,7 @@ import (
 // chose are kept. The rule lives in this file's three functions:
 // fanoutRecordKey (the scope), routedFingerprint (what "the same publish"
 // means) and (*routed).record (decide the routes once, adopt them on a
-// retry).
+// retry); routeGone says which recorded route a retry no longer stores.
 
 // fanoutRecordPrefix starts a fan-out's record key. Direct events' records
 // are keyed by their event id, a UUID, which never holds a '.': the two
@@ -72,9 +75,10 @@ type fanoutRecord struct {
 	Routes      []route `json:"routes"`
 }
 
-// fanoutRecordSize bounds an encoded record: MaxFanout routes of ids at
-// their longest (a fingerprint, and JSON's punctuation and names).
-const fanoutRecordSize = 128 + MaxFanout*(len(`{"subscription":"","destination":"","event_id":""},`)+2*ids.MaxLen+36)
+// fanoutRecordSize bounds an encoded record: MaxFanout routes of ids and
+// versions at their longest (a fingerprint, and JSON's punctuation and
+// names).
+const fanoutRecordSize = 128 + MaxFanout*(len(`{"subscription":"","destination":"","event_id":"","version":18446744073709551615},`)+2*ids.MaxLen+36)
 
 // The bucket holds the largest record: this fails to compile otherwise.
 var _ [idempotencyValueSize - fanoutRecordSize]struct{}
@@ -107,4 +111,22 @@ func (r *routed) record(i int) (recordWrite, error) {
 			return inBatchConflict(msg, i, inBatch)
 		},
 	}, nil
+}
+
+// routeGone tells whether a recorded route's destination was deleted
+// since the route was recorded, as an owner judges an event's
+// (agent/owner: gather): the registry has every destination made up to
+// the version this agent applied, so one it lacks although it applied
+// the route's version was deleted since — while an agent behind that
+// version may just not know it yet; and a destination made after the
+// route's version is another one of the same id, the route's deleted.
+// A route without a version says nothing: not gone.
+func routeGone(rt route, d *destinations.Destination, known bool, applied uint64) bool {
+	if rt.Version == 0 {
+		return false
+	}
+	if !known {
+		return rt.Version <= applied
+	}
+	return d.CreatedVersion > rt.Version
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -519,7 +520,9 @@ func TestFanOutUnknownDestinationIsUnavailable(t *testing.T) {
 		t.Fatalf("INGEST holds %d events", n)
 	}
 	// A keyed publish's retry whose recorded route's destination this
-	// agent no longer knows is refused the same way, not cut short.
+	// agent no longer knows is refused the same way, not cut short, when
+	// nothing tells that it was deleted (this gateway knows no config
+	// version: TestFanOutRetryAfterItsDestinationWasDeleted).
 	f.withSubscriptions(t, acmeSubscriptions...)
 	req := fanOut("order.created", `{}`)
 	req.IdempotencyKey = "order-5"
@@ -534,6 +537,72 @@ func TestFanOutUnknownDestinationIsUnavailable(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "billing") {
 		t.Fatalf("retry with a recorded route to a destination gone from this agent: %v, want Unavailable naming it", err)
 	}
+}
+
+// A keyed fan-out's retry after one of its destinations was deleted
+// (its subscriptions with it) answers the recorded routes as a duplicate,
+// storing nothing new: the first try stored that route's event, which
+// died with its destination. It was refused Unavailable ("not known
+// yet, retry shortly") for good, and retried by publishers until they
+// gave up. An agent behind the route's config version may just not know
+// the destination yet: it still refuses Unavailable. A destination made
+// again under the id since is another one: the route stays as recorded.
+func TestFanOutRetryAfterItsDestinationWasDeleted(t *testing.T) {
+	f := newFixture(t)
+	dests := func(billing uint64) []*rivorav1.Destination {
+		out := []*rivorav1.Destination{{Id: "orders", Url: "http://127.0.0.1:1/hook", Secret: secret, CreatedVersion: 1}}
+		if billing != 0 {
+			out = append(out, &rivorav1.Destination{Id: "billing", Url: "http://127.0.0.1:1/hook", Secret: secret, CreatedVersion: billing})
+		}
+		return out
+	}
+	if _, err := f.reg.Replace(dests(1)); err != nil {
+		t.Fatal(err)
+	}
+	f.withSubscriptions(t, acmeSubscriptions...)
+	var applied atomic.Uint64
+	applied.Store(2)
+	f.gw = f.with(t, ingest.Config{Applied: applied.Load})
+	req := fanOut("order.created", `{"amount":150}`)
+	req.IdempotencyKey = "order-gone"
+	first, err := publish(f, req)
+	if err != nil || len(first.GetRoutes()) != 3 {
+		t.Fatalf("first publish: %v, %v; want 3 routes", first, err)
+	}
+	// Version 3 deletes billing and its subscriptions.
+	if _, err := f.reg.Replace(dests(0)); err != nil {
+		t.Fatal(err)
+	}
+	f.withSubscriptions(t, acmeSubscriptions[0], acmeSubscriptions[3], acmeSubscriptions[4])
+	applied.Store(3)
+	retried := func(what string) {
+		t.Helper()
+		again, err := publish(f, proto.Clone(req).(*rivorav1.PublishRequest))
+		if err != nil {
+			t.Fatalf("%s: %v; want the recorded routes as a duplicate", what, err)
+		}
+		if !again.GetDuplicate() || !proto.Equal(&rivorav1.PublishResponse{Routes: again.GetRoutes()}, &rivorav1.PublishResponse{Routes: first.GetRoutes()}) {
+			t.Fatalf("%s answered %v, want the first routes %v as a duplicate", what, again, first.GetRoutes())
+		}
+		if n := f.msgs(t); n != 3 {
+			t.Fatalf("%s: INGEST holds %d events, want the first 3", what, n)
+		}
+	}
+	retried("retry after billing was deleted")
+
+	var behind atomic.Uint64
+	behind.Store(1)
+	lagging := f.with(t, ingest.Config{Applied: behind.Load})
+	_, err = lagging.Publish(context.Background(), connect.NewRequest(proto.Clone(req).(*rivorav1.PublishRequest)))
+	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "billing") {
+		t.Fatalf("retry on an agent behind the routes' config version: %v, want Unavailable naming billing", err)
+	}
+
+	if _, err := f.reg.Replace(dests(4)); err != nil {
+		t.Fatal(err)
+	}
+	applied.Store(4)
+	retried("retry after billing was made again")
 }
 
 // subscription_id sends a test event to that one subscription whatever
