@@ -293,6 +293,25 @@ func TestSubscriptionDeliverySecretAndList(t *testing.T) {
 	}
 }
 
+// A filter whose regex literal does not parse is refused at create and
+// at update, for a customer's token as for an operator's, in the
+// function form matches(s, p) as in the method form s.matches(p): the
+// function form's was accepted, and the subscription never got an event.
+func TestSubscriptionFilterWithABadRegexIsRefused(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), false)
+	d.create(&rivorav1.CreateDestinationRequest{Id: "erp", Url: "https://erp.example.com/ingest"})
+	c := d.subs(d.Token(rivorav1.Role_ROLE_CUSTOMER, "c1"))
+	ctx := context.Background()
+	s := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"order.*"}})
+	for _, filter := range []string{`matches(data.s, "[")`, `data.s.matches("[")`} {
+		_, err := c.CreateSubscription(ctx, connect.NewRequest(&rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"order.*"}, Filter: filter}))
+		wantCode(t, "create with "+filter, err, connect.CodeInvalidArgument, `"[" is not a regular expression`, "column")
+		_, err = c.UpdateSubscription(ctx, connect.NewRequest(&rivorav1.UpdateSubscriptionRequest{Id: s.GetId(), Filter: new(filter)}))
+		wantCode(t, "update with "+filter, err, connect.CodeInvalidArgument, `"[" is not a regular expression`, "column")
+	}
+}
+
 // Updating changes only what is set; pausing and resuming keep the pause
 // intervals; rotating shows the new secret once and keeps the previous
 // one signing for the grace; every change is audited under the token.

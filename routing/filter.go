@@ -129,9 +129,19 @@ type Filter struct {
 // ReadsData reports whether the filter refers to data, the event's JSON.
 func (f *Filter) ReadsData() bool { return f.readsData }
 
-var filterEnv = mustEnv()
+// filterEnv compiles new filters (CompileFilter); loadEnv stored ones
+// (LoadFilter). They differ in one check: a regex literal that does not
+// parse is refused by filterEnv in either form of matches(), while
+// loadEnv refuses it in the method form only, as filters were checked
+// when the function form's was let through — a stored filter that loaded
+// then still loads (one that failed would stop the agent applying every
+// subscription); it fails at run time, counted.
+var (
+	filterEnv = mustEnv(regexLiterals{})
+	loadEnv   = mustEnv(cel.ValidateRegexLiterals())
+)
 
-func mustEnv() *cel.Env {
+func mustEnv(regexValidator cel.ASTValidator) *cel.Env {
 	env, err := cel.NewCustomEnv(
 		// The standard library but its matches(), replaced by
 		// boundedMatches (same signatures, same name): no string past
@@ -145,12 +155,42 @@ func mustEnv() *cel.Env {
 		// A literal that can never work (a regex that does not compile,
 		// a bad duration or timestamp) is refused when the filter is
 		// made, not found out on every event.
-		cel.ASTValidators(cel.ValidateRegexLiterals(), cel.ValidateDurationLiterals(), cel.ValidateTimestampLiterals()),
+		cel.ASTValidators(regexValidator, cel.ValidateDurationLiterals(), cel.ValidateTimestampLiterals()),
 	)
 	if err != nil {
 		panic(fmt.Sprintf("routing: CEL environment: %v", err))
 	}
 	return env
+}
+
+// regexLiterals refuses a literal pattern of matches() that is not a
+// regular expression, in both forms: s.matches(p) and matches(s, p).
+// CEL's own validator (cel.ValidateRegexLiterals) checks the call's first
+// argument, which is the pattern in the method form only: in the
+// function form it let a bad pattern through, and the filter never
+// matched.
+type regexLiterals struct{}
+
+func (regexLiterals) Name() string { return "rivora.validator.matches" }
+
+func (regexLiterals) Validate(_ *cel.Env, _ cel.ValidatorConfig, a *celast.AST, iss *cel.Issues) {
+	for _, call := range celast.MatchDescendants(celast.NavigateAST(a), celast.FunctionMatcher(overloads.Matches)) {
+		args := call.AsCall().Args()
+		if len(args) == 0 {
+			continue
+		}
+		pattern := args[len(args)-1]
+		if pattern.Kind() != celast.LiteralKind {
+			continue // checkRegexes refuses it
+		}
+		re, ok := pattern.AsLiteral().Value().(string)
+		if !ok {
+			continue // the checker refuses it
+		}
+		if _, err := regexp.Compile(re); err != nil {
+			iss.ReportErrorAtID(pattern.ID(), "invalid matches argument: %q is not a regular expression (%s)", re, strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+		}
+	}
 }
 
 // CompileFilter compiles a new filter: a CEL expression over data, type,
@@ -175,14 +215,18 @@ func compileFilter(source string, checkRegex bool) (*Filter, error) {
 	if len(source) > MaxFilterLen {
 		return nil, fmt.Errorf("filter is %d bytes; the limit is %d", len(source), MaxFilterLen)
 	}
-	ast, iss := filterEnv.Compile(source)
+	env := loadEnv
+	if checkRegex {
+		env = filterEnv
+	}
+	ast, iss := env.Compile(source)
 	if iss.Err() != nil {
 		return nil, filterCompileError(source, iss)
 	}
 	if !ast.OutputType().IsExactType(types.BoolType) && !ast.OutputType().IsExactType(types.DynType) {
 		return nil, fmt.Errorf("filter must be a boolean expression (e.g. data.amount > 100), but %q is of type %s", source, ast.OutputType())
 	}
-	est, err := filterEnv.EstimateCost(ast, sizeEstimator{})
+	est, err := env.EstimateCost(ast, sizeEstimator{})
 	if err != nil {
 		return nil, fmt.Errorf("filter cost: %w", err)
 	}
@@ -194,7 +238,7 @@ func compileFilter(source string, checkRegex bool) (*Filter, error) {
 			return nil, err
 		}
 	}
-	prg, err := filterEnv.Program(ast, cel.InterruptCheckFrequency(interruptEvery))
+	prg, err := env.Program(ast, cel.InterruptCheckFrequency(interruptEvery))
 	if err != nil {
 		return nil, fmt.Errorf("filter: %w", err)
 	}
@@ -299,7 +343,7 @@ func checkRegexes(ast *cel.Ast) error {
 		}
 		parsed, err := syntax.Parse(re, syntax.Perl)
 		if err != nil {
-			continue // ValidateRegexLiterals refuses it
+			continue // regexLiterals refuses it
 		}
 		prog, err := syntax.Compile(parsed.Simplify())
 		if err != nil {

@@ -123,6 +123,35 @@ func TestFilterRefused(t *testing.T) {
 	}
 }
 
+// A regex literal that does not parse is refused in either form of
+// matches(), with the same words and a caret under the pattern: the
+// function form's was accepted (CEL's validator reads the call's first
+// argument, the pattern only in the method form), and the filter never
+// matched. A stored one still loads (LoadFilter): it was let through.
+func TestFilterBadRegexRefusedInBothForms(t *testing.T) {
+	const why = "invalid matches argument: \"[\" is not a regular expression (missing closing ]: `[`)"
+	for _, tc := range []struct{ src, caret string }{
+		{`data.s.matches("[")`, "    data.s.matches(\"[\")\n                   ^"},
+		{`matches(data.s, "[")`, "    matches(data.s, \"[\")\n                    ^"},
+		{`lane == "x" || matches(lane, "a(")`, "^"},
+	} {
+		_, err := CompileFilter(tc.src)
+		if err == nil || !strings.Contains(err.Error(), "filter does not compile at column") || !strings.Contains(err.Error(), tc.caret) {
+			t.Errorf("CompileFilter(%s) = %v, want refused with the caret under the pattern:\n%s", tc.src, err, tc.caret)
+			continue
+		}
+		if !strings.Contains(err.Error(), "invalid matches argument") || !strings.Contains(err.Error(), "is not a regular expression") {
+			t.Errorf("CompileFilter(%s) = %v, want it to say the pattern is not a regular expression", tc.src, err)
+		}
+		if strings.Contains(tc.src, `"["`) && !strings.Contains(err.Error(), why) {
+			t.Errorf("CompileFilter(%s) = %v, want %q", tc.src, err, why)
+		}
+	}
+	if _, err := LoadFilter(`matches(data.s, "[")`); err != nil {
+		t.Errorf("LoadFilter of a stored function-form bad regex: %v, want it loaded as before", err)
+	}
+}
+
 // A filter stops when its context ends, even inside a comprehension over
 // a large list (the budget bounds what the cost estimate cannot: data
 // with far more elements than it assumes), and does not match.
