@@ -66,7 +66,11 @@ const (
 type Input struct {
 	// Data is the event's JSON data, decoded (map[string]any, []any,
 	// string, float64, bool, nil); nil when the payload is not JSON.
-	Data     any
+	Data any
+	// NotJSON says the payload's content type is not JSON, so Data is
+	// nil: a filter that reads a field of it then fails for want of
+	// data, not for a field the event lacks (FilterFailed).
+	NotJSON  bool
 	Type     string
 	Customer string
 	Lane     string
@@ -365,6 +369,15 @@ func (sizeEstimator) EstimateSize(checker.AstNode) *checker.SizeEstimate {
 
 func (sizeEstimator) EstimateCallCost(function, overloadID string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
 	return nil
+}
+
+// FilterFailed reports whether a filter's evaluation error (Match) on in
+// is the filter failing, to be counted, rather than the ordinary way a
+// filter says no: a field the event's data lacks (MissingField) — but
+// not on a payload that is not JSON (in.NotJSON), which has no field at
+// all: a filter reading data never matches such an event.
+func FilterFailed(in Input, err error) bool {
+	return err != nil && (in.NotJSON || !MissingField(err))
 }
 
 // MissingField reports whether a filter's evaluation error (Match) is a

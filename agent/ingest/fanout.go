@@ -166,7 +166,7 @@ func (g *Gateway) match(ctx context.Context, ev *rivorav1.Event) ([]*subscriptio
 				return nil, errkind.Errorf(errkind.Invalid, "payload is not valid JSON (%v), though its content type is %s, and subscription %s's filter is to read it: nothing was stored; send valid JSON, or set the payload's own content type", err, ev.GetContentType(), subs[reader].ID)
 			}
 		}
-		input = routing.Input{Data: data, Type: ev.GetType(), Customer: ev.GetCustomerId(), Lane: ev.GetLaneKey()}
+		input = routing.Input{Data: data, NotJSON: !isJSON(ev.GetContentType()), Type: ev.GetType(), Customer: ev.GetCustomerId(), Lane: ev.GetLaneKey()}
 		var cancel context.CancelFunc
 		filterCtx, cancel = routing.FilterContext(ctx)
 		defer cancel()
@@ -196,7 +196,8 @@ func filterBudgetError(ctx context.Context, subscription string, err error) erro
 }
 
 // jsonData is the event's payload decoded for a filter: nil when its
-// content type is not JSON (a filter reading data then does not match),
+// content type is not JSON (a filter reading a field of data then does
+// not match, and is counted as failed: routing.FilterFailed),
 // an error when it says JSON but the payload is not: a filter would read
 // null there too, and the event miss the deliveries its data would have
 // had, without a word.

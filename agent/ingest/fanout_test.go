@@ -159,10 +159,18 @@ func TestFanOutToEachMatchingSubscription(t *testing.T) {
 }
 
 // A payload that is not JSON never matches a filter reading data, and
-// is no error; subscriptions without filters still get it.
+// is no error of the publish; subscriptions without filters still get
+// it. The filter's miss is counted in
+// rivora_subscription_filter_errors_total (it read as a missing field,
+// and the subscription lost every such event without a word), and a
+// JSON payload's missing field still is not.
 func TestFanOutFilterOnNonJSON(t *testing.T) {
 	f := newFixture(t)
 	f.withSubscriptions(t, acmeSubscriptions...)
+	failures := func() float64 {
+		return labeledCounter(t, "rivora_subscription_filter_errors_total", "subscription", "sub_big")
+	}
+	before := failures()
 	req := fanOut("order.created", "amount=500")
 	req.ContentType = "text/plain"
 	resp, err := publish(f, req)
@@ -172,6 +180,38 @@ func TestFanOutFilterOnNonJSON(t *testing.T) {
 	if got := routeSet(resp); strings.Join(got, ",") != "sub_exact>billing,sub_glob>orders" {
 		t.Fatalf("routes %v", got)
 	}
+	if got := failures() - before; got != 1 {
+		t.Fatalf("sub_big's filter on a text/plain payload counted %v failures, want 1", got)
+	}
+	if _, err := publish(f, fanOut("order.created", `{"other":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := failures() - before; got != 1 {
+		t.Fatalf("sub_big's filter on JSON without amount counted %v failures in all, want still 1 (a missing field is a no)", got)
+	}
+}
+
+// labeledCounter reads the counter of name whose label is value, from the
+// default registry (0: no such series yet).
+func labeledCounter(t testing.TB, name, label, value string) float64 {
+	t.Helper()
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // A number past a double's range (1e400) is infinity to a filter, as the

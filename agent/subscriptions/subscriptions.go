@@ -71,22 +71,24 @@ func (s *Subscription) Matches(ctx context.Context, typ string, input func() rou
 	if s.Filter == nil {
 		return true, nil
 	}
-	ok, err := s.Filter.Match(ctx, input())
+	in := input()
+	ok, err := s.Filter.Match(ctx, in)
 	if err != nil && ctx.Err() != nil {
 		return false, ctx.Err()
 	}
-	if err != nil && !routing.MissingField(err) && !s.removed.Load() {
+	if routing.FilterFailed(in, err) && !s.removed.Load() {
 		filterErrors.WithLabelValues(s.ID).Inc()
 	}
 	return ok, nil
 }
 
 // filterErrors counts, per subscription, events its filter failed on for
-// another reason than a missing field: each is an event the subscription
-// did not get, most often because the filter is wrong for every event.
+// another reason than a missing field (routing.FilterFailed): each is an
+// event the subscription did not get, most often because the filter is
+// wrong for every event, or reads data its events do not carry as JSON.
 var filterErrors = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "rivora_subscription_filter_errors_total",
-	Help: "Events a subscription's filter failed on (not a missing field: an operation its types do not allow, an answer that is not a boolean); each is an event the subscription did not get.",
+	Help: "Events a subscription's filter failed on (not a missing field: an operation its types do not allow, an answer that is not a boolean, a field of data read on a payload whose content type is not JSON); each is an event the subscription did not get.",
 }, []string{"subscription"})
 
 // Collectors are this package's metrics, registered in the default
