@@ -314,7 +314,7 @@ func (e *env) replayCommand() *ucli.Command {
 		Name:  "replay",
 		Usage: "re-ingest dead letters of a destination, in lane order, keeping their event ids",
 		UsageText: `rivoractl replay --destination D [--customer C] [--lane L] [--subscription S] [--reason R]
-    [--since T] [--until T] [--rate N] [--dry-run] [--restart]
+    [--since T] [--until T] [--rate N] [--dry-run] [--restart] [--skip-deleted-subscriptions]
    rivoractl replay --subscription S [--customer C] …   (the subscription's destination)`,
 		Description: `Streams matching dead letters back through ingest: each keeps its event id
 (receivers dedupe on webhook-id), is marked replayed (header rivora-replay:
@@ -334,14 +334,25 @@ the replay says how many dead letters it had done, and running the same
 command again resumes after what was already re-accepted. --restart sends
 the marked ones again.
 
+A dead letter whose subscription was deleted cannot be delivered as it
+would have been (the subscription's URL, secret and headers went with it):
+a replay matching any is refused before it re-ingests anything, saying how
+many and whose. --skip-deleted-subscriptions replays the others and leaves
+those in the archive (not marked: a later replay finds them again), and
+says how many it left, for which subscriptions; so one customer's deleted
+subscription does not hold a shared destination's replay for every other
+customer. A --dry-run says first what would be refused or left.
+
 Examples:
    rivoractl replay --destination orders --dry-run
    rivoractl replay --destination orders --since 6h --rate 100
-   rivoractl replay --subscription sub_0123456789abcdef --customer acme --dry-run`,
+   rivoractl replay --subscription sub_0123456789abcdef --customer acme --dry-run
+   rivoractl replay --destination poison --reason max_attempts --skip-deleted-subscriptions`,
 		Flags: append(filterFlags(),
 			&ucli.Float64Flag{Name: "rate", Usage: "re-ingest at most `N` events per second, 0.001 to 1e6", DefaultText: "as fast as ingest takes them"},
 			&ucli.BoolFlag{Name: "dry-run", Usage: "only count what would be replayed, per destination and customer"},
 			&ucli.BoolFlag{Name: "restart", Usage: "send again what earlier replays, with any filter, already re-accepted"},
+			&ucli.BoolFlag{Name: "skip-deleted-subscriptions", Usage: "replay the others when some dead letters' subscription was deleted, leaving those in the archive (else the replay is refused)"},
 		),
 		Action: e.replay,
 	}
@@ -367,7 +378,7 @@ func (e *env) replay(c *ucli.Context) error {
 		return usagef("--rate %v: want %s (leave --rate out to replay as fast as ingest takes them)", r, rates.Bound())
 	}
 	// No overall timeout: a replay runs as long as it needs; Ctrl-C stops it.
-	req := &rivorav1.ReplayRequest{Filter: f, DryRun: c.Bool("dry-run"), Restart: c.Bool("restart")}
+	req := &rivorav1.ReplayRequest{Filter: f, DryRun: c.Bool("dry-run"), Restart: c.Bool("restart"), SkipDeletedSubscriptions: c.Bool("skip-deleted-subscriptions")}
 	if c.IsSet("rate") {
 		req.RatePerSecond = proto.Float64(c.Float64("rate"))
 	}
@@ -384,7 +395,7 @@ func (e *env) replay(c *ucli.Context) error {
 	for stream.Receive() {
 		last = stream.Msg()
 		renamed = append(renamed, last.GetRenamed()...)
-		done := last.GetReplayed() + last.GetSkipped()
+		done := replayDone(last)
 		if c.Bool("dry-run") || e.output == "json" || done == shown {
 			continue // the final report repeats the last batch's
 		}
@@ -411,26 +422,62 @@ func (e *env) replay(c *ucli.Context) error {
 		fmt.Fprintln(e.out)
 	}
 	if c.Bool("dry-run") {
-		tw := newTable(e.out)
-		tw.row("DESTINATION\tCUSTOMER\tWOULD REPLAY\n")
-		for _, n := range last.GetCounts() {
-			tw.row("%s\t%s\t%d\n", n.GetDestinationId(), n.GetCustomerId(), n.GetCount())
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		if _, err := fmt.Fprintf(e.out, "%d match; %d skipped: sent by an earlier replay, or a later death of an event sent once\n", last.GetTotal(), last.GetSkipped()); err != nil {
-			return err
-		}
-		if why := last.GetRefused(); why != "" {
-			return say(e.out, "a replay would be refused: %s\n", why)
-		}
-		return nil
+		return e.showDryRun(last)
 	}
 	if _, err := fmt.Fprintf(e.out, "Replayed %d of %d dead letters in %s (%d skipped: sent by an earlier replay, stored already within the dedup window, or a later death of an event sent once).\n", last.GetReplayed(), last.GetTotal(), time.Since(start).Round(time.Millisecond), last.GetSkipped()); err != nil {
 		return err
 	}
+	if n := last.GetDeletedSubscriptionDeadLetters(); n > 0 {
+		say(e.out, "Left %d %s in the archive: routed by %s, deleted since (not marked: a later replay finds them again).\n", n, plural(int(n), "dead letter"), deletedSubscriptionsText(last))
+	}
 	return e.showRenamed(renamed)
+}
+
+// showDryRun shows a dry run's count: first what a replay would refuse or
+// leave in the archive, then what it would replay.
+func (e *env) showDryRun(last *rivorav1.ReplayResponse) error {
+	if why := last.GetRefused(); why != "" {
+		say(e.out, "a replay would be refused: %s\n", why)
+	} else if n := last.GetDeletedSubscriptionDeadLetters(); n > 0 {
+		say(e.out, "%d %s would be left in the archive: routed by %s, deleted since.\n", n, plural(int(n), "dead letter"), deletedSubscriptionsText(last))
+	}
+	tw := newTable(e.out)
+	tw.row("DESTINATION\tCUSTOMER\tWOULD REPLAY\n")
+	for _, n := range last.GetCounts() {
+		tw.row("%s\t%s\t%d\n", n.GetDestinationId(), n.GetCustomerId(), n.GetCount())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(e.out, "%d match; %d skipped: sent by an earlier replay, or a later death of an event sent once\n", last.GetTotal(), last.GetSkipped())
+	return err
+}
+
+// replayDone is how many matching dead letters a replay is done with:
+// replayed, skipped, or left in the archive for their deleted
+// subscription.
+func replayDone(p *rivorav1.ReplayResponse) int64 {
+	return p.GetReplayed() + p.GetSkipped() + p.GetDeletedSubscriptionDeadLetters()
+}
+
+// maxDeletedShown bounds the deleted subscriptions a replay names (-o
+// json lists those the agent sent).
+const maxDeletedShown = 10
+
+// deletedSubscriptionsText names a replay's deleted subscriptions:
+// "subscription sub_a", "3 subscriptions (sub_a, sub_b, sub_c)", "… and
+// N more".
+func deletedSubscriptionsText(p *rivorav1.ReplayResponse) string {
+	ids, n := p.GetDeletedSubscriptions(), p.GetDeletedSubscriptionCount()
+	if n == 1 && len(ids) == 1 {
+		return "subscription " + ids[0]
+	}
+	shown := ids[:min(len(ids), maxDeletedShown)]
+	list := strings.Join(shown, ", ")
+	if more := n - int64(len(shown)); more > 0 {
+		list += fmt.Sprintf(" and %d more", more)
+	}
+	return fmt.Sprintf("%d subscriptions (%s)", n, list)
 }
 
 // replayStopped says how far a replay that Ctrl-C stopped got (its last
@@ -444,7 +491,7 @@ func replayStopped(last *rivorav1.ReplayResponse, dryRun bool) error {
 		return errors.New("replay stopped (Ctrl-C) before its first report; run the same command again to resume (each dead letter re-accepted is marked, and a re-run skips it)")
 	}
 	return fmt.Errorf("replay stopped (Ctrl-C) with %d of %d dead letters done (%d replayed, %d skipped; a few more may have been since its last report); run the same command again to resume (each dead letter re-accepted is marked, and a re-run skips it)",
-		last.GetReplayed()+last.GetSkipped(), last.GetTotal(), last.GetReplayed(), last.GetSkipped())
+		replayDone(last), last.GetTotal(), last.GetReplayed(), last.GetSkipped())
 }
 
 // resumeHints tell, for a replay that stopped after it began (the agent
@@ -453,7 +500,7 @@ func resumeHints(last *rivorav1.ReplayResponse, dryRun bool) map[connect.Code]st
 	if last == nil || dryRun {
 		return nil
 	}
-	hint := fmt.Sprintf("%d of %d done before it stopped; run the same command again to resume (each dead letter re-accepted is marked)", last.GetReplayed()+last.GetSkipped(), last.GetTotal())
+	hint := fmt.Sprintf("%d of %d done before it stopped; run the same command again to resume (each dead letter re-accepted is marked)", replayDone(last), last.GetTotal())
 	hints := map[connect.Code]string{}
 	for _, code := range []connect.Code{connect.CodeInternal, connect.CodeUnknown, connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeAborted} {
 		hints[code] = hint
@@ -482,7 +529,7 @@ func (e *env) showRenamed(renamed []*rivorav1.ReplayRename) error {
 }
 
 func (e *env) showProgress(p *rivorav1.ReplayResponse, start time.Time, tty bool) {
-	done := p.GetReplayed() + p.GetSkipped()
+	done := replayDone(p)
 	total := max(p.GetTotal(), 1)
 	rate := p.GetRatePerSecond()
 	eta := "-"
@@ -490,7 +537,11 @@ func (e *env) showProgress(p *rivorav1.ReplayResponse, start time.Time, tty bool
 		eta = (time.Duration(float64(total-done)/rate) * time.Second).Round(time.Second).String()
 	}
 	if !tty {
-		fmt.Fprintf(e.out, "replay: %d/%d (%d replayed, %d skipped) %.0f/s\n", done, p.GetTotal(), p.GetReplayed(), p.GetSkipped(), rate)
+		left := ""
+		if n := p.GetDeletedSubscriptionDeadLetters(); n > 0 {
+			left = fmt.Sprintf(", %d left: subscription deleted", n)
+		}
+		fmt.Fprintf(e.out, "replay: %d/%d (%d replayed, %d skipped%s) %.0f/s\n", done, p.GetTotal(), p.GetReplayed(), p.GetSkipped(), left, rate)
 		return
 	}
 	const width = 30

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -33,6 +34,9 @@ func (countingArchive) Replay(_ context.Context, req *connect.Request[rivorav1.R
 		// Its process dies: the response ends mid-stream.
 		panic(http.ErrAbortHandler)
 	}
+	if dest == "shared" {
+		return replaySharedWithDeletedSubscriptions(req.Msg, stream)
+	}
 	resp := &rivorav1.ReplayResponse{Total: 3, Done: true, Counts: []*rivorav1.DeadLetterCount{{DestinationId: dest, CustomerId: "acme", Count: 3}}}
 	if dest == "deleted" {
 		resp.Refused = `destination "deleted" is not registered; create it before replaying its dead letters`
@@ -56,6 +60,51 @@ func TestReplayDryRunSaysWhyTheReplayWouldBeRefused(t *testing.T) {
 	kept := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "orders", "--dry-run"))
 	if !strings.Contains(kept.stdout, "3 match") || strings.Contains(kept.stdout, "refused") {
 		t.Errorf("dry run for a registered destination:\n%s\nwant its count and no warning", kept.stdout)
+	}
+}
+
+// replaySharedWithDeletedSubscriptions answers a replay of destination
+// "shared" as the agent does when 3 of its 5 dead letters were routed by
+// 2 subscriptions deleted since: refused unless the request leaves them
+// in the archive.
+func replaySharedWithDeletedSubscriptions(req *rivorav1.ReplayRequest, stream *connect.ServerStream[rivorav1.ReplayResponse]) error {
+	resp := &rivorav1.ReplayResponse{
+		Total: 5, Done: true, Counts: []*rivorav1.DeadLetterCount{{DestinationId: "shared", CustomerId: "globex", Count: 2}},
+		DeletedSubscriptionDeadLetters: 3, DeletedSubscriptions: []string{"sub_a", "sub_b"}, DeletedSubscriptionCount: 2,
+	}
+	const refused = "3 of the 5 dead letters to replay were routed by 2 subscriptions (sub_a, sub_b), which were deleted: …"
+	switch {
+	case req.GetDryRun() && !req.GetSkipDeletedSubscriptions():
+		resp.Refused = refused
+	case !req.GetDryRun() && !req.GetSkipDeletedSubscriptions():
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New(refused))
+	case !req.GetDryRun():
+		resp.Replayed = 2
+	}
+	return stream.Send(resp)
+}
+
+// TestReplaySkipsDeletedSubscriptionsWhenAsked: --skip-deleted-subscriptions
+// reaches the agent; a dry run says first (before its table) what a
+// replay would refuse, or leave in the archive, and for which
+// subscriptions; the replay says how many it left.
+func TestReplaySkipsDeletedSubscriptionsWhenAsked(t *testing.T) {
+	srv := startCountingArchive(t)
+
+	refused := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "shared", "--dry-run"))
+	if !strings.HasPrefix(refused.stdout, "a replay would be refused: 3 of the 5 dead letters") || !strings.Contains(refused.stdout, "globex") {
+		t.Errorf("dry run of a replay that would be refused:\n%s\nwant the refusal first, then the table", refused.stdout)
+	}
+	left := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "shared", "--dry-run", "--skip-deleted-subscriptions"))
+	want := "3 dead letters would be left in the archive: routed by 2 subscriptions (sub_a, sub_b), deleted since.\n"
+	if !strings.HasPrefix(left.stdout, want) || strings.Contains(left.stdout, "refused") || !strings.Contains(left.stdout, "5 match") {
+		t.Errorf("dry run leaving them:\n%s\nwant it to start with %q, then the count", left.stdout, want)
+	}
+	done := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "shared", "--skip-deleted-subscriptions"))
+	for _, want := range []string{"Replayed 2 of 5", "Left 3 dead letters in the archive: routed by 2 subscriptions (sub_a, sub_b)"} {
+		if !strings.Contains(done.stdout, want) {
+			t.Errorf("replay leaving them:\n%s\nlacks %q", done.stdout, want)
+		}
 	}
 }
 

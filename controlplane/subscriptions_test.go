@@ -1100,6 +1100,78 @@ func TestResendOfADeletedSubscriptionsEventIsRefused(t *testing.T) {
 	}
 }
 
+// A replay of a shared destination whose dead letters include a deleted
+// subscription's is refused for every customer, saying how many and
+// whose, unless it leaves those in the archive
+// (skip_deleted_subscriptions): then it replays the others and says
+// what it left. One customer's deletion held every other customer's
+// replay.
+func TestReplayLeavesADeletedSubscriptionsDeadLettersWhenAsked(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	d := startDev(t, dir, true)
+	ctx := context.Background()
+	d.create(&rivorav1.CreateDestinationRequest{Id: "shared", Url: sink(t).URL})
+	c := d.subs(d.AdminToken)
+	held := func(customer string) *rivorav1.Subscription {
+		sub := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: customer, DestinationId: "shared", Types: []string{"*"}})
+		pause, err := c.PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: sub.GetId(), Reason: "test"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.WaitApplied(pause.Msg.GetVersion())
+		if _, err := d.Ingest.Publish(ctx, connect.NewRequest(&rivorav1.PublishRequest{CustomerId: customer, LaneKey: "u1", Type: "order.created", Payload: []byte(`{}`)})); err != nil {
+			t.Fatal(err)
+		}
+		poll.True(t, customer+"'s event pending", 15*time.Second, func() bool {
+			g, err := c.GetSubscription(ctx, connect.NewRequest(&rivorav1.GetSubscriptionRequest{Id: sub.GetId()}))
+			return err == nil && g.Msg.GetPending() == 1
+		})
+		return sub
+	}
+	acme, globex := held("acme"), held("globex")
+	lanes := rivorav1connect.NewLaneServiceClient(d.HTTPClient(), d.URL, d.As(d.AdminToken))
+	if _, err := lanes.SkipLaneHead(ctx, connect.NewRequest(&rivorav1.SkipLaneHeadRequest{DestinationId: "shared", CustomerId: "globex", LaneKey: "u1", SubscriptionId: globex.GetId(), Reason: "poison"})); err != nil {
+		t.Fatal(err)
+	}
+	del, err := c.DeleteSubscription(ctx, connect.NewRequest(&rivorav1.DeleteSubscriptionRequest{Id: acme.GetId(), Force: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.WaitApplied(del.Msg.GetVersion())
+	poll.True(t, "both dead letters archived", 15*time.Second, func() bool {
+		return len(archived(t, filepath.Join(dir, "archive", "deadletter", "shared"))) == 2
+	})
+
+	archive := rivorav1connect.NewArchiveServiceClient(d.HTTPClient(), d.URL, d.As(d.AdminToken))
+	replay := func(req *rivorav1.ReplayRequest) (*rivorav1.ReplayResponse, error) {
+		req.Filter = &rivorav1.DeadLetterFilter{DestinationId: "shared"}
+		stream, err := archive.Replay(ctx, connect.NewRequest(req))
+		if err != nil {
+			return nil, err
+		}
+		var last *rivorav1.ReplayResponse
+		for stream.Receive() {
+			last = stream.Msg()
+		}
+		return last, stream.Err()
+	}
+	_, err = replay(&rivorav1.ReplayRequest{})
+	wantCode(t, "replay with a deleted subscription's dead letter", err, connect.CodeFailedPrecondition, "1 of the 2 dead letters", "subscription "+acme.GetId(), "--skip-deleted-subscriptions")
+	dry, err := replay(&rivorav1.ReplayRequest{DryRun: true})
+	if err != nil || !strings.Contains(dry.GetRefused(), acme.GetId()) || dry.GetDeletedSubscriptionDeadLetters() != 1 || !slices.Equal(dry.GetDeletedSubscriptions(), []string{acme.GetId()}) {
+		t.Fatalf("dry run: %v, %v; want refused, 1 dead letter of %s", dry, err, acme.GetId())
+	}
+	done, err := replay(&rivorav1.ReplayRequest{SkipDeletedSubscriptions: true})
+	if err != nil || done.GetReplayed() != 1 || done.GetDeletedSubscriptionDeadLetters() != 1 || done.GetDeletedSubscriptionCount() != 1 || !slices.Equal(done.GetDeletedSubscriptions(), []string{acme.GetId()}) {
+		t.Fatalf("replay leaving it: %v, %v; want globex's replayed, acme's left", done, err)
+	}
+	poll.True(t, "globex's event pending again", 15*time.Second, func() bool {
+		g, err := c.GetSubscription(ctx, connect.NewRequest(&rivorav1.GetSubscriptionRequest{Id: globex.GetId()}))
+		return err == nil && g.Msg.GetPending() == 1
+	})
+}
+
 // A customer token reads why its own destination is paused, not which
 // operator's token paused it (an operator's name is the cell's).
 func TestCustomerTokenSeesAPauseWithoutItsAuthor(t *testing.T) {

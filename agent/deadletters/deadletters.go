@@ -38,6 +38,11 @@ type Reingester interface {
 	// customer's own), nil when it can; told as the caller of ctx's call
 	// may be told it.
 	Replayable(ctx context.Context, dl *rivorav1.DeadLetter) error
+	// DeletedSubscription is the subscription that routed dl when it was
+	// deleted since, "" when it was not: one of Replayable's reasons,
+	// which a replay may leave in the archive instead
+	// (ReplayRequest.SkipDeletedSubscriptions).
+	DeletedSubscription(dl *rivorav1.DeadLetter) string
 }
 
 // Service implements rivora.v1.ArchiveService: list, show and count
@@ -407,7 +412,7 @@ func (c *counter) newestFirst() []*rivorav1.DeadLetterCount {
 // A replay that began (not a dry run) is audited however it ends.
 func (s *Service) Replay(ctx context.Context, req *connect.Request[rivorav1.ReplayRequest], stream *connect.ServerStream[rivorav1.ReplayResponse]) error {
 	m := req.Msg
-	r := ReplayRequest{Filter: m.GetFilter(), Rate: m.RatePerSecond, DryRun: m.GetDryRun(), Restart: m.GetRestart()}
+	r := ReplayRequest{Filter: m.GetFilter(), Rate: m.RatePerSecond, DryRun: m.GetDryRun(), Restart: m.GetRestart(), SkipDeletedSubscriptions: m.GetSkipDeletedSubscriptions()}
 	began := false
 	end, err := s.replay.Run(ctx, r, func(p Progress) error {
 		if err := stream.Send(progressMessage(p)); err != nil {
@@ -429,6 +434,8 @@ func progressMessage(p Progress) *rivorav1.ReplayResponse {
 	return &rivorav1.ReplayResponse{
 		Total: p.Total, Replayed: p.Replayed, Skipped: p.Skipped, RatePerSecond: p.RatePerSecond,
 		Counts: p.Counts, Done: p.Done, Refused: p.Refused, Renamed: p.Renamed,
+		DeletedSubscriptionDeadLetters: p.Deleted.DeadLetters, DeletedSubscriptions: p.Deleted.Subscriptions,
+		DeletedSubscriptionCount: p.Deleted.Count,
 	}
 }
 
@@ -442,6 +449,9 @@ func (s *Service) audited(ctx context.Context, r ReplayRequest, progress Progres
 	}
 	f := r.Filter
 	detail := fmt.Sprintf("%d of %d matching dead letters replayed (%d skipped)", progress.Replayed, progress.Total, progress.Skipped)
+	if d := progress.Deleted; d.DeadLetters > 0 {
+		detail += fmt.Sprintf("; %s left in the archive, routed by %s", plural(d.DeadLetters, "dead letter"), d.named())
+	}
 	if err != nil {
 		detail += "; stopped: " + errkind.CodeOf(err).String()
 	}
@@ -468,7 +478,11 @@ func (s *Service) auditBegan(ctx context.Context, r ReplayRequest, p Progress) {
 	if s.audit == nil {
 		return
 	}
-	detail := fmt.Sprintf("replaying %d matching dead letters (%d skipped)%s", p.Total, p.Skipped, replayScope(r))
+	detail := fmt.Sprintf("replaying %d matching dead letters (%d skipped)", p.Total, p.Skipped)
+	if d := p.Deleted; d.DeadLetters > 0 {
+		detail += fmt.Sprintf("; leaving %s in the archive, routed by %s", plural(d.DeadLetters, "dead letter"), d.named())
+	}
+	detail += replayScope(r)
 	auditCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := s.audit(auditCtx, &rivorav1.AuditEntry{Action: "deadletters.replay.began", DestinationId: r.Filter.GetDestinationId(), Detail: detail}); err != nil {
@@ -501,6 +515,9 @@ func replayScope(r ReplayRequest) string {
 	}
 	if r.Restart {
 		scope = append(scope, "restarted: sending again what earlier replays re-accepted")
+	}
+	if r.SkipDeletedSubscriptions {
+		scope = append(scope, "skipping deleted subscriptions' dead letters")
 	}
 	if len(scope) == 0 {
 		return ""

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -54,6 +57,11 @@ type ReplayRequest struct {
 	DryRun bool
 	// Restart replays again what earlier replays handled (their marks).
 	Restart bool
+	// SkipDeletedSubscriptions leaves the dead letters whose subscription
+	// was deleted in the archive, unmarked, and replays the others;
+	// without it a replay matching any of them is refused before
+	// anything is re-ingested (Progress.Deleted says which).
+	SkipDeletedSubscriptions bool
 }
 
 // Progress is where a replay is.
@@ -80,6 +88,103 @@ type Progress struct {
 	// Renamed are the dead letters re-accepted since the last report
 	// under an id of their own (replayedAs).
 	Renamed []*rivorav1.ReplayRename
+	// Deleted are the matching dead letters, not handled by an earlier
+	// replay, whose subscription was deleted: left in the archive
+	// (SkipDeletedSubscriptions), else why the replay is refused.
+	Deleted DeletedSubscriptions
+}
+
+// DeletedSubscriptions are the dead letters of a replay whose
+// subscription was deleted, and those subscriptions.
+type DeletedSubscriptions struct {
+	// DeadLetters is how many.
+	DeadLetters int64
+	// Subscriptions are their subscriptions' ids, sorted: the first
+	// maxDeletedListed of Count.
+	Subscriptions []string
+	Count         int64
+}
+
+// maxDeletedListed bounds the deleted subscriptions a progress report
+// lists; maxDeletedNamed those a message names.
+const (
+	maxDeletedListed = 100
+	maxDeletedNamed  = 3
+)
+
+// named says the subscriptions: "subscription sub_a, which was
+// deleted", "3 subscriptions (sub_a, sub_b, sub_c), which were deleted",
+// "7 subscriptions (sub_a, sub_b, sub_c and 4 more), which were deleted".
+func (d DeletedSubscriptions) named() string {
+	if d.Count == 1 && len(d.Subscriptions) == 1 {
+		return "subscription " + d.Subscriptions[0] + ", which was deleted"
+	}
+	shown := d.Subscriptions[:min(len(d.Subscriptions), maxDeletedNamed)]
+	list := strings.Join(shown, ", ")
+	if more := d.Count - int64(len(shown)); more > 0 {
+		list += fmt.Sprintf(" and %d more", more)
+	}
+	return fmt.Sprintf("%d subscriptions (%s), which were deleted", d.Count, list)
+}
+
+// refusal is why a replay matching d's dead letters, of total to replay
+// (those no earlier replay handled), is refused without
+// SkipDeletedSubscriptions.
+func (d DeletedSubscriptions) refusal(total int64) error {
+	var which string
+	switch {
+	case d.DeadLetters == 1 && total == 1:
+		which = "the dead letter to replay was"
+	case d.DeadLetters == total:
+		which = fmt.Sprintf("all %d dead letters to replay were", total)
+	case d.DeadLetters == 1:
+		which = fmt.Sprintf("1 of the %d dead letters to replay was", total)
+	default:
+		which = fmt.Sprintf("%d of the %d dead letters to replay were", d.DeadLetters, total)
+	}
+	return errkind.Errorf(errkind.Precondition, "%s routed by %s: a deleted subscription's dead letters cannot be delivered as they would have been (its URL, secret and headers went with it), so nothing is replayed; replay the others and leave those in the archive (`rivoractl replay --skip-deleted-subscriptions`), or narrow the replay (--customer, --lane, --subscription of one that exists)",
+		which, d.named())
+}
+
+// plural is n and the noun, singular for one.
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// deletedLines are the dead letters a replay leaves in the archive for
+// their deleted subscription: the lines, per archive object, and the
+// dead letters per subscription.
+type deletedLines struct {
+	lines map[string]map[int]bool
+	subs  map[string]int64
+	n     int64
+}
+
+func (d *deletedLines) add(k string, i int, sub string) {
+	if d.lines == nil {
+		d.lines, d.subs = map[string]map[int]bool{}, map[string]int64{}
+	}
+	if d.lines[k] == nil {
+		d.lines[k] = map[int]bool{}
+	}
+	if d.lines[k][i] {
+		return
+	}
+	d.lines[k][i] = true
+	d.subs[sub]++
+	d.n++
+}
+
+// progress is what a report says of them.
+func (d *deletedLines) progress() DeletedSubscriptions {
+	if d.n == 0 {
+		return DeletedSubscriptions{}
+	}
+	ids := slices.Sorted(maps.Keys(d.subs))
+	return DeletedSubscriptions{DeadLetters: d.n, Subscriptions: ids[:min(len(ids), maxDeletedListed)], Count: int64(len(ids))}
 }
 
 // reportEvery spaces the progress reports while replaying; a pace that
@@ -119,7 +224,7 @@ func (r *Replay) Run(ctx context.Context, req ReplayRequest, progress func(Progr
 		return run.p, err
 	}
 	run.p.Done, run.p.Counts = true, counts.list()
-	r.log.Info("replay finished", "destination", f.GetDestinationId(), "replayed", run.p.Replayed, "skipped", run.p.Skipped)
+	r.log.Info("replay finished", "destination", f.GetDestinationId(), "replayed", run.p.Replayed, "skipped", run.p.Skipped, "left_deleted_subscriptions", run.p.Deleted.DeadLetters)
 	return run.p, run.progress(true)
 }
 
@@ -160,6 +265,10 @@ type replayRun struct {
 	repeats map[string]map[int]bool
 	// todo counts, per archive object, the lines this run re-ingests.
 	todo map[string]int
+	// deleted are the lines whose subscription was deleted: left in the
+	// archive (ReplayRequest.SkipDeletedSubscriptions), else the replay
+	// is refused.
+	deleted deletedLines
 }
 
 // idKey is an event id as count remembers it: a 128-bit hash, a fixed
@@ -253,6 +362,12 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 				run.p.Skipped++
 				continue
 			}
+			// Its subscription deleted: left in the archive, or the
+			// replay refused, once all are counted.
+			if sub := run.ingest.DeletedSubscription(dl); sub != "" {
+				run.deleted.add(k, i, sub)
+				continue
+			}
 			// A replay that would be refused midway is refused before
 			// anything is re-ingested; a dry run says so.
 			if err := run.ingest.Replayable(ctx, dl); err != nil {
@@ -266,6 +381,9 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 			counts.add(dl, false)
 			run.todo[k]++
 		}
+	}
+	if err := run.judgeDeleted(); err != nil {
+		return nil, err
 	}
 	if run.p.Total == 0 {
 		// Nothing matches: say so of a destination that does not exist
@@ -281,6 +399,24 @@ func (run *replayRun) count(ctx context.Context, keys []string) (*counter, error
 		}
 	}
 	return counts, nil
+}
+
+// judgeDeleted refuses a replay (a dry run: says it would be refused)
+// that matches dead letters whose subscription was deleted, unless it
+// leaves them in the archive.
+func (run *replayRun) judgeDeleted() error {
+	run.p.Deleted = run.deleted.progress()
+	if run.deleted.n == 0 || run.req.SkipDeletedSubscriptions {
+		return nil
+	}
+	err := run.p.Deleted.refusal(run.p.Total - run.p.Skipped)
+	if !run.req.DryRun {
+		return err
+	}
+	if run.p.Refused == "" {
+		run.p.Refused = err.Error()
+	}
+	return nil
 }
 
 // handledBefore reports whether an earlier replay handled line i of
@@ -390,12 +526,30 @@ func (run *replayRun) batch(k string, dls []*rivorav1.DeadLetter, i int) (batch 
 		case !matches(run.req.Filter, dls[end]) || run.handled(k, end):
 		case run.repeats[k][end]:
 			handled = append(handled, end)
+		case run.deleted.lines[k][end] || run.deletedSince(k, end, dls[end]):
 		default:
 			batch = append(batch, dls[end])
 			handled = append(handled, end)
 		}
 	}
 	return batch, handled, end
+}
+
+// deletedSince tells whether dl (line i of object k) was routed by a
+// subscription deleted since the count, and leaves it in the archive
+// then too when the replay leaves such dead letters (without
+// SkipDeletedSubscriptions, Reingest refuses it).
+func (run *replayRun) deletedSince(k string, i int, dl *rivorav1.DeadLetter) bool {
+	if !run.req.SkipDeletedSubscriptions {
+		return false
+	}
+	sub := run.ingest.DeletedSubscription(dl)
+	if sub == "" {
+		return false
+	}
+	run.deleted.add(k, i, sub)
+	run.p.Deleted = run.deleted.progress()
+	return true
 }
 
 // progress reports where the run is: when forced, else at most every

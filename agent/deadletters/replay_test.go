@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -66,6 +67,13 @@ func (r *reingest) Replayable(_ context.Context, dl *rivorav1.DeadLetter) error 
 		return errkind.Errorf(errkind.Precondition, "subscription %q was deleted", sub)
 	}
 	return nil
+}
+
+func (r *reingest) DeletedSubscription(dl *rivorav1.DeadLetter) string {
+	if sub := dl.GetEvent().GetSubscriptionId(); r.gone[sub] {
+		return sub
+	}
+	return ""
 }
 
 func (r *reingest) Reingest(_ context.Context, dls []*rivorav1.DeadLetter) (stored, duplicates int, err error) {
@@ -355,6 +363,86 @@ func TestReplayRefusedUpFrontWhenSomeCannotBeReplayed(t *testing.T) {
 	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: all}, nil); err != nil || end.Replayed != 4 {
 		t.Fatalf("replay once it can: %+v, %v; want all 4", end, err)
 	}
+}
+
+// One customer's deleted subscription does not hold every other
+// customer's dead letters of a shared destination: a replay matching
+// dead letters of deleted subscriptions is refused saying how many of
+// them and of which subscriptions, and suggesting
+// SkipDeletedSubscriptions, which replays the others and leaves those in
+// the archive, unmarked (a later replay finds them again). A dry run
+// says up front what would be refused or left. A subscription deleted
+// once the count is done is left too.
+func TestReplaySkipsDeletedSubscriptions(t *testing.T) {
+	rg := newReplayRig(t)
+	routed := func(id, customer, sub string) *rivorav1.DeadLetter {
+		dl := dead(id, customer, rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS)
+		dl.Event.SubscriptionId = sub
+		return dl
+	}
+	rg.put(t, "poison", 0, 1, time.Hour, routed("a1", "acme", "sub_acme"), routed("g1", "globex", "sub_globex"), routed("a2", "acme", "sub_acme"))
+	rg.put(t, "poison", 1, 1, 30*time.Minute, dead("d1", "globex", rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS), routed("i1", "initech", "sub_initech"), routed("g2", "globex", "sub_globex2"))
+	rg.ingest.gone = map[string]bool{"sub_acme": true, "sub_initech": true}
+	all := &rivorav1.DeadLetterFilter{DestinationId: "poison"}
+	wantDeleted := DeletedSubscriptions{DeadLetters: 3, Subscriptions: []string{"sub_acme", "sub_initech"}, Count: 2}
+	deletedOf := func(p Progress) DeletedSubscriptions {
+		return DeletedSubscriptions{DeadLetters: p.Deleted.DeadLetters, Subscriptions: slices.Clone(p.Deleted.Subscriptions), Count: p.Deleted.Count}
+	}
+
+	_, end, err := rg.run(context.Background(), ReplayRequest{Filter: all}, nil)
+	for _, want := range []string{"3 of the 6 dead letters", "2 subscriptions (sub_acme, sub_initech)", "leave those in the archive", "--skip-deleted-subscriptions"} {
+		if !errors.Is(err, errkind.Precondition) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("replay matching 3 dead letters of 2 deleted subscriptions: %v; want precondition with %q", err, want)
+		}
+	}
+	if end.Replayed != 0 || len(rg.ingest.ids()) != 0 {
+		t.Fatalf("refused replay re-ingested %v", rg.ingest.ids())
+	}
+	reports, _, err := rg.run(context.Background(), ReplayRequest{Filter: all, DryRun: true}, nil)
+	if err != nil || !strings.Contains(reports[0].Refused, "2 subscriptions (sub_acme, sub_initech)") || !reflect.DeepEqual(deletedOf(reports[0]), wantDeleted) {
+		t.Fatalf("dry run: %+v, %v; want refused naming both, and deleted %+v", reports, err, wantDeleted)
+	}
+	reports, _, err = rg.run(context.Background(), ReplayRequest{Filter: all, DryRun: true, SkipDeletedSubscriptions: true}, nil)
+	if err != nil || reports[0].Refused != "" || !reflect.DeepEqual(deletedOf(reports[0]), wantDeleted) || countOf(reports[0].Counts) != 3 {
+		t.Fatalf("dry run leaving them: %+v, %v; want not refused, 3 would replay, deleted %+v", reports, err, wantDeleted)
+	}
+
+	reports, end, err = rg.run(context.Background(), ReplayRequest{Filter: all, SkipDeletedSubscriptions: true}, nil)
+	if err != nil || end.Replayed != 3 || end.Skipped != 0 || !reflect.DeepEqual(deletedOf(end), wantDeleted) || !reflect.DeepEqual(deletedOf(reports[0]), wantDeleted) {
+		t.Fatalf("replay leaving them: %+v, %v; want 3 replayed, the deleted ones reported from the first report", end, err)
+	}
+	if got := rg.ingest.ids(); !slices.Equal(got, []string{"g1", "d1", "g2"}) {
+		t.Fatalf("re-ingested %v, want g1, d1, g2", got)
+	}
+	_, end, err = rg.run(context.Background(), ReplayRequest{Filter: all, SkipDeletedSubscriptions: true}, nil)
+	if err != nil || end.Replayed != 0 || end.Skipped != 3 || end.Deleted.DeadLetters != 3 {
+		t.Fatalf("second replay: %+v, %v; want the 3 replayed skipped, the 3 left found again", end, err)
+	}
+	rg.ingest.gone = nil // back, in this test's world: they were not marked
+	if _, end, err = rg.run(context.Background(), ReplayRequest{Filter: all}, nil); err != nil || end.Replayed != 3 || end.Deleted.DeadLetters != 0 {
+		t.Fatalf("replay once they can go: %+v, %v; want the 3 left replayed", end, err)
+	}
+
+	// Deleted once counted: left as well, not a failed replay.
+	late := newReplayRig(t)
+	late.put(t, "poison", 0, 1, time.Hour, routed("x1", "acme", "sub_late"), routed("x2", "globex", "sub_stays"))
+	late.ingest.gone = map[string]bool{}
+	reports, end, err = late.run(context.Background(), ReplayRequest{Filter: all, SkipDeletedSubscriptions: true}, func(p Progress) error {
+		late.ingest.gone["sub_late"] = true
+		return nil
+	})
+	if err != nil || end.Replayed != 1 || end.Deleted.DeadLetters != 1 || reports[0].Deleted.DeadLetters != 0 || !slices.Equal(late.ingest.ids(), []string{"x2"}) {
+		t.Fatalf("a subscription deleted after the count: %+v, %v, re-ingested %v; want x2 replayed, x1 left", end, err, late.ingest.ids())
+	}
+}
+
+// countOf sums counts.
+func countOf(counts []*rivorav1.DeadLetterCount) int64 {
+	var n int64
+	for _, c := range counts {
+		n += c.GetCount()
+	}
+	return n
 }
 
 // A paced replay re-ingests a tenth of a second's worth at a time, each

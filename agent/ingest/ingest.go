@@ -1020,7 +1020,7 @@ func (g *Gateway) Replayable(ctx context.Context, dl *rivorav1.DeadLetter) error
 		return err
 	}
 	if sub := g.deletedSubscription(ev); sub != "" {
-		return errkind.Errorf(errkind.Precondition, "subscription %q, which routed event %s, was deleted: its dead letters cannot be delivered as it would have (its URL, secret and headers went with it), so nothing is replayed; narrow the replay (--customer, --lane, --subscription of one that exists) or leave them in the archive", sub, ev.GetEventId())
+		return errkind.Errorf(errkind.Precondition, "subscription %q, which routed event %s, was deleted: its dead letters cannot be delivered as it would have (its URL, secret and headers went with it), so nothing is replayed; narrow the replay (--customer, --lane, --subscription of one that exists), or leave them in the archive and replay the others (`rivoractl replay --skip-deleted-subscriptions`)", sub, ev.GetEventId())
 	}
 	return nil
 }
@@ -1063,6 +1063,14 @@ func (g *Gateway) sendableTo(ctx context.Context, ev *rivorav1.Event, hint strin
 		return errkind.Errorf(errkind.Precondition, "destination %q is not registered; %s", id, hint)
 	}
 	return nil
+}
+
+// DeletedSubscription is the subscription that routed dl's event when it
+// was deleted since ("" when it was not): Replayable's reason to refuse
+// it, which a replay may choose to leave in the archive instead
+// (deadletters: skip_deleted_subscriptions).
+func (g *Gateway) DeletedSubscription(dl *rivorav1.DeadLetter) string {
+	return g.deletedSubscription(dl.GetEvent())
 }
 
 // deletedSubscription is the subscription that routed ev when it was

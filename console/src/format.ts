@@ -224,6 +224,18 @@ export function counted(n: number | bigint, noun: string): string {
   return `${formatCount(n)} ${noun}${n === 1 || n === 1n ? "" : "s"}`;
 }
 
+/**
+ * deletedSubscriptionsText names a replay's deleted subscriptions (ids:
+ * the first ones, sorted; count: how many): "subscription sub_a",
+ * "3 subscriptions (sub_a, sub_b, sub_c)", "… and 2 more" past three.
+ */
+export function deletedSubscriptionsText(ids: string[], count: bigint): string {
+  if (count === 1n && ids.length === 1) return `subscription ${ids[0]}`;
+  const shown = ids.slice(0, 3);
+  const more = count - BigInt(shown.length);
+  return `${formatCount(count)} subscriptions (${shown.join(", ")}${more > 0n ? ` and ${formatCount(more)} more` : ""})`;
+}
+
 // A command-line hint in a server message: a backticked `rivoractl …`
 // (or a bare "see rivoractl …"), with the words that lead to it.
 // A bare one runs to the end of its parenthesis or clause: ids in it

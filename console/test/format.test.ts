@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import {
   can,
   counted,
+  deletedSubscriptionsText,
   displayState,
   formatBytes,
   formatDuration,
@@ -188,6 +189,21 @@ describe("withoutCliHints", () => {
       ],
     ];
     for (const [message, want] of cases) expect(withoutCliHints(message), message).toBe(want);
+  });
+});
+
+describe("deletedSubscriptionsText", () => {
+  it("names one, a few, and how many more", () => {
+    expect(deletedSubscriptionsText(["sub_a"], 1n)).toBe("subscription sub_a");
+    expect(deletedSubscriptionsText(["sub_a", "sub_b"], 2n)).toBe("2 subscriptions (sub_a, sub_b)");
+    expect(deletedSubscriptionsText(["a", "b", "c", "d"], 120n)).toBe("120 subscriptions (a, b, c and 117 more)");
+  });
+  it("reads the replay's refusal without its command-line hints", () => {
+    const refused =
+      "3 of the 5 dead letters to replay were routed by 2 subscriptions (sub_a, sub_b), which were deleted: a deleted subscription's dead letters cannot be delivered as they would have been (its URL, secret and headers went with it), so nothing is replayed; replay the others and leave those in the archive (`rivoractl replay --skip-deleted-subscriptions`), or narrow the replay (--customer, --lane, --subscription of one that exists)";
+    expect(withoutCliHints(refused)).toBe(
+      "3 of the 5 dead letters to replay were routed by 2 subscriptions (sub_a, sub_b), which were deleted: a deleted subscription's dead letters cannot be delivered as they would have been (its URL, secret and headers went with it), so nothing is replayed; replay the others and leave those in the archive, or narrow the replay",
+    );
   });
 });
 

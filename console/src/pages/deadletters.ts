@@ -9,7 +9,7 @@ import { busy, disable, isBusy } from "../busy.js";
 import { currentCustomer, customerPicker } from "../customer.js";
 import { foldStats, type StatCount, type StatRow } from "../deadletterstats.js";
 import { field, h, replace, status, submitForm, table } from "../dom.js";
-import { can, formatCount, utcInput, withoutCliHints } from "../format.js";
+import { can, deletedSubscriptionsText, formatCount, utcInput, withoutCliHints } from "../format.js";
 import { loadLine, type LoadLine } from "../loadline.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
@@ -216,6 +216,9 @@ export const deadLettersPage: Page = (main, me, args) => {
 
   // Replay: a dry-run count first, then a rate, a progress bar and the result.
   const rate = h("input", { type: "number", name: "replay-rate", min: "0", step: "any", placeholder: "as fast as ingest takes them" });
+  // Dead letters whose subscription was deleted refuse a replay; this
+  // replays the others and leaves them in the archive.
+  const skipDeleted = h("input", { type: "checkbox", name: "skip-deleted-subscriptions" });
   const countBtn = h("button", { type: "button" }, "Count");
   // Enter in the rate replays, once counted (a disabled Replay submits nothing).
   const replayBtn = h("button", { type: "submit", disabled: true }, "Replay");
@@ -225,6 +228,9 @@ export const deadLettersPage: Page = (main, me, args) => {
   // (aria-busy while a replay streams its progress: the end is said once).
   const result = h("p", { "data-testid": "replay-result", role: "status", "aria-live": "polite" });
   let counted: DeadLetterFilter | undefined;
+  // countedSkip is the count's "leave deleted subscriptions' dead
+  // letters" (a change of the box asks for another count).
+  let countedSkip = false;
   const drawReplay = (): void => {
     if (!can(me.role, "steer") && !self) return;
     replayBtn.disabled = true;
@@ -234,30 +240,49 @@ export const deadLettersPage: Page = (main, me, args) => {
       replayBox,
       h("h2", {}, "Replay the filtered set"),
       h("p", { class: "muted" }, "Replays every dead letter of the destination matching the filter (destination required), each lane in its order. Count first."),
-      submitForm({}, replay, countBtn, field("Rate per second", rate), replayBtn, progress, rst.el, result),
+      submitForm(
+        {},
+        replay,
+        countBtn,
+        field("Rate per second", rate),
+        h("label", { class: "field check" }, skipDeleted, h("span", {}, skipDeletedLabel)),
+        replayBtn,
+        progress,
+        rst.el,
+        result,
+      ),
     );
   };
   countBtn.addEventListener("click", () => {
     void busy(countBtn, "Counting…", async () => {
       try {
         const f = filter();
+        const skip = skipDeleted.checked;
         let total = 0n;
         let skipped = 0n;
         let refused = "";
-        for await (const r of archive.replay({ filter: f, dryRun: true })) [total, skipped, refused] = [r.total, r.skipped, r.refused];
-        const sent = total - skipped;
+        let deleted = { n: 0n, named: "" };
+        for await (const r of archive.replay({ filter: f, dryRun: true, skipDeletedSubscriptions: skip })) {
+          [total, skipped, refused] = [r.total, r.skipped, r.refused];
+          deleted = { n: r.deletedSubscriptionDeadLetters, named: deletedSubscriptionsText(r.deletedSubscriptions, r.deletedSubscriptionCount) };
+        }
+        const sent = total - skipped - deleted.n;
         progress.max = Math.max(1, Number(sent));
         progress.value = 0;
         if (refused) {
-          // The replay itself would be refused: say why, and offer none.
+          // The replay itself would be refused: say why, and offer none
+          // (but the box that leaves deleted subscriptions' dead letters).
           counted = undefined;
           replayBtn.disabled = true;
-          result.textContent = `${formatCount(total)} match, but a replay would be refused: ${withoutCliHints(refused)}`;
+          const tick = deleted.n > 0n && !skip ? ` Tick “${skipDeletedLabel}” and count again to replay the others.` : "";
+          result.textContent = `${formatCount(total)} match, but a replay would be refused: ${withoutCliHints(refused)}${tick}`;
           rst.clear();
           return;
         }
         counted = f as DeadLetterFilter;
-        result.textContent = `${deadLetters(sent)} would be replayed${skipped > 0n ? ` (${formatCount(skipped)} more match: sent by an earlier replay, or a later death of an event sent once)` : ""}.`;
+        countedSkip = skip;
+        const left = deleted.n > 0n ? ` ${deadLetters(deleted.n)} would stay in the archive: routed by ${deleted.named}, deleted since.` : "";
+        result.textContent = `${deadLetters(sent)} would be replayed${skipped > 0n ? ` (${formatCount(skipped)} more match: sent by an earlier replay, or a later death of an event sent once)` : ""}.${left}`;
         replayBtn.disabled = sent === 0n;
         rst.clear();
       } catch (err) {
@@ -275,6 +300,7 @@ export const deadLettersPage: Page = (main, me, args) => {
   };
   form.addEventListener("input", stale);
   form.addEventListener("change", stale);
+  skipDeleted.addEventListener("change", stale);
   function replay(): void {
     if (!counted || isBusy(replayBtn)) return;
     const f = counted;
@@ -282,14 +308,18 @@ export const deadLettersPage: Page = (main, me, args) => {
       result.setAttribute("aria-busy", "true");
       try {
         const r0 = rate.value ? Number(rate.value) : undefined;
-        let last = { total: 0n, replayed: 0n, skipped: 0n, done: false };
-        for await (const r of archive.replay({ filter: f, ratePerSecond: r0 })) {
+        let last = { total: 0n, replayed: 0n, skipped: 0n, done: false, deletedSubscriptionDeadLetters: 0n, deletedSubscriptions: [] as string[], deletedSubscriptionCount: 0n };
+        for await (const r of archive.replay({ filter: f, ratePerSecond: r0, skipDeletedSubscriptions: countedSkip })) {
           last = r;
           progress.max = Math.max(1, Number(r.total));
-          progress.value = Number(r.replayed + r.skipped);
+          progress.value = Number(r.replayed + r.skipped + r.deletedSubscriptionDeadLetters);
           result.textContent = `Replaying: ${formatCount(r.replayed)} replayed, ${formatCount(r.skipped)} skipped of ${formatCount(r.total)}.`;
         }
-        result.textContent = `${last.done ? "Done" : "Stopped"}: ${formatCount(last.replayed)} replayed, ${formatCount(last.skipped)} skipped (sent by an earlier replay, stored already, or a later death of an event sent once) of ${formatCount(last.total)}.`;
+        const left =
+          last.deletedSubscriptionDeadLetters > 0n
+            ? ` ${deadLetters(last.deletedSubscriptionDeadLetters)} stay in the archive: routed by ${deletedSubscriptionsText(last.deletedSubscriptions, last.deletedSubscriptionCount)}, deleted since.`
+            : "";
+        result.textContent = `${last.done ? "Done" : "Stopped"}: ${formatCount(last.replayed)} replayed, ${formatCount(last.skipped)} skipped (sent by an earlier replay, stored already, or a later death of an event sent once) of ${formatCount(last.total)}.${left}`;
         rst.clear();
         void loadStats();
       } catch (err) {
@@ -358,3 +388,7 @@ async function drawStats(box: HTMLElement, load: LoadLine, self: boolean, custom
 function deadLetters(n: number | bigint): string {
   return `${formatCount(n)} dead letter${n === 1 || n === 1n ? "" : "s"}`;
 }
+
+// skipDeletedLabel is the replay box's checkbox that leaves the dead
+// letters of deleted subscriptions in the archive.
+const skipDeletedLabel = "Leave deleted subscriptions' dead letters in the archive";

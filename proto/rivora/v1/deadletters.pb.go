@@ -549,9 +549,16 @@ type ReplayRequest struct {
 	// dry_run counts what would be replayed, per destination and customer.
 	DryRun bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	// restart replays again what earlier replays (with any filter) handled.
-	Restart       bool `protobuf:"varint,4,opt,name=restart,proto3" json:"restart,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Restart bool `protobuf:"varint,4,opt,name=restart,proto3" json:"restart,omitempty"`
+	// skip_deleted_subscriptions replays the matching dead letters but
+	// those whose subscription was deleted, which stay in the archive
+	// (unmarked: a later replay finds them again). Without it, a replay
+	// matching any of them is refused before anything is re-ingested: such
+	// a dead letter cannot be delivered as it would have been (the
+	// subscription's URL, secret and headers went with it).
+	SkipDeletedSubscriptions bool `protobuf:"varint,5,opt,name=skip_deleted_subscriptions,json=skipDeletedSubscriptions,proto3" json:"skip_deleted_subscriptions,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *ReplayRequest) Reset() {
@@ -612,6 +619,13 @@ func (x *ReplayRequest) GetRestart() bool {
 	return false
 }
 
+func (x *ReplayRequest) GetSkipDeletedSubscriptions() bool {
+	if x != nil {
+		return x.SkipDeletedSubscriptions
+	}
+	return false
+}
+
 // ReplayResponse is one progress report of a replay.
 type ReplayResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -635,9 +649,19 @@ type ReplayResponse struct {
 	Refused string `protobuf:"bytes,7,opt,name=refused,proto3" json:"refused,omitempty"`
 	// renamed are the idempotency_conflict dead letters re-accepted since
 	// the last report under an id of their own (Event.replay_of says why).
-	Renamed       []*ReplayRename `protobuf:"bytes,8,rep,name=renamed,proto3" json:"renamed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Renamed []*ReplayRename `protobuf:"bytes,8,rep,name=renamed,proto3" json:"renamed,omitempty"`
+	// deleted_subscription_dead_letters are the matching dead letters (not
+	// handled by an earlier replay) whose subscription was deleted: with
+	// skip_deleted_subscriptions they are left in the archive, neither
+	// replayed nor skipped; without it they are why the replay is refused
+	// (a dry run says so in refused). Known from the first report.
+	DeletedSubscriptionDeadLetters int64 `protobuf:"varint,9,opt,name=deleted_subscription_dead_letters,json=deletedSubscriptionDeadLetters,proto3" json:"deleted_subscription_dead_letters,omitempty"`
+	// deleted_subscriptions are those dead letters' subscriptions, sorted:
+	// the first 100; deleted_subscription_count is how many there are.
+	DeletedSubscriptions     []string `protobuf:"bytes,10,rep,name=deleted_subscriptions,json=deletedSubscriptions,proto3" json:"deleted_subscriptions,omitempty"`
+	DeletedSubscriptionCount int64    `protobuf:"varint,11,opt,name=deleted_subscription_count,json=deletedSubscriptionCount,proto3" json:"deleted_subscription_count,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *ReplayResponse) Reset() {
@@ -724,6 +748,27 @@ func (x *ReplayResponse) GetRenamed() []*ReplayRename {
 		return x.Renamed
 	}
 	return nil
+}
+
+func (x *ReplayResponse) GetDeletedSubscriptionDeadLetters() int64 {
+	if x != nil {
+		return x.DeletedSubscriptionDeadLetters
+	}
+	return 0
+}
+
+func (x *ReplayResponse) GetDeletedSubscriptions() []string {
+	if x != nil {
+		return x.DeletedSubscriptions
+	}
+	return nil
+}
+
+func (x *ReplayResponse) GetDeletedSubscriptionCount() int64 {
+	if x != nil {
+		return x.DeletedSubscriptionCount
+	}
+	return 0
 }
 
 // ReplayRename is one dead letter replayed under a new id.
@@ -823,13 +868,14 @@ const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\x17DeadLetterStatsResponse\x122\n" +
 	"\x06counts\x18\x01 \x03(\v2\x1a.rivora.v1.DeadLetterCountR\x06counts\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x18\n" +
-	"\aobjects\x18\x03 \x01(\x03R\aobjects\"\xb8\x01\n" +
+	"\aobjects\x18\x03 \x01(\x03R\aobjects\"\xf6\x01\n" +
 	"\rReplayRequest\x123\n" +
 	"\x06filter\x18\x01 \x01(\v2\x1b.rivora.v1.DeadLetterFilterR\x06filter\x12+\n" +
 	"\x0frate_per_second\x18\x02 \x01(\x01H\x00R\rratePerSecond\x88\x01\x01\x12\x17\n" +
 	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x12\x18\n" +
-	"\arestart\x18\x04 \x01(\bR\arestartB\x12\n" +
-	"\x10_rate_per_second\"\x99\x02\n" +
+	"\arestart\x18\x04 \x01(\bR\arestart\x12<\n" +
+	"\x1askip_deleted_subscriptions\x18\x05 \x01(\bR\x18skipDeletedSubscriptionsB\x12\n" +
+	"\x10_rate_per_second\"\xd7\x03\n" +
 	"\x0eReplayResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x03R\x05total\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\x03R\breplayed\x12\x18\n" +
@@ -838,7 +884,11 @@ const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\x06counts\x18\x05 \x03(\v2\x1a.rivora.v1.DeadLetterCountR\x06counts\x12&\n" +
 	"\x0frate_per_second\x18\x06 \x01(\x01R\rratePerSecond\x12\x18\n" +
 	"\arefused\x18\a \x01(\tR\arefused\x121\n" +
-	"\arenamed\x18\b \x03(\v2\x17.rivora.v1.ReplayRenameR\arenamed\"J\n" +
+	"\arenamed\x18\b \x03(\v2\x17.rivora.v1.ReplayRenameR\arenamed\x12I\n" +
+	"!deleted_subscription_dead_letters\x18\t \x01(\x03R\x1edeletedSubscriptionDeadLetters\x123\n" +
+	"\x15deleted_subscriptions\x18\n" +
+	" \x03(\tR\x14deletedSubscriptions\x12<\n" +
+	"\x1adeleted_subscription_count\x18\v \x01(\x03R\x18deletedSubscriptionCount\"J\n" +
 	"\fReplayRename\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1f\n" +
 	"\vreplayed_as\x18\x02 \x01(\tR\n" +
