@@ -968,6 +968,16 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 	if err := g.roomForAny(); err != nil {
 		return 0, 0, err
 	}
+	if len(dls) == 0 {
+		return 0, 0, nil
+	}
+	// A replay's chunk takes its turn as its first dead letter's
+	// customer's publish would: a replay of a million dead letters goes
+	// in beside the customers' publishes, not ahead of them.
+	if err := g.turns.enter(ctx, dls[0].GetEvent().GetCustomerId(), len(dls)); err != nil {
+		return 0, 0, err
+	}
+	defer g.turns.leave(len(dls))
 	now := timestamppb.New(g.now())
 	batch := make([]*prepared, 0, len(dls))
 	for _, dl := range dls {
