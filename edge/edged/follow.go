@@ -72,6 +72,7 @@ func (e *Edge) watch(ctx context.Context, client rivorav1connect.EdgeServiceClie
 		return false, err
 	}
 	defer stream.Close()
+	defer e.following.Store(false)
 	alive := make(chan struct{}, 1)
 	wg.Go(func() { watchSilence(ctx, cancel, alive) })
 	for stream.Receive() {
@@ -86,16 +87,17 @@ func (e *Edge) watch(ctx context.Context, client rivorav1connect.EdgeServiceClie
 		if msg == nil {
 			continue
 		}
+		// Following before the config is applied: once it is (the edge
+		// healthy), a publish must find the config current.
+		e.following.Store(true)
 		if err := e.apply(msg); err != nil {
 			return received, fmt.Errorf("apply config version %d: %w", msg.GetVersion(), err)
 		}
 		if !received {
 			e.log.Info("following the control plane", "version", msg.GetVersion())
-			e.following.Store(true)
 		}
 		received = true
 	}
-	e.following.Store(false)
 	if err := stream.Err(); err != nil {
 		return received, err
 	}
