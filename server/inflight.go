@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	"connectrpc.com/connect"
+
+	"github.com/rivora/rivora/internal/auth"
 )
 
 // DefaultMaxInflight is --max-inflight-requests' default.
@@ -20,11 +22,11 @@ const DefaultMaxInflight = 1024
 // Anything that is not an RPC (probes, metrics, the console's files)
 // passes uncounted.
 //
-// One caller (its Authorization header: one token) may not take the last
-// quarter of the slots while it holds half of them or more: a caller
-// flooding the server with calls is refused first, and the others still
-// find slots. Calls without the header (a server without tokens) are one
-// caller held to no share.
+// One caller (one token, auth.Caller) may not take the last quarter of
+// the slots while it holds half of them or more: a caller flooding the
+// server with calls is refused first, and the others still find slots.
+// Calls without a token (a server without tokens) are one caller held to
+// no share.
 type inflightCap struct {
 	next    http.Handler
 	slots   chan struct{}
@@ -51,7 +53,7 @@ func (c *inflightCap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.next.ServeHTTP(w, r)
 		return
 	}
-	caller := r.Header.Get("Authorization")
+	caller := auth.Caller(r.Header.Get("Authorization"))
 	if !c.takeShare(caller) {
 		c.refuse(w, r, errCallerBusy)
 		return

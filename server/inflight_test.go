@@ -140,13 +140,19 @@ func TestInflightCapKeepsAQuarterForOthers(t *testing.T) {
 	srv := httptest.NewServer(capInflight(8, slog.New(slog.DiscardHandler), mux))
 	defer srv.Close()
 	client := rivorav1connect.NewTokenServiceClient(srv.Client(), srv.URL)
-	call := func(token string) error {
+	callAs := func(header string) error {
 		req := connect.NewRequest(&rivorav1.WhoAmIRequest{})
-		if token != "" {
-			req.Header().Set("Authorization", "Bearer "+token)
+		if header != "" {
+			req.Header().Set("Authorization", header)
 		}
 		_, err := client.WhoAmI(context.Background(), req)
 		return err
+	}
+	call := func(token string) error {
+		if token == "" {
+			return callAs("")
+		}
+		return callAs("Bearer " + token)
 	}
 	held := make(chan error, 8)
 	hold := func(token string, n int) {
@@ -159,6 +165,9 @@ func TestInflightCapKeepsAQuarterForOthers(t *testing.T) {
 	hold("other", 2) // six of eight taken
 	if err := call("flood"); connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "other callers") {
 		t.Fatalf("the flooding caller's fifth call with six of eight slots taken: %v, want resource_exhausted keeping the rest for other callers", err)
+	}
+	if err := callAs("bearer   flood "); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("the flooding caller's token spelled another way: %v, want it counted as the same caller", err)
 	}
 	hold("other", 1)
 	hold("", 1) // calls without a token are held to no share

@@ -341,10 +341,6 @@ func (g *Gateway) Publish(ctx context.Context, req *connect.Request[rivorav1.Pub
 	}
 	ctx, tr := startIngest(ctx, req.Header())
 	defer func() { tr.end(err) }()
-	if err := g.turns.enter(ctx, req.Msg.GetCustomerId(), 1); err != nil {
-		return nil, err
-	}
-	defer g.turns.leave(1)
 	answers, err := g.accept(ctx, tr, []*rivorav1.PublishRequest{req.Msg}, false)
 	if err != nil {
 		return nil, err
@@ -371,12 +367,6 @@ func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav
 	if len(events) > g.cfg.MaxBatch {
 		return nil, errkind.Errorf(errkind.Invalid, "batch has %d events; the limit is %d", len(events), g.cfg.MaxBatch)
 	}
-	// A batch waits its first event's customer's turn: a batch is
-	// usually one customer's.
-	if err := g.turns.enter(ctx, events[0].GetCustomerId(), len(events)); err != nil {
-		return nil, err
-	}
-	defer g.turns.leave(len(events))
 	answers, err := g.accept(ctx, tr, events, true)
 	if err != nil {
 		return nil, err
@@ -413,6 +403,15 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 		accepted.WithLabelValues("failed").Add(float64(len(reqs)))
 		return nil, err
 	}
+	// Valid: it waits its turn to be stored (turns.go), as its first
+	// event's customer's (a batch is usually one customer's).
+	customer := reqs[0].GetCustomerId()
+	if err := g.turns.enter(ctx, customer, len(reqs)); err != nil {
+		accepted.WithLabelValues("failed").Add(float64(len(reqs)))
+		return nil, turnError(ctx, err, g.turns.limit)
+	}
+	held := len(reqs)
+	defer func() { g.turns.leave(held) }()
 	// At an edge a keyed direct event is recorded (the edge's buffer has
 	// no owner to compare with); at the cell it is stored once and
 	// compared only when a stream answers it is a duplicate
@@ -440,6 +439,10 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 	if err != nil {
 		g.claims.release(claimed)
 		return nil, err
+	}
+	if extra := len(events) - len(reqs); extra > 0 {
+		g.turns.charge(customer, extra)
+		held += extra
 	}
 	if w.active() {
 		if err := w.need(g.storeStreams(events)...); err != nil {

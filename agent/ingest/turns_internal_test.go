@@ -123,6 +123,74 @@ func TestTurnsHoldEventsWithinTheLimit(t *testing.T) {
 	}
 }
 
+// A customer that keeps one call waiting at a time, its others let in,
+// still moves back by each call's cost: another customer's call waiting
+// all along goes in within a turn or two, whatever the names.
+func TestTurnsStarveNobody(t *testing.T) {
+	for _, names := range [][2]string{{"acme", "zeta"}, {"zeta", "acme"}} {
+		busy, patient := names[0], names[1]
+		tr := newTurns(200)
+		tr.take(busy, 100)
+		tr.take(busy, 100)
+		w := tr.take(busy, 100)
+		q := tr.take(patient, 1)
+		let := false
+		for round := 0; round < 3 && !let; round++ {
+			tr.leave(100)
+			select {
+			case <-q.in:
+				let = true
+			default:
+			}
+			select {
+			case <-w.in:
+				w = tr.take(busy, 100)
+			default:
+			}
+		}
+		if !let {
+			t.Errorf("%s's one event waited three turns behind %s's batches, each taken while it waited", patient, busy)
+		}
+	}
+}
+
+// A waiting call that gives up lets the calls behind it in that fit.
+func TestTurnsGivingUpLetsTheNextIn(t *testing.T) {
+	tr := newTurns(100)
+	tr.take("a", 60)
+	b := tr.take("b", 50)
+	calls := map[*turnCall]string{}
+	queued(t, tr, calls, "c", 1, 1) // fits, but behind b
+	tr.giveUp("b", b)
+	for c, name := range calls {
+		select {
+		case <-c.in:
+		default:
+			t.Fatalf("%s still waits, with 40 events of room, after the call before it gave up", name)
+		}
+	}
+	if n := tr.waitingCalls(); n != 0 {
+		t.Fatalf("%d calls waiting", n)
+	}
+}
+
+// A fan-out's deliveries charged beyond its events hold room: the next
+// call waits until they are given back.
+func TestTurnsChargeFanOuts(t *testing.T) {
+	tr := newTurns(10)
+	if tr.take("a", 1) != nil {
+		t.Fatal("the first call waited")
+	}
+	tr.charge("a", 9)
+	if tr.take("b", 1) == nil {
+		t.Fatal("a call went in beside a fan-out holding all the room")
+	}
+	tr.leave(10)
+	if n := tr.waitingCalls(); n != 0 {
+		t.Fatalf("%d calls waiting once the fan-out gave its room back", n)
+	}
+}
+
 // A waiting call whose context ends leaves its queue, answering the
 // context's error; the turns it did not take stay free for the others.
 func TestTurnsWaitEndsWithItsContext(t *testing.T) {

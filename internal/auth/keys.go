@@ -91,6 +91,17 @@ func bearer(header string) (string, error) {
 	return strings.TrimSpace(token), nil
 }
 
+// Caller names the caller of an Authorization header: its token as the
+// Door reads it (any spelling of the scheme, any spaces), hashed so that
+// whoever keeps it keeps no secret; "" for a header without a token.
+func Caller(header string) string {
+	token, err := bearer(header)
+	if err != nil {
+		return ""
+	}
+	return Hash(token)
+}
+
 // oneWord bounds a caller's scheme name for an error message.
 func oneWord(s string) string {
 	if len(s) > 20 {
