@@ -228,10 +228,8 @@ func TestOutageTimeoutsCostNoEvent(t *testing.T) {
 // another customer's events on the same destination: the destination is
 // otherwise healthy, so that event's 500s are its own fault and it is
 // dead-lettered after exactly max_attempts 3; its lane moves on and every
-// other event arrives in order. (Another customer's: within one customer
-// first attempts go before retries, so the bad event's retries would wait
-// for the flow to end, and a 500 then is indistinguishable from an
-// outage.)
+// other event arrives in order. (Another customer's; the same customer's
+// own flow: TestRetryNotLeftBehindABacklog in agent/scheduler.)
 func TestOnePayload500DeadLettersAfterMaxAttempts(t *testing.T) {
 	d := startDev(t, devOptions{})
 	// Its id follows from its idempotency key, so the partner knows it.

@@ -313,12 +313,7 @@ func (d *destination) nextLane(passOver func(customer string) bool) *Lane {
 				continue
 			}
 		}
-		var l *Lane
-		if c.firsts.len() > 0 {
-			l = c.firsts.pop()
-		} else {
-			l = c.retries.pop()
-		}
+		l := c.take()
 		c.deficit--
 		d.due--
 		if c.due() == 0 {

@@ -305,7 +305,32 @@ type customer struct {
 	pending int // their entries
 	firsts  laneQueue
 	retries laneQueue
-	active  bool
+	// firstsPassed counts the first attempts taken since a retry was,
+	// while a retry waited (nextLane).
+	firstsPassed int
+	active       bool
+}
+
+// firstsPerRetry is how many of a customer's first attempts on a
+// destination go before one of its due retries while both wait: first
+// attempts go first, but a retried lane is not left behind a backlog
+// that keeps making new first attempts (its head would wait for the
+// whole backlog, and a poison event would never use its attempts up).
+const firstsPerRetry = 8
+
+// take pops the customer's next due lane: a first attempt, but after
+// firstsPerRetry of them a waiting retry.
+func (c *customer) take() *Lane {
+	if c.retries.len() > 0 && (c.firsts.len() == 0 || c.firstsPassed >= firstsPerRetry) {
+		c.firstsPassed = 0
+		return c.retries.pop()
+	}
+	if c.retries.len() > 0 {
+		c.firstsPassed++
+	} else {
+		c.firstsPassed = 0
+	}
+	return c.firsts.pop()
 }
 
 func (c *customer) due() int { return c.firsts.len() + c.retries.len() }

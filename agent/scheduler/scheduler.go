@@ -16,7 +16,9 @@
 //     attempts each cannot starve the others (workers.go);
 //   - within a destination, customers with due lanes share attempts by weight
 //     (deficit round robin), and within a customer due first attempts go
-//     before due retries, oldest first;
+//     before due retries, oldest first, but while both wait every ninth
+//     pick is a retry (firstsPerRetry), so a retried lane never waits for
+//     the whole backlog;
 //   - a paused subscription's lanes are held, out of every queue, and
 //     come back on resume oldest head first (subscription.go); lanes are
 //     queued per customer whatever their subscription, so a customer's

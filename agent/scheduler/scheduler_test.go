@@ -836,6 +836,27 @@ func TestFirstAttemptBeatsRetryDueAtSameInstant(t *testing.T) {
 	checkInvariants(t, s2)
 }
 
+// A retried lane does not wait for a backlog that keeps making first
+// attempts: while both wait, a retry goes after firstsPerRetry first
+// attempts (before, its head waited for every other lane of its customer
+// to empty, and a poison event never used its attempts up).
+func TestRetryNotLeftBehindABacklog(t *testing.T) {
+	s, _ := newSched()
+	s.SetLimits("d1", 0, unlimited)
+	R := lid("d1", "c1", "r")
+	s.Restore(0, R, evs(1), Head{Attempts: 1, NotBefore: t0.Add(-time.Second)}, true)
+	for i := range 3 * firstsPerRetry {
+		appendTo(s, 0, lid("d1", "c1", fmt.Sprintf("f%02d", i)), ev(uint64(10+i)))
+	}
+	for i := range firstsPerRetry {
+		if a := mustPick(t, s); a.Lane.ID == R {
+			t.Fatalf("pick %d was the retry, before %d first attempts went", i+1, firstsPerRetry)
+		}
+	}
+	wantAttempt(t, mustPick(t, s), R, 1, 2)
+	checkInvariants(t, s)
+}
+
 func TestFirstAttemptsOldestFirst(t *testing.T) {
 	s, _ := newSched()
 	s.SetLimits("d1", 0, unlimited)
