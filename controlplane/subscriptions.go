@@ -72,8 +72,8 @@ func subscriptionIDs(subs []*rivorav1.Subscription) string {
 // checkSubscriptionFields checks what create and update set: the type
 // patterns (those not among had, the subscription's before, offered by
 // the catalogue, read through eventType), the filter (compiled: refused
-// when it does not compile, is not boolean or may cost too much) and the
-// description.
+// when it does not compile, is not boolean or may cost too much; "" for
+// none, or for an update that keeps the stored one) and the description.
 func (cp *ControlPlane) checkSubscriptionFields(types, had []string, eventType func(string) (*rivorav1.EventType, bool), filter, description string) error {
 	if err := routing.ValidatePatterns(types); err != nil {
 		return tag(ErrInvalid, err)
@@ -400,19 +400,24 @@ func (cp *ControlPlane) updateSubscription(m *rivorav1.UpdateSubscriptionRequest
 	return cp.changeSubscription("subscription.update", m.GetId(), who, "", sc, func(s *rivorav1.Subscription, d *rivorav1.Destination) (string, error) {
 		var changes []string
 		types, filter, description := s.GetTypes(), s.GetFilter(), s.GetDescription()
+		// Only a filter the update sets is compiled: the stored one
+		// passed the checks of its day, and a stricter check since (a
+		// bad regex in matches(s, p)) must not refuse every other edit
+		// of the subscription (the agents load it as before).
+		checked := ""
 		if m.GetSetTypes() {
 			types = slices.Clone(m.GetTypes())
 			changes = append(changes, "types "+strings.Join(types, ","))
 		}
 		if m.Filter != nil {
-			filter = m.GetFilter()
+			filter, checked = m.GetFilter(), m.GetFilter()
 			changes = append(changes, "filter "+orNone(filter))
 		}
 		if m.Description != nil {
 			description = m.GetDescription()
 			changes = append(changes, "description")
 		}
-		if err := cp.checkSubscriptionFields(types, s.GetTypes(), eventType, filter, description); err != nil {
+		if err := cp.checkSubscriptionFields(types, s.GetTypes(), eventType, checked, description); err != nil {
 			return "", err
 		}
 		s.Types, s.Filter, s.Description = types, filter, description

@@ -312,6 +312,50 @@ func TestSubscriptionFilterWithABadRegexIsRefused(t *testing.T) {
 	}
 }
 
+// A subscription stored with a filter that create now refuses (a bad
+// regex in the function form matches(s, p), accepted before that check)
+// still takes updates of its other fields: an update compiles the filter
+// only when it sets it. It refused every update (description, types,
+// path) invalid_argument, naming the filter it did not change.
+func TestSubscriptionWithAStoredBadFilterTakesOtherUpdates(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const bad = `matches(data.s, "[")`
+	store, err := controlplane.OpenStore(filepath.Join(dir, "controlplane"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Update(func(tx *controlplane.DestinationTx) error {
+		tx.Put(&rivorav1.Destination{Id: "erp", Url: "https://erp.example.com/ingest", Secret: secret})
+		tx.Subscriptions().Put(&rivorav1.Subscription{Id: "sub_legacy", CustomerId: "c1", DestinationId: "erp", Types: []string{"order.*"}, Filter: bad})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d := startDev(t, dir, false)
+	c := d.subs(d.AdminToken)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		what string
+		req  *rivorav1.UpdateSubscriptionRequest
+	}{
+		{"description", &rivorav1.UpdateSubscriptionRequest{Id: "sub_legacy", Description: new("orders, before the upgrade")}},
+		{"types", &rivorav1.UpdateSubscriptionRequest{Id: "sub_legacy", SetTypes: true, Types: []string{"order.created"}}},
+		{"path", &rivorav1.UpdateSubscriptionRequest{Id: "sub_legacy", Path: new("/orders")}},
+	} {
+		resp, err := c.UpdateSubscription(ctx, connect.NewRequest(tc.req))
+		if err != nil {
+			t.Fatalf("update of the %s of a subscription whose stored filter is %s: %v, want it updated", tc.what, bad, err)
+		}
+		if got := resp.Msg.GetSubscription().GetFilter(); got != bad {
+			t.Fatalf("update of the %s changed the filter to %q", tc.what, got)
+		}
+	}
+	// Setting the filter, even to the one stored, checks it.
+	_, err = c.UpdateSubscription(ctx, connect.NewRequest(&rivorav1.UpdateSubscriptionRequest{Id: "sub_legacy", Filter: new(bad)}))
+	wantCode(t, "update setting the filter", err, connect.CodeInvalidArgument, `"[" is not a regular expression`)
+}
+
 // Updating changes only what is set; pausing and resuming keep the pause
 // intervals; rotating shows the new secret once and keeps the previous
 // one signing for the grace; every change is audited under the token.
