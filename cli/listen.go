@@ -68,7 +68,9 @@ shown once, at create or rotation). --secret whsec_… (or
 RIVORA_WEBHOOK_SECRET) checks locally instead, with no call to Rivora: for
 a subscription's own secret, or when Rivora is elsewhere. (A subscription
 with a secret of its own signs with it, not with D's: --destination shows
-its deliveries NOT VERIFIED and names the subscription.) With neither,
+its deliveries NOT VERIFIED and names the subscription, looked up by the
+event's id once the delivery is answered: its line follows the lookup,
+up to 5s.) With neither,
 requests are shown NOT VERIFIED.
 
 It listens on loopback (127.0.0.1:9000) unless --listen says otherwise.
@@ -101,6 +103,10 @@ type receiver struct {
 	// verify checks a request's signature: "" when it verifies, else why
 	// not.
 	verify func(ctx context.Context, h http.Header, body []byte) string
+	// explain (nil: none) says more of why a delivery did not verify,
+	// from what Rivora knows of its event (ownSecrets): looked up once
+	// the delivery is answered, for it may take seconds.
+	explain func(ctx context.Context, eventID string) string
 
 	mu    sync.Mutex // printing, and tries
 	tries map[string]int
@@ -149,6 +155,7 @@ func (e *env) listen(c *ucli.Context) error {
 			return err
 		}
 		r.verify = e.remoteCheck(destination)
+		r.explain = e.ownSecrets().of
 		checking = fmt.Sprintf("checking signatures with the secrets of destination %s at %s", destination, e.server)
 		dest = d
 	default:
@@ -242,38 +249,71 @@ func (e *env) remoteCheck(id string) func(ctx context.Context, h http.Header, bo
 		if resp.Msg.GetVerified() {
 			return ""
 		}
-		reason := resp.Msg.GetReason()
-		if own := e.ownSecretOf(ctx, h.Get(webhook.HeaderID)); own != "" {
-			reason += "; " + own
-		}
-		return reason
+		return resp.Msg.GetReason()
 	}
 }
 
-// ownSecretOf says, for a delivery not signed with its destination's
-// secret, that its event is a subscription's that signs with a secret of
-// its own (a delivery names no subscription, so the event is looked up
-// by its webhook-id), and how to check it: "" when it is not, or when
-// Rivora cannot say (an id it does not know: forged).
-func (e *env) ownSecretOf(ctx context.Context, eventID string) string {
+// listenLookup bounds the lookup of a delivery's event that did not
+// verify (GetEvent asks every agent): its line waits for it.
+const listenLookup = 5 * time.Second
+
+// ownSecrets looks up, for a delivery not signed with its destination's
+// secret, whether its event is a subscription's that signs with a secret
+// of its own. A subscription's fingerprint is kept once read (its other
+// deliveries, and retries, are usually next); an event is looked up each
+// time (a delivery names no subscription).
+type ownSecrets struct {
+	env *env
+	mu  sync.Mutex
+	fps map[string]string // subscription → secret fingerprint ("": none)
+}
+
+func (e *env) ownSecrets() *ownSecrets { return &ownSecrets{env: e, fps: map[string]string{}} }
+
+// of says that event eventID is a subscription's that signs with a secret
+// of its own, and how to check it: "" when it is not, or when Rivora
+// cannot say (an id it does not know: forged).
+func (o *ownSecrets) of(ctx context.Context, eventID string) string {
 	if eventID == "" {
 		return ""
 	}
-	ev, err := e.events().GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: eventID}))
+	ev, err := o.env.events().GetEvent(ctx, connect.NewRequest(&rivorav1.GetEventRequest{EventId: eventID}))
 	if err != nil || ev.Msg.GetSubscriptionId() == "" {
 		return ""
 	}
 	sub := ev.Msg.GetSubscriptionId()
 	check := "check it with that secret (rivoractl listen --secret, or RIVORA_WEBHOOK_SECRET)"
-	s, err := e.subscriptions().GetSubscription(ctx, connect.NewRequest(&rivorav1.GetSubscriptionRequest{Id: sub}))
+	fp, err := o.fingerprint(ctx, sub)
 	if err != nil {
 		return fmt.Sprintf("event %s is subscription %s's, which may sign with a secret of its own: %s", visible(eventID), sub, check)
 	}
-	fp := s.Msg.GetSubscription().GetSecretFingerprint()
 	if fp == "" {
 		return "" // it signs with the destination's secret
 	}
 	return fmt.Sprintf("event %s is subscription %s's, which signs with its own secret (%s): %s", visible(eventID), sub, fp, check)
+}
+
+// fingerprint is subscription sub's own secret's fingerprint ("": it has
+// none), read once.
+func (o *ownSecrets) fingerprint(ctx context.Context, sub string) (string, error) {
+	o.mu.Lock()
+	fp, ok := o.fps[sub]
+	o.mu.Unlock()
+	if ok {
+		return fp, nil
+	}
+	s, err := o.env.subscriptions().GetSubscription(ctx, connect.NewRequest(&rivorav1.GetSubscriptionRequest{Id: sub}))
+	if err != nil {
+		return "", err
+	}
+	fp = s.Msg.GetSubscription().GetSecretFingerprint()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.fps) >= listenMaxTracked {
+		clear(o.fps)
+	}
+	o.fps[sub] = fp
+	return fp, nil
 }
 
 // localCheck verifies a request with a secret held here.
@@ -431,6 +471,9 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		d.Answered = r.answerFor(d.WebhookID)
 	}
 	d.Verified = d.NotVerified == ""
+	// Why a delivery did not verify may take a lookup: it is answered
+	// first, and its line printed once the lookup is done.
+	later := err == nil && !d.Verified && r.explain != nil && d.WebhookID != ""
 	// With --delay the line is printed once answered: a request Rivora
 	// gave up on meanwhile, or that Ctrl-C cut short, was never answered,
 	// and says so.
@@ -448,19 +491,45 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case r.delay > 0 && req.Context().Err() != nil:
 		d.Unanswered = true
 	}
-	if d.Interrupted || d.Unanswered {
+	if !later {
 		r.print(d)
-		return
 	}
-	r.print(d)
-	// The whole answer is on its way before the handler returns, so a
-	// stop that closes the connection right after does not cut it.
-	answer := fmt.Sprintf("rivoractl listen: %d\n", d.Answered)
+	if !d.Interrupted && !d.Unanswered {
+		answerWith(w, d.Answered)
+	}
+	if later {
+		d.NotVerified = r.explained(d)
+		r.print(d)
+	}
+}
+
+// answerWith writes the status and a line of text. The whole answer is on
+// its way before the handler returns, so a stop that closes the
+// connection right after does not cut it.
+func answerWith(w http.ResponseWriter, status int) {
+	body := fmt.Sprintf("rivoractl listen: %d\n", status)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
-	w.WriteHeader(d.Answered)
-	io.WriteString(w, answer)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	io.WriteString(w, body)
 	http.NewResponseController(w).Flush()
+}
+
+// explained is why delivery d did not verify, with what a lookup of its
+// event adds (explain). The lookup runs after the answer, under listen's
+// lifetime, not the request's (Rivora may close the connection once
+// answered), bounded by listenLookup; Ctrl-C cuts it short.
+func (r *receiver) explained(d delivery) string {
+	base := r.stopped
+	if base == nil {
+		base = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(base, listenLookup)
+	defer cancel()
+	if more := r.explain(ctx, d.WebhookID); more != "" {
+		return d.NotVerified + "; " + more
+	}
+	return d.NotVerified
 }
 
 // answerFor is the status for this try of event id: listenFailStatus for

@@ -5,15 +5,19 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/rivora/rivora/internal/auth"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk/webhook"
 	"github.com/rivora/rivora/testkit/poll"
 	"github.com/rivora/rivora/testkit/rig"
@@ -254,6 +258,48 @@ func TestListenNamesASubscriptionsOwnSecret(t *testing.T) {
 	}
 	if at := strings.Index(lines[0], "ANSWERED"); at < 0 || !strings.HasPrefix(line[at:], "200  ") {
 		t.Errorf("the ANSWERED column is not aligned with its header:\n%s\n%s", lines[0], line)
+	}
+}
+
+// A delivery that does not verify is answered before listen looks up
+// whose event it is (GetEvent asks every agent, then GetSubscription):
+// a slow lookup must not hold the answer past the destination's timeout.
+// Its line follows the lookup, with what it found.
+func TestListenAnswersBeforeLookingUpWhyNotVerified(t *testing.T) {
+	f, h := newFake()
+	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == rivorav1connect.EventServiceGetEventProcedure {
+			<-release // a fleet of slow agents
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(releaseOnce) // before srv.Close, which waits for handlers
+	f.dests["orders"] = &rivorav1.Destination{Id: "orders", Url: "http://127.0.0.1:9999/hook", Secret: mustNewSecret(t)}
+	own := mustNewSecret(t)
+	f.subs.subs["sub_own"] = &rivorav1.Subscription{Id: "sub_own", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}, Secret: own}
+	f.events["evt_own"] = &rivorav1.GetEventResponse{EventId: "evt_own", DestinationId: "orders", CustomerId: "acme", SubscriptionId: "sub_own"}
+	l := startListen(t, srv.URL, "--destination", "orders")
+
+	status := listenHandling(t, f, l, own, "evt_own")
+	select {
+	case got := <-status:
+		if got != http.StatusOK {
+			t.Fatalf("the delivery was answered %d, want 200", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the delivery was not answered while listen's lookup of its event was held: the lookup came first")
+	}
+	releaseOnce()
+	want := "event evt_own is subscription sub_own's, which signs with its own secret (" + auth.Fingerprint(own) + ")"
+	poll.True(t, "listen prints the delivery with what the lookup found", 10*time.Second, func() bool {
+		return strings.Contains(l.out.String(), want)
+	})
+	l.stop()
+	if out := l.out.String(); !regexp.MustCompile(`evt_own .* NOT VERIFIED  200  \(not verified: fake: .*; ` + regexp.QuoteMeta(want)).MatchString(out) {
+		t.Fatalf("listen printed %q; want one line for the delivery, answered 200, then why not", out)
 	}
 }
 
