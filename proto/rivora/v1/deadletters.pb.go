@@ -654,7 +654,12 @@ type ReplayResponse struct {
 	// handled by an earlier replay) whose subscription was deleted: with
 	// skip_deleted_subscriptions they are left in the archive, neither
 	// replayed nor skipped; without it they are why the replay is refused
-	// (a dry run says so in refused). Known from the first report.
+	// (a dry run says so in refused). The first report counts those whose
+	// subscription was deleted before the replay began; with
+	// skip_deleted_subscriptions, one whose subscription is deleted during
+	// the replay is left too and counted from a later report on (the last,
+	// with done, counts them all); without it, the replay stops there,
+	// refused.
 	DeletedSubscriptionDeadLetters int64 `protobuf:"varint,9,opt,name=deleted_subscription_dead_letters,json=deletedSubscriptionDeadLetters,proto3" json:"deleted_subscription_dead_letters,omitempty"`
 	// deleted_subscriptions are those dead letters' subscriptions, sorted:
 	// the first 100; deleted_subscription_count is how many there are.

@@ -393,7 +393,12 @@ export type ReplayResponse = Message<"rivora.v1.ReplayResponse"> & {
    * handled by an earlier replay) whose subscription was deleted: with
    * skip_deleted_subscriptions they are left in the archive, neither
    * replayed nor skipped; without it they are why the replay is refused
-   * (a dry run says so in refused). Known from the first report.
+   * (a dry run says so in refused). The first report counts those whose
+   * subscription was deleted before the replay began; with
+   * skip_deleted_subscriptions, one whose subscription is deleted during
+   * the replay is left too and counted from a later report on (the last,
+   * with done, counts them all); without it, the replay stops there,
+   * refused.
    *
    * @generated from field: int64 deleted_subscription_dead_letters = 9;
    */
