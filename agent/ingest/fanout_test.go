@@ -163,12 +163,17 @@ func TestFanOutToEachMatchingSubscription(t *testing.T) {
 // it. The filter's miss is counted in
 // rivora_subscription_filter_errors_total (it read as a missing field,
 // and the subscription lost every such event without a word), and a
-// JSON payload's missing field still is not.
+// JSON payload's missing field still is not. The counter is the
+// process's: the filter's subscription has an id no other test uses
+// (sub_big's filter under its own name), so another test's publishes,
+// in parallel or not, never move the series it reads.
 func TestFanOutFilterOnNonJSON(t *testing.T) {
 	f := newFixture(t)
-	f.withSubscriptions(t, acmeSubscriptions...)
+	big := proto.Clone(acmeSubscriptions[2]).(*rivorav1.Subscription)
+	big.Id = "sub_big_filter_on_non_json"
+	f.withSubscriptions(t, acmeSubscriptions[0], acmeSubscriptions[1], big)
 	failures := func() float64 {
-		return labeledCounter(t, "rivora_subscription_filter_errors_total", "subscription", "sub_big")
+		return labeledCounter(t, "rivora_subscription_filter_errors_total", "subscription", big.Id)
 	}
 	before := failures()
 	req := fanOut("order.created", "amount=500")
@@ -181,13 +186,13 @@ func TestFanOutFilterOnNonJSON(t *testing.T) {
 		t.Fatalf("routes %v", got)
 	}
 	if got := failures() - before; got != 1 {
-		t.Fatalf("sub_big's filter on a text/plain payload counted %v failures, want 1", got)
+		t.Fatalf("%s's filter on a text/plain payload counted %v failures, want 1", big.Id, got)
 	}
 	if _, err := publish(f, fanOut("order.created", `{"other":1}`)); err != nil {
 		t.Fatal(err)
 	}
 	if got := failures() - before; got != 1 {
-		t.Fatalf("sub_big's filter on JSON without amount counted %v failures in all, want still 1 (a missing field is a no)", got)
+		t.Fatalf("%s's filter on JSON without amount counted %v failures in all, want still 1 (a missing field is a no)", big.Id, got)
 	}
 }
 
