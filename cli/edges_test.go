@@ -231,11 +231,18 @@ func TestEdgesStaleReport(t *testing.T) {
 }
 
 // An edge whose link to the cell is down says why, as its NATS server said
-// it, in CONNECTED.
+// it, in CONNECTED: a link that never came up, or one lost after it was.
 func TestEdgeLinkErrorShown(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC)
 	s := &rivorav1.EdgeStatus{Name: "oslo", Buffer: &rivorav1.EdgeBuffer{LinkError: "leaf connection 127.0.0.1:7422 closed before it was up: Read Error"}}
 	if got := connectedText(s, now); got != "false (link to the cell down: leaf connection 127.0.0.1:7422 closed before it was up: Read Error)" {
+		t.Fatalf("CONNECTED %q", got)
+	}
+	s = &rivorav1.EdgeStatus{Name: "oslo", Buffer: &rivorav1.EdgeBuffer{
+		LinkError:         "leaf connection 127.0.0.1:7422 lost after it was up: Stale Connection",
+		DisconnectedSince: timestamppb.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)),
+	}}
+	if got := connectedText(s, now); got != "false (link to the cell down since 2026-03-01T12:00:00.000Z: leaf connection 127.0.0.1:7422 lost after it was up: Stale Connection)" {
 		t.Fatalf("CONNECTED %q", got)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,4 +121,64 @@ func TestACellSourcesAnEdgeStreamAcrossALeafConnection(t *testing.T) {
 	if err != nil || !ack.Duplicate {
 		t.Fatalf("the edge's event published again to the cell: duplicate %v, %v", ack != nil && ack.Duplicate, err)
 	}
+}
+
+// The edge's leaf connection says how it ended: one that was up and then
+// lost (the cell stopped) says so, with the reason, where it used to say
+// "closed before it was up" like a port that hangs up on the handshake,
+// which still says that.
+func TestLeafErrorSaysWhetherTheLinkWasUp(t *testing.T) {
+	leafAddr := freeAddrs(t, 1)[0]
+	cell, err := natsd.Start(natsd.Config{Name: "cell", DataDir: t.TempDir(), LeafListen: leafAddr, LeafPassword: password}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge := start(t, natsd.Config{Name: "edge-up", Domain: "edge-up", LeafRemotes: []string{"nats-leaf://" + leafAddr}, LeafPassword: password})
+	poll.True(t, "the leaf connection is up", 10*time.Second, func() bool { return edge.LeafConnections() == 1 })
+	cut := time.Now()
+	cell.Shutdown()
+	// The close is the first thing said after the cut: the next dial
+	// comes a reconnect interval (1 s) later.
+	msg := awaitLeafError(t, edge, cut)
+	if !strings.Contains(msg, "lost after it was up: ") || strings.Contains(msg, "before it was up") || !strings.Contains(msg, leafAddr) {
+		t.Fatalf("after the cell stopped, the edge says %q; want the connection to %s lost after it was up, with the reason", msg, leafAddr)
+	}
+	// As the edge reports it: the same words, without the connection's
+	// id and the cell's server name.
+	if cause := natsd.LeafCause(msg); !strings.HasPrefix(cause, "leaf connection "+leafAddr+" lost after it was up: ") || strings.Contains(cause, " - ") {
+		t.Fatalf("LeafCause(%q) = %q", msg, cause)
+	}
+
+	// A port that accepts and hangs up before the NATS handshake.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	other := start(t, natsd.Config{Name: "edge-never", Domain: "edge-never", LeafRemotes: []string{"nats-leaf://" + ln.Addr().String()}, LeafPassword: password})
+	msg = awaitLeafError(t, other, time.Time{})
+	if !strings.Contains(msg, "closed before it was up: ") {
+		t.Fatalf("against a port that hangs up, the edge says %q; want closed before it was up", msg)
+	}
+}
+
+// awaitLeafError is srv's first LeafError said after since.
+func awaitLeafError(t *testing.T, srv *natsd.Server, since time.Time) string {
+	t.Helper()
+	var msg string
+	poll.True(t, "the edge says why its leaf connection is down", 10*time.Second, func() bool {
+		m, at := srv.LeafError()
+		msg = m
+		return m != "" && at.After(since)
+	})
+	return msg
 }

@@ -107,19 +107,34 @@ func (m *monitor) run(ctx context.Context, log *slog.Logger) {
 				"since", m.started.UTC().Format(time.RFC3339), "buffered_events", st.Buffer.Events, "last_error", st.LinkError)
 		}
 		if !st.CellConnected && said.due(st.LinkError, m.now()) {
-			log.Warn("cannot connect to the cell's leaf port (--cell-leaf): retrying every second; events are acknowledged here and kept until it connects", "error", st.LinkError, "hint", linkHint(st.LinkError))
+			log.Warn(linkDown(st.LinkError), "error", st.LinkError, "hint", linkHint(st.LinkError))
 		}
 	}
+}
+
+// linkDown is the edge's log line for a leaf connection's error: a
+// link that was up and then lost (natsd's "lost after it was up"), or
+// one that cannot be made.
+func linkDown(msg string) string {
+	if strings.Contains(msg, natsd.LeafLost) {
+		return "lost the leaf connection to the cell: reconnecting every second; events are acknowledged here and kept until it is back"
+	}
+	return "cannot connect to the cell's leaf port (--cell-leaf): retrying every second; events are acknowledged here and kept until it connects"
 }
 
 // linkHint says what a leaf connection's error most likely means here.
 func linkHint(msg string) string {
 	switch {
+	case strings.Contains(msg, natsd.LeafLost):
+		// The server's reason follows: "Stale Connection" (pings
+		// unanswered), "Client Closed" or "Read Error" (the other end
+		// or something between closed it).
+		return "the link was up, then cut: the cell's agent stopped or restarted, or the network between dropped it (Stale Connection: the cell stopped answering pings)"
 	case strings.Contains(msg, "Authorization Violation"):
 		return "the cell refused this edge's credential: give the cell's own token (--cell-token-file)"
 	case strings.Contains(msg, "wrong port"):
 		return "that is a NATS client port: give the cell's leaf port (an agent's --leaf-listen)"
-	case strings.Contains(msg, "closed before it was up"):
+	case strings.Contains(msg, natsd.LeafClosedEarly):
 		return "the other end hung up before the NATS handshake: is it the cell's leaf port (an agent's --leaf-listen), with TLS (--tls-ca) when the cell serves it over TLS?"
 	case strings.Contains(msg, "connection refused"):
 		return "nothing listens there: is the cell's agent up, and is it its --leaf-listen?"
