@@ -24,6 +24,17 @@ import (
 // hold the event.
 const BufferFullReason = "EDGE_BUFFER_FULL"
 
+// BufferTooOldReason is the ErrorInfo reason (errkind.Domain) of a
+// publish an edge refused because the oldest event its buffer has not
+// forwarded is older than --buffer-max-age: its metadata's "edge" names
+// the edge, "buffer_max_age_seconds" is --buffer-max-age and
+// "oldest_unforwarded_seconds" the oldest event's age, in whole seconds.
+// Like BufferFullReason it lasts until the cell takes the buffer's oldest
+// events, which needs the link to the cell: a publisher should rather
+// fail over to the cell or hold the event. Nothing of the request was
+// stored.
+const BufferTooOldReason = "EDGE_BUFFER_TOO_OLD"
+
 // StreamMaxBytes is the buffer stream's own MaxBytes for --max-buffer
 // maxBytes: maxBytes plus a headroom (a 64th, at least 1 MiB). The edge
 // admits requests against maxBytes by its own count of the stream's bytes

@@ -641,14 +641,16 @@ func errorInfo(err error, reason string) *errdetails.ErrorInfo {
 // The ErrorInfo reasons Rivora's answers carry: agent/ingest's
 // KeyReusedReason (a conflict), RequestTooLargeReason (a request refused
 // for its size) and InvalidEventReason (a batch's invalid event), edge's
-// BufferFullReason (an edge's full buffer), in internal/errkind.Domain
+// BufferFullReason (an edge's full buffer) and BufferTooOldReason (an
+// edge's buffer over --buffer-max-age), in internal/errkind.Domain
 // (agent's idempotency tests read the agent's answers with KeyReused).
 const (
-	keyReusedReason       = "IDEMPOTENCY_KEY_REUSED"
-	requestTooLargeReason = "REQUEST_TOO_LARGE"
-	invalidEventReason    = "INVALID_EVENT"
-	edgeBufferFullReason  = "EDGE_BUFFER_FULL"
-	errorDomain           = "rivora.dev"
+	keyReusedReason        = "IDEMPOTENCY_KEY_REUSED"
+	requestTooLargeReason  = "REQUEST_TOO_LARGE"
+	invalidEventReason     = "INVALID_EVENT"
+	edgeBufferFullReason   = "EDGE_BUFFER_FULL"
+	edgeBufferTooOldReason = "EDGE_BUFFER_TOO_OLD"
+	errorDomain            = "rivora.dev"
 )
 
 // EdgeBufferFull tells the resource_exhausted answer of an edge whose
@@ -665,6 +667,25 @@ func EdgeBufferFull(err error) (edge string, ok bool) {
 		return "", false
 	}
 	info := errorInfo(err, edgeBufferFullReason)
+	if info == nil {
+		return "", false
+	}
+	return info.GetMetadata()["edge"], true
+}
+
+// EdgeBufferTooOld tells the resource_exhausted answer of an edge that
+// takes no more events because the oldest its buffer has not forwarded
+// is older than its --buffer-max-age, and names the edge. Nothing of the
+// request was stored. Like EdgeBufferFull it is back-pressure, retried
+// like any other, that lasts: the edge takes events again only once the
+// cell has taken its oldest, which needs its link to the cell. When the
+// tries run out, publish to the cell instead, or hold the events. ok is
+// false for any other error.
+func EdgeBufferTooOld(err error) (edge string, ok bool) {
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		return "", false
+	}
+	info := errorInfo(err, edgeBufferTooOldReason)
 	if info == nil {
 		return "", false
 	}

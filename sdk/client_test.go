@@ -736,3 +736,32 @@ func TestEdgeBufferFullIsTold(t *testing.T) {
 		}
 	}
 }
+
+// An edge whose buffer is over --buffer-max-age is told by its ErrorInfo
+// (EdgeBufferTooOld), from a full buffer and from ordinary overload,
+// after the retries too; it is retried as back-pressure.
+func TestEdgeBufferTooOldIsTold(t *testing.T) {
+	tooOld := withInfo(t, connect.CodeResourceExhausted, "EDGE_BUFFER of edge lyon holds events older than --buffer-max-age 72h0m0s: …",
+		&errdetails.ErrorInfo{Reason: "EDGE_BUFFER_TOO_OLD", Domain: "rivora.dev", Metadata: map[string]string{"edge": "lyon", "buffer_max_age_seconds": "259200", "oldest_unforwarded_seconds": "259201"}})
+	srv := &ingestServer{fail: func(context.Context, int) error { return tooOld }}
+	_, err := sdk.New(startIngest(t, srv), fastRetry()).PublishBatch(t.Context(), []sdk.Event{testEvent, testEvent})
+	if edge, ok := sdk.EdgeBufferTooOld(err); !ok || edge != "lyon" {
+		t.Fatalf("EdgeBufferTooOld(%v) = %q, %t; want lyon", err, edge, ok)
+	}
+	if _, ok := sdk.EdgeBufferFull(err); ok {
+		t.Fatalf("EdgeBufferFull(%v) = true for a buffer over age", err)
+	}
+	if calls, _ := srv.snapshot(); calls < 2 {
+		t.Fatalf("the server saw %d calls: an edge's refusal for age is back-pressure, retried", calls)
+	}
+	for _, other := range []error{
+		connect.NewError(connect.CodeResourceExhausted, errors.New("this server is at --max-inflight-requests; retry with back-off")),
+		withInfo(t, connect.CodeResourceExhausted, "full", &errdetails.ErrorInfo{Reason: "EDGE_BUFFER_FULL", Domain: "rivora.dev", Metadata: map[string]string{"edge": "lyon"}}),
+		withInfo(t, connect.CodeUnavailable, "busy", &errdetails.ErrorInfo{Reason: "EDGE_BUFFER_TOO_OLD", Domain: "rivora.dev"}),
+		errors.New("EDGE_BUFFER_TOO_OLD"),
+	} {
+		if _, ok := sdk.EdgeBufferTooOld(other); ok {
+			t.Errorf("EdgeBufferTooOld(%v) = true", other)
+		}
+	}
+}

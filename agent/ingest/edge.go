@@ -35,8 +35,9 @@ type EdgeTarget struct {
 	Buffer string
 	// Admit, when set, is asked before a request records or stores
 	// anything: an error refuses the request as it is (the edge answers
-	// errkind.Exhausted once its oldest unforwarded event is older than
-	// --buffer-max-age). Nil admits every request.
+	// errkind.Exhausted, reason edge.BufferTooOldReason, once its oldest
+	// unforwarded event is older than --buffer-max-age). Nil admits every
+	// request.
 	Admit func() error
 	// Reserve, when set, admits a request by the bytes its events take
 	// in the buffer (edge.StoredSize of each), once they are validated

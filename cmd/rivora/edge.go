@@ -49,9 +49,9 @@ A full edge refuses, it never drops: a request whose events do not fit
 under --max-buffer bytes of unforwarded events, or any once the oldest is
 older than --buffer-max-age, is answered resource_exhausted (naming the
 buffer, what it holds and since when the cell is unreachable; reason
-EDGE_BUFFER_FULL when it is full), storing nothing of it, and the edge
-accepts again as the cell takes events. Nothing acknowledged is ever
-discarded.
+EDGE_BUFFER_FULL when it is full, EDGE_BUFFER_TOO_OLD when over age),
+storing nothing of it, and the edge accepts again as the cell takes
+events. Nothing acknowledged is ever discarded.
 
 A data dir keeps the name it was made under (recorded in DATA_DIR/edge-name):
 the edge refuses to start on it under another --name, since what its buffer

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,9 +25,11 @@ import (
 	"github.com/rivora/rivora/edge"
 	"github.com/rivora/rivora/edge/edged"
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/sdk"
 	"github.com/rivora/rivora/testkit/poll"
 	"github.com/rivora/rivora/testkit/ports"
 	"github.com/rivora/rivora/testkit/syncbuf"
@@ -367,6 +370,15 @@ func TestEdgeRefusesWhenFullOrOverAge(t *testing.T) {
 		return connect.CodeOf(err) == connect.CodeResourceExhausted && strings.Contains(err.Error(), "older than --buffer-max-age")
 	})
 	t.Logf("over age: %v", err)
+	// Told from a full buffer by its ErrorInfo, which names the edge, the
+	// max age and the oldest event's age.
+	if name, ok := sdk.EdgeBufferTooOld(err); !ok || name != "edge-2" {
+		t.Fatalf("sdk.EdgeBufferTooOld of the over-age refusal: %q, %t", name, ok)
+	}
+	md, ok := errkind.Info(err, edge.BufferTooOldReason)
+	if age, aerr := strconv.Atoi(md["oldest_unforwarded_seconds"]); !ok || md["buffer_max_age_seconds"] != "3" || aerr != nil || age < 3 {
+		t.Fatalf("the over-age refusal's ErrorInfo metadata: %v (%t); want buffer_max_age_seconds 3, oldest_unforwarded_seconds at least 3", md, ok)
+	}
 	poll.True(t, "the buffer keeps every acknowledged event, over age", 5*time.Second, func() bool {
 		return e.Status().Buffer.Events == uint64(accepted)
 	})

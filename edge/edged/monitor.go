@@ -227,9 +227,10 @@ func (m *monitor) status() Status {
 	return m.last
 }
 
-// admit is the gateway's admission: refused (resource_exhausted) once
-// the oldest unforwarded event is older than --buffer-max-age, so that
-// nothing acknowledged is ever discarded for age.
+// admit is the gateway's admission: refused (resource_exhausted, reason
+// edge.BufferTooOldReason) once the oldest unforwarded event is older
+// than --buffer-max-age, so that nothing acknowledged is ever discarded
+// for age.
 func (m *monitor) admit() error {
 	if m.maxAge <= 0 {
 		return nil
@@ -239,8 +240,14 @@ func (m *monitor) admit() error {
 	if oldest.IsZero() || m.now().Sub(oldest) <= m.maxAge {
 		return nil
 	}
-	return errkind.Errorf(errkind.Exhausted, "%s of edge %s holds events older than --buffer-max-age %s (the oldest stored %s ago), so it takes no more: %s; nothing it acknowledged is discarded, and it accepts again once the cell has taken the oldest",
-		edge.StreamName, m.name, m.maxAge, m.now().Sub(oldest).Round(time.Second), m.unforwarded(st))
+	age := m.now().Sub(oldest)
+	err := errkind.Errorf(errkind.Exhausted, "%s of edge %s holds events older than --buffer-max-age %s (the oldest stored %s ago), so it takes no more: %s; nothing it acknowledged is discarded, and it accepts again once the cell has taken the oldest",
+		edge.StreamName, m.name, m.maxAge, age.Round(time.Second), m.unforwarded(st))
+	return errkind.WithInfo(err, edge.BufferTooOldReason, map[string]string{
+		"edge":                       m.name,
+		"buffer_max_age_seconds":     strconv.FormatInt(int64(m.maxAge/time.Second), 10),
+		"oldest_unforwarded_seconds": strconv.FormatInt(int64(age/time.Second), 10),
+	})
 }
 
 // fullFresh is how old a sample full may answer from: fresh enough that
