@@ -113,11 +113,55 @@ export function invalidEvent(err: unknown): number | undefined {
   return index !== undefined && /^[0-9]+$/.test(index) ? Number(index) : undefined;
 }
 
+/**
+ * edgeBufferFull tells the `ResourceExhausted` answer of an edge
+ * (`rivora edge`) whose buffer has no room for the request, reading the
+ * error's `google.rpc.ErrorInfo` (reason `EDGE_BUFFER_FULL`), and names
+ * the edge. Nothing of the request was stored unless the answer says its
+ * events may have been (the store itself found the buffer full part-way):
+ * retrying with the same idempotency keys is safe either way. It is
+ * back-pressure, retried like any other, but it lasts: the edge takes
+ * events again only as the cell takes its buffer, which needs its link to
+ * the cell. When the tries run out, publish to the cell instead, or hold
+ * the events. It is undefined for any other error (an agent's or an
+ * edge's ordinary overload included). The Go SDK's `sdk.EdgeBufferFull`.
+ */
+export function edgeBufferFull(err: unknown): string | undefined {
+  return edgeRefusal(err, EDGE_BUFFER_FULL_REASON);
+}
+
+/**
+ * edgeBufferTooOld tells the `ResourceExhausted` answer of an edge that
+ * takes no more events because the oldest its buffer has not forwarded
+ * is older than its `--buffer-max-age`, reading the error's
+ * `google.rpc.ErrorInfo` (reason `EDGE_BUFFER_TOO_OLD`), and names the
+ * edge. Nothing of the request was stored. Like {@link edgeBufferFull}
+ * it is back-pressure that lasts until the cell takes the buffer's
+ * oldest events: when the tries run out, publish to the cell instead, or
+ * hold the events. It is undefined for any other error. The Go SDK's
+ * `sdk.EdgeBufferTooOld`.
+ */
+export function edgeBufferTooOld(err: unknown): string | undefined {
+  return edgeRefusal(err, EDGE_BUFFER_TOO_OLD_REASON);
+}
+
+// edgeRefusal is the edge named by err's ErrorInfo of this reason, on a
+// ResourceExhausted answer ("" when it names none), or undefined.
+function edgeRefusal(err: unknown, reason: string): string | undefined {
+  const ce = connectErrorOf(err);
+  if (ce === undefined || ce.code !== Code.ResourceExhausted) return undefined;
+  const info = errorInfo(ce, reason);
+  return info === undefined ? undefined : (info.metadata["edge"] ?? "");
+}
+
 // The ErrorInfo reasons Rivora's answers carry, in its domain (the Go
 // server's agent/ingest KeyReusedReason, RequestTooLargeReason and
-// InvalidEventReason, and internal/errkind.Domain).
+// InvalidEventReason, edge's BufferFullReason and BufferTooOldReason, and
+// internal/errkind.Domain).
 const KEY_REUSED_REASON = "IDEMPOTENCY_KEY_REUSED";
 const INVALID_EVENT_REASON = "INVALID_EVENT";
+const EDGE_BUFFER_FULL_REASON = "EDGE_BUFFER_FULL";
+const EDGE_BUFFER_TOO_OLD_REASON = "EDGE_BUFFER_TOO_OLD";
 export const REQUEST_TOO_LARGE_REASON = "REQUEST_TOO_LARGE";
 const ERROR_DOMAIN = "rivora.dev";
 

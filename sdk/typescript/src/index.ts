@@ -26,7 +26,7 @@ export {
   type SubscriptionFilter,
 } from "./subscriptions.js";
 export type { EventType, Subscription } from "./gen/rivora/v1/subscriptions_pb.js";
-export { RivoraError, codeName, invalidEvent, keyReused, type KeyReuse } from "./errors.js";
+export { RivoraError, codeName, edgeBufferFull, edgeBufferTooOld, invalidEvent, keyReused, type KeyReuse } from "./errors.js";
 export { eventId, newIdempotencyKey, subscriptionEventId } from "./ids.js";
 export {
   verifyWebhook,

@@ -16,7 +16,7 @@ import {
 } from "../src/gen/rivora/v1/ingest_pb.js";
 import { ErrorInfoSchema } from "../src/errors.js";
 import { ConnectError } from "@connectrpc/connect";
-import { Code, invalidEvent, keyReused, RivoraClient, RivoraError, type PublishEvent } from "../src/index.js";
+import { Code, edgeBufferFull, edgeBufferTooOld, invalidEvent, keyReused, RivoraClient, RivoraError, type PublishEvent } from "../src/index.js";
 import { freePort, startPartner, type Partner, type Received } from "../../../testkit/ts/index.js";
 
 const event: PublishEvent = { destinationId: "orders", customerId: "acme", laneKey: "u1", type: "order.created", payload: "{}" };
@@ -408,5 +408,44 @@ describe("keyReused", () => {
     expect(keyReused(new Error("not connect"))).toBeUndefined();
     expect(keyReused(new ConnectError("bare", Code.AlreadyExists))).toBeUndefined();
     expect(keyReused(undefined)).toBeUndefined();
+  });
+});
+
+describe("edgeBufferFull and edgeBufferTooOld", () => {
+  const full: ErrorInfoInit[] = [{ reason: "EDGE_BUFFER_FULL", domain: "rivora.dev", metadata: { edge: "lyon", max_buffer_bytes: "1048576" } }];
+  const tooOld: ErrorInfoInit[] = [
+    { reason: "EDGE_BUFFER_TOO_OLD", domain: "rivora.dev", metadata: { edge: "oslo", buffer_max_age_seconds: "259200", oldest_unforwarded_seconds: "259201" } },
+  ];
+
+  it("name the edge of a full or an over-age buffer's refusal, once the retries (back-pressure) ran out", async () => {
+    for (const [details, wantFull, wantTooOld] of [
+      [full, "lyon", undefined],
+      [tooOld, undefined, "oslo"],
+    ] as const) {
+      const s = await server((_, res) => fail(res, 429, "resource_exhausted", "EDGE_BUFFER of the edge takes no more", [...details]));
+      const err = await rejection(new RivoraClient({ baseUrl: s.base, maxAttempts: 3, baseBackoffMs: 1 }).publishBatch([event, event]));
+      expect(err.attempts).toBe(3);
+      expect(s.received).toHaveLength(3);
+      expect(edgeBufferFull(err)).toBe(wantFull);
+      expect(edgeBufferTooOld(err)).toBe(wantTooOld);
+      expect(edgeBufferFull(err.cause)).toBe(wantFull);
+    }
+  });
+
+  it("are undefined for any other error", async () => {
+    for (const [status, code, details] of [
+      [429, "resource_exhausted", []],
+      [429, "resource_exhausted", [{ reason: "DISK_LOW", domain: "rivora.dev" }]],
+      [429, "resource_exhausted", [{ reason: "EDGE_BUFFER_FULL", domain: "example.com", metadata: { edge: "lyon" } }]],
+      [503, "unavailable", [...full, ...tooOld]],
+    ] as const) {
+      const s = await server((_, res) => fail(res, status, code, "no", [...details]));
+      const err = await rejection(new RivoraClient({ baseUrl: s.base, maxAttempts: 1 }).publish(event));
+      expect(edgeBufferFull(err), `${code} ${JSON.stringify(details)}`).toBeUndefined();
+      expect(edgeBufferTooOld(err), `${code} ${JSON.stringify(details)}`).toBeUndefined();
+    }
+    expect(edgeBufferFull(new Error("EDGE_BUFFER_FULL"))).toBeUndefined();
+    expect(edgeBufferTooOld(new ConnectError("bare", Code.ResourceExhausted))).toBeUndefined();
+    expect(edgeBufferFull(undefined)).toBeUndefined();
   });
 });
