@@ -19,16 +19,24 @@ type edgeHandler struct {
 
 // WatchEdge registers the edge on its first watch (registerEdge), then
 // streams it the agents' config, redacted (forEdge), until the edge goes,
-// this control plane stops leading, or an operator removes the edge.
+// this control plane stops leading, an operator removes the edge, or
+// another edge process takes its name. A process whose name another
+// running one holds is refused (claimEdge).
 func (s *edgeHandler) WatchEdge(ctx context.Context, req *connect.Request[rivorav1.WatchEdgeRequest], stream *connect.ServerStream[rivorav1.WatchEdgeResponse]) error {
 	cp := s.cp
-	name := req.Msg.GetEdgeName()
+	name, instance := req.Msg.GetEdgeName(), req.Msg.GetInstanceId()
+	if err := validateEdgeName("edge_name", name); err != nil {
+		return err
+	}
+	if err := cp.claimEdge(name, instance); err != nil {
+		return err
+	}
 	if err := cp.registerEdge(name); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := cp.edges.watch(name, cancel, cp.now())
+	done := cp.edges.watch(name, instance, cancel, cp.now())
 	defer func() { done(cp.now()) }()
 	cp.log.Info("edge watching", "edge", name, "applied_version", req.Msg.GetAppliedVersion())
 	return cp.feedEdge(ctx, name, func(resp *rivorav1.WatchResponse) error {
@@ -38,7 +46,7 @@ func (s *edgeHandler) WatchEdge(ctx context.Context, req *connect.Request[rivora
 
 // ReportEdge keeps a registered edge's report of its buffer (reportEdge).
 func (s *edgeHandler) ReportEdge(ctx context.Context, req *connect.Request[rivorav1.ReportEdgeRequest]) (*connect.Response[rivorav1.ReportEdgeResponse], error) {
-	if err := s.cp.reportEdge(req.Msg.GetEdgeName(), req.Msg.GetBuffer()); err != nil {
+	if err := s.cp.reportEdge(req.Msg.GetEdgeName(), req.Msg.GetInstanceId(), req.Msg.GetBuffer()); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&rivorav1.ReportEdgeResponse{}), nil

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/internal/ids"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -47,13 +49,20 @@ type edgeRegistry struct {
 }
 
 // edgeState is one edge's calls: its open streams (each with the cancel
-// that ends it when the edge is removed), when it was last heard from,
-// and its last report (nil before the first).
+// that ends it when the edge is removed, and the edge process that
+// opened it), when it was last heard from, its last report (nil before
+// the first), and which edge process holds the name (claim).
 type edgeState struct {
-	streams    map[*context.CancelFunc]struct{}
+	streams    map[*context.CancelFunc]string
 	lastSeen   time.Time
 	reportedAt time.Time
 	buffer     *rivorav1.EdgeBuffer
+	// holder is the instance id of the edge process that holds the name
+	// ("" before the first that has one), heldAt its last call; refused
+	// the last process refused it (its refusals are logged once).
+	holder  string
+	heldAt  time.Time
+	refused string
 }
 
 func newEdgeRegistry() *edgeRegistry {
@@ -63,20 +72,21 @@ func newEdgeRegistry() *edgeRegistry {
 func (r *edgeRegistry) stateLocked(name string) *edgeState {
 	e := r.edges[name]
 	if e == nil {
-		e = &edgeState{streams: make(map[*context.CancelFunc]struct{})}
+		e = &edgeState{streams: make(map[*context.CancelFunc]string)}
 		r.edges[name] = e
 	}
 	return e
 }
 
-// watch notes an open WatchEdge stream of name, ended by cancel if the
-// edge is removed; the func it returns notes the stream's end.
-func (r *edgeRegistry) watch(name string, cancel context.CancelFunc, now time.Time) (done func(now time.Time)) {
+// watch notes an open WatchEdge stream of name, opened by edge process
+// instance, ended by cancel if the edge is removed or another process
+// takes the name (claim); the func it returns notes the stream's end.
+func (r *edgeRegistry) watch(name, instance string, cancel context.CancelFunc, now time.Time) (done func(now time.Time)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e := r.stateLocked(name)
 	key := &cancel
-	e.streams[key] = struct{}{}
+	e.streams[key] = instance
 	e.lastSeen = now
 	return func(now time.Time) {
 		r.mu.Lock()
@@ -87,6 +97,56 @@ func (r *edgeRegistry) watch(name string, cancel context.CancelFunc, now time.Ti
 		delete(e.streams, key)
 		e.lastSeen = now
 	}
+}
+
+// claim lets edge process instance hold name, or refuses it
+// (errkind.EdgeNameInUseReason) while another process holds it: one
+// whose last call (claim) is at most edgeStaleAfter old. Two processes
+// under one name would join the cell as one leaf node — NATS drops the
+// older connection for the newer, and each reconnects: the link flaps
+// between them — and overwrite each other's reports. A holder silent
+// for longer (stopped, killed, cut off) loses the name to the next
+// process that calls, and its open watches end: if it is still running,
+// its next call is refused. An empty instance (an edge from before
+// instances) takes no part. It reports the instance that lost the name
+// to this one ("" for none), and whether a refusal is this instance's
+// first in a row (the others are not worth a log line each).
+func (r *edgeRegistry) claim(name, instance string, now time.Time) (took string, firstRefusal bool, err error) {
+	if instance == "" {
+		return "", false, nil
+	}
+	r.mu.Lock()
+	e := r.stateLocked(name)
+	var ended []*context.CancelFunc
+	switch {
+	case e.holder == instance:
+	case e.holder != "" && now.Sub(e.heldAt) <= edgeStaleAfter:
+		holder, ago := e.holder, now.Sub(e.heldAt)
+		firstRefusal, e.refused = e.refused != instance, instance
+		r.mu.Unlock()
+		return "", firstRefusal, nameInUse(name, holder, ago)
+	default:
+		for cancel, by := range e.streams {
+			if by == e.holder && by != "" {
+				ended = append(ended, cancel)
+			}
+		}
+		took, e.holder = e.holder, instance
+	}
+	e.heldAt = now
+	r.mu.Unlock()
+	for _, cancel := range ended {
+		(*cancel)()
+	}
+	return took, false, nil
+}
+
+// nameInUse is the refusal of an edge process whose name holder holds,
+// which last called ago.
+func nameInUse(name, holder string, ago time.Duration) error {
+	err := errorf(ErrExists, "edge name %q is in use by another running edge (process %s, last heard from %s ago): each running edge needs a name of its own, its JetStream domain and the buffer the cell forwards; start this one with another --name (and a --data-dir of its own), or stop the other one (a stopped edge's name is free %s after its last call)",
+		name, holder, ago.Round(100*time.Millisecond), edgeStaleAfter)
+	return errkind.WithInfo(err, errkind.EdgeNameInUseReason, map[string]string{"edge": name})
 }
 
 // report keeps an edge's report of its buffer.
@@ -293,17 +353,39 @@ func (cp *ControlPlane) edgeStatus(name string) (*rivorav1.EdgeStatus, error) {
 	return cp.edges.status([]*rivorav1.Edge{rec}, cp.now())[0], nil
 }
 
-// reportEdge keeps a registered edge's report of its buffer. A report of
+// claimEdge lets edge process instance hold edge name, or refuses it
+// while another running process does (edgeRegistry.claim).
+func (cp *ControlPlane) claimEdge(name, instance string) error {
+	took, first, err := cp.edges.claim(name, instance, cp.now())
+	if err != nil {
+		level := slog.LevelDebug // it retries for a while: one line is enough
+		if first {
+			level = slog.LevelWarn
+		}
+		cp.log.Log(context.Background(), level, "refused an edge process the name another running edge holds", "edge", name, "instance", instance, "error", err)
+		return err
+	}
+	if took != "" {
+		cp.log.Warn("an edge process took the name of one not heard from for a while (stopped, or cut off: if it still runs, it is refused at its next call)", "edge", name, "instance", instance, "previous_instance", took)
+	}
+	return nil
+}
+
+// reportEdge keeps a registered edge's report of its buffer, from the
+// edge process instance that holds the name (claimEdge). A report of
 // an edge that is not registered is refused (ErrNotFound): an edge
 // registers with its first WatchEdge. One that is registered is kept even
 // while its watch is not open (after a leader change the two reconnect in
 // either order).
-func (cp *ControlPlane) reportEdge(name string, buffer *rivorav1.EdgeBuffer) error {
+func (cp *ControlPlane) reportEdge(name, instance string, buffer *rivorav1.EdgeBuffer) error {
 	if err := validateEdgeName("edge_name", name); err != nil {
 		return err
 	}
 	if buffer == nil {
 		return errorf(ErrInvalid, "buffer is required")
+	}
+	if err := cp.claimEdge(name, instance); err != nil {
+		return err
 	}
 	if _, registered := cp.store.Edge(name); !registered {
 		return errorf(ErrNotFound, "edge %q is not registered with this control plane: an edge registers with its first WatchEdge (open it, then report)", name)

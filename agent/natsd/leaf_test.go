@@ -182,3 +182,34 @@ func awaitLeafError(t *testing.T, srv *natsd.Server, since time.Time) string {
 	})
 	return msg
 }
+
+// A server started with its leaf held does not dial the cell until
+// JoinLeaf, and LeaveLeaf closes the connection and dials no more: an
+// edge joins the cell only once its control plane confirmed its name.
+func TestLeafHeldUntilJoined(t *testing.T) {
+	leafAddr := freeAddrs(t, 1)[0]
+	cell := start(t, natsd.Config{Name: "cell", LeafListen: leafAddr, LeafPassword: password})
+	edge := start(t, natsd.Config{Name: "edge-held", Domain: "edge-held", LeafRemotes: []string{"nats-leaf://" + leafAddr}, LeafPassword: password, LeafHeld: true})
+	// Another edge, not held, joins at once: by then the held one would
+	// have dialled too.
+	start(t, natsd.Config{Name: "edge-free", Domain: "edge-free", LeafRemotes: []string{"nats-leaf://" + leafAddr}, LeafPassword: password})
+	poll.True(t, "the edge not held joins the cell", 10*time.Second, func() bool { return cell.LeafConnections() == 1 })
+	if edge.LeafJoined() || edge.LeafConnections() != 0 {
+		t.Fatalf("a held leaf: joined %t, %d connections; want none before JoinLeaf", edge.LeafJoined(), edge.LeafConnections())
+	}
+	if err := edge.JoinLeaf(); err != nil {
+		t.Fatal(err)
+	}
+	poll.True(t, "the held edge joins the cell once released", 10*time.Second, func() bool { return edge.LeafConnections() == 1 && cell.LeafConnections() == 2 })
+	if err := edge.LeaveLeaf(); err != nil {
+		t.Fatal(err)
+	}
+	poll.True(t, "the edge leaves the cell", 10*time.Second, func() bool { return edge.LeafConnections() == 0 && cell.LeafConnections() == 1 })
+	if edge.LeafJoined() {
+		t.Fatal("LeafJoined after LeaveLeaf")
+	}
+	if err := edge.JoinLeaf(); err != nil {
+		t.Fatal(err)
+	}
+	poll.True(t, "the edge joins the cell again", 10*time.Second, func() bool { return edge.LeafConnections() == 1 && cell.LeafConnections() == 2 })
+}

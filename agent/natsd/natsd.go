@@ -11,6 +11,7 @@ package natsd
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -87,6 +88,12 @@ type Config struct {
 	// to a cell as a leaf node (the edge side), trying them in turn and
 	// reconnecting for ever; LeafPassword is presented to the cell.
 	LeafRemotes []string
+	// LeafHeld starts the server with LeafRemotes configured but not
+	// dialled, until JoinLeaf: an edge joins the cell only once its
+	// control plane has confirmed that no other running edge has its
+	// name (the cell would otherwise drop the other edge's connection
+	// for this one's: NATS keeps one leaf connection per server name).
+	LeafHeld bool
 	// PingInterval (0: nats-server's 2 minutes) is how often the server
 	// pings its connections, the leaf connection to a cell included: a
 	// silent cut (a WAN that drops packets, closing nothing) is found
@@ -161,6 +168,12 @@ type Server struct {
 	// leafLog keeps the server's last error about its leaf connection to
 	// a cell (nil without Config.LeafRemotes).
 	leafLog *leafLog
+	// leafMu orders JoinLeaf and LeaveLeaf; opts are the server's
+	// options, which they reload with the leaf remote enabled or not,
+	// and leafOn whether it is.
+	leafMu sync.Mutex
+	opts   *server.Options
+	leafOn atomic.Bool
 }
 
 // Start takes the data dir's lock (unless the caller holds it, cfg.Lock), starts
@@ -343,9 +356,10 @@ func start(opts *server.Options, cfg Config, log *slog.Logger) (*Server, error) 
 			return nil, err
 		}
 	}
-	s := &Server{ns: ns, password: cfg.Password, nc: nc, js: js, reach: newReach(ns), log: log, leafLog: leaf, storeDir: opts.StoreDir,
+	s := &Server{ns: ns, password: cfg.Password, nc: nc, js: js, reach: newReach(ns), log: log, leafLog: leaf, storeDir: opts.StoreDir, opts: opts,
 		lost: make(chan struct{}), quit: make(chan struct{}), watchDone: make(chan struct{})}
 	go s.watchJetStream(opts.StoreDir, log)
+	s.leafOn.Store(len(cfg.LeafRemotes) > 0 && !cfg.LeafHeld)
 	return s, nil
 }
 
@@ -397,6 +411,7 @@ func leafOptions(opts *server.Options, cfg Config) error {
 		}
 		remote.TLS, remote.TLSConfig, remote.TLSTimeout = true, &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}, tlsTimeout
 	}
+	remote.Disabled = cfg.LeafHeld
 	opts.LeafNode.Remotes = []*server.RemoteLeafOpts{remote}
 	opts.LeafNode.ReconnectInterval = time.Second
 	// Every failed attempt is logged (leafLog keeps the last; the edge
@@ -543,6 +558,50 @@ func (s *Server) shutdown() {
 	if s.closeStore != nil {
 		_ = s.closeStore()
 	}
+}
+
+// JoinLeaf dials the cell's leaf port (Config.LeafRemotes) of a server
+// started with Config.LeafHeld, and keeps reconnecting to it; a server
+// joined already is left as it is.
+func (s *Server) JoinLeaf() error { return s.setLeaf(true) }
+
+// LeaveLeaf closes the leaf connection to the cell and dials it no more
+// (until JoinLeaf).
+func (s *Server) LeaveLeaf() error { return s.setLeaf(false) }
+
+// LeafJoined tells whether the server dials the cell's leaf port: false
+// before JoinLeaf on a server started with Config.LeafHeld, and after
+// LeaveLeaf.
+func (s *Server) LeafJoined() bool { return s.leafOn.Load() }
+
+// setLeaf enables or disables the leaf remote, by a reload of the
+// server's options with its Disabled flag changed: nats-server closes
+// the connection of a remote disabled, and dials one enabled.
+func (s *Server) setLeaf(on bool) error {
+	s.leafMu.Lock()
+	defer s.leafMu.Unlock()
+	if len(s.opts.LeafNode.Remotes) == 0 {
+		return errors.New("nats: no leaf remote (Config.LeafRemotes)")
+	}
+	if s.leafOn.Load() == on {
+		return nil
+	}
+	next := s.opts.Clone()
+	// Clone shares the remotes, which the server's own state points to:
+	// the reload finds a change only in a copy.
+	remote := *next.LeafNode.Remotes[0]
+	remote.Disabled = !on
+	next.LeafNode.Remotes = []*server.RemoteLeafOpts{&remote}
+	if err := s.ns.ReloadOptions(next); err != nil {
+		what := "open"
+		if !on {
+			what = "close"
+		}
+		return fmt.Errorf("nats: %s the leaf connection to the cell: %w", what, err)
+	}
+	s.opts = next
+	s.leafOn.Store(on)
+	return nil
 }
 
 // LeafConnections counts the leaf-node connections: on a cell's server the

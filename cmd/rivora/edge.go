@@ -75,7 +75,8 @@ Example:
      --cell-token-file cell.token --tls-ca cell-ca.pem --max-buffer 10GiB --buffer-max-age 72h` + tracingHelp,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "name", EnvVars: []string{"RIVORA_EDGE_NAME"}, Required: true, Usage: "this edge's `NAME` (letters, digits, '_', '-'), unique among the cell's edges: its JetStream domain and its name in `rivoractl edges`. " +
-				"An existing data dir keeps its name (a new name needs a new data dir); a new data dir may take a lost one's name"},
+				"An existing data dir keeps its name (a new name needs a new data dir); a new data dir may take a lost one's name. " +
+				"One running edge per name: started under a running edge's name, the edge waits 10s for it and refuses to start (a stopped edge's name is free 6s after its last report)"},
 			&cli.StringSliceFlag{Name: "cell-leaf", EnvVars: []string{"RIVORA_EDGE_CELL_LEAF"}, Required: true, Usage: "the cell's leaf port, `nats-leaf://HOST:PORT` (an agent's --leaf-listen); repeat it (or comma-separate) for several agents, tried in turn. " +
 				"Costs one TCP connection, over which the buffered events leave"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7500", EnvVars: []string{"RIVORA_LISTEN"}, Usage: "`ADDR` to serve ingest, /healthz and /metrics on"},

@@ -9,6 +9,8 @@
 //	follow.go   the control plane's redacted config (EdgeService.WatchEdge),
 //	            applied and kept on disk (config.go) so that a restart
 //	            during a cut accepts and authenticates at once
+//	claim.go    the edge's name, one running process's at a time: the
+//	            control plane confirms it before the edge joins the cell
 //	monitor.go  the link to the cell and the buffer's state, sampled each
 //	            second: the over-age refusal, the full buffer's message
 //	report.go   that state reported to the control plane (ReportEdge)
@@ -19,6 +21,7 @@ package edged
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -133,6 +136,12 @@ type Edge struct {
 	// warnings are the window warnings already logged (follow.go's).
 	warnings map[string]time.Duration
 	monitor  *monitor
+	// instance tells this process from any other under the same name;
+	// claim is its hold on the name (claim.go).
+	instance string
+	claim    *nameClaim
+	// opened is the watch claimName opened, until follow takes it.
+	opened atomic.Pointer[openedWatch]
 	// metrics is the edge's own registry (metrics.go).
 	metrics *prometheus.Registry
 	started time.Time
@@ -152,6 +161,9 @@ func (p *partitionCount) Count() int { return int(p.n.Load()) }
 // New starts the edge's NATS server, opens its buffer and gateway, and
 // applies the config kept on disk, if any: the edge accepts and
 // authenticates from then on, cell and control plane reachable or not.
+// It joins the cell once the control plane confirms the name is this
+// process's (claim.go): it fails, naming the name, when another running
+// edge holds it. Run must follow (it stops what New started).
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 	if err := check(&cfg); err != nil {
 		return nil, err
@@ -162,15 +174,19 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 		cfg: cfg, log: log, registry: destinations.NewRegistry(), subs: subscriptions.NewTable(), catalogue: subscriptions.NewCatalogue(),
 		upstream: upstream.New(strings.Join(cfg.ControlPlanes, ","), cfg.Keys, cfg.Transport, log),
 		config:   newConfigStore(filepath.Join(cfg.DataDir, ConfigFile)), warnings: map[string]time.Duration{}, started: time.Now(),
+		instance: rand.Text(),
 	}
+	log = log.With("instance", e.instance)
+	e.log = log
 	var err error
 	if e.nats, err = natsd.Start(natsd.Config{
 		DataDir: cfg.DataDir, Lock: cfg.DataDirLock, Name: cfg.Name, Fsync: cfg.SyncAlways, Domain: edge.Domain(cfg.Name),
 		LeafRemotes: cfg.CellLeaf, LeafPassword: agent.LeafPassword(cfg.Keys.Cell()), TLS: leafTLS(cfg.LeafCA),
-		PingInterval: pingInterval,
+		PingInterval: pingInterval, LeafHeld: true, // until the control plane confirms the name (claim.go)
 	}, base.With("component", "nats")); err != nil {
 		return nil, err
 	}
+	e.claim = newNameClaim(cfg.Name, e.nats, log)
 	fail := func(err error) (*Edge, error) {
 		e.nats.Shutdown()
 		return nil, err
@@ -205,6 +221,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 		return fail(err)
 	}
 	cfg.Keys.SetStaleNote(e.tokensNote)
+	if err := e.claimName(ctx); err != nil {
+		return fail(err)
+	}
 	log.Info("edge ready", "cell_leaf", cfg.CellLeaf, "max_buffer", cfg.MaxBuffer, "buffer_max_age", cfg.BufferMaxAge,
 		"config_version", e.applied.Load(), "buffered_events", e.monitor.status().Buffer.Events, "cell_connected", e.monitor.status().CellConnected)
 	return e, nil
@@ -237,21 +256,34 @@ func check(cfg *Config) error {
 }
 
 // Run follows the control plane, samples the link and the buffer, and
-// reports them until ctx ends; then it stops the NATS server (what it
-// acknowledged is on disk). Every goroutine it starts has ended when it
-// returns.
+// reports them until ctx ends, or until the control plane gives this
+// edge's name to another running edge process (claim.go: Run returns
+// why); then it stops the NATS server (what it acknowledged is on
+// disk). Every goroutine it starts has ended when it returns.
 func (e *Edge) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var loops sync.WaitGroup
 	loops.Go(func() { e.follow(ctx) })
 	loops.Go(func() { e.monitor.run(ctx, e.log) })
 	loops.Go(func() { e.report(ctx) })
 	e.log.Info("edge running", "controlplane", e.upstream.URL())
-	<-ctx.Done()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-e.claim.lost:
+		e.log.Error("stopping: this edge's name is another running edge's", "error", err)
+		cancel()
+	}
 	loops.Wait()
+	if w := e.opened.Swap(nil); w != nil { // follow stopped before it took it
+		w.cancel()
+		_ = w.stream.Close()
+	}
 	e.gateway.Close()
 	e.nats.Shutdown()
 	e.log.Info("edge stopped")
-	return nil
+	return err
 }
 
 // reserve is the gateway's EdgeTarget.Reserve: room in the buffer for a

@@ -54,6 +54,11 @@ type controlPlane struct {
 	// (a silent cut).
 	keepalive atomic.Int64
 	silent    atomic.Bool
+	// refuse, when set, refuses every watch and report as the control
+	// plane refuses an edge process whose name another one holds;
+	// refused counts those refusals.
+	refuse  atomic.Bool
+	refused atomic.Int32
 
 	mu      sync.Mutex
 	reports []*rivorav1.EdgeBuffer
@@ -67,8 +72,22 @@ func (c *controlPlane) authorized(h http.Header) error {
 	return nil
 }
 
+// nameTaken is, while refuse is set, the control plane's refusal of an
+// edge process whose name another running one holds.
+func (c *controlPlane) nameTaken(name string) error {
+	if !c.refuse.Load() {
+		return nil
+	}
+	c.refused.Add(1)
+	err := errkind.Errorf(errkind.Exists, "edge name %q is in use by another running edge (a stand-in's refusal)", name)
+	return errkind.AsConnect(errkind.WithInfo(err, errkind.EdgeNameInUseReason, map[string]string{"edge": name}))
+}
+
 func (c *controlPlane) WatchEdge(ctx context.Context, req *connect.Request[rivorav1.WatchEdgeRequest], stream *connect.ServerStream[rivorav1.WatchEdgeResponse]) error {
 	if err := c.authorized(req.Header()); err != nil {
+		return err
+	}
+	if err := c.nameTaken(req.Msg.GetEdgeName()); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -104,6 +123,9 @@ func (c *controlPlane) WatchEdge(ctx context.Context, req *connect.Request[rivor
 
 func (c *controlPlane) ReportEdge(_ context.Context, req *connect.Request[rivorav1.ReportEdgeRequest]) (*connect.Response[rivorav1.ReportEdgeResponse], error) {
 	if err := c.authorized(req.Header()); err != nil {
+		return nil, err
+	}
+	if err := c.nameTaken(req.Msg.GetEdgeName()); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()

@@ -36,6 +36,9 @@ func (e *Edge) follow(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if nameRefusal(err) {
+			e.answered(err)
+		}
 		if received {
 			quiet = false
 		}
@@ -61,21 +64,35 @@ func (e *Edge) client(httpClient *http.Client, url string) rivorav1connect.EdgeS
 }
 
 // watch follows one WatchEdge stream until it ends; received tells
-// whether it brought a config.
+// whether it brought a config. The first is the one New opened to claim
+// the name, when it did (claimName), with its first message received.
 func (e *Edge) watch(ctx context.Context, client rivorav1connect.EdgeServiceClient) (received bool, err error) {
+	if w := e.opened.Swap(nil); w != nil {
+		defer context.AfterFunc(ctx, w.cancel)()
+		return e.receive(w.ctx, w.cancel, w.stream, true)
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	defer cancel()
-	stream, err := client.WatchEdge(ctx, connect.NewRequest(&rivorav1.WatchEdgeRequest{EdgeName: e.cfg.Name, AppliedVersion: e.applied.Load()}))
+	stream, err := client.WatchEdge(ctx, connect.NewRequest(e.watchRequest()))
 	if err != nil {
 		return false, err
 	}
+	return e.receive(ctx, cancel, stream, false)
+}
+
+// receive applies what a WatchEdge stream brings until it ends, which
+// cancel (its context's) forces; primed: its first message was received
+// already.
+func (e *Edge) receive(ctx context.Context, cancel context.CancelFunc, stream *connect.ServerStreamForClient[rivorav1.WatchEdgeResponse], primed bool) (received bool, err error) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
 	defer stream.Close()
 	defer e.following.Store(false)
 	alive := make(chan struct{}, 1)
 	wg.Go(func() { watchSilence(ctx, cancel, alive) })
-	for stream.Receive() {
+	for primed || stream.Receive() {
+		primed = false
 		// Every message, keepalives included: a token created since is
 		// one the edge may not know.
 		e.heard.Store(time.Now().UnixNano())
@@ -95,6 +112,7 @@ func (e *Edge) watch(ctx context.Context, client rivorav1connect.EdgeServiceClie
 		}
 		if !received {
 			e.log.Info("following the control plane", "version", msg.GetVersion())
+			e.answered(nil) // it lets this process hold the name
 		}
 		received = true
 	}

@@ -98,6 +98,10 @@ func (m *monitor) run(ctx context.Context, log *slog.Logger) {
 			log.Info("connected to the cell: it takes the buffered events", "buffered_events", st.Buffer.Events)
 		case !st.CellConnected && before:
 			log.Warn("the link to the cell is down: events are acknowledged here and kept until it returns", "buffered_events", st.Buffer.Events)
+		case !everConnected && !warnedNever && m.now().Sub(m.started) >= neverConnectedWarning && !m.nats.LeafJoined():
+			warnedNever = true
+			log.Warn("this edge has not joined the cell since it started: it joins once its control plane confirms that no other running edge has its name (--name); check --controlplane, the network to it and the cell token; events are acknowledged here and kept until then",
+				"since", m.started.UTC().Format(time.RFC3339), "buffered_events", st.Buffer.Events)
 		case !everConnected && !warnedNever && m.now().Sub(m.started) >= neverConnectedWarning:
 			// Once: a wrong --cell-leaf, a firewall or a wrong cell
 			// token looks like this from here, and there was no

@@ -34,7 +34,7 @@ func (e *Edge) report(ctx context.Context) {
 		case <-t.C:
 		}
 		url := e.upstream.URL()
-		_, err := e.client(httpClient, url).ReportEdge(ctx, connect.NewRequest(&rivorav1.ReportEdgeRequest{EdgeName: e.cfg.Name, Buffer: e.bufferReport()}))
+		_, err := e.client(httpClient, url).ReportEdge(ctx, connect.NewRequest(&rivorav1.ReportEdgeRequest{EdgeName: e.cfg.Name, Buffer: e.bufferReport(), InstanceId: e.instance}))
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -44,6 +44,7 @@ func (e *Edge) report(ctx context.Context) {
 			e.log.Info("reporting to the control plane again", "controlplane", url)
 		}
 		failing = err != nil
+		e.answered(err)
 		if err != nil {
 			e.upstream.Next(url)
 		}

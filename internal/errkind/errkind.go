@@ -161,6 +161,13 @@ func WithInfo(err error, reason string, metadata map[string]string) error {
 // than retrying the follower.
 const NotLeaderReason = "NOT_LEADER"
 
+// EdgeNameInUseReason is the ErrorInfo reason of the control plane's
+// AlreadyExists to an edge process (`rivora edge`) whose name another
+// running edge process holds: its metadata's "edge" is the name. The
+// edge refuses to start (or, refused while running, stops) rather than
+// join the cell under a name that is another's.
+const EdgeNameInUseReason = "EDGE_NAME_IN_USE"
+
 // InvalidLimitReason is the ErrorInfo reason of an InvalidArgument for a
 // destination limit out of its bounds: its metadata's "field" is the
 // Limits field (max_attempts), "bound" what it must be and "got" the

@@ -25,8 +25,12 @@ type WatchEdgeRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	EdgeName       string                 `protobuf:"bytes,1,opt,name=edge_name,json=edgeName,proto3" json:"edge_name,omitempty"`
 	AppliedVersion uint64                 `protobuf:"varint,2,opt,name=applied_version,json=appliedVersion,proto3" json:"applied_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// instance_id tells this edge process from any other started under the
+	// same name (random, drawn at its start). "" takes no part in the
+	// name's claim (an edge older than it).
+	InstanceId    string `protobuf:"bytes,3,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchEdgeRequest) Reset() {
@@ -71,6 +75,13 @@ func (x *WatchEdgeRequest) GetAppliedVersion() uint64 {
 		return x.AppliedVersion
 	}
 	return 0
+}
+
+func (x *WatchEdgeRequest) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
 }
 
 type WatchEdgeResponse struct {
@@ -118,9 +129,11 @@ func (x *WatchEdgeResponse) GetConfig() *WatchResponse {
 }
 
 type ReportEdgeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	EdgeName      string                 `protobuf:"bytes,1,opt,name=edge_name,json=edgeName,proto3" json:"edge_name,omitempty"`
-	Buffer        *EdgeBuffer            `protobuf:"bytes,2,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	EdgeName string                 `protobuf:"bytes,1,opt,name=edge_name,json=edgeName,proto3" json:"edge_name,omitempty"`
+	Buffer   *EdgeBuffer            `protobuf:"bytes,2,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	// instance_id is the reporting edge process's (WatchEdgeRequest).
+	InstanceId    string `protobuf:"bytes,3,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -169,6 +182,13 @@ func (x *ReportEdgeRequest) GetBuffer() *EdgeBuffer {
 	return nil
 }
 
+func (x *ReportEdgeRequest) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
 type ReportEdgeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -209,15 +229,19 @@ var File_rivora_v1_edges_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_edges_proto_rawDesc = "" +
 	"\n" +
-	"\x15rivora/v1/edges.proto\x12\trivora.v1\x1a\x15rivora/v1/admin.proto\x1a\x15rivora/v1/agent.proto\"X\n" +
+	"\x15rivora/v1/edges.proto\x12\trivora.v1\x1a\x15rivora/v1/admin.proto\x1a\x15rivora/v1/agent.proto\"y\n" +
 	"\x10WatchEdgeRequest\x12\x1b\n" +
 	"\tedge_name\x18\x01 \x01(\tR\bedgeName\x12'\n" +
-	"\x0fapplied_version\x18\x02 \x01(\x04R\x0eappliedVersion\"E\n" +
+	"\x0fapplied_version\x18\x02 \x01(\x04R\x0eappliedVersion\x12\x1f\n" +
+	"\vinstance_id\x18\x03 \x01(\tR\n" +
+	"instanceId\"E\n" +
 	"\x11WatchEdgeResponse\x120\n" +
-	"\x06config\x18\x01 \x01(\v2\x18.rivora.v1.WatchResponseR\x06config\"_\n" +
+	"\x06config\x18\x01 \x01(\v2\x18.rivora.v1.WatchResponseR\x06config\"\x80\x01\n" +
 	"\x11ReportEdgeRequest\x12\x1b\n" +
 	"\tedge_name\x18\x01 \x01(\tR\bedgeName\x12-\n" +
-	"\x06buffer\x18\x02 \x01(\v2\x15.rivora.v1.EdgeBufferR\x06buffer\"\x14\n" +
+	"\x06buffer\x18\x02 \x01(\v2\x15.rivora.v1.EdgeBufferR\x06buffer\x12\x1f\n" +
+	"\vinstance_id\x18\x03 \x01(\tR\n" +
+	"instanceId\"\x14\n" +
 	"\x12ReportEdgeResponse2\xa2\x01\n" +
 	"\vEdgeService\x12H\n" +
 	"\tWatchEdge\x12\x1b.rivora.v1.WatchEdgeRequest\x1a\x1c.rivora.v1.WatchEdgeResponse0\x01\x12I\n" +

@@ -37,6 +37,13 @@ type EdgeServiceClient interface {
 	// The first Watch of a name registers the edge: the cell starts
 	// forwarding its buffer (an INGEST source) and keeps doing so until an
 	// operator removes the edge (AdminService.RemoveEdge).
+	//
+	// One running edge process holds a name at a time (instance_id): a
+	// WatchEdge or ReportEdge of another instance is refused
+	// ALREADY_EXISTS, with an ErrorInfo (domain "rivora.dev", reason
+	// EDGE_NAME_IN_USE, metadata "edge"), while the holder's last call is
+	// at most 6 s (three report intervals) old; after that the next
+	// instance to call takes the name, and the holder's open watches end.
 	WatchEdge(ctx context.Context, in *WatchEdgeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEdgeResponse], error)
 	// ReportEdge tells the control plane the state of the edge's buffer.
 	ReportEdge(ctx context.Context, in *ReportEdgeRequest, opts ...grpc.CallOption) (*ReportEdgeResponse, error)
@@ -93,6 +100,13 @@ type EdgeServiceServer interface {
 	// The first Watch of a name registers the edge: the cell starts
 	// forwarding its buffer (an INGEST source) and keeps doing so until an
 	// operator removes the edge (AdminService.RemoveEdge).
+	//
+	// One running edge process holds a name at a time (instance_id): a
+	// WatchEdge or ReportEdge of another instance is refused
+	// ALREADY_EXISTS, with an ErrorInfo (domain "rivora.dev", reason
+	// EDGE_NAME_IN_USE, metadata "edge"), while the holder's last call is
+	// at most 6 s (three report intervals) old; after that the next
+	// instance to call takes the name, and the holder's open watches end.
 	WatchEdge(*WatchEdgeRequest, grpc.ServerStreamingServer[WatchEdgeResponse]) error
 	// ReportEdge tells the control plane the state of the edge's buffer.
 	ReportEdge(context.Context, *ReportEdgeRequest) (*ReportEdgeResponse, error)

@@ -47,6 +47,13 @@ type EdgeServiceClient interface {
 	// The first Watch of a name registers the edge: the cell starts
 	// forwarding its buffer (an INGEST source) and keeps doing so until an
 	// operator removes the edge (AdminService.RemoveEdge).
+	//
+	// One running edge process holds a name at a time (instance_id): a
+	// WatchEdge or ReportEdge of another instance is refused
+	// ALREADY_EXISTS, with an ErrorInfo (domain "rivora.dev", reason
+	// EDGE_NAME_IN_USE, metadata "edge"), while the holder's last call is
+	// at most 6 s (three report intervals) old; after that the next
+	// instance to call takes the name, and the holder's open watches end.
 	WatchEdge(context.Context, *connect.Request[v1.WatchEdgeRequest]) (*connect.ServerStreamForClient[v1.WatchEdgeResponse], error)
 	// ReportEdge tells the control plane the state of the edge's buffer.
 	ReportEdge(context.Context, *connect.Request[v1.ReportEdgeRequest]) (*connect.Response[v1.ReportEdgeResponse], error)
@@ -102,6 +109,13 @@ type EdgeServiceHandler interface {
 	// The first Watch of a name registers the edge: the cell starts
 	// forwarding its buffer (an INGEST source) and keeps doing so until an
 	// operator removes the edge (AdminService.RemoveEdge).
+	//
+	// One running edge process holds a name at a time (instance_id): a
+	// WatchEdge or ReportEdge of another instance is refused
+	// ALREADY_EXISTS, with an ErrorInfo (domain "rivora.dev", reason
+	// EDGE_NAME_IN_USE, metadata "edge"), while the holder's last call is
+	// at most 6 s (three report intervals) old; after that the next
+	// instance to call takes the name, and the holder's open watches end.
 	WatchEdge(context.Context, *connect.Request[v1.WatchEdgeRequest], *connect.ServerStream[v1.WatchEdgeResponse]) error
 	// ReportEdge tells the control plane the state of the edge's buffer.
 	ReportEdge(context.Context, *connect.Request[v1.ReportEdgeRequest]) (*connect.Response[v1.ReportEdgeResponse], error)

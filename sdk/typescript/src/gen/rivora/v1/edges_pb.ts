@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rivora/v1/edges.proto.
  */
 export const file_rivora_v1_edges: GenFile = /*@__PURE__*/
-  fileDesc("ChVyaXZvcmEvdjEvZWRnZXMucHJvdG8SCXJpdm9yYS52MSI+ChBXYXRjaEVkZ2VSZXF1ZXN0EhEKCWVkZ2VfbmFtZRgBIAEoCRIXCg9hcHBsaWVkX3ZlcnNpb24YAiABKAQiPQoRV2F0Y2hFZGdlUmVzcG9uc2USKAoGY29uZmlnGAEgASgLMhgucml2b3JhLnYxLldhdGNoUmVzcG9uc2UiTQoRUmVwb3J0RWRnZVJlcXVlc3QSEQoJZWRnZV9uYW1lGAEgASgJEiUKBmJ1ZmZlchgCIAEoCzIVLnJpdm9yYS52MS5FZGdlQnVmZmVyIhQKElJlcG9ydEVkZ2VSZXNwb25zZTKiAQoLRWRnZVNlcnZpY2USSAoJV2F0Y2hFZGdlEhsucml2b3JhLnYxLldhdGNoRWRnZVJlcXVlc3QaHC5yaXZvcmEudjEuV2F0Y2hFZGdlUmVzcG9uc2UwARJJCgpSZXBvcnRFZGdlEhwucml2b3JhLnYxLlJlcG9ydEVkZ2VSZXF1ZXN0Gh0ucml2b3JhLnYxLlJlcG9ydEVkZ2VSZXNwb25zZUIzWjFnaXRodWIuY29tL3Jpdm9yYS9yaXZvcmEvcHJvdG8vcml2b3JhL3YxO3Jpdm9yYXYxYgZwcm90bzM", [file_rivora_v1_admin, file_rivora_v1_agent]);
+  fileDesc("ChVyaXZvcmEvdjEvZWRnZXMucHJvdG8SCXJpdm9yYS52MSJTChBXYXRjaEVkZ2VSZXF1ZXN0EhEKCWVkZ2VfbmFtZRgBIAEoCRIXCg9hcHBsaWVkX3ZlcnNpb24YAiABKAQSEwoLaW5zdGFuY2VfaWQYAyABKAkiPQoRV2F0Y2hFZGdlUmVzcG9uc2USKAoGY29uZmlnGAEgASgLMhgucml2b3JhLnYxLldhdGNoUmVzcG9uc2UiYgoRUmVwb3J0RWRnZVJlcXVlc3QSEQoJZWRnZV9uYW1lGAEgASgJEiUKBmJ1ZmZlchgCIAEoCzIVLnJpdm9yYS52MS5FZGdlQnVmZmVyEhMKC2luc3RhbmNlX2lkGAMgASgJIhQKElJlcG9ydEVkZ2VSZXNwb25zZTKiAQoLRWRnZVNlcnZpY2USSAoJV2F0Y2hFZGdlEhsucml2b3JhLnYxLldhdGNoRWRnZVJlcXVlc3QaHC5yaXZvcmEudjEuV2F0Y2hFZGdlUmVzcG9uc2UwARJJCgpSZXBvcnRFZGdlEhwucml2b3JhLnYxLlJlcG9ydEVkZ2VSZXF1ZXN0Gh0ucml2b3JhLnYxLlJlcG9ydEVkZ2VSZXNwb25zZUIzWjFnaXRodWIuY29tL3Jpdm9yYS9yaXZvcmEvcHJvdG8vcml2b3JhL3YxO3Jpdm9yYXYxYgZwcm90bzM", [file_rivora_v1_admin, file_rivora_v1_agent]);
 
 /**
  * @generated from message rivora.v1.WatchEdgeRequest
@@ -29,6 +29,15 @@ export type WatchEdgeRequest = Message<"rivora.v1.WatchEdgeRequest"> & {
    * @generated from field: uint64 applied_version = 2;
    */
   appliedVersion: bigint;
+
+  /**
+   * instance_id tells this edge process from any other started under the
+   * same name (random, drawn at its start). "" takes no part in the
+   * name's claim (an edge older than it).
+   *
+   * @generated from field: string instance_id = 3;
+   */
+  instanceId: string;
 };
 
 /**
@@ -68,6 +77,13 @@ export type ReportEdgeRequest = Message<"rivora.v1.ReportEdgeRequest"> & {
    * @generated from field: rivora.v1.EdgeBuffer buffer = 2;
    */
   buffer?: EdgeBuffer | undefined;
+
+  /**
+   * instance_id is the reporting edge process's (WatchEdgeRequest).
+   *
+   * @generated from field: string instance_id = 3;
+   */
+  instanceId: string;
 };
 
 /**
@@ -105,6 +121,13 @@ export const EdgeService: GenService<{
    * The first Watch of a name registers the edge: the cell starts
    * forwarding its buffer (an INGEST source) and keeps doing so until an
    * operator removes the edge (AdminService.RemoveEdge).
+   *
+   * One running edge process holds a name at a time (instance_id): a
+   * WatchEdge or ReportEdge of another instance is refused
+   * ALREADY_EXISTS, with an ErrorInfo (domain "rivora.dev", reason
+   * EDGE_NAME_IN_USE, metadata "edge"), while the holder's last call is
+   * at most 6 s (three report intervals) old; after that the next
+   * instance to call takes the name, and the holder's open watches end.
    *
    * @generated from rpc rivora.v1.EdgeService.WatchEdge
    */
