@@ -48,6 +48,9 @@ type fakeRivora struct {
 	subs *fakeSubscriptions
 	// edges answers ListEdges.
 	edges []*rivorav1.EdgeStatus
+	// health, when it has a destination's, is what GetDestinationHealth
+	// answers for it (gone_test.go).
+	health map[string]*rivorav1.DestinationHealth
 
 	mu       sync.Mutex
 	dests    map[string]*rivorav1.Destination

@@ -12,10 +12,13 @@ import (
 )
 
 // GetDestinationHealth answers one healthy budget per destination, with
-// its pause state.
+// its pause state, or the health set for it in f.health.
 func (f *fakeRivora) GetDestinationHealth(_ context.Context, req *connect.Request[rivorav1.GetDestinationHealthRequest]) (*connect.Response[rivorav1.GetDestinationHealthResponse], error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if h, ok := f.health[req.Msg.GetDestinationId()]; ok {
+		return connect.NewResponse(&rivorav1.GetDestinationHealthResponse{Destinations: []*rivorav1.DestinationHealth{h}}), nil
+	}
 	d := f.dests[req.Msg.GetDestinationId()]
 	return connect.NewResponse(&rivorav1.GetDestinationHealthResponse{Destinations: []*rivorav1.DestinationHealth{{
 		DestinationId: d.GetId(), State: "healthy", Paused: d.GetPaused(), Disabled: d.GetDisabled(), PauseReason: d.GetPauseReason(),

@@ -26,7 +26,8 @@ current rate: a lower bound, as the partner's latency and max_in_flight can
 slow it), the last minute's attempts with their 429 and 5xx share, the
 learned rate (the partner's ceiling as throttling found
 it: the rate_per_second to put in the limits file; shown while the budget
-remembers one), tokens, attempts in flight, backlog per customer (lanes due
+remembers one, and said to be older than the partner's outage while it is
+parked or failing more than it throttles), tokens, attempts in flight, backlog per customer (lanes due
 now, lanes waiting for a retry, pending events), the last attempt statuses
 and the last state change with its cause.
 
@@ -51,6 +52,21 @@ func drainText(d *durationpb.Duration) string {
 	default:
 		return shortDuration(t.Round(time.Minute))
 	}
+}
+
+// learnedRateText is the learned rate with what to make of it: the rate to
+// configure while the partner throttles (or has not failed otherwise
+// since), not while it is down or failing more than it throttles: the
+// ceiling was learned before, and the partner may come back with another.
+func learnedRateText(h *rivorav1.DestinationHealth) string {
+	l := h.GetLearnedRate()
+	switch {
+	case h.GetState() == "parked":
+		return fmt.Sprintf("%.4g/s, learned before the partner stopped answering: check it once the partner is back", l)
+	case h.GetServerErrorShare()+h.GetNoAnswerShare() > h.GetThrottledShare():
+		return fmt.Sprintf("%.4g/s, learned before the partner failed more than it throttled (5xx, no answer): not a rate to set now", l)
+	}
+	return fmt.Sprintf("%.4g/s: the partner throttles above this (set rate_per_second to it)", l)
 }
 
 // arrivalRate is the events per second that joined the destination's
@@ -103,8 +119,8 @@ func (e *env) showHealth(c *ucli.Context) error {
 		}
 		tw.row("CLASS\t%s\n", className(h.GetPriorityClass()))
 		tw.row("RATE\t%.4g/s of %.4g/s configured\n", h.GetCurrentRate(), h.GetConfiguredRate())
-		if l := h.GetLearnedRate(); l > 0 {
-			tw.row("LEARNED RATE\t%.4g/s: the partner throttles above this (set rate_per_second to it)\n", l)
+		if h.GetLearnedRate() > 0 {
+			tw.row("LEARNED RATE\t%s\n", learnedRateText(h))
 		}
 		tw.row("TOKENS\t%.1f\n", h.GetTokens())
 		tw.row("IN FLIGHT\t%d of %d\n", h.GetInFlight(), h.GetMaxInFlight())

@@ -10,15 +10,19 @@
 //     cuts the rate, at most once a second and never below 0.5/s. If the
 //     destination was saturated within the last second (an attempt was due
 //     and held back for want of a token or by the in-flight cap) and the
-//     partner let requests through in that second, their number is learned
-//     as the partner's ceiling and the cut goes to 90% of it; otherwise the
-//     rate is halved.
+//     partner let through at least as many requests as it refused in that
+//     second, their number is learned as the partner's ceiling and the cut
+//     goes to 90% of it; otherwise the rate is halved. A second in which
+//     the partner refused more than it let through is an outage's, not a
+//     limit's: it teaches nothing, and a ceiling the cut before it learned
+//     is taken back.
 //   - With a learned ceiling the climb stops at 90% of it; above that it
 //     adds 1% of the ceiling per clean second, doubling every 30 s without a
 //     throttle. A ceiling that stays put costs a 429 or two every ~10 s; a
 //     raised one is found again within minutes. The ceiling is forgotten
-//     when the rate is back at the configured one, or when the doubled
-//     climb is as fast as the plain 5%.
+//     when the rate is back at the configured one, when the doubled climb
+//     is as fast as the plain 5%, or when a second without a failure got
+//     half as much again through (and at least 2/s more).
 //   - A Retry-After holds every attempt until it passes. 20 s without a
 //     success parks the destination: one probe a second; when one gets
 //     through it resumes at a tenth of the configured rate (at most 90% of

@@ -54,29 +54,73 @@ func (b *Budget) Saturated(now time.Time) { b.saturated = now }
 // cutRate is the rate a throttle at now cuts to. When the destination was
 // saturated within the last second (an attempt was due and held back by
 // the bucket or the in-flight cap, so this is the partner refusing what we
-// may send, not a stray error at low load) and the partner let some
-// through, their rate is learned as its ceiling and the cut goes to
-// Approach of it; otherwise the rate is halved.
+// may send, not a stray error at low load) and the partner let through at
+// least as many as it refused in that second, their rate is learned as its
+// ceiling and the cut goes to Approach of it; otherwise the rate is halved.
+//
+// A second in which the partner refused more than it let through is an
+// outage's (a partner answering 429 to everything, whatever it says), not
+// a limit's: it teaches nothing, and a ceiling the cut before it learned
+// (the outage's first second, with the successes from before it) is taken
+// back. Learning from such seconds took the one success before a partner
+// refused everything for its ceiling (1/s of a partner that had taken
+// 3/s), and held the climb after the outage to the probe above it.
 func (b *Budget) cutRate(now time.Time) float64 {
 	g := b.goodput.rate(now)
 	busy := !b.saturated.IsZero() && now.Sub(b.saturated) <= time.Second
+	tentative := b.tentative
+	b.tentative = false
+	if g < b.refusedRate(now) {
+		if tentative {
+			b.learned, b.learnedAt = b.unlearned, b.unlearnedAt
+		}
+		return b.bucket.Rate() / 2
+	}
 	if b.tune.Approach <= 0 || g <= 0 || !busy {
 		return b.bucket.Rate() / 2
 	}
+	b.unlearned, b.unlearnedAt, b.tentative = b.learned, b.learnedAt, true
 	b.learned, b.learnedAt = g, now
 	return b.tune.Approach * math.Min(g, b.bucket.Rate())
+}
+
+// refusedRate is the failures that were the destination's (throttles and
+// others) in the last second, per second.
+func (b *Budget) refusedRate(now time.Time) float64 {
+	return b.throttles.rate(now) + b.failures.rate(now)
 }
 
 // countSuccess records a 2xx. Until CutEvery after a cut that learned the
 // ceiling, the learned ceiling grows with the goodput: in a storm the
 // first 429 comes back while 2xx answers to attempts sent before it are
-// still in flight, and those were let through too.
+// still in flight, and those were let through too. Later, a second that
+// got clearly more through than the learned ceiling (ceilingExceeded)
+// with no failure of the destination's shows the ceiling gone: it is
+// forgotten, and the rate climbs at the full Increase again (a partner
+// that had throttled at 3/s took 10/s after an outage while the budget
+// still crept up by the probe: 66 s from 0.5/s to 20/s).
 func (b *Budget) countSuccess(now time.Time) {
 	b.goodput.add(now)
-	if b.learned > 0 && now.Sub(b.learnedAt) < b.tune.CutEvery {
-		b.learned = math.Max(b.learned, b.goodput.rate(now))
+	if b.learned <= 0 {
+		return
+	}
+	g := b.goodput.rate(now)
+	if now.Sub(b.learnedAt) < b.tune.CutEvery {
+		b.learned = math.Max(b.learned, g)
+		return
+	}
+	if g >= ceilingExceeded*b.learned && g >= b.learned+2 && b.refusedRate(now) == 0 {
+		b.learned, b.tentative = 0, false
+		b.changes++
 	}
 }
+
+// ceilingExceeded: a clean second's goodput at this multiple of the
+// learned ceiling (and at least 2 more) forgets it. The goodput over a
+// sliding second of a partner that limits per fixed second may pass its
+// limit a little where the two windows straddle; half as much again is no
+// such artefact.
+const ceilingExceeded = 1.5
 
 // raisedRate is the rate after elapsed seconds of clean traffic: Increase
 // of the configured rate per second up to Approach of the learned ceiling,

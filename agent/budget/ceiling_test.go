@@ -41,6 +41,9 @@ type sim struct {
 	seconds []second
 	// maxLearned is the highest Learned() seen.
 	maxLearned float64
+	// answer, when set, answers instead of the partner's limit: 200, 429
+	// or another status (a failure that is not throttling).
+	answer func(now time.Time) int
 }
 
 func newSim(t *testing.T, configured float64, burst, limit int) *sim {
@@ -61,15 +64,29 @@ func (s *sim) run(d time.Duration) {
 			s.seconds = append(s.seconds, second{})
 		}
 		s.seconds[i].attempts++
-		if s.partner.accepts(now) {
+		switch status := s.status(now); status {
+		case 200:
 			s.seconds[i].delivered++
 			s.b.Succeeded(now)
-		} else {
+		case 429:
 			s.seconds[i].throttled++
 			s.b.Throttled(now, 0, "HTTP 429")
+		default:
+			s.b.Failed(now, fmt.Sprintf("HTTP %d", status))
 		}
 		s.maxLearned = max(s.maxLearned, s.b.Learned())
 	}
+}
+
+// status is what the partner answers an attempt at now.
+func (s *sim) status(now time.Time) int {
+	switch {
+	case s.answer != nil:
+		return s.answer(now)
+	case s.partner.accepts(now):
+		return 200
+	}
+	return 429
 }
 
 // between sums the seconds [from, to).
@@ -243,5 +260,68 @@ func TestStrayFailuresUnderABacklogDoNotRatchetTheRate(t *testing.T) {
 	}
 	if stray.Rate() < 10 || stray.Learned() != 0 {
 		t.Fatalf("5%% stray failures under a backlog: rate %.2f/s learned %.2f, want ≥ 10/s and nothing learned", stray.Rate(), stray.Learned())
+	}
+}
+
+// The operator probe's incident: a partner limiting at 3/s, then
+// refusing everything (429, then 503) for a minute, then taking all it is
+// sent. Whenever in the partner's second its refusals begin, what the
+// budget learned at 3/s is what it remembers through the outage (a second
+// in which the partner refused more than it let through is an outage's,
+// not a ceiling: learning from it remembered 1/s), and once the partner
+// takes clearly more than that ceiling without a 429 the ceiling is
+// forgotten and the rate climbs at the plain 5% of 20/s a second: back at
+// 20/s within 40 s (it crept up by the probe above the ceiling: 80 to
+// 130 s).
+func TestAnOutageIsNoCeiling(t *testing.T) {
+	for off := 0; off < 1200; off += 100 {
+		t.Run(fmt.Sprintf("refusing_%dms_after_a_429", off), func(t *testing.T) {
+			s := newSim(t, 20, 20, 3)
+			s.run(time.Minute)
+			if l := s.b.Learned(); l < 2.7 || l > 3 {
+				t.Fatalf("learned %.2f/s of a partner at 3/s, want 2.7–3", l)
+			}
+			// From the first 429 after a minute, off later, the partner
+			// refuses everything.
+			var first time.Time
+			s.answer = func(now time.Time) int {
+				ok := s.partner.accepts(now)
+				if first.IsZero() && !ok {
+					first = now
+				}
+				if ok && (first.IsZero() || now.Sub(first) < time.Duration(off)*time.Millisecond) {
+					return 200
+				}
+				return 429
+			}
+			for sec := 61; sec <= 120; sec++ {
+				if sec == 90 {
+					s.answer = func(time.Time) int { return 503 }
+				}
+				s.run(time.Duration(sec) * time.Second)
+				if l := s.b.Learned(); l < 2 {
+					t.Fatalf("%d s into the outage: learned %.2f/s, want what the partner let through at 3/s", sec-60, l)
+				}
+			}
+			if l := s.b.Learned(); s.b.State() != budget.Parked || l < 2.7 || l > 3 {
+				t.Fatalf("after a minute's outage: %s, learned %.2f/s; want parked, the 3/s ceiling remembered", s.b.State(), l)
+			}
+
+			s.answer = func(time.Time) int { return 200 }
+			dropped := 0
+			for sec := 121; sec <= 160 && s.b.State() != budget.Healthy; sec++ {
+				s.run(time.Duration(sec) * time.Second)
+				if dropped == 0 && s.b.Learned() == 0 {
+					dropped = sec
+				}
+				if got := s.seconds[sec-1]; dropped == 0 && got.delivered >= 6 {
+					t.Fatalf("second %d after the recovery: %d delivered without a 429, and the 3/s ceiling still remembered", sec-120, got.delivered)
+				}
+			}
+			t.Logf("ceiling forgotten %d s after the recovery, rate back at 20/s after %s", dropped-120, s.clk.Now().Sub(s.partner.start)-2*time.Minute)
+			if s.b.State() != budget.Healthy || s.b.Learned() != 0 {
+				t.Fatalf("40 s after the partner recovered: %s at %.2f/s, learned %.2f/s; want healthy at 20/s, nothing learned", s.b.State(), s.b.Rate(), s.b.Learned())
+			}
+		})
 	}
 }

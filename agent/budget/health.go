@@ -119,9 +119,16 @@ type Budget struct {
 
 	goodput   goodput   // 2xx over the last second
 	failures  goodput   // Failed answers over the last second
+	throttles goodput   // Throttled answers over the last second
 	saturated time.Time // an attempt was last held back (no token, or the in-flight cap)
 	learned   float64   // the partner's ceiling; 0: none remembered
 	learnedAt time.Time // the cut that learned it
+	// tentative: the last cut learned the ceiling, and no cut since has
+	// said whether its second was a limit's or an outage's first;
+	// unlearned and unlearnedAt are what it replaced (cutRate).
+	tentative   bool
+	unlearned   float64
+	unlearnedAt time.Time
 
 	changes uint64 // see Changes
 }
@@ -301,6 +308,7 @@ func (b *Budget) Succeeded(now time.Time) (recovered bool) {
 // and failure with no success for ParkAfter parks the destination.
 func (b *Budget) Throttled(now time.Time, retryAfter time.Duration, cause string) {
 	b.lastFailure = Failure{At: now, Cause: cause}
+	b.throttles.add(now)
 	b.failed(now, retryAfter, cause, true)
 }
 
