@@ -483,6 +483,37 @@ func TestOneCustomersFailuresKeepASharedBudget(t *testing.T) {
 	checkInvariants(t, s)
 }
 
+// A 429 to one lane while the others get 2xx (a partner throttling one
+// user) is charged to the event, as a 5xx to one payload is: the
+// destination is otherwise healthy. It still cuts the budget: a 429 is
+// the partner's word on the whole destination's rate (operations.md,
+// guarantees.md).
+func TestA429ToOneLaneOfAHealthyDestinationIsCharged(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("d", 0, outageLimits)
+	appendTo(s, 0, lid("d", "c", "throttled"), ev(1))
+	appendTo(s, 0, lid("d", "c", "ok1"), ev(2))
+	appendTo(s, 0, lid("d", "c", "ok2"), ev(3))
+	var throttled *Attempt
+	for a, _ := step(s); a != nil; a, _ = step(s) {
+		if a.Lane.ID.Key == "throttled" {
+			throttled = a
+			continue
+		}
+		clk.Advance(10 * time.Millisecond)
+		s.Observe(a, 200, false, 0, "")
+		s.Succeeded(a)
+	}
+	clk.Advance(10 * time.Millisecond)
+	if obs := s.Observe(throttled, 429, true, 0, "HTTP 429"); !obs.OtherwiseHealthy {
+		t.Fatal("a 429 to one lane while the others got 2xx: not otherwise healthy, want healthy (the attempt counts)")
+	}
+	if snap := s.Snapshot("d")[0]; snap.State != budget.Degraded || snap.CurrentRate >= snap.ConfiguredRate {
+		t.Fatalf("after a 429: %s at %v of %v, want the budget cut", snap.State, snap.CurrentRate, snap.ConfiguredRate)
+	}
+	checkInvariants(t, s)
+}
+
 // What is not one customer's alone on a shared destination: timeouts
 // after the partner stopped answering everyone (the other customer's
 // last success came before), and a 429 (the partner's word on the whole
