@@ -51,6 +51,12 @@ type DestinationSnapshot struct {
 	// OldestPending is when the oldest pending event was accepted (zero:
 	// none pending).
 	OldestPending time.Time
+	// OldestDue is when the lane due the longest became due: since then
+	// its head has waited for a token, an in-flight slot, a worker or its
+	// customer's turn (zero: no lane due).
+	OldestDue time.Time
+	// At is when the snapshot was taken, on the scheduler's clock.
+	At time.Time
 	// CertificateRefusedAt is the last attempt whose partner refused the
 	// destination's new client certificate (zero: none).
 	CertificateRefusedAt time.Time
@@ -68,7 +74,7 @@ func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
 			continue
 		}
 		snap := DestinationSnapshot{
-			ID: id, Configured: d.configured, Paused: d.paused, Class: d.class, InFlight: d.inFlight,
+			ID: id, At: now, Configured: d.configured, Paused: d.paused, Class: d.class, InFlight: d.inFlight,
 			MaxInFlight: d.limits.MaxInFlight, Pending: d.pending, LastStatuses: d.statuses.list(),
 			CertificateRefusedAt: d.certRefusedAt,
 		}
@@ -100,6 +106,9 @@ func (s *Scheduler) Snapshot(destinationID string) []DestinationSnapshot {
 			switch l.state {
 			case laneDue, laneExpired:
 				c.DueLanes++
+				if at := fromUnixNanos(l.dueSince); l.state == laneDue && (snap.OldestDue.IsZero() || at.Before(snap.OldestDue)) {
+					snap.OldestDue = at
+				}
 			case laneWaiting, laneSubPaused:
 				c.WaitingLanes++
 			case laneInFlight:
