@@ -191,6 +191,8 @@ type Agent struct {
 	upstream    *upstream.Planes
 
 	deadLetters *deadletters.Service
+	// archive is where dead letters go (checked once at startup).
+	archive archive.Archive
 	// parts is the partitions assigned here, and the one partition count.
 	parts *partitions.Set
 	// applied is the config version applied (follow.go).
@@ -284,6 +286,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 			return fail(err)
 		}
 	}
+	a.archive = arch
 	// The owners check the events edges forward against the idempotency
 	// records the gateway keeps (the bucket is the gateway's: created
 	// here first, as the gateway creates it).
@@ -426,6 +429,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	loops.Go(func() { _ = a.upstream.Run(ctx) })
 	loops.Go(func() { _ = a.edges.Run(ctx) })
+	loops.Go(func() { _ = checkArchive(ctx, a.archive, archiveCheckTimeout, a.log) })
 	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.upstream.URL())
 	<-ctx.Done()
 	a.log.Info("draining: waiting for attempts in flight")

@@ -51,6 +51,11 @@ max attempts it used, or "not charged: destination down" (or throttling
 charged and notChargedReason on each of attempts. Records written before
 Rivora recorded whether a try was charged show its number with a "?".
 
+A dead event whose dead letter is not in the archive yet (it cannot be
+reached) reads ARCHIVED not yet (deadLetterUnarchived in -o json): it is
+kept in the ledger, and dlq list, dlq show and replay find it once the
+archive is back.
+
 While pending, WAITING says why it is not being delivered now, e.g.
    held: destination parked since 2026-12-01T09:12:03Z; 2 of 8 attempts used
 Failures that may be the destination's (connection errors, timeouts, 429,
@@ -271,6 +276,9 @@ func (e *env) getEvent(c *ucli.Context) error {
 	}
 	if ev.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED {
 		kv = append(kv, "DEAD REASON", deadReasonName(ev.GetDeadReason()))
+	}
+	if ev.GetDeadLetterUnarchived() {
+		kv = append(kv, "ARCHIVED", "not yet: dead letter kept in the ledger until the archive is reachable (dlq list, dlq show and replay find it then)")
 	}
 	if ev.GetConflictingCopyDead() && ev.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT {
 		kv = append(kv, "CONFLICTING COPY", "a copy of another payload under this id (its idempotency key reused) is a dead letter, never sent: rivoractl dlq show "+ev.GetEventId())

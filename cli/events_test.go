@@ -203,6 +203,27 @@ func TestEventsGetListsEachAcceptance(t *testing.T) {
 	}
 }
 
+// A dead event whose dead letter is still in the ledger (the archive
+// down) says so: it read only "dead", while dlq list and replay failed on
+// the archive.
+func TestEventsGetSaysADeadLetterIsNotArchivedYet(t *testing.T) {
+	f, url := startFake(t)
+	f.events["evt-dead"] = &rivorav1.GetEventResponse{EventId: "evt-dead", DestinationId: "orders", State: rivorav1.EventState_EVENT_STATE_DEAD,
+		DeadReason: rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS, DeadLetterUnarchived: true}
+	f.events["evt-archived"] = &rivorav1.GetEventResponse{EventId: "evt-archived", DestinationId: "orders", State: rivorav1.EventState_EVENT_STATE_DEAD,
+		DeadReason: rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS}
+	want := "not yet: dead letter kept in the ledger until the archive is reachable"
+	if out := mustSucceed(t, run(t, url, "", "events", "get", "evt-dead")).stdout; !strings.Contains(out, "ARCHIVED") || !strings.Contains(out, want) {
+		t.Errorf("events get of a dead letter not archived yet lacks %q:\n%s", want, out)
+	}
+	if out := mustSucceed(t, run(t, url, "", "events", "get", "evt-dead", "-o", "json")).stdout; !strings.Contains(out, `"deadLetterUnarchived": true`) {
+		t.Errorf("events get -o json lacks deadLetterUnarchived:\n%s", out)
+	}
+	if out := mustSucceed(t, run(t, url, "", "events", "get", "evt-archived")).stdout; strings.Contains(out, "ARCHIVED") {
+		t.Errorf("events get of an archived dead letter says it is not:\n%s", out)
+	}
+}
+
 // An empty list keeps its JSON shape: {"events": []}, not {}.
 func TestEventsListEmptyJSON(t *testing.T) {
 	_, url := startFake(t)

@@ -199,7 +199,8 @@ func (r *operatorRouter) findEvent(ctx context.Context, id string) (*rivorav1.Ge
 //   - pending or in flight wins: only the partition's owner knows that
 //     (a resent event is pending there while its history says delivered);
 //   - else a found answer, the one with the most attempts (the fullest
-//     history; the first such agent on a tie);
+//     history; the first such agent on a tie), dead_letter_unarchived
+//     if any agent said so (only the partition's owner knows its ledger);
 //   - an agent refusing the caller (unauthenticated, permission denied:
 //     every agent has the same tokens) is the answer;
 //   - every agent NotFound: NotFound;
@@ -209,11 +210,13 @@ func mergeEventAnswers(id string, answers []eventAnswer) (*rivorav1.GetEventResp
 	var found *rivorav1.GetEventResponse
 	var notFound []string
 	var failed []error
+	unarchived := false
 	for _, a := range answers {
 		switch {
 		case a.err == nil && live(a.resp.GetState()):
 			return a.resp, nil
 		case a.err == nil:
+			unarchived = unarchived || a.resp.GetDeadLetterUnarchived()
 			if found == nil || len(a.resp.GetAttempts()) > len(found.GetAttempts()) {
 				found = a.resp
 			}
@@ -227,6 +230,7 @@ func mergeEventAnswers(id string, answers []eventAnswer) (*rivorav1.GetEventResp
 	}
 	switch {
 	case found != nil:
+		found.DeadLetterUnarchived = unarchived && found.GetState() == rivorav1.EventState_EVENT_STATE_DEAD
 		return found, nil
 	case len(failed) == 0:
 		// Word for word the agents' answer, which is also the one for

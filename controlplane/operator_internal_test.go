@@ -625,3 +625,27 @@ func TestRouterForwardsTheCallersToken(t *testing.T) {
 		t.Fatalf("the agent was called with Authorization %q, want once, the caller's token", a.authorization)
 	}
 }
+
+// A dead event's dead letter still in its partition's ledger (the archive
+// down) is known only to the partition's owner: the merged answer keeps
+// its mark, though every agent reads the same history and the first
+// agent's answer is the one taken.
+func TestOperatorGetEventKeepsTheOwnersUnarchivedMark(t *testing.T) {
+	c := startRouteCell(t, func() error { return nil })
+	a1, a2 := c.agent("a1"), c.agent("a2")
+	dead := func(unarchived bool) *rivorav1.GetEventResponse {
+		ev := event(evID, "orders", rivorav1.EventState_EVENT_STATE_DEAD, 2)
+		ev.DeadLetterUnarchived = unarchived
+		return ev
+	}
+	a1.set(evID, dead(false))
+	a2.set(evID, dead(true)) // the owner
+	resp, err := c.events().GetEvent(ctx(t), connect.NewRequest(&rivorav1.GetEventRequest{EventId: evID}))
+	if err != nil || !resp.Msg.GetDeadLetterUnarchived() || resp.Msg.GetState() != rivorav1.EventState_EVENT_STATE_DEAD {
+		t.Fatalf("dead on both, unarchived on a2: got %v, %v; want dead, dead_letter_unarchived", resp, err)
+	}
+	a2.set(evID, dead(false))
+	if resp, err := c.events().GetEvent(ctx(t), connect.NewRequest(&rivorav1.GetEventRequest{EventId: evID})); err != nil || resp.Msg.GetDeadLetterUnarchived() {
+		t.Fatalf("archived everywhere: got %v, %v; want no unarchived mark", resp, err)
+	}
+}

@@ -93,7 +93,7 @@ func Handle(mux *http.ServeMux, cfg Config, opts ...connect.HandlerOption) {
 		sched: cfg.Scheduler, registry: cfg.Registry, subs: cfg.Subscriptions, history: cfg.History, gateway: cfg.Gateway,
 		deadLetters: cfg.DeadLetters, parts: cfg.Partitions, upstream: cfg.Upstream, log: cfg.Log,
 	}
-	handle(rivorav1connect.NewEventServiceHandler(&eventService{srv}, opts...))
+	handle(rivorav1connect.NewEventServiceHandler(eventAnswers{&eventService{srv}}, opts...))
 	handle(rivorav1connect.NewLaneServiceHandler(&laneService{srv}, opts...))
 	handle(rivorav1connect.NewPartitionServiceHandler(&partitionService{srv}, opts...))
 	handle(rivorav1connect.NewArchiveServiceHandler(&archiveService{Service: cfg.DeadLetters, srv: srv}, opts...))

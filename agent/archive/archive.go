@@ -35,6 +35,9 @@ type Archive interface {
 	List(ctx context.Context, prefix string) ([]string, error)
 	// Get reads one object.
 	Get(ctx context.Context, key string) ([]*rivorav1.DeadLetter, error)
+	// Check reports whether the archive can be reached and written to,
+	// without writing an object (an agent's startup check).
+	Check(ctx context.Context) error
 }
 
 // Prefix is where all dead letters live; DestinationPrefix narrows to one
@@ -156,6 +159,20 @@ func (d *Dir) Put(ctx context.Context, key string, records []*rivorav1.DeadLette
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return pathless("archive "+key, err)
+	}
+	return nil
+}
+
+// Check reports whether the directory can be written to: a file created
+// and removed under a name List skips.
+func (d *Dir) Check(ctx context.Context) error {
+	f, err := os.CreateTemp(d.root, ".put-check-*")
+	if err != nil {
+		return pathless("archive directory", err)
+	}
+	f.Close()
+	if err := os.Remove(f.Name()); err != nil {
+		return pathless("archive directory", err)
 	}
 	return nil
 }

@@ -73,6 +73,12 @@ func (s *S3) ensureBucket(ctx context.Context) error {
 	return nil
 }
 
+// Check reaches the bucket, creating it if it is missing (as the first
+// write would).
+func (s *S3) Check(ctx context.Context) error {
+	return s.ensureBucket(ctx)
+}
+
 // Put uploads one object; S3 replaces an object with the same key.
 func (s *S3) Put(ctx context.Context, key string, records []*rivorav1.DeadLetter) error {
 	if err := s.ensureBucket(ctx); err != nil {

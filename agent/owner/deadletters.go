@@ -25,6 +25,14 @@ func (o *Partition) Unarchived(destinationID string) int {
 	return o.dead.queue.count(destinationID)
 }
 
+// DeadLetterUnarchived reports whether the dead letter of an event is
+// kept in this partition's ledger, not yet written to the archive (it
+// cannot be reached): the archive's readers (dlq list and show, replay)
+// do not find it until it is.
+func (o *Partition) DeadLetterUnarchived(eventID string) bool {
+	return o.dead.queue.holds(eventID)
+}
+
 // ForgetDestination drops what the partition counts of a deleted
 // destination.
 func (o *Partition) ForgetDestination(destinationID string) {
@@ -51,17 +59,19 @@ type queuedDead struct {
 // Invariants: items leave in the order they came (which deadLetters.record
 // makes ledger order); unarchived[d] counts d's dead letters queued and
 // not yet archived — taken but not yet archived ones included — and a
-// destination with none has no entry; archivedTotal[d] only grows.
+// destination with none has no entry; byEvent counts the same per event
+// id (an event may die more than once); archivedTotal[d] only grows.
 type deadQueue struct {
 	mu            sync.Mutex
 	items         []queuedDead
 	unarchived    map[string]int   // per destination: in the ledger, not yet archived
+	byEvent       map[string]int   // per event id: in the ledger, not yet archived
 	archivedTotal map[string]int64 // per destination: archived since the queue was made
 	ready         chan struct{}    // signalled, never blocking, when items arrive
 }
 
 func newDeadQueue() *deadQueue {
-	return &deadQueue{unarchived: make(map[string]int), archivedTotal: make(map[string]int64), ready: make(chan struct{}, 1)}
+	return &deadQueue{unarchived: make(map[string]int), byEvent: make(map[string]int), archivedTotal: make(map[string]int64), ready: make(chan struct{}, 1)}
 }
 
 func (q *deadQueue) push(dls ...queuedDead) {
@@ -72,6 +82,7 @@ func (q *deadQueue) push(dls ...queuedDead) {
 	q.items = append(q.items, dls...)
 	for _, d := range dls {
 		q.unarchived[d.dl.GetEvent().GetDestinationId()]++
+		q.byEvent[d.dl.GetEvent().GetEventId()]++
 	}
 	q.mu.Unlock()
 	unarchived.Add(float64(len(dls)))
@@ -91,8 +102,9 @@ func (q *deadQueue) take(n int) []queuedDead {
 	return batch
 }
 
-// archived records that n dead letters of a destination are archived.
-func (q *deadQueue) archived(destinationID string, n int) {
+// archived records that dead letters of a destination are archived.
+func (q *deadQueue) archived(destinationID string, items []*rivorav1.DeadLetter) {
+	n := len(items)
 	unarchived.Sub(float64(n))
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -100,6 +112,20 @@ func (q *deadQueue) archived(destinationID string, n int) {
 	if q.unarchived[destinationID] -= n; q.unarchived[destinationID] <= 0 {
 		delete(q.unarchived, destinationID)
 	}
+	for _, dl := range items {
+		id := dl.GetEvent().GetEventId()
+		if q.byEvent[id]--; q.byEvent[id] <= 0 {
+			delete(q.byEvent, id)
+		}
+	}
+}
+
+// holds reports whether a dead letter of the event is queued or being
+// archived.
+func (q *deadQueue) holds(eventID string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.byEvent[eventID] > 0
 }
 
 func (q *deadQueue) archivedCount(destinationID string) int64 {
@@ -247,7 +273,7 @@ func (d *deadLetters) archiveGroup(ctx context.Context, g *archiveGroup) bool {
 		}
 	}
 	archivedTotal.Add(float64(len(g.items)))
-	d.queue.archived(g.dest, len(g.items))
+	d.queue.archived(g.dest, g.items)
 	d.log.Info("dead letters archived", "key", key, "events", len(g.items))
 	return true
 }

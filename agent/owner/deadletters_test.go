@@ -3,6 +3,7 @@ package owner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -19,7 +20,7 @@ var deadHour = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
 
 func testDead(dest string, laneSeq, ledgerSeq uint64, deadAt time.Time) queuedDead {
 	return queuedDead{
-		dl:        &rivorav1.DeadLetter{Event: &rivorav1.Event{DestinationId: dest}, LaneSeq: laneSeq, DeadAt: timestamppb.New(deadAt)},
+		dl:        &rivorav1.DeadLetter{Event: &rivorav1.Event{DestinationId: dest, EventId: fmt.Sprint("ev-", laneSeq)}, LaneSeq: laneSeq, DeadAt: timestamppb.New(deadAt)},
 		ledgerSeq: ledgerSeq,
 	}
 }
@@ -50,21 +51,29 @@ func TestDeadQueueOrderBatchesAndCounts(t *testing.T) {
 	if q.count("a") != 2 || q.count("b") != 1 || q.count("c") != 0 {
 		t.Fatalf("unarchived a=%d b=%d c=%d, want 2 1 0", q.count("a"), q.count("b"), q.count("c"))
 	}
-	if got := ledgerSeqs(q.take(2)); !slices.Equal(got, []uint64{1, 2}) {
+	first := q.take(2)
+	if got := ledgerSeqs(first); !slices.Equal(got, []uint64{1, 2}) {
 		t.Fatalf("first batch %v, want the oldest two (1, 2)", got)
 	}
 	if q.count("a") != 2 {
 		t.Fatal("taking a batch counted it archived")
 	}
 	q.push(testDead("b", 13, 4, deadHour))
-	if got := ledgerSeqs(q.take(10)); !slices.Equal(got, []uint64{3, 4}) {
+	second := q.take(10)
+	if got := ledgerSeqs(second); !slices.Equal(got, []uint64{3, 4}) {
 		t.Fatalf("second batch %v, want 3, 4", got)
 	}
 	if got := q.take(10); len(got) != 0 {
 		t.Fatalf("an empty queue gave %v", got)
 	}
-	q.archived("a", 2)
-	q.archived("b", 1)
+	if !q.holds("ev-10") || !q.holds("ev-13") || q.holds("ev-99") {
+		t.Fatal("a dead letter taken for the archive, not yet archived, is not held (or one never queued is)")
+	}
+	q.archived("a", []*rivorav1.DeadLetter{first[0].dl, second[0].dl})
+	q.archived("b", []*rivorav1.DeadLetter{first[1].dl})
+	if q.holds("ev-10") || q.holds("ev-12") || q.holds("ev-11") || !q.holds("ev-13") {
+		t.Fatal("held after archiving: want only b's ev-13, not yet archived")
+	}
 	if q.count("a") != 0 || q.count("b") != 1 {
 		t.Fatalf("after archiving: a=%d b=%d, want 0 1", q.count("a"), q.count("b"))
 	}

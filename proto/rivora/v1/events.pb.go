@@ -163,9 +163,14 @@ type GetEventResponse struct {
 	// publish, then each replay or resend) with its tries and how it ended;
 	// accepted_at, state and dead_reason above are the latest one's. Empty
 	// while it was accepted once.
-	Episodes      []*Episode `protobuf:"bytes,18,rep,name=episodes,proto3" json:"episodes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Episodes []*Episode `protobuf:"bytes,18,rep,name=episodes,proto3" json:"episodes,omitempty"`
+	// dead_letter_unarchived: the event is dead and its dead letter is still
+	// kept in its partition's ledger, not yet in the archive (the archive
+	// could not be reached): `rivoractl dlq list`, `dlq show` and `replay`
+	// read the archive and find it once it is written there.
+	DeadLetterUnarchived bool `protobuf:"varint,19,opt,name=dead_letter_unarchived,json=deadLetterUnarchived,proto3" json:"dead_letter_unarchived,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *GetEventResponse) Reset() {
@@ -322,6 +327,13 @@ func (x *GetEventResponse) GetEpisodes() []*Episode {
 		return x.Episodes
 	}
 	return nil
+}
+
+func (x *GetEventResponse) GetDeadLetterUnarchived() bool {
+	if x != nil {
+		return x.DeadLetterUnarchived
+	}
+	return false
 }
 
 // Episode is one acceptance of an event (GetEventResponse.episodes).
@@ -866,7 +878,7 @@ const file_rivora_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"\x16rivora/v1/events.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/event.proto\",\n" +
 	"\x0fGetEventRequest\x12\x19\n" +
-	"\bevent_id\x18\x01 \x01(\tR\aeventId\"\x8f\x06\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\"\xc5\x06\n" +
 	"\x10GetEventResponse\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x1f\n" +
@@ -889,7 +901,8 @@ const file_rivora_v1_events_proto_rawDesc = "" +
 	"\x0ewindow_ends_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\fwindowEndsAt\x12'\n" +
 	"\x0fsubscription_id\x18\x10 \x01(\tR\x0esubscriptionId\x122\n" +
 	"\x15conflicting_copy_dead\x18\x11 \x01(\bR\x13conflictingCopyDead\x12.\n" +
-	"\bepisodes\x18\x12 \x03(\v2\x12.rivora.v1.EpisodeR\bepisodes\"\xe3\x01\n" +
+	"\bepisodes\x18\x12 \x03(\v2\x12.rivora.v1.EpisodeR\bepisodes\x124\n" +
+	"\x16dead_letter_unarchived\x18\x13 \x01(\bR\x14deadLetterUnarchived\"\xe3\x01\n" +
 	"\aEpisode\x12;\n" +
 	"\vaccepted_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"acceptedAt\x12+\n" +
