@@ -749,21 +749,22 @@ func TestReplayRefusesABadRate(t *testing.T) {
 }
 
 // An event held by a pause has no next attempt to show: its retry time
-// (past, soon) says nothing while the pause holds it. One held by its
-// degraded destination does.
+// (past, soon) says nothing while the pause holds it. One whose
+// destination is degraded (not held: only a parked destination holds its
+// lanes) does.
 func TestHeldEventShowsNoNextAttempt(t *testing.T) {
 	t.Parallel()
 	p := newPartner(t, func(partner.Request) int { return http.StatusServiceUnavailable })
 	ag := startAgent(t, t.TempDir())
 	ag.create(destination("orders", p.URL(), 8))
 	id := ag.publish("orders", "acme", "u1")
-	// Held by its degraded destination, it is tried again at its retry
-	// time: that is shown.
-	degraded := ag.waitEvent(id, "held by its degraded destination", func(e *rivorav1.GetEventResponse) bool {
-		return strings.HasPrefix(e.GetWaiting(), "held: destination degraded")
+	// On its degraded destination, it is tried again at its retry time:
+	// that is shown.
+	degraded := ag.waitEvent(id, "waiting for its retry on its degraded destination", func(e *rivorav1.GetEventResponse) bool {
+		return strings.HasPrefix(e.GetWaiting(), "retry at ") && strings.Contains(e.GetWaiting(), "(destination degraded since ")
 	})
 	if degraded.GetNextAttemptAt() == nil {
-		t.Fatalf("event held by its degraded destination (%s) shows no next attempt", degraded.GetWaiting())
+		t.Fatalf("event waiting for its retry on its degraded destination (%s) shows no next attempt", degraded.GetWaiting())
 	}
 	pause, err := ag.Admin.PauseDestination(context.Background(), connect.NewRequest(&rivorav1.PauseDestinationRequest{DestinationId: "orders", Reason: "partner maintenance"}))
 	if err != nil {

@@ -58,6 +58,10 @@ archive is back.
 
 While pending, WAITING says why it is not being delivered now, e.g.
    held: destination parked since 2026-12-01T09:12:03Z; 2 of 8 attempts used
+   due since 2026-12-01T09:12:05Z (retry after HTTP 429): waiting for its destination's budget and its customer's turn; 1 of 8 attempts used
+"Held" is a pause, a partner's Retry-After, or a parked destination (it
+goes once a probe gets through); NEXT ATTEMPT is shown only while a time
+is ahead (its retry time, or the Retry-After's end).
 Failures that may be the destination's (connection errors, timeouts, 429,
 any 5xx, 408/409/425) while it is down or throttling use no attempt: the
 event waits for its destination until WINDOW ENDS, then it is a dead letter

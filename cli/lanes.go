@@ -38,8 +38,13 @@ These commands show which lanes are stuck, behind what, and let you move one on.
 				Description: `Shows each pending lane: its customer and key, DEPTH (pending events, head
 included), the HEAD event, its ATTEMPTS and LAST STATUS (- before any
 response), WAITING (how long the head has been the lane's head), NEXT ATTEMPT
-(its retry time while it waits for one; "held: destination paused" and the
-like while a pause holds it) and its LAST ERROR. A lane whose head
+(its retry time while it waits for one, or the end of its partner's
+Retry-After; "due" once that has passed: it waits for a token of the
+destination's budget or its customer's turn; "held: destination parked"
+while its parked destination holds it (its last failure was the
+destination's: it goes once a probe gets through);
+"held: destination paused" and the like while a pause holds it) and its
+LAST ERROR. A lane whose head
 keeps failing while the lanes around it are delivered holds a poison event:
 look at it with ` + "`rivoractl events get HEAD`" + `, and skip it with
 ` + "`rivoractl lanes skip`" + ` if it will never succeed.
@@ -170,6 +175,11 @@ func age(ts *timestamppb.Timestamp, now time.Time) string {
 	return shortDuration(max(now.Sub(ts.AsTime()), 0).Truncate(time.Second))
 }
 
+// nextAttempt is a lane's NEXT ATTEMPT. held is set only while the lane's
+// destination is parked and holds it (an agent set it for any head whose
+// last failure was the destination's, which read "held by destination"
+// on a healthy destination); a due lane otherwise waits for a token of
+// the destination's budget or its customer's turn.
 func nextAttempt(l *rivorav1.LaneSummary) string {
 	switch {
 	case l.GetState() == rivorav1.LaneState_LANE_STATE_IN_FLIGHT:
@@ -179,7 +189,7 @@ func nextAttempt(l *rivorav1.LaneSummary) string {
 	case l.GetNextAttemptAt() != nil:
 		return fmtTime(l.GetNextAttemptAt())
 	case l.GetHeld():
-		return "held by destination"
+		return "held: destination parked"
 	case l.GetState() == rivorav1.LaneState_LANE_STATE_DUE:
 		return "due"
 	}

@@ -134,3 +134,17 @@ func TestNextAttemptOfAPausedLane(t *testing.T) {
 		t.Errorf("an attempt in flight when the pause came: %q, want in flight", got)
 	}
 }
+
+// NEXT ATTEMPT says "held: destination parked" for a lane its parked
+// destination holds (held), due or waiting, and "due" for a due lane it
+// does not hold.
+func TestNextAttemptOfAHeldLane(t *testing.T) {
+	for _, state := range []rivorav1.LaneState{rivorav1.LaneState_LANE_STATE_DUE, rivorav1.LaneState_LANE_STATE_WAITING} {
+		if got := nextAttempt(&rivorav1.LaneSummary{State: state, Held: true}); got != "held: destination parked" {
+			t.Errorf("a %v lane its parked destination holds: %q, want held: destination parked", state, got)
+		}
+	}
+	if got := nextAttempt(&rivorav1.LaneSummary{State: rivorav1.LaneState_LANE_STATE_DUE, LastStatus: 429}); got != "due" {
+		t.Errorf("a due lane whose head last got a 429: %q, want due", got)
+	}
+}

@@ -80,16 +80,10 @@ func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivora
 		if loc.InFlight {
 			resp.State = rivorav1.EventState_EVENT_STATE_IN_FLIGHT
 		}
-		if loc.Ahead == 0 && !loc.Head.LastAttemptAt.IsZero() && !loc.InFlight && !heldByParked(loc) {
-			resp.NextAttemptAt = timestamppb.New(loc.Head.NotBefore)
+		if at := nextAttemptAt(loc, time.Now()); !at.IsZero() {
+			resp.NextAttemptAt = timestamppb.New(at)
 		}
 		s.explainWaiting(resp, loc)
-		if loc.Destination.Paused || loc.SubscriptionPaused {
-			// Held by a pause (or a disabling): no attempt is due at the
-			// head's retry time, which may well be past. Held by a
-			// degraded destination, it is tried again then.
-			resp.NextAttemptAt = nil
-		}
 	}
 	withEpisodes(resp, outcomes)
 	return connect.NewResponse(resp), nil
@@ -271,10 +265,25 @@ func holdText(hold configHold, id string) string {
 	return ""
 }
 
-// heldByParked: the head waits for its parked destination, not for its
-// own retry time.
-func heldByParked(loc scheduler.Location) bool {
-	return loc.Head.HeldByDestination && loc.Destination.Health == budget.Parked
+// nextAttemptAt is when a pending head is tried next, when a time says
+// it: its retry time while it waits for one, or the end of its partner's
+// Retry-After hold when that is later (which holds every head). Zero
+// when it is not the head, in flight, due (its retry time passed: it
+// waits for its turn, which waitingReason words), held by its parked
+// destination (it goes when a probe gets through) or by a pause (no
+// attempt until the resume).
+func nextAttemptAt(loc scheduler.Location, now time.Time) time.Time {
+	if loc.Ahead > 0 || loc.InFlight || loc.Destination.Paused || loc.SubscriptionPaused {
+		return time.Time{}
+	}
+	var at time.Time
+	if !loc.Held && !loc.Due && loc.Head.NotBefore.After(now) {
+		at = loc.Head.NotBefore
+	}
+	if hold := loc.Destination.HoldUntil; hold.After(now) && hold.After(at) {
+		at = hold
+	}
+	return at
 }
 
 // waitingReason says, in one line, why a pending event is not being
@@ -290,7 +299,7 @@ func waitingReason(loc scheduler.Location, maxAttempts int, hold string) string 
 	if maxAttempts <= 0 {
 		used = fmt.Sprintf("%d attempts used", loc.Head.Attempts)
 	}
-	dest := loc.Destination
+	dest, now := loc.Destination, time.Now()
 	switch {
 	case dest.Paused && hold != "":
 		return "held: " + hold + "; " + used
@@ -300,16 +309,34 @@ func waitingReason(loc scheduler.Location, maxAttempts int, hold string) string 
 		return "held: its partner answered 410 Gone; the destination is being disabled; " + used
 	case loc.SubscriptionPaused:
 		return "held: subscription " + loc.Lane.Subscription + " paused; " + used
-	case dest.HoldUntil.After(time.Now()):
+	case dest.HoldUntil.After(now):
 		return fmt.Sprintf("held: its partner asked for no requests until %s (Retry-After; a resume ends it); %s", dest.HoldUntil.UTC().Format(time.RFC3339), used)
-	case loc.Head.HeldByDestination && dest.Health != budget.Healthy:
+	case loc.Held:
+		// The scheduler's hold: it goes when a probe gets through.
 		return fmt.Sprintf("held: destination %s%s; %s", dest.Health, since(dest.Since), used)
 	case loc.Head.LastAttemptAt.IsZero():
-		return "due: waiting for its destination's budget"
-	case loc.Head.NotBefore.After(time.Now()):
-		return fmt.Sprintf("retry at %s after %s; %s", loc.Head.NotBefore.UTC().Format(time.RFC3339), lastFailure(loc.Head), used)
+		return "due: waiting for its destination's budget" + healthNote(dest)
+	case !loc.Due && loc.Head.NotBefore.After(now):
+		return fmt.Sprintf("retry at %s after %s%s; %s", loc.Head.NotBefore.UTC().Format(time.RFC3339), lastFailure(loc.Head), healthNote(dest), used)
 	}
-	return fmt.Sprintf("due: retry after %s; %s", lastFailure(loc.Head), used)
+	// Its retry time passed: it waits for a token of the budget, or for
+	// its customer's turn among the others' due lanes (and, retried, for
+	// its turn among its customer's first attempts).
+	due := "due"
+	if !loc.Head.NotBefore.IsZero() {
+		due += " since " + loc.Head.NotBefore.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("%s (retry after %s): waiting for its destination's budget and its customer's turn%s; %s", due, lastFailure(loc.Head), healthNote(dest), used)
+}
+
+// healthNote names a destination's health when it is not healthy (a
+// degraded destination's rate is cut, a parked one takes one attempt at
+// a time), for a head that is not held by it.
+func healthNote(dest scheduler.DestinationState) string {
+	if dest.Health == budget.Healthy {
+		return ""
+	}
+	return fmt.Sprintf(" (destination %s%s)", dest.Health, since(dest.Since))
 }
 
 func since(t time.Time) string {

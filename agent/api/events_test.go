@@ -23,10 +23,12 @@ func TestWaitingReason(t *testing.T) {
 		loc  scheduler.Location
 		want string
 	}{
-		{"parked", scheduler.Location{Head: failed, Destination: scheduler.DestinationState{Health: budget.Parked, Since: parkedAt}},
+		{"parked", scheduler.Location{Head: failed, Held: true, Destination: scheduler.DestinationState{Health: budget.Parked, Since: parkedAt}},
 			"held: destination parked since 2026-12-01T09:12:03Z; 2 of 8 attempts used"},
-		{"degraded", scheduler.Location{Head: failed, Destination: scheduler.DestinationState{Health: budget.Degraded, Since: parkedAt}},
-			"held: destination degraded since 2026-12-01T09:12:03Z; 2 of 8 attempts used"},
+		// Not held: a degraded destination's head is tried at its retry
+		// time, then waits for its turn.
+		{"degraded", scheduler.Location{Head: failed, Due: true, Destination: scheduler.DestinationState{Health: budget.Degraded, Since: parkedAt}},
+			"due since 2026-12-01T09:12:04Z (retry after HTTP 503): waiting for its destination's budget and its customer's turn (destination degraded since 2026-12-01T09:12:03Z); 2 of 8 attempts used"},
 		{"paused", scheduler.Location{Head: failed, Destination: scheduler.DestinationState{Paused: true}},
 			"held: destination paused; 2 of 8 attempts used"},
 		{"behind", scheduler.Location{Ahead: 3}, "behind 3 earlier events in its lane"},
@@ -134,5 +136,42 @@ func TestEpisodesSplitAnEventsAcceptances(t *testing.T) {
 	if len(resp.GetEpisodes()) != 2 || resp.GetEpisodes()[1].GetState() != rivorav1.EventState_EVENT_STATE_UNSPECIFIED ||
 		resp.GetState() != rivorav1.EventState_EVENT_STATE_UNSPECIFIED || resp.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED {
 		t.Errorf("replayed, not ended, not pending here: state %v (%v), episodes %v; want unspecified, the latest not ended", resp.GetState(), resp.GetDeadReason(), resp.GetEpisodes())
+	}
+}
+
+// A head whose last failure was its destination's is held only while the
+// scheduler holds it (parked); otherwise it says when it is tried next,
+// and once that time has passed, that it is due and waits for its turn,
+// with no next attempt in the past (an operator saw "held by destination"
+// on a healthy destination, and a NEXT ATTEMPT 80 s ago).
+func TestWaitingOfAHeadTheDestinationFailed(t *testing.T) {
+	now := time.Now().UTC().Truncate(time.Second)
+	past, soon := now.Add(-80*time.Second), now.Add(30*time.Second)
+	throttled := scheduler.Head{Attempts: 1, LastStatus: 429, LastAttemptAt: past.Add(-time.Second), NotBefore: past, HeldByDestination: true}
+	healthy := scheduler.DestinationState{Health: budget.Healthy}
+	degraded := scheduler.DestinationState{Health: budget.Degraded, Since: past}
+	later := throttled
+	later.NotBefore = soon
+	for _, c := range []struct {
+		name     string
+		loc      scheduler.Location
+		want     string
+		wantNext time.Time
+	}{
+		{"healthy, due", scheduler.Location{Head: throttled, Due: true, Destination: healthy},
+			"due since " + past.Format(time.RFC3339) + " (retry after HTTP 429): waiting for its destination's budget and its customer's turn; 1 of 2 attempts used", time.Time{}},
+		{"degraded, due", scheduler.Location{Head: throttled, Due: true, Destination: degraded},
+			"due since " + past.Format(time.RFC3339) + " (retry after HTTP 429): waiting for its destination's budget and its customer's turn (destination degraded since " + past.Format(time.RFC3339) + "); 1 of 2 attempts used", time.Time{}},
+		{"degraded, waiting", scheduler.Location{Head: later, Destination: degraded},
+			"retry at " + soon.Format(time.RFC3339) + " after HTTP 429 (destination degraded since " + past.Format(time.RFC3339) + "); 1 of 2 attempts used", soon},
+		{"parked, held", scheduler.Location{Head: later, Held: true, Destination: scheduler.DestinationState{Health: budget.Parked, Since: past}},
+			"held: destination parked since " + past.Format(time.RFC3339) + "; 1 of 2 attempts used", time.Time{}},
+	} {
+		if got := waitingReason(c.loc, 2, ""); got != c.want {
+			t.Errorf("%s: waiting %q, want %q", c.name, got, c.want)
+		}
+		if got := nextAttemptAt(c.loc, now); !got.Equal(c.wantNext) {
+			t.Errorf("%s: next attempt %v, want %v", c.name, got, c.wantNext)
+		}
 	}
 }

@@ -112,7 +112,7 @@ func laneToProto(destinationID string, ls scheduler.LaneSummary) *rivorav1.LaneS
 	out := &rivorav1.LaneSummary{
 		DestinationId: destinationID, CustomerId: ls.ID.Customer, LaneKey: ls.ID.Key, Depth: int32(ls.Depth),
 		HeadEventId: ls.HeadEventID, HeadAttempts: int32(ls.Head.Attempts), LastStatus: int32(ls.Head.LastStatus),
-		LastError: ls.Head.LastError, HeadSince: timestamppb.New(ls.HeadSince), Held: ls.Head.HeldByDestination,
+		LastError: ls.Head.LastError, HeadSince: timestamppb.New(ls.HeadSince), Held: ls.Held,
 		SubscriptionId: ls.ID.Subscription,
 	}
 	if !ls.NextAttemptAt.IsZero() {

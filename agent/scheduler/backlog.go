@@ -410,7 +410,14 @@ type Location struct {
 	Entry     Entry
 	Ahead     int
 	InFlight  bool
-	Head      Head // set when the event is the lane head
+	// Due: the event is its lane's head and waits for its turn: a token
+	// of its destination's budget, a free in-flight slot, its customer's
+	// turn or a free delivery worker; its own retry time has passed.
+	Due bool
+	// Held: the event is its lane's head and waits for its parked
+	// destination (LaneSummary.Held), due or not.
+	Held bool
+	Head Head // set when the event is the lane head
 	// Destination is its destination's state, to say why it waits.
 	Destination DestinationState
 	// SubscriptionPaused: its lane waits for its subscription's resume.
@@ -483,6 +490,8 @@ func (l *Lane) find(eventID string, compact uuid.UUID, isCompact bool) (Location
 		if i == 0 {
 			loc.Head = l.head
 			loc.InFlight = l.state == laneInFlight
+			loc.Due = l.state == laneDue
+			loc.Held = l.heldByParked()
 		}
 		return loc, true
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/lanes"
 )
 
@@ -263,6 +264,19 @@ const (
 	// resumes (subscription.go).
 	laneSubPaused
 )
+
+// heldByParked reports whether l's head waits for its parked destination
+// rather than for its own retry time: what the operator's views call
+// held. Its last failure was the destination's and the destination is
+// parked: waiting, it waits for a probe to get through or its window to
+// close (schedule); due (its retry time passed before the destination
+// parked), it waits for the parked destination's one attempt at a time.
+// A head whose last failure was the destination's while the destination
+// is healthy or degraded is not held: it goes at its retry time. Called
+// under the lock.
+func (l *Lane) heldByParked() bool {
+	return (l.state == laneWaiting || l.state == laneDue) && l.head.HeldByDestination && l.dest.budget != nil && l.dest.budget.State() == budget.Parked
+}
 
 // Lane is one (destination, customer, lane_key[, subscription]) FIFO.
 type Lane struct {

@@ -40,6 +40,14 @@ type LaneSummary struct {
 	// zero otherwise.
 	NextAttemptAt time.Time
 	State         LaneState
+	// Held: the head waits for its parked destination (its last failure
+	// was the destination's), not for its own retry time: it goes when a
+	// probe gets through (or, due, as the parked destination's one
+	// attempt at a time), or dies when its window closes. Only then
+	// (Lane.heldByParked); a head whose last failure was the
+	// destination's while the destination is healthy or degraded waits
+	// for its retry time, then for its turn.
+	Held bool
 	// SubscriptionPaused: the lane waits for its subscription's resume.
 	SubscriptionPaused bool
 	headSeq            uint64
@@ -225,13 +233,14 @@ func (s *Scheduler) summary(l *Lane) LaneSummary {
 		ls.State = LaneInFlight
 	case laneWaiting:
 		ls.State = LaneWaiting
-		if !(l.head.HeldByDestination && s.parked[l.dest]) {
+		if ls.Held = l.heldByParked(); !ls.Held {
 			ls.NextAttemptAt = l.head.NotBefore
 		}
 	case laneSubPaused:
 		ls.State, ls.SubscriptionPaused = LaneWaiting, true
 	default:
 		ls.State = LaneDue
+		ls.Held = l.heldByParked()
 	}
 	// A partner's Retry-After holds every lane of its destination, due
 	// ones too: none is tried before it ends.

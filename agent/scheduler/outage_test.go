@@ -797,3 +797,46 @@ func TestAParkedDestinationsGoneIsOneCustomersUntilAnotherIsGone(t *testing.T) {
 		t.Fatal("a 410 while parked with one customer's lanes alone: its customer's, want everyone's")
 	}
 }
+
+// Held, in the operator's views (LaneSummary.Held, Location.Held), is the
+// scheduler's hold only: a head whose last failure was its destination's
+// is held while the destination is parked, not while it is degraded or
+// healthy, where it waits for its retry time and then, due, for its turn.
+func TestHeldOnlyWhileItsDestinationIsParked(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("d", 0, outageLimits)
+	id := lid("d", "c", "a")
+	appendTo(s, 0, id, ev(1), ev(2))
+	a := mustPick(t, s)
+	s.Observe(a, 429, true, 0, "HTTP 429")
+	h := a.Head
+	h.HeldByDestination, h.LastStatus, h.LastAttemptAt, h.NotBefore = true, 429, clk.Now(), clk.Now().Add(time.Second)
+	h.WindowEnd = t0.Add(time.Hour)
+	s.Retry(a, h)
+	if st := s.Snapshot("d")[0].State; st != budget.Degraded {
+		t.Fatalf("after a 429: destination %s, want degraded", st)
+	}
+	view := func(what string, wantState LaneState, wantHeld, wantDue bool, wantNext time.Time) {
+		t.Helper()
+		ls := s.ListLanes("d", LaneFilter{Limit: 10}).Lanes
+		loc, ok := s.Find("ev-1")
+		if len(ls) != 1 || !ok {
+			t.Fatalf("%s: lanes %+v, head found %v", what, ls, ok)
+		}
+		if ls[0].State != wantState || ls[0].Held != wantHeld || !ls[0].NextAttemptAt.Equal(wantNext) {
+			t.Errorf("%s: lane state %d held %v next %v, want state %d held %v next %v", what, ls[0].State, ls[0].Held, ls[0].NextAttemptAt, wantState, wantHeld, wantNext)
+		}
+		if loc.Held != wantHeld || loc.Due != wantDue {
+			t.Errorf("%s: head held %v due %v, want held %v due %v", what, loc.Held, loc.Due, wantHeld, wantDue)
+		}
+	}
+	view("degraded, before its retry time", LaneWaiting, false, false, h.NotBefore)
+	clk.Advance(2 * time.Second)
+	s.mu.Lock()
+	s.promote(clk.Now()) // due, not yet picked
+	s.mu.Unlock()
+	view("degraded, its retry time passed", LaneDue, false, true, time.Time{})
+
+	outage(t, s, "d", func(lanes.ID) time.Time { return t0.Add(time.Hour) })
+	view("parked", LaneWaiting, true, false, time.Time{})
+}

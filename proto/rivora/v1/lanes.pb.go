@@ -26,7 +26,8 @@ type LaneState int32
 
 const (
 	LaneState_LANE_STATE_UNSPECIFIED LaneState = 0
-	// due: its head waits for the destination's budget.
+	// due: its head waits for a token of the destination's budget, or its
+	// customer's turn.
 	LaneState_LANE_STATE_DUE LaneState = 1
 	// waiting: its head waits for its retry time (or, held by its parked
 	// destination, for the destination's recovery).
@@ -178,8 +179,12 @@ type LaneSummary struct {
 	// next_attempt_at is the head's retry time, when it waits for one.
 	NextAttemptAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=next_attempt_at,json=nextAttemptAt,proto3" json:"next_attempt_at,omitempty"`
 	State         LaneState              `protobuf:"varint,11,opt,name=state,proto3,enum=rivora.v1.LaneState" json:"state,omitempty"`
-	// held: the head's last failure was its destination's, so it waits for
-	// the destination rather than for its own retry time.
+	// held: the head's last failure was its destination's and the
+	// destination is parked, so it waits for the destination (a probe to
+	// get through, or, due, its one attempt at a time) rather than for its
+	// own retry time. Only then: while the destination is healthy or
+	// degraded such a head waits for its retry time (next_attempt_at),
+	// then, due, for its turn.
 	Held           bool   `protobuf:"varint,12,opt,name=held,proto3" json:"held,omitempty"`
 	SubscriptionId string `protobuf:"bytes,13,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
 	// paused says who holds the lane whatever its head's state, in words:

@@ -133,8 +133,12 @@ export type LaneSummary = Message<"rivora.v1.LaneSummary"> & {
   state: LaneState;
 
   /**
-   * held: the head's last failure was its destination's, so it waits for
-   * the destination rather than for its own retry time.
+   * held: the head's last failure was its destination's and the
+   * destination is parked, so it waits for the destination (a probe to
+   * get through, or, due, its one attempt at a time) rather than for its
+   * own retry time. Only then: while the destination is healthy or
+   * degraded such a head waits for its retry time (next_attempt_at),
+   * then, due, for its turn.
    *
    * @generated from field: bool held = 12;
    */
@@ -284,7 +288,8 @@ export enum LaneState {
   UNSPECIFIED = 0,
 
   /**
-   * due: its head waits for the destination's budget.
+   * due: its head waits for a token of the destination's budget, or its
+   * customer's turn.
    *
    * @generated from enum value: LANE_STATE_DUE = 1;
    */
