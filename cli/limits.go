@@ -57,8 +57,9 @@ of the override in force, and one with --ttl sets it for the fields set
 earlier too (the audit log says which).
 
 It prints the effective limits and how long the destination's pending
-events take to drain at the new rate (a lower bound: the partner's latency
-and max_in_flight can slow it). --dry-run prints the same and changes
+events take to drain at the new rate less the rate events arrive at (over
+the last minute, as destinations health's DRAIN TIME; a lower bound: the
+partner's latency and max_in_flight can slow it). --dry-run prints the same and changes
 nothing: no new config version, no audit entry (so it needs no --reason).
 
 Examples:
@@ -252,16 +253,22 @@ func (e *env) setLimits(c *ucli.Context) error {
 	return nil
 }
 
-// writeDrain says how long the pending events take at the new rate.
+// writeDrain says how long the pending events take at the new rate, less
+// the rate events arrive at (as destinations health's DRAIN TIME).
 func (e *env) writeDrain(m *rivorav1.SetLimitsOverrideResponse) {
-	rate := m.GetLimits().GetEffective().GetRatePerSecond()
+	rate := strconv.FormatFloat(m.GetLimits().GetEffective().GetRatePerSecond(), 'g', 4, 64)
+	arrivals := m.GetArrivalsPerSecond()
 	switch {
 	case m.GetNoDrainReason() != "":
 		say(e.out, "%d pending events do not drain now: %s\n", m.GetPendingEvents(), m.GetNoDrainReason())
+	case m.GetProjectedDrainTime() != nil && arrivals > 0:
+		fmt.Fprintf(e.out, "%d pending events drain in %s at %s/s, less the %.3g/s arriving\n", m.GetPendingEvents(), drainText(m.GetProjectedDrainTime()), rate, arrivals)
 	case m.GetProjectedDrainTime() != nil:
-		fmt.Fprintf(e.out, "%d pending events drain in %s at %s/s\n", m.GetPendingEvents(), drainText(m.GetProjectedDrainTime()), strconv.FormatFloat(rate, 'g', 4, 64))
+		fmt.Fprintf(e.out, "%d pending events drain in %s at %s/s\n", m.GetPendingEvents(), drainText(m.GetProjectedDrainTime()), rate)
+	case m.GetPendingEvents() > 0 && arrivals > 0:
+		fmt.Fprintf(e.out, "%d pending events never drain at %s/s: events arrive at %.3g/s, no slower (the backlog grows)\n", m.GetPendingEvents(), rate, arrivals)
 	case m.GetPendingEvents() > 0:
-		fmt.Fprintf(e.out, "%d pending events do not drain at %s/s\n", m.GetPendingEvents(), strconv.FormatFloat(rate, 'g', 4, 64))
+		fmt.Fprintf(e.out, "%d pending events do not drain at %s/s\n", m.GetPendingEvents(), rate)
 	}
 }
 

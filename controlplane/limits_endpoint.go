@@ -45,21 +45,42 @@ func (h *adminHandler) SetLimitsOverride(ctx context.Context, req *connect.Reque
 }
 
 // projectDrain says in resp how long destination id's pending events take
-// at the override's rate, or, while it is paused or parked, that they do
-// not drain now whatever the rate (as its health says).
+// at the override's rate less the rate events arrive at, plus what is left
+// of a partner's Retry-After hold — destinations health's drain time at
+// the new rate —, or, while it is paused or parked, that they do not drain
+// now whatever the rate (as its health says).
 func (cp *ControlPlane) projectDrain(ctx context.Context, resp *rivorav1.SetLimitsOverrideResponse, id string, pending int64) {
 	resp.PendingEvents = pending
+	h := cp.ownerHealth(ctx, id)
 	if pending > 0 {
-		switch cp.destinationStates(ctx, []string{id})[id] {
-		case "paused":
+		switch d, ok := cp.store.Get(id); {
+		case ok && d.GetPaused():
 			resp.NoDrainReason = "the destination is paused: nothing goes out until it is resumed"
 			return
-		case "down":
+		case h.GetState() == "parked":
 			resp.NoDrainReason = "the destination is parked: only probes go out until its partner answers"
 			return
 		}
 	}
-	resp.ProjectedDrainTime = drainTime(pending, resp.GetLimits().GetEffective().GetRatePerSecond(), 0)
+	resp.ArrivalsPerSecond = float64(h.GetArrivalsLastMinute()) / 60
+	drain := drainTime(pending, resp.GetLimits().GetEffective().GetRatePerSecond(), resp.ArrivalsPerSecond)
+	resp.ProjectedDrainTime = heldDrainTime(drain, h.GetHoldUntil(), cp.now())
+}
+
+// ownerHealth is destination id's health as the owner of its partition
+// sees it, or nil when that is not known within stateTimeout (no owner
+// right now, an agent slow to answer): then nothing is known to arrive or
+// to hold it.
+func (cp *ControlPlane) ownerHealth(ctx context.Context, id string) *rivorav1.DestinationHealth {
+	ctx, cancel := context.WithTimeout(ctx, stateTimeout)
+	defer cancel()
+	health, _ := cp.agents.ownersHealth(ctx, id, false, cp.cfg.Partitions)
+	for _, h := range health {
+		if h.GetDestinationId() == id {
+			return h
+		}
+	}
+	return nil
 }
 
 func (h *adminHandler) ClearLimitsOverride(ctx context.Context, req *connect.Request[rivorav1.ClearLimitsOverrideRequest]) (*connect.Response[rivorav1.ClearLimitsOverrideResponse], error) {

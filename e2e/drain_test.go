@@ -88,8 +88,8 @@ func TestDrainTimeAndLimitsDryRun(t *testing.T) {
 	}
 	// The issue's command: a dry run needs no reason (nothing is audited).
 	out := rivoractl(t, d, "limits", "set", "slow", "--rate", "8", "--dry-run")
-	if !strings.Contains(out, "dry run: nothing changed") || !strings.Contains(out, "20 pending events drain in 3s at 8/s") {
-		t.Fatalf("limits set --dry-run printed:\n%s\nwant the projected drain time (20 events at 8/s: 2.5 s, shown 3s)", out)
+	if !strings.Contains(out, "dry run: nothing changed") || !strings.Contains(out, "20 pending events drain in 3s at 8/s, less the 0.333/s arriving") {
+		t.Fatalf("limits set --dry-run printed:\n%s\nwant the projected drain time (20 events at 8/s less 1/3 s arriving: 2.6 s, shown 3s)", out)
 	}
 	var dry struct {
 		DryRun             bool   `json:"dryRun"`
@@ -104,8 +104,9 @@ func TestDrainTimeAndLimitsDryRun(t *testing.T) {
 	if err := json.Unmarshal([]byte(rivoractl(t, d, "limits", "set", "slow", "--rate", "8", "--reason", "what if", "--dry-run", "-o", "json")), &dry); err != nil {
 		t.Fatal(err)
 	}
-	if !dry.DryRun || dry.ProjectedDrainTime != "2.500s" || dry.Version != "" || dry.Limits.Effective.RatePerSecond != 8 {
-		t.Fatalf("dry run answered %+v; want dryRun, 2.500s, no version, the effective rate 8", dry)
+	// As the health's: 20 events at 8/s less the 1/3 s arriving.
+	if !dry.DryRun || dry.ProjectedDrainTime != "2.609s" || dry.Version != "" || dry.Limits.Effective.RatePerSecond != 8 {
+		t.Fatalf("dry run answered %+v; want dryRun, 2.609s, no version, the effective rate 8", dry)
 	}
 	if after := rivoractl(t, d, "audit", "-o", "json"); after != auditBefore {
 		t.Fatalf("a dry run changed the audit:\nbefore:\n%s\nafter:\n%s", auditBefore, after)

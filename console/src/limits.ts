@@ -4,7 +4,7 @@
 // overridden", so a rate or a count of 0 was answered "nothing to
 // override: set at least one limit" — or, beside another field, dropped
 // without a word. No DOM, no network, so vitest checks them exactly.
-import { formatCount, formatDuration, parseDuration } from "./format.js";
+import { formatCount, formatDuration, formatRate, parseDuration } from "./format.js";
 
 export const bounds = {
   minRate: 0.001,
@@ -58,11 +58,20 @@ export function durationOf(text: string, label: string, least: number, most = Nu
   return d;
 }
 
-/** What a limit preview says of the pending events (a dry run's answer). */
-export function drainPreview(r: { pending: number; drainSeconds: number | undefined; noDrainReason: string }): string {
+/**
+ * What a limit preview says of the pending events (a dry run's answer): the
+ * drain time is at the new rate less the events arriving (arrivals, per
+ * second), as the destination's health counts it.
+ */
+export function drainPreview(r: { pending: number; drainSeconds: number | undefined; noDrainReason: string; arrivals?: number }): string {
   const events = `${formatCount(r.pending)} pending event${r.pending === 1 ? "" : "s"}`;
+  const arrivals = r.arrivals ?? 0;
   if (r.noDrainReason) return `${events} do${r.pending === 1 ? "es" : ""} not drain now: ${r.noDrainReason}`;
   if (r.pending === 0) return "nothing is pending";
+  if (r.drainSeconds === undefined && arrivals > 0) {
+    return `${events} never drain${r.pending === 1 ? "s" : ""} at this rate: events arrive at ${formatRate(arrivals)}, no slower (the backlog grows)`;
+  }
   if (r.drainSeconds === undefined) return `${events} do${r.pending === 1 ? "es" : ""} not drain at this rate`;
-  return `${events} drain${r.pending === 1 ? "s" : ""} in ${formatDuration(r.drainSeconds)}`;
+  const less = arrivals > 0 ? `, less the ${formatRate(arrivals)} arriving` : "";
+  return `${events} drain${r.pending === 1 ? "s" : ""} in ${formatDuration(r.drainSeconds)}${less}`;
 }

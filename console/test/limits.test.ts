@@ -46,4 +46,10 @@ describe("drainPreview", () => {
     expect(drainPreview({ pending: 0, drainSeconds: undefined, noDrainReason: "" })).toBe("nothing is pending");
     expect(drainPreview({ pending: 3, drainSeconds: undefined, noDrainReason: "" })).toBe("3 pending events do not drain at this rate");
   });
+  it("counts the events still arriving, as the health's drain time does", () => {
+    expect(drainPreview({ pending: 52, drainSeconds: 40, noDrainReason: "", arrivals: 0.7 })).toBe("52 pending events drain in 40s, less the 0.7/s arriving");
+    expect(drainPreview({ pending: 52, drainSeconds: undefined, noDrainReason: "", arrivals: 4.13 })).toBe(
+      "52 pending events never drain at this rate: events arrive at 4.13/s, no slower (the backlog grows)",
+    );
+  });
 });

@@ -335,7 +335,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       void busy(checkBtn, "Checking…", async () => {
         try {
           const r = await admin.setLimitsOverride(overrideReq(true));
-          const drain = drainPreview({ pending: Number(r.pendingEvents), drainSeconds: seconds(r.projectedDrainTime), noDrainReason: r.noDrainReason });
+          const drain = drainPreview({ pending: Number(r.pendingEvents), drainSeconds: seconds(r.projectedDrainTime), noDrainReason: r.noDrainReason, arrivals: r.arrivalsPerSecond });
           preview.textContent = `With these limits (rate ${formatRate(r.limits?.effective?.ratePerSecond ?? 0)}), ${drain}. Nothing changed yet.`;
           setBtn.disabled = false;
           ast.clear();

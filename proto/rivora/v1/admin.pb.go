@@ -3435,7 +3435,10 @@ type SetLimitsOverrideResponse struct {
 	// version is the config version of the change; 0 for a dry run.
 	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	// The destination's pending events and how long they take at the
-	// override's rate (unset: they would not drain).
+	// override's rate, less the rate events arrive at
+	// (arrivals_per_second), plus what is left of a partner's Retry-After
+	// hold, as destinations health counts its drain_time (unset: they
+	// would not drain, the rate being no faster than the arrivals).
 	PendingEvents      int64                `protobuf:"varint,3,opt,name=pending_events,json=pendingEvents,proto3" json:"pending_events,omitempty"`
 	ProjectedDrainTime *durationpb.Duration `protobuf:"bytes,4,opt,name=projected_drain_time,json=projectedDrainTime,proto3" json:"projected_drain_time,omitempty"`
 	DryRun             bool                 `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
@@ -3443,8 +3446,12 @@ type SetLimitsOverrideResponse struct {
 	// pending events do not drain now whatever the rate: the destination
 	// is paused, or parked (only probes go out until its partner answers).
 	NoDrainReason string `protobuf:"bytes,6,opt,name=no_drain_reason,json=noDrainReason,proto3" json:"no_drain_reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// arrivals_per_second is the rate events joined the destination's
+	// lanes over the last minute (DestinationHealth.arrivals_last_minute /
+	// 60), which projected_drain_time takes off the override's rate.
+	ArrivalsPerSecond float64 `protobuf:"fixed64,7,opt,name=arrivals_per_second,json=arrivalsPerSecond,proto3" json:"arrivals_per_second,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SetLimitsOverrideResponse) Reset() {
@@ -3517,6 +3524,13 @@ func (x *SetLimitsOverrideResponse) GetNoDrainReason() string {
 		return x.NoDrainReason
 	}
 	return ""
+}
+
+func (x *SetLimitsOverrideResponse) GetArrivalsPerSecond() float64 {
+	if x != nil {
+		return x.ArrivalsPerSecond
+	}
+	return 0
 }
 
 type ClearLimitsOverrideRequest struct {
@@ -5237,14 +5251,15 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x10_rate_per_secondB\b\n" +
 	"\x06_burstB\x0f\n" +
 	"\r_max_attemptsB\x10\n" +
-	"\x0e_max_in_flight\"\xa0\x02\n" +
+	"\x0e_max_in_flight\"\xd0\x02\n" +
 	"\x19SetLimitsOverrideResponse\x124\n" +
 	"\x06limits\x18\x01 \x01(\v2\x1c.rivora.v1.GetLimitsResponseR\x06limits\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12%\n" +
 	"\x0epending_events\x18\x03 \x01(\x03R\rpendingEvents\x12K\n" +
 	"\x14projected_drain_time\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x12projectedDrainTime\x12\x17\n" +
 	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x12&\n" +
-	"\x0fno_drain_reason\x18\x06 \x01(\tR\rnoDrainReason\"s\n" +
+	"\x0fno_drain_reason\x18\x06 \x01(\tR\rnoDrainReason\x12.\n" +
+	"\x13arrivals_per_second\x18\a \x01(\x01R\x11arrivalsPerSecond\"s\n" +
 	"\x1aClearLimitsOverrideRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12\x16\n" +
