@@ -541,12 +541,12 @@ nothing was dead-lettered while it was disabled.
 
 A resume is also "try now": it ends a partner's Retry-After hold (HELD UNTIL
 in destinations health; a Retry-After is held to an hour at most) and makes
-due every lane held back by the partner's failures. To cut a hold short on
-a destination that is not paused, pause it and resume it.
+due every lane held back by the partner's failures. On a destination that
+is not paused but held by a Retry-After, resume ends the hold alone
+(audited as destination.resume); one neither paused nor held is refused.
 
 Examples:
-   rivoractl destinations resume orders --wait
-   rivoractl destinations pause orders --reason "partner back, ending its Retry-After" && rivoractl destinations resume orders`,
+   rivoractl destinations resume orders --wait`,
 		Flags: []ucli.Flag{waitFlag()},
 		Action: func(c *ucli.Context) error {
 			if err := exactArgs(c, 1, "one destination ID"); err != nil {
@@ -559,9 +559,12 @@ Examples:
 			if err != nil {
 				return callFailed(fmt.Sprintf("resume destination %q", id), err, notFoundHint)
 			}
-			if e.output == "json" {
+			switch held := resp.Msg.GetEndedHoldUntil(); {
+			case e.output == "json":
 				err = writeJSON(e.out, resp.Msg.GetDestination())
-			} else {
+			case held != nil:
+				_, err = fmt.Fprintf(e.out, "Ended the Retry-After hold of destination %s (it held until %s): its lanes go now, paced by its budget.\n", id, fmtTime(held))
+			default:
 				_, err = fmt.Fprintf(e.out, "Resumed destination %s.\n", id)
 			}
 			if err != nil {

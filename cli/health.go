@@ -149,7 +149,7 @@ func (e *env) showHealth(c *ucli.Context) error {
 			tw.row("UNARCHIVED\t%d dead letters wait for the archive\n", n)
 		}
 		if h.GetHoldUntil() != nil {
-			tw.row("HELD UNTIL\t%s (Retry-After)\n", fmtTime(h.GetHoldUntil()))
+			tw.row("HELD UNTIL\t%s (the partner's Retry-After; `rivoractl destinations resume %s` ends it now)\n", fmtTime(h.GetHoldUntil()), h.GetDestinationId())
 		}
 		if na := h.GetClientCertificateNotAfter(); na != nil {
 			note := ""

@@ -500,15 +500,36 @@ func resumedSince(d *rivorav1.Destination, at time.Time) bool {
 	return n > 0 && d.GetPauses()[n-1].GetEnd() != nil && d.GetPauses()[n-1].GetEnd().AsTime().After(at)
 }
 
-func (cp *ControlPlane) resumeDestination(id string, who actor) (*rivorav1.Destination, uint64, error) {
-	return cp.changeDestination("destination.resume", id, who, "", func(d *rivorav1.Destination) (string, error) {
-		if !d.GetPaused() {
-			return "", errorf(ErrPrecondition, "destination %q is not paused", d.GetId())
+// resumeDestination resumes a paused (or disabled) destination. A resume
+// is also "try now": it ends a partner's Retry-After hold, and so does
+// the resume of a destination that is not paused but held: a pause that
+// ends as it starts (it pauses nothing, and moves the destination's last
+// resume, which is what ends the hold and makes the held lanes due on
+// every agent, as after a pause and a resume). heldUntil is the hold's end
+// it ended (zero when the destination was paused). One neither paused nor
+// held is refused.
+func (cp *ControlPlane) resumeDestination(ctx context.Context, id string, who actor) (d *rivorav1.Destination, version uint64, heldUntil time.Time, err error) {
+	if d, ok := cp.store.Get(id); ok && !d.GetPaused() {
+		if h := cp.ownerHealth(ctx, id); h.GetHoldUntil() != nil && h.GetHoldUntil().AsTime().After(cp.now()) {
+			heldUntil = h.GetHoldUntil().AsTime()
 		}
+	}
+	d, version, err = cp.changeDestination("destination.resume", id, who, "", func(d *rivorav1.Destination) (string, error) {
+		now := cp.now()
+		if !d.GetPaused() {
+			if heldUntil.IsZero() {
+				return "", errorf(ErrPrecondition, "destination %q is not paused, nor held by its partner's Retry-After (destinations health shows HELD UNTIL while it is)", d.GetId())
+			}
+			d.Pauses = startPause(d.Pauses, now, "resume: end the partner's Retry-After hold", who.name)
+			endPause(d.Pauses, now)
+			return fmt.Sprintf("not paused: ended its partner's Retry-After hold (until %s)", heldUntil.UTC().Format(time.RFC3339)), nil
+		}
+		heldUntil = time.Time{}
 		d.Paused, d.Disabled = false, false
-		lasted := endPause(d.Pauses, cp.now())
+		lasted := endPause(d.Pauses, now)
 		return fmt.Sprintf("resumed after %s", lasted.Round(time.Millisecond)), nil
 	})
+	return d, version, heldUntil, err
 }
 
 func orEmpty(l *rivorav1.Limits) *rivorav1.Limits {

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -85,9 +86,13 @@ func (h *adminHandler) PauseDestination(ctx context.Context, req *connect.Reques
 }
 
 func (h *adminHandler) ResumeDestination(ctx context.Context, req *connect.Request[rivorav1.ResumeDestinationRequest]) (*connect.Response[rivorav1.ResumeDestinationResponse], error) {
-	d, version, err := h.cp.resumeDestination(req.Msg.GetDestinationId(), caller(ctx))
+	d, version, heldUntil, err := h.cp.resumeDestination(ctx, req.Msg.GetDestinationId(), caller(ctx))
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&rivorav1.ResumeDestinationResponse{Destination: h.cp.answer(d), Version: version}), nil
+	resp := &rivorav1.ResumeDestinationResponse{Destination: h.cp.answer(d), Version: version}
+	if !heldUntil.IsZero() {
+		resp.EndedHoldUntil = timestamppb.New(heldUntil)
+	}
+	return connect.NewResponse(resp), nil
 }

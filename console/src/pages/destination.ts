@@ -142,7 +142,7 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
         stat("Attempts (1 min)", formatCount(hh?.attemptsLastMinute ?? 0n)),
         stat("Oldest pending", hh?.oldestPendingAge ? formatDuration(seconds(hh.oldestPendingAge)) : "none"),
         stat("Drain time", hh && hh.pendingEvents > 0n ? drainText(hh) : "0s"),
-        ...(hh?.holdUntil ? [stat("Held until (Retry-After)", when(hh.holdUntil))] : []),
+        ...(hh?.holdUntil ? [stat("Held until (Retry-After; Resume ends it)", when(hh.holdUntil))] : []),
         stat("Priority", classNames[dest?.priorityClass ?? 0] ?? "normal"),
         // 0: no answer came (a timeout, a connection or TLS error), as
         // rivoractl's "err"; "none" read as an idle destination.
@@ -295,7 +295,14 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
       const reason = need(pauseReason, "Pause");
       if (reason) void run(pauseBtn, "Pausing…", "Pause", async () => (await admin.pauseDestination({ destinationId: id, reason }), `Paused ${id}.`));
     };
-    resumeBtn.addEventListener("click", () => void run(resumeBtn, "Resuming…", "Resume", async () => (await admin.resumeDestination({ destinationId: id }), `Resumed ${id}.`)));
+    // Resume also ends a partner's Retry-After hold of a destination that
+    // is not paused (the answer says until when it would have held).
+    resumeBtn.addEventListener("click", () =>
+      void run(resumeBtn, "Resuming…", "Resume", async () => {
+        const r = await admin.resumeDestination({ destinationId: id });
+        return r.endedHoldUntil ? `Ended the Retry-After hold of ${id} (it held until ${when(r.endedHoldUntil)}): its lanes go now.` : `Resumed ${id}.`;
+      }),
+    );
 
     // Set limit: a dry run first shows the drain time, then confirm.
     const rate = h("input", { type: "number", name: "rate", min: String(bounds.minRate), max: String(bounds.maxRate), step: "any" });
@@ -412,6 +419,9 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
         // the other: a disabled button drops it to the body.
         if (dest.paused) swap(pauseBtn, resumeBtn);
         else swap(resumeBtn, pauseBtn);
+        // Held by its partner's Retry-After, it can be resumed unpaused.
+        const held = date(health?.holdUntil);
+        if (!dest.paused && held && held.getTime() > Date.now()) resumeBtn.disabled = false;
         if (dest.override) clearBtn.disabled = false;
         else disable(clearBtn, checkBtn);
         if (!clsSynced) {

@@ -3041,11 +3041,15 @@ func (x *ResumeDestinationRequest) GetAuthor() string {
 }
 
 type ResumeDestinationResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
-	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Destination *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	Version     uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// ended_hold_until is set when the destination was not paused and the
+	// resume ended its partner's Retry-After hold instead (which would have
+	// lasted until then): its held lanes go at once, paced by its budget.
+	EndedHoldUntil *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=ended_hold_until,json=endedHoldUntil,proto3" json:"ended_hold_until,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ResumeDestinationResponse) Reset() {
@@ -3090,6 +3094,13 @@ func (x *ResumeDestinationResponse) GetVersion() uint64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *ResumeDestinationResponse) GetEndedHoldUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndedHoldUntil
+	}
+	return nil
 }
 
 // LimitSource says where one effective limit comes from.
@@ -5212,10 +5223,11 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"Y\n" +
 	"\x18ResumeDestinationRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
-	"\x06author\x18\x02 \x01(\tR\x06author\"o\n" +
+	"\x06author\x18\x02 \x01(\tR\x06author\"\xb5\x01\n" +
 	"\x19ResumeDestinationResponse\x128\n" +
 	"\vdestination\x18\x01 \x01(\v2\x16.rivora.v1.DestinationR\vdestination\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"\x90\x01\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12D\n" +
+	"\x10ended_hold_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0eendedHoldUntil\"\x90\x01\n" +
 	"\vLimitSource\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12\x16\n" +
@@ -5537,79 +5549,80 @@ var file_rivora_v1_admin_proto_depIdxs = []int32{
 	63,  // 62: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
 	2,   // 63: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
 	2,   // 64: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
-	63,  // 65: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
-	1,   // 66: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
-	61,  // 67: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
-	1,   // 68: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
-	1,   // 69: rivora.v1.GetLimitsResponse.destination:type_name -> rivora.v1.Limits
-	62,  // 70: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
-	62,  // 71: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
-	62,  // 72: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	35,  // 73: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	62,  // 74: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
-	35,  // 75: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	33,  // 76: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
-	41,  // 77: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
-	63,  // 78: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	43,  // 79: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
-	48,  // 80: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
-	50,  // 81: rivora.v1.GetConfigStatusResponse.edges:type_name -> rivora.v1.EdgeStatus
-	63,  // 82: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	63,  // 83: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
-	63,  // 84: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
-	62,  // 85: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
-	63,  // 86: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
-	63,  // 87: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
-	49,  // 88: rivora.v1.EdgeStatus.buffer:type_name -> rivora.v1.EdgeBuffer
-	63,  // 89: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
-	50,  // 90: rivora.v1.ListEdgesResponse.edges:type_name -> rivora.v1.EdgeStatus
-	50,  // 91: rivora.v1.GetEdgeResponse.edge:type_name -> rivora.v1.EdgeStatus
-	33,  // 92: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
-	9,   // 93: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
-	11,  // 94: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
-	13,  // 95: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
-	15,  // 96: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
-	17,  // 97: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
-	19,  // 98: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
-	21,  // 99: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
-	23,  // 100: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
-	29,  // 101: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
-	31,  // 102: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
-	34,  // 103: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
-	36,  // 104: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
-	38,  // 105: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
-	40,  // 106: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
-	44,  // 107: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
-	52,  // 108: rivora.v1.AdminService.ListEdges:input_type -> rivora.v1.ListEdgesRequest
-	54,  // 109: rivora.v1.AdminService.GetEdge:input_type -> rivora.v1.GetEdgeRequest
-	56,  // 110: rivora.v1.AdminService.RemoveEdge:input_type -> rivora.v1.RemoveEdgeRequest
-	46,  // 111: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
-	58,  // 112: rivora.v1.AdminService.VerifyDelivery:input_type -> rivora.v1.VerifyDeliveryRequest
-	10,  // 113: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
-	12,  // 114: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
-	14,  // 115: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
-	16,  // 116: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
-	18,  // 117: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
-	20,  // 118: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
-	22,  // 119: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
-	24,  // 120: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
-	30,  // 121: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
-	32,  // 122: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
-	35,  // 123: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
-	37,  // 124: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
-	39,  // 125: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
-	42,  // 126: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
-	45,  // 127: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
-	53,  // 128: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
-	55,  // 129: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
-	57,  // 130: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
-	47,  // 131: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
-	59,  // 132: rivora.v1.AdminService.VerifyDelivery:output_type -> rivora.v1.VerifyDeliveryResponse
-	113, // [113:133] is the sub-list for method output_type
-	93,  // [93:113] is the sub-list for method input_type
-	93,  // [93:93] is the sub-list for extension type_name
-	93,  // [93:93] is the sub-list for extension extendee
-	0,   // [0:93] is the sub-list for field type_name
+	63,  // 65: rivora.v1.ResumeDestinationResponse.ended_hold_until:type_name -> google.protobuf.Timestamp
+	63,  // 66: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
+	1,   // 67: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
+	61,  // 68: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
+	1,   // 69: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
+	1,   // 70: rivora.v1.GetLimitsResponse.destination:type_name -> rivora.v1.Limits
+	62,  // 71: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
+	62,  // 72: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
+	62,  // 73: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	35,  // 74: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	62,  // 75: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
+	35,  // 76: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	33,  // 77: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
+	41,  // 78: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
+	63,  // 79: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	43,  // 80: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
+	48,  // 81: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
+	50,  // 82: rivora.v1.GetConfigStatusResponse.edges:type_name -> rivora.v1.EdgeStatus
+	63,  // 83: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	63,  // 84: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
+	63,  // 85: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
+	62,  // 86: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
+	63,  // 87: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	63,  // 88: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
+	49,  // 89: rivora.v1.EdgeStatus.buffer:type_name -> rivora.v1.EdgeBuffer
+	63,  // 90: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
+	50,  // 91: rivora.v1.ListEdgesResponse.edges:type_name -> rivora.v1.EdgeStatus
+	50,  // 92: rivora.v1.GetEdgeResponse.edge:type_name -> rivora.v1.EdgeStatus
+	33,  // 93: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
+	9,   // 94: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
+	11,  // 95: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
+	13,  // 96: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
+	15,  // 97: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
+	17,  // 98: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
+	19,  // 99: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
+	21,  // 100: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
+	23,  // 101: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
+	29,  // 102: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
+	31,  // 103: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
+	34,  // 104: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
+	36,  // 105: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
+	38,  // 106: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
+	40,  // 107: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
+	44,  // 108: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
+	52,  // 109: rivora.v1.AdminService.ListEdges:input_type -> rivora.v1.ListEdgesRequest
+	54,  // 110: rivora.v1.AdminService.GetEdge:input_type -> rivora.v1.GetEdgeRequest
+	56,  // 111: rivora.v1.AdminService.RemoveEdge:input_type -> rivora.v1.RemoveEdgeRequest
+	46,  // 112: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
+	58,  // 113: rivora.v1.AdminService.VerifyDelivery:input_type -> rivora.v1.VerifyDeliveryRequest
+	10,  // 114: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
+	12,  // 115: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
+	14,  // 116: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
+	16,  // 117: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
+	18,  // 118: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
+	20,  // 119: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
+	22,  // 120: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
+	24,  // 121: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
+	30,  // 122: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
+	32,  // 123: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
+	35,  // 124: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
+	37,  // 125: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
+	39,  // 126: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
+	42,  // 127: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
+	45,  // 128: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
+	53,  // 129: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
+	55,  // 130: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
+	57,  // 131: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
+	47,  // 132: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
+	59,  // 133: rivora.v1.AdminService.VerifyDelivery:output_type -> rivora.v1.VerifyDeliveryResponse
+	114, // [114:134] is the sub-list for method output_type
+	94,  // [94:114] is the sub-list for method input_type
+	94,  // [94:94] is the sub-list for extension type_name
+	94,  // [94:94] is the sub-list for extension extendee
+	0,   // [0:94] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_admin_proto_init() }
