@@ -59,7 +59,10 @@ earlier too (the audit log says which).
 It prints the effective limits and how long the destination's pending
 events take to drain at the new rate less the rate events arrive at (over
 the last minute, as destinations health's DRAIN TIME; a lower bound: the
-partner's latency and max_in_flight can slow it). --dry-run prints the same and changes
+partner's latency and max_in_flight can slow it). With --max-attempts it
+also says how many pending lane heads already used that many attempts or
+more: each becomes a dead letter (reason max_attempts) at its next turn,
+without another request. --dry-run prints the same and changes
 nothing: no new config version, no audit entry (so it needs no --reason).
 
 Examples:
@@ -269,6 +272,13 @@ func (e *env) writeDrain(m *rivorav1.SetLimitsOverrideResponse) {
 		fmt.Fprintf(e.out, "%d pending events never drain at %s/s: events arrive at %.3g/s, no slower (the backlog grows)\n", m.GetPendingEvents(), rate, arrivals)
 	case m.GetPendingEvents() > 0:
 		fmt.Fprintf(e.out, "%d pending events do not drain at %s/s\n", m.GetPendingEvents(), rate)
+	}
+	if n := m.GetHeadsAtMaxAttempts(); n > 0 {
+		heads := "lane heads"
+		if n == 1 {
+			heads = "lane head"
+		}
+		fmt.Fprintf(e.out, "%d pending %s already used %d attempts or more: each becomes a dead letter (reason max_attempts) at its next turn, without another request\n", n, heads, m.GetLimits().GetEffective().GetMaxAttempts())
 	}
 }
 

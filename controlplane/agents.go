@@ -506,6 +506,24 @@ func (r *agentRegistry) pending(ctx context.Context, destinationID, subscription
 	})
 }
 
+// pendingAndHeads is pending for a whole destination, with how many of
+// its lane heads used at least least attempts (none asked for when least
+// is 0): what a max_attempts lowered to least ends.
+func (r *agentRegistry) pendingAndHeads(ctx context.Context, destinationID string, least int32) (pending, heads int64, err error) {
+	counts, err := askAll(r, func(a *agentState) (*rivorav1.CountPendingResponse, error) {
+		resp, err := a.client.CountPending(ctx, connect.NewRequest(&rivorav1.CountPendingRequest{DestinationId: destinationID, HeadsWithAttempts: least}))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg, nil
+	})
+	for _, c := range counts {
+		pending += c.GetPending()
+		heads += c.GetHeadsWithAttempts()
+	}
+	return pending, heads, err
+}
+
 // archivePending dead-letters a destination's pending events on every
 // connected agent: all of them, or only one subscription's when
 // subscriptionID is set.

@@ -23,11 +23,11 @@ func (h *adminHandler) SetLimitsOverride(ctx context.Context, req *connect.Reque
 		if err != nil {
 			return nil, err
 		}
-		pending, err := h.cp.agents.pending(ctx, m.GetDestinationId(), "")
+		resp := &rivorav1.SetLimitsOverrideResponse{Limits: view, DryRun: true}
+		pending, err := h.cp.countForOverride(ctx, resp, m)
 		if err != nil {
 			return nil, errorf(ErrUnavailable, "count the pending events of %q for the projected drain time: %w; retry", m.GetDestinationId(), err)
 		}
-		resp := &rivorav1.SetLimitsOverrideResponse{Limits: view, DryRun: true}
 		h.cp.projectDrain(ctx, resp, m.GetDestinationId(), pending)
 		return connect.NewResponse(resp), nil
 	}
@@ -38,10 +38,25 @@ func (h *adminHandler) SetLimitsOverride(ctx context.Context, req *connect.Reque
 	resp := &rivorav1.SetLimitsOverrideResponse{Limits: view, Version: version}
 	// The change is made; its drain time is a courtesy, left out when the
 	// agents cannot count now.
-	if pending, err := h.cp.agents.pending(ctx, m.GetDestinationId(), ""); err == nil {
+	if pending, err := h.cp.countForOverride(ctx, resp, m); err == nil {
 		h.cp.projectDrain(ctx, resp, m.GetDestinationId(), pending)
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// countForOverride counts the destination's pending events and, when the
+// override sets max_attempts, its lane heads that already used that many
+// or more (resp.heads_at_max_attempts): they die at their next turn.
+func (cp *ControlPlane) countForOverride(ctx context.Context, resp *rivorav1.SetLimitsOverrideResponse, m *rivorav1.SetLimitsOverrideRequest) (pending int64, err error) {
+	var least int32
+	if m.MaxAttempts != nil {
+		least = resp.GetLimits().GetEffective().GetMaxAttempts()
+	}
+	pending, heads, err := cp.agents.pendingAndHeads(ctx, m.GetDestinationId(), least)
+	if err == nil {
+		resp.HeadsAtMaxAttempts = heads
+	}
+	return pending, err
 }
 
 // projectDrain says in resp how long destination id's pending events take

@@ -311,6 +311,14 @@ func waitingReason(loc scheduler.Location, maxAttempts int, hold string) string 
 		return "held: subscription " + loc.Lane.Subscription + " paused; " + used
 	case dest.HoldUntil.After(now):
 		return fmt.Sprintf("held: its partner asked for no requests until %s (Retry-After; a resume ends it); %s", dest.HoldUntil.UTC().Format(time.RFC3339), used)
+	case maxAttempts > 0 && loc.Head.Attempts >= maxAttempts:
+		// max_attempts was lowered to what it had used or less: its turn
+		// ends it (verdict.Decide).
+		turn := "at its turn"
+		if !loc.Held && !loc.Due && loc.Head.NotBefore.After(now) {
+			turn = "at " + loc.Head.NotBefore.UTC().Format(time.RFC3339) + ", its turn,"
+		}
+		return fmt.Sprintf("becomes a dead letter (reason max_attempts) %s without another request: it used %d attempts, and max attempts was lowered to %d since", turn, loc.Head.Attempts, maxAttempts)
 	case loc.Held:
 		// The scheduler's hold: it goes when a probe gets through.
 		return fmt.Sprintf("held: destination %s%s; %s", dest.Health, since(dest.Since), used)

@@ -175,3 +175,20 @@ func TestWaitingOfAHeadTheDestinationFailed(t *testing.T) {
 		}
 	}
 }
+
+// A head that used as many attempts as max_attempts allows, or more (the
+// limit was lowered since), says it dies at its next turn without another
+// request: an operator read "ATTEMPTS USED 5 of 2" and nothing more.
+func TestWaitingPastALoweredMaxAttempts(t *testing.T) {
+	soon := time.Now().Add(time.Minute).UTC().Truncate(time.Second)
+	head := scheduler.Head{Attempts: 5, LastStatus: 400, LastAttemptAt: time.Now(), NotBefore: soon}
+	want := "becomes a dead letter (reason max_attempts) at " + soon.Format(time.RFC3339) + ", its turn, without another request: it used 5 attempts, and max attempts was lowered to 2 since"
+	if got := waitingReason(scheduler.Location{Head: head}, 2, ""); got != want {
+		t.Errorf("waiting %q, want %q", got, want)
+	}
+	want = "becomes a dead letter (reason max_attempts) at its turn without another request: it used 2 attempts, and max attempts was lowered to 2 since"
+	head.Attempts = 2
+	if got := waitingReason(scheduler.Location{Head: head, Due: true}, 2, ""); got != want {
+		t.Errorf("due: waiting %q, want %q", got, want)
+	}
+}

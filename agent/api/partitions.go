@@ -23,14 +23,24 @@ type partitionService struct {
 }
 
 // CountPending counts a destination's pending events, or one of its
-// subscription's (subscription_id).
-func (s *partitionService) CountPending(_ context.Context, req *connect.Request[rivorav1.CountPendingRequest]) (*connect.Response[rivorav1.CountPendingResponse], error) {
+// subscription's (subscription_id), and, asked for, the lanes whose head
+// used at least heads_with_attempts attempts (a walk of its lanes, paced
+// as lanes list's).
+func (s *partitionService) CountPending(ctx context.Context, req *connect.Request[rivorav1.CountPendingRequest]) (*connect.Response[rivorav1.CountPendingResponse], error) {
 	dest, sub := req.Msg.GetDestinationId(), req.Msg.GetSubscriptionId()
 	n := s.sched.Pending(dest)
 	if sub != "" {
 		n = s.sched.PendingOf(dest, sub)
 	}
-	return connect.NewResponse(&rivorav1.CountPendingResponse{Pending: int64(n)}), nil
+	resp := &rivorav1.CountPendingResponse{Pending: int64(n)}
+	if least := req.Msg.GetHeadsWithAttempts(); least > 0 && n > 0 {
+		w := s.sched.WalkLanes(dest, scheduler.LaneFilter{Subscription: sub, MinAttempts: int(least)})
+		if err := walkPaced(ctx, w); err != nil {
+			return nil, err // the caller gave up (Canceled), or its deadline passed
+		}
+		resp.HeadsWithAttempts = int64(w.Result().Matched)
+	}
+	return connect.NewResponse(resp), nil
 }
 
 // ArchivePending dead-letters a destination's pending events, or one of

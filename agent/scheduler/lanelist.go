@@ -65,7 +65,10 @@ type LaneFilter struct {
 	// Subscription keeps one subscription's lanes ("" = every lane).
 	Subscription string
 	Stuck        bool // only lanes whose head has failed at least once
-	Limit        int  // at most this many lanes
+	// MinAttempts keeps lanes whose head used at least this many of its
+	// max attempts (0: every lane): a lowered max_attempts ends them.
+	MinAttempts int
+	Limit       int // at most this many lanes (0: count them only)
 }
 
 // LaneList is ListLanes' answer.
@@ -173,6 +176,9 @@ func (w *LaneWalk) consider(sl *laneSlot) (endChunk bool) {
 		return false
 	}
 	if w.f.Subscription != "" && sl.lane.ID.Subscription != w.f.Subscription {
+		return false
+	}
+	if w.f.MinAttempts > 0 && sl.lane.head.Attempts < w.f.MinAttempts {
 		return false
 	}
 	w.matched++

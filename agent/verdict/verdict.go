@@ -259,6 +259,12 @@ func Decide(f Facts) Verdict {
 		// Fenced: the lease lapsed (the partition is stopping). Another
 		// agent delivers it now; this one sends nothing.
 		return wait(a.Head, f.Now.Add(EndpointDelay))
+	case f.Result == nil && f.Policy.MaxAttempts > 0 && a.Head.Attempts >= f.Policy.MaxAttempts:
+		// Its attempts ran out before this one: max_attempts was lowered
+		// (limits set --max-attempts) to what it had used or less. It
+		// dies at its turn without another request, as it would have
+		// after its last charged failure under the new limit.
+		return Verdict{Kind: Dead, Head: a.Head, Reason: rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS}
 	case f.Result == nil:
 		return Verdict{Kind: Send}
 	}

@@ -323,3 +323,30 @@ func withError(h scheduler.Head, err string) scheduler.Head {
 	h.LastError = err
 	return h
 }
+
+// max_attempts lowered (limits set --max-attempts 2) below what a pending
+// head had used: it dies at its turn (reason max_attempts) without another
+// request. An operator saw one more request sent at the old retry time
+// before the event died. A head still under the limit is sent.
+func TestDecideMaxAttemptsLoweredBelowWhatTheHeadUsed(t *testing.T) {
+	lowered := policy
+	lowered.MaxAttempts = 2
+	for _, c := range []struct {
+		name string
+		a    *scheduler.Attempt
+		want verdict.Verdict
+	}{
+		{"used 5, now at most 2: dead, not sent", attempt(6),
+			verdict.Verdict{Kind: verdict.Dead, Head: attempt(6).Head, Reason: rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS}},
+		{"used 2, now at most 2: dead, not sent", attempt(3),
+			verdict.Verdict{Kind: verdict.Dead, Head: attempt(3).Head, Reason: rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS}},
+		{"used 1, now at most 2: sent", attempt(2), verdict.Verdict{Kind: verdict.Send}},
+	} {
+		f := ready(c.a)
+		f.Policy = lowered
+		got := verdict.Decide(f)
+		if got.Kind != c.want.Kind || got.Reason != c.want.Reason || got.Sent || got.Head != c.want.Head {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}

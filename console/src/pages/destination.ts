@@ -343,7 +343,12 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
         try {
           const r = await admin.setLimitsOverride(overrideReq(true));
           const drain = drainPreview({ pending: Number(r.pendingEvents), drainSeconds: seconds(r.projectedDrainTime), noDrainReason: r.noDrainReason, arrivals: r.arrivalsPerSecond });
-          preview.textContent = `With these limits (rate ${formatRate(r.limits?.effective?.ratePerSecond ?? 0)}), ${drain}. Nothing changed yet.`;
+          const heads = Number(r.headsAtMaxAttempts);
+          const dying =
+            heads > 0
+              ? ` ${formatCount(heads)} pending lane head${heads === 1 ? "" : "s"} already used ${r.limits?.effective?.maxAttempts ?? 0} attempts or more: each becomes a dead letter (max attempts) at its next turn, without another request.`
+              : "";
+          preview.textContent = `With these limits (rate ${formatRate(r.limits?.effective?.ratePerSecond ?? 0)}), ${drain}.${dying} Nothing changed yet.`;
           setBtn.disabled = false;
           ast.clear();
         } catch (err) {

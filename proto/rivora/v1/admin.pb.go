@@ -3461,8 +3461,13 @@ type SetLimitsOverrideResponse struct {
 	// lanes over the last minute (DestinationHealth.arrivals_last_minute /
 	// 60), which projected_drain_time takes off the override's rate.
 	ArrivalsPerSecond float64 `protobuf:"fixed64,7,opt,name=arrivals_per_second,json=arrivalsPerSecond,proto3" json:"arrivals_per_second,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// heads_at_max_attempts, when the override sets max_attempts, counts
+	// the pending lane heads that already used that many attempts or more:
+	// each becomes a dead letter (reason max_attempts) at its next turn,
+	// without another request.
+	HeadsAtMaxAttempts int64 `protobuf:"varint,8,opt,name=heads_at_max_attempts,json=headsAtMaxAttempts,proto3" json:"heads_at_max_attempts,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *SetLimitsOverrideResponse) Reset() {
@@ -3540,6 +3545,13 @@ func (x *SetLimitsOverrideResponse) GetNoDrainReason() string {
 func (x *SetLimitsOverrideResponse) GetArrivalsPerSecond() float64 {
 	if x != nil {
 		return x.ArrivalsPerSecond
+	}
+	return 0
+}
+
+func (x *SetLimitsOverrideResponse) GetHeadsAtMaxAttempts() int64 {
+	if x != nil {
+		return x.HeadsAtMaxAttempts
 	}
 	return 0
 }
@@ -5263,7 +5275,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x10_rate_per_secondB\b\n" +
 	"\x06_burstB\x0f\n" +
 	"\r_max_attemptsB\x10\n" +
-	"\x0e_max_in_flight\"\xd0\x02\n" +
+	"\x0e_max_in_flight\"\x83\x03\n" +
 	"\x19SetLimitsOverrideResponse\x124\n" +
 	"\x06limits\x18\x01 \x01(\v2\x1c.rivora.v1.GetLimitsResponseR\x06limits\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12%\n" +
@@ -5271,7 +5283,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x14projected_drain_time\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x12projectedDrainTime\x12\x17\n" +
 	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x12&\n" +
 	"\x0fno_drain_reason\x18\x06 \x01(\tR\rnoDrainReason\x12.\n" +
-	"\x13arrivals_per_second\x18\a \x01(\x01R\x11arrivalsPerSecond\"s\n" +
+	"\x13arrivals_per_second\x18\a \x01(\x01R\x11arrivalsPerSecond\x121\n" +
+	"\x15heads_at_max_attempts\x18\b \x01(\x03R\x12headsAtMaxAttempts\"s\n" +
 	"\x1aClearLimitsOverrideRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12\x16\n" +

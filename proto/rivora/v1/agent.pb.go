@@ -703,8 +703,12 @@ type CountPendingRequest struct {
 	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
 	// subscription_id narrows the count to one subscription's lanes.
 	SubscriptionId string `protobuf:"bytes,2,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// heads_with_attempts, when more than 0, also counts the lanes whose
+	// head used at least this many attempts (heads_with_attempts in the
+	// answer): what a max_attempts lowered to it would end.
+	HeadsWithAttempts int32 `protobuf:"varint,3,opt,name=heads_with_attempts,json=headsWithAttempts,proto3" json:"heads_with_attempts,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CountPendingRequest) Reset() {
@@ -751,11 +755,21 @@ func (x *CountPendingRequest) GetSubscriptionId() string {
 	return ""
 }
 
+func (x *CountPendingRequest) GetHeadsWithAttempts() int32 {
+	if x != nil {
+		return x.HeadsWithAttempts
+	}
+	return 0
+}
+
 type CountPendingResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pending       int64                  `protobuf:"varint,1,opt,name=pending,proto3" json:"pending,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Pending int64                  `protobuf:"varint,1,opt,name=pending,proto3" json:"pending,omitempty"`
+	// heads_with_attempts counts the lanes whose head used at least the
+	// request's heads_with_attempts (0 when it asked for none).
+	HeadsWithAttempts int64 `protobuf:"varint,2,opt,name=heads_with_attempts,json=headsWithAttempts,proto3" json:"heads_with_attempts,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CountPendingResponse) Reset() {
@@ -791,6 +805,13 @@ func (*CountPendingResponse) Descriptor() ([]byte, []int) {
 func (x *CountPendingResponse) GetPending() int64 {
 	if x != nil {
 		return x.Pending
+	}
+	return 0
+}
+
+func (x *CountPendingResponse) GetHeadsWithAttempts() int64 {
+	if x != nil {
+		return x.HeadsWithAttempts
 	}
 	return 0
 }
@@ -1048,12 +1069,14 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"J\n" +
 	"\x12ReportGoneResponse\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"e\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\x95\x01\n" +
 	"\x13CountPendingRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12'\n" +
-	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\"0\n" +
+	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\x12.\n" +
+	"\x13heads_with_attempts\x18\x03 \x01(\x05R\x11headsWithAttempts\"`\n" +
 	"\x14CountPendingResponse\x12\x18\n" +
-	"\apending\x18\x01 \x01(\x03R\apending\"g\n" +
+	"\apending\x18\x01 \x01(\x03R\apending\x12.\n" +
+	"\x13heads_with_attempts\x18\x02 \x01(\x03R\x11headsWithAttempts\"g\n" +
 	"\x15ArchivePendingRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12'\n" +
 	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\"4\n" +
