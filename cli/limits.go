@@ -97,7 +97,13 @@ Examples:
 				Name:      "diff",
 				Usage:     "list where effective limits differ from the limits file (drift)",
 				UsageText: "rivoractl limits diff [-o json]",
-				Action:    e.diffLimits,
+				Description: `Lists, per destination and limit, where the effective value differs from
+what the limits file gives: a runtime override's, or the destination's own
+setting (destinations create or update). With no limits file (the control
+plane's --limits), there is nothing reviewed to drift from: it lists the
+runtime overrides in force, each beside the value its destination has
+without it (WITHOUT OVERRIDE), which it returns to when the override ends.`,
+				Action: e.diffLimits,
 			},
 		},
 	}
@@ -320,30 +326,37 @@ func (e *env) diffLimits(c *ucli.Context) error {
 	if err != nil {
 		return callFailed("diff limits", err, nil)
 	}
-	drifts := resp.Msg.GetDrifts()
 	if e.output == "json" {
-		return writeJSONArray(e.out, drifts)
+		return writeJSONArray(e.out, resp.Msg.GetDrifts())
 	}
-	if len(drifts) == 0 {
-		what := "the values of the limits file " + resp.Msg.GetLimitsFile()
-		if resp.Msg.GetLimitsFile() == "" {
-			what = "Rivora's built-in defaults (no limits file: the control plane's --limits loads one)"
-		}
-		_, err := fmt.Fprintf(e.out, "No drift: every destination runs %s.\n", what)
+	return e.writeDrifts(resp.Msg)
+}
+
+// writeDrifts is limits diff's table. With no limits file there is no
+// reviewed value to drift from: the server lists only the runtime
+// overrides, each beside what its destination has without it.
+func (e *env) writeDrifts(resp *rivorav1.DiffLimitsResponse) error {
+	drifts := resp.GetDrifts()
+	noFile := resp.GetLimitsFile() == ""
+	switch {
+	case len(drifts) == 0 && noFile:
+		_, err := fmt.Fprintln(e.out, "No limits file (the control plane's --limits loads one), and no runtime override in force: every destination runs its own settings, else Rivora's built-in defaults.")
 		return err
+	case len(drifts) == 0:
+		_, err := fmt.Fprintf(e.out, "No drift: every destination runs the values of the limits file %s.\n", resp.GetLimitsFile())
+		return err
+	case noFile:
+		fmt.Fprintln(e.out, "No limits file (the control plane's --limits loads one): the runtime overrides in force, each beside what its destination has without it.")
 	}
 	sort.SliceStable(drifts, func(i, j int) bool { return drifts[i].GetDestinationId() < drifts[j].GetDestinationId() })
 	tw := newTable(e.out)
-	tw.row("DESTINATION\tLIMIT\tFILE\tEFFECTIVE\tSOURCE\n")
+	base := "FILE"
+	if noFile {
+		base = "WITHOUT OVERRIDE"
+	}
+	tw.row("DESTINATION\tLIMIT\t%s\tEFFECTIVE\tSOURCE\n", base)
 	for _, d := range drifts {
 		tw.row("%s\t%s\t%s\t%s\t%s\n", d.GetDestinationId(), d.GetField(), d.GetFileValue(), d.GetEffectiveValue(), sourceText(d.GetSource()))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if resp.Msg.GetLimitsFile() == "" {
-		_, err := fmt.Fprintln(e.out, noLimitsFile)
-		return err
-	}
-	return nil
+	return tw.Flush()
 }

@@ -281,7 +281,7 @@ func writeDestination(w io.Writer, d *rivorav1.Destination, pending *int64) erro
 // printed above include them), who set it and until when, and what the
 // destination's own values are, which it returns to.
 func overrideText(o *rivorav1.LimitsOverride, configured *rivorav1.Limits, id string) string {
-	var set, own []string
+	var set, own, why []string
 	for _, f := range limitFieldNames {
 		if limitText(o.GetLimits(), f) == limitText(&rivorav1.Limits{}, f) {
 			continue // not overridden
@@ -293,15 +293,38 @@ func overrideText(o *rivorav1.LimitsOverride, configured *rivorav1.Limits, id st
 			ownValue = limitText(configured, f)
 		}
 		own = append(own, name+" "+ownValue)
+		author, reason := o.GetAuthor(), o.GetReason()
+		if of, ok := o.GetFields()[f]; ok {
+			author, reason = of.GetAuthor(), of.GetReason()
+		}
+		why = append(why, byWhom(author, reason))
 	}
-	text := strings.Join(set, ", ") + " by " + o.GetAuthor()
-	if o.GetReason() != "" {
-		text += " (" + o.GetReason() + ")"
+	// One author and reason for every field, or each field's own (a rate
+	// cut and a later window change are two reasons).
+	var text string
+	if len(slices.Compact(slices.Clone(why))) <= 1 {
+		text = strings.Join(set, ", ") + byWhom(o.GetAuthor(), o.GetReason())
+		if len(why) > 0 {
+			text = strings.Join(set, ", ") + why[0]
+		}
+	} else {
+		for i := range set {
+			set[i] += why[i]
+		}
+		text = strings.Join(set, "; ")
 	}
 	if o.GetExpiresAt() != nil {
 		text += " until " + fmtTime(o.GetExpiresAt())
 	}
 	return text + "; the destination's own: " + strings.Join(own, ", ") + " (rivoractl limits clear " + id + " ends the override)"
+}
+
+// byWhom is " by AUTHOR (REASON)" for an override's field.
+func byWhom(author, reason string) string {
+	if reason == "" {
+		return " by " + author
+	}
+	return " by " + author + " (" + reason + ")"
 }
 
 // secretText is the signing secret where the server sends it (the answer

@@ -130,3 +130,41 @@ func TestVisible(t *testing.T) {
 		}
 	}
 }
+
+// An override whose fields were set for different reasons shows each
+// field's own (destinations get gave the latest change's to every field).
+func TestOverrideShowsEachFieldsReason(t *testing.T) {
+	o := &rivorav1.LimitsOverride{
+		Limits: &rivorav1.Limits{RatePerSecond: 2, MaxAttempts: 2}, Author: "bob", Reason: "poison INC-6",
+		Fields: map[string]*rivorav1.OverrideField{
+			"rate_per_second": {Author: "alice", Reason: "slow drain INC-6"},
+			"max_attempts":    {Author: "bob", Reason: "poison INC-6"},
+		},
+	}
+	got := overrideText(o, &rivorav1.Limits{}, "shared")
+	if want := "rate per second 2/s by alice (slow drain INC-6); max attempts 2 by bob (poison INC-6);"; !strings.HasPrefix(got, want) {
+		t.Errorf("override %q, want it to begin %q", got, want)
+	}
+}
+
+// With no limits file, limits diff says so and heads its base column
+// WITHOUT OVERRIDE (the server lists only the runtime overrides then); it
+// read as drift from a file nobody wrote.
+func TestLimitsDiffWithoutAFile(t *testing.T) {
+	var out strings.Builder
+	e := &env{out: &out}
+	err := e.writeDrifts(&rivorav1.DiffLimitsResponse{Drifts: []*rivorav1.LimitsDrift{
+		{DestinationId: "shared", Field: "rate_per_second", FileValue: "7", EffectiveValue: "2", Source: &rivorav1.LimitSource{Source: "override", Author: "alice", Reason: "slow drain INC-6"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out.String(), "\n")
+	if !strings.HasPrefix(lines[0], "No limits file") || !strings.Contains(lines[1], "WITHOUT OVERRIDE") || !strings.Contains(lines[2], "override by alice: slow drain INC-6") {
+		t.Errorf("limits diff without a file:\n%s", out.String())
+	}
+	out.Reset()
+	if err := e.writeDrifts(&rivorav1.DiffLimitsResponse{}); err != nil || !strings.HasPrefix(out.String(), "No limits file") || !strings.Contains(out.String(), "no runtime override in force") {
+		t.Errorf("limits diff without a file or override (%v):\n%s", err, out.String())
+	}
+}

@@ -521,10 +521,21 @@ func (cp *ControlPlane) effective(d *rivorav1.Destination) (*rivorav1.Limits, ma
 		{d.GetConfigured(), &rivorav1.LimitSource{Source: "destination"}},
 		{lf.Destinations[d.GetId()], &rivorav1.LimitSource{Source: "file"}},
 	}
-	if o := d.GetOverride(); o != nil && (o.GetExpiresAt() == nil || o.GetExpiresAt().AsTime().After(cp.now())) {
-		layers = append(layers, layer{o.GetLimits(), &rivorav1.LimitSource{Source: "override", Author: o.GetAuthor(), Reason: o.GetReason(), ExpiresAt: o.GetExpiresAt()}})
+	o := d.GetOverride()
+	if o == nil || (o.GetExpiresAt() != nil && !o.GetExpiresAt().AsTime().After(cp.now())) {
+		return mergeLimits(layers)
 	}
-	return mergeLimits(layers)
+	layers = append(layers, layer{o.GetLimits(), &rivorav1.LimitSource{Source: "override", ExpiresAt: o.GetExpiresAt()}})
+	eff, sources := mergeLimits(layers)
+	// Each overridden field names its own author and reason (a rate cut
+	// and a later window change of one override are two reasons).
+	for f, src := range sources {
+		if src.GetSource() == "override" {
+			of := overrideField(o, f)
+			src.Author, src.Reason = of.GetAuthor(), of.GetReason()
+		}
+	}
+	return eff, sources
 }
 
 // fileLimits is what the defaults and the limits file alone give.

@@ -81,7 +81,7 @@ func (cp *ControlPlane) previewOverride(m *rivorav1.SetLimitsOverrideRequest, wh
 // the audit says which. (It used to drop the earlier expiry: a second
 // `limits set` made a 30-minute rate cut permanent, and said nothing.)
 func applyOverride(d *rivorav1.Destination, m *rivorav1.SetLimitsOverrideRequest, set *rivorav1.Limits, changes []string, who actor, now time.Time) string {
-	o := &rivorav1.LimitsOverride{Limits: &rivorav1.Limits{}, Author: who.name, Reason: m.GetReason(), SetAt: timestamppb.New(now)}
+	o := &rivorav1.LimitsOverride{Limits: &rivorav1.Limits{}, Author: who.name, Reason: m.GetReason(), SetAt: timestamppb.New(now), Fields: map[string]*rivorav1.OverrideField{}}
 	var earlier []string // fields of the override in force that m does not set
 	prev := d.GetOverride()
 	if prev != nil && prev.GetExpiresAt() != nil && !prev.GetExpiresAt().AsTime().After(now) {
@@ -92,10 +92,16 @@ func applyOverride(d *rivorav1.Destination, m *rivorav1.SetLimitsOverrideRequest
 		for _, f := range limitFields {
 			if fieldSet(prev.GetLimits(), f) && !fieldSet(set, f) {
 				earlier = append(earlier, f)
+				o.Fields[f] = overrideField(prev, f) // keeps its own reason
 			}
 		}
 	}
 	copySetFields(o.Limits, set)
+	for _, f := range limitFields {
+		if fieldSet(set, f) {
+			o.Fields[f] = &rivorav1.OverrideField{Author: who.name, Reason: m.GetReason(), SetAt: o.GetSetAt()}
+		}
+	}
 	detail := strings.Join(changes, ", ")
 	switch ttl := m.GetTtl(); {
 	case ttl != nil:
@@ -110,6 +116,16 @@ func applyOverride(d *rivorav1.Destination, m *rivorav1.SetLimitsOverrideRequest
 	}
 	d.Override = o
 	return detail
+}
+
+// overrideField is who set field f of override o, why and when: its own
+// record, or, for an override stored before fields were recorded, its
+// latest change's.
+func overrideField(o *rivorav1.LimitsOverride, f string) *rivorav1.OverrideField {
+	if of, ok := o.GetFields()[f]; ok {
+		return of
+	}
+	return &rivorav1.OverrideField{Author: o.GetAuthor(), Reason: o.GetReason(), SetAt: o.GetSetAt()}
 }
 
 // validateOverride checks an override request (the same for a change
@@ -148,17 +164,28 @@ func (cp *ControlPlane) clearOverride(id string, who actor, reason string) (*riv
 }
 
 // limitsDrifts lists, per destination and field, where the limits in
-// force differ from what the limits file gives.
+// force differ from what the limits file gives. With no limits file there
+// is no reviewed value to drift from: it lists the fields runtime
+// overrides set, each beside what the destination has without it (its
+// own setting, else the built-in default); a destination's own settings
+// (create, update) are its configuration, not drift.
 func (cp *ControlPlane) limitsDrifts() []*rivorav1.LimitsDrift {
 	_, dests := cp.store.Snapshot()
+	noFile := cp.cfg.LimitsPath == ""
 	var drifts []*rivorav1.LimitsDrift
 	for _, d := range dests {
 		eff, sources := cp.effective(d)
-		file := cp.fileLimits(d.GetId())
+		base := cp.fileLimits(d.GetId())
+		if noFile {
+			bare := proto.Clone(d).(*rivorav1.Destination)
+			bare.Override = nil
+			base, _ = cp.effective(bare)
+		}
 		for _, f := range limitFields {
-			if fieldText(eff, f) != fieldText(file, f) {
+			override := sources[f].GetSource() == "override"
+			if (noFile && override) || (!noFile && fieldText(eff, f) != fieldText(base, f)) {
 				drifts = append(drifts, &rivorav1.LimitsDrift{
-					DestinationId: d.GetId(), Field: f, FileValue: fieldText(file, f), EffectiveValue: fieldText(eff, f), Source: sources[f],
+					DestinationId: d.GetId(), Field: f, FileValue: fieldText(base, f), EffectiveValue: fieldText(eff, f), Source: sources[f],
 				})
 			}
 		}

@@ -938,12 +938,19 @@ func (x *Header) GetValueFingerprint() string {
 type LimitsOverride struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// limits holds the overridden fields (unset: 0).
-	Limits *Limits                `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	Limits *Limits `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
+	// author, reason and set_at are the latest change's (fields has each
+	// field's own).
 	Author string                 `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
 	Reason string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	SetAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=set_at,json=setAt,proto3" json:"set_at,omitempty"`
 	// expires_at, when set, ends the override.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// fields says, per overridden field (rate_per_second, burst,
+	// max_attempts, window, timeout, max_in_flight), who set it, why and
+	// when: a later change of other fields keeps them. A field missing here
+	// (an override set before fields existed) is the latest change's.
+	Fields        map[string]*OverrideField `protobuf:"bytes,6,rep,name=fields,proto3" json:"fields,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1013,6 +1020,74 @@ func (x *LimitsOverride) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *LimitsOverride) GetFields() map[string]*OverrideField {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+// OverrideField is who set one field of a limits override, why and when.
+type OverrideField struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Author        string                 `protobuf:"bytes,1,opt,name=author,proto3" json:"author,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	SetAt         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=set_at,json=setAt,proto3" json:"set_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverrideField) Reset() {
+	*x = OverrideField{}
+	mi := &file_rivora_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverrideField) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverrideField) ProtoMessage() {}
+
+func (x *OverrideField) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverrideField.ProtoReflect.Descriptor instead.
+func (*OverrideField) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *OverrideField) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *OverrideField) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *OverrideField) GetSetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SetAt
+	}
+	return nil
+}
+
 // PauseInterval is one pause; end is unset while it lasts.
 type PauseInterval struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1026,7 +1101,7 @@ type PauseInterval struct {
 
 func (x *PauseInterval) Reset() {
 	*x = PauseInterval{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[7]
+	mi := &file_rivora_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1113,7 @@ func (x *PauseInterval) String() string {
 func (*PauseInterval) ProtoMessage() {}
 
 func (x *PauseInterval) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[7]
+	mi := &file_rivora_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1126,7 @@ func (x *PauseInterval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseInterval.ProtoReflect.Descriptor instead.
 func (*PauseInterval) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PauseInterval) GetStart() *timestamppb.Timestamp {
@@ -1118,7 +1193,7 @@ type CreateDestinationRequest struct {
 
 func (x *CreateDestinationRequest) Reset() {
 	*x = CreateDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[8]
+	mi := &file_rivora_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1205,7 @@ func (x *CreateDestinationRequest) String() string {
 func (*CreateDestinationRequest) ProtoMessage() {}
 
 func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[8]
+	mi := &file_rivora_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1218,7 @@ func (x *CreateDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestinationRequest.ProtoReflect.Descriptor instead.
 func (*CreateDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateDestinationRequest) GetAuthor() string {
@@ -1247,7 +1322,7 @@ type CreateDestinationResponse struct {
 
 func (x *CreateDestinationResponse) Reset() {
 	*x = CreateDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[9]
+	mi := &file_rivora_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1334,7 @@ func (x *CreateDestinationResponse) String() string {
 func (*CreateDestinationResponse) ProtoMessage() {}
 
 func (x *CreateDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[9]
+	mi := &file_rivora_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1347,7 @@ func (x *CreateDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDestinationResponse.ProtoReflect.Descriptor instead.
 func (*CreateDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateDestinationResponse) GetDestination() *Destination {
@@ -1298,7 +1373,7 @@ type GetDestinationRequest struct {
 
 func (x *GetDestinationRequest) Reset() {
 	*x = GetDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[10]
+	mi := &file_rivora_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1385,7 @@ func (x *GetDestinationRequest) String() string {
 func (*GetDestinationRequest) ProtoMessage() {}
 
 func (x *GetDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[10]
+	mi := &file_rivora_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1398,7 @@ func (x *GetDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationRequest.ProtoReflect.Descriptor instead.
 func (*GetDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetDestinationRequest) GetId() string {
@@ -1344,7 +1419,7 @@ type GetDestinationResponse struct {
 
 func (x *GetDestinationResponse) Reset() {
 	*x = GetDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[11]
+	mi := &file_rivora_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1431,7 @@ func (x *GetDestinationResponse) String() string {
 func (*GetDestinationResponse) ProtoMessage() {}
 
 func (x *GetDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[11]
+	mi := &file_rivora_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1444,7 @@ func (x *GetDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationResponse.ProtoReflect.Descriptor instead.
 func (*GetDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetDestinationResponse) GetDestination() *Destination {
@@ -1394,7 +1469,7 @@ type ListDestinationsRequest struct {
 
 func (x *ListDestinationsRequest) Reset() {
 	*x = ListDestinationsRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[12]
+	mi := &file_rivora_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1481,7 @@ func (x *ListDestinationsRequest) String() string {
 func (*ListDestinationsRequest) ProtoMessage() {}
 
 func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[12]
+	mi := &file_rivora_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1494,7 @@ func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsRequest.ProtoReflect.Descriptor instead.
 func (*ListDestinationsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 type ListDestinationsResponse struct {
@@ -1431,7 +1506,7 @@ type ListDestinationsResponse struct {
 
 func (x *ListDestinationsResponse) Reset() {
 	*x = ListDestinationsResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[13]
+	mi := &file_rivora_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1518,7 @@ func (x *ListDestinationsResponse) String() string {
 func (*ListDestinationsResponse) ProtoMessage() {}
 
 func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[13]
+	mi := &file_rivora_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1531,7 @@ func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsResponse.ProtoReflect.Descriptor instead.
 func (*ListDestinationsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListDestinationsResponse) GetDestinations() []*Destination {
@@ -1520,7 +1595,7 @@ type UpdateDestinationRequest struct {
 
 func (x *UpdateDestinationRequest) Reset() {
 	*x = UpdateDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[14]
+	mi := &file_rivora_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1607,7 @@ func (x *UpdateDestinationRequest) String() string {
 func (*UpdateDestinationRequest) ProtoMessage() {}
 
 func (x *UpdateDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[14]
+	mi := &file_rivora_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1620,7 @@ func (x *UpdateDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDestinationRequest.ProtoReflect.Descriptor instead.
 func (*UpdateDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateDestinationRequest) GetAuthor() string {
@@ -1719,7 +1794,7 @@ type UpdateDestinationResponse struct {
 
 func (x *UpdateDestinationResponse) Reset() {
 	*x = UpdateDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[15]
+	mi := &file_rivora_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1806,7 @@ func (x *UpdateDestinationResponse) String() string {
 func (*UpdateDestinationResponse) ProtoMessage() {}
 
 func (x *UpdateDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[15]
+	mi := &file_rivora_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1819,7 @@ func (x *UpdateDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDestinationResponse.ProtoReflect.Descriptor instead.
 func (*UpdateDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UpdateDestinationResponse) GetDestination() *Destination {
@@ -1782,7 +1857,7 @@ type RotateDestinationSecretRequest struct {
 
 func (x *RotateDestinationSecretRequest) Reset() {
 	*x = RotateDestinationSecretRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[16]
+	mi := &file_rivora_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1869,7 @@ func (x *RotateDestinationSecretRequest) String() string {
 func (*RotateDestinationSecretRequest) ProtoMessage() {}
 
 func (x *RotateDestinationSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[16]
+	mi := &file_rivora_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1882,7 @@ func (x *RotateDestinationSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateDestinationSecretRequest.ProtoReflect.Descriptor instead.
 func (*RotateDestinationSecretRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RotateDestinationSecretRequest) GetAuthor() string {
@@ -1856,7 +1931,7 @@ type RotateDestinationSecretResponse struct {
 
 func (x *RotateDestinationSecretResponse) Reset() {
 	*x = RotateDestinationSecretResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[17]
+	mi := &file_rivora_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +1943,7 @@ func (x *RotateDestinationSecretResponse) String() string {
 func (*RotateDestinationSecretResponse) ProtoMessage() {}
 
 func (x *RotateDestinationSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[17]
+	mi := &file_rivora_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +1956,7 @@ func (x *RotateDestinationSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateDestinationSecretResponse.ProtoReflect.Descriptor instead.
 func (*RotateDestinationSecretResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RotateDestinationSecretResponse) GetDestination() *Destination {
@@ -1909,7 +1984,7 @@ type DeleteDestinationRequest struct {
 
 func (x *DeleteDestinationRequest) Reset() {
 	*x = DeleteDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[18]
+	mi := &file_rivora_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +1996,7 @@ func (x *DeleteDestinationRequest) String() string {
 func (*DeleteDestinationRequest) ProtoMessage() {}
 
 func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[18]
+	mi := &file_rivora_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2009,7 @@ func (x *DeleteDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteDestinationRequest) GetAuthor() string {
@@ -1969,7 +2044,7 @@ type DeleteDestinationResponse struct {
 
 func (x *DeleteDestinationResponse) Reset() {
 	*x = DeleteDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[19]
+	mi := &file_rivora_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2056,7 @@ func (x *DeleteDestinationResponse) String() string {
 func (*DeleteDestinationResponse) ProtoMessage() {}
 
 func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[19]
+	mi := &file_rivora_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2069,7 @@ func (x *DeleteDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDestinationResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteDestinationResponse) GetArchived() int64 {
@@ -2028,7 +2103,7 @@ type SetPriorityRequest struct {
 
 func (x *SetPriorityRequest) Reset() {
 	*x = SetPriorityRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[20]
+	mi := &file_rivora_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2115,7 @@ func (x *SetPriorityRequest) String() string {
 func (*SetPriorityRequest) ProtoMessage() {}
 
 func (x *SetPriorityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[20]
+	mi := &file_rivora_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2128,7 @@ func (x *SetPriorityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPriorityRequest.ProtoReflect.Descriptor instead.
 func (*SetPriorityRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetPriorityRequest) GetDestinationId() string {
@@ -2108,7 +2183,7 @@ type SetPriorityResponse struct {
 
 func (x *SetPriorityResponse) Reset() {
 	*x = SetPriorityResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[21]
+	mi := &file_rivora_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2195,7 @@ func (x *SetPriorityResponse) String() string {
 func (*SetPriorityResponse) ProtoMessage() {}
 
 func (x *SetPriorityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[21]
+	mi := &file_rivora_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2208,7 @@ func (x *SetPriorityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPriorityResponse.ProtoReflect.Descriptor instead.
 func (*SetPriorityResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetPriorityResponse) GetDestination() *Destination {
@@ -2163,7 +2238,7 @@ type GetDestinationHealthRequest struct {
 
 func (x *GetDestinationHealthRequest) Reset() {
 	*x = GetDestinationHealthRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[22]
+	mi := &file_rivora_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2250,7 @@ func (x *GetDestinationHealthRequest) String() string {
 func (*GetDestinationHealthRequest) ProtoMessage() {}
 
 func (x *GetDestinationHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[22]
+	mi := &file_rivora_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2263,7 @@ func (x *GetDestinationHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationHealthRequest.ProtoReflect.Descriptor instead.
 func (*GetDestinationHealthRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetDestinationHealthRequest) GetDestinationId() string {
@@ -2214,7 +2289,7 @@ type GetDestinationHealthResponse struct {
 
 func (x *GetDestinationHealthResponse) Reset() {
 	*x = GetDestinationHealthResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[23]
+	mi := &file_rivora_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2301,7 @@ func (x *GetDestinationHealthResponse) String() string {
 func (*GetDestinationHealthResponse) ProtoMessage() {}
 
 func (x *GetDestinationHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[23]
+	mi := &file_rivora_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2314,7 @@ func (x *GetDestinationHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDestinationHealthResponse.ProtoReflect.Descriptor instead.
 func (*GetDestinationHealthResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetDestinationHealthResponse) GetDestinations() []*DestinationHealth {
@@ -2262,7 +2337,7 @@ type HealthTransition struct {
 
 func (x *HealthTransition) Reset() {
 	*x = HealthTransition{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[24]
+	mi := &file_rivora_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2274,7 +2349,7 @@ func (x *HealthTransition) String() string {
 func (*HealthTransition) ProtoMessage() {}
 
 func (x *HealthTransition) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[24]
+	mi := &file_rivora_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2287,7 +2362,7 @@ func (x *HealthTransition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthTransition.ProtoReflect.Descriptor instead.
 func (*HealthTransition) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HealthTransition) GetAt() *timestamppb.Timestamp {
@@ -2334,7 +2409,7 @@ type CustomerBacklog struct {
 
 func (x *CustomerBacklog) Reset() {
 	*x = CustomerBacklog{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[25]
+	mi := &file_rivora_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2421,7 @@ func (x *CustomerBacklog) String() string {
 func (*CustomerBacklog) ProtoMessage() {}
 
 func (x *CustomerBacklog) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[25]
+	mi := &file_rivora_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2434,7 @@ func (x *CustomerBacklog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomerBacklog.ProtoReflect.Descriptor instead.
 func (*CustomerBacklog) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CustomerBacklog) GetCustomerId() string {
@@ -2504,7 +2579,7 @@ type DestinationHealth struct {
 
 func (x *DestinationHealth) Reset() {
 	*x = DestinationHealth{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[26]
+	mi := &file_rivora_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2591,7 @@ func (x *DestinationHealth) String() string {
 func (*DestinationHealth) ProtoMessage() {}
 
 func (x *DestinationHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[26]
+	mi := &file_rivora_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2604,7 @@ func (x *DestinationHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestinationHealth.ProtoReflect.Descriptor instead.
 func (*DestinationHealth) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DestinationHealth) GetDestinationId() string {
@@ -2797,7 +2872,7 @@ type RateSample struct {
 
 func (x *RateSample) Reset() {
 	*x = RateSample{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[27]
+	mi := &file_rivora_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2809,7 +2884,7 @@ func (x *RateSample) String() string {
 func (*RateSample) ProtoMessage() {}
 
 func (x *RateSample) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[27]
+	mi := &file_rivora_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2822,7 +2897,7 @@ func (x *RateSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateSample.ProtoReflect.Descriptor instead.
 func (*RateSample) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RateSample) GetStart() *timestamppb.Timestamp {
@@ -2887,7 +2962,7 @@ type PauseDestinationRequest struct {
 
 func (x *PauseDestinationRequest) Reset() {
 	*x = PauseDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[28]
+	mi := &file_rivora_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2899,7 +2974,7 @@ func (x *PauseDestinationRequest) String() string {
 func (*PauseDestinationRequest) ProtoMessage() {}
 
 func (x *PauseDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[28]
+	mi := &file_rivora_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2912,7 +2987,7 @@ func (x *PauseDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseDestinationRequest.ProtoReflect.Descriptor instead.
 func (*PauseDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PauseDestinationRequest) GetDestinationId() string {
@@ -2946,7 +3021,7 @@ type PauseDestinationResponse struct {
 
 func (x *PauseDestinationResponse) Reset() {
 	*x = PauseDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[29]
+	mi := &file_rivora_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2958,7 +3033,7 @@ func (x *PauseDestinationResponse) String() string {
 func (*PauseDestinationResponse) ProtoMessage() {}
 
 func (x *PauseDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[29]
+	mi := &file_rivora_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2971,7 +3046,7 @@ func (x *PauseDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseDestinationResponse.ProtoReflect.Descriptor instead.
 func (*PauseDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PauseDestinationResponse) GetDestination() *Destination {
@@ -2998,7 +3073,7 @@ type ResumeDestinationRequest struct {
 
 func (x *ResumeDestinationRequest) Reset() {
 	*x = ResumeDestinationRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[30]
+	mi := &file_rivora_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3010,7 +3085,7 @@ func (x *ResumeDestinationRequest) String() string {
 func (*ResumeDestinationRequest) ProtoMessage() {}
 
 func (x *ResumeDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[30]
+	mi := &file_rivora_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3023,7 +3098,7 @@ func (x *ResumeDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeDestinationRequest.ProtoReflect.Descriptor instead.
 func (*ResumeDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResumeDestinationRequest) GetDestinationId() string {
@@ -3054,7 +3129,7 @@ type ResumeDestinationResponse struct {
 
 func (x *ResumeDestinationResponse) Reset() {
 	*x = ResumeDestinationResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[31]
+	mi := &file_rivora_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3066,7 +3141,7 @@ func (x *ResumeDestinationResponse) String() string {
 func (*ResumeDestinationResponse) ProtoMessage() {}
 
 func (x *ResumeDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[31]
+	mi := &file_rivora_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3079,7 +3154,7 @@ func (x *ResumeDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeDestinationResponse.ProtoReflect.Descriptor instead.
 func (*ResumeDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResumeDestinationResponse) GetDestination() *Destination {
@@ -3119,7 +3194,7 @@ type LimitSource struct {
 
 func (x *LimitSource) Reset() {
 	*x = LimitSource{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[32]
+	mi := &file_rivora_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3131,7 +3206,7 @@ func (x *LimitSource) String() string {
 func (*LimitSource) ProtoMessage() {}
 
 func (x *LimitSource) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[32]
+	mi := &file_rivora_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3144,7 +3219,7 @@ func (x *LimitSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitSource.ProtoReflect.Descriptor instead.
 func (*LimitSource) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LimitSource) GetSource() string {
@@ -3184,7 +3259,7 @@ type GetLimitsRequest struct {
 
 func (x *GetLimitsRequest) Reset() {
 	*x = GetLimitsRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[33]
+	mi := &file_rivora_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3196,7 +3271,7 @@ func (x *GetLimitsRequest) String() string {
 func (*GetLimitsRequest) ProtoMessage() {}
 
 func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[33]
+	mi := &file_rivora_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3209,7 +3284,7 @@ func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsRequest.ProtoReflect.Descriptor instead.
 func (*GetLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetLimitsRequest) GetDestinationId() string {
@@ -3241,7 +3316,7 @@ type GetLimitsResponse struct {
 
 func (x *GetLimitsResponse) Reset() {
 	*x = GetLimitsResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[34]
+	mi := &file_rivora_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3253,7 +3328,7 @@ func (x *GetLimitsResponse) String() string {
 func (*GetLimitsResponse) ProtoMessage() {}
 
 func (x *GetLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[34]
+	mi := &file_rivora_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3266,7 +3341,7 @@ func (x *GetLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsResponse.ProtoReflect.Descriptor instead.
 func (*GetLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetLimitsResponse) GetDestinationId() string {
@@ -3335,7 +3410,7 @@ type SetLimitsOverrideRequest struct {
 
 func (x *SetLimitsOverrideRequest) Reset() {
 	*x = SetLimitsOverrideRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[35]
+	mi := &file_rivora_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3347,7 +3422,7 @@ func (x *SetLimitsOverrideRequest) String() string {
 func (*SetLimitsOverrideRequest) ProtoMessage() {}
 
 func (x *SetLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[35]
+	mi := &file_rivora_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3360,7 +3435,7 @@ func (x *SetLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimitsOverrideRequest.ProtoReflect.Descriptor instead.
 func (*SetLimitsOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetLimitsOverrideRequest) GetDestinationId() string {
@@ -3472,7 +3547,7 @@ type SetLimitsOverrideResponse struct {
 
 func (x *SetLimitsOverrideResponse) Reset() {
 	*x = SetLimitsOverrideResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[36]
+	mi := &file_rivora_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3484,7 +3559,7 @@ func (x *SetLimitsOverrideResponse) String() string {
 func (*SetLimitsOverrideResponse) ProtoMessage() {}
 
 func (x *SetLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[36]
+	mi := &file_rivora_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3497,7 +3572,7 @@ func (x *SetLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLimitsOverrideResponse.ProtoReflect.Descriptor instead.
 func (*SetLimitsOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetLimitsOverrideResponse) GetLimits() *GetLimitsResponse {
@@ -3567,7 +3642,7 @@ type ClearLimitsOverrideRequest struct {
 
 func (x *ClearLimitsOverrideRequest) Reset() {
 	*x = ClearLimitsOverrideRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[37]
+	mi := &file_rivora_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3579,7 +3654,7 @@ func (x *ClearLimitsOverrideRequest) String() string {
 func (*ClearLimitsOverrideRequest) ProtoMessage() {}
 
 func (x *ClearLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[37]
+	mi := &file_rivora_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3592,7 +3667,7 @@ func (x *ClearLimitsOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearLimitsOverrideRequest.ProtoReflect.Descriptor instead.
 func (*ClearLimitsOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ClearLimitsOverrideRequest) GetDestinationId() string {
@@ -3626,7 +3701,7 @@ type ClearLimitsOverrideResponse struct {
 
 func (x *ClearLimitsOverrideResponse) Reset() {
 	*x = ClearLimitsOverrideResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[38]
+	mi := &file_rivora_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3638,7 +3713,7 @@ func (x *ClearLimitsOverrideResponse) String() string {
 func (*ClearLimitsOverrideResponse) ProtoMessage() {}
 
 func (x *ClearLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[38]
+	mi := &file_rivora_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3651,7 +3726,7 @@ func (x *ClearLimitsOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearLimitsOverrideResponse.ProtoReflect.Descriptor instead.
 func (*ClearLimitsOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ClearLimitsOverrideResponse) GetLimits() *GetLimitsResponse {
@@ -3676,7 +3751,7 @@ type DiffLimitsRequest struct {
 
 func (x *DiffLimitsRequest) Reset() {
 	*x = DiffLimitsRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[39]
+	mi := &file_rivora_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3688,7 +3763,7 @@ func (x *DiffLimitsRequest) String() string {
 func (*DiffLimitsRequest) ProtoMessage() {}
 
 func (x *DiffLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[39]
+	mi := &file_rivora_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3701,24 +3776,27 @@ func (x *DiffLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffLimitsRequest.ProtoReflect.Descriptor instead.
 func (*DiffLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 // LimitsDrift is one field where the effective limit is not the file's.
 type LimitsDrift struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	DestinationId  string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
-	Field          string                 `protobuf:"bytes,2,opt,name=field,proto3" json:"field,omitempty"`
-	FileValue      string                 `protobuf:"bytes,3,opt,name=file_value,json=fileValue,proto3" json:"file_value,omitempty"`
-	EffectiveValue string                 `protobuf:"bytes,4,opt,name=effective_value,json=effectiveValue,proto3" json:"effective_value,omitempty"`
-	Source         *LimitSource           `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	Field         string                 `protobuf:"bytes,2,opt,name=field,proto3" json:"field,omitempty"`
+	// file_value is what the limits file gives; with no limits file, what
+	// the destination has without its override (its own setting, else the
+	// built-in default), which it returns to when the override ends.
+	FileValue      string       `protobuf:"bytes,3,opt,name=file_value,json=fileValue,proto3" json:"file_value,omitempty"`
+	EffectiveValue string       `protobuf:"bytes,4,opt,name=effective_value,json=effectiveValue,proto3" json:"effective_value,omitempty"`
+	Source         *LimitSource `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LimitsDrift) Reset() {
 	*x = LimitsDrift{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[40]
+	mi := &file_rivora_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3730,7 +3808,7 @@ func (x *LimitsDrift) String() string {
 func (*LimitsDrift) ProtoMessage() {}
 
 func (x *LimitsDrift) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[40]
+	mi := &file_rivora_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3743,7 +3821,7 @@ func (x *LimitsDrift) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsDrift.ProtoReflect.Descriptor instead.
 func (*LimitsDrift) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *LimitsDrift) GetDestinationId() string {
@@ -3782,10 +3860,13 @@ func (x *LimitsDrift) GetSource() *LimitSource {
 }
 
 type DiffLimitsResponse struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Drifts []*LimitsDrift         `protobuf:"bytes,1,rep,name=drifts,proto3" json:"drifts,omitempty"`
-	// limits_file: as in GetLimitsResponse ("": no file; the drifts are
-	// from Rivora's built-in defaults).
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// drifts are the fields whose effective value differs from the limits
+	// file's (an override's, or the destination's own setting); with no
+	// limits file, the fields a runtime override sets (a destination's own
+	// settings are not drift from a file there is none of).
+	Drifts []*LimitsDrift `protobuf:"bytes,1,rep,name=drifts,proto3" json:"drifts,omitempty"`
+	// limits_file: as in GetLimitsResponse ("": no file).
 	LimitsFile    string `protobuf:"bytes,2,opt,name=limits_file,json=limitsFile,proto3" json:"limits_file,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3793,7 +3874,7 @@ type DiffLimitsResponse struct {
 
 func (x *DiffLimitsResponse) Reset() {
 	*x = DiffLimitsResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[41]
+	mi := &file_rivora_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3805,7 +3886,7 @@ func (x *DiffLimitsResponse) String() string {
 func (*DiffLimitsResponse) ProtoMessage() {}
 
 func (x *DiffLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[41]
+	mi := &file_rivora_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3818,7 +3899,7 @@ func (x *DiffLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffLimitsResponse.ProtoReflect.Descriptor instead.
 func (*DiffLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DiffLimitsResponse) GetDrifts() []*LimitsDrift {
@@ -3861,7 +3942,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[42]
+	mi := &file_rivora_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3873,7 +3954,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[42]
+	mi := &file_rivora_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3886,7 +3967,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AuditEntry) GetAt() *timestamppb.Timestamp {
@@ -3956,7 +4037,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[43]
+	mi := &file_rivora_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3968,7 +4049,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[43]
+	mi := &file_rivora_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3981,7 +4062,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListAuditRequest) GetLimit() int32 {
@@ -4007,7 +4088,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[44]
+	mi := &file_rivora_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4019,7 +4100,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[44]
+	mi := &file_rivora_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4032,7 +4113,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -4050,7 +4131,7 @@ type GetConfigStatusRequest struct {
 
 func (x *GetConfigStatusRequest) Reset() {
 	*x = GetConfigStatusRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[45]
+	mi := &file_rivora_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4062,7 +4143,7 @@ func (x *GetConfigStatusRequest) String() string {
 func (*GetConfigStatusRequest) ProtoMessage() {}
 
 func (x *GetConfigStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[45]
+	mi := &file_rivora_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4075,7 +4156,7 @@ func (x *GetConfigStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigStatusRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 type GetConfigStatusResponse struct {
@@ -4090,7 +4171,7 @@ type GetConfigStatusResponse struct {
 
 func (x *GetConfigStatusResponse) Reset() {
 	*x = GetConfigStatusResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[46]
+	mi := &file_rivora_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4102,7 +4183,7 @@ func (x *GetConfigStatusResponse) String() string {
 func (*GetConfigStatusResponse) ProtoMessage() {}
 
 func (x *GetConfigStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[46]
+	mi := &file_rivora_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4115,7 +4196,7 @@ func (x *GetConfigStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetConfigStatusResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetConfigStatusResponse) GetVersion() uint64 {
@@ -4170,7 +4251,7 @@ type AgentStatus struct {
 
 func (x *AgentStatus) Reset() {
 	*x = AgentStatus{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[47]
+	mi := &file_rivora_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4182,7 +4263,7 @@ func (x *AgentStatus) String() string {
 func (*AgentStatus) ProtoMessage() {}
 
 func (x *AgentStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[47]
+	mi := &file_rivora_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4195,7 +4276,7 @@ func (x *AgentStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStatus.ProtoReflect.Descriptor instead.
 func (*AgentStatus) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AgentStatus) GetName() string {
@@ -4310,7 +4391,7 @@ type EdgeBuffer struct {
 
 func (x *EdgeBuffer) Reset() {
 	*x = EdgeBuffer{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[48]
+	mi := &file_rivora_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4322,7 +4403,7 @@ func (x *EdgeBuffer) String() string {
 func (*EdgeBuffer) ProtoMessage() {}
 
 func (x *EdgeBuffer) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[48]
+	mi := &file_rivora_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4335,7 +4416,7 @@ func (x *EdgeBuffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EdgeBuffer.ProtoReflect.Descriptor instead.
 func (*EdgeBuffer) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *EdgeBuffer) GetCellConnected() bool {
@@ -4431,7 +4512,7 @@ type EdgeStatus struct {
 
 func (x *EdgeStatus) Reset() {
 	*x = EdgeStatus{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[49]
+	mi := &file_rivora_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4443,7 +4524,7 @@ func (x *EdgeStatus) String() string {
 func (*EdgeStatus) ProtoMessage() {}
 
 func (x *EdgeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[49]
+	mi := &file_rivora_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4456,7 +4537,7 @@ func (x *EdgeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EdgeStatus.ProtoReflect.Descriptor instead.
 func (*EdgeStatus) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *EdgeStatus) GetName() string {
@@ -4521,7 +4602,7 @@ type Edge struct {
 
 func (x *Edge) Reset() {
 	*x = Edge{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[50]
+	mi := &file_rivora_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4533,7 +4614,7 @@ func (x *Edge) String() string {
 func (*Edge) ProtoMessage() {}
 
 func (x *Edge) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[50]
+	mi := &file_rivora_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4546,7 +4627,7 @@ func (x *Edge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edge.ProtoReflect.Descriptor instead.
 func (*Edge) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Edge) GetName() string {
@@ -4571,7 +4652,7 @@ type ListEdgesRequest struct {
 
 func (x *ListEdgesRequest) Reset() {
 	*x = ListEdgesRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[51]
+	mi := &file_rivora_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4583,7 +4664,7 @@ func (x *ListEdgesRequest) String() string {
 func (*ListEdgesRequest) ProtoMessage() {}
 
 func (x *ListEdgesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[51]
+	mi := &file_rivora_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4596,7 +4677,7 @@ func (x *ListEdgesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEdgesRequest.ProtoReflect.Descriptor instead.
 func (*ListEdgesRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 type ListEdgesResponse struct {
@@ -4609,7 +4690,7 @@ type ListEdgesResponse struct {
 
 func (x *ListEdgesResponse) Reset() {
 	*x = ListEdgesResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[52]
+	mi := &file_rivora_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4621,7 +4702,7 @@ func (x *ListEdgesResponse) String() string {
 func (*ListEdgesResponse) ProtoMessage() {}
 
 func (x *ListEdgesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[52]
+	mi := &file_rivora_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4634,7 +4715,7 @@ func (x *ListEdgesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEdgesResponse.ProtoReflect.Descriptor instead.
 func (*ListEdgesResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListEdgesResponse) GetEdges() []*EdgeStatus {
@@ -4653,7 +4734,7 @@ type GetEdgeRequest struct {
 
 func (x *GetEdgeRequest) Reset() {
 	*x = GetEdgeRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[53]
+	mi := &file_rivora_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4665,7 +4746,7 @@ func (x *GetEdgeRequest) String() string {
 func (*GetEdgeRequest) ProtoMessage() {}
 
 func (x *GetEdgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[53]
+	mi := &file_rivora_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4678,7 +4759,7 @@ func (x *GetEdgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEdgeRequest.ProtoReflect.Descriptor instead.
 func (*GetEdgeRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetEdgeRequest) GetName() string {
@@ -4697,7 +4778,7 @@ type GetEdgeResponse struct {
 
 func (x *GetEdgeResponse) Reset() {
 	*x = GetEdgeResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[54]
+	mi := &file_rivora_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4709,7 +4790,7 @@ func (x *GetEdgeResponse) String() string {
 func (*GetEdgeResponse) ProtoMessage() {}
 
 func (x *GetEdgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[54]
+	mi := &file_rivora_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4722,7 +4803,7 @@ func (x *GetEdgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEdgeResponse.ProtoReflect.Descriptor instead.
 func (*GetEdgeResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetEdgeResponse) GetEdge() *EdgeStatus {
@@ -4745,7 +4826,7 @@ type RemoveEdgeRequest struct {
 
 func (x *RemoveEdgeRequest) Reset() {
 	*x = RemoveEdgeRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[55]
+	mi := &file_rivora_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4757,7 +4838,7 @@ func (x *RemoveEdgeRequest) String() string {
 func (*RemoveEdgeRequest) ProtoMessage() {}
 
 func (x *RemoveEdgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[55]
+	mi := &file_rivora_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4770,7 +4851,7 @@ func (x *RemoveEdgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveEdgeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveEdgeRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RemoveEdgeRequest) GetName() string {
@@ -4795,7 +4876,7 @@ type RemoveEdgeResponse struct {
 
 func (x *RemoveEdgeResponse) Reset() {
 	*x = RemoveEdgeResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[56]
+	mi := &file_rivora_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4807,7 +4888,7 @@ func (x *RemoveEdgeResponse) String() string {
 func (*RemoveEdgeResponse) ProtoMessage() {}
 
 func (x *RemoveEdgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[56]
+	mi := &file_rivora_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4820,7 +4901,7 @@ func (x *RemoveEdgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveEdgeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveEdgeResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 type VerifyDeliveryRequest struct {
@@ -4839,7 +4920,7 @@ type VerifyDeliveryRequest struct {
 
 func (x *VerifyDeliveryRequest) Reset() {
 	*x = VerifyDeliveryRequest{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[57]
+	mi := &file_rivora_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4851,7 +4932,7 @@ func (x *VerifyDeliveryRequest) String() string {
 func (*VerifyDeliveryRequest) ProtoMessage() {}
 
 func (x *VerifyDeliveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[57]
+	mi := &file_rivora_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4864,7 +4945,7 @@ func (x *VerifyDeliveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyDeliveryRequest.ProtoReflect.Descriptor instead.
 func (*VerifyDeliveryRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *VerifyDeliveryRequest) GetDestinationId() string {
@@ -4918,7 +4999,7 @@ type VerifyDeliveryResponse struct {
 
 func (x *VerifyDeliveryResponse) Reset() {
 	*x = VerifyDeliveryResponse{}
-	mi := &file_rivora_v1_admin_proto_msgTypes[58]
+	mi := &file_rivora_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4930,7 +5011,7 @@ func (x *VerifyDeliveryResponse) String() string {
 func (*VerifyDeliveryResponse) ProtoMessage() {}
 
 func (x *VerifyDeliveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_admin_proto_msgTypes[58]
+	mi := &file_rivora_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4943,7 +5024,7 @@ func (x *VerifyDeliveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyDeliveryResponse.ProtoReflect.Descriptor instead.
 func (*VerifyDeliveryResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_rivora_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *VerifyDeliveryResponse) GetVerified() bool {
@@ -5053,14 +5134,22 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12+\n" +
-	"\x11value_fingerprint\x18\x03 \x01(\tR\x10valueFingerprint\"\xd9\x01\n" +
+	"\x11value_fingerprint\x18\x03 \x01(\tR\x10valueFingerprint\"\xed\x02\n" +
 	"\x0eLimitsOverride\x12)\n" +
 	"\x06limits\x18\x01 \x01(\v2\x11.rivora.v1.LimitsR\x06limits\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x121\n" +
 	"\x06set_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05setAt\x129\n" +
 	"\n" +
-	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x9f\x01\n" +
+	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12=\n" +
+	"\x06fields\x18\x06 \x03(\v2%.rivora.v1.LimitsOverride.FieldsEntryR\x06fields\x1aS\n" +
+	"\vFieldsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.rivora.v1.OverrideFieldR\x05value:\x028\x01\"r\n" +
+	"\rOverrideField\x12\x16\n" +
+	"\x06author\x18\x01 \x01(\tR\x06author\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x121\n" +
+	"\x06set_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05setAt\"\x9f\x01\n" +
 	"\rPauseInterval\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x16\n" +
@@ -5429,7 +5518,7 @@ func file_rivora_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_rivora_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_rivora_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_rivora_v1_admin_proto_goTypes = []any{
 	(PriorityClass)(0),                      // 0: rivora.v1.PriorityClass
 	(*Limits)(nil),                          // 1: rivora.v1.Limits
@@ -5439,203 +5528,208 @@ var file_rivora_v1_admin_proto_goTypes = []any{
 	(*LegacySignature)(nil),                 // 5: rivora.v1.LegacySignature
 	(*Header)(nil),                          // 6: rivora.v1.Header
 	(*LimitsOverride)(nil),                  // 7: rivora.v1.LimitsOverride
-	(*PauseInterval)(nil),                   // 8: rivora.v1.PauseInterval
-	(*CreateDestinationRequest)(nil),        // 9: rivora.v1.CreateDestinationRequest
-	(*CreateDestinationResponse)(nil),       // 10: rivora.v1.CreateDestinationResponse
-	(*GetDestinationRequest)(nil),           // 11: rivora.v1.GetDestinationRequest
-	(*GetDestinationResponse)(nil),          // 12: rivora.v1.GetDestinationResponse
-	(*ListDestinationsRequest)(nil),         // 13: rivora.v1.ListDestinationsRequest
-	(*ListDestinationsResponse)(nil),        // 14: rivora.v1.ListDestinationsResponse
-	(*UpdateDestinationRequest)(nil),        // 15: rivora.v1.UpdateDestinationRequest
-	(*UpdateDestinationResponse)(nil),       // 16: rivora.v1.UpdateDestinationResponse
-	(*RotateDestinationSecretRequest)(nil),  // 17: rivora.v1.RotateDestinationSecretRequest
-	(*RotateDestinationSecretResponse)(nil), // 18: rivora.v1.RotateDestinationSecretResponse
-	(*DeleteDestinationRequest)(nil),        // 19: rivora.v1.DeleteDestinationRequest
-	(*DeleteDestinationResponse)(nil),       // 20: rivora.v1.DeleteDestinationResponse
-	(*SetPriorityRequest)(nil),              // 21: rivora.v1.SetPriorityRequest
-	(*SetPriorityResponse)(nil),             // 22: rivora.v1.SetPriorityResponse
-	(*GetDestinationHealthRequest)(nil),     // 23: rivora.v1.GetDestinationHealthRequest
-	(*GetDestinationHealthResponse)(nil),    // 24: rivora.v1.GetDestinationHealthResponse
-	(*HealthTransition)(nil),                // 25: rivora.v1.HealthTransition
-	(*CustomerBacklog)(nil),                 // 26: rivora.v1.CustomerBacklog
-	(*DestinationHealth)(nil),               // 27: rivora.v1.DestinationHealth
-	(*RateSample)(nil),                      // 28: rivora.v1.RateSample
-	(*PauseDestinationRequest)(nil),         // 29: rivora.v1.PauseDestinationRequest
-	(*PauseDestinationResponse)(nil),        // 30: rivora.v1.PauseDestinationResponse
-	(*ResumeDestinationRequest)(nil),        // 31: rivora.v1.ResumeDestinationRequest
-	(*ResumeDestinationResponse)(nil),       // 32: rivora.v1.ResumeDestinationResponse
-	(*LimitSource)(nil),                     // 33: rivora.v1.LimitSource
-	(*GetLimitsRequest)(nil),                // 34: rivora.v1.GetLimitsRequest
-	(*GetLimitsResponse)(nil),               // 35: rivora.v1.GetLimitsResponse
-	(*SetLimitsOverrideRequest)(nil),        // 36: rivora.v1.SetLimitsOverrideRequest
-	(*SetLimitsOverrideResponse)(nil),       // 37: rivora.v1.SetLimitsOverrideResponse
-	(*ClearLimitsOverrideRequest)(nil),      // 38: rivora.v1.ClearLimitsOverrideRequest
-	(*ClearLimitsOverrideResponse)(nil),     // 39: rivora.v1.ClearLimitsOverrideResponse
-	(*DiffLimitsRequest)(nil),               // 40: rivora.v1.DiffLimitsRequest
-	(*LimitsDrift)(nil),                     // 41: rivora.v1.LimitsDrift
-	(*DiffLimitsResponse)(nil),              // 42: rivora.v1.DiffLimitsResponse
-	(*AuditEntry)(nil),                      // 43: rivora.v1.AuditEntry
-	(*ListAuditRequest)(nil),                // 44: rivora.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),               // 45: rivora.v1.ListAuditResponse
-	(*GetConfigStatusRequest)(nil),          // 46: rivora.v1.GetConfigStatusRequest
-	(*GetConfigStatusResponse)(nil),         // 47: rivora.v1.GetConfigStatusResponse
-	(*AgentStatus)(nil),                     // 48: rivora.v1.AgentStatus
-	(*EdgeBuffer)(nil),                      // 49: rivora.v1.EdgeBuffer
-	(*EdgeStatus)(nil),                      // 50: rivora.v1.EdgeStatus
-	(*Edge)(nil),                            // 51: rivora.v1.Edge
-	(*ListEdgesRequest)(nil),                // 52: rivora.v1.ListEdgesRequest
-	(*ListEdgesResponse)(nil),               // 53: rivora.v1.ListEdgesResponse
-	(*GetEdgeRequest)(nil),                  // 54: rivora.v1.GetEdgeRequest
-	(*GetEdgeResponse)(nil),                 // 55: rivora.v1.GetEdgeResponse
-	(*RemoveEdgeRequest)(nil),               // 56: rivora.v1.RemoveEdgeRequest
-	(*RemoveEdgeResponse)(nil),              // 57: rivora.v1.RemoveEdgeResponse
-	(*VerifyDeliveryRequest)(nil),           // 58: rivora.v1.VerifyDeliveryRequest
-	(*VerifyDeliveryResponse)(nil),          // 59: rivora.v1.VerifyDeliveryResponse
-	nil,                                     // 60: rivora.v1.Destination.CustomerWeightsEntry
-	nil,                                     // 61: rivora.v1.GetLimitsResponse.SourcesEntry
-	(*durationpb.Duration)(nil),             // 62: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),           // 63: google.protobuf.Timestamp
+	(*OverrideField)(nil),                   // 8: rivora.v1.OverrideField
+	(*PauseInterval)(nil),                   // 9: rivora.v1.PauseInterval
+	(*CreateDestinationRequest)(nil),        // 10: rivora.v1.CreateDestinationRequest
+	(*CreateDestinationResponse)(nil),       // 11: rivora.v1.CreateDestinationResponse
+	(*GetDestinationRequest)(nil),           // 12: rivora.v1.GetDestinationRequest
+	(*GetDestinationResponse)(nil),          // 13: rivora.v1.GetDestinationResponse
+	(*ListDestinationsRequest)(nil),         // 14: rivora.v1.ListDestinationsRequest
+	(*ListDestinationsResponse)(nil),        // 15: rivora.v1.ListDestinationsResponse
+	(*UpdateDestinationRequest)(nil),        // 16: rivora.v1.UpdateDestinationRequest
+	(*UpdateDestinationResponse)(nil),       // 17: rivora.v1.UpdateDestinationResponse
+	(*RotateDestinationSecretRequest)(nil),  // 18: rivora.v1.RotateDestinationSecretRequest
+	(*RotateDestinationSecretResponse)(nil), // 19: rivora.v1.RotateDestinationSecretResponse
+	(*DeleteDestinationRequest)(nil),        // 20: rivora.v1.DeleteDestinationRequest
+	(*DeleteDestinationResponse)(nil),       // 21: rivora.v1.DeleteDestinationResponse
+	(*SetPriorityRequest)(nil),              // 22: rivora.v1.SetPriorityRequest
+	(*SetPriorityResponse)(nil),             // 23: rivora.v1.SetPriorityResponse
+	(*GetDestinationHealthRequest)(nil),     // 24: rivora.v1.GetDestinationHealthRequest
+	(*GetDestinationHealthResponse)(nil),    // 25: rivora.v1.GetDestinationHealthResponse
+	(*HealthTransition)(nil),                // 26: rivora.v1.HealthTransition
+	(*CustomerBacklog)(nil),                 // 27: rivora.v1.CustomerBacklog
+	(*DestinationHealth)(nil),               // 28: rivora.v1.DestinationHealth
+	(*RateSample)(nil),                      // 29: rivora.v1.RateSample
+	(*PauseDestinationRequest)(nil),         // 30: rivora.v1.PauseDestinationRequest
+	(*PauseDestinationResponse)(nil),        // 31: rivora.v1.PauseDestinationResponse
+	(*ResumeDestinationRequest)(nil),        // 32: rivora.v1.ResumeDestinationRequest
+	(*ResumeDestinationResponse)(nil),       // 33: rivora.v1.ResumeDestinationResponse
+	(*LimitSource)(nil),                     // 34: rivora.v1.LimitSource
+	(*GetLimitsRequest)(nil),                // 35: rivora.v1.GetLimitsRequest
+	(*GetLimitsResponse)(nil),               // 36: rivora.v1.GetLimitsResponse
+	(*SetLimitsOverrideRequest)(nil),        // 37: rivora.v1.SetLimitsOverrideRequest
+	(*SetLimitsOverrideResponse)(nil),       // 38: rivora.v1.SetLimitsOverrideResponse
+	(*ClearLimitsOverrideRequest)(nil),      // 39: rivora.v1.ClearLimitsOverrideRequest
+	(*ClearLimitsOverrideResponse)(nil),     // 40: rivora.v1.ClearLimitsOverrideResponse
+	(*DiffLimitsRequest)(nil),               // 41: rivora.v1.DiffLimitsRequest
+	(*LimitsDrift)(nil),                     // 42: rivora.v1.LimitsDrift
+	(*DiffLimitsResponse)(nil),              // 43: rivora.v1.DiffLimitsResponse
+	(*AuditEntry)(nil),                      // 44: rivora.v1.AuditEntry
+	(*ListAuditRequest)(nil),                // 45: rivora.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),               // 46: rivora.v1.ListAuditResponse
+	(*GetConfigStatusRequest)(nil),          // 47: rivora.v1.GetConfigStatusRequest
+	(*GetConfigStatusResponse)(nil),         // 48: rivora.v1.GetConfigStatusResponse
+	(*AgentStatus)(nil),                     // 49: rivora.v1.AgentStatus
+	(*EdgeBuffer)(nil),                      // 50: rivora.v1.EdgeBuffer
+	(*EdgeStatus)(nil),                      // 51: rivora.v1.EdgeStatus
+	(*Edge)(nil),                            // 52: rivora.v1.Edge
+	(*ListEdgesRequest)(nil),                // 53: rivora.v1.ListEdgesRequest
+	(*ListEdgesResponse)(nil),               // 54: rivora.v1.ListEdgesResponse
+	(*GetEdgeRequest)(nil),                  // 55: rivora.v1.GetEdgeRequest
+	(*GetEdgeResponse)(nil),                 // 56: rivora.v1.GetEdgeResponse
+	(*RemoveEdgeRequest)(nil),               // 57: rivora.v1.RemoveEdgeRequest
+	(*RemoveEdgeResponse)(nil),              // 58: rivora.v1.RemoveEdgeResponse
+	(*VerifyDeliveryRequest)(nil),           // 59: rivora.v1.VerifyDeliveryRequest
+	(*VerifyDeliveryResponse)(nil),          // 60: rivora.v1.VerifyDeliveryResponse
+	nil,                                     // 61: rivora.v1.Destination.CustomerWeightsEntry
+	nil,                                     // 62: rivora.v1.LimitsOverride.FieldsEntry
+	nil,                                     // 63: rivora.v1.GetLimitsResponse.SourcesEntry
+	(*durationpb.Duration)(nil),             // 64: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),           // 65: google.protobuf.Timestamp
 }
 var file_rivora_v1_admin_proto_depIdxs = []int32{
-	62,  // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
-	62,  // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
+	64,  // 0: rivora.v1.Limits.window:type_name -> google.protobuf.Duration
+	64,  // 1: rivora.v1.Limits.timeout:type_name -> google.protobuf.Duration
 	1,   // 2: rivora.v1.Destination.limits:type_name -> rivora.v1.Limits
-	63,  // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
-	63,  // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
+	65,  // 3: rivora.v1.Destination.created_at:type_name -> google.protobuf.Timestamp
+	65,  // 4: rivora.v1.Destination.updated_at:type_name -> google.protobuf.Timestamp
 	0,   // 5: rivora.v1.Destination.priority_class:type_name -> rivora.v1.PriorityClass
-	60,  // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
-	8,   // 7: rivora.v1.Destination.pauses:type_name -> rivora.v1.PauseInterval
+	61,  // 6: rivora.v1.Destination.customer_weights:type_name -> rivora.v1.Destination.CustomerWeightsEntry
+	9,   // 7: rivora.v1.Destination.pauses:type_name -> rivora.v1.PauseInterval
 	7,   // 8: rivora.v1.Destination.override:type_name -> rivora.v1.LimitsOverride
 	1,   // 9: rivora.v1.Destination.configured:type_name -> rivora.v1.Limits
 	6,   // 10: rivora.v1.Destination.headers:type_name -> rivora.v1.Header
-	63,  // 11: rivora.v1.Destination.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	65,  // 11: rivora.v1.Destination.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	3,   // 12: rivora.v1.Destination.client_certificate:type_name -> rivora.v1.Certificate
 	3,   // 13: rivora.v1.Destination.previous_client_certificate:type_name -> rivora.v1.Certificate
 	3,   // 14: rivora.v1.Destination.server_ca:type_name -> rivora.v1.Certificate
 	4,   // 15: rivora.v1.Destination.oauth2:type_name -> rivora.v1.OAuth2ClientCredentials
-	63,  // 16: rivora.v1.Destination.previous_signing_key_expires_at:type_name -> google.protobuf.Timestamp
+	65,  // 16: rivora.v1.Destination.previous_signing_key_expires_at:type_name -> google.protobuf.Timestamp
 	5,   // 17: rivora.v1.Destination.legacy_signature:type_name -> rivora.v1.LegacySignature
-	63,  // 18: rivora.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
-	63,  // 19: rivora.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	63,  // 20: rivora.v1.Certificate.overlap_until:type_name -> google.protobuf.Timestamp
+	65,  // 18: rivora.v1.Certificate.not_before:type_name -> google.protobuf.Timestamp
+	65,  // 19: rivora.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	65,  // 20: rivora.v1.Certificate.overlap_until:type_name -> google.protobuf.Timestamp
 	1,   // 21: rivora.v1.LimitsOverride.limits:type_name -> rivora.v1.Limits
-	63,  // 22: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
-	63,  // 23: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
-	63,  // 24: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
-	63,  // 25: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
-	1,   // 26: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
-	6,   // 27: rivora.v1.CreateDestinationRequest.headers:type_name -> rivora.v1.Header
-	3,   // 28: rivora.v1.CreateDestinationRequest.client_certificate:type_name -> rivora.v1.Certificate
-	3,   // 29: rivora.v1.CreateDestinationRequest.server_ca:type_name -> rivora.v1.Certificate
-	4,   // 30: rivora.v1.CreateDestinationRequest.oauth2:type_name -> rivora.v1.OAuth2ClientCredentials
-	5,   // 31: rivora.v1.CreateDestinationRequest.legacy_signature:type_name -> rivora.v1.LegacySignature
-	2,   // 32: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,   // 33: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,   // 34: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
-	62,  // 35: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
-	62,  // 36: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
-	6,   // 37: rivora.v1.UpdateDestinationRequest.set_headers:type_name -> rivora.v1.Header
-	3,   // 38: rivora.v1.UpdateDestinationRequest.client_certificate:type_name -> rivora.v1.Certificate
-	62,  // 39: rivora.v1.UpdateDestinationRequest.client_certificate_overlap:type_name -> google.protobuf.Duration
-	3,   // 40: rivora.v1.UpdateDestinationRequest.server_ca:type_name -> rivora.v1.Certificate
-	4,   // 41: rivora.v1.UpdateDestinationRequest.oauth2:type_name -> rivora.v1.OAuth2ClientCredentials
-	5,   // 42: rivora.v1.UpdateDestinationRequest.legacy_signature:type_name -> rivora.v1.LegacySignature
-	2,   // 43: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
-	62,  // 44: rivora.v1.RotateDestinationSecretRequest.grace:type_name -> google.protobuf.Duration
-	2,   // 45: rivora.v1.RotateDestinationSecretResponse.destination:type_name -> rivora.v1.Destination
-	0,   // 46: rivora.v1.SetPriorityRequest.class:type_name -> rivora.v1.PriorityClass
-	2,   // 47: rivora.v1.SetPriorityResponse.destination:type_name -> rivora.v1.Destination
-	27,  // 48: rivora.v1.GetDestinationHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
-	63,  // 49: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
-	26,  // 50: rivora.v1.DestinationHealth.customers:type_name -> rivora.v1.CustomerBacklog
-	25,  // 51: rivora.v1.DestinationHealth.last_transition:type_name -> rivora.v1.HealthTransition
-	63,  // 52: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
-	0,   // 53: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
-	62,  // 54: rivora.v1.DestinationHealth.drain_time:type_name -> google.protobuf.Duration
-	28,  // 55: rivora.v1.DestinationHealth.rate_history:type_name -> rivora.v1.RateSample
-	62,  // 56: rivora.v1.DestinationHealth.oldest_pending_age:type_name -> google.protobuf.Duration
-	25,  // 57: rivora.v1.DestinationHealth.transitions:type_name -> rivora.v1.HealthTransition
-	63,  // 58: rivora.v1.DestinationHealth.client_certificate_not_after:type_name -> google.protobuf.Timestamp
-	63,  // 59: rivora.v1.DestinationHealth.client_certificate_refused_at:type_name -> google.protobuf.Timestamp
-	63,  // 60: rivora.v1.DestinationHealth.client_certificate_fallback_until:type_name -> google.protobuf.Timestamp
-	63,  // 61: rivora.v1.DestinationHealth.last_failure_at:type_name -> google.protobuf.Timestamp
-	63,  // 62: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
-	2,   // 63: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
-	2,   // 64: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
-	63,  // 65: rivora.v1.ResumeDestinationResponse.ended_hold_until:type_name -> google.protobuf.Timestamp
-	63,  // 66: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
-	1,   // 67: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
-	61,  // 68: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
-	1,   // 69: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
-	1,   // 70: rivora.v1.GetLimitsResponse.destination:type_name -> rivora.v1.Limits
-	62,  // 71: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
-	62,  // 72: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
-	62,  // 73: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	35,  // 74: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	62,  // 75: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
-	35,  // 76: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
-	33,  // 77: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
-	41,  // 78: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
-	63,  // 79: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	43,  // 80: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
-	48,  // 81: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
-	50,  // 82: rivora.v1.GetConfigStatusResponse.edges:type_name -> rivora.v1.EdgeStatus
-	63,  // 83: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
-	63,  // 84: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
-	63,  // 85: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
-	62,  // 86: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
-	63,  // 87: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
-	63,  // 88: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
-	49,  // 89: rivora.v1.EdgeStatus.buffer:type_name -> rivora.v1.EdgeBuffer
-	63,  // 90: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
-	50,  // 91: rivora.v1.ListEdgesResponse.edges:type_name -> rivora.v1.EdgeStatus
-	50,  // 92: rivora.v1.GetEdgeResponse.edge:type_name -> rivora.v1.EdgeStatus
-	33,  // 93: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
-	9,   // 94: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
-	11,  // 95: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
-	13,  // 96: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
-	15,  // 97: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
-	17,  // 98: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
-	19,  // 99: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
-	21,  // 100: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
-	23,  // 101: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
-	29,  // 102: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
-	31,  // 103: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
-	34,  // 104: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
-	36,  // 105: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
-	38,  // 106: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
-	40,  // 107: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
-	44,  // 108: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
-	52,  // 109: rivora.v1.AdminService.ListEdges:input_type -> rivora.v1.ListEdgesRequest
-	54,  // 110: rivora.v1.AdminService.GetEdge:input_type -> rivora.v1.GetEdgeRequest
-	56,  // 111: rivora.v1.AdminService.RemoveEdge:input_type -> rivora.v1.RemoveEdgeRequest
-	46,  // 112: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
-	58,  // 113: rivora.v1.AdminService.VerifyDelivery:input_type -> rivora.v1.VerifyDeliveryRequest
-	10,  // 114: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
-	12,  // 115: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
-	14,  // 116: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
-	16,  // 117: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
-	18,  // 118: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
-	20,  // 119: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
-	22,  // 120: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
-	24,  // 121: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
-	30,  // 122: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
-	32,  // 123: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
-	35,  // 124: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
-	37,  // 125: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
-	39,  // 126: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
-	42,  // 127: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
-	45,  // 128: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
-	53,  // 129: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
-	55,  // 130: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
-	57,  // 131: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
-	47,  // 132: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
-	59,  // 133: rivora.v1.AdminService.VerifyDelivery:output_type -> rivora.v1.VerifyDeliveryResponse
-	114, // [114:134] is the sub-list for method output_type
-	94,  // [94:114] is the sub-list for method input_type
-	94,  // [94:94] is the sub-list for extension type_name
-	94,  // [94:94] is the sub-list for extension extendee
-	0,   // [0:94] is the sub-list for field type_name
+	65,  // 22: rivora.v1.LimitsOverride.set_at:type_name -> google.protobuf.Timestamp
+	65,  // 23: rivora.v1.LimitsOverride.expires_at:type_name -> google.protobuf.Timestamp
+	62,  // 24: rivora.v1.LimitsOverride.fields:type_name -> rivora.v1.LimitsOverride.FieldsEntry
+	65,  // 25: rivora.v1.OverrideField.set_at:type_name -> google.protobuf.Timestamp
+	65,  // 26: rivora.v1.PauseInterval.start:type_name -> google.protobuf.Timestamp
+	65,  // 27: rivora.v1.PauseInterval.end:type_name -> google.protobuf.Timestamp
+	1,   // 28: rivora.v1.CreateDestinationRequest.limits:type_name -> rivora.v1.Limits
+	6,   // 29: rivora.v1.CreateDestinationRequest.headers:type_name -> rivora.v1.Header
+	3,   // 30: rivora.v1.CreateDestinationRequest.client_certificate:type_name -> rivora.v1.Certificate
+	3,   // 31: rivora.v1.CreateDestinationRequest.server_ca:type_name -> rivora.v1.Certificate
+	4,   // 32: rivora.v1.CreateDestinationRequest.oauth2:type_name -> rivora.v1.OAuth2ClientCredentials
+	5,   // 33: rivora.v1.CreateDestinationRequest.legacy_signature:type_name -> rivora.v1.LegacySignature
+	2,   // 34: rivora.v1.CreateDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,   // 35: rivora.v1.GetDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,   // 36: rivora.v1.ListDestinationsResponse.destinations:type_name -> rivora.v1.Destination
+	64,  // 37: rivora.v1.UpdateDestinationRequest.window:type_name -> google.protobuf.Duration
+	64,  // 38: rivora.v1.UpdateDestinationRequest.timeout:type_name -> google.protobuf.Duration
+	6,   // 39: rivora.v1.UpdateDestinationRequest.set_headers:type_name -> rivora.v1.Header
+	3,   // 40: rivora.v1.UpdateDestinationRequest.client_certificate:type_name -> rivora.v1.Certificate
+	64,  // 41: rivora.v1.UpdateDestinationRequest.client_certificate_overlap:type_name -> google.protobuf.Duration
+	3,   // 42: rivora.v1.UpdateDestinationRequest.server_ca:type_name -> rivora.v1.Certificate
+	4,   // 43: rivora.v1.UpdateDestinationRequest.oauth2:type_name -> rivora.v1.OAuth2ClientCredentials
+	5,   // 44: rivora.v1.UpdateDestinationRequest.legacy_signature:type_name -> rivora.v1.LegacySignature
+	2,   // 45: rivora.v1.UpdateDestinationResponse.destination:type_name -> rivora.v1.Destination
+	64,  // 46: rivora.v1.RotateDestinationSecretRequest.grace:type_name -> google.protobuf.Duration
+	2,   // 47: rivora.v1.RotateDestinationSecretResponse.destination:type_name -> rivora.v1.Destination
+	0,   // 48: rivora.v1.SetPriorityRequest.class:type_name -> rivora.v1.PriorityClass
+	2,   // 49: rivora.v1.SetPriorityResponse.destination:type_name -> rivora.v1.Destination
+	28,  // 50: rivora.v1.GetDestinationHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
+	65,  // 51: rivora.v1.HealthTransition.at:type_name -> google.protobuf.Timestamp
+	27,  // 52: rivora.v1.DestinationHealth.customers:type_name -> rivora.v1.CustomerBacklog
+	26,  // 53: rivora.v1.DestinationHealth.last_transition:type_name -> rivora.v1.HealthTransition
+	65,  // 54: rivora.v1.DestinationHealth.hold_until:type_name -> google.protobuf.Timestamp
+	0,   // 55: rivora.v1.DestinationHealth.priority_class:type_name -> rivora.v1.PriorityClass
+	64,  // 56: rivora.v1.DestinationHealth.drain_time:type_name -> google.protobuf.Duration
+	29,  // 57: rivora.v1.DestinationHealth.rate_history:type_name -> rivora.v1.RateSample
+	64,  // 58: rivora.v1.DestinationHealth.oldest_pending_age:type_name -> google.protobuf.Duration
+	26,  // 59: rivora.v1.DestinationHealth.transitions:type_name -> rivora.v1.HealthTransition
+	65,  // 60: rivora.v1.DestinationHealth.client_certificate_not_after:type_name -> google.protobuf.Timestamp
+	65,  // 61: rivora.v1.DestinationHealth.client_certificate_refused_at:type_name -> google.protobuf.Timestamp
+	65,  // 62: rivora.v1.DestinationHealth.client_certificate_fallback_until:type_name -> google.protobuf.Timestamp
+	65,  // 63: rivora.v1.DestinationHealth.last_failure_at:type_name -> google.protobuf.Timestamp
+	65,  // 64: rivora.v1.RateSample.start:type_name -> google.protobuf.Timestamp
+	2,   // 65: rivora.v1.PauseDestinationResponse.destination:type_name -> rivora.v1.Destination
+	2,   // 66: rivora.v1.ResumeDestinationResponse.destination:type_name -> rivora.v1.Destination
+	65,  // 67: rivora.v1.ResumeDestinationResponse.ended_hold_until:type_name -> google.protobuf.Timestamp
+	65,  // 68: rivora.v1.LimitSource.expires_at:type_name -> google.protobuf.Timestamp
+	1,   // 69: rivora.v1.GetLimitsResponse.effective:type_name -> rivora.v1.Limits
+	63,  // 70: rivora.v1.GetLimitsResponse.sources:type_name -> rivora.v1.GetLimitsResponse.SourcesEntry
+	1,   // 71: rivora.v1.GetLimitsResponse.file:type_name -> rivora.v1.Limits
+	1,   // 72: rivora.v1.GetLimitsResponse.destination:type_name -> rivora.v1.Limits
+	64,  // 73: rivora.v1.SetLimitsOverrideRequest.window:type_name -> google.protobuf.Duration
+	64,  // 74: rivora.v1.SetLimitsOverrideRequest.timeout:type_name -> google.protobuf.Duration
+	64,  // 75: rivora.v1.SetLimitsOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	36,  // 76: rivora.v1.SetLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	64,  // 77: rivora.v1.SetLimitsOverrideResponse.projected_drain_time:type_name -> google.protobuf.Duration
+	36,  // 78: rivora.v1.ClearLimitsOverrideResponse.limits:type_name -> rivora.v1.GetLimitsResponse
+	34,  // 79: rivora.v1.LimitsDrift.source:type_name -> rivora.v1.LimitSource
+	42,  // 80: rivora.v1.DiffLimitsResponse.drifts:type_name -> rivora.v1.LimitsDrift
+	65,  // 81: rivora.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	44,  // 82: rivora.v1.ListAuditResponse.entries:type_name -> rivora.v1.AuditEntry
+	49,  // 83: rivora.v1.GetConfigStatusResponse.agents:type_name -> rivora.v1.AgentStatus
+	51,  // 84: rivora.v1.GetConfigStatusResponse.edges:type_name -> rivora.v1.EdgeStatus
+	65,  // 85: rivora.v1.AgentStatus.last_seen:type_name -> google.protobuf.Timestamp
+	65,  // 86: rivora.v1.EdgeBuffer.disconnected_since:type_name -> google.protobuf.Timestamp
+	65,  // 87: rivora.v1.EdgeBuffer.oldest_buffered:type_name -> google.protobuf.Timestamp
+	64,  // 88: rivora.v1.EdgeBuffer.buffer_max_age:type_name -> google.protobuf.Duration
+	65,  // 89: rivora.v1.EdgeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	65,  // 90: rivora.v1.EdgeStatus.registered_at:type_name -> google.protobuf.Timestamp
+	50,  // 91: rivora.v1.EdgeStatus.buffer:type_name -> rivora.v1.EdgeBuffer
+	65,  // 92: rivora.v1.Edge.registered_at:type_name -> google.protobuf.Timestamp
+	51,  // 93: rivora.v1.ListEdgesResponse.edges:type_name -> rivora.v1.EdgeStatus
+	51,  // 94: rivora.v1.GetEdgeResponse.edge:type_name -> rivora.v1.EdgeStatus
+	8,   // 95: rivora.v1.LimitsOverride.FieldsEntry.value:type_name -> rivora.v1.OverrideField
+	34,  // 96: rivora.v1.GetLimitsResponse.SourcesEntry.value:type_name -> rivora.v1.LimitSource
+	10,  // 97: rivora.v1.AdminService.CreateDestination:input_type -> rivora.v1.CreateDestinationRequest
+	12,  // 98: rivora.v1.AdminService.GetDestination:input_type -> rivora.v1.GetDestinationRequest
+	14,  // 99: rivora.v1.AdminService.ListDestinations:input_type -> rivora.v1.ListDestinationsRequest
+	16,  // 100: rivora.v1.AdminService.UpdateDestination:input_type -> rivora.v1.UpdateDestinationRequest
+	18,  // 101: rivora.v1.AdminService.RotateDestinationSecret:input_type -> rivora.v1.RotateDestinationSecretRequest
+	20,  // 102: rivora.v1.AdminService.DeleteDestination:input_type -> rivora.v1.DeleteDestinationRequest
+	22,  // 103: rivora.v1.AdminService.SetPriority:input_type -> rivora.v1.SetPriorityRequest
+	24,  // 104: rivora.v1.AdminService.GetDestinationHealth:input_type -> rivora.v1.GetDestinationHealthRequest
+	30,  // 105: rivora.v1.AdminService.PauseDestination:input_type -> rivora.v1.PauseDestinationRequest
+	32,  // 106: rivora.v1.AdminService.ResumeDestination:input_type -> rivora.v1.ResumeDestinationRequest
+	35,  // 107: rivora.v1.AdminService.GetLimits:input_type -> rivora.v1.GetLimitsRequest
+	37,  // 108: rivora.v1.AdminService.SetLimitsOverride:input_type -> rivora.v1.SetLimitsOverrideRequest
+	39,  // 109: rivora.v1.AdminService.ClearLimitsOverride:input_type -> rivora.v1.ClearLimitsOverrideRequest
+	41,  // 110: rivora.v1.AdminService.DiffLimits:input_type -> rivora.v1.DiffLimitsRequest
+	45,  // 111: rivora.v1.AdminService.ListAudit:input_type -> rivora.v1.ListAuditRequest
+	53,  // 112: rivora.v1.AdminService.ListEdges:input_type -> rivora.v1.ListEdgesRequest
+	55,  // 113: rivora.v1.AdminService.GetEdge:input_type -> rivora.v1.GetEdgeRequest
+	57,  // 114: rivora.v1.AdminService.RemoveEdge:input_type -> rivora.v1.RemoveEdgeRequest
+	47,  // 115: rivora.v1.AdminService.GetConfigStatus:input_type -> rivora.v1.GetConfigStatusRequest
+	59,  // 116: rivora.v1.AdminService.VerifyDelivery:input_type -> rivora.v1.VerifyDeliveryRequest
+	11,  // 117: rivora.v1.AdminService.CreateDestination:output_type -> rivora.v1.CreateDestinationResponse
+	13,  // 118: rivora.v1.AdminService.GetDestination:output_type -> rivora.v1.GetDestinationResponse
+	15,  // 119: rivora.v1.AdminService.ListDestinations:output_type -> rivora.v1.ListDestinationsResponse
+	17,  // 120: rivora.v1.AdminService.UpdateDestination:output_type -> rivora.v1.UpdateDestinationResponse
+	19,  // 121: rivora.v1.AdminService.RotateDestinationSecret:output_type -> rivora.v1.RotateDestinationSecretResponse
+	21,  // 122: rivora.v1.AdminService.DeleteDestination:output_type -> rivora.v1.DeleteDestinationResponse
+	23,  // 123: rivora.v1.AdminService.SetPriority:output_type -> rivora.v1.SetPriorityResponse
+	25,  // 124: rivora.v1.AdminService.GetDestinationHealth:output_type -> rivora.v1.GetDestinationHealthResponse
+	31,  // 125: rivora.v1.AdminService.PauseDestination:output_type -> rivora.v1.PauseDestinationResponse
+	33,  // 126: rivora.v1.AdminService.ResumeDestination:output_type -> rivora.v1.ResumeDestinationResponse
+	36,  // 127: rivora.v1.AdminService.GetLimits:output_type -> rivora.v1.GetLimitsResponse
+	38,  // 128: rivora.v1.AdminService.SetLimitsOverride:output_type -> rivora.v1.SetLimitsOverrideResponse
+	40,  // 129: rivora.v1.AdminService.ClearLimitsOverride:output_type -> rivora.v1.ClearLimitsOverrideResponse
+	43,  // 130: rivora.v1.AdminService.DiffLimits:output_type -> rivora.v1.DiffLimitsResponse
+	46,  // 131: rivora.v1.AdminService.ListAudit:output_type -> rivora.v1.ListAuditResponse
+	54,  // 132: rivora.v1.AdminService.ListEdges:output_type -> rivora.v1.ListEdgesResponse
+	56,  // 133: rivora.v1.AdminService.GetEdge:output_type -> rivora.v1.GetEdgeResponse
+	58,  // 134: rivora.v1.AdminService.RemoveEdge:output_type -> rivora.v1.RemoveEdgeResponse
+	48,  // 135: rivora.v1.AdminService.GetConfigStatus:output_type -> rivora.v1.GetConfigStatusResponse
+	60,  // 136: rivora.v1.AdminService.VerifyDelivery:output_type -> rivora.v1.VerifyDeliveryResponse
+	117, // [117:137] is the sub-list for method output_type
+	97,  // [97:117] is the sub-list for method input_type
+	97,  // [97:97] is the sub-list for extension type_name
+	97,  // [97:97] is the sub-list for extension extendee
+	0,   // [0:97] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_admin_proto_init() }
@@ -5643,16 +5737,16 @@ func file_rivora_v1_admin_proto_init() {
 	if File_rivora_v1_admin_proto != nil {
 		return
 	}
-	file_rivora_v1_admin_proto_msgTypes[14].OneofWrappers = []any{}
-	file_rivora_v1_admin_proto_msgTypes[20].OneofWrappers = []any{}
-	file_rivora_v1_admin_proto_msgTypes[35].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[15].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[21].OneofWrappers = []any{}
+	file_rivora_v1_admin_proto_msgTypes[36].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_admin_proto_rawDesc), len(file_rivora_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   61,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
