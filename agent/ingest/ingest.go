@@ -957,6 +957,10 @@ func (g *Gateway) prepareDirect(base *rivorav1.Event, key, dest string) (*prepar
 	return p, nil
 }
 
+// replayTurns prefixes the turns of a replay's chunks (a destination's
+// id): no customer's id starts with a NUL.
+const replayTurns = "\x00replay "
+
 // Reingest accepts dead letters again through the normal ingest path: each
 // keeps its event id (receivers dedupe on it), is marked replayed and
 // starts a new window now. Its dedup id is the event id and the time it
@@ -971,16 +975,6 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 	if err := g.roomForAny(); err != nil {
 		return 0, 0, err
 	}
-	if len(dls) == 0 {
-		return 0, 0, nil
-	}
-	// A replay's chunk takes its turn as its first dead letter's
-	// customer's publish would: a replay of a million dead letters goes
-	// in beside the customers' publishes, not ahead of them.
-	if err := g.turns.enter(ctx, dls[0].GetEvent().GetCustomerId(), len(dls)); err != nil {
-		return 0, 0, err
-	}
-	defer g.turns.leave(len(dls))
 	now := timestamppb.New(g.now())
 	batch := make([]*prepared, 0, len(dls))
 	for _, dl := range dls {
@@ -1006,6 +1000,17 @@ func (g *Gateway) Reingest(ctx context.Context, dls []*rivorav1.DeadLetter) (sto
 			msgID: ReplayDedupID(dl),
 		})
 	}
+	if len(batch) == 0 {
+		return 0, 0, nil
+	}
+	// A replay takes turns as one more customer (its chunks mix the
+	// destination's customers): a replay of a million dead letters goes
+	// in beside the customers' publishes, not ahead of them, and charges
+	// none of them.
+	if err := g.turns.enter(ctx, replayTurns+batch[0].event.GetDestinationId(), len(batch)); err != nil {
+		return 0, 0, turnError(ctx, err, g.turns.limit)
+	}
+	defer g.turns.leave(len(batch))
 	at, err := g.store(ctx, batch)
 	if err != nil {
 		return 0, 0, storeError(ctx, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"connectrpc.com/connect"
@@ -158,22 +159,25 @@ func (t *turns) charge(customer string, extra int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.running += extra
-	if t.waiting > 0 || t.queues[customer] != nil {
+	if t.waiting > 0 {
 		q := t.queue(customer)
 		q.finish = max(q.finish, t.clock) + uint64(extra)
 	}
 }
 
-// drop takes a call that stopped waiting out of customer's queue. t.mu
-// is held.
+// drop takes a call that stopped waiting out of customer's queue, and
+// its cost out of the tags of the customer's calls behind it: a call
+// given up (a client's deadline) does not push its retry back. t.mu is
+// held.
 func (t *turns) drop(customer string, c *turnCall) {
 	q := t.queues[customer]
-	for i, w := range q.calls {
-		if w == c {
-			q.calls = append(q.calls[:i], q.calls[i+1:]...)
-			break
-		}
+	at := slices.Index(q.calls, c)
+	q.calls = slices.Delete(q.calls, at, at+1)
+	back := func(tag uint64) uint64 { return max(tag, t.clock+uint64(c.events)) - uint64(c.events) }
+	for _, w := range q.calls[at:] {
+		w.start = back(w.start)
 	}
+	q.finish = back(q.finish)
 	t.waiting--
 	waitingPublishes.Dec()
 }
@@ -195,8 +199,14 @@ func (t *turns) leave(events int) {
 
 // admit lets the waiting calls in, the first by tag first, while they
 // fit, and forgets the customers with no waiting call whose last tag the
-// clock has passed. t.mu is held.
+// clock has passed — all of them once nobody waits (tags order waiting
+// calls only). t.mu is held.
 func (t *turns) admit() {
+	defer func() {
+		if t.waiting == 0 {
+			clear(t.queues)
+		}
+	}()
 	for t.waiting > 0 {
 		var next *turnQueue
 		for customer, q := range t.queues {

@@ -174,6 +174,38 @@ func TestTurnsGivingUpLetsTheNextIn(t *testing.T) {
 	}
 }
 
+// Calls a customer gave up (a client's deadline, then its retry) do not
+// push its next call back; a fan-out charged while nobody waits leaves
+// no tag behind.
+func TestTurnsForgetWhatWasGivenUp(t *testing.T) {
+	tr := newTurns(100)
+	tr.take("flood", 100)
+	calls := map[*turnCall]string{}
+	queued(t, tr, calls, "flood", 20, 100)
+	for range 50 {
+		tr.giveUp("quiet", tr.take("quiet", 10))
+	}
+	queued(t, tr, calls, "quiet", 1, 10)
+	if got := letIn(t, tr, calls, 2, 100); got != "flood1 quiet1" {
+		t.Errorf("let in %q, want flood1 quiet1: fifty calls given up pushed the next one back", got)
+	}
+
+	idle := newTurns(10)
+	idle.take("fanout", 10)
+	first := idle.take("fanout", 1) // waits: the customer has a tag
+	idle.leave(10)
+	<-first.in
+	idle.charge("fanout", 1000) // nobody waits: no tag
+	idle.leave(1001)
+	idle.take("other", 10)
+	c := idle.take("fanout", 1)
+	calls = map[*turnCall]string{c: "fanout1"}
+	queued(t, idle, calls, "other", 3, 10)
+	if got := letIn(t, idle, calls, 1, 10); got != "fanout1" {
+		t.Errorf("let in %q, want fanout1: a fan-out charged while nobody waited still counted", got)
+	}
+}
+
 // A fan-out's deliveries charged beyond its events hold room: the next
 // call waits until they are given back.
 func TestTurnsChargeFanOuts(t *testing.T) {

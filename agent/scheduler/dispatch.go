@@ -321,6 +321,9 @@ func (s *Scheduler) makeDue(l *Lane, now time.Time) {
 	if l.head.Attempts == 0 {
 		c.firsts.push(l)
 	} else {
+		if c.retries.len() == 0 {
+			c.firstsPassed = 0 // counted for retries that left otherwise
+		}
 		c.retries.push(l)
 	}
 	d.due++

@@ -855,6 +855,24 @@ func TestRetryNotLeftBehindABacklog(t *testing.T) {
 	}
 	wantAttempt(t, mustPick(t, s), R, 1, 2)
 	checkInvariants(t, s)
+
+	// A retry that left its queue otherwise (an operator's skip) leaves
+	// no count behind: the next retry waits its eight first attempts.
+	R2, R3 := lid("d1", "c1", "r2"), lid("d1", "c1", "r3")
+	s.Restore(0, R2, evs(2), Head{Attempts: 1, NotBefore: t0.Add(-time.Second)}, true)
+	for range firstsPerRetry - 1 {
+		mustPick(t, s)
+	}
+	if _, err := s.TakeHead(R2, ""); err != nil {
+		t.Fatal(err)
+	}
+	s.Restore(0, R3, evs(3), Head{Attempts: 1, NotBefore: t0.Add(-time.Second)}, true)
+	for i := range firstsPerRetry {
+		if a := mustPick(t, s); a.Lane.ID == R3 {
+			t.Fatalf("pick %d was the new retry: the count of one skipped carried over", i+1)
+		}
+	}
+	wantAttempt(t, mustPick(t, s), R3, 3, 2)
 }
 
 func TestFirstAttemptsOldestFirst(t *testing.T) {
@@ -1445,10 +1463,10 @@ func TestFind(t *testing.T) {
 		{"ev-1", Location{Lane: A, Partition: 0, Entry: ev(1), Ahead: 0, InFlight: true}},
 		{"ev-2", Location{Lane: A, Partition: 0, Entry: ev(2), Ahead: 1}},
 		{"ev-3", Location{Lane: A, Partition: 0, Entry: ev(3), Ahead: 2}},
-		{"ev-4", Location{Lane: B, Partition: 0, Entry: ev(4), Ahead: 0}},
+		{"ev-4", Location{Lane: B, Partition: 0, Entry: ev(4), Ahead: 0, Due: true}},
 		{"ev-5", Location{Lane: W, Partition: 0, Entry: ev(5), Ahead: 0, Head: wh}},
 		{"ev-6", Location{Lane: W, Partition: 0, Entry: ev(6), Ahead: 1}},
-		{"ev-50", Location{Lane: lid("dx", "c", "u"), Partition: 3, Entry: ev(50)}},
+		{"ev-50", Location{Lane: lid("dx", "c", "u"), Partition: 3, Entry: ev(50), Due: true}},
 	}
 	for _, c := range cases {
 		got, ok := s.Find(c.id)
