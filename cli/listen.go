@@ -34,6 +34,15 @@ const listenFailStatus = http.StatusInternalServerError
 // answered (a --delay) before it cuts them short.
 const listenDrain = 5 * time.Second
 
+// listenMaxLookups bounds the post-answer lookups running at once:
+// anyone who reaches the listener can send forged webhook-ids, and each
+// costs RPCs made with the user's token. Past it a line goes without.
+const listenMaxLookups = 4
+
+// listenLookupDrain bounds how long listen, stopping, waits for the
+// post-answer lookups, which the first Ctrl-C cancels: only for their lines.
+const listenLookupDrain = time.Second
+
 // listenMaxTracked bounds the webhook-ids --fail-first remembers; past it
 // they are forgotten all at once (a development tool, not a ledger).
 const listenMaxTracked = 100_000
@@ -70,7 +79,9 @@ a subscription's own secret, or when Rivora is elsewhere. (A subscription
 with a secret of its own signs with it, not with D's: --destination shows
 its deliveries NOT VERIFIED and names the subscription, looked up by the
 event's id once the delivery is answered: its line follows the lookup,
-up to 5s.) With neither,
+up to 5s, so lines may come out of arrival order. At most 4 lookups run
+at once, and Ctrl-C cancels them: a line without one does not name the
+subscription.) With neither,
 requests are shown NOT VERIFIED.
 
 It listens on loopback (127.0.0.1:9000) unless --listen says otherwise.
@@ -105,8 +116,10 @@ type receiver struct {
 	verify func(ctx context.Context, h http.Header, body []byte) string
 	// explain (nil: none) says more of why a delivery did not verify,
 	// from what Rivora knows of its event (ownSecrets): looked up once
-	// the delivery is answered, for it may take seconds.
+	// the delivery is answered, for it may take seconds, in one of
+	// lookups (explainLater).
 	explain func(ctx context.Context, eventID string) string
+	lookups *lookups
 
 	mu    sync.Mutex // printing, and tries
 	tries map[string]int
@@ -114,6 +127,9 @@ type receiver struct {
 	// stopped ends when listen stops answering (set by serveUntilDone;
 	// nil: never): a request still being answered then is cut short.
 	stopped context.Context
+	// asked ends at the first Ctrl-C (set by serveUntilDone; nil: never):
+	// a lookup still running then is cut short.
+	asked context.Context
 
 	fmu      sync.Mutex // running and whenIdle
 	running  int        // requests being handled
@@ -124,7 +140,7 @@ func (e *env) listen(c *ucli.Context) error {
 	if err := exactArgs(c, 0, "no arguments (options are flags)"); err != nil {
 		return err
 	}
-	r := &receiver{out: e.out, json: e.output == "json", status: c.Int("status"), failFirst: c.Int("fail-first"), delay: flagDuration(c, "delay"), tries: map[string]int{}}
+	r := &receiver{out: e.out, json: e.output == "json", status: c.Int("status"), failFirst: c.Int("fail-first"), delay: flagDuration(c, "delay"), tries: map[string]int{}, lookups: newLookups(listenMaxLookups)}
 	switch {
 	case r.status < 200 || r.status > 599:
 		return usagef("--status %d: answer with an HTTP status from 200 to 599", r.status)
@@ -358,7 +374,7 @@ func pointsAt(destURL, listen string) bool {
 func (e *env) serveUntilDone(ctx context.Context, ln net.Listener, r *receiver) error {
 	stopped, stop := context.WithCancel(context.Background())
 	defer stop()
-	r.stopped = stopped
+	r.stopped, r.asked = stopped, ctx
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return stopped }}
 	served := make(chan error, 1)
@@ -383,6 +399,8 @@ func (e *env) serveUntilDone(ctx context.Context, ln net.Listener, r *receiver) 
 	<-r.idle()
 	<-shutdownDone
 	<-served
+	// The lookups were cancelled with ctx: their lines are on their way.
+	r.lookups.close(listenLookupDrain)
 	return nil
 }
 
@@ -472,7 +490,8 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	d.Verified = d.NotVerified == ""
 	// Why a delivery did not verify may take a lookup: it is answered
-	// first, and its line printed once the lookup is done.
+	// first, and its line printed once the lookup is done, after this
+	// handler returns (explainLater).
 	later := err == nil && !d.Verified && r.explain != nil && d.WebhookID != ""
 	// With --delay the line is printed once answered: a request Rivora
 	// gave up on meanwhile, or that Ctrl-C cut short, was never answered,
@@ -498,7 +517,26 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		answerWith(w, d.Answered)
 	}
 	if later {
+		r.explainLater(d)
+	}
+}
+
+// explainLater prints delivery d's line once a lookup says more of why it
+// did not verify (explained). The lookup runs in one of r.lookups, so the
+// handler returns once answered: the server reads the next request on the
+// connection (Rivora's client reuses them) only then, and a Ctrl-C waits
+// only for the requests being answered. When listen is stopping, or
+// listenMaxLookups are running, the line is printed without.
+func (r *receiver) explainLater(d delivery) {
+	if r.asked != nil && r.asked.Err() != nil {
+		r.print(d)
+		return
+	}
+	started := r.lookups.start(func() {
 		d.NotVerified = r.explained(d)
+		r.print(d)
+	})
+	if !started {
 		r.print(d)
 	}
 }
@@ -518,9 +556,9 @@ func answerWith(w http.ResponseWriter, status int) {
 // explained is why delivery d did not verify, with what a lookup of its
 // event adds (explain). The lookup runs after the answer, under listen's
 // lifetime, not the request's (Rivora may close the connection once
-// answered), bounded by listenLookup; Ctrl-C cuts it short.
+// answered), bounded by listenLookup; the first Ctrl-C cuts it short.
 func (r *receiver) explained(d delivery) string {
-	base := r.stopped
+	base := r.asked
 	if base == nil {
 		base = context.Background()
 	}
@@ -530,6 +568,58 @@ func (r *receiver) explained(d delivery) string {
 		return d.NotVerified + "; " + more
 	}
 	return d.NotVerified
+}
+
+// lookups runs the post-answer lookups (receiver.explainLater): at most
+// cap(slots) at once, and none once closed, so that close can wait for
+// every one it started.
+type lookups struct {
+	slots   chan struct{}
+	mu      sync.Mutex // closed, and running.Add
+	closed  bool
+	running sync.WaitGroup
+}
+
+func newLookups(n int) *lookups { return &lookups{slots: make(chan struct{}, n)} }
+
+// start runs f in a goroutine of l and reports true, or reports false
+// (f not run) when every slot is taken or l is closed.
+func (l *lookups) start(f func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	select {
+	case l.slots <- struct{}{}:
+	default:
+		return false
+	}
+	l.running.Add(1)
+	go func() {
+		defer l.running.Done()
+		defer func() { <-l.slots }()
+		f()
+	}()
+	return true
+}
+
+// close refuses new lookups and waits, up to limit, for those running.
+func (l *lookups) close(limit time.Duration) {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		l.running.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // answerFor is the status for this try of event id: listenFailStatus for

@@ -3,9 +3,11 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"regexp"
 	"strconv"
 	"strings"
@@ -261,28 +263,44 @@ func TestListenNamesASubscriptionsOwnSecret(t *testing.T) {
 	}
 }
 
+// listenWithHeldLookup runs listen --destination orders against a fake
+// whose GetEvent (listen's lookup of why a delivery did not verify) is
+// held until release, or until its caller gives up; held gets one value
+// as each lookup arrives. own is subscription sub_own's own secret, which
+// signs event evt_own (and evt_own2).
+func listenWithHeldLookup(t *testing.T) (f *fakeRivora, l *listening, own string, held <-chan struct{}, release func()) {
+	t.Helper()
+	f, h := newFake()
+	gate, arrived := make(chan struct{}), make(chan struct{}, 16)
+	release = sync.OnceFunc(func() { close(gate) })
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == rivorav1connect.EventServiceGetEventProcedure {
+			arrived <- struct{}{}
+			select { // a fleet of slow agents
+			case <-gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(release) // before srv.Close, which waits for handlers
+	f.dests["orders"] = &rivorav1.Destination{Id: "orders", Url: "http://127.0.0.1:9999/hook", Secret: mustNewSecret(t)}
+	own = mustNewSecret(t)
+	f.subs.subs["sub_own"] = &rivorav1.Subscription{Id: "sub_own", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}, Secret: own}
+	for _, id := range []string{"evt_own", "evt_own2"} {
+		f.events[id] = &rivorav1.GetEventResponse{EventId: id, DestinationId: "orders", CustomerId: "acme", SubscriptionId: "sub_own"}
+	}
+	return f, startListen(t, srv.URL, "--destination", "orders"), own, arrived, release
+}
+
 // A delivery that does not verify is answered before listen looks up
 // whose event it is (GetEvent asks every agent, then GetSubscription):
 // a slow lookup must not hold the answer past the destination's timeout.
 // Its line follows the lookup, with what it found.
 func TestListenAnswersBeforeLookingUpWhyNotVerified(t *testing.T) {
-	f, h := newFake()
-	release := make(chan struct{})
-	releaseOnce := sync.OnceFunc(func() { close(release) })
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == rivorav1connect.EventServiceGetEventProcedure {
-			<-release // a fleet of slow agents
-		}
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(releaseOnce) // before srv.Close, which waits for handlers
-	f.dests["orders"] = &rivorav1.Destination{Id: "orders", Url: "http://127.0.0.1:9999/hook", Secret: mustNewSecret(t)}
-	own := mustNewSecret(t)
-	f.subs.subs["sub_own"] = &rivorav1.Subscription{Id: "sub_own", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}, Secret: own}
-	f.events["evt_own"] = &rivorav1.GetEventResponse{EventId: "evt_own", DestinationId: "orders", CustomerId: "acme", SubscriptionId: "sub_own"}
-	l := startListen(t, srv.URL, "--destination", "orders")
-
+	f, l, own, _, release := listenWithHeldLookup(t)
 	status := listenHandling(t, f, l, own, "evt_own")
 	select {
 	case got := <-status:
@@ -292,7 +310,7 @@ func TestListenAnswersBeforeLookingUpWhyNotVerified(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the delivery was not answered while listen's lookup of its event was held: the lookup came first")
 	}
-	releaseOnce()
+	release()
 	want := "event evt_own is subscription sub_own's, which signs with its own secret (" + auth.Fingerprint(own) + ")"
 	poll.True(t, "listen prints the delivery with what the lookup found", 10*time.Second, func() bool {
 		return strings.Contains(l.out.String(), want)
@@ -300,6 +318,81 @@ func TestListenAnswersBeforeLookingUpWhyNotVerified(t *testing.T) {
 	l.stop()
 	if out := l.out.String(); !regexp.MustCompile(`evt_own .* NOT VERIFIED  200  \(not verified: fake: .*; ` + regexp.QuoteMeta(want)).MatchString(out) {
 		t.Fatalf("listen printed %q; want one line for the delivery, answered 200, then why not", out)
+	}
+}
+
+// deliverOn sends a delivery of event id signed with secret through
+// client, reading the whole answer so that the connection can be reused;
+// it returns the status and whether the connection was a reused one.
+func deliverOn(client *http.Client, url, secret, id string) (status int, reused bool, err error) {
+	req, err := http.NewRequest(http.MethodPost, url+"/hook", strings.NewReader(`{}`))
+	if err != nil {
+		return 0, false, err
+	}
+	s, _ := webhook.NewSigner(secret)
+	ts := time.Now().Unix()
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", s.Sign(id, ts, []byte(`{}`)))
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GotConn: func(c httptrace.GotConnInfo) { reused = c.Reused },
+	}))
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, false, err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, reused, err
+}
+
+// Rivora's client reuses connections: a delivery's lookup (after its
+// answer) must not hold the next delivery on the same connection, which
+// the server reads only once the handler returns.
+func TestListenLookupDoesNotHoldTheConnection(t *testing.T) {
+	_, l, own, held, _ := listenWithHeldLookup(t)
+	client := &http.Client{Transport: &http.Transport{}}
+	if got, _, err := deliverOn(client, l.url, own, "evt_own"); err != nil || got != http.StatusOK {
+		t.Fatalf("first delivery: %d, %v; want 200", got, err)
+	}
+	<-held
+	type answer struct {
+		status int
+		reused bool
+		err    error
+	}
+	second := make(chan answer, 1)
+	go func() {
+		s, r, err := deliverOn(client, l.url, own, "evt_own2")
+		second <- answer{s, r, err}
+	}()
+	select {
+	case a := <-second:
+		if a.err != nil || a.status != http.StatusOK || !a.reused {
+			t.Fatalf("second delivery: %d, reused %v, %v; want 200 on the first's connection", a.status, a.reused, a.err)
+		}
+	case <-time.After(listenLookup / 2):
+		t.Fatal("the second delivery on a connection was not answered while the first's lookup was held")
+	}
+}
+
+// Ctrl-C does not wait for a lookup made after the answer: it cancels it,
+// and the delivery's line is printed without what it would have found.
+func TestListenCtrlCCancelsALookup(t *testing.T) {
+	_, l, own, held, _ := listenWithHeldLookup(t)
+	if got := post(t, l.url, own, "evt_own", 1, `{}`); got != http.StatusOK {
+		t.Fatalf("delivery answered %d, want 200", got)
+	}
+	<-held
+	start := time.Now()
+	if code := l.stop(); code != 0 {
+		t.Fatalf("Ctrl-C: exit %d, want 0 (stderr %q)", code, l.errOut.String())
+	}
+	if waited := time.Since(start); waited >= listenDrain || strings.Contains(l.errOut.String(), "Stopping: waiting") {
+		t.Fatalf("listen exited %s after Ctrl-C, stderr %q: it waited for a delivery already answered", waited, l.errOut.String())
+	}
+	if out := l.out.String(); !regexp.MustCompile(`evt_own .* NOT VERIFIED  200  \(not verified: fake: [^;]*\)\n`).MatchString(out) {
+		t.Fatalf("listen printed %q; want the delivery's line, without the lookup", out)
 	}
 }
 
@@ -471,5 +564,23 @@ func TestListenSilentConnectionDoesNotHoldTheExit(t *testing.T) {
 	}
 	if strings.Contains(l.errOut.String(), "Stopping: waiting") {
 		t.Fatalf("listen said it waits for a request with none being handled: %q", l.errOut.String())
+	}
+}
+
+// Lookups are bounded (anyone can send forged webhook-ids, each costing
+// RPCs with the user's token): past listenMaxLookups, a line is printed at
+// once, without one.
+func TestListenBoundsTheLookups(t *testing.T) {
+	_, l, own, held, _ := listenWithHeldLookup(t)
+	for range listenMaxLookups {
+		post(t, l.url, own, "evt_own", 1, `{}`)
+		<-held
+	}
+	post(t, l.url, own, "evt_over", 1, `{}`)
+	poll.True(t, "listen prints the delivery past the bound", 10*time.Second, func() bool {
+		return strings.Contains(l.out.String(), "evt_over")
+	})
+	if n := len(held); n != 0 {
+		t.Fatalf("%d more lookups with %d held, want none past listenMaxLookups", n, listenMaxLookups)
 	}
 }
