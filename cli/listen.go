@@ -273,18 +273,32 @@ func (e *env) remoteCheck(id string) func(ctx context.Context, h http.Header, bo
 // verify (GetEvent asks every agent): its line waits for it.
 const listenLookup = 5 * time.Second
 
+// listenFingerprintTTL is how long a subscription's secret fingerprint is
+// kept: its other deliveries, and retries, are usually next, and a
+// rotation shows within it.
+const listenFingerprintTTL = time.Minute
+
 // ownSecrets looks up, for a delivery not signed with its destination's
 // secret, whether its event is a subscription's that signs with a secret
-// of its own. A subscription's fingerprint is kept once read (its other
-// deliveries, and retries, are usually next); an event is looked up each
-// time (a delivery names no subscription).
+// of its own. A subscription's fingerprint is kept for
+// listenFingerprintTTL; one with no secret of its own is not kept (one
+// may be added); an event is looked up each time (a delivery names no
+// subscription).
 type ownSecrets struct {
 	env *env
+	now func() time.Time
 	mu  sync.Mutex
-	fps map[string]string // subscription → secret fingerprint ("": none)
+	fps map[string]fingerprintRead // by subscription
 }
 
-func (e *env) ownSecrets() *ownSecrets { return &ownSecrets{env: e, fps: map[string]string{}} }
+type fingerprintRead struct {
+	fp string
+	at time.Time
+}
+
+func (e *env) ownSecrets() *ownSecrets {
+	return &ownSecrets{env: e, now: time.Now, fps: map[string]fingerprintRead{}}
+}
 
 // of says that event eventID is a subscription's that signs with a secret
 // of its own, and how to check it: "" when it is not, or when Rivora
@@ -310,25 +324,29 @@ func (o *ownSecrets) of(ctx context.Context, eventID string) string {
 }
 
 // fingerprint is subscription sub's own secret's fingerprint ("": it has
-// none), read once.
+// none), read at most listenFingerprintTTL ago.
 func (o *ownSecrets) fingerprint(ctx context.Context, sub string) (string, error) {
 	o.mu.Lock()
-	fp, ok := o.fps[sub]
+	read, ok := o.fps[sub]
 	o.mu.Unlock()
-	if ok {
-		return fp, nil
+	if ok && o.now().Sub(read.at) < listenFingerprintTTL {
+		return read.fp, nil
 	}
 	s, err := o.env.subscriptions().GetSubscription(ctx, connect.NewRequest(&rivorav1.GetSubscriptionRequest{Id: sub}))
 	if err != nil {
 		return "", err
 	}
-	fp = s.Msg.GetSubscription().GetSecretFingerprint()
+	fp := s.Msg.GetSubscription().GetSecretFingerprint()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if fp == "" {
+		delete(o.fps, sub)
+		return "", nil
+	}
 	if len(o.fps) >= listenMaxTracked {
 		clear(o.fps)
 	}
-	o.fps[sub] = fp
+	o.fps[sub] = fingerprintRead{fp: fp, at: o.now()}
 	return fp, nil
 }
 

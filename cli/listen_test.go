@@ -584,3 +584,34 @@ func TestListenBoundsTheLookups(t *testing.T) {
 		t.Fatalf("%d more lookups with %d held, want none past listenMaxLookups", n, listenMaxLookups)
 	}
 }
+
+// A subscription's fingerprint is read again once listenFingerprintTTL
+// has passed (a rotation shows), and at once when it had no secret of its
+// own (one may have been added since).
+func TestListenRereadsASubscriptionsFingerprint(t *testing.T) {
+	f, url := startFake(t)
+	f.events["evt_1"] = &rivorav1.GetEventResponse{EventId: "evt_1", SubscriptionId: "sub_1"}
+	f.subs.subs["sub_1"] = &rivorav1.Subscription{Id: "sub_1", CustomerId: "acme", DestinationId: "orders", Types: []string{"*"}}
+	setSecret := func(secret string) {
+		f.subs.mu.Lock()
+		defer f.subs.mu.Unlock()
+		f.subs.subs["sub_1"].Secret = secret
+	}
+	now := time.Now()
+	o := (&env{server: url, http: &http.Client{}}).ownSecrets()
+	o.now = func() time.Time { return now }
+	ctx := context.Background()
+	if got := o.of(ctx, "evt_1"); got != "" {
+		t.Fatalf("a subscription with no secret of its own: %q, want nothing said", got)
+	}
+	first, second := mustNewSecret(t), mustNewSecret(t)
+	setSecret(first)
+	if got := o.of(ctx, "evt_1"); !strings.Contains(got, auth.Fingerprint(first)) {
+		t.Fatalf("a secret added since the last delivery: %q, want its fingerprint %s", got, auth.Fingerprint(first))
+	}
+	setSecret(second)
+	now = now.Add(listenFingerprintTTL)
+	if got := o.of(ctx, "evt_1"); !strings.Contains(got, auth.Fingerprint(second)) {
+		t.Fatalf("a secret rotated %s ago: %q, want the new fingerprint %s", listenFingerprintTTL, got, auth.Fingerprint(second))
+	}
+}
