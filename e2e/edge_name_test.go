@@ -62,8 +62,8 @@ func TestEdgeSecondUnderTakenNameRefused(t *testing.T) {
 	w.publishRounds(2)
 	w.p.WaitDelivered(t, w.pub.all(), 60*time.Second)
 
-	// Its own restart waits for its name at most the lapse (6 s after
-	// its last report): it starts, and delivers.
+	// Its own restart on its data dir is the name's holder still (the
+	// instance id is the data dir's): it starts, and delivers.
 	w.e.stop(30 * time.Second)
 	w.e.run()
 	w.e.waitMetrics("connected again after its restart", 30*time.Second, func(m edgeMetrics) bool { return m.Connected })

@@ -25,15 +25,18 @@ import (
 // the edge's NATS server starts with its leaf connection held
 // (natsd.Config.LeafHeld), and joins the cell only once the control plane
 // has confirmed the name is this process's: it answers a WatchEdge or a
-// ReportEdge carrying this process's instance id (a random one, drawn at
-// each start), and refuses them (errkind.EdgeNameInUseReason) while
-// another process's last call is at most nameLapse old. The cell's side
+// ReportEdge carrying this process's instance id, and refuses them
+// (errkind.EdgeNameInUseReason) while another instance's last call is
+// at most nameLapse old. The id is the data dir's (dataDirInstance), so
+// a process restarted on it holds the name at once, and an edge on
+// another data dir under the name is refused. The cell's side
 // of the leaf connection cannot be the judge: by the time it sees the
 // second connection, NATS has dropped the first.
 //
 // New asks once, before the edge serves: refused, it waits up to
-// nameWait (the other process may be this edge's previous one, whose
-// claim lapses nameLapse after its last report) and then fails, naming
+// nameWait (the other process may be this edge's previous one on a data
+// dir lost since, whose claim lapses nameLapse after its last report)
+// and then fails, naming
 // the name and what to do; the control plane out of reach, it starts
 // with its leaf held, accepting events into its buffer, and joins the
 // cell when a watch or report is answered. A process refused after it

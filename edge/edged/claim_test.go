@@ -209,3 +209,64 @@ func TestAnEdgeThatLosesItsNameStops(t *testing.T) {
 	}
 	poll.True(t, "the edge left the cell", 10*time.Second, func() bool { return cell.LeafConnections() == 0 })
 }
+
+// refusalLog is a logger that calls refused when the edge logs that
+// another running edge has its name (its first refusal).
+func refusalLog(refused func()) *slog.Logger {
+	return slog.New(refusalHandler{refused})
+}
+
+type refusalHandler struct{ refused func() }
+
+func (h refusalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h refusalHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h refusalHandler) WithGroup(string) slog.Handler            { return h }
+func (h refusalHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "another running edge has this edge's name") {
+		h.refused()
+	}
+	return nil
+}
+
+// An edge restarted on its data dir is the name's holder still (the
+// instance id is the data dir's): the control plane takes it back at
+// once, where it used to refuse it for up to 6 s, its previous process's
+// claim not lapsed, the restarted edge serving nothing meanwhile. An
+// edge on another data dir under the name is still refused.
+func TestAnEdgeRestartedOnItsDataDirKeepsItsName(t *testing.T) {
+	d := rig.StartDev(t, t.TempDir(), rig.Options{})
+	cfg := func(dataDir string) edged.Config {
+		return edged.Config{
+			Name: "nantes", DataDir: dataDir, CellLeaf: []string{"nats-leaf://" + freeAddr(t)}, ControlPlanes: []string{d.URL},
+			MaxBuffer: 1 << 20, BufferMaxAge: time.Hour, Keys: auth.NewKeys(d.Cell),
+		}
+	}
+	// start starts an edge on dataDir, its start ended at the first
+	// refusal of its name.
+	start := func(dataDir string) (*edged.Edge, bool, error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var refused atomic.Bool
+		e, err := edged.New(ctx, cfg(dataDir), refusalLog(func() { refused.Store(true); cancel() }))
+		return e, refused.Load(), err
+	}
+	dir := t.TempDir()
+	startEdgeWithKeys(t, cfg(dir), auth.NewKeys(d.Cell)).stop()
+	e, refused, err := start(dir) // right after: the stopped process's claim has not lapsed
+	if refused || err != nil {
+		t.Fatalf("an edge restarted on its data dir: refused %v, %v; want its name at once", refused, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	if other, refused, err := start(t.TempDir()); err == nil || !refused {
+		if err == nil {
+			_ = other.Run(canceled())
+		}
+		t.Fatalf("an edge on another data dir under a running edge's name: refused %v, %v; want refused", refused, err)
+	}
+}

@@ -21,7 +21,6 @@ package edged
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -59,7 +58,8 @@ type Config struct {
 	// buffer is a new incarnation, which the cell's source follows.
 	Name string
 	// DataDir holds the buffer (DataDir/jetstream), the edge's name
-	// (DataDir/edge-name) and the last config applied
+	// (DataDir/edge-name), the instance id its processes claim the name
+	// with (DataDir/edge-instance) and the last config applied
 	// (DataDir/edge-config.pb).
 	DataDir string
 	// DataDirLock is DataDir's lock when the caller took it already
@@ -136,8 +136,9 @@ type Edge struct {
 	// warnings are the window warnings already logged (follow.go's).
 	warnings map[string]time.Duration
 	monitor  *monitor
-	// instance tells this process from any other under the same name;
-	// claim is its hold on the name (claim.go).
+	// instance tells this edge's processes (those on its data dir:
+	// dataDirInstance) from any other under the same name; claim is its
+	// hold on the name (claim.go).
 	instance string
 	claim    *nameClaim
 	// opened is the watch claimName opened, until follow takes it.
@@ -174,10 +175,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 		cfg: cfg, log: log, registry: destinations.NewRegistry(), subs: subscriptions.NewTable(), catalogue: subscriptions.NewCatalogue(),
 		upstream: upstream.New(strings.Join(cfg.ControlPlanes, ","), cfg.Keys, cfg.Transport, log),
 		config:   newConfigStore(filepath.Join(cfg.DataDir, ConfigFile)), warnings: map[string]time.Duration{}, started: time.Now(),
-		instance: rand.Text(),
 	}
-	log = log.With("instance", e.instance)
-	e.log = log
 	var err error
 	if e.nats, err = natsd.Start(natsd.Config{
 		DataDir: cfg.DataDir, Lock: cfg.DataDirLock, Name: cfg.Name, Fsync: cfg.SyncAlways, Domain: edge.Domain(cfg.Name),
@@ -186,7 +184,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 	}, base.With("component", "nats")); err != nil {
 		return nil, err
 	}
-	e.claim = newNameClaim(cfg.Name, e.nats, log)
 	fail := func(err error) (*Edge, error) {
 		e.nats.Shutdown()
 		return nil, err
@@ -195,6 +192,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 	if err := claimDataDir(ctx, cfg.DataDir, cfg.Name, js); err != nil {
 		return fail(err)
 	}
+	if e.instance, err = dataDirInstance(cfg.DataDir); err != nil { // under the data dir's lock, which the server holds
+		return fail(err)
+	}
+	log = log.With("instance", e.instance)
+	e.log = log
+	e.claim = newNameClaim(cfg.Name, e.nats, log)
 	if err := checkRoom(ctx, cfg, e.nats, js); err != nil {
 		return fail(err)
 	}

@@ -2,6 +2,7 @@ package edged
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -62,4 +63,37 @@ func sameEdge(dataDir, owner, name string) error {
 		return nil
 	}
 	return fmt.Errorf("data dir %s belongs to edge '%s' (its buffer may hold events not forwarded yet): start it with --name %s, or give the new name a new --data-dir", dataDir, owner, owner)
+}
+
+// InstanceFile is the file under the data dir holding the instance id
+// the edge's processes on it claim the edge's name with (claim.go),
+// drawn at the first start there.
+const InstanceFile = "edge-instance"
+
+// dataDirInstance is the instance id of the edge processes on dataDir,
+// drawn and recorded there at the first start. It is the data dir's, not
+// the process's: the dir's lock keeps any other process off it, so a
+// process restarted on it is the name's holder still, and takes the name
+// back at once, where a new id was refused its previous process's claim
+// until that lapsed (and the restarted edge served nothing meanwhile).
+// An edge on another data dir under the same name has another id, and is
+// refused while this one runs.
+func dataDirInstance(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, InstanceFile)
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		id := strings.TrimSpace(string(data))
+		if id == "" || strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r > '~' }) {
+			return "", fmt.Errorf("%s should hold this edge's instance id, not %q: remove it (the edge draws a new one, and may then wait up to %s for its name at its next start)", path, data, nameWait)
+		}
+		return id, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("read the data dir's edge instance id: %w", err)
+	}
+	id := rand.Text()
+	if err := durable.WriteFile(path, []byte(id+"\n")); err != nil {
+		return "", fmt.Errorf("record the edge's instance id in its data dir: %w", err)
+	}
+	return id, nil
 }

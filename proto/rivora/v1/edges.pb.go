@@ -25,9 +25,10 @@ type WatchEdgeRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	EdgeName       string                 `protobuf:"bytes,1,opt,name=edge_name,json=edgeName,proto3" json:"edge_name,omitempty"`
 	AppliedVersion uint64                 `protobuf:"varint,2,opt,name=applied_version,json=appliedVersion,proto3" json:"applied_version,omitempty"`
-	// instance_id tells this edge process from any other started under the
-	// same name (random, drawn at its start). "" takes no part in the
-	// name's claim (an edge older than it).
+	// instance_id tells this edge from any other started under the same
+	// name (random, drawn at the first start on its data dir and kept
+	// there, so that a restart is the same holder). "" takes no part in
+	// the name's claim (an edge older than it).
 	InstanceId    string `protobuf:"bytes,3,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -31,9 +31,10 @@ export type WatchEdgeRequest = Message<"rivora.v1.WatchEdgeRequest"> & {
   appliedVersion: bigint;
 
   /**
-   * instance_id tells this edge process from any other started under the
-   * same name (random, drawn at its start). "" takes no part in the
-   * name's claim (an edge older than it).
+   * instance_id tells this edge from any other started under the same
+   * name (random, drawn at the first start on its data dir and kept
+   * there, so that a restart is the same holder). "" takes no part in
+   * the name's claim (an edge older than it).
    *
    * @generated from field: string instance_id = 3;
    */
