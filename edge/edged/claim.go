@@ -39,7 +39,9 @@ import (
 // and then fails, naming
 // the name and what to do; the control plane out of reach, it starts
 // with its leaf held, accepting events into its buffer, and joins the
-// cell when a watch or report is answered. A process refused after it
+// cell when a watch or report is answered; refused then, it takes no
+// more events, and fails after nameWait as New would, saying what its
+// buffer holds unforwarded (stranded). A process refused after it
 // joined (another one took the name while this one's calls did not reach
 // the control plane for over nameLapse) leaves the cell and stops.
 
@@ -77,6 +79,12 @@ type nameClaim struct {
 	// refusedSince is when the refusals that have come since the last
 	// confirmation began (zero: none).
 	refusedSince time.Time
+	// refusal is what publishes are answered while the name is refused
+	// (nil: they are taken): an edge started cut off from its control
+	// plane, which took events from its kept config, takes no more once
+	// it hears that another edge holds its name, for they would stay in
+	// its buffer (a data dir's buffer is forwarded under its name only).
+	refusal error
 }
 
 func newNameClaim(name string, nats *natsd.Server, log *slog.Logger) *nameClaim {
@@ -88,7 +96,7 @@ func newNameClaim(name string, nats *natsd.Server, log *slog.Logger) *nameClaim 
 func (c *nameClaim) confirmed() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.refusedSince = time.Time{}
+	c.refusedSince, c.refusal = time.Time{}, nil
 	if c.joined {
 		return
 	}
@@ -107,6 +115,8 @@ func (c *nameClaim) confirmed() {
 func (c *nameClaim) refused(err error, now time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.refusal = errkind.WithInfo(errkind.Errorf(errkind.Unavailable, "edge %s takes no events: its control plane says another running edge has its name (%v); publish to that one", c.name, err),
+		errkind.EdgeNameInUseReason, map[string]string{"edge": c.name})
 	if c.joined {
 		if lerr := c.nats.LeaveLeaf(); lerr != nil {
 			c.log.Error("cannot close the leaf connection to the cell", "error", lerr)
@@ -123,6 +133,14 @@ func (c *nameClaim) refused(err error, now time.Time) error {
 		return nil
 	}
 	return fmt.Errorf("edge %s cannot run under this name (waited %s for it): %w", c.name, nameWait, err)
+}
+
+// admit is nil while the edge may take events, else why not: the
+// gateway's EdgeTarget.Admit asks it first.
+func (c *nameClaim) admit() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refusal
 }
 
 // stop hands Run the error it stops with.
@@ -150,9 +168,23 @@ func (e *Edge) answered(err error) {
 		e.claim.confirmed()
 	case nameRefusal(err):
 		if final := e.claim.refused(err, time.Now()); final != nil {
-			e.claim.stop(final)
+			e.claim.stop(e.stranded(final))
 		}
 	}
+}
+
+// stranded adds to err, the name refused for good, what this edge's
+// buffer holds that the cell has not taken, and what to do about it:
+// the buffer is forwarded under this name only (a data dir keeps its
+// name: claimDataDir), so by this edge once it holds the name.
+func (e *Edge) stranded(err error) error {
+	dir := e.cfg.DataDir
+	st := e.monitor.fresh()
+	if st.Buffer.Events == 0 {
+		return fmt.Errorf("%w; its buffer (--data-dir %s) holds no unforwarded events", err, dir)
+	}
+	return fmt.Errorf("%w; its buffer (--data-dir %s) holds %d events (%d bytes) it acknowledged and has not forwarded to the cell: a data dir's buffer is forwarded under its edge's name only, not under another --name; to forward them, stop the edge that holds %s (once `rivoractl edges get %s` shows nothing buffered), then start this one again with --name %s --data-dir %s",
+		err, dir, st.Buffer.Events, st.Buffer.Bytes, e.cfg.Name, e.cfg.Name, e.cfg.Name, dir)
 }
 
 // claimName asks the control planes, before the edge serves, whether
@@ -175,7 +207,7 @@ func (e *Edge) claimName(ctx context.Context) error {
 			return ctx.Err()
 		case nameRefusal(err):
 			if final := e.claim.refused(err, time.Now()); final != nil {
-				return final
+				return e.stranded(final)
 			}
 			if !backoff.Sleep(ctx, claimRetry) {
 				return ctx.Err()

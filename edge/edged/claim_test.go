@@ -3,12 +3,17 @@ package edged_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -268,5 +273,75 @@ func TestAnEdgeRestartedOnItsDataDirKeepsItsName(t *testing.T) {
 			_ = other.Run(canceled())
 		}
 		t.Fatalf("an edge on another data dir under a running edge's name: refused %v, %v; want refused", refused, err)
+	}
+}
+
+// An edge started cut off from its control plane takes events from the
+// config it kept; once the control plane is reached and refuses its
+// name, it takes no more (unavailable, reason EDGE_NAME_IN_USE), where
+// it went on acknowledging events that would stay in its data dir, and
+// it stops saying how many events its buffer holds unforwarded, in
+// which data dir, and what to do.
+func TestAnEdgeRefusedItsNameTakesNoMoreEventsAndSaysWhatItHolds(t *testing.T) {
+	cp, cpServer := startControlPlane(t)
+	var down atomic.Bool
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "the control plane is out of reach", http.StatusServiceUnavailable)
+			return
+		}
+		cpServer.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	dir := t.TempDir()
+	cfg := edged.Config{
+		Name: "edge-dup", DataDir: dir, CellLeaf: []string{"nats-leaf://" + freeAddr(t)}, ControlPlanes: []string{front.URL},
+		MaxBuffer: 1 << 20, BufferMaxAge: time.Hour,
+	}
+	first := startEdge(t, cfg)
+	poll.True(t, "the edge applied the control plane's config", 10*time.Second, func() bool { return first.Healthy() == nil })
+	first.stop()
+
+	down.Store(true)
+	cp.refuse.Store(true) // another edge took the name meanwhile
+	cfg.Keys = auth.NewKeys(auth.CellTokenOf(cellSecret))
+	e, err := edged.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("an edge started cut off from its control plane: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.Run(context.Background()) }()
+	mux := http.NewServeMux()
+	e.Handle(mux)
+	api := httptest.NewServer(mux)
+	t.Cleanup(api.Close)
+	r := &runningEdge{Edge: e, api: api}
+	for i := range 2 {
+		if _, err := r.publish(publisherToken, "user-1", []byte(`{"n":`+strconv.Itoa(i)+`}`)); err != nil {
+			t.Fatalf("publish through an edge cut off from its control plane: %v", err)
+		}
+	}
+
+	down.Store(false)
+	var refusal error
+	acked := 2 // until it hears of the refusal
+	poll.True(t, "the edge refuses events once its name is refused", 20*time.Second, func() bool {
+		if _, refusal = r.publish(publisherToken, "user-1", []byte(`{"n":2}`)); refusal == nil {
+			acked++
+		}
+		return refusal != nil
+	})
+	if _, ok := errkind.Info(refusal, errkind.EdgeNameInUseReason); connect.CodeOf(refusal) != connect.CodeUnavailable || !ok {
+		t.Fatalf("a publish to an edge refused its name: %v; want unavailable, reason %s", refusal, errkind.EdgeNameInUseReason)
+	}
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("an edge refused its name still runs")
+	}
+	for _, want := range []string{fmt.Sprintf("holds %d events", acked), "--data-dir " + dir, "--name edge-dup --data-dir " + dir} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("Run: %v; want it to say %q", err, want)
+		}
 	}
 }

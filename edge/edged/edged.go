@@ -210,7 +210,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Edge, error) {
 		MaxPayload: cfg.MaxPayload, MaxBatch: cfg.MaxBatch, MaxBatchBytes: cfg.MaxBatchBytes, DedupWindow: cfg.DedupWindow,
 		ConcurrentEvents: cfg.ConcurrentEvents, Partitions: &e.partitions, Subscriptions: e.subs, Catalogue: e.catalogue, Applied: e.applied.Load,
 		Edge: &ingest.EdgeTarget{
-			Name: cfg.Name, Buffer: e.buffer.Incarnation(), Admit: e.monitor.admit, Reserve: e.reserve,
+			Name: cfg.Name, Buffer: e.buffer.Incarnation(), Admit: e.admit, Reserve: e.reserve,
 			Full: func() error { return e.monitor.full(0) }, Stale: e.configNote,
 		},
 		Durable: e.nats.Syncer(),
@@ -287,6 +287,15 @@ func (e *Edge) Run(ctx context.Context) error {
 	e.nats.Shutdown()
 	e.log.Info("edge stopped")
 	return err
+}
+
+// admit is the gateway's EdgeTarget.Admit: nil while the edge takes
+// events, else why not (its name refused, its buffer over age).
+func (e *Edge) admit() error {
+	if err := e.claim.admit(); err != nil {
+		return err
+	}
+	return e.monitor.admit()
 }
 
 // reserve is the gateway's EdgeTarget.Reserve: room in the buffer for a
