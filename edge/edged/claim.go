@@ -200,7 +200,9 @@ func (e *Edge) claimName(ctx context.Context) error {
 		w, err := e.openWatch(ctx, url, max(time.Until(until), claimRetry/10))
 		switch {
 		case err == nil:
-			e.opened.Store(w) // follow goes on with it
+			if w != nil {
+				e.opened.Store(w) // follow goes on with it
+			}
 			e.claim.confirmed()
 			return nil
 		case ctx.Err() != nil:
@@ -235,7 +237,10 @@ type openedWatch struct {
 
 // openWatch opens a WatchEdge at url and waits up to timeout for its
 // first message, which tells that the control plane lets this process
-// hold its name. The stream lives on (until Run ends it) once it came.
+// hold its name. The stream lives on (until Run ends it) once it came;
+// when it came just as the timeout ended the stream, the name is
+// confirmed all the same, and openWatch returns no watch and no error
+// (follow opens another).
 func (e *Edge) openWatch(ctx context.Context, url string, timeout time.Duration) (*openedWatch, error) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
@@ -246,13 +251,22 @@ func (e *Edge) openWatch(ctx context.Context, url string, timeout time.Duration)
 		cancel()
 		return nil, err
 	}
-	if stream.Receive() && timer.Stop() {
+	received := stream.Receive()
+	late := !timer.Stop()
+	if received && !late {
 		return &openedWatch{ctx: wctx, cancel: cancel, stream: stream}, nil
 	}
 	cancel()
 	err = stream.Err()
 	_ = stream.Close()
-	if err == nil {
+	switch {
+	case received:
+		// The answer raced the timer: it was given, the control plane is
+		// reachable, and it is no reason to start held.
+		return nil, nil
+	case late && ctx.Err() == nil && connect.CodeOf(err) == connect.CodeCanceled:
+		err = fmt.Errorf("no answer within %s", timeout)
+	case err == nil:
 		err = errors.New("control plane closed the stream")
 	}
 	return nil, err
