@@ -9,13 +9,12 @@
 //   - A throttle (429, any 5xx, 408/409/425, timeout, connection error)
 //     cuts the rate, at most once a second and never below 0.5/s. If the
 //     destination was saturated within the last second (an attempt was due
-//     and held back for want of a token or by the in-flight cap) and the
-//     partner let through at least as many requests as it refused in that
-//     second, their number is learned as the partner's ceiling and the cut
-//     goes to 90% of it; otherwise the rate is halved. A second in which
-//     the partner refused more than it let through is an outage's, not a
-//     limit's: it teaches nothing, and a ceiling the cut before it learned
-//     is taken back.
+//     and held back for want of a token or by the in-flight cap), the
+//     requests the partner let through in that second are learned as its
+//     ceiling and the cut goes to 90% of it; otherwise the rate is halved.
+//     A second that let through under half the ceiling learned before is
+//     an outage's, not a limit's: it teaches nothing, and a ceiling the
+//     cut before it learned is taken back.
 //   - With a learned ceiling the climb stops at 90% of it; above that it
 //     adds 1% of the ceiling per clean second, doubling every 30 s without a
 //     throttle. A ceiling that stays put costs a 429 or two every ~10 s; a

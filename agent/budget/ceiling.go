@@ -54,23 +54,25 @@ func (b *Budget) Saturated(now time.Time) { b.saturated = now }
 // cutRate is the rate a throttle at now cuts to. When the destination was
 // saturated within the last second (an attempt was due and held back by
 // the bucket or the in-flight cap, so this is the partner refusing what we
-// may send, not a stray error at low load) and the partner let through at
-// least as many as it refused in that second, their rate is learned as its
+// may send, not a stray error at low load), their rate is learned as its
 // ceiling and the cut goes to Approach of it; otherwise the rate is halved.
 //
-// A second in which the partner refused more than it let through is an
+// A second whose goodput fell under half the ceiling learned before is an
 // outage's (a partner answering 429 to everything, whatever it says), not
 // a limit's: it teaches nothing, and a ceiling the cut before it learned
 // (the outage's first second, with the successes from before it) is taken
 // back. Learning from such seconds took the one success before a partner
 // refused everything for its ceiling (1/s of a partner that had taken
-// 3/s), and held the climb after the outage to the probe above it.
+// 3/s), and held the climb after the outage to the probe above it. The
+// count of refusals tells nothing here: a WAF answers its 429s long before
+// its origin answers the 200s, so while the rate is far above the ceiling
+// every second refuses many times what it lets through.
 func (b *Budget) cutRate(now time.Time) float64 {
 	g := b.goodput.rate(now)
 	busy := !b.saturated.IsZero() && now.Sub(b.saturated) <= time.Second
 	tentative := b.tentative
 	b.tentative = false
-	if g < b.refusedRate(now) {
+	if b.learned > 0 && g < b.learned/2 {
 		if tentative {
 			b.learned, b.learnedAt = b.unlearned, b.unlearnedAt
 		}

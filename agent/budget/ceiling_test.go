@@ -267,8 +267,8 @@ func TestStrayFailuresUnderABacklogDoNotRatchetTheRate(t *testing.T) {
 // refusing everything (429, then 503) for a minute, then taking all it is
 // sent. Whenever in the partner's second its refusals begin, what the
 // budget learned at 3/s is what it remembers through the outage (a second
-// in which the partner refused more than it let through is an outage's,
-// not a ceiling: learning from it remembered 1/s), and once the partner
+// that let through under half that is an outage's, not a ceiling:
+// learning from it remembered 1/s), and once the partner
 // takes clearly more than that ceiling without a 429 the ceiling is
 // forgotten and the rate climbs at the plain 5% of 20/s a second: back at
 // 20/s within 40 s (it crept up by the probe above the ceiling: 80 to
