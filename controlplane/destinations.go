@@ -510,7 +510,11 @@ func resumedSince(d *rivorav1.Destination, at time.Time) bool {
 // held is refused.
 func (cp *ControlPlane) resumeDestination(ctx context.Context, id string, who actor) (d *rivorav1.Destination, version uint64, heldUntil time.Time, err error) {
 	if d, ok := cp.store.Get(id); ok && !d.GetPaused() {
-		if h := cp.ownerHealth(ctx, id); h.GetHoldUntil() != nil && h.GetHoldUntil().AsTime().After(cp.now()) {
+		h, err := cp.ownerHealth(ctx, id)
+		if err != nil {
+			return nil, 0, time.Time{}, tag(ErrUnavailable, fmt.Errorf("destination %q is not paused, and whether its partner's Retry-After holds it is not known now: %w", id, err))
+		}
+		if h.GetHoldUntil() != nil && h.GetHoldUntil().AsTime().After(cp.now()) {
 			heldUntil = h.GetHoldUntil().AsTime()
 		}
 	}

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 
 	"connectrpc.com/connect"
 
@@ -66,11 +67,14 @@ func (cp *ControlPlane) countForOverride(ctx context.Context, resp *rivorav1.Set
 // now whatever the rate (as its health says).
 func (cp *ControlPlane) projectDrain(ctx context.Context, resp *rivorav1.SetLimitsOverrideResponse, id string, pending int64) {
 	resp.PendingEvents = pending
-	h := cp.ownerHealth(ctx, id)
+	h, err := cp.ownerHealth(ctx, id)
 	if pending > 0 {
 		switch d, ok := cp.store.Get(id); {
 		case ok && d.GetPaused():
 			resp.NoDrainReason = "the destination is paused: nothing goes out until it is resumed"
+			return
+		case err != nil:
+			resp.NoDrainReason = fmt.Sprintf("no drain time: the owner of its partition did not say how it stands (%v)", err)
 			return
 		case h.GetState() == "parked":
 			resp.NoDrainReason = "the destination is parked: only probes go out until its partner answers"
@@ -83,19 +87,19 @@ func (cp *ControlPlane) projectDrain(ctx context.Context, resp *rivorav1.SetLimi
 }
 
 // ownerHealth is destination id's health as the owner of its partition
-// sees it, or nil when that is not known within stateTimeout (no owner
-// right now, an agent slow to answer): then nothing is known to arrive or
-// to hold it.
-func (cp *ControlPlane) ownerHealth(ctx context.Context, id string) *rivorav1.DestinationHealth {
+// sees it: nil and an error when that is not known within stateTimeout
+// (no owner right now, an agent slow to answer), nil alone when the owner
+// has nothing of it.
+func (cp *ControlPlane) ownerHealth(ctx context.Context, id string) (*rivorav1.DestinationHealth, error) {
 	ctx, cancel := context.WithTimeout(ctx, stateTimeout)
 	defer cancel()
-	health, _ := cp.agents.ownersHealth(ctx, id, false, cp.cfg.Partitions)
+	health, err := cp.agents.ownersHealth(ctx, id, false, cp.cfg.Partitions)
 	for _, h := range health {
 		if h.GetDestinationId() == id {
-			return h
+			return h, nil
 		}
 	}
-	return nil
+	return nil, err
 }
 
 func (h *adminHandler) ClearLimitsOverride(ctx context.Context, req *connect.Request[rivorav1.ClearLimitsOverrideRequest]) (*connect.Response[rivorav1.ClearLimitsOverrideResponse], error) {
