@@ -123,6 +123,9 @@ type receiver struct {
 
 	mu    sync.Mutex // printing, and tries
 	tries map[string]int
+	// done: listen has stopped; a lookup that outlived its wait prints
+	// nothing after listen's last words.
+	done bool
 
 	// stopped ends when listen stops answering (set by serveUntilDone;
 	// nil: never): a request still being answered then is cut short.
@@ -419,6 +422,9 @@ func (e *env) serveUntilDone(ctx context.Context, ln net.Listener, r *receiver) 
 	<-served
 	// The lookups were cancelled with ctx: their lines are on their way.
 	r.lookups.close(listenLookupDrain)
+	r.mu.Lock()
+	r.done = true
+	r.mu.Unlock()
 	return nil
 }
 
@@ -666,6 +672,9 @@ func (r *receiver) printHeader() {
 func (r *receiver) print(d delivery) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.done {
+		return
+	}
 	if r.json {
 		b, err := json.Marshal(d)
 		if err == nil {
