@@ -122,6 +122,9 @@ export class Caller {
   async #run<T>(what: string, ctx: Context, options: CallOptions, maxAttempts: number, call: (o: TryOptions) => Promise<T>): Promise<T> {
     const headers = traceHeaders(what, ctx, options);
     const signal = options.signal;
+    // answered is the last try's error that was not the signal's own
+    // abort: what the caller's error names as the last error.
+    let answered: unknown;
     for (let attempt = 1; ; attempt++) {
       if (signal?.aborted) throw aborted(what, signal, attempt - 1, "before trying", undefined);
       try {
@@ -131,7 +134,10 @@ export class Caller {
           ...(this.#timeoutMs > 0 ? { timeoutMs: this.#timeoutMs } : {}),
         });
       } catch (err) {
-        if (signal?.aborted) throw aborted(what, signal, attempt, "during the call", err);
+        // Aborted mid-try, the try's error is the abort itself: the last
+        // answer is the try's before.
+        if (signal?.aborted) throw aborted(what, signal, attempt, "during the call", answered ?? err);
+        answered = err;
         if (!retryable(err) || attempt >= maxAttempts) {
           throw toRivoraError(what, err, attempt);
         }
