@@ -121,6 +121,28 @@ func (p *proc) dumpLog() {
 		b = append([]byte("…(truncated)…\n"), b[len(b)-p.logTail:]...)
 	}
 	p.t.Logf("---- %s output (%s) ----\n%s\n---- end of %s output ----", p.Name, p.LogPath, b, p.Name)
+	p.keepLog()
+}
+
+// keepLog copies the whole log of a failed test's process into the
+// directory RIVORA_E2E_KEEP_LOGS names, if set (the test's own directory
+// is removed with it, and the output keeps only the log's tail).
+func (p *proc) keepLog() {
+	dir := os.Getenv("RIVORA_E2E_KEEP_LOGS")
+	if dir == "" {
+		return
+	}
+	name := strings.NewReplacer("/", "_", " ", "-").Replace(p.t.Name() + "-" + p.Name + ".log")
+	b, err := os.ReadFile(p.LogPath)
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, name), b, 0o644)
+	}
+	if err != nil {
+		p.t.Logf("keep %s log in %s: %v", p.Name, dir, err)
+	}
 }
 
 // errNotYet is a poll.Check condition that does not hold yet.

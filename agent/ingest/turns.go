@@ -38,10 +38,12 @@ var waitingPublishes = promauto.NewGauge(prometheus.GaugeOpts{
 // virtual time at which its customer's earlier calls end (each call costs
 // its events, a fan-out's deliveries charged once known), at the earliest
 // the tag let in last, and room goes to the smallest tag, the earlier
-// arrival on a tie (a smaller call behind it does not pass it). A
-// customer's last tag outlives its queue until the clock passes it, so
-// one that keeps a single call waiting still moves back by each call's
-// cost. Nobody waiting, a call costs one lock and no allocation.
+// arrival on a tie (a smaller call behind it does not pass it). While
+// anyone waits, a customer's last tag outlives its queue until the clock
+// passes it, so one that keeps a single call waiting still moves back by
+// each call's cost; once nobody waits, every tag is forgotten (tags order
+// waiting calls only). Nobody waiting, a call costs one lock and no
+// allocation.
 type turns struct {
 	limit int
 
@@ -54,8 +56,8 @@ type turns struct {
 	clock uint64
 	// arrivals numbers the waiting calls, for ties.
 	arrivals uint64
-	// queues are the customers with waiting calls, and those whose last
-	// tag is still ahead of clock.
+	// queues are the customers with waiting calls and, while any call
+	// waits, those whose last tag is still ahead of clock.
 	queues  map[string]*turnQueue
 	waiting int
 }
