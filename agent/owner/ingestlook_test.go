@@ -2,7 +2,10 @@ package owner
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -371,4 +374,72 @@ func storeBarrier(t *testing.T, m *mover) uint64 {
 		return m.barrier.seq != 0
 	})
 	return m.barrier.seq
+}
+
+// A consumer that skips an event of the partition (hands a later one over
+// while the earlier one waits in INGEST) shows no gap in its sequence; the
+// mover must not move the later one ahead of it, and restarts the
+// partition (whose fresh consumer hands both over, in order). The skip is
+// made here by a consumer that filters the earlier event out.
+func TestMoverRestartsWhenItsConsumerSkipsAnEvent(t *testing.T) {
+	js := ingestServer(t)
+	ctx := t.Context()
+	earlier, err := js.Publish(ctx, lanes.IngestSubject(1, "a"), []byte("earlier"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	later, err := js.Publish(ctx, lanes.IngestSubject(1, "b"), []byte("later"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	skipping, err := js.CreateOrUpdateConsumer(ctx, lanes.IngestStream, jetstream.ConsumerConfig{
+		Durable: "skipping", FilterSubject: lanes.IngestSubject(1, "b"), AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newLaneWriter(1, js, nil, nil, nil, slog.New(slog.DiscardHandler))
+	m := &mover{p: 1, ingest: skipping, writer: w, log: slog.New(slog.DiscardHandler)}
+	// The writer does not run: a mover that tried to move the later event
+	// would wait for it until the context ends.
+	runCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	err = m.run(runCtx)
+	if !errors.Is(err, ErrMoveGap) || !strings.Contains(err.Error(), fmt.Sprintf("seq %d", earlier.Sequence)) {
+		t.Fatalf("mover with a consumer that skipped INGEST seq %d: %v; want ErrMoveGap naming it", earlier.Sequence, err)
+	}
+	if runCtx.Err() != nil {
+		t.Fatal("the mover tried to move the later event before it stopped")
+	}
+
+	// In order, the same check passes: the first of the partition, then
+	// (the first moved) the next. (A WorkQueue stream takes one consumer
+	// per subject.)
+	if err := js.DeleteConsumer(ctx, lanes.IngestStream, "skipping"); err != nil {
+		t.Fatal(err)
+	}
+	whole, err := js.CreateOrUpdateConsumer(ctx, lanes.IngestStream, jetstream.ConsumerConfig{
+		Durable: "whole", FilterSubject: lanes.IngestFilter(1), AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := whole.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []jetstream.Msg
+	for msg := range batch.Messages() {
+		msgs = append(msgs, msg)
+	}
+	if len(msgs) != 2 || streamSeq(msgs[0]) != earlier.Sequence || streamSeq(msgs[1]) != later.Sequence {
+		t.Fatalf("fetched %d messages, want INGEST seq %d then %d", len(msgs), earlier.Sequence, later.Sequence)
+	}
+	if err := m.firstInOrder(ctx, msgs[0]); err != nil {
+		t.Fatalf("the partition's first message: %v", err)
+	}
+	w.moved(earlier.Sequence)
+	if err := m.firstInOrder(ctx, msgs[1]); err != nil {
+		t.Fatalf("the next message once the first was moved: %v", err)
+	}
 }

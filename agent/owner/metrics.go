@@ -51,6 +51,10 @@ var (
 		Name: "rivora_lanes_mover_stalls_total",
 		Help: "Partition restarts because the mover took nothing from INGEST while INGEST held events for it (its consumer stopped, or it went quiet for the mover stall timeout).",
 	})
+	moverSkipsTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "rivora_lanes_mover_skips_total",
+		Help: "Partition restarts because INGEST's consumer skipped an event of the partition: it handed over a later one while the earlier one waited in INGEST.",
+	})
 )
 
 // ForgetDestinationMetrics deletes every series labelled with a deleted

@@ -42,7 +42,9 @@ const moveBatch = 512
 // Invariants:
 //   - it moves in INGEST order or not at all: a gap or a redelivery in the
 //     consumer sequence stops the partition (ErrMoveGap), after moving
-//     what came before it;
+//     what came before it, and so does a message of the partition that
+//     INGEST holds, unmoved, before the first of a batch (the consumer
+//     skipped it: see firstInOrder);
 //   - an INGEST message is acked only once the writer stored and
 //     registered its event (the rest are retried with the same dedup ids);
 //   - it opens the fast path only once it moved every INGEST message for
@@ -228,6 +230,9 @@ func (m *mover) loop(ctx context.Context, msgs <-chan jetstream.Msg, closed <-ch
 		var gap error
 		batch, gap = fill(batch, msgs, &order)
 		m.progress.Add(uint64(len(batch)))
+		if err := m.firstInOrder(ctx, batch[0]); err != nil || ctx.Err() != nil {
+			return err // stopping: INGEST hands the batch over again
+		}
 		m.moveBatch(ctx, batch) // what came before a gap is in order
 		m.progress.Add(1)
 		if gap != nil {
@@ -281,6 +286,44 @@ func (s *ingestOrder) check(meta *jetstream.MsgMetadata) error {
 	}
 	s.lastSeq = meta.Sequence.Consumer
 	return nil
+}
+
+// firstInOrder checks, before a batch is moved, that INGEST holds no
+// message of this partition between the last one moved and the batch's
+// first: ErrMoveGap names one it does. The consumer sequence cannot show
+// such a skip — the consumer never handed the message over, so the next
+// one comes with the next consumer sequence — yet a consumer that skips
+// (nats-server has had such bugs, WorkQueue streams with filtered
+// consumers among them) would move later events of a lane ahead of an
+// earlier one, and leave that one in INGEST until the partition restarts.
+// The restart's fresh consumer hands over every unmoved message, in order.
+//
+// The read is the stream leader's (or, with one replica, its one copy's):
+// a stale leader could miss a message, never show one the mover acked.
+// Until INGEST answers, the batch waits.
+func (m *mover) firstInOrder(ctx context.Context, first jetstream.Msg) error {
+	want := streamSeq(first)
+	wait := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
+	for {
+		var held uint64
+		err := bounded(ctx, apiTimeout, func(ctx context.Context) (err error) {
+			held, err = m.writer.firstUnmoved(ctx)
+			return err
+		})
+		switch {
+		case err == nil && (held == 0 || held >= want):
+			return nil
+		case err == nil:
+			moverSkipsTotal.Inc()
+			return fmt.Errorf("%w: INGEST seq %d of partition %d was never handed over, and seq %d came after it", ErrMoveGap, held, m.p, want)
+		case ctx.Err() != nil:
+			return nil // stopping: nothing is moved
+		}
+		m.log.Debug("reading INGEST before a move failed; retrying", "error", err)
+		if !backoff.Sleep(ctx, wait.Next()) {
+			return nil
+		}
+	}
 }
 
 // drainEvery is how often a closed fast path checks whether it may open.

@@ -288,6 +288,27 @@ func (w *laneWriter) lookIngest(callerCtx context.Context) (bool, error) {
 	return last > w.movedThrough.Load(), nil
 }
 
+// firstUnmoved is the INGEST sequence of this partition's first message
+// past what the mover handled (0: none), read from the stream's leader
+// (or, with one replica, its one copy).
+func (w *laneWriter) firstUnmoved(ctx context.Context) (uint64, error) {
+	stream, err := w.ingestStream(ctx)
+	if err != nil {
+		return 0, err
+	}
+	msg, err := stream.GetMsg(ctx, w.movedThrough.Load()+1, jetstream.WithGetMsgSubject(lanes.IngestFilter(w.p)))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, nil
+	case err != nil:
+		if ctx.Err() == nil {
+			w.forgetIngestStream()
+		}
+		return 0, fmt.Errorf("read INGEST's first unmoved message for partition %d: %w", w.p, err)
+	}
+	return msg.Sequence, nil
+}
+
 // lastInIngestDirect is the sequence of INGEST's last message for this
 // partition, by a direct get (jetstream.ErrMsgNotFound: none). Every
 // single Publish looks once, so this reads the sequence header alone:
