@@ -23,6 +23,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/e2e/checker"
 	"github.com/rivora/rivora/e2e/traffic"
 	"github.com/rivora/rivora/lanes"
@@ -177,6 +178,11 @@ type faultReport struct {
 	P99DuringMS  float64 `json:"publish_p99_ms_during_faults"`
 	PublishesDur int     `json:"publishes_during_faults"`
 	Faults       int     `json:"faults"`
+	// MoverSkips is how many times an agent found a partition's INGEST
+	// consumer had skipped an event and restarted the partition to move
+	// it in order (owner.mover.firstInOrder): a nats-server defect made
+	// visible, 0 in a healthy run.
+	MoverSkips int `json:"mover_skips"`
 }
 
 // finish stops the traffic, waits until every acknowledged event is
@@ -192,7 +198,7 @@ func (r *faultRun) finish(t *testing.T, scenario string, faultFrom, heal time.Ti
 	}
 	p99, during := r.traffic.P99(faultFrom, heal)
 	rep := faultReport{Scenario: scenario, RecoveryS: took.Seconds(), SlowestLane: slowest,
-		P99DuringMS: float64(p99.Microseconds()) / 1000, PublishesDur: during, Faults: len(r.net.Faults())}
+		P99DuringMS: float64(p99.Microseconds()) / 1000, PublishesDur: during, Faults: len(r.net.Faults()), MoverSkips: r.moverSkips(t)}
 	b, _ := json.Marshal(rep)
 	t.Logf("faults:\n%s", faultnet.Describe(r.net.Faults()))
 	t.Logf("verdict %s", v.JSON())
@@ -332,6 +338,27 @@ func (r *faultRun) logPartition(t *testing.T, p int) {
 		}
 		t.Logf("%s's log on partition %d (last %d of %d lines):\n%s", name, p, min(most, len(lines)), len(lines), strings.Join(lines[max(0, len(lines)-most):], "\n"))
 	}
+}
+
+// moverSkips counts the agents' log lines saying a partition restarted
+// because its INGEST consumer skipped an event (logged with the lines).
+func (r *faultRun) moverSkips(t *testing.T) int {
+	t.Helper()
+	n := 0
+	for _, name := range r.c.names {
+		b, err := os.ReadFile(r.c.agents[name].LogPath)
+		if err != nil {
+			t.Logf("%s's log: %v", name, err)
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			if strings.Contains(line, owner.SkipFound) {
+				n++
+				t.Logf("%s: %s", name, strings.TrimSpace(line))
+			}
+		}
+	}
+	return n
 }
 
 // archived lists the dead letters' event ids (the cell's archive).

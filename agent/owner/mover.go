@@ -288,6 +288,10 @@ func (s *ingestOrder) check(meta *jetstream.MsgMetadata) error {
 	return nil
 }
 
+// SkipFound is in the error of a partition whose INGEST consumer skipped
+// one of its events (firstInOrder), for the tests that count them.
+const SkipFound = "was never handed over by the consumer"
+
 // firstInOrder checks, before a batch is moved, that INGEST holds no
 // message of this partition between the last one moved and the batch's
 // first: ErrMoveGap names one it does. The consumer sequence cannot show
@@ -315,7 +319,7 @@ func (m *mover) firstInOrder(ctx context.Context, first jetstream.Msg) error {
 			return nil
 		case err == nil:
 			moverSkipsTotal.Inc()
-			return fmt.Errorf("%w: INGEST seq %d of partition %d was never handed over, and seq %d came after it", ErrMoveGap, held, m.p, want)
+			return fmt.Errorf("%w: INGEST seq %d of partition %d %s, and seq %d came after it", ErrMoveGap, held, m.p, SkipFound, want)
 		case ctx.Err() != nil:
 			return nil // stopping: nothing is moved
 		}
