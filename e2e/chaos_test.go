@@ -77,6 +77,7 @@ type chaosReport struct {
 	PublishesFaults     int            `json:"publishes_during_faults"`
 	PublishP99MS        float64        `json:"publish_p99_ms"`
 	FailedPublishes     int            `json:"failed_publish_attempts"`
+	MoverSkips          int            `json:"mover_skips"`
 	OK                  bool           `json:"ok"`
 }
 
@@ -144,6 +145,7 @@ func TestChaos(t *testing.T) {
 
 	h, v := r.drain(t)
 	rep := s.report(h, v, seed, time.Since(began))
+	rep.MoverSkips = r.moverSkips(t)
 	for _, f := range s.faults {
 		if f.Stuck != "" {
 			t.Errorf("after %s %s (healed %s), lane %s did not move again", f.Kind, f.What, f.Healed.Format("15:04:05"), f.Stuck)
