@@ -319,7 +319,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Agent, error) {
 		return fail(err)
 	}
 	if err := create(deadletters.CheckpointBucket, func() (err error) {
-		a.deadLetters, err = deadletters.New(ctx, js, arch, a.gateway, a.upstream.Audit, cfg.Replicas, base.With("component", "deadletters"))
+		a.deadLetters, err = deadletters.New(ctx, js, arch, a.parts, a.gateway, a.upstream.Audit, cfg.Replicas, base.With("component", "deadletters"))
 		return err
 	}); err != nil {
 		return fail(err)

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -14,7 +15,8 @@ import (
 	"github.com/rivora/rivora/testkit/rig"
 )
 
-// switchedArchive is a local archive that refuses every write while down.
+// switchedArchive is a local archive that refuses every call while down,
+// as an unreachable MinIO does.
 type switchedArchive struct {
 	*archive.Dir
 	down atomic.Bool
@@ -27,6 +29,20 @@ func (a *switchedArchive) Put(ctx context.Context, key string, records []*rivora
 		return errArchiveDown
 	}
 	return a.Dir.Put(ctx, key, records)
+}
+
+func (a *switchedArchive) List(ctx context.Context, prefix string) ([]string, error) {
+	if a.down.Load() {
+		return nil, fmt.Errorf("list archive %s: %w", prefix, errArchiveDown)
+	}
+	return a.Dir.List(ctx, prefix)
+}
+
+func (a *switchedArchive) Get(ctx context.Context, key string) ([]*rivorav1.DeadLetter, error) {
+	if a.down.Load() {
+		return nil, fmt.Errorf("archive %s: %w", key, errArchiveDown)
+	}
+	return a.Dir.Get(ctx, key)
 }
 
 // With the archive down, a dead event's `events get` says its dead letter

@@ -37,6 +37,28 @@ func Partition(destination string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
+// PartitionsText names a sorted set of partitions the short way, as
+// answers and operators say them: "partition 4", "partitions 0-3, 5".
+func PartitionsText(ps []uint32) string {
+	var parts []string
+	for i := 0; i < len(ps); {
+		j := i
+		for j+1 < len(ps) && ps[j+1] == ps[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.FormatUint(uint64(ps[i]), 10))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", ps[i], ps[j]))
+		}
+		i = j + 1
+	}
+	if len(ps) == 1 {
+		return "partition " + parts[0]
+	}
+	return "partitions " + strings.Join(parts, ", ")
+}
+
 // Stream names and subject prefixes. Every partition's streams have their
 // own subject space ("lane.<p>.…", "ledger.<p>.…"), because JetStream
 // streams may not share subjects.

@@ -114,3 +114,18 @@ func TestSubjectIsTheStoredName(t *testing.T) {
 		}
 	}
 }
+
+func TestPartitionsText(t *testing.T) {
+	for _, c := range []struct {
+		ps   []uint32
+		want string
+	}{
+		{[]uint32{4}, "partition 4"},
+		{[]uint32{0, 1, 2, 3, 5}, "partitions 0-3, 5"},
+		{[]uint32{1, 3, 4, 7, 8, 9}, "partitions 1, 3-4, 7-9"},
+	} {
+		if got := lanes.PartitionsText(c.ps); got != c.want {
+			t.Errorf("PartitionsText(%v) = %q, want %q", c.ps, got, c.want)
+		}
+	}
+}

@@ -1,7 +1,9 @@
 // Package deadletters serves the archive (tier 3) to people: list, show and
 // count dead letters, and replay them through ingest, marking each dead
 // letter re-accepted so that no replay sends it again and an interrupted
-// replay resumes where it stopped. The replay itself is an engine (Replay:
+// replay resumes where it stopped. While the archive cannot be read, list,
+// show and count answer from the dead letters still waiting in the
+// ledgers of the partitions this agent owns, marked so (ledgers.go). The replay itself is an engine (Replay:
 // filter, pacing, marks, progress) that knows nothing
 // of Connect; the Service's handlers map requests to it and return errors
 // tagged with their kind (internal/errkind).
@@ -49,6 +51,7 @@ type Reingester interface {
 // answered here, replay by its engine (Replay).
 type Service struct {
 	archive archive.Archive
+	ledgers Ledgers
 	replay  *Replay
 	log     *slog.Logger
 	// audit records a replay in the audit log, its author the caller of
@@ -65,8 +68,9 @@ const CheckpointBucket = "REPLAY_CHECKPOINTS"
 // audit (nil: none) makes every replay (not a dry run) two audit
 // entries: as it begins (deadletters.replay.began: what matches) and when
 // it ends (deadletters.replay: what it replayed, and how it ended).
-// replicas is the bucket's replica count in a cell (0 means 1).
-func New(ctx context.Context, js jetstream.JetStream, arch archive.Archive, ingest Reingester, audit func(ctx context.Context, e *rivorav1.AuditEntry) error, replicas int, log *slog.Logger) (*Service, error) {
+// replicas is the bucket's replica count in a cell (0 means 1). ledgers
+// answer while the archive cannot be read.
+func New(ctx context.Context, js jetstream.JetStream, arch archive.Archive, ledgers Ledgers, ingest Reingester, audit func(ctx context.Context, e *rivorav1.AuditEntry) error, replicas int, log *slog.Logger) (*Service, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      CheckpointBucket,
 		Description: "Which dead letters a replay re-accepted, by archive object and line: no replay sends one again, and a re-run resumes.",
@@ -76,7 +80,7 @@ func New(ctx context.Context, js jetstream.JetStream, arch archive.Archive, inge
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", CheckpointBucket, err)
 	}
-	return &Service{archive: arch, replay: NewReplay(arch, ingest, kv, clock.Real{}, log), log: log, audit: audit}, nil
+	return &Service{archive: arch, ledgers: ledgers, replay: NewReplay(arch, ingest, kv, clock.Real{}, log), log: log, audit: audit}, nil
 }
 
 // checkFilter validates a filter like every other request naming a
@@ -214,6 +218,26 @@ func (s *Service) ListDeadLetters(ctx context.Context, req *connect.Request[rivo
 	if limit <= 0 || limit > bounds.DeadLetterList {
 		limit = bounds.DeadLetterList
 	}
+	if req.Msg.GetLedgersOnly() {
+		return connect.NewResponse(s.listWaiting(f, limit)), nil
+	}
+	archiveCtx, cancel := archiveContext(ctx)
+	defer cancel()
+	resp, err := s.listArchived(archiveCtx, f, limit)
+	if why, down := archiveDown(ctx, err); down {
+		resp = s.listWaiting(f, limit)
+		resp.ArchiveUnavailable = why
+		return connect.NewResponse(resp), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// listArchived lists the archive's dead letters that match f, at most
+// limit.
+func (s *Service) listArchived(ctx context.Context, f *rivorav1.DeadLetterFilter, limit int) (*rivorav1.ListDeadLettersResponse, error) {
 	keys, err := objects(ctx, s.archive, f, time.Now())
 	if err != nil {
 		return nil, err
@@ -231,14 +255,14 @@ func (s *Service) ListDeadLetters(ctx context.Context, req *connect.Request[rivo
 			}
 			if len(resp.DeadLetters) == limit {
 				resp.Truncated = true
-				return connect.NewResponse(resp), nil
+				return resp, nil
 			}
 			dl.Event.Payload = nil
 			s.showMarks(ctx, marks, dl, k, i)
 			resp.DeadLetters = append(resp.DeadLetters, dl)
 		}
 	}
-	return connect.NewResponse(resp), nil
+	return resp, nil
 }
 
 func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivorav1.GetDeadLetterRequest]) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
@@ -249,7 +273,22 @@ func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivora
 	if err := lanes.ValidateEventID("event_id", id); err != nil {
 		return nil, errkind.Tag(errkind.Invalid, err)
 	}
-	found, line, err := s.latest(ctx, id, req.Msg.GetDestinationId())
+	if err := checkFilter(&rivorav1.DeadLetterFilter{DestinationId: req.Msg.GetDestinationId()}); err != nil {
+		return nil, err
+	}
+	if req.Msg.GetLedgersOnly() {
+		resp, err := s.getWaiting(id, req.Msg.GetDestinationId())
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(resp), nil
+	}
+	archiveCtx, cancel := archiveContext(ctx)
+	defer cancel()
+	found, line, err := s.latest(archiveCtx, id, req.Msg.GetDestinationId())
+	if why, down := archiveDown(ctx, err); down {
+		return s.getWhileArchiveDown(id, req.Msg.GetDestinationId(), why, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -319,12 +358,31 @@ func (s *Service) DeadLetterStats(ctx context.Context, req *connect.Request[rivo
 	if err := checkFilter(f); err != nil {
 		return nil, err
 	}
+	if req.Msg.GetLedgersOnly() {
+		return connect.NewResponse(s.statsWaiting(f, req.Msg.GetBySubscription())), nil
+	}
+	archiveCtx, cancel := archiveContext(ctx)
+	defer cancel()
+	resp, err := s.statsArchived(archiveCtx, f, req.Msg.GetBySubscription())
+	if why, down := archiveDown(ctx, err); down {
+		resp = s.statsWaiting(f, req.Msg.GetBySubscription())
+		resp.ArchiveUnavailable = why
+		return connect.NewResponse(resp), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// statsArchived counts the archive's dead letters that match f.
+func (s *Service) statsArchived(ctx context.Context, f *rivorav1.DeadLetterFilter, bySubscription bool) (*rivorav1.DeadLetterStatsResponse, error) {
 	keys, err := objects(ctx, s.archive, f, time.Now())
 	if err != nil {
 		return nil, err
 	}
 	counts := newCounter()
-	counts.bySubscription = req.Msg.GetBySubscription()
+	counts.bySubscription = bySubscription
 	for _, k := range keys {
 		dls, err := s.archive.Get(ctx, k)
 		if err != nil {
@@ -336,7 +394,7 @@ func (s *Service) DeadLetterStats(ctx context.Context, req *connect.Request[rivo
 			}
 		}
 	}
-	return connect.NewResponse(&rivorav1.DeadLetterStatsResponse{Counts: counts.newestFirst(), Total: counts.total, Objects: int64(len(keys))}), nil
+	return &rivorav1.DeadLetterStatsResponse{Counts: counts.newestFirst(), Total: counts.total, Objects: int64(len(keys))}, nil
 }
 
 // counter groups dead letters by destination, customer (and reason, and

@@ -33,6 +33,19 @@ func (o *Partition) DeadLetterUnarchived(eventID string) bool {
 	return o.dead.queue.holds(eventID)
 }
 
+// WaitingDeadLetters calls visit with each dead letter this partition's
+// ledger holds for the archive — queued, or in a batch being written —
+// in ledger order. It reads the same queue that Unarchived counts, not
+// the ledger stream: what it visits is what `destinations health` counts
+// as UNARCHIVED. visit runs without the queue's lock (dead letters keep
+// dying meanwhile) and must neither change nor keep dl: it is the queue's
+// own (clone it to keep it).
+func (o *Partition) WaitingDeadLetters(visit func(dl *rivorav1.DeadLetter)) {
+	for _, d := range o.dead.queue.waiting() {
+		visit(d.dl)
+	}
+}
+
 // ForgetDestination drops what the partition counts of a deleted
 // destination.
 func (o *Partition) ForgetDestination(destinationID string) {
@@ -57,13 +70,15 @@ type queuedDead struct {
 // in the ledger, so the queue may grow while the archive is down.
 //
 // Invariants: items leave in the order they came (which deadLetters.record
-// makes ledger order); unarchived[d] counts d's dead letters queued and
-// not yet archived — taken but not yet archived ones included — and a
-// destination with none has no entry; byEvent counts the same per event
-// id (an event may die more than once); archivedTotal[d] only grows.
+// makes ledger order); taken holds those that left and are not archived
+// yet, in the order they left; unarchived[d] counts d's dead letters in
+// items and taken, and a destination with none has no entry; byEvent
+// counts the same per event id (an event may die more than once);
+// archivedTotal[d] only grows.
 type deadQueue struct {
 	mu            sync.Mutex
 	items         []queuedDead
+	taken         []queuedDead     // taken for the archive, not archived yet
 	unarchived    map[string]int   // per destination: in the ledger, not yet archived
 	byEvent       map[string]int   // per event id: in the ledger, not yet archived
 	archivedTotal map[string]int64 // per destination: archived since the queue was made
@@ -99,7 +114,21 @@ func (q *deadQueue) take(n int) []queuedDead {
 	n = min(len(q.items), n)
 	batch := q.items[:n:n]
 	q.items = q.items[n:]
+	q.taken = append(q.taken, batch...)
 	return batch
+}
+
+// waiting is every dead letter not archived yet, in ledger order: those
+// taken for the archive, then those queued. The slices it returns are
+// never written to again (push appends past their end, take and archived
+// make new ones), so they are read without the lock.
+func (q *deadQueue) waiting() []queuedDead {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.taken) == 0 {
+		return q.items[:len(q.items):len(q.items)]
+	}
+	return append(q.taken[:len(q.taken):len(q.taken)], q.items...)
 }
 
 // archived records that dead letters of a destination are archived.
@@ -112,12 +141,22 @@ func (q *deadQueue) archived(destinationID string, items []*rivorav1.DeadLetter)
 	if q.unarchived[destinationID] -= n; q.unarchived[destinationID] <= 0 {
 		delete(q.unarchived, destinationID)
 	}
+	done := make(map[*rivorav1.DeadLetter]bool, n)
 	for _, dl := range items {
+		done[dl] = true
 		id := dl.GetEvent().GetEventId()
 		if q.byEvent[id]--; q.byEvent[id] <= 0 {
 			delete(q.byEvent, id)
 		}
 	}
+	// A new slice: waiting's callers may still read the old one.
+	taken := make([]queuedDead, 0, len(q.taken))
+	for _, d := range q.taken {
+		if !done[d.dl] {
+			taken = append(taken, d)
+		}
+	}
+	q.taken = taken
 }
 
 // holds reports whether a dead letter of the event is queued or being

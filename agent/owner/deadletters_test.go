@@ -200,3 +200,39 @@ func TestDeadLettersFenced(t *testing.T) {
 		t.Fatal("a fenced-off owner purged or recorded dead letters")
 	}
 }
+
+// What waits for the archive is listed in ledger order, a batch being
+// written (taken, not archived yet) included, and exactly what the
+// UNARCHIVED counts count: a dead letter leaves the list when, and only
+// when, it is archived.
+func TestDeadQueueWaitingListsWhatIsCounted(t *testing.T) {
+	q := newDeadQueue()
+	q.push(testDead("a", 10, 1, deadHour), testDead("b", 11, 2, deadHour), testDead("a", 12, 3, deadHour))
+	seqs := func() []uint64 { return ledgerSeqs(q.waiting()) }
+	if got := seqs(); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("waiting %v, want 1, 2, 3", got)
+	}
+	batch := q.take(2)
+	before := q.waiting()
+	q.push(testDead("b", 13, 4, deadHour))
+	if got := seqs(); !slices.Equal(got, []uint64{1, 2, 3, 4}) {
+		t.Fatalf("with a batch being written: waiting %v, want 1, 2, 3, 4", got)
+	}
+	q.archived("b", []*rivorav1.DeadLetter{batch[1].dl})
+	if got := seqs(); !slices.Equal(got, []uint64{1, 3, 4}) {
+		t.Fatalf("after b's part of the batch was archived: waiting %v, want 1, 3, 4", got)
+	}
+	if got := ledgerSeqs(before); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("a list taken earlier changed to %v, want it as it was (1, 2, 3)", got)
+	}
+	if n := q.count("a") + q.count("b"); n != len(q.waiting()) {
+		t.Fatalf("counted %d unarchived, listed %d", n, len(q.waiting()))
+	}
+	q.archived("a", []*rivorav1.DeadLetter{batch[0].dl})
+	rest := q.take(10)
+	q.archived("a", []*rivorav1.DeadLetter{rest[0].dl})
+	q.archived("b", []*rivorav1.DeadLetter{rest[1].dl})
+	if got := q.waiting(); len(got) != 0 {
+		t.Fatalf("all archived, still waiting: %v", ledgerSeqs(got))
+	}
+}

@@ -468,6 +468,28 @@ func (ps *lifecycle) run(p int) *partitionRun {
 	return nil
 }
 
+// ledgers sorts the partitions assigned here, or whose lock is held
+// here, by whether their ledger can be read now: the running ones
+// (their runs), and the others with why not.
+func (ps *lifecycle) ledgers() (runs map[int]*partitionRun, unread map[int]string) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	runs, unread = make(map[int]*partitionRun), make(map[int]string)
+	for p, st := range ps.m {
+		switch {
+		case st.phase == running:
+			runs[p] = st.run
+		case !st.wanted && !isOwned(st.phase):
+			// Leaving this agent: its next owner answers for it.
+		case st.trouble != "":
+			unread[p] = fmt.Sprintf("its owner could not open it (%s: %s); see the agent's log", st.phase, st.trouble)
+		default:
+			unread[p] = fmt.Sprintf("its owner is opening it (%s); retry in a moment", st.phase)
+		}
+	}
+	return runs, unread
+}
+
 // opening reports whether p is locked here but not running yet: its
 // rebuild is under way, or about to be.
 func (ps *lifecycle) opening(p int) bool {

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/agent/upstream"
 	"github.com/rivora/rivora/lanes"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 // Config is what the set needs.
@@ -153,6 +156,31 @@ func (s *Set) Partition(p int) *owner.Partition {
 		return run.part
 	}
 	return nil
+}
+
+// WaitingDeadLetters calls visit with each dead letter waiting for the
+// archive in the ledger of a partition running here, partition by
+// partition, each in ledger order (owner.Partition.WaitingDeadLetters).
+// It returns the partitions it read, sorted, and those assigned here whose
+// ledger it could not read (not open yet, or failing), with why, so that
+// an answer made of what it visited says what it lacks.
+func (s *Set) WaitingDeadLetters(visit func(dl *rivorav1.DeadLetter)) (read []uint32, unread []*rivorav1.UnreadLedger) {
+	runs, why := s.states.ledgers()
+	for _, p := range slices.Sorted(maps.Keys(runs)) {
+		runs[p].part.WaitingDeadLetters(visit)
+		read = append(read, uint32(p))
+	}
+	byReason := make(map[string]*rivorav1.UnreadLedger)
+	for _, p := range slices.Sorted(maps.Keys(why)) {
+		u := byReason[why[p]]
+		if u == nil {
+			u = &rivorav1.UnreadLedger{Agent: s.cfg.Name, Reason: why[p]}
+			byReason[why[p]] = u
+			unread = append(unread, u)
+		}
+		u.Partitions = append(u.Partitions, uint32(p))
+	}
+	return read, unread
 }
 
 // OpeningDestination reports whether the partition of a destination is

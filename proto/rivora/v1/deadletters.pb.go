@@ -122,7 +122,12 @@ type ListDeadLettersRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Filter *DeadLetterFilter      `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
 	// limit bounds the answer (default 1000).
-	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// ledgers_only answers from the partitions' ledgers alone, without
+	// reading the archive: the dead letters not archived yet. An agent
+	// answers for the partitions it owns; the control plane asks every
+	// agent (it does so itself when the archive cannot be read).
+	LedgersOnly   bool `protobuf:"varint,3,opt,name=ledgers_only,json=ledgersOnly,proto3" json:"ledgers_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -171,13 +176,36 @@ func (x *ListDeadLettersRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *ListDeadLettersRequest) GetLedgersOnly() bool {
+	if x != nil {
+		return x.LedgersOnly
+	}
+	return false
+}
+
 type ListDeadLettersResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	DeadLetters []*DeadLetter          `protobuf:"bytes,1,rep,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
 	// truncated: more matched than limit.
-	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Truncated bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// archive_unavailable, when set, says why the archive could not be
+	// read: dead_letters are then those still waiting in the partitions'
+	// ledgers (each marked unarchived), which are archived once it can be
+	// written again; the archive's own are not listed.
+	ArchiveUnavailable string `protobuf:"bytes,3,opt,name=archive_unavailable,json=archiveUnavailable,proto3" json:"archive_unavailable,omitempty"`
+	// ledger_partitions are the partitions whose ledger was read (with
+	// archive_unavailable or ledgers_only), sorted.
+	LedgerPartitions []uint32 `protobuf:"varint,4,rep,packed,name=ledger_partitions,json=ledgerPartitions,proto3" json:"ledger_partitions,omitempty"`
+	// unread_ledgers are the partitions whose ledger could not be read (no
+	// owner right now, its owner did not answer, or is opening it): their
+	// dead letters are missing from the answer.
+	UnreadLedgers []*UnreadLedger `protobuf:"bytes,5,rep,name=unread_ledgers,json=unreadLedgers,proto3" json:"unread_ledgers,omitempty"`
+	// more_unarchived is how many more dead letters waiting in the ledgers
+	// matched than are listed: ledgers are not paged, so a filter narrows
+	// them (truncated is set too).
+	MoreUnarchived int64 `protobuf:"varint,6,opt,name=more_unarchived,json=moreUnarchived,proto3" json:"more_unarchived,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListDeadLettersResponse) Reset() {
@@ -224,18 +252,112 @@ func (x *ListDeadLettersResponse) GetTruncated() bool {
 	return false
 }
 
+func (x *ListDeadLettersResponse) GetArchiveUnavailable() string {
+	if x != nil {
+		return x.ArchiveUnavailable
+	}
+	return ""
+}
+
+func (x *ListDeadLettersResponse) GetLedgerPartitions() []uint32 {
+	if x != nil {
+		return x.LedgerPartitions
+	}
+	return nil
+}
+
+func (x *ListDeadLettersResponse) GetUnreadLedgers() []*UnreadLedger {
+	if x != nil {
+		return x.UnreadLedgers
+	}
+	return nil
+}
+
+func (x *ListDeadLettersResponse) GetMoreUnarchived() int64 {
+	if x != nil {
+		return x.MoreUnarchived
+	}
+	return 0
+}
+
+// UnreadLedger is a set of partitions whose ledger could not be read, and
+// why.
+type UnreadLedger struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Partitions []uint32               `protobuf:"varint,1,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	// agent owns them, "" when nobody does right now.
+	Agent         string `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnreadLedger) Reset() {
+	*x = UnreadLedger{}
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnreadLedger) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnreadLedger) ProtoMessage() {}
+
+func (x *UnreadLedger) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnreadLedger.ProtoReflect.Descriptor instead.
+func (*UnreadLedger) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UnreadLedger) GetPartitions() []uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *UnreadLedger) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *UnreadLedger) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type GetDeadLetterRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	EventId string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
 	// destination_id narrows the search (optional).
 	DestinationId string `protobuf:"bytes,2,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	// ledgers_only looks in the partitions' ledgers alone, without reading
+	// the archive (see ListDeadLettersRequest.ledgers_only).
+	LedgersOnly   bool `protobuf:"varint,3,opt,name=ledgers_only,json=ledgersOnly,proto3" json:"ledgers_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetDeadLetterRequest) Reset() {
 	*x = GetDeadLetterRequest{}
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[3]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -247,7 +369,7 @@ func (x *GetDeadLetterRequest) String() string {
 func (*GetDeadLetterRequest) ProtoMessage() {}
 
 func (x *GetDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[3]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -260,7 +382,7 @@ func (x *GetDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*GetDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{3}
+	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetDeadLetterRequest) GetEventId() string {
@@ -277,18 +399,30 @@ func (x *GetDeadLetterRequest) GetDestinationId() string {
 	return ""
 }
 
+func (x *GetDeadLetterRequest) GetLedgersOnly() bool {
+	if x != nil {
+		return x.LedgersOnly
+	}
+	return false
+}
+
 type GetDeadLetterResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	DeadLetter *DeadLetter            `protobuf:"bytes,1,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
-	// object is the archive object holding it.
-	Object        string `protobuf:"bytes,2,opt,name=object,proto3" json:"object,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// object is the archive object holding it ("" for one waiting in its
+	// partition's ledger).
+	Object string `protobuf:"bytes,2,opt,name=object,proto3" json:"object,omitempty"`
+	// archive_unavailable, when set, says why the archive could not be
+	// read: the dead letter was found waiting in its partition's ledger
+	// (marked unarchived) instead.
+	ArchiveUnavailable string `protobuf:"bytes,3,opt,name=archive_unavailable,json=archiveUnavailable,proto3" json:"archive_unavailable,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *GetDeadLetterResponse) Reset() {
 	*x = GetDeadLetterResponse{}
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[4]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -300,7 +434,7 @@ func (x *GetDeadLetterResponse) String() string {
 func (*GetDeadLetterResponse) ProtoMessage() {}
 
 func (x *GetDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[4]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -313,7 +447,7 @@ func (x *GetDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*GetDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{4}
+	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetDeadLetterResponse) GetDeadLetter() *DeadLetter {
@@ -330,18 +464,28 @@ func (x *GetDeadLetterResponse) GetObject() string {
 	return ""
 }
 
+func (x *GetDeadLetterResponse) GetArchiveUnavailable() string {
+	if x != nil {
+		return x.ArchiveUnavailable
+	}
+	return ""
+}
+
 type DeadLetterStatsRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Filter *DeadLetterFilter      `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
 	// by_subscription groups the counts by subscription too.
 	BySubscription bool `protobuf:"varint,2,opt,name=by_subscription,json=bySubscription,proto3" json:"by_subscription,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// ledgers_only counts from the partitions' ledgers alone (see
+	// ListDeadLettersRequest.ledgers_only).
+	LedgersOnly   bool `protobuf:"varint,3,opt,name=ledgers_only,json=ledgersOnly,proto3" json:"ledgers_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeadLetterStatsRequest) Reset() {
 	*x = DeadLetterStatsRequest{}
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[5]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -353,7 +497,7 @@ func (x *DeadLetterStatsRequest) String() string {
 func (*DeadLetterStatsRequest) ProtoMessage() {}
 
 func (x *DeadLetterStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[5]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -366,7 +510,7 @@ func (x *DeadLetterStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetterStatsRequest.ProtoReflect.Descriptor instead.
 func (*DeadLetterStatsRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{5}
+	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeadLetterStatsRequest) GetFilter() *DeadLetterFilter {
@@ -379,6 +523,13 @@ func (x *DeadLetterStatsRequest) GetFilter() *DeadLetterFilter {
 func (x *DeadLetterStatsRequest) GetBySubscription() bool {
 	if x != nil {
 		return x.BySubscription
+	}
+	return false
+}
+
+func (x *DeadLetterStatsRequest) GetLedgersOnly() bool {
+	if x != nil {
+		return x.LedgersOnly
 	}
 	return false
 }
@@ -402,7 +553,7 @@ type DeadLetterCount struct {
 
 func (x *DeadLetterCount) Reset() {
 	*x = DeadLetterCount{}
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[6]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +565,7 @@ func (x *DeadLetterCount) String() string {
 func (*DeadLetterCount) ProtoMessage() {}
 
 func (x *DeadLetterCount) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[6]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +578,7 @@ func (x *DeadLetterCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetterCount.ProtoReflect.Descriptor instead.
 func (*DeadLetterCount) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{6}
+	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeadLetterCount) GetDestinationId() string {
@@ -480,17 +631,24 @@ func (x *DeadLetterCount) GetSubscriptionId() string {
 }
 
 type DeadLetterStatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Counts        []*DeadLetterCount     `protobuf:"bytes,1,rep,name=counts,proto3" json:"counts,omitempty"`
-	Total         int64                  `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
-	Objects       int64                  `protobuf:"varint,3,opt,name=objects,proto3" json:"objects,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Counts  []*DeadLetterCount     `protobuf:"bytes,1,rep,name=counts,proto3" json:"counts,omitempty"`
+	Total   int64                  `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	Objects int64                  `protobuf:"varint,3,opt,name=objects,proto3" json:"objects,omitempty"`
+	// archive_unavailable, when set, says why the archive could not be
+	// read: the counts are then of the dead letters still waiting in the
+	// partitions' ledgers (objects is 0), as in ListDeadLettersResponse.
+	ArchiveUnavailable string `protobuf:"bytes,4,opt,name=archive_unavailable,json=archiveUnavailable,proto3" json:"archive_unavailable,omitempty"`
+	// ledger_partitions and unread_ledgers: as in ListDeadLettersResponse.
+	LedgerPartitions []uint32        `protobuf:"varint,5,rep,packed,name=ledger_partitions,json=ledgerPartitions,proto3" json:"ledger_partitions,omitempty"`
+	UnreadLedgers    []*UnreadLedger `protobuf:"bytes,6,rep,name=unread_ledgers,json=unreadLedgers,proto3" json:"unread_ledgers,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DeadLetterStatsResponse) Reset() {
 	*x = DeadLetterStatsResponse{}
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[7]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -502,7 +660,7 @@ func (x *DeadLetterStatsResponse) String() string {
 func (*DeadLetterStatsResponse) ProtoMessage() {}
 
 func (x *DeadLetterStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[7]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -515,7 +673,7 @@ func (x *DeadLetterStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetterStatsResponse.ProtoReflect.Descriptor instead.
 func (*DeadLetterStatsResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{7}
+	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeadLetterStatsResponse) GetCounts() []*DeadLetterCount {
@@ -537,6 +695,27 @@ func (x *DeadLetterStatsResponse) GetObjects() int64 {
 		return x.Objects
 	}
 	return 0
+}
+
+func (x *DeadLetterStatsResponse) GetArchiveUnavailable() string {
+	if x != nil {
+		return x.ArchiveUnavailable
+	}
+	return ""
+}
+
+func (x *DeadLetterStatsResponse) GetLedgerPartitions() []uint32 {
+	if x != nil {
+		return x.LedgerPartitions
+	}
+	return nil
+}
+
+func (x *DeadLetterStatsResponse) GetUnreadLedgers() []*UnreadLedger {
+	if x != nil {
+		return x.UnreadLedgers
+	}
+	return nil
 }
 
 type ReplayRequest struct {
@@ -563,7 +742,7 @@ type ReplayRequest struct {
 
 func (x *ReplayRequest) Reset() {
 	*x = ReplayRequest{}
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[8]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +754,7 @@ func (x *ReplayRequest) String() string {
 func (*ReplayRequest) ProtoMessage() {}
 
 func (x *ReplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[8]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +767,7 @@ func (x *ReplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayRequest.ProtoReflect.Descriptor instead.
 func (*ReplayRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{8}
+	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReplayRequest) GetFilter() *DeadLetterFilter {
@@ -671,7 +850,7 @@ type ReplayResponse struct {
 
 func (x *ReplayResponse) Reset() {
 	*x = ReplayResponse{}
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[9]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +862,7 @@ func (x *ReplayResponse) String() string {
 func (*ReplayResponse) ProtoMessage() {}
 
 func (x *ReplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[9]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +875,7 @@ func (x *ReplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayResponse.ProtoReflect.Descriptor instead.
 func (*ReplayResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{9}
+	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReplayResponse) GetTotal() int64 {
@@ -789,7 +968,7 @@ type ReplayRename struct {
 
 func (x *ReplayRename) Reset() {
 	*x = ReplayRename{}
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[10]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +980,7 @@ func (x *ReplayRename) String() string {
 func (*ReplayRename) ProtoMessage() {}
 
 func (x *ReplayRename) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_deadletters_proto_msgTypes[10]
+	mi := &file_rivora_v1_deadletters_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +993,7 @@ func (x *ReplayRename) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayRename.ProtoReflect.Descriptor instead.
 func (*ReplayRename) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{10}
+	return file_rivora_v1_deadletters_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReplayRename) GetEventId() string {
@@ -844,23 +1023,37 @@ const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
 	"\x05until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12-\n" +
 	"\x06reason\x18\x06 \x01(\x0e2\x15.rivora.v1.DeadReasonR\x06reason\x12'\n" +
-	"\x0fsubscription_id\x18\a \x01(\tR\x0esubscriptionId\"c\n" +
+	"\x0fsubscription_id\x18\a \x01(\tR\x0esubscriptionId\"\x86\x01\n" +
 	"\x16ListDeadLettersRequest\x123\n" +
 	"\x06filter\x18\x01 \x01(\v2\x1b.rivora.v1.DeadLetterFilterR\x06filter\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x05R\x05limit\"q\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12!\n" +
+	"\fledgers_only\x18\x03 \x01(\bR\vledgersOnly\"\xb8\x02\n" +
 	"\x17ListDeadLettersResponse\x128\n" +
 	"\fdead_letters\x18\x01 \x03(\v2\x15.rivora.v1.DeadLetterR\vdeadLetters\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"X\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12/\n" +
+	"\x13archive_unavailable\x18\x03 \x01(\tR\x12archiveUnavailable\x12+\n" +
+	"\x11ledger_partitions\x18\x04 \x03(\rR\x10ledgerPartitions\x12>\n" +
+	"\x0eunread_ledgers\x18\x05 \x03(\v2\x17.rivora.v1.UnreadLedgerR\runreadLedgers\x12'\n" +
+	"\x0fmore_unarchived\x18\x06 \x01(\x03R\x0emoreUnarchived\"\\\n" +
+	"\fUnreadLedger\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\rR\n" +
+	"partitions\x12\x14\n" +
+	"\x05agent\x18\x02 \x01(\tR\x05agent\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"{\n" +
 	"\x14GetDeadLetterRequest\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
-	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\"g\n" +
+	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12!\n" +
+	"\fledgers_only\x18\x03 \x01(\bR\vledgersOnly\"\x98\x01\n" +
 	"\x15GetDeadLetterResponse\x126\n" +
 	"\vdead_letter\x18\x01 \x01(\v2\x15.rivora.v1.DeadLetterR\n" +
 	"deadLetter\x12\x16\n" +
-	"\x06object\x18\x02 \x01(\tR\x06object\"v\n" +
+	"\x06object\x18\x02 \x01(\tR\x06object\x12/\n" +
+	"\x13archive_unavailable\x18\x03 \x01(\tR\x12archiveUnavailable\"\x99\x01\n" +
 	"\x16DeadLetterStatsRequest\x123\n" +
 	"\x06filter\x18\x01 \x01(\v2\x1b.rivora.v1.DeadLetterFilterR\x06filter\x12'\n" +
-	"\x0fby_subscription\x18\x02 \x01(\bR\x0ebySubscription\"\xaf\x02\n" +
+	"\x0fby_subscription\x18\x02 \x01(\bR\x0ebySubscription\x12!\n" +
+	"\fledgers_only\x18\x03 \x01(\bR\vledgersOnly\"\xaf\x02\n" +
 	"\x0fDeadLetterCount\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
@@ -869,11 +1062,14 @@ const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\x05count\x18\x04 \x01(\x03R\x05count\x122\n" +
 	"\x06oldest\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06oldest\x122\n" +
 	"\x06newest\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06newest\x12'\n" +
-	"\x0fsubscription_id\x18\a \x01(\tR\x0esubscriptionId\"}\n" +
+	"\x0fsubscription_id\x18\a \x01(\tR\x0esubscriptionId\"\x9b\x02\n" +
 	"\x17DeadLetterStatsResponse\x122\n" +
 	"\x06counts\x18\x01 \x03(\v2\x1a.rivora.v1.DeadLetterCountR\x06counts\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x18\n" +
-	"\aobjects\x18\x03 \x01(\x03R\aobjects\"\xf6\x01\n" +
+	"\aobjects\x18\x03 \x01(\x03R\aobjects\x12/\n" +
+	"\x13archive_unavailable\x18\x04 \x01(\tR\x12archiveUnavailable\x12+\n" +
+	"\x11ledger_partitions\x18\x05 \x03(\rR\x10ledgerPartitions\x12>\n" +
+	"\x0eunread_ledgers\x18\x06 \x03(\v2\x17.rivora.v1.UnreadLedgerR\runreadLedgers\"\xf6\x01\n" +
 	"\rReplayRequest\x123\n" +
 	"\x06filter\x18\x01 \x01(\v2\x1b.rivora.v1.DeadLetterFilterR\x06filter\x12+\n" +
 	"\x0frate_per_second\x18\x02 \x01(\x01H\x00R\rratePerSecond\x88\x01\x01\x12\x17\n" +
@@ -916,51 +1112,54 @@ func file_rivora_v1_deadletters_proto_rawDescGZIP() []byte {
 	return file_rivora_v1_deadletters_proto_rawDescData
 }
 
-var file_rivora_v1_deadletters_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_rivora_v1_deadletters_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_rivora_v1_deadletters_proto_goTypes = []any{
 	(*DeadLetterFilter)(nil),        // 0: rivora.v1.DeadLetterFilter
 	(*ListDeadLettersRequest)(nil),  // 1: rivora.v1.ListDeadLettersRequest
 	(*ListDeadLettersResponse)(nil), // 2: rivora.v1.ListDeadLettersResponse
-	(*GetDeadLetterRequest)(nil),    // 3: rivora.v1.GetDeadLetterRequest
-	(*GetDeadLetterResponse)(nil),   // 4: rivora.v1.GetDeadLetterResponse
-	(*DeadLetterStatsRequest)(nil),  // 5: rivora.v1.DeadLetterStatsRequest
-	(*DeadLetterCount)(nil),         // 6: rivora.v1.DeadLetterCount
-	(*DeadLetterStatsResponse)(nil), // 7: rivora.v1.DeadLetterStatsResponse
-	(*ReplayRequest)(nil),           // 8: rivora.v1.ReplayRequest
-	(*ReplayResponse)(nil),          // 9: rivora.v1.ReplayResponse
-	(*ReplayRename)(nil),            // 10: rivora.v1.ReplayRename
-	(*timestamppb.Timestamp)(nil),   // 11: google.protobuf.Timestamp
-	(DeadReason)(0),                 // 12: rivora.v1.DeadReason
-	(*DeadLetter)(nil),              // 13: rivora.v1.DeadLetter
+	(*UnreadLedger)(nil),            // 3: rivora.v1.UnreadLedger
+	(*GetDeadLetterRequest)(nil),    // 4: rivora.v1.GetDeadLetterRequest
+	(*GetDeadLetterResponse)(nil),   // 5: rivora.v1.GetDeadLetterResponse
+	(*DeadLetterStatsRequest)(nil),  // 6: rivora.v1.DeadLetterStatsRequest
+	(*DeadLetterCount)(nil),         // 7: rivora.v1.DeadLetterCount
+	(*DeadLetterStatsResponse)(nil), // 8: rivora.v1.DeadLetterStatsResponse
+	(*ReplayRequest)(nil),           // 9: rivora.v1.ReplayRequest
+	(*ReplayResponse)(nil),          // 10: rivora.v1.ReplayResponse
+	(*ReplayRename)(nil),            // 11: rivora.v1.ReplayRename
+	(*timestamppb.Timestamp)(nil),   // 12: google.protobuf.Timestamp
+	(DeadReason)(0),                 // 13: rivora.v1.DeadReason
+	(*DeadLetter)(nil),              // 14: rivora.v1.DeadLetter
 }
 var file_rivora_v1_deadletters_proto_depIdxs = []int32{
-	11, // 0: rivora.v1.DeadLetterFilter.since:type_name -> google.protobuf.Timestamp
-	11, // 1: rivora.v1.DeadLetterFilter.until:type_name -> google.protobuf.Timestamp
-	12, // 2: rivora.v1.DeadLetterFilter.reason:type_name -> rivora.v1.DeadReason
+	12, // 0: rivora.v1.DeadLetterFilter.since:type_name -> google.protobuf.Timestamp
+	12, // 1: rivora.v1.DeadLetterFilter.until:type_name -> google.protobuf.Timestamp
+	13, // 2: rivora.v1.DeadLetterFilter.reason:type_name -> rivora.v1.DeadReason
 	0,  // 3: rivora.v1.ListDeadLettersRequest.filter:type_name -> rivora.v1.DeadLetterFilter
-	13, // 4: rivora.v1.ListDeadLettersResponse.dead_letters:type_name -> rivora.v1.DeadLetter
-	13, // 5: rivora.v1.GetDeadLetterResponse.dead_letter:type_name -> rivora.v1.DeadLetter
-	0,  // 6: rivora.v1.DeadLetterStatsRequest.filter:type_name -> rivora.v1.DeadLetterFilter
-	12, // 7: rivora.v1.DeadLetterCount.reason:type_name -> rivora.v1.DeadReason
-	11, // 8: rivora.v1.DeadLetterCount.oldest:type_name -> google.protobuf.Timestamp
-	11, // 9: rivora.v1.DeadLetterCount.newest:type_name -> google.protobuf.Timestamp
-	6,  // 10: rivora.v1.DeadLetterStatsResponse.counts:type_name -> rivora.v1.DeadLetterCount
-	0,  // 11: rivora.v1.ReplayRequest.filter:type_name -> rivora.v1.DeadLetterFilter
-	6,  // 12: rivora.v1.ReplayResponse.counts:type_name -> rivora.v1.DeadLetterCount
-	10, // 13: rivora.v1.ReplayResponse.renamed:type_name -> rivora.v1.ReplayRename
-	1,  // 14: rivora.v1.ArchiveService.ListDeadLetters:input_type -> rivora.v1.ListDeadLettersRequest
-	3,  // 15: rivora.v1.ArchiveService.GetDeadLetter:input_type -> rivora.v1.GetDeadLetterRequest
-	5,  // 16: rivora.v1.ArchiveService.DeadLetterStats:input_type -> rivora.v1.DeadLetterStatsRequest
-	8,  // 17: rivora.v1.ArchiveService.Replay:input_type -> rivora.v1.ReplayRequest
-	2,  // 18: rivora.v1.ArchiveService.ListDeadLetters:output_type -> rivora.v1.ListDeadLettersResponse
-	4,  // 19: rivora.v1.ArchiveService.GetDeadLetter:output_type -> rivora.v1.GetDeadLetterResponse
-	7,  // 20: rivora.v1.ArchiveService.DeadLetterStats:output_type -> rivora.v1.DeadLetterStatsResponse
-	9,  // 21: rivora.v1.ArchiveService.Replay:output_type -> rivora.v1.ReplayResponse
-	18, // [18:22] is the sub-list for method output_type
-	14, // [14:18] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	14, // 4: rivora.v1.ListDeadLettersResponse.dead_letters:type_name -> rivora.v1.DeadLetter
+	3,  // 5: rivora.v1.ListDeadLettersResponse.unread_ledgers:type_name -> rivora.v1.UnreadLedger
+	14, // 6: rivora.v1.GetDeadLetterResponse.dead_letter:type_name -> rivora.v1.DeadLetter
+	0,  // 7: rivora.v1.DeadLetterStatsRequest.filter:type_name -> rivora.v1.DeadLetterFilter
+	13, // 8: rivora.v1.DeadLetterCount.reason:type_name -> rivora.v1.DeadReason
+	12, // 9: rivora.v1.DeadLetterCount.oldest:type_name -> google.protobuf.Timestamp
+	12, // 10: rivora.v1.DeadLetterCount.newest:type_name -> google.protobuf.Timestamp
+	7,  // 11: rivora.v1.DeadLetterStatsResponse.counts:type_name -> rivora.v1.DeadLetterCount
+	3,  // 12: rivora.v1.DeadLetterStatsResponse.unread_ledgers:type_name -> rivora.v1.UnreadLedger
+	0,  // 13: rivora.v1.ReplayRequest.filter:type_name -> rivora.v1.DeadLetterFilter
+	7,  // 14: rivora.v1.ReplayResponse.counts:type_name -> rivora.v1.DeadLetterCount
+	11, // 15: rivora.v1.ReplayResponse.renamed:type_name -> rivora.v1.ReplayRename
+	1,  // 16: rivora.v1.ArchiveService.ListDeadLetters:input_type -> rivora.v1.ListDeadLettersRequest
+	4,  // 17: rivora.v1.ArchiveService.GetDeadLetter:input_type -> rivora.v1.GetDeadLetterRequest
+	6,  // 18: rivora.v1.ArchiveService.DeadLetterStats:input_type -> rivora.v1.DeadLetterStatsRequest
+	9,  // 19: rivora.v1.ArchiveService.Replay:input_type -> rivora.v1.ReplayRequest
+	2,  // 20: rivora.v1.ArchiveService.ListDeadLetters:output_type -> rivora.v1.ListDeadLettersResponse
+	5,  // 21: rivora.v1.ArchiveService.GetDeadLetter:output_type -> rivora.v1.GetDeadLetterResponse
+	8,  // 22: rivora.v1.ArchiveService.DeadLetterStats:output_type -> rivora.v1.DeadLetterStatsResponse
+	10, // 23: rivora.v1.ArchiveService.Replay:output_type -> rivora.v1.ReplayResponse
+	20, // [20:24] is the sub-list for method output_type
+	16, // [16:20] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_deadletters_proto_init() }
@@ -969,14 +1168,14 @@ func file_rivora_v1_deadletters_proto_init() {
 		return
 	}
 	file_rivora_v1_event_proto_init()
-	file_rivora_v1_deadletters_proto_msgTypes[8].OneofWrappers = []any{}
+	file_rivora_v1_deadletters_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_deadletters_proto_rawDesc), len(file_rivora_v1_deadletters_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,11 +35,17 @@ type ArchiveServiceClient interface {
 	// ListDeadLetters lists archived dead letters matching a filter
 	// (payloads left out), destination by destination, each
 	// destination's in the order they were recorded: hour by hour, oldest
-	// first.
+	// first. While the archive cannot be read, it lists instead the dead
+	// letters waiting in the partitions' ledgers to be archived, and says
+	// so (archive_unavailable).
 	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
-	// GetDeadLetter returns one dead letter with its payload.
+	// GetDeadLetter returns one dead letter with its payload; while the
+	// archive cannot be read, one still waiting in a partition's ledger
+	// (archive_unavailable says so).
 	GetDeadLetter(ctx context.Context, in *GetDeadLetterRequest, opts ...grpc.CallOption) (*GetDeadLetterResponse, error)
-	// DeadLetterStats counts archived dead letters.
+	// DeadLetterStats counts archived dead letters; while the archive
+	// cannot be read, those waiting in the partitions' ledgers instead
+	// (archive_unavailable says so).
 	DeadLetterStats(ctx context.Context, in *DeadLetterStatsRequest, opts ...grpc.CallOption) (*DeadLetterStatsResponse, error)
 	// Replay re-ingests matching dead letters, keeping each event id and
 	// marking it replayed, per lane in the original order. It streams
@@ -115,11 +121,17 @@ type ArchiveServiceServer interface {
 	// ListDeadLetters lists archived dead letters matching a filter
 	// (payloads left out), destination by destination, each
 	// destination's in the order they were recorded: hour by hour, oldest
-	// first.
+	// first. While the archive cannot be read, it lists instead the dead
+	// letters waiting in the partitions' ledgers to be archived, and says
+	// so (archive_unavailable).
 	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
-	// GetDeadLetter returns one dead letter with its payload.
+	// GetDeadLetter returns one dead letter with its payload; while the
+	// archive cannot be read, one still waiting in a partition's ledger
+	// (archive_unavailable says so).
 	GetDeadLetter(context.Context, *GetDeadLetterRequest) (*GetDeadLetterResponse, error)
-	// DeadLetterStats counts archived dead letters.
+	// DeadLetterStats counts archived dead letters; while the archive
+	// cannot be read, those waiting in the partitions' ledgers instead
+	// (archive_unavailable says so).
 	DeadLetterStats(context.Context, *DeadLetterStatsRequest) (*DeadLetterStatsResponse, error)
 	// Replay re-ingests matching dead letters, keeping each event id and
 	// marking it replayed, per lane in the original order. It streams

@@ -573,7 +573,11 @@ type DeadLetter struct {
 	// once). Unset: no replay has, and the next replay sends it. Only in
 	// answers (ListDeadLetters, GetDeadLetter), from the replay marks;
 	// never archived.
-	ReplayedAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=replayed_at,json=replayedAt,proto3" json:"replayed_at,omitempty"`
+	ReplayedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=replayed_at,json=replayedAt,proto3" json:"replayed_at,omitempty"`
+	// unarchived: this dead letter waits in its partition's ledger and is
+	// not in the archive yet (the archive could not be read, and the answer
+	// came from the ledgers instead). Only in answers; never archived.
+	Unarchived    bool `protobuf:"varint,12,opt,name=unarchived,proto3" json:"unarchived,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -683,6 +687,13 @@ func (x *DeadLetter) GetReplayedAt() *timestamppb.Timestamp {
 		return x.ReplayedAt
 	}
 	return nil
+}
+
+func (x *DeadLetter) GetUnarchived() bool {
+	if x != nil {
+		return x.Unarchived
+	}
+	return false
 }
 
 // EventOutcome is one entry of an event's history (the HISTORY stream).
@@ -947,7 +958,7 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"last_error\x18\x06 \x01(\tR\tlastError\x12D\n" +
 	"\x10first_attempt_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0efirstAttemptAt\x12B\n" +
 	"\x0flast_attempt_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rlastAttemptAt\x12.\n" +
-	"\x13held_by_destination\x18\t \x01(\bR\x11heldByDestination\"\xf4\x03\n" +
+	"\x13held_by_destination\x18\t \x01(\bR\x11heldByDestination\"\x94\x04\n" +
 	"\n" +
 	"DeadLetter\x12&\n" +
 	"\x05event\x18\x01 \x01(\v2\x10.rivora.v1.EventR\x05event\x12\x1a\n" +
@@ -964,7 +975,10 @@ const file_rivora_v1_event_proto_rawDesc = "" +
 	"\blane_seq\x18\n" +
 	" \x01(\x04R\alaneSeq\x12;\n" +
 	"\vreplayed_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"replayedAt\"\xd4\x04\n" +
+	"replayedAt\x12\x1e\n" +
+	"\n" +
+	"unarchived\x18\f \x01(\bR\n" +
+	"unarchived\"\xd4\x04\n" +
 	"\fEventOutcome\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.rivora.v1.EventOutcome.KindR\x04kind\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12%\n" +

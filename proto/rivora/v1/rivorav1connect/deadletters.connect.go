@@ -51,11 +51,17 @@ type ArchiveServiceClient interface {
 	// ListDeadLetters lists archived dead letters matching a filter
 	// (payloads left out), destination by destination, each
 	// destination's in the order they were recorded: hour by hour, oldest
-	// first.
+	// first. While the archive cannot be read, it lists instead the dead
+	// letters waiting in the partitions' ledgers to be archived, and says
+	// so (archive_unavailable).
 	ListDeadLetters(context.Context, *connect.Request[v1.ListDeadLettersRequest]) (*connect.Response[v1.ListDeadLettersResponse], error)
-	// GetDeadLetter returns one dead letter with its payload.
+	// GetDeadLetter returns one dead letter with its payload; while the
+	// archive cannot be read, one still waiting in a partition's ledger
+	// (archive_unavailable says so).
 	GetDeadLetter(context.Context, *connect.Request[v1.GetDeadLetterRequest]) (*connect.Response[v1.GetDeadLetterResponse], error)
-	// DeadLetterStats counts archived dead letters.
+	// DeadLetterStats counts archived dead letters; while the archive
+	// cannot be read, those waiting in the partitions' ledgers instead
+	// (archive_unavailable says so).
 	DeadLetterStats(context.Context, *connect.Request[v1.DeadLetterStatsRequest]) (*connect.Response[v1.DeadLetterStatsResponse], error)
 	// Replay re-ingests matching dead letters, keeping each event id and
 	// marking it replayed, per lane in the original order. It streams
@@ -138,11 +144,17 @@ type ArchiveServiceHandler interface {
 	// ListDeadLetters lists archived dead letters matching a filter
 	// (payloads left out), destination by destination, each
 	// destination's in the order they were recorded: hour by hour, oldest
-	// first.
+	// first. While the archive cannot be read, it lists instead the dead
+	// letters waiting in the partitions' ledgers to be archived, and says
+	// so (archive_unavailable).
 	ListDeadLetters(context.Context, *connect.Request[v1.ListDeadLettersRequest]) (*connect.Response[v1.ListDeadLettersResponse], error)
-	// GetDeadLetter returns one dead letter with its payload.
+	// GetDeadLetter returns one dead letter with its payload; while the
+	// archive cannot be read, one still waiting in a partition's ledger
+	// (archive_unavailable says so).
 	GetDeadLetter(context.Context, *connect.Request[v1.GetDeadLetterRequest]) (*connect.Response[v1.GetDeadLetterResponse], error)
-	// DeadLetterStats counts archived dead letters.
+	// DeadLetterStats counts archived dead letters; while the archive
+	// cannot be read, those waiting in the partitions' ledgers instead
+	// (archive_unavailable says so).
 	DeadLetterStats(context.Context, *connect.Request[v1.DeadLetterStatsRequest]) (*connect.Response[v1.DeadLetterStatsResponse], error)
 	// Replay re-ingests matching dead letters, keeping each event id and
 	// marking it replayed, per lane in the original order. It streams

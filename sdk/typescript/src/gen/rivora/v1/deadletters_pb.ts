@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rivora/v1/deadletters.proto.
  */
 export const file_rivora_v1_deadletters: GenFile = /*@__PURE__*/
-  fileDesc("ChtyaXZvcmEvdjEvZGVhZGxldHRlcnMucHJvdG8SCXJpdm9yYS52MSLnAQoQRGVhZExldHRlckZpbHRlchIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCRITCgtjdXN0b21lcl9pZBgCIAEoCRIQCghsYW5lX2tleRgDIAEoCRIpCgVzaW5jZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFdW50aWwYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKBnJlYXNvbhgGIAEoDjIVLnJpdm9yYS52MS5EZWFkUmVhc29uEhcKD3N1YnNjcmlwdGlvbl9pZBgHIAEoCSJUChZMaXN0RGVhZExldHRlcnNSZXF1ZXN0EisKBmZpbHRlchgBIAEoCzIbLnJpdm9yYS52MS5EZWFkTGV0dGVyRmlsdGVyEg0KBWxpbWl0GAIgASgFIlkKF0xpc3REZWFkTGV0dGVyc1Jlc3BvbnNlEisKDGRlYWRfbGV0dGVycxgBIAMoCzIVLnJpdm9yYS52MS5EZWFkTGV0dGVyEhEKCXRydW5jYXRlZBgCIAEoCCJAChRHZXREZWFkTGV0dGVyUmVxdWVzdBIQCghldmVudF9pZBgBIAEoCRIWCg5kZXN0aW5hdGlvbl9pZBgCIAEoCSJTChVHZXREZWFkTGV0dGVyUmVzcG9uc2USKgoLZGVhZF9sZXR0ZXIYASABKAsyFS5yaXZvcmEudjEuRGVhZExldHRlchIOCgZvYmplY3QYAiABKAkiXgoWRGVhZExldHRlclN0YXRzUmVxdWVzdBIrCgZmaWx0ZXIYASABKAsyGy5yaXZvcmEudjEuRGVhZExldHRlckZpbHRlchIXCg9ieV9zdWJzY3JpcHRpb24YAiABKAgi5QEKD0RlYWRMZXR0ZXJDb3VudBIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCRITCgtjdXN0b21lcl9pZBgCIAEoCRIlCgZyZWFzb24YAyABKA4yFS5yaXZvcmEudjEuRGVhZFJlYXNvbhINCgVjb3VudBgEIAEoAxIqCgZvbGRlc3QYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBm5ld2VzdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPc3Vic2NyaXB0aW9uX2lkGAcgASgJImUKF0RlYWRMZXR0ZXJTdGF0c1Jlc3BvbnNlEioKBmNvdW50cxgBIAMoCzIaLnJpdm9yYS52MS5EZWFkTGV0dGVyQ291bnQSDQoFdG90YWwYAiABKAMSDwoHb2JqZWN0cxgDIAEoAyK0AQoNUmVwbGF5UmVxdWVzdBIrCgZmaWx0ZXIYASABKAsyGy5yaXZvcmEudjEuRGVhZExldHRlckZpbHRlchIcCg9yYXRlX3Blcl9zZWNvbmQYAiABKAFIAIgBARIPCgdkcnlfcnVuGAMgASgIEg8KB3Jlc3RhcnQYBCABKAgSIgoac2tpcF9kZWxldGVkX3N1YnNjcmlwdGlvbnMYBSABKAhCEgoQX3JhdGVfcGVyX3NlY29uZCK+AgoOUmVwbGF5UmVzcG9uc2USDQoFdG90YWwYASABKAMSEAoIcmVwbGF5ZWQYAiABKAMSDwoHc2tpcHBlZBgDIAEoAxIMCgRkb25lGAQgASgIEioKBmNvdW50cxgFIAMoCzIaLnJpdm9yYS52MS5EZWFkTGV0dGVyQ291bnQSFwoPcmF0ZV9wZXJfc2Vjb25kGAYgASgBEg8KB3JlZnVzZWQYByABKAkSKAoHcmVuYW1lZBgIIAMoCzIXLnJpdm9yYS52MS5SZXBsYXlSZW5hbWUSKQohZGVsZXRlZF9zdWJzY3JpcHRpb25fZGVhZF9sZXR0ZXJzGAkgASgDEh0KFWRlbGV0ZWRfc3Vic2NyaXB0aW9ucxgKIAMoCRIiChpkZWxldGVkX3N1YnNjcmlwdGlvbl9jb3VudBgLIAEoAyI1CgxSZXBsYXlSZW5hbWUSEAoIZXZlbnRfaWQYASABKAkSEwoLcmVwbGF5ZWRfYXMYAiABKAky6AIKDkFyY2hpdmVTZXJ2aWNlEl0KD0xpc3REZWFkTGV0dGVycxIhLnJpdm9yYS52MS5MaXN0RGVhZExldHRlcnNSZXF1ZXN0GiIucml2b3JhLnYxLkxpc3REZWFkTGV0dGVyc1Jlc3BvbnNlIgOQAgESVwoNR2V0RGVhZExldHRlchIfLnJpdm9yYS52MS5HZXREZWFkTGV0dGVyUmVxdWVzdBogLnJpdm9yYS52MS5HZXREZWFkTGV0dGVyUmVzcG9uc2UiA5ACARJdCg9EZWFkTGV0dGVyU3RhdHMSIS5yaXZvcmEudjEuRGVhZExldHRlclN0YXRzUmVxdWVzdBoiLnJpdm9yYS52MS5EZWFkTGV0dGVyU3RhdHNSZXNwb25zZSIDkAIBEj8KBlJlcGxheRIYLnJpdm9yYS52MS5SZXBsYXlSZXF1ZXN0Ghkucml2b3JhLnYxLlJlcGxheVJlc3BvbnNlMAFCM1oxZ2l0aHViLmNvbS9yaXZvcmEvcml2b3JhL3Byb3RvL3Jpdm9yYS92MTtyaXZvcmF2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_rivora_v1_event]);
+  fileDesc("ChtyaXZvcmEvdjEvZGVhZGxldHRlcnMucHJvdG8SCXJpdm9yYS52MSLnAQoQRGVhZExldHRlckZpbHRlchIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCRITCgtjdXN0b21lcl9pZBgCIAEoCRIQCghsYW5lX2tleRgDIAEoCRIpCgVzaW5jZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFdW50aWwYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKBnJlYXNvbhgGIAEoDjIVLnJpdm9yYS52MS5EZWFkUmVhc29uEhcKD3N1YnNjcmlwdGlvbl9pZBgHIAEoCSJqChZMaXN0RGVhZExldHRlcnNSZXF1ZXN0EisKBmZpbHRlchgBIAEoCzIbLnJpdm9yYS52MS5EZWFkTGV0dGVyRmlsdGVyEg0KBWxpbWl0GAIgASgFEhQKDGxlZGdlcnNfb25seRgDIAEoCCLbAQoXTGlzdERlYWRMZXR0ZXJzUmVzcG9uc2USKwoMZGVhZF9sZXR0ZXJzGAEgAygLMhUucml2b3JhLnYxLkRlYWRMZXR0ZXISEQoJdHJ1bmNhdGVkGAIgASgIEhsKE2FyY2hpdmVfdW5hdmFpbGFibGUYAyABKAkSGQoRbGVkZ2VyX3BhcnRpdGlvbnMYBCADKA0SLwoOdW5yZWFkX2xlZGdlcnMYBSADKAsyFy5yaXZvcmEudjEuVW5yZWFkTGVkZ2VyEhcKD21vcmVfdW5hcmNoaXZlZBgGIAEoAyJBCgxVbnJlYWRMZWRnZXISEgoKcGFydGl0aW9ucxgBIAMoDRINCgVhZ2VudBgCIAEoCRIOCgZyZWFzb24YAyABKAkiVgoUR2V0RGVhZExldHRlclJlcXVlc3QSEAoIZXZlbnRfaWQYASABKAkSFgoOZGVzdGluYXRpb25faWQYAiABKAkSFAoMbGVkZ2Vyc19vbmx5GAMgASgIInAKFUdldERlYWRMZXR0ZXJSZXNwb25zZRIqCgtkZWFkX2xldHRlchgBIAEoCzIVLnJpdm9yYS52MS5EZWFkTGV0dGVyEg4KBm9iamVjdBgCIAEoCRIbChNhcmNoaXZlX3VuYXZhaWxhYmxlGAMgASgJInQKFkRlYWRMZXR0ZXJTdGF0c1JlcXVlc3QSKwoGZmlsdGVyGAEgASgLMhsucml2b3JhLnYxLkRlYWRMZXR0ZXJGaWx0ZXISFwoPYnlfc3Vic2NyaXB0aW9uGAIgASgIEhQKDGxlZGdlcnNfb25seRgDIAEoCCLlAQoPRGVhZExldHRlckNvdW50EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEhMKC2N1c3RvbWVyX2lkGAIgASgJEiUKBnJlYXNvbhgDIAEoDjIVLnJpdm9yYS52MS5EZWFkUmVhc29uEg0KBWNvdW50GAQgASgDEioKBm9sZGVzdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKgoGbmV3ZXN0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9zdWJzY3JpcHRpb25faWQYByABKAkizgEKF0RlYWRMZXR0ZXJTdGF0c1Jlc3BvbnNlEioKBmNvdW50cxgBIAMoCzIaLnJpdm9yYS52MS5EZWFkTGV0dGVyQ291bnQSDQoFdG90YWwYAiABKAMSDwoHb2JqZWN0cxgDIAEoAxIbChNhcmNoaXZlX3VuYXZhaWxhYmxlGAQgASgJEhkKEWxlZGdlcl9wYXJ0aXRpb25zGAUgAygNEi8KDnVucmVhZF9sZWRnZXJzGAYgAygLMhcucml2b3JhLnYxLlVucmVhZExlZGdlciK0AQoNUmVwbGF5UmVxdWVzdBIrCgZmaWx0ZXIYASABKAsyGy5yaXZvcmEudjEuRGVhZExldHRlckZpbHRlchIcCg9yYXRlX3Blcl9zZWNvbmQYAiABKAFIAIgBARIPCgdkcnlfcnVuGAMgASgIEg8KB3Jlc3RhcnQYBCABKAgSIgoac2tpcF9kZWxldGVkX3N1YnNjcmlwdGlvbnMYBSABKAhCEgoQX3JhdGVfcGVyX3NlY29uZCK+AgoOUmVwbGF5UmVzcG9uc2USDQoFdG90YWwYASABKAMSEAoIcmVwbGF5ZWQYAiABKAMSDwoHc2tpcHBlZBgDIAEoAxIMCgRkb25lGAQgASgIEioKBmNvdW50cxgFIAMoCzIaLnJpdm9yYS52MS5EZWFkTGV0dGVyQ291bnQSFwoPcmF0ZV9wZXJfc2Vjb25kGAYgASgBEg8KB3JlZnVzZWQYByABKAkSKAoHcmVuYW1lZBgIIAMoCzIXLnJpdm9yYS52MS5SZXBsYXlSZW5hbWUSKQohZGVsZXRlZF9zdWJzY3JpcHRpb25fZGVhZF9sZXR0ZXJzGAkgASgDEh0KFWRlbGV0ZWRfc3Vic2NyaXB0aW9ucxgKIAMoCRIiChpkZWxldGVkX3N1YnNjcmlwdGlvbl9jb3VudBgLIAEoAyI1CgxSZXBsYXlSZW5hbWUSEAoIZXZlbnRfaWQYASABKAkSEwoLcmVwbGF5ZWRfYXMYAiABKAky6AIKDkFyY2hpdmVTZXJ2aWNlEl0KD0xpc3REZWFkTGV0dGVycxIhLnJpdm9yYS52MS5MaXN0RGVhZExldHRlcnNSZXF1ZXN0GiIucml2b3JhLnYxLkxpc3REZWFkTGV0dGVyc1Jlc3BvbnNlIgOQAgESVwoNR2V0RGVhZExldHRlchIfLnJpdm9yYS52MS5HZXREZWFkTGV0dGVyUmVxdWVzdBogLnJpdm9yYS52MS5HZXREZWFkTGV0dGVyUmVzcG9uc2UiA5ACARJdCg9EZWFkTGV0dGVyU3RhdHMSIS5yaXZvcmEudjEuRGVhZExldHRlclN0YXRzUmVxdWVzdBoiLnJpdm9yYS52MS5EZWFkTGV0dGVyU3RhdHNSZXNwb25zZSIDkAIBEj8KBlJlcGxheRIYLnJpdm9yYS52MS5SZXBsYXlSZXF1ZXN0Ghkucml2b3JhLnYxLlJlcGxheVJlc3BvbnNlMAFCM1oxZ2l0aHViLmNvbS9yaXZvcmEvcml2b3JhL3Byb3RvL3Jpdm9yYS92MTtyaXZvcmF2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_rivora_v1_event]);
 
 /**
  * DeadLetterFilter selects dead letters.
@@ -86,6 +86,16 @@ export type ListDeadLettersRequest = Message<"rivora.v1.ListDeadLettersRequest">
    * @generated from field: int32 limit = 2;
    */
   limit: number;
+
+  /**
+   * ledgers_only answers from the partitions' ledgers alone, without
+   * reading the archive: the dead letters not archived yet. An agent
+   * answers for the partitions it owns; the control plane asks every
+   * agent (it does so itself when the archive cannot be read).
+   *
+   * @generated from field: bool ledgers_only = 3;
+   */
+  ledgersOnly: boolean;
 };
 
 /**
@@ -110,6 +120,42 @@ export type ListDeadLettersResponse = Message<"rivora.v1.ListDeadLettersResponse
    * @generated from field: bool truncated = 2;
    */
   truncated: boolean;
+
+  /**
+   * archive_unavailable, when set, says why the archive could not be
+   * read: dead_letters are then those still waiting in the partitions'
+   * ledgers (each marked unarchived), which are archived once it can be
+   * written again; the archive's own are not listed.
+   *
+   * @generated from field: string archive_unavailable = 3;
+   */
+  archiveUnavailable: string;
+
+  /**
+   * ledger_partitions are the partitions whose ledger was read (with
+   * archive_unavailable or ledgers_only), sorted.
+   *
+   * @generated from field: repeated uint32 ledger_partitions = 4;
+   */
+  ledgerPartitions: number[];
+
+  /**
+   * unread_ledgers are the partitions whose ledger could not be read (no
+   * owner right now, its owner did not answer, or is opening it): their
+   * dead letters are missing from the answer.
+   *
+   * @generated from field: repeated rivora.v1.UnreadLedger unread_ledgers = 5;
+   */
+  unreadLedgers: UnreadLedger[];
+
+  /**
+   * more_unarchived is how many more dead letters waiting in the ledgers
+   * matched than are listed: ledgers are not paged, so a filter narrows
+   * them (truncated is set too).
+   *
+   * @generated from field: int64 more_unarchived = 6;
+   */
+  moreUnarchived: bigint;
 };
 
 /**
@@ -118,6 +164,38 @@ export type ListDeadLettersResponse = Message<"rivora.v1.ListDeadLettersResponse
  */
 export const ListDeadLettersResponseSchema: GenMessage<ListDeadLettersResponse> = /*@__PURE__*/
   messageDesc(file_rivora_v1_deadletters, 2);
+
+/**
+ * UnreadLedger is a set of partitions whose ledger could not be read, and
+ * why.
+ *
+ * @generated from message rivora.v1.UnreadLedger
+ */
+export type UnreadLedger = Message<"rivora.v1.UnreadLedger"> & {
+  /**
+   * @generated from field: repeated uint32 partitions = 1;
+   */
+  partitions: number[];
+
+  /**
+   * agent owns them, "" when nobody does right now.
+   *
+   * @generated from field: string agent = 2;
+   */
+  agent: string;
+
+  /**
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message rivora.v1.UnreadLedger.
+ * Use `create(UnreadLedgerSchema)` to create a new message.
+ */
+export const UnreadLedgerSchema: GenMessage<UnreadLedger> = /*@__PURE__*/
+  messageDesc(file_rivora_v1_deadletters, 3);
 
 /**
  * @generated from message rivora.v1.GetDeadLetterRequest
@@ -134,6 +212,14 @@ export type GetDeadLetterRequest = Message<"rivora.v1.GetDeadLetterRequest"> & {
    * @generated from field: string destination_id = 2;
    */
   destinationId: string;
+
+  /**
+   * ledgers_only looks in the partitions' ledgers alone, without reading
+   * the archive (see ListDeadLettersRequest.ledgers_only).
+   *
+   * @generated from field: bool ledgers_only = 3;
+   */
+  ledgersOnly: boolean;
 };
 
 /**
@@ -141,7 +227,7 @@ export type GetDeadLetterRequest = Message<"rivora.v1.GetDeadLetterRequest"> & {
  * Use `create(GetDeadLetterRequestSchema)` to create a new message.
  */
 export const GetDeadLetterRequestSchema: GenMessage<GetDeadLetterRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_deadletters, 3);
+  messageDesc(file_rivora_v1_deadletters, 4);
 
 /**
  * @generated from message rivora.v1.GetDeadLetterResponse
@@ -153,11 +239,21 @@ export type GetDeadLetterResponse = Message<"rivora.v1.GetDeadLetterResponse"> &
   deadLetter?: DeadLetter | undefined;
 
   /**
-   * object is the archive object holding it.
+   * object is the archive object holding it ("" for one waiting in its
+   * partition's ledger).
    *
    * @generated from field: string object = 2;
    */
   object: string;
+
+  /**
+   * archive_unavailable, when set, says why the archive could not be
+   * read: the dead letter was found waiting in its partition's ledger
+   * (marked unarchived) instead.
+   *
+   * @generated from field: string archive_unavailable = 3;
+   */
+  archiveUnavailable: string;
 };
 
 /**
@@ -165,7 +261,7 @@ export type GetDeadLetterResponse = Message<"rivora.v1.GetDeadLetterResponse"> &
  * Use `create(GetDeadLetterResponseSchema)` to create a new message.
  */
 export const GetDeadLetterResponseSchema: GenMessage<GetDeadLetterResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_deadletters, 4);
+  messageDesc(file_rivora_v1_deadletters, 5);
 
 /**
  * @generated from message rivora.v1.DeadLetterStatsRequest
@@ -182,6 +278,14 @@ export type DeadLetterStatsRequest = Message<"rivora.v1.DeadLetterStatsRequest">
    * @generated from field: bool by_subscription = 2;
    */
   bySubscription: boolean;
+
+  /**
+   * ledgers_only counts from the partitions' ledgers alone (see
+   * ListDeadLettersRequest.ledgers_only).
+   *
+   * @generated from field: bool ledgers_only = 3;
+   */
+  ledgersOnly: boolean;
 };
 
 /**
@@ -189,7 +293,7 @@ export type DeadLetterStatsRequest = Message<"rivora.v1.DeadLetterStatsRequest">
  * Use `create(DeadLetterStatsRequestSchema)` to create a new message.
  */
 export const DeadLetterStatsRequestSchema: GenMessage<DeadLetterStatsRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_deadletters, 5);
+  messageDesc(file_rivora_v1_deadletters, 6);
 
 /**
  * DeadLetterCount counts dead letters of one destination, customer and
@@ -242,7 +346,7 @@ export type DeadLetterCount = Message<"rivora.v1.DeadLetterCount"> & {
  * Use `create(DeadLetterCountSchema)` to create a new message.
  */
 export const DeadLetterCountSchema: GenMessage<DeadLetterCount> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_deadletters, 6);
+  messageDesc(file_rivora_v1_deadletters, 7);
 
 /**
  * @generated from message rivora.v1.DeadLetterStatsResponse
@@ -262,6 +366,27 @@ export type DeadLetterStatsResponse = Message<"rivora.v1.DeadLetterStatsResponse
    * @generated from field: int64 objects = 3;
    */
   objects: bigint;
+
+  /**
+   * archive_unavailable, when set, says why the archive could not be
+   * read: the counts are then of the dead letters still waiting in the
+   * partitions' ledgers (objects is 0), as in ListDeadLettersResponse.
+   *
+   * @generated from field: string archive_unavailable = 4;
+   */
+  archiveUnavailable: string;
+
+  /**
+   * ledger_partitions and unread_ledgers: as in ListDeadLettersResponse.
+   *
+   * @generated from field: repeated uint32 ledger_partitions = 5;
+   */
+  ledgerPartitions: number[];
+
+  /**
+   * @generated from field: repeated rivora.v1.UnreadLedger unread_ledgers = 6;
+   */
+  unreadLedgers: UnreadLedger[];
 };
 
 /**
@@ -269,7 +394,7 @@ export type DeadLetterStatsResponse = Message<"rivora.v1.DeadLetterStatsResponse
  * Use `create(DeadLetterStatsResponseSchema)` to create a new message.
  */
 export const DeadLetterStatsResponseSchema: GenMessage<DeadLetterStatsResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_deadletters, 7);
+  messageDesc(file_rivora_v1_deadletters, 8);
 
 /**
  * @generated from message rivora.v1.ReplayRequest
@@ -321,7 +446,7 @@ export type ReplayRequest = Message<"rivora.v1.ReplayRequest"> & {
  * Use `create(ReplayRequestSchema)` to create a new message.
  */
 export const ReplayRequestSchema: GenMessage<ReplayRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_deadletters, 8);
+  messageDesc(file_rivora_v1_deadletters, 9);
 
 /**
  * ReplayResponse is one progress report of a replay.
@@ -423,7 +548,7 @@ export type ReplayResponse = Message<"rivora.v1.ReplayResponse"> & {
  * Use `create(ReplayResponseSchema)` to create a new message.
  */
 export const ReplayResponseSchema: GenMessage<ReplayResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_deadletters, 9);
+  messageDesc(file_rivora_v1_deadletters, 10);
 
 /**
  * ReplayRename is one dead letter replayed under a new id.
@@ -450,7 +575,7 @@ export type ReplayRename = Message<"rivora.v1.ReplayRename"> & {
  * Use `create(ReplayRenameSchema)` to create a new message.
  */
 export const ReplayRenameSchema: GenMessage<ReplayRename> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_deadletters, 10);
+  messageDesc(file_rivora_v1_deadletters, 11);
 
 /**
  * ArchiveService reads the dead-letter archive (tier 3) and replays it
@@ -463,7 +588,9 @@ export const ArchiveService: GenService<{
    * ListDeadLetters lists archived dead letters matching a filter
    * (payloads left out), destination by destination, each
    * destination's in the order they were recorded: hour by hour, oldest
-   * first.
+   * first. While the archive cannot be read, it lists instead the dead
+   * letters waiting in the partitions' ledgers to be archived, and says
+   * so (archive_unavailable).
    *
    * @generated from rpc rivora.v1.ArchiveService.ListDeadLetters
    */
@@ -473,7 +600,9 @@ export const ArchiveService: GenService<{
     output: typeof ListDeadLettersResponseSchema;
   },
   /**
-   * GetDeadLetter returns one dead letter with its payload.
+   * GetDeadLetter returns one dead letter with its payload; while the
+   * archive cannot be read, one still waiting in a partition's ledger
+   * (archive_unavailable says so).
    *
    * @generated from rpc rivora.v1.ArchiveService.GetDeadLetter
    */
@@ -483,7 +612,9 @@ export const ArchiveService: GenService<{
     output: typeof GetDeadLetterResponseSchema;
   },
   /**
-   * DeadLetterStats counts archived dead letters.
+   * DeadLetterStats counts archived dead letters; while the archive
+   * cannot be read, those waiting in the partitions' ledgers instead
+   * (archive_unavailable says so).
    *
    * @generated from rpc rivora.v1.ArchiveService.DeadLetterStats
    */

@@ -1,0 +1,149 @@
+package deadletters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rivora/rivora/internal/errkind"
+	"github.com/rivora/rivora/lanes"
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// Ledgers are the ledgers of the partitions this agent owns, where a dead
+// letter waits until an archive object holds it (partitions.Set). While
+// the archive cannot be read, list, show and stats answer from them, so
+// that an operator still sees what died during the outage.
+type Ledgers interface {
+	// WaitingDeadLetters calls visit with each dead letter waiting for the
+	// archive in a ledger read here (visit must not change it), and
+	// returns the partitions read and those assigned here it could not
+	// read, with why.
+	WaitingDeadLetters(visit func(dl *rivorav1.DeadLetter)) (read []uint32, unread []*rivorav1.UnreadLedger)
+}
+
+// ledgerReserve is the part of a call's time kept from reading the
+// archive for the ledgers' answer: an archive that does not answer at all
+// (a cut network, not a refused connection) must not use up the caller's
+// whole deadline.
+const ledgerReserve = 5 * time.Second
+
+// archiveContext is ctx for reading the archive: its deadline is
+// ledgerReserve before ctx's when ctx has more than twice that left.
+func archiveContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) > 2*ledgerReserve {
+		return context.WithDeadline(ctx, deadline.Add(-ledgerReserve))
+	}
+	return context.WithCancel(ctx)
+}
+
+// archiveDown says why the archive could not be read when err says it
+// could not (errkind.Unavailable, the kind every archive read failure is
+// tagged with) and the caller is still waiting; false for any other
+// outcome, which is answered as it was.
+func archiveDown(ctx context.Context, err error) (string, bool) {
+	if err == nil || ctx.Err() != nil || !errors.Is(err, errkind.Unavailable) {
+		return "", false
+	}
+	return err.Error(), true
+}
+
+// waiting returns the dead letters waiting in the ledgers read here that
+// match f, destination by destination (as the archive lists them), each
+// destination's in ledger order, the order they died in.
+func (s *Service) waiting(f *rivorav1.DeadLetterFilter) (dls []*rivorav1.DeadLetter, read []uint32, unread []*rivorav1.UnreadLedger) {
+	read, unread = s.ledgers.WaitingDeadLetters(func(dl *rivorav1.DeadLetter) {
+		if matches(f, dl) {
+			dls = append(dls, dl)
+		}
+	})
+	sort.SliceStable(dls, func(i, j int) bool {
+		return dls[i].GetEvent().GetDestinationId() < dls[j].GetEvent().GetDestinationId()
+	})
+	return dls, read, unread
+}
+
+// unarchivedCopy is a ledger's dead letter as an answer gives it: a copy,
+// marked unarchived, its payload left out unless withPayload.
+func unarchivedCopy(dl *rivorav1.DeadLetter, withPayload bool) *rivorav1.DeadLetter {
+	c := proto.Clone(dl).(*rivorav1.DeadLetter)
+	c.Unarchived = true
+	if !withPayload {
+		c.Event.Payload = nil
+	}
+	return c
+}
+
+// listWaiting is ListDeadLetters' answer from the ledgers: at most limit
+// dead letters, and how many more matched (ledgers are not paged).
+func (s *Service) listWaiting(f *rivorav1.DeadLetterFilter, limit int) *rivorav1.ListDeadLettersResponse {
+	dls, read, unread := s.waiting(f)
+	resp := &rivorav1.ListDeadLettersResponse{LedgerPartitions: read, UnreadLedgers: unread}
+	for _, dl := range dls[:min(limit, len(dls))] {
+		resp.DeadLetters = append(resp.DeadLetters, unarchivedCopy(dl, false))
+	}
+	if more := len(dls) - limit; more > 0 {
+		resp.MoreUnarchived, resp.Truncated = int64(more), true
+	}
+	return resp
+}
+
+// statsWaiting is DeadLetterStats' answer from the ledgers.
+func (s *Service) statsWaiting(f *rivorav1.DeadLetterFilter, bySubscription bool) *rivorav1.DeadLetterStatsResponse {
+	dls, read, unread := s.waiting(f)
+	counts := newCounter()
+	counts.bySubscription = bySubscription
+	for _, dl := range dls {
+		counts.add(dl, true)
+	}
+	return &rivorav1.DeadLetterStatsResponse{Counts: counts.newestFirst(), Total: counts.total, LedgerPartitions: read, UnreadLedgers: unread}
+}
+
+// getWaiting is GetDeadLetter's answer from the ledgers: event id's
+// latest dead letter waiting there (an event replayed and dead again may
+// have two), or NotFound saying which ledgers were read.
+func (s *Service) getWaiting(id, destinationID string) (*rivorav1.GetDeadLetterResponse, error) {
+	dls, read, unread := s.waiting(&rivorav1.DeadLetterFilter{DestinationId: destinationID})
+	var found *rivorav1.DeadLetter
+	for _, dl := range dls {
+		if dl.GetEvent().GetEventId() == id {
+			found = dl
+		}
+	}
+	if found == nil {
+		return nil, errkind.Errorf(errkind.NotFound, "no dead letter of event %s waits in the ledgers read here (%s)", id, ledgersRead(read, unread))
+	}
+	return &rivorav1.GetDeadLetterResponse{DeadLetter: unarchivedCopy(found, true)}, nil
+}
+
+// getWhileArchiveDown answers GetDeadLetter while the archive cannot be
+// read (why; its error archiveErr): from a ledger read here, or
+// Unavailable saying both that the archive could not be read and that the
+// dead letter does not wait in those ledgers (in a cell another agent's
+// may hold it: the control plane asks them all).
+func (s *Service) getWhileArchiveDown(id, destinationID, why string, archiveErr error) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
+	resp, err := s.getWaiting(id, destinationID)
+	if err != nil {
+		return nil, errkind.Tag(errkind.Unavailable, fmt.Errorf("%w; and %v", archiveErr, err))
+	}
+	resp.ArchiveUnavailable = why
+	return connect.NewResponse(resp), nil
+}
+
+// ledgersRead says which ledgers an answer read, and which it could not:
+// "read partitions 0-3, 5; not partition 4: its owner is opening it …".
+func ledgersRead(read []uint32, unread []*rivorav1.UnreadLedger) string {
+	text := "no ledger is read here"
+	if len(read) > 0 {
+		text = "read " + lanes.PartitionsText(read)
+	}
+	for _, u := range unread {
+		text += fmt.Sprintf("; not %s: %s", lanes.PartitionsText(u.GetPartitions()), u.GetReason())
+	}
+	return text
+}
