@@ -29,7 +29,9 @@ import (
 //   - ResendEvent finds the event as GetEvent does, then goes to the owner
 //     of its destination's partition;
 //   - the archive is the cell's (S3/MinIO), so ArchiveService calls go to
-//     any connected agent, the next one when one is Unavailable.
+//     any connected agent, the next one when one is Unavailable; while
+//     the archive cannot be read, list, stats and show are answered from
+//     every agent's ledgers instead (operator_ledgers.go).
 //
 // Each call to an agent carries the caller's token (auth.Forwarding), so
 // the agent authorizes it again. An agent's own answer, error included,
@@ -296,22 +298,68 @@ func anyUnary[Res any](ctx context.Context, r *operatorRouter, call func(context
 	return out, err
 }
 
+// ListDeadLetters asks any agent; one that could not read the archive
+// answers from its own ledgers (archive_unavailable), and then every
+// agent's ledgers are asked instead (listLedgers): each holds only its
+// partitions' dead letters.
 func (r *operatorRouter) ListDeadLetters(ctx context.Context, req *connect.Request[rivorav1.ListDeadLettersRequest]) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
-	return anyUnary(ctx, r, func(ctx context.Context, c rivorav1connect.ArchiveServiceClient) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
+	if req.Msg.GetLedgersOnly() {
+		return r.listLedgers(ctx, req.Msg, "")
+	}
+	resp, err := anyUnary(ctx, r, func(ctx context.Context, c rivorav1connect.ArchiveServiceClient) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
 		return c.ListDeadLetters(ctx, connect.NewRequest(req.Msg))
 	})
+	if err != nil || resp.Msg.GetArchiveUnavailable() == "" {
+		return resp, err
+	}
+	return r.listLedgers(ctx, req.Msg, resp.Msg.GetArchiveUnavailable())
 }
 
+// GetDeadLetter asks any agent, as the others do, but for one answer: the
+// archive could not be read and the dead letter does not wait in that
+// agent's ledgers. The next agent's archive would not do better, so every
+// agent's ledgers are asked instead (getLedgers).
 func (r *operatorRouter) GetDeadLetter(ctx context.Context, req *connect.Request[rivorav1.GetDeadLetterRequest]) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
-	return anyUnary(ctx, r, func(ctx context.Context, c rivorav1connect.ArchiveServiceClient) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
-		return c.GetDeadLetter(ctx, connect.NewRequest(req.Msg))
+	if req.Msg.GetLedgersOnly() {
+		return r.getLedgers(ctx, req.Msg, nil)
+	}
+	var out *connect.Response[rivorav1.GetDeadLetterResponse]
+	var archiveErr error
+	err := r.anyAgent(ctx, func(ctx context.Context, a *agentState) (bool, error) {
+		ctx, cancel := r.bounded(ctx, r.callTimeout)
+		defer cancel()
+		resp, err := r.archive(a).GetDeadLetter(ctx, connect.NewRequest(req.Msg))
+		switch {
+		case archiveDownErr(err):
+			archiveErr = err
+			return false, nil
+		case err != nil:
+			return unavailable(err), err
+		}
+		out = connect.NewResponse(resp.Msg)
+		return false, nil
 	})
+	switch {
+	case err != nil:
+		return nil, err
+	case archiveErr != nil:
+		return r.getLedgers(ctx, req.Msg, archiveErr)
+	}
+	return out, nil
 }
 
+// DeadLetterStats: as ListDeadLetters (statsLedgers).
 func (r *operatorRouter) DeadLetterStats(ctx context.Context, req *connect.Request[rivorav1.DeadLetterStatsRequest]) (*connect.Response[rivorav1.DeadLetterStatsResponse], error) {
-	return anyUnary(ctx, r, func(ctx context.Context, c rivorav1connect.ArchiveServiceClient) (*connect.Response[rivorav1.DeadLetterStatsResponse], error) {
+	if req.Msg.GetLedgersOnly() {
+		return r.statsLedgers(ctx, req.Msg, "")
+	}
+	resp, err := anyUnary(ctx, r, func(ctx context.Context, c rivorav1connect.ArchiveServiceClient) (*connect.Response[rivorav1.DeadLetterStatsResponse], error) {
 		return c.DeadLetterStats(ctx, connect.NewRequest(req.Msg))
 	})
+	if err != nil || resp.Msg.GetArchiveUnavailable() == "" {
+		return resp, err
+	}
+	return r.statsLedgers(ctx, req.Msg, resp.Msg.GetArchiveUnavailable())
 }
 
 // Replay forwards one agent's replay stream, message by message; the

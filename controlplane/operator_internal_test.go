@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
@@ -50,6 +51,10 @@ type routeAgent struct {
 	// replayEnded is closed when a Replay handler returns.
 	replayEnded chan struct{}
 	replayHold  bool // Replay waits for its context after its reports
+	// archiveDown, when set, is the archive's error: list, stats and show
+	// answer from the agent's ledger, as an agent does.
+	archiveDown string
+	ledger      routeLedger
 }
 
 func (a *routeAgent) called(method string) error {
@@ -140,6 +145,16 @@ func (a *routeAgent) ListDeadLetters(ctx context.Context, req *connect.Request[r
 	if err := a.called("ListDeadLetters"); err != nil {
 		return nil, err
 	}
+	a.mu.Lock()
+	down, ledger := a.archiveDown, a.ledger
+	a.mu.Unlock()
+	if down != "" || req.Msg.GetLedgersOnly() {
+		resp := ledger.list(int(req.Msg.GetLimit()))
+		if !req.Msg.GetLedgersOnly() {
+			resp.ArchiveUnavailable = down
+		}
+		return connect.NewResponse(resp), nil
+	}
 	return connect.NewResponse(&rivorav1.ListDeadLettersResponse{DeadLetters: []*rivorav1.DeadLetter{{LastError: "from-" + a.name}}}), nil
 }
 
@@ -147,7 +162,73 @@ func (a *routeAgent) DeadLetterStats(ctx context.Context, req *connect.Request[r
 	if err := a.called("DeadLetterStats"); err != nil {
 		return nil, err
 	}
+	a.mu.Lock()
+	down, ledger := a.archiveDown, a.ledger
+	a.mu.Unlock()
+	if down != "" || req.Msg.GetLedgersOnly() {
+		resp := ledger.stats()
+		if !req.Msg.GetLedgersOnly() {
+			resp.ArchiveUnavailable = down
+		}
+		return connect.NewResponse(resp), nil
+	}
 	return connect.NewResponse(&rivorav1.DeadLetterStatsResponse{Total: 7}), nil
+}
+
+func (a *routeAgent) GetDeadLetter(ctx context.Context, req *connect.Request[rivorav1.GetDeadLetterRequest]) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
+	if err := a.called("GetDeadLetter"); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	down, ledger := a.archiveDown, a.ledger
+	a.mu.Unlock()
+	if down == "" && !req.Msg.GetLedgersOnly() {
+		return connect.NewResponse(&rivorav1.GetDeadLetterResponse{DeadLetter: &rivorav1.DeadLetter{LastError: "from-" + a.name}, Object: "deadletter/x"}), nil
+	}
+	for _, dl := range ledger.dls {
+		if dl.GetEvent().GetEventId() == req.Msg.GetEventId() {
+			return connect.NewResponse(&rivorav1.GetDeadLetterResponse{DeadLetter: dl, ArchiveUnavailable: down}), nil
+		}
+	}
+	notHere := errkind.Errorf(errkind.NotFound, "no dead letter of event %s waits in the ledgers read here", req.Msg.GetEventId())
+	if req.Msg.GetLedgersOnly() {
+		return nil, errkind.AsConnect(notHere)
+	}
+	err := errkind.Tag(errkind.Unavailable, fmt.Errorf("%s; and %v", down, notHere))
+	return nil, errkind.AsConnect(errkind.WithInfo(err, errkind.ArchiveUnavailableReason, map[string]string{"archive_error": down}))
+}
+
+// routeLedger is what a stand-in agent's ledgers hold: dead letters (in
+// ledger order), the partitions it reads and those it cannot.
+type routeLedger struct {
+	dls    []*rivorav1.DeadLetter
+	read   []uint32
+	unread []*rivorav1.UnreadLedger
+}
+
+func (l routeLedger) list(limit int) *rivorav1.ListDeadLettersResponse {
+	if limit <= 0 {
+		limit = len(l.dls)
+	}
+	n := min(limit, len(l.dls))
+	return &rivorav1.ListDeadLettersResponse{DeadLetters: l.dls[:n], MoreUnarchived: int64(len(l.dls) - n), Truncated: n < len(l.dls), LedgerPartitions: l.read, UnreadLedgers: l.unread}
+}
+
+func (l routeLedger) stats() *rivorav1.DeadLetterStatsResponse {
+	resp := &rivorav1.DeadLetterStatsResponse{LedgerPartitions: l.read, UnreadLedgers: l.unread}
+	for _, dl := range l.dls {
+		resp.Counts = append(resp.Counts, &rivorav1.DeadLetterCount{DestinationId: dl.GetEvent().GetDestinationId(), CustomerId: dl.GetEvent().GetCustomerId(), Count: 1, Newest: dl.GetDeadAt(), Oldest: dl.GetDeadAt()})
+		resp.Total++
+	}
+	return resp
+}
+
+// downArchive makes the agent answer as one whose archive cannot be read,
+// from ledger.
+func (a *routeAgent) downArchive(why string, ledger routeLedger) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.archiveDown, a.ledger = why, ledger
 }
 
 func (a *routeAgent) Replay(ctx context.Context, req *connect.Request[rivorav1.ReplayRequest], stream *connect.ServerStream[rivorav1.ReplayResponse]) error {

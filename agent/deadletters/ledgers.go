@@ -124,12 +124,14 @@ func (s *Service) getWaiting(id, destinationID string) (*rivorav1.GetDeadLetterR
 // getWhileArchiveDown answers GetDeadLetter while the archive cannot be
 // read (why; its error archiveErr): from a ledger read here, or
 // Unavailable saying both that the archive could not be read and that the
-// dead letter does not wait in those ledgers (in a cell another agent's
-// may hold it: the control plane asks them all).
+// dead letter does not wait in those ledgers, marked so
+// (ArchiveUnavailableReason): in a cell another agent's may hold it, and
+// the control plane asks them all.
 func (s *Service) getWhileArchiveDown(id, destinationID, why string, archiveErr error) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
 	resp, err := s.getWaiting(id, destinationID)
 	if err != nil {
-		return nil, errkind.Tag(errkind.Unavailable, fmt.Errorf("%w; and %v", archiveErr, err))
+		err = errkind.Tag(errkind.Unavailable, fmt.Errorf("%w; and %v", archiveErr, err))
+		return nil, errkind.WithInfo(err, errkind.ArchiveUnavailableReason, map[string]string{"archive_error": why})
 	}
 	resp.ArchiveUnavailable = why
 	return connect.NewResponse(resp), nil

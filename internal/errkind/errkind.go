@@ -182,6 +182,13 @@ const InvalidLimitReason = "INVALID_LIMIT"
 // its value.
 const LimitReachedReason = "LIMIT_REACHED"
 
+// ArchiveUnavailableReason is the ErrorInfo reason of an agent's
+// Unavailable to GetDeadLetter when the archive could not be read and the
+// dead letter does not wait in that agent's ledgers: its metadata's
+// "archive_error" is why the archive could not be read. The control plane
+// then asks every agent's ledgers rather than the next agent's archive.
+const ArchiveUnavailableReason = "ARCHIVE_UNAVAILABLE"
+
 // Info is the metadata of the ErrorInfo of Domain with reason that err (a
 // Connect error, wrapped or not) carries; ok false when it has none.
 func Info(err error, reason string) (metadata map[string]string, ok bool) {

@@ -1,0 +1,148 @@
+package controlplane
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+const archiveRefused = "list archive deadletter/: dial tcp 10.0.0.9:9000: connect: connection refused"
+
+// ledgerDead is a dead letter waiting in partition p's ledger.
+func ledgerDead(t *testing.T, id string, p uint32, minute int) *rivorav1.DeadLetter {
+	return &rivorav1.DeadLetter{
+		Event:     &rivorav1.Event{EventId: id, DestinationId: destinationIn(t, p), CustomerId: "acme"},
+		DeadAt:    timestamppb.New(time.Date(2026, 3, 1, 10, minute, 0, 0, time.UTC)),
+		Partition: p, Unarchived: true,
+	}
+}
+
+// startLedgerCell is three agents whose archive is down: a1 owns
+// partitions 0-7 and holds two dead letters, a2 owns 8-11 and holds one
+// but is still opening partition 11, and a3, owner of 12-15, does not
+// answer.
+func startLedgerCell(t *testing.T) (c *routeCell, a1, a2 *routeAgent) {
+	c = startRouteCell(t, func() error { return nil })
+	a1 = c.agent("a1", 0, 1, 2, 3, 4, 5, 6, 7)
+	a2 = c.agent("a2", 8, 9, 10, 11)
+	a3 := c.agent("a3", 12, 13, 14, 15)
+	a3.srv.Close()
+	a1.downArchive(archiveRefused, routeLedger{
+		dls:  []*rivorav1.DeadLetter{ledgerDead(t, "evt-a1-first", 3, 1), ledgerDead(t, "evt-a1-second", 3, 2)},
+		read: []uint32{0, 1, 2, 3, 4, 5, 6, 7},
+	})
+	a2.downArchive(archiveRefused, routeLedger{
+		dls:    []*rivorav1.DeadLetter{ledgerDead(t, "evt-a2", 9, 3)},
+		read:   []uint32{8, 9, 10},
+		unread: []*rivorav1.UnreadLedger{{Partitions: []uint32{11}, Agent: "a2", Reason: "its owner is opening it (opening); retry in a moment"}},
+	})
+	return c, a1, a2
+}
+
+// checkUnread: the partitions no answer covered are named with their
+// owner and why: a2's own word for 11, a3 not answering for 12-15.
+func checkUnread(t *testing.T, what string, read []uint32, unread []*rivorav1.UnreadLedger) {
+	t.Helper()
+	if !slices.Equal(read, []uint32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) {
+		t.Errorf("%s: ledgers read %v, want 0-10", what, read)
+	}
+	if len(unread) != 2 ||
+		!slices.Equal(unread[0].GetPartitions(), []uint32{11}) || unread[0].GetAgent() != "a2" || !strings.Contains(unread[0].GetReason(), "opening") ||
+		!slices.Equal(unread[1].GetPartitions(), []uint32{12, 13, 14, 15}) || unread[1].GetAgent() != "a3" || !strings.Contains(unread[1].GetReason(), "did not answer") {
+		t.Errorf("%s: unread %v, want 11 (a2, opening) and 12-15 (a3, did not answer)", what, unread)
+	}
+}
+
+// While the archive cannot be read, list and stats merge every agent's
+// ledgers, not only the first agent's, and say which partitions they lack
+// and why; a limit cuts the merged list and counts what it left out.
+func TestOperatorListsEveryLedgerWhileTheArchiveIsDown(t *testing.T) {
+	c, a1, a2 := startLedgerCell(t)
+	resp, err := c.archive().ListDeadLetters(ctx(t), connect.NewRequest(&rivorav1.ListDeadLettersRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := resp.Msg
+	if list.GetArchiveUnavailable() != archiveRefused {
+		t.Errorf("archive_unavailable %q, want the agent's %q", list.GetArchiveUnavailable(), archiveRefused)
+	}
+	var ids []string
+	for _, dl := range list.GetDeadLetters() {
+		ids = append(ids, dl.GetEvent().GetEventId())
+		if !dl.GetUnarchived() {
+			t.Errorf("%s is not marked unarchived", dl.GetEvent().GetEventId())
+		}
+	}
+	want := []string{"evt-a1-first", "evt-a1-second", "evt-a2"}
+	if destinationIn(t, 9) < destinationIn(t, 3) {
+		want = []string{"evt-a2", "evt-a1-first", "evt-a1-second"}
+	}
+	if !slices.Equal(ids, want) || list.GetTruncated() || list.GetMoreUnarchived() != 0 {
+		t.Errorf("listed %v (truncated %v, %d more), want %v destination by destination, all", ids, list.GetTruncated(), list.GetMoreUnarchived(), want)
+	}
+	checkUnread(t, "list", list.GetLedgerPartitions(), list.GetUnreadLedgers())
+	for _, a := range []*routeAgent{a1, a2} {
+		if calls := a.callsOf(); len(calls) < 1 || calls[len(calls)-1] != "ListDeadLetters" {
+			t.Errorf("agent %s was not asked for its ledgers: %v", a.name, calls)
+		}
+	}
+
+	cut, err := c.archive().ListDeadLetters(ctx(t), connect.NewRequest(&rivorav1.ListDeadLettersRequest{Limit: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cut.Msg.GetDeadLetters()) != 1 || !cut.Msg.GetTruncated() || cut.Msg.GetMoreUnarchived() != 2 {
+		t.Errorf("limit 1: %d listed, truncated %v, %d more; want 1, true, 2", len(cut.Msg.GetDeadLetters()), cut.Msg.GetTruncated(), cut.Msg.GetMoreUnarchived())
+	}
+
+	st, err := c.archive().DeadLetterStats(ctx(t), connect.NewRequest(&rivorav1.DeadLetterStatsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Msg.GetTotal() != 3 || st.Msg.GetArchiveUnavailable() != archiveRefused || st.Msg.GetObjects() != 0 {
+		t.Errorf("stats: total %d, archive_unavailable %q, %d objects; want 3, the agent's error, 0", st.Msg.GetTotal(), st.Msg.GetArchiveUnavailable(), st.Msg.GetObjects())
+	}
+	if counts := st.Msg.GetCounts(); len(counts) != 3 || counts[0].GetNewest().AsTime().Before(counts[2].GetNewest().AsTime()) {
+		t.Errorf("stats counts %v, want 3, newest first", counts)
+	}
+	checkUnread(t, "stats", st.Msg.GetLedgerPartitions(), st.Msg.GetUnreadLedgers())
+
+	// Asked for the ledgers alone: the same merge, no archive read.
+	only, err := c.archive().ListDeadLetters(ctx(t), connect.NewRequest(&rivorav1.ListDeadLettersRequest{LedgersOnly: true}))
+	if err != nil || len(only.Msg.GetDeadLetters()) != 3 || only.Msg.GetArchiveUnavailable() != "" {
+		t.Errorf("ledgers_only: %v, %v; want the 3 dead letters, no archive_unavailable", only, err)
+	}
+}
+
+// dlq show of a dead letter waiting in another agent's ledger finds it
+// there (the first agent's archive could not be read, and its own ledger
+// does not hold it), saying why the archive was not read; one in no
+// ledger is Unavailable, naming the archive's error and the agent that
+// did not answer.
+func TestOperatorShowsALedgersDeadLetterWhileTheArchiveIsDown(t *testing.T) {
+	c, a1, _ := startLedgerCell(t)
+	resp, err := c.archive().GetDeadLetter(ctx(t), connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: "evt-a2"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl := resp.Msg.GetDeadLetter(); dl.GetEvent().GetEventId() != "evt-a2" || !dl.GetUnarchived() || resp.Msg.GetArchiveUnavailable() != archiveRefused {
+		t.Errorf("show evt-a2: %v, want a2's ledger's, marked, saying the archive's error", resp.Msg)
+	}
+	_, err = c.archive().GetDeadLetter(ctx(t), connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: "evt-nowhere"}))
+	wantErr(t, "show of a dead letter in no ledger", err, connect.CodeUnavailable, "the archive cannot be read ("+archiveRefused+")", "no agent's ledger holds it", "agent a3 did not answer")
+	_, err = c.archive().GetDeadLetter(ctx(t), connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: "evt-nowhere", LedgersOnly: true}))
+	wantErr(t, "ledgers_only show of a dead letter in no ledger", err, connect.CodeUnavailable, "agent a3 did not answer")
+
+	// The archive readable again: answered from it, as before.
+	a1.downArchive("", routeLedger{})
+	resp, err = c.archive().GetDeadLetter(ctx(t), connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: "evt-a2"}))
+	if err != nil || resp.Msg.GetDeadLetter().GetLastError() != "from-a1" || resp.Msg.GetArchiveUnavailable() != "" {
+		t.Errorf("show with a1's archive back: %v, %v; want a1's archive answer", resp, err)
+	}
+}
