@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -78,7 +79,10 @@ func (e *env) dlqCommand() *ucli.Command {
 		Name:  "dlq",
 		Usage: "inspect dead letters: events whose attempts or window ran out, archived with their last status",
 		Description: `Dead letters live in the archive (a local directory in rivora dev, or
-S3/MinIO). Replay them with ` + "`rivoractl replay`" + `.
+S3/MinIO). Replay them with ` + "`rivoractl replay`" + `. A dead letter is first kept in
+its partition's ledger and written to the archive within seconds; while
+the archive is unreachable, list, show and stats answer from the ledgers
+instead and say so.
 
    rivoractl dlq list --destination orders
    rivoractl dlq show EVENT_ID
@@ -95,7 +99,13 @@ its event already sent); "-" means none has, and the next replay sends it.
 -o json prints a JSON array, one object per event: eventId, destinationId,
 subscriptionId, customerId, laneKey, type, attempts, lastStatus, lastError,
 reason, deadAt, replayed (it died as a replay), replayedAt (when a replay
-handled it).`,
+handled it), unarchived (true: it waits in a ledger, not in the archive
+yet); notes go to stderr.
+
+` + ledgerHelp + `
+Such a list has an ARCHIVED column ("not yet"). The ledgers are not
+paged: when more match than --limit, it says how many more (narrow the
+filter).`,
 				Flags:  append(filterFlags(), &ucli.IntFlag{Name: "limit", Value: bounds.DeadLetterList, Usage: "show at most `N` (the archive answers at most 1000 at a time: narrow the filter for more)"}),
 				Action: e.listDeadLetters,
 			},
@@ -111,8 +121,11 @@ handled it).`,
 				Name:      "stats",
 				Usage:     "count dead letters per destination, customer and reason",
 				UsageText: "rivoractl dlq stats [filters] [--by-subscription] [-o json]",
-				Flags:     append(filterFlags(), &ucli.BoolFlag{Name: "by-subscription", Usage: "count per subscription too"}),
-				Action:    e.deadLetterStats,
+				Description: ledgerHelp + `
+Then the last line counts the dead letters waiting in the ledgers, and
+-o json carries archiveUnavailable, ledgerPartitions and unreadLedgers.`,
+				Flags:  append(filterFlags(), &ucli.BoolFlag{Name: "by-subscription", Usage: "count per subscription too"}),
+				Action: e.deadLetterStats,
 			},
 		},
 	}
@@ -134,6 +147,9 @@ type deadLetterJSON struct {
 	// ReplayedAt: when a replay handled this dead letter (none yet: the
 	// next replay sends it).
 	ReplayedAt string `json:"replayedAt,omitempty"`
+	// Unarchived: it waits in its partition's ledger, not in the archive
+	// yet (listed so while the archive is unreachable).
+	Unarchived bool `json:"unarchived,omitempty"`
 }
 
 func flatDeadLetter(dl *rivorav1.DeadLetter) deadLetterJSON {
@@ -142,7 +158,7 @@ func flatDeadLetter(dl *rivorav1.DeadLetter) deadLetterJSON {
 		EventID: ev.GetEventId(), DestinationID: ev.GetDestinationId(), SubscriptionID: ev.GetSubscriptionId(), CustomerID: ev.GetCustomerId(), LaneKey: ev.GetLaneKey(),
 		Type: ev.GetType(), Attempts: dl.GetAttempts(), LastStatus: dl.GetLastStatus(), LastError: dl.GetLastError(),
 		Reason: reasonText(dl.GetReason()), DeadAt: dl.GetDeadAt().AsTime().UTC().Format(time.RFC3339Nano), Replayed: ev.GetReplayed(),
-		ReplayedAt: optionalTime(dl.GetReplayedAt()),
+		ReplayedAt: optionalTime(dl.GetReplayedAt()), Unarchived: dl.GetUnarchived(),
 	}
 }
 
@@ -188,12 +204,19 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 	if len(dls) == 0 {
 		e.noteUnknownDestination(ctx, f.GetDestinationId())
 	}
+	fromLedgers := resp.Msg.GetArchiveUnavailable() != ""
 	if e.output == "json" {
 		out := make([]deadLetterJSON, 0, len(dls))
 		for _, dl := range dls {
 			out = append(out, flatDeadLetter(dl))
 		}
-		if resp.Msg.GetTruncated() {
+		if fromLedgers {
+			// The array is all a script sees: the warning goes to stderr.
+			ledgerWarning(e.errOut, resp.Msg.GetArchiveUnavailable(), listedFromLedgers(resp.Msg), resp.Msg.GetUnreadLedgers())
+		}
+		if fromLedgers && resp.Msg.GetTruncated() {
+			fmt.Fprintf(e.errOut, "note: %d dead letters listed; %d more wait in the ledgers (they are not paged: narrow the filter)\n", len(out), resp.Msg.GetMoreUnarchived())
+		} else if resp.Msg.GetTruncated() {
 			// The array is all a script sees: say on stderr that it is
 			// not all there is.
 			fmt.Fprintf(e.errOut, "note: %d dead letters listed; more match (raise --limit, at most %d, or narrow the filter)\n", len(out), bounds.DeadLetterList)
@@ -202,20 +225,19 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
+	if fromLedgers {
+		ledgerWarning(e.out, resp.Msg.GetArchiveUnavailable(), listedFromLedgers(resp.Msg), resp.Msg.GetUnreadLedgers())
+	}
 	if len(dls) == 0 {
 		_, err := fmt.Fprintln(e.out, "No dead letters match.")
 		return err
 	}
-	tw := newTable(e.out)
-	tw.row("DEAD AT\tEVENT\tDESTINATION\tCUSTOMER\tLANE\tATTEMPTS\tLAST STATUS\tREASON\tREPLAYED\tLAST ERROR\n")
-	for _, dl := range dls {
-		j := flatDeadLetter(dl)
-		tw.row("%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", fmtTime(dl.GetDeadAt()), j.EventID, j.DestinationID, j.CustomerID, j.LaneKey, j.Attempts, statusText(j.LastStatus), j.Reason, replayedText(dl), dash(oneLine(j.LastError)))
-	}
-	if err := tw.Flush(); err != nil {
+	if err := deadLetterTable(e.out, dls, fromLedgers); err != nil {
 		return err
 	}
-	if resp.Msg.GetTruncated() {
+	if fromLedgers && resp.Msg.GetTruncated() {
+		fmt.Fprintf(e.out, "(%d more wait in the ledgers: narrow the filter; the ledgers are not paged)\n", resp.Msg.GetMoreUnarchived())
+	} else if resp.Msg.GetTruncated() {
 		if c.Int("limit") < bounds.DeadLetterList {
 			fmt.Fprintf(e.out, "(more match: raise --limit or narrow the filter)\n")
 		} else {
@@ -223,6 +245,24 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 		}
 	}
 	return nil
+}
+
+// deadLetterTable writes dlq list's table; withArchived adds the ARCHIVED
+// column (a list from the ledgers: "not yet").
+func deadLetterTable(w io.Writer, dls []*rivorav1.DeadLetter, withArchived bool) error {
+	tw := newTable(w)
+	archived := func(dl *rivorav1.DeadLetter) string { return "" }
+	if withArchived {
+		archived = func(dl *rivorav1.DeadLetter) string { return ledgerArchivedText(dl) + "\t" }
+		tw.row("DEAD AT\tEVENT\tDESTINATION\tCUSTOMER\tLANE\tATTEMPTS\tLAST STATUS\tREASON\tREPLAYED\tARCHIVED\tLAST ERROR\n")
+	} else {
+		tw.row("DEAD AT\tEVENT\tDESTINATION\tCUSTOMER\tLANE\tATTEMPTS\tLAST STATUS\tREASON\tREPLAYED\tLAST ERROR\n")
+	}
+	for _, dl := range dls {
+		j := flatDeadLetter(dl)
+		tw.row("%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s%s\n", fmtTime(dl.GetDeadAt()), j.EventID, j.DestinationID, j.CustomerID, j.LaneKey, j.Attempts, statusText(j.LastStatus), j.Reason, replayedText(dl), archived(dl), dash(oneLine(j.LastError)))
+	}
+	return tw.Flush()
 }
 
 func (e *env) showDeadLetter(c *ucli.Context) error {
@@ -241,11 +281,17 @@ func (e *env) showDeadLetter(c *ucli.Context) error {
 	dl := resp.Msg.GetDeadLetter()
 	ev := dl.GetEvent()
 	j := flatDeadLetter(dl)
+	object := resp.Msg.GetObject()
+	if dl.GetUnarchived() {
+		why := resp.Msg.GetArchiveUnavailable()
+		say(e.out, "archive unreachable (%s): this dead letter still waits in its partition's ledger; it is archived once the archive is back\n", why)
+		object = "not yet: waits in the ledger of partition " + fmt.Sprint(dl.GetPartition())
+	}
 	if err := fields(e.out,
 		"EVENT", j.EventID, "DESTINATION", j.DestinationID, "CUSTOMER", j.CustomerID, "LANE", j.LaneKey, "TYPE", j.Type,
 		"ACCEPTED", fmtTime(ev.GetAcceptedAt()), "FIRST ATTEMPT", fmtTime(dl.GetFirstAttemptAt()), "LAST ATTEMPT", fmtTime(dl.GetLastAttemptAt()),
 		"DEAD AT", fmtTime(dl.GetDeadAt()), "REASON", j.Reason, "ATTEMPTS", fmt.Sprint(j.Attempts), "LAST STATUS", statusText(j.LastStatus),
-		"LAST ERROR", dash(j.LastError), "REPLAYED", replayedText(dl), "CONTENT TYPE", ev.GetContentType(), "OBJECT", resp.Msg.GetObject(),
+		"LAST ERROR", dash(j.LastError), "REPLAYED", replayedText(dl), "CONTENT TYPE", ev.GetContentType(), "OBJECT", object,
 	); err != nil {
 		return err
 	}
@@ -270,9 +316,16 @@ func (e *env) deadLetterStats(c *ucli.Context) error {
 	if err != nil {
 		return callFailed("dead letter stats", err, nil)
 	}
+	why := resp.Msg.GetArchiveUnavailable()
 	if e.output == "json" {
+		if why != "" {
+			ledgerWarning(e.errOut, why, fmt.Sprintf("counting the %d matching dead letters", resp.Msg.GetTotal()), resp.Msg.GetUnreadLedgers())
+		}
 		// int64 counts are strings in protojson.
 		return writeJSONWith(e.out, resp.Msg, map[string]any{"counts": []any{}, "total": "0", "objects": "0"})
+	}
+	if why != "" {
+		ledgerWarning(e.out, why, fmt.Sprintf("counting the %d matching dead letters", resp.Msg.GetTotal()), resp.Msg.GetUnreadLedgers())
 	}
 	tw := newTable(e.out)
 	if bySubscription {
@@ -286,6 +339,10 @@ func (e *env) deadLetterStats(c *ucli.Context) error {
 		tw.row("%s\t%s\t%s\t%d\t%s\t%s\n", n.GetDestinationId(), n.GetCustomerId(), reasonText(n.GetReason()), n.GetCount(), fmtTime(n.GetOldest()), fmtTime(n.GetNewest()))
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if why != "" {
+		_, err = fmt.Fprintf(e.out, "%d dead letters waiting in the agents' ledgers (the archive's are counted once it is back)\n", resp.Msg.GetTotal())
 		return err
 	}
 	_, err = fmt.Fprintf(e.out, "%d dead letters in %d archive objects\n", resp.Msg.GetTotal(), resp.Msg.GetObjects())
