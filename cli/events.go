@@ -53,8 +53,8 @@ Rivora recorded whether a try was charged show its number with a "?".
 
 A dead event whose dead letter is not in the archive yet (it cannot be
 reached) reads ARCHIVED not yet (deadLetterUnarchived in -o json): it is
-kept in the ledger, and dlq list, dlq show and replay find it once the
-archive is back.
+kept in the ledger, where dlq list and dlq show find it meanwhile (marked
+so); replay finds it once the archive is back.
 
 While pending, WAITING says why it is not being delivered now, e.g.
    held: destination parked since 2026-12-01T09:12:03Z; 2 of 8 attempts used
@@ -282,7 +282,7 @@ func (e *env) getEvent(c *ucli.Context) error {
 		kv = append(kv, "DEAD REASON", deadReasonName(ev.GetDeadReason()))
 	}
 	if ev.GetDeadLetterUnarchived() {
-		kv = append(kv, "ARCHIVED", "not yet: dead letter kept in the ledger until the archive is reachable (dlq list, dlq show and replay find it then)")
+		kv = append(kv, "ARCHIVED", "not yet: dead letter kept in the ledger until the archive is reachable (dlq list and dlq show find it there meanwhile; replay once it is archived)")
 	}
 	if ev.GetConflictingCopyDead() && ev.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_IDEMPOTENCY_CONFLICT {
 		kv = append(kv, "CONFLICTING COPY", "a copy of another payload under this id (its idempotency key reused) is a dead letter, never sent: rivoractl dlq show "+ev.GetEventId())

@@ -27,8 +27,8 @@ func (o *Partition) Unarchived(destinationID string) int {
 
 // DeadLetterUnarchived reports whether the dead letter of an event is
 // kept in this partition's ledger, not yet written to the archive (it
-// cannot be reached): the archive's readers (dlq list and show, replay)
-// do not find it until it is.
+// cannot be reached): replay does not find it until it is, and dlq list
+// and show find it only through WaitingDeadLetters.
 func (o *Partition) DeadLetterUnarchived(eventID string) bool {
 	return o.dead.queue.holds(eventID)
 }
