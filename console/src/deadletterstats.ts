@@ -81,3 +81,36 @@ function latest(a: number | undefined, b: number | undefined): number | undefine
   if (b === undefined) return a;
   return Math.max(a, b);
 }
+
+/** A set of partitions whose ledger no agent read, as the API says it (UnreadLedger). */
+export interface UnreadLedger {
+  partitions: number[];
+  agent: string;
+  reason: string;
+}
+
+/** partitionsText names sorted partitions the short way, as rivoractl does: "partition 4", "partitions 0–3, 5". */
+export function partitionsText(ps: number[]): string {
+  const parts: string[] = [];
+  for (let i = 0; i < ps.length; ) {
+    let j = i;
+    while (j + 1 < ps.length && ps[j + 1] === ps[j]! + 1) j++;
+    parts.push(j === i ? String(ps[i]) : `${ps[i]}–${ps[j]}`);
+    i = j + 1;
+  }
+  return `${ps.length === 1 ? "partition" : "partitions"} ${parts.join(", ")}`;
+}
+
+/**
+ * archiveNotice is the Dead letters page's banner while the archive cannot
+ * be read (why: the answer's archiveUnavailable): what is shown comes from
+ * the agents' ledgers, and which ledgers were not read. Empty when the
+ * answer came from the archive.
+ */
+export function archiveNotice(why: string, unread: UnreadLedger[]): string[] {
+  if (!why) return [];
+  return [
+    `The archive is unreachable (${why}): the dead letters shown are those still waiting in the agents' ledgers. They are archived once it is back; those archived before show again then.`,
+    ...unread.map((u) => `Not read: ${partitionsText(u.partitions)} (${u.agent ? `agent ${u.agent}` : "no owner"}): ${u.reason}. Their dead letters are missing here.`),
+  ];
+}

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { foldStats, type StatCount } from "../src/deadletterstats.js";
+import { archiveNotice, foldStats, partitionsText, type StatCount } from "../src/deadletterstats.js";
 
 const c = (o: Partial<StatCount>): StatCount => ({
   destinationId: "d1",
@@ -56,5 +56,25 @@ describe("foldStats", () => {
 
   it("answers nothing for no counts", () => {
     expect(foldStats([], "destination")).toEqual([]);
+  });
+});
+
+describe("archiveNotice", () => {
+  it("says nothing for an answer from the archive", () => {
+    expect(archiveNotice("", [])).toEqual([]);
+  });
+
+  it("says the dead letters come from the ledgers, and names the ledgers not read", () => {
+    const lines = archiveNotice("list archive deadletter/: connection refused", [
+      { partitions: [12, 13, 14, 15], agent: "a3", reason: "its owner did not answer" },
+      { partitions: [4], agent: "", reason: "no agent owns it right now" },
+    ]);
+    expect(lines[0]).toContain("The archive is unreachable (list archive deadletter/: connection refused): the dead letters shown are those still waiting in the agents' ledgers.");
+    expect(lines[1]).toBe("Not read: partitions 12–15 (agent a3): its owner did not answer. Their dead letters are missing here.");
+    expect(lines[2]).toBe("Not read: partition 4 (no owner): no agent owns it right now. Their dead letters are missing here.");
+  });
+
+  it("names partitions the short way", () => {
+    expect(partitionsText([0, 1, 2, 3, 5])).toBe("partitions 0–3, 5");
   });
 });

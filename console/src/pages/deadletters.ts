@@ -7,7 +7,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { archive, date, errorText, when } from "../api.js";
 import { busy, disable, isBusy } from "../busy.js";
 import { currentCustomer, customerPicker } from "../customer.js";
-import { foldStats, type StatCount, type StatRow } from "../deadletterstats.js";
+import { archiveNotice, foldStats, type StatCount, type StatRow, type UnreadLedger } from "../deadletterstats.js";
 import { field, h, replace, status, submitForm, table } from "../dom.js";
 import { can, deletedSubscriptionsText, formatCount, utcInput, withoutCliHints } from "../format.js";
 import { loadLine, type LoadLine } from "../loadline.js";
@@ -76,6 +76,17 @@ export const deadLettersPage: Page = (main, me, args) => {
   // One dead letter, as it was read when chosen: the refresh leaves it be.
   const detail = h("section", { class: "detail", "data-testid": "dead-letter" });
   const replayBox = h("section", { class: "actions" });
+  // While the archive cannot be read, the counts and lists come from the
+  // agents' ledgers: the banner says so, from the latest answer.
+  const archiveBanner = h("div", { class: "banner", role: "status", "aria-live": "polite", "data-testid": "archive-unreachable", hidden: true });
+  const archiveAnswer = (why: string, unread: UnreadLedger[]): void => {
+    const lines = archiveNotice(why, unread);
+    const text = lines.join("\n");
+    if (archiveBanner.dataset.text === text) return; // a screen reader hears a change once
+    archiveBanner.dataset.text = text;
+    archiveBanner.hidden = lines.length === 0;
+    replace(archiveBanner, ...lines.map((l) => h("p", {}, l)));
+  };
   const form = h(
     "form",
     { class: "filters" },
@@ -92,6 +103,7 @@ export const deadLettersPage: Page = (main, me, args) => {
     main,
     h("h1", {}, "Dead letters"),
     self ? customerPicker(me) : "",
+    archiveBanner,
     st.el,
     counts.el,
     overview,
@@ -134,7 +146,7 @@ export const deadLettersPage: Page = (main, me, args) => {
     ask();
   };
 
-  const loadStats = (): Promise<void> => drawStats(overview, counts, self, customer, choose);
+  const loadStats = (): Promise<void> => drawStats(overview, counts, self, customer, choose, archiveAnswer);
 
   const search = async (): Promise<void> => {
     const f = searched;
@@ -142,10 +154,14 @@ export const deadLettersPage: Page = (main, me, args) => {
     try {
       const res = await archive.listDeadLetters({ filter: f, limit: 500 });
       if (f !== searched) return; // a newer search answers for the page
+      archiveAnswer(res.archiveUnavailable, res.unreadLedgers);
       const rows = res.deadLetters;
+      const more = res.moreUnarchived > 0n ? ` (${formatCount(res.moreUnarchived)} more wait in the ledgers: narrow the filter)` : res.truncated ? " (more matched: narrow the filter)" : "";
+      // From the ledgers (the archive unreachable), a row says it is not archived yet.
+      const archivedColumn = rows.some((d) => d.unarchived) ? [{ label: "Archived", cell: (d: DeadLetter) => (d.unarchived ? "not yet (in its ledger)" : "yes") }] : [];
       replace(
         results,
-        table(`${deadLetters(rows.length)}${res.truncated ? " (more matched: narrow the filter)" : ""}`, [
+        table(`${deadLetters(rows.length)}${more}`, [
           { label: "Event", cell: (d) => h("button", { type: "button", class: "link", onclick: () => void show(d) }, d.event?.eventId ?? "") },
           { label: "Destination", cell: (d) => d.event?.destinationId ?? "" },
           { label: "Customer", cell: (d) => d.event?.customerId ?? "" },
@@ -157,6 +173,7 @@ export const deadLettersPage: Page = (main, me, args) => {
           { label: "Dead at", cell: (d) => when(d.deadAt) },
           // When a replay handled it; "not yet": the next replay sends it.
           { label: "Replayed", cell: (d) => when(d.replayedAt) || "not yet" },
+          ...archivedColumn,
         ], rows, (d) => ({ "data-event": d.event?.eventId ?? "", "data-destination": d.event?.destinationId ?? "" }), "No dead letter matches."),
       );
       found.ok();
@@ -191,7 +208,7 @@ export const deadLettersPage: Page = (main, me, args) => {
               ["Last error", dl.lastError || "none"],
               ["Reason", reasonNames[dl.reason] ?? ""],
               ["Dead at", when(dl.deadAt)],
-              ["Archive object", r.object],
+              ["Archive object", dl.unarchived ? `not yet: waits in the ledger of partition ${dl.partition} (the archive is unreachable: ${r.archiveUnavailable})` : r.object],
             ] as const
           ).flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
         ),
@@ -349,11 +366,21 @@ export const deadLettersPage: Page = (main, me, args) => {
 /**
  * drawStats draws what the page opens on: DeadLetterStats folded per
  * destination (operators) or per subscription (a customer, with its
- * customer filter), newest first; Show calls choose with the row.
+ * customer filter), newest first; Show calls choose with the row, and
+ * archiveAnswer hears whether the counts are the archive's or, while it
+ * cannot be read, the agents' ledgers'.
  */
-async function drawStats(box: HTMLElement, load: LoadLine, self: boolean, customer: string, choose: (destination: string, subscription: string) => void): Promise<void> {
+async function drawStats(
+  box: HTMLElement,
+  load: LoadLine,
+  self: boolean,
+  customer: string,
+  choose: (destination: string, subscription: string) => void,
+  archiveAnswer: (why: string, unread: UnreadLedger[]) => void,
+): Promise<void> {
   try {
     const r = await archive.deadLetterStats({ filter: { customerId: customer }, bySubscription: self });
+    archiveAnswer(r.archiveUnavailable, r.unreadLedgers);
     const rows = foldStats(r.counts.map(statCount), self ? "subscription" : "destination");
     replace(
       box,
