@@ -40,7 +40,7 @@ func startLedgerCell(t *testing.T) (c *routeCell, a1, a2 *routeAgent) {
 	a2.downArchive(archiveRefused, routeLedger{
 		dls:    []*rivorav1.DeadLetter{ledgerDead(t, "evt-a2", 9, 3)},
 		read:   []uint32{8, 9, 10},
-		unread: []*rivorav1.UnreadLedger{{Partitions: []uint32{11}, Agent: "a2", Reason: "its owner is opening it (opening); retry in a moment"}},
+		unread: []*rivorav1.UnreadLedger{{Partitions: []uint32{11}, Agent: "a2", Reason: "its owner is opening it (rebuilding from its store); retry in a moment"}},
 	})
 	return c, a1, a2
 }

@@ -483,8 +483,12 @@ func (ps *lifecycle) ledgers() (runs map[int]*partitionRun, unread map[int]strin
 			// Leaving this agent: its next owner answers for it.
 		case st.trouble != "":
 			unread[p] = fmt.Sprintf("its owner could not open it (%s: %s); see the agent's log", st.phase, st.trouble)
+		case st.phase == assigned:
+			unread[p] = "assigned here, its lock not taken yet (an earlier owner's lock-delay); retry in a moment"
+		case st.phase == locked || st.phase == opening:
+			unread[p] = "its owner is opening it (rebuilding from its store); retry in a moment"
 		default:
-			unread[p] = fmt.Sprintf("its owner is opening it (%s); retry in a moment", st.phase)
+			unread[p] = fmt.Sprintf("it is changing owners (%s); retry in a moment", st.phase)
 		}
 	}
 	return runs, unread

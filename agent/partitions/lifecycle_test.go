@@ -651,3 +651,24 @@ func checkInvariants(t *testing.T, ps *lifecycle) {
 		}
 	}
 }
+
+// The ledgers answered for are those of the partitions running here; the
+// others assigned here, or whose lock is held here, are named with why
+// their ledger cannot be read now, and one leaving for another agent is
+// left to it.
+func TestLifecycleLedgers(t *testing.T) {
+	r := newLifecycleRig(t)
+	for _, s := range []step{
+		assign(1, 2, 4), lockPass(), startOpen(1, true), opened(1, true), startOpen(2, true),
+		assign(1, 2, 3), // 4 leaves (never opened here); 3 comes, its lock not taken yet
+	} {
+		s.do(r)
+	}
+	runs, unread := r.ps.ledgers()
+	if len(runs) != 1 || runs[1] == nil {
+		t.Fatalf("runs %v, want partition 1's only", runs)
+	}
+	if len(unread) != 2 || !strings.Contains(unread[2], "its owner is opening it") || !strings.Contains(unread[3], "its lock not taken yet") {
+		t.Fatalf("unread %v, want 2 opening and 3 waiting for its lock, nothing of 4", unread)
+	}
+}
