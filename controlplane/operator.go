@@ -282,9 +282,11 @@ func unavailable(err error) bool {
 	return false
 }
 
-// anyUnary is anyAgent for a unary call, each attempt bounded in time.
-func anyUnary[Res any](ctx context.Context, r *operatorRouter, call func(context.Context, rivorav1connect.ArchiveServiceClient) (*connect.Response[Res], error)) (*connect.Response[Res], error) {
+// anyUnary is anyAgent for a unary call, each attempt bounded in time;
+// it names the agent that answered.
+func anyUnary[Res any](ctx context.Context, r *operatorRouter, call func(context.Context, rivorav1connect.ArchiveServiceClient) (*connect.Response[Res], error)) (*connect.Response[Res], string, error) {
 	var out *connect.Response[Res]
+	answered := ""
 	err := r.anyAgent(ctx, func(ctx context.Context, a *agentState) (bool, error) {
 		ctx, cancel := r.bounded(ctx, r.callTimeout)
 		defer cancel()
@@ -292,46 +294,58 @@ func anyUnary[Res any](ctx context.Context, r *operatorRouter, call func(context
 		if err != nil {
 			return unavailable(err), err
 		}
-		out = connect.NewResponse(resp.Msg)
+		out, answered = connect.NewResponse(resp.Msg), a.name
 		return false, nil
 	})
-	return out, err
+	return out, answered, err
 }
 
 // ListDeadLetters asks any agent; one that could not read the archive
-// answers from its own ledgers (archive_unavailable), and then every
-// agent's ledgers are asked instead (listLedgers): each holds only its
-// partitions' dead letters.
+// answers from its own ledgers (archive_unavailable). The others may
+// reach it (otherArchives); if none does, every agent's ledgers are asked
+// instead (listLedgers): each holds only its partitions' dead letters.
 func (r *operatorRouter) ListDeadLetters(ctx context.Context, req *connect.Request[rivorav1.ListDeadLettersRequest]) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
 	if req.Msg.GetLedgersOnly() {
 		return r.listLedgers(ctx, req.Msg, "")
 	}
-	resp, err := anyUnary(ctx, r, func(ctx context.Context, c rivorav1connect.ArchiveServiceClient) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
+	call := func(ctx context.Context, c rivorav1connect.ArchiveServiceClient) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
 		return c.ListDeadLetters(ctx, connect.NewRequest(req.Msg))
-	})
+	}
+	resp, answered, err := anyUnary(ctx, r, call)
 	if err != nil || resp.Msg.GetArchiveUnavailable() == "" {
 		return resp, err
+	}
+	fromArchive := func(resp *connect.Response[rivorav1.ListDeadLettersResponse], err error) bool {
+		return err == nil && resp.Msg.GetArchiveUnavailable() == ""
+	}
+	if other := otherArchives(ctx, r, answered, call, fromArchive); other != nil {
+		return other, nil
 	}
 	return r.listLedgers(ctx, req.Msg, resp.Msg.GetArchiveUnavailable())
 }
 
 // GetDeadLetter asks any agent, as the others do, but for one answer: the
 // archive could not be read and the dead letter does not wait in that
-// agent's ledgers. The next agent's archive would not do better, so every
-// agent's ledgers are asked instead (getLedgers).
+// agent's ledgers (archiveDownErr). Then the other agents' archives are
+// asked at once (otherArchives), and if none answers from it, every
+// agent's ledgers (getLedgers).
 func (r *operatorRouter) GetDeadLetter(ctx context.Context, req *connect.Request[rivorav1.GetDeadLetterRequest]) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
 	if req.Msg.GetLedgersOnly() {
 		return r.getLedgers(ctx, req.Msg, nil)
 	}
+	call := func(ctx context.Context, c rivorav1connect.ArchiveServiceClient) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
+		return c.GetDeadLetter(ctx, connect.NewRequest(req.Msg))
+	}
 	var out *connect.Response[rivorav1.GetDeadLetterResponse]
 	var archiveErr error
+	answered := ""
 	err := r.anyAgent(ctx, func(ctx context.Context, a *agentState) (bool, error) {
 		ctx, cancel := r.bounded(ctx, r.callTimeout)
 		defer cancel()
-		resp, err := r.archive(a).GetDeadLetter(ctx, connect.NewRequest(req.Msg))
+		resp, err := call(ctx, r.archive(a))
 		switch {
 		case archiveDownErr(err):
-			archiveErr = err
+			archiveErr, answered = err, a.name
 			return false, nil
 		case err != nil:
 			return unavailable(err), err
@@ -342,10 +356,16 @@ func (r *operatorRouter) GetDeadLetter(ctx context.Context, req *connect.Request
 	switch {
 	case err != nil:
 		return nil, err
-	case archiveErr != nil:
-		return r.getLedgers(ctx, req.Msg, archiveErr)
+	case archiveErr == nil:
+		return out, nil
 	}
-	return out, nil
+	fromArchive := func(resp *connect.Response[rivorav1.GetDeadLetterResponse], err error) bool {
+		return err == nil && resp.Msg.GetArchiveUnavailable() == ""
+	}
+	if other := otherArchives(ctx, r, answered, call, fromArchive); other != nil {
+		return other, nil
+	}
+	return r.getLedgers(ctx, req.Msg, archiveErr)
 }
 
 // DeadLetterStats: as ListDeadLetters (statsLedgers).
@@ -353,11 +373,18 @@ func (r *operatorRouter) DeadLetterStats(ctx context.Context, req *connect.Reque
 	if req.Msg.GetLedgersOnly() {
 		return r.statsLedgers(ctx, req.Msg, "")
 	}
-	resp, err := anyUnary(ctx, r, func(ctx context.Context, c rivorav1connect.ArchiveServiceClient) (*connect.Response[rivorav1.DeadLetterStatsResponse], error) {
+	call := func(ctx context.Context, c rivorav1connect.ArchiveServiceClient) (*connect.Response[rivorav1.DeadLetterStatsResponse], error) {
 		return c.DeadLetterStats(ctx, connect.NewRequest(req.Msg))
-	})
+	}
+	resp, answered, err := anyUnary(ctx, r, call)
 	if err != nil || resp.Msg.GetArchiveUnavailable() == "" {
 		return resp, err
+	}
+	fromArchive := func(resp *connect.Response[rivorav1.DeadLetterStatsResponse], err error) bool {
+		return err == nil && resp.Msg.GetArchiveUnavailable() == ""
+	}
+	if other := otherArchives(ctx, r, answered, call, fromArchive); other != nil {
+		return other, nil
 	}
 	return r.statsLedgers(ctx, req.Msg, resp.Msg.GetArchiveUnavailable())
 }

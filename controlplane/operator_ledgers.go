@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -20,10 +22,55 @@ import (
 
 // While the archive cannot be read, an agent answers dlq list, stats and
 // show from the dead letters waiting in the ledgers of the partitions it
-// owns (archive_unavailable says so). In a cell each agent owns only some
-// partitions, so the router asks every connected agent for its ledgers
-// (ledgers_only) and merges their answers, saying which partitions no
-// answer covered and why rather than leaving them out silently.
+// owns (archive_unavailable says so). The router first asks the other
+// agents' archives (otherArchives: the first agent's link to it may be
+// the only one cut). If none can read it: in a cell each agent owns only
+// some partitions, so the router asks every connected agent for its
+// ledgers (ledgers_only) and merges their answers, saying which
+// partitions no answer covered and why rather than leaving them out
+// silently.
+
+// otherArchives asks the connected agents but skip (the one whose
+// archive could not be read) with call, at once: the archive may be out
+// of reach of one agent only (its link cut). Each is given at most
+// askTimeout, and less when the caller's deadline would leave the
+// ledgers' answer less than that; none is asked when it would leave none.
+// It returns the first answer (by agent name) that fromArchive says was
+// read from the archive, nil when none was.
+func otherArchives[Res any](ctx context.Context, r *operatorRouter, skip string, call func(context.Context, rivorav1connect.ArchiveServiceClient) (*connect.Response[Res], error),
+	fromArchive func(*connect.Response[Res], error) bool) *connect.Response[Res] {
+	budget := r.askTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		budget = min(budget, time.Until(deadline)-r.askTimeout)
+	}
+	var others []*agentState
+	for _, a := range r.agents.connected() {
+		if a.name != skip {
+			others = append(others, a)
+		}
+	}
+	if budget <= 0 || len(others) == 0 {
+		return nil
+	}
+	answers := make([]*connect.Response[Res], len(others))
+	var wg sync.WaitGroup
+	for i, a := range others {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, budget)
+			defer cancel()
+			if resp, err := call(ctx, r.archive(a)); fromArchive(resp, err) {
+				answers[i] = connect.NewResponse(resp.Msg)
+			}
+		})
+	}
+	wg.Wait()
+	for _, resp := range answers {
+		if resp != nil {
+			return resp
+		}
+	}
+	return nil
+}
 
 // ledgerAnswer is one agent's answer from its ledgers: resp, or err.
 type ledgerAnswer[T any] struct {

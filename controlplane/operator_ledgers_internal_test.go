@@ -146,3 +146,25 @@ func TestOperatorShowsALedgersDeadLetterWhileTheArchiveIsDown(t *testing.T) {
 		t.Errorf("show with a1's archive back: %v, %v; want a1's archive answer", resp, err)
 	}
 }
+
+// An agent cut off from the archive answers from its ledgers, but another
+// agent may still reach it (only the first one's link is cut): list,
+// stats and show are then answered from the archive, through that agent.
+func TestOperatorPrefersAnotherAgentsArchiveToTheLedgers(t *testing.T) {
+	c := startRouteCell(t, func() error { return nil })
+	a1 := c.agent("a1", 0, 1, 2, 3, 4, 5, 6, 7)
+	c.agent("a2", 8, 9, 10, 11, 12, 13, 14, 15)
+	a1.downArchive(archiveRefused, routeLedger{dls: []*rivorav1.DeadLetter{ledgerDead(t, "evt-a1", 3, 1)}, read: []uint32{0, 1, 2, 3, 4, 5, 6, 7}})
+	list, err := c.archive().ListDeadLetters(ctx(t), connect.NewRequest(&rivorav1.ListDeadLettersRequest{}))
+	if err != nil || list.Msg.GetArchiveUnavailable() != "" || len(list.Msg.GetDeadLetters()) != 1 || list.Msg.GetDeadLetters()[0].GetLastError() != "from-a2" {
+		t.Errorf("list with only a1 cut off from the archive: %v, %v; want a2's archive answer", list, err)
+	}
+	st, err := c.archive().DeadLetterStats(ctx(t), connect.NewRequest(&rivorav1.DeadLetterStatsRequest{}))
+	if err != nil || st.Msg.GetArchiveUnavailable() != "" || st.Msg.GetTotal() != 7 {
+		t.Errorf("stats with only a1 cut off from the archive: %v, %v; want a2's archive answer (total 7)", st, err)
+	}
+	show, err := c.archive().GetDeadLetter(ctx(t), connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: "evt-elsewhere"}))
+	if err != nil || show.Msg.GetArchiveUnavailable() != "" || show.Msg.GetDeadLetter().GetLastError() != "from-a2" {
+		t.Errorf("show with only a1 cut off from the archive: %v, %v; want a2's archive answer", show, err)
+	}
+}

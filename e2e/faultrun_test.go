@@ -378,13 +378,18 @@ func (r *faultRun) archived(t *testing.T) []string {
 	}
 	var dls []struct {
 		EventID string `json:"eventId"`
+		// Unarchived: listed from a ledger (the archive unreachable
+		// then), not archived yet.
+		Unarchived bool `json:"unarchived"`
 	}
 	if err := json.Unmarshal([]byte(out), &dls); err != nil {
 		t.Fatalf("dlq list -o json: %v\n%s", err, out)
 	}
-	ids := make([]string, len(dls))
-	for i, d := range dls {
-		ids[i] = d.EventID
+	var ids []string
+	for _, d := range dls {
+		if !d.Unarchived {
+			ids = append(ids, d.EventID)
+		}
 	}
 	return ids
 }
