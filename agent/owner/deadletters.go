@@ -41,7 +41,11 @@ func (o *Partition) DeadLetterUnarchived(eventID string) bool {
 // dying meanwhile) and must neither change nor keep dl: it is the queue's
 // own (clone it to keep it).
 func (o *Partition) WaitingDeadLetters(visit func(dl *rivorav1.DeadLetter)) {
-	for _, d := range o.dead.queue.waiting() {
+	taken, queued := o.dead.queue.waiting()
+	for _, d := range taken {
+		visit(d.dl)
+	}
+	for _, d := range queued {
 		visit(d.dl)
 	}
 }
@@ -119,16 +123,14 @@ func (q *deadQueue) take(n int) []queuedDead {
 }
 
 // waiting is every dead letter not archived yet, in ledger order: those
-// taken for the archive, then those queued. The slices it returns are
-// never written to again (push appends past their end, take and archived
-// make new ones), so they are read without the lock.
-func (q *deadQueue) waiting() []queuedDead {
+// taken for the archive, then those queued. No element of the slices it
+// returns is written to again (push and take append past their end,
+// archived makes a new taken), so they are read without the lock, and
+// not copied: the queue may hold many while the archive is down.
+func (q *deadQueue) waiting() (taken, queued []queuedDead) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.taken) == 0 {
-		return q.items[:len(q.items):len(q.items)]
-	}
-	return append(q.taken[:len(q.taken):len(q.taken)], q.items...)
+	return q.taken[:len(q.taken):len(q.taken)], q.items[:len(q.items):len(q.items)]
 }
 
 // archived records that dead letters of a destination are archived.
