@@ -172,8 +172,9 @@ export const deadLettersPage: Page = (main, me, args) => {
           { label: "Last status", cell: (d) => (d.lastStatus ? String(d.lastStatus) : "none") },
           { label: "Dead at", cell: (d) => when(d.deadAt) },
           // When a replay handled it; "not yet": the next replay sends it.
-          { label: "Replayed", cell: (d) => when(d.replayedAt) || "not yet" },
+          // Before Replayed, which a wide table pushes out of view first.
           ...archivedColumn,
+          { label: "Replayed", cell: (d) => when(d.replayedAt) || "not yet" },
         ], rows, (d) => ({ "data-event": d.event?.eventId ?? "", "data-destination": d.event?.destinationId ?? "" }), "No dead letter matches."),
       );
       found.ok();
