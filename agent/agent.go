@@ -406,6 +406,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	lockerCtx, stopLocker := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLocker()
 	locker.Go(func() { _ = a.locker.Run(lockerCtx) })
+	// The Watch on the control plane outlives the drain too: a control
+	// plane that sees an agent's Watch end takes it for dead and, a second
+	// later, destroys its Consul session so its partitions move. Ended at
+	// the SIGTERM, it would cut a drain longer than that second short: the
+	// agent's leases gone with the attempts still in flight (their
+	// outcomes unrecorded, their events sent again) and its locks freed
+	// only after the lock-delay instead of released. So the agent keeps
+	// following until its locks are released and its session ended —
+	// unless its store is gone: then it records nothing more, and the
+	// sooner its session ends the sooner its partitions move.
+	var following sync.WaitGroup
+	followCtx, stopFollowing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopFollowing()
 	// The follower announces the session and the partition set takes
 	// leases with it: both start once it exists, its TTL running from
 	// here, not from New (which may take a while in a fresh cell).
@@ -419,7 +432,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for range a.cfg.Workers {
 		work.Go(func() { a.work(ctx) })
 	}
-	loops.Go(func() { a.follow(ctx) })
+	following.Go(func() { a.follow(followCtx) })
 	loops.Go(func() { _ = a.parts.Run(ctx) })
 	loops.Go(func() { _ = a.gone.Run(ctx) })
 	loops.Go(func() { a.forgetUnknown(ctx) })
@@ -432,9 +445,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	loops.Go(func() { _ = checkArchive(ctx, a.archive, archiveCheckTimeout, a.log) })
 	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.upstream.URL())
 	<-ctx.Done()
+	if errors.Is(context.Cause(ctx), natsd.ErrJetStreamDisabled) {
+		stopFollowing()
+	}
 	a.log.Info("draining: waiting for attempts in flight")
 	drain := a.watchDrain()
-	drain.at("the partition, config and edge loops")
+	drain.at("the partition and edge loops")
 	loops.Wait()
 	drain.at("attempts in flight")
 	attemptsWait := a.cfg.DrainAttemptsWait
@@ -459,6 +475,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("release ownership", "error", err)
 	}
 	cancel()
+	drain.at("the control plane's watch")
+	stopFollowing()
+	following.Wait()
 	drain.at("the embedded NATS server's shutdown")
 	a.gateway.Close()
 	a.nats.Shutdown()

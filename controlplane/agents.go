@@ -177,7 +177,9 @@ func (r *agentRegistry) disconnect(ctx context.Context, name string, now time.Ti
 			return // stopping or deposed; agents are not dead
 		}
 		r.mu.Lock()
-		still := r.agents[name] == a && a.streams == 0 && a.session == session
+		// A session Consul no longer lists was ended already (an agent
+		// that stopped gracefully destroys its own): nothing to destroy.
+		still := r.agents[name] == a && a.streams == 0 && a.session == session && a.sessionLost.IsZero()
 		r.mu.Unlock()
 		if !still {
 			return

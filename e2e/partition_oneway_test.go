@@ -139,7 +139,14 @@ func (r *faultRun) waitFirstDeliveredElsewhere(t *testing.T, parts []uint32, exc
 // logOf is agent name's log from since on (lines stamped at or after it).
 func (r *faultRun) logOf(t *testing.T, name string, since time.Time) string {
 	t.Helper()
-	b, err := os.ReadFile(r.c.agents[name].LogPath)
+	return logSince(t, r.c.agents[name].LogPath, since)
+}
+
+// logSince is the log at path from since on (lines stamped at or after
+// it).
+func logSince(t *testing.T, path string, since time.Time) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,11 +59,19 @@ type Traffic struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	acked   []checker.Publish
-	samples []Sample
-	errs    int
-	lastErr error
+	mu       sync.Mutex
+	acked    []checker.Publish
+	samples  []Sample
+	failures []Failure
+}
+
+// Failure is one failed publish attempt: a Publish call that failed,
+// the SDK's own retries included (the event is tried again through the
+// next client).
+type Failure struct {
+	At     time.Time
+	Client int // index into Config.Clients
+	Err    error
 }
 
 // Start publishes until Stop.
@@ -127,8 +135,7 @@ func (t *Traffic) lane(ctx context.Context, i int, l Lane, interval, offset time
 				return // never acknowledged: not recorded
 			}
 			t.mu.Lock()
-			t.errs++
-			t.lastErr = err
+			t.failures = append(t.failures, Failure{At: time.Now(), Client: client, Err: err})
 			t.mu.Unlock()
 			client = (client + 1) % len(t.cfg.Clients)
 			if !sleepUntil(ctx, time.Now().Add(200*time.Millisecond)) {
@@ -174,7 +181,23 @@ func (t *Traffic) Acked() []checker.Publish {
 func (t *Traffic) Errors() (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.errs, t.lastErr
+	if len(t.failures) == 0 {
+		return 0, nil
+	}
+	return len(t.failures), t.failures[len(t.failures)-1].Err
+}
+
+// Failures are the failed publish attempts in [from, to), oldest first.
+func (t *Traffic) Failures(from, to time.Time) []Failure {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Failure
+	for _, f := range t.failures {
+		if !f.At.Before(from) && f.At.Before(to) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // P99 is the 99th percentile of the total publish latency (failed

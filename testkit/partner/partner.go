@@ -213,6 +213,13 @@ func (p *Partner) SetDelay(d time.Duration) {
 	p.mu.Unlock()
 }
 
+// Delay is Options.Delay now.
+func (p *Partner) Delay() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.opts.Delay
+}
+
 // SetAnswer sets Options.Answer.
 func (p *Partner) SetAnswer(answer func(r Request) int) {
 	p.mu.Lock()
