@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
@@ -308,4 +309,75 @@ func templateEnv(t *testing.T, where string, task *hclsyntax.Body) []string {
 		}
 	}
 	return names
+}
+
+// TestNomadAgentRollOutlastsTheRejoinDelay: a deploy of a job's agents
+// moves to the next one min_healthy_time after the last one's checks
+// pass, which they do within seconds of its start; the control plane
+// gives a restarted agent partitions only --rejoin-delay after it came
+// back. A shorter min_healthy_time stops the next agent while the last
+// one still waits, and the third while the first two do: every
+// partition without an owner (docs/operations.md: Upgrading a cell).
+func TestNomadAgentRollOutlastsTheRejoinDelay(t *testing.T) {
+	var rejoin time.Duration
+	for _, f := range newApp().Command("controlplane").Flags {
+		if d, ok := f.(*cli.DurationFlag); ok && d.Name == "rejoin-delay" {
+			rejoin = d.Value
+		}
+	}
+	if rejoin == 0 {
+		t.Fatal("rivora controlplane has no --rejoin-delay default")
+	}
+	files, err := filepath.Glob("../../deploy/nomad/*.hcl")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Nomad jobs found in deploy/nomad (err %v)", err)
+	}
+	checked := 0
+	for _, file := range files {
+		f, diags := hclparse.NewParser().ParseHCLFile(file)
+		if diags.HasErrors() {
+			t.Fatalf("%s: %v", file, diags)
+		}
+		for _, job := range blocks(f.Body.(*hclsyntax.Body), "job") {
+			for _, group := range blocks(job.Body, "group") {
+				if !runsRivora(t, file, group.Body, "agent") {
+					continue
+				}
+				where := filepath.Base(file) + ":" + strings.Join(group.Labels, "")
+				checked++
+				healthy := time.Duration(0)
+				for _, update := range append(blocks(job.Body, "update"), blocks(group.Body, "update")...) {
+					if a, ok := update.Body.Attributes["min_healthy_time"]; ok {
+						if healthy, err = time.ParseDuration(stringValue(t, where, a.Expr)); err != nil {
+							t.Fatalf("%s: min_healthy_time: %v", where, err)
+						}
+					}
+				}
+				if healthy <= rejoin {
+					t.Errorf("%s: update.min_healthy_time %s (Nomad's default: 10s) does not outlast the control plane's --rejoin-delay %s: a deploy stops the next agent before the last one owns partitions again", where, healthy, rejoin)
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no group of deploy/nomad runs rivora agent: the parser misses it")
+	}
+}
+
+// runsRivora reports whether a task of the group runs rivora's sub
+// subcommand.
+func runsRivora(t *testing.T, file string, group *hclsyntax.Body, sub string) bool {
+	t.Helper()
+	for _, task := range blocks(group, "task") {
+		for _, config := range blocks(task.Body, "config") {
+			command, ok := config.Body.Attributes["command"]
+			args, hasArgs := config.Body.Attributes["args"]
+			if ok && hasArgs && filepath.Base(stringValue(t, file, command.Expr)) == "rivora" {
+				if a := listValue(t, file, args.Expr); len(a) > 0 && a[0] == sub {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

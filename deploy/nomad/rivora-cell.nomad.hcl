@@ -95,6 +95,22 @@ job "rivora-cell" {
       source = "rivora-data"
     }
 
+    # A deploy restarts the agents one at a time, and the next only once
+    # the one before owns partitions again. A restarted agent's /healthz
+    # passes within seconds, but the control plane gives it partitions
+    # only --rejoin-delay (30 s) after it came back: with Nomad's default
+    # min_healthy_time (10 s) the third agent would stop while the first
+    # two still wait, leaving every partition without an owner (nothing
+    # delivered for ~10 s) and then all on one agent. 45 s outlasts the
+    # delay and the partitions' handoff back (docs/operations.md:
+    # Upgrading a cell).
+    update {
+      max_parallel     = 1
+      health_check     = "checks"
+      min_healthy_time = "45s"
+      healthy_deadline = "5m"
+    }
+
     # An agent whose disk fills up exits with status 1 (its store was
     # disabled; docs/operations.md: A full disk on an agent): start it
     # again, always. Started on a disk still full it waits for room
@@ -177,9 +193,13 @@ job "rivora-cell" {
       }
 
       # SIGTERM hands the agent's partitions off (attempts in flight finish,
-      # locks are released) before exit.
-      kill_signal  = "SIGTERM"
-      kill_timeout = "45s"
+      # locks are released) before exit. The agent stops taking publishes
+      # at the signal: shutdown_delay takes it out of Consul's catalog
+      # (the rivora-agent service, which load balancers follow) that long
+      # before, while it still stores what it is sent.
+      kill_signal    = "SIGTERM"
+      kill_timeout   = "45s"
+      shutdown_delay = "5s"
 
       service {
         name = "rivora-agent"
