@@ -3,6 +3,7 @@ package archive
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -129,4 +130,12 @@ func (s *S3) Get(ctx context.Context, key string) ([]*rivorav1.DeadLetter, error
 		return nil, fmt.Errorf("archive %s: %w", key, err)
 	}
 	return out, nil
+}
+
+// Answered reports whether err is the store's own answer (an S3 error
+// response such as AccessDenied or NoSuchBucket): the store was reached.
+// Any other failure (refused, timed out, cut) says it could not be.
+func Answered(err error) bool {
+	var resp minio.ErrorResponse
+	return errors.As(err, &resp) && resp.Code != ""
 }

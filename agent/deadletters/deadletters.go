@@ -52,8 +52,11 @@ type Reingester interface {
 type Service struct {
 	archive archive.Archive
 	ledgers Ledgers
-	replay  *Replay
-	log     *slog.Logger
+	// ledgerReserve is the reserve for the ledgers' answer (0: the
+	// package's ledgerReserve; tests shorten it).
+	ledgerReserve time.Duration
+	replay        *Replay
+	log           *slog.Logger
 	// audit records a replay in the audit log, its author the caller of
 	// ctx's call (nil: not recorded).
 	audit func(ctx context.Context, e *rivorav1.AuditEntry) error
@@ -221,10 +224,9 @@ func (s *Service) ListDeadLetters(ctx context.Context, req *connect.Request[rivo
 	if req.Msg.GetLedgersOnly() {
 		return connect.NewResponse(s.listWaiting(f, limit)), nil
 	}
-	archiveCtx, cancel := archiveContext(ctx)
-	defer cancel()
-	resp, err := s.listArchived(archiveCtx, f, limit)
-	if why, down := archiveDown(ctx, err); down {
+	arch := s.reachArchive()
+	resp, err := s.listArchived(ctx, arch, f, limit)
+	if why, down := archiveDown(ctx, arch, err); down {
 		resp = s.listWaiting(f, limit)
 		resp.ArchiveUnavailable = why
 		return connect.NewResponse(resp), nil
@@ -237,15 +239,15 @@ func (s *Service) ListDeadLetters(ctx context.Context, req *connect.Request[rivo
 
 // listArchived lists the archive's dead letters that match f, at most
 // limit.
-func (s *Service) listArchived(ctx context.Context, f *rivorav1.DeadLetterFilter, limit int) (*rivorav1.ListDeadLettersResponse, error) {
-	keys, err := objects(ctx, s.archive, f, time.Now())
+func (s *Service) listArchived(ctx context.Context, arch archive.Archive, f *rivorav1.DeadLetterFilter, limit int) (*rivorav1.ListDeadLettersResponse, error) {
+	keys, err := objects(ctx, arch, f, time.Now())
 	if err != nil {
 		return nil, err
 	}
 	resp := &rivorav1.ListDeadLettersResponse{}
 	marks := newReplayMarks(s.replay.marks)
 	for _, k := range keys {
-		dls, err := s.archive.Get(ctx, k)
+		dls, err := arch.Get(ctx, k)
 		if err != nil {
 			return nil, errkind.Tag(errkind.Unavailable, err)
 		}
@@ -283,10 +285,9 @@ func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivora
 		}
 		return connect.NewResponse(resp), nil
 	}
-	archiveCtx, cancel := archiveContext(ctx)
-	defer cancel()
-	found, line, err := s.latest(archiveCtx, id, req.Msg.GetDestinationId())
-	if why, down := archiveDown(ctx, err); down {
+	arch := s.reachArchive()
+	found, line, err := s.latest(ctx, arch, id, req.Msg.GetDestinationId())
+	if why, down := archiveDown(ctx, arch, err); down {
 		return s.getWhileArchiveDown(id, req.Msg.GetDestinationId(), why, err)
 	}
 	if err != nil {
@@ -298,19 +299,19 @@ func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivora
 
 // latest finds event id's latest dead letter in the archive (an event
 // replayed and dead again has one per death), with its object and line.
-func (s *Service) latest(ctx context.Context, id, destinationID string) (*rivorav1.GetDeadLetterResponse, int, error) {
+func (s *Service) latest(ctx context.Context, arch archive.Archive, id, destinationID string) (*rivorav1.GetDeadLetterResponse, int, error) {
 	filter := &rivorav1.DeadLetterFilter{DestinationId: destinationID}
 	if err := checkFilter(filter); err != nil {
 		return nil, 0, err
 	}
-	keys, err := objects(ctx, s.archive, filter, time.Now())
+	keys, err := objects(ctx, arch, filter, time.Now())
 	if err != nil {
 		return nil, 0, err
 	}
 	var found *rivorav1.GetDeadLetterResponse
 	line := 0
 	for _, k := range keys {
-		dls, err := s.archive.Get(ctx, k)
+		dls, err := arch.Get(ctx, k)
 		if err != nil {
 			return nil, 0, errkind.Tag(errkind.Unavailable, err)
 		}
@@ -334,7 +335,7 @@ func (s *Service) latest(ctx context.Context, id, destinationID string) (*rivora
 // before the resend was stored (a death of the resent copy comes after
 // it), once it was stored or found stored already.
 func (s *Service) ForResend(ctx context.Context, id, destinationID string) (*rivorav1.DeadLetter, func(ctx context.Context, at time.Time) error, error) {
-	found, line, err := s.latest(ctx, id, destinationID)
+	found, line, err := s.latest(ctx, s.archive, id, destinationID)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -361,10 +362,9 @@ func (s *Service) DeadLetterStats(ctx context.Context, req *connect.Request[rivo
 	if req.Msg.GetLedgersOnly() {
 		return connect.NewResponse(s.statsWaiting(f, req.Msg.GetBySubscription())), nil
 	}
-	archiveCtx, cancel := archiveContext(ctx)
-	defer cancel()
-	resp, err := s.statsArchived(archiveCtx, f, req.Msg.GetBySubscription())
-	if why, down := archiveDown(ctx, err); down {
+	arch := s.reachArchive()
+	resp, err := s.statsArchived(ctx, arch, f, req.Msg.GetBySubscription())
+	if why, down := archiveDown(ctx, arch, err); down {
 		resp = s.statsWaiting(f, req.Msg.GetBySubscription())
 		resp.ArchiveUnavailable = why
 		return connect.NewResponse(resp), nil
@@ -376,15 +376,15 @@ func (s *Service) DeadLetterStats(ctx context.Context, req *connect.Request[rivo
 }
 
 // statsArchived counts the archive's dead letters that match f.
-func (s *Service) statsArchived(ctx context.Context, f *rivorav1.DeadLetterFilter, bySubscription bool) (*rivorav1.DeadLetterStatsResponse, error) {
-	keys, err := objects(ctx, s.archive, f, time.Now())
+func (s *Service) statsArchived(ctx context.Context, arch archive.Archive, f *rivorav1.DeadLetterFilter, bySubscription bool) (*rivorav1.DeadLetterStatsResponse, error) {
+	keys, err := objects(ctx, arch, f, time.Now())
 	if err != nil {
 		return nil, err
 	}
 	counts := newCounter()
 	counts.bySubscription = bySubscription
 	for _, k := range keys {
-		dls, err := s.archive.Get(ctx, k)
+		dls, err := arch.Get(ctx, k)
 		if err != nil {
 			return nil, errkind.Tag(errkind.Unavailable, err)
 		}

@@ -2,7 +2,6 @@ package deadletters
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rivora/rivora/agent/archive"
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -28,26 +28,60 @@ type Ledgers interface {
 }
 
 // ledgerReserve is the part of a call's time kept from reading the
-// archive for the ledgers' answer: an archive that does not answer at all
-// (a cut network, not a refused connection) must not use up the caller's
-// whole deadline.
+// archive for the ledgers' answer until the archive first answers: an
+// archive that does not answer at all (a cut network, not a refused
+// connection) must not use up the caller's whole deadline. Once it
+// answered, it is reachable: a slow read has the caller's whole deadline.
 const ledgerReserve = 5 * time.Second
 
-// archiveContext is ctx for reading the archive: its deadline is
-// ledgerReserve before ctx's when ctx has more than twice that left.
-func archiveContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) > 2*ledgerReserve {
-		return context.WithDeadline(ctx, deadline.Add(-ledgerReserve))
-	}
-	return context.WithCancel(ctx)
+// reachedArchive is the archive as list, stats and show read it. Until a
+// List succeeds, each List is given the caller's deadline less the
+// reserve (when more than twice the reserve is left) and a failure that
+// is not the store's own answer (archive.Answered) is kept as unreached:
+// the archive could not be reached at all. Once a List succeeded, every
+// call has the caller's full context, and a failure is an error as any.
+// One call's reads are sequential: no lock.
+type reachedArchive struct {
+	archive.Archive
+	reserve   time.Duration
+	answered  bool
+	unreached error
 }
 
-// archiveDown says why the archive could not be read when err says it
-// could not (errkind.Unavailable, the kind every archive read failure is
-// tagged with) and the caller is still waiting; false for any other
-// outcome, which is answered as it was.
-func archiveDown(ctx context.Context, err error) (string, bool) {
-	if err == nil || ctx.Err() != nil || !errors.Is(err, errkind.Unavailable) {
+func (s *Service) reachArchive() *reachedArchive {
+	reserve := s.ledgerReserve
+	if reserve == 0 {
+		reserve = ledgerReserve
+	}
+	return &reachedArchive{Archive: s.archive, reserve: reserve}
+}
+
+func (a *reachedArchive) List(ctx context.Context, prefix string) ([]string, error) {
+	if a.answered {
+		return a.Archive.List(ctx, prefix)
+	}
+	listCtx, cancel := context.WithCancel(ctx)
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) > 2*a.reserve {
+		listCtx, cancel = context.WithDeadline(ctx, deadline.Add(-a.reserve))
+	}
+	defer cancel()
+	keys, err := a.Archive.List(listCtx, prefix)
+	switch {
+	case err == nil:
+		a.answered = true
+	case ctx.Err() == nil && !archive.Answered(err):
+		a.unreached = err
+	}
+	return keys, err
+}
+
+// archiveDown says why the archive could not be read when it could not
+// be reached at all (a.unreached) and the caller is still waiting; false
+// for any other outcome (an object that cannot be read, access denied, a
+// read that failed after the archive answered), which is answered as it
+// was.
+func archiveDown(ctx context.Context, a *reachedArchive, err error) (string, bool) {
+	if err == nil || ctx.Err() != nil || a.unreached == nil {
 		return "", false
 	}
 	return err.Error(), true
