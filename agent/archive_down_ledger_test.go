@@ -188,3 +188,40 @@ func wantCode(t *testing.T, what string, err error, code connect.Code, mentions 
 		}
 	}
 }
+
+// With the archive down, a customer token's show of another customer's
+// dead letter waiting in a ledger answers word for word as its show of an
+// id that never died (it used to find it, and the answer policy hid it as
+// NotFound, while an absent id answered Unavailable: telling the token
+// that the other customer's event died). Its list names no agent.
+func TestACustomersShowOfAnotherCustomersLedgerDeadLetterAnswersAsAbsent(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	local, err := archive.NewDir(filepath.Join(dir, "archive"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch := &switchedArchive{Dir: local}
+	arch.down.Store(true)
+	p := newPartner(t, func(partner.Request) int { return 400 })
+	ag := &running{Dev: rig.StartDev(t, dir, rig.Options{Name: agentName, Workers: 4, Agent: func(c *agent.Config) { c.Archive = arch }}), t: t}
+	ag.create(destination("refusing", p.URL(), 1))
+	acme := ag.publish("refusing", "acme", "u1")
+	poll.True(t, "acme's dead letter waiting for the archive", 15*time.Second, func() bool {
+		return ag.health("refusing").GetUnarchivedDeadLetters() == 1
+	})
+	beta := rivorav1connect.NewArchiveServiceClient(ag.HTTPClient(), ag.URL, ag.As(ag.Token(rivorav1.Role_ROLE_CUSTOMER, "beta")))
+	show := func(id string) error {
+		_, err := beta.GetDeadLetter(context.Background(), connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: id}))
+		return err
+	}
+	absentID := "never-died-" + strings.Repeat("0", len(acme)-len("never-died-"))
+	absent, other := show(absentID), show(acme)
+	if absent == nil || other == nil || connect.CodeOf(other) != connect.CodeOf(absent) || strings.ReplaceAll(other.Error(), acme, absentID) != absent.Error() {
+		t.Errorf("beta's show of acme's waiting dead letter: %v; want word for word its show of an absent id: %v", other, absent)
+	}
+	list := listDLQ(t, beta, &rivorav1.ListDeadLettersRequest{Filter: &rivorav1.DeadLetterFilter{CustomerId: "beta"}})
+	if len(list.GetDeadLetters()) != 0 || list.GetArchiveUnavailable() == "" {
+		t.Errorf("beta's list with the archive down: %v; want a ledger answer without acme's dead letter", list)
+	}
+}

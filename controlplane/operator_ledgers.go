@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/bounds"
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/lanes"
@@ -209,7 +210,7 @@ func (r *operatorRouter) listLedgers(ctx context.Context, req *rivorav1.ListDead
 		return nil, err
 	}
 	c := cover(r, answers)
-	out := &rivorav1.ListDeadLettersResponse{ArchiveUnavailable: why, LedgerPartitions: c.read(), UnreadLedgers: c.unread}
+	out := &rivorav1.ListDeadLettersResponse{ArchiveUnavailable: why, LedgerPartitions: c.read(), UnreadLedgers: auth.UnreadLedgersFor(ctx, c.unread)}
 	var dls []*rivorav1.DeadLetter
 	more := int64(0)
 	for _, a := range answers {
@@ -254,7 +255,7 @@ func (r *operatorRouter) statsLedgers(ctx context.Context, req *rivorav1.DeadLet
 		return nil, err
 	}
 	c := cover(r, answers)
-	out := &rivorav1.DeadLetterStatsResponse{ArchiveUnavailable: why, LedgerPartitions: c.read(), UnreadLedgers: c.unread}
+	out := &rivorav1.DeadLetterStatsResponse{ArchiveUnavailable: why, LedgerPartitions: c.read(), UnreadLedgers: auth.UnreadLedgersFor(ctx, c.unread)}
 	for _, a := range answers {
 		if a.err != nil {
 			continue
@@ -318,6 +319,22 @@ func (r *operatorRouter) getLedgers(ctx context.Context, req *rivorav1.GetDeadLe
 			failed = append(failed, fmt.Sprintf("agent %s did not answer (%v)", a.agent.name, a.err))
 		}
 	}
+	if len(failed) > 0 && hiddenAgents(ctx) {
+		failed = []string{"an agent did not answer"}
+	}
+	return r.getLedgersMissing(req, archiveErr, failed)
+}
+
+// hiddenAgents: the caller of ctx's call is a customer token, which is
+// not told agents' names nor their errors (auth.UnreadLedgersFor).
+func hiddenAgents(ctx context.Context) bool {
+	p := auth.FromContext(ctx)
+	return p != nil && p.SelfService()
+}
+
+// getLedgersMissing is getLedgers' answer when no agent's ledger holds
+// the dead letter; failed names the agents that did not answer.
+func (r *operatorRouter) getLedgersMissing(req *rivorav1.GetDeadLetterRequest, archiveErr error, failed []string) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
 	missing := "no agent's ledger holds it"
 	if len(failed) > 0 {
 		missing += "; but " + strings.Join(failed, ", ") + ": retry"

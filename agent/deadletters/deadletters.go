@@ -222,12 +222,12 @@ func (s *Service) ListDeadLetters(ctx context.Context, req *connect.Request[rivo
 		limit = bounds.DeadLetterList
 	}
 	if req.Msg.GetLedgersOnly() {
-		return connect.NewResponse(s.listWaiting(f, limit)), nil
+		return connect.NewResponse(s.listWaiting(ctx, f, limit)), nil
 	}
 	arch := s.reachArchive()
 	resp, err := s.listArchived(ctx, arch, f, limit)
 	if why, down := archiveDown(ctx, arch, err); down {
-		resp = s.listWaiting(f, limit)
+		resp = s.listWaiting(ctx, f, limit)
 		resp.ArchiveUnavailable = why
 		return connect.NewResponse(resp), nil
 	}
@@ -279,7 +279,7 @@ func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivora
 		return nil, err
 	}
 	if req.Msg.GetLedgersOnly() {
-		resp, err := s.getWaiting(id, req.Msg.GetDestinationId())
+		resp, err := s.getWaiting(ctx, id, req.Msg.GetDestinationId())
 		if err != nil {
 			return nil, err
 		}
@@ -288,7 +288,7 @@ func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivora
 	arch := s.reachArchive()
 	found, line, err := s.latest(ctx, arch, id, req.Msg.GetDestinationId())
 	if why, down := archiveDown(ctx, arch, err); down {
-		return s.getWhileArchiveDown(id, req.Msg.GetDestinationId(), why, err)
+		return s.getWhileArchiveDown(ctx, id, req.Msg.GetDestinationId(), why, err)
 	}
 	if err != nil {
 		return nil, err
@@ -360,12 +360,12 @@ func (s *Service) DeadLetterStats(ctx context.Context, req *connect.Request[rivo
 		return nil, err
 	}
 	if req.Msg.GetLedgersOnly() {
-		return connect.NewResponse(s.statsWaiting(f, req.Msg.GetBySubscription())), nil
+		return connect.NewResponse(s.statsWaiting(ctx, f, req.Msg.GetBySubscription())), nil
 	}
 	arch := s.reachArchive()
 	resp, err := s.statsArchived(ctx, arch, f, req.Msg.GetBySubscription())
 	if why, down := archiveDown(ctx, arch, err); down {
-		resp = s.statsWaiting(f, req.Msg.GetBySubscription())
+		resp = s.statsWaiting(ctx, f, req.Msg.GetBySubscription())
 		resp.ArchiveUnavailable = why
 		return connect.NewResponse(resp), nil
 	}

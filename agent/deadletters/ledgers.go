@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rivora/rivora/agent/archive"
+	"github.com/rivora/rivora/internal/auth"
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -88,14 +89,18 @@ func archiveDown(ctx context.Context, a *reachedArchive, err error) (string, boo
 }
 
 // waiting returns the dead letters waiting in the ledgers read here that
-// match f, destination by destination (as the archive lists them), each
-// destination's in ledger order, the order they died in.
-func (s *Service) waiting(f *rivorav1.DeadLetterFilter) (dls []*rivorav1.DeadLetter, read []uint32, unread []*rivorav1.UnreadLedger) {
+// match f and that the caller of ctx's call may act for, destination by
+// destination (as the archive lists them), each destination's in ledger
+// order, the order they died in. Another customer's are left out here, so
+// that show answers for one exactly as for an absent id (auth.hidden.go);
+// unread is as the caller may be told it (auth.UnreadLedgersFor).
+func (s *Service) waiting(ctx context.Context, f *rivorav1.DeadLetterFilter) (dls []*rivorav1.DeadLetter, read []uint32, unread []*rivorav1.UnreadLedger) {
 	read, unread = s.ledgers.WaitingDeadLetters(func(dl *rivorav1.DeadLetter) {
-		if matches(f, dl) {
+		if matches(f, dl) && auth.CallerMayActFor(ctx, dl.GetEvent().GetCustomerId()) {
 			dls = append(dls, dl)
 		}
 	})
+	unread = auth.UnreadLedgersFor(ctx, unread)
 	sort.SliceStable(dls, func(i, j int) bool {
 		return dls[i].GetEvent().GetDestinationId() < dls[j].GetEvent().GetDestinationId()
 	})
@@ -115,8 +120,8 @@ func unarchivedCopy(dl *rivorav1.DeadLetter, withPayload bool) *rivorav1.DeadLet
 
 // listWaiting is ListDeadLetters' answer from the ledgers: at most limit
 // dead letters, and how many more matched (ledgers are not paged).
-func (s *Service) listWaiting(f *rivorav1.DeadLetterFilter, limit int) *rivorav1.ListDeadLettersResponse {
-	dls, read, unread := s.waiting(f)
+func (s *Service) listWaiting(ctx context.Context, f *rivorav1.DeadLetterFilter, limit int) *rivorav1.ListDeadLettersResponse {
+	dls, read, unread := s.waiting(ctx, f)
 	resp := &rivorav1.ListDeadLettersResponse{LedgerPartitions: read, UnreadLedgers: unread}
 	for _, dl := range dls[:min(limit, len(dls))] {
 		resp.DeadLetters = append(resp.DeadLetters, unarchivedCopy(dl, false))
@@ -128,8 +133,8 @@ func (s *Service) listWaiting(f *rivorav1.DeadLetterFilter, limit int) *rivorav1
 }
 
 // statsWaiting is DeadLetterStats' answer from the ledgers.
-func (s *Service) statsWaiting(f *rivorav1.DeadLetterFilter, bySubscription bool) *rivorav1.DeadLetterStatsResponse {
-	dls, read, unread := s.waiting(f)
+func (s *Service) statsWaiting(ctx context.Context, f *rivorav1.DeadLetterFilter, bySubscription bool) *rivorav1.DeadLetterStatsResponse {
+	dls, read, unread := s.waiting(ctx, f)
 	counts := newCounter()
 	counts.bySubscription = bySubscription
 	for _, dl := range dls {
@@ -141,8 +146,8 @@ func (s *Service) statsWaiting(f *rivorav1.DeadLetterFilter, bySubscription bool
 // getWaiting is GetDeadLetter's answer from the ledgers: event id's
 // latest dead letter waiting there (an event replayed and dead again may
 // have two), or NotFound saying which ledgers were read.
-func (s *Service) getWaiting(id, destinationID string) (*rivorav1.GetDeadLetterResponse, error) {
-	dls, read, unread := s.waiting(&rivorav1.DeadLetterFilter{DestinationId: destinationID})
+func (s *Service) getWaiting(ctx context.Context, id, destinationID string) (*rivorav1.GetDeadLetterResponse, error) {
+	dls, read, unread := s.waiting(ctx, &rivorav1.DeadLetterFilter{DestinationId: destinationID})
 	var found *rivorav1.DeadLetter
 	for _, dl := range dls {
 		if dl.GetEvent().GetEventId() == id {
@@ -161,8 +166,8 @@ func (s *Service) getWaiting(id, destinationID string) (*rivorav1.GetDeadLetterR
 // dead letter does not wait in those ledgers, marked so
 // (ArchiveUnavailableReason): in a cell another agent's may hold it, and
 // the control plane asks them all.
-func (s *Service) getWhileArchiveDown(id, destinationID, why string, archiveErr error) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
-	resp, err := s.getWaiting(id, destinationID)
+func (s *Service) getWhileArchiveDown(ctx context.Context, id, destinationID, why string, archiveErr error) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
+	resp, err := s.getWaiting(ctx, id, destinationID)
 	if err != nil {
 		err = errkind.Tag(errkind.Unavailable, fmt.Errorf("%w; and %v", archiveErr, err))
 		return nil, errkind.WithInfo(err, errkind.ArchiveUnavailableReason, map[string]string{"archive_error": why})

@@ -3,8 +3,11 @@ package auth
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"connectrpc.com/connect"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 // A scoped publisher asking for another customer's item by id gets the
@@ -39,4 +42,24 @@ func OwnerHidden(ctx context.Context, owner string) bool {
 	}
 	p := FromContext(ctx)
 	return p != nil && p.Scoped() && !p.MayActFor(owner)
+}
+
+// hiddenUnreadReason is why a ledger was not read, as a customer token is
+// told it: the agents' names and errors are the operators'.
+const hiddenUnreadReason = "not read right now (an agent is starting, moving it or unreachable); retry"
+
+// UnreadLedgersFor is unread (the ledgers an answer could not read, and
+// why) as the caller of ctx's call may be told it: a customer token
+// (Principal.SelfService) learns which partitions, not which agent nor
+// its error; anyone else everything.
+func UnreadLedgersFor(ctx context.Context, unread []*rivorav1.UnreadLedger) []*rivorav1.UnreadLedger {
+	if p := FromContext(ctx); p == nil || !p.SelfService() || len(unread) == 0 {
+		return unread
+	}
+	var parts []uint32
+	for _, u := range unread {
+		parts = append(parts, u.GetPartitions()...)
+	}
+	slices.Sort(parts)
+	return []*rivorav1.UnreadLedger{{Partitions: slices.Compact(parts), Reason: hiddenUnreadReason}}
 }

@@ -1,0 +1,28 @@
+package auth
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// A customer token is told which ledgers were not read, not which agent
+// holds them nor its error (lifecycle's raw trouble text); an operator
+// is told everything.
+func TestUnreadLedgersForACustomerNameNoAgent(t *testing.T) {
+	unread := []*rivorav1.UnreadLedger{
+		{Agent: "agent-b", Partitions: []uint32{4, 2}, Reason: "its owner did not answer: dial tcp 10.0.0.7:4222: i/o timeout"},
+		{Agent: "agent-c", Partitions: []uint32{2, 7}, Reason: "opening it"},
+	}
+	customer := WithPrincipal(context.Background(), &Principal{Role: rivorav1.Role_ROLE_CUSTOMER, Customers: []string{"beta"}})
+	got := UnreadLedgersFor(customer, unread)
+	if len(got) != 1 || got[0].GetAgent() != "" || got[0].GetReason() != hiddenUnreadReason || !slices.Equal(got[0].GetPartitions(), []uint32{2, 4, 7}) {
+		t.Errorf("a customer token told %v; want partitions 2, 4, 7 with the generic reason and no agent", got)
+	}
+	operator := WithPrincipal(context.Background(), &Principal{Role: rivorav1.Role_ROLE_OPERATOR})
+	if got := UnreadLedgersFor(operator, unread); len(got) != 2 || got[0].GetAgent() != "agent-b" {
+		t.Errorf("an operator told %v; want every agent and reason", got)
+	}
+}
