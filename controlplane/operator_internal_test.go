@@ -43,6 +43,10 @@ type routeAgent struct {
 	events map[string]*rivorav1.GetEventResponse // GetEvent answers; missing: NotFound
 	err    error                                 // returned by every call when set
 	hang   bool                                  // GetEvent waits for its context to end
+	// archiveSlow delays each answer read from the archive (list, stats,
+	// show); archiveCanceled counts those whose context ended first.
+	archiveSlow     time.Duration
+	archiveCanceled int
 	calls  []string
 	// authorization is the Authorization header of every request.
 	authorization []string
@@ -155,6 +159,9 @@ func (a *routeAgent) ListDeadLetters(ctx context.Context, req *connect.Request[r
 		}
 		return connect.NewResponse(resp), nil
 	}
+	if err := a.readArchive(ctx); err != nil {
+		return nil, err
+	}
 	return connect.NewResponse(&rivorav1.ListDeadLettersResponse{DeadLetters: []*rivorav1.DeadLetter{{LastError: "from-" + a.name}}}), nil
 }
 
@@ -172,6 +179,9 @@ func (a *routeAgent) DeadLetterStats(ctx context.Context, req *connect.Request[r
 		}
 		return connect.NewResponse(resp), nil
 	}
+	if err := a.readArchive(ctx); err != nil {
+		return nil, err
+	}
 	return connect.NewResponse(&rivorav1.DeadLetterStatsResponse{Total: 7}), nil
 }
 
@@ -183,6 +193,9 @@ func (a *routeAgent) GetDeadLetter(ctx context.Context, req *connect.Request[riv
 	down, ledger := a.archiveDown, a.ledger
 	a.mu.Unlock()
 	if down == "" && !req.Msg.GetLedgersOnly() {
+		if err := a.readArchive(ctx); err != nil {
+			return nil, err
+		}
 		return connect.NewResponse(&rivorav1.GetDeadLetterResponse{DeadLetter: &rivorav1.DeadLetter{LastError: "from-" + a.name}, Object: "deadletter/x"}), nil
 	}
 	for _, dl := range ledger.dls {
@@ -196,6 +209,23 @@ func (a *routeAgent) GetDeadLetter(ctx context.Context, req *connect.Request[riv
 	}
 	err := errkind.Tag(errkind.Unavailable, fmt.Errorf("%s; and %v", down, notHere))
 	return nil, errkind.AsConnect(errkind.WithInfo(err, errkind.ArchiveUnavailableReason, map[string]string{"archive_error": down}))
+}
+
+// readArchive takes archiveSlow, as a slow archive does, or fails when
+// ctx ends first.
+func (a *routeAgent) readArchive(ctx context.Context) error {
+	a.mu.Lock()
+	slow := a.archiveSlow
+	a.mu.Unlock()
+	select {
+	case <-time.After(slow):
+		return nil
+	case <-ctx.Done():
+		a.mu.Lock()
+		a.archiveCanceled++
+		a.mu.Unlock()
+		return connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+	}
 }
 
 // routeLedger is what a stand-in agent's ledgers hold: dead letters (in

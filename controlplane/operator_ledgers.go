@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -33,16 +32,18 @@ import (
 
 // otherArchives asks the connected agents but skip (the one whose
 // archive could not be read) with call, at once: the archive may be out
-// of reach of one agent only (its link cut). Each is given at most
-// askTimeout, and less when the caller's deadline would leave the
-// ledgers' answer less than that; none is asked when it would leave none.
-// It returns the first answer (by agent name) that fromArchive says was
-// read from the archive, nil when none was.
+// of reach of one agent only (its link cut). They are given the time the
+// caller has left (callTimeout without a deadline) less askTimeout, the
+// ledgers' answer's; none is asked when that leaves none. As anyAgent
+// gave the next agent the remaining time, a healthy agent has the time
+// its archive needs. It returns the first answer that fromArchive says
+// was read from the archive, and cancels the others' calls then; nil when
+// none was.
 func otherArchives[Res any](ctx context.Context, r *operatorRouter, skip string, call func(context.Context, rivorav1connect.ArchiveServiceClient) (*connect.Response[Res], error),
 	fromArchive func(*connect.Response[Res], error) bool) *connect.Response[Res] {
-	budget := r.askTimeout
+	budget := r.callTimeout - r.askTimeout
 	if deadline, ok := ctx.Deadline(); ok {
-		budget = min(budget, time.Until(deadline)-r.askTimeout)
+		budget = time.Until(deadline) - r.askTimeout
 	}
 	var others []*agentState
 	for _, a := range r.agents.connected() {
@@ -53,21 +54,22 @@ func otherArchives[Res any](ctx context.Context, r *operatorRouter, skip string,
 	if budget <= 0 || len(others) == 0 {
 		return nil
 	}
-	answers := make([]*connect.Response[Res], len(others))
-	var wg sync.WaitGroup
-	for i, a := range others {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, budget)
-			defer cancel()
-			if resp, err := call(ctx, r.archive(a)); fromArchive(resp, err) {
-				answers[i] = connect.NewResponse(resp.Msg)
+	ctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	answers := make(chan *connect.Response[Res], len(others))
+	for _, a := range others {
+		go func() {
+			resp, err := call(ctx, r.archive(a))
+			if !fromArchive(resp, err) {
+				answers <- nil
+				return
 			}
-		})
+			answers <- connect.NewResponse(resp.Msg)
+		}()
 	}
-	wg.Wait()
-	for _, resp := range answers {
-		if resp != nil {
-			return resp
+	for range others {
+		if resp := <-answers; resp != nil {
+			return resp // cancel ends the others' calls; answers holds their results
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/testkit/poll"
 )
 
 const archiveRefused = "list archive deadletter/: dial tcp 10.0.0.9:9000: connect: connection refused"
@@ -167,4 +169,54 @@ func TestOperatorPrefersAnotherAgentsArchiveToTheLedgers(t *testing.T) {
 	if err != nil || show.Msg.GetArchiveUnavailable() != "" || show.Msg.GetDeadLetter().GetLastError() != "from-a2" {
 		t.Errorf("show with only a1 cut off from the archive: %v, %v; want a2's archive answer", show, err)
 	}
+}
+
+// With a1 cut off from the archive, a2's archive, which needs longer than
+// askTimeout, is given the caller's remaining time less the ledgers'
+// (askTimeout): list, stats and show answer from it, not from the ledgers
+// (they did: a2 had at most askTimeout). The first archive answer ends
+// the others' calls: a3, whose archive never answers, does not hold the
+// answer up.
+func TestOperatorGivesASlowArchiveTheRemainingTime(t *testing.T) {
+	c := startRouteCell(t, func() error { return nil })
+	a1 := c.agent("a1", 0, 1, 2, 3, 4, 5)
+	a2 := c.agent("a2", 6, 7, 8, 9, 10)
+	a3 := c.agent("a3", 11, 12, 13, 14, 15)
+	a1.downArchive(archiveRefused, routeLedger{dls: []*rivorav1.DeadLetter{ledgerDead(t, "evt-a1", 3, 1)}, read: []uint32{0, 1, 2, 3, 4, 5}})
+	a2.mu.Lock()
+	a2.archiveSlow = time.Second // askTimeout is 300 ms
+	a2.mu.Unlock()
+	a3.mu.Lock()
+	a3.archiveSlow = time.Hour
+	a3.mu.Unlock()
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), 8*time.Second) }
+
+	ctx, cancel := call()
+	start := time.Now()
+	list, err := c.archive().ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{}))
+	took := time.Since(start)
+	cancel()
+	if err != nil || list.Msg.GetArchiveUnavailable() != "" || len(list.Msg.GetDeadLetters()) != 1 || list.Msg.GetDeadLetters()[0].GetLastError() != "from-a2" {
+		t.Errorf("list: %v, %v; want a2's archive answer", list, err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("list took %v: it waited for a3 after a2 answered (a3 had until 8 s less askTimeout)", took)
+	}
+	ctx, cancel = call()
+	st, err := c.archive().DeadLetterStats(ctx, connect.NewRequest(&rivorav1.DeadLetterStatsRequest{}))
+	cancel()
+	if err != nil || st.Msg.GetArchiveUnavailable() != "" || st.Msg.GetTotal() != 7 {
+		t.Errorf("stats: %v, %v; want a2's archive answer (total 7)", st, err)
+	}
+	ctx, cancel = call()
+	show, err := c.archive().GetDeadLetter(ctx, connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: "evt-elsewhere"}))
+	cancel()
+	if err != nil || show.Msg.GetArchiveUnavailable() != "" || show.Msg.GetDeadLetter().GetLastError() != "from-a2" {
+		t.Errorf("show: %v, %v; want a2's archive answer", show, err)
+	}
+	poll.True(t, "a3's archive reads cancelled once a2 answered", 5*time.Second, func() bool {
+		a3.mu.Lock()
+		defer a3.mu.Unlock()
+		return a3.archiveCanceled == 3
+	})
 }
