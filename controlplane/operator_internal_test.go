@@ -47,7 +47,7 @@ type routeAgent struct {
 	// show); archiveCanceled counts those whose context ended first.
 	archiveSlow     time.Duration
 	archiveCanceled int
-	calls  []string
+	calls           []string
 	// authorization is the Authorization header of every request.
 	authorization []string
 	resent        []string

@@ -189,7 +189,9 @@ func TestOperatorGivesASlowArchiveTheRemainingTime(t *testing.T) {
 	a3.mu.Lock()
 	a3.archiveSlow = time.Hour
 	a3.mu.Unlock()
-	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), 8*time.Second) }
+	call := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), 8*time.Second)
+	}
 
 	ctx, cancel := call()
 	start := time.Now()
