@@ -494,7 +494,9 @@ func (n *notifier) publish(ctx context.Context, nt notices.Notice) (string, bool
 // deadLetters lists a destination's ("" = every destination's) dead
 // letters that died at or after since, from every connected agent's
 // archive (agents may share one: the caller
-// dedupes), oldest first per agent; truncated: some agent had more.
+// dedupes), oldest first per agent; truncated: some agent had more. An
+// agent that answered from its ledgers (the archive cannot be read) is an
+// error, as before the ledgers could answer: the read is retried.
 func (r *agentRegistry) deadLetters(ctx context.Context, destination string, since time.Time) ([]*rivorav1.DeadLetter, bool, error) {
 	truncated := false
 	var mu sync.Mutex
@@ -504,6 +506,12 @@ func (r *agentRegistry) deadLetters(ctx context.Context, destination string, sin
 		}))
 		if err != nil {
 			return nil, err
+		}
+		if why := resp.Msg.GetArchiveUnavailable(); why != "" {
+			// The agent's ledgers answered: not the archive, which this
+			// read is of (its ledgers are read again, from the archive,
+			// once it can be).
+			return nil, fmt.Errorf("the archive cannot be read (%s): a ledgers' answer is not the archive's; retried later", why)
 		}
 		mu.Lock()
 		truncated = truncated || resp.Msg.GetTruncated()

@@ -222,3 +222,23 @@ func TestOperatorGivesASlowArchiveTheRemainingTime(t *testing.T) {
 		return a3.archiveCanceled == 3
 	})
 }
+
+// The operator notices' scan reads the archive: an agent that answers
+// from its ledgers (the archive cannot be read) makes the read fail, as
+// before the ledgers could answer, so that no deadletter.created notice
+// comes from a ledger and the scan retries from the archive later.
+func TestNoticesScanCountsALedgerAnswerAsFailed(t *testing.T) {
+	c := startRouteCell(t, func() error { return nil })
+	a1 := c.agent("a1", 0, 1, 2, 3, 4, 5, 6, 7)
+	c.agent("a2", 8, 9, 10, 11, 12, 13, 14, 15)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := c.cp.agents.deadLetters(ctx, "", time.Now().Add(-time.Hour)); err != nil {
+		t.Fatalf("scan with the archive up: %v", err)
+	}
+	a1.downArchive(archiveRefused, routeLedger{dls: []*rivorav1.DeadLetter{ledgerDead(t, "evt-a1", 3, 1)}, read: []uint32{0, 1, 2, 3, 4, 5, 6, 7}})
+	dls, _, err := c.cp.agents.deadLetters(ctx, "", time.Now().Add(-time.Hour))
+	if err == nil || !strings.Contains(err.Error(), "a1") {
+		t.Errorf("scan with a1 answering from its ledgers: %v, %v; want a failed read naming a1", dls, err)
+	}
+}
