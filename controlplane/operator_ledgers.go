@@ -146,6 +146,9 @@ func cover[T any](r *operatorRouter, answers []ledgerAnswer[T]) ledgerCoverage {
 			}
 		}
 		for _, u := range a.unread {
+			if u.GetAgent() == "" {
+				continue // not held by that agent: its holder's answer says
+			}
 			for _, p := range u.GetPartitions() {
 				said[p] = u
 			}

@@ -38,6 +38,9 @@ func startLedgerCell(t *testing.T) (c *routeCell, a1, a2 *routeAgent) {
 	a1.downArchive(archiveRefused, routeLedger{
 		dls:  []*rivorav1.DeadLetter{ledgerDead(t, "evt-a1-first", 3, 1), ledgerDead(t, "evt-a1-second", 3, 2)},
 		read: []uint32{0, 1, 2, 3, 4, 5, 6, 7},
+		// As an agent asked directly names what it does not hold: the
+		// merge leaves these to their holders' answers.
+		unread: []*rivorav1.UnreadLedger{{Partitions: []uint32{8, 9, 10, 11, 12, 13, 14, 15}, Reason: "not owned by this agent; ask the control plane"}},
 	})
 	a2.downArchive(archiveRefused, routeLedger{
 		dls:    []*rivorav1.DeadLetter{ledgerDead(t, "evt-a2", 9, 3)},

@@ -161,26 +161,46 @@ func (s *Set) Partition(p int) *owner.Partition {
 // WaitingDeadLetters calls visit with each dead letter waiting for the
 // archive in the ledger of a partition running here, partition by
 // partition, each in ledger order (owner.Partition.WaitingDeadLetters).
-// It returns the partitions it read, sorted, and those assigned here whose
-// ledger it could not read (not open yet, or failing), with why, so that
-// an answer made of what it visited says what it lacks.
+// It returns the partitions it read, sorted, and the others it could not
+// read, with why (unreadLedgers), so that an answer made of what it
+// visited says what it lacks.
 func (s *Set) WaitingDeadLetters(visit func(dl *rivorav1.DeadLetter)) (read []uint32, unread []*rivorav1.UnreadLedger) {
 	runs, why := s.states.ledgers()
 	for _, p := range slices.Sorted(maps.Keys(runs)) {
 		runs[p].part.WaitingDeadLetters(visit)
 		read = append(read, uint32(p))
 	}
+	return read, unreadLedgers(s.cfg.Name, s.Count(), read, why)
+}
+
+// notHeldHere is why a partition this agent does not hold was not read:
+// in a cell, asked directly, an agent answers for its own partitions only.
+const notHeldHere = "not owned by this agent; ask the control plane, which reads every agent's ledgers"
+
+// unreadLedgers groups by why the partitions of count that were not read:
+// those assigned here (why: not open yet, or failing), named with agent,
+// and every other one, not held here, with no agent (an agent does not
+// know another's partitions; the control plane, merging every agent's
+// answer, leaves these to the answer of the agent that holds them).
+func unreadLedgers(agent string, count int, read []uint32, why map[int]string) (unread []*rivorav1.UnreadLedger) {
 	byReason := make(map[string]*rivorav1.UnreadLedger)
-	for _, p := range slices.Sorted(maps.Keys(why)) {
-		u := byReason[why[p]]
+	for p := range count {
+		if slices.Contains(read, uint32(p)) {
+			continue
+		}
+		reason, name := why[p], agent
+		if _, ok := why[p]; !ok {
+			reason, name = notHeldHere, ""
+		}
+		u := byReason[reason]
 		if u == nil {
-			u = &rivorav1.UnreadLedger{Agent: s.cfg.Name, Reason: why[p]}
-			byReason[why[p]] = u
+			u = &rivorav1.UnreadLedger{Agent: name, Reason: reason}
+			byReason[reason] = u
 			unread = append(unread, u)
 		}
 		u.Partitions = append(u.Partitions, uint32(p))
 	}
-	return read, unread
+	return unread
 }
 
 // OpeningDestination reports whether the partition of a destination is
