@@ -122,10 +122,22 @@ type ledgerCoverage struct {
 	unread []*rivorav1.UnreadLedger
 }
 
-// counts reports whether an agent's answer counts for partition p: the
-// first agent (by name) that read p does, so that a partition that moved
-// between two agents' answers is not counted twice.
+// counts reports whether an agent's answer counts for partition p: of the
+// agents that read p (during a handoff, the old owner and the new may
+// both), its current owner's (agentRegistry.ownerOf), else the first by
+// name, so that a partition is not counted twice.
 func (c ledgerCoverage) counts(agent string, p uint32) bool { return c.from[p] == agent }
+
+// countsAll reports whether agent's answer counts for every partition in
+// read.
+func (c ledgerCoverage) countsAll(agent string, read []uint32) bool {
+	for _, p := range read {
+		if !c.counts(agent, p) {
+			return false
+		}
+	}
+	return true
+}
 
 // cover decides the coverage of the agents' answers over the cell's
 // partitions. A partition no answer read is missing: said unread by its
@@ -141,7 +153,7 @@ func cover[T any](r *operatorRouter, answers []ledgerAnswer[T]) ledgerCoverage {
 			continue
 		}
 		for _, p := range a.read {
-			if _, ok := c.from[p]; !ok {
+			if _, ok := c.from[p]; !ok || r.isOwner(a.agent, p) {
 				c.from[p] = a.agent.name
 			}
 		}
@@ -169,6 +181,12 @@ func cover[T any](r *operatorRouter, answers []ledgerAnswer[T]) ledgerCoverage {
 		u.Partitions = append(u.Partitions, p)
 	}
 	return c
+}
+
+// isOwner reports whether a is partition p's current owner.
+func (r *operatorRouter) isOwner(a *agentState, p uint32) bool {
+	owner, ok := r.agents.ownerOf(p)
+	return ok && owner.name == a.name
 }
 
 // whyUnread says why no answer read partition p's ledger, and whose it is.
@@ -217,7 +235,7 @@ func (r *operatorRouter) listLedgers(ctx context.Context, req *rivorav1.ListDead
 	c := cover(r, answers)
 	out := &rivorav1.ListDeadLettersResponse{ArchiveUnavailable: why, LedgerPartitions: c.read(), UnreadLedgers: auth.UnreadLedgersFor(ctx, c.unread)}
 	var dls []*rivorav1.DeadLetter
-	more := int64(0)
+	more, unknownMore := int64(0), false
 	for _, a := range answers {
 		if a.err != nil {
 			continue
@@ -227,7 +245,13 @@ func (r *operatorRouter) listLedgers(ctx context.Context, req *rivorav1.ListDead
 				dls = append(dls, dl)
 			}
 		}
-		more += a.resp.GetMoreUnarchived()
+		// An answer's overflow is of all its partitions: counted only when
+		// every one counts, else unknown (it may be another answer's).
+		if c.countsAll(a.agent.name, a.read) {
+			more += a.resp.GetMoreUnarchived()
+		} else if a.resp.GetMoreUnarchived() > 0 {
+			unknownMore = true
+		}
 	}
 	sort.SliceStable(dls, func(i, j int) bool {
 		return dls[i].GetEvent().GetDestinationId() < dls[j].GetEvent().GetDestinationId()
@@ -240,7 +264,7 @@ func (r *operatorRouter) listLedgers(ctx context.Context, req *rivorav1.ListDead
 		more += int64(len(dls) - limit)
 		dls = dls[:limit]
 	}
-	out.DeadLetters, out.MoreUnarchived, out.Truncated = dls, more, more > 0
+	out.DeadLetters, out.MoreUnarchived, out.Truncated = dls, more, more > 0 || unknownMore
 	return connect.NewResponse(out), nil
 }
 

@@ -245,3 +245,48 @@ func TestNoticesScanCountsALedgerAnswerAsFailed(t *testing.T) {
 		t.Errorf("scan with a1 answering from its ledgers: %v, %v; want a failed read naming a1", dls, err)
 	}
 }
+
+// During a handoff the old owner and the new may both read a partition's
+// ledger: the merge takes the current owner's answer (ownerOf: the one it
+// is assigned to), not the first by name; and an answer's overflow past
+// the limit is not counted when some of its partitions are another's
+// (it may be the dead letters dropped as duplicates).
+func TestOperatorMergesTheCurrentOwnersLedgerDuringAHandoff(t *testing.T) {
+	c := startRouteCell(t, func() error { return nil })
+	a1 := c.agent("a1", 0, 1, 2, 3, 4, 5, 6, 7, 8) // still reports 8, handed to a2
+	a2 := c.agent("a2", 8, 9, 10, 11, 12, 13, 14, 15)
+	c.cp.agents.mu.Lock()
+	c.cp.agents.agents["a1"].partition = []uint32{0, 1, 2, 3, 4, 5, 6, 7}
+	c.cp.agents.agents["a2"].partition = []uint32{8, 9, 10, 11, 12, 13, 14, 15}
+	c.cp.agents.mu.Unlock()
+	a1.downArchive(archiveRefused, routeLedger{
+		dls:  []*rivorav1.DeadLetter{ledgerDead(t, "evt-a1", 3, 1), ledgerDead(t, "evt-old", 8, 2)},
+		read: []uint32{0, 1, 2, 3, 4, 5, 6, 7, 8},
+	})
+	a2.downArchive(archiveRefused, routeLedger{
+		dls:  []*rivorav1.DeadLetter{ledgerDead(t, "evt-new", 8, 3)},
+		read: []uint32{8, 9, 10, 11, 12, 13, 14, 15},
+	})
+	list := func(limit int32) *rivorav1.ListDeadLettersResponse {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := c.archive().ListDeadLetters(ctx, connect.NewRequest(&rivorav1.ListDeadLettersRequest{LedgersOnly: true, Limit: limit}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg
+	}
+	all := list(0)
+	var ids []string
+	for _, dl := range all.GetDeadLetters() {
+		ids = append(ids, dl.GetEvent().GetEventId())
+	}
+	if slices.Sort(ids); !slices.Equal(ids, []string{"evt-a1", "evt-new"}) {
+		t.Errorf("listed %v, want evt-a1 and a2's evt-new (a2 owns partition 8 now), not a1's evt-old", ids)
+	}
+	// Limit 1: a1 answers evt-a1 and 1 more (its evt-old, a duplicate),
+	// a2 evt-new; the merge keeps one of the two and leaves 1 out.
+	if one := list(1); len(one.GetDeadLetters()) != 1 || one.GetMoreUnarchived() != 1 || !one.GetTruncated() {
+		t.Errorf("limit 1: %d listed, %d more, truncated %v; want 1, 1 more (not a1's duplicate), truncated", len(one.GetDeadLetters()), one.GetMoreUnarchived(), one.GetTruncated())
+	}
+}
