@@ -140,7 +140,12 @@ func (s *Service) statsWaiting(ctx context.Context, f *rivorav1.DeadLetterFilter
 	for _, dl := range dls {
 		counts.add(dl, true)
 	}
-	return &rivorav1.DeadLetterStatsResponse{Counts: counts.newestFirst(), Total: counts.total, LedgerPartitions: read, UnreadLedgers: unread}
+	out := counts.newestFirst()
+	for _, n := range out {
+		// add keeps the dead letters' own times: the ledger's, here.
+		n.Oldest, n.Newest = proto.CloneOf(n.GetOldest()), proto.CloneOf(n.GetNewest())
+	}
+	return &rivorav1.DeadLetterStatsResponse{Counts: out, Total: counts.total, LedgerPartitions: read, UnreadLedgers: unread}
 }
 
 // getWaiting is GetDeadLetter's answer from the ledgers: event id's

@@ -135,3 +135,25 @@ func TestAnArchiveThatNeverAnswersLeavesTheLedgersTime(t *testing.T) {
 		t.Fatalf("list: %v, %v; want the ledgers' dead letter", list, err)
 	}
 }
+
+// Stats from the ledgers answer copies of the dead letters' times, not the
+// ledger's own (a caller or the encoder may change what it is given).
+func TestLedgerStatsDoNotShareTheLedgersTimes(t *testing.T) {
+	dl := dead("waiting", "acme", rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS)
+	dl.Event.DestinationId = "orders"
+	at := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	dl.DeadAt = timestamppb.New(at)
+	s := &Service{ledgers: fixedLedgers{dl}}
+	resp, err := s.DeadLetterStats(context.Background(), connect.NewRequest(&rivorav1.DeadLetterStatsRequest{LedgersOnly: true}))
+	if err != nil || len(resp.Msg.GetCounts()) != 1 {
+		t.Fatalf("stats: %v, %v", resp, err)
+	}
+	n := resp.Msg.GetCounts()[0]
+	if n.GetOldest() == dl.GetDeadAt() || n.GetNewest() == dl.GetDeadAt() {
+		t.Fatalf("the count's oldest/newest are the ledger's dead_at itself")
+	}
+	n.Oldest.Seconds, n.Newest.Seconds = 0, 0
+	if !dl.GetDeadAt().AsTime().Equal(at) {
+		t.Errorf("changing the answer changed the ledger's dead letter: dead_at %v", dl.GetDeadAt().AsTime())
+	}
+}
