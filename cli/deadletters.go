@@ -275,16 +275,20 @@ func (e *env) showDeadLetter(c *ucli.Context) error {
 	if err != nil {
 		return callFailed("show dead letter", err, nil)
 	}
+	dl := resp.Msg.GetDeadLetter()
 	if e.output == "json" {
+		if dl.GetUnarchived() {
+			// The object is all a script sees: the warning goes to
+			// stderr, as list's and stats'.
+			showLedgerWarning(e.errOut, resp.Msg.GetArchiveUnavailable())
+		}
 		return writeJSON(e.out, resp.Msg)
 	}
-	dl := resp.Msg.GetDeadLetter()
 	ev := dl.GetEvent()
 	j := flatDeadLetter(dl)
 	object := resp.Msg.GetObject()
 	if dl.GetUnarchived() {
-		why := resp.Msg.GetArchiveUnavailable()
-		say(e.out, "archive unreachable (%s): this dead letter still waits in its partition's ledger; it is archived once the archive is back\n", why)
+		showLedgerWarning(e.out, resp.Msg.GetArchiveUnavailable())
 		object = "not yet: waits in the ledger of partition " + fmt.Sprint(dl.GetPartition())
 	}
 	if err := fields(e.out,

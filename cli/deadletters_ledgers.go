@@ -38,6 +38,12 @@ func ledgerWarning(w io.Writer, why, what string, unread []*rivorav1.UnreadLedge
 	unreadLedgers(w, unread)
 }
 
+// showLedgerWarning says that dlq show's dead letter comes from a ledger
+// because the archive could not be read (why).
+func showLedgerWarning(w io.Writer, why string) {
+	say(w, "archive unreachable (%s): this dead letter still waits in its partition's ledger; it is archived once the archive is back\n", why)
+}
+
 // unreadLedgers names the partitions whose ledger no agent read.
 func unreadLedgers(w io.Writer, unread []*rivorav1.UnreadLedger) {
 	for _, u := range unread {

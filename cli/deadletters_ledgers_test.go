@@ -137,8 +137,14 @@ func TestDLQStatsAndShowFromTheLedgersSaySo(t *testing.T) {
 	wantLines(t, "dlq show from a ledger", show,
 		"archive unreachable ("+refused+"): this dead letter still waits in its partition's ledger",
 		"not yet: waits in the ledger of partition 3", `{"n":1}`)
-	showJSON := mustSucceed(t, run(t, url, "", "dlq", "show", "evt-1", "-o", "json")).stdout
-	wantLines(t, "dlq show -o json from a ledger", showJSON, `"unarchived": true`, `"archiveUnavailable"`)
+	showJSON := mustSucceed(t, run(t, url, "", "dlq", "show", "evt-1", "-o", "json"))
+	wantLines(t, "dlq show -o json from a ledger", showJSON.stdout, `"unarchived": true`, `"archiveUnavailable"`)
+	// As list's and stats': the warning on stderr, the object alone on
+	// stdout.
+	wantLines(t, "dlq show -o json's stderr", showJSON.stderr, "archive unreachable ("+refused+"): this dead letter still waits in its partition's ledger")
+	if strings.Contains(showJSON.stdout, "archive unreachable (") {
+		t.Errorf("dlq show -o json's stdout holds the warning:\n%s", showJSON.stdout)
+	}
 
 	for _, verb := range []string{"list", "stats"} {
 		help := mustSucceed(t, run(t, url, "", "dlq", verb, "--help")).stdout
