@@ -169,8 +169,12 @@ const DefaultWorkers = 64
 
 // Agent is one running sidecar.
 type Agent struct {
-	cfg      Config
-	log      *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// leaving is set at the stop, before the leaving report: the drain
+	// hands every partition off itself, so an assignment the control
+	// plane sends meanwhile (its partitions to others) is not applied.
+	leaving  atomic.Bool
 	nats     *natsd.Server
 	registry *destinations.Registry
 	// subs are the cell's subscriptions (ingest fans out by them, delivery
@@ -406,17 +410,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	lockerCtx, stopLocker := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLocker()
 	locker.Go(func() { _ = a.locker.Run(lockerCtx) })
-	// The Watch on the control plane outlives the drain too: a control
-	// plane that sees an agent's Watch end takes it for dead and, a second
-	// later, destroys its Consul session so its partitions move. Ended at
-	// the SIGTERM, it would cut a drain longer than that second short: the
-	// agent's leases gone with the attempts still in flight (their
-	// outcomes unrecorded, their events sent again) and its locks freed
-	// only after the lock-delay instead of released. So the agent keeps
-	// following until its locks are released and its session ended —
-	// unless its store is gone: then it records nothing more, and the
-	// sooner its session ends the sooner its partitions move.
-	var following sync.WaitGroup
+	// The Watch on the control plane ends at the stop, but only once the
+	// agent told the control plane it is leaving (leave): a control plane
+	// that sees a Watch end without that takes the agent for dead and, a
+	// second later, destroys its Consul session — which would cut the
+	// drain short (leases gone with attempts in flight, their outcomes
+	// unrecorded; locks freed only after the lock-delay).
 	followCtx, stopFollowing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFollowing()
 	// The follower announces the session and the partition set takes
@@ -432,7 +431,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for range a.cfg.Workers {
 		work.Go(func() { a.work(ctx) })
 	}
-	following.Go(func() { a.follow(followCtx) })
+	loops.Go(func() { a.follow(followCtx) })
 	loops.Go(func() { _ = a.parts.Run(ctx) })
 	loops.Go(func() { _ = a.gone.Run(ctx) })
 	loops.Go(func() { a.forgetUnknown(ctx) })
@@ -445,12 +444,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	loops.Go(func() { _ = checkArchive(ctx, a.archive, archiveCheckTimeout, a.log) })
 	a.log.Info("agent running", "workers", a.cfg.Workers, "controlplane", a.upstream.URL())
 	<-ctx.Done()
-	if errors.Is(context.Cause(ctx), natsd.ErrJetStreamDisabled) {
-		stopFollowing()
-	}
+	// Leaving, the agent is given no partitions and asked nothing more;
+	// then it stops following, so no assignment starts a handoff in its
+	// drain. A dead store (ErrJetStreamDisabled) leaves the same way: its
+	// session ends as soon as the locker closes, below.
+	a.leaving.Store(true)
+	a.leave()
+	stopFollowing()
 	a.log.Info("draining: waiting for attempts in flight")
 	drain := a.watchDrain()
-	drain.at("the partition and edge loops")
+	drain.at("the partition, config and edge loops")
 	loops.Wait()
 	drain.at("attempts in flight")
 	attemptsWait := a.cfg.DrainAttemptsWait
@@ -475,9 +478,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("release ownership", "error", err)
 	}
 	cancel()
-	drain.at("the control plane's watch")
-	stopFollowing()
-	following.Wait()
 	drain.at("the embedded NATS server's shutdown")
 	a.gateway.Close()
 	a.nats.Shutdown()
@@ -488,6 +488,27 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("agent stopped")
 	return nil
+}
+
+// leaveWait bounds the leaving report: it never holds the drain up longer.
+const leaveWait = 2 * time.Second
+
+// leave tells the control plane this agent is stopping (ReportLeaving), so
+// its partitions go to the others now and its session is left for it to
+// end after the drain. Best effort: without it, the control plane destroys
+// the session a second after the Watch ends (as it does for a dead agent).
+func (a *Agent) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), leaveWait)
+	defer cancel()
+	url := a.upstream.URL()
+	_, err := a.upstream.Client(a.upstream.HTTPClient(leaveWait), url).ReportLeaving(ctx, connect.NewRequest(&rivorav1.ReportLeavingRequest{
+		AgentName: a.cfg.Name, Session: a.locker.Session(),
+	}))
+	if err != nil {
+		a.log.Warn("tell the control plane this agent is leaving (it may end this agent's session under its drain)", "controlplane", url, "error", err)
+		return
+	}
+	a.log.Info("told the control plane this agent is leaving", "controlplane", url)
 }
 
 // drainAttemptsWait bounds how long a drain waits for attempts in

@@ -184,8 +184,11 @@ func (a *Agent) apply(msg *rivorav1.WatchResponse) error {
 	}
 	// Opening rebuilds from the store, which takes seconds for a large
 	// backlog: the partition set does it beside the Watch, so later
-	// changes still apply.
-	a.parts.Assign(want)
+	// changes still apply. A leaving agent's drain hands its partitions
+	// off (Run): no assignment starts another handoff meanwhile.
+	if !a.leaving.Load() {
+		a.parts.Assign(want)
+	}
 	// The registered edges, and whether this agent keeps INGEST's sources
 	// for them (partition 0's): set beside the Watch too.
 	a.edges.follow(msg)

@@ -65,6 +65,16 @@ func (s *agentHandler) ReportOwned(ctx context.Context, req *connect.Request[riv
 	return connect.NewResponse(&rivorav1.ReportOwnedResponse{}), nil
 }
 
+// ReportLeaving marks a stopping agent leaving: its partitions move to the
+// others now, and its session is left for it to end (agentRegistry).
+func (s *agentHandler) ReportLeaving(ctx context.Context, req *connect.Request[rivorav1.ReportLeavingRequest]) (*connect.Response[rivorav1.ReportLeavingResponse], error) {
+	if err := s.cp.agents.leave(req.Msg.GetAgentName(), req.Msg.GetSession(), s.cp.now()); err != nil {
+		return nil, tag(ErrPrecondition, err)
+	}
+	s.cp.broadcast() // its partitions go to the other agents
+	return connect.NewResponse(&rivorav1.ReportLeavingResponse{}), nil
+}
+
 // ReportGone disables a destination whose partner answered 410 Gone
 // (disableDestination); a repeated report changes nothing.
 func (s *agentHandler) ReportGone(ctx context.Context, req *connect.Request[rivorav1.ReportGoneRequest]) (*connect.Response[rivorav1.ReportGoneResponse], error) {

@@ -36,6 +36,17 @@ import (
 // agent that lost its session is given partitions again only rejoinDelay
 // after it announced a new one, so a flapping agent does not drag
 // partitions back and forth.
+//
+// An agent that reported leaving (ReportLeaving, at its SIGTERM) is not
+// healthy from then on: its partitions go to the others at once (who wait
+// on the locks it releases at the end of its drain), nothing is asked of
+// it, and the end of its Watch does not have its session destroyed — it
+// ends the session itself after its drain, and the TTL ends it if the
+// agent dies meanwhile. The mark holds for the session it was reported
+// with: a restarted agent, with a new session, is healthy again. The mark
+// lives in the leader's memory only; a new leader never saw the leaving
+// agent's Watch (it ended at the report), so it neither assigns it
+// partitions nor destroys its session.
 type agentRegistry struct {
 	http *http.Client
 	// cell sends the cell token on the control plane's own calls to
@@ -80,8 +91,11 @@ type agentState struct {
 	session     string
 	sessionLost time.Time
 	eligibleAt  time.Time
-	partition   []uint32 // assigned
-	owned       []uint32 // as the agent reported
+	// leaving is set by ReportLeaving for the session the agent had then
+	// (it drains; see agentRegistry).
+	leaving   bool
+	partition []uint32 // assigned
+	owned     []uint32 // as the agent reported
 	// cut are the partitions the agent reported it cannot write (cut off
 	// from their streams' quorum): assigned to others while they are.
 	cut []uint32
@@ -113,7 +127,7 @@ func (r *agentRegistry) connect(name, address, session string, replacedAt, now t
 			// Same agent at a new address: its old stream may still be
 			// open (and is counted until it ends).
 			a.streams, a.applied = prev.streams, prev.applied
-			a.session, a.sessionLost, a.eligibleAt = prev.session, prev.sessionLost, prev.eligibleAt
+			a.session, a.sessionLost, a.eligibleAt, a.leaving = prev.session, prev.sessionLost, prev.eligibleAt, prev.leaving
 		}
 		r.agents[name] = a
 	}
@@ -141,6 +155,12 @@ func (r *agentRegistry) connect(name, address, session string, replacedAt, now t
 			}
 		}
 		a.session, a.sessionLost, a.owned, a.cut = session, time.Time{}, nil, nil
+		a.leaving = false // a restart: leaving was the old session's
+	}
+	if r.consul == nil {
+		// No sessions tell a restart apart, and a leaving agent opens no
+		// new Watch: this one is a restarted agent's.
+		a.leaving = false
 	}
 	a.streams++
 	a.lastSeen = now
@@ -159,7 +179,8 @@ func (r *agentRegistry) disconnect(ctx context.Context, name string, now time.Ti
 	a.streams--
 	a.lastSeen = now
 	session := a.session
-	gone := a.streams == 0 && r.consul != nil && session != ""
+	// A leaving agent ends its session itself after its drain.
+	gone := a.streams == 0 && r.consul != nil && session != "" && !a.leaving
 	r.mu.Unlock()
 	r.progress.notify()
 	if !gone {
@@ -179,7 +200,7 @@ func (r *agentRegistry) disconnect(ctx context.Context, name string, now time.Ti
 		r.mu.Lock()
 		// A session Consul no longer lists was ended already (an agent
 		// that stopped gracefully destroys its own): nothing to destroy.
-		still := r.agents[name] == a && a.streams == 0 && a.session == session && a.sessionLost.IsZero()
+		still := r.agents[name] == a && a.streams == 0 && a.session == session && a.sessionLost.IsZero() && !a.leaving
 		r.mu.Unlock()
 		if !still {
 			return
@@ -189,6 +210,26 @@ func (r *agentRegistry) disconnect(ctx context.Context, name string, now time.Ti
 			r.log.Warn("destroy the session of a gone agent (its TTL frees it instead)", "agent", name, "session", session, "error", err)
 		}
 	})
+}
+
+// leave marks agent name leaving (see agentRegistry) while it has
+// session.
+func (r *agentRegistry) leave(name, session string, now time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := r.agents[name]
+	if a == nil {
+		return fmt.Errorf("agent %q is not known to this control plane", name)
+	}
+	if session != a.session {
+		return fmt.Errorf("agent %q has consul session %q here, not %q", name, a.session, session)
+	}
+	if !a.leaving {
+		r.log.Info("agent leaving: its partitions go to the others; it ends its consul session after its drain", "agent", name, "session", session)
+	}
+	a.leaving = true
+	a.lastSeen = now
+	return nil
 }
 
 func (r *agentRegistry) applied(name string, version uint64, now time.Time) error {
@@ -207,6 +248,8 @@ func (r *agentRegistry) applied(name string, version uint64, now time.Time) erro
 // healthy reports whether an agent may own partitions now, and why not.
 func (r *agentRegistry) healthyLocked(a *agentState, now time.Time) (bool, string) {
 	switch {
+	case a.leaving:
+		return false, "leaving: draining after a stop (SIGTERM)"
 	case a.streams == 0:
 		return false, "not watching the control plane"
 	case r.consul == nil:
@@ -354,6 +397,10 @@ func (r *agentRegistry) watchSessions(ctx context.Context) {
 			if a.session != "" && !live[a.session] && a.sessionLost.IsZero() {
 				a.sessionLost = now
 				a.owned = nil
+				if a.leaving {
+					r.log.Info("leaving agent's consul session ended", "agent", a.name, "session", a.session)
+					continue
+				}
 				r.log.Warn("agent's consul session is gone; reassigning its partitions", "agent", a.name, "session", a.session)
 			}
 		}

@@ -27,7 +27,8 @@ const rollRejoinDelay = 5 * time.Second
 // hold their answers from just before its SIGTERM: a deploy stops an
 // agent with attempts in flight, and its drain waits for them. It is
 // longer than the second after which a control plane that no longer
-// hears from an agent ends its session, which a drain must outlast.
+// hears from an agent ends its session — unless the agent reported
+// leaving, as a stopping agent does before its Watch ends.
 const holdAtStop = 2 * time.Second
 
 // TestClusterRollingRestart: a deploy of a cell restarts its agents one
@@ -35,7 +36,8 @@ const holdAtStop = 2 * time.Second
 // it is started again on its data (the same binary here) — while
 // customers keep publishing. For each agent in turn: it keeps its
 // partitions' leases through its drain and hands them off (no lock-delay:
-// the control plane does not end its session under it); its partitions
+// it reports leaving, so the control plane assigns its partitions to the
+// others at once and does not end its session under it); its partitions
 // are owned and delivered by the others; it comes back healthy and owns
 // partitions again; the load goes on being delivered; then the next. At
 // the end every partition is owned and the checker's verdict is clean:
@@ -120,7 +122,8 @@ func (r *faultRun) rollAgent(t *testing.T, name string) rollStep {
 	restore := r.holdAttempts(t, s.Partitions, holdAtStop)
 	stopAt := time.Now()
 	p.stop(60 * time.Second)
-	s.ExitS = seconds(time.Since(stopAt))
+	exitAt := time.Now()
+	s.ExitS = seconds(exitAt.Sub(stopAt))
 	restore()
 	moved := r.c.waitOwned(t, 60*time.Second, []string{name})
 	s.MovedS = seconds(time.Since(stopAt))
@@ -132,7 +135,7 @@ func (r *faultRun) rollAgent(t *testing.T, name string) rollStep {
 	}
 	t.Logf("%s: SIGTERM, exited after %.1fs; its partitions %v owned by others after %.1fs (%v), delivered by them after %.1fs",
 		name, s.ExitS, s.Partitions, s.MovedS, moved, s.StalledS)
-	r.checkHandedOff(t, name, stopAt)
+	r.checkHandedOff(t, name, stopAt, exitAt)
 
 	startAt := time.Now()
 	p.start()
@@ -182,22 +185,43 @@ func (r *faultRun) holdAttempts(t *testing.T, parts []uint32, d time.Duration) (
 	return restore
 }
 
-// checkHandedOff fails the test when agent name's stop since stopAt did
-// not hand its partitions off itself: it lost their leases while it
-// drained, or the control plane ended its session under it (its locks
-// then freed only after the lock-delay, its attempts' outcomes lost).
-func (r *faultRun) checkHandedOff(t *testing.T, name string, stopAt time.Time) {
+// checkHandedOff fails the test when agent name's stop since stopAt (it
+// exited at exitAt) did not hand its partitions off itself: it did not
+// tell the control plane it was leaving, it lost their leases while it
+// drained, or the control plane ended its session (its locks then freed
+// only after the lock-delay, its attempts' outcomes lost).
+func (r *faultRun) checkHandedOff(t *testing.T, name string, stopAt, exitAt time.Time) {
 	t.Helper()
-	if log := r.logOf(t, name, stopAt); strings.Contains(log, "partition ownership lost") {
+	log := r.logOf(t, name, stopAt)
+	if strings.Contains(log, "partition ownership lost") {
 		t.Errorf("%s lost its partitions' leases while it drained after SIGTERM:\n%s", name, grepLines(log, "ownership lost"))
 	}
+	if !strings.Contains(log, "told the control plane this agent is leaving") {
+		t.Errorf("%s did not tell the control plane it was leaving:\n%s", name, grepLines(log, "leaving"))
+	}
+	// A control plane destroys the session of an agent whose Watch ended
+	// a second (its dead-after) later: one that missed the leaving report
+	// may do so after a short drain's exit. So the logs are read until
+	// checkGoneFor after the exit, failing at the first destroy.
 	gone := regexp.MustCompile(`agent gone: destroying.* agent=` + name + `\b`)
-	for _, cp := range r.c.cps {
-		if log := logSince(t, cp.LogPath, stopAt); gone.MatchString(log) {
-			t.Errorf("the control plane ended %s's session while it drained after SIGTERM:\n%s", name, grepLines(log, "agent gone"))
+	for {
+		for _, cp := range r.c.cps {
+			if log := logSince(t, cp.LogPath, stopAt); gone.MatchString(log) {
+				t.Errorf("the control plane ended %s's session after its SIGTERM:\n%s", name, grepLines(log, "agent gone"))
+				return
+			}
 		}
+		if time.Since(exitAt) > checkGoneFor {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// checkGoneFor is how long after a stopped agent's exit checkHandedOff
+// looks for its session destroyed by a control plane: past the control
+// plane's dead-after (1 s) with room for a loaded machine.
+const checkGoneFor = 3 * time.Second
 
 // grepLines are the lines of log that hold s.
 func grepLines(log, s string) string {

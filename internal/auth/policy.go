@@ -250,6 +250,7 @@ var Policies = map[string]Rule{
 	rivorav1connect.AgentServiceReportAppliedProcedure: cell,
 	rivorav1connect.AgentServiceReportOwnedProcedure:   cell,
 	rivorav1connect.AgentServiceReportGoneProcedure:    cell,
+	rivorav1connect.AgentServiceReportLeavingProcedure: cell,
 	rivorav1connect.AgentServiceRecordAuditProcedure:   cell,
 	// Edges follow the control plane with the cell token, as agents.
 	rivorav1connect.EdgeServiceWatchEdgeProcedure:           cell,

@@ -561,6 +561,95 @@ func (*ReportOwnedResponse) Descriptor() ([]byte, []int) {
 	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
+type ReportLeavingRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AgentName string                 `protobuf:"bytes,1,opt,name=agent_name,json=agentName,proto3" json:"agent_name,omitempty"`
+	// session is the agent's Consul session: the mark holds for it only.
+	Session       string `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportLeavingRequest) Reset() {
+	*x = ReportLeavingRequest{}
+	mi := &file_rivora_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportLeavingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportLeavingRequest) ProtoMessage() {}
+
+func (x *ReportLeavingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportLeavingRequest.ProtoReflect.Descriptor instead.
+func (*ReportLeavingRequest) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReportLeavingRequest) GetAgentName() string {
+	if x != nil {
+		return x.AgentName
+	}
+	return ""
+}
+
+func (x *ReportLeavingRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+type ReportLeavingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportLeavingResponse) Reset() {
+	*x = ReportLeavingResponse{}
+	mi := &file_rivora_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportLeavingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportLeavingResponse) ProtoMessage() {}
+
+func (x *ReportLeavingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rivora_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportLeavingResponse.ProtoReflect.Descriptor instead.
+func (*ReportLeavingResponse) Descriptor() ([]byte, []int) {
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
 type ReportGoneRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	AgentName     string                 `protobuf:"bytes,1,opt,name=agent_name,json=agentName,proto3" json:"agent_name,omitempty"`
@@ -578,7 +667,7 @@ type ReportGoneRequest struct {
 
 func (x *ReportGoneRequest) Reset() {
 	*x = ReportGoneRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[8]
+	mi := &file_rivora_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +679,7 @@ func (x *ReportGoneRequest) String() string {
 func (*ReportGoneRequest) ProtoMessage() {}
 
 func (x *ReportGoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[8]
+	mi := &file_rivora_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +692,7 @@ func (x *ReportGoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGoneRequest.ProtoReflect.Descriptor instead.
 func (*ReportGoneRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReportGoneRequest) GetAgentName() string {
@@ -656,7 +745,7 @@ type ReportGoneResponse struct {
 
 func (x *ReportGoneResponse) Reset() {
 	*x = ReportGoneResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[9]
+	mi := &file_rivora_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +757,7 @@ func (x *ReportGoneResponse) String() string {
 func (*ReportGoneResponse) ProtoMessage() {}
 
 func (x *ReportGoneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[9]
+	mi := &file_rivora_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +770,7 @@ func (x *ReportGoneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportGoneResponse.ProtoReflect.Descriptor instead.
 func (*ReportGoneResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReportGoneResponse) GetDisabled() bool {
@@ -713,7 +802,7 @@ type CountPendingRequest struct {
 
 func (x *CountPendingRequest) Reset() {
 	*x = CountPendingRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[10]
+	mi := &file_rivora_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +814,7 @@ func (x *CountPendingRequest) String() string {
 func (*CountPendingRequest) ProtoMessage() {}
 
 func (x *CountPendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[10]
+	mi := &file_rivora_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +827,7 @@ func (x *CountPendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountPendingRequest.ProtoReflect.Descriptor instead.
 func (*CountPendingRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CountPendingRequest) GetDestinationId() string {
@@ -774,7 +863,7 @@ type CountPendingResponse struct {
 
 func (x *CountPendingResponse) Reset() {
 	*x = CountPendingResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[11]
+	mi := &file_rivora_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +875,7 @@ func (x *CountPendingResponse) String() string {
 func (*CountPendingResponse) ProtoMessage() {}
 
 func (x *CountPendingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[11]
+	mi := &file_rivora_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +888,7 @@ func (x *CountPendingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountPendingResponse.ProtoReflect.Descriptor instead.
 func (*CountPendingResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CountPendingResponse) GetPending() int64 {
@@ -827,7 +916,7 @@ type ArchivePendingRequest struct {
 
 func (x *ArchivePendingRequest) Reset() {
 	*x = ArchivePendingRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[12]
+	mi := &file_rivora_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +928,7 @@ func (x *ArchivePendingRequest) String() string {
 func (*ArchivePendingRequest) ProtoMessage() {}
 
 func (x *ArchivePendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[12]
+	mi := &file_rivora_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +941,7 @@ func (x *ArchivePendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivePendingRequest.ProtoReflect.Descriptor instead.
 func (*ArchivePendingRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ArchivePendingRequest) GetDestinationId() string {
@@ -878,7 +967,7 @@ type ArchivePendingResponse struct {
 
 func (x *ArchivePendingResponse) Reset() {
 	*x = ArchivePendingResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[13]
+	mi := &file_rivora_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +979,7 @@ func (x *ArchivePendingResponse) String() string {
 func (*ArchivePendingResponse) ProtoMessage() {}
 
 func (x *ArchivePendingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[13]
+	mi := &file_rivora_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +992,7 @@ func (x *ArchivePendingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArchivePendingResponse.ProtoReflect.Descriptor instead.
 func (*ArchivePendingResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ArchivePendingResponse) GetArchived() int64 {
@@ -925,7 +1014,7 @@ type GetHealthRequest struct {
 
 func (x *GetHealthRequest) Reset() {
 	*x = GetHealthRequest{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[14]
+	mi := &file_rivora_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1026,7 @@ func (x *GetHealthRequest) String() string {
 func (*GetHealthRequest) ProtoMessage() {}
 
 func (x *GetHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[14]
+	mi := &file_rivora_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1039,7 @@ func (x *GetHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHealthRequest.ProtoReflect.Descriptor instead.
 func (*GetHealthRequest) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetHealthRequest) GetDestinationId() string {
@@ -976,7 +1065,7 @@ type GetHealthResponse struct {
 
 func (x *GetHealthResponse) Reset() {
 	*x = GetHealthResponse{}
-	mi := &file_rivora_v1_agent_proto_msgTypes[15]
+	mi := &file_rivora_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1077,7 @@ func (x *GetHealthResponse) String() string {
 func (*GetHealthResponse) ProtoMessage() {}
 
 func (x *GetHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rivora_v1_agent_proto_msgTypes[15]
+	mi := &file_rivora_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1090,7 @@ func (x *GetHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHealthResponse.ProtoReflect.Descriptor instead.
 func (*GetHealthResponse) Descriptor() ([]byte, []int) {
-	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_rivora_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetHealthResponse) GetDestinations() []*DestinationHealth {
@@ -1059,7 +1148,12 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"partitions\x18\x03 \x03(\rR\n" +
 	"partitions\x12\x10\n" +
 	"\x03cut\x18\x04 \x03(\rR\x03cut\"\x15\n" +
-	"\x13ReportOwnedResponse\"\xb8\x01\n" +
+	"\x13ReportOwnedResponse\"O\n" +
+	"\x14ReportLeavingRequest\x12\x1d\n" +
+	"\n" +
+	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +
+	"\asession\x18\x02 \x01(\tR\asession\"\x17\n" +
+	"\x15ReportLeavingResponse\"\xb8\x01\n" +
 	"\x11ReportGoneRequest\x12\x1d\n" +
 	"\n" +
 	"agent_name\x18\x01 \x01(\tR\tagentName\x12%\n" +
@@ -1086,11 +1180,12 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12!\n" +
 	"\frate_history\x18\x02 \x01(\bR\vrateHistory\"U\n" +
 	"\x11GetHealthResponse\x12@\n" +
-	"\fdestinations\x18\x01 \x03(\v2\x1c.rivora.v1.DestinationHealthR\fdestinations2\x8c\x03\n" +
+	"\fdestinations\x18\x01 \x03(\v2\x1c.rivora.v1.DestinationHealthR\fdestinations2\xe5\x03\n" +
 	"\fAgentService\x12<\n" +
 	"\x05Watch\x12\x17.rivora.v1.WatchRequest\x1a\x18.rivora.v1.WatchResponse0\x01\x12R\n" +
 	"\rReportApplied\x12\x1f.rivora.v1.ReportAppliedRequest\x1a .rivora.v1.ReportAppliedResponse\x12L\n" +
-	"\vReportOwned\x12\x1d.rivora.v1.ReportOwnedRequest\x1a\x1e.rivora.v1.ReportOwnedResponse\x12N\n" +
+	"\vReportOwned\x12\x1d.rivora.v1.ReportOwnedRequest\x1a\x1e.rivora.v1.ReportOwnedResponse\x12W\n" +
+	"\rReportLeaving\x12\x1f.rivora.v1.ReportLeavingRequest\x1a .rivora.v1.ReportLeavingResponse\"\x03\x90\x02\x02\x12N\n" +
 	"\n" +
 	"ReportGone\x12\x1c.rivora.v1.ReportGoneRequest\x1a\x1d.rivora.v1.ReportGoneResponse\"\x03\x90\x02\x02\x12L\n" +
 	"\vRecordAudit\x12\x1d.rivora.v1.RecordAuditRequest\x1a\x1e.rivora.v1.RecordAuditResponse2\x8c\x02\n" +
@@ -1111,7 +1206,7 @@ func file_rivora_v1_agent_proto_rawDescGZIP() []byte {
 	return file_rivora_v1_agent_proto_rawDescData
 }
 
-var file_rivora_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_rivora_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_rivora_v1_agent_proto_goTypes = []any{
 	(*RecordAuditRequest)(nil),     // 0: rivora.v1.RecordAuditRequest
 	(*RecordAuditResponse)(nil),    // 1: rivora.v1.RecordAuditResponse
@@ -1121,49 +1216,53 @@ var file_rivora_v1_agent_proto_goTypes = []any{
 	(*ReportAppliedResponse)(nil),  // 5: rivora.v1.ReportAppliedResponse
 	(*ReportOwnedRequest)(nil),     // 6: rivora.v1.ReportOwnedRequest
 	(*ReportOwnedResponse)(nil),    // 7: rivora.v1.ReportOwnedResponse
-	(*ReportGoneRequest)(nil),      // 8: rivora.v1.ReportGoneRequest
-	(*ReportGoneResponse)(nil),     // 9: rivora.v1.ReportGoneResponse
-	(*CountPendingRequest)(nil),    // 10: rivora.v1.CountPendingRequest
-	(*CountPendingResponse)(nil),   // 11: rivora.v1.CountPendingResponse
-	(*ArchivePendingRequest)(nil),  // 12: rivora.v1.ArchivePendingRequest
-	(*ArchivePendingResponse)(nil), // 13: rivora.v1.ArchivePendingResponse
-	(*GetHealthRequest)(nil),       // 14: rivora.v1.GetHealthRequest
-	(*GetHealthResponse)(nil),      // 15: rivora.v1.GetHealthResponse
-	(*AuditEntry)(nil),             // 16: rivora.v1.AuditEntry
-	(*timestamppb.Timestamp)(nil),  // 17: google.protobuf.Timestamp
-	(*Destination)(nil),            // 18: rivora.v1.Destination
-	(*ApiToken)(nil),               // 19: rivora.v1.ApiToken
-	(*Subscription)(nil),           // 20: rivora.v1.Subscription
-	(*EventType)(nil),              // 21: rivora.v1.EventType
-	(*DestinationHealth)(nil),      // 22: rivora.v1.DestinationHealth
+	(*ReportLeavingRequest)(nil),   // 8: rivora.v1.ReportLeavingRequest
+	(*ReportLeavingResponse)(nil),  // 9: rivora.v1.ReportLeavingResponse
+	(*ReportGoneRequest)(nil),      // 10: rivora.v1.ReportGoneRequest
+	(*ReportGoneResponse)(nil),     // 11: rivora.v1.ReportGoneResponse
+	(*CountPendingRequest)(nil),    // 12: rivora.v1.CountPendingRequest
+	(*CountPendingResponse)(nil),   // 13: rivora.v1.CountPendingResponse
+	(*ArchivePendingRequest)(nil),  // 14: rivora.v1.ArchivePendingRequest
+	(*ArchivePendingResponse)(nil), // 15: rivora.v1.ArchivePendingResponse
+	(*GetHealthRequest)(nil),       // 16: rivora.v1.GetHealthRequest
+	(*GetHealthResponse)(nil),      // 17: rivora.v1.GetHealthResponse
+	(*AuditEntry)(nil),             // 18: rivora.v1.AuditEntry
+	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
+	(*Destination)(nil),            // 20: rivora.v1.Destination
+	(*ApiToken)(nil),               // 21: rivora.v1.ApiToken
+	(*Subscription)(nil),           // 22: rivora.v1.Subscription
+	(*EventType)(nil),              // 23: rivora.v1.EventType
+	(*DestinationHealth)(nil),      // 24: rivora.v1.DestinationHealth
 }
 var file_rivora_v1_agent_proto_depIdxs = []int32{
-	16, // 0: rivora.v1.RecordAuditRequest.entry:type_name -> rivora.v1.AuditEntry
-	17, // 1: rivora.v1.WatchRequest.session_replaced_at:type_name -> google.protobuf.Timestamp
-	18, // 2: rivora.v1.WatchResponse.destinations:type_name -> rivora.v1.Destination
-	19, // 3: rivora.v1.WatchResponse.tokens:type_name -> rivora.v1.ApiToken
-	20, // 4: rivora.v1.WatchResponse.subscriptions:type_name -> rivora.v1.Subscription
-	21, // 5: rivora.v1.WatchResponse.event_types:type_name -> rivora.v1.EventType
-	17, // 6: rivora.v1.ReportGoneRequest.at:type_name -> google.protobuf.Timestamp
-	22, // 7: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
+	18, // 0: rivora.v1.RecordAuditRequest.entry:type_name -> rivora.v1.AuditEntry
+	19, // 1: rivora.v1.WatchRequest.session_replaced_at:type_name -> google.protobuf.Timestamp
+	20, // 2: rivora.v1.WatchResponse.destinations:type_name -> rivora.v1.Destination
+	21, // 3: rivora.v1.WatchResponse.tokens:type_name -> rivora.v1.ApiToken
+	22, // 4: rivora.v1.WatchResponse.subscriptions:type_name -> rivora.v1.Subscription
+	23, // 5: rivora.v1.WatchResponse.event_types:type_name -> rivora.v1.EventType
+	19, // 6: rivora.v1.ReportGoneRequest.at:type_name -> google.protobuf.Timestamp
+	24, // 7: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
 	2,  // 8: rivora.v1.AgentService.Watch:input_type -> rivora.v1.WatchRequest
 	4,  // 9: rivora.v1.AgentService.ReportApplied:input_type -> rivora.v1.ReportAppliedRequest
 	6,  // 10: rivora.v1.AgentService.ReportOwned:input_type -> rivora.v1.ReportOwnedRequest
-	8,  // 11: rivora.v1.AgentService.ReportGone:input_type -> rivora.v1.ReportGoneRequest
-	0,  // 12: rivora.v1.AgentService.RecordAudit:input_type -> rivora.v1.RecordAuditRequest
-	10, // 13: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
-	12, // 14: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
-	14, // 15: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
-	3,  // 16: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
-	5,  // 17: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
-	7,  // 18: rivora.v1.AgentService.ReportOwned:output_type -> rivora.v1.ReportOwnedResponse
-	9,  // 19: rivora.v1.AgentService.ReportGone:output_type -> rivora.v1.ReportGoneResponse
-	1,  // 20: rivora.v1.AgentService.RecordAudit:output_type -> rivora.v1.RecordAuditResponse
-	11, // 21: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
-	13, // 22: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
-	15, // 23: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
-	16, // [16:24] is the sub-list for method output_type
-	8,  // [8:16] is the sub-list for method input_type
+	8,  // 11: rivora.v1.AgentService.ReportLeaving:input_type -> rivora.v1.ReportLeavingRequest
+	10, // 12: rivora.v1.AgentService.ReportGone:input_type -> rivora.v1.ReportGoneRequest
+	0,  // 13: rivora.v1.AgentService.RecordAudit:input_type -> rivora.v1.RecordAuditRequest
+	12, // 14: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
+	14, // 15: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
+	16, // 16: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
+	3,  // 17: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
+	5,  // 18: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
+	7,  // 19: rivora.v1.AgentService.ReportOwned:output_type -> rivora.v1.ReportOwnedResponse
+	9,  // 20: rivora.v1.AgentService.ReportLeaving:output_type -> rivora.v1.ReportLeavingResponse
+	11, // 21: rivora.v1.AgentService.ReportGone:output_type -> rivora.v1.ReportGoneResponse
+	1,  // 22: rivora.v1.AgentService.RecordAudit:output_type -> rivora.v1.RecordAuditResponse
+	13, // 23: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
+	15, // 24: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
+	17, // 25: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
+	17, // [17:26] is the sub-list for method output_type
+	8,  // [8:17] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name
@@ -1183,7 +1282,7 @@ func file_rivora_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rivora_v1_agent_proto_rawDesc), len(file_rivora_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -22,6 +22,7 @@ const (
 	AgentService_Watch_FullMethodName         = "/rivora.v1.AgentService/Watch"
 	AgentService_ReportApplied_FullMethodName = "/rivora.v1.AgentService/ReportApplied"
 	AgentService_ReportOwned_FullMethodName   = "/rivora.v1.AgentService/ReportOwned"
+	AgentService_ReportLeaving_FullMethodName = "/rivora.v1.AgentService/ReportLeaving"
 	AgentService_ReportGone_FullMethodName    = "/rivora.v1.AgentService/ReportGone"
 	AgentService_RecordAudit_FullMethodName   = "/rivora.v1.AgentService/RecordAudit"
 )
@@ -44,6 +45,14 @@ type AgentServiceClient interface {
 	// the ownership lock of right now (assigned is not owned: a partition
 	// is owned once its lock is acquired and until it is released or lost).
 	ReportOwned(ctx context.Context, in *ReportOwnedRequest, opts ...grpc.CallOption) (*ReportOwnedResponse, error)
+	// ReportLeaving tells the control plane that the agent is stopping
+	// (SIGTERM) and drains: from now on it is not healthy (no partitions are
+	// assigned to it, no admin call is fanned out to it), and the end of its
+	// Watch does not make the control plane destroy its Consul session — the
+	// agent releases its locks and ends the session itself at the end of its
+	// drain (the session TTL if it dies meanwhile). A new session from the
+	// agent (a restart) clears the mark.
+	ReportLeaving(ctx context.Context, in *ReportLeavingRequest, opts ...grpc.CallOption) (*ReportLeavingResponse, error)
 	// ReportGone tells the control plane that a destination's partner
 	// answered 410 Gone (Standard Webhooks: the receiver wants no more
 	// webhooks). The control plane disables the destination: paused with
@@ -106,6 +115,16 @@ func (c *agentServiceClient) ReportOwned(ctx context.Context, in *ReportOwnedReq
 	return out, nil
 }
 
+func (c *agentServiceClient) ReportLeaving(ctx context.Context, in *ReportLeavingRequest, opts ...grpc.CallOption) (*ReportLeavingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportLeavingResponse)
+	err := c.cc.Invoke(ctx, AgentService_ReportLeaving_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *agentServiceClient) ReportGone(ctx context.Context, in *ReportGoneRequest, opts ...grpc.CallOption) (*ReportGoneResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReportGoneResponse)
@@ -144,6 +163,14 @@ type AgentServiceServer interface {
 	// the ownership lock of right now (assigned is not owned: a partition
 	// is owned once its lock is acquired and until it is released or lost).
 	ReportOwned(context.Context, *ReportOwnedRequest) (*ReportOwnedResponse, error)
+	// ReportLeaving tells the control plane that the agent is stopping
+	// (SIGTERM) and drains: from now on it is not healthy (no partitions are
+	// assigned to it, no admin call is fanned out to it), and the end of its
+	// Watch does not make the control plane destroy its Consul session — the
+	// agent releases its locks and ends the session itself at the end of its
+	// drain (the session TTL if it dies meanwhile). A new session from the
+	// agent (a restart) clears the mark.
+	ReportLeaving(context.Context, *ReportLeavingRequest) (*ReportLeavingResponse, error)
 	// ReportGone tells the control plane that a destination's partner
 	// answered 410 Gone (Standard Webhooks: the receiver wants no more
 	// webhooks). The control plane disables the destination: paused with
@@ -175,6 +202,9 @@ func (UnimplementedAgentServiceServer) ReportApplied(context.Context, *ReportApp
 }
 func (UnimplementedAgentServiceServer) ReportOwned(context.Context, *ReportOwnedRequest) (*ReportOwnedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportOwned not implemented")
+}
+func (UnimplementedAgentServiceServer) ReportLeaving(context.Context, *ReportLeavingRequest) (*ReportLeavingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportLeaving not implemented")
 }
 func (UnimplementedAgentServiceServer) ReportGone(context.Context, *ReportGoneRequest) (*ReportGoneResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportGone not implemented")
@@ -250,6 +280,24 @@ func _AgentService_ReportOwned_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_ReportLeaving_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportLeavingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ReportLeaving(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ReportLeaving_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ReportLeaving(ctx, req.(*ReportLeavingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AgentService_ReportGone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReportGoneRequest)
 	if err := dec(in); err != nil {
@@ -300,6 +348,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportOwned",
 			Handler:    _AgentService_ReportOwned_Handler,
+		},
+		{
+			MethodName: "ReportLeaving",
+			Handler:    _AgentService_ReportLeaving_Handler,
 		},
 		{
 			MethodName: "ReportGone",

@@ -43,6 +43,9 @@ const (
 	// AgentServiceReportOwnedProcedure is the fully-qualified name of the AgentService's ReportOwned
 	// RPC.
 	AgentServiceReportOwnedProcedure = "/rivora.v1.AgentService/ReportOwned"
+	// AgentServiceReportLeavingProcedure is the fully-qualified name of the AgentService's
+	// ReportLeaving RPC.
+	AgentServiceReportLeavingProcedure = "/rivora.v1.AgentService/ReportLeaving"
 	// AgentServiceReportGoneProcedure is the fully-qualified name of the AgentService's ReportGone RPC.
 	AgentServiceReportGoneProcedure = "/rivora.v1.AgentService/ReportGone"
 	// AgentServiceRecordAuditProcedure is the fully-qualified name of the AgentService's RecordAudit
@@ -72,6 +75,14 @@ type AgentServiceClient interface {
 	// the ownership lock of right now (assigned is not owned: a partition
 	// is owned once its lock is acquired and until it is released or lost).
 	ReportOwned(context.Context, *connect.Request[v1.ReportOwnedRequest]) (*connect.Response[v1.ReportOwnedResponse], error)
+	// ReportLeaving tells the control plane that the agent is stopping
+	// (SIGTERM) and drains: from now on it is not healthy (no partitions are
+	// assigned to it, no admin call is fanned out to it), and the end of its
+	// Watch does not make the control plane destroy its Consul session — the
+	// agent releases its locks and ends the session itself at the end of its
+	// drain (the session TTL if it dies meanwhile). A new session from the
+	// agent (a restart) clears the mark.
+	ReportLeaving(context.Context, *connect.Request[v1.ReportLeavingRequest]) (*connect.Response[v1.ReportLeavingResponse], error)
 	// ReportGone tells the control plane that a destination's partner
 	// answered 410 Gone (Standard Webhooks: the receiver wants no more
 	// webhooks). The control plane disables the destination: paused with
@@ -116,6 +127,13 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("ReportOwned")),
 			connect.WithClientOptions(opts...),
 		),
+		reportLeaving: connect.NewClient[v1.ReportLeavingRequest, v1.ReportLeavingResponse](
+			httpClient,
+			baseURL+AgentServiceReportLeavingProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("ReportLeaving")),
+			connect.WithIdempotency(connect.IdempotencyIdempotent),
+			connect.WithClientOptions(opts...),
+		),
 		reportGone: connect.NewClient[v1.ReportGoneRequest, v1.ReportGoneResponse](
 			httpClient,
 			baseURL+AgentServiceReportGoneProcedure,
@@ -137,6 +155,7 @@ type agentServiceClient struct {
 	watch         *connect.Client[v1.WatchRequest, v1.WatchResponse]
 	reportApplied *connect.Client[v1.ReportAppliedRequest, v1.ReportAppliedResponse]
 	reportOwned   *connect.Client[v1.ReportOwnedRequest, v1.ReportOwnedResponse]
+	reportLeaving *connect.Client[v1.ReportLeavingRequest, v1.ReportLeavingResponse]
 	reportGone    *connect.Client[v1.ReportGoneRequest, v1.ReportGoneResponse]
 	recordAudit   *connect.Client[v1.RecordAuditRequest, v1.RecordAuditResponse]
 }
@@ -154,6 +173,11 @@ func (c *agentServiceClient) ReportApplied(ctx context.Context, req *connect.Req
 // ReportOwned calls rivora.v1.AgentService.ReportOwned.
 func (c *agentServiceClient) ReportOwned(ctx context.Context, req *connect.Request[v1.ReportOwnedRequest]) (*connect.Response[v1.ReportOwnedResponse], error) {
 	return c.reportOwned.CallUnary(ctx, req)
+}
+
+// ReportLeaving calls rivora.v1.AgentService.ReportLeaving.
+func (c *agentServiceClient) ReportLeaving(ctx context.Context, req *connect.Request[v1.ReportLeavingRequest]) (*connect.Response[v1.ReportLeavingResponse], error) {
+	return c.reportLeaving.CallUnary(ctx, req)
 }
 
 // ReportGone calls rivora.v1.AgentService.ReportGone.
@@ -179,6 +203,14 @@ type AgentServiceHandler interface {
 	// the ownership lock of right now (assigned is not owned: a partition
 	// is owned once its lock is acquired and until it is released or lost).
 	ReportOwned(context.Context, *connect.Request[v1.ReportOwnedRequest]) (*connect.Response[v1.ReportOwnedResponse], error)
+	// ReportLeaving tells the control plane that the agent is stopping
+	// (SIGTERM) and drains: from now on it is not healthy (no partitions are
+	// assigned to it, no admin call is fanned out to it), and the end of its
+	// Watch does not make the control plane destroy its Consul session — the
+	// agent releases its locks and ends the session itself at the end of its
+	// drain (the session TTL if it dies meanwhile). A new session from the
+	// agent (a restart) clears the mark.
+	ReportLeaving(context.Context, *connect.Request[v1.ReportLeavingRequest]) (*connect.Response[v1.ReportLeavingResponse], error)
 	// ReportGone tells the control plane that a destination's partner
 	// answered 410 Gone (Standard Webhooks: the receiver wants no more
 	// webhooks). The control plane disables the destination: paused with
@@ -219,6 +251,13 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("ReportOwned")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceReportLeavingHandler := connect.NewUnaryHandler(
+		AgentServiceReportLeavingProcedure,
+		svc.ReportLeaving,
+		connect.WithSchema(agentServiceMethods.ByName("ReportLeaving")),
+		connect.WithIdempotency(connect.IdempotencyIdempotent),
+		connect.WithHandlerOptions(opts...),
+	)
 	agentServiceReportGoneHandler := connect.NewUnaryHandler(
 		AgentServiceReportGoneProcedure,
 		svc.ReportGone,
@@ -240,6 +279,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceReportAppliedHandler.ServeHTTP(w, r)
 		case AgentServiceReportOwnedProcedure:
 			agentServiceReportOwnedHandler.ServeHTTP(w, r)
+		case AgentServiceReportLeavingProcedure:
+			agentServiceReportLeavingHandler.ServeHTTP(w, r)
 		case AgentServiceReportGoneProcedure:
 			agentServiceReportGoneHandler.ServeHTTP(w, r)
 		case AgentServiceRecordAuditProcedure:
@@ -263,6 +304,10 @@ func (UnimplementedAgentServiceHandler) ReportApplied(context.Context, *connect.
 
 func (UnimplementedAgentServiceHandler) ReportOwned(context.Context, *connect.Request[v1.ReportOwnedRequest]) (*connect.Response[v1.ReportOwnedResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AgentService.ReportOwned is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) ReportLeaving(context.Context, *connect.Request[v1.ReportLeavingRequest]) (*connect.Response[v1.ReportLeavingResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("rivora.v1.AgentService.ReportLeaving is not implemented"))
 }
 
 func (UnimplementedAgentServiceHandler) ReportGone(context.Context, *connect.Request[v1.ReportGoneRequest]) (*connect.Response[v1.ReportGoneResponse], error) {

@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rivora/v1/agent.proto.
  */
 export const file_rivora_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChVyaXZvcmEvdjEvYWdlbnQucHJvdG8SCXJpdm9yYS52MSI6ChJSZWNvcmRBdWRpdFJlcXVlc3QSJAoFZW50cnkYASABKAsyFS5yaXZvcmEudjEuQXVkaXRFbnRyeSIVChNSZWNvcmRBdWRpdFJlc3BvbnNlIpYBCgxXYXRjaFJlcXVlc3QSEgoKYWdlbnRfbmFtZRgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEhcKD2FwcGxpZWRfdmVyc2lvbhgDIAEoBBIPCgdzZXNzaW9uGAQgASgJEjcKE3Nlc3Npb25fcmVwbGFjZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIscDCg1XYXRjaFJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAQSEAoIc25hcHNob3QYAiABKAgSLAoMZGVzdGluYXRpb25zGAMgAygLMhYucml2b3JhLnYxLkRlc3RpbmF0aW9uEh8KF3JlbW92ZWRfZGVzdGluYXRpb25faWRzGAQgAygJEhcKD3BhcnRpdGlvbl9jb3VudBgFIAEoDRISCgpwYXJ0aXRpb25zGAYgAygNEiMKBnRva2VucxgHIAMoCzITLnJpdm9yYS52MS5BcGlUb2tlbhIWCg50b2tlbnNfY2hhbmdlZBgIIAEoCBIuCg1zdWJzY3JpcHRpb25zGAkgAygLMhcucml2b3JhLnYxLlN1YnNjcmlwdGlvbhIgChhyZW1vdmVkX3N1YnNjcmlwdGlvbl9pZHMYCiADKAkSKQoLZXZlbnRfdHlwZXMYCyADKAsyFC5yaXZvcmEudjEuRXZlbnRUeXBlEhsKE2V2ZW50X3R5cGVzX2NoYW5nZWQYDCABKAgSGgoSc3RyaWN0X2V2ZW50X3R5cGVzGA0gASgIEg0KBWVkZ2VzGA4gAygJEhUKDWVkZ2VzX2NoYW5nZWQYDyABKAgiOwoUUmVwb3J0QXBwbGllZFJlcXVlc3QSEgoKYWdlbnRfbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgEIhcKFVJlcG9ydEFwcGxpZWRSZXNwb25zZSJaChJSZXBvcnRPd25lZFJlcXVlc3QSEgoKYWdlbnRfbmFtZRgBIAEoCRIPCgdzZXNzaW9uGAIgASgJEhIKCnBhcnRpdGlvbnMYAyADKA0SCwoDY3V0GAQgAygNIhUKE1JlcG9ydE93bmVkUmVzcG9uc2UiiQEKEVJlcG9ydEdvbmVSZXF1ZXN0EhIKCmFnZW50X25hbWUYASABKAkSFgoOZGVzdGluYXRpb25faWQYAiABKAkSEAoIZXZlbnRfaWQYAyABKAkSDgoGc3RhdHVzGAQgASgFEiYKAmF0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI3ChJSZXBvcnRHb25lUmVzcG9uc2USEAoIZGlzYWJsZWQYASABKAgSDwoHdmVyc2lvbhgCIAEoBCJjChNDb3VudFBlbmRpbmdSZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEhcKD3N1YnNjcmlwdGlvbl9pZBgCIAEoCRIbChNoZWFkc193aXRoX2F0dGVtcHRzGAMgASgFIkQKFENvdW50UGVuZGluZ1Jlc3BvbnNlEg8KB3BlbmRpbmcYASABKAMSGwoTaGVhZHNfd2l0aF9hdHRlbXB0cxgCIAEoAyJIChVBcmNoaXZlUGVuZGluZ1JlcXVlc3QSFgoOZGVzdGluYXRpb25faWQYASABKAkSFwoPc3Vic2NyaXB0aW9uX2lkGAIgASgJIioKFkFyY2hpdmVQZW5kaW5nUmVzcG9uc2USEAoIYXJjaGl2ZWQYASABKAMiQAoQR2V0SGVhbHRoUmVxdWVzdBIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCRIUCgxyYXRlX2hpc3RvcnkYAiABKAgiRwoRR2V0SGVhbHRoUmVzcG9uc2USMgoMZGVzdGluYXRpb25zGAEgAygLMhwucml2b3JhLnYxLkRlc3RpbmF0aW9uSGVhbHRoMowDCgxBZ2VudFNlcnZpY2USPAoFV2F0Y2gSFy5yaXZvcmEudjEuV2F0Y2hSZXF1ZXN0Ghgucml2b3JhLnYxLldhdGNoUmVzcG9uc2UwARJSCg1SZXBvcnRBcHBsaWVkEh8ucml2b3JhLnYxLlJlcG9ydEFwcGxpZWRSZXF1ZXN0GiAucml2b3JhLnYxLlJlcG9ydEFwcGxpZWRSZXNwb25zZRJMCgtSZXBvcnRPd25lZBIdLnJpdm9yYS52MS5SZXBvcnRPd25lZFJlcXVlc3QaHi5yaXZvcmEudjEuUmVwb3J0T3duZWRSZXNwb25zZRJOCgpSZXBvcnRHb25lEhwucml2b3JhLnYxLlJlcG9ydEdvbmVSZXF1ZXN0Gh0ucml2b3JhLnYxLlJlcG9ydEdvbmVSZXNwb25zZSIDkAICEkwKC1JlY29yZEF1ZGl0Eh0ucml2b3JhLnYxLlJlY29yZEF1ZGl0UmVxdWVzdBoeLnJpdm9yYS52MS5SZWNvcmRBdWRpdFJlc3BvbnNlMowCChBQYXJ0aXRpb25TZXJ2aWNlElQKDENvdW50UGVuZGluZxIeLnJpdm9yYS52MS5Db3VudFBlbmRpbmdSZXF1ZXN0Gh8ucml2b3JhLnYxLkNvdW50UGVuZGluZ1Jlc3BvbnNlIgOQAgESVQoOQXJjaGl2ZVBlbmRpbmcSIC5yaXZvcmEudjEuQXJjaGl2ZVBlbmRpbmdSZXF1ZXN0GiEucml2b3JhLnYxLkFyY2hpdmVQZW5kaW5nUmVzcG9uc2USSwoJR2V0SGVhbHRoEhsucml2b3JhLnYxLkdldEhlYWx0aFJlcXVlc3QaHC5yaXZvcmEudjEuR2V0SGVhbHRoUmVzcG9uc2UiA5ACAUIzWjFnaXRodWIuY29tL3Jpdm9yYS9yaXZvcmEvcHJvdG8vcml2b3JhL3YxO3Jpdm9yYXYxYgZwcm90bzM", [file_google_protobuf_timestamp, file_rivora_v1_admin, file_rivora_v1_subscriptions, file_rivora_v1_tokens]);
+  fileDesc("ChVyaXZvcmEvdjEvYWdlbnQucHJvdG8SCXJpdm9yYS52MSI6ChJSZWNvcmRBdWRpdFJlcXVlc3QSJAoFZW50cnkYASABKAsyFS5yaXZvcmEudjEuQXVkaXRFbnRyeSIVChNSZWNvcmRBdWRpdFJlc3BvbnNlIpYBCgxXYXRjaFJlcXVlc3QSEgoKYWdlbnRfbmFtZRgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEhcKD2FwcGxpZWRfdmVyc2lvbhgDIAEoBBIPCgdzZXNzaW9uGAQgASgJEjcKE3Nlc3Npb25fcmVwbGFjZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIscDCg1XYXRjaFJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAQSEAoIc25hcHNob3QYAiABKAgSLAoMZGVzdGluYXRpb25zGAMgAygLMhYucml2b3JhLnYxLkRlc3RpbmF0aW9uEh8KF3JlbW92ZWRfZGVzdGluYXRpb25faWRzGAQgAygJEhcKD3BhcnRpdGlvbl9jb3VudBgFIAEoDRISCgpwYXJ0aXRpb25zGAYgAygNEiMKBnRva2VucxgHIAMoCzITLnJpdm9yYS52MS5BcGlUb2tlbhIWCg50b2tlbnNfY2hhbmdlZBgIIAEoCBIuCg1zdWJzY3JpcHRpb25zGAkgAygLMhcucml2b3JhLnYxLlN1YnNjcmlwdGlvbhIgChhyZW1vdmVkX3N1YnNjcmlwdGlvbl9pZHMYCiADKAkSKQoLZXZlbnRfdHlwZXMYCyADKAsyFC5yaXZvcmEudjEuRXZlbnRUeXBlEhsKE2V2ZW50X3R5cGVzX2NoYW5nZWQYDCABKAgSGgoSc3RyaWN0X2V2ZW50X3R5cGVzGA0gASgIEg0KBWVkZ2VzGA4gAygJEhUKDWVkZ2VzX2NoYW5nZWQYDyABKAgiOwoUUmVwb3J0QXBwbGllZFJlcXVlc3QSEgoKYWdlbnRfbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgEIhcKFVJlcG9ydEFwcGxpZWRSZXNwb25zZSJaChJSZXBvcnRPd25lZFJlcXVlc3QSEgoKYWdlbnRfbmFtZRgBIAEoCRIPCgdzZXNzaW9uGAIgASgJEhIKCnBhcnRpdGlvbnMYAyADKA0SCwoDY3V0GAQgAygNIhUKE1JlcG9ydE93bmVkUmVzcG9uc2UiOwoUUmVwb3J0TGVhdmluZ1JlcXVlc3QSEgoKYWdlbnRfbmFtZRgBIAEoCRIPCgdzZXNzaW9uGAIgASgJIhcKFVJlcG9ydExlYXZpbmdSZXNwb25zZSKJAQoRUmVwb3J0R29uZVJlcXVlc3QSEgoKYWdlbnRfbmFtZRgBIAEoCRIWCg5kZXN0aW5hdGlvbl9pZBgCIAEoCRIQCghldmVudF9pZBgDIAEoCRIOCgZzdGF0dXMYBCABKAUSJgoCYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjcKElJlcG9ydEdvbmVSZXNwb25zZRIQCghkaXNhYmxlZBgBIAEoCBIPCgd2ZXJzaW9uGAIgASgEImMKE0NvdW50UGVuZGluZ1JlcXVlc3QSFgoOZGVzdGluYXRpb25faWQYASABKAkSFwoPc3Vic2NyaXB0aW9uX2lkGAIgASgJEhsKE2hlYWRzX3dpdGhfYXR0ZW1wdHMYAyABKAUiRAoUQ291bnRQZW5kaW5nUmVzcG9uc2USDwoHcGVuZGluZxgBIAEoAxIbChNoZWFkc193aXRoX2F0dGVtcHRzGAIgASgDIkgKFUFyY2hpdmVQZW5kaW5nUmVxdWVzdBIWCg5kZXN0aW5hdGlvbl9pZBgBIAEoCRIXCg9zdWJzY3JpcHRpb25faWQYAiABKAkiKgoWQXJjaGl2ZVBlbmRpbmdSZXNwb25zZRIQCghhcmNoaXZlZBgBIAEoAyJAChBHZXRIZWFsdGhSZXF1ZXN0EhYKDmRlc3RpbmF0aW9uX2lkGAEgASgJEhQKDHJhdGVfaGlzdG9yeRgCIAEoCCJHChFHZXRIZWFsdGhSZXNwb25zZRIyCgxkZXN0aW5hdGlvbnMYASADKAsyHC5yaXZvcmEudjEuRGVzdGluYXRpb25IZWFsdGgy5QMKDEFnZW50U2VydmljZRI8CgVXYXRjaBIXLnJpdm9yYS52MS5XYXRjaFJlcXVlc3QaGC5yaXZvcmEudjEuV2F0Y2hSZXNwb25zZTABElIKDVJlcG9ydEFwcGxpZWQSHy5yaXZvcmEudjEuUmVwb3J0QXBwbGllZFJlcXVlc3QaIC5yaXZvcmEudjEuUmVwb3J0QXBwbGllZFJlc3BvbnNlEkwKC1JlcG9ydE93bmVkEh0ucml2b3JhLnYxLlJlcG9ydE93bmVkUmVxdWVzdBoeLnJpdm9yYS52MS5SZXBvcnRPd25lZFJlc3BvbnNlElcKDVJlcG9ydExlYXZpbmcSHy5yaXZvcmEudjEuUmVwb3J0TGVhdmluZ1JlcXVlc3QaIC5yaXZvcmEudjEuUmVwb3J0TGVhdmluZ1Jlc3BvbnNlIgOQAgISTgoKUmVwb3J0R29uZRIcLnJpdm9yYS52MS5SZXBvcnRHb25lUmVxdWVzdBodLnJpdm9yYS52MS5SZXBvcnRHb25lUmVzcG9uc2UiA5ACAhJMCgtSZWNvcmRBdWRpdBIdLnJpdm9yYS52MS5SZWNvcmRBdWRpdFJlcXVlc3QaHi5yaXZvcmEudjEuUmVjb3JkQXVkaXRSZXNwb25zZTKMAgoQUGFydGl0aW9uU2VydmljZRJUCgxDb3VudFBlbmRpbmcSHi5yaXZvcmEudjEuQ291bnRQZW5kaW5nUmVxdWVzdBofLnJpdm9yYS52MS5Db3VudFBlbmRpbmdSZXNwb25zZSIDkAIBElUKDkFyY2hpdmVQZW5kaW5nEiAucml2b3JhLnYxLkFyY2hpdmVQZW5kaW5nUmVxdWVzdBohLnJpdm9yYS52MS5BcmNoaXZlUGVuZGluZ1Jlc3BvbnNlEksKCUdldEhlYWx0aBIbLnJpdm9yYS52MS5HZXRIZWFsdGhSZXF1ZXN0Ghwucml2b3JhLnYxLkdldEhlYWx0aFJlc3BvbnNlIgOQAgFCM1oxZ2l0aHViLmNvbS9yaXZvcmEvcml2b3JhL3Byb3RvL3Jpdm9yYS92MTtyaXZvcmF2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_rivora_v1_admin, file_rivora_v1_subscriptions, file_rivora_v1_tokens]);
 
 /**
  * @generated from message rivora.v1.RecordAuditRequest
@@ -303,6 +303,43 @@ export const ReportOwnedResponseSchema: GenMessage<ReportOwnedResponse> = /*@__P
   messageDesc(file_rivora_v1_agent, 7);
 
 /**
+ * @generated from message rivora.v1.ReportLeavingRequest
+ */
+export type ReportLeavingRequest = Message<"rivora.v1.ReportLeavingRequest"> & {
+  /**
+   * @generated from field: string agent_name = 1;
+   */
+  agentName: string;
+
+  /**
+   * session is the agent's Consul session: the mark holds for it only.
+   *
+   * @generated from field: string session = 2;
+   */
+  session: string;
+};
+
+/**
+ * Describes the message rivora.v1.ReportLeavingRequest.
+ * Use `create(ReportLeavingRequestSchema)` to create a new message.
+ */
+export const ReportLeavingRequestSchema: GenMessage<ReportLeavingRequest> = /*@__PURE__*/
+  messageDesc(file_rivora_v1_agent, 8);
+
+/**
+ * @generated from message rivora.v1.ReportLeavingResponse
+ */
+export type ReportLeavingResponse = Message<"rivora.v1.ReportLeavingResponse"> & {
+};
+
+/**
+ * Describes the message rivora.v1.ReportLeavingResponse.
+ * Use `create(ReportLeavingResponseSchema)` to create a new message.
+ */
+export const ReportLeavingResponseSchema: GenMessage<ReportLeavingResponse> = /*@__PURE__*/
+  messageDesc(file_rivora_v1_agent, 9);
+
+/**
  * @generated from message rivora.v1.ReportGoneRequest
  */
 export type ReportGoneRequest = Message<"rivora.v1.ReportGoneRequest"> & {
@@ -344,7 +381,7 @@ export type ReportGoneRequest = Message<"rivora.v1.ReportGoneRequest"> & {
  * Use `create(ReportGoneRequestSchema)` to create a new message.
  */
 export const ReportGoneRequestSchema: GenMessage<ReportGoneRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_agent, 8);
+  messageDesc(file_rivora_v1_agent, 10);
 
 /**
  * @generated from message rivora.v1.ReportGoneResponse
@@ -373,7 +410,7 @@ export type ReportGoneResponse = Message<"rivora.v1.ReportGoneResponse"> & {
  * Use `create(ReportGoneResponseSchema)` to create a new message.
  */
 export const ReportGoneResponseSchema: GenMessage<ReportGoneResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_agent, 9);
+  messageDesc(file_rivora_v1_agent, 11);
 
 /**
  * @generated from message rivora.v1.CountPendingRequest
@@ -406,7 +443,7 @@ export type CountPendingRequest = Message<"rivora.v1.CountPendingRequest"> & {
  * Use `create(CountPendingRequestSchema)` to create a new message.
  */
 export const CountPendingRequestSchema: GenMessage<CountPendingRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_agent, 10);
+  messageDesc(file_rivora_v1_agent, 12);
 
 /**
  * @generated from message rivora.v1.CountPendingResponse
@@ -431,7 +468,7 @@ export type CountPendingResponse = Message<"rivora.v1.CountPendingResponse"> & {
  * Use `create(CountPendingResponseSchema)` to create a new message.
  */
 export const CountPendingResponseSchema: GenMessage<CountPendingResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_agent, 11);
+  messageDesc(file_rivora_v1_agent, 13);
 
 /**
  * @generated from message rivora.v1.ArchivePendingRequest
@@ -455,7 +492,7 @@ export type ArchivePendingRequest = Message<"rivora.v1.ArchivePendingRequest"> &
  * Use `create(ArchivePendingRequestSchema)` to create a new message.
  */
 export const ArchivePendingRequestSchema: GenMessage<ArchivePendingRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_agent, 12);
+  messageDesc(file_rivora_v1_agent, 14);
 
 /**
  * @generated from message rivora.v1.ArchivePendingResponse
@@ -472,7 +509,7 @@ export type ArchivePendingResponse = Message<"rivora.v1.ArchivePendingResponse">
  * Use `create(ArchivePendingResponseSchema)` to create a new message.
  */
 export const ArchivePendingResponseSchema: GenMessage<ArchivePendingResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_agent, 13);
+  messageDesc(file_rivora_v1_agent, 15);
 
 /**
  * @generated from message rivora.v1.GetHealthRequest
@@ -498,7 +535,7 @@ export type GetHealthRequest = Message<"rivora.v1.GetHealthRequest"> & {
  * Use `create(GetHealthRequestSchema)` to create a new message.
  */
 export const GetHealthRequestSchema: GenMessage<GetHealthRequest> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_agent, 14);
+  messageDesc(file_rivora_v1_agent, 16);
 
 /**
  * @generated from message rivora.v1.GetHealthResponse
@@ -515,7 +552,7 @@ export type GetHealthResponse = Message<"rivora.v1.GetHealthResponse"> & {
  * Use `create(GetHealthResponseSchema)` to create a new message.
  */
 export const GetHealthResponseSchema: GenMessage<GetHealthResponse> = /*@__PURE__*/
-  messageDesc(file_rivora_v1_agent, 15);
+  messageDesc(file_rivora_v1_agent, 17);
 
 /**
  * AgentService is how agents follow the control plane. It is served by the
@@ -558,6 +595,22 @@ export const AgentService: GenService<{
     methodKind: "unary";
     input: typeof ReportOwnedRequestSchema;
     output: typeof ReportOwnedResponseSchema;
+  },
+  /**
+   * ReportLeaving tells the control plane that the agent is stopping
+   * (SIGTERM) and drains: from now on it is not healthy (no partitions are
+   * assigned to it, no admin call is fanned out to it), and the end of its
+   * Watch does not make the control plane destroy its Consul session — the
+   * agent releases its locks and ends the session itself at the end of its
+   * drain (the session TTL if it dies meanwhile). A new session from the
+   * agent (a restart) clears the mark.
+   *
+   * @generated from rpc rivora.v1.AgentService.ReportLeaving
+   */
+  reportLeaving: {
+    methodKind: "unary";
+    input: typeof ReportLeavingRequestSchema;
+    output: typeof ReportLeavingResponseSchema;
   },
   /**
    * ReportGone tells the control plane that a destination's partner
