@@ -498,11 +498,15 @@ const leaveWait = 2 * time.Second
 // end after the drain. Best effort: without it, the control plane destroys
 // the session a second after the Watch ends (as it does for a dead agent).
 func (a *Agent) leave() {
+	session := a.locker.Session()
+	if session == "" {
+		return // no Consul (rivora dev, one agent): no session to keep
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaveWait)
 	defer cancel()
 	url := a.upstream.URL()
 	_, err := a.upstream.Client(a.upstream.HTTPClient(leaveWait), url).ReportLeaving(ctx, connect.NewRequest(&rivorav1.ReportLeavingRequest{
-		AgentName: a.cfg.Name, Session: a.locker.Session(),
+		AgentName: a.cfg.Name, Session: session,
 	}))
 	if err != nil {
 		a.log.Warn("tell the control plane this agent is leaving (it may end this agent's session under its drain)", "controlplane", url, "error", err)
