@@ -61,6 +61,7 @@ import (
 	"github.com/rivora/rivora/agent/subscriptions"
 	"github.com/rivora/rivora/agent/upstream"
 	"github.com/rivora/rivora/internal/auth"
+	"github.com/rivora/rivora/internal/backoff"
 	"github.com/rivora/rivora/internal/ssrf"
 	"github.com/rivora/rivora/internal/tlsconf"
 	"github.com/rivora/rivora/lanes"
@@ -415,7 +416,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	// that sees a Watch end without that takes the agent for dead and, a
 	// second later, destroys its Consul session — which would cut the
 	// drain short (leases gone with attempts in flight, their outcomes
-	// unrecorded; locks freed only after the lock-delay).
+	// unrecorded; locks freed only after the lock-delay). When the report
+	// fails, the Watch stays open until the drain released the locks.
+	var following sync.WaitGroup
 	followCtx, stopFollowing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFollowing()
 	// The follower announces the session and the partition set takes
@@ -431,7 +434,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for range a.cfg.Workers {
 		work.Go(func() { a.work(ctx) })
 	}
-	loops.Go(func() { a.follow(followCtx) })
+	following.Go(func() { a.follow(followCtx) })
 	loops.Go(func() { _ = a.parts.Run(ctx) })
 	loops.Go(func() { _ = a.gone.Run(ctx) })
 	loops.Go(func() { a.forgetUnknown(ctx) })
@@ -449,11 +452,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// drain. A dead store (ErrJetStreamDisabled) leaves the same way: its
 	// session ends as soon as the locker closes, below.
 	a.leaving.Store(true)
-	a.leave()
-	stopFollowing()
+	if a.leave() {
+		stopFollowing()
+	}
 	a.log.Info("draining: waiting for attempts in flight")
 	drain := a.watchDrain()
-	drain.at("the partition, config and edge loops")
+	drain.at("the partition and edge loops")
 	loops.Wait()
 	drain.at("attempts in flight")
 	attemptsWait := a.cfg.DrainAttemptsWait
@@ -478,6 +482,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("release ownership", "error", err)
 	}
 	cancel()
+	drain.at("the control plane's watch")
+	stopFollowing()
+	following.Wait()
 	drain.at("the embedded NATS server's shutdown")
 	a.gateway.Close()
 	a.nats.Shutdown()
@@ -495,24 +502,38 @@ const leaveWait = 2 * time.Second
 
 // leave tells the control plane this agent is stopping (ReportLeaving), so
 // its partitions go to the others now and its session is left for it to
-// end after the drain. Best effort: without it, the control plane destroys
-// the session a second after the Watch ends (as it does for a dead agent).
-func (a *Agent) leave() {
+// end after the drain; it tries the control planes (the leader one names
+// first) for leaveWait at most. It reports whether the Watch may end now:
+// a control plane not told takes an ended Watch for a dead agent and
+// destroys its session a second later, so then the Watch stays open
+// through the drain (assignments are not applied meanwhile: a.leaving).
+func (a *Agent) leave() bool {
 	session := a.locker.Session()
 	if session == "" {
-		return // no Consul (rivora dev, one agent): no session to keep
+		return true // no Consul (rivora dev, one agent): no session to keep
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaveWait)
 	defer cancel()
-	url := a.upstream.URL()
-	_, err := a.upstream.Client(a.upstream.HTTPClient(leaveWait), url).ReportLeaving(ctx, connect.NewRequest(&rivorav1.ReportLeavingRequest{
-		AgentName: a.cfg.Name, Session: session,
-	}))
-	if err != nil {
-		a.log.Warn("tell the control plane this agent is leaving (it may end this agent's session under its drain)", "controlplane", url, "error", err)
-		return
+	var err error
+	for ctx.Err() == nil {
+		url := a.upstream.URL()
+		_, err = a.upstream.Client(a.upstream.HTTPClient(leaveWait), url).ReportLeaving(ctx, connect.NewRequest(&rivorav1.ReportLeavingRequest{
+			AgentName: a.cfg.Name, Session: session,
+		}))
+		if err == nil {
+			a.log.Info("told the control plane this agent is leaving", "controlplane", url)
+			return true
+		}
+		if !a.upstream.Failed(url, err) {
+			// Not sent on to a leader it named: a short pause before the
+			// next control plane (or the same one again).
+			if !backoff.Sleep(ctx, 200*time.Millisecond) {
+				break
+			}
+		}
 	}
-	a.log.Info("told the control plane this agent is leaving", "controlplane", url)
+	a.log.Warn("could not tell the control plane this agent is leaving; following it until the drain released the partitions", "error", err)
+	return false
 }
 
 // drainAttemptsWait bounds how long a drain waits for attempts in

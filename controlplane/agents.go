@@ -221,6 +221,11 @@ func (r *agentRegistry) leave(name, session string, now time.Time) error {
 	if a == nil {
 		return fmt.Errorf("agent %q is not known to this control plane", name)
 	}
+	if session == "" || r.consul == nil {
+		// Without a session there is nothing to keep: an ended Watch is
+		// the agent's leaving already.
+		return fmt.Errorf("agent %q: a leaving report needs the agent's consul session, and a control plane with consul", name)
+	}
 	if session != a.session {
 		return fmt.Errorf("agent %q has consul session %q here, not %q", name, a.session, session)
 	}
@@ -479,6 +484,38 @@ func (r *agentRegistry) connected() []*agentState {
 	return out
 }
 
+// leavingHeld lists the partitions an agent that reported leaving still
+// holds (its session alive) while no healthy agent reports holding them.
+func (r *agentRegistry) leavingHeld() []uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	var held []uint32
+	for _, a := range r.agents {
+		if !a.leaving || !a.sessionLost.IsZero() {
+			continue
+		}
+		for _, p := range a.owned {
+			if !r.heldByHealthyLocked(p, now) {
+				held = append(held, p)
+			}
+		}
+	}
+	slices.Sort(held)
+	return held
+}
+
+// heldByHealthyLocked reports whether a healthy agent reports holding
+// partition p. r.mu is held.
+func (r *agentRegistry) heldByHealthyLocked(p uint32, now time.Time) bool {
+	for _, a := range r.agents {
+		if ok, _ := r.healthyLocked(a, now); ok && slices.Contains(a.owned, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // ownerOf returns the healthy agent that reports holding partition p's
 // lock (ReportOwned). During a handoff two may report it for a moment:
 // the one it is assigned to wins, then the first by name.
@@ -518,7 +555,13 @@ func askAll[T any](r *agentRegistry, ask func(*agentState) (T, error)) ([]T, err
 		return nil, errNoAgents
 	}
 	answers := make([]T, len(agents))
-	errs := make([]error, len(agents))
+	errs := make([]error, len(agents), len(agents)+1)
+	// A leaving agent is not asked, but until another agent holds each of
+	// its partitions their events are in its drain, and a count without
+	// them would read short (a destination deleted with events pending).
+	if held := r.leavingHeld(); len(held) > 0 {
+		errs = append(errs, fmt.Errorf("partitions %v are between owners (their agent is stopping and hands them off within its drain, 15 s at most): retry", held))
+	}
 	var wg sync.WaitGroup
 	for i, a := range agents {
 		wg.Go(func() {

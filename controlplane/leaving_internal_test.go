@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,6 +70,9 @@ func TestLeavingAgentIsNotHealthyAndKeepsItsSession(t *testing.T) {
 	if err := r.leave("agent-9", "", time.Now()); err == nil {
 		t.Fatal("an unknown agent's leaving was accepted")
 	}
+	if err := r.leave("agent-2", "", time.Now()); err == nil {
+		t.Fatal("leaving without a session was accepted")
+	}
 	if err := r.leave("agent-2", sessions["agent-2"], time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +100,24 @@ func TestLeavingAgentIsNotHealthyAndKeepsItsSession(t *testing.T) {
 		if a.GetName() == "agent-2" && a.GetHealthy() {
 			t.Fatal("agent-2 listed healthy while leaving")
 		}
+	}
+	// Its partition's events are in its drain until another agent holds
+	// it: a fan-out (a count of pending events) is incomplete meanwhile.
+	if got := r.leavingHeld(); !slices.Equal(got, []uint32{held}) {
+		t.Fatalf("leavingHeld %v, want [%d]: the leaving agent-2 still holds it", got, held)
+	}
+	count1 := func(*agentState) (int64, error) { return 1, nil }
+	if _, err := r.sum(count1); err == nil || !strings.Contains(err.Error(), "between owners") {
+		t.Fatalf("a count while agent-2's partition %d waits for its next owner: %v; want unavailable, between owners", held, err)
+	}
+	if _, err := r.owned("agent-1", sessions["agent-1"], []uint32{held}, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.leavingHeld(); len(got) != 0 {
+		t.Fatalf("leavingHeld %v after agent-1 took partition %d, want none", got, held)
+	}
+	if n, err := r.sum(count1); err != nil || n != 2 {
+		t.Fatalf("a count with every partition held by a healthy agent: %d, %v; want 2 (agent-1, agent-3), nil", n, err)
 	}
 
 	// Its Watch ends, and so does agent-3's (gone, not leaving): only the
