@@ -303,6 +303,8 @@ func (w *authWorld) cases() map[string]rpcCase {
 		rivorav1connect.AgentServiceReportAppliedProcedure: {at: cp, body: `{"agentName":"ghost","version":1}`, allow: "cell"},
 		rivorav1connect.AgentServiceReportOwnedProcedure:   {at: cp, body: `{"agentName":"ghost"}`, allow: "cell"},
 		rivorav1connect.AgentServiceReportGoneProcedure:    {at: cp, body: `{"agentName":"ghost","destinationId":"nope"}`, allow: "cell"},
+		// An agent the control plane does not know: let in, refused as such.
+		rivorav1connect.AgentServiceReportLeavingProcedure: {at: cp, body: `{"agentName":"ghost","session":"none"}`, allow: "cell"},
 		rivorav1connect.AgentServiceRecordAuditProcedure:   {at: cp, body: `{"entry":{"action":"e2e.probe","detail":"access matrix"}}`, allow: "cell"},
 		// An edge's name that cannot be one: let in, WatchEdge registers nothing.
 		rivorav1connect.EdgeServiceReportEdgeProcedure: {at: cp, body: `{"edgeName":"ghost-edge"}`, allow: "cell"},
