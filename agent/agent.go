@@ -452,6 +452,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	// drain. A dead store (ErrJetStreamDisabled) leaves the same way: its
 	// session ends as soon as the locker closes, below.
 	a.leaving.Store(true)
+	// In a cell, this server's stream and consumer leaderships move to its
+	// peers now, while it is still routed to them, rather than only after
+	// it exits (natsd.HandOverLeaderships).
+	handoverCtx, stopHandover := context.WithCancel(context.Background())
+	defer stopHandover()
+	handover := make(chan natsd.Handed, 1)
+	go func() { handover <- a.nats.HandOverLeaderships(handoverCtx) }()
 	if a.leave() {
 		stopFollowing()
 	}
@@ -485,6 +492,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	drain.at("the control plane's watch")
 	stopFollowing()
 	following.Wait()
+	stopHandover()
+	if handed := <-handover; handed.Streams+handed.Consumers > 0 {
+		a.log.Info("handed this server's stream leaderships over to its peers", "streams", handed.Streams, "consumers", handed.Consumers)
+	}
 	drain.at("the embedded NATS server's shutdown")
 	a.gateway.Close()
 	a.nats.Shutdown()

@@ -31,6 +31,17 @@ var ErrMoveGap = errors.New("INGEST delivery out of order; restarting the partit
 // fresh consumer hands every unmoved message over again, in order.
 var ErrMoverStopped = errors.New("INGEST consumer stopped delivering to the mover; restarting the partition")
 
+// ErrMoverLeaderChanged wraps an ErrMoveGap that came right after the
+// INGEST consumer's leader changed (within leaderChangeGapWindow of the
+// client library's "leadership change"): the new leader need not hand
+// over what the old one had in flight, so a gap is to be expected then
+// (every rolling restart moves leaders) and the restart is routine.
+var ErrMoverLeaderChanged = errors.New("the INGEST consumer's leader changed while it handed messages over")
+
+// leaderChangeGapWindow is how long after a consumer leadership change a
+// gap counts as its consequence.
+const leaderChangeGapWindow = 10 * time.Second
+
 // moveBatch is the most INGEST messages moved in one write.
 const moveBatch = 512
 
@@ -66,6 +77,9 @@ type mover struct {
 	// it finished: watchMover reads a mover that took nothing while
 	// INGEST holds messages for it as stalled.
 	progress atomic.Uint64
+	// leaderChangedAt is when the INGEST consumer last reported a change
+	// of its leader (unix nanoseconds; 0: never).
+	leaderChangedAt atomic.Int64
 	// consumeErr is the last error the INGEST consumer reported (nil:
 	// none), for the log when it stops or stalls.
 	consumeErr atomic.Pointer[error]
@@ -156,7 +170,7 @@ func (m *mover) run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}, jetstream.PullMaxMessages(2*moveBatch), jetstream.PullExpiry(4*time.Second), jetstream.PullHeartbeat(time.Second),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { m.consumeErr.Store(&err) }))
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { m.consumeErrored(err) }))
 	if err != nil {
 		return fmt.Errorf("partition %d: consume INGEST: %w", m.p, err)
 	}
@@ -173,6 +187,24 @@ func (m *mover) run(ctx context.Context) error {
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	return m.loop(ctx, msgs, cc.Closed(), elected)
+}
+
+// consumeErrored records an error the INGEST consumer reported.
+func (m *mover) consumeErrored(err error) {
+	if errors.Is(err, jetstream.ErrConsumerLeadershipChanged) {
+		m.leaderChangedAt.Store(time.Now().UnixNano())
+	}
+	m.consumeErr.Store(&err)
+}
+
+// explainGap marks a gap that followed a change of the consumer's leader
+// (ErrMoverLeaderChanged).
+func (m *mover) explainGap(gap error) error {
+	at := m.leaderChangedAt.Load()
+	if at != 0 && time.Since(time.Unix(0, at)) < leaderChangeGapWindow {
+		return fmt.Errorf("%w: %w", ErrMoverLeaderChanged, gap)
+	}
+	return gap
 }
 
 // lastConsumeErr is the last error the INGEST consumer reported, or nil.
@@ -206,7 +238,7 @@ func (m *mover) loop(ctx context.Context, msgs <-chan jetstream.Msg, closed <-ch
 		select {
 		case msg := <-msgs:
 			if err := order.next(msg); err != nil {
-				return err
+				return m.explainGap(err)
 			}
 			batch = append(batch[:0], msg)
 		case <-closed:
@@ -236,7 +268,7 @@ func (m *mover) loop(ctx context.Context, msgs <-chan jetstream.Msg, closed <-ch
 		m.moveBatch(ctx, batch) // what came before a gap is in order
 		m.progress.Add(1)
 		if gap != nil {
-			return gap
+			return m.explainGap(gap)
 		}
 	}
 }

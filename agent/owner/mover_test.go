@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -48,6 +49,30 @@ func TestIngestOrderRefusesGapsAndRedeliveries(t *testing.T) {
 	var late ingestOrder
 	if err := late.check(ingestMeta(4, 1)); !errors.Is(err, ErrMoveGap) {
 		t.Fatalf("a fresh consumer's first message at sequence 4: %v, want ErrMoveGap", err)
+	}
+}
+
+// A gap right after the consumer reported a change of its leader is that
+// change's (ErrMoverLeaderChanged, still an ErrMoveGap); one without such
+// a report, or long after it, is not.
+func TestMoverTellsAGapAfterALeaderChange(t *testing.T) {
+	var m mover
+	gap := fmt.Errorf("%w: consumer sequence 624 after 622", ErrMoveGap)
+	if err := m.explainGap(gap); errors.Is(err, ErrMoverLeaderChanged) {
+		t.Fatalf("a gap with no leader change reported: %v", err)
+	}
+	m.consumeErrored(errors.New("some other consumer error"))
+	if err := m.explainGap(gap); errors.Is(err, ErrMoverLeaderChanged) {
+		t.Fatalf("a gap after another consumer error: %v", err)
+	}
+	m.consumeErrored(jetstream.ErrConsumerLeadershipChanged)
+	err := m.explainGap(gap)
+	if !errors.Is(err, ErrMoverLeaderChanged) || !errors.Is(err, ErrMoveGap) {
+		t.Fatalf("a gap right after a leader change: %v, want ErrMoverLeaderChanged and ErrMoveGap", err)
+	}
+	m.leaderChangedAt.Store(time.Now().Add(-leaderChangeGapWindow - time.Second).UnixNano())
+	if err := m.explainGap(gap); errors.Is(err, ErrMoverLeaderChanged) {
+		t.Fatalf("a gap long after a leader change: %v", err)
 	}
 }
 

@@ -55,6 +55,13 @@ var ErrNotOwned = errors.New("partition not owned by this agent")
 // is stored, in order. Callers retry with the same dedup ids.
 var ErrWriteFailed = errors.New("lane store write failed; partition restarting")
 
+// ErrStoreLeaderMoving wraps an ErrWriteFailed whose write found no
+// leader of the lane store to take it (nats: no responders): nothing of
+// it was stored, and while a leader moves (a rolling restart) that is
+// routine. A store without a leader for long fails the reopen, which
+// says so.
+var ErrStoreLeaderMoving = errors.New("the lane store had no leader to take the write")
+
 // writeBatch is the most items one group commit collects.
 const writeBatch = 2048
 
@@ -685,12 +692,23 @@ func (w *laneWriter) ackLoop(flights <-chan *flight, failed chan<- struct{}) err
 			continue
 		}
 		if err := w.settle(f); err != nil {
-			w.log.Error("lane store write failed; restarting the partition", "error", err)
-			failure = fmt.Errorf("%w: %v", ErrWriteFailed, err)
+			failure = w.writeFailed(err)
 			close(failed)
 		}
 	}
 	return failure
+}
+
+// writeFailed logs a failed write and is the partition's error: one that
+// found no stream leader to take it (nats: no responders) was not stored,
+// and is routine while the stream's leader moves (ErrStoreLeaderMoving).
+func (w *laneWriter) writeFailed(err error) error {
+	if errors.Is(err, nats.ErrNoResponders) {
+		w.log.Warn("lane store had no leader to take a write (its leader is moving); restarting the partition", "error", err)
+		return fmt.Errorf("%w: %w: %v", ErrWriteFailed, ErrStoreLeaderMoving, err)
+	}
+	w.log.Error("lane store write failed; restarting the partition", "error", err)
+	return fmt.Errorf("%w: %v", ErrWriteFailed, err)
 }
 
 // settle waits for one group's acks and registers it; all or nothing.

@@ -2,8 +2,13 @@ package owner
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"google.golang.org/protobuf/proto"
 
@@ -246,5 +251,20 @@ func TestEventCacheStaysWithinBudget(t *testing.T) {
 	}
 	if keptSmall != "x" {
 		t.Fatalf("the cached event changed with its caller's bytes: %q", keptSmall)
+	}
+}
+
+// A write that found no leader of the lane store was not stored and is
+// routine while the leader moves (ErrStoreLeaderMoving); another failure
+// is not.
+func TestWriteFailedTellsALeaderMovingFromOtherFailures(t *testing.T) {
+	w := &laneWriter{log: slog.New(slog.DiscardHandler)}
+	moving := w.writeFailed(fmt.Errorf("%w: %w", jetstream.ErrNoStreamResponse, nats.ErrNoResponders))
+	if !errors.Is(moving, ErrWriteFailed) || !errors.Is(moving, ErrStoreLeaderMoving) {
+		t.Errorf("no responders: %v, want ErrWriteFailed and ErrStoreLeaderMoving", moving)
+	}
+	other := w.writeFailed(errors.New("maximum bytes exceeded"))
+	if !errors.Is(other, ErrWriteFailed) || errors.Is(other, ErrStoreLeaderMoving) {
+		t.Errorf("a refused write: %v, want ErrWriteFailed only", other)
 	}
 }

@@ -227,6 +227,12 @@ func (s *Set) runPartition(ctx context.Context, run *partitionRun) {
 		if s.states.runStalled(run) {
 			s.handOff(run, handoffWait)
 		}
+	case errors.Is(err, owner.ErrMoverLeaderChanged), errors.Is(err, owner.ErrStoreLeaderMoving):
+		// Routine (a rolling restart moves leaders): rebuild the
+		// partition, whose fresh consumer hands everything over in order.
+		s.log.Warn("a leader of the partition's streams moved under it; reopening it", "partition", run.p, "error", err)
+		run.part.Detach()
+		s.states.runFailed(run, run.part.StoreConfirmed())
 	default:
 		// A write failed, or the mover stopped: rebuild the partition
 		// from its store.
