@@ -29,9 +29,11 @@ import (
 //   - ResendEvent finds the event as GetEvent does, then goes to the owner
 //     of its destination's partition;
 //   - the archive is the cell's (S3/MinIO), so ArchiveService calls go to
-//     any connected agent, the next one when one is Unavailable; while
-//     the archive cannot be read, list, stats and show are answered from
-//     every agent's ledgers instead (operator_ledgers.go).
+//     any connected agent: a replay to the next one when one is
+//     Unavailable; list, stats and show to the others too, at once, when
+//     the first fails, does not answer within hedgeAfter or cannot read
+//     the archive (askArchive); while no agent can read it, they are
+//     answered from every agent's ledgers instead (operator_ledgers.go).
 //
 // Each call to an agent carries the caller's token (auth.Forwarding), so
 // the agent authorizes it again. An agent's own answer, error included,
@@ -48,12 +50,15 @@ type operatorRouter struct {
 	forward     connect.ClientOption
 	callTimeout time.Duration
 	askTimeout  time.Duration
+	// hedgeAfter is how long the first agent asked about the archive has
+	// before the others are asked too (askArchive).
+	hedgeAfter time.Duration
 }
 
 func newOperatorRouter(agents *agentRegistry, partitions int, transport http.RoundTripper) *operatorRouter {
 	return &operatorRouter{
 		agents: agents, partitions: partitions, http: &http.Client{Transport: transport}, forward: connect.WithInterceptors(auth.Forwarding()),
-		callTimeout: 30 * time.Second, askTimeout: 5 * time.Second,
+		callTimeout: 30 * time.Second, askTimeout: 5 * time.Second, hedgeAfter: 2 * time.Second,
 	}
 }
 
@@ -282,28 +287,143 @@ func unavailable(err error) bool {
 	return false
 }
 
-// anyUnary is anyAgent for a unary call, each attempt bounded in time;
-// it names the agent that answered.
-func anyUnary[Res any](ctx context.Context, r *operatorRouter, call func(context.Context, rivorav1connect.ArchiveServiceClient) (*connect.Response[Res], error)) (*connect.Response[Res], string, error) {
-	var out *connect.Response[Res]
-	answered := ""
-	err := r.anyAgent(ctx, func(ctx context.Context, a *agentState) (bool, error) {
-		ctx, cancel := r.bounded(ctx, r.callTimeout)
-		defer cancel()
-		resp, err := call(ctx, r.archive(a))
-		if err != nil {
-			return unavailable(err), err
-		}
-		out, answered = connect.NewResponse(resp.Msg), a.name
-		return false, nil
-	})
-	return out, answered, err
+// archiveKind is what one agent's answer to a call on the archive says.
+type archiveKind int
+
+const (
+	// archiveRead: the answer (read from the archive, or a dead letter
+	// found in that agent's ledger): it wins.
+	archiveRead archiveKind = iota
+	// archiveDown: the archive could not be read there; the agent
+	// answered from its own ledgers.
+	archiveDown
+	// archiveFailed: the agent did not answer, or is Unavailable: another
+	// may do better.
+	archiveFailed
+	// archiveFinal: an error that is the answer (invalid, denied, not
+	// found in the archive).
+	archiveFinal
+)
+
+// archiveTry is one agent's answer to a call on the archive.
+type archiveTry[Res any] struct {
+	agent *agentState
+	resp  *connect.Response[Res]
+	err   error
+	kind  archiveKind
 }
 
-// ListDeadLetters asks any agent; one that could not read the archive
-// answers from its own ledgers (archive_unavailable). The others may
-// reach it (otherArchives); if none does, every agent's ledgers are asked
-// instead (listLedgers): each holds only its partitions' dead letters.
+// askArchive calls call on the connected agents, the first by name at
+// once and the others (at once) when it has not answered within
+// hedgeAfter, or when it answered that the archive could not be read
+// there or it failed: an agent whose calls hang, or whose link to the
+// archive alone is cut, must not take the caller's whole time. All the
+// calls together get the caller's time (callTimeout without a deadline)
+// less ledgerReserve, which is left for the ledgers' answer.
+//
+// The first answer read (kind archiveRead) wins and ends the others'
+// calls; the first agent's refusal is the answer, as it was before
+// others were asked. Else, when some agent could not read the archive,
+// down is the first such answer (the caller then asks every agent's
+// ledgers); else the answer is another agent's refusal, or Unavailable
+// naming the agents that failed.
+func askArchive[Res any](ctx context.Context, r *operatorRouter, call func(context.Context, rivorav1connect.ArchiveServiceClient) (*connect.Response[Res], error),
+	kind func(*connect.Response[Res], error) archiveKind) (resp *connect.Response[Res], down *archiveTry[Res], err error) {
+	agents := r.agents.connected()
+	if len(agents) == 0 {
+		return nil, nil, errNoAgents
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.archiveBudget(ctx))
+	defer cancel()
+	tries := make(chan archiveTry[Res], len(agents))
+	ask := func(a *agentState) {
+		go func() {
+			resp, err := call(ctx, r.archive(a))
+			tries <- archiveTry[Res]{agent: a, resp: resp, err: err, kind: kind(resp, err)}
+		}()
+	}
+	ask(agents[0])
+	asked := 1
+	askRest := func() {
+		for _, a := range agents[asked:] {
+			ask(a)
+		}
+		asked = len(agents)
+	}
+	hedge := time.NewTimer(r.hedgeAfter)
+	defer hedge.Stop()
+	var final *archiveTry[Res]
+	var errs []error
+	for answered := 0; answered < asked; answered++ {
+		var t archiveTry[Res]
+		select {
+		case <-hedge.C:
+			askRest()
+			t = <-tries
+		case t = <-tries:
+		}
+		switch {
+		case t.kind == archiveRead:
+			return connect.NewResponse(t.resp.Msg), nil, nil // cancel ends the others' calls; tries holds their answers
+		case t.kind == archiveFinal && t.agent == agents[0]:
+			return nil, nil, fromAgent(t.agent, t.err)
+		case t.kind == archiveDown && down == nil:
+			down = &t
+		case t.kind == archiveFinal && final == nil:
+			final = &t
+		case t.kind == archiveFailed:
+			errs = append(errs, fmt.Errorf("agent %s: %w", t.agent.name, t.err))
+		}
+		askRest()
+	}
+	switch {
+	case down != nil:
+		return nil, down, nil
+	case final != nil:
+		return nil, nil, fromAgent(final.agent, final.err)
+	}
+	return nil, nil, tag(ErrUnavailable, fmt.Errorf("no agent could read the archive (%d tried); retry:\n%w", len(agents), errors.Join(errs...)))
+}
+
+// archiveBudget is the time askArchive's calls get: what the caller of
+// ctx has left (callTimeout without a deadline) less ledgerReserve, or
+// half of it when that leaves little.
+func (r *operatorRouter) archiveBudget(ctx context.Context) time.Duration {
+	left := r.callTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		left = time.Until(deadline)
+	}
+	if budget := left - r.ledgerReserve(); budget > left/2 {
+		return budget
+	}
+	return left / 2
+}
+
+// ledgerReserve is the time kept for asking every agent's ledgers after
+// the archive could not be read: askTimeout, and as much again for the
+// answer to reach the caller before its deadline.
+func (r *operatorRouter) ledgerReserve() time.Duration { return 2 * r.askTimeout }
+
+// listKind is askArchive's kind for list and stats answers: one from the
+// ledgers says why the archive could not be read (whyDown).
+func listKind[Res any](whyDown func(*Res) string) func(*connect.Response[Res], error) archiveKind {
+	return func(resp *connect.Response[Res], err error) archiveKind {
+		switch {
+		case err == nil && whyDown(resp.Msg) == "":
+			return archiveRead
+		case err == nil:
+			return archiveDown
+		case unavailable(err):
+			return archiveFailed
+		}
+		return archiveFinal
+	}
+}
+
+// ListDeadLetters asks the agents' archives (askArchive); one that could
+// not read the archive answers from its own ledgers (archive_unavailable).
+// If none could read it, every agent's ledgers are asked instead
+// (listLedgers): each holds only its partitions' dead letters.
 func (r *operatorRouter) ListDeadLetters(ctx context.Context, req *connect.Request[rivorav1.ListDeadLettersRequest]) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
 	if req.Msg.GetLedgersOnly() {
 		return r.listLedgers(ctx, req.Msg, "")
@@ -311,24 +431,18 @@ func (r *operatorRouter) ListDeadLetters(ctx context.Context, req *connect.Reque
 	call := func(ctx context.Context, c rivorav1connect.ArchiveServiceClient) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
 		return c.ListDeadLetters(ctx, connect.NewRequest(req.Msg))
 	}
-	resp, answered, err := anyUnary(ctx, r, call)
-	if err != nil || resp.Msg.GetArchiveUnavailable() == "" {
+	resp, down, err := askArchive(ctx, r, call, listKind((*rivorav1.ListDeadLettersResponse).GetArchiveUnavailable))
+	if down == nil {
 		return resp, err
 	}
-	fromArchive := func(resp *connect.Response[rivorav1.ListDeadLettersResponse], err error) bool {
-		return err == nil && resp.Msg.GetArchiveUnavailable() == ""
-	}
-	if other := otherArchives(ctx, r, answered, call, fromArchive); other != nil {
-		return other, nil
-	}
-	return r.listLedgers(ctx, req.Msg, resp.Msg.GetArchiveUnavailable())
+	return r.listLedgers(ctx, req.Msg, down.resp.Msg.GetArchiveUnavailable())
 }
 
-// GetDeadLetter asks any agent, as the others do, but for one answer: the
-// archive could not be read and the dead letter does not wait in that
-// agent's ledgers (archiveDownErr). Then the other agents' archives are
-// asked at once (otherArchives), and if none answers from it, every
-// agent's ledgers (getLedgers).
+// GetDeadLetter asks the agents' archives (askArchive), as list does, but
+// for one answer: an agent that could not read the archive answers from
+// its own ledgers only when the dead letter waits there; else it says
+// both (archiveDownErr). If none could read the archive, every agent's
+// ledgers are asked (getLedgers).
 func (r *operatorRouter) GetDeadLetter(ctx context.Context, req *connect.Request[rivorav1.GetDeadLetterRequest]) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
 	if req.Msg.GetLedgersOnly() {
 		return r.getLedgers(ctx, req.Msg, nil)
@@ -336,36 +450,22 @@ func (r *operatorRouter) GetDeadLetter(ctx context.Context, req *connect.Request
 	call := func(ctx context.Context, c rivorav1connect.ArchiveServiceClient) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
 		return c.GetDeadLetter(ctx, connect.NewRequest(req.Msg))
 	}
-	var out *connect.Response[rivorav1.GetDeadLetterResponse]
-	var archiveErr error
-	answered := ""
-	err := r.anyAgent(ctx, func(ctx context.Context, a *agentState) (bool, error) {
-		ctx, cancel := r.bounded(ctx, r.callTimeout)
-		defer cancel()
-		resp, err := call(ctx, r.archive(a))
+	kind := func(_ *connect.Response[rivorav1.GetDeadLetterResponse], err error) archiveKind {
 		switch {
+		case err == nil:
+			return archiveRead
 		case archiveDownErr(err):
-			archiveErr, answered = err, a.name
-			return false, nil
-		case err != nil:
-			return unavailable(err), err
+			return archiveDown
+		case unavailable(err):
+			return archiveFailed
 		}
-		out = connect.NewResponse(resp.Msg)
-		return false, nil
-	})
-	switch {
-	case err != nil:
-		return nil, err
-	case archiveErr == nil:
-		return out, nil
+		return archiveFinal
 	}
-	fromArchive := func(resp *connect.Response[rivorav1.GetDeadLetterResponse], err error) bool {
-		return err == nil && resp.Msg.GetArchiveUnavailable() == ""
+	resp, down, err := askArchive(ctx, r, call, kind)
+	if down == nil {
+		return resp, err
 	}
-	if other := otherArchives(ctx, r, answered, call, fromArchive); other != nil {
-		return other, nil
-	}
-	return r.getLedgers(ctx, req.Msg, archiveErr)
+	return r.getLedgers(ctx, req.Msg, down.err)
 }
 
 // DeadLetterStats: as ListDeadLetters (statsLedgers).
@@ -376,17 +476,11 @@ func (r *operatorRouter) DeadLetterStats(ctx context.Context, req *connect.Reque
 	call := func(ctx context.Context, c rivorav1connect.ArchiveServiceClient) (*connect.Response[rivorav1.DeadLetterStatsResponse], error) {
 		return c.DeadLetterStats(ctx, connect.NewRequest(req.Msg))
 	}
-	resp, answered, err := anyUnary(ctx, r, call)
-	if err != nil || resp.Msg.GetArchiveUnavailable() == "" {
+	resp, down, err := askArchive(ctx, r, call, listKind((*rivorav1.DeadLetterStatsResponse).GetArchiveUnavailable))
+	if down == nil {
 		return resp, err
 	}
-	fromArchive := func(resp *connect.Response[rivorav1.DeadLetterStatsResponse], err error) bool {
-		return err == nil && resp.Msg.GetArchiveUnavailable() == ""
-	}
-	if other := otherArchives(ctx, r, answered, call, fromArchive); other != nil {
-		return other, nil
-	}
-	return r.statsLedgers(ctx, req.Msg, resp.Msg.GetArchiveUnavailable())
+	return r.statsLedgers(ctx, req.Msg, down.resp.Msg.GetArchiveUnavailable())
 }
 
 // Replay forwards one agent's replay stream, message by message; the

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -23,57 +22,12 @@ import (
 // While the archive cannot be read, an agent answers dlq list, stats and
 // show from the dead letters waiting in the ledgers of the partitions it
 // owns (archive_unavailable says so). The router first asks the other
-// agents' archives (otherArchives: the first agent's link to it may be
-// the only one cut). If none can read it: in a cell each agent owns only
+// agents' archives (askArchive: the first agent's link to it may be the
+// only one cut, or the agent may not answer at all). If none can read it: in a cell each agent owns only
 // some partitions, so the router asks every connected agent for its
 // ledgers (ledgers_only) and merges their answers, saying which
 // partitions no answer covered and why rather than leaving them out
 // silently.
-
-// otherArchives asks the connected agents but skip (the one whose
-// archive could not be read) with call, at once: the archive may be out
-// of reach of one agent only (its link cut). They are given the time the
-// caller has left (callTimeout without a deadline) less askTimeout, the
-// ledgers' answer's; none is asked when that leaves none. As anyAgent
-// gave the next agent the remaining time, a healthy agent has the time
-// its archive needs. It returns the first answer that fromArchive says
-// was read from the archive, and cancels the others' calls then; nil when
-// none was.
-func otherArchives[Res any](ctx context.Context, r *operatorRouter, skip string, call func(context.Context, rivorav1connect.ArchiveServiceClient) (*connect.Response[Res], error),
-	fromArchive func(*connect.Response[Res], error) bool) *connect.Response[Res] {
-	budget := r.callTimeout - r.askTimeout
-	if deadline, ok := ctx.Deadline(); ok {
-		budget = time.Until(deadline) - r.askTimeout
-	}
-	var others []*agentState
-	for _, a := range r.agents.connected() {
-		if a.name != skip {
-			others = append(others, a)
-		}
-	}
-	if budget <= 0 || len(others) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, budget)
-	defer cancel()
-	answers := make(chan *connect.Response[Res], len(others))
-	for _, a := range others {
-		go func() {
-			resp, err := call(ctx, r.archive(a))
-			if !fromArchive(resp, err) {
-				answers <- nil
-				return
-			}
-			answers <- connect.NewResponse(resp.Msg)
-		}()
-	}
-	for range others {
-		if resp := <-answers; resp != nil {
-			return resp // cancel ends the others' calls; answers holds their results
-		}
-	}
-	return nil
-}
 
 // ledgerAnswer is one agent's answer from its ledgers: resp, or err.
 type ledgerAnswer[T any] struct {
@@ -95,7 +49,9 @@ func askLedgers[T interface {
 	GetUnreadLedgers() []*rivorav1.UnreadLedger
 }](ctx context.Context, r *operatorRouter, call func(context.Context, rivorav1connect.ArchiveServiceClient) (T, error)) ([]ledgerAnswer[T], error) {
 	answers, err := askAll(r.agents, func(a *agentState) (ledgerAnswer[T], error) {
-		ctx, cancel := r.bounded(ctx, r.askTimeout)
+		// askTimeout even within the caller's deadline: an agent whose
+		// calls hang must not hold the others' answers past it.
+		ctx, cancel := context.WithTimeout(ctx, r.askTimeout)
 		defer cancel()
 		resp, err := call(ctx, r.archive(a))
 		if err != nil {
@@ -324,7 +280,9 @@ func (r *operatorRouter) getLedgers(ctx context.Context, req *rivorav1.GetDeadLe
 	ask := proto.Clone(req).(*rivorav1.GetDeadLetterRequest)
 	ask.LedgersOnly = true
 	answers, err := askAll(r.agents, func(a *agentState) (ledgerAnswer[*rivorav1.GetDeadLetterResponse], error) {
-		ctx, cancel := r.bounded(ctx, r.askTimeout)
+		// askTimeout even within the caller's deadline: an agent whose
+		// calls hang must not hold the others' answers past it.
+		ctx, cancel := context.WithTimeout(ctx, r.askTimeout)
 		defer cancel()
 		resp, err := r.archive(a).GetDeadLetter(ctx, connect.NewRequest(ask))
 		if err != nil {

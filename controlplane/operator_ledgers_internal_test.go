@@ -226,6 +226,52 @@ func TestOperatorGivesASlowArchiveTheRemainingTime(t *testing.T) {
 	})
 }
 
+// An agent whose calls hang (a blackholed host), first by name, does not
+// take the caller's whole time: the others are asked too after
+// hedgeAfter, and the first archive answer wins; with no archive
+// readable, every ledger is asked in the time left, the blackholed
+// agent's partitions named as not answered. (The first agent's call took
+// the caller's deadline: every call failed with DeadlineExceeded.)
+func TestOperatorDoesNotWaitForABlackholedAgent(t *testing.T) {
+	c := startRouteCell(t, func() error { return nil })
+	c.blackholed("a0", 0, 1, 2, 3)
+	a1 := c.agent("a1", 4, 5, 6, 7, 8, 9)
+	a2 := c.agent("a2", 10, 11, 12, 13, 14, 15)
+	a1.downArchive(archiveRefused, routeLedger{dls: []*rivorav1.DeadLetter{ledgerDead(t, "evt-a1", 5, 1)}, read: []uint32{4, 5, 6, 7, 8, 9}})
+	call := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	list, err := c.archive().ListDeadLetters(call(), connect.NewRequest(&rivorav1.ListDeadLettersRequest{}))
+	if err != nil || list.Msg.GetArchiveUnavailable() != "" || list.Msg.GetDeadLetters()[0].GetLastError() != "from-a2" {
+		t.Fatalf("list with a0 blackholed: %v, %v; want a2's archive answer", list, err)
+	}
+	st, err := c.archive().DeadLetterStats(call(), connect.NewRequest(&rivorav1.DeadLetterStatsRequest{}))
+	if err != nil || st.Msg.GetTotal() != 7 {
+		t.Errorf("stats with a0 blackholed: %v, %v; want a2's archive answer (total 7)", st, err)
+	}
+	show, err := c.archive().GetDeadLetter(call(), connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: "evt-elsewhere"}))
+	if err != nil || show.Msg.GetDeadLetter().GetLastError() != "from-a2" {
+		t.Errorf("show with a0 blackholed: %v, %v; want a2's archive answer", show, err)
+	}
+
+	a2.downArchive(archiveRefused, routeLedger{dls: []*rivorav1.DeadLetter{ledgerDead(t, "evt-a2", 11, 2)}, read: []uint32{10, 11, 12, 13, 14, 15}})
+	list, err = c.archive().ListDeadLetters(call(), connect.NewRequest(&rivorav1.ListDeadLettersRequest{}))
+	if err != nil {
+		t.Fatalf("list with a0 blackholed and no archive readable: %v; want the ledgers' answer", err)
+	}
+	unread := list.Msg.GetUnreadLedgers()
+	if len(list.Msg.GetDeadLetters()) != 2 || list.Msg.GetArchiveUnavailable() != archiveRefused ||
+		len(unread) != 1 || unread[0].GetAgent() != "a0" || !slices.Equal(unread[0].GetPartitions(), []uint32{0, 1, 2, 3}) || !strings.Contains(unread[0].GetReason(), "did not answer") {
+		t.Errorf("list from the ledgers: %v; want a1's and a2's dead letters, 0-3 unread as a0 did not answer", list.Msg)
+	}
+	show, err = c.archive().GetDeadLetter(call(), connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: "evt-a2"}))
+	if err != nil || show.Msg.GetDeadLetter().GetEvent().GetEventId() != "evt-a2" {
+		t.Errorf("show of a2's ledger's dead letter with a0 blackholed: %v, %v", show, err)
+	}
+}
+
 // The operator notices' scan reads the archive: an agent that answers
 // from its ledgers (the archive cannot be read) makes the read fail, as
 // before the ledgers could answer, so that no deadletter.created notice
