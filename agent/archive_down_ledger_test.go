@@ -193,7 +193,10 @@ func wantCode(t *testing.T, what string, err error, code connect.Code, mentions 
 // dead letter waiting in a ledger answers word for word as its show of an
 // id that never died (it used to find it, and the answer policy hid it as
 // NotFound, while an absent id answered Unavailable: telling the token
-// that the other customer's event died). Its list names no agent.
+// that the other customer's event died). Its list names no agent, and
+// none of its answers carries the archive's error (its endpoint, bucket
+// and addresses are the operators'): they say only that the archive
+// cannot be read.
 func TestACustomersShowOfAnotherCustomersLedgerDeadLetterAnswersAsAbsent(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -223,5 +226,15 @@ func TestACustomersShowOfAnotherCustomersLedgerDeadLetterAnswersAsAbsent(t *test
 	list := listDLQ(t, beta, &rivorav1.ListDeadLettersRequest{Filter: &rivorav1.DeadLetterFilter{CustomerId: "beta"}})
 	if len(list.GetDeadLetters()) != 0 || list.GetArchiveUnavailable() == "" {
 		t.Errorf("beta's list with the archive down: %v; want a ledger answer without acme's dead letter", list)
+	}
+	const generic = "the dead-letter archive cannot be read right now; listed from the ledgers"
+	stats, err := beta.DeadLetterStats(context.Background(), connect.NewRequest(&rivorav1.DeadLetterStatsRequest{Filter: &rivorav1.DeadLetterFilter{CustomerId: "beta"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, why := range map[string]string{"list": list.GetArchiveUnavailable(), "stats": stats.Msg.GetArchiveUnavailable(), "show": absent.Error()} {
+		if !strings.Contains(why, generic) || strings.Contains(why, "127.0.0.1") {
+			t.Errorf("beta's %s with the archive down says %q; want %q, not the archive's error", what, why, generic)
+		}
 	}
 }

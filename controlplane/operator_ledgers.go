@@ -27,7 +27,9 @@ import (
 // some partitions, so the router asks every connected agent for its
 // ledgers (ledgers_only) and merges their answers, saying which
 // partitions no answer covered and why rather than leaving them out
-// silently.
+// silently. The archive's error (archive_unavailable) is passed on as the
+// agent made it: it had the caller's token, and told a customer token
+// only that the archive cannot be read (auth.ArchiveErrorFor).
 
 // ledgerAnswer is one agent's answer from its ledgers: resp, or err.
 type ledgerAnswer[T any] struct {

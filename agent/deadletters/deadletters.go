@@ -288,7 +288,7 @@ func (s *Service) GetDeadLetter(ctx context.Context, req *connect.Request[rivora
 	arch := s.reachArchive()
 	found, line, err := s.latest(ctx, arch, id, req.Msg.GetDestinationId())
 	if why, down := archiveDown(ctx, arch, err); down {
-		return s.getWhileArchiveDown(ctx, id, req.Msg.GetDestinationId(), why, err)
+		return s.getWhileArchiveDown(ctx, id, req.Msg.GetDestinationId(), why)
 	}
 	if err != nil {
 		return nil, err

@@ -77,15 +77,16 @@ func (a *reachedArchive) List(ctx context.Context, prefix string) ([]string, err
 }
 
 // archiveDown says why the archive could not be read when it could not
-// be reached at all (a.unreached) and the caller is still waiting; false
-// for any other outcome (an object that cannot be read, access denied, a
-// read that failed after the archive answered), which is answered as it
-// was.
+// be reached at all (a.unreached) and the caller is still waiting, as the
+// caller may be told it (auth.ArchiveErrorFor: the only place an answer's
+// archive_unavailable is made); false for any other outcome (an object
+// that cannot be read, access denied, a read that failed after the
+// archive answered), which is answered as it was.
 func archiveDown(ctx context.Context, a *reachedArchive, err error) (string, bool) {
 	if err == nil || ctx.Err() != nil || a.unreached == nil {
 		return "", false
 	}
-	return err.Error(), true
+	return auth.ArchiveErrorFor(ctx, err.Error()), true
 }
 
 // waiting returns the dead letters waiting in the ledgers read here that
@@ -166,15 +167,15 @@ func (s *Service) getWaiting(ctx context.Context, id, destinationID string) (*ri
 }
 
 // getWhileArchiveDown answers GetDeadLetter while the archive cannot be
-// read (why; its error archiveErr): from a ledger read here, or
+// read (why, as archiveDown says it): from a ledger read here, or
 // Unavailable saying both that the archive could not be read and that the
 // dead letter does not wait in those ledgers, marked so
 // (ArchiveUnavailableReason): in a cell another agent's may hold it, and
 // the control plane asks them all.
-func (s *Service) getWhileArchiveDown(ctx context.Context, id, destinationID, why string, archiveErr error) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
+func (s *Service) getWhileArchiveDown(ctx context.Context, id, destinationID, why string) (*connect.Response[rivorav1.GetDeadLetterResponse], error) {
 	resp, err := s.getWaiting(ctx, id, destinationID)
 	if err != nil {
-		err = errkind.Tag(errkind.Unavailable, fmt.Errorf("%w; and %v", archiveErr, err))
+		err = errkind.Tag(errkind.Unavailable, fmt.Errorf("%s; and %v", why, err))
 		return nil, errkind.WithInfo(err, errkind.ArchiveUnavailableReason, map[string]string{"archive_error": why})
 	}
 	resp.ArchiveUnavailable = why

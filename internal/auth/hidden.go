@@ -63,3 +63,19 @@ func UnreadLedgersFor(ctx context.Context, unread []*rivorav1.UnreadLedger) []*r
 	slices.Sort(parts)
 	return []*rivorav1.UnreadLedger{{Partitions: slices.Compact(parts), Reason: hiddenUnreadReason}}
 }
+
+// hiddenArchiveError is why the dead-letter archive was not read, as a
+// customer token is told it.
+const hiddenArchiveError = "the dead-letter archive cannot be read right now; listed from the ledgers"
+
+// ArchiveErrorFor is why (an answer's archive_unavailable: the archive's
+// error, "" when it was read) as the caller of ctx's call may be told it:
+// a customer token (Principal.SelfService) that it could not be read, not
+// the error, which names the bucket, the endpoint and internal addresses;
+// anyone else the error.
+func ArchiveErrorFor(ctx context.Context, why string) string {
+	if p := FromContext(ctx); why == "" || p == nil || !p.SelfService() {
+		return why
+	}
+	return hiddenArchiveError
+}

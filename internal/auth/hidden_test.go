@@ -26,3 +26,20 @@ func TestUnreadLedgersForACustomerNameNoAgent(t *testing.T) {
 		t.Errorf("an operator told %v; want every agent and reason", got)
 	}
 }
+
+// A customer token is told that the archive could not be read, not the
+// archive's error (its endpoint, bucket, addresses); an operator is.
+func TestArchiveErrorForACustomerIsGeneric(t *testing.T) {
+	why := "list archive deadletter/: dial tcp 10.0.0.9:9000: connect: connection refused"
+	customer := WithPrincipal(context.Background(), &Principal{Role: rivorav1.Role_ROLE_CUSTOMER, Customers: []string{"beta"}})
+	if got := ArchiveErrorFor(customer, why); got != hiddenArchiveError {
+		t.Errorf("a customer token told %q; want %q", got, hiddenArchiveError)
+	}
+	if got := ArchiveErrorFor(customer, ""); got != "" {
+		t.Errorf("a customer token told %q of an archive that was read; want nothing", got)
+	}
+	operator := WithPrincipal(context.Background(), &Principal{Role: rivorav1.Role_ROLE_OPERATOR})
+	if got := ArchiveErrorFor(operator, why); got != why {
+		t.Errorf("an operator told %q; want the archive's error", got)
+	}
+}
