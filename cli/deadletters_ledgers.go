@@ -44,14 +44,18 @@ func showLedgerWarning(w io.Writer, why string) {
 	say(w, "archive unreachable (%s): this dead letter still waits in its partition's ledger; it is archived once the archive is back\n", why)
 }
 
-// unreadLedgers names the partitions whose ledger no agent read.
+// unreadLedgers names the partitions whose ledger no agent read, with
+// their agent when the answer names it. It does not when it does not know
+// it or may not say: an agent asked directly (partitions it does not hold:
+// they may well have an owner), a partition nobody owns, a customer token;
+// the reason says which.
 func unreadLedgers(w io.Writer, unread []*rivorav1.UnreadLedger) {
 	for _, u := range unread {
-		owner := "no owner"
+		agent := ""
 		if u.GetAgent() != "" {
-			owner = "agent " + u.GetAgent()
+			agent = " (agent " + u.GetAgent() + ")"
 		}
-		say(w, "not read: %s (%s): %s; their dead letters are missing here\n", lanes.PartitionsText(u.GetPartitions()), owner, u.GetReason())
+		say(w, "not read: %s%s: %s; their dead letters are missing here\n", lanes.PartitionsText(u.GetPartitions()), agent, u.GetReason())
 	}
 }
 

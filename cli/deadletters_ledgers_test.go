@@ -47,7 +47,28 @@ func (ledgerArchive) ListDeadLetters(_ context.Context, req *connect.Request[riv
 	if req.Msg.GetLimit() == 1 {
 		resp.DeadLetters, resp.Truncated, resp.MoreUnarchived = resp.DeadLetters[:1], true, 1
 	}
+	if req.Msg.GetFilter().GetCustomerId() == "direct" {
+		// As an agent asked directly answers: the partitions it does not
+		// hold, without their owner (it has one).
+		resp.UnreadLedgers = []*rivorav1.UnreadLedger{{Partitions: []uint32{12, 13, 14, 15}, Reason: notHeldHere}}
+	}
 	return connect.NewResponse(resp), nil
+}
+
+// notHeldHere is an agent's reason for the partitions it does not hold
+// (agent/partitions).
+const notHeldHere = "not owned by this agent; ask the control plane, which reads every agent's ledgers"
+
+// The partitions an agent asked directly does not hold have an owner,
+// elsewhere: they are not said to have none ("(no owner)", as every
+// partition named without its agent was).
+func TestDLQListDoesNotSayAPartitionHeldElsewhereHasNoOwner(t *testing.T) {
+	url := startLedgerArchive(t)
+	text := mustSucceed(t, run(t, url, "", "dlq", "list", "--customer", "direct")).stdout
+	wantLines(t, "dlq list from one agent's ledgers", text, "not read: partitions 12-15: "+notHeldHere+"; their dead letters are missing here")
+	if strings.Contains(text, "no owner") {
+		t.Errorf("dlq list says a partition held elsewhere has no owner:\n%s", text)
+	}
 }
 
 func (ledgerArchive) DeadLetterStats(context.Context, *connect.Request[rivorav1.DeadLetterStatsRequest]) (*connect.Response[rivorav1.DeadLetterStatsResponse], error) {
