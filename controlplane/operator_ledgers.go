@@ -41,15 +41,22 @@ type ledgerAnswer[T any] struct {
 	unread []*rivorav1.UnreadLedger
 }
 
-// askLedgers asks every connected agent at once, each for at most
-// askTimeout, with call (a ledgers_only request), in agent-name order.
-// An answer that refuses the request itself (invalid, not found, denied:
-// every agent has the same tokens and subscriptions) is the answer;
-// others that failed count as the agent's partitions missing.
-func askLedgers[T interface {
+// ledgerMsg is an answer from the ledgers (list, stats) as *M.
+type ledgerMsg[M any] interface {
+	*M
 	GetLedgerPartitions() []uint32
 	GetUnreadLedgers() []*rivorav1.UnreadLedger
-}](ctx context.Context, r *operatorRouter, call func(context.Context, rivorav1connect.ArchiveServiceClient) (T, error)) ([]ledgerAnswer[T], error) {
+}
+
+// askLedgers asks every connected agent at once, each for at most
+// askTimeout, with call (a ledgers_only request), and decides whose answer
+// counts for each partition (cover). An answer that refuses the request
+// itself (invalid, not found, denied: every agent has the same tokens and
+// subscriptions) is the answer; others that failed count as the agent's
+// partitions missing. answered holds the answers that came, in
+// agent-name order; c's unread is as the caller may be told it
+// (auth.UnreadLedgersFor).
+func askLedgers[M any, T ledgerMsg[M]](ctx context.Context, r *operatorRouter, call func(context.Context, rivorav1connect.ArchiveServiceClient) (*connect.Response[M], error)) (answered []ledgerAnswer[T], c ledgerCoverage, err error) {
 	answers, err := askAll(r.agents, func(a *agentState) (ledgerAnswer[T], error) {
 		// askTimeout even within the caller's deadline: an agent whose
 		// calls hang must not hold the others' answers past it.
@@ -59,18 +66,26 @@ func askLedgers[T interface {
 		if err != nil {
 			return ledgerAnswer[T]{agent: a, err: fromAgent(a, err)}, nil
 		}
-		return ledgerAnswer[T]{agent: a, resp: resp, read: resp.GetLedgerPartitions(), unread: resp.GetUnreadLedgers()}, nil
+		msg := T(resp.Msg)
+		return ledgerAnswer[T]{agent: a, resp: msg, read: msg.GetLedgerPartitions(), unread: msg.GetUnreadLedgers()}, nil
 	})
 	if err != nil {
-		return nil, err // no agent connected
+		return nil, c, err // no agent connected
 	}
 	for _, a := range answers {
 		switch connect.CodeOf(a.err) {
 		case connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodePermissionDenied, connect.CodeUnauthenticated:
-			return nil, a.err
+			return nil, c, a.err
 		}
 	}
-	return answers, nil
+	c = cover(r, answers)
+	c.unread = auth.UnreadLedgersFor(ctx, c.unread)
+	for _, a := range answers {
+		if a.err == nil {
+			answered = append(answered, a)
+		}
+	}
+	return answered, c, nil
 }
 
 // ledgerCoverage is which answer counts for each partition's ledger, and
@@ -180,24 +195,16 @@ func (c ledgerCoverage) read() []uint32 {
 func (r *operatorRouter) listLedgers(ctx context.Context, req *rivorav1.ListDeadLettersRequest, why string) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
 	ask := proto.Clone(req).(*rivorav1.ListDeadLettersRequest)
 	ask.LedgersOnly = true
-	answers, err := askLedgers(ctx, r, func(ctx context.Context, c rivorav1connect.ArchiveServiceClient) (*rivorav1.ListDeadLettersResponse, error) {
-		resp, err := c.ListDeadLetters(ctx, connect.NewRequest(ask))
-		if err != nil {
-			return nil, err
-		}
-		return resp.Msg, nil
+	answers, c, err := askLedgers(ctx, r, func(ctx context.Context, client rivorav1connect.ArchiveServiceClient) (*connect.Response[rivorav1.ListDeadLettersResponse], error) {
+		return client.ListDeadLetters(ctx, connect.NewRequest(ask))
 	})
 	if err != nil {
 		return nil, err
 	}
-	c := cover(r, answers)
-	out := &rivorav1.ListDeadLettersResponse{ArchiveUnavailable: why, LedgerPartitions: c.read(), UnreadLedgers: auth.UnreadLedgersFor(ctx, c.unread)}
+	out := &rivorav1.ListDeadLettersResponse{ArchiveUnavailable: why, LedgerPartitions: c.read(), UnreadLedgers: c.unread}
 	var dls []*rivorav1.DeadLetter
 	more, unknownMore := int64(0), false
 	for _, a := range answers {
-		if a.err != nil {
-			continue
-		}
 		for _, dl := range a.resp.GetDeadLetters() {
 			if c.counts(a.agent.name, dl.GetPartition()) {
 				dls = append(dls, dl)
@@ -231,22 +238,14 @@ func (r *operatorRouter) listLedgers(ctx context.Context, req *rivorav1.ListDead
 func (r *operatorRouter) statsLedgers(ctx context.Context, req *rivorav1.DeadLetterStatsRequest, why string) (*connect.Response[rivorav1.DeadLetterStatsResponse], error) {
 	ask := proto.Clone(req).(*rivorav1.DeadLetterStatsRequest)
 	ask.LedgersOnly = true
-	answers, err := askLedgers(ctx, r, func(ctx context.Context, c rivorav1connect.ArchiveServiceClient) (*rivorav1.DeadLetterStatsResponse, error) {
-		resp, err := c.DeadLetterStats(ctx, connect.NewRequest(ask))
-		if err != nil {
-			return nil, err
-		}
-		return resp.Msg, nil
+	answers, c, err := askLedgers(ctx, r, func(ctx context.Context, client rivorav1connect.ArchiveServiceClient) (*connect.Response[rivorav1.DeadLetterStatsResponse], error) {
+		return client.DeadLetterStats(ctx, connect.NewRequest(ask))
 	})
 	if err != nil {
 		return nil, err
 	}
-	c := cover(r, answers)
-	out := &rivorav1.DeadLetterStatsResponse{ArchiveUnavailable: why, LedgerPartitions: c.read(), UnreadLedgers: auth.UnreadLedgersFor(ctx, c.unread)}
+	out := &rivorav1.DeadLetterStatsResponse{ArchiveUnavailable: why, LedgerPartitions: c.read(), UnreadLedgers: c.unread}
 	for _, a := range answers {
-		if a.err != nil {
-			continue
-		}
 		for _, n := range a.resp.GetCounts() {
 			if c.counts(a.agent.name, uint32(lanes.Partition(n.GetDestinationId(), r.partitions))) {
 				out.Counts = append(out.Counts, n)
