@@ -35,7 +35,9 @@ import (
 // its locks after their lock-delay (instead of after the session TTL). An
 // agent that lost its session is given partitions again only rejoinDelay
 // after it announced a new one, so a flapping agent does not drag
-// partitions back and forth.
+// partitions back and forth — unless it ended that session itself after
+// reporting leaving, having held it for at least rejoinDelay (a
+// restart, as a deploy does: leftCleanly).
 //
 // An agent that reported leaving (ReportLeaving, at its SIGTERM) is not
 // healthy from then on: its partitions go to the others at once (who wait
@@ -91,6 +93,8 @@ type agentState struct {
 	session     string
 	sessionLost time.Time
 	eligibleAt  time.Time
+	// sessionSince is when this control plane first saw session.
+	sessionSince time.Time
 	// leaving is set by ReportLeaving for the session the agent had then
 	// (it drains; see agentRegistry).
 	leaving   bool
@@ -127,7 +131,7 @@ func (r *agentRegistry) connect(name, address, session string, replacedAt, now t
 			// Same agent at a new address: its old stream may still be
 			// open (and is counted until it ends).
 			a.streams, a.applied = prev.streams, prev.applied
-			a.session, a.sessionLost, a.eligibleAt, a.leaving = prev.session, prev.sessionLost, prev.eligibleAt, prev.leaving
+			a.session, a.sessionLost, a.eligibleAt, a.leaving, a.sessionSince = prev.session, prev.sessionLost, prev.eligibleAt, prev.leaving, prev.sessionSince
 		}
 		r.agents[name] = a
 	}
@@ -137,6 +141,9 @@ func (r *agentRegistry) connect(name, address, session string, replacedAt, now t
 	if session != a.session {
 		switch {
 		case session == "":
+		case r.leftCleanly(a):
+			// A deploy's restart, not a flapping agent: no delay.
+			r.log.Info("agent back with a new session after a clean stop; it owns partitions again at once", "agent", name, "session", session)
 		case !a.sessionLost.IsZero():
 			// Back with a new session after losing the old one.
 			a.eligibleAt = now.Add(r.rejoinDelay)
@@ -154,7 +161,7 @@ func (r *agentRegistry) connect(name, address, session string, replacedAt, now t
 				r.log.Info("agent replaced a lost consul session recently; it owns partitions again after the rejoin delay", "agent", name, "session", session, "replaced_at", replacedAt, "eligible_at", a.eligibleAt)
 			}
 		}
-		a.session, a.sessionLost, a.owned, a.cut = session, time.Time{}, nil, nil
+		a.session, a.sessionLost, a.owned, a.cut, a.sessionSince = session, time.Time{}, nil, nil, now
 		a.leaving = false // a restart: leaving was the old session's
 	}
 	if r.consul == nil {
@@ -164,6 +171,16 @@ func (r *agentRegistry) connect(name, address, session string, replacedAt, now t
 	}
 	a.streams++
 	a.lastSeen = now
+}
+
+// leftCleanly is whether agent a's last session ended after it reported
+// leaving (SIGTERM: it drained and ended the session itself) and after
+// being held for at least the rejoin delay. Such an agent back with a new
+// session is a restart (a deploy), which the rejoin delay need not hold
+// back: the delay is for an agent whose sessions keep being lost. One
+// that keeps stopping soon after it started waits the delay again.
+func (r *agentRegistry) leftCleanly(a *agentState) bool {
+	return a.leaving && !a.sessionLost.IsZero() && !a.sessionSince.IsZero() && a.sessionLost.Sub(a.sessionSince) >= r.rejoinDelay
 }
 
 // disconnect notes a Watch stream's end. With Consul, an agent left with

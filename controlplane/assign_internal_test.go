@@ -587,3 +587,51 @@ func TestARejoinDelayOutlivesTheControlPlane(t *testing.T) {
 		t.Errorf("a reconnect with the same session set the rejoin delay again (eligible at %v)", again)
 	}
 }
+
+// TestACleanRestartSkipsTheRejoinDelay: an agent back with a new session
+// after it reported leaving and ended the old one (a deploy's restart) is
+// eligible at once when it had held that session for at least the rejoin
+// delay; one that left soon after it started, or lost its session without
+// leaving, waits the delay.
+func TestACleanRestartSkipsTheRejoinDelay(t *testing.T) {
+	r := assignRegistry(t)
+	r.rejoinDelay = 30 * time.Second
+	start := time.Now()
+	cases := []struct {
+		name    string
+		held    time.Duration // the old session's life
+		leaving bool
+		delayed bool
+	}{
+		{"left-after-a-minute", time.Minute, true, false},
+		{"left-after-10s", 10 * time.Second, true, true},
+		{"lost-after-a-minute", time.Minute, false, true},
+	}
+	for _, c := range cases {
+		r.mu.Lock()
+		r.liveSessions["old-"+c.name] = true
+		r.mu.Unlock()
+		r.connect(c.name, "http://"+c.name+".invalid:7070", "old-"+c.name, time.Time{}, start)
+		if c.leaving {
+			if err := r.leave(c.name, "old-"+c.name, start.Add(c.held)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		back := start.Add(c.held + time.Second)
+		r.mu.Lock()
+		r.agents[c.name].sessionLost = start.Add(c.held) // as watchSessions sees it end
+		r.liveSessions["new-"+c.name] = true
+		r.mu.Unlock()
+		r.connect(c.name, "http://"+c.name+".invalid:7070", "new-"+c.name, time.Time{}, back)
+		r.mu.Lock()
+		a := r.agents[c.name]
+		eligibleAt, leaving := a.eligibleAt, a.leaving
+		r.mu.Unlock()
+		if delayed := eligibleAt.After(back); delayed != c.delayed {
+			t.Errorf("%s: eligible at %v (back at %v), want delayed %v", c.name, eligibleAt, back, c.delayed)
+		}
+		if leaving {
+			t.Errorf("%s: still marked leaving with a new session", c.name)
+		}
+	}
+}
