@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -120,7 +117,7 @@ Examples:
 			if err := httpLimits(c, &opts.HTTP); err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := stopOnSignal(log)
 			defer stop()
 			return exit(server.RunAgent(ctx, opts))
 		},

@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -141,7 +138,7 @@ Examples:
 				return err
 			}
 			opts.ControlPlane = cfg
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := stopOnSignal(log)
 			defer stop()
 			return exit(server.RunControlPlane(ctx, opts))
 		},

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -293,7 +291,7 @@ func runDev(c *cli.Context) error {
 	if err := httpLimits(c, &opts.HTTP); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(log)
 	defer stop()
 	return exit(server.RunDev(ctx, opts))
 }

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -133,7 +130,7 @@ func runEdge(c *cli.Context) error {
 		return exit(err)
 	}
 	defer flush()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(log)
 	defer stop()
 	err = server.RunEdge(ctx, opts)
 	if errors.Is(err, edged.ErrMaxBufferTooLarge) {
