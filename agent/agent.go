@@ -452,13 +452,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	// drain. A dead store (ErrJetStreamDisabled) leaves the same way: its
 	// session ends as soon as the locker closes, below.
 	a.leaving.Store(true)
-	// In a cell, this server's stream and consumer leaderships move to its
-	// peers now, while it is still routed to them, rather than only after
-	// it exits (natsd.HandOverLeaderships).
-	handoverCtx, stopHandover := context.WithCancel(context.Background())
-	defer stopHandover()
-	handover := make(chan natsd.Handed, 1)
-	go func() { handover <- a.nats.HandOverLeaderships(handoverCtx) }()
 	if a.leave() {
 		stopFollowing()
 	}
@@ -481,6 +474,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	drain.at("the history's last records")
 	stopHistory() // the last records stored, before the server stops
 	history.Wait()
+	// In a cell, with this agent's own writes done, its server's stream
+	// and consumer leaderships go to caught-up peers now, while it is
+	// still routed to them, rather than by an election after it exits.
+	drain.at("the streams' leaderships")
+	if handed := a.nats.HandOverLeaderships(handOverWait); handed.Streams+handed.Consumers+handed.Left > 0 {
+		a.log.Info("handed this server's stream leaderships over to its peers", "streams", handed.Streams, "consumers", handed.Consumers, "still_led_here", handed.Left)
+	}
 	drain.at("the ownership locker")
 	stopLocker()
 	locker.Wait()
@@ -492,10 +492,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	drain.at("the control plane's watch")
 	stopFollowing()
 	following.Wait()
-	stopHandover()
-	if handed := <-handover; handed.Streams+handed.Consumers > 0 {
-		a.log.Info("handed this server's stream leaderships over to its peers", "streams", handed.Streams, "consumers", handed.Consumers)
-	}
 	drain.at("the embedded NATS server's shutdown")
 	a.gateway.Close()
 	a.nats.Shutdown()
@@ -507,6 +503,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent stopped")
 	return nil
 }
+
+// handOverWait bounds the wait for the new leaders of the streams and
+// consumers this agent's server leads (natsd.HandOverLeaderships).
+const handOverWait = 2 * time.Second
 
 // leaveWait bounds the leaving report: it never holds the drain up longer.
 const leaveWait = 2 * time.Second

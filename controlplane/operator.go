@@ -321,12 +321,11 @@ type archiveTry[Res any] struct {
 // calls together get the caller's time (callTimeout without a deadline)
 // less ledgerReserve, which is left for the ledgers' answer.
 //
-// The first answer read (kind archiveRead) wins and ends the others'
-// calls; the first agent's refusal is the answer, as it was before
-// others were asked. Else, when some agent could not read the archive,
-// down is the first such answer (the caller then asks every agent's
-// ledgers); else the answer is another agent's refusal, or Unavailable
-// naming the agents that failed.
+// The first answer read (kind archiveRead) or refusal (archiveFinal)
+// wins and ends the others' calls. Else, when some agent could not read
+// the archive, down is the first such answer (the caller then asks every
+// agent's ledgers); else the answer is Unavailable naming the agents
+// that failed.
 func askArchive[Res any](ctx context.Context, r *operatorRouter, call func(context.Context, rivorav1connect.ArchiveServiceClient) (*connect.Response[Res], error),
 	kind func(*connect.Response[Res], error) archiveKind) (resp *connect.Response[Res], down *archiveTry[Res], err error) {
 	agents := r.agents.connected()
@@ -352,7 +351,6 @@ func askArchive[Res any](ctx context.Context, r *operatorRouter, call func(conte
 	}
 	hedge := time.NewTimer(r.hedgeAfter)
 	defer hedge.Stop()
-	var final *archiveTry[Res]
 	var errs []error
 	for answered := 0; answered < asked; answered++ {
 		var t archiveTry[Res]
@@ -365,22 +363,21 @@ func askArchive[Res any](ctx context.Context, r *operatorRouter, call func(conte
 		switch {
 		case t.kind == archiveRead:
 			return connect.NewResponse(t.resp.Msg), nil, nil // cancel ends the others' calls; tries holds their answers
-		case t.kind == archiveFinal && t.agent == agents[0]:
+		case t.kind == archiveFinal:
+			// Every agent has the same tokens and reads the same archive:
+			// a refusal (or an id absent from the archive) is the answer,
+			// whichever agent gave it, and no later read may override it
+			// (one agent has seen a token revoked, another not yet).
 			return nil, nil, fromAgent(t.agent, t.err)
 		case t.kind == archiveDown && down == nil:
 			down = &t
-		case t.kind == archiveFinal && final == nil:
-			final = &t
 		case t.kind == archiveFailed:
 			errs = append(errs, fmt.Errorf("agent %s: %w", t.agent.name, t.err))
 		}
 		askRest()
 	}
-	switch {
-	case down != nil:
+	if down != nil {
 		return nil, down, nil
-	case final != nil:
-		return nil, nil, fromAgent(final.agent, final.err)
 	}
 	return nil, nil, tag(ErrUnavailable, fmt.Errorf("no agent could read the archive (%d tried); retry:\n%w", len(agents), errors.Join(errs...)))
 }

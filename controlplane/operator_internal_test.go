@@ -635,9 +635,16 @@ func TestOperatorArchiveFailsOver(t *testing.T) {
 	_, err = c.archive().DeadLetterStats(ctx(t), connect.NewRequest(&rivorav1.DeadLetterStatsRequest{}))
 	wantErr(t, "every agent down or Unavailable", err, connect.CodeUnavailable, "no agent could read the archive (3 tried)", "agent a1", "agent a2: unavailable: archive s3", "agent a3")
 
+	// A refusal is the answer whichever agent gives it: a read from
+	// another agent arriving later does not override it (a token one
+	// agent has seen revoked, another not yet).
 	a2.fail(connect.NewError(connect.CodeInvalidArgument, errors.New("filter: since is after until")))
+	a3.fail(nil)
+	a3.mu.Lock()
+	a3.archiveSlow = time.Second
+	a3.mu.Unlock()
 	_, err = c.archive().ListDeadLetters(ctx(t), connect.NewRequest(&rivorav1.ListDeadLettersRequest{}))
-	wantErr(t, "a2 refuses the request", err, connect.CodeInvalidArgument, "filter: since is after until")
+	wantErr(t, "a2 refuses the request while a3 would read", err, connect.CodeInvalidArgument, "filter: since is after until")
 	if got := len(a3.callsOf()); got != 3 {
 		t.Errorf("a3 asked %d times, want 3: asked with a2 once a1 failed", got)
 	}

@@ -1,96 +1,156 @@
 package natsd
 
 import (
-	"context"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// A cluster member that stops keeps leading its streams and consumers
-// until it exits, and nats-server then hands them over only as the
-// others notice it gone: for an election timeout every write to those
-// streams goes unanswered (a publish waits for its caller's deadline, a
-// partition's lane writer for its ack bound, and restarts). A stopping
-// agent hands its leaderships over first (HandOverLeaderships), while it
-// is still connected to its peers: each one moves in a round trip, and
-// the writes of its drain reach the new leaders through the routes.
-
-// handOverEvery is how often the handover looks again for leaderships:
-// a consumer created during the drain (another agent taking one of this
-// agent's partitions resets its mover) may elect this server.
-const handOverEvery = 200 * time.Millisecond
+// A cluster member that stops leads its streams and consumers until it
+// exits, and its peers notice it gone only after an election timeout
+// (seconds): meanwhile every write to those streams goes unanswered (a
+// publish waits for its caller's deadline, a lane writer for its ack
+// bound, and its partition restarts). So a stopping agent, once its own
+// writes are done, hands each leadership to a caught-up peer while it is
+// still routed to them (HandOverLeaderships): the group has its new
+// leader within a round trip.
+//
+// Not before its own writes are done: a step-down drops the proposals
+// the leader has queued, unanswered, and a partition of its own waiting
+// for such an ack would restart in the middle of its drain.
 
 // Handed is what HandOverLeaderships moved.
 type Handed struct {
 	Streams, Consumers int
+	// Left is how many groups this server still led when it gave up
+	// (no caught-up peer to take them, or no new leader in time).
+	Left int
 }
 
-// HandOverLeaderships steps down every stream and consumer this server
-// leads, now and then every handOverEvery until ctx ends, and returns
-// how many it stepped down. The meta group's leadership is not moved:
-// nats-server takes that only from the system account, which the agent
-// does not use (a meta leader's exit delays stream and consumer
-// creations by an election, not writes). Outside a cluster it returns at
-// once: there is nobody to hand over to.
-func (s *Server) HandOverLeaderships(ctx context.Context) Handed {
-	var total Handed
-	if !s.ns.JetStreamIsClustered() {
-		return total
-	}
-	tick := time.NewTicker(handOverEvery)
-	defer tick.Stop()
-	for {
-		got := s.handOverOnce()
-		total.Streams += got.Streams
-		total.Consumers += got.Consumers
-		select {
-		case <-ctx.Done():
-			return total
-		case <-tick.C:
-		}
-	}
-}
+// handOverTry bounds one step-down request.
+const handOverTry = 500 * time.Millisecond
 
-// handOverOnce steps down what this server leads now.
-func (s *Server) handOverOnce() Handed {
+// HandOverLeaderships asks every stream and consumer group this server
+// leads to step down in favour of a replica that is current (caught up,
+// online), each group once, and waits up to wait until none is led here;
+// groups that elect this server while it waits (a consumer another agent
+// just created) are handed over the same way. A group with no current
+// replica is left as it is: stepping down would leave it without a
+// leader until this server was elected again. Outside a cluster it
+// returns at once.
+func (s *Server) HandOverLeaderships(wait time.Duration) Handed {
 	var got Handed
+	if !s.ns.JetStreamIsClustered() {
+		return got
+	}
+	deadline := time.Now().Add(wait)
+	asked := make(map[string]bool) // true: its transfer is under way
+	for {
+		led := s.ledHere()
+		got.Left = len(led)
+		waiting := false
+		for _, g := range led {
+			moving, seen := asked[g.key()]
+			switch {
+			case seen:
+				waiting = waiting || moving
+			case g.preferred == "":
+				// No caught-up replica: left to the election at the exit.
+			default:
+				err := s.stepDown(g)
+				asked[g.key()] = err == nil
+				if err != nil {
+					s.log.Warn("could not hand a leadership over", "stream", g.stream, "consumer", g.consumer, "to", g.preferred, "error", err)
+					continue
+				}
+				waiting = true
+				if g.consumer == "" {
+					got.Streams++
+				} else {
+					got.Consumers++
+				}
+			}
+		}
+		if !waiting || !time.Now().Before(deadline) {
+			return got
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ledGroup is a stream's or a consumer's Raft group led by this server,
+// with the replica to hand it to ("": none is current).
+type ledGroup struct {
+	stream, consumer string
+	preferred        string
+}
+
+func (g ledGroup) key() string { return g.stream + "\x00" + g.consumer }
+
+// ledHere lists the replicated groups this server leads now.
+func (s *Server) ledHere() []ledGroup {
 	jsz, err := s.ns.Jsz(&server.JSzOptions{Accounts: true, Streams: true, Consumer: true})
-	if err != nil {
-		return got // JetStream is off: nothing is led here
+	if err != nil || jsz.Disabled {
+		return nil
 	}
 	me := s.ns.Name()
+	var led []ledGroup
 	for _, acc := range jsz.AccountDetails {
 		for _, st := range acc.Streams {
-			if ledHere(st.Cluster, me) {
-				if s.ns.JetStreamStepdownStream(acc.Id, st.Name) == nil {
-					got.Streams++
-				}
+			if st.Cluster != nil && st.Cluster.Leader == me && len(st.Cluster.Replicas) > 0 {
+				led = append(led, ledGroup{stream: st.Name, preferred: caughtUp(st.Cluster)})
 			}
 			for _, c := range st.Consumer {
-				if ledHere(c.Cluster, me) {
-					if s.ns.JetStreamStepdownConsumer(acc.Id, st.Name, c.Name) == nil {
-						got.Consumers++
-					}
+				if c.Cluster != nil && c.Cluster.Leader == me && len(c.Cluster.Replicas) > 0 {
+					led = append(led, ledGroup{stream: st.Name, consumer: c.Name, preferred: caughtUp(c.Cluster)})
 				}
 			}
 		}
 	}
-	return got
+	return led
 }
 
-// ledHere is whether a group is led by this server (me) and has a peer
-// that is current to take the lead: with none (one replica, or the
-// others gone) a step-down would leave the group without a leader until
-// this server is elected again.
-func ledHere(ci *server.ClusterInfo, me string) bool {
-	if ci == nil || ci.Leader != me {
-		return false
-	}
+// caughtUp is a replica of the group that is online, current and has no
+// lag ("": none).
+func caughtUp(ci *server.ClusterInfo) string {
 	for _, peer := range ci.Replicas {
-		if peer.Current && !peer.Offline {
-			return true
+		if peer.Current && !peer.Offline && peer.Lag == 0 {
+			return peer.Name
 		}
 	}
-	return false
+	return ""
+}
+
+// stepDown asks g's leader (this server) to hand it to g.preferred,
+// through the JetStream API: nats-server's own step-down picks any peer
+// heard from lately, which may be one still catching up, that then does
+// not take the lead.
+func (s *Server) stepDown(g ledGroup) error {
+	subject := "$JS.API.STREAM.LEADER.STEPDOWN." + g.stream
+	if g.consumer != "" {
+		subject = "$JS.API.CONSUMER.LEADER.STEPDOWN." + g.stream + "." + g.consumer
+	}
+	body, err := json.Marshal(map[string]any{"placement": map[string]string{"preferred": g.preferred}})
+	if err != nil {
+		return err
+	}
+	msg, err := s.nc.Request(subject, body, handOverTry)
+	if err != nil {
+		return err
+	}
+	var resp struct {
+		Success bool `json:"success"`
+		Error   *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return fmt.Errorf("step-down answer %q: %w", msg.Data, err)
+	}
+	if resp.Error != nil {
+		return fmt.Errorf("step-down refused: %s", resp.Error.Description)
+	}
+	return nil
 }

@@ -55,21 +55,12 @@ func TestHandOverLeadershipsMovesThemToPeers(t *testing.T) {
 		t.Fatal("the stream elected no leader")
 	}
 
-	hctx, stop := context.WithCancel(context.Background())
-	handed := make(chan natsd.Handed, 1)
-	go func() { handed <- byName[leader].HandOverLeaderships(hctx) }()
-	err := poll.Within(10*time.Second, func() bool {
-		s, c := leaderOf()
-		return s != "" && s != leader && c != "" && c != leader
-	})
-	stop()
-	got := <-handed
-	if err != nil {
-		s, c := leaderOf()
-		t.Fatalf("%s still leads: stream led by %q, consumer by %q", leader, s, c)
+	got := byName[leader].HandOverLeaderships(5 * time.Second)
+	if s, c := leaderOf(); s == "" || s == leader || c == "" || c == leader {
+		t.Fatalf("%s still leads after its handover (%+v): stream led by %q, consumer by %q", leader, got, s, c)
 	}
-	if got.Streams < 1 {
-		t.Errorf("handed %+v, want the stream counted", got)
+	if got.Streams != 1 || got.Left != 0 {
+		t.Errorf("handed %+v, want the stream counted and nothing left", got)
 	}
 	// Writes through the member that handed its leaderships over reach
 	// the new leader.
@@ -82,9 +73,14 @@ func TestHandOverLeadershipsMovesThemToPeers(t *testing.T) {
 // at once.
 func TestHandOverLeadershipsAloneReturnsAtOnce(t *testing.T) {
 	srv := start(t, natsd.Config{})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel() // never cancelled before the call returns
-	if got := srv.HandOverLeaderships(ctx); got != (natsd.Handed{}) {
-		t.Fatalf("handed %+v alone, want nothing", got)
+	done := make(chan natsd.Handed, 1)
+	go func() { done <- srv.HandOverLeaderships(time.Hour) }()
+	select {
+	case got := <-done:
+		if got != (natsd.Handed{}) {
+			t.Fatalf("handed %+v alone, want nothing", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lone server waited to hand its leaderships over")
 	}
 }

@@ -56,8 +56,9 @@ var ErrNotOwned = errors.New("partition not owned by this agent")
 var ErrWriteFailed = errors.New("lane store write failed; partition restarting")
 
 // ErrStoreLeaderMoving wraps an ErrWriteFailed whose write found no
-// leader of the lane store to take it (nats: no responders): nothing of
-// it was stored, and while a leader moves (a rolling restart) that is
+// leader of the lane store to take it (nats: no responders): that write
+// was not stored (others of its group may have been: the rebuild
+// registers them), and while a leader moves (a rolling restart) that is
 // routine. A store without a leader for long fails the reopen, which
 // says so.
 var ErrStoreLeaderMoving = errors.New("the lane store had no leader to take the write")

@@ -233,6 +233,7 @@ func (s *Set) runPartition(ctx context.Context, run *partitionRun) {
 		s.log.Warn("a leader of the partition's streams moved under it; reopening it", "partition", run.p, "error", err)
 		run.part.Detach()
 		s.states.runFailed(run, run.part.StoreConfirmed())
+		s.states.troubled(run.p, "a leader of its streams moved; reopening (routine while agents restart; the agent's log has the error)")
 	default:
 		// A write failed, or the mover stopped: rebuild the partition
 		// from its store.
