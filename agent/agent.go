@@ -452,6 +452,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// drain. A dead store (ErrJetStreamDisabled) leaves the same way: its
 	// session ends as soon as the locker closes, below.
 	a.leaving.Store(true)
+	// In a cell, its server's stream and consumer leaderships go to
+	// caught-up peers now, while it is still routed to them, rather than
+	// by an election after it exits; but those of its own partitions,
+	// which its drain goes on writing (natsd.HandOverLeaderships).
+	handover := make(chan natsd.Handed, 1)
+	go func() { handover <- a.nats.HandOverLeaderships(handOverWait, a.ownPartitionGroup) }()
 	if a.leave() {
 		stopFollowing()
 	}
@@ -474,13 +480,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	drain.at("the history's last records")
 	stopHistory() // the last records stored, before the server stops
 	history.Wait()
-	// In a cell, with this agent's own writes done, its server's stream
-	// and consumer leaderships go to caught-up peers now, while it is
-	// still routed to them, rather than by an election after it exits.
-	drain.at("the streams' leaderships")
-	if handed := a.nats.HandOverLeaderships(handOverWait); handed.Streams+handed.Consumers+handed.Left > 0 {
-		a.log.Info("handed this server's stream leaderships over to its peers", "streams", handed.Streams, "consumers", handed.Consumers, "still_led_here", handed.Left)
-	}
 	drain.at("the ownership locker")
 	stopLocker()
 	locker.Wait()
@@ -492,6 +491,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	drain.at("the control plane's watch")
 	stopFollowing()
 	following.Wait()
+	drain.at("the streams' leaderships")
+	if handed := <-handover; handed.Streams+handed.Consumers+handed.Left > 0 {
+		a.log.Info("handed this server's stream leaderships over to its peers", "streams", handed.Streams, "consumers", handed.Consumers, "still_led_here", handed.Left)
+	}
 	drain.at("the embedded NATS server's shutdown")
 	a.gateway.Close()
 	a.nats.Shutdown()
@@ -507,6 +510,23 @@ func (a *Agent) Run(ctx context.Context) error {
 // handOverWait bounds the wait for the new leaders of the streams and
 // consumers this agent's server leads (natsd.HandOverLeaderships).
 const handOverWait = 2 * time.Second
+
+// ownPartitionGroup is whether a stream or consumer group is one of a
+// partition this agent owns: its lane store, its ledger, its INGEST mover.
+func (a *Agent) ownPartitionGroup(stream, consumer string) bool {
+	for p := range a.parts.Count() {
+		if !a.parts.Owns(p) {
+			continue
+		}
+		switch {
+		case consumer == "" && (stream == lanes.LanesStream(p) || stream == lanes.LedgerStream(p)):
+			return true
+		case stream == lanes.IngestStream && consumer == owner.MoverName(p):
+			return true
+		}
+	}
+	return false
+}
 
 // leaveWait bounds the leaving report: it never holds the drain up longer.
 const leaveWait = 2 * time.Second

@@ -17,9 +17,13 @@ import (
 // still routed to them (HandOverLeaderships): the group has its new
 // leader within a round trip.
 //
-// Not before its own writes are done: a step-down drops the proposals
-// the leader has queued, unanswered, and a partition of its own waiting
-// for such an ack would restart in the middle of its drain.
+// A step-down drops the proposals the leader has queued, unanswered: a
+// writer waiting for such an ack waits its whole bound. So the groups the
+// stopping agent itself goes on writing through its drain (its own
+// partitions' streams) are kept (HandOverLeaderships' keep) and move at
+// its exit as before; handing the others over early, while the cell runs
+// steadily, costs fewer dropped writes than at the end of the drain,
+// when the new owners of its partitions write their catch-up.
 
 // Handed is what HandOverLeaderships moved.
 type Handed struct {
@@ -33,14 +37,15 @@ type Handed struct {
 const handOverTry = 500 * time.Millisecond
 
 // HandOverLeaderships asks every stream and consumer group this server
-// leads to step down in favour of a replica that is current (caught up,
-// online), each group once, and waits up to wait until none is led here;
+// leads, but those keep names (nil: none), to step down in favour of a
+// replica that is current (caught up, online), each group once, and
+// waits up to wait until none is led here;
 // groups that elect this server while it waits (a consumer another agent
 // just created) are handed over the same way. A group with no current
 // replica is left as it is: stepping down would leave it without a
 // leader until this server was elected again. Outside a cluster it
 // returns at once.
-func (s *Server) HandOverLeaderships(wait time.Duration) Handed {
+func (s *Server) HandOverLeaderships(wait time.Duration, keep func(stream, consumer string) bool) Handed {
 	var got Handed
 	if !s.ns.JetStreamIsClustered() {
 		return got
@@ -48,7 +53,7 @@ func (s *Server) HandOverLeaderships(wait time.Duration) Handed {
 	deadline := time.Now().Add(wait)
 	asked := make(map[string]bool) // true: its transfer is under way
 	for {
-		led := s.ledHere()
+		led := s.ledHere(keep)
 		got.Left = len(led)
 		waiting := false
 		for _, g := range led {
@@ -89,8 +94,10 @@ type ledGroup struct {
 
 func (g ledGroup) key() string { return g.stream + "\x00" + g.consumer }
 
-// ledHere lists the replicated groups this server leads now.
-func (s *Server) ledHere() []ledGroup {
+// ledHere lists the replicated groups this server leads now, but those
+// keep names.
+func (s *Server) ledHere(keep func(stream, consumer string) bool) []ledGroup {
+	kept := func(stream, consumer string) bool { return keep != nil && keep(stream, consumer) }
 	jsz, err := s.ns.Jsz(&server.JSzOptions{Accounts: true, Streams: true, Consumer: true})
 	if err != nil || jsz.Disabled {
 		return nil
@@ -99,11 +106,11 @@ func (s *Server) ledHere() []ledGroup {
 	var led []ledGroup
 	for _, acc := range jsz.AccountDetails {
 		for _, st := range acc.Streams {
-			if st.Cluster != nil && st.Cluster.Leader == me && len(st.Cluster.Replicas) > 0 {
+			if st.Cluster != nil && st.Cluster.Leader == me && len(st.Cluster.Replicas) > 0 && !kept(st.Name, "") {
 				led = append(led, ledGroup{stream: st.Name, preferred: caughtUp(st.Cluster)})
 			}
 			for _, c := range st.Consumer {
-				if c.Cluster != nil && c.Cluster.Leader == me && len(c.Cluster.Replicas) > 0 {
+				if c.Cluster != nil && c.Cluster.Leader == me && len(c.Cluster.Replicas) > 0 && !kept(st.Name, c.Name) {
 					led = append(led, ledGroup{stream: st.Name, consumer: c.Name, preferred: caughtUp(c.Cluster)})
 				}
 			}

@@ -55,7 +55,15 @@ func TestHandOverLeadershipsMovesThemToPeers(t *testing.T) {
 		t.Fatal("the stream elected no leader")
 	}
 
-	got := byName[leader].HandOverLeaderships(5 * time.Second)
+	// A group kept (the stopping agent's own partitions' streams, which
+	// its drain goes on writing) stays led here.
+	keepStream := func(stream, consumer string) bool { return stream == "HANDOVER" && consumer == "" }
+	kept := byName[leader].HandOverLeaderships(5*time.Second, keepStream)
+	if s, _ := leaderOf(); s != leader || kept.Streams != 0 {
+		t.Fatalf("handed %+v with the stream kept; the stream is led by %q, want still %q", kept, s, leader)
+	}
+
+	got := byName[leader].HandOverLeaderships(5*time.Second, nil)
 	if s, c := leaderOf(); s == "" || s == leader || c == "" || c == leader {
 		t.Fatalf("%s still leads after its handover (%+v): stream led by %q, consumer by %q", leader, got, s, c)
 	}
@@ -74,7 +82,7 @@ func TestHandOverLeadershipsMovesThemToPeers(t *testing.T) {
 func TestHandOverLeadershipsAloneReturnsAtOnce(t *testing.T) {
 	srv := start(t, natsd.Config{})
 	done := make(chan natsd.Handed, 1)
-	go func() { done <- srv.HandOverLeaderships(time.Hour) }()
+	go func() { done <- srv.HandOverLeaderships(time.Hour, nil) }()
 	select {
 	case got := <-done:
 		if got != (natsd.Handed{}) {

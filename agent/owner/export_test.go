@@ -18,7 +18,3 @@ func Reforwarded() float64 {
 
 // Scan is the rebuild's read of a whole stream.
 var Scan = scan
-
-// MoverName is the durable consumer that moves partition p's accepted
-// events into its lanes.
-var MoverName = moverName

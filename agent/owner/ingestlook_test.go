@@ -251,7 +251,7 @@ func TestFastPathOpensOnlyPastTheBarrier(t *testing.T) {
 	js := ingestServer(t)
 	ctx := t.Context()
 	consumer, err := js.CreateOrUpdateConsumer(ctx, lanes.IngestStream, jetstream.ConsumerConfig{
-		Durable: moverName(1), FilterSubject: lanes.IngestFilter(1), AckPolicy: jetstream.AckExplicitPolicy,
+		Durable: MoverName(1), FilterSubject: lanes.IngestFilter(1), AckPolicy: jetstream.AckExplicitPolicy,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +328,7 @@ func TestFastPathStaysClosedWhileAMessageIsUnacknowledged(t *testing.T) {
 	js := ingestServer(t)
 	ctx := t.Context()
 	consumer, err := js.CreateOrUpdateConsumer(ctx, lanes.IngestStream, jetstream.ConsumerConfig{
-		Durable: moverName(1), FilterSubject: lanes.IngestFilter(1), AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Hour,
+		Durable: MoverName(1), FilterSubject: lanes.IngestFilter(1), AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Hour,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -240,7 +240,9 @@ func (o *Partition) createLedger(ctx context.Context) error {
 	})
 }
 
-func moverName(p int) string { return fmt.Sprintf("mover-%d", p) }
+// MoverName is the durable name of partition p's INGEST consumer (the
+// mover's).
+func MoverName(p int) string { return fmt.Sprintf("mover-%d", p) }
 
 // resetMoverConsumer deletes the durable mover. Messages a previous owner
 // fetched but never moved are held by it until their AckWait ends, and
@@ -258,7 +260,7 @@ func (o *Partition) resetMoverConsumer(ctx context.Context) error {
 	defer cancel()
 	for {
 		err := bounded(ctx, deleteTryTimeout, func(ctx context.Context) error {
-			return o.deps.JS.DeleteConsumer(ctx, lanes.IngestStream, moverName(o.p))
+			return o.deps.JS.DeleteConsumer(ctx, lanes.IngestStream, MoverName(o.p))
 		})
 		if err == nil || errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return nil
@@ -272,7 +274,7 @@ func (o *Partition) resetMoverConsumer(ctx context.Context) error {
 func (o *Partition) createMoverConsumer(ctx context.Context) (ingest jetstream.Consumer, err error) {
 	err = bounded(ctx, consumerTimeout, func(ctx context.Context) (err error) {
 		ingest, err = o.deps.JS.CreateOrUpdateConsumer(ctx, lanes.IngestStream, jetstream.ConsumerConfig{
-			Durable:       moverName(o.p),
+			Durable:       MoverName(o.p),
 			Description:   fmt.Sprintf("Moves partition %d's accepted events into lanes.", o.p),
 			FilterSubject: lanes.IngestFilter(o.p),
 			AckPolicy:     jetstream.AckExplicitPolicy,
