@@ -324,10 +324,13 @@ func (cp *ControlPlane) handle(mux *http.ServeMux, gate func() error, opts ...co
 // gated puts the gates every call passes in front of opts, outermost
 // first: error mapping, the leader gate (a follower's tokens may be
 // stale, so it answers Unavailable before judging any), authentication
-// and authorization, and the bounds on request strings and sizes.
+// and authorization, hiding agents' failures from customer tokens (it
+// needs the caller's principal, which auth's interceptor puts in the
+// context), and the bounds on request strings and sizes.
 func (cp *ControlPlane) gated(gate func() error, opts []connect.HandlerOption) []connect.HandlerOption {
 	return append([]connect.HandlerOption{
-		connect.WithInterceptors(errorInterceptor, noAgentsInterceptor{why: cp.noAgentsWhy}, leaderInterceptor{gate: gate}, auth.NewInterceptor(cp.keys), bounds.Interceptor()),
+		connect.WithInterceptors(errorInterceptor, noAgentsInterceptor{why: cp.noAgentsWhy}, leaderInterceptor{gate: gate}, auth.NewInterceptor(cp.keys),
+			hideAgentsInterceptor{log: cp.log}, bounds.Interceptor()),
 		bounds.ReadMax(bounds.DefaultMessage),
 	}, opts...)
 }

@@ -12,9 +12,10 @@ import (
 // The gates every admin, token, agent and operator RPC passes, installed
 // once where the services are registered (gated) so that no handler can
 // forget one: errorInterceptor, leaderInterceptor, then auth.Interceptor
-// (authentication and authorization, against auth.Policies); between
-// the first two, noAgentsInterceptor words "no agent is connected" for
-// the moments after a leader change.
+// (authentication and authorization, against auth.Policies), then
+// hideAgentsInterceptor (agentdetail.go); between the first two,
+// noAgentsInterceptor words "no agent is connected" for the moments
+// after a leader change.
 
 // leaderInterceptor refuses every call while gate returns an error: only
 // the leading control plane answers (gate is leaderOnly). The refusal is a

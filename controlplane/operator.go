@@ -37,8 +37,10 @@ import (
 //
 // Each call to an agent carries the caller's token (auth.Forwarding), so
 // the agent authorizes it again. An agent's own answer, error included,
-// reaches the caller as the agent gave it; the router's own failures are domain errors (errors.go). It
-// keeps no state: the registry knows the agents.
+// reaches the caller as the agent gave it; the router's own failures are
+// domain errors (errors.go), those naming agents marked so that a
+// customer token is not told them (agentdetail.go). It keeps no state:
+// the registry knows the agents.
 type operatorRouter struct {
 	agents     *agentRegistry
 	partitions int
@@ -109,7 +111,8 @@ func (r *operatorRouter) bounded(ctx context.Context, d time.Duration) (context.
 
 // fromAgent keeps an agent's own answer (a wire error) as it is, so its
 // code and message reach the caller. Not reaching the agent, or it not
-// answering in time, is Unavailable naming the agent.
+// answering in time, is Unavailable naming the agent (agentsFailed: a
+// customer token is not told which).
 func fromAgent(a *agentState, err error) error {
 	switch {
 	case err == nil, connect.IsWireError(err), errors.Is(err, context.Canceled):
@@ -117,7 +120,7 @@ func fromAgent(a *agentState, err error) error {
 	}
 	switch connect.CodeOf(err) {
 	case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeUnknown:
-		return tag(ErrUnavailable, fmt.Errorf("agent %s at %s did not answer: %w; retry", a.name, a.address, err))
+		return agentsFailed(fmt.Errorf("agent %s at %s did not answer: %w; retry", a.name, a.address, err))
 	}
 	return err
 }
@@ -244,9 +247,9 @@ func mergeEventAnswers(id string, answers []eventAnswer) (*rivorav1.GetEventResp
 		// another customer's event: it must not tell the two apart.
 		return nil, auth.EventNotFound(id)
 	case len(notFound) == 0:
-		return nil, tag(ErrUnavailable, fmt.Errorf("event %s: no agent answered; retry:\n%w", id, errors.Join(failed...)))
+		return nil, agentsFailed(fmt.Errorf("event %s: no agent answered; retry:\n%w", id, errors.Join(failed...)))
 	}
-	return nil, tag(ErrUnavailable, fmt.Errorf("event %s: not found on %s, and the others did not answer (it may be pending there); retry:\n%w", id, strings.Join(notFound, ", "), errors.Join(failed...)))
+	return nil, agentsFailed(fmt.Errorf("event %s: not found on %s, and the others did not answer (it may be pending there); retry:\n%w", id, strings.Join(notFound, ", "), errors.Join(failed...)))
 }
 
 func live(s rivorav1.EventState) bool {
@@ -274,7 +277,7 @@ func (r *operatorRouter) anyAgent(ctx context.Context, call func(context.Context
 		}
 		errs = append(errs, fmt.Errorf("agent %s: %w", a.name, err))
 	}
-	return tag(ErrUnavailable, fmt.Errorf("no agent could read the archive (%d tried); retry:\n%w", len(agents), errors.Join(errs...)))
+	return agentsFailed(fmt.Errorf("no agent could read the archive (%d tried); retry:\n%w", len(agents), errors.Join(errs...)))
 }
 
 // unavailable: the agent is down, restarting, or cannot reach the
@@ -379,7 +382,7 @@ func askArchive[Res any](ctx context.Context, r *operatorRouter, call func(conte
 	if down != nil {
 		return nil, down, nil
 	}
-	return nil, nil, tag(ErrUnavailable, fmt.Errorf("no agent could read the archive (%d tried); retry:\n%w", len(agents), errors.Join(errs...)))
+	return nil, nil, agentsFailed(fmt.Errorf("no agent could read the archive (%d tried); retry:\n%w", len(agents), errors.Join(errs...)))
 }
 
 // archiveBudget is the time askArchive's calls get: what the caller of

@@ -806,3 +806,101 @@ func TestOperatorGetEventKeepsTheOwnersUnarchivedMark(t *testing.T) {
 		t.Fatalf("archived everywhere: got %v, %v; want no unarchived mark", resp, err)
 	}
 }
+
+// tokenFor stores a token of role (for customers, when a customer token)
+// in the cell's control plane and returns the client option that calls
+// with it.
+func (c *routeCell) tokenFor(role rivorav1.Role, customers ...string) connect.ClientOption {
+	c.t.Helper()
+	token, _, _, err := c.cp.createToken(&rivorav1.CreateTokenRequest{Name: "hide-test", Role: role, Customers: customers}, actor{name: "test"})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return connect.WithInterceptors(auth.Bearer(token))
+}
+
+// When agents fail, the router's answer names them, their addresses and
+// their errors (a bucket, an endpoint): an operator token reads all of
+// it, a customer token (the customer portal's) only that the cell could
+// not answer, with the same code, on unary calls and on a replay's
+// stream alike.
+func TestOperatorHidesAgentsFromCustomerTokens(t *testing.T) {
+	const raw = "archive s3 bucket rivora-dlq at minio:9000: connection refused"
+	for _, tc := range []struct {
+		name     string
+		role     rivorav1.Role
+		customer bool
+	}{{"operator", rivorav1.Role_ROLE_OPERATOR, false}, {"customer", rivorav1.Role_ROLE_CUSTOMER, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startRouteCell(t, func() error { return nil })
+			a1 := c.agent("a1", 0, 1, 2, 3, 4, 5, 6, 7)
+			a2 := c.agent("a2", 8, 9, 10, 11, 12, 13, 14, 15)
+			a1.fail(connect.NewError(connect.CodeUnavailable, errors.New(raw)))
+			a2.srv.Close()
+			var customers []string
+			if tc.customer {
+				customers = []string{"c1"}
+			}
+			as := c.tokenFor(tc.role, customers...)
+			events := rivorav1connect.NewEventServiceClient(http.DefaultClient, c.url, as)
+			lanesClient := rivorav1connect.NewLaneServiceClient(http.DefaultClient, c.url, as)
+			archive := rivorav1connect.NewArchiveServiceClient(http.DefaultClient, c.url, as)
+			onA2 := destinationIn(t, 9)
+			filter := &rivorav1.DeadLetterFilter{CustomerId: "c1"}
+			replay := func() error {
+				stream, err := archive.Replay(ctx(t), connect.NewRequest(&rivorav1.ReplayRequest{Filter: filter}))
+				if err != nil {
+					return err
+				}
+				defer stream.Close()
+				for stream.Receive() {
+				}
+				return stream.Err()
+			}
+			calls := []struct {
+				name   string
+				call   func() error
+				detail []string // what an operator is told
+			}{
+				{"ListEvents", func() error {
+					_, err := events.ListEvents(ctx(t), connect.NewRequest(&rivorav1.ListEventsRequest{DestinationId: onA2, CustomerId: "c1"}))
+					return err
+				}, []string{"agent a2 at " + a2.srv.URL + " did not answer"}},
+				{"ListLanes", func() error {
+					_, err := lanesClient.ListLanes(ctx(t), connect.NewRequest(&rivorav1.ListLanesRequest{DestinationId: onA2, CustomerId: "c1"}))
+					return err
+				}, []string{"agent a2 at " + a2.srv.URL + " did not answer"}},
+				{"GetEvent", func() error {
+					_, err := events.GetEvent(ctx(t), connect.NewRequest(&rivorav1.GetEventRequest{EventId: evID}))
+					return err
+				}, []string{"no agent answered", "agent a1: unavailable: " + raw, "agent a2 at " + a2.srv.URL}},
+				{"ListDeadLetters", func() error {
+					_, err := archive.ListDeadLetters(ctx(t), connect.NewRequest(&rivorav1.ListDeadLettersRequest{Filter: filter}))
+					return err
+				}, []string{"no agent could read the archive (2 tried)", "agent a1: unavailable: " + raw, "agent a2"}},
+				{"DeadLetterStats", func() error {
+					_, err := archive.DeadLetterStats(ctx(t), connect.NewRequest(&rivorav1.DeadLetterStatsRequest{Filter: filter}))
+					return err
+				}, []string{"no agent could read the archive (2 tried)", "agent a1: unavailable: " + raw, "agent a2"}},
+				{"GetDeadLetter", func() error {
+					_, err := archive.GetDeadLetter(ctx(t), connect.NewRequest(&rivorav1.GetDeadLetterRequest{EventId: evID}))
+					return err
+				}, []string{"no agent could read the archive (2 tried)", "agent a1: unavailable: " + raw, "agent a2"}},
+				{"Replay", replay, []string{"no agent could read the archive (2 tried)", "agent a1: unavailable: " + raw, "agent a2"}},
+			}
+			for _, call := range calls {
+				err := call.call()
+				if !tc.customer {
+					wantErr(t, call.name, err, connect.CodeUnavailable, call.detail...)
+					continue
+				}
+				wantErr(t, call.name, err, connect.CodeUnavailable, hiddenAgentsMessage)
+				for _, leak := range []string{"a1", "a2", a1.srv.URL, a2.srv.URL, "127.0.0.1", "minio", "rivora-dlq", "connection refused"} {
+					if strings.Contains(err.Error(), leak) {
+						t.Errorf("%s: a customer token is told %q, which names %q", call.name, err, leak)
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,34 @@
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/rivora/rivora/internal/errkind"
+)
+
+// The mark that hides an error from customer tokens changes nothing else:
+// its message, kind, code and wrapped errors stay as they were, wrapped
+// further or not.
+func TestAgentsFailedKeepsTheError(t *testing.T) {
+	down := connect.NewError(connect.CodeUnavailable, errors.New("dial tcp 10.0.0.7:7400: connection refused"))
+	marked := fromAgent(&agentState{name: "a1", address: "http://10.0.0.7:7400"}, down)
+	for _, err := range []error{marked, fmt.Errorf("skip: %w", marked)} {
+		var detail *agentDetailError
+		if !errors.As(err, &detail) {
+			t.Errorf("%q is not marked as naming agents", err)
+		}
+		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, down) || connect.CodeOf(err) != connect.CodeUnavailable || errkind.CodeOf(err) != connect.CodeUnavailable {
+			t.Errorf("%q: lost its kind or wrapped error through the mark", err)
+		}
+	}
+	if want := "agent a1 at http://10.0.0.7:7400 did not answer: unavailable: dial tcp 10.0.0.7:7400: connection refused; retry"; marked.Error() != want {
+		t.Errorf("message %q, want %q", marked, want)
+	}
+	if agentsFailed(nil) != nil {
+		t.Error("agentsFailed(nil) is not nil")
+	}
+}
