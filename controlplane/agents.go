@@ -565,7 +565,9 @@ var errNoAgents = tag(ErrUnavailable, errors.New("no agent is connected to this 
 
 // askAll asks every connected agent at once and returns the answers in
 // the agents' (name) order; the error, an ErrUnavailable, names each agent
-// that failed, in the same order.
+// that failed, in the same order (agentsFailed: a customer token, which
+// may ask for its destinations' pending counts and health, is not told
+// which).
 func askAll[T any](r *agentRegistry, ask func(*agentState) (T, error)) ([]T, error) {
 	agents := r.connected()
 	if len(agents) == 0 {
@@ -589,6 +591,9 @@ func askAll[T any](r *agentRegistry, ask func(*agentState) (T, error)) ([]T, err
 		})
 	}
 	wg.Wait()
+	if slices.ContainsFunc(errs[:len(agents)], func(err error) bool { return err != nil }) {
+		return answers, agentsFailed(errors.Join(errs...))
+	}
 	return answers, tag(ErrUnavailable, errors.Join(errs...))
 }
 

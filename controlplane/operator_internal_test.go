@@ -904,3 +904,38 @@ func TestOperatorHidesAgentsFromCustomerTokens(t *testing.T) {
 		})
 	}
 }
+
+// The admin services ask every agent for a destination's pending events
+// and health: with an agent down, an operator token is told which, at
+// which address; a customer token asking about its own destination only
+// that the cell could not answer.
+func TestAdminHidesAgentsFromCustomerTokens(t *testing.T) {
+	c := startRouteCell(t, func() error { return nil })
+	mux := http.NewServeMux()
+	c.cp.handle(mux, func() error { return nil })
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	a1 := c.agent("a1", 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+	a1.srv.Close()
+	if _, _, err := c.cp.createDestination(&rivorav1.CreateDestinationRequest{Id: "c1-orders", Url: "https://example.com/hook", OwnerCustomer: "c1"}, systemActor); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		as     connect.ClientOption
+		wanted []string
+	}{
+		{"operator", c.tokenFor(rivorav1.Role_ROLE_OPERATOR), []string{"agent a1: unavailable: ", strings.TrimPrefix(a1.srv.URL, "http://")}},
+		{"customer", c.tokenFor(rivorav1.Role_ROLE_CUSTOMER, "c1"), []string{hiddenAgentsMessage}},
+	} {
+		admin := rivorav1connect.NewAdminServiceClient(http.DefaultClient, srv.URL, tc.as)
+		_, getErr := admin.GetDestination(ctx(t), connect.NewRequest(&rivorav1.GetDestinationRequest{Id: "c1-orders"}))
+		_, healthErr := admin.GetDestinationHealth(ctx(t), connect.NewRequest(&rivorav1.GetDestinationHealthRequest{DestinationId: "c1-orders"}))
+		for what, err := range map[string]error{"GetDestination": getErr, "GetDestinationHealth": healthErr} {
+			wantErr(t, tc.name+" "+what, err, connect.CodeUnavailable, tc.wanted...)
+			if tc.name == "customer" && (strings.Contains(err.Error(), "a1") || strings.Contains(err.Error(), "127.0.0.1")) {
+				t.Errorf("%s: a customer token is told %q", what, err)
+			}
+		}
+	}
+}
