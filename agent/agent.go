@@ -457,7 +457,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	// by an election after it exits; but those of its own partitions,
 	// which its drain goes on writing (natsd.HandOverLeaderships).
 	handover := make(chan natsd.Handed, 1)
-	go func() { handover <- a.nats.HandOverLeaderships(handOverWait, a.ownPartitionGroup) }()
+	keep := a.ownPartitionGroups()
+	go func() { handover <- a.nats.HandOverLeaderships(handOverWait, keep) }()
 	if a.leave() {
 		stopFollowing()
 	}
@@ -511,21 +512,19 @@ func (a *Agent) Run(ctx context.Context) error {
 // consumers this agent's server leads (natsd.HandOverLeaderships).
 const handOverWait = 2 * time.Second
 
-// ownPartitionGroup is whether a stream or consumer group is one of a
-// partition this agent owns: its lane store, its ledger, its INGEST mover.
-func (a *Agent) ownPartitionGroup(stream, consumer string) bool {
+// ownPartitionGroups tells the stream and consumer groups of the
+// partitions this agent owns now (their lane store, ledger and INGEST
+// mover), which its drain goes on writing until it hands them off.
+func (a *Agent) ownPartitionGroups() func(stream, consumer string) bool {
+	own := make(map[[2]string]bool)
 	for p := range a.parts.Count() {
-		if !a.parts.Owns(p) {
-			continue
-		}
-		switch {
-		case consumer == "" && (stream == lanes.LanesStream(p) || stream == lanes.LedgerStream(p)):
-			return true
-		case stream == lanes.IngestStream && consumer == owner.MoverName(p):
-			return true
+		if a.parts.Owns(p) {
+			own[[2]string{lanes.LanesStream(p), ""}] = true
+			own[[2]string{lanes.LedgerStream(p), ""}] = true
+			own[[2]string{lanes.IngestStream, owner.MoverName(p)}] = true
 		}
 	}
-	return false
+	return func(stream, consumer string) bool { return own[[2]string{stream, consumer}] }
 }
 
 // leaveWait bounds the leaving report: it never holds the drain up longer.
