@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -197,7 +198,10 @@ func validateSkip(m *rivorav1.SkipLaneHeadRequest) error {
 // takeHeadError words TakeHead's refusals for the operator.
 func takeHeadError(id lanes.ID, expect string, err error) error {
 	var moved *scheduler.HeadMovedError
+	var others *scheduler.OtherSubscriptionsError
 	switch {
+	case errors.As(err, &others):
+		return errkind.Errorf(errkind.NotFound, "lane %s: %w; %s", id, scheduler.ErrNoLane, routedOtherwise(id, others.Subscriptions))
 	case errors.Is(err, scheduler.ErrNoLane):
 		return errkind.Errorf(errkind.NotFound, "lane %s: %w (nothing pending; see rivoractl lanes list --destination %s)", id, err, id.Destination)
 	case errors.Is(err, scheduler.ErrHeadInFlight):
@@ -206,6 +210,21 @@ func takeHeadError(id lanes.ID, expect string, err error) error {
 		return errkind.Errorf(errkind.Precondition, "lane %s: its head is %s, not %s (delivered, dead or skipped meanwhile, or never in this lane); list the lane again", id, moved.Head, expect)
 	}
 	return errkind.Tag(internal, err)
+}
+
+// routedOtherwise tells an operator who named a lane with nothing
+// pending how the same lane key is named where it has events: its
+// subscription is part of a lane's name.
+func routedOtherwise(id lanes.ID, subs []string) string {
+	var named []string
+	for _, sub := range subs {
+		if sub == "" {
+			named = append(named, "has events published to the destination itself: leave out --subscription")
+			continue
+		}
+		named = append(named, fmt.Sprintf("is routed by subscription %s: add --subscription %s", sub, sub))
+	}
+	return fmt.Sprintf("lane %s/%s of %s %s (see rivoractl lanes list --destination %s)", id.Customer, id.Key, id.Destination, strings.Join(named, "; it also "), id.Destination)
 }
 
 func (s *laneService) audit(ctx context.Context, m *rivorav1.SkipLaneHeadRequest, id lanes.ID, eventID string) error {

@@ -3,6 +3,8 @@ package scheduler
 import (
 	"container/heap"
 	"errors"
+	"fmt"
+	"slices"
 
 	"github.com/rivora/rivora/lanes"
 )
@@ -27,6 +29,23 @@ func (e *HeadMovedError) Error() string { return "lane head is " + e.Head + ", n
 // Is makes errors.Is(err, ErrHeadMoved) hold.
 func (e *HeadMovedError) Is(target error) bool { return target == ErrHeadMoved }
 
+// OtherSubscriptionsError is TakeHead's refusal (ErrNoLane) when the lane
+// named has nothing pending but the same customer's lane key has, routed
+// otherwise: a lane is named by its subscription too, and `lanes list`
+// shows it with its SUBSCRIPTION.
+type OtherSubscriptionsError struct {
+	// Subscriptions route the lanes that have events, sorted; "" is the
+	// lane of events published to the destination.
+	Subscriptions []string
+}
+
+func (e *OtherSubscriptionsError) Error() string {
+	return fmt.Sprintf("%v; the lane key has pending events under subscriptions %q", ErrNoLane, e.Subscriptions)
+}
+
+// Is makes errors.Is(err, ErrNoLane) hold.
+func (e *OtherSubscriptionsError) Is(target error) bool { return target == ErrNoLane }
+
 // TakeHead takes a lane's head out of play as if it were handed out, so
 // an operator can skip it: nothing is sent; the caller dead-letters it and
 // reports Dead (or Release, when that fails), and the lane advances.
@@ -43,7 +62,7 @@ func (s *Scheduler) TakeHead(id lanes.ID, expectEventID string) (*Attempt, error
 	l := d.lanes[id.Subject(d.partition)]
 	switch {
 	case l == nil || len(l.entries) == 0:
-		return nil, ErrNoLane
+		return nil, d.noLane(id)
 	case l.state == laneInFlight:
 		return nil, ErrHeadInFlight
 	case expectEventID != "" && l.eventID(&l.entries[0]) != expectEventID:
@@ -53,6 +72,25 @@ func (s *Scheduler) TakeHead(id lanes.ID, expectEventID string) (*Attempt, error
 	l.state = laneInFlight
 	d.inFlight++
 	return &Attempt{Lane: l, Entry: l.entry(0), Head: l.head, Number: l.head.Attempts + 1, StartedAt: s.clock.Now()}, nil
+}
+
+// noLane is TakeHead's refusal for a lane with nothing pending: an
+// *OtherSubscriptionsError when the same customer's lane key has events
+// under another subscription (or none). It reads every lane of the
+// destination, on this refusal only. Called under the lock.
+func (d *destination) noLane(id lanes.ID) error {
+	var subs []string
+	for i := range d.order {
+		l := d.order[i].lane
+		if l.ID.Customer == id.Customer && l.ID.Key == id.Key && l.ID.Subscription != id.Subscription && len(l.entries) > 0 {
+			subs = append(subs, l.ID.Subscription)
+		}
+	}
+	if len(subs) == 0 {
+		return ErrNoLane
+	}
+	slices.Sort(subs)
+	return &OtherSubscriptionsError{Subscriptions: slices.Compact(subs)}
 }
 
 // unplay takes a lane that is not in flight out of its queue.

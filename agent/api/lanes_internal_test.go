@@ -1,0 +1,31 @@
+package api
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/rivora/rivora/agent/scheduler"
+	"github.com/rivora/rivora/lanes"
+)
+
+// What `rivoractl lanes skip` answers when the owner refuses.
+func TestTakeHeadErrorTellsWhatToDo(t *testing.T) {
+	id := lanes.ID{Destination: "p500", Customer: "beta", Key: "sb"}
+	cases := []struct {
+		name string
+		err  error
+		want []string
+	}{
+		// The lane exists, routed by a subscription.
+		{"routed by a subscription", &scheduler.OtherSubscriptionsError{Subscriptions: []string{"sub_1"}}, []string{"routed by subscription sub_1: add --subscription sub_1"}},
+		{"published and routed", &scheduler.OtherSubscriptionsError{Subscriptions: []string{"", "sub_1"}}, []string{"leave out --subscription", "add --subscription sub_1"}},
+	}
+	for _, c := range cases {
+		msg := takeHeadError(id, "", c.err).Error()
+		for _, w := range c.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%s: %q does not say %q", c.name, msg, w)
+			}
+		}
+	}
+}
