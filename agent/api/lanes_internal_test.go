@@ -16,6 +16,9 @@ func TestTakeHeadErrorTellsWhatToDo(t *testing.T) {
 		err  error
 		want []string
 	}{
+		// A parked destination's probe sends the head again as each
+		// attempt ends: waiting for the attempt to end never works.
+		{"in flight", scheduler.ErrHeadInFlight, []string{"rivoractl destinations pause p500", "then rivoractl destinations resume p500"}},
 		// The lane exists, routed by a subscription.
 		{"routed by a subscription", &scheduler.OtherSubscriptionsError{Subscriptions: []string{"sub_1"}}, []string{"routed by subscription sub_1: add --subscription sub_1"}},
 		{"published and routed", &scheduler.OtherSubscriptionsError{Subscriptions: []string{"", "sub_1"}}, []string{"leave out --subscription", "add --subscription sub_1"}},
