@@ -116,3 +116,33 @@ func (p Policy) Next(attempts int, acceptedAt, now time.Time, wait time.Duration
 	}
 	return Decision{Verdict: Retry, NotBefore: at}
 }
+
+// WindowClosedBy is the latest acceptance time of an event whose window,
+// window long and held by the pauses paused reports (as its owner counts
+// it: from acceptance, moved on by paused time), has closed at now: every
+// event accepted then or before is past it. Zero when window is not
+// positive (no window closes).
+func WindowClosedBy(window time.Duration, now time.Time, paused func(from, to time.Time) time.Duration) time.Time {
+	if window <= 0 {
+		return time.Time{}
+	}
+	target := now.Add(-window)
+	// closed(a): a's window end, a + paused(a, now) + window, is not
+	// after now. a + paused(a, now) never falls as a grows (a paused
+	// second moves both by the same), so the times that closed are all
+	// before the ones that did not, and a binary search finds the last.
+	closed := func(a time.Time) bool { return !a.Add(paused(a, now)).After(target) }
+	if closed(target) {
+		return target
+	}
+	lo, hi := target.Add(-paused(time.Time{}, now)), target // closed(lo), !closed(hi)
+	for hi.Sub(lo) > time.Nanosecond {
+		mid := lo.Add(hi.Sub(lo) / 2)
+		if closed(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
