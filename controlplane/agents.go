@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/hashicorp/consul/api"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rivora/rivora/internal/auth"
@@ -620,22 +621,39 @@ func (r *agentRegistry) pending(ctx context.Context, destinationID, subscription
 	})
 }
 
+// overrideCounts is what pendingAndHeads counts of a destination's
+// pending events for a limits override.
+type overrideCounts struct {
+	pending int64
+	// heads used at least the max_attempts asked about; pastWindow, the
+	// events past the window asked about.
+	heads, pastWindow int64
+}
+
 // pendingAndHeads is pending for a whole destination, with how many of
 // its lane heads used at least least attempts (none asked for when least
-// is 0): what a max_attempts lowered to least ends.
-func (r *agentRegistry) pendingAndHeads(ctx context.Context, destinationID string, least int32) (pending, heads int64, err error) {
+// is 0): what a max_attempts lowered to least ends; and how many of its
+// events are past a window this long (none asked for when window is 0):
+// what a window shortened to it ends.
+func (r *agentRegistry) pendingAndHeads(ctx context.Context, destinationID string, least int32, window time.Duration) (overrideCounts, error) {
+	req := &rivorav1.CountPendingRequest{DestinationId: destinationID, HeadsWithAttempts: least}
+	if window > 0 {
+		req.PastWindow = durationpb.New(window)
+	}
 	counts, err := askAll(r, func(a *agentState) (*rivorav1.CountPendingResponse, error) {
-		resp, err := a.client.CountPending(ctx, connect.NewRequest(&rivorav1.CountPendingRequest{DestinationId: destinationID, HeadsWithAttempts: least}))
+		resp, err := a.client.CountPending(ctx, connect.NewRequest(req))
 		if err != nil {
 			return nil, err
 		}
 		return resp.Msg, nil
 	})
+	var out overrideCounts
 	for _, c := range counts {
-		pending += c.GetPending()
-		heads += c.GetHeadsWithAttempts()
+		out.pending += c.GetPending()
+		out.heads += c.GetHeadsWithAttempts()
+		out.pastWindow += c.GetPastWindow()
 	}
-	return pending, heads, err
+	return out, err
 }
 
 // archivePending dead-letters a destination's pending events on every

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -47,17 +48,23 @@ func (h *adminHandler) SetLimitsOverride(ctx context.Context, req *connect.Reque
 
 // countForOverride counts the destination's pending events and, when the
 // override sets max_attempts, its lane heads that already used that many
-// or more (resp.heads_at_max_attempts): they die at their next turn.
+// or more (resp.heads_at_max_attempts): they die at their next turn; when
+// it sets window, its events already past it (resp.events_past_window):
+// they die at their next failure, all at once while it is parked.
 func (cp *ControlPlane) countForOverride(ctx context.Context, resp *rivorav1.SetLimitsOverrideResponse, m *rivorav1.SetLimitsOverrideRequest) (pending int64, err error) {
 	var least int32
 	if m.MaxAttempts != nil {
 		least = resp.GetLimits().GetEffective().GetMaxAttempts()
 	}
-	pending, heads, err := cp.agents.pendingAndHeads(ctx, m.GetDestinationId(), least)
-	if err == nil {
-		resp.HeadsAtMaxAttempts = heads
+	var window time.Duration
+	if m.GetWindow() != nil {
+		window = resp.GetLimits().GetEffective().GetWindow().AsDuration()
 	}
-	return pending, err
+	c, err := cp.agents.pendingAndHeads(ctx, m.GetDestinationId(), least, window)
+	if err == nil {
+		resp.HeadsAtMaxAttempts, resp.EventsPastWindow = c.heads, c.pastWindow
+	}
+	return c.pending, err
 }
 
 // projectDrain says in resp how long destination id's pending events take

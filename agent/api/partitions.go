@@ -10,6 +10,7 @@ import (
 
 	"github.com/rivora/rivora/agent/destinations"
 	"github.com/rivora/rivora/agent/partitions"
+	"github.com/rivora/rivora/agent/retry"
 	"github.com/rivora/rivora/agent/scheduler"
 	"github.com/rivora/rivora/internal/errkind"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
@@ -40,7 +41,40 @@ func (s *partitionService) CountPending(ctx context.Context, req *connect.Reques
 		}
 		resp.HeadsWithAttempts = int64(w.Result().Matched)
 	}
+	if window := req.Msg.GetPastWindow().AsDuration(); window > 0 && n > 0 {
+		w := s.sched.CountAccepted(dest, s.windowClosedBy(dest, window, time.Now()))
+		if err := walkPaced(ctx, w); err != nil {
+			return nil, err
+		}
+		resp.PastWindow = int64(w.Counted())
+	}
 	return connect.NewResponse(resp), nil
+}
+
+// windowClosedBy gives, per subscription of destination dest's lanes, the
+// latest acceptance time of the events past a window this long at now
+// (retry.WindowClosedBy, with the pauses their owner counts); zero, none,
+// when the destination is not in the config here. Each subscription's is
+// worked out once.
+func (s *partitionService) windowClosedBy(dest string, window time.Duration, now time.Time) func(subscription string) time.Time {
+	d, ok := s.registry.Get(dest)
+	by := map[string]time.Time{}
+	return func(sub string) time.Time {
+		if !ok {
+			return time.Time{}
+		}
+		if at, done := by[sub]; done {
+			return at
+		}
+		var subPaused retry.Pauses
+		if sub != "" {
+			if sb, ok := s.subs.Get(sub); ok {
+				subPaused = sb.Pauses
+			}
+		}
+		by[sub] = retry.WindowClosedBy(window, now, func(from, to time.Time) time.Duration { return d.PausedBetweenWith(subPaused, from, to) })
+		return by[sub]
+	}
 }
 
 // ArchivePending dead-letters a destination's pending events, or one of

@@ -3541,8 +3541,14 @@ type SetLimitsOverrideResponse struct {
 	// each becomes a dead letter (reason max_attempts) at its next turn,
 	// without another request.
 	HeadsAtMaxAttempts int64 `protobuf:"varint,8,opt,name=heads_at_max_attempts,json=headsAtMaxAttempts,proto3" json:"heads_at_max_attempts,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// events_past_window, when the override sets window, counts the
+	// pending events already older than it, as the window counts their age
+	// (from acceptance, paused time left out): none is retried after its
+	// next failure (reason window), and while the destination is parked
+	// they all become dead letters at once, without another request.
+	EventsPastWindow int64 `protobuf:"varint,9,opt,name=events_past_window,json=eventsPastWindow,proto3" json:"events_past_window,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SetLimitsOverrideResponse) Reset() {
@@ -3627,6 +3633,13 @@ func (x *SetLimitsOverrideResponse) GetArrivalsPerSecond() float64 {
 func (x *SetLimitsOverrideResponse) GetHeadsAtMaxAttempts() int64 {
 	if x != nil {
 		return x.HeadsAtMaxAttempts
+	}
+	return 0
+}
+
+func (x *SetLimitsOverrideResponse) GetEventsPastWindow() int64 {
+	if x != nil {
+		return x.EventsPastWindow
 	}
 	return 0
 }
@@ -5364,7 +5377,7 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x10_rate_per_secondB\b\n" +
 	"\x06_burstB\x0f\n" +
 	"\r_max_attemptsB\x10\n" +
-	"\x0e_max_in_flight\"\x83\x03\n" +
+	"\x0e_max_in_flight\"\xb1\x03\n" +
 	"\x19SetLimitsOverrideResponse\x124\n" +
 	"\x06limits\x18\x01 \x01(\v2\x1c.rivora.v1.GetLimitsResponseR\x06limits\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12%\n" +
@@ -5373,7 +5386,8 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x12&\n" +
 	"\x0fno_drain_reason\x18\x06 \x01(\tR\rnoDrainReason\x12.\n" +
 	"\x13arrivals_per_second\x18\a \x01(\x01R\x11arrivalsPerSecond\x121\n" +
-	"\x15heads_at_max_attempts\x18\b \x01(\x03R\x12headsAtMaxAttempts\"s\n" +
+	"\x15heads_at_max_attempts\x18\b \x01(\x03R\x12headsAtMaxAttempts\x12,\n" +
+	"\x12events_past_window\x18\t \x01(\x03R\x10eventsPastWindow\"s\n" +
 	"\x1aClearLimitsOverrideRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
 	"\x06author\x18\x02 \x01(\tR\x06author\x12\x16\n" +

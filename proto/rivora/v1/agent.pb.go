@@ -9,6 +9,7 @@ package rivorav1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -796,8 +797,14 @@ type CountPendingRequest struct {
 	// head used at least this many attempts (heads_with_attempts in the
 	// answer): what a max_attempts lowered to it would end.
 	HeadsWithAttempts int32 `protobuf:"varint,3,opt,name=heads_with_attempts,json=headsWithAttempts,proto3" json:"heads_with_attempts,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// past_window, when set, also counts the pending events whose retry
+	// window, were it this long, has closed (past_window in the answer):
+	// counted as the owner counts it, from acceptance, time the destination
+	// or the event's subscription was paused left out. What a window
+	// shortened to it ends.
+	PastWindow    *durationpb.Duration `protobuf:"bytes,4,opt,name=past_window,json=pastWindow,proto3" json:"past_window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CountPendingRequest) Reset() {
@@ -851,14 +858,24 @@ func (x *CountPendingRequest) GetHeadsWithAttempts() int32 {
 	return 0
 }
 
+func (x *CountPendingRequest) GetPastWindow() *durationpb.Duration {
+	if x != nil {
+		return x.PastWindow
+	}
+	return nil
+}
+
 type CountPendingResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Pending int64                  `protobuf:"varint,1,opt,name=pending,proto3" json:"pending,omitempty"`
 	// heads_with_attempts counts the lanes whose head used at least the
 	// request's heads_with_attempts (0 when it asked for none).
 	HeadsWithAttempts int64 `protobuf:"varint,2,opt,name=heads_with_attempts,json=headsWithAttempts,proto3" json:"heads_with_attempts,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// past_window counts the pending events past the request's past_window
+	// (0 when it asked for none).
+	PastWindow    int64 `protobuf:"varint,3,opt,name=past_window,json=pastWindow,proto3" json:"past_window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CountPendingResponse) Reset() {
@@ -901,6 +918,13 @@ func (x *CountPendingResponse) GetPending() int64 {
 func (x *CountPendingResponse) GetHeadsWithAttempts() int64 {
 	if x != nil {
 		return x.HeadsWithAttempts
+	}
+	return 0
+}
+
+func (x *CountPendingResponse) GetPastWindow() int64 {
+	if x != nil {
+		return x.PastWindow
 	}
 	return 0
 }
@@ -1104,7 +1128,7 @@ var File_rivora_v1_agent_proto protoreflect.FileDescriptor
 
 const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15rivora/v1/agent.proto\x12\trivora.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/admin.proto\x1a\x1drivora/v1/subscriptions.proto\x1a\x16rivora/v1/tokens.proto\"A\n" +
+	"\x15rivora/v1/agent.proto\x12\trivora.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15rivora/v1/admin.proto\x1a\x1drivora/v1/subscriptions.proto\x1a\x16rivora/v1/tokens.proto\"A\n" +
 	"\x12RecordAuditRequest\x12+\n" +
 	"\x05entry\x18\x01 \x01(\v2\x15.rivora.v1.AuditEntryR\x05entry\"\x15\n" +
 	"\x13RecordAuditResponse\"\xd6\x01\n" +
@@ -1163,14 +1187,18 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"J\n" +
 	"\x12ReportGoneResponse\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"\x95\x01\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xd1\x01\n" +
 	"\x13CountPendingRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12'\n" +
 	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\x12.\n" +
-	"\x13heads_with_attempts\x18\x03 \x01(\x05R\x11headsWithAttempts\"`\n" +
+	"\x13heads_with_attempts\x18\x03 \x01(\x05R\x11headsWithAttempts\x12:\n" +
+	"\vpast_window\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"pastWindow\"\x81\x01\n" +
 	"\x14CountPendingResponse\x12\x18\n" +
 	"\apending\x18\x01 \x01(\x03R\apending\x12.\n" +
-	"\x13heads_with_attempts\x18\x02 \x01(\x03R\x11headsWithAttempts\"g\n" +
+	"\x13heads_with_attempts\x18\x02 \x01(\x03R\x11headsWithAttempts\x12\x1f\n" +
+	"\vpast_window\x18\x03 \x01(\x03R\n" +
+	"pastWindow\"g\n" +
 	"\x15ArchivePendingRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12'\n" +
 	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\"4\n" +
@@ -1232,7 +1260,8 @@ var file_rivora_v1_agent_proto_goTypes = []any{
 	(*ApiToken)(nil),               // 21: rivora.v1.ApiToken
 	(*Subscription)(nil),           // 22: rivora.v1.Subscription
 	(*EventType)(nil),              // 23: rivora.v1.EventType
-	(*DestinationHealth)(nil),      // 24: rivora.v1.DestinationHealth
+	(*durationpb.Duration)(nil),    // 24: google.protobuf.Duration
+	(*DestinationHealth)(nil),      // 25: rivora.v1.DestinationHealth
 }
 var file_rivora_v1_agent_proto_depIdxs = []int32{
 	18, // 0: rivora.v1.RecordAuditRequest.entry:type_name -> rivora.v1.AuditEntry
@@ -1242,30 +1271,31 @@ var file_rivora_v1_agent_proto_depIdxs = []int32{
 	22, // 4: rivora.v1.WatchResponse.subscriptions:type_name -> rivora.v1.Subscription
 	23, // 5: rivora.v1.WatchResponse.event_types:type_name -> rivora.v1.EventType
 	19, // 6: rivora.v1.ReportGoneRequest.at:type_name -> google.protobuf.Timestamp
-	24, // 7: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
-	2,  // 8: rivora.v1.AgentService.Watch:input_type -> rivora.v1.WatchRequest
-	4,  // 9: rivora.v1.AgentService.ReportApplied:input_type -> rivora.v1.ReportAppliedRequest
-	6,  // 10: rivora.v1.AgentService.ReportOwned:input_type -> rivora.v1.ReportOwnedRequest
-	8,  // 11: rivora.v1.AgentService.ReportLeaving:input_type -> rivora.v1.ReportLeavingRequest
-	10, // 12: rivora.v1.AgentService.ReportGone:input_type -> rivora.v1.ReportGoneRequest
-	0,  // 13: rivora.v1.AgentService.RecordAudit:input_type -> rivora.v1.RecordAuditRequest
-	12, // 14: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
-	14, // 15: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
-	16, // 16: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
-	3,  // 17: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
-	5,  // 18: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
-	7,  // 19: rivora.v1.AgentService.ReportOwned:output_type -> rivora.v1.ReportOwnedResponse
-	9,  // 20: rivora.v1.AgentService.ReportLeaving:output_type -> rivora.v1.ReportLeavingResponse
-	11, // 21: rivora.v1.AgentService.ReportGone:output_type -> rivora.v1.ReportGoneResponse
-	1,  // 22: rivora.v1.AgentService.RecordAudit:output_type -> rivora.v1.RecordAuditResponse
-	13, // 23: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
-	15, // 24: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
-	17, // 25: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
-	17, // [17:26] is the sub-list for method output_type
-	8,  // [8:17] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	24, // 7: rivora.v1.CountPendingRequest.past_window:type_name -> google.protobuf.Duration
+	25, // 8: rivora.v1.GetHealthResponse.destinations:type_name -> rivora.v1.DestinationHealth
+	2,  // 9: rivora.v1.AgentService.Watch:input_type -> rivora.v1.WatchRequest
+	4,  // 10: rivora.v1.AgentService.ReportApplied:input_type -> rivora.v1.ReportAppliedRequest
+	6,  // 11: rivora.v1.AgentService.ReportOwned:input_type -> rivora.v1.ReportOwnedRequest
+	8,  // 12: rivora.v1.AgentService.ReportLeaving:input_type -> rivora.v1.ReportLeavingRequest
+	10, // 13: rivora.v1.AgentService.ReportGone:input_type -> rivora.v1.ReportGoneRequest
+	0,  // 14: rivora.v1.AgentService.RecordAudit:input_type -> rivora.v1.RecordAuditRequest
+	12, // 15: rivora.v1.PartitionService.CountPending:input_type -> rivora.v1.CountPendingRequest
+	14, // 16: rivora.v1.PartitionService.ArchivePending:input_type -> rivora.v1.ArchivePendingRequest
+	16, // 17: rivora.v1.PartitionService.GetHealth:input_type -> rivora.v1.GetHealthRequest
+	3,  // 18: rivora.v1.AgentService.Watch:output_type -> rivora.v1.WatchResponse
+	5,  // 19: rivora.v1.AgentService.ReportApplied:output_type -> rivora.v1.ReportAppliedResponse
+	7,  // 20: rivora.v1.AgentService.ReportOwned:output_type -> rivora.v1.ReportOwnedResponse
+	9,  // 21: rivora.v1.AgentService.ReportLeaving:output_type -> rivora.v1.ReportLeavingResponse
+	11, // 22: rivora.v1.AgentService.ReportGone:output_type -> rivora.v1.ReportGoneResponse
+	1,  // 23: rivora.v1.AgentService.RecordAudit:output_type -> rivora.v1.RecordAuditResponse
+	13, // 24: rivora.v1.PartitionService.CountPending:output_type -> rivora.v1.CountPendingResponse
+	15, // 25: rivora.v1.PartitionService.ArchivePending:output_type -> rivora.v1.ArchivePendingResponse
+	17, // 26: rivora.v1.PartitionService.GetHealth:output_type -> rivora.v1.GetHealthResponse
+	18, // [18:27] is the sub-list for method output_type
+	9,  // [9:18] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_rivora_v1_agent_proto_init() }

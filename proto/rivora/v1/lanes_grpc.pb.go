@@ -38,7 +38,8 @@ type LaneServiceClient interface {
 	// SkipLaneHead makes a lane's head (a poison event) a dead letter with
 	// reason manual, so the lane moves on to its next event. Audited
 	// (action lane.skip). A head in flight is refused (FailedPrecondition:
-	// try again once its attempt ends).
+	// pause the destination, so a parked destination's probe does not send
+	// it again, and skip it once its attempt ends).
 	SkipLaneHead(ctx context.Context, in *SkipLaneHeadRequest, opts ...grpc.CallOption) (*SkipLaneHeadResponse, error)
 }
 
@@ -85,7 +86,8 @@ type LaneServiceServer interface {
 	// SkipLaneHead makes a lane's head (a poison event) a dead letter with
 	// reason manual, so the lane moves on to its next event. Audited
 	// (action lane.skip). A head in flight is refused (FailedPrecondition:
-	// try again once its attempt ends).
+	// pause the destination, so a parked destination's probe does not send
+	// it again, and skip it once its attempt ends).
 	SkipLaneHead(context.Context, *SkipLaneHeadRequest) (*SkipLaneHeadResponse, error)
 	mustEmbedUnimplementedLaneServiceServer()
 }

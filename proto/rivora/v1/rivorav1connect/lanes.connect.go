@@ -49,7 +49,8 @@ type LaneServiceClient interface {
 	// SkipLaneHead makes a lane's head (a poison event) a dead letter with
 	// reason manual, so the lane moves on to its next event. Audited
 	// (action lane.skip). A head in flight is refused (FailedPrecondition:
-	// try again once its attempt ends).
+	// pause the destination, so a parked destination's probe does not send
+	// it again, and skip it once its attempt ends).
 	SkipLaneHead(context.Context, *connect.Request[v1.SkipLaneHeadRequest]) (*connect.Response[v1.SkipLaneHeadResponse], error)
 }
 
@@ -105,7 +106,8 @@ type LaneServiceHandler interface {
 	// SkipLaneHead makes a lane's head (a poison event) a dead letter with
 	// reason manual, so the lane moves on to its next event. Audited
 	// (action lane.skip). A head in flight is refused (FailedPrecondition:
-	// try again once its attempt ends).
+	// pause the destination, so a parked destination's probe does not send
+	// it again, and skip it once its attempt ends).
 	SkipLaneHead(context.Context, *connect.Request[v1.SkipLaneHeadRequest]) (*connect.Response[v1.SkipLaneHeadResponse], error)
 }
 

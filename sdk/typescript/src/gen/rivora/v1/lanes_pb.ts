@@ -339,7 +339,8 @@ export const LaneService: GenService<{
    * SkipLaneHead makes a lane's head (a poison event) a dead letter with
    * reason manual, so the lane moves on to its next event. Audited
    * (action lane.skip). A head in flight is refused (FailedPrecondition:
-   * try again once its attempt ends).
+   * pause the destination, so a parked destination's probe does not send
+   * it again, and skip it once its attempt ends).
    *
    * @generated from rpc rivora.v1.LaneService.SkipLaneHead
    */
