@@ -286,6 +286,13 @@ func (e *env) writeDrain(m *rivorav1.SetLimitsOverrideResponse) {
 		}
 		fmt.Fprintf(e.out, "%d pending %s already used %d attempts or more: each becomes a dead letter (reason max_attempts) at its next turn, without another request\n", n, heads, m.GetLimits().GetEffective().GetMaxAttempts())
 	}
+	if n := m.GetEventsPastWindow(); n > 0 {
+		events := "events are"
+		if n == 1 {
+			events = "event is"
+		}
+		fmt.Fprintf(e.out, "%d pending %s already older than the %s window (from acceptance, paused time left out): each becomes a dead letter (reason window) at its next failure, not retried; while the destination is parked, they all become dead letters at once\n", n, events, shortDuration(m.GetLimits().GetEffective().GetWindow().AsDuration()))
+	}
 }
 
 func (e *env) clearLimits(c *ucli.Context) error {
