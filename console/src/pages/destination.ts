@@ -348,7 +348,14 @@ export const destinationPage: Page = (main, me, [id = ""]) => {
             heads > 0
               ? ` ${formatCount(heads)} pending lane head${heads === 1 ? "" : "s"} already used ${r.limits?.effective?.maxAttempts ?? 0} attempts or more: each becomes a dead letter (max attempts) at its next turn, without another request.`
               : "";
-          preview.textContent = `With these limits (rate ${formatRate(r.limits?.effective?.ratePerSecond ?? 0)}), ${drain}.${dying} Nothing changed yet.`;
+          // As the window counts an event's age: from acceptance, paused
+          // time left out.
+          const late = Number(r.eventsPastWindow);
+          const pastWindow =
+            late > 0
+              ? ` ${formatCount(late)} pending event${late === 1 ? " is" : "s are"} already older than the retry window (from acceptance, paused time left out): each becomes a dead letter (window) at its next failure, not retried; while the destination is parked, all at once.`
+              : "";
+          preview.textContent = `With these limits (rate ${formatRate(r.limits?.effective?.ratePerSecond ?? 0)}), ${drain}.${dying}${pastWindow} Nothing changed yet.`;
           setBtn.disabled = false;
           ast.clear();
         } catch (err) {
