@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,8 +24,11 @@ func (e *env) destinationsHealth() *ucli.Command {
 throttling, parked while failing: one probe per second; paused by an
 operator, or disabled after its partner answered 410 Gone), configured and
 current rate, the drain time (how long its pending events take at the
-current rate: a lower bound, as the partner's latency and max_in_flight can
-slow it), the last minute's attempts with their 429 and 5xx share, the
+current rate times the share of the last minute's attempts delivered —
+never when none was —, less the events arriving on a backlog older than a
+minute; a backlog that arrived within the minute is those arrivals, not
+counted twice; a lower bound, as the partner's latency and max_in_flight
+can slow it), the last minute's attempts with their 429 and 5xx share, the
 learned rate (the partner's ceiling as throttling found
 it: the rate_per_second to put in the limits file; shown while the budget
 remembers one, and said to be older than the partner's outage while it is
@@ -75,16 +80,49 @@ func arrivalRate(h *rivorav1.DestinationHealth) float64 {
 	return float64(h.GetArrivalsLastMinute()) / 60
 }
 
+// streamArriving reports whether the drain time takes the arrivals off
+// the rate: only for a backlog older than the last minute, with a stream
+// on top of it. A backlog that arrived within the minute is those
+// arrivals (they are its pending events), not counted twice.
+func streamArriving(h *rivorav1.DestinationHealth) bool {
+	return arrivalRate(h) > 0 && h.GetOldestPendingAge().AsDuration() >= time.Minute
+}
+
+// deliveredPercent is the share of the last minute's attempts the partner
+// accepted (2xx), in percent: what drains the backlog.
+func deliveredPercent(h *rivorav1.DestinationHealth) float64 {
+	failed := h.GetThrottledShare() + h.GetServerErrorShare() + h.GetClientErrorShare() + h.GetNoAnswerShare()
+	return max(100*(1-failed), 0)
+}
+
 func noDrainCause(h *rivorav1.DestinationHealth) string {
 	switch {
 	case h.GetPaused() || h.GetDisabled():
 		return destinationState(h.GetPaused(), h.GetDisabled(), h.GetPauseReason())
 	case h.GetState() == "parked":
 		return "parked: only probes go out until the partner answers"
-	case arrivalRate(h) > 0 && arrivalRate(h) >= h.GetCurrentRate():
-		return fmt.Sprintf("events arrive at %.3g/s, no slower than its rate: the backlog grows", arrivalRate(h))
+	case h.GetAttemptsLastMinute() > 0 && deliveredPercent(h) < 0.5:
+		return fmt.Sprintf("none of the last minute's %d attempts was delivered: %.0f%% 429, %.0f%% 5xx, %.0f%% other 4xx, %.0f%% no answer", h.GetAttemptsLastMinute(), 100*h.GetThrottledShare(), 100*h.GetServerErrorShare(), 100*h.GetClientErrorShare(), 100*h.GetNoAnswerShare())
+	case streamArriving(h):
+		return fmt.Sprintf("events arrive at %.3g/s on a backlog older than a minute, no slower than it delivers: the backlog grows", arrivalRate(h))
+	case h.GetCurrentRate() > 0:
+		return "so slow it takes more than a century"
 	}
 	return "its rate is 0"
+}
+
+// drainRateText is h's drain time with what it is counted at: the
+// current rate, the share of it delivered when not all was, and the
+// arrivals it takes off (a stream on a backlog older than a minute).
+func drainRateText(h *rivorav1.DestinationHealth) string {
+	text := drainText(h.GetDrainTime()) + " at the current rate"
+	if p := deliveredPercent(h); h.GetAttemptsLastMinute() > 0 && p < 99.5 {
+		text += fmt.Sprintf(", %.0f%% of it delivered", p)
+	}
+	if streamArriving(h) {
+		text += fmt.Sprintf(", less the %.3g/s arriving", arrivalRate(h))
+	}
+	return text
 }
 
 func (e *env) showHealth(c *ucli.Context) error {
@@ -127,11 +165,9 @@ func (e *env) showHealth(c *ucli.Context) error {
 		tw.row("PENDING\t%d events\n", h.GetPendingEvents())
 		switch {
 		case h.GetPendingEvents() == 0:
-		case h.GetDrainTime() != nil && arrivalRate(h) > 0:
-			tw.row("DRAIN TIME\t%s at the current rate, less the %.3g/s arriving\n", drainText(h.GetDrainTime()), arrivalRate(h))
 		case h.GetDrainTime() != nil:
-			tw.row("DRAIN TIME\t%s at the current rate\n", drainText(h.GetDrainTime()))
-		case arrivalRate(h) > 0 && arrivalRate(h) >= h.GetCurrentRate() && !h.GetPaused() && !h.GetDisabled() && h.GetState() != "parked":
+			tw.row("DRAIN TIME\t%s\n", drainRateText(h))
+		case !h.GetPaused() && !h.GetDisabled() && h.GetState() != "parked" && h.GetCurrentRate() > 0:
 			tw.row("DRAIN TIME\tnever at this rate (%s)\n", noDrainCause(h))
 		default:
 			tw.row("DRAIN TIME\tnever: no attempt goes out (%s)\n", noDrainCause(h))
@@ -195,4 +231,24 @@ func (e *env) showHealth(c *ucli.Context) error {
 		}
 	}
 	return nil
+}
+
+// runRateText is the rate a limits change's drain time is counted at:
+// the new limit, or, for a degraded destination cut below it, its current
+// rate, which it keeps under a raised limit (recovering from there as the
+// partner lets it) — as the control plane projects it. The new limit when
+// the health cannot be read.
+func (e *env) runRateText(m *rivorav1.SetLimitsOverrideResponse) string {
+	limit := m.GetLimits().GetEffective().GetRatePerSecond()
+	text := strconv.FormatFloat(limit, 'g', 4, 64) + "/s"
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	resp, err := e.admin().GetDestinationHealth(ctx, connect.NewRequest(&rivorav1.GetDestinationHealthRequest{DestinationId: m.GetLimits().GetDestinationId()}))
+	if err != nil || len(resp.Msg.GetDestinations()) != 1 {
+		return text
+	}
+	if h := resp.Msg.GetDestinations()[0]; h.GetState() == "degraded" && h.GetCurrentRate() < limit {
+		return fmt.Sprintf("%s/s (degraded: it keeps its cut rate under the new limit of %s, and recovers from there as the partner lets it)", strconv.FormatFloat(h.GetCurrentRate(), 'g', 4, 64), text)
+	}
+	return text
 }

@@ -3,6 +3,9 @@ package cli
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -34,6 +37,41 @@ func TestLearnedRateAdvisedOnlyWhileThrottling(t *testing.T) {
 		}
 		if row != c.want {
 			t.Errorf("health of %s: LEARNED RATE %q, want %q:\n%s", c.id, row, c.want, r.stdout)
+		}
+	}
+}
+
+// DRAIN TIME says what it counts: the delivered share of the rate, the
+// arrivals only on a backlog older than a minute, and never with nothing
+// delivered (a partner answering 503 to every attempt read "12s").
+func TestDrainTimeRow(t *testing.T) {
+	f, url := startFake(t)
+	young, old := durationpb.New(20*time.Second), durationpb.New(5*time.Minute)
+	f.mu.Lock()
+	f.health = map[string]*rivorav1.DestinationHealth{
+		"failing": {DestinationId: "failing", State: "degraded", CurrentRate: 0.5, PendingEvents: 5, AttemptsLastMinute: 30, ServerErrorShare: 1, OldestPendingAge: young},
+		"burst":   {DestinationId: "burst", State: "healthy", CurrentRate: 5, PendingEvents: 45, ArrivalsLastMinute: 150, OldestPendingAge: young, DrainTime: durationpb.New(9 * time.Second)},
+		"stream":  {DestinationId: "stream", State: "healthy", CurrentRate: 5, PendingEvents: 20, ArrivalsLastMinute: 180, OldestPendingAge: old, DrainTime: durationpb.New(10 * time.Second)},
+		"growing": {DestinationId: "growing", State: "healthy", CurrentRate: 5, PendingEvents: 1900, ArrivalsLastMinute: 450, OldestPendingAge: old},
+		"half":    {DestinationId: "half", State: "degraded", CurrentRate: 4, PendingEvents: 20, AttemptsLastMinute: 10, ThrottledShare: 0.5, OldestPendingAge: young, DrainTime: durationpb.New(10 * time.Second)},
+	}
+	f.mu.Unlock()
+	for _, c := range []struct{ id, want string }{
+		{"failing", "never at this rate (none of the last minute's 30 attempts was delivered: 0% 429, 100% 5xx, 0% other 4xx, 0% no answer)"},
+		{"burst", "9s at the current rate"},
+		{"stream", "10s at the current rate, less the 3/s arriving"},
+		{"growing", "never at this rate (events arrive at 7.5/s on a backlog older than a minute, no slower than it delivers: the backlog grows)"},
+		{"half", "10s at the current rate, 50% of it delivered"},
+	} {
+		r := mustSucceed(t, run(t, url, "", "destinations", "health", c.id))
+		var row string
+		for _, line := range strings.Split(r.stdout, "\n") {
+			if rest, ok := strings.CutPrefix(line, "DRAIN TIME"); ok {
+				row = strings.TrimSpace(rest)
+			}
+		}
+		if row != c.want {
+			t.Errorf("health of %s: DRAIN TIME %q, want %q:\n%s", c.id, row, c.want, r.stdout)
 		}
 	}
 }

@@ -57,9 +57,11 @@ of the override in force, and one with --ttl sets it for the fields set
 earlier too (the audit log says which).
 
 It prints the effective limits and how long the destination's pending
-events take to drain at the new rate less the rate events arrive at (over
-the last minute, as destinations health's DRAIN TIME; a lower bound: the
-partner's latency and max_in_flight can slow it). With --max-attempts it
+events take to drain at the rate it would run at (the new limit; a
+degraded destination keeps its cut rate below it), counted as destinations
+health's DRAIN TIME: from what the partner delivers, less a stream arriving
+on a backlog older than a minute (a lower bound: the partner's latency and
+max_in_flight can slow it). With --max-attempts it
 also says how many pending lane heads already used that many attempts or
 more: each becomes a dead letter (reason max_attempts) at its next turn,
 without another request. --dry-run prints the same and changes
@@ -262,22 +264,22 @@ func (e *env) setLimits(c *ucli.Context) error {
 	return nil
 }
 
-// writeDrain says how long the pending events take at the new rate, less
-// the rate events arrive at (as destinations health's DRAIN TIME).
+// writeDrain says how long the pending events take at the rate the
+// destination would run at (as destinations health's DRAIN TIME).
 func (e *env) writeDrain(m *rivorav1.SetLimitsOverrideResponse) {
-	rate := strconv.FormatFloat(m.GetLimits().GetEffective().GetRatePerSecond(), 'g', 4, 64)
+	rate := e.runRateText(m)
 	arrivals := m.GetArrivalsPerSecond()
 	switch {
 	case m.GetNoDrainReason() != "":
 		say(e.out, "%d pending events do not drain now: %s\n", m.GetPendingEvents(), m.GetNoDrainReason())
 	case m.GetProjectedDrainTime() != nil && arrivals > 0:
-		fmt.Fprintf(e.out, "%d pending events drain in %s at %s/s, less the %.3g/s arriving\n", m.GetPendingEvents(), drainText(m.GetProjectedDrainTime()), rate, arrivals)
+		fmt.Fprintf(e.out, "%d pending events drain in %s at %s, less the %.3g/s arriving\n", m.GetPendingEvents(), drainText(m.GetProjectedDrainTime()), rate, arrivals)
 	case m.GetProjectedDrainTime() != nil:
-		fmt.Fprintf(e.out, "%d pending events drain in %s at %s/s\n", m.GetPendingEvents(), drainText(m.GetProjectedDrainTime()), rate)
+		fmt.Fprintf(e.out, "%d pending events drain in %s at %s\n", m.GetPendingEvents(), drainText(m.GetProjectedDrainTime()), rate)
 	case m.GetPendingEvents() > 0 && arrivals > 0:
-		fmt.Fprintf(e.out, "%d pending events never drain at %s/s: events arrive at %.3g/s, no slower (the backlog grows)\n", m.GetPendingEvents(), rate, arrivals)
+		fmt.Fprintf(e.out, "%d pending events never drain at %s: events arrive at %.3g/s, no slower (the backlog grows)\n", m.GetPendingEvents(), rate, arrivals)
 	case m.GetPendingEvents() > 0:
-		fmt.Fprintf(e.out, "%d pending events do not drain at %s/s\n", m.GetPendingEvents(), rate)
+		fmt.Fprintf(e.out, "%d pending events do not drain at %s\n", m.GetPendingEvents(), rate)
 	}
 	if n := m.GetHeadsAtMaxAttempts(); n > 0 {
 		heads := "lane heads"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -335,8 +336,7 @@ func (cp *ControlPlane) destinationHealth(ctx context.Context, id string, withRa
 		// Paused, or parked (only probes go out until the partner answers),
 		// it does not drain at its current rate.
 		if !h.GetPaused() && !h.GetDisabled() && h.GetState() != "parked" {
-			arrivals := float64(h.GetArrivalsLastMinute()) / 60
-			h.DrainTime = heldDrainTime(drainTime(h.GetPendingEvents(), h.GetCurrentRate(), arrivals), h.GetHoldUntil(), cp.now())
+			h.DrainTime = heldDrainTime(drainTime(h, h.GetCurrentRate()), h.GetHoldUntil(), cp.now())
 		}
 		if sc.limited() {
 			h.Customers = slices.DeleteFunc(h.Customers, func(c *rivorav1.CustomerBacklog) bool { return !sc.customer(c.GetCustomerId()) })
@@ -356,22 +356,63 @@ func heldDrainTime(drain *durationpb.Duration, holdUntil *timestamppb.Timestamp,
 	return durationpb.New(drain.AsDuration() + holdUntil.AsTime().Sub(now))
 }
 
-// drainTime is how long pending events take at rate events per second
-// while more arrive at arrivals per second: 0 with none pending, nil when
-// they never drain (no rate, one no faster than the arrivals — the
-// backlog grows —, or so low it takes more than a century). A bound from
-// below: the partner's latency and max_in_flight can slow it.
-func drainTime(pending int64, rate, arrivals float64) *durationpb.Duration {
+// drainWindow is the window health counts arrivals and attempts over.
+const drainWindow = time.Minute
+
+// drainTime is how long h's pending events take to go out at rate
+// attempts per second: 0 with none pending, nil when they never drain (no
+// rate, nothing delivered, a backlog that grows, or so slow it takes more
+// than a century). A bound from below: the partner's latency and
+// max_in_flight can slow it.
+//
+// The model. What drains the backlog is what the partner accepts, not
+// what is sent: the rate is scaled by the share of the last minute's
+// attempts that were delivered (2xx; all of it with no attempt to judge
+// by), so a partner answering 503 to every request never drains it.
+//
+// Arrivals are counted once. Every event that arrived in the window and
+// is not yet delivered is in pending already, so the window's arrivals
+// are not taken again off the rate for a backlog they built: one whose
+// oldest event arrived within the window (a burst, a resume after a
+// pause) drains at the delivery rate alone. Only a backlog older than the
+// window has a stream of arrivals on top of it, which keeps coming while
+// it drains: that one drains at the delivery rate less the window's
+// arrival rate, and never when they arrive at least as fast (it grows).
+func drainTime(h *rivorav1.DestinationHealth, rate float64) *durationpb.Duration {
 	const never = 100 * 365 * 24 * time.Hour
+	pending := h.GetPendingEvents()
 	if pending <= 0 {
 		return durationpb.New(0)
 	}
-	rate -= max(arrivals, 0)
+	rate = rate*deliveredShare(h) - streamArrivals(h)
 	seconds := float64(pending) / rate
 	if rate <= 0 || seconds > never.Seconds() {
 		return nil
 	}
 	return durationpb.New(time.Duration(seconds * float64(time.Second)).Round(time.Millisecond))
+}
+
+// deliveredShare is the share of h's last minute's attempts the partner
+// accepted (2xx): 1 with no attempt in it.
+func deliveredShare(h *rivorav1.DestinationHealth) float64 {
+	n := h.GetAttemptsLastMinute()
+	if n <= 0 {
+		return 1
+	}
+	failed := h.GetThrottledShare() + h.GetServerErrorShare() + h.GetClientErrorShare() + h.GetNoAnswerShare()
+	delivered := n - int64(math.Round(failed*float64(n)))
+	return float64(max(delivered, 0)) / float64(n)
+}
+
+// streamArrivals is the rate of arrivals that keep coming on top of h's
+// backlog (events per second): the window's arrivals when its oldest
+// pending event is older than the window, 0 when the backlog arrived
+// within it (those arrivals are its pending events).
+func streamArrivals(h *rivorav1.DestinationHealth) float64 {
+	if h.GetOldestPendingAge().AsDuration() < drainWindow {
+		return 0
+	}
+	return float64(max(h.GetArrivalsLastMinute(), 0)) / drainWindow.Seconds()
 }
 
 func (cp *ControlPlane) pauseDestination(id string, who actor, reason string) (*rivorav1.Destination, uint64, error) {

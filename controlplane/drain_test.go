@@ -6,34 +6,72 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
 func TestDrainTime(t *testing.T) {
+	young, old := durationpb.New(20*time.Second), durationpb.New(5*time.Minute)
 	for _, tc := range []struct {
-		pending  int64
-		rate     float64
-		arrivals float64
-		want     time.Duration
-		never    bool
+		name  string
+		h     *rivorav1.DestinationHealth
+		rate  float64
+		want  time.Duration
+		never bool
 	}{
-		{pending: 0, rate: 0, want: 0},
-		{pending: 0, rate: 5, want: 0},
-		{pending: 20, rate: 2, want: 10 * time.Second},
-		{pending: 20, rate: 8, want: 2500 * time.Millisecond},
-		{pending: 1, rate: 3, want: 333 * time.Millisecond},
-		{pending: 10, rate: 0, never: true},
-		{pending: 10, rate: -1, never: true},
-		{pending: 1_000_000, rate: 1e-9, never: true}, // over a century
-		{pending: 20, rate: 5, arrivals: 3, want: 10 * time.Second},
-		{pending: 1900, rate: 5, arrivals: 7.5, never: true}, // the backlog grows (cell probe: "7m15s")
-		{pending: 20, rate: 5, arrivals: 5, never: true},
+		{name: "nothing pending", h: &rivorav1.DestinationHealth{}, want: 0},
+		{name: "nothing pending, a rate", h: &rivorav1.DestinationHealth{}, rate: 5, want: 0},
+		{name: "20 at 2/s", h: &rivorav1.DestinationHealth{PendingEvents: 20}, rate: 2, want: 10 * time.Second},
+		{name: "20 at 8/s", h: &rivorav1.DestinationHealth{PendingEvents: 20}, rate: 8, want: 2500 * time.Millisecond},
+		{name: "1 at 3/s", h: &rivorav1.DestinationHealth{PendingEvents: 1}, rate: 3, want: 333 * time.Millisecond},
+		{name: "no rate", h: &rivorav1.DestinationHealth{PendingEvents: 10}, rate: 0, never: true},
+		{name: "negative rate", h: &rivorav1.DestinationHealth{PendingEvents: 10}, rate: -1, never: true},
+		{name: "over a century", h: &rivorav1.DestinationHealth{PendingEvents: 1_000_000}, rate: 1e-9, never: true},
+		// A stream on top of a backlog older than the window keeps
+		// coming while it drains.
+		{name: "old backlog, a stream slower", h: &rivorav1.DestinationHealth{PendingEvents: 20, ArrivalsLastMinute: 180, OldestPendingAge: old}, rate: 5, want: 10 * time.Second},
+		// The cell probe's "7m15s" for a backlog that grew.
+		{name: "old backlog, a stream faster", h: &rivorav1.DestinationHealth{PendingEvents: 1900, ArrivalsLastMinute: 450, OldestPendingAge: old}, rate: 5, never: true},
+		{name: "old backlog, a stream as fast", h: &rivorav1.DestinationHealth{PendingEvents: 20, ArrivalsLastMinute: 300, OldestPendingAge: old}, rate: 5, never: true},
+		// The events that built a backlog within the window are its
+		// pending events: not taken off the rate again (a probe read
+		// "PENDING 45 … 30s … less the 2.5/s arriving" after a resume,
+		// drained in 9 s; and "never … the backlog grows" for 27 held
+		// events at 0.5/s with nothing arriving any more).
+		{name: "burst after a resume", h: &rivorav1.DestinationHealth{PendingEvents: 45, ArrivalsLastMinute: 150, OldestPendingAge: young}, rate: 5, want: 9 * time.Second},
+		{name: "held events at 0.5/s", h: &rivorav1.DestinationHealth{PendingEvents: 27, ArrivalsLastMinute: 40, OldestPendingAge: young}, rate: 0.5, want: 54 * time.Second},
+		// What drains is what is delivered: a partner answering 503 to
+		// every attempt never drains it (a probe read 12s).
+		{name: "every attempt 5xx", h: &rivorav1.DestinationHealth{PendingEvents: 5, AttemptsLastMinute: 30, ServerErrorShare: 1, OldestPendingAge: young}, rate: 0.5, never: true},
+		{name: "half delivered", h: &rivorav1.DestinationHealth{PendingEvents: 20, AttemptsLastMinute: 30, ThrottledShare: 0.2, ServerErrorShare: 0.2, NoAnswerShare: 0.1, OldestPendingAge: young}, rate: 4, want: 10 * time.Second},
+		{name: "refused by the partner", h: &rivorav1.DestinationHealth{PendingEvents: 20, AttemptsLastMinute: 3, ClientErrorShare: 1.0 / 3, NoAnswerShare: 1.0 / 3, ThrottledShare: 1.0 / 3}, rate: 4, never: true},
 	} {
-		got := drainTime(tc.pending, tc.rate, tc.arrivals)
+		got := drainTime(tc.h, tc.rate)
 		switch {
 		case tc.never && got != nil:
-			t.Errorf("drainTime(%d, %v) = %v; want unset (never drains)", tc.pending, tc.rate, got.AsDuration())
+			t.Errorf("%s: drainTime = %v; want unset (never drains)", tc.name, got.AsDuration())
 		case !tc.never && (got == nil || got.AsDuration() != tc.want):
-			t.Errorf("drainTime(%d, %v) = %v; want %v", tc.pending, tc.rate, got, tc.want)
+			t.Errorf("%s: drainTime = %v; want %v", tc.name, got.AsDuration(), tc.want)
+		}
+	}
+}
+
+// A degraded budget keeps its cut rate when its limit is raised (the
+// budget's SetLimits): limits set projects at that rate, not the new
+// limit (a probe read "5 pending events drain in <1s at 40/s" at 0.5/s).
+func TestRunRate(t *testing.T) {
+	for _, tc := range []struct {
+		state         string
+		current, rate float64
+		want          float64
+	}{
+		{state: "healthy", current: 10, rate: 40, want: 40},
+		{state: "healthy", current: 10, rate: 4, want: 4},
+		{state: "degraded", current: 0.5, rate: 40, want: 0.5},
+		{state: "degraded", current: 5, rate: 2, want: 2},
+	} {
+		if got := runRate(&rivorav1.DestinationHealth{State: tc.state, CurrentRate: tc.current}, tc.rate); got != tc.want {
+			t.Errorf("%s at %g/s, limit %g/s: runs at %g/s, want %g/s", tc.state, tc.current, tc.rate, got, tc.want)
 		}
 	}
 }

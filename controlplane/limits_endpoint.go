@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
@@ -68,15 +69,18 @@ func (cp *ControlPlane) countForOverride(ctx context.Context, resp *rivorav1.Set
 }
 
 // projectDrain says in resp how long destination id's pending events take
-// at the override's rate less the rate events arrive at, plus what is left
-// of a partner's Retry-After hold — destinations health's drain time at
-// the new rate —, or, while it is paused or parked, that they do not drain
-// now whatever the rate (as its health says).
+// at the rate it would run at under the override — destinations health's
+// drain time at that rate, plus what is left of a partner's Retry-After
+// hold —, or, while it is paused, disabled or parked, that they do not
+// drain now whatever the rate (as its health says).
 func (cp *ControlPlane) projectDrain(ctx context.Context, resp *rivorav1.SetLimitsOverrideResponse, id string, pending int64) {
 	resp.PendingEvents = pending
 	h, err := cp.ownerHealth(ctx, id)
 	if pending > 0 {
 		switch d, ok := cp.store.Get(id); {
+		case ok && d.GetDisabled():
+			resp.NoDrainReason = "the destination is disabled (its partner answered 410 Gone): nothing goes out until it is resumed"
+			return
 		case ok && d.GetPaused():
 			resp.NoDrainReason = "the destination is paused: nothing goes out until it is resumed"
 			return
@@ -88,9 +92,34 @@ func (cp *ControlPlane) projectDrain(ctx context.Context, resp *rivorav1.SetLimi
 			return
 		}
 	}
-	resp.ArrivalsPerSecond = float64(h.GetArrivalsLastMinute()) / 60
-	drain := drainTime(pending, resp.GetLimits().GetEffective().GetRatePerSecond(), resp.ArrivalsPerSecond)
+	// drainTime reads the pending count from the health: the one counted
+	// for the override.
+	counted := &rivorav1.DestinationHealth{}
+	if h != nil {
+		counted = proto.Clone(h).(*rivorav1.DestinationHealth)
+	}
+	counted.PendingEvents = pending
+	if pending > 0 && deliveredShare(counted) == 0 {
+		resp.NoDrainReason = fmt.Sprintf("none of the last minute's %d attempts was delivered (%.0f%% 429, %.0f%% 5xx, %.0f%% other 4xx, %.0f%% no answer): nothing drains until its partner accepts events, whatever the rate",
+			h.GetAttemptsLastMinute(), 100*h.GetThrottledShare(), 100*h.GetServerErrorShare(), 100*h.GetClientErrorShare(), 100*h.GetNoAnswerShare())
+		return
+	}
+	// Only the arrivals taken off the rate: those on a backlog older
+	// than the window (drainTime).
+	resp.ArrivalsPerSecond = streamArrivals(counted)
+	drain := drainTime(counted, runRate(h, resp.GetLimits().GetEffective().GetRatePerSecond()))
 	resp.ProjectedDrainTime = heldDrainTime(drain, h.GetHoldUntil(), cp.now())
+}
+
+// runRate is the rate a destination whose health is h runs at once its
+// limit is rate: the limit while healthy; a degraded (cut) budget keeps
+// its current rate when the limit is above it, and recovers from there as
+// the partner lets it (the budget's SetLimits).
+func runRate(h *rivorav1.DestinationHealth, rate float64) float64 {
+	if h.GetState() == "degraded" && h.GetCurrentRate() < rate {
+		return h.GetCurrentRate()
+	}
+	return rate
 }
 
 // ownerHealth is destination id's health as the owner of its partition
