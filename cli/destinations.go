@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strings"
@@ -388,15 +389,21 @@ func (e *env) destinationsDelete() *ucli.Command {
 		Usage:     "delete a destination",
 		ArgsUsage: "ID",
 		UsageText: "rivoractl destinations delete ID [--force]",
-		Description: `Deletes destination ID. Refused while events are pending for it, unless
---force: then they are archived as dead letters (reason "deleted"), from
-where they can be replayed.
+		Description: `Deletes destination ID. Refused while events are pending for it or
+subscriptions route to it, unless --force: then its pending events are
+archived as dead letters (reason "deleted") and its subscriptions are
+deleted with it. The dead letters of events sent straight to the
+destination can be replayed once it is created again; those routed by
+one of its subscriptions cannot: replay and events resend refuse them
+(the subscription's path, secret and headers went with it), and
+` + "`rivoractl replay --skip-deleted-subscriptions`" + ` leaves them in the archive.
+Before deleting, --force names the subscriptions it deletes.
 
 Examples:
    rivoractl destinations delete orders
    rivoractl destinations delete orders --force`,
 		Flags: []ucli.Flag{
-			&ucli.BoolFlag{Name: "force", Usage: "archive pending events as dead letters and delete anyway"},
+			&ucli.BoolFlag{Name: "force", Usage: "archive pending events as dead letters and delete anyway, with the destination's subscriptions (their dead letters cannot be replayed)"},
 			waitFlag(),
 		},
 		Action: e.deleteDestination,
@@ -410,11 +417,15 @@ func (e *env) deleteDestination(c *ucli.Context) (err error) {
 	id := c.Args().First()
 	ctx, cancel := callContext(c)
 	defer cancel()
+	var subs []string
+	if c.Bool("force") {
+		subs = e.warnSubscriptionsDeleted(ctx, id)
+	}
 	resp, err := e.admin().DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: id, Force: c.Bool("force")}))
 	if err != nil {
 		return callFailed(fmt.Sprintf("delete destination %q", id), err, map[connect.Code]string{
 			connect.CodeNotFound:           notFoundHint[connect.CodeNotFound],
-			connect.CodeFailedPrecondition: "pass --force to archive its pending events as dead letters and delete it",
+			connect.CodeFailedPrecondition: "pass --force to archive its pending events as dead letters and delete it with its subscriptions (the dead letters they routed cannot be replayed then)",
 		})
 	}
 	if e.output == "json" {
@@ -428,8 +439,35 @@ func (e *env) deleteDestination(c *ucli.Context) (err error) {
 			err = e.afterChange(c, resp.Msg.GetVersion())
 		}
 	}()
+	if len(subs) > 0 {
+		err = say(e.out, "Deleted destination %s and its %s %s; %s. Those routed by the deleted subscriptions cannot be replayed nor resent (`rivoractl replay --skip-deleted-subscriptions` leaves them in the archive).\n",
+			id, plural(len(subs), "subscription"), strings.Join(subs, ", "), archivedText(resp.Msg.GetArchived()))
+		return err
+	}
 	err = say(e.out, "Deleted destination %s; %s.\n", id, archivedText(resp.Msg.GetArchived()))
 	return err
+}
+
+// warnSubscriptionsDeleted says, on stderr, which subscriptions a forced
+// delete of destination id deletes with it, before it does, and that the
+// dead letters they routed cannot be replayed then (replay and resend
+// refuse a deleted subscription's), and returns their ids. A list that
+// fails is said and the delete goes on: --force was asked for.
+func (e *env) warnSubscriptionsDeleted(ctx context.Context, id string) []string {
+	resp, err := e.subscriptions().ListSubscriptions(ctx, connect.NewRequest(&rivorav1.ListSubscriptionsRequest{DestinationId: id}))
+	if err != nil {
+		_ = say(e.errOut, "warning: could not list the subscriptions of %s (%v); --force deletes them with it, and the dead letters they routed cannot be replayed\n", id, err)
+		return nil
+	}
+	var ids []string
+	for _, s := range resp.Msg.GetSubscriptions() {
+		ids = append(ids, s.GetId())
+	}
+	if len(ids) > 0 {
+		_ = say(e.errOut, "warning: --force deletes the %s of %s with it: %s. Their pending events become dead letters that `rivoractl replay` and `events resend` refuse (routed by a deleted subscription); `replay --skip-deleted-subscriptions` leaves them in the archive.\n",
+			plural(len(ids), "subscription"), id, strings.Join(ids, ", "))
+	}
+	return ids
 }
 
 func ptr[T any](v T) *T { return &v }
