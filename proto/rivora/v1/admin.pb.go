@@ -2519,10 +2519,14 @@ type DestinationHealth struct {
 	// archived since its partition opened here (it restarts from 0): the
 	// control plane reads the archive for operator notices when it moves.
 	ArchivedDeadLetters int64 `protobuf:"varint,20,opt,name=archived_dead_letters,json=archivedDeadLetters,proto3" json:"archived_dead_letters,omitempty"`
-	// drain_time is how long the pending events take at current_rate, less
-	// the rate events arrive at (arrivals_last_minute): 0 with nothing
-	// pending; unset when they do not drain at that rate (paused, disabled,
-	// parked: only probes go out, no rate, or events arrive as fast).
+	// drain_time is how long the pending events take at current_rate times
+	// the share of the last minute's attempts delivered (2xx; all of it with
+	// no attempt), less the rate events arrive at (arrivals_last_minute)
+	// only when the oldest pending event is older than the minute (a backlog
+	// that arrived within it is those arrivals): 0 with nothing pending;
+	// unset when they do not drain at that rate (paused, disabled, parked:
+	// only probes go out, no rate, nothing delivered, or events arrive as
+	// fast on an older backlog).
 	DrainTime *durationpb.Duration `protobuf:"bytes,21,opt,name=drain_time,json=drainTime,proto3" json:"drain_time,omitempty"`
 	// Over the last minute: the attempts made, and the share of them the
 	// partner answered 429, and 5xx (0 with no attempt).
@@ -2569,9 +2573,10 @@ type DestinationHealth struct {
 	// state.
 	ClientErrorShare float64 `protobuf:"fixed64,35,opt,name=client_error_share,json=clientErrorShare,proto3" json:"client_error_share,omitempty"`
 	// arrivals_last_minute counts the events that joined the destination's
-	// lanes over the last minute. drain_time counts them: pending events
-	// drain at current_rate less the arrival rate, and never (drain_time
-	// unset) when they arrive at least as fast.
+	// lanes over the last minute. drain_time counts them on a backlog older
+	// than the minute only: its pending events drain at the delivered rate
+	// less the arrival rate, and never (drain_time unset) when they arrive at
+	// least as fast.
 	ArrivalsLastMinute int64 `protobuf:"varint,36,opt,name=arrivals_last_minute,json=arrivalsLastMinute,proto3" json:"arrivals_last_minute,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
@@ -3520,21 +3525,25 @@ type SetLimitsOverrideResponse struct {
 	Limits *GetLimitsResponse     `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
 	// version is the config version of the change; 0 for a dry run.
 	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	// The destination's pending events and how long they take at the
-	// override's rate, less the rate events arrive at
-	// (arrivals_per_second), plus what is left of a partner's Retry-After
-	// hold, as destinations health counts its drain_time (unset: they
-	// would not drain, the rate being no faster than the arrivals).
+	// The destination's pending events and how long they take at the rate
+	// it would run at under the override (the new rate; a degraded
+	// destination keeps its current rate when that is lower), as
+	// destinations health counts its drain_time, plus what is left of a
+	// partner's Retry-After hold (unset: they would not drain, the rate
+	// being no faster than the arrivals).
 	PendingEvents      int64                `protobuf:"varint,3,opt,name=pending_events,json=pendingEvents,proto3" json:"pending_events,omitempty"`
 	ProjectedDrainTime *durationpb.Duration `protobuf:"bytes,4,opt,name=projected_drain_time,json=projectedDrainTime,proto3" json:"projected_drain_time,omitempty"`
 	DryRun             bool                 `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	// no_drain_reason, set instead of projected_drain_time, says why the
 	// pending events do not drain now whatever the rate: the destination
-	// is paused, or parked (only probes go out until its partner answers).
+	// is paused, disabled (410 Gone), or parked (only probes go out until
+	// its partner answers), or none of the last minute's attempts was
+	// delivered.
 	NoDrainReason string `protobuf:"bytes,6,opt,name=no_drain_reason,json=noDrainReason,proto3" json:"no_drain_reason,omitempty"`
 	// arrivals_per_second is the rate events joined the destination's
 	// lanes over the last minute (DestinationHealth.arrivals_last_minute /
-	// 60), which projected_drain_time takes off the override's rate.
+	// 60) that projected_drain_time takes off the rate: 0 when the backlog
+	// arrived within the minute (those arrivals are its pending events).
 	ArrivalsPerSecond float64 `protobuf:"fixed64,7,opt,name=arrivals_per_second,json=arrivalsPerSecond,proto3" json:"arrivals_per_second,omitempty"`
 	// heads_at_max_attempts, when the override sets max_attempts, counts
 	// the pending lane heads that already used that many attempts or more:

@@ -1521,10 +1521,14 @@ export type DestinationHealth = Message<"rivora.v1.DestinationHealth"> & {
   archivedDeadLetters: bigint;
 
   /**
-   * drain_time is how long the pending events take at current_rate, less
-   * the rate events arrive at (arrivals_last_minute): 0 with nothing
-   * pending; unset when they do not drain at that rate (paused, disabled,
-   * parked: only probes go out, no rate, or events arrive as fast).
+   * drain_time is how long the pending events take at current_rate times
+   * the share of the last minute's attempts delivered (2xx; all of it with
+   * no attempt), less the rate events arrive at (arrivals_last_minute)
+   * only when the oldest pending event is older than the minute (a backlog
+   * that arrived within it is those arrivals): 0 with nothing pending;
+   * unset when they do not drain at that rate (paused, disabled, parked:
+   * only probes go out, no rate, nothing delivered, or events arrive as
+   * fast on an older backlog).
    *
    * @generated from field: google.protobuf.Duration drain_time = 21;
    */
@@ -1641,9 +1645,10 @@ export type DestinationHealth = Message<"rivora.v1.DestinationHealth"> & {
 
   /**
    * arrivals_last_minute counts the events that joined the destination's
-   * lanes over the last minute. drain_time counts them: pending events
-   * drain at current_rate less the arrival rate, and never (drain_time
-   * unset) when they arrive at least as fast.
+   * lanes over the last minute. drain_time counts them on a backlog older
+   * than the minute only: its pending events drain at the delivered rate
+   * less the arrival rate, and never (drain_time unset) when they arrive at
+   * least as fast.
    *
    * @generated from field: int64 arrivals_last_minute = 36;
    */
@@ -2019,11 +2024,12 @@ export type SetLimitsOverrideResponse = Message<"rivora.v1.SetLimitsOverrideResp
   version: bigint;
 
   /**
-   * The destination's pending events and how long they take at the
-   * override's rate, less the rate events arrive at
-   * (arrivals_per_second), plus what is left of a partner's Retry-After
-   * hold, as destinations health counts its drain_time (unset: they
-   * would not drain, the rate being no faster than the arrivals).
+   * The destination's pending events and how long they take at the rate
+   * it would run at under the override (the new rate; a degraded
+   * destination keeps its current rate when that is lower), as
+   * destinations health counts its drain_time, plus what is left of a
+   * partner's Retry-After hold (unset: they would not drain, the rate
+   * being no faster than the arrivals).
    *
    * @generated from field: int64 pending_events = 3;
    */
@@ -2042,7 +2048,9 @@ export type SetLimitsOverrideResponse = Message<"rivora.v1.SetLimitsOverrideResp
   /**
    * no_drain_reason, set instead of projected_drain_time, says why the
    * pending events do not drain now whatever the rate: the destination
-   * is paused, or parked (only probes go out until its partner answers).
+   * is paused, disabled (410 Gone), or parked (only probes go out until
+   * its partner answers), or none of the last minute's attempts was
+   * delivered.
    *
    * @generated from field: string no_drain_reason = 6;
    */
@@ -2051,7 +2059,8 @@ export type SetLimitsOverrideResponse = Message<"rivora.v1.SetLimitsOverrideResp
   /**
    * arrivals_per_second is the rate events joined the destination's
    * lanes over the last minute (DestinationHealth.arrivals_last_minute /
-   * 60), which projected_drain_time takes off the override's rate.
+   * 60) that projected_drain_time takes off the rate: 0 when the backlog
+   * arrived within the minute (those arrivals are its pending events).
    *
    * @generated from field: double arrivals_per_second = 7;
    */
