@@ -645,9 +645,6 @@ func TestOperatorArchiveFailsOver(t *testing.T) {
 	a3.mu.Unlock()
 	_, err = c.archive().ListDeadLetters(ctx(t), connect.NewRequest(&rivorav1.ListDeadLettersRequest{}))
 	wantErr(t, "a2 refuses the request while a3 would read", err, connect.CodeInvalidArgument, "filter: since is after until")
-	if got := len(a3.callsOf()); got != 3 {
-		t.Errorf("a3 asked %d times, want 3: asked with a2 once a1 failed", got)
-	}
 }
 
 // Replay forwards every progress report of one agent's stream, after
