@@ -513,16 +513,16 @@ func (a *Agent) Run(ctx context.Context) error {
 const handOverWait = 2 * time.Second
 
 // ownPartitionGroups tells the stream and consumer groups of the
-// partitions this agent owns now (their lane store, ledger and INGEST
-// mover), which its drain goes on writing until it hands them off.
+// partitions whose lock this agent holds now, in any phase (their lane
+// store, ledger and INGEST mover): its drain goes on writing them until
+// it releases the lock. Read once: a partition handed off meanwhile is
+// still kept (its next owner may be writing already).
 func (a *Agent) ownPartitionGroups() func(stream, consumer string) bool {
 	own := make(map[[2]string]bool)
-	for p := range a.parts.Count() {
-		if a.parts.Owns(p) {
-			own[[2]string{lanes.LanesStream(p), ""}] = true
-			own[[2]string{lanes.LedgerStream(p), ""}] = true
-			own[[2]string{lanes.IngestStream, owner.MoverName(p)}] = true
-		}
+	for _, p := range a.parts.Held() {
+		own[[2]string{lanes.LanesStream(p), ""}] = true
+		own[[2]string{lanes.LedgerStream(p), ""}] = true
+		own[[2]string{lanes.IngestStream, owner.MoverName(p)}] = true
 	}
 	return func(stream, consumer string) bool { return own[[2]string{stream, consumer}] }
 }

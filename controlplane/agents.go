@@ -94,8 +94,10 @@ type agentState struct {
 	session     string
 	sessionLost time.Time
 	eligibleAt  time.Time
-	// sessionSince is when this control plane first saw session.
-	sessionSince time.Time
+	// eligibleFrom is when the agent could own partitions with session
+	// (seen by this control plane, past any rejoin delay), and leftAt
+	// when it reported leaving with it.
+	eligibleFrom, leftAt time.Time
 	// leaving is set by ReportLeaving for the session the agent had then
 	// (it drains; see agentRegistry).
 	leaving   bool
@@ -132,7 +134,7 @@ func (r *agentRegistry) connect(name, address, session string, replacedAt, now t
 			// Same agent at a new address: its old stream may still be
 			// open (and is counted until it ends).
 			a.streams, a.applied = prev.streams, prev.applied
-			a.session, a.sessionLost, a.eligibleAt, a.leaving, a.sessionSince = prev.session, prev.sessionLost, prev.eligibleAt, prev.leaving, prev.sessionSince
+			a.session, a.sessionLost, a.eligibleAt, a.leaving, a.eligibleFrom, a.leftAt = prev.session, prev.sessionLost, prev.eligibleAt, prev.leaving, prev.eligibleFrom, prev.leftAt
 		}
 		r.agents[name] = a
 	}
@@ -162,7 +164,11 @@ func (r *agentRegistry) connect(name, address, session string, replacedAt, now t
 				r.log.Info("agent replaced a lost consul session recently; it owns partitions again after the rejoin delay", "agent", name, "session", session, "replaced_at", replacedAt, "eligible_at", a.eligibleAt)
 			}
 		}
-		a.session, a.sessionLost, a.owned, a.cut, a.sessionSince = session, time.Time{}, nil, nil, now
+		a.session, a.sessionLost, a.owned, a.cut = session, time.Time{}, nil, nil
+		a.eligibleFrom = now
+		if a.eligibleAt.After(now) {
+			a.eligibleFrom = a.eligibleAt
+		}
 		a.leaving = false // a restart: leaving was the old session's
 	}
 	if r.consul == nil {
@@ -175,13 +181,17 @@ func (r *agentRegistry) connect(name, address, session string, replacedAt, now t
 }
 
 // leftCleanly is whether agent a's last session ended after it reported
-// leaving (SIGTERM: it drained and ended the session itself) and after
-// being held for at least the rejoin delay. Such an agent back with a new
-// session is a restart (a deploy), which the rejoin delay need not hold
-// back: the delay is for an agent whose sessions keep being lost. One
-// that keeps stopping soon after it started waits the delay again.
+// leaving (SIGTERM: it drained and ended the session itself), having
+// been eligible for partitions with it for at least the rejoin delay
+// before that report. Such an agent back with a new session is a restart
+// (a deploy), which the rejoin delay need not hold back: the delay is
+// for an agent whose sessions keep being lost. One that stops soon after
+// it could own partitions (a crash loop) waits the delay again.
 func (r *agentRegistry) leftCleanly(a *agentState) bool {
-	return a.leaving && !a.sessionLost.IsZero() && !a.sessionSince.IsZero() && a.sessionLost.Sub(a.sessionSince) >= r.rejoinDelay
+	if !a.leaving || a.sessionLost.IsZero() || a.eligibleFrom.IsZero() || a.leftAt.IsZero() {
+		return false
+	}
+	return a.leftAt.Sub(a.eligibleFrom) >= r.rejoinDelay
 }
 
 // disconnect notes a Watch stream's end. With Consul, an agent left with
@@ -250,7 +260,7 @@ func (r *agentRegistry) leave(name, session string, now time.Time) error {
 	if !a.leaving {
 		r.log.Info("agent leaving: its partitions go to the others; it ends its consul session after its drain", "agent", name, "session", session)
 	}
-	a.leaving = true
+	a.leaving, a.leftAt = true, now
 	a.lastSeen = now
 	return nil
 }
@@ -699,11 +709,13 @@ func (r *agentRegistry) ownersHealth(ctx context.Context, destinationID string, 
 	}
 	if len(v.unowned) > 0 {
 		p := slices.Min(slices.Collect(maps.Keys(v.unowned)))
-		return nil, errorf(ErrUnavailable, "partition %d has no owner right now; retry (destination %q is in it; see `rivoractl agents list`)", p, v.unowned[p])
+		// It names a destination of the partition, maybe another
+		// customer's: marked, as the agents' own failures are.
+		return nil, agentsFailed(fmt.Errorf("partition %d has no owner right now; retry (destination %q is in it; see `rivoractl agents list`)", p, v.unowned[p]))
 	}
 	if len(v.opening) > 0 {
 		p := slices.Min(slices.Collect(maps.Keys(v.opening)))
-		return nil, errorf(ErrUnavailable, "partition %d is opening: its new owner is rebuilding its lanes, and what it would say of its destinations (%q among them) is not known yet; retry shortly", p, v.opening[p])
+		return nil, agentsFailed(fmt.Errorf("partition %d is opening: its new owner is rebuilding its lanes, and what it would say of its destinations (%q among them) is not known yet; retry shortly", p, v.opening[p]))
 	}
 	return v.owners, nil
 }

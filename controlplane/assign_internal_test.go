@@ -634,4 +634,33 @@ func TestACleanRestartSkipsTheRejoinDelay(t *testing.T) {
 			t.Errorf("%s: still marked leaving with a new session", c.name)
 		}
 	}
+
+	// A flapping agent: its session lost, it is back (held to the delay),
+	// then stops 1 s after it could own partitions. Its session lived
+	// longer than the delay, but it owned partitions only for 1 s: back
+	// again, it waits the delay.
+	const name = "flapping"
+	r.mu.Lock()
+	r.liveSessions["s1"], r.liveSessions["s2"], r.liveSessions["s3"] = true, true, true
+	r.mu.Unlock()
+	r.connect(name, "http://flapping.invalid:7070", "s1", time.Time{}, start)
+	r.mu.Lock()
+	r.agents[name].sessionLost = start.Add(time.Second)
+	r.mu.Unlock()
+	back := start.Add(2 * time.Second)
+	r.connect(name, "http://flapping.invalid:7070", "s2", time.Time{}, back)
+	if err := r.leave(name, "s2", back.Add(r.rejoinDelay+time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.agents[name].sessionLost = back.Add(r.rejoinDelay + 2*time.Second)
+	r.mu.Unlock()
+	again := back.Add(r.rejoinDelay + 3*time.Second)
+	r.connect(name, "http://flapping.invalid:7070", "s3", time.Time{}, again)
+	r.mu.Lock()
+	eligibleAt := r.agents[name].eligibleAt
+	r.mu.Unlock()
+	if !eligibleAt.After(again) {
+		t.Errorf("a flapping agent that owned partitions for 1 s before leaving is eligible at %v, back at %v: want the rejoin delay", eligibleAt, again)
+	}
 }

@@ -33,7 +33,7 @@ type Handed struct {
 	Left int
 }
 
-// handOverTry bounds one step-down request.
+// handOverTry bounds one step-down request (and the wait bounds them all).
 const handOverTry = 500 * time.Millisecond
 
 // HandOverLeaderships asks every stream and consumer group this server
@@ -63,8 +63,10 @@ func (s *Server) HandOverLeaderships(wait time.Duration, keep func(stream, consu
 				waiting = waiting || moving
 			case g.preferred == "":
 				// No caught-up replica: left to the election at the exit.
+			case !time.Now().Before(deadline):
+				// Out of time: left to the election at the exit.
 			default:
-				err := s.stepDown(g)
+				err := s.stepDown(g, min(handOverTry, time.Until(deadline)))
 				asked[g.key()] = err == nil
 				if err != nil {
 					s.log.Warn("could not hand a leadership over", "stream", g.stream, "consumer", g.consumer, "to", g.preferred, "error", err)
@@ -134,7 +136,7 @@ func caughtUp(ci *server.ClusterInfo) string {
 // through the JetStream API: nats-server's own step-down picks any peer
 // heard from lately, which may be one still catching up, that then does
 // not take the lead.
-func (s *Server) stepDown(g ledGroup) error {
+func (s *Server) stepDown(g ledGroup, timeout time.Duration) error {
 	subject := "$JS.API.STREAM.LEADER.STEPDOWN." + g.stream
 	if g.consumer != "" {
 		subject = "$JS.API.CONSUMER.LEADER.STEPDOWN." + g.stream + "." + g.consumer
@@ -143,7 +145,7 @@ func (s *Server) stepDown(g ledGroup) error {
 	if err != nil {
 		return err
 	}
-	msg, err := s.nc.Request(subject, body, handOverTry)
+	msg, err := s.nc.Request(subject, body, timeout)
 	if err != nil {
 		return err
 	}

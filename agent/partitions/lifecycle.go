@@ -565,6 +565,21 @@ func (ps *lifecycle) owned() []uint32 {
 	return out
 }
 
+// held lists the partitions whose lock this agent holds, in any phase
+// (locked, opening, running, handing off, releasing).
+func (ps *lifecycle) held() []int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var out []int
+	for p, st := range ps.m {
+		if st.lease != nil {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // cutList lists the partitions marked cut, for the control plane.
 func (ps *lifecycle) cutList() []uint32 {
 	var out []uint32

@@ -269,6 +269,7 @@ func wantList(what string, list func(*lifecycle) []int, ps ...int) step {
 }
 
 func wantToLock(ps ...int) step { return wantList("toLock", (*lifecycle).toLock, ps...) }
+func wantHeld(ps ...int) step   { return wantList("held", (*lifecycle).held, ps...) }
 func wantToOpen(ps ...int) step { return wantList("toOpen", (*lifecycle).toOpen, ps...) }
 
 func wantOwned(ps ...int) step {
@@ -372,6 +373,12 @@ func TestPartitionLifecycle(t *testing.T) {
 			wantAttempt(1, false),
 			startOpen(1, true), want(1, opening), wantOwned(1), wantToOpen(),
 			opened(1, true), want(1, running), wantOwned(1), wantSettled(true), wantAttempt(1, true),
+		}},
+		{"held: every partition whose lock is here, opening, running or handing off, until released", []step{
+			assign(1, 2, 3), wantHeld(), takeLock(1, true), takeLock(2, true), takeLock(3, true), wantHeld(1, 2, 3),
+			startOpen(1, true), opened(1, true), startOpen(2, true), wantHeld(1, 2, 3),
+			stop(), wantHandoffs(1), wantHeld(1, 2, 3),
+			handedOff(1, 0), wantHeld(2, 3),
 		}},
 		{"a slow open does not hold back other locks", []step{
 			assign(1), lockPass(), startOpen(1, true),

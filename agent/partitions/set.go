@@ -255,6 +255,11 @@ func (s *Set) AppendLocal(ctx context.Context, p int, events []ingest.LocalEvent
 	return stored, true, err
 }
 
+// Held lists the partitions whose lock this agent holds, whatever their
+// phase (being locked, opened, run or handed off): their streams are
+// written from here until the lock is released.
+func (s *Set) Held() []int { return s.states.held() }
+
 // Owns tells whether partition p runs here now (ingest.LocalStore).
 func (s *Set) Owns(p int) bool { return s.Partition(p) != nil }
 
