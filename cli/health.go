@@ -80,12 +80,10 @@ func arrivalRate(h *rivorav1.DestinationHealth) float64 {
 	return float64(h.GetArrivalsLastMinute()) / 60
 }
 
-// streamArriving reports whether the drain time takes the arrivals off
-// the rate: only for a backlog older than the last minute, with a stream
-// on top of it. A backlog that arrived within the minute is those
-// arrivals (they are its pending events), not counted twice.
+// streamArriving reports whether the drain time takes arrivals off the
+// rate: any in the last minute, taken as a stream that goes on.
 func streamArriving(h *rivorav1.DestinationHealth) bool {
-	return arrivalRate(h) > 0 && h.GetOldestPendingAge().AsDuration() >= time.Minute
+	return arrivalRate(h) > 0
 }
 
 // deliveredPercent is the share of the last minute's attempts the partner
@@ -104,7 +102,7 @@ func noDrainCause(h *rivorav1.DestinationHealth) string {
 	case h.GetAttemptsLastMinute() > 0 && deliveredPercent(h) < 0.5:
 		return fmt.Sprintf("none of the last minute's %d attempts was delivered: %.0f%% 429, %.0f%% 5xx, %.0f%% other 4xx, %.0f%% no answer", h.GetAttemptsLastMinute(), 100*h.GetThrottledShare(), 100*h.GetServerErrorShare(), 100*h.GetClientErrorShare(), 100*h.GetNoAnswerShare())
 	case streamArriving(h):
-		return fmt.Sprintf("events arrive at %.3g/s on a backlog older than a minute, no slower than it delivers: the backlog grows", arrivalRate(h))
+		return fmt.Sprintf("events arrive at %.3g/s, no slower than it delivers: the backlog grows", arrivalRate(h))
 	case h.GetCurrentRate() > 0:
 		return "so slow it takes more than a century"
 	}

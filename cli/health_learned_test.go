@@ -42,15 +42,15 @@ func TestLearnedRateAdvisedOnlyWhileThrottling(t *testing.T) {
 }
 
 // DRAIN TIME says what it counts: the delivered share of the rate, the
-// arrivals only on a backlog older than a minute, and never with nothing
-// delivered (a partner answering 503 to every attempt read "12s").
+// arrivals taken off it, and never with nothing delivered (a partner
+// answering 503 to every attempt read "12s").
 func TestDrainTimeRow(t *testing.T) {
 	f, url := startFake(t)
 	young, old := durationpb.New(20*time.Second), durationpb.New(5*time.Minute)
 	f.mu.Lock()
 	f.health = map[string]*rivorav1.DestinationHealth{
 		"failing": {DestinationId: "failing", State: "degraded", CurrentRate: 0.5, PendingEvents: 5, AttemptsLastMinute: 30, ServerErrorShare: 1, OldestPendingAge: young},
-		"burst":   {DestinationId: "burst", State: "healthy", CurrentRate: 5, PendingEvents: 45, ArrivalsLastMinute: 150, OldestPendingAge: young, DrainTime: durationpb.New(9 * time.Second)},
+		"burst":   {DestinationId: "burst", State: "healthy", CurrentRate: 5, PendingEvents: 45, ArrivalsLastMinute: 150, OldestPendingAge: young, DrainTime: durationpb.New(18 * time.Second)},
 		"stream":  {DestinationId: "stream", State: "healthy", CurrentRate: 5, PendingEvents: 20, ArrivalsLastMinute: 180, OldestPendingAge: old, DrainTime: durationpb.New(10 * time.Second)},
 		"growing": {DestinationId: "growing", State: "healthy", CurrentRate: 5, PendingEvents: 1900, ArrivalsLastMinute: 450, OldestPendingAge: old},
 		"half":    {DestinationId: "half", State: "degraded", CurrentRate: 4, PendingEvents: 20, AttemptsLastMinute: 10, ThrottledShare: 0.5, OldestPendingAge: young, DrainTime: durationpb.New(10 * time.Second)},
@@ -58,9 +58,9 @@ func TestDrainTimeRow(t *testing.T) {
 	f.mu.Unlock()
 	for _, c := range []struct{ id, want string }{
 		{"failing", "never at this rate (none of the last minute's 30 attempts was delivered: 0% 429, 100% 5xx, 0% other 4xx, 0% no answer)"},
-		{"burst", "9s at the current rate"},
+		{"burst", "18s at the current rate, less the 2.5/s arriving"},
 		{"stream", "10s at the current rate, less the 3/s arriving"},
-		{"growing", "never at this rate (events arrive at 7.5/s on a backlog older than a minute, no slower than it delivers: the backlog grows)"},
+		{"growing", "never at this rate (events arrive at 7.5/s, no slower than it delivers: the backlog grows)"},
 		{"half", "10s at the current rate, 50% of it delivered"},
 	} {
 		r := mustSucceed(t, run(t, url, "", "destinations", "health", c.id))

@@ -370,14 +370,13 @@ const drainWindow = time.Minute
 // attempts that were delivered (2xx; all of it with no attempt to judge
 // by), so a partner answering 503 to every request never drains it.
 //
-// Arrivals are counted once. Every event that arrived in the window and
-// is not yet delivered is in pending already, so the window's arrivals
-// are not taken again off the rate for a backlog they built: one whose
-// oldest event arrived within the window (a burst, a resume after a
-// pause) drains at the delivery rate alone. Only a backlog older than the
-// window has a stream of arrivals on top of it, which keeps coming while
-// it drains: that one drains at the delivery rate less the window's
-// arrival rate, and never when they arrive at least as fast (it grows).
+// The window's arrival rate is taken off that rate, as a stream that
+// keeps coming while the backlog drains: never when events arrive at
+// least as fast (it grows). That overstates the time of a backlog built
+// by a burst that has stopped (its events are both pending and counted as
+// arriving): a backlog's age does not tell a stopped burst from a stream
+// that goes on, so the figure errs on the long side rather than promise a
+// drain that a continuing stream would not allow.
 func drainTime(h *rivorav1.DestinationHealth, rate float64) *durationpb.Duration {
 	const never = 100 * 365 * 24 * time.Hour
 	pending := h.GetPendingEvents()
@@ -404,14 +403,9 @@ func deliveredShare(h *rivorav1.DestinationHealth) float64 {
 	return float64(max(delivered, 0)) / float64(n)
 }
 
-// streamArrivals is the rate of arrivals that keep coming on top of h's
-// backlog (events per second): the window's arrivals when its oldest
-// pending event is older than the window, 0 when the backlog arrived
-// within it (those arrivals are its pending events).
+// streamArrivals is the rate of arrivals taken to keep coming on top of
+// h's backlog (events per second): the window's.
 func streamArrivals(h *rivorav1.DestinationHealth) float64 {
-	if h.GetOldestPendingAge().AsDuration() < drainWindow {
-		return 0
-	}
 	return float64(max(h.GetArrivalsLastMinute(), 0)) / drainWindow.Seconds()
 }
 

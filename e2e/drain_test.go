@@ -51,14 +51,13 @@ func TestDrainTimeAndLimitsDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 20 events at 2/s: 10 s. The 20 that arrived in the last minute
-	// are the 20 pending, not taken off the rate again (this said 12 s,
-	// less 1/3 per second arriving, before).
-	if h := health[0]; h.CurrentRate != 2 || h.ArrivalsLastMinute != "20" || h.DrainTime != "10s" {
-		t.Fatalf("health: current rate %v, %s arrivals in the last minute, drain time %q; want 2, 20 and 10s", h.CurrentRate, h.ArrivalsLastMinute, h.DrainTime)
+	// 20 events at 2/s, less the 20 that arrived in the last minute
+	// (1/3 per second): 12 s.
+	if h := health[0]; h.CurrentRate != 2 || h.ArrivalsLastMinute != "20" || h.DrainTime != "12s" {
+		t.Fatalf("health: current rate %v, %s arrivals in the last minute, drain time %q; want 2, 20 and 12s", h.CurrentRate, h.ArrivalsLastMinute, h.DrainTime)
 	}
-	if table := rivoractl(t, d, "destinations", "health", "slow"); !strings.Contains(table, "DRAIN TIME") || !strings.Contains(table, "10s at the current rate\n") || !strings.Contains(table, "OLDEST PENDING") {
-		t.Fatalf("health table has no drain time of 10s:\n%s", table)
+	if table := rivoractl(t, d, "destinations", "health", "slow"); !strings.Contains(table, "DRAIN TIME") || !strings.Contains(table, "12s at the current rate, less the 0.333/s arriving") || !strings.Contains(table, "OLDEST PENDING") {
+		t.Fatalf("health table has no drain time of 12s net of the arrivals:\n%s", table)
 	}
 
 	// The rate history, when asked for: 10-second buckets since the agent
@@ -89,8 +88,8 @@ func TestDrainTimeAndLimitsDryRun(t *testing.T) {
 	}
 	// The issue's command: a dry run needs no reason (nothing is audited).
 	out := rivoractl(t, d, "limits", "set", "slow", "--rate", "8", "--dry-run")
-	if !strings.Contains(out, "dry run: nothing changed") || !strings.Contains(out, "20 pending events drain in 3s at 8/s\n") {
-		t.Fatalf("limits set --dry-run printed:\n%s\nwant the projected drain time (20 events at 8/s: 2.5 s, shown 3s)", out)
+	if !strings.Contains(out, "dry run: nothing changed") || !strings.Contains(out, "20 pending events drain in 3s at 8/s, less the 0.333/s arriving") {
+		t.Fatalf("limits set --dry-run printed:\n%s\nwant the projected drain time (20 events at 8/s less 1/3 s arriving: 2.6 s, shown 3s)", out)
 	}
 	var dry struct {
 		DryRun             bool   `json:"dryRun"`
@@ -105,9 +104,9 @@ func TestDrainTimeAndLimitsDryRun(t *testing.T) {
 	if err := json.Unmarshal([]byte(rivoractl(t, d, "limits", "set", "slow", "--rate", "8", "--reason", "what if", "--dry-run", "-o", "json")), &dry); err != nil {
 		t.Fatal(err)
 	}
-	// As the health's: 20 events at 8/s.
-	if !dry.DryRun || dry.ProjectedDrainTime != "2.500s" || dry.Version != "" || dry.Limits.Effective.RatePerSecond != 8 {
-		t.Fatalf("dry run answered %+v; want dryRun, 2.500s, no version, the effective rate 8", dry)
+	// As the health's: 20 events at 8/s less the 1/3 s arriving.
+	if !dry.DryRun || dry.ProjectedDrainTime != "2.609s" || dry.Version != "" || dry.Limits.Effective.RatePerSecond != 8 {
+		t.Fatalf("dry run answered %+v; want dryRun, 2.609s, no version, the effective rate 8", dry)
 	}
 	if after := rivoractl(t, d, "audit", "-o", "json"); after != auditBefore {
 		t.Fatalf("a dry run changed the audit:\nbefore:\n%s\nafter:\n%s", auditBefore, after)

@@ -61,9 +61,8 @@ export function durationOf(text: string, label: string, least: number, most = Nu
 /**
  * What a limit preview says of the pending events (a dry run's answer): the
  * drain time is at the rate the destination would run at, from what its
- * partner delivers, less the events arriving on a backlog older than a
- * minute (arrivals, per second: 0 for a backlog that arrived within it),
- * as the destination's health counts it.
+ * partner delivers, less the events arriving (arrivals, per second), as
+ * the destination's health counts it.
  */
 export function drainPreview(r: { pending: number; drainSeconds: number | undefined; noDrainReason: string; arrivals?: number }): string {
   const events = `${formatCount(r.pending)} pending event${r.pending === 1 ? "" : "s"}`;

@@ -458,10 +458,7 @@ function drainText(hh: DestinationHealth): string {
   // What drains is what the partner accepts (as rivoractl).
   const failed = hh.throttledShare + hh.serverErrorShare + hh.clientErrorShare + hh.noAnswerShare;
   if (hh.attemptsLastMinute > 0n && failed > 0.995) return "never at this rate: none of the last minute's attempts was delivered";
-  // Arrivals count only on a backlog older than the minute: one that
-  // arrived within it is those arrivals, its pending events.
   const arriving = Number(hh.arrivalsLastMinute) / 60;
-  const old = (seconds(hh.oldestPendingAge) ?? 0) >= 60;
-  if (old && arriving > 0) return `never at this rate: events arrive at ${formatRate(arriving)} on a backlog older than a minute, the backlog grows`;
+  if (arriving > 0 && arriving >= hh.currentRate) return `never at this rate: events arrive at ${formatRate(arriving)}, the backlog grows`;
   return "never";
 }

@@ -2521,12 +2521,10 @@ type DestinationHealth struct {
 	ArchivedDeadLetters int64 `protobuf:"varint,20,opt,name=archived_dead_letters,json=archivedDeadLetters,proto3" json:"archived_dead_letters,omitempty"`
 	// drain_time is how long the pending events take at current_rate times
 	// the share of the last minute's attempts delivered (2xx; all of it with
-	// no attempt), less the rate events arrive at (arrivals_last_minute)
-	// only when the oldest pending event is older than the minute (a backlog
-	// that arrived within it is those arrivals): 0 with nothing pending;
-	// unset when they do not drain at that rate (paused, disabled, parked:
-	// only probes go out, no rate, nothing delivered, or events arrive as
-	// fast on an older backlog).
+	// no attempt), less the rate events arrive at (arrivals_last_minute):
+	// 0 with nothing pending; unset when they do not drain at that rate
+	// (paused, disabled, parked: only probes go out, no rate, nothing
+	// delivered, or events arrive as fast).
 	DrainTime *durationpb.Duration `protobuf:"bytes,21,opt,name=drain_time,json=drainTime,proto3" json:"drain_time,omitempty"`
 	// Over the last minute: the attempts made, and the share of them the
 	// partner answered 429, and 5xx (0 with no attempt).
@@ -2573,10 +2571,9 @@ type DestinationHealth struct {
 	// state.
 	ClientErrorShare float64 `protobuf:"fixed64,35,opt,name=client_error_share,json=clientErrorShare,proto3" json:"client_error_share,omitempty"`
 	// arrivals_last_minute counts the events that joined the destination's
-	// lanes over the last minute. drain_time counts them on a backlog older
-	// than the minute only: its pending events drain at the delivered rate
-	// less the arrival rate, and never (drain_time unset) when they arrive at
-	// least as fast.
+	// lanes over the last minute. drain_time counts them: pending events
+	// drain at the delivered rate less the arrival rate, and never
+	// (drain_time unset) when they arrive at least as fast.
 	ArrivalsLastMinute int64 `protobuf:"varint,36,opt,name=arrivals_last_minute,json=arrivalsLastMinute,proto3" json:"arrivals_last_minute,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
@@ -3542,8 +3539,7 @@ type SetLimitsOverrideResponse struct {
 	NoDrainReason string `protobuf:"bytes,6,opt,name=no_drain_reason,json=noDrainReason,proto3" json:"no_drain_reason,omitempty"`
 	// arrivals_per_second is the rate events joined the destination's
 	// lanes over the last minute (DestinationHealth.arrivals_last_minute /
-	// 60) that projected_drain_time takes off the rate: 0 when the backlog
-	// arrived within the minute (those arrivals are its pending events).
+	// 60) that projected_drain_time takes off the rate.
 	ArrivalsPerSecond float64 `protobuf:"fixed64,7,opt,name=arrivals_per_second,json=arrivalsPerSecond,proto3" json:"arrivals_per_second,omitempty"`
 	// heads_at_max_attempts, when the override sets max_attempts, counts
 	// the pending lane heads that already used that many attempts or more:

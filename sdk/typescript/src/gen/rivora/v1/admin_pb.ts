@@ -1523,12 +1523,10 @@ export type DestinationHealth = Message<"rivora.v1.DestinationHealth"> & {
   /**
    * drain_time is how long the pending events take at current_rate times
    * the share of the last minute's attempts delivered (2xx; all of it with
-   * no attempt), less the rate events arrive at (arrivals_last_minute)
-   * only when the oldest pending event is older than the minute (a backlog
-   * that arrived within it is those arrivals): 0 with nothing pending;
-   * unset when they do not drain at that rate (paused, disabled, parked:
-   * only probes go out, no rate, nothing delivered, or events arrive as
-   * fast on an older backlog).
+   * no attempt), less the rate events arrive at (arrivals_last_minute):
+   * 0 with nothing pending; unset when they do not drain at that rate
+   * (paused, disabled, parked: only probes go out, no rate, nothing
+   * delivered, or events arrive as fast).
    *
    * @generated from field: google.protobuf.Duration drain_time = 21;
    */
@@ -1645,10 +1643,9 @@ export type DestinationHealth = Message<"rivora.v1.DestinationHealth"> & {
 
   /**
    * arrivals_last_minute counts the events that joined the destination's
-   * lanes over the last minute. drain_time counts them on a backlog older
-   * than the minute only: its pending events drain at the delivered rate
-   * less the arrival rate, and never (drain_time unset) when they arrive at
-   * least as fast.
+   * lanes over the last minute. drain_time counts them: pending events
+   * drain at the delivered rate less the arrival rate, and never
+   * (drain_time unset) when they arrive at least as fast.
    *
    * @generated from field: int64 arrivals_last_minute = 36;
    */
@@ -2059,8 +2056,7 @@ export type SetLimitsOverrideResponse = Message<"rivora.v1.SetLimitsOverrideResp
   /**
    * arrivals_per_second is the rate events joined the destination's
    * lanes over the last minute (DestinationHealth.arrivals_last_minute /
-   * 60) that projected_drain_time takes off the rate: 0 when the backlog
-   * arrived within the minute (those arrivals are its pending events).
+   * 60) that projected_drain_time takes off the rate.
    *
    * @generated from field: double arrivals_per_second = 7;
    */
