@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	ucli "github.com/urfave/cli/v2"
@@ -410,6 +411,11 @@ Examples:
 	}
 }
 
+// forceListTimeout bounds the listing of the subscriptions a forced
+// delete takes with the destination (it warns of them; the delete goes on
+// without the list).
+const forceListTimeout = 5 * time.Second
+
 func (e *env) deleteDestination(c *ucli.Context) (err error) {
 	if err := exactArgs(c, 1, "one destination ID"); err != nil {
 		return err
@@ -419,7 +425,11 @@ func (e *env) deleteDestination(c *ucli.Context) (err error) {
 	defer cancel()
 	var subs []string
 	if c.Bool("force") {
-		subs = e.warnSubscriptionsDeleted(ctx, id)
+		// Its own short bound: a listing that hangs must not take the
+		// delete's time.
+		listCtx, cancelList := context.WithTimeout(ctx, forceListTimeout)
+		subs = e.warnSubscriptionsDeleted(listCtx, id)
+		cancelList()
 	}
 	resp, err := e.admin().DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: id, Force: c.Bool("force")}))
 	if err != nil {

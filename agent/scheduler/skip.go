@@ -79,6 +79,9 @@ func (s *Scheduler) TakeHead(id lanes.ID, expectEventID string) (*Attempt, error
 // under another subscription (or none). It reads every lane of the
 // destination, on this refusal only. Called under the lock.
 func (d *destination) noLane(id lanes.ID) error {
+	if c := d.customers[id.Customer]; c == nil || c.lanes == 0 {
+		return ErrNoLane // nothing of the customer's pending: no walk
+	}
 	var subs []string
 	for i := range d.order {
 		l := d.order[i].lane
