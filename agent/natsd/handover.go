@@ -12,10 +12,10 @@ import (
 // exits, and its peers notice it gone only after an election timeout
 // (seconds): meanwhile every write to those streams goes unanswered (a
 // publish waits for its caller's deadline, a lane writer for its ack
-// bound, and its partition restarts). So a stopping agent, once its own
-// writes are done, hands each leadership to a caught-up peer while it is
-// still routed to them (HandOverLeaderships): the group has its new
-// leader within a round trip.
+// bound, and its partition restarts). So a stopping agent hands each
+// leadership to a caught-up peer at SIGTERM, while it is still routed to
+// them (HandOverLeaderships): the group has its new leader within a
+// round trip.
 //
 // A step-down drops the proposals the leader has queued, unanswered: a
 // writer waiting for such an ack waits its whole bound. So the groups the
