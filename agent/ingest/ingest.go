@@ -252,6 +252,16 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Edge == nil {
+		// A publish INGEST's old leader dropped (a rolling restart steps
+		// leaders down) is answered Unavailable soon after the election,
+		// and the caller's retry with its key is told it was stored or
+		// stores it, rather than waiting for its deadline.
+		if err := bursts.FailOnLeaderChange(lanes.IngestStream); err != nil {
+			bursts.Close()
+			return nil, err
+		}
+	}
 	if cfg.Edge != nil {
 		log.Info("ingest ready at the edge", "edge", cfg.Edge.Name, "bucket", cfg.Edge.bucket(), "dedup_window", cfg.DedupWindow, "max_payload", cfg.MaxPayload)
 	} else {

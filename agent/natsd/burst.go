@@ -31,6 +31,12 @@ import (
 type Publisher struct {
 	nc  *nats.Conn
 	sub *nats.Subscription
+	// elected follows the leader elections of the stream every burst goes
+	// to (FailOnLeaderChange); nil: not followed.
+	elected *nats.Subscription
+	// leaderGrace is how long after an election a burst that got no
+	// acknowledgement since is still waited for.
+	leaderGrace time.Duration
 	// prefix is the reply subject of every burst's messages, followed by
 	// "<burst>.<message>".
 	prefix string
@@ -57,6 +63,25 @@ type Ack struct {
 // closed.
 var ErrPublisherClosed = errors.New("publisher closed")
 
+// ErrLeaderChanged answers the messages of a burst that its stream's old
+// leader dropped: the stream elected a new leader while they waited, and
+// none of them was acknowledged within a grace after that. A leader that
+// steps down or exits drops the writes it had not yet committed, and
+// nothing answers them; they may still have been stored (committed, the
+// acknowledgement lost), so they are sent again with the same
+// Nats-Msg-Id, which the stream then answers as a duplicate.
+var ErrLeaderChanged = errors.New("the stream elected a new leader, and the old one dropped the write")
+
+// leaderChangeGrace is how long a burst still waiting when its stream
+// elected a new leader is given to make progress: the new leader
+// acknowledges, at once, what the old one had committed.
+const leaderChangeGrace = time.Second
+
+// LeaderElectedSubject is the advisory a stream's new leader sends.
+func LeaderElectedSubject(stream string) string {
+	return "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED." + stream
+}
+
 // NewPublisher subscribes to the replies of the bursts it will send on nc.
 func NewPublisher(nc *nats.Conn) (*Publisher, error) {
 	p := &Publisher{nc: nc, prefix: nc.NewInbox() + ".", bursts: make(map[uint64]*Burst)}
@@ -82,11 +107,72 @@ func (p *Publisher) Close() {
 	p.closed = true
 	waiting := p.bursts
 	p.bursts = map[uint64]*Burst{}
+	elected := p.elected
 	p.mu.Unlock()
 	_ = p.sub.Unsubscribe()
+	if elected != nil {
+		_ = elected.Unsubscribe()
+	}
 	for _, b := range waiting {
 		b.finish(ErrPublisherClosed)
 	}
+}
+
+// FailOnLeaderChange has the Publisher, whose bursts all go to stream,
+// give up on what the stream's old leader dropped: when the stream elects
+// a leader, every burst still waiting that gets no acknowledgement within
+// leaderChangeGrace is answered ErrLeaderChanged, instead of waiting for
+// its timeout (a rolling restart's step-downs and exits would otherwise
+// hold its callers until their deadlines).
+func (p *Publisher) FailOnLeaderChange(stream string) error {
+	sub, err := p.nc.Subscribe(LeaderElectedSubject(stream), func(*nats.Msg) { p.leaderElected() })
+	if err != nil {
+		return fmt.Errorf("follow %s's leader elections: %w", stream, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = sub.Unsubscribe()
+		return ErrPublisherClosed
+	}
+	p.elected = sub
+	if p.leaderGrace == 0 {
+		p.leaderGrace = leaderChangeGrace
+	}
+	return nil
+}
+
+// leaderElected notes what each waiting burst still misses, and after the
+// grace fails those that got no acknowledgement since: a burst that did
+// is being answered by the new leader.
+func (p *Publisher) leaderElected() {
+	p.mu.Lock()
+	waiting := make([]*Burst, 0, len(p.bursts))
+	for _, b := range p.bursts {
+		waiting = append(waiting, b)
+	}
+	grace := p.leaderGrace
+	p.mu.Unlock()
+	missing := make([]int, len(waiting))
+	for i, b := range waiting {
+		b.mu.Lock()
+		missing[i] = b.missing
+		b.mu.Unlock()
+	}
+	time.AfterFunc(grace, func() {
+		// Every burst is judged before any is answered.
+		var stalled []*Burst
+		for i, b := range waiting {
+			b.mu.Lock()
+			if b.missing > 0 && b.missing == missing[i] {
+				stalled = append(stalled, b)
+			}
+			b.mu.Unlock()
+		}
+		for _, b := range stalled {
+			b.finish(ErrLeaderChanged)
+		}
+	})
 }
 
 // Burst is one group of messages published together (Publisher.Start).

@@ -153,6 +153,61 @@ func TestBurstAbandonTimeoutAndClose(t *testing.T) {
 	}
 }
 
+// When the stream elects a leader, a burst still waiting that gets no
+// acknowledgement within the grace is answered ErrLeaderChanged (its old
+// leader dropped it), at once rather than at its timeout; one the new
+// leader goes on answering is waited for.
+func TestBurstGivesUpWhatAnOldLeaderDropped(t *testing.T) {
+	srv, pub := burstStream(t)
+	if err := pub.FailOnLeaderChange("BURST"); err != nil {
+		t.Fatal(err)
+	}
+	// A message never sent is never answered, as one the old leader
+	// dropped.
+	dropped, err := pub.Start(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered, err := pub.Start(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := answered.Publish(0, "burst.x", msgID("a0"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	natsd.LeaderElected(pub)
+	if err := answered.Publish(1, "burst.x", msgID("a1"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if acks, err := dropped.Wait(context.Background(), time.Minute); !errors.Is(err, natsd.ErrLeaderChanged) || len(acks) != 0 {
+		t.Fatalf("a burst nothing answered since the election returned %+v, %v; want ErrLeaderChanged", acks, err)
+	}
+	if waited := time.Since(start); waited > 30*time.Second {
+		t.Fatalf("gave up after %s, not after the grace", waited)
+	}
+	// The grace has run out (every waiting burst is judged before any is
+	// answered): the one that was answered since is still waited for.
+	if err := answered.Publish(2, "burst.x", msgID("a2"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if acks, err := answered.Wait(context.Background(), 10*time.Second); err != nil || len(acks) != 3 {
+		t.Fatalf("a burst answered since the election returned %+v, %v; want its three acks", acks, err)
+	}
+
+	// The stream's real advisory does the same.
+	silent, err := pub.Start(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Conn().Publish(natsd.LeaderElectedSubject("BURST"), []byte(`{"stream":"BURST"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := silent.Wait(context.Background(), time.Minute); !errors.Is(err, natsd.ErrLeaderChanged) {
+		t.Fatalf("after the stream's advisory: %v, want ErrLeaderChanged", err)
+	}
+}
+
 func TestParseAck(t *testing.T) {
 	for _, tc := range []struct {
 		data string

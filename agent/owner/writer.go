@@ -56,10 +56,11 @@ var ErrNotOwned = errors.New("partition not owned by this agent")
 var ErrWriteFailed = errors.New("lane store write failed; partition restarting")
 
 // ErrStoreLeaderMoving wraps an ErrWriteFailed whose write found no
-// leader of the lane store to take it (nats: no responders): that write
-// was not stored (others of its group may have been: the rebuild
-// registers them), and while a leader moves (a rolling restart) that is
-// routine. A store without a leader for long fails the reopen, which
+// leader of the lane store to take it (nats: no responders), or that the
+// store's old leader dropped when another was elected
+// (natsd.ErrLeaderChanged): that write was not stored, or its ack was
+// lost (others of its group may have been stored: the rebuild registers
+// them), and while a leader moves (a rolling restart) that is routine. A store without a leader for long fails the reopen, which
 // says so.
 var ErrStoreLeaderMoving = errors.New("the lane store had no leader to take the write")
 
@@ -566,6 +567,12 @@ func (w *laneWriter) run(ctx context.Context) error {
 		return err
 	}
 	defer pub.Close()
+	// A write the lane store's old leader dropped fails soon after the
+	// stream elected another (the partition restarts, its rebuild finds
+	// what was stored), rather than after the store's stall timeout.
+	if err := pub.FailOnLeaderChange(lanes.LanesStream(w.p)); err != nil {
+		return err
+	}
 	// A stalled store answers nothing: closing the publisher answers every
 	// burst still waiting (ErrPublisherClosed), so the partition stops now
 	// rather than after ackTimeout.
@@ -706,6 +713,10 @@ func (w *laneWriter) ackLoop(flights <-chan *flight, failed chan<- struct{}) err
 func (w *laneWriter) writeFailed(err error) error {
 	if errors.Is(err, nats.ErrNoResponders) {
 		w.log.Warn("lane store had no leader to take a write (its leader is moving); restarting the partition", "error", err)
+		return fmt.Errorf("%w: %w: %v", ErrWriteFailed, ErrStoreLeaderMoving, err)
+	}
+	if errors.Is(err, natsd.ErrLeaderChanged) {
+		w.log.Warn("lane store's old leader dropped a write when another was elected; restarting the partition", "error", err)
 		return fmt.Errorf("%w: %w: %v", ErrWriteFailed, ErrStoreLeaderMoving, err)
 	}
 	w.log.Error("lane store write failed; restarting the partition", "error", err)
