@@ -459,7 +459,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	handover := make(chan natsd.Handed, 1)
 	keep := a.ownPartitionGroups()
 	go func() { handover <- a.nats.HandOverLeaderships(handOverWait, keep) }()
-	if a.leave() {
+	if a.leave(errors.Is(context.Cause(ctx), natsd.ErrJetStreamDisabled)) {
 		stopFollowing()
 	}
 	a.log.Info("draining: waiting for attempts in flight")
@@ -530,14 +530,14 @@ func (a *Agent) ownPartitionGroups() func(stream, consumer string) bool {
 // leaveWait bounds the leaving report: it never holds the drain up longer.
 const leaveWait = 2 * time.Second
 
-// leave tells the control plane this agent is stopping (ReportLeaving), so
-// its partitions go to the others now and its session is left for it to
-// end after the drain; it tries the control planes (the leader one names
+// leave tells the control plane this agent is stopping (ReportLeaving),
+// and whether because its store failed, so its partitions go to the
+// others now and its session is left for it to end after the drain; it tries the control planes (the leader one names
 // first) for leaveWait at most. It reports whether the Watch may end now:
 // a control plane not told takes an ended Watch for a dead agent and
 // destroys its session a second later, so then the Watch stays open
 // through the drain (assignments are not applied meanwhile: a.leaving).
-func (a *Agent) leave() bool {
+func (a *Agent) leave(storeFailed bool) bool {
 	session := a.locker.Session()
 	if session == "" {
 		return true // no Consul (rivora dev, one agent): no session to keep
@@ -548,7 +548,7 @@ func (a *Agent) leave() bool {
 	for ctx.Err() == nil {
 		url := a.upstream.URL()
 		_, err = a.upstream.Client(a.upstream.HTTPClient(leaveWait), url).ReportLeaving(ctx, connect.NewRequest(&rivorav1.ReportLeavingRequest{
-			AgentName: a.cfg.Name, Session: session,
+			AgentName: a.cfg.Name, Session: session, StoreFailed: storeFailed,
 		}))
 		if err == nil {
 			a.log.Info("told the control plane this agent is leaving", "controlplane", url)

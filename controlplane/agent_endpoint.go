@@ -68,7 +68,7 @@ func (s *agentHandler) ReportOwned(ctx context.Context, req *connect.Request[riv
 // ReportLeaving marks a stopping agent leaving: its partitions move to the
 // others now, and its session is left for it to end (agentRegistry).
 func (s *agentHandler) ReportLeaving(ctx context.Context, req *connect.Request[rivorav1.ReportLeavingRequest]) (*connect.Response[rivorav1.ReportLeavingResponse], error) {
-	if err := s.cp.agents.leave(req.Msg.GetAgentName(), req.Msg.GetSession(), s.cp.now()); err != nil {
+	if err := s.cp.agents.leave(req.Msg.GetAgentName(), req.Msg.GetSession(), req.Msg.GetStoreFailed(), s.cp.now()); err != nil {
 		return nil, tag(ErrPrecondition, err)
 	}
 	s.cp.broadcast() // its partitions go to the other agents

@@ -96,8 +96,10 @@ type agentState struct {
 	eligibleAt  time.Time
 	// eligibleFrom is when the agent could own partitions with session
 	// (seen by this control plane, past any rejoin delay), and leftAt
-	// when it reported leaving with it.
+	// when it reported leaving with it; storeFailed, that it left because
+	// its store failed.
 	eligibleFrom, leftAt time.Time
+	storeFailed          bool
 	// leaving is set by ReportLeaving for the session the agent had then
 	// (it drains; see agentRegistry).
 	leaving   bool
@@ -134,7 +136,7 @@ func (r *agentRegistry) connect(name, address, session string, replacedAt, now t
 			// Same agent at a new address: its old stream may still be
 			// open (and is counted until it ends).
 			a.streams, a.applied = prev.streams, prev.applied
-			a.session, a.sessionLost, a.eligibleAt, a.leaving, a.eligibleFrom, a.leftAt = prev.session, prev.sessionLost, prev.eligibleAt, prev.leaving, prev.eligibleFrom, prev.leftAt
+			a.session, a.sessionLost, a.eligibleAt, a.leaving, a.eligibleFrom, a.leftAt, a.storeFailed = prev.session, prev.sessionLost, prev.eligibleAt, prev.leaving, prev.eligibleFrom, prev.leftAt, prev.storeFailed
 		}
 		r.agents[name] = a
 	}
@@ -169,7 +171,7 @@ func (r *agentRegistry) connect(name, address, session string, replacedAt, now t
 		if a.eligibleAt.After(now) {
 			a.eligibleFrom = a.eligibleAt
 		}
-		a.leaving = false // a restart: leaving was the old session's
+		a.leaving, a.storeFailed = false, false // a restart: leaving was the old session's
 	}
 	if r.consul == nil {
 		// No sessions tell a restart apart, and a leaving agent opens no
@@ -186,9 +188,10 @@ func (r *agentRegistry) connect(name, address, session string, replacedAt, now t
 // before that report. Such an agent back with a new session is a restart
 // (a deploy), which the rejoin delay need not hold back: the delay is
 // for an agent whose sessions keep being lost. One that stops soon after
-// it could own partitions (a crash loop) waits the delay again.
+// it could own partitions (a crash loop), or because its store failed,
+// waits the delay again.
 func (r *agentRegistry) leftCleanly(a *agentState) bool {
-	if !a.leaving || a.sessionLost.IsZero() || a.eligibleFrom.IsZero() || a.leftAt.IsZero() {
+	if !a.leaving || a.storeFailed || a.sessionLost.IsZero() || a.eligibleFrom.IsZero() || a.leftAt.IsZero() {
 		return false
 	}
 	return a.leftAt.Sub(a.eligibleFrom) >= r.rejoinDelay
@@ -241,8 +244,8 @@ func (r *agentRegistry) disconnect(ctx context.Context, name string, now time.Ti
 }
 
 // leave marks agent name leaving (see agentRegistry) while it has
-// session.
-func (r *agentRegistry) leave(name, session string, now time.Time) error {
+// session; storeFailed, because its store failed.
+func (r *agentRegistry) leave(name, session string, storeFailed bool, now time.Time) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a := r.agents[name]
@@ -258,9 +261,13 @@ func (r *agentRegistry) leave(name, session string, now time.Time) error {
 		return fmt.Errorf("agent %q has consul session %q here, not %q", name, a.session, session)
 	}
 	if !a.leaving {
-		r.log.Info("agent leaving: its partitions go to the others; it ends its consul session after its drain", "agent", name, "session", session)
+		if storeFailed {
+			r.log.Warn("agent leaving because its store failed: its partitions go to the others; back, it waits the rejoin delay", "agent", name, "session", session)
+		} else {
+			r.log.Info("agent leaving: its partitions go to the others; it ends its consul session after its drain", "agent", name, "session", session)
+		}
 	}
-	a.leaving, a.leftAt = true, now
+	a.leaving, a.leftAt, a.storeFailed = true, now, storeFailed
 	a.lastSeen = now
 	return nil
 }

@@ -591,21 +591,23 @@ func TestARejoinDelayOutlivesTheControlPlane(t *testing.T) {
 // TestACleanRestartSkipsTheRejoinDelay: an agent back with a new session
 // after it reported leaving and ended the old one (a deploy's restart) is
 // eligible at once when it had held that session for at least the rejoin
-// delay; one that left soon after it started, or lost its session without
-// leaving, waits the delay.
+// delay; one that left soon after it started, left because its store
+// failed, or lost its session without leaving, waits the delay.
 func TestACleanRestartSkipsTheRejoinDelay(t *testing.T) {
 	r := assignRegistry(t)
 	r.rejoinDelay = 30 * time.Second
 	start := time.Now()
 	cases := []struct {
-		name    string
-		held    time.Duration // the old session's life
-		leaving bool
-		delayed bool
+		name        string
+		held        time.Duration // the old session's life
+		leaving     bool
+		storeFailed bool
+		delayed     bool
 	}{
-		{"left-after-a-minute", time.Minute, true, false},
-		{"left-after-10s", 10 * time.Second, true, true},
-		{"lost-after-a-minute", time.Minute, false, true},
+		{"left-after-a-minute", time.Minute, true, false, false},
+		{"left-after-10s", 10 * time.Second, true, false, true},
+		{"lost-after-a-minute", time.Minute, false, false, true},
+		{"store-failed-after-a-minute", time.Minute, true, true, true},
 	}
 	for _, c := range cases {
 		r.mu.Lock()
@@ -613,7 +615,7 @@ func TestACleanRestartSkipsTheRejoinDelay(t *testing.T) {
 		r.mu.Unlock()
 		r.connect(c.name, "http://"+c.name+".invalid:7070", "old-"+c.name, time.Time{}, start)
 		if c.leaving {
-			if err := r.leave(c.name, "old-"+c.name, start.Add(c.held)); err != nil {
+			if err := r.leave(c.name, "old-"+c.name, c.storeFailed, start.Add(c.held)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -649,7 +651,7 @@ func TestACleanRestartSkipsTheRejoinDelay(t *testing.T) {
 	r.mu.Unlock()
 	back := start.Add(2 * time.Second)
 	r.connect(name, "http://flapping.invalid:7070", "s2", time.Time{}, back)
-	if err := r.leave(name, "s2", back.Add(r.rejoinDelay+time.Second)); err != nil {
+	if err := r.leave(name, "s2", false, back.Add(r.rejoinDelay+time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	r.mu.Lock()

@@ -64,16 +64,16 @@ func TestLeavingAgentIsNotHealthyAndKeepsItsSession(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := r.leave("agent-2", "another-session", time.Now()); err == nil {
+	if err := r.leave("agent-2", "another-session", false, time.Now()); err == nil {
 		t.Fatal("leaving with a session the agent does not have was accepted")
 	}
-	if err := r.leave("agent-9", "", time.Now()); err == nil {
+	if err := r.leave("agent-9", "", false, time.Now()); err == nil {
 		t.Fatal("an unknown agent's leaving was accepted")
 	}
-	if err := r.leave("agent-2", "", time.Now()); err == nil {
+	if err := r.leave("agent-2", "", false, time.Now()); err == nil {
 		t.Fatal("leaving without a session was accepted")
 	}
-	if err := r.leave("agent-2", sessions["agent-2"], time.Now()); err != nil {
+	if err := r.leave("agent-2", sessions["agent-2"], false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// Still watching, but unhealthy: assigned, asked and found nothing.

@@ -566,7 +566,11 @@ type ReportLeavingRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	AgentName string                 `protobuf:"bytes,1,opt,name=agent_name,json=agentName,proto3" json:"agent_name,omitempty"`
 	// session is the agent's Consul session: the mark holds for it only.
-	Session       string `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	Session string `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	// store_failed: the agent stops because its store failed (its disk
+	// refused a write), not for a deploy. Back with a new session, it waits
+	// the rejoin delay, as an agent whose session was lost does.
+	StoreFailed   bool `protobuf:"varint,3,opt,name=store_failed,json=storeFailed,proto3" json:"store_failed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -613,6 +617,13 @@ func (x *ReportLeavingRequest) GetSession() string {
 		return x.Session
 	}
 	return ""
+}
+
+func (x *ReportLeavingRequest) GetStoreFailed() bool {
+	if x != nil {
+		return x.StoreFailed
+	}
+	return false
 }
 
 type ReportLeavingResponse struct {
@@ -1172,11 +1183,12 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"partitions\x18\x03 \x03(\rR\n" +
 	"partitions\x12\x10\n" +
 	"\x03cut\x18\x04 \x03(\rR\x03cut\"\x15\n" +
-	"\x13ReportOwnedResponse\"O\n" +
+	"\x13ReportOwnedResponse\"r\n" +
 	"\x14ReportLeavingRequest\x12\x1d\n" +
 	"\n" +
 	"agent_name\x18\x01 \x01(\tR\tagentName\x12\x18\n" +
-	"\asession\x18\x02 \x01(\tR\asession\"\x17\n" +
+	"\asession\x18\x02 \x01(\tR\asession\x12!\n" +
+	"\fstore_failed\x18\x03 \x01(\bR\vstoreFailed\"\x17\n" +
 	"\x15ReportLeavingResponse\"\xb8\x01\n" +
 	"\x11ReportGoneRequest\x12\x1d\n" +
 	"\n" +
