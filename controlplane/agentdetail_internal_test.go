@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -30,5 +31,19 @@ func TestAgentsFailedKeepsTheError(t *testing.T) {
 	}
 	if agentsFailed(nil) != nil {
 		t.Error("agentsFailed(nil) is not nil")
+	}
+
+	// A local failure of another kind keeps its code, marked too; an
+	// agent's own answer and a cancelled call are not marked.
+	tooLarge := connect.NewError(connect.CodeResourceExhausted, errors.New("message to http://10.0.0.7:7400 is larger than configured max"))
+	local := fromAgent(&agentState{name: "a1", address: "http://10.0.0.7:7400"}, tooLarge)
+	var detail *agentDetailError
+	if !errors.As(local, &detail) || connect.CodeOf(local) != connect.CodeResourceExhausted || local.Error() != tooLarge.Error() {
+		t.Errorf("local failure %q (code %v): want it marked, its code and message kept", local, connect.CodeOf(local))
+	}
+	for _, kept := range []error{connect.NewWireError(connect.CodeNotFound, errors.New("no such destination")), context.Canceled} {
+		if got := fromAgent(&agentState{name: "a1"}, kept); got != kept {
+			t.Errorf("fromAgent(%q) = %q, want it as it was", kept, got)
+		}
 	}
 }

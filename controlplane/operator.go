@@ -112,7 +112,9 @@ func (r *operatorRouter) bounded(ctx context.Context, d time.Duration) (context.
 // fromAgent keeps an agent's own answer (a wire error) as it is, so its
 // code and message reach the caller. Not reaching the agent, or it not
 // answering in time, is Unavailable naming the agent (agentsFailed: a
-// customer token is not told which).
+// customer token is not told which). Any other failure of the call on
+// this side keeps its code, marked too: its message may name the agent's
+// address.
 func fromAgent(a *agentState, err error) error {
 	switch {
 	case err == nil, connect.IsWireError(err), errors.Is(err, context.Canceled):
@@ -122,7 +124,7 @@ func fromAgent(a *agentState, err error) error {
 	case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeUnknown:
 		return agentsFailed(fmt.Errorf("agent %s at %s did not answer: %w; retry", a.name, a.address, err))
 	}
-	return err
+	return &agentDetailError{err: err}
 }
 
 func (r *operatorRouter) ListLanes(ctx context.Context, req *connect.Request[rivorav1.ListLanesRequest]) (*connect.Response[rivorav1.ListLanesResponse], error) {
