@@ -34,6 +34,7 @@ func (s *Scheduler) laneBySubject(partition int, id lanes.ID, subject string) *L
 		d.order = append(d.order, laneSlot{lane: l, born: s.born, cust: c})
 		d.peakLanes = max(d.peakLanes, len(d.lanes))
 		c.lanes++
+		c.route(id.Subscription, 1)
 	}
 	return l
 }

@@ -323,6 +323,31 @@ type customer struct {
 	// while a retry waited (nextLane).
 	firstsPassed int
 	active       bool
+	// routed counts the customer's lanes here by subscription, for the
+	// lanes a subscription routed (nil while there are none): a refused
+	// skip reads from it which subscriptions may hold a lane key
+	// (noLane), instead of walking the destination's lanes under the
+	// lock its deliveries wait for.
+	routed map[string]int
+}
+
+// route counts a lane of the customer's under subscription sub (n: 1 for
+// a lane made, -1 for one forgotten); lanes published to the
+// destination itself (sub "") are not counted.
+func (c *customer) route(sub string, n int) {
+	if sub == "" {
+		return
+	}
+	if c.routed == nil {
+		c.routed = make(map[string]int, 1)
+	}
+	c.routed[sub] += n
+	if c.routed[sub] <= 0 {
+		delete(c.routed, sub)
+		if len(c.routed) == 0 {
+			c.routed = nil // a map keeps its capacity: give it back
+		}
+	}
 }
 
 // firstsPerRetry is how many of a customer's first attempts on a

@@ -352,6 +352,7 @@ func (s *Scheduler) forget(l *Lane) {
 	delete(d.lanes, l.Subject)
 	d.unorder(l)
 	c.lanes--
+	c.route(l.ID.Subscription, -1)
 	if c.lanes == 0 && !c.active {
 		delete(d.customers, c.id)
 	}

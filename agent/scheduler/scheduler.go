@@ -43,7 +43,10 @@
 //
 // Each destination keeps its pending lanes twice: by subject (lanes) and
 // in a slice (order, Lane.pos) that ListLanes walks; a lane is in both or
-// in neither.
+// in neither. Each of its customers counts its lanes by the subscription
+// that routed them (customer.routed), so that a refused skip names the
+// subscriptions of a lane key by looking up a lane per subscription,
+// never by walking the destination's lanes.
 //
 // Whether a failure that is the destination's counts against the event's
 // max_attempts is otherwiseHealthy's rule, answered by Observe; the

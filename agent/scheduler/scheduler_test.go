@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -148,12 +149,22 @@ func checkInvariants(t *testing.T, s *Scheduler) {
 			t.Fatalf("destination %s: inRing %v with due %d", id, d.inRing, d.due)
 		}
 		entriesOf := map[*customer]int{}
+		routedOf := map[*customer]map[string]int{}
 		for _, l := range d.lanes {
 			entriesOf[l.cust] += len(l.entries)
+			if sub := l.ID.Subscription; sub != "" {
+				if routedOf[l.cust] == nil {
+					routedOf[l.cust] = map[string]int{}
+				}
+				routedOf[l.cust][sub]++
+			}
 		}
 		for cid, c := range d.customers {
 			if c.pending != entriesOf[c] {
 				t.Fatalf("destination %s: customer %s counts %d pending, its lanes hold %d", id, cid, c.pending, entriesOf[c])
+			}
+			if !maps.Equal(c.routed, routedOf[c]) {
+				t.Fatalf("destination %s: customer %s counts its lanes by subscription as %v, they are %v", id, cid, c.routed, routedOf[c])
 			}
 		}
 		queued := map[*Lane]int{}

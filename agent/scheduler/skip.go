@@ -76,24 +76,37 @@ func (s *Scheduler) TakeHead(id lanes.ID, expectEventID string) (*Attempt, error
 
 // noLane is TakeHead's refusal for a lane with nothing pending: an
 // *OtherSubscriptionsError when the same customer's lane key has events
-// under another subscription (or none). It reads every lane of the
-// destination, on this refusal only. Called under the lock.
+// under another subscription (or none). It looks up one lane per
+// subscription that routes lanes of the customer here (customer.routed),
+// and the lane published to the destination itself: never a walk over
+// the destination's lanes, which at a million of them held the lock
+// every delivery of the partition waits for for tens of milliseconds.
+// Called under the lock.
 func (d *destination) noLane(id lanes.ID) error {
-	if c := d.customers[id.Customer]; c == nil || c.lanes == 0 {
-		return ErrNoLane // nothing of the customer's pending: no walk
+	c := d.customers[id.Customer]
+	if c == nil || c.lanes == 0 {
+		return ErrNoLane // nothing of the customer's pending
 	}
 	var subs []string
-	for i := range d.order {
-		l := d.order[i].lane
-		if l.ID.Customer == id.Customer && l.ID.Key == id.Key && l.ID.Subscription != id.Subscription && len(l.entries) > 0 {
-			subs = append(subs, l.ID.Subscription)
+	pending := func(sub string) {
+		if sub == id.Subscription {
+			return
 		}
+		other := id
+		other.Subscription = sub
+		if l := d.lanes[other.Subject(d.partition)]; l != nil && len(l.entries) > 0 {
+			subs = append(subs, sub)
+		}
+	}
+	pending("")
+	for sub := range c.routed {
+		pending(sub)
 	}
 	if len(subs) == 0 {
 		return ErrNoLane
 	}
 	slices.Sort(subs)
-	return &OtherSubscriptionsError{Subscriptions: slices.Compact(subs)}
+	return &OtherSubscriptionsError{Subscriptions: subs}
 }
 
 // unplay takes a lane that is not in flight out of its queue.

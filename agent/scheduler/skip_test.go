@@ -2,8 +2,11 @@ package scheduler
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/rivora/rivora/lanes"
 )
 
 // A lane named without its subscription (or with another) has nothing
@@ -41,4 +44,59 @@ func TestTakeHeadNamesTheSubscriptionsOfALaneKey(t *testing.T) {
 		t.Fatalf("TakeHead with its subscription: %v, %v", a, err)
 	}
 	checkInvariants(t, s)
+}
+
+// The refusal of a lane with nothing pending names the subscriptions of
+// its lane key from the customer's count of its lanes by subscription
+// (customer.routed), not from a walk over the destination's lanes: the
+// count follows lanes made, drained and taken with their subscription
+// (checkInvariants compares it with the lanes), and the refusal with it.
+func TestTakeHeadRefusalFollowsTheCustomersRoutedLanes(t *testing.T) {
+	s, _ := newSched()
+	s.SetLimits("d1", 0, unlimited)
+	s.SetPaused("d1", 0, true) // nothing is handed out but what TakeHead takes
+	under := func(sub string) lanes.ID {
+		id := lid("d1", "beta", "sb")
+		id.Subscription = sub
+		return id
+	}
+	for i, sub := range []string{"", "sub_1", "sub_2"} {
+		appendTo(s, 0, under(sub), ev(uint64(i+1)))
+	}
+	for i := range 100 { // the customer's other lanes, some routed
+		id := lid("d1", "beta", fmt.Sprint("k", i))
+		id.Subscription = []string{"", "sub_1", "sub_4"}[i%3]
+		appendTo(s, 0, id, ev(uint64(100+i)))
+	}
+	checkInvariants(t, s)
+	names := func(what string, id lanes.ID, want ...string) {
+		t.Helper()
+		_, err := s.TakeHead(id, "")
+		var others *OtherSubscriptionsError
+		switch {
+		case len(want) == 0 && err != ErrNoLane:
+			t.Fatalf("%s: %v, want ErrNoLane", what, err)
+		case len(want) > 0 && (!errors.As(err, &others) || !slices.Equal(others.Subscriptions, want)):
+			t.Fatalf("%s: %v, want %q named", what, err, want)
+		}
+	}
+	names("under a subscription that routes none of it", under("sub_3"), "", "sub_1", "sub_2")
+	names("a lane key of the customer's routed lanes only", lid("d1", "beta", "k1"), "sub_1")
+
+	// sub_1's lane of the key drains: it is no longer named.
+	a, err := s.TakeHead(under("sub_1"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Dead(a)
+	checkInvariants(t, s)
+	names("once sub_1's lane drained", under("sub_3"), "", "sub_2")
+	names("the drained lane itself", under("sub_1"), "", "sub_2")
+
+	// sub_2's lanes are taken with their subscription (a forced delete).
+	s.TakeSubscription("d1", "sub_2")
+	checkInvariants(t, s)
+	names("once sub_2's lanes were taken", under("sub_3"), "")
+	names("a lane key with nothing pending anywhere", lid("d1", "beta", "none"))
+	names("another customer's", lid("d1", "gamma", "sb"))
 }
