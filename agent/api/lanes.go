@@ -199,16 +199,22 @@ func validateSkip(m *rivorav1.SkipLaneHeadRequest) error {
 func takeHeadError(id lanes.ID, expect string, err error) error {
 	var moved *scheduler.HeadMovedError
 	var others *scheduler.OtherSubscriptionsError
+	var inFlight *scheduler.HeadInFlightError
 	switch {
 	case errors.As(err, &others):
 		return errkind.Errorf(errkind.NotFound, "lane %s: %w; %s", id, scheduler.ErrNoLane, routedOtherwise(id, others.Subscriptions))
 	case errors.Is(err, scheduler.ErrNoLane):
 		return errkind.Errorf(errkind.NotFound, "lane %s: %w (nothing pending; see rivoractl lanes list --destination %s)", id, err, id.Destination)
-	case errors.Is(err, scheduler.ErrHeadInFlight):
+	case errors.As(err, &inFlight) && inFlight.DestinationParked:
 		// A parked destination's probe sends the same head again as soon
 		// as each attempt ends (a partner that hangs holds it until the
 		// timeout): "try again once it ends" never finds it idle.
-		return errkind.Errorf(errkind.Precondition, "lane %s: %w: pause the destination first so it is not sent again once this attempt ends (rivoractl destinations pause %s), skip it once the attempt ends (within the destination's timeout), then rivoractl destinations resume %s", id, err, id.Destination, id.Destination)
+		return errkind.Errorf(errkind.Precondition, "lane %s: %w and its destination is parked: pause the destination first so it is not sent again once this attempt ends (rivoractl destinations pause %s), skip it once the attempt ends (within the destination's timeout), then rivoractl destinations resume %s", id, err, id.Destination, id.Destination)
+	case errors.Is(err, scheduler.ErrHeadInFlight):
+		// Not parked: the attempt ends within the destination's timeout,
+		// and a failed head then waits for its retry time (a delivered
+		// one is gone: --head makes the retry safe).
+		return errkind.Errorf(errkind.Precondition, "lane %s: %w; try again once its attempt ends (within the destination's timeout)", id, err)
 	case errors.As(err, &moved):
 		return errkind.Errorf(errkind.Precondition, "lane %s: its head is %s, not %s (delivered, dead or skipped meanwhile, or never in this lane); list the lane again", id, moved.Head, expect)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/lanes"
 )
 
@@ -13,7 +14,9 @@ import (
 var (
 	// ErrNoLane: the lane has no pending event here.
 	ErrNoLane = errors.New("lane has no pending events here")
-	// ErrHeadInFlight: the head is being attempted; its outcome decides.
+	// ErrHeadInFlight: the head is being attempted; its outcome decides
+	// (the error returned is a *HeadInFlightError, which says whether
+	// the destination is parked).
 	ErrHeadInFlight = errors.New("lane head is in flight")
 	// ErrHeadMoved: the head is not the event the caller expected (the
 	// error returned is a *HeadMovedError, which names the head).
@@ -28,6 +31,22 @@ func (e *HeadMovedError) Error() string { return "lane head is " + e.Head + ", n
 
 // Is makes errors.Is(err, ErrHeadMoved) hold.
 func (e *HeadMovedError) Is(target error) bool { return target == ErrHeadMoved }
+
+// HeadInFlightError is TakeHead's refusal of a head being attempted.
+type HeadInFlightError struct {
+	// DestinationParked: the destination is parked, so its probes (one a
+	// second, one out at a time) send the same held head again as soon as
+	// each attempt ends, and a partner that hangs holds each until the
+	// destination's timeout: the head is seldom out of flight until the
+	// destination is paused. Otherwise the attempt ends within the
+	// timeout, and the lane then waits for its retry time or moves on.
+	DestinationParked bool
+}
+
+func (e *HeadInFlightError) Error() string { return ErrHeadInFlight.Error() }
+
+// Is makes errors.Is(err, ErrHeadInFlight) hold.
+func (e *HeadInFlightError) Is(target error) bool { return target == ErrHeadInFlight }
 
 // OtherSubscriptionsError is TakeHead's refusal (ErrNoLane) when the lane
 // named has nothing pending but the same customer's lane key has, routed
@@ -64,7 +83,7 @@ func (s *Scheduler) TakeHead(id lanes.ID, expectEventID string) (*Attempt, error
 	case l == nil || len(l.entries) == 0:
 		return nil, d.noLane(id)
 	case l.state == laneInFlight:
-		return nil, ErrHeadInFlight
+		return nil, &HeadInFlightError{DestinationParked: d.budget != nil && d.budget.State() == budget.Parked}
 	case expectEventID != "" && l.eventID(&l.entries[0]) != expectEventID:
 		return nil, &HeadMovedError{Head: l.eventID(&l.entries[0])}
 	}

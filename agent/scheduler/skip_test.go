@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/rivora/rivora/agent/budget"
 	"github.com/rivora/rivora/lanes"
 )
 
@@ -99,4 +101,48 @@ func TestTakeHeadRefusalFollowsTheCustomersRoutedLanes(t *testing.T) {
 	names("once sub_2's lanes were taken", under("sub_3"), "")
 	names("a lane key with nothing pending anywhere", lid("d1", "beta", "none"))
 	names("another customer's", lid("d1", "gamma", "sb"))
+}
+
+// A head in flight is refused; the refusal says whether the destination
+// is parked, where its probe sends the same head again as soon as each
+// attempt ends (so the operator is told to pause it first), and is not
+// while the destination is healthy or degraded, where the attempt ends
+// within its timeout and the lane then waits for its retry time.
+func TestTakeHeadInFlightSaysWhetherItsDestinationIsParked(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("d", 0, outageLimits)
+	id := lid("d", "c", "a")
+	appendTo(s, 0, id, ev(1), ev(2))
+	refused := func(what string, wantState budget.State, wantParked bool) {
+		t.Helper()
+		if st := s.Snapshot("d")[0].State; st != wantState {
+			t.Fatalf("%s: destination %s, want %s", what, st, wantState)
+		}
+		_, err := s.TakeHead(id, "")
+		var inFlight *HeadInFlightError
+		if !errors.As(err, &inFlight) || !errors.Is(err, ErrHeadInFlight) || inFlight.DestinationParked != wantParked {
+			t.Fatalf("%s: TakeHead of the head in flight: %#v, want a HeadInFlightError (ErrHeadInFlight) with DestinationParked %v", what, err, wantParked)
+		}
+	}
+
+	a := mustPick(t, s)
+	refused("healthy", budget.Healthy, false)
+
+	s.Observe(a, 429, true, 0, "HTTP 429")
+	h := a.Head
+	h.HeldByDestination, h.LastStatus, h.LastAttemptAt, h.NotBefore = true, 429, clk.Now(), clk.Now().Add(time.Second)
+	h.WindowEnd = t0.Add(time.Hour)
+	s.Retry(a, h)
+	clk.Advance(2 * time.Second)
+	a = mustPick(t, s)
+	refused("degraded", budget.Degraded, false)
+	failHeld(t, s, a, t0.Add(time.Hour))
+
+	outage(t, s, "d", func(lanes.ID) time.Time { return t0.Add(time.Hour) })
+	clk.Advance(time.Second)
+	if probe := mustPick(t, s); !probe.EarlyProbe || probe.Lane.ID != id {
+		t.Fatalf("parked: %s handed out (early probe %v), want the probe of %s", probe.Lane.ID, probe.EarlyProbe, id)
+	}
+	refused("parked", budget.Parked, true)
+	checkInvariants(t, s)
 }
