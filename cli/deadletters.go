@@ -402,7 +402,8 @@ many and whose. --skip-deleted-subscriptions replays the others and leaves
 those in the archive (not marked: a later replay finds them again), and
 says how many it left, for which subscriptions; so one customer's deleted
 subscription does not hold a shared destination's replay for every other
-customer. A --dry-run says first what would be refused or left.
+customer. A --dry-run says first what would be refused or left; when the
+replay would be refused, the dry run fails too (exit 1, after its count).
 
 Examples:
    rivoractl replay --destination orders --dry-run
@@ -477,13 +478,19 @@ func (e *env) replay(c *ucli.Context) error {
 	}
 	last.Renamed = renamed
 	if e.output == "json" {
-		return writeJSON(e.out, last)
+		if err := writeJSON(e.out, last); err != nil {
+			return err
+		}
+		return wouldBeRefused(last, c.Bool("dry-run"))
 	}
 	if tty {
 		fmt.Fprintln(e.out)
 	}
 	if c.Bool("dry-run") {
-		return e.showDryRun(last)
+		if err := e.showDryRun(last); err != nil {
+			return err
+		}
+		return wouldBeRefused(last, true)
 	}
 	if _, err := fmt.Fprintf(e.out, "Replayed %d of %d dead letters in %s (%d skipped: sent by an earlier replay, stored already within the dedup window, or a later death of an event sent once).\n", last.GetReplayed(), last.GetTotal(), time.Since(start).Round(time.Millisecond), last.GetSkipped()); err != nil {
 		return err
@@ -512,6 +519,17 @@ func (e *env) showDryRun(last *rivorav1.ReplayResponse) error {
 	}
 	_, err := fmt.Fprintf(e.out, "%d match; %d skipped: sent by an earlier replay, or a later death of an event sent once\n", last.GetTotal(), last.GetSkipped())
 	return err
+}
+
+// wouldBeRefused fails a dry run whose replay would be refused, as the
+// replay itself fails (exit 1): a script that checks a dry run's exit
+// code before replaying learns the replay would not go ahead. Its count
+// is shown first.
+func wouldBeRefused(last *rivorav1.ReplayResponse, dryRun bool) error {
+	if !dryRun || last.GetRefused() == "" {
+		return nil
+	}
+	return fmt.Errorf("replay --dry-run: a replay would be refused: %s (nothing was replayed)", last.GetRefused())
 }
 
 // replayDone is how many matching dead letters a replay is done with:

@@ -46,16 +46,28 @@ func (countingArchive) Replay(_ context.Context, req *connect.Request[rivorav1.R
 
 // TestReplayDryRunSaysWhyTheReplayWouldBeRefused: a dry run's count
 // stands, and when the agent says the replay itself would be refused (a
-// deleted destination or subscription, its dead letters kept) it says so;
-// otherwise it says nothing more.
+// deleted destination or subscription, its dead letters kept) it says so
+// and fails as the replay would (exit 1), in a table and in JSON;
+// otherwise it says nothing more and succeeds.
 func TestReplayDryRunSaysWhyTheReplayWouldBeRefused(t *testing.T) {
 	srv := startCountingArchive(t)
 
-	gone := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "deleted", "--dry-run"))
+	gone := run(t, srv.URL, "", "replay", "--destination", "deleted", "--dry-run")
+	assertFailure(t, gone, 1, `a replay would be refused: destination "deleted" is not registered`)
 	for _, want := range []string{"3 match", `a replay would be refused: destination "deleted" is not registered`} {
 		if !strings.Contains(gone.stdout, want) {
 			t.Errorf("dry run for an unregistered destination lacks %q:\n%s", want, gone.stdout)
 		}
+	}
+	real := run(t, srv.URL, "", "replay", "--destination", "shared")
+	dry := run(t, srv.URL, "", "replay", "--destination", "shared", "--dry-run")
+	if real.code != 1 || dry.code != real.code {
+		t.Errorf("a refused replay exits %d, its dry run %d: want both 1", real.code, dry.code)
+	}
+	asJSON := run(t, srv.URL, "", "replay", "--destination", "deleted", "--dry-run", "-o", "json")
+	assertFailure(t, asJSON, 1, "a replay would be refused")
+	if !strings.Contains(asJSON.stdout, `"refused"`) {
+		t.Errorf("dry run -o json of a refused replay:\n%s\nwant the report on stdout", asJSON.stdout)
 	}
 	kept := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "orders", "--dry-run"))
 	if !strings.Contains(kept.stdout, "3 match") || strings.Contains(kept.stdout, "refused") {
@@ -91,7 +103,8 @@ func replaySharedWithDeletedSubscriptions(req *rivorav1.ReplayRequest, stream *c
 func TestReplaySkipsDeletedSubscriptionsWhenAsked(t *testing.T) {
 	srv := startCountingArchive(t)
 
-	refused := mustSucceed(t, run(t, srv.URL, "", "replay", "--destination", "shared", "--dry-run"))
+	refused := run(t, srv.URL, "", "replay", "--destination", "shared", "--dry-run")
+	assertFailure(t, refused, 1, "a replay would be refused: 3 of the 5 dead letters")
 	if !strings.HasPrefix(refused.stdout, "a replay would be refused: 3 of the 5 dead letters") || !strings.Contains(refused.stdout, "globex") {
 		t.Errorf("dry run of a replay that would be refused:\n%s\nwant the refusal first, then the table", refused.stdout)
 	}
