@@ -271,3 +271,52 @@ func TestOwnerHidden(t *testing.T) {
 		}
 	}
 }
+
+type limitsStub struct {
+	rivorav1connect.UnimplementedAdminServiceHandler
+}
+
+func (limitsStub) SetLimitsOverride(_ context.Context, req *connect.Request[rivorav1.SetLimitsOverrideRequest]) (*connect.Response[rivorav1.SetLimitsOverrideResponse], error) {
+	return connect.NewResponse(&rivorav1.SetLimitsOverrideResponse{DryRun: req.Msg.GetDryRun()}), nil
+}
+
+// A viewer may preview a limits override (a dry run changes nothing),
+// not set one; an operator sets one; a customer token does neither.
+func TestAViewerMayDryRunALimitsOverride(t *testing.T) {
+	keys := NewKeys(CellToken{})
+	tokens := map[rivorav1.Role]string{}
+	var stored []*rivorav1.ApiToken
+	for _, role := range []rivorav1.Role{viewer, operator, customer} {
+		token, id, err := NewToken()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[role] = token
+		stored = append(stored, &rivorav1.ApiToken{Id: id, Name: RoleName(role), Role: role, Hash: Hash(token), Customers: []string{"c1"}})
+	}
+	keys.SetTokens(stored)
+	mux := http.NewServeMux()
+	mux.Handle(rivorav1connect.NewAdminServiceHandler(limitsStub{}, connect.WithInterceptors(NewInterceptor(keys))))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	set := func(role rivorav1.Role, dryRun bool) error {
+		client := rivorav1connect.NewAdminServiceClient(srv.Client(), srv.URL, connect.WithInterceptors(Bearer(tokens[role])))
+		_, err := client.SetLimitsOverride(context.Background(), connect.NewRequest(&rivorav1.SetLimitsOverrideRequest{DestinationId: "d", RatePerSecond: new(5.0), Reason: "r", DryRun: dryRun}))
+		return err
+	}
+	if err := set(viewer, true); err != nil {
+		t.Fatalf("a viewer's dry run: %v, want allowed", err)
+	}
+	err := set(viewer, false)
+	if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "--dry-run") {
+		t.Fatalf("a viewer's override: %v, want permission_denied naming --dry-run", err)
+	}
+	if err := set(operator, false); err != nil {
+		t.Fatalf("an operator's override: %v", err)
+	}
+	for _, dryRun := range []bool{true, false} {
+		if err := set(customer, dryRun); connect.CodeOf(err) != connect.CodePermissionDenied {
+			t.Fatalf("a customer token's override (dry run %v): %v, want permission_denied", dryRun, err)
+		}
+	}
+}

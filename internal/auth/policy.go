@@ -88,14 +88,24 @@ var Policies = map[string]Rule{
 	rivorav1connect.AdminServiceListAuditProcedure:            read,
 	// A customer token sees only whether the agents applied a change
 	// (its --wait), not who they are or what they own.
-	rivorav1connect.AdminServiceGetConfigStatusProcedure:     ownRead,
-	rivorav1connect.AdminServiceListEdgesProcedure:           read,
-	rivorav1connect.AdminServiceGetEdgeProcedure:             read,
-	rivorav1connect.AdminServiceRemoveEdgeProcedure:          adminsOf,
-	rivorav1connect.AdminServiceSetPriorityProcedure:         steer,
-	rivorav1connect.AdminServicePauseDestinationProcedure:    steer,
-	rivorav1connect.AdminServiceResumeDestinationProcedure:   steer,
-	rivorav1connect.AdminServiceSetLimitsOverrideProcedure:   steer,
+	rivorav1connect.AdminServiceGetConfigStatusProcedure:   ownRead,
+	rivorav1connect.AdminServiceListEdgesProcedure:         read,
+	rivorav1connect.AdminServiceGetEdgeProcedure:           read,
+	rivorav1connect.AdminServiceRemoveEdgeProcedure:        adminsOf,
+	rivorav1connect.AdminServiceSetPriorityProcedure:       steer,
+	rivorav1connect.AdminServicePauseDestinationProcedure:  steer,
+	rivorav1connect.AdminServiceResumeDestinationProcedure: steer,
+	// A dry run changes nothing (no version, no audit): a viewer may
+	// preview what an override would give, not set one.
+	rivorav1connect.AdminServiceSetLimitsOverrideProcedure: {
+		Roles: read.Roles,
+		Request: func(p *Principal, req any) error {
+			if p.Role == viewer && !req.(*rivorav1.SetLimitsOverrideRequest).GetDryRun() {
+				return connect.NewError(connect.CodePermissionDenied, errors.New("a viewer token may preview a limits override (--dry-run), not set one: setting limits needs an admin or operator token"))
+			}
+			return nil
+		},
+	},
 	rivorav1connect.AdminServiceClearLimitsOverrideProcedure: steer,
 
 	// Secret rotation is an admin's, like update (and a customer's, of
