@@ -54,7 +54,8 @@ pending moves). Fields not given keep their current override, if any.
 --reason is required; --ttl makes the override expire by itself. An override
 has one expiry for all its fields: a change without --ttl keeps the expiry
 of the override in force, and one with --ttl sets it for the fields set
-earlier too (the audit log says which).
+earlier too (the audit log says which). --ttl alone, with no limit, sets
+when the override in force ends (refused when there is none).
 
 It prints the effective limits and how long the destination's pending
 events take to drain at the rate it would run at (the new limit; a
@@ -69,7 +70,8 @@ nothing: no new config version, no audit entry (so it needs no --reason).
 
 Examples:
    rivoractl limits set orders --rate 50 --dry-run
-   rivoractl limits set orders --rate 10 --reason "WAF throttling us" --ttl 30m --wait`,
+   rivoractl limits set orders --rate 10 --reason "WAF throttling us" --ttl 30m --wait
+   rivoractl limits set orders --ttl 2h --reason "WAF fix ships tonight"`,
 				Flags: []ucli.Flag{
 					&ucli.Float64Flag{Name: "rate", Usage: "delivery `RATE` in events per second, 0.001 to 1e6", DefaultText: "unchanged"},
 					&ucli.IntFlag{Name: "burst", Usage: "`N` deliveries allowed at once above the rate", DefaultText: "unchanged"},
@@ -231,8 +233,8 @@ func (e *env) setLimits(c *ucli.Context) error {
 			*f.dst, any = d, true
 		}
 	}
-	if !any {
-		return usagef("nothing to override: pass at least one of --rate, --burst, --max-attempts, --window, --timeout, --max-in-flight")
+	if !any && !c.IsSet("ttl") {
+		return usagef("nothing to override: pass at least one of --rate, --burst, --max-attempts, --window, --timeout, --max-in-flight (or --ttl alone to set when the override in force ends)")
 	}
 	if c.IsSet("ttl") {
 		if flagDuration(c, "ttl") <= 0 {

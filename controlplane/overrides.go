@@ -49,7 +49,7 @@ func (cp *ControlPlane) setOverride(m *rivorav1.SetLimitsOverrideRequest, who ac
 		return nil, 0, err
 	}
 	updated, version, err := cp.changeDestination("limits.override", m.GetDestinationId(), who, m.GetReason(), func(d *rivorav1.Destination) (string, error) {
-		return applyOverride(d, m, set, changes, who, cp.now()), nil
+		return applyOverride(d, m, set, changes, who, cp.now())
 	})
 	if err != nil {
 		return nil, 0, err
@@ -69,7 +69,9 @@ func (cp *ControlPlane) previewOverride(m *rivorav1.SetLimitsOverrideRequest, wh
 		return nil, notFound(m.GetDestinationId())
 	}
 	d = proto.Clone(d).(*rivorav1.Destination)
-	applyOverride(d, m, set, changes, who, cp.now())
+	if _, err := applyOverride(d, m, set, changes, who, cp.now()); err != nil {
+		return nil, err
+	}
 	return cp.limitsView(d), nil
 }
 
@@ -79,13 +81,18 @@ func (cp *ControlPlane) previewOverride(m *rivorav1.SetLimitsOverrideRequest, wh
 // fields to an override still in force keeps its expiry unless it gives
 // a ttl of its own, which then applies to the fields set earlier too;
 // the audit says which. (It used to drop the earlier expiry: a second
-// `limits set` made a 30-minute rate cut permanent, and said nothing.)
-func applyOverride(d *rivorav1.Destination, m *rivorav1.SetLimitsOverrideRequest, set *rivorav1.Limits, changes []string, who actor, now time.Time) string {
+// `limits set` made a 30-minute rate cut permanent, and said nothing.) A
+// ttl alone (no field) sets the expiry of the override in force; with
+// none in force there is nothing for it to end.
+func applyOverride(d *rivorav1.Destination, m *rivorav1.SetLimitsOverrideRequest, set *rivorav1.Limits, changes []string, who actor, now time.Time) (string, error) {
 	o := &rivorav1.LimitsOverride{Limits: &rivorav1.Limits{}, Author: who.name, Reason: m.GetReason(), SetAt: timestamppb.New(now), Fields: map[string]*rivorav1.OverrideField{}}
 	var earlier []string // fields of the override in force that m does not set
 	prev := d.GetOverride()
 	if prev != nil && prev.GetExpiresAt() != nil && !prev.GetExpiresAt().AsTime().After(now) {
 		prev = nil // expired
+	}
+	if prev == nil && len(changes) == 0 {
+		return "", errorf(ErrPrecondition, "destination %q has no limits override in force: a ttl alone sets when the override in force ends; give it with the limits to override (--rate, --burst, --max-attempts, --window, --timeout, --max-in-flight)", d.GetId())
 	}
 	if prev != nil {
 		o.Limits = proto.Clone(prev.GetLimits()).(*rivorav1.Limits)
@@ -104,6 +111,9 @@ func applyOverride(d *rivorav1.Destination, m *rivorav1.SetLimitsOverrideRequest
 	}
 	detail := strings.Join(changes, ", ")
 	switch ttl := m.GetTtl(); {
+	case ttl != nil && len(changes) == 0:
+		detail = fmt.Sprintf("expiry set: the override (%s) ends in %s", strings.Join(earlier, ", "), ttl.AsDuration())
+		o.ExpiresAt = timestamppb.New(now.Add(ttl.AsDuration()))
 	case ttl != nil:
 		o.ExpiresAt = timestamppb.New(now.Add(ttl.AsDuration()))
 		detail += fmt.Sprintf(" for %s", ttl.AsDuration())
@@ -115,7 +125,7 @@ func applyOverride(d *rivorav1.Destination, m *rivorav1.SetLimitsOverrideRequest
 		detail += fmt.Sprintf(" until %s (the override's expiry, kept)", prev.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
 	}
 	d.Override = o
-	return detail
+	return detail, nil
 }
 
 // overrideField is who set field f of override o, why and when: its own
@@ -140,8 +150,8 @@ func validateOverride(m *rivorav1.SetLimitsOverrideRequest) (*rivorav1.Limits, [
 		return nil, nil, err
 	}
 	changes := copySetFields(&rivorav1.Limits{}, set)
-	if len(changes) == 0 {
-		return nil, nil, tag(ErrInvalid, errors.New("nothing to override: set at least one limit (--rate, --burst, …)"))
+	if len(changes) == 0 && m.GetTtl() == nil {
+		return nil, nil, tag(ErrInvalid, errors.New("nothing to override: set at least one limit (--rate, --burst, …), or a ttl alone to set when the override in force ends"))
 	}
 	if ttl := m.GetTtl(); ttl != nil && ttl.AsDuration() <= 0 {
 		return nil, nil, errorf(ErrInvalid, "ttl must be positive, got %s", ttl.AsDuration())

@@ -3400,7 +3400,9 @@ type SetLimitsOverrideRequest struct {
 	// reason is required: the audit log says why.
 	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
 	Author string `protobuf:"bytes,9,opt,name=author,proto3" json:"author,omitempty"`
-	// ttl, when set, ends the override after this long.
+	// ttl, when set, ends the override after this long. Alone (no limit
+	// set) it sets when the override in force ends, its fields and values
+	// kept (FailedPrecondition when none is in force).
 	Ttl *durationpb.Duration `protobuf:"bytes,10,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// dry_run checks the override and answers what it would do — the
 	// effective limits and the projected drain time — changing nothing

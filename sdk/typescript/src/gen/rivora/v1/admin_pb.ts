@@ -1981,7 +1981,9 @@ export type SetLimitsOverrideRequest = Message<"rivora.v1.SetLimitsOverrideReque
   author: string;
 
   /**
-   * ttl, when set, ends the override after this long.
+   * ttl, when set, ends the override after this long. Alone (no limit
+   * set) it sets when the override in force ends, its fields and values
+   * kept (FailedPrecondition when none is in force).
    *
    * @generated from field: google.protobuf.Duration ttl = 10;
    */
