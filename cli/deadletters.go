@@ -121,9 +121,15 @@ filter).`,
 				Name:      "stats",
 				Usage:     "count dead letters per destination, customer and reason",
 				UsageText: "rivoractl dlq stats [filters] [--by-subscription] [-o json]",
-				Description: ledgerHelp + `
-Then the last line counts the dead letters waiting in the ledgers, and
--o json carries archiveUnavailable, ledgerPartitions and unreadLedgers.`,
+				Description: `COUNT counts every matching dead letter, as dlq list lists them; REPLAYED
+those of them a replay handled already (dlq list's REPLAYED column): the
+next replay leaves them, and sends the others. -o json: count and
+replayed per row, total and replayed overall.
+
+` + ledgerHelp + `
+Then the last line counts the dead letters waiting in the ledgers (none
+replayed yet: a replay reads the archive), and -o json carries
+archiveUnavailable, ledgerPartitions and unreadLedgers.`,
 				Flags:  append(filterFlags(), &ucli.BoolFlag{Name: "by-subscription", Usage: "count per subscription too"}),
 				Action: e.deadLetterStats,
 			},
@@ -326,7 +332,7 @@ func (e *env) deadLetterStats(c *ucli.Context) error {
 			ledgerWarning(e.errOut, why, fmt.Sprintf("counting the %d matching dead letters", resp.Msg.GetTotal()), resp.Msg.GetUnreadLedgers())
 		}
 		// int64 counts are strings in protojson.
-		return writeJSONWith(e.out, resp.Msg, map[string]any{"counts": []any{}, "total": "0", "objects": "0"})
+		return writeJSONWith(e.out, resp.Msg, map[string]any{"counts": []any{}, "total": "0", "replayed": "0", "objects": "0"})
 	}
 	if why != "" {
 		ledgerWarning(e.out, why, fmt.Sprintf("counting the %d matching dead letters", resp.Msg.GetTotal()), resp.Msg.GetUnreadLedgers())
@@ -335,12 +341,12 @@ func (e *env) deadLetterStats(c *ucli.Context) error {
 	if bySubscription {
 		tw.row("SUBSCRIPTION\t")
 	}
-	tw.row("DESTINATION\tCUSTOMER\tREASON\tCOUNT\tOLDEST\tNEWEST\n")
+	tw.row("DESTINATION\tCUSTOMER\tREASON\tCOUNT\tREPLAYED\tOLDEST\tNEWEST\n")
 	for _, n := range resp.Msg.GetCounts() {
 		if bySubscription {
 			tw.row("%s\t", dash(n.GetSubscriptionId()))
 		}
-		tw.row("%s\t%s\t%s\t%d\t%s\t%s\n", n.GetDestinationId(), n.GetCustomerId(), reasonText(n.GetReason()), n.GetCount(), fmtTime(n.GetOldest()), fmtTime(n.GetNewest()))
+		tw.row("%s\t%s\t%s\t%d\t%d\t%s\t%s\n", n.GetDestinationId(), n.GetCustomerId(), reasonText(n.GetReason()), n.GetCount(), n.GetReplayed(), fmtTime(n.GetOldest()), fmtTime(n.GetNewest()))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -349,7 +355,7 @@ func (e *env) deadLetterStats(c *ucli.Context) error {
 		_, err = fmt.Fprintf(e.out, "%d dead letters waiting in the agents' ledgers (the archive's are counted once it is back)\n", resp.Msg.GetTotal())
 		return err
 	}
-	_, err = fmt.Fprintf(e.out, "%d dead letters in %d archive objects\n", resp.Msg.GetTotal(), resp.Msg.GetObjects())
+	_, err = fmt.Fprintf(e.out, "%d dead letters in %d archive objects, %d of them handled by a replay already (REPLAYED; the next replay leaves them)\n", resp.Msg.GetTotal(), resp.Msg.GetObjects(), resp.Msg.GetReplayed())
 	return err
 }
 

@@ -383,18 +383,30 @@ func (s *Service) statsArchived(ctx context.Context, arch archive.Archive, f *ri
 	}
 	counts := newCounter()
 	counts.bySubscription = bySubscription
+	marks := newReplayMarks(s.replay.marks)
 	for _, k := range keys {
 		dls, err := arch.Get(ctx, k)
 		if err != nil {
 			return nil, errkind.Tag(errkind.Unavailable, err)
 		}
-		for _, dl := range dls {
-			if matches(f, dl) {
-				counts.add(dl, true)
+		// Those a replay handled are counted apart, as dlq list's
+		// REPLAYED column shows them; as for a list, marks that cannot be
+		// read leave the dead letters counted, none as replayed.
+		if _, err := marks.load(ctx, k); err != nil {
+			s.log.Warn("dead letters counted without their replay marks", "object", k, "error", err)
+		}
+		for i, dl := range dls {
+			if !matches(f, dl) {
+				continue
+			}
+			n := counts.add(dl, true)
+			if _, replayed := marks.handledAt(k, i); replayed {
+				n.Replayed++
+				counts.replayed++
 			}
 		}
 	}
-	return &rivorav1.DeadLetterStatsResponse{Counts: counts.newestFirst(), Total: counts.total, Objects: int64(len(keys))}, nil
+	return &rivorav1.DeadLetterStatsResponse{Counts: counts.newestFirst(), Total: counts.total, Replayed: counts.replayed, Objects: int64(len(keys))}, nil
 }
 
 // counter groups dead letters by destination, customer (and reason, and
@@ -402,12 +414,14 @@ func (s *Service) statsArchived(ctx context.Context, arch archive.Archive, f *ri
 type counter struct {
 	byKey          map[string]*rivorav1.DeadLetterCount
 	total          int64
+	replayed       int64
 	bySubscription bool
 }
 
 func newCounter() *counter { return &counter{byKey: make(map[string]*rivorav1.DeadLetterCount)} }
 
-func (c *counter) add(dl *rivorav1.DeadLetter, byReason bool) {
+// add counts dl and returns its group's count.
+func (c *counter) add(dl *rivorav1.DeadLetter, byReason bool) *rivorav1.DeadLetterCount {
 	ev := dl.GetEvent()
 	reason := rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED
 	if byReason {
@@ -434,6 +448,7 @@ func (c *counter) add(dl *rivorav1.DeadLetter, byReason bool) {
 	if dl.GetDeadAt().AsTime().After(n.GetNewest().AsTime()) {
 		n.Newest = dl.GetDeadAt()
 	}
+	return n
 }
 
 func (c *counter) list() []*rivorav1.DeadLetterCount {

@@ -85,6 +85,34 @@ func TestListDeadLettersLimitIsBounded(t *testing.T) {
 	}
 }
 
+// Stats count the dead letters a replay handled apart (replayed), as dlq
+// list shows them: a probe read every dead letter as still to replay.
+func TestDeadLetterStatsCountReplayedApart(t *testing.T) {
+	rg := newReplayRig(t)
+	rg.put(t, "orders", 0, 1, time.Hour, dead("a1", "acme", rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS), dead("a2", "acme", rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS), dead("g", "globex", rivorav1.DeadReason_DEAD_REASON_MAX_ATTEMPTS))
+	if _, end, err := rg.run(context.Background(), ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders", CustomerId: "acme"}}, nil); err != nil || end.Replayed != 2 {
+		t.Fatalf("replay of acme's: %+v, %v", end, err)
+	}
+	s := &Service{archive: rg.arch, replay: rg.replay}
+	stats, err := s.DeadLetterStats(context.Background(), connect.NewRequest(&rivorav1.DeadLetterStatsRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "orders"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.Msg.GetTotal() != 3 || stats.Msg.GetReplayed() != 2 {
+		t.Errorf("stats: total %d, replayed %d; want 3, 2", stats.Msg.GetTotal(), stats.Msg.GetReplayed())
+	}
+	want := map[string][2]int64{"acme": {2, 2}, "globex": {1, 0}}
+	for _, n := range stats.Msg.GetCounts() {
+		if got := [2]int64{n.GetCount(), n.GetReplayed()}; got != want[n.GetCustomerId()] {
+			t.Errorf("%s: count, replayed %v; want %v", n.GetCustomerId(), got, want[n.GetCustomerId()])
+		}
+		delete(want, n.GetCustomerId())
+	}
+	if len(want) != 0 {
+		t.Errorf("no counts for %v", want)
+	}
+}
+
 // The dead letters a replay handled say when (replayed_at), in lists and
 // in show; the others, which the next replay sends, do not.
 func TestDeadLettersSayWhenAReplayHandledThem(t *testing.T) {

@@ -547,8 +547,14 @@ type DeadLetterCount struct {
 	// subscription_id is set when the stats were grouped by subscription
 	// (by_subscription).
 	SubscriptionId string `protobuf:"bytes,7,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// replayed counts those of count a replay handled already (dlq list's
+	// REPLAYED: re-accepted, found sent, or a later death of an event a
+	// replay re-accepted): the next replay leaves them (but with restart).
+	// Always 0 for dead letters still in the ledgers (a replay reads the
+	// archive).
+	Replayed      int64 `protobuf:"varint,8,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeadLetterCount) Reset() {
@@ -630,6 +636,13 @@ func (x *DeadLetterCount) GetSubscriptionId() string {
 	return ""
 }
 
+func (x *DeadLetterCount) GetReplayed() int64 {
+	if x != nil {
+		return x.Replayed
+	}
+	return 0
+}
+
 type DeadLetterStatsResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Counts  []*DeadLetterCount     `protobuf:"bytes,1,rep,name=counts,proto3" json:"counts,omitempty"`
@@ -642,8 +655,10 @@ type DeadLetterStatsResponse struct {
 	// ledger_partitions and unread_ledgers: as in ListDeadLettersResponse.
 	LedgerPartitions []uint32        `protobuf:"varint,5,rep,packed,name=ledger_partitions,json=ledgerPartitions,proto3" json:"ledger_partitions,omitempty"`
 	UnreadLedgers    []*UnreadLedger `protobuf:"bytes,6,rep,name=unread_ledgers,json=unreadLedgers,proto3" json:"unread_ledgers,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// replayed: the counts' replayed, summed (of total).
+	Replayed      int64 `protobuf:"varint,7,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeadLetterStatsResponse) Reset() {
@@ -716,6 +731,13 @@ func (x *DeadLetterStatsResponse) GetUnreadLedgers() []*UnreadLedger {
 		return x.UnreadLedgers
 	}
 	return nil
+}
+
+func (x *DeadLetterStatsResponse) GetReplayed() int64 {
+	if x != nil {
+		return x.Replayed
+	}
+	return 0
 }
 
 type ReplayRequest struct {
@@ -1053,7 +1075,7 @@ const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\x16DeadLetterStatsRequest\x123\n" +
 	"\x06filter\x18\x01 \x01(\v2\x1b.rivora.v1.DeadLetterFilterR\x06filter\x12'\n" +
 	"\x0fby_subscription\x18\x02 \x01(\bR\x0ebySubscription\x12!\n" +
-	"\fledgers_only\x18\x03 \x01(\bR\vledgersOnly\"\xaf\x02\n" +
+	"\fledgers_only\x18\x03 \x01(\bR\vledgersOnly\"\xcb\x02\n" +
 	"\x0fDeadLetterCount\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x1f\n" +
 	"\vcustomer_id\x18\x02 \x01(\tR\n" +
@@ -1062,14 +1084,16 @@ const file_rivora_v1_deadletters_proto_rawDesc = "" +
 	"\x05count\x18\x04 \x01(\x03R\x05count\x122\n" +
 	"\x06oldest\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06oldest\x122\n" +
 	"\x06newest\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06newest\x12'\n" +
-	"\x0fsubscription_id\x18\a \x01(\tR\x0esubscriptionId\"\x9b\x02\n" +
+	"\x0fsubscription_id\x18\a \x01(\tR\x0esubscriptionId\x12\x1a\n" +
+	"\breplayed\x18\b \x01(\x03R\breplayed\"\xb7\x02\n" +
 	"\x17DeadLetterStatsResponse\x122\n" +
 	"\x06counts\x18\x01 \x03(\v2\x1a.rivora.v1.DeadLetterCountR\x06counts\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x18\n" +
 	"\aobjects\x18\x03 \x01(\x03R\aobjects\x12/\n" +
 	"\x13archive_unavailable\x18\x04 \x01(\tR\x12archiveUnavailable\x12+\n" +
 	"\x11ledger_partitions\x18\x05 \x03(\rR\x10ledgerPartitions\x12>\n" +
-	"\x0eunread_ledgers\x18\x06 \x03(\v2\x17.rivora.v1.UnreadLedgerR\runreadLedgers\"\xf6\x01\n" +
+	"\x0eunread_ledgers\x18\x06 \x03(\v2\x17.rivora.v1.UnreadLedgerR\runreadLedgers\x12\x1a\n" +
+	"\breplayed\x18\a \x01(\x03R\breplayed\"\xf6\x01\n" +
 	"\rReplayRequest\x123\n" +
 	"\x06filter\x18\x01 \x01(\v2\x1b.rivora.v1.DeadLetterFilterR\x06filter\x12+\n" +
 	"\x0frate_per_second\x18\x02 \x01(\x01H\x00R\rratePerSecond\x88\x01\x01\x12\x17\n" +
