@@ -322,6 +322,37 @@ func ValidateLaneKey(key string) error {
 	return nil
 }
 
+// LowerEventID is id in lower case when id is the text of a UUID with
+// upper-case hex digits (ok): Rivora's event ids are UUIDs it generates
+// or derives from a key (sdk/eventid), always written in lower case, so
+// such an id was typed or copied in another case. Ids are compared
+// exactly (an id in another form is stored as it came): a lookup that
+// does not find id as typed looks for this one.
+func LowerEventID(id string) (lower string, ok bool) {
+	if len(id) != 36 {
+		return "", false
+	}
+	upper := false
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return "", false
+			}
+		case c >= 'A' && c <= 'F':
+			upper = true
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
+		default:
+			return "", false
+		}
+	}
+	if !upper {
+		return "", false
+	}
+	return strings.ToLower(id), true
+}
+
 // ValidateEventID checks a client-chosen event id (idempotency key): 1–128
 // bytes of [A-Za-z0-9_:-].
 func ValidateEventID(what, id string) error {

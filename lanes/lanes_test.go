@@ -129,3 +129,26 @@ func TestPartitionsText(t *testing.T) {
 		}
 	}
 }
+
+// LowerEventID lowers only a UUID's text with upper-case hex digits: an
+// id in lower case already, or in any other form, is looked for as typed
+// alone.
+func TestLowerEventID(t *testing.T) {
+	for _, c := range []struct {
+		id, lower string
+		ok        bool
+	}{
+		{"0190A5B4-7C1E-7DEF-8A00-00000000BEEF", "0190a5b4-7c1e-7def-8a00-00000000beef", true},
+		{"0190a5b4-7c1e-7def-8a00-00000000bEEf", "0190a5b4-7c1e-7def-8a00-00000000beef", true},
+		{"0190a5b4-7c1e-7def-8a00-00000000beef", "", false}, // lower case already
+		{"0190A5B47C1E7DEF8A0000000000BEEF", "", false},     // not the dashed form
+		{"0190A5B4-7C1E-7DEF-8A00-00000000BEEG", "", false}, // not hex
+		{"0190A5B4_7C1E-7DEF-8A00-00000000BEEF", "", false}, // a dash missing
+		{"ORDER-42", "", false},
+		{"", "", false},
+	} {
+		if lower, ok := lanes.LowerEventID(c.id); lower != c.lower || ok != c.ok {
+			t.Errorf("LowerEventID(%q) = %q, %v; want %q, %v", c.id, lower, ok, c.lower, c.ok)
+		}
+	}
+}

@@ -32,11 +32,25 @@ type eventService struct {
 	*server
 }
 
+// GetEvent finds the event as its id is typed, else, for a UUID typed in
+// upper case, as Rivora writes its ids: in lower case (lanes.LowerEventID).
 func (s *eventService) GetEvent(ctx context.Context, req *connect.Request[rivorav1.GetEventRequest]) (*connect.Response[rivorav1.GetEventResponse], error) {
 	id := req.Msg.GetEventId()
 	if err := lanes.ValidateEventID("event_id", id); err != nil {
 		return nil, errkind.Tag(errkind.Invalid, err)
 	}
+	resp, err := s.event(ctx, id)
+	if lower, ok := lanes.LowerEventID(id); ok && errkind.CodeOf(err) == connect.CodeNotFound {
+		// Not found either: the answer names the id as typed.
+		if lowered, lowerErr := s.event(ctx, lower); errkind.CodeOf(lowerErr) != connect.CodeNotFound {
+			return lowered, lowerErr
+		}
+	}
+	return resp, err
+}
+
+// event answers GetEvent for id exactly as given.
+func (s *eventService) event(ctx context.Context, id string) (*connect.Response[rivorav1.GetEventResponse], error) {
 	// The lane first, then the history: an event that ends between the
 	// two was recorded before its lane let it go.
 	loc, pending := s.sched.Find(id)
@@ -592,6 +606,9 @@ func finishedSummary(f history.Finished) *rivorav1.EventSummary {
 // same id a replay of it uses), so two operators resending it at once, or
 // a retry after a lost answer, send it once (AlreadyExists for the
 // other) within the ingest dedup window.
+//
+// As GetEvent, a UUID typed in upper case not found as typed is looked for
+// in lower case (a not_found resends nothing).
 func (s *eventService) ResendEvent(ctx context.Context, req *connect.Request[rivorav1.ResendEventRequest]) (*connect.Response[rivorav1.ResendEventResponse], error) {
 	id, reason := req.Msg.GetEventId(), strings.TrimSpace(req.Msg.GetReason())
 	if err := lanes.ValidateEventID("event_id", id); err != nil {
@@ -600,6 +617,17 @@ func (s *eventService) ResendEvent(ctx context.Context, req *connect.Request[riv
 	if reason == "" {
 		return nil, errkind.Errorf(errkind.Invalid, "reason is required: say why the event is sent again (it goes to the audit log)")
 	}
+	resp, err := s.resend(ctx, id, reason)
+	if lower, ok := lanes.LowerEventID(id); ok && errkind.CodeOf(err) == connect.CodeNotFound {
+		if lowered, lowerErr := s.resend(ctx, lower, reason); errkind.CodeOf(lowerErr) != connect.CodeNotFound {
+			return lowered, lowerErr
+		}
+	}
+	return resp, err
+}
+
+// resend is ResendEvent of id exactly as given.
+func (s *eventService) resend(ctx context.Context, id, reason string) (*connect.Response[rivorav1.ResendEventResponse], error) {
 	mayResend := resendScope(ctx)
 	if loc, pending := s.sched.Find(id); pending {
 		if !mayResend(loc.Lane.Customer) {

@@ -308,18 +308,27 @@ func (s *Service) latest(ctx context.Context, arch archive.Archive, id, destinat
 	if err != nil {
 		return nil, 0, err
 	}
-	var found *rivorav1.GetDeadLetterResponse
-	line := 0
+	// A UUID typed in upper case is found as Rivora writes its ids, in
+	// lower case (lanes.LowerEventID), unless an id matches as typed.
+	lower, _ := lanes.LowerEventID(id)
+	var found, foundLower *rivorav1.GetDeadLetterResponse
+	line, lineLower := 0, 0
 	for _, k := range keys {
 		dls, err := arch.Get(ctx, k)
 		if err != nil {
 			return nil, 0, errkind.Tag(errkind.Unavailable, err)
 		}
 		for i, dl := range dls {
-			if dl.GetEvent().GetEventId() == id {
+			switch dl.GetEvent().GetEventId() {
+			case id:
 				found, line = &rivorav1.GetDeadLetterResponse{DeadLetter: dl, Object: k}, i
+			case lower:
+				foundLower, lineLower = &rivorav1.GetDeadLetterResponse{DeadLetter: dl, Object: k}, i
 			}
 		}
+	}
+	if found == nil && lower != "" {
+		found, line = foundLower, lineLower
 	}
 	if found == nil {
 		// The same answer as for another customer's (auth.Policies).
