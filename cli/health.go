@@ -22,7 +22,8 @@ func (e *env) destinationsHealth() *ucli.Command {
 		UsageText: "rivoractl destinations health [ID] [-o json]",
 		Description: `For each destination (or only ID): its state (healthy, degraded after
 throttling, parked while failing: one probe per second; paused by an
-operator, or disabled after its partner answered 410 Gone), configured and
+operator, or disabled after its partner answered 410 Gone: then the
+budget's own state follows, as budgetState in -o json), configured and
 current rate, the drain time (how long its pending events take at the
 current rate times the share of the last minute's attempts delivered —
 never when none was —, less the events arriving on a backlog older than a
@@ -66,7 +67,7 @@ func drainText(d *durationpb.Duration) string {
 func learnedRateText(h *rivorav1.DestinationHealth) string {
 	l := h.GetLearnedRate()
 	switch {
-	case h.GetState() == "parked":
+	case budgetState(h) == "parked":
 		return fmt.Sprintf("%.4g/s, learned before the partner stopped answering: check it once the partner is back", l)
 	case h.GetServerErrorShare()+h.GetNoAnswerShare() > h.GetThrottledShare():
 		return fmt.Sprintf("%.4g/s, learned before the partner failed more than it throttled (5xx, no answer): not a rate to set now", l)
@@ -93,11 +94,21 @@ func deliveredPercent(h *rivorav1.DestinationHealth) float64 {
 	return max(100*(1-failed), 0)
 }
 
+// budgetState is h's budget's own state, paused or not (state says
+// paused or disabled first); a server older than budget_state answered it
+// as state.
+func budgetState(h *rivorav1.DestinationHealth) string {
+	if b := h.GetBudgetState(); b != "" {
+		return b
+	}
+	return h.GetState()
+}
+
 func noDrainCause(h *rivorav1.DestinationHealth) string {
 	switch {
 	case h.GetPaused() || h.GetDisabled():
 		return destinationState(h.GetPaused(), h.GetDisabled(), h.GetPauseReason())
-	case h.GetState() == "parked":
+	case budgetState(h) == "parked":
 		return "parked: only probes go out until the partner answers"
 	case h.GetAttemptsLastMinute() > 0 && deliveredPercent(h) < 0.5:
 		return fmt.Sprintf("none of the last minute's %d attempts was delivered: %.0f%% 429, %.0f%% 5xx, %.0f%% other 4xx, %.0f%% no answer", h.GetAttemptsLastMinute(), 100*h.GetThrottledShare(), 100*h.GetServerErrorShare(), 100*h.GetClientErrorShare(), 100*h.GetNoAnswerShare())
@@ -149,7 +160,7 @@ func (e *env) showHealth(c *ucli.Context) error {
 		tw.row("DESTINATION\t%s\n", h.GetDestinationId())
 		if h.GetPaused() || h.GetDisabled() {
 			// No attempt goes out whatever the budget says.
-			tw.row("STATE\t%s (budget %s); resume with `rivoractl destinations resume %s`\n", destinationState(h.GetPaused(), h.GetDisabled(), h.GetPauseReason()), h.GetState(), h.GetDestinationId())
+			tw.row("STATE\t%s (budget %s); resume with `rivoractl destinations resume %s`\n", destinationState(h.GetPaused(), h.GetDisabled(), h.GetPauseReason()), budgetState(h), h.GetDestinationId())
 		} else {
 			tw.row("STATE\t%s\n", h.GetState())
 		}
@@ -165,7 +176,7 @@ func (e *env) showHealth(c *ucli.Context) error {
 		case h.GetPendingEvents() == 0:
 		case h.GetDrainTime() != nil:
 			tw.row("DRAIN TIME\t%s\n", drainRateText(h))
-		case !h.GetPaused() && !h.GetDisabled() && h.GetState() != "parked" && h.GetCurrentRate() > 0:
+		case !h.GetPaused() && !h.GetDisabled() && budgetState(h) != "parked" && h.GetCurrentRate() > 0:
 			tw.row("DRAIN TIME\tnever at this rate (%s)\n", noDrainCause(h))
 		default:
 			tw.row("DRAIN TIME\tnever: no attempt goes out (%s)\n", noDrainCause(h))
@@ -245,7 +256,7 @@ func (e *env) runRateText(m *rivorav1.SetLimitsOverrideResponse) string {
 	if err != nil || len(resp.Msg.GetDestinations()) != 1 {
 		return text
 	}
-	if h := resp.Msg.GetDestinations()[0]; h.GetState() == "degraded" && h.GetCurrentRate() < limit {
+	if h := resp.Msg.GetDestinations()[0]; budgetState(h) == "degraded" && h.GetCurrentRate() < limit {
 		return fmt.Sprintf("%s/s (degraded: it keeps its cut rate under the new limit of %s, and recovers from there as the partner lets it)", strconv.FormatFloat(h.GetCurrentRate(), 'g', 4, 64), text)
 	}
 	return text

@@ -338,6 +338,15 @@ func (cp *ControlPlane) destinationHealth(ctx context.Context, id string, withRa
 		if !h.GetPaused() && !h.GetDisabled() && h.GetState() != "parked" {
 			h.DrainTime = heldDrainTime(drainTime(h, h.GetCurrentRate()), h.GetHoldUntil(), cp.now())
 		}
+		// state says what the destination does: a pause outranks the
+		// budget's state, which budget_state keeps.
+		h.BudgetState = h.GetState()
+		switch {
+		case h.GetDisabled():
+			h.State = "disabled"
+		case h.GetPaused():
+			h.State = "paused"
+		}
 		if sc.limited() {
 			h.Customers = slices.DeleteFunc(h.Customers, func(c *rivorav1.CustomerBacklog) bool { return !sc.customer(c.GetCustomerId()) })
 		}

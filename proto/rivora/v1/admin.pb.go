@@ -2482,8 +2482,16 @@ func (x *CustomerBacklog) GetPendingEvents() int64 {
 type DestinationHealth struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
-	// state is healthy, degraded or parked.
-	State          string             `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// state is what the destination does now, as rivoractl's table and the
+	// console show it: disabled or paused (no attempt goes out, whatever
+	// the budget says), else its budget's state (budget_state). The control
+	// plane sets the pause; an agent's own answer (PartitionService) has the
+	// budget's state alone.
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// budget_state is the budget's own state, paused or not: healthy,
+	// degraded or parked (opening while its partition is rebuilt here,
+	// unconfigured for a destination the agent no longer has).
+	BudgetState    string             `protobuf:"bytes,37,opt,name=budget_state,json=budgetState,proto3" json:"budget_state,omitempty"`
 	ConfiguredRate float64            `protobuf:"fixed64,3,opt,name=configured_rate,json=configuredRate,proto3" json:"configured_rate,omitempty"`
 	CurrentRate    float64            `protobuf:"fixed64,4,opt,name=current_rate,json=currentRate,proto3" json:"current_rate,omitempty"`
 	Tokens         float64            `protobuf:"fixed64,5,opt,name=tokens,proto3" json:"tokens,omitempty"`
@@ -2619,6 +2627,13 @@ func (x *DestinationHealth) GetDestinationId() string {
 func (x *DestinationHealth) GetState() string {
 	if x != nil {
 		return x.State
+	}
+	return ""
+}
+
+func (x *DestinationHealth) GetBudgetState() string {
+	if x != nil {
+		return x.BudgetState
 	}
 	return ""
 }
@@ -5286,10 +5301,11 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\tdue_lanes\x18\x03 \x01(\x03R\bdueLanes\x12#\n" +
 	"\rwaiting_lanes\x18\x04 \x01(\x03R\fwaitingLanes\x12\x1b\n" +
 	"\tin_flight\x18\x05 \x01(\x03R\binFlight\x12%\n" +
-	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\xfa\r\n" +
+	"\x0epending_events\x18\x06 \x01(\x03R\rpendingEvents\"\x9d\x0e\n" +
 	"\x11DestinationHealth\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\tR\x05state\x12'\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12!\n" +
+	"\fbudget_state\x18% \x01(\tR\vbudgetState\x12'\n" +
 	"\x0fconfigured_rate\x18\x03 \x01(\x01R\x0econfiguredRate\x12!\n" +
 	"\fcurrent_rate\x18\x04 \x01(\x01R\vcurrentRate\x12\x16\n" +
 	"\x06tokens\x18\x05 \x01(\x01R\x06tokens\x12\x1b\n" +
