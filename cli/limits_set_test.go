@@ -48,3 +48,23 @@ func TestLimitsSetTTLAlone(t *testing.T) {
 		t.Fatalf("audit of --ttl alone: %q, want it to say the expiry was set for rate_per_second", last)
 	}
 }
+
+// A viewer token previews a limits override (--dry-run changes nothing)
+// and is refused a real one, told what it may do.
+func TestAViewerPreviewsALimitsOverride(t *testing.T) {
+	d := rig.StartDev(t, t.TempDir(), rig.Options{})
+	mustSucceed(t, run(t, d.URL, "", "--token", d.AdminToken, "destinations", "create", "orders", "--url", "https://example.com/hooks", "--wait"))
+	viewer := d.Token(rivorav1.Role_ROLE_VIEWER)
+	dry := mustSucceed(t, run(t, d.URL, "", "--token", viewer, "limits", "set", "orders", "--rate", "5", "--dry-run"))
+	if !strings.Contains(dry.stdout, "dry run: nothing changed") {
+		t.Errorf("a viewer's dry run printed:\n%s", dry.stdout)
+	}
+	assertFailure(t, run(t, d.URL, "", "--token", viewer, "limits", "set", "orders", "--rate", "5", "--reason", "r"), exitError, "--dry-run")
+	r, err := d.Admin.GetLimits(context.Background(), connect.NewRequest(&rivorav1.GetLimitsRequest{DestinationId: "orders"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src := r.Msg.GetSources()["rate_per_second"].GetSource(); src == "override" {
+		t.Fatalf("after a viewer's dry run and refused set, the rate comes from %q", src)
+	}
+}
