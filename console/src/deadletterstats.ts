@@ -10,6 +10,8 @@ export interface StatCount {
   subscriptionId: string;
   reason: string;
   count: number;
+  /** of count, those a replay handled already (the next replay leaves them). */
+  replayed: number;
   oldestMs: number | undefined;
   newestMs: number | undefined;
 }
@@ -22,6 +24,8 @@ export interface StatRow {
   /** "" for dead letters routed by no subscription, or when grouped by destination. */
   subscriptionId: string;
   count: number;
+  /** of count, those a replay handled already. */
+  replayed: number;
   customers: string[];
   /** count per reason, most first. */
   reasons: [string, number][];
@@ -47,6 +51,7 @@ export function foldStats(counts: StatCount[], by: StatGrouping): StatRow[] {
         destinationId: c.destinationId,
         subscriptionId: by === "subscription" ? c.subscriptionId : "",
         count: 0,
+        replayed: 0,
         customers: [],
         reasons: [],
         oldestMs: undefined,
@@ -57,6 +62,7 @@ export function foldStats(counts: StatCount[], by: StatGrouping): StatRow[] {
       rows.set(key, r);
     }
     r.count += c.count;
+    r.replayed += c.replayed;
     r.reasonMap.set(c.reason, (r.reasonMap.get(c.reason) ?? 0) + c.count);
     if (c.customerId) r.customerSet.add(c.customerId);
     r.oldestMs = earliest(r.oldestMs, c.oldestMs);

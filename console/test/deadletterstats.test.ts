@@ -7,6 +7,7 @@ const c = (o: Partial<StatCount>): StatCount => ({
   subscriptionId: "",
   reason: "max attempts",
   count: 1,
+  replayed: 0,
   oldestMs: 1000,
   newestMs: 2000,
   ...o,
@@ -18,13 +19,13 @@ describe("foldStats", () => {
       [
         c({ destinationId: "old", count: 50, newestMs: 100, oldestMs: 10 }),
         c({ destinationId: "d1", customerId: "c2", reason: "window", count: 2, oldestMs: 500, newestMs: 3000 }),
-        c({ destinationId: "d1", customerId: "c1", count: 3 }),
-        c({ destinationId: "d1", customerId: "c1", reason: "window", count: 4, oldestMs: 700, newestMs: 900 }),
+        c({ destinationId: "d1", customerId: "c1", count: 3, replayed: 2 }),
+        c({ destinationId: "d1", customerId: "c1", reason: "window", count: 4, replayed: 1, oldestMs: 700, newestMs: 900 }),
       ],
       "destination",
     );
     expect(rows.map((r) => r.destinationId)).toEqual(["d1", "old"]);
-    expect(rows[0]).toMatchObject({ count: 9, customers: ["c1", "c2"], oldestMs: 500, newestMs: 3000, subscriptionId: "" });
+    expect(rows[0]).toMatchObject({ count: 9, replayed: 3, customers: ["c1", "c2"], oldestMs: 500, newestMs: 3000, subscriptionId: "" });
     expect(rows[0]!.reasons).toEqual([["window", 6], ["max attempts", 3]]);
   });
 

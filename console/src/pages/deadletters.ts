@@ -27,6 +27,7 @@ function statCount(c: DeadLetterCount): StatCount {
     subscriptionId: c.subscriptionId,
     reason: reasonNames[c.reason] ?? "unknown",
     count: Number(c.count),
+    replayed: Number(c.replayed),
     oldestMs: date(c.oldest)?.getTime(),
     newestMs: date(c.newest)?.getTime(),
   };
@@ -390,6 +391,7 @@ async function drawStats(
         ...(self ? [{ label: "Subscription", cell: (x: StatRow) => x.subscriptionId || "none (sent to the destination)" }] : []),
         { label: "Destination", cell: (x) => x.destinationId },
         { label: "Dead letters", cell: (x) => formatCount(x.count), className: "num" },
+        { label: "Replayed", cell: (x) => formatCount(x.replayed), className: "num" },
         ...(self ? [] : [{ label: "Customers", cell: (x: StatRow) => (x.customers.length > 3 ? `${x.customers.slice(0, 3).join(", ")} and ${x.customers.length - 3} more` : x.customers.join(", ")) }]),
         { label: "Reasons", cell: (x) => x.reasons.map(([why, n]) => `${why} ${formatCount(n)}`).join(", ") },
         { label: "Newest", cell: (x) => stamp(x.newestMs) },
