@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -63,18 +65,20 @@ type Ack struct {
 // closed.
 var ErrPublisherClosed = errors.New("publisher closed")
 
-// ErrLeaderChanged answers the messages of a burst that its stream's old
-// leader dropped: the stream elected a new leader while they waited, and
-// none of them was acknowledged within a grace after that. A leader that
-// steps down or exits drops the writes it had not yet committed, and
-// nothing answers them; they may still have been stored (committed, the
-// acknowledgement lost), so they are sent again with the same
-// Nats-Msg-Id, which the stream then answers as a duplicate.
-var ErrLeaderChanged = errors.New("the stream elected a new leader, and the old one dropped the write")
+// ErrLeaderChanged answers a burst with a message sent before its stream
+// elected a new leader that was still unacknowledged a grace after that.
+// No acknowledgement comes for it: a leader that steps down or exits
+// drops the writes it had not committed, and the new one stores what the
+// old one had committed without acknowledging it (nats-server acks only
+// what it applies as leader, and applies what it inherited before it
+// leads). So the message may or may not be stored; sent again with the
+// same Nats-Msg-Id, the stream answers it as a duplicate or stores it.
+var ErrLeaderChanged = errors.New("no acknowledgement after the stream elected a new leader: the old leader dropped the write or its acknowledgement; send it again with the same id")
 
-// leaderChangeGrace is how long a burst still waiting when its stream
-// elected a new leader is given to make progress: the new leader
-// acknowledges, at once, what the old one had committed.
+// leaderChangeGrace is how long a message sent before its stream's
+// election is still waited for once the election is known: the
+// advisory may arrive after the new leader took (and answers) messages
+// sent just before it.
 const leaderChangeGrace = time.Second
 
 // LeaderElectedSubject is the advisory a stream's new leader sends.
@@ -119,11 +123,12 @@ func (p *Publisher) Close() {
 }
 
 // FailOnLeaderChange has the Publisher, whose bursts all go to stream,
-// give up on what the stream's old leader dropped: when the stream elects
-// a leader, every burst still waiting that gets no acknowledgement within
-// leaderChangeGrace is answered ErrLeaderChanged, instead of waiting for
-// its timeout (a rolling restart's step-downs and exits would otherwise
-// hold its callers until their deadlines).
+// give up on what the stream's old leader left unanswered: when the
+// stream elects a leader, every burst with a message sent before then
+// and still unacknowledged leaderChangeGrace later is answered
+// ErrLeaderChanged, instead of waiting for its timeout (a rolling
+// restart's step-downs and exits would otherwise hold its callers until
+// their deadlines). Call it once.
 func (p *Publisher) FailOnLeaderChange(stream string) error {
 	sub, err := p.nc.Subscribe(LeaderElectedSubject(stream), func(*nats.Msg) { p.leaderElected() })
 	if err != nil {
@@ -131,9 +136,12 @@ func (p *Publisher) FailOnLeaderChange(stream string) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || p.elected != nil {
 		_ = sub.Unsubscribe()
-		return ErrPublisherClosed
+		if p.closed {
+			return ErrPublisherClosed
+		}
+		return fmt.Errorf("the publisher follows a stream's elections already, not %s too", stream)
 	}
 	p.elected = sub
 	if p.leaderGrace == 0 {
@@ -142,9 +150,10 @@ func (p *Publisher) FailOnLeaderChange(stream string) error {
 	return nil
 }
 
-// leaderElected notes what each waiting burst still misses, and after the
-// grace fails those that got no acknowledgement since: a burst that did
-// is being answered by the new leader.
+// leaderElected notes how many messages each waiting burst had sent, and
+// after the grace fails those with one of them still unacknowledged.
+// Messages sent after the election are not judged: the new leader
+// answers them (or no leader does, at once: no responders).
 func (p *Publisher) leaderElected() {
 	p.mu.Lock()
 	waiting := make([]*Burst, 0, len(p.bursts))
@@ -153,26 +162,30 @@ func (p *Publisher) leaderElected() {
 	}
 	grace := p.leaderGrace
 	p.mu.Unlock()
-	missing := make([]int, len(waiting))
+	sent := make([]int, len(waiting))
 	for i, b := range waiting {
-		b.mu.Lock()
-		missing[i] = b.missing
-		b.mu.Unlock()
+		sent[i] = int(b.sent.Load())
 	}
 	time.AfterFunc(grace, func() {
 		// Every burst is judged before any is answered.
 		var stalled []*Burst
 		for i, b := range waiting {
-			b.mu.Lock()
-			if b.missing > 0 && b.missing == missing[i] {
+			if b.unanswered(sent[i]) {
 				stalled = append(stalled, b)
 			}
-			b.mu.Unlock()
 		}
 		for _, b := range stalled {
 			b.finish(ErrLeaderChanged)
 		}
 	})
+}
+
+// unanswered reports whether one of the burst's first n messages has no
+// answer yet.
+func (b *Burst) unanswered(n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.missing > 0 && slices.Contains(b.got[:min(n, len(b.got))], false)
 }
 
 // Burst is one group of messages published together (Publisher.Start).
@@ -184,6 +197,9 @@ type Burst struct {
 	// replyBuf and msg are Publish's scratch space.
 	replyBuf []byte
 	msg      nats.Msg
+	// sent counts the messages published so far (Publish is called in
+	// order): those a leader election may have left unanswered.
+	sent atomic.Int64
 
 	mu      sync.Mutex
 	got     []bool // per message: its acknowledgement is in
@@ -218,14 +234,18 @@ func (p *Publisher) Start(n int) (*Burst, error) {
 // Publish sends message i of the burst to subject, with the headers h
 // (nil: none). It does not wait for the stream, and keeps neither h nor
 // data's slice header: h may be reused for the next message. A burst's
-// messages are published by one goroutine.
+// messages are published by one goroutine, in order.
 func (b *Burst) Publish(i int, subject string, h nats.Header, data []byte) error {
 	// The reply subject is built in the burst's buffer (one string per
 	// message, not two), and the message is the burst's own: PublishMsg
 	// encodes it before it returns.
 	b.replyBuf = strconv.AppendInt(append(b.replyBuf[:0], b.reply...), int64(i), 10)
 	b.msg = nats.Msg{Subject: subject, Reply: string(b.replyBuf), Header: h, Data: data}
-	return b.p.nc.PublishMsg(&b.msg)
+	if err := b.p.nc.PublishMsg(&b.msg); err != nil {
+		return err
+	}
+	b.sent.Store(int64(i + 1))
+	return nil
 }
 
 // Abandon ends a burst of which only the first sent messages were sent

@@ -153,19 +153,31 @@ func TestBurstAbandonTimeoutAndClose(t *testing.T) {
 	}
 }
 
-// When the stream elects a leader, a burst still waiting that gets no
-// acknowledgement within the grace is answered ErrLeaderChanged (its old
-// leader dropped it), at once rather than at its timeout; one the new
-// leader goes on answering is waited for.
-func TestBurstGivesUpWhatAnOldLeaderDropped(t *testing.T) {
+// When the stream elects a leader, a burst with a message sent before
+// then and still unanswered a grace later is answered ErrLeaderChanged,
+// at once rather than at its timeout — also when its later messages are
+// answered; a burst whose messages sent before the election are all
+// answered is waited for, and so are messages sent after it.
+func TestBurstGivesUpWhatAnOldLeaderLeftUnanswered(t *testing.T) {
 	srv, pub := burstStream(t)
 	if err := pub.FailOnLeaderChange("BURST"); err != nil {
 		t.Fatal(err)
 	}
-	// A message never sent is never answered, as one the old leader
-	// dropped.
-	dropped, err := pub.Start(1)
+	// A subject no stream takes, whose messages a subscriber swallows:
+	// never answered, as a write the old leader dropped.
+	swallow, err := srv.Conn().Subscribe("swallow.>", func(*nats.Msg) {})
 	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = swallow.Unsubscribe() })
+	if err := srv.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	straddling, err := pub.Start(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := straddling.Publish(0, "swallow.x", msgID("s0"), []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	answered, err := pub.Start(3)
@@ -175,29 +187,49 @@ func TestBurstGivesUpWhatAnOldLeaderDropped(t *testing.T) {
 	if err := answered.Publish(0, "burst.x", msgID("a0"), []byte("x")); err != nil {
 		t.Fatal(err)
 	}
+	// Not yet sent at the election: not judged.
+	late, err := pub.Start(1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	natsd.LeaderElected(pub)
+	// Answered after the election: the straddling burst's unanswered
+	// first message still fails it.
+	if err := straddling.Publish(1, "burst.x", msgID("s1"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
 	if err := answered.Publish(1, "burst.x", msgID("a1"), []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if acks, err := dropped.Wait(context.Background(), time.Minute); !errors.Is(err, natsd.ErrLeaderChanged) || len(acks) != 0 {
-		t.Fatalf("a burst nothing answered since the election returned %+v, %v; want ErrLeaderChanged", acks, err)
+	if acks, err := straddling.Wait(context.Background(), time.Minute); !errors.Is(err, natsd.ErrLeaderChanged) || len(acks) != 0 {
+		t.Fatalf("a burst with a message unanswered since the election returned %+v, %v; want ErrLeaderChanged", acks, err)
 	}
 	if waited := time.Since(start); waited > 30*time.Second {
 		t.Fatalf("gave up after %s, not after the grace", waited)
 	}
 	// The grace has run out (every waiting burst is judged before any is
-	// answered): the one that was answered since is still waited for.
+	// answered): the others are still waited for.
 	if err := answered.Publish(2, "burst.x", msgID("a2"), []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	if acks, err := answered.Wait(context.Background(), 10*time.Second); err != nil || len(acks) != 3 {
 		t.Fatalf("a burst answered since the election returned %+v, %v; want its three acks", acks, err)
 	}
+	if err := late.Publish(0, "burst.x", msgID("l0"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if acks, err := late.Wait(context.Background(), 10*time.Second); err != nil || len(acks) != 1 {
+		t.Fatalf("a burst sent after the election returned %+v, %v; want its ack", acks, err)
+	}
 
-	// The stream's real advisory does the same.
+	// The stream's advisory does the same (TestBurstsAcrossAStepDown: a
+	// real election).
 	silent, err := pub.Start(1)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := silent.Publish(0, "swallow.y", msgID("q0"), []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Conn().Publish(natsd.LeaderElectedSubject("BURST"), []byte(`{"stream":"BURST"}`)); err != nil {
@@ -205,6 +237,9 @@ func TestBurstGivesUpWhatAnOldLeaderDropped(t *testing.T) {
 	}
 	if _, err := silent.Wait(context.Background(), time.Minute); !errors.Is(err, natsd.ErrLeaderChanged) {
 		t.Fatalf("after the stream's advisory: %v, want ErrLeaderChanged", err)
+	}
+	if err := pub.FailOnLeaderChange("OTHER"); err == nil {
+		t.Fatal("a second FailOnLeaderChange was taken")
 	}
 }
 
