@@ -6,6 +6,8 @@ import (
 	"log/slog"
 
 	"connectrpc.com/connect"
+
+	"github.com/rivora/rivora/internal/errkind"
 )
 
 // The router's own failures (an agent down, none able to read the
@@ -19,8 +21,8 @@ import (
 // detail. The ledgers' answers hide the same detail in their fields
 // (auth.UnreadLedgersFor, auth.ArchiveErrorFor).
 
-// agentDetailError is an error (Unavailable) whose message names agents,
-// their addresses or their errors. Its message, kind and wrapped errors
+// agentDetailError is an error whose message names agents, their
+// addresses or their errors (mostly Unavailable: agentsFailed). Its message, kind and wrapped errors
 // are err's: errors.Is, errors.As and errkind see through it.
 type agentDetailError struct {
 	err error
@@ -42,9 +44,25 @@ func agentsFailed(err error) error {
 // marked error.
 const hiddenAgentsMessage = "the cell could not answer this call right now; retry"
 
-// hiddenAgentsErr is a marked error as a customer token is told it: of
-// the same kind, without the agents' names, addresses or errors.
+// hiddenAgentsErr is a marked Unavailable (or Deadline) error as a
+// customer token is told it: without the agents' names, addresses or
+// errors. One of another code is told hiddenFailureMessage with its code
+// (hiddenAs): a retry would not help it.
 var hiddenAgentsErr = tag(ErrUnavailable, errors.New(hiddenAgentsMessage))
+
+// hiddenFailureMessage is what a customer token is told instead of a
+// marked error that a retry would not mend.
+const hiddenFailureMessage = "the cell could not answer this call"
+
+// hiddenAs is marked error err as a customer token is told it.
+func hiddenAs(err error) error {
+	switch code := errkind.CodeOf(err); code {
+	case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeUnknown:
+		return hiddenAgentsErr
+	default:
+		return connect.NewError(code, errors.New(hiddenFailureMessage))
+	}
+}
 
 // hideAgentsInterceptor swaps an error marked as naming agents
 // (agentDetailError, anywhere in its chain) for hiddenAgentsErr when the
@@ -62,7 +80,7 @@ func (i hideAgentsInterceptor) hide(ctx context.Context, procedure string, err e
 		return err
 	}
 	i.log.Info("agents' failure hidden from a customer token", "procedure", procedure, "err", err)
-	return hiddenAgentsErr
+	return hiddenAs(err)
 }
 
 func (i hideAgentsInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -45,5 +46,19 @@ func TestAgentsFailedKeepsTheError(t *testing.T) {
 		if got := fromAgent(&agentState{name: "a1"}, kept); got != kept {
 			t.Errorf("fromAgent(%q) = %q, want it as it was", kept, got)
 		}
+	}
+}
+
+// A customer token is told a marked error without its detail, and with
+// its code: "retry" only where a retry may help.
+func TestHiddenAsKeepsTheCode(t *testing.T) {
+	down := hiddenAs(agentsFailed(errors.New("dial tcp 10.0.0.7:7400: connection refused")))
+	if errkind.CodeOf(down) != connect.CodeUnavailable || down.Error() != hiddenAgentsMessage {
+		t.Errorf("an agent down is told %q (code %v), want %q, unavailable", down, errkind.CodeOf(down), hiddenAgentsMessage)
+	}
+	tooLarge := fromAgent(&agentState{name: "a1", address: "http://10.0.0.7:7400"}, connect.NewError(connect.CodeResourceExhausted, errors.New("message to http://10.0.0.7:7400 is larger than configured max")))
+	told := hiddenAs(tooLarge)
+	if errkind.CodeOf(told) != connect.CodeResourceExhausted || strings.Contains(told.Error(), "10.0.0.7") || strings.Contains(told.Error(), "retry") {
+		t.Errorf("a local failure is told %q (code %v), want its code, no address and no retry", told, errkind.CodeOf(told))
 	}
 }

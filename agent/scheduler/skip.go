@@ -34,12 +34,13 @@ func (e *HeadMovedError) Is(target error) bool { return target == ErrHeadMoved }
 
 // HeadInFlightError is TakeHead's refusal of a head being attempted.
 type HeadInFlightError struct {
-	// DestinationParked: the destination is parked, so its probes (one a
-	// second, one out at a time) send the same held head again as soon as
-	// each attempt ends, and a partner that hangs holds each until the
-	// destination's timeout: the head is seldom out of flight until the
-	// destination is paused. Otherwise the attempt ends within the
-	// timeout, and the lane then waits for its retry time or moves on.
+	// DestinationParked: the destination is parked (and not paused), so
+	// its probes (one a second, one out at a time) send the same held
+	// head again as soon as each attempt ends, and a partner that hangs
+	// holds each until the destination's timeout: the head is seldom out
+	// of flight until the destination is paused. Otherwise the attempt
+	// ends within the timeout, and the lane then waits for its retry time
+	// or moves on (a paused destination sends it no more).
 	DestinationParked bool
 }
 
@@ -83,7 +84,7 @@ func (s *Scheduler) TakeHead(id lanes.ID, expectEventID string) (*Attempt, error
 	case l == nil || len(l.entries) == 0:
 		return nil, d.noLane(id)
 	case l.state == laneInFlight:
-		return nil, &HeadInFlightError{DestinationParked: d.budget != nil && d.budget.State() == budget.Parked}
+		return nil, &HeadInFlightError{DestinationParked: !d.paused && d.budget != nil && d.budget.State() == budget.Parked}
 	case expectEventID != "" && l.eventID(&l.entries[0]) != expectEventID:
 		return nil, &HeadMovedError{Head: l.eventID(&l.entries[0])}
 	}

@@ -144,5 +144,9 @@ func TestTakeHeadInFlightSaysWhetherItsDestinationIsParked(t *testing.T) {
 		t.Fatalf("parked: %s handed out (early probe %v), want the probe of %s", probe.Lane.ID, probe.EarlyProbe, id)
 	}
 	refused("parked", budget.Parked, true)
+	// Paused with the probe in flight: nothing sends the head again, so
+	// a pause is not the advice.
+	s.SetPaused("d", 0, true)
+	refused("parked and paused", budget.Parked, false)
 	checkInvariants(t, s)
 }
