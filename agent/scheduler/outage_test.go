@@ -689,11 +689,12 @@ func TestAParkedDestinationProbesOneAtATime(t *testing.T) {
 
 // A 410 Gone on a destination shared by customers is its customer's
 // alone, however many of its lanes get one, while another customer's
-// attempt went through in the last second and no other customer got a
-// 410 since: then it does not disable the destination (the verdict
+// attempt went through within GoneOthersLookback and no other customer
+// got a 410 since: then it does not disable the destination (the verdict
 // charges it to the event), and it never touches the budget. Another
-// customer's 410 soon after, a 410 with no other customer's success in
-// the last second, or one on a destination serving one customer, is not.
+// customer's 410 soon after, a 410 with no other customer's success
+// within GoneOthersLookback, or one on a destination serving one
+// customer, is not.
 func TestOneCustomersGoneOnASharedDestination(t *testing.T) {
 	s, clk := newSched()
 	for _, d := range []string{"shared", "one"} {
@@ -740,15 +741,52 @@ func TestOneCustomersGoneOnASharedDestination(t *testing.T) {
 		t.Fatal("a 410 on a destination serving one customer: its customer's alone, want not")
 	}
 
-	// No other customer's success in the last second: Rivora cannot tell
-	// a partner that refuses acme from one that is gone.
-	clk.Advance(2 * time.Second)
+	// No other customer's success within GoneOthersLookback: Rivora
+	// cannot tell a partner that refuses acme from one that is gone.
+	clk.Advance(GoneOthersLookback)
 	a, _ := step(s)
 	if a == nil || a.Lane.ID.Customer != "acme" {
 		t.Fatalf("attempt %v, want one of acme's retries", a)
 	}
 	if s.Observe(a, 410, false, 0, "HTTP 410").GoneOnlyItsCustomers {
-		t.Fatal("acme's 410 two seconds after beta's last success: acme's alone, want not")
+		t.Fatalf("acme's 410 %s after beta's last success: acme's alone, want not", GoneOthersLookback)
+	}
+}
+
+// Sparse traffic on a shared destination: another customer's success
+// 30 s before, and no other customer's 410, make a customer's 410 its
+// own (a second of lookback disabled the destination for everyone
+// whenever the others' traffic was sparse); the other customer's 410
+// next is everyone's.
+func TestOneCustomersGoneInSparseTraffic(t *testing.T) {
+	s, clk := newSched()
+	s.SetLimits("shared", 0, outageLimits)
+	appendTo(s, 0, lid("shared", "beta", "b"), ev(1), ev(2))
+	a, _ := step(s)
+	if a == nil || a.Lane.ID.Customer != "beta" {
+		t.Fatalf("attempt %v, want beta's", a)
+	}
+	s.Observe(a, 200, false, 0, "")
+	s.Succeeded(a)
+	clk.Advance(30 * time.Second)
+	appendTo(s, 0, lid("shared", "acme", "a"), ev(3))
+	var acme, beta *Attempt
+	for a, _ := step(s); a != nil; a, _ = step(s) {
+		if a.Lane.ID.Customer == "acme" {
+			acme = a
+		} else {
+			beta = a
+		}
+	}
+	if acme == nil || beta == nil {
+		t.Fatalf("attempts acme %v, beta %v; want one each", acme, beta)
+	}
+	if !s.Observe(acme, 410, false, 0, "HTTP 410").GoneOnlyItsCustomers {
+		t.Fatal("acme's first 410, 30 s after beta's success: not acme's alone, want acme's")
+	}
+	clk.Advance(10 * time.Millisecond)
+	if s.Observe(beta, 410, false, 0, "HTTP 410").GoneOnlyItsCustomers {
+		t.Fatal("beta's 410 just after acme's: beta's alone, want everyone's (two customers refused)")
 	}
 }
 

@@ -197,8 +197,8 @@ func (s *Scheduler) onlyItsCustomers(a *Attempt) bool {
 }
 
 // goneOnlyItsCustomers reports whether a 410 Gone answered to a is its
-// customer's alone, as onlyItsCustomers judges a failure: within the last
-// FirstAttemptLookback another customer's attempt went through, and
+// customer's alone, much as onlyItsCustomers judges a failure: within the
+// last GoneOthersLookback another customer's attempt went through, and
 // since the head's previous attempt no other customer got a 410. The
 // partner then still takes the others' webhooks and refuses this
 // customer's (its account there closed), so on a destination shared by
@@ -219,8 +219,19 @@ func (s *Scheduler) goneOnlyItsCustomers(a *Attempt) bool {
 		return s.otherCustomerPending(d, customer) && !d.customerGone.otherSince(customer, s.clock.Now().Add(-ParkedGoneLookback))
 	}
 	since, ok := lookback(a)
-	return ok && s.othersAnswered(a) && !d.customerGone.otherSince(customer, since)
+	othersAnswered := d.customerSuccesses.otherSince(customer, s.clock.Now().Add(-GoneOthersLookback))
+	return ok && othersAnswered && !d.customerGone.otherSince(customer, since)
 }
+
+// GoneOthersLookback is how far back goneOnlyItsCustomers looks for
+// another customer's attempt that went through: far longer than
+// FirstAttemptLookback, because a wrong verdict either way costs
+// unevenly. A 410 judged one customer's when the partner is gone for all
+// costs one charged attempt: the next customer's 410 finds no success
+// since and disables the destination. A 410 judged everyone's when it is
+// one customer's stops every customer until an operator resumes it —
+// which a second seemed to, whenever the others' traffic was sparse.
+const GoneOthersLookback = time.Minute
 
 // ParkedGoneLookback is how far back goneOnlyItsCustomers looks, while
 // the destination is parked, for another customer's 410: long enough for
