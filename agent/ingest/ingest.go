@@ -165,6 +165,8 @@ type Gateway struct {
 	guard *storeGuard
 	// turns lets publishes in, fairly by customer (turns.go).
 	turns *turns
+	// log tells of slow publishes (slow.go).
+	log *slog.Logger
 }
 
 // configVersion is the config version this agent has applied (0 unknown).
@@ -270,7 +272,7 @@ func New(ctx context.Context, js jetstream.JetStream, reg *destinations.Registry
 	return &Gateway{
 		js: js, reg: reg, cfg: cfg, now: time.Now, newID: newEventID, local: cfg.Local, partitions: cfg.Partitions, claims: claims,
 		originals: newOriginals(js, claims, cfg.Replicas), delivered: cfg.Delivered, subs: cfg.Subscriptions, catalogue: cfg.Catalogue, applied: cfg.Applied, edge: cfg.Edge,
-		durable: cfg.Durable, bursts: bursts, guard: newStoreGuard(cfg, log), turns: newTurns(cfg.ConcurrentEvents),
+		durable: cfg.Durable, bursts: bursts, guard: newStoreGuard(cfg, log), turns: newTurns(cfg.ConcurrentEvents), log: log,
 	}, nil
 }
 
@@ -391,7 +393,9 @@ func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav
 // accept validates the events of one request, records their idempotency
 // keys, stores every delivery they make, all or nothing, and answers each
 // event (in request order).
-func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.PublishRequest, inBatch bool) ([]*rivorav1.PublishResponse, error) {
+func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.PublishRequest, inBatch bool) (_ []*rivorav1.PublishResponse, err error) {
+	steps := startPhases()
+	defer func() { steps.logIfSlow(g.log, len(reqs), err) }()
 	// Before any validation: a refused customer's retries cost little.
 	if err := g.roomFor(reqs, inBatch); err != nil {
 		accepted.WithLabelValues("failed").Add(float64(len(reqs)))
@@ -422,6 +426,7 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 	}
 	held := len(reqs)
 	defer func() { g.turns.leave(held) }()
+	steps.done(phaseAdmit)
 	// At an edge a keyed direct event is recorded (the edge's buffer has
 	// no owner to compare with); at the cell it is stored once and
 	// compared only when a stream answers it is a duplicate
@@ -461,11 +466,13 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 			return nil, err
 		}
 	}
+	steps.done(phaseRecord)
 	known, err := g.precheck(ctx, events, inBatch)
 	if err != nil {
 		g.claims.release(claimed)
 		return nil, w.explain(claimError(ctx, err))
 	}
+	steps.done(phasePrecheck)
 	// At an edge, the buffer must have room for every event, else none
 	// is stored.
 	done, err := g.edge.reserve(events, inBatch)
@@ -479,6 +486,7 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 	at, err := g.storeNew(storeCtx, events, known)
 	done(wrote(at, err))
 	endSpan(span, err)
+	steps.done(phaseStore)
 	if err != nil {
 		g.claims.releaseUnstored(claimed)
 		accepted.WithLabelValues("failed").Add(float64(len(events)))
@@ -487,6 +495,7 @@ func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.
 	if err := g.verify(ctx, events, at, known, inBatch); err != nil {
 		return nil, w.explain(claimError(ctx, err))
 	}
+	steps.done(phaseVerify)
 	return answers(pubs, duplicates(at)), nil
 }
 

@@ -1,0 +1,61 @@
+package ingest
+
+import (
+	"log/slog"
+	"time"
+)
+
+// slowPublishAfter is how long a publish may take before it is logged,
+// at WARN, with where its time went: a publish normally takes
+// milliseconds, and one that takes seconds waited on something an
+// operator wants named (its turn, a stream's answer, a leader moving).
+const slowPublishAfter = 2 * time.Second
+
+// The steps of a publish that phases times.
+const (
+	phaseAdmit    = iota // validation, disk room, its customer's turn
+	phaseRecord          // idempotency records, deliveries built
+	phasePrecheck        // the streams asked about its keys
+	phaseStore           // its events written and acknowledged
+	phaseVerify          // duplicates compared with their originals
+	phaseCount
+)
+
+var phaseNames = [phaseCount]string{"admit", "record", "precheck", "store", "verify"}
+
+// phases times a publish's steps: a clock read per step, so that a slow
+// one says where its time went.
+type phases struct {
+	start, last time.Time
+	took        [phaseCount]time.Duration
+}
+
+func startPhases() phases {
+	now := time.Now()
+	return phases{start: now, last: now}
+}
+
+// done ends step i: the time since the previous step ended is its.
+func (p *phases) done(i int) {
+	now := time.Now()
+	p.took[i] = now.Sub(p.last)
+	p.last = now
+}
+
+// logIfSlow logs the publish of events events, answered err, when it
+// took slowPublishAfter or more; a step it did not reach took 0.
+func (p *phases) logIfSlow(log *slog.Logger, events int, err error) {
+	took := time.Since(p.start)
+	if took < slowPublishAfter || log == nil {
+		return
+	}
+	attrs := make([]any, 0, 6+2*phaseCount)
+	attrs = append(attrs, "took", took.Round(time.Millisecond), "events", events)
+	for i, d := range p.took {
+		attrs = append(attrs, phaseNames[i], d.Round(time.Millisecond))
+	}
+	if err != nil {
+		attrs = append(attrs, "error", err)
+	}
+	log.Warn("slow publish: where its time went", attrs...)
+}

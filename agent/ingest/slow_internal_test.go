@@ -1,0 +1,37 @@
+package ingest
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A publish that took slowPublishAfter or more is logged with each
+// step's time; a quicker one is not.
+func TestSlowPublishSaysWhereItsTimeWent(t *testing.T) {
+	var out bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+
+	quick := startPhases()
+	quick.done(phaseAdmit)
+	quick.logIfSlow(log, 1, nil)
+	if out.Len() != 0 {
+		t.Fatalf("a quick publish was logged: %s", out.String())
+	}
+
+	slow := startPhases()
+	slow.start = slow.start.Add(-3 * time.Second)
+	slow.last = slow.start
+	slow.done(phaseAdmit) // ~3 s: its turn, say
+	slow.done(phaseRecord)
+	slow.logIfSlow(log, 2, errors.New("store event: deadline"))
+	line := out.String()
+	for _, want := range []string{"level=WARN", "slow publish", "events=2", "admit=3", "record=0s", "precheck=0s", "store=0s", `error="store event: deadline"`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log line %q lacks %q", line, want)
+		}
+	}
+}
