@@ -36,9 +36,6 @@ type Publisher struct {
 	// elected follows the leader elections of the stream every burst goes
 	// to (FailOnLeaderChange); nil: not followed.
 	elected *nats.Subscription
-	// leaderGrace is how long after an election a burst that got no
-	// acknowledgement since is still waited for.
-	leaderGrace time.Duration
 	// prefix is the reply subject of every burst's messages, followed by
 	// "<burst>.<message>".
 	prefix string
@@ -144,9 +141,6 @@ func (p *Publisher) FailOnLeaderChange(stream string) error {
 		return fmt.Errorf("the publisher follows a stream's elections already, not %s too", stream)
 	}
 	p.elected = sub
-	if p.leaderGrace == 0 {
-		p.leaderGrace = leaderChangeGrace
-	}
 	return nil
 }
 
@@ -160,13 +154,12 @@ func (p *Publisher) leaderElected() {
 	for _, b := range p.bursts {
 		waiting = append(waiting, b)
 	}
-	grace := p.leaderGrace
 	p.mu.Unlock()
 	sent := make([]int, len(waiting))
 	for i, b := range waiting {
 		sent[i] = int(b.sent.Load())
 	}
-	time.AfterFunc(grace, func() {
+	time.AfterFunc(leaderChangeGrace, func() {
 		// Every burst is judged before any is answered.
 		var stalled []*Burst
 		for i, b := range waiting {
