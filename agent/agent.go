@@ -532,11 +532,12 @@ const leaveWait = 2 * time.Second
 
 // leave tells the control plane this agent is stopping (ReportLeaving),
 // and whether because its store failed, so its partitions go to the
-// others now and its session is left for it to end after the drain; it tries the control planes (the leader one names
-// first) for leaveWait at most. It reports whether the Watch may end now:
-// a control plane not told takes an ended Watch for a dead agent and
-// destroys its session a second later, so then the Watch stays open
-// through the drain (assignments are not applied meanwhile: a.leaving).
+// others now and its session is left for it to end after the drain; it
+// tries the control planes (the leader one names first) for leaveWait at
+// most. It reports whether the Watch may end now: a control plane not
+// told takes an ended Watch for a dead agent and destroys its session a
+// second later, so then the Watch stays open through the drain
+// (assignments are not applied meanwhile: a.leaving).
 func (a *Agent) leave(storeFailed bool) bool {
 	session := a.locker.Session()
 	if session == "" {

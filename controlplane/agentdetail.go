@@ -22,8 +22,9 @@ import (
 // (auth.UnreadLedgersFor, auth.ArchiveErrorFor).
 
 // agentDetailError is an error whose message names agents, their
-// addresses or their errors (mostly Unavailable: agentsFailed). Its message, kind and wrapped errors
-// are err's: errors.Is, errors.As and errkind see through it.
+// addresses or their errors (mostly Unavailable: agentsFailed). Its
+// message, kind and wrapped errors are err's: errors.Is, errors.As and
+// errkind see through it.
 type agentDetailError struct {
 	err error
 }

@@ -60,8 +60,8 @@ var ErrWriteFailed = errors.New("lane store write failed; partition restarting")
 // store's old leader dropped when another was elected
 // (natsd.ErrLeaderChanged): that write was not stored, or its ack was
 // lost (others of its group may have been stored: the rebuild registers
-// them), and while a leader moves (a rolling restart) that is routine. A store without a leader for long fails the reopen, which
-// says so.
+// them), and while a leader moves (a rolling restart) that is routine. A
+// store without a leader for long fails the reopen, which says so.
 var ErrStoreLeaderMoving = errors.New("the lane store had no leader to take the write")
 
 // writeBatch is the most items one group commit collects.
@@ -716,7 +716,7 @@ func (w *laneWriter) writeFailed(err error) error {
 		return fmt.Errorf("%w: %w: %v", ErrWriteFailed, ErrStoreLeaderMoving, err)
 	}
 	if errors.Is(err, natsd.ErrLeaderChanged) {
-		w.log.Warn("lane store's old leader dropped a write when another was elected; restarting the partition", "error", err)
+		w.log.Warn("lane store write unanswered after its leader changed (dropped, or its ack lost); restarting the partition", "error", err)
 		return fmt.Errorf("%w: %w: %v", ErrWriteFailed, ErrStoreLeaderMoving, err)
 	}
 	w.log.Error("lane store write failed; restarting the partition", "error", err)
