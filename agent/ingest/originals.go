@@ -246,10 +246,23 @@ func (o *originals) sendProbes(probes []probe) ([]jetstream.PubAckFuture, error)
 	return futures, nil
 }
 
+// probeWait bounds the wait for the probes' answers. A stream's leader
+// answers a probe at once (it checks its dedup window before its log):
+// none within this is a leader that stopped with the probe unanswered (a
+// rolling restart), which only the caller's deadline would end; a retry
+// finds the new leader.
+const probeWait = 2 * time.Second
+
+// errProbeUnanswered is the probes' answer when one had none within
+// probeWait.
+var errProbeUnanswered = fmt.Errorf("a stream did not answer the probe of an idempotency key within %s (its leader may be moving)", probeWait)
+
 // collectProbes waits for every probe's answer.
 func collectProbes(ctx context.Context, probes []probe, futures []jetstream.PubAckFuture) ([]Stored, error) {
 	out := make([]Stored, len(probes))
 	var firstErr error
+	unanswered := time.NewTimer(probeWait)
+	defer unanswered.Stop()
 	for i, f := range futures {
 		select {
 		case ack := <-f.Ok():
@@ -266,6 +279,8 @@ func collectProbes(ctx context.Context, probes []probe, futures []jetstream.PubA
 				firstErr = fmt.Errorf("probe dedup id: %w", err)
 			}
 			out[i] = Stored{Stream: probes[i].stream}
+		case <-unanswered.C:
+			return nil, errProbeUnanswered
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -204,5 +205,37 @@ func TestDuplicateOfAReclaimedOriginalIsAnsweredAtOnce(t *testing.T) {
 	}
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("judging %d edges' copies of moved and reclaimed originals took %v, want well under a second (no looking again)", copies, took)
+	}
+}
+
+// A probe nobody answers (a stream leader that stopped with it, in a
+// rolling restart) ends the probes after probeWait, not at the caller's
+// deadline.
+func TestAnUnansweredProbeEndsTheWait(t *testing.T) {
+	srv, err := natsd.Start(natsd.Config{DataDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	// No stream takes the subject; a subscriber swallows the probe, as a
+	// leader that stopped would.
+	swallow, err := srv.Conn().Subscribe("swallowed.>", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = swallow.Unsubscribe() }()
+	if err := srv.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	o := &originals{js: srv.JetStream()}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err = o.probeAll(ctx, []probe{{stream: "SWALLOWED", subject: "swallowed.a", msgID: "id"}})
+	if !errors.Is(err, errProbeUnanswered) {
+		t.Fatalf("unanswered probe: %v, want errProbeUnanswered", err)
+	}
+	if waited := time.Since(start); waited > 30*time.Second {
+		t.Fatalf("gave up after %s, not after probeWait", waited)
 	}
 }

@@ -28,6 +28,7 @@ var phaseNames = [phaseCount]string{"admit", "record", "precheck", "store", "ver
 type phases struct {
 	start, last time.Time
 	took        [phaseCount]time.Duration
+	next        int // the step under way (phaseCount: all done)
 }
 
 func startPhases() phases {
@@ -40,19 +41,25 @@ func (p *phases) done(i int) {
 	now := time.Now()
 	p.took[i] = now.Sub(p.last)
 	p.last = now
+	p.next = i + 1
 }
 
 // logIfSlow logs the publish of events events, answered err, when it
-// took slowPublishAfter or more; a step it did not reach took 0.
+// took slowPublishAfter or more: the time of each step it finished, and
+// the step it ended in (and for how long) if it did not finish them all.
 func (p *phases) logIfSlow(log *slog.Logger, events int, err error) {
-	took := time.Since(p.start)
+	now := time.Now()
+	took := now.Sub(p.start)
 	if took < slowPublishAfter || log == nil {
 		return
 	}
-	attrs := make([]any, 0, 6+2*phaseCount)
+	attrs := make([]any, 0, 8+2*phaseCount)
 	attrs = append(attrs, "took", took.Round(time.Millisecond), "events", events)
-	for i, d := range p.took {
+	for i, d := range p.took[:p.next] {
 		attrs = append(attrs, phaseNames[i], d.Round(time.Millisecond))
+	}
+	if p.next < phaseCount {
+		attrs = append(attrs, "ended_in", phaseNames[p.next], phaseNames[p.next], now.Sub(p.last).Round(time.Millisecond))
 	}
 	if err != nil {
 		attrs = append(attrs, "error", err)

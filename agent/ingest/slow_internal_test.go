@@ -29,9 +29,12 @@ func TestSlowPublishSaysWhereItsTimeWent(t *testing.T) {
 	slow.done(phaseRecord)
 	slow.logIfSlow(log, 2, errors.New("store event: deadline"))
 	line := out.String()
-	for _, want := range []string{"level=WARN", "slow publish", "events=2", "admit=3", "record=0s", "precheck=0s", "store=0s", `error="store event: deadline"`} {
+	for _, want := range []string{"level=WARN", "slow publish", "events=2", "admit=3", "record=0s", "ended_in=precheck", "precheck=0s", `error="store event: deadline"`} {
 		if !strings.Contains(line, want) {
 			t.Errorf("log line %q lacks %q", line, want)
 		}
+	}
+	if strings.Contains(line, "store=") {
+		t.Errorf("log line %q times a step the publish did not reach", line)
 	}
 }
