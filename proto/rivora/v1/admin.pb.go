@@ -2036,8 +2036,16 @@ func (x *DeleteDestinationRequest) GetForce() bool {
 type DeleteDestinationResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// archived is how many pending events were archived (force only).
-	Archived      int64  `protobuf:"varint,1,opt,name=archived,proto3" json:"archived,omitempty"`
-	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Archived int64  `protobuf:"varint,1,opt,name=archived,proto3" json:"archived,omitempty"`
+	Version  uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// in_flight counts the events whose attempt was in flight (force
+	// only): left to their attempt (delivered, or a dead letter, reason
+	// deleted, at their next turn if it fails).
+	InFlight int64 `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// archived_later counts the pending events queued behind those in
+	// flight (force only): they become dead letters (reason deleted) once
+	// those attempts end, not counted in archived.
+	ArchivedLater int64 `protobuf:"varint,4,opt,name=archived_later,json=archivedLater,proto3" json:"archived_later,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2082,6 +2090,20 @@ func (x *DeleteDestinationResponse) GetArchived() int64 {
 func (x *DeleteDestinationResponse) GetVersion() uint64 {
 	if x != nil {
 		return x.Version
+	}
+	return 0
+}
+
+func (x *DeleteDestinationResponse) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *DeleteDestinationResponse) GetArchivedLater() int64 {
+	if x != nil {
+		return x.ArchivedLater
 	}
 	return 0
 }
@@ -5268,10 +5290,12 @@ const file_rivora_v1_admin_proto_rawDesc = "" +
 	"\x18DeleteDestinationRequest\x12\x16\n" +
 	"\x06author\x18\x03 \x01(\tR\x06author\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"Q\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x95\x01\n" +
 	"\x19DeleteDestinationResponse\x12\x1a\n" +
 	"\barchived\x18\x01 \x01(\x03R\barchived\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"\xe4\x01\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\x03R\binFlight\x12%\n" +
+	"\x0earchived_later\x18\x04 \x01(\x03R\rarchivedLater\"\xe4\x01\n" +
 	"\x12SetPriorityRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12.\n" +

@@ -994,8 +994,17 @@ func (x *ArchivePendingRequest) GetSubscriptionId() string {
 }
 
 type ArchivePendingResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Archived      int64                  `protobuf:"varint,1,opt,name=archived,proto3" json:"archived,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// archived counts the pending events made dead letters (reason deleted).
+	Archived int64 `protobuf:"varint,1,opt,name=archived,proto3" json:"archived,omitempty"`
+	// in_flight counts the events whose attempt was in flight: not
+	// archived, left to their attempt (delivered, or a dead letter, reason
+	// deleted, at their next turn if it fails).
+	InFlight int64 `protobuf:"varint,2,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// archived_later counts the events queued behind those in flight, in
+	// their lanes: not archived yet; they become dead letters (reason
+	// deleted) once those attempts end.
+	ArchivedLater int64 `protobuf:"varint,3,opt,name=archived_later,json=archivedLater,proto3" json:"archived_later,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1033,6 +1042,20 @@ func (*ArchivePendingResponse) Descriptor() ([]byte, []int) {
 func (x *ArchivePendingResponse) GetArchived() int64 {
 	if x != nil {
 		return x.Archived
+	}
+	return 0
+}
+
+func (x *ArchivePendingResponse) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *ArchivePendingResponse) GetArchivedLater() int64 {
+	if x != nil {
+		return x.ArchivedLater
 	}
 	return 0
 }
@@ -1213,9 +1236,11 @@ const file_rivora_v1_agent_proto_rawDesc = "" +
 	"pastWindow\"g\n" +
 	"\x15ArchivePendingRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12'\n" +
-	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\"4\n" +
+	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\"x\n" +
 	"\x16ArchivePendingResponse\x12\x1a\n" +
-	"\barchived\x18\x01 \x01(\x03R\barchived\"\\\n" +
+	"\barchived\x18\x01 \x01(\x03R\barchived\x12\x1b\n" +
+	"\tin_flight\x18\x02 \x01(\x03R\binFlight\x12%\n" +
+	"\x0earchived_later\x18\x03 \x01(\x03R\rarchivedLater\"\\\n" +
 	"\x10GetHealthRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12!\n" +
 	"\frate_history\x18\x02 \x01(\bR\vrateHistory\"U\n" +

@@ -1163,7 +1163,15 @@ type DeleteSubscriptionResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	// archived counts the pending events that became dead letters (force).
-	Archived      int64 `protobuf:"varint,2,opt,name=archived,proto3" json:"archived,omitempty"`
+	Archived int64 `protobuf:"varint,2,opt,name=archived,proto3" json:"archived,omitempty"`
+	// in_flight counts the events whose attempt was in flight (force):
+	// left to their attempt (delivered, or a dead letter, reason deleted,
+	// at their next turn if it fails).
+	InFlight int64 `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// archived_later counts the pending events queued behind those in
+	// flight (force): they become dead letters (reason deleted) once those
+	// attempts end, not counted in archived.
+	ArchivedLater int64 `protobuf:"varint,4,opt,name=archived_later,json=archivedLater,proto3" json:"archived_later,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1208,6 +1216,20 @@ func (x *DeleteSubscriptionResponse) GetVersion() uint64 {
 func (x *DeleteSubscriptionResponse) GetArchived() int64 {
 	if x != nil {
 		return x.Archived
+	}
+	return 0
+}
+
+func (x *DeleteSubscriptionResponse) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *DeleteSubscriptionResponse) GetArchivedLater() int64 {
+	if x != nil {
+		return x.ArchivedLater
 	}
 	return 0
 }
@@ -1915,10 +1937,12 @@ const file_rivora_v1_subscriptions_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"A\n" +
 	"\x19DeleteSubscriptionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"R\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x96\x01\n" +
 	"\x1aDeleteSubscriptionResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1a\n" +
-	"\barchived\x18\x02 \x01(\x03R\barchived\"\xef\x01\n" +
+	"\barchived\x18\x02 \x01(\x03R\barchived\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\x03R\binFlight\x12%\n" +
+	"\x0earchived_later\x18\x04 \x01(\x03R\rarchivedLater\"\xef\x01\n" +
 	"\tEventType\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x16\n" +
