@@ -661,8 +661,9 @@ func (a *Agent) Pending(_ context.Context, destinationID string) (int64, error) 
 }
 
 // ArchivePending dead-letters a destination's pending events (reason
-// "deleted") and returns how many.
-func (a *Agent) ArchivePending(ctx context.Context, destinationID string) (int64, error) {
+// "deleted") and returns how many, and what it left to attempts in
+// flight.
+func (a *Agent) ArchivePending(ctx context.Context, destinationID string) (owner.Archived, error) {
 	return a.parts.ArchivePending(ctx, destinationID, "")
 }
 

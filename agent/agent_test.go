@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/rivora/rivora/agent/owner"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
 	"github.com/rivora/rivora/sdk/eventid"
@@ -513,8 +514,8 @@ func TestArchivePendingAndBacklog(t *testing.T) {
 	}
 
 	n, err := ag.Agent.ArchivePending(context.Background(), "slow")
-	if err != nil || n != 4 {
-		t.Fatalf("ArchivePending = %d, %v; want 4", n, err)
+	if err != nil || n != (owner.Archived{Now: 4}) {
+		t.Fatalf("ArchivePending = %+v, %v; want 4 archived now", n, err)
 	}
 	if pending, _ := ag.Agent.Pending(context.Background(), "slow"); pending != 0 {
 		t.Fatalf("pending after ArchivePending = %d", pending)
@@ -574,7 +575,7 @@ func TestArchivedHeadKeepsItsAttempts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ArchivePending: %v", err)
 		}
-		archived += n
+		archived += int64(n.Now)
 		return archived == 2
 	})
 	var letters []*rivorav1.DeadLetter

@@ -78,13 +78,14 @@ func (s *partitionService) windowClosedBy(dest string, window time.Duration, now
 }
 
 // ArchivePending dead-letters a destination's pending events, or one of
-// its subscription's (subscription_id), with reason deleted.
+// its subscription's (subscription_id), with reason deleted, and says
+// what it left to the attempts in flight.
 func (s *partitionService) ArchivePending(ctx context.Context, req *connect.Request[rivorav1.ArchivePendingRequest]) (*connect.Response[rivorav1.ArchivePendingResponse], error) {
 	n, err := s.parts.ArchivePending(ctx, req.Msg.GetDestinationId(), req.Msg.GetSubscriptionId())
 	if err != nil {
 		return nil, errkind.Tag(errkind.Unavailable, err)
 	}
-	return connect.NewResponse(&rivorav1.ArchivePendingResponse{Archived: n}), nil
+	return connect.NewResponse(&rivorav1.ArchivePendingResponse{Archived: int64(n.Now), InFlight: int64(n.InFlight), ArchivedLater: int64(n.Later)}), nil
 }
 
 func (s *partitionService) GetHealth(_ context.Context, req *connect.Request[rivorav1.GetHealthRequest]) (*connect.Response[rivorav1.GetHealthResponse], error) {

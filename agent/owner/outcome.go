@@ -204,17 +204,31 @@ func (o *Partition) afterAdvance(a *scheduler.Attempt, out scheduler.Outcome) {
 	}
 }
 
+// Archived is what archiving a destination's (or a subscription's)
+// pending events did: Now, the events made dead letters (reason deleted);
+// InFlight, the events whose attempt was in flight, left to it (delivered,
+// or a dead letter at their next turn if it fails, their destination or
+// subscription being gone by then); Later, the events queued behind
+// those, which become dead letters once those attempts end.
+type Archived struct {
+	Now, InFlight, Later int
+}
+
 // ArchiveDestination dead-letters every pending event of a destination that
-// is not in flight (reason "deleted") and returns how many.
-func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string) (int, error) {
-	return o.archiveTakenLanes(ctx, destinationID, o.deps.Scheduler.TakeDestination(destinationID))
+// is not in flight (reason "deleted").
+func (o *Partition) ArchiveDestination(ctx context.Context, destinationID string) (Archived, error) {
+	taken, left := o.deps.Scheduler.TakeDestination(destinationID)
+	n, err := o.archiveTakenLanes(ctx, destinationID, taken)
+	return Archived{Now: n, InFlight: left.InFlight, Later: left.Behind}, err
 }
 
 // ArchiveSubscription dead-letters every pending event of one subscription
-// (at its destination) that is not in flight (reason "deleted") and
-// returns how many; the destination's other events stay.
-func (o *Partition) ArchiveSubscription(ctx context.Context, destinationID, subscriptionID string) (int, error) {
-	return o.archiveTakenLanes(ctx, destinationID, o.deps.Scheduler.TakeSubscription(destinationID, subscriptionID))
+// (at its destination) that is not in flight (reason "deleted"); the
+// destination's other events stay.
+func (o *Partition) ArchiveSubscription(ctx context.Context, destinationID, subscriptionID string) (Archived, error) {
+	taken, left := o.deps.Scheduler.TakeSubscription(destinationID, subscriptionID)
+	n, err := o.archiveTakenLanes(ctx, destinationID, taken)
+	return Archived{Now: n, InFlight: left.InFlight, Later: left.Behind}, err
 }
 
 // archiveTakenLanes dead-letters the entries of lanes taken from the

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/rivora/rivora/agent/owner"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/sdk/webhook"
@@ -142,8 +143,8 @@ func TestSubscriptionPauseResumeArchiveAndDelete(t *testing.T) {
 	}
 
 	part := n.parts[lanes.Partition("orders", partitions)]
-	if got, err := part.ArchiveSubscription(context.Background(), "orders", "sub_archived"); err != nil || got != 3 {
-		t.Fatalf("ArchiveSubscription(sub_archived) = %d, %v; want 3", got, err)
+	if got, err := part.ArchiveSubscription(context.Background(), "orders", "sub_archived"); err != nil || got != (owner.Archived{Now: 3}) {
+		t.Fatalf("ArchiveSubscription(sub_archived) = %+v, %v; want 3 archived now", got, err)
 	}
 	if n.sched.PendingOf("orders", "sub_held") != 3 || n.sched.PendingOf("orders", "sub_archived") != 0 {
 		t.Fatalf("after archiving sub_archived: held %d, archived %d pending", n.sched.PendingOf("orders", "sub_held"), n.sched.PendingOf("orders", "sub_archived"))
@@ -212,4 +213,58 @@ func TestAnEventOfANewerConfigWaitsForIt(t *testing.T) {
 	n.setSubscriptions(&rivorav1.Subscription{Id: "sub_new", CustomerId: "acme", DestinationId: "orders"})
 	n.applied.Store(7)
 	p.WaitDelivered(t, []string{id}, 15*time.Second)
+}
+
+// A subscription's events archived while its lane's head is in flight
+// (a slow partner): the head and the events queued behind it are not
+// archived then, and ArchiveSubscription says so (it said 0 archived,
+// and the two behind became dead letters uncounted). The head's attempt
+// ends as it ends (delivered); the two behind become dead letters once
+// it has, each once, and nothing else does.
+func TestArchiveSubscriptionCountsWhatIsLeftToAnAttemptInFlight(t *testing.T) {
+	p := newPartner(t, http.StatusOK, nil)
+	p.SetDelay(3 * time.Second)
+	archRoot := t.TempDir()
+	n := open(t, t.TempDir(), mustDir(t, archRoot), []*rivorav1.Destination{dest("orders", p.URL(), 5)})
+	n.setSubscriptions(&rivorav1.Subscription{Id: "sub_slow", CustomerId: "acme", DestinationId: "orders"})
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, n.storeRouted("evt_slow"+string(rune('0'+i)), "sub_slow", "orders", "slow"))
+	}
+	n.run(true)
+	poll.True(t, "the lane's head sent, its answer held", 10*time.Second, func() bool { return len(p.Requests()) == 1 })
+
+	part := n.parts[lanes.Partition("orders", partitions)]
+	got, err := part.ArchiveSubscription(context.Background(), "orders", "sub_slow")
+	if want := (owner.Archived{Now: 0, InFlight: 1, Later: 2}); err != nil || got != want {
+		t.Fatalf("ArchiveSubscription with the head in flight = %+v, %v; want %+v", got, err, want)
+	}
+	n.setSubscriptions() // deleted
+
+	p.WaitDelivered(t, ids[:1], 15*time.Second)
+	var letters []*rivorav1.DeadLetter
+	poll.True(t, "the two events behind the head archived", 20*time.Second, func() bool {
+		letters = nil
+		for _, o := range findObjects(t, archRoot) {
+			letters = append(letters, readObject(t, o)...)
+		}
+		return len(letters) >= 2
+	})
+	var dead []string
+	for _, dl := range letters {
+		if dl.GetReason() != rivorav1.DeadReason_DEAD_REASON_DELETED {
+			t.Errorf("dead letter %s has reason %v, want deleted", dl.GetEvent().GetEventId(), dl.GetReason())
+		}
+		dead = append(dead, dl.GetEvent().GetEventId())
+	}
+	slices.Sort(dead)
+	if !slices.Equal(dead, ids[1:]) {
+		t.Fatalf("dead letters %v, want the two behind the head %v, once each", dead, ids[1:])
+	}
+	if n := p.Sent(ids[1]) + p.Sent(ids[2]); n != 0 {
+		t.Fatalf("the events behind the head were sent %d times", n)
+	}
+	if n := n.sched.PendingOf("orders", "sub_slow"); n != 0 {
+		t.Fatalf("PendingOf(sub_slow) = %d after, want 0", n)
+	}
 }

@@ -284,18 +284,15 @@ func (s *Set) WaitsInIngest(ctx context.Context, p int) (bool, error) {
 
 // ArchivePending dead-letters a destination's pending events (reason
 // "deleted"), or only those of one of its subscriptions (subscriptionID
-// not ""), and returns how many; 0 when its partition is not here.
-func (s *Set) ArchivePending(ctx context.Context, destinationID, subscriptionID string) (int64, error) {
+// not ""), and says how many, and what it left to attempts in flight;
+// nothing when its partition is not here.
+func (s *Set) ArchivePending(ctx context.Context, destinationID, subscriptionID string) (owner.Archived, error) {
 	part := s.OfDestination(destinationID)
 	if part == nil {
-		return 0, nil
+		return owner.Archived{}, nil
 	}
-	var archived int
-	var err error
 	if subscriptionID != "" {
-		archived, err = part.ArchiveSubscription(ctx, destinationID, subscriptionID)
-	} else {
-		archived, err = part.ArchiveDestination(ctx, destinationID)
+		return part.ArchiveSubscription(ctx, destinationID, subscriptionID)
 	}
-	return int64(archived), err
+	return part.ArchiveDestination(ctx, destinationID)
 }

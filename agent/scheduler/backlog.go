@@ -331,20 +331,41 @@ func (s *Scheduler) remove(d *destination) {
 	delete(s.dests, d.id)
 }
 
+// Left is what a take (TakeDestination, TakeSubscription) leaves to the
+// attempts in flight, for the caller to report: a lane whose head is in
+// flight is not taken, and neither are the entries queued behind its
+// head. InFlight counts those heads: each attempt's outcome decides what
+// becomes of its event. Behind counts the entries queued behind them,
+// which their lanes hand out only once the attempts end (and which the
+// owner then dead-letters, their destination or subscription being gone).
+type Left struct {
+	InFlight, Behind int
+}
+
+// add counts l, a lane whose head is in flight.
+func (left *Left) add(l *Lane) {
+	left.InFlight++
+	if len(l.entries) > 1 {
+		left.Behind += len(l.entries) - 1
+	}
+}
+
 // TakeDestination removes every lane of a destination that is not in
 // flight and returns their entries (for archiving when a destination is
-// deleted with force).
-func (s *Scheduler) TakeDestination(destinationID string) map[*Lane][]Entry {
+// deleted with force), and what it left to the attempts in flight.
+func (s *Scheduler) TakeDestination(destinationID string) (map[*Lane][]Entry, Left) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := s.dests[destinationID]
 	if d == nil {
-		return nil
+		return nil, Left{}
 	}
 	taken := make(map[*Lane][]Entry)
+	var left Left
 	for _, l := range d.lanes {
 		switch l.state {
 		case laneInFlight:
+			left.add(l)
 			continue
 		case laneWaiting:
 			heap.Remove(&s.waiting, l.heapIdx)
@@ -375,7 +396,7 @@ func (s *Scheduler) TakeDestination(destinationID string) map[*Lane][]Entry {
 	}
 	d.configured = false
 	s.removeIfIdle(d)
-	return taken
+	return taken, left
 }
 
 // Pending is the number of events pending for a destination.

@@ -225,7 +225,7 @@ func TestCachedEventsLeaveWithTheirEntries(t *testing.T) {
 	if n := len(s.dests["d1"].cached); n != 2 {
 		t.Fatalf("%d cached events kept after a delivery, want 2", n)
 	}
-	taken := s.TakeDestination("d1")
+	taken, _ := s.TakeDestination("d1")
 	events := 0
 	for _, tl := range taken {
 		for _, e := range tl {

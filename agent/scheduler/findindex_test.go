@@ -71,7 +71,7 @@ func TestFindFollowsEntriesThroughTheirLife(t *testing.T) {
 	expect(idsA[1], a, 0)
 	expect(idsA[2], a, 1)
 
-	if taken := s.TakeDestination("d2"); len(taken) != 1 {
+	if taken, _ := s.TakeDestination("d2"); len(taken) != 1 {
 		t.Fatalf("TakeDestination took %d lanes, want 1", len(taken))
 	}
 	missing(idsB[0])

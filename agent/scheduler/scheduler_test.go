@@ -1138,7 +1138,7 @@ func TestTakeDestination(t *testing.T) {
 	s.Restore(0, lid("d2", "c1", "e2"), evs(9), Head{Attempts: 1, NotBefore: t0.Add(4 * time.Second)}, true)
 	checkInvariants(t, s)
 
-	taken := s.TakeDestination("d1")
+	taken, _ := s.TakeDestination("d1")
 	checkInvariants(t, s)
 	got := map[lanes.ID][]uint64{}
 	for l, es := range taken {
@@ -1193,7 +1193,7 @@ func TestTakeDestination(t *testing.T) {
 	}
 
 	// A second take gets the rest.
-	taken = s.TakeDestination("d1")
+	taken, _ = s.TakeDestination("d1")
 	got = map[lanes.ID][]uint64{}
 	for l, es := range taken {
 		for _, e := range es {
@@ -1207,7 +1207,7 @@ func TestTakeDestination(t *testing.T) {
 		t.Fatalf("Pending(d1) = %d", n)
 	}
 	checkInvariants(t, s)
-	if s.TakeDestination("nope") != nil {
+	if taken, _ := s.TakeDestination("nope"); taken != nil {
 		t.Fatal("TakeDestination of an unknown destination returned lanes")
 	}
 
@@ -1224,7 +1224,7 @@ func TestTakeDestinationInFlightRetryStaysHeld(t *testing.T) {
 	A := lid("d1", "c1", "a")
 	appendTo(s, 0, A, ev(1))
 	a := mustPick(t, s)
-	if taken := s.TakeDestination("d1"); len(taken) != 0 {
+	if taken, _ := s.TakeDestination("d1"); len(taken) != 0 {
 		t.Fatalf("took %d lanes, want none (only lane in flight)", len(taken))
 	}
 	s.Retry(a, Head{Attempts: 1, NotBefore: t0.Add(time.Second)})
@@ -1234,7 +1234,7 @@ func TestTakeDestinationInFlightRetryStaysHeld(t *testing.T) {
 	if n := s.Pending("d1"); n != 1 {
 		t.Fatalf("Pending = %d", n)
 	}
-	taken := s.TakeDestination("d1")
+	taken, _ := s.TakeDestination("d1")
 	if len(taken) != 1 {
 		t.Fatalf("second take got %d lanes, want 1", len(taken))
 	}
@@ -1682,7 +1682,7 @@ func (m *model) rebuiltLane(d modelDest) {
 
 func (m *model) takeDestination(d modelDest) {
 	t, s := m.t, m.s
-	taken := s.TakeDestination(d.id)
+	taken, _ := s.TakeDestination(d.id)
 	want := 0
 	for subj, ml := range m.lanes {
 		if ml.id.Destination != d.id || ml.out != nil {
@@ -2342,5 +2342,30 @@ func TestForgottenDestinationHandsItsHeadsOut(t *testing.T) {
 	if got := s.Unconfigured(); len(got) != 0 {
 		t.Fatalf("Unconfigured() = %v after ForgetUnknown, want none", got)
 	}
+	checkInvariants(t, s)
+}
+
+// TakeDestination counts what it leaves to the attempts in flight: the
+// heads in flight and the entries queued behind them.
+func TestTakeDestinationCountsWhatItLeavesInFlight(t *testing.T) {
+	s, _ := newSched()
+	s.SetLimits("d1", 0, unlimited)
+	A, B := lid("d1", "c1", "a"), lid("d1", "c2", "b")
+	appendTo(s, 0, A, ev(1))
+	a := mustPick(t, s)
+	appendTo(s, 0, A, ev(2), ev(3))
+	appendTo(s, 0, B, ev(4))
+	taken, left := s.TakeDestination("d1")
+	if seqs := takenSeqs(taken); !slices.Equal(seqs, []uint64{4}) {
+		t.Fatalf("taken %v, want lane b's 4 alone", seqs)
+	}
+	if left != (Left{InFlight: 1, Behind: 2}) {
+		t.Fatalf("left %+v, want 1 head in flight and the 2 entries behind it", left)
+	}
+	checkInvariants(t, s)
+	if n := s.Pending("d1"); n != 3 {
+		t.Fatalf("Pending = %d, want the lane in flight's 3", n)
+	}
+	s.Succeeded(a)
 	checkInvariants(t, s)
 }

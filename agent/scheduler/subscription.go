@@ -127,18 +127,24 @@ func (s *Scheduler) PendingOf(destinationID, subscriptionID string) int {
 
 // TakeSubscription removes every lane of one subscription at its
 // destination that is not in flight and returns their entries (for
-// archiving when the subscription is deleted with force); the
-// destination's other lanes are untouched.
-func (s *Scheduler) TakeSubscription(destinationID, subscriptionID string) map[*Lane][]Entry {
+// archiving when the subscription is deleted with force), and what it
+// left to the attempts in flight; the destination's other lanes are
+// untouched.
+func (s *Scheduler) TakeSubscription(destinationID, subscriptionID string) (map[*Lane][]Entry, Left) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := s.dests[destinationID]
 	if d == nil {
-		return nil
+		return nil, Left{}
 	}
 	taken := make(map[*Lane][]Entry)
+	var left Left
 	for _, l := range d.lanes {
-		if l.ID.Subscription != subscriptionID || l.state == laneInFlight {
+		if l.ID.Subscription != subscriptionID {
+			continue
+		}
+		if l.state == laneInFlight {
+			left.add(l)
 			continue
 		}
 		s.unplay(l)
@@ -150,5 +156,5 @@ func (s *Scheduler) TakeSubscription(destinationID, subscriptionID string) map[*
 		s.forget(l)
 	}
 	s.removeIfIdle(d)
-	return taken
+	return taken, left
 }

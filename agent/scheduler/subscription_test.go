@@ -183,7 +183,7 @@ func TestTakeSubscription(t *testing.T) {
 	appendTo(s, 0, held, ev(3), ev(4))
 	appendTo(s, 0, other, ev(5))
 
-	taken := s.TakeSubscription("d1", "sub_a")
+	taken, _ := s.TakeSubscription("d1", "sub_a")
 	var got []uint64
 	for l, entries := range taken {
 		if l.ID.Subscription != "sub_a" {
@@ -209,4 +209,55 @@ func TestTakeSubscription(t *testing.T) {
 		t.Fatalf("delivered %v, want 2 and 5", got)
 	}
 	checkInvariants(t, s)
+}
+
+// TakeSubscription counts what it leaves to the attempts in flight: the
+// subscription's heads in flight and the entries queued behind them
+// (which their lanes hand out once the attempts end), not another
+// subscription's. A forced delete reports them (it said "no pending
+// events were archived" while two were dead-lettered after the attempt).
+func TestTakeSubscriptionCountsWhatItLeavesInFlight(t *testing.T) {
+	s, _ := newSched()
+	s.SetLimits("d1", 0, unlimited)
+	out := subLane("d1", "c1", "a", "sub_a")
+	alone := subLane("d1", "c2", "b", "sub_a")
+	other := subLane("d1", "c1", "c", "sub_b")
+	idle := subLane("d1", "c1", "z", "sub_a")
+	appendTo(s, 0, out, ev(1))
+	appendTo(s, 0, alone, ev(4))
+	appendTo(s, 0, other, ev(5))
+	attempts := []*Attempt{mustPick(t, s), mustPick(t, s), mustPick(t, s)}
+	appendTo(s, 0, out, ev(2), ev(3))
+	appendTo(s, 0, other, ev(6))
+	appendTo(s, 0, idle, ev(7))
+
+	taken, left := s.TakeSubscription("d1", "sub_a")
+	if seqs := takenSeqs(taken); !slices.Equal(seqs, []uint64{7}) {
+		t.Fatalf("taken %v, want the idle lane's 7 alone", seqs)
+	}
+	if left != (Left{InFlight: 2, Behind: 2}) {
+		t.Fatalf("left %+v, want 2 heads in flight (1 and 4) and 2 entries behind them (2 and 3)", left)
+	}
+	checkInvariants(t, s)
+	for _, a := range attempts {
+		s.Succeeded(a)
+	}
+	got := drainSeqs(t, s)
+	slices.Sort(got)
+	if !slices.Equal(got, []uint64{2, 3, 6}) {
+		t.Fatalf("handed out %v after the attempts, want 2 and 3 (left behind the head) and 6", got)
+	}
+	checkInvariants(t, s)
+}
+
+// takenSeqs are the sequences of the entries a take returned, in order.
+func takenSeqs(taken map[*Lane][]Entry) []uint64 {
+	var seqs []uint64
+	for _, entries := range taken {
+		for _, e := range entries {
+			seqs = append(seqs, e.Seq)
+		}
+	}
+	slices.Sort(seqs)
+	return seqs
 }
