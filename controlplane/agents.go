@@ -675,15 +675,50 @@ func (r *agentRegistry) pendingAndHeads(ctx context.Context, destinationID strin
 
 // archivePending dead-letters a destination's pending events on every
 // connected agent: all of them, or only one subscription's when
-// subscriptionID is set.
-func (r *agentRegistry) archivePending(ctx context.Context, destinationID, subscriptionID string) (int64, error) {
-	return r.sum(func(a *agentState) (int64, error) {
+// subscriptionID is set. On an error the counts are those of the agents
+// that answered.
+func (r *agentRegistry) archivePending(ctx context.Context, destinationID, subscriptionID string) (archivedCounts, error) {
+	answers, err := askAll(r, func(a *agentState) (*rivorav1.ArchivePendingResponse, error) {
 		resp, err := a.client.ArchivePending(ctx, connect.NewRequest(&rivorav1.ArchivePendingRequest{DestinationId: destinationID, SubscriptionId: subscriptionID}))
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		return resp.Msg.GetArchived(), nil
+		return resp.Msg, nil
 	})
+	var c archivedCounts
+	for _, a := range answers {
+		c.archived += a.GetArchived()
+		c.inFlight += a.GetInFlight()
+		c.later += a.GetArchivedLater()
+	}
+	return c, err
+}
+
+// archivedCounts is what archivePending did: archived, the pending events
+// made dead letters (reason deleted); inFlight, the events whose attempt
+// was in flight, left to it (delivered, or a dead letter if it fails);
+// later, the events queued behind those, which become dead letters once
+// those attempts end.
+type archivedCounts struct {
+	archived, inFlight, later int64
+}
+
+// detail is what the audit says of c.
+func (c archivedCounts) detail() string {
+	s := fmt.Sprintf("%d pending events archived", c.archived)
+	switch {
+	case c.inFlight == 1:
+		s += "; 1 event in flight left to its attempt (a dead letter too if it fails)"
+		if c.later > 0 {
+			s += fmt.Sprintf(", %s queued behind it archived once it ends", pendingEvents(c.later))
+		}
+	case c.inFlight > 1:
+		s += fmt.Sprintf("; %d events in flight left to their attempts (dead letters too if they fail)", c.inFlight)
+		if c.later > 0 {
+			s += fmt.Sprintf(", %s queued behind them archived once they end", pendingEvents(c.later))
+		}
+	}
+	return s
 }
 
 // health gathers the connected agents' view of a destination (every one

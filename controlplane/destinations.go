@@ -264,28 +264,31 @@ func copySetFields(dst, set *rivorav1.Limits) []string {
 // deleteDestination removes a destination the caller may see (sc). One
 // with subscriptions or pending events is refused unless force, which
 // first archives its pending events as dead letters (its subscriptions'
-// included), then deletes it and its subscriptions in one change.
-func (cp *ControlPlane) deleteDestination(ctx context.Context, id string, who actor, force bool, sc scope) (archived int64, version uint64, err error) {
+// included), then deletes it and its subscriptions in one change. An
+// event in flight is left to its attempt, and the events queued behind
+// it in its lane are archived once it ends: the answer and the audit
+// count those apart from the events archived (archivedCounts).
+func (cp *ControlPlane) deleteDestination(ctx context.Context, id string, who actor, force bool, sc scope) (archived archivedCounts, version uint64, err error) {
 	if err := reserved(id); err != nil {
-		return 0, 0, err
+		return archived, 0, err
 	}
 	if d, ok := cp.store.Get(id); !ok || !sc.destination(d) {
-		return 0, 0, notFound(id)
+		return archived, 0, notFound(id)
 	}
 	subs := cp.store.Subscriptions(func(s *rivorav1.Subscription) bool { return s.GetDestinationId() == id })
 	if len(subs) > 0 && !force {
-		return 0, 0, errorf(ErrPrecondition, "destination %q has %s (%s): delete them first (`rivoractl subscriptions delete ID`), or delete the destination with --force to delete them too", id, subscriptionCount(len(subs)), subscriptionIDs(subs))
+		return archived, 0, errorf(ErrPrecondition, "destination %q has %s (%s): delete them first (`rivoractl subscriptions delete ID`), or delete the destination with --force to delete them too", id, subscriptionCount(len(subs)), subscriptionIDs(subs))
 	}
 	pending, err := cp.agents.pending(ctx, id, "")
 	if err != nil {
-		return 0, 0, err
+		return archived, 0, err
 	}
 	if pending > 0 {
 		if !force {
-			return 0, 0, errorf(ErrPrecondition, "destination %q has %s; wait for them, or delete with --force to archive them as dead letters", id, pendingEvents(pending))
+			return archived, 0, errorf(ErrPrecondition, "destination %q has %s; wait for them, or delete with --force to archive them as dead letters", id, pendingEvents(pending))
 		}
 		if archived, err = cp.agents.archivePending(ctx, id, ""); err != nil {
-			return 0, 0, fmt.Errorf("archive pending events of %q (%d archived so far): %w", id, archived, err)
+			return archivedCounts{}, 0, fmt.Errorf("archive pending events of %q (%d archived so far): %w", id, archived.archived, err)
 		}
 	}
 	version, err = cp.change("destination.delete", id, who, "", func(tx *DestinationTx) (string, error) {
@@ -302,7 +305,7 @@ func (cp *ControlPlane) deleteDestination(ctx context.Context, id string, who ac
 			tx.Subscriptions().Delete(s.GetId())
 		}
 		tx.Delete(id)
-		detail := fmt.Sprintf("%d pending events archived", archived)
+		detail := archived.detail()
 		if len(gone) > 0 {
 			detail += fmt.Sprintf("; its %d subscriptions deleted too (%s)", len(gone), subscriptionIDs(gone))
 		}

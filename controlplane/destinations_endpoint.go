@@ -62,7 +62,7 @@ func (h *adminHandler) DeleteDestination(ctx context.Context, req *connect.Reque
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&rivorav1.DeleteDestinationResponse{Archived: archived, Version: version}), nil
+	return connect.NewResponse(&rivorav1.DeleteDestinationResponse{Archived: archived.archived, InFlight: archived.inFlight, ArchivedLater: archived.later, Version: version}), nil
 }
 
 func (h *adminHandler) GetDestinationHealth(ctx context.Context, req *connect.Request[rivorav1.GetDestinationHealthRequest]) (*connect.Response[rivorav1.GetDestinationHealthResponse], error) {

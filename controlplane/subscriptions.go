@@ -529,22 +529,24 @@ func (cp *ControlPlane) rotateSubscriptionSecret(m *rivorav1.RotateSubscriptionS
 // deleteSubscription removes a subscription the caller may see. One with
 // pending events is refused unless force, which first archives them as
 // dead letters (reason deleted) on the agents — the flow of
-// deleteDestination.
-func (cp *ControlPlane) deleteSubscription(ctx context.Context, id string, who actor, force bool, sc scope) (archived int64, version uint64, err error) {
+// deleteDestination: an event in flight is left to its attempt, and the
+// events queued behind it are archived once it ends; the answer and the
+// audit count those apart.
+func (cp *ControlPlane) deleteSubscription(ctx context.Context, id string, who actor, force bool, sc scope) (archived archivedCounts, version uint64, err error) {
 	s, ok := cp.store.GetSubscription(id)
 	if !ok || !sc.subscription(s) {
-		return 0, 0, subscriptionNotFound(id)
+		return archived, 0, subscriptionNotFound(id)
 	}
 	pending, err := cp.agents.pending(ctx, s.GetDestinationId(), id)
 	if err != nil {
-		return 0, 0, err
+		return archived, 0, err
 	}
 	if pending > 0 {
 		if !force {
-			return 0, 0, errorf(ErrPrecondition, "subscription %q has %s; wait for them, or delete with --force to archive them as dead letters", id, pendingEvents(pending))
+			return archived, 0, errorf(ErrPrecondition, "subscription %q has %s; wait for them, or delete with --force to archive them as dead letters", id, pendingEvents(pending))
 		}
 		if archived, err = cp.agents.archivePending(ctx, s.GetDestinationId(), id); err != nil {
-			return 0, 0, fmt.Errorf("archive pending events of subscription %q (%d archived so far): %w", id, archived, err)
+			return archivedCounts{}, 0, fmt.Errorf("archive pending events of subscription %q (%d archived so far): %w", id, archived.archived, err)
 		}
 	}
 	version, err = cp.change("subscription.delete", s.GetDestinationId(), who, "", func(tx *DestinationTx) (string, error) {
@@ -552,7 +554,7 @@ func (cp *ControlPlane) deleteSubscription(ctx context.Context, id string, who a
 			return "", subscriptionNotFound(id)
 		}
 		tx.Subscriptions().Delete(id)
-		return fmt.Sprintf("subscription %s (customer %s) deleted; %d pending events archived", id, s.GetCustomerId(), archived), nil
+		return fmt.Sprintf("subscription %s (customer %s) deleted; %s", id, s.GetCustomerId(), archived.detail()), nil
 	})
 	return archived, version, err
 }

@@ -85,7 +85,7 @@ func (h *subscriptionHandler) DeleteSubscription(ctx context.Context, req *conne
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&rivorav1.DeleteSubscriptionResponse{Archived: archived, Version: version}), nil
+	return connect.NewResponse(&rivorav1.DeleteSubscriptionResponse{Archived: archived.archived, InFlight: archived.inFlight, ArchivedLater: archived.later, Version: version}), nil
 }
 
 // eventTypeHandler serves rivora.v1.EventTypeService, the catalogue

@@ -58,14 +58,17 @@ type fakeAgent struct {
 	mu       sync.Mutex
 	pending  map[[2]string]int64 // (destination, subscription) → count
 	archived [][2]string
-	health   []*rivorav1.DestinationHealth
-	last     *rivorav1.WatchResponse // the last config message received
-	feed     []*rivorav1.WatchResponse
+	// left: what an archive leaves to attempts in flight, by
+	// (destination, subscription): heads in flight, events behind them.
+	left   map[[2]string][2]int64
+	health []*rivorav1.DestinationHealth
+	last   *rivorav1.WatchResponse // the last config message received
+	feed   []*rivorav1.WatchResponse
 }
 
 func startFakeAgent(t *testing.T, d *dev) *fakeAgent {
 	t.Helper()
-	f := &fakeAgent{pending: map[[2]string]int64{}}
+	f := &fakeAgent{pending: map[[2]string]int64{}, left: map[[2]string][2]int64{}}
 	mux := http.NewServeMux()
 	mux.Handle(rivorav1connect.NewPartitionServiceHandler(f))
 	srv := httptest.NewServer(mux)
@@ -126,10 +129,11 @@ func (f *fakeAgent) ArchivePending(_ context.Context, req *connect.Request[rivor
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	key := [2]string{req.Msg.GetDestinationId(), req.Msg.GetSubscriptionId()}
-	n := f.pending[key]
-	f.pending[key] = 0
+	left := f.left[key]
+	n := f.pending[key] - left[0] - left[1]
+	f.pending[key] = left[0] + left[1]
 	f.archived = append(f.archived, key)
-	return connect.NewResponse(&rivorav1.ArchivePendingResponse{Archived: n}), nil
+	return connect.NewResponse(&rivorav1.ArchivePendingResponse{Archived: n, InFlight: left[0], ArchivedLater: left[1]}), nil
 }
 
 func (f *fakeAgent) GetHealth(_ context.Context, req *connect.Request[rivorav1.GetHealthRequest]) (*connect.Response[rivorav1.GetHealthResponse], error) {
@@ -1237,5 +1241,48 @@ func TestCustomerTokenSeesAPauseWithoutItsAuthor(t *testing.T) {
 	pauses := own.Msg.GetDestination().GetPauses()
 	if len(pauses) != 1 || pauses[0].GetAuthor() != "" || pauses[0].GetReason() != "your endpoint answers slowly" || own.Msg.GetDestination().GetPauseReason() != "your endpoint answers slowly" {
 		t.Fatalf("the owner's answer: pauses %v, pause reason %q; want the reason without the author", pauses, own.Msg.GetDestination().GetPauseReason())
+	}
+}
+
+// A forced delete while an event is in flight says what it left to the
+// attempt: the answer (in_flight, archived_later) and the audit count
+// the event in flight and the events queued behind it apart from those
+// archived (it said "0 pending events archived", and the events behind
+// became dead letters uncounted).
+func TestForcedDeleteSaysWhatItLeftToAnAttemptInFlight(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), false)
+	f := startFakeAgent(t, d)
+	ctx := context.Background()
+	d.create(&rivorav1.CreateDestinationRequest{Id: "erp", Url: "https://erp.example.com/ingest"})
+	d.create(&rivorav1.CreateDestinationRequest{Id: "crm", Url: "https://crm.example.com/ingest"})
+	s := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"*"}})
+	f.setPending("erp", s.GetId(), 3)
+	f.setPending("crm", "", 5)
+	f.mu.Lock()
+	f.left[[2]string{"erp", s.GetId()}] = [2]int64{1, 2}
+	f.left[[2]string{"crm", ""}] = [2]int64{2, 1}
+	f.mu.Unlock()
+
+	del, err := d.subs(d.AdminToken).DeleteSubscription(ctx, connect.NewRequest(&rivorav1.DeleteSubscriptionRequest{Id: s.GetId(), Force: true}))
+	if err != nil || del.Msg.GetArchived() != 0 || del.Msg.GetInFlight() != 1 || del.Msg.GetArchivedLater() != 2 {
+		t.Fatalf("forced subscription delete: %v, %v; want 0 archived, 1 in flight, 2 archived later", del.Msg, err)
+	}
+	gone, err := d.Admin.DeleteDestination(ctx, connect.NewRequest(&rivorav1.DeleteDestinationRequest{Id: "crm", Force: true}))
+	if err != nil || gone.Msg.GetArchived() != 2 || gone.Msg.GetInFlight() != 2 || gone.Msg.GetArchivedLater() != 1 {
+		t.Fatalf("forced destination delete: %v, %v; want 2 archived, 2 in flight, 1 archived later", gone.Msg, err)
+	}
+	want := map[string]string{
+		"erp": "subscription " + s.GetId() + " (customer c1) deleted; 0 pending events archived; 1 event in flight left to its attempt (a dead letter too if it fails), 2 pending events queued behind it archived once it ends",
+		"crm": "2 pending events archived; 2 events in flight left to their attempts (dead letters too if they fail), 1 pending event queued behind them archived once they end",
+	}
+	for id, detail := range want {
+		audit, err := d.Admin.ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{DestinationId: id}))
+		if err != nil || len(audit.Msg.GetEntries()) == 0 {
+			t.Fatalf("audit of %s: %v, %v", id, audit, err)
+		}
+		if last := audit.Msg.GetEntries()[len(audit.Msg.GetEntries())-1]; last.GetDetail() != detail {
+			t.Errorf("audit of %s's delete: %q, want %q", id, last.GetDetail(), detail)
+		}
 	}
 }
