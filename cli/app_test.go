@@ -52,9 +52,12 @@ type fakeRivora struct {
 	// answers for it (gone_test.go).
 	health map[string]*rivorav1.DestinationHealth
 
-	mu       sync.Mutex
-	dests    map[string]*rivorav1.Destination
-	pending  map[string]int64
+	mu      sync.Mutex
+	dests   map[string]*rivorav1.Destination
+	pending map[string]int64
+	// left: what a forced delete leaves to attempts in flight, by
+	// destination: events in flight, events queued behind them.
+	left     map[string][2]int64
 	events   map[string]*rivorav1.GetEventResponse
 	creates  []*rivorav1.CreateDestinationRequest
 	updates  []*rivorav1.UpdateDestinationRequest
@@ -221,7 +224,8 @@ func (f *fakeRivora) DeleteDestination(_ context.Context, req *connect.Request[r
 	}
 	delete(f.dests, id)
 	delete(f.pending, id)
-	return connect.NewResponse(&rivorav1.DeleteDestinationResponse{Archived: n}), nil
+	left := f.left[id]
+	return connect.NewResponse(&rivorav1.DeleteDestinationResponse{Archived: n - left[0] - left[1], InFlight: left[0], ArchivedLater: left[1]}), nil
 }
 
 func (f *fakeRivora) Publish(_ context.Context, req *connect.Request[rivorav1.PublishRequest]) (*connect.Response[rivorav1.PublishResponse], error) {

@@ -439,7 +439,7 @@ func (e *env) deleteDestination(c *ucli.Context) (err error) {
 		})
 	}
 	if e.output == "json" {
-		if err := writeJSON(e.out, resp.Msg); err != nil {
+		if err := writeJSONWith(e.out, resp.Msg, archiveCountsJSON); err != nil {
 			return err
 		}
 		return e.afterChange(c, resp.Msg.GetVersion())
@@ -451,10 +451,10 @@ func (e *env) deleteDestination(c *ucli.Context) (err error) {
 	}()
 	if len(subs) > 0 {
 		err = say(e.out, "Deleted destination %s and its %s %s; %s. Those routed by the deleted subscriptions cannot be replayed nor resent (`rivoractl replay --skip-deleted-subscriptions` leaves them in the archive).\n",
-			id, plural(len(subs), "subscription"), strings.Join(subs, ", "), archivedText(resp.Msg.GetArchived()))
+			id, plural(len(subs), "subscription"), strings.Join(subs, ", "), archivedText(resp.Msg))
 		return err
 	}
-	err = say(e.out, "Deleted destination %s; %s.\n", id, archivedText(resp.Msg.GetArchived()))
+	err = say(e.out, "Deleted destination %s; %s.\n", id, archivedText(resp.Msg))
 	return err
 }
 

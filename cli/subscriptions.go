@@ -444,9 +444,9 @@ func (e *env) deleteSubscription(c *ucli.Context) error {
 		})
 	}
 	if e.output == "json" {
-		err = writeJSON(e.out, resp.Msg)
+		err = writeJSONWith(e.out, resp.Msg, archiveCountsJSON)
 	} else {
-		_, err = fmt.Fprintf(e.out, "Deleted subscription %s; %s.\n", id, archivedText(resp.Msg.GetArchived()))
+		_, err = fmt.Fprintf(e.out, "Deleted subscription %s; %s.\n", id, archivedText(resp.Msg))
 	}
 	if err != nil {
 		return err
@@ -454,14 +454,54 @@ func (e *env) deleteSubscription(c *ucli.Context) error {
 	return e.afterChange(c, resp.Msg.GetVersion())
 }
 
-// archivedText says how many pending events a forced delete archived.
-func archivedText(n int64) string {
-	switch n {
-	case 0:
-		return "no pending events were archived"
-	case 1:
-		return "archived 1 pending event as a dead letter (`rivoractl dlq list` shows it once written to the archive, within seconds)"
+// archiveCounts is what a forced delete answers of the pending events it
+// archived (DeleteDestinationResponse, DeleteSubscriptionResponse).
+type archiveCounts interface {
+	GetArchived() int64
+	GetInFlight() int64
+	GetArchivedLater() int64
+}
+
+// archiveCountsJSON are the counts a forced delete's answer shows with -o
+// json even when 0 (protojson leaves a zero out): {"version": …} alone
+// said nothing of what was archived, or left to attempts in flight.
+var archiveCountsJSON = map[string]any{"archived": "0", "inFlight": "0", "archivedLater": "0"}
+
+// archivedText says how many pending events a forced delete archived, and
+// what it left to attempts in flight: their events, and the events
+// queued behind them, archived once those attempts end.
+func archivedText(c archiveCounts) string {
+	var s string
+	switch n := c.GetArchived(); {
+	case n == 0 && c.GetInFlight() > 0:
+		s = "no pending events were archived yet"
+	case n == 0:
+		s = "no pending events were archived"
+	case n == 1:
+		s = "archived 1 pending event as a dead letter (`rivoractl dlq list` shows it once written to the archive, within seconds)"
 	default:
-		return fmt.Sprintf("archived %d pending events as dead letters (`rivoractl dlq list` shows them once written to the archive, within seconds)", n)
+		s = fmt.Sprintf("archived %d pending events as dead letters (`rivoractl dlq list` shows them once written to the archive, within seconds)", n)
 	}
+	return s + inFlightText(c.GetInFlight(), c.GetArchivedLater())
+}
+
+// inFlightText says what a forced delete left to attempts in flight (""
+// when none was).
+func inFlightText(inFlight, later int64) string {
+	if inFlight == 0 {
+		return ""
+	}
+	s := "; 1 event was in flight: its attempt goes on (the event becomes a dead letter too if it fails)"
+	behind, once := "it", "it ends"
+	if inFlight > 1 {
+		s = fmt.Sprintf("; %d events were in flight: their attempts go on (each event becomes a dead letter too if its attempt fails)", inFlight)
+		behind, once = "them", "they end"
+	}
+	switch {
+	case later == 1:
+		s += fmt.Sprintf(", and the 1 event queued behind %s is archived as a dead letter once %s", behind, once)
+	case later > 1:
+		s += fmt.Sprintf(", and the %d events queued behind %s are archived as dead letters once %s", later, behind, once)
+	}
+	return s
 }

@@ -31,8 +31,11 @@ type fakeSubscriptions struct {
 	subs    map[string]*rivorav1.Subscription
 	order   []string
 	pending map[string]int64
-	types   map[string]*rivorav1.EventType
-	strict  bool
+	// left: what a forced delete leaves to attempts in flight, by
+	// subscription: events in flight, events queued behind them.
+	left   map[string][2]int64
+	types  map[string]*rivorav1.EventType
+	strict bool
 	// requests: every request message, in arrival order.
 	requests []proto.Message
 }
@@ -237,7 +240,8 @@ func (f *fakeSubscriptions) DeleteSubscription(_ context.Context, req *connect.R
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("subscription %q has %d pending events", id, n))
 	}
 	delete(f.subs, id)
-	return connect.NewResponse(&rivorav1.DeleteSubscriptionResponse{Archived: n, Version: 16}), nil
+	left := f.left[id]
+	return connect.NewResponse(&rivorav1.DeleteSubscriptionResponse{Archived: n - left[0] - left[1], InFlight: left[0], ArchivedLater: left[1], Version: 16}), nil
 }
 
 // fanOut answers a publish without a destination: one route per
