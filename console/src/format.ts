@@ -225,6 +225,24 @@ export function counted(n: number | bigint, noun: string): string {
 }
 
 /**
+ * inFlightText says what a forced delete left to attempts in flight ("" when
+ * none was): their events, which their attempts decide, and the events queued
+ * behind them, which become dead letters once those attempts end (the
+ * answer's in_flight and archived_later).
+ */
+export function inFlightText(inFlight: bigint, later: bigint): string {
+  if (inFlight === 0n) return "";
+  const one = inFlight === 1n;
+  let s = one
+    ? "; 1 event was in flight: its attempt goes on (the event becomes a dead letter too if it fails)"
+    : `; ${formatCount(inFlight)} events were in flight: their attempts go on (each event becomes a dead letter too if its attempt fails)`;
+  const [behind, once] = one ? ["it", "it ends"] : ["them", "they end"];
+  if (later === 1n) s += `, and the 1 event queued behind ${behind} becomes a dead letter once ${once}`;
+  else if (later > 1n) s += `, and the ${formatCount(later)} events queued behind ${behind} become dead letters once ${once}`;
+  return s;
+}
+
+/**
  * deletedSubscriptionsText names a replay's deleted subscriptions (ids:
  * the first ones, sorted; count: how many): "subscription sub_a",
  * "3 subscriptions (sub_a, sub_b, sub_c)", "… and 2 more" past three.

@@ -8,6 +8,7 @@ import {
   formatDuration,
   formatRate,
   formatShare,
+  inFlightText,
   noisiest,
   parseDuration,
   roleName,
@@ -212,5 +213,23 @@ describe("customerList", () => {
     expect(customerList(" acme, globex  initech,,")).toEqual(["acme", "globex", "initech"]);
     expect(customerList("   ")).toEqual([]);
     expect(customerList("*")).toEqual(["*"]);
+  });
+});
+
+// A forced delete's answer counts the events left to attempts in flight apart
+// from those archived; the console says so (it said "its 0 pending events went
+// to the dead letters" while two more did once the attempt ended).
+describe("inFlightText", () => {
+  it("is empty when nothing was in flight", () => {
+    expect(inFlightText(0n, 0n)).toBe("");
+  });
+  it("names the event in flight and those queued behind it", () => {
+    expect(inFlightText(1n, 2n)).toBe(
+      "; 1 event was in flight: its attempt goes on (the event becomes a dead letter too if it fails), and the 2 events queued behind it become dead letters once it ends",
+    );
+    expect(inFlightText(1n, 0n)).toBe("; 1 event was in flight: its attempt goes on (the event becomes a dead letter too if it fails)");
+    expect(inFlightText(2n, 1n)).toBe(
+      "; 2 events were in flight: their attempts go on (each event becomes a dead letter too if its attempt fails), and the 1 event queued behind them becomes a dead letter once they end",
+    );
   });
 });

@@ -7,7 +7,7 @@ import type { Subscription } from "../../../sdk/typescript/src/gen/rivora/v1/sub
 import { errorText, events, isFailedPrecondition, subscriptions, when, type Me } from "../api.js";
 import { action, busy, isBusy, swap } from "../busy.js";
 import { field, h, noticeNext, replace, status, submitForm, table } from "../dom.js";
-import { can, counted, formatCount } from "../format.js";
+import { can, counted, formatCount, inFlightText } from "../format.js";
 import { loadLine } from "../loadline.js";
 import type { Page } from "../main.js";
 import { poll } from "../poll.js";
@@ -151,7 +151,7 @@ export const subscriptionPage: Page = (main, me, [id = ""]) => {
           try {
             const r = await subscriptions.deleteSubscription({ id, force });
             p.stop();
-            noticeNext(`Deleted ${id}${force ? `; its ${counted(r.archived, "pending event")} went to the dead letters (reason deleted, not replayable)` : ""}.`);
+            noticeNext(`Deleted ${id}${force ? `; its ${counted(r.archived, "pending event")} went to the dead letters (reason deleted, not replayable)${inFlightText(r.inFlight, r.archivedLater)}` : ""}.`);
             location.hash = "#/subscriptions";
           } catch (err) {
             if (!force && isFailedPrecondition(err)) {
