@@ -47,7 +47,7 @@ func BenchmarkCreateDestination(b *testing.B) {
 			for b.Loop() {
 				i++
 				id := fmt.Sprintf("bench-%d", i)
-				if _, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: id, Url: "https://example.com/" + id}, systemActor); err != nil {
+				if _, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: id, Url: "https://example.com/" + id}, systemActor, everything); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -68,7 +68,7 @@ func BenchmarkCreateDestinationFed(b *testing.B) {
 			for b.Loop() {
 				i++
 				id := fmt.Sprintf("bench-%d", i)
-				if _, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: id, Url: "https://example.com/" + id}, systemActor); err != nil {
+				if _, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: id, Url: "https://example.com/" + id}, systemActor, everything); err != nil {
 					b.Fatal(err)
 				}
 				if resp, sent := cp.nextConfig(f, "a1"); len(resp.GetDestinations()) != 1 {
@@ -105,7 +105,7 @@ func TestChangeTouchesOnlyItsDestination(t *testing.T) {
 		copies = fs.copies
 	}
 	step("create", 0, func() error {
-		_, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: "new", Url: "https://example.com/new"}, systemActor)
+		_, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: "new", Url: "https://example.com/new"}, systemActor, everything)
 		return err
 	})
 	step("pause", 1, func() error {
@@ -157,7 +157,7 @@ func TestFeedComparesOnlyTheChange(t *testing.T) {
 	if resp := next("no change", 0); resp != nil {
 		t.Fatalf("no change sent %v", resp)
 	}
-	if _, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: "new", Url: "https://example.com/new"}, systemActor); err != nil {
+	if _, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: "new", Url: "https://example.com/new"}, systemActor, everything); err != nil {
 		t.Fatal(err)
 	}
 	if resp := next("a create", 1); len(resp.GetDestinations()) != 1 || resp.GetDestinations()[0].GetId() != "new" || resp.GetDestinations()[0].GetSecret() == "" {

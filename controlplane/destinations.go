@@ -72,7 +72,11 @@ func (cp *ControlPlane) changeDestination(action, id string, who actor, reason s
 	return updated, version, err
 }
 
-func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, who actor) (*rivorav1.Destination, uint64, error) {
+// createDestination registers a destination. A customer token (sc) may
+// not make one on a shared destination's origin (customerOrigin); an
+// operator making a shared destination on the origin of customers' own
+// is warned (ownedAtOrigin), not refused.
+func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, who actor, sc scope) (*rivorav1.Destination, uint64, error) {
 	if err := ids.Validate("id", m.GetId()); err != nil {
 		return nil, 0, tag(ErrInvalid, err)
 	}
@@ -114,6 +118,7 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 	if err != nil {
 		return nil, 0, err
 	}
+	var owned []string
 	version, err := cp.change("destination.create", d.Id, who, "", func(tx *DestinationTx) (string, error) {
 		if old, ok := tx.Read(d.Id); ok {
 			if d.OwnerCustomer != "" && old.GetOwnerCustomer() != d.OwnerCustomer {
@@ -123,8 +128,14 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 			}
 			return "", errorf(ErrExists, "destination %q already exists; change it with `rivoractl destinations update %s`", d.Id, d.Id)
 		}
+		if err := customerOrigin(tx, d.Url, sc); err != nil {
+			return "", err
+		}
 		if err := cp.checkCapacity(tx, d.OwnerCustomer); err != nil {
 			return "", err
+		}
+		if d.OwnerCustomer == "" {
+			owned = ownedAtOrigin(tx, d.Url, d.Id)
 		}
 		// An event accepted under an older version was for a destination
 		// of this id deleted before (an edge's, accepted while cut off):
@@ -135,8 +146,11 @@ func (cp *ControlPlane) createDestination(m *rivorav1.CreateDestinationRequest, 
 		if d.OwnerCustomer != "" {
 			detail += ", owned by customer " + d.OwnerCustomer
 		}
-		return detail, nil
+		return detail + sharesOrigin(owned), nil
 	})
+	if err == nil {
+		cp.warnSharedOrigin(d, owned)
+	}
 	return d, version, err
 }
 
@@ -169,11 +183,17 @@ func (cp *ControlPlane) destination(ctx context.Context, id string, sc scope) (*
 	return d, pending, nil
 }
 
-func (cp *ControlPlane) updateDestination(m *rivorav1.UpdateDestinationRequest, who actor) (*rivorav1.Destination, uint64, error) {
+// updateDestination changes a destination. A new URL follows the origin
+// rules of createDestination: a customer token (sc; the policy lets none
+// update today) may not move its own destination onto a shared
+// destination's origin, and an operator moving a shared destination onto
+// the origin of customers' own is warned.
+func (cp *ControlPlane) updateDestination(m *rivorav1.UpdateDestinationRequest, who actor, sc scope) (*rivorav1.Destination, uint64, error) {
 	if err := reserved(m.GetId()); err != nil {
 		return nil, 0, err
 	}
 	var updated *rivorav1.Destination
+	var owned []string
 	version, err := cp.change("destination.update", m.GetId(), who, "", func(tx *DestinationTx) (string, error) {
 		d, ok := tx.Get(m.GetId())
 		if !ok {
@@ -185,14 +205,23 @@ func (cp *ControlPlane) updateDestination(m *rivorav1.UpdateDestinationRequest, 
 			return "", err
 		}
 		if m.Url != nil {
+			if err := customerOrigin(tx, d.GetUrl(), sc); err != nil {
+				return "", err
+			}
+			if d.GetOwnerCustomer() == "" {
+				owned = ownedAtOrigin(tx, d.GetUrl(), d.GetId())
+			}
 			rebased, err := cp.rebaseSubscriptions(tx, d)
 			if err != nil {
 				return "", err
 			}
 			changes = append(changes, rebased...)
 		}
-		return strings.Join(changes, ", "), nil
+		return strings.Join(changes, ", ") + sharesOrigin(owned), nil
 	})
+	if err == nil {
+		cp.warnSharedOrigin(updated, owned)
+	}
 	return updated, version, err
 }
 

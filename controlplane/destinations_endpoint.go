@@ -23,7 +23,7 @@ type adminHandler struct {
 }
 
 func (h *adminHandler) CreateDestination(ctx context.Context, req *connect.Request[rivorav1.CreateDestinationRequest]) (*connect.Response[rivorav1.CreateDestinationResponse], error) {
-	d, version, err := h.cp.createDestination(req.Msg, caller(ctx))
+	d, version, err := h.cp.createDestination(req.Msg, caller(ctx), scopeOf(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func (h *adminHandler) ListDestinations(ctx context.Context, req *connect.Reques
 }
 
 func (h *adminHandler) UpdateDestination(ctx context.Context, req *connect.Request[rivorav1.UpdateDestinationRequest]) (*connect.Response[rivorav1.UpdateDestinationResponse], error) {
-	d, version, err := h.cp.updateDestination(req.Msg, caller(ctx))
+	d, version, err := h.cp.updateDestination(req.Msg, caller(ctx), scopeOf(ctx))
 	if err != nil {
 		return nil, err
 	}

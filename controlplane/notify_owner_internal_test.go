@@ -65,7 +65,7 @@ func TestNoRecoveryNoticeWhileAPartitionMoves(t *testing.T) {
 	}
 	dest, other := destinationIn(t, 3), destinationIn(t, 5)
 	for _, id := range []string{dest, other} {
-		if _, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: id, Url: "https://example.com/hook"}, systemActor); err != nil {
+		if _, _, err := cp.createDestination(&rivorav1.CreateDestinationRequest{Id: id, Url: "https://example.com/hook"}, systemActor, everything); err != nil {
 			t.Fatal(err)
 		}
 	}

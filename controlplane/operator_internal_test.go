@@ -914,7 +914,7 @@ func TestAdminHidesAgentsFromCustomerTokens(t *testing.T) {
 	t.Cleanup(srv.Close)
 	a1 := c.agent("a1", 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 	a1.srv.Close()
-	if _, _, err := c.cp.createDestination(&rivorav1.CreateDestinationRequest{Id: "c1-orders", Url: "https://example.com/hook", OwnerCustomer: "c1"}, systemActor); err != nil {
+	if _, _, err := c.cp.createDestination(&rivorav1.CreateDestinationRequest{Id: "c1-orders", Url: "https://example.com/hook", OwnerCustomer: "c1"}, systemActor, everything); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

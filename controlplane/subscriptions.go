@@ -296,16 +296,6 @@ func withPath(base, path string) (string, error) {
 	return u.String(), nil
 }
 
-// origin is a URL's scheme, host and port (the default port when none).
-func origin(u *url.URL) string {
-	scheme := strings.ToLower(u.Scheme)
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[scheme]
-	}
-	return scheme + "://" + strings.ToLower(u.Hostname()) + ":" + port
-}
-
 // rebaseSubscriptions follows destination d's new URL in tx: each of its
 // subscriptions with a path keeps that path on the new URL, each with a
 // URL keeps its path and query on the new origin. It says what changed.

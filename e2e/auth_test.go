@@ -219,7 +219,9 @@ func newAuthWorld(t *testing.T) (context.Context, *authWorld) {
 
 	// c1's portal: its own destination and a subscription with its own
 	// secret, which no answer but create's shows.
-	own, err := adminClient(cpURL, tokens["cust"]).CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "c1-own", Url: p.URL(), OwnerCustomer: "c1"}))
+	// On a partner of its own: a customer token may not own a destination
+	// on a shared one's origin (d1's).
+	own, err := adminClient(cpURL, tokens["cust"]).CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "c1-own", Url: newPartner(t).URL(), OwnerCustomer: "c1"}))
 	if err != nil {
 		t.Fatalf("customer c1 creates its own destination: %v", err)
 	}

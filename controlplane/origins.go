@@ -1,0 +1,125 @@
+package controlplane
+
+import (
+	"net"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// An origin is where a destination's deliveries land: its URL's scheme,
+// host and port. A shared destination (one no customer owns) is the
+// operators' for its origin: its path, headers and rate limit protect
+// the partner behind it. So a customer token may not make an own
+// destination on that origin (which would let it set the paths and
+// headers sharedRouting refuses it there, and multiply the partner's
+// rate limit by its own destinations), and a customer token is shown of
+// a shared destination's URL only its origin (its path or query may
+// hold the operators' credentials).
+
+// defaultPorts are the ports of URLs that name none.
+var defaultPorts = map[string]string{"http": "80", "https": "443"}
+
+// origin is a URL's scheme, host and port, normalised so that two URLs
+// dialling the same host and port compare equal: the scheme and host in
+// lower case, the host without a trailing dot, an IP address in its
+// canonical form (an IPv4-mapped IPv6 address as IPv4), the port as a
+// number, the scheme's default port when none. It resolves nothing: a
+// name and an address it resolves to are different origins.
+func origin(u *url.URL) string {
+	scheme := strings.ToLower(u.Scheme)
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if a, err := netip.ParseAddr(host); err == nil {
+		host = a.Unmap().String()
+	}
+	port := u.Port()
+	if n, err := strconv.Atoi(port); err == nil {
+		port = strconv.Itoa(n)
+	}
+	if port == "" {
+		port = defaultPorts[scheme]
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
+}
+
+// originOf is raw's origin ("" when raw is not a URL: stored URLs passed
+// validateURL).
+func originOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	return origin(u)
+}
+
+// shownOrigin is a URL as a customer token may see a shared
+// destination's: scheme://host[:port], as written, without the path,
+// query or fragment.
+func shownOrigin(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
+}
+
+// customerOrigin refuses a customer token's own destination at rawURL
+// when a shared destination in tx serves that origin. The refusal names
+// neither the shared destination nor its URL: a customer token may not
+// see them.
+func customerOrigin(tx *DestinationTx, rawURL string, sc scope) error {
+	if !sc.limited() {
+		return nil
+	}
+	o := originOf(rawURL)
+	shared := false
+	tx.Each(func(d *rivorav1.Destination) {
+		if d.GetOwnerCustomer() == "" && originOf(d.GetUrl()) == o {
+			shared = true
+		}
+	})
+	if !shared {
+		return nil
+	}
+	return errorf(ErrDenied, "url %q: its origin %s is served by a destination your operators manage, and a customer's own destination may not share it (that partner's paths, headers and rate limit are the operators' to set): subscribe to the operators' destination for that partner instead, or ask an operator", rawURL, shownOrigin(rawURL))
+}
+
+// ownedAtOrigin lists the customer-owned destinations in tx on rawURL's
+// origin but except, sorted: the operators are told of them when they
+// make a shared destination there (a customer's own destination there
+// sets its own paths, headers and rate limit at that partner).
+func ownedAtOrigin(tx *DestinationTx, rawURL, except string) []string {
+	o := originOf(rawURL)
+	var ids []string
+	tx.Each(func(d *rivorav1.Destination) {
+		if d.GetOwnerCustomer() != "" && d.GetId() != except && originOf(d.GetUrl()) == o {
+			ids = append(ids, d.GetId())
+		}
+	})
+	slices.Sort(ids)
+	return ids
+}
+
+// sharesOrigin is the audit detail's note of the customers' own
+// destinations (owned) on a shared destination's origin.
+func sharesOrigin(owned []string) string {
+	if len(owned) == 0 {
+		return ""
+	}
+	return "; warning: its origin is also that of customers' own destinations " + strings.Join(owned, ", ")
+}
+
+// warnSharedOrigin logs that shared destination d was made on the origin
+// of customers' own destinations (owned): they were there first, so it
+// is not refused, but they set their own paths, headers and rate limit
+// at the partner d's limits are meant to protect.
+func (cp *ControlPlane) warnSharedOrigin(d *rivorav1.Destination, owned []string) {
+	if len(owned) == 0 {
+		return
+	}
+	cp.log.Warn("shared destination on the origin of customers' own destinations: they reach its partner with their own paths, headers and rate limits; delete them or move this destination if that partner must be reached only through it", "destination", d.GetId(), "origin", shownOrigin(d.GetUrl()), "owned_destinations", owned)
+}

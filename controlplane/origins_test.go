@@ -1,0 +1,64 @@
+package controlplane_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+)
+
+// A customer token may not make its own destination on the origin of a
+// shared one: there it would set the paths and headers a customer may
+// not set on the shared destination, and its own rate limit, at the
+// partner the operators' destination protects. The refusal names neither
+// the shared destination nor its URL. Another origin (scheme or port) is
+// the customer's to use, and operators are not restricted. An operator
+// making a shared destination on an origin customers already own is
+// warned in the audit.
+func TestACustomerCannotOwnASharedDestinationsOrigin(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), false)
+	ctx := context.Background()
+	d.create(&rivorav1.CreateDestinationRequest{Id: "partner-x", Url: "https://erp.example.com:443/ingest?api_key=SECRET"})
+	c1 := d.adminAs(d.Token(rivorav1.Role_ROLE_CUSTOMER, "c1"))
+	own := func(id, u string) error {
+		_, err := c1.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: id, Url: u, OwnerCustomer: "c1"}))
+		return err
+	}
+	for _, u := range []string{
+		"https://erp.example.com/in/c2",
+		"https://ERP.Example.COM/in/c2",
+		"HTTPS://erp.example.com:443/",
+		"https://erp.example.com./in/c2",
+		"https://erp.example.com:0443/in/c2",
+	} {
+		err := own("c1-erp", u)
+		wantCode(t, "c1 owns a destination at "+u, err, connect.CodePermissionDenied, "served by a destination your operators manage", "subscribe to", "ask an operator")
+		if err != nil && (strings.Contains(err.Error(), "partner-x") || strings.Contains(err.Error(), "ingest") || strings.Contains(err.Error(), "SECRET")) {
+			t.Errorf("the refusal %q names the shared destination or its URL", err)
+		}
+	}
+	for _, u := range []string{"http://erp.example.com/in/c1", "https://erp.example.com:8443/in/c1", "https://c1.example.com/hook"} {
+		if err := own("c1-"+strings.NewReplacer(":", "", "/", "", ".", "").Replace(u)[:12], u); err != nil {
+			t.Errorf("c1 owns a destination at %s, another origin: %v", u, err)
+		}
+	}
+	if _, err := d.Admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "c1-by-ops", Url: "https://erp.example.com/in/c1", OwnerCustomer: "c1"})); err != nil {
+		t.Fatalf("an admin gives c1 a destination on the shared origin: %v", err)
+	}
+
+	// The reverse order: c1 was there first; the operators are told.
+	if _, err := d.Admin.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "c1-partner", Url: "https://c1.example.com/shared"})); err != nil {
+		t.Fatalf("an admin makes a shared destination on c1's origin: %v", err)
+	}
+	audit, err := d.Admin.ListAudit(ctx, connect.NewRequest(&rivorav1.ListAuditRequest{DestinationId: "c1-partner"}))
+	if err != nil || len(audit.Msg.GetEntries()) != 1 {
+		t.Fatalf("c1-partner's audit: %v, %v", audit.Msg.GetEntries(), err)
+	}
+	if detail := audit.Msg.GetEntries()[0].GetDetail(); !strings.Contains(detail, "warning") || !strings.Contains(detail, "c1-httpsc1exa") {
+		t.Errorf("c1-partner's creation is audited as %q; want a warning naming c1's own destination on its origin", detail)
+	}
+}
