@@ -62,3 +62,81 @@ func TestACustomerCannotOwnASharedDestinationsOrigin(t *testing.T) {
 		t.Errorf("c1-partner's creation is audited as %q; want a warning naming c1's own destination on its origin", detail)
 	}
 }
+
+// A customer token is shown of a shared destination's URL only its origin
+// (the operators' path and query may hold a credential), plus its
+// subscription's own path; operators see the full URL, and a customer
+// its own destination's.
+func TestACustomerSeesOnlyASharedDestinationsOrigin(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), false)
+	startFakeAgent(t, d) // get counts pending events through the agents
+	ctx := context.Background()
+	const shared = "https://erp.example.com:8443/hooks/T0/B1/xoxb-SECRET?api_key=SECRET"
+	d.create(&rivorav1.CreateDestinationRequest{Id: "erp", Url: shared})
+	tok := d.Token(rivorav1.Role_ROLE_CUSTOMER, "c1")
+	if _, err := d.adminAs(tok).CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "c1-own", Url: "https://c1.example.com/hook?key=mine", OwnerCustomer: "c1"})); err != nil {
+		t.Fatal(err)
+	}
+	c1 := d.subs(tok)
+	created, err := c1.CreateSubscription(ctx, connect.NewRequest(&rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"*"}, GenerateSecret: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := created.Msg.GetSubscription()
+	routed := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"*"}, Path: "/in/c1"})
+	mine := d.subscribe(tok, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "c1-own", Types: []string{"*"}})
+	want := map[string]string{
+		plain.GetId():  "https://erp.example.com:8443",
+		routed.GetId(): "https://erp.example.com:8443/in/c1",
+		mine.GetId():   "https://c1.example.com/hook?key=mine",
+	}
+	check := func(what string, s *rivorav1.Subscription) {
+		t.Helper()
+		if got := s.GetDeliveryUrl(); got != want[s.GetId()] {
+			t.Errorf("%s: c1 is shown delivery_url %q for %s; want %q", what, got, s.GetId(), want[s.GetId()])
+		}
+	}
+	check("create", plain)
+	rotated, err := c1.RotateSubscriptionSecret(ctx, connect.NewRequest(&rivorav1.RotateSubscriptionSecretRequest{Id: plain.GetId()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("rotate", rotated.Msg.GetSubscription())
+	got, err := c1.GetSubscription(ctx, connect.NewRequest(&rivorav1.GetSubscriptionRequest{Id: plain.GetId()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("get", got.Msg.GetSubscription())
+	updated, err := c1.UpdateSubscription(ctx, connect.NewRequest(&rivorav1.UpdateSubscriptionRequest{Id: plain.GetId(), Description: new("orders")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("update", updated.Msg.GetSubscription())
+	paused, err := c1.PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: plain.GetId(), Reason: "x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("pause", paused.Msg.GetSubscription())
+	resumed, err := c1.ResumeSubscription(ctx, connect.NewRequest(&rivorav1.ResumeSubscriptionRequest{Id: plain.GetId()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("resume", resumed.Msg.GetSubscription())
+	list, err := c1.ListSubscriptions(ctx, connect.NewRequest(&rivorav1.ListSubscriptionsRequest{}))
+	if err != nil || len(list.Msg.GetSubscriptions()) != 3 {
+		t.Fatalf("c1 lists its subscriptions: %v, %v", list.Msg.GetSubscriptions(), err)
+	}
+	for _, s := range list.Msg.GetSubscriptions() {
+		check("list", s)
+	}
+	all, err := d.subs(d.AdminToken).ListSubscriptions(ctx, connect.NewRequest(&rivorav1.ListSubscriptionsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range all.Msg.GetSubscriptions() {
+		if s.GetId() == plain.GetId() && s.GetDeliveryUrl() != shared {
+			t.Errorf("the admin is shown delivery_url %q; want the full URL %q", s.GetDeliveryUrl(), shared)
+		}
+	}
+}

@@ -605,9 +605,10 @@ func (cp *ControlPlane) answerSubscriptions(ctx context.Context, subs []*rivorav
 		}
 	}
 	states := cp.destinationStates(ctx, dests)
+	sc := scopeOf(ctx)
 	out := make([]*rivorav1.Subscription, len(subs))
 	for i, s := range subs {
-		out[i] = cp.answerSubscription(s, states[s.GetDestinationId()], false)
+		out[i] = cp.answerSubscription(s, states[s.GetDestinationId()], false, sc)
 	}
 	return out
 }
@@ -627,8 +628,13 @@ func withoutSubscriptionSecrets(s *rivorav1.Subscription) {
 // its secrets and header values replaced by their fingerprints (but for
 // the secret itself with showSecret: the answers to create and rotate),
 // delivery_url the destination's URL when it has no path or URL of its
-// own, and destination_state state.
-func (cp *ControlPlane) answerSubscription(s *rivorav1.Subscription, state string, showSecret bool) *rivorav1.Subscription {
+// own, and destination_state state. A customer token (sc) is shown of a
+// shared destination's URL only its origin (shownOrigin): its path and
+// query are the operators' and may hold a credential (api_key=…, a
+// Slack-style token in the path), which every subscribed customer would
+// read. A delivery_url of the subscription's own (its path or URL, on
+// that origin) is the customer's to see.
+func (cp *ControlPlane) answerSubscription(s *rivorav1.Subscription, state string, showSecret bool, sc scope) *rivorav1.Subscription {
 	out := cloneSubscription(s)
 	withoutSubscriptionSecrets(out)
 	if showSecret {
@@ -637,6 +643,9 @@ func (cp *ControlPlane) answerSubscription(s *rivorav1.Subscription, state strin
 	if out.GetDeliveryUrl() == "" {
 		if d, ok := cp.store.Get(out.GetDestinationId()); ok {
 			out.DeliveryUrl = d.GetUrl()
+			if sc.limited() && d.GetOwnerCustomer() == "" {
+				out.DeliveryUrl = shownOrigin(d.GetUrl())
+			}
 		}
 	}
 	out.DestinationState = state

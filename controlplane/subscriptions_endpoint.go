@@ -30,7 +30,7 @@ func (h *subscriptionHandler) CreateSubscription(ctx context.Context, req *conne
 		return nil, err
 	}
 	state := h.cp.destinationStates(ctx, []string{s.GetDestinationId()})[s.GetDestinationId()]
-	return connect.NewResponse(&rivorav1.CreateSubscriptionResponse{Subscription: h.cp.answerSubscription(s, state, true), Version: version}), nil
+	return connect.NewResponse(&rivorav1.CreateSubscriptionResponse{Subscription: h.cp.answerSubscription(s, state, true, scopeOf(ctx)), Version: version}), nil
 }
 
 func (h *subscriptionHandler) GetSubscription(ctx context.Context, req *connect.Request[rivorav1.GetSubscriptionRequest]) (*connect.Response[rivorav1.GetSubscriptionResponse], error) {
@@ -77,7 +77,7 @@ func (h *subscriptionHandler) RotateSubscriptionSecret(ctx context.Context, req 
 	}
 	state := h.cp.destinationStates(ctx, []string{s.GetDestinationId()})[s.GetDestinationId()]
 	// Like create's, the one answer that shows the (new) secret.
-	return connect.NewResponse(&rivorav1.RotateSubscriptionSecretResponse{Subscription: h.cp.answerSubscription(s, state, true), Version: version}), nil
+	return connect.NewResponse(&rivorav1.RotateSubscriptionSecretResponse{Subscription: h.cp.answerSubscription(s, state, true, scopeOf(ctx)), Version: version}), nil
 }
 
 func (h *subscriptionHandler) DeleteSubscription(ctx context.Context, req *connect.Request[rivorav1.DeleteSubscriptionRequest]) (*connect.Response[rivorav1.DeleteSubscriptionResponse], error) {
