@@ -86,7 +86,8 @@ say); its value is kept like the secret: answers show only a fingerprint.
 --owner-customer C makes it customer C's own endpoint: only C's
 subscriptions may route to it (operators see and steer it like any other).
 A customer token creates only such destinations, for its own customers, and
-with the default limits.
+with the default limits, never on the origin (scheme, host and port) of a
+destination the operators manage: it subscribes to that one instead.
 
 Examples:
    rivoractl destinations create orders --url https://example.com/hooks --rate 50 --window 24h
