@@ -64,7 +64,10 @@ export type Subscription = Message<"rivora.v1.Subscription"> & {
    * this subscription's deliveries: "/in/c1?src=rivora". url, when set
    * instead, is a full URL on the destination's origin (same scheme, host
    * and port), so the destination's budget still protects that partner.
-   * delivery_url is the URL deliveries go to (in answers).
+   * delivery_url is the URL deliveries go to (in answers). A customer
+   * token is shown of a shared destination's URL only its origin
+   * (scheme://host[:port]), with the subscription's own path when it has
+   * one: the operators' path and query may hold the partner's credentials.
    *
    * @generated from field: string path = 6;
    */
