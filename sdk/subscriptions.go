@@ -27,7 +27,9 @@ type Subscription struct {
 	// lane that must be true for an event to match.
 	Filter string
 	// Path or URL, when set, is where deliveries go instead of the
-	// destination's URL (on its origin); DeliveryURL is the URL they go to.
+	// destination's URL (on its origin); DeliveryURL is the URL they go to
+	// (to a customer token, of a shared destination's URL only its origin,
+	// scheme://host[:port], with the subscription's own path if any).
 	Path        string
 	URL         string
 	DeliveryURL string
