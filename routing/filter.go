@@ -21,6 +21,7 @@ import (
 	"github.com/google/cel-go/common/overloads"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/interpreter"
 )
 
 // Filter bounds.
@@ -32,17 +33,6 @@ const (
 	// assumedListSize elements per list or map; a filter estimated above
 	// it is refused.
 	MaxFilterCost = 100_000
-	// EventFilterBudget bounds the time one event's filters may take
-	// together once its data is decoded (FilterContext): past it, the
-	// publish is refused, saying which filter ran out, rather than
-	// stored without the deliveries of the filters not run. The
-	// estimate assumes lists of
-	// assumedListSize, while an event's data may hold a hundred times
-	// more; a comprehension over it is linear, so the budget is what
-	// bounds it. (CEL's runtime cost limit did too, but its tracking
-	// made a comprehension over a large list quadratic: 28 s of CPU for
-	// one event of 100k items.)
-	EventFilterBudget = 250 * time.Millisecond
 	// interruptEvery is how many comprehension iterations run between
 	// checks of the budget.
 	interruptEvery = 64
@@ -61,6 +51,16 @@ const (
 	// maxCachedPatterns bounds the regexes matches() keeps compiled.
 	maxCachedPatterns = 10_000
 )
+
+// EventFilterBudget bounds the time one event's filters may take together
+// once its data is decoded (FilterContext). It is a safety net for an
+// overloaded agent, not the filters' limit: their cost limits
+// (MaxFilterRunCost, MaxEventFilterCost) bound what an event's data makes
+// them do, the same whatever the load, and keep an event's filters well
+// within it. Past it, the publish is refused as retryable (the agent is
+// busy), rather than stored without the deliveries of the filters not
+// run. A variable only so that tests can shorten it.
+var EventFilterBudget = time.Second
 
 // Input is what a filter sees of an event.
 type Input struct {
@@ -242,7 +242,7 @@ func compileFilter(source string, checkRegex bool) (*Filter, error) {
 			return nil, err
 		}
 	}
-	prg, err := env.Program(ast, cel.InterruptCheckFrequency(interruptEvery))
+	prg, err := env.Program(ast, cel.InterruptCheckFrequency(interruptEvery), meterOperations(ast))
 	if err != nil {
 		return nil, fmt.Errorf("filter: %w", err)
 	}
@@ -256,28 +256,50 @@ func compileFilter(source string, checkRegex bool) (*Filter, error) {
 // Source is the filter's text.
 func (f *Filter) Source() string { return f.source }
 
-// FilterContext is the context one event's filters run in: ctx (the
-// publish's: a caller that gives up stops them) ending after
-// EventFilterBudget.
+// FilterContext is the context one event's filters run in, one after
+// the other: ctx (the publish's: a caller that gives up stops them)
+// ending after EventFilterBudget, and carrying what the event's filters
+// have used of MaxEventFilterCost.
 func FilterContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, EventFilterBudget)
+	return context.WithTimeout(context.WithValue(ctx, eventMeterKey{}, &eventMeter{}), EventFilterBudget)
 }
+
+type eventMeterKey struct{}
 
 // Match evaluates the filter within ctx (FilterContext). Anything but
 // true is no match: a field the data lacks, a type mismatch, ctx ending
-// first. err tells why it did not match when evaluation failed (for
-// counting, not for the publisher: a failed filter is not the
-// publisher's error).
+// first, its cost past MaxFilterRunCost or what the event's earlier
+// filters left of MaxEventFilterCost (a *FilterCostError: OverCost).
+// err tells why it did not match when evaluation failed (for counting,
+// not for the publisher: a failed filter is not the publisher's error —
+// but one over its cost is the event's data, and one that ctx stopped
+// said nothing).
 func (f *Filter) Match(ctx context.Context, in Input) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("filter not run: %w", err)
 	}
-	out, _, err := f.program.ContextEval(ctx, map[string]any{
+	m := &meter{limit: MaxFilterRunCost}
+	eventLimited := false
+	if ev, ok := ctx.Value(eventMeterKey{}).(*eventMeter); ok {
+		if left := MaxEventFilterCost - min(ev.used, MaxEventFilterCost); left < m.limit {
+			m.limit, eventLimited = left, true
+		}
+		defer func() { ev.used += m.used }()
+	}
+	vars, err := interpreter.NewActivation(map[string]any{
 		"data":     in.Data,
 		"type":     in.Type,
 		"customer": in.Customer,
 		"lane":     in.Lane,
 	})
+	if err != nil {
+		return false, err
+	}
+	out, _, err := f.program.ContextEval(ctx, meteredActivation{Activation: vars, m: m})
+	var cancelled interpreter.EvalCancelledError
+	if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded {
+		return false, &FilterCostError{Limit: m.limit, Event: eventLimited}
+	}
 	if err != nil {
 		return false, err
 	}

@@ -144,10 +144,12 @@ func (g *Gateway) subscriptionsOf(ctx context.Context, r *routed) ([]*subscripti
 // match lists the customer's subscriptions the event matches. The
 // event's JSON is decoded once, and only when a subscription whose types
 // match has a filter that reads data; the filters' shared budget
-// (routing.EventFilterBudget) starts after it. A filter the budget ends
-// before it answered refuses the publish: storing the event without the
-// deliveries of the filters not run would drop them without a word; so
-// does a payload that says it is JSON but is not (jsonData).
+// (routing.EventFilterBudget) and cost limit (routing.MaxEventFilterCost)
+// start after it. A filter that could not answer (past its cost limit,
+// or the budget ended first) refuses the publish (filterBudgetError):
+// storing the event without the deliveries of the filters not run would
+// drop them without a word; so does a payload that says it is JSON but
+// is not (jsonData).
 func (g *Gateway) match(ctx context.Context, ev *rivorav1.Event) ([]*subscriptions.Subscription, error) {
 	subs := g.subs.ForCustomer(ev.GetCustomerId())
 	filtered := slices.ContainsFunc(subs, func(s *subscriptions.Subscription) bool {
@@ -186,13 +188,21 @@ func (g *Gateway) match(ctx context.Context, ev *rivorav1.Event) ([]*subscriptio
 }
 
 // filterBudgetError is the publish's answer when the filters could not
-// all answer: its caller gone (ctx ended), or the event's filter budget
-// spent before subscription's filter answered.
+// all answer: its caller gone (ctx ended); subscription's filter past its
+// cost limit on this event's data (routing.OverCost) — the same answer
+// whatever the load, so the event's: invalid_argument; or the event's
+// time for its filters spent before subscription's answered — this
+// agent's load, not the event's fault (the cost limits keep an event's
+// filters well within it on an agent that is not overloaded), so
+// unavailable, which publishers retry.
 func filterBudgetError(ctx context.Context, subscription string, err error) error {
 	if ctx.Err() != nil {
 		return errkind.Errorf(errkind.Canceled, "routing the event to its subscriptions: %w", ctx.Err())
 	}
-	return errkind.Errorf(errkind.Invalid, "subscription %s's filter had not answered when this event's filters had used the %s they share (%v): nothing was stored; make that filter cheaper (iterate less over the data) or send less data", subscription, routing.EventFilterBudget, err)
+	if routing.OverCost(err) {
+		return errkind.Errorf(errkind.Invalid, "subscription %s's filter is too costly for this event: %v; nothing was stored: make that filter cheaper (iterate less over the data) or send less data", subscription, err)
+	}
+	return errkind.Errorf(errkind.Unavailable, "this agent is too busy to run this event's filters within %s (subscription %s's filter had not answered: %v); nothing was stored: retry shortly", routing.EventFilterBudget, subscription, err)
 }
 
 // jsonData is the event's payload decoded for a filter: nil when its

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -25,6 +26,7 @@ import (
 	"github.com/rivora/rivora/internal/errkind"
 	"github.com/rivora/rivora/lanes"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
+	"github.com/rivora/rivora/routing"
 	"github.com/rivora/rivora/sdk/eventid"
 )
 
@@ -914,5 +916,65 @@ func TestEventsCarryTheAppliedConfigVersion(t *testing.T) {
 		if v := stored[id].GetConfigVersion(); v != 42 {
 			t.Fatalf("event %s was stored with config version %d, want 42", id, v)
 		}
+	}
+}
+
+// costlyEvent is an order.created whose data holds 120k items: within
+// the payload limit, past MaxFilterRunCost for a filter that maps them.
+func costlyEvent() *rivorav1.PublishRequest {
+	return fanOut("order.created", `{"s":"x","items":[`+strings.TrimSuffix(strings.Repeat("1,", 120_000), ",")+`]}`)
+}
+
+// A filter too costly for an event's data refuses the publish with
+// invalid_argument naming that filter's subscription (not the cheap one
+// before or after it), whatever time the filters are given: the answer
+// is the event's, not the machine's load. Nothing is stored.
+func TestFanOutCostlyFilterRefusedWhateverTheLoad(t *testing.T) {
+	f := newFixture(t)
+	f.withSubscriptions(t,
+		&rivorav1.Subscription{Id: "sub_a_cheap", CustomerId: "acme", DestinationId: "orders", Types: []string{"order.*"}, Filter: `data.s == "x"`},
+		&rivorav1.Subscription{Id: "sub_b_costly", CustomerId: "acme", DestinationId: "orders", Types: []string{"order.*"}, Filter: `data.items.map(i, data.s).size() > 5`},
+		&rivorav1.Subscription{Id: "sub_c_cheap", CustomerId: "acme", DestinationId: "billing", Types: []string{"order.*"}, Filter: `data.s == "x"`},
+	)
+	f.gw = f.with(t, ingest.Config{MaxPayload: ingest.DefaultMaxPayload})
+	saved := routing.EventFilterBudget
+	t.Cleanup(func() { routing.EventFilterBudget = saved })
+	// An hour: however slow the machine, the filters' cost, not their
+	// time, decides.
+	routing.EventFilterBudget = time.Hour
+	_, err := publish(f, costlyEvent())
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "sub_b_costly's filter") || !strings.Contains(err.Error(), "cost limit") {
+		t.Fatalf("publish past sub_b_costly's cost limit: %v; want invalid_argument naming sub_b_costly's cost limit", err)
+	}
+	if n := f.msgs(t); n != 0 {
+		t.Fatalf("INGEST holds %d events, want none", n)
+	}
+	// The same event without the costly subscription is routed.
+	f.withSubscriptions(t, acmeSubscriptions...)
+	if _, err := publish(f, costlyEvent()); err != nil {
+		t.Fatalf("the event without a costly filter: %v", err)
+	}
+}
+
+// When the event's time for its filters runs out before they answer
+// (the agent overloaded, not the event's fault: the cost limits keep an
+// event's filters well within it), the publish is refused as
+// unavailable, which publishers retry, not as invalid_argument.
+func TestFanOutFilterTimeRunningOutIsRetryable(t *testing.T) {
+	f := newFixture(t)
+	f.withSubscriptions(t, &rivorav1.Subscription{Id: "sub_cheap", CustomerId: "acme", DestinationId: "orders", Types: []string{"order.*"}, Filter: `data.amount > 100`})
+	saved := routing.EventFilterBudget
+	t.Cleanup(func() { routing.EventFilterBudget = saved })
+	routing.EventFilterBudget = time.Nanosecond // spent before the filter starts
+	_, err := publish(f, fanOut("order.created", `{"amount":150}`))
+	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "sub_cheap") || !strings.Contains(err.Error(), "retry") {
+		t.Fatalf("publish whose filters' time ran out: %v; want unavailable, naming sub_cheap, saying to retry", err)
+	}
+	if n := f.msgs(t); n != 0 {
+		t.Fatalf("INGEST holds %d events, want none", n)
+	}
+	routing.EventFilterBudget = saved
+	if _, err := publish(f, fanOut("order.created", `{"amount":150}`)); err != nil {
+		t.Fatalf("the retry: %v", err)
 	}
 }

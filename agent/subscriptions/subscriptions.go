@@ -60,10 +60,11 @@ func (s *Subscription) PausedBetween(from, to time.Time) time.Duration {
 
 // Matches tells whether an event of the subscription's customer matches
 // its types and filter, the filter run within ctx (routing.FilterContext).
-// input is called only when the filter needs it. err is set only when ctx
-// ended before the filter could answer (the event's filter budget spent,
-// or its publisher gone): the answer is then unknown, not "no", and not
-// a filter error.
+// input is called only when the filter needs it. err is set only when
+// the filter could not answer, which is not a filter error: ctx ended
+// first (the event's filter budget spent, or its publisher gone: the
+// answer is unknown, not "no"), or the filter went past its cost limit
+// on the event's data (a *routing.FilterCostError: routing.OverCost).
 func (s *Subscription) Matches(ctx context.Context, typ string, input func() routing.Input) (bool, error) {
 	if !routing.TypeMatches(s.Types, typ) {
 		return false, nil
@@ -75,6 +76,9 @@ func (s *Subscription) Matches(ctx context.Context, typ string, input func() rou
 	ok, err := s.Filter.Match(ctx, in)
 	if err != nil && ctx.Err() != nil {
 		return false, ctx.Err()
+	}
+	if routing.OverCost(err) {
+		return false, err
 	}
 	if routing.FilterFailed(in, err) && !s.removed.Load() {
 		filterErrors.WithLabelValues(s.ID).Inc()
