@@ -101,18 +101,30 @@ type eventMeter struct {
 	used uint64
 }
 
-// meteredActivation is a filter's variables and its evaluation's meter.
-type meteredActivation struct {
-	interpreter.Activation
-	m *meter
+// filterVars are a filter's variables, from its Input, and its
+// evaluation's meter, as a hidden variable.
+type filterVars struct {
+	in *Input
+	m  meter
 }
 
-func (a meteredActivation) ResolveName(name string) (any, bool) {
-	if name == meterName {
-		return a.m, true
+func (a *filterVars) ResolveName(name string) (any, bool) {
+	switch name {
+	case "data":
+		return a.in.Data, true
+	case "type":
+		return a.in.Type, true
+	case "customer":
+		return a.in.Customer, true
+	case "lane":
+		return a.in.Lane, true
+	case meterName:
+		return &a.m, true
 	}
-	return a.Activation.ResolveName(name)
+	return nil, false
 }
+
+func (a *filterVars) Parent() interpreter.Activation { return nil }
 
 // metered is an operation that charges its evaluation's meter.
 type metered struct {

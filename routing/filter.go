@@ -278,7 +278,8 @@ func (f *Filter) Match(ctx context.Context, in Input) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("filter not run: %w", err)
 	}
-	m := &meter{limit: MaxFilterRunCost}
+	vars := &filterVars{in: &in, m: meter{limit: MaxFilterRunCost}}
+	m := &vars.m
 	eventLimited := false
 	if ev, ok := ctx.Value(eventMeterKey{}).(*eventMeter); ok {
 		if left := MaxEventFilterCost - min(ev.used, MaxEventFilterCost); left < m.limit {
@@ -286,16 +287,7 @@ func (f *Filter) Match(ctx context.Context, in Input) (bool, error) {
 		}
 		defer func() { ev.used += m.used }()
 	}
-	vars, err := interpreter.NewActivation(map[string]any{
-		"data":     in.Data,
-		"type":     in.Type,
-		"customer": in.Customer,
-		"lane":     in.Lane,
-	})
-	if err != nil {
-		return false, err
-	}
-	out, _, err := f.program.ContextEval(ctx, meteredActivation{Activation: vars, m: m})
+	out, _, err := f.program.ContextEval(ctx, vars)
 	var cancelled interpreter.EvalCancelledError
 	if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded {
 		return false, &FilterCostError{Limit: m.limit, Event: eventLimited}
