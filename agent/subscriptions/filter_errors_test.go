@@ -130,3 +130,32 @@ func TestAFilterNotRunIsNotAnAnswer(t *testing.T) {
 		t.Fatal("with time to run, the filter does not match amount 5 > 1")
 	}
 }
+
+// A filter past its cost limit on an event's data has not answered: its
+// subscription says so (the publish is refused, naming it), and it is
+// not counted as the filter failing.
+func TestFilterPastItsCostIsAnErrorNotAFailure(t *testing.T) {
+	table := NewTable()
+	if err := table.Replace([]*rivorav1.Subscription{
+		{Id: "sub_costly", CustomerId: "acme", DestinationId: "erp", Types: []string{"*"}, Filter: `data.items.map(i, data.s).size() > 5`},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	items := make([]any, 120_000)
+	for i := range items {
+		items[i] = float64(i)
+	}
+	input := func() routing.Input {
+		return routing.Input{Data: map[string]any{"items": items, "s": "x"}, Type: "order.created", Customer: "acme"}
+	}
+	costly := filterErrors.WithLabelValues("sub_costly")
+	before := testutil.ToFloat64(costly)
+	s, _ := table.Get("sub_costly")
+	ok, err := s.Matches(context.Background(), "order.created", input)
+	if ok || !routing.OverCost(err) {
+		t.Fatalf("Matches past the filter's cost limit = %v, %v; want its cost error", ok, err)
+	}
+	if got := testutil.ToFloat64(costly) - before; got != 0 {
+		t.Errorf("sub_costly's cost limit counted as %v filter failures, want 0", got)
+	}
+}
