@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -254,19 +255,34 @@ func (e *env) listDeadLetters(c *ucli.Context) error {
 }
 
 // deadLetterTable writes dlq list's table; withArchived adds the ARCHIVED
-// column (a list from the ledgers: "not yet").
+// column (a list from the ledgers: "not yet"). A dead letter of a
+// subscription's event is the subscription's (a deleted subscription's
+// are what replay refuses): the SUBSCRIPTION column appears when some dead
+// letter has one, as in lanes list. Each cell is its own row call: row
+// escapes a tab inside an argument.
 func deadLetterTable(w io.Writer, dls []*rivorav1.DeadLetter, withArchived bool) error {
+	bySubscription := slices.ContainsFunc(dls, func(dl *rivorav1.DeadLetter) bool { return dl.GetEvent().GetSubscriptionId() != "" })
 	tw := newTable(w)
-	archived := func(dl *rivorav1.DeadLetter) string { return "" }
-	if withArchived {
-		archived = func(dl *rivorav1.DeadLetter) string { return ledgerArchivedText(dl) + "\t" }
-		tw.row("DEAD AT\tEVENT\tDESTINATION\tCUSTOMER\tLANE\tATTEMPTS\tLAST STATUS\tREASON\tREPLAYED\tARCHIVED\tLAST ERROR\n")
-	} else {
-		tw.row("DEAD AT\tEVENT\tDESTINATION\tCUSTOMER\tLANE\tATTEMPTS\tLAST STATUS\tREASON\tREPLAYED\tLAST ERROR\n")
+	tw.row("DEAD AT\tEVENT\tDESTINATION\t")
+	if bySubscription {
+		tw.row("SUBSCRIPTION\t")
 	}
+	tw.row("CUSTOMER\tLANE\tATTEMPTS\tLAST STATUS\tREASON\tREPLAYED\t")
+	if withArchived {
+		tw.row("ARCHIVED\t")
+	}
+	tw.row("LAST ERROR\n")
 	for _, dl := range dls {
 		j := flatDeadLetter(dl)
-		tw.row("%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s%s\n", fmtTime(dl.GetDeadAt()), j.EventID, j.DestinationID, j.CustomerID, j.LaneKey, j.Attempts, statusText(j.LastStatus), j.Reason, replayedText(dl), archived(dl), dash(oneLine(j.LastError)))
+		tw.row("%s\t%s\t%s\t", fmtTime(dl.GetDeadAt()), j.EventID, j.DestinationID)
+		if bySubscription {
+			tw.row("%s\t", dash(j.SubscriptionID))
+		}
+		tw.row("%s\t%s\t%d\t%s\t%s\t%s\t", j.CustomerID, j.LaneKey, j.Attempts, statusText(j.LastStatus), j.Reason, replayedText(dl))
+		if withArchived {
+			tw.row("%s\t", ledgerArchivedText(dl))
+		}
+		tw.row("%s\n", dash(oneLine(j.LastError)))
 	}
 	return tw.Flush()
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -164,16 +165,27 @@ func (e *env) printEvents(l *rivorav1.ListEventsResponse) error {
 	if len(l.GetEvents()) == 0 {
 		fmt.Fprintln(e.out, "No events match.")
 	} else {
+		// An event routed by a subscription is also the subscription's
+		// (fan-out: one per subscription): its column appears when some
+		// event has one, as in lanes list.
+		bySubscription := slices.ContainsFunc(l.GetEvents(), func(ev *rivorav1.EventSummary) bool { return ev.GetSubscriptionId() != "" })
 		t := newTable(e.out)
-		t.row("EVENT	STATE	CUSTOMER	LANE	TYPE	ACCEPTED	FINISHED	ATTEMPTS	LAST STATUS	LAST ERROR\n")
+		t.row("EVENT\tSTATE\t")
+		if bySubscription {
+			t.row("SUBSCRIPTION\t")
+		}
+		t.row("CUSTOMER\tLANE\tTYPE\tACCEPTED\tFINISHED\tATTEMPTS\tLAST STATUS\tLAST ERROR\n")
 		for _, ev := range l.GetEvents() {
 			state := stateName(ev.GetState())
 			if ev.GetDeadReason() != rivorav1.DeadReason_DEAD_REASON_UNSPECIFIED {
 				state += " (" + deadReasonName(ev.GetDeadReason()) + ")"
 			}
-			status := statusText(ev.GetLastStatus())
-			t.row("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", ev.GetEventId(), state, ev.GetCustomerId(), ev.GetLaneKey(), dash(ev.GetType()),
-				fmtTime(ev.GetAcceptedAt()), fmtTime(ev.GetFinishedAt()), ev.GetAttempts(), status, dash(oneLine(ev.GetLastError())))
+			t.row("%s\t%s\t", ev.GetEventId(), state)
+			if bySubscription {
+				t.row("%s\t", dash(ev.GetSubscriptionId()))
+			}
+			t.row("%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", ev.GetCustomerId(), ev.GetLaneKey(), dash(ev.GetType()),
+				fmtTime(ev.GetAcceptedAt()), fmtTime(ev.GetFinishedAt()), ev.GetAttempts(), statusText(ev.GetLastStatus()), dash(oneLine(ev.GetLastError())))
 		}
 		if err := t.Flush(); err != nil {
 			return err
