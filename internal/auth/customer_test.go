@@ -90,11 +90,11 @@ func TestCustomerRequestChecks(t *testing.T) {
 		{"list its subscriptions", rivorav1connect.SubscriptionServiceListSubscriptionsProcedure, &rivorav1.ListSubscriptionsRequest{}, true},
 		{"list c2's subscriptions", rivorav1connect.SubscriptionServiceListSubscriptionsProcedure, &rivorav1.ListSubscriptionsRequest{CustomerId: "c2"}, false},
 		{"lanes of c1", rivorav1connect.LaneServiceListLanesProcedure, &rivorav1.ListLanesRequest{DestinationId: "d", CustomerId: "c1"}, true},
-		{"lanes of every customer", rivorav1connect.LaneServiceListLanesProcedure, &rivorav1.ListLanesRequest{DestinationId: "d"}, false},
+		{"lanes naming no customer (c1's: its only one)", rivorav1connect.LaneServiceListLanesProcedure, &rivorav1.ListLanesRequest{DestinationId: "d"}, true},
 		{"dead-letter stats of c1", rivorav1connect.ArchiveServiceDeadLetterStatsProcedure, &rivorav1.DeadLetterStatsRequest{Filter: &rivorav1.DeadLetterFilter{CustomerId: "c1"}}, true},
-		{"dead-letter stats of all", rivorav1connect.ArchiveServiceDeadLetterStatsProcedure, &rivorav1.DeadLetterStatsRequest{}, false},
+		{"dead-letter stats naming no customer (c1's)", rivorav1connect.ArchiveServiceDeadLetterStatsProcedure, &rivorav1.DeadLetterStatsRequest{}, true},
 		{"replay c1", rivorav1connect.ArchiveServiceReplayProcedure, &rivorav1.ReplayRequest{Filter: &rivorav1.DeadLetterFilter{CustomerId: "c1", DestinationId: "d"}}, true},
-		{"replay a destination", rivorav1connect.ArchiveServiceReplayProcedure, &rivorav1.ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "d"}}, false},
+		{"replay a destination (c1's dead letters on it)", rivorav1connect.ArchiveServiceReplayProcedure, &rivorav1.ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "d"}}, true},
 		{"events of c2", rivorav1connect.EventServiceListEventsProcedure, &rivorav1.ListEventsRequest{DestinationId: "d", CustomerId: "c2"}, false},
 	} {
 		err := check(tc.proc, tc.req)
@@ -107,16 +107,73 @@ func TestCustomerRequestChecks(t *testing.T) {
 	}
 }
 
-type replayStub struct {
-	rivorav1connect.UnimplementedArchiveServiceHandler
+// A list naming no customer is the caller's one customer's, when its
+// token names exactly one: the request reaches the handler with it filled
+// in (events list, lanes list, dlq list/stats, replay). A token of several
+// customers must still name one; an unscoped caller's request is left as
+// it came (every customer's).
+func TestOneCustomerTokenListsItsCustomerByDefault(t *testing.T) {
+	one := &Principal{Role: customer, Customers: []string{"c1"}}
+	pub := &Principal{Role: publisher, Customers: []string{"c1"}}
+	two := &Principal{Role: customer, Customers: []string{"c1", "c2"}}
+	op := &Principal{Role: operator}
+	type list struct {
+		proc     string
+		req      func() any
+		customer func(any) string
+	}
+	lists := map[string]list{
+		"events": {rivorav1connect.EventServiceListEventsProcedure, func() any { return &rivorav1.ListEventsRequest{DestinationId: "d"} },
+			func(m any) string { return m.(*rivorav1.ListEventsRequest).GetCustomerId() }},
+		"lanes": {rivorav1connect.LaneServiceListLanesProcedure, func() any { return &rivorav1.ListLanesRequest{DestinationId: "d"} },
+			func(m any) string { return m.(*rivorav1.ListLanesRequest).GetCustomerId() }},
+		"dlq list": {rivorav1connect.ArchiveServiceListDeadLettersProcedure, func() any { return &rivorav1.ListDeadLettersRequest{} },
+			func(m any) string { return m.(*rivorav1.ListDeadLettersRequest).GetFilter().GetCustomerId() }},
+		"dlq stats": {rivorav1connect.ArchiveServiceDeadLetterStatsProcedure, func() any { return &rivorav1.DeadLetterStatsRequest{} },
+			func(m any) string { return m.(*rivorav1.DeadLetterStatsRequest).GetFilter().GetCustomerId() }},
+		"replay": {rivorav1connect.ArchiveServiceReplayProcedure, func() any { return &rivorav1.ReplayRequest{Filter: &rivorav1.DeadLetterFilter{DestinationId: "d"}} },
+			func(m any) string { return m.(*rivorav1.ReplayRequest).GetFilter().GetCustomerId() }},
+	}
+	for name, l := range lists {
+		for _, p := range []*Principal{one, pub} {
+			if !slices.Contains(Policies[l.proc].Roles, p.Role) {
+				continue // a publisher's token lists events and dead letters only
+			}
+			req := l.req()
+			if err := Policies[l.proc].Request(p, req); err != nil || l.customer(req) != "c1" {
+				t.Errorf("%s by a %s token of c1 naming no customer: %v, customer %q; want allowed, for c1", name, RoleName(p.Role), err, l.customer(req))
+			}
+		}
+		req := l.req()
+		err := Policies[l.proc].Request(two, req)
+		if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "name one with --customer") || l.customer(req) != "" {
+			t.Errorf("%s by a token of c1 and c2 naming no customer: %v, customer %q; want permission_denied, name one", name, err, l.customer(req))
+		}
+		req = l.req()
+		if err := Policies[l.proc].Request(op, req); err != nil || l.customer(req) != "" {
+			t.Errorf("%s by an operator naming no customer: %v, customer %q; want every customer's", name, err, l.customer(req))
+		}
+	}
+	if req := (&rivorav1.ListDeadLettersRequest{}); Policies[rivorav1connect.ArchiveServiceListDeadLettersProcedure].Request(op, req) != nil || req.Filter != nil {
+		t.Errorf("an operator's dlq list without a filter was given one: %v", req.Filter)
+	}
 }
 
-func (replayStub) Replay(_ context.Context, req *connect.Request[rivorav1.ReplayRequest], out *connect.ServerStream[rivorav1.ReplayResponse]) error {
+type replayStub struct {
+	rivorav1connect.UnimplementedArchiveServiceHandler
+	customers chan string // the customer of each replay the handler ran
+}
+
+func (s replayStub) Replay(_ context.Context, req *connect.Request[rivorav1.ReplayRequest], out *connect.ServerStream[rivorav1.ReplayResponse]) error {
+	if s.customers != nil {
+		s.customers <- req.Msg.GetFilter().GetCustomerId()
+	}
 	return out.Send(&rivorav1.ReplayResponse{Done: true, Total: 1})
 }
 
 // A server stream's one request is checked before the handler runs: a
-// customer token replays only with a filter naming its customer.
+// customer token replays only with a filter naming its customer (its one
+// customer, filled in, when it names none).
 func TestServerStreamRequestIsChecked(t *testing.T) {
 	token, id, err := NewToken()
 	if err != nil {
@@ -125,7 +182,8 @@ func TestServerStreamRequestIsChecked(t *testing.T) {
 	keys := NewKeys(CellToken{})
 	keys.SetTokens([]*rivorav1.ApiToken{{Id: id, Name: "portal", Role: customer, Customers: []string{"c1"}, Hash: Hash(token)}})
 	mux := http.NewServeMux()
-	mux.Handle(rivorav1connect.NewArchiveServiceHandler(replayStub{}, connect.WithInterceptors(NewInterceptor(keys))))
+	stub := replayStub{customers: make(chan string, 2)}
+	mux.Handle(rivorav1connect.NewArchiveServiceHandler(stub, connect.WithInterceptors(NewInterceptor(keys))))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	client := rivorav1connect.NewArchiveServiceClient(srv.Client(), srv.URL, connect.WithInterceptors(Bearer(token)))
@@ -142,10 +200,19 @@ func TestServerStreamRequestIsChecked(t *testing.T) {
 	if err := replay("c1"); err != nil {
 		t.Fatalf("replay of c1: %v", err)
 	}
-	for _, c := range []string{"", "c2"} {
-		if err := replay(c); connect.CodeOf(err) != connect.CodePermissionDenied {
-			t.Errorf("replay with customer %q: %v, want permission_denied", c, err)
-		}
+	if got := <-stub.customers; got != "c1" {
+		t.Fatalf("replay of c1 reached the handler for %q", got)
+	}
+	// The token's one customer is the filter's when it names none: the
+	// handler sees it filled in.
+	if err := replay(""); err != nil {
+		t.Fatalf("replay naming no customer by a token of c1: %v", err)
+	}
+	if got := <-stub.customers; got != "c1" {
+		t.Fatalf("replay naming no customer reached the handler for %q, want c1", got)
+	}
+	if err := replay("c2"); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("replay with customer c2: %v, want permission_denied", err)
 	}
 }
 

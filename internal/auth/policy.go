@@ -25,7 +25,10 @@ type Rule struct {
 	Roles []rivorav1.Role
 	// Request checks every caller's request: a scoped caller's
 	// (Principal.Scoped) against its customers, and what a role may ask
-	// beyond the call itself (a viewer's replay only as a dry run).
+	// beyond the call itself (a viewer's replay only as a dry run). It
+	// may fill in what the principal decides: a list's customer, for a
+	// caller scoped to exactly one (filterFor); the handler sees the
+	// request so filled.
 	// Answer checks what the RPC answered to a scoped caller. On a server
 	// stream only Request is allowed: it checks the one request.
 	Request func(p *Principal, req any) error
@@ -194,7 +197,7 @@ var Policies = map[string]Rule{
 	rivorav1connect.EventServiceListEventsProcedure: {
 		Roles: []rivorav1.Role{admin, operator, viewer, publisher, customer},
 		Request: func(p *Principal, req any) error {
-			return filterFor(p, req.(*rivorav1.ListEventsRequest).GetCustomerId())
+			return filterFor(p, &req.(*rivorav1.ListEventsRequest).CustomerId)
 		},
 	},
 	// ResendEvent: a customer token resends its own events only. The
@@ -206,7 +209,7 @@ var Policies = map[string]Rule{
 	rivorav1connect.LaneServiceListLanesProcedure: {
 		Roles: []rivorav1.Role{admin, operator, viewer, customer},
 		Request: func(p *Principal, req any) error {
-			return filterFor(p, req.(*rivorav1.ListLanesRequest).GetCustomerId())
+			return filterFor(p, &req.(*rivorav1.ListLanesRequest).CustomerId)
 		},
 	},
 	rivorav1connect.LaneServiceSkipLaneHeadProcedure: steer,
@@ -215,7 +218,7 @@ var Policies = map[string]Rule{
 		Roles:   []rivorav1.Role{admin, operator, viewer, publisher, customer},
 		CellToo: true,
 		Request: func(p *Principal, req any) error {
-			return filterFor(p, req.(*rivorav1.ListDeadLettersRequest).GetFilter().GetCustomerId())
+			return deadLetterFilterFor(p, &req.(*rivorav1.ListDeadLettersRequest).Filter)
 		},
 	},
 	rivorav1connect.ArchiveServiceGetDeadLetterProcedure: {
@@ -231,7 +234,7 @@ var Policies = map[string]Rule{
 	rivorav1connect.ArchiveServiceDeadLetterStatsProcedure: {
 		Roles: []rivorav1.Role{admin, operator, viewer, customer},
 		Request: func(p *Principal, req any) error {
-			return filterFor(p, req.(*rivorav1.DeadLetterStatsRequest).GetFilter().GetCustomerId())
+			return deadLetterFilterFor(p, &req.(*rivorav1.DeadLetterStatsRequest).Filter)
 		},
 	},
 	// Replay streams; its one request is checked (a customer replays only
@@ -244,7 +247,7 @@ var Policies = map[string]Rule{
 			if p.Role == viewer && !m.GetDryRun() {
 				return connect.NewError(connect.CodePermissionDenied, errors.New("a viewer token may count what a replay would send (--dry-run), not replay: replaying needs an admin or operator token"))
 			}
-			return filterFor(p, m.GetFilter().GetCustomerId())
+			return deadLetterFilterFor(p, &m.Filter)
 		},
 	},
 
@@ -286,13 +289,31 @@ func publishesTo(p *Principal, destination string) error {
 	return nil
 }
 
-// filterFor checks a list's customer filter: a scoped caller must name
-// one of its customers.
-func filterFor(p *Principal, customer string) error {
-	if customer == "" && p.Scoped() {
-		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("a %s token reaches only its own customers' events: name one with --customer (customer_id)", RoleName(p.Role)))
+// filterFor checks a list's customer filter, *customer: a scoped caller
+// must name one of its customers. One scoped to exactly one customer
+// names it without saying so: *customer is set to it, so the handler
+// lists that customer's (the same as naming it; a caller of several
+// customers still has to choose).
+func filterFor(p *Principal, customer *string) error {
+	if *customer == "" && p.Scoped() {
+		if len(p.Customers) != 1 || !p.MayActFor(p.Customers[0]) {
+			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("a %s token reaches only its own customers' events: name one with --customer (customer_id)", RoleName(p.Role)))
+		}
+		*customer = p.Customers[0]
 	}
-	return mayActFor(p, customer)
+	return mayActFor(p, *customer)
+}
+
+// deadLetterFilterFor is filterFor of a dead-letter filter, *f, which may
+// be absent (nil: every customer's).
+func deadLetterFilterFor(p *Principal, f **rivorav1.DeadLetterFilter) error {
+	if *f == nil {
+		if !p.Scoped() {
+			return nil
+		}
+		*f = &rivorav1.DeadLetterFilter{}
+	}
+	return filterFor(p, &(*f).CustomerId)
 }
 
 // ownDestination checks a customer token's CreateDestination: the
