@@ -177,6 +177,9 @@ func (cp *ControlPlane) createSubscription(m *rivorav1.CreateSubscriptionRequest
 		if tx.Subscriptions().Has(s.Id) {
 			return "", errorf(ErrExists, "subscription id %s is taken (a 1 in 2^64 chance): create it again", s.Id)
 		}
+		if dup := sameSubscription(tx, s); dup != nil {
+			return "", duplicateSubscription(dup)
+		}
 		if n := tx.CustomerSubscriptions(s.CustomerId); n >= MaxSubscriptionsPerCustomer {
 			return "", limitReached("subscriptions_per_customer", MaxSubscriptionsPerCustomer, "customer %q has %d subscriptions, the most one customer may have (%d): every subscription an event matches stores one more delivery; delete unused ones (`rivoractl subscriptions delete ID`) or widen one's types", s.CustomerId, n, MaxSubscriptionsPerCustomer)
 		}
@@ -187,6 +190,56 @@ func (cp *ControlPlane) createSubscription(m *rivorav1.CreateSubscriptionRequest
 		return describeSubscription(s), nil
 	})
 	return s, version, err
+}
+
+// sameSubscription is a subscription that delivers what s would, to the
+// same place: the same customer and destination, the same set of type
+// patterns (in any order), the same filter text, path, URL and
+// headers (name and value). Such a twin would send each event it matches
+// to the partner twice, under different webhook-ids, which the partner's
+// de-duplication cannot catch; the secret and description, which change
+// neither what is sent nor where, are not compared. It is looked for
+// within the change (the store is locked throughout one), so of two
+// identical creates at once the second finds the first.
+func sameSubscription(tx *DestinationTx, s *rivorav1.Subscription) *rivorav1.Subscription {
+	types := typeSet(s.GetTypes())
+	var dup *rivorav1.Subscription
+	tx.Subscriptions().Each(func(o *rivorav1.Subscription) {
+		if dup != nil || o.GetCustomerId() != s.GetCustomerId() || o.GetDestinationId() != s.GetDestinationId() ||
+			o.GetFilter() != s.GetFilter() || o.GetPath() != s.GetPath() || o.GetUrl() != s.GetUrl() {
+			return
+		}
+		if slices.Equal(typeSet(o.GetTypes()), types) && sameHeaders(o.GetHeaders(), s.GetHeaders()) {
+			dup = o
+		}
+	})
+	return dup
+}
+
+// typeSet is type patterns sorted (a pattern is never listed twice:
+// routing.ValidatePatterns).
+func typeSet(types []string) []string {
+	out := slices.Clone(types)
+	slices.Sort(out)
+	return out
+}
+
+// sameHeaders compares headers as mergeHeaders leaves them (canonical
+// names, sorted).
+func sameHeaders(a, b []*rivorav1.Header) bool {
+	return slices.EqualFunc(a, b, func(x, y *rivorav1.Header) bool { return x.GetName() == y.GetName() && x.GetValue() == y.GetValue() })
+}
+
+// duplicateSubscription refuses a create that would duplicate dup, one
+// of the same customer's subscriptions (so naming it tells the caller
+// nothing about another customer's).
+func duplicateSubscription(dup *rivorav1.Subscription) error {
+	how := "change it (`rivoractl subscriptions update " + dup.GetId() + "`) rather than adding another"
+	if dup.GetPaused() {
+		how = "it is paused: resume it (`rivoractl subscriptions resume " + dup.GetId() + "`) rather than adding another"
+	}
+	return errorf(ErrExists, "customer %q already has subscription %s to destination %q with the same types, filter, path, URL and headers: a second would send each event to the partner twice, under different webhook-ids; %s, or give the new one other types or another filter",
+		dup.GetCustomerId(), dup.GetId(), dup.GetDestinationId(), how)
 }
 
 // sharedRouting refuses a customer token's path, URL or headers

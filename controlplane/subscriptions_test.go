@@ -456,8 +456,8 @@ func TestSubscriptionsFirstOwnSecretKeepsTheDestinationsForTheGrace(t *testing.T
 	ops := d.Token(rivorav1.Role_ROLE_OPERATOR)
 	c := d.subs(ops)
 	ctx := context.Background()
-	rotate := func(grace time.Duration) *rivorav1.Subscription {
-		s := d.subscribe(ops, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"order.*"}})
+	rotate := func(grace time.Duration, types string) *rivorav1.Subscription {
+		s := d.subscribe(ops, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{types}})
 		rot, err := c.RotateSubscriptionSecret(ctx, connect.NewRequest(&rivorav1.RotateSubscriptionSecretRequest{Id: s.GetId(), Grace: durationpb.New(grace)}))
 		if err != nil {
 			t.Fatal(err)
@@ -465,7 +465,7 @@ func TestSubscriptionsFirstOwnSecretKeepsTheDestinationsForTheGrace(t *testing.T
 		return rot.Msg.GetSubscription()
 	}
 	before := time.Now()
-	rs := rotate(time.Hour)
+	rs := rotate(time.Hour, "order.*")
 	until := rs.GetDestinationSecretUntil().AsTime()
 	if rs.GetPreviousSecret() != "" || rs.GetPreviousSecretFingerprint() != "" || until.Before(before.Add(time.Hour)) || until.After(time.Now().Add(time.Hour)) {
 		t.Fatalf("first own secret with a grace of 1h: %v; want destination_secret_until an hour on, no previous secret", rs)
@@ -481,7 +481,7 @@ func TestSubscriptionsFirstOwnSecretKeepsTheDestinationsForTheGrace(t *testing.T
 	if err != nil || again.Msg.GetSubscription().GetDestinationSecretUntil() != nil || again.Msg.GetSubscription().GetPreviousSecretFingerprint() != auth.Fingerprint(rs.GetSecret()) {
 		t.Fatalf("next rotation: %v, %v; want the subscription's previous secret signing, not the destination's", again.Msg.GetSubscription(), err)
 	}
-	if rs := rotate(0); rs.GetDestinationSecretUntil() != nil {
+	if rs := rotate(0, "invoice.*"); rs.GetDestinationSecretUntil() != nil {
 		t.Fatalf("first own secret without grace: %v; want the destination's secret to stop at once", rs)
 	}
 }
@@ -739,8 +739,9 @@ func TestSubscriptionsPerCustomerBounded(t *testing.T) {
 	t.Parallel()
 	d := startDev(t, t.TempDir(), false)
 	d.create(&rivorav1.CreateDestinationRequest{Id: "erp", Url: "https://erp.example.com/ingest"})
-	for range controlplane.MaxSubscriptionsPerCustomer {
-		d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "whale", DestinationId: "erp", Types: []string{"*"}})
+	// Each its own types: an identical one is refused as a duplicate.
+	for i := range controlplane.MaxSubscriptionsPerCustomer {
+		d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "whale", DestinationId: "erp", Types: []string{fmt.Sprintf("t%d.*", i)}})
 	}
 	_, err := d.subs(d.AdminToken).CreateSubscription(context.Background(), connect.NewRequest(&rivorav1.CreateSubscriptionRequest{CustomerId: "whale", DestinationId: "erp", Types: []string{"*"}}))
 	wantCode(t, "one subscription over the bound", err, connect.CodeResourceExhausted, `customer "whale" has 100 subscriptions`, "stores one more delivery")
@@ -749,6 +750,85 @@ func TestSubscriptionsPerCustomerBounded(t *testing.T) {
 		t.Errorf("the refusal's %s detail: %v (found %v); want limit subscriptions_per_customer, max 100", errkind.LimitReachedReason, md, ok)
 	}
 	d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "minnow", DestinationId: "erp", Types: []string{"*"}})
+}
+
+// An exact duplicate of one of the customer's subscriptions (same
+// destination, the same types in any order, filter, path, URL and
+// headers) is refused at create with already_exists naming it: it would
+// send each event twice. Anything that changes what is sent or where
+// makes another subscription; another customer's identical one is no
+// duplicate (and is never named). Of identical creates at once, one
+// succeeds.
+func TestDuplicateSubscriptionIsRefused(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, t.TempDir(), false)
+	ctx := context.Background()
+	d.create(&rivorav1.CreateDestinationRequest{Id: "erp", Url: "https://erp.example.com/ingest"})
+	base := &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"order.*", "invoice.paid"},
+		Filter: "data.amount > 100", Path: "/acme", Headers: []*rivorav1.Header{{Name: "x-tenant", Value: "acme"}}}
+	first := d.subscribe(d.AdminToken, base)
+	create := func(token string, m *rivorav1.CreateSubscriptionRequest) error {
+		_, err := d.subs(token).CreateSubscription(ctx, connect.NewRequest(m))
+		return err
+	}
+	twin := proto.Clone(base).(*rivorav1.CreateSubscriptionRequest)
+	twin.Types = []string{"invoice.paid", "order.*"}
+	twin.Description, twin.GenerateSecret = "again", true
+	wantCode(t, "an identical subscription (types reordered, its own secret)", create(d.AdminToken, twin), connect.CodeAlreadyExists, first.GetId(), "twice")
+	// A customer token is told its own subscription's id; another
+	// customer's identical one is no duplicate of it.
+	c1, c2 := d.Token(rivorav1.Role_ROLE_CUSTOMER, "c1"), d.Token(rivorav1.Role_ROLE_CUSTOMER, "c2")
+	own := d.subscribe(c1, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"refund.*"}})
+	wantCode(t, "c1's twin of its own", create(c1, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"refund.*"}}),
+		connect.CodeAlreadyExists, own.GetId())
+	if err := create(c2, &rivorav1.CreateSubscriptionRequest{CustomerId: "c2", DestinationId: "erp", Types: []string{"refund.*"}}); err != nil {
+		t.Errorf("c2's subscription identical to c1's but for the customer: %v, want created", err)
+	}
+	for what, change := range map[string]func(m *rivorav1.CreateSubscriptionRequest){
+		"other types":    func(m *rivorav1.CreateSubscriptionRequest) { m.Types = []string{"order.*"} },
+		"another filter": func(m *rivorav1.CreateSubscriptionRequest) { m.Filter = "data.amount > 200" },
+		"another path":   func(m *rivorav1.CreateSubscriptionRequest) { m.Path = "/other" },
+		"another header value": func(m *rivorav1.CreateSubscriptionRequest) {
+			m.Headers = []*rivorav1.Header{{Name: "X-Tenant", Value: "other"}}
+		},
+		"another customer": func(m *rivorav1.CreateSubscriptionRequest) { m.CustomerId = "c2" },
+	} {
+		m := proto.Clone(base).(*rivorav1.CreateSubscriptionRequest)
+		change(m)
+		if err := create(d.AdminToken, m); err != nil {
+			t.Errorf("a subscription with %s: %v, want created", what, err)
+		}
+	}
+	// A paused twin: the answer says to resume it.
+	paused := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "c3", DestinationId: "erp", Types: []string{"*"}})
+	if _, err := d.subs(d.AdminToken).PauseSubscription(ctx, connect.NewRequest(&rivorav1.PauseSubscriptionRequest{Id: paused.GetId(), Reason: "test"})); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "a paused subscription's twin", create(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "c3", DestinationId: "erp", Types: []string{"*"}}),
+		connect.CodeAlreadyExists, paused.GetId(), "resume")
+
+	// Identical creates at once: each change sees the one before.
+	const n = 8
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			errs <- create(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "c4", DestinationId: "erp", Types: []string{"*"}})
+		}()
+	}
+	created := 0
+	for range n {
+		switch err := <-errs; {
+		case err == nil:
+			created++
+		case connect.CodeOf(err) == connect.CodeAlreadyExists:
+		default:
+			t.Errorf("a concurrent identical create: %v", err)
+		}
+	}
+	list, err := d.subs(d.AdminToken).ListSubscriptions(ctx, connect.NewRequest(&rivorav1.ListSubscriptionsRequest{CustomerId: "c4"}))
+	if err != nil || created != 1 || len(list.Msg.GetSubscriptions()) != 1 {
+		t.Fatalf("%d identical creates at once: %d created, %d stored (%v); want 1", n, created, len(list.Msg.GetSubscriptions()), err)
+	}
 }
 
 // Get counts a subscription's pending events through the agents; delete
