@@ -15,7 +15,8 @@ import (
 
 // The event-type catalogue: what publishers send and what customers may
 // subscribe to, each type with a description and an optional JSON Schema
-// (draft 2020-12) its data must satisfy. The server compiles the schema;
+// (draft 2020-12, or another draft it names with $schema) its data must
+// satisfy. The server compiles the schema;
 // rivoractl only checks that the file is JSON.
 
 // maxSchemaBytes bounds what --schema reads; the server has its own bound.
@@ -31,7 +32,8 @@ func (e *env) eventTypesCommand() *ucli.Command {
 		Aliases: []string{"event-type"},
 		Usage:   "the catalogue of event types: descriptions, JSON Schemas, deprecation",
 		Description: `The catalogue lists the event types publishers send and customers may
-subscribe to. A type with a JSON Schema (draft 2020-12) has the data of every
+subscribe to. A type with a JSON Schema (draft 2020-12 unless its $schema names
+2019-09, draft-07, draft-06 or draft-04) has the data of every
 published event validated against it: a publish that does not satisfy it is
 refused (invalid_argument naming the JSON path and the rule). With
 ` + "`rivora controlplane|dev --strict-event-types`" + `, types not in the catalogue
@@ -61,7 +63,9 @@ func (e *env) eventTypesCreate() *ucli.Command {
 		UsageText: "rivoractl event-types create NAME [--description TEXT] [--schema FILE] [--wait] [-o json]",
 		Description: `Adds event type NAME (1–128 letters, digits and "._-:", e.g. order.created)
 to the catalogue. --schema FILE (or - for stdin) is a JSON Schema, draft
-2020-12, without external $refs or reference cycles: from now on every published event of this
+2020-12 unless its $schema names 2019-09, draft-07, draft-06 or draft-04 (each
+validated by its own draft's rules; any other $schema is refused), without
+external $refs or reference cycles: from now on every published event of this
 type must have data satisfying it.
 
 Examples:
@@ -69,7 +73,7 @@ Examples:
    rivoractl event-types create invoice.paid --schema invoice.schema.json`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "description", Usage: "what the event means, for publishers and subscribers (`TEXT`)"},
-			&ucli.StringFlag{Name: "schema", Usage: "JSON Schema (draft 2020-12) `FILE` the data must satisfy; - reads stdin"},
+			&ucli.StringFlag{Name: "schema", Usage: "JSON Schema `FILE` the data must satisfy (draft 2020-12, or the draft its $schema names: 2019-09, 07, 06, 04); - reads stdin"},
 			waitFlag(),
 		},
 		Action: e.createEventType,
@@ -140,7 +144,7 @@ func (e *env) readSchema(path string) (string, error) {
 		return "", usagef("--schema %s: larger than %d MiB", path, maxSchemaBytes>>20)
 	}
 	if !json.Valid(b) {
-		return "", usagef("--schema %s is not JSON: want a JSON Schema (draft 2020-12) document", path)
+		return "", usagef("--schema %s is not JSON: want a JSON Schema document", path)
 	}
 	return string(b), nil
 }
@@ -248,7 +252,7 @@ Examples:
    rivoractl event-types update order.created --description "An order was placed (v2)" --remove-schema`,
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "description", Usage: "new description (`TEXT`)", DefaultText: "unchanged"},
-			&ucli.StringFlag{Name: "schema", Usage: "new JSON Schema `FILE` (draft 2020-12); - reads stdin", DefaultText: "unchanged"},
+			&ucli.StringFlag{Name: "schema", Usage: "new JSON Schema `FILE` (draft 2020-12, or the draft its $schema names: 2019-09, 07, 06, 04); - reads stdin", DefaultText: "unchanged"},
 			&ucli.BoolFlag{Name: "remove-schema", Usage: "remove the schema: data is no longer validated"},
 			waitFlag(),
 		},

@@ -33,7 +33,8 @@ func eventTypeNotFound(name string) error {
 }
 
 // checkEventTypeFields checks a description and a schema ("" = none): a
-// schema must compile (JSON Schema draft 2020-12, no external refs) and
+// schema must compile (JSON Schema draft 2020-12 or the draft its $schema
+// names, routing.Drafts; no external refs) and
 // hold no reference cycle (routing.CheckSchema).
 func checkEventTypeFields(description, schema string) error {
 	if len(description) > bounds.Text {

@@ -260,6 +260,42 @@ func TestSchema(t *testing.T) {
 	}
 }
 
+// A schema may declare any draft the validator implements with $schema,
+// and is validated by that draft's rules (draft-04's exclusiveMaximum is
+// a boolean beside maximum; 2020-12's a number); any other $schema (draft-03,
+// a custom metaschema, a bare name) is refused, naming the drafts there
+// are, not as an "external reference". A metaschema error names the
+// draft declared.
+func TestSchemaDrafts(t *testing.T) {
+	draft4 := `{"$schema":"http://json-schema.org/draft-04/schema#","properties":{"n":{"maximum":5,"exclusiveMaximum":true}}}`
+	s, err := CompileSchema(draft4)
+	if err != nil {
+		t.Fatalf("draft-04 schema: %v", err)
+	}
+	if err := s.Validate([]byte(`{"n":5}`)); err == nil || !strings.Contains(err.Error(), "exclusiveMaximum") {
+		t.Errorf("draft-04's exclusiveMaximum true lets 5 through a maximum of 5: %v", err)
+	}
+	if err := s.Validate([]byte(`{"n":4}`)); err != nil {
+		t.Errorf("draft-04 refuses 4 below an exclusive maximum of 5: %v", err)
+	}
+	for _, url := range []string{"https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2019-09/schema", "http://json-schema.org/draft-07/schema#",
+		"http://json-schema.org/draft-06/schema#", "http://json-schema.org/schema#"} {
+		if err := CheckSchema(`{"$schema":"` + url + `","type":"object"}`); err != nil {
+			t.Errorf("$schema %s: %v", url, err)
+		}
+	}
+	for _, bad := range []string{`"http://json-schema.org/draft-03/schema#"`, `"https://example.com/my-meta"`, `"draft-04"`, `5`, `"http://json-schema.org/draft-04/schema#/definitions"`} {
+		err := CheckSchema(`{"$schema":` + bad + `,"type":"object"}`)
+		if err == nil || !strings.Contains(err.Error(), "$schema "+bad) || !strings.Contains(err.Error(), Drafts) || strings.Contains(err.Error(), "external reference") {
+			t.Errorf("$schema %s: %v, want it named and refused with the drafts supported", bad, err)
+		}
+	}
+	if _, err := CompileSchema(`{"$schema":"http://json-schema.org/draft-07/schema#","properties":{"n":{"minimum":"x"}}}`); err == nil ||
+		!strings.Contains(err.Error(), "is not a valid JSON Schema (draft-07)") {
+		t.Errorf("a draft-07 schema's metaschema error: %v, want it to name draft-07", err)
+	}
+}
+
 // A number rule's refusal writes the numbers as JSON has them: exactly,
 // or with an exponent when long. They were doubles in x/text's notation:
 // 1e400 "got ∞", 1000001 "got 1.000001×10⁰⁶, want 1×10⁰⁶", and two

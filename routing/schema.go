@@ -19,7 +19,7 @@ import (
 const MaxSchemaLen = 64 << 10
 
 // Schema is a compiled JSON Schema (draft 2020-12 unless it names another
-// with $schema) for an event type's data.
+// with $schema: Drafts) for an event type's data.
 type Schema struct {
 	schema *jsonschema.Schema
 }
@@ -30,6 +30,61 @@ type noLoader struct{}
 
 func (noLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("external reference %s: schemas must be self-contained ($ref within the document only)", url)
+}
+
+// Drafts names the JSON Schema drafts a schema may declare with $schema,
+// for messages and help: those the validator (santhosh-tekuri/jsonschema
+// v6) implements, each with its own rules (draft-04's boolean
+// exclusiveMaximum, 2019-09's $recursiveRef); a schema that declares none
+// is draft 2020-12.
+const Drafts = "2020-12 (the default), 2019-09, draft-07, draft-06 and draft-04"
+
+// drafts are the $schema values the validator honours, without scheme
+// and with no fragment but an empty one, by draft name.
+var drafts = map[string]string{
+	"json-schema.org/schema":               "draft 2020-12", // the latest
+	"json-schema.org/draft/2020-12/schema": "draft 2020-12",
+	"json-schema.org/draft/2019-09/schema": "draft 2019-09",
+	"json-schema.org/draft-07/schema":      "draft-07",
+	"json-schema.org/draft-06/schema":      "draft-06",
+	"json-schema.org/draft-04/schema":      "draft-04",
+}
+
+// schemaDraft is the draft the document declares at its root ("draft
+// 2020-12" when it declares none). Any other $schema is refused here, by name:
+// the validator would take it for a metaschema to fetch, and the loader
+// refuses that as an external reference, which says nothing of drafts.
+func schemaDraft(doc any) (string, error) {
+	obj, ok := doc.(map[string]any)
+	if !ok {
+		return "draft 2020-12", nil
+	}
+	v, ok := obj["$schema"]
+	if !ok {
+		return "draft 2020-12", nil
+	}
+	url, ok := v.(string)
+	if ok {
+		u := strings.TrimSuffix(url, "#")
+		if rest, cut := strings.CutPrefix(u, "http://"); cut {
+			u = rest
+		} else {
+			u = strings.TrimPrefix(u, "https://")
+		}
+		if d, known := drafts[u]; known {
+			return d, nil
+		}
+	}
+	return "", fmt.Errorf("schema's $schema %s is not a JSON Schema draft this validator supports: declare one of %s by its json-schema.org URL (such as https://json-schema.org/draft/2020-12/schema or http://json-schema.org/draft-07/schema#), or leave $schema out for 2020-12", quoteJSON(v), Drafts)
+}
+
+// quoteJSON writes a JSON value for a message: a string quoted, anything
+// else as Go prints it.
+func quoteJSON(v any) string {
+	if s, ok := v.(string); ok {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%v", v)
 }
 
 // schemaURL is the name CompileSchema gives the document (never shown).
@@ -45,6 +100,10 @@ func CompileSchema(source string) (*Schema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schema is not JSON: %w", err)
 	}
+	draft, err := schemaDraft(doc)
+	if err != nil {
+		return nil, err
+	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(noLoader{})
@@ -53,7 +112,7 @@ func CompileSchema(source string) (*Schema, error) {
 	}
 	s, err := c.Compile(schemaURL)
 	if err != nil {
-		return nil, compileError(err)
+		return nil, compileError(err, draft)
 	}
 	return &Schema{schema: s}, nil
 }
@@ -195,11 +254,11 @@ func location(s *jsonschema.Schema) string {
 	return loc
 }
 
-// compileError says why a schema does not compile. One that breaks the
-// JSON Schema metaschema names where, in the schema, and what is wrong
-// ("schema at /properties/amount/minimum: got string, want number"), not
-// the library's internal document URL.
-func compileError(err error) error {
+// compileError says why a schema of draft does not compile. One that
+// breaks the JSON Schema metaschema names where, in the schema, and what
+// is wrong ("schema at /properties/amount/minimum: got string, want
+// number"), not the library's internal document URL.
+func compileError(err error, draft string) error {
 	var sve *jsonschema.SchemaValidationError
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &sve) || !errors.As(sve.Err, &ve) {
@@ -207,7 +266,7 @@ func compileError(err error) error {
 	}
 	leaf := deepest(ve)
 	at := "/" + strings.Join(leaf.InstanceLocation, "/")
-	return fmt.Errorf("schema at %s is not a valid JSON Schema (draft 2020-12): %s", at, leafMessage(leaf))
+	return fmt.Errorf("schema at %s is not a valid JSON Schema (%s): %s", at, draft, leafMessage(leaf))
 }
 
 // Validate checks an event's JSON payload against the schema. The error

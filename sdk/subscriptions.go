@@ -127,8 +127,9 @@ type SecretRotation struct {
 type EventType struct {
 	Name        string
 	Description string
-	// Schema, when set, is the JSON Schema (draft 2020-12) the data of
-	// every event of this type must satisfy.
+	// Schema, when set, is the JSON Schema (draft 2020-12, or 2019-09,
+	// draft-07, draft-06 or draft-04 when its $schema names one) the data
+	// of every event of this type must satisfy.
 	Schema     string
 	Deprecated bool
 	CreatedAt  time.Time
