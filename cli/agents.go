@@ -24,11 +24,13 @@ func (e *env) agentsCommand() *ucli.Command {
 healthReason, connected, session, appliedVersion, lastSeen, partitions and
 assignedPartitions (numbers).
 
-A customer's token sees only whether each agent is connected and which
-config version it applied (for --wait); the agents' names, addresses,
-health and partitions are the operator's. It is told so, with how many
-agents applied the latest version (-o json: objects with connected and
-appliedVersion only).`,
+A customer's token sees only whether each agent is connected and which of
+the token's own changes it applied (for --wait): appliedVersion is the
+newest version the token's own changes produced that the agent applied (0:
+none). The agents' names, addresses, health and partitions, and the cell's
+config version, which every customer's changes move, are the operator's.
+It is told so, with how many agents applied its latest change (-o json:
+objects with connected and appliedVersion only).`,
 			Action: func(c *ucli.Context) error {
 				if err := exactArgs(c, 0, "no arguments"); err != nil {
 					return err
@@ -126,9 +128,13 @@ func printAppliedOnly(e *env, st *rivorav1.GetConfigStatusResponse) error {
 			}
 		}
 	}
-	fmt.Fprintf(e.out, "Agents connected: %d of %d; applied the latest config (version %d): %d.\n",
-		connected, len(st.GetAgents()), st.GetVersion(), applied)
-	_, err := fmt.Fprintln(e.out, "This token sees only that: the agents' names, addresses, health and partitions are shown to operators.")
+	if st.GetVersion() == 0 {
+		fmt.Fprintf(e.out, "Agents connected: %d of %d (this token made no config change here for them to apply).\n", connected, len(st.GetAgents()))
+	} else {
+		fmt.Fprintf(e.out, "Agents connected: %d of %d; applied this token's latest change (config version %d): %d.\n",
+			connected, len(st.GetAgents()), st.GetVersion(), applied)
+	}
+	_, err := fmt.Fprintln(e.out, "This token sees only that: the agents' names, addresses, health and partitions, and the cell's config version, are shown to operators.")
 	return err
 }
 

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 	"github.com/rivora/rivora/proto/rivora/v1/rivorav1connect"
+	"github.com/rivora/rivora/testkit/rig"
 )
 
 // fakeConfigStatus answers GetConfigStatus with status.
@@ -32,15 +34,21 @@ func startFakeConfigStatus(t *testing.T, status *rivorav1.GetConfigStatusRespons
 }
 
 // A customer's token is answered whether each agent is connected and
-// what it applied, without names: agents list says that much in words,
+// which of its own changes it applied, without names: agents list says that much in words,
 // not as a table of nameless rows.
 func TestAgentsListWithACustomersToken(t *testing.T) {
 	url := startFakeConfigStatus(t, &rivorav1.GetConfigStatusResponse{Version: 12, Agents: []*rivorav1.AgentStatus{
 		{Connected: true, AppliedVersion: 12}, {Connected: true, AppliedVersion: 11}, {AppliedVersion: 12},
 	}})
 	out := mustSucceed(t, run(t, url, "", "agents", "list")).stdout
-	if !strings.Contains(out, "Agents connected: 2 of 3; applied the latest config (version 12): 1.") || !strings.Contains(out, "shown to operators") || strings.Contains(out, "NAME") {
+	if !strings.Contains(out, "Agents connected: 2 of 3; applied this token's latest change (config version 12): 1.") || !strings.Contains(out, "shown to operators") || strings.Contains(out, "NAME") {
 		t.Fatalf("agents list with a customer's token printed:\n%s", out)
+	}
+	// A token that made no change is told no version (the control plane
+	// answers 0: the cell's version is not the customer's to see).
+	none := startFakeConfigStatus(t, &rivorav1.GetConfigStatusResponse{Agents: []*rivorav1.AgentStatus{{Connected: true}, {}}})
+	if out := mustSucceed(t, run(t, none, "", "agents", "list")).stdout; !strings.Contains(out, "Agents connected: 1 of 2 (this token made no config change here for them to apply).") || strings.Contains(out, "version 0") {
+		t.Fatalf("agents list with a customer's token that changed nothing printed:\n%s", out)
 	}
 
 	js := mustSucceed(t, run(t, url, "", "agents", "list", "-o", "json")).stdout
@@ -129,5 +137,25 @@ func TestDurationFlagsTakeDays(t *testing.T) {
 	f.mu.Unlock()
 	if got != 72*time.Hour {
 		t.Fatalf("--window 3d sent %s, want 72h", got)
+	}
+}
+
+// Through a real control plane and agent: a customer token's --wait
+// follows its own change, and agents list then names that change's
+// version, not the cell's, which an operator's later change moved on.
+func TestCustomerWaitAndAgentsListFollowItsOwnChanges(t *testing.T) {
+	d := rig.StartDev(t, t.TempDir(), rig.Options{})
+	acme := d.Token(rivorav1.Role_ROLE_CUSTOMER, "acme")
+	mustSucceed(t, run(t, d.URL, "", "--token", d.AdminToken, "destinations", "create", "erp", "--url", "http://127.0.0.1:9/hook"))
+	r := mustSucceed(t, run(t, d.URL, "", "--token", acme, "subscriptions", "create", "--customer", "acme", "--destination", "erp", "--types", "order.*", "--wait"))
+	m := regexp.MustCompile(`config version (\d+) applied by 1 agent`).FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("a customer's subscriptions create --wait printed:\n%s", r.stdout)
+	}
+	version := m[1]
+	mustSucceed(t, run(t, d.URL, "", "--token", d.AdminToken, "destinations", "create", "crm", "--url", "http://127.0.0.1:9/crm", "--wait"))
+	out := mustSucceed(t, run(t, d.URL, "", "--token", acme, "agents", "list")).stdout
+	if !strings.Contains(out, "Agents connected: 1 of 1; applied this token's latest change (config version "+version+"): 1.") {
+		t.Fatalf("agents list with the customer's token after an operator's change printed:\n%s\nwant its own change's version %s", out, version)
 	}
 }

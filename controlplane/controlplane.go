@@ -141,6 +141,9 @@ type ControlPlane struct {
 	now  func() time.Time
 	// notify sends operator notices (nil without OperatorWebhook).
 	notify *notifier
+	// own is each token's own config versions, for a customer token's
+	// config status (GetConfigStatus).
+	own *ownVersions
 
 	// changed is notified on every config or assignment change: it wakes
 	// every Watch stream.
@@ -206,6 +209,7 @@ func New(cfg Config, log *slog.Logger) (*ControlPlane, error) {
 		})
 	}
 	cp.edges = newEdgeRegistry()
+	cp.own = newOwnVersions()
 	cp.agents = newAgentRegistry(cp.consul, cfg.Transport, cfg.Keys.Cell(), log)
 	if cfg.RejoinDelay > 0 {
 		cp.agents.rejoinDelay = cfg.RejoinDelay

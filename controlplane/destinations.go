@@ -51,6 +51,7 @@ func (cp *ControlPlane) change(action, destinationID string, who actor, reason s
 		return 0, err
 	}
 	cp.record(action, destinationID, who, detail, version, reason)
+	cp.own.add(who.tokenID, version)
 	cp.log.Info("config changed", "action", action, "destination", destinationID, "author", who.name, "token_id", who.tokenID, "version", version, "detail", detail)
 	cp.broadcast()
 	cp.agents.awaitApplied(version, applyGrace)

@@ -487,26 +487,41 @@ func TestSubscriptionsFirstOwnSecretKeepsTheDestinationsForTheGrace(t *testing.T
 }
 
 // A customer token's --wait reads the config status: whether each agent
-// is connected and what it applied, nothing of who the agents are, what
-// they own, or the edges.
+// is connected and which of the token's own changes it applied, nothing
+// of who the agents are, what they own, the edges, or the cell's config
+// version (which others' changes move).
 func TestCustomerTokenSeesOnlyWhatTheAgentsApplied(t *testing.T) {
 	t.Parallel()
 	d := startDev(t, t.TempDir(), true)
 	ctx := context.Background()
 	c1 := d.adminAs(d.Token(rivorav1.Role_ROLE_CUSTOMER, "c1"))
-	version := d.create(&rivorav1.CreateDestinationRequest{Id: "c1-own", Url: "https://c1.example.com/hook", OwnerCustomer: "c1"}).GetVersion()
-	d.WaitApplied(version)
+	own, err := c1.CreateDestination(ctx, connect.NewRequest(&rivorav1.CreateDestinationRequest{Id: "c1-own", Url: "https://c1.example.com/hook", OwnerCustomer: "c1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := own.Msg.GetVersion()
+	// Others' changes after c1's: the cell's version moves on, c1 is not
+	// told (the version would let it watch other customers' changes).
+	d.create(&rivorav1.CreateDestinationRequest{Id: "shared", Url: "https://erp.example.com/ingest"})
+	later := d.create(&rivorav1.CreateDestinationRequest{Id: "shared-2", Url: "https://erp.example.com/ingest"}).GetVersion()
+	d.WaitApplied(later)
 	full, err := d.Admin.GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
-	if err != nil || len(full.Msg.GetAgents()) != 1 || full.Msg.GetAgents()[0].GetName() == "" {
-		t.Fatalf("the admin's config status: %v, %v; want the agent, named", full.Msg, err)
+	if err != nil || len(full.Msg.GetAgents()) != 1 || full.Msg.GetAgents()[0].GetName() == "" || full.Msg.GetVersion() < later {
+		t.Fatalf("the admin's config status: %v, %v; want the agent, named, and version %d or later", full.Msg, err, later)
 	}
 	st, err := c1.GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
 	if err != nil {
 		t.Fatalf("a customer token's config status: %v", err)
 	}
-	want := &rivorav1.GetConfigStatusResponse{Version: full.Msg.GetVersion(), Agents: []*rivorav1.AgentStatus{{Connected: true, AppliedVersion: full.Msg.GetAgents()[0].GetAppliedVersion()}}}
-	if !proto.Equal(st.Msg, want) || st.Msg.GetAgents()[0].GetAppliedVersion() < version {
-		t.Fatalf("a customer token's config status: %v; want only %v", st.Msg, want)
+	want := &rivorav1.GetConfigStatusResponse{Version: version, Agents: []*rivorav1.AgentStatus{{Connected: true, AppliedVersion: version}}}
+	if !proto.Equal(st.Msg, want) {
+		t.Fatalf("a customer token's config status: %v; want only %v (its own change's version, %d, not the cell's, %d)", st.Msg, want, version, full.Msg.GetVersion())
+	}
+	// A token that changed nothing learns no version at all.
+	c2 := d.adminAs(d.Token(rivorav1.Role_ROLE_CUSTOMER, "c2"))
+	st, err = c2.GetConfigStatus(ctx, connect.NewRequest(&rivorav1.GetConfigStatusRequest{}))
+	if want := (&rivorav1.GetConfigStatusResponse{Agents: []*rivorav1.AgentStatus{{Connected: true}}}); err != nil || !proto.Equal(st.Msg, want) {
+		t.Fatalf("the config status of a customer token that changed nothing: %v, %v; want only %v", st.Msg, err, want)
 	}
 }
 
