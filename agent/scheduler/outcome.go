@@ -198,8 +198,9 @@ func (s *Scheduler) onlyItsCustomers(a *Attempt) bool {
 
 // goneOnlyItsCustomers reports whether a 410 Gone answered to a is its
 // customer's alone, much as onlyItsCustomers judges a failure: within the
-// last GoneOthersLookback another customer's attempt went through, and
-// since the head's previous attempt no other customer got a 410. The
+// last GoneOthersLookback another customer's attempt went through, and no
+// other customer got a 410 within it (nor since the head's previous
+// attempt). The
 // partner then still takes the others' webhooks and refuses this
 // customer's (its account there closed), so on a destination shared by
 // customers the 410 must not disable it for all of them. Another
@@ -219,7 +220,13 @@ func (s *Scheduler) goneOnlyItsCustomers(a *Attempt) bool {
 		return s.otherCustomerPending(d, customer) && !d.customerGone.otherSince(customer, s.clock.Now().Add(-ParkedGoneLookback))
 	}
 	since, ok := lookback(a)
-	othersAnswered := d.customerSuccesses.otherSince(customer, s.clock.Now().Add(-GoneOthersLookback))
+	// Another customer's 410 counts over the same minute as their
+	// successes (or since the head's previous attempt, if longer ago).
+	within := s.clock.Now().Add(-GoneOthersLookback)
+	if within.Before(since) {
+		since = within
+	}
+	othersAnswered := d.customerSuccesses.otherSince(customer, within)
 	return ok && othersAnswered && !d.customerGone.otherSince(customer, since)
 }
 
