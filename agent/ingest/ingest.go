@@ -165,8 +165,9 @@ type Gateway struct {
 	guard *storeGuard
 	// turns lets publishes in, fairly by customer (turns.go).
 	turns *turns
-	// log tells of slow publishes (slow.go).
-	log *slog.Logger
+	// log tells of slow publishes (slow.go), a line a second at most.
+	log      *slog.Logger
+	slowLogs slowLogs
 }
 
 // configVersion is the config version this agent has applied (0 unknown).
@@ -395,7 +396,7 @@ func (g *Gateway) PublishBatch(ctx context.Context, req *connect.Request[rivorav
 // event (in request order).
 func (g *Gateway) accept(ctx context.Context, tr *ingestTrace, reqs []*rivorav1.PublishRequest, inBatch bool) (_ []*rivorav1.PublishResponse, err error) {
 	steps := startPhases()
-	defer func() { steps.logIfSlow(g.log, len(reqs), err) }()
+	defer func() { steps.logIfSlow(g.log, &g.slowLogs, len(reqs), err) }()
 	// Before any validation: a refused customer's retries cost little.
 	if err := g.roomFor(reqs, inBatch); err != nil {
 		accepted.WithLabelValues("failed").Add(float64(len(reqs)))

@@ -246,15 +246,16 @@ func (o *originals) sendProbes(probes []probe) ([]jetstream.PubAckFuture, error)
 	return futures, nil
 }
 
-// probeWait bounds the wait for the probes' answers. A stream's leader
-// answers a probe at once (it checks its dedup window before its log):
-// none within this is a leader that stopped with the probe unanswered (a
-// rolling restart), which only the caller's deadline would end; a retry
-// finds the new leader.
+// probeWait bounds the wait for the next of the probes' answers (each
+// answer starts it again, so a batch's many probes queued behind a flood
+// are waited for as long as they keep coming). A stream's leader answers
+// a probe as soon as it reaches it (it checks its dedup window before its
+// log): no answer at all for this long is a leader that stopped with the
+// probe unanswered (a rolling restart), which only the caller's deadline
+// would end; a retry finds the new leader.
 const probeWait = 2 * time.Second
 
-// errProbeUnanswered is the probes' answer when one had none within
-// probeWait.
+// errProbeUnanswered is the probes' answer when none came for probeWait.
 var errProbeUnanswered = fmt.Errorf("a stream did not answer the probe of an idempotency key within %s (its leader may be moving)", probeWait)
 
 // collectProbes waits for every probe's answer.
@@ -264,6 +265,9 @@ func collectProbes(ctx context.Context, probes []probe, futures []jetstream.PubA
 	unanswered := time.NewTimer(probeWait)
 	defer unanswered.Stop()
 	for i, f := range futures {
+		if i > 0 {
+			unanswered.Reset(probeWait) // the previous one was answered
+		}
 		select {
 		case ack := <-f.Ok():
 			if !ack.Duplicate && firstErr == nil {

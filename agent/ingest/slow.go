@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,17 +45,46 @@ func (p *phases) done(i int) {
 	p.next = i + 1
 }
 
+// slowLogs keeps the slow-publish log to a line a second: in an
+// overload every publish may be slow.
+type slowLogs struct {
+	last    atomic.Int64 // unix nanoseconds of the last line
+	skipped atomic.Int64 // slow publishes not logged since
+}
+
+// slowLogEvery is the least time between two slow-publish lines.
+const slowLogEvery = time.Second
+
+// take reports whether a slow publish at now is logged, and how many
+// were not since the last line.
+func (s *slowLogs) take(now time.Time) (bool, int64) {
+	last := s.last.Load()
+	if now.UnixNano()-last < int64(slowLogEvery) || !s.last.CompareAndSwap(last, now.UnixNano()) {
+		s.skipped.Add(1)
+		return false, 0
+	}
+	return true, s.skipped.Swap(0)
+}
+
 // logIfSlow logs the publish of events events, answered err, when it
-// took slowPublishAfter or more: the time of each step it finished, and
-// the step it ended in (and for how long) if it did not finish them all.
-func (p *phases) logIfSlow(log *slog.Logger, events int, err error) {
+// took slowPublishAfter or more (at most a line a second, saying how many
+// more were slow since): the time of each step it finished, and the step
+// it ended in (and for how long) if it did not finish them all.
+func (p *phases) logIfSlow(log *slog.Logger, every *slowLogs, events int, err error) {
 	now := time.Now()
 	took := now.Sub(p.start)
 	if took < slowPublishAfter || log == nil {
 		return
 	}
-	attrs := make([]any, 0, 8+2*phaseCount)
+	logged, skipped := every.take(now)
+	if !logged {
+		return
+	}
+	attrs := make([]any, 0, 10+2*phaseCount)
 	attrs = append(attrs, "took", took.Round(time.Millisecond), "events", events)
+	if skipped > 0 {
+		attrs = append(attrs, "more_slow_since_last_line", skipped)
+	}
 	for i, d := range p.took[:p.next] {
 		attrs = append(attrs, phaseNames[i], d.Round(time.Millisecond))
 	}
