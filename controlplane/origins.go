@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rivora/rivora/internal/ssrf"
 	rivorav1 "github.com/rivora/rivora/proto/rivora/v1"
 )
 
@@ -32,7 +33,14 @@ var defaultPorts = map[string]string{"http": "80", "https": "443"}
 // name and an address it resolves to are different origins.
 func origin(u *url.URL) string {
 	scheme := strings.ToLower(u.Scheme)
-	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	host := u.Hostname()
+	// As it is dialled: a fullwidth or Unicode name is its IDNA form
+	// (ｐａｒｔｎｅｒ.example is partner.example). One IDNA refuses is
+	// kept as written (the SSRF guard refuses to dial it).
+	if ascii, err := ssrf.ASCIIHost(host); err == nil {
+		host = ascii
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
 	if a, err := netip.ParseAddr(host); err == nil {
 		host = a.Unmap().String()
 	}

@@ -18,6 +18,9 @@ func TestOriginNormalises(t *testing.T) {
 		{"https://erp.example.com/", "https://erp.example.com.:0443/"},
 		{"http://127.0.0.1/", "http://[::ffff:127.0.0.1]:80/"},
 		{"http://[2001:db8::1]:8080/", "http://[2001:DB8:0::1]:8080/x"},
+		// Dialled in their IDNA form, as net/http maps them.
+		{"http://example.com/", "http://ｅｘａｍｐｌｅ.com/"},
+		{"http://xn--bcher-kva.example/", "http://bücher.example/"},
 	}
 	for _, p := range same {
 		if a, b := originOf(p[0]), originOf(p[1]); a != b {

@@ -173,6 +173,10 @@ func (g *Guard) CheckHost(host string) error {
 
 // asciiHost maps host as net/http does before it dials: unchanged when
 // ASCII, else by IDNA's lookup profile.
+// ASCIIHost is host as it is dialled: a name with non-ASCII letters
+// (fullwidth, Unicode) in its IDNA ASCII form, as net/http maps it.
+func ASCIIHost(host string) (string, error) { return asciiHost(host) }
+
 func asciiHost(host string) (string, error) {
 	for i := 0; i < len(host); i++ {
 		if host[i] >= utf8.RuneSelf {
