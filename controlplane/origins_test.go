@@ -84,17 +84,22 @@ func TestACustomerSeesOnlyASharedDestinationsOrigin(t *testing.T) {
 		t.Fatal(err)
 	}
 	plain := created.Msg.GetSubscription()
-	routed := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"*"}, Path: "/in/c1"})
+	// A path the operators set on a shared destination is theirs (it may
+	// hold a credential too).
+	routed := d.subscribe(d.AdminToken, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "erp", Types: []string{"*"}, Path: "/in/c1?token=OPERATORS"})
 	mine := d.subscribe(tok, &rivorav1.CreateSubscriptionRequest{CustomerId: "c1", DestinationId: "c1-own", Types: []string{"*"}})
 	want := map[string]string{
 		plain.GetId():  "https://erp.example.com:8443",
-		routed.GetId(): "https://erp.example.com:8443/in/c1",
+		routed.GetId(): "https://erp.example.com:8443",
 		mine.GetId():   "https://c1.example.com/hook?key=mine",
 	}
 	check := func(what string, s *rivorav1.Subscription) {
 		t.Helper()
 		if got := s.GetDeliveryUrl(); got != want[s.GetId()] {
 			t.Errorf("%s: c1 is shown delivery_url %q for %s; want %q", what, got, s.GetId(), want[s.GetId()])
+		}
+		if s.GetDestinationId() == "erp" && (s.GetPath() != "" || s.GetUrl() != "") {
+			t.Errorf("%s: c1 is shown path %q, url %q of its subscription %s to a shared destination; want none", what, s.GetPath(), s.GetUrl(), s.GetId())
 		}
 	}
 	check("create", plain)
@@ -137,6 +142,9 @@ func TestACustomerSeesOnlyASharedDestinationsOrigin(t *testing.T) {
 	for _, s := range all.Msg.GetSubscriptions() {
 		if s.GetId() == plain.GetId() && s.GetDeliveryUrl() != shared {
 			t.Errorf("the admin is shown delivery_url %q; want the full URL %q", s.GetDeliveryUrl(), shared)
+		}
+		if s.GetId() == routed.GetId() && (s.GetPath() != "/in/c1?token=OPERATORS" || s.GetDeliveryUrl() != "https://erp.example.com:8443/in/c1?token=OPERATORS") {
+			t.Errorf("the admin is shown path %q, delivery_url %q of the routed subscription; want its own", s.GetPath(), s.GetDeliveryUrl())
 		}
 	}
 }

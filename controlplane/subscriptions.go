@@ -682,24 +682,25 @@ func withoutSubscriptionSecrets(s *rivorav1.Subscription) {
 // the secret itself with showSecret: the answers to create and rotate),
 // delivery_url the destination's URL when it has no path or URL of its
 // own, and destination_state state. A customer token (sc) is shown of a
-// shared destination's URL only its origin (shownOrigin): its path and
-// query are the operators' and may hold a credential (api_key=…, a
-// Slack-style token in the path), which every subscribed customer would
-// read. A delivery_url of the subscription's own (its path or URL, on
-// that origin) is the customer's to see.
+// subscription to a shared destination only the origin of where its
+// deliveries go (shownOrigin), and no path or URL: on a shared
+// destination those are the operators' (a customer may not set them),
+// and they, as the destination's path and query, may hold a credential
+// (api_key=…, a Slack-style token in the path), which the customer would
+// read. On its own destination a customer sees all.
 func (cp *ControlPlane) answerSubscription(s *rivorav1.Subscription, state string, showSecret bool, sc scope) *rivorav1.Subscription {
 	out := cloneSubscription(s)
 	withoutSubscriptionSecrets(out)
 	if showSecret {
 		out.Secret = s.GetSecret()
 	}
-	if out.GetDeliveryUrl() == "" {
-		if d, ok := cp.store.Get(out.GetDestinationId()); ok {
-			out.DeliveryUrl = d.GetUrl()
-			if sc.limited() && d.GetOwnerCustomer() == "" {
-				out.DeliveryUrl = shownOrigin(d.GetUrl())
-			}
-		}
+	d, known := cp.store.Get(out.GetDestinationId())
+	if out.GetDeliveryUrl() == "" && known {
+		out.DeliveryUrl = d.GetUrl()
+	}
+	if sc.limited() && (!known || d.GetOwnerCustomer() == "") {
+		out.DeliveryUrl = shownOrigin(out.GetDeliveryUrl())
+		out.Path, out.Url = "", ""
 	}
 	out.DestinationState = state
 	return out
