@@ -257,8 +257,12 @@ func (w *laneWriter) behindIngest(ctx context.Context) (bool, error) {
 	return w.ingestLook.ahead(ctx, w.writerDone, w.lookIngest)
 }
 
-// ingestLookTimeout bounds one look at INGEST (lookIngest).
-const ingestLookTimeout = 5 * time.Second
+// ingestLookTimeout bounds one look at INGEST (lookIngest). INGEST's
+// leader answers at once; none within this is a leader that stopped with
+// the look unanswered (a rolling restart), and the publishes waiting on
+// it fail Unavailable, which their callers retry, before a short client
+// deadline (5 s, say) rather than at it.
+const ingestLookTimeout = 2 * time.Second
 
 // lookIngest reports whether INGEST holds a message for this partition
 // the mover has not handled yet: its last one for the partition, read
