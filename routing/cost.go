@@ -3,6 +3,7 @@ package routing
 import (
 	"errors"
 	"fmt"
+	"regexp/syntax"
 
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
@@ -84,9 +85,6 @@ func OverCost(err error) bool {
 // meter counts one evaluation's cost against its limit.
 type meter struct {
 	used, limit uint64
-	// reading: operands are being read again for their size; what that
-	// runs is not charged (nor does it read its own operands again).
-	reading bool
 }
 
 func (m *meter) charge(n uint64) {
@@ -95,6 +93,11 @@ func (m *meter) charge(n uint64) {
 		// The interpreter recovers it and returns it from Eval.
 		panic(interpreter.EvalCancelledError{Cause: interpreter.CostLimitExceeded, Message: "filter cost limit exceeded"})
 	}
+}
+
+// left is what the meter has left before its limit.
+func (m *meter) left() uint64 {
+	return m.limit - min(m.used, m.limit)
 }
 
 // eventMeter is what one event's filters have used of MaxEventFilterCost.
@@ -127,14 +130,12 @@ func (a *filterVars) ResolveName(name string) (any, bool) {
 
 func (a *filterVars) Parent() interpreter.Activation { return nil }
 
-// metered is an operation that charges its evaluation's meter.
+// metered is an operation that charges its evaluation's meter for
+// itself once it has run: a unit, stepCost more for a comprehension
+// step, and the bytes of a string it made. What its operands make it do
+// is charged before it runs (operand, deepCall).
 type metered struct {
 	interpreter.InterpretableV2
-	// sized are the operands whose size the operation's work grows with;
-	// list and map ones count only when lists is set (a list
-	// concatenation is constant work whatever the lists' sizes).
-	sized []interpreter.InterpretableV2
-	lists bool
 	// step: the operation is a comprehension's step, run once per
 	// element, which costs the loop's own work too (stepCost).
 	step bool
@@ -142,20 +143,14 @@ type metered struct {
 
 func (e *metered) Exec(frame *interpreter.ExecutionFrame) ref.Val {
 	val := e.InterpretableV2.Exec(frame)
-	v, ok := frame.ResolveName(meterName)
-	m, _ := v.(*meter)
-	if !ok || m == nil || m.reading {
+	m := meterOf(frame)
+	if m == nil {
 		return val
 	}
-	cost := 1 + textSize(val)
+	cost := 1 + textSize(val, plainText)
 	if e.step {
 		cost += stepCost
 	}
-	m.reading = true
-	for _, arg := range e.sized {
-		cost += operandSize(frame, arg, e.lists)
-	}
-	m.reading = false
 	m.charge(cost)
 	return val
 }
@@ -164,89 +159,278 @@ func (e *metered) Eval(vars interpreter.Activation) ref.Val {
 	return e.Exec(interpreter.AsFrame(vars))
 }
 
-// operandSize is what an operand of a sized operation adds to its cost.
-// An attribute (data.s) or a literal is read again to learn its size;
-// an operation's result was charged when it was made (a string's bytes
-// by the operation that made it, a list's elements by the steps of the
-// comprehension that built it).
-func operandSize(frame *interpreter.ExecutionFrame, arg interpreter.InterpretableV2, lists bool) uint64 {
-	switch arg.(type) {
-	case interpreter.InterpretableAttribute, interpreter.InterpretableConst:
-	default:
-		return 0
-	}
-	v := arg.Exec(frame)
-	n := textSize(v)
-	if lists {
-		n += elements(v)
-	}
-	return n
+// meterOf is the evaluation's meter (filterVars).
+func meterOf(frame *interpreter.ExecutionFrame) *meter {
+	v, _ := frame.ResolveName(meterName)
+	m, _ := v.(*meter)
+	return m
 }
 
-// textSize is a string's or bytes' cost of a traversal: a unit per ten
-// bytes.
-func textSize(v ref.Val) uint64 {
+// textWeight is what a string or bytes operand of an operation costs:
+// per units for every div bytes.
+type textWeight struct{ per, div uint64 }
+
+var (
+	// plainText is a traversal of the string: a unit per ten bytes.
+	plainText = textWeight{1, 10}
+	// regexText is for matches(): a regex reads its input once per
+	// instruction of its program at worst, so a byte costs the
+	// program's instructions / regexInstPerUnit: a 4 KB string under a
+	// 402-instruction program (a{200}b{200}) costs 80k units, and took
+	// 8 ms (about 5 ns a byte and instruction, 100 ns a unit).
+	regexInstPerUnit = uint64(20)
+)
+
+// textSize is what a string's or bytes' traversal costs (w).
+func textSize(v ref.Val, w textWeight) uint64 {
 	switch x := v.(type) {
 	case types.String:
-		return uint64(len(x)) / 10
+		return uint64(len(x)) * w.per / w.div
 	case types.Bytes:
-		return uint64(len(x)) / 10
+		return uint64(len(x)) * w.per / w.div
+	}
+	return 0
+}
+
+// operand is an operand of an operation: once evaluated, before the
+// operation runs, its string or bytes are charged (w), so an operation
+// on a huge string is refused without being run. Each operand is
+// evaluated once: the operation takes the value this returns.
+type operand struct {
+	interpreter.InterpretableV2
+	w textWeight
+}
+
+func (o *operand) Exec(frame *interpreter.ExecutionFrame) ref.Val {
+	return chargeText(frame, o.InterpretableV2.Exec(frame), o.w)
+}
+
+func (o *operand) Eval(vars interpreter.Activation) ref.Val {
+	return o.Exec(interpreter.AsFrame(vars))
+}
+
+// attrOperand is an operand that is an attribute (data.s): it stays
+// one, so that qualifiers planned after it (data.a[data.k]) still reach
+// it.
+type attrOperand struct {
+	interpreter.InterpretableAttribute
+	w textWeight
+}
+
+func (o *attrOperand) Exec(frame *interpreter.ExecutionFrame) ref.Val {
+	return chargeText(frame, o.InterpretableAttribute.Exec(frame), o.w)
+}
+
+func (o *attrOperand) Eval(vars interpreter.Activation) ref.Val {
+	return o.Exec(interpreter.AsFrame(vars))
+}
+
+func chargeText(frame *interpreter.ExecutionFrame, v ref.Val, w textWeight) ref.Val {
+	if n := textSize(v, w); n > 0 {
+		if m := meterOf(frame); m != nil {
+			m.charge(n)
+		}
+	}
+	return v
+}
+
+// deepCall is an equality (==, !=) or `in`, whose work grows with all
+// of its operands' contents: their elements, entries and bytes at every
+// depth, whatever made them (an attribute, a literal, a comprehension).
+// It evaluates its operands, charges their deep size (deepSize, which
+// stops counting once the meter's limit is reached, so counting is
+// bounded too), and only then compares them: a comparison past the limit
+// is refused without being run.
+type deepCall struct {
+	interpreter.InterpretableCall
+	lhs, rhs interpreter.InterpretableV2
+}
+
+func (c *deepCall) Exec(frame *interpreter.ExecutionFrame) ref.Val {
+	l := c.lhs.Exec(frame)
+	if types.IsError(l) {
+		return l
+	}
+	r := c.rhs.Exec(frame)
+	if types.IsError(r) {
+		return r
+	}
+	if m := meterOf(frame); m != nil {
+		left := m.left()
+		cost := 1 + deepSize(l, left)
+		if c.Function() == operators.In && r.Type() == types.MapType {
+			cost++ // a key's lookup
+		} else if cost <= left {
+			cost += deepSize(r, left-cost)
+		}
+		m.charge(cost)
+	}
+	switch c.Function() {
+	case operators.Equals:
+		return types.Equal(l, r)
+	case operators.NotEquals:
+		return types.Bool(types.Equal(l, r) != types.True)
+	}
+	if r.Type().HasTrait(traits.ContainerType) {
+		return types.LabelErrNode(c.ID(), r.(traits.Container).Contains(l))
+	}
+	return types.LabelErrNode(c.ID(), types.ValOrErr(r, "no such overload"))
+}
+
+func (c *deepCall) Eval(vars interpreter.Activation) ref.Val {
+	return c.Exec(interpreter.AsFrame(vars))
+}
+
+// deepSize is v's size for an operation that reads all of it: a unit
+// per element of a list, per entry of a map, at every depth, plus its
+// strings' (textSize). It stops counting once past max.
+func deepSize(v ref.Val, max uint64) uint64 {
+	switch x := v.(type) {
+	case types.String, types.Bytes:
+		return textSize(x, plainText)
+	case traits.Lister:
+		n := elements(v)
+		for it := x.Iterator(); n <= max && it.HasNext() == types.True; {
+			n += deepSize(it.Next(), max-n)
+		}
+		return n
+	case traits.Mapper:
+		n := elements(v)
+		for it := x.Iterator(); n <= max && it.HasNext() == types.True; {
+			k := it.Next()
+			n += deepSize(k, max-n)
+			if e, found := x.Find(k); found && n <= max {
+				n += deepSize(e, max-n)
+			}
+		}
+		return n
 	}
 	return 0
 }
 
 // elements is a list's or map's size.
 func elements(v ref.Val) uint64 {
-	switch v.Type() {
-	case types.ListType, types.MapType:
-		if s, ok := v.(traits.Sizer); ok {
-			if n, ok := s.Size().(types.Int); ok && n > 0 {
-				return uint64(n)
-			}
+	if s, ok := v.(traits.Sizer); ok {
+		if n, ok := s.Size().(types.Int); ok && n > 0 {
+			return uint64(n)
 		}
 	}
 	return 0
 }
 
-// sizedFunctions are the operations whose work grows with their
-// operands; true: with a list or map operand's elements too.
-var sizedFunctions = map[string]bool{
+// unchargedOperands are the operations whose operands are not charged:
+// the logical ones (their operands are booleans, and a conditional
+// evaluates one branch of two), and indexing, whose operand is planned
+// as an attribute its index qualifies.
+var unchargedOperands = map[string]bool{
+	operators.LogicalAnd: true, operators.LogicalOr: true, operators.LogicalNot: true,
+	operators.Conditional: true, operators.NotStrictlyFalse: true, operators.OldNotStrictlyFalse: true,
+	operators.Index: true, operators.OptIndex: true, operators.OptSelect: true,
+	// deepCall charges these.
 	operators.Equals: true, operators.NotEquals: true, operators.In: true,
-	operators.Less: false, operators.LessEquals: false, operators.Greater: false, operators.GreaterEquals: false,
-	operators.Add: false, overloads.Contains: false, overloads.StartsWith: false, overloads.EndsWith: false,
-	overloads.Matches: false, overloads.TypeConvertString: false, overloads.TypeConvertBytes: false,
+}
+
+// operandWeights is what each operand of an operation costs per byte of
+// a string or bytes it is (by the operand's expression id): every
+// operation's operands a unit per ten bytes (a conversion, a
+// comparison, contains() read their strings), but the input of
+// matches(), which costs its program's size per byte too.
+func operandWeights(a *celast.AST) map[int64]textWeight {
+	weights := map[int64]textWeight{}
+	for _, e := range celast.MatchDescendants(celast.NavigateAST(a), celast.KindMatcher(celast.CallKind)) {
+		call := e.AsCall()
+		if unchargedOperands[call.FunctionName()] {
+			continue
+		}
+		args := call.Args()
+		if call.IsMemberFunction() {
+			args = append([]celast.Expr{call.Target()}, args...)
+		}
+		for _, arg := range args {
+			weights[arg.ID()] = plainText
+		}
+		if call.FunctionName() == overloads.Matches && len(args) == 2 {
+			weights[args[0].ID()] = textWeight{regexInstructions(args[1]), regexInstPerUnit}
+		}
+	}
+	return weights
+}
+
+// regexInstructions is the size of a literal pattern's compiled program;
+// a pattern that is not a literal (a stored filter's, from before
+// patterns had to be) is assumed as large as CompileFilter allows.
+func regexInstructions(pattern celast.Expr) uint64 {
+	if pattern.Kind() != celast.LiteralKind {
+		return MaxRegexInstructions
+	}
+	re, ok := pattern.AsLiteral().Value().(string)
+	if !ok {
+		return MaxRegexInstructions
+	}
+	parsed, err := syntax.Parse(re, syntax.Perl)
+	if err != nil {
+		return MaxRegexInstructions
+	}
+	prog, err := syntax.Compile(parsed.Simplify())
+	if err != nil {
+		return MaxRegexInstructions
+	}
+	return uint64(len(prog.Inst))
 }
 
 // meterOperations makes every operation of a filter but its
 // comprehensions (which CEL must see as they are to interrupt them; the
-// operations of each step are counted) charge the evaluation's meter.
+// operations of each step are counted) charge the evaluation's meter,
+// and every operand of an operation charge what it makes the operation
+// do before the operation runs (operand, deepCall).
 func meterOperations(a *cel.Ast) cel.ProgramOption {
 	loops, steps := map[int64]bool{}, map[int64]bool{}
 	for _, c := range celast.MatchDescendants(celast.NavigateAST(a.NativeRep()), celast.KindMatcher(celast.ComprehensionKind)) {
 		loops[c.ID()] = true
 		steps[c.AsComprehension().LoopStep().ID()] = true
 	}
+	weights := operandWeights(a.NativeRep())
 	return cel.CustomDecoratorV2(func(i interpreter.InterpretableV2) (interpreter.InterpretableV2, error) {
 		switch i.(type) {
-		case *metered:
+		case *metered, *operand, *attrOperand, *deepCall:
 			return i, nil
-		case interpreter.InterpretableAttribute, interpreter.InterpretableConst, interpreter.InterpretableConstructor:
+		}
+		if loops[i.ID()] {
+			// A comprehension makes a list or a boolean, never a string:
+			// as an operand it costs nothing of its own.
+			return i, nil
+		}
+		w, isOperand := weights[i.ID()]
+		if attr, ok := i.(interpreter.InterpretableAttribute); ok && !steps[i.ID()] {
 			// Wrapped, an attribute would no longer take the qualifiers
 			// planned after it (data.a.b); a step is no one's operand
 			// (filter()'s step is a conditional, an attribute).
+			if isOperand {
+				return &attrOperand{InterpretableAttribute: attr, w: w}, nil
+			}
+			return i, nil
+		}
+		switch i.(type) {
+		case interpreter.InterpretableConst, interpreter.InterpretableConstructor:
 			if !steps[i.ID()] {
+				if isOperand {
+					return &operand{InterpretableV2: i, w: w}, nil
+				}
 				return i, nil
 			}
 		}
-		if loops[i.ID()] {
-			return i, nil
-		}
-		m := &metered{InterpretableV2: i, step: steps[i.ID()]}
-		if call, ok := i.(interpreter.InterpretableCall); ok {
-			if lists, sized := sizedFunctions[call.Function()]; sized {
-				m.sized, m.lists = call.Args(), lists
+		var op interpreter.InterpretableV2 = &metered{InterpretableV2: i, step: steps[i.ID()]}
+		if call, ok := i.(interpreter.InterpretableCall); ok && !steps[i.ID()] {
+			switch call.Function() {
+			case operators.Equals, operators.NotEquals, operators.In:
+				if args := call.Args(); len(args) == 2 {
+					op = &deepCall{InterpretableCall: call, lhs: args[0], rhs: args[1]}
+				}
 			}
 		}
-		return m, nil
+		if isOperand {
+			op = &operand{InterpretableV2: op, w: w}
+		}
+		return op, nil
 	})
 }

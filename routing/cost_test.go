@@ -106,3 +106,147 @@ func TestFilterCostCountsOperandSizes(t *testing.T) {
 		}
 	}
 }
+
+// refusedByTheMeter runs src on in with no deadline and wants the meter
+// to refuse it (MaxFilterRunCost), promptly: 5 s is a guard against an
+// evaluation that the meter lets run (for tens of seconds), not a
+// benchmark.
+func refusedByTheMeter(t *testing.T, src string, in Input) {
+	t.Helper()
+	f, err := CompileFilter(src)
+	if err != nil {
+		t.Fatalf("%s: %v", src, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background()) // no deadline
+	defer cancel()
+	type answer struct {
+		ok  bool
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		ok, err := f.Match(ctx, in)
+		done <- answer{ok, err}
+	}()
+	select {
+	case a := <-done:
+		var ce *FilterCostError
+		if a.ok || !errors.As(a.err, &ce) || ce.Event || ce.Limit != MaxFilterRunCost {
+			t.Errorf("%s = %v, %v; want it past its cost limit of %d", src, a.ok, a.err, MaxFilterRunCost)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("%s still running after 5 s with no deadline: its cost limit did not stop it", src)
+	}
+}
+
+func zeros(n int) []any {
+	l := make([]any, n)
+	for i := range l {
+		l[i] = float64(0)
+	}
+	return l
+}
+
+// An equality's operands are charged at their full size, elements of
+// elements included, whatever made them (here comprehensions), before
+// it compares them: two lists of 20k lists of 20k elements are refused,
+// not compared for half a minute inside one uninterruptible ==.
+func TestFilterCostChargesNestedOperandsBeforeComparing(t *testing.T) {
+	for _, src := range []string{
+		`data.items.map(i, data.items) == data.items.map(i, data.items)`,
+		`data.items.map(i, data.items) != data.items.map(i, data.items)`,
+		`data.items in data.items.map(i, data.items)`,
+	} {
+		refusedByTheMeter(t, src, Input{Data: map[string]any{"items": zeros(20_000)}})
+		f, err := CompileFilter(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := !strings.Contains(src, "!=")
+		if ok, err := f.Match(context.Background(), Input{Data: map[string]any{"items": zeros(30)}}); ok != want || err != nil {
+			t.Errorf("%s on 30 items = %v, %v; want %v", src, ok, err, want)
+		}
+	}
+}
+
+// List literals compared are charged their elements: [data.a] == [data.b]
+// with lists of 30k elements that differ in their last costs 60k units,
+// not the 1 of a comparison of one-element lists.
+func TestFilterCostChargesListLiteralOperands(t *testing.T) {
+	a, b := zeros(30_000), zeros(30_000)
+	b[len(b)-1] = float64(1)
+	for _, src := range []string{
+		`data.items.exists(i, [data.a] == [data.b])`,
+		`data.items.exists(i, {"k": data.a} == {"k": data.b})`,
+	} {
+		refusedByTheMeter(t, src, Input{Data: map[string]any{"items": zeros(20_000), "a": a, "b": b}})
+		f, err := CompileFilter(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := f.Match(context.Background(), Input{Data: map[string]any{"items": zeros(3), "a": zeros(3), "b": zeros(3)}}); !ok || err != nil {
+			t.Errorf("%s on short lists = %v, %v; want a match", src, ok, err)
+		}
+	}
+}
+
+// matches() costs its input's bytes times its program's size: a
+// 402-instruction regex over a 4 KB string takes milliseconds, and 3000
+// of them are refused rather than run for 20 s.
+func TestFilterCostWeighsRegexesByTheirProgram(t *testing.T) {
+	const src = `data.items.exists(i, data.s.matches('a{200}b{200}'))`
+	in := Input{Data: map[string]any{"items": zeros(3000), "s": strings.Repeat("a", MaxRegexInput)}}
+	refusedByTheMeter(t, src, in)
+	f, err := CompileFilter(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Data = map[string]any{"items": zeros(3), "s": strings.Repeat("a", 200) + strings.Repeat("b", 200)}
+	if ok, err := f.Match(context.Background(), in); !ok || err != nil {
+		t.Errorf("%s on a short string = %v, %v; want a match", src, ok, err)
+	}
+}
+
+// Every operation's string operands are charged, conversions included:
+// double(), int(), uint() of a 1 MB string in
+// each of 50k steps are refused, not run for tens of seconds.
+func TestFilterCostChargesConversionsOfStrings(t *testing.T) {
+	big := strings.Repeat("1", 1<<20)
+	for _, src := range []string{
+		`data.items.exists(i, double(data.big) == 0.5)`,
+		`data.items.exists(i, int(data.big) == 1)`,
+		`data.items.exists(i, uint(data.big) == 1u)`,
+	} {
+		refusedByTheMeter(t, src, Input{Data: map[string]any{"items": zeros(50_000), "big": big}})
+	}
+	// Ordinary conversions are cheap, and still answer.
+	f, err := CompileFilter(`int(data.n) == 12 && duration(data.d) == duration('1s') && timestamp(data.t) > timestamp(0)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := f.Match(context.Background(), Input{Data: map[string]any{"n": "12", "d": "1s", "t": "2026-01-01T00:00:00Z"}}); !ok || err != nil {
+		t.Errorf("conversions of short strings = %v, %v; want a match", ok, err)
+	}
+}
+
+// Operands that are attributes stay attributes: an index or a field
+// after them still applies.
+func TestFilterCostOperandsKeepTheirQualifiers(t *testing.T) {
+	in := Input{Data: map[string]any{"m": map[string]any{"k": "value"}, "key": "k", "l": []any{"a", "b"}}}
+	for _, src := range []string{
+		`data.m[data.key] == "value"`,
+		`data.m[data.key].contains("alu")`,
+		`size(data.m[data.key]) == 5`,
+		`data.m.k.startsWith("va") && data.l[1].endsWith("b")`,
+		`"b" in data.l && "k" in data.m && !("x" in data.m)`,
+		`string(data.m[data.key]) + data.l[0] == "valuea"`,
+	} {
+		f, err := CompileFilter(src)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if ok, err := f.Match(context.Background(), in); !ok || err != nil {
+			t.Errorf("%s = %v, %v; want a match", src, ok, err)
+		}
+	}
+}
