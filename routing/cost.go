@@ -18,13 +18,17 @@ import (
 // Runtime cost: what one evaluation of a filter did, counted on the
 // event's data, so that whether a filter is too costly for an event is
 // the same answer whatever the machine's load. A unit is one operation
-// (a call, a logical operator; a comprehension step stepCost more) plus,
-// for an operation whose work grows with its operands (equality, `in`,
-// string comparison, concatenation, contains, startsWith, endsWith,
-// matches, string/bytes conversion), a unit per element of a list or map
-// operand and per ten bytes of a string one, and a unit per ten bytes of
-// a string an operation makes. Attribute reads and literals cost nothing of their
-// own: each feeds an operation, which is counted.
+// (a call, a logical operator; a comprehension step stepCost more), a
+// unit per ten bytes of every string or bytes operand of an operation
+// (conversions included; matches() its pattern's program size times
+// that), and for equality and `in`, whose work grows with all of their
+// operands, a unit per element or entry at every depth of a list or map
+// operand. Operands are charged once evaluated, before the operation
+// runs: one too costly is refused without running it (a single
+// comparison of huge lists is not interruptible). A unit per ten bytes
+// of a string an operation makes is charged when it is made. Attribute
+// reads and literals cost nothing of their own: each feeds an
+// operation, which is counted.
 //
 // CEL's own runtime cost tracking (cel.CostLimit) cannot be used: in
 // cel-go v0.31 its tracking keeps a stack that grows with every

@@ -250,3 +250,29 @@ func TestFilterCostOperandsKeepTheirQualifiers(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkMatchOrdinary is ordinary filters on a small event: the
+// meter must keep them cheap.
+func BenchmarkMatchOrdinary(b *testing.B) {
+	in := items(100)
+	in.Type = "invoice.paid"
+	in.Data.(map[string]any)["s"] = "ord_12345"
+	for _, src := range []string{
+		`type == "invoice.paid" && data.s != ""`,
+		`data.items.exists(i, i.id == 99.0)`,
+		`data.s.startsWith("ord_") && data.s.matches('^ord_[0-9]+$')`,
+		`data.items.map(i, i.id).size() == 100`,
+	} {
+		f, err := CompileFilter(src)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(src, func(b *testing.B) {
+			for b.Loop() {
+				if ok, err := f.Match(context.Background(), in); !ok || err != nil {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+	}
+}
