@@ -132,7 +132,8 @@ func refusedByTheMeter(t *testing.T, src string, in Input) {
 	case a := <-done:
 		var ce *FilterCostError
 		if a.ok || !errors.As(a.err, &ce) || ce.Event || ce.Limit != MaxFilterRunCost {
-			t.Errorf("%s = %v, %v; want it past its cost limit of %d", src, a.ok, a.err, MaxFilterRunCost)
+			// %.300v: an error may quote a huge operand.
+			t.Errorf("%s = %v, %.300v; want it past its cost limit of %d", src, a.ok, a.err, MaxFilterRunCost)
 		}
 	case <-time.After(5 * time.Second):
 		t.Errorf("%s still running after 5 s with no deadline: its cost limit did not stop it", src)
@@ -218,6 +219,17 @@ func TestFilterCostChargesConversionsOfStrings(t *testing.T) {
 		`data.items.exists(i, uint(data.big) == 1u)`,
 	} {
 		refusedByTheMeter(t, src, Input{Data: map[string]any{"items": zeros(50_000), "big": big}})
+	}
+	// timestamp() and duration() in a comprehension are past
+	// MaxFilterCost; one call on a string of more than ten times
+	// MaxFilterRunCost bytes is refused before it parses it.
+	huge := strings.Repeat("1", 11*MaxFilterRunCost)
+	for _, src := range []string{
+		`timestamp(data.big) > timestamp(0)`,
+		`duration(data.big) > duration('0s')`,
+		`double(data.big) > 0.0`,
+	} {
+		refusedByTheMeter(t, src, Input{Data: map[string]any{"big": huge}})
 	}
 	// Ordinary conversions are cheap, and still answer.
 	f, err := CompileFilter(`int(data.n) == 12 && duration(data.d) == duration('1s') && timestamp(data.t) > timestamp(0)`)
