@@ -328,7 +328,7 @@ func elements(v ref.Val) uint64 {
 // as an attribute its index qualifies.
 var unchargedOperands = map[string]bool{
 	operators.LogicalAnd: true, operators.LogicalOr: true, operators.LogicalNot: true,
-	operators.Conditional: true, operators.NotStrictlyFalse: true, operators.OldNotStrictlyFalse: true,
+	operators.Conditional: true, operators.NotStrictlyFalse: true,
 	operators.Index: true, operators.OptIndex: true, operators.OptSelect: true,
 	// deepCall charges these.
 	operators.Equals: true, operators.NotEquals: true, operators.In: true,
