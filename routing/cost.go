@@ -172,11 +172,17 @@ func meterOf(frame *interpreter.ExecutionFrame) *meter {
 
 // textWeight is what a string or bytes operand of an operation costs:
 // per units for every div bytes.
-type textWeight struct{ per, div uint64 }
+type textWeight struct {
+	per, div uint64
+	// readsUpTo is the most bytes the operation reads (0: all): a
+	// longer operand is charged as plain text (matches() refuses one
+	// past MaxRegexInput without reading it).
+	readsUpTo int
+}
 
 var (
 	// plainText is a traversal of the string: a unit per ten bytes.
-	plainText = textWeight{1, 10}
+	plainText = textWeight{per: 1, div: 10}
 	// regexText is for matches(): a regex reads its input once per
 	// instruction of its program at worst, so a byte costs the
 	// program's instructions / regexInstPerUnit: a 4 KB string under a
@@ -187,13 +193,19 @@ var (
 
 // textSize is what a string's or bytes' traversal costs (w).
 func textSize(v ref.Val, w textWeight) uint64 {
+	n := 0
 	switch x := v.(type) {
 	case types.String:
-		return uint64(len(x)) * w.per / w.div
+		n = len(x)
 	case types.Bytes:
-		return uint64(len(x)) * w.per / w.div
+		n = len(x)
+	default:
+		return 0
 	}
-	return 0
+	if w.readsUpTo > 0 && n > w.readsUpTo {
+		w = plainText
+	}
+	return uint64(n) * w.per / w.div
 }
 
 // operand is an operand of an operation: once evaluated, before the
@@ -354,7 +366,7 @@ func operandWeights(a *celast.AST) map[int64]textWeight {
 			weights[arg.ID()] = plainText
 		}
 		if call.FunctionName() == overloads.Matches && len(args) == 2 {
-			weights[args[0].ID()] = textWeight{regexInstructions(args[1]), regexInstPerUnit}
+			weights[args[0].ID()] = textWeight{per: regexInstructions(args[1]), div: regexInstPerUnit, readsUpTo: MaxRegexInput}
 		}
 	}
 	return weights

@@ -288,3 +288,18 @@ func BenchmarkMatchOrdinary(b *testing.B) {
 		})
 	}
 }
+
+// matches() refuses an input past MaxRegexInput without reading it: a
+// long string under a large pattern is that filter's error (no match,
+// the event stored), not a cost that refuses the publish.
+func TestRegexPastItsInputBoundIsNotACost(t *testing.T) {
+	f, err := CompileFilter(`data.s.matches('a{200}b{200}')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, err := f.Match(context.Background(), Input{Data: map[string]any{"s": strings.Repeat("a", 50_000)}})
+	var cost *FilterCostError
+	if ok || err == nil || errors.As(err, &cost) || !strings.Contains(err.Error(), "at most") {
+		t.Fatalf("a 50 KB string under a 402-instruction pattern = %v, %v; want the input bound's error, not a cost", ok, err)
+	}
+}
