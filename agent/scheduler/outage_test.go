@@ -758,7 +758,8 @@ func TestOneCustomersGoneOnASharedDestination(t *testing.T) {
 // own (a second of lookback disabled the destination for everyone
 // whenever the others' traffic was sparse); a third customer's 410
 // seconds later is everyone's, though the success is still within the
-// minute (a partner gone for all costs one charged attempt).
+// minute (a partner gone for all costs one charged attempt); once another
+// customer's webhook is taken again, a fourth customer's 410 is its own.
 func TestOneCustomersGoneInSparseTraffic(t *testing.T) {
 	s, clk := newSched()
 	s.SetLimits("shared", 0, outageLimits)
@@ -786,6 +787,33 @@ func TestOneCustomersGoneInSparseTraffic(t *testing.T) {
 	}
 	if s.Observe(gamma, 410, false, 0, "HTTP 410").GoneOnlyItsCustomers {
 		t.Fatal("gamma's first 410, 5 s after acme's: gamma's alone, want everyone's (two customers refused)")
+	}
+	retryAt := func(a *Attempt) {
+		h := a.Head
+		h.Attempts, h.LastStatus, h.LastAttemptAt, h.NotBefore = a.Number, 410, clk.Now(), clk.Now().Add(time.Hour)
+		s.Retry(a, h)
+	}
+	retryAt(acme)
+	retryAt(gamma)
+
+	// Beta's webhooks taken again after both 410s: the partner refuses
+	// acme and gamma alone, and a third customer's 410 40 s later is its
+	// own too.
+	appendTo(s, 0, lid("shared", "beta", "b2"), ev(4))
+	b, _ := step(s)
+	if b == nil || b.Lane.ID.Customer != "beta" {
+		t.Fatalf("attempt %v, want beta's", b)
+	}
+	s.Observe(b, 200, false, 0, "")
+	s.Succeeded(b)
+	clk.Advance(40 * time.Second)
+	appendTo(s, 0, lid("shared", "delta", "d"), ev(5))
+	delta, _ := step(s)
+	if delta == nil || delta.Lane.ID.Customer != "delta" {
+		t.Fatalf("attempt %v, want delta's", delta)
+	}
+	if !s.Observe(delta, 410, false, 0, "HTTP 410").GoneOnlyItsCustomers {
+		t.Fatal("delta's 410 after beta's webhook was taken since the others' 410s: not delta's alone, want delta's")
 	}
 }
 

@@ -197,13 +197,13 @@ func (s *Scheduler) onlyItsCustomers(a *Attempt) bool {
 }
 
 // goneOnlyItsCustomers reports whether a 410 Gone answered to a is its
-// customer's alone, much as onlyItsCustomers judges a failure: within the
-// last GoneOthersLookback another customer's attempt went through, and no
-// other customer got a 410 within it (nor since the head's previous
-// attempt). The
-// partner then still takes the others' webhooks and refuses this
-// customer's (its account there closed), so on a destination shared by
-// customers the 410 must not disable it for all of them. Another
+// customer's alone: within the last GoneOthersLookback another
+// customer's attempt went through, and no other customer got a 410 since
+// that success. The partner then still takes the others' webhooks and
+// refuses this customer's (its account there closed), so on a
+// destination shared by customers the 410 must not disable it for all of
+// them; two customers' closed accounts, with others' webhooks taken in
+// between, are each their own. Another
 // customer's other failures (a 5xx, a timeout) are not counted against
 // it: they say nothing of whether the partner wants webhooks, and would
 // let one customer's poison payloads turn another's refusal into a
@@ -219,15 +219,12 @@ func (s *Scheduler) goneOnlyItsCustomers(a *Attempt) bool {
 		// ParkedGoneLookback, this one is its customer's.
 		return s.otherCustomerPending(d, customer) && !d.customerGone.otherSince(customer, s.clock.Now().Add(-ParkedGoneLookback))
 	}
-	since, ok := lookback(a)
-	// Another customer's 410 counts over the same minute as their
-	// successes (or since the head's previous attempt, if longer ago).
-	within := s.clock.Now().Add(-GoneOthersLookback)
-	if within.Before(since) {
-		since = within
+	if _, ok := lookback(a); !ok {
+		return false
 	}
-	othersAnswered := d.customerSuccesses.otherSince(customer, within)
-	return ok && othersAnswered && !d.customerGone.otherSince(customer, since)
+	lastTaken := d.customerSuccesses.latestOther(customer)
+	lastGone := d.customerGone.latestOther(customer)
+	return lastTaken.After(s.clock.Now().Add(-GoneOthersLookback)) && !lastGone.After(lastTaken)
 }
 
 // GoneOthersLookback is how far back goneOnlyItsCustomers looks for
@@ -282,6 +279,14 @@ func (f *recentMarks[K]) add(k K, now time.Time) {
 		f.key = k
 	}
 	f.at = now
+}
+
+// latestOther is the latest mark of a key other than k (zero: none).
+func (f *recentMarks[K]) latestOther(k K) time.Time {
+	if f.key != k {
+		return f.at
+	}
+	return f.other
 }
 
 // otherSince reports a mark of a key other than k after since.
