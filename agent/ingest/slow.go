@@ -48,18 +48,23 @@ func (p *phases) done(i int) {
 // slowLogs keeps the slow-publish log to a line a second: in an
 // overload every publish may be slow.
 type slowLogs struct {
-	last    atomic.Int64 // unix nanoseconds of the last line
+	last    atomic.Int64 // the last line's time since slowLogEpoch (0: none yet)
 	skipped atomic.Int64 // slow publishes not logged since
 }
 
 // slowLogEvery is the least time between two slow-publish lines.
 const slowLogEvery = time.Second
 
+// slowLogEpoch is what slowLogs counts from: a monotonic clock, which a
+// step of the wall clock does not move.
+var slowLogEpoch = time.Now()
+
 // take reports whether a slow publish at now is logged, and how many
 // were not since the last line.
 func (s *slowLogs) take(now time.Time) (bool, int64) {
+	at := int64(now.Sub(slowLogEpoch))
 	last := s.last.Load()
-	if now.UnixNano()-last < int64(slowLogEvery) || !s.last.CompareAndSwap(last, now.UnixNano()) {
+	if (last != 0 && at-last < int64(slowLogEvery)) || !s.last.CompareAndSwap(last, at) {
 		s.skipped.Add(1)
 		return false, 0
 	}

@@ -292,8 +292,10 @@ func (w *laneWriter) lookIngest(callerCtx context.Context) (bool, error) {
 		// The handle's config decides how it reads (a direct get while
 		// INGEST allows one): read it again next time, in case INGEST's
 		// config changed. Not when the caller gave up (a client gone or
-		// out of time), which says nothing about INGEST.
-		if callerCtx.Err() == nil {
+		// out of time), nor when the look ran out of its own time (a
+		// leader moving, a stream behind a flood): neither says anything
+		// of INGEST's config.
+		if callerCtx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 			w.forgetIngestStream()
 		}
 		return false, fmt.Errorf("read INGEST's last message for partition %d: %w", w.p, err)
