@@ -45,9 +45,10 @@ type Subscription struct {
 	// instead, is a full URL on the destination's origin (same scheme, host
 	// and port), so the destination's budget still protects that partner.
 	// delivery_url is the URL deliveries go to (in answers). A customer
-	// token is shown of a shared destination's URL only its origin
-	// (scheme://host[:port]), with the subscription's own path when it has
-	// one: the operators' path and query may hold the partner's credentials.
+	// token is shown of a subscription to a shared destination only the
+	// origin (scheme://host[:port]) as delivery_url, and no path or url:
+	// there those are the operators', and may hold the partner's
+	// credentials.
 	Path        string `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
 	Url         string `protobuf:"bytes,7,opt,name=url,proto3" json:"url,omitempty"`
 	DeliveryUrl string `protobuf:"bytes,8,opt,name=delivery_url,json=deliveryUrl,proto3" json:"delivery_url,omitempty"`
