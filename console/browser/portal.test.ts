@@ -20,6 +20,7 @@ let bins: { rivora: string; rivoractl: string };
 let dev: Dev;
 let erp: Partner; // a shared partner destination, answering 200
 let flaky: Partner; // a partner that always fails: its events become dead letters
+let own: Partner; // c1's own endpoint's partner: not a shared destination's origin
 let ctx: BrowserContext;
 let page: Page;
 let profile: string;
@@ -67,6 +68,7 @@ beforeAll(async () => {
   dev = await startDev(bins.rivora);
   erp = await startPartner({ status: 200 });
   flaky = await startPartner({ status: 503 });
+  own = await startPartner({ status: 200 });
   await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "create", "erp", "--url", erp.url);
   await rivoractl(bins.rivoractl, dev, dev.token, "destinations", "create", "flaky", "--url", flaky.url, "--max-attempts", "1", "--window", "10s");
   for (const [name, description] of [["order.created", "An order was placed"], ["order.updated", "An order changed"], ["invoice.paid", "An invoice was paid"]])
@@ -104,6 +106,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await ctx?.close();
   await erp?.close();
+  await own?.close();
   await flaky?.close();
   await dev?.stop();
   if (profile) await rm(profile, { recursive: true, force: true });
@@ -243,7 +246,7 @@ describe("customer portal in Chromium against rivora dev", () => {
     await page.getByRole("link", { name: "Subscriptions", exact: true }).click();
     const box = page.getByTestId("endpoints");
     await box.getByLabel("Endpoint id").fill("c1-portal-hooks");
-    await box.getByLabel("URL").fill(`${erp.base}/c1-own`);
+    await box.getByLabel("URL").fill(`${own.base}/c1-own`);
     await box.getByRole("button", { name: "Add endpoint" }).click();
     await box.getByTestId("secret").waitFor();
     // Said beside the form, which is ready for another.
